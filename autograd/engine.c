@@ -1,0 +1,439 @@
+/* The backward engine: recording, topological order, gradient
+ * accumulation, graph freeing, grad mode. */
+#include "autograd/autograd.h"
+
+#include <assert.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/ops.h"
+
+static const char *const op_names[] = {
+    "add", "sub", "mul", "div", "adds", "muls",
+    "neg", "exp", "log", "sqrt", "rsqrt", "pow",
+    "tanh", "sigmoid", "relu", "gelu", "abs", "clamp",
+    "where", "masked_fill",
+    "sum", "mean", "var", "max",
+    "matmul",
+    "permute", "slice", "select", "expand", "reshape",
+    "contiguous",
+    "softmax", "log_softmax", "cross_entropy", "layer_norm",
+    "rms_norm", "dropout", "concat", "index_select", "gather",
+    "attention",
+    "custom",
+};
+static_assert(sizeof op_names / sizeof op_names[0] == CG_OP_COUNT,
+              "every cg_op needs a name in op_names");
+
+const char *cg_op_name(cg_op op)
+{
+    return (unsigned)op < CG_OP_COUNT ? op_names[op] : "?";
+}
+
+/* ---------------------------------------------------------- grad mode */
+static _Thread_local int g_no_grad_depth;
+
+void cg_no_grad_begin(void) { g_no_grad_depth++; }
+void cg_no_grad_end(void)
+{
+    if (g_no_grad_depth > 0)
+        g_no_grad_depth--;
+}
+bool cg_grad_enabled(void) { return g_no_grad_depth == 0; }
+
+/* -------------------------------------------------- freeing, iteratively */
+/* Releasing a node's inputs may free tensors that own nodes, whose inputs
+ * may free more: a chain as long as the graph. Nodes to free go on a
+ * worklist and are freed in a loop, never by recursion. */
+static _Thread_local cg_node **g_pending;
+static _Thread_local size_t g_npending, g_cappending;
+static _Thread_local bool g_draining;
+
+static void node_drop_refs(cg_node *n)
+{
+    if (n->freed)
+        return;
+    n->freed = true;
+    for (int i = 0; i < n->n_inputs; i++)
+        cg_release(n->inputs[i]);
+    n->n_inputs = 0;
+    for (int i = 0; i < CG_NODE_MAX_SAVED; i++) {
+        cg_release(n->saved[i]);
+        n->saved[i] = NULL;
+    }
+    if (n->ctx && n->ctx_free)
+        n->ctx_free(n->ctx);
+    n->ctx = NULL;
+    cg_release(n->grad);
+    n->grad = NULL;
+}
+
+static void node_free_hook(cg_node *n)
+{
+    if (g_npending == g_cappending) {
+        size_t cap = g_cappending ? 2 * g_cappending : 256;
+        cg_node **p = realloc(g_pending, cap * sizeof *p);
+        if (!p) { /* out of memory: free this one directly (may recurse) */
+            node_drop_refs(n);
+            free(n->inputs);
+            free(n);
+            return;
+        }
+        g_pending = p;
+        g_cappending = cap;
+    }
+    g_pending[g_npending++] = n;
+    if (g_draining)
+        return;
+    g_draining = true;
+    while (g_npending) {
+        cg_node *m = g_pending[--g_npending];
+        node_drop_refs(m);
+        free(m->inputs);
+        free(m);
+    }
+    g_draining = false;
+    free(g_pending);
+    g_pending = NULL;
+    g_cappending = 0;
+}
+
+static void ensure_hook(void)
+{
+    static bool done;
+    if (!done) {
+        cg_set_node_release_hook(node_free_hook);
+        done = true;
+    }
+}
+
+/* ---------------------------------------------------------- recording */
+static bool tensor_needs_grad(const cg_tensor *t) { return t && t->requires_grad; }
+
+cg_node *cg_record(cg_tensor *out, cg_op op, int n_inputs, cg_tensor *const *inputs,
+                   cg_backward_fn backward)
+{
+    if (!out || !cg_grad_enabled())
+        return NULL;
+    bool any = false;
+    for (int i = 0; i < n_inputs; i++)
+        any |= tensor_needs_grad(inputs[i]);
+    if (!any)
+        return NULL;
+    ensure_hook();
+    cg_node *n = calloc(1, sizeof *n);
+    cg_tensor **ins = calloc((size_t)n_inputs, sizeof *ins);
+    if (!n || !ins) {
+        free(n);
+        free(ins);
+        cg_set_error("%s: out of memory recording the graph", cg_op_name(op));
+        return NULL;
+    }
+    n->op = op;
+    n->backward = backward;
+    n->n_inputs = n_inputs;
+    n->inputs = ins;
+    for (int i = 0; i < n_inputs; i++)
+        ins[i] = cg_retain(inputs[i]);
+    n->out_ndim = out->ndim;
+    memcpy(n->out_shape, out->shape, sizeof n->out_shape);
+    if (out->node) { /* an op must record on a fresh output */
+        for (int i = 0; i < n_inputs; i++)
+            cg_release(ins[i]);
+        free(ins);
+        free(n);
+        cg_set_error("%s: internal error: output already has a node", cg_op_name(op));
+        return NULL;
+    }
+    out->node = n;
+    out->requires_grad = true;
+    return n;
+}
+
+bool cg_node_needs_grad(const cg_node *n, int i)
+{
+    return i >= 0 && i < n->n_inputs && tensor_needs_grad(n->inputs[i]);
+}
+
+int cg_node_save(cg_node *n, cg_tensor *t)
+{
+    for (int i = 0; i < CG_NODE_MAX_SAVED; i++) {
+        if (!n->saved[i]) {
+            n->saved[i] = cg_retain(t);
+            return i;
+        }
+    }
+    cg_set_error("%s: too many saved tensors", cg_op_name(n->op));
+    return -1;
+}
+
+cg_tensor *cg_alias(const cg_tensor *t)
+{
+    if (!t)
+        return NULL;
+    return cg_view_alias(t);
+}
+
+/* ----------------------------------------------------------- leaf API */
+cg_tensor *cg_requires_grad(cg_tensor *t, bool on)
+{
+    if (!t)
+        return NULL;
+    if (t->node) {
+        cg_set_error("requires_grad: only leaf tensors can change requires_grad "
+                     "(this one was produced by %s)", cg_op_name(t->node->op));
+        return NULL;
+    }
+    t->requires_grad = on;
+    return t;
+}
+
+cg_tensor *cg_detach(const cg_tensor *t) { return cg_alias(t); }
+
+void cg_zero_grad(cg_tensor *t)
+{
+    if (t) {
+        cg_release(t->grad);
+        t->grad = NULL;
+    }
+}
+
+const cg_tensor *cg_grad(const cg_tensor *t) { return t ? t->grad : NULL; }
+
+/* ---------------------------------------------------- topological order */
+static uint64_t g_epoch; /* marks are epochs: no clearing pass needed */
+
+typedef struct {
+    cg_node **v;
+    size_t n, cap;
+} node_vec;
+
+static bool vec_push(node_vec *s, cg_node *n)
+{
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? 2 * s->cap : 64;
+        cg_node **p = realloc(s->v, cap * sizeof *p);
+        if (!p)
+            return false;
+        s->v = p;
+        s->cap = cap;
+    }
+    s->v[s->n++] = n;
+    return true;
+}
+
+/* Post-order DFS with an explicit stack: order->v ends with root's node.
+ * A stack entry is the node and how many of its inputs were visited,
+ * encoded as two parallel vectors. */
+static bool topo_sort(cg_node *root, node_vec *order)
+{
+    uint64_t epoch = ++g_epoch;
+    node_vec stack = {0};
+    size_t *next = NULL, next_cap = 0;
+    bool ok = true;
+    root->mark = epoch;
+    if (!vec_push(&stack, root))
+        return false;
+    next = malloc(64 * sizeof *next);
+    next_cap = 64;
+    if (!next) {
+        free(stack.v);
+        return false;
+    }
+    next[0] = 0;
+    while (stack.n && ok) {
+        cg_node *n = stack.v[stack.n - 1];
+        size_t *i = &next[stack.n - 1];
+        if (*i < (size_t)n->n_inputs) {
+            cg_tensor *in = n->inputs[(*i)++];
+            cg_node *c = in ? in->node : NULL;
+            if (c && c->mark != epoch && !c->freed) {
+                c->mark = epoch;
+                if (!vec_push(&stack, c)) {
+                    ok = false;
+                    break;
+                }
+                if (stack.n > next_cap) {
+                    size_t *p = realloc(next, 2 * next_cap * sizeof *p);
+                    if (!p) {
+                        ok = false;
+                        break;
+                    }
+                    next = p;
+                    next_cap *= 2;
+                }
+                next[stack.n - 1] = 0;
+            }
+        } else {
+            if (!vec_push(order, n))
+                ok = false;
+            stack.n--;
+        }
+    }
+    free(stack.v);
+    free(next);
+    return ok;
+}
+
+int64_t cg_graph_size(const cg_tensor *t)
+{
+    if (!t || !t->node || t->node->freed)
+        return 0;
+    node_vec order = {0};
+    int64_t n = topo_sort(t->node, &order) ? (int64_t)order.n : -1;
+    free(order.v);
+    return n;
+}
+
+/* -------------------------------------------------------- accumulation */
+/* Reduce g to shape (ndim, shape) if it is a broadcast of it. */
+static cg_tensor *fit_to_shape(cg_node *n, int idx, cg_tensor *g, const cg_tensor *input)
+{
+    if (g->ndim == input->ndim && cg_same_shape(g, input))
+        return g;
+    int64_t bshape[CG_MAX_DIMS];
+    int nd = cg_broadcast_shapes(cg_op_name(n->op), input->ndim, input->shape, g->ndim, g->shape,
+                                 bshape);
+    bool ok = nd == g->ndim;
+    for (int i = 0; ok && i < nd; i++)
+        ok = bshape[i] == g->shape[i];
+    if (!ok) {
+        char b1[96], b2[96];
+        cg_set_error("backward of %s: gradient %d has shape %s, which does not reduce to the "
+                     "input shape %s",
+                     cg_op_name(n->op), idx, cg_shape_str(g, b1, sizeof b1),
+                     cg_shape_str(input, b2, sizeof b2));
+        cg_release(g);
+        return NULL;
+    }
+    cg_tensor *r = cg_k_sum_to_shape(g, input->ndim, input->shape);
+    cg_release(g);
+    return r;
+}
+
+/* *slot += g (g consumed). Adds in place only into a contiguous tensor whose
+ * storage nobody else shares. */
+static bool accumulate(cg_tensor **slot, cg_tensor *g)
+{
+    if (!*slot) {
+        if (g->storage->refcount == 1 && cg_is_contiguous(g) && !g->node) {
+            *slot = g;
+            return true;
+        }
+        *slot = cg_clone(g); /* own it: later in-place adds must not touch others */
+        cg_release(g);
+        return *slot != NULL;
+    }
+    cg_tensor *s = *slot;
+    bool ok;
+    if (s->storage->refcount == 1 && s->refcount == 1 && cg_is_contiguous(s)) {
+        ok = cg_k_add_(s, g);
+    } else {
+        cg_tensor *sum = cg_k_add(s, g);
+        ok = sum != NULL;
+        if (ok) {
+            cg_release(s);
+            *slot = sum;
+        }
+    }
+    cg_release(g);
+    return ok;
+}
+
+bool cg_backward(cg_tensor *root, const cg_tensor *grad_root, bool retain_graph)
+{
+    if (!root)
+        return false;
+    if (!root->requires_grad) {
+        cg_set_error("backward: the tensor does not require grad (no input of its graph "
+                     "requires grad, or it was computed under no-grad)");
+        return false;
+    }
+    cg_tensor *g0;
+    if (grad_root) {
+        if (!cg_same_shape(grad_root, root)) {
+            char b1[96], b2[96];
+            cg_set_error("backward: gradient shape %s differs from the tensor's shape %s",
+                         cg_shape_str(grad_root, b1, sizeof b1), cg_shape_str(root, b2, sizeof b2));
+            return false;
+        }
+        g0 = cg_clone(grad_root);
+    } else {
+        if (cg_numel(root) != 1) {
+            char b[96];
+            cg_set_error("backward: without an explicit gradient the tensor must have one "
+                         "element (shape %s)", cg_shape_str(root, b, sizeof b));
+            return false;
+        }
+        g0 = cg_ones(root->ndim, root->shape);
+    }
+    if (!g0)
+        return false;
+    if (!root->node) { /* a leaf */
+        return accumulate(&root->grad, g0);
+    }
+    if (root->node->freed) {
+        cg_release(g0);
+        cg_set_error("backward: the graph was already freed by an earlier backward "
+                     "(pass retain_graph to backward twice)");
+        return false;
+    }
+    node_vec order = {0};
+    if (!topo_sort(root->node, &order)) {
+        free(order.v);
+        cg_release(g0);
+        cg_set_error("backward: out of memory sorting the graph");
+        return false;
+    }
+    bool ok = accumulate(&root->node->grad, g0);
+    /* order has inputs before users: walk it backwards. */
+    for (size_t k = order.n; ok && k-- > 0;) {
+        cg_node *n = order.v[k];
+        if (!n->grad)
+            continue; /* no gradient reached this node */
+        cg_tensor *gin[16] = {0};
+        cg_tensor **gv = n->n_inputs <= 16 ? gin : calloc((size_t)n->n_inputs, sizeof *gv);
+        if (!gv) {
+            cg_set_error("backward: out of memory");
+            ok = false;
+            break;
+        }
+        ok = n->backward(n, n->grad, gv);
+        if (!ok && !cg_has_error())
+            cg_set_error("backward of %s failed", cg_op_name(n->op));
+        for (int i = 0; i < n->n_inputs; i++) {
+            cg_tensor *g = gv[i];
+            if (!g)
+                continue;
+            cg_tensor *in = n->inputs[i];
+            if (!ok || !cg_node_needs_grad(n, i)) {
+                cg_release(g);
+                continue;
+            }
+            g = fit_to_shape(n, i, g, in);
+            if (!g) {
+                ok = false;
+                continue;
+            }
+            if (in->node && !in->node->freed)
+                ok = accumulate(&in->node->grad, g);
+            else
+                ok = accumulate(&in->grad, g);
+        }
+        if (gv != gin)
+            free(gv);
+        cg_release(n->grad);
+        n->grad = NULL;
+    }
+    /* Drop leftover gradients (after a failure) and, unless asked to keep it,
+     * the graph itself. */
+    for (size_t k = 0; k < order.n; k++) {
+        cg_node *n = order.v[k];
+        cg_release(n->grad);
+        n->grad = NULL;
+        if (!retain_graph)
+            node_drop_refs(n);
+    }
+    free(order.v);
+    return ok;
+}

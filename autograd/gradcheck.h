@@ -1,0 +1,53 @@
+/* cgrad autograd: numerical gradient checking.
+ *
+ * cg_gradcheck compares the analytic gradient (cg_backward) of a function
+ * of tensors with central finite differences. The function's output may
+ * have any shape: it is reduced to a scalar as sum(out * R) with fixed
+ * random weights R, so every output element's gradient is exercised.
+ * Differences are formed and accumulated in double precision (the
+ * function itself computes in float32, so choose eps ~1e-3 and tolerances
+ * to match). Inputs may be any views: transposed, sliced, or broadcast
+ * with stride 0 (elements that share storage are perturbed together and
+ * their analytic gradients summed). Only inputs with requires_grad are
+ * checked. */
+#ifndef CG_GRADCHECK_H
+#define CG_GRADCHECK_H
+
+#include "autograd/autograd.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Builds the output from the inputs; returns a new reference or NULL. */
+typedef cg_tensor *(*cg_gradcheck_fn)(void *ctx, cg_tensor *const *inputs);
+
+typedef struct {
+    double eps;   /* finite-difference step (default 1e-3) */
+    double atol;  /* pass if |analytic - numeric| <= atol + rtol * |numeric| */
+    double rtol;  /* defaults 1e-3 and 1e-2 */
+    uint64_t seed; /* for the output weights R */
+} cg_gradcheck_opts;
+
+typedef struct {
+    bool ok;
+    int64_t checked;       /* elements compared */
+    int worst_input;       /* input index of the worst element (-1: none) */
+    int64_t worst_index;   /* storage offset of the worst element in its view */
+    double analytic, numeric; /* values at the worst element */
+    double abs_err, rel_err;  /* there */
+    double worst_ratio;    /* abs_err / (atol + rtol*|numeric|): > 1 fails */
+    char message[512];     /* human-readable summary */
+} cg_gradcheck_report;
+
+cg_gradcheck_opts cg_gradcheck_defaults(void);
+/* Returns report->ok (false also on errors, with the reason in message).
+ * opts may be NULL (defaults); report may be NULL. Leaves each input's
+ * .grad as it was before the call. */
+bool cg_gradcheck(cg_gradcheck_fn f, void *ctx, int n_inputs, cg_tensor *const *inputs,
+                  const cg_gradcheck_opts *opts, cg_gradcheck_report *report);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,679 @@
+/* Differentiable elementwise ops, reductions, matmul and views: each op's
+ * forward and backward side by side. Backward rules return gradients in
+ * the output's (broadcast) shape; the engine reduces them to each input's
+ * shape. */
+#include "autograd/ops.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/ops.h"
+
+#define NEEDS(i) cg_node_needs_grad(n, (i))
+#define IN(i) (n->inputs[(i)])
+
+/* Record a node for a unary op; on failure release out. */
+static cg_tensor *finish1(cg_tensor *out, cg_op op, cg_tensor *a, cg_backward_fn bw,
+                          cg_node **node)
+{
+    cg_node *n = cg_record(out, op, 1, &a, bw);
+    if (node)
+        *node = n;
+    return out;
+}
+
+static cg_tensor *finish2(cg_tensor *out, cg_op op, cg_tensor *a, cg_tensor *b, cg_backward_fn bw,
+                          cg_node **node)
+{
+    cg_tensor *in[2] = {a, b};
+    cg_node *n = cg_record(out, op, 2, in, bw);
+    if (node)
+        *node = n;
+    return out;
+}
+
+/* Save the op's own output on its node (an alias: no reference cycle). */
+static bool save_output(cg_node *n, cg_tensor *out)
+{
+    if (!n)
+        return true;
+    cg_tensor *al = cg_alias(out);
+    bool ok = al && cg_node_save(n, al) >= 0;
+    cg_release(al);
+    return ok;
+}
+
+/* ------------------------------------------------------------ binary */
+static bool add_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    if (NEEDS(0))
+        gin[0] = cg_retain((cg_tensor *)g);
+    if (NEEDS(1))
+        gin[1] = cg_retain((cg_tensor *)g);
+    return true;
+}
+cg_tensor *cg_add(cg_tensor *a, cg_tensor *b)
+{
+    return finish2(cg_k_add(a, b), CG_OP_ADD, a, b, add_bw, NULL);
+}
+
+static bool sub_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    if (NEEDS(0))
+        gin[0] = cg_retain((cg_tensor *)g);
+    if (NEEDS(1) && !(gin[1] = cg_k_neg(g)))
+        return false;
+    return true;
+}
+cg_tensor *cg_sub(cg_tensor *a, cg_tensor *b)
+{
+    return finish2(cg_k_sub(a, b), CG_OP_SUB, a, b, sub_bw, NULL);
+}
+
+static bool mul_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    if (NEEDS(0) && !(gin[0] = cg_k_mul(g, IN(1))))
+        return false;
+    if (NEEDS(1) && !(gin[1] = cg_k_mul(g, IN(0))))
+        return false;
+    return true;
+}
+cg_tensor *cg_mul(cg_tensor *a, cg_tensor *b)
+{
+    return finish2(cg_k_mul(a, b), CG_OP_MUL, a, b, mul_bw, NULL);
+}
+
+static bool div_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    /* d(a/b)/da = 1/b; d(a/b)/db = -a/b^2 = -(g/b) * (a/b) */
+    cg_tensor *gb = cg_k_div(g, IN(1));
+    if (!gb)
+        return false;
+    if (NEEDS(1)) {
+        cg_tensor *q = cg_k_div(IN(0), IN(1));
+        cg_tensor *t = cg_k_mul(gb, q);
+        cg_release(q);
+        gin[1] = cg_k_neg(t);
+        cg_release(t);
+        if (!gin[1]) {
+            cg_release(gb);
+            return false;
+        }
+    }
+    if (NEEDS(0))
+        gin[0] = gb;
+    else
+        cg_release(gb);
+    return true;
+}
+cg_tensor *cg_div(cg_tensor *a, cg_tensor *b)
+{
+    return finish2(cg_k_div(a, b), CG_OP_DIV, a, b, div_bw, NULL);
+}
+
+static bool adds_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    (void)n;
+    gin[0] = cg_retain((cg_tensor *)g);
+    return true;
+}
+cg_tensor *cg_adds(cg_tensor *a, float s)
+{
+    return finish1(cg_k_adds(a, s), CG_OP_ADDS, a, adds_bw, NULL);
+}
+
+static bool muls_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    return (gin[0] = cg_k_muls(g, n->p.f[0])) != NULL;
+}
+cg_tensor *cg_muls(cg_tensor *a, float s)
+{
+    cg_node *n;
+    cg_tensor *out = finish1(cg_k_muls(a, s), CG_OP_MULS, a, muls_bw, &n);
+    if (n)
+        n->p.f[0] = s;
+    return out;
+}
+
+/* ------------------------------------------------------------- unary */
+static bool neg_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    (void)n;
+    return (gin[0] = cg_k_neg(g)) != NULL;
+}
+cg_tensor *cg_neg(cg_tensor *a) { return finish1(cg_k_neg(a), CG_OP_NEG, a, neg_bw, NULL); }
+
+/* Unary ops whose derivative is a function of the saved output y. */
+static bool exp_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    return (gin[0] = cg_k_mul(g, n->saved[0])) != NULL; /* y */
+}
+static cg_tensor *unary_saving_output(cg_tensor *out, cg_op op, cg_tensor *a, cg_backward_fn bw)
+{
+    cg_node *n;
+    finish1(out, op, a, bw, &n);
+    if (!save_output(n, out)) {
+        cg_release(out);
+        return NULL;
+    }
+    return out;
+}
+cg_tensor *cg_exp(cg_tensor *a) { return unary_saving_output(cg_k_exp(a), CG_OP_EXP, a, exp_bw); }
+
+static bool log_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    return (gin[0] = cg_k_div(g, IN(0))) != NULL;
+}
+cg_tensor *cg_log(cg_tensor *a) { return finish1(cg_k_log(a), CG_OP_LOG, a, log_bw, NULL); }
+
+static bool sqrt_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    cg_tensor *t = cg_k_div(g, n->saved[0]); /* g / y * 0.5 */
+    gin[0] = cg_k_muls(t, 0.5f);
+    cg_release(t);
+    return gin[0] != NULL;
+}
+cg_tensor *cg_sqrt(cg_tensor *a) { return unary_saving_output(cg_k_sqrt(a), CG_OP_SQRT, a, sqrt_bw); }
+
+static bool rsqrt_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    /* y = x^-1/2, dy/dx = -0.5 y^3 */
+    cg_tensor *y3 = cg_k_pow(n->saved[0], 3.0f);
+    cg_tensor *t = cg_k_mul(g, y3);
+    gin[0] = cg_k_muls(t, -0.5f);
+    cg_release_all(2, y3, t);
+    return gin[0] != NULL;
+}
+cg_tensor *cg_rsqrt(cg_tensor *a)
+{
+    return unary_saving_output(cg_k_rsqrt(a), CG_OP_RSQRT, a, rsqrt_bw);
+}
+
+static bool pow_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    float p = n->p.f[0];
+    cg_tensor *d = cg_k_pow(IN(0), p - 1.0f);
+    cg_tensor *t = cg_k_mul(g, d);
+    gin[0] = cg_k_muls(t, p);
+    cg_release_all(2, d, t);
+    return gin[0] != NULL;
+}
+cg_tensor *cg_pow(cg_tensor *a, float p)
+{
+    cg_node *n;
+    cg_tensor *out = finish1(cg_k_pow(a, p), CG_OP_POW, a, pow_bw, &n);
+    if (n)
+        n->p.f[0] = p;
+    return out;
+}
+
+static bool tanh_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    /* g * (1 - y^2) */
+    cg_tensor *y2 = cg_k_mul(n->saved[0], n->saved[0]);
+    cg_tensor *d = cg_k_axpby(y2, -1.0f, y2, 0.0f);
+    cg_tensor *d1 = cg_k_adds(d, 1.0f);
+    gin[0] = cg_k_mul(g, d1);
+    cg_release_all(3, y2, d, d1);
+    return gin[0] != NULL;
+}
+cg_tensor *cg_tanh(cg_tensor *a) { return unary_saving_output(cg_k_tanh(a), CG_OP_TANH, a, tanh_bw); }
+
+static bool sigmoid_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    /* g * y * (1 - y) */
+    const cg_tensor *y = n->saved[0];
+    cg_tensor *omy = cg_k_axpby(y, -1.0f, y, 0.0f);
+    cg_tensor *omy1 = cg_k_adds(omy, 1.0f);
+    cg_tensor *d = cg_k_mul(y, omy1);
+    gin[0] = cg_k_mul(g, d);
+    cg_release_all(3, omy, omy1, d);
+    return gin[0] != NULL;
+}
+cg_tensor *cg_sigmoid(cg_tensor *a)
+{
+    return unary_saving_output(cg_k_sigmoid(a), CG_OP_SIGMOID, a, sigmoid_bw);
+}
+
+static bool relu_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    return (gin[0] = cg_k_relu_backward(IN(0), g)) != NULL;
+}
+cg_tensor *cg_relu(cg_tensor *a) { return finish1(cg_k_relu(a), CG_OP_RELU, a, relu_bw, NULL); }
+
+static bool gelu_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    return (gin[0] = cg_k_gelu_backward(IN(0), g)) != NULL;
+}
+cg_tensor *cg_gelu(cg_tensor *a) { return finish1(cg_k_gelu(a), CG_OP_GELU, a, gelu_bw, NULL); }
+
+static bool abs_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    return (gin[0] = cg_k_abs_backward(IN(0), g)) != NULL;
+}
+cg_tensor *cg_abs(cg_tensor *a) { return finish1(cg_k_abs(a), CG_OP_ABS, a, abs_bw, NULL); }
+
+static bool clamp_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    return (gin[0] = cg_k_clamp_backward(IN(0), g, n->p.f[0], n->p.f[1])) != NULL;
+}
+cg_tensor *cg_clamp(cg_tensor *a, float lo, float hi)
+{
+    cg_node *n;
+    cg_tensor *out = finish1(cg_k_clamp(a, lo, hi), CG_OP_CLAMP, a, clamp_bw, &n);
+    if (n) {
+        n->p.f[0] = lo;
+        n->p.f[1] = hi;
+    }
+    return out;
+}
+
+static bool where_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    /* inputs: cond, a, b */
+    cg_tensor *zero = cg_scalar(0.0f);
+    if (!zero)
+        return false;
+    if (NEEDS(1) && !(gin[1] = cg_k_where(IN(0), g, zero))) {
+        cg_release(zero);
+        return false;
+    }
+    if (NEEDS(2) && !(gin[2] = cg_k_where(IN(0), zero, g))) {
+        cg_release(zero);
+        return false;
+    }
+    cg_release(zero);
+    return true;
+}
+cg_tensor *cg_where(cg_tensor *cond, cg_tensor *a, cg_tensor *b)
+{
+    cg_tensor *out = cg_k_where(cond, a, b);
+    cg_tensor *in[3] = {cond, a, b};
+    if (out && cond && cond->requires_grad) {
+        /* no gradient flows to cond: record with a detached cond */
+        cg_tensor *c = cg_detach(cond);
+        in[0] = c;
+        cg_record(out, CG_OP_WHERE, 3, in, where_bw);
+        cg_release(c);
+        return out;
+    }
+    cg_record(out, CG_OP_WHERE, 3, in, where_bw);
+    return out;
+}
+
+static bool masked_fill_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    return (gin[0] = cg_k_masked_fill(g, IN(1), 0.0f)) != NULL;
+}
+cg_tensor *cg_masked_fill(cg_tensor *a, cg_tensor *mask, float value)
+{
+    cg_tensor *out = cg_k_masked_fill(a, mask, value);
+    if (!out)
+        return NULL;
+    cg_tensor *m = mask->requires_grad ? cg_detach(mask) : cg_retain(mask);
+    finish2(out, CG_OP_MASKED_FILL, a, m, masked_fill_bw, NULL);
+    cg_release(m);
+    return out;
+}
+
+/* -------------------------------------------------------- reductions */
+/* Which dims of an ndim tensor are reduced (all if ndims == 0). */
+static bool reduced_dims(const char *op, int ndim, int ndims, const int *dims, bool *red)
+{
+    for (int i = 0; i < ndim; i++)
+        red[i] = ndims == 0;
+    for (int i = 0; i < ndims; i++) {
+        int d = cg_norm_dim(op, dims[i], ndim);
+        if (d < 0)
+            return false;
+        red[d] = true;
+    }
+    return true;
+}
+
+/* g (reduced shape) viewed with the reduced dims kept as 1, expanded to the
+ * input's shape: the backward of a sum. */
+static cg_tensor *expand_reduced(const cg_tensor *g, const cg_tensor *in, const cg_node *n)
+{
+    int ndims = (int)n->p.i[0];
+    bool red[CG_MAX_DIMS];
+    int dims[CG_MAX_DIMS];
+    for (int i = 0; i < ndims; i++)
+        dims[i] = (int)n->p.i[2 + i];
+    if (!reduced_dims("sum backward", in->ndim, ndims, dims, red))
+        return NULL;
+    int64_t kshape[CG_MAX_DIMS];
+    for (int i = 0; i < in->ndim; i++)
+        kshape[i] = red[i] ? 1 : in->shape[i];
+    cg_tensor *gk = cg_view_reshape(g, in->ndim, kshape);
+    if (!gk) { /* g may be non-contiguous: reshape by copy */
+        cg_clear_error();
+        gk = cg_reshape_copy(g, in->ndim, kshape);
+    }
+    cg_tensor *e = cg_view_expand(gk, in->ndim, in->shape);
+    cg_release(gk);
+    return e;
+}
+
+static void store_dims(cg_node *n, int ndims, const int *dims)
+{
+    n->p.i[0] = ndims;
+    for (int i = 0; i < ndims && i < CG_MAX_DIMS; i++)
+        n->p.i[2 + i] = dims[i];
+}
+
+static bool sum_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    return (gin[0] = expand_reduced(g, IN(0), n)) != NULL;
+}
+cg_tensor *cg_sum(cg_tensor *a, int ndims, const int *dims, bool keepdim)
+{
+    cg_node *n;
+    cg_tensor *out = finish1(cg_k_sum(a, ndims, dims, keepdim), CG_OP_SUM, a, sum_bw, &n);
+    if (n)
+        store_dims(n, ndims, dims);
+    return out;
+}
+
+static bool mean_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    cg_tensor *e = expand_reduced(g, IN(0), n);
+    if (!e)
+        return false;
+    double count = (double)cg_numel(IN(0)) / (double)(cg_numel(g) ? cg_numel(g) : 1);
+    gin[0] = cg_k_muls(e, (float)(1.0 / count));
+    cg_release(e);
+    return gin[0] != NULL;
+}
+cg_tensor *cg_mean(cg_tensor *a, int ndims, const int *dims, bool keepdim)
+{
+    cg_node *n;
+    cg_tensor *out = finish1(cg_k_mean(a, ndims, dims, keepdim), CG_OP_MEAN, a, mean_bw, &n);
+    if (n)
+        store_dims(n, ndims, dims);
+    return out;
+}
+
+static bool var_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    /* d var / dx = 2 (x - mean) / (N - correction) */
+    int ndims = (int)n->p.i[0];
+    int dims[CG_MAX_DIMS];
+    for (int i = 0; i < ndims; i++)
+        dims[i] = (int)n->p.i[2 + i];
+    cg_tensor *mean = cg_k_mean(IN(0), ndims, dims, true);
+    cg_tensor *xc = cg_k_sub(IN(0), mean);
+    cg_tensor *e = expand_reduced(g, IN(0), n);
+    double count = (double)cg_numel(IN(0)) / (double)(cg_numel(g) ? cg_numel(g) : 1);
+    cg_tensor *t = cg_k_mul(xc, e);
+    gin[0] = cg_k_muls(t, (float)(2.0 / (count - (double)n->p.i[1])));
+    cg_release_all(4, mean, xc, e, t);
+    return gin[0] != NULL;
+}
+cg_tensor *cg_var(cg_tensor *a, int ndims, const int *dims, int correction, bool keepdim)
+{
+    cg_node *n;
+    cg_tensor *out =
+        finish1(cg_k_var(a, ndims, dims, correction, keepdim), CG_OP_VAR, a, var_bw, &n);
+    if (n) {
+        store_dims(n, ndims, dims);
+        n->p.i[1] = correction;
+    }
+    return out;
+}
+
+static bool max_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    /* saved[0]: argmax indices with the reduced dim kept (float) */
+    int dim = (int)n->p.i[0];
+    const cg_tensor *idx = n->saved[0];
+    int64_t cnt = cg_numel(idx);
+    int64_t *ids = malloc((size_t)(cnt ? cnt : 1) * sizeof *ids);
+    float *fv = malloc((size_t)(cnt ? cnt : 1) * sizeof *fv);
+    cg_tensor *gk = NULL, *z = NULL;
+    bool ok = ids && fv && cg_copy_to(idx, fv);
+    for (int64_t i = 0; ok && i < cnt; i++)
+        ids[i] = (int64_t)fv[i];
+    if (ok) {
+        gk = cg_reshape_copy(g, idx->ndim, idx->shape);
+        z = cg_zeros_like(IN(0));
+        ok = gk && z && cg_k_scatter_add_(z, dim, ids, gk);
+    }
+    free(ids);
+    free(fv);
+    cg_release(gk);
+    if (!ok) {
+        cg_release(z);
+        if (!cg_has_error())
+            cg_set_error("max backward: out of memory");
+        return false;
+    }
+    gin[0] = z;
+    return true;
+}
+cg_tensor *cg_max(cg_tensor *a, int dim, bool keepdim, cg_tensor **indices)
+{
+    cg_tensor *idx = NULL;
+    cg_tensor *out = cg_k_max(a, dim, keepdim, &idx);
+    if (!out)
+        return NULL;
+    cg_node *n = cg_record(out, CG_OP_MAX, 1, &a, max_bw);
+    if (n) {
+        int d = cg_norm_dim("max", dim, a->ndim);
+        n->p.i[0] = d;
+        cg_tensor *ik = idx;
+        if (!keepdim)
+            ik = cg_view_unsqueeze(idx, d);
+        else
+            cg_retain(ik);
+        if (!ik || cg_node_save(n, ik) < 0) {
+            cg_release_all(3, ik, idx, out);
+            return NULL;
+        }
+        cg_release(ik);
+    }
+    if (indices)
+        *indices = idx;
+    else
+        cg_release(idx);
+    return out;
+}
+
+cg_tensor *cg_sum_all(cg_tensor *a) { return cg_sum(a, 0, NULL, false); }
+cg_tensor *cg_mean_all(cg_tensor *a) { return cg_mean(a, 0, NULL, false); }
+
+/* ------------------------------------------------------------ matmul */
+static bool matmul_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    /* C = A @ B: dA = g @ B^T, dB = A^T @ g (batch dims reduced by the engine) */
+    if (NEEDS(0)) {
+        cg_tensor *bt = cg_view_transpose(IN(1), -1, -2);
+        gin[0] = cg_k_matmul(g, bt);
+        cg_release(bt);
+        if (!gin[0])
+            return false;
+    }
+    if (NEEDS(1)) {
+        cg_tensor *at = cg_view_transpose(IN(0), -1, -2);
+        gin[1] = cg_k_matmul(at, g);
+        cg_release(at);
+        if (!gin[1])
+            return false;
+    }
+    return true;
+}
+cg_tensor *cg_matmul(cg_tensor *a, cg_tensor *b)
+{
+    if (!a || !b)
+        return NULL;
+    if (a->ndim == 0 || b->ndim == 0) {
+        cg_set_error("matmul: both arguments need at least 1 dim (got %d and %d dims)", a->ndim,
+                     b->ndim);
+        return NULL;
+    }
+    /* 1-D operands become matrices through differentiable views, so the
+     * backward rule only ever sees ndim >= 2. */
+    if (a->ndim == 1 || b->ndim == 1) {
+        cg_tensor *a2 = a->ndim == 1 ? cg_unsqueeze(a, 0) : cg_retain(a);
+        cg_tensor *b2 = b->ndim == 1 ? cg_unsqueeze(b, 1) : cg_retain(b);
+        cg_tensor *c = cg_matmul(a2, b2);
+        cg_tensor *r = c;
+        if (c && b->ndim == 1) {
+            r = cg_squeeze(c, -1);
+            cg_release(c);
+            c = r;
+        }
+        if (c && a->ndim == 1) {
+            r = cg_squeeze(c, b->ndim == 1 ? -1 : -2);
+            cg_release(c);
+        }
+        cg_release_all(2, a2, b2);
+        return r;
+    }
+    return finish2(cg_k_matmul(a, b), CG_OP_MATMUL, a, b, matmul_bw, NULL);
+}
+
+/* ------------------------------------------------------------- views */
+static bool permute_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    int inv[CG_MAX_DIMS];
+    for (int i = 0; i < IN(0)->ndim; i++)
+        inv[n->p.i[i]] = i;
+    return (gin[0] = cg_view_permute(g, inv)) != NULL;
+}
+cg_tensor *cg_permute(cg_tensor *a, const int *perm)
+{
+    cg_node *n;
+    cg_tensor *out = finish1(cg_view_permute(a, perm), CG_OP_PERMUTE, a, permute_bw, &n);
+    if (n)
+        for (int i = 0; i < a->ndim; i++)
+            n->p.i[i] = perm[i] < 0 ? perm[i] + a->ndim : perm[i];
+    return out;
+}
+cg_tensor *cg_transpose(cg_tensor *a, int d0, int d1)
+{
+    if (!a)
+        return NULL;
+    int x = cg_norm_dim("transpose", d0, a->ndim), y = cg_norm_dim("transpose", d1, a->ndim);
+    if (x < 0 || y < 0)
+        return NULL;
+    int perm[CG_MAX_DIMS];
+    for (int i = 0; i < a->ndim; i++)
+        perm[i] = i;
+    perm[x] = y;
+    perm[y] = x;
+    return cg_permute(a, perm);
+}
+
+/* Slicing and selecting: the gradient is zero except in the viewed part.
+ * p.i: [0] dim, [1] start, [2] stop, [3] step, [4] 1 for select. */
+static bool slice_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    cg_tensor *z = cg_zeros_like(IN(0));
+    if (!z)
+        return false;
+    int dim = (int)n->p.i[0];
+    cg_tensor *v = n->p.i[4] ? cg_view_select(z, dim, n->p.i[1])
+                             : cg_view_slice(z, dim, n->p.i[1], n->p.i[2], n->p.i[3]);
+    bool ok = v && cg_copy_(v, g);
+    cg_release(v);
+    if (!ok) {
+        cg_release(z);
+        return false;
+    }
+    gin[0] = z;
+    return true;
+}
+cg_tensor *cg_slice(cg_tensor *a, int dim, int64_t start, int64_t stop, int64_t step)
+{
+    cg_tensor *out = cg_view_slice(a, dim, start, stop, step);
+    if (!out)
+        return NULL;
+    cg_node *n = cg_record(out, CG_OP_SLICE, 1, &a, slice_bw);
+    if (n) {
+        /* the resolved range, as the view resolved it */
+        int d = cg_norm_dim("slice", dim, a->ndim);
+        int64_t s0 = start < 0 ? start + a->shape[d] : start;
+        s0 = s0 < 0 ? 0 : s0 > a->shape[d] ? a->shape[d] : s0;
+        n->p.i[0] = d;
+        n->p.i[1] = s0;
+        n->p.i[2] = s0 + out->shape[d] * step;
+        if (n->p.i[2] > a->shape[d])
+            n->p.i[2] = a->shape[d];
+        n->p.i[3] = step;
+        n->p.i[4] = 0;
+    }
+    return out;
+}
+cg_tensor *cg_narrow(cg_tensor *a, int dim, int64_t start, int64_t len)
+{
+    if (!a)
+        return NULL;
+    int d = cg_norm_dim("narrow", dim, a->ndim);
+    if (d < 0)
+        return NULL;
+    if (start < 0)
+        start += a->shape[d];
+    if (start < 0 || len < 0 || start + len > a->shape[d]) {
+        char b[96];
+        cg_set_error("narrow: range [%lld, %lld) out of bounds for dim %d of shape %s",
+                     (long long)start, (long long)(start + len), dim, cg_shape_str(a, b, sizeof b));
+        return NULL;
+    }
+    return cg_slice(a, d, start, start + len, 1);
+}
+cg_tensor *cg_select(cg_tensor *a, int dim, int64_t index)
+{
+    cg_tensor *out = cg_view_select(a, dim, index);
+    if (!out)
+        return NULL;
+    cg_node *n = cg_record(out, CG_OP_SELECT, 1, &a, slice_bw);
+    if (n) {
+        int d = cg_norm_dim("select", dim, a->ndim);
+        n->p.i[0] = d;
+        n->p.i[1] = index < 0 ? index + a->shape[d] : index;
+        n->p.i[4] = 1;
+    }
+    return out;
+}
+
+static bool reshape_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    return (gin[0] = cg_reshape_copy(g, IN(0)->ndim, IN(0)->shape)) != NULL;
+}
+cg_tensor *cg_squeeze(cg_tensor *a, int dim)
+{
+    return finish1(cg_view_squeeze(a, dim), CG_OP_RESHAPE, a, reshape_bw, NULL);
+}
+cg_tensor *cg_unsqueeze(cg_tensor *a, int dim)
+{
+    return finish1(cg_view_unsqueeze(a, dim), CG_OP_RESHAPE, a, reshape_bw, NULL);
+}
+cg_tensor *cg_reshape(cg_tensor *a, int ndim, const int64_t *shape)
+{
+    return finish1(cg_reshape_copy(a, ndim, shape), CG_OP_RESHAPE, a, reshape_bw, NULL);
+}
+cg_tensor *cg_view(cg_tensor *a, int ndim, const int64_t *shape)
+{
+    return finish1(cg_view_reshape(a, ndim, shape), CG_OP_RESHAPE, a, reshape_bw, NULL);
+}
+
+static bool identity_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    (void)n;
+    gin[0] = cg_retain((cg_tensor *)g); /* the engine sums broadcast dims away */
+    return true;
+}
+cg_tensor *cg_expand(cg_tensor *a, int ndim, const int64_t *shape)
+{
+    return finish1(cg_view_expand(a, ndim, shape), CG_OP_EXPAND, a, identity_bw, NULL);
+}
+cg_tensor *cg_to_contiguous(cg_tensor *a)
+{
+    if (!a)
+        return NULL;
+    if (cg_is_contiguous(a))
+        return cg_retain(a);
+    return finish1(cg_clone(a), CG_OP_CONTIGUOUS, a, identity_bw, NULL);
+}

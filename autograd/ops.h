@@ -1,0 +1,101 @@
+/* cgrad autograd: differentiable ops.
+ *
+ * Each function computes its result with a core kernel (core/ops.h) and, if
+ * grad mode is on and an input requires grad, records its backward rule on
+ * the result. Same semantics, shapes and errors as the kernels; the result
+ * is a new reference (cg_release it). Index arguments (token ids, targets)
+ * are plain int64 arrays: they carry no gradient. */
+#ifndef CG_AUTOGRAD_OPS_H
+#define CG_AUTOGRAD_OPS_H
+
+#include "autograd/autograd.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------- elementwise */
+cg_tensor *cg_add(cg_tensor *a, cg_tensor *b);
+cg_tensor *cg_sub(cg_tensor *a, cg_tensor *b);
+cg_tensor *cg_mul(cg_tensor *a, cg_tensor *b);
+cg_tensor *cg_div(cg_tensor *a, cg_tensor *b);
+cg_tensor *cg_adds(cg_tensor *a, float s);          /* a + s */
+cg_tensor *cg_muls(cg_tensor *a, float s);          /* a * s */
+cg_tensor *cg_neg(cg_tensor *a);
+cg_tensor *cg_exp(cg_tensor *a);
+cg_tensor *cg_log(cg_tensor *a);
+cg_tensor *cg_sqrt(cg_tensor *a);
+cg_tensor *cg_rsqrt(cg_tensor *a);
+cg_tensor *cg_pow(cg_tensor *a, float p);
+cg_tensor *cg_tanh(cg_tensor *a);
+cg_tensor *cg_sigmoid(cg_tensor *a);
+cg_tensor *cg_relu(cg_tensor *a);
+cg_tensor *cg_gelu(cg_tensor *a);                   /* tanh form */
+cg_tensor *cg_abs(cg_tensor *a);
+cg_tensor *cg_clamp(cg_tensor *a, float lo, float hi);
+/* cond != 0 ? a : b (no gradient flows to cond). */
+cg_tensor *cg_where(cg_tensor *cond, cg_tensor *a, cg_tensor *b);
+/* mask != 0 ? value : a (mask broadcasts to a; no gradient to mask). */
+cg_tensor *cg_masked_fill(cg_tensor *a, cg_tensor *mask, float value);
+
+/* -------------------------------------------------------- reductions */
+/* ndims == 0 reduces over all dims. */
+cg_tensor *cg_sum(cg_tensor *a, int ndims, const int *dims, bool keepdim);
+cg_tensor *cg_mean(cg_tensor *a, int ndims, const int *dims, bool keepdim);
+cg_tensor *cg_var(cg_tensor *a, int ndims, const int *dims, int correction, bool keepdim);
+/* Max along dim; the gradient flows to the (first) maximal element.
+ * *indices (optional) receives the argmax as floats, without gradient. */
+cg_tensor *cg_max(cg_tensor *a, int dim, bool keepdim, cg_tensor **indices);
+cg_tensor *cg_sum_all(cg_tensor *a);                /* scalar */
+cg_tensor *cg_mean_all(cg_tensor *a);               /* scalar */
+
+/* ------------------------------------------------------------ matmul */
+/* PyTorch matmul: 1-D, 2-D and batched with broadcast batch dims. */
+cg_tensor *cg_matmul(cg_tensor *a, cg_tensor *b);
+
+/* ------------------------------------------------------------- views */
+/* Differentiable views: no data is copied (except cg_reshape when the
+ * strides make a view impossible, like PyTorch's reshape). */
+cg_tensor *cg_permute(cg_tensor *a, const int *perm);
+cg_tensor *cg_transpose(cg_tensor *a, int d0, int d1);
+cg_tensor *cg_slice(cg_tensor *a, int dim, int64_t start, int64_t stop, int64_t step);
+cg_tensor *cg_narrow(cg_tensor *a, int dim, int64_t start, int64_t len);
+cg_tensor *cg_select(cg_tensor *a, int dim, int64_t index);
+cg_tensor *cg_squeeze(cg_tensor *a, int dim);
+cg_tensor *cg_unsqueeze(cg_tensor *a, int dim);
+cg_tensor *cg_expand(cg_tensor *a, int ndim, const int64_t *shape);
+/* A view if the strides allow it, else a copy; one entry may be -1. */
+cg_tensor *cg_reshape(cg_tensor *a, int ndim, const int64_t *shape);
+/* Strictly a view (error if the strides make that impossible). */
+cg_tensor *cg_view(cg_tensor *a, int ndim, const int64_t *shape);
+/* a itself (a new reference) if contiguous, else a contiguous copy. */
+cg_tensor *cg_to_contiguous(cg_tensor *a);
+
+/* -------------------------------------------------------- nn building blocks */
+cg_tensor *cg_softmax(cg_tensor *a, int dim);
+cg_tensor *cg_log_softmax(cg_tensor *a, int dim);
+/* Mean cross-entropy of logits [..., C] against numel/C targets, PyTorch
+ * semantics (ignore_index, label_smoothing). Returns a scalar. */
+cg_tensor *cg_cross_entropy(cg_tensor *logits, const int64_t *targets, int64_t ignore_index,
+                            float label_smoothing);
+/* Over the last dim; w and b may be NULL. */
+cg_tensor *cg_layer_norm(cg_tensor *x, cg_tensor *w, cg_tensor *b, float eps);
+cg_tensor *cg_rms_norm(cg_tensor *x, cg_tensor *w, float eps);
+/* Inverted dropout when training and p > 0; otherwise a new reference to a. */
+cg_tensor *cg_dropout(cg_tensor *a, float p, cg_rng *rng, bool training);
+cg_tensor *cg_concat(cg_tensor *const *ts, int n, int dim);
+cg_tensor *cg_stack(cg_tensor *const *ts, int n, int dim);
+/* Views of consecutive pieces along dim (sizes sum to the dim's size). */
+bool cg_split(cg_tensor *a, int dim, int n, const int64_t *sizes, cg_tensor **out);
+/* Rows of a picked along dim by ids[0..n) (an embedding lookup when a is
+ * the table and dim 0). Out-of-range ids are an error. */
+cg_tensor *cg_index_select(cg_tensor *a, int dim, const int64_t *ids, int64_t n);
+/* Embedding lookup: table [V, D], ids with shape (ndim, shape) -> [shape..., D]. */
+cg_tensor *cg_embedding(cg_tensor *table, const int64_t *ids, int ndim, const int64_t *shape);
+/* torch.gather along dim; ids has the result's shape (ndim, shape). */
+cg_tensor *cg_gather(cg_tensor *a, int dim, const int64_t *ids, int ndim, const int64_t *shape);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

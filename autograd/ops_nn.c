@@ -1,0 +1,395 @@
+/* Differentiable nn building blocks with fused kernels: softmax,
+ * log-softmax, cross-entropy, layer/RMS norm, dropout, concat, index
+ * select (embeddings) and gather. Forward and backward side by side. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "autograd/ops.h"
+#include "core/ops.h"
+
+#define NEEDS(i) cg_node_needs_grad(n, (i))
+#define IN(i) (n->inputs[(i)])
+
+static bool save_alias(cg_node *n, cg_tensor *t)
+{
+    cg_tensor *al = cg_alias(t);
+    bool ok = al && cg_node_save(n, al) >= 0;
+    cg_release(al);
+    return ok;
+}
+
+/* ----------------------------------------------------------- softmax */
+static bool softmax_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    return (gin[0] = cg_k_softmax_backward(n->saved[0], g, (int)n->p.i[0])) != NULL;
+}
+static bool log_softmax_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    return (gin[0] = cg_k_log_softmax_backward(n->saved[0], g, (int)n->p.i[0])) != NULL;
+}
+static cg_tensor *softmax_like(cg_tensor *a, int dim, bool log)
+{
+    cg_tensor *out = log ? cg_k_log_softmax(a, dim) : cg_k_softmax(a, dim);
+    if (!out)
+        return NULL;
+    cg_node *n = cg_record(out, log ? CG_OP_LOG_SOFTMAX : CG_OP_SOFTMAX, 1, &a,
+                           log ? log_softmax_bw : softmax_bw);
+    if (n) {
+        n->p.i[0] = dim;
+        if (!save_alias(n, out)) {
+            cg_release(out);
+            return NULL;
+        }
+    }
+    return out;
+}
+cg_tensor *cg_softmax(cg_tensor *a, int dim) { return softmax_like(a, dim, false); }
+cg_tensor *cg_log_softmax(cg_tensor *a, int dim) { return softmax_like(a, dim, true); }
+
+/* ------------------------------------------------------ cross-entropy */
+typedef struct {
+    int64_t *targets;
+    int64_t ignore_index;
+    float smoothing;
+} ce_ctx;
+
+static void ce_ctx_free(void *p)
+{
+    ce_ctx *c = p;
+    free(c->targets);
+    free(c);
+}
+
+static bool ce_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    ce_ctx *c = n->ctx;
+    cg_tensor *logits = IN(0);
+    int64_t C = logits->shape[logits->ndim - 1];
+    int64_t N = C ? cg_numel(logits) / C : 0;
+    cg_tensor *l2 = cg_reshape_copy(logits, 2, (int64_t[]){N, C});
+    cg_tensor *d = cg_k_cross_entropy_backward(l2, c->targets, c->ignore_index, c->smoothing,
+                                               n->saved[0], cg_item(g));
+    cg_release(l2);
+    if (!d)
+        return false;
+    gin[0] = cg_reshape_copy(d, logits->ndim, logits->shape);
+    cg_release(d);
+    return gin[0] != NULL;
+}
+
+cg_tensor *cg_cross_entropy(cg_tensor *logits, const int64_t *targets, int64_t ignore_index,
+                            float label_smoothing)
+{
+    if (!logits)
+        return NULL;
+    if (logits->ndim < 1 || !targets) {
+        cg_set_error("cross_entropy: need logits [..., C] (got %d dims) and targets",
+                     logits->ndim);
+        return NULL;
+    }
+    int64_t C = logits->shape[logits->ndim - 1];
+    int64_t N = C ? cg_numel(logits) / C : 0;
+    cg_tensor *l2 = cg_reshape_copy(logits, 2, (int64_t[]){N, C});
+    cg_tensor *lse = NULL;
+    cg_tensor *out = cg_k_cross_entropy(l2, targets, ignore_index, label_smoothing, &lse);
+    cg_release(l2);
+    if (!out) {
+        cg_release(lse);
+        return NULL;
+    }
+    cg_node *n = cg_record(out, CG_OP_CROSS_ENTROPY, 1, &logits, ce_bw);
+    if (n) {
+        ce_ctx *c = calloc(1, sizeof *c);
+        int64_t *t = malloc((size_t)(N ? N : 1) * sizeof *t);
+        if (!c || !t || cg_node_save(n, lse) < 0) {
+            free(c);
+            free(t);
+            cg_release_all(2, lse, out);
+            cg_set_error("cross_entropy: out of memory");
+            return NULL;
+        }
+        memcpy(t, targets, (size_t)N * sizeof *t);
+        c->targets = t;
+        c->ignore_index = ignore_index;
+        c->smoothing = label_smoothing;
+        n->ctx = c;
+        n->ctx_free = ce_ctx_free;
+    }
+    cg_release(lse);
+    return out;
+}
+
+/* -------------------------------------------------------------- norms */
+/* inputs: x, w (may be NULL), b (may be NULL); saved: mean, rstd */
+static bool layer_norm_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    cg_tensor *dx = NULL, *dw = NULL, *db = NULL;
+    bool ok = cg_k_layer_norm_backward(IN(0), IN(1), n->saved[0], n->saved[1], g,
+                                       NEEDS(0) ? &dx : NULL, NEEDS(1) ? &dw : NULL,
+                                       NEEDS(2) ? &db : NULL);
+    gin[0] = dx;
+    gin[1] = dw;
+    gin[2] = db;
+    return ok;
+}
+cg_tensor *cg_layer_norm(cg_tensor *x, cg_tensor *w, cg_tensor *b, float eps)
+{
+    cg_tensor *mean = NULL, *rstd = NULL;
+    cg_tensor *out = cg_k_layer_norm(x, w, b, eps, &mean, &rstd);
+    if (out) {
+        cg_tensor *in[3] = {x, w, b};
+        cg_node *n = cg_record(out, CG_OP_LAYER_NORM, 3, in, layer_norm_bw);
+        if (n && (cg_node_save(n, mean) < 0 || cg_node_save(n, rstd) < 0)) {
+            cg_release(out);
+            out = NULL;
+        }
+    }
+    cg_release_all(2, mean, rstd);
+    return out;
+}
+
+static bool rms_norm_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    cg_tensor *dx = NULL, *dw = NULL;
+    bool ok = cg_k_rms_norm_backward(IN(0), IN(1), n->saved[0], g, NEEDS(0) ? &dx : NULL,
+                                     NEEDS(1) ? &dw : NULL);
+    gin[0] = dx;
+    gin[1] = dw;
+    return ok;
+}
+cg_tensor *cg_rms_norm(cg_tensor *x, cg_tensor *w, float eps)
+{
+    cg_tensor *rstd = NULL;
+    cg_tensor *out = cg_k_rms_norm(x, w, eps, &rstd);
+    if (out) {
+        cg_tensor *in[2] = {x, w};
+        cg_node *n = cg_record(out, CG_OP_RMS_NORM, 2, in, rms_norm_bw);
+        if (n && cg_node_save(n, rstd) < 0) {
+            cg_release(out);
+            out = NULL;
+        }
+    }
+    cg_release(rstd);
+    return out;
+}
+
+/* ------------------------------------------------------------ dropout */
+static bool dropout_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    return (gin[0] = cg_k_mul(g, n->saved[0])) != NULL;
+}
+cg_tensor *cg_dropout(cg_tensor *a, float p, cg_rng *rng, bool training)
+{
+    if (!a)
+        return NULL;
+    if (!training || p == 0.0f)
+        return cg_retain(a);
+    cg_tensor *mask = NULL;
+    cg_tensor *out = cg_k_dropout(a, p, rng, &mask);
+    if (out) {
+        cg_node *n = cg_record(out, CG_OP_DROPOUT, 1, &a, dropout_bw);
+        if (n && cg_node_save(n, mask) < 0) {
+            cg_release(out);
+            out = NULL;
+        }
+    }
+    cg_release(mask);
+    return out;
+}
+
+/* ------------------------------------------------------------- concat */
+static bool concat_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    int dim = (int)n->p.i[0];
+    int64_t start = 0;
+    for (int i = 0; i < n->n_inputs; i++) {
+        int64_t len = IN(i)->shape[dim];
+        if (NEEDS(i) && !(gin[i] = cg_view_slice(g, dim, start, start + len, 1)))
+            return false;
+        start += len;
+    }
+    return true;
+}
+cg_tensor *cg_concat(cg_tensor *const *ts, int n_in, int dim)
+{
+    cg_tensor *out = cg_k_concat(ts, n_in, dim);
+    if (!out)
+        return NULL;
+    cg_node *n = cg_record(out, CG_OP_CONCAT, n_in, ts, concat_bw);
+    if (n)
+        n->p.i[0] = cg_norm_dim("concat", dim, out->ndim);
+    return out;
+}
+
+cg_tensor *cg_stack(cg_tensor *const *ts, int n, int dim)
+{
+    if (n < 1 || !ts) {
+        cg_set_error("stack: need at least one tensor");
+        return NULL;
+    }
+    for (int i = 0; i < n; i++)
+        if (!ts[i])
+            return NULL;
+    int d = cg_norm_dim("stack", dim, ts[0]->ndim + 1);
+    if (d < 0)
+        return NULL;
+    cg_tensor **u = calloc((size_t)n, sizeof *u);
+    if (!u) {
+        cg_set_error("stack: out of memory");
+        return NULL;
+    }
+    cg_tensor *out = NULL;
+    bool ok = true;
+    for (int i = 0; i < n && ok; i++)
+        ok = (u[i] = cg_unsqueeze(ts[i], d)) != NULL;
+    if (ok)
+        out = cg_concat(u, n, d);
+    for (int i = 0; i < n; i++)
+        cg_release(u[i]);
+    free(u);
+    return out;
+}
+
+bool cg_split(cg_tensor *a, int dim, int n, const int64_t *sizes, cg_tensor **out)
+{
+    if (!a)
+        return false;
+    int d = cg_norm_dim("split", dim, a->ndim);
+    if (d < 0)
+        return false;
+    int64_t total = 0;
+    for (int i = 0; i < n; i++) {
+        if (sizes[i] < 0) {
+            cg_set_error("split: negative size %lld", (long long)sizes[i]);
+            return false;
+        }
+        total += sizes[i];
+    }
+    if (total != a->shape[d]) {
+        char b[96];
+        cg_set_error("split: sizes sum to %lld but dim %d of shape %s has size %lld",
+                     (long long)total, dim, cg_shape_str(a, b, sizeof b), (long long)a->shape[d]);
+        return false;
+    }
+    int64_t start = 0;
+    for (int i = 0; i < n; i++) {
+        out[i] = cg_slice(a, d, start, start + sizes[i], 1);
+        if (!out[i]) {
+            for (int j = 0; j < i; j++)
+                cg_release(out[j]);
+            return false;
+        }
+        start += sizes[i];
+    }
+    return true;
+}
+
+/* ------------------------------------------------- index select, gather */
+typedef struct {
+    int64_t *ids;
+    int64_t n;
+} ids_ctx;
+
+static void ids_ctx_free(void *p)
+{
+    ids_ctx *c = p;
+    free(c->ids);
+    free(c);
+}
+
+static bool attach_ids(cg_node *n, const int64_t *ids, int64_t count)
+{
+    ids_ctx *c = calloc(1, sizeof *c);
+    int64_t *v = malloc((size_t)(count ? count : 1) * sizeof *v);
+    if (!c || !v) {
+        free(c);
+        free(v);
+        cg_set_error("%s: out of memory", cg_op_name(n->op));
+        return false;
+    }
+    memcpy(v, ids, (size_t)count * sizeof *v);
+    c->ids = v;
+    c->n = count;
+    n->ctx = c;
+    n->ctx_free = ids_ctx_free;
+    return true;
+}
+
+static bool index_select_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    ids_ctx *c = n->ctx;
+    cg_tensor *z = cg_zeros_like(IN(0));
+    if (!z || !cg_k_index_add_(z, (int)n->p.i[0], c->ids, c->n, g)) {
+        cg_release(z);
+        return false;
+    }
+    gin[0] = z;
+    return true;
+}
+cg_tensor *cg_index_select(cg_tensor *a, int dim, const int64_t *ids, int64_t count)
+{
+    cg_tensor *out = cg_k_index_select(a, dim, ids, count);
+    if (!out)
+        return NULL;
+    cg_node *n = cg_record(out, CG_OP_INDEX_SELECT, 1, &a, index_select_bw);
+    if (n) {
+        n->p.i[0] = cg_norm_dim("index_select", dim, a->ndim);
+        if (!attach_ids(n, ids, count)) {
+            cg_release(out);
+            return NULL;
+        }
+    }
+    return out;
+}
+
+cg_tensor *cg_embedding(cg_tensor *table, const int64_t *ids, int ndim, const int64_t *shape)
+{
+    if (!table)
+        return NULL;
+    if (table->ndim != 2) {
+        char b[96];
+        cg_set_error("embedding: table must be [V, D], got %s", cg_shape_str(table, b, sizeof b));
+        return NULL;
+    }
+    if (ndim < 0 || ndim >= CG_MAX_DIMS) {
+        cg_set_error("embedding: ids must have 0..%d dims (got %d)", CG_MAX_DIMS - 1, ndim);
+        return NULL;
+    }
+    int64_t count = cg_numel_shape(ndim, shape);
+    cg_tensor *rows = cg_index_select(table, 0, ids, count);
+    if (!rows)
+        return NULL;
+    int64_t s[CG_MAX_DIMS];
+    memcpy(s, shape, (size_t)ndim * sizeof *s);
+    s[ndim] = table->shape[1];
+    cg_tensor *out = cg_view(rows, ndim + 1, s);
+    cg_release(rows);
+    return out;
+}
+
+static bool gather_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    ids_ctx *c = n->ctx;
+    cg_tensor *z = cg_zeros_like(IN(0));
+    if (!z || !cg_k_scatter_add_(z, (int)n->p.i[0], c->ids, g)) {
+        cg_release(z);
+        return false;
+    }
+    gin[0] = z;
+    return true;
+}
+cg_tensor *cg_gather(cg_tensor *a, int dim, const int64_t *ids, int ndim, const int64_t *shape)
+{
+    cg_tensor *out = cg_k_gather(a, dim, ids, ndim, shape);
+    if (!out)
+        return NULL;
+    cg_node *n = cg_record(out, CG_OP_GATHER, 1, &a, gather_bw);
+    if (n) {
+        n->p.i[0] = cg_norm_dim("gather", dim, a->ndim);
+        if (!attach_ids(n, ids, cg_numel_shape(ndim, shape))) {
+            cg_release(out);
+            return NULL;
+        }
+    }
+    return out;
+}

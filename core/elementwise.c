@@ -1,0 +1,371 @@
+/* cgrad core: elementwise kernels (declared in core/ops.h, "elementwise").
+ *
+ * Every op runs through core/iter.h: the operands are broadcast together,
+ * their strides aligned to the output (0 where broadcast), contiguous dims
+ * merged, and a segment function applies the scalar expression along runs of
+ * the innermost dim. Each segment function has a unit-stride fast path that
+ * the compiler vectorises where it can (no -ffast-math: libm calls stay
+ * scalar) and a general strided loop. Outputs are fresh and contiguous; the
+ * in-place ops (add_, muls_) accept any destination strides except internal
+ * overlap (stride 0 on a dim of size > 1). Each element is written by one
+ * thread, so results are identical for any thread count. */
+#include <math.h>
+#include <stdio.h>
+
+#include "core/iter.h"
+#include "core/ops.h"
+
+typedef struct ew_params {
+    float a, b;
+} ew_params;
+
+/* sqrt(2/pi) and the cubic coefficient of the tanh-form GELU */
+#define GELU_K 0.7978845608028654f
+#define GELU_C 0.044715f
+
+/* ------------------------------------------------------ scalar helpers */
+static inline float f_sigmoid(float x)
+{
+    /* never exponentiate a positive number: no overflow, no inf/inf */
+    if (x >= 0.0f)
+        return 1.0f / (1.0f + expf(-x));
+    float e = expf(x);
+    return e / (1.0f + e);
+}
+
+static inline float f_gelu(float x)
+{
+    float x3 = x * x * x;
+    float inner = GELU_K * (x + GELU_C * x3);
+    return 0.5f * x * (1.0f + tanhf(inner));
+}
+
+static inline float f_gelu_grad(float x)
+{
+    float x2 = x * x;
+    float inner = GELU_K * (x + GELU_C * x2 * x);
+    float t = tanhf(inner);
+    float left = 0.5f * (1.0f + t);
+    float sech2 = 1.0f - t * t;
+    /* for large |x|, t is exactly +-1 and x^2 may overflow: 0 * inf would
+     * give NaN where the true derivative term is 0 */
+    float right = sech2 == 0.0f ? 0.0f : 0.5f * x * sech2 * GELU_K * (1.0f + 3.0f * GELU_C * x2);
+    return left + right;
+}
+
+static inline float f_relu(float x) { return (x > 0.0f || x != x) ? x : 0.0f; }
+
+static inline float f_clamp(float x, float lo, float hi)
+{
+    /* min(max(x, lo), hi): NaN propagates; lo > hi gives hi (as PyTorch) */
+    float v = x < lo ? lo : x;
+    return v > hi ? hi : v;
+}
+
+/* ------------------------------------------------- segment functions */
+/* In the expressions: X, Y, Z are the operands' elements, P the params. */
+#define EW_UNARY(fname, EXPR)                                                                      \
+    static void fname(float *const *p, const int64_t *s, int64_t n, void *ctx)                     \
+    {                                                                                              \
+        const ew_params *P = ctx;                                                                  \
+        (void)P;                                                                                   \
+        float *o = p[0];                                                                           \
+        const float *x = p[1];                                                                     \
+        if (s[0] == 1 && s[1] == 1) {                                                              \
+            for (int64_t i = 0; i < n; i++) {                                                      \
+                const float X = x[i];                                                              \
+                o[i] = (EXPR);                                                                     \
+            }                                                                                      \
+        } else {                                                                                   \
+            const int64_t os = s[0], xs = s[1];                                                    \
+            for (int64_t i = 0; i < n; i++) {                                                      \
+                const float X = x[i * xs];                                                         \
+                o[i * os] = (EXPR);                                                                \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+#define EW_BINARY(fname, EXPR)                                                                     \
+    static void fname(float *const *p, const int64_t *s, int64_t n, void *ctx)                     \
+    {                                                                                              \
+        const ew_params *P = ctx;                                                                  \
+        (void)P;                                                                                   \
+        float *o = p[0];                                                                           \
+        const float *x = p[1], *y = p[2];                                                          \
+        if (s[0] == 1 && s[1] == 1 && s[2] == 1) {                                                 \
+            for (int64_t i = 0; i < n; i++) {                                                      \
+                const float X = x[i], Y = y[i];                                                    \
+                o[i] = (EXPR);                                                                     \
+            }                                                                                      \
+        } else if (s[0] == 1 && s[1] == 1 && s[2] == 0) {                                          \
+            const float Y = y[0];                                                                  \
+            for (int64_t i = 0; i < n; i++) {                                                      \
+                const float X = x[i];                                                              \
+                o[i] = (EXPR);                                                                     \
+            }                                                                                      \
+        } else if (s[0] == 1 && s[1] == 0 && s[2] == 1) {                                          \
+            const float X = x[0];                                                                  \
+            for (int64_t i = 0; i < n; i++) {                                                      \
+                const float Y = y[i];                                                              \
+                o[i] = (EXPR);                                                                     \
+            }                                                                                      \
+        } else {                                                                                   \
+            const int64_t os = s[0], xs = s[1], ys = s[2];                                         \
+            for (int64_t i = 0; i < n; i++) {                                                      \
+                const float X = x[i * xs], Y = y[i * ys];                                          \
+                o[i * os] = (EXPR);                                                                \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+#define EW_TERNARY(fname, EXPR)                                                                    \
+    static void fname(float *const *p, const int64_t *s, int64_t n, void *ctx)                     \
+    {                                                                                              \
+        const ew_params *P = ctx;                                                                  \
+        (void)P;                                                                                   \
+        float *o = p[0];                                                                           \
+        const float *x = p[1], *y = p[2], *z = p[3];                                               \
+        if (s[0] == 1 && s[1] == 1 && s[2] == 1 && s[3] == 1) {                                    \
+            for (int64_t i = 0; i < n; i++) {                                                      \
+                const float X = x[i], Y = y[i], Z = z[i];                                          \
+                o[i] = (EXPR);                                                                     \
+            }                                                                                      \
+        } else {                                                                                   \
+            const int64_t os = s[0], xs = s[1], ys = s[2], zs = s[3];                              \
+            for (int64_t i = 0; i < n; i++) {                                                      \
+                const float X = x[i * xs], Y = y[i * ys], Z = z[i * zs];                           \
+                o[i * os] = (EXPR);                                                                \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+EW_UNARY(seg_neg, -X)
+EW_UNARY(seg_exp, expf(X))
+EW_UNARY(seg_log, logf(X))
+EW_UNARY(seg_sqrt, sqrtf(X))
+EW_UNARY(seg_rsqrt, 1.0f / sqrtf(X))
+EW_UNARY(seg_pow, powf(X, P->a))
+EW_UNARY(seg_pow_sq, X * X)
+EW_UNARY(seg_pow_cube, X * X * X)
+EW_UNARY(seg_pow_recip, 1.0f / X)
+EW_UNARY(seg_pow_rsq, 1.0f / (X * X))
+EW_UNARY(seg_copy, X)
+EW_UNARY(seg_one, ((void)X, 1.0f))
+EW_UNARY(seg_tanh, tanhf(X))
+EW_UNARY(seg_sigmoid, f_sigmoid(X))
+EW_UNARY(seg_relu, f_relu(X))
+EW_UNARY(seg_gelu, f_gelu(X))
+EW_UNARY(seg_abs, fabsf(X))
+EW_UNARY(seg_clamp, f_clamp(X, P->a, P->b))
+EW_UNARY(seg_adds, X + P->a)
+EW_UNARY(seg_muls, X * P->a)
+
+EW_BINARY(seg_add, X + Y)
+EW_BINARY(seg_sub, X - Y)
+EW_BINARY(seg_mul, X * Y)
+EW_BINARY(seg_div, X / Y)
+EW_BINARY(seg_axpby, X * P->a + Y * P->b)
+EW_BINARY(seg_masked_fill, Y != 0.0f ? P->a : X)
+/* backward helpers: X is the forward input, Y the upstream gradient */
+EW_BINARY(seg_relu_bwd, X > 0.0f ? Y : 0.0f)
+EW_BINARY(seg_gelu_bwd, Y * f_gelu_grad(X))
+EW_BINARY(seg_clamp_bwd, (X >= P->a && X <= P->b) ? Y : 0.0f)
+EW_BINARY(seg_abs_bwd, X > 0.0f ? Y : (X < 0.0f ? -Y : 0.0f))
+
+EW_TERNARY(seg_where, X != 0.0f ? Y : Z)
+
+/* ---------------------------------------------------------- drivers */
+static bool shape_is(int nd, const int64_t *shape, const cg_tensor *t)
+{
+    if (nd != t->ndim)
+        return false;
+    for (int i = 0; i < nd; i++)
+        if (shape[i] != t->shape[i])
+            return false;
+    return true;
+}
+
+/* Broadcast nin inputs, allocate the output, apply fn. */
+static cg_tensor *ew_apply(const char *op, int nin, const cg_tensor *const *in, cg_iter_seg_fn fn,
+                           ew_params *P)
+{
+    for (int k = 0; k < nin; k++)
+        if (!in[k])
+            return NULL;
+    int64_t shape[CG_MAX_DIMS] = {0};
+    int nd = cg_iter_broadcast(op, nin, in, shape);
+    if (nd < 0)
+        return NULL;
+    cg_tensor *out = cg_empty(nd, shape);
+    if (!out)
+        return NULL;
+    const cg_tensor *ops[CG_ITER_MAX_OPS] = {out};
+    for (int k = 0; k < nin; k++)
+        ops[k + 1] = in[k];
+    cg_iter it;
+    cg_iter_init(&it, nd, shape, nin + 1, ops);
+    cg_iter_run(&it, fn, P);
+    return out;
+}
+
+static cg_tensor *unary(const char *op, const cg_tensor *a, cg_iter_seg_fn fn, float pa, float pb)
+{
+    ew_params P = {pa, pb};
+    return ew_apply(op, 1, (const cg_tensor *[]){a}, fn, &P);
+}
+
+static cg_tensor *binary(const char *op, const cg_tensor *a, const cg_tensor *b, cg_iter_seg_fn fn,
+                         float pa, float pb)
+{
+    ew_params P = {pa, pb};
+    return ew_apply(op, 2, (const cg_tensor *[]){a, b}, fn, &P);
+}
+
+/* ----------------------------------------------------------- binary */
+cg_tensor *cg_k_add(const cg_tensor *a, const cg_tensor *b) { return binary("add", a, b, seg_add, 0, 0); }
+cg_tensor *cg_k_sub(const cg_tensor *a, const cg_tensor *b) { return binary("sub", a, b, seg_sub, 0, 0); }
+cg_tensor *cg_k_mul(const cg_tensor *a, const cg_tensor *b) { return binary("mul", a, b, seg_mul, 0, 0); }
+cg_tensor *cg_k_div(const cg_tensor *a, const cg_tensor *b) { return binary("div", a, b, seg_div, 0, 0); }
+
+cg_tensor *cg_k_axpby(const cg_tensor *a, float alpha, const cg_tensor *b, float beta)
+{
+    return binary("axpby", a, b, seg_axpby, alpha, beta);
+}
+
+cg_tensor *cg_k_adds(const cg_tensor *a, float s) { return unary("adds", a, seg_adds, s, 0); }
+cg_tensor *cg_k_muls(const cg_tensor *a, float s) { return unary("muls", a, seg_muls, s, 0); }
+
+/* ------------------------------------------------------------ unary */
+cg_tensor *cg_k_neg(const cg_tensor *a) { return unary("neg", a, seg_neg, 0, 0); }
+cg_tensor *cg_k_exp(const cg_tensor *a) { return unary("exp", a, seg_exp, 0, 0); }
+cg_tensor *cg_k_log(const cg_tensor *a) { return unary("log", a, seg_log, 0, 0); }
+cg_tensor *cg_k_sqrt(const cg_tensor *a) { return unary("sqrt", a, seg_sqrt, 0, 0); }
+cg_tensor *cg_k_rsqrt(const cg_tensor *a) { return unary("rsqrt", a, seg_rsqrt, 0, 0); }
+cg_tensor *cg_k_tanh(const cg_tensor *a) { return unary("tanh", a, seg_tanh, 0, 0); }
+cg_tensor *cg_k_sigmoid(const cg_tensor *a) { return unary("sigmoid", a, seg_sigmoid, 0, 0); }
+cg_tensor *cg_k_relu(const cg_tensor *a) { return unary("relu", a, seg_relu, 0, 0); }
+cg_tensor *cg_k_gelu(const cg_tensor *a) { return unary("gelu", a, seg_gelu, 0, 0); }
+cg_tensor *cg_k_abs(const cg_tensor *a) { return unary("abs", a, seg_abs, 0, 0); }
+
+cg_tensor *cg_k_pow(const cg_tensor *a, float p)
+{
+    /* small integer exponents by multiplication (exact, as PyTorch does);
+     * everything else by powf */
+    if (p == 2.0f)
+        return unary("pow", a, seg_pow_sq, p, 0);
+    if (p == 3.0f)
+        return unary("pow", a, seg_pow_cube, p, 0);
+    if (p == 1.0f)
+        return unary("pow", a, seg_copy, p, 0);
+    if (p == 0.0f)
+        return unary("pow", a, seg_one, p, 0); /* pow(x, 0) = 1, even for NaN */
+    if (p == 0.5f)
+        return unary("pow", a, seg_sqrt, p, 0);
+    if (p == -1.0f)
+        return unary("pow", a, seg_pow_recip, p, 0);
+    if (p == -2.0f)
+        return unary("pow", a, seg_pow_rsq, p, 0);
+    if (p == -0.5f)
+        return unary("pow", a, seg_rsqrt, p, 0);
+    return unary("pow", a, seg_pow, p, 0);
+}
+
+cg_tensor *cg_k_clamp(const cg_tensor *a, float lo, float hi)
+{
+    return unary("clamp", a, seg_clamp, lo, hi);
+}
+
+/* ---------------------------------------------------- select / fill */
+cg_tensor *cg_k_where(const cg_tensor *cond, const cg_tensor *a, const cg_tensor *b)
+{
+    ew_params P = {0, 0};
+    return ew_apply("where", 3, (const cg_tensor *[]){cond, a, b}, seg_where, &P);
+}
+
+cg_tensor *cg_k_masked_fill(const cg_tensor *a, const cg_tensor *mask, float value)
+{
+    if (!a || !mask)
+        return NULL;
+    int64_t shape[CG_MAX_DIMS] = {0};
+    int nd = cg_iter_broadcast("masked_fill", 2, (const cg_tensor *[]){a, mask}, shape);
+    if (nd < 0)
+        return NULL;
+    if (!shape_is(nd, shape, a)) {
+        char b1[96], b2[96];
+        cg_set_error("masked_fill: mask shape %s does not broadcast to the tensor shape %s",
+                     cg_shape_str(mask, b1, sizeof b1), cg_shape_str(a, b2, sizeof b2));
+        return NULL;
+    }
+    return binary("masked_fill", a, mask, seg_masked_fill, value, 0);
+}
+
+/* ---------------------------------------------------------- backward */
+cg_tensor *cg_k_relu_backward(const cg_tensor *x, const cg_tensor *g)
+{
+    return binary("relu_backward", x, g, seg_relu_bwd, 0, 0);
+}
+
+cg_tensor *cg_k_gelu_backward(const cg_tensor *x, const cg_tensor *g)
+{
+    return binary("gelu_backward", x, g, seg_gelu_bwd, 0, 0);
+}
+
+cg_tensor *cg_k_clamp_backward(const cg_tensor *x, const cg_tensor *g, float lo, float hi)
+{
+    /* PyTorch's mask: (x >= lo) & (x <= hi): the gradient passes at the bounds */
+    return binary("clamp_backward", x, g, seg_clamp_bwd, lo, hi);
+}
+
+cg_tensor *cg_k_abs_backward(const cg_tensor *x, const cg_tensor *g)
+{
+    return binary("abs_backward", x, g, seg_abs_bwd, 0, 0);
+}
+
+/* ---------------------------------------------------------- in place */
+static bool check_writable(const char *op, const cg_tensor *dst)
+{
+    if (cg_iter_has_internal_overlap(dst)) {
+        char b[96];
+        cg_set_error("%s: destination of shape %s has a stride-0 (expanded) dim: several "
+                     "elements share one memory location",
+                     op, cg_shape_str(dst, b, sizeof b));
+        return false;
+    }
+    return true;
+}
+
+bool cg_k_add_(cg_tensor *dst, const cg_tensor *src)
+{
+    if (!dst || !src)
+        return false;
+    int64_t shape[CG_MAX_DIMS] = {0};
+    int nd = cg_iter_broadcast("add_", 2, (const cg_tensor *[]){dst, src}, shape);
+    if (nd < 0)
+        return false;
+    if (!shape_is(nd, shape, dst)) {
+        char b1[96], b2[96];
+        cg_set_error("add_: source shape %s does not broadcast to the destination shape %s",
+                     cg_shape_str(src, b1, sizeof b1), cg_shape_str(dst, b2, sizeof b2));
+        return false;
+    }
+    if (!check_writable("add_", dst))
+        return false;
+    ew_params P = {0, 0};
+    cg_iter it;
+    cg_iter_init(&it, dst->ndim, dst->shape, 3, (const cg_tensor *[]){dst, dst, src});
+    cg_iter_run(&it, seg_add, &P);
+    return true;
+}
+
+bool cg_k_muls_(cg_tensor *dst, float s)
+{
+    if (!dst)
+        return false;
+    if (!check_writable("muls_", dst))
+        return false;
+    ew_params P = {s, 0};
+    cg_iter it;
+    cg_iter_init(&it, dst->ndim, dst->shape, 2, (const cg_tensor *[]){dst, dst});
+    cg_iter_run(&it, seg_muls, &P);
+    return true;
+}

@@ -1,0 +1,32 @@
+/* The thread-local error slot (see error.h). */
+#include "core/error.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+static _Thread_local char g_msg[1024];
+static _Thread_local bool g_set;
+
+const char *cg_last_error(void) { return g_msg; }
+bool cg_has_error(void) { return g_set; }
+
+void cg_clear_error(void)
+{
+    g_msg[0] = '\0';
+    g_set = false;
+}
+
+static void set_v(const char *fmt, va_list ap)
+{
+    vsnprintf(g_msg, sizeof g_msg, fmt, ap);
+    g_set = true;
+}
+
+void cg_set_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    set_v(fmt, ap);
+    va_end(ap);
+}
+

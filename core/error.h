@@ -1,0 +1,30 @@
+/* cgrad core: the thread-local error slot.
+ *
+ * A failing function returns NULL (or a negative/false status) and records a
+ * message here: what op, which shapes, why. Functions given a NULL tensor
+ * return NULL without overwriting the first message, so a chain of calls can
+ * be checked once at the end. Nothing in the library calls exit() or abort()
+ * on bad input. */
+#ifndef CG_ERROR_H
+#define CG_ERROR_H
+
+#include <stdbool.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The last recorded message, or "" if none. Valid until the next error. */
+const char *cg_last_error(void);
+/* True if an error has been recorded since the last cg_clear_error(). */
+bool cg_has_error(void);
+void cg_clear_error(void);
+/* Record a message (printf format), replacing any earlier one. The root
+ * cause survives a chain of calls because functions given a NULL input
+ * return NULL without recording anything. */
+void cg_set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,243 @@
+/* cgrad core: single-precision GEMM through BLIS (see core/gemm.h and
+ * DESIGN.md section 6).
+ *
+ * Debian's BLIS 0.9 picks its generic kernels on CPUs it does not know (AMD
+ * family 0x1A), which is 5x slower than its AVX-512 kernels. The static
+ * libblis.a exports the per-architecture context initialisers, so we fill a
+ * cntx_t ourselves from cpuid, once, and pass it to bli_sgemm_ex.
+ *
+ * Determinism: BLIS never splits the k loop among threads for gemm (its
+ * pc/pr ways are 1), and the k blocking (KC) comes from the context, not the
+ * thread count, so each C element is reduced in the same order for any
+ * number of threads. tests/test_matmul.c checks 1 vs 2 threads bit for bit. */
+#include "core/gemm.h"
+
+#include <omp.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <blis.h>
+
+#include "core/tensor.h"
+
+/* Exported by the static libblis.a only (not declared in blis.h). */
+void bli_cntx_init_skx(cntx_t *cntx);
+void bli_cntx_init_haswell(cntx_t *cntx);
+
+/* Automatic thread count: at least this many flops per thread. */
+#define MIN_FLOPS_PER_THREAD 5e6
+/* Automatic path: m*n*k at or below this goes to haswell's sup kernels. */
+#define SMALL_MNK (64.0 * 64.0 * 64.0)
+
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static cntx_t g_cntx_skx;
+static cntx_t g_cntx_haswell;
+static bool g_have_skx;
+static bool g_have_haswell;
+static cg_gemm_path g_active = CG_GEMM_DEFAULT;
+
+static void gemm_init(void) {
+    bli_init();
+    __builtin_cpu_init();
+    /* BLIS's own skx test asks for F, DQ, BW and VL; so do we. */
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl")) {
+        bli_cntx_init_skx(&g_cntx_skx);
+        g_have_skx = true;
+    }
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+        bli_cntx_init_haswell(&g_cntx_haswell);
+        g_have_haswell = true;
+    }
+    const char *env = getenv("CG_BLIS_DEFAULT");
+    bool force_default = env && env[0] && strcmp(env, "0") != 0;
+    if (force_default)
+        g_active = CG_GEMM_DEFAULT;
+    else if (g_have_skx)
+        g_active = CG_GEMM_SKX;
+    else if (g_have_haswell)
+        g_active = CG_GEMM_HASWELL;
+    else
+        g_active = CG_GEMM_DEFAULT;
+}
+
+static void ensure_init(void) { pthread_once(&g_once, gemm_init); }
+
+cg_gemm_path cg_gemm_active_path(void) {
+    ensure_init();
+    return g_active;
+}
+
+const char *cg_gemm_path_name(cg_gemm_path p) {
+    switch (p) {
+    case CG_GEMM_AUTO: return "auto";
+    case CG_GEMM_DEFAULT: return "default";
+    case CG_GEMM_SKX: return "skx";
+    case CG_GEMM_HASWELL: return "haswell";
+    }
+    return "unknown";
+}
+
+bool cg_gemm_path_available(cg_gemm_path p) {
+    ensure_init();
+    switch (p) {
+    case CG_GEMM_AUTO:
+    case CG_GEMM_DEFAULT: return true;
+    case CG_GEMM_SKX: return g_have_skx;
+    case CG_GEMM_HASWELL: return g_have_haswell;
+    }
+    return false;
+}
+
+/* ------------------------------------------------------------ strides */
+
+/* The stride of a size-1 dimension means nothing, but BLIS checks it.
+ * Rewrite it so that BLIS sees plain row- or column-major storage. */
+static void normalise_strides(int64_t m, int64_t n, int64_t *rs, int64_t *cs) {
+    if (m == 1 && n == 1) {
+        *rs = 1;
+        *cs = 1;
+    } else if (m == 1) {
+        *rs = *cs == 0 ? 0 : n * *cs; /* keep 0 so the check below rejects it */
+    } else if (n == 1) {
+        *cs = *rs == 0 ? 0 : m * *rs;
+    }
+}
+
+/* BLIS 0.9's bli_check_matrix_strides for m, n >= 1 and non-negative
+ * strides: no zero strides; unit rs needs cs >= m; unit cs needs rs >= n;
+ * general strides must not overlap along the tilt. */
+static bool blis_strides_ok(int64_t m, int64_t n, int64_t rs, int64_t cs) {
+    if (rs <= 0 || cs <= 0) return false;
+    if (rs != 1 && cs != 1) {
+        if (rs == cs) return m == 1 || n == 1;
+        if (rs < cs) return m * rs <= cs;
+        return n * cs <= rs;
+    }
+    if (rs == 1 && cs == 1) return m == 1 || n == 1;
+    if (rs == 1) return cs >= m;
+    return rs >= n;
+}
+
+/* Contiguous row-major copy of an m x n strided operand (any strides). */
+static float *copy_rowmajor(int64_t m, int64_t n, const float *p, int64_t rs, int64_t cs) {
+    float *q = malloc((size_t)(m * n) * sizeof(float));
+    if (!q) return NULL;
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) q[i * n + j] = p[i * rs + j * cs];
+    return q;
+}
+
+/* C that BLIS cannot address (stride 0, overlapping rows): plain loops, each
+ * element written in order; only reachable through cg_sgemm's raw API. */
+static void naive_sgemm(int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                        int64_t rsa, int64_t csa, const float *b, int64_t rsb, int64_t csb,
+                        float beta, float *c, int64_t rsc, int64_t csc) {
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            float s = 0.0f;
+            for (int64_t p = 0; p < k; p++) s += a[i * rsa + p * csa] * b[p * rsb + j * csb];
+            float *cij = &c[i * rsc + j * csc];
+            *cij = beta == 0.0f ? alpha * s : alpha * s + beta * *cij;
+        }
+}
+
+static void scale_c(int64_t m, int64_t n, float beta, float *c, int64_t rsc, int64_t csc) {
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            float *cij = &c[i * rsc + j * csc];
+            *cij = beta == 0.0f ? 0.0f : beta * *cij;
+        }
+}
+
+/* ------------------------------------------------------------ gemm */
+
+bool cg_sgemm_path(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int64_t k,
+                   float alpha, const float *a, int64_t rsa, int64_t csa, const float *b,
+                   int64_t rsb, int64_t csb, float beta, float *c, int64_t rsc, int64_t csc) {
+    ensure_init();
+    if (path == CG_GEMM_AUTO) {
+        path = g_active;
+        /* BLIS 0.9 has small-matrix ("sup") kernels for haswell but not for
+         * skx; below ~64^3 they win (64x64x32: 4.5 us vs 6.6 us). The choice
+         * depends on the sizes only, so it is the same for any thread count. */
+        if (path == CG_GEMM_SKX && g_have_haswell && (double)m * (double)n * (double)k <= SMALL_MNK)
+            path = CG_GEMM_HASWELL;
+    }
+    cntx_t *cntx;
+    switch (path) {
+    case CG_GEMM_SKX:
+        if (!g_have_skx) return false;
+        cntx = &g_cntx_skx;
+        break;
+    case CG_GEMM_HASWELL:
+        if (!g_have_haswell) return false;
+        cntx = &g_cntx_haswell;
+        break;
+    case CG_GEMM_DEFAULT: cntx = NULL; break;
+    default: return false;
+    }
+    if (m < 0 || n < 0 || k < 0) return false;
+    if (m == 0 || n == 0) return true;
+    normalise_strides(m, n, &rsc, &csc);
+    if (k == 0 || alpha == 0.0f) {
+        scale_c(m, n, beta, c, rsc, csc); /* alpha*0 terms: as BLAS, A/B unread */
+        return true;
+    }
+    if (!blis_strides_ok(m, n, rsc, csc)) {
+        naive_sgemm(m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc);
+        return true;
+    }
+
+    normalise_strides(m, k, &rsa, &csa);
+    normalise_strides(k, n, &rsb, &csb);
+    float *acopy = NULL, *bcopy = NULL;
+    if (!blis_strides_ok(m, k, rsa, csa)) {
+        acopy = copy_rowmajor(m, k, a, rsa, csa);
+        if (!acopy) return false;
+        a = acopy;
+        rsa = k;
+        csa = 1;
+        normalise_strides(m, k, &rsa, &csa);
+    }
+    if (!blis_strides_ok(k, n, rsb, csb)) {
+        bcopy = copy_rowmajor(k, n, b, rsb, csb);
+        if (!bcopy) {
+            free(acopy);
+            return false;
+        }
+        b = bcopy;
+        rsb = n;
+        csb = 1;
+        normalise_strides(k, n, &rsb, &csb);
+    }
+
+    int nt = nthreads;
+    if (nt <= 0) {
+        /* Waking a second thread costs ~12 us here: below ~1e7 flops one
+         * thread is faster (measured with skx, m = n = k from 64 to 192). */
+        nt = cg_get_num_threads();
+        double per = 2.0 * (double)m * (double)n * (double)k / MIN_FLOPS_PER_THREAD;
+        if (per < nt) nt = per < 1.0 ? 1 : (int)per;
+    }
+    if (nt < 1 || omp_in_parallel()) nt = 1;
+    rntm_t rntm = BLIS_RNTM_INITIALIZER;
+    bli_rntm_set_num_threads((dim_t)nt, &rntm);
+
+    bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, (dim_t)m, (dim_t)n, (dim_t)k, &alpha,
+                 (float *)a, (inc_t)rsa, (inc_t)csa, (float *)b, (inc_t)rsb, (inc_t)csb, &beta,
+                 c, (inc_t)rsc, (inc_t)csc, cntx, &rntm);
+    free(acopy);
+    free(bcopy);
+    return true;
+}
+
+void cg_sgemm(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t rsa,
+              int64_t csa, const float *b, int64_t rsb, int64_t csb, float beta, float *c,
+              int64_t rsc, int64_t csc) {
+    if (!cg_sgemm_path(CG_GEMM_AUTO, 0, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, c,
+                       rsc, csc))
+        cg_set_error("sgemm: failed for m=%lld n=%lld k=%lld (bad sizes or out of memory)",
+                     (long long)m, (long long)n, (long long)k);
+}

@@ -1,0 +1,172 @@
+/* Cross-entropy over [N, C] logits with PyTorch semantics (reduction mean,
+ * ignore_index, label_smoothing).
+ *
+ * Per kept row r with target y, lse = log sum_j exp(x_j):
+ *   loss_r = (1-ls) * (lse - x_y) + ls * (lse - mean_j x_j)
+ * (the smoothing term is ls * mean over all C classes of -log p_j). The loss
+ * is sum_r loss_r / K over the K kept rows; K = 0 gives 0/0 = NaN.
+ * Rows are computed in parallel, then summed in row order (deterministic). */
+#include <math.h>
+#include <stdlib.h>
+
+#include "core/ops.h"
+
+#define PAR_THRESHOLD 32768
+
+/* Check the logits shape and the targets; count kept rows. */
+static bool ce_check(const char *op, const cg_tensor *logits, const int64_t *targets,
+                     int64_t ignore_index, float ls, int64_t *kept)
+{
+    char b[96];
+    if (logits->ndim != 2) {
+        cg_set_error("%s: logits must be 2-D [N, C] (shape %s)", op,
+                     cg_shape_str(logits, b, sizeof b));
+        return false;
+    }
+    int64_t N = logits->shape[0], C = logits->shape[1];
+    if (!(ls >= 0.0f && ls <= 1.0f)) {
+        cg_set_error("%s: label_smoothing must be in [0, 1] (got %g)", op, (double)ls);
+        return false;
+    }
+    if (N > 0 && !targets) {
+        cg_set_error("%s: NULL targets for logits of shape %s", op,
+                     cg_shape_str(logits, b, sizeof b));
+        return false;
+    }
+    int64_t k = 0;
+    for (int64_t r = 0; r < N; r++) {
+        int64_t t = targets[r];
+        if (t == ignore_index)
+            continue;
+        if (t < 0 || t >= C) {
+            cg_set_error("%s: target %lld at row %lld is out of range [0, %lld) "
+                         "(logits shape %s, ignore_index %lld)",
+                         op, (long long)t, (long long)r, (long long)C,
+                         cg_shape_str(logits, b, sizeof b), (long long)ignore_index);
+            return false;
+        }
+        k++;
+    }
+    *kept = k;
+    return true;
+}
+
+/* log-sum-exp of one contiguous row (max subtracted; double accumulation). */
+static double row_lse(const float *x, int64_t C)
+{
+    float mx = -INFINITY;
+    for (int64_t j = 0; j < C; j++)
+        mx = x[j] > mx ? x[j] : mx;
+    double s = 0.0;
+    for (int64_t j = 0; j < C; j++)
+        s += expf(x[j] - mx);
+    return (double)mx + log(s);
+}
+
+cg_tensor *cg_k_cross_entropy(const cg_tensor *logits, const int64_t *targets,
+                              int64_t ignore_index, float label_smoothing, cg_tensor **lse)
+{
+    if (lse)
+        *lse = NULL;
+    if (!logits)
+        return NULL;
+    int64_t kept;
+    if (!ce_check("cross_entropy", logits, targets, ignore_index, label_smoothing, &kept))
+        return NULL;
+    int64_t N = logits->shape[0], C = logits->shape[1];
+    cg_tensor *x = cg_contiguous(logits);
+    cg_tensor *lt = x ? cg_empty(1, &N) : NULL;
+    double *row = lt ? malloc((size_t)(N > 0 ? N : 1) * sizeof(double)) : NULL;
+    cg_tensor *out = row ? cg_empty(0, NULL) : NULL;
+    if (!out) {
+        if (lt && !row)
+            cg_set_error("cross_entropy: out of memory");
+        free(row);
+        cg_release_all(2, x, lt);
+        return NULL;
+    }
+    const float *xp = cg_data(x);
+    float *lp = cg_data(lt);
+    double ls = label_smoothing;
+#pragma omp parallel for schedule(static) if (N * C > PAR_THRESHOLD)
+    for (int64_t r = 0; r < N; r++) {
+        const float *xr = xp + r * C;
+        double l = row_lse(xr, C);
+        lp[r] = (float)l;
+        int64_t t = targets[r];
+        if (t == ignore_index) {
+            row[r] = 0.0;
+            continue;
+        }
+        double v = (1.0 - ls) * (l - (double)xr[t]);
+        if (ls != 0.0) {
+            double sx = 0.0;
+            for (int64_t j = 0; j < C; j++)
+                sx += xr[j];
+            v += ls * (l - sx / (double)C);
+        }
+        row[r] = v;
+    }
+    double total = 0.0;
+    for (int64_t r = 0; r < N; r++)
+        total += row[r];
+    cg_data(out)[0] = (float)(total / (double)kept); /* 0/0 = NaN, as PyTorch */
+    free(row);
+    cg_release(x);
+    if (lse)
+        *lse = lt;
+    else
+        cg_release(lt);
+    return out;
+}
+
+cg_tensor *cg_k_cross_entropy_backward(const cg_tensor *logits, const int64_t *targets,
+                                       int64_t ignore_index, float label_smoothing,
+                                       const cg_tensor *lse, float g)
+{
+    if (!logits)
+        return NULL;
+    int64_t kept;
+    if (!ce_check("cross_entropy_backward", logits, targets, ignore_index, label_smoothing,
+                  &kept))
+        return NULL;
+    int64_t N = logits->shape[0], C = logits->shape[1];
+    if (lse && cg_numel(lse) != N) {
+        char b1[96], b2[96];
+        cg_set_error("cross_entropy_backward: lse must have N elements (shapes %s and %s)",
+                     cg_shape_str(logits, b1, sizeof b1), cg_shape_str(lse, b2, sizeof b2));
+        return NULL;
+    }
+    cg_tensor *x = cg_contiguous(logits);
+    cg_tensor *lc = (x && lse) ? cg_contiguous(lse) : NULL;
+    cg_tensor *dx = (x && (lc || !lse)) ? cg_empty(2, logits->shape) : NULL;
+    if (!dx) {
+        cg_release_all(2, x, lc);
+        return NULL;
+    }
+    const float *xp = cg_data(x);
+    const float *lp = lc ? cg_data(lc) : NULL;
+    float *dp = cg_data(dx);
+    /* With no kept row PyTorch's gradient is zero (ignored rows get none). */
+    double scale = kept > 0 ? (double)g / (double)kept : 0.0;
+    double ls = label_smoothing, smooth = ls / (double)C;
+#pragma omp parallel for schedule(static) if (N * C > PAR_THRESHOLD)
+    for (int64_t r = 0; r < N; r++) {
+        const float *xr = xp + r * C;
+        float *dr = dp + r * C;
+        int64_t t = targets[r];
+        if (t == ignore_index || kept == 0) {
+            for (int64_t j = 0; j < C; j++)
+                dr[j] = 0.0f;
+            continue;
+        }
+        double l = lp ? (double)lp[r] : row_lse(xr, C);
+        for (int64_t j = 0; j < C; j++) {
+            double p = exp((double)xr[j] - l);
+            double d = p - smooth - (j == t ? 1.0 - ls : 0.0);
+            dr[j] = (float)(scale * d);
+        }
+    }
+    cg_release_all(2, x, lc);
+    return dx;
+}

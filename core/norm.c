@@ -1,0 +1,325 @@
+/* Layer norm and RMS norm fused over the last dim, and inverted dropout.
+ *
+ * x is made contiguous and seen as [rows, D]. Forward: one row per task.
+ * Backward: rows are cut into fixed chunks of CHUNK rows; a task computes dx
+ * for its chunk and partial dw/db sums (double) for it; the partials are then
+ * added in chunk order. The chunking does not depend on the thread count, so
+ * results are bit-identical for any number of threads. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/ops.h"
+
+#define PAR_THRESHOLD 32768
+#define CHUNK 64
+
+static bool check_param(const char *op, const char *name, const cg_tensor *p, const cg_tensor *x,
+                        int64_t D)
+{
+    if (p && (p->ndim != 1 || p->shape[0] != D)) {
+        char b1[96], b2[96];
+        cg_set_error("%s: %s must have shape [%lld] to match the last dim of x (shapes %s and %s)",
+                     op, name, (long long)D, cg_shape_str(x, b1, sizeof b1),
+                     cg_shape_str(p, b2, sizeof b2));
+        return false;
+    }
+    return true;
+}
+
+static bool check_x(const char *op, const cg_tensor *x)
+{
+    if (x->ndim < 1) {
+        cg_set_error("%s: x must have at least 1 dim (shape [])", op);
+        return false;
+    }
+    return true;
+}
+
+/* Contiguous copy of an optional parameter (NULL stays NULL). */
+static bool opt_contig(const cg_tensor *p, cg_tensor **out)
+{
+    *out = NULL;
+    if (!p)
+        return true;
+    *out = cg_contiguous(p);
+    return *out != NULL;
+}
+
+/* ------------------------------------------------------------ forward */
+static cg_tensor *norm_forward(const char *op, bool rms, const cg_tensor *x, const cg_tensor *w,
+                               const cg_tensor *b, float eps, cg_tensor **mean_out,
+                               cg_tensor **rstd_out)
+{
+    if (mean_out)
+        *mean_out = NULL;
+    if (rstd_out)
+        *rstd_out = NULL;
+    if (!x || !check_x(op, x))
+        return NULL;
+    int64_t D = x->shape[x->ndim - 1];
+    if (!check_param(op, "weight", w, x, D) || !check_param(op, "bias", b, x, D))
+        return NULL;
+    int64_t n = cg_numel(x), rows = cg_numel_shape(x->ndim - 1, x->shape);
+    cg_tensor *xc = cg_contiguous(x), *wc = NULL, *bc = NULL;
+    cg_tensor *y = NULL, *mt = NULL, *rt = NULL;
+    if (!xc || !opt_contig(w, &wc) || !opt_contig(b, &bc))
+        goto fail;
+    y = cg_empty(x->ndim, x->shape);
+    mt = rms ? NULL : cg_empty(1, &rows);
+    rt = cg_empty(1, &rows);
+    if (!y || (!rms && !mt) || !rt)
+        goto fail;
+    const float *xp = cg_data(xc);
+    const float *wp = wc ? cg_data(wc) : NULL, *bp = bc ? cg_data(bc) : NULL;
+    float *yp = cg_data(y), *mp = mt ? cg_data(mt) : NULL, *rp = cg_data(rt);
+#pragma omp parallel for schedule(static) if (n > PAR_THRESHOLD)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = xp + r * D;
+        float *yr = yp + r * D;
+        double mean = 0.0, var = 0.0;
+        if (!rms) {
+            for (int64_t j = 0; j < D; j++)
+                mean += xr[j];
+            mean /= (double)D;
+        }
+        for (int64_t j = 0; j < D; j++) {
+            double d = (double)xr[j] - mean;
+            var += d * d;
+        }
+        var /= (double)D;
+        float mf = (float)mean;
+        float rs = (float)(1.0 / sqrt(var + (double)eps));
+        if (mp)
+            mp[r] = mf;
+        rp[r] = rs;
+        for (int64_t j = 0; j < D; j++) {
+            float v = (xr[j] - mf) * rs;
+            if (wp)
+                v *= wp[j];
+            if (bp)
+                v += bp[j];
+            yr[j] = v;
+        }
+    }
+    cg_release_all(3, xc, wc, bc);
+    if (mean_out)
+        *mean_out = mt;
+    else
+        cg_release(mt);
+    if (rstd_out)
+        *rstd_out = rt;
+    else
+        cg_release(rt);
+    return y;
+fail:
+    cg_release_all(6, xc, wc, bc, y, mt, rt);
+    return NULL;
+}
+
+cg_tensor *cg_k_layer_norm(const cg_tensor *x, const cg_tensor *w, const cg_tensor *b, float eps,
+                           cg_tensor **mean, cg_tensor **rstd)
+{
+    return norm_forward("layer_norm", false, x, w, b, eps, mean, rstd);
+}
+
+cg_tensor *cg_k_rms_norm(const cg_tensor *x, const cg_tensor *w, float eps, cg_tensor **rstd)
+{
+    return norm_forward("rms_norm", true, x, w, NULL, eps, NULL, rstd);
+}
+
+/* ----------------------------------------------------------- backward */
+/* xhat = (x - mean) * rstd (mean = 0 for RMS norm), gw = g * w:
+ *   layer norm: dx = rstd * (gw - mean(gw) - xhat * mean(gw * xhat))
+ *   rms norm:   dx = rstd * (gw - xhat * mean(gw * xhat))
+ *   dw = sum_rows g * xhat, db = sum_rows g. */
+static bool norm_backward(const char *op, bool rms, const cg_tensor *x, const cg_tensor *w,
+                          const cg_tensor *mean, const cg_tensor *rstd, const cg_tensor *g,
+                          cg_tensor **dx, cg_tensor **dw, cg_tensor **db)
+{
+    if (dx)
+        *dx = NULL;
+    if (dw)
+        *dw = NULL;
+    if (db)
+        *db = NULL;
+    if (!x || !rstd || !g || (!rms && !mean) || !check_x(op, x))
+        return false;
+    char b1[96], b2[96];
+    if (!cg_same_shape(x, g)) {
+        cg_set_error("%s: x and gradient shapes differ (shapes %s and %s)", op,
+                     cg_shape_str(x, b1, sizeof b1), cg_shape_str(g, b2, sizeof b2));
+        return false;
+    }
+    int64_t D = x->shape[x->ndim - 1];
+    if (!check_param(op, "weight", w, x, D))
+        return false;
+    int64_t n = cg_numel(x), rows = cg_numel_shape(x->ndim - 1, x->shape);
+    if (cg_numel(rstd) != rows || (mean && !rms && cg_numel(mean) != rows)) {
+        cg_set_error("%s: saved statistics must have %lld elements (shapes %s and %s)", op,
+                     (long long)rows, cg_shape_str(x, b1, sizeof b1),
+                     cg_shape_str(cg_numel(rstd) != rows ? rstd : mean, b2, sizeof b2));
+        return false;
+    }
+    bool ok = false;
+    cg_tensor *xc = cg_contiguous(x), *gc = cg_contiguous(g), *wc = NULL;
+    cg_tensor *mc = NULL, *rc = cg_contiguous(rstd);
+    cg_tensor *dxt = NULL, *dwt = NULL, *dbt = NULL;
+    int64_t nchunks = (rows + CHUNK - 1) / CHUNK;
+    int64_t Dp = D > 0 ? D : 1;
+    bool want_w = dw != NULL, want_b = db != NULL && !rms;
+    double *pw = NULL, *pb = NULL;
+    if (!xc || !gc || !rc || !opt_contig(w, &wc) || !opt_contig(rms ? NULL : mean, &mc))
+        goto done;
+    if (dx && !(dxt = cg_empty(x->ndim, x->shape)))
+        goto done;
+    if (want_w && !(dwt = cg_empty(1, &D)))
+        goto done;
+    if (want_b && !(dbt = cg_empty(1, &D)))
+        goto done;
+    if (want_w && !(pw = calloc((size_t)(nchunks ? nchunks : 1) * (size_t)Dp, sizeof(double))))
+        goto oom;
+    if (want_b && !(pb = calloc((size_t)(nchunks ? nchunks : 1) * (size_t)Dp, sizeof(double))))
+        goto oom;
+    const float *xp = cg_data(xc), *gp = cg_data(gc), *rp = cg_data(rc);
+    const float *mp = mc ? cg_data(mc) : NULL, *wp = wc ? cg_data(wc) : NULL;
+    float *dxp = dxt ? cg_data(dxt) : NULL;
+#pragma omp parallel for schedule(static) if (n > PAR_THRESHOLD)
+    for (int64_t c = 0; c < nchunks; c++) {
+        int64_t r1 = (c + 1) * CHUNK < rows ? (c + 1) * CHUNK : rows;
+        double *cw = pw ? pw + c * Dp : NULL, *cb = pb ? pb + c * Dp : NULL;
+        for (int64_t r = c * CHUNK; r < r1; r++) {
+            const float *xr = xp + r * D, *gr = gp + r * D;
+            double m = mp ? (double)mp[r] : 0.0, rs = rp[r];
+            if (cw || cb) {
+                for (int64_t j = 0; j < D; j++) {
+                    if (cw)
+                        cw[j] += (double)gr[j] * (((double)xr[j] - m) * rs);
+                    if (cb)
+                        cb[j] += gr[j];
+                }
+            }
+            if (!dxp)
+                continue;
+            double sg = 0.0, sgx = 0.0;
+            for (int64_t j = 0; j < D; j++) {
+                double gw = wp ? (double)gr[j] * wp[j] : (double)gr[j];
+                sg += gw;
+                sgx += gw * (((double)xr[j] - m) * rs);
+            }
+            double mg = rms ? 0.0 : sg / (double)D, mgx = sgx / (double)D;
+            float *dr = dxp + r * D;
+            for (int64_t j = 0; j < D; j++) {
+                double gw = wp ? (double)gr[j] * wp[j] : (double)gr[j];
+                double xh = ((double)xr[j] - m) * rs;
+                dr[j] = (float)(rs * (gw - mg - xh * mgx));
+            }
+        }
+    }
+    /* Sum the chunk partials in chunk order, parallel over columns. */
+    if (dwt || dbt) {
+        float *dwp = dwt ? cg_data(dwt) : NULL, *dbp = dbt ? cg_data(dbt) : NULL;
+#pragma omp parallel for schedule(static) if (nchunks * D > PAR_THRESHOLD)
+        for (int64_t j = 0; j < D; j++) {
+            double sw = 0.0, sb = 0.0;
+            for (int64_t c = 0; c < nchunks; c++) {
+                if (pw)
+                    sw += pw[c * Dp + j];
+                if (pb)
+                    sb += pb[c * Dp + j];
+            }
+            if (dwp)
+                dwp[j] = (float)sw;
+            if (dbp)
+                dbp[j] = (float)sb;
+        }
+    }
+    ok = true;
+    goto done;
+oom:
+    cg_set_error("%s: out of memory for %lld x %lld partial sums", op, (long long)nchunks,
+                 (long long)D);
+done:
+    free(pw);
+    free(pb);
+    cg_release_all(5, xc, gc, wc, mc, rc);
+    if (!ok) {
+        cg_release_all(3, dxt, dwt, dbt);
+        return false;
+    }
+    if (dx)
+        *dx = dxt;
+    if (dw)
+        *dw = dwt;
+    if (db)
+        *db = rms ? NULL : dbt;
+    return true;
+}
+
+bool cg_k_layer_norm_backward(const cg_tensor *x, const cg_tensor *w, const cg_tensor *mean,
+                              const cg_tensor *rstd, const cg_tensor *g, cg_tensor **dx,
+                              cg_tensor **dw, cg_tensor **db)
+{
+    return norm_backward("layer_norm_backward", false, x, w, mean, rstd, g, dx, dw, db);
+}
+
+bool cg_k_rms_norm_backward(const cg_tensor *x, const cg_tensor *w, const cg_tensor *rstd,
+                            const cg_tensor *g, cg_tensor **dx, cg_tensor **dw)
+{
+    return norm_backward("rms_norm_backward", true, x, w, NULL, rstd, g, dx, dw, NULL);
+}
+
+/* ------------------------------------------------------------ dropout */
+/* Element i (row-major) is kept iff draw (counter + i) >= p; the counter then
+ * advances by numel, so the mask does not depend on the thread count. */
+cg_tensor *cg_k_dropout(const cg_tensor *a, float p, cg_rng *rng, cg_tensor **mask)
+{
+    if (mask)
+        *mask = NULL;
+    if (!a)
+        return NULL;
+    if (!(p >= 0.0f && p <= 1.0f)) {
+        char b[96];
+        cg_set_error("dropout: p must be in [0, 1] (got %g, input shape %s)", (double)p,
+                     cg_shape_str(a, b, sizeof b));
+        return NULL;
+    }
+    if (!rng && p > 0.0f) {
+        cg_set_error("dropout: NULL rng");
+        return NULL;
+    }
+    int64_t n = cg_numel(a);
+    cg_tensor *x = cg_contiguous(a);
+    cg_tensor *y = x ? cg_empty(a->ndim, a->shape) : NULL;
+    cg_tensor *m = (y && mask) ? cg_empty(a->ndim, a->shape) : NULL;
+    if (!y || (mask && !m)) {
+        cg_release_all(3, x, y, m);
+        return NULL;
+    }
+    const float *xp = cg_data(x);
+    float *yp = cg_data(y), *mp = m ? cg_data(m) : NULL;
+    /* p == 1 drops everything (PyTorch gives zeros). */
+    float scale = p < 1.0f ? (float)(1.0 / (1.0 - (double)p)) : 0.0f;
+    if (p == 0.0f) {
+        memcpy(yp, xp, (size_t)n * sizeof(float));
+        if (mp)
+            for (int64_t i = 0; i < n; i++)
+                mp[i] = 1.0f;
+    } else {
+        uint64_t seed = rng->seed, base = rng->counter;
+#pragma omp parallel for schedule(static) if (n > PAR_THRESHOLD / 4)
+        for (int64_t i = 0; i < n; i++) {
+            cg_rng r = {.seed = seed, .counter = base + (uint64_t)i};
+            float s = cg_rng_uniform(&r) >= p ? scale : 0.0f;
+            yp[i] = xp[i] * s;
+            if (mp)
+                mp[i] = s;
+        }
+    }
+    if (rng)
+        rng->counter += (uint64_t)n;
+    cg_release(x);
+    if (mask)
+        *mask = m;
+    return y;
+}

@@ -1,0 +1,159 @@
+/* cgrad core: kernels. Raw math on strided tensors, no graph recording.
+ *
+ * Every function here returns a new tensor (caller owns it, see tensor.h)
+ * or NULL with an error message naming the op and the shapes. Inputs may
+ * have any strides, including 0 (broadcast views); outputs are contiguous.
+ * Binary ops broadcast by NumPy rules. Functions ending in '_' write into
+ * their first argument instead and return a bool.
+ *
+ * Determinism: every kernel gives bit-identical results for any number of
+ * OpenMP threads (each output element is computed by one thread in a fixed
+ * order; full reductions sum fixed-size blocks, then the blocks in order).
+ *
+ * The autograd layer (autograd/ops.h) wraps these with backward rules;
+ * kernels whose name ends in _backward exist for those rules. */
+#ifndef CG_OPS_H
+#define CG_OPS_H
+
+#include "core/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* -------------------------------------------------------- elementwise */
+cg_tensor *cg_k_add(const cg_tensor *a, const cg_tensor *b);
+cg_tensor *cg_k_sub(const cg_tensor *a, const cg_tensor *b);
+cg_tensor *cg_k_mul(const cg_tensor *a, const cg_tensor *b);
+cg_tensor *cg_k_div(const cg_tensor *a, const cg_tensor *b);
+/* a + s, a * s */
+cg_tensor *cg_k_adds(const cg_tensor *a, float s);
+cg_tensor *cg_k_muls(const cg_tensor *a, float s);
+/* a*alpha + b*beta (broadcast); a handy fused form for backward rules. */
+cg_tensor *cg_k_axpby(const cg_tensor *a, float alpha, const cg_tensor *b, float beta);
+
+cg_tensor *cg_k_neg(const cg_tensor *a);
+cg_tensor *cg_k_exp(const cg_tensor *a);
+cg_tensor *cg_k_log(const cg_tensor *a);
+cg_tensor *cg_k_sqrt(const cg_tensor *a);
+cg_tensor *cg_k_rsqrt(const cg_tensor *a);
+cg_tensor *cg_k_pow(const cg_tensor *a, float p);
+cg_tensor *cg_k_tanh(const cg_tensor *a);
+cg_tensor *cg_k_sigmoid(const cg_tensor *a);
+cg_tensor *cg_k_relu(const cg_tensor *a);
+/* GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+cg_tensor *cg_k_gelu(const cg_tensor *a);
+cg_tensor *cg_k_abs(const cg_tensor *a);
+cg_tensor *cg_k_clamp(const cg_tensor *a, float lo, float hi);
+/* cond != 0 ? a : b, all three broadcast together. */
+cg_tensor *cg_k_where(const cg_tensor *cond, const cg_tensor *a, const cg_tensor *b);
+/* mask != 0 ? value : a; mask broadcasts to a's shape. */
+cg_tensor *cg_k_masked_fill(const cg_tensor *a, const cg_tensor *mask, float value);
+
+/* Backward helpers: given the input x and upstream gradient g (same shape),
+ * return dL/dx. */
+cg_tensor *cg_k_relu_backward(const cg_tensor *x, const cg_tensor *g);
+cg_tensor *cg_k_gelu_backward(const cg_tensor *x, const cg_tensor *g);
+cg_tensor *cg_k_clamp_backward(const cg_tensor *x, const cg_tensor *g, float lo, float hi);
+cg_tensor *cg_k_abs_backward(const cg_tensor *x, const cg_tensor *g);
+
+/* dst += src (src broadcasts to dst's shape). */
+bool cg_k_add_(cg_tensor *dst, const cg_tensor *src);
+/* dst *= s */
+bool cg_k_muls_(cg_tensor *dst, float s);
+
+/* --------------------------------------------------------- reductions */
+/* Reduce over ndims dims listed in dims (negative allowed; duplicates are an
+ * error). ndims == 0 (dims may be NULL) reduces over all dims. keepdim keeps
+ * reduced dims as size 1. */
+cg_tensor *cg_k_sum(const cg_tensor *a, int ndims, const int *dims, bool keepdim);
+cg_tensor *cg_k_mean(const cg_tensor *a, int ndims, const int *dims, bool keepdim);
+/* Variance with the given correction (0 = biased, 1 = unbiased). */
+cg_tensor *cg_k_var(const cg_tensor *a, int ndims, const int *dims, int correction,
+                    bool keepdim);
+/* Max along one dim; *indices (if not NULL) receives the argmax as a float
+ * tensor of the same shape as the result (first maximum wins; NaN counts as
+ * the maximum, as in PyTorch). */
+cg_tensor *cg_k_max(const cg_tensor *a, int dim, bool keepdim, cg_tensor **indices);
+cg_tensor *cg_k_argmax(const cg_tensor *a, int dim, bool keepdim);
+/* Full reductions to a scalar (ndim 0). */
+cg_tensor *cg_k_sum_all(const cg_tensor *a);
+cg_tensor *cg_k_max_all(const cg_tensor *a);
+/* Sum a (broadcast) gradient back to a shape that broadcasts to a's shape:
+ * the backward of broadcasting. */
+cg_tensor *cg_k_sum_to_shape(const cg_tensor *a, int ndim, const int64_t *shape);
+
+/* --------------------------------------------------------------- matmul */
+/* PyTorch's matmul for ndim >= 2 on both sides: [..., n, k] @ [..., k, m]
+ * with broadcast batch dims. 1-D operands are treated as in PyTorch
+ * (prepended/appended 1, removed from the result). Strided and transposed
+ * views go to BLIS without copies when BLIS can read them as they are. */
+cg_tensor *cg_k_matmul(const cg_tensor *a, const cg_tensor *b);
+/* C = alpha * op(A) @ op(B) + beta * C for 2-D or batched (same batch shape)
+ * views, written in place into c (any strides BLIS accepts). For backward
+ * rules that accumulate. */
+bool cg_k_matmul_into(cg_tensor *c, const cg_tensor *a, const cg_tensor *b, float alpha,
+                      float beta);
+
+/* ------------------------------------------------- softmax and friends */
+cg_tensor *cg_k_softmax(const cg_tensor *a, int dim);
+cg_tensor *cg_k_log_softmax(const cg_tensor *a, int dim);
+/* Given y = softmax(x) and g = dL/dy: dL/dx = y * (g - sum(g*y, dim)). */
+cg_tensor *cg_k_softmax_backward(const cg_tensor *y, const cg_tensor *g, int dim);
+/* Given y = log_softmax(x) and g: dL/dx = g - exp(y) * sum(g, dim). */
+cg_tensor *cg_k_log_softmax_backward(const cg_tensor *y, const cg_tensor *g, int dim);
+
+/* Cross-entropy with PyTorch semantics (reduction mean):
+ *   logits [N, C], targets: N class ids (int64), ignore_index (e.g. -100 or
+ *   pad), label_smoothing in [0,1). Per kept row:
+ *   (1-ls) * -log p[y] + ls * mean_j(-log p[j]); the mean over kept rows
+ *   (0/0 gives NaN, as PyTorch). A target outside [0,C) that is not
+ *   ignore_index is an error. Returns a scalar; optionally *lse (if not NULL)
+ *   gets the per-row log-sum-exp [N] for the backward. */
+cg_tensor *cg_k_cross_entropy(const cg_tensor *logits, const int64_t *targets,
+                              int64_t ignore_index, float label_smoothing, cg_tensor **lse);
+/* d(mean loss)/d logits times the scalar upstream gradient g. */
+cg_tensor *cg_k_cross_entropy_backward(const cg_tensor *logits, const int64_t *targets,
+                                       int64_t ignore_index, float label_smoothing,
+                                       const cg_tensor *lse, float g);
+
+/* Layer norm over the last dim: y = (x - mean) * rstd * w + b, biased var,
+ * w/b may be NULL ([D] otherwise). *mean and *rstd ([rows]) are for backward. */
+cg_tensor *cg_k_layer_norm(const cg_tensor *x, const cg_tensor *w, const cg_tensor *b,
+                           float eps, cg_tensor **mean, cg_tensor **rstd);
+/* Writes dx (may be NULL to skip), dw, db (each NULL to skip) as new tensors. */
+bool cg_k_layer_norm_backward(const cg_tensor *x, const cg_tensor *w, const cg_tensor *mean,
+                              const cg_tensor *rstd, const cg_tensor *g, cg_tensor **dx,
+                              cg_tensor **dw, cg_tensor **db);
+/* RMS norm over the last dim: y = x * rsqrt(mean(x^2) + eps) * w (w may be NULL). */
+cg_tensor *cg_k_rms_norm(const cg_tensor *x, const cg_tensor *w, float eps, cg_tensor **rstd);
+bool cg_k_rms_norm_backward(const cg_tensor *x, const cg_tensor *w, const cg_tensor *rstd,
+                            const cg_tensor *g, cg_tensor **dx, cg_tensor **dw);
+
+/* Inverted dropout: keep with prob 1-p, scale kept by 1/(1-p). *mask (if not
+ * NULL) gets the scale per element (0 or 1/(1-p)). p in [0,1). Seeded and
+ * thread-count independent. */
+cg_tensor *cg_k_dropout(const cg_tensor *a, float p, cg_rng *rng, cg_tensor **mask);
+
+/* ---------------------------------------------------------- shape ops */
+cg_tensor *cg_k_concat(cg_tensor *const *ts, int n, int dim);
+cg_tensor *cg_k_stack(cg_tensor *const *ts, int n, int dim);
+/* Split into pieces of the given sizes along dim (sum must equal the dim
+ * size); out[i] receive views. Returns false on error. */
+bool cg_k_split(const cg_tensor *a, int dim, int n, const int64_t *sizes, cg_tensor **out);
+/* Rows of a along dim picked by ids (n of them): result has shape of a with
+ * size n at dim. Every id must be in [0, size). */
+cg_tensor *cg_k_index_select(const cg_tensor *a, int dim, const int64_t *ids, int64_t n);
+/* dst[ids[i]] += src[i] along dim (the backward of index_select). */
+bool cg_k_index_add_(cg_tensor *dst, int dim, const int64_t *ids, int64_t n,
+                     const cg_tensor *src);
+/* torch.gather: out[i][j] = a[i][ids[i][j]] along dim; ids has the result's
+ * shape given by (ndim, shape), ids contiguous row-major int64. */
+cg_tensor *cg_k_gather(const cg_tensor *a, int dim, const int64_t *ids, int ndim,
+                       const int64_t *shape);
+bool cg_k_scatter_add_(cg_tensor *dst, int dim, const int64_t *ids, const cg_tensor *src);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,473 @@
+/* Shape ops: concat, stack, split (views), index_select / index_add_ (the
+ * embedding gather and its backward) and gather / scatter_add_ (torch.gather
+ * semantics).
+ *
+ * Determinism of the accumulating ops without atomics:
+ *   index_add_   ids are bucketed by destination row (stable counting sort);
+ *                each destination row is owned by one task that adds its
+ *                source rows in increasing position order.
+ *   scatter_add_ each line of src along dim (all other coordinates fixed)
+ *                writes only into the matching line of dst; one task per line,
+ *                positions added in order.
+ * Both give the same sums, bit for bit, as a serial loop over positions. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/ops.h"
+
+#define PAR_THRESHOLD 32768
+
+static void contig_strides(int ndim, const int64_t *shape, int64_t *st)
+{
+    int64_t s = 1;
+    for (int i = ndim - 1; i >= 0; i--) {
+        st[i] = s;
+        s *= shape[i];
+    }
+}
+
+/* A destination written in place must not have elements sharing memory. */
+static bool check_writable(const char *op, const cg_tensor *t)
+{
+    for (int i = 0; i < t->ndim; i++) {
+        if (t->strides[i] == 0 && t->shape[i] > 1) {
+            char b[96];
+            cg_set_error("%s: destination of shape %s is a broadcast view (stride 0 on dim %d); "
+                         "its elements share memory",
+                         op, cg_shape_str(t, b, sizeof b), i);
+            return false;
+        }
+    }
+    return true;
+}
+
+/* ------------------------------------------------------------- concat */
+cg_tensor *cg_k_concat(cg_tensor *const *ts, int n, int dim)
+{
+    if (!ts || n < 1) {
+        cg_set_error("concat: need at least one tensor (got %d)", ts ? n : 0);
+        return NULL;
+    }
+    for (int i = 0; i < n; i++)
+        if (!ts[i])
+            return NULL;
+    const cg_tensor *t0 = ts[0];
+    if (t0->ndim == 0) {
+        cg_set_error("concat: zero-dimensional tensors cannot be concatenated (use stack)");
+        return NULL;
+    }
+    int d = cg_norm_dim("concat", dim, t0->ndim);
+    if (d < 0)
+        return NULL;
+    int64_t shape[CG_MAX_DIMS];
+    memcpy(shape, t0->shape, sizeof shape);
+    shape[d] = 0;
+    for (int i = 0; i < n; i++) {
+        const cg_tensor *t = ts[i];
+        bool ok = t->ndim == t0->ndim;
+        for (int k = 0; ok && k < t0->ndim; k++)
+            ok = k == d || t->shape[k] == t0->shape[k];
+        if (!ok) {
+            char b1[96], b2[96];
+            cg_set_error("concat: tensor %d does not match tensor 0 outside dim %d "
+                         "(shapes %s and %s)",
+                         i, dim, cg_shape_str(t0, b1, sizeof b1), cg_shape_str(t, b2, sizeof b2));
+            return NULL;
+        }
+        shape[d] += t->shape[d];
+    }
+    cg_tensor *out = cg_empty(t0->ndim, shape);
+    if (!out)
+        return NULL;
+    int64_t at = 0;
+    for (int i = 0; i < n; i++) {
+        int64_t len = ts[i]->shape[d];
+        if (len > 0) {
+            cg_tensor *v = cg_view_narrow(out, d, at, len);
+            bool ok = v && cg_copy_(v, ts[i]);
+            cg_release(v);
+            if (!ok) {
+                cg_release(out);
+                return NULL;
+            }
+        }
+        at += len;
+    }
+    return out;
+}
+
+/* -------------------------------------------------------------- stack */
+cg_tensor *cg_k_stack(cg_tensor *const *ts, int n, int dim)
+{
+    if (!ts || n < 1) {
+        cg_set_error("stack: need at least one tensor (got %d)", ts ? n : 0);
+        return NULL;
+    }
+    for (int i = 0; i < n; i++)
+        if (!ts[i])
+            return NULL;
+    const cg_tensor *t0 = ts[0];
+    if (t0->ndim >= CG_MAX_DIMS) {
+        cg_set_error("stack: tensors already have the maximum of %d dims", CG_MAX_DIMS);
+        return NULL;
+    }
+    int d = cg_norm_dim("stack", dim, t0->ndim + 1);
+    if (d < 0)
+        return NULL;
+    for (int i = 1; i < n; i++) {
+        if (!cg_same_shape(ts[i], t0)) {
+            char b1[96], b2[96];
+            cg_set_error("stack: all tensors must have the same shape; tensor %d differs "
+                         "(shapes %s and %s)",
+                         i, cg_shape_str(t0, b1, sizeof b1), cg_shape_str(ts[i], b2, sizeof b2));
+            return NULL;
+        }
+    }
+    int64_t shape[CG_MAX_DIMS];
+    for (int k = 0, s = 0; k <= t0->ndim; k++)
+        shape[k] = k == d ? (int64_t)n : t0->shape[s++];
+    cg_tensor *out = cg_empty(t0->ndim + 1, shape);
+    if (!out)
+        return NULL;
+    if (cg_numel(out) == 0)
+        return out;
+    for (int i = 0; i < n; i++) {
+        cg_tensor *v = cg_view_select(out, d, i);
+        bool ok = v && cg_copy_(v, ts[i]);
+        cg_release(v);
+        if (!ok) {
+            cg_release(out);
+            return NULL;
+        }
+    }
+    return out;
+}
+
+/* -------------------------------------------------------------- split */
+bool cg_k_split(const cg_tensor *a, int dim, int n, const int64_t *sizes, cg_tensor **out)
+{
+    if (!a)
+        return false;
+    if (n < 1 || !sizes || !out) {
+        cg_set_error("split: need n >= 1 sizes and an output array (got n = %d)", n);
+        return false;
+    }
+    for (int i = 0; i < n; i++)
+        out[i] = NULL;
+    if (a->ndim == 0) {
+        cg_set_error("split: cannot split a zero-dimensional tensor");
+        return false;
+    }
+    int d = cg_norm_dim("split", dim, a->ndim);
+    if (d < 0)
+        return false;
+    int64_t total = 0;
+    for (int i = 0; i < n; i++) {
+        if (sizes[i] < 0) {
+            cg_set_error("split: size %d is negative (%lld)", i, (long long)sizes[i]);
+            return false;
+        }
+        total += sizes[i];
+    }
+    if (total != a->shape[d]) {
+        char b[96];
+        cg_set_error("split: sizes sum to %lld but dim %d of shape %s has size %lld",
+                     (long long)total, dim, cg_shape_str(a, b, sizeof b), (long long)a->shape[d]);
+        return false;
+    }
+    int64_t at = 0;
+    for (int i = 0; i < n; i++) {
+        out[i] = cg_view_narrow(a, d, at, sizes[i]);
+        if (!out[i]) {
+            for (int k = 0; k < i; k++) {
+                cg_release(out[k]);
+                out[k] = NULL;
+            }
+            return false;
+        }
+        at += sizes[i];
+    }
+    return true;
+}
+
+/* ------------------------------------------------ index_select / add */
+typedef struct {
+    int64_t outer, S, inner;
+} lines_t;
+
+static void lines_of(const int64_t *shape, int ndim, int d, lines_t *l)
+{
+    l->outer = cg_numel_shape(d, shape);
+    l->S = shape[d];
+    l->inner = cg_numel_shape(ndim - d - 1, shape + d + 1);
+}
+
+static bool check_ids(const char *op, const cg_tensor *a, int dim, int d, const int64_t *ids,
+                      int64_t n)
+{
+    if (n < 0 || (n > 0 && !ids)) {
+        cg_set_error("%s: need a non-negative count and ids (got n = %lld)", op, (long long)n);
+        return false;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= a->shape[d]) {
+            char b[96];
+            cg_set_error("%s: id %lld at position %lld is out of range [0, %lld) for dim %d of "
+                         "shape %s",
+                         op, (long long)ids[i], (long long)i, (long long)a->shape[d], dim,
+                         cg_shape_str(a, b, sizeof b));
+            return false;
+        }
+    }
+    return true;
+}
+
+cg_tensor *cg_k_index_select(const cg_tensor *a, int dim, const int64_t *ids, int64_t n)
+{
+    if (!a)
+        return NULL;
+    if (a->ndim == 0) {
+        cg_set_error("index_select: input must have at least 1 dim (shape [])");
+        return NULL;
+    }
+    int d = cg_norm_dim("index_select", dim, a->ndim);
+    if (d < 0 || !check_ids("index_select", a, dim, d, ids, n))
+        return NULL;
+    int64_t shape[CG_MAX_DIMS];
+    memcpy(shape, a->shape, sizeof shape);
+    shape[d] = n;
+    lines_t l;
+    lines_of(a->shape, a->ndim, d, &l);
+    cg_tensor *x = cg_contiguous(a);
+    cg_tensor *out = x ? cg_empty(a->ndim, shape) : NULL;
+    if (!out) {
+        cg_release(x);
+        return NULL;
+    }
+    const float *xp = cg_data(x);
+    float *op = cg_data(out);
+    int64_t rows = l.outer * n;
+    size_t bytes = (size_t)l.inner * sizeof(float);
+#pragma omp parallel for schedule(static) if (rows * l.inner > PAR_THRESHOLD)
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t o = r / n, i = r % n;
+        memcpy(op + r * l.inner, xp + (o * l.S + ids[i]) * l.inner, bytes);
+    }
+    cg_release(x);
+    return out;
+}
+
+bool cg_k_index_add_(cg_tensor *dst, int dim, const int64_t *ids, int64_t n, const cg_tensor *src)
+{
+    if (!dst || !src)
+        return false;
+    if (dst->ndim == 0) {
+        cg_set_error("index_add_: destination must have at least 1 dim (shape [])");
+        return false;
+    }
+    int d = cg_norm_dim("index_add_", dim, dst->ndim);
+    if (d < 0 || !check_writable("index_add_", dst) || !check_ids("index_add_", dst, dim, d, ids, n))
+        return false;
+    bool shape_ok = src->ndim == dst->ndim;
+    for (int k = 0; shape_ok && k < dst->ndim; k++)
+        shape_ok = src->shape[k] == (k == d ? n : dst->shape[k]);
+    if (!shape_ok) {
+        char b1[96], b2[96];
+        cg_set_error("index_add_: source must have the destination's shape with %lld at dim %d "
+                     "(shapes %s and %s)",
+                     (long long)n, dim, cg_shape_str(dst, b1, sizeof b1),
+                     cg_shape_str(src, b2, sizeof b2));
+        return false;
+    }
+    if (n == 0 || cg_numel(dst) == 0)
+        return true;
+    lines_t l;
+    lines_of(dst->shape, dst->ndim, d, &l);
+    /* Stable counting sort of positions by id: bucket s holds the positions
+     * i with ids[i] == s, in increasing order. */
+    int64_t *start = calloc((size_t)l.S + 1, sizeof(int64_t));
+    int64_t *order = malloc((size_t)n * sizeof(int64_t));
+    cg_tensor *s = cg_contiguous(src);
+    cg_tensor *w = (start && order && s) ? cg_contiguous(dst) : NULL;
+    if (!w) {
+        if (!start || !order)
+            cg_set_error("index_add_: out of memory");
+        free(start);
+        free(order);
+        cg_release(s);
+        return false;
+    }
+    for (int64_t i = 0; i < n; i++)
+        start[ids[i] + 1]++;
+    for (int64_t k = 0; k < l.S; k++)
+        start[k + 1] += start[k];
+    {
+        int64_t *fill = malloc((size_t)l.S * sizeof(int64_t) + 1);
+        if (!fill) {
+            cg_set_error("index_add_: out of memory");
+            free(start);
+            free(order);
+            cg_release_all(2, s, w);
+            return false;
+        }
+        memcpy(fill, start, (size_t)l.S * sizeof(int64_t));
+        for (int64_t i = 0; i < n; i++)
+            order[fill[ids[i]]++] = i;
+        free(fill);
+    }
+    const float *sp = cg_data(s);
+    float *wp = cg_data(w);
+    int64_t tasks = l.outer * l.S;
+#pragma omp parallel for schedule(static) if (l.outer * n * l.inner > PAR_THRESHOLD)
+    for (int64_t t = 0; t < tasks; t++) {
+        int64_t o = t / l.S, row = t % l.S;
+        float *dr = wp + (o * l.S + row) * l.inner;
+        for (int64_t k = start[row]; k < start[row + 1]; k++) {
+            const float *sr = sp + (o * n + order[k]) * l.inner;
+            for (int64_t j = 0; j < l.inner; j++)
+                dr[j] += sr[j];
+        }
+    }
+    bool ok = true;
+    if (!cg_is_contiguous(dst))
+        ok = cg_copy_(dst, w); /* w is a contiguous copy of dst: write back */
+    free(start);
+    free(order);
+    cg_release_all(2, s, w);
+    return ok;
+}
+
+/* ------------------------------------------------ gather / scatter_add */
+/* Checks shared by gather and scatter_add_: ids has shape (ndim, shape),
+ * which must fit in t outside dim; ids must index t's dim. */
+static bool check_gather_ids(const char *op, const cg_tensor *t, int dim, int d, const int64_t *ids,
+                             int ndim, const int64_t *shape)
+{
+    char b1[96], b2[96];
+    bool ok = ndim == t->ndim;
+    for (int k = 0; ok && k < ndim; k++)
+        ok = shape[k] >= 0 && (k == d || shape[k] <= t->shape[k]);
+    if (!ok) {
+        cg_set_error("%s: the index must have as many dims as the tensor and fit in it "
+                     "outside dim %d (shapes %s and %s)",
+                     op, dim, cg_shape_str(t, b2, sizeof b2),
+                     cg_shape_str_n(ndim, shape, b1, sizeof b1));
+        return false;
+    }
+    int64_t n = cg_numel_shape(ndim, shape);
+    if (n > 0 && !ids) {
+        cg_set_error("%s: NULL ids", op);
+        return false;
+    }
+    int64_t size = ndim ? t->shape[d] : 1;
+    for (int64_t i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= size) {
+            cg_set_error("%s: id %lld at position %lld is out of range [0, %lld) for dim %d of "
+                         "shape %s",
+                         op, (long long)ids[i], (long long)i, (long long)size, dim,
+                         cg_shape_str(t, b2, sizeof b2));
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Resolve dim; a 0-d tensor accepts dim 0 or -1. */
+static int gather_dim(const char *op, int dim, int ndim)
+{
+    if (ndim == 0) {
+        if (dim == 0 || dim == -1)
+            return 0;
+        cg_set_error("%s: dim %d out of range for a tensor with 0 dims", op, dim);
+        return -1;
+    }
+    return cg_norm_dim(op, dim, ndim);
+}
+
+cg_tensor *cg_k_gather(const cg_tensor *a, int dim, const int64_t *ids, int ndim,
+                       const int64_t *shape)
+{
+    if (!a)
+        return NULL;
+    if (ndim < 0 || ndim > CG_MAX_DIMS || (ndim > 0 && !shape)) {
+        cg_set_error("gather: bad index ndim %d", ndim);
+        return NULL;
+    }
+    int d = gather_dim("gather", dim, a->ndim);
+    if (d < 0 || !check_gather_ids("gather", a, dim, d, ids, ndim, shape))
+        return NULL;
+    cg_tensor *out = cg_empty(ndim, shape);
+    if (!out)
+        return NULL;
+    int64_t n = cg_numel(out);
+    if (n == 0)
+        return out;
+    float *op = cg_data(out);
+    const float *ap = a->storage->data;
+    if (ndim == 0) {
+        op[0] = ap[a->offset];
+        return out;
+    }
+    int last = ndim - 1;
+    int64_t inner = shape[last], rows = n / inner;
+    const int64_t *st = a->strides;
+#pragma omp parallel for schedule(static) if (n > PAR_THRESHOLD)
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t base = a->offset, rem = r;
+        for (int k = last - 1; k >= 0; k--) {
+            int64_t i = rem % shape[k];
+            rem /= shape[k];
+            if (k != d)
+                base += i * st[k];
+        }
+        const int64_t *ir = ids + r * inner;
+        float *orow = op + r * inner;
+        if (d == last) {
+            for (int64_t j = 0; j < inner; j++)
+                orow[j] = ap[base + ir[j] * st[last]];
+        } else {
+            for (int64_t j = 0; j < inner; j++)
+                orow[j] = ap[base + j * st[last] + ir[j] * st[d]];
+        }
+    }
+    return out;
+}
+
+bool cg_k_scatter_add_(cg_tensor *dst, int dim, const int64_t *ids, const cg_tensor *src)
+{
+    if (!dst || !src)
+        return false;
+    int d = gather_dim("scatter_add_", dim, dst->ndim);
+    if (d < 0 || !check_writable("scatter_add_", dst) ||
+        !check_gather_ids("scatter_add_", dst, dim, d, ids, src->ndim, src->shape))
+        return false;
+    int64_t n = cg_numel(src);
+    if (n == 0)
+        return true;
+    float *dp = dst->storage->data;
+    const float *sp = src->storage->data;
+    if (src->ndim == 0) {
+        dp[dst->offset] += sp[src->offset];
+        return true;
+    }
+    int nd = src->ndim;
+    int64_t L = src->shape[d], lines = n / L;
+    int64_t ist[CG_MAX_DIMS];
+    contig_strides(nd, src->shape, ist);
+#pragma omp parallel for schedule(static) if (n > PAR_THRESHOLD)
+    for (int64_t line = 0; line < lines; line++) {
+        int64_t sb = src->offset, db = dst->offset, ib = 0, rem = line;
+        for (int k = nd - 1; k >= 0; k--) {
+            if (k == d)
+                continue;
+            int64_t i = rem % src->shape[k];
+            rem /= src->shape[k];
+            sb += i * src->strides[k];
+            db += i * dst->strides[k];
+            ib += i * ist[k];
+        }
+        for (int64_t j = 0; j < L; j++)
+            dp[db + ids[ib + j * ist[d]] * dst->strides[d]] += sp[sb + j * src->strides[d]];
+    }
+    return true;
+}

@@ -1,0 +1,223 @@
+/* Softmax and log-softmax along any dim, with their backward kernels.
+ *
+ * The input is made contiguous and seen as [outer, D, inner] with D the size
+ * of the softmax dim. Work is split into tasks of (one outer index, a block
+ * of up to BLOCK inner columns); each task reduces over D for its columns in
+ * a fixed order, so results do not depend on the thread count. For the last
+ * dim (inner == 1) a task is one contiguous row.
+ *
+ * Numerics: the row maximum is subtracted before exp; sums are accumulated in
+ * double. A row of all -inf gives NaN (as PyTorch): -inf - -inf is NaN. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/ops.h"
+
+#define PAR_THRESHOLD 32768
+#define BLOCK 64
+
+/* ----------------------------------------------------------- layout */
+typedef struct {
+    int64_t outer, D, inner;
+} lines_t;
+
+/* Resolve dim (a 0-d tensor accepts dim 0 or -1 and has D = 1). */
+static bool split_dims(const char *op, const cg_tensor *a, int dim, lines_t *l)
+{
+    if (a->ndim == 0) {
+        if (dim != 0 && dim != -1) {
+            cg_set_error("%s: dim %d out of range for a tensor with 0 dims", op, dim);
+            return false;
+        }
+        *l = (lines_t){1, 1, 1};
+        return true;
+    }
+    int d = cg_norm_dim(op, dim, a->ndim);
+    if (d < 0)
+        return false;
+    l->outer = 1;
+    l->inner = 1;
+    for (int i = 0; i < d; i++)
+        l->outer *= a->shape[i];
+    for (int i = d + 1; i < a->ndim; i++)
+        l->inner *= a->shape[i];
+    l->D = a->shape[d];
+    return true;
+}
+
+/* ------------------------------------------------------ block kernels */
+/* Each kernel handles w columns (w <= BLOCK) at stride 1 of a [D, inner]
+ * slab starting at the given pointers. Called with inner == w == 1 for
+ * contiguous rows (the compiler specialises the inlined copy). */
+
+static inline void softmax_block(const float *x, float *y, int64_t D, int64_t inner, int64_t w,
+                                 bool logsm)
+{
+    float mx[BLOCK];
+    double sum[BLOCK];
+    for (int64_t c = 0; c < w; c++) {
+        mx[c] = -INFINITY;
+        sum[c] = 0.0;
+    }
+    for (int64_t j = 0; j < D; j++) {
+        const float *xr = x + j * inner;
+        for (int64_t c = 0; c < w; c++)
+            mx[c] = xr[c] > mx[c] ? xr[c] : mx[c];
+    }
+    /* A NaN skipped by the max still makes its column NaN through the sum. */
+    for (int64_t j = 0; j < D; j++) {
+        const float *xr = x + j * inner;
+        float *yr = y + j * inner;
+        for (int64_t c = 0; c < w; c++) {
+            float e = expf(xr[c] - mx[c]);
+            sum[c] += e;
+            if (!logsm)
+                yr[c] = e;
+        }
+    }
+    if (logsm) {
+        double ls[BLOCK];
+        for (int64_t c = 0; c < w; c++)
+            ls[c] = log(sum[c]);
+        for (int64_t j = 0; j < D; j++) {
+            const float *xr = x + j * inner;
+            float *yr = y + j * inner;
+            for (int64_t c = 0; c < w; c++)
+                yr[c] = (float)((double)(xr[c] - mx[c]) - ls[c]);
+        }
+    } else {
+        double inv[BLOCK];
+        for (int64_t c = 0; c < w; c++)
+            inv[c] = 1.0 / sum[c];
+        for (int64_t j = 0; j < D; j++) {
+            float *yr = y + j * inner;
+            for (int64_t c = 0; c < w; c++)
+                yr[c] = (float)((double)yr[c] * inv[c]);
+        }
+    }
+}
+
+/* softmax: dx = y * (g - sum(g*y)); log_softmax: dx = g - exp(y) * sum(g). */
+static inline void softmax_bwd_block(const float *y, const float *g, float *dx, int64_t D,
+                                     int64_t inner, int64_t w, bool logsm)
+{
+    double s[BLOCK];
+    for (int64_t c = 0; c < w; c++)
+        s[c] = 0.0;
+    for (int64_t j = 0; j < D; j++) {
+        const float *yr = y + j * inner, *gr = g + j * inner;
+        for (int64_t c = 0; c < w; c++)
+            s[c] += logsm ? (double)gr[c] : (double)gr[c] * (double)yr[c];
+    }
+    for (int64_t j = 0; j < D; j++) {
+        const float *yr = y + j * inner, *gr = g + j * inner;
+        float *dr = dx + j * inner;
+        for (int64_t c = 0; c < w; c++) {
+            if (logsm)
+                dr[c] = (float)((double)gr[c] - (double)expf(yr[c]) * s[c]);
+            else
+                dr[c] = (float)((double)yr[c] * ((double)gr[c] - s[c]));
+        }
+    }
+}
+
+/* -------------------------------------------------------- drivers */
+static cg_tensor *softmax_impl(const char *op, const cg_tensor *a, int dim, bool logsm)
+{
+    if (!a)
+        return NULL;
+    lines_t l;
+    if (!split_dims(op, a, dim, &l))
+        return NULL;
+    cg_tensor *x = cg_contiguous(a);
+    cg_tensor *y = x ? cg_empty(a->ndim, a->shape) : NULL;
+    if (!y) {
+        cg_release(x);
+        return NULL;
+    }
+    int64_t n = cg_numel(a);
+    if (n > 0) {
+        const float *xp = cg_data(x);
+        float *yp = cg_data(y);
+        if (l.inner == 1) {
+#pragma omp parallel for schedule(static) if (n > PAR_THRESHOLD)
+            for (int64_t r = 0; r < l.outer; r++)
+                softmax_block(xp + r * l.D, yp + r * l.D, l.D, 1, 1, logsm);
+        } else {
+            int64_t nblk = (l.inner + BLOCK - 1) / BLOCK, tasks = l.outer * nblk;
+#pragma omp parallel for schedule(static) if (n > PAR_THRESHOLD)
+            for (int64_t t = 0; t < tasks; t++) {
+                int64_t o = t / nblk, c0 = (t % nblk) * BLOCK;
+                int64_t w = l.inner - c0 < BLOCK ? l.inner - c0 : BLOCK;
+                int64_t base = o * l.D * l.inner + c0;
+                softmax_block(xp + base, yp + base, l.D, l.inner, w, logsm);
+            }
+        }
+    }
+    cg_release(x);
+    return y;
+}
+
+static cg_tensor *softmax_bwd_impl(const char *op, const cg_tensor *y, const cg_tensor *g,
+                                   int dim, bool logsm)
+{
+    if (!y || !g)
+        return NULL;
+    if (!cg_same_shape(y, g)) {
+        char b1[96], b2[96];
+        cg_set_error("%s: output and gradient shapes differ (shapes %s and %s)", op,
+                     cg_shape_str(y, b1, sizeof b1), cg_shape_str(g, b2, sizeof b2));
+        return NULL;
+    }
+    lines_t l;
+    if (!split_dims(op, y, dim, &l))
+        return NULL;
+    cg_tensor *yc = cg_contiguous(y), *gc = cg_contiguous(g);
+    cg_tensor *dx = (yc && gc) ? cg_empty(y->ndim, y->shape) : NULL;
+    if (!dx) {
+        cg_release_all(2, yc, gc);
+        return NULL;
+    }
+    int64_t n = cg_numel(y);
+    if (n > 0) {
+        const float *yp = cg_data(yc), *gp = cg_data(gc);
+        float *dp = cg_data(dx);
+        if (l.inner == 1) {
+#pragma omp parallel for schedule(static) if (n > PAR_THRESHOLD)
+            for (int64_t r = 0; r < l.outer; r++)
+                softmax_bwd_block(yp + r * l.D, gp + r * l.D, dp + r * l.D, l.D, 1, 1, logsm);
+        } else {
+            int64_t nblk = (l.inner + BLOCK - 1) / BLOCK, tasks = l.outer * nblk;
+#pragma omp parallel for schedule(static) if (n > PAR_THRESHOLD)
+            for (int64_t t = 0; t < tasks; t++) {
+                int64_t o = t / nblk, c0 = (t % nblk) * BLOCK;
+                int64_t w = l.inner - c0 < BLOCK ? l.inner - c0 : BLOCK;
+                int64_t base = o * l.D * l.inner + c0;
+                softmax_bwd_block(yp + base, gp + base, dp + base, l.D, l.inner, w, logsm);
+            }
+        }
+    }
+    cg_release_all(2, yc, gc);
+    return dx;
+}
+
+cg_tensor *cg_k_softmax(const cg_tensor *a, int dim)
+{
+    return softmax_impl("softmax", a, dim, false);
+}
+
+cg_tensor *cg_k_log_softmax(const cg_tensor *a, int dim)
+{
+    return softmax_impl("log_softmax", a, dim, true);
+}
+
+cg_tensor *cg_k_softmax_backward(const cg_tensor *y, const cg_tensor *g, int dim)
+{
+    return softmax_bwd_impl("softmax_backward", y, g, dim, false);
+}
+
+cg_tensor *cg_k_log_softmax_backward(const cg_tensor *y, const cg_tensor *g, int dim)
+{
+    return softmax_bwd_impl("log_softmax_backward", y, g, dim, true);
+}

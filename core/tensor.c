@@ -1,0 +1,858 @@
+/* Tensors: storage, lifecycle, creation, RNG, queries and views. */
+#include "core/tensor.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+
+/* ------------------------------------------------------------ allocation */
+void *cg_alloc(size_t bytes)
+{
+    size_t rounded = (bytes + 63) / 64 * 64;
+    if (rounded == 0)
+        rounded = 64;
+    return aligned_alloc(64, rounded);
+}
+
+void cg_free(void *p) { free(p); }
+
+static cg_storage *storage_new(int64_t numel)
+{
+    cg_storage *s = malloc(sizeof *s);
+    if (!s) {
+        cg_set_error("out of memory allocating a storage header");
+        return NULL;
+    }
+    size_t n = numel > 0 ? (size_t)numel : 1;
+    if (n > SIZE_MAX / sizeof(float)) {
+        free(s);
+        cg_set_error("tensor of %lld elements is too large", (long long)numel);
+        return NULL;
+    }
+    s->data = cg_alloc(n * sizeof(float));
+    if (!s->data) {
+        free(s);
+        cg_set_error("out of memory allocating %lld floats", (long long)numel);
+        return NULL;
+    }
+    s->numel = numel;
+    s->refcount = 1;
+    return s;
+}
+
+static void storage_release(cg_storage *s)
+{
+    if (s && --s->refcount == 0) {
+        cg_free(s->data);
+        free(s);
+    }
+}
+
+/* ------------------------------------------------------------- lifecycle */
+static cg_node_release_fn g_node_release;
+
+void cg_set_node_release_hook(cg_node_release_fn fn) { g_node_release = fn; }
+
+cg_tensor *cg_retain(cg_tensor *t)
+{
+    if (t)
+        t->refcount++;
+    return t;
+}
+
+void cg_release(cg_tensor *t)
+{
+    if (!t || --t->refcount > 0)
+        return;
+    struct cg_node *node = t->node;
+    cg_tensor *grad = t->grad;
+    storage_release(t->storage);
+    free(t);
+    cg_release(grad); /* a leaf gradient has no node and no grad: depth 1 */
+    if (node && g_node_release)
+        g_node_release(node); /* iterative in autograd: no deep recursion */
+}
+
+void cg_release_all(int n, ...)
+{
+    va_list ap;
+    va_start(ap, n);
+    for (int i = 0; i < n; i++)
+        cg_release(va_arg(ap, cg_tensor *));
+    va_end(ap);
+}
+
+/* A tensor header over storage s (retained), with the given layout. */
+static cg_tensor *tensor_header(cg_storage *s, int64_t offset, int ndim, const int64_t *shape,
+                                const int64_t *strides)
+{
+    cg_tensor *t = calloc(1, sizeof *t);
+    if (!t) {
+        cg_set_error("out of memory allocating a tensor header");
+        return NULL;
+    }
+    s->refcount++;
+    t->storage = s;
+    t->offset = offset;
+    t->ndim = ndim;
+    for (int i = 0; i < ndim; i++) {
+        t->shape[i] = shape[i];
+        t->strides[i] = strides[i];
+    }
+    t->dtype = CG_F32;
+    t->refcount = 1;
+    return t;
+}
+
+/* ------------------------------------------------------------- queries */
+int64_t cg_numel_shape(int ndim, const int64_t *shape)
+{
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++)
+        n *= shape[i];
+    return n;
+}
+
+int64_t cg_numel(const cg_tensor *t) { return t ? cg_numel_shape(t->ndim, t->shape) : 0; }
+
+bool cg_is_contiguous(const cg_tensor *t)
+{
+    int64_t expect = 1;
+    for (int i = t->ndim - 1; i >= 0; i--) {
+        if (t->shape[i] != 1 && t->strides[i] != expect)
+            return false;
+        expect *= t->shape[i];
+    }
+    return true;
+}
+
+float *cg_data(const cg_tensor *t) { return t->storage->data + t->offset; }
+
+static int64_t offset_of(const cg_tensor *t, const int64_t *idx)
+{
+    int64_t off = t->offset;
+    for (int i = 0; i < t->ndim; i++)
+        off += idx[i] * t->strides[i];
+    return off;
+}
+
+float cg_get(const cg_tensor *t, const int64_t *idx) { return t->storage->data[offset_of(t, idx)]; }
+
+void cg_set(cg_tensor *t, const int64_t *idx, float v) { t->storage->data[offset_of(t, idx)] = v; }
+
+float cg_item(const cg_tensor *t)
+{
+    if (!t)
+        return NAN;
+    if (cg_numel(t) != 1) {
+        char b[96];
+        cg_set_error("item: tensor of shape %s has %lld elements, expected 1",
+                     cg_shape_str(t, b, sizeof b), (long long)cg_numel(t));
+        return NAN;
+    }
+    return t->storage->data[t->offset];
+}
+
+bool cg_same_shape(const cg_tensor *a, const cg_tensor *b)
+{
+    if (a->ndim != b->ndim)
+        return false;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->shape[i] != b->shape[i])
+            return false;
+    return true;
+}
+
+char *cg_shape_str_n(int ndim, const int64_t *shape, char *buf, size_t n)
+{
+    size_t used = 0;
+    if (n == 0)
+        return buf;
+    buf[0] = '\0';
+    used += (size_t)snprintf(buf + used, n - used, "[");
+    for (int i = 0; i < ndim && used < n; i++)
+        used += (size_t)snprintf(buf + used, n - used, i ? ", %lld" : "%lld", (long long)shape[i]);
+    if (used < n)
+        snprintf(buf + used, n - used, "]");
+    return buf;
+}
+
+char *cg_shape_str(const cg_tensor *t, char *buf, size_t n)
+{
+    if (!t) {
+        snprintf(buf, n, "(null)");
+        return buf;
+    }
+    return cg_shape_str_n(t->ndim, t->shape, buf, n);
+}
+
+int cg_norm_dim(const char *op, int dim, int ndim)
+{
+    int d = dim < 0 ? dim + ndim : dim;
+    if (d < 0 || d >= ndim) {
+        cg_set_error("%s: dim %d out of range for a tensor with %d dims", op, dim, ndim);
+        return -1;
+    }
+    return d;
+}
+
+int cg_broadcast_shapes(const char *op, int na, const int64_t *sa, int nb, const int64_t *sb,
+                        int64_t *out)
+{
+    int n = na > nb ? na : nb;
+    for (int i = 0; i < n; i++) {
+        int ia = i - (n - na), ib = i - (n - nb);
+        int64_t da = ia >= 0 ? sa[ia] : 1, db = ib >= 0 ? sb[ib] : 1;
+        if (da != db && da != 1 && db != 1) {
+            char b1[96], b2[96];
+            cg_set_error("%s: shapes %s and %s cannot be broadcast together (dim %d: %lld vs %lld)",
+                         op, cg_shape_str_n(na, sa, b1, sizeof b1),
+                         cg_shape_str_n(nb, sb, b2, sizeof b2), i, (long long)da, (long long)db);
+            return -1;
+        }
+        out[i] = da == 1 ? db : da;
+    }
+    return n;
+}
+
+/* -------------------------------------------------- strided iteration */
+/* Calls a row kernel over every innermost row of t (row-major order of the
+ * outer dims). Rows are independent, so callers may parallelise. */
+static int64_t outer_offset(const cg_tensor *t, int64_t row)
+{
+    int64_t off = t->offset;
+    for (int d = t->ndim - 2; d >= 0; d--) {
+        int64_t i = row % t->shape[d];
+        row /= t->shape[d];
+        off += i * t->strides[d];
+    }
+    return off;
+}
+
+#define PAR_THRESHOLD 32768
+
+bool cg_copy_to(const cg_tensor *t, float *out)
+{
+    if (!t || !out) {
+        if (!t)
+            return false;
+        cg_set_error("copy_to: NULL destination");
+        return false;
+    }
+    int64_t n = cg_numel(t);
+    if (n == 0)
+        return true;
+    if (cg_is_contiguous(t)) {
+        memcpy(out, cg_data(t), (size_t)n * sizeof(float));
+        return true;
+    }
+    int64_t inner = t->ndim ? t->shape[t->ndim - 1] : 1;
+    int64_t is = t->ndim ? t->strides[t->ndim - 1] : 0;
+    int64_t rows = n / inner;
+    const float *src = t->storage->data;
+#pragma omp parallel for schedule(static) if (n > PAR_THRESHOLD)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *p = src + outer_offset(t, r);
+        float *o = out + r * inner;
+        for (int64_t j = 0; j < inner; j++)
+            o[j] = p[j * is];
+    }
+    return true;
+}
+
+bool cg_copy_(cg_tensor *dst, const cg_tensor *src)
+{
+    if (!dst || !src)
+        return false;
+    if (!cg_same_shape(dst, src)) {
+        char b1[96], b2[96];
+        cg_set_error("copy_: destination shape %s differs from source shape %s",
+                     cg_shape_str(dst, b1, sizeof b1), cg_shape_str(src, b2, sizeof b2));
+        return false;
+    }
+    int64_t n = cg_numel(dst);
+    if (n == 0)
+        return true;
+    if (cg_is_contiguous(dst))
+        return cg_copy_to(src, cg_data(dst));
+    int64_t inner = dst->ndim ? dst->shape[dst->ndim - 1] : 1;
+    int64_t ds = dst->ndim ? dst->strides[dst->ndim - 1] : 0;
+    int64_t ss = src->ndim ? src->strides[src->ndim - 1] : 0;
+    int64_t rows = n / inner;
+#pragma omp parallel for schedule(static) if (n > PAR_THRESHOLD)
+    for (int64_t r = 0; r < rows; r++) {
+        float *d = dst->storage->data + outer_offset(dst, r);
+        const float *s = src->storage->data + outer_offset(src, r);
+        for (int64_t j = 0; j < inner; j++)
+            d[j * ds] = s[j * ss];
+    }
+    return true;
+}
+
+bool cg_fill_(cg_tensor *t, float v)
+{
+    if (!t)
+        return false;
+    int64_t n = cg_numel(t);
+    if (n == 0)
+        return true;
+    int64_t inner = t->ndim ? t->shape[t->ndim - 1] : 1;
+    int64_t is = t->ndim ? t->strides[t->ndim - 1] : 0;
+    int64_t rows = n / inner;
+#pragma omp parallel for schedule(static) if (n > PAR_THRESHOLD)
+    for (int64_t r = 0; r < rows; r++) {
+        float *p = t->storage->data + outer_offset(t, r);
+        for (int64_t j = 0; j < inner; j++)
+            p[j * is] = v;
+    }
+    return true;
+}
+
+/* ------------------------------------------------------------- creation */
+static bool check_shape(const char *op, int ndim, const int64_t *shape)
+{
+    if (ndim < 0 || ndim > CG_MAX_DIMS) {
+        cg_set_error("%s: ndim %d out of range [0, %d]", op, ndim, CG_MAX_DIMS);
+        return false;
+    }
+    if (ndim > 0 && !shape) {
+        cg_set_error("%s: NULL shape", op);
+        return false;
+    }
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 0) {
+            char b[96];
+            cg_set_error("%s: negative size in shape %s", op, cg_shape_str_n(ndim, shape, b, sizeof b));
+            return false;
+        }
+        if (shape[i] && n > INT64_MAX / 4 / shape[i]) {
+            cg_set_error("%s: shape too large", op);
+            return false;
+        }
+        n *= shape[i];
+    }
+    return true;
+}
+
+static void contiguous_strides(int ndim, const int64_t *shape, int64_t *strides)
+{
+    int64_t s = 1;
+    for (int i = ndim - 1; i >= 0; i--) {
+        strides[i] = s;
+        s *= shape[i];
+    }
+}
+
+cg_tensor *cg_empty(int ndim, const int64_t *shape)
+{
+    if (!check_shape("empty", ndim, shape))
+        return NULL;
+    int64_t strides[CG_MAX_DIMS];
+    contiguous_strides(ndim, shape, strides);
+    cg_storage *s = storage_new(cg_numel_shape(ndim, shape));
+    if (!s)
+        return NULL;
+    cg_tensor *t = tensor_header(s, 0, ndim, shape, strides);
+    storage_release(s);
+    return t;
+}
+
+cg_tensor *cg_full(int ndim, const int64_t *shape, float value)
+{
+    cg_tensor *t = cg_empty(ndim, shape);
+    if (!t)
+        return NULL;
+    float *p = cg_data(t);
+    int64_t n = cg_numel(t);
+    if (value == 0.0f && !signbit(value)) {
+        memset(p, 0, (size_t)n * sizeof(float));
+    } else {
+        for (int64_t i = 0; i < n; i++)
+            p[i] = value;
+    }
+    return t;
+}
+
+cg_tensor *cg_zeros(int ndim, const int64_t *shape) { return cg_full(ndim, shape, 0.0f); }
+cg_tensor *cg_ones(int ndim, const int64_t *shape) { return cg_full(ndim, shape, 1.0f); }
+cg_tensor *cg_scalar(float value) { return cg_full(0, NULL, value); }
+
+cg_tensor *cg_arange(double start, double stop, double step)
+{
+    if (step == 0 || !isfinite(start) || !isfinite(stop) || !isfinite(step)) {
+        cg_set_error("arange: need finite start/stop and a non-zero step (got %g, %g, %g)", start,
+                     stop, step);
+        return NULL;
+    }
+    double count = ceil((stop - start) / step);
+    int64_t n = count > 0 ? (int64_t)count : 0;
+    cg_tensor *t = cg_empty(1, &n);
+    if (!t)
+        return NULL;
+    float *p = cg_data(t);
+    for (int64_t i = 0; i < n; i++)
+        p[i] = (float)(start + (double)i * step);
+    return t;
+}
+
+cg_tensor *cg_from_data(int ndim, const int64_t *shape, const float *data)
+{
+    if (!data) {
+        cg_set_error("from_data: NULL data");
+        return NULL;
+    }
+    cg_tensor *t = cg_empty(ndim, shape);
+    if (t)
+        memcpy(cg_data(t), data, (size_t)cg_numel(t) * sizeof(float));
+    return t;
+}
+
+cg_tensor *cg_empty_like(const cg_tensor *t) { return t ? cg_empty(t->ndim, t->shape) : NULL; }
+cg_tensor *cg_zeros_like(const cg_tensor *t) { return t ? cg_zeros(t->ndim, t->shape) : NULL; }
+
+cg_tensor *cg_clone(const cg_tensor *t)
+{
+    cg_tensor *c = cg_empty_like(t);
+    if (c && !cg_copy_to(t, cg_data(c))) {
+        cg_release(c);
+        return NULL;
+    }
+    return c;
+}
+
+cg_tensor *cg_contiguous(const cg_tensor *t)
+{
+    if (!t)
+        return NULL;
+    if (cg_is_contiguous(t)) {
+        /* a fresh header over the same storage: callers own a new reference
+         * without autograd fields */
+        return tensor_header(t->storage, t->offset, t->ndim, t->shape, t->strides);
+    }
+    return cg_clone(t);
+}
+
+/* ----------------------------------------------------------------- RNG */
+/* splitmix64's finaliser: a bijective 64-bit mixer. */
+static inline uint64_t mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+/* The i-th 64-bit draw of a stream. */
+static inline uint64_t rng_bits(uint64_t seed, uint64_t i)
+{
+    return mix64(mix64(seed + 0x9e3779b97f4a7c15ULL) ^ (i * 0xd1b54a32d192ed03ULL + 0x2545f4914f6cdd1dULL));
+}
+
+static inline float bits_to_unit(uint64_t b) { return (float)(b >> 40) * 0x1.0p-24f; }
+
+static inline double bits_to_unit_d(uint64_t b) { return (double)(b >> 11) * 0x1.0p-53; }
+
+/* Standard normal from the draw i (uses one 64-bit draw: two 32-bit halves). */
+static inline float normal_from(uint64_t seed, uint64_t i)
+{
+    uint64_t b = rng_bits(seed, i);
+    double u1 = ((double)(b >> 32) + 1.0) * 0x1.0p-32; /* (0, 1] */
+    double u2 = (double)(b & 0xffffffffu) * 0x1.0p-32; /* [0, 1) */
+    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+cg_rng cg_rng_new(uint64_t seed) { return (cg_rng){.seed = seed, .counter = 0}; }
+
+float cg_rng_uniform(cg_rng *r) { return bits_to_unit(rng_bits(r->seed, r->counter++)); }
+
+double cg_rng_uniform_double(cg_rng *r) { return bits_to_unit_d(rng_bits(r->seed, r->counter++)); }
+
+float cg_rng_normal(cg_rng *r) { return normal_from(r->seed, r->counter++); }
+
+uint64_t cg_rng_below(cg_rng *r, uint64_t n)
+{
+    if (n == 0)
+        return 0;
+    /* rejection sampling: unbiased */
+    uint64_t limit = UINT64_MAX - UINT64_MAX % n;
+    for (;;) {
+        uint64_t b = rng_bits(r->seed, r->counter++);
+        if (b < limit)
+            return b % n;
+    }
+}
+
+/* Fill with f(seed, base + row-major index): thread-count independent. */
+#define RNG_FILL(t, r, expr)                                                                       \
+    do {                                                                                           \
+        int64_t n_ = cg_numel(t);                                                                  \
+        int64_t inner_ = (t)->ndim ? (t)->shape[(t)->ndim - 1] : 1;                                \
+        int64_t is_ = (t)->ndim ? (t)->strides[(t)->ndim - 1] : 0;                                 \
+        int64_t rows_ = inner_ ? n_ / inner_ : 0;                                                  \
+        uint64_t seed_ = (r)->seed, base_ = (r)->counter;                                          \
+        _Pragma("omp parallel for schedule(static) if (n_ > PAR_THRESHOLD)")                      \
+        for (int64_t row = 0; row < rows_; row++) {                                                \
+            float *p_ = (t)->storage->data + outer_offset((t), row);                               \
+            for (int64_t j = 0; j < inner_; j++) {                                                 \
+                uint64_t i_ = base_ + (uint64_t)(row * inner_ + j);                                \
+                p_[j * is_] = (expr);                                                              \
+            }                                                                                      \
+        }                                                                                          \
+        (r)->counter += (uint64_t)n_;                                                              \
+    } while (0)
+
+bool cg_uniform_(cg_tensor *t, cg_rng *r, float lo, float hi)
+{
+    if (!t || !r)
+        return false;
+    RNG_FILL(t, r, lo + (hi - lo) * bits_to_unit(rng_bits(seed_, i_)));
+    return true;
+}
+
+bool cg_normal_(cg_tensor *t, cg_rng *r, float mean, float std)
+{
+    if (!t || !r)
+        return false;
+    RNG_FILL(t, r, mean + std * normal_from(seed_, i_));
+    return true;
+}
+
+cg_tensor *cg_rand(cg_rng *r, int ndim, const int64_t *shape)
+{
+    cg_tensor *t = cg_empty(ndim, shape);
+    if (t && !cg_uniform_(t, r, 0.0f, 1.0f)) {
+        cg_release(t);
+        return NULL;
+    }
+    return t;
+}
+
+cg_tensor *cg_randn(cg_rng *r, int ndim, const int64_t *shape)
+{
+    cg_tensor *t = cg_empty(ndim, shape);
+    if (t && !cg_normal_(t, r, 0.0f, 1.0f)) {
+        cg_release(t);
+        return NULL;
+    }
+    return t;
+}
+
+/* ---------------------------------------------------------------- views */
+static cg_tensor *view_of(const cg_tensor *t, int64_t offset, int ndim, const int64_t *shape,
+                          const int64_t *strides)
+{
+    return tensor_header(t->storage, offset, ndim, shape, strides);
+}
+
+cg_tensor *cg_view_alias(const cg_tensor *t)
+{
+    return t ? view_of(t, t->offset, t->ndim, t->shape, t->strides) : NULL;
+}
+
+cg_tensor *cg_view_permute(const cg_tensor *t, const int *perm)
+{
+    if (!t)
+        return NULL;
+    if (!perm && t->ndim) {
+        cg_set_error("permute: NULL permutation");
+        return NULL;
+    }
+    int64_t shape[CG_MAX_DIMS], strides[CG_MAX_DIMS];
+    bool seen[CG_MAX_DIMS] = {0};
+    for (int i = 0; i < t->ndim; i++) {
+        int d = perm[i] < 0 ? perm[i] + t->ndim : perm[i];
+        if (d < 0 || d >= t->ndim || seen[d]) {
+            char b[96];
+            cg_set_error("permute: invalid permutation for shape %s (entry %d = %d)",
+                         cg_shape_str(t, b, sizeof b), i, perm[i]);
+            return NULL;
+        }
+        seen[d] = true;
+        shape[i] = t->shape[d];
+        strides[i] = t->strides[d];
+    }
+    return view_of(t, t->offset, t->ndim, shape, strides);
+}
+
+cg_tensor *cg_view_transpose(const cg_tensor *t, int d0, int d1)
+{
+    if (!t)
+        return NULL;
+    int a = cg_norm_dim("transpose", d0, t->ndim), b = cg_norm_dim("transpose", d1, t->ndim);
+    if (a < 0 || b < 0)
+        return NULL;
+    int perm[CG_MAX_DIMS];
+    for (int i = 0; i < t->ndim; i++)
+        perm[i] = i;
+    perm[a] = b;
+    perm[b] = a;
+    return cg_view_permute(t, perm);
+}
+
+cg_tensor *cg_view_slice(const cg_tensor *t, int dim, int64_t start, int64_t stop, int64_t step)
+{
+    if (!t)
+        return NULL;
+    int d = cg_norm_dim("slice", dim, t->ndim);
+    if (d < 0)
+        return NULL;
+    if (step < 1) {
+        cg_set_error("slice: step must be >= 1 (got %lld)", (long long)step);
+        return NULL;
+    }
+    int64_t size = t->shape[d];
+    if (start < 0)
+        start += size;
+    if (stop < 0)
+        stop += size;
+    if (start < 0)
+        start = 0;
+    if (start > size)
+        start = size;
+    if (stop > size)
+        stop = size;
+    if (stop < start)
+        stop = start;
+    int64_t shape[CG_MAX_DIMS], strides[CG_MAX_DIMS];
+    memcpy(shape, t->shape, sizeof shape);
+    memcpy(strides, t->strides, sizeof strides);
+    shape[d] = (stop - start + step - 1) / step;
+    strides[d] = t->strides[d] * step;
+    return view_of(t, t->offset + start * t->strides[d], t->ndim, shape, strides);
+}
+
+cg_tensor *cg_view_narrow(const cg_tensor *t, int dim, int64_t start, int64_t len)
+{
+    if (!t)
+        return NULL;
+    int d = cg_norm_dim("narrow", dim, t->ndim);
+    if (d < 0)
+        return NULL;
+    if (start < 0)
+        start += t->shape[d];
+    if (start < 0 || len < 0 || start + len > t->shape[d]) {
+        char b[96];
+        cg_set_error("narrow: range [%lld, %lld) out of bounds for dim %d of shape %s",
+                     (long long)start, (long long)(start + len), dim, cg_shape_str(t, b, sizeof b));
+        return NULL;
+    }
+    return cg_view_slice(t, d, start, start + len, 1);
+}
+
+cg_tensor *cg_view_select(const cg_tensor *t, int dim, int64_t index)
+{
+    if (!t)
+        return NULL;
+    int d = cg_norm_dim("select", dim, t->ndim);
+    if (d < 0)
+        return NULL;
+    int64_t i = index < 0 ? index + t->shape[d] : index;
+    if (i < 0 || i >= t->shape[d]) {
+        char b[96];
+        cg_set_error("select: index %lld out of range for dim %d of shape %s", (long long)index,
+                     dim, cg_shape_str(t, b, sizeof b));
+        return NULL;
+    }
+    int64_t shape[CG_MAX_DIMS], strides[CG_MAX_DIMS];
+    int n = 0;
+    for (int k = 0; k < t->ndim; k++) {
+        if (k == d)
+            continue;
+        shape[n] = t->shape[k];
+        strides[n++] = t->strides[k];
+    }
+    return view_of(t, t->offset + i * t->strides[d], n, shape, strides);
+}
+
+cg_tensor *cg_view_squeeze(const cg_tensor *t, int dim)
+{
+    if (!t)
+        return NULL;
+    int d = cg_norm_dim("squeeze", dim, t->ndim);
+    if (d < 0)
+        return NULL;
+    if (t->shape[d] != 1) {
+        char b[96];
+        cg_set_error("squeeze: dim %d of shape %s has size %lld, not 1", dim,
+                     cg_shape_str(t, b, sizeof b), (long long)t->shape[d]);
+        return NULL;
+    }
+    return cg_view_select(t, d, 0);
+}
+
+cg_tensor *cg_view_unsqueeze(const cg_tensor *t, int dim)
+{
+    if (!t)
+        return NULL;
+    if (t->ndim >= CG_MAX_DIMS) {
+        cg_set_error("unsqueeze: tensor already has the maximum of %d dims", CG_MAX_DIMS);
+        return NULL;
+    }
+    int d = cg_norm_dim("unsqueeze", dim, t->ndim + 1);
+    if (d < 0)
+        return NULL;
+    int64_t shape[CG_MAX_DIMS], strides[CG_MAX_DIMS];
+    int n = 0;
+    for (int k = 0; k <= t->ndim; k++) {
+        if (k == d) {
+            shape[n] = 1;
+            strides[n++] = k < t->ndim ? t->strides[k] * t->shape[k] : 1;
+        }
+        if (k < t->ndim) {
+            shape[n] = t->shape[k];
+            strides[n++] = t->strides[k];
+        }
+    }
+    return view_of(t, t->offset, t->ndim + 1, shape, strides);
+}
+
+cg_tensor *cg_view_expand(const cg_tensor *t, int ndim, const int64_t *shape)
+{
+    if (!t)
+        return NULL;
+    if (ndim < t->ndim || ndim > CG_MAX_DIMS) {
+        char b1[96], b2[96];
+        cg_set_error("expand: cannot expand shape %s to %s", cg_shape_str(t, b1, sizeof b1),
+                     cg_shape_str_n(ndim, shape, b2, sizeof b2));
+        return NULL;
+    }
+    int64_t strides[CG_MAX_DIMS];
+    int lead = ndim - t->ndim;
+    for (int i = 0; i < ndim; i++) {
+        int k = i - lead;
+        if (k < 0) {
+            strides[i] = 0;
+            continue;
+        }
+        if (t->shape[k] == shape[i]) {
+            strides[i] = t->strides[k];
+        } else if (t->shape[k] == 1 && shape[i] >= 0) {
+            strides[i] = 0;
+        } else {
+            char b1[96], b2[96];
+            cg_set_error("expand: cannot expand shape %s to %s (dim %d: %lld vs %lld)",
+                         cg_shape_str(t, b1, sizeof b1), cg_shape_str_n(ndim, shape, b2, sizeof b2),
+                         i, (long long)t->shape[k], (long long)shape[i]);
+            return NULL;
+        }
+    }
+    return view_of(t, t->offset, ndim, shape, strides);
+}
+
+/* Resolve a -1 entry and check the element count. */
+static bool infer_shape(const char *op, const cg_tensor *t, int ndim, const int64_t *shape,
+                        int64_t *out)
+{
+    if (ndim < 0 || ndim > CG_MAX_DIMS || (ndim && !shape)) {
+        cg_set_error("%s: bad target ndim %d", op, ndim);
+        return false;
+    }
+    int infer = -1;
+    int64_t known = 1;
+    for (int i = 0; i < ndim; i++) {
+        out[i] = shape[i];
+        if (shape[i] == -1) {
+            if (infer >= 0) {
+                cg_set_error("%s: only one dimension can be -1", op);
+                return false;
+            }
+            infer = i;
+        } else if (shape[i] < 0) {
+            cg_set_error("%s: negative size %lld", op, (long long)shape[i]);
+            return false;
+        } else {
+            known *= shape[i];
+        }
+    }
+    int64_t n = cg_numel(t);
+    if (infer >= 0) {
+        if (known == 0 || n % known) {
+            char b1[96], b2[96];
+            cg_set_error("%s: cannot reshape %s into %s", op, cg_shape_str(t, b1, sizeof b1),
+                         cg_shape_str_n(ndim, shape, b2, sizeof b2));
+            return false;
+        }
+        out[infer] = n / known;
+        known *= out[infer];
+    }
+    if (known != n) {
+        char b1[96], b2[96];
+        cg_set_error("%s: cannot reshape %s (%lld elements) into %s", op,
+                     cg_shape_str(t, b1, sizeof b1), (long long)n,
+                     cg_shape_str_n(ndim, shape, b2, sizeof b2));
+        return false;
+    }
+    return true;
+}
+
+/* Strides for viewing t with a new shape without a copy (PyTorch's rule:
+ * each run of old dims that is contiguous in memory may be re-split). */
+static bool view_strides(const cg_tensor *t, int ndim, const int64_t *shape, int64_t *strides)
+{
+    int64_t n = cg_numel(t);
+    if (n == 0 || t->ndim == 0) {
+        contiguous_strides(ndim, shape, strides);
+        return true;
+    }
+    int view_d = ndim - 1;
+    int64_t chunk_base_stride = t->strides[t->ndim - 1];
+    int64_t tensor_numel = 1, view_numel = 1;
+    for (int td = t->ndim - 1; td >= 0; td--) {
+        tensor_numel *= t->shape[td];
+        if (td == 0 || (t->shape[td - 1] != 1 &&
+                        t->strides[td - 1] != tensor_numel * chunk_base_stride)) {
+            while (view_d >= 0 && (view_numel < tensor_numel || shape[view_d] == 1)) {
+                strides[view_d] = view_numel * chunk_base_stride;
+                view_numel *= shape[view_d];
+                view_d--;
+            }
+            if (view_numel != tensor_numel)
+                return false;
+            if (td > 0) {
+                chunk_base_stride = t->strides[td - 1];
+                tensor_numel = 1;
+                view_numel = 1;
+            }
+        }
+    }
+    return view_d == -1;
+}
+
+cg_tensor *cg_view_reshape(const cg_tensor *t, int ndim, const int64_t *shape)
+{
+    if (!t)
+        return NULL;
+    int64_t s[CG_MAX_DIMS], st[CG_MAX_DIMS];
+    if (!infer_shape("view", t, ndim, shape, s))
+        return NULL;
+    if (!view_strides(t, ndim, s, st)) {
+        char b1[96], b2[96];
+        cg_set_error("view: shape %s with these strides cannot be viewed as %s without a copy "
+                     "(use reshape)",
+                     cg_shape_str(t, b1, sizeof b1), cg_shape_str_n(ndim, s, b2, sizeof b2));
+        return NULL;
+    }
+    return view_of(t, t->offset, ndim, s, st);
+}
+
+cg_tensor *cg_reshape_copy(const cg_tensor *t, int ndim, const int64_t *shape)
+{
+    if (!t)
+        return NULL;
+    int64_t s[CG_MAX_DIMS], st[CG_MAX_DIMS];
+    if (!infer_shape("reshape", t, ndim, shape, s))
+        return NULL;
+    if (view_strides(t, ndim, s, st))
+        return view_of(t, t->offset, ndim, s, st);
+    cg_tensor *c = cg_clone(t);
+    if (!c)
+        return NULL;
+    contiguous_strides(ndim, s, st);
+    cg_tensor *v = view_of(c, 0, ndim, s, st);
+    cg_release(c);
+    return v;
+}

@@ -1,0 +1,187 @@
+/* cgrad core: strided float32 tensors.
+ *
+ * A tensor is a view: a pointer to a refcounted storage, an element offset,
+ * ndim, shape[] and strides[] (in ELEMENTS, not bytes). Views (transpose,
+ * permute, slice, select, expand, reshape of compatible strides) share the
+ * storage and copy nothing. Strides may be zero (broadcast) or any positive
+ * value; every kernel is correct for any strides.
+ *
+ * Ownership (one rule for the whole library):
+ *   - Every function that returns a cg_tensor* returns a NEW reference that
+ *     the caller owns and must give back with cg_release().
+ *   - Functions never take ownership of their arguments (they cg_retain what
+ *     they keep).
+ *   - cg_release(NULL) is a no-op.
+ * Errors: functions return NULL and record a message (core/error.h); a NULL
+ * tensor argument makes a function return NULL without a new message.
+ *
+ * The autograd fields (requires_grad, grad, node) live in this struct so that
+ * one tensor type serves every layer, but core never interprets them: the
+ * autograd layer registers a hook (cg_set_node_release_hook) to free its
+ * nodes when a tensor dies. */
+#ifndef CG_TENSOR_H
+#define CG_TENSOR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CG_MAX_DIMS 8
+
+/* The element type of a storage. float32 is the only compute type today; the
+ * field exists so that bf16 storage can be added without an API break. */
+typedef enum { CG_F32 = 0 } cg_dtype;
+
+typedef struct cg_storage {
+    float *data;      /* 64-byte aligned */
+    int64_t numel;    /* elements allocated */
+    int refcount;
+} cg_storage;
+
+struct cg_node; /* defined by the autograd layer; opaque here */
+
+typedef struct cg_tensor {
+    cg_storage *storage;
+    int64_t offset;               /* in elements */
+    int ndim;                     /* 0 .. CG_MAX_DIMS; 0 is a scalar */
+    int64_t shape[CG_MAX_DIMS];
+    int64_t strides[CG_MAX_DIMS]; /* in elements; 0 = broadcast */
+    cg_dtype dtype;
+    int refcount;
+    /* --- autograd fields: owned by the autograd layer, ignored by core --- */
+    bool requires_grad;
+    struct cg_tensor *grad;       /* leaf gradient, owned by this tensor */
+    struct cg_node *node;         /* creator node, owned by this tensor */
+} cg_tensor;
+
+/* Shape literal helper: cg_zeros(CG_SHAPE(3, 4)) expands to
+ * cg_zeros(2, (const int64_t[]){3, 4}). */
+#define CG_SHAPE(...)                                                          \
+    (int)(sizeof((const int64_t[]){__VA_ARGS__}) / sizeof(int64_t)),           \
+        (const int64_t[]){__VA_ARGS__}
+
+/* ------------------------------------------------------------ lifecycle */
+cg_tensor *cg_retain(cg_tensor *t);   /* returns t */
+void cg_release(cg_tensor *t);
+/* Release several tensors: cg_release_all(3, a, b, c). */
+void cg_release_all(int n, ...);
+
+/* Called with t->node when a tensor that still has a node is freed. */
+typedef void (*cg_node_release_fn)(struct cg_node *node);
+void cg_set_node_release_hook(cg_node_release_fn fn);
+
+/* ------------------------------------------------------------- creation */
+/* Uninitialised contiguous tensor. ndim 0 gives a scalar (one element). */
+cg_tensor *cg_empty(int ndim, const int64_t *shape);
+cg_tensor *cg_zeros(int ndim, const int64_t *shape);
+cg_tensor *cg_ones(int ndim, const int64_t *shape);
+cg_tensor *cg_full(int ndim, const int64_t *shape, float value);
+cg_tensor *cg_scalar(float value);                     /* ndim 0 */
+/* 1-D [start, start+step, ...) up to (not including) stop; step != 0. */
+cg_tensor *cg_arange(double start, double stop, double step);
+/* Copies numel(shape) floats from data (row-major). */
+cg_tensor *cg_from_data(int ndim, const int64_t *shape, const float *data);
+/* Same shape, uninitialised / zero-filled, contiguous. */
+cg_tensor *cg_empty_like(const cg_tensor *t);
+cg_tensor *cg_zeros_like(const cg_tensor *t);
+/* Copy the elements of t, in row-major order of its shape, to out
+ * (cg_numel(t) floats). Returns false (and sets the error) on NULL. */
+bool cg_copy_to(const cg_tensor *t, float *out);
+/* Copy src's elements into dst (same shape; any strides on both sides). */
+bool cg_copy_(cg_tensor *dst, const cg_tensor *src);
+/* A deep copy with fresh contiguous storage (no autograd fields). */
+cg_tensor *cg_clone(const cg_tensor *t);
+/* Fill every element of t (any strides) with v. */
+bool cg_fill_(cg_tensor *t, float v);
+
+/* ----------------------------------------------------------------- RNG */
+/* Counter-based generator: value i of a draw depends only on (seed, counter
+ * at the draw, i), so results are identical for any thread count and can be
+ * saved/restored as two integers. */
+typedef struct cg_rng {
+    uint64_t seed;
+    uint64_t counter;
+} cg_rng;
+
+cg_rng cg_rng_new(uint64_t seed);
+/* Uniform [0,1) float / double; normal(0,1). Advance the counter. */
+float cg_rng_uniform(cg_rng *r);
+double cg_rng_uniform_double(cg_rng *r);
+float cg_rng_normal(cg_rng *r);
+/* Uniform integer in [0, n). n > 0. */
+uint64_t cg_rng_below(cg_rng *r, uint64_t n);
+/* Fill t (any strides) with U[lo,hi) / N(mean,std). */
+bool cg_uniform_(cg_tensor *t, cg_rng *r, float lo, float hi);
+bool cg_normal_(cg_tensor *t, cg_rng *r, float mean, float std);
+cg_tensor *cg_rand(cg_rng *r, int ndim, const int64_t *shape);  /* U[0,1) */
+cg_tensor *cg_randn(cg_rng *r, int ndim, const int64_t *shape); /* N(0,1) */
+
+/* --------------------------------------------------------------- queries */
+int64_t cg_numel(const cg_tensor *t);
+int64_t cg_numel_shape(int ndim, const int64_t *shape);
+bool cg_is_contiguous(const cg_tensor *t);
+/* Pointer to element 0 of the view (storage data + offset). */
+float *cg_data(const cg_tensor *t);
+/* Element at a multi-index (ndim entries); for tests and debugging. */
+float cg_get(const cg_tensor *t, const int64_t *idx);
+void cg_set(cg_tensor *t, const int64_t *idx, float v);
+/* The element of a one-element tensor (any ndim). NAN + error otherwise. */
+float cg_item(const cg_tensor *t);
+bool cg_same_shape(const cg_tensor *a, const cg_tensor *b);
+/* Writes e.g. "[3, 4]" into buf (always NUL-terminated); returns buf. */
+char *cg_shape_str(const cg_tensor *t, char *buf, size_t n);
+char *cg_shape_str_n(int ndim, const int64_t *shape, char *buf, size_t n);
+/* Normalise a possibly negative dim against ndim; -1 + error if out of range. */
+int cg_norm_dim(const char *op, int dim, int ndim);
+/* Broadcast two shapes by NumPy rules into out (CG_MAX_DIMS); returns the
+ * result ndim, or -1 with an error naming op and both shapes. */
+int cg_broadcast_shapes(const char *op, int na, const int64_t *sa, int nb,
+                        const int64_t *sb, int64_t *out);
+
+/* ---------------------------------------------- views (no data copied) */
+/* A new header over the same storage with the same layout and no autograd
+ * fields. */
+cg_tensor *cg_view_alias(const cg_tensor *t);
+/* These are the raw, non-recording views; autograd/ has the differentiable
+ * versions with the same names minus "_view". */
+cg_tensor *cg_view_permute(const cg_tensor *t, const int *perm);
+cg_tensor *cg_view_transpose(const cg_tensor *t, int d0, int d1);
+/* Elements start, start+step, ... < stop along dim (PyTorch slicing rules:
+ * negative start/stop count from the end and are clamped). step >= 1. */
+cg_tensor *cg_view_slice(const cg_tensor *t, int dim, int64_t start, int64_t stop,
+                         int64_t step);
+cg_tensor *cg_view_narrow(const cg_tensor *t, int dim, int64_t start, int64_t len);
+/* Removes dim (index may be negative). */
+cg_tensor *cg_view_select(const cg_tensor *t, int dim, int64_t index);
+cg_tensor *cg_view_squeeze(const cg_tensor *t, int dim); /* dim must have size 1 */
+cg_tensor *cg_view_unsqueeze(const cg_tensor *t, int dim);
+/* Broadcast to shape by NumPy rules (stride 0 where expanded). */
+cg_tensor *cg_view_expand(const cg_tensor *t, int ndim, const int64_t *shape);
+/* A view with a new shape if the strides allow it, else NULL + error. One
+ * entry of shape may be -1 (inferred). */
+cg_tensor *cg_view_reshape(const cg_tensor *t, int ndim, const int64_t *shape);
+/* Like PyTorch's reshape: a view when possible, otherwise a contiguous copy. */
+cg_tensor *cg_reshape_copy(const cg_tensor *t, int ndim, const int64_t *shape);
+/* t itself (retained) if contiguous, else a contiguous copy. */
+cg_tensor *cg_contiguous(const cg_tensor *t);
+
+/* ------------------------------------------------------------- threads */
+/* Threads used by kernels and BLIS (default: OMP's default, i.e. cores). */
+void cg_set_num_threads(int n);
+int cg_get_num_threads(void);
+
+/* ----------------------------------------------------------- utilities */
+/* Aligned allocation used for storages (64 bytes). */
+void *cg_alloc(size_t bytes);
+void cg_free(void *p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

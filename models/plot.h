@@ -1,0 +1,81 @@
+/* cgrad zoo: PNG pictures for people to look at: loss curves and attention
+ * heatmaps. Text is drawn with a small built-in bitmap font (printable ASCII,
+ * German umlauts and sharp s, typographic quotes and dashes, a few accented
+ * letters; anything else is drawn as a box).
+ *
+ * Files are written atomically: to a temporary file in the same directory,
+ * then renamed over `path`. Every function returns true on success, or false
+ * with a message in the error slot (cg_last_error) and no file changed. */
+#ifndef CG_PLOT_H
+#define CG_PLOT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One line of a chart. x may be NULL (then x = 0, 1, ..., n-1). Points with
+ * a non-finite coordinate (or y <= 0 on a log axis) are skipped and break the
+ * line. color is 0xRRGGBB, or 0 for the next colour of the built-in palette.
+ * name (UTF-8) appears in the legend; NULL or "" leaves the series out. */
+typedef struct {
+    const char *name;
+    const float *x;
+    const float *y;
+    int n;
+    uint32_t color;
+} cg_plot_series;
+
+enum { CG_PLOT_Y_AUTO = 0, CG_PLOT_Y_LINEAR = 1, CG_PLOT_Y_LOG = 2 };
+
+typedef struct {
+    const char *title;  /* NULL: none */
+    const char *xlabel; /* NULL: none */
+    const char *ylabel; /* NULL: none */
+    int y_scale;        /* CG_PLOT_Y_AUTO: logarithmic when all y > 0 and
+                           max/min >= 10, else linear */
+    int width, height;  /* pixels; 0 = 900 x 560 */
+} cg_plot_opts;
+
+/* A line chart: axes with "nice" ranges and numbered ticks (1-2-5 steps, or
+ * decades on a log axis), a grid, and a legend. xlabel "step", ylabel "loss",
+ * y_scale AUTO. */
+bool cg_plot_loss_curve(const char *path, const char *title, int n_series,
+                        const cg_plot_series *series);
+/* The same with every option given (opts may be NULL for the defaults). */
+bool cg_plot_lines(const char *path, const cg_plot_opts *opts, int n_series,
+                   const cg_plot_series *series);
+
+/* One heatmap: values[r * cols + c] drawn as a rows x cols grid of cells
+ * (e.g. attention of query r on key c). Labels are optional: either UTF-8
+ * strings (row_labels[r], col_labels[c]; usually one character each, but any
+ * short string works) or code points (row_chars, col_chars). A label that is
+ * a single space, newline or tab is drawn as a visible symbol. A panel with
+ * rows == 0 and cols == 0 is an empty slot in the grid. NaN cells are grey. */
+typedef struct {
+    const char *title;
+    int rows, cols;
+    const float *values;
+    const char *const *row_labels;
+    const char *const *col_labels;
+    const uint32_t *row_chars;
+    const uint32_t *col_chars;
+} cg_heatmap_panel;
+
+/* grid_rows x grid_cols panels (panels[i * grid_cols + j], e.g. layer i,
+ * head j) in one image under `title`, with a colour bar. Colours run from
+ * dark blue-violet (vmin) through teal and green to yellow (vmax). If
+ * vmin < vmax the scale is [vmin, vmax] (values outside are clamped),
+ * otherwise it spans the finite values of all panels. */
+bool cg_plot_heatmaps(const char *path, const char *title, int grid_rows, int grid_cols,
+                      const cg_heatmap_panel *panels, float vmin, float vmax);
+
+/* The colour of t in [0, 1] on the heatmap scale, as 0xRRGGBB. */
+uint32_t cg_plot_colormap(float t);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

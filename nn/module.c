@@ -1,0 +1,411 @@
+/* Module base: parameter/child registry, traversal, save/load. */
+#include "nn/module.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------ building */
+cg_module *cg_module_alloc(size_t size, const char *type, void (*destroy)(cg_module *m))
+{
+    if (size < sizeof(cg_module)) {
+        cg_set_error("module: struct size %zu is smaller than cg_module", size);
+        return NULL;
+    }
+    cg_module *m = calloc(1, size);
+    if (!m) {
+        cg_set_error("module %s: out of memory", type ? type : "?");
+        return NULL;
+    }
+    m->type = type ? type : "Module";
+    m->training = true;
+    m->destroy = destroy;
+    return m;
+}
+
+cg_module *cg_module_new(const char *type)
+{
+    return cg_module_alloc(sizeof(cg_module), type, NULL);
+}
+
+static char *dup_str(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (d)
+        memcpy(d, s, n);
+    return d;
+}
+
+/* A local name must be non-empty, dot-free and not yet used in m. */
+static bool check_local_name(const cg_module *m, const char *what, const char *name)
+{
+    if (!name || !*name || strchr(name, '.')) {
+        cg_set_error("module %s: %s name '%s' must be non-empty and contain no '.'", m->type,
+                     what, name ? name : "(null)");
+        return false;
+    }
+    for (int i = 0; i < m->n_params; i++) {
+        if (!strcmp(m->params[i].name, name)) {
+            cg_set_error("module %s: name '%s' is already a parameter", m->type, name);
+            return false;
+        }
+    }
+    for (int i = 0; i < m->n_children; i++) {
+        if (!strcmp(m->children[i].name, name)) {
+            cg_set_error("module %s: name '%s' is already a child module", m->type, name);
+            return false;
+        }
+    }
+    return true;
+}
+
+static bool grow(void **arr, int *cap, int need, size_t elem)
+{
+    if (need <= *cap)
+        return true;
+    int nc = *cap ? *cap * 2 : 4;
+    while (nc < need)
+        nc *= 2;
+    void *p = realloc(*arr, (size_t)nc * elem);
+    if (!p)
+        return false;
+    *arr = p;
+    *cap = nc;
+    return true;
+}
+
+cg_tensor *cg_module_add_param(cg_module *m, const char *name, cg_tensor *t)
+{
+    if (!m || !t)
+        return NULL;
+    if (!check_local_name(m, "parameter", name))
+        return NULL;
+    if (t->node) {
+        cg_set_error("module %s: parameter '%s' must be a leaf tensor (it was made by an op)",
+                     m->type, name);
+        return NULL;
+    }
+    char *nm = dup_str(name);
+    if (!nm || !grow((void **)&m->params, &m->cap_params, m->n_params + 1, sizeof *m->params)) {
+        free(nm);
+        cg_set_error("module %s: out of memory adding parameter '%s'", m->type, name);
+        return NULL;
+    }
+    if (!cg_requires_grad(t, true)) {
+        free(nm);
+        return NULL;
+    }
+    m->params[m->n_params].name = nm;
+    m->params[m->n_params].tensor = cg_retain(t);
+    m->n_params++;
+    return t;
+}
+
+cg_module *cg_module_add_child(cg_module *m, const char *name, cg_module *child)
+{
+    if (!m || !child) {
+        cg_module_free(child);
+        return NULL;
+    }
+    if (child == m || !check_local_name(m, "child", name)) {
+        if (child == m)
+            cg_set_error("module %s: a module cannot be its own child", m->type);
+        else
+            cg_module_free(child);
+        return NULL;
+    }
+    char *nm = dup_str(name);
+    if (!nm || !grow((void **)&m->children, &m->cap_children, m->n_children + 1,
+                     sizeof *m->children)) {
+        free(nm);
+        cg_module_free(child);
+        cg_set_error("module %s: out of memory adding child '%s'", m->type, name);
+        return NULL;
+    }
+    m->children[m->n_children].name = nm;
+    m->children[m->n_children].module = child;
+    m->n_children++;
+    return child;
+}
+
+void cg_module_free(cg_module *m)
+{
+    if (!m)
+        return;
+    if (m->destroy)
+        m->destroy(m);
+    for (int i = 0; i < m->n_children; i++) {
+        cg_module_free(m->children[i].module);
+        free(m->children[i].name);
+    }
+    for (int i = 0; i < m->n_params; i++) {
+        cg_release(m->params[i].tensor);
+        free(m->params[i].name);
+    }
+    free(m->children);
+    free(m->params);
+    free(m);
+}
+
+/* ------------------------------------------------------------- queries */
+static bool list_has(const cg_param_list *l, const cg_tensor *t)
+{
+    for (int i = 0; i < l->n; i++)
+        if (l->items[i].tensor == t)
+            return true;
+    return false;
+}
+
+/* prefix is "" or "a.b." (ends with a dot). */
+static bool collect(const cg_module *m, const char *prefix, cg_param_list *out)
+{
+    size_t pl = strlen(prefix);
+    for (int i = 0; i < m->n_params; i++) {
+        cg_tensor *t = m->params[i].tensor;
+        if (list_has(out, t))
+            continue;
+        size_t n = pl + strlen(m->params[i].name) + 1;
+        char *name = malloc(n);
+        if (!name || !grow((void **)&out->items, &out->cap, out->n + 1, sizeof *out->items)) {
+            free(name);
+            cg_set_error("module params: out of memory");
+            return false;
+        }
+        snprintf(name, n, "%s%s", prefix, m->params[i].name);
+        out->items[out->n].name = name;
+        out->items[out->n].tensor = t;
+        out->n++;
+    }
+    for (int i = 0; i < m->n_children; i++) {
+        size_t n = pl + strlen(m->children[i].name) + 2;
+        char *p = malloc(n);
+        if (!p) {
+            cg_set_error("module params: out of memory");
+            return false;
+        }
+        snprintf(p, n, "%s%s.", prefix, m->children[i].name);
+        bool ok = collect(m->children[i].module, p, out);
+        free(p);
+        if (!ok)
+            return false;
+    }
+    return true;
+}
+
+bool cg_module_params(const cg_module *m, cg_param_list *out)
+{
+    if (!m || !out)
+        return false;
+    return collect(m, "", out);
+}
+
+void cg_param_list_free(cg_param_list *l)
+{
+    if (!l)
+        return;
+    for (int i = 0; i < l->n; i++)
+        free(l->items[i].name);
+    free(l->items);
+    memset(l, 0, sizeof *l);
+}
+
+int64_t cg_module_num_params(const cg_module *m)
+{
+    cg_param_list l = {0};
+    if (!cg_module_params(m, &l)) {
+        cg_param_list_free(&l);
+        return 0;
+    }
+    int64_t n = 0;
+    for (int i = 0; i < l.n; i++)
+        n += cg_numel(l.items[i].tensor);
+    cg_param_list_free(&l);
+    return n;
+}
+
+int cg_module_num_param_tensors(const cg_module *m)
+{
+    cg_param_list l = {0};
+    int n = cg_module_params(m, &l) ? l.n : 0;
+    cg_param_list_free(&l);
+    return n;
+}
+
+cg_module *cg_module_get_child(const cg_module *m, const char *path)
+{
+    if (!m || !path)
+        return NULL;
+    const cg_module *cur = m;
+    const char *p = path;
+    while (*p) {
+        const char *dot = strchr(p, '.');
+        size_t len = dot ? (size_t)(dot - p) : strlen(p);
+        const cg_module *next = NULL;
+        for (int i = 0; i < cur->n_children; i++) {
+            if (strlen(cur->children[i].name) == len && !strncmp(cur->children[i].name, p, len)) {
+                next = cur->children[i].module;
+                break;
+            }
+        }
+        if (!next) {
+            cg_set_error("module %s: no child module at '%s' (no '%.*s' in %s)", m->type, path,
+                         (int)len, p, cur->type);
+            return NULL;
+        }
+        cur = next;
+        p = dot ? dot + 1 : p + len;
+    }
+    return (cg_module *)cur;
+}
+
+cg_tensor *cg_module_get_param(const cg_module *m, const char *name)
+{
+    if (!m || !name)
+        return NULL;
+    const char *dot = strrchr(name, '.');
+    const cg_module *owner = m;
+    const char *local = name;
+    if (dot) {
+        size_t len = (size_t)(dot - name);
+        char *path = malloc(len + 1);
+        if (!path) {
+            cg_set_error("module: out of memory");
+            return NULL;
+        }
+        memcpy(path, name, len);
+        path[len] = '\0';
+        owner = cg_module_get_child(m, path);
+        free(path);
+        local = dot + 1;
+    }
+    if (owner) {
+        for (int i = 0; i < owner->n_params; i++)
+            if (!strcmp(owner->params[i].name, local))
+                return owner->params[i].tensor;
+    }
+    cg_set_error("module %s: no parameter named '%s'", m->type, name);
+    return NULL;
+}
+
+/* ------------------------------------------------------------- actions */
+void cg_module_zero_grad(cg_module *m)
+{
+    if (!m)
+        return;
+    for (int i = 0; i < m->n_params; i++)
+        cg_zero_grad(m->params[i].tensor);
+    for (int i = 0; i < m->n_children; i++)
+        cg_module_zero_grad(m->children[i].module);
+}
+
+void cg_module_train(cg_module *m, bool training)
+{
+    if (!m)
+        return;
+    m->training = training;
+    for (int i = 0; i < m->n_children; i++)
+        cg_module_train(m->children[i].module, training);
+}
+
+/* ------------------------------------------------------- save and load */
+static char *join(const char *prefix, const char *name)
+{
+    size_t n = (prefix ? strlen(prefix) : 0) + strlen(name) + 1;
+    char *s = malloc(n);
+    if (s)
+        snprintf(s, n, "%s%s", prefix ? prefix : "", name);
+    else
+        cg_set_error("module: out of memory");
+    return s;
+}
+
+bool cg_module_write(const cg_module *m, cg_st_writer *w, const char *prefix)
+{
+    if (!m || !w)
+        return false;
+    cg_param_list l = {0};
+    bool ok = cg_module_params(m, &l);
+    for (int i = 0; ok && i < l.n; i++) {
+        char *key = join(prefix, l.items[i].name);
+        ok = key && cg_st_add_f32(w, key, l.items[i].tensor);
+        free(key);
+    }
+    cg_param_list_free(&l);
+    return ok;
+}
+
+bool cg_module_save(const cg_module *m, const char *path, int n_meta, const char *const *meta)
+{
+    if (!m || !path)
+        return false;
+    if (n_meta < 0 || (n_meta > 0 && !meta)) {
+        cg_set_error("module save %s: bad metadata (%d pairs, array %p)", path, n_meta,
+                     (const void *)meta);
+        return false;
+    }
+    cg_st_writer *w = cg_st_writer_new();
+    bool ok = w != NULL;
+    for (int i = 0; ok && i < n_meta; i++)
+        ok = cg_st_set_metadata(w, meta[2 * i], meta[2 * i + 1]);
+    ok = ok && cg_module_write(m, w, NULL) && cg_st_writer_save(w, path);
+    cg_st_writer_free(w);
+    return ok;
+}
+
+bool cg_module_load(cg_module *m, const cg_st_file *f, const char *prefix)
+{
+    if (!m || !f)
+        return false;
+    const char *fname = cg_st_path(f) ? cg_st_path(f) : "(memory)";
+    cg_param_list l = {0};
+    bool ok = cg_module_params(m, &l);
+    char **keys = ok ? calloc((size_t)(l.n ? l.n : 1), sizeof *keys) : NULL;
+    ok = ok && keys;
+    /* pass 1: check everything, so that a bad file changes nothing */
+    for (int i = 0; ok && i < l.n; i++) {
+        keys[i] = join(prefix, l.items[i].name);
+        if (!keys[i]) {
+            ok = false;
+            break;
+        }
+        if (!cg_st_has(f, keys[i])) {
+            cg_set_error("load %s: tensor '%s' is missing from the file", fname, keys[i]);
+            ok = false;
+            break;
+        }
+        cg_st_dtype dt;
+        int nd;
+        int64_t shape[CG_MAX_DIMS];
+        if (!cg_st_info(f, keys[i], &dt, &nd, shape)) {
+            ok = false;
+            break;
+        }
+        const cg_tensor *t = l.items[i].tensor;
+        if (dt != CG_ST_F32) {
+            cg_set_error("load %s: tensor '%s' has dtype %s, expected F32", fname, keys[i],
+                         cg_st_dtype_name(dt));
+            ok = false;
+            break;
+        }
+        bool same = nd == t->ndim;
+        for (int d = 0; same && d < nd; d++)
+            same = shape[d] == t->shape[d];
+        if (!same) {
+            char a[128], b[128];
+            cg_set_error("load %s: tensor '%s' has shape %s in the file but the model expects %s",
+                         fname, keys[i], cg_shape_str_n(nd, shape, a, sizeof a),
+                         cg_shape_str(t, b, sizeof b));
+            ok = false;
+            break;
+        }
+    }
+    /* pass 2: copy */
+    for (int i = 0; ok && i < l.n; i++)
+        ok = cg_st_load_into(f, keys[i], l.items[i].tensor);
+    for (int i = 0; keys && i < l.n; i++)
+        free(keys[i]);
+    free(keys);
+    cg_param_list_free(&l);
+    return ok;
+}

@@ -1,0 +1,134 @@
+/* cgrad nn: modules and their parameter registry.
+ *
+ * A module is a struct that embeds a cg_module as its FIRST member, so a
+ * pointer to any module converts to cg_module* and back (CG_MODULE(m)).
+ * The base holds, in registration order:
+ *   - named parameters: (local name, tensor) pairs; each tensor is a leaf
+ *     with requires_grad on, owned (one reference) by the module;
+ *   - named children: (local name, module) pairs, owned by the module.
+ * Full names are dotted paths, PyTorch style ("blocks.0.attn.q_proj.weight"),
+ * and cg_module_params() lists them in the order of PyTorch's
+ * model.named_parameters(): a module's own parameters first, then each
+ * child's, depth first; a tensor registered twice (tied weights) is listed
+ * once, under its first name.
+ *
+ * Ownership: modules are heap objects freed with cg_module_free(), which
+ * frees the children too. Tensors handed to cg_module_add_param() are
+ * retained (the caller keeps its own reference); children handed to
+ * cg_module_add_child() are owned by the parent from then on (freed by it,
+ * also when adding fails). Parameter tensors returned by the lookup
+ * functions are borrowed: valid while the module lives.
+ *
+ * Errors: functions return NULL/false and record a message (core/error.h);
+ * a NULL module gives NULL/false/0 without a new message. */
+#ifndef CG_NN_MODULE_H
+#define CG_NN_MODULE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "autograd/autograd.h"
+#include "nn/safetensors.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct cg_module cg_module;
+
+typedef struct {
+    char *name;        /* local name, owned */
+    cg_tensor *tensor; /* one reference owned by the module */
+} cg_named_tensor;
+
+typedef struct {
+    char *name;        /* local name, owned */
+    cg_module *module; /* owned */
+} cg_named_module;
+
+struct cg_module {
+    const char *type;            /* static string: "Linear", "LayerNorm", ... */
+    cg_named_tensor *params;
+    int n_params, cap_params;
+    cg_named_module *children;
+    int n_children, cap_children;
+    bool training;               /* train mode (dropout active); default true */
+    /* Frees what the concrete module owns beyond params and children (may
+     * be NULL). Called by cg_module_free before the registry is freed;
+     * must not free the struct itself. */
+    void (*destroy)(cg_module *m);
+};
+
+#define CG_MODULE(m) ((cg_module *)(m))
+
+/* ------------------------------------------------- building modules */
+/* Allocate a zeroed module struct of `size` bytes (>= sizeof(cg_module))
+ * whose base is initialised (type, training on, destroy). Free with
+ * cg_module_free. */
+cg_module *cg_module_alloc(size_t size, const char *type, void (*destroy)(cg_module *m));
+/* A plain container module (e.g. a list of layers named "0", "1", ...). */
+cg_module *cg_module_new(const char *type);
+/* Register t under a local name (no dots; unique among params and
+ * children). Retains t and turns requires_grad on; t must be a leaf.
+ * Returns t (borrowed) or NULL + error. */
+cg_tensor *cg_module_add_param(cg_module *m, const char *name, cg_tensor *t);
+/* Register a child (takes ownership: on failure the child is freed).
+ * Returns the child or NULL + error. */
+cg_module *cg_module_add_child(cg_module *m, const char *name, cg_module *child);
+/* Frees the module, its children and its references to its parameters.
+ * NULL is a no-op. */
+void cg_module_free(cg_module *m);
+
+/* ---------------------------------------------------------- queries */
+/* (full dotted name, tensor) pairs. Names are owned by the list; tensors
+ * are borrowed from the module. */
+typedef struct {
+    char *name;
+    cg_tensor *tensor;
+} cg_param;
+
+typedef struct {
+    cg_param *items;
+    int n, cap;
+} cg_param_list;
+
+/* Append m's parameters to *out (which must be zero-initialised or come
+ * from an earlier call) in named_parameters() order. False + error on
+ * allocation failure. */
+bool cg_module_params(const cg_module *m, cg_param_list *out);
+/* Free the names and the array; the list is zeroed and may be reused. */
+void cg_param_list_free(cg_param_list *l);
+/* Total number of parameter elements (each tied tensor counted once). */
+int64_t cg_module_num_params(const cg_module *m);
+/* Number of parameter tensors (tied tensors counted once). */
+int cg_module_num_param_tensors(const cg_module *m);
+/* The parameter with this full dotted name (borrowed) or NULL + error. */
+cg_tensor *cg_module_get_param(const cg_module *m, const char *name);
+/* The descendant module at a dotted path ("layers.0.self_attn"); "" is m
+ * itself. Borrowed, or NULL + error. */
+cg_module *cg_module_get_child(const cg_module *m, const char *path);
+
+/* ---------------------------------------------------------- actions */
+/* Drop every parameter's gradient (grad becomes NULL). */
+void cg_module_zero_grad(cg_module *m);
+/* Set train (true) or eval (false) mode on m and all its descendants. */
+void cg_module_train(cg_module *m, bool training);
+
+/* ---------------------------------------------------- save and load */
+/* Add every parameter to w as F32 under prefix + full name (prefix may be
+ * NULL). The values are copied now. */
+bool cg_module_write(const cg_module *m, cg_st_writer *w, const char *prefix);
+/* Write m's parameters to a safetensors file (atomically). meta holds
+ * n_meta (key, value) pairs as 2*n_meta strings: key0, value0, key1, ...
+ * (meta may be NULL when n_meta is 0). */
+bool cg_module_save(const cg_module *m, const char *path, int n_meta, const char *const *meta);
+/* Copy the values of prefix + name for every parameter of m from f into
+ * the existing tensors. Every name must exist with dtype F32 and exactly
+ * the parameter's shape; all are checked before anything is copied, so on
+ * failure m is unchanged. Tensors in f that m does not have are ignored. */
+bool cg_module_load(cg_module *m, const cg_st_file *f, const char *prefix);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

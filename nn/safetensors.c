@@ -1,0 +1,1119 @@
+/* cgrad nn: safetensors reader and atomic writer. See nn/safetensors.h.
+ *
+ * Reading keeps the whole file in one buffer. cg_st_open validates every
+ * byte of the header and every range before it returns, so the accessors
+ * below never need to re-check bounds. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "nn/safetensors.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ---------------------------------------------------------------- dtypes */
+
+static const struct {
+    const char *name;
+    size_t size;
+} dtype_table[] = {
+    [CG_ST_BOOL] = {"BOOL", 1},       [CG_ST_U8] = {"U8", 1},
+    [CG_ST_I8] = {"I8", 1},           [CG_ST_F8_E4M3] = {"F8_E4M3", 1},
+    [CG_ST_F8_E5M2] = {"F8_E5M2", 1}, [CG_ST_I16] = {"I16", 2},
+    [CG_ST_U16] = {"U16", 2},         [CG_ST_F16] = {"F16", 2},
+    [CG_ST_BF16] = {"BF16", 2},       [CG_ST_I32] = {"I32", 4},
+    [CG_ST_U32] = {"U32", 4},         [CG_ST_F32] = {"F32", 4},
+    [CG_ST_I64] = {"I64", 8},         [CG_ST_U64] = {"U64", 8},
+    [CG_ST_F64] = {"F64", 8},
+};
+_Static_assert(sizeof dtype_table / sizeof dtype_table[0] == CG_ST_NDTYPES,
+               "every cg_st_dtype needs a name and a size");
+
+const char *cg_st_dtype_name(cg_st_dtype dt) {
+    return ((unsigned)dt < CG_ST_NDTYPES) ? dtype_table[dt].name : "?";
+}
+
+size_t cg_st_dtype_size(cg_st_dtype dt) {
+    return ((unsigned)dt < CG_ST_NDTYPES) ? dtype_table[dt].size : 0;
+}
+
+static int dtype_from_name(const char *s) {
+    for (int i = 0; i < CG_ST_NDTYPES; i++)
+        if (strcmp(s, dtype_table[i].name) == 0) return i;
+    return -1;
+}
+
+/* ------------------------------------------------------ byte order helpers */
+
+static bool host_is_little_endian(void) {
+    const uint16_t one = 1;
+    unsigned char b;
+    memcpy(&b, &one, 1);
+    return b == 1;
+}
+
+static uint64_t read_le64(const unsigned char *p) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+    return v;
+}
+
+static void write_le64(unsigned char *p, uint64_t v) {
+    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+
+/* Copy n elements of size sz from little-endian src to host order dst (or the
+ * reverse: the transformation is its own inverse). */
+static void copy_le(void *dst, const void *src, size_t n, size_t sz) {
+    if (n == 0) return;
+    if (host_is_little_endian() || sz == 1) {
+        memcpy(dst, src, n * sz);
+        return;
+    }
+    const unsigned char *s = src;
+    unsigned char *d = dst;
+    for (size_t i = 0; i < n; i++)
+        for (size_t k = 0; k < sz; k++) d[i * sz + k] = s[i * sz + sz - 1 - k];
+}
+
+/* ------------------------------------------------------------- UTF-8 */
+
+/* Index of the first byte that makes s[0..n) invalid UTF-8 (overlong forms,
+ * surrogates and code points above U+10FFFF are invalid), or n if valid.
+ * If json_text, control bytes other than tab/newline/CR are invalid too. */
+static size_t utf8_bad_at(const unsigned char *s, size_t n, bool json_text) {
+    size_t i = 0;
+    while (i < n) {
+        unsigned c = s[i];
+        if (c < 0x80) {
+            if (json_text && c < 0x20 && c != '\t' && c != '\n' && c != '\r') return i;
+            i++;
+            continue;
+        }
+        size_t len;
+        unsigned cp, min;
+        if (c >= 0xC2 && c <= 0xDF) { len = 2; cp = c & 0x1F; min = 0x80; }
+        else if (c >= 0xE0 && c <= 0xEF) { len = 3; cp = c & 0x0F; min = 0x800; }
+        else if (c >= 0xF0 && c <= 0xF4) { len = 4; cp = c & 0x07; min = 0x10000; }
+        else return i;
+        if (n - i < len) return i;
+        for (size_t k = 1; k < len; k++) {
+            if ((s[i + k] & 0xC0) != 0x80) return i;
+            cp = (cp << 6) | (s[i + k] & 0x3F);
+        }
+        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return i;
+        i += len;
+    }
+    return n;
+}
+
+static bool utf8_valid(const char *s) {
+    size_t n = strlen(s);
+    return utf8_bad_at((const unsigned char *)s, n, false) == n;
+}
+
+/* ================================================================ reading */
+
+typedef struct {
+    char *name;
+    cg_st_dtype dtype;
+    int ndim;
+    int64_t shape[CG_MAX_DIMS];
+    uint64_t numel;
+    uint64_t begin, end; /* relative to the data buffer */
+} st_entry;
+
+struct cg_st_file {
+    char *path;
+    unsigned char *buf; /* the whole file */
+    size_t len;
+    const unsigned char *data; /* buf + 8 + header length */
+    size_t data_len;
+    st_entry *entries; /* header order */
+    int n;
+    st_entry **by_name; /* sorted by name, for lookups */
+    char **meta_keys, **meta_vals;
+    int nmeta;
+};
+
+static int cmp_entry_name(const void *a, const void *b) {
+    const st_entry *x = *(const st_entry *const *)a, *y = *(const st_entry *const *)b;
+    return strcmp(x->name, y->name);
+}
+
+static int cmp_str_ptr(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The first key that occurs twice among obj's members (NULL if none). Returns
+ * false only when out of memory. */
+static bool find_duplicate_key(const cJSON *obj, const char **dup) {
+    *dup = NULL;
+    int n = cJSON_GetArraySize(obj);
+    if (n < 2) return true;
+    const char **keys = malloc((size_t)n * sizeof *keys);
+    if (!keys) return false;
+    int k = 0;
+    for (const cJSON *c = obj->child; c && k < n; c = c->next) keys[k++] = c->string ? c->string : "";
+    qsort(keys, (size_t)k, sizeof *keys, cmp_str_ptr);
+    for (int i = 1; i < k; i++)
+        if (strcmp(keys[i - 1], keys[i]) == 0) {
+            *dup = keys[i];
+            break;
+        }
+    free(keys);
+    return true;
+}
+
+/* A JSON number that is a non-negative integer below 2^53 (so exact). */
+static bool json_uint(const cJSON *v, uint64_t *out) {
+    if (!cJSON_IsNumber(v)) return false;
+    double d = v->valuedouble;
+    if (!(d >= 0.0) || !(d < 9007199254740992.0) || d != floor(d)) return false;
+    *out = (uint64_t)d;
+    return true;
+}
+
+void cg_st_close(cg_st_file *f) {
+    if (!f) return;
+    for (int i = 0; i < f->n; i++) free(f->entries[i].name);
+    for (int i = 0; i < f->nmeta; i++) {
+        free(f->meta_keys[i]);
+        free(f->meta_vals[i]);
+    }
+    free(f->entries);
+    free(f->by_name);
+    free(f->meta_keys);
+    free(f->meta_vals);
+    free(f->buf);
+    free(f->path);
+    free(f);
+}
+
+#define FAIL(...)                                                              \
+    do {                                                                       \
+        cg_set_error(__VA_ARGS__);                                             \
+        goto fail;                                                             \
+    } while (0)
+
+/* Parse the metadata object into f. */
+static bool parse_metadata(cg_st_file *f, const cJSON *meta) {
+    const char *P = f->path;
+    if (cJSON_IsNull(meta)) return true;
+    if (!cJSON_IsObject(meta)) {
+        cg_set_error("safetensors: %s: __metadata__ is not a JSON object", P);
+        return false;
+    }
+    const char *dup;
+    if (!find_duplicate_key(meta, &dup)) {
+        cg_set_error("safetensors: %s: out of memory", P);
+        return false;
+    }
+    if (dup) {
+        cg_set_error("safetensors: %s: duplicate __metadata__ key '%s'", P, dup);
+        return false;
+    }
+    int n = cJSON_GetArraySize(meta);
+    f->meta_keys = calloc((size_t)n + 1, sizeof(char *));
+    f->meta_vals = calloc((size_t)n + 1, sizeof(char *));
+    if (!f->meta_keys || !f->meta_vals) {
+        cg_set_error("safetensors: %s: out of memory", P);
+        return false;
+    }
+    for (const cJSON *c = meta->child; c; c = c->next) {
+        if (!cJSON_IsString(c) || !c->valuestring) {
+            cg_set_error("safetensors: %s: __metadata__ value of '%s' is not a string", P,
+                         c->string ? c->string : "");
+            return false;
+        }
+        if (f->nmeta >= n) break;
+        f->meta_keys[f->nmeta] = strdup(c->string ? c->string : "");
+        f->meta_vals[f->nmeta] = strdup(c->valuestring);
+        f->nmeta++;
+        if (!f->meta_keys[f->nmeta - 1] || !f->meta_vals[f->nmeta - 1]) {
+            cg_set_error("safetensors: %s: out of memory", P);
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Validate one tensor entry and fill e (e->name already set). */
+static bool parse_entry(cg_st_file *f, const cJSON *info, st_entry *e) {
+    const char *P = f->path, *N = e->name;
+    if (!cJSON_IsObject(info)) {
+        cg_set_error("safetensors: %s: tensor '%s': entry is not a JSON object", P, N);
+        return false;
+    }
+    const char *dup;
+    if (!find_duplicate_key(info, &dup)) {
+        cg_set_error("safetensors: %s: out of memory", P);
+        return false;
+    }
+    if (dup) {
+        cg_set_error("safetensors: %s: tensor '%s': duplicate key '%s' in its entry", P, N, dup);
+        return false;
+    }
+
+    const cJSON *dt = cJSON_GetObjectItemCaseSensitive(info, "dtype");
+    if (!dt) {
+        cg_set_error("safetensors: %s: tensor '%s': missing dtype", P, N);
+        return false;
+    }
+    if (!cJSON_IsString(dt) || !dt->valuestring) {
+        cg_set_error("safetensors: %s: tensor '%s': dtype is not a string", P, N);
+        return false;
+    }
+    int code = dtype_from_name(dt->valuestring);
+    if (code < 0) {
+        cg_set_error("safetensors: %s: tensor '%s': unknown dtype '%.32s'", P, N, dt->valuestring);
+        return false;
+    }
+    e->dtype = (cg_st_dtype)code;
+    size_t esize = dtype_table[code].size;
+
+    const cJSON *shape = cJSON_GetObjectItemCaseSensitive(info, "shape");
+    if (!shape) {
+        cg_set_error("safetensors: %s: tensor '%s': missing shape", P, N);
+        return false;
+    }
+    if (!cJSON_IsArray(shape)) {
+        cg_set_error("safetensors: %s: tensor '%s': shape is not an array", P, N);
+        return false;
+    }
+    int nd = cJSON_GetArraySize(shape);
+    if (nd > CG_MAX_DIMS) {
+        cg_set_error("safetensors: %s: tensor '%s': shape has %d dimensions, at most %d supported",
+                     P, N, nd, CG_MAX_DIMS);
+        return false;
+    }
+    e->ndim = nd;
+    bool has_zero = false;
+    int i = 0;
+    for (const cJSON *c = shape->child; c && i < nd; c = c->next, i++) {
+        uint64_t d;
+        if (!json_uint(c, &d)) {
+            cg_set_error("safetensors: %s: tensor '%s': shape[%d] is not a non-negative integer",
+                         P, N, i);
+            return false;
+        }
+        e->shape[i] = (int64_t)d;
+        if (d == 0) has_zero = true;
+    }
+    /* Element count; the byte count must fit in int64. */
+    uint64_t numel = 1;
+    const uint64_t limit = (uint64_t)INT64_MAX / esize;
+    if (has_zero) {
+        numel = 0;
+    } else {
+        for (i = 0; i < nd; i++) {
+            uint64_t d = (uint64_t)e->shape[i];
+            if (numel > limit / d) {
+                cg_set_error("safetensors: %s: tensor '%s': shape overflows (element count too "
+                             "large at dimension %d)", P, N, i);
+                return false;
+            }
+            numel *= d;
+        }
+    }
+    e->numel = numel;
+
+    const cJSON *offs = cJSON_GetObjectItemCaseSensitive(info, "data_offsets");
+    if (!offs) {
+        cg_set_error("safetensors: %s: tensor '%s': missing data_offsets", P, N);
+        return false;
+    }
+    uint64_t b, en;
+    if (!cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2 || !json_uint(offs->child, &b) ||
+        !json_uint(offs->child->next, &en)) {
+        cg_set_error("safetensors: %s: tensor '%s': data_offsets is not two non-negative integers",
+                     P, N);
+        return false;
+    }
+    if (b > en) {
+        cg_set_error("safetensors: %s: tensor '%s': data_offsets begin %" PRIu64
+                     " is after end %" PRIu64, P, N, b, en);
+        return false;
+    }
+    if (en > f->data_len) {
+        cg_set_error("safetensors: %s: tensor '%s': data_offsets end %" PRIu64
+                     " is beyond the data buffer (%zu bytes)", P, N, en, f->data_len);
+        return false;
+    }
+    if (en - b != numel * esize) {
+        char sh[160];
+        cg_shape_str_n(nd, e->shape, sh, sizeof sh);
+        cg_set_error("safetensors: %s: tensor '%s': byte count %" PRIu64 " does not match shape %s"
+                     " %s (%" PRIu64 " bytes)", P, N, en - b, sh, dtype_table[code].name,
+                     numel * esize);
+        return false;
+    }
+    e->begin = b;
+    e->end = en;
+    return true;
+}
+
+static int cmp_span(const void *a, const void *b) {
+    const st_entry *x = *(const st_entry *const *)a, *y = *(const st_entry *const *)b;
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    if (x->end != y->end) return x->end < y->end ? -1 : 1;
+    return 0;
+}
+
+/* Takes ownership of buf (len bytes) in all cases. */
+static cg_st_file *parse_buffer(unsigned char *buf, size_t len, const char *path) {
+    cJSON *root = NULL;
+    st_entry **spans = NULL;
+    cg_st_file *f = calloc(1, sizeof *f);
+    if (!f) {
+        free(buf);
+        cg_set_error("safetensors: %s: out of memory", path);
+        return NULL;
+    }
+    f->buf = buf;
+    f->len = len;
+    f->path = strdup(path);
+    if (!f->path) FAIL("safetensors: %s: out of memory", path);
+    const char *P = f->path;
+
+    if (len < 8)
+        FAIL("safetensors: %s: file is %zu bytes, too short for the 8-byte header length", P, len);
+    uint64_t hlen = read_le64(buf);
+    if (hlen > CG_ST_MAX_HEADER)
+        FAIL("safetensors: %s: header length %" PRIu64 " is absurd (limit %" PRIu64
+             " bytes); corrupt file?", P, hlen, CG_ST_MAX_HEADER);
+    if (hlen > len - 8)
+        FAIL("safetensors: %s: header length %" PRIu64 " does not fit the file (%zu bytes)", P,
+             hlen, len);
+    const unsigned char *hdr = buf + 8;
+    f->data = buf + 8 + hlen;
+    f->data_len = len - 8 - (size_t)hlen;
+
+    size_t bad = utf8_bad_at(hdr, (size_t)hlen, true);
+    if (bad < hlen)
+        FAIL("safetensors: %s: header is not valid JSON text: bad or control byte 0x%02x at "
+             "header byte %zu", P, hdr[bad], bad);
+
+    if (hlen >= 3 && hdr[0] == 0xEF && hdr[1] == 0xBB && hdr[2] == 0xBF)
+        FAIL("safetensors: %s: header is not valid JSON (starts with a UTF-8 byte order mark)", P);
+    const char *end = NULL;
+    root = cJSON_ParseWithLengthOpts((const char *)hdr, (size_t)hlen, &end, 0);
+    if (!root) {
+        size_t at = (end && end >= (const char *)hdr && end <= (const char *)hdr + hlen)
+                        ? (size_t)(end - (const char *)hdr) : 0;
+        FAIL("safetensors: %s: header is not valid JSON (near header byte %zu of %" PRIu64 ")",
+             P, at, hlen);
+    }
+    if (end && end >= (const char *)hdr && end <= (const char *)hdr + hlen) {
+        for (const char *p = end; p < (const char *)hdr + hlen; p++)
+            if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r')
+                FAIL("safetensors: %s: header is not valid JSON (extra data at header byte %zu)",
+                     P, (size_t)(p - (const char *)hdr));
+    }
+    if (!cJSON_IsObject(root)) FAIL("safetensors: %s: header is not a JSON object", P);
+
+    const char *dup;
+    if (!find_duplicate_key(root, &dup)) FAIL("safetensors: %s: out of memory", P);
+    if (dup) FAIL("safetensors: %s: duplicate name '%s' in the header", P, dup);
+
+    int members = cJSON_GetArraySize(root);
+    f->entries = calloc((size_t)members + 1, sizeof *f->entries);
+    if (!f->entries) FAIL("safetensors: %s: out of memory", P);
+    for (const cJSON *c = root->child; c; c = c->next) {
+        const char *name = c->string ? c->string : "";
+        if (strcmp(name, "__metadata__") == 0) {
+            if (!parse_metadata(f, c)) goto fail;
+            continue;
+        }
+        if (name[0] == '\0') FAIL("safetensors: %s: a tensor has an empty name", P);
+        if (f->n >= members) break;
+        st_entry *e = &f->entries[f->n];
+        e->name = strdup(name);
+        if (!e->name) FAIL("safetensors: %s: out of memory", P);
+        f->n++;
+        if (!parse_entry(f, c, e)) goto fail;
+    }
+    cJSON_Delete(root);
+    root = NULL;
+
+    /* The ranges must tile the data buffer: sort by (begin, end) and walk. */
+    spans = malloc(((size_t)f->n + 1) * sizeof *spans);
+    f->by_name = malloc(((size_t)f->n + 1) * sizeof *f->by_name);
+    if (!spans || !f->by_name) FAIL("safetensors: %s: out of memory", P);
+    for (int i = 0; i < f->n; i++) spans[i] = f->by_name[i] = &f->entries[i];
+    qsort(spans, (size_t)f->n, sizeof *spans, cmp_span);
+    uint64_t pos = 0;
+    const st_entry *prev = NULL;
+    for (int i = 0; i < f->n; i++) {
+        const st_entry *e = spans[i];
+        if (e->begin < pos)
+            FAIL("safetensors: %s: tensor '%s': data range [%" PRIu64 ", %" PRIu64
+                 ") overlaps tensor '%s' [%" PRIu64 ", %" PRIu64 ")", P, e->name, e->begin,
+                 e->end, prev ? prev->name : "?", prev ? prev->begin : 0, prev ? prev->end : 0);
+        if (e->begin > pos)
+            FAIL("safetensors: %s: tensor '%s': data range [%" PRIu64 ", %" PRIu64
+                 ") leaves a gap of %" PRIu64 " bytes at byte %" PRIu64 " of the data buffer",
+                 P, e->name, e->begin, e->end, e->begin - pos, pos);
+        pos = e->end;
+        prev = e;
+    }
+    if (pos != f->data_len)
+        FAIL("safetensors: %s: %" PRIu64 " trailing bytes after the last tensor (data buffer is "
+             "%zu bytes, tensors end at %" PRIu64 ")", P, (uint64_t)f->data_len - pos,
+             f->data_len, pos);
+    free(spans);
+    spans = NULL;
+    /* The top-level duplicate check above already guarantees unique names. */
+    qsort(f->by_name, (size_t)f->n, sizeof *f->by_name, cmp_entry_name);
+    return f;
+
+fail:
+    cJSON_Delete(root);
+    free(spans);
+    cg_st_close(f);
+    return NULL;
+}
+
+cg_st_file *cg_st_open(const char *path) {
+    if (!path || !path[0]) {
+        cg_set_error("safetensors: cg_st_open: %s path", path ? "empty" : "NULL");
+        return NULL;
+    }
+    /* O_NONBLOCK: opening a FIFO must not hang; it is then refused below. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) {
+        cg_set_error("safetensors: %s: cannot open: %s", path, strerror(errno));
+        return NULL;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        cg_set_error("safetensors: %s: cannot stat: %s", path, strerror(errno));
+        close(fd);
+        return NULL;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        cg_set_error("safetensors: %s: not a regular file", path);
+        close(fd);
+        return NULL;
+    }
+    if ((uint64_t)st.st_size > (uint64_t)SIZE_MAX / 2) {
+        cg_set_error("safetensors: %s: file too large (%lld bytes)", path, (long long)st.st_size);
+        close(fd);
+        return NULL;
+    }
+    size_t len = (size_t)st.st_size;
+    unsigned char *buf = malloc(len ? len : 1);
+    if (!buf) {
+        cg_set_error("safetensors: %s: out of memory reading %zu bytes", path, len);
+        close(fd);
+        return NULL;
+    }
+    size_t got = 0;
+    while (got < len) {
+        ssize_t r = read(fd, buf + got, len - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) {
+            cg_set_error("safetensors: %s: read failed after %zu of %zu bytes: %s", path, got,
+                         len, strerror(errno));
+            free(buf);
+            close(fd);
+            return NULL;
+        }
+        if (r == 0) break; /* the file shrank: parse what is there */
+        got += (size_t)r;
+    }
+    close(fd);
+    return parse_buffer(buf, got, path);
+}
+
+cg_st_file *cg_st_open_memory(const void *data, size_t len, const char *name) {
+    if (!name) name = "<memory>";
+    if (!data && len) {
+        cg_set_error("safetensors: %s: NULL buffer of %zu bytes", name, len);
+        return NULL;
+    }
+    unsigned char *buf = malloc(len ? len : 1);
+    if (!buf) {
+        cg_set_error("safetensors: %s: out of memory (%zu bytes)", name, len);
+        return NULL;
+    }
+    if (len) memcpy(buf, data, len);
+    return parse_buffer(buf, len, name);
+}
+
+const char *cg_st_path(const cg_st_file *f) { return f ? f->path : NULL; }
+
+int cg_st_count(const cg_st_file *f) { return f ? f->n : 0; }
+
+const char *cg_st_name(const cg_st_file *f, int i) {
+    if (!f) return NULL;
+    if (i < 0 || i >= f->n) {
+        cg_set_error("safetensors: %s: tensor index %d out of range [0, %d)", f->path, i, f->n);
+        return NULL;
+    }
+    return f->entries[i].name;
+}
+
+static const st_entry *lookup(const cg_st_file *f, const char *name) {
+    if (!f || !name || f->n == 0) return NULL;
+    st_entry key = {.name = (char *)name};
+    const st_entry *kp = &key;
+    st_entry **hit = bsearch(&kp, f->by_name, (size_t)f->n, sizeof *f->by_name, cmp_entry_name);
+    return hit ? *hit : NULL;
+}
+
+/* lookup, recording an error when absent. */
+static const st_entry *need(const cg_st_file *f, const char *name, const char *fn) {
+    if (!f) return NULL;
+    if (!name) {
+        cg_set_error("safetensors: %s: %s: NULL tensor name", f->path, fn);
+        return NULL;
+    }
+    const st_entry *e = lookup(f, name);
+    if (!e) cg_set_error("safetensors: %s: no tensor named '%s' (%d tensors in file)", f->path,
+                         name, f->n);
+    return e;
+}
+
+bool cg_st_has(const cg_st_file *f, const char *name) { return lookup(f, name) != NULL; }
+
+bool cg_st_info(const cg_st_file *f, const char *name, cg_st_dtype *dtype, int *ndim,
+                int64_t *shape) {
+    const st_entry *e = need(f, name, "cg_st_info");
+    if (!e) return false;
+    if (dtype) *dtype = e->dtype;
+    if (ndim) *ndim = e->ndim;
+    if (shape)
+        for (int i = 0; i < e->ndim; i++) shape[i] = e->shape[i];
+    return true;
+}
+
+const void *cg_st_raw(const cg_st_file *f, const char *name, size_t *nbytes) {
+    const st_entry *e = need(f, name, "cg_st_raw");
+    if (!e) return NULL;
+    if (nbytes) *nbytes = (size_t)(e->end - e->begin);
+    return f->data + e->begin;
+}
+
+static bool need_dtype(const cg_st_file *f, const st_entry *e, cg_st_dtype want) {
+    if (e->dtype == want) return true;
+    cg_set_error("safetensors: %s: tensor '%s' has dtype %s, expected %s", f->path, e->name,
+                 cg_st_dtype_name(e->dtype), cg_st_dtype_name(want));
+    return false;
+}
+
+cg_tensor *cg_st_get_f32(const cg_st_file *f, const char *name) {
+    const st_entry *e = need(f, name, "cg_st_get_f32");
+    if (!e || !need_dtype(f, e, CG_ST_F32)) return NULL;
+    cg_tensor *t = cg_empty(e->ndim, e->shape);
+    if (!t) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", cg_last_error());
+        cg_set_error_force("safetensors: %s: tensor '%s': %s", f->path, e->name, why);
+        return NULL;
+    }
+    copy_le(cg_data(t), f->data + e->begin, (size_t)e->numel, 4);
+    return t;
+}
+
+bool cg_st_load_into(const cg_st_file *f, const char *name, cg_tensor *dst) {
+    if (!dst) {
+        if (!cg_has_error()) cg_set_error("safetensors: cg_st_load_into: NULL destination");
+        return false;
+    }
+    const st_entry *e = need(f, name, "cg_st_load_into");
+    if (!e || !need_dtype(f, e, CG_ST_F32)) return false;
+    bool same = dst->ndim == e->ndim;
+    for (int i = 0; same && i < e->ndim; i++) same = dst->shape[i] == e->shape[i];
+    if (!same) {
+        char a[160], b[160];
+        cg_shape_str_n(e->ndim, e->shape, a, sizeof a);
+        cg_shape_str(dst, b, sizeof b);
+        cg_set_error("safetensors: %s: tensor '%s' has shape %s, destination has shape %s",
+                     f->path, e->name, a, b);
+        return false;
+    }
+    cg_tensor *src = cg_st_get_f32(f, name);
+    if (!src) return false;
+    bool ok = cg_copy_(dst, src);
+    cg_release(src);
+    return ok;
+}
+
+int64_t *cg_st_get_i64(const cg_st_file *f, const char *name, int *ndim, int64_t *shape) {
+    const st_entry *e = need(f, name, "cg_st_get_i64");
+    if (!e || !need_dtype(f, e, CG_ST_I64)) return NULL;
+    int64_t *out = malloc(e->numel ? (size_t)e->numel * sizeof(int64_t) : 1);
+    if (!out) {
+        cg_set_error("safetensors: %s: tensor '%s': out of memory", f->path, e->name);
+        return NULL;
+    }
+    copy_le(out, f->data + e->begin, (size_t)e->numel, 8);
+    if (ndim) *ndim = e->ndim;
+    if (shape)
+        for (int i = 0; i < e->ndim; i++) shape[i] = e->shape[i];
+    return out;
+}
+
+const char *cg_st_metadata(const cg_st_file *f, const char *key) {
+    if (!f || !key) return NULL;
+    for (int i = 0; i < f->nmeta; i++)
+        if (strcmp(f->meta_keys[i], key) == 0) return f->meta_vals[i];
+    return NULL;
+}
+
+int cg_st_metadata_count(const cg_st_file *f) { return f ? f->nmeta : 0; }
+
+const char *cg_st_metadata_key(const cg_st_file *f, int i) {
+    if (!f) return NULL;
+    if (i < 0 || i >= f->nmeta) {
+        cg_set_error("safetensors: %s: metadata index %d out of range [0, %d)", f->path, i,
+                     f->nmeta);
+        return NULL;
+    }
+    return f->meta_keys[i];
+}
+
+/* ================================================================ writing */
+
+typedef struct {
+    char *name;
+    cg_st_dtype dtype;
+    int ndim;
+    int64_t shape[CG_MAX_DIMS];
+    unsigned char *bytes; /* little-endian */
+    size_t nbytes;
+} w_entry;
+
+struct cg_st_writer {
+    w_entry *e;
+    int n, cap;
+    char **mkey, **mval;
+    int nmeta, mcap;
+};
+
+cg_st_writer *cg_st_writer_new(void) {
+    cg_st_writer *w = calloc(1, sizeof *w);
+    if (!w) cg_set_error("safetensors: cg_st_writer_new: out of memory");
+    return w;
+}
+
+void cg_st_writer_free(cg_st_writer *w) {
+    if (!w) return;
+    for (int i = 0; i < w->n; i++) {
+        free(w->e[i].name);
+        free(w->e[i].bytes);
+    }
+    for (int i = 0; i < w->nmeta; i++) {
+        free(w->mkey[i]);
+        free(w->mval[i]);
+    }
+    free(w->e);
+    free(w->mkey);
+    free(w->mval);
+    free(w);
+}
+
+/* Checks a new tensor's name and shape; returns the element count or -1. */
+static int64_t check_new(cg_st_writer *w, const char *fn, const char *name, int ndim,
+                         const int64_t *shape) {
+    if (!w) {
+        cg_set_error("safetensors: %s: NULL writer", fn);
+        return -1;
+    }
+    if (!name || !name[0]) {
+        cg_set_error("safetensors: %s: %s tensor name", fn, name ? "empty" : "NULL");
+        return -1;
+    }
+    if (strcmp(name, "__metadata__") == 0) {
+        cg_set_error("safetensors: %s: '__metadata__' is reserved, not a tensor name", fn);
+        return -1;
+    }
+    if (!utf8_valid(name)) {
+        cg_set_error("safetensors: %s: tensor name is not valid UTF-8", fn);
+        return -1;
+    }
+    for (int i = 0; i < w->n; i++)
+        if (strcmp(w->e[i].name, name) == 0) {
+            cg_set_error("safetensors: %s: tensor '%s' was already added", fn, name);
+            return -1;
+        }
+    if (ndim < 0 || ndim > CG_MAX_DIMS || (ndim > 0 && !shape)) {
+        cg_set_error("safetensors: %s: tensor '%s': ndim %d out of range [0, %d]", fn, name, ndim,
+                     CG_MAX_DIMS);
+        return -1;
+    }
+    int64_t numel = 1;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 0) {
+            cg_set_error("safetensors: %s: tensor '%s': negative size %" PRId64 " at dim %d", fn,
+                         name, shape[i], i);
+            return -1;
+        }
+        if (shape[i] == 0) numel = 0;
+    }
+    if (numel != 0)
+        for (int i = 0; i < ndim; i++) {
+            if (numel > (INT64_MAX / 8) / shape[i]) {
+                cg_set_error("safetensors: %s: tensor '%s': shape too large", fn, name);
+                return -1;
+            }
+            numel *= shape[i];
+        }
+    return numel;
+}
+
+/* Append an entry; takes ownership of bytes (freed on failure). */
+static bool push_entry(cg_st_writer *w, const char *name, cg_st_dtype dt, int ndim,
+                       const int64_t *shape, unsigned char *bytes, size_t nbytes) {
+    if (w->n == w->cap) {
+        int cap = w->cap ? 2 * w->cap : 16;
+        w_entry *ne = realloc(w->e, (size_t)cap * sizeof *ne);
+        if (!ne) goto oom;
+        w->e = ne;
+        w->cap = cap;
+    }
+    w_entry *e = &w->e[w->n];
+    memset(e, 0, sizeof *e);
+    e->name = strdup(name);
+    if (!e->name) goto oom;
+    e->dtype = dt;
+    e->ndim = ndim;
+    for (int i = 0; i < ndim; i++) e->shape[i] = shape[i];
+    e->bytes = bytes;
+    e->nbytes = nbytes;
+    w->n++;
+    return true;
+oom:
+    free(bytes);
+    cg_set_error("safetensors: tensor '%s': out of memory", name);
+    return false;
+}
+
+bool cg_st_add_f32_raw(cg_st_writer *w, const char *name, int ndim, const int64_t *shape,
+                       const float *data) {
+    int64_t numel = check_new(w, "cg_st_add_f32_raw", name, ndim, shape);
+    if (numel < 0) return false;
+    if (numel > 0 && !data) {
+        cg_set_error("safetensors: cg_st_add_f32_raw: tensor '%s': NULL data", name);
+        return false;
+    }
+    size_t nb = (size_t)numel * 4;
+    unsigned char *bytes = malloc(nb ? nb : 1);
+    if (!bytes) {
+        cg_set_error("safetensors: tensor '%s': out of memory", name);
+        return false;
+    }
+    copy_le(bytes, data, (size_t)numel, 4);
+    return push_entry(w, name, CG_ST_F32, ndim, shape, bytes, nb);
+}
+
+bool cg_st_add_f32(cg_st_writer *w, const char *name, const cg_tensor *t) {
+    if (!t) {
+        cg_set_error("safetensors: cg_st_add_f32: tensor '%s' is NULL", name ? name : "(null)");
+        return false;
+    }
+    if (t->dtype != CG_F32) {
+        cg_set_error("safetensors: cg_st_add_f32: tensor '%s' is not float32", name ? name : "");
+        return false;
+    }
+    int64_t numel = check_new(w, "cg_st_add_f32", name, t->ndim, t->shape);
+    if (numel < 0) return false;
+    size_t nb = (size_t)numel * 4;
+    unsigned char *bytes = malloc(nb ? nb : 1);
+    if (!bytes) {
+        cg_set_error("safetensors: tensor '%s': out of memory", name);
+        return false;
+    }
+    if (numel > 0) {
+        if (host_is_little_endian()) {
+            if (!cg_copy_to(t, (float *)(void *)bytes)) {
+                free(bytes);
+                return false;
+            }
+        } else {
+            float *tmp = malloc(nb);
+            if (!tmp || !cg_copy_to(t, tmp)) {
+                if (!tmp) cg_set_error("safetensors: tensor '%s': out of memory", name);
+                free(tmp);
+                free(bytes);
+                return false;
+            }
+            copy_le(bytes, tmp, (size_t)numel, 4);
+            free(tmp);
+        }
+    }
+    return push_entry(w, name, CG_ST_F32, t->ndim, t->shape, bytes, nb);
+}
+
+bool cg_st_add_i64(cg_st_writer *w, const char *name, int ndim, const int64_t *shape,
+                   const int64_t *data) {
+    int64_t numel = check_new(w, "cg_st_add_i64", name, ndim, shape);
+    if (numel < 0) return false;
+    if (numel > 0 && !data) {
+        cg_set_error("safetensors: cg_st_add_i64: tensor '%s': NULL data", name);
+        return false;
+    }
+    size_t nb = (size_t)numel * 8;
+    unsigned char *bytes = malloc(nb ? nb : 1);
+    if (!bytes) {
+        cg_set_error("safetensors: tensor '%s': out of memory", name);
+        return false;
+    }
+    copy_le(bytes, data, (size_t)numel, 8);
+    return push_entry(w, name, CG_ST_I64, ndim, shape, bytes, nb);
+}
+
+bool cg_st_set_metadata(cg_st_writer *w, const char *key, const char *value) {
+    if (!w || !key || !value) {
+        cg_set_error("safetensors: cg_st_set_metadata: NULL %s", !w ? "writer" : !key ? "key" : "value");
+        return false;
+    }
+    if (!utf8_valid(key) || !utf8_valid(value)) {
+        cg_set_error("safetensors: cg_st_set_metadata: key or value of '%.64s' is not valid UTF-8",
+                     key);
+        return false;
+    }
+    char *v = strdup(value);
+    if (!v) {
+        cg_set_error("safetensors: cg_st_set_metadata: out of memory");
+        return false;
+    }
+    for (int i = 0; i < w->nmeta; i++)
+        if (strcmp(w->mkey[i], key) == 0) {
+            free(w->mval[i]);
+            w->mval[i] = v;
+            return true;
+        }
+    if (w->nmeta == w->mcap) {
+        int cap = w->mcap ? 2 * w->mcap : 8;
+        char **nk = realloc(w->mkey, (size_t)cap * sizeof *nk);
+        if (nk) w->mkey = nk;
+        char **nv = nk ? realloc(w->mval, (size_t)cap * sizeof *nv) : NULL;
+        if (nv) w->mval = nv;
+        if (!nk || !nv) {
+            free(v);
+            cg_set_error("safetensors: cg_st_set_metadata: out of memory");
+            return false;
+        }
+        w->mcap = cap;
+    }
+    char *k = strdup(key);
+    if (!k) {
+        free(v);
+        cg_set_error("safetensors: cg_st_set_metadata: out of memory");
+        return false;
+    }
+    w->mkey[w->nmeta] = k;
+    w->mval[w->nmeta] = v;
+    w->nmeta++;
+    return true;
+}
+
+/* --- a growable string for the header */
+typedef struct {
+    char *s;
+    size_t len, cap;
+    bool oom;
+} sbuf;
+
+static void sb_putn(sbuf *b, const char *s, size_t n) {
+    if (b->oom) return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n + 1) cap *= 2;
+        char *ns = realloc(b->s, cap);
+        if (!ns) {
+            b->oom = true;
+            return;
+        }
+        b->s = ns;
+        b->cap = cap;
+    }
+    memcpy(b->s + b->len, s, n);
+    b->len += n;
+    b->s[b->len] = '\0';
+}
+
+static void sb_puts(sbuf *b, const char *s) { sb_putn(b, s, strlen(s)); }
+
+static void sb_putu(sbuf *b, uint64_t v) {
+    char tmp[32];
+    snprintf(tmp, sizeof tmp, "%" PRIu64, v);
+    sb_puts(b, tmp);
+}
+
+/* A JSON string literal (s is valid UTF-8, passed through unescaped). */
+static void sb_json_str(sbuf *b, const char *s) {
+    sb_putn(b, "\"", 1);
+    for (const char *p = s; *p; p++) {
+        unsigned char c = (unsigned char)*p;
+        if (c == '"') sb_puts(b, "\\\"");
+        else if (c == '\\') sb_puts(b, "\\\\");
+        else if (c < 0x20) {
+            char tmp[8];
+            snprintf(tmp, sizeof tmp, "\\u%04x", c);
+            sb_puts(b, tmp);
+        } else sb_putn(b, p, 1);
+    }
+    sb_putn(b, "\"", 1);
+}
+
+static bool write_all(FILE *fp, const void *p, size_t n) {
+    return n == 0 || fwrite(p, 1, n, fp) == n;
+}
+
+/* The directory holding path ("." if none); malloc'd. */
+static char *dir_of(const char *path) {
+    const char *slash = strrchr(path, '/');
+    if (!slash) return strdup(".");
+    if (slash == path) return strdup("/");
+    size_t n = (size_t)(slash - path);
+    char *d = malloc(n + 1);
+    if (d) {
+        memcpy(d, path, n);
+        d[n] = '\0';
+    }
+    return d;
+}
+
+bool cg_st_writer_save(cg_st_writer *w, const char *path) {
+    if (!w) {
+        cg_set_error("safetensors: cg_st_writer_save: NULL writer");
+        return false;
+    }
+    if (!path || !path[0]) {
+        cg_set_error("safetensors: cg_st_writer_save: %s path", path ? "empty" : "NULL");
+        return false;
+    }
+
+    /* Header: metadata first, then tensors in the order added. */
+    sbuf h = {0};
+    sb_puts(&h, "{");
+    bool first = true;
+    if (w->nmeta > 0) {
+        sb_puts(&h, "\"__metadata__\":{");
+        for (int i = 0; i < w->nmeta; i++) {
+            if (i) sb_puts(&h, ",");
+            sb_json_str(&h, w->mkey[i]);
+            sb_puts(&h, ":");
+            sb_json_str(&h, w->mval[i]);
+        }
+        sb_puts(&h, "}");
+        first = false;
+    }
+    uint64_t off = 0;
+    for (int i = 0; i < w->n; i++) {
+        const w_entry *e = &w->e[i];
+        if (!first) sb_puts(&h, ",");
+        first = false;
+        sb_json_str(&h, e->name);
+        sb_puts(&h, ":{\"dtype\":");
+        sb_json_str(&h, cg_st_dtype_name(e->dtype));
+        sb_puts(&h, ",\"shape\":[");
+        for (int d = 0; d < e->ndim; d++) {
+            if (d) sb_puts(&h, ",");
+            sb_putu(&h, (uint64_t)e->shape[d]);
+        }
+        sb_puts(&h, "],\"data_offsets\":[");
+        sb_putu(&h, off);
+        sb_puts(&h, ",");
+        off += e->nbytes;
+        sb_putu(&h, off);
+        sb_puts(&h, "]}");
+    }
+    sb_puts(&h, "}");
+    while ((8 + h.len) % 8 != 0) sb_puts(&h, " ");
+    if (h.oom) {
+        free(h.s);
+        cg_set_error("safetensors: %s: out of memory building the header", path);
+        return false;
+    }
+    if ((uint64_t)h.len > CG_ST_MAX_HEADER) {
+        cg_set_error("safetensors: %s: header would be %zu bytes, over the %" PRIu64
+                     "-byte limit readers accept", path, h.len, CG_ST_MAX_HEADER);
+        free(h.s);
+        return false;
+    }
+
+    size_t plen = strlen(path);
+    char *tmp = malloc(plen + 32);
+    char *dir = dir_of(path);
+    if (!tmp || !dir) {
+        free(h.s);
+        free(tmp);
+        free(dir);
+        cg_set_error("safetensors: %s: out of memory", path);
+        return false;
+    }
+    snprintf(tmp, plen + 32, "%s.tmp.%ld", path, (long)getpid());
+
+    bool ok = false, created = false;
+    FILE *fp = NULL;
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    if (fd < 0) {
+        cg_set_error("safetensors: %s: cannot create temporary file %s: %s", path, tmp,
+                     strerror(errno));
+        goto done;
+    }
+    created = true;
+    struct stat old;
+    if (stat(path, &old) == 0 && S_ISREG(old.st_mode))
+        (void)fchmod(fd, old.st_mode & 07777); /* keep the old file's permissions */
+    fp = fdopen(fd, "wb");
+    if (!fp) {
+        cg_set_error("safetensors: %s: fdopen failed: %s", tmp, strerror(errno));
+        close(fd);
+        goto done;
+    }
+    unsigned char lenbuf[8];
+    write_le64(lenbuf, (uint64_t)h.len);
+    bool wok = write_all(fp, lenbuf, 8) && write_all(fp, h.s, h.len);
+    for (int i = 0; wok && i < w->n; i++) wok = write_all(fp, w->e[i].bytes, w->e[i].nbytes);
+    if (!wok || fflush(fp) != 0) {
+        cg_set_error("safetensors: %s: write to %s failed: %s", path, tmp, strerror(errno));
+        fclose(fp);
+        goto done;
+    }
+    if (fsync(fileno(fp)) != 0) {
+        cg_set_error("safetensors: %s: fsync of %s failed: %s", path, tmp, strerror(errno));
+        fclose(fp);
+        goto done;
+    }
+    if (fclose(fp) != 0) {
+        cg_set_error("safetensors: %s: closing %s failed: %s", path, tmp, strerror(errno));
+        goto done;
+    }
+    if (rename(tmp, path) != 0) {
+        cg_set_error("safetensors: %s: cannot rename %s over it: %s", path, tmp, strerror(errno));
+        goto done;
+    }
+    created = false; /* the temporary file is now the target */
+    ok = true;
+    /* Make the rename durable. A directory we cannot open or a file system
+     * without directory fsync is tolerated; a real I/O error is reported. */
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        if (fsync(dfd) != 0 && errno != EINVAL && errno != ENOTSUP && errno != EROFS) {
+            cg_set_error("safetensors: %s: written, but fsync of directory %s failed: %s", path,
+                         dir, strerror(errno));
+            ok = false;
+        }
+        close(dfd);
+    }
+
+done:
+    if (created) unlink(tmp);
+    free(h.s);
+    free(tmp);
+    free(dir);
+    return ok;
+}

@@ -1,0 +1,135 @@
+/* cgrad nn: safetensors files (checkpoints, fixtures, exchange with PyTorch).
+ *
+ * Format: bytes 0..7 hold N, a little-endian u64; bytes 8..8+N hold a UTF-8
+ * JSON object (right-padded with spaces)
+ *     {"__metadata__": {"key": "string", ...},                      optional
+ *      "name": {"dtype": "F32", "shape": [2, 3], "data_offsets": [b, e]}, ...}
+ * and the rest of the file is the data buffer: each tensor row-major,
+ * little-endian, at bytes [b, e) of the buffer. The ranges tile the buffer
+ * exactly (no gap, no overlap, no trailing bytes), as in
+ * shared/reference/safetensors_io.py and the Rust reference.
+ *
+ * Reading: cg_st_open() reads the whole file and validates all of it before
+ * returning, so every accessor afterwards is bounds-safe. A bad file gives
+ * NULL and an error (core/error.h) that names the file, the tensor and the
+ * numbers that disagree.
+ *
+ * Writing: collect tensors in a cg_st_writer (data is copied when added),
+ * then cg_st_writer_save() writes the file atomically: a temporary file next
+ * to the target, fsync, rename over the target, fsync of the directory. On
+ * any failure the old file (if any) is left untouched and no temporary file
+ * remains. The temporary file is "<path>.tmp.<pid>", so one process must not
+ * save the same path from two threads at once; a symlink at path is replaced
+ * by the new file (its target is not modified). The writer emits the same layout as the Python reference writer:
+ * metadata first, tensors in the order added, data in that order, header
+ * padded with spaces so that the data starts at a multiple of 8 bytes. */
+#ifndef CG_SAFETENSORS_H
+#define CG_SAFETENSORS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Element types a file may hold. All of them are accepted (and validated) by
+ * the reader; cgrad converts only F32 (to tensors) and I64 (to int64 arrays);
+ * the others are reachable as raw bytes through cg_st_raw(). */
+typedef enum {
+    CG_ST_BOOL, CG_ST_U8, CG_ST_I8, CG_ST_F8_E4M3, CG_ST_F8_E5M2,
+    CG_ST_I16, CG_ST_U16, CG_ST_F16, CG_ST_BF16,
+    CG_ST_I32, CG_ST_U32, CG_ST_F32,
+    CG_ST_I64, CG_ST_U64, CG_ST_F64,
+    CG_ST_NDTYPES
+} cg_st_dtype;
+
+/* "F32", "I64", ... (static string; "?" for an out-of-range value). */
+const char *cg_st_dtype_name(cg_st_dtype dt);
+/* Bytes per element (0 for an out-of-range value). */
+size_t cg_st_dtype_size(cg_st_dtype dt);
+
+/* Headers longer than this are rejected as corrupt (same as the reference). */
+#define CG_ST_MAX_HEADER ((uint64_t)100 << 20)
+
+/* ------------------------------------------------------------- reading */
+
+typedef struct cg_st_file cg_st_file; /* an opened, fully validated file */
+
+/* Read and validate path. Returns a new handle owned by the caller (free it
+ * with cg_st_close), or NULL + error. Tensors with more than CG_MAX_DIMS
+ * dimensions are rejected. */
+cg_st_file *cg_st_open(const char *path);
+/* Same, from bytes already in memory (copied; the caller keeps buf). name is
+ * used in error messages (may be NULL). */
+cg_st_file *cg_st_open_memory(const void *buf, size_t len, const char *name);
+void cg_st_close(cg_st_file *f); /* NULL is a no-op */
+
+/* The path given to cg_st_open (borrowed, valid until cg_st_close). */
+const char *cg_st_path(const cg_st_file *f);
+
+/* Tensors in header order, 0 <= i < count. The name is borrowed from f. */
+int cg_st_count(const cg_st_file *f);
+const char *cg_st_name(const cg_st_file *f, int i);
+bool cg_st_has(const cg_st_file *f, const char *name);
+
+/* dtype, ndim and shape (CG_MAX_DIMS entries) of a tensor; any output may be
+ * NULL. False + error if the name is absent. */
+bool cg_st_info(const cg_st_file *f, const char *name, cg_st_dtype *dtype, int *ndim,
+                int64_t *shape);
+
+/* The raw little-endian bytes of a tensor, borrowed from f (valid until
+ * cg_st_close); *nbytes receives their count. NULL + error if absent (a
+ * present tensor with zero bytes gives a non-NULL pointer). */
+const void *cg_st_raw(const cg_st_file *f, const char *name, size_t *nbytes);
+
+/* A new contiguous float32 tensor (owned by the caller) holding the tensor's
+ * values. NULL + error if the name is absent or its dtype is not F32. */
+cg_tensor *cg_st_get_f32(const cg_st_file *f, const char *name);
+
+/* Copy an F32 tensor into dst (any strides), which must have exactly its
+ * shape. False + error naming the tensor and both shapes otherwise. */
+bool cg_st_load_into(const cg_st_file *f, const char *name, cg_tensor *dst);
+
+/* A malloc'd copy of an I64 tensor's values (caller frees with free()); *ndim
+ * and shape[CG_MAX_DIMS] receive its shape (either may be NULL). For a tensor
+ * with no elements a valid 1-byte allocation is returned. NULL + error if
+ * absent or not I64. */
+int64_t *cg_st_get_i64(const cg_st_file *f, const char *name, int *ndim, int64_t *shape);
+
+/* Metadata ("__metadata__" string map). Values and keys are borrowed from f.
+ * cg_st_metadata returns NULL (and records no error) when key is absent. */
+const char *cg_st_metadata(const cg_st_file *f, const char *key);
+int cg_st_metadata_count(const cg_st_file *f);
+const char *cg_st_metadata_key(const cg_st_file *f, int i);
+
+/* ------------------------------------------------------------- writing */
+
+typedef struct cg_st_writer cg_st_writer;
+
+/* A new empty writer owned by the caller (free with cg_st_writer_free). */
+cg_st_writer *cg_st_writer_new(void);
+void cg_st_writer_free(cg_st_writer *w); /* NULL is a no-op */
+
+/* Add a tensor. The values are copied now (row-major, whatever t's strides),
+ * so the source may change or die afterwards. Names must be non-empty, valid
+ * UTF-8, not "__metadata__", and unique within the writer. False + error. */
+bool cg_st_add_f32(cg_st_writer *w, const char *name, const cg_tensor *t);
+bool cg_st_add_f32_raw(cg_st_writer *w, const char *name, int ndim, const int64_t *shape,
+                       const float *data);
+bool cg_st_add_i64(cg_st_writer *w, const char *name, int ndim, const int64_t *shape,
+                   const int64_t *data);
+/* Set (or replace) a metadata entry; key and value are copied (valid UTF-8). */
+bool cg_st_set_metadata(cg_st_writer *w, const char *key, const char *value);
+
+/* Write everything to path atomically (see the top of this file). The writer
+ * is not consumed: it can be saved again. False + error on failure. */
+bool cg_st_writer_save(cg_st_writer *w, const char *path);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

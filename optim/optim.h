@@ -1,0 +1,154 @@
+/* cgrad optim: SGD, Adam and AdamW over named parameters, gradient clipping
+ * by global norm, a NaN/Inf check on gradients, and state save/load.
+ *
+ * An optimizer holds a list of (name, tensor, weight_decay) parameters. Each
+ * parameter must be a contiguous float32 leaf (no creator node); its .grad
+ * (autograd/autograd.h) is read at every step. A parameter whose grad is
+ * NULL is skipped: its values, its step count and its buffers stay as they
+ * are (PyTorch does the same). Per-parameter weight decay replaces PyTorch's
+ * param groups (e.g. 0.1 on 2-D weights, 0 on biases and norm weights).
+ *
+ * The arithmetic follows PyTorch's single-tensor implementations (the CPU
+ * default) operation by operation, in float32 with the scalar factors
+ * computed in double as Python does, with one step count per parameter:
+ *
+ *   SGD    g += wd*p  (L2, if wd != 0)
+ *          momentum != 0: buf = g on the parameter's first step, else
+ *                         buf = momentum*buf + g  (dampening 0);
+ *                         g = nesterov ? g + momentum*buf : buf
+ *          p += -lr * g
+ *   Adam   g += wd*p  (L2, if wd != 0)
+ *   AdamW  p *= 1 - lr*wd  (decoupled, before the update)
+ *   both   m = beta1*m + (1-beta1)*g;  v = beta2*v + (1-beta2)*g*g
+ *          bc1 = 1 - beta1^t;  bc2 = 1 - beta2^t  (t = the parameter's step)
+ *          denom = sqrt(v)/sqrt(bc2) + eps;  p += (-lr/bc1) * m / denom
+ *
+ * Updates are flat loops over parameter memory (no graph is recorded), each
+ * element computed by one thread: results are bit-identical for any thread
+ * count. The learning rate is set before each step (cg_optim_set_lr) so that
+ * a schedule (optim/schedule.h) can drive it.
+ *
+ * Ownership: the optimizer retains its parameter tensors and copies their
+ * names; it owns its state buffers. cg_optim_free releases everything.
+ * Errors: NULL/false/negative + cg_set_error (core/error.h); never exits. */
+#ifndef CG_OPTIM_H
+#define CG_OPTIM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/tensor.h"
+#include "nn/safetensors.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { CG_OPTIM_SGD = 0, CG_OPTIM_ADAM, CG_OPTIM_ADAMW, CG_OPTIM_NTYPES } cg_optim_type;
+
+/* "sgd", "adam", "adamw" (static; "?" if out of range). */
+const char *cg_optim_type_name(cg_optim_type t);
+
+typedef struct cg_optim_config {
+    cg_optim_type type;
+    double lr;            /* initial learning rate (>= 0) */
+    double momentum;      /* SGD: >= 0; 0 = plain SGD */
+    bool nesterov;        /* SGD: needs momentum > 0 */
+    double beta1, beta2;  /* Adam/AdamW: in [0, 1) */
+    double eps;           /* Adam/AdamW: >= 0 */
+} cg_optim_config;
+
+/* Configs with PyTorch's argument order. */
+cg_optim_config cg_sgd_config(double lr, double momentum, bool nesterov);
+cg_optim_config cg_adam_config(double lr, double beta1, double beta2, double eps);
+cg_optim_config cg_adamw_config(double lr, double beta1, double beta2, double eps);
+
+/* One parameter. name: non-empty, unique in the optimizer (copied). tensor:
+ * contiguous float32 leaf, retained. weight_decay >= 0. */
+typedef struct cg_optim_param {
+    const char *name;
+    cg_tensor *tensor;
+    double weight_decay;
+} cg_optim_param;
+
+typedef struct cg_optim cg_optim;
+
+/* A new optimizer (caller owns; free with cg_optim_free) over n >= 0
+ * parameters, state zeroed, step count 0. NULL + error on a bad config or
+ * parameter (NULL, non-contiguous, not a leaf, duplicate name or tensor). */
+cg_optim *cg_optim_new(const cg_optim_config *cfg, int n, const cg_optim_param *params);
+void cg_optim_free(cg_optim *o); /* NULL is a no-op */
+
+/* One update of every parameter that has a gradient, at the current learning
+ * rate. False + error (nothing updated) if a gradient's shape differs from
+ * its parameter's or a parameter stopped being contiguous. */
+bool cg_optim_step(cg_optim *o);
+/* Drop every parameter's gradient (grad = NULL, like zero_grad(set_to_none)). */
+void cg_optim_zero_grad(cg_optim *o);
+
+void cg_optim_set_lr(cg_optim *o, double lr);
+double cg_optim_lr(const cg_optim *o);
+/* The configuration (lr is the current learning rate). */
+cg_optim_config cg_optim_get_config(const cg_optim *o);
+/* Number of cg_optim_step calls (restored by cg_optim_load). */
+int64_t cg_optim_steps(const cg_optim *o);
+
+/* Parameters, 0 <= i < count. Borrowed; -1/NULL on a bad index. */
+int cg_optim_count(const cg_optim *o);
+const char *cg_optim_param_name(const cg_optim *o, int i);
+cg_tensor *cg_optim_param_tensor(const cg_optim *o, int i);
+double cg_optim_param_weight_decay(const cg_optim *o, int i);
+/* Updates parameter i has received (its own step count, as in PyTorch). */
+int64_t cg_optim_param_steps(const cg_optim *o, int i);
+/* Index of the parameter with this name, or -1 (no error recorded). */
+int cg_optim_find(const cg_optim *o, const char *name);
+/* State buffer of parameter i, borrowed: "exp_avg", "exp_avg_sq" (Adam,
+ * AdamW) or "momentum_buffer" (SGD with momentum). NULL + error otherwise. */
+cg_tensor *cg_optim_state(const cg_optim *o, int i, const char *what);
+
+/* ------------------------------------------------- checkpoint state */
+/* Add the optimizer's state to w, under prefix (NULL: "optim"):
+ *   tensors   <prefix>.<name>.step             I64, shape [] (per parameter)
+ *             <prefix>.<name>.exp_avg, .exp_avg_sq          (Adam, AdamW)
+ *             <prefix>.<name>.momentum_buffer  (SGD with momentum)
+ *   metadata  <prefix>.type ("sgd"/"adam"/"adamw"), <prefix>.step,
+ *             <prefix>.lr, .momentum, .nesterov, .beta1, .beta2, .eps
+ *             (decimal strings that read back exactly).
+ * Parameter values are not included: save them next to it. */
+bool cg_optim_save(const cg_optim *o, cg_st_writer *w, const char *prefix);
+/* Restore the state written by cg_optim_save: step counts, buffers, and the
+ * hyper-parameters of the metadata (lr, betas, eps, momentum, nesterov, as
+ * PyTorch's load_state_dict does; per-parameter weight decay stays as built).
+ * Everything is checked before anything changes: a different optimizer type,
+ * a missing entry, a shape or dtype that differs from the parameter's, or a
+ * <prefix>.* tensor that belongs to no parameter gives false + an error
+ * naming it, and the optimizer is left unchanged. */
+bool cg_optim_load(cg_optim *o, const cg_st_file *f, const char *prefix);
+
+/* ------------------------------------------------- gradient utilities */
+/* torch.nn.utils.clip_grad_norm_(params, max_norm): total = sqrt of the sum
+ * of squares of every gradient element (params without grad are skipped),
+ * accumulated in double in a fixed order; if max_norm / (total + 1e-6) < 1
+ * every gradient is multiplied by that factor (in float32, as PyTorch).
+ * Returns total (before clipping), or -1 + error on bad input (NULL, a grad
+ * whose shape differs from its parameter's, max_norm < 0). A non-finite
+ * total is returned as is and the gradients are left unscaled, so that
+ * cg_optim_grads_finite can still name the culprit. */
+double cg_clip_grad_norm(int n, cg_tensor *const *params, double max_norm);
+double cg_optim_clip_grad_norm(cg_optim *o, double max_norm);
+/* The global gradient norm alone (no clipping); -1 + error on bad input. */
+double cg_grad_norm(int n, cg_tensor *const *params);
+
+/* Index of the first parameter whose gradient holds a NaN or Inf, or -1 if
+ * all are finite (params without grad count as finite). If elem is not NULL
+ * it receives the offending element's flat index. */
+int cg_first_nonfinite_grad(int n, cg_tensor *const *params, int64_t *elem);
+/* True if every gradient is finite. Otherwise false, *bad (if not NULL) =
+ * the parameter's index, and an error is recorded that names it, e.g.
+ * "non-finite gradient: 'blocks.0.ff.fc1.weight' has nan at element 17". */
+bool cg_optim_grads_finite(const cg_optim *o, int *bad);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

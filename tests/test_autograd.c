@@ -1,0 +1,349 @@
+/* The autograd engine: accumulation, graph shapes, grad mode, freeing,
+ * memory, errors. Op-by-op gradients are in test_grad_ops.c. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "autograd/gradcheck.h"
+#include "autograd/ops.h"
+#include "core/ops.h"
+#include "tests/testutil.h"
+
+static cg_tensor *leaf(int ndim, const int64_t *shape, const float *v)
+{
+    cg_tensor *t = cg_from_data(ndim, shape, v);
+    ck_assert_ptr_nonnull(t);
+    cg_requires_grad(t, true);
+    return t;
+}
+
+static long rss_kb(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    long pages = 0, res = 0;
+    if (f) {
+        if (fscanf(f, "%ld %ld", &pages, &res) != 2)
+            res = 0;
+        fclose(f);
+    }
+    return res * 4;
+}
+
+START_TEST(test_simple_chain)
+{
+    /* y = sum((a * b) + a), dy/da = b + 1, dy/db = a */
+    cg_tensor *a = leaf(CG_SHAPE(3), (float[]){1, 2, 3});
+    cg_tensor *b = leaf(CG_SHAPE(3), (float[]){4, 5, 6});
+    cg_tensor *m = cg_mul(a, b);
+    cg_tensor *s = cg_add(m, a);
+    cg_tensor *y = cg_sum_all(s);
+    ck_assert_float_eq_tol(cg_item(y), 4 + 10 + 18 + 6, 1e-6);
+    ck_assert(cg_backward(y, NULL, false));
+    CG_ASSERT_TENSOR(cg_grad(a), ((float[]){5, 6, 7}), 1e-6, 0);
+    CG_ASSERT_TENSOR(cg_grad(b), ((float[]){1, 2, 3}), 1e-6, 0);
+    cg_release_all(5, a, b, m, s, y);
+}
+END_TEST
+
+START_TEST(test_same_tensor_both_inputs)
+{
+    /* y = sum(a * a): dy/da = 2a */
+    cg_tensor *a = leaf(CG_SHAPE(2, 2), (float[]){1, -2, 3, 0.5f});
+    cg_tensor *m = cg_mul(a, a);
+    cg_tensor *y = cg_sum_all(m);
+    ck_assert(cg_backward(y, NULL, false));
+    CG_ASSERT_TENSOR(cg_grad(a), ((float[]){2, -4, 6, 1}), 1e-6, 0);
+    cg_release_all(3, a, m, y);
+}
+END_TEST
+
+START_TEST(test_diamond)
+{
+    /* b = exp(a); c = b * 2; d = b * b; y = sum(c + d): dy/da = (2 + 2b) * b */
+    float av[] = {0.1f, -0.3f, 0.7f};
+    cg_tensor *a = leaf(CG_SHAPE(3), av);
+    cg_tensor *b = cg_exp(a);
+    cg_tensor *c = cg_muls(b, 2.0f);
+    cg_tensor *d = cg_mul(b, b);
+    cg_tensor *e = cg_add(c, d);
+    cg_tensor *y = cg_sum_all(e);
+    ck_assert(cg_backward(y, NULL, false));
+    float expect[3];
+    for (int i = 0; i < 3; i++) {
+        double bb = exp(av[i]);
+        expect[i] = (float)((2 + 2 * bb) * bb);
+    }
+    CG_ASSERT_TENSOR(cg_grad(a), expect, 1e-5, 1e-5);
+    cg_release_all(6, a, b, c, d, e, y);
+}
+END_TEST
+
+START_TEST(test_accumulates_across_backward_calls)
+{
+    cg_tensor *a = leaf(CG_SHAPE(2), (float[]){1, 2});
+    for (int k = 0; k < 3; k++) {
+        cg_tensor *m = cg_muls(a, 3.0f);
+        cg_tensor *y = cg_sum_all(m);
+        ck_assert(cg_backward(y, NULL, false));
+        cg_release_all(2, m, y);
+    }
+    CG_ASSERT_TENSOR(cg_grad(a), ((float[]){9, 9}), 1e-6, 0);
+    cg_zero_grad(a);
+    ck_assert_ptr_null(cg_grad(a));
+    cg_release(a);
+}
+END_TEST
+
+START_TEST(test_broadcast_reduces_to_input_shape)
+{
+    /* a [2,3] + b [3] and * c [2,1]: gradients reduce to each shape */
+    cg_rng r = cg_rng_new(3);
+    cg_tensor *a = cg_randn(&r, CG_SHAPE(2, 3));
+    cg_tensor *b = cg_randn(&r, CG_SHAPE(3));
+    cg_tensor *c = cg_randn(&r, CG_SHAPE(2, 1));
+    cg_requires_grad(a, true);
+    cg_requires_grad(b, true);
+    cg_requires_grad(c, true);
+    cg_tensor *s = cg_add(a, b);
+    cg_tensor *p = cg_mul(s, c);
+    cg_tensor *y = cg_sum_all(p);
+    ck_assert(cg_backward(y, NULL, false));
+    ck_assert_int_eq(cg_grad(b)->ndim, 1);
+    ck_assert_int_eq(cg_grad(b)->shape[0], 3);
+    ck_assert_int_eq(cg_grad(c)->shape[0], 2);
+    ck_assert_int_eq(cg_grad(c)->shape[1], 1);
+    float cv[2], sv[6];
+    cg_copy_to(c, cv);
+    cg_copy_to(s, sv);
+    float gb[3], gc[2];
+    for (int j = 0; j < 3; j++)
+        gb[j] = cv[0] + cv[1];
+    for (int i = 0; i < 2; i++)
+        gc[i] = sv[3 * i] + sv[3 * i + 1] + sv[3 * i + 2];
+    CG_ASSERT_TENSOR(cg_grad(b), gb, 1e-5, 1e-5);
+    CG_ASSERT_TENSOR(cg_grad(c), gc, 1e-5, 1e-5);
+    cg_release_all(6, a, b, c, s, p, y);
+}
+END_TEST
+
+START_TEST(test_deep_chain_no_stack_overflow)
+{
+    /* 100,000 ops in a chain: backward and freeing must be iterative */
+    cg_tensor *a = leaf(CG_SHAPE(1), (float[]){1.0f});
+    cg_tensor *x = cg_retain(a);
+    for (int i = 0; i < 100000; i++) {
+        cg_tensor *nx = cg_adds(x, 1e-5f);
+        cg_release(x);
+        x = nx;
+    }
+    ck_assert_int_eq(cg_graph_size(x), 100000);
+    cg_tensor *y = cg_sum_all(x);
+    ck_assert(cg_backward(y, NULL, false));
+    CG_ASSERT_TENSOR(cg_grad(a), ((float[]){1.0f}), 1e-6, 0);
+    cg_release_all(3, x, y, a);
+
+    /* and dropping an un-backwarded deep graph frees it iteratively too */
+    cg_tensor *b = leaf(CG_SHAPE(1), (float[]){1.0f});
+    x = cg_retain(b);
+    for (int i = 0; i < 100000; i++) {
+        cg_tensor *nx = cg_muls(x, 1.0f);
+        cg_release(x);
+        x = nx;
+    }
+    cg_release(x);
+    cg_release(b);
+}
+END_TEST
+
+START_TEST(test_no_grad_and_detach)
+{
+    cg_tensor *a = leaf(CG_SHAPE(2), (float[]){1, 2});
+    cg_no_grad_begin();
+    ck_assert(!cg_grad_enabled());
+    cg_tensor *m = cg_muls(a, 2.0f);
+    cg_no_grad_end();
+    ck_assert(cg_grad_enabled());
+    ck_assert(!m->requires_grad);
+    ck_assert_ptr_null(m->node);
+    cg_tensor *y = cg_sum_all(m);
+    ck_assert(!cg_backward(y, NULL, false));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "does not require grad"));
+
+    /* detach stops the gradient through one branch: y = sum(a*2 + detach(a*3)) */
+    cg_tensor *p = cg_muls(a, 2.0f);
+    cg_tensor *q = cg_muls(a, 3.0f);
+    cg_tensor *qd = cg_detach(q);
+    ck_assert(!qd->requires_grad);
+    cg_tensor *s = cg_add(p, qd);
+    cg_tensor *z = cg_sum_all(s);
+    ck_assert(cg_backward(z, NULL, false));
+    CG_ASSERT_TENSOR(cg_grad(a), ((float[]){2, 2}), 1e-6, 0);
+    CG_ASSERT_TENSOR(qd, ((float[]){3, 6}), 1e-6, 0);
+
+    /* nested no-grad scopes */
+    cg_no_grad_begin();
+    cg_no_grad_begin();
+    cg_no_grad_end();
+    ck_assert(!cg_grad_enabled());
+    cg_no_grad_end();
+    ck_assert(cg_grad_enabled());
+    cg_release_all(8, a, m, y, p, q, qd, s, z);
+}
+END_TEST
+
+START_TEST(test_graph_freed_after_backward)
+{
+    cg_tensor *a = leaf(CG_SHAPE(2), (float[]){1, 2});
+    cg_tensor *m = cg_mul(a, a);
+    cg_tensor *y = cg_sum_all(m);
+    ck_assert_int_eq(cg_graph_size(y), 2);
+    ck_assert(cg_backward(y, NULL, false));
+    ck_assert_int_eq(cg_graph_size(y), 0);
+    /* a second backward through a freed graph is a clear error */
+    ck_assert(!cg_backward(y, NULL, false));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "already freed"));
+    cg_release_all(2, m, y);
+
+    /* retain_graph keeps it: two backwards accumulate */
+    m = cg_mul(a, a);
+    y = cg_sum_all(m);
+    cg_zero_grad(a);
+    ck_assert(cg_backward(y, NULL, true));
+    ck_assert(cg_backward(y, NULL, false));
+    CG_ASSERT_TENSOR(cg_grad(a), ((float[]){4, 8}), 1e-6, 0);
+    cg_release_all(3, a, m, y);
+}
+END_TEST
+
+START_TEST(test_backward_errors)
+{
+    cg_tensor *a = leaf(CG_SHAPE(2), (float[]){1, 2});
+    cg_tensor *m = cg_muls(a, 2.0f);
+    /* non-scalar root without a gradient */
+    ck_assert(!cg_backward(m, NULL, true));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "one element"));
+    /* explicit gradient of the wrong shape */
+    cg_tensor *g = cg_ones(CG_SHAPE(3));
+    ck_assert(!cg_backward(m, g, true));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "[3]"));
+    /* explicit gradient of the right shape */
+    cg_tensor *g2 = cg_from_data(CG_SHAPE(2), (float[]){1, 10});
+    ck_assert(cg_backward(m, g2, false));
+    CG_ASSERT_TENSOR(cg_grad(a), ((float[]){2, 20}), 1e-6, 0);
+    /* requires_grad on a non-leaf is refused */
+    cg_tensor *m2 = cg_muls(a, 2.0f);
+    ck_assert_ptr_null(cg_requires_grad(m2, false));
+    /* NULL propagates without a crash */
+    ck_assert_ptr_null(cg_add(NULL, a));
+    ck_assert(!cg_backward(NULL, NULL, false));
+    cg_release_all(5, a, m, g, g2, m2);
+}
+END_TEST
+
+START_TEST(test_op_names_complete)
+{
+    for (int op = 0; op < CG_OP_COUNT; op++) {
+        ck_assert_ptr_nonnull(cg_op_name((cg_op)op));
+        ck_assert_str_ne(cg_op_name((cg_op)op), "?");
+    }
+    ck_assert_str_eq(cg_op_name(CG_OP_MATMUL), "matmul");
+}
+END_TEST
+
+/* A small MLP step: memory must not grow over many forward+backward passes. */
+static long mlp_loop(int iters, cg_tensor *w1, cg_tensor *w2, cg_tensor *x)
+{
+    for (int i = 0; i < iters; i++) {
+        cg_tensor *h = cg_matmul(x, w1);
+        cg_tensor *r = cg_gelu(h);
+        cg_tensor *o = cg_matmul(r, w2);
+        cg_tensor *lsm = cg_log_softmax(o, -1);
+        cg_tensor *y = cg_mean_all(lsm);
+        ck_assert(cg_backward(y, NULL, false));
+        cg_release_all(5, h, r, o, lsm, y);
+        cg_zero_grad(w1);
+        cg_zero_grad(w2);
+    }
+    return rss_kb();
+}
+
+START_TEST(test_memory_flat)
+{
+    cg_rng r = cg_rng_new(5);
+    cg_tensor *w1 = cg_randn(&r, CG_SHAPE(32, 64));
+    cg_tensor *w2 = cg_randn(&r, CG_SHAPE(64, 16));
+    cg_tensor *x = cg_randn(&r, CG_SHAPE(8, 32));
+    cg_requires_grad(w1, true);
+    cg_requires_grad(w2, true);
+    long r1 = mlp_loop(100, w1, w2, x);
+    long r2 = mlp_loop(10000, w1, w2, x);
+    /* allow allocator noise, but not growth per iteration */
+    ck_assert_msg(r2 - r1 < 2048, "RSS grew from %ld kB to %ld kB over 10,000 steps", r1, r2);
+    cg_release_all(3, w1, w2, x);
+}
+END_TEST
+
+/* gradcheck itself: it must catch a wrong backward. */
+static bool wrong_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    (void)n;
+    gin[0] = cg_k_muls(g, 3.0f); /* the true derivative of 2x is 2 */
+    return true;
+}
+static cg_tensor *wrong_fn(void *ctx, cg_tensor *const *in)
+{
+    (void)ctx;
+    cg_tensor *out = cg_k_muls(in[0], 2.0f);
+    cg_record(out, CG_OP_CUSTOM, 1, in, wrong_bw);
+    return out;
+}
+static cg_tensor *tanh_fn(void *ctx, cg_tensor *const *in)
+{
+    (void)ctx;
+    return cg_tanh(in[0]);
+}
+
+START_TEST(test_gradcheck_detects_errors)
+{
+    cg_rng r = cg_rng_new(9);
+    cg_tensor *x = cg_randn(&r, CG_SHAPE(3, 4));
+    cg_requires_grad(x, true);
+    cg_gradcheck_report rep;
+    ck_assert(!cg_gradcheck(wrong_fn, NULL, 1, &x, NULL, &rep));
+    ck_assert(!rep.ok);
+    ck_assert_ptr_nonnull(strstr(rep.message, "FAILED"));
+    ck_assert_double_eq_tol(rep.analytic / rep.numeric, 1.5, 1e-2);
+    ck_assert(cg_gradcheck(tanh_fn, NULL, 1, &x, NULL, &rep));
+    ck_assert_int_eq(rep.checked, 12);
+    ck_assert_ptr_null(cg_grad(x)); /* gradcheck leaves .grad as it was */
+    cg_release(x);
+}
+END_TEST
+
+static Suite *autograd_suite(void)
+{
+    Suite *s = suite_create("autograd");
+    TCase *tc = tcase_create("engine");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_simple_chain);
+    tcase_add_test(tc, test_same_tensor_both_inputs);
+    tcase_add_test(tc, test_diamond);
+    tcase_add_test(tc, test_accumulates_across_backward_calls);
+    tcase_add_test(tc, test_broadcast_reduces_to_input_shape);
+    tcase_add_test(tc, test_deep_chain_no_stack_overflow);
+    tcase_add_test(tc, test_no_grad_and_detach);
+    tcase_add_test(tc, test_graph_freed_after_backward);
+    tcase_add_test(tc, test_backward_errors);
+    tcase_add_test(tc, test_op_names_complete);
+    tcase_add_test(tc, test_memory_flat);
+    tcase_add_test(tc, test_gradcheck_detects_errors);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    Suite *s[] = {autograd_suite()};
+    return cg_test_run(s, 1);
+}

@@ -1,0 +1,547 @@
+/* Check suite "elementwise": core/elementwise.c against naive loops. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <omp.h>
+
+#include "core/ops.h"
+#include "tests/testutil.h"
+
+/* ------------------------------------------------------------ helpers */
+/* Element of t at the output index idx (nd dims), broadcasting t. */
+static double bget(const cg_tensor *t, int nd, const int64_t *idx)
+{
+    int64_t ti[CG_MAX_DIMS];
+    int lead = nd - t->ndim;
+    ck_assert(lead >= 0 && nd <= CG_MAX_DIMS);
+    for (int i = 0; i < t->ndim; i++)
+        ti[i] = t->shape[i] == 1 ? 0 : idx[(unsigned)(i + lead) % CG_MAX_DIMS];
+    return cg_get(t, ti);
+}
+
+/* Advance a row-major multi-index; false when done. */
+static bool next_index(int nd, const int64_t *shape, int64_t *idx)
+{
+    for (int d = nd - 1; d >= 0; d--) {
+        if (++idx[d] < shape[d])
+            return true;
+        idx[d] = 0;
+    }
+    return false;
+}
+
+static void assert_shape(const cg_tensor *t, int nd, const int64_t *shape)
+{
+    ck_assert_ptr_nonnull(t);
+    ck_assert_int_eq(t->ndim, nd);
+    for (int i = 0; i < nd; i++)
+        ck_assert_int_eq(t->shape[i], shape[i]);
+    ck_assert(cg_is_contiguous(t));
+}
+
+typedef double (*ref1_fn)(double x);
+typedef double (*ref2_fn)(double x, double y);
+typedef double (*ref3_fn)(double c, double x, double y);
+
+/* Expected values of an n-ary op over the broadcast shape. */
+static float *expect_nary(int n, const cg_tensor **in, int nd, const int64_t *shape, void *ref)
+{
+    int64_t total = cg_numel_shape(nd, shape);
+    float *e = malloc((size_t)(total ? total : 1) * sizeof(float));
+    int64_t idx[CG_MAX_DIMS] = {0};
+    for (int64_t k = 0; k < total; k++) {
+        double v[3];
+        for (int i = 0; i < n; i++)
+            v[i] = bget(in[i], nd, idx);
+        double r = n == 1 ? ((ref1_fn)ref)(v[0])
+                 : n == 2 ? ((ref2_fn)ref)(v[0], v[1])
+                          : ((ref3_fn)ref)(v[0], v[1], v[2]);
+        e[k] = (float)r;
+        next_index(nd, shape, idx);
+    }
+    return e;
+}
+
+/* ---------------------------------------------------- reference math */
+static double r_neg(double x) { return -x; }
+static double r_exp(double x) { return exp(x); }
+static double r_log(double x) { return log(x); }
+static double r_sqrt(double x) { return sqrt(x); }
+static double r_rsqrt(double x) { return 1.0 / sqrt(x); }
+static double r_pow2(double x) { return x * x; }
+static double r_pow3(double x) { return x * x * x; }
+static double r_pow25(double x) { return pow(x, 2.5); }
+static double r_powm15(double x) { return pow(x, -1.5); }
+static double r_tanh(double x) { return tanh(x); }
+static double r_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+static double r_relu(double x) { return x > 0 ? x : 0; }
+static double r_gelu(double x)
+{
+    return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+static double r_gelu_grad(double x)
+{
+    double k = sqrt(2.0 / M_PI), u = k * (x + 0.044715 * x * x * x), t = tanh(u);
+    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * k * (1.0 + 3.0 * 0.044715 * x * x);
+}
+static double r_abs(double x) { return fabs(x); }
+static double r_clamp(double x) { return x < -0.5 ? -0.5 : (x > 0.7 ? 0.7 : x); }
+static double r_adds(double x) { return x + 1.25; }
+static double r_muls(double x) { return x * -3.0; }
+
+static cg_tensor *k_pow2(const cg_tensor *a) { return cg_k_pow(a, 2.0f); }
+static cg_tensor *k_pow3(const cg_tensor *a) { return cg_k_pow(a, 3.0f); }
+static cg_tensor *k_pow25(const cg_tensor *a) { return cg_k_pow(a, 2.5f); }
+static cg_tensor *k_powm15(const cg_tensor *a) { return cg_k_pow(a, -1.5f); }
+static cg_tensor *k_clamp(const cg_tensor *a) { return cg_k_clamp(a, -0.5f, 0.7f); }
+static cg_tensor *k_adds(const cg_tensor *a) { return cg_k_adds(a, 1.25f); }
+static cg_tensor *k_muls(const cg_tensor *a) { return cg_k_muls(a, -3.0f); }
+
+typedef cg_tensor *(*k1_fn)(const cg_tensor *);
+static const struct {
+    const char *name;
+    k1_fn k;
+    ref1_fn ref;
+} UNARY[] = {
+    {"neg", cg_k_neg, r_neg},       {"exp", cg_k_exp, r_exp},
+    {"log", cg_k_log, r_log},       {"sqrt", cg_k_sqrt, r_sqrt},
+    {"rsqrt", cg_k_rsqrt, r_rsqrt}, {"pow2", k_pow2, r_pow2},
+    {"pow3", k_pow3, r_pow3},       {"pow2.5", k_pow25, r_pow25},
+    {"pow-1.5", k_powm15, r_powm15}, {"tanh", cg_k_tanh, r_tanh},
+    {"sigmoid", cg_k_sigmoid, r_sigmoid}, {"relu", cg_k_relu, r_relu},
+    {"gelu", cg_k_gelu, r_gelu},    {"abs", cg_k_abs, r_abs},
+    {"clamp", k_clamp, r_clamp},    {"adds", k_adds, r_adds},
+    {"muls", k_muls, r_muls},
+};
+#define N_UNARY (int)(sizeof UNARY / sizeof UNARY[0])
+
+static double r_add(double x, double y) { return x + y; }
+static double r_sub(double x, double y) { return x - y; }
+static double r_mul(double x, double y) { return x * y; }
+static double r_div(double x, double y) { return x / y; }
+static double r_axpby(double x, double y) { return 2.5 * x - 0.5 * y; }
+static double r_relu_bwd(double x, double g) { return x > 0 ? g : 0; }
+static double r_gelu_bwd(double x, double g) { return g * r_gelu_grad(x); }
+static double r_clamp_bwd(double x, double g) { return (x >= -0.5 && x <= 0.7) ? g : 0; }
+static double r_abs_bwd(double x, double g) { return x > 0 ? g : (x < 0 ? -g : 0); }
+static double r_masked_fill(double x, double m) { return m != 0 ? -7.0 : x; }
+
+static cg_tensor *k_axpby(const cg_tensor *a, const cg_tensor *b) { return cg_k_axpby(a, 2.5f, b, -0.5f); }
+static cg_tensor *k_clamp_bwd(const cg_tensor *a, const cg_tensor *b) { return cg_k_clamp_backward(a, b, -0.5f, 0.7f); }
+static cg_tensor *k_masked_fill(const cg_tensor *a, const cg_tensor *m) { return cg_k_masked_fill(a, m, -7.0f); }
+
+typedef cg_tensor *(*k2_fn)(const cg_tensor *, const cg_tensor *);
+static const struct {
+    const char *name;
+    k2_fn k;
+    ref2_fn ref;
+} BINARY[] = {
+    {"add", cg_k_add, r_add},
+    {"sub", cg_k_sub, r_sub},
+    {"mul", cg_k_mul, r_mul},
+    {"div", cg_k_div, r_div},
+    {"axpby", k_axpby, r_axpby},
+    {"relu_backward", cg_k_relu_backward, r_relu_bwd},
+    {"gelu_backward", cg_k_gelu_backward, r_gelu_bwd},
+    {"clamp_backward", k_clamp_bwd, r_clamp_bwd},
+    {"abs_backward", cg_k_abs_backward, r_abs_bwd},
+};
+#define N_BINARY (int)(sizeof BINARY / sizeof BINARY[0])
+
+#define ATOL 1e-6
+#define RTOL 2e-6
+
+static void check_unary(int op, const cg_tensor *a)
+{
+    cg_tensor *out = UNARY[op].k(a);
+    ck_assert_msg(out != NULL, "%s: %s", UNARY[op].name, cg_last_error());
+    assert_shape(out, a->ndim, a->shape);
+    float *e = expect_nary(1, (const cg_tensor *[]){a}, a->ndim, a->shape, (void *)UNARY[op].ref);
+    CG_ASSERT_TENSOR(out, e, ATOL, RTOL);
+    free(e);
+    cg_release(out);
+}
+
+static void check_binary(int op, const cg_tensor *a, const cg_tensor *b, int nd, const int64_t *shape)
+{
+    cg_tensor *out = BINARY[op].k(a, b);
+    ck_assert_msg(out != NULL, "%s: %s", BINARY[op].name, cg_last_error());
+    assert_shape(out, nd, shape);
+    float *e = expect_nary(2, (const cg_tensor *[]){a, b}, nd, shape, (void *)BINARY[op].ref);
+    CG_ASSERT_TENSOR(out, e, ATOL, RTOL);
+    free(e);
+    cg_release(out);
+}
+
+/* -------------------------------------------------------------- tests */
+START_TEST(test_unary_layouts)
+{
+    cg_rng rng = cg_rng_new(11);
+    for (int op = 0; op < N_UNARY; op++) {
+        for (int kind = 0; kind < 4; kind++) {
+            cg_tensor *a = cg_test_randn_layout(&rng, CG_SHAPE(3, 4, 5), kind);
+            check_unary(op, a);
+            cg_release(a);
+        }
+        /* a scalar, a 1-D slice with step, an empty tensor */
+        cg_tensor *s = cg_scalar(0.3f);
+        check_unary(op, s);
+        cg_tensor *base = cg_randn(&rng, CG_SHAPE(17));
+        cg_tensor *sl = cg_view_slice(base, 0, 1, 17, 3);
+        check_unary(op, sl);
+        cg_tensor *z = cg_zeros(CG_SHAPE(0, 4));
+        cg_tensor *zo = UNARY[op].k(z);
+        assert_shape(zo, 2, (int64_t[]){0, 4});
+        cg_release_all(5, s, base, sl, z, zo);
+    }
+}
+END_TEST
+
+START_TEST(test_binary_layouts)
+{
+    cg_rng rng = cg_rng_new(12);
+    for (int op = 0; op < N_BINARY; op++) {
+        for (int ka = 0; ka < 4; ka++) {
+            for (int kb = 0; kb < 4; kb++) {
+                cg_tensor *a = cg_test_randn_layout(&rng, CG_SHAPE(3, 4, 6), ka);
+                cg_tensor *b = cg_test_randn_layout(&rng, CG_SHAPE(3, 4, 6), kb);
+                check_binary(op, a, b, 3, (int64_t[]){3, 4, 6});
+                cg_release_all(2, a, b);
+            }
+        }
+    }
+}
+END_TEST
+
+START_TEST(test_binary_broadcast)
+{
+    cg_rng rng = cg_rng_new(13);
+    for (int op = 0; op < N_BINARY; op++) {
+        for (int ka = 0; ka < 4; ka++) {
+            for (int kb = 0; kb < 4; kb++) {
+                /* [3,1,5] with [4,1] -> [3,4,5], both ways round */
+                cg_tensor *a = cg_test_randn_layout(&rng, CG_SHAPE(3, 1, 5), ka);
+                cg_tensor *b = cg_test_randn_layout(&rng, CG_SHAPE(4, 1), kb);
+                check_binary(op, a, b, 3, (int64_t[]){3, 4, 5});
+                check_binary(op, b, a, 3, (int64_t[]){3, 4, 5});
+                cg_release_all(2, a, b);
+            }
+        }
+        /* scalar (ndim 0) with a tensor, and with a scalar */
+        cg_tensor *s = cg_scalar(-0.75f);
+        cg_tensor *t = cg_test_randn_layout(&rng, CG_SHAPE(2, 3), 1);
+        check_binary(op, s, t, 2, (int64_t[]){2, 3});
+        check_binary(op, t, s, 2, (int64_t[]){2, 3});
+        cg_tensor *s2 = cg_scalar(1.5f);
+        check_binary(op, s, s2, 0, NULL);
+        /* a [1] with a [5] of step 3, and a row of a column */
+        cg_tensor *one = cg_full(CG_SHAPE(1), 2.0f);
+        cg_tensor *base = cg_randn(&rng, CG_SHAPE(15));
+        cg_tensor *sl = cg_view_slice(base, 0, 0, 15, 3);
+        check_binary(op, one, sl, 1, (int64_t[]){5});
+        cg_tensor *col = cg_randn(&rng, CG_SHAPE(6, 1)), *row = cg_randn(&rng, CG_SHAPE(1, 7));
+        check_binary(op, col, row, 2, (int64_t[]){6, 7});
+        /* empty broadcasting: [0,1] with [1,4] -> [0,4] */
+        cg_tensor *z = cg_zeros(CG_SHAPE(0, 1)), *w = cg_ones(CG_SHAPE(1, 4));
+        cg_tensor *zo = BINARY[op].k(z, w);
+        assert_shape(zo, 2, (int64_t[]){0, 4});
+        cg_release_all(11, s, t, s2, one, base, sl, col, row, z, w, zo);
+    }
+}
+END_TEST
+
+static double r_where(double c, double x, double y) { return c != 0 ? x : y; }
+
+START_TEST(test_where)
+{
+    cg_rng rng = cg_rng_new(14);
+    for (int kind = 0; kind < 4; kind++) {
+        cg_tensor *r = cg_test_randn_layout(&rng, CG_SHAPE(3, 1, 5), kind);
+        cg_tensor *c = cg_k_relu(r); /* about half zeros */
+        cg_tensor *a = cg_test_randn_layout(&rng, CG_SHAPE(4, 1), kind);
+        cg_tensor *b = cg_test_randn_layout(&rng, CG_SHAPE(4, 5), 3 - kind);
+        cg_tensor *out = cg_k_where(c, a, b);
+        assert_shape(out, 3, (int64_t[]){3, 4, 5});
+        float *e = expect_nary(3, (const cg_tensor *[]){c, a, b}, 3, (int64_t[]){3, 4, 5},
+                               (void *)r_where);
+        CG_ASSERT_TENSOR(out, e, 0, 0);
+        free(e);
+        cg_release_all(5, r, c, a, b, out);
+    }
+    /* scalar condition */
+    cg_tensor *one = cg_scalar(1.0f), *a = cg_randn(&rng, CG_SHAPE(2, 2)), *b = cg_scalar(9.0f);
+    cg_tensor *out = cg_k_where(one, a, b);
+    float *av = cg_test_values(a);
+    CG_ASSERT_TENSOR(out, av, 0, 0);
+    free(av);
+    cg_release_all(4, one, a, b, out);
+    /* incompatible: all three shapes in the message */
+    cg_tensor *c3 = cg_ones(CG_SHAPE(3)), *a4 = cg_ones(CG_SHAPE(4)), *b1 = cg_ones(CG_SHAPE(1));
+    CG_ASSERT_FAILS(cg_k_where(c3, a4, b1), "[3], [4] and [1]");
+    cg_release_all(3, c3, a4, b1);
+}
+END_TEST
+
+START_TEST(test_masked_fill)
+{
+    cg_rng rng = cg_rng_new(15);
+    for (int kind = 0; kind < 4; kind++) {
+        cg_tensor *a = cg_test_randn_layout(&rng, CG_SHAPE(3, 4, 5), kind);
+        cg_tensor *r = cg_randn(&rng, CG_SHAPE(4, 1));
+        cg_tensor *m = cg_k_relu(r);
+        cg_tensor *out = k_masked_fill(a, m);
+        assert_shape(out, 3, a->shape);
+        float *e = expect_nary(2, (const cg_tensor *[]){a, m}, 3, a->shape, (void *)r_masked_fill);
+        CG_ASSERT_TENSOR(out, e, 0, 0);
+        free(e);
+        cg_release_all(4, a, r, m, out);
+    }
+    cg_tensor *a = cg_ones(CG_SHAPE(4, 5));
+    cg_tensor *bad = cg_ones(CG_SHAPE(2, 5)), *big = cg_ones(CG_SHAPE(3, 4, 5));
+    CG_ASSERT_FAILS(cg_k_masked_fill(a, bad, 0.0f), "[2, 5]");
+    CG_ASSERT_FAILS(cg_k_masked_fill(a, big, 0.0f), "[3, 4, 5]");
+    ck_assert(strstr(cg_last_error(), "[4, 5]") != NULL);
+    cg_release_all(3, a, bad, big);
+}
+END_TEST
+
+START_TEST(test_inplace)
+{
+    cg_rng rng = cg_rng_new(16);
+    /* add_ into a transposed view, src [5] broadcast */
+    cg_tensor *base = cg_randn(&rng, CG_SHAPE(5, 4));
+    cg_tensor *dst = cg_view_transpose(base, 0, 1); /* [4, 5], strides (1, 4) */
+    cg_tensor *src = cg_randn(&rng, CG_SHAPE(5));
+    float *before = cg_test_values(dst), *sv = cg_test_values(src);
+    float e[20];
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 5; j++)
+            e[i * 5 + j] = before[i * 5 + j] + sv[j];
+    ck_assert(cg_k_add_(dst, src));
+    CG_ASSERT_TENSOR(dst, e, 0, 0);
+    /* the base sees the same update through its own layout */
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 5; j++)
+            ck_assert_float_eq(cg_get(base, (int64_t[]){j, i}), e[i * 5 + j]);
+    free(before);
+    free(sv);
+    cg_release_all(3, base, dst, src);
+
+    /* add_ and muls_ into a step-2 slice: the skipped elements stay put */
+    cg_tensor *b2 = cg_randn(&rng, CG_SHAPE(4, 10));
+    float *orig = cg_test_values(b2);
+    cg_tensor *d2 = cg_view_slice(b2, 1, 0, 10, 2); /* [4, 5] */
+    cg_tensor *s2 = cg_test_randn_layout(&rng, CG_SHAPE(4, 5), 1);
+    cg_tensor *sc = cg_scalar(0.5f);
+    ck_assert(cg_k_add_(d2, s2));
+    ck_assert(cg_k_add_(d2, sc));
+    ck_assert(cg_k_muls_(d2, -2.0f));
+    float *now = cg_test_values(b2);
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 10; j++) {
+            float want = orig[i * 10 + j];
+            if (j % 2 == 0)
+                want = (want + cg_get(s2, (int64_t[]){i, j / 2}) + 0.5f) * -2.0f;
+            ck_assert_float_eq(now[i * 10 + j], want);
+        }
+    free(orig);
+    free(now);
+    /* dst += dst (aliasing source) */
+    cg_tensor *d3 = cg_randn(&rng, CG_SHAPE(3, 3));
+    float *v3 = cg_test_values(d3);
+    for (int i = 0; i < 9; i++)
+        v3[i] *= 2.0f;
+    ck_assert(cg_k_add_(d3, d3));
+    CG_ASSERT_TENSOR(d3, v3, 0, 0);
+    free(v3);
+    /* a scalar destination */
+    cg_tensor *s0 = cg_scalar(1.0f);
+    ck_assert(cg_k_add_(s0, sc));
+    ck_assert(cg_k_muls_(s0, 4.0f));
+    ck_assert_float_eq(cg_item(s0), 6.0f);
+
+    /* errors: src does not broadcast to dst, src larger than dst, expanded dst */
+    cg_tensor *s3 = cg_ones(CG_SHAPE(3)), *big = cg_ones(CG_SHAPE(2, 4, 5));
+    CG_ASSERT_FAILS(cg_k_add_(d2, s3) ? d2 : NULL, "[3]");
+    ck_assert(strstr(cg_last_error(), "[4, 5]") != NULL);
+    CG_ASSERT_FAILS(cg_k_add_(d2, big) ? d2 : NULL, "[2, 4, 5]");
+    cg_tensor *row = cg_ones(CG_SHAPE(1, 5));
+    cg_tensor *ex = cg_view_expand(row, CG_SHAPE(4, 5));
+    CG_ASSERT_FAILS(cg_k_add_(ex, s2) ? ex : NULL, "stride-0");
+    CG_ASSERT_FAILS(cg_k_muls_(ex, 2.0f) ? ex : NULL, "stride-0");
+    cg_release_all(10, b2, d2, s2, sc, d3, s0, s3, big, row, ex);
+}
+END_TEST
+
+static float item_of(cg_tensor *(*k)(const cg_tensor *), float x)
+{
+    cg_tensor *s = cg_scalar(x);
+    cg_tensor *r = k(s);
+    float v = cg_item(r);
+    cg_release_all(2, s, r);
+    return v;
+}
+
+START_TEST(test_special_values)
+{
+    ck_assert(isinf(item_of(cg_k_exp, 100.0f)) && item_of(cg_k_exp, 100.0f) > 0);
+    ck_assert_float_eq(item_of(cg_k_exp, -200.0f), 0.0f);
+    ck_assert(isinf(item_of(cg_k_log, 0.0f)) && item_of(cg_k_log, 0.0f) < 0);
+    ck_assert(isnan(item_of(cg_k_log, -1.0f)));
+    ck_assert(isnan(item_of(cg_k_sqrt, -1.0f)));
+    ck_assert(isinf(item_of(cg_k_rsqrt, 0.0f)));
+    /* sigmoid is stable at both ends */
+    ck_assert_float_eq(item_of(cg_k_sigmoid, 100.0f), 1.0f);
+    float sm = item_of(cg_k_sigmoid, -100.0f);
+    ck_assert(sm >= 0.0f && sm < 1e-40f && !isnan(sm));
+    ck_assert_float_eq_tol(sm, (float)exp(-100.0), 1e-45f);
+    ck_assert_float_eq(item_of(cg_k_sigmoid, INFINITY), 1.0f);
+    ck_assert_float_eq(item_of(cg_k_sigmoid, -INFINITY), 0.0f);
+    ck_assert_float_eq(item_of(cg_k_sigmoid, 0.0f), 0.5f);
+    ck_assert_float_eq(item_of(cg_k_tanh, 50.0f), 1.0f);
+    /* relu exactly at 0, and its backward there (0, as PyTorch) */
+    ck_assert_float_eq(item_of(cg_k_relu, 0.0f), 0.0f);
+    ck_assert(isnan(item_of(cg_k_relu, NAN)));
+    cg_tensor *x = cg_from_data(CG_SHAPE(5), (float[]){-1.0f, 0.0f, 1.0f, 0.5f, 0.7f});
+    cg_tensor *g = cg_full(CG_SHAPE(5), 3.0f);
+    cg_tensor *rb = cg_k_relu_backward(x, g);
+    CG_ASSERT_TENSOR(rb, ((float[]){0, 0, 3, 3, 3}), 0, 0);
+    /* clamp backward passes the gradient at the bounds */
+    cg_tensor *cb = cg_k_clamp_backward(x, g, 0.0f, 0.5f);
+    CG_ASSERT_TENSOR(cb, ((float[]){0, 3, 0, 3, 0}), 0, 0);
+    /* abs backward: sign(x) * g, 0 at 0 */
+    cg_tensor *ab = cg_k_abs_backward(x, g);
+    CG_ASSERT_TENSOR(ab, ((float[]){-3, 0, 3, 3, 3}), 0, 0);
+    cg_release_all(5, x, g, rb, cb, ab);
+    /* gelu at large |x| */
+    ck_assert_float_eq(item_of(cg_k_gelu, 20.0f), 20.0f);
+    ck_assert_float_eq(item_of(cg_k_gelu, 1e10f), 1e10f);
+    ck_assert_float_eq(item_of(cg_k_gelu, -20.0f), 0.0f);
+    ck_assert_float_eq(item_of(cg_k_gelu, -1e10f), 0.0f);
+    ck_assert_float_eq(item_of(cg_k_gelu, 0.0f), 0.0f);
+    cg_tensor *gx = cg_from_data(CG_SHAPE(4), (float[]){30.0f, -30.0f, 1e20f, -1e20f});
+    cg_tensor *gg = cg_ones(CG_SHAPE(4));
+    cg_tensor *gb = cg_k_gelu_backward(gx, gg);
+    CG_ASSERT_TENSOR(gb, ((float[]){1, 0, 1, 0}), 0, 0);
+    cg_release_all(3, gx, gg, gb);
+    /* clamp: NaN propagates, lo > hi gives hi */
+    cg_tensor *cx = cg_from_data(CG_SHAPE(3), (float[]){NAN, -5.0f, 5.0f});
+    cg_tensor *c1 = cg_k_clamp(cx, -1.0f, 1.0f), *c2 = cg_k_clamp(cx, 2.0f, 1.0f);
+    CG_ASSERT_TENSOR(c1, ((float[]){NAN, -1, 1}), 0, 0);
+    CG_ASSERT_TENSOR(c2, ((float[]){NAN, 1, 1}), 0, 0);
+    /* division by zero, pow special exponents */
+    cg_tensor *zx = cg_k_muls(cx, 0.0f);
+    cg_tensor *dz = cg_k_div(cx, zx);
+    ck_assert(isnan(cg_get(dz, (int64_t[]){0})));
+    ck_assert(isinf(cg_get(dz, (int64_t[]){1})));
+    cg_tensor *p0 = cg_k_pow(cx, 0.0f);
+    CG_ASSERT_TENSOR(p0, ((float[]){1, 1, 1}), 0, 0);
+    cg_release_all(6, cx, c1, c2, zx, dz, p0);
+}
+END_TEST
+
+/* Run f with 1 and 2 threads: bit-identical. */
+static void same_1_2(cg_tensor *(*f)(void *), void *ctx)
+{
+    cg_set_num_threads(1);
+    cg_tensor *r1 = f(ctx);
+    cg_set_num_threads(2);
+    cg_tensor *r2 = f(ctx);
+    ck_assert_ptr_nonnull(r1);
+    ck_assert_ptr_nonnull(r2);
+    ck_assert(cg_same_shape(r1, r2));
+    float *v1 = cg_test_values(r1), *v2 = cg_test_values(r2);
+    ck_assert(memcmp(v1, v2, (size_t)cg_numel(r1) * sizeof(float)) == 0);
+    free(v1);
+    free(v2);
+    cg_release_all(2, r1, r2);
+}
+
+typedef struct {
+    cg_tensor *a, *b;
+} pair;
+static cg_tensor *f_add(void *c) { return cg_k_add(((pair *)c)->a, ((pair *)c)->b); }
+static cg_tensor *f_gelu(void *c) { return cg_k_gelu(((pair *)c)->a); }
+static cg_tensor *f_sigmoid(void *c) { return cg_k_sigmoid(((pair *)c)->a); }
+static cg_tensor *f_gelu_bwd(void *c) { return cg_k_gelu_backward(((pair *)c)->a, ((pair *)c)->a); }
+static cg_tensor *f_add_(void *c)
+{
+    pair *p = c;
+    cg_tensor *d = cg_clone(p->a);
+    cg_tensor *v = cg_view_transpose(d, 0, 1);
+    cg_k_add_(v, p->b);
+    cg_release(v);
+    return d;
+}
+
+START_TEST(test_threads_identical)
+{
+    cg_rng rng = cg_rng_new(17);
+    cg_tensor *a = cg_test_randn_layout(&rng, CG_SHAPE(301, 257), 1); /* 77k, transposed */
+    cg_tensor *b = cg_randn(&rng, CG_SHAPE(257));
+    pair p = {a, b};
+    same_1_2(f_add, &p);
+    same_1_2(f_gelu, &p);
+    same_1_2(f_sigmoid, &p);
+    same_1_2(f_gelu_bwd, &p);
+    cg_tensor *sq = cg_randn(&rng, CG_SHAPE(257, 257));
+    pair q = {sq, b};
+    same_1_2(f_add_, &q);
+    /* and the 2-thread result is right */
+    cg_tensor *r = cg_k_add(a, b);
+    float *e = expect_nary(2, (const cg_tensor *[]){a, b}, 2, (int64_t[]){301, 257}, (void *)r_add);
+    CG_ASSERT_TENSOR(r, e, ATOL, RTOL);
+    free(e);
+    cg_release_all(4, a, b, sq, r);
+}
+END_TEST
+
+START_TEST(test_errors)
+{
+    cg_tensor *a = cg_ones(CG_SHAPE(3, 1, 5)), *b = cg_ones(CG_SHAPE(4, 2));
+    CG_ASSERT_FAILS(cg_k_add(a, b), "[3, 1, 5]");
+    ck_assert(strstr(cg_last_error(), "[4, 2]") != NULL);
+    ck_assert(strstr(cg_last_error(), "add") != NULL);
+    CG_ASSERT_FAILS(cg_k_mul(b, a), "[4, 2] and [3, 1, 5]");
+    CG_ASSERT_FAILS(cg_k_axpby(a, 1.0f, b, 1.0f), "axpby");
+    CG_ASSERT_FAILS(cg_k_relu_backward(a, b), "[4, 2]");
+    /* NULL input: NULL result, no new message */
+    cg_clear_error();
+    ck_assert_ptr_null(cg_k_add(NULL, a));
+    ck_assert_ptr_null(cg_k_exp(NULL));
+    ck_assert_ptr_null(cg_k_where(a, NULL, a));
+    ck_assert_ptr_null(cg_k_masked_fill(NULL, a, 0.0f));
+    ck_assert(!cg_k_add_(NULL, a));
+    ck_assert(!cg_k_muls_(NULL, 1.0f));
+    ck_assert(!cg_has_error());
+    cg_release_all(2, a, b);
+}
+END_TEST
+
+static Suite *elementwise_suite(void)
+{
+    Suite *s = suite_create("elementwise");
+    struct {
+        const char *name;
+        const TTest *fn;
+    } cases[] = {
+        {"unary", test_unary_layouts},     {"binary", test_binary_layouts},
+        {"broadcast", test_binary_broadcast}, {"where", test_where},
+        {"masked_fill", test_masked_fill}, {"inplace", test_inplace},
+        {"special", test_special_values},  {"threads", test_threads_identical},
+        {"errors", test_errors},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        TCase *tc = tcase_create(cases[i].name);
+        tcase_add_test(tc, cases[i].fn);
+        suite_add_tcase(s, tc);
+    }
+    return s;
+}
+
+int main(void)
+{
+    Suite *s[] = {elementwise_suite()};
+    return cg_test_run(s, 1);
+}

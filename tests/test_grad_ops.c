@@ -1,0 +1,500 @@
+/* Gradcheck of every differentiable op on random shapes and on
+ * non-contiguous inputs: transposed, sliced with a step, and stride-0
+ * broadcast views. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "autograd/gradcheck.h"
+#include "autograd/ops.h"
+#include "core/ops.h"
+#include "tests/testutil.h"
+
+/* --------------------------------------------------------- test inputs */
+enum { LAYOUT_CONTIG, LAYOUT_TRANSPOSED, LAYOUT_STRIDED, LAYOUT_BROADCAST, N_LAYOUTS };
+static const char *layout_name[] = {"contiguous", "transposed", "strided", "broadcast"};
+
+/* Domain of the random values: away from kinks and singularities. */
+typedef enum { DOM_ANY, DOM_POS, DOM_AWAY0 } domain;
+
+static void to_domain(cg_tensor *base, domain d)
+{
+    float *p = base->storage->data;
+    for (int64_t i = 0; i < base->storage->numel; i++) {
+        if (d == DOM_POS)
+            p[i] = 0.5f + fabsf(p[i]);
+        else if (d == DOM_AWAY0)
+            p[i] = (p[i] >= 0 ? 0.2f : -0.2f) + p[i];
+    }
+}
+
+static cg_tensor *input(cg_rng *r, int ndim, const int64_t *shape, int layout, domain d)
+{
+    cg_tensor *t = cg_test_randn_layout(r, ndim, shape, layout);
+    ck_assert_ptr_nonnull(t);
+    to_domain(t, d);
+    cg_requires_grad(t, true);
+    return t;
+}
+
+static void check(cg_gradcheck_fn f, void *ctx, int n, cg_tensor *const *in, const char *what,
+                  double atol, double rtol)
+{
+    cg_gradcheck_opts o = cg_gradcheck_defaults();
+    if (atol > 0)
+        o.atol = atol;
+    if (rtol > 0)
+        o.rtol = rtol;
+    cg_gradcheck_report rep;
+    bool ok = cg_gradcheck(f, ctx, n, in, &o, &rep);
+    ck_assert_msg(ok, "%s: %s", what, rep.message);
+    ck_assert_msg(rep.checked > 0, "%s: nothing was checked", what);
+}
+
+/* ------------------------------------------------------- unary ops */
+typedef struct {
+    const char *name;
+    cg_tensor *(*fn)(cg_tensor *);
+    domain dom;
+} unary_case;
+
+static cg_tensor *pow3(cg_tensor *a) { return cg_pow(a, 3.0f); }
+static cg_tensor *powh(cg_tensor *a) { return cg_pow(a, 0.5f); }
+static cg_tensor *clamp_(cg_tensor *a) { return cg_clamp(a, -0.5f, 0.7f); }
+static cg_tensor *adds_(cg_tensor *a) { return cg_adds(a, 1.5f); }
+static cg_tensor *muls_(cg_tensor *a) { return cg_muls(a, -2.5f); }
+static cg_tensor *softmax1(cg_tensor *a) { return cg_softmax(a, 1); }
+static cg_tensor *softmaxl(cg_tensor *a) { return cg_softmax(a, -1); }
+static cg_tensor *logsoftmax0(cg_tensor *a) { return cg_log_softmax(a, 0); }
+static cg_tensor *logsoftmaxl(cg_tensor *a) { return cg_log_softmax(a, -1); }
+static cg_tensor *sum01(cg_tensor *a) { return cg_sum(a, 2, (int[]){0, 2}, false); }
+static cg_tensor *sumk(cg_tensor *a) { return cg_sum(a, 1, (int[]){-1}, true); }
+static cg_tensor *mean1(cg_tensor *a) { return cg_mean(a, 1, (int[]){1}, false); }
+static cg_tensor *meanall(cg_tensor *a) { return cg_mean_all(a); }
+static cg_tensor *var1(cg_tensor *a) { return cg_var(a, 1, (int[]){1}, 1, false); }
+static cg_tensor *var0(cg_tensor *a) { return cg_var(a, 2, (int[]){0, 2}, 0, true); }
+static cg_tensor *max1(cg_tensor *a) { return cg_max(a, 1, false, NULL); }
+static cg_tensor *maxk(cg_tensor *a) { return cg_max(a, -1, true, NULL); }
+static cg_tensor *permute_(cg_tensor *a) { return cg_permute(a, (int[]){2, 0, 1}); }
+static cg_tensor *transpose_(cg_tensor *a) { return cg_transpose(a, 0, 2); }
+static cg_tensor *slice_(cg_tensor *a) { return cg_slice(a, 1, 1, 4, 2); }
+static cg_tensor *slice_neg(cg_tensor *a) { return cg_slice(a, -1, -3, 100, 1); }
+static cg_tensor *narrow_(cg_tensor *a) { return cg_narrow(a, 2, 1, 2); }
+static cg_tensor *select_(cg_tensor *a) { return cg_select(a, 1, -1); }
+static cg_tensor *unsq(cg_tensor *a) { return cg_unsqueeze(a, 1); }
+static cg_tensor *reshape_(cg_tensor *a) { return cg_reshape(a, CG_SHAPE(-1, 4)); }
+static cg_tensor *contig(cg_tensor *a) { return cg_to_contiguous(a); }
+static cg_tensor *expand_(cg_tensor *a)
+{
+    cg_tensor *u = cg_unsqueeze(a, 0);
+    cg_tensor *e = cg_expand(u, 4, (int64_t[]){2, a->shape[0], a->shape[1], a->shape[2]});
+    cg_release(u);
+    return e;
+}
+static cg_tensor *layernorm_nowb(cg_tensor *a) { return cg_layer_norm(a, NULL, NULL, 1e-5f); }
+static cg_tensor *rmsnorm_now(cg_tensor *a) { return cg_rms_norm(a, NULL, 1e-5f); }
+
+static const unary_case unary_cases[] = {
+    {"neg", cg_neg, DOM_ANY},         {"exp", cg_exp, DOM_ANY},
+    {"log", cg_log, DOM_POS},         {"sqrt", cg_sqrt, DOM_POS},
+    {"rsqrt", cg_rsqrt, DOM_POS},     {"pow3", pow3, DOM_ANY},
+    {"pow0.5", powh, DOM_POS},        {"tanh", cg_tanh, DOM_ANY},
+    {"sigmoid", cg_sigmoid, DOM_ANY}, {"relu", cg_relu, DOM_AWAY0},
+    {"gelu", cg_gelu, DOM_ANY},       {"abs", cg_abs, DOM_AWAY0},
+    {"clamp", clamp_, DOM_ANY},       {"adds", adds_, DOM_ANY},
+    {"muls", muls_, DOM_ANY},         {"softmax(1)", softmax1, DOM_ANY},
+    {"softmax(-1)", softmaxl, DOM_ANY}, {"log_softmax(0)", logsoftmax0, DOM_ANY},
+    {"log_softmax(-1)", logsoftmaxl, DOM_ANY}, {"sum(0,2)", sum01, DOM_ANY},
+    {"sum(-1,keep)", sumk, DOM_ANY},  {"mean(1)", mean1, DOM_ANY},
+    {"mean_all", meanall, DOM_ANY},   {"var(1,unbiased)", var1, DOM_ANY},
+    {"var(0,2,biased)", var0, DOM_ANY}, {"max(1)", max1, DOM_ANY},
+    {"max(-1,keep)", maxk, DOM_ANY},  {"permute", permute_, DOM_ANY},
+    {"transpose", transpose_, DOM_ANY}, {"slice step 2", slice_, DOM_ANY},
+    {"slice negative", slice_neg, DOM_ANY}, {"narrow", narrow_, DOM_ANY},
+    {"select", select_, DOM_ANY},     {"unsqueeze", unsq, DOM_ANY},
+    {"reshape", reshape_, DOM_ANY},   {"contiguous", contig, DOM_ANY},
+    {"expand", expand_, DOM_ANY},     {"layer_norm", layernorm_nowb, DOM_ANY},
+    {"rms_norm", rmsnorm_now, DOM_ANY},
+};
+#define N_UNARY (int)(sizeof unary_cases / sizeof unary_cases[0])
+
+static cg_tensor *call_unary(void *ctx, cg_tensor *const *in)
+{
+    return ((const unary_case *)ctx)->fn(in[0]);
+}
+
+/* clamp's kinks: keep values away from -0.5 and 0.7 */
+static void away_from(cg_tensor *t, float k)
+{
+    float *p = t->storage->data;
+    for (int64_t i = 0; i < t->storage->numel; i++)
+        if (fabsf(p[i] - k) < 0.05f)
+            p[i] = k + 0.1f;
+}
+
+START_TEST(test_unary_ops)
+{
+    /* _i is the loop index: one op per iteration, all four layouts */
+    const unary_case *c = &unary_cases[_i];
+    cg_rng r = cg_rng_new(100 + (uint64_t)_i);
+    for (int layout = 0; layout < N_LAYOUTS; layout++) {
+        cg_tensor *x = input(&r, CG_SHAPE(3, 5, 4), layout, c->dom);
+        if (c->fn == clamp_) {
+            away_from(x, -0.5f);
+            away_from(x, 0.7f);
+        }
+        if (c->fn == max1 || c->fn == maxk) {
+            /* distinct values so the max is unique even when broadcast */
+            float *p = x->storage->data;
+            for (int64_t i = 0; i < x->storage->numel; i++)
+                p[i] += 0.01f * (float)i;
+        }
+        char what[128];
+        snprintf(what, sizeof what, "%s on %s input", c->name, layout_name[layout]);
+        check(call_unary, (void *)c, 1, &x, what, 0, 0);
+        cg_release(x);
+    }
+}
+END_TEST
+
+/* ------------------------------------------------------ binary ops */
+typedef struct {
+    const char *name;
+    cg_tensor *(*fn)(cg_tensor *, cg_tensor *);
+    domain dom_b;
+} binary_case;
+
+static cg_tensor *where_ab(cg_tensor *a, cg_tensor *b)
+{
+    cg_tensor *cond = cg_k_adds(a, 0.0f); /* cond from a's values (no grad) */
+    float *p = cg_data(cond);
+    for (int64_t i = 0; i < cg_numel(cond); i++)
+        p[i] = p[i] > 0 ? 1.0f : 0.0f;
+    cg_tensor *w = cg_where(cond, a, b);
+    cg_release(cond);
+    return w;
+}
+
+static const binary_case binary_cases[] = {
+    {"add", cg_add, DOM_ANY}, {"sub", cg_sub, DOM_ANY}, {"mul", cg_mul, DOM_ANY},
+    {"div", cg_div, DOM_POS}, {"where", where_ab, DOM_ANY},
+};
+#define N_BINARY (int)(sizeof binary_cases / sizeof binary_cases[0])
+
+static cg_tensor *call_binary(void *ctx, cg_tensor *const *in)
+{
+    return ((const binary_case *)ctx)->fn(in[0], in[1]);
+}
+
+START_TEST(test_binary_ops)
+{
+    const binary_case *c = &binary_cases[_i];
+    cg_rng r = cg_rng_new(200 + (uint64_t)_i);
+    /* same shapes in every layout, then broadcasting shapes */
+    for (int layout = 0; layout < N_LAYOUTS; layout++) {
+        cg_tensor *in[2] = {input(&r, CG_SHAPE(4, 3), layout, DOM_AWAY0),
+                            input(&r, CG_SHAPE(4, 3), (layout + 1) % N_LAYOUTS, c->dom_b)};
+        char what[128];
+        snprintf(what, sizeof what, "%s on %s inputs", c->name, layout_name[layout]);
+        check(call_binary, (void *)c, 2, in, what, 0, 0);
+        cg_release_all(2, in[0], in[1]);
+    }
+    cg_tensor *in[2] = {input(&r, CG_SHAPE(2, 1, 5), LAYOUT_CONTIG, DOM_AWAY0),
+                        input(&r, CG_SHAPE(3, 1), LAYOUT_CONTIG, c->dom_b)};
+    check(call_binary, (void *)c, 2, in, c->name, 0, 0);
+    cg_release_all(2, in[0], in[1]);
+    /* scalar (0-d) with a tensor */
+    cg_tensor *s = cg_full(0, NULL, 1.3f);
+    cg_requires_grad(s, true);
+    cg_tensor *t = input(&r, CG_SHAPE(2, 3), LAYOUT_TRANSPOSED, DOM_AWAY0);
+    cg_tensor *in2[2] = {t, s};
+    check(call_binary, (void *)c, 2, in2, c->name, 0, 0);
+    cg_release_all(2, s, t);
+}
+END_TEST
+
+static cg_tensor *square_fn(void *ctx, cg_tensor *const *in)
+{
+    (void)ctx;
+    return cg_mul(in[0], in[0]);
+}
+
+START_TEST(test_mul_same_input)
+{
+    cg_rng r = cg_rng_new(7);
+    cg_tensor *x = input(&r, CG_SHAPE(3, 4), LAYOUT_STRIDED, DOM_ANY);
+    check(square_fn, NULL, 1, &x, "x * x", 0, 0);
+    cg_release(x);
+}
+END_TEST
+
+static cg_tensor *masked_fill_fn(void *ctx, cg_tensor *const *in)
+{
+    cg_tensor *mask = ctx;
+    return cg_masked_fill(in[0], mask, -3.0f);
+}
+
+START_TEST(test_masked_fill)
+{
+    cg_rng r = cg_rng_new(8);
+    cg_tensor *mask = cg_from_data(CG_SHAPE(1, 4), (float[]){0, 1, 0, 1}); /* broadcasts */
+    for (int layout = 0; layout < N_LAYOUTS; layout++) {
+        cg_tensor *x = input(&r, CG_SHAPE(3, 4), layout, DOM_ANY);
+        check(masked_fill_fn, mask, 1, &x, "masked_fill", 0, 0);
+        cg_release(x);
+    }
+    cg_release(mask);
+}
+END_TEST
+
+/* ---------------------------------------------------------- matmul */
+static cg_tensor *matmul_fn(void *ctx, cg_tensor *const *in)
+{
+    (void)ctx;
+    return cg_matmul(in[0], in[1]);
+}
+
+START_TEST(test_matmul)
+{
+    cg_rng r = cg_rng_new(9);
+    struct {
+        int na, nb;
+        int64_t sa[4], sb[4];
+    } cases[] = {
+        {2, 2, {3, 4}, {4, 5}},
+        {3, 3, {2, 3, 4}, {2, 4, 2}},
+        {3, 2, {2, 3, 4}, {4, 5}},         /* broadcast batch */
+        {4, 3, {2, 1, 3, 4}, {3, 4, 2}},   /* broadcast batch both ways */
+        {1, 2, {4}, {4, 3}},               /* vector @ matrix */
+        {2, 1, {3, 4}, {4}},               /* matrix @ vector */
+        {1, 1, {5}, {5}},                  /* dot */
+        {3, 1, {2, 3, 4}, {4}},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        for (int layout = 0; layout < 3; layout++) {
+            cg_tensor *in[2] = {input(&r, cases[k].na, cases[k].sa, layout, DOM_ANY),
+                                input(&r, cases[k].nb, cases[k].sb, (layout + 1) % 3, DOM_ANY)};
+            char what[64];
+            snprintf(what, sizeof what, "matmul case %zu layout %s", k, layout_name[layout]);
+            check(matmul_fn, NULL, 2, in, what, 0, 0);
+            cg_release_all(2, in[0], in[1]);
+        }
+    }
+}
+END_TEST
+
+/* ---------------------------------------------------- nn blocks */
+static cg_tensor *layer_norm_fn(void *ctx, cg_tensor *const *in)
+{
+    (void)ctx;
+    return cg_layer_norm(in[0], in[1], in[2], 1e-5f);
+}
+static cg_tensor *rms_norm_fn(void *ctx, cg_tensor *const *in)
+{
+    (void)ctx;
+    return cg_rms_norm(in[0], in[1], 1e-5f);
+}
+
+START_TEST(test_norms_with_params)
+{
+    cg_rng r = cg_rng_new(10);
+    for (int layout = 0; layout < N_LAYOUTS; layout++) {
+        cg_tensor *in[3] = {input(&r, CG_SHAPE(2, 3, 6), layout, DOM_ANY),
+                            input(&r, CG_SHAPE(6), LAYOUT_STRIDED, DOM_ANY),
+                            input(&r, CG_SHAPE(6), LAYOUT_CONTIG, DOM_ANY)};
+        check(layer_norm_fn, NULL, 3, in, "layer_norm(x, w, b)", 0, 0);
+        check(rms_norm_fn, NULL, 2, in, "rms_norm(x, w)", 0, 0);
+        cg_release_all(3, in[0], in[1], in[2]);
+    }
+}
+END_TEST
+
+typedef struct {
+    const int64_t *targets;
+    int64_t ignore;
+    float ls;
+} ce_case;
+
+static cg_tensor *ce_fn(void *ctx, cg_tensor *const *in)
+{
+    ce_case *c = ctx;
+    return cg_cross_entropy(in[0], c->targets, c->ignore, c->ls);
+}
+
+START_TEST(test_cross_entropy)
+{
+    cg_rng r = cg_rng_new(11);
+    int64_t targets[6] = {0, 3, 2, 0, 4, 1};
+    ce_case cases[] = {{targets, -100, 0.0f}, {targets, 0, 0.0f}, {targets, 0, 0.1f},
+                       {targets, -100, 0.3f}};
+    for (size_t k = 0; k < 4; k++) {
+        for (int layout = 0; layout < 3; layout++) {
+            cg_tensor *x = input(&r, CG_SHAPE(6, 5), layout, DOM_ANY);
+            check(ce_fn, &cases[k], 1, &x, "cross_entropy [6,5]", 0, 0);
+            cg_release(x);
+        }
+        /* 3-D logits [B, T, V] */
+        cg_tensor *x = input(&r, CG_SHAPE(2, 3, 5), LAYOUT_CONTIG, DOM_ANY);
+        check(ce_fn, &cases[k], 1, &x, "cross_entropy [2,3,5]", 0, 0);
+        cg_release(x);
+    }
+}
+END_TEST
+
+static cg_tensor *dropout_fn(void *ctx, cg_tensor *const *in)
+{
+    cg_rng r = cg_rng_new(*(uint64_t *)ctx); /* the same mask every call */
+    return cg_dropout(in[0], 0.3f, &r, true);
+}
+
+START_TEST(test_dropout)
+{
+    cg_rng r = cg_rng_new(12);
+    uint64_t seed = 77;
+    for (int layout = 0; layout < N_LAYOUTS; layout++) {
+        cg_tensor *x = input(&r, CG_SHAPE(4, 5), layout, DOM_ANY);
+        check(dropout_fn, &seed, 1, &x, "dropout", 0, 0);
+        cg_release(x);
+    }
+}
+END_TEST
+
+static cg_tensor *concat_fn(void *ctx, cg_tensor *const *in)
+{
+    return cg_concat(in, 3, *(int *)ctx);
+}
+static cg_tensor *stack_fn(void *ctx, cg_tensor *const *in)
+{
+    return cg_stack(in, 3, *(int *)ctx);
+}
+static cg_tensor *split_fn(void *ctx, cg_tensor *const *in)
+{
+    (void)ctx;
+    cg_tensor *parts[3];
+    if (!cg_split(in[0], 1, 3, (int64_t[]){1, 3, 2}, parts))
+        return NULL;
+    /* weight the parts differently so a mix-up shows */
+    cg_tensor *a = cg_muls(parts[0], 2.0f);
+    cg_tensor *b = cg_muls(parts[2], -1.0f);
+    cg_tensor *out = cg_concat((cg_tensor *[]){b, parts[1], a}, 3, 1);
+    cg_release_all(5, parts[0], parts[1], parts[2], a, b);
+    return out;
+}
+
+START_TEST(test_concat_stack_split)
+{
+    cg_rng r = cg_rng_new(13);
+    for (int dim = 0; dim < 2; dim++) {
+        for (int layout = 0; layout < N_LAYOUTS; layout++) {
+            int64_t s0[2] = {2, 3}, s1[2] = {2, 3}, s2[2] = {2, 3};
+            if (dim == 0) {
+                s1[0] = 4;
+            } else {
+                s2[1] = 1;
+            }
+            cg_tensor *in[3] = {input(&r, 2, s0, layout, DOM_ANY),
+                                input(&r, 2, s1, (layout + 1) % N_LAYOUTS, DOM_ANY),
+                                input(&r, 2, s2, LAYOUT_CONTIG, DOM_ANY)};
+            check(concat_fn, &dim, 3, in, "concat", 0, 0);
+            cg_release_all(3, in[0], in[1], in[2]);
+        }
+        cg_tensor *in[3] = {input(&r, CG_SHAPE(2, 3), LAYOUT_TRANSPOSED, DOM_ANY),
+                            input(&r, CG_SHAPE(2, 3), LAYOUT_CONTIG, DOM_ANY),
+                            input(&r, CG_SHAPE(2, 3), LAYOUT_BROADCAST, DOM_ANY)};
+        int sdim = dim * 2; /* stack on dims 0 and 2 */
+        check(stack_fn, &sdim, 3, in, "stack", 0, 0);
+        cg_release_all(3, in[0], in[1], in[2]);
+    }
+    cg_tensor *x = input(&r, CG_SHAPE(2, 6), LAYOUT_TRANSPOSED, DOM_ANY);
+    check(split_fn, NULL, 1, &x, "split", 0, 0);
+    cg_release(x);
+}
+END_TEST
+
+static cg_tensor *embedding_fn(void *ctx, cg_tensor *const *in)
+{
+    return cg_embedding(in[0], ctx, CG_SHAPE(2, 3));
+}
+static cg_tensor *index_select1_fn(void *ctx, cg_tensor *const *in)
+{
+    return cg_index_select(in[0], 1, ctx, 4);
+}
+static cg_tensor *gather_fn(void *ctx, cg_tensor *const *in)
+{
+    return cg_gather(in[0], 1, ctx, CG_SHAPE(3, 2));
+}
+
+START_TEST(test_index_ops)
+{
+    cg_rng r = cg_rng_new(14);
+    int64_t ids[6] = {4, 0, 2, 2, 4, 1}; /* repeated ids accumulate */
+    int64_t ids4[4] = {1, 0, 1, 2};
+    int64_t gids[6] = {0, 2, 1, 1, 3, 0};
+    for (int layout = 0; layout < N_LAYOUTS; layout++) {
+        cg_tensor *table = input(&r, CG_SHAPE(5, 3), layout, DOM_ANY);
+        check(embedding_fn, ids, 1, &table, "embedding", 0, 0);
+        check(index_select1_fn, ids4, 1, &table, "index_select dim 1", 0, 0);
+        cg_release(table);
+        cg_tensor *a = input(&r, CG_SHAPE(3, 4), layout, DOM_ANY);
+        check(gather_fn, gids, 1, &a, "gather", 0, 0);
+        cg_release(a);
+    }
+}
+END_TEST
+
+/* A composite: attention written from primitive ops, with a causal mask. */
+static cg_tensor *attention_fn(void *ctx, cg_tensor *const *in)
+{
+    cg_tensor *mask = ctx;
+    cg_tensor *kt = cg_transpose(in[1], -1, -2);
+    cg_tensor *s = cg_matmul(in[0], kt);
+    cg_tensor *ss = cg_muls(s, 0.5f);
+    cg_tensor *m = cg_masked_fill(ss, mask, -INFINITY);
+    cg_tensor *w = cg_softmax(m, -1);
+    cg_tensor *o = cg_matmul(w, in[2]);
+    cg_release_all(5, kt, s, ss, m, w);
+    return o;
+}
+
+START_TEST(test_attention_composite)
+{
+    cg_rng r = cg_rng_new(15);
+    float mv[16];
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++)
+            mv[i * 4 + j] = j > i ? 1.0f : 0.0f;
+    cg_tensor *mask = cg_from_data(CG_SHAPE(4, 4), mv);
+    cg_tensor *in[3] = {input(&r, CG_SHAPE(2, 4, 3), LAYOUT_TRANSPOSED, DOM_ANY),
+                        input(&r, CG_SHAPE(2, 4, 3), LAYOUT_STRIDED, DOM_ANY),
+                        input(&r, CG_SHAPE(2, 4, 3), LAYOUT_CONTIG, DOM_ANY)};
+    check(attention_fn, mask, 3, in, "attention composite", 0, 0);
+    cg_release_all(4, in[0], in[1], in[2], mask);
+}
+END_TEST
+
+static Suite *grad_ops_suite(void)
+{
+    Suite *s = suite_create("grad_ops");
+    TCase *tc = tcase_create("gradcheck");
+    tcase_set_timeout(tc, 300);
+    tcase_add_loop_test(tc, test_unary_ops, 0, N_UNARY);
+    tcase_add_loop_test(tc, test_binary_ops, 0, N_BINARY);
+    tcase_add_test(tc, test_mul_same_input);
+    tcase_add_test(tc, test_masked_fill);
+    tcase_add_test(tc, test_matmul);
+    tcase_add_test(tc, test_norms_with_params);
+    tcase_add_test(tc, test_cross_entropy);
+    tcase_add_test(tc, test_dropout);
+    tcase_add_test(tc, test_concat_stack_split);
+    tcase_add_test(tc, test_index_ops);
+    tcase_add_test(tc, test_attention_composite);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    Suite *s[] = {grad_ops_suite()};
+    return cg_test_run(s, 1);
+}

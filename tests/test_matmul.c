@@ -1,0 +1,616 @@
+/* Check suite "matmul": cg_k_matmul / cg_k_matmul_into / cg_sgemm against
+ * naive double-precision loops, on every kind of view, plus path agreement
+ * (skx / haswell / default), thread-count bit identity and error cases. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/gemm.h"
+#include "core/ops.h"
+#include "core/tensor.h"
+#include "tests/testutil.h"
+
+/* ------------------------------------------------------------- helpers */
+
+/* Naive reference for PyTorch matmul semantics, reading elements with
+ * cg_get (so it shares no stride logic with the code under test). Returns a
+ * malloc'd row-major array; *out_ndim / out_shape get the result shape. */
+static float *ref_matmul(const cg_tensor *a, const cg_tensor *b, int *out_ndim,
+                         int64_t *out_shape) {
+    int a1 = a->ndim == 1, b1 = b->ndim == 1;
+    int64_t m = a1 ? 1 : a->shape[a->ndim - 2];
+    int64_t k = a->shape[a->ndim - 1];
+    int64_t n = b1 ? 1 : b->shape[b->ndim - 1];
+    int na = a1 ? 0 : a->ndim - 2, nb = b1 ? 0 : b->ndim - 2;
+    int nbd = na > nb ? na : nb;
+    int64_t bsh[CG_MAX_DIMS];
+    for (int i = 0; i < nbd; i++) {
+        int ia = i - (nbd - na), ib = i - (nbd - nb);
+        int64_t da = ia >= 0 ? a->shape[ia] : 1, db = ib >= 0 ? b->shape[ib] : 1;
+        bsh[i] = da > db ? da : db;
+    }
+    int nd = 0;
+    for (int i = 0; i < nbd; i++) out_shape[nd++] = bsh[i];
+    if (!a1) out_shape[nd++] = m;
+    if (!b1) out_shape[nd++] = n;
+    *out_ndim = nd;
+    int64_t nbatch = 1;
+    for (int i = 0; i < nbd; i++) nbatch *= bsh[i];
+    float *r = malloc((size_t)(nbatch * m * n + 1) * sizeof(float));
+    for (int64_t t = 0; t < nbatch; t++) {
+        int64_t bi[CG_MAX_DIMS], rem = t;
+        for (int i = nbd - 1; i >= 0; i--) {
+            bi[i] = rem % bsh[i];
+            rem /= bsh[i];
+        }
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) {
+                double s = 0;
+                for (int64_t p = 0; p < k; p++) {
+                    int64_t ia[CG_MAX_DIMS], ib[CG_MAX_DIMS];
+                    for (int d = 0; d < na; d++) {
+                        int64_t v = bi[d + (nbd - na)];
+                        ia[d] = a->shape[d] == 1 ? 0 : v;
+                    }
+                    for (int d = 0; d < nb; d++) {
+                        int64_t v = bi[d + (nbd - nb)];
+                        ib[d] = b->shape[d] == 1 ? 0 : v;
+                    }
+                    if (a1) {
+                        ia[0] = p;
+                    } else {
+                        ia[na] = i;
+                        ia[na + 1] = p;
+                    }
+                    if (b1) {
+                        ib[0] = p;
+                    } else {
+                        ib[nb] = p;
+                        ib[nb + 1] = j;
+                    }
+                    s += (double)cg_get(a, ia) * (double)cg_get(b, ib);
+                }
+                r[(t * m + i) * n + j] = (float)s;
+            }
+    }
+    return r;
+}
+
+/* Checks c = matmul(a, b) against the reference: shape and values. */
+static void check_matmul(const cg_tensor *a, const cg_tensor *b) {
+    cg_clear_error();
+    cg_tensor *c = cg_k_matmul(a, b);
+    char sa[128], sb[128];
+    ck_assert_msg(c != NULL, "matmul %s @ %s failed: %s", cg_shape_str(a, sa, sizeof sa),
+                  cg_shape_str(b, sb, sizeof sb), cg_last_error());
+    int nd;
+    int64_t shape[CG_MAX_DIMS];
+    float *r = ref_matmul(a, b, &nd, shape);
+    ck_assert_int_eq(c->ndim, nd);
+    for (int i = 0; i < nd; i++) ck_assert_int_eq(c->shape[i], shape[i]);
+    int64_t k = a->shape[a->ndim - 1];
+    CG_ASSERT_TENSOR(c, r, 1e-5 * (double)(k + 1), 1e-4);
+    free(r);
+    cg_release(c);
+}
+
+static cg_tensor *randn(cg_rng *rng, int nd, const int64_t *shape) {
+    return cg_randn(rng, nd, shape);
+}
+
+/* ------------------------------------------------------------- 2-D */
+
+START_TEST(test_2d_sizes) {
+    cg_rng rng = cg_rng_new(1);
+    const int64_t sz[] = {1, 7, 33, 129};
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++)
+            for (int l = 0; l < 4; l++) {
+                cg_tensor *a = randn(&rng, CG_SHAPE(sz[i], sz[l]));
+                cg_tensor *b = randn(&rng, CG_SHAPE(sz[l], sz[j]));
+                check_matmul(a, b);
+                cg_release_all(2, a, b);
+            }
+}
+END_TEST
+
+START_TEST(test_2d_known_values) {
+    /* [[1,2,3],[4,5,6]] @ [[7,8],[9,10],[11,12]] = [[58,64],[139,154]] */
+    float av[] = {1, 2, 3, 4, 5, 6}, bv[] = {7, 8, 9, 10, 11, 12};
+    float expect[] = {58, 64, 139, 154};
+    cg_tensor *a = cg_from_data(CG_SHAPE(2, 3), av);
+    cg_tensor *b = cg_from_data(CG_SHAPE(3, 2), bv);
+    cg_tensor *c = cg_k_matmul(a, b);
+    CG_ASSERT_TENSOR(c, expect, 0, 0);
+    cg_release_all(3, a, b, c);
+}
+END_TEST
+
+START_TEST(test_empty_dims) {
+    cg_rng rng = cg_rng_new(2);
+    /* k == 0: zeros of [m, n] */
+    cg_tensor *a = randn(&rng, CG_SHAPE(3, 0));
+    cg_tensor *b = randn(&rng, CG_SHAPE(0, 4));
+    cg_tensor *c = cg_k_matmul(a, b);
+    ck_assert_ptr_nonnull(c);
+    ck_assert_int_eq(c->ndim, 2);
+    ck_assert_int_eq(c->shape[0], 3);
+    ck_assert_int_eq(c->shape[1], 4);
+    float z[12] = {0};
+    CG_ASSERT_TENSOR(c, z, 0, 0);
+    cg_release_all(3, a, b, c);
+    /* m == 0 and a zero batch */
+    a = randn(&rng, CG_SHAPE(0, 5));
+    b = randn(&rng, CG_SHAPE(5, 4));
+    c = cg_k_matmul(a, b);
+    ck_assert_ptr_nonnull(c);
+    ck_assert_int_eq(c->shape[0], 0);
+    ck_assert_int_eq(c->shape[1], 4);
+    cg_release_all(3, a, b, c);
+    a = randn(&rng, CG_SHAPE(0, 2, 5));
+    b = randn(&rng, CG_SHAPE(5, 4));
+    c = cg_k_matmul(a, b);
+    ck_assert_ptr_nonnull(c);
+    ck_assert_int_eq(c->ndim, 3);
+    ck_assert_int_eq(cg_numel(c), 0);
+    cg_release_all(3, a, b, c);
+}
+END_TEST
+
+/* ------------------------------------------------------------- 1-D */
+
+START_TEST(test_1d_operands) {
+    cg_rng rng = cg_rng_new(3);
+    cg_tensor *v = randn(&rng, CG_SHAPE(33));
+    cg_tensor *w = randn(&rng, CG_SHAPE(33));
+    cg_tensor *m = randn(&rng, CG_SHAPE(7, 33));
+    cg_tensor *mt = randn(&rng, CG_SHAPE(33, 7));
+    cg_tensor *b3 = randn(&rng, CG_SHAPE(4, 7, 33));
+    cg_tensor *b3t = randn(&rng, CG_SHAPE(4, 33, 7));
+    check_matmul(v, w);   /* dot -> 0-d */
+    check_matmul(m, v);   /* [7] */
+    check_matmul(v, mt);  /* [7] */
+    check_matmul(b3, v);  /* [4, 7] */
+    check_matmul(v, b3t); /* [4, 7] */
+
+    /* the dot product is a 0-d tensor with the right value */
+    cg_tensor *d = cg_k_matmul(v, w);
+    ck_assert_int_eq(d->ndim, 0);
+    double s = 0;
+    for (int64_t i = 0; i < 33; i++)
+        s += (double)cg_get(v, (int64_t[]){i}) * cg_get(w, (int64_t[]){i});
+    ck_assert_float_eq_tol(cg_item(d), (float)s, 1e-4);
+    cg_release(d);
+
+    /* strided and stride-0 (expanded) vectors */
+    cg_tensor *big = randn(&rng, CG_SHAPE(66));
+    cg_tensor *vs = cg_view_slice(big, 0, 0, 66, 2);
+    cg_tensor *one = randn(&rng, CG_SHAPE(1));
+    cg_tensor *ve = cg_view_expand(one, CG_SHAPE(33));
+    check_matmul(vs, w);
+    check_matmul(m, vs);
+    check_matmul(vs, mt);
+    check_matmul(ve, w);
+    check_matmul(m, ve);
+    check_matmul(ve, b3t);
+    cg_release_all(10, v, w, m, mt, b3, b3t, big, vs, one, ve);
+}
+END_TEST
+
+/* ------------------------------------------------------------- batched */
+
+START_TEST(test_batched_broadcast) {
+    cg_rng rng = cg_rng_new(4);
+    struct {
+        int na, nb;
+        int64_t sa[4], sb[4];
+    } cases[] = {
+        {3, 3, {5, 7, 9}, {5, 9, 33}},          /* same batch */
+        {4, 3, {2, 3, 7, 9}, {3, 9, 6}},        /* b broadcast over dim 0 */
+        {4, 4, {2, 1, 7, 9}, {1, 4, 9, 6}},     /* both broadcast -> [2, 4] */
+        {3, 2, {6, 7, 33}, {33, 129}},          /* shared b: one tall gemm */
+        {4, 2, {2, 3, 1, 33}, {33, 7}},         /* shared b, m == 1 */
+        {2, 3, {7, 9}, {6, 9, 5}},              /* shared a */
+        {4, 3, {3, 1, 7, 9}, {1, 9, 6}},        /* size-1 batch dims */
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        cg_tensor *a = randn(&rng, cases[c].na, cases[c].sa);
+        cg_tensor *b = randn(&rng, cases[c].nb, cases[c].sb);
+        check_matmul(a, b);
+        cg_release_all(2, a, b);
+    }
+}
+END_TEST
+
+/* ------------------------------------------------------------- views */
+
+START_TEST(test_layouts) {
+    /* every combination of contiguous / transposed / strided / broadcast */
+    cg_rng rng = cg_rng_new(5);
+    for (int ka = 0; ka < 4; ka++)
+        for (int kb = 0; kb < 4; kb++) {
+            cg_tensor *a = cg_test_randn_layout(&rng, CG_SHAPE(3, 7, 33), ka);
+            cg_tensor *b = cg_test_randn_layout(&rng, CG_SHAPE(3, 33, 9), kb);
+            check_matmul(a, b);
+            cg_tensor *a2 = cg_test_randn_layout(&rng, CG_SHAPE(129, 7), ka);
+            cg_tensor *b2 = cg_test_randn_layout(&rng, CG_SHAPE(7, 33), kb);
+            check_matmul(a2, b2);
+            /* batched a with a shared 2-D b (the tall-gemm path when a allows) */
+            cg_tensor *b3 = cg_test_randn_layout(&rng, CG_SHAPE(33, 9), kb);
+            check_matmul(a, b3);
+            cg_release_all(5, a, b, a2, b2, b3);
+        }
+}
+END_TEST
+
+START_TEST(test_views) {
+    cg_rng rng = cg_rng_new(6);
+    /* transposed operands: x^T @ y and x @ y^T */
+    cg_tensor *x = randn(&rng, CG_SHAPE(33, 7));
+    cg_tensor *y = randn(&rng, CG_SHAPE(33, 129));
+    cg_tensor *xt = cg_view_transpose(x, 0, 1);
+    check_matmul(xt, y);
+    cg_tensor *z = randn(&rng, CG_SHAPE(9, 129));
+    cg_tensor *zt = cg_view_transpose(z, 0, 1);
+    check_matmul(y, zt);
+
+    /* permuted 4-D: [B, T, H, D] -> [B, H, T, D] @ [B, H, D, T] */
+    cg_tensor *q = randn(&rng, CG_SHAPE(2, 7, 3, 5));
+    cg_tensor *kk = randn(&rng, CG_SHAPE(2, 7, 3, 5));
+    cg_tensor *qp = cg_view_permute(q, (int[]){0, 2, 1, 3});
+    cg_tensor *kp = cg_view_permute(kk, (int[]){0, 2, 3, 1});
+    check_matmul(qp, kp);
+
+    /* sliced with steps in both dims (general strides, no unit stride) */
+    cg_tensor *big = randn(&rng, CG_SHAPE(40, 70));
+    cg_tensor *s1 = cg_view_slice(big, 0, 1, 40, 3);   /* 13 rows, stride 210 */
+    cg_tensor *s2 = cg_view_slice(s1, 1, 2, 68, 2);    /* 33 cols, stride 2 */
+    cg_tensor *w = randn(&rng, CG_SHAPE(33, 7));
+    check_matmul(s2, w);
+    cg_tensor *s2t = cg_view_transpose(s2, 0, 1);      /* [33, 13] */
+    cg_tensor *u = randn(&rng, CG_SHAPE(7, 33));
+    check_matmul(u, s2t);
+    check_matmul(s2t, s2); /* [33, 13] @ [13, 33], both general strides */
+
+    /* stride-0 expanded matrix dims and batch dims */
+    cg_tensor *row = randn(&rng, CG_SHAPE(1, 33));
+    cg_tensor *rexp = cg_view_expand(row, CG_SHAPE(7, 33)); /* rows stride 0 */
+    check_matmul(rexp, w);
+    cg_tensor *col = randn(&rng, CG_SHAPE(33, 1));
+    cg_tensor *cexp = cg_view_expand(col, CG_SHAPE(33, 9)); /* cols stride 0 */
+    check_matmul(u, cexp);
+    cg_tensor *m3 = randn(&rng, CG_SHAPE(1, 7, 33));
+    cg_tensor *m3e = cg_view_expand(m3, CG_SHAPE(5, 7, 33)); /* batch stride 0 */
+    cg_tensor *b3 = randn(&rng, CG_SHAPE(5, 33, 6));
+    check_matmul(m3e, b3);
+    check_matmul(m3e, w); /* broadcast a with shared b: must not fold rows */
+
+    cg_release_all(10, x, y, xt, z, zt, q, kk, qp, kp, big);
+    cg_release_all(12, s1, s2, w, s2t, u, row, rexp, col, cexp, m3, m3e, b3);
+}
+END_TEST
+
+/* ------------------------------------------------------------- into */
+
+START_TEST(test_matmul_into) {
+    cg_rng rng = cg_rng_new(7);
+    /* c = 0.5 a@b + 2 c */
+    cg_tensor *a = randn(&rng, CG_SHAPE(33, 7));
+    cg_tensor *b = randn(&rng, CG_SHAPE(7, 129));
+    cg_tensor *c = randn(&rng, CG_SHAPE(33, 129));
+    float *c0 = cg_test_values(c);
+    int nd;
+    int64_t sh[CG_MAX_DIMS];
+    float *r = ref_matmul(a, b, &nd, sh);
+    for (int i = 0; i < 33 * 129; i++) r[i] = 0.5f * r[i] + 2.0f * c0[i];
+    ck_assert(cg_k_matmul_into(c, a, b, 0.5f, 2.0f));
+    CG_ASSERT_TENSOR(c, r, 1e-4, 1e-4);
+
+    /* beta = 0: c is not read, NaN in c does not leak */
+    cg_fill_(c, NAN);
+    float *r2 = ref_matmul(a, b, &nd, sh);
+    ck_assert(cg_k_matmul_into(c, a, b, 1.0f, 0.0f));
+    CG_ASSERT_TENSOR(c, r2, 1e-4, 1e-4);
+
+    /* output as a transposed view (column-major writes) */
+    cg_tensor *ct_base = cg_zeros(CG_SHAPE(129, 33));
+    cg_tensor *ct = cg_view_transpose(ct_base, 0, 1);
+    ck_assert(cg_k_matmul_into(ct, a, b, 1.0f, 1.0f));
+    CG_ASSERT_TENSOR(ct, r2, 1e-4, 1e-4);
+
+    /* output a slice of a larger buffer: elements outside stay untouched */
+    cg_tensor *buf = cg_full(CG_SHAPE(40, 140), 7.0f);
+    cg_tensor *win0 = cg_view_slice(buf, 0, 3, 36, 1);
+    cg_tensor *win = cg_view_slice(win0, 1, 5, 134, 1);
+    ck_assert(cg_k_matmul_into(win, a, b, 1.0f, 0.0f));
+    CG_ASSERT_TENSOR(win, r2, 1e-4, 1e-4);
+    float *bv = cg_test_values(buf);
+    for (int i = 0; i < 40; i++)
+        for (int j = 0; j < 140; j++)
+            if (i < 3 || i >= 36 || j < 5 || j >= 134) ck_assert_float_eq(bv[i * 140 + j], 7.0f);
+    free(bv);
+
+    /* batched with a broadcast b, accumulating twice */
+    cg_tensor *ab = randn(&rng, CG_SHAPE(4, 9, 33));
+    cg_tensor *bb = randn(&rng, CG_SHAPE(1, 33, 7));
+    cg_tensor *cb = cg_zeros(CG_SHAPE(4, 9, 7));
+    float *rb = ref_matmul(ab, bb, &nd, sh);
+    ck_assert(cg_k_matmul_into(cb, ab, bb, 1.0f, 1.0f));
+    ck_assert(cg_k_matmul_into(cb, ab, bb, 1.0f, 1.0f));
+    for (int i = 0; i < 4 * 9 * 7; i++) rb[i] *= 2.0f;
+    CG_ASSERT_TENSOR(cb, rb, 1e-4, 1e-4);
+
+    /* k == 0 scales c by beta */
+    cg_tensor *a0 = randn(&rng, CG_SHAPE(3, 0));
+    cg_tensor *b0 = randn(&rng, CG_SHAPE(0, 2));
+    cg_tensor *c0t = cg_full(CG_SHAPE(3, 2), 1.5f);
+    ck_assert(cg_k_matmul_into(c0t, a0, b0, 1.0f, 2.0f));
+    float three[6] = {3, 3, 3, 3, 3, 3};
+    CG_ASSERT_TENSOR(c0t, three, 0, 0);
+
+    free(c0);
+    free(r);
+    free(r2);
+    free(rb);
+    cg_release_all(10, a, b, c, ct_base, ct, buf, win0, win, ab, bb);
+    cg_release_all(4, cb, a0, b0, c0t);
+}
+END_TEST
+
+/* ------------------------------------------------------------- paths */
+
+START_TEST(test_paths_agree) {
+    cg_rng rng = cg_rng_new(8);
+    const int64_t m = 200, n = 150, k = 300;
+    cg_tensor *a = randn(&rng, CG_SHAPE(m, k));
+    cg_tensor *b = randn(&rng, CG_SHAPE(k, n));
+    int nd;
+    int64_t sh[CG_MAX_DIMS];
+    float *r = ref_matmul(a, b, &nd, sh);
+    float *c = malloc((size_t)(m * n) * sizeof(float));
+    ck_assert(cg_gemm_path_available(CG_GEMM_DEFAULT));
+    const cg_gemm_path paths[] = {CG_GEMM_DEFAULT, CG_GEMM_SKX, CG_GEMM_HASWELL, CG_GEMM_AUTO};
+    for (int p = 0; p < 4; p++) {
+        if (!cg_gemm_path_available(paths[p])) {
+            ck_assert(!cg_sgemm_path(paths[p], 1, m, n, k, 1.0f, cg_data(a), k, 1, cg_data(b),
+                                     n, 1, 0.0f, c, n, 1));
+            continue;
+        }
+        for (int64_t i = 0; i < m * n; i++) c[i] = NAN;
+        ck_assert(cg_sgemm_path(paths[p], 2, m, n, k, 1.0f, cg_data(a), k, 1, cg_data(b), n, 1,
+                                0.0f, c, n, 1));
+        CG_ASSERT_CLOSE(c, r, m * n, 2e-4, 1e-4);
+    }
+    /* the chosen path's name matches the active path */
+    ck_assert_str_ne(cg_gemm_path_name(cg_gemm_active_path()), "unknown");
+    if (!getenv("CG_BLIS_DEFAULT") && cg_gemm_path_available(CG_GEMM_SKX))
+        ck_assert_int_eq(cg_gemm_active_path(), CG_GEMM_SKX);
+    free(r);
+    free(c);
+    cg_release_all(2, a, b);
+}
+END_TEST
+
+START_TEST(test_sgemm_strides) {
+    /* raw cg_sgemm with column-major C, transposed A, general-stride B and
+     * an overlapping (rs = 0) A row that must be copied */
+    cg_rng rng = cg_rng_new(9);
+    const int64_t m = 37, n = 21, k = 45;
+    float *a = malloc((size_t)(m * k) * sizeof(float));   /* stored k x m (A^T) */
+    float *b = malloc((size_t)(3 * k * n * 2) * sizeof(float));
+    float *c = malloc((size_t)(m * n) * sizeof(float));
+    for (int64_t i = 0; i < m * k; i++) a[i] = cg_rng_normal(&rng);
+    for (int64_t i = 0; i < 3 * k * n * 2; i++) b[i] = cg_rng_normal(&rng);
+    /* A[i][p] = a[p*m + i]; B[p][j] = b[p*3n*2 + j*3]... use rs=6n, cs=3 */
+    cg_sgemm(m, n, k, 1.0f, a, 1, m, b, 6 * n, 3, 0.0f, c, 1, m);
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            double s = 0;
+            for (int64_t p = 0; p < k; p++) s += (double)a[p * m + i] * b[p * 6 * n + j * 3];
+            ck_assert_float_eq_tol(c[j * m + i], (float)s, 1e-4);
+        }
+    /* rs = 0: every row of A is row 0 */
+    cg_sgemm(m, n, k, 1.0f, a, 0, m, b, 6 * n, 3, 0.0f, c, n, 1);
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            double s = 0;
+            for (int64_t p = 0; p < k; p++) s += (double)a[p * m] * b[p * 6 * n + j * 3];
+            ck_assert_float_eq_tol(c[i * n + j], (float)s, 1e-4);
+        }
+    free(a);
+    free(b);
+    free(c);
+}
+END_TEST
+
+/* ------------------------------------------------------------- threads */
+
+static cg_tensor *matmul_with_threads(int nt, const cg_tensor *a, const cg_tensor *b) {
+    cg_set_num_threads(nt);
+    cg_tensor *c = cg_k_matmul(a, b);
+    ck_assert_ptr_nonnull(c);
+    return c;
+}
+
+static void assert_bit_identical(const cg_tensor *x, const cg_tensor *y) {
+    ck_assert_int_eq(cg_numel(x), cg_numel(y));
+    ck_assert(cg_is_contiguous(x) && cg_is_contiguous(y));
+    ck_assert_msg(memcmp(cg_data(x), cg_data(y), (size_t)cg_numel(x) * sizeof(float)) == 0,
+                  "1-thread and 2-thread results differ");
+}
+
+START_TEST(test_threads_bit_identical) {
+    int saved = cg_get_num_threads();
+    cg_rng rng = cg_rng_new(10);
+    struct {
+        int na, nb;
+        int64_t sa[4], sb[4];
+    } cases[] = {
+        {2, 2, {517, 389}, {389, 701}},       /* big: threaded gemm */
+        {3, 3, {48, 64, 32}, {48, 32, 64}},   /* many small: spread over threads */
+        {3, 3, {3, 300, 257}, {3, 257, 311}}, /* few large: sequential, threaded */
+        {3, 2, {12, 64, 128}, {128, 512}},    /* shared b: one tall gemm */
+        {2, 2, {1000, 1}, {1, 1000}},         /* k = 1 outer product */
+        {2, 1, {700, 900}, {900, 0}},         /* matrix @ vector */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cg_tensor *a = randn(&rng, cases[i].na, cases[i].sa);
+        cg_tensor *b = randn(&rng, cases[i].nb, cases[i].sb);
+        cg_tensor *c1 = matmul_with_threads(1, a, b);
+        cg_tensor *c2 = matmul_with_threads(2, a, b);
+        assert_bit_identical(c1, c2);
+        cg_release_all(4, a, b, c1, c2);
+    }
+    /* transposed operands on a size where 2 threads really split the work */
+    cg_tensor *x = randn(&rng, CG_SHAPE(600, 500));
+    cg_tensor *y = randn(&rng, CG_SHAPE(400, 600));
+    cg_tensor *xt = cg_view_transpose(x, 0, 1), *yt = cg_view_transpose(y, 0, 1);
+    cg_tensor *c1 = matmul_with_threads(1, xt, yt);
+    cg_tensor *c2 = matmul_with_threads(2, xt, yt);
+    assert_bit_identical(c1, c2);
+    cg_release_all(6, x, y, xt, yt, c1, c2);
+
+    /* every path, explicit 1 vs 2 BLIS threads, on a size for the packed
+     * kernels and one for BLIS's small-matrix (sup) kernels */
+    const int64_t dims[2][3] = {{513, 479, 611}, {150, 90, 120}};
+    const cg_gemm_path paths[] = {CG_GEMM_DEFAULT, CG_GEMM_SKX, CG_GEMM_HASWELL, CG_GEMM_AUTO};
+    for (int d = 0; d < 2; d++) {
+        const int64_t m = dims[d][0], n = dims[d][1], k = dims[d][2];
+        cg_tensor *a = randn(&rng, CG_SHAPE(m, k)), *b = randn(&rng, CG_SHAPE(k, n));
+        float *o1 = malloc((size_t)(m * n) * sizeof(float));
+        float *o2 = malloc((size_t)(m * n) * sizeof(float));
+        for (int p = 0; p < 4; p++) {
+            if (!cg_gemm_path_available(paths[p])) continue;
+            ck_assert(cg_sgemm_path(paths[p], 1, m, n, k, 1.0f, cg_data(a), k, 1, cg_data(b), n,
+                                    1, 0.0f, o1, n, 1));
+            ck_assert(cg_sgemm_path(paths[p], 2, m, n, k, 1.0f, cg_data(a), k, 1, cg_data(b), n,
+                                    1, 0.0f, o2, n, 1));
+            ck_assert_msg(memcmp(o1, o2, (size_t)(m * n) * sizeof(float)) == 0,
+                          "path %s, %lldx%lldx%lld: 1 vs 2 threads differ",
+                          cg_gemm_path_name(paths[p]), (long long)m, (long long)n, (long long)k);
+        }
+        free(o1);
+        free(o2);
+        cg_release_all(2, a, b);
+    }
+    cg_set_num_threads(saved);
+}
+END_TEST
+
+START_TEST(test_num_threads) {
+    int saved = cg_get_num_threads();
+    ck_assert_int_ge(saved, 1);
+    cg_set_num_threads(3);
+    ck_assert_int_eq(cg_get_num_threads(), 3);
+    cg_set_num_threads(0); /* back to the default */
+    ck_assert_int_ge(cg_get_num_threads(), 1);
+    cg_set_num_threads(saved);
+    ck_assert_int_eq(cg_get_num_threads(), saved);
+}
+END_TEST
+
+/* ------------------------------------------------------------- errors */
+
+START_TEST(test_errors) {
+    cg_rng rng = cg_rng_new(11);
+    cg_tensor *a = randn(&rng, CG_SHAPE(2, 3));
+    cg_tensor *b = randn(&rng, CG_SHAPE(4, 5));
+    cg_clear_error();
+    CG_ASSERT_FAILS(cg_k_matmul(a, b), "[2, 3]");
+    CG_ASSERT_FAILS(NULL, "[4, 5]");
+    CG_ASSERT_FAILS(NULL, "matmul");
+
+    cg_tensor *x = randn(&rng, CG_SHAPE(2, 3, 4));
+    cg_tensor *y = randn(&rng, CG_SHAPE(5, 4, 6));
+    cg_clear_error();
+    CG_ASSERT_FAILS(cg_k_matmul(x, y), "[2, 3, 4]");
+    CG_ASSERT_FAILS(NULL, "[5, 4, 6]");
+    CG_ASSERT_FAILS(NULL, "broadcast");
+
+    cg_tensor *s = cg_scalar(2.0f);
+    cg_clear_error();
+    CG_ASSERT_FAILS(cg_k_matmul(s, a), "[]");
+    CG_ASSERT_FAILS(NULL, "[2, 3]");
+    cg_clear_error();
+    CG_ASSERT_FAILS(cg_k_matmul(a, s), "dimension");
+
+    /* 1-D mismatch */
+    cg_tensor *v = randn(&rng, CG_SHAPE(4));
+    cg_clear_error();
+    CG_ASSERT_FAILS(cg_k_matmul(a, v), "[4]");
+
+    /* NULL input: NULL, no new message */
+    cg_clear_error();
+    ck_assert_ptr_null(cg_k_matmul(NULL, a));
+    ck_assert_ptr_null(cg_k_matmul(a, NULL));
+    ck_assert(!cg_has_error());
+
+    /* matmul_into: mismatched output, 1-D operand, stride-0 output */
+    cg_tensor *w = randn(&rng, CG_SHAPE(3, 5));
+    cg_tensor *bad = cg_zeros(CG_SHAPE(2, 4));
+    cg_clear_error();
+    ck_assert(!cg_k_matmul_into(bad, a, w, 1.0f, 0.0f));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "[2, 4]"));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "[3, 5]"));
+    cg_tensor *good = cg_zeros(CG_SHAPE(2, 5));
+    cg_tensor *v3 = randn(&rng, CG_SHAPE(3));
+    cg_clear_error();
+    ck_assert(!cg_k_matmul_into(good, a, v3, 1.0f, 0.0f));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "[3]"));
+    cg_tensor *r1 = cg_zeros(CG_SHAPE(1, 5));
+    cg_tensor *rexp = cg_view_expand(r1, CG_SHAPE(2, 5));
+    cg_clear_error();
+    ck_assert(!cg_k_matmul_into(rexp, a, w, 1.0f, 0.0f));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "[2, 5]"));
+    cg_tensor *c3 = cg_zeros(CG_SHAPE(1, 2, 5));
+    cg_tensor *c3e = cg_view_expand(c3, CG_SHAPE(3, 2, 5));
+    cg_clear_error();
+    ck_assert(!cg_k_matmul_into(c3e, a, w, 1.0f, 0.0f));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "[3, 2, 5]"));
+    cg_tensor *a4 = randn(&rng, CG_SHAPE(4, 2, 3));
+    cg_clear_error();
+    ck_assert(!cg_k_matmul_into(c3, a4, w, 1.0f, 0.0f)); /* batch 4 into 1 */
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "[4, 2, 3]"));
+    cg_clear_error();
+    ck_assert(!cg_k_matmul_into(NULL, a, w, 1.0f, 0.0f));
+    ck_assert(!cg_has_error());
+
+    cg_release_all(10, a, b, x, y, s, v, w, bad, good, v3);
+    cg_release_all(5, r1, rexp, c3, c3e, a4);
+}
+END_TEST
+
+static Suite *matmul_suite(void) {
+    Suite *s = suite_create("matmul");
+    TCase *tc = tcase_create("matmul");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_2d_sizes);
+    tcase_add_test(tc, test_2d_known_values);
+    tcase_add_test(tc, test_empty_dims);
+    tcase_add_test(tc, test_1d_operands);
+    tcase_add_test(tc, test_batched_broadcast);
+    tcase_add_test(tc, test_layouts);
+    tcase_add_test(tc, test_views);
+    suite_add_tcase(s, tc);
+    TCase *ti = tcase_create("matmul_into");
+    tcase_add_test(ti, test_matmul_into);
+    suite_add_tcase(s, ti);
+    TCase *tg = tcase_create("gemm");
+    tcase_set_timeout(tg, 120);
+    tcase_add_test(tg, test_paths_agree);
+    tcase_add_test(tg, test_sgemm_strides);
+    tcase_add_test(tg, test_threads_bit_identical);
+    tcase_add_test(tg, test_num_threads);
+    suite_add_tcase(s, tg);
+    TCase *te = tcase_create("errors");
+    tcase_add_test(te, test_errors);
+    suite_add_tcase(s, te);
+    return s;
+}
+
+int main(void) {
+    Suite *s = matmul_suite();
+    return cg_test_run(&s, 1);
+}

@@ -1,0 +1,825 @@
+/* Suite "nnkernels": softmax / log_softmax, cross-entropy, layer norm,
+ * RMS norm and dropout kernels (core/softmax.c, core/loss.c, core/norm.c). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/ops.h"
+#include "tests/testutil.h"
+
+/* ---------------------------------------------------------- helpers */
+static double *to_double(const float *v, int64_t n)
+{
+    double *d = malloc((size_t)(n ? n : 1) * sizeof(double));
+    for (int64_t i = 0; i < n; i++)
+        d[i] = v[i];
+    return d;
+}
+
+static void split3(const cg_tensor *t, int dim, int64_t *outer, int64_t *D, int64_t *inner)
+{
+    int d = dim < 0 ? dim + t->ndim : dim;
+    *outer = 1;
+    *inner = 1;
+    for (int i = 0; i < d; i++)
+        *outer *= t->shape[i];
+    for (int i = d + 1; i < t->ndim; i++)
+        *inner *= t->shape[i];
+    *D = t->shape[d];
+}
+
+/* Reference softmax / log-softmax in double over [outer, D, inner]. */
+static void ref_softmax(const double *x, double *y, int64_t outer, int64_t D, int64_t inner,
+                        bool logsm)
+{
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t c = 0; c < inner; c++) {
+            const double *xr = x + o * D * inner + c;
+            double *yr = y + o * D * inner + c;
+            double mx = -INFINITY, s = 0;
+            for (int64_t j = 0; j < D; j++)
+                mx = fmax(mx, xr[j * inner]);
+            for (int64_t j = 0; j < D; j++)
+                s += exp(xr[j * inner] - mx);
+            for (int64_t j = 0; j < D; j++)
+                yr[j * inner] = logsm ? xr[j * inner] - mx - log(s) : exp(xr[j * inner] - mx) / s;
+        }
+}
+
+static void assert_close_d(const cg_tensor *t, const double *expect, double atol, double rtol)
+{
+    int64_t n = cg_numel(t);
+    float *e = malloc((size_t)(n ? n : 1) * sizeof(float));
+    for (int64_t i = 0; i < n; i++)
+        e[i] = (float)expect[i];
+    CG_ASSERT_TENSOR(t, e, atol, rtol);
+    free(e);
+}
+
+/* A 3-D [2,3,4]-shaped non-contiguous view: a permuted [4,2,3] tensor. */
+static cg_tensor *noncontig3(cg_rng *r, float scale)
+{
+    cg_tensor *base = cg_randn(r, CG_SHAPE(4, 2, 3));
+    for (int i = 0; i < 24; i++)
+        cg_data(base)[i] *= scale;
+    cg_tensor *v = cg_view_permute(base, (const int[]){1, 2, 0});
+    cg_release(base);
+    ck_assert(!cg_is_contiguous(v));
+    return v;
+}
+
+static bool bit_equal(const cg_tensor *a, const cg_tensor *b)
+{
+    if (!a || !b || !cg_same_shape(a, b))
+        return false;
+    float *x = cg_test_values(a), *y = cg_test_values(b);
+    bool eq = memcmp(x, y, (size_t)cg_numel(a) * sizeof(float)) == 0;
+    free(x);
+    free(y);
+    return eq;
+}
+
+/* --------------------------------------------------------- softmax */
+START_TEST(test_softmax_dims)
+{
+    cg_rng r = cg_rng_new(1);
+    cg_tensor *x = noncontig3(&r, 3.0f);
+    float *xv = cg_test_values(x);
+    double *xd = to_double(xv, 24), y[24];
+    int dims[] = {0, 1, 2, -1, -3};
+    for (int k = 0; k < 5; k++) {
+        for (int logsm = 0; logsm < 2; logsm++) {
+            int64_t o, D, in;
+            split3(x, dims[k], &o, &D, &in);
+            ref_softmax(xd, y, o, D, in, logsm);
+            cg_tensor *out = logsm ? cg_k_log_softmax(x, dims[k]) : cg_k_softmax(x, dims[k]);
+            ck_assert_ptr_nonnull(out);
+            ck_assert(cg_is_contiguous(out) && cg_same_shape(out, x));
+            assert_close_d(out, y, 1e-6, 1e-5);
+            cg_release(out);
+        }
+    }
+    free(xv);
+    free(xd);
+    cg_release(x);
+}
+END_TEST
+
+START_TEST(test_softmax_layouts)
+{
+    /* transposed, step-2 strided and broadcast (stride 0) inputs */
+    cg_rng r = cg_rng_new(2);
+    for (int kind = 0; kind < 4; kind++) {
+        cg_tensor *x = cg_test_randn_layout(&r, CG_SHAPE(5, 7), kind);
+        float *xv = cg_test_values(x);
+        double *xd = to_double(xv, 35), y[35];
+        for (int dim = 0; dim < 2; dim++) {
+            int64_t o, D, in;
+            split3(x, dim, &o, &D, &in);
+            ref_softmax(xd, y, o, D, in, false);
+            cg_tensor *out = cg_k_softmax(x, dim);
+            assert_close_d(out, y, 1e-6, 1e-5);
+            cg_release(out);
+        }
+        free(xv);
+        free(xd);
+        cg_release(x);
+    }
+}
+END_TEST
+
+START_TEST(test_softmax_extreme)
+{
+    const float NI = -INFINITY;
+    float v[] = {1e4f, 1e4f - 1.0f, -1e4f, 0.0f,   /* large scale */
+                 -1e4f, -1e4f + 2.0f, -1e4f, -1e4f, /* large negative */
+                 1.0f, NI, 2.0f, NI,                 /* -inf mask */
+                 NI, NI, NI, NI};                    /* all masked */
+    cg_tensor *x = cg_from_data(CG_SHAPE(4, 4), v);
+    double xd[16], y[16];
+    for (int i = 0; i < 16; i++)
+        xd[i] = v[i];
+    for (int logsm = 0; logsm < 2; logsm++) {
+        ref_softmax(xd, y, 4, 4, 1, logsm);
+        cg_tensor *out = logsm ? cg_k_log_softmax(x, -1) : cg_k_softmax(x, -1);
+        float *o = cg_test_values(out);
+        for (int i = 0; i < 12; i++) {
+            if (isinf(y[i]))
+                ck_assert(isinf(o[i]) && o[i] < 0);
+            else
+                ck_assert_msg(fabs(o[i] - y[i]) <= 1e-6 + 1e-5 * fabs(y[i]), "i %d: %g vs %g", i,
+                              o[i], y[i]);
+        }
+        for (int i = 12; i < 16; i++)
+            ck_assert_msg(isnan(o[i]), "all -inf row must give NaN (got %g)", o[i]);
+        free(o);
+        cg_release(out);
+    }
+    /* Along dim 0 of the transposed view: same rows as columns. */
+    cg_tensor *xt = cg_view_transpose(x, 0, 1);
+    cg_tensor *a = cg_k_softmax(xt, 0), *b = cg_k_softmax(x, 1);
+    cg_tensor *at = cg_view_transpose(a, 0, 1);
+    ck_assert(bit_equal(at, b));
+    cg_release_all(5, x, xt, a, b, at);
+
+    /* A NaN in a row makes the row NaN; a +inf makes it NaN (PyTorch). */
+    cg_tensor *z = cg_from_data(CG_SHAPE(2, 2), (float[]){NAN, 1.0f, INFINITY, 1.0f});
+    cg_tensor *s = cg_k_softmax(z, 1);
+    float *sv = cg_test_values(s);
+    for (int i = 0; i < 4; i++)
+        ck_assert(isnan(sv[i]));
+    free(sv);
+    cg_release_all(2, z, s);
+}
+END_TEST
+
+START_TEST(test_softmax_backward)
+{
+    cg_rng r = cg_rng_new(3);
+    cg_tensor *x = noncontig3(&r, 2.0f);
+    cg_tensor *g = noncontig3(&r, 1.0f);
+    float *xv = cg_test_values(x), *gv = cg_test_values(g);
+    double *xd = to_double(xv, 24), *gd = to_double(gv, 24);
+    int dims[] = {0, 1, -1};
+    for (int k = 0; k < 3; k++) {
+        for (int logsm = 0; logsm < 2; logsm++) {
+            int64_t o, D, in;
+            split3(x, dims[k], &o, &D, &in);
+            cg_tensor *y = logsm ? cg_k_log_softmax(x, dims[k]) : cg_k_softmax(x, dims[k]);
+            /* non-contiguous y too: a transposed copy viewed back */
+            cg_tensor *yt = cg_view_transpose(y, 0, 2);
+            cg_tensor *yc = cg_clone(yt);
+            cg_tensor *yv = cg_view_transpose(yc, 0, 2);
+            cg_tensor *dx = logsm ? cg_k_log_softmax_backward(yv, g, dims[k])
+                                  : cg_k_softmax_backward(yv, g, dims[k]);
+            ck_assert_ptr_nonnull(dx);
+            /* finite differences of L = sum(g * f(x)) with the double reference */
+            double fd[24], yp[24], ym[24], xs[24];
+            memcpy(xs, xd, sizeof xs);
+            for (int i = 0; i < 24; i++) {
+                double h = 1e-6;
+                xs[i] = xd[i] + h;
+                ref_softmax(xs, yp, o, D, in, logsm);
+                xs[i] = xd[i] - h;
+                ref_softmax(xs, ym, o, D, in, logsm);
+                xs[i] = xd[i];
+                double lp = 0, lm = 0;
+                for (int j = 0; j < 24; j++) {
+                    lp += gd[j] * yp[j];
+                    lm += gd[j] * ym[j];
+                }
+                fd[i] = (lp - lm) / (2 * h);
+            }
+            assert_close_d(dx, fd, 1e-5, 1e-4);
+            cg_release_all(5, y, yt, yc, yv, dx);
+        }
+    }
+    free(xv);
+    free(gv);
+    free(xd);
+    free(gd);
+    cg_release_all(2, x, g);
+}
+END_TEST
+
+START_TEST(test_softmax_backward_masked)
+{
+    /* -inf logits: softmax 0 there, gradient 0; log_softmax -inf, grad = g */
+    float v[] = {1.0f, -INFINITY, 0.5f};
+    cg_tensor *x = cg_from_data(CG_SHAPE(1, 3), v);
+    cg_tensor *g = cg_from_data(CG_SHAPE(1, 3), (float[]){0.3f, 0.7f, -0.2f});
+    cg_tensor *y = cg_k_softmax(x, 1), *ly = cg_k_log_softmax(x, 1);
+    cg_tensor *dx = cg_k_softmax_backward(y, g, 1), *ldx = cg_k_log_softmax_backward(ly, g, 1);
+    float *d = cg_test_values(dx), *ld = cg_test_values(ldx);
+    ck_assert(d[1] == 0.0f && isfinite(d[0]) && isfinite(d[2]));
+    ck_assert_float_eq_tol(ld[1], 0.7f, 1e-7f);
+    double p0 = 1.0 / (1.0 + exp(-0.5)), p2 = 1 - p0, s = 0.3 + 0.7 - 0.2;
+    ck_assert_float_eq_tol(ld[0], 0.3 - p0 * s, 1e-6);
+    ck_assert_float_eq_tol(ld[2], -0.2 - p2 * s, 1e-6);
+    double sgy = 0.3 * p0 - 0.2 * p2;
+    ck_assert_float_eq_tol(d[0], p0 * (0.3 - sgy), 1e-6);
+    ck_assert_float_eq_tol(d[2], p2 * (-0.2 - sgy), 1e-6);
+    free(d);
+    free(ld);
+    cg_release_all(6, x, g, y, ly, dx, ldx);
+}
+END_TEST
+
+START_TEST(test_softmax_scalar_and_empty)
+{
+    cg_tensor *s = cg_scalar(3.0f);
+    cg_tensor *y = cg_k_softmax(s, 0), *ly = cg_k_log_softmax(s, -1);
+    ck_assert_float_eq(cg_item(y), 1.0f);
+    ck_assert_float_eq(cg_item(ly), 0.0f);
+    cg_tensor *e = cg_zeros(CG_SHAPE(0, 3));
+    cg_tensor *ye = cg_k_softmax(e, 1);
+    ck_assert_ptr_nonnull(ye);
+    ck_assert_int_eq(cg_numel(ye), 0);
+    cg_release_all(5, s, y, ly, e, ye);
+}
+END_TEST
+
+START_TEST(test_softmax_threads)
+{
+    cg_rng r = cg_rng_new(4);
+    cg_tensor *x = cg_randn(&r, CG_SHAPE(64, 300, 5));
+    cg_tensor *g = cg_randn(&r, CG_SHAPE(64, 300, 5));
+    int dims[] = {0, 1, 2};
+    for (int k = 0; k < 3; k++) {
+        cg_tensor *out[2][3];
+        for (int t = 0; t < 2; t++) {
+            cg_set_num_threads(t + 1);
+            out[t][0] = cg_k_softmax(x, dims[k]);
+            out[t][1] = cg_k_log_softmax(x, dims[k]);
+            out[t][2] = cg_k_softmax_backward(out[t][0], g, dims[k]);
+        }
+        cg_set_num_threads(0);
+        for (int j = 0; j < 3; j++) {
+            ck_assert(bit_equal(out[0][j], out[1][j]));
+            cg_release_all(2, out[0][j], out[1][j]);
+        }
+    }
+    cg_release_all(2, x, g);
+}
+END_TEST
+
+START_TEST(test_softmax_errors)
+{
+    cg_tensor *x = cg_zeros(CG_SHAPE(2, 3));
+    cg_tensor *g = cg_zeros(CG_SHAPE(3, 2));
+    CG_ASSERT_FAILS(cg_k_softmax(x, 2), "dim 2");
+    CG_ASSERT_FAILS(cg_k_log_softmax(x, -3), "softmax");
+    CG_ASSERT_FAILS(cg_k_softmax_backward(x, g, 1), "[2, 3]");
+    CG_ASSERT_FAILS(cg_k_log_softmax_backward(x, g, 1), "[3, 2]");
+    /* NULL input: NULL without a new message */
+    cg_set_error("earlier");
+    ck_assert_ptr_null(cg_k_softmax(NULL, 0));
+    ck_assert_str_eq(cg_last_error(), "earlier");
+    cg_clear_error();
+    cg_release_all(2, x, g);
+}
+END_TEST
+
+/* ---------------------------------------------------- cross-entropy */
+/* Logits and expected values computed once with PyTorch 1.13
+ * (F.cross_entropy, float64), see the report of this suite. */
+static cg_tensor *ce_logits(void)
+{
+    float v[20];
+    for (int i = 0; i < 5; i++)
+        for (int j = 0; j < 4; j++)
+            v[i * 4 + j] = (float)(((i * 7 + j * 3) % 11 - 5) * 0.37);
+    v[3 * 4 + 1] = 12.0f;
+    return cg_from_data(CG_SHAPE(5, 4), v);
+}
+
+static void ce_case(const int64_t *t, int64_t ii, float ls, double loss, const float *grad)
+{
+    cg_tensor *x = ce_logits();
+    /* also through a non-contiguous view of the same values */
+    cg_tensor *tr = cg_view_transpose(x, 0, 1);
+    cg_tensor *trc = cg_clone(tr);
+    cg_tensor *xv = cg_view_transpose(trc, 0, 1); /* [5,4], strides (1,5) */
+    ck_assert(!cg_is_contiguous(xv));
+    for (int k = 0; k < 2; k++) {
+        const cg_tensor *in = k ? xv : x;
+        cg_tensor *lse = NULL;
+        cg_tensor *l = cg_k_cross_entropy(in, t, ii, ls, &lse);
+        ck_assert_ptr_nonnull(l);
+        ck_assert_int_eq(l->ndim, 0);
+        ck_assert_ptr_nonnull(lse);
+        ck_assert_int_eq(cg_numel(lse), 5);
+        float got = cg_item(l);
+        if (isnan(loss))
+            ck_assert_msg(isnan(got), "expected NaN, got %g", got);
+        else
+            ck_assert_msg(fabs(got - loss) <= 1e-6 * fabs(loss) + 1e-6, "loss %.9g vs %.9g", got,
+                          loss);
+        cg_tensor *dx = cg_k_cross_entropy_backward(in, t, ii, ls, lse, 1.0f);
+        CG_ASSERT_TENSOR(dx, grad, 1e-6, 1e-5);
+        cg_tensor *dx2 = cg_k_cross_entropy_backward(in, t, ii, ls, NULL, 2.0f);
+        float g2[20];
+        for (int i = 0; i < 20; i++)
+            g2[i] = 2 * grad[i];
+        CG_ASSERT_TENSOR(dx2, g2, 2e-6, 1e-5);
+        cg_release_all(4, l, lse, dx, dx2);
+    }
+    cg_release_all(4, x, tr, trc, xv);
+}
+
+START_TEST(test_ce_plain)
+{
+    const int64_t t[] = {0, 3, -100, 1, 2};
+    const float g[] = {-0.243929096f, 0.0184212974f, 0.0558968185f, 0.16961098f,
+                       0.0535479882f, 0.162483788f,  0.00841973393f, -0.22445151f,
+                       0, 0, 0, 0,
+                       9.76839657e-06f, -1.59649895e-05f, 1.535955e-06f, 4.66063794e-06f,
+                       0.0535479882f, 0.162483788f, -0.241580266f, 0.0255484903f};
+    ce_case(t, -100, 0.0f, 2.3474456739159555, g);
+}
+END_TEST
+
+START_TEST(test_ce_label_smoothing)
+{
+    const int64_t t[] = {0, 3, -100, 1, 2};
+    const float g[] = {-0.225179096f, 0.0121712974f, 0.0496468185f, 0.16336098f,
+                       0.0472979882f, 0.156233788f, 0.00216973393f, -0.20570151f,
+                       0, 0, 0, 0,
+                       -0.0062402316f, 0.018734035f, -0.00624846405f, -0.00624533936f,
+                       0.0472979882f, 0.156233788f, -0.222830266f, 0.0192984903f};
+    ce_case(t, -100, 0.1f, 2.4660706739159552, g);
+}
+END_TEST
+
+START_TEST(test_ce_pad_ignore)
+{
+    /* ignore_index 0 (a pad id inside [0, C)): rows with target 0 ignored */
+    const int64_t t[] = {0, 3, 0, 1, 2};
+    const float g[] = {0, 0, 0, 0,
+                       0.0630639843f, 0.208311717f, 0.00289297857f, -0.27426868f,
+                       0, 0, 0, 0,
+                       -0.0083203088f, 0.0249787133f, -0.00833128539f, -0.00832711915f,
+                       0.0630639843f, 0.208311717f, -0.297107021f, 0.0257313204f};
+    ce_case(t, 0, 0.1f, 2.1042764140522916, g);
+}
+END_TEST
+
+START_TEST(test_ce_all_ignored)
+{
+    const int64_t t[] = {-100, -100, -100, -100, -100};
+    const float g[20] = {0};
+    ce_case(t, -100, 0.1f, NAN, g);
+    ce_case(t, -100, 0.0f, NAN, g);
+}
+END_TEST
+
+START_TEST(test_ce_extreme)
+{
+    /* PyTorch: loss 2502.50341796875, grad [0.5, 0, -0.5, 0.4966536, -0.4966536, 0] */
+    cg_tensor *x = cg_from_data(CG_SHAPE(2, 3), (float[]){1e4f, -1e4f, 0.5e4f, 3.0f, -2.0f,
+                                                          -INFINITY});
+    const int64_t t[] = {2, 1};
+    cg_tensor *lse = NULL;
+    cg_tensor *l = cg_k_cross_entropy(x, t, -100, 0.0f, &lse);
+    ck_assert_float_eq_tol(cg_item(l), 2502.50341796875f, 1e-3f);
+    cg_tensor *dx = cg_k_cross_entropy_backward(x, t, -100, 0.0f, lse, 1.0f);
+    CG_ASSERT_TENSOR(dx, ((const float[]){0.5f, 0.0f, -0.5f, 0.49665358662605286f,
+                                          -0.49665358662605286f, 0.0f}),
+                     1e-6, 1e-5);
+    cg_release_all(3, x, lse, l);
+    cg_release(dx);
+}
+END_TEST
+
+START_TEST(test_ce_vs_double)
+{
+    /* random [37, 11] with smoothing: loss and grad vs a double reference */
+    cg_rng r = cg_rng_new(5);
+    const int64_t N = 37, C = 11;
+    cg_tensor *x = cg_test_randn_layout(&r, CG_SHAPE(37, 11), 1);
+    float *xv = cg_test_values(x);
+    int64_t t[37];
+    for (int i = 0; i < N; i++)
+        t[i] = i % 5 == 0 ? -1 : (int64_t)cg_rng_below(&r, (uint64_t)C);
+    double ls = 0.25, tot = 0, grad[37 * 11];
+    int kept = 0;
+    for (int i = 0; i < N; i++)
+        kept += t[i] != -1;
+    for (int i = 0; i < N; i++) {
+        const float *xr = xv + i * C;
+        double mx = -INFINITY, s = 0, sx = 0;
+        for (int j = 0; j < C; j++)
+            mx = fmax(mx, xr[j]);
+        for (int j = 0; j < C; j++) {
+            s += exp(xr[j] - mx);
+            sx += xr[j];
+        }
+        double lse = mx + log(s);
+        for (int j = 0; j < C; j++)
+            grad[i * C + j] = 0;
+        if (t[i] == -1)
+            continue;
+        tot += (1 - ls) * (lse - xr[t[i]]) + ls * (lse - sx / C);
+        for (int j = 0; j < C; j++)
+            grad[i * C + j] = (exp(xr[j] - lse) - ls / C - (j == t[i] ? 1 - ls : 0)) / kept;
+    }
+    cg_tensor *l = cg_k_cross_entropy(x, t, -1, (float)ls, NULL);
+    ck_assert_float_eq_tol(cg_item(l), tot / kept, 1e-5);
+    cg_tensor *dx = cg_k_cross_entropy_backward(x, t, -1, (float)ls, NULL, 1.0f);
+    assert_close_d(dx, grad, 1e-7, 1e-5);
+    free(xv);
+    cg_release_all(3, x, l, dx);
+}
+END_TEST
+
+START_TEST(test_ce_threads)
+{
+    cg_rng r = cg_rng_new(6);
+    const int64_t N = 3000, C = 50;
+    cg_tensor *x = cg_randn(&r, CG_SHAPE(3000, 50));
+    int64_t *t = malloc((size_t)N * sizeof(int64_t));
+    for (int64_t i = 0; i < N; i++)
+        t[i] = i % 7 == 0 ? -100 : (int64_t)cg_rng_below(&r, (uint64_t)C);
+    cg_tensor *l[2], *dx[2];
+    for (int k = 0; k < 2; k++) {
+        cg_set_num_threads(k + 1);
+        l[k] = cg_k_cross_entropy(x, t, -100, 0.1f, NULL);
+        dx[k] = cg_k_cross_entropy_backward(x, t, -100, 0.1f, NULL, 1.0f);
+    }
+    cg_set_num_threads(0);
+    ck_assert(bit_equal(l[0], l[1]));
+    ck_assert(bit_equal(dx[0], dx[1]));
+    free(t);
+    cg_release_all(5, x, l[0], l[1], dx[0], dx[1]);
+}
+END_TEST
+
+START_TEST(test_ce_errors)
+{
+    cg_tensor *x = cg_zeros(CG_SHAPE(3, 4));
+    cg_tensor *lse = (cg_tensor *)1; /* must be reset to NULL on failure */
+    CG_ASSERT_FAILS(cg_k_cross_entropy(x, (const int64_t[]){0, 7, 1}, -100, 0.0f, &lse),
+                    "target 7 at row 1");
+    ck_assert_ptr_null(lse);
+    CG_ASSERT_FAILS(cg_k_cross_entropy(x, (const int64_t[]){0, 1, -5}, -100, 0.0f, NULL),
+                    "row 2");
+    CG_ASSERT_FAILS(cg_k_cross_entropy(x, (const int64_t[]){0, 1, 4}, -100, 0.0f, NULL),
+                    "target 4");
+    CG_ASSERT_FAILS(cg_k_cross_entropy_backward(x, (const int64_t[]){0, 9, 1}, -100, 0.0f, NULL,
+                                                1.0f),
+                    "target 9");
+    CG_ASSERT_FAILS(cg_k_cross_entropy(x, (const int64_t[]){0, 1, 2}, -100, 1.5f, NULL),
+                    "label_smoothing");
+    cg_tensor *x3 = cg_zeros(CG_SHAPE(2, 3, 4));
+    CG_ASSERT_FAILS(cg_k_cross_entropy(x3, (const int64_t[]){0, 1}, -100, 0.0f, NULL), "[2, 3, 4]");
+    cg_release_all(2, x, x3);
+}
+END_TEST
+
+/* --------------------------------------------------------- layer norm */
+/* Reference layer / RMS norm over the last dim of [rows, D] in double. */
+static void ref_norm(const double *x, const double *w, const double *b, double eps, int64_t rows,
+                     int64_t D, bool rms, double *y, double *mean, double *rstd)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        const double *xr = x + r * D;
+        double m = 0, v = 0;
+        if (!rms) {
+            for (int64_t j = 0; j < D; j++)
+                m += xr[j];
+            m /= D;
+        }
+        for (int64_t j = 0; j < D; j++)
+            v += (xr[j] - m) * (xr[j] - m);
+        v /= D;
+        double rs = 1 / sqrt(v + eps);
+        if (mean)
+            mean[r] = m;
+        if (rstd)
+            rstd[r] = rs;
+        for (int64_t j = 0; j < D; j++)
+            y[r * D + j] = (xr[j] - m) * rs * (w ? w[j] : 1) + (b ? b[j] : 0);
+    }
+}
+
+/* Forward and backward of layer norm (rms = false) or RMS norm vs the double
+ * reference, its finite differences and the analytic dw/db. */
+static void norm_case(bool rms, bool with_w, bool with_b, int layout)
+{
+    cg_rng r = cg_rng_new(10 + (uint64_t)layout);
+    const int64_t R = 6, D = 5; /* x: [2, 3, 5] */
+    cg_tensor *x = cg_test_randn_layout(&r, CG_SHAPE(2, 3, 5), layout);
+    cg_tensor *g = cg_test_randn_layout(&r, CG_SHAPE(2, 3, 5), 1);
+    cg_tensor *w = with_w ? cg_test_randn_layout(&r, CG_SHAPE(5), 2) : NULL; /* strided */
+    cg_tensor *b = with_b ? cg_randn(&r, CG_SHAPE(5)) : NULL;
+    float *xv = cg_test_values(x), *gv = cg_test_values(g);
+    float *wv = w ? cg_test_values(w) : NULL, *bv = b ? cg_test_values(b) : NULL;
+    double *xd = to_double(xv, R * D), *gd = to_double(gv, R * D);
+    double *wd = w ? to_double(wv, D) : NULL, *bd = b ? to_double(bv, D) : NULL;
+    double y[30], mean[6], rstd[6], eps = 1e-5;
+    ref_norm(xd, wd, bd, eps, R, D, rms, y, mean, rstd);
+
+    cg_tensor *mt = NULL, *rt = NULL, *out;
+    if (rms)
+        out = cg_k_rms_norm(x, w, (float)eps, &rt);
+    else
+        out = cg_k_layer_norm(x, w, b, (float)eps, &mt, &rt);
+    ck_assert_ptr_nonnull(out);
+    ck_assert(cg_same_shape(out, x));
+    assert_close_d(out, y, 1e-5, 1e-5);
+    assert_close_d(rt, rstd, 0, 1e-5);
+    if (!rms)
+        assert_close_d(mt, mean, 1e-6, 1e-5);
+
+    cg_tensor *dx = NULL, *dw = NULL, *db = NULL;
+    bool ok = rms ? cg_k_rms_norm_backward(x, w, rt, g, &dx, &dw)
+                  : cg_k_layer_norm_backward(x, w, mt, rt, g, &dx, &dw, &db);
+    ck_assert_msg(ok, "%s", cg_last_error());
+    /* dx: finite differences of L = sum(g * y) in double */
+    double fd[30], xs[30], yp[30], ym[30];
+    memcpy(xs, xd, sizeof xs);
+    for (int i = 0; i < R * D; i++) {
+        double h = 1e-6, lp = 0, lm = 0;
+        xs[i] = xd[i] + h;
+        ref_norm(xs, wd, bd, eps, R, D, rms, yp, NULL, NULL);
+        xs[i] = xd[i] - h;
+        ref_norm(xs, wd, bd, eps, R, D, rms, ym, NULL, NULL);
+        xs[i] = xd[i];
+        for (int j = 0; j < R * D; j++) {
+            lp += gd[j] * yp[j];
+            lm += gd[j] * ym[j];
+        }
+        fd[i] = (lp - lm) / (2 * h);
+    }
+    assert_close_d(dx, fd, 1e-4, 1e-4);
+    /* dw = sum g * xhat, db = sum g */
+    double edw[5] = {0}, edb[5] = {0};
+    for (int i = 0; i < R; i++)
+        for (int j = 0; j < D; j++) {
+            edw[j] += gd[i * D + j] * (xd[i * D + j] - mean[i]) * rstd[i];
+            edb[j] += gd[i * D + j];
+        }
+    assert_close_d(dw, edw, 1e-5, 1e-5);
+    if (rms)
+        ck_assert_ptr_null(db);
+    else
+        assert_close_d(db, edb, 1e-5, 1e-5);
+
+    /* only dx, and only dw */
+    cg_tensor *dx2 = NULL, *dw2 = NULL;
+    ok = rms ? cg_k_rms_norm_backward(x, w, rt, g, &dx2, NULL)
+             : cg_k_layer_norm_backward(x, w, mt, rt, g, &dx2, NULL, NULL);
+    ck_assert(ok && bit_equal(dx, dx2));
+    ok = rms ? cg_k_rms_norm_backward(x, w, rt, g, NULL, &dw2)
+             : cg_k_layer_norm_backward(x, w, mt, rt, g, NULL, &dw2, NULL);
+    ck_assert(ok && bit_equal(dw, dw2));
+
+    free(xv);
+    free(gv);
+    free(wv);
+    free(bv);
+    free(xd);
+    free(gd);
+    free(wd);
+    free(bd);
+    cg_release_all(12, x, g, w, b, out, mt, rt, dx, dw, db, dx2, dw2);
+}
+
+START_TEST(test_layer_norm)
+{
+    for (int layout = 0; layout < 3; layout++) {
+        norm_case(false, true, true, layout);
+        norm_case(false, false, false, layout);
+        norm_case(false, true, false, layout);
+    }
+}
+END_TEST
+
+START_TEST(test_rms_norm)
+{
+    for (int layout = 0; layout < 3; layout++) {
+        norm_case(true, true, false, layout);
+        norm_case(true, false, false, layout);
+    }
+}
+END_TEST
+
+START_TEST(test_layer_norm_large_offset)
+{
+    /* rows with a large common offset: the two-pass variance stays exact */
+    float v[8] = {1e4f + 1, 1e4f + 2, 1e4f + 3, 1e4f + 4, -3, -3, -3, -3};
+    cg_tensor *x = cg_from_data(CG_SHAPE(2, 4), v);
+    cg_tensor *y = cg_k_layer_norm(x, NULL, NULL, 1e-5f, NULL, NULL);
+    double s = 1 / sqrt(1.25 + 1e-5);
+    CG_ASSERT_TENSOR(y, ((const float[]){-1.5 * s, -0.5 * s, 0.5 * s, 1.5 * s, 0, 0, 0, 0}), 1e-5,
+                     1e-5);
+    cg_release_all(2, x, y);
+}
+END_TEST
+
+START_TEST(test_norm_threads)
+{
+    cg_rng r = cg_rng_new(7);
+    cg_tensor *x = cg_randn(&r, CG_SHAPE(999, 64));
+    cg_tensor *g = cg_randn(&r, CG_SHAPE(999, 64));
+    cg_tensor *w = cg_randn(&r, CG_SHAPE(64)), *b = cg_randn(&r, CG_SHAPE(64));
+    cg_tensor *res[2][8];
+    for (int k = 0; k < 2; k++) {
+        cg_set_num_threads(k + 1);
+        cg_tensor **o = res[k];
+        o[0] = cg_k_layer_norm(x, w, b, 1e-5f, &o[1], &o[2]);
+        ck_assert(cg_k_layer_norm_backward(x, w, o[1], o[2], g, &o[3], &o[4], &o[5]));
+        o[6] = cg_k_rms_norm(x, w, 1e-5f, &o[7]);
+    }
+    cg_set_num_threads(0);
+    for (int j = 0; j < 8; j++) {
+        ck_assert_msg(bit_equal(res[0][j], res[1][j]), "output %d differs", j);
+        cg_release_all(2, res[0][j], res[1][j]);
+    }
+    cg_tensor *dx[2], *dw[2];
+    cg_tensor *rs = NULL;
+    cg_tensor *y = cg_k_rms_norm(x, w, 1e-5f, &rs);
+    for (int k = 0; k < 2; k++) {
+        cg_set_num_threads(k + 1);
+        ck_assert(cg_k_rms_norm_backward(x, w, rs, g, &dx[k], &dw[k]));
+    }
+    cg_set_num_threads(0);
+    ck_assert(bit_equal(dx[0], dx[1]) && bit_equal(dw[0], dw[1]));
+    cg_release_all(10, x, g, w, b, rs, y, dx[0], dx[1], dw[0], dw[1]);
+}
+END_TEST
+
+START_TEST(test_norm_errors)
+{
+    cg_tensor *x = cg_zeros(CG_SHAPE(2, 3));
+    cg_tensor *w4 = cg_ones(CG_SHAPE(4)), *w2d = cg_ones(CG_SHAPE(1, 3));
+    cg_tensor *s = cg_scalar(1.0f);
+    CG_ASSERT_FAILS(cg_k_layer_norm(x, w4, NULL, 1e-5f, NULL, NULL), "[4]");
+    CG_ASSERT_FAILS(cg_k_layer_norm(x, NULL, w2d, 1e-5f, NULL, NULL), "bias");
+    CG_ASSERT_FAILS(cg_k_rms_norm(x, w4, 1e-5f, NULL), "rms_norm");
+    CG_ASSERT_FAILS(cg_k_layer_norm(s, NULL, NULL, 1e-5f, NULL, NULL), "layer_norm");
+    cg_tensor *mean = NULL, *rstd = NULL;
+    cg_tensor *y = cg_k_layer_norm(x, NULL, NULL, 1e-5f, &mean, &rstd);
+    cg_tensor *g = cg_zeros(CG_SHAPE(3, 2)), *dx = NULL;
+    ck_assert(!cg_k_layer_norm_backward(x, NULL, mean, rstd, g, &dx, NULL, NULL));
+    ck_assert_ptr_null(dx);
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "[3, 2]"));
+    ck_assert(!cg_k_rms_norm_backward(x, NULL, x, x, &dx, NULL)); /* rstd of 6 elements */
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "rms_norm_backward"));
+    cg_release_all(9, x, w4, w2d, s, mean, rstd, y, g, dx);
+}
+END_TEST
+
+/* ------------------------------------------------------------ dropout */
+START_TEST(test_dropout_identity)
+{
+    cg_rng r = cg_rng_new(8);
+    cg_tensor *x = cg_test_randn_layout(&r, CG_SHAPE(4, 6), 1);
+    float *xv = cg_test_values(x);
+    cg_rng d = cg_rng_new(1);
+    cg_tensor *mask = NULL;
+    cg_tensor *y = cg_k_dropout(x, 0.0f, &d, &mask);
+    CG_ASSERT_TENSOR(y, xv, 0, 0);
+    float ones[24];
+    for (int i = 0; i < 24; i++)
+        ones[i] = 1;
+    CG_ASSERT_TENSOR(mask, ones, 0, 0);
+    ck_assert_uint_eq(d.counter, 24);
+    free(xv);
+    cg_release_all(3, x, y, mask);
+}
+END_TEST
+
+START_TEST(test_dropout_stats)
+{
+    const int64_t n = 200000;
+    cg_tensor *x = cg_ones(CG_SHAPE(400, 500));
+    cg_rng d = cg_rng_new(42);
+    cg_tensor *mask = NULL;
+    cg_tensor *y = cg_k_dropout(x, 0.3f, &d, &mask);
+    float *yv = cg_test_values(y), *mv = cg_test_values(mask);
+    int64_t kept = 0;
+    float scale = (float)(1.0 / 0.7);
+    for (int64_t i = 0; i < n; i++) {
+        ck_assert(mv[i] == 0.0f || mv[i] == scale);
+        ck_assert(yv[i] == mv[i]);
+        kept += mv[i] != 0.0f;
+    }
+    double frac = (double)kept / (double)n;
+    ck_assert_msg(fabs(frac - 0.7) < 0.01, "kept fraction %g", frac);
+    ck_assert_uint_eq(d.counter, (uint64_t)n);
+    free(yv);
+    free(mv);
+    cg_release_all(3, x, y, mask);
+}
+END_TEST
+
+START_TEST(test_dropout_determinism)
+{
+    cg_rng r = cg_rng_new(9);
+    cg_tensor *x = cg_randn(&r, CG_SHAPE(300, 301)); /* above the parallel threshold */
+    cg_tensor *y[3], *m[3];
+    for (int k = 0; k < 3; k++) {
+        cg_set_num_threads(k == 0 ? 1 : 2);
+        cg_rng d = cg_rng_new(123);
+        y[k] = cg_k_dropout(x, 0.5f, &d, &m[k]);
+    }
+    cg_set_num_threads(0);
+    ck_assert(bit_equal(y[0], y[1]) && bit_equal(y[1], y[2]));
+    ck_assert(bit_equal(m[0], m[1]));
+    /* the counter advances: a second draw from the same rng differs */
+    cg_rng d = cg_rng_new(123);
+    cg_tensor *a = cg_k_dropout(x, 0.5f, &d, NULL);
+    cg_tensor *b = cg_k_dropout(x, 0.5f, &d, NULL);
+    ck_assert(bit_equal(a, y[0]));
+    ck_assert(!bit_equal(a, b));
+    /* a non-contiguous input gives the mask in row-major order of its shape */
+    cg_tensor *xt = cg_view_transpose(x, 0, 1), *xtc = cg_clone(xt);
+    cg_rng d1 = cg_rng_new(5), d2 = cg_rng_new(5);
+    cg_tensor *p = cg_k_dropout(xt, 0.2f, &d1, NULL), *q = cg_k_dropout(xtc, 0.2f, &d2, NULL);
+    ck_assert(bit_equal(p, q));
+    cg_release_all(11, x, y[0], y[1], y[2], m[0], m[1], m[2], a, b, xt, xtc);
+    cg_release_all(2, p, q);
+}
+END_TEST
+
+START_TEST(test_dropout_errors)
+{
+    cg_tensor *x = cg_ones(CG_SHAPE(3));
+    cg_rng d = cg_rng_new(1);
+    CG_ASSERT_FAILS(cg_k_dropout(x, 1.5f, &d, NULL), "p must be");
+    CG_ASSERT_FAILS(cg_k_dropout(x, -0.1f, &d, NULL), "dropout");
+    CG_ASSERT_FAILS(cg_k_dropout(x, NAN, &d, NULL), "dropout");
+    CG_ASSERT_FAILS(cg_k_dropout(x, 0.5f, NULL, NULL), "rng");
+    ck_assert_uint_eq(d.counter, 0);
+    /* p = 1 drops everything, as PyTorch */
+    cg_tensor *y = cg_k_dropout(x, 1.0f, &d, NULL);
+    CG_ASSERT_TENSOR(y, ((const float[]){0, 0, 0}), 0, 0);
+    cg_release_all(2, x, y);
+}
+END_TEST
+
+static Suite *nnkernels_suite(void)
+{
+    Suite *s = suite_create("nnkernels");
+    TCase *tc = tcase_create("softmax");
+    tcase_add_test(tc, test_softmax_dims);
+    tcase_add_test(tc, test_softmax_layouts);
+    tcase_add_test(tc, test_softmax_extreme);
+    tcase_add_test(tc, test_softmax_backward);
+    tcase_add_test(tc, test_softmax_backward_masked);
+    tcase_add_test(tc, test_softmax_scalar_and_empty);
+    tcase_add_test(tc, test_softmax_threads);
+    tcase_add_test(tc, test_softmax_errors);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("cross_entropy");
+    tcase_add_test(tc, test_ce_plain);
+    tcase_add_test(tc, test_ce_label_smoothing);
+    tcase_add_test(tc, test_ce_pad_ignore);
+    tcase_add_test(tc, test_ce_all_ignored);
+    tcase_add_test(tc, test_ce_extreme);
+    tcase_add_test(tc, test_ce_vs_double);
+    tcase_add_test(tc, test_ce_threads);
+    tcase_add_test(tc, test_ce_errors);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("norm");
+    tcase_add_test(tc, test_layer_norm);
+    tcase_add_test(tc, test_rms_norm);
+    tcase_add_test(tc, test_layer_norm_large_offset);
+    tcase_add_test(tc, test_norm_threads);
+    tcase_add_test(tc, test_norm_errors);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("dropout");
+    tcase_add_test(tc, test_dropout_identity);
+    tcase_add_test(tc, test_dropout_stats);
+    tcase_add_test(tc, test_dropout_determinism);
+    tcase_add_test(tc, test_dropout_errors);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    Suite *s = nnkernels_suite();
+    return cg_test_run(&s, 1);
+}

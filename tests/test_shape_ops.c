@@ -1,0 +1,511 @@
+/* Suite "shape_ops": concat, stack, split, index_select / index_add_,
+ * gather / scatter_add_ (core/shape_ops.c). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/ops.h"
+#include "tests/testutil.h"
+
+/* ---------------------------------------------------------- helpers */
+static void unravel(int64_t lin, int ndim, const int64_t *shape, int64_t *idx)
+{
+    for (int k = ndim - 1; k >= 0; k--) {
+        idx[k] = lin % shape[k];
+        lin /= shape[k];
+    }
+}
+
+static bool bit_equal(const cg_tensor *a, const cg_tensor *b)
+{
+    if (!a || !b || !cg_same_shape(a, b))
+        return false;
+    float *x = cg_test_values(a), *y = cg_test_values(b);
+    bool eq = memcmp(x, y, (size_t)cg_numel(a) * sizeof(float)) == 0;
+    free(x);
+    free(y);
+    return eq;
+}
+
+/* A non-contiguous [s0, s1, s2] tensor: layouts cycle through transposed,
+ * step-2 strided and permuted. */
+static cg_tensor *nc3(cg_rng *r, int64_t s0, int64_t s1, int64_t s2, int kind)
+{
+    if (kind == 2) {
+        cg_tensor *base = cg_randn(r, CG_SHAPE(s2, s0, s1));
+        cg_tensor *v = cg_view_permute(base, (const int[]){1, 2, 0});
+        cg_release(base);
+        return v;
+    }
+    return cg_test_randn_layout(r, CG_SHAPE(s0, s1, s2), kind == 0 ? 1 : 2);
+}
+
+/* ------------------------------------------------------------- concat */
+START_TEST(test_concat_dims)
+{
+    cg_rng r = cg_rng_new(1);
+    int dims[] = {0, 1, 2, -1, -3};
+    for (int k = 0; k < 5; k++) {
+        int d = dims[k] < 0 ? dims[k] + 3 : dims[k];
+        int64_t sizes[3] = {2, 1, 3};
+        cg_tensor *ts[3];
+        for (int i = 0; i < 3; i++) {
+            int64_t s[3] = {3, 4, 2};
+            s[d] = sizes[i];
+            ts[i] = nc3(&r, s[0], s[1], s[2], i);
+            ck_assert(!cg_is_contiguous(ts[i]));
+        }
+        cg_tensor *out = cg_k_concat(ts, 3, dims[k]);
+        ck_assert_msg(out != NULL, "%s", cg_last_error());
+        int64_t es[3] = {3, 4, 2};
+        es[d] = 6;
+        ck_assert_int_eq(out->ndim, 3);
+        for (int i = 0; i < 3; i++)
+            ck_assert_int_eq(out->shape[i], es[i]);
+        for (int64_t lin = 0; lin < cg_numel(out); lin++) {
+            int64_t idx[3];
+            unravel(lin, 3, es, idx);
+            int piece = 0;
+            while (idx[d] >= sizes[piece])
+                idx[d] -= sizes[piece++];
+            int64_t oidx[3];
+            unravel(lin, 3, es, oidx);
+            ck_assert(cg_get(out, oidx) == cg_get(ts[piece], idx));
+        }
+        cg_release(out);
+        for (int i = 0; i < 3; i++)
+            cg_release(ts[i]);
+    }
+}
+END_TEST
+
+START_TEST(test_concat_edge)
+{
+    /* single tensor (a copy), an empty piece, a broadcast piece */
+    cg_tensor *a = cg_from_data(CG_SHAPE(2, 2), (float[]){1, 2, 3, 4});
+    cg_tensor *e = cg_zeros(CG_SHAPE(0, 2));
+    cg_tensor *row = cg_from_data(CG_SHAPE(1, 2), (float[]){7, 8});
+    cg_tensor *bc = cg_view_expand(row, CG_SHAPE(2, 2));
+    cg_tensor *one = cg_k_concat(&a, 1, 0);
+    CG_ASSERT_TENSOR(one, ((const float[]){1, 2, 3, 4}), 0, 0);
+    ck_assert(one->storage != a->storage);
+    cg_tensor *ts[3] = {e, a, bc};
+    cg_tensor *out = cg_k_concat(ts, 3, 0);
+    CG_ASSERT_TENSOR(out, ((const float[]){1, 2, 3, 4, 7, 8, 7, 8}), 0, 0);
+    ck_assert_int_eq(out->shape[0], 4);
+    cg_release_all(7, a, e, row, bc, one, out, NULL);
+}
+END_TEST
+
+START_TEST(test_concat_errors)
+{
+    cg_tensor *a = cg_zeros(CG_SHAPE(2, 3)), *b = cg_zeros(CG_SHAPE(2, 4));
+    cg_tensor *c = cg_zeros(CG_SHAPE(2, 3, 1)), *s = cg_scalar(1);
+    cg_tensor *ab[2] = {a, b}, *ac[2] = {a, c}, *ss[2] = {s, s};
+    CG_ASSERT_FAILS(cg_k_concat(ab, 2, 0), "[2, 4]");
+    CG_ASSERT_FAILS(cg_k_concat(ac, 2, 1), "[2, 3, 1]");
+    CG_ASSERT_FAILS(cg_k_concat(ab, 2, 2), "dim 2");
+    CG_ASSERT_FAILS(cg_k_concat(ab, 0, 0), "concat");
+    CG_ASSERT_FAILS(cg_k_concat(ss, 2, 0), "zero-dimensional");
+    cg_tensor *ok = cg_k_concat(ab, 2, 1); /* fine along dim 1 */
+    ck_assert_ptr_nonnull(ok);
+    ck_assert_int_eq(ok->shape[1], 7);
+    /* a NULL member: NULL without a new message */
+    cg_set_error("earlier");
+    cg_tensor *an[2] = {a, NULL};
+    ck_assert_ptr_null(cg_k_concat(an, 2, 0));
+    ck_assert_str_eq(cg_last_error(), "earlier");
+    cg_release_all(5, a, b, c, s, ok);
+}
+END_TEST
+
+/* -------------------------------------------------------------- stack */
+START_TEST(test_stack_dims)
+{
+    cg_rng r = cg_rng_new(2);
+    cg_tensor *ts[3];
+    for (int i = 0; i < 3; i++)
+        ts[i] = nc3(&r, 2, 3, 4, i);
+    for (int dim = -4; dim < 4; dim++) {
+        int d = dim < 0 ? dim + 4 : dim;
+        cg_tensor *out = cg_k_stack(ts, 3, dim);
+        ck_assert_msg(out != NULL, "%s", cg_last_error());
+        ck_assert_int_eq(out->ndim, 4);
+        ck_assert_int_eq(out->shape[d], 3);
+        for (int64_t lin = 0; lin < cg_numel(out); lin++) {
+            int64_t oidx[4], idx[3];
+            unravel(lin, 4, out->shape, oidx);
+            for (int k = 0, j = 0; k < 4; k++)
+                if (k != d)
+                    idx[j++] = oidx[k];
+            ck_assert(cg_get(out, oidx) == cg_get(ts[oidx[d]], idx));
+        }
+        cg_release(out);
+    }
+    /* stack of scalars is a vector */
+    cg_tensor *s[2] = {cg_scalar(1), cg_scalar(2)};
+    cg_tensor *v = cg_k_stack(s, 2, 0);
+    CG_ASSERT_TENSOR(v, ((const float[]){1, 2}), 0, 0);
+    ck_assert_int_eq(v->ndim, 1);
+    cg_release_all(6, ts[0], ts[1], ts[2], s[0], s[1], v);
+}
+END_TEST
+
+START_TEST(test_stack_errors)
+{
+    cg_tensor *a = cg_zeros(CG_SHAPE(2, 3)), *b = cg_zeros(CG_SHAPE(3, 2));
+    cg_tensor *ab[2] = {a, b};
+    CG_ASSERT_FAILS(cg_k_stack(ab, 2, 0), "[3, 2]");
+    cg_tensor *aa[2] = {a, a};
+    CG_ASSERT_FAILS(cg_k_stack(aa, 2, 3), "dim 3");
+    CG_ASSERT_FAILS(cg_k_stack(aa, 2, -4), "stack");
+    cg_release_all(2, a, b);
+}
+END_TEST
+
+/* -------------------------------------------------------------- split */
+START_TEST(test_split)
+{
+    cg_rng r = cg_rng_new(3);
+    cg_tensor *x = nc3(&r, 3, 7, 2, 0);
+    const int64_t sizes[] = {2, 0, 4, 1};
+    cg_tensor *out[4];
+    ck_assert(cg_k_split(x, -2, 4, sizes, out));
+    int64_t at = 0;
+    for (int i = 0; i < 4; i++) {
+        ck_assert_ptr_nonnull(out[i]);
+        ck_assert(out[i]->storage == x->storage); /* a view */
+        ck_assert_int_eq(out[i]->shape[1], sizes[i]);
+        ck_assert_int_eq(out[i]->shape[0], 3);
+        for (int64_t lin = 0; lin < cg_numel(out[i]); lin++) {
+            int64_t idx[3];
+            unravel(lin, 3, out[i]->shape, idx);
+            float v = cg_get(out[i], idx);
+            idx[1] += at;
+            ck_assert(v == cg_get(x, idx));
+        }
+        at += sizes[i];
+    }
+    /* split then concat gives x back */
+    cg_tensor *back = cg_k_concat(out, 4, 1);
+    ck_assert(bit_equal(back, x));
+    for (int i = 0; i < 4; i++)
+        cg_release(out[i]);
+    cg_release_all(2, back, x);
+}
+END_TEST
+
+START_TEST(test_split_errors)
+{
+    cg_tensor *x = cg_zeros(CG_SHAPE(4, 5));
+    cg_tensor *out[2] = {(cg_tensor *)1, (cg_tensor *)1};
+    ck_assert(!cg_k_split(x, 1, 2, (const int64_t[]){2, 2}, out));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "sum to 4"));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "[4, 5]"));
+    ck_assert(out[0] == NULL && out[1] == NULL);
+    ck_assert(!cg_k_split(x, 0, 2, (const int64_t[]){5, -1}, out));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "negative"));
+    ck_assert(!cg_k_split(x, 2, 2, (const int64_t[]){2, 2}, out));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "dim 2"));
+    cg_release(x);
+}
+END_TEST
+
+/* ------------------------------------------------------ index_select */
+START_TEST(test_index_select)
+{
+    cg_rng r = cg_rng_new(4);
+    cg_tensor *x = nc3(&r, 4, 5, 3, 2);
+    const int64_t ids[] = {2, 0, 2, 2, 1, 0};
+    for (int dim = -3; dim < 3; dim++) {
+        int d = dim < 0 ? dim + 3 : dim;
+        cg_tensor *out = cg_k_index_select(x, dim, ids, 6);
+        ck_assert_msg(out != NULL, "%s", cg_last_error());
+        ck_assert_int_eq(out->shape[d], 6);
+        for (int64_t lin = 0; lin < cg_numel(out); lin++) {
+            int64_t idx[3];
+            unravel(lin, 3, out->shape, idx);
+            float v = cg_data(out)[lin];
+            idx[d] = ids[idx[d]];
+            ck_assert(v == cg_get(x, idx));
+        }
+        cg_release(out);
+    }
+    /* no ids: an empty result */
+    cg_tensor *e = cg_k_index_select(x, 0, NULL, 0);
+    ck_assert_ptr_nonnull(e);
+    ck_assert_int_eq(cg_numel(e), 0);
+    ck_assert_int_eq(e->shape[0], 0);
+    cg_release_all(2, x, e);
+}
+END_TEST
+
+START_TEST(test_index_select_errors)
+{
+    cg_tensor *x = cg_zeros(CG_SHAPE(5, 3));
+    CG_ASSERT_FAILS(cg_k_index_select(x, 0, (const int64_t[]){1, 4, 5}, 3), "id 5");
+    CG_ASSERT_FAILS(cg_k_index_select(x, 0, (const int64_t[]){-1}, 1), "id -1");
+    CG_ASSERT_FAILS(cg_k_index_select(x, 1, (const int64_t[]){0, 3}, 2), "[5, 3]");
+    CG_ASSERT_FAILS(cg_k_index_select(x, 2, (const int64_t[]){0}, 1), "dim 2");
+    ck_assert_ptr_null(cg_k_index_select(NULL, 0, (const int64_t[]){0}, 1));
+    cg_release(x);
+}
+END_TEST
+
+/* --------------------------------------------------------- index_add_ */
+/* Serial reference: dst[..., ids[i], ...] += src[..., i, ...] in order i. */
+static void ref_index_add(float *dst, const int64_t *dshape, int dim, const int64_t *ids, int64_t n,
+                          const float *src)
+{
+    int64_t outer = 1, inner = 1;
+    for (int k = 0; k < dim; k++)
+        outer *= dshape[k];
+    for (int k = dim + 1; k < 3; k++)
+        inner *= dshape[k];
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t j = 0; j < inner; j++)
+                dst[(o * dshape[dim] + ids[i]) * inner + j] += src[(o * n + i) * inner + j];
+}
+
+START_TEST(test_index_add)
+{
+    cg_rng r = cg_rng_new(5);
+    const int64_t ids[] = {1, 3, 1, 0, 1, 3, 3};
+    for (int dim = 0; dim < 3; dim++) {
+        for (int layout = 0; layout < 2; layout++) {
+            int64_t ds[3] = {4, 4, 4}, ss[3] = {4, 4, 4};
+            ss[dim] = 7;
+            cg_tensor *dst = layout ? nc3(&r, ds[0], ds[1], ds[2], dim) : cg_randn(&r, 3, ds);
+            cg_tensor *src = nc3(&r, ss[0], ss[1], ss[2], dim + 1);
+            float *expect = cg_test_values(dst), *sv = cg_test_values(src);
+            ref_index_add(expect, ds, dim, ids, 7, sv);
+            bool was_contig = cg_is_contiguous(dst);
+            ck_assert_msg(cg_k_index_add_(dst, dim, ids, 7, src), "%s", cg_last_error());
+            ck_assert(cg_is_contiguous(dst) == was_contig); /* in place, layout kept */
+            CG_ASSERT_TENSOR(dst, expect, 0, 0); /* same order of additions: exact */
+            free(expect);
+            free(sv);
+            cg_release_all(2, dst, src);
+        }
+    }
+}
+END_TEST
+
+START_TEST(test_index_add_embedding_grad)
+{
+    /* The embedding backward: a [V, D] table gradient from [n, D] rows, many
+     * repeats, above the parallel threshold; 1 and 2 threads identical and
+     * equal to the serial loop bit for bit. */
+    cg_rng r = cg_rng_new(6);
+    const int64_t V = 50, D = 96, n = 2000;
+    int64_t *ids = malloc((size_t)n * sizeof(int64_t));
+    for (int64_t i = 0; i < n; i++)
+        ids[i] = (int64_t)cg_rng_below(&r, 7) * 7; /* only 7 distinct rows */
+    cg_tensor *src = cg_randn(&r, CG_SHAPE(2000, 96));
+    float *sv = cg_test_values(src);
+    float *expect = calloc((size_t)(V * D), sizeof(float));
+    ref_index_add(expect, (const int64_t[]){V, D, 1}, 0, ids, n, sv);
+    cg_tensor *g[2];
+    for (int k = 0; k < 2; k++) {
+        cg_set_num_threads(k + 1);
+        g[k] = cg_zeros(CG_SHAPE(50, 96));
+        ck_assert(cg_k_index_add_(g[k], 0, ids, n, src));
+    }
+    cg_set_num_threads(0);
+    CG_ASSERT_TENSOR(g[0], expect, 0, 0);
+    ck_assert(bit_equal(g[0], g[1]));
+    /* index_select back: rows of the table */
+    cg_tensor *sel = cg_k_index_select(g[0], 0, ids, 3);
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < D; j++)
+            ck_assert(cg_data(sel)[i * D + j] == expect[ids[i] * D + j]);
+    free(ids);
+    free(sv);
+    free(expect);
+    cg_release_all(4, src, g[0], g[1], sel);
+}
+END_TEST
+
+START_TEST(test_index_add_errors)
+{
+    cg_tensor *dst = cg_zeros(CG_SHAPE(4, 3)), *src = cg_ones(CG_SHAPE(2, 3));
+    ck_assert(!cg_k_index_add_(dst, 0, (const int64_t[]){1, 9}, 2, src));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "id 9"));
+    float zeros[12] = {0};
+    CG_ASSERT_TENSOR(dst, zeros, 0, 0); /* untouched */
+    ck_assert(!cg_k_index_add_(dst, 0, (const int64_t[]){1, 2, 3}, 3, src));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "[2, 3]"));
+    ck_assert(!cg_k_index_add_(dst, 1, (const int64_t[]){0, 1}, 2, src));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "index_add_"));
+    cg_tensor *row = cg_zeros(CG_SHAPE(1, 3));
+    cg_tensor *bc = cg_view_expand(row, CG_SHAPE(4, 3));
+    ck_assert(!cg_k_index_add_(bc, 0, (const int64_t[]){1, 2}, 2, src));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "broadcast"));
+    cg_release_all(4, dst, src, row, bc);
+}
+END_TEST
+
+/* ------------------------------------------------ gather / scatter_add */
+START_TEST(test_gather)
+{
+    /* torch.gather(a, 1, [[0, 0], [1, 0]]) on [[1, 2], [3, 4]] = [[1, 1], [4, 3]] */
+    cg_tensor *a = cg_from_data(CG_SHAPE(2, 2), (float[]){1, 2, 3, 4});
+    cg_tensor *o = cg_k_gather(a, 1, (const int64_t[]){0, 0, 1, 0}, CG_SHAPE(2, 2));
+    CG_ASSERT_TENSOR(o, ((const float[]){1, 1, 4, 3}), 0, 0);
+    /* dim 0, index smaller than a outside dim */
+    cg_tensor *o0 = cg_k_gather(a, 0, (const int64_t[]){1, 1, 0}, CG_SHAPE(3, 1));
+    CG_ASSERT_TENSOR(o0, ((const float[]){3, 3, 1}), 0, 0);
+    cg_release_all(3, a, o, o0);
+
+    /* random 3-D non-contiguous inputs, each dim, vs the definition */
+    cg_rng r = cg_rng_new(7);
+    cg_tensor *x = nc3(&r, 4, 5, 3, 2);
+    for (int dim = 0; dim < 3; dim++) {
+        int64_t is[3] = {3, 4, 2};
+        is[dim] = 6;
+        int64_t n = is[0] * is[1] * is[2];
+        int64_t *ids = malloc((size_t)n * sizeof(int64_t));
+        for (int64_t i = 0; i < n; i++)
+            ids[i] = (int64_t)cg_rng_below(&r, (uint64_t)x->shape[dim]);
+        cg_tensor *out = cg_k_gather(x, dim - 3, ids, 3, is);
+        ck_assert_msg(out != NULL, "%s", cg_last_error());
+        for (int64_t lin = 0; lin < n; lin++) {
+            int64_t idx[3];
+            unravel(lin, 3, is, idx);
+            idx[dim] = ids[lin];
+            ck_assert(cg_data(out)[lin] == cg_get(x, idx));
+        }
+        free(ids);
+        cg_release(out);
+    }
+    cg_release(x);
+}
+END_TEST
+
+START_TEST(test_scatter_add)
+{
+    /* torch: zeros(2,3).scatter_add_(1, [[0, 2, 0], [1, 1, 1]], [[1,2,3],[4,5,6]])
+     * = [[4, 0, 2], [0, 15, 0]] */
+    cg_tensor *dst = cg_zeros(CG_SHAPE(2, 3));
+    cg_tensor *src = cg_from_data(CG_SHAPE(2, 3), (float[]){1, 2, 3, 4, 5, 6});
+    ck_assert(cg_k_scatter_add_(dst, 1, (const int64_t[]){0, 2, 0, 1, 1, 1}, src));
+    CG_ASSERT_TENSOR(dst, ((const float[]){4, 0, 2, 0, 15, 0}), 0, 0);
+    cg_release_all(2, dst, src);
+
+    /* the adjoint of gather: <gather(a, ids), s> == <a, scatter_add(0, ids, s)>,
+     * each dim, non-contiguous dst and src */
+    cg_rng r = cg_rng_new(8);
+    for (int dim = 0; dim < 3; dim++) {
+        int64_t is[3] = {3, 4, 2};
+        is[dim] = 7;
+        int64_t n = is[0] * is[1] * is[2];
+        int64_t *ids = malloc((size_t)n * sizeof(int64_t));
+        cg_tensor *a = nc3(&r, 4, 5, 3, dim);
+        for (int64_t i = 0; i < n; i++)
+            ids[i] = (int64_t)cg_rng_below(&r, (uint64_t)a->shape[dim]);
+        cg_tensor *s = nc3(&r, is[0], is[1], is[2], dim + 1);
+        cg_tensor *ga = cg_k_gather(a, dim, ids, 3, is);
+        cg_tensor *z = nc3(&r, 4, 5, 3, 0);
+        cg_fill_(z, 0.0f);
+        ck_assert_msg(cg_k_scatter_add_(z, dim, ids, s), "%s", cg_last_error());
+        float *gv = cg_test_values(ga), *sv = cg_test_values(s);
+        float *av = cg_test_values(a), *zv = cg_test_values(z);
+        double l = 0, rr = 0;
+        for (int64_t i = 0; i < n; i++)
+            l += (double)gv[i] * sv[i];
+        for (int64_t i = 0; i < 60; i++)
+            rr += (double)av[i] * zv[i];
+        ck_assert_msg(fabs(l - rr) < 1e-4, "dim %d: %g vs %g", dim, l, rr);
+        /* and element-wise against the serial definition */
+        float ez[60] = {0};
+        for (int64_t lin = 0; lin < n; lin++) {
+            int64_t idx[3];
+            unravel(lin, 3, is, idx);
+            idx[dim] = ids[lin];
+            ez[(idx[0] * 5 + idx[1]) * 3 + idx[2]] += sv[lin];
+        }
+        CG_ASSERT_TENSOR(z, ez, 0, 0);
+        free(ids);
+        free(gv);
+        free(sv);
+        free(av);
+        free(zv);
+        cg_release_all(4, a, s, ga, z);
+    }
+}
+END_TEST
+
+START_TEST(test_scatter_add_threads)
+{
+    /* the backward of gather on the last dim of [3000, 40] with repeats */
+    cg_rng r = cg_rng_new(9);
+    const int64_t N = 3000, C = 40, K = 30;
+    int64_t *ids = malloc((size_t)(N * K) * sizeof(int64_t));
+    for (int64_t i = 0; i < N * K; i++)
+        ids[i] = (int64_t)cg_rng_below(&r, 5);
+    cg_tensor *s = cg_randn(&r, CG_SHAPE(3000, 30));
+    cg_tensor *d[2];
+    for (int k = 0; k < 2; k++) {
+        cg_set_num_threads(k + 1);
+        d[k] = cg_zeros(CG_SHAPE(3000, 40));
+        ck_assert(cg_k_scatter_add_(d[k], 1, ids, s));
+    }
+    cg_set_num_threads(0);
+    ck_assert(bit_equal(d[0], d[1]));
+    (void)C;
+    free(ids);
+    cg_release_all(3, s, d[0], d[1]);
+}
+END_TEST
+
+START_TEST(test_gather_errors)
+{
+    cg_tensor *a = cg_zeros(CG_SHAPE(2, 3));
+    CG_ASSERT_FAILS(cg_k_gather(a, 1, (const int64_t[]){0, 3}, CG_SHAPE(1, 2)), "id 3");
+    CG_ASSERT_FAILS(cg_k_gather(a, 0, (const int64_t[]){0, -2}, CG_SHAPE(1, 2)), "id -2");
+    CG_ASSERT_FAILS(cg_k_gather(a, 1, (const int64_t[]){0, 0, 0}, CG_SHAPE(3, 1)), "[3, 1]");
+    CG_ASSERT_FAILS(cg_k_gather(a, 1, (const int64_t[]){0, 0}, CG_SHAPE(2)), "gather");
+    CG_ASSERT_FAILS(cg_k_gather(a, 2, (const int64_t[]){0}, CG_SHAPE(1, 1)), "dim 2");
+    cg_tensor *s = cg_ones(CG_SHAPE(1, 2));
+    ck_assert(!cg_k_scatter_add_(a, 0, (const int64_t[]){0, 5}, s));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "id 5"));
+    float zeros[6] = {0};
+    CG_ASSERT_TENSOR(a, zeros, 0, 0);
+    cg_release_all(2, a, s);
+}
+END_TEST
+
+static Suite *shape_ops_suite(void)
+{
+    Suite *s = suite_create("shape_ops");
+    TCase *tc = tcase_create("concat_stack_split");
+    tcase_add_test(tc, test_concat_dims);
+    tcase_add_test(tc, test_concat_edge);
+    tcase_add_test(tc, test_concat_errors);
+    tcase_add_test(tc, test_stack_dims);
+    tcase_add_test(tc, test_stack_errors);
+    tcase_add_test(tc, test_split);
+    tcase_add_test(tc, test_split_errors);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("index");
+    tcase_add_test(tc, test_index_select);
+    tcase_add_test(tc, test_index_select_errors);
+    tcase_add_test(tc, test_index_add);
+    tcase_add_test(tc, test_index_add_embedding_grad);
+    tcase_add_test(tc, test_index_add_errors);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("gather");
+    tcase_add_test(tc, test_gather);
+    tcase_add_test(tc, test_scatter_add);
+    tcase_add_test(tc, test_scatter_add_threads);
+    tcase_add_test(tc, test_gather_errors);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    Suite *s = shape_ops_suite();
+    return cg_test_run(&s, 1);
+}

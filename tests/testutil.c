@@ -1,0 +1,88 @@
+#include "tests/testutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int cg_test_run(Suite **suites, int n)
+{
+    SRunner *sr = srunner_create(suites[0]);
+    for (int i = 1; i < n; i++)
+        srunner_add_suite(sr, suites[i]);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? 0 : 1;
+}
+
+void cg_assert_close_impl(const float *a, const float *b, int64_t n, double atol, double rtol,
+                          const char *file, int line)
+{
+    for (int64_t i = 0; i < n; i++) {
+        double x = a[i], y = b[i];
+        bool ok = (isnan(x) && isnan(y)) || (isinf(x) && x == y) ||
+                  fabs(x - y) <= atol + rtol * fabs(y);
+        if (!ok)
+            ck_assert_msg(0, "%s:%d: element %lld: got %.9g, expected %.9g (atol %g, rtol %g)",
+                          file, line, (long long)i, x, y, atol, rtol);
+    }
+}
+
+float *cg_test_values(const cg_tensor *t)
+{
+    ck_assert_ptr_nonnull(t);
+    int64_t n = cg_numel(t);
+    float *v = malloc((size_t)(n ? n : 1) * sizeof(float));
+    ck_assert(cg_copy_to(t, v));
+    return v;
+}
+
+void cg_assert_tensor_impl(const cg_tensor *t, const float *expect, double atol, double rtol,
+                           const char *file, int line)
+{
+    if (!t)
+        ck_assert_msg(0, "%s:%d: tensor is NULL: %s", file, line, cg_last_error());
+    float *v = cg_test_values(t);
+    cg_assert_close_impl(v, expect, cg_numel(t), atol, rtol, file, line);
+    free(v);
+}
+
+void cg_assert_fails_impl(void *result, const char *needle, const char *expr, const char *file,
+                          int line)
+{
+    if (result)
+        ck_assert_msg(0, "%s:%d: expected %s to fail, it returned a value", file, line, expr);
+    if (needle && !strstr(cg_last_error(), needle))
+        ck_assert_msg(0, "%s:%d: %s failed with '%s', expected the message to contain '%s'", file,
+                      line, expr, cg_last_error(), needle);
+}
+
+cg_tensor *cg_test_randn_layout(cg_rng *rng, int ndim, const int64_t *shape, int kind)
+{
+    int64_t s[CG_MAX_DIMS];
+    memcpy(s, shape, (size_t)ndim * sizeof(int64_t));
+    if (kind == 1 && ndim >= 2) {
+        s[ndim - 1] = shape[ndim - 2];
+        s[ndim - 2] = shape[ndim - 1];
+        cg_tensor *base = cg_randn(rng, ndim, s);
+        cg_tensor *v = cg_view_transpose(base, -1, -2);
+        cg_release(base);
+        return v;
+    }
+    if (kind == 2 && ndim >= 1) {
+        s[ndim - 1] = shape[ndim - 1] * 2;
+        cg_tensor *base = cg_randn(rng, ndim, s);
+        cg_tensor *v = cg_view_slice(base, ndim - 1, 1, s[ndim - 1], 2);
+        cg_release(base);
+        return v;
+    }
+    if (kind == 3 && ndim >= 1) {
+        s[0] = 1;
+        cg_tensor *base = cg_randn(rng, ndim, s);
+        cg_tensor *v = cg_view_expand(base, ndim, shape);
+        cg_release(base);
+        return v;
+    }
+    return cg_randn(rng, ndim, shape);
+}

@@ -1,0 +1,37 @@
+/* Shared helpers for the Check suites. */
+#ifndef CG_TESTUTIL_H
+#define CG_TESTUTIL_H
+
+#include <check.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/tensor.h"
+
+/* Run the given suites with one SRunner; returns the process exit code
+ * (non-zero if any check failed). */
+int cg_test_run(Suite **suites, int n);
+
+/* Max |a[i] - b[i]| / (atol + rtol*|b[i]|) <= 1 over n elements. On failure
+ * the message names the first offending index and both values. */
+#define CG_ASSERT_CLOSE(a, b, n, atol, rtol) cg_assert_close_impl((a), (b), (n), (atol), (rtol), __FILE__, __LINE__)
+void cg_assert_close_impl(const float *a, const float *b, int64_t n, double atol, double rtol,
+                          const char *file, int line);
+/* Compare a tensor (any strides) against an array of its numel. */
+#define CG_ASSERT_TENSOR(t, expect, atol, rtol) cg_assert_tensor_impl((t), (expect), (atol), (rtol), __FILE__, __LINE__)
+void cg_assert_tensor_impl(const cg_tensor *t, const float *expect, double atol, double rtol,
+                           const char *file, int line);
+/* Assert that the last op failed (got NULL) with a message containing needle. */
+#define CG_ASSERT_FAILS(expr, needle) cg_assert_fails_impl((void *)(expr), (needle), #expr, __FILE__, __LINE__)
+void cg_assert_fails_impl(void *result, const char *needle, const char *expr, const char *file,
+                          int line);
+/* A contiguous copy of t's values (malloc'd; caller frees). */
+float *cg_test_values(const cg_tensor *t);
+/* Non-contiguous test input: a tensor of the given shape whose storage is
+ * laid out transposed (last two dims swapped) or with a step-2 slice;
+ * values from rng ~ N(0,1). kind: 0 contiguous, 1 transposed, 2 strided
+ * (every second element of a larger buffer), 3 broadcast (stride 0 on dim 0,
+ * shape[0] copies of one row). */
+cg_tensor *cg_test_randn_layout(cg_rng *rng, int ndim, const int64_t *shape, int kind);
+
+#endif
