@@ -160,9 +160,9 @@ cg_tensor *cg_k_cross_entropy_backward(const cg_tensor *logits, const int64_t *t
                 dr[j] = 0.0f;
             continue;
         }
-        double l = lp ? (double)lp[r] : row_lse(xr, C);
+        float l = lp ? lp[r] : (float)row_lse(xr, C);
         for (int64_t j = 0; j < C; j++) {
-            double p = exp((double)xr[j] - l);
+            double p = expf(xr[j] - l);
             double d = p - smooth - (j == t ? 1.0 - ls : 0.0);
             dr[j] = (float)(scale * d);
         }

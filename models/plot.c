@@ -128,47 +128,51 @@ static const char *const FONT_ASCII[95] = {
 typedef struct {
     uint32_t cp;
     const char *rows;
+    int dy; /* -1: starts one row above the capitals (dots over Ä Ö Ü) */
 } glyph_t;
 
 /* Beyond ASCII: what the two corpora use, and symbols for invisible labels. */
 static const glyph_t FONT_EXTRA[] = {
-    {0x00E4, /* ä */ ".#.#." "....." ".###." "....#" ".####" "#...#" ".####"},
-    {0x00F6, /* ö */ ".#.#." "....." ".###." "#...#" "#...#" "#...#" ".###."},
-    {0x00FC, /* ü */ ".#.#." "....." "#...#" "#...#" "#...#" "#..##" ".##.#"},
-    {0x00C4, /* Ä */ "#...#" ".###." "#...#" "#...#" "#####" "#...#" "#...#"},
-    {0x00D6, /* Ö */ "#...#" ".###." "#...#" "#...#" "#...#" "#...#" ".###."},
-    {0x00DC, /* Ü */ "#...#" "....." "#...#" "#...#" "#...#" "#...#" ".###."},
-    {0x00DF, /* ß */ ".##.." "#..#." "#..#." "#.#.." "#..#." "#...#" "#.##." "#...."},
-    {0x00E9, /* é */ "...#." "..#.." ".###." "#...#" "#####" "#...." ".###."},
-    {0x00E8, /* è */ ".#..." "..#.." ".###." "#...#" "#####" "#...." ".###."},
-    {0x00EB, /* ë */ ".#.#." "....." ".###." "#...#" "#####" "#...." ".###."},
-    {0x00E0, /* à */ ".#..." "..#.." ".###." "....#" ".####" "#...#" ".####"},
-    {0x00F4, /* ô */ "..#.." ".#.#." ".###." "#...#" "#...#" "#...#" ".###."},
-    {0x00B0, /* ° */ ".##.." "#..#." ".##.."},
-    {0x00A3, /* £ */ "..##." ".#..#" ".#..." "###.." ".#..." ".#..." "#####"},
-    {0x20AC, /* € */ "..###" ".#..." "####." ".#..." "####." ".#..." "..###"},
-    {0x2018, /* ‘ */ "..#.." ".#..." ".##.."},
-    {0x2019, /* ’ */ "..##." "...#." "..#.."},
-    {0x201C, /* “ */ ".#..#" "#..#." "##.##"},
-    {0x201D, /* ” */ "##.##" ".#..#" "#..#."},
-    {0x201E, /* „ */ "....." "....." "....." "....." "....." "##.##" ".#..#" "#..#."},
-    {0x2013, /* – */ "....." "....." "....." "####."},
-    {0x2014, /* — */ "....." "....." "....." "#####"},
-    {0x2423, /* ␣ (shown for a space label) */ "....." "....." "....." "....." "....." "#...#" "#####"},
-    {0x21B5, /* ↵ (shown for a newline label) */ "....." "....#" "....#" ".#..#" "#####" ".#..." ".....",},
-    {0x2192, /* → (shown for a tab label) */ "....." "..#.." "...#." "#####" "...#." "..#..",},
+    {0x00E4, /* ä */ ".#.#." "....." ".###." "....#" ".####" "#...#" ".####", 0},
+    {0x00F6, /* ö */ ".#.#." "....." ".###." "#...#" "#...#" "#...#" ".###.", 0},
+    {0x00FC, /* ü */ ".#.#." "....." "#...#" "#...#" "#...#" "#..##" ".##.#", 0},
+    {0x00C4, /* Ä */ ".#.#." ".###." "#...#" "#...#" "#####" "#...#" "#...#" "#...#", -1},
+    {0x00D6, /* Ö */ ".#.#." ".###." "#...#" "#...#" "#...#" "#...#" "#...#" ".###.", -1},
+    {0x00DC, /* Ü */ ".#.#." "#...#" "#...#" "#...#" "#...#" "#...#" "#...#" ".###.", -1},
+    {0x00DF, /* ß */ ".##.." "#..#." "#..#." "#.#.." "#..#." "#...#" "#.##." "#....", 0},
+    {0x00E9, /* é */ "...#." "..#.." ".###." "#...#" "#####" "#...." ".###.", 0},
+    {0x00E8, /* è */ ".#..." "..#.." ".###." "#...#" "#####" "#...." ".###.", 0},
+    {0x00EB, /* ë */ ".#.#." "....." ".###." "#...#" "#####" "#...." ".###.", 0},
+    {0x00E0, /* à */ ".#..." "..#.." ".###." "....#" ".####" "#...#" ".####", 0},
+    {0x00F4, /* ô */ "..#.." ".#.#." ".###." "#...#" "#...#" "#...#" ".###.", 0},
+    {0x00B0, /* ° */ ".##.." "#..#." ".##..", 0},
+    {0x00A3, /* £ */ "..##." ".#..#" ".#..." "###.." ".#..." ".#..." "#####", 0},
+    {0x20AC, /* € */ "..###" ".#..." "####." ".#..." "####." ".#..." "..###", 0},
+    {0x2018, /* ‘ */ "..#.." ".#..." ".##..", 0},
+    {0x2019, /* ’ */ "..##." "...#." "..#..", 0},
+    {0x201C, /* “ */ ".#..#" "#..#." "##.##", 0},
+    {0x201D, /* ” */ "##.##" ".#..#" "#..#.", 0},
+    {0x201E, /* „ */ "....." "....." "....." "....." "....." "##.##" ".#..#" "#..#.", 0},
+    {0x2013, /* – */ "....." "....." "....." "####.", 0},
+    {0x2014, /* — */ "....." "....." "....." "#####", 0},
+    {0x2423, /* ␣ (shown for a space label) */ "....." "....." "....." "....." "....." "#...#" "#####", 0},
+    {0x21B5, /* ↵ (shown for a newline label) */ "....." "....#" "....#" ".#..#" "#####" ".#...", 0},
+    {0x2192, /* → (shown for a tab label) */ "....." "..#.." "...#." "#####" "...#." "..#..", 0},
 };
 
 /* for a character without a glyph */
 static const char FONT_BOX[] = "#####" "#...#" "#...#" "#...#" "#...#" "#...#" "#####";
 
-static const char *glyph_rows(uint32_t cp)
+static const char *glyph_rows(uint32_t cp, int *dy)
 {
+    *dy = 0;
     if (cp >= 0x20 && cp < 0x7F)
         return FONT_ASCII[cp - 0x20];
     for (size_t i = 0; i < sizeof FONT_EXTRA / sizeof *FONT_EXTRA; i++) {
-        if (FONT_EXTRA[i].cp == cp)
+        if (FONT_EXTRA[i].cp == cp) {
+            *dy = FONT_EXTRA[i].dy;
             return FONT_EXTRA[i].rows;
+        }
     }
     return FONT_BOX;
 }
@@ -303,12 +307,13 @@ static void draw_line(canvas_t *c, double x0, double y0, double x1, double y1, d
  * quarter turn counter-clockwise, reading upward from bottom-left (x, y). */
 static void draw_glyph(canvas_t *c, int x, int y, uint32_t cp, int scale, uint32_t rgb, int dir)
 {
-    const char *rows = glyph_rows(cp);
+    int dy;
+    const char *rows = glyph_rows(cp, &dy);
     int n = (int)strlen(rows);
     for (int i = 0; i < n && i < GLYPH_W * GLYPH_H; i++) {
         if (rows[i] != '#')
             continue;
-        int gx = i % GLYPH_W, gy = i / GLYPH_W;
+        int gx = i % GLYPH_W, gy = i / GLYPH_W + dy;
         for (int sy = 0; sy < scale; sy++)
             for (int sx = 0; sx < scale; sx++) {
                 if (dir == 0)
@@ -932,10 +937,15 @@ bool cg_plot_heatmaps(const char *path, const char *title, int grid_rows, int gr
     /* one cell size for all panels; labels thinned out when cells are small */
     int cell = 360 / maxdim;
     cell = cell < 2 ? 2 : cell > 18 ? 18 : cell;
-    int step_r = (CELL_H + cell - 1) / cell, step_c = (CELL_W + cell - 1) / cell;
+    if ((rlab > 0 || clab > 0) && cell < 8) {
+        /* labels want 8-pixel rows: grow panels up to about 1000 pixels */
+        int grown = 1000 / maxdim;
+        cell = grown > 8 ? 8 : grown > cell ? grown : cell;
+    }
+    int step_r = (8 + cell - 1) / cell, step_c = (CELL_W + cell - 1) / cell;
     bool col_rotated = clab > 1;
     if (col_rotated)
-        step_c = (CELL_H + cell - 1) / cell;
+        step_c = (8 + cell - 1) / cell;
     int rlab_w = rlab > 0 ? rlab * CELL_W + 4 : 0;
     int clab_h = clab == 0 ? 0 : col_rotated ? clab * CELL_W + 4 : CELL_H + 2;
     int title_h = tlen > 0 ? CELL_H + 4 : 0;

@@ -617,7 +617,7 @@ cg_tensor *cg_st_get_f32(const cg_st_file *f, const char *name) {
     if (!t) {
         char why[512];
         snprintf(why, sizeof why, "%s", cg_last_error());
-        cg_set_error_force("safetensors: %s: tensor '%s': %s", f->path, e->name, why);
+        cg_set_error("safetensors: %s: tensor '%s': %s", f->path, e->name, why);
         return NULL;
     }
     copy_le(cg_data(t), f->data + e->begin, (size_t)e->numel, 4);
@@ -817,8 +817,9 @@ bool cg_st_add_f32_raw(cg_st_writer *w, const char *name, int ndim, const int64_
 }
 
 bool cg_st_add_f32(cg_st_writer *w, const char *name, const cg_tensor *t) {
-    if (!t) {
-        cg_set_error("safetensors: cg_st_add_f32: tensor '%s' is NULL", name ? name : "(null)");
+    if (!t) { /* keep the root cause of a failed chain if there is one */
+        if (!cg_has_error())
+            cg_set_error("safetensors: cg_st_add_f32: tensor '%s' is NULL", name ? name : "(null)");
         return false;
     }
     if (t->dtype != CG_F32) {

@@ -1,0 +1,111 @@
+/* Parameter initialisation helpers. */
+#include "nn/init.h"
+
+#include <math.h>
+#include <string.h>
+
+bool cg_init_zeros_(cg_tensor *t)
+{
+    return t && cg_fill_(t, 0.0f);
+}
+
+bool cg_init_ones_(cg_tensor *t)
+{
+    return t && cg_fill_(t, 1.0f);
+}
+
+static bool need_rng(const char *op, cg_rng *rng)
+{
+    if (!rng)
+        cg_set_error("%s: rng is NULL", op);
+    return rng != NULL;
+}
+
+bool cg_init_normal_(cg_tensor *t, cg_rng *rng, float mean, float std)
+{
+    if (!t || !need_rng("init normal", rng))
+        return false;
+    if (!(std >= 0.0f)) {
+        cg_set_error("init normal: std must be >= 0 (got %g)", (double)std);
+        return false;
+    }
+    return cg_normal_(t, rng, mean, std);
+}
+
+bool cg_init_uniform_(cg_tensor *t, cg_rng *rng, float lo, float hi)
+{
+    if (!t || !need_rng("init uniform", rng))
+        return false;
+    if (!(lo <= hi)) {
+        cg_set_error("init uniform: need lo <= hi (got %g, %g)", (double)lo, (double)hi);
+        return false;
+    }
+    return cg_uniform_(t, rng, lo, hi);
+}
+
+static bool fans(const char *op, const cg_tensor *t, double *fan_in, double *fan_out)
+{
+    if (t->ndim < 2) {
+        char b[96];
+        cg_set_error("%s: needs a tensor with at least 2 dims to compute fans (got %s)", op,
+                     cg_shape_str(t, b, sizeof b));
+        return false;
+    }
+    double r = 1;
+    for (int d = 2; d < t->ndim; d++)
+        r *= (double)t->shape[d];
+    *fan_in = (double)t->shape[1] * r;
+    *fan_out = (double)t->shape[0] * r;
+    if (*fan_in + *fan_out <= 0) {
+        cg_set_error("%s: tensor has no elements", op);
+        return false;
+    }
+    return true;
+}
+
+bool cg_init_xavier_uniform_(cg_tensor *t, cg_rng *rng, float gain)
+{
+    double fi, fo;
+    if (!t || !need_rng("init xavier_uniform", rng) || !fans("init xavier_uniform", t, &fi, &fo))
+        return false;
+    float a = (float)(gain * sqrt(6.0 / (fi + fo)));
+    return cg_uniform_(t, rng, -a, a);
+}
+
+bool cg_init_xavier_normal_(cg_tensor *t, cg_rng *rng, float gain)
+{
+    double fi, fo;
+    if (!t || !need_rng("init xavier_normal", rng) || !fans("init xavier_normal", t, &fi, &fo))
+        return false;
+    return cg_normal_(t, rng, 0.0f, (float)(gain * sqrt(2.0 / (fi + fo))));
+}
+
+static bool init_tree(cg_module *m, cg_rng *rng, float std)
+{
+    bool lin = !strcmp(m->type, "Linear") || !strcmp(m->type, "Embedding");
+    bool norm = !strcmp(m->type, "LayerNorm") || !strcmp(m->type, "RMSNorm");
+    for (int i = 0; i < m->n_params; i++) {
+        const char *name = m->params[i].name;
+        cg_tensor *t = m->params[i].tensor;
+        bool ok = true;
+        if (!strcmp(name, "weight") && lin)
+            ok = cg_init_normal_(t, rng, 0.0f, std);
+        else if (!strcmp(name, "weight") && norm)
+            ok = cg_init_ones_(t);
+        else if (!strcmp(name, "bias"))
+            ok = cg_init_zeros_(t);
+        if (!ok)
+            return false;
+    }
+    for (int i = 0; i < m->n_children; i++)
+        if (!init_tree(m->children[i].module, rng, std))
+            return false;
+    return true;
+}
+
+bool cg_module_init_params(cg_module *m, cg_rng *rng, float std)
+{
+    if (!m || !need_rng("module init_params", rng))
+        return false;
+    return init_tree(m, rng, std);
+}

@@ -1,0 +1,134 @@
+/* cgrad nn: basic layers, built only from autograd ops (autograd/ops.h).
+ *
+ * Each layer is a struct whose first member is a cg_module (see
+ * nn/module.h): free it with cg_module_free(CG_MODULE(layer)). The tensor
+ * pointers in the structs (weight, bias, ...) are borrowed views of the
+ * registry entries, for convenience. Forward functions return a NEW
+ * reference (cg_release it) or NULL + error; a NULL input gives NULL.
+ *
+ * Initialisation follows shared/reference/models.py (init_params): Linear
+ * and Embedding weights ~ N(0, 0.02), biases zero, norm weights one. The
+ * `rng` argument of a constructor draws those values (it advances); NULL
+ * means a fresh generator seeded with 0 for that call. */
+#ifndef CG_NN_LAYERS_H
+#define CG_NN_LAYERS_H
+
+#include "nn/module.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CG_INIT_STD 0.02f  /* models.py init_params default */
+#define CG_NORM_EPS 1e-5f
+
+/* --------------------------------------------------------- choices */
+typedef enum { CG_ACT_RELU = 0, CG_ACT_GELU } cg_act;             /* GELU: tanh form */
+typedef enum { CG_NORM_LAYERNORM = 0, CG_NORM_RMSNORM } cg_norm_kind;
+
+/* "relu"/"gelu" and "layernorm"/"rmsnorm". Parse: false + error naming the
+ * string and the choices. Name: static string ("?" if out of range). */
+bool cg_act_parse(const char *s, cg_act *out);
+const char *cg_act_name(cg_act a);
+bool cg_norm_kind_parse(const char *s, cg_norm_kind *out);
+const char *cg_norm_kind_name(cg_norm_kind k);
+/* relu(x) or gelu_tanh(x). */
+cg_tensor *cg_activation(cg_tensor *x, cg_act act);
+
+/* ----------------------------------------------------------- Linear */
+/* y = x @ W^T + b. weight [out, in], bias [out] (or NULL). */
+typedef struct {
+    cg_module base;
+    int64_t in_features, out_features;
+    cg_tensor *weight;
+    cg_tensor *bias;
+} cg_linear;
+
+cg_linear *cg_linear_new(int64_t in_features, int64_t out_features, bool bias, cg_rng *rng);
+/* x [..., in] -> [..., out]. */
+cg_tensor *cg_linear_forward(cg_linear *l, cg_tensor *x);
+
+/* -------------------------------------------------------- Embedding */
+/* weight [num, dim]. */
+typedef struct {
+    cg_module base;
+    int64_t num, dim;
+    cg_tensor *weight;
+} cg_embed;
+
+cg_embed *cg_embed_new(int64_t num, int64_t dim, cg_rng *rng);
+/* ids: numel(shape) ids (row-major) with the given shape -> [shape..., dim].
+ * An id outside [0, num) is an error naming the id, its position and num. */
+cg_tensor *cg_embed_forward(cg_embed *e, const int64_t *ids, int ndim, const int64_t *shape);
+
+/* ----------------------------------------------- LayerNorm / RMSNorm */
+/* Over the last dim, eps 1e-5.
+ *   layernorm: (x - mean) / sqrt(var + eps) * weight + bias (biased var)
+ *   rmsnorm:   x / sqrt(mean(x^2) + eps) * weight (bias is NULL)
+ * The module type is "LayerNorm" or "RMSNorm". */
+typedef struct {
+    cg_module base;
+    cg_norm_kind kind;
+    int64_t dim;
+    float eps;
+    cg_tensor *weight;
+    cg_tensor *bias;
+} cg_norm;
+
+cg_norm *cg_norm_new(cg_norm_kind kind, int64_t dim);
+cg_norm *cg_layernorm_new(int64_t dim);
+cg_norm *cg_rmsnorm_new(int64_t dim);
+/* x [..., dim] -> same shape. */
+cg_tensor *cg_norm_forward(cg_norm *n, cg_tensor *x);
+
+/* ---------------------------------------------------------- Dropout */
+/* Inverted dropout with probability p in [0, 1) while the module is in
+ * train mode; the identity (a new reference to x) in eval mode or at p=0.
+ * rng: the generator used for the masks (borrowed: it must outlive the
+ * module), or NULL for one owned by the module (own_rng, seeded with 0;
+ * reseed with own_rng = cg_rng_new(seed)). No parameters. */
+typedef struct {
+    cg_module base;
+    float p;
+    cg_rng *rng;
+    cg_rng own_rng;
+} cg_drop;
+
+cg_drop *cg_drop_new(float p, cg_rng *rng);
+cg_tensor *cg_drop_forward(cg_drop *d, cg_tensor *x);
+
+/* ------------------------------------------- sinusoidal positions */
+/* pe [max_len, d]: pe[pos, 2i] = sin(pos / 10000^(2i/d)),
+ * pe[pos, 2i+1] = cos(same), computed in double then rounded to float
+ * (exactly models.py sinusoidal_pe; odd d has one more sin column). */
+cg_tensor *cg_sinusoidal_pe(int64_t max_len, int64_t d);
+
+/* Holds pe as a buffer (not a parameter, not saved). */
+typedef struct {
+    cg_module base;
+    int64_t max_len, dim;
+    cg_tensor *pe; /* owned, [max_len, dim] */
+} cg_posenc;
+
+cg_posenc *cg_posenc_new(int64_t max_len, int64_t dim);
+/* Rows [start, start+len) of pe: a view [len, dim] (new reference). Error
+ * if they are not all below max_len. */
+cg_tensor *cg_posenc_rows(cg_posenc *p, int64_t start, int64_t len);
+/* x [..., T, dim] -> x + pe[:T]. Error if T > max_len. */
+cg_tensor *cg_posenc_forward(cg_posenc *p, cg_tensor *x);
+
+/* ------------------------------------------------------ FeedForward */
+/* fc2(act(fc1(x))): fc1 [d_ff, d], fc2 [d, d_ff], both with bias. */
+typedef struct {
+    cg_module base;
+    cg_act act;
+    cg_linear *fc1, *fc2;
+} cg_ff;
+
+cg_ff *cg_ff_new(int64_t d, int64_t d_ff, cg_act act, cg_rng *rng);
+cg_tensor *cg_ff_forward(cg_ff *f, cg_tensor *x);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

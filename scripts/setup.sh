@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Installs what cgrad needs to build and test on Debian (bookworm or later).
+# Run as root (or with sudo available). Safe to run again.
+set -euo pipefail
+pkgs=(build-essential meson ninja-build pkg-config libblis-openmp-dev check libcjson-dev libpng-dev)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  echo "setup: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Sets up, builds and runs the whole test suite: the README's test command.
+#   scripts/test.sh            release build in build/
+#   scripts/test.sh --sanitize also an ASan+UBSan build in build-asan/
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+[ -d build ] || meson setup build
+ninja -C build
+meson test -C build --print-errorlogs
+if [ "${1:-}" = "--sanitize" ]; then
+  [ -d build-asan ] || meson setup build-asan -Db_sanitize=address,undefined -Dbuildtype=debugoptimized
+  ninja -C build-asan
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+    meson test -C build-asan --print-errorlogs --timeout-multiplier 4
+fi

@@ -1,0 +1,338 @@
+/* core/tensor: creation, views, reshape, contiguous, RNG, errors. */
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/tensor.h"
+#include "tests/testutil.h"
+
+START_TEST(test_creation)
+{
+    cg_tensor *z = cg_zeros(CG_SHAPE(2, 3));
+    ck_assert_int_eq(z->ndim, 2);
+    ck_assert_int_eq(cg_numel(z), 6);
+    ck_assert(cg_is_contiguous(z));
+    ck_assert_int_eq(z->strides[0], 3);
+    ck_assert_int_eq(z->strides[1], 1);
+    CG_ASSERT_TENSOR(z, ((float[]){0, 0, 0, 0, 0, 0}), 0, 0);
+    cg_tensor *o = cg_ones(CG_SHAPE(2, 2));
+    CG_ASSERT_TENSOR(o, ((float[]){1, 1, 1, 1}), 0, 0);
+    cg_tensor *f = cg_full(CG_SHAPE(3), -2.5f);
+    CG_ASSERT_TENSOR(f, ((float[]){-2.5f, -2.5f, -2.5f}), 0, 0);
+    cg_tensor *s = cg_scalar(4.0f);
+    ck_assert_int_eq(s->ndim, 0);
+    ck_assert_int_eq(cg_numel(s), 1);
+    ck_assert_float_eq(cg_item(s), 4.0f);
+    cg_tensor *a = cg_arange(0, 5, 1);
+    CG_ASSERT_TENSOR(a, ((float[]){0, 1, 2, 3, 4}), 0, 0);
+    cg_tensor *a2 = cg_arange(1, -1, -0.5);
+    CG_ASSERT_TENSOR(a2, ((float[]){1, 0.5f, 0, -0.5f}), 0, 0);
+    cg_tensor *d = cg_from_data(CG_SHAPE(2, 2), (float[]){1, 2, 3, 4});
+    float out[4];
+    ck_assert(cg_copy_to(d, out));
+    ck_assert_float_eq(out[3], 4);
+    ck_assert_float_eq(cg_get(d, (int64_t[]){1, 0}), 3);
+    cg_set(d, (int64_t[]){0, 1}, 9);
+    ck_assert_float_eq(cg_get(d, (int64_t[]){0, 1}), 9);
+    cg_tensor *e = cg_zeros(CG_SHAPE(0, 3)); /* empty tensors are fine */
+    ck_assert_int_eq(cg_numel(e), 0);
+    cg_tensor *six = cg_ones(CG_SHAPE(2, 1, 3, 1, 2, 2));
+    ck_assert_int_eq(six->ndim, 6);
+    ck_assert_int_eq(cg_numel(six), 24);
+    cg_tensor *eight = cg_zeros(CG_SHAPE(1, 2, 1, 2, 1, 2, 1, 2));
+    ck_assert_int_eq(eight->ndim, CG_MAX_DIMS);
+    cg_release_all(10, z, o, f, s, a, a2, d, e, six, eight);
+    /* data is 64-byte aligned */
+    cg_tensor *al = cg_empty(CG_SHAPE(17));
+    ck_assert_int_eq((uintptr_t)cg_data(al) % 64, 0);
+    cg_release(al);
+}
+END_TEST
+
+START_TEST(test_creation_errors)
+{
+    cg_clear_error();
+    CG_ASSERT_FAILS(cg_zeros(CG_SHAPE(2, -1)), "negative size");
+    CG_ASSERT_FAILS(cg_empty(9, (int64_t[]){1, 1, 1, 1, 1, 1, 1, 1, 1}), "ndim 9");
+    CG_ASSERT_FAILS(cg_arange(0, 1, 0), "step");
+    CG_ASSERT_FAILS(cg_from_data(CG_SHAPE(2), NULL), "NULL data");
+    cg_tensor *t = cg_zeros(CG_SHAPE(2));
+    ck_assert(isnan(cg_item(t)));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "expected 1"));
+    cg_release(t);
+    cg_release(NULL); /* no-op */
+}
+END_TEST
+
+START_TEST(test_views_share_storage)
+{
+    cg_tensor *t = cg_arange(0, 24, 1);
+    cg_tensor *v = cg_view_reshape(t, CG_SHAPE(2, 3, 4));
+    ck_assert_ptr_eq(v->storage, t->storage);
+    /* transpose: no copy, strides swapped */
+    cg_tensor *tr = cg_view_transpose(v, 0, 2);
+    ck_assert_ptr_eq(tr->storage, t->storage);
+    ck_assert_int_eq(tr->shape[0], 4);
+    ck_assert_int_eq(tr->strides[0], 1);
+    ck_assert_int_eq(tr->strides[2], 12);
+    ck_assert(!cg_is_contiguous(tr));
+    ck_assert_float_eq(cg_get(tr, (int64_t[]){3, 1, 1}), 12 + 4 + 3);
+    /* writing through a view changes the base */
+    cg_set(tr, (int64_t[]){0, 0, 1}, -1);
+    ck_assert_float_eq(cg_data(t)[12], -1);
+    /* permute */
+    cg_tensor *p = cg_view_permute(v, (int[]){1, 2, 0});
+    ck_assert_int_eq(p->shape[0], 3);
+    ck_assert_int_eq(p->shape[2], 2);
+    ck_assert_float_eq(cg_get(p, (int64_t[]){2, 3, 1}), 12 + 8 + 3);
+    CG_ASSERT_FAILS(cg_view_permute(v, (int[]){0, 0, 1}), "invalid permutation");
+    cg_release_all(4, t, v, tr, p);
+}
+END_TEST
+
+START_TEST(test_slice_select_narrow)
+{
+    cg_tensor *t = cg_arange(0, 12, 1);
+    cg_tensor *m = cg_view_reshape(t, CG_SHAPE(3, 4));
+    cg_tensor *s = cg_view_slice(m, 1, 0, 4, 2); /* columns 0, 2 */
+    CG_ASSERT_TENSOR(s, ((float[]){0, 2, 4, 6, 8, 10}), 0, 0);
+    ck_assert_int_eq(s->strides[1], 2);
+    cg_tensor *sn = cg_view_slice(m, 0, -2, 100, 1); /* PyTorch clamps */
+    CG_ASSERT_TENSOR(sn, ((float[]){4, 5, 6, 7, 8, 9, 10, 11}), 0, 0);
+    cg_tensor *se = cg_view_slice(m, 0, 2, 1, 1); /* empty */
+    ck_assert_int_eq(cg_numel(se), 0);
+    cg_tensor *sel = cg_view_select(m, 1, -1);
+    ck_assert_int_eq(sel->ndim, 1);
+    CG_ASSERT_TENSOR(sel, ((float[]){3, 7, 11}), 0, 0);
+    cg_tensor *nr = cg_view_narrow(m, 0, 1, 2);
+    CG_ASSERT_TENSOR(nr, ((float[]){4, 5, 6, 7, 8, 9, 10, 11}), 0, 0);
+    CG_ASSERT_FAILS(cg_view_narrow(m, 0, 2, 2), "out of bounds");
+    CG_ASSERT_FAILS(cg_view_select(m, 0, 3), "out of range");
+    CG_ASSERT_FAILS(cg_view_slice(m, 2, 0, 1, 1), "dim 2 out of range");
+    CG_ASSERT_FAILS(cg_view_slice(m, 0, 0, 1, 0), "step");
+    /* a slice of a slice of a transpose */
+    cg_tensor *tr = cg_view_transpose(m, 0, 1);
+    cg_tensor *ss = cg_view_slice(tr, 0, 1, 4, 2);
+    cg_tensor *ss2 = cg_view_slice(ss, 1, 1, 3, 1);
+    CG_ASSERT_TENSOR(ss2, ((float[]){5, 9, 7, 11}), 0, 0);
+    cg_release_all(10, t, m, s, sn, se, sel, nr, tr, ss, ss2);
+}
+END_TEST
+
+START_TEST(test_squeeze_unsqueeze_expand)
+{
+    cg_tensor *t = cg_from_data(CG_SHAPE(3, 1), (float[]){1, 2, 3});
+    cg_tensor *u = cg_view_unsqueeze(t, 0);
+    ck_assert_int_eq(u->ndim, 3);
+    ck_assert_int_eq(u->shape[0], 1);
+    cg_tensor *u2 = cg_view_unsqueeze(t, -1);
+    ck_assert_int_eq(u2->shape[2], 1);
+    cg_tensor *sq = cg_view_squeeze(t, 1);
+    ck_assert_int_eq(sq->ndim, 1);
+    CG_ASSERT_FAILS(cg_view_squeeze(t, 0), "not 1");
+    cg_tensor *e = cg_view_expand(t, CG_SHAPE(2, 3, 4));
+    ck_assert_int_eq(e->strides[0], 0);
+    ck_assert_int_eq(e->strides[2], 0);
+    ck_assert_ptr_eq(e->storage, t->storage);
+    ck_assert_float_eq(cg_get(e, (int64_t[]){1, 2, 3}), 3);
+    CG_ASSERT_FAILS(cg_view_expand(t, CG_SHAPE(2, 4)), "cannot expand");
+    /* contiguous() of an expanded view materialises it */
+    cg_tensor *c = cg_contiguous(e);
+    ck_assert(cg_is_contiguous(c));
+    ck_assert_ptr_ne(c->storage, t->storage);
+    ck_assert_float_eq(cg_data(c)[23], 3);
+    /* contiguous() of a contiguous tensor copies nothing */
+    cg_tensor *c2 = cg_contiguous(t);
+    ck_assert_ptr_eq(c2->storage, t->storage);
+    cg_release_all(7, t, u, u2, sq, e, c, c2);
+}
+END_TEST
+
+START_TEST(test_reshape)
+{
+    cg_tensor *t = cg_arange(0, 24, 1);
+    cg_tensor *v = cg_view_reshape(t, CG_SHAPE(2, -1, 4));
+    ck_assert_int_eq(v->shape[1], 3);
+    CG_ASSERT_FAILS(cg_view_reshape(t, CG_SHAPE(5, -1)), "cannot reshape");
+    CG_ASSERT_FAILS(cg_view_reshape(t, CG_SHAPE(-1, -1)), "only one");
+    /* a transposed tensor cannot be viewed flat: reshape copies */
+    cg_tensor *tr = cg_view_transpose(v, 1, 2); /* [2,4,3] */
+    CG_ASSERT_FAILS(cg_view_reshape(tr, CG_SHAPE(24)), "without a copy");
+    cg_tensor *flat = cg_reshape_copy(tr, CG_SHAPE(24));
+    ck_assert_ptr_ne(flat->storage, t->storage);
+    ck_assert_float_eq(cg_data(flat)[1], 4); /* tr[0,0,1] = v[0,1,0] */
+    /* splitting a dim of a transposed tensor is still a view */
+    cg_tensor *split = cg_view_reshape(tr, CG_SHAPE(2, 2, 2, 3));
+    ck_assert_ptr_eq(split->storage, t->storage);
+    ck_assert_float_eq(cg_get(split, (int64_t[]){1, 1, 0, 2}), cg_get(tr, (int64_t[]){1, 2, 2}));
+    /* merging the leading dims of a permuted tensor with compatible strides */
+    cg_tensor *sl = cg_view_slice(v, 2, 0, 4, 2); /* [2,3,2] step 2 */
+    cg_tensor *m = cg_view_reshape(sl, CG_SHAPE(6, 2));
+    ck_assert_ptr_nonnull(m);
+    ck_assert_float_eq(cg_get(m, (int64_t[]){4, 1}), cg_get(sl, (int64_t[]){1, 1, 1}));
+    /* size-1 dims and expanded views */
+    cg_tensor *one = cg_ones(CG_SHAPE(1, 4));
+    cg_tensor *ex = cg_view_expand(one, CG_SHAPE(3, 4));
+    cg_tensor *exr = cg_reshape_copy(ex, CG_SHAPE(12));
+    CG_ASSERT_TENSOR(exr, ((float[]){1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}), 0, 0);
+    cg_release_all(10, t, v, tr, flat, split, sl, m, one, ex, exr);
+}
+END_TEST
+
+START_TEST(test_copy_and_fill_strided)
+{
+    cg_tensor *t = cg_zeros(CG_SHAPE(3, 4));
+    cg_tensor *col = cg_view_select(t, 1, 2);
+    ck_assert(cg_fill_(col, 5));
+    CG_ASSERT_TENSOR(t, ((float[]){0, 0, 5, 0, 0, 0, 5, 0, 0, 0, 5, 0}), 0, 0);
+    cg_tensor *src = cg_from_data(CG_SHAPE(3), (float[]){1, 2, 3});
+    ck_assert(cg_copy_(col, src));
+    ck_assert_float_eq(cg_get(t, (int64_t[]){2, 2}), 3);
+    cg_tensor *bad = cg_zeros(CG_SHAPE(4));
+    ck_assert(!cg_copy_(col, bad));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "[3]"));
+    cg_tensor *cl = cg_clone(col);
+    ck_assert(cg_is_contiguous(cl));
+    CG_ASSERT_TENSOR(cl, ((float[]){1, 2, 3}), 0, 0);
+    cg_release_all(5, t, col, src, bad, cl);
+}
+END_TEST
+
+START_TEST(test_broadcast_shapes)
+{
+    int64_t out[CG_MAX_DIMS];
+    int n = cg_broadcast_shapes("t", 3, (int64_t[]){3, 1, 5}, 2, (int64_t[]){4, 1}, out);
+    ck_assert_int_eq(n, 3);
+    ck_assert_int_eq(out[0], 3);
+    ck_assert_int_eq(out[1], 4);
+    ck_assert_int_eq(out[2], 5);
+    n = cg_broadcast_shapes("myop", 2, (int64_t[]){2, 3}, 1, (int64_t[]){4}, out);
+    ck_assert_int_eq(n, -1);
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "myop"));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "[2, 3]"));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "[4]"));
+}
+END_TEST
+
+START_TEST(test_rng_reproducible)
+{
+    cg_rng a = cg_rng_new(42), b = cg_rng_new(42), c = cg_rng_new(43);
+    cg_tensor *x = cg_randn(&a, CG_SHAPE(100));
+    cg_tensor *y = cg_randn(&b, CG_SHAPE(100));
+    cg_tensor *z = cg_randn(&c, CG_SHAPE(100));
+    float *xv = cg_test_values(x), *yv = cg_test_values(y), *zv = cg_test_values(z);
+    ck_assert_int_eq(memcmp(xv, yv, 100 * sizeof(float)), 0);
+    ck_assert_int_ne(memcmp(xv, zv, 100 * sizeof(float)), 0);
+    ck_assert_int_eq(a.counter, 100);
+    /* a saved (seed, counter) pair resumes the stream exactly */
+    cg_rng saved = a;
+    float n1 = cg_rng_normal(&a);
+    float n2 = cg_rng_normal(&saved);
+    ck_assert_float_eq(n1, n2);
+    free(xv);
+    free(yv);
+    free(zv);
+    cg_release_all(3, x, y, z);
+}
+END_TEST
+
+START_TEST(test_rng_thread_independent)
+{
+    /* large enough for the parallel path */
+    int64_t n = 200000;
+    float *v[2];
+    for (int th = 1; th <= 2; th++) {
+        omp_set_num_threads(th);
+        cg_rng r = cg_rng_new(7);
+        cg_tensor *t = cg_randn(&r, 1, &n);
+        v[th - 1] = cg_test_values(t);
+        cg_release(t);
+    }
+    omp_set_num_threads(2);
+    ck_assert_int_eq(memcmp(v[0], v[1], (size_t)n * sizeof(float)), 0);
+    /* moments of N(0,1) and U[0,1) */
+    double s = 0, s2 = 0;
+    for (int64_t i = 0; i < n; i++) {
+        s += v[0][i];
+        s2 += (double)v[0][i] * v[0][i];
+    }
+    ck_assert_double_eq_tol(s / n, 0.0, 0.01);
+    ck_assert_double_eq_tol(s2 / n, 1.0, 0.02);
+    free(v[0]);
+    free(v[1]);
+    cg_rng r = cg_rng_new(8);
+    cg_tensor *u = cg_rand(&r, 1, &n);
+    float *uv = cg_test_values(u);
+    double mu = 0;
+    for (int64_t i = 0; i < n; i++) {
+        ck_assert(uv[i] >= 0.0f && uv[i] < 1.0f);
+        mu += uv[i];
+    }
+    ck_assert_double_eq_tol(mu / n, 0.5, 0.01);
+    free(uv);
+    cg_release(u);
+    /* below() is in range and covers it */
+    int hits[5] = {0};
+    for (int i = 0; i < 5000; i++) {
+        uint64_t k = cg_rng_below(&r, 5);
+        ck_assert_uint_lt(k, 5);
+        hits[k]++;
+    }
+    for (int k = 0; k < 5; k++)
+        ck_assert_int_gt(hits[k], 800);
+}
+END_TEST
+
+START_TEST(test_refcounts)
+{
+    cg_tensor *t = cg_zeros(CG_SHAPE(4));
+    ck_assert_int_eq(t->refcount, 1);
+    cg_retain(t);
+    ck_assert_int_eq(t->refcount, 2);
+    cg_release(t);
+    cg_tensor *v = cg_view_slice(t, 0, 1, 3, 1);
+    ck_assert_int_eq(t->storage->refcount, 2);
+    cg_release(t); /* the view keeps the storage alive */
+    ck_assert_float_eq(cg_data(v)[0], 0);
+    ck_assert_int_eq(v->storage->refcount, 1);
+    cg_release(v);
+}
+END_TEST
+
+START_TEST(test_shape_str)
+{
+    char b[64];
+    cg_tensor *t = cg_zeros(CG_SHAPE(2, 3, 4));
+    ck_assert_str_eq(cg_shape_str(t, b, sizeof b), "[2, 3, 4]");
+    cg_tensor *s = cg_scalar(1);
+    ck_assert_str_eq(cg_shape_str(s, b, sizeof b), "[]");
+    cg_release_all(2, t, s);
+}
+END_TEST
+
+static Suite *tensor_suite(void)
+{
+    Suite *s = suite_create("tensor");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, test_creation);
+    tcase_add_test(tc, test_creation_errors);
+    tcase_add_test(tc, test_views_share_storage);
+    tcase_add_test(tc, test_slice_select_narrow);
+    tcase_add_test(tc, test_squeeze_unsqueeze_expand);
+    tcase_add_test(tc, test_reshape);
+    tcase_add_test(tc, test_copy_and_fill_strided);
+    tcase_add_test(tc, test_broadcast_shapes);
+    tcase_add_test(tc, test_rng_reproducible);
+    tcase_add_test(tc, test_rng_thread_independent);
+    tcase_add_test(tc, test_refcounts);
+    tcase_add_test(tc, test_shape_str);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    Suite *s[] = {tensor_suite()};
+    return cg_test_run(s, 1);
+}
