@@ -701,9 +701,12 @@ bool cg_plot_lines(const char *path, const cg_plot_opts *opts, int n_series,
     canvas_t c;
     if (!canvas_init(&c, W, H))
         return false;
-    double pw = px1 - px0 - 1, ph = py1 - py0 - 1;
-#define MAPX(v) (px0 + axis_frac(&ax, (v)) * pw)
-#define MAPY(v) (py1 - 1 - axis_frac(&ay, (v)) * ph)
+    /* the axis ranges map to the frame inset by PAD pixels, so that data on
+     * a range's end stays visible inside the frame */
+    enum { PAD = 6 };
+    double pw = px1 - px0 - 1 - 2 * PAD, ph = py1 - py0 - 1 - 2 * PAD;
+#define MAPX(v) (px0 + PAD + axis_frac(&ax, (v)) * pw)
+#define MAPY(v) (py1 - 1 - PAD - axis_frac(&ay, (v)) * ph)
 
     if (o.title && *o.title) {
         int tw = text_width(o.title, 2);
@@ -784,7 +787,7 @@ bool cg_plot_lines(const char *path, const cg_plot_opts *opts, int n_series,
     }
     clip_reset(&c);
 
-    /* legend, top right inside the plot */
+    /* legend: in the corner of the plot that covers the fewest data points */
     int nleg = 0, legw = 0;
     for (int s = 0; s < n_series; s++) {
         if (series[s].name && *series[s].name) {
@@ -795,7 +798,30 @@ bool cg_plot_lines(const char *path, const cg_plot_opts *opts, int n_series,
     }
     if (nleg > 0) {
         int lh = CELL_H + 6, bw = 10 + 24 + 6 + legw + 10, bh = 8 + nleg * lh + 4;
-        int bx1 = px1 - 10, bx0 = bx1 - bw, by0 = py0 + 10;
+        /* corners in order of preference: top right, bottom right, top left, bottom left */
+        int best = 0;
+        long best_hits = -1;
+        for (int k = 0; k < 4; k++) {
+            int x0 = k < 2 ? px1 - 10 - bw : px0 + 10, y0 = k % 2 == 0 ? py0 + 10 : py1 - 10 - bh;
+            long hits = 0;
+            for (int s = 0; s < n_series; s++) {
+                for (int i = 0; i < series[s].n; i++) {
+                    double x = series_x(&series[s], i), y = series[s].y[i];
+                    if (!isfinite(x) || !isfinite(y) || (logy && y <= 0))
+                        continue;
+                    double X = MAPX(x), Y = MAPY(y);
+                    hits += X >= x0 - 4 && X <= x0 + bw + 4 && Y >= y0 - 4 && Y <= y0 + bh + 4;
+                }
+            }
+            if (best_hits < 0 || hits < best_hits) {
+                best = k;
+                best_hits = hits;
+            }
+            if (hits == 0)
+                break;
+        }
+        int bx0 = best < 2 ? px1 - 10 - bw : px0 + 10, by0 = best % 2 == 0 ? py0 + 10 : py1 - 10 - bh;
+        int bx1 = bx0 + bw;
         fill_rect(&c, bx0, by0, bx1, by0 + bh, WHITE);
         rect_outline(&c, bx0, by0, bx1, by0 + bh, 0xB0B0B0);
         int row = 0;

@@ -6,6 +6,8 @@
  * as ATen does when it passes a Python number to a float32 kernel. */
 #include "optim/optim.h"
 
+#include "autograd/autograd.h"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -344,11 +346,8 @@ void cg_optim_zero_grad(cg_optim *o)
 {
     if (!o)
         return;
-    for (int i = 0; i < o->n; i++) {
-        cg_tensor *p = o->s[i].p;
-        cg_release(p->grad);
-        p->grad = NULL;
-    }
+    for (int i = 0; i < o->n; i++)
+        cg_zero_grad(o->s[i].p);
 }
 
 /* ------------------------------------------------------------ queries */

@@ -278,8 +278,15 @@ START_TEST(test_memory_flat)
     cg_requires_grad(w2, true);
     long r1 = mlp_loop(100, w1, w2, x);
     long r2 = mlp_loop(10000, w1, w2, x);
+#if defined(__SANITIZE_ADDRESS__)
+    /* ASan's quarantine holds freed memory, so RSS says nothing here;
+     * LeakSanitizer checks this build for leaks instead. */
+    (void)r1;
+    (void)r2;
+#else
     /* allow allocator noise, but not growth per iteration */
     ck_assert_msg(r2 - r1 < 2048, "RSS grew from %ld kB to %ld kB over 10,000 steps", r1, r2);
+#endif
     cg_release_all(3, w1, w2, x);
 }
 END_TEST

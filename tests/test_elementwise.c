@@ -76,14 +76,19 @@ static double r_powm15(double x) { return pow(x, -1.5); }
 static double r_tanh(double x) { return tanh(x); }
 static double r_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
 static double r_relu(double x) { return x > 0 ? x : 0; }
+/* tanh-form GELU in double, as x * sigmoid(2u) (0.5 (1 + tanh u) =
+ * sigmoid(2u)), which keeps relative accuracy for negative x */
 static double r_gelu(double x)
 {
-    return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+    double u = sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x);
+    return x / (1.0 + exp(-2.0 * u));
 }
 static double r_gelu_grad(double x)
 {
-    double k = sqrt(2.0 / M_PI), u = k * (x + 0.044715 * x * x * x), t = tanh(u);
-    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * k * (1.0 + 3.0 * 0.044715 * x * x);
+    double k = sqrt(2.0 / M_PI), u = k * (x + 0.044715 * x * x * x);
+    double s = 1.0 / (1.0 + exp(-2.0 * u));
+    /* = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 c x^2), t = tanh u */
+    return s + 2.0 * x * s * (1.0 - s) * k * (1.0 + 3.0 * 0.044715 * x * x);
 }
 static double r_abs(double x) { return fabs(x); }
 static double r_clamp(double x) { return x < -0.5 ? -0.5 : (x > 0.7 ? 0.7 : x); }
@@ -441,6 +446,59 @@ START_TEST(test_special_values)
 }
 END_TEST
 
+/* exp (and the sigmoid/gelu built on it) over the whole float range,
+ * against double precision: at most 2 ulp, subnormals included. */
+START_TEST(test_exp_accuracy)
+{
+    const int64_t n = 400000;
+    cg_tensor *x = cg_empty(CG_SHAPE(n));
+    float *xv = cg_data(x);
+    for (int64_t i = 0; i < n; i++)
+        xv[i] = -106.0f + 196.0f * (float)i / (float)n; /* [-106, 90) */
+    cg_tensor *e = cg_k_exp(x), *sg = cg_k_sigmoid(x);
+    float *ev = cg_test_values(e), *sv = cg_test_values(sg);
+    double worst = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double ref = exp((double)xv[i]);
+        float fr = (float)ref;
+        if (isinf(fr)) {
+            ck_assert_msg(isinf(ev[i]) && ev[i] > 0, "exp(%.9g) = %.9g, expected inf", xv[i], ev[i]);
+            continue;
+        }
+        double ulp = fr < 1.17549435e-38f ? 0x1p-149 : ldexp(1.0, ilogb(fr) - 23);
+        double err = fabs(ev[i] - ref) / ulp;
+        worst = err > worst ? err : worst;
+        ck_assert_msg(err <= 2.0, "exp(%.9g) = %.9g, expected %.9g (%.2f ulp)", xv[i], ev[i], ref, err);
+        double sref = 1.0 / (1.0 + exp(-(double)xv[i]));
+        ck_assert_msg(fabs(sv[i] - sref) <= 3e-7 * sref + 1e-45, "sigmoid(%.9g) = %.9g, expected %.9g",
+                      xv[i], sv[i], sref);
+    }
+    ck_assert(worst > 0.0); /* the sweep did compare something */
+    free(ev);
+    free(sv);
+    cg_release_all(3, x, e, sg);
+    /* gelu and its gradient on [-12, 12]: relative accuracy (no cancellation) */
+    cg_tensor *g = cg_arange(-12.0, 12.0, 0.001);
+    cg_tensor *one = cg_ones(CG_SHAPE(1));
+    cg_tensor *gv = cg_k_gelu(g), *gb = cg_k_gelu_backward(g, one);
+    float *xs = cg_test_values(g), *y = cg_test_values(gv), *d = cg_test_values(gb);
+    for (int64_t i = 0; i < cg_numel(g); i++) {
+        double ref = r_gelu(xs[i]), dref = r_gelu_grad(xs[i]);
+        /* u is computed in float: exp(2u) inherits |2u| times its rounding */
+        double x = xs[i], u2 = 2.0 * sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x);
+        double rt = 1e-6 + 3e-7 * fabs(u2);
+        ck_assert_msg(fabs(y[i] - ref) <= rt * fabs(ref) + 1e-38, "gelu(%.9g) = %.9g, expected %.9g",
+                      xs[i], y[i], ref);
+        ck_assert_msg(fabs(d[i] - dref) <= 2.0 * rt * fabs(dref) + 1e-7, "gelu'(%.9g) = %.9g, expected %.9g",
+                      xs[i], d[i], dref);
+    }
+    free(xs);
+    free(y);
+    free(d);
+    cg_release_all(4, g, one, gv, gb);
+}
+END_TEST
+
 /* Run f with 1 and 2 threads: bit-identical. */
 static void same_1_2(cg_tensor *(*f)(void *), void *ctx)
 {
@@ -530,7 +588,7 @@ static Suite *elementwise_suite(void)
         {"broadcast", test_binary_broadcast}, {"where", test_where},
         {"masked_fill", test_masked_fill}, {"inplace", test_inplace},
         {"special", test_special_values},  {"threads", test_threads_identical},
-        {"errors", test_errors},
+        {"errors", test_errors},           {"exp_accuracy", test_exp_accuracy},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         TCase *tc = tcase_create(cases[i].name);

@@ -1,14 +1,20 @@
 /* Tests for models/metrics.{h,c}: hand-checked BLEU/chrF values and a
  * cross-check against shared/reference/metrics.py on 310 real pairs
- * (tests/data/metrics_*.txt, written by scripts/make_metrics_cases.py). */
+ * (tests/data/metrics_*.txt, written by scripts/make_metrics_cases.py).
+ * A second suite checks models/plot.{h,c}: the PNGs are read back and their
+ * pixels inspected. */
 #include <check.h>
+#include <dirent.h>
 #include <math.h>
+#include <png.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/error.h"
 #include "models/metrics.h"
+#include "models/plot.h"
 #include "testutil.h"
 
 #define TOL 1e-9
@@ -287,6 +293,213 @@ START_TEST(test_reference_scores)
 }
 END_TEST
 
+/* ------------------------------------------------------------ plot */
+
+static char plot_dir[256];
+
+static void plot_setup(void)
+{
+    snprintf(plot_dir, sizeof plot_dir, "/tmp/cg_test_plot_XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(plot_dir));
+}
+
+static void plot_teardown(void)
+{
+    DIR *d = opendir(plot_dir);
+    if (d) {
+        struct dirent *e;
+        char p[600];
+        while ((e = readdir(d))) {
+            if (e->d_name[0] == '.')
+                continue;
+            snprintf(p, sizeof p, "%s/%s", plot_dir, e->d_name);
+            unlink(p);
+        }
+        closedir(d);
+    }
+    rmdir(plot_dir);
+}
+
+/* Files in the test directory (to see that no temporary file is left). */
+static int dir_entries(void)
+{
+    DIR *d = opendir(plot_dir);
+    ck_assert_ptr_nonnull(d);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        n += e->d_name[0] != '.' || strstr(e->d_name, ".tmp.") != NULL;
+    closedir(d);
+    return n;
+}
+
+typedef struct {
+    int w, h;
+    unsigned char *rgb;
+} image_t;
+
+static image_t read_png(const char *path)
+{
+    png_image im;
+    memset(&im, 0, sizeof im);
+    im.version = PNG_IMAGE_VERSION;
+    ck_assert_msg(png_image_begin_read_from_file(&im, path), "cannot read %s", path);
+    im.format = PNG_FORMAT_RGB;
+    image_t out = {(int)im.width, (int)im.height, malloc(PNG_IMAGE_SIZE(im))};
+    ck_assert_ptr_nonnull(out.rgb);
+    ck_assert(png_image_finish_read(&im, NULL, out.rgb, 0, NULL));
+    return out;
+}
+
+static uint32_t pixel(const image_t *im, int x, int y)
+{
+    const unsigned char *p = im->rgb + ((size_t)y * (size_t)im->w + (size_t)x) * 3;
+    return ((uint32_t)p[0] << 16) | ((uint32_t)p[1] << 8) | p[2];
+}
+
+static int count_color(const image_t *im, uint32_t rgb)
+{
+    int n = 0;
+    for (int y = 0; y < im->h; y++)
+        for (int x = 0; x < im->w; x++)
+            n += pixel(im, x, y) == rgb;
+    return n;
+}
+
+START_TEST(test_colormap)
+{
+    ck_assert_uint_eq(cg_plot_colormap(0.0f), 0x440154);
+    ck_assert_uint_eq(cg_plot_colormap(1.0f), 0xFDE725);
+    ck_assert_uint_eq(cg_plot_colormap(-3.0f), 0x440154);
+    ck_assert_uint_eq(cg_plot_colormap(7.0f), 0xFDE725);
+    ck_assert_uint_eq(cg_plot_colormap(NAN), 0x440154);
+    /* brightness rises along the scale, so it reads in grey too */
+    double last = -1;
+    for (int i = 0; i <= 100; i++) {
+        uint32_t c = cg_plot_colormap((float)i / 100.0f);
+        double lum = 0.299 * (c >> 16) + 0.587 * ((c >> 8) & 0xFF) + 0.114 * (c & 0xFF);
+        ck_assert_msg(lum > last, "luminance falls at t = %d/100", i);
+        last = lum;
+    }
+}
+END_TEST
+
+START_TEST(test_loss_curve_png)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/loss.png", plot_dir);
+    enum { N = 500 };
+    float x[N], y[N], vy[10], vx[10];
+    for (int i = 0; i < N; i++) {
+        x[i] = (float)(i * 10);
+        y[i] = 1.0f + 3.0f * expf(-(float)i / 100.0f);
+    }
+    for (int i = 0; i < 10; i++) {
+        vx[i] = (float)(i * 500);
+        vy[i] = 1.5f + 3.0f * expf(-(float)i / 2.0f);
+    }
+    y[200] = NAN; /* skipped, breaks the line */
+    cg_plot_series s[2] = {{"train", x, y, N, 0xFF0000}, {"valid", vx, vy, 10, 0}};
+    cg_clear_error();
+    ck_assert_msg(cg_plot_loss_curve(path, "Loss \xc3\x9c", 2, s), "%s", cg_last_error());
+    ck_assert_int_eq(dir_entries(), 1);
+    image_t im = read_png(path);
+    ck_assert_int_eq(im.w, 900);
+    ck_assert_int_eq(im.h, 560);
+    ck_assert_uint_eq(pixel(&im, 0, 0), 0xFFFFFF);
+    ck_assert_uint_eq(pixel(&im, im.w - 1, im.h - 1), 0xFFFFFF);
+    /* the red series and the first palette colour are drawn (line cores) */
+    ck_assert_int_gt(count_color(&im, 0xFF0000), 300);
+    ck_assert_int_gt(count_color(&im, 0x1F5FBF), 50);
+    /* the title is black text in the top band */
+    int black = 0;
+    for (int yy = 0; yy < 40; yy++)
+        for (int xx = 0; xx < im.w; xx++)
+            black += pixel(&im, xx, yy) == 0x000000;
+    ck_assert_int_gt(black, 50);
+    free(im.rgb);
+
+    /* overwriting works, and x = NULL means 0..n-1; explicit log axis */
+    cg_plot_opts o = {"log", "x", "y", CG_PLOT_Y_LOG, 400, 300};
+    cg_plot_series s2 = {NULL, NULL, y, N, 0x00AA00};
+    ck_assert_msg(cg_plot_lines(path, &o, 1, &s2), "%s", cg_last_error());
+    im = read_png(path);
+    ck_assert_int_eq(im.w, 400);
+    ck_assert_int_eq(im.h, 300);
+    ck_assert_int_gt(count_color(&im, 0x00AA00), 100);
+    free(im.rgb);
+    ck_assert_int_eq(dir_entries(), 1);
+}
+END_TEST
+
+START_TEST(test_heatmap_png)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/attn.png", plot_dir);
+    float v[4] = {0.0f, 1.0f, NAN, 0.5f};
+    const char *rows[] = {"a", " "};
+    const uint32_t cols[] = {0xE4, 'b'};
+    cg_heatmap_panel p[2] = {{"head 0", 2, 2, v, rows, NULL, NULL, cols}, {0}};
+    ck_assert_msg(cg_plot_heatmaps(path, "attention", 1, 2, p, 0.0f, 1.0f), "%s", cg_last_error());
+    image_t im = read_png(path);
+    /* cells are 18 x 18 at this size: each colour fills at least one cell */
+    ck_assert_int_ge(count_color(&im, 0x440154), 18 * 18);
+    ck_assert_int_ge(count_color(&im, 0xFDE725), 18 * 18);
+    ck_assert_int_ge(count_color(&im, cg_plot_colormap(0.5f)), 18 * 18);
+    ck_assert_int_ge(count_color(&im, 0xC8C8C8), 18 * 18); /* NaN */
+    free(im.rgb);
+    /* automatic range: the same picture when the data spans [0, 1] */
+    ck_assert(cg_plot_heatmaps(path, NULL, 1, 1, p, 0.0f, 0.0f));
+    im = read_png(path);
+    ck_assert_int_ge(count_color(&im, 0xFDE725), 18 * 18);
+    free(im.rgb);
+    ck_assert_int_eq(dir_entries(), 1);
+}
+END_TEST
+
+START_TEST(test_plot_bad_input)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/x.png", plot_dir);
+    float y[3] = {1, 2, 3}, v[1] = {0};
+    cg_plot_series s = {"s", NULL, y, 3, 0};
+    cg_plot_series bad = {"s", NULL, NULL, 3, 0};
+    cg_clear_error();
+    ck_assert(!cg_plot_loss_curve(NULL, "t", 1, &s));
+    ck_assert(cg_has_error());
+    cg_clear_error();
+    ck_assert(!cg_plot_loss_curve(path, "t", -1, &s));
+    cg_clear_error();
+    ck_assert(!cg_plot_loss_curve(path, "t", 1, &bad));
+    ck_assert(strstr(cg_last_error(), "series 0") != NULL);
+    cg_clear_error();
+    float neg[2] = {-1, 0};
+    cg_plot_series sn = {"n", NULL, neg, 2, 0};
+    cg_plot_opts o = {NULL, NULL, NULL, CG_PLOT_Y_LOG, 0, 0};
+    ck_assert(!cg_plot_lines(path, &o, 1, &sn));
+    ck_assert(strstr(cg_last_error(), "log") != NULL);
+    cg_clear_error();
+    cg_heatmap_panel p = {NULL, 1, 1, NULL, NULL, NULL, NULL, NULL};
+    ck_assert(!cg_plot_heatmaps(path, "t", 1, 1, &p, 0, 1));
+    cg_clear_error();
+    p.values = v;
+    ck_assert(!cg_plot_heatmaps(path, "t", 0, 1, &p, 0, 1));
+    cg_clear_error();
+    ck_assert_int_eq(dir_entries(), 0);
+    /* a directory that does not exist: false, a message, nothing written */
+    char missing[600];
+    snprintf(missing, sizeof missing, "%s/no/such/dir.png", plot_dir);
+    ck_assert(!cg_plot_loss_curve(missing, "t", 1, &s));
+    ck_assert(strstr(cg_last_error(), "no/such") != NULL);
+    cg_clear_error();
+    ck_assert(!cg_plot_heatmaps(missing, "t", 1, 1, &p, 0, 1));
+    cg_clear_error();
+    /* an empty chart is still a valid picture */
+    ck_assert(cg_plot_loss_curve(path, NULL, 0, NULL));
+    ck_assert_int_eq(dir_entries(), 1);
+}
+END_TEST
+
 static Suite *metrics_suite(void)
 {
     Suite *s = suite_create("metrics");
@@ -303,8 +516,21 @@ static Suite *metrics_suite(void)
     return s;
 }
 
+static Suite *plot_suite(void)
+{
+    Suite *s = suite_create("plot");
+    TCase *tc = tcase_create("png");
+    tcase_add_checked_fixture(tc, plot_setup, plot_teardown);
+    tcase_add_test(tc, test_colormap);
+    tcase_add_test(tc, test_loss_curve_png);
+    tcase_add_test(tc, test_heatmap_png);
+    tcase_add_test(tc, test_plot_bad_input);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
 int main(void)
 {
-    Suite *s[] = {metrics_suite()};
-    return cg_test_run(s, 1);
+    Suite *s[] = {metrics_suite(), plot_suite()};
+    return cg_test_run(s, 2);
 }

@@ -227,23 +227,12 @@ START_TEST(test_max_argmax)
 {
     cg_rng rng = cg_rng_new(24);
     for (int kind = 0; kind < 4; kind++) {
-        cg_tensor *r = cg_test_randn_layout(&rng, CG_SHAPE(4, 5, 6), kind);
-        /* round to a few integers so ties are frequent: first index wins */
-        cg_tensor *m3 = cg_k_muls(r, 1.5f);
-        cg_tensor *a = cg_k_clamp(m3, -2.0f, 2.0f);
-        float *av = cg_test_values(a);
-        for (int i = 0; i < 120; i++)
-            av[i] = roundf(av[i]);
-        cg_tensor *ai = cg_from_data(CG_SHAPE(4, 5, 6), av);
-        /* re-layout the rounded values as the original view kind */
-        cg_tensor *src = ai;
-        cg_tensor *tb = NULL, *tv = NULL;
-        if (kind == 1) {
-            tb = cg_contiguous(cg_view_transpose(ai, 1, 2)); /* storage [4,6,5] */
-            cg_release(tb);
-            tb = cg_clone(cg_view_transpose(ai, 1, 2));
-            tv = cg_view_transpose(tb, 1, 2);
-            src = tv;
+        cg_tensor *src = cg_test_randn_layout(&rng, CG_SHAPE(4, 5, 6), kind);
+        /* round the storage to a few integers so ties are frequent (the
+         * first index must win); the view keeps its layout */
+        for (int64_t i = 0; i < src->storage->numel; i++) {
+            float x = roundf(1.5f * src->storage->data[i]);
+            src->storage->data[i] = x < -2.0f ? -2.0f : (x > 2.0f ? 2.0f : x);
         }
         for (int dim = -3; dim < 3; dim++) {
             int d = dim < 0 ? dim + 3 : dim;
@@ -282,9 +271,7 @@ START_TEST(test_max_argmax)
                 cg_release_all(3, mv, idx, am);
             }
         }
-        free(av);
-        cg_release_all(5, r, m3, a, ai, tb);
-        cg_release(tv);
+        cg_release(src);
     }
     /* broadcast (stride 0) input: every index ties, index 0 wins */
     cg_tensor *row = cg_randn(&rng, CG_SHAPE(1, 7));
@@ -427,7 +414,7 @@ START_TEST(test_errors)
     ck_assert(strstr(cg_last_error(), "[2, 3, 4]") != NULL);
     CG_ASSERT_FAILS(cg_k_var(a, 1, neg, 1, false), "dim -4");
     CG_ASSERT_FAILS(cg_k_max(a, 3, false, NULL), "out of range");
-    CG_ASSERT_FAILS(cg_k_argmax(a, -4, false), "argmax" + 3); /* "max: ..." */
+    CG_ASSERT_FAILS(cg_k_argmax(a, -4, false), "max");
     CG_ASSERT_FAILS(cg_k_var(a, 0, NULL, -1, false), "correction");
     cg_tensor *idx = (cg_tensor *)0x1;
     ck_assert_ptr_null(cg_k_max(a, 5, false, &idx));

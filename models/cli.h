@@ -1,0 +1,56 @@
+/* cgrad zoo: small helpers for the command-line programs: strict number
+ * parsing and a flag table.
+ *
+ * Numbers are parsed whole ("12x", "", " 3", "1e999" and out-of-range values
+ * are errors). Every parser returns false and records a message
+ * (cg_set_error) naming the flag and the bad text; the programs print that
+ * message as their one error line. */
+#ifndef CG_MODELS_CLI_H
+#define CG_MODELS_CLI_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Decimal integer in [lo, hi]. flag names the option in the message. */
+bool cg_cli_parse_i64(const char *flag, const char *s, int64_t lo, int64_t hi, int64_t *out);
+/* Non-negative decimal integer (up to 2^64-1), e.g. a seed. */
+bool cg_cli_parse_u64(const char *flag, const char *s, uint64_t *out);
+/* Finite number in [lo, hi]. */
+bool cg_cli_parse_f64(const char *flag, const char *s, double lo, double hi, double *out);
+/* "true/false/1/0/yes/no/on/off". */
+bool cg_cli_parse_bool(const char *flag, const char *s, bool *out);
+
+/* One option of a flag table. kind says how the value is read; dst points
+ * to the variable that receives it. For CG_CLI_SWITCH no value is taken and
+ * *(bool *)dst becomes true. `seen` (optional) is set when the flag is given. */
+typedef enum {
+    CG_CLI_I64,    /* int64_t, range [lo, hi] */
+    CG_CLI_U64,    /* uint64_t */
+    CG_CLI_F64,    /* double, range [lo, hi] */
+    CG_CLI_BOOL,   /* bool with a value (--norm-first false) */
+    CG_CLI_STR,    /* const char * (points into argv) */
+    CG_CLI_SWITCH  /* bool, no value */
+} cg_cli_kind;
+
+typedef struct {
+    const char *name;  /* "--steps" */
+    cg_cli_kind kind;
+    void *dst;
+    double lo, hi;     /* for I64 and F64 */
+    bool *seen;        /* may be NULL */
+} cg_cli_opt;
+
+/* Parse argv[0..argc) against opts (n entries). Accepts "--flag value" and
+ * "--flag=value". Sets *help when -h/--help is seen (and stops). False +
+ * error on an unknown flag, a missing value, a stray positional argument or
+ * a bad value. */
+bool cg_cli_parse(int argc, char **argv, const cg_cli_opt *opts, int n, bool *help);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

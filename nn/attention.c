@@ -1,0 +1,239 @@
+/* Multi-head attention written out with graph ops: split heads (views),
+ * scores = q @ k^T / sqrt(dh), masked_fill(-inf), softmax, @ v, merge. */
+#include "nn/attention.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "autograd/ops.h"
+#include "core/ops.h"
+
+/* --------------------------------------------------------------- masks */
+bool cg_attention_mask(int64_t B, int64_t H, int64_t Tq, int64_t Tk, bool causal,
+                       const uint8_t *key_pad, const cg_tensor *mask, cg_tensor **out)
+{
+    if (!out) {
+        cg_set_error("attention mask: out is NULL");
+        return false;
+    }
+    *out = NULL;
+    if (B <= 0 || H <= 0 || Tq <= 0 || Tk <= 0) {
+        cg_set_error("attention mask: sizes must be positive (B=%lld H=%lld Tq=%lld Tk=%lld)",
+                     (long long)B, (long long)H, (long long)Tq, (long long)Tk);
+        return false;
+    }
+    const int64_t full[4] = {B, H, Tq, Tk};
+    if (mask) {
+        int64_t bs[CG_MAX_DIMS];
+        char a[96], b[96];
+        int nd = mask->ndim <= 4
+                     ? cg_broadcast_shapes("attention mask", mask->ndim, mask->shape, 4, full, bs)
+                     : -1;
+        if (nd != 4 || memcmp(bs, full, sizeof full)) {
+            cg_set_error("attention: mask %s does not broadcast to [B,H,Tq,Tk] = %s",
+                         cg_shape_str(mask, a, sizeof a), cg_shape_str_n(4, full, b, sizeof b));
+            return false;
+        }
+    }
+    cg_tensor *base = NULL;
+    if (key_pad || causal) {
+        int64_t nb = key_pad ? B : 1;
+        base = cg_zeros(CG_SHAPE(nb, 1, Tq, Tk));
+        if (!base)
+            return false;
+        float *v = cg_data(base);
+        for (int64_t b = 0; b < nb; b++)
+            for (int64_t i = 0; i < Tq; i++)
+                for (int64_t j = 0; j < Tk; j++)
+                    v[(b * Tq + i) * Tk + j] =
+                        ((causal && j > i) || (key_pad && key_pad[b * Tk + j])) ? 1.0f : 0.0f;
+    }
+    if (!mask) {
+        *out = base;
+        return true;
+    }
+    cg_tensor *um = cg_clone(mask); /* contiguous copy, normalised to 0/1 */
+    if (!um) {
+        cg_release(base);
+        return false;
+    }
+    float *u = cg_data(um);
+    for (int64_t i = 0, n = cg_numel(um); i < n; i++)
+        u[i] = u[i] != 0.0f ? 1.0f : 0.0f; /* NaN counts as masked */
+    if (!base) {
+        *out = um;
+        return true;
+    }
+    *out = cg_k_add(base, um); /* nonzero where either masks */
+    cg_release_all(2, base, um);
+    return *out != NULL;
+}
+
+/* ------------------------------------------------- scaled dot product */
+cg_tensor *cg_scaled_dot_product_attention(cg_tensor *q, cg_tensor *k, cg_tensor *v,
+                                           cg_tensor *mask, cg_tensor **weights_out)
+{
+    if (weights_out)
+        *weights_out = NULL;
+    if (!q || !k || !v)
+        return NULL;
+    if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4 || q->shape[0] != k->shape[0] ||
+        q->shape[1] != k->shape[1] || !cg_same_shape(k, v) || q->shape[3] != k->shape[3]) {
+        char a[96], b[96], c[96];
+        cg_set_error("attention: expected q [B,H,Tq,dh], k and v [B,H,Tk,dh]; got q %s, k %s, "
+                     "v %s",
+                     cg_shape_str(q, a, sizeof a), cg_shape_str(k, b, sizeof b),
+                     cg_shape_str(v, c, sizeof c));
+        return NULL;
+    }
+    /* divide (not multiply by the reciprocal) to round exactly as PyTorch's
+     * scores / math.sqrt(d_head) */
+    cg_tensor *scale = cg_scalar((float)sqrt((double)q->shape[3]));
+    cg_tensor *kt = cg_transpose(k, 2, 3); /* [B,H,dh,Tk], a view */
+    cg_tensor *s = cg_matmul(q, kt);
+    cg_tensor *ss = cg_div(s, scale);
+    cg_release_all(3, scale, kt, s);
+    if (mask && ss) {
+        cg_tensor *sm = cg_masked_fill(ss, mask, -INFINITY);
+        cg_release(ss);
+        ss = sm;
+    }
+    cg_tensor *w = cg_softmax(ss, -1);
+    cg_release(ss);
+    if (!w)
+        return NULL;
+    cg_tensor *out = cg_matmul(w, v);
+    if (out && weights_out && !(*weights_out = cg_detach(w))) {
+        cg_release(out);
+        out = NULL;
+    }
+    cg_release(w);
+    return out;
+}
+
+/* -------------------------------------------------------------- module */
+static void mha_destroy(cg_module *m)
+{
+    cg_release(((cg_mha *)m)->weights);
+}
+
+cg_mha *cg_mha_new(int64_t d, int64_t H, cg_rng *rng)
+{
+    if (d <= 0 || H <= 0 || d % H) {
+        cg_set_error("MultiHeadAttention: d=%lld is not divisible by H=%lld (both must be "
+                     "positive)",
+                     (long long)d, (long long)H);
+        return NULL;
+    }
+    cg_rng local = cg_rng_new(0);
+    if (!rng)
+        rng = &local;
+    cg_mha *m = (cg_mha *)cg_module_alloc(sizeof *m, "MultiHeadAttention", mha_destroy);
+    if (!m)
+        return NULL;
+    m->d = d;
+    m->H = H;
+    m->d_head = d / H;
+    static const char *names[4] = {"q_proj", "k_proj", "v_proj", "o_proj"};
+    cg_linear **slots[4] = {&m->q_proj, &m->k_proj, &m->v_proj, &m->o_proj};
+    for (int i = 0; i < 4; i++) {
+        *slots[i] = (cg_linear *)cg_module_add_child(&m->base, names[i],
+                                                     CG_MODULE(cg_linear_new(d, d, true, rng)));
+        if (!*slots[i]) {
+            cg_module_free(&m->base);
+            return NULL;
+        }
+    }
+    return m;
+}
+
+/* [B,T,d] -> [B,H,T,dh] (a view when x is contiguous). */
+static cg_tensor *split_heads(const cg_mha *m, cg_tensor *x)
+{
+    if (!x)
+        return NULL;
+    cg_tensor *r = cg_reshape(x, CG_SHAPE(x->shape[0], x->shape[1], m->H, m->d_head));
+    cg_tensor *t = cg_transpose(r, 1, 2);
+    cg_release(r);
+    return t;
+}
+
+cg_tensor *cg_mha_forward(cg_mha *m, cg_tensor *xq, cg_tensor *xkv, bool causal,
+                          const uint8_t *key_pad, cg_tensor *mask, cg_tensor **weights_out)
+{
+    if (weights_out)
+        *weights_out = NULL;
+    if (!m || !xq || !xkv)
+        return NULL;
+    if (xq->ndim != 3 || xkv->ndim != 3 || xq->shape[0] != xkv->shape[0] ||
+        xq->shape[2] != m->d || xkv->shape[2] != m->d || xq->shape[1] <= 0 ||
+        xkv->shape[1] <= 0 || xq->shape[0] <= 0) {
+        char a[96], b[96];
+        cg_set_error("MultiHeadAttention: expected xq [B,Tq,%lld] and xkv [B,Tk,%lld] with "
+                     "B, Tq, Tk > 0; got %s and %s",
+                     (long long)m->d, (long long)m->d, cg_shape_str(xq, a, sizeof a),
+                     cg_shape_str(xkv, b, sizeof b));
+        return NULL;
+    }
+    int64_t B = xq->shape[0], Tq = xq->shape[1], Tk = xkv->shape[1];
+    cg_tensor *amask = NULL;
+    if (!cg_attention_mask(B, m->H, Tq, Tk, causal, key_pad, mask, &amask))
+        return NULL;
+
+    cg_tensor *q = cg_linear_forward(m->q_proj, xq);
+    cg_tensor *k = cg_linear_forward(m->k_proj, xkv);
+    cg_tensor *v = cg_linear_forward(m->v_proj, xkv);
+    cg_tensor *qh = split_heads(m, q), *kh = split_heads(m, k), *vh = split_heads(m, v);
+    cg_release_all(3, q, k, v);
+
+    bool want_w = weights_out || m->keep_weights;
+    cg_tensor *w = NULL;
+    cg_tensor *o = (qh && kh && vh)
+                       ? cg_scaled_dot_product_attention(qh, kh, vh, amask, want_w ? &w : NULL)
+                       : NULL;
+    cg_release_all(4, qh, kh, vh, amask);
+
+    cg_tensor *ot = cg_transpose(o, 1, 2); /* [B,Tq,H,dh] */
+    cg_release(o);
+    cg_tensor *merged = cg_reshape(ot, CG_SHAPE(B, Tq, m->d)); /* concat heads (a copy) */
+    cg_release(ot);
+    cg_tensor *y = cg_linear_forward(m->o_proj, merged);
+    cg_release(merged);
+    if (!y) {
+        cg_release(w);
+        return NULL;
+    }
+    if (m->keep_weights) {
+        cg_release(m->weights);
+        m->weights = cg_retain(w);
+    }
+    if (weights_out)
+        *weights_out = w;
+    else
+        cg_release(w);
+    return y;
+}
+
+cg_tensor *cg_mha_forward_masked(cg_mha *m, cg_tensor *xq, cg_tensor *xkv,
+                                 const cg_attn_mask *mask, cg_tensor **weights_out)
+{
+    if (!mask)
+        return cg_mha_forward(m, xq, xkv, false, NULL, NULL, weights_out);
+    return cg_mha_forward(m, xq, xkv, mask->causal, mask->key_pad, mask->mask, weights_out);
+}
+
+void cg_module_keep_attention_weights(cg_module *m, bool on)
+{
+    if (!m)
+        return;
+    if (!strcmp(m->type, "MultiHeadAttention")) {
+        cg_mha *a = (cg_mha *)m;
+        a->keep_weights = on;
+        if (!on) {
+            cg_release(a->weights);
+            a->weights = NULL;
+        }
+    }
+    for (int i = 0; i < m->n_children; i++)
+        cg_module_keep_attention_weights(m->children[i].module, on);
+}

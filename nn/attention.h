@@ -1,0 +1,72 @@
+/* cgrad nn: multi-head attention (models.py MultiHeadAttention).
+ *
+ * Per head: softmax(q @ k^T / sqrt(d_head), masked scores = -inf) @ v;
+ * heads concatenated, then o_proj. Masks say where a query may NOT attend:
+ *   - causal: key j is masked for query i when j > i (torch.triu(ones, 1));
+ *   - key_pad: B*Tk bytes, row-major [B, Tk], nonzero = padding key;
+ *   - mask: a float tensor, nonzero = masked, broadcastable to [B,H,Tq,Tk].
+ * They combine by "or". A query whose keys are all masked gets NaN weights,
+ * as in PyTorch: every sequence needs at least one key it may attend to.
+ *
+ * Ownership as in nn/layers.h: forward results are new references. */
+#ifndef CG_NN_ATTENTION_H
+#define CG_NN_ATTENTION_H
+
+#include "nn/layers.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The masks of one attention call, bundled (used by the transformer
+ * layers). All fields may be zero/NULL; a NULL cg_attn_mask* means none. */
+typedef struct {
+    bool causal;
+    const uint8_t *key_pad; /* [B*Tk], 1 = padding; borrowed */
+    cg_tensor *mask;        /* nonzero = masked, broadcast to [B,H,Tq,Tk]; borrowed */
+} cg_attn_mask;
+
+/* The combined mask as a float tensor (1 = masked, 0 = free) of shape
+ * [B or 1, H or 1, Tq, Tk], or *out = NULL when nothing is masked. No
+ * gradient. False + error when mask does not broadcast to [B,H,Tq,Tk]. */
+bool cg_attention_mask(int64_t B, int64_t H, int64_t Tq, int64_t Tk, bool causal,
+                       const uint8_t *key_pad, const cg_tensor *mask, cg_tensor **out);
+
+/* Scaled dot-product attention on split heads: q [B,H,Tq,dh],
+ * k and v [B,H,Tk,dh] (any strides), mask as from cg_attention_mask (may
+ * be NULL). Returns [B,H,Tq,dh]; *weights_out (if not NULL) receives the
+ * softmax weights [B,H,Tq,Tk], detached (a new reference). This is the
+ * boundary a fused attention kernel can replace. */
+cg_tensor *cg_scaled_dot_product_attention(cg_tensor *q, cg_tensor *k, cg_tensor *v,
+                                           cg_tensor *mask, cg_tensor **weights_out);
+
+typedef struct {
+    cg_module base;            /* type "MultiHeadAttention" */
+    int64_t d, H, d_head;
+    cg_linear *q_proj, *k_proj, *v_proj, *o_proj; /* [d, d] weights with bias */
+    /* When keep_weights is set, each forward replaces `weights` with that
+     * call's attention weights [B,H,Tq,Tk] (detached, owned by the module,
+     * released by cg_module_free). For heatmaps. */
+    bool keep_weights;
+    cg_tensor *weights;
+} cg_mha;
+
+/* d % H must be 0. */
+cg_mha *cg_mha_new(int64_t d, int64_t H, cg_rng *rng);
+/* xq [B,Tq,d], xkv [B,Tk,d] (pass xq twice for self-attention) -> [B,Tq,d].
+ * key_pad and mask may be NULL; *weights_out (if not NULL) receives the
+ * attention weights [B,H,Tq,Tk], detached (new reference). */
+cg_tensor *cg_mha_forward(cg_mha *m, cg_tensor *xq, cg_tensor *xkv, bool causal,
+                          const uint8_t *key_pad, cg_tensor *mask, cg_tensor **weights_out);
+/* Same with the masks bundled (mask may be NULL). */
+cg_tensor *cg_mha_forward_masked(cg_mha *m, cg_tensor *xq, cg_tensor *xkv,
+                                 const cg_attn_mask *mask, cg_tensor **weights_out);
+
+/* Set keep_weights on every MultiHeadAttention in a module tree (off also
+ * drops the kept weights). */
+void cg_module_keep_attention_weights(cg_module *m, bool on);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,362 @@
+/* Basic layers: Linear, Embedding, LayerNorm/RMSNorm, Dropout, sinusoidal
+ * positions, FeedForward. Forward passes use only autograd ops. */
+#include "nn/layers.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "autograd/ops.h"
+#include "nn/init.h"
+
+/* ----------------------------------------------------------- choices */
+bool cg_act_parse(const char *s, cg_act *out)
+{
+    if (s && !strcmp(s, "relu")) {
+        *out = CG_ACT_RELU;
+        return true;
+    }
+    if (s && !strcmp(s, "gelu")) {
+        *out = CG_ACT_GELU;
+        return true;
+    }
+    cg_set_error("unknown activation '%s' (expected relu or gelu)", s ? s : "(null)");
+    return false;
+}
+
+const char *cg_act_name(cg_act a)
+{
+    return a == CG_ACT_RELU ? "relu" : a == CG_ACT_GELU ? "gelu" : "?";
+}
+
+bool cg_norm_kind_parse(const char *s, cg_norm_kind *out)
+{
+    if (s && !strcmp(s, "layernorm")) {
+        *out = CG_NORM_LAYERNORM;
+        return true;
+    }
+    if (s && !strcmp(s, "rmsnorm")) {
+        *out = CG_NORM_RMSNORM;
+        return true;
+    }
+    cg_set_error("unknown norm '%s' (expected layernorm or rmsnorm)", s ? s : "(null)");
+    return false;
+}
+
+const char *cg_norm_kind_name(cg_norm_kind k)
+{
+    return k == CG_NORM_LAYERNORM ? "layernorm" : k == CG_NORM_RMSNORM ? "rmsnorm" : "?";
+}
+
+cg_tensor *cg_activation(cg_tensor *x, cg_act act)
+{
+    if (!x)
+        return NULL;
+    switch (act) {
+    case CG_ACT_RELU:
+        return cg_relu(x);
+    case CG_ACT_GELU:
+        return cg_gelu(x);
+    }
+    cg_set_error("activation: unknown kind %d", (int)act);
+    return NULL;
+}
+
+/* A new parameter tensor registered under name; NULL + error on failure. */
+static cg_tensor *new_param(cg_module *m, const char *name, int ndim, const int64_t *shape)
+{
+    cg_tensor *t = cg_zeros(ndim, shape);
+    cg_tensor *r = cg_module_add_param(m, name, t);
+    cg_release(t); /* the module holds its own reference */
+    return r;
+}
+
+static bool positive(const char *op, const char *what, int64_t v)
+{
+    if (v <= 0)
+        cg_set_error("%s: %s must be positive (got %lld)", op, what, (long long)v);
+    return v > 0;
+}
+
+/* ------------------------------------------------------------ Linear */
+cg_linear *cg_linear_new(int64_t in_features, int64_t out_features, bool bias, cg_rng *rng)
+{
+    if (!positive("Linear", "in_features", in_features) ||
+        !positive("Linear", "out_features", out_features))
+        return NULL;
+    cg_rng local = cg_rng_new(0);
+    if (!rng)
+        rng = &local;
+    cg_linear *l = (cg_linear *)cg_module_alloc(sizeof *l, "Linear", NULL);
+    if (!l)
+        return NULL;
+    l->in_features = in_features;
+    l->out_features = out_features;
+    l->weight = new_param(&l->base, "weight", CG_SHAPE(out_features, in_features));
+    bool ok = l->weight && cg_init_normal_(l->weight, rng, 0.0f, CG_INIT_STD);
+    if (ok && bias)
+        ok = (l->bias = new_param(&l->base, "bias", CG_SHAPE(out_features))) != NULL;
+    if (!ok) {
+        cg_module_free(&l->base);
+        return NULL;
+    }
+    return l;
+}
+
+cg_tensor *cg_linear_forward(cg_linear *l, cg_tensor *x)
+{
+    if (!l || !x)
+        return NULL;
+    if (x->ndim < 1 || x->shape[x->ndim - 1] != l->in_features) {
+        char a[96], b[96];
+        cg_set_error("Linear: input %s does not end in in_features %lld (weight %s)",
+                     cg_shape_str(x, a, sizeof a), (long long)l->in_features,
+                     cg_shape_str(l->weight, b, sizeof b));
+        return NULL;
+    }
+    cg_tensor *wt = cg_transpose(l->weight, 0, 1); /* [in, out], a view */
+    cg_tensor *y = cg_matmul(x, wt);
+    cg_release(wt);
+    if (!y || !l->bias)
+        return y;
+    cg_tensor *r = cg_add(y, l->bias);
+    cg_release(y);
+    return r;
+}
+
+/* --------------------------------------------------------- Embedding */
+cg_embed *cg_embed_new(int64_t num, int64_t dim, cg_rng *rng)
+{
+    if (!positive("Embedding", "num", num) || !positive("Embedding", "dim", dim))
+        return NULL;
+    cg_rng local = cg_rng_new(0);
+    if (!rng)
+        rng = &local;
+    cg_embed *e = (cg_embed *)cg_module_alloc(sizeof *e, "Embedding", NULL);
+    if (!e)
+        return NULL;
+    e->num = num;
+    e->dim = dim;
+    e->weight = new_param(&e->base, "weight", CG_SHAPE(num, dim));
+    if (!e->weight || !cg_init_normal_(e->weight, rng, 0.0f, CG_INIT_STD)) {
+        cg_module_free(&e->base);
+        return NULL;
+    }
+    return e;
+}
+
+cg_tensor *cg_embed_forward(cg_embed *e, const int64_t *ids, int ndim, const int64_t *shape)
+{
+    if (!e)
+        return NULL;
+    if (ndim < 0 || ndim >= CG_MAX_DIMS || (ndim > 0 && !shape)) {
+        cg_set_error("Embedding: ids must have 0..%d dims (got %d)", CG_MAX_DIMS - 1, ndim);
+        return NULL;
+    }
+    int64_t n = cg_numel_shape(ndim, shape);
+    if (n > 0 && !ids) {
+        cg_set_error("Embedding: ids is NULL");
+        return NULL;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= e->num) {
+            char b[96];
+            cg_set_error("Embedding: token id %lld at position %lld of ids %s is out of range "
+                         "[0, %lld) (vocabulary size V=%lld)",
+                         (long long)ids[i], (long long)i, cg_shape_str_n(ndim, shape, b, sizeof b),
+                         (long long)e->num, (long long)e->num);
+            return NULL;
+        }
+    }
+    return cg_embedding(e->weight, ids, ndim, shape);
+}
+
+/* -------------------------------------------------- LayerNorm/RMSNorm */
+cg_norm *cg_norm_new(cg_norm_kind kind, int64_t dim)
+{
+    if (kind != CG_NORM_LAYERNORM && kind != CG_NORM_RMSNORM) {
+        cg_set_error("norm: unknown kind %d (expected layernorm or rmsnorm)", (int)kind);
+        return NULL;
+    }
+    const char *type = kind == CG_NORM_LAYERNORM ? "LayerNorm" : "RMSNorm";
+    if (!positive(type, "dim", dim))
+        return NULL;
+    cg_norm *n = (cg_norm *)cg_module_alloc(sizeof *n, type, NULL);
+    if (!n)
+        return NULL;
+    n->kind = kind;
+    n->dim = dim;
+    n->eps = CG_NORM_EPS;
+    n->weight = new_param(&n->base, "weight", CG_SHAPE(dim));
+    bool ok = n->weight && cg_init_ones_(n->weight);
+    if (ok && kind == CG_NORM_LAYERNORM)
+        ok = (n->bias = new_param(&n->base, "bias", CG_SHAPE(dim))) != NULL;
+    if (!ok) {
+        cg_module_free(&n->base);
+        return NULL;
+    }
+    return n;
+}
+
+cg_norm *cg_layernorm_new(int64_t dim)
+{
+    return cg_norm_new(CG_NORM_LAYERNORM, dim);
+}
+
+cg_norm *cg_rmsnorm_new(int64_t dim)
+{
+    return cg_norm_new(CG_NORM_RMSNORM, dim);
+}
+
+cg_tensor *cg_norm_forward(cg_norm *n, cg_tensor *x)
+{
+    if (!n || !x)
+        return NULL;
+    if (x->ndim < 1 || x->shape[x->ndim - 1] != n->dim) {
+        char a[96];
+        cg_set_error("%s: input %s does not end in dim %lld", n->base.type,
+                     cg_shape_str(x, a, sizeof a), (long long)n->dim);
+        return NULL;
+    }
+    if (n->kind == CG_NORM_LAYERNORM)
+        return cg_layer_norm(x, n->weight, n->bias, n->eps);
+    return cg_rms_norm(x, n->weight, n->eps);
+}
+
+/* ----------------------------------------------------------- Dropout */
+cg_drop *cg_drop_new(float p, cg_rng *rng)
+{
+    if (!(p >= 0.0f && p < 1.0f)) {
+        cg_set_error("Dropout: p must be in [0, 1) (got %g)", (double)p);
+        return NULL;
+    }
+    cg_drop *d = (cg_drop *)cg_module_alloc(sizeof *d, "Dropout", NULL);
+    if (!d)
+        return NULL;
+    d->p = p;
+    d->own_rng = cg_rng_new(0);
+    d->rng = rng ? rng : &d->own_rng;
+    return d;
+}
+
+cg_tensor *cg_drop_forward(cg_drop *d, cg_tensor *x)
+{
+    if (!d || !x)
+        return NULL;
+    return cg_dropout(x, d->p, d->rng, d->base.training);
+}
+
+/* ------------------------------------------------ sinusoidal positions */
+cg_tensor *cg_sinusoidal_pe(int64_t max_len, int64_t d)
+{
+    if (!positive("sinusoidal_pe", "max_len", max_len) || !positive("sinusoidal_pe", "d", d))
+        return NULL;
+    cg_tensor *pe = cg_empty(CG_SHAPE(max_len, d));
+    if (!pe)
+        return NULL;
+    float *v = cg_data(pe);
+    for (int64_t c = 0; c < d; c++) {
+        /* column c uses 2i = c rounded down to even */
+        double div = pow(10000.0, (double)(c - (c & 1)) / (double)d);
+        for (int64_t pos = 0; pos < max_len; pos++) {
+            double angle = (double)pos / div;
+            v[pos * d + c] = (float)((c & 1) ? cos(angle) : sin(angle));
+        }
+    }
+    return pe;
+}
+
+static void posenc_destroy(cg_module *m)
+{
+    cg_release(((cg_posenc *)m)->pe);
+}
+
+cg_posenc *cg_posenc_new(int64_t max_len, int64_t dim)
+{
+    cg_tensor *pe = cg_sinusoidal_pe(max_len, dim);
+    if (!pe)
+        return NULL;
+    cg_posenc *p = (cg_posenc *)cg_module_alloc(sizeof *p, "PositionalEncoding", posenc_destroy);
+    if (!p) {
+        cg_release(pe);
+        return NULL;
+    }
+    p->max_len = max_len;
+    p->dim = dim;
+    p->pe = pe;
+    return p;
+}
+
+cg_tensor *cg_posenc_rows(cg_posenc *p, int64_t start, int64_t len)
+{
+    if (!p)
+        return NULL;
+    if (start < 0 || len < 0 || start + len > p->max_len) {
+        cg_set_error("PositionalEncoding: positions [%lld, %lld) exceed max_len %lld",
+                     (long long)start, (long long)(start + len), (long long)p->max_len);
+        return NULL;
+    }
+    return cg_view_narrow(p->pe, 0, start, len);
+}
+
+cg_tensor *cg_posenc_forward(cg_posenc *p, cg_tensor *x)
+{
+    if (!p || !x)
+        return NULL;
+    if (x->ndim < 2 || x->shape[x->ndim - 1] != p->dim) {
+        char a[96];
+        cg_set_error("PositionalEncoding: input %s must be [..., T, %lld]",
+                     cg_shape_str(x, a, sizeof a), (long long)p->dim);
+        return NULL;
+    }
+    int64_t T = x->shape[x->ndim - 2];
+    if (T > p->max_len) {
+        cg_set_error("PositionalEncoding: sequence length %lld exceeds max_len %lld",
+                     (long long)T, (long long)p->max_len);
+        return NULL;
+    }
+    cg_tensor *rows = cg_posenc_rows(p, 0, T);
+    cg_tensor *y = cg_add(x, rows);
+    cg_release(rows);
+    return y;
+}
+
+/* ------------------------------------------------------- FeedForward */
+cg_ff *cg_ff_new(int64_t d, int64_t d_ff, cg_act act, cg_rng *rng)
+{
+    if (act != CG_ACT_RELU && act != CG_ACT_GELU) {
+        cg_set_error("FeedForward: unknown activation %d (expected relu or gelu)", (int)act);
+        return NULL;
+    }
+    if (!positive("FeedForward", "d", d) || !positive("FeedForward", "d_ff", d_ff))
+        return NULL;
+    cg_rng local = cg_rng_new(0);
+    if (!rng)
+        rng = &local;
+    cg_ff *f = (cg_ff *)cg_module_alloc(sizeof *f, "FeedForward", NULL);
+    if (!f)
+        return NULL;
+    f->act = act;
+    f->fc1 = (cg_linear *)cg_module_add_child(&f->base, "fc1",
+                                              CG_MODULE(cg_linear_new(d, d_ff, true, rng)));
+    f->fc2 = f->fc1 ? (cg_linear *)cg_module_add_child(
+                          &f->base, "fc2", CG_MODULE(cg_linear_new(d_ff, d, true, rng)))
+                    : NULL;
+    if (!f->fc2) {
+        cg_module_free(&f->base);
+        return NULL;
+    }
+    return f;
+}
+
+cg_tensor *cg_ff_forward(cg_ff *f, cg_tensor *x)
+{
+    if (!f || !x)
+        return NULL;
+    cg_tensor *h = cg_linear_forward(f->fc1, x);
+    cg_tensor *a = cg_activation(h, f->act);
+    cg_release(h);
+    cg_tensor *y = cg_linear_forward(f->fc2, a);
+    cg_release(a);
+    return y;
+}

@@ -1,0 +1,21 @@
+/* cgrad nn: everything needed to build and train models (umbrella header).
+ *   nn/module.h       module base, parameter registry, save/load
+ *   nn/layers.h       Linear, Embedding, LayerNorm/RMSNorm, Dropout,
+ *                     sinusoidal positions, FeedForward
+ *   nn/attention.h    MultiHeadAttention, masks, scaled dot-product attention
+ *   nn/transformer.h  encoder/decoder layers, CharLM block, stacks
+ *   nn/init.h         initialisers (normal, Xavier, models.py init_params)
+ *   nn/safetensors.h  the checkpoint file format */
+#ifndef CG_NN_H
+#define CG_NN_H
+
+#include "autograd/autograd.h"
+#include "autograd/ops.h"
+#include "nn/attention.h"
+#include "nn/init.h"
+#include "nn/layers.h"
+#include "nn/module.h"
+#include "nn/safetensors.h"
+#include "nn/transformer.h"
+
+#endif

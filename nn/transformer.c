@@ -1,0 +1,351 @@
+/* Transformer encoder/decoder layers, the CharLM block, and stacks. */
+#include "nn/transformer.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "autograd/ops.h"
+
+bool cg_tf_config_check(const cg_tf_config *c)
+{
+    if (!c) {
+        cg_set_error("transformer config is NULL");
+        return false;
+    }
+    if (c->d <= 0 || c->H <= 0 || c->d % c->H) {
+        cg_set_error("transformer config: d=%lld must be positive and divisible by H=%lld",
+                     (long long)c->d, (long long)c->H);
+        return false;
+    }
+    if (c->d_ff <= 0) {
+        cg_set_error("transformer config: d_ff must be positive (got %lld)", (long long)c->d_ff);
+        return false;
+    }
+    if (c->norm != CG_NORM_LAYERNORM && c->norm != CG_NORM_RMSNORM) {
+        cg_set_error("transformer config: unknown norm %d (expected layernorm or rmsnorm)",
+                     (int)c->norm);
+        return false;
+    }
+    if (c->act != CG_ACT_RELU && c->act != CG_ACT_GELU) {
+        cg_set_error("transformer config: unknown act %d (expected relu or gelu)", (int)c->act);
+        return false;
+    }
+    if (!(c->dropout >= 0.0f && c->dropout < 1.0f)) {
+        cg_set_error("transformer config: dropout must be in [0, 1) (got %g)",
+                     (double)c->dropout);
+        return false;
+    }
+    return true;
+}
+
+/* ------------------------------------------------------------ helpers */
+/* Add a child and return it, or NULL (the child is freed on failure). */
+#define ADD(parent, name, child) ((void *)cg_module_add_child((parent), (name), CG_MODULE(child)))
+
+typedef enum { SUB_SELF_ATTN, SUB_CROSS_ATTN, SUB_FF } sub_kind;
+
+typedef struct {
+    sub_kind kind;
+    cg_mha *attn;
+    cg_ff *ff;
+    cg_tensor *memory;
+    const cg_attn_mask *mask;
+} sublayer;
+
+static cg_tensor *apply_sub(const sublayer *s, cg_tensor *h)
+{
+    switch (s->kind) {
+    case SUB_SELF_ATTN:
+        return cg_mha_forward_masked(s->attn, h, h, s->mask, NULL);
+    case SUB_CROSS_ATTN:
+        return cg_mha_forward_masked(s->attn, h, s->memory, s->mask, NULL);
+    case SUB_FF:
+        return cg_ff_forward(s->ff, h);
+    }
+    return NULL;
+}
+
+/* models.py Residual: pre-norm x + drop(sub(norm(x))), post-norm
+ * norm(x + drop(sub(x))). */
+static cg_tensor *residual(const cg_module *owner, const cg_tf_config *c, cg_rng *rng,
+                           cg_norm *norm, const sublayer *s, cg_tensor *x)
+{
+    if (!x)
+        return NULL;
+    cg_tensor *h = c->norm_first ? cg_norm_forward(norm, x) : cg_retain(x);
+    cg_tensor *y = h ? apply_sub(s, h) : NULL;
+    cg_release(h);
+    cg_tensor *dy = cg_dropout(y, c->dropout, rng, owner->training);
+    cg_release(y);
+    cg_tensor *r = cg_add(x, dy);
+    cg_release(dy);
+    if (c->norm_first || !r)
+        return r;
+    cg_tensor *out = cg_norm_forward(norm, r);
+    cg_release(r);
+    return out;
+}
+
+static bool check_input(const char *what, const cg_tf_config *c, const cg_tensor *x)
+{
+    if (x->ndim != 3 || x->shape[2] != c->d) {
+        char a[96];
+        cg_set_error("%s: input %s must be [B, T, %lld]", what, cg_shape_str(x, a, sizeof a),
+                     (long long)c->d);
+        return false;
+    }
+    return true;
+}
+
+/* Common start of a layer constructor; LAYER_SETUP then fills config and rng. */
+static cg_module *layer_alloc(size_t size, const char *type, const cg_tf_config *cfg)
+{
+    if (!cg_tf_config_check(cfg))
+        return NULL;
+    return cg_module_alloc(size, type, NULL);
+}
+
+#define LAYER_SETUP(l, cfgp)                                                                   \
+    do {                                                                                       \
+        (l)->cfg = *(cfgp);                                                                    \
+        (l)->own_rng = cg_rng_new(0);                                                          \
+        (l)->rng = (cfgp)->dropout_rng ? (cfgp)->dropout_rng : &(l)->own_rng;                  \
+    } while (0)
+
+/* -------------------------------------------------------------- encoder */
+cg_enc_layer *cg_enc_layer_new(const cg_tf_config *cfg, cg_rng *init_rng)
+{
+    cg_enc_layer *l = (cg_enc_layer *)layer_alloc(sizeof *l, "TransformerEncoderLayer", cfg);
+    if (!l)
+        return NULL;
+    LAYER_SETUP(l, cfg);
+    cg_rng local = cg_rng_new(0);
+    cg_rng *r = init_rng ? init_rng : &local;
+    cg_module *m = &l->base;
+    bool ok = (l->self_attn = ADD(m, "self_attn", cg_mha_new(cfg->d, cfg->H, r))) &&
+              (l->ln1 = ADD(m, "ln1", cg_norm_new(cfg->norm, cfg->d))) &&
+              (l->ff = ADD(m, "ff", cg_ff_new(cfg->d, cfg->d_ff, cfg->act, r))) &&
+              (l->ln2 = ADD(m, "ln2", cg_norm_new(cfg->norm, cfg->d)));
+    if (!ok) {
+        cg_module_free(m);
+        return NULL;
+    }
+    return l;
+}
+
+cg_tensor *cg_enc_layer_forward(cg_enc_layer *l, cg_tensor *x, const cg_attn_mask *mask)
+{
+    if (!l || !x || !check_input("TransformerEncoderLayer", &l->cfg, x))
+        return NULL;
+    sublayer sa = {.kind = SUB_SELF_ATTN, .attn = l->self_attn, .mask = mask};
+    sublayer ff = {.kind = SUB_FF, .ff = l->ff};
+    cg_tensor *h = residual(&l->base, &l->cfg, l->rng, l->ln1, &sa, x);
+    cg_tensor *y = residual(&l->base, &l->cfg, l->rng, l->ln2, &ff, h);
+    cg_release(h);
+    return y;
+}
+
+/* -------------------------------------------------------------- decoder */
+cg_dec_layer *cg_dec_layer_new(const cg_tf_config *cfg, cg_rng *init_rng)
+{
+    cg_dec_layer *l = (cg_dec_layer *)layer_alloc(sizeof *l, "TransformerDecoderLayer", cfg);
+    if (!l)
+        return NULL;
+    LAYER_SETUP(l, cfg);
+    cg_rng local = cg_rng_new(0);
+    cg_rng *r = init_rng ? init_rng : &local;
+    cg_module *m = &l->base;
+    bool ok = (l->self_attn = ADD(m, "self_attn", cg_mha_new(cfg->d, cfg->H, r))) &&
+              (l->ln1 = ADD(m, "ln1", cg_norm_new(cfg->norm, cfg->d))) &&
+              (l->cross_attn = ADD(m, "cross_attn", cg_mha_new(cfg->d, cfg->H, r))) &&
+              (l->ln2 = ADD(m, "ln2", cg_norm_new(cfg->norm, cfg->d))) &&
+              (l->ff = ADD(m, "ff", cg_ff_new(cfg->d, cfg->d_ff, cfg->act, r))) &&
+              (l->ln3 = ADD(m, "ln3", cg_norm_new(cfg->norm, cfg->d)));
+    if (!ok) {
+        cg_module_free(m);
+        return NULL;
+    }
+    return l;
+}
+
+cg_tensor *cg_dec_layer_forward(cg_dec_layer *l, cg_tensor *x, cg_tensor *memory,
+                                const cg_attn_mask *self_mask, const cg_attn_mask *cross_mask)
+{
+    if (!l || !x || !memory || !check_input("TransformerDecoderLayer", &l->cfg, x) ||
+        !check_input("TransformerDecoderLayer memory", &l->cfg, memory))
+        return NULL;
+    sublayer sa = {.kind = SUB_SELF_ATTN, .attn = l->self_attn, .mask = self_mask};
+    sublayer ca = {.kind = SUB_CROSS_ATTN, .attn = l->cross_attn, .memory = memory,
+                   .mask = cross_mask};
+    sublayer ff = {.kind = SUB_FF, .ff = l->ff};
+    cg_tensor *h1 = residual(&l->base, &l->cfg, l->rng, l->ln1, &sa, x);
+    cg_tensor *h2 = residual(&l->base, &l->cfg, l->rng, l->ln2, &ca, h1);
+    cg_release(h1);
+    cg_tensor *y = residual(&l->base, &l->cfg, l->rng, l->ln3, &ff, h2);
+    cg_release(h2);
+    return y;
+}
+
+/* ------------------------------------------------------------- LM block */
+cg_lm_block *cg_lm_block_new(const cg_tf_config *cfg, cg_rng *init_rng)
+{
+    cg_lm_block *b = (cg_lm_block *)layer_alloc(sizeof *b, "LMBlock", cfg);
+    if (!b)
+        return NULL;
+    LAYER_SETUP(b, cfg);
+    cg_rng local = cg_rng_new(0);
+    cg_rng *r = init_rng ? init_rng : &local;
+    cg_module *m = &b->base;
+    bool ok = (b->ln1 = ADD(m, "ln1", cg_norm_new(cfg->norm, cfg->d))) &&
+              (b->attn = ADD(m, "attn", cg_mha_new(cfg->d, cfg->H, r))) &&
+              (b->ln2 = ADD(m, "ln2", cg_norm_new(cfg->norm, cfg->d))) &&
+              (b->ff = ADD(m, "ff", cg_ff_new(cfg->d, cfg->d_ff, cfg->act, r)));
+    if (!ok) {
+        cg_module_free(m);
+        return NULL;
+    }
+    return b;
+}
+
+cg_tensor *cg_lm_block_forward(cg_lm_block *b, cg_tensor *x, const cg_attn_mask *mask)
+{
+    if (!b || !x || !check_input("LMBlock", &b->cfg, x))
+        return NULL;
+    sublayer sa = {.kind = SUB_SELF_ATTN, .attn = b->attn, .mask = mask};
+    sublayer ff = {.kind = SUB_FF, .ff = b->ff};
+    cg_tensor *h = residual(&b->base, &b->cfg, b->rng, b->ln1, &sa, x);
+    cg_tensor *y = residual(&b->base, &b->cfg, b->rng, b->ln2, &ff, h);
+    cg_release(h);
+    return y;
+}
+
+/* --------------------------------------------------------------- stacks */
+static void enc_stack_destroy(cg_module *m)
+{
+    free(((cg_enc_stack *)m)->layers);
+}
+
+static void dec_stack_destroy(cg_module *m)
+{
+    free(((cg_dec_stack *)m)->layers);
+}
+
+/* Builds the "layers" list and ln_f of a stack; make() creates one layer. */
+static bool stack_build(cg_module *s, int n, cg_tf_config *cfg, cg_rng *init_rng,
+                        void **layers, cg_norm **ln_f, bool decoder)
+{
+    cg_rng local = cg_rng_new(0);
+    cg_rng *r = init_rng ? init_rng : &local;
+    cg_module *list = ADD(s, "layers", cg_module_new("ModuleList"));
+    if (!list)
+        return false;
+    for (int i = 0; i < n; i++) {
+        char name[24];
+        snprintf(name, sizeof name, "%d", i);
+        cg_module *l = decoder ? CG_MODULE(cg_dec_layer_new(cfg, r))
+                               : CG_MODULE(cg_enc_layer_new(cfg, r));
+        if (!(layers[i] = ADD(list, name, l)))
+            return false;
+    }
+    if (cfg->norm_first && !(*ln_f = ADD(s, "ln_f", cg_norm_new(cfg->norm, cfg->d))))
+        return false;
+    return true;
+}
+
+cg_enc_stack *cg_enc_stack_new(int n_layers, const cg_tf_config *cfg, cg_rng *init_rng)
+{
+    if (!cg_tf_config_check(cfg))
+        return NULL;
+    if (n_layers < 0) {
+        cg_set_error("TransformerEncoder: n_layers must be >= 0 (got %d)", n_layers);
+        return NULL;
+    }
+    cg_enc_stack *s =
+        (cg_enc_stack *)cg_module_alloc(sizeof *s, "TransformerEncoder", enc_stack_destroy);
+    if (!s)
+        return NULL;
+    s->cfg = *cfg;
+    s->own_rng = cg_rng_new(0);
+    if (!s->cfg.dropout_rng)
+        s->cfg.dropout_rng = &s->own_rng;
+    s->layers = calloc((size_t)(n_layers ? n_layers : 1), sizeof *s->layers);
+    if (!s->layers) {
+        cg_set_error("TransformerEncoder: out of memory");
+        cg_module_free(&s->base);
+        return NULL;
+    }
+    s->n_layers = n_layers;
+    if (!stack_build(&s->base, n_layers, &s->cfg, init_rng, (void **)s->layers, &s->ln_f,
+                     false)) {
+        cg_module_free(&s->base);
+        return NULL;
+    }
+    return s;
+}
+
+cg_dec_stack *cg_dec_stack_new(int n_layers, const cg_tf_config *cfg, cg_rng *init_rng)
+{
+    if (!cg_tf_config_check(cfg))
+        return NULL;
+    if (n_layers < 0) {
+        cg_set_error("TransformerDecoder: n_layers must be >= 0 (got %d)", n_layers);
+        return NULL;
+    }
+    cg_dec_stack *s =
+        (cg_dec_stack *)cg_module_alloc(sizeof *s, "TransformerDecoder", dec_stack_destroy);
+    if (!s)
+        return NULL;
+    s->cfg = *cfg;
+    s->own_rng = cg_rng_new(0);
+    if (!s->cfg.dropout_rng)
+        s->cfg.dropout_rng = &s->own_rng;
+    s->layers = calloc((size_t)(n_layers ? n_layers : 1), sizeof *s->layers);
+    if (!s->layers) {
+        cg_set_error("TransformerDecoder: out of memory");
+        cg_module_free(&s->base);
+        return NULL;
+    }
+    s->n_layers = n_layers;
+    if (!stack_build(&s->base, n_layers, &s->cfg, init_rng, (void **)s->layers, &s->ln_f,
+                     true)) {
+        cg_module_free(&s->base);
+        return NULL;
+    }
+    return s;
+}
+
+static cg_tensor *final_norm(cg_norm *ln_f, cg_tensor *h)
+{
+    if (!ln_f || !h)
+        return h;
+    cg_tensor *y = cg_norm_forward(ln_f, h);
+    cg_release(h);
+    return y;
+}
+
+cg_tensor *cg_enc_stack_forward(cg_enc_stack *s, cg_tensor *x, const cg_attn_mask *mask)
+{
+    if (!s || !x || !check_input("TransformerEncoder", &s->cfg, x))
+        return NULL;
+    cg_tensor *h = cg_retain(x);
+    for (int i = 0; i < s->n_layers && h; i++) {
+        cg_tensor *n = cg_enc_layer_forward(s->layers[i], h, mask);
+        cg_release(h);
+        h = n;
+    }
+    return final_norm(s->ln_f, h);
+}
+
+cg_tensor *cg_dec_stack_forward(cg_dec_stack *s, cg_tensor *x, cg_tensor *memory,
+                                const cg_attn_mask *self_mask, const cg_attn_mask *cross_mask)
+{
+    if (!s || !x || !memory || !check_input("TransformerDecoder", &s->cfg, x))
+        return NULL;
+    cg_tensor *h = cg_retain(x);
+    for (int i = 0; i < s->n_layers && h; i++) {
+        cg_tensor *n = cg_dec_layer_forward(s->layers[i], h, memory, self_mask, cross_mask);
+        cg_release(h);
+        h = n;
+    }
+    return final_norm(s->ln_f, h);
+}

@@ -1,0 +1,119 @@
+/* cgrad nn: transformer layers and stacks (models.py EncoderLayer,
+ * DecoderLayer, Stack, CharLMBlock).
+ *
+ * Each sublayer is wrapped as in models.py Residual:
+ *   pre-norm  (norm_first): x + drop(sub(norm(x)))
+ *   post-norm:              norm(x + drop(sub(x)))
+ * Parameter names and registration order are those of models.py:
+ *   encoder layer: self_attn.{q,k,v,o}_proj.*, ln1.*, ff.fc1.*, ff.fc2.*, ln2.*
+ *   decoder layer: self_attn, ln1, cross_attn, ln2, ff, ln3
+ *   stack:         layers.{i}.*, then ln_f.* when norm_first
+ *   LM block:      ln1, attn, ln2, ff (the decoder-only CharLM block)
+ * Dropout (probability cfg.dropout) acts only in train mode
+ * (cg_module_train). Forward results are new references; x is [B,T,d]. */
+#ifndef CG_NN_TRANSFORMER_H
+#define CG_NN_TRANSFORMER_H
+
+#include "nn/attention.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    int64_t d;          /* model width */
+    int64_t H;          /* heads; d % H == 0 */
+    int64_t d_ff;       /* feed-forward width */
+    cg_norm_kind norm;  /* layernorm | rmsnorm (eps 1e-5) */
+    cg_act act;         /* relu | gelu (tanh form) */
+    bool norm_first;    /* pre-norm (true) or post-norm */
+    float dropout;      /* in [0, 1) */
+    /* Generator for every dropout mask of the layer/stack (borrowed: must
+     * outlive the module). NULL: the module owns one, seeded with 0. */
+    cg_rng *dropout_rng;
+} cg_tf_config;
+
+/* Checks the fields; false + error naming the bad one. */
+bool cg_tf_config_check(const cg_tf_config *cfg);
+
+/* ------------------------------------------------------------- layers */
+typedef struct {
+    cg_module base; /* "TransformerEncoderLayer" */
+    cg_tf_config cfg;
+    cg_rng own_rng, *rng; /* dropout generator (rng = cfg.dropout_rng or &own_rng) */
+    cg_mha *self_attn;
+    cg_norm *ln1;
+    cg_ff *ff;
+    cg_norm *ln2;
+} cg_enc_layer;
+
+typedef struct {
+    cg_module base; /* "TransformerDecoderLayer" */
+    cg_tf_config cfg;
+    cg_rng own_rng, *rng;
+    cg_mha *self_attn;
+    cg_norm *ln1;
+    cg_mha *cross_attn;
+    cg_norm *ln2;
+    cg_ff *ff;
+    cg_norm *ln3;
+} cg_dec_layer;
+
+/* Decoder-only block (models.py CharLMBlock): self-attention + FF. */
+typedef struct {
+    cg_module base; /* "LMBlock" */
+    cg_tf_config cfg;
+    cg_rng own_rng, *rng;
+    cg_norm *ln1;
+    cg_mha *attn;
+    cg_norm *ln2;
+    cg_ff *ff;
+} cg_lm_block;
+
+/* init_rng draws the initial weights (NULL: a generator seeded with 0). */
+cg_enc_layer *cg_enc_layer_new(const cg_tf_config *cfg, cg_rng *init_rng);
+cg_dec_layer *cg_dec_layer_new(const cg_tf_config *cfg, cg_rng *init_rng);
+cg_lm_block *cg_lm_block_new(const cg_tf_config *cfg, cg_rng *init_rng);
+
+/* x [B,T,d] -> [B,T,d]. mask: self-attention masks (NULL: none). */
+cg_tensor *cg_enc_layer_forward(cg_enc_layer *l, cg_tensor *x, const cg_attn_mask *mask);
+/* x [B,T,d], memory [B,S,d] -> [B,T,d]. self_mask for self-attention
+ * (typically causal + target padding), cross_mask for attention over
+ * memory (typically source padding, key_pad [B*S]). */
+cg_tensor *cg_dec_layer_forward(cg_dec_layer *l, cg_tensor *x, cg_tensor *memory,
+                                const cg_attn_mask *self_mask, const cg_attn_mask *cross_mask);
+cg_tensor *cg_lm_block_forward(cg_lm_block *b, cg_tensor *x, const cg_attn_mask *mask);
+
+/* ------------------------------------------------------------- stacks */
+/* n layers in a child "layers" (children "0".."n-1"), then "ln_f" when
+ * norm_first (applied after the last layer). A stack's layers share its
+ * dropout generator. */
+typedef struct {
+    cg_module base; /* "TransformerEncoder" */
+    cg_tf_config cfg;
+    cg_rng own_rng;
+    int n_layers;
+    cg_enc_layer **layers; /* borrowed from the "layers" child */
+    cg_norm *ln_f;         /* NULL for post-norm */
+} cg_enc_stack;
+
+typedef struct {
+    cg_module base; /* "TransformerDecoder" */
+    cg_tf_config cfg;
+    cg_rng own_rng;
+    int n_layers;
+    cg_dec_layer **layers;
+    cg_norm *ln_f;
+} cg_dec_stack;
+
+/* n_layers >= 0 (0 gives just ln_f, or the identity for post-norm). */
+cg_enc_stack *cg_enc_stack_new(int n_layers, const cg_tf_config *cfg, cg_rng *init_rng);
+cg_dec_stack *cg_dec_stack_new(int n_layers, const cg_tf_config *cfg, cg_rng *init_rng);
+cg_tensor *cg_enc_stack_forward(cg_enc_stack *s, cg_tensor *x, const cg_attn_mask *mask);
+cg_tensor *cg_dec_stack_forward(cg_dec_stack *s, cg_tensor *x, cg_tensor *memory,
+                                const cg_attn_mask *self_mask, const cg_attn_mask *cross_mask);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

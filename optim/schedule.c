@@ -1,0 +1,64 @@
+/* cgrad optim: learning-rate schedules (see schedule.h for the formulas). */
+#include "optim/schedule.h"
+
+#include <math.h>
+
+#include "core/error.h"
+
+double cg_lr_warmup_cosine(int64_t step, int64_t steps, int64_t warmup, double hi, double lo)
+{
+    if (step < warmup)
+        return hi * (double)(step + 1) / (double)warmup;
+    int64_t span = steps - warmup > 1 ? steps - warmup : 1;
+    double r = (double)(step - warmup) / (double)span;
+    if (r > 1.0)
+        r = 1.0;
+    return lo + 0.5 * (1 + cos(M_PI * r)) * (hi - lo);
+}
+
+double cg_lr_noam(int64_t step, int64_t d_model, int64_t warmup, double factor)
+{
+    if (step <= 0)
+        return 0.0;
+    double s = (double)step;
+    double a = pow(s, -0.5), b = s * pow((double)warmup, -1.5);
+    return factor * pow((double)d_model, -0.5) * (a < b ? a : b);
+}
+
+cg_schedule cg_schedule_constant(double lr)
+{
+    return (cg_schedule){.kind = CG_SCHED_CONSTANT, .lr = lr};
+}
+
+cg_schedule cg_schedule_cosine(int64_t steps, int64_t warmup, double hi, double lo)
+{
+    return (cg_schedule){
+        .kind = CG_SCHED_COSINE, .lr = hi, .lr_min = lo, .warmup = warmup, .steps = steps};
+}
+
+cg_schedule cg_schedule_noam(int64_t d_model, int64_t warmup, double factor)
+{
+    return (cg_schedule){
+        .kind = CG_SCHED_NOAM, .d_model = d_model, .warmup = warmup, .factor = factor};
+}
+
+double cg_schedule_lr(const cg_schedule *s, int64_t step)
+{
+    if (!s) {
+        cg_set_error("schedule_lr: schedule is NULL");
+        return NAN;
+    }
+    switch (s->kind) {
+    case CG_SCHED_CONSTANT: return s->lr;
+    case CG_SCHED_COSINE: return cg_lr_warmup_cosine(step, s->steps, s->warmup, s->lr, s->lr_min);
+    case CG_SCHED_NOAM: return cg_lr_noam(step, s->d_model, s->warmup, s->factor);
+    }
+    cg_set_error("schedule_lr: unknown schedule kind %d", (int)s->kind);
+    return NAN;
+}
+
+const char *cg_schedule_name(cg_schedule_kind k)
+{
+    static const char *const names[] = {"constant", "cosine", "noam"};
+    return ((int)k >= 0 && (int)k < 3) ? names[k] : "?";
+}

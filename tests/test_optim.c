@@ -1,0 +1,848 @@
+/* Check suite "optim": optim/optim.h and optim/schedule.h.
+ *
+ * Expected values come from PyTorch through tests/fixtures/optim_expected.h
+ * (written by tests/fixtures/make_optim_expected.py): four parameters with
+ * per-parameter weight decay, four steps with a learning rate set before
+ * each, one parameter without a gradient at step 1 and one never with one.
+ * Also: schedules against the reference trainers' formulas, clipping against
+ * torch.nn.utils.clip_grad_norm_, the NaN/Inf check, bit-identical resume
+ * through a safetensors file, and errors. */
+#include <check.h>
+#include <ftw.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "autograd/autograd.h"
+#include "autograd/ops.h"
+#include "core/tensor.h"
+#include "nn/safetensors.h"
+#include "optim/optim.h"
+#include "optim/schedule.h"
+#include "tests/testutil.h"
+
+#include "tests/fixtures/optim_expected.h"
+
+/* ------------------------------------------------------------ helpers */
+
+static char g_dir[64];
+
+static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(p);
+}
+
+static void setup(void)
+{
+    cg_clear_error();
+    strcpy(g_dir, "/tmp/cg_optim_test_XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(g_dir));
+}
+
+static void teardown(void) { nftw(g_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
+
+static const char *in_dir(const char *name)
+{
+    static char buf[512];
+    snprintf(buf, sizeof buf, "%s/%s", g_dir, name);
+    return buf;
+}
+
+static int64_t offset_of(int j)
+{
+    int64_t off = 0;
+    for (int k = 0; k < j; k++)
+        off += cg_numel_shape((int)OPT_SHAPES[k][0], &OPT_SHAPES[k][1]);
+    return off;
+}
+
+/* The four fixture parameters, fresh copies of OPT_P0. */
+static void make_params(cg_tensor *ps[OPT_NPARAMS])
+{
+    for (int j = 0; j < OPT_NPARAMS; j++) {
+        ps[j] = cg_from_data((int)OPT_SHAPES[j][0], &OPT_SHAPES[j][1], OPT_P0 + offset_of(j));
+        ck_assert_ptr_nonnull(ps[j]);
+        cg_requires_grad(ps[j], true);
+    }
+}
+
+static void release_params(cg_tensor *ps[OPT_NPARAMS])
+{
+    for (int j = 0; j < OPT_NPARAMS; j++)
+        cg_release(ps[j]);
+}
+
+static cg_optim *make_optim(const cg_optim_config *cfg, cg_tensor *ps[OPT_NPARAMS])
+{
+    cg_optim_param spec[OPT_NPARAMS];
+    for (int j = 0; j < OPT_NPARAMS; j++)
+        spec[j] = (cg_optim_param){OPT_NAMES[j], ps[j], OPT_WD[j]};
+    cg_optim *o = cg_optim_new(cfg, OPT_NPARAMS, spec);
+    ck_assert_msg(o != NULL, "optim_new: %s", cg_last_error());
+    return o;
+}
+
+static void set_grad(cg_tensor *p, const float *g)
+{
+    cg_release(p->grad);
+    p->grad = g ? cg_from_data(p->ndim, p->shape, g) : NULL;
+}
+
+/* Gradients of fixture step k, then one optimizer step at lr. */
+static void do_step(cg_optim *o, cg_tensor *ps[OPT_NPARAMS], int k, double lr)
+{
+    cg_optim_zero_grad(o);
+    for (int j = 0; j < OPT_NPARAMS; j++)
+        set_grad(ps[j], OPT_HAS_GRAD[k][j] ? OPT_G[k] + offset_of(j) : NULL);
+    cg_optim_set_lr(o, lr);
+    ck_assert_msg(cg_optim_step(o), "step %d: %s", k, cg_last_error());
+}
+
+static void gather(cg_tensor *ps[OPT_NPARAMS], float *out)
+{
+    for (int j = 0; j < OPT_NPARAMS; j++)
+        ck_assert(cg_copy_to(ps[j], out + offset_of(j)));
+}
+
+/* Run the fixture's steps and compare every parameter after every step. */
+static void check_against_torch(cg_optim_config cfg, const double *lrs,
+                                const float expect[OPT_NSTEPS][OPT_N])
+{
+    cg_tensor *ps[OPT_NPARAMS];
+    make_params(ps);
+    cg_optim *o = make_optim(&cfg, ps);
+    float got[OPT_N];
+    for (int k = 0; k < OPT_NSTEPS; k++) {
+        do_step(o, ps, k, lrs[k]);
+        gather(ps, got);
+        CG_ASSERT_CLOSE(got, expect[k], OPT_N, 1e-7, 1e-6);
+    }
+    /* d never had a gradient: untouched, no state; c missed one step. */
+    int64_t od = offset_of(3);
+    ck_assert(memcmp(got + od, OPT_P0 + od, 2 * sizeof(float)) == 0);
+    ck_assert_int_eq(cg_optim_param_steps(o, 0), OPT_NSTEPS);
+    ck_assert_int_eq(cg_optim_param_steps(o, 2), OPT_NSTEPS - 1);
+    ck_assert_int_eq(cg_optim_param_steps(o, 3), 0);
+    ck_assert_int_eq(cg_optim_steps(o), OPT_NSTEPS);
+    cg_optim_free(o);
+    release_params(ps);
+}
+
+/* ------------------------------------------------------ vs PyTorch */
+
+START_TEST(sgd_momentum_wd)
+{
+    check_against_torch(cg_sgd_config(0.1, 0.9, false), OPT_LR_SGD, OPT_EXPECT_SGD);
+}
+END_TEST
+
+START_TEST(sgd_nesterov_wd)
+{
+    check_against_torch(cg_sgd_config(0.1, 0.9, true), OPT_LR_SGD_NESTEROV,
+                        OPT_EXPECT_SGD_NESTEROV);
+}
+END_TEST
+
+START_TEST(sgd_plain_wd)
+{
+    check_against_torch(cg_sgd_config(0.1, 0.0, false), OPT_LR_SGD_PLAIN, OPT_EXPECT_SGD_PLAIN);
+}
+END_TEST
+
+START_TEST(adam_l2)
+{
+    check_against_torch(cg_adam_config(1e-2, 0.9, 0.98, 1e-9), OPT_LR_ADAM, OPT_EXPECT_ADAM);
+}
+END_TEST
+
+START_TEST(adamw_decoupled)
+{
+    check_against_torch(cg_adamw_config(1e-2, 0.9, 0.99, 1e-8), OPT_LR_ADAMW, OPT_EXPECT_ADAMW);
+}
+END_TEST
+
+/* A parameter without gradient keeps its values and its state exactly while
+ * the others move; it counts no step. */
+START_TEST(skip_param_without_grad)
+{
+    cg_tensor *ps[OPT_NPARAMS];
+    make_params(ps);
+    cg_optim_config cfg = cg_adamw_config(1e-2, 0.9, 0.99, 1e-8);
+    cg_optim *o = make_optim(&cfg, ps);
+    do_step(o, ps, 0, 1e-2);
+    float c_before[6], m_before[6], c_after[6], m_after[6];
+    ck_assert(cg_copy_to(ps[2], c_before));
+    ck_assert(cg_copy_to(cg_optim_state(o, 2, "exp_avg"), m_before));
+    do_step(o, ps, 1, 1e-2); /* c has no gradient at step 1 */
+    ck_assert(cg_copy_to(ps[2], c_after));
+    ck_assert(cg_copy_to(cg_optim_state(o, 2, "exp_avg"), m_after));
+    ck_assert(memcmp(c_before, c_after, sizeof c_after) == 0);
+    ck_assert(memcmp(m_before, m_after, sizeof m_after) == 0);
+    ck_assert_int_eq(cg_optim_param_steps(o, 2), 1);
+    ck_assert_int_eq(cg_optim_param_steps(o, 0), 2);
+    /* d: no gradient, weight decay 0.1, still not decayed; state zero. */
+    float d[2], m[2];
+    ck_assert(cg_copy_to(ps[3], d));
+    ck_assert(memcmp(d, OPT_P0 + offset_of(3), sizeof d) == 0);
+    ck_assert(cg_copy_to(cg_optim_state(o, 3, "exp_avg_sq"), m));
+    ck_assert(m[0] == 0 && m[1] == 0);
+    cg_optim_free(o);
+    release_params(ps);
+}
+END_TEST
+
+/* Gradients computed by the autograd engine: loss = sum(p*p), grad 2p, plain
+ * SGD at lr 0.1 gives 0.8p. */
+START_TEST(step_with_autograd)
+{
+    float v[5] = {1, -2, 0.5f, 3, -0.25f};
+    cg_tensor *p = cg_requires_grad(cg_from_data(CG_SHAPE(5), v), true);
+    cg_optim_config cfg = cg_sgd_config(0.1, 0, false);
+    cg_optim *o = cg_optim_new(&cfg, 1, &(cg_optim_param){"p", p, 0});
+    ck_assert_ptr_nonnull(o);
+    cg_tensor *sq = cg_mul(p, p);
+    cg_tensor *loss = cg_sum_all(sq);
+    ck_assert_msg(loss && cg_backward(loss, NULL, false), "%s", cg_last_error());
+    cg_release_all(2, sq, loss);
+    ck_assert(cg_optim_step(o));
+    float want[5];
+    for (int i = 0; i < 5; i++)
+        want[i] = v[i] + (float)-0.1 * (2 * v[i]);
+    CG_ASSERT_TENSOR(p, want, 0, 1e-6);
+    cg_optim_zero_grad(o);
+    ck_assert_ptr_null(p->grad);
+    cg_optim_free(o);
+    cg_release(p);
+}
+END_TEST
+
+/* ------------------------------------------------------ schedules */
+
+START_TEST(schedule_cosine)
+{
+    size_t n = sizeof OPT_COS_STEPS / sizeof OPT_COS_STEPS[0];
+    cg_schedule s = cg_schedule_cosine(2000, 100, 1e-3, 1e-4);
+    for (size_t i = 0; i < n; i++) {
+        int64_t t = OPT_COS_STEPS[i];
+        double a = cg_lr_warmup_cosine(t, 2000, 100, 1e-3, 1e-4);
+        ck_assert_msg(fabs(a - OPT_COS_LR[i]) <= 1e-12 * OPT_COS_LR[i], "step %lld: %.17g vs %.17g",
+                      (long long)t, a, OPT_COS_LR[i]);
+        ck_assert(cg_schedule_lr(&s, t) == a);
+        double b = cg_lr_warmup_cosine(t, 50, 10, 3e-4, 0.0);
+        ck_assert_msg(fabs(b - OPT_COS_LR_W10[i]) <= 1e-12 * 3e-4, "step %lld: %.17g vs %.17g",
+                      (long long)t, b, OPT_COS_LR_W10[i]);
+    }
+    /* The recipe's landmarks: 1e-5 at step 0, the peak at the end of warmup,
+     * lo from the last step on. */
+    ck_assert(fabs(cg_lr_warmup_cosine(0, 2000, 100, 1e-3, 1e-4) - 1e-5) < 1e-18);
+    ck_assert(fabs(cg_lr_warmup_cosine(99, 2000, 100, 1e-3, 1e-4) - 1e-3) < 1e-18);
+    ck_assert(fabs(cg_lr_warmup_cosine(100, 2000, 100, 1e-3, 1e-4) - 1e-3) < 1e-18);
+    ck_assert(fabs(cg_lr_warmup_cosine(2000, 2000, 100, 1e-3, 1e-4) - 1e-4) < 1e-18);
+}
+END_TEST
+
+START_TEST(schedule_noam)
+{
+    size_t n = sizeof OPT_NOAM_STEPS / sizeof OPT_NOAM_STEPS[0];
+    cg_schedule s = cg_schedule_noam(128, 400, 0.25);
+    for (size_t i = 0; i < n; i++) {
+        int64_t t = OPT_NOAM_STEPS[i];
+        double a = cg_lr_noam(t, 128, 400, 0.25);
+        ck_assert_msg(fabs(a - OPT_NOAM_LR[i]) <= 1e-12 * OPT_NOAM_LR[i], "step %lld: %.17g vs %.17g",
+                      (long long)t, a, OPT_NOAM_LR[i]);
+        ck_assert(cg_schedule_lr(&s, t) == a);
+        double b = cg_lr_noam(t, 256, 4000, 1.0);
+        ck_assert_msg(fabs(b - OPT_NOAM_LR_BASE[i]) <= 1e-12 * OPT_NOAM_LR_BASE[i],
+                      "step %lld: %.17g vs %.17g", (long long)t, b, OPT_NOAM_LR_BASE[i]);
+    }
+    /* Step 0 (Python raises there) gives 0; the peak is at step == warmup. */
+    ck_assert(cg_lr_noam(0, 128, 400, 0.25) == 0.0);
+    ck_assert(cg_lr_noam(400, 128, 400, 0.25) > cg_lr_noam(399, 128, 400, 0.25));
+    ck_assert(cg_lr_noam(400, 128, 400, 0.25) > cg_lr_noam(401, 128, 400, 0.25));
+}
+END_TEST
+
+START_TEST(schedule_constant_and_kinds)
+{
+    cg_schedule s = cg_schedule_constant(3e-4);
+    ck_assert(cg_schedule_lr(&s, 0) == 3e-4 && cg_schedule_lr(&s, 123456) == 3e-4);
+    ck_assert_str_eq(cg_schedule_name(CG_SCHED_NOAM), "noam");
+    ck_assert_str_eq(cg_schedule_name((cg_schedule_kind)9), "?");
+    s.kind = (cg_schedule_kind)9;
+    cg_clear_error();
+    ck_assert(isnan(cg_schedule_lr(&s, 1)));
+    ck_assert(strstr(cg_last_error(), "unknown schedule") != NULL);
+}
+END_TEST
+
+/* ------------------------------------------------------- clipping */
+
+static void clip_case(double max_norm, double want_total, const float *want_grads, bool scaled)
+{
+    cg_tensor *ps[OPT_NPARAMS];
+    make_params(ps);
+    for (int j = 0; j < OPT_NPARAMS; j++)
+        set_grad(ps[j], OPT_HAS_GRAD[0][j] ? OPT_G[0] + offset_of(j) : NULL);
+    double norm = cg_grad_norm(OPT_NPARAMS, ps);
+    double total = cg_clip_grad_norm(OPT_NPARAMS, ps, max_norm);
+    ck_assert(norm == total);
+    ck_assert_msg(fabs(total - want_total) <= 1e-6 * want_total, "total %.9g, torch %.9g", total,
+                  want_total);
+    float got[OPT_N] = {0};
+    for (int j = 0; j < OPT_NPARAMS; j++)
+        if (ps[j]->grad)
+            ck_assert(cg_copy_to(ps[j]->grad, got + offset_of(j)));
+    ck_assert_ptr_null(ps[3]->grad); /* skipped, not created */
+    CG_ASSERT_CLOSE(got, want_grads, OPT_N, 1e-7, 1e-6);
+    if (!scaled) /* below the limit: not touched at all */
+        for (int j = 0; j < 3; j++)
+            ck_assert(memcmp(got + offset_of(j), OPT_G[0] + offset_of(j),
+                             (size_t)cg_numel(ps[j]) * sizeof(float)) == 0);
+    release_params(ps);
+}
+
+START_TEST(clip_scales)
+{
+    clip_case(1.0, OPT_CLIP1_TOTAL, OPT_CLIP1_GRADS, true);
+}
+END_TEST
+
+START_TEST(clip_below_limit)
+{
+    clip_case(100.0, OPT_CLIP100_TOTAL, OPT_CLIP100_GRADS, false);
+}
+END_TEST
+
+/* Through the optimizer, and on a strided gradient. */
+START_TEST(clip_optim_and_strided_grad)
+{
+    cg_tensor *ps[OPT_NPARAMS];
+    make_params(ps);
+    cg_optim_config cfg = cg_sgd_config(0.1, 0, false);
+    cg_optim *o = make_optim(&cfg, ps);
+    for (int j = 0; j < OPT_NPARAMS; j++)
+        set_grad(ps[j], OPT_HAS_GRAD[0][j] ? OPT_G[0] + offset_of(j) : NULL);
+    /* w's gradient as a transposed view of a [4,3] buffer holding the same values */
+    float wt[12];
+    for (int r = 0; r < 3; r++)
+        for (int c = 0; c < 4; c++)
+            wt[c * 3 + r] = OPT_G[0][r * 4 + c];
+    cg_tensor *base = cg_from_data(CG_SHAPE(4, 3), wt);
+    cg_release(ps[0]->grad);
+    ps[0]->grad = cg_view_transpose(base, 0, 1);
+    cg_release(base);
+    ck_assert(!cg_is_contiguous(ps[0]->grad));
+    double total = cg_optim_clip_grad_norm(o, 1.0);
+    ck_assert(fabs(total - OPT_CLIP1_TOTAL) <= 1e-6 * OPT_CLIP1_TOTAL);
+    float got[OPT_N] = {0};
+    for (int j = 0; j < 3; j++)
+        ck_assert(cg_copy_to(ps[j]->grad, got + offset_of(j)));
+    CG_ASSERT_CLOSE(got, OPT_CLIP1_GRADS, OPT_N, 1e-7, 1e-6);
+    /* a strided gradient also feeds the update */
+    ck_assert(cg_optim_step(o));
+    cg_optim_free(o);
+    release_params(ps);
+}
+END_TEST
+
+/* The norm of a large gradient is the same for 1 and 4 threads. */
+START_TEST(clip_norm_thread_independent)
+{
+    cg_rng rng = cg_rng_new(5);
+    cg_tensor *p = cg_randn(&rng, CG_SHAPE(300001));
+    p->grad = cg_randn(&rng, CG_SHAPE(300001));
+    int saved = cg_get_num_threads();
+    cg_set_num_threads(1);
+    double a = cg_grad_norm(1, &p);
+    cg_set_num_threads(4);
+    double b = cg_grad_norm(1, &p);
+    cg_set_num_threads(saved);
+    ck_assert(a == b && a > 0);
+    double ref = 0;
+    float *g = cg_data(p->grad);
+    for (int64_t i = 0; i < 300001; i++)
+        ref += (double)g[i] * g[i];
+    ck_assert(fabs(a - sqrt(ref)) <= 1e-12 * a);
+    cg_release(p);
+}
+END_TEST
+
+/* A parameter big enough for the OpenMP path: same bits for 1 and 4 threads. */
+START_TEST(step_thread_independent)
+{
+    float *out[2];
+    int saved = cg_get_num_threads();
+    for (int r = 0; r < 2; r++) {
+        cg_set_num_threads(r == 0 ? 1 : 4);
+        cg_rng rng = cg_rng_new(11);
+        cg_tensor *p = cg_randn(&rng, CG_SHAPE(200, 301));
+        cg_optim_config cfg = cg_adamw_config(1e-2, 0.9, 0.99, 1e-8);
+        cg_optim *o = cg_optim_new(&cfg, 1, &(cg_optim_param){"p", p, 0.1});
+        for (int k = 0; k < 3; k++) {
+            cg_zero_grad(p);
+            p->grad = cg_randn(&rng, CG_SHAPE(200, 301));
+            ck_assert(cg_optim_step(o));
+        }
+        out[r] = cg_test_values(p);
+        cg_optim_free(o);
+        cg_release(p);
+    }
+    cg_set_num_threads(saved);
+    ck_assert(memcmp(out[0], out[1], 200 * 301 * sizeof(float)) == 0);
+    free(out[0]);
+    free(out[1]);
+}
+END_TEST
+
+/* ---------------------------------------------------- NaN/Inf check */
+
+START_TEST(nonfinite_grads_named)
+{
+    cg_tensor *ps[OPT_NPARAMS];
+    make_params(ps);
+    cg_optim_config cfg = cg_adam_config(1e-3, 0.9, 0.98, 1e-9);
+    cg_optim *o = make_optim(&cfg, ps);
+    for (int j = 0; j < OPT_NPARAMS; j++)
+        set_grad(ps[j], OPT_HAS_GRAD[0][j] ? OPT_G[0] + offset_of(j) : NULL);
+    int bad = 7;
+    ck_assert(cg_optim_grads_finite(o, &bad));
+    ck_assert_int_eq(bad, -1);
+    ck_assert_int_eq(cg_first_nonfinite_grad(OPT_NPARAMS, ps, NULL), -1);
+
+    cg_data(ps[2]->grad)[5] = NAN;
+    ck_assert(!cg_optim_grads_finite(o, &bad));
+    ck_assert_int_eq(bad, 2);
+    ck_assert_msg(strstr(cg_last_error(), "'c' has nan at element 5"), "%s", cg_last_error());
+    int64_t el = -1;
+    ck_assert_int_eq(cg_first_nonfinite_grad(OPT_NPARAMS, ps, &el), 2);
+    ck_assert_int_eq(el, 5);
+    /* clipping returns the non-finite norm and leaves the gradients alone */
+    float w0 = cg_data(ps[0]->grad)[0];
+    ck_assert(isnan(cg_optim_clip_grad_norm(o, 1.0)));
+    ck_assert(cg_data(ps[0]->grad)[0] == w0);
+
+    cg_data(ps[2]->grad)[5] = 1;
+    cg_data(ps[1]->grad)[3] = -INFINITY;
+    ck_assert(!cg_optim_grads_finite(o, &bad));
+    ck_assert_int_eq(bad, 1);
+    ck_assert_msg(strstr(cg_last_error(), "'b' has -inf at element 3"), "%s", cg_last_error());
+    ck_assert(isinf(cg_optim_clip_grad_norm(o, 1.0)));
+    cg_optim_free(o);
+    release_params(ps);
+}
+END_TEST
+
+/* ------------------------------------------------------ save / load */
+
+/* N steps straight == N/2 steps, save params + state, a new optimizer over
+ * the reloaded params loads the state, N/2 steps: bit-identical. */
+static void resume_case(cg_optim_config cfg, const double *lrs)
+{
+    cg_tensor *a[OPT_NPARAMS], *b[OPT_NPARAMS];
+    make_params(a);
+    cg_optim *oa = make_optim(&cfg, a);
+    for (int k = 0; k < OPT_NSTEPS; k++)
+        do_step(oa, a, k, lrs[k]);
+
+    make_params(b);
+    cg_optim *ob = make_optim(&cfg, b);
+    for (int k = 0; k < OPT_NSTEPS / 2; k++)
+        do_step(ob, b, k, lrs[k]);
+    cg_st_writer *w = cg_st_writer_new();
+    for (int j = 0; j < OPT_NPARAMS; j++)
+        ck_assert(cg_st_add_f32(w, OPT_NAMES[j], b[j]));
+    ck_assert_msg(cg_optim_save(ob, w, NULL), "%s", cg_last_error());
+    ck_assert_msg(cg_st_writer_save(w, in_dir("ckpt.safetensors")), "%s", cg_last_error());
+    cg_st_writer_free(w);
+    cg_optim_free(ob);
+    release_params(b);
+
+    cg_st_file *f = cg_st_open(in_dir("ckpt.safetensors"));
+    ck_assert_msg(f != NULL, "%s", cg_last_error());
+    for (int j = 0; j < OPT_NPARAMS; j++) {
+        b[j] = cg_st_get_f32(f, OPT_NAMES[j]);
+        ck_assert_ptr_nonnull(b[j]);
+        cg_requires_grad(b[j], true);
+    }
+    cg_optim_config other = cfg;
+    other.lr = 123; /* restored from the file */
+    ob = make_optim(&other, b);
+    ck_assert_msg(cg_optim_load(ob, f, "optim"), "%s", cg_last_error());
+    cg_st_close(f);
+    ck_assert(cg_optim_lr(ob) == lrs[OPT_NSTEPS / 2 - 1]);
+    ck_assert_int_eq(cg_optim_steps(ob), OPT_NSTEPS / 2);
+    ck_assert_int_eq(cg_optim_param_steps(ob, 2), OPT_NSTEPS / 2 - 1);
+    for (int k = OPT_NSTEPS / 2; k < OPT_NSTEPS; k++)
+        do_step(ob, b, k, lrs[k]);
+
+    float va[OPT_N], vb[OPT_N];
+    gather(a, va);
+    gather(b, vb);
+    ck_assert(memcmp(va, vb, sizeof va) == 0);
+    for (int j = 0; j < OPT_NPARAMS; j++) {
+        ck_assert_int_eq(cg_optim_param_steps(oa, j), cg_optim_param_steps(ob, j));
+        for (int s = 0; s < 2; s++) {
+            const char *what = s == 0 ? (cfg.type == CG_OPTIM_SGD ? "momentum_buffer" : "exp_avg")
+                                      : "exp_avg_sq";
+            if (s == 1 && cfg.type == CG_OPTIM_SGD)
+                continue;
+            float x[12], y[12];
+            ck_assert(cg_copy_to(cg_optim_state(oa, j, what), x));
+            ck_assert(cg_copy_to(cg_optim_state(ob, j, what), y));
+            ck_assert(memcmp(x, y, (size_t)cg_numel(a[j]) * sizeof(float)) == 0);
+        }
+    }
+    ck_assert_int_eq(cg_optim_steps(ob), OPT_NSTEPS);
+    cg_optim_free(oa);
+    cg_optim_free(ob);
+    release_params(a);
+    release_params(b);
+}
+
+START_TEST(resume_sgd)
+{
+    resume_case(cg_sgd_config(0.1, 0.9, true), OPT_LR_SGD);
+}
+END_TEST
+
+START_TEST(resume_adam)
+{
+    resume_case(cg_adam_config(1e-2, 0.9, 0.98, 1e-9), OPT_LR_ADAM);
+}
+END_TEST
+
+START_TEST(resume_adamw)
+{
+    resume_case(cg_adamw_config(1e-2, 0.9, 0.99, 1e-8), OPT_LR_ADAMW);
+}
+END_TEST
+
+/* A file with AdamW state for the fixture params, after two steps. */
+static void write_state(const char *path, cg_optim_config cfg)
+{
+    cg_tensor *ps[OPT_NPARAMS];
+    make_params(ps);
+    cg_optim *o = make_optim(&cfg, ps);
+    do_step(o, ps, 0, 1e-2);
+    do_step(o, ps, 1, 1e-2);
+    cg_st_writer *w = cg_st_writer_new();
+    ck_assert(cg_optim_save(o, w, "opt"));
+    ck_assert(cg_st_writer_save(w, path));
+    cg_st_writer_free(w);
+    cg_optim_free(o);
+    release_params(ps);
+}
+
+static void assert_error_has(const char *needle)
+{
+    ck_assert_msg(strstr(cg_last_error(), needle) != NULL, "error '%s' lacks '%s'",
+                  cg_last_error(), needle);
+}
+
+START_TEST(load_errors)
+{
+    const char *path = in_dir("state.safetensors");
+    write_state(path, cg_adamw_config(1e-2, 0.9, 0.99, 1e-8));
+    cg_st_file *f = cg_st_open(path);
+    ck_assert_ptr_nonnull(f);
+
+    /* w with the transposed shape: names the entry and both shapes; nothing changes */
+    cg_tensor *ps[OPT_NPARAMS];
+    make_params(ps);
+    cg_tensor *wt = cg_zeros(CG_SHAPE(4, 3));
+    cg_optim_param spec[OPT_NPARAMS];
+    for (int j = 0; j < OPT_NPARAMS; j++)
+        spec[j] = (cg_optim_param){OPT_NAMES[j], j == 0 ? wt : ps[j], OPT_WD[j]};
+    cg_optim_config cfg = cg_adamw_config(5e-3, 0.8, 0.9, 1e-7);
+    cg_optim *o = cg_optim_new(&cfg, OPT_NPARAMS, spec);
+    ck_assert_ptr_nonnull(o);
+    cg_clear_error();
+    ck_assert(!cg_optim_load(o, f, "opt"));
+    assert_error_has("'opt.w.exp_avg' is F32 [3, 4], but parameter 'w' is F32 [4, 3]");
+    ck_assert_int_eq(cg_optim_steps(o), 0);
+    ck_assert_int_eq(cg_optim_param_steps(o, 1), 0);
+    ck_assert(cg_optim_lr(o) == 5e-3 && cg_optim_get_config(o).beta1 == 0.8);
+    cg_optim_free(o);
+
+    /* a different optimizer type */
+    cg_optim_config adam = cg_adam_config(1e-3, 0.9, 0.99, 1e-8);
+    o = make_optim(&adam, ps);
+    ck_assert(!cg_optim_load(o, f, "opt"));
+    assert_error_has("holds adamw state, the optimizer is adam");
+    cg_optim_free(o);
+
+    /* wrong prefix */
+    cg_optim_config aw = cg_adamw_config(1e-3, 0.9, 0.99, 1e-8);
+    o = make_optim(&aw, ps);
+    ck_assert(!cg_optim_load(o, f, "optim"));
+    assert_error_has("no optimizer state under 'optim'");
+    ck_assert(cg_optim_load(o, f, "opt"));
+    ck_assert_int_eq(cg_optim_steps(o), 2);
+    cg_optim_free(o);
+
+    /* a parameter the file does not know */
+    spec[0] = (cg_optim_param){"w2", ps[0], 0.1};
+    for (int j = 1; j < OPT_NPARAMS; j++)
+        spec[j] = (cg_optim_param){OPT_NAMES[j], ps[j], OPT_WD[j]};
+    o = cg_optim_new(&aw, OPT_NPARAMS, spec);
+    ck_assert(!cg_optim_load(o, f, "opt"));
+    assert_error_has("'opt.w.");
+    cg_optim_free(o);
+
+    /* the file holds state for a parameter the optimizer lacks */
+    o = cg_optim_new(&aw, OPT_NPARAMS - 1, spec + 1);
+    ck_assert(!cg_optim_load(o, f, "opt"));
+    assert_error_has("'opt.w.step' is not the adamw state of any parameter");
+    cg_optim_free(o);
+    cg_st_close(f);
+
+    /* a parameter missing from the file */
+    cg_tensor *extra = cg_zeros(CG_SHAPE(2));
+    cg_optim_param spec5[OPT_NPARAMS + 1];
+    for (int j = 0; j < OPT_NPARAMS; j++)
+        spec5[j] = (cg_optim_param){OPT_NAMES[j], ps[j], OPT_WD[j]};
+    spec5[OPT_NPARAMS] = (cg_optim_param){"e", extra, 0};
+    o = cg_optim_new(&aw, OPT_NPARAMS + 1, spec5);
+    f = cg_st_open(path);
+    ck_assert(!cg_optim_load(o, f, "opt"));
+    assert_error_has("has no 'opt.e.step' (no state for parameter 'e')");
+    cg_optim_free(o);
+    cg_st_close(f);
+
+    /* a truncated state: exp_avg_sq of c missing */
+    cg_st_writer *w = cg_st_writer_new();
+    f = cg_st_open(path);
+    for (int i = 0; i < cg_st_count(f); i++) {
+        const char *n = cg_st_name(f, i);
+        if (strcmp(n, "opt.c.exp_avg_sq") == 0)
+            continue;
+        cg_st_dtype dt;
+        ck_assert(cg_st_info(f, n, &dt, NULL, NULL));
+        if (dt == CG_ST_F32) {
+            cg_tensor *t = cg_st_get_f32(f, n);
+            ck_assert(cg_st_add_f32(w, n, t));
+            cg_release(t);
+        } else {
+            int nd;
+            int64_t shape[CG_MAX_DIMS];
+            int64_t *v = cg_st_get_i64(f, n, &nd, shape);
+            ck_assert(cg_st_add_i64(w, n, nd, shape, v));
+            free(v);
+        }
+    }
+    for (int i = 0; i < cg_st_metadata_count(f); i++) {
+        const char *k = cg_st_metadata_key(f, i);
+        ck_assert(cg_st_set_metadata(w, k, cg_st_metadata(f, k)));
+    }
+    cg_st_close(f);
+    ck_assert(cg_st_writer_save(w, in_dir("cut.safetensors")));
+    cg_st_writer_free(w);
+    f = cg_st_open(in_dir("cut.safetensors"));
+    o = make_optim(&aw, ps);
+    ck_assert(!cg_optim_load(o, f, "opt"));
+    assert_error_has("has no 'opt.c.exp_avg_sq'");
+    ck_assert_int_eq(cg_optim_steps(o), 0);
+    cg_optim_free(o);
+    cg_st_close(f);
+
+    cg_release_all(2, wt, extra);
+    release_params(ps);
+}
+END_TEST
+
+/* SGD without momentum keeps no buffers; its state is the step counts. */
+START_TEST(state_sgd_plain)
+{
+    cg_tensor *ps[OPT_NPARAMS];
+    make_params(ps);
+    cg_optim_config cfg = cg_sgd_config(0.1, 0, false);
+    cg_optim *o = make_optim(&cfg, ps);
+    do_step(o, ps, 0, 0.1);
+    cg_clear_error();
+    ck_assert_ptr_null(cg_optim_state(o, 0, "momentum_buffer"));
+    assert_error_has("no buffers");
+    ck_assert_ptr_null(cg_optim_state(o, 9, "exp_avg"));
+    assert_error_has("no parameter 9");
+    cg_st_writer *w = cg_st_writer_new();
+    ck_assert(cg_optim_save(o, w, NULL));
+    ck_assert(cg_st_writer_save(w, in_dir("s.safetensors")));
+    cg_st_writer_free(w);
+    cg_st_file *f = cg_st_open(in_dir("s.safetensors"));
+    ck_assert_int_eq(cg_st_count(f), OPT_NPARAMS);
+    ck_assert_str_eq(cg_st_metadata(f, "optim.type"), "sgd");
+    ck_assert_str_eq(cg_st_metadata(f, "optim.step"), "1");
+    cg_optim *o2 = make_optim(&cfg, ps);
+    ck_assert(cg_optim_load(o2, f, NULL));
+    ck_assert_int_eq(cg_optim_param_steps(o2, 0), 1);
+    ck_assert_int_eq(cg_optim_param_steps(o2, 3), 0);
+    cg_st_close(f);
+    cg_optim_free(o);
+    cg_optim_free(o2);
+    release_params(ps);
+}
+END_TEST
+
+/* ----------------------------------------------------------- errors */
+
+START_TEST(build_errors)
+{
+    cg_tensor *ps[OPT_NPARAMS];
+    make_params(ps);
+    cg_optim_config cfg = cg_adamw_config(1e-3, 0.9, 0.99, 1e-8);
+
+    cg_tensor *t = cg_view_transpose(ps[0], 0, 1);
+    CG_ASSERT_FAILS(cg_optim_new(&cfg, 1, &(cg_optim_param){"wt", t, 0}), "'wt' is not contiguous");
+    cg_release(t);
+
+    cg_tensor *sum = cg_add(ps[0], ps[0]);
+    ck_assert_ptr_nonnull(sum);
+    CG_ASSERT_FAILS(cg_optim_new(&cfg, 1, &(cg_optim_param){"s", sum, 0}), "'s' is not a leaf");
+    cg_release(sum);
+
+    cg_optim_param two[2] = {{"w", ps[0], 0}, {"w", ps[1], 0}};
+    CG_ASSERT_FAILS(cg_optim_new(&cfg, 2, two), "'w' appears twice");
+    two[1] = (cg_optim_param){"w_again", ps[0], 0};
+    CG_ASSERT_FAILS(cg_optim_new(&cfg, 2, two), "share memory");
+    cg_tensor *row = cg_view_select(ps[0], 0, 1); /* a contiguous row of w */
+    two[1] = (cg_optim_param){"row", row, 0};
+    CG_ASSERT_FAILS(cg_optim_new(&cfg, 2, two), "share memory");
+    cg_release(row);
+
+    CG_ASSERT_FAILS(cg_optim_new(&cfg, 1, &(cg_optim_param){"", ps[0], 0}), "no name");
+    CG_ASSERT_FAILS(cg_optim_new(&cfg, 1, &(cg_optim_param){"x", NULL, 0}), "'x' is NULL");
+    CG_ASSERT_FAILS(cg_optim_new(&cfg, 1, &(cg_optim_param){"x", ps[0], -1}), "weight decay");
+    CG_ASSERT_FAILS(cg_optim_new(NULL, 0, NULL), "config is NULL");
+
+    cg_optim_config bad = cg_adam_config(1e-3, 1.0, 0.99, 1e-8);
+    CG_ASSERT_FAILS(cg_optim_new(&bad, 1, &(cg_optim_param){"w", ps[0], 0}), "betas");
+    bad = cg_sgd_config(0.1, 0, true);
+    CG_ASSERT_FAILS(cg_optim_new(&bad, 1, &(cg_optim_param){"w", ps[0], 0}), "Nesterov");
+    bad = cg_sgd_config(-1, 0, false);
+    CG_ASSERT_FAILS(cg_optim_new(&bad, 1, &(cg_optim_param){"w", ps[0], 0}), "learning rate");
+    bad.type = (cg_optim_type)7;
+    CG_ASSERT_FAILS(cg_optim_new(&bad, 1, &(cg_optim_param){"w", ps[0], 0}), "unknown optimizer");
+
+    /* zero parameters is allowed */
+    cg_optim *o = cg_optim_new(&cfg, 0, NULL);
+    ck_assert_ptr_nonnull(o);
+    ck_assert(cg_optim_step(o));
+    ck_assert(cg_optim_clip_grad_norm(o, 1.0) == 0.0);
+    cg_optim_free(o);
+    release_params(ps);
+}
+END_TEST
+
+/* A gradient of the wrong shape fails the step before anything moves. */
+START_TEST(step_errors)
+{
+    cg_tensor *ps[OPT_NPARAMS];
+    make_params(ps);
+    cg_optim_config cfg = cg_adamw_config(1e-2, 0.9, 0.99, 1e-8);
+    cg_optim *o = make_optim(&cfg, ps);
+    for (int j = 0; j < OPT_NPARAMS; j++)
+        set_grad(ps[j], OPT_HAS_GRAD[0][j] ? OPT_G[0] + offset_of(j) : NULL);
+    cg_release(ps[2]->grad);
+    ps[2]->grad = cg_zeros(CG_SHAPE(3, 2));
+    cg_clear_error();
+    ck_assert(!cg_optim_step(o));
+    assert_error_has("gradient of 'c' has shape [3, 2], the parameter [2, 3]");
+    float got[OPT_N];
+    gather(ps, got);
+    ck_assert(memcmp(got, OPT_P0, sizeof got) == 0);
+    ck_assert_int_eq(cg_optim_steps(o), 0);
+    ck_assert_int_eq(cg_optim_param_steps(o, 0), 0);
+
+    ck_assert(cg_clip_grad_norm(OPT_NPARAMS, ps, 1.0) < 0);
+    assert_error_has("gradient of parameter 2 has shape [3, 2]");
+    ck_assert(cg_clip_grad_norm(OPT_NPARAMS, ps, -1.0) < 0);
+    assert_error_has("max_norm");
+    ck_assert(!cg_optim_step(NULL));
+    ck_assert(!cg_optim_save(NULL, NULL, NULL));
+    ck_assert(!cg_optim_load(o, NULL, NULL));
+    cg_optim_free(o);
+    release_params(ps);
+}
+END_TEST
+
+START_TEST(accessors)
+{
+    cg_tensor *ps[OPT_NPARAMS];
+    make_params(ps);
+    cg_optim_config cfg = cg_sgd_config(0.1, 0.9, false);
+    cg_optim *o = make_optim(&cfg, ps);
+    ck_assert_int_eq(cg_optim_count(o), OPT_NPARAMS);
+    ck_assert_str_eq(cg_optim_param_name(o, 2), "c");
+    ck_assert_ptr_eq(cg_optim_param_tensor(o, 1), ps[1]);
+    ck_assert(cg_optim_param_weight_decay(o, 0) == 0.1);
+    ck_assert_int_eq(cg_optim_find(o, "d"), 3);
+    ck_assert_int_eq(cg_optim_find(o, "zz"), -1);
+    ck_assert_ptr_nonnull(cg_optim_state(o, 0, "momentum_buffer"));
+    ck_assert_ptr_null(cg_optim_state(o, 0, "exp_avg"));
+    ck_assert_str_eq(cg_optim_type_name(CG_OPTIM_ADAMW), "adamw");
+    cg_optim_set_lr(o, 0.25);
+    ck_assert(cg_optim_lr(o) == 0.25 && cg_optim_get_config(o).lr == 0.25);
+    /* the optimizer keeps its parameters alive */
+    release_params(ps);
+    ck_assert_int_eq(cg_optim_param_tensor(o, 0)->refcount, 1);
+    cg_optim_free(o);
+}
+END_TEST
+
+static Suite *optim_suite(void)
+{
+    Suite *s = suite_create("optim");
+    TCase *tc = tcase_create("torch");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, sgd_momentum_wd);
+    tcase_add_test(tc, sgd_nesterov_wd);
+    tcase_add_test(tc, sgd_plain_wd);
+    tcase_add_test(tc, adam_l2);
+    tcase_add_test(tc, adamw_decoupled);
+    tcase_add_test(tc, skip_param_without_grad);
+    tcase_add_test(tc, step_with_autograd);
+    tcase_add_test(tc, step_thread_independent);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("schedule");
+    tcase_add_test(tc, schedule_cosine);
+    tcase_add_test(tc, schedule_noam);
+    tcase_add_test(tc, schedule_constant_and_kinds);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("clip");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, clip_scales);
+    tcase_add_test(tc, clip_below_limit);
+    tcase_add_test(tc, clip_optim_and_strided_grad);
+    tcase_add_test(tc, clip_norm_thread_independent);
+    tcase_add_test(tc, nonfinite_grads_named);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("state");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, resume_sgd);
+    tcase_add_test(tc, resume_adam);
+    tcase_add_test(tc, resume_adamw);
+    tcase_add_test(tc, load_errors);
+    tcase_add_test(tc, state_sgd_plain);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("errors");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, build_errors);
+    tcase_add_test(tc, step_errors);
+    tcase_add_test(tc, accessors);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    Suite *s = optim_suite();
+    return cg_test_run(&s, 1);
+}
