@@ -1,0 +1,145 @@
+/* cgrad zoo: sentence-pair data for the seq2seq model
+ * (shared/reference/train_seq2seq.py load_split, make_batches, tensorize).
+ *
+ *   file     UTF-8 lines "source<TAB>target" (exactly one tab), '\n' ends a
+ *            line (a final line without it counts too). Lengths are counted
+ *            in Unicode code points, as Python's len(str).
+ *   split    pair indices shuffled as numpy.random.RandomState(0).permutation
+ *            (MT19937, bit-exact); the last n_test are the test split, the
+ *            n_valid before them validation, the rest training.
+ *   vocab    pad=0, bos=1, eos=2, unk=3, then the sorted code points of the
+ *            training pairs; unknown characters map to unk.
+ *   batches  pairs sorted (stably) by (target length, source length), cut in
+ *            that order into runs whose padded size
+ *            n_pairs * (longest source + 1 + longest target + 1) <= max_tokens.
+ *
+ * Errors: false/NULL + cg_set_error (core/error.h) naming the file and line. */
+#ifndef CG_MODELS_PAIRS_H
+#define CG_MODELS_PAIRS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CG_PAIR_PAD 0
+#define CG_PAIR_BOS 1
+#define CG_PAIR_EOS 2
+#define CG_PAIR_UNK 3
+
+/* ------------------------------------------------------------ UTF-8 */
+/* Number of code points of a valid UTF-8 string, or -1 if s is not valid
+ * UTF-8 (overlong forms, surrogates and values above U+10FFFF are invalid);
+ * *bad_at (optional) receives the byte offset of the first bad byte. */
+int64_t cg_utf8_len(const char *s, size_t n, size_t *bad_at);
+/* Decode a valid UTF-8 string into code points (at most cap); returns the
+ * count or -1 (invalid / too many). */
+int64_t cg_utf8_decode(const char *s, size_t n, uint32_t *out, int64_t cap);
+/* Append the UTF-8 form of cp to buf (4 bytes room needed); returns bytes. */
+int cg_utf8_encode(uint32_t cp, char *buf);
+
+/* ------------------------------------------------ numpy's RandomState */
+typedef struct {
+    uint32_t mt[624];
+    int pos;
+} cg_mt19937;
+
+/* numpy.random.RandomState(seed) (init_genrand). */
+void cg_mt_seed(cg_mt19937 *r, uint32_t seed);
+uint32_t cg_mt_next(cg_mt19937 *r);
+/* RandomState.permutation(n): out[0..n) (legacy Fisher-Yates with masked
+ * rejection sampling, exactly as numpy). */
+void cg_mt_permutation(cg_mt19937 *r, int64_t n, int64_t *out);
+
+/* ------------------------------------------------------------ pairs */
+typedef struct {
+    char *src, *tgt;      /* NUL-terminated UTF-8, owned by the set */
+    int32_t src_len;      /* code points */
+    int32_t tgt_len;
+} cg_pair;
+
+typedef struct {
+    cg_pair *items;
+    int64_t n, cap;
+    char *buf;            /* backing text (NULL for sets of borrowed strings) */
+} cg_pairs;
+
+/* Read a pair file. Errors (one clear message each): the file cannot be
+ * read, it has no pairs, a line has no tab or more than one, a line is not
+ * valid UTF-8. On failure *out is left empty. */
+bool cg_pairs_read(const char *path, cg_pairs *out);
+/* Same from a buffer (name used in messages). */
+bool cg_pairs_parse(const char *text, size_t len, const char *name, cg_pairs *out);
+void cg_pairs_free(cg_pairs *p);
+
+/* A split: three arrays of indices into a cg_pairs (malloc'd; free with
+ * cg_split_free). */
+typedef struct {
+    int64_t *train, *valid, *test;
+    int64_t n_train, n_valid, n_test;
+} cg_split;
+
+/* Shuffle with RandomState(0) and cut as described above. Needs
+ * p->n > n_valid + n_test (error otherwise). */
+bool cg_pairs_split(const cg_pairs *p, int64_t n_valid, int64_t n_test, cg_split *out);
+void cg_split_free(cg_split *s);
+/* Keep the indices whose pair has both sides at most max_chars code points
+ * (in place); returns the new count. */
+int64_t cg_pairs_filter(const cg_pairs *p, int64_t *idx, int64_t n, int64_t max_chars);
+
+/* ------------------------------------------------------------ vocab */
+typedef struct {
+    uint32_t *chars;      /* sorted code points; id = 4 + position */
+    int64_t n_chars;
+} cg_pair_vocab;
+
+/* The code points of the given pairs (both sides). */
+bool cg_pair_vocab_build(const cg_pairs *p, const int64_t *idx, int64_t n, cg_pair_vocab *out);
+/* From a UTF-8 string of the characters in order (as stored in checkpoints):
+ * must be strictly increasing code points. */
+bool cg_pair_vocab_from_string(const char *s, cg_pair_vocab *out);
+/* The characters as a malloc'd UTF-8 string, or NULL. */
+char *cg_pair_vocab_to_string(const cg_pair_vocab *v);
+void cg_pair_vocab_free(cg_pair_vocab *v);
+static inline int64_t cg_pair_vocab_size(const cg_pair_vocab *v) { return v->n_chars + 4; }
+/* Id of a code point (unk if absent). */
+int64_t cg_pair_vocab_id(const cg_pair_vocab *v, uint32_t cp);
+/* Encode UTF-8 text to ids (malloc'd, *n receives the count), NULL + error
+ * on invalid UTF-8. *n_unk (optional) counts unknown characters. */
+int64_t *cg_pair_vocab_encode(const cg_pair_vocab *v, const char *s, int64_t *n, int64_t *n_unk);
+/* Ids to UTF-8 (malloc'd); ids < 4 (specials) are skipped. */
+char *cg_pair_vocab_decode(const cg_pair_vocab *v, const int64_t *ids, int64_t n);
+
+/* ---------------------------------------------------------- batches */
+typedef struct {
+    int64_t *idx;         /* pair indices, all batches back to back */
+    int64_t *start;       /* batch b is idx[start[b] .. start[b+1]) */
+    int64_t n_batches;
+} cg_batches;
+
+/* make_batches of the reference over pairs idx[0..n). max_tokens >= 1. A
+ * single pair larger than max_tokens becomes a batch of its own. */
+bool cg_make_batches(const cg_pairs *p, const int64_t *idx, int64_t n, int64_t max_tokens,
+                     cg_batches *out);
+void cg_batches_free(cg_batches *b);
+
+/* One padded batch (tensorize): src [B,S] = chars eos pad..,
+ * tgt_in [B,T] = bos chars pad.., tgt_out [B,T] = chars eos pad..
+ * (arrays malloc'd; free with cg_batch_free). */
+typedef struct {
+    int64_t B, S, T;
+    int64_t *src, *tgt_in, *tgt_out;
+    int64_t n_tokens;     /* non-pad entries of tgt_out */
+} cg_batch;
+
+bool cg_batch_make(const cg_pairs *p, const int64_t *idx, int64_t n, const cg_pair_vocab *v,
+                   cg_batch *out);
+void cg_batch_free(cg_batch *b);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
