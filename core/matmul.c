@@ -25,6 +25,8 @@
 /* Below this many flops per output matrix, batches are spread over threads
  * even when the batch count does not divide evenly. */
 #define SMALL_GEMM_FLOPS (2.0 * 128 * 128 * 128)
+/* Below this total (all batches), a batched product stays on one thread. */
+#define PARALLEL_MIN_FLOPS (2.0 * 64 * 64 * 64)
 
 /* One matrix operand: base pointer, strides over the output's batch dims
  * (0 where broadcast), and the row/column strides of each matrix. */
@@ -150,7 +152,11 @@ static bool run_batched(const char *op, int nbd, const int64_t *bshape, int64_t 
 
     int nt = cg_get_num_threads();
     double flops = 2.0 * (double)m * (double)n * (double)k;
+    /* Spread batches over threads only when the whole product is worth a
+     * parallel region (waking a thread costs ~10 us, far more on a loaded
+     * machine); tiny batched products run on the calling thread. */
     bool spread = nt > 1 && !omp_in_parallel() && nbatch >= nt &&
+                  flops * (double)nbatch >= PARALLEL_MIN_FLOPS &&
                   (flops <= SMALL_GEMM_FLOPS || nbatch % nt == 0 || nbatch >= 4 * nt);
     bool ok = true;
     if (spread) {

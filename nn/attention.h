@@ -26,8 +26,8 @@ typedef struct {
     cg_tensor *mask;        /* nonzero = masked, broadcast to [B,H,Tq,Tk]; borrowed */
 } cg_attn_mask;
 
-/* The combined mask as a float tensor (1 = masked, 0 = free) of shape
- * [B or 1, H or 1, Tq, Tk], or *out = NULL when nothing is masked. No
+/* The combined mask as a float tensor (nonzero = masked) broadcastable to
+ * [B,H,Tq,Tk] (new reference), or *out = NULL when nothing is masked. No
  * gradient. False + error when mask does not broadcast to [B,H,Tq,Tk]. */
 bool cg_attention_mask(int64_t B, int64_t H, int64_t Tq, int64_t Tk, bool causal,
                        const uint8_t *key_pad, const cg_tensor *mask, cg_tensor **out);

@@ -103,6 +103,29 @@ cg_linear *cg_linear_new(int64_t in_features, int64_t out_features, bool bias, c
     return l;
 }
 
+cg_tensor *cg_linear_fn(cg_tensor *x, cg_tensor *weight, cg_tensor *bias)
+{
+    if (!x || !weight)
+        return NULL;
+    if (weight->ndim != 2 || x->ndim < 1 || x->shape[x->ndim - 1] != weight->shape[1] ||
+        (bias && (bias->ndim != 1 || bias->shape[0] != weight->shape[0]))) {
+        char a[96], b[96], c[96];
+        cg_set_error("linear: input %s, weight %s, bias %s: need x [..., in], weight [out, in], "
+                     "bias [out]",
+                     cg_shape_str(x, a, sizeof a), cg_shape_str(weight, b, sizeof b),
+                     bias ? cg_shape_str(bias, c, sizeof c) : "none");
+        return NULL;
+    }
+    cg_tensor *wt = cg_transpose(weight, 0, 1); /* [in, out], a view */
+    cg_tensor *y = cg_matmul(x, wt);
+    cg_release(wt);
+    if (!y || !bias)
+        return y;
+    cg_tensor *r = cg_add(y, bias);
+    cg_release(y);
+    return r;
+}
+
 cg_tensor *cg_linear_forward(cg_linear *l, cg_tensor *x)
 {
     if (!l || !x)
@@ -114,14 +137,7 @@ cg_tensor *cg_linear_forward(cg_linear *l, cg_tensor *x)
                      cg_shape_str(l->weight, b, sizeof b));
         return NULL;
     }
-    cg_tensor *wt = cg_transpose(l->weight, 0, 1); /* [in, out], a view */
-    cg_tensor *y = cg_matmul(x, wt);
-    cg_release(wt);
-    if (!y || !l->bias)
-        return y;
-    cg_tensor *r = cg_add(y, l->bias);
-    cg_release(y);
-    return r;
+    return cg_linear_fn(x, l->weight, l->bias);
 }
 
 /* --------------------------------------------------------- Embedding */

@@ -47,6 +47,10 @@ typedef struct {
 cg_linear *cg_linear_new(int64_t in_features, int64_t out_features, bool bias, cg_rng *rng);
 /* x [..., in] -> [..., out]. */
 cg_tensor *cg_linear_forward(cg_linear *l, cg_tensor *x);
+/* The same as a function (PyTorch's F.linear), e.g. for a tied output head:
+ * x [..., in], weight [out, in] (any strides; used through a transposed
+ * view, never copied), bias [out] or NULL. */
+cg_tensor *cg_linear_fn(cg_tensor *x, cg_tensor *weight, cg_tensor *bias);
 
 /* -------------------------------------------------------- Embedding */
 /* weight [num, dim]. */

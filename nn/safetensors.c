@@ -16,6 +16,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -986,6 +988,38 @@ static char *dir_of(const char *path) {
     return d;
 }
 
+/* Remove "<path>.tmp.<pid>" files left by writers that died mid-save
+ * (SIGKILL, power loss): those whose process no longer exists. A file of a
+ * live process (another writer of the same path) is left alone. Best
+ * effort: failures are ignored. */
+static void remove_stale_temps(const char *path, const char *dir) {
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    size_t blen = strlen(base);
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        const char *n = e->d_name;
+        if (strncmp(n, base, blen) != 0 || strncmp(n + blen, ".tmp.", 5) != 0) continue;
+        const char *digits = n + blen + 5;
+        char *end;
+        errno = 0;
+        long pid = strtol(digits, &end, 10);
+        if (*digits < '1' || *digits > '9' || *end != '\0' || errno || pid <= 0 ||
+            pid == (long)getpid())
+            continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* alive, or not ours */
+        size_t len = strlen(dir) + strlen(n) + 2;
+        char *full = malloc(len);
+        if (!full) break;
+        snprintf(full, len, "%s/%s", dir, n);
+        (void)unlink(full);
+        free(full);
+    }
+    closedir(d);
+}
+
 bool cg_st_writer_save(cg_st_writer *w, const char *path) {
     if (!w) {
         cg_set_error("safetensors: cg_st_writer_save: NULL writer");
@@ -1099,6 +1133,7 @@ bool cg_st_writer_save(cg_st_writer *w, const char *path) {
     }
     created = false; /* the temporary file is now the target */
     ok = true;
+    remove_stale_temps(path, dir);
     /* Make the rename durable. A directory we cannot open or a file system
      * without directory fsync is tolerated; a real I/O error is reported. */
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);

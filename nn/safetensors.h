@@ -19,7 +19,8 @@
  * to the target, fsync, rename over the target, fsync of the directory. On
  * any failure the old file (if any) is left untouched and no temporary file
  * remains. The temporary file is "<path>.tmp.<pid>", so one process must not
- * save the same path from two threads at once; a symlink at path is replaced
+ * save the same path from two threads at once; temporary files of writers
+ * that died mid-save (killed) are removed by the next successful save; a symlink at path is replaced
  * by the new file (its target is not modified). The writer emits the same layout as the Python reference writer:
  * metadata first, tensors in the order added, data in that order, header
  * padded with spaces so that the data starts at a multiple of 8 bytes. */

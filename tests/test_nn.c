@@ -1,0 +1,1402 @@
+/* Tests of the nn layer: parameter registry, save/load, every module's
+ * forward values (naive loops or PyTorch reference values) and gradients
+ * (gradcheck on inputs and parameters). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "autograd/gradcheck.h"
+#include "nn/nn.h"
+#include "tests/testutil.h"
+
+/* ------------------------------------------------------------ helpers */
+static void assert_ok(const void *p)
+{
+    ck_assert_msg(p != NULL, "unexpected failure: %s", cg_last_error());
+}
+
+/* Every parameter of m, element j of the k-th parameter (named_parameters()
+ * order): 0.5 sin(1.3 k + 0.37 j + 0.2). The PyTorch reference values below
+ * were computed with the same fill. */
+static void fill_formula(cg_module *m)
+{
+    cg_param_list l = {0};
+    ck_assert(cg_module_params(m, &l));
+    for (int k = 0; k < l.n; k++) {
+        cg_tensor *t = l.items[k].tensor;
+        ck_assert(cg_is_contiguous(t));
+        float *v = cg_data(t);
+        for (int64_t j = 0; j < cg_numel(t); j++)
+            v[j] = (float)(0.5 * sin(1.3 * k + 0.37 * (double)j + 0.2));
+    }
+    cg_param_list_free(&l);
+}
+
+/* x[j] = f(a j + b) over a contiguous tensor (f = sin or cos). */
+static cg_tensor *formula_input(int ndim, const int64_t *shape, double a, double b, bool use_cos)
+{
+    cg_tensor *t = cg_empty(ndim, shape);
+    assert_ok(t);
+    float *v = cg_data(t);
+    for (int64_t j = 0; j < cg_numel(t); j++)
+        v[j] = (float)(use_cos ? cos(a * (double)j + b) : sin(a * (double)j + b));
+    return t;
+}
+
+/* Every parameter ~ N(0, std) (so biases and norm weights are non-trivial). */
+static void randomize(cg_module *m, uint64_t seed, float std)
+{
+    cg_rng r = cg_rng_new(seed);
+    cg_param_list l = {0};
+    ck_assert(cg_module_params(m, &l));
+    for (int k = 0; k < l.n; k++)
+        ck_assert(cg_normal_(l.items[k].tensor, &r, 0.0f, std));
+    cg_param_list_free(&l);
+}
+
+static cg_tensor *randn_leaf(cg_rng *r, int ndim, const int64_t *shape)
+{
+    cg_tensor *t = cg_randn(r, ndim, shape);
+    assert_ok(t);
+    cg_requires_grad(t, true);
+    return t;
+}
+
+static void assert_names(const cg_module *m, const char *const *names, int n, int64_t count)
+{
+    cg_param_list l = {0};
+    ck_assert(cg_module_params(m, &l));
+    ck_assert_int_eq(l.n, n);
+    for (int i = 0; i < n; i++)
+        ck_assert_str_eq(l.items[i].name, names[i]);
+    cg_param_list_free(&l);
+    ck_assert_int_eq(cg_module_num_param_tensors(m), n);
+    ck_assert_int_eq(cg_module_num_params(m), count);
+}
+
+/* ------------------------------------------------- gradcheck plumbing */
+typedef struct {
+    cg_module *m;
+    int kind;
+    /* masks */
+    bool causal;
+    const uint8_t *key_pad;
+    cg_tensor *mask;
+    cg_attn_mask sm, cm;
+    /* embedding ids */
+    const int64_t *ids;
+    int ids_ndim;
+    int64_t ids_shape[4];
+    /* dropout: reset the generator before every call */
+    cg_rng *rng;
+    cg_rng rng0;
+} fctx;
+
+enum { K_LINEAR, K_EMBED, K_NORM, K_DROP, K_POSENC, K_FF, K_MHA_SELF, K_MHA_CROSS, K_ENC,
+       K_DEC, K_BLOCK, K_ENC_STACK, K_DEC_STACK };
+
+static cg_tensor *fwd(void *ctx, cg_tensor *const *in)
+{
+    fctx *c = ctx;
+    if (c->rng)
+        *c->rng = c->rng0;
+    switch (c->kind) {
+    case K_LINEAR:
+        return cg_linear_forward((cg_linear *)c->m, in[0]);
+    case K_EMBED:
+        return cg_embed_forward((cg_embed *)c->m, c->ids, c->ids_ndim, c->ids_shape);
+    case K_NORM:
+        return cg_norm_forward((cg_norm *)c->m, in[0]);
+    case K_DROP:
+        return cg_drop_forward((cg_drop *)c->m, in[0]);
+    case K_POSENC:
+        return cg_posenc_forward((cg_posenc *)c->m, in[0]);
+    case K_FF:
+        return cg_ff_forward((cg_ff *)c->m, in[0]);
+    case K_MHA_SELF:
+        return cg_mha_forward((cg_mha *)c->m, in[0], in[0], c->causal, c->key_pad, c->mask, NULL);
+    case K_MHA_CROSS:
+        return cg_mha_forward((cg_mha *)c->m, in[0], in[1], c->causal, c->key_pad, c->mask, NULL);
+    case K_ENC:
+        return cg_enc_layer_forward((cg_enc_layer *)c->m, in[0], &c->sm);
+    case K_DEC:
+        return cg_dec_layer_forward((cg_dec_layer *)c->m, in[0], in[1], &c->sm, &c->cm);
+    case K_BLOCK:
+        return cg_lm_block_forward((cg_lm_block *)c->m, in[0], &c->sm);
+    case K_ENC_STACK:
+        return cg_enc_stack_forward((cg_enc_stack *)c->m, in[0], &c->sm);
+    case K_DEC_STACK:
+        return cg_dec_stack_forward((cg_dec_stack *)c->m, in[0], in[1], &c->sm, &c->cm);
+    }
+    return NULL;
+}
+
+/* gradcheck over the n_in inputs and every parameter of c->m. */
+static void gradcheck_module(fctx *c, int n_in, cg_tensor *const *in, double atol, double rtol)
+{
+    cg_param_list l = {0};
+    ck_assert(cg_module_params(c->m, &l));
+    cg_tensor **all = calloc((size_t)(n_in + l.n), sizeof *all);
+    for (int i = 0; i < n_in; i++)
+        all[i] = in[i];
+    for (int i = 0; i < l.n; i++)
+        all[n_in + i] = l.items[i].tensor;
+    cg_gradcheck_opts o = cg_gradcheck_defaults();
+    o.atol = atol;
+    o.rtol = rtol;
+    cg_gradcheck_report rep;
+    bool ok = cg_gradcheck(fwd, c, n_in + l.n, all, &o, &rep);
+    const char *where = rep.worst_input >= n_in && rep.worst_input < n_in + l.n
+                            ? l.items[rep.worst_input - n_in].name
+                            : "an input";
+    if (getenv("CG_TEST_VERBOSE"))
+        printf("%s: %s (worst in %s)\n", c->m->type, rep.message, where);
+    ck_assert_msg(ok, "%s %s (worst in %s)", c->m->type, rep.message, where);
+    ck_assert_int_gt(rep.checked, 0);
+    free(all);
+    cg_param_list_free(&l);
+}
+
+/* ------------------------------------------------------ naive references */
+/* y[r, o] = sum_i x[r, i] W[o, i] + b[o] in double. */
+static void naive_linear(const float *x, int64_t rows, const cg_linear *l, double *y)
+{
+    float *w = cg_test_values(l->weight);
+    float *b = l->bias ? cg_test_values(l->bias) : NULL;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t o = 0; o < l->out_features; o++) {
+            double s = b ? b[o] : 0.0;
+            for (int64_t i = 0; i < l->in_features; i++)
+                s += (double)x[r * l->in_features + i] * w[o * l->in_features + i];
+            y[r * l->out_features + o] = s;
+        }
+    free(w);
+    free(b);
+}
+
+static void to_float(const double *a, float *b, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        b[i] = (float)a[i];
+}
+
+/* PyTorch reference values (models.py, float32), computed once with the fill
+ * and inputs above (x[j] = sin(0.9 j + 0.3) [2,3,6] or [2,3,10]; memory
+ * m[j] = cos(0.7 j + 0.1) [2,4,6] or [2,4,10]) and pasted here. */
+static const float ref_enc_post_ln_relu[36] = {0.725785017f, 0.503676534f, 0.512940347f, 
+0.596529841f, 0.545439005f, 0.959141672f, 0.668558657f, 0.489528179f, 0.410507143f, 0.505603909f, 
+0.59058845f, 1.10059941f, 0.681459486f, 0.47007373f, 0.455989033f, 0.465449274f, 0.255174845f, 
+1.18207061f, 0.757107317f, 0.474142492f, 0.597573638f, 0.545698762f, 0.135473043f, 0.925492048f, 
+0.770721674f, 0.48643133f, 0.62350297f, 0.636122763f, 0.215230927f, 0.782600343f, 0.767071009f, 
+0.497578889f, 0.600314438f, 0.680349946f, 0.3488684f, 0.767726421f};
+static const float ref_enc_pre_rms_gelu[36] = {0.939688683f, -1.01047421f, 1.10979557f, 
+-0.211486369f, -2.83713293f, -1.32153392f, -0.042750597f, -1.61848187f, 1.30287135f, 0.395857722f, 
+-2.03923774f, -0.937731683f, -0.506526828f, -2.59606028f, 0.776387215f, 0.568404078f, -1.44112825f, 
+-0.154251814f, -0.0810313821f, -3.12979126f, -0.189203963f, 0.189124733f, -1.42420816f, 
+0.418788195f, 0.838501632f, -2.84283209f, -0.775733709f, -0.577868581f, -1.99499106f, 0.468451321f, 
+1.64185309f, -1.95630848f, -0.6266343f, -1.06995881f, -2.76596832f, -0.124074757f};
+static const float ref_dec_pre_ln_gelu[36] = {-0.0687635541f, -1.99788642f, 1.98552644f, 
+-1.02592218f, -3.48761773f, 0.475021064f, -1.04465806f, -2.61485744f, 2.17143846f, -0.406433403f, 
+-2.68276501f, 0.83576715f, -1.55449653f, -3.43461609f, 1.58689797f, -0.365709424f, -1.92955208f, 
+1.64209294f, -0.907377064f, -4.02577829f, 0.550265193f, -0.656869769f, -1.99884903f, 2.31441951f, 
+0.102929592f, -3.77305794f, -0.0875973701f, -1.35063255f, -2.59216619f, 2.33308458f, 0.970805347f, 
+-3.01243091f, 0.0890460908f, -1.72344863f, -3.48945427f, 1.72227609f};
+static const float ref_dec_post_rms_relu[36] = {-0.238863364f, -0.0593556985f, 0.205957219f, 
+-0.194742575f, -0.124601364f, 0.747890651f, -0.219347298f, 0.199369147f, 0.0496037751f, 
+-0.521191895f, -0.107390724f, 0.677124619f, -0.226648763f, 0.342765003f, 0.248424575f, 
+-0.44900471f, -0.147077948f, 0.622555017f, -0.298956037f, 0.448491663f, 0.427934408f, 
+-0.181133524f, -0.162773371f, 0.513375103f, -0.317406178f, 0.34580484f, 0.569977105f, 
+0.0889134482f, -0.193433046f, 0.486764967f, -0.327056348f, 0.229970679f, 0.595626652f, 
+0.291344315f, -0.180842549f, 0.476950794f};
+static const float ref_enc_stack_pre[48] = {-0.673212707f, 0.268422127f, -0.585299671f, 
+0.126524568f, 0.788508832f, 0.261682212f, -0.222984508f, 0.472653866f, -0.645914674f, 
+-0.145696849f, 0.58004576f, 0.240009695f, -0.3177993f, 0.513363421f, -0.364575058f, 0.0300004035f, 
+0.503230035f, 0.145102829f, -0.675110817f, 0.270560026f, -0.578589797f, 0.130480453f, 0.786565483f, 
+0.259025216f, -0.206409991f, 0.463577062f, -0.66449666f, -0.137879208f, 0.575850546f, 0.241782829f, 
+-0.292664707f, 0.509677291f, -0.372812629f, 0.0368900336f, 0.490043432f, 0.143137187f, 
+-0.672709823f, 0.266232312f, -0.580264807f, 0.143687278f, 0.784770429f, 0.256074816f, 
+-0.212402612f, 0.46083644f, -0.669874847f, -0.137875661f, 0.581420362f, 0.244046092f};
+static const float ref_lm_block[36] = {0.588286519f, 0.235819072f, 2.31557608f, 0.816006422f, 
+-0.830361128f, 0.62311697f, -0.195182413f, -0.405952245f, 2.31519747f, 1.64546227f, -0.0471487641f, 
+0.81481719f, -0.580049396f, -1.24929905f, 1.62019563f, 1.82918596f, 0.665431499f, 1.52939963f, 
+-0.116316974f, -1.60029125f, 0.450767696f, 1.52323735f, 0.736876488f, 1.98700047f, 0.637830555f, 
+-1.3643775f, 0.065506041f, 0.628901422f, 0.108824104f, 2.17378068f, 1.29570794f, -0.565035343f, 
+0.426914275f, 0.0202841163f, -0.724201262f, 1.71464658f};
+static const float ref_mha_cross[60] = {0.98791939f, -0.226009309f, -1.03679967f, 0.957073569f, 
+-2.07038736f, 0.815500736f, -1.07210517f, -0.538154483f, 0.870434403f, -1.4752537f, 0.968851447f, 
+-0.263755977f, -0.953706026f, 0.853876591f, -1.97843838f, 0.762733698f, -1.07455099f, -0.48123911f, 
+0.776340246f, -1.37256682f, 1.01466882f, -0.204940557f, -1.09928584f, 1.04199386f, -2.15194321f, 
+0.868915081f, -1.08115101f, -0.57622534f, 0.944055915f, -1.56206012f, 0.371202439f, 0.100396521f, 
+-0.973732293f, 0.523692846f, -1.39835441f, 0.108978748f, -0.545735955f, -0.724460185f, 
+0.660077035f, -0.932139754f, 0.455713451f, 0.0938488021f, -1.04713714f, 0.654749751f, -1.54724813f, 
+0.230475843f, -0.602925241f, -0.748952746f, 0.75881052f, -1.07511902f, 0.37825349f, 0.112665348f, 
+-1.00159407f, 0.55868268f, -1.42984271f, 0.127399504f, -0.545492649f, -0.743293524f, 0.691778719f, 
+-0.967078924f};
+static const float ref_mha_cross_w[120] = {0.214836746f, 0.201378077f, 0.242262423f, 0.341522813f, 
+0.356995165f, 0.253830343f, 0.197910637f, 0.191263914f, 0.314202338f, 0.254743397f, 0.218131498f, 
+0.212922767f, 0.217989996f, 0.286748439f, 0.283469319f, 0.21179226f, 0.361164331f, 0.228716314f, 
+0.188309118f, 0.221810192f, 0.187148169f, 0.311062068f, 0.312485874f, 0.18930386f, 0.0788703337f, 
+0.1842127f, 0.348032475f, 0.388884544f, 0.408220977f, 0.249186665f, 0.174804196f, 0.167788133f, 
+0.118357368f, 0.213670865f, 0.326147974f, 0.341823757f, 0.223395243f, 0.204778671f, 0.239826024f, 
+0.332000166f, 0.300119221f, 0.240264237f, 0.219732136f, 0.239884481f, 0.294810802f, 0.261811495f, 
+0.230102971f, 0.213274777f, 0.211476654f, 0.288252831f, 0.288443297f, 0.211827233f, 0.442993402f, 
+0.220067397f, 0.154498756f, 0.182440504f, 0.184701025f, 0.301958621f, 0.312324554f, 0.201015875f, 
+0.434307128f, 0.565692842f, 0.0f, 0.0f, 0.430098236f, 0.569901764f, 0.0f, 0.0f, 0.45287326f, 
+0.54712677f, 0.0f, 0.0f, 0.356844932f, 0.643155098f, 0.0f, 0.0f, 0.625565946f, 0.374434054f, 0.0f, 
+0.0f, 0.435058922f, 0.564941108f, 0.0f, 0.0f, 0.486527294f, 0.513472736f, 0.0f, 0.0f, 0.509272873f, 
+0.490727156f, 0.0f, 0.0f, 0.623179317f, 0.376820683f, 0.0f, 0.0f, 0.426032722f, 0.573967338f, 0.0f, 
+0.0f, 0.479539067f, 0.520460904f, 0.0f, 0.0f, 0.431511849f, 0.568488121f, 0.0f, 0.0f, 0.327002704f, 
+0.672997236f, 0.0f, 0.0f, 0.587023973f, 0.412976086f, 0.0f, 0.0f, 0.432761252f, 0.567238748f, 0.0f, 
+0.0f};
+static const float ref_pe_7_5[35] = {0.0f, 1.0f, 0.0f, 1.0f, 0.0f, 0.841470957f, 0.540302277f, 
+0.025116222f, 0.999684513f, 0.000630957307f, 0.909297407f, -0.416146845f, 0.0502166003f, 
+0.998738348f, 0.00126191438f, 0.141120002f, -0.989992499f, 0.0752852932f, 0.997162044f, 
+0.00189287087f, -0.756802499f, -0.653643608f, 0.100306489f, 0.994956613f, 0.00252382667f, 
+-0.958924294f, 0.2836622f, 0.125264391f, 0.992123365f, 0.00315478141f, -0.279415488f, 0.960170269f, 
+0.150143266f, 0.988664269f, 0.003785735f};
+static const float ref_ff_gelu[36] = {-0.737372756f, -1.30636919f, 0.28481102f, -0.0487088263f, 
+-1.31939149f, -0.0051690191f, -0.476134568f, -1.24955904f, -0.00773984194f, 0.0557293296f, 
+-1.08440495f, -0.239127219f, -0.459021688f, -1.36545241f, 0.0390254259f, 0.145846605f, 
+-1.18084121f, -0.276090741f, -0.492672741f, -1.30834746f, 0.0412013531f, 0.0875422359f, 
+-1.15088081f, -0.234299958f, -0.534184277f, -0.967651486f, -0.105072021f, -0.172530591f, 
+-0.861260355f, -0.133860275f, -0.72375381f, -0.977995574f, 0.0901989341f, -0.269816041f, 
+-1.00290942f, 0.0414994359f};
+
+/* Attention in double with plain loops. mask_h: optional [H, 1, Tk] user
+ * mask (broadcast over B and Tq). w_out (optional) gets [B,H,Tq,Tk]. */
+static void naive_mha(const cg_mha *m, const float *xq, const float *xkv, int64_t B, int64_t Tq,
+                      int64_t Tk, bool causal, const uint8_t *key_pad, const float *mask_h,
+                      double *out, double *w_out)
+{
+    int64_t d = m->d, H = m->H, dh = m->d_head;
+    double *q = malloc(sizeof(double) * B * Tq * d), *k = malloc(sizeof(double) * B * Tk * d);
+    double *v = malloc(sizeof(double) * B * Tk * d), *cat = malloc(sizeof(double) * B * Tq * d);
+    double *s = malloc(sizeof(double) * Tk);
+    naive_linear(xq, B * Tq, m->q_proj, q);
+    naive_linear(xkv, B * Tk, m->k_proj, k);
+    naive_linear(xkv, B * Tk, m->v_proj, v);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t i = 0; i < Tq; i++) {
+                double mx = -INFINITY;
+                for (int64_t j = 0; j < Tk; j++) {
+                    bool masked = (causal && j > i) || (key_pad && key_pad[b * Tk + j]) ||
+                                  (mask_h && mask_h[h * Tk + j] != 0.0f);
+                    double acc = 0;
+                    for (int64_t c = 0; c < dh; c++)
+                        acc += q[(b * Tq + i) * d + h * dh + c] * k[(b * Tk + j) * d + h * dh + c];
+                    s[j] = masked ? -INFINITY : acc / sqrt((double)dh);
+                    mx = s[j] > mx ? s[j] : mx;
+                }
+                double z = 0;
+                for (int64_t j = 0; j < Tk; j++)
+                    z += (s[j] = exp(s[j] - mx));
+                for (int64_t j = 0; j < Tk; j++) {
+                    s[j] /= z;
+                    if (w_out)
+                        w_out[((b * H + h) * Tq + i) * Tk + j] = s[j];
+                }
+                for (int64_t c = 0; c < dh; c++) {
+                    double acc = 0;
+                    for (int64_t j = 0; j < Tk; j++)
+                        acc += s[j] * v[(b * Tk + j) * d + h * dh + c];
+                    cat[(b * Tq + i) * d + h * dh + c] = acc;
+                }
+            }
+    float *catf = malloc(sizeof(float) * B * Tq * d);
+    to_float(cat, catf, B * Tq * d);
+    naive_linear(catf, B * Tq, m->o_proj, out);
+    free(catf);
+    free(q);
+    free(k);
+    free(v);
+    free(cat);
+    free(s);
+}
+
+/* ====================================================== registry tests */
+START_TEST(test_names_basic)
+{
+    cg_linear *l = cg_linear_new(3, 4, true, NULL);
+    assert_ok(l);
+    assert_names(CG_MODULE(l), (const char *[]){"weight", "bias"}, 2, 16);
+    ck_assert_str_eq(l->base.type, "Linear");
+    ck_assert(l->weight->requires_grad && l->bias->requires_grad && !l->weight->node);
+    ck_assert_int_eq(l->weight->shape[0], 4);
+    ck_assert_int_eq(l->weight->shape[1], 3);
+    cg_module_free(CG_MODULE(l));
+
+    cg_linear *nb = cg_linear_new(3, 4, false, NULL);
+    assert_names(CG_MODULE(nb), (const char *[]){"weight"}, 1, 12);
+    ck_assert_ptr_null(nb->bias);
+    cg_module_free(CG_MODULE(nb));
+
+    cg_norm *ln = cg_layernorm_new(5), *rn = cg_rmsnorm_new(5);
+    assert_names(CG_MODULE(ln), (const char *[]){"weight", "bias"}, 2, 10);
+    assert_names(CG_MODULE(rn), (const char *[]){"weight"}, 1, 5);
+    ck_assert_str_eq(ln->base.type, "LayerNorm");
+    ck_assert_str_eq(rn->base.type, "RMSNorm");
+    cg_module_free(CG_MODULE(ln));
+    cg_module_free(CG_MODULE(rn));
+
+    cg_embed *e = cg_embed_new(7, 3, NULL);
+    assert_names(CG_MODULE(e), (const char *[]){"weight"}, 1, 21);
+    cg_module_free(CG_MODULE(e));
+
+    cg_ff *f = cg_ff_new(6, 5, CG_ACT_GELU, NULL);
+    assert_names(CG_MODULE(f), (const char *[]){"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"},
+                 4, 6 * 5 + 5 + 5 * 6 + 6);
+    cg_module_free(CG_MODULE(f));
+
+    cg_mha *m = cg_mha_new(6, 2, NULL);
+    assert_names(CG_MODULE(m),
+                 (const char *[]){"q_proj.weight", "q_proj.bias", "k_proj.weight", "k_proj.bias",
+                                  "v_proj.weight", "v_proj.bias", "o_proj.weight", "o_proj.bias"},
+                 8, 4 * 42);
+    ck_assert_int_eq(m->d_head, 3);
+    cg_module_free(CG_MODULE(m));
+
+    cg_drop *dr = cg_drop_new(0.1f, NULL);
+    cg_posenc *pe = cg_posenc_new(8, 4);
+    assert_names(CG_MODULE(dr), NULL, 0, 0);
+    assert_names(CG_MODULE(pe), NULL, 0, 0);
+    cg_module_free(CG_MODULE(dr));
+    cg_module_free(CG_MODULE(pe));
+}
+END_TEST
+
+static cg_tf_config small_cfg(cg_norm_kind norm, cg_act act, bool norm_first)
+{
+    return (cg_tf_config){.d = 6, .H = 2, .d_ff = 5, .norm = norm, .act = act,
+                          .norm_first = norm_first, .dropout = 0.0f, .dropout_rng = NULL};
+}
+
+/* Names and counts printed by models.py (d=6, H=2, d_ff=5). */
+START_TEST(test_names_transformer)
+{
+    cg_tf_config c = small_cfg(CG_NORM_LAYERNORM, CG_ACT_RELU, true);
+    cg_enc_layer *enc = cg_enc_layer_new(&c, NULL);
+    assert_ok(enc);
+    assert_names(CG_MODULE(enc),
+                 (const char *[]){"self_attn.q_proj.weight", "self_attn.q_proj.bias",
+                                  "self_attn.k_proj.weight", "self_attn.k_proj.bias",
+                                  "self_attn.v_proj.weight", "self_attn.v_proj.bias",
+                                  "self_attn.o_proj.weight", "self_attn.o_proj.bias",
+                                  "ln1.weight", "ln1.bias", "ff.fc1.weight", "ff.fc1.bias",
+                                  "ff.fc2.weight", "ff.fc2.bias", "ln2.weight", "ln2.bias"},
+                 16, 263);
+    cg_module_free(CG_MODULE(enc));
+
+    c = small_cfg(CG_NORM_RMSNORM, CG_ACT_RELU, false);
+    cg_dec_layer *dec = cg_dec_layer_new(&c, NULL);
+    assert_ok(dec);
+    assert_names(CG_MODULE(dec),
+                 (const char *[]){"self_attn.q_proj.weight", "self_attn.q_proj.bias",
+                                  "self_attn.k_proj.weight", "self_attn.k_proj.bias",
+                                  "self_attn.v_proj.weight", "self_attn.v_proj.bias",
+                                  "self_attn.o_proj.weight", "self_attn.o_proj.bias",
+                                  "ln1.weight", "cross_attn.q_proj.weight",
+                                  "cross_attn.q_proj.bias", "cross_attn.k_proj.weight",
+                                  "cross_attn.k_proj.bias", "cross_attn.v_proj.weight",
+                                  "cross_attn.v_proj.bias", "cross_attn.o_proj.weight",
+                                  "cross_attn.o_proj.bias", "ln2.weight", "ff.fc1.weight",
+                                  "ff.fc1.bias", "ff.fc2.weight", "ff.fc2.bias", "ln3.weight"},
+                 23, 425);
+    cg_module_free(CG_MODULE(dec));
+
+    c = small_cfg(CG_NORM_LAYERNORM, CG_ACT_GELU, true);
+    cg_enc_stack *es = cg_enc_stack_new(2, &c, NULL);
+    assert_ok(es);
+    cg_param_list l = {0};
+    ck_assert(cg_module_params(CG_MODULE(es), &l));
+    ck_assert_int_eq(l.n, 34);
+    ck_assert_str_eq(l.items[0].name, "layers.0.self_attn.q_proj.weight");
+    ck_assert_str_eq(l.items[15].name, "layers.0.ln2.bias");
+    ck_assert_str_eq(l.items[16].name, "layers.1.self_attn.q_proj.weight");
+    ck_assert_str_eq(l.items[31].name, "layers.1.ln2.bias");
+    ck_assert_str_eq(l.items[32].name, "ln_f.weight");
+    ck_assert_str_eq(l.items[33].name, "ln_f.bias");
+    cg_param_list_free(&l);
+    ck_assert_int_eq(cg_module_num_params(CG_MODULE(es)), 538);
+    cg_module_free(CG_MODULE(es));
+
+    c = small_cfg(CG_NORM_LAYERNORM, CG_ACT_RELU, false);
+    cg_dec_stack *ds = cg_dec_stack_new(1, &c, NULL);
+    assert_ok(ds);
+    ck_assert_ptr_null(ds->ln_f);
+    ck_assert(cg_module_params(CG_MODULE(ds), &l));
+    ck_assert_int_eq(l.n, 26);
+    ck_assert_str_eq(l.items[10].name, "layers.0.cross_attn.q_proj.weight");
+    ck_assert_str_eq(l.items[25].name, "layers.0.ln3.bias");
+    cg_param_list_free(&l);
+    ck_assert_int_eq(cg_module_num_params(CG_MODULE(ds)), 443);
+    cg_module_free(CG_MODULE(ds));
+
+    c = small_cfg(CG_NORM_LAYERNORM, CG_ACT_GELU, true);
+    cg_lm_block *blk = cg_lm_block_new(&c, NULL);
+    assert_ok(blk);
+    assert_names(CG_MODULE(blk),
+                 (const char *[]){"ln1.weight", "ln1.bias", "attn.q_proj.weight",
+                                  "attn.q_proj.bias", "attn.k_proj.weight", "attn.k_proj.bias",
+                                  "attn.v_proj.weight", "attn.v_proj.bias", "attn.o_proj.weight",
+                                  "attn.o_proj.bias", "ln2.weight", "ln2.bias", "ff.fc1.weight",
+                                  "ff.fc1.bias", "ff.fc2.weight", "ff.fc2.bias"},
+                 16, 263);
+    cg_module_free(CG_MODULE(blk));
+}
+END_TEST
+
+START_TEST(test_registry_lookup_and_errors)
+{
+    cg_tf_config c = small_cfg(CG_NORM_LAYERNORM, CG_ACT_GELU, true);
+    cg_enc_stack *es = cg_enc_stack_new(2, &c, NULL);
+    cg_module *m = CG_MODULE(es);
+    cg_tensor *b = cg_module_get_param(m, "layers.1.ff.fc2.bias");
+    assert_ok(b);
+    ck_assert_ptr_eq(b, es->layers[1]->ff->fc2->bias);
+    ck_assert_ptr_eq(cg_module_get_param(m, "ln_f.weight"), es->ln_f->weight);
+    CG_ASSERT_FAILS(cg_module_get_param(m, "layers.2.ff.fc2.bias"), "layers.2.ff.fc2.bias");
+    CG_ASSERT_FAILS(cg_module_get_param(m, "layers.1.ff.fc3.bias"), "no parameter");
+    cg_module *sa = cg_module_get_child(m, "layers.0.self_attn");
+    assert_ok(sa);
+    ck_assert_str_eq(sa->type, "MultiHeadAttention");
+    ck_assert_ptr_eq(sa, CG_MODULE(es->layers[0]->self_attn));
+    ck_assert_ptr_eq(cg_module_get_child(m, ""), m);
+    CG_ASSERT_FAILS(cg_module_get_child(m, "layers.x"), "layers.x");
+    cg_module_free(m);
+
+    /* a hand-built module with a tied parameter, listed once */
+    cg_module *top = cg_module_new("Tied");
+    cg_embed *e = (cg_embed *)cg_module_add_child(top, "emb", CG_MODULE(cg_embed_new(5, 3, NULL)));
+    assert_ok(e);
+    cg_tensor *extra = cg_zeros(CG_SHAPE(2));
+    assert_ok(cg_module_add_param(top, "scale", extra));
+    ck_assert(extra->requires_grad);
+    ck_assert_ptr_nonnull(cg_module_add_child(top, "head", cg_module_new("Head")));
+    assert_ok(cg_module_add_param(cg_module_get_child(top, "head"), "weight", e->weight));
+    cg_param_list l = {0};
+    ck_assert(cg_module_params(top, &l));
+    ck_assert_int_eq(l.n, 2);
+    ck_assert_str_eq(l.items[0].name, "scale"); /* own parameters first */
+    ck_assert_str_eq(l.items[1].name, "emb.weight");
+    cg_param_list_free(&l);
+    ck_assert_int_eq(cg_module_num_params(top), 17);
+    /* bad registrations */
+    CG_ASSERT_FAILS(cg_module_add_param(top, "scale", extra), "already");
+    CG_ASSERT_FAILS(cg_module_add_param(top, "emb", extra), "already");
+    CG_ASSERT_FAILS(cg_module_add_param(top, "a.b", extra), "'a.b'");
+    CG_ASSERT_FAILS(cg_module_add_param(top, "", extra), "non-empty");
+    CG_ASSERT_FAILS(cg_module_add_child(top, "emb", cg_module_new("X")), "already");
+    cg_tensor *nonleaf = cg_muls(extra, 2.0f);
+    CG_ASSERT_FAILS(cg_module_add_param(top, "nl", nonleaf), "leaf");
+    cg_release_all(2, extra, nonleaf); /* the module keeps its own reference */
+    ck_assert_int_eq(cg_module_num_params(top), 17);
+    cg_module_free(top);
+    cg_module_free(NULL);
+
+    /* constructor errors */
+    CG_ASSERT_FAILS(cg_mha_new(10, 4, NULL), "not divisible");
+    CG_ASSERT_FAILS(cg_linear_new(0, 3, true, NULL), "in_features");
+    CG_ASSERT_FAILS(cg_drop_new(1.0f, NULL), "[0, 1)");
+    c.H = 4;
+    CG_ASSERT_FAILS(cg_enc_layer_new(&c, NULL), "divisible");
+    c.H = 2;
+    c.dropout = -0.5f;
+    CG_ASSERT_FAILS(cg_dec_stack_new(1, &c, NULL), "dropout");
+    cg_act a;
+    cg_norm_kind nk;
+    ck_assert(cg_act_parse("gelu", &a) && a == CG_ACT_GELU);
+    ck_assert(cg_norm_kind_parse("rmsnorm", &nk) && nk == CG_NORM_RMSNORM);
+    ck_assert(!cg_act_parse("swish", &a));
+    ck_assert(strstr(cg_last_error(), "swish") != NULL);
+    ck_assert(!cg_norm_kind_parse("batchnorm", &nk));
+    ck_assert_str_eq(cg_act_name(CG_ACT_RELU), "relu");
+    ck_assert_str_eq(cg_norm_kind_name(CG_NORM_LAYERNORM), "layernorm");
+}
+END_TEST
+
+START_TEST(test_zero_grad_and_train_mode)
+{
+    cg_tf_config c = small_cfg(CG_NORM_RMSNORM, CG_ACT_RELU, true);
+    cg_enc_stack *es = cg_enc_stack_new(2, &c, NULL);
+    cg_module *m = CG_MODULE(es);
+    cg_rng r = cg_rng_new(3);
+    cg_tensor *x = cg_randn(&r, CG_SHAPE(1, 2, 6));
+    cg_tensor *y = cg_enc_stack_forward(es, x, NULL);
+    cg_tensor *s = cg_sum_all(y);
+    ck_assert(cg_backward(s, NULL, false));
+    cg_param_list l = {0};
+    ck_assert(cg_module_params(m, &l));
+    for (int i = 0; i < l.n; i++)
+        ck_assert_msg(cg_grad(l.items[i].tensor) != NULL, "%s has no grad", l.items[i].name);
+    cg_module_zero_grad(m);
+    for (int i = 0; i < l.n; i++)
+        ck_assert_ptr_null(cg_grad(l.items[i].tensor));
+    cg_param_list_free(&l);
+    cg_release_all(3, x, y, s);
+
+    ck_assert(m->training && es->layers[1]->self_attn->base.training);
+    cg_module_train(m, false);
+    ck_assert(!m->training && !es->layers[1]->self_attn->base.training &&
+              !es->layers[0]->ff->fc2->base.training && !es->ln_f->base.training);
+    cg_module_train(m, true);
+    ck_assert(es->layers[1]->ln2->base.training);
+    cg_module_free(m);
+}
+END_TEST
+
+/* ============================================================ init */
+START_TEST(test_init)
+{
+    cg_rng r = cg_rng_new(11);
+    cg_linear *l = cg_linear_new(200, 100, true, &r);
+    float *w = cg_test_values(l->weight);
+    double s = 0, s2 = 0;
+    for (int i = 0; i < 20000; i++) {
+        s += w[i];
+        s2 += (double)w[i] * w[i];
+    }
+    double mean = s / 20000, sd = sqrt(s2 / 20000 - mean * mean);
+    ck_assert_msg(fabs(mean) < 0.001 && fabs(sd - 0.02) < 0.001, "mean %g std %g", mean, sd);
+    free(w);
+    float *b = cg_test_values(l->bias);
+    for (int i = 0; i < 100; i++)
+        ck_assert_float_eq(b[i], 0.0f);
+    free(b);
+
+    /* Xavier uniform: bound a = sqrt(6 / (in + out)) */
+    ck_assert(cg_init_xavier_uniform_(l->weight, &r, 1.0f));
+    w = cg_test_values(l->weight);
+    float a = (float)sqrt(6.0 / 300.0), mx = 0;
+    for (int i = 0; i < 20000; i++) {
+        ck_assert(fabsf(w[i]) <= a);
+        mx = fabsf(w[i]) > mx ? fabsf(w[i]) : mx;
+    }
+    ck_assert(mx > 0.98f * a);
+    free(w);
+    ck_assert(cg_init_xavier_normal_(l->weight, &r, 2.0f));
+    ck_assert(!cg_init_xavier_uniform_(l->bias, &r, 1.0f)); /* 1-D has no fans */
+    ck_assert(strstr(cg_last_error(), "[100]") != NULL);
+    cg_module_free(CG_MODULE(l));
+
+    /* models.py init_params: norm weights one, biases zero, weights N(0, std) */
+    cg_tf_config c = small_cfg(CG_NORM_LAYERNORM, CG_ACT_RELU, true);
+    cg_enc_layer *e = cg_enc_layer_new(&c, NULL);
+    randomize(CG_MODULE(e), 5, 1.0f);
+    ck_assert(cg_module_init_params(CG_MODULE(e), &r, 0.5f));
+    float one[6] = {1, 1, 1, 1, 1, 1}, zero[6] = {0};
+    CG_ASSERT_TENSOR(e->ln1->weight, one, 0, 0);
+    CG_ASSERT_TENSOR(e->ln2->bias, zero, 0, 0);
+    CG_ASSERT_TENSOR(e->self_attn->o_proj->bias, zero, 0, 0);
+    float *q = cg_test_values(e->ff->fc1->weight);
+    double q2 = 0;
+    for (int i = 0; i < 30; i++)
+        q2 += (double)q[i] * q[i];
+    ck_assert(sqrt(q2 / 30) > 0.25 && sqrt(q2 / 30) < 1.0);
+    free(q);
+    cg_module_free(CG_MODULE(e));
+
+    /* same seed, same weights; NULL rng is seed 0 */
+    cg_rng r1 = cg_rng_new(7), r2 = cg_rng_new(7);
+    cg_mha *m1 = cg_mha_new(6, 3, &r1), *m2 = cg_mha_new(6, 3, &r2);
+    float *w1 = cg_test_values(m1->v_proj->weight);
+    CG_ASSERT_TENSOR(m2->v_proj->weight, w1, 0, 0);
+    free(w1);
+    cg_module_free(CG_MODULE(m1));
+    cg_module_free(CG_MODULE(m2));
+}
+END_TEST
+
+/* ======================================================= save and load */
+static char tmpdir[64];
+
+static const char *tmp_path(const char *name)
+{
+    static char p[128];
+    if (!tmpdir[0]) {
+        strcpy(tmpdir, "/tmp/cg_test_nn_XXXXXX");
+        ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+    }
+    snprintf(p, sizeof p, "%s/%s", tmpdir, name);
+    return p;
+}
+
+START_TEST(test_save_load)
+{
+    cg_tf_config c = small_cfg(CG_NORM_LAYERNORM, CG_ACT_GELU, true);
+    cg_rng r1 = cg_rng_new(1), r2 = cg_rng_new(2);
+    cg_dec_stack *a = cg_dec_stack_new(2, &c, &r1), *b = cg_dec_stack_new(2, &c, &r2);
+    randomize(CG_MODULE(a), 100, 0.3f);
+    char path[128];
+    snprintf(path, sizeof path, "%s", tmp_path("dec.safetensors"));
+    const char *meta[] = {"model", "dec_stack", "d", "6"};
+    ck_assert_msg(cg_module_save(CG_MODULE(a), path, 2, meta), "%s", cg_last_error());
+
+    cg_st_file *f = cg_st_open(path);
+    assert_ok(f);
+    ck_assert_int_eq(cg_st_count(f), cg_module_num_param_tensors(CG_MODULE(a)));
+    ck_assert_str_eq(cg_st_name(f, 0), "layers.0.self_attn.q_proj.weight");
+    ck_assert_str_eq(cg_st_metadata(f, "model"), "dec_stack");
+    ck_assert_str_eq(cg_st_metadata(f, "d"), "6");
+    ck_assert_msg(cg_module_load(CG_MODULE(b), f, NULL), "%s", cg_last_error());
+    cg_param_list la = {0}, lb = {0};
+    ck_assert(cg_module_params(CG_MODULE(a), &la) && cg_module_params(CG_MODULE(b), &lb));
+    for (int i = 0; i < la.n; i++) {
+        float *v = cg_test_values(la.items[i].tensor);
+        CG_ASSERT_TENSOR(lb.items[i].tensor, v, 0, 0);
+        free(v);
+        ck_assert(lb.items[i].tensor->requires_grad);
+    }
+    cg_st_close(f);
+
+    /* with a prefix, through a writer */
+    cg_st_writer *w = cg_st_writer_new();
+    ck_assert(cg_module_write(CG_MODULE(a), w, "model.decoder."));
+    ck_assert(cg_st_writer_save(w, tmp_path("prefixed.safetensors")));
+    cg_st_writer_free(w);
+    f = cg_st_open(tmp_path("prefixed.safetensors"));
+    ck_assert(cg_st_has(f, "model.decoder.ln_f.bias"));
+    randomize(CG_MODULE(b), 5, 1.0f);
+    ck_assert(!cg_module_load(CG_MODULE(b), f, NULL)); /* names lack the prefix */
+    ck_assert(strstr(cg_last_error(), "'layers.0.self_attn.q_proj.weight'") &&
+              strstr(cg_last_error(), "missing"));
+    ck_assert_msg(cg_module_load(CG_MODULE(b), f, "model.decoder."), "%s", cg_last_error());
+    for (int i = 0; i < la.n; i++) {
+        float *v = cg_test_values(la.items[i].tensor);
+        CG_ASSERT_TENSOR(lb.items[i].tensor, v, 0, 0);
+        free(v);
+    }
+    cg_st_close(f);
+    cg_param_list_free(&la);
+    cg_param_list_free(&lb);
+
+    /* shape mismatch: clear error, and nothing is copied */
+    cg_tf_config c2 = c;
+    c2.d_ff = 7;
+    cg_dec_stack *other = cg_dec_stack_new(2, &c2, NULL);
+    float *before = cg_test_values(other->layers[0]->self_attn->q_proj->weight);
+    f = cg_st_open(path);
+    ck_assert(!cg_module_load(CG_MODULE(other), f, NULL));
+    const char *err = cg_last_error();
+    ck_assert_msg(strstr(err, "'layers.0.ff.fc1.weight'") && strstr(err, "[5, 6]") &&
+                      strstr(err, "[7, 6]"),
+                  "%s", err);
+    CG_ASSERT_TENSOR(other->layers[0]->self_attn->q_proj->weight, before, 0, 0);
+    free(before);
+    cg_st_close(f);
+    cg_module_free(CG_MODULE(other));
+
+    /* loading the parameters of a smaller module from the same file works */
+    cg_mha *m = cg_mha_new(6, 2, NULL);
+    f = cg_st_open(path);
+    ck_assert(cg_module_load(CG_MODULE(m), f, "layers.1.cross_attn."));
+    cg_tensor *ref = cg_module_get_param(CG_MODULE(a), "layers.1.cross_attn.k_proj.bias");
+    float *v = cg_test_values(ref);
+    CG_ASSERT_TENSOR(m->k_proj->bias, v, 0, 0);
+    free(v);
+    cg_st_close(f);
+    cg_module_free(CG_MODULE(m));
+
+    ck_assert(!cg_module_save(CG_MODULE(a), tmp_path("no/such/dir.safetensors"), 0, NULL));
+    cg_module_free(CG_MODULE(a));
+    cg_module_free(CG_MODULE(b));
+    unlink(path);
+    unlink(tmp_path("prefixed.safetensors"));
+    rmdir(tmpdir);
+    tmpdir[0] = '\0';
+}
+END_TEST
+
+/* ====================================================== forward values */
+START_TEST(test_linear_forward)
+{
+    cg_rng r = cg_rng_new(4);
+    cg_linear *l = cg_linear_new(5, 3, true, NULL);
+    randomize(CG_MODULE(l), 9, 1.0f);
+    cg_tensor *x = cg_randn(&r, CG_SHAPE(2, 4, 5));
+    cg_tensor *y = cg_linear_forward(l, x);
+    assert_ok(y);
+    ck_assert_int_eq(y->ndim, 3);
+    ck_assert_int_eq(y->shape[2], 3);
+    float *xv = cg_test_values(x);
+    double ref[32];
+    float reff[32];
+    naive_linear(xv, 8, l, ref);
+    to_float(ref, reff, 24);
+    CG_ASSERT_TENSOR(y, reff, 1e-5, 1e-5);
+    cg_release(y);
+
+    /* a transposed (non-contiguous) input gives the same */
+    cg_tensor *xt_store = cg_randn(&r, CG_SHAPE(5, 3));
+    cg_tensor *xt = cg_view_transpose(xt_store, 0, 1); /* [3, 5] */
+    float *xtv = cg_test_values(xt);
+    naive_linear(xtv, 3, l, ref);
+    to_float(ref, reff, 9);
+    y = cg_linear_forward(l, xt);
+    CG_ASSERT_TENSOR(y, reff, 1e-5, 1e-5);
+    cg_release(y);
+
+    /* 1-D input */
+    cg_tensor *x1 = cg_view_select(x, 0, 1);
+    cg_tensor *x11 = cg_view_select(x1, 0, 2);
+    y = cg_linear_forward(l, x11);
+    assert_ok(y);
+    ck_assert_int_eq(y->ndim, 1);
+    naive_linear(xv + (4 + 2) * 5, 1, l, ref);
+    to_float(ref, reff, 3);
+    CG_ASSERT_TENSOR(y, reff, 1e-5, 1e-5);
+    cg_release(y);
+
+    /* no bias */
+    cg_linear *nb = cg_linear_new(5, 2, false, NULL);
+    randomize(CG_MODULE(nb), 3, 1.0f);
+    y = cg_linear_forward(nb, x);
+    naive_linear(xv, 8, nb, ref);
+    to_float(ref, reff, 16);
+    CG_ASSERT_TENSOR(y, reff, 1e-5, 1e-5);
+    cg_release(y);
+
+    /* functional form with a tied weight (the output head of the zoo) */
+    cg_embed *emb = cg_embed_new(4, 5, NULL);
+    cg_linear tied = {.in_features = 5, .out_features = 4, .weight = emb->weight};
+    y = cg_linear_fn(x, emb->weight, NULL);
+    naive_linear(xv, 8, &tied, ref);
+    to_float(ref, reff, 32);
+    CG_ASSERT_TENSOR(y, reff, 1e-5, 1e-5);
+    cg_release(y);
+    CG_ASSERT_FAILS(cg_linear_fn(x, emb->weight, l->bias), "bias [3]");
+    cg_module_free(CG_MODULE(emb));
+
+    CG_ASSERT_FAILS(cg_linear_forward(l, xt_store), "in_features 5");
+    ck_assert_ptr_null(cg_linear_forward(l, NULL));
+    free(xv);
+    free(xtv);
+    cg_release_all(5, x, xt_store, xt, x1, x11);
+    cg_module_free(CG_MODULE(l));
+    cg_module_free(CG_MODULE(nb));
+}
+END_TEST
+
+START_TEST(test_embedding_forward)
+{
+    cg_embed *e = cg_embed_new(10, 3, NULL);
+    float *w = cg_test_values(e->weight);
+    const int64_t ids[6] = {0, 9, 3, 3, 7, 1};
+    cg_tensor *y = cg_embed_forward(e, ids, CG_SHAPE(2, 3));
+    assert_ok(y);
+    ck_assert_int_eq(y->ndim, 3);
+    ck_assert_int_eq(y->shape[0], 2);
+    ck_assert_int_eq(y->shape[1], 3);
+    ck_assert_int_eq(y->shape[2], 3);
+    float expect[18];
+    for (int i = 0; i < 6; i++)
+        for (int c = 0; c < 3; c++)
+            expect[i * 3 + c] = w[ids[i] * 3 + c];
+    CG_ASSERT_TENSOR(y, expect, 0, 0);
+    cg_release(y);
+
+    const int64_t bad[4] = {1, 2, 10, 0};
+    CG_ASSERT_FAILS(cg_embed_forward(e, bad, CG_SHAPE(4)), "token id 10");
+    ck_assert(strstr(cg_last_error(), "V=10") != NULL);
+    ck_assert(strstr(cg_last_error(), "position 2") != NULL);
+    const int64_t neg[2] = {-1, 0};
+    CG_ASSERT_FAILS(cg_embed_forward(e, neg, CG_SHAPE(1, 2)), "token id -1");
+    free(w);
+    cg_module_free(CG_MODULE(e));
+}
+END_TEST
+
+START_TEST(test_norm_forward)
+{
+    cg_rng r = cg_rng_new(8);
+    for (int kind = 0; kind < 2; kind++) {
+        cg_norm *n = cg_norm_new((cg_norm_kind)kind, 7);
+        randomize(CG_MODULE(n), 21, 1.0f);
+        cg_tensor *x = cg_randn(&r, CG_SHAPE(3, 7));
+        cg_tensor *xs = cg_muls(x, 3.0f);
+        cg_tensor *xx = cg_adds(xs, 0.5f);
+        cg_tensor *y = cg_norm_forward(n, xx);
+        assert_ok(y);
+        float *xv = cg_test_values(xx), *w = cg_test_values(n->weight);
+        float *b = n->bias ? cg_test_values(n->bias) : NULL;
+        float expect[21];
+        for (int i = 0; i < 3; i++) {
+            double mean = 0, ms = 0, var = 0;
+            for (int j = 0; j < 7; j++) {
+                mean += xv[i * 7 + j] / 7.0;
+                ms += (double)xv[i * 7 + j] * xv[i * 7 + j] / 7.0;
+            }
+            for (int j = 0; j < 7; j++)
+                var += (xv[i * 7 + j] - mean) * (xv[i * 7 + j] - mean) / 7.0;
+            for (int j = 0; j < 7; j++) {
+                double v = kind == CG_NORM_LAYERNORM
+                               ? (xv[i * 7 + j] - mean) / sqrt(var + 1e-5) * w[j] + b[j]
+                               : xv[i * 7 + j] / sqrt(ms + 1e-5) * w[j];
+                expect[i * 7 + j] = (float)v;
+            }
+        }
+        CG_ASSERT_TENSOR(y, expect, 1e-5, 1e-5);
+        cg_tensor *x6 = cg_randn(&r, CG_SHAPE(2, 6));
+        CG_ASSERT_FAILS(cg_norm_forward(n, x6), "dim 7");
+        cg_release(x6);
+        free(xv);
+        free(w);
+        free(b);
+        cg_release_all(4, x, xs, xx, y);
+        cg_module_free(CG_MODULE(n));
+    }
+}
+END_TEST
+
+START_TEST(test_dropout_train_eval)
+{
+    cg_drop *d = cg_drop_new(0.5f, NULL);
+    cg_tensor *x = cg_full(CG_SHAPE(4000), 3.0f);
+    cg_tensor *y = cg_drop_forward(d, x);
+    float *v = cg_test_values(y);
+    int zeros = 0;
+    for (int i = 0; i < 4000; i++) {
+        ck_assert(v[i] == 0.0f || v[i] == 6.0f);
+        zeros += v[i] == 0.0f;
+    }
+    ck_assert_msg(zeros > 1800 && zeros < 2200, "%d zeros", zeros);
+    free(v);
+    /* the next call draws a different mask */
+    cg_tensor *y2 = cg_drop_forward(d, x);
+    float *v2 = cg_test_values(y2), *v1 = cg_test_values(y);
+    ck_assert(memcmp(v1, v2, 4000 * sizeof(float)) != 0);
+    free(v1);
+    free(v2);
+    /* reseeding reproduces the first mask */
+    d->own_rng = cg_rng_new(0);
+    cg_tensor *y3 = cg_drop_forward(d, x);
+    v1 = cg_test_values(y);
+    CG_ASSERT_TENSOR(y3, v1, 0, 0);
+    free(v1);
+    /* eval: identity */
+    cg_module_train(CG_MODULE(d), false);
+    cg_tensor *ye = cg_drop_forward(d, x);
+    float *xv = cg_test_values(x);
+    CG_ASSERT_TENSOR(ye, xv, 0, 0);
+    free(xv);
+    cg_release_all(5, x, y, y2, y3, ye);
+    cg_module_free(CG_MODULE(d));
+
+    /* a borrowed generator is used (and advanced) */
+    cg_rng shared = cg_rng_new(5);
+    cg_drop *d2 = cg_drop_new(0.25f, &shared);
+    ck_assert_ptr_eq(d2->rng, &shared);
+    cg_tensor *o = cg_ones(CG_SHAPE(10));
+    uint64_t before = shared.counter;
+    cg_tensor *z = cg_drop_forward(d2, o);
+    assert_ok(z);
+    ck_assert(shared.counter != before);
+    cg_release_all(2, o, z);
+    cg_module_free(CG_MODULE(d2));
+}
+END_TEST
+
+START_TEST(test_posenc)
+{
+    /* odd d against PyTorch's sinusoidal_pe(7, 5) */
+    cg_tensor *pe = cg_sinusoidal_pe(7, 5);
+    CG_ASSERT_TENSOR(pe, ref_pe_7_5, 0, 0);
+    cg_release(pe);
+    /* even d against the formula */
+    pe = cg_sinusoidal_pe(50, 8);
+    float expect[400];
+    for (int p = 0; p < 50; p++)
+        for (int i = 0; i < 4; i++) {
+            double ang = p / pow(10000.0, 2.0 * i / 8.0);
+            expect[p * 8 + 2 * i] = (float)sin(ang);
+            expect[p * 8 + 2 * i + 1] = (float)cos(ang);
+        }
+    CG_ASSERT_TENSOR(pe, expect, 0, 0);
+    cg_release(pe);
+
+    cg_posenc *p = cg_posenc_new(50, 8);
+    cg_tensor *x = cg_zeros(CG_SHAPE(2, 3, 8));
+    cg_tensor *y = cg_posenc_forward(p, x);
+    float e2[48];
+    for (int b = 0; b < 2; b++)
+        memcpy(e2 + b * 24, expect, 24 * sizeof(float));
+    CG_ASSERT_TENSOR(y, e2, 0, 0);
+    cg_tensor *rows = cg_posenc_rows(p, 10, 2);
+    CG_ASSERT_TENSOR(rows, expect + 80, 0, 0);
+    cg_release_all(3, x, y, rows);
+    x = cg_zeros(CG_SHAPE(1, 51, 8));
+    CG_ASSERT_FAILS(cg_posenc_forward(p, x), "exceeds max_len 50");
+    CG_ASSERT_FAILS(cg_posenc_rows(p, 49, 2), "max_len 50");
+    cg_release(x);
+    cg_module_free(CG_MODULE(p));
+}
+END_TEST
+
+START_TEST(test_ff_forward)
+{
+    cg_ff *f = cg_ff_new(6, 5, CG_ACT_GELU, NULL);
+    fill_formula(CG_MODULE(f));
+    cg_tensor *x = formula_input(CG_SHAPE(2, 3, 6), 0.9, 0.3, false);
+    cg_tensor *y = cg_ff_forward(f, x);
+    CG_ASSERT_TENSOR(y, ref_ff_gelu, 1e-5, 1e-4);
+    cg_release(y);
+    /* relu against loops */
+    f->act = CG_ACT_RELU;
+    y = cg_ff_forward(f, x);
+    float *xv = cg_test_values(x);
+    double h[30], o[36];
+    float hf[30], of[36];
+    naive_linear(xv, 6, f->fc1, h);
+    for (int i = 0; i < 30; i++)
+        hf[i] = h[i] > 0 ? (float)h[i] : 0.0f;
+    naive_linear(hf, 6, f->fc2, o);
+    to_float(o, of, 36);
+    CG_ASSERT_TENSOR(y, of, 1e-5, 1e-4);
+    free(xv);
+    cg_release_all(2, x, y);
+    cg_module_free(CG_MODULE(f));
+}
+END_TEST
+
+START_TEST(test_mha_forward_naive)
+{
+    /* self-attention, d=6 H=2, causal + key padding + a [H,1,Tk] mask */
+    cg_rng r = cg_rng_new(17);
+    cg_mha *m = cg_mha_new(6, 2, NULL);
+    randomize(CG_MODULE(m), 4, 0.5f);
+    const int64_t B = 2, T = 4;
+    cg_tensor *x = cg_randn(&r, CG_SHAPE(B, T, 6));
+    float *xv = cg_test_values(x);
+    const uint8_t pad[8] = {0, 0, 0, 0, 0, 0, 0, 1};
+    const float mh[8] = {0, 0, 0, 0, 0, 1, 0, 0}; /* head 1 may not see key 1 */
+    cg_tensor *mask = cg_from_data(CG_SHAPE(2, 1, 4), mh);
+    double ref[48], wref[64];
+    float reff[48], wf[64];
+    struct {
+        bool causal;
+        const uint8_t *pad;
+        cg_tensor *mask;
+    } cases[4] = {{false, NULL, NULL}, {true, NULL, NULL}, {false, pad, NULL}, {true, pad, mask}};
+    for (int c = 0; c < 4; c++) {
+        cg_tensor *w = NULL;
+        cg_tensor *y = cg_mha_forward(m, x, x, cases[c].causal, cases[c].pad, cases[c].mask, &w);
+        assert_ok(y);
+        naive_mha(m, xv, xv, B, T, T, cases[c].causal, cases[c].pad, cases[c].mask ? mh : NULL,
+                  ref, wref);
+        to_float(ref, reff, 48);
+        to_float(wref, wf, 64);
+        CG_ASSERT_TENSOR(y, reff, 1e-5, 1e-4);
+        CG_ASSERT_TENSOR(w, wf, 1e-6, 1e-4);
+        ck_assert(!w->requires_grad && w->node == NULL);
+        cg_release_all(2, y, w);
+    }
+    /* T = 1, H = 1 */
+    cg_mha *m1 = cg_mha_new(6, 1, NULL);
+    randomize(CG_MODULE(m1), 5, 0.5f);
+    cg_tensor *x1 = cg_randn(&r, CG_SHAPE(3, 1, 6));
+    float *x1v = cg_test_values(x1);
+    cg_tensor *y1 = cg_mha_forward(m1, x1, x1, true, NULL, NULL, NULL);
+    naive_mha(m1, x1v, x1v, 3, 1, 1, true, NULL, NULL, ref, NULL);
+    to_float(ref, reff, 18);
+    CG_ASSERT_TENSOR(y1, reff, 1e-5, 1e-4);
+    free(x1v);
+    cg_release_all(2, x1, y1);
+    cg_module_free(CG_MODULE(m1));
+
+    /* errors */
+    cg_tensor *bad = cg_zeros(CG_SHAPE(2, 3, 1, 4));
+    CG_ASSERT_FAILS(cg_mha_forward(m, x, x, false, NULL, bad, NULL), "does not broadcast");
+    cg_tensor *x5 = cg_zeros(CG_SHAPE(2, 4, 5));
+    CG_ASSERT_FAILS(cg_mha_forward(m, x5, x5, false, NULL, NULL, NULL), "xq [B,Tq,6]");
+    cg_tensor *xb = cg_zeros(CG_SHAPE(3, 4, 6));
+    CG_ASSERT_FAILS(cg_mha_forward(m, x, xb, false, NULL, NULL, NULL), "[3, 4, 6]");
+    free(xv);
+    cg_release_all(5, x, mask, bad, x5, xb);
+    cg_module_free(CG_MODULE(m));
+}
+END_TEST
+
+START_TEST(test_mha_forward_torch)
+{
+    /* cross-attention d=10 H=5 with source padding, against PyTorch */
+    cg_mha *m = cg_mha_new(10, 5, NULL);
+    fill_formula(CG_MODULE(m));
+    cg_tensor *xq = formula_input(CG_SHAPE(2, 3, 10), 0.9, 0.3, false);
+    cg_tensor *xkv = formula_input(CG_SHAPE(2, 4, 10), 0.7, 0.1, true);
+    const uint8_t src_pad[8] = {0, 0, 0, 0, 0, 0, 1, 1};
+    cg_module_keep_attention_weights(CG_MODULE(m), true);
+    cg_tensor *w = NULL;
+    cg_tensor *y = cg_mha_forward(m, xq, xkv, false, src_pad, NULL, &w);
+    CG_ASSERT_TENSOR(y, ref_mha_cross, 1e-5, 1e-4);
+    CG_ASSERT_TENSOR(w, ref_mha_cross_w, 1e-6, 1e-4);
+    CG_ASSERT_TENSOR(m->weights, ref_mha_cross_w, 1e-6, 1e-4);
+    ck_assert_int_eq(m->weights->ndim, 4);
+    ck_assert_int_eq(m->weights->shape[1], 5);
+    cg_module_keep_attention_weights(CG_MODULE(m), false);
+    ck_assert_ptr_null(m->weights);
+    cg_release_all(4, xq, xkv, y, w);
+    cg_module_free(CG_MODULE(m));
+}
+END_TEST
+
+/* Encoder/decoder layers, stack and LM block against models.py (dropout 0,
+ * B=2, T=3, S=4, d=6, H=2, d_ff=5, parameters from fill_formula). */
+START_TEST(test_transformer_torch)
+{
+    cg_tensor *x = formula_input(CG_SHAPE(2, 3, 6), 0.9, 0.3, false);
+    cg_tensor *mem = formula_input(CG_SHAPE(2, 4, 6), 0.7, 0.1, true);
+    const uint8_t src_pad[8] = {0, 0, 0, 0, 0, 0, 1, 1};
+    const uint8_t tgt_pad[6] = {0, 0, 0, 0, 0, 1};
+    cg_attn_mask tgt_pad_only = {.key_pad = tgt_pad};
+    cg_attn_mask causal = {.causal = true};
+    cg_attn_mask tgt = {.causal = true, .key_pad = tgt_pad};
+    cg_attn_mask src = {.key_pad = src_pad};
+
+    cg_tf_config c = small_cfg(CG_NORM_LAYERNORM, CG_ACT_RELU, false);
+    cg_enc_layer *e = cg_enc_layer_new(&c, NULL);
+    fill_formula(CG_MODULE(e));
+    cg_tensor *y = cg_enc_layer_forward(e, x, &tgt_pad_only);
+    CG_ASSERT_TENSOR(y, ref_enc_post_ln_relu, 1e-5, 1e-4);
+    cg_release(y);
+    cg_module_free(CG_MODULE(e));
+
+    c = small_cfg(CG_NORM_RMSNORM, CG_ACT_GELU, true);
+    e = cg_enc_layer_new(&c, NULL);
+    fill_formula(CG_MODULE(e));
+    y = cg_enc_layer_forward(e, x, &causal);
+    CG_ASSERT_TENSOR(y, ref_enc_pre_rms_gelu, 1e-5, 1e-4);
+    cg_release(y);
+    cg_module_free(CG_MODULE(e));
+
+    c = small_cfg(CG_NORM_LAYERNORM, CG_ACT_GELU, true);
+    cg_dec_layer *d = cg_dec_layer_new(&c, NULL);
+    fill_formula(CG_MODULE(d));
+    y = cg_dec_layer_forward(d, x, mem, &tgt, &src);
+    CG_ASSERT_TENSOR(y, ref_dec_pre_ln_gelu, 1e-5, 1e-4);
+    cg_release(y);
+    cg_module_free(CG_MODULE(d));
+
+    c = small_cfg(CG_NORM_RMSNORM, CG_ACT_RELU, false);
+    d = cg_dec_layer_new(&c, NULL);
+    fill_formula(CG_MODULE(d));
+    y = cg_dec_layer_forward(d, x, mem, &tgt, &src);
+    CG_ASSERT_TENSOR(y, ref_dec_post_rms_relu, 1e-5, 1e-4);
+    cg_release(y);
+    cg_module_free(CG_MODULE(d));
+
+    c = small_cfg(CG_NORM_LAYERNORM, CG_ACT_GELU, true);
+    cg_enc_stack *s = cg_enc_stack_new(2, &c, NULL);
+    fill_formula(CG_MODULE(s));
+    y = cg_enc_stack_forward(s, mem, &src);
+    CG_ASSERT_TENSOR(y, ref_enc_stack_pre, 1e-5, 1e-4);
+    cg_release(y);
+    cg_module_free(CG_MODULE(s));
+
+    cg_lm_block *b = cg_lm_block_new(&c, NULL);
+    fill_formula(CG_MODULE(b));
+    y = cg_lm_block_forward(b, x, &causal);
+    CG_ASSERT_TENSOR(y, ref_lm_block, 1e-5, 1e-4);
+    cg_release(y);
+    cg_module_free(CG_MODULE(b));
+    cg_release_all(2, x, mem);
+}
+END_TEST
+
+/* Dropout inside a layer follows train/eval mode. */
+START_TEST(test_transformer_dropout_modes)
+{
+    cg_tf_config c = small_cfg(CG_NORM_LAYERNORM, CG_ACT_GELU, true);
+    cg_enc_layer *plain = cg_enc_layer_new(&c, NULL);
+    c.dropout = 0.5f;
+    cg_rng dr = cg_rng_new(99);
+    c.dropout_rng = &dr;
+    cg_enc_layer *drop = cg_enc_layer_new(&c, NULL); /* same init (seed 0) */
+    ck_assert_ptr_eq(drop->rng, &dr);
+    cg_rng r = cg_rng_new(1);
+    cg_tensor *x = cg_randn(&r, CG_SHAPE(2, 3, 6));
+    cg_tensor *ref = cg_enc_layer_forward(plain, x, NULL);
+    float *rv = cg_test_values(ref);
+    cg_tensor *tr = cg_enc_layer_forward(drop, x, NULL);
+    float *tv = cg_test_values(tr);
+    double diff = 0;
+    for (int i = 0; i < 36; i++)
+        diff += fabs(tv[i] - rv[i]);
+    ck_assert_msg(diff > 1e-3, "dropout had no effect in train mode");
+    ck_assert(dr.counter != 0);
+    cg_module_train(CG_MODULE(drop), false);
+    cg_tensor *ev = cg_enc_layer_forward(drop, x, NULL);
+    CG_ASSERT_TENSOR(ev, rv, 0, 0);
+    free(rv);
+    free(tv);
+    cg_release_all(4, x, ref, tr, ev);
+    cg_module_free(CG_MODULE(plain));
+    cg_module_free(CG_MODULE(drop));
+}
+END_TEST
+
+/* ============================================================ gradchecks */
+START_TEST(test_grad_linear)
+{
+    cg_rng r = cg_rng_new(31);
+    cg_linear *l = cg_linear_new(3, 4, true, NULL);
+    randomize(CG_MODULE(l), 1, 0.7f);
+    fctx c = {.m = CG_MODULE(l), .kind = K_LINEAR};
+    cg_tensor *x = randn_leaf(&r, CG_SHAPE(2, 2, 3));
+    gradcheck_module(&c, 1, &x, 1e-3, 1e-2);
+    /* non-contiguous (transposed) input, no bias */
+    cg_linear *nb = cg_linear_new(3, 2, false, NULL);
+    randomize(CG_MODULE(nb), 2, 0.7f);
+    c.m = CG_MODULE(nb);
+    cg_tensor *store = cg_randn(&r, CG_SHAPE(3, 5));
+    cg_tensor *xt = cg_view_transpose(store, 0, 1);
+    cg_requires_grad(xt, true);
+    gradcheck_module(&c, 1, &xt, 1e-3, 1e-2);
+    cg_release_all(3, x, store, xt);
+    cg_module_free(CG_MODULE(l));
+    cg_module_free(CG_MODULE(nb));
+}
+END_TEST
+
+START_TEST(test_grad_embedding)
+{
+    cg_embed *e = cg_embed_new(5, 3, NULL);
+    const int64_t ids[6] = {4, 0, 4, 2, 2, 4}; /* repeated ids accumulate */
+    fctx c = {.m = CG_MODULE(e), .kind = K_EMBED, .ids = ids, .ids_ndim = 2,
+              .ids_shape = {2, 3}};
+    gradcheck_module(&c, 0, NULL, 1e-3, 1e-2);
+    cg_module_free(CG_MODULE(e));
+}
+END_TEST
+
+START_TEST(test_grad_norms)
+{
+    cg_rng r = cg_rng_new(32);
+    for (int kind = 0; kind < 2; kind++) {
+        cg_norm *n = cg_norm_new((cg_norm_kind)kind, 5);
+        randomize(CG_MODULE(n), 3, 1.0f);
+        fctx c = {.m = CG_MODULE(n), .kind = K_NORM};
+        cg_tensor *x = randn_leaf(&r, CG_SHAPE(2, 3, 5));
+        gradcheck_module(&c, 1, &x, 1e-3, 1e-2);
+        cg_tensor *x1 = randn_leaf(&r, CG_SHAPE(1, 5)); /* one row */
+        gradcheck_module(&c, 1, &x1, 1e-3, 1e-2);
+        cg_release_all(2, x, x1);
+        cg_module_free(CG_MODULE(n));
+    }
+}
+END_TEST
+
+START_TEST(test_grad_dropout_posenc)
+{
+    cg_rng r = cg_rng_new(33);
+    cg_drop *d = cg_drop_new(0.3f, NULL);
+    fctx c = {.m = CG_MODULE(d), .kind = K_DROP, .rng = &d->own_rng, .rng0 = d->own_rng};
+    cg_tensor *x = randn_leaf(&r, CG_SHAPE(3, 4));
+    gradcheck_module(&c, 1, &x, 1e-3, 1e-2);
+    cg_module_train(CG_MODULE(d), false);
+    gradcheck_module(&c, 1, &x, 1e-3, 1e-2);
+    cg_module_free(CG_MODULE(d));
+
+    cg_posenc *p = cg_posenc_new(10, 5);
+    fctx c2 = {.m = CG_MODULE(p), .kind = K_POSENC};
+    cg_tensor *x2 = randn_leaf(&r, CG_SHAPE(2, 3, 5));
+    gradcheck_module(&c2, 1, &x2, 1e-3, 1e-2);
+    cg_module_free(CG_MODULE(p));
+    cg_release_all(2, x, x2);
+}
+END_TEST
+
+START_TEST(test_grad_ff)
+{
+    cg_rng r = cg_rng_new(34);
+    for (int act = 0; act < 2; act++) {
+        cg_ff *f = cg_ff_new(4, 6, (cg_act)act, NULL);
+        randomize(CG_MODULE(f), 7 + act, 0.8f);
+        fctx c = {.m = CG_MODULE(f), .kind = K_FF};
+        cg_tensor *x = randn_leaf(&r, CG_SHAPE(2, 2, 4));
+        gradcheck_module(&c, 1, &x, 1e-3, 1e-2);
+        cg_release(x);
+        cg_module_free(CG_MODULE(f));
+    }
+}
+END_TEST
+
+/* MHA: self and cross, masks, odd sizes (d=6 H=2, d=10 H=5, H=1, T=1). */
+START_TEST(test_grad_mha)
+{
+    cg_rng r = cg_rng_new(35);
+    const uint8_t pad3[6] = {0, 0, 1, 0, 0, 0}; /* B=2, Tk=3: batch 0 key 2 padded */
+    const float mh[6] = {0, 1, 0, 0, 0, 0};     /* [H=2,1,Tk=3]: head 0 skips key 1 */
+    cg_tensor *hmask = cg_from_data(CG_SHAPE(2, 1, 3), mh);
+    struct {
+        int64_t d, H, B, Tq, Tk;
+        bool cross, causal;
+        const uint8_t *pad;
+        cg_tensor *mask;
+    } cases[] = {
+        {6, 2, 2, 3, 3, false, false, NULL, NULL},
+        {6, 2, 2, 3, 3, false, true, NULL, NULL},
+        {6, 2, 2, 3, 3, false, true, pad3, hmask},
+        {6, 2, 2, 2, 3, true, false, pad3, NULL},
+        {10, 5, 1, 2, 3, true, false, NULL, NULL},
+        {4, 1, 2, 1, 1, false, true, NULL, NULL},
+        {4, 1, 1, 1, 3, true, false, NULL, NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cg_mha *m = cg_mha_new(cases[i].d, cases[i].H, NULL);
+        randomize(CG_MODULE(m), 40 + i, 0.6f);
+        fctx c = {.m = CG_MODULE(m), .kind = cases[i].cross ? K_MHA_CROSS : K_MHA_SELF,
+                  .causal = cases[i].causal, .key_pad = cases[i].pad, .mask = cases[i].mask};
+        cg_tensor *in[2];
+        in[0] = randn_leaf(&r, CG_SHAPE(cases[i].B, cases[i].Tq, cases[i].d));
+        in[1] = randn_leaf(&r, CG_SHAPE(cases[i].B, cases[i].Tk, cases[i].d));
+        gradcheck_module(&c, cases[i].cross ? 2 : 1, in, 1e-3, 1e-2);
+        cg_release_all(2, in[0], in[1]);
+        cg_module_free(CG_MODULE(m));
+    }
+    cg_release(hmask);
+}
+END_TEST
+
+START_TEST(test_grad_enc_layer)
+{
+    cg_rng r = cg_rng_new(36);
+    const uint8_t pad[6] = {0, 0, 0, 0, 1, 1};
+    for (int v = 0; v < 4; v++) {
+        bool nf = v & 1;
+        cg_tf_config cfg = small_cfg(v & 2 ? CG_NORM_RMSNORM : CG_NORM_LAYERNORM,
+                                     v & 2 ? CG_ACT_RELU : CG_ACT_GELU, nf);
+        cg_enc_layer *e = cg_enc_layer_new(&cfg, NULL);
+        randomize(CG_MODULE(e), 50 + v, 0.5f);
+        fctx c = {.m = CG_MODULE(e), .kind = K_ENC,
+                  .sm = {.causal = v == 1, .key_pad = v >= 2 ? pad : NULL}};
+        cg_tensor *x = randn_leaf(&r, CG_SHAPE(2, 3, 6));
+        gradcheck_module(&c, 1, &x, 2e-3, 2e-2);
+        cg_release(x);
+        cg_module_free(CG_MODULE(e));
+    }
+}
+END_TEST
+
+START_TEST(test_grad_dec_layer)
+{
+    cg_rng r = cg_rng_new(37);
+    const uint8_t tpad[4] = {0, 0, 0, 1};       /* B=2, T=2 */
+    const uint8_t spad[6] = {0, 1, 1, 0, 0, 0}; /* B=2, S=3 */
+    for (int v = 0; v < 4; v++) {
+        bool nf = v & 1;
+        cg_tf_config cfg = small_cfg(v & 2 ? CG_NORM_LAYERNORM : CG_NORM_RMSNORM,
+                                     v & 2 ? CG_ACT_GELU : CG_ACT_RELU, nf);
+        cg_dec_layer *d = cg_dec_layer_new(&cfg, NULL);
+        randomize(CG_MODULE(d), 60 + v, 0.5f);
+        fctx c = {.m = CG_MODULE(d), .kind = K_DEC,
+                  .sm = {.causal = true, .key_pad = v >= 2 ? tpad : NULL},
+                  .cm = {.key_pad = v >= 1 ? spad : NULL}};
+        cg_tensor *in[2] = {randn_leaf(&r, CG_SHAPE(2, 2, 6)), randn_leaf(&r, CG_SHAPE(2, 3, 6))};
+        gradcheck_module(&c, 2, in, 2e-3, 2e-2);
+        cg_release_all(2, in[0], in[1]);
+        cg_module_free(CG_MODULE(d));
+    }
+}
+END_TEST
+
+START_TEST(test_grad_block_and_stacks)
+{
+    cg_rng r = cg_rng_new(38);
+    cg_tf_config cfg = small_cfg(CG_NORM_LAYERNORM, CG_ACT_GELU, true);
+    cg_lm_block *b = cg_lm_block_new(&cfg, NULL);
+    randomize(CG_MODULE(b), 70, 0.5f);
+    fctx c = {.m = CG_MODULE(b), .kind = K_BLOCK, .sm = {.causal = true}};
+    cg_tensor *x = randn_leaf(&r, CG_SHAPE(1, 3, 6));
+    gradcheck_module(&c, 1, &x, 2e-3, 2e-2);
+    cg_module_free(CG_MODULE(b));
+
+    /* a pre-norm encoder stack with ln_f, and a post-norm decoder stack */
+    cg_tf_config ec = small_cfg(CG_NORM_RMSNORM, CG_ACT_GELU, true);
+    cg_enc_stack *es = cg_enc_stack_new(2, &ec, NULL);
+    randomize(CG_MODULE(es), 71, 0.5f);
+    const uint8_t spad[3] = {0, 0, 1};
+    fctx c2 = {.m = CG_MODULE(es), .kind = K_ENC_STACK, .sm = {.key_pad = spad}};
+    cg_tensor *src = randn_leaf(&r, CG_SHAPE(1, 3, 6));
+    gradcheck_module(&c2, 1, &src, 2e-3, 2e-2);
+    cg_module_free(CG_MODULE(es));
+
+    cg_tf_config dc = small_cfg(CG_NORM_LAYERNORM, CG_ACT_GELU, false);
+    cg_dec_stack *ds = cg_dec_stack_new(2, &dc, NULL);
+    randomize(CG_MODULE(ds), 72, 0.5f);
+    fctx c3 = {.m = CG_MODULE(ds), .kind = K_DEC_STACK, .sm = {.causal = true},
+               .cm = {.key_pad = spad}};
+    cg_tensor *in[2] = {x, src};
+    gradcheck_module(&c3, 2, in, 2e-3, 2e-2);
+    cg_module_free(CG_MODULE(ds));
+    cg_release_all(2, x, src);
+}
+END_TEST
+
+/* Dropout inside a layer in train mode: the mask is replayed each call by
+ * resetting the generator, so finite differences see the same function. */
+START_TEST(test_grad_layer_with_dropout)
+{
+    cg_rng r = cg_rng_new(39);
+    cg_rng dr = cg_rng_new(5);
+    cg_tf_config cfg = small_cfg(CG_NORM_LAYERNORM, CG_ACT_GELU, true);
+    cfg.dropout = 0.25f;
+    cfg.dropout_rng = &dr;
+    cg_enc_layer *e = cg_enc_layer_new(&cfg, NULL);
+    randomize(CG_MODULE(e), 80, 0.5f);
+    fctx c = {.m = CG_MODULE(e), .kind = K_ENC, .sm = {.causal = true}, .rng = &dr, .rng0 = dr};
+    cg_tensor *x = randn_leaf(&r, CG_SHAPE(2, 2, 6));
+    gradcheck_module(&c, 1, &x, 2e-3, 2e-2);
+    cg_release(x);
+    cg_module_free(CG_MODULE(e));
+}
+END_TEST
+
+/* ============================================================== suite */
+static Suite *nn_suite(void)
+{
+    Suite *s = suite_create("nn");
+    TCase *reg = tcase_create("registry");
+    tcase_add_test(reg, test_names_basic);
+    tcase_add_test(reg, test_names_transformer);
+    tcase_add_test(reg, test_registry_lookup_and_errors);
+    tcase_add_test(reg, test_zero_grad_and_train_mode);
+    tcase_add_test(reg, test_init);
+    tcase_add_test(reg, test_save_load);
+    suite_add_tcase(s, reg);
+
+    TCase *fw = tcase_create("forward");
+    tcase_add_test(fw, test_linear_forward);
+    tcase_add_test(fw, test_embedding_forward);
+    tcase_add_test(fw, test_norm_forward);
+    tcase_add_test(fw, test_dropout_train_eval);
+    tcase_add_test(fw, test_posenc);
+    tcase_add_test(fw, test_ff_forward);
+    tcase_add_test(fw, test_mha_forward_naive);
+    tcase_add_test(fw, test_mha_forward_torch);
+    tcase_add_test(fw, test_transformer_torch);
+    tcase_add_test(fw, test_transformer_dropout_modes);
+    suite_add_tcase(s, fw);
+
+    TCase *gr = tcase_create("gradcheck");
+    tcase_set_timeout(gr, 300);
+    tcase_add_test(gr, test_grad_linear);
+    tcase_add_test(gr, test_grad_embedding);
+    tcase_add_test(gr, test_grad_norms);
+    tcase_add_test(gr, test_grad_dropout_posenc);
+    tcase_add_test(gr, test_grad_ff);
+    tcase_add_test(gr, test_grad_mha);
+    tcase_add_test(gr, test_grad_enc_layer);
+    tcase_add_test(gr, test_grad_dec_layer);
+    tcase_add_test(gr, test_grad_block_and_stacks);
+    tcase_add_test(gr, test_grad_layer_with_dropout);
+    suite_add_tcase(s, gr);
+    return s;
+}
+
+int main(void)
+{
+    Suite *s[] = {nn_suite()};
+    return cg_test_run(s, 1);
+}
