@@ -1,0 +1,636 @@
+/* Check suite "models": models/charlm.{h,c} and models/seq2seq.{h,c}.
+ *
+ * Construction errors, parameter names/order/count equal to models.py's
+ * (hard-coded from `/usr/bin/python3` on shared/reference/models.py), the
+ * init rule, forward shapes and input errors, causality and padding
+ * invariance, encode/decode = forward, and two tiny overfits (a char LM on a
+ * repeated string, a seq2seq on three pairs) that must reach loss < 0.1.
+ * Numerical parity with PyTorch is tests/parity.c's job. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/ops.h"
+#include "models/charlm.h"
+#include "models/seq2seq.h"
+#include "optim/optim.h"
+#include "tests/testutil.h"
+
+/* ------------------------------------------------------------ helpers */
+static void setup(void)
+{
+    cg_clear_error();
+}
+
+static cg_charlm_config small_lm(void)
+{
+    cg_charlm_config c = cg_charlm_config_default();
+    c.vocab = 20, c.d = 16, c.H = 2, c.layers = 2, c.d_ff = 32, c.max_len = 16;
+    return c;
+}
+
+static cg_seq2seq_config small_s2s(void)
+{
+    cg_seq2seq_config c = cg_seq2seq_config_default();
+    c.vocab = 20, c.d = 16, c.H = 2, c.enc_layers = 1, c.dec_layers = 2, c.d_ff = 32;
+    c.max_len = 16;
+    return c;
+}
+
+static void assert_names(cg_module *m, const char *const *expect, int n)
+{
+    cg_param_list l = {0};
+    ck_assert(cg_module_params(m, &l));
+    ck_assert_int_eq(l.n, n);
+    for (int i = 0; i < n; i++)
+        ck_assert_msg(!strcmp(l.items[i].name, expect[i]), "parameter %d: '%s', expected '%s'",
+                      i, l.items[i].name, expect[i]);
+    cg_param_list_free(&l);
+}
+
+/* An AdamW over every parameter of m (weight decay wd on all). */
+static cg_optim *adamw(cg_module *m, double lr, double wd)
+{
+    cg_param_list l = {0};
+    ck_assert(cg_module_params(m, &l));
+    cg_optim_param *p = calloc((size_t)l.n, sizeof *p);
+    for (int i = 0; i < l.n; i++)
+        p[i] = (cg_optim_param){l.items[i].name, l.items[i].tensor, wd};
+    cg_optim_config c = cg_adamw_config(lr, 0.9, 0.98, 1e-9);
+    cg_optim *o = cg_optim_new(&c, l.n, p);
+    ck_assert_msg(o != NULL, "%s", cg_last_error());
+    free(p);
+    cg_param_list_free(&l);
+    return o;
+}
+
+static bool tensors_equal(const cg_tensor *a, const cg_tensor *b)
+{
+    if (!cg_same_shape(a, b))
+        return false;
+    float *x = cg_test_values(a), *y = cg_test_values(b);
+    bool eq = !memcmp(x, y, sizeof(float) * (size_t)cg_numel(a));
+    free(x);
+    free(y);
+    return eq;
+}
+
+/* ---------------------------------------------------------- config */
+START_TEST(test_charlm_bad_config)
+{
+    cg_charlm_config c = small_lm();
+    c.d = 30, c.H = 4;
+    CG_ASSERT_FAILS(cg_charlm_new(&c, 0), "d=30 is not divisible by H=4");
+    c = small_lm(), c.vocab = 0;
+    CG_ASSERT_FAILS(cg_charlm_new(&c, 0), "vocab");
+    c = small_lm(), c.layers = -1;
+    CG_ASSERT_FAILS(cg_charlm_new(&c, 0), "layers");
+    c = small_lm(), c.dropout = 1.0f;
+    CG_ASSERT_FAILS(cg_charlm_new(&c, 0), "dropout");
+    c = small_lm(), c.max_len = 0;
+    CG_ASSERT_FAILS(cg_charlm_new(&c, 0), "max_len");
+    CG_ASSERT_FAILS(cg_charlm_new(NULL, 0), "NULL");
+}
+END_TEST
+
+START_TEST(test_seq2seq_bad_config)
+{
+    cg_seq2seq_config c = small_s2s();
+    c.d = 16, c.H = 3;
+    CG_ASSERT_FAILS(cg_seq2seq_new(&c, 0), "d=16 is not divisible by H=3");
+    c = small_s2s(), c.vocab = 3;
+    CG_ASSERT_FAILS(cg_seq2seq_new(&c, 0), "vocab");
+    c = small_s2s(), c.label_smoothing = 1.0f;
+    CG_ASSERT_FAILS(cg_seq2seq_new(&c, 0), "label_smoothing");
+    c = small_s2s(), c.norm = (cg_norm_kind)7;
+    CG_ASSERT_FAILS(cg_seq2seq_new(&c, 0), "norm");
+}
+END_TEST
+
+START_TEST(test_config_json)
+{
+    cg_charlm_config c = small_lm(), back;
+    c.norm = CG_NORM_RMSNORM, c.act = CG_ACT_RELU, c.norm_first = false, c.dropout = 0.25f;
+    char *js = cg_charlm_config_to_json(&c);
+    ck_assert_ptr_nonnull(js);
+    ck_assert(cg_charlm_config_from_json(js, &back));
+    free(js);
+    ck_assert(c.vocab == back.vocab && c.d == back.d && c.H == back.H &&
+              c.layers == back.layers && c.d_ff == back.d_ff && c.max_len == back.max_len &&
+              c.norm == back.norm && c.act == back.act && c.norm_first == back.norm_first &&
+              c.dropout == back.dropout);
+    /* missing fields keep the models.py defaults; extra keys are ignored */
+    ck_assert(cg_charlm_config_from_json("{\"d\": 64, \"seed\": 3, \"init\": {}}", &back));
+    ck_assert_int_eq(back.d, 64);
+    ck_assert_int_eq(back.vocab, 65);
+    ck_assert(back.norm_first && back.act == CG_ACT_GELU);
+    ck_assert(!cg_charlm_config_from_json("{\"d\": \"x\"}", &back));
+    ck_assert(strstr(cg_last_error(), "\"d\""));
+    ck_assert(!cg_charlm_config_from_json("{\"norm\": \"batchnorm\"}", &back));
+    ck_assert(strstr(cg_last_error(), "batchnorm"));
+    ck_assert(!cg_charlm_config_from_json("{\"d\": 30, \"H\": 4}", &back));
+    ck_assert(!cg_charlm_config_from_json("[1, 2", &back));
+
+    cg_seq2seq_config s = small_s2s(), sback;
+    s.label_smoothing = 0.2f, s.norm_first = true;
+    js = cg_seq2seq_config_to_json(&s);
+    ck_assert(cg_seq2seq_config_from_json(js, &sback));
+    free(js);
+    ck_assert(s.vocab == sback.vocab && s.d == sback.d && s.H == sback.H &&
+              s.enc_layers == sback.enc_layers && s.dec_layers == sback.dec_layers &&
+              s.d_ff == sback.d_ff && s.max_len == sback.max_len && s.norm == sback.norm &&
+              s.act == sback.act && s.norm_first == sback.norm_first &&
+              s.dropout == sback.dropout && s.label_smoothing == sback.label_smoothing);
+    ck_assert(cg_seq2seq_config_from_json("{\"norm_first\": 1, \"act\": \"gelu\"}", &sback));
+    ck_assert(sback.norm_first && sback.act == CG_ACT_GELU && sback.label_smoothing == 0.1f);
+    ck_assert(!cg_seq2seq_config_from_json("{\"vocab\": 2.5}", &sback));
+}
+END_TEST
+
+/* ---------------------------------------------------------- CharLM */
+static const char *const lm_names[] = {
+    "tok_emb.weight",
+    "blocks.0.ln1.weight", "blocks.0.ln1.bias",
+    "blocks.0.attn.q_proj.weight", "blocks.0.attn.q_proj.bias",
+    "blocks.0.attn.k_proj.weight", "blocks.0.attn.k_proj.bias",
+    "blocks.0.attn.v_proj.weight", "blocks.0.attn.v_proj.bias",
+    "blocks.0.attn.o_proj.weight", "blocks.0.attn.o_proj.bias",
+    "blocks.0.ln2.weight", "blocks.0.ln2.bias",
+    "blocks.0.ff.fc1.weight", "blocks.0.ff.fc1.bias",
+    "blocks.0.ff.fc2.weight", "blocks.0.ff.fc2.bias",
+    "blocks.1.ln1.weight", "blocks.1.ln1.bias",
+    "blocks.1.attn.q_proj.weight", "blocks.1.attn.q_proj.bias",
+    "blocks.1.attn.k_proj.weight", "blocks.1.attn.k_proj.bias",
+    "blocks.1.attn.v_proj.weight", "blocks.1.attn.v_proj.bias",
+    "blocks.1.attn.o_proj.weight", "blocks.1.attn.o_proj.bias",
+    "blocks.1.ln2.weight", "blocks.1.ln2.bias",
+    "blocks.1.ff.fc1.weight", "blocks.1.ff.fc1.bias",
+    "blocks.1.ff.fc2.weight", "blocks.1.ff.fc2.bias",
+    "ln_f.weight", "ln_f.bias"};
+
+START_TEST(test_charlm_params)
+{
+    /* counts from models.py named_parameters() for the same configs */
+    cg_charlm_config c = small_lm();
+    cg_charlm *m = cg_charlm_new(&c, 1);
+    ck_assert_msg(m != NULL, "%s", cg_last_error());
+    assert_names(CG_MODULE(m), lm_names, 35);
+    ck_assert_int_eq(cg_module_num_params(CG_MODULE(m)), 4800);
+    cg_charlm_free(m);
+
+    c.norm = CG_NORM_RMSNORM, c.act = CG_ACT_RELU, c.norm_first = false;
+    m = cg_charlm_new(&c, 1);
+    ck_assert_int_eq(cg_module_num_param_tensors(CG_MODULE(m)), 29);
+    ck_assert_int_eq(cg_module_num_params(CG_MODULE(m)), 4704);
+    ck_assert_ptr_null(m->ln_f);
+    cg_charlm_free(m);
+
+    cg_charlm_config d = cg_charlm_config_default();
+    m = cg_charlm_new(&d, 1);
+    ck_assert_int_eq(cg_module_num_param_tensors(CG_MODULE(m)), 67);
+    ck_assert_int_eq(cg_module_num_params(CG_MODULE(m)), 801664);
+    cg_charlm_free(m);
+}
+END_TEST
+
+START_TEST(test_charlm_init)
+{
+    cg_charlm_config c = small_lm();
+    cg_charlm *m = cg_charlm_new(&c, 7), *m2 = cg_charlm_new(&c, 7), *m3 = cg_charlm_new(&c, 8);
+    cg_param_list l = {0}, l2 = {0}, l3 = {0};
+    ck_assert(cg_module_params(CG_MODULE(m), &l) && cg_module_params(CG_MODULE(m2), &l2) &&
+              cg_module_params(CG_MODULE(m3), &l3));
+    for (int i = 0; i < l.n; i++) {
+        const char *n = l.items[i].name;
+        float *v = cg_test_values(l.items[i].tensor);
+        int64_t k = cg_numel(l.items[i].tensor);
+        ck_assert(tensors_equal(l.items[i].tensor, l2.items[i].tensor)); /* same seed */
+        if (strstr(n, "ln") && strstr(n, ".weight")) {
+            for (int64_t j = 0; j < k; j++)
+                ck_assert_float_eq(v[j], 1.0f);
+        } else if (strstr(n, ".bias")) {
+            for (int64_t j = 0; j < k; j++)
+                ck_assert_float_eq(v[j], 0.0f);
+        } else {
+            double s = 0, s2 = 0;
+            for (int64_t j = 0; j < k; j++)
+                s += v[j], s2 += (double)v[j] * v[j];
+            double sd = sqrt(s2 / k - (s / k) * (s / k));
+            ck_assert_msg(sd > 0.015 && sd < 0.025 && fabs(s / k) < 0.006,
+                          "%s: mean %g std %g, expected N(0, 0.02)", n, s / k, sd);
+            ck_assert(!tensors_equal(l.items[i].tensor, l3.items[i].tensor)); /* other seed */
+        }
+        free(v);
+    }
+    cg_param_list_free(&l);
+    cg_param_list_free(&l2);
+    cg_param_list_free(&l3);
+    cg_charlm_free(m);
+    cg_charlm_free(m2);
+    cg_charlm_free(m3);
+}
+END_TEST
+
+START_TEST(test_charlm_forward)
+{
+    cg_charlm_config c = small_lm();
+    cg_charlm *m = cg_charlm_new(&c, 3);
+    int64_t ids[2 * 5], tg[2 * 5];
+    for (int i = 0; i < 10; i++)
+        ids[i] = (i * 7) % 20, tg[i] = (i * 3 + 1) % 20;
+    cg_tensor *logits = cg_charlm_forward(m, ids, 2, 5);
+    ck_assert_msg(logits != NULL, "%s", cg_last_error());
+    ck_assert_int_eq(logits->ndim, 3);
+    ck_assert_int_eq(logits->shape[0], 2);
+    ck_assert_int_eq(logits->shape[1], 5);
+    ck_assert_int_eq(logits->shape[2], 20);
+    cg_tensor *loss = cg_charlm_loss(m, logits, tg);
+    ck_assert_ptr_nonnull(loss);
+    ck_assert_int_eq(cg_numel(loss), 1);
+    /* small init: nearly uniform predictions */
+    ck_assert_float_eq_tol(cg_item(loss), logf(20.0f), 0.2f);
+    ck_assert(cg_backward(loss, NULL, false));
+    ck_assert_ptr_nonnull(cg_grad(m->tok_emb->weight));
+    ck_assert_ptr_nonnull(cg_grad(m->block[1]->ff->fc2->bias));
+    cg_release_all(2, logits, loss);
+
+    /* T = max_len works, T = 1 works */
+    int64_t longer[16] = {0};
+    logits = cg_charlm_forward(m, longer, 1, 16);
+    ck_assert_ptr_nonnull(logits);
+    cg_release(logits);
+    logits = cg_charlm_forward(m, ids, 10, 1);
+    ck_assert_ptr_nonnull(logits);
+    ck_assert_int_eq(logits->shape[0], 10);
+    cg_release(logits);
+    cg_charlm_free(m);
+}
+END_TEST
+
+START_TEST(test_charlm_errors)
+{
+    cg_charlm_config c = small_lm();
+    cg_charlm *m = cg_charlm_new(&c, 3);
+    int64_t ids[17] = {0};
+    ids[3] = 20;
+    CG_ASSERT_FAILS(cg_charlm_forward(m, ids, 1, 4), "token id 20 at [0, 3]");
+    ids[3] = -1;
+    CG_ASSERT_FAILS(cg_charlm_forward(m, ids, 2, 2), "token id -1 at [1, 1]");
+    ids[3] = 0;
+    CG_ASSERT_FAILS(cg_charlm_forward(m, ids, 1, 17), "sequence length 17 exceeds max_len 16");
+    CG_ASSERT_FAILS(cg_charlm_forward(m, ids, 0, 4), "at least");
+    CG_ASSERT_FAILS(cg_charlm_forward(m, NULL, 1, 4), "NULL");
+    CG_ASSERT_FAILS(cg_charlm_forward(NULL, ids, 1, 4), "NULL");
+    cg_tensor *logits = cg_charlm_forward(m, ids, 1, 4);
+    int64_t tg[4] = {1, 2, 3, 99};
+    CG_ASSERT_FAILS(cg_charlm_loss(m, logits, tg), "");
+    cg_tensor *wrong = cg_zeros(CG_SHAPE(4, 7));
+    CG_ASSERT_FAILS(cg_charlm_loss(m, wrong, tg), "vocabulary size 20");
+    cg_release_all(2, logits, wrong);
+    cg_charlm_free(m);
+}
+END_TEST
+
+/* Changing a token never changes the logits of earlier positions. */
+START_TEST(test_charlm_causal)
+{
+    cg_charlm_config c = small_lm();
+    c.norm_first = false;
+    cg_charlm *m = cg_charlm_new(&c, 5);
+    int64_t a[6] = {1, 5, 9, 2, 7, 3}, b[6] = {1, 5, 9, 11, 0, 19};
+    cg_tensor *la = cg_charlm_forward(m, a, 1, 6), *lb = cg_charlm_forward(m, b, 1, 6);
+    float *x = cg_test_values(la), *y = cg_test_values(lb);
+    CG_ASSERT_CLOSE(x, y, 3 * 20, 1e-6, 1e-5); /* positions 0..2 */
+    double diff = 0;
+    for (int i = 3 * 20; i < 6 * 20; i++)
+        diff = fmax(diff, fabs(x[i] - y[i]));
+    ck_assert(diff > 1e-4);
+    free(x);
+    free(y);
+    cg_release_all(2, la, lb);
+    cg_charlm_free(m);
+}
+END_TEST
+
+/* Dropout acts in train mode only and is seeded. */
+START_TEST(test_charlm_dropout)
+{
+    cg_charlm_config c = small_lm();
+    c.dropout = 0.5f;
+    cg_charlm *m = cg_charlm_new(&c, 5);
+    int64_t ids[4] = {1, 2, 3, 4};
+    cg_tensor *t1 = cg_charlm_forward(m, ids, 1, 4), *t2 = cg_charlm_forward(m, ids, 1, 4);
+    ck_assert(!tensors_equal(t1, t2));
+    cg_release_all(2, t1, t2);
+    cg_module_train(CG_MODULE(m), false);
+    t1 = cg_charlm_forward(m, ids, 1, 4), t2 = cg_charlm_forward(m, ids, 1, 4);
+    ck_assert(tensors_equal(t1, t2));
+    cg_release_all(2, t1, t2);
+    cg_charlm_free(m);
+}
+END_TEST
+
+/* ---------------------------------------------------------- Seq2Seq */
+static const char *const s2s_names_head[] = {
+    "emb.weight",
+    "encoder.layers.0.self_attn.q_proj.weight", "encoder.layers.0.self_attn.q_proj.bias",
+    "encoder.layers.0.self_attn.k_proj.weight", "encoder.layers.0.self_attn.k_proj.bias",
+    "encoder.layers.0.self_attn.v_proj.weight", "encoder.layers.0.self_attn.v_proj.bias",
+    "encoder.layers.0.self_attn.o_proj.weight", "encoder.layers.0.self_attn.o_proj.bias",
+    "encoder.layers.0.ln1.weight", "encoder.layers.0.ln1.bias",
+    "encoder.layers.0.ff.fc1.weight", "encoder.layers.0.ff.fc1.bias",
+    "encoder.layers.0.ff.fc2.weight", "encoder.layers.0.ff.fc2.bias",
+    "encoder.layers.0.ln2.weight", "encoder.layers.0.ln2.bias"};
+static const char *const s2s_dec_layer[] = {
+    "self_attn.q_proj.weight", "self_attn.q_proj.bias", "self_attn.k_proj.weight",
+    "self_attn.k_proj.bias", "self_attn.v_proj.weight", "self_attn.v_proj.bias",
+    "self_attn.o_proj.weight", "self_attn.o_proj.bias", "ln1.weight", "ln1.bias",
+    "cross_attn.q_proj.weight", "cross_attn.q_proj.bias", "cross_attn.k_proj.weight",
+    "cross_attn.k_proj.bias", "cross_attn.v_proj.weight", "cross_attn.v_proj.bias",
+    "cross_attn.o_proj.weight", "cross_attn.o_proj.bias", "ln2.weight", "ln2.bias",
+    "ff.fc1.weight", "ff.fc1.bias", "ff.fc2.weight", "ff.fc2.bias", "ln3.weight", "ln3.bias"};
+
+START_TEST(test_seq2seq_params)
+{
+    /* models.py: 69 tensors / 9232 floats (post, layernorm), 63 / 9136 (pre,
+     * rmsnorm), defaults 85 / 937984 */
+    char buf[69][64];
+    const char *names[69];
+    int n = 0;
+    for (size_t i = 0; i < sizeof s2s_names_head / sizeof *s2s_names_head; i++)
+        names[n++] = s2s_names_head[i];
+    for (int l = 0; l < 2; l++)
+        for (int j = 0; j < 26; j++) {
+            snprintf(buf[n], sizeof buf[n], "decoder.layers.%d.%s", l, s2s_dec_layer[j]);
+            names[n] = buf[n];
+            n++;
+        }
+    ck_assert_int_eq(n, 69);
+    cg_seq2seq_config c = small_s2s();
+    cg_seq2seq *m = cg_seq2seq_new(&c, 1);
+    ck_assert_msg(m != NULL, "%s", cg_last_error());
+    assert_names(CG_MODULE(m), names, 69);
+    ck_assert_int_eq(cg_module_num_params(CG_MODULE(m)), 9232);
+    cg_seq2seq_free(m);
+
+    c.norm = CG_NORM_RMSNORM, c.act = CG_ACT_GELU, c.norm_first = true;
+    m = cg_seq2seq_new(&c, 1);
+    ck_assert_int_eq(cg_module_num_param_tensors(CG_MODULE(m)), 63);
+    ck_assert_int_eq(cg_module_num_params(CG_MODULE(m)), 9136);
+    ck_assert_ptr_nonnull(cg_module_get_param(CG_MODULE(m), "encoder.ln_f.weight"));
+    ck_assert_ptr_nonnull(cg_module_get_param(CG_MODULE(m), "decoder.ln_f.weight"));
+    cg_seq2seq_free(m);
+
+    cg_seq2seq_config d = cg_seq2seq_config_default();
+    m = cg_seq2seq_new(&d, 1);
+    ck_assert_int_eq(cg_module_num_param_tensors(CG_MODULE(m)), 85);
+    ck_assert_int_eq(cg_module_num_params(CG_MODULE(m)), 937984);
+    cg_seq2seq_free(m);
+}
+END_TEST
+
+START_TEST(test_seq2seq_forward)
+{
+    cg_seq2seq_config c = small_s2s();
+    cg_seq2seq *m = cg_seq2seq_new(&c, 2);
+    int64_t src[2 * 4] = {5, 6, 7, 2, 8, 2, 0, 0};
+    int64_t tin[2 * 3] = {1, 9, 10, 1, 11, 0}, tout[2 * 3] = {9, 10, 2, 11, 2, 0};
+    cg_tensor *logits = cg_seq2seq_forward(m, src, 2, 4, tin, 3);
+    ck_assert_msg(logits != NULL, "%s", cg_last_error());
+    ck_assert_int_eq(logits->ndim, 3);
+    ck_assert_int_eq(logits->shape[0], 2);
+    ck_assert_int_eq(logits->shape[1], 3);
+    ck_assert_int_eq(logits->shape[2], 20);
+    cg_tensor *loss = cg_seq2seq_loss(m, logits, tout);
+    ck_assert_ptr_nonnull(loss);
+    ck_assert(isfinite(cg_item(loss)));
+    ck_assert(cg_backward(loss, NULL, false));
+    ck_assert_ptr_nonnull(cg_grad(m->emb->weight));
+
+    /* encode + decode give the same logits; so does a selected memory */
+    cg_seq2seq_memory mem, sel;
+    ck_assert(cg_seq2seq_encode(m, src, 2, 4, &mem));
+    ck_assert_int_eq(mem.memory->shape[0], 2);
+    ck_assert_int_eq(mem.memory->shape[1], 4);
+    ck_assert_int_eq(mem.memory->shape[2], 16);
+    ck_assert_int_eq(mem.src_pad[6], 1);
+    ck_assert_int_eq(mem.src_pad[5], 0);
+    cg_tensor *l2 = cg_seq2seq_decode(m, tin, 2, 3, &mem);
+    ck_assert(tensors_equal(logits, l2));
+    int64_t rows[3] = {1, 1, 0};
+    ck_assert(cg_seq2seq_memory_select(&mem, rows, 3, &sel));
+    int64_t tin3[3 * 3] = {1, 11, 0, 1, 11, 0, 1, 9, 10};
+    cg_tensor *l3 = cg_seq2seq_decode(m, tin3, 3, 3, &sel);
+    ck_assert_ptr_nonnull(l3);
+    float *a = cg_test_values(l2), *b = cg_test_values(l3);
+    CG_ASSERT_CLOSE(b, a + 60, 60, 1e-6, 1e-5);     /* row 0 of l3 = row 1 of l2 */
+    CG_ASSERT_CLOSE(b + 60, a + 60, 60, 1e-6, 1e-5);
+    CG_ASSERT_CLOSE(b + 120, a, 60, 1e-6, 1e-5);
+    free(a);
+    free(b);
+    cg_seq2seq_memory_free(&sel);
+    cg_seq2seq_memory_free(&mem);
+    cg_seq2seq_memory_free(&mem); /* zeroed: a second free is harmless */
+    cg_release_all(4, logits, loss, l2, l3);
+    cg_seq2seq_free(m);
+}
+END_TEST
+
+/* Padding is invisible: more PAD at the end of the source, or of the
+ * target, changes no logit of the real positions. */
+START_TEST(test_seq2seq_padding)
+{
+    cg_seq2seq_config c = small_s2s();
+    c.norm_first = true;
+    cg_seq2seq *m = cg_seq2seq_new(&c, 4);
+    cg_rng r = cg_rng_new(9);
+    ck_assert(cg_module_init_params(CG_MODULE(m), &r, 0.2f)); /* sharper attention */
+    int64_t src[3] = {5, 6, 2}, src_p[6] = {5, 6, 2, 0, 0, 0};
+    int64_t tin[2] = {1, 9}, tin_p[4] = {1, 9, 0, 0};
+    cg_tensor *a = cg_seq2seq_forward(m, src, 1, 3, tin, 2);
+    cg_tensor *b = cg_seq2seq_forward(m, src_p, 1, 6, tin_p, 4);
+    ck_assert_ptr_nonnull(a);
+    ck_assert_ptr_nonnull(b);
+    float *x = cg_test_values(a), *y = cg_test_values(b);
+    CG_ASSERT_CLOSE(y, x, 2 * 20, 1e-5, 1e-4);
+    free(x);
+    free(y);
+    /* ... while a real token there does change them */
+    int64_t src_q[4] = {5, 6, 2, 7};
+    cg_tensor *d = cg_seq2seq_forward(m, src_q, 1, 4, tin, 2);
+    ck_assert(!tensors_equal(a, d));
+    cg_release_all(3, a, b, d);
+    cg_seq2seq_free(m);
+}
+END_TEST
+
+START_TEST(test_seq2seq_errors)
+{
+    cg_seq2seq_config c = small_s2s();
+    cg_seq2seq *m = cg_seq2seq_new(&c, 2);
+    cg_seq2seq_memory mem;
+    int64_t src[4] = {5, 2, 0, 0}, padrow[4] = {5, 2, 0, 0};
+    int64_t bad[4] = {5, 20, 2, 0};
+    ck_assert(!cg_seq2seq_encode(m, bad, 1, 4, &mem));
+    ck_assert(strstr(cg_last_error(), "source token id 20 at [0, 1]"));
+    ck_assert(!cg_seq2seq_encode(m, padrow, 2, 2, &mem));
+    ck_assert(strstr(cg_last_error(), "source row 1 is all padding"));
+    int64_t lng[17] = {5};
+    ck_assert(!cg_seq2seq_encode(m, lng, 1, 17, &mem));
+    ck_assert(strstr(cg_last_error(), "length 17 exceeds max_len 16"));
+    ck_assert(cg_seq2seq_encode(m, src, 1, 4, &mem));
+    int64_t t_pad[2] = {0, 1}, t_bad[2] = {1, -3}, t2[4] = {1, 5, 1, 6};
+    CG_ASSERT_FAILS(cg_seq2seq_decode(m, t_pad, 1, 2, &mem), "target row 0 starts with PAD");
+    CG_ASSERT_FAILS(cg_seq2seq_decode(m, t_bad, 1, 2, &mem), "target token id -3");
+    CG_ASSERT_FAILS(cg_seq2seq_decode(m, t2, 2, 2, &mem), "differs from the memory's 1");
+    CG_ASSERT_FAILS(cg_seq2seq_decode(m, lng, 1, 17, &mem), "exceeds max_len");
+    CG_ASSERT_FAILS(cg_seq2seq_decode(m, t2, 1, 2, NULL), "NULL");
+    int64_t rows[1] = {1};
+    cg_seq2seq_memory sel;
+    ck_assert(!cg_seq2seq_memory_select(&mem, rows, 1, &sel));
+    ck_assert(strstr(cg_last_error(), "row 1"));
+    cg_tensor *lg = cg_seq2seq_decode(m, t2, 1, 2, &mem);
+    cg_tensor *w = cg_zeros(CG_SHAPE(2, 5));
+    CG_ASSERT_FAILS(cg_seq2seq_loss(m, w, t2), "vocabulary size 20");
+    cg_release_all(2, lg, w);
+    cg_seq2seq_memory_free(&mem);
+    cg_seq2seq_free(m);
+}
+END_TEST
+
+/* --------------------------------------------------------- overfits */
+START_TEST(test_charlm_overfit)
+{
+    const char *text = "hello world, hello cgrad! ";
+    char chars[64];
+    int V = 0, idx[256];
+    memset(idx, -1, sizeof idx);
+    for (const char *p = text; *p; p++)
+        if (idx[(unsigned char)*p] < 0)
+            chars[V] = *p, idx[(unsigned char)*p] = V++;
+    enum { B = 4, T = 24 };
+    int64_t x[B * T], y[B * T];
+    size_t L = strlen(text);
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            size_t k = (size_t)(b * 5 + t);
+            x[b * T + t] = idx[(unsigned char)text[k % L]];
+            y[b * T + t] = idx[(unsigned char)text[(k + 1) % L]];
+        }
+    cg_charlm_config c = cg_charlm_config_default();
+    c.vocab = V, c.d = 32, c.H = 4, c.layers = 2, c.d_ff = 64, c.max_len = 32;
+    cg_charlm *m = cg_charlm_new(&c, 11);
+    cg_optim *o = adamw(CG_MODULE(m), 3e-3, 0.0);
+    float loss_v = INFINITY, first = 0;
+    int step;
+    for (step = 0; step < 400 && loss_v >= 0.1f; step++) {
+        cg_optim_zero_grad(o);
+        cg_tensor *logits = cg_charlm_forward(m, x, B, T);
+        cg_tensor *loss = cg_charlm_loss(m, logits, y);
+        ck_assert_msg(loss != NULL, "%s", cg_last_error());
+        loss_v = cg_item(loss);
+        if (step == 0)
+            first = loss_v;
+        ck_assert(cg_backward(loss, NULL, false));
+        ck_assert(cg_optim_step(o));
+        cg_release_all(2, logits, loss);
+    }
+    if (getenv("CG_TEST_VERBOSE"))
+        fprintf(stderr, "charlm overfit: loss %g -> %g in %d steps\n", first, loss_v, step);
+    ck_assert_msg(loss_v < 0.1f, "charlm loss %g after %d steps (from %g)", loss_v, step, first);
+    (void)chars;
+    cg_optim_free(o);
+    cg_charlm_free(m);
+}
+END_TEST
+
+START_TEST(test_seq2seq_overfit)
+{
+    /* three pairs (reverse the letters), PAD-padded: ids 3.. are letters */
+    enum { B = 3, S = 5, T = 5 };
+    const int64_t src[B * S] = {3, 4, 5, 2, 0, /* abc -> cba */
+                                6, 7, 8, 9, 2, /* defg -> gfed */
+                                10, 3, 2, 0, 0}; /* ha -> ah */
+    const int64_t tin[B * T] = {1, 5, 4, 3, 0, 1, 9, 8, 7, 6, 1, 3, 10, 0, 0};
+    const int64_t tout[B * T] = {5, 4, 3, 2, 0, 9, 8, 7, 6, 2, 3, 10, 2, 0, 0};
+    cg_seq2seq_config c = cg_seq2seq_config_default();
+    c.vocab = 11, c.d = 32, c.H = 4, c.enc_layers = 1, c.dec_layers = 1, c.d_ff = 64;
+    c.max_len = 8, c.label_smoothing = 0.0f;
+    cg_seq2seq *m = cg_seq2seq_new(&c, 12);
+    cg_optim *o = adamw(CG_MODULE(m), 3e-3, 0.0);
+    float loss_v = INFINITY, first = 0;
+    int step;
+    for (step = 0; step < 400 && loss_v >= 0.1f; step++) {
+        cg_optim_zero_grad(o);
+        cg_tensor *logits = cg_seq2seq_forward(m, src, B, S, tin, T);
+        cg_tensor *loss = cg_seq2seq_loss(m, logits, tout);
+        ck_assert_msg(loss != NULL, "%s", cg_last_error());
+        loss_v = cg_item(loss);
+        if (step == 0)
+            first = loss_v;
+        ck_assert(cg_backward(loss, NULL, false));
+        ck_assert(cg_optim_step(o));
+        cg_release_all(2, logits, loss);
+    }
+    if (getenv("CG_TEST_VERBOSE"))
+        fprintf(stderr, "seq2seq overfit: loss %g -> %g in %d steps\n", first, loss_v, step);
+    ck_assert_msg(loss_v < 0.1f, "seq2seq loss %g after %d steps (from %g)", loss_v, step, first);
+    /* teacher-forced argmax reproduces every non-pad target */
+    cg_module_train(CG_MODULE(m), false);
+    cg_tensor *logits = cg_seq2seq_forward(m, src, B, S, tin, T);
+    cg_tensor *am = cg_k_argmax(logits, -1, false);
+    float *v = cg_test_values(am);
+    for (int i = 0; i < B * T; i++)
+        if (tout[i] != CG_PAD)
+            ck_assert_int_eq((int64_t)v[i], tout[i]);
+    free(v);
+    cg_release_all(2, logits, am);
+    cg_optim_free(o);
+    cg_seq2seq_free(m);
+}
+END_TEST
+
+static Suite *models_suite(void)
+{
+    Suite *s = suite_create("models");
+    TCase *tc = tcase_create("config");
+    tcase_add_checked_fixture(tc, setup, NULL);
+    tcase_add_test(tc, test_charlm_bad_config);
+    tcase_add_test(tc, test_seq2seq_bad_config);
+    tcase_add_test(tc, test_config_json);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("charlm");
+    tcase_add_checked_fixture(tc, setup, NULL);
+    tcase_add_test(tc, test_charlm_params);
+    tcase_add_test(tc, test_charlm_init);
+    tcase_add_test(tc, test_charlm_forward);
+    tcase_add_test(tc, test_charlm_errors);
+    tcase_add_test(tc, test_charlm_causal);
+    tcase_add_test(tc, test_charlm_dropout);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("seq2seq");
+    tcase_add_checked_fixture(tc, setup, NULL);
+    tcase_add_test(tc, test_seq2seq_params);
+    tcase_add_test(tc, test_seq2seq_forward);
+    tcase_add_test(tc, test_seq2seq_padding);
+    tcase_add_test(tc, test_seq2seq_errors);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("overfit");
+    tcase_add_checked_fixture(tc, setup, NULL);
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_charlm_overfit);
+    tcase_add_test(tc, test_seq2seq_overfit);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    Suite *s[] = {models_suite()};
+    return cg_test_run(s, 1);
+}
