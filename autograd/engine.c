@@ -312,15 +312,20 @@ static cg_tensor *fit_to_shape(cg_node *n, int idx, cg_tensor *g, const cg_tenso
 }
 
 /* *slot += g (g consumed). Adds in place only into a contiguous tensor whose
- * storage nobody else shares. */
-static bool accumulate(cg_tensor **slot, cg_tensor *g)
+ * storage nobody else shares. A leaf's .grad (private = true) must own its
+ * storage outright, because optimizers and clipping update it in place; a
+ * node's gradient is internal to the engine and may share storage (the two
+ * inputs of an add receive the same tensor), which saves a copy per use. */
+static bool accumulate(cg_tensor **slot, cg_tensor *g, bool private)
 {
     if (!*slot) {
-        if (g->storage->refcount == 1 && cg_is_contiguous(g) && !g->node) {
+        bool owned = g->refcount == 1 && g->storage->refcount == 1 && cg_is_contiguous(g) &&
+                     !g->node;
+        if (owned || (!private && !g->node)) {
             *slot = g;
             return true;
         }
-        *slot = cg_clone(g); /* own it: later in-place adds must not touch others */
+        *slot = cg_clone(g);
         cg_release(g);
         return *slot != NULL;
     }
@@ -370,7 +375,7 @@ bool cg_backward(cg_tensor *root, const cg_tensor *grad_root, bool retain_graph)
     if (!g0)
         return false;
     if (!root->node) { /* a leaf */
-        return accumulate(&root->grad, g0);
+        return accumulate(&root->grad, g0, true);
     }
     if (root->node->freed) {
         cg_release(g0);
@@ -385,7 +390,7 @@ bool cg_backward(cg_tensor *root, const cg_tensor *grad_root, bool retain_graph)
         cg_set_error("backward: out of memory sorting the graph");
         return false;
     }
-    bool ok = accumulate(&root->node->grad, g0);
+    bool ok = accumulate(&root->node->grad, g0, false);
     /* order has inputs before users: walk it backwards. */
     for (size_t k = order.n; ok && k-- > 0;) {
         cg_node *n = order.v[k];
@@ -416,9 +421,9 @@ bool cg_backward(cg_tensor *root, const cg_tensor *grad_root, bool retain_graph)
                 continue;
             }
             if (in->node && !in->node->freed)
-                ok = accumulate(&in->node->grad, g);
+                ok = accumulate(&in->node->grad, g, false);
             else
-                ok = accumulate(&in->grad, g);
+                ok = accumulate(&in->grad, g, true);
         }
         if (gv != gin)
             free(gv);

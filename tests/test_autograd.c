@@ -241,6 +241,26 @@ START_TEST(test_backward_errors)
 }
 END_TEST
 
+START_TEST(test_leaf_grads_are_private)
+{
+    /* y = sum(a + b): both leaves get the same upstream tensor; each .grad
+     * must own its storage, since optimizers update grads in place. */
+    cg_tensor *a = leaf(CG_SHAPE(3), (float[]){1, 2, 3});
+    cg_tensor *b = leaf(CG_SHAPE(3), (float[]){4, 5, 6});
+    cg_tensor *c = cg_from_data(CG_SHAPE(3), (float[]){1, 1, 1});
+    cg_tensor *s = cg_add(a, b);
+    cg_tensor *p = cg_mul(s, c); /* the add receives a fresh contiguous gradient */
+    cg_tensor *y = cg_sum_all(p);
+    ck_assert(cg_backward(y, NULL, false));
+    ck_assert_ptr_ne(cg_grad(a), cg_grad(b));
+    ck_assert_ptr_ne(cg_grad(a)->storage, cg_grad(b)->storage);
+    ck_assert(cg_k_muls_(a->grad, 0.5f));
+    CG_ASSERT_TENSOR(cg_grad(a), ((float[]){0.5f, 0.5f, 0.5f}), 0, 0);
+    CG_ASSERT_TENSOR(cg_grad(b), ((float[]){1, 1, 1}), 0, 0);
+    cg_release_all(6, a, b, c, s, p, y);
+}
+END_TEST
+
 START_TEST(test_op_names_complete)
 {
     for (int op = 0; op < CG_OP_COUNT; op++) {
@@ -342,6 +362,7 @@ static Suite *autograd_suite(void)
     tcase_add_test(tc, test_no_grad_and_detach);
     tcase_add_test(tc, test_graph_freed_after_backward);
     tcase_add_test(tc, test_backward_errors);
+    tcase_add_test(tc, test_leaf_grads_are_private);
     tcase_add_test(tc, test_op_names_complete);
     tcase_add_test(tc, test_memory_flat);
     tcase_add_test(tc, test_gradcheck_detects_errors);
