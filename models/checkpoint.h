@@ -1,0 +1,55 @@
+/* cgrad zoo: char-LM checkpoints (safetensors files, nn/safetensors.h).
+ *
+ * A checkpoint holds
+ *   tensors   the model's parameters under their PyTorch names
+ *             (models/charlm.h), and, for training checkpoints, the
+ *             optimizer state under "optim." (optim/optim.h cg_optim_save);
+ *   metadata  "model": "charlm"
+ *             "config": the model config as JSON (models.py field names)
+ *             "vocab": the characters as a JSON string (models/vocab.h)
+ *             "step": completed training steps (decimal)
+ *             "train": the trainer's state as JSON (opaque here; may be absent)
+ * which is the reference trainer's format plus extras, so a file written by
+ * shared/reference/train_charlm.py loads too.
+ *
+ * Writing is atomic (temporary file + rename): an existing checkpoint is
+ * never lost, even when the save fails. Errors: NULL/false + cg_set_error. */
+#ifndef CG_MODELS_CHECKPOINT_H
+#define CG_MODELS_CHECKPOINT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "models/charlm.h"
+#include "models/vocab.h"
+#include "nn/safetensors.h"
+#include "optim/optim.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Save model (+ optimizer state if optim is not NULL) with the metadata
+ * above. train_json may be NULL. */
+bool cg_charlm_ckpt_save(const char *path, const cg_charlm *model, const cg_vocab *vocab,
+                         const cg_optim *optim, int64_t step, const char *train_json);
+
+typedef struct {
+    cg_charlm *model;   /* owned: built from "config", parameters loaded */
+    cg_vocab *vocab;    /* owned */
+    int64_t step;       /* 0 if absent */
+    cg_st_file *file;   /* owned, open: for cg_optim_load and "train" */
+} cg_charlm_ckpt;
+
+/* Load a checkpoint. False + error when the file is missing or corrupt, is
+ * not a "charlm" checkpoint, or its config, vocabulary or parameters do not
+ * agree. On success free with cg_charlm_ckpt_free. */
+bool cg_charlm_ckpt_load(const char *path, cg_charlm_ckpt *out);
+void cg_charlm_ckpt_free(cg_charlm_ckpt *c);
+/* The "train" metadata (borrowed) or NULL. */
+const char *cg_charlm_ckpt_train_json(const cg_charlm_ckpt *c);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

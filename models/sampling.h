@@ -1,0 +1,66 @@
+/* cgrad zoo: sampling from the char LM, with a key/value cache.
+ *
+ * The cache holds, for every layer, the keys and values of the positions
+ * seen so far ([1, H, max_len, d_head] buffers). cg_charlm_forward_cached
+ * runs only the new tokens through the model (under no-grad, in eval mode)
+ * using the model's own parameters and the same ops as cg_charlm_forward,
+ * so its logits equal a full recompute up to float rounding.
+ *
+ * Positions are absolute (sinusoidal, added to the embedding), so once a
+ * context reaches max_len the window must slide and every cached key
+ * changes: generation then recomputes the window of the last max_len tokens
+ * at each step, exactly as the reference's generate() (which crops the
+ * context to idx[:, -max_len:]). Below max_len each new token costs one
+ * position.
+ *
+ * Errors: NULL/false/-1 + cg_set_error. */
+#ifndef CG_MODELS_SAMPLING_H
+#define CG_MODELS_SAMPLING_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "models/charlm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    int64_t layers, H, d_head, cap; /* cap = max_len */
+    int64_t len;                    /* positions filled */
+    cg_tensor **k, **v;             /* per layer, [1, H, cap, d_head], owned */
+} cg_kv_cache;
+
+cg_kv_cache *cg_kv_cache_new(const cg_charlm *m);
+void cg_kv_cache_free(cg_kv_cache *c);
+void cg_kv_cache_reset(cg_kv_cache *c);
+
+/* Logits [1, n, V] (new reference) for n new tokens at positions
+ * c->len .. c->len+n-1, attending to the cached positions and causally to
+ * each other; the cache grows by n. Error if c->len + n > max_len or an id
+ * is out of range. Runs without recording a graph. */
+cg_tensor *cg_charlm_forward_cached(cg_charlm *m, cg_kv_cache *c, const int64_t *ids, int64_t n);
+
+typedef struct {
+    double temperature; /* > 0; 0 means greedy (argmax) */
+    int64_t top_k;      /* 0 = off; else keep the k largest logits */
+    double top_p;       /* 1 = off; else nucleus: smallest set with mass >= p */
+} cg_sample_opts;
+
+/* Draw one id from logits[0..V) (the reference's generate(): logits /
+ * temperature, top-k mask, softmax, then the nucleus filter and one uniform
+ * draw from rng). Returns the id, or -1 + error on bad options. */
+int64_t cg_sample_logits(const float *logits, int64_t V, const cg_sample_opts *o, cg_rng *rng);
+
+/* Generate n_new tokens after the prompt (n_prompt >= 1 ids). Returns a
+ * malloc'd array of n_prompt + n_new ids (prompt first) or NULL + error.
+ * use_cache false recomputes the whole window at every step. The model is
+ * put in eval mode. */
+int64_t *cg_charlm_generate(cg_charlm *m, const int64_t *prompt, int64_t n_prompt, int64_t n_new,
+                            const cg_sample_opts *o, cg_rng *rng, bool use_cache);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,237 @@
+/* cgrad zoo: character vocabulary and UTF-8 (see vocab.h). */
+#include "models/vocab.h"
+
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+
+static uint32_t *utf8_decode(const char *s, size_t len, const char *name, int64_t *n,
+                             bool newlines)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    uint32_t *out = malloc((len + 1) * sizeof *out);
+    if (!out) {
+        cg_set_error("out of memory decoding %zu bytes of text", len);
+        return NULL;
+    }
+    int64_t k = 0;
+    size_t i = 0;
+    while (i < len) {
+        unsigned c = p[i];
+        uint32_t cp;
+        int extra;
+        if (c < 0x80) { cp = c; extra = 0; }
+        else if (c >= 0xC2 && c <= 0xDF) { cp = c & 0x1F; extra = 1; }
+        else if (c >= 0xE0 && c <= 0xEF) { cp = c & 0x0F; extra = 2; }
+        else if (c >= 0xF0 && c <= 0xF4) { cp = c & 0x07; extra = 3; }
+        else goto bad;
+        if (extra > 0 && i + (size_t)extra >= len)
+            goto bad;
+        for (int j = 1; j <= extra; j++) {
+            unsigned cc = p[i + (size_t)j];
+            if ((cc & 0xC0) != 0x80)
+                goto bad;
+            cp = (cp << 6) | (cc & 0x3F);
+        }
+        if ((extra == 2 && cp < 0x800) || (extra == 3 && (cp < 0x10000 || cp > 0x10FFFF)) ||
+            (cp >= 0xD800 && cp <= 0xDFFF))
+            goto bad;
+        if (newlines && cp == '\r') {
+            cp = '\n';
+            if (i + 1 < len && p[i + 1] == '\n')
+                i++;
+        }
+        out[k++] = cp;
+        i += (size_t)extra + 1;
+    }
+    *n = k;
+    return out;
+bad:
+    free(out);
+    cg_set_error("%s is not valid UTF-8 (bad byte 0x%02x at offset %zu)", name ? name : "text",
+                 p[i], i);
+    return NULL;
+}
+
+uint32_t *cg_utf8_decode(const char *s, size_t len, const char *name, int64_t *n)
+{
+    return utf8_decode(s, len, name, n, true);
+}
+
+int cg_utf8_put(uint32_t c, char *buf)
+{
+    unsigned char *b = (unsigned char *)buf;
+    if (c < 0x80) { b[0] = (unsigned char)c; return 1; }
+    if (c < 0x800) {
+        b[0] = (unsigned char)(0xC0 | (c >> 6));
+        b[1] = (unsigned char)(0x80 | (c & 0x3F));
+        return 2;
+    }
+    if (c < 0x10000) {
+        b[0] = (unsigned char)(0xE0 | (c >> 12));
+        b[1] = (unsigned char)(0x80 | ((c >> 6) & 0x3F));
+        b[2] = (unsigned char)(0x80 | (c & 0x3F));
+        return 3;
+    }
+    b[0] = (unsigned char)(0xF0 | (c >> 18));
+    b[1] = (unsigned char)(0x80 | ((c >> 12) & 0x3F));
+    b[2] = (unsigned char)(0x80 | ((c >> 6) & 0x3F));
+    b[3] = (unsigned char)(0x80 | (c & 0x3F));
+    return 4;
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+static cg_vocab *vocab_from_sorted(uint32_t *chars, int64_t n)
+{
+    cg_vocab *v = malloc(sizeof *v);
+    if (!v) {
+        free(chars);
+        cg_set_error("out of memory");
+        return NULL;
+    }
+    v->n = n;
+    v->chars = chars;
+    int64_t unk = cg_vocab_id(v, 0xFFFD);
+    if (unk < 0)
+        unk = cg_vocab_id(v, ' ');
+    v->unk = unk < 0 ? 0 : unk;
+    return v;
+}
+
+cg_vocab *cg_vocab_from_codepoints(const uint32_t *cps, int64_t n)
+{
+    if (n <= 0) {
+        cg_set_error("cannot build a vocabulary from an empty text");
+        return NULL;
+    }
+    uint32_t *tmp = malloc((size_t)n * sizeof *tmp);
+    if (!tmp) {
+        cg_set_error("out of memory");
+        return NULL;
+    }
+    memcpy(tmp, cps, (size_t)n * sizeof *tmp);
+    qsort(tmp, (size_t)n, sizeof *tmp, cmp_u32);
+    int64_t k = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (k == 0 || tmp[i] != tmp[k - 1])
+            tmp[k++] = tmp[i];
+    uint32_t *chars = realloc(tmp, (size_t)k * sizeof *chars);
+    return vocab_from_sorted(chars ? chars : tmp, k);
+}
+
+cg_vocab *cg_vocab_from_json(const char *json)
+{
+    cJSON *j = json ? cJSON_Parse(json) : NULL;
+    if (!j || !cJSON_IsString(j)) {
+        cJSON_Delete(j);
+        cg_set_error("vocabulary: expected a JSON string");
+        return NULL;
+    }
+    const char *s = cJSON_GetStringValue(j);
+    int64_t n = 0;
+    uint32_t *cps = utf8_decode(s, strlen(s), "vocabulary", &n, false);
+    cJSON_Delete(j);
+    if (!cps)
+        return NULL;
+    if (n == 0) {
+        free(cps);
+        cg_set_error("vocabulary is empty");
+        return NULL;
+    }
+    for (int64_t i = 1; i < n; i++)
+        if (cps[i] <= cps[i - 1]) {
+            free(cps);
+            cg_set_error("vocabulary characters are not strictly increasing at index %lld",
+                         (long long)i);
+            return NULL;
+        }
+    return vocab_from_sorted(cps, n);
+}
+
+char *cg_vocab_to_json(const cg_vocab *v)
+{
+    char *s = malloc((size_t)v->n * 4 + 1);
+    if (!s) {
+        cg_set_error("out of memory");
+        return NULL;
+    }
+    size_t k = 0;
+    for (int64_t i = 0; i < v->n; i++)
+        k += (size_t)cg_utf8_put(v->chars[i], s + k);
+    s[k] = '\0';
+    cJSON *j = cJSON_CreateString(s);
+    free(s);
+    char *out = j ? cJSON_PrintUnformatted(j) : NULL;
+    cJSON_Delete(j);
+    if (!out)
+        cg_set_error("out of memory");
+    return out;
+}
+
+void cg_vocab_free(cg_vocab *v)
+{
+    if (!v)
+        return;
+    free(v->chars);
+    free(v);
+}
+
+int64_t cg_vocab_id(const cg_vocab *v, uint32_t c)
+{
+    int64_t lo = 0, hi = v->n - 1;
+    while (lo <= hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (v->chars[mid] == c)
+            return mid;
+        if (v->chars[mid] < c)
+            lo = mid + 1;
+        else
+            hi = mid - 1;
+    }
+    return -1;
+}
+
+int64_t cg_vocab_encode(const cg_vocab *v, const uint32_t *cps, int64_t n, int64_t *ids,
+                        uint32_t *first_unknown)
+{
+    int64_t unknown = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t id = cg_vocab_id(v, cps[i]);
+        if (id < 0) {
+            if (unknown == 0 && first_unknown)
+                *first_unknown = cps[i];
+            unknown++;
+            id = v->unk;
+        }
+        ids[i] = id;
+    }
+    return unknown;
+}
+
+char *cg_vocab_decode(const cg_vocab *v, const int64_t *ids, int64_t n)
+{
+    char *s = malloc((size_t)n * 4 + 1);
+    if (!s) {
+        cg_set_error("out of memory");
+        return NULL;
+    }
+    size_t k = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= v->n) {
+            free(s);
+            cg_set_error("token id %lld is outside the vocabulary [0, %lld)", (long long)ids[i],
+                         (long long)v->n);
+            return NULL;
+        }
+        k += (size_t)cg_utf8_put(v->chars[ids[i]], s + k);
+    }
+    s[k] = '\0';
+    return s;
+}

@@ -1,0 +1,597 @@
+/* Check suites for the zoo's char-LM tooling: key/value-cached decoding,
+ * sampling, checkpoints, and the charlm program end to end (exact resume,
+ * and one clear error line for every kind of bad input).
+ *
+ * The program is run from the build tree: $CHARLM_BIN if set, else
+ * ../models/charlm relative to this test binary. Training runs use a model
+ * with a few thousand parameters on a few kilobytes of text. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "models/charlm.h"
+#include "models/checkpoint.h"
+#include "models/cli.h"
+#include "models/data.h"
+#include "models/sampling.h"
+#include "models/vocab.h"
+#include "testutil.h"
+
+/* ---------------------------------------------------------------- helpers */
+static cg_charlm *tiny_model(bool norm_first, cg_norm_kind norm, cg_act act, uint64_t seed)
+{
+    cg_charlm_config c = cg_charlm_config_default();
+    c.vocab = 23;
+    c.d = 16;
+    c.H = 2;
+    c.layers = 2;
+    c.d_ff = 24;
+    c.max_len = 12;
+    c.norm_first = norm_first;
+    c.norm = norm;
+    c.act = act;
+    cg_charlm *m = cg_charlm_new(&c, seed);
+    ck_assert_msg(m != NULL, "%s", cg_last_error());
+    cg_module_train(CG_MODULE(m), false);
+    return m;
+}
+
+static void check_cache_matches(cg_charlm *m)
+{
+    const int64_t T = 12, V = m->cfg.vocab;
+    int64_t ids[12];
+    cg_rng r = cg_rng_new(7);
+    for (int64_t i = 0; i < T; i++)
+        ids[i] = (int64_t)cg_rng_below(&r, (uint64_t)V);
+    cg_no_grad_begin();
+    cg_tensor *full = cg_charlm_forward(m, ids, 1, T);
+    cg_no_grad_end();
+    ck_assert_msg(full != NULL, "%s", cg_last_error());
+    float *want = cg_test_values(full);
+    cg_release(full);
+
+    cg_kv_cache *c = cg_kv_cache_new(m);
+    ck_assert_ptr_nonnull(c);
+    /* a prefill of 5 positions, then one at a time */
+    cg_tensor *l = cg_charlm_forward_cached(m, c, ids, 5);
+    ck_assert_msg(l != NULL, "%s", cg_last_error());
+    float *got = cg_test_values(l);
+    CG_ASSERT_CLOSE(got, want, 5 * V, 1e-5, 1e-4);
+    free(got);
+    cg_release(l);
+    for (int64_t t = 5; t < T; t++) {
+        l = cg_charlm_forward_cached(m, c, ids + t, 1);
+        ck_assert_msg(l != NULL, "%s", cg_last_error());
+        got = cg_test_values(l);
+        CG_ASSERT_CLOSE(got, want + t * V, V, 1e-5, 1e-4);
+        free(got);
+        cg_release(l);
+    }
+    ck_assert_int_eq(c->len, T);
+    /* full: one more position is an error, not a crash */
+    CG_ASSERT_FAILS(cg_charlm_forward_cached(m, c, ids, 1), "max_len");
+    cg_kv_cache_free(c);
+    free(want);
+}
+
+START_TEST(test_kv_cache_matches_full)
+{
+    cg_charlm *m = tiny_model(true, CG_NORM_LAYERNORM, CG_ACT_GELU, 3);
+    check_cache_matches(m);
+    cg_charlm_free(m);
+    m = tiny_model(false, CG_NORM_RMSNORM, CG_ACT_RELU, 4);
+    check_cache_matches(m);
+    cg_charlm_free(m);
+}
+END_TEST
+
+START_TEST(test_sampling_reproducible)
+{
+    cg_charlm *m = tiny_model(true, CG_NORM_LAYERNORM, CG_ACT_GELU, 5);
+    int64_t prompt[3] = {1, 2, 3};
+    cg_sample_opts o = {.temperature = 1.0, .top_k = 5, .top_p = 0.9};
+    /* 30 new tokens: past max_len (12), so the window slides */
+    cg_rng r1 = cg_rng_new(11), r2 = cg_rng_new(11), r3 = cg_rng_new(12);
+    int64_t *a = cg_charlm_generate(m, prompt, 3, 30, &o, &r1, true);
+    int64_t *b = cg_charlm_generate(m, prompt, 3, 30, &o, &r2, true);
+    int64_t *c = cg_charlm_generate(m, prompt, 3, 30, &o, &r3, true);
+    ck_assert(a && b && c);
+    ck_assert_mem_eq(a, b, 33 * sizeof *a);
+    ck_assert_msg(memcmp(a, c, 33 * sizeof *a) != 0, "another seed gave the same sample");
+    for (int i = 0; i < 33; i++)
+        ck_assert(a[i] >= 0 && a[i] < m->cfg.vocab);
+    /* the uncached path draws the same tokens */
+    cg_rng r4 = cg_rng_new(11);
+    int64_t *d = cg_charlm_generate(m, prompt, 3, 30, &o, &r4, false);
+    ck_assert_ptr_nonnull(d);
+    ck_assert_mem_eq(a, d, 33 * sizeof *a);
+    free(a);
+    free(b);
+    free(c);
+    free(d);
+    /* greedy and top-k 1 agree */
+    cg_sample_opts g = {.temperature = 0, .top_k = 0, .top_p = 1}, k1 = {1.0, 1, 1.0};
+    cg_rng r5 = cg_rng_new(1), r6 = cg_rng_new(2);
+    a = cg_charlm_generate(m, prompt, 3, 10, &g, &r5, true);
+    b = cg_charlm_generate(m, prompt, 3, 10, &k1, &r6, true);
+    ck_assert(a && b);
+    ck_assert_mem_eq(a, b, 13 * sizeof *a);
+    free(a);
+    free(b);
+    cg_charlm_free(m);
+}
+END_TEST
+
+START_TEST(test_sample_logits_filters)
+{
+    float logits[5] = {0.f, 3.f, 1.f, 2.9f, -1.f};
+    cg_sample_opts o = {.temperature = 1.0, .top_k = 2, .top_p = 1};
+    cg_rng r = cg_rng_new(9);
+    for (int i = 0; i < 200; i++) {
+        int64_t id = cg_sample_logits(logits, 5, &o, &r);
+        ck_assert(id == 1 || id == 3);
+    }
+    o = (cg_sample_opts){.temperature = 1.0, .top_k = 0, .top_p = 0.3};
+    for (int i = 0; i < 50; i++)
+        ck_assert_int_eq(cg_sample_logits(logits, 5, &o, &r), 1);
+    o.top_p = 0; /* invalid */
+    ck_assert_int_eq(cg_sample_logits(logits, 5, &o, &r), -1);
+}
+END_TEST
+
+static char g_tmp[1024];
+
+static void make_tmpdir(void)
+{
+    snprintf(g_tmp, sizeof g_tmp, "%s/cgrad_zoo_XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    ck_assert_ptr_nonnull(mkdtemp(g_tmp));
+}
+
+static void rm_tmpdir(void)
+{
+    char cmd[1024 + 16];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+static char *tmp_path(const char *name)
+{
+    static char buf[4][1024 + 256];
+    static int k = 0;
+    char *p = buf[k++ % 4];
+    snprintf(p, sizeof buf[0], "%s/%.200s", g_tmp, name);
+    return p;
+}
+
+START_TEST(test_checkpoint_round_trip)
+{
+    make_tmpdir();
+    cg_charlm *m = tiny_model(false, CG_NORM_LAYERNORM, CG_ACT_GELU, 6);
+    uint32_t cps[23];
+    for (int i = 0; i < 23; i++)
+        cps[i] = i < 20 ? (uint32_t)('a' + i) : (uint32_t[]){0xE4, 0x20AC, 0x1F600}[i - 20];
+    cg_vocab *v = cg_vocab_from_codepoints(cps, 23);
+    ck_assert_ptr_nonnull(v);
+    const char *path = tmp_path("m.safetensors");
+    ck_assert_msg(cg_charlm_ckpt_save(path, m, v, NULL, 42, NULL), "%s", cg_last_error());
+    cg_charlm_ckpt ck;
+    ck_assert_msg(cg_charlm_ckpt_load(path, &ck), "%s", cg_last_error());
+    ck_assert_int_eq(ck.step, 42);
+    ck_assert_int_eq(ck.vocab->n, 23);
+    ck_assert_mem_eq(ck.vocab->chars, v->chars, 23 * sizeof(uint32_t));
+    ck_assert(!ck.model->cfg.norm_first);
+    int64_t prompt[2] = {4, 5};
+    cg_sample_opts o = {.temperature = 0.8, .top_k = 0, .top_p = 1};
+    cg_rng r1 = cg_rng_new(3), r2 = cg_rng_new(3);
+    int64_t *a = cg_charlm_generate(m, prompt, 2, 20, &o, &r1, true);
+    int64_t *b = cg_charlm_generate(ck.model, prompt, 2, 20, &o, &r2, true);
+    ck_assert(a && b);
+    ck_assert_mem_eq(a, b, 22 * sizeof *a);
+    char *ta = cg_vocab_decode(v, a, 22), *tb = cg_vocab_decode(ck.vocab, b, 22);
+    ck_assert_str_eq(ta, tb);
+    free(ta);
+    free(tb);
+    free(a);
+    free(b);
+    cg_charlm_ckpt_free(&ck);
+    cg_vocab_free(v);
+    cg_charlm_free(m);
+    rm_tmpdir();
+}
+END_TEST
+
+START_TEST(test_vocab_and_utf8)
+{
+    const char *s = "b\xC3\xA4" "a\r\nb\rc";
+    int64_t n;
+    uint32_t *cps = cg_utf8_decode(s, strlen(s), "s", &n);
+    ck_assert_ptr_nonnull(cps);
+    ck_assert_int_eq(n, 7); /* b ä a \n b \n c */
+    ck_assert_uint_eq(cps[1], 0xE4);
+    ck_assert_uint_eq(cps[3], '\n');
+    ck_assert_uint_eq(cps[5], '\n');
+    cg_vocab *v = cg_vocab_from_codepoints(cps, n);
+    ck_assert_int_eq(v->n, 5); /* \n a b c ä */
+    ck_assert_int_eq(cg_vocab_id(v, 'a'), 1);
+    ck_assert_int_eq(cg_vocab_id(v, 'z'), -1);
+    char *j = cg_vocab_to_json(v);
+    cg_vocab *w = cg_vocab_from_json(j);
+    ck_assert_ptr_nonnull(w);
+    ck_assert_mem_eq(w->chars, v->chars, 5 * sizeof(uint32_t));
+    free(j);
+    cg_vocab_free(w);
+    /* the reference's format, with \u escapes */
+    w = cg_vocab_from_json("\"\\n ab\\u00e4\"");
+    ck_assert_ptr_nonnull(w);
+    ck_assert_int_eq(w->n, 5);
+    ck_assert_int_eq(w->unk, 1); /* the space */
+    cg_vocab_free(w);
+    CG_ASSERT_FAILS(cg_vocab_from_json("\"ba\""), "increasing");
+    CG_ASSERT_FAILS(cg_utf8_decode("a\xC3", 2, "x", &n), "UTF-8");
+    CG_ASSERT_FAILS(cg_utf8_decode("\xC0\x80", 2, "x", &n), "UTF-8");   /* overlong */
+    CG_ASSERT_FAILS(cg_utf8_decode("\xED\xA0\x80", 3, "x", &n), "UTF-8"); /* surrogate */
+    uint32_t q[3] = {'a', 'Z', 'b'}, first = 0;
+    int64_t ids[3];
+    ck_assert_int_eq(cg_vocab_encode(v, q, 3, ids, &first), 1);
+    ck_assert_uint_eq(first, 'Z');
+    ck_assert_int_eq(ids[1], v->unk);
+    cg_vocab_free(v);
+    free(cps);
+    int64_t i64;
+    double f;
+    ck_assert(!cg_cli_parse_i64("--steps", "12x", 0, 100, &i64));
+    ck_assert(!cg_cli_parse_i64("--steps", "-1", 0, 100, &i64));
+    ck_assert(!cg_cli_parse_i64("--steps", "", 0, 100, &i64));
+    ck_assert(cg_cli_parse_i64("--steps", "100", 0, 100, &i64) && i64 == 100);
+    ck_assert(!cg_cli_parse_f64("--lr", "nan", 0, 1, &f));
+    ck_assert(!cg_cli_parse_f64("--lr", "1e-3e", 0, 1, &f));
+    ck_assert(cg_cli_parse_f64("--lr", "1e-3", 0, 1, &f) && f == 1e-3);
+}
+END_TEST
+
+/* --------------------------------------------------- the program itself */
+static char g_bin[PATH_MAX + 32];
+
+static const char *charlm_bin(void)
+{
+    const char *env = getenv("CHARLM_BIN");
+    if (env && *env)
+        return env;
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    ck_assert(n > 0);
+    self[n] = '\0';
+    char *slash = strrchr(self, '/');
+    *slash = '\0';
+    snprintf(g_bin, sizeof g_bin, "%s/../models/charlm", self);
+    return g_bin;
+}
+
+/* Run charlm with args (NULL-terminated); stdout and stderr go to files in
+ * the temp dir. Returns the exit status (or 128+signal). */
+static int run(const char *const *args)
+{
+    const char *argv[64];
+    int k = 0;
+    argv[k++] = charlm_bin();
+    for (int i = 0; args[i]; i++)
+        argv[k++] = args[i];
+    argv[k] = NULL;
+    fflush(NULL);
+    pid_t pid = fork();
+    ck_assert(pid >= 0);
+    if (pid == 0) {
+        int out = open(tmp_path("stdout"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int err = open(tmp_path("stderr"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (out < 0 || err < 0 || chdir(g_tmp) != 0)
+            _exit(127);
+        dup2(out, 1);
+        dup2(err, 2);
+        setenv("OMP_NUM_THREADS", "1", 1);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    int st;
+    ck_assert(waitpid(pid, &st, 0) == pid);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static char *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    size_t got = fread(buf, 1, (size_t)n, f);
+    fclose(f);
+    buf[got] = '\0';
+    if (len)
+        *len = got;
+    return buf;
+}
+
+static void write_file(const char *path, const char *data, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fwrite(data, 1, n, f), n);
+    fclose(f);
+}
+
+/* A small corpus: ~4 KB of text. */
+static void write_corpus(const char *path)
+{
+    const char *lines[] = {"Call me Ishmael. Some years ago, never mind how long precisely,\n",
+                           "having little or no money in my purse, and nothing particular\n",
+                           "to interest me on shore, I thought I would sail about a little.\n"};
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    for (int i = 0; i < 22; i++)
+        fputs(lines[i % 3], f);
+    fclose(f);
+}
+
+#define TINY "--d", "16", "--H", "2", "--layers", "1", "--d-ff", "16", "--block-size", "8", \
+             "--batch-size", "2", "--threads", "1"
+
+/* Expect failure: non-zero exit, exactly one stderr line "charlm: error: ..."
+ * that contains needle. */
+static void expect_error(const char *const *args, const char *needle)
+{
+    int rc = run(args);
+    char *err = slurp(tmp_path("stderr"), NULL);
+    ck_assert_ptr_nonnull(err);
+    ck_assert_msg(rc != 0 && rc < 128, "%s: exit %d, stderr: %s", args[0], rc, err);
+    ck_assert_msg(strncmp(err, "charlm: error: ", 15) == 0, "stderr: %s", err);
+    char *nl = strchr(err, '\n');
+    ck_assert_msg(nl && nl[1] == '\0', "expected one line, got: %s", err);
+    ck_assert_msg(strstr(err, needle) != NULL, "expected '%s' in: %s", needle, err);
+    free(err);
+}
+
+
+/* Copy checkpoint src to dst with element 0 of tensor `poison` set to NaN. */
+static void poison_copy(const char *src, const char *dst, const char *poison)
+{
+    cg_st_file *f = cg_st_open(src);
+    ck_assert_msg(f != NULL, "%s", cg_last_error());
+    cg_st_writer *w = cg_st_writer_new();
+    for (int i = 0; i < cg_st_metadata_count(f); i++) {
+        const char *k = cg_st_metadata_key(f, i);
+        ck_assert(cg_st_set_metadata(w, k, cg_st_metadata(f, k)));
+    }
+    for (int i = 0; i < cg_st_count(f); i++) {
+        const char *name = cg_st_name(f, i);
+        cg_st_dtype dt;
+        int nd;
+        int64_t shape[CG_MAX_DIMS];
+        ck_assert(cg_st_info(f, name, &dt, &nd, shape));
+        if (dt == CG_ST_F32) {
+            cg_tensor *t = cg_st_get_f32(f, name);
+            if (!strcmp(name, poison))
+                cg_data(t)[0] = NAN;
+            ck_assert(cg_st_add_f32(w, name, t));
+            cg_release(t);
+        } else {
+            int64_t *v = cg_st_get_i64(f, name, NULL, NULL);
+            ck_assert_ptr_nonnull(v);
+            ck_assert(cg_st_add_i64(w, name, nd, shape, v));
+            free(v);
+        }
+    }
+    ck_assert(cg_st_writer_save(w, dst));
+    cg_st_writer_free(w);
+    cg_st_close(f);
+}
+
+START_TEST(test_resume_is_exact)
+{
+    make_tmpdir();
+    write_corpus(tmp_path("c.txt"));
+    const char *full[] = {"train", TINY, "--data", "c.txt", "--steps", "40", "--eval-every",
+                          "15", "--out", "full.safetensors", NULL};
+    ck_assert_int_eq(run(full), 0);
+    const char *half[] = {"train", TINY, "--data", "c.txt", "--steps", "40", "--eval-every",
+                          "15", "--out", "half.safetensors", "--stop-at", "20", NULL};
+    ck_assert_int_eq(run(half), 0);
+    char *out = slurp(tmp_path("stdout"), NULL);
+    ck_assert_msg(strstr(out, "\"interrupted\": true") && strstr(out, "\"step\": 20"), "%s", out);
+    free(out);
+    const char *resume[] = {"train", "--resume", "half.safetensors", "--threads", "1", NULL};
+    ck_assert_int_eq(run(resume), 0);
+    out = slurp(tmp_path("stdout"), NULL);
+    ck_assert_msg(strstr(out, "\"step\": 40") && strstr(out, "\"val_loss\""), "%s", out);
+    free(out);
+    /* same parameters, optimizer state, RNG state and history: same bytes */
+    cg_st_file *a = cg_st_open(tmp_path("full.safetensors"));
+    cg_st_file *b = cg_st_open(tmp_path("half.safetensors"));
+    ck_assert(a && b);
+    ck_assert_int_eq(cg_st_count(a), cg_st_count(b));
+    for (int i = 0; i < cg_st_count(a); i++) {
+        const char *name = cg_st_name(a, i);
+        size_t na, nb;
+        const void *ra = cg_st_raw(a, name, &na), *rb = cg_st_raw(b, name, &nb);
+        ck_assert_msg(ra && rb && na == nb && memcmp(ra, rb, na) == 0, "%s differs", name);
+    }
+    ck_assert_str_eq(cg_st_metadata(a, "train"), cg_st_metadata(b, "train"));
+    ck_assert_str_eq(cg_st_metadata(a, "step"), "40");
+    cg_st_close(a);
+    cg_st_close(b);
+    struct stat sb;
+    ck_assert_int_eq(stat(tmp_path("full.loss.png"), &sb), 0);
+
+    /* samples: reproducible, and cache == no cache */
+    const char *s1[] = {"sample", "--ckpt", "full.safetensors", "--prompt", "Call", "--length",
+                        "30", "--seed", "5", "--top-k", "4", NULL};
+    ck_assert_int_eq(run(s1), 0);
+    char *t1 = slurp(tmp_path("stdout"), NULL);
+    ck_assert_int_eq(run(s1), 0);
+    char *t2 = slurp(tmp_path("stdout"), NULL);
+    const char *s2[] = {"sample", "--ckpt", "full.safetensors", "--prompt", "Call", "--length",
+                        "30", "--seed", "5", "--top-k", "4", "--no-cache", NULL};
+    ck_assert_int_eq(run(s2), 0);
+    char *t3 = slurp(tmp_path("stdout"), NULL);
+    ck_assert_str_eq(t1, t2);
+    ck_assert_str_eq(t1, t3);
+    ck_assert(strncmp(t1, "Call", 4) == 0);
+    free(t1);
+    free(t2);
+    free(t3);
+    /* unseen prompt characters: a warning, not an error */
+    const char *s3[] = {"sample", "--ckpt", "full.safetensors", "--prompt", "Qx\xE2\x82\xAC",
+                        "--length", "5", NULL};
+    ck_assert_int_eq(run(s3), 0);
+    char *err = slurp(tmp_path("stderr"), NULL);
+    ck_assert_msg(strstr(err, "charlm: warning:") && strstr(err, "vocabulary"), "%s", err);
+    free(err);
+    const char *s4[] = {"sample", "--ckpt", "full.safetensors", "--length", "12", "--attention",
+                        "attn.png", NULL};
+    ck_assert_int_eq(run(s4), 0);
+    ck_assert_int_eq(stat(tmp_path("attn.png"), &sb), 0);
+    const char *ev[] = {"eval", "--ckpt", "full.safetensors", NULL};
+    ck_assert_int_eq(run(ev), 0);
+    out = slurp(tmp_path("stdout"), NULL);
+    ck_assert_msg(strstr(out, "\"perplexity\"") && strstr(out, "\"bits_per_char\""), "%s", out);
+    free(out);
+    rm_tmpdir();
+}
+END_TEST
+
+START_TEST(test_bad_inputs)
+{
+    make_tmpdir();
+    write_corpus(tmp_path("c.txt"));
+    write_file(tmp_path("empty.txt"), "", 0);
+    write_file(tmp_path("latin1.txt"), "caf\xE9 au lait\n", 13);
+    write_file(tmp_path("short.txt"), "abcdefghij\n", 11);
+    write_file(tmp_path("short2.txt"), "Call me\n", 8);
+
+    const char *a1[] = {"train", "--bogus", "1", NULL};
+    expect_error(a1, "unknown option '--bogus'");
+    const char *a2[] = {"train", "--steps", "12x", NULL};
+    expect_error(a2, "--steps");
+    const char *a3[] = {"train", "--steps", "-5", NULL};
+    expect_error(a3, "out of range");
+    const char *a4[] = {"train", "--data", "c.txt", "--d", "30", "--H", "4", NULL};
+    expect_error(a4, "divisible");
+    const char *a5[] = {"train", "--data", "nope.txt", NULL};
+    expect_error(a5, "nope.txt");
+    const char *a6[] = {"train", "--data", "empty.txt", NULL};
+    expect_error(a6, "empty");
+    const char *a7[] = {"train", "--data", "latin1.txt", NULL};
+    expect_error(a7, "UTF-8");
+    const char *a8[] = {"train", TINY, "--data", "short.txt", NULL};
+    expect_error(a8, "too short");
+    const char *a9[] = {"train", "--lr", "abc", NULL};
+    expect_error(a9, "--lr");
+    const char *a10[] = {"train", "--preset", "huge", NULL};
+    expect_error(a10, "preset");
+    const char *a11[] = {"train", "--norm", "batchnorm", NULL};
+    expect_error(a11, "--norm");
+    const char *a12[] = {"frobnicate", NULL};
+    expect_error(a12, "unknown command");
+    const char *a13[] = {"sample", "--ckpt", "missing.safetensors", NULL};
+    expect_error(a13, "missing.safetensors");
+    const char *a14[] = {"train", "--steps", NULL};
+    expect_error(a14, "needs a value");
+    const char *a15[] = {"train", "--dropout", "1.5", NULL};
+    expect_error(a15, "--dropout");
+
+    /* a checkpoint of another model kind */
+    cg_st_writer *w = cg_st_writer_new();
+    float one = 1;
+    ck_assert(cg_st_add_f32_raw(w, "emb.weight", 1, (const int64_t[]){1}, &one));
+    ck_assert(cg_st_set_metadata(w, "model", "seq2seq"));
+    ck_assert(cg_st_writer_save(w, tmp_path("s2s.safetensors")));
+    cg_st_writer_free(w);
+    const char *b1[] = {"sample", "--ckpt", "s2s.safetensors", NULL};
+    expect_error(b1, "not a charlm checkpoint");
+    const char *b2[] = {"eval", "--ckpt", "s2s.safetensors", NULL};
+    expect_error(b2, "not a charlm checkpoint");
+    write_file(tmp_path("junk.safetensors"), "\x10\0\0\0\0\0\0\0{\"a\":", 13);
+    const char *b3[] = {"sample", "--ckpt", "junk.safetensors", NULL};
+    expect_error(b3, "junk.safetensors");
+
+    /* a good checkpoint survives failing runs that point at it */
+    const char *t[] = {"train", TINY, "--data", "c.txt", "--steps", "3", "--out",
+                       "good.safetensors", NULL};
+    ck_assert_int_eq(run(t), 0);
+    size_t n0 = 0, n1 = 1;
+    char *before = slurp(tmp_path("good.safetensors"), &n0);
+    const char *c1[] = {"train", TINY, "--data", "latin1.txt", "--out", "good.safetensors", NULL};
+    expect_error(c1, "UTF-8");
+    const char *c2[] = {"train", "--resume", "good.safetensors", "--steps", "2", NULL};
+    expect_error(c2, "already at step");
+    const char *c3[] = {"train", "--resume", "good.safetensors", "--d", "64", NULL};
+    expect_error(c3, "--resume");
+    const char *c4[] = {"sample", "--ckpt", "good.safetensors", "--top-p", "0", NULL};
+    expect_error(c4, "--top-p");
+    const char *c5[] = {"sample", "--ckpt", "good.safetensors", "--temperature", "-1", NULL};
+    expect_error(c5, "--temperature");
+    const char *c6[] = {"eval", "--ckpt", "good.safetensors", "--data", "short2.txt", NULL};
+    expect_error(c6, "short2.txt");
+    char *after = slurp(tmp_path("good.safetensors"), &n1);
+    ck_assert(n0 == n1 && memcmp(before, after, n0) == 0);
+    free(before);
+    free(after);
+    /* a NaN weight: the run stops at its first step, naming the step and a
+     * parameter, and the checkpoint it resumed from is kept as it was */
+    poison_copy(tmp_path("good.safetensors"), tmp_path("nan.safetensors"), "tok_emb.weight");
+    before = slurp(tmp_path("nan.safetensors"), &n0);
+    const char *d1[] = {"train", "--resume", "nan.safetensors", "--steps", "10", NULL};
+    int rc = run(d1);
+    char *err = slurp(tmp_path("stderr"), NULL);
+    ck_assert_msg(rc == 1 && strstr(err, "charlm: error: loss is nan at step 3") &&
+                      strstr(err, "non-finite gradient: '"),
+                  "exit %d: %s", rc, err);
+    free(err);
+    after = slurp(tmp_path("nan.safetensors"), &n1);
+    ck_assert(n0 == n1 && memcmp(before, after, n0) == 0);
+    free(before);
+    free(after);
+    /* --help works for each command */
+    const char *h[][3] = {{"--help", NULL}, {"train", "--help", NULL}, {"sample", "--help", NULL},
+                          {"eval", "--help", NULL}};
+    for (int i = 0; i < 4; i++) {
+        ck_assert_int_eq(run(h[i]), 0);
+        char *o = slurp(tmp_path("stdout"), NULL);
+        ck_assert_msg(strstr(o, "usage: charlm"), "%s", o);
+        free(o);
+    }
+    rm_tmpdir();
+}
+END_TEST
+
+static Suite *zoo_suite(void)
+{
+    Suite *s = suite_create("zoo");
+    TCase *t = tcase_create("sampling");
+    tcase_add_test(t, test_kv_cache_matches_full);
+    tcase_add_test(t, test_sampling_reproducible);
+    tcase_add_test(t, test_sample_logits_filters);
+    tcase_add_test(t, test_vocab_and_utf8);
+    tcase_add_test(t, test_checkpoint_round_trip);
+    suite_add_tcase(s, t);
+    TCase *p = tcase_create("program");
+    tcase_set_timeout(p, 300);
+    tcase_add_test(p, test_resume_is_exact);
+    tcase_add_test(p, test_bad_inputs);
+    suite_add_tcase(s, p);
+    return s;
+}
+
+int main(void)
+{
+    Suite *s[] = {zoo_suite()};
+    return cg_test_run(s, 1);
+}
