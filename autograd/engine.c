@@ -19,7 +19,7 @@ static const char *const op_names[] = {
     "contiguous",
     "softmax", "log_softmax", "cross_entropy", "layer_norm",
     "rms_norm", "dropout", "concat", "index_select", "gather",
-    "attention",
+    "attention", "linear",
     "custom",
 };
 static_assert(sizeof op_names / sizeof op_names[0] == CG_OP_COUNT,

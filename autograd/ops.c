@@ -531,6 +531,27 @@ cg_tensor *cg_matmul(cg_tensor *a, cg_tensor *b)
         cg_release_all(2, a2, b2);
         return r;
     }
+    /* [..., n, k] @ [k, m] with a's leading dims mergeable into rows (e.g. a
+     * Linear layer on [B,T,in]): one [N,k] @ [k,m] product through views, so
+     * the backward forms dB = A^T g as one matrix product instead of a batch
+     * of them summed afterwards. */
+    if (a->ndim > 2 && b->ndim == 2) {
+        bool fold = true;
+        for (int i = 0; i < a->ndim - 2; i++)
+            if (a->shape[i] != 1 && a->strides[i] != a->strides[i + 1] * a->shape[i + 1])
+                fold = false;
+        int64_t N = cg_numel_shape(a->ndim - 1, a->shape);
+        if (fold && N > 0) {
+            int64_t shp[CG_MAX_DIMS];
+            memcpy(shp, a->shape, sizeof(int64_t) * (size_t)a->ndim);
+            cg_tensor *a2 = cg_view(a, 2, (const int64_t[]){N, a->shape[a->ndim - 1]});
+            cg_tensor *c2 = cg_matmul(a2, b);
+            shp[a->ndim - 1] = b->shape[1];
+            cg_tensor *c = c2 ? cg_view(c2, a->ndim, shp) : NULL;
+            cg_release_all(2, a2, c2);
+            return c;
+        }
+    }
     return finish2(cg_k_matmul(a, b), CG_OP_MATMUL, a, b, matmul_bw, NULL);
 }
 

@@ -92,6 +92,17 @@ bool cg_split(cg_tensor *a, int dim, int n, const int64_t *sizes, cg_tensor **ou
 cg_tensor *cg_index_select(cg_tensor *a, int dim, const int64_t *ids, int64_t n);
 /* Embedding lookup: table [V, D], ids with shape (ndim, shape) -> [shape..., D]. */
 cg_tensor *cg_embedding(cg_tensor *table, const int64_t *ids, int ndim, const int64_t *shape);
+/* Affine map (a Linear layer) as one fused op: x [..., in] (any strides),
+ * w [out, in], b [out] or NULL -> x w^T + b, [..., out]. */
+cg_tensor *cg_affine(cg_tensor *x, cg_tensor *w, cg_tensor *b);
+/* Fused scaled-dot-product attention: q [B,H,Tq,dh], k and v [B,H,Tk,dh]
+ * (any strides) -> softmax(q k^T / sqrt(dh), masked) v, [B,H,Tq,dh] (a view
+ * of [B,Tq,H,dh] contiguous storage). Key j is masked for query i when
+ * (causal && j > i) or key_pad[b*Tk + j] != 0 (key_pad: B*Tk bytes or NULL).
+ * *weights_out (if not NULL) gets the weights [B,H,Tq,Tk], detached. The
+ * causal part above the diagonal is never computed. */
+cg_tensor *cg_attention(cg_tensor *q, cg_tensor *k, cg_tensor *v, bool causal,
+                        const uint8_t *key_pad, cg_tensor **weights_out);
 /* torch.gather along dim; ids has the result's shape (ndim, shape). */
 cg_tensor *cg_gather(cg_tensor *a, int dim, const int64_t *ids, int ndim, const int64_t *shape);
 

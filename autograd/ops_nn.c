@@ -393,3 +393,58 @@ cg_tensor *cg_gather(cg_tensor *a, int dim, const int64_t *ids, int ndim, const 
     }
     return out;
 }
+
+/* ---------------------------------------------------------- attention */
+/* Fused scaled-dot-product attention (core/attention.c): the node keeps
+ * the softmax weights; the masks live in them as exact zeros, so the
+ * backward needs only the causal flag (to skip the masked half). */
+static bool attention_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    return cg_k_attention_backward(IN(0), IN(1), IN(2), n->saved[0], g, n->p.i[0] != 0,
+                                   NEEDS(0) ? &gin[0] : NULL, NEEDS(1) ? &gin[1] : NULL,
+                                   NEEDS(2) ? &gin[2] : NULL);
+}
+cg_tensor *cg_attention(cg_tensor *q, cg_tensor *k, cg_tensor *v, bool causal,
+                        const uint8_t *key_pad, cg_tensor **weights_out)
+{
+    if (weights_out)
+        *weights_out = NULL;
+    cg_tensor *w = NULL;
+    cg_tensor *out = cg_k_attention(q, k, v, causal, key_pad, &w);
+    if (!out)
+        return NULL;
+    cg_tensor *in[3] = {q, k, v};
+    cg_node *n = cg_record(out, CG_OP_ATTENTION, 3, in, attention_bw);
+    if (n) {
+        n->p.i[0] = causal;
+        if (cg_node_save(n, w) < 0) {
+            cg_release_all(2, out, w);
+            return NULL;
+        }
+    }
+    if (weights_out && !(*weights_out = cg_detach(w))) {
+        cg_release_all(2, out, w);
+        return NULL;
+    }
+    cg_release(w);
+    return out;
+}
+
+/* ------------------------------------------------------------- linear */
+static bool linear_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    return cg_k_linear_backward(IN(0), IN(1), g, NEEDS(0) ? &gin[0] : NULL,
+                                NEEDS(1) ? &gin[1] : NULL,
+                                n->n_inputs > 2 && NEEDS(2) ? &gin[2] : NULL);
+}
+cg_tensor *cg_affine(cg_tensor *x, cg_tensor *w, cg_tensor *b)
+{
+    if (!x || !w)
+        return NULL;
+    cg_tensor *out = cg_k_linear(x, w, b);
+    if (!out)
+        return NULL;
+    cg_tensor *in[3] = {x, w, b};
+    cg_record(out, CG_OP_LINEAR, b ? 3 : 2, in, linear_bw);
+    return out;
+}

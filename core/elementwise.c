@@ -30,6 +30,16 @@ typedef struct ew_params {
  * arithmetic stops GCC from vectorising a loop under the default
  * -ftrapping-math; selecting with bit masks does not. M(c) is 0 or ~0. */
 #define M(c) (-(int32_t)(c))
+
+/* The segment kernels below are compiled for AVX-512, AVX2 and the SSE2
+ * baseline, chosen at load time by the CPU (GCC's target_clones, an ifunc).
+ * The arithmetic is the same IEEE float operations in every clone (no FMA
+ * contraction under -std=c11), so results do not depend on the CPU. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(CG_NO_CLONES)
+#define EW_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define EW_CLONES
+#endif
 static inline int32_t f2i(float f)
 {
     int32_t i;
@@ -131,7 +141,7 @@ static inline float f_clamp(float x, float lo, float hi)
 /* ------------------------------------------------- segment functions */
 /* In the expressions: X, Y, Z are the operands' elements, P the params. */
 #define EW_UNARY(fname, EXPR)                                                                      \
-    static void fname(float *const *p, const int64_t *s, int64_t n, void *ctx)                     \
+    EW_CLONES static void fname(float *const *p, const int64_t *s, int64_t n, void *ctx)                     \
     {                                                                                              \
         const ew_params *P = ctx;                                                                  \
         (void)P;                                                                                   \
@@ -152,7 +162,7 @@ static inline float f_clamp(float x, float lo, float hi)
     }
 
 #define EW_BINARY(fname, EXPR)                                                                     \
-    static void fname(float *const *p, const int64_t *s, int64_t n, void *ctx)                     \
+    EW_CLONES static void fname(float *const *p, const int64_t *s, int64_t n, void *ctx)                     \
     {                                                                                              \
         const ew_params *P = ctx;                                                                  \
         (void)P;                                                                                   \
@@ -185,7 +195,7 @@ static inline float f_clamp(float x, float lo, float hi)
     }
 
 #define EW_TERNARY(fname, EXPR)                                                                    \
-    static void fname(float *const *p, const int64_t *s, int64_t n, void *ctx)                     \
+    EW_CLONES static void fname(float *const *p, const int64_t *s, int64_t n, void *ctx)                     \
     {                                                                                              \
         const ew_params *P = ctx;                                                                  \
         (void)P;                                                                                   \

@@ -29,6 +29,10 @@ void bli_cntx_init_haswell(cntx_t *cntx);
 #define MIN_FLOPS_PER_THREAD 5e6
 /* Automatic path: m*n*k at or below this goes to haswell's sup kernels. */
 #define SMALL_MNK (64.0 * 64.0 * 64.0)
+/* Automatic threading: at most this many chunks of C, each a multiple of
+ * CHUNK_UNIT rows/columns (a multiple of the skx and haswell micro-tiles). */
+#define MAX_CHUNKS 16
+#define CHUNK_UNIT 96
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static cntx_t g_cntx_skx;
@@ -213,6 +217,48 @@ bool cg_sgemm_path(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int64_
         normalise_strides(k, n, &rsb, &csb);
     }
 
+    if (nthreads <= 0) {
+        /* Automatic threading splits C ourselves, in chunks of rows (or of
+         * columns when C is wide) chosen from the sizes only, each chunk a
+         * single-threaded BLIS call: the same arithmetic for any thread
+         * count, and no BLIS thread barriers, which spin without yielding
+         * (on a shared machine a descheduled partner made them burn most
+         * of a step). libgomp's own barrier sleeps after a short spin. */
+        double flops = 2.0 * (double)m * (double)n * (double)k;
+        int64_t nch = 1;
+        if (flops >= 2.0 * MIN_FLOPS_PER_THREAD)
+            nch = flops / MIN_FLOPS_PER_THREAD > (double)MAX_CHUNKS
+                      ? MAX_CHUNKS
+                      : (int64_t)(flops / MIN_FLOPS_PER_THREAD);
+        const bool split_m = m >= n;
+        const int64_t dim = split_m ? m : n;
+        int64_t csz = (dim + nch - 1) / nch;
+        csz = (csz + CHUNK_UNIT - 1) / CHUNK_UNIT * CHUNK_UNIT;
+        nch = (dim + csz - 1) / csz;
+        int nt = cg_get_num_threads();
+        if (nt > nch) nt = (int)nch;
+        if (nt < 1 || omp_in_parallel()) nt = 1;
+        rntm_t rntm1 = BLIS_RNTM_INITIALIZER;
+        bli_rntm_set_num_threads(1, &rntm1);
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+        for (int64_t ch = 0; ch < nch; ch++) {
+            int64_t o0 = ch * csz, len = dim - o0 < csz ? dim - o0 : csz;
+            rntm_t r = rntm1;
+            if (split_m)
+                bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, (dim_t)len, (dim_t)n, (dim_t)k,
+                             &alpha, (float *)a + o0 * rsa, (inc_t)rsa, (inc_t)csa, (float *)b,
+                             (inc_t)rsb, (inc_t)csb, &beta, c + o0 * rsc, (inc_t)rsc, (inc_t)csc,
+                             cntx, &r);
+            else
+                bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, (dim_t)m, (dim_t)len, (dim_t)k,
+                             &alpha, (float *)a, (inc_t)rsa, (inc_t)csa, (float *)b + o0 * csb,
+                             (inc_t)rsb, (inc_t)csb, &beta, c + o0 * csc, (inc_t)rsc, (inc_t)csc,
+                             cntx, &r);
+        }
+        free(acopy);
+        free(bcopy);
+        return true;
+    }
     int nt = nthreads;
     if (nt <= 0) {
         /* Waking a second thread costs ~12 us here: below ~1e7 flops one

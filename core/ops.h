@@ -135,6 +135,31 @@ bool cg_k_rms_norm_backward(const cg_tensor *x, const cg_tensor *w, const cg_ten
  * thread-count independent. */
 cg_tensor *cg_k_dropout(const cg_tensor *a, float p, cg_rng *rng, cg_tensor **mask);
 
+/* Linear layer: y = x W^T + b, x [..., in] (any strides), W [out, in], b
+ * [out] or NULL -> [..., out]. One GEMM with the bias pre-written into y. */
+cg_tensor *cg_k_linear(const cg_tensor *x, const cg_tensor *w, const cg_tensor *b);
+/* Its gradients given g [..., out]: dx [..., in], dW [out, in], db [out]
+ * (each may be NULL to skip). */
+bool cg_k_linear_backward(const cg_tensor *x, const cg_tensor *w, const cg_tensor *g,
+                          cg_tensor **dx, cg_tensor **dw, cg_tensor **db);
+
+/* Fused scaled-dot-product attention on split heads: q [B,H,Tq,dh], k and
+ * v [B,H,Tk,dh] (any strides). softmax(q k^T / sqrt(dh), masked) v with
+ * key j masked for query i when (causal && j > i) or key_pad[b*Tk + j]
+ * (key_pad: B*Tk bytes, nonzero = padding; may be NULL). A query with every
+ * key masked gets NaN, as PyTorch. Returns [B,H,Tq,dh] as a VIEW of fresh
+ * [B,Tq,H,dh] contiguous storage (so merging the heads needs no copy);
+ * *weights (if not NULL) gets the softmax weights [B,H,Tq,Tk] (contiguous,
+ * exact zeros where masked), which the backward needs. */
+cg_tensor *cg_k_attention(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
+                          bool causal, const uint8_t *key_pad, cg_tensor **weights);
+/* Gradients of cg_k_attention given its weights and the output gradient g
+ * ([B,H,Tq,dh], any strides). dq/dk/dv may each be NULL to skip; results are
+ * [B,H,T,dh] views of [B,T,H,dh] contiguous storage. */
+bool cg_k_attention_backward(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
+                             const cg_tensor *weights, const cg_tensor *g, bool causal,
+                             cg_tensor **dq, cg_tensor **dk, cg_tensor **dv);
+
 /* ---------------------------------------------------------- shape ops */
 cg_tensor *cg_k_concat(cg_tensor *const *ts, int n, int dim);
 cg_tensor *cg_k_stack(cg_tensor *const *ts, int n, int dim);

@@ -24,6 +24,7 @@
 #include "models/checkpoint.h"
 #include "models/cli.h"
 #include "models/data.h"
+#include "models/dist.h"
 #include "models/plot.h"
 #include "models/sampling.h"
 #include "models/train_common.h"
@@ -274,6 +275,8 @@ static bool train_state_parse(const char *json, train_state *s, cg_history *h, c
 static bool save_all(const char *out, const cg_charlm *m, const cg_vocab *v, const cg_optim *o,
                      int64_t step, const train_state *s, const cg_history *h)
 {
+    if (!cg_dist_is_root()) /* data parallel: rank 0 alone writes */
+        return true;
     char *tj = train_state_json(s, h);
     if (!tj) {
         cg_set_error("out of memory");
@@ -527,6 +530,20 @@ static int cmd_train(int argc, char **argv)
     if (resume)
         fprintf(stderr, PROG ": resuming '%s' at step %lld\n", resume, (long long)start);
 
+    /* Data parallel (models/dist.h): every rank starts from rank 0's parameters,
+     * draws the same global batches and trains on rows [r0, r1) of each; its
+     * dropout stream is seeded per rank (rank 0 keeps the checkpoint's). */
+    int nranks = cg_dist_size();
+    int64_t r0 = B * cg_dist_rank() / nranks, r1 = B * (cg_dist_rank() + 1) / nranks;
+    if (B < nranks) {
+        rc = fail("train: --batch-size %lld is smaller than the %d ranks", (long long)B, nranks);
+        goto done;
+    }
+    if (!cg_dist_broadcast_module(CG_MODULE(model))) {
+        rc = fail_lib();
+        goto done;
+    }
+    model->dropout_rng.seed = cg_dist_rank_seed(model->dropout_rng.seed);
     cg_train_catch_signals();
     cg_split_view tr = cg_corpus_train(corpus), va = cg_corpus_val(corpus);
     double elapsed = 0, last_loss = NAN, last_print = 0, tl = NAN, vl = NAN;
@@ -565,7 +582,9 @@ static int cmd_train(int argc, char **argv)
         }
         if (step >= st.steps)
             break;
-        if (cg_train_interrupted() || (stop_at >= 0 && step >= stop_at)) {
+        double stop_flag = cg_train_interrupted(); /* every rank stops at the same step */
+        cg_dist_allreduce_max(&stop_flag, 1);
+        if (stop_flag > 0 || (stop_at >= 0 && step >= stop_at)) {
             interrupted = true;
             break;
         }
@@ -575,8 +594,8 @@ static int cmd_train(int argc, char **argv)
             rc = fail_lib();
             goto done;
         }
-        cg_tensor *logits = cg_charlm_forward(model, x, B, T);
-        cg_tensor *loss = cg_charlm_loss(model, logits, y);
+        cg_tensor *logits = cg_charlm_forward(model, x + r0 * T, r1 - r0, T);
+        cg_tensor *loss = cg_charlm_loss(model, logits, y + r0 * T);
         cg_release(logits);
         if (!loss) {
             rc = fail("step %lld: %s", (long long)step, cg_last_error());
@@ -599,6 +618,13 @@ static int cmd_train(int argc, char **argv)
             rc = fail("step %lld: backward: %s", (long long)step, cg_last_error());
             goto done;
         }
+        double lsum = last_loss * (double)(r1 - r0); /* loss and gradients of the batch */
+        if (!cg_dist_allreduce_sum(&lsum, 1) ||
+            !cg_dist_average_grads(CG_MODULE(model), (double)(r1 - r0))) {
+            rc = fail("step %lld: %s", (long long)step, cg_last_error());
+            goto done;
+        }
+        last_loss = lsum / (double)B;
         double norm_total = cg_optim_clip_grad_norm(opt, CLIP_NORM);
         if (norm_total < 0) {
             rc = fail("step %lld: %s", (long long)step, cg_last_error());
@@ -630,6 +656,10 @@ static int cmd_train(int argc, char **argv)
     cg_progress_end();
 
     double tps = done_steps > 0 && elapsed > 0 ? (double)(done_steps * B * T) / elapsed : 0;
+    if (nranks > 1)
+        fprintf(stderr, PROG ": %d ranks: %.1f s of %.1f s of training in communication (%.0f%%)\n",
+                nranks, cg_dist_comm_seconds(), elapsed,
+                elapsed > 0 ? 100 * cg_dist_comm_seconds() / elapsed : 0.0);
     st.dropout_rng = model->dropout_rng;
     if (interrupted) {
         if (!save_all(out, model, vocab, opt, step, &st, &hist)) {
@@ -937,7 +967,20 @@ static const char *MAIN_HELP =
     "  eval     validation loss, perplexity and bits per character\n"
     "Run 'charlm COMMAND --help' for a command's options.\n";
 
+static int run(int argc, char **argv);
+
 int main(int argc, char **argv)
+{
+    if (!cg_dist_init(&argc, &argv) || !cg_dist_quiet_nonroot())
+        return fail("%s", cg_last_error());
+    int rc = run(argc, argv);
+    if (rc != 0 && cg_dist_size() > 1) /* do not leave the other ranks waiting */
+        cg_dist_abort(rc, "stopping every rank");
+    cg_dist_finalize();
+    return rc;
+}
+
+static int run(int argc, char **argv)
 {
     if (argc < 2)
         return fail("no command given (usage: charlm train|sample|eval [options]; try --help)");

@@ -45,6 +45,39 @@ const char *cg_charlm_ckpt_train_json(const cg_charlm_ckpt *c)
     return c->file ? cg_st_metadata(c->file, "train") : NULL;
 }
 
+/* A corrupt or hostile config ("d": 100000) must not make the loader
+ * allocate gigabytes before it finds that the parameters do not match: the
+ * parameters the config implies must be present in the file (which is
+ * already in memory), and the positions table (max_len x d, not stored)
+ * must be of a plausible size. */
+static bool config_fits_file(const cg_charlm_config *c, const cg_st_file *f, const char *path)
+{
+    double have = 0;
+    for (int i = 0; i < cg_st_count(f); i++) {
+        cg_st_dtype dt;
+        int nd;
+        int64_t shape[CG_MAX_DIMS];
+        if (cg_st_info(f, cg_st_name(f, i), &dt, &nd, shape) && dt == CG_ST_F32)
+            have += (double)cg_numel_shape(nd, shape);
+    }
+    double d = (double)c->d, ff = (double)c->d_ff;
+    double norm = c->norm == CG_NORM_LAYERNORM ? 2 * d : d;
+    double block = 2 * norm + 4 * (d * d + d) + d * ff + ff + ff * d + d;
+    double need = (double)c->vocab * d + (double)c->layers * block + (c->norm_first ? norm : 0);
+    if (need > have) {
+        cg_set_error("checkpoint '%s': its config needs %.0f parameter values but the file "
+                     "holds %.0f; corrupt file?", path, need, have);
+        return false;
+    }
+    if ((double)c->max_len * d > 4 * have + (double)(1 << 24)) {
+        cg_set_error("checkpoint '%s': max_len=%lld with d=%lld is implausibly large for a "
+                     "model of %.0f values; corrupt file?", path, (long long)c->max_len,
+                     (long long)c->d, have);
+        return false;
+    }
+    return true;
+}
+
 bool cg_charlm_ckpt_load(const char *path, cg_charlm_ckpt *out)
 {
     memset(out, 0, sizeof *out);
@@ -93,6 +126,8 @@ bool cg_charlm_ckpt_load(const char *path, cg_charlm_ckpt *out)
         }
         out->step = v;
     }
+    if (!config_fits_file(&cfg, f, path))
+        goto fail;
     out->model = cg_charlm_new(&cfg, 0);
     if (!out->model)
         goto fail;

@@ -1,8 +1,9 @@
 /* cgrad zoo: sentence-pair data for the seq2seq model
  * (shared/reference/train_seq2seq.py load_split, make_batches, tensorize).
  *
- *   file     UTF-8 lines "source<TAB>target" (exactly one tab), '\n' ends a
- *            line (a final line without it counts too). Lengths are counted
+ *   file     UTF-8 lines "source<TAB>target" (exactly one tab), read as
+ *            Python's text mode does ("\r\n" and a lone "\r" end a line too;
+ *            a final line without a newline counts). Lengths are counted
  *            in Unicode code points, as Python's len(str).
  *   split    pair indices shuffled as numpy.random.RandomState(0).permutation
  *            (MT19937, bit-exact); the last n_test are the test split, the
@@ -34,12 +35,7 @@ extern "C" {
 /* Number of code points of a valid UTF-8 string, or -1 if s is not valid
  * UTF-8 (overlong forms, surrogates and values above U+10FFFF are invalid);
  * *bad_at (optional) receives the byte offset of the first bad byte. */
-int64_t cg_utf8_len(const char *s, size_t n, size_t *bad_at);
-/* Decode a valid UTF-8 string into code points (at most cap); returns the
- * count or -1 (invalid / too many). */
-int64_t cg_utf8_decode(const char *s, size_t n, uint32_t *out, int64_t cap);
-/* Append the UTF-8 form of cp to buf (4 bytes room needed); returns bytes. */
-int cg_utf8_encode(uint32_t cp, char *buf);
+int64_t cg_utf8_count(const char *s, size_t n, size_t *bad_at);
 
 /* ------------------------------------------------ numpy's RandomState */
 typedef struct {
@@ -76,16 +72,16 @@ bool cg_pairs_parse(const char *text, size_t len, const char *name, cg_pairs *ou
 void cg_pairs_free(cg_pairs *p);
 
 /* A split: three arrays of indices into a cg_pairs (malloc'd; free with
- * cg_split_free). */
+ * cg_pair_split_free). */
 typedef struct {
     int64_t *train, *valid, *test;
     int64_t n_train, n_valid, n_test;
-} cg_split;
+} cg_pair_split;
 
 /* Shuffle with RandomState(0) and cut as described above. Needs
  * p->n > n_valid + n_test (error otherwise). */
-bool cg_pairs_split(const cg_pairs *p, int64_t n_valid, int64_t n_test, cg_split *out);
-void cg_split_free(cg_split *s);
+bool cg_pairs_split(const cg_pairs *p, int64_t n_valid, int64_t n_test, cg_pair_split *out);
+void cg_pair_split_free(cg_pair_split *s);
 /* Keep the indices whose pair has both sides at most max_chars code points
  * (in place); returns the new count. */
 int64_t cg_pairs_filter(const cg_pairs *p, int64_t *idx, int64_t n, int64_t max_chars);
@@ -98,11 +94,10 @@ typedef struct {
 
 /* The code points of the given pairs (both sides). */
 bool cg_pair_vocab_build(const cg_pairs *p, const int64_t *idx, int64_t n, cg_pair_vocab *out);
-/* From a UTF-8 string of the characters in order (as stored in checkpoints):
- * must be strictly increasing code points. */
-bool cg_pair_vocab_from_string(const char *s, cg_pair_vocab *out);
-/* The characters as a malloc'd UTF-8 string, or NULL. */
-char *cg_pair_vocab_to_string(const cg_pair_vocab *v);
+/* The checkpoint form of the characters (models/vocab.h: a JSON string of
+ * the characters in id order, without the 4 specials). */
+bool cg_pair_vocab_from_json(const char *json, cg_pair_vocab *out);
+char *cg_pair_vocab_to_json(const cg_pair_vocab *v); /* malloc'd or NULL */
 void cg_pair_vocab_free(cg_pair_vocab *v);
 static inline int64_t cg_pair_vocab_size(const cg_pair_vocab *v) { return v->n_chars + 4; }
 /* Id of a code point (unk if absent). */

@@ -118,6 +118,17 @@ cg_vocab *cg_vocab_from_codepoints(const uint32_t *cps, int64_t n)
     }
     memcpy(tmp, cps, (size_t)n * sizeof *tmp);
     qsort(tmp, (size_t)n, sizeof *tmp, cmp_u32);
+    if (tmp[0] == 0) {
+        /* the checkpoint form (a JSON string through cJSON) ends at a NUL:
+         * such a vocabulary would be saved truncated and never load again */
+        int64_t at = 0;
+        while (cps[at] != 0)
+            at++;
+        free(tmp);
+        cg_set_error("the text has a NUL character (U+0000) at character %lld, which a "
+                     "vocabulary cannot hold (is it a binary file?)", (long long)at);
+        return NULL;
+    }
     int64_t k = 0;
     for (int64_t i = 0; i < n; i++)
         if (k == 0 || tmp[i] != tmp[k - 1])

@@ -40,7 +40,8 @@ typedef struct {
     int64_t unk;      /* substitute id for unknown characters */
 } cg_vocab;
 
-/* Build from code points (sorted set). NULL + error on an empty text. */
+/* Build from code points (sorted set). NULL + error on an empty text or one
+ * holding U+0000 (the checkpoint form cannot store it). */
 cg_vocab *cg_vocab_from_codepoints(const uint32_t *cps, int64_t n);
 /* From the checkpoint form (a JSON string literal). NULL + error if it is
  * malformed, empty, or its characters are not strictly increasing. */

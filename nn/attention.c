@@ -86,6 +86,8 @@ cg_tensor *cg_scaled_dot_product_attention(cg_tensor *q, cg_tensor *k, cg_tensor
                      cg_shape_str(v, c, sizeof c));
         return NULL;
     }
+    if (!mask) /* nothing masked: the fused kernel */
+        return cg_attention(q, k, v, false, NULL, weights_out);
     /* divide (not multiply by the reciprocal) to round exactly as PyTorch's
      * scores / math.sqrt(d_head) */
     cg_tensor *scale = cg_scalar((float)sqrt((double)q->shape[3]));
@@ -176,8 +178,10 @@ cg_tensor *cg_mha_forward(cg_mha *m, cg_tensor *xq, cg_tensor *xkv, bool causal,
         return NULL;
     }
     int64_t B = xq->shape[0], Tq = xq->shape[1], Tk = xkv->shape[1];
+    /* Causal and key-padding masks go to the fused kernel (cg_attention);
+     * only a general mask tensor needs the mask built and the graph path. */
     cg_tensor *amask = NULL;
-    if (!cg_attention_mask(B, m->H, Tq, Tk, causal, key_pad, mask, &amask))
+    if (mask && !cg_attention_mask(B, m->H, Tq, Tk, causal, key_pad, mask, &amask))
         return NULL;
 
     cg_tensor *q = cg_linear_forward(m->q_proj, xq);
@@ -188,14 +192,15 @@ cg_tensor *cg_mha_forward(cg_mha *m, cg_tensor *xq, cg_tensor *xkv, bool causal,
 
     bool want_w = weights_out || m->keep_weights;
     cg_tensor *w = NULL;
-    cg_tensor *o = (qh && kh && vh)
-                       ? cg_scaled_dot_product_attention(qh, kh, vh, amask, want_w ? &w : NULL)
-                       : NULL;
+    cg_tensor *o = !(qh && kh && vh) ? NULL
+                   : mask ? cg_scaled_dot_product_attention(qh, kh, vh, amask, want_w ? &w : NULL)
+                          : cg_attention(qh, kh, vh, causal, key_pad, want_w ? &w : NULL);
     cg_release_all(4, qh, kh, vh, amask);
 
     cg_tensor *ot = cg_transpose(o, 1, 2); /* [B,Tq,H,dh] */
     cg_release(o);
-    cg_tensor *merged = cg_reshape(ot, CG_SHAPE(B, Tq, m->d)); /* concat heads (a copy) */
+    /* concat heads: a view after the fused kernel, a copy otherwise */
+    cg_tensor *merged = cg_reshape(ot, CG_SHAPE(B, Tq, m->d));
     cg_release(ot);
     cg_tensor *y = cg_linear_forward(m->o_proj, merged);
     cg_release(merged);

@@ -116,14 +116,7 @@ cg_tensor *cg_linear_fn(cg_tensor *x, cg_tensor *weight, cg_tensor *bias)
                      bias ? cg_shape_str(bias, c, sizeof c) : "none");
         return NULL;
     }
-    cg_tensor *wt = cg_transpose(weight, 0, 1); /* [in, out], a view */
-    cg_tensor *y = cg_matmul(x, wt);
-    cg_release(wt);
-    if (!y || !bias)
-        return y;
-    cg_tensor *r = cg_add(y, bias);
-    cg_release(y);
-    return r;
+    return cg_affine(x, weight, bias); /* one fused op: GEMM with the bias */
 }
 
 cg_tensor *cg_linear_forward(cg_linear *l, cg_tensor *x)

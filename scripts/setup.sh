@@ -3,6 +3,8 @@
 # Run as root (or with sudo available). Safe to run again.
 set -euo pipefail
 pkgs=(build-essential meson ninja-build pkg-config libblis-openmp-dev check libcjson-dev libpng-dev)
+# CG_FUZZ=1 (set by .ci/run): also clang and its libFuzzer runtime for scripts/fuzz.sh
+[ "${CG_FUZZ:-0}" = 1 ] && pkgs+=(clang libclang-rt-14-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -473,6 +473,119 @@ START_TEST(test_attention_composite)
 }
 END_TEST
 
+/* The fused attention op (cg_attention): gradcheck with causal and
+ * key-padding masks, non-contiguous inputs, Tq != Tk, and a sequence longer
+ * than the kernel's 64-row causal block; its forward matches the composite. */
+typedef struct {
+    bool causal;
+    const uint8_t *key_pad;
+} fused_attn_ctx;
+
+static cg_tensor *fused_attention_fn(void *ctx, cg_tensor *const *in)
+{
+    fused_attn_ctx *c = ctx;
+    return cg_attention(in[0], in[1], in[2], c->causal, c->key_pad, NULL);
+}
+
+START_TEST(test_attention_fused)
+{
+    cg_rng r = cg_rng_new(16);
+    static const uint8_t pad[2 * 6] = {0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 1};
+    struct {
+        int64_t B, H, Tq, Tk, dh;
+        bool causal, use_pad;
+    } cases[] = {
+        {2, 2, 5, 5, 3, true, false}, {2, 2, 4, 6, 3, false, true},
+        {2, 1, 6, 6, 2, true, true},  {1, 1, 67, 67, 2, true, false},
+        {1, 2, 3, 66, 2, false, false},
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        int layouts[3] = {LAYOUT_TRANSPOSED, LAYOUT_STRIDED, LAYOUT_CONTIG};
+        cg_tensor *in[3] = {
+            input(&r, CG_SHAPE(cases[ci].B, cases[ci].H, cases[ci].Tq, cases[ci].dh),
+                  layouts[ci % 3], DOM_ANY),
+            input(&r, CG_SHAPE(cases[ci].B, cases[ci].H, cases[ci].Tk, cases[ci].dh),
+                  layouts[(ci + 1) % 3], DOM_ANY),
+            input(&r, CG_SHAPE(cases[ci].B, cases[ci].H, cases[ci].Tk, cases[ci].dh),
+                  layouts[(ci + 2) % 3], DOM_ANY)};
+        fused_attn_ctx c = {cases[ci].causal, cases[ci].use_pad ? pad : NULL};
+        char what[64];
+        snprintf(what, sizeof what, "fused attention case %zu", ci);
+        check(fused_attention_fn, &c, 3, in, what, 0, 0);
+
+        /* forward equals the composite with the same mask */
+        int64_t B = cases[ci].B, Tq = cases[ci].Tq, Tk = cases[ci].Tk;
+        cg_tensor *mask = cg_zeros(CG_SHAPE(B, 1, Tq, Tk));
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t i = 0; i < Tq; i++)
+                for (int64_t j = 0; j < Tk; j++)
+                    cg_set(mask, (int64_t[]){b, 0, i, j},
+                           (c.causal && j > i) || (c.key_pad && c.key_pad[b * Tk + j]) ? 1.0f
+                                                                                       : 0.0f);
+        cg_tensor *scale = cg_scalar((float)sqrt((double)cases[ci].dh));
+        cg_tensor *kt = cg_transpose(in[1], -1, -2);
+        cg_tensor *s = cg_matmul(in[0], kt);
+        cg_tensor *ss = cg_div(s, scale);
+        cg_tensor *m = cg_masked_fill(ss, mask, -INFINITY);
+        cg_tensor *w = cg_softmax(m, -1);
+        cg_tensor *ref = cg_matmul(w, in[2]);
+        cg_tensor *wf = NULL;
+        cg_tensor *got = cg_attention(in[0], in[1], in[2], c.causal, c.key_pad, &wf);
+        ck_assert_ptr_nonnull(got);
+        ck_assert_ptr_nonnull(wf);
+        ck_assert(cg_same_shape(got, ref) && cg_same_shape(wf, w));
+        int64_t n = cg_numel(ref), nw = cg_numel(w);
+        float *a = malloc((size_t)n * sizeof(float)), *b2 = malloc((size_t)n * sizeof(float));
+        float *wa = malloc((size_t)nw * sizeof(float)), *wb = malloc((size_t)nw * sizeof(float));
+        cg_copy_to(got, a), cg_copy_to(ref, b2), cg_copy_to(wf, wa), cg_copy_to(w, wb);
+        for (int64_t i = 0; i < n; i++)
+            ck_assert_float_eq_tol(a[i], b2[i], 1e-5f);
+        for (int64_t i = 0; i < nw; i++)
+            ck_assert_float_eq_tol(wa[i], wb[i], 1e-6f);
+        free(a), free(b2), free(wa), free(wb);
+        cg_release_all(10, mask, scale, kt, s, ss, m, w, ref, got, wf);
+        cg_release_all(3, in[0], in[1], in[2]);
+    }
+}
+END_TEST
+
+/* The fused linear op (cg_affine): x w^T + b with and without bias, on
+ * every input layout; its forward matches matmul + add. */
+static cg_tensor *affine_fn(void *ctx, cg_tensor *const *in)
+{
+    return cg_affine(in[0], in[1], ctx ? in[2] : NULL);
+}
+
+START_TEST(test_affine)
+{
+    cg_rng r = cg_rng_new(17);
+    for (int layout = 0; layout < N_LAYOUTS; layout++) {
+        cg_tensor *in[3] = {input(&r, CG_SHAPE(2, 3, 4), layout, DOM_ANY),
+                            input(&r, CG_SHAPE(5, 4), (layout + 1) % N_LAYOUTS, DOM_ANY),
+                            input(&r, CG_SHAPE(5), LAYOUT_CONTIG, DOM_ANY)};
+        check(affine_fn, in, 3, in, "affine with bias", 0, 0);
+        check(affine_fn, NULL, 2, in, "affine without bias", 0, 0);
+        cg_tensor *wt = cg_transpose(in[1], 0, 1);
+        cg_tensor *mm = cg_matmul(in[0], wt);
+        cg_tensor *ref = cg_add(mm, in[2]);
+        cg_tensor *got = cg_affine(in[0], in[1], in[2]);
+        ck_assert_ptr_nonnull(got);
+        ck_assert(cg_same_shape(got, ref));
+        float a[30], b[30];
+        cg_copy_to(got, a), cg_copy_to(ref, b);
+        for (int i = 0; i < 30; i++)
+            ck_assert_float_eq_tol(a[i], b[i], 1e-5f);
+        cg_release_all(4, wt, mm, ref, got);
+        cg_release_all(3, in[0], in[1], in[2]);
+    }
+    /* a bad shape is an error, not a crash */
+    cg_tensor *x = cg_zeros(CG_SHAPE(2, 3)), *w = cg_zeros(CG_SHAPE(4, 2));
+    ck_assert_ptr_null(cg_affine(x, w, NULL));
+    ck_assert(cg_has_error());
+    cg_release_all(2, x, w);
+}
+END_TEST
+
 static Suite *grad_ops_suite(void)
 {
     Suite *s = suite_create("grad_ops");
@@ -489,6 +602,8 @@ static Suite *grad_ops_suite(void)
     tcase_add_test(tc, test_concat_stack_split);
     tcase_add_test(tc, test_index_ops);
     tcase_add_test(tc, test_attention_composite);
+    tcase_add_test(tc, test_attention_fused);
+    tcase_add_test(tc, test_affine);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -1,0 +1,133 @@
+/* Fused affine map y = x W^T + b (a Linear layer) and its backward.
+ *
+ * The bias is written into the output rows first and the product added on
+ * top by one GEMM (beta = 1), so y is written once instead of twice. The
+ * backward is two GEMMs and a column sum for the bias, each column summed
+ * by one thread in row order (in double), so results do not depend on the
+ * thread count. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/gemm.h"
+#include "core/ops.h"
+
+#define PAR_THRESHOLD 32768
+
+static bool check_linear(const char *op, const cg_tensor *x, const cg_tensor *w,
+                         const cg_tensor *b)
+{
+    if (w->ndim != 2 || x->ndim < 1 || x->shape[x->ndim - 1] != w->shape[1] ||
+        (b && (b->ndim != 1 || b->shape[0] != w->shape[0]))) {
+        char s1[96], s2[96], s3[96];
+        cg_set_error("%s: input %s, weight %s, bias %s: need x [..., in], weight [out, in], "
+                     "bias [out]",
+                     op, cg_shape_str(x, s1, sizeof s1), cg_shape_str(w, s2, sizeof s2),
+                     b ? cg_shape_str(b, s3, sizeof s3) : "none");
+        return false;
+    }
+    return true;
+}
+
+cg_tensor *cg_k_linear(const cg_tensor *x, const cg_tensor *w, const cg_tensor *b)
+{
+    if (!x || !w)
+        return NULL;
+    if (!check_linear("linear", x, w, b))
+        return NULL;
+    const int64_t in = w->shape[1], out = w->shape[0];
+    const int64_t N = in > 0 ? cg_numel(x) / in : cg_numel_shape(x->ndim - 1, x->shape);
+    int64_t shp[CG_MAX_DIMS];
+    memcpy(shp, x->shape, sizeof(int64_t) * (size_t)x->ndim);
+    shp[x->ndim - 1] = out;
+    cg_tensor *y = cg_empty(x->ndim, shp);
+    cg_tensor *xc = cg_contiguous(x);
+    if (!y || !xc) {
+        cg_release_all(2, y, xc);
+        return NULL;
+    }
+    float *yp = cg_data(y);
+    if (b) {
+        const float *bp = cg_data(b);
+        const int64_t bs = b->strides[0];
+#pragma omp parallel for schedule(static) if (N * out > PAR_THRESHOLD)
+        for (int64_t r = 0; r < N; r++)
+            for (int64_t j = 0; j < out; j++)
+                yp[r * out + j] = bp[j * bs];
+    }
+    if (in == 0 && !b)
+        memset(yp, 0, sizeof(float) * (size_t)(N * out));
+    else if (N > 0 && out > 0 && in > 0)
+        cg_sgemm(N, out, in, 1.0f, cg_data(xc), in, 1, cg_data(w), w->strides[1], w->strides[0],
+                 b ? 1.0f : 0.0f, yp, out, 1);
+    cg_release(xc);
+    return y;
+}
+
+bool cg_k_linear_backward(const cg_tensor *x, const cg_tensor *w, const cg_tensor *g,
+                          cg_tensor **dx, cg_tensor **dw, cg_tensor **db)
+{
+    if (dx)
+        *dx = NULL;
+    if (dw)
+        *dw = NULL;
+    if (db)
+        *db = NULL;
+    if (!x || !w || !g)
+        return false;
+    if (!check_linear("linear backward", x, w, NULL))
+        return false;
+    const int64_t in = w->shape[1], out = w->shape[0];
+    const int64_t N = cg_numel_shape(x->ndim - 1, x->shape);
+    if (g->ndim != x->ndim || cg_numel_shape(g->ndim - 1, g->shape) != N ||
+        g->shape[g->ndim - 1] != out) {
+        char s1[96], s2[96];
+        cg_set_error("linear backward: gradient %s does not match input %s",
+                     cg_shape_str(g, s1, sizeof s1), cg_shape_str(x, s2, sizeof s2));
+        return false;
+    }
+    cg_tensor *gc = cg_contiguous(g);
+    cg_tensor *xc = dw ? cg_contiguous(x) : NULL;
+    cg_tensor *gx = dx ? cg_zeros(x->ndim, x->shape) : NULL;
+    cg_tensor *gw = dw ? cg_zeros(CG_SHAPE(out, in)) : NULL;
+    cg_tensor *gb = db ? cg_empty(CG_SHAPE(out)) : NULL;
+    double *acc = db ? calloc((size_t)(out > 0 ? out : 1), sizeof(double)) : NULL;
+    if (!gc || (dw && (!xc || !gw)) || (dx && !gx) || (db && (!gb || !acc))) {
+        cg_release_all(5, gc, xc, gx, gw, gb);
+        free(acc);
+        cg_set_error("linear backward: out of memory");
+        return false;
+    }
+    const float *gp = cg_data(gc);
+    if (gx && N > 0 && in > 0 && out > 0) /* dx [N,in] = g [N,out] W [out,in] */
+        cg_sgemm(N, in, out, 1.0f, gp, out, 1, cg_data(w), w->strides[0], w->strides[1], 0.0f,
+                 cg_data(gx), in, 1);
+    if (gw && N > 0 && in > 0 && out > 0) /* dW [out,in] = g^T [out,N] x [N,in] */
+        cg_sgemm(out, in, N, 1.0f, gp, 1, out, cg_data(xc), in, 1, 0.0f, cg_data(gw), in, 1);
+    if (gb) {
+        /* column sums in blocks of columns; each column by one thread, rows in order */
+        enum { CB = 64 };
+        const int64_t nblk = (out + CB - 1) / CB;
+        float *bp = cg_data(gb);
+#pragma omp parallel for schedule(static) if (N * out > PAR_THRESHOLD && nblk > 1)
+        for (int64_t blk = 0; blk < nblk; blk++) {
+            const int64_t j0 = blk * CB, j1 = j0 + CB < out ? j0 + CB : out;
+            double *a = acc + j0;
+            for (int64_t r = 0; r < N; r++) {
+                const float *gr = gp + r * out;
+                for (int64_t j = j0; j < j1; j++)
+                    a[j - j0] += gr[j];
+            }
+            for (int64_t j = j0; j < j1; j++)
+                bp[j] = (float)acc[j];
+        }
+    }
+    free(acc);
+    cg_release_all(2, gc, xc);
+    if (dx)
+        *dx = gx;
+    if (dw)
+        *dw = gw;
+    if (db)
+        *db = gb;
+    return true;
+}

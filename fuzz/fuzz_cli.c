@@ -1,0 +1,95 @@
+/* libFuzzer target: the flag parser of the programs (models/cli.h).
+ *
+ * The input is split at NUL and newline bytes into argv (at most 64
+ * arguments), parsed against a table with one option of every kind, and
+ * each number parser is also run on the first argument alone. Accepted
+ * values must satisfy the table's ranges. */
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "fuzz/fuzz.h"
+#include "models/cli.h"
+
+#define MAX_ARGS 64
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    char *buf = malloc(size + 1);
+    CG_FUZZ_CHECK(buf != NULL);
+    memcpy(buf, data, size);
+    buf[size] = '\0';
+    char *argv[MAX_ARGS + 1];
+    int argc = 0;
+    char *p = buf, *end = buf + size;
+    while (p <= end && argc < MAX_ARGS) {
+        char *q = p;
+        while (q < end && *q != '\0' && *q != '\n')
+            q++;
+        *q = '\0';
+        argv[argc++] = p;
+        p = q + 1;
+    }
+    argv[argc] = NULL;
+
+    int64_t steps = 7;
+    uint64_t seed = 3;
+    double lr = 0.5, wide = 0.0;
+    bool flag_b = false, sw = false, seen_steps = false, seen_lr = false, help = false;
+    const char *str = NULL;
+    const cg_cli_opt opts[] = {
+        {"--steps", CG_CLI_I64, &steps, 1, 1e6, &seen_steps},
+        {"--seed", CG_CLI_U64, &seed, 0, 0, NULL},
+        {"--lr", CG_CLI_F64, &lr, 0, 10, &seen_lr},
+        {"--wide", CG_CLI_F64, &wide, -1e300, 1e300, NULL},
+        {"--norm-first", CG_CLI_BOOL, &flag_b, 0, 0, NULL},
+        {"--out", CG_CLI_STR, &str, 0, 0, NULL},
+        {"--quiet", CG_CLI_SWITCH, &sw, 0, 0, NULL},
+    };
+    cg_clear_error();
+    bool ok = cg_cli_parse(argc, argv, opts, (int)(sizeof opts / sizeof opts[0]), &help);
+    if (!ok) {
+        CG_FUZZ_CHECK(cg_last_error()[0] != '\0' && !help);
+    } else {
+        CG_FUZZ_CHECK(steps == 7 || (seen_steps && steps >= 1 && steps <= 1000000));
+        CG_FUZZ_CHECK(lr == 0.5 || (seen_lr && lr >= 0 && lr <= 10));
+        CG_FUZZ_CHECK(isfinite(wide));
+        if (str) /* points into argv */
+            CG_FUZZ_CHECK(str >= buf && str < buf + size + 1 && *str != '\0');
+    }
+
+    /* the number parsers alone, on the first argument */
+    int64_t i64;
+    uint64_t u64;
+    double f64;
+    bool b;
+    cg_clear_error();
+    if (cg_cli_parse_i64("--x", argv[0], -5, 5, &i64))
+        CG_FUZZ_CHECK(i64 >= -5 && i64 <= 5);
+    else
+        CG_FUZZ_CHECK(cg_has_error());
+    cg_clear_error();
+    if (cg_cli_parse_i64("--x", argv[0], INT64_MIN, INT64_MAX, &i64)) {
+        char back[32];
+        snprintf(back, sizeof back, "%lld", (long long)i64);
+        (void)back;
+    } else {
+        CG_FUZZ_CHECK(cg_has_error());
+    }
+    cg_clear_error();
+    if (!cg_cli_parse_u64("--x", argv[0], &u64))
+        CG_FUZZ_CHECK(cg_has_error());
+    cg_clear_error();
+    if (cg_cli_parse_f64("--x", argv[0], -1.0, 1.0, &f64))
+        CG_FUZZ_CHECK(f64 >= -1.0 && f64 <= 1.0);
+    else
+        CG_FUZZ_CHECK(cg_has_error());
+    cg_clear_error();
+    if (!cg_cli_parse_bool("--x", argv[0], &b))
+        CG_FUZZ_CHECK(cg_has_error());
+    free(buf);
+    return 0;
+}

@@ -1,0 +1,118 @@
+/* cgrad zoo: data-parallel training over MPI.
+ *
+ * Every rank holds a full copy of the model. Each step, every rank runs the
+ * forward and backward on its own share of the global batch; then
+ * cg_dist_average_grads() replaces every gradient by the (weighted) average
+ * over ranks, so that every rank takes the same optimizer step and the
+ * parameters stay identical. Parameters are sent from rank 0 to the others
+ * once at start (and after a resume) with cg_dist_broadcast_module().
+ *
+ * Built without MPI (meson -Dmpi=disabled, or no MPI found) the same API
+ * runs as one process: rank 0, size 1, collectives are no-ops. Callers need
+ * no #ifdef. Built with MPI but started without a launcher (no mpirun,
+ * mpiexec or srun variables in the environment), MPI is not started at all
+ * and the process is size 1 as well (CG_DIST_MPI=1 forces MPI_Init,
+ * CG_DIST_MPI=0 keeps MPI off even under mpirun).
+ *
+ * Gradient averaging: gradients are packed, in cg_module_params() order,
+ * into flat float32 buckets of CG_DIST_BUCKET_MB megabytes (default 4),
+ * each bucket is summed with MPI_Allreduce (in place) and scaled by
+ * 1/size, then unpacked. The order of every operation is fixed, so runs are
+ * deterministic. With per-rank weights (e.g. the number of non-PAD target
+ * tokens of each rank's loss, when every rank's loss is a mean over its own
+ * tokens), the result is sum_r w_r g_r / sum_r w_r, which is the gradient
+ * of the mean over all ranks' tokens.
+ *
+ * Failures: MPI calls use MPI_ERRORS_RETURN; a failing call gives false and
+ * a message (core/error.h) naming the call and MPI's reason. A program that
+ * cannot go on calls cg_dist_abort() so that the other ranks stop too
+ * instead of waiting forever. A watchdog thread ends the whole job with a
+ * clear message if one collective takes longer than CG_DIST_TIMEOUT seconds
+ * (environment; default 300; 0 turns the watchdog off), e.g. when a peer
+ * died or took a different code path.
+ *
+ * Per-rank randomness: cg_dist_rank_seed(seed) gives
+ *     seed XOR (rank * 0x9E3779B97F4A7C15)   (mod 2^64)
+ * so rank 0 uses seed itself (a 1-rank run equals a non-distributed run)
+ * and every rank of an N-rank run with a given seed draws the same stream
+ * each time the run is repeated.
+ *
+ * Threads: MPI is initialised with MPI_THREAD_FUNNELED: call these
+ * functions from the main thread only (OpenMP regions never call MPI). */
+#ifndef CG_MODELS_DIST_H
+#define CG_MODELS_DIST_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "nn/module.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* True if the library was built with MPI. */
+bool cg_dist_compiled_with_mpi(void);
+
+/* Initialise MPI (if built with it) and start the watchdog. argc/argv may
+ * be NULL. Calling it again is a no-op. False + error if MPI fails to start. */
+bool cg_dist_init(int *argc, char ***argv);
+/* Stop the watchdog and finalise MPI (no-op if not initialised). */
+void cg_dist_finalize(void);
+
+/* Rank and number of processes (0 and 1 before init or without MPI). */
+int cg_dist_rank(void);
+int cg_dist_size(void);
+bool cg_dist_is_root(void);
+
+/* Per-rank seed (see above). */
+uint64_t cg_dist_rank_seed(uint64_t seed);
+uint64_t cg_dist_seed_for_rank(uint64_t seed, int rank);
+
+/* Copy rank 0's value of every parameter of m to the other ranks (every
+ * rank must hold a module with the same parameter names and shapes; the
+ * shapes are checked first, so a mismatch gives an error on every rank
+ * instead of garbage). */
+bool cg_dist_broadcast_module(cg_module *m);
+/* The same for n tensors (each contiguous float32, the same shapes on every
+ * rank). */
+bool cg_dist_broadcast_tensors(int n, cg_tensor *const *ts);
+/* Broadcast raw bytes from rank 0. */
+bool cg_dist_broadcast_bytes(void *buf, size_t bytes);
+
+/* Replace the gradient of every parameter of m by its average over ranks,
+ * weighted by weight (>= 0; use 1 on every rank for a plain mean). A
+ * parameter without a gradient on some ranks counts as zero there; one
+ * without a gradient on every rank keeps none. No-op for size 1. */
+bool cg_dist_average_grads(cg_module *m, double weight);
+/* The same over n tensors. */
+bool cg_dist_average_grads_tensors(int n, cg_tensor *const *params, double weight);
+
+/* In-place sum over ranks of n doubles (e.g. losses and token counts for
+ * the log line). */
+bool cg_dist_allreduce_sum(double *v, int n);
+/* In-place maximum over ranks. */
+bool cg_dist_allreduce_max(double *v, int n);
+bool cg_dist_barrier(void);
+
+/* Seconds spent in gradient averaging (packing, MPI_Allreduce and
+ * unpacking) and in broadcasts since start or the last reset, and the
+ * number of gradient bytes sent through MPI_Allreduce. */
+double cg_dist_comm_seconds(void);
+int64_t cg_dist_comm_bytes(void);
+void cg_dist_reset_stats(void);
+
+/* For programs: on ranks other than 0, send stdout and stderr to /dev/null
+ * so that rank 0 alone logs (set CG_DIST_VERBOSE=1 to keep every rank's
+ * output). The watchdog, MPI failures and cg_dist_abort still print on the
+ * rank's original stderr. No-op on rank 0 and for size 1. */
+bool cg_dist_quiet_nonroot(void);
+
+/* Print "cgrad dist: rank R: <msg>" on stderr and end every rank of the job
+ * (MPI_Abort; exit(code) without MPI). For programs, not library code. */
+_Noreturn void cg_dist_abort(int code, const char *msg);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,634 @@
+/* Sentence-pair data for the seq2seq model (see pairs.h). */
+#include "models/pairs.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "models/vocab.h"
+
+/* ------------------------------------------------------------ UTF-8 */
+/* Length of the valid sequence at s[0..n), or 0 if invalid. */
+static int utf8_seq(const unsigned char *s, size_t n, uint32_t *cp)
+{
+    unsigned c = s[0];
+    if (c < 0x80) {
+        *cp = c;
+        return 1;
+    }
+    int len;
+    uint32_t v, min;
+    if (c >= 0xC2 && c <= 0xDF) {
+        len = 2; v = c & 0x1F; min = 0x80;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+        len = 3; v = c & 0x0F; min = 0x800;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        len = 4; v = c & 0x07; min = 0x10000;
+    } else {
+        return 0;
+    }
+    if ((size_t)len > n)
+        return 0;
+    for (int i = 1; i < len; i++) {
+        if ((s[i] & 0xC0) != 0x80)
+            return 0;
+        v = (v << 6) | (s[i] & 0x3F);
+    }
+    if (v < min || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF))
+        return 0;
+    *cp = v;
+    return len;
+}
+
+int64_t cg_utf8_count(const char *s, size_t n, size_t *bad_at)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    int64_t count = 0;
+    size_t i = 0;
+    while (i < n) {
+        uint32_t cp;
+        int k = utf8_seq(u + i, n - i, &cp);
+        if (k == 0) {
+            if (bad_at)
+                *bad_at = i;
+            return -1;
+        }
+        i += (size_t)k;
+        count++;
+    }
+    return count;
+}
+
+static int64_t utf8_decode(const char *s, size_t n, uint32_t *out, int64_t cap)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    int64_t count = 0;
+    size_t i = 0;
+    while (i < n) {
+        uint32_t cp;
+        int k = utf8_seq(u + i, n - i, &cp);
+        if (k == 0 || count >= cap)
+            return -1;
+        out[count++] = cp;
+        i += (size_t)k;
+    }
+    return count;
+}
+
+/* ------------------------------------------------------------ MT19937 */
+void cg_mt_seed(cg_mt19937 *r, uint32_t seed)
+{
+    r->mt[0] = seed;
+    for (int i = 1; i < 624; i++)
+        r->mt[i] = 1812433253u * (r->mt[i - 1] ^ (r->mt[i - 1] >> 30)) + (uint32_t)i;
+    r->pos = 624;
+}
+
+uint32_t cg_mt_next(cg_mt19937 *r)
+{
+    if (r->pos >= 624) {
+        for (int i = 0; i < 624; i++) {
+            uint32_t y = (r->mt[i] & 0x80000000u) | (r->mt[(i + 1) % 624] & 0x7fffffffu);
+            r->mt[i] = r->mt[(i + 397) % 624] ^ (y >> 1) ^ ((y & 1u) ? 0x9908b0dfu : 0u);
+        }
+        r->pos = 0;
+    }
+    uint32_t y = r->mt[r->pos++];
+    y ^= y >> 11;
+    y ^= (y << 7) & 0x9d2c5680u;
+    y ^= (y << 15) & 0xefc60000u;
+    y ^= y >> 18;
+    return y;
+}
+
+/* numpy random_interval(max): uniform in [0, max] by masked rejection. */
+static uint64_t mt_interval(cg_mt19937 *r, uint64_t max)
+{
+    if (max == 0)
+        return 0;
+    uint64_t mask = max;
+    mask |= mask >> 1;
+    mask |= mask >> 2;
+    mask |= mask >> 4;
+    mask |= mask >> 8;
+    mask |= mask >> 16;
+    mask |= mask >> 32;
+    uint64_t v;
+    if (max <= 0xffffffffu) {
+        while ((v = (cg_mt_next(r) & mask)) > max) {
+        }
+    } else {
+        do {
+            uint64_t hi = cg_mt_next(r), lo = cg_mt_next(r);
+            v = ((hi << 32) | lo) & mask;
+        } while (v > max);
+    }
+    return v;
+}
+
+void cg_mt_permutation(cg_mt19937 *r, int64_t n, int64_t *out)
+{
+    for (int64_t i = 0; i < n; i++)
+        out[i] = i;
+    for (int64_t i = n - 1; i >= 1; i--) {
+        int64_t j = (int64_t)mt_interval(r, (uint64_t)i);
+        int64_t t = out[i];
+        out[i] = out[j];
+        out[j] = t;
+    }
+}
+
+/* ------------------------------------------------------------ pairs */
+void cg_pairs_free(cg_pairs *p)
+{
+    if (!p)
+        return;
+    free(p->items);
+    free(p->buf);
+    memset(p, 0, sizeof *p);
+}
+
+static bool pairs_push(cg_pairs *p, char *src, char *tgt, int64_t sl, int64_t tl)
+{
+    if (p->n == p->cap) {
+        int64_t cap = p->cap ? p->cap * 2 : 1024;
+        cg_pair *it = realloc(p->items, (size_t)cap * sizeof *it);
+        if (!it) {
+            cg_set_error("pairs: out of memory");
+            return false;
+        }
+        p->items = it;
+        p->cap = cap;
+    }
+    p->items[p->n++] = (cg_pair){src, tgt, (int32_t)sl, (int32_t)tl};
+    return true;
+}
+
+bool cg_pairs_parse(const char *text, size_t len, const char *name, cg_pairs *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!name)
+        name = "<pairs>";
+    if (!text) {
+        cg_set_error("%s: no text", name);
+        return false;
+    }
+    if (len == 0) {
+        cg_set_error("%s: empty file (expected lines \"source<TAB>target\")", name);
+        return false;
+    }
+    char *buf = malloc(len + 1);
+    if (!buf) {
+        cg_set_error("%s: out of memory", name);
+        return false;
+    }
+    /* Python's text mode: "\r\n" and a lone "\r" read as "\n" */
+    size_t w = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (text[i] == '\r') {
+            buf[w++] = '\n';
+            if (i + 1 < len && text[i + 1] == '\n')
+                i++;
+        } else {
+            buf[w++] = text[i];
+        }
+    }
+    len = w;
+    buf[len] = '\0';
+    out->buf = buf;
+    size_t pos = 0;
+    int64_t line = 0;
+    while (pos < len) {
+        line++;
+        char *start = buf + pos;
+        char *nl = memchr(start, '\n', len - pos);
+        size_t llen = nl ? (size_t)(nl - start) : len - pos;
+        pos += llen + (nl ? 1 : 0);
+        start[llen] = '\0';
+        if (memchr(start, '\0', llen)) {
+            cg_set_error("%s:%lld: NUL byte in line", name, (long long)line);
+            goto fail;
+        }
+        size_t bad;
+        if (cg_utf8_count(start, llen, &bad) < 0) {
+            cg_set_error("%s:%lld: not valid UTF-8 (byte 0x%02x at column %zu)", name,
+                         (long long)line, (unsigned)(unsigned char)start[bad], bad + 1);
+            goto fail;
+        }
+        char *tab = memchr(start, '\t', llen);
+        if (!tab) {
+            cg_set_error("%s:%lld: missing tab (expected \"source<TAB>target\")", name,
+                         (long long)line);
+            goto fail;
+        }
+        if (memchr(tab + 1, '\t', llen - (size_t)(tab + 1 - start))) {
+            cg_set_error("%s:%lld: more than one tab (expected \"source<TAB>target\")", name,
+                         (long long)line);
+            goto fail;
+        }
+        *tab = '\0';
+        char *tgt = tab + 1;
+        int64_t sl = cg_utf8_count(start, (size_t)(tab - start), NULL);
+        int64_t tl = cg_utf8_count(tgt, strlen(tgt), NULL);
+        if (sl > INT32_MAX || tl > INT32_MAX) {
+            cg_set_error("%s:%lld: line too long", name, (long long)line);
+            goto fail;
+        }
+        if (!pairs_push(out, start, tgt, sl, tl))
+            goto fail;
+    }
+    if (out->n == 0) {
+        cg_set_error("%s: no pairs", name);
+        goto fail;
+    }
+    return true;
+fail:
+    cg_pairs_free(out);
+    return false;
+}
+
+bool cg_pairs_read(const char *path, cg_pairs *out)
+{
+    memset(out, 0, sizeof *out);
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        cg_set_error("%s: cannot open: %s", path, strerror(errno));
+        return false;
+    }
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    if (!buf) {
+        fclose(f);
+        cg_set_error("%s: out of memory", path);
+        return false;
+    }
+    for (;;) {
+        if (n == cap) {
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                free(buf);
+                fclose(f);
+                cg_set_error("%s: out of memory", path);
+                return false;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+        size_t k = fread(buf + n, 1, cap - n, f);
+        n += k;
+        if (k == 0)
+            break;
+    }
+    bool err = ferror(f);
+    fclose(f);
+    if (err) {
+        free(buf);
+        cg_set_error("%s: read error", path);
+        return false;
+    }
+    bool ok = cg_pairs_parse(buf, n, path, out);
+    free(buf);
+    return ok;
+}
+
+void cg_pair_split_free(cg_pair_split *s)
+{
+    if (!s)
+        return;
+    free(s->train);
+    free(s->valid);
+    free(s->test);
+    memset(s, 0, sizeof *s);
+}
+
+bool cg_pairs_split(const cg_pairs *p, int64_t n_valid, int64_t n_test, cg_pair_split *out)
+{
+    memset(out, 0, sizeof *out);
+    if (n_valid < 0 || n_test < 0 || p->n <= n_valid + n_test) {
+        cg_set_error("split: %lld pairs are too few for %lld validation + %lld test pairs and "
+                     "a training set", (long long)p->n, (long long)n_valid, (long long)n_test);
+        return false;
+    }
+    int64_t *perm = malloc((size_t)p->n * sizeof *perm);
+    cg_mt19937 r;
+    if (!perm) {
+        cg_set_error("split: out of memory");
+        return false;
+    }
+    cg_mt_seed(&r, 0);
+    cg_mt_permutation(&r, p->n, perm);
+    out->n_train = p->n - n_valid - n_test;
+    out->n_valid = n_valid;
+    out->n_test = n_test;
+    out->train = malloc((size_t)out->n_train * sizeof(int64_t));
+    out->valid = malloc((size_t)(n_valid ? n_valid : 1) * sizeof(int64_t));
+    out->test = malloc((size_t)(n_test ? n_test : 1) * sizeof(int64_t));
+    if (!out->train || !out->valid || !out->test) {
+        free(perm);
+        cg_pair_split_free(out);
+        cg_set_error("split: out of memory");
+        return false;
+    }
+    memcpy(out->train, perm, (size_t)out->n_train * sizeof(int64_t));
+    memcpy(out->valid, perm + out->n_train, (size_t)n_valid * sizeof(int64_t));
+    memcpy(out->test, perm + out->n_train + n_valid, (size_t)n_test * sizeof(int64_t));
+    free(perm);
+    return true;
+}
+
+int64_t cg_pairs_filter(const cg_pairs *p, int64_t *idx, int64_t n, int64_t max_chars)
+{
+    int64_t k = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const cg_pair *q = &p->items[idx[i]];
+        if (q->src_len <= max_chars && q->tgt_len <= max_chars)
+            idx[k++] = idx[i];
+    }
+    return k;
+}
+
+/* ------------------------------------------------------------ vocab */
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+void cg_pair_vocab_free(cg_pair_vocab *v)
+{
+    if (!v)
+        return;
+    free(v->chars);
+    memset(v, 0, sizeof *v);
+}
+
+bool cg_pair_vocab_build(const cg_pairs *p, const int64_t *idx, int64_t n, cg_pair_vocab *out)
+{
+    memset(out, 0, sizeof *out);
+    /* a bitmap over all code points (0x110000 bits = 136 KiB) */
+    uint8_t *seen = calloc(0x110000 / 8, 1);
+    if (!seen) {
+        cg_set_error("vocab: out of memory");
+        return false;
+    }
+    int64_t count = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const cg_pair *q = &p->items[idx ? idx[i] : i];
+        for (int side = 0; side < 2; side++) {
+            const unsigned char *s = (const unsigned char *)(side ? q->tgt : q->src);
+            size_t len = strlen((const char *)s), j = 0;
+            while (j < len) {
+                uint32_t cp;
+                int k = utf8_seq(s + j, len - j, &cp);
+                if (k == 0) {
+                    free(seen);
+                    cg_set_error("vocab: invalid UTF-8");
+                    return false;
+                }
+                j += (size_t)k;
+                if (!(seen[cp >> 3] & (1u << (cp & 7)))) {
+                    seen[cp >> 3] |= (uint8_t)(1u << (cp & 7));
+                    count++;
+                }
+            }
+        }
+    }
+    out->chars = malloc((size_t)(count ? count : 1) * sizeof(uint32_t));
+    if (!out->chars) {
+        free(seen);
+        cg_set_error("vocab: out of memory");
+        return false;
+    }
+    int64_t k = 0;
+    for (uint32_t cp = 0; cp < 0x110000; cp++)
+        if (seen[cp >> 3] & (1u << (cp & 7)))
+            out->chars[k++] = cp;
+    out->n_chars = k;
+    free(seen);
+    return true;
+}
+
+bool cg_pair_vocab_from_json(const char *json, cg_pair_vocab *out)
+{
+    memset(out, 0, sizeof *out);
+    cg_vocab *v = cg_vocab_from_json(json);
+    if (!v)
+        return false;
+    out->chars = malloc((size_t)v->n * sizeof(uint32_t));
+    if (!out->chars) {
+        cg_vocab_free(v);
+        cg_set_error("vocab: out of memory");
+        return false;
+    }
+    memcpy(out->chars, v->chars, (size_t)v->n * sizeof(uint32_t));
+    out->n_chars = v->n;
+    cg_vocab_free(v);
+    return true;
+}
+
+char *cg_pair_vocab_to_json(const cg_pair_vocab *v)
+{
+    cg_vocab *cv = cg_vocab_from_codepoints(v->chars, v->n_chars);
+    if (!cv)
+        return NULL;
+    char *s = cg_vocab_to_json(cv);
+    cg_vocab_free(cv);
+    return s;
+}
+
+int64_t cg_pair_vocab_id(const cg_pair_vocab *v, uint32_t cp)
+{
+    const uint32_t *hit = v->n_chars
+        ? bsearch(&cp, v->chars, (size_t)v->n_chars, sizeof(uint32_t), cmp_u32) : NULL;
+    return hit ? 4 + (int64_t)(hit - v->chars) : CG_PAIR_UNK;
+}
+
+int64_t *cg_pair_vocab_encode(const cg_pair_vocab *v, const char *s, int64_t *n, int64_t *n_unk)
+{
+    size_t len = strlen(s);
+    uint32_t *cps = malloc((len ? len : 1) * sizeof *cps);
+    int64_t *ids = malloc((len ? len : 1) * sizeof *ids);
+    if (!cps || !ids) {
+        free(cps);
+        free(ids);
+        cg_set_error("vocab: out of memory");
+        return NULL;
+    }
+    int64_t k = utf8_decode(s, len, cps, (int64_t)len);
+    if (k < 0) {
+        free(cps);
+        free(ids);
+        cg_set_error("text is not valid UTF-8");
+        return NULL;
+    }
+    int64_t unk = 0;
+    for (int64_t i = 0; i < k; i++) {
+        ids[i] = cg_pair_vocab_id(v, cps[i]);
+        unk += ids[i] == CG_PAIR_UNK;
+    }
+    free(cps);
+    *n = k;
+    if (n_unk)
+        *n_unk = unk;
+    return ids;
+}
+
+char *cg_pair_vocab_decode(const cg_pair_vocab *v, const int64_t *ids, int64_t n)
+{
+    char *s = malloc((size_t)n * 4 + 1);
+    if (!s) {
+        cg_set_error("vocab: out of memory");
+        return NULL;
+    }
+    size_t k = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (ids[i] >= 4 && ids[i] < 4 + v->n_chars)
+            k += (size_t)cg_utf8_put(v->chars[ids[i] - 4], s + k);
+    s[k] = '\0';
+    return s;
+}
+
+/* ---------------------------------------------------------- batches */
+void cg_batches_free(cg_batches *b)
+{
+    if (!b)
+        return;
+    free(b->idx);
+    free(b->start);
+    memset(b, 0, sizeof *b);
+}
+
+/* stable merge sort of indices by (tgt_len, src_len) */
+static bool pair_less(const cg_pairs *p, int64_t a, int64_t b)
+{
+    const cg_pair *x = &p->items[a], *y = &p->items[b];
+    if (x->tgt_len != y->tgt_len)
+        return x->tgt_len < y->tgt_len;
+    return x->src_len < y->src_len;
+}
+
+static void merge_sort(const cg_pairs *p, int64_t *a, int64_t *tmp, int64_t n)
+{
+    if (n < 2)
+        return;
+    int64_t h = n / 2;
+    merge_sort(p, a, tmp, h);
+    merge_sort(p, a + h, tmp, n - h);
+    int64_t i = 0, j = h, k = 0;
+    while (i < h && j < n)
+        tmp[k++] = pair_less(p, a[j], a[i]) ? a[j++] : a[i++];
+    while (i < h)
+        tmp[k++] = a[i++];
+    while (j < n)
+        tmp[k++] = a[j++];
+    memcpy(a, tmp, (size_t)n * sizeof *a);
+}
+
+bool cg_make_batches(const cg_pairs *p, const int64_t *idx, int64_t n, int64_t max_tokens,
+                     cg_batches *out)
+{
+    memset(out, 0, sizeof *out);
+    if (max_tokens < 1) {
+        cg_set_error("batches: max_tokens must be >= 1 (got %lld)", (long long)max_tokens);
+        return false;
+    }
+    out->idx = malloc((size_t)(n ? n : 1) * sizeof(int64_t));
+    int64_t *tmp = malloc((size_t)(n ? n : 1) * sizeof(int64_t));
+    out->start = malloc((size_t)(n + 2) * sizeof(int64_t));
+    if (!out->idx || !tmp || !out->start) {
+        free(tmp);
+        cg_batches_free(out);
+        cg_set_error("batches: out of memory");
+        return false;
+    }
+    for (int64_t i = 0; i < n; i++)
+        out->idx[i] = idx ? idx[i] : i;
+    merge_sort(p, out->idx, tmp, n);
+    free(tmp);
+    /* the reference: a batch is cut when adding the next pair would exceed
+     * max_tokens; the (possibly empty) last batch is always appended */
+    int64_t nb = 0, count = 0, S = 0, T = 0;
+    out->start[0] = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const cg_pair *q = &p->items[out->idx[i]];
+        int64_t S2 = S > q->src_len + 1 ? S : q->src_len + 1;
+        int64_t T2 = T > q->tgt_len + 1 ? T : q->tgt_len + 1;
+        if (count > 0 && (count + 1) * (S2 + T2) > max_tokens) {
+            out->start[++nb] = i;
+            count = 0;
+            S2 = q->src_len + 1;
+            T2 = q->tgt_len + 1;
+        }
+        count++;
+        S = S2;
+        T = T2;
+    }
+    if (count > 0)
+        out->start[++nb] = n;
+    out->n_batches = nb;
+    return true;
+}
+
+void cg_batch_free(cg_batch *b)
+{
+    if (!b)
+        return;
+    free(b->src);
+    free(b->tgt_in);
+    free(b->tgt_out);
+    memset(b, 0, sizeof *b);
+}
+
+bool cg_batch_make(const cg_pairs *p, const int64_t *idx, int64_t n, const cg_pair_vocab *v,
+                   cg_batch *out)
+{
+    memset(out, 0, sizeof *out);
+    if (n < 1) {
+        cg_set_error("batch: no pairs");
+        return false;
+    }
+    int64_t S = 0, T = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const cg_pair *q = &p->items[idx[i]];
+        if (q->src_len + 1 > S)
+            S = q->src_len + 1;
+        if (q->tgt_len + 1 > T)
+            T = q->tgt_len + 1;
+    }
+    out->B = n;
+    out->S = S;
+    out->T = T;
+    out->src = calloc((size_t)(n * S), sizeof(int64_t));
+    out->tgt_in = calloc((size_t)(n * T), sizeof(int64_t));
+    out->tgt_out = calloc((size_t)(n * T), sizeof(int64_t));
+    if (!out->src || !out->tgt_in || !out->tgt_out) {
+        cg_batch_free(out);
+        cg_set_error("batch: out of memory");
+        return false;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        const cg_pair *q = &p->items[idx[i]];
+        int64_t k, *ids = cg_pair_vocab_encode(v, q->src, &k, NULL);
+        if (!ids) {
+            cg_batch_free(out);
+            return false;
+        }
+        memcpy(out->src + i * S, ids, (size_t)k * sizeof(int64_t));
+        out->src[i * S + k] = CG_PAIR_EOS;
+        free(ids);
+        ids = cg_pair_vocab_encode(v, q->tgt, &k, NULL);
+        if (!ids) {
+            cg_batch_free(out);
+            return false;
+        }
+        out->tgt_in[i * T] = CG_PAIR_BOS;
+        memcpy(out->tgt_in + i * T + 1, ids, (size_t)k * sizeof(int64_t));
+        memcpy(out->tgt_out + i * T, ids, (size_t)k * sizeof(int64_t));
+        out->tgt_out[i * T + k] = CG_PAIR_EOS;
+        out->n_tokens += k + 1;
+        free(ids);
+    }
+    return true;
+}

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Reliability of `charlm train` (meson suite 'reliability'):
+#   1. resume is bit-identical: 40 steps in one run == 20 steps (--stop-at),
+#      then --resume to 40 (parameters and optimizer state, byte for byte)
+#   2. SIGINT saves a checkpoint and exits 0; that checkpoint equals an
+#      uninterrupted run stopped at the same step, and resuming it for 10
+#      more steps equals an uninterrupted run to that step
+#   3. a NaN (a poisoned parameter) stops training with the step and the
+#      tensor named, exit non-zero, and the last checkpoint is not overwritten
+#   test_charlm_reliability.sh CHARLM CKPT_WRITER
+set -euo pipefail
+charlm=$1
+tool=$2
+dir=$(mktemp -d "${TMPDIR:-/tmp}/cg_charlm_rel.XXXXXX")
+trap 'rm -rf "$dir"' EXIT
+cd "$dir"
+fail() { echo "test_charlm_reliability: $*" >&2; exit 1; }
+# a small corpus (3.6 KB, 21 characters)
+words=(the a whale sea ship captain ahab white call me ishmael some years ago never mind how long)
+for ((i = 0; i < 300; i++)); do
+  printf '%s ' "${words[$(((i * 7 + i / 3) % ${#words[@]}))]}" "${words[$(((i * 5 + 3) % ${#words[@]}))]}"
+  ((i % 6 == 5)) && printf '\n'
+done >tiny.txt
+model=(--data tiny.txt --d 16 --H 2 --layers 1 --d-ff 32 --T 16 --batch-size 4 --threads 1
+       --eval-every 10 --seed 3)
+
+# 1. resume bit-identity
+"$charlm" train "${model[@]}" --steps 40 --out full.st >/dev/null 2>full.log ||
+  fail "training failed: $(tail -1 full.log)"
+"$charlm" train "${model[@]}" --steps 40 --stop-at 20 --out half.st >/dev/null 2>half.log ||
+  fail "training to step 20 failed: $(tail -1 half.log)"
+cp half.st half20.st
+"$charlm" train --resume half.st --threads 1 >/dev/null 2>resume.log ||
+  fail "resume failed: $(tail -1 resume.log)"
+"$tool" same full.st half.st || fail "40 steps != 20 steps + resume to 40"
+echo "resume: 40 steps == 20 + 20 resumed (bit-identical parameters and optimizer state)"
+
+# 2. SIGINT
+"$charlm" train "${model[@]}" --steps 50000 --out int.st >int.json 2>int.log &
+pid=$!
+for ((w = 0; w < 600; w++)); do # wait for the first progress line (up to 30 s)
+  grep -q '/50000' int.log 2>/dev/null && break
+  sleep 0.05
+done
+sleep "0.$((RANDOM % 10))"
+kill -INT "$pid"
+rc=0
+wait "$pid" || rc=$?
+[ "$rc" -eq 0 ] || fail "SIGINT: exit status $rc ($(tail -1 int.log))"
+grep -q '"interrupted": true' int.json || fail "SIGINT: no interrupted summary: $(cat int.json)"
+k=$(sed -n 's/^{"step": \([0-9]*\),.*/\1/p' int.json)
+[ -n "$k" ] && [ "$k" -gt 0 ] || fail "SIGINT: no step in $(cat int.json)"
+"$charlm" train "${model[@]}" --steps 50000 --stop-at "$k" --out ref.st >/dev/null 2>ref.log ||
+  fail "reference run failed: $(tail -1 ref.log)"
+"$tool" same int.st ref.st || fail "SIGINT checkpoint at step $k != uninterrupted run to $k"
+"$charlm" train --resume int.st --stop-at $((k + 10)) --threads 1 >/dev/null 2>r2.log ||
+  fail "resume after SIGINT failed: $(tail -1 r2.log)"
+"$charlm" train "${model[@]}" --steps 50000 --stop-at $((k + 10)) --out ref2.st >/dev/null 2>&1 ||
+  fail "reference run 2 failed"
+"$tool" same int.st ref2.st || fail "SIGINT at $k + resume 10 steps != uninterrupted run"
+echo "SIGINT: stopped at step $k, exit 0, checkpoint == uninterrupted; +10 resumed steps identical"
+
+# 3. NaN: poison a parameter of the step-20 checkpoint and resume from it
+cp half20.st bad.st
+"$tool" poison bad.st ln_f.weight
+cp bad.st bad.orig
+rc=0
+"$charlm" train --resume bad.st --threads 1 >/dev/null 2>nan.log || rc=$?
+[ "$rc" -ne 0 ] || fail "NaN: training did not stop"
+msg=$(grep -i 'nan' nan.log | tail -1)
+[ -n "$msg" ] || fail "NaN: no message naming it: $(tail -1 nan.log)"
+echo "$msg" | grep -q 'step 20' || fail "NaN: the message does not name the step: $msg"
+echo "$msg" | grep -q "'" || fail "NaN: the message does not name a tensor: $msg"
+cmp -s bad.st bad.orig || fail "NaN: the last checkpoint was overwritten"
+echo "NaN: exit $rc, '$msg'; checkpoint untouched"
