@@ -82,6 +82,7 @@ cg_tensor *cg_k_attention(const cg_tensor *q, const cg_tensor *k, const cg_tenso
     /* divide (not multiply by the reciprocal) to round as scores / sqrt(dh) */
     const float scale = (float)sqrt((double)dh);
     const int64_t BH = B * H;
+    const int64_t rb = causal ? RB : Tq; /* without a causal mask: one block */
     float *pd = cg_data(P);
 #pragma omp parallel for schedule(static) if (BH > 1 && BH * Tq * Tk * dh > 32768)
     for (int64_t bh = 0; bh < BH; bh++) {
@@ -90,8 +91,8 @@ cg_tensor *cg_k_attention(const cg_tensor *q, const cg_tensor *k, const cg_tenso
         float *op = at4(out, b, h);
         float *S = pd + bh * Tq * Tk;
         const uint8_t *kpad = key_pad ? key_pad + b * Tk : NULL;
-        for (int64_t i0 = 0; i0 < Tq; i0 += RB) {
-            int64_t i1 = i0 + RB < Tq ? i0 + RB : Tq;
+        for (int64_t i0 = 0; i0 < Tq; i0 += rb) {
+            int64_t i1 = i0 + rb < Tq ? i0 + rb : Tq;
             int64_t kn = key_end(causal, i1 - 1, Tk);
             /* S[i0:i1, :kn] = q k^T */
             cg_sgemm(i1 - i0, kn, dh, 1.0f, qp + i0 * q->strides[2], q->strides[2],
@@ -170,6 +171,7 @@ bool cg_k_attention_backward(const cg_tensor *q, const cg_tensor *k, const cg_te
     }
     if (Tq > 0 && Tk > 0 && dh > 0 && BH > 0) {
         const float scale = (float)sqrt((double)dh);
+        const int64_t rb = causal ? RB : Tq, kb = causal ? RB : Tk; /* one block unless causal */
         const float *pd = cg_data(weights);
 #pragma omp parallel for schedule(static) if (BH > 1 && BH * Tq * Tk * dh > 32768) num_threads(nt)
         for (int64_t bh = 0; bh < BH; bh++) {
@@ -181,8 +183,8 @@ bool cg_k_attention_backward(const cg_tensor *q, const cg_tensor *k, const cg_te
             const float *gp = at4(g, b, h);
             float *dqp = at4(gq, b, h), *dkp = at4(gk, b, h), *dvp = at4(gv, b, h);
             const int64_t gr = g->strides[2], gc = g->strides[3];
-            for (int64_t i0 = 0; i0 < Tq; i0 += RB) {
-                int64_t i1 = i0 + RB < Tq ? i0 + RB : Tq;
+            for (int64_t i0 = 0; i0 < Tq; i0 += rb) {
+                int64_t i1 = i0 + rb < Tq ? i0 + rb : Tq;
                 int64_t kn = key_end(causal, i1 - 1, Tk);
                 /* D[i0:i1, :kn] = dO v^T */
                 cg_sgemm(i1 - i0, kn, dh, 1.0f, gp + i0 * gr, gr, gc, vp, v->strides[3],
@@ -207,8 +209,8 @@ bool cg_k_attention_backward(const cg_tensor *q, const cg_tensor *k, const cg_te
                              gq->strides[3]);
             }
             /* keys in blocks: key j gets rows i >= j (causal) or all rows */
-            for (int64_t j0 = 0; j0 < Tk; j0 += RB) {
-                int64_t j1 = j0 + RB < Tk ? j0 + RB : Tk;
+            for (int64_t j0 = 0; j0 < Tk; j0 += kb) {
+                int64_t j1 = j0 + kb < Tk ? j0 + kb : Tk;
                 int64_t is = causal ? j0 : 0;
                 if (is >= Tq)
                     break; /* no query sees these keys: gradients stay zero */

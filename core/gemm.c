@@ -29,9 +29,8 @@ void bli_cntx_init_haswell(cntx_t *cntx);
 #define MIN_FLOPS_PER_THREAD 5e6
 /* Automatic path: m*n*k at or below this goes to haswell's sup kernels. */
 #define SMALL_MNK (64.0 * 64.0 * 64.0)
-/* Automatic threading: at most this many chunks of C, each a multiple of
- * CHUNK_UNIT rows/columns (a multiple of the skx and haswell micro-tiles). */
-#define MAX_CHUNKS 16
+/* Automatic threading: blocks of C are a multiple of this many rows or
+ * columns (of the skx and haswell micro-tiles: 32x12 and 6x16). */
 #define CHUNK_UNIT 96
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
@@ -218,26 +217,26 @@ bool cg_sgemm_path(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int64_
     }
 
     if (nthreads <= 0) {
-        /* Automatic threading splits C ourselves, in chunks of rows (or of
-         * columns when C is wide) chosen from the sizes only, each chunk a
-         * single-threaded BLIS call: the same arithmetic for any thread
-         * count, and no BLIS thread barriers, which spin without yielding
-         * (on a shared machine a descheduled partner made them burn most
-         * of a step). libgomp's own barrier sleeps after a short spin. */
+        /* Automatic threading splits C ourselves into one block of rows (or
+         * of columns when C is wide) per thread, each a single-threaded BLIS
+         * call. BLIS's own thread barriers spin without yielding: on a
+         * shared machine a descheduled partner made them burn most of a
+         * step; libgomp's barrier sleeps (with OMP_WAIT_POLICY=passive at
+         * once). Each element of C is still computed by the same kernel with
+         * the same k blocking (the skx and haswell contexts fix kc; small
+         * products that go to the sup kernels are never split), so the
+         * result does not depend on the split or the thread count. */
         double flops = 2.0 * (double)m * (double)n * (double)k;
-        int64_t nch = 1;
-        if (flops >= 2.0 * MIN_FLOPS_PER_THREAD)
-            nch = flops / MIN_FLOPS_PER_THREAD > (double)MAX_CHUNKS
-                      ? MAX_CHUNKS
-                      : (int64_t)(flops / MIN_FLOPS_PER_THREAD);
+        int nt = cg_get_num_threads();
+        double per = flops / MIN_FLOPS_PER_THREAD;
+        if (per < nt) nt = per < 2.0 ? 1 : (int)per;
+        if (nt < 1 || omp_in_parallel()) nt = 1;
         const bool split_m = m >= n;
         const int64_t dim = split_m ? m : n;
-        int64_t csz = (dim + nch - 1) / nch;
+        int64_t csz = (dim + nt - 1) / nt;
         csz = (csz + CHUNK_UNIT - 1) / CHUNK_UNIT * CHUNK_UNIT;
-        nch = (dim + csz - 1) / csz;
-        int nt = cg_get_num_threads();
+        int64_t nch = (dim + csz - 1) / csz;
         if (nt > nch) nt = (int)nch;
-        if (nt < 1 || omp_in_parallel()) nt = 1;
         rntm_t rntm1 = BLIS_RNTM_INITIALIZER;
         bli_rntm_set_num_threads(1, &rntm1);
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)

@@ -25,7 +25,9 @@
  * enc_layers + 2*dec_layers, with S = T every block sees the same count).
  * Causal attention is counted in full (not halved), as in PaLM; layer norm,
  * softmax, activations and the optimizer are not counted. --T overrides the
- * sequence length (for scaling curves). */
+ * sequence length and --d the width (d_ff = 4d, heads of 32) for scaling
+ * curves. The program re-executes itself with OMP_WAIT_POLICY=passive
+ * unless OMP_WAIT_POLICY is set (see main). */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -33,6 +35,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "autograd/ops.h"
 #include "core/gemm.h"
@@ -66,7 +69,7 @@ static int usage(const char *msg)
         fprintf(stderr, "bench: error: %s\n", msg);
     fprintf(stderr,
             "usage: bench [--model charlm|seq2seq] [--preset tiny|base] [--threads N>=1]\n"
-            "             [--steps S>=1] [--warmup W>=0] [--seed K] [--T len]\n"
+            "             [--steps S>=1] [--warmup W>=0] [--seed K] [--T len] [--d width]\n"
             "Times S training steps (zero grad, forward, loss, backward, AdamW) after W\n"
             "untimed ones on random data; prints one JSON line (see torch_peer.py).\n");
     return msg ? 2 : 0;
@@ -135,6 +138,16 @@ static bool get_preset(bool charlm, const char *name, preset *p)
 
 int main(int argc, char **argv)
 {
+    /* libgomp reads its wait policy when it is loaded: a spinning barrier
+     * waiting for a descheduled partner burns most of a step on a shared
+     * machine (measured 4x slower at 2 threads), so run with
+     * OMP_WAIT_POLICY=passive unless the caller chose a policy. */
+    if (!getenv("OMP_WAIT_POLICY") && !getenv("CG_BENCH_REEXEC")) {
+        setenv("OMP_WAIT_POLICY", "passive", 1);
+        setenv("CG_BENCH_REEXEC", "1", 1);
+        execv("/proc/self/exe", argv);
+        /* exec failed: carry on with the default policy */
+    }
     const char *model_name = "charlm", *preset_name = "tiny";
     long threads = 0, steps = 20, warmup = 5, seed = 0, Tover = 0, d_over = 0;
     for (int i = 1; i < argc; i++) {

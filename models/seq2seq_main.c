@@ -23,6 +23,7 @@
 #include "autograd/ops.h"
 #include "models/beam.h"
 #include "models/cli.h"
+#include "models/dist.h"
 #include "models/metrics.h"
 #include "models/pairs.h"
 #include "models/plot.h"
@@ -120,6 +121,37 @@ typedef struct {
     int64_t step;
 } ckpt;
 
+/* A corrupt config ("d": 100000) must not make the loader allocate
+ * gigabytes before the parameters are found not to match: the file (already
+ * in memory) must hold at least the config's weight matrices (a lower bound
+ * of its parameters: embedding, attention and feed-forward weights), and the
+ * positions table (max_len x d, not stored) must be of a plausible size. */
+static bool config_fits_file(const cg_seq2seq_config *c, const cg_st_file *f)
+{
+    double have = 0;
+    for (int i = 0; i < cg_st_count(f); i++) {
+        cg_st_dtype dt;
+        int nd;
+        int64_t shape[CG_MAX_DIMS];
+        if (cg_st_info(f, cg_st_name(f, i), &dt, &nd, shape) && dt == CG_ST_F32)
+            have += (double)cg_numel_shape(nd, shape);
+    }
+    double d = (double)c->d, ff = (double)c->d_ff;
+    double need = (double)c->vocab * d + (double)c->enc_layers * (4 * d * d + 2 * d * ff) +
+                  (double)c->dec_layers * (8 * d * d + 2 * d * ff);
+    if (need > have) {
+        cg_set_error("its config needs at least %.0f parameter values but the file holds %.0f; "
+                     "corrupt file?", need, have);
+        return false;
+    }
+    if ((double)c->max_len * d > 4 * have + (double)(1 << 24)) {
+        cg_set_error("max_len=%lld with d=%lld is implausibly large for a model of %.0f "
+                     "values; corrupt file?", (long long)c->max_len, (long long)c->d, have);
+        return false;
+    }
+    return true;
+}
+
 static void ckpt_load(const char *path, ckpt *c)
 {
     memset(c, 0, sizeof *c);
@@ -144,6 +176,8 @@ static void ckpt_load(const char *path, ckpt *c)
         die("%s: vocabulary of %lld characters (+4 specials) does not match the config's "
             "vocab %lld",
             path, (long long)c->vocab.n_chars, (long long)cfg.vocab);
+    if (!config_fits_file(&cfg, c->file))
+        die_lib(path);
     c->model = cg_seq2seq_new(&cfg, 0);
     if (!c->model)
         die_lib(path);
@@ -667,6 +701,14 @@ static int cmd_train(int argc, char **argv)
     if (o.resume)
         fprintf(stderr, "resuming %s at step %lld\n", o.resume_from, (long long)step);
 
+    /* Data parallel (models/dist.h): every rank starts from rank 0's parameters,
+     * walks the same batch order and trains on its share of each batch's pairs;
+     * gradients are averaged weighted by target tokens; dropout is seeded per
+     * rank (rank 0 keeps the checkpoint's stream). */
+    const int nranks = cg_dist_size(), rank = cg_dist_rank();
+    if (!cg_dist_broadcast_module(CG_MODULE(model)))
+        die_lib("broadcasting the parameters");
+    model->dropout_rng.seed = cg_dist_rank_seed(model->dropout_rng.seed);
     char *png = cg_loss_png_path(o.ckpt);
     cg_train_catch_signals();
     const int64_t start_step = step;
@@ -677,13 +719,16 @@ static int cmd_train(int argc, char **argv)
     do {                                                                                       \
         char *tj_ = train_state_json(&o, epoch, pos, &model->dropout_rng, elapsed, recent,     \
                                      n_recent, &hist);                                         \
-        if (!tj_ || !ckpt_save(o.ckpt, model, &vocab, opt, step, tj_))                         \
+        if (cg_dist_is_root() && /* rank 0 alone writes */                                   \
+            (!tj_ || !ckpt_save(o.ckpt, model, &vocab, opt, step, tj_)))                       \
             die("saving %s: %s", o.ckpt, cg_last_error());                                     \
         free(tj_);                                                                             \
     } while (0)
 
     while (step < o.steps) {
-        if (cg_train_interrupted() || (o.stop_at > 0 && step >= o.stop_at)) {
+        double stop_flag = cg_train_interrupted(); /* every rank stops at the same step */
+        cg_dist_allreduce_max(&stop_flag, 1);
+        if (stop_flag > 0 || (o.stop_at > 0 && step >= o.stop_at)) {
             interrupted = true;
             break;
         }
@@ -698,8 +743,12 @@ static int cmd_train(int argc, char **argv)
         double lr = cg_lr_noam(step, cfg.d, o.warmup, o.factor);
         cg_optim_set_lr(opt, lr);
         cg_batch bt;
-        if (!cg_batch_make(P, batches.idx + batches.start[bi],
-                           batches.start[bi + 1] - batches.start[bi], &vocab, &bt))
+        int64_t nb = batches.start[bi + 1] - batches.start[bi];
+        int64_t b0 = nb * rank / nranks, b1 = nb * (rank + 1) / nranks;
+        if (b1 <= b0)
+            die("a batch of %lld pairs cannot be split over %d ranks (raise --max-tokens)",
+                (long long)nb, nranks);
+        if (!cg_batch_make(P, batches.idx + batches.start[bi] + b0, b1 - b0, &vocab, &bt))
             die_lib("batch");
         cg_tensor *logits = cg_seq2seq_forward(model, bt.src, bt.B, bt.S, bt.tgt_in, bt.T);
         cg_tensor *loss = cg_seq2seq_loss(model, logits, bt.tgt_out);
@@ -713,6 +762,11 @@ static int cmd_train(int argc, char **argv)
         cg_optim_zero_grad(opt);
         if (!cg_backward(loss, NULL, false))
             die_lib("backward");
+        double lsum[2] = {lv * (double)bt.n_tokens, (double)bt.n_tokens};
+        if (!cg_dist_allreduce_sum(lsum, 2) ||
+            !cg_dist_average_grads(CG_MODULE(model), (double)bt.n_tokens))
+            die_lib("averaging gradients");
+        lv = lsum[0] / lsum[1];
         cg_release(loss);
         if (cg_optim_clip_grad_norm(opt, 1.0) < 0)
             die_lib("clip");
@@ -726,6 +780,9 @@ static int cmd_train(int argc, char **argv)
         int64_t ntok = bt.n_tokens;
         for (int64_t i = 0; i < bt.B * bt.S; i++)
             ntok += bt.src[i] != CG_PAD;
+        double gtok = (double)ntok; /* tokens of every rank */
+        cg_dist_allreduce_sum(&gtok, 1);
+        ntok = (int64_t)gtok;
         tok_window += (double)ntok;
         tok_total += (double)ntok;
         time_window += dt;
@@ -755,7 +812,8 @@ static int cmd_train(int argc, char **argv)
                     (long long)step, (long long)epoch, vls, vnll);
             cg_history_push(&hist, step, mean, vls);
             SAVE_CKPT();
-            if (png && !cg_history_plot(&hist, png, "seq2seq: label-smoothed loss"))
+            if (png && cg_dist_is_root() &&
+                !cg_history_plot(&hist, png, "seq2seq: label-smoothed loss"))
                 fprintf(stderr, PROG ": warning: loss curve: %s\n", cg_last_error());
         }
     }
@@ -772,6 +830,10 @@ static int cmd_train(int argc, char **argv)
         return 0;
     }
     cg_progress_end();
+    if (nranks > 1)
+        fprintf(stderr, PROG ": %d ranks: %.1f s of %.1f s of training in communication (%.0f%%)\n",
+                nranks, cg_dist_comm_seconds(), elapsed,
+                elapsed > 0 ? 100 * cg_dist_comm_seconds() / elapsed : 0.0);
 
     double train_loss = 0;
     for (int i = 0; i < n_recent; i++)
@@ -1222,7 +1284,20 @@ static const char MAIN_HELP[] =
     "  eval       BLEU and chrF on the test split, one JSON line\n"
     "  attention  PNG heatmaps of every attention layer and head for one sentence\n";
 
+static int run(int argc, char **argv);
+
 int main(int argc, char **argv)
+{
+    if (!cg_dist_init(&argc, &argv) || !cg_dist_quiet_nonroot())
+        die_lib("MPI");
+    int rc = run(argc, argv);
+    if (rc != 0 && cg_dist_size() > 1) /* do not leave the other ranks waiting */
+        cg_dist_abort(rc, "stopping every rank");
+    cg_dist_finalize();
+    return rc;
+}
+
+static int run(int argc, char **argv)
 {
     if (argc < 2) {
         fprintf(stderr, PROG ": error: missing command (train, translate, eval or attention; "
