@@ -827,7 +827,7 @@ static int cmd_train(int argc, char **argv)
                "\"tokens_per_s\": %.0f, \"checkpoint\": \"%s\"}\n",
                (long long)step, elapsed,
                elapsed > 0 && step > start_step ? tok_total / elapsed : 0.0, o.ckpt);
-        return 0;
+        goto cleanup;
     }
     cg_progress_end();
     if (nranks > 1)
@@ -925,6 +925,7 @@ static int cmd_train(int argc, char **argv)
     free(js);
     cJSON_Delete(j);
 
+cleanup:
     free(png);
     free(perm);
     cg_history_free(&hist);
