@@ -3,8 +3,7 @@
 # dependencies, fetch the corpora, build, train the character LM briefly and
 # print a sample.
 #   scripts/run_main.sh [STEPS]      (default 300 training steps)
-# THREADS (default 1) sets the kernel threads: on a busy or shared machine one
-# thread is much faster than two, because BLIS's threads spin at barriers.
+# THREADS (default: all cores) sets the kernel threads.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 steps=${1:-300}
@@ -12,7 +11,7 @@ scripts/setup.sh
 scripts/prepare_data.sh
 [ -d build ] || meson setup build
 ninja -C build
-threads=${THREADS:-1}
+threads=${THREADS:-$(nproc)}
 build/models/charlm train --preset tiny --steps "$steps" --seed 1 --threads "$threads" \
     --out out/charlm.safetensors
 echo "--- sample ---"
