@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "models/config_json.h"
+
 /* ---------------------------------------------------------------- config */
 cg_charlm_config cg_charlm_config_default(void)
 {
@@ -55,62 +57,7 @@ bool cg_charlm_config_check(const cg_charlm_config *c)
     return true;
 }
 
-/* JSON field readers: absent keeps *out; wrong type is an error. */
-static bool json_int(const cJSON *o, const char *key, int64_t *out)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!v)
-        return true;
-    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) ||
-        fabs(v->valuedouble) > 9e15) {
-        cg_set_error("charlm config: \"%s\" must be an integer", key);
-        return false;
-    }
-    *out = (int64_t)v->valuedouble;
-    return true;
-}
-
-static bool json_float(const cJSON *o, const char *key, float *out)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!v)
-        return true;
-    if (!cJSON_IsNumber(v)) {
-        cg_set_error("charlm config: \"%s\" must be a number", key);
-        return false;
-    }
-    *out = (float)v->valuedouble;
-    return true;
-}
-
-static bool json_bool(const cJSON *o, const char *key, bool *out)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!v)
-        return true;
-    if (cJSON_IsBool(v))
-        *out = cJSON_IsTrue(v);
-    else if (cJSON_IsNumber(v) && (v->valuedouble == 0 || v->valuedouble == 1))
-        *out = v->valuedouble != 0;
-    else {
-        cg_set_error("charlm config: \"%s\" must be true or false", key);
-        return false;
-    }
-    return true;
-}
-
-static const char *json_str(const cJSON *o, const char *key, bool *ok)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!v)
-        return NULL;
-    if (!cJSON_IsString(v)) {
-        cg_set_error("charlm config: \"%s\" must be a string", key);
-        *ok = false;
-        return NULL;
-    }
-    return v->valuestring;
-}
+static const char CONFIG[] = "charlm config";
 
 bool cg_charlm_config_from_json(const char *json, cg_charlm_config *out)
 {
@@ -125,18 +72,21 @@ bool cg_charlm_config_from_json(const char *json, cg_charlm_config *out)
         return false;
     }
     cg_charlm_config c = cg_charlm_config_default();
-    bool ok = json_int(o, "vocab", &c.vocab) && json_int(o, "d", &c.d) &&
-              json_int(o, "H", &c.H) && json_int(o, "layers", &c.layers) &&
-              json_int(o, "d_ff", &c.d_ff) && json_int(o, "max_len", &c.max_len) &&
-              json_bool(o, "norm_first", &c.norm_first) &&
-              json_float(o, "dropout", &c.dropout);
+    bool ok = cg_json_int(o, CONFIG, "vocab", &c.vocab) &&
+              cg_json_int(o, CONFIG, "d", &c.d) &&
+              cg_json_int(o, CONFIG, "H", &c.H) &&
+              cg_json_int(o, CONFIG, "layers", &c.layers) &&
+              cg_json_int(o, CONFIG, "d_ff", &c.d_ff) &&
+              cg_json_int(o, CONFIG, "max_len", &c.max_len) &&
+              cg_json_bool(o, CONFIG, "norm_first", &c.norm_first) &&
+              cg_json_float(o, CONFIG, "dropout", &c.dropout);
     if (ok) {
-        const char *s = json_str(o, "norm", &ok);
+        const char *s = cg_json_str(o, CONFIG, "norm", &ok);
         if (ok && s)
             ok = cg_norm_kind_parse(s, &c.norm);
     }
     if (ok) {
-        const char *s = json_str(o, "act", &ok);
+        const char *s = cg_json_str(o, CONFIG, "act", &ok);
         if (ok && s)
             ok = cg_act_parse(s, &c.act);
     }

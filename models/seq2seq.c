@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "models/config_json.h"
+
 /* ---------------------------------------------------------------- config */
 cg_seq2seq_config cg_seq2seq_config_default(void)
 {
@@ -65,62 +67,7 @@ bool cg_seq2seq_config_check(const cg_seq2seq_config *c)
     return true;
 }
 
-/* JSON field readers: absent keeps *out; wrong type is an error. */
-static bool json_int(const cJSON *o, const char *key, int64_t *out)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!v)
-        return true;
-    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) ||
-        fabs(v->valuedouble) > 9e15) {
-        cg_set_error("seq2seq config: \"%s\" must be an integer", key);
-        return false;
-    }
-    *out = (int64_t)v->valuedouble;
-    return true;
-}
-
-static bool json_float(const cJSON *o, const char *key, float *out)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!v)
-        return true;
-    if (!cJSON_IsNumber(v)) {
-        cg_set_error("seq2seq config: \"%s\" must be a number", key);
-        return false;
-    }
-    *out = (float)v->valuedouble;
-    return true;
-}
-
-static bool json_bool(const cJSON *o, const char *key, bool *out)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!v)
-        return true;
-    if (cJSON_IsBool(v))
-        *out = cJSON_IsTrue(v);
-    else if (cJSON_IsNumber(v) && (v->valuedouble == 0 || v->valuedouble == 1))
-        *out = v->valuedouble != 0;
-    else {
-        cg_set_error("seq2seq config: \"%s\" must be true or false", key);
-        return false;
-    }
-    return true;
-}
-
-static const char *json_str(const cJSON *o, const char *key, bool *ok)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!v)
-        return NULL;
-    if (!cJSON_IsString(v)) {
-        cg_set_error("seq2seq config: \"%s\" must be a string", key);
-        *ok = false;
-        return NULL;
-    }
-    return v->valuestring;
-}
+static const char CONFIG[] = "seq2seq config";
 
 bool cg_seq2seq_config_from_json(const char *json, cg_seq2seq_config *out)
 {
@@ -135,20 +82,23 @@ bool cg_seq2seq_config_from_json(const char *json, cg_seq2seq_config *out)
         return false;
     }
     cg_seq2seq_config c = cg_seq2seq_config_default();
-    bool ok = json_int(o, "vocab", &c.vocab) && json_int(o, "d", &c.d) &&
-              json_int(o, "H", &c.H) && json_int(o, "enc_layers", &c.enc_layers) &&
-              json_int(o, "dec_layers", &c.dec_layers) && json_int(o, "d_ff", &c.d_ff) &&
-              json_int(o, "max_len", &c.max_len) &&
-              json_bool(o, "norm_first", &c.norm_first) &&
-              json_float(o, "dropout", &c.dropout) &&
-              json_float(o, "label_smoothing", &c.label_smoothing);
+    bool ok = cg_json_int(o, CONFIG, "vocab", &c.vocab) &&
+              cg_json_int(o, CONFIG, "d", &c.d) &&
+              cg_json_int(o, CONFIG, "H", &c.H) &&
+              cg_json_int(o, CONFIG, "enc_layers", &c.enc_layers) &&
+              cg_json_int(o, CONFIG, "dec_layers", &c.dec_layers) &&
+              cg_json_int(o, CONFIG, "d_ff", &c.d_ff) &&
+              cg_json_int(o, CONFIG, "max_len", &c.max_len) &&
+              cg_json_bool(o, CONFIG, "norm_first", &c.norm_first) &&
+              cg_json_float(o, CONFIG, "dropout", &c.dropout) &&
+              cg_json_float(o, CONFIG, "label_smoothing", &c.label_smoothing);
     if (ok) {
-        const char *s = json_str(o, "norm", &ok);
+        const char *s = cg_json_str(o, CONFIG, "norm", &ok);
         if (ok && s)
             ok = cg_norm_kind_parse(s, &c.norm);
     }
     if (ok) {
-        const char *s = json_str(o, "act", &ok);
+        const char *s = cg_json_str(o, CONFIG, "act", &ok);
         if (ok && s)
             ok = cg_act_parse(s, &c.act);
     }
