@@ -177,6 +177,8 @@ static const char *TRAIN_HELP =
     "                     beside it as FILE.loss.png)\n"
     "  --resume FILE      continue a run from its checkpoint, exactly\n"
     "  --stop-at N        save and stop after step N (as if interrupted)\n"
+    "  --skip-nonfinite   skip a step whose loss or gradient is NaN/Inf (with a\n"
+    "                     warning) instead of stopping\n"
     "Ctrl-C saves a checkpoint and stops. The last stdout line is a JSON summary.\n";
 
 typedef struct {
@@ -298,7 +300,8 @@ static int cmd_train(int argc, char **argv)
     const char *preset_name = "tiny", *norm = NULL, *act = NULL, *data = NULL, *out = NULL,
                *resume = NULL;
     int64_t d = 0, H = 0, layers = 0, d_ff = 0, T = 0, B = 0, steps = 2000, threads = 0,
-            eval_every = 250, stop_at = -1;
+            eval_every = 250, stop_at = -1, skipped = 0;
+    bool skip_nonfinite = false;
     double lr = 1e-3, dropout = 0;
     uint64_t seed = 1;
     bool norm_first = true;
@@ -328,6 +331,7 @@ static int cmd_train(int argc, char **argv)
         {"--resume", CG_CLI_STR, &resume, 0, 0, NULL},
         {"--eval-every", CG_CLI_I64, &eval_every, 1, big, &s_eval},
         {"--stop-at", CG_CLI_I64, &stop_at, 0, big, NULL},
+        {"--skip-nonfinite", CG_CLI_SWITCH, &skip_nonfinite, 0, 0, NULL},
     };
     bool help;
     if (!cg_cli_parse(argc, argv, opts, (int)(sizeof opts / sizeof *opts), &help))
@@ -605,7 +609,7 @@ static int cmd_train(int argc, char **argv)
         cg_optim_zero_grad(opt);
         bool ok = cg_backward(loss, NULL, false);
         cg_release(loss);
-        if (!isfinite(last_loss)) {
+        if (!isfinite(last_loss) && !skip_nonfinite) {
             char culprit[400] = "";
             int bad = -1;
             if (ok && !cg_optim_grads_finite(opt, &bad))
@@ -629,6 +633,17 @@ static int cmd_train(int argc, char **argv)
         if (norm_total < 0) {
             rc = fail("step %lld: %s", (long long)step, cg_last_error());
             goto done;
+        }
+        if (skip_nonfinite && (!isfinite(last_loss) || !isfinite(norm_total))) {
+            int bad = -1;
+            if (cg_optim_grads_finite(opt, &bad))
+                cg_set_error("gradient norm is not finite");
+            cg_progress_end();
+            fprintf(stderr, PROG ": warning: skipping step %lld: loss %g, %s\n", (long long)step,
+                    last_loss, cg_last_error());
+            cg_optim_zero_grad(opt);
+            skipped++;
+            continue;
         }
         if (!isfinite(norm_total)) {
             int bad = -1;
@@ -655,6 +670,9 @@ static int cmd_train(int argc, char **argv)
     }
     cg_progress_end();
 
+    if (skipped > 0)
+        fprintf(stderr, PROG ": %lld step(s) skipped (non-finite loss or gradient)\n",
+                (long long)skipped);
     double tps = done_steps > 0 && elapsed > 0 ? (double)(done_steps * B * T) / elapsed : 0;
     if (nranks > 1)
         fprintf(stderr, PROG ": %d ranks: %.1f s of %.1f s of training in communication (%.0f%%)\n",

@@ -73,3 +73,13 @@ echo "$msg" | grep -q 'step 20' || fail "NaN: the message does not name the step
 echo "$msg" | grep -q "'" || fail "NaN: the message does not name a tensor: $msg"
 cmp -s bad.st bad.orig || fail "NaN: the last checkpoint was overwritten"
 echo "NaN: exit $rc, '$msg'; checkpoint untouched"
+
+# 4. --skip-nonfinite: the same poisoned run skips every step with a warning
+#    instead of stopping, and leaves the parameters as they were
+cp bad.orig skip.st
+"$charlm" train --resume skip.st --threads 1 --skip-nonfinite --stop-at 25 >/dev/null 2>skip.log ||
+  fail "skip: training failed: $(tail -1 skip.log)"
+n=$(grep -c 'warning: skipping step' skip.log || true)
+[ "$n" -eq 5 ] || fail "skip: expected 5 skipped steps (20..24), saw $n: $(tail -2 skip.log)"
+grep -q '5 step(s) skipped' skip.log || fail "skip: no summary of skipped steps"
+echo "skip: 5 non-finite steps skipped with a warning each, exit 0"
