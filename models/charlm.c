@@ -61,14 +61,10 @@ static const char CONFIG[] = "charlm config";
 
 bool cg_charlm_config_from_json(const char *json, cg_charlm_config *out)
 {
-    if (!json || !out) {
-        cg_set_error("charlm config: NULL argument");
-        return false;
-    }
-    cJSON *o = cJSON_Parse(json);
-    if (!o || !cJSON_IsObject(o)) {
-        cg_set_error("charlm config: not a JSON object");
-        cJSON_Delete(o);
+    cJSON *o = out ? cg_json_parse_object(json, CONFIG) : NULL;
+    if (!o) {
+        if (!out)
+            cg_set_error("charlm config: NULL argument");
         return false;
     }
     cg_charlm_config c = cg_charlm_config_default();
@@ -80,16 +76,7 @@ bool cg_charlm_config_from_json(const char *json, cg_charlm_config *out)
               cg_json_int(o, CONFIG, "max_len", &c.max_len) &&
               cg_json_bool(o, CONFIG, "norm_first", &c.norm_first) &&
               cg_json_float(o, CONFIG, "dropout", &c.dropout);
-    if (ok) {
-        const char *s = cg_json_str(o, CONFIG, "norm", &ok);
-        if (ok && s)
-            ok = cg_norm_kind_parse(s, &c.norm);
-    }
-    if (ok) {
-        const char *s = cg_json_str(o, CONFIG, "act", &ok);
-        if (ok && s)
-            ok = cg_act_parse(s, &c.act);
-    }
+    ok = ok && cg_json_norm_act(o, CONFIG, &c.norm, &c.act);
     cJSON_Delete(o);
     if (!ok || !cg_charlm_config_check(&c))
         return false;

@@ -60,3 +60,32 @@ const char *cg_json_str(const cJSON *o, const char *what, const char *key, bool 
     }
     return v->valuestring;
 }
+
+cJSON *cg_json_parse_object(const char *json, const char *what)
+{
+    if (!json) {
+        cg_set_error("%s: NULL argument", what);
+        return NULL;
+    }
+    cJSON *o = cJSON_Parse(json);
+    if (!o || !cJSON_IsObject(o)) {
+        cg_set_error("%s: not a JSON object", what);
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
+bool cg_json_norm_act(const cJSON *o, const char *what, cg_norm_kind *norm, cg_act *act)
+{
+    bool ok = true;
+    const char *s = cg_json_str(o, what, "norm", &ok);
+    if (ok && s)
+        ok = cg_norm_kind_parse(s, norm);
+    if (ok) {
+        s = cg_json_str(o, what, "act", &ok);
+        if (ok && s)
+            ok = cg_act_parse(s, act);
+    }
+    return ok;
+}

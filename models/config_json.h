@@ -10,6 +10,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "nn/layers.h"
+
 /* A whole number (up to 9e15 in magnitude). */
 bool cg_json_int(const cJSON *o, const char *what, const char *key, int64_t *out);
 bool cg_json_float(const cJSON *o, const char *what, const char *key, float *out);
@@ -17,5 +19,10 @@ bool cg_json_float(const cJSON *o, const char *what, const char *key, float *out
 bool cg_json_bool(const cJSON *o, const char *what, const char *key, bool *out);
 /* The string (borrowed from o), NULL when absent; *ok = false on a wrong type. */
 const char *cg_json_str(const cJSON *o, const char *what, const char *key, bool *ok);
+
+/* Parse json into an object (caller cJSON_Deletes it), or NULL + error. */
+cJSON *cg_json_parse_object(const char *json, const char *what);
+/* The "norm" and "act" strings, when present, parsed into *norm and *act. */
+bool cg_json_norm_act(const cJSON *o, const char *what, cg_norm_kind *norm, cg_act *act);
 
 #endif

@@ -71,14 +71,10 @@ static const char CONFIG[] = "seq2seq config";
 
 bool cg_seq2seq_config_from_json(const char *json, cg_seq2seq_config *out)
 {
-    if (!json || !out) {
-        cg_set_error("seq2seq config: NULL argument");
-        return false;
-    }
-    cJSON *o = cJSON_Parse(json);
-    if (!o || !cJSON_IsObject(o)) {
-        cg_set_error("seq2seq config: not a JSON object");
-        cJSON_Delete(o);
+    cJSON *o = out ? cg_json_parse_object(json, CONFIG) : NULL;
+    if (!o) {
+        if (!out)
+            cg_set_error("seq2seq config: NULL argument");
         return false;
     }
     cg_seq2seq_config c = cg_seq2seq_config_default();
@@ -92,16 +88,7 @@ bool cg_seq2seq_config_from_json(const char *json, cg_seq2seq_config *out)
               cg_json_bool(o, CONFIG, "norm_first", &c.norm_first) &&
               cg_json_float(o, CONFIG, "dropout", &c.dropout) &&
               cg_json_float(o, CONFIG, "label_smoothing", &c.label_smoothing);
-    if (ok) {
-        const char *s = cg_json_str(o, CONFIG, "norm", &ok);
-        if (ok && s)
-            ok = cg_norm_kind_parse(s, &c.norm);
-    }
-    if (ok) {
-        const char *s = cg_json_str(o, CONFIG, "act", &ok);
-        if (ok && s)
-            ok = cg_act_parse(s, &c.act);
-    }
+    ok = ok && cg_json_norm_act(o, CONFIG, &c.norm, &c.act);
     cJSON_Delete(o);
     if (!ok || !cg_seq2seq_config_check(&c))
         return false;
