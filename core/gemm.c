@@ -216,30 +216,42 @@ bool cg_sgemm_path(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int64_
         normalise_strides(k, n, &rsb, &csb);
     }
 
-    if (nthreads <= 0) {
-        /* Automatic threading splits C ourselves into one block of rows (or
-         * of columns when C is wide) per thread, each a single-threaded BLIS
-         * call. BLIS's own thread barriers spin without yielding: on a
-         * shared machine a descheduled partner made them burn most of a
-         * step; libgomp's barrier sleeps (with OMP_WAIT_POLICY=passive at
-         * once). Each element of C is still computed by the same kernel with
-         * the same k blocking (the skx and haswell contexts fix kc; small
-         * products that go to the sup kernels are never split), so the
-         * result does not depend on the split or the thread count. */
+    /* Threading splits C ourselves into one block of rows (or of columns
+     * when C is wide) per thread, each a call to the single-threaded
+     * (serial) BLIS. BLIS's own thread barriers spin without yielding: on a
+     * shared machine a descheduled partner made them burn most of a step;
+     * libgomp's barrier sleeps. The serial build also opens no OpenMP region
+     * of its own, so a call from inside one of ours costs no team set-up
+     * (an OpenMP-threaded BLIS paid a futex round trip per call for its
+     * nested one-thread team). Each element of C is still computed by the
+     * same kernel with the same k blocking (the skx and haswell contexts fix
+     * kc; small products that go to the sup kernels are never split), so the
+     * result does not depend on the split or the thread count.
+     * nthreads <= 0 picks the count from the size: waking a second thread
+     * costs ~12 us here, so below MIN_FLOPS_PER_THREAD per thread fewer
+     * threads are faster. */
+    int nt = nthreads;
+    if (nt <= 0) {
         double flops = 2.0 * (double)m * (double)n * (double)k;
-        int nt = cg_get_num_threads();
+        nt = cg_get_num_threads();
         double per = flops / MIN_FLOPS_PER_THREAD;
         if (per < nt) nt = per < 2.0 ? 1 : (int)per;
-        if (nt < 1 || omp_in_parallel()) nt = 1;
-        const bool split_m = m >= n;
-        const int64_t dim = split_m ? m : n;
-        int64_t csz = (dim + nt - 1) / nt;
-        csz = (csz + CHUNK_UNIT - 1) / CHUNK_UNIT * CHUNK_UNIT;
-        int64_t nch = (dim + csz - 1) / csz;
-        if (nt > nch) nt = (int)nch;
-        rntm_t rntm1 = BLIS_RNTM_INITIALIZER;
-        bli_rntm_set_num_threads(1, &rntm1);
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+    }
+    if (nt < 1 || omp_in_parallel()) nt = 1;
+    const bool split_m = m >= n;
+    const int64_t dim = split_m ? m : n;
+    int64_t csz = (dim + nt - 1) / nt;
+    csz = (csz + CHUNK_UNIT - 1) / CHUNK_UNIT * CHUNK_UNIT;
+    int64_t nch = (dim + csz - 1) / csz;
+    if (nt > nch) nt = (int)nch;
+    rntm_t rntm1 = BLIS_RNTM_INITIALIZER;
+    bli_rntm_set_num_threads(1, &rntm1);
+    if (nt == 1) {
+        bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, (dim_t)m, (dim_t)n, (dim_t)k, &alpha,
+                     (float *)a, (inc_t)rsa, (inc_t)csa, (float *)b, (inc_t)rsb, (inc_t)csb,
+                     &beta, c, (inc_t)rsc, (inc_t)csc, cntx, &rntm1);
+    } else {
+#pragma omp parallel for schedule(static) num_threads(nt)
         for (int64_t ch = 0; ch < nch; ch++) {
             int64_t o0 = ch * csz, len = dim - o0 < csz ? dim - o0 : csz;
             rntm_t r = rntm1;
@@ -254,25 +266,7 @@ bool cg_sgemm_path(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int64_
                              (inc_t)rsb, (inc_t)csb, &beta, c + o0 * csc, (inc_t)rsc, (inc_t)csc,
                              cntx, &r);
         }
-        free(acopy);
-        free(bcopy);
-        return true;
     }
-    int nt = nthreads;
-    if (nt <= 0) {
-        /* Waking a second thread costs ~12 us here: below ~1e7 flops one
-         * thread is faster (measured with skx, m = n = k from 64 to 192). */
-        nt = cg_get_num_threads();
-        double per = 2.0 * (double)m * (double)n * (double)k / MIN_FLOPS_PER_THREAD;
-        if (per < nt) nt = per < 1.0 ? 1 : (int)per;
-    }
-    if (nt < 1 || omp_in_parallel()) nt = 1;
-    rntm_t rntm = BLIS_RNTM_INITIALIZER;
-    bli_rntm_set_num_threads((dim_t)nt, &rntm);
-
-    bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, (dim_t)m, (dim_t)n, (dim_t)k, &alpha,
-                 (float *)a, (inc_t)rsa, (inc_t)csa, (float *)b, (inc_t)rsb, (inc_t)csb, &beta,
-                 c, (inc_t)rsc, (inc_t)csc, cntx, &rntm);
     free(acopy);
     free(bcopy);
     return true;
