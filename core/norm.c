@@ -14,6 +14,112 @@
 #define PAR_THRESHOLD 32768
 #define CHUNK 64
 
+/* Row sums are taken in LANES interleaved double accumulators (element j
+ * goes to lane j % LANES), added pairwise at the end: a fixed order, so the
+ * same bits on every CPU and thread count, and short dependency chains that
+ * vectorise (one serial double chain per row cost a 4-cycle add per element).
+ * The per-row helpers are compiled for AVX-512, AVX2 and the baseline like
+ * the elementwise kernels; no FMA contraction under -std=c11. */
+#define LANES 8
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(CG_NO_CLONES)
+#define NORM_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define NORM_CLONES
+#endif
+
+static inline double lanes_total(const double *a)
+{
+    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
+/* One row forward: returns mean (0 for RMS) and rstd, writes y. */
+NORM_CLONES static void norm_row_fwd(bool rms, const float *xr, float *yr, const float *wp,
+                                     const float *bp, int64_t D, float eps, float *mean_out,
+                                     float *rstd_out)
+{
+    double acc[LANES] = {0};
+    double mean = 0.0;
+    int64_t j, Dl = D / LANES * LANES;
+    if (!rms) {
+        for (j = 0; j < Dl; j += LANES)
+            for (int l = 0; l < LANES; l++)
+                acc[l] += (double)xr[j + l];
+        for (; j < D; j++)
+            acc[j - Dl] += (double)xr[j];
+        mean = lanes_total(acc) / (double)D;
+        for (int l = 0; l < LANES; l++)
+            acc[l] = 0.0;
+    }
+    for (j = 0; j < Dl; j += LANES)
+        for (int l = 0; l < LANES; l++) {
+            double d = (double)xr[j + l] - mean;
+            acc[l] += d * d;
+        }
+    for (; j < D; j++) {
+        double d = (double)xr[j] - mean;
+        acc[j - Dl] += d * d;
+    }
+    double var = lanes_total(acc) / (double)D;
+    float mf = (float)mean;
+    float rs = (float)(1.0 / sqrt(var + (double)eps));
+    *mean_out = mf;
+    *rstd_out = rs;
+    if (wp && bp)
+        for (j = 0; j < D; j++)
+            yr[j] = (xr[j] - mf) * rs * wp[j] + bp[j];
+    else if (wp)
+        for (j = 0; j < D; j++)
+            yr[j] = (xr[j] - mf) * rs * wp[j];
+    else if (bp)
+        for (j = 0; j < D; j++)
+            yr[j] = (xr[j] - mf) * rs + bp[j];
+    else
+        for (j = 0; j < D; j++)
+            yr[j] = (xr[j] - mf) * rs;
+}
+
+/* One chunk of rows backward: dx for each row (when dxp), and this chunk's
+ * partial dw (cw) and db (cb) sums. */
+NORM_CLONES static void norm_chunk_bwd(bool rms, int64_t r0, int64_t r1, int64_t D,
+                                       const float *xp, const float *gp, const float *mp,
+                                       const float *rp, const float *wp, float *dxp, double *cw,
+                                       double *cb)
+{
+    int64_t Dl = D / LANES * LANES;
+    for (int64_t r = r0; r < r1; r++) {
+        const float *xr = xp + r * D, *gr = gp + r * D;
+        double m = mp ? (double)mp[r] : 0.0, rs = rp[r];
+        if (cw)
+            for (int64_t j = 0; j < D; j++)
+                cw[j] += (double)gr[j] * (((double)xr[j] - m) * rs);
+        if (cb)
+            for (int64_t j = 0; j < D; j++)
+                cb[j] += (double)gr[j];
+        if (!dxp)
+            continue;
+        double ag[LANES] = {0}, agx[LANES] = {0};
+        int64_t j;
+        for (j = 0; j < Dl; j += LANES)
+            for (int l = 0; l < LANES; l++) {
+                double gw = wp ? (double)gr[j + l] * wp[j + l] : (double)gr[j + l];
+                ag[l] += gw;
+                agx[l] += gw * (((double)xr[j + l] - m) * rs);
+            }
+        for (; j < D; j++) {
+            double gw = wp ? (double)gr[j] * wp[j] : (double)gr[j];
+            ag[j - Dl] += gw;
+            agx[j - Dl] += gw * (((double)xr[j] - m) * rs);
+        }
+        double mg = rms ? 0.0 : lanes_total(ag) / (double)D, mgx = lanes_total(agx) / (double)D;
+        float *dr = dxp + r * D;
+        for (j = 0; j < D; j++) {
+            double gw = wp ? (double)gr[j] * wp[j] : (double)gr[j];
+            double xh = ((double)xr[j] - m) * rs;
+            dr[j] = (float)(rs * (gw - mg - xh * mgx));
+        }
+    }
+}
+
 static bool check_param(const char *op, const char *name, const cg_tensor *p, const cg_tensor *x,
                         int64_t D)
 {
@@ -75,32 +181,11 @@ static cg_tensor *norm_forward(const char *op, bool rms, const cg_tensor *x, con
     float *yp = cg_data(y), *mp = mt ? cg_data(mt) : NULL, *rp = cg_data(rt);
 #pragma omp parallel for schedule(static) if (n > PAR_THRESHOLD)
     for (int64_t r = 0; r < rows; r++) {
-        const float *xr = xp + r * D;
-        float *yr = yp + r * D;
-        double mean = 0.0, var = 0.0;
-        if (!rms) {
-            for (int64_t j = 0; j < D; j++)
-                mean += xr[j];
-            mean /= (double)D;
-        }
-        for (int64_t j = 0; j < D; j++) {
-            double d = (double)xr[j] - mean;
-            var += d * d;
-        }
-        var /= (double)D;
-        float mf = (float)mean;
-        float rs = (float)(1.0 / sqrt(var + (double)eps));
+        float mf, rs;
+        norm_row_fwd(rms, xp + r * D, yp + r * D, wp, bp, D, eps, &mf, &rs);
         if (mp)
             mp[r] = mf;
         rp[r] = rs;
-        for (int64_t j = 0; j < D; j++) {
-            float v = (xr[j] - mf) * rs;
-            if (wp)
-                v *= wp[j];
-            if (bp)
-                v += bp[j];
-            yr[j] = v;
-        }
     }
     cg_release_all(3, xc, wc, bc);
     if (mean_out)
@@ -187,34 +272,8 @@ static bool norm_backward(const char *op, bool rms, const cg_tensor *x, const cg
 #pragma omp parallel for schedule(static) if (n > PAR_THRESHOLD)
     for (int64_t c = 0; c < nchunks; c++) {
         int64_t r1 = (c + 1) * CHUNK < rows ? (c + 1) * CHUNK : rows;
-        double *cw = pw ? pw + c * Dp : NULL, *cb = pb ? pb + c * Dp : NULL;
-        for (int64_t r = c * CHUNK; r < r1; r++) {
-            const float *xr = xp + r * D, *gr = gp + r * D;
-            double m = mp ? (double)mp[r] : 0.0, rs = rp[r];
-            if (cw || cb) {
-                for (int64_t j = 0; j < D; j++) {
-                    if (cw)
-                        cw[j] += (double)gr[j] * (((double)xr[j] - m) * rs);
-                    if (cb)
-                        cb[j] += gr[j];
-                }
-            }
-            if (!dxp)
-                continue;
-            double sg = 0.0, sgx = 0.0;
-            for (int64_t j = 0; j < D; j++) {
-                double gw = wp ? (double)gr[j] * wp[j] : (double)gr[j];
-                sg += gw;
-                sgx += gw * (((double)xr[j] - m) * rs);
-            }
-            double mg = rms ? 0.0 : sg / (double)D, mgx = sgx / (double)D;
-            float *dr = dxp + r * D;
-            for (int64_t j = 0; j < D; j++) {
-                double gw = wp ? (double)gr[j] * wp[j] : (double)gr[j];
-                double xh = ((double)xr[j] - m) * rs;
-                dr[j] = (float)(rs * (gw - mg - xh * mgx));
-            }
-        }
+        norm_chunk_bwd(rms, c * CHUNK, r1, D, xp, gp, mp, rp, wp, dxp, pw ? pw + c * Dp : NULL,
+                       pb ? pb + c * Dp : NULL);
     }
     /* Sum the chunk partials in chunk order, parallel over columns. */
     if (dwt || dbt) {
