@@ -12,6 +12,7 @@
 
 #include "core/gemm.h"
 #include "core/ops.h"
+#include "core/vmath.h"
 
 #define RB 64 /* rows (or keys) per block for the causal skip */
 
@@ -35,6 +36,71 @@ static bool check_qkv(const char *op, const cg_tensor *q, const cg_tensor *k,
 static inline int64_t key_end(bool causal, int64_t i, int64_t Tk)
 {
     return causal ? (i + 1 < Tk ? i + 1 : Tk) : Tk;
+}
+
+/* Lane sums: element j goes to double accumulator j % 8, the 8 are added
+ * pairwise at the end: a fixed order (same bits for any thread count) with
+ * short dependency chains that vectorise. */
+static inline double lanes8_total(const double *a)
+{
+    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
+/* One row of scaled, masked softmax in place over s[0, ke); s[ke, Tk) = 0. */
+EW_CLONES static void softmax_row(float *s, int64_t ke, int64_t Tk, float scale,
+                                  const uint8_t *kpad)
+{
+    float mx = -INFINITY;
+    if (kpad)
+        for (int64_t j = 0; j < ke; j++) {
+            float x = bsel(M(kpad[j] != 0), -INFINITY, s[j] / scale);
+            s[j] = x;
+            mx = x > mx ? x : mx;
+        }
+    else
+        for (int64_t j = 0; j < ke; j++) {
+            float x = s[j] / scale;
+            s[j] = x;
+            mx = x > mx ? x : mx;
+        }
+    double acc[8] = {0};
+    int64_t j = 0, kl = ke / 8 * 8;
+    for (; j < kl; j += 8)
+        for (int l = 0; l < 8; l++) {
+            float e = ew_expf(s[j + l] - mx);
+            s[j + l] = e;
+            acc[l] += (double)e;
+        }
+    for (; j < ke; j++) {
+        float e = ew_expf(s[j] - mx);
+        s[j] = e;
+        acc[j - kl] += (double)e;
+    }
+    /* every key masked: -inf - -inf gives NaN, as PyTorch */
+    double inv = 1.0 / lanes8_total(acc);
+    for (j = 0; j < ke; j++)
+        s[j] = (float)(s[j] * inv);
+    for (j = ke; j < Tk; j++)
+        s[j] = 0.0f;
+}
+
+/* Softmax backward of one row in place: d = p * (d - <p, d>) / scale over
+ * [0, ke); d[ke, Tk) = 0. */
+EW_CLONES static void softmax_row_bwd(const float *p, float *d, int64_t ke, int64_t Tk,
+                                      float scale)
+{
+    double acc[8] = {0};
+    int64_t j = 0, kl = ke / 8 * 8;
+    for (; j < kl; j += 8)
+        for (int l = 0; l < 8; l++)
+            acc[l] += (double)p[j + l] * d[j + l];
+    for (; j < ke; j++)
+        acc[j - kl] += (double)p[j] * d[j];
+    float fdot = (float)lanes8_total(acc);
+    for (j = 0; j < ke; j++)
+        d[j] = p[j] * (d[j] - fdot) / scale;
+    for (j = ke; j < Tk; j++)
+        d[j] = 0.0f;
 }
 
 /* A [B,H,T,dh] view over fresh [B,T,H,dh] contiguous storage: the layout
@@ -98,30 +164,8 @@ cg_tensor *cg_k_attention(const cg_tensor *q, const cg_tensor *k, const cg_tenso
             cg_sgemm(i1 - i0, kn, dh, 1.0f, qp + i0 * q->strides[2], q->strides[2],
                      q->strides[3], kp, k->strides[3], k->strides[2], 0.0f, S + i0 * Tk, Tk,
                      1);
-            for (int64_t i = i0; i < i1; i++) {
-                float *s = S + i * Tk;
-                int64_t ke = key_end(causal, i, Tk);
-                float mx = -INFINITY;
-                for (int64_t j = 0; j < ke; j++) {
-                    float x = s[j] / scale;
-                    if (kpad && kpad[j])
-                        x = -INFINITY;
-                    s[j] = x;
-                    mx = x > mx ? x : mx;
-                }
-                double sum = 0.0;
-                for (int64_t j = 0; j < ke; j++) {
-                    float e = expf(s[j] - mx);
-                    s[j] = e;
-                    sum += e;
-                }
-                /* every key masked: -inf - -inf gives NaN, as PyTorch */
-                double inv = 1.0 / sum;
-                for (int64_t j = 0; j < ke; j++)
-                    s[j] = (float)(s[j] * inv);
-                for (int64_t j = ke; j < Tk; j++)
-                    s[j] = 0.0f;
-            }
+            for (int64_t i = i0; i < i1; i++)
+                softmax_row(S + i * Tk, key_end(causal, i, Tk), Tk, scale, kpad);
             /* out[i0:i1] = P[i0:i1, :kn] v[:kn] */
             cg_sgemm(i1 - i0, dh, kn, 1.0f, S + i0 * Tk, Tk, 1, vp, v->strides[2], v->strides[3],
                      0.0f, op + i0 * out->strides[2], out->strides[2], out->strides[3]);
@@ -156,9 +200,13 @@ bool cg_k_attention_backward(const cg_tensor *q, const cg_tensor *k, const cg_te
                      cg_shape_str(g, a, sizeof a), cg_shape_str(weights, b, sizeof b));
         return false;
     }
-    cg_tensor *gq = heads_out(B, H, Tq, dh, true);
-    cg_tensor *gk = heads_out(B, H, Tk, dh, true);
-    cg_tensor *gv = heads_out(B, H, Tk, dh, true);
+    /* every gradient element is written by a product below, except keys no
+     * query sees (causal with Tk > Tq) and degenerate sizes: zero-fill then */
+    const bool zero = causal ? Tk > Tq : false;
+    const bool degen = Tq == 0 || Tk == 0 || dh == 0 || B * H == 0;
+    cg_tensor *gq = heads_out(B, H, Tq, dh, degen);
+    cg_tensor *gk = heads_out(B, H, Tk, dh, degen || zero);
+    cg_tensor *gv = heads_out(B, H, Tk, dh, degen || zero);
     const int64_t BH = B * H;
     const int nt = cg_get_num_threads();
     float *scratch = cg_alloc((size_t)(Tq * Tk > 0 ? Tq * Tk : 1) * sizeof(float) *
@@ -189,19 +237,8 @@ bool cg_k_attention_backward(const cg_tensor *q, const cg_tensor *k, const cg_te
                 /* D[i0:i1, :kn] = dO v^T */
                 cg_sgemm(i1 - i0, kn, dh, 1.0f, gp + i0 * gr, gr, gc, vp, v->strides[3],
                          v->strides[2], 0.0f, D + i0 * Tk, Tk, 1);
-                for (int64_t i = i0; i < i1; i++) {
-                    const float *p = P + i * Tk;
-                    float *d = D + i * Tk;
-                    int64_t ke = key_end(causal, i, Tk);
-                    double dot = 0.0;
-                    for (int64_t j = 0; j < ke; j++)
-                        dot += (double)p[j] * d[j];
-                    float fdot = (float)dot;
-                    for (int64_t j = 0; j < ke; j++)
-                        d[j] = p[j] * (d[j] - fdot) / scale;
-                    for (int64_t j = ke; j < Tk; j++)
-                        d[j] = 0.0f;
-                }
+                for (int64_t i = i0; i < i1; i++)
+                    softmax_row_bwd(P + i * Tk, D + i * Tk, key_end(causal, i, Tk), Tk, scale);
                 /* dq[i0:i1] = dS[i0:i1, :kn] k[:kn] */
                 if (dq)
                     cg_sgemm(i1 - i0, dh, kn, 1.0f, D + i0 * Tk, Tk, 1, kp, k->strides[2],

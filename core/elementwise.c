@@ -25,64 +25,7 @@ typedef struct ew_params {
 #define GELU_K 0.7978845608028654f
 #define GELU_C 0.044715f
 
-/* ------------------------------------------------------ scalar helpers */
-/* Branch-free helpers. A conditional expression on floats followed by more
- * arithmetic stops GCC from vectorising a loop under the default
- * -ftrapping-math; selecting with bit masks does not. M(c) is 0 or ~0. */
-#define M(c) (-(int32_t)(c))
-
-/* The segment kernels below are compiled for AVX-512, AVX2 and the SSE2
- * baseline, chosen at load time by the CPU (GCC's target_clones, an ifunc).
- * The arithmetic is the same IEEE float operations in every clone (no FMA
- * contraction under -std=c11), so results do not depend on the CPU. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(CG_NO_CLONES)
-#define EW_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define EW_CLONES
-#endif
-static inline int32_t f2i(float f)
-{
-    int32_t i;
-    memcpy(&i, &f, sizeof i);
-    return i;
-}
-static inline float i2f(int32_t i)
-{
-    float f;
-    memcpy(&f, &i, sizeof f);
-    return f;
-}
-/* m ? a : b for m in {0, ~0}; both sides are evaluated */
-static inline float bsel(int32_t m, float a, float b) { return i2f((m & f2i(a)) | (~m & f2i(b))); }
-
-/* exp(x) for float, written so that loops over it vectorise (no libm call,
- * no branches): Cody-Waite reduction x = k ln2 + r, |r| <= ln2/2, a
- * degree-7 polynomial for e^r (Cephes' expf coefficients), and 2^k applied
- * as two exact power-of-two factors so that subnormal results are rounded
- * once. Max error about 1.5 ulp (tested against double exp); overflow gives
- * +inf, -inf gives 0, NaN stays NaN. */
-static inline float ew_expf(float x)
-{
-    float xc = bsel(M(x < -104.0f), -104.0f, x); /* exp underflows to 0 below */
-    xc = bsel(M(xc > 89.0f), 89.0f, xc);         /* and overflows to inf above */
-    xc = bsel(M(xc != xc), 0.0f, xc);            /* NaN: patched at the end */
-    /* t = 1.5 * 2^23 + round(x / ln2): its low mantissa bits hold k */
-    float t = xc * 1.44269504088896341f + 12582912.0f;
-    float kf = t - 12582912.0f;
-    float r = xc - kf * 0.693359375f; /* ln2 high part: kf * it is exact */
-    r = r - kf * -2.12194440e-4f;     /* ln2 low part */
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * (r * r) + r + 1.0f;
-    int32_t k = f2i(t) - 0x4B400000; /* in [-150, 129] */
-    int32_t k1 = k / 2, k2 = k - k1; /* each a normal exponent */
-    float res = p * i2f((k1 + 127) * (1 << 23)) * i2f((k2 + 127) * (1 << 23));
-    return bsel(M(x != x), x, res);
-}
+#include "core/vmath.h"
 
 /* sigma = 1/(1+exp(-z)) and 1 - sigma, both without cancellation and
  * without overflow: only exp(-|z|) is ever taken. */

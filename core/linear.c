@@ -87,8 +87,11 @@ bool cg_k_linear_backward(const cg_tensor *x, const cg_tensor *w, const cg_tenso
     }
     cg_tensor *gc = cg_contiguous(g);
     cg_tensor *xc = dw ? cg_contiguous(x) : NULL;
-    cg_tensor *gx = dx ? cg_zeros(x->ndim, x->shape) : NULL;
-    cg_tensor *gw = dw ? cg_zeros(CG_SHAPE(out, in)) : NULL;
+    /* beta = 0: the products write every element, so no zero-fill unless a
+     * product is skipped for an empty dimension */
+    const bool empty = N == 0 || in == 0 || out == 0;
+    cg_tensor *gx = dx ? (empty ? cg_zeros(x->ndim, x->shape) : cg_empty(x->ndim, x->shape)) : NULL;
+    cg_tensor *gw = dw ? (empty ? cg_zeros(CG_SHAPE(out, in)) : cg_empty(CG_SHAPE(out, in))) : NULL;
     cg_tensor *gb = db ? cg_empty(CG_SHAPE(out)) : NULL;
     double *acc = db ? calloc((size_t)(out > 0 ? out : 1), sizeof(double)) : NULL;
     if (!gc || (dw && (!xc || !gw)) || (dx && !gx) || (db && (!gb || !acc))) {
@@ -98,10 +101,10 @@ bool cg_k_linear_backward(const cg_tensor *x, const cg_tensor *w, const cg_tenso
         return false;
     }
     const float *gp = cg_data(gc);
-    if (gx && N > 0 && in > 0 && out > 0) /* dx [N,in] = g [N,out] W [out,in] */
+    if (gx && !empty) /* dx [N,in] = g [N,out] W [out,in] */
         cg_sgemm(N, in, out, 1.0f, gp, out, 1, cg_data(w), w->strides[0], w->strides[1], 0.0f,
                  cg_data(gx), in, 1);
-    if (gw && N > 0 && in > 0 && out > 0) /* dW [out,in] = g^T [out,N] x [N,in] */
+    if (gw && !empty) /* dW [out,in] = g^T [out,N] x [N,in] */
         cg_sgemm(out, in, N, 1.0f, gp, 1, out, cg_data(xc), in, 1, 0.0f, cg_data(gw), in, 1);
     if (gb) {
         /* column sums in blocks of columns; each column by one thread, rows in order */

@@ -12,6 +12,7 @@
 #include <inttypes.h>
 #include <stdarg.h>
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -237,7 +238,6 @@ void cg_optim_free(cg_optim *o)
 static void sgd_update(float *restrict p, const float *restrict g0, float *restrict buf, int64_t n,
                        float wd, float mom, bool first, bool nesterov, float neg_lr)
 {
-#pragma omp parallel for schedule(static) if (n >= OPTIM_PAR_THRESHOLD)
     for (int64_t i = 0; i < n; i++) {
         float g = g0[i];
         if (wd != 0)
@@ -254,7 +254,6 @@ static void adam_update(float *restrict p, const float *restrict g0, float *rest
                         float *restrict v, int64_t n, float l2, float decay, float b1, float a1,
                         float b2, float a2, float bc2_sqrt, float eps, float neg_step)
 {
-#pragma omp parallel for schedule(static) if (n >= OPTIM_PAR_THRESHOLD)
     for (int64_t i = 0; i < n; i++) {
         float g = g0[i];
         if (l2 != 0)
@@ -266,6 +265,45 @@ static void adam_update(float *restrict p, const float *restrict g0, float *rest
         v[i] = v[i] * b2 + a2 * g * g;   /* exp_avg_sq.mul_(b2).addcmul_(g, g, 1-b2) */
         float denom = sqrtf(v[i]) / bc2_sqrt + eps;
         p[i] = pi + neg_step * m[i] / denom; /* param.addcdiv_(m, denom, -step_size) */
+    }
+}
+
+/* One parameter's update with its per-step constants. All parameters are
+ * updated in ONE parallel region: the concatenated element range is cut
+ * into one contiguous piece per thread (a model has many small tensors;
+ * a region per tensor cost a fork and a join each). The updates are
+ * elementwise, so the cut does not change any result. */
+typedef struct {
+    float *p, *buf1, *buf2;
+    const float *g;
+    int64_t n;
+    float wd, l2, decay, bc2_sqrt, neg_step;
+    bool first;
+} update_job;
+
+static void run_jobs(const cg_optim_config *c, const update_job *jobs, int njobs, int64_t total)
+{
+    const float neg_lr = (float)-c->lr;
+    int nt = cg_get_num_threads();
+    if (total < OPTIM_PAR_THRESHOLD || nt < 1)
+        nt = 1;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        int th = omp_get_thread_num(), nth = omp_get_num_threads();
+        int64_t lo = total * th / nth, hi = total * (th + 1) / nth, base = 0;
+        for (int j = 0; j < njobs && base < hi; base += jobs[j].n, j++) {
+            const update_job *u = &jobs[j];
+            int64_t a = lo > base ? lo - base : 0, b = hi - base < u->n ? hi - base : u->n;
+            if (a >= b)
+                continue;
+            if (c->type == CG_OPTIM_SGD)
+                sgd_update(u->p + a, u->g + a, u->buf1 ? u->buf1 + a : NULL, b - a, u->wd,
+                           (float)c->momentum, u->first, c->nesterov, neg_lr);
+            else
+                adam_update(u->p + a, u->g + a, u->buf1 + a, u->buf2 + a, b - a, u->l2,
+                            u->decay, (float)c->beta1, (float)(1 - c->beta1), (float)c->beta2,
+                            (float)(1 - c->beta2), u->bc2_sqrt, (float)c->eps, u->neg_step);
+        }
     }
 }
 
@@ -306,35 +344,46 @@ bool cg_optim_step(cg_optim *o)
                 g[i] = cg_data(gc[i]);
         }
     }
+    update_job *jobs = ok ? calloc((size_t)(o->n > 0 ? o->n : 1), sizeof *jobs) : NULL;
+    if (ok && !jobs) {
+        cg_set_error("optim_step: out of memory");
+        ok = false;
+    }
     if (ok) {
         const cg_optim_config *c = &o->cfg;
         double lr = c->lr;
+        int nj = 0;
+        int64_t total = 0;
         for (int i = 0; i < o->n; i++) {
             slot *s = &o->s[i];
             if (!g[i])
                 continue; /* no gradient: skipped, as in PyTorch */
-            int64_t n = cg_numel(s->p);
-            float *p = cg_data(s->p);
             s->step++;
-            if (c->type == CG_OPTIM_SGD) {
-                sgd_update(p, g[i], s->buf1 ? cg_data(s->buf1) : NULL, n, (float)s->wd,
-                           (float)c->momentum, s->step == 1, c->nesterov, (float)-lr);
+            update_job *u = &jobs[nj++];
+            u->p = cg_data(s->p);
+            u->g = g[i];
+            u->n = cg_numel(s->p);
+            u->buf1 = s->buf1 ? cg_data(s->buf1) : NULL;
+            u->buf2 = s->buf2 ? cg_data(s->buf2) : NULL;
+            u->wd = (float)s->wd;
+            u->first = s->step == 1;
+            total += u->n;
+            if (c->type == CG_OPTIM_SGD)
                 continue;
-            }
             double t = (double)s->step;
             double bc1 = 1 - pow(c->beta1, t);
             double bc2 = 1 - pow(c->beta2, t);
             double step_size = lr / bc1;
             bool adamw = c->type == CG_OPTIM_ADAMW;
-            float l2 = adamw ? 0.0f : (float)s->wd;
-            float decay = adamw ? (float)(1 - lr * s->wd) : 1.0f;
-            adam_update(p, g[i], cg_data(s->buf1), cg_data(s->buf2), n, l2, decay,
-                        (float)c->beta1, (float)(1 - c->beta1), (float)c->beta2,
-                        (float)(1 - c->beta2), (float)sqrt(bc2), (float)c->eps,
-                        (float)-step_size);
+            u->l2 = adamw ? 0.0f : (float)s->wd;
+            u->decay = adamw ? (float)(1 - lr * s->wd) : 1.0f;
+            u->bc2_sqrt = (float)sqrt(bc2);
+            u->neg_step = (float)-step_size;
         }
+        run_jobs(c, jobs, nj, total);
         o->steps++;
     }
+    free(jobs);
     for (int i = 0; i < o->n; i++)
         cg_release(gc[i]);
     free(gc);
