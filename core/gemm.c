@@ -29,9 +29,11 @@ void bli_cntx_init_haswell(cntx_t *cntx);
 #define MIN_FLOPS_PER_THREAD 5e6
 /* Automatic path: m*n*k at or below this goes to haswell's sup kernels. */
 #define SMALL_MNK (64.0 * 64.0 * 64.0)
-/* Automatic threading: blocks of C are a multiple of this many rows or
- * columns (of the skx and haswell micro-tiles: 32x12 and 6x16). */
-#define CHUNK_UNIT 96
+/* Threading: blocks of C are a multiple of this many rows or columns. Any
+ * cut gives the same bits (every element is one kernel's in-order sum over
+ * k, a partial micro-tile is computed in full and copied out); 16 keeps the
+ * halves of the tiny models' 128-wide products equal (96 made it 96 + 32). */
+#define CHUNK_UNIT 16
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static cntx_t g_cntx_skx;
