@@ -86,15 +86,36 @@ NORM_CLONES static void norm_chunk_bwd(bool rms, int64_t r0, int64_t r1, int64_t
                                        double *cb)
 {
     int64_t Dl = D / LANES * LANES;
+    /* dw/db partials: blocks of 16 columns whose sums stay in registers
+     * over the chunk's rows (rows in order, as before: the same bits) */
+    if (cw || cb)
+        for (int64_t j0 = 0; j0 < D; j0 += 16) {
+            const int64_t wd = D - j0 < 16 ? D - j0 : 16;
+            double aw[16] = {0}, ab[16] = {0};
+            for (int64_t r = r0; r < r1; r++) {
+                const float *xr = xp + r * D + j0, *gr = gp + r * D + j0;
+                double m = mp ? (double)mp[r] : 0.0, rs = rp[r];
+                if (wd == 16)
+                    for (int l = 0; l < 16; l++) {
+                        aw[l] += (double)gr[l] * (((double)xr[l] - m) * rs);
+                        ab[l] += (double)gr[l];
+                    }
+                else
+                    for (int64_t l = 0; l < wd; l++) {
+                        aw[l] += (double)gr[l] * (((double)xr[l] - m) * rs);
+                        ab[l] += (double)gr[l];
+                    }
+            }
+            for (int64_t l = 0; l < wd; l++) {
+                if (cw)
+                    cw[j0 + l] += aw[l];
+                if (cb)
+                    cb[j0 + l] += ab[l];
+            }
+        }
     for (int64_t r = r0; r < r1; r++) {
         const float *xr = xp + r * D, *gr = gp + r * D;
         double m = mp ? (double)mp[r] : 0.0, rs = rp[r];
-        if (cw)
-            for (int64_t j = 0; j < D; j++)
-                cw[j] += (double)gr[j] * (((double)xr[j] - m) * rs);
-        if (cb)
-            for (int64_t j = 0; j < D; j++)
-                cb[j] += (double)gr[j];
         if (!dxp)
             continue;
         double ag[LANES] = {0}, agx[LANES] = {0};

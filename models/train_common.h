@@ -27,19 +27,48 @@ void cg_progress_end(void);
 /* True when stderr is a terminal. */
 bool cg_progress_is_tty(void);
 
-/* Evaluations: (step, train loss, val loss). */
+/* The loss history of a run, kept in the checkpoint so that a resumed run
+ * continues its curve:
+ *  - evaluations: (step, train loss, val loss) at each evaluation;
+ *  - the dense training loss: the mean loss of each block of `every`
+ *    consecutive recorded steps (CG_HISTORY_EVERY at first). When
+ *    CG_HISTORY_DENSE_MAX blocks are kept, adjacent pairs merge and `every`
+ *    doubles, so a long run keeps at most that many points. dstep is the
+ *    mean step number of a block's losses. The block being filled is kept
+ *    as sums (acc_*), so a resumed run gives the same series as an
+ *    uninterrupted one.
+ * A zeroed cg_history is empty and ready to use. */
+#define CG_HISTORY_EVERY 10
+#define CG_HISTORY_DENSE_MAX 2000
+
 typedef struct {
     int n, cap;
     float *step, *train, *val;
+    int dn, dcap;
+    float *dstep, *dloss;
+    int64_t every; /* 0 means CG_HISTORY_EVERY */
+    double acc_loss;
+    int64_t acc_step, acc_n;
 } cg_history;
 
 bool cg_history_push(cg_history *h, int64_t step, double train, double val);
+/* Record the training loss of one optimizer step (the loss of the step that
+ * brought the model to `step`). A non-finite loss is not recorded. */
+bool cg_history_train_step(cg_history *h, int64_t step, double loss);
+/* Steps per point of the dense series. */
+int64_t cg_history_every(const cg_history *h);
 void cg_history_free(cg_history *h);
-/* {"step":[...],"train":[...],"val":[...]} (malloc'd) or NULL. */
+/* {"step":[...],"train":[...],"val":[...],"dense_every":K,"dense_step":[...],
+ *  "dense_loss":[...],"dense_acc":{"loss":"<sum, %.17g>","step":S,"n":N}}
+ * (malloc'd) or NULL. */
 char *cg_history_to_json(const cg_history *h);
-/* Parse what cg_history_to_json wrote into an empty history. */
+/* Parse what cg_history_to_json wrote into an empty history. The dense_*
+ * fields are optional (histories written before them have none); a null
+ * loss value reads as NaN. */
 bool cg_history_from_json(const char *json, cg_history *h);
-/* Loss curve (train and val) as a PNG at path. */
+/* Loss curve as a PNG at path: the dense training loss as a thin line (with
+ * the evaluations' train loss before its first point, for histories that
+ * began without it) and the validation loss as a line with markers. */
 bool cg_history_plot(const cg_history *h, const char *path, const char *title);
 
 /* "<path without .safetensors>.loss.png" (malloc'd). */
