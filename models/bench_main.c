@@ -12,7 +12,9 @@
  *   step_ms_median, tokens_per_s (tokens_per_step / median), params,
  *   peak_rss_mb (getrusage ru_maxrss, MiB), mfu, plus flops_per_step,
  *   gemm_gflops, cpu_ms_median (process CPU time per step: a load-robust
- *   measure on a shared machine) and final_loss (thread counts must agree).
+ *   measure on a shared machine), final_loss (thread counts must agree), and
+ *   rss_mb_step10 / rss_mb_last: the resident set after the 10th step and
+ *   after the last (flat memory: the two agree).
  *
  * MFU = model FLOPs per second / the sgemm rate measured at start-up
  * (1024^3, same thread count, best of 5). Model FLOPs per step follow the
@@ -86,6 +88,18 @@ static bool parse_long(const char *s, long lo, long hi, long *out)
         return false;
     *out = v;
     return true;
+}
+
+/* Resident set size now, in MiB (/proc/self/statm), or NAN. */
+static double rss_now_mb(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    long pages_total = 0, pages_res = 0;
+    bool ok = f && fscanf(f, "%ld %ld", &pages_total, &pages_res) == 2;
+    if (f)
+        fclose(f);
+    long psz = sysconf(_SC_PAGESIZE);
+    return ok && psz > 0 ? (double)pages_res * (double)psz / (1024.0 * 1024.0) : NAN;
 }
 
 /* sgemm rate (GFLOP/s) of a 1024^3 product on the active path, best of 5. */
@@ -292,6 +306,7 @@ int main(int argc, char **argv)
     double *times = malloc((size_t)steps * sizeof(double));
     double *cpu = malloc((size_t)steps * sizeof(double)); /* process CPU time per step */
     float last_loss = NAN;
+    double rss10 = NAN; /* RSS after the 10th step (warm-up included) */
     for (long i = 0; i < warmup + steps; i++) {
         int b = (int)(i % NB);
         double t0 = now_s(), c0 = cpu_s();
@@ -311,6 +326,8 @@ int main(int argc, char **argv)
             return 1;
         }
         double dt = now_s() - t0;
+        if (i == 9)
+            rss10 = rss_now_mb();
         if (i >= warmup) {
             times[i - warmup] = dt;
             cpu[i - warmup] = cpu_s() - c0;
@@ -331,11 +348,12 @@ int main(int argc, char **argv)
            "\"step_ms_median\": %.3f, \"tokens_per_s\": %.1f, \"params\": %lld, "
            "\"peak_rss_mb\": %.1f, \"mfu\": %.4f, \"flops_per_step\": %.4g, "
            "\"gemm_gflops\": %.1f, \"gemm_path\": \"%s\", \"T\": %lld, \"d\": %lld, "
-           "\"cpu_ms_median\": %.3f, \"final_loss\": %.9g}\n",
+           "\"cpu_ms_median\": %.3f, \"final_loss\": %.9g, \"rss_mb_step10\": %.1f, "
+           "\"rss_mb_last\": %.1f}\n",
            model_name, preset_name, threads, (long long)tokens, med * 1e3,
            (double)tokens / med, (long long)n_params, (double)ru.ru_maxrss / 1024.0, mfu,
            flops_step, peak_gflops, cg_gemm_path_name(cg_gemm_active_path()), (long long)T,
-           (long long)p.d, cmed * 1e3, (double)last_loss);
+           (long long)p.d, cmed * 1e3, (double)last_loss, rss10, rss_now_mb());
 
     for (int b = 0; b < NB; b++)
         free(src[b]), free(tin[b]), free(tout[b]);
