@@ -1,11 +1,12 @@
 /* libFuzzer target: the char-LM checkpoint loader (models/checkpoint.h):
  * safetensors parsing, the "config" JSON, the "vocab" JSON, the step, the
  * model parameters, then the AdamW state (cg_optim_load) and the "train"
- * metadata, as `charlm train --resume` uses them.
+ * metadata with its loss history, as `charlm train --resume` uses them.
  *
  * The loader takes a path, so the input is put in an in-memory file
  * (memfd) and opened through /proc/self/fd. A checkpoint that loads must
  * run a forward pass on a one-token batch when the model is small. */
+#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,7 @@
 #include "core/error.h"
 #include "fuzz/fuzz.h"
 #include "models/checkpoint.h"
+#include "models/train_common.h"
 
 static int mem_path(const uint8_t *data, size_t size, char *path, size_t cap)
 {
@@ -65,8 +67,30 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (!cg_optim_load(o, ck.file, "optim"))
         CG_FUZZ_CHECK(cg_last_error()[0] != '\0');
     const char *tj = cg_charlm_ckpt_train_json(&ck);
-    if (tj)
+    if (tj) {
         CG_FUZZ_CHECK(strlen(tj) < size);
+        /* the loss history: loads, or fails with a message; what loads
+         * writes back as JSON that loads to the same history */
+        cJSON *tjo = cJSON_Parse(tj);
+        const cJSON *hist = cJSON_GetObjectItemCaseSensitive(tjo, "history");
+        char *hj = hist ? cJSON_PrintUnformatted(hist) : NULL;
+        if (hj) {
+            cg_history h = {0}, h2 = {0};
+            cg_clear_error();
+            if (cg_history_from_json(hj, &h)) {
+                CG_FUZZ_CHECK(h.dn < CG_HISTORY_DENSE_MAX && h.acc_n < cg_history_every(&h));
+                char *j = cg_history_to_json(&h);
+                CG_FUZZ_CHECK(j && cg_history_from_json(j, &h2) && h2.n == h.n && h2.dn == h.dn);
+                free(j);
+            } else {
+                CG_FUZZ_CHECK(cg_last_error()[0] != '\0');
+            }
+            cg_history_free(&h);
+            cg_history_free(&h2);
+            free(hj);
+        }
+        cJSON_Delete(tjo);
+    }
 
     /* a small model must run */
     if (cg_module_num_params(CG_MODULE(ck.model)) <= 100000 && ck.model->cfg.d <= 256) {

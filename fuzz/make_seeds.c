@@ -57,7 +57,13 @@ static int ckpt(const char *dir, const char *name, cg_norm_kind norm, bool pre, 
     char path[4096];
     snprintf(path, sizeof path, "%s/checkpoint/%s", dir, name);
     bool ok = cg_charlm_ckpt_save(path, m, v, o, with_optim ? 1 : 0,
-                                  with_optim ? "{\"rng\": [1, 2], \"best_val\": 2.5}" : NULL);
+                                  with_optim ? "{\"rng\": [1, 2], \"best_val\": 2.5, \"history\": "
+                                               "{\"step\":[0,10],\"train\":[3.5,2.5],"
+                                               "\"val\":[3.5,null],\"dense_every\":10,"
+                                               "\"dense_step\":[5.5,15.5],"
+                                               "\"dense_loss\":[3.2,2.4],\"dense_acc\":"
+                                               "{\"loss\":\"4.5\",\"step\":43,\"n\":2}}}"
+                                             : NULL);
     cg_optim_free(o);
     cg_param_list_free(&pl);
     cg_charlm_free(m);

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/error.h"
 #include "models/charlm.h"
@@ -175,7 +176,9 @@ static const char *TRAIN_HELP =
     "  --out FILE         checkpoint (default " DEFAULT_OUT
     "; the loss curve is written\n"
     "                     beside it as FILE.loss.png)\n"
-    "  --resume FILE      continue a run from its checkpoint, exactly\n"
+    "  --resume FILE      continue a run from its checkpoint, exactly (--out\n"
+    "                     defaults to FILE)\n"
+    "  --force            overwrite an existing --out (refused otherwise)\n"
     "  --stop-at N        save and stop after step N (as if interrupted)\n"
     "  --skip-nonfinite   skip a step whose loss or gradient is NaN/Inf (with a\n"
     "                     warning) instead of stopping\n"
@@ -286,7 +289,7 @@ static bool save_all(const char *out, const cg_charlm *m, const cg_vocab *v, con
     }
     bool ok = cg_charlm_ckpt_save(out, m, v, o, step, tj);
     free(tj);
-    if (ok && h->n > 0) {
+    if (ok && (h->n > 0 || h->dn > 0)) {
         char *png = cg_loss_png_path(out);
         if (png && !cg_history_plot(h, png, "charlm loss"))
             warn("could not write the loss curve: %s", cg_last_error());
@@ -301,7 +304,7 @@ static int cmd_train(int argc, char **argv)
                *resume = NULL;
     int64_t d = 0, H = 0, layers = 0, d_ff = 0, T = 0, B = 0, steps = 2000, threads = 0,
             eval_every = 250, stop_at = -1, skipped = 0;
-    bool skip_nonfinite = false;
+    bool skip_nonfinite = false, force = false;
     double lr = 1e-3, dropout = 0;
     uint64_t seed = 1;
     bool norm_first = true;
@@ -329,6 +332,7 @@ static int cmd_train(int argc, char **argv)
         {"--threads", CG_CLI_I64, &threads, 1, 1024, NULL},
         {"--out", CG_CLI_STR, &out, 0, 0, NULL},
         {"--resume", CG_CLI_STR, &resume, 0, 0, NULL},
+        {"--force", CG_CLI_SWITCH, &force, 0, 0, NULL},
         {"--eval-every", CG_CLI_I64, &eval_every, 1, big, &s_eval},
         {"--stop-at", CG_CLI_I64, &stop_at, 0, big, NULL},
         {"--skip-nonfinite", CG_CLI_SWITCH, &skip_nonfinite, 0, 0, NULL},
@@ -342,6 +346,14 @@ static int cmd_train(int argc, char **argv)
     }
     if (threads > 0)
         cg_set_num_threads((int)threads);
+    if (!out)
+        out = resume ? resume : DEFAULT_OUT;
+    /* never overwrite a checkpoint by accident (rank 0 alone writes) */
+    if (cg_dist_is_root() && access(out, F_OK) == 0 && !force &&
+        !(resume && strcmp(out, resume) == 0))
+        return fail("checkpoint %s exists; continue it with --resume %s, or pass --force to "
+                    "overwrite it",
+                    out, out);
 
     cg_charlm *model = NULL;
     cg_vocab *vocab = NULL;
@@ -388,8 +400,6 @@ static int cmd_train(int argc, char **argv)
             data = data_copy;
         st.data = data;
         T = model->cfg.max_len;
-        if (!out)
-            out = resume;
         if (start >= st.steps) {
             rc = fail("train: '%s' is already at step %lld of %lld; pass a larger --steps", resume,
                       (long long)start, (long long)st.steps);
@@ -426,8 +436,6 @@ static int cmd_train(int argc, char **argv)
         }
         if (!data)
             data = DEFAULT_DATA;
-        if (!out)
-            out = DEFAULT_OUT;
         int64_t n;
         uint32_t *cps = read_corpus(data, &n);
         if (!cps) {
@@ -655,6 +663,10 @@ static int cmd_train(int argc, char **argv)
         }
         if (!cg_optim_step(opt)) {
             rc = fail("step %lld: optimizer: %s", (long long)step, cg_last_error());
+            goto done;
+        }
+        if (!cg_history_train_step(&hist, step + 1, last_loss)) {
+            rc = fail_lib();
             goto done;
         }
         elapsed += cg_now() - t0;

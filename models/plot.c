@@ -755,6 +755,7 @@ bool cg_plot_lines(const char *path, const cg_plot_opts *opts, int n_series,
         uint32_t col = S->color ? (S->color & 0xFFFFFF)
                                 : PALETTE[auto_color++ % (int)(sizeof PALETTE / sizeof *PALETTE)];
         colors[s] = col;
+        double lw = S->width > 0 ? S->width : 1.8;
         bool have = false, drawn_seg = false;
         double lx = 0, ly = 0;
         int run = 0;
@@ -769,7 +770,7 @@ bool cg_plot_lines(const char *path, const cg_plot_opts *opts, int n_series,
             if (ok) {
                 double X = MAPX(x), Y = MAPY(y);
                 if (have) {
-                    draw_line(&c, lx, ly, X, Y, 1.8, col);
+                    draw_line(&c, lx, ly, X, Y, lw, col);
                     drawn_seg = true;
                 }
                 lx = X;
@@ -777,12 +778,17 @@ bool cg_plot_lines(const char *path, const cg_plot_opts *opts, int n_series,
                 have = true;
                 run++;
             } else {
-                if (have && run == 1 && !drawn_seg) /* an isolated point: a dot */
-                    draw_line(&c, lx, ly, lx, ly, 4.0, col);
+                if (have && run == 1 && !drawn_seg && !(S->marker > 0)) /* an isolated point: a dot */
+                    draw_line(&c, lx, ly, lx, ly, lw + 2.2, col);
                 have = false;
                 drawn_seg = false;
                 run = 0;
             }
+        }
+        for (int i = 0; S->marker > 0 && i < S->n; i++) {
+            double x = series_x(S, i), y = S->y[i];
+            if (isfinite(x) && isfinite(y) && (!logy || y > 0))
+                draw_line(&c, MAPX(x), MAPY(y), MAPX(x), MAPY(y), S->marker, col);
         }
     }
     clip_reset(&c);
@@ -829,7 +835,10 @@ bool cg_plot_lines(const char *path, const cg_plot_opts *opts, int n_series,
             if (!series[s].name || !*series[s].name)
                 continue;
             int y = by0 + 8 + row * lh;
-            draw_line(&c, bx0 + 10, y + 4.5, bx0 + 34, y + 4.5, 2.2, colors[s]);
+            draw_line(&c, bx0 + 10, y + 4.5, bx0 + 34, y + 4.5,
+                      series[s].width > 0 ? series[s].width + 0.4 : 2.2, colors[s]);
+            if (series[s].marker > 0)
+                draw_line(&c, bx0 + 22, y + 4.5, bx0 + 22, y + 4.5, series[s].marker, colors[s]);
             draw_text(&c, bx0 + 40, y + 1, series[s].name, 1, GREY_TEXT, 0);
             row++;
         }

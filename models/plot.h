@@ -19,13 +19,17 @@ extern "C" {
 /* One line of a chart. x may be NULL (then x = 0, 1, ..., n-1). Points with
  * a non-finite coordinate (or y <= 0 on a log axis) are skipped and break the
  * line. color is 0xRRGGBB, or 0 for the next colour of the built-in palette.
- * name (UTF-8) appears in the legend; NULL or "" leaves the series out. */
+ * name (UTF-8) appears in the legend; NULL or "" leaves the series out.
+ * width is the line width in pixels (0: 1.8); marker > 0 also draws a dot of
+ * that diameter at every point. */
 typedef struct {
     const char *name;
     const float *x;
     const float *y;
     int n;
     uint32_t color;
+    float width;
+    float marker;
 } cg_plot_series;
 
 enum { CG_PLOT_Y_AUTO = 0, CG_PLOT_Y_LINEAR = 1, CG_PLOT_Y_LOG = 2 };

@@ -430,6 +430,8 @@ static const char TRAIN_HELP[] =
     "                       the checkpoint's target)\n"
     "  --stop-at N          save and stop after step N (as if interrupted)\n"
     "  --force              overwrite an existing --out (refused otherwise)\n"
+    "  --skip-nonfinite     skip a step whose loss or gradient is NaN/Inf (with a\n"
+    "                       warning) instead of stopping\n"
     "  --eval-every N       validate and checkpoint every N steps (default 500)\n"
     "  --log-every N        progress line every N steps (default 250)\n"
     "  --valid-size N       validation pairs (default 500)\n"
@@ -451,7 +453,7 @@ typedef struct {
     int64_t valid_size, test_size, test_limit, beam, examples;
     uint64_t seed;
     double factor, alpha;
-    bool resume, force;
+    bool resume, force, skip_nonfinite;
 } train_opts;
 
 
@@ -530,6 +532,7 @@ static int cmd_train(int argc, char **argv)
         {"--resume", CG_CLI_STR, &o.resume_from, 0, 0, NULL},
         {"--stop-at", CG_CLI_I64, &o.stop_at, 1, 1e9, NULL},
         {"--force", CG_CLI_SWITCH, &o.force, 0, 0, NULL},
+        {"--skip-nonfinite", CG_CLI_SWITCH, &o.skip_nonfinite, 0, 0, NULL},
         {"--eval-every", CG_CLI_I64, &o.eval_every, 1, 1e9, NULL},
         {"--log-every", CG_CLI_I64, &o.log_every, 1, 1e9, NULL},
         {"--valid-size", CG_CLI_I64, &o.valid_size, 1, 1e9, NULL},
@@ -712,6 +715,7 @@ static int cmd_train(int argc, char **argv)
     char *png = cg_loss_png_path(o.ckpt);
     cg_train_catch_signals();
     const int64_t start_step = step;
+    int64_t skipped = 0;
     double tok_window = 0, time_window = 0, tok_total = 0;
     bool interrupted = false;
 
@@ -723,6 +727,12 @@ static int cmd_train(int argc, char **argv)
             (!tj_ || !ckpt_save(o.ckpt, model, &vocab, opt, step, tj_)))                       \
             die("saving %s: %s", o.ckpt, cg_last_error());                                     \
         free(tj_);                                                                             \
+    } while (0)
+#define PLOT_LOSS()                                                                            \
+    do {                                                                                       \
+        if (png && cg_dist_is_root() &&                                                        \
+            !cg_history_plot(&hist, png, "seq2seq: label-smoothed loss"))                      \
+            fprintf(stderr, PROG ": warning: loss curve: %s\n", cg_last_error());              \
     } while (0)
 
     while (step < o.steps) {
@@ -756,25 +766,48 @@ static int cmd_train(int argc, char **argv)
         if (!loss)
             die_lib("forward");
         double lv = cg_item(loss);
-        if (!isfinite(lv))
-            die("loss is %f at step %lld; stopping (the checkpoint %s is left as it was)", lv,
-                (long long)step, o.ckpt);
         cg_optim_zero_grad(opt);
-        if (!cg_backward(loss, NULL, false))
+        bool back_ok = cg_backward(loss, NULL, false);
+        cg_release(loss);
+        if (!isfinite(lv) && !o.skip_nonfinite) {
+            char culprit[400] = "";
+            if (back_ok && !cg_optim_grads_finite(opt, NULL))
+                snprintf(culprit, sizeof culprit, " (%s)", cg_last_error());
+            die("loss is %s at step %lld%s; stopping (the checkpoint %s is left as it was)",
+                isnan(lv) ? "nan" : "inf", (long long)step, culprit, o.ckpt);
+        }
+        if (!back_ok)
             die_lib("backward");
+        /* loss and gradients of the batch, over every rank: from here on
+         * every rank takes the same decisions */
         double lsum[2] = {lv * (double)bt.n_tokens, (double)bt.n_tokens};
         if (!cg_dist_allreduce_sum(lsum, 2) ||
             !cg_dist_average_grads(CG_MODULE(model), (double)bt.n_tokens))
             die_lib("averaging gradients");
         lv = lsum[0] / lsum[1];
-        cg_release(loss);
-        if (cg_optim_clip_grad_norm(opt, 1.0) < 0)
+        double norm_total = cg_optim_clip_grad_norm(opt, 1.0);
+        if (norm_total < 0)
             die_lib("clip");
-        if (!cg_optim_grads_finite(opt, NULL))
-            die("step %lld: %s (the checkpoint %s is left as it was)", (long long)step,
+        bool skip = false;
+        if (o.skip_nonfinite && (!isfinite(lv) || !isfinite(norm_total))) {
+            if (cg_optim_grads_finite(opt, NULL))
+                cg_set_error("gradient norm is not finite");
+            cg_progress_end();
+            fprintf(stderr, PROG ": warning: skipping step %lld: loss %g, %s\n", (long long)step,
+                    lv, cg_last_error());
+            cg_optim_zero_grad(opt);
+            skipped++;
+            skip = true;
+        } else if (!isfinite(norm_total)) {
+            if (cg_optim_grads_finite(opt, NULL))
+                cg_set_error("gradient norm is not finite");
+            die("step %lld: %s; stopping (the checkpoint %s is left as it was)", (long long)step,
                 cg_last_error(), o.ckpt);
-        if (!cg_optim_step(opt))
+        }
+        if (!skip && !cg_optim_step(opt))
             die_lib("optimizer step");
+        if (!skip && !cg_history_train_step(&hist, step, lv))
+            die_lib(NULL);
         double dt = cg_now() - t0;
         elapsed += dt;
         int64_t ntok = bt.n_tokens;
@@ -787,15 +820,16 @@ static int cmd_train(int argc, char **argv)
         tok_total += (double)ntok;
         time_window += dt;
         cg_batch_free(&bt);
-        if (n_recent == 250) {
+        if (n_recent == 250 && !skip) {
             memmove(recent, recent + 1, 249 * sizeof *recent);
             n_recent--;
         }
-        recent[n_recent++] = lv;
+        if (!skip)
+            recent[n_recent++] = lv;
         double mean = 0;
         for (int i = 0; i < n_recent; i++)
             mean += recent[i];
-        mean /= n_recent;
+        mean = n_recent ? mean / n_recent : NAN;
         if (step % o.log_every == 0 || step == o.steps) {
             double tps = time_window > 0 ? tok_window / time_window : 0;
             double per_step = time_window / (double)(step - start_step > o.log_every
@@ -812,13 +846,17 @@ static int cmd_train(int argc, char **argv)
                     (long long)step, (long long)epoch, vls, vnll);
             cg_history_push(&hist, step, mean, vls);
             SAVE_CKPT();
-            if (png && cg_dist_is_root() &&
-                !cg_history_plot(&hist, png, "seq2seq: label-smoothed loss"))
-                fprintf(stderr, PROG ": warning: loss curve: %s\n", cg_last_error());
+            PLOT_LOSS();
         }
+    }
+    if (skipped > 0) {
+        cg_progress_end();
+        fprintf(stderr, PROG ": %lld step(s) skipped (non-finite loss or gradient)\n",
+                (long long)skipped);
     }
     if (interrupted) {
         SAVE_CKPT();
+        PLOT_LOSS();
         cg_progress_end();
         fprintf(stderr, PROG ": stopped at step %lld; checkpoint saved to '%s' (continue with "
                         "--resume %s)\n",

@@ -100,12 +100,79 @@ bool cg_history_push(cg_history *h, int64_t step, double train, double val)
     return true;
 }
 
+int64_t cg_history_every(const cg_history *h) { return h->every > 0 ? h->every : CG_HISTORY_EVERY; }
+
+/* Append one point to the dense series; at CG_HISTORY_DENSE_MAX points,
+ * merge adjacent pairs and double `every`. */
+static bool dense_append(cg_history *h, double step, double loss)
+{
+    if (h->dn == h->dcap) {
+        int cap = h->dcap ? 2 * h->dcap : 64;
+        if (cap > CG_HISTORY_DENSE_MAX)
+            cap = CG_HISTORY_DENSE_MAX;
+        float *s = realloc(h->dstep, (size_t)cap * sizeof *s);
+        if (s) h->dstep = s;
+        float *l = realloc(h->dloss, (size_t)cap * sizeof *l);
+        if (l) h->dloss = l;
+        if (!s || !l) {
+            cg_set_error("out of memory");
+            return false;
+        }
+        h->dcap = cap;
+    }
+    h->dstep[h->dn] = (float)step;
+    h->dloss[h->dn] = (float)loss;
+    h->dn++;
+    if (h->dn == CG_HISTORY_DENSE_MAX) { /* even: every point pairs up */
+        int m = h->dn / 2;
+        for (int i = 0; i < m; i++) {
+            h->dstep[i] = (float)(0.5 * ((double)h->dstep[2 * i] + (double)h->dstep[2 * i + 1]));
+            h->dloss[i] = (float)(0.5 * ((double)h->dloss[2 * i] + (double)h->dloss[2 * i + 1]));
+        }
+        h->dn = m;
+        h->every = 2 * cg_history_every(h);
+    }
+    return true;
+}
+
+bool cg_history_train_step(cg_history *h, int64_t step, double loss)
+{
+    if (!isfinite(loss))
+        return true;
+    h->every = cg_history_every(h);
+    h->acc_loss += loss;
+    h->acc_step += step;
+    h->acc_n++;
+    if (h->acc_n < h->every)
+        return true;
+    double n = (double)h->acc_n;
+    bool ok = dense_append(h, (double)h->acc_step / n, h->acc_loss / n);
+    h->acc_loss = 0;
+    h->acc_step = h->acc_n = 0;
+    return ok;
+}
+
 void cg_history_free(cg_history *h)
 {
     free(h->step);
     free(h->train);
     free(h->val);
+    free(h->dstep);
+    free(h->dloss);
     memset(h, 0, sizeof *h);
+}
+
+/* cJSON prints NaN and Inf as null; read them back as NaN */
+static bool json_loss(const cJSON *x, double *out)
+{
+    if (cJSON_IsNull(x)) {
+        *out = NAN;
+        return true;
+    }
+    if (!cJSON_IsNumber(x))
+        return false;
+    *out = x->valuedouble;
+    return true;
 }
 
 char *cg_history_to_json(const cg_history *h)
@@ -114,16 +181,69 @@ char *cg_history_to_json(const cg_history *h)
     cJSON *s = cJSON_AddArrayToObject(o, "step");
     cJSON *t = cJSON_AddArrayToObject(o, "train");
     cJSON *v = cJSON_AddArrayToObject(o, "val");
-    for (int i = 0; s && t && v && i < h->n; i++) {
+    bool ok = s && t && v;
+    for (int i = 0; ok && i < h->n; i++) {
         cJSON_AddItemToArray(s, cJSON_CreateNumber(h->step[i]));
         cJSON_AddItemToArray(t, cJSON_CreateNumber(h->train[i]));
         cJSON_AddItemToArray(v, cJSON_CreateNumber(h->val[i]));
     }
-    char *out = o ? cJSON_PrintUnformatted(o) : NULL;
+    ok = ok && cJSON_AddNumberToObject(o, "dense_every", (double)cg_history_every(h));
+    cJSON *ds = ok ? cJSON_AddArrayToObject(o, "dense_step") : NULL;
+    cJSON *dl = ok ? cJSON_AddArrayToObject(o, "dense_loss") : NULL;
+    ok = ds && dl;
+    for (int i = 0; ok && i < h->dn; i++) {
+        cJSON_AddItemToArray(ds, cJSON_CreateNumber(h->dstep[i]));
+        cJSON_AddItemToArray(dl, cJSON_CreateNumber(h->dloss[i]));
+    }
+    /* the sum of losses as a string: exact through any number of cJSON
+     * parse/print rounds (cJSON may print a double with 15 digits) */
+    cJSON *acc = ok ? cJSON_AddObjectToObject(o, "dense_acc") : NULL;
+    char buf[40];
+    snprintf(buf, sizeof buf, "%.17g", h->acc_loss);
+    ok = acc && cJSON_AddStringToObject(acc, "loss", buf) &&
+         cJSON_AddNumberToObject(acc, "step", (double)h->acc_step) &&
+         cJSON_AddNumberToObject(acc, "n", (double)h->acc_n);
+    char *out = ok ? cJSON_PrintUnformatted(o) : NULL;
     cJSON_Delete(o);
     if (!out)
         cg_set_error("out of memory");
     return out;
+}
+
+static bool dense_from_json(const cJSON *o, cg_history *h)
+{
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(o, "dense_every");
+    const cJSON *s = cJSON_GetObjectItemCaseSensitive(o, "dense_step");
+    const cJSON *l = cJSON_GetObjectItemCaseSensitive(o, "dense_loss");
+    const cJSON *acc = cJSON_GetObjectItemCaseSensitive(o, "dense_acc");
+    if (!e && !s && !l && !acc)
+        return true; /* written before the dense series existed */
+    if (!cJSON_IsNumber(e) || !(e->valuedouble >= 1 && e->valuedouble <= 1e15) ||
+        e->valuedouble != floor(e->valuedouble) || !cJSON_IsArray(s) || !cJSON_IsArray(l) ||
+        cJSON_GetArraySize(s) != cJSON_GetArraySize(l) ||
+        cJSON_GetArraySize(s) >= CG_HISTORY_DENSE_MAX || !cJSON_IsObject(acc))
+        return false;
+    h->every = (int64_t)e->valuedouble;
+    for (int i = 0; i < cJSON_GetArraySize(s); i++) {
+        const cJSON *a = cJSON_GetArrayItem(s, i);
+        double y;
+        if (!cJSON_IsNumber(a) || !json_loss(cJSON_GetArrayItem(l, i), &y) ||
+            !dense_append(h, a->valuedouble, y))
+            return false;
+    }
+    const cJSON *al = cJSON_GetObjectItemCaseSensitive(acc, "loss");
+    const cJSON *as = cJSON_GetObjectItemCaseSensitive(acc, "step");
+    const cJSON *an = cJSON_GetObjectItemCaseSensitive(acc, "n");
+    if (!cJSON_IsString(al) || !cJSON_IsNumber(as) || !cJSON_IsNumber(an))
+        return false;
+    char *end;
+    h->acc_loss = strtod(al->valuestring, &end);
+    if (end == al->valuestring || *end || !(fabs(as->valuedouble) <= 9e15) ||
+        !(an->valuedouble >= 0 && an->valuedouble < (double)h->every))
+        return false;
+    h->acc_step = (int64_t)as->valuedouble;
+    h->acc_n = (int64_t)an->valuedouble;
+    return true;
 }
 
 bool cg_history_from_json(const char *json, cg_history *h)
@@ -136,11 +256,13 @@ bool cg_history_from_json(const char *json, cg_history *h)
               cJSON_GetArraySize(s) == cJSON_GetArraySize(t) &&
               cJSON_GetArraySize(s) == cJSON_GetArraySize(v);
     for (int i = 0; ok && i < cJSON_GetArraySize(s); i++) {
-        cJSON *a = cJSON_GetArrayItem(s, i), *b = cJSON_GetArrayItem(t, i),
-              *c = cJSON_GetArrayItem(v, i);
-        ok = cJSON_IsNumber(a) && cJSON_IsNumber(b) && cJSON_IsNumber(c) &&
-             cg_history_push(h, (int64_t)a->valuedouble, b->valuedouble, c->valuedouble);
+        cJSON *a = cJSON_GetArrayItem(s, i);
+        double b, c;
+        ok = cJSON_IsNumber(a) && json_loss(cJSON_GetArrayItem(t, i), &b) &&
+             json_loss(cJSON_GetArrayItem(v, i), &c) &&
+             cg_history_push(h, (int64_t)a->valuedouble, b, c);
     }
+    ok = ok && dense_from_json(o, h);
     cJSON_Delete(o);
     if (!ok)
         cg_set_error("malformed loss history in checkpoint");
@@ -149,11 +271,41 @@ bool cg_history_from_json(const char *json, cg_history *h)
 
 bool cg_history_plot(const cg_history *h, const char *path, const char *title)
 {
+    /* the training line: evaluations before the first dense point (a history
+     * begun without the dense series), the dense points, the block being
+     * filled */
+    double first = h->dn > 0 ? h->dstep[0] : h->acc_n > 0 ? (double)h->acc_step / (double)h->acc_n
+                                                          : INFINITY;
+    int cap = h->n + h->dn + 1, k = 0;
+    float *x = malloc((size_t)cap * sizeof *x), *y = malloc((size_t)cap * sizeof *y);
+    if (!x || !y) {
+        free(x);
+        free(y);
+        cg_set_error("out of memory");
+        return false;
+    }
+    for (int i = 0; i < h->n && h->step[i] < first; i++, k++)
+        x[k] = h->step[i], y[k] = h->train[i];
+    for (int i = 0; i < h->dn; i++, k++)
+        x[k] = h->dstep[i], y[k] = h->dloss[i];
+    if (h->acc_n > 0) {
+        x[k] = (float)((double)h->acc_step / (double)h->acc_n);
+        y[k++] = (float)(h->acc_loss / (double)h->acc_n);
+    }
+    char name[64];
+    if (h->dn > 0 || h->acc_n > 0)
+        snprintf(name, sizeof name, "train (mean of %lld steps)", (long long)cg_history_every(h));
+    else
+        snprintf(name, sizeof name, "train");
     cg_plot_series s[2] = {
-        {.name = "train", .x = h->step, .y = h->train, .n = h->n, .color = 0},
-        {.name = "val", .x = h->step, .y = h->val, .n = h->n, .color = 0},
+        {.name = name, .x = x, .y = y, .n = k, .color = 0x7DA7E0, .width = 1.0f},
+        {.name = "validation", .x = h->step, .y = h->val, .n = h->n, .color = 0xD9480F,
+         .width = 2.0f, .marker = 6.0f},
     };
-    return cg_plot_loss_curve(path, title, 2, s);
+    bool ok = cg_plot_loss_curve(path, title, 2, s);
+    free(x);
+    free(y);
+    return ok;
 }
 
 char *cg_loss_png_path(const char *ckpt_path)

@@ -12,8 +12,9 @@ scripts/prepare_data.sh
 [ -d build ] || meson setup build
 ninja -C build
 threads=${THREADS:-$(nproc)}
+# --force: a rerun trains afresh over the checkpoint of the last run
 build/models/charlm train --preset tiny --steps "$steps" --seed 1 --threads "$threads" \
-    --out out/charlm.safetensors
+    --out out/charlm.safetensors --force
 echo "--- sample ---"
 build/models/charlm sample --ckpt out/charlm.safetensors --prompt "Call me" --length 300 \
     --top-k 5 --seed 1 --threads "$threads"

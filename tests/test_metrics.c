@@ -399,7 +399,7 @@ START_TEST(test_loss_curve_png)
         vy[i] = 1.5f + 3.0f * expf(-(float)i / 2.0f);
     }
     y[200] = NAN; /* skipped, breaks the line */
-    cg_plot_series s[2] = {{"train", x, y, N, 0xFF0000}, {"valid", vx, vy, 10, 0}};
+    cg_plot_series s[2] = {{"train", x, y, N, 0xFF0000, 0, 0}, {"valid", vx, vy, 10, 0, 0, 0}};
     cg_clear_error();
     ck_assert_msg(cg_plot_loss_curve(path, "Loss \xc3\x9c", 2, s), "%s", cg_last_error());
     ck_assert_int_eq(dir_entries(), 1);
@@ -421,12 +421,34 @@ START_TEST(test_loss_curve_png)
 
     /* overwriting works, and x = NULL means 0..n-1; explicit log axis */
     cg_plot_opts o = {"log", "x", "y", CG_PLOT_Y_LOG, 400, 300};
-    cg_plot_series s2 = {NULL, NULL, y, N, 0x00AA00};
+    cg_plot_series s2 = {NULL, NULL, y, N, 0x00AA00, 0, 0};
     ck_assert_msg(cg_plot_lines(path, &o, 1, &s2), "%s", cg_last_error());
     im = read_png(path);
     ck_assert_int_eq(im.w, 400);
     ck_assert_int_eq(im.h, 300);
     ck_assert_int_gt(count_color(&im, 0x00AA00), 100);
+    free(im.rgb);
+    ck_assert_int_eq(dir_entries(), 1);
+
+    /* markers: a dot of diameter 9 at each of 5 points over a thin line
+     * (the legend shows one more) */
+    float mx[5] = {0, 100, 200, 300, 400}, my[5] = {4, 3, 2.5f, 2.2f, 2};
+    cg_plot_series m[2] = {{"thin", x, y, N, 0x00AA00, 0.8f, 0},
+                           {"marked", mx, my, 5, 0xAA00AA, 1.0f, 0}};
+    ck_assert(cg_plot_loss_curve(path, NULL, 2, m));
+    im = read_png(path);
+    int plain = count_color(&im, 0xAA00AA), thin = count_color(&im, 0x00AA00);
+    free(im.rgb);
+    m[1].marker = 9.0f;
+    ck_assert(cg_plot_loss_curve(path, NULL, 2, m));
+    im = read_png(path);
+    int marked = count_color(&im, 0xAA00AA);
+    free(im.rgb);
+    ck_assert_msg(marked > plain + 6 * 40, "marked %d, plain %d", marked, plain);
+    m[0].width = 3.0f; /* a wider line covers more pixels in full */
+    ck_assert(cg_plot_loss_curve(path, NULL, 2, m));
+    im = read_png(path);
+    ck_assert_int_gt(count_color(&im, 0x00AA00), thin + 500);
     free(im.rgb);
     ck_assert_int_eq(dir_entries(), 1);
 }
@@ -462,8 +484,8 @@ START_TEST(test_plot_bad_input)
     char path[512];
     snprintf(path, sizeof path, "%s/x.png", plot_dir);
     float y[3] = {1, 2, 3}, v[1] = {0};
-    cg_plot_series s = {"s", NULL, y, 3, 0};
-    cg_plot_series bad = {"s", NULL, NULL, 3, 0};
+    cg_plot_series s = {"s", NULL, y, 3, 0, 0, 0};
+    cg_plot_series bad = {"s", NULL, NULL, 3, 0, 0, 0};
     cg_clear_error();
     ck_assert(!cg_plot_loss_curve(NULL, "t", 1, &s));
     ck_assert(cg_has_error());
@@ -474,7 +496,7 @@ START_TEST(test_plot_bad_input)
     ck_assert(strstr(cg_last_error(), "series 0") != NULL);
     cg_clear_error();
     float neg[2] = {-1, 0};
-    cg_plot_series sn = {"n", NULL, neg, 2, 0};
+    cg_plot_series sn = {"n", NULL, neg, 2, 0, 0, 0};
     cg_plot_opts o = {NULL, NULL, NULL, CG_PLOT_Y_LOG, 0, 0};
     ck_assert(!cg_plot_lines(path, &o, 1, &sn));
     ck_assert(strstr(cg_last_error(), "log") != NULL);

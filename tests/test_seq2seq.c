@@ -2,6 +2,7 @@
  * (greedy, beam) on a tiny model trained to overfit, and the seq2seq
  * program's command line (run as a child process). */
 #include <check.h>
+#include <cjson/cJSON.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -15,6 +16,8 @@
 #include "models/beam.h"
 #include "models/pairs.h"
 #include "models/seq2seq.h"
+#include "models/train_common.h"
+#include "nn/safetensors.h"
 #include "optim/optim.h"
 #include "testutil.h"
 
@@ -453,6 +456,19 @@ static int count_lines(const char *s)
     return n;
 }
 
+/* The loss history kept in a training checkpoint, as JSON (malloc'd). */
+static char *ckpt_history(const char *path)
+{
+    cg_st_file *f = cg_st_open(path);
+    ck_assert_msg(f != NULL, "%s", cg_last_error());
+    cJSON *tj = cJSON_Parse(cg_st_metadata(f, "train"));
+    char *hj = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(tj, "history"));
+    ck_assert_ptr_nonnull(hj);
+    cJSON_Delete(tj);
+    cg_st_close(f);
+    return hj;
+}
+
 static void expect_cli_error(const char *args, const char *needle)
 {
     char *out, *err;
@@ -540,7 +556,8 @@ START_TEST(test_cli_end_to_end)
     free(before);
     free(after);
     /* resume to step 5 */
-    snprintf(args, sizeof args, "train --resume '%s' --test-limit 2 --threads 1", ck);
+    snprintf(args, sizeof args, "train --resume '%s' --test-limit 2 --threads 1 --eval-every 2",
+             ck);
     rc = run(args, NULL, &out, &err);
     ck_assert_msg(rc == 0, "resume failed: %s", err);
     ck_assert_msg(strstr(out, "\"steps\":5") != NULL, "%s", out);
@@ -566,6 +583,34 @@ START_TEST(test_cli_end_to_end)
     }
     free(resumed);
     free(fresh);
+    /* ... and the same loss history: evaluations and the per-step training
+     * loss (5 steps: a block of the dense series still being filled, across
+     * the resume at step 3) */
+    char *h1 = ckpt_history(ck), *h2 = ckpt_history(tmp_path("fresh.safetensors"));
+    ck_assert_str_eq(h1, h2);
+    cg_history h = {0};
+    ck_assert_msg(cg_history_from_json(h1, &h), "%s", cg_last_error());
+    ck_assert_int_eq(h.n, 3); /* evaluations at 2, 4, 5 */
+    ck_assert_int_eq(h.dn, 0);
+    ck_assert_int_eq(h.acc_n, 5);
+    ck_assert_int_eq(h.acc_step, 1 + 2 + 3 + 4 + 5);
+    ck_assert(isfinite(h.acc_loss) && h.acc_loss > 0);
+    cg_history_free(&h);
+    free(h1);
+    free(h2);
+    /* --force overwrites an existing checkpoint */
+    snprintf(args, sizeof args,
+             "train --data '%s' --out '%s' --steps 2 --eval-every 2 --valid-size 4 "
+             "--test-size 4 --test-limit 0 --max-tokens 200 --threads 1 --force",
+             small, tmp_path("fresh.safetensors"));
+    rc = run(args, NULL, &out, &err);
+    ck_assert_msg(rc == 0, "train --force failed: %s", err);
+    free(out);
+    free(err);
+    cg_st_file *sf = cg_st_open(tmp_path("fresh.safetensors"));
+    ck_assert_ptr_nonnull(sf);
+    ck_assert_str_eq(cg_st_metadata(sf, "step"), "2");
+    cg_st_close(sf);
     /* translate from arguments and from stdin */
     snprintf(args, sizeof args, "translate --ckpt '%s' 'the cat 1.' 'the sun 4.' --threads 1", ck);
     rc = run(args, NULL, &out, &err);
@@ -615,6 +660,133 @@ START_TEST(test_cli_end_to_end)
 }
 END_TEST
 
+/* Copy checkpoint src to dst with element 0 of tensor `poison` set to NaN. */
+static void poison_copy(const char *src, const char *dst, const char *poison)
+{
+    cg_st_file *f = cg_st_open(src);
+    ck_assert_msg(f != NULL, "%s", cg_last_error());
+    cg_st_writer *w = cg_st_writer_new();
+    for (int i = 0; i < cg_st_metadata_count(f); i++) {
+        const char *k = cg_st_metadata_key(f, i);
+        ck_assert(cg_st_set_metadata(w, k, cg_st_metadata(f, k)));
+    }
+    bool found = false;
+    for (int i = 0; i < cg_st_count(f); i++) {
+        const char *name = cg_st_name(f, i);
+        cg_st_dtype dt;
+        int nd;
+        int64_t shape[CG_MAX_DIMS];
+        ck_assert(cg_st_info(f, name, &dt, &nd, shape));
+        if (dt == CG_ST_F32) {
+            cg_tensor *t = cg_st_get_f32(f, name);
+            if (!strcmp(name, poison)) {
+                cg_data(t)[0] = NAN;
+                found = true;
+            }
+            ck_assert(cg_st_add_f32(w, name, t));
+            cg_release(t);
+        } else {
+            int64_t *v = cg_st_get_i64(f, name, NULL, NULL);
+            ck_assert_ptr_nonnull(v);
+            ck_assert(cg_st_add_i64(w, name, nd, shape, v));
+            free(v);
+        }
+    }
+    ck_assert_msg(found, "no tensor '%s'", poison);
+    ck_assert(cg_st_writer_save(w, dst));
+    cg_st_writer_free(w);
+    cg_st_close(f);
+}
+
+/* True if the model parameters (not the optimizer state) of two checkpoints
+ * are bit-identical. */
+static bool same_params(const char *a, const char *b)
+{
+    cg_st_file *fa = cg_st_open(a), *fb = cg_st_open(b);
+    ck_assert(fa && fb);
+    bool same = true;
+    for (int i = 0; i < cg_st_count(fa); i++) {
+        const char *name = cg_st_name(fa, i);
+        if (!strncmp(name, "optim.", 6))
+            continue;
+        size_t na = 0, nb = 0;
+        const void *ra = cg_st_raw(fa, name, &na), *rb = cg_st_raw(fb, name, &nb);
+        same = same && ra && rb && na == nb && memcmp(ra, rb, na) == 0;
+    }
+    cg_st_close(fa);
+    cg_st_close(fb);
+    return same;
+}
+
+/* A NaN stops training naming the step and the tensor, and keeps the
+ * checkpoint; with --skip-nonfinite such steps are skipped with a warning
+ * each (as charlm train does) */
+START_TEST(test_cli_nonfinite)
+{
+    char data[4096] = "";
+    for (int i = 0; i < 30; i++) {
+        char line[128];
+        snprintf(line, sizeof line, "a small %d.\tein kleines %d.\n", i, i);
+        strcat(data, line);
+    }
+    write_file(tmp_path("small.tsv"), data, strlen(data));
+    char ck[PATH_MAX], bad[PATH_MAX], args[3 * PATH_MAX], *out, *err;
+    snprintf(ck, sizeof ck, "%s", tmp_path("good.safetensors"));
+    snprintf(bad, sizeof bad, "%s", tmp_path("bad.safetensors"));
+    snprintf(args, sizeof args,
+             "train --data '%s' --out '%s' --steps 8 --stop-at 2 --eval-every 4 --valid-size 4 "
+             "--test-size 4 --test-limit 0 --max-tokens 200 --threads 1",
+             tmp_path("small.tsv"), ck);
+    int rc = run(args, NULL, &out, &err);
+    ck_assert_msg(rc == 0, "train failed: %s", err);
+    free(out);
+    free(err);
+    poison_copy(ck, bad, "emb.weight");
+    size_t n0 = 0, n1 = 0;
+    char *before = read_file(bad, &n0);
+    /* without the flag: stop at the first step, naming it and a tensor */
+    snprintf(args, sizeof args, "train --resume '%s' --test-limit 0 --threads 1", bad);
+    rc = run(args, NULL, &out, &err);
+    const char *e = strstr(err, "seq2seq: error: ");
+    ck_assert_msg(rc == 1 && e && count_lines(e) == 1 &&
+                      strstr(e, "seq2seq: error: loss is nan at step 3") &&
+                      strstr(err, "non-finite gradient: '") && strstr(err, "left as it was"),
+                  "exit %d: %s", rc, err);
+    free(out);
+    free(err);
+    char *after = read_file(bad, &n1);
+    ck_assert(n0 == n1 && memcmp(before, after, n0) == 0);
+    free(before);
+    free(after);
+    /* with it: steps 3, 4, 5 skipped (and the evaluation at 4, a NaN, kept) */
+    snprintf(args, sizeof args,
+             "train --resume '%s' --test-limit 0 --threads 1 --skip-nonfinite --stop-at 5", bad);
+    rc = run(args, NULL, &out, &err);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, err);
+    int warnings = 0;
+    for (const char *p = err; (p = strstr(p, "seq2seq: warning: skipping step ")); p++)
+        warnings++;
+    ck_assert_msg(warnings == 3, "%d warnings: %s", warnings, err);
+    ck_assert_msg(strstr(err, "skipping step 3: loss nan, non-finite gradient: '"), "%s", err);
+    ck_assert_msg(strstr(err, "3 step(s) skipped"), "%s", err);
+    free(out);
+    free(err);
+    poison_copy(ck, tmp_path("ref.safetensors"), "emb.weight");
+    ck_assert(same_params(bad, tmp_path("ref.safetensors"))); /* no update was made */
+    /* ... and that checkpoint (with a NaN in its history) resumes */
+    snprintf(args, sizeof args,
+             "train --resume '%s' --test-limit 0 --threads 1 --skip-nonfinite --stop-at 6", bad);
+    rc = run(args, NULL, &out, &err);
+    ck_assert_msg(rc == 0 && strstr(err, "skipping step 6") && strstr(err, "1 step(s) skipped"),
+                  "exit %d: %s", rc, err);
+    free(out);
+    free(err);
+    ck_assert(run("train --help", NULL, &out, &err) == 0 && strstr(out, "--skip-nonfinite"));
+    free(out);
+    free(err);
+}
+END_TEST
+
 static Suite *seq2seq_suite(void)
 {
     Suite *s = suite_create("seq2seq");
@@ -638,6 +810,7 @@ static Suite *seq2seq_suite(void)
     tcase_add_checked_fixture(tc, tmp_setup, tmp_teardown);
     tcase_add_test(tc, test_cli_bad_flags);
     tcase_add_test(tc, test_cli_end_to_end);
+    tcase_add_test(tc, test_cli_nonfinite);
     suite_add_tcase(s, tc);
     return s;
 }

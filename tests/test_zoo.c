@@ -5,6 +5,7 @@
  * The program is run from the build tree: $CHARLM_BIN if set, else
  * ../models/charlm relative to this test binary. Training runs use a model
  * with a few thousand parameters on a few kilobytes of text. */
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -21,6 +22,7 @@
 #include "models/cli.h"
 #include "models/data.h"
 #include "models/sampling.h"
+#include "models/train_common.h"
 #include "models/vocab.h"
 #include "testutil.h"
 
@@ -256,6 +258,142 @@ START_TEST(test_vocab_and_utf8)
 }
 END_TEST
 
+/* ------------------------------------------------------- loss history */
+static double fake_loss(int64_t step) { return 1.0 + 3.0 / (1.0 + 0.01 * (double)step) + 0.1 * sin((double)step); }
+
+/* JSON -> history -> JSON, through cJSON as the trainers keep it */
+static cg_history history_reload(const cg_history *h)
+{
+    char *j = cg_history_to_json(h);
+    ck_assert_ptr_nonnull(j);
+    cg_history r = {0};
+    ck_assert_msg(cg_history_from_json(j, &r), "%s", cg_last_error());
+    char *j2 = cg_history_to_json(&r);
+    ck_assert_str_eq(j, j2);
+    free(j);
+    free(j2);
+    return r;
+}
+
+START_TEST(test_history_json)
+{
+    make_tmpdir();
+    cg_history h = {0};
+    ck_assert_int_eq(cg_history_every(&h), CG_HISTORY_EVERY);
+    for (int64_t s = 1; s <= 25; s++) {
+        ck_assert(cg_history_train_step(&h, s, fake_loss(s)));
+        if (s % 10 == 0)
+            ck_assert(cg_history_push(&h, s, fake_loss(s), NAN)); /* NaN: null in JSON */
+    }
+    ck_assert(cg_history_train_step(&h, 26, NAN)); /* not recorded */
+    ck_assert_int_eq(h.n, 2);
+    ck_assert_int_eq(h.dn, 2);
+    ck_assert_int_eq(h.acc_n, 5);
+    double m = 0;
+    for (int s = 1; s <= 10; s++)
+        m += fake_loss(s);
+    ck_assert_float_eq(h.dloss[0], (float)(m / 10));
+    ck_assert_float_eq(h.dstep[0], 5.5f);
+    ck_assert_float_eq(h.dstep[1], 15.5f);
+
+    /* round trip: evaluations, dense points and the block being filled */
+    cg_history r = history_reload(&h);
+    ck_assert_int_eq(r.n, 2);
+    ck_assert(isnan(r.val[0]) && r.train[1] == h.train[1] && r.step[1] == 20.0f);
+    ck_assert_int_eq(r.dn, 2);
+    ck_assert_mem_eq(r.dstep, h.dstep, 2 * sizeof(float));
+    ck_assert_mem_eq(r.dloss, h.dloss, 2 * sizeof(float));
+    ck_assert(r.acc_loss == h.acc_loss && r.acc_step == h.acc_step && r.acc_n == h.acc_n);
+    ck_assert_int_eq(cg_history_every(&r), 10);
+
+    /* resume: a long run split anywhere and reloaded in between gives the
+     * same series, bit for bit; it stays under CG_HISTORY_DENSE_MAX points
+     * by merging pairs */
+    cg_history full = {0}, part = {0};
+    const int64_t N = 50003, cut = 21017;
+    for (int64_t s = 1; s <= N; s++)
+        ck_assert(cg_history_train_step(&full, s, fake_loss(s)));
+    for (int64_t s = 1; s <= cut; s++)
+        ck_assert(cg_history_train_step(&part, s, fake_loss(s)));
+    cg_history resumed = history_reload(&part);
+    cg_history_free(&part);
+    for (int64_t s = cut + 1; s <= N; s++)
+        ck_assert(cg_history_train_step(&resumed, s, fake_loss(s)));
+    char *a = cg_history_to_json(&full), *b = cg_history_to_json(&resumed);
+    ck_assert_str_eq(a, b);
+    free(a);
+    free(b);
+    ck_assert_int_eq(cg_history_every(&full), 40); /* 10 -> 20 at 20000 steps -> 40 at 40000 */
+    ck_assert_int_eq(full.dn, (int)(N / 40));
+    ck_assert_int_eq(full.acc_n, N % 40);
+    for (int i = 0; i < full.dn; i++) /* point i: the mean of steps 40i+1 .. 40i+40 */
+        ck_assert_float_eq_tol(full.dstep[i], 40.0 * i + 20.5, 1e-3);
+    ck_assert_float_eq_tol(full.dloss[0], 1 + 3 / 1.2, 0.05);
+    cg_history_free(&resumed);
+
+    /* the picture: thin training line, marked validation line */
+    ck_assert_msg(cg_history_plot(&full, tmp_path("h.loss.png"), "loss"), "%s", cg_last_error());
+    struct stat sb;
+    ck_assert_int_eq(stat(tmp_path("h.loss.png"), &sb), 0);
+    cg_history_free(&full);
+
+    /* a history written before the dense series existed still loads, and
+     * the series starts from there */
+    cg_history old = {0};
+    ck_assert(cg_history_from_json("{\"step\":[0,250],\"train\":[4.2,2.5],\"val\":[4.2,null]}",
+                                   &old));
+    ck_assert_int_eq(old.n, 2);
+    ck_assert(isnan(old.val[1]));
+    ck_assert_int_eq(old.dn, 0);
+    ck_assert_int_eq(old.acc_n, 0);
+    ck_assert_int_eq(cg_history_every(&old), 10);
+    for (int64_t s = 251; s <= 270; s++)
+        ck_assert(cg_history_train_step(&old, s, 2.0));
+    ck_assert_int_eq(old.dn, 2);
+    ck_assert(cg_history_plot(&old, tmp_path("old.loss.png"), "loss"));
+    cg_history_free(&old);
+
+    /* malformed dense fields are refused */
+    const char *bad[] = {
+        "{\"step\":[],\"train\":[],\"val\":[],\"dense_every\":10,\"dense_step\":[1],"
+        "\"dense_loss\":[],\"dense_acc\":{\"loss\":\"0\",\"step\":0,\"n\":0}}",
+        "{\"step\":[],\"train\":[],\"val\":[],\"dense_every\":0,\"dense_step\":[],"
+        "\"dense_loss\":[],\"dense_acc\":{\"loss\":\"0\",\"step\":0,\"n\":0}}",
+        "{\"step\":[],\"train\":[],\"val\":[],\"dense_every\":10,\"dense_step\":[],"
+        "\"dense_loss\":[],\"dense_acc\":{\"loss\":\"x\",\"step\":0,\"n\":0}}",
+        "{\"step\":[],\"train\":[],\"val\":[],\"dense_every\":10,\"dense_step\":[],"
+        "\"dense_loss\":[],\"dense_acc\":{\"loss\":\"0\",\"step\":0,\"n\":10}}",
+        "{\"step\":[],\"train\":[],\"val\":[],\"dense_every\":10}",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        cg_history x = {0};
+        ck_assert_msg(!cg_history_from_json(bad[i], &x), "accepted: %s", bad[i]);
+        cg_history_free(&x);
+    }
+    /* ... and so is a series longer than any trainer writes */
+    {
+        size_t cap = 16 * CG_HISTORY_DENSE_MAX + 256, k = 0;
+        char *j = malloc(cap);
+        ck_assert_ptr_nonnull(j);
+        k += (size_t)snprintf(j + k, cap - k, "{\"step\":[],\"train\":[],\"val\":[],"
+                                              "\"dense_every\":10,\"dense_step\":[");
+        for (int i = 0; i < CG_HISTORY_DENSE_MAX; i++)
+            k += (size_t)snprintf(j + k, cap - k, "%s%d", i ? "," : "", i);
+        k += (size_t)snprintf(j + k, cap - k, "],\"dense_loss\":[");
+        for (int i = 0; i < CG_HISTORY_DENSE_MAX; i++)
+            k += (size_t)snprintf(j + k, cap - k, "%s1", i ? "," : "");
+        snprintf(j + k, cap - k, "],\"dense_acc\":{\"loss\":\"0\",\"step\":0,\"n\":0}}");
+        cg_history x = {0};
+        ck_assert(!cg_history_from_json(j, &x));
+        cg_history_free(&x);
+        free(j);
+    }
+    cg_history_free(&r);
+    cg_history_free(&h);
+    rm_tmpdir();
+}
+END_TEST
+
 /* --------------------------------------------------- the program itself */
 static char g_bin[PATH_MAX + 32];
 
@@ -401,11 +539,12 @@ START_TEST(test_resume_is_exact)
     const char *full[] = {"train", TINY, "--data", "c.txt", "--steps", "40", "--eval-every",
                           "15", "--out", "full.safetensors", NULL};
     ck_assert_int_eq(run(full), 0);
+    /* stopped inside a block of the dense loss series (10 steps a point) */
     const char *half[] = {"train", TINY, "--data", "c.txt", "--steps", "40", "--eval-every",
-                          "15", "--out", "half.safetensors", "--stop-at", "20", NULL};
+                          "15", "--out", "half.safetensors", "--stop-at", "23", NULL};
     ck_assert_int_eq(run(half), 0);
     char *out = slurp(tmp_path("stdout"), NULL);
-    ck_assert_msg(strstr(out, "\"interrupted\": true") && strstr(out, "\"step\": 20"), "%s", out);
+    ck_assert_msg(strstr(out, "\"interrupted\": true") && strstr(out, "\"step\": 23"), "%s", out);
     free(out);
     const char *resume[] = {"train", "--resume", "half.safetensors", "--threads", "1", NULL};
     ck_assert_int_eq(run(resume), 0);
@@ -425,6 +564,21 @@ START_TEST(test_resume_is_exact)
     }
     ck_assert_str_eq(cg_st_metadata(a, "train"), cg_st_metadata(b, "train"));
     ck_assert_str_eq(cg_st_metadata(a, "step"), "40");
+    /* ... including the dense training loss: 4 points of 10 steps */
+    cJSON *tj = cJSON_Parse(cg_st_metadata(a, "train"));
+    char *hj = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(tj, "history"));
+    ck_assert_ptr_nonnull(hj);
+    cg_history hist = {0};
+    ck_assert_msg(cg_history_from_json(hj, &hist), "%s: %s", cg_last_error(), hj);
+    free(hj);
+    cJSON_Delete(tj);
+    ck_assert_int_eq(hist.n, 4); /* evaluations at 0, 15, 30, 40 */
+    ck_assert_int_eq(hist.dn, 4);
+    ck_assert_int_eq(hist.acc_n, 0);
+    ck_assert_float_eq(hist.dstep[3], 35.5f);
+    for (int i = 0; i < 4; i++)
+        ck_assert(isfinite(hist.dloss[i]) && hist.dloss[i] > 0);
+    cg_history_free(&hist);
     cg_st_close(a);
     cg_st_close(b);
     struct stat sb;
@@ -528,7 +682,14 @@ START_TEST(test_bad_inputs)
     ck_assert_int_eq(run(t), 0);
     size_t n0 = 0, n1 = 1;
     char *before = slurp(tmp_path("good.safetensors"), &n0);
-    const char *c1[] = {"train", TINY, "--data", "latin1.txt", "--out", "good.safetensors", NULL};
+    /* an existing --out is not overwritten without --force */
+    expect_error(t, "checkpoint good.safetensors exists; continue it with --resume "
+                    "good.safetensors, or pass --force to overwrite it");
+    const char *c0[] = {"train", "--resume", "good.safetensors", "--out", "good.safetensors",
+                        "--steps", "2", "--force", NULL}; /* same file: resuming, not a refusal */
+    expect_error(c0, "already at step");
+    const char *c1[] = {"train", TINY, "--data", "latin1.txt", "--out", "good.safetensors",
+                        "--force", NULL};
     expect_error(c1, "UTF-8");
     const char *c2[] = {"train", "--resume", "good.safetensors", "--steps", "2", NULL};
     expect_error(c2, "already at step");
@@ -559,6 +720,24 @@ START_TEST(test_bad_inputs)
     ck_assert(n0 == n1 && memcmp(before, after, n0) == 0);
     free(before);
     free(after);
+    /* resuming into another existing file is refused too; --force overwrites */
+    const char *e1[] = {"train", "--resume", "good.safetensors", "--steps", "5", "--out",
+                        "nan.safetensors", NULL};
+    expect_error(e1, "checkpoint nan.safetensors exists");
+    const char *e2[] = {"train", "--resume", "good.safetensors", "--steps", "5", "--out",
+                        "nan.safetensors", "--force", NULL};
+    ck_assert_int_eq(run(e2), 0);
+    cg_st_file *f = cg_st_open(tmp_path("nan.safetensors"));
+    ck_assert_ptr_nonnull(f);
+    ck_assert_str_eq(cg_st_metadata(f, "step"), "5");
+    cg_st_close(f);
+    const char *e3[] = {"train", TINY, "--data", "c.txt", "--steps", "2", "--out",
+                        "good.safetensors", "--force", NULL};
+    ck_assert_int_eq(run(e3), 0);
+    f = cg_st_open(tmp_path("good.safetensors"));
+    ck_assert_ptr_nonnull(f);
+    ck_assert_str_eq(cg_st_metadata(f, "step"), "2");
+    cg_st_close(f);
     /* --help works for each command */
     const char *h[][3] = {{"--help", NULL}, {"train", "--help", NULL}, {"sample", "--help", NULL},
                           {"eval", "--help", NULL}};
@@ -581,6 +760,7 @@ static Suite *zoo_suite(void)
     tcase_add_test(t, test_sample_logits_filters);
     tcase_add_test(t, test_vocab_and_utf8);
     tcase_add_test(t, test_checkpoint_round_trip);
+    tcase_add_test(t, test_history_json);
     suite_add_tcase(s, t);
     TCase *p = tcase_create("program");
     tcase_set_timeout(p, 300);
