@@ -29,6 +29,9 @@ void bli_cntx_init_haswell(cntx_t *cntx);
 #define MIN_FLOPS_PER_THREAD 5e6
 /* Automatic path: m*n*k at or below this goes to haswell's sup kernels. */
 #define SMALL_MNK (64.0 * 64.0 * 64.0)
+/* Automatic path: products with at most this many rows or columns go to
+ * haswell's sup kernels too. */
+#define SKINNY 8
 /* Threading: blocks of C are a multiple of this many rows or columns. Any
  * cut gives the same bits (every element is one kernel's in-order sum over
  * k, a partial micro-tile is computed in full and copied out); 16 keeps the
@@ -162,13 +165,22 @@ bool cg_sgemm_path(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int64_
                    float alpha, const float *a, int64_t rsa, int64_t csa, const float *b,
                    int64_t rsb, int64_t csb, float beta, float *c, int64_t rsc, int64_t csc) {
     ensure_init();
+    bool sup = false;
     if (path == CG_GEMM_AUTO) {
         path = g_active;
         /* BLIS 0.9 has small-matrix ("sup") kernels for haswell but not for
-         * skx; below ~64^3 they win (64x64x32: 4.5 us vs 6.6 us). The choice
-         * depends on the sizes only, so it is the same for any thread count. */
-        if (path == CG_GEMM_SKX && g_have_haswell && (double)m * (double)n * (double)k <= SMALL_MNK)
+         * skx; below ~64^3 they win (64x64x32: 4.5 us vs 6.6 us), and so do
+         * they for skinny products (a row or a few rows times a weight, as
+         * in incremental decoding), which they compute without packing: the
+         * skx path packed the whole weight to multiply one row by it (1 x
+         * 1152 x 384: 8x slower). The choice depends on the sizes only, and
+         * such products are never split between threads, so the result is
+         * the same for any thread count. */
+        if (path == CG_GEMM_SKX && g_have_haswell &&
+            ((double)m * (double)n * (double)k <= SMALL_MNK || m <= SKINNY || n <= SKINNY)) {
             path = CG_GEMM_HASWELL;
+            sup = true;
+        }
     }
     cntx_t *cntx;
     switch (path) {
@@ -239,7 +251,7 @@ bool cg_sgemm_path(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int64_
         double per = flops / MIN_FLOPS_PER_THREAD;
         if (per < nt) nt = per < 2.0 ? 1 : (int)per;
     }
-    if (nt < 1 || omp_in_parallel()) nt = 1;
+    if (nt < 1 || sup || omp_in_parallel()) nt = 1;
     const bool split_m = m >= n;
     const int64_t dim = split_m ? m : n;
     int64_t csz = (dim + nt - 1) / nt;

@@ -872,11 +872,16 @@ static int cmd_sample(int argc, char **argv)
     }
     cg_sample_opts so = {.temperature = temperature, .top_k = top_k, .top_p = top_p};
     cg_rng rng = cg_rng_new(seed);
+    double t_gen = cg_now();
     outp = cg_charlm_generate(ck.model, ids, n, length, &so, &rng, !no_cache);
     if (!outp) {
         rc = fail_lib();
         goto done;
     }
+    t_gen = cg_now() - t_gen;
+    fprintf(stderr, PROG ": %lld characters in %.2f s (%.1f characters/s, %s)\n",
+            (long long)length, t_gen, t_gen > 0 ? (double)length / t_gen : 0.0,
+            no_cache ? "full recompute" : "key/value cache");
     /* print the prompt as given, then the generated characters */
     text = cg_vocab_decode(ck.vocab, outp + n, length);
     if (!text) {
