@@ -38,14 +38,6 @@ static inline int64_t key_end(bool causal, int64_t i, int64_t Tk)
     return causal ? (i + 1 < Tk ? i + 1 : Tk) : Tk;
 }
 
-/* Lane sums: element j goes to double accumulator j % 8, the 8 are added
- * pairwise at the end: a fixed order (same bits for any thread count) with
- * short dependency chains that vectorise. */
-static inline double lanes8_total(const double *a)
-{
-    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
-}
-
 /* One row of scaled, masked softmax in place over s[0, ke); s[ke, Tk) = 0. */
 EW_CLONES static void softmax_row(float *s, int64_t ke, int64_t Tk, float scale,
                                   const uint8_t *kpad)

@@ -10,30 +10,17 @@
 #include <string.h>
 
 #include "core/ops.h"
+#include "core/vmath.h"
 
 #define PAR_THRESHOLD 32768
 #define CHUNK 64
 
-/* Row sums are taken in LANES interleaved double accumulators (element j
- * goes to lane j % LANES), added pairwise at the end: a fixed order, so the
- * same bits on every CPU and thread count, and short dependency chains that
- * vectorise (one serial double chain per row cost a 4-cycle add per element).
- * The per-row helpers are compiled for AVX-512, AVX2 and the baseline like
- * the elementwise kernels; no FMA contraction under -std=c11. */
+/* Row sums in 8 interleaved double lanes (core/vmath.h); the per-row
+ * helpers are compiled per ISA like the elementwise kernels. */
 #define LANES 8
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(CG_NO_CLONES)
-#define NORM_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define NORM_CLONES
-#endif
-
-static inline double lanes_total(const double *a)
-{
-    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
-}
 
 /* One row forward: returns mean (0 for RMS) and rstd, writes y. */
-NORM_CLONES static void norm_row_fwd(bool rms, const float *xr, float *yr, const float *wp,
+EW_CLONES static void norm_row_fwd(bool rms, const float *xr, float *yr, const float *wp,
                                      const float *bp, int64_t D, float eps, float *mean_out,
                                      float *rstd_out)
 {
@@ -46,7 +33,7 @@ NORM_CLONES static void norm_row_fwd(bool rms, const float *xr, float *yr, const
                 acc[l] += (double)xr[j + l];
         for (; j < D; j++)
             acc[j - Dl] += (double)xr[j];
-        mean = lanes_total(acc) / (double)D;
+        mean = lanes8_total(acc) / (double)D;
         for (int l = 0; l < LANES; l++)
             acc[l] = 0.0;
     }
@@ -59,7 +46,7 @@ NORM_CLONES static void norm_row_fwd(bool rms, const float *xr, float *yr, const
         double d = (double)xr[j] - mean;
         acc[j - Dl] += d * d;
     }
-    double var = lanes_total(acc) / (double)D;
+    double var = lanes8_total(acc) / (double)D;
     float mf = (float)mean;
     float rs = (float)(1.0 / sqrt(var + (double)eps));
     *mean_out = mf;
@@ -80,7 +67,7 @@ NORM_CLONES static void norm_row_fwd(bool rms, const float *xr, float *yr, const
 
 /* One chunk of rows backward: dx for each row (when dxp), and this chunk's
  * partial dw (cw) and db (cb) sums. */
-NORM_CLONES static void norm_chunk_bwd(bool rms, int64_t r0, int64_t r1, int64_t D,
+EW_CLONES static void norm_chunk_bwd(bool rms, int64_t r0, int64_t r1, int64_t D,
                                        const float *xp, const float *gp, const float *mp,
                                        const float *rp, const float *wp, float *dxp, double *cw,
                                        double *cb)
@@ -131,7 +118,7 @@ NORM_CLONES static void norm_chunk_bwd(bool rms, int64_t r0, int64_t r1, int64_t
             ag[j - Dl] += gw;
             agx[j - Dl] += gw * (((double)xr[j] - m) * rs);
         }
-        double mg = rms ? 0.0 : lanes_total(ag) / (double)D, mgx = lanes_total(agx) / (double)D;
+        double mg = rms ? 0.0 : lanes8_total(ag) / (double)D, mgx = lanes8_total(agx) / (double)D;
         float *dr = dxp + r * D;
         for (j = 0; j < D; j++) {
             double gw = wp ? (double)gr[j] * wp[j] : (double)gr[j];
