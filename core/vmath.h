@@ -19,15 +19,6 @@
 #define EW_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define EW_CLONES
-/* Sum of 8 lane accumulators, pairwise in a fixed order. Kernels keep long
- * sums in 8 interleaved double lanes (element j in lane j % 8): a fixed
- * order, so the same bits for any thread count, with short dependency
- * chains that vectorise. */
-static inline double lanes8_total(const double *a)
-{
-    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
-}
-
 #endif
 static inline int32_t f2i(float f)
 {
