@@ -52,14 +52,7 @@ const char *cg_charlm_ckpt_train_json(const cg_charlm_ckpt *c)
  * must be of a plausible size. */
 static bool config_fits_file(const cg_charlm_config *c, const cg_st_file *f, const char *path)
 {
-    double have = 0;
-    for (int i = 0; i < cg_st_count(f); i++) {
-        cg_st_dtype dt;
-        int nd;
-        int64_t shape[CG_MAX_DIMS];
-        if (cg_st_info(f, cg_st_name(f, i), &dt, &nd, shape) && dt == CG_ST_F32)
-            have += (double)cg_numel_shape(nd, shape);
-    }
+    double have = cg_st_f32_elements(f);
     double d = (double)c->d, ff = (double)c->d_ff;
     double norm = c->norm == CG_NORM_LAYERNORM ? 2 * d : d;
     double block = 2 * norm + 4 * (d * d + d) + d * ff + ff + ff * d + d;

@@ -128,14 +128,7 @@ typedef struct {
  * positions table (max_len x d, not stored) must be of a plausible size. */
 static bool config_fits_file(const cg_seq2seq_config *c, const cg_st_file *f)
 {
-    double have = 0;
-    for (int i = 0; i < cg_st_count(f); i++) {
-        cg_st_dtype dt;
-        int nd;
-        int64_t shape[CG_MAX_DIMS];
-        if (cg_st_info(f, cg_st_name(f, i), &dt, &nd, shape) && dt == CG_ST_F32)
-            have += (double)cg_numel_shape(nd, shape);
-    }
+    double have = cg_st_f32_elements(f);
     double d = (double)c->d, ff = (double)c->d_ff;
     double need = (double)c->vocab * d + (double)c->enc_layers * (4 * d * d + 2 * d * ff) +
                   (double)c->dec_layers * (8 * d * d + 2 * d * ff);

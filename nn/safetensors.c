@@ -555,6 +555,18 @@ const char *cg_st_path(const cg_st_file *f) { return f ? f->path : NULL; }
 
 int cg_st_count(const cg_st_file *f) { return f ? f->n : 0; }
 
+double cg_st_f32_elements(const cg_st_file *f) {
+    double have = 0;
+    for (int i = 0; i < cg_st_count(f); i++) {
+        cg_st_dtype dt;
+        int nd;
+        int64_t shape[CG_MAX_DIMS];
+        if (cg_st_info(f, cg_st_name(f, i), &dt, &nd, shape) && dt == CG_ST_F32)
+            have += (double)cg_numel_shape(nd, shape);
+    }
+    return have;
+}
+
 const char *cg_st_name(const cg_st_file *f, int i) {
     if (!f) return NULL;
     if (i < 0 || i >= f->n) {
