@@ -19,6 +19,7 @@
 
 #include <blis.h>
 
+#include "core/gemm_skx.h"
 #include "core/tensor.h"
 
 /* Exported by the static libblis.a only (not declared in blis.h). */
@@ -44,6 +45,9 @@ static cntx_t g_cntx_haswell;
 static bool g_have_skx;
 static bool g_have_haswell;
 static cg_gemm_path g_active = CG_GEMM_DEFAULT;
+/* skx path: our blocking and packing around BLIS's micro-kernel
+ * (core/gemm_skx.c) unless CG_BLIS_DRIVER=1 asks for BLIS's own driver. */
+static bool g_own_driver = true;
 
 static void gemm_init(void) {
     bli_init();
@@ -58,6 +62,8 @@ static void gemm_init(void) {
         bli_cntx_init_haswell(&g_cntx_haswell);
         g_have_haswell = true;
     }
+    const char *drv = getenv("CG_BLIS_DRIVER");
+    g_own_driver = !(drv && drv[0] && strcmp(drv, "0") != 0);
     const char *env = getenv("CG_BLIS_DEFAULT");
     bool force_default = env && env[0] && strcmp(env, "0") != 0;
     if (force_default)
@@ -161,6 +167,21 @@ static void scale_c(int64_t m, int64_t n, float beta, float *c, int64_t rsc, int
 
 /* ------------------------------------------------------------ gemm */
 
+/* One single-threaded product on a context: ours around the skx kernel, or
+ * BLIS's driver (other contexts, small "sup" products, out of memory). */
+static void serial_gemm(cntx_t *cntx, bool sup, int64_t m, int64_t n, int64_t k, float alpha,
+                        const float *a, int64_t rsa, int64_t csa, const float *b, int64_t rsb,
+                        int64_t csb, float beta, float *c, int64_t rsc, int64_t csc) {
+    if (cntx == &g_cntx_skx && g_own_driver && !sup &&
+        cg_skx_gemm(cntx, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc))
+        return;
+    rntm_t rntm = BLIS_RNTM_INITIALIZER;
+    bli_rntm_set_num_threads(1, &rntm);
+    bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, (dim_t)m, (dim_t)n, (dim_t)k, &alpha,
+                 (float *)a, (inc_t)rsa, (inc_t)csa, (float *)b, (inc_t)rsb, (inc_t)csb, &beta, c,
+                 (inc_t)rsc, (inc_t)csc, cntx, &rntm);
+}
+
 bool cg_sgemm_path(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int64_t k,
                    float alpha, const float *a, int64_t rsa, int64_t csa, const float *b,
                    int64_t rsb, int64_t csb, float beta, float *c, int64_t rsc, int64_t csc) {
@@ -258,27 +279,18 @@ bool cg_sgemm_path(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int64_
     csz = (csz + CHUNK_UNIT - 1) / CHUNK_UNIT * CHUNK_UNIT;
     int64_t nch = (dim + csz - 1) / csz;
     if (nt > nch) nt = (int)nch;
-    rntm_t rntm1 = BLIS_RNTM_INITIALIZER;
-    bli_rntm_set_num_threads(1, &rntm1);
     if (nt == 1) {
-        bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, (dim_t)m, (dim_t)n, (dim_t)k, &alpha,
-                     (float *)a, (inc_t)rsa, (inc_t)csa, (float *)b, (inc_t)rsb, (inc_t)csb,
-                     &beta, c, (inc_t)rsc, (inc_t)csc, cntx, &rntm1);
+        serial_gemm(cntx, sup, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc);
     } else {
 #pragma omp parallel for schedule(static) num_threads(nt)
         for (int64_t ch = 0; ch < nch; ch++) {
             int64_t o0 = ch * csz, len = dim - o0 < csz ? dim - o0 : csz;
-            rntm_t r = rntm1;
             if (split_m)
-                bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, (dim_t)len, (dim_t)n, (dim_t)k,
-                             &alpha, (float *)a + o0 * rsa, (inc_t)rsa, (inc_t)csa, (float *)b,
-                             (inc_t)rsb, (inc_t)csb, &beta, c + o0 * rsc, (inc_t)rsc, (inc_t)csc,
-                             cntx, &r);
+                serial_gemm(cntx, sup, len, n, k, alpha, a + o0 * rsa, rsa, csa, b, rsb, csb, beta,
+                            c + o0 * rsc, rsc, csc);
             else
-                bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, (dim_t)m, (dim_t)len, (dim_t)k,
-                             &alpha, (float *)a, (inc_t)rsa, (inc_t)csa, (float *)b + o0 * csb,
-                             (inc_t)rsb, (inc_t)csb, &beta, c + o0 * csc, (inc_t)rsc, (inc_t)csc,
-                             cntx, &r);
+                serial_gemm(cntx, sup, m, len, k, alpha, a, rsa, csa, b + o0 * csb, rsb, csb,
+                            beta, c + o0 * csc, rsc, csc);
         }
     }
     free(acopy);

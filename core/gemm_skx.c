@@ -1,0 +1,203 @@
+/* Our blocked GEMM around BLIS's AVX-512 (skx) micro-kernel.
+ *
+ * BLIS 0.9's skx context multiplies 32 x 12 tiles, but the packing kernels
+ * a context can register stop at 31 rows: every 32-row panel of A is packed
+ * by the generic path, one strided scal2v call per column, and the 12-wide
+ * panels of B by a scalar reference loop that gathers across rows. On the
+ * tiny models' products (k = 128, n = 128..512) that packing took 13-15%
+ * of a training step. This file keeps BLIS's micro-kernel and its block
+ * sizes (MC, KC, NC from the context) and does the rest itself: the three
+ * cache-blocking loops of the Goto algorithm and packing that reads whole
+ * vectors, transposing 16 x 16 blocks in registers when the operand is
+ * contiguous along k.
+ *
+ * Every element of C is one micro-kernel sum over each KC block of k, in
+ * order, the same as BLIS's own gemm with this context: results match it
+ * bit for bit and do not depend on how the caller splits C among threads. */
+#include "core/gemm_skx.h"
+
+#include <immintrin.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/tensor.h"
+
+/* The micro-kernel (exported by the static libblis.a, not in blis.h). BLIS
+ * 0.9 kernels take the tile's m and n and handle partial tiles themselves. */
+void bli_sgemm_skx_asm_32x12_l2(dim_t m, dim_t n, dim_t k, float *alpha, float *a, float *b,
+                                float *beta, float *c, inc_t rs_c, inc_t cs_c, auxinfo_t *data,
+                                cntx_t *cntx);
+
+enum { MR = 32, NR = 12 };
+
+#define AVX512 __attribute__((target("avx512f")))
+
+/* ------------------------------------------------------------ packing */
+
+/* In-register transpose of 16 rows of 16 floats: r[i][j] -> r[j][i]. */
+AVX512 static inline void transpose16(__m512 r[16])
+{
+    __m512 t[16], u[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);     /* per lane: a0 b0 a1 b1 */
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]); /* per lane: a2 b2 a3 b3 */
+    }
+    /* u[4g + c], lane q: rows 4g..4g+3 of column 4q + c */
+    for (int g = 0; g < 4; g++) {
+        __m512 lo01 = t[4 * g], hi01 = t[4 * g + 1], lo23 = t[4 * g + 2], hi23 = t[4 * g + 3];
+        u[4 * g + 0] = _mm512_shuffle_ps(lo01, lo23, 0x44);
+        u[4 * g + 1] = _mm512_shuffle_ps(lo01, lo23, 0xEE);
+        u[4 * g + 2] = _mm512_shuffle_ps(hi01, hi23, 0x44);
+        u[4 * g + 3] = _mm512_shuffle_ps(hi01, hi23, 0xEE);
+    }
+    /* column 4q + c gathers lane q of u[c], u[4 + c], u[8 + c], u[12 + c] */
+    for (int c = 0; c < 4; c++) {
+        __m512 v0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x44);
+        __m512 v1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xEE);
+        __m512 v2 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x44);
+        __m512 v3 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xEE);
+        r[c] = _mm512_shuffle_f32x4(v0, v2, 0x88);
+        r[4 + c] = _mm512_shuffle_f32x4(v0, v2, 0xDD);
+        r[8 + c] = _mm512_shuffle_f32x4(v1, v3, 0x88);
+        r[12 + c] = _mm512_shuffle_f32x4(v1, v3, 0xDD);
+    }
+}
+
+/* Pack a panel of w <= W vectors of length k into p[l * W + i] =
+ * src[i * vs + l * ls], zero for i >= w. W is MR (A) or NR (B). */
+AVX512 static void pack_panel(int W, int64_t w, int64_t k, const float *src, int64_t vs,
+                              int64_t ls, float *p)
+{
+    if (vs == 1) { /* each l: w contiguous floats */
+        for (int64_t l = 0; l < k; l++) {
+            const float *s = src + l * ls;
+            float *d = p + l * W;
+            for (int h = 0; h < W; h += 16) {
+                int64_t n = w - h < 16 ? (w - h > 0 ? w - h : 0) : 16;
+                __mmask16 ld = (__mmask16)((1u << n) - 1u);
+                __mmask16 st = (__mmask16)((1u << (W - h < 16 ? W - h : 16)) - 1u);
+                _mm512_mask_storeu_ps(d + h, st, _mm512_maskz_loadu_ps(ld, s + h));
+            }
+        }
+        return;
+    }
+    if (ls == 1) { /* each vector contiguous along l: transpose 16 x 16 blocks */
+        int64_t l0 = 0;
+        for (; l0 + 16 <= k; l0 += 16)
+            for (int h = 0; h < W; h += 16) {
+                __m512 r[16];
+                for (int i = 0; i < 16; i++)
+                    r[i] = h + i < w ? _mm512_loadu_ps(src + (h + i) * vs + l0)
+                                     : _mm512_setzero_ps();
+                transpose16(r);
+                __mmask16 st = (__mmask16)((1u << (W - h < 16 ? W - h : 16)) - 1u);
+                for (int j = 0; j < 16; j++)
+                    _mm512_mask_storeu_ps(p + (l0 + j) * W + h, st, r[j]);
+            }
+        for (; l0 < k; l0++)
+            for (int i = 0; i < W; i++)
+                p[l0 * W + i] = i < w ? src[i * vs + l0] : 0.0f;
+        return;
+    }
+    for (int64_t l = 0; l < k; l++)
+        for (int i = 0; i < W; i++)
+            p[l * W + i] = i < w ? src[i * vs + l * ls] : 0.0f;
+}
+
+/* A block [mc x kc] into MR-row panels, each kc x MR. */
+static void pack_a(int64_t mc, int64_t kc, const float *a, int64_t rs, int64_t cs, float *p)
+{
+    for (int64_t i = 0; i < mc; i += MR)
+        pack_panel(MR, mc - i < MR ? mc - i : MR, kc, a + i * rs, rs, cs, p + i * kc);
+}
+
+/* B block [kc x nc] into NR-column panels, each kc x NR. */
+static void pack_b(int64_t kc, int64_t nc, const float *b, int64_t rs, int64_t cs, float *p)
+{
+    for (int64_t j = 0; j < nc; j += NR)
+        pack_panel(NR, nc - j < NR ? nc - j : NR, kc, b + j * cs, cs, rs, p + j * kc);
+}
+
+/* ------------------------------------------------------------ driver */
+
+/* Size of the block at offset i of dim, as BLIS picks it: the default size,
+ * but the whole rest when that fits under the maximum (so k = 389 is one
+ * block of 389, not 384 + 5). */
+static inline int64_t block_at(int64_t dim, int64_t i, int64_t def, int64_t max)
+{
+    int64_t left = dim - i;
+    return left <= max ? left : def;
+}
+
+bool cg_skx_gemm(cntx_t *cntx, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                 int64_t rsa, int64_t csa, const float *b, int64_t rsb, int64_t csb, float beta,
+                 float *c, int64_t rsc, int64_t csc)
+{
+    /* The kernel writes column-stored tiles directly and others through a
+     * temporary: for row-stored C compute C^T = B^T A^T instead. */
+    if (csc == 1 && rsc != 1) {
+        const float *tp = a;
+        a = b;
+        b = tp;
+        int64_t t = rsa;
+        rsa = csb;
+        csb = t;
+        t = csa;
+        csa = rsb;
+        rsb = t;
+        t = m;
+        m = n;
+        n = t;
+        t = rsc;
+        rsc = csc;
+        csc = t;
+    }
+    const int64_t MC = bli_cntx_get_blksz_def_dt(BLIS_FLOAT, BLIS_MC, cntx);
+    const int64_t KC = bli_cntx_get_blksz_def_dt(BLIS_FLOAT, BLIS_KC, cntx);
+    const int64_t NC = bli_cntx_get_blksz_def_dt(BLIS_FLOAT, BLIS_NC, cntx);
+    const int64_t MCX = bli_cntx_get_blksz_max_dt(BLIS_FLOAT, BLIS_MC, cntx);
+    const int64_t KCX = bli_cntx_get_blksz_max_dt(BLIS_FLOAT, BLIS_KC, cntx);
+    const int64_t NCX = bli_cntx_get_blksz_max_dt(BLIS_FLOAT, BLIS_NC, cntx);
+    const int64_t kcmax = k < KCX ? k : KCX;
+    const int64_t mcmax = (m < MCX ? m : MCX) + MR - 1, ncmax = (n < NCX ? n : NCX) + NR - 1;
+    float *pa = cg_alloc((size_t)(mcmax / MR * MR * kcmax) * sizeof(float));
+    float *pb = cg_alloc((size_t)(ncmax / NR * NR * kcmax) * sizeof(float));
+    if (!pa || !pb) {
+        cg_free(pa);
+        cg_free(pb);
+        return false;
+    }
+    auxinfo_t aux;
+    memset(&aux, 0, sizeof aux);
+    int64_t nc, kc, mc;
+    for (int64_t jc = 0; jc < n; jc += nc) {
+        nc = block_at(n, jc, NC, NCX);
+        for (int64_t pc = 0; pc < k; pc += kc) {
+            kc = block_at(k, pc, KC, KCX);
+            float be = pc == 0 ? beta : 1.0f; /* later k blocks accumulate */
+            pack_b(kc, nc, b + pc * rsb + jc * csb, rsb, csb, pb);
+            for (int64_t ic = 0; ic < m; ic += mc) {
+                mc = block_at(m, ic, MC, MCX);
+                pack_a(mc, kc, a + ic * rsa + pc * csa, rsa, csa, pa);
+                for (int64_t jr = 0; jr < nc; jr += NR) {
+                    const int64_t nr = nc - jr < NR ? nc - jr : NR;
+                    float *bp = pb + jr * kc;
+                    for (int64_t ir = 0; ir < mc; ir += MR) {
+                        const int64_t mr = mc - ir < MR ? mc - ir : MR;
+                        float *ap = pa + ir * kc;
+                        /* prefetch hints: the next tile's panels */
+                        bool last_i = ir + MR >= mc;
+                        aux.a_next = last_i ? pa : ap + MR * kc;
+                        aux.b_next = last_i && jr + NR < nc ? bp + NR * kc : bp;
+                        bli_sgemm_skx_asm_32x12_l2(mr, nr, kc, &alpha, ap, bp, &be,
+                                                   c + (ic + ir) * rsc + (jc + jr) * csc, rsc,
+                                                   csc, &aux, cntx);
+                    }
+                }
+            }
+        }
+    }
+    cg_free(pa);
+    cg_free(pb);
+    return true;
+}
