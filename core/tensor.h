@@ -122,6 +122,23 @@ bool cg_normal_(cg_tensor *t, cg_rng *r, float mean, float std);
 cg_tensor *cg_rand(cg_rng *r, int ndim, const int64_t *shape);  /* U[0,1) */
 cg_tensor *cg_randn(cg_rng *r, int ndim, const int64_t *shape); /* N(0,1) */
 
+/* PyTorch's CPU generator (MT19937, seeded as torch.manual_seed(seed)) and
+ * its normal_: cg_normal_torch_ draws the values torch.nn.init.normal_
+ * draws from the same generator state (to the rounding of log, cos and sin
+ * in the last bit), so a model can start from the initial weights a PyTorch
+ * script with the same seed starts from. Sequential, not counter-based. */
+typedef struct cg_mt19937 {
+    uint32_t state[624];
+    int index;
+    bool has_next_normal; /* PyTorch caches the second of a double pair */
+    double next_normal;
+} cg_mt19937;
+
+void cg_mt19937_seed(cg_mt19937 *g, uint64_t seed);
+uint32_t cg_mt19937_next(cg_mt19937 *g);
+/* Contiguous t only (false with an error otherwise). */
+bool cg_normal_torch_(cg_tensor *t, cg_mt19937 *g, float mean, float std);
+
 /* --------------------------------------------------------------- queries */
 int64_t cg_numel(const cg_tensor *t);
 int64_t cg_numel_shape(int ndim, const int64_t *shape);

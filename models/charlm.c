@@ -143,7 +143,7 @@ cg_charlm *cg_charlm_new(const cg_charlm_config *cfg, uint64_t seed)
                   base, "ln_f", CG_MODULE(cg_norm_new(cfg->norm, cfg->d)))) != NULL;
     /* models.py init_params over the finished tree (one rule for every
      * parameter, whatever the layer constructors drew). */
-    ok = ok && cg_module_init_params(base, &init, CG_INIT_STD);
+    ok = ok && cg_module_init_params_torch(base, seed, CG_INIT_STD);
     if (!ok) {
         cg_module_free(base);
         return NULL;

@@ -78,31 +78,6 @@ static int64_t utf8_decode(const char *s, size_t n, uint32_t *out, int64_t cap)
 }
 
 /* ------------------------------------------------------------ MT19937 */
-void cg_mt_seed(cg_mt19937 *r, uint32_t seed)
-{
-    r->mt[0] = seed;
-    for (int i = 1; i < 624; i++)
-        r->mt[i] = 1812433253u * (r->mt[i - 1] ^ (r->mt[i - 1] >> 30)) + (uint32_t)i;
-    r->pos = 624;
-}
-
-uint32_t cg_mt_next(cg_mt19937 *r)
-{
-    if (r->pos >= 624) {
-        for (int i = 0; i < 624; i++) {
-            uint32_t y = (r->mt[i] & 0x80000000u) | (r->mt[(i + 1) % 624] & 0x7fffffffu);
-            r->mt[i] = r->mt[(i + 397) % 624] ^ (y >> 1) ^ ((y & 1u) ? 0x9908b0dfu : 0u);
-        }
-        r->pos = 0;
-    }
-    uint32_t y = r->mt[r->pos++];
-    y ^= y >> 11;
-    y ^= (y << 7) & 0x9d2c5680u;
-    y ^= (y << 15) & 0xefc60000u;
-    y ^= y >> 18;
-    return y;
-}
-
 /* numpy random_interval(max): uniform in [0, max] by masked rejection. */
 static uint64_t mt_interval(cg_mt19937 *r, uint64_t max)
 {
@@ -117,11 +92,11 @@ static uint64_t mt_interval(cg_mt19937 *r, uint64_t max)
     mask |= mask >> 32;
     uint64_t v;
     if (max <= 0xffffffffu) {
-        while ((v = (cg_mt_next(r) & mask)) > max) {
+        while ((v = (cg_mt19937_next(r) & mask)) > max) {
         }
     } else {
         do {
-            uint64_t hi = cg_mt_next(r), lo = cg_mt_next(r);
+            uint64_t hi = cg_mt19937_next(r), lo = cg_mt19937_next(r);
             v = ((hi << 32) | lo) & mask;
         } while (v > max);
     }
@@ -317,7 +292,7 @@ bool cg_pairs_split(const cg_pairs *p, int64_t n_valid, int64_t n_test, cg_pair_
         cg_set_error("split: out of memory");
         return false;
     }
-    cg_mt_seed(&r, 0);
+    cg_mt19937_seed(&r, 0);
     cg_mt_permutation(&r, p->n, perm);
     out->n_train = p->n - n_valid - n_test;
     out->n_valid = n_valid;

@@ -22,6 +22,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/tensor.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -38,15 +40,9 @@ extern "C" {
 int64_t cg_utf8_count(const char *s, size_t n, size_t *bad_at);
 
 /* ------------------------------------------------ numpy's RandomState */
-typedef struct {
-    uint32_t mt[624];
-    int pos;
-} cg_mt19937;
-
-/* numpy.random.RandomState(seed) (init_genrand). */
-void cg_mt_seed(cg_mt19937 *r, uint32_t seed);
-uint32_t cg_mt_next(cg_mt19937 *r);
-/* RandomState.permutation(n): out[0..n) (legacy Fisher-Yates with masked
+/* numpy.random.RandomState(seed) is core's cg_mt19937 seeded with
+ * cg_mt19937_seed (the same init_genrand as torch.manual_seed).
+ * RandomState.permutation(n): out[0..n) (legacy Fisher-Yates with masked
  * rejection sampling, exactly as numpy). */
 void cg_mt_permutation(cg_mt19937 *r, int64_t n, int64_t *out);
 

@@ -146,7 +146,7 @@ cg_seq2seq *cg_seq2seq_new(const cg_seq2seq_config *cfg, uint64_t seed)
     ok = ok && (m->decoder = (cg_dec_stack *)cg_module_add_child(
                     base, "decoder",
                     CG_MODULE(cg_dec_stack_new((int)cfg->dec_layers, &tf, &init))));
-    ok = ok && cg_module_init_params(base, &init, CG_INIT_STD);
+    ok = ok && cg_module_init_params_torch(base, seed, CG_INIT_STD);
     if (!ok) {
         cg_module_free(base);
         return NULL;

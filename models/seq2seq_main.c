@@ -659,7 +659,7 @@ static int cmd_train(int argc, char **argv)
     if (o.seed > 0xffffffffULL)
         die("--seed must be below 2^32 (numpy RandomState)");
     cg_mt19937 order;
-    cg_mt_seed(&order, (uint32_t)o.seed);
+    cg_mt19937_seed(&order, (uint32_t)o.seed);
     if (o.resume) {
         if (!cg_optim_load(opt, rc.file, "optim"))
             die_lib(o.resume_from);

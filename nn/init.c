@@ -2,6 +2,7 @@
 #include "nn/init.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 bool cg_init_zeros_(cg_tensor *t)
@@ -80,7 +81,18 @@ bool cg_init_xavier_normal_(cg_tensor *t, cg_rng *rng, float gain)
     return cg_normal_(t, rng, 0.0f, (float)(gain * sqrt(2.0 / (fi + fo))));
 }
 
-static bool init_tree(cg_module *m, cg_rng *rng, float std)
+/* The normal draw of init_tree: our counter-based stream or PyTorch's. */
+typedef struct {
+    cg_rng *rng;
+    cg_mt19937 *mt;
+} init_src;
+
+static bool init_normal(cg_tensor *t, const init_src *src, float std)
+{
+    return src->mt ? cg_normal_torch_(t, src->mt, 0.0f, std) : cg_init_normal_(t, src->rng, 0.0f, std);
+}
+
+static bool init_tree(cg_module *m, const init_src *src, float std)
 {
     bool lin = !strcmp(m->type, "Linear") || !strcmp(m->type, "Embedding");
     bool norm = !strcmp(m->type, "LayerNorm") || !strcmp(m->type, "RMSNorm");
@@ -89,7 +101,7 @@ static bool init_tree(cg_module *m, cg_rng *rng, float std)
         cg_tensor *t = m->params[i].tensor;
         bool ok = true;
         if (!strcmp(name, "weight") && lin)
-            ok = cg_init_normal_(t, rng, 0.0f, std);
+            ok = init_normal(t, src, std);
         else if (!strcmp(name, "weight") && norm)
             ok = cg_init_ones_(t);
         else if (!strcmp(name, "bias"))
@@ -98,7 +110,7 @@ static bool init_tree(cg_module *m, cg_rng *rng, float std)
             return false;
     }
     for (int i = 0; i < m->n_children; i++)
-        if (!init_tree(m->children[i].module, rng, std))
+        if (!init_tree(m->children[i].module, src, std))
             return false;
     return true;
 }
@@ -107,5 +119,55 @@ bool cg_module_init_params(cg_module *m, cg_rng *rng, float std)
 {
     if (!m || !need_rng("module init_params", rng))
         return false;
-    return init_tree(m, rng, std);
+    if (!(std >= 0.0f)) {
+        cg_set_error("module init_params: std must be >= 0 (got %g)", (double)std);
+        return false;
+    }
+    init_src src = {.rng = rng, .mt = NULL};
+    return init_tree(m, &src, std);
+}
+
+/* What PyTorch's constructors draw before init_params runs, in the same
+ * depth-first order: nn.Linear's reset_parameters fills weight and bias
+ * with uniform_ (one 32-bit draw per element), nn.Embedding's fills its
+ * weight with normal_. The values are overwritten; only the generator's
+ * position matters. */
+static bool skip_construction(cg_module *m, cg_mt19937 *g)
+{
+    bool lin = !strcmp(m->type, "Linear"), emb = !strcmp(m->type, "Embedding");
+    for (int i = 0; i < m->n_params; i++) {
+        const char *name = m->params[i].name;
+        cg_tensor *t = m->params[i].tensor;
+        if (lin && (!strcmp(name, "weight") || !strcmp(name, "bias"))) {
+            for (int64_t j = cg_numel(t); j > 0; j--)
+                cg_mt19937_next(g);
+        } else if (emb && !strcmp(name, "weight")) {
+            if (!cg_normal_torch_(t, g, 0.0f, 1.0f))
+                return false;
+        }
+    }
+    for (int i = 0; i < m->n_children; i++)
+        if (!skip_construction(m->children[i].module, g))
+            return false;
+    return true;
+}
+
+bool cg_module_init_params_torch(cg_module *m, uint64_t seed, float std)
+{
+    if (!m)
+        return false;
+    if (!(std >= 0.0f)) {
+        cg_set_error("module init_params: std must be >= 0 (got %g)", (double)std);
+        return false;
+    }
+    cg_mt19937 *g = malloc(sizeof *g); /* 2.5 KB of state */
+    if (!g) {
+        cg_set_error("module init_params: out of memory");
+        return false;
+    }
+    cg_mt19937_seed(g, seed);
+    init_src src = {.rng = NULL, .mt = g};
+    bool ok = skip_construction(m, g) && init_tree(m, &src, std);
+    free(g);
+    return ok;
 }

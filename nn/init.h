@@ -31,6 +31,14 @@ bool cg_init_xavier_normal_(cg_tensor *t, cg_rng *rng, float gain);
  * every LayerNorm/RMSNorm weight = 1; every parameter named "bias" = 0.
  * Other parameters are left as they are. */
 bool cg_module_init_params(cg_module *m, cg_rng *rng, float std);
+/* The same with PyTorch's generator and normal_ (core/tensor.h
+ * cg_mt19937): the weights a PyTorch script gets from torch.manual_seed(seed),
+ * then building a model of the same structure (whose nn.Linear and
+ * nn.Embedding constructors draw their default initialisation first) and
+ * running models.py init_params on it. This is the
+ * zoo models' initialisation, so a --seed means what it means to the
+ * reference scripts. Parameters must be contiguous. */
+bool cg_module_init_params_torch(cg_module *m, uint64_t seed, float std);
 
 #ifdef __cplusplus
 }

@@ -80,17 +80,17 @@ START_TEST(test_mt_matches_numpy)
     const int64_t want1[7] = {6, 2, 1, 0, 4, 3, 5};
     int64_t p[20];
     cg_mt19937 r;
-    cg_mt_seed(&r, 0);
+    cg_mt19937_seed(&r, 0);
     cg_mt_permutation(&r, 20, p);
     for (int i = 0; i < 20; i++)
         ck_assert_int_eq(p[i], want0[i]);
-    cg_mt_seed(&r, 1);
+    cg_mt19937_seed(&r, 1);
     cg_mt_permutation(&r, 7, p);
     for (int i = 0; i < 7; i++)
         ck_assert_int_eq(p[i], want1[i]);
     /* MT19937 reference output for init_genrand(5489): 3499211612 */
-    cg_mt_seed(&r, 5489);
-    ck_assert_uint_eq(cg_mt_next(&r), 3499211612u);
+    cg_mt19937_seed(&r, 5489);
+    ck_assert_uint_eq(cg_mt19937_next(&r), 3499211612u);
 }
 END_TEST
 

@@ -237,6 +237,54 @@ START_TEST(test_rng_reproducible)
 }
 END_TEST
 
+START_TEST(test_rng_torch_compatible)
+{
+    /* MT19937's published check: the 10000th output for the default seed
+     * 5489 is 4123659995 (C++ std::mt19937). */
+    cg_mt19937 g;
+    cg_mt19937_seed(&g, 5489);
+    uint32_t v = 0;
+    for (int i = 0; i < 10000; i++)
+        v = cg_mt19937_next(&g);
+    ck_assert_uint_eq(v, 4123659995u);
+    /* torch.manual_seed(7), then nn.init.normal_ on tensors of 37 (a block of
+     * 16 twice and a redrawn tail), 5 and 3 (double pairs, the second kept
+     * for the next draw) and 16 elements; values printed by PyTorch 1.13 */
+    static const float a[37] = {
+        -1.14026904f, 1.29126239f,  2.29781699f,   -2.27680779f, 0.166007966f, 1.07029986f,
+        -0.782183051f, -1.28731084f, 2.35308599f,  -0.571024418f, -1.8194406f, -0.420314312f,
+        1.91707814f,  2.52551079f,  0.960793734f,  2.68033028f,  -2.66532922f, -0.149133265f,
+        4.35273647f,  -0.160023451f, 0.896890104f, -0.823735118f, -1.1569041f, -0.711360574f,
+        0.229126215f, 1.99423647f,  1.7236315f,    4.23556709f,  5.52320576f, -0.000265240669f,
+        1.50224292f,  1.02007246f,  -2.77404261f,  0.815423846f, 1.29148185f, -2.23547935f,
+        0.298531353f};
+    static const float b[5] = {0.0371468179f, -0.479686588f, 1.71422458f, -0.0828889757f,
+                               -1.8614651f};
+    static const float c[3] = {0.731820345f, 0.422946155f, 0.636132956f};
+    static const float d[16] = {-1.71775186f, -0.582388639f, -0.615344703f, 1.54961908f,
+                                0.59890002f,  -0.637667775f, -2.28581882f, -0.367664158f,
+                                -0.386577785f, -1.03698575f, 0.59202975f,  -0.75565356f,
+                                0.391745478f, 0.746980846f, 1.37977231f,  1.28771985f};
+    cg_mt19937_seed(&g, 7);
+    const float *want[4] = {a, b, c, d};
+    const float mean[4] = {0.5f, 0.0f, 0.0f, 0.0f}, sd[4] = {2.0f, 1.0f, 1.0f, 1.0f};
+    const int64_t n[4] = {37, 5, 3, 16};
+    for (int t = 0; t < 4; t++) {
+        cg_tensor *x = cg_empty(CG_SHAPE(n[t]));
+        ck_assert(cg_normal_torch_(x, &g, mean[t], sd[t]));
+        for (int64_t i = 0; i < n[t]; i++) /* float log/cos/sin in PyTorch */
+            ck_assert_float_eq_tol(cg_data(x)[i], want[t][i], 4e-6f * (1.0f + fabsf(want[t][i])));
+        cg_release(x);
+    }
+    /* a non-contiguous view is refused with a message */
+    cg_tensor *m = cg_zeros(CG_SHAPE(4, 6));
+    cg_tensor *mt = cg_view_transpose(m, 0, 1);
+    ck_assert(!cg_normal_torch_(mt, &g, 0.0f, 1.0f));
+    ck_assert(strstr(cg_last_error(), "contiguous") != NULL);
+    cg_release_all(2, m, mt);
+}
+END_TEST
+
 START_TEST(test_rng_thread_independent)
 {
     /* large enough for the parallel path */
@@ -325,6 +373,7 @@ static Suite *tensor_suite(void)
     tcase_add_test(tc, test_broadcast_shapes);
     tcase_add_test(tc, test_rng_reproducible);
     tcase_add_test(tc, test_rng_thread_independent);
+    tcase_add_test(tc, test_rng_torch_compatible);
     tcase_add_test(tc, test_refcounts);
     tcase_add_test(tc, test_shape_str);
     suite_add_tcase(s, tc);

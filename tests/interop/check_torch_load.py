@@ -1,5 +1,7 @@
 """Load checkpoints written by cgrad (export_ckpt) into the PyTorch reference
-and check that its logits equal the ones cgrad computed.
+and check that its logits equal the ones cgrad computed, and that the
+weights (freshly initialised by cgrad with seed 5 for the char LM and 6 for
+the translator) are the ones PyTorch draws after torch.manual_seed(seed).
 
     /usr/bin/python3 check_torch_load.py DIR    (exit 0: equal; 77: no torch)
 """
@@ -24,9 +26,13 @@ import models  # noqa: E402
 import safetensors_io  # noqa: E402
 
 
+INIT_SEED = {"charlm": 5, "seq2seq": 6}  # the seeds export_ckpt.c builds with
+
+
 def check(path):
     tensors, meta = safetensors_io.load(path)
     cfg = json.loads(meta["config"])
+    torch.manual_seed(INIT_SEED[meta["model"]])
     if meta["model"] == "charlm":
         fields = {f: cfg[f] for f in models.CharLMConfig.__dataclass_fields__ if f in cfg}
         model = models.CharLM(models.CharLMConfig(**fields))
@@ -37,6 +43,11 @@ def check(path):
         inputs = [torch.from_numpy(tensors["input.src"]), torch.from_numpy(tensors["input.tgt_in"])]
     state = {k: torch.from_numpy(v) for k, v in tensors.items()
              if not k.startswith(("input.", "expect."))}
+    fresh = model.state_dict()
+    init_err = max((fresh[k] - state[k]).abs().max().item() for k in fresh)
+    init_ok = init_err < 1e-6
+    print(f"{os.path.basename(path)}: initial weights vs PyTorch's with the same seed: "
+          f"max |difference| {init_err:.3g}: {'ok' if init_ok else 'MISMATCH'}")
     model.load_state_dict(state, strict=True)  # every parameter, names and shapes
     model.eval()
     with torch.no_grad():
@@ -46,7 +57,7 @@ def check(path):
     ok = torch.allclose(logits, ours, rtol=1e-4, atol=1e-5)
     print(f"{os.path.basename(path)}: {meta['model']}, {len(state)} parameter tensors loaded "
           f"by PyTorch, max |logit difference| {err:.3g}: {'ok' if ok else 'MISMATCH'}")
-    return ok
+    return ok and init_ok
 
 
 def main():
