@@ -38,23 +38,47 @@ static inline int64_t key_end(bool causal, int64_t i, int64_t Tk)
     return causal ? (i + 1 < Tk ? i + 1 : Tk) : Tk;
 }
 
-/* One row of scaled, masked softmax in place over s[0, ke); s[ke, Tk) = 0. */
+/* 16 floats (GCC/clang vector extension): one AVX-512 register, two AVX2
+ * or four SSE ones, as the clone compiles it. */
+typedef float v16f __attribute__((vector_size(64)));
+typedef int32_t v16i __attribute__((vector_size(64)));
+typedef uint8_t v16b __attribute__((vector_size(16)));
+
+/* One row of scaled, masked softmax in place over s[0, ke); s[ke, Tk) = 0.
+ * The maximum is taken in 16 lanes (element j in lane j % 16) so the first
+ * pass runs on whole vectors; a maximum does not depend on its order. */
 EW_CLONES static void softmax_row(float *s, int64_t ke, int64_t Tk, float scale,
                                   const uint8_t *kpad)
 {
+    v16f lanes;
+    for (int l = 0; l < 16; l++)
+        lanes[l] = -INFINITY;
+    const v16f ninf = lanes;
+    int64_t j0 = 0;
+    for (; j0 + 16 <= ke; j0 += 16) {
+        v16f x;
+        memcpy(&x, s + j0, sizeof x);
+        x = x / scale;
+        if (kpad) {
+            v16b pb;
+            memcpy(&pb, kpad + j0, sizeof pb);
+            v16i pad = __builtin_convertvector(pb, v16i) != 0;
+            x = (v16f)((pad & (v16i)ninf) | (~pad & (v16i)x));
+        }
+        memcpy(s + j0, &x, sizeof x);
+        v16i gt = x > lanes; /* lane-wise max; a NaN x keeps the lane */
+        lanes = (v16f)((gt & (v16i)x) | (~gt & (v16i)lanes));
+    }
     float mx = -INFINITY;
-    if (kpad)
-        for (int64_t j = 0; j < ke; j++) {
-            float x = bsel(M(kpad[j] != 0), -INFINITY, s[j] / scale);
-            s[j] = x;
-            mx = x > mx ? x : mx;
-        }
-    else
-        for (int64_t j = 0; j < ke; j++) {
-            float x = s[j] / scale;
-            s[j] = x;
-            mx = x > mx ? x : mx;
-        }
+    for (int l = 0; l < 16; l++)
+        mx = lanes[l] > mx ? lanes[l] : mx;
+    for (; j0 < ke; j0++) {
+        float x = s[j0] / scale;
+        if (kpad && kpad[j0])
+            x = -INFINITY;
+        s[j0] = x;
+        mx = x > mx ? x : mx;
+    }
     double acc[8] = {0};
     int64_t j = 0, kl = ke / 8 * 8;
     for (; j < kl; j += 8)

@@ -28,10 +28,11 @@ void bli_cntx_init_haswell(cntx_t *cntx);
 
 /* Automatic thread count: at least this many flops per thread. */
 #define MIN_FLOPS_PER_THREAD 5e6
-/* Automatic path: m*n*k at or below this goes to haswell's sup kernels. */
+/* Automatic path with BLIS's own driver (CG_BLIS_DRIVER=1): m*n*k at or
+ * below this goes to haswell's sup kernels. */
 #define SMALL_MNK (64.0 * 64.0 * 64.0)
 /* Automatic path: products with at most this many rows or columns go to
- * haswell's sup kernels too. */
+ * haswell's sup kernels. */
 #define SKINNY 8
 /* Threading: blocks of C are a multiple of this many rows or columns. Any
  * cut gives the same bits (every element is one kernel's in-order sum over
@@ -190,15 +191,18 @@ bool cg_sgemm_path(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int64_
     if (path == CG_GEMM_AUTO) {
         path = g_active;
         /* BLIS 0.9 has small-matrix ("sup") kernels for haswell but not for
-         * skx; below ~64^3 they win (64x64x32: 4.5 us vs 6.6 us), and so do
-         * they for skinny products (a row or a few rows times a weight, as
-         * in incremental decoding), which they compute without packing: the
-         * skx path packed the whole weight to multiply one row by it (1 x
-         * 1152 x 384: 8x slower). The choice depends on the sizes only, and
-         * such products are never split between threads, so the result is
-         * the same for any thread count. */
-        if (path == CG_GEMM_SKX && g_have_haswell &&
-            ((double)m * (double)n * (double)k <= SMALL_MNK || m <= SKINNY || n <= SKINNY)) {
+         * skx. They win on skinny products (a row or a few rows times a
+         * weight, as in incremental decoding), which they compute without
+         * packing: a packing path packs the whole weight to multiply one row
+         * by it (1 x 384 x 1152: 25 us sup, 75 us ours, 8x slower with
+         * BLIS's skx driver). Other small products are faster on our skx
+         * driver (attention's 48 x 48 x 32 score products: 1.3 us against
+         * 1.6 to 3.0 us sup, depending on layout); BLIS's own skx driver
+         * lost to sup below ~64^3 (64x64x32: 6.6 us vs 4.5 us). The choice
+         * depends on the sizes only, and sup products are never split
+         * between threads, so the result is the same for any thread count. */
+        bool small = !g_own_driver && (double)m * (double)n * (double)k <= SMALL_MNK;
+        if (path == CG_GEMM_SKX && g_have_haswell && (small || m <= SKINNY || n <= SKINNY)) {
             path = CG_GEMM_HASWELL;
             sup = true;
         }

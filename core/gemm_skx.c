@@ -160,8 +160,11 @@ bool cg_skx_gemm(cntx_t *cntx, int64_t m, int64_t n, int64_t k, float alpha, con
     const int64_t NCX = bli_cntx_get_blksz_max_dt(BLIS_FLOAT, BLIS_NC, cntx);
     const int64_t kcmax = k < KCX ? k : KCX;
     const int64_t mcmax = (m < MCX ? m : MCX) + MR - 1, ncmax = (n < NCX ? n : NCX) + NR - 1;
-    float *pa = cg_alloc((size_t)(mcmax / MR * MR * kcmax) * sizeof(float));
-    float *pb = cg_alloc((size_t)(ncmax / NR * NR * kcmax) * sizeof(float));
+    /* SLACK floats past the last panel: room for a kernel that loads one
+     * k step ahead (its reads land in the next panel everywhere else) */
+    enum { SLACK = 4 * MR };
+    float *pa = cg_alloc((size_t)(mcmax / MR * MR * kcmax + SLACK) * sizeof(float));
+    float *pb = cg_alloc((size_t)(ncmax / NR * NR * kcmax + SLACK) * sizeof(float));
     if (!pa || !pb) {
         cg_free(pa);
         cg_free(pb);

@@ -51,9 +51,13 @@ cg_tensor *cg_k_linear(const cg_tensor *x, const cg_tensor *w, const cg_tensor *
         const float *bp = cg_data(b);
         const int64_t bs = b->strides[0];
 #pragma omp parallel for schedule(static) if (N * out > PAR_THRESHOLD)
-        for (int64_t r = 0; r < N; r++)
-            for (int64_t j = 0; j < out; j++)
-                yp[r * out + j] = bp[j * bs];
+        for (int64_t r = 0; r < N; r++) {
+            if (bs == 1)
+                memcpy(yp + r * out, bp, sizeof(float) * (size_t)out);
+            else
+                for (int64_t j = 0; j < out; j++)
+                    yp[r * out + j] = bp[j * bs];
+        }
     }
     if (in == 0 && !b)
         memset(yp, 0, sizeof(float) * (size_t)(N * out));

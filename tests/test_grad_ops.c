@@ -490,14 +490,22 @@ static cg_tensor *fused_attention_fn(void *ctx, cg_tensor *const *in)
 START_TEST(test_attention_fused)
 {
     cg_rng r = cg_rng_new(16);
-    static const uint8_t pad[2 * 6] = {0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 1};
+    static const uint8_t pad6[2 * 6] = {0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 1};
+    /* 37 keys: two whole vectors of 16 and a tail, padding in each part */
+    uint8_t pad37[2 * 37] = {0};
+    for (int j = 0; j < 37; j++) {
+        pad37[j] = j % 7 == 3 || j >= 34;
+        pad37[37 + j] = j >= 20;
+    }
     struct {
         int64_t B, H, Tq, Tk, dh;
-        bool causal, use_pad;
+        bool causal;
+        const uint8_t *pad;
     } cases[] = {
-        {2, 2, 5, 5, 3, true, false}, {2, 2, 4, 6, 3, false, true},
-        {2, 1, 6, 6, 2, true, true},  {1, 1, 67, 67, 2, true, false},
-        {1, 2, 3, 66, 2, false, false},
+        {2, 2, 5, 5, 3, true, NULL},   {2, 2, 4, 6, 3, false, pad6},
+        {2, 1, 6, 6, 2, true, pad6},   {1, 1, 67, 67, 2, true, NULL},
+        {1, 2, 3, 66, 2, false, NULL}, {2, 1, 5, 37, 2, false, pad37},
+        {2, 1, 37, 37, 2, true, pad37},
     };
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         int layouts[3] = {LAYOUT_TRANSPOSED, LAYOUT_STRIDED, LAYOUT_CONTIG};
@@ -508,7 +516,7 @@ START_TEST(test_attention_fused)
                   layouts[(ci + 1) % 3], DOM_ANY),
             input(&r, CG_SHAPE(cases[ci].B, cases[ci].H, cases[ci].Tk, cases[ci].dh),
                   layouts[(ci + 2) % 3], DOM_ANY)};
-        fused_attn_ctx c = {cases[ci].causal, cases[ci].use_pad ? pad : NULL};
+        fused_attn_ctx c = {cases[ci].causal, cases[ci].pad};
         char what[64];
         snprintf(what, sizeof what, "fused attention case %zu", ci);
         check(fused_attention_fn, &c, 3, in, what, 0, 0);
