@@ -17,6 +17,7 @@
 #include "core/gemm_skx.h"
 
 #include <immintrin.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -118,6 +119,34 @@ static void pack_b(int64_t kc, int64_t nc, const float *b, int64_t rs, int64_t c
         pack_panel(NR, nc - j < NR ? nc - j : NR, kc, b + j * cs, cs, rs, p + j * kc);
 }
 
+/* ------------------------------------------------------------ buffers */
+
+/* Each thread keeps its packing buffer between calls (grown as needed,
+ * freed when the thread exits): allocating a few MB per call made every
+ * call fault fresh pages in from a worker thread's malloc arena. */
+static pthread_key_t buf_key;
+static pthread_once_t buf_once = PTHREAD_ONCE_INIT;
+static _Thread_local float *tl_buf;
+static _Thread_local size_t tl_cap;
+
+static void buf_free(void *p) { cg_free(p); }
+static void buf_key_init(void) { (void)pthread_key_create(&buf_key, buf_free); }
+
+static float *thread_buffer(size_t floats)
+{
+    if (tl_cap >= floats)
+        return tl_buf;
+    pthread_once(&buf_once, buf_key_init);
+    float *p = cg_alloc(floats * sizeof(float));
+    if (!p)
+        return NULL;
+    cg_free(tl_buf);
+    tl_buf = p;
+    tl_cap = floats;
+    (void)pthread_setspecific(buf_key, p);
+    return p;
+}
+
 /* ------------------------------------------------------------ driver */
 
 /* Size of the block at offset i of dim, as BLIS picks it: the default size,
@@ -160,16 +189,15 @@ bool cg_skx_gemm(cntx_t *cntx, int64_t m, int64_t n, int64_t k, float alpha, con
     const int64_t NCX = bli_cntx_get_blksz_max_dt(BLIS_FLOAT, BLIS_NC, cntx);
     const int64_t kcmax = k < KCX ? k : KCX;
     const int64_t mcmax = (m < MCX ? m : MCX) + MR - 1, ncmax = (n < NCX ? n : NCX) + NR - 1;
-    /* SLACK floats past the last panel: room for a kernel that loads one
-     * k step ahead (its reads land in the next panel everywhere else) */
+    /* SLACK floats past each buffer's last panel: room for a kernel that
+     * loads one k step ahead (its reads land in the next panel elsewhere) */
     enum { SLACK = 4 * MR };
-    float *pa = cg_alloc((size_t)(mcmax / MR * MR * kcmax + SLACK) * sizeof(float));
-    float *pb = cg_alloc((size_t)(ncmax / NR * NR * kcmax + SLACK) * sizeof(float));
-    if (!pa || !pb) {
-        cg_free(pa);
-        cg_free(pb);
+    const size_t na = (size_t)(mcmax / MR * MR * kcmax + SLACK);
+    const size_t nb = (size_t)(ncmax / NR * NR * kcmax + SLACK);
+    float *pa = thread_buffer(na + nb);
+    if (!pa)
         return false;
-    }
+    float *pb = pa + na; /* na is a multiple of 16 floats: 64-byte aligned */
     auxinfo_t aux;
     memset(&aux, 0, sizeof aux);
     int64_t nc, kc, mc;
@@ -200,7 +228,5 @@ bool cg_skx_gemm(cntx_t *cntx, int64_t m, int64_t n, int64_t k, float alpha, con
             }
         }
     }
-    cg_free(pa);
-    cg_free(pb);
     return true;
 }
