@@ -18,6 +18,7 @@
 
 #include <immintrin.h>
 #include <pthread.h>
+#include <sys/mman.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -122,29 +123,44 @@ static void pack_b(int64_t kc, int64_t nc, const float *b, int64_t rs, int64_t c
 /* ------------------------------------------------------------ buffers */
 
 /* Each thread keeps its packing buffer between calls (grown as needed,
- * freed when the thread exits): allocating a few MB per call made every
- * call fault fresh pages in from a worker thread's malloc arena. */
+ * unmapped when the thread exits). Allocating a few MB per call made every
+ * call fault fresh pages in from a worker thread's malloc arena; a buffer
+ * kept in the malloc heap instead pinned the heap top at its peak, and the
+ * memory freed below it was faulted in again every step. So the buffer is
+ * mapped directly, outside the heap. */
+typedef struct {
+    float *p;
+    size_t bytes;
+} pack_buf;
+
 static pthread_key_t buf_key;
 static pthread_once_t buf_once = PTHREAD_ONCE_INIT;
-static _Thread_local float *tl_buf;
-static _Thread_local size_t tl_cap;
+static _Thread_local pack_buf tl;
 
-static void buf_free(void *p) { cg_free(p); }
-static void buf_key_init(void) { (void)pthread_key_create(&buf_key, buf_free); }
+static void buf_unmap(void *arg)
+{
+    pack_buf *b = arg;
+    if (b && b->p)
+        munmap(b->p, b->bytes);
+}
+static void buf_key_init(void) { (void)pthread_key_create(&buf_key, buf_unmap); }
 
 static float *thread_buffer(size_t floats)
 {
-    if (tl_cap >= floats)
-        return tl_buf;
+    size_t bytes = floats * sizeof(float);
+    if (tl.bytes >= bytes)
+        return tl.p;
     pthread_once(&buf_once, buf_key_init);
-    float *p = cg_alloc(floats * sizeof(float));
-    if (!p)
+    bytes = (bytes + ((size_t)1 << 21) - 1) & ~(((size_t)1 << 21) - 1); /* 2 MB steps */
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
         return NULL;
-    cg_free(tl_buf);
-    tl_buf = p;
-    tl_cap = floats;
-    (void)pthread_setspecific(buf_key, p);
-    return p;
+    if (tl.p)
+        munmap(tl.p, tl.bytes);
+    tl.p = p;
+    tl.bytes = bytes;
+    (void)pthread_setspecific(buf_key, &tl);
+    return tl.p;
 }
 
 /* ------------------------------------------------------------ driver */
