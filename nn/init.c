@@ -2,7 +2,6 @@
 #include "nn/init.h"
 
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 bool cg_init_zeros_(cg_tensor *t)
@@ -115,14 +114,17 @@ static bool init_tree(cg_module *m, const init_src *src, float std)
     return true;
 }
 
+static bool std_ok(float std)
+{
+    if (!(std >= 0.0f))
+        cg_set_error("module init_params: std must be >= 0 (got %g)", (double)std);
+    return std >= 0.0f;
+}
+
 bool cg_module_init_params(cg_module *m, cg_rng *rng, float std)
 {
-    if (!m || !need_rng("module init_params", rng))
+    if (!m || !need_rng("module init_params", rng) || !std_ok(std))
         return false;
-    if (!(std >= 0.0f)) {
-        cg_set_error("module init_params: std must be >= 0 (got %g)", (double)std);
-        return false;
-    }
     init_src src = {.rng = rng, .mt = NULL};
     return init_tree(m, &src, std);
 }
@@ -154,20 +156,10 @@ static bool skip_construction(cg_module *m, cg_mt19937 *g)
 
 bool cg_module_init_params_torch(cg_module *m, uint64_t seed, float std)
 {
-    if (!m)
+    if (!m || !std_ok(std))
         return false;
-    if (!(std >= 0.0f)) {
-        cg_set_error("module init_params: std must be >= 0 (got %g)", (double)std);
-        return false;
-    }
-    cg_mt19937 *g = malloc(sizeof *g); /* 2.5 KB of state */
-    if (!g) {
-        cg_set_error("module init_params: out of memory");
-        return false;
-    }
-    cg_mt19937_seed(g, seed);
-    init_src src = {.rng = NULL, .mt = g};
-    bool ok = skip_construction(m, g) && init_tree(m, &src, std);
-    free(g);
-    return ok;
+    cg_mt19937 g;
+    cg_mt19937_seed(&g, seed);
+    init_src src = {.rng = NULL, .mt = &g};
+    return skip_construction(m, &g) && init_tree(m, &src, std);
 }
