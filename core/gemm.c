@@ -16,9 +16,11 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include <blis.h>
 
+#include "core/gemm_internal.h"
 #include "core/gemm_skx.h"
 #include "core/tensor.h"
 
@@ -49,6 +51,14 @@ static cg_gemm_path g_active = CG_GEMM_DEFAULT;
 /* skx path: our blocking and packing around BLIS's micro-kernel
  * (core/gemm_skx.c) unless CG_BLIS_DRIVER=1 asks for BLIS's own driver. */
 static bool g_own_driver = true;
+/* bf16: the CPU has AVX512_BF16 (and CG_BF16_EMULATE does not forbid it) */
+static bool g_bf16_native;
+static _Atomic int g_precision = CG_PRECISION_FP32;
+
+/* core/gemm_bf16.c: one thread's bf16 product (native or emulated). */
+bool cg_bf16_gemm_serial(bool native, int64_t m, int64_t n, int64_t k, float alpha,
+                         const float *a, int64_t rsa, int64_t csa, const float *b, int64_t rsb,
+                         int64_t csb, float beta, float *c, int64_t rsc, int64_t csc);
 
 static void gemm_init(void) {
     bli_init();
@@ -63,6 +73,10 @@ static void gemm_init(void) {
         bli_cntx_init_haswell(&g_cntx_haswell);
         g_have_haswell = true;
     }
+    const char *emu = getenv("CG_BF16_EMULATE");
+    g_bf16_native = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                    __builtin_cpu_supports("avx512bf16") &&
+                    !(emu && emu[0] && strcmp(emu, "0") != 0);
     const char *drv = getenv("CG_BLIS_DRIVER");
     g_own_driver = !(drv && drv[0] && strcmp(drv, "0") != 0);
     const char *env = getenv("CG_BLIS_DEFAULT");
@@ -90,8 +104,39 @@ const char *cg_gemm_path_name(cg_gemm_path p) {
     case CG_GEMM_DEFAULT: return "default";
     case CG_GEMM_SKX: return "skx";
     case CG_GEMM_HASWELL: return "haswell";
+    case CG_GEMM_BF16: return "bf16";
+    case CG_GEMM_BF16_EMULATED: return "bf16-emulated";
     }
     return "unknown";
+}
+
+void cg_set_matmul_precision(cg_precision p) { g_precision = p == CG_PRECISION_BF16; }
+
+cg_precision cg_get_matmul_precision(void)
+{
+    return g_precision ? CG_PRECISION_BF16 : CG_PRECISION_FP32;
+}
+
+const char *cg_precision_name(cg_precision p) { return p == CG_PRECISION_BF16 ? "bf16" : "fp32"; }
+
+bool cg_precision_parse(const char *s, cg_precision *out)
+{
+    if (s && !strcmp(s, "fp32")) {
+        *out = CG_PRECISION_FP32;
+        return true;
+    }
+    if (s && !strcmp(s, "bf16")) {
+        *out = CG_PRECISION_BF16;
+        return true;
+    }
+    cg_set_error("precision: '%s' is not one of fp32, bf16", s ? s : "(null)");
+    return false;
+}
+
+bool cg_bf16_native(void)
+{
+    ensure_init();
+    return g_bf16_native;
 }
 
 bool cg_gemm_path_available(cg_gemm_path p) {
@@ -101,8 +146,52 @@ bool cg_gemm_path_available(cg_gemm_path p) {
     case CG_GEMM_DEFAULT: return true;
     case CG_GEMM_SKX: return g_have_skx;
     case CG_GEMM_HASWELL: return g_have_haswell;
+    case CG_GEMM_BF16: return g_bf16_native;
+    case CG_GEMM_BF16_EMULATED: return true;
     }
     return false;
+}
+
+/* ------------------------------------------------------------ packing buffers */
+
+/* Each thread keeps its packing buffer between calls (grown as needed,
+ * unmapped when the thread exits). Allocating a few MB per call made every
+ * call fault fresh pages in from a worker thread's malloc arena; a buffer
+ * kept in the malloc heap instead pinned the heap top at its peak, and the
+ * memory freed below it was faulted in again every step. So the buffer is
+ * mapped directly, outside the heap. */
+typedef struct {
+    void *p;
+    size_t bytes;
+} pack_buf;
+
+static pthread_key_t buf_key;
+static pthread_once_t buf_once = PTHREAD_ONCE_INIT;
+static _Thread_local pack_buf tl;
+
+static void buf_unmap(void *arg)
+{
+    pack_buf *b = arg;
+    if (b && b->p)
+        munmap(b->p, b->bytes);
+}
+static void buf_key_init(void) { (void)pthread_key_create(&buf_key, buf_unmap); }
+
+void *cg_gemm_thread_buffer(size_t bytes)
+{
+    if (tl.bytes >= bytes)
+        return tl.p;
+    pthread_once(&buf_once, buf_key_init);
+    bytes = (bytes + ((size_t)1 << 21) - 1) & ~(((size_t)1 << 21) - 1); /* 2 MB steps */
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return NULL;
+    if (tl.p)
+        munmap(tl.p, tl.bytes);
+    tl.p = p;
+    tl.bytes = bytes;
+    (void)pthread_setspecific(buf_key, &tl);
+    return tl.p;
 }
 
 /* ------------------------------------------------------------ strides */
@@ -170,17 +259,36 @@ static void scale_c(int64_t m, int64_t n, float beta, float *c, int64_t rsc, int
 
 /* One single-threaded product on a context: ours around the skx kernel, or
  * BLIS's driver (other contexts, small "sup" products, out of memory). */
-static void serial_gemm(cntx_t *cntx, bool sup, int64_t m, int64_t n, int64_t k, float alpha,
+static bool serial_gemm(cntx_t *cntx, bool sup, int64_t m, int64_t n, int64_t k, float alpha,
                         const float *a, int64_t rsa, int64_t csa, const float *b, int64_t rsb,
                         int64_t csb, float beta, float *c, int64_t rsc, int64_t csc) {
     if (cntx == &g_cntx_skx && g_own_driver && !sup &&
         cg_skx_gemm(cntx, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc))
-        return;
+        return true;
     rntm_t rntm = BLIS_RNTM_INITIALIZER;
     bli_rntm_set_num_threads(1, &rntm);
     bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, (dim_t)m, (dim_t)n, (dim_t)k, &alpha,
                  (float *)a, (inc_t)rsa, (inc_t)csa, (float *)b, (inc_t)rsb, (inc_t)csb, &beta, c,
                  (inc_t)rsc, (inc_t)csc, cntx, &rntm);
+    return true;
+}
+
+/* One thread's share of a product: fp32 on a BLIS context, or bf16. */
+typedef struct {
+    cntx_t *cntx; /* fp32: the context (NULL: BLIS's default) */
+    bool sup;     /* fp32: BLIS's small-matrix kernels */
+    int bf16;     /* 0: fp32; 1: bf16 native; 2: bf16 emulated */
+} gemm_kind;
+
+static bool serial_product(gemm_kind g, int64_t m, int64_t n, int64_t k, float alpha,
+                           const float *a, int64_t rsa, int64_t csa, const float *b, int64_t rsb,
+                           int64_t csb, float beta, float *c, int64_t rsc, int64_t csc)
+{
+    if (g.bf16)
+        return cg_bf16_gemm_serial(g.bf16 == 1, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta,
+                                   c, rsc, csc);
+    return serial_gemm(g.cntx, g.sup, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc,
+                       csc);
 }
 
 bool cg_sgemm_path(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int64_t k,
@@ -188,6 +296,8 @@ bool cg_sgemm_path(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int64_
                    int64_t rsb, int64_t csb, float beta, float *c, int64_t rsc, int64_t csc) {
     ensure_init();
     bool sup = false;
+    if (path == CG_GEMM_AUTO && g_precision)
+        path = g_bf16_native ? CG_GEMM_BF16 : CG_GEMM_BF16_EMULATED;
     if (path == CG_GEMM_AUTO) {
         path = g_active;
         /* BLIS 0.9 has small-matrix ("sup") kernels for haswell but not for
@@ -207,17 +317,22 @@ bool cg_sgemm_path(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int64_
             sup = true;
         }
     }
-    cntx_t *cntx;
+    gemm_kind g = {NULL, sup, 0};
     switch (path) {
     case CG_GEMM_SKX:
         if (!g_have_skx) return false;
-        cntx = &g_cntx_skx;
+        g.cntx = &g_cntx_skx;
         break;
     case CG_GEMM_HASWELL:
         if (!g_have_haswell) return false;
-        cntx = &g_cntx_haswell;
+        g.cntx = &g_cntx_haswell;
         break;
-    case CG_GEMM_DEFAULT: cntx = NULL; break;
+    case CG_GEMM_DEFAULT: break;
+    case CG_GEMM_BF16:
+        if (!g_bf16_native) return false;
+        g.bf16 = 1;
+        break;
+    case CG_GEMM_BF16_EMULATED: g.bf16 = 2; break;
     default: return false;
     }
     if (m < 0 || n < 0 || k < 0) return false;
@@ -228,14 +343,17 @@ bool cg_sgemm_path(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int64_
         return true;
     }
     if (!blis_strides_ok(m, n, rsc, csc)) {
+        if (g.bf16) /* one thread: tiles are written in order */
+            return serial_product(g, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc,
+                                  csc);
         naive_sgemm(m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc);
         return true;
     }
 
     normalise_strides(m, k, &rsa, &csa);
     normalise_strides(k, n, &rsb, &csb);
-    float *acopy = NULL, *bcopy = NULL;
-    if (!blis_strides_ok(m, k, rsa, csa)) {
+    float *acopy = NULL, *bcopy = NULL; /* bf16 packing reads any strides */
+    if (!g.bf16 && !blis_strides_ok(m, k, rsa, csa)) {
         acopy = copy_rowmajor(m, k, a, rsa, csa);
         if (!acopy) return false;
         a = acopy;
@@ -243,7 +361,7 @@ bool cg_sgemm_path(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int64_
         csa = 1;
         normalise_strides(m, k, &rsa, &csa);
     }
-    if (!blis_strides_ok(k, n, rsb, csb)) {
+    if (!g.bf16 && !blis_strides_ok(k, n, rsb, csb)) {
         bcopy = copy_rowmajor(k, n, b, rsb, csb);
         if (!bcopy) {
             free(acopy);
@@ -283,23 +401,24 @@ bool cg_sgemm_path(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int64_
     csz = (csz + CHUNK_UNIT - 1) / CHUNK_UNIT * CHUNK_UNIT;
     int64_t nch = (dim + csz - 1) / csz;
     if (nt > nch) nt = (int)nch;
+    bool ok = true;
     if (nt == 1) {
-        serial_gemm(cntx, sup, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc);
+        ok = serial_product(g, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc);
     } else {
-#pragma omp parallel for schedule(static) num_threads(nt)
+#pragma omp parallel for schedule(static) num_threads(nt) reduction(&& : ok)
         for (int64_t ch = 0; ch < nch; ch++) {
             int64_t o0 = ch * csz, len = dim - o0 < csz ? dim - o0 : csz;
             if (split_m)
-                serial_gemm(cntx, sup, len, n, k, alpha, a + o0 * rsa, rsa, csa, b, rsb, csb, beta,
-                            c + o0 * rsc, rsc, csc);
+                ok = serial_product(g, len, n, k, alpha, a + o0 * rsa, rsa, csa, b, rsb, csb,
+                                    beta, c + o0 * rsc, rsc, csc) && ok;
             else
-                serial_gemm(cntx, sup, m, len, k, alpha, a, rsa, csa, b + o0 * csb, rsb, csb,
-                            beta, c + o0 * csc, rsc, csc);
+                ok = serial_product(g, m, len, k, alpha, a, rsa, csa, b + o0 * csb, rsb, csb,
+                                    beta, c + o0 * csc, rsc, csc) && ok;
         }
     }
     free(acopy);
     free(bcopy);
-    return true;
+    return ok;
 }
 
 void cg_sgemm(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t rsa,

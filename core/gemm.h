@@ -20,7 +20,32 @@ typedef enum {
     CG_GEMM_DEFAULT,     /* BLIS's own choice */
     CG_GEMM_SKX,         /* AVX-512 context */
     CG_GEMM_HASWELL,     /* AVX2 + FMA context */
+    CG_GEMM_BF16,        /* bf16 products, fp32 sums: AVX512_BF16 micro-kernel */
+    CG_GEMM_BF16_EMULATED, /* the same bits in plain C (any CPU) */
 } cg_gemm_path;
+
+/* Precision of every matrix product the library computes (linear layers,
+ * attention, matmul), process-wide, like PyTorch's
+ * torch.set_float32_matmul_precision:
+ *   CG_PRECISION_FP32  fp32 products (the default);
+ *   CG_PRECISION_BF16  mixed precision: both operands rounded to bfloat16
+ *                      (round to nearest even) while packed, products
+ *                      accumulated in fp32. Tensors, gradients, optimizer
+ *                      states and every other op stay fp32.
+ * bf16 runs on AVX512_BF16 when the CPU has it and on an emulation giving
+ * the same bits otherwise (CG_BF16_EMULATE=1 forces the emulation; it is
+ * much slower). Set it between steps, not while a product runs. */
+typedef enum { CG_PRECISION_FP32 = 0, CG_PRECISION_BF16 = 1 } cg_precision;
+void cg_set_matmul_precision(cg_precision p);
+cg_precision cg_get_matmul_precision(void);
+/* "fp32" / "bf16"; parse returns false (and records an error) otherwise. */
+const char *cg_precision_name(cg_precision p);
+bool cg_precision_parse(const char *s, cg_precision *out);
+/* Whether bf16 products run on the CPU's bf16 instructions (false: emulated). */
+bool cg_bf16_native(void);
+/* x rounded to the nearest bfloat16 (ties to even; subnormals to zero, as
+ * the hardware conversion does), returned as a float. */
+float cg_bf16_round(float x);
 
 /* C[m,n] = alpha * A[m,k] @ B[k,n] + beta * C, each operand given by a
  * pointer and row/column strides in elements (any sign-free strides BLIS
@@ -36,7 +61,8 @@ void cg_sgemm(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int6
 bool cg_sgemm_path(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int64_t k,
                    float alpha, const float *a, int64_t rsa, int64_t csa, const float *b,
                    int64_t rsb, int64_t csb, float beta, float *c, int64_t rsc, int64_t csc);
-/* The path cg_sgemm uses, and a name for it ("skx", "haswell", "default"). */
+/* The fp32 path cg_sgemm uses, and a name for a path ("skx", "haswell",
+ * "default", "bf16", "bf16-emulated"). */
 cg_gemm_path cg_gemm_active_path(void);
 const char *cg_gemm_path_name(cg_gemm_path p);
 bool cg_gemm_path_available(cg_gemm_path p);

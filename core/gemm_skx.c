@@ -16,9 +16,9 @@
  * bit for bit and do not depend on how the caller splits C among threads. */
 #include "core/gemm_skx.h"
 
+#include "core/gemm_internal.h"
+
 #include <immintrin.h>
-#include <pthread.h>
-#include <sys/mman.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,38 +32,9 @@ void bli_sgemm_skx_asm_32x12_l2(dim_t m, dim_t n, dim_t k, float *alpha, float *
 
 enum { MR = 32, NR = 12 };
 
-#define AVX512 __attribute__((target("avx512f")))
+#define AVX512 CG_AVX512
 
 /* ------------------------------------------------------------ packing */
-
-/* In-register transpose of 16 rows of 16 floats: r[i][j] -> r[j][i]. */
-AVX512 static inline void transpose16(__m512 r[16])
-{
-    __m512 t[16], u[16];
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);     /* per lane: a0 b0 a1 b1 */
-        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]); /* per lane: a2 b2 a3 b3 */
-    }
-    /* u[4g + c], lane q: rows 4g..4g+3 of column 4q + c */
-    for (int g = 0; g < 4; g++) {
-        __m512 lo01 = t[4 * g], hi01 = t[4 * g + 1], lo23 = t[4 * g + 2], hi23 = t[4 * g + 3];
-        u[4 * g + 0] = _mm512_shuffle_ps(lo01, lo23, 0x44);
-        u[4 * g + 1] = _mm512_shuffle_ps(lo01, lo23, 0xEE);
-        u[4 * g + 2] = _mm512_shuffle_ps(hi01, hi23, 0x44);
-        u[4 * g + 3] = _mm512_shuffle_ps(hi01, hi23, 0xEE);
-    }
-    /* column 4q + c gathers lane q of u[c], u[4 + c], u[8 + c], u[12 + c] */
-    for (int c = 0; c < 4; c++) {
-        __m512 v0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x44);
-        __m512 v1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xEE);
-        __m512 v2 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x44);
-        __m512 v3 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xEE);
-        r[c] = _mm512_shuffle_f32x4(v0, v2, 0x88);
-        r[4 + c] = _mm512_shuffle_f32x4(v0, v2, 0xDD);
-        r[8 + c] = _mm512_shuffle_f32x4(v1, v3, 0x88);
-        r[12 + c] = _mm512_shuffle_f32x4(v1, v3, 0xDD);
-    }
-}
 
 /* Pack a panel of w <= W vectors of length k into p[l * W + i] =
  * src[i * vs + l * ls], zero for i >= w. W is MR (A) or NR (B). */
@@ -91,7 +62,7 @@ AVX512 static void pack_panel(int W, int64_t w, int64_t k, const float *src, int
                 for (int i = 0; i < 16; i++)
                     r[i] = h + i < w ? _mm512_loadu_ps(src + (h + i) * vs + l0)
                                      : _mm512_setzero_ps();
-                transpose16(r);
+                cg_transpose16(r);
                 __mmask16 st = (__mmask16)((1u << (W - h < 16 ? W - h : 16)) - 1u);
                 for (int j = 0; j < 16; j++)
                     _mm512_mask_storeu_ps(p + (l0 + j) * W + h, st, r[j]);
@@ -120,59 +91,7 @@ static void pack_b(int64_t kc, int64_t nc, const float *b, int64_t rs, int64_t c
         pack_panel(NR, nc - j < NR ? nc - j : NR, kc, b + j * cs, cs, rs, p + j * kc);
 }
 
-/* ------------------------------------------------------------ buffers */
-
-/* Each thread keeps its packing buffer between calls (grown as needed,
- * unmapped when the thread exits). Allocating a few MB per call made every
- * call fault fresh pages in from a worker thread's malloc arena; a buffer
- * kept in the malloc heap instead pinned the heap top at its peak, and the
- * memory freed below it was faulted in again every step. So the buffer is
- * mapped directly, outside the heap. */
-typedef struct {
-    float *p;
-    size_t bytes;
-} pack_buf;
-
-static pthread_key_t buf_key;
-static pthread_once_t buf_once = PTHREAD_ONCE_INIT;
-static _Thread_local pack_buf tl;
-
-static void buf_unmap(void *arg)
-{
-    pack_buf *b = arg;
-    if (b && b->p)
-        munmap(b->p, b->bytes);
-}
-static void buf_key_init(void) { (void)pthread_key_create(&buf_key, buf_unmap); }
-
-static float *thread_buffer(size_t floats)
-{
-    size_t bytes = floats * sizeof(float);
-    if (tl.bytes >= bytes)
-        return tl.p;
-    pthread_once(&buf_once, buf_key_init);
-    bytes = (bytes + ((size_t)1 << 21) - 1) & ~(((size_t)1 << 21) - 1); /* 2 MB steps */
-    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED)
-        return NULL;
-    if (tl.p)
-        munmap(tl.p, tl.bytes);
-    tl.p = p;
-    tl.bytes = bytes;
-    (void)pthread_setspecific(buf_key, &tl);
-    return tl.p;
-}
-
 /* ------------------------------------------------------------ driver */
-
-/* Size of the block at offset i of dim, as BLIS picks it: the default size,
- * but the whole rest when that fits under the maximum (so k = 389 is one
- * block of 389, not 384 + 5). */
-static inline int64_t block_at(int64_t dim, int64_t i, int64_t def, int64_t max)
-{
-    int64_t left = dim - i;
-    return left <= max ? left : def;
-}
 
 bool cg_skx_gemm(cntx_t *cntx, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                  int64_t rsa, int64_t csa, const float *b, int64_t rsb, int64_t csb, float beta,
@@ -210,7 +129,7 @@ bool cg_skx_gemm(cntx_t *cntx, int64_t m, int64_t n, int64_t k, float alpha, con
     enum { SLACK = 4 * MR };
     const size_t na = (size_t)(mcmax / MR * MR * kcmax + SLACK);
     const size_t nb = (size_t)(ncmax / NR * NR * kcmax + SLACK);
-    float *pa = thread_buffer(na + nb);
+    float *pa = cg_gemm_thread_buffer((na + nb) * sizeof(float));
     if (!pa)
         return false;
     float *pb = pa + na; /* na is a multiple of 16 floats: 64-byte aligned */
@@ -218,13 +137,13 @@ bool cg_skx_gemm(cntx_t *cntx, int64_t m, int64_t n, int64_t k, float alpha, con
     memset(&aux, 0, sizeof aux);
     int64_t nc, kc, mc;
     for (int64_t jc = 0; jc < n; jc += nc) {
-        nc = block_at(n, jc, NC, NCX);
+        nc = cg_gemm_block_at(n, jc, NC, NCX);
         for (int64_t pc = 0; pc < k; pc += kc) {
-            kc = block_at(k, pc, KC, KCX);
+            kc = cg_gemm_block_at(k, pc, KC, KCX);
             float be = pc == 0 ? beta : 1.0f; /* later k blocks accumulate */
             pack_b(kc, nc, b + pc * rsb + jc * csb, rsb, csb, pb);
             for (int64_t ic = 0; ic < m; ic += mc) {
-                mc = block_at(m, ic, MC, MCX);
+                mc = cg_gemm_block_at(m, ic, MC, MCX);
                 pack_a(mc, kc, a + ic * rsa + pc * csa, rsa, csa, pa);
                 for (int64_t jr = 0; jr < nc; jr += NR) {
                     const int64_t nr = nc - jr < NR ? nc - jr : NR;

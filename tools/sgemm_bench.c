@@ -1,4 +1,5 @@
-/* sgemm throughput of the chosen BLIS path and of BLIS's default path.
+/* GEMM throughput: the chosen fp32 path, BLIS's default path, and bf16
+ * products with fp32 accumulation (AVX512_BF16; "n/a" without it).
  *
  *   sgemm_bench [N [RUNS]]      (default N=1024, RUNS=5)
  *
@@ -62,24 +63,33 @@ int main(int argc, char **argv) {
     }
 
     cg_gemm_path chosen = cg_gemm_active_path();
-    double g[2][2]; /* [chosen, default][1 thread, 2 threads] */
+    double g[3][2]; /* [chosen, default, bf16][1 thread, 2 threads] */
     for (int th = 1; th <= 2; th++) {
         g[0][th - 1] = bench(chosen, th, n, runs, a, b, c);
         g[1][th - 1] = bench(CG_GEMM_DEFAULT, th, n, runs, a, b, c);
+        g[2][th - 1] = bench(CG_GEMM_BF16, th, n, runs, a, b, c);
     }
 
-    printf("sgemm %lldx%lldx%lld float32, median of %d runs, GFLOP/s\n", (long long)n,
+    printf("gemm %lldx%lldx%lld, median of %d runs, GFLOP/s\n", (long long)n,
            (long long)n, (long long)n, runs);
     printf("%-22s %10s %10s\n", "path", "1 thread", "2 threads");
     char label[64];
     snprintf(label, sizeof label, "chosen (%s)", cg_gemm_path_name(chosen));
     printf("%-22s %10.1f %10.1f\n", label, g[0][0], g[0][1]);
     printf("%-22s %10.1f %10.1f\n", "default (BLIS's own)", g[1][0], g[1][1]);
+    if (g[2][0] < 0)
+        printf("%-22s %10s %10s\n", "bf16 (no AVX512_BF16)", "n/a", "n/a");
+    else
+        printf("%-22s %10.1f %10.1f\n", "bf16 in, fp32 sums", g[2][0], g[2][1]);
+    char b1[32], b2[32];
+    snprintf(b1, sizeof b1, g[2][0] < 0 ? "null" : "%.1f", g[2][0]);
+    snprintf(b2, sizeof b2, g[2][1] < 0 ? "null" : "%.1f", g[2][1]);
     printf("{\"bench\": \"sgemm\", \"m\": %lld, \"n\": %lld, \"k\": %lld, \"runs\": %d, "
            "\"path\": \"%s\", \"gflops_1t\": %.1f, \"gflops_2t\": %.1f, "
-           "\"default_gflops_1t\": %.1f, \"default_gflops_2t\": %.1f}\n",
+           "\"default_gflops_1t\": %.1f, \"default_gflops_2t\": %.1f, "
+           "\"bf16_gflops_1t\": %s, \"bf16_gflops_2t\": %s}\n",
            (long long)n, (long long)n, (long long)n, runs, cg_gemm_path_name(chosen), g[0][0],
-           g[0][1], g[1][0], g[1][1]);
+           g[0][1], g[1][0], g[1][1], b1, b2);
     cg_free(a);
     cg_free(b);
     cg_free(c);

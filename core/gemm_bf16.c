@@ -1,0 +1,288 @@
+/* bf16 matrix products with fp32 accumulation (see core/gemm.h).
+ *
+ * C = alpha A B + beta C where every element of A and B is rounded to
+ * bfloat16 (round to nearest even; fp32 subnormals become zero, NaN stays
+ * NaN) while it is packed, and the products are accumulated in fp32 by
+ * AVX512_BF16's vdpbf16ps. No bf16 copy of any operand outlives the call:
+ * the fp32 weights and activations are the only copies, and the packing a
+ * GEMM does anyway does the rounding.
+ *
+ * Layout. vdpbf16ps multiplies pairs: each 32-bit lane holds two bf16
+ * values adjacent in k, and the lane's fp32 sum gets a[k+1]b[k+1] and then
+ * a[k]b[k]. Packed panels are therefore arrays of k-pairs: an A panel is
+ * [kc/2][MR] pairs (16 rows to a vector), a B panel [kc/2][NR] pairs, each
+ * broadcast to all lanes. An odd k gets a zero partner.
+ *
+ * The micro-kernel keeps a 32 x 12 tile of C in 24 registers, as BLIS's
+ * fp32 skx kernel does; the loops around it are the Goto algorithm's, with
+ * a k block of KC elements. Every element of C is the same in-order sum
+ * over each k block for any split of C among threads, so results do not
+ * depend on the thread count.
+ *
+ * The emulated kernel (CPUs without AVX512_BF16, or CG_BF16_EMULATE=1)
+ * computes the same bits in plain C: the instruction's rounding was taken
+ * apart on this CPU (tests/test_matmul.c holds the two equal): each bf16
+ * product is exact in fp32, the odd element of the pair is added first,
+ * each addition is one fp32 rounding (a fused multiply-add), and a result
+ * below the smallest normal float is flushed to zero. */
+#include <immintrin.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "core/gemm.h"
+#include "core/gemm_internal.h"
+
+enum { MR = 32, NR = 12 };
+/* k block (elements, even), m block (rows of A) and n block (columns of B):
+ * an A block of MC x KC bf16 (192 KB) stays in L2, a B micro-panel of
+ * NR x KC (12 KB) in L1. */
+enum { KC = 512, MC = 192, NC = 3072 };
+
+#define BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512bf16")))
+
+/* ------------------------------------------------------------ rounding */
+
+static inline uint16_t bf16_bits(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if ((u & 0x7f800000u) == 0) /* zero or subnormal: signed zero */
+        return (uint16_t)((u >> 16) & 0x8000u);
+    if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu)) /* NaN: keep it quiet */
+        return (uint16_t)((u >> 16) | 0x0040u);
+    u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest, ties to even */
+    return (uint16_t)(u >> 16);
+}
+
+static inline float bf16_value(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+float cg_bf16_round(float x) { return bf16_value(bf16_bits(x)); }
+
+/* ------------------------------------------------------------ packing */
+
+/* Scalar packing of a panel of w <= W vectors of length k into k-pairs:
+ * p[(l / 2) * W + i] holds src[i * vs + l * ls] in its low half when l is
+ * even, its high half when odd; zero for i >= w and past k. */
+static void pack_panel_scalar(int W, int64_t w, int64_t l0, int64_t k, const float *src,
+                              int64_t vs, int64_t ls, uint32_t *p)
+{
+    for (int64_t l = l0 & ~(int64_t)1; l < k; l += 2)
+        for (int i = 0; i < W; i++) {
+            uint32_t lo = i < w ? bf16_bits(src[i * vs + l * ls]) : 0;
+            uint32_t hi = i < w && l + 1 < k ? bf16_bits(src[i * vs + (l + 1) * ls]) : 0;
+            p[(l / 2) * W + i] = lo | hi << 16;
+        }
+}
+
+/* The same with the hardware conversion (identical bits), reading whole
+ * vectors: along the panel when vs == 1, along k when ls == 1 (16 x 16
+ * transposes of pairs in registers). */
+BF16_TARGET static void pack_panel_native(int W, int64_t w, int64_t k, const float *src,
+                                          int64_t vs, int64_t ls, uint32_t *p)
+{
+    if (vs == 1) {
+        /* interleave two rows of 16 bf16: lane j <- (x0[j], x1[j]) */
+        const __m512i ilv = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25,
+                                             9, 24, 8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2,
+                                             17, 1, 16, 0);
+        for (int64_t l = 0; l < k; l += 2) {
+            const float *s0 = src + l * ls, *s1 = s0 + ls;
+            uint32_t *d = p + (l / 2) * W;
+            for (int h = 0; h < W; h += 16) {
+                int64_t n = w - h < 16 ? (w - h > 0 ? w - h : 0) : 16;
+                __mmask16 ld = (__mmask16)((1u << n) - 1u);
+                __mmask16 st = (__mmask16)((1u << (W - h < 16 ? W - h : 16)) - 1u);
+                __m512 x0 = _mm512_maskz_loadu_ps(ld, s0 + h);
+                __m512 x1 = l + 1 < k ? _mm512_maskz_loadu_ps(ld, s1 + h) : _mm512_setzero_ps();
+                __m512i v = (__m512i)_mm512_cvtne2ps_pbh(x1, x0); /* x0 low, x1 high */
+                _mm512_mask_storeu_epi32(d + h, st, _mm512_permutexvar_epi16(ilv, v));
+            }
+        }
+        return;
+    }
+    if (ls == 1) {
+        int64_t l0 = 0;
+        for (; l0 + 32 <= k; l0 += 32)
+            for (int h = 0; h < W; h += 16) {
+                __m512 r[16];
+                for (int i = 0; i < 16; i++)
+                    r[i] = h + i < w ? (__m512)_mm512_cvtne2ps_pbh(
+                                           _mm512_loadu_ps(src + (h + i) * vs + l0 + 16),
+                                           _mm512_loadu_ps(src + (h + i) * vs + l0))
+                                     : _mm512_setzero_ps();
+                cg_transpose16(r); /* r[j]: pair j of rows h..h+15 */
+                __mmask16 st = (__mmask16)((1u << (W - h < 16 ? W - h : 16)) - 1u);
+                for (int j = 0; j < 16; j++)
+                    _mm512_mask_storeu_ps((float *)(p + (l0 / 2 + j) * W + h), st, r[j]);
+            }
+        if (l0 < k)
+            pack_panel_scalar(W, w, l0, k, src, vs, ls, p);
+        return;
+    }
+    pack_panel_scalar(W, w, 0, k, src, vs, ls, p);
+}
+
+static void pack_panel(bool native, int W, int64_t w, int64_t k, const float *src, int64_t vs,
+                       int64_t ls, uint32_t *p)
+{
+    if (native)
+        pack_panel_native(W, w, k, src, vs, ls, p);
+    else
+        pack_panel_scalar(W, w, 0, k, src, vs, ls, p);
+}
+
+/* ------------------------------------------------------------ kernels */
+
+/* Write an accumulated tile t (column-major, ld MR) into C:
+ * C = alpha t + beta C, C not read when beta == 0. */
+static void store_tile(int64_t mr, int64_t nr, const float *t, float alpha, float beta,
+                       float *c, int64_t rsc, int64_t csc)
+{
+    for (int64_t j = 0; j < nr; j++)
+        for (int64_t i = 0; i < mr; i++) {
+            float *cij = c + i * rsc + j * csc;
+            float v = alpha * t[j * MR + i];
+            *cij = beta == 0.0f ? v : v + beta * *cij;
+        }
+}
+
+/* kp k-pairs of an A panel times a B panel, into C (mr x nr of the tile). */
+BF16_TARGET static void kernel_native(int64_t kp, const uint32_t *a, const uint32_t *b,
+                                      int64_t mr, int64_t nr, float alpha, float beta, float *c,
+                                      int64_t rsc, int64_t csc)
+{
+    __m512 acc[NR][2];
+#pragma GCC unroll 12
+    for (int j = 0; j < NR; j++)
+        acc[j][0] = acc[j][1] = _mm512_setzero_ps();
+    for (int64_t p = 0; p < kp; p++) {
+        const __m512bh a0 = (__m512bh)_mm512_loadu_si512(a + p * MR);
+        const __m512bh a1 = (__m512bh)_mm512_loadu_si512(a + p * MR + 16);
+        const uint32_t *bp = b + p * NR;
+#pragma GCC unroll 12
+        for (int j = 0; j < NR; j++) {
+            const __m512bh bj = (__m512bh)_mm512_set1_epi32((int)bp[j]);
+            acc[j][0] = _mm512_dpbf16_ps(acc[j][0], a0, bj);
+            acc[j][1] = _mm512_dpbf16_ps(acc[j][1], a1, bj);
+        }
+    }
+    if (mr == MR && nr == NR && rsc == 1) {
+        const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+#pragma GCC unroll 12
+        for (int j = 0; j < NR; j++) {
+            float *cj = c + j * csc;
+            __m512 r0 = _mm512_mul_ps(va, acc[j][0]), r1 = _mm512_mul_ps(va, acc[j][1]);
+            if (beta != 0.0f) {
+                /* v + beta * c, rounded twice as store_tile does */
+                r0 = _mm512_add_ps(r0, _mm512_mul_ps(vb, _mm512_loadu_ps(cj)));
+                r1 = _mm512_add_ps(r1, _mm512_mul_ps(vb, _mm512_loadu_ps(cj + 16)));
+            }
+            _mm512_storeu_ps(cj, r0);
+            _mm512_storeu_ps(cj + 16, r1);
+        }
+        return;
+    }
+    float t[MR * NR] __attribute__((aligned(64)));
+    for (int j = 0; j < NR; j++) {
+        _mm512_store_ps(t + j * MR, acc[j][0]);
+        _mm512_store_ps(t + j * MR + 16, acc[j][1]);
+    }
+    store_tile(mr, nr, t, alpha, beta, c, rsc, csc);
+}
+
+static inline float flush(float x) { return fabsf(x) < 0x1p-126f ? copysignf(0.0f, x) : x; }
+
+/* The instruction's arithmetic in C (see the top of the file). */
+static void kernel_emulated(int64_t kp, const uint32_t *a, const uint32_t *b, int64_t mr,
+                            int64_t nr, float alpha, float beta, float *c, int64_t rsc,
+                            int64_t csc)
+{
+    float t[MR * NR];
+    for (int64_t j = 0; j < nr; j++)
+        for (int64_t i = 0; i < mr; i++) {
+            float s = 0.0f;
+            for (int64_t p = 0; p < kp; p++) {
+                uint32_t x = a[p * MR + i], y = b[p * NR + j];
+                s = flush(fmaf(bf16_value((uint16_t)(x >> 16)), bf16_value((uint16_t)(y >> 16)),
+                               s));
+                s = flush(fmaf(bf16_value((uint16_t)x), bf16_value((uint16_t)y), s));
+            }
+            t[j * MR + i] = s;
+        }
+    store_tile(mr, nr, t, alpha, beta, c, rsc, csc);
+}
+
+/* ------------------------------------------------------------ driver */
+
+bool cg_bf16_gemm_serial(bool native, int64_t m, int64_t n, int64_t k, float alpha,
+                         const float *a, int64_t rsa, int64_t csa, const float *b, int64_t rsb,
+                         int64_t csb, float beta, float *c, int64_t rsc, int64_t csc)
+{
+    /* The kernel stores column-stored tiles directly: for row-stored C
+     * compute C^T = B^T A^T instead. */
+    if (csc == 1 && rsc != 1) {
+        const float *tp = a;
+        a = b;
+        b = tp;
+        int64_t t = rsa;
+        rsa = csb;
+        csb = t;
+        t = csa;
+        csa = rsb;
+        rsb = t;
+        t = m;
+        m = n;
+        n = t;
+        t = rsc;
+        rsc = csc;
+        csc = t;
+    }
+    const int64_t kcmax = k < KC ? k : KC, kpmax = (kcmax + 1) / 2;
+    const int64_t mcmax = ((m < MC ? m : MC) + MR - 1) / MR * MR;
+    const int64_t ncmax = ((n < NC ? n : NC) + NR - 1) / NR * NR;
+    const size_t na = (size_t)(mcmax * kpmax), nb = (size_t)(ncmax * kpmax);
+    uint32_t *pa = cg_gemm_thread_buffer((na + nb + 16) * sizeof(uint32_t));
+    if (!pa)
+        return false;
+    uint32_t *pb = pa + (na + 15) / 16 * 16;
+    int64_t nc, kc, mc;
+    for (int64_t jc = 0; jc < n; jc += nc) {
+        nc = n - jc < NC ? n - jc : NC;
+        for (int64_t pc = 0; pc < k; pc += kc) {
+            kc = k - pc < KC ? k - pc : KC;
+            const int64_t kp = (kc + 1) / 2;
+            const float be = pc == 0 ? beta : 1.0f; /* later k blocks accumulate */
+            for (int64_t j = 0; j < nc; j += NR)
+                pack_panel(native, NR, nc - j < NR ? nc - j : NR, kc,
+                           b + pc * rsb + (jc + j) * csb, csb, rsb, pb + j * kp);
+            for (int64_t ic = 0; ic < m; ic += mc) {
+                mc = m - ic < MC ? m - ic : MC;
+                for (int64_t i = 0; i < mc; i += MR)
+                    pack_panel(native, MR, mc - i < MR ? mc - i : MR, kc,
+                               a + (ic + i) * rsa + pc * csa, rsa, csa, pa + i * kp);
+                for (int64_t jr = 0; jr < nc; jr += NR) {
+                    const int64_t nr = nc - jr < NR ? nc - jr : NR;
+                    for (int64_t ir = 0; ir < mc; ir += MR) {
+                        const int64_t mr = mc - ir < MR ? mc - ir : MR;
+                        float *cp = c + (ic + ir) * rsc + (jc + jr) * csc;
+                        if (native)
+                            kernel_native(kp, pa + ir * kp, pb + jr * kp, mr, nr, alpha, be, cp,
+                                          rsc, csc);
+                        else
+                            kernel_emulated(kp, pa + ir * kp, pb + jr * kp, mr, nr, alpha, be,
+                                            cp, rsc, csc);
+                    }
+                }
+            }
+        }
+    }
+    return true;
+}

@@ -1,0 +1,56 @@
+/* Internal to core/gemm*.c: what the fp32 (gemm_skx.c) and bf16
+ * (gemm_bf16.c) drivers share: the per-thread packing buffer, BLIS's
+ * block-size rule and a 16 x 16 in-register transpose. */
+#ifndef CG_GEMM_INTERNAL_H
+#define CG_GEMM_INTERNAL_H
+
+#include <immintrin.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define CG_AVX512 __attribute__((target("avx512f")))
+
+/* This thread's packing buffer of at least `bytes` bytes, 64-byte aligned,
+ * kept between calls (mapped outside the malloc heap, unmapped at thread
+ * exit); NULL when out of memory. */
+void *cg_gemm_thread_buffer(size_t bytes);
+
+/* Size of the block at offset i of dim, as BLIS picks it: the default size,
+ * but the whole rest when that fits under the maximum (k = 389 is one block
+ * of 389, not 384 + 5). */
+static inline int64_t cg_gemm_block_at(int64_t dim, int64_t i, int64_t def, int64_t max)
+{
+    int64_t left = dim - i;
+    return left <= max ? left : def;
+}
+
+/* In-register transpose of 16 rows of 16 32-bit lanes: r[i][j] -> r[j][i]. */
+CG_AVX512 static inline void cg_transpose16(__m512 r[16])
+{
+    __m512 t[16], u[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);     /* per lane: a0 b0 a1 b1 */
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]); /* per lane: a2 b2 a3 b3 */
+    }
+    /* u[4g + c], lane q: rows 4g..4g+3 of column 4q + c */
+    for (int g = 0; g < 4; g++) {
+        __m512 lo01 = t[4 * g], hi01 = t[4 * g + 1], lo23 = t[4 * g + 2], hi23 = t[4 * g + 3];
+        u[4 * g + 0] = _mm512_shuffle_ps(lo01, lo23, 0x44);
+        u[4 * g + 1] = _mm512_shuffle_ps(lo01, lo23, 0xEE);
+        u[4 * g + 2] = _mm512_shuffle_ps(hi01, hi23, 0x44);
+        u[4 * g + 3] = _mm512_shuffle_ps(hi01, hi23, 0xEE);
+    }
+    /* column 4q + c gathers lane q of u[c], u[4 + c], u[8 + c], u[12 + c] */
+    for (int c = 0; c < 4; c++) {
+        __m512 v0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x44);
+        __m512 v1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xEE);
+        __m512 v2 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x44);
+        __m512 v3 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xEE);
+        r[c] = _mm512_shuffle_f32x4(v0, v2, 0x88);
+        r[4 + c] = _mm512_shuffle_f32x4(v0, v2, 0xDD);
+        r[8 + c] = _mm512_shuffle_f32x4(v1, v3, 0x88);
+        r[12 + c] = _mm512_shuffle_f32x4(v1, v3, 0xDD);
+    }
+}
+
+#endif

@@ -1,0 +1,284 @@
+/* Check suite "bf16": mixed-precision products (core/gemm_bf16.c).
+ *
+ * - rounding to bfloat16: ties to even, subnormals to zero, NaN and Inf kept;
+ * - products against a float64 reference, within a bound that grows with k,
+ *   for every operand layout, tile and block edge and stride;
+ * - the emulated kernel (any CPU) gives the bits of the AVX512_BF16 one;
+ * - 1 and 2 threads give the same bits;
+ * - the precision switch reaches every product of the library. */
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/gemm.h"
+#include "core/ops.h"
+#include "core/tensor.h"
+#include "testutil.h"
+
+static float from_bits(uint32_t u) {
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+static uint32_t to_bits(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+
+START_TEST(test_round) {
+    ck_assert_float_eq(cg_bf16_round(1.0f), 1.0f);
+    /* halfway between 1 and 1 + 2^-7: ties to the even one (1) */
+    ck_assert_float_eq(cg_bf16_round(1.0f + 0x1p-8f), 1.0f);
+    /* halfway between 1 + 2^-7 and 1 + 2^-6: ties to 1 + 2^-6 (even) */
+    ck_assert_float_eq(cg_bf16_round(1.0f + 3 * 0x1p-8f), 1.0f + 0x1p-6f);
+    /* just above halfway rounds up */
+    ck_assert_float_eq(cg_bf16_round(1.0f + 0x1p-8f + 0x1p-20f), 1.0f + 0x1p-7f);
+    ck_assert_float_eq(cg_bf16_round(-3.14159265f), -3.140625f);
+    /* subnormals to signed zero, as the hardware conversion does */
+    ck_assert_uint_eq(to_bits(cg_bf16_round(from_bits(0x00400000u))), 0u);
+    ck_assert_uint_eq(to_bits(cg_bf16_round(from_bits(0x80000001u))), 0x80000000u);
+    /* the largest float rounds to infinity; infinities and NaN stay */
+    ck_assert(isinf(cg_bf16_round(3.4028235e38f)));
+    ck_assert(isinf(cg_bf16_round(-INFINITY)) && cg_bf16_round(-INFINITY) < 0);
+    ck_assert(isnan(cg_bf16_round(NAN)));
+    ck_assert(isnan(cg_bf16_round(from_bits(0x7f800001u)))); /* low-bit NaN stays NaN */
+    /* every result is a bf16: its low 16 bits are zero */
+    cg_rng rng = cg_rng_new(3);
+    for (int i = 0; i < 10000; i++) {
+        float x = (cg_rng_uniform(&rng) - 0.5f) * 1e3f;
+        float r = cg_bf16_round(x);
+        ck_assert_uint_eq(to_bits(r) & 0xffffu, 0u);
+        ck_assert(fabsf(r - x) <= fabsf(x) * 0x1p-8f);
+    }
+}
+END_TEST
+
+/* Sizes on both sides of the micro-tile (32 x 12), the k pair, the k block
+ * (512), the m block (192) and the n block (3072). */
+static const int64_t sizes[][3] = {
+    {1, 1, 1},   {1, 1, 2},     {31, 11, 15},   {32, 12, 16},  {33, 13, 17},
+    {64, 24, 31}, {70, 50, 513}, {200, 30, 40}, {20, 3080, 9}, {3, 40, 1025},
+};
+#define NSIZES ((int)(sizeof sizes / sizeof sizes[0]))
+
+/* Layouts of an r x c operand: 0 row-major, 1 column-major, 2 both strides
+ * > 1 (every second element), 3 row-major with padded rows. */
+static void layout(int l, int64_t r, int64_t c, int64_t *rs, int64_t *cs, size_t *len) {
+    switch (l) {
+    case 0: *rs = c, *cs = 1; break;
+    case 1: *rs = 1, *cs = r; break;
+    case 2: *rs = 2 * c, *cs = 2; break;
+    default: *rs = c + 5, *cs = 1; break;
+    }
+    *len = (size_t)((r - 1) * *rs + (c - 1) * *cs + 1);
+}
+
+static float *rand_buf(cg_rng *rng, size_t n) {
+    float *p = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) p[i] = 4.0f * (cg_rng_uniform(rng) - 0.5f);
+    return p;
+}
+
+START_TEST(test_against_double) {
+    cg_rng rng = cg_rng_new(7);
+    const cg_gemm_path path = cg_gemm_path_available(CG_GEMM_BF16) ? CG_GEMM_BF16
+                                                                   : CG_GEMM_BF16_EMULATED;
+    for (int si = 0; si < NSIZES; si++) {
+        const int64_t m = sizes[si][0], n = sizes[si][1], k = sizes[si][2];
+        for (int la = 0; la < 4; la++)
+            for (int lb = 0; lb < 4; lb++)
+                for (int lc = 0; lc < 3; lc++) {
+                    int64_t rsa, csa, rsb, csb, rsc, csc;
+                    size_t na, nb, nc;
+                    layout(la, m, k, &rsa, &csa, &na);
+                    layout(lb, k, n, &rsb, &csb, &nb);
+                    layout(lc == 2 ? 2 : lc, m, n, &rsc, &csc, &nc);
+                    float *a = rand_buf(&rng, na), *b = rand_buf(&rng, nb);
+                    float *c = malloc(nc * sizeof(float));
+                    for (int bi = 0; bi < 2; bi++) {
+                        const float beta = bi ? 0.5f : 0.0f, alpha = bi ? -1.5f : 1.0f;
+                        for (size_t i = 0; i < nc; i++) c[i] = bi ? (float)(i % 5) : NAN;
+                        float *c0 = malloc(nc * sizeof(float));
+                        memcpy(c0, c, nc * sizeof(float));
+                        ck_assert(cg_sgemm_path(path, 1, m, n, k, alpha, a, rsa, csa, b, rsb, csb,
+                                                beta, c, rsc, csc));
+                        /* every element: |c - exact(rounded inputs)| <= k eps32 sum|ab| and
+                         * |c - exact(fp32 inputs)| <= (2^-7 + k eps32) sum|ab|:
+                         * each input is off by at most 2^-8 of itself */
+                        for (int64_t i = 0; i < m; i++)
+                            for (int64_t j = 0; j < n; j++) {
+                                double sr = 0.0, sx = 0.0, mag = 0.0;
+                                for (int64_t p = 0; p < k; p++) {
+                                    float x = a[i * rsa + p * csa], y = b[p * rsb + j * csb];
+                                    sr += (double)cg_bf16_round(x) * cg_bf16_round(y);
+                                    sx += (double)x * y;
+                                    mag += fabs((double)x * y);
+                                }
+                                double cin = bi ? c0[i * rsc + j * csc] : 0.0;
+                                double got = c[i * rsc + j * csc];
+                                double er = fabs(got - (alpha * sr + beta * cin));
+                                double ex = fabs(got - (alpha * sx + beta * cin));
+                                double scale = fabs(alpha) * mag + fabs(beta * cin) + 1e-30;
+                                double eps = 0x1p-24 * (double)(k + 3);
+                                if (!(er <= eps * scale) || !(ex <= (0x1p-7 + eps) * scale))
+                                    ck_abort_msg("bf16 %lldx%lldx%lld layouts %d%d%d beta %g: "
+                                                 "c[%lld,%lld] = %.9g, exact %.9g (rounded "
+                                                 "inputs %.9g)", (long long)m, (long long)n,
+                                                 (long long)k, la, lb, lc, (double)beta,
+                                                 (long long)i, (long long)j, got,
+                                                 alpha * sx + beta * cin,
+                                                 alpha * sr + beta * cin);
+                            }
+                        free(c0);
+                    }
+                    free(a);
+                    free(b);
+                    free(c);
+                }
+    }
+}
+END_TEST
+
+/* Random bit patterns with NaN, Inf, subnormals and values whose products
+ * cancel, so the emulation is held to the instruction's rounding and
+ * flushing, not only to typical data. */
+static float *nasty_buf(cg_rng *rng, size_t n) {
+    float *p = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) {
+        uint32_t r = (uint32_t)cg_rng_below(rng, 1000);
+        if (r < 5)
+            p[i] = r < 2 ? NAN : r < 4 ? INFINITY : -INFINITY;
+        else if (r < 60)
+            p[i] = from_bits((uint32_t)cg_rng_below(rng, 0x00800000u)); /* subnormal */
+        else if (r < 200)
+            p[i] = (cg_rng_uniform(rng) - 0.5f) * 0x1p-60f; /* tiny products */
+        else
+            p[i] = 8.0f * (cg_rng_uniform(rng) - 0.5f);
+    }
+    return p;
+}
+
+START_TEST(test_emulated_equals_native) {
+    if (!cg_gemm_path_available(CG_GEMM_BF16)) return; /* nothing to compare with here */
+    cg_rng rng = cg_rng_new(11);
+    for (int si = 0; si < NSIZES; si++) {
+        const int64_t m = sizes[si][0], n = sizes[si][1], k = sizes[si][2];
+        for (int la = 0; la < 4; la++)
+            for (int lb = 0; lb < 4; lb++)
+                for (int lc = 0; lc < 2; lc++) {
+                    int64_t rsa, csa, rsb, csb, rsc, csc;
+                    size_t na, nb, nc;
+                    layout(la, m, k, &rsa, &csa, &na);
+                    layout(lb, k, n, &rsb, &csb, &nb);
+                    layout(lc, m, n, &rsc, &csc, &nc);
+                    bool nasty = (la + lb + lc + si) % 3 == 0;
+                    float *a = nasty ? nasty_buf(&rng, na) : rand_buf(&rng, na);
+                    float *b = nasty ? nasty_buf(&rng, nb) : rand_buf(&rng, nb);
+                    /* cancelling pairs: b[p+1][j] = -b[p][j] where both exist */
+                    if (!nasty && k > 1)
+                        for (int64_t j = 0; j < n; j++)
+                            b[rsb + j * csb] = -b[j * csb];
+                    float *c1 = malloc(nc * sizeof(float)), *c2 = malloc(nc * sizeof(float));
+                    for (size_t i = 0; i < nc; i++) c1[i] = c2[i] = (float)(i % 3) - 1.0f;
+                    ck_assert(cg_sgemm_path(CG_GEMM_BF16, 1, m, n, k, 1.0f, a, rsa, csa, b, rsb,
+                                            csb, 1.0f, c1, rsc, csc));
+                    ck_assert(cg_sgemm_path(CG_GEMM_BF16_EMULATED, 1, m, n, k, 1.0f, a, rsa,
+                                            csa, b, rsb, csb, 1.0f, c2, rsc, csc));
+                    for (size_t i = 0; i < nc; i++)
+                        if (to_bits(c1[i]) != to_bits(c2[i]) && !(isnan(c1[i]) && isnan(c2[i])))
+                            ck_abort_msg("bf16 %lldx%lldx%lld layouts %d%d%d: native %a, "
+                                         "emulated %a at %zu", (long long)m, (long long)n,
+                                         (long long)k, la, lb, lc, (double)c1[i],
+                                         (double)c2[i], i);
+                    free(a);
+                    free(b);
+                    free(c1);
+                    free(c2);
+                }
+    }
+}
+END_TEST
+
+START_TEST(test_threads_bit_identical) {
+    cg_rng rng = cg_rng_new(5);
+    const int64_t dims[][3] = {{513, 479, 611}, {64, 1100, 130}, {700, 40, 77}};
+    const cg_gemm_path paths[] = {CG_GEMM_BF16, CG_GEMM_BF16_EMULATED};
+    for (int d = 0; d < 3; d++) {
+        const int64_t m = dims[d][0], n = dims[d][1], k = dims[d][2];
+        float *a = rand_buf(&rng, (size_t)(m * k)), *b = rand_buf(&rng, (size_t)(k * n));
+        float *o1 = malloc((size_t)(m * n) * sizeof(float));
+        float *o2 = malloc((size_t)(m * n) * sizeof(float));
+        for (int p = 0; p < 2; p++) {
+            if (!cg_gemm_path_available(paths[p]) || (p == 1 && d == 0)) continue;
+            for (int lc = 0; lc < 2; lc++) {
+                int64_t rsc = lc ? 1 : n, csc = lc ? m : 1;
+                ck_assert(cg_sgemm_path(paths[p], 1, m, n, k, 1.0f, a, k, 1, b, 1, k, 0.0f, o1,
+                                        rsc, csc));
+                ck_assert(cg_sgemm_path(paths[p], 2, m, n, k, 1.0f, a, k, 1, b, 1, k, 0.0f, o2,
+                                        rsc, csc));
+                ck_assert_msg(memcmp(o1, o2, (size_t)(m * n) * sizeof(float)) == 0,
+                              "%s %lldx%lldx%lld: 1 vs 2 threads differ",
+                              cg_gemm_path_name(paths[p]), (long long)m, (long long)n,
+                              (long long)k);
+            }
+        }
+        free(a);
+        free(b);
+        free(o1);
+        free(o2);
+    }
+}
+END_TEST
+
+/* The switch reaches cg_k_matmul (and so every product built on cg_sgemm):
+ * under bf16 the result equals the explicit bf16 path and differs from fp32;
+ * switching back gives the fp32 bits again. */
+START_TEST(test_precision_switch) {
+    ck_assert_int_eq(cg_get_matmul_precision(), CG_PRECISION_FP32);
+    cg_precision p;
+    ck_assert(cg_precision_parse("bf16", &p) && p == CG_PRECISION_BF16);
+    ck_assert(cg_precision_parse("fp32", &p) && p == CG_PRECISION_FP32);
+    cg_clear_error();
+    CG_ASSERT_FAILS(cg_precision_parse("fp16", &p) ? (void *)1 : NULL, "fp16");
+    ck_assert_str_eq(cg_precision_name(CG_PRECISION_BF16), "bf16");
+
+    cg_rng rng = cg_rng_new(9);
+    const int64_t m = 70, k = 129, n = 45;
+    cg_tensor *a = cg_randn(&rng, CG_SHAPE(m, k)), *b = cg_randn(&rng, CG_SHAPE(k, n));
+    cg_tensor *f1 = cg_k_matmul(a, b);
+    cg_set_matmul_precision(CG_PRECISION_BF16);
+    cg_tensor *h = cg_k_matmul(a, b);
+    cg_set_matmul_precision(CG_PRECISION_FP32);
+    cg_tensor *f2 = cg_k_matmul(a, b);
+    float *ref = malloc((size_t)(m * n) * sizeof(float));
+    const cg_gemm_path path = cg_bf16_native() ? CG_GEMM_BF16 : CG_GEMM_BF16_EMULATED;
+    ck_assert(cg_sgemm_path(path, 1, m, n, k, 1.0f, cg_data(a), k, 1, cg_data(b), n, 1, 0.0f,
+                            ref, n, 1));
+    ck_assert(memcmp(cg_data(h), ref, (size_t)(m * n) * sizeof(float)) == 0);
+    ck_assert(memcmp(cg_data(f1), cg_data(f2), (size_t)(m * n) * sizeof(float)) == 0);
+    ck_assert(memcmp(cg_data(f1), cg_data(h), (size_t)(m * n) * sizeof(float)) != 0);
+    free(ref);
+    cg_release_all(5, a, b, f1, h, f2);
+}
+END_TEST
+
+static Suite *bf16_suite(void) {
+    Suite *s = suite_create("bf16");
+    TCase *tc = tcase_create("gemm");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_round);
+    tcase_add_test(tc, test_against_double);
+    tcase_add_test(tc, test_emulated_equals_native);
+    tcase_add_test(tc, test_threads_bit_identical);
+    tcase_add_test(tc, test_precision_switch);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) {
+    Suite *s = bf16_suite();
+    return cg_test_run(&s, 1);
+}
