@@ -2,13 +2,13 @@
  * shared/bench/torch_peer.py (same presets, same step, same JSON fields).
  *
  *   build/models/bench --model charlm|seq2seq --preset tiny|base --threads N
- *                      --steps S --warmup W [--seed K] [--T len]
+ *                      --steps S --warmup W [--seed K] [--T len] [--precision fp32|bf16]
  *
  * A step is zero_grad + forward + loss + backward + AdamW step (lr 1e-3,
  * betas 0.9/0.98, eps 1e-9, weight decay 0.01, as the peer) on random
  * full-length sequences (dropout 0; S = T for seq2seq). W untimed steps, then
  * S timed ones; prints one JSON line:
- *   model, preset, threads, tokens_per_step (B*T; target tokens for seq2seq),
+ *   model, preset, precision, threads, tokens_per_step (B*T; target tokens for seq2seq),
  *   step_ms_median, tokens_per_s (tokens_per_step / median), params,
  *   peak_rss_mb (getrusage ru_maxrss, MiB), mfu, plus flops_per_step,
  *   gemm_gflops, cpu_ms_median (process CPU time per step: a load-robust
@@ -74,6 +74,7 @@ static int usage(const char *msg)
     fprintf(stderr,
             "usage: bench [--model charlm|seq2seq] [--preset tiny|base] [--threads N>=1]\n"
             "             [--steps S>=1] [--warmup W>=0] [--seed K] [--T len] [--d width]\n"
+            "             [--precision fp32|bf16]\n"
             "Times S training steps (zero grad, forward, loss, backward, AdamW) after W\n"
             "untimed ones on random data; prints one JSON line (see torch_peer.py).\n");
     return msg ? 2 : 0;
@@ -156,6 +157,7 @@ int main(int argc, char **argv)
 {
     const char *model_name = "charlm", *preset_name = "tiny";
     long threads = 0, steps = 20, warmup = 5, seed = 0, Tover = 0, d_over = 0;
+    cg_precision precision = CG_PRECISION_FP32;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h"))
@@ -194,6 +196,9 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--T")) {
             if (!parse_long(v, 1, 65536, &Tover))
                 return usage("--T needs an integer in [1, 65536]");
+        } else if (!strcmp(a, "--precision")) {
+            if (!cg_precision_parse(v, &precision))
+                return usage(cg_last_error());
         } else if (!strcmp(a, "--d")) {
             if (!parse_long(v, 1, 65536, &d_over))
                 return usage("--d needs an integer in [1, 65536]");
@@ -205,6 +210,7 @@ int main(int argc, char **argv)
     if (threads > 0)
         cg_set_num_threads((int)threads);
     threads = cg_get_num_threads();
+    cg_set_matmul_precision(precision); /* before the peak is measured: MFU against bf16's */
 
     bool charlm = !strcmp(model_name, "charlm");
     preset p;
@@ -344,15 +350,18 @@ int main(int argc, char **argv)
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     double mfu = flops_step / med / (peak_gflops * 1e9);
-    printf("{\"model\": \"%s\", \"preset\": \"%s\", \"threads\": %ld, \"tokens_per_step\": %lld, "
+    printf("{\"model\": \"%s\", \"preset\": \"%s\", \"precision\": \"%s\", \"threads\": %ld, \"tokens_per_step\": %lld, "
            "\"step_ms_median\": %.3f, \"tokens_per_s\": %.1f, \"params\": %lld, "
            "\"peak_rss_mb\": %.1f, \"mfu\": %.4f, \"flops_per_step\": %.4g, "
            "\"gemm_gflops\": %.1f, \"gemm_path\": \"%s\", \"T\": %lld, \"d\": %lld, "
            "\"cpu_ms_median\": %.3f, \"final_loss\": %.9g, \"rss_mb_step10\": %.1f, "
            "\"rss_mb_last\": %.1f}\n",
-           model_name, preset_name, threads, (long long)tokens, med * 1e3,
+           model_name, preset_name, cg_precision_name(precision), threads, (long long)tokens,
+           med * 1e3,
            (double)tokens / med, (long long)n_params, (double)ru.ru_maxrss / 1024.0, mfu,
-           flops_step, peak_gflops, cg_gemm_path_name(cg_gemm_active_path()), (long long)T,
+           flops_step, peak_gflops, cg_gemm_path_name(precision == CG_PRECISION_FP32 ? cg_gemm_active_path()
+                             : cg_bf16_native()                 ? CG_GEMM_BF16
+                                                                : CG_GEMM_BF16_EMULATED), (long long)T,
            (long long)p.d, cmed * 1e3, (double)last_loss, rss10, rss_now_mb());
 
     for (int b = 0; b < NB; b++)

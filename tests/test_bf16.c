@@ -11,9 +11,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "autograd/autograd.h"
+#include "autograd/ops.h"
 #include "core/gemm.h"
 #include "core/ops.h"
 #include "core/tensor.h"
+#include "nn/module.h"
+#include "nn/transformer.h"
 #include "testutil.h"
 
 static float from_bits(uint32_t u) {
@@ -265,6 +269,81 @@ START_TEST(test_precision_switch) {
 }
 END_TEST
 
+/* Gradients of a whole decoder layer (causal self-attention with key
+ * padding, cross-attention, feed-forward, norms; pre- and post-norm) in bf16
+ * against fp32: every parameter's and input's gradient within bf16
+ * tolerance in norm (each product's inputs carry a relative rounding of up
+ * to 2^-8): |g16 - g32| <= 2e-2 max(|g32|, 1e-2 G), G the largest gradient
+ * norm of the layer (the key bias's gradient is zero in exact arithmetic,
+ * rounding noise in both), and the input's not equal (bf16 really ran). */
+static double norm_diff(const cg_tensor *x, const cg_tensor *y) {
+    float *a = cg_test_values(x), *b = y ? cg_test_values(y) : NULL;
+    double s = 0.0;
+    for (int64_t i = 0; i < cg_numel(x); i++)
+        s += ((double)a[i] - (y ? b[i] : 0.0)) * ((double)a[i] - (y ? b[i] : 0.0));
+    free(a);
+    free(b);
+    return sqrt(s);
+}
+
+START_TEST(test_layer_gradients) {
+    enum { B = 2, T = 13, S = 9, d = 64 };
+    for (int nf = 0; nf < 2; nf++) {
+        cg_tf_config cfg = {.d = d, .H = 4, .d_ff = 4 * d, .norm = CG_NORM_LAYERNORM,
+                            .act = CG_ACT_GELU, .norm_first = nf == 1, .dropout = 0.0f};
+        cg_rng rng = cg_rng_new(17);
+        cg_dec_layer *layer = cg_dec_layer_new(&cfg, &rng);
+        cg_tensor *x = cg_requires_grad(cg_randn(&rng, CG_SHAPE(B, T, d)), true);
+        cg_tensor *mem = cg_requires_grad(cg_randn(&rng, CG_SHAPE(B, S, d)), true);
+        cg_tensor *w = cg_randn(&rng, CG_SHAPE(B, T, d));
+        uint8_t tpad[B * T] = {0}, spad[B * S] = {0};
+        tpad[B * T - 1] = tpad[B * T - 2] = 1;
+        spad[S - 1] = 1;
+        cg_attn_mask self_mask = {.causal = true, .key_pad = tpad};
+        cg_attn_mask cross_mask = {.key_pad = spad};
+        cg_param_list pl = {0};
+        ck_assert(cg_module_params(CG_MODULE(layer), &pl));
+        const int ng = pl.n + 2;
+        cg_tensor **g32 = calloc((size_t)ng, sizeof *g32);
+        for (int pass = 0; pass < 2; pass++) {
+            cg_set_matmul_precision(pass ? CG_PRECISION_BF16 : CG_PRECISION_FP32);
+            for (int i = 0; i < pl.n; i++) cg_zero_grad(pl.items[i].tensor);
+            cg_zero_grad(x);
+            cg_zero_grad(mem);
+            cg_tensor *y = cg_dec_layer_forward(layer, x, mem, &self_mask, &cross_mask);
+            cg_tensor *yw = cg_mul(y, w);
+            cg_tensor *loss = cg_sum_all(yw);
+            ck_assert_msg(loss != NULL, "%s", cg_last_error());
+            ck_assert(cg_backward(loss, NULL, false));
+            cg_set_matmul_precision(CG_PRECISION_FP32);
+            double G = 0.0;
+            for (int i = 0; i < ng && pass == 1; i++) G = fmax(G, norm_diff(g32[i], NULL));
+            for (int i = 0; i < ng; i++) {
+                cg_tensor *t = i < pl.n ? pl.items[i].tensor : i == pl.n ? x : mem;
+                ck_assert(t->grad != NULL);
+                if (pass == 0) {
+                    g32[i] = cg_contiguous(t->grad);
+                    continue;
+                }
+                double diff = norm_diff(t->grad, g32[i]), ref = norm_diff(g32[i], NULL);
+                const char *name = i < pl.n ? pl.items[i].name : i == pl.n ? "x" : "memory";
+                ck_assert_msg(diff <= 2e-2 * fmax(ref, 1e-2 * G),
+                              "%s norm-first %d: bf16 gradient off by %.3g (norm %.3g)", name,
+                              nf, diff, ref);
+                if (i == pl.n) /* x's gradient goes through every product */
+                    ck_assert_msg(diff > 0.0, "bf16 gradient of x equals fp32's");
+            }
+            cg_release_all(3, y, yw, loss);
+        }
+        for (int i = 0; i < ng; i++) cg_release(g32[i]);
+        free(g32);
+        cg_param_list_free(&pl);
+        cg_release_all(3, x, mem, w);
+        cg_module_free(CG_MODULE(layer));
+    }
+}
+END_TEST
+
 static Suite *bf16_suite(void) {
     Suite *s = suite_create("bf16");
     TCase *tc = tcase_create("gemm");
@@ -274,6 +353,7 @@ static Suite *bf16_suite(void) {
     tcase_add_test(tc, test_emulated_equals_native);
     tcase_add_test(tc, test_threads_bit_identical);
     tcase_add_test(tc, test_precision_switch);
+    tcase_add_test(tc, test_layer_gradients);
     suite_add_tcase(s, tc);
     return s;
 }
