@@ -242,6 +242,11 @@ END_TEST
  * switching back gives the fp32 bits again. */
 START_TEST(test_precision_switch) {
     ck_assert_int_eq(cg_get_matmul_precision(), CG_PRECISION_FP32);
+    const char *emu = getenv("CG_BF16_EMULATE"); /* the meson test bf16_emulated sets it */
+    if (emu && emu[0] && strcmp(emu, "0") != 0) {
+        ck_assert(!cg_bf16_native());
+        ck_assert(!cg_gemm_path_available(CG_GEMM_BF16));
+    }
     cg_precision p;
     ck_assert(cg_precision_parse("bf16", &p) && p == CG_PRECISION_BF16);
     ck_assert(cg_precision_parse("fp32", &p) && p == CG_PRECISION_FP32);
