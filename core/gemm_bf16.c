@@ -93,19 +93,32 @@ BF16_TARGET static void pack_panel_native(int W, int64_t w, int64_t k, const flo
         const __m512i ilv = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25,
                                              9, 24, 8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2,
                                              17, 1, 16, 0);
-        for (int64_t l = 0; l < k; l += 2) {
-            const float *s0 = src + l * ls, *s1 = s0 + ls;
-            uint32_t *d = p + (l / 2) * W;
-            for (int h = 0; h < W; h += 16) {
-                int64_t n = w - h < 16 ? (w - h > 0 ? w - h : 0) : 16;
-                __mmask16 ld = (__mmask16)((1u << n) - 1u);
-                __mmask16 st = (__mmask16)((1u << (W - h < 16 ? W - h : 16)) - 1u);
-                __m512 x0 = _mm512_maskz_loadu_ps(ld, s0 + h);
-                __m512 x1 = l + 1 < k ? _mm512_maskz_loadu_ps(ld, s1 + h) : _mm512_setzero_ps();
-                __m512i v = (__m512i)_mm512_cvtne2ps_pbh(x1, x0); /* x0 low, x1 high */
-                _mm512_mask_storeu_epi32(d + h, st, _mm512_permutexvar_epi16(ilv, v));
+        __mmask16 ld[2], st[2];
+        for (int q = 0; q < 2; q++) {
+            int64_t h = 16 * q, n = w - h < 16 ? (w - h > 0 ? w - h : 0) : 16;
+            ld[q] = (__mmask16)((1u << n) - 1u);
+            st[q] = (__mmask16)(W - h <= 0 ? 0u : (1u << (W - h < 16 ? W - h : 16)) - 1u);
+        }
+        const float *s0 = src;
+        uint32_t *d = p;
+        int64_t l = 0;
+        for (; l + 1 < k; l += 2, s0 += 2 * ls, d += W) {
+            __m512 a0 = _mm512_maskz_loadu_ps(ld[0], s0), a1 = _mm512_maskz_loadu_ps(ld[0], s0 + ls);
+            _mm512_mask_storeu_epi32(d, st[0], _mm512_permutexvar_epi16(
+                                                   ilv, (__m512i)_mm512_cvtne2ps_pbh(a1, a0)));
+            if (W > 16) {
+                __m512 b0 = _mm512_maskz_loadu_ps(ld[1], s0 + 16);
+                __m512 b1 = _mm512_maskz_loadu_ps(ld[1], s0 + ls + 16);
+                _mm512_mask_storeu_epi32(d + 16, st[1], _mm512_permutexvar_epi16(
+                                                            ilv, (__m512i)_mm512_cvtne2ps_pbh(b1, b0)));
             }
         }
+        if (l < k) /* odd k: a zero partner */
+            for (int q = 0; q < (W + 15) / 16; q++) {
+                __m512 x0 = _mm512_maskz_loadu_ps(ld[q], s0 + 16 * q);
+                __m512i v = (__m512i)_mm512_cvtne2ps_pbh(_mm512_setzero_ps(), x0);
+                _mm512_mask_storeu_epi32(d + 16 * q, st[q], _mm512_permutexvar_epi16(ilv, v));
+            }
         return;
     }
     if (ls == 1) {
