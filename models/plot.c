@@ -207,8 +207,11 @@ static void use_color(uint32_t rgb)
 static void font_px(double px) { plschr(px * 25.4 / 72.0, 1.0); }
 
 /* Take the lock and start a page of W x H pixels; the format comes from the
- * file name. On failure: false + error, lock released. */
-static bool pl_begin(pl_out *o, const char *who, const char *path, int W, int H, int n_colors)
+ * file name. crisp: no anti-aliasing of shapes in PNG (heatmaps, whose
+ * cells lie on whole pixels: faster, and sharp cell edges; text stays
+ * anti-aliased). On failure: false + error, lock released. */
+static bool pl_begin(pl_out *o, const char *who, const char *path, int W, int H, int n_colors,
+                     bool crisp)
 {
     memset(o, 0, sizeof *o);
     o->path = path;
@@ -249,6 +252,8 @@ static bool pl_begin(pl_out *o, const char *who, const char *path, int W, int H,
     }
     plsError(&o->errcode, o->errmsg);
     plsdev(dev);
+    if (crisp && dev[0] == 'p')
+        plsetopt("drvopt", "graphics_anti_aliasing=1"); /* CAIRO_ANTIALIAS_NONE */
     plsfile(mem); /* PLplot closes it in plend1 */
     plspage(0, 0, W, H, 0, 0);
     plscmap0n(C_SERIES0 + n_colors + 1);
@@ -390,14 +395,17 @@ static int decimals_for(double step)
 }
 
 /* Tick labels of a linear axis: as many decimals as the step needs; large
- * round numbers as 12k. data points to the step. */
+ * round numbers as 12k; very small steps and very large values in %g form.
+ * data points to the step. */
 static void label_linear(PLINT axis, PLFLT v, char *s, PLINT len, PLPointer data)
 {
     (void)axis;
     double step = *(const double *)data;
     if (fabs(v) < step * 1e-6)
         v = 0;
-    if (fabs(v) >= 10000 && step >= 1000 && fmod(v, 1000) == 0)
+    if (step < 1e-3 || fabs(v) >= 1e7)
+        snprintf(s, (size_t)len, "%.3g", v);
+    else if (fabs(v) >= 10000 && step >= 1000 && fmod(v, 1000) == 0)
         snprintf(s, (size_t)len, "%.0fk", v / 1000);
     else
         snprintf(s, (size_t)len, "%.*f", decimals_for(step), v);
@@ -415,7 +423,8 @@ bool cg_plot_loss_curve(const char *path, const char *title, int n_series,
 static double series_x(const cg_plot_series *s, int i) { return s->x ? (double)s->x[i] : (double)i; }
 
 /* Log-axis tick values: 1, 2, 5 times powers of ten within [lo, hi] (log10
- * units) when that gives at least 3 of them, else every multiple 1..9. */
+ * units) when that gives at least 3 of them, else every multiple 1..9; over
+ * more than 4 decades, powers of ten only (every k-th over more than 8). */
 static int log_ticks(double lo, double hi, double *out, int cap)
 {
     static const double m125[] = {1, 2, 5}, m19[] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
@@ -425,7 +434,8 @@ static int log_ticks(double lo, double hi, double *out, int cap)
         int nm = pass ? 9 : 3;
         n = 0;
         bool decades_only = hi - lo > 4;
-        for (int e = (int)floor(lo); e <= (int)ceil(hi) && n < cap; e++) {
+        int every = decades_only ? (int)ceil((hi - lo) / 8) : 1; /* at most about 8 labels */
+        for (int e = (int)floor(lo); e <= (int)ceil(hi) && n < cap; e += every) {
             for (int k = 0; k < (decades_only ? 1 : nm) && n < cap; k++) {
                 double v = log10(m[k]) + e;
                 if (v >= lo - 1e-9 && v <= hi + 1e-9)
@@ -554,7 +564,7 @@ bool cg_plot_lines(const char *path, const cg_plot_opts *opts, int n_series,
     double wx0 = xmin - dx, wx1 = xmax + dx, wy0 = ylo - dy, wy1 = yhi + dy;
 
     pl_out out;
-    if (!pl_begin(&out, who, path, W, H, n_series))
+    if (!pl_begin(&out, who, path, W, H, n_series, false))
         return false;
     if (has_title) {
         pl_text(o.title, 120, text);
@@ -847,7 +857,7 @@ bool cg_plot_heatmaps(const char *path, const char *title, int grid_rows, int gr
     }
 
     pl_out out;
-    if (!pl_begin(&out, who, path, W, H, 0))
+    if (!pl_begin(&out, who, path, W, H, 0, true))
         return false;
     if (title_chars > 0) {
         plcol0(C_TEXT);
