@@ -823,7 +823,7 @@ bool cg_plot_heatmaps(const char *path, const char *title, int grid_rows, int gr
     }
 
     /* one cell size for all panels; labels thinned out when cells are small */
-    const double fs = 10, fs_panel = 11, fs_title = 15;
+    const double fs_panel = 11, fs_title = 15;
     int cell = 360 / maxdim;
     cell = cell < 2 ? 2 : cell > 18 ? 18 : cell;
     if ((rlab > 0 || clab > 0) && cell < 9) {
@@ -831,9 +831,13 @@ bool cg_plot_heatmaps(const char *path, const char *title, int grid_rows, int gr
         int grown = 1000 / maxdim;
         cell = grown > 9 ? 9 : grown > cell ? grown : cell;
     }
+    /* labels: 10 px, or down to 8 px to label every row of small cells;
+     * rows of labels need their height and a pixel, upright single
+     * characters their width */
+    const double fs = cell >= 12 ? 10 : cell >= 11 ? 9 : 8;
     int step = (int)ceil((fs + 1) / cell);
     bool col_rotated = clab > 1;
-    int step_c = col_rotated ? step : (int)ceil((fs * 0.9 + 2) / cell);
+    int step_c = col_rotated ? step : (int)ceil((fs * 0.62 + 2) / cell);
     double rlab_w = rlab > 0 ? text_w(rlab, fs) + 6 : 0;
     double clab_h = clab == 0 ? 0 : col_rotated ? text_w(clab, fs) + 8 : fs + 8;
     double title_h = tlen > 0 ? fs_panel + 8 : 0;

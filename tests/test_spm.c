@@ -328,7 +328,7 @@ START_TEST(test_bad_blob)
         h *= 0x100000001b3ull;
     }
     for (int i = 0; i < 8; i++) {
-        junk[8 + i] = (unsigned char)(64 >> (8 * i));
+        junk[8 + i] = (unsigned char)((uint64_t)64 >> (8 * i));
         junk[16 + i] = (unsigned char)(h >> (8 * i));
     }
     cg_clear_error();
