@@ -865,10 +865,10 @@ static Suite *plot_suite(void)
     TCase *tc = tcase_create("png");
     tcase_add_checked_fixture(tc, plot_setup, plot_teardown);
     tcase_add_test(tc, test_colormap);
+    tcase_add_test(tc, test_plot_repeated_quiet); /* first: PLplot's start-up is quiet too */
     tcase_add_test(tc, test_loss_curve_png);
     tcase_add_test(tc, test_heatmap_png);
     tcase_add_test(tc, test_svg);
-    tcase_add_test(tc, test_plot_repeated_quiet);
     tcase_add_test(tc, test_plot_bad_input);
     suite_add_tcase(s, tc);
     return s;
