@@ -5,6 +5,7 @@
  * safetensors checkpoint, damaged blobs rejected, nothing printed. In a build
  * without SentencePiece the same suite checks the "unavailable" messages. */
 #include <check.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,6 +100,13 @@ START_TEST(test_vocab_and_specials)
     ck_assert_ptr_nonnull(strstr(cg_last_error(), "outside the vocabulary"));
     ck_assert_ptr_null(cg_spm_piece(tok, -1));
     ck_assert_int_eq(cg_spm_vocab_size(NULL), -1);
+    /* three sentences cannot fill 5,000 ids: the vocabulary is smaller */
+    const char *few[] = {"Das Haus ist klein.", "The house is small.", "Ein Haus."};
+    cg_spm *small = cg_spm_train(few, 3, 5000);
+    ck_assert_msg(small != NULL, "%s", cg_last_error());
+    ck_assert_int_gt(cg_spm_vocab_size(small), CG_SPM_MIN_VOCAB);
+    ck_assert_int_lt(cg_spm_vocab_size(small), 5000);
+    cg_spm_free(small);
 }
 END_TEST
 
@@ -376,6 +384,39 @@ START_TEST(test_bad_input)
 }
 END_TEST
 
+/* Encoding and decoding from two threads at once give what one thread gets. */
+static void *encode_all(void *arg)
+{
+    const cg_spm *t = arg;
+    for (int rep = 0; rep < 3; rep++) {
+        for (int64_t i = 0; i < n_sents; i++) {
+            int64_t n;
+            int64_t *ids = cg_spm_encode(t, sents[i], &n);
+            char *back = ids ? cg_spm_decode(t, ids, n) : NULL;
+            bool ok = back && strcmp(back, sents[i]) == 0;
+            free(ids);
+            free(back);
+            if (!ok)
+                return (void *)1;
+        }
+    }
+    return NULL;
+}
+
+START_TEST(test_threads)
+{
+    if (!tok)
+        return;
+    pthread_t th[2];
+    void *r[2];
+    for (int i = 0; i < 2; i++)
+        pthread_create(&th[i], NULL, encode_all, tok);
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], &r[i]);
+    ck_assert(r[0] == NULL && r[1] == NULL);
+}
+END_TEST
+
 /* Training and loading print nothing (SentencePiece logs by default). */
 START_TEST(test_quiet)
 {
@@ -427,6 +468,7 @@ static Suite *spm_suite(void)
     tcase_add_test(tc, test_checkpoint);
     tcase_add_test(tc, test_bad_blob);
     tcase_add_test(tc, test_bad_input);
+    tcase_add_test(tc, test_threads);
     tcase_add_test(tc, test_quiet);
     suite_add_tcase(s, tc);
     return s;
