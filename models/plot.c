@@ -71,7 +71,11 @@ static uint32_t utf8_next(const unsigned char **s)
 {
     const unsigned char *p = *s;
     uint32_t c = p[0];
-    int n = c < 0x80 ? 0 : (c & 0xE0) == 0xC0 ? 1 : (c & 0xF0) == 0xE0 ? 2 : (c & 0xF8) == 0xF0 ? 3 : -1;
+    int n = c < 0x80             ? 0
+            : (c & 0xE0) == 0xC0 ? 1
+            : (c & 0xF0) == 0xE0 ? 2
+            : (c & 0xF8) == 0xF0 ? 3
+                                 : -1;
     if (n < 0) {
         *s = p + 1;
         return 0xFFFD;
@@ -560,7 +564,8 @@ bool cg_plot_lines(const char *path, const cg_plot_opts *opts, int n_series,
     for (int s = 0; s < n_series; s++)
         maxmark = fmax(maxmark, series[s].marker);
     double pad = maxmark > 0 ? maxmark / 2 + 2 : 0;
-    double dx = pad * (xmax - xmin) / (px1 - px0 - 2 * pad), dy = pad * (yhi - ylo) / (py1 - py0 - 2 * pad);
+    double dx = pad * (xmax - xmin) / (px1 - px0 - 2 * pad);
+    double dy = pad * (yhi - ylo) / (py1 - py0 - 2 * pad);
     double wx0 = xmin - dx, wx1 = xmax + dx, wy0 = ylo - dy, wy1 = yhi + dy;
 
     pl_out out;
