@@ -1,578 +1,37 @@
-/* PNG charts for the zoo: loss curves and attention heatmaps (see plot.h).
+/* Charts for the zoo: loss curves and attention heatmaps (see plot.h), drawn
+ * with PLplot's C API: its cairo driver ("pngcairo", text set by pango with
+ * the system's fonts) for PNG, its own "svg" driver (text kept as <text>
+ * elements) for SVG.
  *
- * A canvas is an RGB byte buffer; lines are anti-aliased by their distance to
- * each pixel centre; text uses the bitmap font below. libpng writes the file
- * to a temporary name that is renamed over the target at the end. */
+ * PLplot keeps global state, so every picture is drawn under one mutex in a
+ * stream of its own (plmkstrm ... plend1) and the caller's current stream is
+ * restored afterwards. The driver writes into a memory stream
+ * (open_memstream), which PLplot closes at plend1; the bytes are then written
+ * to a temporary file next to the target, fsync'd and renamed over it.
+ * PLplot's own error reports (plabort) go to a buffer through plsError, and
+ * every input is checked here first, so that PLplot prints nothing and never
+ * reaches its exit() path (plexit). */
 #include "models/plot.h"
 
 #include <errno.h>
-#include <float.h>
 #include <math.h>
-#include <png.h>
-#include <setjmp.h>
+#include <plplot.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/error.h"
 
-/* ------------------------------------------------------------------ font */
+enum { WHITE = 0xFFFFFF, BLACK = 0x000000, TEXT = 0x222222, GRID = 0xE2E2E2, AXIS = 0x555555,
+       NAN_GREY = 0xC8C8C8 };
 
-/* Glyphs are 5 pixels wide and 9 tall: rows 0-6 hold capitals and digits
- * (lower-case letters use rows 2-6), rows 7-8 descenders. A glyph is written
- * as its rows, '#' for ink; rows not given are empty. Each character takes a
- * 6 x 10 cell. */
-enum { GLYPH_W = 5, GLYPH_H = 9, CELL_W = 6, CELL_H = 10 };
-
-/* printable ASCII, 0x20 .. 0x7E */
-static const char *const FONT_ASCII[95] = {
-    /*   */ "",
-    /* ! */ "..#.." "..#.." "..#.." "..#.." "..#.." "....." "..#..",
-    /* " */ ".#.#." ".#.#." ".#.#.",
-    /* # */ ".#.#." ".#.#." "#####" ".#.#." "#####" ".#.#." ".#.#.",
-    /* $ */ "..#.." ".####" "#.#.." ".###." "..#.#" "####." "..#..",
-    /* % */ "##..." "##..#" "...#." "..#.." ".#..." "#..##" "...##",
-    /* & */ ".##.." "#..#." "#.#.." ".#..." "#.#.#" "#..#." ".##.#",
-    /* ' */ "..#.." "..#.." "..#..",
-    /* ( */ "...#." "..#.." ".#..." ".#..." ".#..." "..#.." "...#.",
-    /* ) */ ".#..." "..#.." "...#." "...#." "...#." "..#.." ".#...",
-    /* * */ "....." "..#.." "#.#.#" ".###." "#.#.#" "..#.." ".....",
-    /* + */ "....." "..#.." "..#.." "#####" "..#.." "..#.." ".....",
-    /* , */ "....." "....." "....." "....." "....." ".##.." "..#.." ".#...",
-    /* - */ "....." "....." "....." ".###.",
-    /* . */ "....." "....." "....." "....." "....." ".##.." ".##..",
-    /* / */ "....#" "....#" "...#." "..#.." ".#..." "#...." "#....",
-    /* 0 */ ".###." "#...#" "#..##" "#.#.#" "##..#" "#...#" ".###.",
-    /* 1 */ "..#.." ".##.." "..#.." "..#.." "..#.." "..#.." ".###.",
-    /* 2 */ ".###." "#...#" "....#" "...#." "..#.." ".#..." "#####",
-    /* 3 */ "#####" "...#." "..#.." "...#." "....#" "#...#" ".###.",
-    /* 4 */ "...#." "..##." ".#.#." "#..#." "#####" "...#." "...#.",
-    /* 5 */ "#####" "#...." "####." "....#" "....#" "#...#" ".###.",
-    /* 6 */ "..##." ".#..." "#...." "####." "#...#" "#...#" ".###.",
-    /* 7 */ "#####" "....#" "...#." "..#.." ".#..." ".#..." ".#...",
-    /* 8 */ ".###." "#...#" "#...#" ".###." "#...#" "#...#" ".###.",
-    /* 9 */ ".###." "#...#" "#...#" ".####" "....#" "...#." ".##..",
-    /* : */ "....." ".##.." ".##.." "....." ".##.." ".##..",
-    /* ; */ "....." ".##.." ".##.." "....." ".##.." "..#.." ".#...",
-    /* < */ "...#." "..#.." ".#..." "#...." ".#..." "..#.." "...#.",
-    /* = */ "....." "....." "#####" "....." "#####",
-    /* > */ ".#..." "..#.." "...#." "....#" "...#." "..#.." ".#...",
-    /* ? */ ".###." "#...#" "....#" "...#." "..#.." "....." "..#..",
-    /* @ */ ".###." "#...#" "#.###" "#.#.#" "#.###" "#...." ".####",
-    /* A */ ".###." "#...#" "#...#" "#####" "#...#" "#...#" "#...#",
-    /* B */ "####." "#...#" "#...#" "####." "#...#" "#...#" "####.",
-    /* C */ ".###." "#...#" "#...." "#...." "#...." "#...#" ".###.",
-    /* D */ "###.." "#..#." "#...#" "#...#" "#...#" "#..#." "###..",
-    /* E */ "#####" "#...." "#...." "####." "#...." "#...." "#####",
-    /* F */ "#####" "#...." "#...." "####." "#...." "#...." "#....",
-    /* G */ ".###." "#...#" "#...." "#.###" "#...#" "#...#" ".####",
-    /* H */ "#...#" "#...#" "#...#" "#####" "#...#" "#...#" "#...#",
-    /* I */ ".###." "..#.." "..#.." "..#.." "..#.." "..#.." ".###.",
-    /* J */ "..###" "...#." "...#." "...#." "...#." "#..#." ".##..",
-    /* K */ "#...#" "#..#." "#.#.." "##..." "#.#.." "#..#." "#...#",
-    /* L */ "#...." "#...." "#...." "#...." "#...." "#...." "#####",
-    /* M */ "#...#" "##.##" "#.#.#" "#.#.#" "#...#" "#...#" "#...#",
-    /* N */ "#...#" "#...#" "##..#" "#.#.#" "#..##" "#...#" "#...#",
-    /* O */ ".###." "#...#" "#...#" "#...#" "#...#" "#...#" ".###.",
-    /* P */ "####." "#...#" "#...#" "####." "#...." "#...." "#....",
-    /* Q */ ".###." "#...#" "#...#" "#...#" "#.#.#" "#..#." ".##.#",
-    /* R */ "####." "#...#" "#...#" "####." "#.#.." "#..#." "#...#",
-    /* S */ ".####" "#...." "#...." ".###." "....#" "....#" "####.",
-    /* T */ "#####" "..#.." "..#.." "..#.." "..#.." "..#.." "..#..",
-    /* U */ "#...#" "#...#" "#...#" "#...#" "#...#" "#...#" ".###.",
-    /* V */ "#...#" "#...#" "#...#" "#...#" "#...#" ".#.#." "..#..",
-    /* W */ "#...#" "#...#" "#...#" "#.#.#" "#.#.#" "#.#.#" ".#.#.",
-    /* X */ "#...#" "#...#" ".#.#." "..#.." ".#.#." "#...#" "#...#",
-    /* Y */ "#...#" "#...#" ".#.#." "..#.." "..#.." "..#.." "..#..",
-    /* Z */ "#####" "....#" "...#." "..#.." ".#..." "#...." "#####",
-    /* [ */ ".###." ".#..." ".#..." ".#..." ".#..." ".#..." ".###.",
-    /* \ */ "#...." "#...." ".#..." "..#.." "...#." "....#" "....#",
-    /* ] */ ".###." "...#." "...#." "...#." "...#." "...#." ".###.",
-    /* ^ */ "..#.." ".#.#." "#...#",
-    /* _ */ "....." "....." "....." "....." "....." "....." "....." "#####",
-    /* ` */ ".#..." "..#..",
-    /* a */ "....." "....." ".###." "....#" ".####" "#...#" ".####",
-    /* b */ "#...." "#...." "####." "#...#" "#...#" "#...#" "####.",
-    /* c */ "....." "....." ".###." "#...." "#...." "#...#" ".###.",
-    /* d */ "....#" "....#" ".####" "#...#" "#...#" "#...#" ".####",
-    /* e */ "....." "....." ".###." "#...#" "#####" "#...." ".###.",
-    /* f */ "..##." ".#..#" ".#..." "###.." ".#..." ".#..." ".#...",
-    /* g */ "....." "....." ".####" "#...#" "#...#" "#...#" ".####" "....#" ".###.",
-    /* h */ "#...." "#...." "#.##." "##..#" "#...#" "#...#" "#...#",
-    /* i */ "..#.." "....." ".##.." "..#.." "..#.." "..#.." ".###.",
-    /* j */ "...#." "....." "..##." "...#." "...#." "...#." "...#." "#..#." ".##..",
-    /* k */ "#...." "#...." "#..#." "#.#.." "##..." "#.#.." "#..#.",
-    /* l */ ".##.." "..#.." "..#.." "..#.." "..#.." "..#.." ".###.",
-    /* m */ "....." "....." "##.#." "#.#.#" "#.#.#" "#.#.#" "#.#.#",
-    /* n */ "....." "....." "#.##." "##..#" "#...#" "#...#" "#...#",
-    /* o */ "....." "....." ".###." "#...#" "#...#" "#...#" ".###.",
-    /* p */ "....." "....." "####." "#...#" "#...#" "#...#" "####." "#...." "#....",
-    /* q */ "....." "....." ".####" "#...#" "#...#" "#...#" ".####" "....#" "....#",
-    /* r */ "....." "....." "#.##." "##..#" "#...." "#...." "#....",
-    /* s */ "....." "....." ".####" "#...." ".###." "....#" "####.",
-    /* t */ ".#..." ".#..." "###.." ".#..." ".#..." ".#..#" "..##.",
-    /* u */ "....." "....." "#...#" "#...#" "#...#" "#..##" ".##.#",
-    /* v */ "....." "....." "#...#" "#...#" "#...#" ".#.#." "..#..",
-    /* w */ "....." "....." "#...#" "#...#" "#.#.#" "#.#.#" ".#.#.",
-    /* x */ "....." "....." "#...#" ".#.#." "..#.." ".#.#." "#...#",
-    /* y */ "....." "....." "#...#" "#...#" "#...#" "#...#" ".####" "....#" ".###.",
-    /* z */ "....." "....." "#####" "...#." "..#.." ".#..." "#####",
-    /* { */ "...#." "..#.." "..#.." ".#..." "..#.." "..#.." "...#.",
-    /* | */ "..#.." "..#.." "..#.." "..#.." "..#.." "..#.." "..#.." "..#..",
-    /* } */ ".#..." "..#.." "..#.." "...#." "..#.." "..#.." ".#...",
-    /* ~ */ "....." "....." ".#..." "#.#.#" "...#.",
-};
-
-typedef struct {
-    uint32_t cp;
-    const char *rows;
-    int dy; /* -1: starts one row above the capitals (dots over Ä Ö Ü) */
-} glyph_t;
-
-/* Beyond ASCII: what the two corpora use, and symbols for invisible labels. */
-static const glyph_t FONT_EXTRA[] = {
-    {0x00E4, /* ä */ ".#.#." "....." ".###." "....#" ".####" "#...#" ".####", 0},
-    {0x00F6, /* ö */ ".#.#." "....." ".###." "#...#" "#...#" "#...#" ".###.", 0},
-    {0x00FC, /* ü */ ".#.#." "....." "#...#" "#...#" "#...#" "#..##" ".##.#", 0},
-    {0x00C4, /* Ä */ ".#.#." ".###." "#...#" "#...#" "#####" "#...#" "#...#" "#...#", -1},
-    {0x00D6, /* Ö */ ".#.#." ".###." "#...#" "#...#" "#...#" "#...#" "#...#" ".###.", -1},
-    {0x00DC, /* Ü */ ".#.#." "#...#" "#...#" "#...#" "#...#" "#...#" "#...#" ".###.", -1},
-    {0x00DF, /* ß */ ".##.." "#..#." "#..#." "#.#.." "#..#." "#...#" "#.##." "#....", 0},
-    {0x00E9, /* é */ "...#." "..#.." ".###." "#...#" "#####" "#...." ".###.", 0},
-    {0x00E8, /* è */ ".#..." "..#.." ".###." "#...#" "#####" "#...." ".###.", 0},
-    {0x00EB, /* ë */ ".#.#." "....." ".###." "#...#" "#####" "#...." ".###.", 0},
-    {0x00E0, /* à */ ".#..." "..#.." ".###." "....#" ".####" "#...#" ".####", 0},
-    {0x00F4, /* ô */ "..#.." ".#.#." ".###." "#...#" "#...#" "#...#" ".###.", 0},
-    {0x00B0, /* ° */ ".##.." "#..#." ".##..", 0},
-    {0x00A3, /* £ */ "..##." ".#..#" ".#..." "###.." ".#..." ".#..." "#####", 0},
-    {0x20AC, /* € */ "..###" ".#..." "####." ".#..." "####." ".#..." "..###", 0},
-    {0x2018, /* ‘ */ "..#.." ".#..." ".##..", 0},
-    {0x2019, /* ’ */ "..##." "...#." "..#..", 0},
-    {0x201C, /* “ */ ".#..#" "#..#." "##.##", 0},
-    {0x201D, /* ” */ "##.##" ".#..#" "#..#.", 0},
-    {0x201E, /* „ */ "....." "....." "....." "....." "....." "##.##" ".#..#" "#..#.", 0},
-    {0x2013, /* – */ "....." "....." "....." "####.", 0},
-    {0x2014, /* — */ "....." "....." "....." "#####", 0},
-    {0x2423, /* ␣ (shown for a space label) */ "....." "....." "....." "....." "....." "#...#" "#####", 0},
-    {0x21B5, /* ↵ (shown for a newline label) */ "....." "....#" "....#" ".#..#" "#####" ".#...", 0},
-    {0x2192, /* → (shown for a tab label) */ "....." "..#.." "...#." "#####" "...#." "..#..", 0},
-};
-
-/* for a character without a glyph */
-static const char FONT_BOX[] = "#####" "#...#" "#...#" "#...#" "#...#" "#...#" "#####";
-
-static const char *glyph_rows(uint32_t cp, int *dy)
-{
-    *dy = 0;
-    if (cp >= 0x20 && cp < 0x7F)
-        return FONT_ASCII[cp - 0x20];
-    for (size_t i = 0; i < sizeof FONT_EXTRA / sizeof *FONT_EXTRA; i++) {
-        if (FONT_EXTRA[i].cp == cp) {
-            *dy = FONT_EXTRA[i].dy;
-            return FONT_EXTRA[i].rows;
-        }
-    }
-    return FONT_BOX;
-}
-
-/* Next code point of a UTF-8 string (an invalid byte stands for itself as
- * U+FFFD, drawn as a box); advances *s. */
-static uint32_t utf8_next(const char **s)
-{
-    const unsigned char *p = (const unsigned char *)*s;
-    uint32_t c = p[0];
-    int len = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
-    if (len == 0) {
-        *s += 1;
-        return 0xFFFD;
-    }
-    uint32_t cp = len == 1 ? c : len == 2 ? (c & 0x1F) : len == 3 ? (c & 0x0F) : (c & 0x07);
-    for (int i = 1; i < len; i++) {
-        if ((p[i] & 0xC0) != 0x80) {
-            *s += i;
-            return 0xFFFD;
-        }
-        cp = (cp << 6) | (p[i] & 0x3F);
-    }
-    *s += len;
-    return cp;
-}
-
-static int utf8_count(const char *s)
-{
-    int n = 0;
-    while (*s) {
-        utf8_next(&s);
-        n++;
-    }
-    return n;
-}
-
-/* ------------------------------------------------------------------ canvas */
-
-typedef struct {
-    int w, h;
-    uint8_t *px;              /* RGB, row-major */
-    int cx0, cy0, cx1, cy1;   /* clip rectangle, [cx0, cx1) x [cy0, cy1) */
-} canvas_t;
-
-enum { WHITE = 0xFFFFFF, BLACK = 0x000000, GREY_TEXT = 0x333333, GRID = 0xE4E4E4,
-       AXIS = 0x444444, NAN_GREY = 0xC8C8C8 };
-
-static bool canvas_init(canvas_t *c, int w, int h)
-{
-    /* a sanity bound: 100 megapixels */
-    if (w <= 0 || h <= 0 || (double)w * h > 1e8) {
-        cg_set_error("plot: image size %d x %d is out of range", w, h);
-        return false;
-    }
-    c->w = w;
-    c->h = h;
-    c->px = malloc((size_t)w * (size_t)h * 3);
-    if (!c->px) {
-        cg_set_error("plot: out of memory for a %d x %d image", w, h);
-        return false;
-    }
-    memset(c->px, 0xFF, (size_t)w * (size_t)h * 3);
-    c->cx0 = c->cy0 = 0;
-    c->cx1 = w;
-    c->cy1 = h;
-    return true;
-}
-
-static void clip_reset(canvas_t *c)
-{
-    c->cx0 = c->cy0 = 0;
-    c->cx1 = c->w;
-    c->cy1 = c->h;
-}
-
-/* Blend colour rgb over pixel (x, y) with opacity a in [0, 1]. */
-static void blend(canvas_t *c, int x, int y, uint32_t rgb, float a)
-{
-    if (x < c->cx0 || y < c->cy0 || x >= c->cx1 || y >= c->cy1 || a <= 0)
-        return;
-    if (a > 1)
-        a = 1;
-    uint8_t *p = c->px + ((size_t)y * (size_t)c->w + (size_t)x) * 3;
-    const int ch[3] = {(int)(rgb >> 16) & 0xFF, (int)(rgb >> 8) & 0xFF, (int)rgb & 0xFF};
-    for (int k = 0; k < 3; k++)
-        p[k] = (uint8_t)lrintf((float)p[k] + a * (float)(ch[k] - p[k]));
-}
-
-static void fill_rect(canvas_t *c, int x0, int y0, int x1, int y1, uint32_t rgb)
-{
-    for (int y = y0; y < y1; y++)
-        for (int x = x0; x < x1; x++)
-            blend(c, x, y, rgb, 1.0f);
-}
-
-static void rect_outline(canvas_t *c, int x0, int y0, int x1, int y1, uint32_t rgb)
-{
-    fill_rect(c, x0, y0, x1, y0 + 1, rgb);
-    fill_rect(c, x0, y1 - 1, x1, y1, rgb);
-    fill_rect(c, x0, y0, x0 + 1, y1, rgb);
-    fill_rect(c, x1 - 1, y0, x1, y1, rgb);
-}
-
-/* An anti-aliased line of the given width (pixels). Each pixel takes the
- * coverage implied by its centre's distance to the segment. */
-static void draw_line(canvas_t *c, double x0, double y0, double x1, double y1, double width,
-                      uint32_t rgb)
-{
-    double r = width / 2 + 1;
-    int bx0 = (int)floor(fmin(x0, x1) - r), bx1 = (int)ceil(fmax(x0, x1) + r);
-    int by0 = (int)floor(fmin(y0, y1) - r), by1 = (int)ceil(fmax(y0, y1) + r);
-    if (bx0 < c->cx0) bx0 = c->cx0;
-    if (by0 < c->cy0) by0 = c->cy0;
-    if (bx1 > c->cx1) bx1 = c->cx1;
-    if (by1 > c->cy1) by1 = c->cy1;
-    double dx = x1 - x0, dy = y1 - y0, len2 = dx * dx + dy * dy;
-    for (int y = by0; y < by1; y++) {
-        for (int x = bx0; x < bx1; x++) {
-            double px = x + 0.5 - x0, py = y + 0.5 - y0;
-            double t = len2 > 0 ? (px * dx + py * dy) / len2 : 0;
-            t = t < 0 ? 0 : t > 1 ? 1 : t;
-            double ex = px - t * dx, ey = py - t * dy;
-            double cov = width / 2 + 0.5 - sqrt(ex * ex + ey * ey);
-            if (cov > 0)
-                blend(c, x, y, rgb, (float)(cov > 1 ? 1 : cov));
-        }
-    }
-}
-
-/* Text. dir 0: left to right from top-left corner (x, y). dir 1: rotated a
- * quarter turn counter-clockwise, reading upward from bottom-left (x, y). */
-static void draw_glyph(canvas_t *c, int x, int y, uint32_t cp, int scale, uint32_t rgb, int dir)
-{
-    int dy;
-    const char *rows = glyph_rows(cp, &dy);
-    int n = (int)strlen(rows);
-    for (int i = 0; i < n && i < GLYPH_W * GLYPH_H; i++) {
-        if (rows[i] != '#')
-            continue;
-        int gx = i % GLYPH_W, gy = i / GLYPH_W + dy;
-        for (int sy = 0; sy < scale; sy++)
-            for (int sx = 0; sx < scale; sx++) {
-                if (dir == 0)
-                    blend(c, x + gx * scale + sx, y + gy * scale + sy, rgb, 1.0f);
-                else
-                    blend(c, x + gy * scale + sy, y - 1 - gx * scale - sx, rgb, 1.0f);
-            }
-    }
-}
-
-static int text_width(const char *s, int scale) { return utf8_count(s) * CELL_W * scale; }
-
-static void draw_text(canvas_t *c, int x, int y, const char *s, int scale, uint32_t rgb, int dir)
-{
-    while (*s) {
-        uint32_t cp = utf8_next(&s);
-        draw_glyph(c, x, y, cp, scale, rgb, dir);
-        if (dir == 0)
-            x += CELL_W * scale;
-        else
-            y -= CELL_W * scale;
-    }
-}
-
-/* ------------------------------------------------------------------ PNG */
-
-typedef struct {
-    jmp_buf jmp;
-    char msg[256];
-} png_err_t;
-
-static void png_on_error(png_structp png, png_const_charp msg)
-{
-    png_err_t *e = png_get_error_ptr(png);
-    snprintf(e->msg, sizeof e->msg, "%s", msg);
-    longjmp(e->jmp, 1);
-}
-
-static void png_on_warning(png_structp png, png_const_charp msg)
-{
-    (void)png;
-    (void)msg;
-}
-
-/* Write the canvas to path via a temporary file and rename(). */
-static bool write_png(const canvas_t *c, const char *path)
-{
-    size_t lp = strlen(path);
-    char *tmp = malloc(lp + 16);
-    if (!tmp) {
-        cg_set_error("plot: out of memory");
-        return false;
-    }
-    snprintf(tmp, lp + 16, "%s.tmp.XXXXXX", path);
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        cg_set_error("plot: cannot create a temporary file next to %s: %s", path, strerror(errno));
-        free(tmp);
-        return false;
-    }
-    FILE *f = fdopen(fd, "wb");
-    if (!f) {
-        cg_set_error("plot: cannot open %s: %s", tmp, strerror(errno));
-        close(fd);
-        unlink(tmp);
-        free(tmp);
-        return false;
-    }
-    /* on the heap: libpng's error handler writes it before longjmp() */
-    png_err_t *e = malloc(sizeof *e);
-    if (!e) {
-        fclose(f);
-        unlink(tmp);
-        free(tmp);
-        cg_set_error("plot: out of memory");
-        return false;
-    }
-    e->msg[0] = '\0';
-    png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, e, png_on_error, png_on_warning);
-    png_infop info = png ? png_create_info_struct(png) : NULL;
-    if (!png || !info) {
-        png_destroy_write_struct(&png, &info);
-        fclose(f);
-        unlink(tmp);
-        free(tmp);
-        free(e);
-        cg_set_error("plot: out of memory in libpng");
-        return false;
-    }
-    if (setjmp(e->jmp)) {
-        png_destroy_write_struct(&png, &info);
-        fclose(f);
-        unlink(tmp);
-        cg_set_error("plot: writing %s failed: %s", path, e->msg);
-        free(tmp);
-        free(e);
-        return false;
-    }
-    png_init_io(png, f);
-    png_set_IHDR(png, info, (png_uint_32)c->w, (png_uint_32)c->h, 8, PNG_COLOR_TYPE_RGB,
-                 PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
-    png_write_info(png, info);
-    for (int y = 0; y < c->h; y++)
-        png_write_row(png, c->px + (size_t)y * (size_t)c->w * 3);
-    png_write_end(png, NULL);
-    png_destroy_write_struct(&png, &info);
-    free(e);
-    errno = 0;
-    bool ok = fflush(f) == 0 && fsync(fileno(f)) == 0;
-    int saved = errno;
-    ok = (fclose(f) == 0) && ok;
-    if (!ok) {
-        cg_set_error("plot: writing %s failed: %s", tmp, strerror(saved ? saved : errno));
-        unlink(tmp);
-        free(tmp);
-        return false;
-    }
-    chmod(tmp, 0644); /* best effort: mkstemp made it 0600 */
-    if (rename(tmp, path) != 0) {
-        cg_set_error("plot: cannot rename %s to %s: %s", tmp, path, strerror(errno));
-        unlink(tmp);
-        free(tmp);
-        return false;
-    }
-    free(tmp);
-    return true;
-}
-
-/* ------------------------------------------------------------------ axes */
-
-typedef struct {
-    double lo, hi;        /* axis range (data units; log10 units on a log axis) */
-    bool log;
-    int n;                /* labelled ticks */
-    double ticks[64];     /* in data units */
-    int nminor;           /* unlabelled grid lines (log axes) */
-    double minor[256];
-    double step;          /* linear tick step, for label precision */
-} axis_t;
-
-static double nice_step(double raw)
-{
-    double mag = pow(10, floor(log10(raw)));
-    double m = raw / mag;
-    return (m < 1.5 ? 1 : m < 3 ? 2 : m < 7 ? 5 : 10) * mag;
-}
-
-static void axis_linear(axis_t *a, double lo, double hi, int target)
-{
-    if (!(hi > lo)) {
-        double pad = fabs(lo) > 0 ? fabs(lo) * 0.1 : 1;
-        lo -= pad;
-        hi += pad;
-    }
-    double step = nice_step((hi - lo) / target);
-    double l = floor(lo / step + 1e-9) * step, h = ceil(hi / step - 1e-9) * step;
-    a->log = false;
-    a->lo = l;
-    a->hi = h;
-    a->step = step;
-    a->n = 0;
-    a->nminor = 0;
-    for (int i = 0; a->n < 64; i++) {
-        double v = l + i * step;
-        if (v > h + step * 1e-6)
-            break;
-        if (fabs(v) < step * 1e-9)
-            v = 0;
-        a->ticks[a->n++] = v;
-    }
-}
-
-/* lo, hi > 0 */
-static void axis_log(axis_t *a, double lo, double hi)
-{
-    static const double mant[3] = {1, 2, 5};
-    if (!(hi > lo)) {
-        lo /= 2;
-        hi *= 2;
-    }
-    int elo = (int)floor(log10(lo)), ehi = (int)floor(log10(hi));
-    /* bounds: the nearest 1, 2, 5 x 10^k outside the data */
-    double blo = pow(10, elo), bhi = pow(10, ehi + 1);
-    for (int k = 2; k >= 0; k--) {
-        if (mant[k] * pow(10, elo) <= lo * (1 + 1e-9)) {
-            blo = mant[k] * pow(10, elo);
-            break;
-        }
-    }
-    for (int k = 0; k < 3; k++) {
-        if (mant[k] * pow(10, ehi) >= hi * (1 - 1e-9)) {
-            bhi = mant[k] * pow(10, ehi);
-            break;
-        }
-    }
-    a->log = true;
-    a->lo = log10(blo);
-    a->hi = log10(bhi);
-    a->n = 0;
-    a->nminor = 0;
-    a->step = 0;
-    double decades = a->hi - a->lo;
-    int every = decades > 8 ? (int)ceil(decades / 8) : 1;
-    for (int e = elo; e <= ehi + 1; e++) {
-        for (int k = 1; k <= 9; k++) {
-            double v = k * pow(10, e);
-            if (v < blo * (1 - 1e-9) || v > bhi * (1 + 1e-9))
-                continue;
-            bool labelled = decades <= 2.05 ? (k == 1 || k == 2 || k == 5) : (k == 1 && e % every == 0);
-            if (labelled && a->n < 64)
-                a->ticks[a->n++] = v;
-            else if (a->nminor < 256 && decades <= 8)
-                a->minor[a->nminor++] = v;
-        }
-    }
-}
-
-/* data value -> fraction of the axis */
-static double axis_frac(const axis_t *a, double v)
-{
-    double t = a->log ? log10(v) : v;
-    return (t - a->lo) / (a->hi - a->lo);
-}
-
-/* Decimal places that show v (or the step) exactly enough. */
-static int decimals_for(double v)
-{
-    v = fabs(v);
-    for (int d = 0; d < 8; d++) {
-        double s = v * pow(10, d);
-        if (fabs(s - nearbyint(s)) < 1e-6 * fmax(1, s))
-            return d;
-    }
-    return 8;
-}
-
-static void format_tick(char *buf, size_t size, double v, double step)
-{
-    double a = fabs(v);
-    const char *suffix = "";
-    double div = 1;
-    if (a >= 1e6) {
-        suffix = "M";
-        div = 1e6;
-    } else if (a >= 1e4) {
-        suffix = "k";
-        div = 1e3;
-    }
-    if (a != 0 && a < 1e-4) {
-        snprintf(buf, size, "%.0e", v);
-        return;
-    }
-    int d = decimals_for((step > 0 ? step : v) / div);
-    if (step > 0 && decimals_for(v / div) > d)
-        d = decimals_for(v / div);
-    snprintf(buf, size, "%.*f%s", d, v / div, suffix);
-}
-
-/* ------------------------------------------------------------------ palette */
+/* cmap0 slots: fixed colours first, then one per series; FILL is rewritten
+ * for every heatmap cell. */
+enum { C_BG = 0, C_TEXT, C_GRID, C_AXIS, C_FILL, C_LEGEND_BG, C_SERIES0 };
 
 static const uint32_t PALETTE[] = {0x1F5FBF, 0xE8601C, 0x2CA02C, 0xC62839, 0x8E63B5,
                                    0x8C564B, 0xD561B5, 0x7F7F7F, 0xA8A81E, 0x17A8BD};
@@ -604,6 +63,358 @@ uint32_t cg_plot_colormap(float t)
     return rgb;
 }
 
+/* ------------------------------------------------------------------ text */
+
+/* Decode one UTF-8 sequence at *s (strict); invalid bytes give U+FFFD and
+ * advance by one. */
+static uint32_t utf8_next(const unsigned char **s)
+{
+    const unsigned char *p = *s;
+    uint32_t c = p[0];
+    int n = c < 0x80             ? 0
+            : (c & 0xE0) == 0xC0 ? 1
+            : (c & 0xF0) == 0xE0 ? 2
+            : (c & 0xF8) == 0xF0 ? 3
+                                 : -1;
+    if (n < 0) {
+        *s = p + 1;
+        return 0xFFFD;
+    }
+    c &= n == 0 ? 0x7F : n == 1 ? 0x1F : n == 2 ? 0x0F : 0x07;
+    for (int i = 1; i <= n; i++) {
+        if ((p[i] & 0xC0) != 0x80) {
+            *s = p + 1;
+            return 0xFFFD;
+        }
+        c = (c << 6) | (p[i] & 0x3F);
+    }
+    static const uint32_t min[4] = {0, 0x80, 0x800, 0x10000};
+    if (c < min[n] || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) {
+        *s = p + 1;
+        return 0xFFFD;
+    }
+    *s = p + n + 1;
+    return c;
+}
+
+static size_t utf8_put(uint32_t c, char *b)
+{
+    if (c < 0x80) {
+        b[0] = (char)c;
+        return 1;
+    }
+    if (c < 0x800) {
+        b[0] = (char)(0xC0 | (c >> 6));
+        b[1] = (char)(0x80 | (c & 0x3F));
+        return 2;
+    }
+    if (c < 0x10000) {
+        b[0] = (char)(0xE0 | (c >> 12));
+        b[1] = (char)(0x80 | ((c >> 6) & 0x3F));
+        b[2] = (char)(0x80 | (c & 0x3F));
+        return 3;
+    }
+    b[0] = (char)(0xF0 | (c >> 18));
+    b[1] = (char)(0x80 | ((c >> 12) & 0x3F));
+    b[2] = (char)(0x80 | ((c >> 6) & 0x3F));
+    b[3] = (char)(0x80 | (c & 0x3F));
+    return 4;
+}
+
+enum { TEXT_MAX_CP = 160, TEXT_BUF = TEXT_MAX_CP * 8 + 16 };
+
+/* Text as PLplot is to draw it, into out[TEXT_BUF]: valid UTF-8 (bad bytes
+ * become U+FFFD), PLplot's escape character '#' doubled, newlines, tabs and
+ * other control characters shown as visible symbols (as is a label that is a
+ * single space), at most max_cp characters (more end in an ellipsis).
+ * Returns the number of characters shown. */
+static int pl_text(const char *in, int max_cp, char *out)
+{
+    size_t n = 0;
+    int shown = 0;
+    if (max_cp > TEXT_MAX_CP)
+        max_cp = TEXT_MAX_CP;
+    out[0] = '\0';
+    if (!in)
+        return 0;
+    if (in[0] == ' ' && in[1] == '\0')
+        in = "\xe2\x90\xa3"; /* U+2423 OPEN BOX */
+    const unsigned char *p = (const unsigned char *)in;
+    while (*p) {
+        uint32_t c = utf8_next(&p);
+        if (shown == max_cp - 1 && *p) {
+            n += utf8_put(0x2026, out + n);
+            shown++;
+            break;
+        }
+        if (c == '\n')
+            c = 0x21B5;
+        else if (c == '\t')
+            c = 0x2192;
+        else if (c < 0x20 || (c >= 0x7F && c < 0xA0))
+            c = 0xFFFD;
+        if (c == '#')
+            out[n++] = '#';
+        n += utf8_put(c, out + n);
+        shown++;
+    }
+    out[n] = '\0';
+    return shown;
+}
+
+/* ------------------------------------------------------------------ output */
+
+static pthread_mutex_t pl_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* One picture being drawn: a PLplot stream writing into memory. */
+typedef struct {
+    const char *path;
+    int W, H;
+    PLINT prev_stream;
+    char *buf;
+    size_t len;
+    PLINT errcode;
+    char errmsg[2048]; /* PLplot sprintf()s into it */
+} pl_out;
+
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcasecmp(s + n - k, suffix) == 0;
+}
+
+static bool device_available(const char *dev)
+{
+    enum { MAX_DEVS = 128 };
+    const char *menu[MAX_DEVS], *names[MAX_DEVS];
+    const char **pm = menu, **pn = names;
+    int n = MAX_DEVS;
+    plgDevs(&pm, &pn, &n);
+    for (int i = 0; i < n; i++)
+        if (names[i] && strcmp(names[i], dev) == 0)
+            return true;
+    return false;
+}
+
+static void set_color(PLINT slot, uint32_t rgb)
+{
+    plscol0(slot, (PLINT)(rgb >> 16), (PLINT)((rgb >> 8) & 0xFF), (PLINT)(rgb & 0xFF));
+}
+
+static void use_color(uint32_t rgb)
+{
+    set_color(C_FILL, rgb);
+    plcol0(C_FILL);
+}
+
+/* Character height in pixels (the drivers work at 72 dpi: 1 pt = 1 px). */
+static void font_px(double px) { plschr(px * 25.4 / 72.0, 1.0); }
+
+/* Take the lock and start a page of W x H pixels; the format comes from the
+ * file name. crisp: no anti-aliasing of shapes in PNG (heatmaps, whose
+ * cells lie on whole pixels: faster, and sharp cell edges; text stays
+ * anti-aliased). On failure: false + error, lock released. */
+static bool pl_begin(pl_out *o, const char *who, const char *path, int W, int H, int n_colors,
+                     bool crisp)
+{
+    memset(o, 0, sizeof *o);
+    o->path = path;
+    o->W = W;
+    o->H = H;
+    const char *dev = ends_with(path, ".png") ? "pngcairo" : ends_with(path, ".svg") ? "svg" : NULL;
+    if (!dev) {
+        cg_set_error("%s: %s: unknown picture format (the name must end in .png or .svg)", who, path);
+        return false;
+    }
+    pthread_mutex_lock(&pl_lock);
+    static int have[2] = {-1, -1}; /* pngcairo, svg: unknown / no / yes */
+    int *h = &have[dev[0] == 's'];
+    if (*h < 0)
+        *h = device_available(dev);
+    if (!*h) {
+        pthread_mutex_unlock(&pl_lock);
+        cg_set_error("%s: PLplot's %s driver is not installed (apt-get install %s)", who, dev,
+                     dev[0] == 'p' ? "plplot-driver-cairo" : "libplplot17");
+        return false;
+    }
+    FILE *mem = open_memstream(&o->buf, &o->len);
+    if (!mem) {
+        pthread_mutex_unlock(&pl_lock);
+        cg_set_error("%s: out of memory", who);
+        return false;
+    }
+    PLINT strm;
+    plgstrm(&o->prev_stream);
+    plmkstrm(&strm);
+    if (strm < 0) {
+        fclose(mem);
+        free(o->buf);
+        plsstrm(o->prev_stream);
+        pthread_mutex_unlock(&pl_lock);
+        cg_set_error("%s: PLplot has no free stream", who);
+        return false;
+    }
+    plsError(&o->errcode, o->errmsg);
+    plsdev(dev);
+    if (crisp && dev[0] == 'p')
+        plsetopt("drvopt", "graphics_anti_aliasing=1"); /* CAIRO_ANTIALIAS_NONE */
+    plsfile(mem); /* PLplot closes it in plend1 */
+    plspage(0, 0, W, H, 0, 0);
+    plscmap0n(C_SERIES0 + n_colors + 1);
+    set_color(C_BG, WHITE);
+    set_color(C_TEXT, TEXT);
+    set_color(C_GRID, GRID);
+    set_color(C_AXIS, AXIS);
+    set_color(C_LEGEND_BG, WHITE);
+    plinit();
+    pladv(0);
+    plcol0(C_TEXT);
+    return true;
+}
+
+/* Write the bytes atomically: temporary file, fsync, rename. */
+static bool write_atomic(const char *who, const char *path, const char *buf, size_t len)
+{
+    size_t lp = strlen(path);
+    char *tmp = malloc(lp + 16);
+    if (!tmp) {
+        cg_set_error("%s: out of memory", who);
+        return false;
+    }
+    snprintf(tmp, lp + 16, "%s.tmp.XXXXXX", path);
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        cg_set_error("%s: cannot create a temporary file next to %s: %s", who, path, strerror(errno));
+        free(tmp);
+        return false;
+    }
+    size_t done = 0;
+    int err = 0;
+    while (done < len) {
+        ssize_t w = write(fd, buf + done, len - done);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            err = w < 0 ? errno : EIO;
+            break;
+        }
+        done += (size_t)w;
+    }
+    if (!err && fsync(fd) != 0)
+        err = errno;
+    if (close(fd) != 0 && !err)
+        err = errno;
+    if (err) {
+        cg_set_error("%s: writing %s failed: %s", who, tmp, strerror(err));
+        unlink(tmp);
+        free(tmp);
+        return false;
+    }
+    chmod(tmp, 0644); /* best effort: mkstemp made it 0600 */
+    if (rename(tmp, path) != 0) {
+        cg_set_error("%s: cannot rename %s to %s: %s", who, tmp, path, strerror(errno));
+        unlink(tmp);
+        free(tmp);
+        return false;
+    }
+    free(tmp);
+    return true;
+}
+
+/* End the page, give the stream back, release the lock and write the file. */
+static bool pl_end(pl_out *o, const char *who)
+{
+    PLINT code = o->errcode;
+    char msg[256];
+    snprintf(msg, sizeof msg, "%.255s", o->errmsg);
+    plend1(); /* closes the memory stream: o->buf, o->len are final */
+    plsstrm(o->prev_stream);
+    pthread_mutex_unlock(&pl_lock);
+    bool ok = true;
+    if (code) {
+        size_t k = strlen(msg);
+        while (k > 0 && (msg[k - 1] == '\n' || msg[k - 1] == ' '))
+            msg[--k] = '\0';
+        cg_set_error("%s: PLplot: %s", who, msg[0] == '\n' ? msg + 1 : msg);
+        ok = false;
+    } else if (!o->buf || o->len == 0) {
+        cg_set_error("%s: PLplot produced no output for %s", who, o->path);
+        ok = false;
+    }
+    ok = ok && write_atomic(who, o->path, o->buf, o->len);
+    free(o->buf);
+    return ok;
+}
+
+/* Viewport from a pixel rectangle (x0, y0 top-left; x1, y1 bottom-right). */
+static void vp_px(const pl_out *o, double x0, double y0, double x1, double y1)
+{
+    plvpor(x0 / o->W, x1 / o->W, 1.0 - y1 / o->H, 1.0 - y0 / o->H);
+}
+
+/* Text at pixel position (x, y = vertical centre) of the page. */
+static void text_px(const pl_out *o, double x, double y, double just, double size_px,
+                    const char *s)
+{
+    vp_px(o, 0, 0, o->W, o->H);
+    plwind(0, o->W, o->H, 0);
+    font_px(size_px);
+    plptex(x, y, 1, 0, just, s);
+}
+
+/* Rough width of n characters of DejaVu Sans at size px (pango's metrics are
+ * not available before drawing; this errs on the wide side). */
+static double text_w(int n, double px) { return n * 0.62 * px; }
+
+/* ------------------------------------------------------------------ axes */
+
+static double nice_step(double raw)
+{
+    double mag = pow(10, floor(log10(raw)));
+    double m = raw / mag;
+    return (m <= 1 ? 1 : m <= 2 ? 2 : m <= 2.5 ? 2.5 : m <= 5 ? 5 : 10) * mag;
+}
+
+/* [lo, hi] widened to multiples of a 1-2-5 step giving about `target`
+ * intervals; *step receives the step. */
+static void nice_range(double *lo, double *hi, int target, double *step)
+{
+    if (!(*hi > *lo)) {
+        double d = *lo != 0 ? fabs(*lo) * 0.1 : 1;
+        *lo -= d;
+        *hi += d;
+    }
+    double s = nice_step((*hi - *lo) / target);
+    *lo = floor(*lo / s + 1e-9) * s;
+    *hi = ceil(*hi / s - 1e-9) * s;
+    *step = s;
+}
+
+static int decimals_for(double step)
+{
+    int d = 0;
+    while (d < 8 && fabs(step * pow(10, d) - rint(step * pow(10, d))) > 1e-6 * step * pow(10, d))
+        d++;
+    return d;
+}
+
+/* Tick labels of a linear axis: as many decimals as the step needs; large
+ * round numbers as 12k; very small steps and very large values in %g form.
+ * data points to the step. */
+static void label_linear(PLINT axis, PLFLT v, char *s, PLINT len, PLPointer data)
+{
+    (void)axis;
+    double step = *(const double *)data;
+    if (fabs(v) < step * 1e-6)
+        v = 0;
+    if (step < 1e-3 || fabs(v) >= 1e7)
+        snprintf(s, (size_t)len, "%.3g", v);
+    else if (fabs(v) >= 10000 && step >= 1000 && fmod(v, 1000) == 0)
+        snprintf(s, (size_t)len, "%.0fk", v / 1000);
+    else
+        snprintf(s, (size_t)len, "%.*f", decimals_for(step), v);
+}
+
 /* ------------------------------------------------------------------ line chart */
 
 bool cg_plot_loss_curve(const char *path, const char *title, int n_series,
@@ -615,34 +426,62 @@ bool cg_plot_loss_curve(const char *path, const char *title, int n_series,
 
 static double series_x(const cg_plot_series *s, int i) { return s->x ? (double)s->x[i] : (double)i; }
 
+/* Log-axis tick values: 1, 2, 5 times powers of ten within [lo, hi] (log10
+ * units) when that gives at least 3 of them, else every multiple 1..9; over
+ * more than 4 decades, powers of ten only (every k-th over more than 8). */
+static int log_ticks(double lo, double hi, double *out, int cap)
+{
+    static const double m125[] = {1, 2, 5}, m19[] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+    int n = 0;
+    for (int pass = 0; pass < 2 && n < 3; pass++) {
+        const double *m = pass ? m19 : m125;
+        int nm = pass ? 9 : 3;
+        n = 0;
+        bool decades_only = hi - lo > 4;
+        int every = decades_only ? (int)ceil((hi - lo) / 8) : 1; /* at most about 8 labels */
+        for (int e = (int)floor(lo); e <= (int)ceil(hi) && n < cap; e += every) {
+            for (int k = 0; k < (decades_only ? 1 : nm) && n < cap; k++) {
+                double v = log10(m[k]) + e;
+                if (v >= lo - 1e-9 && v <= hi + 1e-9)
+                    out[n++] = v;
+            }
+        }
+        if (decades_only)
+            break;
+    }
+    return n;
+}
+
 bool cg_plot_lines(const char *path, const cg_plot_opts *opts, int n_series,
                    const cg_plot_series *series)
 {
+    static const char who[] = "cg_plot_lines";
     cg_plot_opts o = {0};
     if (opts)
         o = *opts;
     if (!path || !*path) {
-        cg_set_error("cg_plot_lines: path is NULL or empty");
+        cg_set_error("%s: path is NULL or empty", who);
         return false;
     }
-    if (n_series < 0 || (n_series > 0 && !series)) {
-        cg_set_error("cg_plot_lines: n_series = %d with series %s", n_series, series ? "given" : "NULL");
+    if (n_series < 0 || n_series > 1000 || (n_series > 0 && !series)) {
+        cg_set_error("%s: n_series = %d with series %s (need 0..1000)", who, n_series,
+                     series ? "given" : "NULL");
         return false;
     }
     for (int s = 0; s < n_series; s++) {
         if (series[s].n < 0 || (series[s].n > 0 && !series[s].y)) {
-            cg_set_error("cg_plot_lines: series %d has n = %d and y %s", s, series[s].n,
+            cg_set_error("%s: series %d has n = %d and y %s", who, s, series[s].n,
                          series[s].y ? "given" : "NULL");
             return false;
         }
     }
     if (o.y_scale < CG_PLOT_Y_AUTO || o.y_scale > CG_PLOT_Y_LOG) {
-        cg_set_error("cg_plot_lines: unknown y_scale %d", o.y_scale);
+        cg_set_error("%s: unknown y_scale %d", who, o.y_scale);
         return false;
     }
     int W = o.width > 0 ? o.width : 900, H = o.height > 0 ? o.height : 560;
     if (W < 200 || H < 150 || W > 10000 || H > 10000) {
-        cg_set_error("cg_plot_lines: size %d x %d is outside 200x150 .. 10000x10000", W, H);
+        cg_set_error("%s: size %d x %d is outside 200x150 .. 10000x10000", who, W, H);
         return false;
     }
 
@@ -671,267 +510,288 @@ bool cg_plot_lines(const char *path, const cg_plot_opts *opts, int n_series,
     bool logy = o.y_scale == CG_PLOT_Y_LOG ||
                 (o.y_scale == CG_PLOT_Y_AUTO && any && ymin > 0 && ymax / ymin >= 10);
     if (logy && !(yposmin < INFINITY)) {
-        cg_set_error("cg_plot_lines: a log y axis needs a positive y value");
+        cg_set_error("%s: a log y axis needs a positive y value", who);
         return false;
     }
-    axis_t ax, ay;
-    axis_linear(&ax, xmin, xmax, 8);
-    if (logy)
-        axis_log(&ay, yposmin, ymax);
-    else
-        axis_linear(&ay, ymin, ymax, 6);
-
-    /* layout */
-    char buf[64];
-    int ylab_w = 0;
-    for (int i = 0; i < ay.n; i++) {
-        format_tick(buf, sizeof buf, ay.ticks[i], ay.step);
-        int w = text_width(buf, 1);
-        ylab_w = w > ylab_w ? w : ylab_w;
+    double xstep, ystep = 0;
+    nice_range(&xmin, &xmax, W < 600 ? 4 : 8, &xstep);
+    double ylo, yhi;
+    if (logy) {
+        ylo = log10(yposmin);
+        yhi = log10(fmax(ymax, yposmin));
+        double pad = fmax(0.02 * (yhi - ylo), 0.01);
+        ylo -= pad;
+        yhi += pad;
+    } else {
+        ylo = ymin;
+        yhi = ymax;
+        nice_range(&ylo, &yhi, H < 400 ? 4 : 6, &ystep);
     }
-    int top = o.title && *o.title ? 16 + 2 * CELL_H + 8 : 20;
-    int left = 12 + (o.ylabel && *o.ylabel ? CELL_H + 8 : 0) + ylab_w + 8;
-    int bottom = 12 + CELL_H + 6 + (o.xlabel && *o.xlabel ? CELL_H + 8 : 0) + 4;
-    int right = 24;
-    int px0 = left, py0 = top, px1 = W - right, py1 = H - bottom;
+
+    /* layout in pixels */
+    double fs = H < 400 ? 11 : 13, fs_title = fs * 1.35;
+    char tick[64], text[TEXT_BUF];
+    int ylab_chars = 0;
+    double yt[64];
+    int nyt = 0;
+    if (logy) {
+        nyt = log_ticks(ylo, yhi, yt, 64);
+        for (int i = 0; i < nyt; i++) {
+            snprintf(tick, sizeof tick, "%g", pow(10, yt[i]));
+            ylab_chars = (int)strlen(tick) > ylab_chars ? (int)strlen(tick) : ylab_chars;
+        }
+    } else {
+        for (int i = 0; ylo + i * ystep <= yhi + ystep * 1e-6; i++) {
+            label_linear(PL_Y_AXIS, ylo + i * ystep, tick, sizeof tick, &ystep);
+            ylab_chars = (int)strlen(tick) > ylab_chars ? (int)strlen(tick) : ylab_chars;
+        }
+    }
+    bool has_title = o.title && *o.title, has_xl = o.xlabel && *o.xlabel,
+         has_yl = o.ylabel && *o.ylabel;
+    double top = has_title ? fs_title * 2.6 : fs * 1.5;
+    double left = 12 + (has_yl ? fs * 2.4 : 0) + text_w(ylab_chars, fs) + fs * 0.7;
+    double bottom = fs * 2.4 + (has_xl ? fs * 1.8 : 0) + 6;
+    double right = 24;
+    double px0 = left, py0 = top, px1 = W - right, py1 = H - bottom;
     if (px1 - px0 < 50 || py1 - py0 < 50) {
-        cg_set_error("cg_plot_lines: %d x %d is too small for the labels", W, H);
+        cg_set_error("%s: %d x %d is too small for the labels", who, W, H);
         return false;
     }
-    canvas_t c;
-    if (!canvas_init(&c, W, H))
-        return false;
-    /* the axis ranges map to the frame inset by PAD pixels, so that data on
-     * a range's end stays visible inside the frame */
-    enum { PAD = 6 };
-    double pw = px1 - px0 - 1 - 2 * PAD, ph = py1 - py0 - 1 - 2 * PAD;
-#define MAPX(v) (px0 + PAD + axis_frac(&ax, (v)) * pw)
-#define MAPY(v) (py1 - 1 - PAD - axis_frac(&ay, (v)) * ph)
 
-    if (o.title && *o.title) {
-        int tw = text_width(o.title, 2);
-        draw_text(&c, (W - tw) / 2 > 4 ? (W - tw) / 2 : 4, 14, o.title, 2, BLACK, 0);
-    }
-    /* grid */
-    for (int i = 0; i < ay.nminor; i++) {
-        int y = (int)lrint(MAPY(ay.minor[i]));
-        fill_rect(&c, px0, y, px1, y + 1, 0xF0F0F0);
-    }
-    for (int i = 0; i < ax.n; i++) {
-        int x = (int)lrint(MAPX(ax.ticks[i]));
-        fill_rect(&c, x, py0, x + 1, py1, GRID);
-        fill_rect(&c, x, py1, x + 1, py1 + 5, AXIS);
-        format_tick(buf, sizeof buf, ax.ticks[i], ax.step);
-        draw_text(&c, x - text_width(buf, 1) / 2 + 1, py1 + 8, buf, 1, GREY_TEXT, 0);
-    }
-    for (int i = 0; i < ay.n; i++) {
-        int y = (int)lrint(MAPY(ay.ticks[i]));
-        fill_rect(&c, px0, y, px1, y + 1, GRID);
-        fill_rect(&c, px0 - 5, y, px0, y + 1, AXIS);
-        format_tick(buf, sizeof buf, ay.ticks[i], ay.step);
-        draw_text(&c, px0 - 8 - text_width(buf, 1), y - 3, buf, 1, GREY_TEXT, 0);
-    }
-    rect_outline(&c, px0, py0, px1, py1, AXIS);
-    if (o.xlabel && *o.xlabel)
-        draw_text(&c, px0 + (px1 - px0 - text_width(o.xlabel, 1)) / 2, py1 + 8 + CELL_H + 8, o.xlabel,
-                  1, BLACK, 0);
-    if (o.ylabel && *o.ylabel)
-        draw_text(&c, 12, py0 + (py1 - py0 + text_width(o.ylabel, 1)) / 2, o.ylabel, 1, BLACK, 1);
+    /* with markers the window reaches past the data by a marker's radius, so
+     * that a marker at the end of the range is drawn whole */
+    double maxmark = 0;
+    for (int s = 0; s < n_series; s++)
+        maxmark = fmax(maxmark, series[s].marker);
+    double pad = maxmark > 0 ? maxmark / 2 + 2 : 0;
+    double dx = pad * (xmax - xmin) / (px1 - px0 - 2 * pad);
+    double dy = pad * (yhi - ylo) / (py1 - py0 - 2 * pad);
+    double wx0 = xmin - dx, wx1 = xmax + dx, wy0 = ylo - dy, wy1 = yhi + dy;
 
-    /* the lines, clipped to the plot area */
-    c.cx0 = px0 + 1;
-    c.cy0 = py0 + 1;
-    c.cx1 = px1 - 1;
-    c.cy1 = py1 - 1;
-    int auto_color = 0;
-    uint32_t *colors = malloc(sizeof *colors * (size_t)(n_series > 0 ? n_series : 1));
-    if (!colors) {
-        free(c.px);
-        cg_set_error("cg_plot_lines: out of memory");
+    pl_out out;
+    if (!pl_begin(&out, who, path, W, H, n_series, false))
         return false;
+    if (has_title) {
+        pl_text(o.title, 120, text);
+        plcol0(C_TEXT);
+        text_px(&out, W / 2.0, top * 0.45, 0.5, fs_title, text);
     }
-    for (int s = 0; s < n_series; s++) {
+    vp_px(&out, px0, py0, px1, py1);
+    plwind(wx0, wx1, wy0, wy1);
+    font_px(fs);
+    /* grid, then frame, ticks and labels */
+    plwidth(1);
+    plcol0(C_GRID);
+    if (logy) {
+        plbox("g", xstep, 0, "gl", 0, 0);
+        plcol0(C_AXIS);
+        plbox("bcst", xstep, 0, "bcstl", 0, 0);
+    } else {
+        plbox("g", xstep, 0, "g", ystep, 0);
+        plcol0(C_AXIS);
+        plbox("bcst", xstep, 0, "bcst", ystep, 0);
+    }
+    /* tick labels at every major tick, the ends included */
+    plcol0(C_TEXT);
+    for (int i = 0; xmin + i * xstep <= xmax + xstep * 1e-6; i++) {
+        label_linear(PL_X_AXIS, xmin + i * xstep, tick, sizeof tick, &xstep);
+        plmtex("b", 1.5, (xmin + i * xstep - wx0) / (wx1 - wx0), 0.5, tick);
+    }
+    if (logy) {
+        for (int i = 0; i < nyt; i++) {
+            snprintf(tick, sizeof tick, "%g", pow(10, yt[i]));
+            plmtex("lv", 0.7, (yt[i] - wy0) / (wy1 - wy0), 1.0, tick);
+        }
+    } else {
+        for (int i = 0; ylo + i * ystep <= yhi + ystep * 1e-6; i++) {
+            label_linear(PL_Y_AXIS, ylo + i * ystep, tick, sizeof tick, &ystep);
+            plmtex("lv", 0.7, (ylo + i * ystep - wy0) / (wy1 - wy0), 1.0, tick);
+        }
+    }
+    if (has_xl) {
+        pl_text(o.xlabel, 80, text);
+        plmtex("b", 3.3, 0.5, 0.5, text);
+    }
+    if (has_yl) {
+        pl_text(o.ylabel, 80, text);
+        double disp = (text_w(ylab_chars, fs) + fs * 0.7) / fs + 1.4;
+        plmtex("l", disp, 0.5, 0.5, text);
+    }
+
+    /* series: palette colours for colour 0, segments broken at skipped points */
+    double xppx = (wx1 - wx0) / (px1 - px0), yppx = (wy1 - wy0) / (py1 - py0);
+    int n_legend = 0, next_palette = 0;
+    PLINT *opt = calloc((size_t)n_series + 1, sizeof *opt);
+    PLINT *colors = calloc((size_t)n_series + 1, sizeof *colors);
+    PLINT *styles = calloc((size_t)n_series + 1, sizeof *styles);
+    PLINT *nsym = calloc((size_t)n_series + 1, sizeof *nsym);
+    PLFLT *widths = calloc((size_t)n_series + 1, sizeof *widths);
+    PLFLT *sscale = calloc((size_t)n_series + 1, sizeof *sscale);
+    const char **names = calloc((size_t)n_series + 1, sizeof *names);
+    const char **syms = calloc((size_t)n_series + 1, sizeof *syms);
+    char (*name_buf)[TEXT_BUF] = calloc((size_t)n_series + 1, sizeof *name_buf);
+    PLFLT *xs = NULL, *ys = NULL;
+    int maxn = 1;
+    for (int s = 0; s < n_series; s++)
+        maxn = series[s].n > maxn ? series[s].n : maxn;
+    xs = malloc((size_t)maxn * sizeof *xs);
+    ys = malloc((size_t)maxn * sizeof *ys);
+    bool mem_ok = opt && colors && styles && nsym && widths && sscale && names && syms && name_buf &&
+                  xs && ys;
+    for (int s = 0; mem_ok && s < n_series; s++) {
         const cg_plot_series *S = &series[s];
-        uint32_t col = S->color ? (S->color & 0xFFFFFF)
-                                : PALETTE[auto_color++ % (int)(sizeof PALETTE / sizeof *PALETTE)];
-        colors[s] = col;
-        double lw = S->width > 0 ? S->width : 1.8;
-        bool have = false, drawn_seg = false;
-        double lx = 0, ly = 0;
-        int run = 0;
+        uint32_t col = S->color ? S->color
+                                : PALETTE[next_palette++ % (int)(sizeof PALETTE / sizeof PALETTE[0])];
+        set_color(C_SERIES0 + s, col);
+        plcol0(C_SERIES0 + s);
+        double width = S->width > 0 ? S->width : 1.8;
+        plwidth(width);
+        int k = 0;
         for (int i = 0; i <= S->n; i++) {
-            bool ok = false;
-            double x = 0, y = 0;
-            if (i < S->n) {
-                x = series_x(S, i);
-                y = S->y[i];
-                ok = isfinite(x) && isfinite(y) && (!logy || y > 0);
-            }
+            double x = i < S->n ? series_x(S, i) : NAN, y = i < S->n ? S->y[i] : NAN;
+            bool ok = isfinite(x) && isfinite(y) && (!logy || y > 0);
             if (ok) {
-                double X = MAPX(x), Y = MAPY(y);
-                if (have) {
-                    draw_line(&c, lx, ly, X, Y, lw, col);
-                    drawn_seg = true;
+                xs[k] = x;
+                ys[k++] = logy ? log10(y) : y;
+            }
+            if (!ok || i == S->n - 1) {
+                if (k > 1)
+                    plline(k, xs, ys);
+                if (S->marker > 0) {
+                    /* filled discs of that diameter in pixels */
+                    double r = S->marker / 2;
+                    for (int j = 0; j < k; j++) {
+                        PLFLT cx[16], cy[16];
+                        for (int a = 0; a < 16; a++) {
+                            cx[a] = xs[j] + r * xppx * cos(a * M_PI / 8);
+                            cy[a] = ys[j] + r * yppx * sin(a * M_PI / 8);
+                        }
+                        plfill(16, cx, cy);
+                    }
+                } else if (k == 1) {
+                    /* a lone point between gaps stays visible */
+                    PLFLT cx[4], cy[4];
+                    double r = width;
+                    for (int a = 0; a < 4; a++) {
+                        cx[a] = xs[0] + r * xppx * cos(a * M_PI / 2);
+                        cy[a] = ys[0] + r * yppx * sin(a * M_PI / 2);
+                    }
+                    plfill(4, cx, cy);
                 }
-                lx = X;
-                ly = Y;
-                have = true;
-                run++;
-            } else {
-                if (have && run == 1 && !drawn_seg && !(S->marker > 0)) /* an isolated point: a dot */
-                    draw_line(&c, lx, ly, lx, ly, lw + 2.2, col);
-                have = false;
-                drawn_seg = false;
-                run = 0;
+                k = 0;
             }
         }
-        for (int i = 0; S->marker > 0 && i < S->n; i++) {
-            double x = series_x(S, i), y = S->y[i];
-            if (isfinite(x) && isfinite(y) && (!logy || y > 0))
-                draw_line(&c, MAPX(x), MAPY(y), MAPX(x), MAPY(y), S->marker, col);
+        if (S->name && *S->name) {
+            int e = n_legend++;
+            pl_text(S->name, 60, name_buf[e]);
+            names[e] = name_buf[e];
+            opt[e] = PL_LEGEND_LINE | (S->marker > 0 ? PL_LEGEND_SYMBOL : 0);
+            colors[e] = C_SERIES0 + s;
+            styles[e] = 1;
+            widths[e] = width;
+            nsym[e] = 1;
+            sscale[e] = S->marker > 0 ? S->marker / (fs * 0.75) : 1;
+            syms[e] = "\xe2\x97\x8f"; /* U+25CF BLACK CIRCLE */
         }
     }
-    clip_reset(&c);
-
-    /* legend: in the corner of the plot that covers the fewest data points */
-    int nleg = 0, legw = 0;
-    for (int s = 0; s < n_series; s++) {
-        if (series[s].name && *series[s].name) {
-            nleg++;
-            int w = text_width(series[s].name, 1);
-            legw = w > legw ? w : legw;
+    plwidth(1);
+    if (mem_ok && n_legend > 0) {
+        PLFLT lw, lh;
+        PLINT *text_colors = calloc((size_t)n_legend, sizeof *text_colors);
+        if (text_colors) {
+            for (int e = 0; e < n_legend; e++)
+                text_colors[e] = C_TEXT;
+            font_px(fs);
+            pllegend(&lw, &lh, PL_LEGEND_BACKGROUND | PL_LEGEND_BOUNDING_BOX,
+                     PL_POSITION_TOP | PL_POSITION_RIGHT | PL_POSITION_INSIDE, 0.02, 0.03, 0.08,
+                     C_LEGEND_BG, C_AXIS, 1, 0, 0, n_legend, opt, 1.0, 1.0, 1.8, 0.0, text_colors,
+                     names, NULL, NULL, NULL, NULL, colors, styles, widths, colors, sscale, nsym,
+                     syms);
+            free(text_colors);
+        } else {
+            mem_ok = false;
         }
     }
-    if (nleg > 0) {
-        int lh = CELL_H + 6, bw = 10 + 24 + 6 + legw + 10, bh = 8 + nleg * lh + 4;
-        /* corners in order of preference: top right, bottom right, top left, bottom left */
-        int best = 0;
-        long best_hits = -1;
-        for (int k = 0; k < 4; k++) {
-            int x0 = k < 2 ? px1 - 10 - bw : px0 + 10, y0 = k % 2 == 0 ? py0 + 10 : py1 - 10 - bh;
-            long hits = 0;
-            for (int s = 0; s < n_series; s++) {
-                for (int i = 0; i < series[s].n; i++) {
-                    double x = series_x(&series[s], i), y = series[s].y[i];
-                    if (!isfinite(x) || !isfinite(y) || (logy && y <= 0))
-                        continue;
-                    double X = MAPX(x), Y = MAPY(y);
-                    hits += X >= x0 - 4 && X <= x0 + bw + 4 && Y >= y0 - 4 && Y <= y0 + bh + 4;
-                }
-            }
-            if (best_hits < 0 || hits < best_hits) {
-                best = k;
-                best_hits = hits;
-            }
-            if (hits == 0)
-                break;
-        }
-        int bx0 = best < 2 ? px1 - 10 - bw : px0 + 10, by0 = best % 2 == 0 ? py0 + 10 : py1 - 10 - bh;
-        int bx1 = bx0 + bw;
-        fill_rect(&c, bx0, by0, bx1, by0 + bh, WHITE);
-        rect_outline(&c, bx0, by0, bx1, by0 + bh, 0xB0B0B0);
-        int row = 0;
-        for (int s = 0; s < n_series; s++) {
-            if (!series[s].name || !*series[s].name)
-                continue;
-            int y = by0 + 8 + row * lh;
-            draw_line(&c, bx0 + 10, y + 4.5, bx0 + 34, y + 4.5,
-                      series[s].width > 0 ? series[s].width + 0.4 : 2.2, colors[s]);
-            if (series[s].marker > 0)
-                draw_line(&c, bx0 + 22, y + 4.5, bx0 + 22, y + 4.5, series[s].marker, colors[s]);
-            draw_text(&c, bx0 + 40, y + 1, series[s].name, 1, GREY_TEXT, 0);
-            row++;
-        }
-    }
-#undef MAPX
-#undef MAPY
+    free(opt);
     free(colors);
-    bool ok = write_png(&c, path);
-    free(c.px);
+    free(styles);
+    free(nsym);
+    free(widths);
+    free(sscale);
+    free(names);
+    free(syms);
+    free(name_buf);
+    free(xs);
+    free(ys);
+    bool ok = pl_end(&out, who);
+    if (ok && !mem_ok) {
+        cg_set_error("%s: out of memory", who);
+        return false;
+    }
     return ok;
 }
 
 /* ------------------------------------------------------------------ heatmaps */
 
-/* The label of entry i of a panel axis as UTF-8 (into buf); "" if none.
- * A lone space, newline or tab becomes a visible symbol. */
-static const char *panel_label(const char *const *strs, const uint32_t *cps, int i, char *buf,
-                               size_t size)
+/* The label of entry i of a panel axis, ready for PLplot, into out; returns
+ * the number of characters (0: no label). */
+static int panel_label(const char *const *strs, const uint32_t *cps, int i, char *out)
 {
-    uint32_t cp;
+    char one[8];
+    const char *s = NULL;
     if (strs) {
-        const char *s = strs[i];
-        if (!s)
-            return "";
-        const char *p = s;
-        if (!*s || (cp = utf8_next(&p), *p))
-            return s; /* empty or several characters: as given */
+        s = strs[i];
     } else if (cps) {
-        cp = cps[i];
-    } else {
-        return "";
+        uint32_t c = cps[i];
+        if (c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF))
+            c = 0xFFFD;
+        one[utf8_put(c, one)] = '\0';
+        s = c ? one : "\xe2\x90\x80"; /* U+0000 as the NUL symbol */
     }
-    if (cp == ' ')
-        cp = 0x2423;
-    else if (cp == '\n')
-        cp = 0x21B5;
-    else if (cp == '\t')
-        cp = 0x2192;
-    /* encode */
-    size_t n = 0;
-    if (size < 5)
-        return "";
-    if (cp < 0x80) {
-        buf[n++] = (char)cp;
-    } else if (cp < 0x800) {
-        buf[n++] = (char)(0xC0 | (cp >> 6));
-        buf[n++] = (char)(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-        buf[n++] = (char)(0xE0 | (cp >> 12));
-        buf[n++] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        buf[n++] = (char)(0x80 | (cp & 0x3F));
-    } else {
-        buf[n++] = (char)(0xF0 | ((cp >> 18) & 0x07));
-        buf[n++] = (char)(0x80 | ((cp >> 12) & 0x3F));
-        buf[n++] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        buf[n++] = (char)(0x80 | (cp & 0x3F));
-    }
-    buf[n] = '\0';
-    return buf;
+    return pl_text(s, 14, out);
 }
 
 static int max_label_chars(const char *const *strs, const uint32_t *cps, int n)
 {
     int m = 0;
-    char buf[8];
+    char buf[TEXT_BUF];
     for (int i = 0; i < n && (strs || cps); i++) {
-        int k = utf8_count(panel_label(strs, cps, i, buf, sizeof buf));
+        int k = panel_label(strs, cps, i, buf);
         m = k > m ? k : m;
     }
     return m;
 }
 
+/* A filled rectangle in world coordinates. */
+static void fill_rect(double x0, double y0, double x1, double y1)
+{
+    PLFLT x[4] = {x0, x1, x1, x0}, y[4] = {y0, y0, y1, y1};
+    plfill(4, x, y);
+}
+
 bool cg_plot_heatmaps(const char *path, const char *title, int grid_rows, int grid_cols,
                       const cg_heatmap_panel *panels, float vmin, float vmax)
 {
+    static const char who[] = "cg_plot_heatmaps";
     if (!path || !*path) {
-        cg_set_error("cg_plot_heatmaps: path is NULL or empty");
+        cg_set_error("%s: path is NULL or empty", who);
         return false;
     }
     if (grid_rows <= 0 || grid_cols <= 0 || !panels || grid_rows > 64 || grid_cols > 64) {
-        cg_set_error("cg_plot_heatmaps: need 1..64 x 1..64 panels (got %d x %d, panels %s)", grid_rows,
+        cg_set_error("%s: need 1..64 x 1..64 panels (got %d x %d, panels %s)", who, grid_rows,
                      grid_cols, panels ? "given" : "NULL");
         return false;
     }
     int np = grid_rows * grid_cols;
     int maxdim = 1, max_rows = 0, max_cols = 0, rlab = 0, clab = 0, tlen = 0;
     double lo = INFINITY, hi = -INFINITY;
+    char text[TEXT_BUF];
     for (int p = 0; p < np; p++) {
         const cg_heatmap_panel *P = &panels[p];
         if (P->rows == 0 && P->cols == 0)
             continue;
         if (P->rows <= 0 || P->cols <= 0 || P->rows > 4096 || P->cols > 4096 || !P->values) {
-            cg_set_error("cg_plot_heatmaps: panel %d is %d x %d with values %s (need 1..4096 each)", p,
+            cg_set_error("%s: panel %d is %d x %d with values %s (need 1..4096 each)", who, p,
                          P->rows, P->cols, P->values ? "given" : "NULL");
             return false;
         }
@@ -943,10 +803,8 @@ bool cg_plot_heatmaps(const char *path, const char *title, int grid_rows, int gr
         int cl = max_label_chars(P->col_labels, P->col_chars, P->cols);
         rlab = r > rlab ? r : rlab;
         clab = cl > clab ? cl : clab;
-        if (P->title) {
-            int t = utf8_count(P->title);
-            tlen = t > tlen ? t : tlen;
-        }
+        int t = pl_text(P->title, 60, text);
+        tlen = t > tlen ? t : tlen;
         for (long i = 0; i < (long)P->rows * P->cols; i++) {
             float v = P->values[i];
             if (isfinite(v)) {
@@ -956,7 +814,7 @@ bool cg_plot_heatmaps(const char *path, const char *title, int grid_rows, int gr
         }
     }
     if (max_rows == 0) {
-        cg_set_error("cg_plot_heatmaps: every panel is empty");
+        cg_set_error("%s: every panel is empty", who);
         return false;
     }
     if (vmin < vmax) {
@@ -970,101 +828,155 @@ bool cg_plot_heatmaps(const char *path, const char *title, int grid_rows, int gr
     }
 
     /* one cell size for all panels; labels thinned out when cells are small */
+    const double fs_panel = 11, fs_title = 15;
     int cell = 360 / maxdim;
     cell = cell < 2 ? 2 : cell > 18 ? 18 : cell;
-    if ((rlab > 0 || clab > 0) && cell < 8) {
-        /* labels want 8-pixel rows: grow panels up to about 1000 pixels */
+    if ((rlab > 0 || clab > 0) && cell < 9) {
+        /* labels want rows of 9 pixels: grow panels up to about 1000 pixels */
         int grown = 1000 / maxdim;
-        cell = grown > 8 ? 8 : grown > cell ? grown : cell;
+        cell = grown > 9 ? 9 : grown > cell ? grown : cell;
     }
-    int step_r = (8 + cell - 1) / cell, step_c = (CELL_W + cell - 1) / cell;
+    /* labels: 10 px, or down to 8 px to label every row of small cells;
+     * rows of labels need their height and a pixel, upright single
+     * characters their width */
+    const double fs = cell >= 12 ? 10 : cell >= 11 ? 9 : 8;
+    int step = (int)ceil((fs + 1) / cell);
     bool col_rotated = clab > 1;
-    if (col_rotated)
-        step_c = (8 + cell - 1) / cell;
-    int rlab_w = rlab > 0 ? rlab * CELL_W + 4 : 0;
-    int clab_h = clab == 0 ? 0 : col_rotated ? clab * CELL_W + 4 : CELL_H + 2;
-    int title_h = tlen > 0 ? CELL_H + 4 : 0;
-    int map_w = max_cols * cell, map_h = max_rows * cell;
-    int slot_w = rlab_w + map_w, slot_h = title_h + map_h + clab_h;
-    if (tlen * CELL_W > slot_w)
-        slot_w = tlen * CELL_W;
-    int gap = 18, margin = 16;
-    int head_h = title && *title ? 2 * CELL_H + 16 : 0;
-    int bar_w = 14, bar_lab = 7 * CELL_W;
-    int grid_w = grid_cols * slot_w + (grid_cols - 1) * gap;
-    int W = margin + grid_w + 24 + bar_w + 6 + bar_lab + margin;
-    int H = margin + head_h + grid_rows * slot_h + (grid_rows - 1) * gap + margin;
-    if (title && *title && text_width(title, 2) + 2 * margin > W)
-        W = text_width(title, 2) + 2 * margin;
-    if (H < 200)
-        H = 200;
-    canvas_t c;
-    if (!canvas_init(&c, W, H))
+    int step_c = col_rotated ? step : (int)ceil((fs * 0.62 + 2) / cell);
+    double rlab_w = rlab > 0 ? text_w(rlab, fs) + 6 : 0;
+    double clab_h = clab == 0 ? 0 : col_rotated ? text_w(clab, fs) + 8 : fs + 8;
+    double title_h = tlen > 0 ? fs_panel + 8 : 0;
+    double map_w = max_cols * cell, map_h = max_rows * cell;
+    double slot_w = rlab_w + map_w, slot_h = title_h + map_h + clab_h;
+    if (text_w(tlen, fs_panel) > slot_w)
+        slot_w = text_w(tlen, fs_panel);
+    double gap = 22, margin = 16;
+    int title_chars = pl_text(title, 120, text);
+    double head_h = title_chars > 0 ? fs_title * 2.4 : 0;
+    double bar_w = 16, bar_lab = text_w(6, fs) + 8;
+    double grid_w = grid_cols * slot_w + (grid_cols - 1) * gap;
+    double Wd = margin + grid_w + 24 + bar_w + 6 + bar_lab + margin;
+    double Hd = margin + head_h + grid_rows * slot_h + (grid_rows - 1) * gap + margin;
+    if (text_w(title_chars, fs_title) + 2 * margin > Wd)
+        Wd = text_w(title_chars, fs_title) + 2 * margin;
+    int W = (int)ceil(Wd), H = (int)ceil(Hd < 200 ? 200 : Hd);
+    if ((double)W * H > 1e8) {
+        cg_set_error("%s: the picture would be %d x %d pixels", who, W, H);
         return false;
-    if (title && *title)
-        draw_text(&c, (W - text_width(title, 2)) / 2, margin, title, 2, BLACK, 0);
+    }
 
-    char buf[8];
+    pl_out out;
+    if (!pl_begin(&out, who, path, W, H, 0, true))
+        return false;
+    if (title_chars > 0) {
+        plcol0(C_TEXT);
+        text_px(&out, W / 2.0, margin + fs_title * 0.7, 0.5, fs_title, text);
+    }
     for (int gr = 0; gr < grid_rows; gr++) {
         for (int gc = 0; gc < grid_cols; gc++) {
             const cg_heatmap_panel *P = &panels[gr * grid_cols + gc];
             if (P->rows == 0 && P->cols == 0)
                 continue;
-            int sx = margin + gc * (slot_w + gap), sy = margin + head_h + gr * (slot_h + gap);
-            if (P->title)
-                draw_text(&c, sx + rlab_w, sy, P->title, 1, BLACK, 0);
-            int mx = sx + rlab_w, my = sy + title_h;
+            double sx = margin + gc * (slot_w + gap), sy = margin + head_h + gr * (slot_h + gap);
+            double mx = floor(sx + rlab_w), my = floor(sy + title_h);
+            vp_px(&out, mx, my, mx + P->cols * cell, my + P->rows * cell);
+            plwind(0, P->cols, P->rows, 0);
+            /* cells in row-major order, each widened by half a pixel to the
+             * right and down so that anti-aliased edges leave no seams */
+            double e = 0.5 / cell;
             for (int r = 0; r < P->rows; r++) {
                 for (int k = 0; k < P->cols; k++) {
                     float v = P->values[(size_t)r * (size_t)P->cols + (size_t)k];
-                    uint32_t col = isfinite(v) ? cg_plot_colormap((float)((v - lo) / (hi - lo)))
-                                               : (uint32_t)NAN_GREY;
-                    fill_rect(&c, mx + k * cell, my + r * cell, mx + (k + 1) * cell, my + (r + 1) * cell,
-                              col);
+                    use_color(isfinite(v) ? cg_plot_colormap((float)((v - lo) / (hi - lo)))
+                                          : (uint32_t)NAN_GREY);
+                    fill_rect(k, r, k + 1 + e, r + 1 + e);
                 }
             }
-            rect_outline(&c, mx - 1, my - 1, mx + P->cols * cell + 1, my + P->rows * cell + 1, 0x909090);
-            /* row labels, right-aligned, centred on their cells */
-            for (int r = 0; r < P->rows && rlab > 0; r += step_r) {
-                const char *l = panel_label(P->row_labels, P->row_chars, r, buf, sizeof buf);
-                int y = my + r * cell + cell / 2 - 4;
-                draw_text(&c, mx - 3 - text_width(l, 1), y, l, 1, GREY_TEXT, 0);
+            plcol0(C_AXIS);
+            plwidth(1);
+            plbox("bc", 0, 0, "bc", 0, 0);
+            plcol0(C_TEXT);
+            if (pl_text(P->title, 60, text) > 0) {
+                font_px(fs_panel);
+                plmtex("t", 0.9, 0.0, 0.0, text);
             }
-            /* column labels below */
+            font_px(fs);
+            /* row labels left of the rows, right-aligned */
+            for (int r = 0; r < P->rows && rlab > 0; r += step) {
+                if (panel_label(P->row_labels, P->row_chars, r, text) > 0)
+                    plmtex("lv", 0.4, 1.0 - (r + 0.5) / P->rows, 1.0, text);
+            }
+            /* column labels below: upright when single characters, else
+             * rotated to read upwards, ending at the map */
             for (int k = 0; k < P->cols && clab > 0; k += step_c) {
-                const char *l = panel_label(P->col_labels, P->col_chars, k, buf, sizeof buf);
-                int ly = my + P->rows * cell + 3;
-                if (col_rotated)
-                    draw_text(&c, mx + k * cell + cell / 2 - 4, ly + text_width(l, 1), l, 1, GREY_TEXT, 1);
-                else
-                    draw_text(&c, mx + k * cell + (cell - GLYPH_W) / 2, ly, l, 1, GREY_TEXT, 0);
+                if (panel_label(P->col_labels, P->col_chars, k, text) > 0) {
+                    if (col_rotated)
+                        plmtex("bv", 0.4, (k + 0.5) / P->cols, 1.0, text);
+                    else
+                        plmtex("b", 1.2, (k + 0.5) / P->cols, 0.5, text);
+                }
             }
         }
     }
 
-    /* colour bar with five labelled values */
-    int bx = margin + grid_w + 24, by0 = margin + head_h + title_h;
-    int bh = grid_rows * slot_h + (grid_rows - 1) * gap - title_h - clab_h;
-    if (bh > 300)
-        bh = 300;
-    if (bh < 60)
-        bh = 60;
-    for (int y = 0; y < bh; y++) {
-        uint32_t col = cg_plot_colormap(1.0f - (float)y / (float)(bh - 1));
-        fill_rect(&c, bx, by0 + y, bx + bar_w, by0 + y + 1, col);
+    /* colour bar */
+    double bx = margin + grid_w + 24, by0 = margin + head_h + title_h;
+    double bh = grid_rows * slot_h + (grid_rows - 1) * gap - title_h - clab_h;
+    bh = bh > 300 ? 300 : bh < 60 ? 60 : bh;
+    vp_px(&out, floor(bx), floor(by0), floor(bx) + bar_w, floor(by0) + floor(bh));
+    plwind(0, 1, lo, hi);
+    int strips = (int)floor(bh);
+    for (int i = 0; i < strips; i++) {
+        double a = lo + (hi - lo) * i / strips, b = lo + (hi - lo) * (i + 1.5) / strips;
+        use_color(cg_plot_colormap((float)((i + 0.5) / strips)));
+        fill_rect(0, a, 1, b > hi ? hi : b);
     }
-    rect_outline(&c, bx - 1, by0 - 1, bx + bar_w + 1, by0 + bh + 1, 0x909090);
-    double step = (hi - lo) / 4;
-    for (int i = 0; i <= 4; i++) {
-        double v = lo + i * step;
-        char lb[32];
-        int d = step >= 10 ? 0 : step >= 1 ? 1 : step >= 0.1 ? 2 : 3;
-        snprintf(lb, sizeof lb, "%.*f", d, v);
-        int y = by0 + (int)lrint((1 - i / 4.0) * (bh - 1));
-        fill_rect(&c, bx + bar_w, y, bx + bar_w + 3, y + 1, AXIS);
-        draw_text(&c, bx + bar_w + 6, y - 3, lb, 1, GREY_TEXT, 0);
+    double bstep = nice_step((hi - lo) / 4);
+    plcol0(C_AXIS);
+    plbox("bc", 0, 0, "bct", bstep, 0);
+    plcol0(C_TEXT);
+    font_px(fs);
+    for (double v = ceil(lo / bstep - 1e-6) * bstep; v <= hi + bstep * 1e-6; v += bstep) {
+        label_linear(PL_Y_AXIS, v, text, sizeof text, &bstep);
+        plmtex("rv", 0.6, (v - lo) / (hi - lo), 0.0, text);
     }
-    bool ok = write_png(&c, path);
-    free(c.px);
+    return pl_end(&out, who);
+}
+
+bool cg_plot_attention(const char *path, const char *title, int layers, int heads, int rows,
+                       int cols, const float *weights, const char *const *row_labels,
+                       const char *const *col_labels)
+{
+    if (layers <= 0 || heads <= 0 || rows <= 0 || cols <= 0 || !weights) {
+        cg_set_error("cg_plot_attention: %d layers x %d heads of %d x %d weights (%s): need "
+                     "positive sizes and weights",
+                     layers, heads, rows, cols, weights ? "given" : "NULL");
+        return false;
+    }
+    if (layers > 64 || heads > 64) {
+        cg_set_error("cg_plot_attention: %d layers x %d heads (at most 64 x 64)", layers, heads);
+        return false;
+    }
+    int n = layers * heads;
+    cg_heatmap_panel *p = calloc((size_t)n, sizeof *p);
+    char (*titles)[40] = calloc((size_t)n, sizeof *titles);
+    if (!p || !titles) {
+        free(p);
+        free(titles);
+        cg_set_error("cg_plot_attention: out of memory");
+        return false;
+    }
+    for (int l = 0; l < layers; l++) {
+        for (int h = 0; h < heads; h++) {
+            int i = l * heads + h;
+            snprintf(titles[i], sizeof titles[i], "layer %d head %d", l, h);
+            p[i] = (cg_heatmap_panel){.title = titles[i], .rows = rows, .cols = cols,
+                                      .values = weights + (size_t)i * (size_t)rows * (size_t)cols,
+                                      .row_labels = row_labels, .col_labels = col_labels};
+        }
+    }
+    bool ok = cg_plot_heatmaps(path, title, layers, heads, p, 0.0f, 1.0f);
+    free(p);
+    free(titles);
     return ok;
 }

@@ -887,6 +887,22 @@ bool cg_st_add_i64(cg_st_writer *w, const char *name, int ndim, const int64_t *s
     return push_entry(w, name, CG_ST_I64, ndim, shape, bytes, nb);
 }
 
+bool cg_st_add_u8(cg_st_writer *w, const char *name, int64_t n, const void *data) {
+    int64_t numel = check_new(w, "cg_st_add_u8", name, 1, &n);
+    if (numel < 0) return false;
+    if (numel > 0 && !data) {
+        cg_set_error("safetensors: cg_st_add_u8: tensor '%s': NULL data", name);
+        return false;
+    }
+    unsigned char *bytes = malloc(numel ? (size_t)numel : 1);
+    if (!bytes) {
+        cg_set_error("safetensors: tensor '%s': out of memory", name);
+        return false;
+    }
+    if (numel > 0) memcpy(bytes, data, (size_t)numel);
+    return push_entry(w, name, CG_ST_U8, 1, &n, bytes, (size_t)numel);
+}
+
 bool cg_st_set_metadata(cg_st_writer *w, const char *key, const char *value) {
     if (!w || !key || !value) {
         cg_set_error("safetensors: cg_st_set_metadata: NULL %s", !w ? "writer" : !key ? "key" : "value");

@@ -126,6 +126,9 @@ bool cg_st_add_f32_raw(cg_st_writer *w, const char *name, int ndim, const int64_
                        const float *data);
 bool cg_st_add_i64(cg_st_writer *w, const char *name, int ndim, const int64_t *shape,
                    const int64_t *data);
+/* A 1-D U8 tensor of n bytes (opaque data such as a serialized tokenizer;
+ * read it back with cg_st_raw). */
+bool cg_st_add_u8(cg_st_writer *w, const char *name, int64_t n, const void *data);
 /* Set (or replace) a metadata entry; key and value are copied (valid UTF-8). */
 bool cg_st_set_metadata(cg_st_writer *w, const char *key, const char *value);
 

@@ -1,0 +1,485 @@
+/* Tests for models/spm.{h,cc}: BPE tokenization through SentencePiece.
+ * Trained on tests/data/en_de_sample.tsv (the first 400 pairs of the
+ * bundled en_de_ding.tsv, both sides): lossless round trips, the zoo's
+ * special ids, a tokenizer saved and reloaded through its blob and through a
+ * safetensors checkpoint, damaged blobs rejected, nothing printed. In a build
+ * without SentencePiece the same suite checks the "unavailable" messages. */
+#include <check.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "models/pairs.h"
+#include "models/spm.h"
+#include "nn/safetensors.h"
+#include "testutil.h"
+
+#ifndef CG_TEST_DATA_DIR
+#define CG_TEST_DATA_DIR "tests/data"
+#endif
+
+enum { VOCAB = 1000 };
+
+static cg_pairs pairs;
+static const char **sents; /* sources then targets */
+static int64_t n_sents;
+static cg_spm *tok;        /* trained once for the suite */
+
+static void setup(void)
+{
+    if (sents)
+        return;
+    ck_assert_msg(cg_pairs_read(CG_TEST_DATA_DIR "/en_de_sample.tsv", &pairs), "%s",
+                  cg_last_error());
+    n_sents = 2 * pairs.n;
+    sents = malloc((size_t)n_sents * sizeof *sents);
+    ck_assert_ptr_nonnull(sents);
+    for (int64_t i = 0; i < pairs.n; i++) {
+        sents[i] = pairs.items[i].src;
+        sents[pairs.n + i] = pairs.items[i].tgt;
+    }
+    if (cg_spm_available()) {
+        tok = cg_spm_train(sents, n_sents, VOCAB);
+        ck_assert_msg(tok != NULL, "%s", cg_last_error());
+    }
+}
+
+/* All ids of a sentence equal under two tokenizers. */
+static void assert_same_ids(const cg_spm *a, const cg_spm *b)
+{
+    for (int64_t i = 0; i < n_sents; i++) {
+        int64_t na, nb;
+        int64_t *ia = cg_spm_encode(a, sents[i], &na), *ib = cg_spm_encode(b, sents[i], &nb);
+        ck_assert_ptr_nonnull(ia);
+        ck_assert_ptr_nonnull(ib);
+        ck_assert_int_eq(na, nb);
+        ck_assert_msg(memcmp(ia, ib, (size_t)na * sizeof *ia) == 0, "ids differ for '%s'", sents[i]);
+        free(ia);
+        free(ib);
+    }
+}
+
+START_TEST(test_unavailable)
+{
+    if (cg_spm_available())
+        return; /* the other tests run */
+    const char *s[] = {"a"};
+    cg_clear_error();
+    ck_assert_ptr_null(cg_spm_train(s, 1, VOCAB));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "BPE tokenization is unavailable"));
+    cg_clear_error();
+    ck_assert_ptr_null(cg_spm_from_blob("x", 1));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "unavailable"));
+}
+END_TEST
+
+START_TEST(test_vocab_and_specials)
+{
+    if (!tok)
+        return;
+    int64_t V = cg_spm_vocab_size(tok);
+    ck_assert_int_gt(V, 400);
+    ck_assert_int_le(V, VOCAB);
+    ck_assert_str_eq(cg_spm_piece(tok, CG_SPM_PAD), "<pad>");
+    ck_assert_str_eq(cg_spm_piece(tok, CG_SPM_BOS), "<s>");
+    ck_assert_str_eq(cg_spm_piece(tok, CG_SPM_EOS), "</s>");
+    ck_assert_str_eq(cg_spm_piece(tok, CG_SPM_UNK), "<unk>");
+    ck_assert_str_eq(cg_spm_piece(tok, 4), "<0x00>");
+    ck_assert_str_eq(cg_spm_piece(tok, 4 + 0x0A), "<0x0A>");
+    /* the zoo's char-level pair vocabulary uses the same special ids */
+    ck_assert_int_eq(CG_SPM_PAD, CG_PAIR_PAD);
+    ck_assert_int_eq(CG_SPM_BOS, CG_PAIR_BOS);
+    ck_assert_int_eq(CG_SPM_EOS, CG_PAIR_EOS);
+    ck_assert_int_eq(CG_SPM_UNK, CG_PAIR_UNK);
+    cg_clear_error();
+    ck_assert_ptr_null(cg_spm_piece(tok, V));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "outside the vocabulary"));
+    ck_assert_ptr_null(cg_spm_piece(tok, -1));
+    ck_assert_int_eq(cg_spm_vocab_size(NULL), -1);
+    /* three sentences cannot fill 5,000 ids: the vocabulary is smaller */
+    const char *few[] = {"Das Haus ist klein.", "The house is small.", "Ein Haus."};
+    cg_spm *small = cg_spm_train(few, 3, 5000);
+    ck_assert_msg(small != NULL, "%s", cg_last_error());
+    ck_assert_int_gt(cg_spm_vocab_size(small), CG_SPM_MIN_VOCAB);
+    ck_assert_int_lt(cg_spm_vocab_size(small), 5000);
+    cg_spm_free(small);
+}
+END_TEST
+
+START_TEST(test_round_trip_corpus)
+{
+    if (!tok)
+        return;
+    int64_t V = cg_spm_vocab_size(tok), ids_total = 0, chars_total = 0;
+    for (int64_t i = 0; i < n_sents; i++) {
+        int64_t n;
+        int64_t *ids = cg_spm_encode(tok, sents[i], &n);
+        ck_assert_msg(ids != NULL, "%s", cg_last_error());
+        for (int64_t k = 0; k < n; k++) /* no special ids, no byte fallback on seen text */
+            ck_assert_msg(ids[k] >= 4 + 256 && ids[k] < V, "'%s': id %lld", sents[i],
+                          (long long)ids[k]);
+        char *back = cg_spm_decode(tok, ids, n);
+        ck_assert_ptr_nonnull(back);
+        ck_assert_str_eq(back, sents[i]);
+        /* the pieces spell the sentence, U+2581 standing for a space */
+        char spelled[4096] = "";
+        for (int64_t k = 0; k < n; k++) {
+            const char *p = cg_spm_piece(tok, ids[k]);
+            ck_assert_ptr_nonnull(p);
+            strncat(spelled, p, sizeof spelled - strlen(spelled) - 1);
+        }
+        char expect[4096] = "\xe2\x96\x81";
+        for (const char *c = sents[i]; *c && strlen(expect) + 4 < sizeof expect; c++) {
+            if (*c == ' ')
+                strcat(expect, "\xe2\x96\x81");
+            else
+                strncat(expect, c, 1);
+        }
+        ck_assert_str_eq(spelled, expect);
+        ids_total += n;
+        chars_total += cg_utf8_count(sents[i], strlen(sents[i]), NULL);
+        free(ids);
+        free(back);
+    }
+    /* subwords: far fewer ids than characters */
+    ck_assert_msg(ids_total * 2 < chars_total, "%lld ids for %lld characters",
+                  (long long)ids_total, (long long)chars_total);
+}
+END_TEST
+
+START_TEST(test_round_trip_unseen)
+{
+    if (!tok)
+        return;
+    const char *texts[] = {
+        "",
+        " ",
+        "  two  spaces, a\ttab and a\nnewline ",
+        "Z\xc3\xbcrich \xe2\x80\x94 \xe6\x9d\xb1\xe4\xba\xac \xf0\x9f\x98\x80", /* Zürich — 東京 😀 */
+        "\xef\xbc\xa1", /* FULLWIDTH A: kept, not normalised to "A" */
+        "e\xcc\x81 vs \xc3\xa9",  /* decomposed and composed e-acute stay apart */
+    };
+    for (size_t i = 0; i < sizeof texts / sizeof *texts; i++) {
+        int64_t n;
+        int64_t *ids = cg_spm_encode(tok, texts[i], &n);
+        ck_assert_msg(ids != NULL, "%s", cg_last_error());
+        char *back = cg_spm_decode(tok, ids, n);
+        ck_assert_ptr_nonnull(back);
+        ck_assert_msg(strcmp(back, texts[i]) == 0, "'%s' came back as '%s'", texts[i], back);
+        if (i == 0)
+            ck_assert_int_eq(n, 0);
+        free(ids);
+        free(back);
+    }
+    /* the emoji is not in the vocabulary: its four bytes are byte pieces */
+    int64_t n;
+    int64_t *ids = cg_spm_encode(tok, "\xf0\x9f\x98\x80", &n);
+    ck_assert_ptr_nonnull(ids);
+    int bytes = 0;
+    for (int64_t k = 0; k < n; k++)
+        bytes += ids[k] >= 4 && ids[k] < 4 + 256;
+    ck_assert_int_eq(bytes, 4);
+    free(ids);
+    /* specials decode to nothing around the text */
+    int64_t framed[3] = {CG_SPM_BOS, 0, CG_SPM_EOS};
+    ids = cg_spm_encode(tok, "the", &n);
+    ck_assert_ptr_nonnull(ids);
+    ck_assert_int_eq(n, 1); /* a word of the corpus is one piece */
+    framed[1] = ids[0];
+    char *s = cg_spm_decode(tok, framed, 3);
+    ck_assert_str_eq(s, "the");
+    free(s);
+    free(ids);
+}
+END_TEST
+
+START_TEST(test_blob_reload)
+{
+    if (!tok)
+        return;
+    size_t len;
+    unsigned char *blob = cg_spm_blob(tok, &len);
+    ck_assert_ptr_nonnull(blob);
+    ck_assert_int_gt(len, 1000);
+    ck_assert(memcmp(blob, "CGSPM", 5) == 0);
+    size_t plen;
+    const unsigned char *proto = cg_spm_model_proto(tok, &plen);
+    ck_assert_int_eq(plen + 24, len);
+    ck_assert(memcmp(blob + 24, proto, plen) == 0);
+    cg_spm *t2 = cg_spm_from_blob(blob, len);
+    ck_assert_msg(t2 != NULL, "%s", cg_last_error());
+    ck_assert_int_eq(cg_spm_vocab_size(t2), cg_spm_vocab_size(tok));
+    assert_same_ids(tok, t2);
+    size_t len2;
+    unsigned char *blob2 = cg_spm_blob(t2, &len2);
+    ck_assert_int_eq(len2, len);
+    ck_assert(memcmp(blob, blob2, len) == 0);
+    for (int64_t id = 0; id < cg_spm_vocab_size(tok); id++)
+        ck_assert_str_eq(cg_spm_piece(tok, id), cg_spm_piece(t2, id));
+    /* training is deterministic */
+    cg_spm *t3 = cg_spm_train(sents, n_sents, VOCAB);
+    ck_assert_ptr_nonnull(t3);
+    size_t len3;
+    unsigned char *blob3 = cg_spm_blob(t3, &len3);
+    ck_assert(len3 == len && memcmp(blob3, blob, len) == 0);
+    free(blob);
+    free(blob2);
+    free(blob3);
+    cg_spm_free(t2);
+    cg_spm_free(t3);
+}
+END_TEST
+
+START_TEST(test_checkpoint)
+{
+    if (!tok)
+        return;
+    char dir[] = "/tmp/cg_test_spm_XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char path[128];
+    snprintf(path, sizeof path, "%s/ck.safetensors", dir);
+    cg_st_writer *w = cg_st_writer_new();
+    int64_t shape[1] = {3};
+    float x[3] = {1, 2, 3};
+    ck_assert(cg_st_add_f32_raw(w, "w", 1, shape, x));
+    ck_assert_msg(cg_spm_st_add(w, "tokenizer.spm", tok), "%s", cg_last_error());
+    int64_t ids[2] = {1, 2};
+    ck_assert(cg_st_add_i64(w, "not_u8", 1, (int64_t[]){2}, ids));
+    ck_assert(cg_st_set_metadata(w, "tokenizer", "bpe"));
+    ck_assert_msg(cg_st_writer_save(w, path), "%s", cg_last_error());
+    cg_st_writer_free(w);
+
+    cg_st_file *f = cg_st_open(path);
+    ck_assert_msg(f != NULL, "%s", cg_last_error());
+    cg_st_dtype dt;
+    int nd;
+    ck_assert(cg_st_info(f, "tokenizer.spm", &dt, &nd, NULL));
+    ck_assert_int_eq(dt, CG_ST_U8);
+    ck_assert_int_eq(nd, 1);
+    cg_spm *t2 = cg_spm_st_load(f, "tokenizer.spm");
+    ck_assert_msg(t2 != NULL, "%s", cg_last_error());
+    assert_same_ids(tok, t2);
+    cg_spm_free(t2);
+    cg_clear_error();
+    ck_assert_ptr_null(cg_spm_st_load(f, "absent"));
+    ck_assert(cg_has_error());
+    cg_clear_error();
+    ck_assert_ptr_null(cg_spm_st_load(f, "not_u8"));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "expected 1-D U8"));
+    cg_st_close(f);
+
+    /* a damaged tokenizer inside an otherwise valid file names the file */
+    size_t len;
+    unsigned char *blob = cg_spm_blob(tok, &len);
+    blob[len / 2] ^= 0x40;
+    w = cg_st_writer_new();
+    ck_assert(cg_st_add_u8(w, "tokenizer.spm", (int64_t)len, blob));
+    ck_assert(cg_st_writer_save(w, path));
+    cg_st_writer_free(w);
+    f = cg_st_open(path);
+    ck_assert_ptr_nonnull(f);
+    cg_clear_error();
+    ck_assert_ptr_null(cg_spm_st_load(f, "tokenizer.spm"));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "checksum"));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "ck.safetensors"));
+    cg_st_close(f);
+    free(blob);
+    unlink(path);
+    rmdir(dir);
+}
+END_TEST
+
+START_TEST(test_bad_blob)
+{
+    if (!tok)
+        return;
+    size_t len;
+    unsigned char *blob = cg_spm_blob(tok, &len);
+    ck_assert_ptr_nonnull(blob);
+    struct {
+        size_t len;
+        const char *needle;
+    } cut[] = {{len - 1, "truncated"}, {len / 2, "truncated"}, {30, "truncated"},
+               {10, "header"}, {0, "header"}};
+    for (size_t i = 0; i < sizeof cut / sizeof *cut; i++) {
+        cg_clear_error();
+        ck_assert_ptr_null(cg_spm_from_blob(blob, cut[i].len));
+        ck_assert_msg(strstr(cg_last_error(), cut[i].needle) != NULL, "%zu bytes: %s", cut[i].len,
+                      cg_last_error());
+    }
+    /* a flipped bit anywhere in the model */
+    for (size_t at = 24; at < len; at += len / 7) {
+        blob[at] ^= 1;
+        cg_clear_error();
+        ck_assert_ptr_null(cg_spm_from_blob(blob, len));
+        ck_assert_ptr_nonnull(strstr(cg_last_error(), "checksum"));
+        blob[at] ^= 1;
+    }
+    /* wrong magic */
+    blob[0] = 'X';
+    cg_clear_error();
+    ck_assert_ptr_null(cg_spm_from_blob(blob, len));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "magic"));
+    blob[0] = 'C';
+    /* a consistent header over bytes that are not a SentencePiece model */
+    unsigned char junk[24 + 64];
+    memcpy(junk, blob, 24);
+    for (int i = 0; i < 64; i++)
+        junk[24 + i] = (unsigned char)(i * 37 + 11);
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int i = 0; i < 64; i++) {
+        h ^= junk[24 + i];
+        h *= 0x100000001b3ull;
+    }
+    for (int i = 0; i < 8; i++) {
+        junk[8 + i] = (unsigned char)((uint64_t)64 >> (8 * i));
+        junk[16 + i] = (unsigned char)(h >> (8 * i));
+    }
+    cg_clear_error();
+    ck_assert_ptr_null(cg_spm_from_blob(junk, sizeof junk));
+    ck_assert_msg(strstr(cg_last_error(), "SentencePiece model") != NULL, "%s", cg_last_error());
+    cg_clear_error();
+    ck_assert_ptr_null(cg_spm_from_blob(NULL, 10));
+    ck_assert(cg_has_error());
+    free(blob);
+}
+END_TEST
+
+START_TEST(test_bad_input)
+{
+    if (!tok)
+        return;
+    int64_t n;
+    cg_clear_error();
+    ck_assert_ptr_null(cg_spm_encode(tok, "ok \xff bad", &n));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "offset 3"));
+    cg_clear_error();
+    ck_assert_ptr_null(cg_spm_encode(tok, NULL, &n));
+    ck_assert(cg_has_error());
+    int64_t bad[2] = {5, cg_spm_vocab_size(tok)};
+    cg_clear_error();
+    ck_assert_ptr_null(cg_spm_decode(tok, bad, 2));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "position 1"));
+    bad[1] = -1;
+    ck_assert_ptr_null(cg_spm_decode(tok, bad, 2));
+    /* NULL tokenizer: NULL without a new message */
+    cg_clear_error();
+    ck_assert_ptr_null(cg_spm_encode(NULL, "a", &n));
+    ck_assert_ptr_null(cg_spm_decode(NULL, bad, 1));
+    ck_assert(!cg_has_error());
+    cg_spm_free(NULL);
+    /* training input */
+    const char *nl[] = {"one\ntwo"}, *inv[] = {"ok", "\xc3("};
+    ck_assert_ptr_null(cg_spm_train(sents, n_sents, 100));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "outside"));
+    ck_assert_ptr_null(cg_spm_train(sents, 0, VOCAB));
+    ck_assert_ptr_null(cg_spm_train(nl, 1, VOCAB));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "newline"));
+    ck_assert_ptr_null(cg_spm_train(inv, 2, VOCAB));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "sentence 1 is not valid UTF-8"));
+}
+END_TEST
+
+/* Encoding and decoding from two threads at once give what one thread gets. */
+static void *encode_all(void *arg)
+{
+    const cg_spm *t = arg;
+    for (int rep = 0; rep < 3; rep++) {
+        for (int64_t i = 0; i < n_sents; i++) {
+            int64_t n;
+            int64_t *ids = cg_spm_encode(t, sents[i], &n);
+            char *back = ids ? cg_spm_decode(t, ids, n) : NULL;
+            bool ok = back && strcmp(back, sents[i]) == 0;
+            free(ids);
+            free(back);
+            if (!ok)
+                return (void *)1;
+        }
+    }
+    return NULL;
+}
+
+START_TEST(test_threads)
+{
+    if (!tok)
+        return;
+    pthread_t th[2];
+    void *r[2];
+    for (int i = 0; i < 2; i++)
+        pthread_create(&th[i], NULL, encode_all, tok);
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], &r[i]);
+    ck_assert(r[0] == NULL && r[1] == NULL);
+}
+END_TEST
+
+/* Training and loading print nothing (SentencePiece logs by default). */
+START_TEST(test_quiet)
+{
+    if (!tok)
+        return;
+    char log[] = "/tmp/cg_test_spm_log_XXXXXX";
+    int fd = mkstemp(log);
+    ck_assert_int_ge(fd, 0);
+    fflush(stdout);
+    fflush(stderr);
+    int k1 = dup(1), k2 = dup(2);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    cg_spm *t = cg_spm_train(sents, n_sents / 2, 600);
+    size_t len;
+    unsigned char *b = t ? cg_spm_blob(t, &len) : NULL;
+    cg_spm *t2 = b ? cg_spm_from_blob(b, len) : NULL;
+    cg_spm *bad = b ? cg_spm_from_blob(b, len - 3) : NULL;
+    fflush(stdout);
+    fflush(stderr);
+    dup2(k1, 1);
+    dup2(k2, 2);
+    close(k1);
+    close(k2);
+    struct stat st;
+    ck_assert_int_eq(fstat(fd, &st), 0);
+    close(fd);
+    unlink(log);
+    ck_assert_ptr_nonnull(t2);
+    ck_assert_ptr_null(bad);
+    ck_assert_msg(st.st_size == 0, "SentencePiece printed %lld bytes", (long long)st.st_size);
+    free(b);
+    cg_spm_free(t);
+    cg_spm_free(t2);
+}
+END_TEST
+
+static Suite *spm_suite(void)
+{
+    Suite *s = suite_create("spm");
+    TCase *tc = tcase_create("bpe");
+    tcase_add_unchecked_fixture(tc, setup, NULL);
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_unavailable);
+    tcase_add_test(tc, test_vocab_and_specials);
+    tcase_add_test(tc, test_round_trip_corpus);
+    tcase_add_test(tc, test_round_trip_unseen);
+    tcase_add_test(tc, test_blob_reload);
+    tcase_add_test(tc, test_checkpoint);
+    tcase_add_test(tc, test_bad_blob);
+    tcase_add_test(tc, test_bad_input);
+    tcase_add_test(tc, test_threads);
+    tcase_add_test(tc, test_quiet);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    Suite *s[] = {spm_suite()};
+    int rc = cg_test_run(s, 1);
+    cg_spm_free(tok);
+    free(sents);
+    cg_pairs_free(&pairs);
+    return rc;
+}
