@@ -22,6 +22,7 @@
 
 #include "autograd/ops.h"
 #include "models/beam.h"
+#include "models/checkpoint.h"
 #include "models/cli.h"
 #include "models/dist.h"
 #include "models/metrics.h"
@@ -174,7 +175,8 @@ static void ckpt_load(const char *path, ckpt *c)
     c->model = cg_seq2seq_new(&cfg, 0);
     if (!c->model)
         die_lib(path);
-    if (!cg_module_load(CG_MODULE(c->model), c->file, NULL))
+    if (!cg_ckpt_check_tensors(CG_MODULE(c->model), c->file, path) ||
+        !cg_module_load(CG_MODULE(c->model), c->file, NULL))
         die_lib(path);
     const char *st = cg_st_metadata(c->file, "step");
     c->step = st ? strtoll(st, NULL, 10) : 0;
@@ -682,9 +684,8 @@ static int cmd_train(int argc, char **argv)
                 die("%s: bad loss history", o.resume_from);
             free(hs);
         }
-        if (epoch < 0 || pos < 0 || pos > batches.n_batches)
-            die("%s: bad trainer position (epoch %lld, batch %lld)", o.resume_from, (long long)epoch,
-                (long long)pos);
+        if (!cg_train_position_check(epoch, pos, batches.n_batches, step, o.resume_from))
+            die_lib(NULL);
         /* replay the batch order of the epochs so far */
         for (int64_t e = 0; e < epoch; e++)
             cg_mt_permutation(&order, batches.n_batches, perm);
