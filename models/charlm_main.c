@@ -129,8 +129,7 @@ static bool full_split_loss(cg_charlm *m, cg_split_view s, int64_t T, double *ou
     for (int64_t st = 0; ok && st < n; st += chunk) {
         int64_t b = n - st < chunk ? n - st : chunk;
         for (int64_t i = 0; i < b; i++) {
-            memcpy(x + i * T, s.ids + (st + i) * T, (size_t)T * sizeof *x);
-            memcpy(y + i * T, s.ids + (st + i) * T + 1, (size_t)T * sizeof *y);
+            cg_split_window(s, (st + i) * T, T, x + i * T, y + i * T);
         }
         cg_tensor *logits = cg_charlm_forward(m, x, b, T);
         cg_tensor *loss = cg_charlm_loss(m, logits, y);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "models/data.h"
 #include "models/vocab.h"
 
 /* ------------------------------------------------------------ UTF-8 */
@@ -203,6 +204,11 @@ bool cg_pairs_parse(const char *text, size_t len, const char *name, cg_pairs *ou
                          (long long)line);
             goto fail;
         }
+        if (tab == start || tab + 1 == start + llen) {
+            cg_set_error("%s:%lld: empty %s (expected \"source<TAB>target\" with text on both "
+                         "sides)", name, (long long)line, tab == start ? "source" : "target");
+            goto fail;
+        }
         *tab = '\0';
         char *tgt = tab + 1;
         int64_t sl = cg_utf8_count(start, (size_t)(tab - start), NULL);
@@ -227,42 +233,10 @@ fail:
 bool cg_pairs_read(const char *path, cg_pairs *out)
 {
     memset(out, 0, sizeof *out);
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        cg_set_error("%s: cannot open: %s", path, strerror(errno));
+    size_t n;
+    char *buf = cg_read_file_once(path, 0, true, &n);
+    if (!buf)
         return false;
-    }
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    if (!buf) {
-        fclose(f);
-        cg_set_error("%s: out of memory", path);
-        return false;
-    }
-    for (;;) {
-        if (n == cap) {
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) {
-                free(buf);
-                fclose(f);
-                cg_set_error("%s: out of memory", path);
-                return false;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-        size_t k = fread(buf + n, 1, cap - n, f);
-        n += k;
-        if (k == 0)
-            break;
-    }
-    bool err = ferror(f);
-    fclose(f);
-    if (err) {
-        free(buf);
-        cg_set_error("%s: read error", path);
-        return false;
-    }
     bool ok = cg_pairs_parse(buf, n, path, out);
     free(buf);
     return ok;

@@ -69,5 +69,17 @@ cfg=$("$tool" getmeta cl0.st config | sed -e 's/"layers": [0-9]*/"layers": 0/')
 "$tool" setmeta cl0.st config "$cfg"
 refused "charlm 0 layers" "not a parameter" "$charlm" sample --ckpt cl0.st --length 5
 
+# hostile data: /dev/zero (was read until memory ran out), a directory, a
+# pair file of empty sides (trained, then every save failed)
+refused "charlm --data /dev/zero" "NUL byte at offset 0" "$charlm" train "${lm[@]}" --data /dev/zero --steps 2 --out z.st
+refused "seq2seq --data /dev/zero" "NUL byte at offset 0" "$seq2seq" train "${s2s[@]}" --data /dev/zero --out z2.st
+refused "charlm --data DIR" "is a directory" "$charlm" train "${lm[@]}" --data . --steps 2 --out z.st
+for ((i = 0; i < 60; i++)); do printf '\t\n'; done >empty.tsv
+refused "seq2seq empty sides" "empty source" "$seq2seq" train "${s2s[@]}" --data empty.tsv --out e.st
+[ ! -e e.st ] || fail "seq2seq empty sides: a checkpoint was written"
+# a corpus above the input limit (CG_MAX_INPUT_MB)
+head -c 2000000 /dev/zero | tr '\0' 'a' >big.txt
+refused "charlm input limit" "larger than 1.0 MB" env CG_MAX_INPUT_MB=1 "$charlm" train "${lm[@]}" --data big.txt --steps 2 --out z.st
+
 [ "$failures" -eq 0 ] || { echo "$failures case(s) failed" >&2; exit 1; }
 echo "all damaged inputs refused"

@@ -4,12 +4,19 @@
 #include <check.h>
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/error.h"
 #include "models/config_json.h"
+#include "models/data.h"
+#include "models/pairs.h"
 #include "models/train_common.h"
 #include "testutil.h"
 
@@ -120,6 +127,177 @@ START_TEST(test_history_long)
 }
 END_TEST
 
+static char *tmpdir;
+
+static const char *tmp(const char *name)
+{
+    static char buf[4][512];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", tmpdir, name);
+    return buf[k];
+}
+
+static void write_file(const char *path, const char *text, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fwrite(text, 1, n, f), n);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+static void setup(void)
+{
+    char t[] = "/tmp/cg_guards.XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(t));
+    tmpdir = strdup(t);
+}
+
+static void teardown(void)
+{
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    ck_assert_int_eq(system(cmd), 0);
+    free(tmpdir);
+}
+
+static void *fifo_writer(void *path)
+{
+    FILE *w = fopen(path, "w");
+    if (w) {
+        fputs("fifo text", w);
+        fclose(w);
+    }
+    return NULL;
+}
+
+/* A file is read once from any kind of file; errors are reported. */
+START_TEST(test_read_once)
+{
+    size_t n;
+    write_file(tmp("a.txt"), "hello\n", 6);
+    char *b = cg_read_file_once(tmp("a.txt"), 0, true, &n);
+    ck_assert_ptr_nonnull(b);
+    ck_assert_uint_eq(n, 6);
+    ck_assert_str_eq(b, "hello\n");
+    free(b);
+    /* a FIFO (and so a pipe, as --data <(cat x) gives it): read once, not
+     * "empty"; the writer is a thread (opening a FIFO waits for both ends) */
+    ck_assert_int_eq(mkfifo(tmp("fifo"), 0600), 0);
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, fifo_writer, (void *)tmp("fifo")), 0);
+    b = cg_read_file_once(tmp("fifo"), 0, true, &n);
+    pthread_join(th, NULL);
+    ck_assert_ptr_nonnull(b);
+    ck_assert_uint_eq(n, 9);
+    ck_assert_str_eq(b, "fifo text");
+    free(b);
+    /* refusals, each with its message */
+    CG_ASSERT_FAILS(cg_read_file_once(tmpdir, 0, true, &n), "is a directory");
+    CG_ASSERT_FAILS(cg_read_file_once(tmp("missing"), 0, true, &n), "cannot open");
+    CG_ASSERT_FAILS(cg_read_file_once("/dev/zero", 0, true, &n), "NUL byte at offset 0");
+    CG_ASSERT_FAILS(cg_read_file_once("/dev/zero", 1 << 20, false, &n), "larger than 1.0 MB");
+    CG_ASSERT_FAILS(cg_read_file_once("/dev/null", 0, true, &n), "is empty");
+    b = cg_read_file_once("/dev/null", 0, false, &n);
+    ck_assert_ptr_nonnull(b);
+    ck_assert_uint_eq(n, 0);
+    free(b);
+    /* a read error (EIO) is an error, not the end of the input */
+    CG_ASSERT_FAILS(cg_read_file_once("/proc/self/mem", 0, false, &n), "cannot read");
+    /* the default limit: CG_MAX_INPUT_MB */
+    setenv("CG_MAX_INPUT_MB", "3", 1);
+    ck_assert_uint_eq(cg_input_limit(), (size_t)3 << 20);
+    unsetenv("CG_MAX_INPUT_MB");
+    ck_assert_uint_ge(cg_input_limit(), (size_t)1 << 20);
+}
+END_TEST
+
+START_TEST(test_read_line)
+{
+    write_file(tmp("l.txt"), "one\n\nthree", 10);
+    FILE *f = fopen(tmp("l.txt"), "rb");
+    char *buf = NULL;
+    size_t cap = 0, len;
+    ck_assert_int_eq(cg_read_line(f, "l", 100, &buf, &cap, &len), 1);
+    ck_assert_str_eq(buf, "one");
+    ck_assert_int_eq(cg_read_line(f, "l", 100, &buf, &cap, &len), 1);
+    ck_assert_uint_eq(len, 0);
+    { int r_ = cg_read_line(f, "l", 100, &buf, &cap, &len); ck_assert_msg(r_ == 1, "%d %s", r_, cg_last_error()); }
+    ck_assert_str_eq(buf, "three");
+    ck_assert_int_eq(cg_read_line(f, "l", 100, &buf, &cap, &len), 0);
+    fclose(f);
+    f = fopen(tmp("l.txt"), "rb");
+    cg_clear_error();
+    ck_assert_int_eq(cg_read_line(f, "l", 2, &buf, &cap, &len), -1);
+    ck_assert(strstr(cg_last_error(), "longer than 2 bytes"));
+    fclose(f);
+    /* stdin redirected from a directory: a read error, not the end */
+    f = fopen(tmpdir, "rb");
+    ck_assert_ptr_nonnull(f);
+    cg_clear_error();
+    ck_assert_int_eq(cg_read_line(f, "stdin", 100, &buf, &cap, &len), -1);
+    ck_assert(strstr(cg_last_error(), "read error"));
+    fclose(f);
+    f = fopen("/dev/zero", "rb");
+    ck_assert_int_eq(cg_read_line(f, "stdin", 100, &buf, &cap, &len), -1);
+    fclose(f);
+    free(buf);
+}
+END_TEST
+
+/* One read; the vocabulary built from the text; the same ids as before. */
+START_TEST(test_corpus_read)
+{
+    const char *text = "abca\r\nxyz\u00e4a";
+    write_file(tmp("c.txt"), text, strlen(text));
+    cg_vocab *v = NULL;
+    cg_corpus *c = cg_corpus_read(tmp("c.txt"), NULL, 0, &v);
+    ck_assert_ptr_nonnull(c);
+    ck_assert_ptr_nonnull(v);
+    int64_t n;
+    uint32_t *cps = cg_read_text_file(tmp("c.txt"), &n);
+    cg_vocab *v2 = cg_vocab_from_codepoints(cps, n);
+    cg_corpus *c2 = cg_corpus_new(v2, cps, n);
+    ck_assert_int_eq(c->n, 10);
+    ck_assert_int_eq(c->n, c2->n);
+    ck_assert_int_eq(v->n, v2->n);
+    ck_assert(memcmp(c->ids, c2->ids, (size_t)n * sizeof *c->ids) == 0);
+    ck_assert_int_eq(c->n_train, c2->n_train);
+    ck_assert_int_eq(c->unknown, 0);
+    int64_t x[3], y[3];
+    cg_split_window(cg_corpus_train(c), 1, 3, x, y);
+    ck_assert(x[0] == c->ids[1] && x[2] == c->ids[3] && y[2] == c->ids[4]);
+    /* with a given vocabulary: unknown characters counted */
+    cg_vocab *small = cg_vocab_from_codepoints((uint32_t[]){'a', 'b'}, 2);
+    cg_corpus *c3 = cg_corpus_read(tmp("c.txt"), small, 0, NULL);
+    ck_assert_ptr_nonnull(c3);
+    ck_assert_int_eq(c3->unknown, 6);
+    ck_assert_uint_eq(c3->first_unknown, 'c');
+    CG_ASSERT_FAILS(cg_corpus_read("/dev/zero", small, 0, NULL), "NUL byte");
+    cg_corpus_free(c);
+    cg_corpus_free(c2);
+    cg_corpus_free(c3);
+    cg_vocab_free(v);
+    cg_vocab_free(v2);
+    cg_vocab_free(small);
+    free(cps);
+}
+END_TEST
+
+/* A pair file of empty sides is refused at load (it used to train and then
+ * fail every save). */
+START_TEST(test_pairs_empty_sides)
+{
+    cg_pairs p;
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_pairs_parse("a\tb\n\t\n", 6, "x", &p), "x:2: empty source");
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_pairs_parse("a\t\n", 3, "x", &p), "x:1: empty target");
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_pairs_parse("\tb", 2, "x", &p), "x:1: empty source");
+    ck_assert(cg_pairs_parse("a\tb\n", 4, "x", &p));
+    cg_pairs_free(&p);
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_pairs_read("/dev/zero", &p), "NUL byte");
+}
+END_TEST
+
 static Suite *guards_suite(void)
 {
     Suite *s = suite_create("guards");
@@ -129,6 +307,13 @@ static Suite *guards_suite(void)
     tcase_add_test(t, test_position_check);
     tcase_add_test(t, test_history_long);
     suite_add_tcase(s, t);
+    TCase *d = tcase_create("data");
+    tcase_add_checked_fixture(d, setup, teardown);
+    tcase_add_test(d, test_read_once);
+    tcase_add_test(d, test_read_line);
+    tcase_add_test(d, test_corpus_read);
+    tcase_add_test(d, test_pairs_empty_sides);
+    suite_add_tcase(s, d);
     return s;
 }
 
