@@ -424,6 +424,68 @@ int64_t *cg_pair_vocab_encode(const cg_pair_vocab *v, const char *s, int64_t *n,
     return ids;
 }
 
+/* Characters of s outside v; *first gets the first. Invalid UTF-8 stops
+ * the count (the encoder reports it). */
+static int64_t unknown_in(const cg_pair_vocab *v, const char *s, uint32_t *first)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t len = strlen(s), j = 0;
+    int64_t unk = 0;
+    while (j < len) {
+        uint32_t cp;
+        int k = utf8_seq(p + j, len - j, &cp);
+        if (k == 0)
+            break;
+        j += (size_t)k;
+        if (cg_pair_vocab_id(v, cp) == CG_PAIR_UNK) {
+            if (unk++ == 0 && first)
+                *first = cp;
+        }
+    }
+    return unk;
+}
+
+static void warn_unknown(const char *prog, const char *what, int64_t count, uint32_t first)
+{
+    char c[8] = "";
+    if (first >= 0x20 && first != 0x7F)
+        c[cg_utf8_put(first, c)] = '\0';
+    fprintf(stderr, "%s: warning: %lld character(s) of %s are not in the vocabulary (first "
+            "U+%04X%s%s%s); they are read as <unk>\n", prog, (long long)count, what,
+            (unsigned)first, c[0] ? " '" : "", c, c[0] ? "'" : "");
+}
+
+int64_t cg_pair_vocab_warn_unknown(const cg_pair_vocab *v, const char *s, const char *prog,
+                                   const char *what, int64_t number)
+{
+    uint32_t first = 0;
+    int64_t unk = unknown_in(v, s, &first);
+    if (unk > 0 && prog) {
+        char w[96];
+        snprintf(w, sizeof w, "%s %lld", what, (long long)number);
+        warn_unknown(prog, w, unk, first);
+    }
+    return unk;
+}
+
+int64_t cg_pairs_warn_unknown(const cg_pairs *p, const int64_t *idx, int64_t n,
+                              const cg_pair_vocab *v, const char *prog, const char *what)
+{
+    int64_t unk = 0;
+    uint32_t first = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const cg_pair *q = &p->items[idx ? idx[i] : i];
+        uint32_t f1 = 0, f2 = 0;
+        int64_t a = unknown_in(v, q->src, &f1), b = unknown_in(v, q->tgt, &f2);
+        if (unk == 0 && a + b > 0)
+            first = a ? f1 : f2;
+        unk += a + b;
+    }
+    if (unk > 0 && prog)
+        warn_unknown(prog, what, unk, first);
+    return unk;
+}
+
 char *cg_pair_vocab_decode(const cg_pair_vocab *v, const int64_t *ids, int64_t n)
 {
     char *s = malloc((size_t)n * 4 + 1);

@@ -588,6 +588,8 @@ static int cmd_train(int argc, char **argv)
     cg_pair_vocab vocab;
     if (!cg_pair_vocab_build(P, ds.split.train, n_train, &vocab))
         die_lib(o.data);
+    cg_pairs_warn_unknown(P, ds.split.valid, ds.split.n_valid, &vocab, PROG, "the validation pairs");
+    cg_pairs_warn_unknown(P, ds.split.test, ds.split.n_test, &vocab, PROG, "the test pairs");
     for (int64_t i = 0; i < ds.split.n_valid; i++) {
         const cg_pair *q = &P->items[ds.split.valid[i]];
         if (q->src_len + 1 > o.max_len || q->tgt_len + 1 > o.max_len)
@@ -1046,6 +1048,7 @@ static int cmd_translate(int argc, char **argv)
         size_t bad;
         if (cg_utf8_count(texts[i], strlen(texts[i]), &bad) < 0)
             die("sentence %lld is not valid UTF-8 (byte %zu)", (long long)i + 1, bad + 1);
+        cg_pair_vocab_warn_unknown(&c.vocab, texts[i], PROG, "sentence", i + 1);
     }
     sources s;
     sources_encode(&c.vocab, (const char *const *)texts, n, c.model->cfg.max_len, &s);
@@ -1111,6 +1114,7 @@ static int cmd_eval(int argc, char **argv)
     dataset ds = {0};
     dataset_load(data, n_valid, n_test, &ds);
     int64_t nt = limit > 0 && limit < ds.split.n_test ? limit : ds.split.n_test;
+    cg_pairs_warn_unknown(&ds.pairs, ds.split.test, nt, &c.vocab, PROG, "the test pairs");
     const char **srcs = malloc((size_t)nt * sizeof *srcs);
     const char **refs = malloc((size_t)nt * sizeof *refs);
     if (!srcs || !refs)

@@ -77,6 +77,11 @@ refused "charlm --data DIR" "is a directory" "$charlm" train "${lm[@]}" --data .
 for ((i = 0; i < 60; i++)); do printf '\t\n'; done >empty.tsv
 refused "seq2seq empty sides" "empty source" "$seq2seq" train "${s2s[@]}" --data empty.tsv --out e.st
 [ ! -e e.st ] || fail "seq2seq empty sides: a checkpoint was written"
+# seq2seq warns about characters outside its vocabulary (it mapped them silently)
+timeout 60 "$seq2seq" translate --ckpt s.st $'the c\xc3\xb6t' >/dev/null 2>err.txt
+grep -q "1 character(s) of sentence 1 are not in the vocabulary (first U+00F6" err.txt &&
+  echo "ok: seq2seq unknown characters: $(tail -1 err.txt)" ||
+  fail "seq2seq unknown characters: no warning: $(tail -c 300 err.txt)"
 # a corpus above the input limit (CG_MAX_INPUT_MB)
 head -c 2000000 /dev/zero | tr '\0' 'a' >big.txt
 refused "charlm input limit" "larger than 1.0 MB" env CG_MAX_INPUT_MB=1 "$charlm" train "${lm[@]}" --data big.txt --steps 2 --out z.st

@@ -298,6 +298,22 @@ START_TEST(test_pairs_empty_sides)
 }
 END_TEST
 
+/* Characters outside a seq2seq vocabulary are counted (and warned about). */
+START_TEST(test_pairs_unknown)
+{
+    cg_pairs p;
+    ck_assert(cg_pairs_parse("ab\tba\nc\u00e9\txa\n", 13, "x", &p));
+    cg_pair_vocab v;
+    int64_t first = 0;
+    ck_assert(cg_pair_vocab_build(&p, &first, 1, &v)); /* a, b */
+    ck_assert_int_eq(cg_pairs_warn_unknown(&p, NULL, 2, &v, NULL, "pairs"), 3);
+    ck_assert_int_eq(cg_pairs_warn_unknown(&p, &first, 1, &v, NULL, "pairs"), 0);
+    ck_assert_int_eq(cg_pair_vocab_warn_unknown(&v, "a\u00e9\u00e9b", NULL, "sentence", 1), 2);
+    cg_pair_vocab_free(&v);
+    cg_pairs_free(&p);
+}
+END_TEST
+
 static Suite *guards_suite(void)
 {
     Suite *s = suite_create("guards");
@@ -313,6 +329,7 @@ static Suite *guards_suite(void)
     tcase_add_test(d, test_read_line);
     tcase_add_test(d, test_corpus_read);
     tcase_add_test(d, test_pairs_empty_sides);
+    tcase_add_test(d, test_pairs_unknown);
     suite_add_tcase(s, d);
     return s;
 }
