@@ -69,6 +69,11 @@ cfg=$("$tool" getmeta cl0.st config | sed -e 's/"layers": [0-9]*/"layers": 0/')
 "$tool" setmeta cl0.st config "$cfg"
 refused "charlm 0 layers" "not a parameter" "$charlm" sample --ckpt cl0.st --length 5
 
+# --temperature 1e-40 is greedy decoding (it sampled the last characters)
+"$charlm" sample --ckpt c.st --prompt "the " --length 40 --temperature 0 >g0.txt 2>/dev/null
+"$charlm" sample --ckpt c.st --prompt "the " --length 40 --temperature 1e-40 >g1.txt 2>/dev/null
+[ -s g0.txt ] && cmp -s g0.txt g1.txt && echo "ok: --temperature 1e-40 == greedy" ||
+  fail "--temperature 1e-40 differs from greedy: '$(head -c 60 g1.txt)' vs '$(head -c 60 g0.txt)'"
 # hostile data: /dev/zero (was read until memory ran out), a directory, a
 # pair file of empty sides (trained, then every save failed)
 refused "charlm --data /dev/zero" "NUL byte at offset 0" "$charlm" train "${lm[@]}" --data /dev/zero --steps 2 --out z.st

@@ -17,6 +17,7 @@
 #include "models/config_json.h"
 #include "models/data.h"
 #include "models/pairs.h"
+#include "models/sampling.h"
 #include "models/train_common.h"
 #include "testutil.h"
 
@@ -314,6 +315,23 @@ START_TEST(test_pairs_unknown)
 }
 END_TEST
 
+/* A vanishing temperature samples greedily (1e-40 sampled the last ids). */
+START_TEST(test_tiny_temperature)
+{
+    const float logits[5] = {1.0f, 3.0f, -2.0f, 2.5f, 0.5f};
+    const double temps[] = {1e-40, 1e-38, 1e-30, 1e-300, 4.9e-324};
+    cg_rng rng = cg_rng_new(7);
+    for (size_t t = 0; t < sizeof temps / sizeof temps[0]; t++)
+        for (int k = 0; k < 50; k++) {
+            cg_sample_opts o = {.temperature = temps[t], .top_k = k % 3, .top_p = k % 2 ? 1 : 0.9};
+            ck_assert_int_eq(cg_sample_logits(logits, 5, &o, &rng), 1);
+        }
+    /* a huge logit with an ordinary temperature still samples normally */
+    cg_sample_opts o = {.temperature = 1.0, .top_k = 0, .top_p = 1};
+    ck_assert_int_eq(cg_sample_logits((const float[]){0, 50, 0}, 3, &o, &rng), 1);
+}
+END_TEST
+
 static Suite *guards_suite(void)
 {
     Suite *s = suite_create("guards");
@@ -322,6 +340,7 @@ static Suite *guards_suite(void)
     tcase_add_test(t, test_state_fields);
     tcase_add_test(t, test_position_check);
     tcase_add_test(t, test_history_long);
+    tcase_add_test(t, test_tiny_temperature);
     suite_add_tcase(s, t);
     TCase *d = tcase_create("data");
     tcase_add_checked_fixture(d, setup, teardown);
