@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "models/config_json.h"
 #include "models/data.h"
+#include "models/outfile.h"
 #include "models/pairs.h"
 #include "models/sampling.h"
 #include "models/train_common.h"
@@ -332,6 +333,91 @@ START_TEST(test_tiny_temperature)
 }
 END_TEST
 
+/* The identity of a data file: a moved copy matches, an edit does not. */
+START_TEST(test_data_id)
+{
+    write_file(tmp("d.txt"), "some data\n", 10);
+    size_t n;
+    char *b = cg_read_file_once(tmp("d.txt"), 0, true, &n);
+    cg_data_id id, back;
+    cg_data_id_of(tmp("d.txt"), b, n, &id);
+    ck_assert(id.path[0] == '/');
+    ck_assert(strstr(id.path, "/d.txt"));
+    ck_assert_uint_eq(id.size, 10);
+    cJSON *j = cg_data_id_to_json(&id);
+    ck_assert(cg_data_id_from_json(j, "state", &back));
+    ck_assert_str_eq(back.path, id.path);
+    ck_assert(back.size == id.size && back.hash == id.hash);
+    cJSON_Delete(j);
+    ck_assert(cg_data_id_check(&back, "copy.txt", b, n));
+    cg_clear_error();
+    ck_assert(!cg_data_id_check(&back, "other.txt", "some data!\n", 11));
+    ck_assert_msg(strstr(cg_last_error(), "11 bytes, the checkpoint's 10"), "%s", cg_last_error());
+    ck_assert(strstr(cg_last_error(), "'other.txt' is not the data"));
+    ck_assert(!cg_data_id_check(&back, "other.txt", "some date\n", 10));
+    ck_assert_msg(strstr(cg_last_error(), "different checksum"), "%s", cg_last_error());
+    free(b);
+    cJSON *bad = cJSON_Parse("{\"path\": \"x\", \"size\": \"-1\", \"xxh3\": \"00\"}");
+    ck_assert(!cg_data_id_from_json(bad, "state", &back));
+    ck_assert(strstr(cg_last_error(), "malformed data identity"));
+    cJSON_Delete(bad);
+}
+END_TEST
+
+/* Everything about the output is checked before training. */
+START_TEST(test_out_check)
+{
+    ck_assert(cg_out_check(tmp("a.st"), false));
+    write_file(tmp("a.st"), "x", 1);
+    ck_assert(cg_out_check(tmp("a.st"), false)); /* the overwrite policy is the caller's */
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_out_check(tmp("newdir/"), true), "names a directory");
+    ck_assert(access(tmp("newdir"), F_OK) != 0); /* and nothing was created */
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_out_check(tmp("missing/x.st"), false), "missing");
+    ck_assert(cg_out_check(tmp("made/x.st"), true)); /* one level, as out/ by default */
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_out_check(tmp("a.st/x.st"), true), "not a directory");
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_out_check(tmp("a/b/c.st"), true), "cannot create");
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_out_check("/dev/null", false), "a character device");
+    ck_assert_int_eq(mkfifo(tmp("f.st"), 0600), 0);
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_out_check(tmp("f.st"), false), "a FIFO");
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_out_check(tmpdir, false), "a directory");
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_out_check("", false), "empty");
+    char name[300];
+    memset(name, 'n', 240);
+    name[240] = '\0';
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_out_check(tmp(name), false), "temporary suffix");
+    name[200] = '\0';
+    ck_assert(cg_out_check(tmp(name), false));
+    if (geteuid() != 0) { /* root writes anywhere */
+        ck_assert_int_eq(mkdir(tmp("ro"), 0500), 0);
+        CG_ASSERT_FAILS((void *)(intptr_t)cg_out_check(tmp("ro/x.st"), false), "not writable");
+    }
+}
+END_TEST
+
+/* A second writer of the same checkpoint is refused; the lock cleans up
+ * what a killed writer left behind. */
+START_TEST(test_out_lock)
+{
+    write_file(tmp("m.safetensors.tmp.99999999"), "partial", 7);
+    write_file(tmp("m.loss.png.tmp.AbC123"), "partial", 7);
+    write_file(tmp("other.safetensors.tmp.1"), "keep", 4);
+    cg_out_lock a, b;
+    ck_assert(cg_out_lock_take(tmp("m.safetensors"), &a));
+    ck_assert(access(tmp("m.safetensors.tmp.99999999"), F_OK) != 0);
+    ck_assert(access(tmp("m.loss.png.tmp.AbC123"), F_OK) != 0);
+    ck_assert(access(tmp("other.safetensors.tmp.1"), F_OK) == 0);
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_out_lock_take(tmp("m.safetensors"), &b),
+                    "is being written by another run (pid ");
+    ck_assert_int_eq(b.fd, -1);
+    ck_assert(cg_out_lock_take(tmp("n.safetensors"), &b)); /* another checkpoint: fine */
+    cg_out_lock_release(&b);
+    cg_out_lock_release(&a);
+    ck_assert(cg_out_lock_take(tmp("m.safetensors"), &b)); /* released: free again */
+    cg_out_lock_release(&b);
+    cg_out_lock_release(&b); /* twice is harmless */
+}
+END_TEST
+
 static Suite *guards_suite(void)
 {
     Suite *s = suite_create("guards");
@@ -349,6 +435,9 @@ static Suite *guards_suite(void)
     tcase_add_test(d, test_corpus_read);
     tcase_add_test(d, test_pairs_empty_sides);
     tcase_add_test(d, test_pairs_unknown);
+    tcase_add_test(d, test_data_id);
+    tcase_add_test(d, test_out_check);
+    tcase_add_test(d, test_out_lock);
     suite_add_tcase(s, d);
     return s;
 }
