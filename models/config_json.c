@@ -3,7 +3,9 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/error.h"
 
@@ -175,4 +177,46 @@ bool cg_json_f64_array(const cJSON *o, const char *what, const char *key, double
         out[(*n)++] = x->valuedouble;
     }
     return true;
+}
+
+const char *cg_json_num(char *buf, size_t n, const char *fmt, double x)
+{
+    if (!isfinite(x))
+        snprintf(buf, n, "null");
+    else
+        snprintf(buf, n, fmt, x);
+    return buf;
+}
+
+const char *cg_json_quote(char *buf, size_t n, const char *s)
+{
+    size_t k = 0;
+    if (n < 3) {
+        if (n)
+            buf[0] = '\0';
+        return buf;
+    }
+    buf[k++] = '"';
+    for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
+        char esc[8];
+        int len;
+        if (*p == '"' || *p == '\\')
+            len = snprintf(esc, sizeof esc, "\\%c", *p);
+        else if (*p < 0x20 || *p == 0x7f)
+            len = snprintf(esc, sizeof esc, "\\u%04x", *p);
+        else
+            esc[0] = (char)*p, esc[1] = '\0', len = 1;
+        if (k + (size_t)len + 2 > n) {
+            while (k > 1 && ((unsigned char)buf[k - 1] & 0xC0) == 0x80)
+                k--; /* do not leave half a UTF-8 character */
+            if (k > 1 && (unsigned char)buf[k - 1] >= 0xC0)
+                k--;
+            break;
+        }
+        memcpy(buf + k, esc, (size_t)len);
+        k += (size_t)len;
+    }
+    buf[k++] = '"';
+    buf[k] = '\0';
+    return buf;
 }

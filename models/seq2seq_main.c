@@ -24,6 +24,7 @@
 #include "models/beam.h"
 #include "models/checkpoint.h"
 #include "models/cli.h"
+#include "models/config_json.h"
 #include "models/dist.h"
 #include "models/metrics.h"
 #include "models/pairs.h"
@@ -540,7 +541,7 @@ static int cmd_train(int argc, char **argv)
         {"--examples", CG_CLI_I64, &o.examples, 0, 1e9, NULL},
     };
     parse_flags(argc, argv, opts, (int)(sizeof opts / sizeof opts[0]), TRAIN_HELP);
-    cg_set_num_threads((int)o.threads);
+    cg_set_num_threads((int)cg_cli_threads(PROG, o.threads));
     o.resume = o.resume_from != NULL;
     if (!o.ckpt)
         o.ckpt = o.resume ? o.resume_from : DEFAULT_CKPT;
@@ -859,10 +860,10 @@ static int cmd_train(int argc, char **argv)
         fprintf(stderr, PROG ": stopped at step %lld; checkpoint saved to '%s' (continue with "
                         "--resume %s)\n",
                 (long long)step, o.ckpt, o.ckpt);
-        printf("{\"step\": %lld, \"interrupted\": true, \"elapsed_s\": %.1f, "
-               "\"tokens_per_s\": %.0f, \"checkpoint\": \"%s\"}\n",
-               (long long)step, elapsed,
-               elapsed > 0 && step > start_step ? tok_total / elapsed : 0.0, o.ckpt);
+        printf("{\"step\": %lld, \"interrupted\": true, \"elapsed_s\": %s, "
+               "\"tokens_per_s\": %s, \"checkpoint\": %s}\n",
+               (long long)step, CG_JSON_NUM("%.1f", elapsed),
+               CG_JSON_NUM("%.0f", elapsed > 0 && step > start_step ? tok_total / elapsed : 0.0), CG_JSON_STR(o.ckpt));
         goto cleanup;
     }
     cg_progress_end();
@@ -1011,7 +1012,7 @@ static int cmd_translate(int argc, char **argv)
         die("out of memory");
     split_args(argc, argv, opts, 4, flags, &nf, pos, &np);
     parse_flags(nf, flags, opts, 4, TRANSLATE_HELP);
-    cg_set_num_threads((int)threads);
+    cg_set_num_threads((int)cg_cli_threads(PROG, threads));
     ckpt c;
     ckpt_load(ck, &c);
 
@@ -1094,7 +1095,7 @@ static int cmd_eval(int argc, char **argv)
         {"--threads", CG_CLI_I64, &threads, 1, 1024, NULL},
     };
     parse_flags(argc, argv, opts, (int)(sizeof opts / sizeof opts[0]), EVAL_HELP);
-    cg_set_num_threads((int)threads);
+    cg_set_num_threads((int)cg_cli_threads(PROG, threads));
     ckpt c;
     ckpt_load(ck, &c);
     int64_t n_valid = 500, n_test = 1000;
@@ -1132,9 +1133,9 @@ static int cmd_eval(int argc, char **argv)
     double chrf = cg_chrf((int)nt, (const char *const *)hyps, refs);
     if (bleu < 0 || chrf < 0)
         die_lib("metrics");
-    printf("{\"bleu\": %.2f, \"chrf\": %.2f, \"beam\": %lld, \"test_pairs\": %lld, "
-           "\"decode_s\": %.1f, \"step\": %lld}\n",
-           bleu, chrf, (long long)beam, (long long)nt, dt, (long long)c.step);
+    printf("{\"bleu\": %s, \"chrf\": %s, \"beam\": %lld, \"test_pairs\": %lld, "
+           "\"decode_s\": %s, \"step\": %lld}\n",
+           CG_JSON_NUM("%.2f", bleu), CG_JSON_NUM("%.2f", chrf), (long long)beam, (long long)nt, CG_JSON_NUM("%.1f", dt), (long long)c.step);
     strings_free(hyps, nt);
     sources_free(&s);
     free(srcs);
@@ -1231,7 +1232,7 @@ static int cmd_attention(int argc, char **argv)
     parse_flags(argc, argv, opts, (int)(sizeof opts / sizeof opts[0]), ATTENTION_HELP);
     if (!text)
         die("attention needs --text (try --help)");
-    cg_set_num_threads((int)threads);
+    cg_set_num_threads((int)cg_cli_threads(PROG, threads));
     ckpt c;
     ckpt_load(ck, &c);
     cg_seq2seq *m = c.model;

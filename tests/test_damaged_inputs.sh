@@ -2,11 +2,12 @@
 # Damaged checkpoints and hostile inputs (issue 16; meson suite 'reliability').
 # Each case must end with exit status 1 and one clear message, within a time
 # limit (no crash, no hang, no silent success).
-#   test_damaged_inputs.sh CHARLM SEQ2SEQ CKPT_WRITER
+#   test_damaged_inputs.sh CHARLM SEQ2SEQ CKPT_WRITER BENCH
 set -uo pipefail
 charlm=$1
 seq2seq=$2
 tool=$3
+bench=$4
 dir=$(mktemp -d "${TMPDIR:-/tmp}/cg_damaged.XXXXXX")
 trap 'rm -rf "$dir"' EXIT
 cd "$dir" || exit 1
@@ -74,6 +75,21 @@ refused "charlm 0 layers" "not a parameter" "$charlm" sample --ckpt cl0.st --len
 "$charlm" sample --ckpt c.st --prompt "the " --length 40 --temperature 1e-40 >g1.txt 2>/dev/null
 [ -s g0.txt ] && cmp -s g0.txt g1.txt && echo "ok: --temperature 1e-40 == greedy" ||
   fail "--temperature 1e-40 differs from greedy: '$(head -c 60 g1.txt)' vs '$(head -c 60 g0.txt)'"
+# every JSON line parses: NaN is null (charlm eval of a model that gives NaN,
+# bench with fewer than 10 steps printed "rss_mb_step10": nan)
+json_ok() { # NAME FILE: the last line of FILE is valid JSON
+  if python3 -c 'import json,sys; json.loads(open(sys.argv[1]).read().splitlines()[-1])' "$2" 2>/dev/null; then
+    echo "ok: $1: $(tail -1 "$2")"
+  else
+    fail "$1: not valid JSON: $(tail -1 "$2" 2>/dev/null)"
+  fi
+}
+cp c.st nan.st && "$tool" poison nan.st ln_f.weight
+"$charlm" eval --ckpt nan.st --data tiny.txt >eval.json 2>/dev/null
+json_ok "charlm eval of a NaN model" eval.json
+grep -q '"val_loss": null' eval.json || fail "charlm eval: val_loss is not null: $(cat eval.json)"
+"$bench" --model charlm --preset tiny --steps 3 --warmup 1 --threads 1 >bench.json 2>/dev/null
+json_ok "bench --steps 3" bench.json
 # hostile data: /dev/zero (was read until memory ran out), a directory, a
 # pair file of empty sides (trained, then every save failed)
 refused "charlm --data /dev/zero" "NUL byte at offset 0" "$charlm" train "${lm[@]}" --data /dev/zero --steps 2 --out z.st

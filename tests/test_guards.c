@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "models/cli.h"
 #include "models/config_json.h"
 #include "models/data.h"
 #include "models/outfile.h"
@@ -418,6 +419,42 @@ START_TEST(test_out_lock)
 }
 END_TEST
 
+/* JSON lines: NaN and Inf print as null, strings are escaped. */
+START_TEST(test_json_values)
+{
+    ck_assert_str_eq(CG_JSON_NUM("%.4f", 1.5), "1.5000");
+    ck_assert_str_eq(CG_JSON_NUM("%.4f", NAN), "null");
+    ck_assert_str_eq(CG_JSON_NUM("%.1f", -INFINITY), "null");
+    ck_assert_str_eq(CG_JSON_STR("a\"b\\c\n"), "\"a\\\"b\\\\c\\u000a\"");
+    char line[256];
+    snprintf(line, sizeof line, "{\"loss\": %s, \"val\": %s, \"path\": %s}",
+             CG_JSON_NUM("%.4f", NAN), CG_JSON_NUM("%.2f", 2.0), CG_JSON_STR("d\"ir/x"));
+    cJSON *o = cJSON_Parse(line);
+    ck_assert_msg(o != NULL, "%s", line);
+    ck_assert(cJSON_IsNull(cJSON_GetObjectItem(o, "loss")));
+    ck_assert_str_eq(cJSON_GetObjectItem(o, "path")->valuestring, "d\"ir/x");
+    cJSON_Delete(o);
+    /* truncation keeps a valid literal and whole UTF-8 characters */
+    char small[8];
+    cg_json_quote(small, sizeof small, "ab\u00e4\u00e4\u00e4");
+    o = cJSON_Parse(small);
+    ck_assert_msg(o && cJSON_IsString(o), "%s", small);
+    cJSON_Delete(o);
+}
+END_TEST
+
+/* --threads is bounded by the CPUs this process may use. */
+START_TEST(test_threads)
+{
+    int cpus = cg_cli_cpus();
+    ck_assert_int_ge(cpus, 1);
+    ck_assert_int_eq(cg_cli_threads("t", 1000), cpus);
+    ck_assert_int_eq(cg_cli_threads("t", 1), 1);
+    ck_assert_int_eq(cg_cli_threads("t", 0), 0);
+    ck_assert_int_eq(cg_cli_threads("t", cpus), cpus);
+}
+END_TEST
+
 static Suite *guards_suite(void)
 {
     Suite *s = suite_create("guards");
@@ -427,6 +464,8 @@ static Suite *guards_suite(void)
     tcase_add_test(t, test_position_check);
     tcase_add_test(t, test_history_long);
     tcase_add_test(t, test_tiny_temperature);
+    tcase_add_test(t, test_json_values);
+    tcase_add_test(t, test_threads);
     suite_add_tcase(s, t);
     TCase *d = tcase_create("data");
     tcase_add_checked_fixture(d, setup, teardown);
