@@ -179,8 +179,8 @@ static void ckpt_load(const char *path, ckpt *c)
     if (!cg_ckpt_check_tensors(CG_MODULE(c->model), c->file, path) ||
         !cg_module_load(CG_MODULE(c->model), c->file, NULL))
         die_lib(path);
-    const char *st = cg_st_metadata(c->file, "step");
-    c->step = st ? strtoll(st, NULL, 10) : 0;
+    if (!cg_ckpt_parse_step(c->file, path, &c->step))
+        die_lib(NULL);
 }
 
 static void ckpt_free(ckpt *c)
