@@ -6,6 +6,7 @@
 #include "models/plot.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <float.h>
 #include <math.h>
 #include <png.h>
@@ -17,6 +18,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "nn/safetensors.h"
 
 /* ------------------------------------------------------------------ font */
 
@@ -362,13 +364,15 @@ static void png_on_warning(png_structp png, png_const_charp msg)
 static bool write_png(const canvas_t *c, const char *path)
 {
     size_t lp = strlen(path);
-    char *tmp = malloc(lp + 16);
+    char *tmp = malloc(lp + 32);
     if (!tmp) {
         cg_set_error("plot: out of memory");
         return false;
     }
-    snprintf(tmp, lp + 16, "%s.tmp.XXXXXX", path);
-    int fd = mkstemp(tmp);
+    /* "<path>.tmp.<pid>": a writer killed mid-write leaves one, removed by
+     * the next successful write (cg_st_remove_stale_temps) */
+    snprintf(tmp, lp + 32, "%s.tmp.%ld", path, (long)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
         cg_set_error("plot: cannot create a temporary file next to %s: %s", path, strerror(errno));
         free(tmp);
@@ -431,7 +435,6 @@ static bool write_png(const canvas_t *c, const char *path)
         free(tmp);
         return false;
     }
-    chmod(tmp, 0644); /* best effort: mkstemp made it 0600 */
     if (rename(tmp, path) != 0) {
         cg_set_error("plot: cannot rename %s to %s: %s", tmp, path, strerror(errno));
         unlink(tmp);
@@ -439,6 +442,7 @@ static bool write_png(const canvas_t *c, const char *path)
         return false;
     }
     free(tmp);
+    cg_st_remove_stale_temps(path);
     return true;
 }
 

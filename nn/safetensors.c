@@ -1004,6 +1004,15 @@ static char *dir_of(const char *path) {
  * (SIGKILL, power loss): those whose process no longer exists. A file of a
  * live process (another writer of the same path) is left alone. Best
  * effort: failures are ignored. */
+static void remove_stale_temps(const char *path, const char *dir);
+
+void cg_st_remove_stale_temps(const char *path) {
+    char *dir = dir_of(path);
+    if (!dir) return;
+    remove_stale_temps(path, dir);
+    free(dir);
+}
+
 static void remove_stale_temps(const char *path, const char *dir) {
     const char *slash = strrchr(path, '/');
     const char *base = slash ? slash + 1 : path;

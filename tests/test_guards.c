@@ -455,6 +455,25 @@ START_TEST(test_threads)
 }
 END_TEST
 
+/* The loss curve's temporary file of a killed writer is removed by the next
+ * write (mkstemp names were left behind for good). */
+START_TEST(test_png_stale_temp)
+{
+    write_file(tmp("r.loss.png.tmp.99999999"), "partial", 7);
+    cg_history h = {0};
+    for (int i = 1; i <= 30; i++)
+        ck_assert(cg_history_train_step(&h, i, 3.0 - 0.01 * i));
+    ck_assert(cg_history_push(&h, 30, 2.7, 2.8));
+    ck_assert(cg_history_plot(&h, tmp("r.loss.png"), "t"));
+    ck_assert(access(tmp("r.loss.png"), F_OK) == 0);
+    ck_assert(access(tmp("r.loss.png.tmp.99999999"), F_OK) != 0);
+    char self[64];
+    snprintf(self, sizeof self, "r.loss.png.tmp.%ld", (long)getpid());
+    ck_assert(access(tmp(self), F_OK) != 0);
+    cg_history_free(&h);
+}
+END_TEST
+
 static Suite *guards_suite(void)
 {
     Suite *s = suite_create("guards");
@@ -477,6 +496,7 @@ static Suite *guards_suite(void)
     tcase_add_test(d, test_data_id);
     tcase_add_test(d, test_out_check);
     tcase_add_test(d, test_out_lock);
+    tcase_add_test(d, test_png_stale_temp);
     suite_add_tcase(s, d);
     return s;
 }
