@@ -165,10 +165,8 @@ char *cg_read_file_once(const char *path, size_t max_bytes, bool text, size_t *l
     return buf;
 }
 
-int cg_read_line(FILE *f, const char *name, size_t max_len, char **buf, size_t *cap,
-                 size_t *len)
+long long cg_read_line(char **buf, size_t *cap, FILE *f, const char *name, size_t max_len)
 {
-    *len = 0;
     int c;
     size_t n = 0;
     for (;;) {
@@ -180,7 +178,7 @@ int cg_read_line(FILE *f, const char *name, size_t max_len, char **buf, size_t *
                     continue;
                 }
                 cg_set_error("%s: read error: %s", name, strerror(errno));
-                return -1;
+                return -2;
             }
             break;
         }
@@ -188,18 +186,18 @@ int cg_read_line(FILE *f, const char *name, size_t max_len, char **buf, size_t *
             break;
         if (c == '\0') {
             cg_set_error("%s: NUL byte in a line: not text", name);
-            return -1;
+            return -2;
         }
         if (n >= max_len) {
             cg_set_error("%s: a line is longer than %zu bytes", name, max_len);
-            return -1;
+            return -2;
         }
         if (n + 2 > *cap) {
             size_t nc = *cap ? *cap * 2 : 256;
             char *nb = realloc(*buf, nc);
             if (!nb) {
                 cg_set_error("%s: out of memory", name);
-                return -1;
+                return -2;
             }
             *buf = nb;
             *cap = nc;
@@ -207,18 +205,17 @@ int cg_read_line(FILE *f, const char *name, size_t max_len, char **buf, size_t *
         (*buf)[n++] = (char)c;
     }
     if (c == EOF && n == 0)
-        return 0;
+        return -1;
     if (!*buf) {
         *buf = malloc(1);
         if (!*buf) {
             cg_set_error("%s: out of memory", name);
-            return -1;
+            return -2;
         }
         *cap = 1;
     }
     (*buf)[n] = '\0';
-    *len = n;
-    return 1;
+    return (long long)n;
 }
 
 uint32_t *cg_read_text_file(const char *path, int64_t *n)

@@ -41,12 +41,12 @@ size_t cg_input_limit(void);
  * one is read, so /dev/zero fails at once). */
 char *cg_read_file_once(const char *path, size_t max_bytes, bool text, size_t *len);
 
-/* One line of f (without its "\n"; a final line without one counts) into
- * *buf (grown as needed; *cap its size). Returns 1 for a line, 0 at the end
- * of input, -1 + error ("name: read error: ...", or a line longer than
- * max_len bytes, or a NUL byte) -- a read error is never the end of input. */
-int cg_read_line(FILE *f, const char *name, size_t max_len, char **buf, size_t *cap,
-                 size_t *len);
+/* One line of f, like getline(3) (*buf grown as needed, *cap its size) but
+ * without the "\n": returns its length, -1 at the end of input, -2 + error
+ * ("name: read error: ...", a line longer than max_len bytes, a NUL byte):
+ * a read error is never taken for the end of input. */
+#define CG_LINE_MAX ((size_t)1 << 20)
+long long cg_read_line(char **buf, size_t *cap, FILE *f, const char *name, size_t max_len);
 
 /* Read a whole file as UTF-8 code points (malloc'd). NULL + error if it is
  * missing, unreadable, empty, too large, or not valid UTF-8. */

@@ -25,6 +25,7 @@
 #include "models/checkpoint.h"
 #include "models/cli.h"
 #include "models/config_json.h"
+#include "models/data.h"
 #include "models/dist.h"
 #include "models/metrics.h"
 #include "models/pairs.h"
@@ -1030,7 +1031,7 @@ static int cmd_translate(int argc, char **argv)
         char *line = NULL;
         size_t lcap = 0;
         ssize_t k;
-        while ((k = getline(&line, &lcap, stdin)) >= 0) {
+        while ((k = (ssize_t)cg_read_line(&line, &lcap, stdin, "stdin", CG_LINE_MAX)) >= 0) {
             while (k > 0 && (line[k - 1] == '\n' || line[k - 1] == '\r'))
                 line[--k] = '\0';
             if (n == cap) {
@@ -1044,6 +1045,8 @@ static int cmd_translate(int argc, char **argv)
                 die("out of memory");
         }
         free(line);
+        if (k == -2)
+            die_lib(NULL);
     }
     for (int64_t i = 0; i < n; i++) {
         size_t bad;

@@ -103,6 +103,9 @@ timeout 60 "$seq2seq" translate --ckpt s.st $'the c\xc3\xb6t' >/dev/null 2>err.t
 grep -q "1 character(s) of sentence 1 are not in the vocabulary (first U+00F6" err.txt &&
   echo "ok: seq2seq unknown characters: $(tail -1 err.txt)" ||
   fail "seq2seq unknown characters: no warning: $(tail -c 300 err.txt)"
+# translate: read errors are errors, not the end of input
+refused "translate < DIR" "read error" sh -c '"$1" translate --ckpt s.st < .' sh "$seq2seq"
+refused "translate < /dev/zero" "NUL byte" sh -c '"$1" translate --ckpt s.st < /dev/zero' sh "$seq2seq"
 # a corpus above the input limit (CG_MAX_INPUT_MB)
 head -c 2000000 /dev/zero | tr '\0' 'a' >big.txt
 refused "charlm input limit" "larger than 1.0 MB" env CG_MAX_INPUT_MB=1 "$charlm" train "${lm[@]}" --data big.txt --steps 2 --out z.st
