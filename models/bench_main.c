@@ -353,10 +353,14 @@ int main(int argc, char **argv)
            "\"gemm_gflops\": %s, \"gemm_path\": %s, \"T\": %lld, \"d\": %lld, "
            "\"cpu_ms_median\": %s, \"final_loss\": %s, \"rss_mb_step10\": %s, "
            "\"rss_mb_last\": %s}\n",
-           CG_JSON_STR(model_name), CG_JSON_STR(preset_name), threads, (long long)tokens, CG_JSON_NUM("%.3f", med * 1e3),
-           CG_JSON_NUM("%.1f", (double)tokens / med), (long long)n_params, CG_JSON_NUM("%.1f", (double)ru.ru_maxrss / 1024.0), CG_JSON_NUM("%.4f", mfu),
-           CG_JSON_NUM("%.4g", flops_step), CG_JSON_NUM("%.1f", peak_gflops), CG_JSON_STR(cg_gemm_path_name(cg_gemm_active_path())), (long long)T,
-           (long long)p.d, CG_JSON_NUM("%.3f", cmed * 1e3), CG_JSON_NUM("%.9g", (double)last_loss), CG_JSON_NUM("%.1f", rss10), CG_JSON_NUM("%.1f", rss_now_mb()));
+           CG_JSON_STR(model_name), CG_JSON_STR(preset_name), threads, (long long)tokens,
+           CG_JSON_NUM("%.3f", med * 1e3),
+           CG_JSON_NUM("%.1f", (double)tokens / med), (long long)n_params,
+           CG_JSON_NUM("%.1f", (double)ru.ru_maxrss / 1024.0), CG_JSON_NUM("%.4f", mfu),
+           CG_JSON_NUM("%.4g", flops_step), CG_JSON_NUM("%.1f", peak_gflops),
+           CG_JSON_STR(cg_gemm_path_name(cg_gemm_active_path())), (long long)T,
+           (long long)p.d, CG_JSON_NUM("%.3f", cmed * 1e3), CG_JSON_NUM("%.9g", (double)last_loss),
+           CG_JSON_NUM("%.1f", rss10), CG_JSON_NUM("%.1f", rss_now_mb()));
 
     for (int b = 0; b < NB; b++)
         free(src[b]), free(tin[b]), free(tout[b]);

@@ -702,7 +702,8 @@ static int cmd_train(int argc, char **argv)
                 (long long)step, out, out);
         printf("{\"step\": %lld, \"interrupted\": true, \"train_loss\": %s, "
                "\"tokens_per_s\": %s, \"elapsed_s\": %s, \"checkpoint\": %s}\n",
-               (long long)step, CG_JSON_NUM("%.4f", isfinite(last_loss) ? last_loss : tl), CG_JSON_NUM("%.0f", tps), CG_JSON_NUM("%.1f", elapsed), CG_JSON_STR(out));
+               (long long)step, CG_JSON_NUM("%.4f", isfinite(last_loss) ? last_loss : tl),
+               CG_JSON_NUM("%.0f", tps), CG_JSON_NUM("%.1f", elapsed), CG_JSON_STR(out));
         rc = 0;
         goto done;
     }
@@ -722,7 +723,8 @@ static int cmd_train(int argc, char **argv)
     fprintf(stderr, PROG ": checkpoint saved to '%s'\n", out);
     printf("{\"step\": %lld, \"train_loss\": %s, \"val_loss\": %s, \"val_loss_sampled\": "
            "%s, \"tokens_per_s\": %s, \"elapsed_s\": %s, \"params\": %lld}\n",
-           (long long)step, CG_JSON_NUM("%.4f", tl), CG_JSON_NUM("%.4f", val_loss), CG_JSON_NUM("%.4f", vl), CG_JSON_NUM("%.0f", tps), CG_JSON_NUM("%.1f", elapsed),
+           (long long)step, CG_JSON_NUM("%.4f", tl), CG_JSON_NUM("%.4f", val_loss),
+           CG_JSON_NUM("%.4f", vl), CG_JSON_NUM("%.0f", tps), CG_JSON_NUM("%.1f", elapsed),
            (long long)cg_module_num_params(CG_MODULE(model)));
     rc = 0;
 done:
@@ -983,7 +985,8 @@ static int cmd_eval(int argc, char **argv)
     }
     printf("{\"val_loss\": %s, \"perplexity\": %s, \"bits_per_char\": %s, \"windows\": "
            "%lld, \"T\": %lld, \"step\": %lld}\n",
-           CG_JSON_NUM("%.4f", loss), CG_JSON_NUM("%.4f", exp(loss)), CG_JSON_NUM("%.4f", loss / log(2.0)), (long long)nwin, (long long)T, (long long)ck.step);
+           CG_JSON_NUM("%.4f", loss), CG_JSON_NUM("%.4f", exp(loss)),
+           CG_JSON_NUM("%.4f", loss / log(2.0)), (long long)nwin, (long long)T, (long long)ck.step);
     rc = 0;
 done:
     fflush(stdout);

@@ -864,7 +864,8 @@ static int cmd_train(int argc, char **argv)
         printf("{\"step\": %lld, \"interrupted\": true, \"elapsed_s\": %s, "
                "\"tokens_per_s\": %s, \"checkpoint\": %s}\n",
                (long long)step, CG_JSON_NUM("%.1f", elapsed),
-               CG_JSON_NUM("%.0f", elapsed > 0 && step > start_step ? tok_total / elapsed : 0.0), CG_JSON_STR(o.ckpt));
+               CG_JSON_NUM("%.0f", elapsed > 0 && step > start_step ? tok_total / elapsed : 0.0),
+               CG_JSON_STR(o.ckpt));
         goto cleanup;
     }
     cg_progress_end();
@@ -1138,7 +1139,8 @@ static int cmd_eval(int argc, char **argv)
         die_lib("metrics");
     printf("{\"bleu\": %s, \"chrf\": %s, \"beam\": %lld, \"test_pairs\": %lld, "
            "\"decode_s\": %s, \"step\": %lld}\n",
-           CG_JSON_NUM("%.2f", bleu), CG_JSON_NUM("%.2f", chrf), (long long)beam, (long long)nt, CG_JSON_NUM("%.1f", dt), (long long)c.step);
+           CG_JSON_NUM("%.2f", bleu), CG_JSON_NUM("%.2f", chrf), (long long)beam, (long long)nt,
+           CG_JSON_NUM("%.1f", dt), (long long)c.step);
     strings_free(hyps, nt);
     sources_free(&s);
     free(srcs);
