@@ -5,7 +5,12 @@
  *
  * checkpoint/: tiny char-LM checkpoints (layernorm/pre-norm and
  * rmsnorm/post-norm), with and without AdamW state after one step.
- * safetensors/: a file with every dtype the writer emits and metadata. */
+ * safetensors/: a file with every dtype the writer emits and metadata.
+ * seq2seq_ckpt/: a tiny seq2seq checkpoint with Adam state and trainer
+ * state, one without, and damaged ones (an unknown tensor, a config of 0
+ * layers over block tensors).
+ * state/: trainer states of both programs, and damaged ones (epoch 0 with
+ * pos below the batch count, epoch 1e15, a NaN in the history). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +18,7 @@
 #include "autograd/autograd.h"
 #include "core/error.h"
 #include "models/checkpoint.h"
+#include "models/pairs.h"
 
 static int fail(void)
 {
@@ -71,6 +77,127 @@ static int ckpt(const char *dir, const char *name, cg_norm_kind norm, bool pre, 
     return ok ? 0 : fail();
 }
 
+static const char S2S_STATE[] =
+    "{\"data\":\"/data/p.tsv\",\"preset\":\"tiny\",\"max_tokens\":200,\"factor\":0.25,"
+    "\"warmup\":400,\"max_len\":256,\"seed\":\"1\",\"valid_size\":5,\"test_size\":5,"
+    "\"steps\":6,\"epoch\":1,\"pos\":3,\"dropout_seed\":\"11400714819323198484\","
+    "\"dropout_counter\":\"360192\",\"elapsed\":0.0346,\"recent\":[3.22,3.20,3.23],"
+    "\"data_id\":{\"path\":\"/data/p.tsv\",\"size\":\"2070\",\"xxh3\":\"0123456789abcdef\"},"
+    "\"history\":{\"step\":[3],\"train\":[3.2],\"val\":[3.1],\"dense_every\":10,"
+    "\"dense_step\":[],\"dense_loss\":[],\"dense_acc\":{\"loss\":\"9.6\",\"step\":6,\"n\":3}}}";
+
+static int s2s_ckpt(const char *dir, const char *name, int damage, bool with_optim)
+{
+    cg_pairs p;
+    if (!cg_pairs_parse("ab c\tba\u00e9\nca\tac\n", 16, "seed", &p))
+        return fail();
+    cg_pair_vocab v;
+    if (!cg_pair_vocab_build(&p, NULL, p.n, &v))
+        return fail();
+    cg_seq2seq_config c = cg_seq2seq_config_default();
+    c.vocab = cg_pair_vocab_size(&v);
+    c.d = 4;
+    c.H = 2;
+    c.enc_layers = 1;
+    c.dec_layers = 1;
+    c.d_ff = 8;
+    c.max_len = 8;
+    cg_seq2seq *m = cg_seq2seq_new(&c, 3);
+    if (!m)
+        return fail();
+    cg_optim *o = NULL;
+    cg_param_list pl = {0};
+    if (with_optim) {
+        cg_module_params(CG_MODULE(m), &pl);
+        cg_optim_param *op = calloc((size_t)pl.n, sizeof *op);
+        for (int i = 0; i < pl.n; i++)
+            op[i] = (cg_optim_param){pl.items[i].name, pl.items[i].tensor, 0.0};
+        cg_optim_config oc = cg_adam_config(1e-3, 0.9, 0.98, 1e-9);
+        o = cg_optim_new(&oc, pl.n, op);
+        free(op);
+        cg_batch b;
+        int64_t idx[2] = {0, 1};
+        if (!o || !cg_batch_make(&p, idx, 2, &v, &b))
+            return fail();
+        cg_tensor *logits = cg_seq2seq_forward(m, b.src, b.B, b.S, b.tgt_in, b.T);
+        cg_tensor *loss = cg_seq2seq_loss(m, logits, b.tgt_out);
+        if (!loss || !cg_backward(loss, NULL, false) || !cg_optim_step(o))
+            return fail();
+        cg_release(loss);
+        cg_release(logits);
+        cg_batch_free(&b);
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/seq2seq_ckpt/%s", dir, name);
+    bool ok = cg_seq2seq_ckpt_save(path, m, &v, o, with_optim ? 3 : 0,
+                                   with_optim ? S2S_STATE : NULL);
+    if (ok && damage) { /* rewrite with an extra tensor or a config of 0 layers */
+        cg_st_file *f = cg_st_open(path);
+        cg_st_writer *w = cg_st_writer_new();
+        for (int i = 0; ok && i < cg_st_metadata_count(f); i++) {
+            const char *k = cg_st_metadata_key(f, i);
+            const char *val = cg_st_metadata(f, k);
+            if (damage == 2 && strcmp(k, "config") == 0) {
+                c.enc_layers = c.dec_layers = 0;
+                char *cj = cg_seq2seq_config_to_json(&c);
+                ok = cj && cg_st_set_metadata(w, k, cj);
+                free(cj);
+            } else {
+                ok = cg_st_set_metadata(w, k, val);
+            }
+        }
+        for (int i = 0; ok && i < cg_st_count(f); i++) {
+            const char *tn = cg_st_name(f, i);
+            cg_st_dtype dt;
+            int nd;
+            int64_t shape[CG_MAX_DIMS];
+            ok = cg_st_info(f, tn, &dt, &nd, shape);
+            if (ok && dt == CG_ST_I64) {
+                int64_t *iv = cg_st_get_i64(f, tn, NULL, NULL);
+                ok = iv && cg_st_add_i64(w, tn, nd, shape, iv);
+                free(iv);
+            } else if (ok) {
+                cg_tensor *t = cg_st_get_f32(f, tn);
+                ok = t && cg_st_add_f32(w, tn, t);
+                cg_release(t);
+            }
+        }
+        if (ok && damage == 1)
+            ok = cg_st_add_f32_raw(w, "decoder.layers.5.ln1.weight", 1, (int64_t[]){4},
+                                   (float[]){1, 1, 1, 1});
+        ok = ok && cg_st_writer_save(w, path);
+        cg_st_writer_free(w);
+        cg_st_close(f);
+    }
+    cg_optim_free(o);
+    cg_param_list_free(&pl);
+    cg_seq2seq_free(m);
+    cg_pair_vocab_free(&v);
+    cg_pairs_free(&p);
+    return ok ? 0 : fail();
+}
+
+static int text_seed(const char *dir, const char *name, const char *text)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/state/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    if (!f || fputs(text, f) < 0 || fclose(f) != 0) {
+        fprintf(stderr, "make_seeds: cannot write %s\n", path);
+        return 1;
+    }
+    return 0;
+}
+
+/* s with the first occurrence of a replaced by b (static buffer). */
+static const char *subst(const char *s, const char *a, const char *b)
+{
+    static char out[4096];
+    const char *at = strstr(s, a);
+    snprintf(out, sizeof out, "%.*s%s%s", (int)(at - s), s, b, at + strlen(a));
+    return out;
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -93,5 +220,23 @@ int main(int argc, char **argv)
         !cg_st_writer_save(w, path))
         return fail();
     cg_st_writer_free(w);
+    if (s2s_ckpt(dir, "tiny_adam.safetensors", 0, true) ||
+        s2s_ckpt(dir, "tiny_params.safetensors", 0, false) ||
+        s2s_ckpt(dir, "extra_tensor.safetensors", 1, true) ||
+        s2s_ckpt(dir, "zero_layers.safetensors", 2, false))
+        return 1;
+    const char *lm_state =
+        "{\"steps\":40,\"batch_size\":4,\"eval_every\":10,\"seed\":\"3\",\"lr\":\"0.001\","
+        "\"batch_rng_seed\":\"3\",\"batch_rng_counter\":\"160\",\"dropout_rng_seed\":\"5\","
+        "\"dropout_rng_counter\":\"99\",\"data\":\"/data/tiny.txt\",\"history\":{\"step\":[10,20],"
+        "\"train\":[3.1,2.9],\"val\":[3.2,null],\"dense_every\":10,\"dense_step\":[5.5,15.5],"
+        "\"dense_loss\":[3.0,2.8],\"dense_acc\":{\"loss\":\"0\",\"step\":0,\"n\":0}}}";
+    if (text_seed(dir, "seq2seq.json", S2S_STATE) || text_seed(dir, "charlm.json", lm_state) ||
+        text_seed(dir, "epoch0.json", subst(S2S_STATE, "\"epoch\":1,", "\"epoch\":0,")) ||
+        text_seed(dir, "epoch1e15.json", subst(S2S_STATE, "\"epoch\":1,", "\"epoch\":1e15,")) ||
+        text_seed(dir, "huge_int.json", subst(S2S_STATE, "\"pos\":3,", "\"pos\":1e300,")) ||
+        text_seed(dir, "bad_id.json", subst(S2S_STATE, "\"size\":\"2070\"", "\"size\":-1")) ||
+        text_seed(dir, "history_mismatch.json", subst(lm_state, "\"val\":[3.2,null]", "\"val\":[3.2]")))
+        return 1;
     return 0;
 }

@@ -44,6 +44,8 @@
 #include "autograd/ops.h"
 #include "core/gemm.h"
 #include "models/charlm.h"
+#include "models/cli.h"
+#include "models/config_json.h"
 #include "models/seq2seq.h"
 #include "optim/optim.h"
 
@@ -209,6 +211,7 @@ int main(int argc, char **argv)
             return usage(msg);
         }
     }
+    threads = (long)cg_cli_threads("bench", threads);
     if (threads > 0)
         cg_set_num_threads((int)threads);
     threads = cg_get_num_threads();
@@ -352,19 +355,24 @@ int main(int argc, char **argv)
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     double mfu = flops_step / med / (peak_gflops * 1e9);
-    printf("{\"model\": \"%s\", \"preset\": \"%s\", \"precision\": \"%s\", \"threads\": %ld, \"tokens_per_step\": %lld, "
-           "\"step_ms_median\": %.3f, \"tokens_per_s\": %.1f, \"params\": %lld, "
-           "\"peak_rss_mb\": %.1f, \"mfu\": %.4f, \"flops_per_step\": %.4g, "
-           "\"gemm_gflops\": %.1f, \"gemm_path\": \"%s\", \"T\": %lld, \"d\": %lld, "
-           "\"cpu_ms_median\": %.3f, \"final_loss\": %.9g, \"rss_mb_step10\": %.1f, "
-           "\"rss_mb_last\": %.1f}\n",
-           model_name, preset_name, cg_precision_name(precision), threads, (long long)tokens,
-           med * 1e3,
-           (double)tokens / med, (long long)n_params, (double)ru.ru_maxrss / 1024.0, mfu,
-           flops_step, peak_gflops, cg_gemm_path_name(precision == CG_PRECISION_FP32 ? cg_gemm_active_path()
-                             : cg_bf16_native()                 ? CG_GEMM_BF16
-                                                                : CG_GEMM_BF16_EMULATED), (long long)T,
-           (long long)p.d, cmed * 1e3, (double)last_loss, rss10, rss_now_mb());
+    const cg_gemm_path gemm_path = precision == CG_PRECISION_FP32 ? cg_gemm_active_path()
+                                   : cg_bf16_native()             ? CG_GEMM_BF16
+                                                                  : CG_GEMM_BF16_EMULATED;
+    printf("{\"model\": %s, \"preset\": %s, \"precision\": %s, \"threads\": %ld, \"tokens_per_step\": %lld, "
+           "\"step_ms_median\": %s, \"tokens_per_s\": %s, \"params\": %lld, "
+           "\"peak_rss_mb\": %s, \"mfu\": %s, \"flops_per_step\": %s, "
+           "\"gemm_gflops\": %s, \"gemm_path\": %s, \"T\": %lld, \"d\": %lld, "
+           "\"cpu_ms_median\": %s, \"final_loss\": %s, \"rss_mb_step10\": %s, "
+           "\"rss_mb_last\": %s}\n",
+           CG_JSON_STR(model_name), CG_JSON_STR(preset_name),
+           CG_JSON_STR(cg_precision_name(precision)), threads, (long long)tokens,
+           CG_JSON_NUM("%.3f", med * 1e3),
+           CG_JSON_NUM("%.1f", (double)tokens / med), (long long)n_params,
+           CG_JSON_NUM("%.1f", (double)ru.ru_maxrss / 1024.0), CG_JSON_NUM("%.4f", mfu),
+           CG_JSON_NUM("%.4g", flops_step), CG_JSON_NUM("%.1f", peak_gflops),
+           CG_JSON_STR(cg_gemm_path_name(gemm_path)), (long long)T,
+           (long long)p.d, CG_JSON_NUM("%.3f", cmed * 1e3), CG_JSON_NUM("%.9g", (double)last_loss),
+           CG_JSON_NUM("%.1f", rss10), CG_JSON_NUM("%.1f", rss_now_mb()));
 
     for (int b = 0; b < NB; b++)
         free(src[b]), free(tin[b]), free(tout[b]);

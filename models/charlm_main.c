@@ -24,6 +24,7 @@
 #include "models/charlm.h"
 #include "models/checkpoint.h"
 #include "models/cli.h"
+#include "models/config_json.h"
 #include "models/data.h"
 #include "models/dist.h"
 #include "models/plot.h"
@@ -129,8 +130,7 @@ static bool full_split_loss(cg_charlm *m, cg_split_view s, int64_t T, double *ou
     for (int64_t st = 0; ok && st < n; st += chunk) {
         int64_t b = n - st < chunk ? n - st : chunk;
         for (int64_t i = 0; i < b; i++) {
-            memcpy(x + i * T, s.ids + (st + i) * T, (size_t)T * sizeof *x);
-            memcpy(y + i * T, s.ids + (st + i) * T + 1, (size_t)T * sizeof *y);
+            cg_split_window(s, (st + i) * T, T, x + i * T, y + i * T);
         }
         cg_tensor *logits = cg_charlm_forward(m, x, b, T);
         cg_tensor *loss = cg_charlm_loss(m, logits, y);
@@ -345,7 +345,7 @@ static int cmd_train(int argc, char **argv)
         return 0;
     }
     if (threads > 0)
-        cg_set_num_threads((int)threads);
+        cg_set_num_threads((int)cg_cli_threads(PROG, threads));
     if (!out)
         out = resume ? resume : DEFAULT_OUT;
     /* never overwrite a checkpoint by accident (rank 0 alone writes) */
@@ -700,9 +700,10 @@ static int cmd_train(int argc, char **argv)
         fprintf(stderr, PROG ": stopped at step %lld; checkpoint saved to '%s' (continue with "
                         "--resume %s)\n",
                 (long long)step, out, out);
-        printf("{\"step\": %lld, \"interrupted\": true, \"train_loss\": %.4f, "
-               "\"tokens_per_s\": %.0f, \"elapsed_s\": %.1f, \"checkpoint\": \"%s\"}\n",
-               (long long)step, isfinite(last_loss) ? last_loss : tl, tps, elapsed, out);
+        printf("{\"step\": %lld, \"interrupted\": true, \"train_loss\": %s, "
+               "\"tokens_per_s\": %s, \"elapsed_s\": %s, \"checkpoint\": %s}\n",
+               (long long)step, CG_JSON_NUM("%.4f", isfinite(last_loss) ? last_loss : tl),
+               CG_JSON_NUM("%.0f", tps), CG_JSON_NUM("%.1f", elapsed), CG_JSON_STR(out));
         rc = 0;
         goto done;
     }
@@ -720,9 +721,10 @@ static int cmd_train(int argc, char **argv)
         goto done;
     }
     fprintf(stderr, PROG ": checkpoint saved to '%s'\n", out);
-    printf("{\"step\": %lld, \"train_loss\": %.4f, \"val_loss\": %.4f, \"val_loss_sampled\": "
-           "%.4f, \"tokens_per_s\": %.0f, \"elapsed_s\": %.1f, \"params\": %lld}\n",
-           (long long)step, tl, val_loss, vl, tps, elapsed,
+    printf("{\"step\": %lld, \"train_loss\": %s, \"val_loss\": %s, \"val_loss_sampled\": "
+           "%s, \"tokens_per_s\": %s, \"elapsed_s\": %s, \"params\": %lld}\n",
+           (long long)step, CG_JSON_NUM("%.4f", tl), CG_JSON_NUM("%.4f", val_loss),
+           CG_JSON_NUM("%.4f", vl), CG_JSON_NUM("%.0f", tps), CG_JSON_NUM("%.1f", elapsed),
            (long long)cg_module_num_params(CG_MODULE(model)));
     rc = 0;
 done:
@@ -844,7 +846,7 @@ static int cmd_sample(int argc, char **argv)
         return 0;
     }
     if (threads > 0)
-        cg_set_num_threads((int)threads);
+        cg_set_num_threads((int)cg_cli_threads(PROG, threads));
     cg_charlm_ckpt ck;
     if (!cg_charlm_ckpt_load(ckpt, &ck))
         return fail_lib();
@@ -940,7 +942,7 @@ static int cmd_eval(int argc, char **argv)
         return 0;
     }
     if (threads > 0)
-        cg_set_num_threads((int)threads);
+        cg_set_num_threads((int)cg_cli_threads(PROG, threads));
     cg_charlm_ckpt ck;
     if (!cg_charlm_ckpt_load(ckpt, &ck))
         return fail_lib();
@@ -981,9 +983,10 @@ static int cmd_eval(int argc, char **argv)
         rc = fail("'%s': %s", data, cg_last_error());
         goto done;
     }
-    printf("{\"val_loss\": %.4f, \"perplexity\": %.4f, \"bits_per_char\": %.4f, \"windows\": "
+    printf("{\"val_loss\": %s, \"perplexity\": %s, \"bits_per_char\": %s, \"windows\": "
            "%lld, \"T\": %lld, \"step\": %lld}\n",
-           loss, exp(loss), loss / log(2.0), (long long)nwin, (long long)T, (long long)ck.step);
+           CG_JSON_NUM("%.4f", loss), CG_JSON_NUM("%.4f", exp(loss)),
+           CG_JSON_NUM("%.4f", loss / log(2.0)), (long long)nwin, (long long)T, (long long)ck.step);
     rc = 0;
 done:
     fflush(stdout);

@@ -1,6 +1,7 @@
 /* cgrad zoo: char-LM checkpoints (see checkpoint.h). */
 #include "models/checkpoint.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,20 +110,14 @@ bool cg_charlm_ckpt_load(const char *path, cg_charlm_ckpt *out)
                      path, (long long)out->vocab->n, (long long)cfg.vocab);
         goto fail;
     }
-    const char *step = cg_st_metadata(f, "step");
-    if (step) {
-        char *end;
-        long long v = strtoll(step, &end, 10);
-        if (*step == '\0' || *end != '\0' || v < 0) {
-            cg_set_error("checkpoint '%s': bad step '%s'", path, step);
-            goto fail;
-        }
-        out->step = v;
-    }
+    if (!cg_ckpt_parse_step(f, path, &out->step))
+        goto fail;
     if (!config_fits_file(&cfg, f, path))
         goto fail;
     out->model = cg_charlm_new(&cfg, 0);
     if (!out->model)
+        goto fail;
+    if (!cg_ckpt_check_tensors(CG_MODULE(out->model), f, path))
         goto fail;
     if (!cg_module_load(CG_MODULE(out->model), f, NULL)) {
         char msg[512];
@@ -133,5 +128,185 @@ bool cg_charlm_ckpt_load(const char *path, cg_charlm_ckpt *out)
     return true;
 fail:
     cg_charlm_ckpt_free(out);
+    return false;
+}
+
+
+bool cg_ckpt_parse_step(const cg_st_file *f, const char *path, int64_t *out)
+{
+    *out = 0;
+    const char *step = cg_st_metadata(f, "step");
+    if (!step)
+        return true;
+    char *end;
+    errno = 0;
+    long long v = strtoll(step, &end, 10);
+    if (*step < '0' || *step > '9' || *end != '\0' || errno || v < 0 || v > 1000000000000000LL) {
+        cg_set_error("checkpoint '%s': bad step '%.40s' (expected an integer in [0, 1e15])", path,
+                     step);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static bool is_param(char **sorted, int n, const char *name, size_t len)
+{
+    char key[512];
+    if (len >= sizeof key)
+        return false;
+    memcpy(key, name, len);
+    key[len] = '\0';
+    const char *k = key;
+    return bsearch(&k, sorted, (size_t)n, sizeof *sorted, cmp_str) != NULL;
+}
+
+bool cg_ckpt_check_tensors(const cg_module *m, const cg_st_file *f, const char *path)
+{
+    if (!m || !f)
+        return false;
+    cg_param_list l = {0};
+    if (!cg_module_params(m, &l))
+        return false;
+    char **names = malloc((size_t)(l.n ? l.n : 1) * sizeof *names);
+    if (!names) {
+        cg_param_list_free(&l);
+        cg_set_error("out of memory");
+        return false;
+    }
+    for (int i = 0; i < l.n; i++)
+        names[i] = l.items[i].name;
+    qsort(names, (size_t)l.n, sizeof *names, cmp_str);
+    static const char *const slots[] = {".step", ".exp_avg", ".exp_avg_sq", ".momentum_buffer"};
+    bool ok = true;
+    for (int i = 0; ok && i < cg_st_count(f); i++) {
+        const char *t = cg_st_name(f, i);
+        size_t tl = strlen(t);
+        bool known = is_param(names, l.n, t, tl);
+        if (!known && strncmp(t, "optim.", 6) == 0) {
+            for (size_t s = 0; !known && s < sizeof slots / sizeof slots[0]; s++) {
+                size_t sl = strlen(slots[s]);
+                known = tl > 6 + sl && strcmp(t + tl - sl, slots[s]) == 0 &&
+                        is_param(names, l.n, t + 6, tl - 6 - sl);
+            }
+        }
+        if (!known) {
+            cg_set_error("checkpoint '%s': tensor '%.200s' is not a parameter of the model its "
+                         "config describes (%d parameters); corrupt file?", path, t, l.n);
+            ok = false;
+        }
+    }
+    free(names);
+    cg_param_list_free(&l);
+    return ok;
+}
+
+/* ------------------------------------------------------------ seq2seq */
+bool cg_seq2seq_ckpt_save(const char *path, const cg_seq2seq *model, const cg_pair_vocab *vocab,
+                          const cg_optim *optim, int64_t step, const char *train_json)
+{
+    cg_st_writer *w = cg_st_writer_new();
+    char *cfg = cg_seq2seq_config_to_json(&model->cfg);
+    char *voc = cg_pair_vocab_to_json(vocab);
+    char stepbuf[32];
+    snprintf(stepbuf, sizeof stepbuf, "%" PRId64, step);
+    bool ok = w && cfg && voc && cg_st_set_metadata(w, "model", "seq2seq") &&
+              cg_st_set_metadata(w, "config", cfg) && cg_st_set_metadata(w, "vocab", voc) &&
+              cg_st_set_metadata(w, "step", stepbuf) &&
+              (!train_json || cg_st_set_metadata(w, "train", train_json)) &&
+              cg_module_write(CG_MODULE(model), w, NULL) &&
+              (!optim || cg_optim_save(optim, w, "optim")) && cg_st_writer_save(w, path);
+    if (!ok && !cg_has_error())
+        cg_set_error("cannot save checkpoint '%s'", path);
+    free(cfg);
+    free(voc);
+    cg_st_writer_free(w);
+    return ok;
+}
+
+void cg_seq2seq_ckpt_free(cg_seq2seq_ckpt *c)
+{
+    if (!c)
+        return;
+    cg_seq2seq_free(c->model);
+    cg_pair_vocab_free(&c->vocab);
+    cg_st_close(c->file);
+    memset(c, 0, sizeof *c);
+}
+
+/* As config_fits_file above: the file must hold at least the config's
+ * weight matrices, and the positions table (not stored) must be plausible. */
+static bool s2s_config_fits_file(const cg_seq2seq_config *c, const cg_st_file *f,
+                                 const char *path)
+{
+    double have = cg_st_f32_elements(f);
+    double d = (double)c->d, ff = (double)c->d_ff;
+    double need = (double)c->vocab * d + (double)c->enc_layers * (4 * d * d + 2 * d * ff) +
+                  (double)c->dec_layers * (8 * d * d + 2 * d * ff);
+    if (need > have) {
+        cg_set_error("checkpoint '%s': its config needs at least %.0f parameter values but the "
+                     "file holds %.0f; corrupt file?", path, need, have);
+        return false;
+    }
+    if ((double)c->max_len * d > 4 * have + (double)(1 << 24)) {
+        cg_set_error("checkpoint '%s': max_len=%lld with d=%lld is implausibly large for a "
+                     "model of %.0f values; corrupt file?", path, (long long)c->max_len,
+                     (long long)c->d, have);
+        return false;
+    }
+    return true;
+}
+
+bool cg_seq2seq_ckpt_load(const char *path, cg_seq2seq_ckpt *out)
+{
+    memset(out, 0, sizeof *out);
+    cg_st_file *f = cg_st_open(path);
+    if (!f)
+        return false;
+    out->file = f;
+    char msg[512];
+    const char *kind = cg_st_metadata(f, "model");
+    if (!kind || strcmp(kind, "seq2seq") != 0) {
+        cg_set_error("'%s' is not a seq2seq checkpoint (its model is %s%.40s%s)", path,
+                     kind ? "'" : "", kind ? kind : "not recorded", kind ? "'" : "");
+        goto fail;
+    }
+    const char *cfg_json = cg_st_metadata(f, "config");
+    const char *voc_json = cg_st_metadata(f, "vocab");
+    if (!cfg_json || !voc_json) {
+        cg_set_error("checkpoint '%s' lacks its %s metadata", path, cfg_json ? "vocab" : "config");
+        goto fail;
+    }
+    cg_seq2seq_config cfg;
+    if (!cg_seq2seq_config_from_json(cfg_json, &cfg) ||
+        !cg_pair_vocab_from_json(voc_json, &out->vocab)) {
+        snprintf(msg, sizeof msg, "%s", cg_last_error());
+        cg_set_error("checkpoint '%s': %s", path, msg);
+        goto fail;
+    }
+    if (cg_pair_vocab_size(&out->vocab) != cfg.vocab) {
+        cg_set_error("checkpoint '%s': vocabulary of %lld characters (+4 specials) does not "
+                     "match the config's vocab %lld", path, (long long)out->vocab.n_chars,
+                     (long long)cfg.vocab);
+        goto fail;
+    }
+    if (!cg_ckpt_parse_step(f, path, &out->step) || !s2s_config_fits_file(&cfg, f, path))
+        goto fail;
+    out->model = cg_seq2seq_new(&cfg, 0);
+    if (!out->model || !cg_ckpt_check_tensors(CG_MODULE(out->model), f, path))
+        goto fail;
+    if (!cg_module_load(CG_MODULE(out->model), f, NULL)) {
+        snprintf(msg, sizeof msg, "%s", cg_last_error());
+        cg_set_error("checkpoint '%s': %s", path, msg);
+        goto fail;
+    }
+    return true;
+fail:
+    cg_seq2seq_ckpt_free(out);
     return false;
 }

@@ -21,6 +21,8 @@
 #include <stdint.h>
 
 #include "models/charlm.h"
+#include "models/pairs.h"
+#include "models/seq2seq.h"
 #include "models/vocab.h"
 #include "nn/safetensors.h"
 #include "optim/optim.h"
@@ -48,6 +50,35 @@ bool cg_charlm_ckpt_load(const char *path, cg_charlm_ckpt *out);
 void cg_charlm_ckpt_free(cg_charlm_ckpt *c);
 /* The "train" metadata (borrowed) or NULL. */
 const char *cg_charlm_ckpt_train_json(const cg_charlm_ckpt *c);
+
+/* Every tensor of f must be a parameter of m or an optimizer slot
+ * "optim.<parameter>.<step|exp_avg|exp_avg_sq|momentum_buffer>" of one.
+ * False + error naming the first other tensor (a config that says 0 layers
+ * while the file holds block tensors, a truncated config, an unknown extra
+ * tensor). Both loaders below call it, so resume is covered too. */
+bool cg_ckpt_check_tensors(const cg_module *m, const cg_st_file *f, const char *path);
+
+/* The "step" metadata: absent = 0; a decimal in [0, 1e15] otherwise. */
+bool cg_ckpt_parse_step(const cg_st_file *f, const char *path, int64_t *out);
+
+/* Seq2seq checkpoints: metadata "model": "seq2seq", "config", "vocab" (the
+ * characters of ids 4.., models/pairs.h), "step", optional "train"; tensors:
+ * the parameters and, for training checkpoints, "optim.*". */
+bool cg_seq2seq_ckpt_save(const char *path, const cg_seq2seq *model, const cg_pair_vocab *vocab,
+                          const cg_optim *optim, int64_t step, const char *train_json);
+
+typedef struct {
+    cg_seq2seq *model;     /* owned */
+    cg_pair_vocab vocab;   /* owned */
+    int64_t step;
+    cg_st_file *file;      /* owned, open: for cg_optim_load and "train" */
+} cg_seq2seq_ckpt;
+
+/* Load and check (kind, config against the file's size, vocabulary against
+ * the config, every tensor name, shapes). False + error; on success free
+ * with cg_seq2seq_ckpt_free. */
+bool cg_seq2seq_ckpt_load(const char *path, cg_seq2seq_ckpt *out);
+void cg_seq2seq_ckpt_free(cg_seq2seq_ckpt *c);
 
 #ifdef __cplusplus
 }

@@ -1,7 +1,14 @@
 /* cgrad zoo: command-line parsing helpers (see cli.h). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE 1 /* sched_getaffinity, CPU_COUNT */
+#endif
 #include "models/cli.h"
 
+#include <sched.h>
+
 #include <errno.h>
+#include <stdio.h>
+#include <unistd.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -156,4 +163,26 @@ bool cg_cli_parse(int argc, char **argv, const cg_cli_opt *opts, int n, bool *he
             *o->seen = true;
     }
     return true;
+}
+
+int cg_cli_cpus(void)
+{
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    int n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+    if (n < 1) {
+        long k = sysconf(_SC_NPROCESSORS_ONLN);
+        n = k > 0 && k < 1 << 20 ? (int)k : 1;
+    }
+    return n;
+}
+
+int64_t cg_cli_threads(const char *prog, int64_t n)
+{
+    int cpus = cg_cli_cpus();
+    if (n <= cpus)
+        return n;
+    fprintf(stderr, "%s: warning: --threads %lld is more than the %d CPU%s available; using %d\n",
+            prog ? prog : "cgrad", (long long)n, cpus, cpus == 1 ? "" : "s", cpus);
+    return cpus;
 }

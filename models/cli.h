@@ -24,6 +24,16 @@ bool cg_cli_parse_f64(const char *flag, const char *s, double lo, double hi, dou
 /* "true/false/1/0/yes/no/on/off". */
 bool cg_cli_parse_bool(const char *flag, const char *s, bool *out);
 
+/* The thread count to use for --threads N: at most the CPUs this process
+ * may run on (sched_getaffinity), since more threads only compete for them
+ * (and 1000 OpenMP threads under a memory limit made libgomp abort with its
+ * own message). Above that it prints "PROG: warning: --threads N is more
+ * than the C CPUs available; using C" on stderr and returns C. N <= 0 (not
+ * given) is returned unchanged. */
+int64_t cg_cli_threads(const char *prog, int64_t n);
+/* CPUs this process may run on (at least 1). */
+int cg_cli_cpus(void);
+
 /* One option of a flag table. kind says how the value is read; dst points
  * to the variable that receives it. For CG_CLI_SWITCH no value is taken and
  * *(bool *)dst becomes true. `seen` (optional) is set when the flag is given. */

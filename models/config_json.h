@@ -8,6 +8,7 @@
 
 #include <cjson/cJSON.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "nn/layers.h"
@@ -24,5 +25,46 @@ const char *cg_json_str(const cJSON *o, const char *what, const char *key, bool 
 cJSON *cg_json_parse_object(const char *json, const char *what);
 /* The "norm" and "act" strings, when present, parsed into *norm and *act. */
 bool cg_json_norm_act(const cJSON *o, const char *what, cg_norm_kind *norm, cg_act *act);
+
+/* JSON values for printf'd JSON lines (every line printed must parse):
+ * cg_json_num formats x with fmt ("%.4f") or writes null when x is NaN or
+ * infinite; cg_json_quote writes s as a JSON string literal (quotes and
+ * escapes; truncated at a character boundary if buf is too small). Both
+ * return buf. The macros give each use its own buffer (a compound literal
+ * living to the end of the enclosing block), so several fit in one printf:
+ *   printf("{\"loss\": %s, \"ckpt\": %s}\n", CG_JSON_NUM("%.4f", loss),
+ *          CG_JSON_STR(path)); */
+const char *cg_json_num(char *buf, size_t n, const char *fmt, double x);
+const char *cg_json_quote(char *buf, size_t n, const char *s);
+#define CG_JSON_NUM(fmt, x) cg_json_num((char[64]){0}, 64, (fmt), (x))
+#define CG_JSON_STR(s) cg_json_quote((char[4200]){0}, 4200, (s))
+
+/* A table-driven reader for a trainer's state object (the "train"
+ * metadata of a checkpoint): every field is type- and range-checked before
+ * use, so a damaged checkpoint gives one clear message instead of a crash,
+ * a hang or a silent default. */
+typedef enum {
+    CG_JF_I64,    /* whole number in [lo, hi] -> int64_t */
+    CG_JF_F64,    /* finite number in [lo, hi] -> double */
+    CG_JF_U64STR, /* decimal string (a 64-bit seed or counter) -> uint64_t */
+    CG_JF_STR     /* string -> const char * (borrowed from the object) */
+} cg_json_field_kind;
+
+typedef struct {
+    const char *key;
+    cg_json_field_kind kind;
+    void *dst;
+    double lo, hi;   /* CG_JF_I64 and CG_JF_F64 */
+    bool optional;   /* absent: *dst left as it is */
+} cg_json_field;
+
+/* Read n fields of object o. False + "<what>: ..." naming the first bad or
+ * missing field and its value. */
+bool cg_json_read_fields(const cJSON *o, const char *what, const cg_json_field *f, int n);
+/* Up to max numbers of the array o[key] into out (linear time); *n gets the
+ * count. Absent: *n = 0. False + error when it is not an array of finite
+ * numbers or holds more than max. */
+bool cg_json_f64_array(const cJSON *o, const char *what, const char *key, double *out, int max,
+                       int *n);
 
 #endif

@@ -2,54 +2,228 @@
 #include "models/data.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
 
-uint32_t *cg_read_text_file(const char *path, int64_t *n)
+
+static double meminfo_available(void)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    double kb = -1;
+    char line[256];
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lf kB", &kb) == 1)
+            break;
+    if (f)
+        fclose(f);
+    if (kb > 0)
+        return kb * 1024.0;
+    long pages = sysconf(_SC_AVPHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    return pages > 0 && psz > 0 ? (double)pages * (double)psz : 1e12;
+}
+
+size_t cg_input_limit(void)
+{
+    const char *env = getenv("CG_MAX_INPUT_MB");
+    if (env && *env) {
+        char *end;
+        unsigned long long mb = strtoull(env, &end, 10);
+        if (*end == '\0' && mb > 0 && mb < (1ULL << 40))
+            return (size_t)(mb << 20);
+    }
+    double avail = meminfo_available();
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+        (double)rl.rlim_cur < avail)
+        avail = (double)rl.rlim_cur;
+    FILE *cg = fopen("/sys/fs/cgroup/memory.max", "r");
+    double cmax;
+    if (cg && fscanf(cg, "%lf", &cmax) == 1 && cmax > 0 && cmax < avail)
+        avail = cmax;
+    if (cg)
+        fclose(cg);
+    double lim = avail / 6;
+    if (lim < (double)(1 << 20))
+        lim = (double)(1 << 20);
+    if (lim > (double)SIZE_MAX / 2)
+        lim = (double)SIZE_MAX / 2;
+    return (size_t)lim;
+}
+
+static void fmt_bytes(double b, char *buf, size_t n)
+{
+    if (b >= 1e9)
+        snprintf(buf, n, "%.1f GB", b / 1e9);
+    else
+        snprintf(buf, n, "%.1f MB", b / 1e6);
+}
+
+char *cg_read_file_once(const char *path, size_t max_bytes, bool text, size_t *len)
+{
+    *len = 0;
+    if (max_bytes == 0)
+        max_bytes = cg_input_limit();
+    bool std_in = strcmp(path, "-") == 0;
+    int fd = std_in ? STDIN_FILENO : open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
         cg_set_error("cannot open '%s': %s", path, strerror(errno));
         return NULL;
     }
-    size_t cap = 1 << 16, len = 0;
-    char *buf = malloc(cap);
+    struct stat st;
+    if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+        if (!std_in)
+            close(fd);
+        cg_set_error("'%s' is a directory, not a file", path);
+        return NULL;
+    }
+    /* a regular file: one exact allocation; a stream: grow by half */
+    size_t cap = S_ISREG(st.st_mode) && st.st_size >= 0 && (uint64_t)st.st_size < max_bytes
+                     ? (size_t)st.st_size + 1
+                     : (size_t)1 << 16;
+    char *buf = malloc(cap + 1);
+    size_t n = 0;
+    const char *err = NULL;
+    int e = 0;
+    char big[32];
     while (buf) {
-        if (len == cap) {
-            char *nb = realloc(buf, cap * 2);
+        if (n == cap) {
+            if (cap > max_bytes) {
+                fmt_bytes((double)max_bytes, big, sizeof big);
+                err = "limit";
+                break;
+            }
+            size_t nc = cap + cap / 2;
+            if (nc > max_bytes + 1)
+                nc = max_bytes + 1;
+            char *nb = realloc(buf, nc + 1);
             if (!nb) {
-                free(buf);
-                buf = NULL;
+                err = "oom";
                 break;
             }
             buf = nb;
-            cap *= 2;
+            cap = nc;
         }
-        size_t got = fread(buf + len, 1, cap - len, f);
-        len += got;
+        ssize_t got = read(fd, buf + n, cap - n);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0) {
+            e = errno;
+            err = "read";
+            break;
+        }
         if (got == 0)
             break;
+        if (text && memchr(buf + n, '\0', (size_t)got)) {
+            size_t at = n + (size_t)((char *)memchr(buf + n, '\0', (size_t)got) - (buf + n));
+            cg_set_error("'%s' holds a NUL byte at offset %zu: not a text file", path, at);
+            err = "set";
+            break;
+        }
+        n += (size_t)got;
+        if (n > max_bytes) {
+            fmt_bytes((double)max_bytes, big, sizeof big);
+            err = "limit";
+            break;
+        }
     }
-    bool err = ferror(f);
-    int e = errno;
-    fclose(f);
-    if (!buf) {
-        cg_set_error("out of memory reading '%s'", path);
+    if (!std_in)
+        close(fd);
+    if (!buf || (err && strcmp(err, "oom") == 0)) {
+        free(buf);
+        cg_set_error("out of memory reading '%s' (%zu bytes read)", path, n);
         return NULL;
     }
     if (err) {
         free(buf);
-        cg_set_error("cannot read '%s': %s", path, strerror(e));
+        if (strcmp(err, "limit") == 0)
+            cg_set_error("'%s' is larger than %s, the input limit (a sixth of the available "
+                         "memory; set CG_MAX_INPUT_MB to change it)", path, big);
+        else if (strcmp(err, "read") == 0)
+            cg_set_error("cannot read '%s': %s", path, strerror(e));
         return NULL;
     }
-    if (len == 0) {
+    if (text && n == 0) {
         free(buf);
         cg_set_error("'%s' is empty", path);
         return NULL;
     }
+    if (n + 1 < cap) { /* give back what a stream's growth left over */
+        char *nb = realloc(buf, n + 1);
+        if (nb)
+            buf = nb;
+    }
+    buf[n] = '\0';
+    *len = n;
+    return buf;
+}
+
+long long cg_read_line(char **buf, size_t *cap, FILE *f, const char *name, size_t max_len)
+{
+    int c;
+    size_t n = 0;
+    for (;;) {
+        c = getc(f);
+        if (c == EOF) {
+            if (ferror(f)) {
+                if (errno == EINTR) {
+                    clearerr(f);
+                    continue;
+                }
+                cg_set_error("%s: read error: %s", name, strerror(errno));
+                return -2;
+            }
+            break;
+        }
+        if (c == '\n')
+            break;
+        if (c == '\0') {
+            cg_set_error("%s: NUL byte in a line: not text", name);
+            return -2;
+        }
+        if (n >= max_len) {
+            cg_set_error("%s: a line is longer than %zu bytes", name, max_len);
+            return -2;
+        }
+        if (n + 2 > *cap) {
+            size_t nc = *cap ? *cap * 2 : 256;
+            char *nb = realloc(*buf, nc);
+            if (!nb) {
+                cg_set_error("%s: out of memory", name);
+                return -2;
+            }
+            *buf = nb;
+            *cap = nc;
+        }
+        (*buf)[n++] = (char)c;
+    }
+    if (c == EOF && n == 0)
+        return -1;
+    if (!*buf) {
+        *buf = malloc(1);
+        if (!*buf) {
+            cg_set_error("%s: out of memory", name);
+            return -2;
+        }
+        *cap = 1;
+    }
+    (*buf)[n] = '\0';
+    return (long long)n;
+}
+
+uint32_t *cg_read_text_file(const char *path, int64_t *n)
+{
+    size_t len;
+    char *buf = cg_read_file_once(path, 0, true, &len);
+    if (!buf)
+        return NULL;
     uint32_t *cps = cg_utf8_decode(buf, len, path, n);
     free(buf);
     return cps;
@@ -58,7 +232,7 @@ uint32_t *cg_read_text_file(const char *path, int64_t *n)
 cg_corpus *cg_corpus_new(const cg_vocab *vocab, const uint32_t *cps, int64_t n)
 {
     cg_corpus *c = calloc(1, sizeof *c);
-    int64_t *ids = malloc((size_t)(n > 0 ? n : 1) * sizeof *ids);
+    int32_t *ids = malloc((size_t)(n > 0 ? n : 1) * sizeof *ids);
     if (!c || !ids) {
         free(c);
         free(ids);
@@ -67,8 +241,57 @@ cg_corpus *cg_corpus_new(const cg_vocab *vocab, const uint32_t *cps, int64_t n)
     }
     c->n = n;
     c->ids = ids;
-    c->unknown = cg_vocab_encode(vocab, cps, n, ids, &c->first_unknown);
+    c->unknown = cg_vocab_encode32(vocab, cps, n, ids, &c->first_unknown);
     c->n_train = (int64_t)(0.9 * (double)n); /* Python int(0.9 * len) */
+    return c;
+}
+
+cg_corpus *cg_corpus_read(const char *path, const cg_vocab *vocab, size_t max_bytes,
+                          cg_vocab **built)
+{
+    if (built)
+        *built = NULL;
+    if (!vocab && !built) {
+        cg_set_error("cg_corpus_read: no vocabulary and nowhere to put a built one");
+        return NULL;
+    }
+    size_t len;
+    char *text = cg_read_file_once(path, max_bytes, true, &len);
+    if (!text)
+        return NULL;
+    int64_t n;
+    uint32_t *cps = cg_utf8_decode(text, len, path, &n);
+    free(text);
+    if (!cps)
+        return NULL;
+    cg_vocab *own = NULL;
+    if (!vocab) {
+        own = cg_vocab_from_codepoints(cps, n);
+        if (!own) {
+            free(cps);
+            return NULL;
+        }
+        vocab = own;
+    }
+    cg_corpus *c = calloc(1, sizeof *c);
+    if (!c) {
+        free(cps);
+        cg_vocab_free(own);
+        cg_set_error("out of memory");
+        return NULL;
+    }
+    /* the ids take the code points' place (both 4 bytes) */
+    c->n = n;
+    c->ids = (int32_t *)cps;
+    c->unknown = cg_vocab_encode32(vocab, cps, n, c->ids, &c->first_unknown);
+    c->n_train = (int64_t)(0.9 * (double)n);
+    if (n + 1 < (int64_t)(len + 1)) { /* shrink: \r\n and multibyte characters */
+        int32_t *nb = realloc(c->ids, (size_t)(n > 0 ? n : 1) * sizeof *nb);
+        if (nb)
+            c->ids = nb;
+    }
+    if (built)
+        *built = own;
     return c;
 }
 
@@ -90,6 +313,14 @@ cg_split_view cg_corpus_val(const cg_corpus *c)
     return (cg_split_view){c->ids + c->n_train, c->n - c->n_train};
 }
 
+void cg_split_window(cg_split_view s, int64_t i, int64_t T, int64_t *x, int64_t *y)
+{
+    for (int64_t t = 0; t < T; t++) {
+        x[t] = s.ids[i + t];
+        y[t] = s.ids[i + t + 1];
+    }
+}
+
 bool cg_get_batch(cg_split_view s, int64_t B, int64_t T, cg_rng *rng, int64_t *x, int64_t *y)
 {
     if (s.n <= T) {
@@ -99,8 +330,7 @@ bool cg_get_batch(cg_split_view s, int64_t B, int64_t T, cg_rng *rng, int64_t *x
     }
     for (int64_t b = 0; b < B; b++) {
         int64_t i = (int64_t)cg_rng_below(rng, (uint64_t)(s.n - T));
-        memcpy(x + b * T, s.ids + i, (size_t)T * sizeof *x);
-        memcpy(y + b * T, s.ids + i + 1, (size_t)T * sizeof *y);
+        cg_split_window(s, i, T, x + b * T, y + b * T);
     }
     return true;
 }

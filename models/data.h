@@ -13,6 +13,8 @@
 #define CG_MODELS_DATA_H
 
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 #include "core/tensor.h"
@@ -22,13 +24,37 @@
 extern "C" {
 #endif
 
+/* ------------------------------------------------------------ input files */
+/* The largest input file the programs accept, in bytes: CG_MAX_INPUT_MB
+ * from the environment when set (a positive integer), else a sixth of the
+ * memory available to this process (the smallest of MemAvailable, the
+ * address-space rlimit and the cgroup's memory.max; a corpus needs about 5
+ * bytes per byte of text while it is decoded). At least 1 MB. */
+size_t cg_input_limit(void);
+
+/* Read a whole file ONCE, from any kind of file: a regular file, a FIFO, a
+ * pipe (--data <(cat x)), /dev/stdin ("-" is stdin too). Returns a malloc'd
+ * buffer with a NUL after the *len bytes. NULL + error naming path when it
+ * cannot be opened, is a directory, a read fails (reported, never taken for
+ * the end of input), it holds more than max_bytes (0: cg_input_limit()),
+ * or, with text = true, it is empty or holds a NUL byte (refused as soon as
+ * one is read, so /dev/zero fails at once). */
+char *cg_read_file_once(const char *path, size_t max_bytes, bool text, size_t *len);
+
+/* One line of f, like getline(3) (*buf grown as needed, *cap its size) but
+ * without the "\n": returns its length, -1 at the end of input, -2 + error
+ * ("name: read error: ...", a line longer than max_len bytes, a NUL byte):
+ * a read error is never taken for the end of input. */
+#define CG_LINE_MAX ((size_t)1 << 20)
+long long cg_read_line(char **buf, size_t *cap, FILE *f, const char *name, size_t max_len);
+
 /* Read a whole file as UTF-8 code points (malloc'd). NULL + error if it is
- * missing, unreadable, empty, or not valid UTF-8. */
+ * missing, unreadable, empty, too large, or not valid UTF-8. */
 uint32_t *cg_read_text_file(const char *path, int64_t *n);
 
 typedef struct {
     int64_t n;          /* characters */
-    int64_t *ids;       /* n ids */
+    int32_t *ids;       /* n ids (int32: half the memory of int64) */
     int64_t n_train;    /* int(0.9 * n); train = ids[0, n_train) */
     int64_t unknown;    /* characters mapped to vocab->unk (0 when the
                            vocabulary was built from this text) */
@@ -37,17 +63,27 @@ typedef struct {
 
 /* Encode code points with vocab and split 90/10. */
 cg_corpus *cg_corpus_new(const cg_vocab *vocab, const uint32_t *cps, int64_t n);
+/* The corpus of a file, read once (cg_read_file_once, max_bytes 0: the
+ * default limit): with vocab NULL the vocabulary is built from the text and
+ * returned in *built (caller frees); otherwise characters outside vocab are
+ * counted in ->unknown. Peak memory about 5 bytes per byte of text (was 12:
+ * the file read twice, code points and int64 ids alive together). */
+cg_corpus *cg_corpus_read(const char *path, const cg_vocab *vocab, size_t max_bytes,
+                          cg_vocab **built);
 void cg_corpus_free(cg_corpus *c);
 
 /* A split as a view: pointer + length. */
 typedef struct {
-    const int64_t *ids;
+    const int32_t *ids;
     int64_t n;
 } cg_split_view;
 
 cg_split_view cg_corpus_train(const cg_corpus *c);
 cg_split_view cg_corpus_val(const cg_corpus *c);
 
+/* Window at offset i: x = ids[i, i+T), y = ids[i+1, i+T+1) (needs
+ * i + T < s.n; not checked: callers derive i from s.n). */
+void cg_split_window(cg_split_view s, int64_t i, int64_t T, int64_t *x, int64_t *y);
 /* Fill x and y (B*T each) with B random windows of s (needs s.n > T). */
 bool cg_get_batch(cg_split_view s, int64_t B, int64_t T, cg_rng *rng, int64_t *x, int64_t *y);
 

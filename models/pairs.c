@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "models/data.h"
 #include "models/vocab.h"
 
 /* ------------------------------------------------------------ UTF-8 */
@@ -203,6 +204,11 @@ bool cg_pairs_parse(const char *text, size_t len, const char *name, cg_pairs *ou
                          (long long)line);
             goto fail;
         }
+        if (tab == start || tab + 1 == start + llen) {
+            cg_set_error("%s:%lld: empty %s (expected \"source<TAB>target\" with text on both "
+                         "sides)", name, (long long)line, tab == start ? "source" : "target");
+            goto fail;
+        }
         *tab = '\0';
         char *tgt = tab + 1;
         int64_t sl = cg_utf8_count(start, (size_t)(tab - start), NULL);
@@ -227,42 +233,10 @@ fail:
 bool cg_pairs_read(const char *path, cg_pairs *out)
 {
     memset(out, 0, sizeof *out);
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        cg_set_error("%s: cannot open: %s", path, strerror(errno));
+    size_t n;
+    char *buf = cg_read_file_once(path, 0, true, &n);
+    if (!buf)
         return false;
-    }
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    if (!buf) {
-        fclose(f);
-        cg_set_error("%s: out of memory", path);
-        return false;
-    }
-    for (;;) {
-        if (n == cap) {
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) {
-                free(buf);
-                fclose(f);
-                cg_set_error("%s: out of memory", path);
-                return false;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-        size_t k = fread(buf + n, 1, cap - n, f);
-        n += k;
-        if (k == 0)
-            break;
-    }
-    bool err = ferror(f);
-    fclose(f);
-    if (err) {
-        free(buf);
-        cg_set_error("%s: read error", path);
-        return false;
-    }
     bool ok = cg_pairs_parse(buf, n, path, out);
     free(buf);
     return ok;
@@ -448,6 +422,68 @@ int64_t *cg_pair_vocab_encode(const cg_pair_vocab *v, const char *s, int64_t *n,
     if (n_unk)
         *n_unk = unk;
     return ids;
+}
+
+/* Characters of s outside v; *first gets the first. Invalid UTF-8 stops
+ * the count (the encoder reports it). */
+static int64_t unknown_in(const cg_pair_vocab *v, const char *s, uint32_t *first)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t len = strlen(s), j = 0;
+    int64_t unk = 0;
+    while (j < len) {
+        uint32_t cp;
+        int k = utf8_seq(p + j, len - j, &cp);
+        if (k == 0)
+            break;
+        j += (size_t)k;
+        if (cg_pair_vocab_id(v, cp) == CG_PAIR_UNK) {
+            if (unk++ == 0 && first)
+                *first = cp;
+        }
+    }
+    return unk;
+}
+
+static void warn_unknown(const char *prog, const char *what, int64_t count, uint32_t first)
+{
+    char c[8] = "";
+    if (first >= 0x20 && first != 0x7F)
+        c[cg_utf8_put(first, c)] = '\0';
+    fprintf(stderr, "%s: warning: %lld character(s) of %s are not in the vocabulary (first "
+            "U+%04X%s%s%s); they are read as <unk>\n", prog, (long long)count, what,
+            (unsigned)first, c[0] ? " '" : "", c, c[0] ? "'" : "");
+}
+
+int64_t cg_pair_vocab_warn_unknown(const cg_pair_vocab *v, const char *s, const char *prog,
+                                   const char *what, int64_t number)
+{
+    uint32_t first = 0;
+    int64_t unk = unknown_in(v, s, &first);
+    if (unk > 0 && prog) {
+        char w[96];
+        snprintf(w, sizeof w, "%s %lld", what, (long long)number);
+        warn_unknown(prog, w, unk, first);
+    }
+    return unk;
+}
+
+int64_t cg_pairs_warn_unknown(const cg_pairs *p, const int64_t *idx, int64_t n,
+                              const cg_pair_vocab *v, const char *prog, const char *what)
+{
+    int64_t unk = 0;
+    uint32_t first = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const cg_pair *q = &p->items[idx ? idx[i] : i];
+        uint32_t f1 = 0, f2 = 0;
+        int64_t a = unknown_in(v, q->src, &f1), b = unknown_in(v, q->tgt, &f2);
+        if (unk == 0 && a + b > 0)
+            first = a ? f1 : f2;
+        unk += a + b;
+    }
+    if (unk > 0 && prog)
+        warn_unknown(prog, what, unk, first);
+    return unk;
 }
 
 char *cg_pair_vocab_decode(const cg_pair_vocab *v, const int64_t *ids, int64_t n)

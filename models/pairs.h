@@ -101,6 +101,16 @@ int64_t cg_pair_vocab_id(const cg_pair_vocab *v, uint32_t cp);
 /* Encode UTF-8 text to ids (malloc'd, *n receives the count), NULL + error
  * on invalid UTF-8. *n_unk (optional) counts unknown characters. */
 int64_t *cg_pair_vocab_encode(const cg_pair_vocab *v, const char *s, int64_t *n, int64_t *n_unk);
+/* Characters outside the vocabulary are read as unk; these count them and,
+ * when prog is not NULL and some are found, print one warning on stderr
+ * ("prog: warning: N character(s) of WHAT are not in the vocabulary (first
+ * U+XXXX 'c'); they are read as <unk>"), as charlm does for its prompt.
+ * Returns the count. _warn_unknown: one text (WHAT NUMBER: "sentence 3");
+ * cg_pairs_warn_unknown: both sides of pairs idx[0..n) (NULL: 0..n). */
+int64_t cg_pair_vocab_warn_unknown(const cg_pair_vocab *v, const char *s, const char *prog,
+                                   const char *what, int64_t number);
+int64_t cg_pairs_warn_unknown(const cg_pairs *p, const int64_t *idx, int64_t n,
+                              const cg_pair_vocab *v, const char *prog, const char *what);
 /* Ids to UTF-8 (malloc'd); ids < 4 (specials) are skipped. */
 char *cg_pair_vocab_decode(const cg_pair_vocab *v, const int64_t *ids, int64_t n);
 

@@ -14,6 +14,7 @@
 #include "models/plot.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <plplot.h>
 #include <pthread.h>
@@ -25,6 +26,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "nn/safetensors.h"
 
 enum { WHITE = 0xFFFFFF, BLACK = 0x000000, TEXT = 0x222222, GRID = 0xE2E2E2, AXIS = 0x555555,
        NAN_GREY = 0xC8C8C8 };
@@ -276,13 +278,18 @@ static bool pl_begin(pl_out *o, const char *who, const char *path, int W, int H,
 static bool write_atomic(const char *who, const char *path, const char *buf, size_t len)
 {
     size_t lp = strlen(path);
-    char *tmp = malloc(lp + 16);
+    char *tmp = malloc(lp + 32);
     if (!tmp) {
         cg_set_error("%s: out of memory", who);
         return false;
     }
-    snprintf(tmp, lp + 16, "%s.tmp.XXXXXX", path);
-    int fd = mkstemp(tmp);
+    /* "<path>.tmp.<pid>.<n>" (n: this process's count, so that threads
+     * drawing the same picture do not share one): a writer killed mid-write
+     * leaves one, removed by the next successful write
+     * (cg_st_remove_stale_temps) */
+    static _Atomic unsigned long seq;
+    snprintf(tmp, lp + 32, "%s.tmp.%ld.%lu", path, (long)getpid(), ++seq);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
         cg_set_error("%s: cannot create a temporary file next to %s: %s", who, path, strerror(errno));
         free(tmp);
@@ -310,7 +317,6 @@ static bool write_atomic(const char *who, const char *path, const char *buf, siz
         free(tmp);
         return false;
     }
-    chmod(tmp, 0644); /* best effort: mkstemp made it 0600 */
     if (rename(tmp, path) != 0) {
         cg_set_error("%s: cannot rename %s to %s: %s", who, tmp, path, strerror(errno));
         unlink(tmp);
@@ -318,6 +324,7 @@ static bool write_atomic(const char *who, const char *path, const char *buf, siz
         return false;
     }
     free(tmp);
+    cg_st_remove_stale_temps(path);
     return true;
 }
 

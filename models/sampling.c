@@ -1,6 +1,7 @@
 /* cgrad zoo: cached incremental decoding and sampling (see sampling.h). */
 #include "models/sampling.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -211,20 +212,27 @@ int64_t cg_sample_logits(const float *logits, int64_t V, const cg_sample_opts *o
         cg_set_error("sample: bad arguments (temperature >= 0, top_k >= 0, 0 < top_p <= 1)");
         return -1;
     }
-    if (o->temperature == 0) { /* greedy */
+    /* greedy: temperature 0, and its limit: a temperature so small that
+     * logits / temperature overflow (1e-40 is not even a normal float) used
+     * to give NaN probabilities and sample the last characters */
+    bool greedy = o->temperature == 0 || !((float)o->temperature >= FLT_MIN);
+    prob_id *pi = greedy ? NULL : malloc((size_t)V * sizeof *pi);
+    if (!greedy && !pi) {
+        cg_set_error("sample: out of memory");
+        return -1;
+    }
+    for (int64_t i = 0; !greedy && i < V; i++) {
+        pi[i] = (prob_id){(double)(logits[i] / (float)o->temperature), i};
+        greedy = !isfinite(pi[i].p) && isfinite(logits[i]);
+    }
+    if (greedy) {
+        free(pi);
         int64_t best = 0;
         for (int64_t i = 1; i < V; i++)
             if (logits[i] > logits[best])
                 best = i;
         return best;
     }
-    prob_id *pi = malloc((size_t)V * sizeof *pi);
-    if (!pi) {
-        cg_set_error("sample: out of memory");
-        return -1;
-    }
-    for (int64_t i = 0; i < V; i++)
-        pi[i] = (prob_id){(double)(logits[i] / (float)o->temperature), i};
     /* sort by logit, descending: top-k keeps every logit >= the k-th largest
      * (ties at the k-th value are kept, as logits.masked_fill(logits < kth)) */
     qsort(pi, (size_t)V, sizeof *pi, cmp_prob_desc);

@@ -22,7 +22,10 @@
 
 #include "autograd/ops.h"
 #include "models/beam.h"
+#include "models/checkpoint.h"
 #include "models/cli.h"
+#include "models/config_json.h"
+#include "models/data.h"
 #include "models/dist.h"
 #include "models/metrics.h"
 #include "models/pairs.h"
@@ -174,10 +177,11 @@ static void ckpt_load(const char *path, ckpt *c)
     c->model = cg_seq2seq_new(&cfg, 0);
     if (!c->model)
         die_lib(path);
-    if (!cg_module_load(CG_MODULE(c->model), c->file, NULL))
+    if (!cg_ckpt_check_tensors(CG_MODULE(c->model), c->file, path) ||
+        !cg_module_load(CG_MODULE(c->model), c->file, NULL))
         die_lib(path);
-    const char *st = cg_st_metadata(c->file, "step");
-    c->step = st ? strtoll(st, NULL, 10) : 0;
+    if (!cg_ckpt_parse_step(c->file, path, &c->step))
+        die_lib(NULL);
 }
 
 static void ckpt_free(ckpt *c)
@@ -538,7 +542,7 @@ static int cmd_train(int argc, char **argv)
         {"--examples", CG_CLI_I64, &o.examples, 0, 1e9, NULL},
     };
     parse_flags(argc, argv, opts, (int)(sizeof opts / sizeof opts[0]), TRAIN_HELP);
-    cg_set_num_threads((int)o.threads);
+    cg_set_num_threads((int)cg_cli_threads(PROG, o.threads));
     o.resume = o.resume_from != NULL;
     if (!o.ckpt)
         o.ckpt = o.resume ? o.resume_from : DEFAULT_CKPT;
@@ -586,6 +590,8 @@ static int cmd_train(int argc, char **argv)
     cg_pair_vocab vocab;
     if (!cg_pair_vocab_build(P, ds.split.train, n_train, &vocab))
         die_lib(o.data);
+    cg_pairs_warn_unknown(P, ds.split.valid, ds.split.n_valid, &vocab, PROG, "the validation pairs");
+    cg_pairs_warn_unknown(P, ds.split.test, ds.split.n_test, &vocab, PROG, "the test pairs");
     for (int64_t i = 0; i < ds.split.n_valid; i++) {
         const cg_pair *q = &P->items[ds.split.valid[i]];
         if (q->src_len + 1 > o.max_len || q->tgt_len + 1 > o.max_len)
@@ -682,9 +688,8 @@ static int cmd_train(int argc, char **argv)
                 die("%s: bad loss history", o.resume_from);
             free(hs);
         }
-        if (epoch < 0 || pos < 0 || pos > batches.n_batches)
-            die("%s: bad trainer position (epoch %lld, batch %lld)", o.resume_from, (long long)epoch,
-                (long long)pos);
+        if (!cg_train_position_check(epoch, pos, batches.n_batches, step, o.resume_from))
+            die_lib(NULL);
         /* replay the batch order of the epochs so far */
         for (int64_t e = 0; e < epoch; e++)
             cg_mt_permutation(&order, batches.n_batches, perm);
@@ -856,10 +861,11 @@ static int cmd_train(int argc, char **argv)
         fprintf(stderr, PROG ": stopped at step %lld; checkpoint saved to '%s' (continue with "
                         "--resume %s)\n",
                 (long long)step, o.ckpt, o.ckpt);
-        printf("{\"step\": %lld, \"interrupted\": true, \"elapsed_s\": %.1f, "
-               "\"tokens_per_s\": %.0f, \"checkpoint\": \"%s\"}\n",
-               (long long)step, elapsed,
-               elapsed > 0 && step > start_step ? tok_total / elapsed : 0.0, o.ckpt);
+        printf("{\"step\": %lld, \"interrupted\": true, \"elapsed_s\": %s, "
+               "\"tokens_per_s\": %s, \"checkpoint\": %s}\n",
+               (long long)step, CG_JSON_NUM("%.1f", elapsed),
+               CG_JSON_NUM("%.0f", elapsed > 0 && step > start_step ? tok_total / elapsed : 0.0),
+               CG_JSON_STR(o.ckpt));
         goto cleanup;
     }
     cg_progress_end();
@@ -1008,7 +1014,7 @@ static int cmd_translate(int argc, char **argv)
         die("out of memory");
     split_args(argc, argv, opts, 4, flags, &nf, pos, &np);
     parse_flags(nf, flags, opts, 4, TRANSLATE_HELP);
-    cg_set_num_threads((int)threads);
+    cg_set_num_threads((int)cg_cli_threads(PROG, threads));
     ckpt c;
     ckpt_load(ck, &c);
 
@@ -1026,7 +1032,7 @@ static int cmd_translate(int argc, char **argv)
         char *line = NULL;
         size_t lcap = 0;
         ssize_t k;
-        while ((k = getline(&line, &lcap, stdin)) >= 0) {
+        while ((k = (ssize_t)cg_read_line(&line, &lcap, stdin, "stdin", CG_LINE_MAX)) >= 0) {
             while (k > 0 && (line[k - 1] == '\n' || line[k - 1] == '\r'))
                 line[--k] = '\0';
             if (n == cap) {
@@ -1040,11 +1046,14 @@ static int cmd_translate(int argc, char **argv)
                 die("out of memory");
         }
         free(line);
+        if (k == -2)
+            die_lib(NULL);
     }
     for (int64_t i = 0; i < n; i++) {
         size_t bad;
         if (cg_utf8_count(texts[i], strlen(texts[i]), &bad) < 0)
             die("sentence %lld is not valid UTF-8 (byte %zu)", (long long)i + 1, bad + 1);
+        cg_pair_vocab_warn_unknown(&c.vocab, texts[i], PROG, "sentence", i + 1);
     }
     sources s;
     sources_encode(&c.vocab, (const char *const *)texts, n, c.model->cfg.max_len, &s);
@@ -1090,7 +1099,7 @@ static int cmd_eval(int argc, char **argv)
         {"--threads", CG_CLI_I64, &threads, 1, 1024, NULL},
     };
     parse_flags(argc, argv, opts, (int)(sizeof opts / sizeof opts[0]), EVAL_HELP);
-    cg_set_num_threads((int)threads);
+    cg_set_num_threads((int)cg_cli_threads(PROG, threads));
     ckpt c;
     ckpt_load(ck, &c);
     int64_t n_valid = 500, n_test = 1000;
@@ -1110,6 +1119,7 @@ static int cmd_eval(int argc, char **argv)
     dataset ds = {0};
     dataset_load(data, n_valid, n_test, &ds);
     int64_t nt = limit > 0 && limit < ds.split.n_test ? limit : ds.split.n_test;
+    cg_pairs_warn_unknown(&ds.pairs, ds.split.test, nt, &c.vocab, PROG, "the test pairs");
     const char **srcs = malloc((size_t)nt * sizeof *srcs);
     const char **refs = malloc((size_t)nt * sizeof *refs);
     if (!srcs || !refs)
@@ -1127,9 +1137,10 @@ static int cmd_eval(int argc, char **argv)
     double chrf = cg_chrf((int)nt, (const char *const *)hyps, refs);
     if (bleu < 0 || chrf < 0)
         die_lib("metrics");
-    printf("{\"bleu\": %.2f, \"chrf\": %.2f, \"beam\": %lld, \"test_pairs\": %lld, "
-           "\"decode_s\": %.1f, \"step\": %lld}\n",
-           bleu, chrf, (long long)beam, (long long)nt, dt, (long long)c.step);
+    printf("{\"bleu\": %s, \"chrf\": %s, \"beam\": %lld, \"test_pairs\": %lld, "
+           "\"decode_s\": %s, \"step\": %lld}\n",
+           CG_JSON_NUM("%.2f", bleu), CG_JSON_NUM("%.2f", chrf), (long long)beam, (long long)nt,
+           CG_JSON_NUM("%.1f", dt), (long long)c.step);
     strings_free(hyps, nt);
     sources_free(&s);
     free(srcs);
@@ -1226,7 +1237,7 @@ static int cmd_attention(int argc, char **argv)
     parse_flags(argc, argv, opts, (int)(sizeof opts / sizeof opts[0]), ATTENTION_HELP);
     if (!text)
         die("attention needs --text (try --help)");
-    cg_set_num_threads((int)threads);
+    cg_set_num_threads((int)cg_cli_threads(PROG, threads));
     ckpt c;
     ckpt_load(ck, &c);
     cg_seq2seq *m = c.model;

@@ -210,6 +210,16 @@ char *cg_history_to_json(const cg_history *h)
     return out;
 }
 
+/* Arrays are walked with child/next: cJSON_GetArrayItem in a loop is
+ * quadratic (a 100,000-point history took minutes). */
+static int json_array_len(const cJSON *a)
+{
+    int n = 0;
+    for (const cJSON *x = a ? a->child : NULL; x; x = x->next)
+        n++;
+    return n;
+}
+
 static bool dense_from_json(const cJSON *o, cg_history *h)
 {
     const cJSON *e = cJSON_GetObjectItemCaseSensitive(o, "dense_every");
@@ -220,15 +230,13 @@ static bool dense_from_json(const cJSON *o, cg_history *h)
         return true; /* written before the dense series existed */
     if (!cJSON_IsNumber(e) || !(e->valuedouble >= 1 && e->valuedouble <= 1e15) ||
         e->valuedouble != floor(e->valuedouble) || !cJSON_IsArray(s) || !cJSON_IsArray(l) ||
-        cJSON_GetArraySize(s) != cJSON_GetArraySize(l) ||
-        cJSON_GetArraySize(s) >= CG_HISTORY_DENSE_MAX || !cJSON_IsObject(acc))
+        json_array_len(s) != json_array_len(l) ||
+        json_array_len(s) >= CG_HISTORY_DENSE_MAX || !cJSON_IsObject(acc))
         return false;
     h->every = (int64_t)e->valuedouble;
-    for (int i = 0; i < cJSON_GetArraySize(s); i++) {
-        const cJSON *a = cJSON_GetArrayItem(s, i);
+    for (const cJSON *a = s->child, *b = l->child; a && b; a = a->next, b = b->next) {
         double y;
-        if (!cJSON_IsNumber(a) || !json_loss(cJSON_GetArrayItem(l, i), &y) ||
-            !dense_append(h, a->valuedouble, y))
+        if (!cJSON_IsNumber(a) || !json_loss(b, &y) || !dense_append(h, a->valuedouble, y))
             return false;
     }
     const cJSON *al = cJSON_GetObjectItemCaseSensitive(acc, "loss");
@@ -252,15 +260,16 @@ bool cg_history_from_json(const char *json, cg_history *h)
     cJSON *s = cJSON_GetObjectItemCaseSensitive(o, "step");
     cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "train");
     cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "val");
+    int n = json_array_len(s);
     bool ok = cJSON_IsArray(s) && cJSON_IsArray(t) && cJSON_IsArray(v) &&
-              cJSON_GetArraySize(s) == cJSON_GetArraySize(t) &&
-              cJSON_GetArraySize(s) == cJSON_GetArraySize(v);
-    for (int i = 0; ok && i < cJSON_GetArraySize(s); i++) {
-        cJSON *a = cJSON_GetArrayItem(s, i);
-        double b, c;
-        ok = cJSON_IsNumber(a) && json_loss(cJSON_GetArrayItem(t, i), &b) &&
-             json_loss(cJSON_GetArrayItem(v, i), &c) &&
-             cg_history_push(h, (int64_t)a->valuedouble, b, c);
+              n == json_array_len(t) && n == json_array_len(v);
+    for (const cJSON *a = ok ? s->child : NULL, *b = ok ? t->child : NULL,
+                     *c = ok ? v->child : NULL;
+         ok && a && b && c;
+         a = a->next, b = b->next, c = c->next) {
+        double tb, vc;
+        ok = cJSON_IsNumber(a) && fabs(a->valuedouble) <= 9e15 && json_loss(b, &tb) &&
+             json_loss(c, &vc) && cg_history_push(h, (int64_t)a->valuedouble, tb, vc);
     }
     ok = ok && dense_from_json(o, h);
     cJSON_Delete(o);
@@ -305,6 +314,21 @@ bool cg_history_plot(const cg_history *h, const char *path, const char *title)
     bool ok = cg_plot_loss_curve(path, title, 2, s);
     free(x);
     free(y);
+    return ok;
+}
+
+bool cg_train_position_check(int64_t epoch, int64_t pos, int64_t n_batches, int64_t step,
+                             const char *path)
+{
+    bool ok = n_batches >= 1 && step >= 0 && epoch >= 0 && pos >= 0 && pos <= n_batches;
+    if (ok && epoch == 0)
+        ok = pos == n_batches && step == 0;
+    else if (ok)
+        ok = epoch - 1 <= step / n_batches && (epoch - 1) * n_batches + pos == step;
+    if (!ok)
+        cg_set_error("%s: bad trainer position (epoch %lld, batch %lld of %lld) for step %lld; "
+                     "corrupt checkpoint?", path, (long long)epoch, (long long)pos,
+                     (long long)n_batches, (long long)step);
     return ok;
 }
 

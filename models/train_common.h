@@ -71,6 +71,17 @@ bool cg_history_from_json(const char *json, cg_history *h);
  * began without it) and the validation loss as a line with markers. */
 bool cg_history_plot(const cg_history *h, const char *path, const char *title);
 
+/* The position of an epoch-based batch order (seq2seq) read back from a
+ * checkpoint: `epoch` shuffles drawn so far, `pos` batches of the current
+ * order consumed, n_batches per epoch, `step` steps done (one batch each).
+ * Valid: epoch 0 with pos == n_batches at step 0 (no order drawn yet), or
+ * epoch >= 1, 0 <= pos <= n_batches and (epoch-1)*n_batches + pos == step.
+ * Anything else is refused (false + error naming path), so a resume never
+ * indexes an order that was never drawn and replays at most `step`
+ * batches' worth of shuffles. */
+bool cg_train_position_check(int64_t epoch, int64_t pos, int64_t n_batches, int64_t step,
+                             const char *path);
+
 /* "<path without .safetensors>.loss.png" (malloc'd). */
 char *cg_loss_png_path(const char *ckpt_path);
 /* Create the parent directory of path if it is missing (one level). */

@@ -82,12 +82,6 @@ int cg_utf8_put(uint32_t c, char *buf)
     return 4;
 }
 
-static int cmp_u32(const void *a, const void *b)
-{
-    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-    return (x > y) - (x < y);
-}
-
 static cg_vocab *vocab_from_sorted(uint32_t *chars, int64_t n)
 {
     cg_vocab *v = malloc(sizeof *v);
@@ -111,30 +105,48 @@ cg_vocab *cg_vocab_from_codepoints(const uint32_t *cps, int64_t n)
         cg_set_error("cannot build a vocabulary from an empty text");
         return NULL;
     }
-    uint32_t *tmp = malloc((size_t)n * sizeof *tmp);
-    if (!tmp) {
+    /* the set of code points as a bitmap (0x110000 bits, 136 KiB): no copy
+     * or sort of the text, whose code points may be hundreds of MB */
+    uint8_t *seen = calloc(0x110000 / 8, 1);
+    if (!seen) {
         cg_set_error("out of memory");
         return NULL;
     }
-    memcpy(tmp, cps, (size_t)n * sizeof *tmp);
-    qsort(tmp, (size_t)n, sizeof *tmp, cmp_u32);
-    if (tmp[0] == 0) {
-        /* the checkpoint form (a JSON string through cJSON) ends at a NUL:
-         * such a vocabulary would be saved truncated and never load again */
-        int64_t at = 0;
-        while (cps[at] != 0)
-            at++;
-        free(tmp);
-        cg_set_error("the text has a NUL character (U+0000) at character %lld, which a "
-                     "vocabulary cannot hold (is it a binary file?)", (long long)at);
+    int64_t k = 0;
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t c = cps[i];
+        if (c == 0) {
+            /* the checkpoint form (a JSON string through cJSON) ends at a
+             * NUL: such a vocabulary would be saved truncated and never
+             * load again */
+            free(seen);
+            cg_set_error("the text has a NUL character (U+0000) at character %lld, which a "
+                         "vocabulary cannot hold (is it a binary file?)", (long long)i);
+            return NULL;
+        }
+        if (c >= 0x110000) {
+            free(seen);
+            cg_set_error("character %lld (0x%X) is not a Unicode code point", (long long)i,
+                         (unsigned)c);
+            return NULL;
+        }
+        if (!(seen[c >> 3] & (1u << (c & 7)))) {
+            seen[c >> 3] |= (uint8_t)(1u << (c & 7));
+            k++;
+        }
+    }
+    uint32_t *chars = malloc((size_t)k * sizeof *chars);
+    if (!chars) {
+        free(seen);
+        cg_set_error("out of memory");
         return NULL;
     }
-    int64_t k = 0;
-    for (int64_t i = 0; i < n; i++)
-        if (k == 0 || tmp[i] != tmp[k - 1])
-            tmp[k++] = tmp[i];
-    uint32_t *chars = realloc(tmp, (size_t)k * sizeof *chars);
-    return vocab_from_sorted(chars ? chars : tmp, k);
+    int64_t j = 0;
+    for (uint32_t c = 1; c < 0x110000; c++)
+        if (seen[c >> 3] & (1u << (c & 7)))
+            chars[j++] = c;
+    free(seen);
+    return vocab_from_sorted(chars, k);
 }
 
 cg_vocab *cg_vocab_from_json(const char *json)
@@ -209,21 +221,46 @@ int64_t cg_vocab_id(const cg_vocab *v, uint32_t c)
     return -1;
 }
 
-int64_t cg_vocab_encode(const cg_vocab *v, const uint32_t *cps, int64_t n, int64_t *ids,
-                        uint32_t *first_unknown)
+/* One encoder for both id widths (exactly one of ids64, ids32 is set).
+ * ids32 may alias cps: each id is written after its code point is read. */
+static int64_t encode(const cg_vocab *v, const uint32_t *cps, int64_t n, int64_t *ids64,
+                      int32_t *ids32, uint32_t *first_unknown)
 {
-    int64_t unknown = 0;
+    int64_t unknown = 0, last_id = -1;
+    uint32_t last_cp = 0;
+    bool have_last = false;
     for (int64_t i = 0; i < n; i++) {
-        int64_t id = cg_vocab_id(v, cps[i]);
+        uint32_t cp = cps[i];
+        if (!have_last || cp != last_cp) { /* runs of one character are common */
+            last_cp = cp;
+            last_id = cg_vocab_id(v, cp);
+            have_last = true;
+        }
+        int64_t id = last_id;
         if (id < 0) {
             if (unknown == 0 && first_unknown)
-                *first_unknown = cps[i];
+                *first_unknown = cp;
             unknown++;
             id = v->unk;
         }
-        ids[i] = id;
+        if (ids64)
+            ids64[i] = id;
+        else
+            ids32[i] = (int32_t)id;
     }
     return unknown;
+}
+
+int64_t cg_vocab_encode(const cg_vocab *v, const uint32_t *cps, int64_t n, int64_t *ids,
+                        uint32_t *first_unknown)
+{
+    return encode(v, cps, n, ids, NULL, first_unknown);
+}
+
+int64_t cg_vocab_encode32(const cg_vocab *v, const uint32_t *cps, int64_t n, int32_t *ids,
+                          uint32_t *first_unknown)
+{
+    return encode(v, cps, n, NULL, ids, first_unknown);
 }
 
 char *cg_vocab_decode(const cg_vocab *v, const int64_t *ids, int64_t n)

@@ -56,6 +56,9 @@ int64_t cg_vocab_id(const cg_vocab *v, uint32_t c);
  * unknown characters; *first_unknown (may be NULL) receives the first one. */
 int64_t cg_vocab_encode(const cg_vocab *v, const uint32_t *cps, int64_t n, int64_t *ids,
                         uint32_t *first_unknown);
+/* The same into 32-bit ids; ids may be cps itself (encoding in place). */
+int64_t cg_vocab_encode32(const cg_vocab *v, const uint32_t *cps, int64_t n, int32_t *ids,
+                          uint32_t *first_unknown);
 /* UTF-8 text of n ids (malloc'd, NUL-terminated) or NULL + error on an id
  * out of range. */
 char *cg_vocab_decode(const cg_vocab *v, const int64_t *ids, int64_t n);

@@ -1016,10 +1016,19 @@ static char *dir_of(const char *path) {
     return d;
 }
 
-/* Remove "<path>.tmp.<pid>" files left by writers that died mid-save
+/* Remove "<path>.tmp.<pid>" (or "<path>.tmp.<pid>.<n>") files left by writers that died mid-save
  * (SIGKILL, power loss): those whose process no longer exists. A file of a
  * live process (another writer of the same path) is left alone. Best
  * effort: failures are ignored. */
+static void remove_stale_temps(const char *path, const char *dir);
+
+void cg_st_remove_stale_temps(const char *path) {
+    char *dir = dir_of(path);
+    if (!dir) return;
+    remove_stale_temps(path, dir);
+    free(dir);
+}
+
 static void remove_stale_temps(const char *path, const char *dir) {
     const char *slash = strrchr(path, '/');
     const char *base = slash ? slash + 1 : path;
@@ -1034,6 +1043,11 @@ static void remove_stale_temps(const char *path, const char *dir) {
         char *end;
         errno = 0;
         long pid = strtol(digits, &end, 10);
+        if (*end == '.') { /* "<pid>.<n>": one of several temporaries of a process */
+            const char *q = end + 1;
+            while (*q >= '0' && *q <= '9') q++;
+            if (q > end + 1 && *q == '\0') end = (char *)q;
+        }
         if (*digits < '1' || *digits > '9' || *end != '\0' || errno || pid <= 0 ||
             pid == (long)getpid())
             continue;

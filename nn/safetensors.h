@@ -132,6 +132,11 @@ bool cg_st_add_u8(cg_st_writer *w, const char *name, int64_t n, const void *data
 /* Set (or replace) a metadata entry; key and value are copied (valid UTF-8). */
 bool cg_st_set_metadata(cg_st_writer *w, const char *key, const char *value);
 
+/* Remove "<path>.tmp.<pid>" and "<path>.tmp.<pid>.<n>" files of writers that no longer run (killed
+ * mid-save); cg_st_writer_save does it after each save. Best effort. Any
+ * writer of temporary files named so may use it (the loss curve does). */
+void cg_st_remove_stale_temps(const char *path);
+
 /* Write everything to path atomically (see the top of this file). The writer
  * is not consumed: it can be saved again. False + error on failure. */
 bool cg_st_writer_save(cg_st_writer *w, const char *path);

@@ -3,7 +3,7 @@
 # Run as root (or with sudo available). Safe to run again.
 set -euo pipefail
 pkgs=(build-essential meson ninja-build pkg-config libblis-serial-dev check libcjson-dev libpng-dev
-      libopenmpi-dev openmpi-bin libplplot-dev plplot-driver-cairo fonts-dejavu-core
+      libxxhash-dev libopenmpi-dev openmpi-bin libplplot-dev plplot-driver-cairo fonts-dejavu-core
       libsentencepiece-dev)
 # CG_FUZZ=1 (set by .ci/run): also clang and its libFuzzer runtime for scripts/fuzz.sh
 [ "${CG_FUZZ:-0}" = 1 ] && pkgs+=(clang libclang-rt-14-dev)

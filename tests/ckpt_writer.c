@@ -20,6 +20,10 @@
  *                                   name the first difference and exit 1
  *   ckpt_writer poison PATH NAME    rewrite PATH (atomically) with element 0
  *                                   of F32 tensor NAME set to NaN
+ *   ckpt_writer setmeta PATH KEY VALUE   rewrite PATH with metadata KEY = VALUE
+ *   ckpt_writer getmeta PATH KEY         print metadata KEY (exit 1 if absent)
+ *   ckpt_writer addtensor PATH NAME      rewrite PATH with an extra [2] F32
+ *                                   tensor NAME
  *   ckpt_writer check PATH          print A, B or none (no file); exit 1 with
  *                                   a message if the file does not load or is
  *                                   not exactly A or B (a mixture, a
@@ -261,15 +265,21 @@ static int same(const char *a, const char *b)
     return rc;
 }
 
-static int poison(const char *path, const char *target)
+/* Rewrite path with one change: poison (target: an F32 tensor), setmeta
+ * (metadata target = value) or addtensor (a [2] F32 tensor named target). */
+static int rewrite(const char *path, const char *mode, const char *target, const char *value)
 {
     cg_st_file *f = cg_st_open(path);
     cg_st_writer *w = cg_st_writer_new();
-    bool ok = f && w, found = false;
+    bool ok = f && w, found = strcmp(mode, "poison") != 0;
     for (int i = 0; ok && i < cg_st_metadata_count(f); i++) {
         const char *k = cg_st_metadata_key(f, i);
         ok = cg_st_set_metadata(w, k, cg_st_metadata(f, k));
     }
+    if (ok && strcmp(mode, "setmeta") == 0)
+        ok = cg_st_set_metadata(w, target, value);
+    if (ok && strcmp(mode, "addtensor") == 0)
+        ok = cg_st_add_f32_raw(w, target, 1, (int64_t[]){2}, (float[]){1.0f, 2.0f});
     for (int i = 0; ok && i < cg_st_count(f); i++) {
         const char *name = cg_st_name(f, i);
         cg_st_dtype dt;
@@ -278,7 +288,7 @@ static int poison(const char *path, const char *target)
         ok = cg_st_info(f, name, &dt, &nd, shape);
         if (ok && dt == CG_ST_F32) {
             cg_tensor *t = cg_st_get_f32(f, name);
-            if (t && strcmp(name, target) == 0 && cg_numel(t) > 0) {
+            if (t && !found && strcmp(name, target) == 0 && cg_numel(t) > 0) {
                 cg_data(t)[0] = NAN;
                 found = true;
             }
@@ -310,7 +320,19 @@ int main(int argc, char **argv)
     if (argc >= 4 && strcmp(argv[1], "same") == 0)
         return same(argv[2], argv[3]);
     if (argc >= 4 && strcmp(argv[1], "poison") == 0)
-        return poison(argv[2], argv[3]);
+        return rewrite(argv[2], "poison", argv[3], NULL);
+    if (argc >= 5 && strcmp(argv[1], "setmeta") == 0)
+        return rewrite(argv[2], "setmeta", argv[3], argv[4]);
+    if (argc >= 4 && strcmp(argv[1], "addtensor") == 0)
+        return rewrite(argv[2], "addtensor", argv[3], NULL);
+    if (argc >= 4 && strcmp(argv[1], "getmeta") == 0) {
+        cg_st_file *f = cg_st_open(argv[2]);
+        const char *v = f ? cg_st_metadata(f, argv[3]) : NULL;
+        if (v)
+            puts(v);
+        cg_st_close(f);
+        return v ? 0 : 1;
+    }
     if (argc >= 3 && strcmp(argv[1], "check") == 0)
         return check(argv[2]);
     bool tort = argc >= 4 && strcmp(argv[1], "torture") == 0;

@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# Damaged checkpoints and hostile inputs (issue 16; meson suite 'reliability').
+# Each case must end with exit status 1 and one clear message, within a time
+# limit (no crash, no hang, no silent success).
+#   test_damaged_inputs.sh CHARLM SEQ2SEQ CKPT_WRITER BENCH
+set -uo pipefail
+charlm=$1
+seq2seq=$2
+tool=$3
+bench=$4
+dir=$(mktemp -d "${TMPDIR:-/tmp}/cg_damaged.XXXXXX")
+trap 'rm -rf "$dir"' EXIT
+cd "$dir" || exit 1
+failures=0
+fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+# refused NAME PATTERN CMD...: CMD exits 1 within 60 s and its stderr matches PATTERN
+refused() {
+  local name=$1 pat=$2
+  shift 2
+  local rc=0
+  timeout 60 "$@" >out.txt 2>err.txt || rc=$?
+  if [ "$rc" -ne 1 ]; then
+    fail "$name: exit status $rc (expected 1): $(tail -c 300 err.txt)"
+  elif ! grep -q -- "$pat" err.txt; then
+    fail "$name: message does not match '$pat': $(tail -c 300 err.txt)"
+  else
+    echo "ok: $name: $(tail -1 err.txt)"
+  fi
+}
+# edit_train FILE SED: rewrite the "train" metadata of FILE with sed
+edit_train() {
+  local j
+  j=$("$tool" getmeta "$1" train) || { fail "no train metadata in $1"; return; }
+  "$tool" setmeta "$1" train "$(printf '%s' "$j" | sed -e "$2")" || fail "cannot edit $1"
+}
+
+for ((i = 0; i < 60; i++)); do printf 'the cat %d sat\tdie katze %d sass\n' $i $i; done >p.tsv
+s2s=(--data p.tsv --steps 6 --valid-size 5 --test-size 5 --test-limit 0 --max-tokens 200
+     --threads 1 --eval-every 100)
+"$seq2seq" train "${s2s[@]}" --stop-at 3 --out s.st >/dev/null 2>s.log ||
+  { echo "seq2seq training failed: $(tail -1 s.log)" >&2; exit 1; }
+
+# seq2seq: "epoch": 0 with a pos below the batch count (was a SEGV)
+cp s.st e0.st && edit_train e0.st 's/"epoch":1,/"epoch":0,/'
+refused "seq2seq epoch 0" "bad trainer position" "$seq2seq" train --resume e0.st --threads 1
+# seq2seq: "epoch": 1e15 (was 10^15 shuffles)
+cp s.st e15.st && edit_train e15.st 's/"epoch":1,/"epoch":1e15,/'
+refused "seq2seq epoch 1e15" "bad trainer position" "$seq2seq" train --resume e15.st --threads 1
+# seq2seq: an unknown extra tensor, on resume and on translate
+cp s.st extra.st && "$tool" addtensor extra.st encoder.layers.7.ff.fc1.weight
+refused "seq2seq extra tensor (resume)" "not a parameter" "$seq2seq" train --resume extra.st --threads 1
+refused "seq2seq extra tensor (translate)" "not a parameter" "$seq2seq" translate --ckpt extra.st hello
+# seq2seq: config says 0 layers while the file holds them
+cp s.st l0.st
+cfg=$("$tool" getmeta l0.st config | sed -e 's/"enc_layers": [0-9]*/"enc_layers": 0/' -e 's/"dec_layers": [0-9]*/"dec_layers": 0/')
+"$tool" setmeta l0.st config "$cfg"
+refused "seq2seq 0 layers" "not a parameter" "$seq2seq" translate --ckpt l0.st hello
+
+# charlm: the same two model damages
+words=(the a whale sea ship captain ahab white call me ishmael some years ago)
+for ((i = 0; i < 300; i++)); do printf '%s ' "${words[$(((i * 7 + i / 3) % ${#words[@]}))]}"; done >tiny.txt
+lm=(--data tiny.txt --d 16 --H 2 --layers 1 --d-ff 32 --T 16 --batch-size 4 --threads 1 --eval-every 10)
+"$charlm" train "${lm[@]}" --steps 4 --out c.st >/dev/null 2>c.log ||
+  { echo "charlm training failed: $(tail -1 c.log)" >&2; exit 1; }
+cp c.st cextra.st && "$tool" addtensor cextra.st blocks.3.ln1.weight
+refused "charlm extra tensor (sample)" "not a parameter" "$charlm" sample --ckpt cextra.st --length 5
+refused "charlm extra tensor (resume)" "not a parameter" "$charlm" train --resume cextra.st --steps 8 --threads 1
+cp c.st cl0.st
+cfg=$("$tool" getmeta cl0.st config | sed -e 's/"layers": [0-9]*/"layers": 0/')
+"$tool" setmeta cl0.st config "$cfg"
+refused "charlm 0 layers" "not a parameter" "$charlm" sample --ckpt cl0.st --length 5
+
+# --temperature 1e-40 is greedy decoding (it sampled the last characters)
+"$charlm" sample --ckpt c.st --prompt "the " --length 40 --temperature 0 >g0.txt 2>/dev/null
+"$charlm" sample --ckpt c.st --prompt "the " --length 40 --temperature 1e-40 >g1.txt 2>/dev/null
+[ -s g0.txt ] && cmp -s g0.txt g1.txt && echo "ok: --temperature 1e-40 == greedy" ||
+  fail "--temperature 1e-40 differs from greedy: '$(head -c 60 g1.txt)' vs '$(head -c 60 g0.txt)'"
+# every JSON line parses: NaN is null (charlm eval of a model that gives NaN,
+# bench with fewer than 10 steps printed "rss_mb_step10": nan)
+json_ok() { # NAME FILE: the last line of FILE is valid JSON
+  if python3 -c 'import json,sys; json.loads(open(sys.argv[1]).read().splitlines()[-1])' "$2" 2>/dev/null; then
+    echo "ok: $1: $(tail -1 "$2")"
+  else
+    fail "$1: not valid JSON: $(tail -1 "$2" 2>/dev/null)"
+  fi
+}
+cp c.st nan.st && "$tool" poison nan.st ln_f.weight
+"$charlm" eval --ckpt nan.st --data tiny.txt >eval.json 2>/dev/null
+json_ok "charlm eval of a NaN model" eval.json
+grep -q '"val_loss": null' eval.json || fail "charlm eval: val_loss is not null: $(cat eval.json)"
+"$bench" --model charlm --preset tiny --steps 3 --warmup 1 --threads 1 >bench.json 2>/dev/null
+json_ok "bench --steps 3" bench.json
+# hostile data: /dev/zero (was read until memory ran out), a directory, a
+# pair file of empty sides (trained, then every save failed)
+refused "charlm --data /dev/zero" "NUL byte at offset 0" "$charlm" train "${lm[@]}" --data /dev/zero --steps 2 --out z.st
+refused "seq2seq --data /dev/zero" "NUL byte at offset 0" "$seq2seq" train "${s2s[@]}" --data /dev/zero --out z2.st
+refused "charlm --data DIR" "is a directory" "$charlm" train "${lm[@]}" --data . --steps 2 --out z.st
+for ((i = 0; i < 60; i++)); do printf '\t\n'; done >empty.tsv
+refused "seq2seq empty sides" "empty source" "$seq2seq" train "${s2s[@]}" --data empty.tsv --out e.st
+[ ! -e e.st ] || fail "seq2seq empty sides: a checkpoint was written"
+# seq2seq warns about characters outside its vocabulary (it mapped them silently)
+timeout 60 "$seq2seq" translate --ckpt s.st $'the c\xc3\xb6t' >/dev/null 2>err.txt
+grep -q "1 character(s) of sentence 1 are not in the vocabulary (first U+00F6" err.txt &&
+  echo "ok: seq2seq unknown characters: $(tail -1 err.txt)" ||
+  fail "seq2seq unknown characters: no warning: $(tail -c 300 err.txt)"
+# translate: read errors are errors, not the end of input
+refused "translate < DIR" "read error" sh -c '"$1" translate --ckpt s.st < .' sh "$seq2seq"
+refused "translate < /dev/zero" "NUL byte" sh -c '"$1" translate --ckpt s.st < /dev/zero' sh "$seq2seq"
+# a corpus above the input limit (CG_MAX_INPUT_MB)
+head -c 2000000 /dev/zero | tr '\0' 'a' >big.txt
+refused "charlm input limit" "larger than 1.0 MB" env CG_MAX_INPUT_MB=1 "$charlm" train "${lm[@]}" --data big.txt --steps 2 --out z.st
+
+[ "$failures" -eq 0 ] || { echo "$failures case(s) failed" >&2; exit 1; }
+echo "all damaged inputs refused"

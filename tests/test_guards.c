@@ -1,0 +1,507 @@
+/* Guards against damaged and hostile inputs (issue 16): range-checked
+ * trainer state, linear-time JSON arrays, bounded data loading, output
+ * checks and the lock, valid JSON numbers, sampling at tiny temperatures. */
+#include <check.h>
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "models/cli.h"
+#include "models/config_json.h"
+#include "models/data.h"
+#include "models/outfile.h"
+#include "models/pairs.h"
+#include "models/sampling.h"
+#include "models/train_common.h"
+#include "testutil.h"
+
+START_TEST(test_state_fields)
+{
+    int64_t epoch = -1, steps = -1;
+    double lr = 0;
+    uint64_t seed = 0;
+    const char *data = NULL;
+    const cg_json_field f[] = {
+        {"epoch", CG_JF_I64, &epoch, 0, 1e9, false},
+        {"steps", CG_JF_I64, &steps, 1, 1e9, true},
+        {"lr", CG_JF_F64, &lr, 0, 10, false},
+        {"seed", CG_JF_U64STR, &seed, 0, 0, false},
+        {"data", CG_JF_STR, &data, 0, 0, false},
+    };
+    cJSON *o = cJSON_Parse("{\"epoch\": 3, \"lr\": 0.5, \"seed\": \"18446744073709551615\", "
+                           "\"data\": \"x.txt\"}");
+    ck_assert(cg_json_read_fields(o, "state", f, 5));
+    ck_assert_int_eq(epoch, 3);
+    ck_assert_int_eq(steps, -1); /* optional, absent: unchanged */
+    ck_assert(lr == 0.5);
+    ck_assert(seed == UINT64_MAX);
+    ck_assert_str_eq(data, "x.txt");
+    cJSON_Delete(o);
+    const char *bad[][2] = {
+        {"{\"epoch\": 1e15, \"lr\": 1, \"seed\": \"1\", \"data\": \"x\"}", "\"epoch\" is 1000000000000000"},
+        {"{\"epoch\": 1.5, \"lr\": 1, \"seed\": \"1\", \"data\": \"x\"}", "integer"},
+        {"{\"epoch\": -1, \"lr\": 1, \"seed\": \"1\", \"data\": \"x\"}", "outside"},
+        {"{\"lr\": 1, \"seed\": \"1\", \"data\": \"x\"}", "\"epoch\" is missing"},
+        {"{\"epoch\": 1, \"lr\": 11, \"seed\": \"1\", \"data\": \"x\"}", "\"lr\""},
+        {"{\"epoch\": 1, \"lr\": 1, \"seed\": \"-1\", \"data\": \"x\"}", "\"seed\""},
+        {"{\"epoch\": 1, \"lr\": 1, \"seed\": \"99999999999999999999\", \"data\": \"x\"}", "64-bit"},
+        {"{\"epoch\": 1, \"lr\": 1, \"seed\": 5, \"data\": \"x\"}", "\"seed\""},
+        {"{\"epoch\": 1, \"lr\": 1, \"seed\": \"1\", \"data\": 3}", "\"data\" must be a string"},
+        {"[1]", "not a JSON object"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cJSON *b = cJSON_Parse(bad[i][0]);
+        cg_clear_error();
+        ck_assert_msg(!cg_json_read_fields(b, "state", f, 5), "accepted %s", bad[i][0]);
+        ck_assert_msg(strstr(cg_last_error(), bad[i][1]), "%s: %s", bad[i][0], cg_last_error());
+        cJSON_Delete(b);
+    }
+    double r[4];
+    int n;
+    o = cJSON_Parse("{\"recent\": [1, 2.5, 3], \"bad\": [1, null], \"many\": [1,2,3,4,5]}");
+    ck_assert(cg_json_f64_array(o, "state", "recent", r, 4, &n));
+    ck_assert_int_eq(n, 3);
+    ck_assert(r[1] == 2.5);
+    ck_assert(cg_json_f64_array(o, "state", "absent", r, 4, &n) && n == 0);
+    ck_assert(!cg_json_f64_array(o, "state", "bad", r, 4, &n));
+    ck_assert(!cg_json_f64_array(o, "state", "many", r, 4, &n));
+    cJSON_Delete(o);
+}
+END_TEST
+
+START_TEST(test_position_check)
+{
+    /* 9 batches per epoch */
+    ck_assert(cg_train_position_check(0, 9, 9, 0, "x"));  /* nothing drawn yet */
+    ck_assert(cg_train_position_check(1, 3, 9, 3, "x"));
+    ck_assert(cg_train_position_check(1, 9, 9, 9, "x"));
+    ck_assert(cg_train_position_check(3, 0, 9, 18, "x"));
+    ck_assert(cg_train_position_check(3, 5, 9, 23, "x"));
+    cg_clear_error();
+    ck_assert(!cg_train_position_check(0, 3, 9, 3, "x")); /* the SEGV of issue 16 */
+    ck_assert(strstr(cg_last_error(), "bad trainer position"));
+    ck_assert(!cg_train_position_check(1000000000000000LL, 3, 9, 3, "x")); /* 1e15 shuffles */
+    ck_assert(!cg_train_position_check(INT64_MAX, 3, 9, INT64_MAX, "x"));
+    ck_assert(!cg_train_position_check(-1, 3, 9, 3, "x"));
+    ck_assert(!cg_train_position_check(1, 10, 9, 10, "x"));
+    ck_assert(!cg_train_position_check(1, -1, 9, 0, "x"));
+    ck_assert(!cg_train_position_check(2, 3, 9, 3, "x"));
+    ck_assert(!cg_train_position_check(1, 3, 0, 3, "x"));
+}
+END_TEST
+
+/* 100,000 evaluations: loads completely and correctly (it was quadratic:
+ * 20,000 took 4.6 s, 100,000 more than 120 s). */
+START_TEST(test_history_long)
+{
+    cg_history h = {0};
+    const int n = 100000;
+    for (int i = 0; i < n; i++)
+        ck_assert(cg_history_push(&h, 10 * (int64_t)(i + 1), 3.0 - i * 1e-5,
+                                  i == 7 ? NAN : 2.0 + i * 1e-6));
+    for (int64_t s = 1; s <= 25000; s++)
+        ck_assert(cg_history_train_step(&h, s, 1.0 + (double)(s % 7)));
+    char *j = cg_history_to_json(&h);
+    ck_assert_ptr_nonnull(j);
+    cg_history g = {0};
+    ck_assert(cg_history_from_json(j, &g));
+    ck_assert_int_eq(g.n, n);
+    ck_assert_int_eq(g.dn, h.dn);
+    ck_assert(g.step[n - 1] == h.step[n - 1] && g.train[12345] == h.train[12345]);
+    ck_assert(g.val[n - 1] == h.val[n - 1] && isnan(g.val[7]));
+    ck_assert(memcmp(g.dloss, h.dloss, (size_t)h.dn * sizeof *h.dloss) == 0);
+    ck_assert(g.every == h.every && g.acc_n == h.acc_n && g.acc_loss == h.acc_loss);
+    free(j);
+    cg_history_free(&g);
+    cg_history_free(&h);
+    /* mismatched lengths are refused */
+    ck_assert(!cg_history_from_json("{\"step\":[1,2],\"train\":[1],\"val\":[1,2]}", &g));
+    ck_assert(!cg_history_from_json("{\"step\":[1],\"train\":[1],\"val\":[\"x\"]}", &g));
+    ck_assert(!cg_history_from_json("{\"step\":[1e300],\"train\":[1],\"val\":[1]}", &g));
+    cg_history_free(&g);
+}
+END_TEST
+
+static char *tmpdir;
+
+static const char *tmp(const char *name)
+{
+    static char buf[4][512];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", tmpdir, name);
+    return buf[k];
+}
+
+static void write_file(const char *path, const char *text, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fwrite(text, 1, n, f), n);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+static void setup(void)
+{
+    char t[] = "/tmp/cg_guards.XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(t));
+    tmpdir = strdup(t);
+}
+
+static void teardown(void)
+{
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    ck_assert_int_eq(system(cmd), 0);
+    free(tmpdir);
+}
+
+static void *fifo_writer(void *path)
+{
+    FILE *w = fopen(path, "w");
+    if (w) {
+        fputs("fifo text", w);
+        fclose(w);
+    }
+    return NULL;
+}
+
+/* A file is read once from any kind of file; errors are reported. */
+START_TEST(test_read_once)
+{
+    size_t n;
+    write_file(tmp("a.txt"), "hello\n", 6);
+    char *b = cg_read_file_once(tmp("a.txt"), 0, true, &n);
+    ck_assert_ptr_nonnull(b);
+    ck_assert_uint_eq(n, 6);
+    ck_assert_str_eq(b, "hello\n");
+    free(b);
+    /* a FIFO (and so a pipe, as --data <(cat x) gives it): read once, not
+     * "empty"; the writer is a thread (opening a FIFO waits for both ends) */
+    ck_assert_int_eq(mkfifo(tmp("fifo"), 0600), 0);
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, fifo_writer, (void *)tmp("fifo")), 0);
+    b = cg_read_file_once(tmp("fifo"), 0, true, &n);
+    pthread_join(th, NULL);
+    ck_assert_ptr_nonnull(b);
+    ck_assert_uint_eq(n, 9);
+    ck_assert_str_eq(b, "fifo text");
+    free(b);
+    /* refusals, each with its message */
+    CG_ASSERT_FAILS(cg_read_file_once(tmpdir, 0, true, &n), "is a directory");
+    CG_ASSERT_FAILS(cg_read_file_once(tmp("missing"), 0, true, &n), "cannot open");
+    CG_ASSERT_FAILS(cg_read_file_once("/dev/zero", 0, true, &n), "NUL byte at offset 0");
+    CG_ASSERT_FAILS(cg_read_file_once("/dev/zero", 1 << 20, false, &n), "larger than 1.0 MB");
+    CG_ASSERT_FAILS(cg_read_file_once("/dev/null", 0, true, &n), "is empty");
+    b = cg_read_file_once("/dev/null", 0, false, &n);
+    ck_assert_ptr_nonnull(b);
+    ck_assert_uint_eq(n, 0);
+    free(b);
+    /* a read error (EIO) is an error, not the end of the input */
+    CG_ASSERT_FAILS(cg_read_file_once("/proc/self/mem", 0, false, &n), "cannot read");
+    /* the default limit: CG_MAX_INPUT_MB */
+    setenv("CG_MAX_INPUT_MB", "3", 1);
+    ck_assert_uint_eq(cg_input_limit(), (size_t)3 << 20);
+    unsetenv("CG_MAX_INPUT_MB");
+    ck_assert_uint_ge(cg_input_limit(), (size_t)1 << 20);
+}
+END_TEST
+
+START_TEST(test_read_line)
+{
+    write_file(tmp("l.txt"), "one\n\nthree", 10);
+    FILE *f = fopen(tmp("l.txt"), "rb");
+    char *buf = NULL;
+    size_t cap = 0;
+    ck_assert_int_eq(cg_read_line(&buf, &cap, f, "l", 100), 3);
+    ck_assert_str_eq(buf, "one");
+    ck_assert_int_eq(cg_read_line(&buf, &cap, f, "l", 100), 0);
+    ck_assert_int_eq(cg_read_line(&buf, &cap, f, "l", 100), 5);
+    ck_assert_str_eq(buf, "three");
+    ck_assert_int_eq(cg_read_line(&buf, &cap, f, "l", 100), -1);
+    fclose(f);
+    f = fopen(tmp("l.txt"), "rb");
+    cg_clear_error();
+    ck_assert_int_eq(cg_read_line(&buf, &cap, f, "l", 2), -2);
+    ck_assert(strstr(cg_last_error(), "longer than 2 bytes"));
+    fclose(f);
+    /* stdin redirected from a directory: a read error, not the end */
+    f = fopen(tmpdir, "rb");
+    ck_assert_ptr_nonnull(f);
+    cg_clear_error();
+    ck_assert_int_eq(cg_read_line(&buf, &cap, f, "stdin", 100), -2);
+    ck_assert(strstr(cg_last_error(), "read error"));
+    fclose(f);
+    f = fopen("/dev/zero", "rb");
+    ck_assert_int_eq(cg_read_line(&buf, &cap, f, "stdin", 100), -2);
+    fclose(f);
+    free(buf);
+}
+END_TEST
+
+/* One read; the vocabulary built from the text; the same ids as before. */
+START_TEST(test_corpus_read)
+{
+    const char *text = "abca\r\nxyz\u00e4a";
+    write_file(tmp("c.txt"), text, strlen(text));
+    cg_vocab *v = NULL;
+    cg_corpus *c = cg_corpus_read(tmp("c.txt"), NULL, 0, &v);
+    ck_assert_ptr_nonnull(c);
+    ck_assert_ptr_nonnull(v);
+    int64_t n;
+    uint32_t *cps = cg_read_text_file(tmp("c.txt"), &n);
+    cg_vocab *v2 = cg_vocab_from_codepoints(cps, n);
+    cg_corpus *c2 = cg_corpus_new(v2, cps, n);
+    ck_assert_int_eq(c->n, 10);
+    ck_assert_int_eq(c->n, c2->n);
+    ck_assert_int_eq(v->n, v2->n);
+    ck_assert(memcmp(c->ids, c2->ids, (size_t)n * sizeof *c->ids) == 0);
+    ck_assert_int_eq(c->n_train, c2->n_train);
+    ck_assert_int_eq(c->unknown, 0);
+    int64_t x[3], y[3];
+    cg_split_window(cg_corpus_train(c), 1, 3, x, y);
+    ck_assert(x[0] == c->ids[1] && x[2] == c->ids[3] && y[2] == c->ids[4]);
+    /* with a given vocabulary: unknown characters counted */
+    cg_vocab *small = cg_vocab_from_codepoints((uint32_t[]){'a', 'b'}, 2);
+    cg_corpus *c3 = cg_corpus_read(tmp("c.txt"), small, 0, NULL);
+    ck_assert_ptr_nonnull(c3);
+    ck_assert_int_eq(c3->unknown, 6);
+    ck_assert_uint_eq(c3->first_unknown, 'c');
+    CG_ASSERT_FAILS(cg_corpus_read("/dev/zero", small, 0, NULL), "NUL byte");
+    cg_corpus_free(c);
+    cg_corpus_free(c2);
+    cg_corpus_free(c3);
+    cg_vocab_free(v);
+    cg_vocab_free(v2);
+    cg_vocab_free(small);
+    free(cps);
+}
+END_TEST
+
+/* A pair file of empty sides is refused at load (it used to train and then
+ * fail every save). */
+START_TEST(test_pairs_empty_sides)
+{
+    cg_pairs p;
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_pairs_parse("a\tb\n\t\n", 6, "x", &p), "x:2: empty source");
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_pairs_parse("a\t\n", 3, "x", &p), "x:1: empty target");
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_pairs_parse("\tb", 2, "x", &p), "x:1: empty source");
+    ck_assert(cg_pairs_parse("a\tb\n", 4, "x", &p));
+    cg_pairs_free(&p);
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_pairs_read("/dev/zero", &p), "NUL byte");
+}
+END_TEST
+
+/* Characters outside a seq2seq vocabulary are counted (and warned about). */
+START_TEST(test_pairs_unknown)
+{
+    cg_pairs p;
+    ck_assert(cg_pairs_parse("ab\tba\nc\u00e9\txa\n", 13, "x", &p));
+    cg_pair_vocab v;
+    int64_t first = 0;
+    ck_assert(cg_pair_vocab_build(&p, &first, 1, &v)); /* a, b */
+    ck_assert_int_eq(cg_pairs_warn_unknown(&p, NULL, 2, &v, NULL, "pairs"), 3);
+    ck_assert_int_eq(cg_pairs_warn_unknown(&p, &first, 1, &v, NULL, "pairs"), 0);
+    ck_assert_int_eq(cg_pair_vocab_warn_unknown(&v, "a\u00e9\u00e9b", NULL, "sentence", 1), 2);
+    cg_pair_vocab_free(&v);
+    cg_pairs_free(&p);
+}
+END_TEST
+
+/* A vanishing temperature samples greedily (1e-40 sampled the last ids). */
+START_TEST(test_tiny_temperature)
+{
+    const float logits[5] = {1.0f, 3.0f, -2.0f, 2.5f, 0.5f};
+    const double temps[] = {1e-40, 1e-38, 1e-30, 1e-300, 4.9e-324};
+    cg_rng rng = cg_rng_new(7);
+    for (size_t t = 0; t < sizeof temps / sizeof temps[0]; t++)
+        for (int k = 0; k < 50; k++) {
+            cg_sample_opts o = {.temperature = temps[t], .top_k = k % 3, .top_p = k % 2 ? 1 : 0.9};
+            ck_assert_int_eq(cg_sample_logits(logits, 5, &o, &rng), 1);
+        }
+    /* a huge logit with an ordinary temperature still samples normally */
+    cg_sample_opts o = {.temperature = 1.0, .top_k = 0, .top_p = 1};
+    ck_assert_int_eq(cg_sample_logits((const float[]){0, 50, 0}, 3, &o, &rng), 1);
+}
+END_TEST
+
+/* The identity of a data file: a moved copy matches, an edit does not. */
+START_TEST(test_data_id)
+{
+    write_file(tmp("d.txt"), "some data\n", 10);
+    size_t n;
+    char *b = cg_read_file_once(tmp("d.txt"), 0, true, &n);
+    cg_data_id id, back;
+    cg_data_id_of(tmp("d.txt"), b, n, &id);
+    ck_assert(id.path[0] == '/');
+    ck_assert(strstr(id.path, "/d.txt"));
+    ck_assert_uint_eq(id.size, 10);
+    cJSON *j = cg_data_id_to_json(&id);
+    ck_assert(cg_data_id_from_json(j, "state", &back));
+    ck_assert_str_eq(back.path, id.path);
+    ck_assert(back.size == id.size && back.hash == id.hash);
+    cJSON_Delete(j);
+    ck_assert(cg_data_id_check(&back, "copy.txt", b, n));
+    cg_clear_error();
+    ck_assert(!cg_data_id_check(&back, "other.txt", "some data!\n", 11));
+    ck_assert_msg(strstr(cg_last_error(), "11 bytes, the checkpoint's 10"), "%s", cg_last_error());
+    ck_assert(strstr(cg_last_error(), "'other.txt' is not the data"));
+    ck_assert(!cg_data_id_check(&back, "other.txt", "some date\n", 10));
+    ck_assert_msg(strstr(cg_last_error(), "different checksum"), "%s", cg_last_error());
+    free(b);
+    cJSON *bad = cJSON_Parse("{\"path\": \"x\", \"size\": \"-1\", \"xxh3\": \"00\"}");
+    ck_assert(!cg_data_id_from_json(bad, "state", &back));
+    ck_assert(strstr(cg_last_error(), "malformed data identity"));
+    cJSON_Delete(bad);
+}
+END_TEST
+
+/* Everything about the output is checked before training. */
+START_TEST(test_out_check)
+{
+    ck_assert(cg_out_check(tmp("a.st"), false));
+    write_file(tmp("a.st"), "x", 1);
+    ck_assert(cg_out_check(tmp("a.st"), false)); /* the overwrite policy is the caller's */
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_out_check(tmp("newdir/"), true), "names a directory");
+    ck_assert(access(tmp("newdir"), F_OK) != 0); /* and nothing was created */
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_out_check(tmp("missing/x.st"), false), "missing");
+    ck_assert(cg_out_check(tmp("made/x.st"), true)); /* one level, as out/ by default */
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_out_check(tmp("a.st/x.st"), true), "not a directory");
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_out_check(tmp("a/b/c.st"), true), "cannot create");
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_out_check("/dev/null", false), "a character device");
+    ck_assert_int_eq(mkfifo(tmp("f.st"), 0600), 0);
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_out_check(tmp("f.st"), false), "a FIFO");
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_out_check(tmpdir, false), "a directory");
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_out_check("", false), "empty");
+    char name[300];
+    memset(name, 'n', 240);
+    name[240] = '\0';
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_out_check(tmp(name), false), "temporary suffix");
+    name[200] = '\0';
+    ck_assert(cg_out_check(tmp(name), false));
+    if (geteuid() != 0) { /* root writes anywhere */
+        ck_assert_int_eq(mkdir(tmp("ro"), 0500), 0);
+        CG_ASSERT_FAILS((void *)(intptr_t)cg_out_check(tmp("ro/x.st"), false), "not writable");
+    }
+}
+END_TEST
+
+/* A second writer of the same checkpoint is refused; the lock cleans up
+ * what a killed writer left behind. */
+START_TEST(test_out_lock)
+{
+    write_file(tmp("m.safetensors.tmp.99999999"), "partial", 7);
+    write_file(tmp("m.loss.png.tmp.AbC123"), "partial", 7);
+    write_file(tmp("other.safetensors.tmp.1"), "keep", 4);
+    cg_out_lock a, b;
+    ck_assert(cg_out_lock_take(tmp("m.safetensors"), &a));
+    ck_assert(access(tmp("m.safetensors.tmp.99999999"), F_OK) != 0);
+    ck_assert(access(tmp("m.loss.png.tmp.AbC123"), F_OK) != 0);
+    ck_assert(access(tmp("other.safetensors.tmp.1"), F_OK) == 0);
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_out_lock_take(tmp("m.safetensors"), &b),
+                    "is being written by another run (pid ");
+    ck_assert_int_eq(b.fd, -1);
+    ck_assert(cg_out_lock_take(tmp("n.safetensors"), &b)); /* another checkpoint: fine */
+    cg_out_lock_release(&b);
+    cg_out_lock_release(&a);
+    ck_assert(cg_out_lock_take(tmp("m.safetensors"), &b)); /* released: free again */
+    cg_out_lock_release(&b);
+    cg_out_lock_release(&b); /* twice is harmless */
+}
+END_TEST
+
+/* JSON lines: NaN and Inf print as null, strings are escaped. */
+START_TEST(test_json_values)
+{
+    ck_assert_str_eq(CG_JSON_NUM("%.4f", 1.5), "1.5000");
+    ck_assert_str_eq(CG_JSON_NUM("%.4f", NAN), "null");
+    ck_assert_str_eq(CG_JSON_NUM("%.1f", -INFINITY), "null");
+    ck_assert_str_eq(CG_JSON_STR("a\"b\\c\n"), "\"a\\\"b\\\\c\\u000a\"");
+    char line[256];
+    snprintf(line, sizeof line, "{\"loss\": %s, \"val\": %s, \"path\": %s}",
+             CG_JSON_NUM("%.4f", NAN), CG_JSON_NUM("%.2f", 2.0), CG_JSON_STR("d\"ir/x"));
+    cJSON *o = cJSON_Parse(line);
+    ck_assert_msg(o != NULL, "%s", line);
+    ck_assert(cJSON_IsNull(cJSON_GetObjectItem(o, "loss")));
+    ck_assert_str_eq(cJSON_GetObjectItem(o, "path")->valuestring, "d\"ir/x");
+    cJSON_Delete(o);
+    /* truncation keeps a valid literal and whole UTF-8 characters */
+    char small[8];
+    cg_json_quote(small, sizeof small, "ab\u00e4\u00e4\u00e4");
+    o = cJSON_Parse(small);
+    ck_assert_msg(o && cJSON_IsString(o), "%s", small);
+    cJSON_Delete(o);
+}
+END_TEST
+
+/* --threads is bounded by the CPUs this process may use. */
+START_TEST(test_threads)
+{
+    int cpus = cg_cli_cpus();
+    ck_assert_int_ge(cpus, 1);
+    ck_assert_int_eq(cg_cli_threads("t", 1000), cpus);
+    ck_assert_int_eq(cg_cli_threads("t", 1), 1);
+    ck_assert_int_eq(cg_cli_threads("t", 0), 0);
+    ck_assert_int_eq(cg_cli_threads("t", cpus), cpus);
+}
+END_TEST
+
+/* The loss curve's temporary file of a killed writer is removed by the next
+ * write (mkstemp names were left behind for good). */
+START_TEST(test_png_stale_temp)
+{
+    write_file(tmp("r.loss.png.tmp.99999999"), "partial", 7);
+    cg_history h = {0};
+    for (int i = 1; i <= 30; i++)
+        ck_assert(cg_history_train_step(&h, i, 3.0 - 0.01 * i));
+    ck_assert(cg_history_push(&h, 30, 2.7, 2.8));
+    ck_assert(cg_history_plot(&h, tmp("r.loss.png"), "t"));
+    ck_assert(access(tmp("r.loss.png"), F_OK) == 0);
+    ck_assert(access(tmp("r.loss.png.tmp.99999999"), F_OK) != 0);
+    char self[64];
+    snprintf(self, sizeof self, "r.loss.png.tmp.%ld", (long)getpid());
+    ck_assert(access(tmp(self), F_OK) != 0);
+    cg_history_free(&h);
+}
+END_TEST
+
+static Suite *guards_suite(void)
+{
+    Suite *s = suite_create("guards");
+    TCase *t = tcase_create("state");
+    tcase_set_timeout(t, 120);
+    tcase_add_test(t, test_state_fields);
+    tcase_add_test(t, test_position_check);
+    tcase_add_test(t, test_history_long);
+    tcase_add_test(t, test_tiny_temperature);
+    tcase_add_test(t, test_json_values);
+    tcase_add_test(t, test_threads);
+    suite_add_tcase(s, t);
+    TCase *d = tcase_create("data");
+    tcase_add_checked_fixture(d, setup, teardown);
+    tcase_add_test(d, test_read_once);
+    tcase_add_test(d, test_read_line);
+    tcase_add_test(d, test_corpus_read);
+    tcase_add_test(d, test_pairs_empty_sides);
+    tcase_add_test(d, test_pairs_unknown);
+    tcase_add_test(d, test_data_id);
+    tcase_add_test(d, test_out_check);
+    tcase_add_test(d, test_out_lock);
+    tcase_add_test(d, test_png_stale_temp);
+    suite_add_tcase(s, d);
+    return s;
+}
+
+int main(void)
+{
+    Suite *s[] = {guards_suite()};
+    return cg_test_run(s, 1);
+}
