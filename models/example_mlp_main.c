@@ -16,6 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifndef M_PI /* POSIX, not C11 */
+#define M_PI 3.14159265358979323846
+#endif
+
 #include "autograd/ops.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
