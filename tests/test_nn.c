@@ -517,6 +517,65 @@ START_TEST(test_registry_lookup_and_errors)
 }
 END_TEST
 
+/* A module added twice (two names, two parents) is shared: freed once, its
+ * parameters listed, optimised and saved once; the same module twice under
+ * one name and cycles are refused. Under ASan any double free shows. */
+static const char *tmp_path(const char *name); /* save and load, below */
+
+START_TEST(test_shared_modules)
+{
+    cg_rng rng = cg_rng_new(3);
+    cg_module *top = cg_module_new("Top");
+    cg_linear *blk = cg_linear_new(3, 3, true, &rng);
+    assert_ok(cg_module_add_child(top, "a", CG_MODULE(blk)));
+    assert_ok(cg_module_add_child(top, "b", CG_MODULE(blk))); /* same block, two names */
+    cg_module *other = cg_module_add_child(top, "other", cg_module_new("Other"));
+    assert_ok(other);
+    assert_ok(cg_module_add_child(other, "c", CG_MODULE(blk))); /* and under another parent */
+    ck_assert_int_eq(CG_MODULE(blk)->n_owners, 3);
+    cg_param_list l = {0};
+    ck_assert(cg_module_params(top, &l));
+    ck_assert_int_eq(l.n, 2); /* one set of parameters, under the first name */
+    ck_assert_str_eq(l.items[0].name, "a.weight");
+    ck_assert_str_eq(l.items[1].name, "a.bias");
+    cg_param_list_free(&l);
+    ck_assert_int_eq(cg_module_num_params(top), 12);
+    ck_assert_ptr_eq(cg_module_get_param(top, "b.weight"), blk->weight);
+    ck_assert_ptr_eq(cg_module_get_param(top, "other.c.bias"), blk->bias);
+    /* the same module again under a used name: refused, nothing freed */
+    CG_ASSERT_FAILS(cg_module_add_child(top, "a", CG_MODULE(blk)), "already a child");
+    CG_ASSERT_FAILS(cg_module_add_child(top, "b", CG_MODULE(blk)), "already a child");
+    ck_assert_int_eq(CG_MODULE(blk)->n_owners, 3);
+    /* cycles: refused, nothing freed */
+    CG_ASSERT_FAILS(cg_module_add_child(other, "up", top), "cycle");
+    CG_ASSERT_FAILS(cg_module_add_child(top, "self", top), "own child");
+    /* save and load: the shared parameters once, under the first name */
+    const char *path = tmp_path("shared.safetensors");
+    ck_assert(cg_module_save(top, path, 0, NULL));
+    cg_st_file *f = cg_st_open(path);
+    assert_ok(f);
+    ck_assert(cg_st_has(f, "a.weight"));
+    ck_assert(!cg_st_has(f, "b.weight"));
+    float w0 = cg_data(blk->weight)[0];
+    cg_fill_(blk->weight, 0.0f);
+    ck_assert(cg_module_load(top, f, NULL));
+    ck_assert_float_eq(cg_data(blk->weight)[0], w0);
+    cg_st_close(f);
+    unlink(path);
+    /* freeing the parents frees the shared block exactly once */
+    cg_module_free(top);
+
+    /* a shared child outlives the first parent freed */
+    cg_module *p1 = cg_module_new("P1"), *p2 = cg_module_new("P2");
+    cg_linear *s = cg_linear_new(2, 2, false, &rng);
+    assert_ok(cg_module_add_child(p1, "s", CG_MODULE(s)));
+    assert_ok(cg_module_add_child(p2, "s", CG_MODULE(s)));
+    cg_module_free(p1);
+    ck_assert_int_eq(cg_module_num_params(p2), 4);
+    cg_module_free(p2);
+}
+END_TEST
+
 START_TEST(test_zero_grad_and_train_mode)
 {
     cg_tf_config c = small_cfg(CG_NORM_RMSNORM, CG_ACT_RELU, true);
@@ -1361,6 +1420,7 @@ static Suite *nn_suite(void)
     tcase_add_test(reg, test_names_basic);
     tcase_add_test(reg, test_names_transformer);
     tcase_add_test(reg, test_registry_lookup_and_errors);
+    tcase_add_test(reg, test_shared_modules);
     tcase_add_test(reg, test_zero_grad_and_train_mode);
     tcase_add_test(reg, test_init);
     tcase_add_test(reg, test_save_load);
