@@ -74,10 +74,11 @@ cg_tensor *cg_to_contiguous(cg_tensor *a);
 /* -------------------------------------------------------- nn building blocks */
 cg_tensor *cg_softmax(cg_tensor *a, int dim);
 cg_tensor *cg_log_softmax(cg_tensor *a, int dim);
-/* Mean cross-entropy of logits [..., C] against numel/C targets, PyTorch
- * semantics (ignore_index, label_smoothing). Returns a scalar. */
-cg_tensor *cg_cross_entropy(cg_tensor *logits, const int64_t *targets, int64_t ignore_index,
-                            float label_smoothing);
+/* Mean cross-entropy of logits [..., C] against n_targets class ids, PyTorch
+ * semantics (ignore_index, label_smoothing). n_targets must be numel/C (one
+ * per row; an error otherwise, never a read past the array). A scalar. */
+cg_tensor *cg_cross_entropy(cg_tensor *logits, const int64_t *targets, int64_t n_targets,
+                            int64_t ignore_index, float label_smoothing);
 /* Over the last dim; w and b may be NULL. */
 cg_tensor *cg_layer_norm(cg_tensor *x, cg_tensor *w, cg_tensor *b, float eps);
 cg_tensor *cg_rms_norm(cg_tensor *x, cg_tensor *w, float eps);

@@ -15,7 +15,7 @@
 
 /* Check the logits shape and the targets; count kept rows. */
 static bool ce_check(const char *op, const cg_tensor *logits, const int64_t *targets,
-                     int64_t ignore_index, float ls, int64_t *kept)
+                     int64_t n_targets, int64_t ignore_index, float ls, int64_t *kept)
 {
     char b[96];
     if (logits->ndim != 2) {
@@ -30,6 +30,12 @@ static bool ce_check(const char *op, const cg_tensor *logits, const int64_t *tar
     }
     if (N > 0 && !targets) {
         cg_set_error("%s: NULL targets for logits of shape %s", op,
+                     cg_shape_str(logits, b, sizeof b));
+        return false;
+    }
+    if (n_targets != N) {
+        cg_set_error("%s: %lld targets for %lld rows of logits (shape %s); need one target "
+                     "per row", op, (long long)n_targets, (long long)N,
                      cg_shape_str(logits, b, sizeof b));
         return false;
     }
@@ -64,14 +70,15 @@ static double row_lse(const float *x, int64_t C)
 }
 
 cg_tensor *cg_k_cross_entropy(const cg_tensor *logits, const int64_t *targets,
-                              int64_t ignore_index, float label_smoothing, cg_tensor **lse)
+                              int64_t n_targets, int64_t ignore_index, float label_smoothing,
+                              cg_tensor **lse)
 {
     if (lse)
         *lse = NULL;
     if (!logits)
         return NULL;
     int64_t kept;
-    if (!ce_check("cross_entropy", logits, targets, ignore_index, label_smoothing, &kept))
+    if (!ce_check("cross_entropy", logits, targets, n_targets, ignore_index, label_smoothing, &kept))
         return NULL;
     int64_t N = logits->shape[0], C = logits->shape[1];
     cg_tensor *x = cg_contiguous(logits);
@@ -121,13 +128,14 @@ cg_tensor *cg_k_cross_entropy(const cg_tensor *logits, const int64_t *targets,
 }
 
 cg_tensor *cg_k_cross_entropy_backward(const cg_tensor *logits, const int64_t *targets,
-                                       int64_t ignore_index, float label_smoothing,
+                                       int64_t n_targets, int64_t ignore_index,
+                                       float label_smoothing,
                                        const cg_tensor *lse, float g)
 {
     if (!logits)
         return NULL;
     int64_t kept;
-    if (!ce_check("cross_entropy_backward", logits, targets, ignore_index, label_smoothing,
+    if (!ce_check("cross_entropy_backward", logits, targets, n_targets, ignore_index, label_smoothing,
                   &kept))
         return NULL;
     int64_t N = logits->shape[0], C = logits->shape[1];

@@ -104,17 +104,20 @@ cg_tensor *cg_k_softmax_backward(const cg_tensor *y, const cg_tensor *g, int dim
 cg_tensor *cg_k_log_softmax_backward(const cg_tensor *y, const cg_tensor *g, int dim);
 
 /* Cross-entropy with PyTorch semantics (reduction mean):
- *   logits [N, C], targets: N class ids (int64), ignore_index (e.g. -100 or
- *   pad), label_smoothing in [0,1). Per kept row:
+ *   logits [N, C], targets: n_targets class ids (int64), which must equal N
+ *   (an error otherwise: the array is never read past n_targets),
+ *   ignore_index (e.g. -100 or pad), label_smoothing in [0,1]. Per kept row:
  *   (1-ls) * -log p[y] + ls * mean_j(-log p[j]); the mean over kept rows
  *   (0/0 gives NaN, as PyTorch). A target outside [0,C) that is not
  *   ignore_index is an error. Returns a scalar; optionally *lse (if not NULL)
  *   gets the per-row log-sum-exp [N] for the backward. */
 cg_tensor *cg_k_cross_entropy(const cg_tensor *logits, const int64_t *targets,
-                              int64_t ignore_index, float label_smoothing, cg_tensor **lse);
+                              int64_t n_targets, int64_t ignore_index, float label_smoothing,
+                              cg_tensor **lse);
 /* d(mean loss)/d logits times the scalar upstream gradient g. */
 cg_tensor *cg_k_cross_entropy_backward(const cg_tensor *logits, const int64_t *targets,
-                                       int64_t ignore_index, float label_smoothing,
+                                       int64_t n_targets, int64_t ignore_index,
+                                       float label_smoothing,
                                        const cg_tensor *lse, float g);
 
 /* Layer norm over the last dim: y = (x - mean) * rstd * w + b, biased var,

@@ -226,5 +226,6 @@ cg_tensor *cg_charlm_loss(cg_charlm *m, cg_tensor *logits, const int64_t *target
                      cg_shape_str(logits, s, sizeof s), (long long)m->cfg.vocab);
         return NULL;
     }
-    return cg_cross_entropy(logits, targets, -100, 0.0f);
+    /* the zoo's batches are [B, T] logits over [B, T] targets */
+    return cg_cross_entropy(logits, targets, cg_numel(logits) / m->cfg.vocab, -100, 0.0f);
 }

@@ -126,7 +126,7 @@ int main(int argc, char **argv)
     for (long step = 0; step < steps; step++) {
         cg_optim_set_lr(opt, cg_lr_warmup_cosine(step, steps, 20, 1e-2, 1e-4));
         cg_tensor *logits = mlp_forward(&m, x);
-        cg_tensor *loss = cg_cross_entropy(logits, label, -100, 0.0f);
+        cg_tensor *loss = cg_cross_entropy(logits, label, N_POINTS, -100, 0.0f);
         if (!loss || !cg_backward(loss, NULL, false) || !cg_optim_step(opt)) {
             fprintf(stderr, "example_mlp: error at step %ld: %s\n", step, cg_last_error());
             rc = 1;

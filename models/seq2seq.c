@@ -352,5 +352,6 @@ cg_tensor *cg_seq2seq_loss(cg_seq2seq *m, cg_tensor *logits, const int64_t *tgt_
                      cg_shape_str(logits, s, sizeof s), (long long)m->cfg.vocab);
         return NULL;
     }
-    return cg_cross_entropy(logits, tgt_out, CG_PAD, m->cfg.label_smoothing);
+    return cg_cross_entropy(logits, tgt_out, cg_numel(logits) / m->cfg.vocab, CG_PAD,
+                            m->cfg.label_smoothing);
 }
