@@ -98,11 +98,26 @@ static void node_free_hook(cg_node *n)
     g_cappending = 0;
 }
 
+/* The references a node holds, for cg_scope_end (core/tensor.c). */
+static void node_refs(cg_node *n, void (*visit)(void *ctx, cg_tensor *t), void *ctx)
+{
+    if (n->freed)
+        return;
+    for (int i = 0; i < n->n_inputs; i++)
+        visit(ctx, n->inputs[i]);
+    for (int i = 0; i < CG_NODE_MAX_SAVED; i++)
+        if (n->saved[i])
+            visit(ctx, n->saved[i]);
+    if (n->grad)
+        visit(ctx, n->grad);
+}
+
 static void ensure_hook(void)
 {
     static bool done;
     if (!done) {
         cg_set_node_release_hook(node_free_hook);
+        cg_set_node_refs_hook(node_refs);
         done = true;
     }
 }
@@ -322,11 +337,13 @@ static bool accumulate(cg_tensor **slot, cg_tensor *g, bool private)
         bool owned = g->refcount == 1 && g->storage->refcount == 1 && cg_is_contiguous(g) &&
                      !g->node;
         if (owned || (!private && !g->node)) {
-            *slot = g;
+            *slot = private ? cg_hold(g) : g; /* a leaf's gradient outlives scopes */
             return true;
         }
         *slot = cg_clone(g);
         cg_release(g);
+        if (private)
+            cg_hold(*slot);
         return *slot != NULL;
     }
     cg_tensor *s = *slot;
@@ -337,6 +354,10 @@ static bool accumulate(cg_tensor **slot, cg_tensor *g, bool private)
         cg_tensor *sum = cg_k_add(s, g);
         ok = sum != NULL;
         if (ok) {
+            if (private) {
+                cg_unhold(s);
+                cg_hold(sum);
+            }
             cg_release(s);
             *slot = sum;
         }

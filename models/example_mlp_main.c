@@ -5,7 +5,8 @@
  * the pieces a user combines for any model:
  *   - modules (cg_linear, cg_layernorm) registered under one parent, so the
  *     parameters have dotted names and can be listed, saved and loaded;
- *   - a forward pass built from autograd ops;
+ *   - a forward pass built from autograd ops, inside a scope (cg_scope_begin
+ *     / cg_scope_end) that frees every intermediate tensor: no releases;
  *   - cg_cross_entropy, cg_backward, an optimizer step, zero_grad;
  *   - a no-grad evaluation and a safetensors checkpoint.
  *
@@ -45,14 +46,12 @@ static bool mlp_init(spiral_mlp *m, cg_rng *rng)
            cg_module_add_child(m->root, "fc2", CG_MODULE(m->fc2));
 }
 
+/* Called inside a scope: the intermediates die at the caller's cg_scope_end. */
 static cg_tensor *mlp_forward(spiral_mlp *m, cg_tensor *x)
 {
     cg_tensor *h = cg_linear_forward(m->fc1, x);
-    cg_tensor *n = cg_norm_forward(m->ln, h);
-    cg_tensor *a = cg_gelu(n);
-    cg_tensor *logits = cg_linear_forward(m->fc2, a);
-    cg_release_all(3, h, n, a);
-    return logits; /* NULL if any step failed; cg_last_error() says why */
+    cg_tensor *a = cg_gelu(cg_norm_forward(m->ln, h));
+    return cg_linear_forward(m->fc2, a); /* NULL if any step failed; cg_last_error() says why */
 }
 
 /* Two spirals, one per class, with a little noise. */
@@ -123,23 +122,22 @@ int main(int argc, char **argv)
            (long long)cg_module_num_params(m.root), params.n);
 
     int rc = 0;
-    for (long step = 0; step < steps; step++) {
+    for (long step = 0; step < steps && !rc; step++) {
+        cg_scope *scope = cg_scope_begin(); /* every tensor made below dies at its end */
         cg_optim_set_lr(opt, cg_lr_warmup_cosine(step, steps, 20, 1e-2, 1e-4));
-        cg_tensor *logits = mlp_forward(&m, x);
-        cg_tensor *loss = cg_cross_entropy(logits, label, N_POINTS, -100, 0.0f);
+        cg_tensor *loss = cg_cross_entropy(mlp_forward(&m, x), label, N_POINTS, -100, 0.0f);
         if (!loss || !cg_backward(loss, NULL, false) || !cg_optim_step(opt)) {
             fprintf(stderr, "example_mlp: error at step %ld: %s\n", step, cg_last_error());
             rc = 1;
-        }
-        if (step % 100 == 0 || step == steps - 1)
+        } else if (step % 100 == 0 || step == steps - 1) {
             printf("step %4ld  loss %.4f\n", step, cg_item(loss));
+        }
         cg_optim_zero_grad(opt);
-        cg_release_all(2, logits, loss);
-        if (rc)
-            break;
+        cg_scope_end(scope);
     }
 
     /* Accuracy without recording a graph. */
+    cg_scope *scope = cg_scope_begin();
     cg_no_grad_begin();
     cg_tensor *logits = mlp_forward(&m, x);
     cg_no_grad_end();
@@ -148,12 +146,13 @@ int main(int argc, char **argv)
         float a = cg_get(logits, (int64_t[]){i, 0}), b = cg_get(logits, (int64_t[]){i, 1});
         correct += (b > a) == (label[i] == 1);
     }
+    cg_scope_end(scope);
     printf("accuracy %.1f%% on %d points\n", 100.0 * correct / N_POINTS, N_POINTS);
     if (out && !cg_module_save(m.root, out, 0, NULL)) {
         fprintf(stderr, "example_mlp: error: %s\n", cg_last_error());
         rc = 1;
     }
-    cg_release_all(2, logits, x);
+    cg_release(x);
     cg_optim_free(opt);
     free(op);
     cg_param_list_free(&params);

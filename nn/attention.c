@@ -116,6 +116,7 @@ cg_tensor *cg_scaled_dot_product_attention(cg_tensor *q, cg_tensor *k, cg_tensor
 /* -------------------------------------------------------------- module */
 static void mha_destroy(cg_module *m)
 {
+    cg_unhold(((cg_mha *)m)->weights);
     cg_release(((cg_mha *)m)->weights);
 }
 
@@ -209,8 +210,9 @@ cg_tensor *cg_mha_forward(cg_mha *m, cg_tensor *xq, cg_tensor *xkv, bool causal,
         return NULL;
     }
     if (m->keep_weights) {
+        cg_unhold(m->weights);
         cg_release(m->weights);
-        m->weights = cg_retain(w);
+        m->weights = cg_hold(cg_retain(w));
     }
     if (weights_out)
         *weights_out = w;

@@ -97,7 +97,7 @@ cg_tensor *cg_module_add_param(cg_module *m, const char *name, cg_tensor *t)
         return NULL;
     }
     m->params[m->n_params].name = nm;
-    m->params[m->n_params].tensor = cg_retain(t);
+    m->params[m->n_params].tensor = cg_hold(cg_retain(t)); /* beyond any scope */
     m->n_params++;
     return t;
 }
@@ -168,6 +168,7 @@ void cg_module_free(cg_module *m)
         free(m->children[i].name);
     }
     for (int i = 0; i < m->n_params; i++) {
+        cg_unhold(m->params[i].tensor);
         cg_release(m->params[i].tensor);
         free(m->params[i].name);
     }

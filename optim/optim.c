@@ -128,6 +128,7 @@ static void free_slots(slot *s, int n)
         return;
     for (int i = 0; i < n; i++) {
         free(s[i].name);
+        cg_unhold(s[i].p);
         cg_release(s[i].p);
         cg_release(s[i].buf1);
         cg_release(s[i].buf2);
@@ -135,9 +136,10 @@ static void free_slots(slot *s, int n)
     free(s);
 }
 
+/* Optimizer state: held by the optimizer beyond any scope (cg_hold). */
 static cg_tensor *zeros_like_param(const cg_tensor *p)
 {
-    return cg_zeros(p->ndim, p->shape);
+    return cg_hold(cg_zeros(p->ndim, p->shape));
 }
 
 /* ------------------------------------------------------- construction */
@@ -209,7 +211,7 @@ cg_optim *cg_optim_new(const cg_optim_config *cfg, int n, const cg_optim_param *
     for (int i = 0; i < n; i++) {
         const cg_optim_param *q = &params[i];
         s[i].name = strdup(q->name);
-        s[i].p = cg_retain(q->tensor);
+        s[i].p = cg_hold(cg_retain(q->tensor));
         s[i].wd = q->weight_decay;
         o->n = i + 1;
         if (uses_buf1(cfg))
