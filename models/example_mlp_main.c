@@ -7,6 +7,7 @@
  *     parameters have dotted names and can be listed, saved and loaded;
  *   - a forward pass built from autograd ops, inside a scope (cg_scope_begin
  *     / cg_scope_end) that frees every intermediate tensor: no releases;
+ *   - an optimizer built from the module in one call;
  *   - cg_cross_entropy, cg_backward, an optimizer step, zero_grad;
  *   - a no-grad evaluation and a safetensors checkpoint.
  *
@@ -108,18 +109,17 @@ int main(int argc, char **argv)
         fprintf(stderr, "example_mlp: error: %s\n", cg_last_error());
         return 1;
     }
-    /* The optimizer takes the registry's (name, tensor) pairs; weight decay
-     * on matrices only, as in the zoo's recipes. */
-    cg_param_list params = {0};
-    cg_module_params(m.root, &params);
-    cg_optim_param *op = calloc((size_t)params.n, sizeof *op);
-    for (int i = 0; i < params.n; i++)
-        op[i] = (cg_optim_param){params.items[i].name, params.items[i].tensor,
-                                 params.items[i].tensor->ndim == 2 ? 0.01 : 0.0};
-    cg_optim_config cfg = cg_adamw_config(1e-2, 0.9, 0.999, 1e-8);
-    cg_optim *opt = cg_optim_new(&cfg, params.n, op);
+    /* AdamW over every parameter of the registry (PyTorch's betas and eps);
+     * weight decay 0.01 on matrices only, as in the zoo's recipes. The
+     * one-call form with PyTorch's defaults: cg_adamw_from_module(root, lr). */
+    cg_optim_config cfg = cg_adamw_default(1e-2);
+    cg_optim *opt = cg_optim_from_module(&cfg, m.root, 0.01, CG_DECAY_MATRICES);
+    if (!opt) {
+        fprintf(stderr, "example_mlp: error: %s\n", cg_last_error());
+        return 1;
+    }
     printf("SpiralMLP: %lld parameters in %d tensors\n",
-           (long long)cg_module_num_params(m.root), params.n);
+           (long long)cg_module_num_params(m.root), cg_optim_count(opt));
 
     int rc = 0;
     for (long step = 0; step < steps && !rc; step++) {
@@ -154,8 +154,6 @@ int main(int argc, char **argv)
     }
     cg_release(x);
     cg_optim_free(opt);
-    free(op);
-    cg_param_list_free(&params);
     cg_module_free(m.root);
     return rc;
 }
