@@ -20,6 +20,8 @@ static const char *const op_names[] = {
     "softmax", "log_softmax", "cross_entropy", "layer_norm",
     "rms_norm", "dropout", "concat", "index_select", "gather",
     "attention", "linear",
+    "silu", "sin", "cos", "tril", "triu", "cumsum", "nll_loss",
+    "binary_cross_entropy_with_logits",
     "custom",
 };
 static_assert(sizeof op_names / sizeof op_names[0] == CG_OP_COUNT,

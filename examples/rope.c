@@ -7,8 +7,8 @@
  * rotation is the rotation by the opposite angle. This program checks the
  * forward against values worked out by hand, runs cg_gradcheck on the op
  * (on a transposed view too), shows the op's name in an error, and plugs
- * the op into MultiHeadAttention's q/k hook (when the library has one).
- * Exit status 0 when every check passed. */
+ * the op into MultiHeadAttention's q/k hook, checked by gradcheck through a
+ * whole attention layer. Exit status 0 when every check passed. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,6 +76,18 @@ static cg_tensor *rope(cg_tensor *x, float base)
 
 static cg_tensor *rope_fn(void *ctx, cg_tensor *const *in) { return rope(in[0], *(float *)ctx); }
 
+/* The MultiHeadAttention hook: rotate q and k, [B, H, T, dh], alike. */
+static cg_tensor *rope_hook(void *ctx, cg_tensor *x, bool is_key)
+{
+    (void)is_key;
+    return rope(x, *(float *)ctx);
+}
+
+static cg_tensor *attn_fn(void *ctx, cg_tensor *const *in)
+{
+    return cg_mha_forward(ctx, in[0], in[0], true, NULL, NULL, NULL);
+}
+
 static int failures;
 static void check(bool ok, const char *what)
 {
@@ -112,6 +124,16 @@ int main(void)
     check(cg_gradcheck(rope_fn, &base, 1, &xtd, NULL, &rep),
           "gradcheck of rope on a transposed view [2, 5, 3, 8]");
     cg_release_all(2, xt, xtd);
+
+    /* in attention: causal self-attention with rotary q and k */
+    cg_mha *mha = cg_mha_new(16, 2, &rng);
+    mha->qk_hook = rope_hook;
+    mha->qk_hook_ctx = &base;
+    cg_tensor *h = cg_requires_grad(cg_randn(&rng, CG_SHAPE(2, 6, 16)), true);
+    check(cg_gradcheck(attn_fn, mha, 1, &h, NULL, &rep),
+          "gradcheck of MultiHeadAttention with rope on q and k");
+    cg_release(h);
+    cg_module_free(CG_MODULE(mha));
 
     /* the op's name in errors */
     cg_tensor *odd = cg_zeros(CG_SHAPE(2, 3));

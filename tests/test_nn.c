@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "autograd/gradcheck.h"
+#include "core/ops.h"
 #include "nn/nn.h"
 #include "tests/testutil.h"
 
@@ -1318,6 +1319,74 @@ START_TEST(test_grad_mha)
 }
 END_TEST
 
+/* The q/k hook: doubling q equals doubling q_proj; the hook sees the split
+ * heads; a hook built from differentiable ops passes gradcheck; a bad hook
+ * result is an error. */
+static int g_hook_calls;
+static cg_tensor *double_q(void *ctx, cg_tensor *x, bool is_key)
+{
+    const int64_t *dh = ctx;
+    ck_assert_int_eq(x->ndim, 4);
+    ck_assert_int_eq(x->shape[3], *dh);
+    g_hook_calls++;
+    return is_key ? cg_retain(x) : cg_muls(x, 2.0f);
+}
+static cg_tensor *rotate_k(void *ctx, cg_tensor *x, bool is_key)
+{
+    (void)ctx; /* k -> sin(k) + k: any differentiable transform */
+    if (!is_key)
+        return cg_retain(x);
+    cg_tensor *s = cg_sin(x);
+    cg_tensor *y = cg_add(s, x);
+    cg_release(s);
+    return y;
+}
+static cg_tensor *bad_hook(void *ctx, cg_tensor *x, bool is_key)
+{
+    (void)ctx, (void)is_key;
+    return cg_transpose(x, 2, 3);
+}
+
+START_TEST(test_mha_qk_hook)
+{
+    cg_rng r = cg_rng_new(77);
+    cg_mha *a = cg_mha_new(8, 2, &r), *b = cg_mha_new(8, 2, NULL);
+    cg_param_list la = {0}, lb = {0};
+    ck_assert(cg_module_params(CG_MODULE(a), &la) && cg_module_params(CG_MODULE(b), &lb));
+    for (int i = 0; i < la.n; i++)
+        ck_assert(cg_copy_(lb.items[i].tensor, la.items[i].tensor));
+    cg_k_muls_(b->q_proj->weight, 2.0f);
+    cg_k_muls_(b->q_proj->bias, 2.0f);
+    int64_t dh = 4;
+    a->qk_hook = double_q;
+    a->qk_hook_ctx = &dh;
+    cg_tensor *x = cg_randn(&r, CG_SHAPE(2, 5, 8));
+    cg_tensor *ya = cg_mha_forward(a, x, x, true, NULL, NULL, NULL);
+    cg_tensor *yb = cg_mha_forward(b, x, x, true, NULL, NULL, NULL);
+    ck_assert_int_eq(g_hook_calls, 2);
+    float *vb = cg_test_values(yb);
+    CG_ASSERT_TENSOR(ya, vb, 1e-5, 1e-4);
+    free(vb);
+    cg_release_all(2, ya, yb);
+    /* gradcheck through a hook (self- and cross-attention) */
+    a->qk_hook = rotate_k;
+    fctx c = {.m = CG_MODULE(a), .kind = K_MHA_SELF, .causal = true};
+    cg_tensor *in[2] = {randn_leaf(&r, CG_SHAPE(2, 3, 8)), randn_leaf(&r, CG_SHAPE(2, 4, 8))};
+    gradcheck_module(&c, 1, in, 1e-3, 1e-2);
+    c.kind = K_MHA_CROSS;
+    c.causal = false;
+    gradcheck_module(&c, 2, in, 1e-3, 1e-2);
+    /* a hook returning the wrong shape */
+    a->qk_hook = bad_hook;
+    CG_ASSERT_FAILS(cg_mha_forward(a, x, x, false, NULL, NULL, NULL), "q/k hook returned [2, 2, 4, 5]");
+    cg_release_all(3, x, in[0], in[1]);
+    cg_param_list_free(&la);
+    cg_param_list_free(&lb);
+    cg_module_free(CG_MODULE(a));
+    cg_module_free(CG_MODULE(b));
+}
+END_TEST
+
 START_TEST(test_grad_enc_layer)
 {
     cg_rng r = cg_rng_new(36);
@@ -1447,6 +1516,7 @@ static Suite *nn_suite(void)
     tcase_add_test(gr, test_grad_dropout_posenc);
     tcase_add_test(gr, test_grad_ff);
     tcase_add_test(gr, test_grad_mha);
+    tcase_add_test(gr, test_mha_qk_hook);
     tcase_add_test(gr, test_grad_enc_layer);
     tcase_add_test(gr, test_grad_dec_layer);
     tcase_add_test(gr, test_grad_block_and_stacks);
