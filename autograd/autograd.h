@@ -146,6 +146,12 @@ void cg_zero_grad(cg_tensor *t);
 const cg_tensor *cg_grad(const cg_tensor *t);
 /* Number of nodes reachable from t (for tests and debugging). */
 int64_t cg_graph_size(const cg_tensor *t);
+/* Debugging and testing: fn (if not NULL) is called after every node's
+ * backward on this thread with the node and the input gradients it
+ * computed (gin[i] may be NULL; fn may replace them: release the old one).
+ * tests/test_gradcheck.c plants errors with it. NULL removes it. */
+typedef void (*cg_backward_hook_fn)(void *ctx, cg_node *n, cg_tensor **gin);
+void cg_set_backward_hook(cg_backward_hook_fn fn, void *ctx);
 
 #ifdef __cplusplus
 }

@@ -274,6 +274,16 @@ void cg_zero_grad(cg_tensor *t)
 
 const cg_tensor *cg_grad(const cg_tensor *t) { return t ? t->grad : NULL; }
 
+/* -------------------------------------------------------- backward hook */
+static _Thread_local cg_backward_hook_fn g_bw_hook;
+static _Thread_local void *g_bw_hook_ctx;
+
+void cg_set_backward_hook(cg_backward_hook_fn fn, void *ctx)
+{
+    g_bw_hook = fn;
+    g_bw_hook_ctx = ctx;
+}
+
 /* ---------------------------------------------------- topological order */
 static uint64_t g_epoch; /* marks are epochs: no clearing pass needed */
 
@@ -487,6 +497,8 @@ bool cg_backward(cg_tensor *root, const cg_tensor *grad_root, bool retain_graph)
         ok = n->backward(n, n->grad, gv);
         if (!ok && cg_error_serial() == serial) /* no message of its own: never a stale one */
             cg_set_error("backward of %s failed without recording a reason", cg_node_name(n));
+        if (ok && g_bw_hook)
+            g_bw_hook(g_bw_hook_ctx, n, gv);
         for (int i = 0; ok && n->name && i < n->n_inputs; i++) {
             if (cg_node_needs_grad(n, i) && !gv[i]) {
                 cg_set_error("backward of %s gave no gradient for input %d, which needs one",
