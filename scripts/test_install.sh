@@ -30,19 +30,24 @@ bad=$(nm -D --defined-only "$so" | awk '{print $3}' | grep -v '^cg_' || true)
 [ ! -e "$stage/usr/local/bin/charlm" ] && [ ! -e "$stage/usr/local/bin/bench" ] ||
   { echo "test_install: programs installed under generic names" >&2; exit 1; }
 
-# Every example: models/example_mlp_main.c and examples/*.c, in a directory of
-# their own (no include path into the source tree).
+# The README's example program (the C block under "Writing a model").
+awk '/^## Writing a model against the C API/ {on = 1} on && /^```c$/ {c = 1; next}
+     c && /^```$/ {exit} c {print}' "$root/README.md" > "$work/readme_example.c"
+[ -s "$work/readme_example.c" ] || { echo "test_install: no C example in README.md" >&2; exit 1; }
+
+# Every example: the README's, models/example_mlp_main.c and examples/*.c, in
+# a directory of their own (no include path into the source tree).
 cc=${CC:-cc}
-for src in "$root"/models/example_mlp_main.c "$root"/examples/*.c; do
+for src in "$work/readme_example.c" "$root"/models/example_mlp_main.c "$root"/examples/*.c; do
   [ -f "$src" ] || continue
   name=$(basename "$src" .c)
-  cp "$src" "$work/$name.c"
+  [ "$src" = "$work/$name.c" ] || cp "$src" "$work/$name.c"
   args=()
   case $name in example_mlp_main) args=(--steps 100) ;; esac
   # shared
   (cd "$work" && $cc -std=c11 -O2 -Wall -Wextra -Werror -o "$name" "$name.c" \
       $(pkgconf --cflags --libs cgrad))
-  LD_LIBRARY_PATH=$libdir "$work/$name" "${args[@]}" > "$work/$name.shared.out" ||
+  (cd "$work" && LD_LIBRARY_PATH=$libdir "./$name" "${args[@]}") > "$work/$name.shared.out" ||
     { echo "test_install: $name (shared) failed" >&2; cat "$work/$name.shared.out" >&2; exit 1; }
   # static: the archive instead of the .so, plus Libs.private / Requires.private
   (cd "$work" && $cc -std=c11 -O2 -Wall -Wextra -Werror -o "$name.static" "$name.c" \
@@ -50,7 +55,7 @@ for src in "$root"/models/example_mlp_main.c "$root"/examples/*.c; do
   if ldd "$work/$name.static" | grep -q libcgrad; then
     echo "test_install: $name.static is linked to the shared library" >&2; exit 1
   fi
-  "$work/$name.static" "${args[@]}" > "$work/$name.static.out" ||
+  (cd "$work" && "./$name.static" "${args[@]}") > "$work/$name.static.out" ||
     { echo "test_install: $name (static) failed" >&2; cat "$work/$name.static.out" >&2; exit 1; }
   cmp -s "$work/$name.shared.out" "$work/$name.static.out" ||
     { echo "test_install: $name gives different output shared and static" >&2;
