@@ -7,6 +7,7 @@
 
 #include "autograd/gradcheck.h"
 #include "nn/nn.h"
+#include "models/charlm.h"
 #include "optim/optim.h"
 #include "tests/testutil.h"
 
@@ -172,6 +173,43 @@ START_TEST(test_scope_training_flat)
 }
 END_TEST
 
+/* The zoo's character LM, built inside a scope and trained with one scope
+ * per step: what the model stores (its position table) survives, and the
+ * step leaves nothing behind. */
+START_TEST(test_scope_zoo_model)
+{
+    int64_t live0 = cg_live_tensors();
+    cg_charlm_config cfg = cg_charlm_config_default();
+    cfg.vocab = 11, cfg.d = 16, cfg.H = 2, cfg.layers = 2, cfg.d_ff = 32, cfg.max_len = 8;
+    cg_scope *s = cg_scope_begin();
+    cg_charlm *m = cg_charlm_new(&cfg, 3);
+    cg_optim *opt = cg_adamw_from_module(CG_MODULE(m), 1e-2);
+    cg_scope_end(s);
+    ck_assert_ptr_nonnull(m);
+    ck_assert_ptr_nonnull(opt);
+    int64_t ids[2 * 8], tg[2 * 8];
+    for (int i = 0; i < 16; i++)
+        ids[i] = i % 11, tg[i] = (i + 1) % 11;
+    int64_t live_before = cg_live_tensors();
+    float first = 0, last = 0;
+    for (int step = 0; step < 40; step++) {
+        s = cg_scope_begin();
+        cg_tensor *loss = cg_charlm_loss(m, cg_charlm_forward(m, ids, 2, 8), tg);
+        ck_assert_msg(loss && cg_backward(loss, NULL, false) && cg_optim_step(opt), "%s",
+                      cg_last_error());
+        cg_optim_zero_grad(opt);
+        last = cg_item(loss);
+        first = step ? first : last;
+        cg_scope_end(s);
+        ck_assert_int_eq(cg_live_tensors(), live_before);
+    }
+    ck_assert_msg(last < first, "loss %g -> %g", first, last);
+    cg_optim_free(opt);
+    cg_charlm_free(m);
+    ck_assert_int_eq(cg_live_tensors(), live0);
+}
+END_TEST
+
 static Suite *scope_suite(void)
 {
     Suite *s = suite_create("scope");
@@ -181,6 +219,7 @@ static Suite *scope_suite(void)
     tcase_add_test(tc, test_scope_keep_and_nesting);
     tcase_add_test(tc, test_scope_containers_survive);
     tcase_add_test(tc, test_scope_training_flat);
+    tcase_add_test(tc, test_scope_zoo_model);
     suite_add_tcase(s, tc);
     return s;
 }
