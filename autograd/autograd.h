@@ -41,6 +41,8 @@ typedef enum {
     CG_OP_SOFTMAX, CG_OP_LOG_SOFTMAX, CG_OP_CROSS_ENTROPY, CG_OP_LAYER_NORM,
     CG_OP_RMS_NORM, CG_OP_DROPOUT, CG_OP_CONCAT, CG_OP_INDEX_SELECT, CG_OP_GATHER,
     CG_OP_ATTENTION, CG_OP_LINEAR,
+    CG_OP_SILU, CG_OP_SIN, CG_OP_COS, CG_OP_TRIL, CG_OP_TRIU, CG_OP_CUMSUM, CG_OP_NLL_LOSS,
+    CG_OP_BCE_WITH_LOGITS,
     CG_OP_CUSTOM,
     CG_OP_COUNT
 } cg_op;
@@ -60,6 +62,7 @@ typedef bool (*cg_backward_fn)(cg_node *n, const cg_tensor *g, cg_tensor **gin);
 
 struct cg_node {
     cg_op op;
+    char *name;                            /* a user-defined op's name (owned), else NULL */
     cg_backward_fn backward;
     int n_inputs;
     cg_tensor **inputs;                    /* retained */
@@ -80,9 +83,38 @@ struct cg_node {
 /* Record a node on out if grad mode is on and any input requires grad.
  * Returns the node (owned by out) or NULL when nothing was recorded or on
  * error (then out is left as it is; check cg_has_error() if it matters).
- * Op implementations use this; see autograd/ops.c for examples. */
+ * The library's ops use this; user-defined ops use cg_record_op below. */
 cg_node *cg_record(cg_tensor *out, cg_op op, int n_inputs, cg_tensor *const *inputs,
                    cg_backward_fn backward);
+
+/* ------------------------------------------------ user-defined ops */
+/* A new differentiable op, written outside the library (the worked example
+ * is examples/rope.c, rotary position embeddings):
+ *
+ *   1. forward: compute the output with kernels (core/ops.h) or plain loops
+ *      into a tensor you have just made (cg_empty_like, cg_k_*), never into
+ *      an input;
+ *   2. cg_record_op(out, "my_op", n, inputs, my_backward, &node): when it
+ *      returns CG_RECORD_OK, save what the backward needs on the node
+ *      (cg_node_save for tensors, node->p for a few numbers, node->ctx +
+ *      ctx_free for anything else);
+ *   3. my_backward(node, g, gin): g has the output's shape; set gin[i] (a
+ *      new tensor, the input's shape or broadcast to the output's) where
+ *      cg_node_needs_grad(node, i); on failure cg_set_error and return false;
+ *   4. test it with cg_gradcheck (autograd/gradcheck.h).
+ *
+ * The name (copied) appears in every message about the node: errors in its
+ * backward, a gradient of the wrong shape, a missing gradient. */
+typedef enum {
+    CG_RECORD_FAILED = -1, /* error recorded (e.g. out already has a node) */
+    CG_RECORD_NONE = 0,    /* nothing to record: grad mode off or no input needs grad */
+    CG_RECORD_OK = 1,      /* *node_out is the new node, owned by out */
+} cg_record_status;
+cg_record_status cg_record_op(cg_tensor *out, const char *name, int n_inputs,
+                              cg_tensor *const *inputs, cg_backward_fn backward,
+                              cg_node **node_out);
+/* The node's op name: a user-defined op's own name, else cg_op_name(op). */
+const char *cg_node_name(const cg_node *n);
 /* Whether input i of n needs a gradient. */
 bool cg_node_needs_grad(const cg_node *n, int i);
 /* Save a tensor on the node (retained). Returns slot index or -1. */
@@ -114,6 +146,12 @@ void cg_zero_grad(cg_tensor *t);
 const cg_tensor *cg_grad(const cg_tensor *t);
 /* Number of nodes reachable from t (for tests and debugging). */
 int64_t cg_graph_size(const cg_tensor *t);
+/* Debugging and testing: fn (if not NULL) is called after every node's
+ * backward on this thread with the node and the input gradients it
+ * computed (gin[i] may be NULL; fn may replace them: release the old one).
+ * tests/test_gradcheck.c plants errors with it. NULL removes it. */
+typedef void (*cg_backward_hook_fn)(void *ctx, cg_node *n, cg_tensor **gin);
+void cg_set_backward_hook(cg_backward_hook_fn fn, void *ctx);
 
 #ifdef __cplusplus
 }

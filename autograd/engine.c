@@ -20,6 +20,8 @@ static const char *const op_names[] = {
     "softmax", "log_softmax", "cross_entropy", "layer_norm",
     "rms_norm", "dropout", "concat", "index_select", "gather",
     "attention", "linear",
+    "silu", "sin", "cos", "tril", "triu", "cumsum", "nll_loss",
+    "binary_cross_entropy_with_logits",
     "custom",
 };
 static_assert(sizeof op_names / sizeof op_names[0] == CG_OP_COUNT,
@@ -76,6 +78,7 @@ static void node_free_hook(cg_node *n)
         if (!p) { /* out of memory: free this one directly (may recurse) */
             node_drop_refs(n);
             free(n->inputs);
+            free(n->name);
             free(n);
             return;
         }
@@ -90,6 +93,7 @@ static void node_free_hook(cg_node *n)
         cg_node *m = g_pending[--g_npending];
         node_drop_refs(m);
         free(m->inputs);
+        free(m->name);
         free(m);
     }
     g_draining = false;
@@ -98,11 +102,26 @@ static void node_free_hook(cg_node *n)
     g_cappending = 0;
 }
 
+/* The references a node holds, for cg_scope_end (core/tensor.c). */
+static void node_refs(cg_node *n, void (*visit)(void *ctx, cg_tensor *t), void *ctx)
+{
+    if (n->freed)
+        return;
+    for (int i = 0; i < n->n_inputs; i++)
+        visit(ctx, n->inputs[i]);
+    for (int i = 0; i < CG_NODE_MAX_SAVED; i++)
+        if (n->saved[i])
+            visit(ctx, n->saved[i]);
+    if (n->grad)
+        visit(ctx, n->grad);
+}
+
 static void ensure_hook(void)
 {
     static bool done;
     if (!done) {
         cg_set_node_release_hook(node_free_hook);
+        cg_set_node_refs_hook(node_refs);
         done = true;
     }
 }
@@ -110,26 +129,60 @@ static void ensure_hook(void)
 /* ---------------------------------------------------------- recording */
 static bool tensor_needs_grad(const cg_tensor *t) { return t && t->requires_grad; }
 
-cg_node *cg_record(cg_tensor *out, cg_op op, int n_inputs, cg_tensor *const *inputs,
-                   cg_backward_fn backward)
+static cg_record_status record(cg_tensor *out, cg_op op, const char *name, int n_inputs,
+                               cg_tensor *const *inputs, cg_backward_fn backward,
+                               cg_node **node_out)
 {
+    const char *opn = name ? name : cg_op_name(op);
+    *node_out = NULL;
     if (!out || !cg_grad_enabled())
-        return NULL;
+        return CG_RECORD_NONE;
+    if (n_inputs < 0 || (n_inputs > 0 && !inputs) || !backward) {
+        cg_set_error("%s: recording needs inputs and a backward function (%d inputs, "
+                     "backward %s)", opn, n_inputs, backward ? "set" : "NULL");
+        return CG_RECORD_FAILED;
+    }
     bool any = false;
-    for (int i = 0; i < n_inputs; i++)
+    for (int i = 0; i < n_inputs; i++) {
         any |= tensor_needs_grad(inputs[i]);
+        if (inputs[i] == out) {
+            cg_set_error("%s: the output is also input %d; an op records on a tensor it has "
+                         "just made (in-place ops cannot be recorded)", opn, i);
+            return CG_RECORD_FAILED;
+        }
+    }
     if (!any)
-        return NULL;
+        return CG_RECORD_NONE;
+    if (out->node) { /* an op must record on a fresh output */
+        cg_set_error("%s: the output tensor already has a graph node (made by %s); an op "
+                     "records on a tensor it has just made, e.g. from cg_empty_like",
+                     opn, cg_node_name(out->node));
+        return CG_RECORD_FAILED;
+    }
+    if (out->requires_grad) {
+        cg_set_error("%s: the output tensor is a leaf that requires grad (a parameter?); an op "
+                     "records on a tensor it has just made", opn);
+        return CG_RECORD_FAILED;
+    }
     ensure_hook();
     cg_node *n = calloc(1, sizeof *n);
-    cg_tensor **ins = calloc((size_t)n_inputs, sizeof *ins);
-    if (!n || !ins) {
+    cg_tensor **ins = calloc((size_t)(n_inputs ? n_inputs : 1), sizeof *ins);
+    char *nm = NULL;
+    if (name) {
+        size_t len = strlen(name) + 1;
+        nm = malloc(len);
+        if (nm)
+            memcpy(nm, name, len);
+    }
+    if (!n || !ins || (name && !nm)) {
         free(n);
         free(ins);
-        cg_set_error("%s: out of memory recording the graph", cg_op_name(op));
-        return NULL;
+        free(nm);
+        cg_set_error("%s: out of memory recording the graph", opn);
+        return CG_RECORD_FAILED;
     }
     n->op = op;
+    n->name = nm;
     n->backward = backward;
     n->n_inputs = n_inputs;
     n->inputs = ins;
@@ -137,17 +190,38 @@ cg_node *cg_record(cg_tensor *out, cg_op op, int n_inputs, cg_tensor *const *inp
         ins[i] = cg_retain(inputs[i]);
     n->out_ndim = out->ndim;
     memcpy(n->out_shape, out->shape, sizeof n->out_shape);
-    if (out->node) { /* an op must record on a fresh output */
-        for (int i = 0; i < n_inputs; i++)
-            cg_release(ins[i]);
-        free(ins);
-        free(n);
-        cg_set_error("%s: internal error: output already has a node", cg_op_name(op));
-        return NULL;
-    }
     out->node = n;
     out->requires_grad = true;
+    *node_out = n;
+    return CG_RECORD_OK;
+}
+
+cg_node *cg_record(cg_tensor *out, cg_op op, int n_inputs, cg_tensor *const *inputs,
+                   cg_backward_fn backward)
+{
+    cg_node *n;
+    record(out, op, NULL, n_inputs, inputs, backward, &n);
     return n;
+}
+
+cg_record_status cg_record_op(cg_tensor *out, const char *name, int n_inputs,
+                              cg_tensor *const *inputs, cg_backward_fn backward,
+                              cg_node **node_out)
+{
+    cg_node *dummy;
+    if (!node_out)
+        node_out = &dummy;
+    if (!name || !*name) {
+        *node_out = NULL;
+        cg_set_error("record_op: a user-defined op needs a name (it appears in errors)");
+        return CG_RECORD_FAILED;
+    }
+    return record(out, CG_OP_CUSTOM, name, n_inputs, inputs, backward, node_out);
+}
+
+const char *cg_node_name(const cg_node *n)
+{
+    return !n ? "?" : n->name ? n->name : cg_op_name(n->op);
 }
 
 bool cg_node_needs_grad(const cg_node *n, int i)
@@ -163,7 +237,7 @@ int cg_node_save(cg_node *n, cg_tensor *t)
             return i;
         }
     }
-    cg_set_error("%s: too many saved tensors", cg_op_name(n->op));
+    cg_set_error("%s: too many saved tensors (at most %d)", cg_node_name(n), CG_NODE_MAX_SAVED);
     return -1;
 }
 
@@ -181,7 +255,7 @@ cg_tensor *cg_requires_grad(cg_tensor *t, bool on)
         return NULL;
     if (t->node) {
         cg_set_error("requires_grad: only leaf tensors can change requires_grad "
-                     "(this one was produced by %s)", cg_op_name(t->node->op));
+                     "(this one was produced by %s)", cg_node_name(t->node));
         return NULL;
     }
     t->requires_grad = on;
@@ -199,6 +273,16 @@ void cg_zero_grad(cg_tensor *t)
 }
 
 const cg_tensor *cg_grad(const cg_tensor *t) { return t ? t->grad : NULL; }
+
+/* -------------------------------------------------------- backward hook */
+static _Thread_local cg_backward_hook_fn g_bw_hook;
+static _Thread_local void *g_bw_hook_ctx;
+
+void cg_set_backward_hook(cg_backward_hook_fn fn, void *ctx)
+{
+    g_bw_hook = fn;
+    g_bw_hook_ctx = ctx;
+}
 
 /* ---------------------------------------------------- topological order */
 static uint64_t g_epoch; /* marks are epochs: no clearing pass needed */
@@ -292,7 +376,7 @@ static cg_tensor *fit_to_shape(cg_node *n, int idx, cg_tensor *g, const cg_tenso
     if (g->ndim == input->ndim && cg_same_shape(g, input))
         return g;
     int64_t bshape[CG_MAX_DIMS];
-    int nd = cg_broadcast_shapes(cg_op_name(n->op), input->ndim, input->shape, g->ndim, g->shape,
+    int nd = cg_broadcast_shapes(cg_node_name(n), input->ndim, input->shape, g->ndim, g->shape,
                                  bshape);
     bool ok = nd == g->ndim;
     for (int i = 0; ok && i < nd; i++)
@@ -301,7 +385,7 @@ static cg_tensor *fit_to_shape(cg_node *n, int idx, cg_tensor *g, const cg_tenso
         char b1[96], b2[96];
         cg_set_error("backward of %s: gradient %d has shape %s, which does not reduce to the "
                      "input shape %s",
-                     cg_op_name(n->op), idx, cg_shape_str(g, b1, sizeof b1),
+                     cg_node_name(n), idx, cg_shape_str(g, b1, sizeof b1),
                      cg_shape_str(input, b2, sizeof b2));
         cg_release(g);
         return NULL;
@@ -322,11 +406,13 @@ static bool accumulate(cg_tensor **slot, cg_tensor *g, bool private)
         bool owned = g->refcount == 1 && g->storage->refcount == 1 && cg_is_contiguous(g) &&
                      !g->node;
         if (owned || (!private && !g->node)) {
-            *slot = g;
+            *slot = private ? cg_hold(g) : g; /* a leaf's gradient outlives scopes */
             return true;
         }
         *slot = cg_clone(g);
         cg_release(g);
+        if (private)
+            cg_hold(*slot);
         return *slot != NULL;
     }
     cg_tensor *s = *slot;
@@ -337,6 +423,10 @@ static bool accumulate(cg_tensor **slot, cg_tensor *g, bool private)
         cg_tensor *sum = cg_k_add(s, g);
         ok = sum != NULL;
         if (ok) {
+            if (private) {
+                cg_unhold(s);
+                cg_hold(sum);
+            }
             cg_release(s);
             *slot = sum;
         }
@@ -403,9 +493,19 @@ bool cg_backward(cg_tensor *root, const cg_tensor *grad_root, bool retain_graph)
             ok = false;
             break;
         }
+        unsigned long serial = cg_error_serial();
         ok = n->backward(n, n->grad, gv);
-        if (!ok && !cg_has_error())
-            cg_set_error("backward of %s failed", cg_op_name(n->op));
+        if (!ok && cg_error_serial() == serial) /* no message of its own: never a stale one */
+            cg_set_error("backward of %s failed without recording a reason", cg_node_name(n));
+        if (ok && g_bw_hook)
+            g_bw_hook(g_bw_hook_ctx, n, gv);
+        for (int i = 0; ok && n->name && i < n->n_inputs; i++) {
+            if (cg_node_needs_grad(n, i) && !gv[i]) {
+                cg_set_error("backward of %s gave no gradient for input %d, which needs one",
+                             cg_node_name(n), i);
+                ok = false;
+            }
+        }
         for (int i = 0; i < n->n_inputs; i++) {
             cg_tensor *g = gv[i];
             if (!g)

@@ -11,11 +11,13 @@
 
 cg_gradcheck_opts cg_gradcheck_defaults(void)
 {
-    return (cg_gradcheck_opts){.eps = 1e-3, .atol = 1e-3, .rtol = 1e-2, .seed = 1234};
+    return (cg_gradcheck_opts){.eps = 1e-3, .atol = 1e-3, .rtol = 1e-2, .seed = 1234,
+                               .proj_count = 4, .proj_eps = 1e-2, .proj_rtol = 5e-4,
+                               .noise = 4};
 }
 
-/* sum(out * R) in double. */
-static bool weighted_sum(const cg_tensor *out, const float *r, double *res)
+/* sum(out * R) in double; *abs_sum (if not NULL) gets sum |out * R|. */
+static bool weighted_sum(const cg_tensor *out, const float *r, double *res, double *abs_sum)
 {
     int64_t n = cg_numel(out);
     float *v = malloc((size_t)(n ? n : 1) * sizeof *v);
@@ -23,25 +25,35 @@ static bool weighted_sum(const cg_tensor *out, const float *r, double *res)
         free(v);
         return false;
     }
-    double s = 0;
-    for (int64_t i = 0; i < n; i++)
+    double s = 0, sa = 0;
+    for (int64_t i = 0; i < n; i++) {
         s += (double)v[i] * (double)r[i];
+        sa += fabs((double)v[i] * (double)r[i]);
+    }
     free(v);
     *res = s;
+    if (abs_sum)
+        *abs_sum = sa;
     return true;
+}
+
+static bool eval_loss2(cg_gradcheck_fn f, void *ctx, cg_tensor *const *inputs, const float *r,
+                       int64_t nout, double *res, double *abs_sum)
+{
+    cg_tensor *out = f(ctx, inputs);
+    if (!out)
+        return false;
+    bool ok = cg_numel(out) == nout && weighted_sum(out, r, res, abs_sum);
+    if (cg_numel(out) != nout)
+        cg_set_error("gradcheck: the function's output size changed between calls");
+    cg_release(out);
+    return ok;
 }
 
 static bool eval_loss(cg_gradcheck_fn f, void *ctx, cg_tensor *const *inputs, const float *r,
                       int64_t nout, double *res)
 {
-    cg_tensor *out = f(ctx, inputs);
-    if (!out)
-        return false;
-    bool ok = cg_numel(out) == nout && weighted_sum(out, r, res);
-    if (cg_numel(out) != nout)
-        cg_set_error("gradcheck: the function's output size changed between calls");
-    cg_release(out);
-    return ok;
+    return eval_loss2(f, ctx, inputs, r, nout, res, NULL);
 }
 
 /* Storage offset of logical element i (row-major) of t. */
@@ -54,6 +66,112 @@ static int64_t elem_offset(const cg_tensor *t, int64_t i)
         off += k * t->strides[d];
     }
     return off;
+}
+
+static void fail(cg_gradcheck_report *rep, const char *why);
+
+/* Set the used elements of the view's storage span to orig + h*v (as
+ * stored in float); step[off] receives the step actually taken. */
+static void perturb(float *data, const float *orig, const signed char *v, const char *used,
+                    int64_t span, double h, double *step)
+{
+    for (int64_t off = 0; off < span; off++) {
+        if (!used[off])
+            continue;
+        data[off] = (float)(orig[off] + h * v[off]);
+        step[off] = (double)data[off] - orig[off];
+    }
+}
+
+/* Projection check of one input (storage span [lo, lo+span)): returns the
+ * worst |error| / tolerance over o->proj_count directions, or -1 with the
+ * report failed when the function fails. */
+static double project(cg_gradcheck_fn f, void *ctx, cg_tensor *const *inputs, const float *r,
+                      int64_t nout, const cg_gradcheck_opts *o, int k, float *data,
+                      const double *ana, const char *used, int64_t span,
+                      cg_gradcheck_report *rep)
+{
+    float *orig = malloc((size_t)span * sizeof *orig);
+    signed char *v = malloc((size_t)span);
+    double *sp = malloc((size_t)span * sizeof *sp), *sm = malloc((size_t)span * sizeof *sm);
+    double worst = 0.0;
+    if (!orig || !v || !sp || !sm) {
+        worst = -1;
+        fail(rep, "out of memory");
+        goto out;
+    }
+    memcpy(orig, data, (size_t)span * sizeof *orig);
+    double ss = 0.0, gn = 0.0;
+    int64_t cnt = 0;
+    for (int64_t off = 0; off < span; off++) {
+        if (used[off]) {
+            ss += (double)orig[off] * orig[off];
+            gn += ana[off] * ana[off];
+            cnt++;
+        }
+    }
+    double rms = cnt ? sqrt(ss / (double)cnt) : 0.0;
+    double h0 = o->proj_eps * (rms > 1e-2 ? rms : 1e-2);
+    gn = sqrt(gn);
+    /* The float32 forward rounds the loss by about 2^-24 * sum |out * R| per
+     * operation: that, over the step, is the numeric projection's noise. */
+    double l0, s0;
+    if (!eval_loss2(f, ctx, inputs, r, nout, &l0, &s0)) {
+        fail(rep, "the function failed");
+        worst = -1;
+        goto out;
+    }
+    double floor = o->noise * 0x1p-24 * s0 / h0;
+    cg_rng rng = cg_rng_new(o->seed ^ (0x9E3779B97F4A7C15ull * (uint64_t)(k + 1)));
+    /* Steps h/2, h and 2h: Richardson over (h/2, h) and over (h, 2h) must
+     * agree, else the direction crosses a kink (relu at 0, a max changing
+     * its winner) and is replaced by another, at most 3 * proj_count tries. */
+    int done = 0;
+    for (int tries = 0; done < o->proj_count && tries < 3 * o->proj_count; tries++) {
+        for (int64_t off = 0; off < span; off++)
+            v[off] = cg_rng_below(&rng, 2) ? 1 : -1;
+        double err[3], a = 0.0;
+        for (int64_t off = 0; off < span; off++)
+            if (used[off])
+                a += ana[off] * v[off];
+        for (int j = 0; j < 3; j++) {
+            double h = h0 * (j == 0 ? 0.5 : j == 1 ? 1.0 : 2.0), lp, lm;
+            perturb(data, orig, v, used, span, h, sp);
+            bool ok = eval_loss(f, ctx, inputs, r, nout, &lp);
+            perturb(data, orig, v, used, span, -h, sm);
+            ok = ok && eval_loss(f, ctx, inputs, r, nout, &lm);
+            memcpy(data, orig, (size_t)span * sizeof *orig);
+            if (!ok) {
+                char b[400];
+                snprintf(b, sizeof b, "the function failed while perturbing input %d: %s", k,
+                         cg_last_error());
+                fail(rep, b);
+                worst = -1;
+                goto out;
+            }
+            /* the analytic change for the steps actually taken */
+            double da = 0.0;
+            for (int64_t off = 0; off < span; off++)
+                if (used[off])
+                    da += ana[off] * (sp[off] - sm[off]);
+            err[j] = ((lp - lm) - da) / (2 * h);
+        }
+        double e_small = (4 * err[0] - err[1]) / 3, e = (4 * err[1] - err[2]) / 3;
+        double tol = o->proj_rtol * (fabs(a) + gn) + floor;
+        if (fabs(e_small - e) > tol) /* not smooth along v: another direction */
+            continue;
+        done++;
+        double ratio = tol > 0 ? fabs(e) / tol : (e == 0 ? 0 : INFINITY);
+        if (isnan(ratio))
+            ratio = INFINITY;
+        worst = ratio > worst ? ratio : worst;
+    }
+out:
+    free(orig);
+    free(v);
+    free(sp);
+    free(sm);
+    return worst;
 }
 
 static void fail(cg_gradcheck_report *rep, const char *why)
@@ -69,6 +187,7 @@ bool cg_gradcheck(cg_gradcheck_fn f, void *ctx, int n_inputs, cg_tensor *const *
     cg_gradcheck_report *rep = report ? report : &local;
     memset(rep, 0, sizeof *rep);
     rep->worst_input = -1;
+    rep->worst_proj_input = -1;
     cg_gradcheck_opts o = opts ? *opts : cg_gradcheck_defaults();
 
     /* keep the callers' gradients */
@@ -113,6 +232,14 @@ bool cg_gradcheck(cg_gradcheck_fn f, void *ctx, int n_inputs, cg_tensor *const *
 
     ok = true;
     cg_no_grad_begin();
+    /* the element-wise absolute tolerance, at least the loss's rounding noise */
+    double l0, s0 = 0;
+    if (!eval_loss2(f, ctx, inputs, r, nout, &l0, &s0)) {
+        fail(rep, "the function failed");
+        ok = false;
+    }
+    double noise_atol = o.noise * 0x1p-24 * s0 / o.eps;
+    double atol = o.atol > noise_atol ? o.atol : noise_atol;
     for (int k = 0; k < n_inputs && ok; k++) {
         cg_tensor *x = inputs[k];
         if (!x || !x->requires_grad)
@@ -173,7 +300,7 @@ bool cg_gradcheck(cg_gradcheck_fn f, void *ctx, int n_inputs, cg_tensor *const *
             double num = (lp - lm) / (hp + hm); /* the steps as actually stored */
             double a = ana[off];
             double abs_err = fabs(a - num);
-            double ratio = abs_err / (o.atol + o.rtol * fabs(num));
+            double ratio = abs_err / (atol + o.rtol * fabs(num));
             if (isnan(a) != isnan(num) || (isnan(ratio) && !(isnan(a) && isnan(num))))
                 ratio = INFINITY;
             rep->checked++;
@@ -187,6 +314,15 @@ bool cg_gradcheck(cg_gradcheck_fn f, void *ctx, int n_inputs, cg_tensor *const *
                 rep->rel_err = abs_err / (fabs(num) > 1e-12 ? fabs(num) : 1e-12);
             }
         }
+        if (ok && o.proj_count > 0) {
+            double pr = project(f, ctx, inputs, r, nout, &o, k, data + lo, ana, used, span, rep);
+            if (pr < 0) {
+                ok = false;
+            } else if (pr > rep->worst_proj_ratio || rep->worst_proj_input < 0) {
+                rep->worst_proj_ratio = pr;
+                rep->worst_proj_input = k;
+            }
+        }
         free(ana);
         free(used);
         free(gv);
@@ -194,13 +330,14 @@ bool cg_gradcheck(cg_gradcheck_fn f, void *ctx, int n_inputs, cg_tensor *const *
     }
     cg_no_grad_end();
     if (ok) {
-        rep->ok = rep->worst_ratio <= 1.0;
+        rep->ok = rep->worst_ratio <= 1.0 && rep->worst_proj_ratio <= 1.0;
         snprintf(rep->message, sizeof rep->message,
                  "gradcheck %s: %lld elements; worst at input %d offset %lld: analytic %.8g, "
-                 "numeric %.8g (abs err %.3g, rel err %.3g, %.2fx the tolerance)",
+                 "numeric %.8g (abs err %.3g, rel err %.3g, %.2fx the tolerance); "
+                 "projections: worst at input %d, %.2fx the tolerance",
                  rep->ok ? "passed" : "FAILED", (long long)rep->checked, rep->worst_input,
                  (long long)rep->worst_index, rep->analytic, rep->numeric, rep->abs_err,
-                 rep->rel_err, rep->worst_ratio);
+                 rep->rel_err, rep->worst_ratio, rep->worst_proj_input, rep->worst_proj_ratio);
         ok = rep->ok;
     }
 done:

@@ -24,9 +24,26 @@ typedef cg_tensor *(*cg_gradcheck_fn)(void *ctx, cg_tensor *const *inputs);
 
 typedef struct {
     double eps;   /* finite-difference step (default 1e-3) */
-    double atol;  /* pass if |analytic - numeric| <= atol + rtol * |numeric| */
+    double atol;  /* pass if |analytic - numeric| <= atol' + rtol * |numeric| */
     double rtol;  /* defaults 1e-3 and 1e-2 */
-    uint64_t seed; /* for the output weights R */
+    uint64_t seed; /* for the output weights R and the directions v */
+    /* Projections (PyTorch's fast mode, made strict): per input, the
+     * analytic u^T J v against central differences along random +-1
+     * directions v, Richardson-extrapolated over the steps (h/2, h) and
+     * (h, 2h) (h = proj_eps * the input's RMS, at least proj_eps * 1e-2);
+     * a direction whose two estimates disagree crosses a kink and is
+     * replaced (at most 3 * proj_count tries). Passes if |error| <=
+     * proj_rtol * (|analytic| + |gradient|_2) + the noise term below.
+     * Catches small systematic errors (1% in the backward of any op of a
+     * transformer layer: tests/test_gradcheck.c) that the element-wise
+     * check's absolute tolerance lets through. proj_count 0 turns it off. */
+    int proj_count;   /* default 4 */
+    double proj_eps;  /* default 1e-2 */
+    double proj_rtol; /* default 5e-4 */
+    /* Both checks add noise * 2^-24 * sum|out * R| / step to their
+     * absolute tolerance: the float32 rounding of the loss over the step,
+     * so that large outputs do not fail correct gradients (default 4). */
+    double noise;
 } cg_gradcheck_opts;
 
 typedef struct {
@@ -37,6 +54,8 @@ typedef struct {
     double analytic, numeric; /* values at the worst element */
     double abs_err, rel_err;  /* there */
     double worst_ratio;    /* abs_err / (atol + rtol*|numeric|): > 1 fails */
+    double worst_proj_ratio; /* projections: |error| / tolerance, > 1 fails */
+    int worst_proj_input;  /* where (-1: none checked) */
     char message[512];     /* human-readable summary */
 } cg_gradcheck_report;
 

@@ -74,10 +74,11 @@ cg_tensor *cg_to_contiguous(cg_tensor *a);
 /* -------------------------------------------------------- nn building blocks */
 cg_tensor *cg_softmax(cg_tensor *a, int dim);
 cg_tensor *cg_log_softmax(cg_tensor *a, int dim);
-/* Mean cross-entropy of logits [..., C] against numel/C targets, PyTorch
- * semantics (ignore_index, label_smoothing). Returns a scalar. */
-cg_tensor *cg_cross_entropy(cg_tensor *logits, const int64_t *targets, int64_t ignore_index,
-                            float label_smoothing);
+/* Mean cross-entropy of logits [..., C] against n_targets class ids, PyTorch
+ * semantics (ignore_index, label_smoothing). n_targets must be numel/C (one
+ * per row; an error otherwise, never a read past the array). A scalar. */
+cg_tensor *cg_cross_entropy(cg_tensor *logits, const int64_t *targets, int64_t n_targets,
+                            int64_t ignore_index, float label_smoothing);
 /* Over the last dim; w and b may be NULL. */
 cg_tensor *cg_layer_norm(cg_tensor *x, cg_tensor *w, cg_tensor *b, float eps);
 cg_tensor *cg_rms_norm(cg_tensor *x, cg_tensor *w, float eps);
@@ -105,6 +106,35 @@ cg_tensor *cg_attention(cg_tensor *q, cg_tensor *k, cg_tensor *v, bool causal,
                         const uint8_t *key_pad, cg_tensor **weights_out);
 /* torch.gather along dim; ids has the result's shape (ndim, shape). */
 cg_tensor *cg_gather(cg_tensor *a, int dim, const int64_t *ids, int ndim, const int64_t *shape);
+
+/* ------------------------------------ more of PyTorch's ops (ops_misc.c) */
+cg_tensor *cg_silu(cg_tensor *a); /* x * sigmoid(x) (swish) */
+cg_tensor *cg_sin(cg_tensor *a);
+cg_tensor *cg_cos(cg_tensor *a);
+/* torch.tril / torch.triu over the last two dims (diagonal 0 = the main). */
+cg_tensor *cg_tril(cg_tensor *a, int64_t diagonal);
+cg_tensor *cg_triu(cg_tensor *a, int64_t diagonal);
+/* torch.cumsum along dim. */
+cg_tensor *cg_cumsum(cg_tensor *a, int dim);
+/* torch.topk(a, k, dim, largest, sorted=True): the values (differentiable:
+ * the gradient flows to the chosen elements); ids (may be NULL) receives
+ * their indices, n_ids = numel(values) int64 (checked). */
+cg_tensor *cg_topk(cg_tensor *a, int64_t k, int dim, bool largest, int64_t *ids, int64_t n_ids);
+/* torch.argmax(a, dim) as integers (core/ops.h cg_k_argmax_ids): n_ids =
+ * numel(a) / size(dim) (checked). Not differentiable. */
+bool cg_argmax(const cg_tensor *a, int dim, int64_t *ids, int64_t n_ids);
+/* Mean squared error, mean((a - b)^2); a and b of one shape, either may
+ * require grad. */
+cg_tensor *cg_mse_loss(cg_tensor *a, cg_tensor *b);
+/* Mean binary cross-entropy of logits x against targets y (same shape,
+ * values in [0, 1]), computed stably: max(x,0) - x*y + log(1+exp(-|x|)). */
+cg_tensor *cg_binary_cross_entropy_with_logits(cg_tensor *x, cg_tensor *y);
+/* torch.nn.functional.nll_loss: log-probabilities [..., C] against
+ * n_targets class ids (numel/C of them, checked), ignore_index, mean over
+ * the kept rows. cg_nll_loss(cg_log_softmax(x, -1), ...) equals
+ * cg_cross_entropy(x, ...). */
+cg_tensor *cg_nll_loss(cg_tensor *logp, const int64_t *targets, int64_t n_targets,
+                       int64_t ignore_index);
 
 #ifdef __cplusplus
 }

@@ -49,6 +49,7 @@ cg_tensor *cg_log_softmax(cg_tensor *a, int dim) { return softmax_like(a, dim, t
 /* ------------------------------------------------------ cross-entropy */
 typedef struct {
     int64_t *targets;
+    int64_t n_targets;
     int64_t ignore_index;
     float smoothing;
 } ce_ctx;
@@ -67,7 +68,7 @@ static bool ce_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
     int64_t C = logits->shape[logits->ndim - 1];
     int64_t N = C ? cg_numel(logits) / C : 0;
     cg_tensor *l2 = cg_reshape_copy(logits, 2, (int64_t[]){N, C});
-    cg_tensor *d = cg_k_cross_entropy_backward(l2, c->targets, c->ignore_index, c->smoothing,
+    cg_tensor *d = cg_k_cross_entropy_backward(l2, c->targets, c->n_targets, c->ignore_index, c->smoothing,
                                                n->saved[0], cg_item(g));
     cg_release(l2);
     if (!d)
@@ -77,8 +78,8 @@ static bool ce_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
     return gin[0] != NULL;
 }
 
-cg_tensor *cg_cross_entropy(cg_tensor *logits, const int64_t *targets, int64_t ignore_index,
-                            float label_smoothing)
+cg_tensor *cg_cross_entropy(cg_tensor *logits, const int64_t *targets, int64_t n_targets,
+                            int64_t ignore_index, float label_smoothing)
 {
     if (!logits)
         return NULL;
@@ -91,7 +92,7 @@ cg_tensor *cg_cross_entropy(cg_tensor *logits, const int64_t *targets, int64_t i
     int64_t N = C ? cg_numel(logits) / C : 0;
     cg_tensor *l2 = cg_reshape_copy(logits, 2, (int64_t[]){N, C});
     cg_tensor *lse = NULL;
-    cg_tensor *out = cg_k_cross_entropy(l2, targets, ignore_index, label_smoothing, &lse);
+    cg_tensor *out = cg_k_cross_entropy(l2, targets, n_targets, ignore_index, label_smoothing, &lse);
     cg_release(l2);
     if (!out) {
         cg_release(lse);
@@ -110,6 +111,7 @@ cg_tensor *cg_cross_entropy(cg_tensor *logits, const int64_t *targets, int64_t i
         }
         memcpy(t, targets, (size_t)N * sizeof *t);
         c->targets = t;
+        c->n_targets = N;
         c->ignore_index = ignore_index;
         c->smoothing = label_smoothing;
         n->ctx = c;

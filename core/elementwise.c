@@ -175,6 +175,9 @@ EW_UNARY(seg_sigmoid, f_sigmoid(X))
 EW_UNARY(seg_relu, f_relu(X))
 EW_UNARY(seg_gelu, f_gelu(X))
 EW_UNARY(seg_abs, fabsf(X))
+EW_UNARY(seg_silu, X * f_sigmoid(X))
+EW_UNARY(seg_sin, sinf(X))
+EW_UNARY(seg_cos, cosf(X))
 EW_UNARY(seg_clamp, f_clamp(X, P->a, P->b))
 EW_UNARY(seg_adds, X + P->a)
 EW_UNARY(seg_muls, X * P->a)
@@ -190,6 +193,8 @@ EW_BINARY(seg_relu_bwd, X > 0.0f ? Y : 0.0f)
 EW_BINARY(seg_gelu_bwd, Y * f_gelu_grad(X))
 EW_BINARY(seg_clamp_bwd, (X >= P->a && X <= P->b) ? Y : 0.0f)
 EW_BINARY(seg_abs_bwd, X > 0.0f ? Y : (X < 0.0f ? -Y : 0.0f))
+/* d/dx x s(x) = s (1 + x (1 - s)) */
+EW_BINARY(seg_silu_bwd, Y * f_sigmoid(X) * (1.0f + X * (1.0f - f_sigmoid(X))))
 
 EW_TERNARY(seg_where, X != 0.0f ? Y : Z)
 
@@ -265,6 +270,13 @@ cg_tensor *cg_k_sigmoid(const cg_tensor *a) { return unary("sigmoid", a, seg_sig
 cg_tensor *cg_k_relu(const cg_tensor *a) { return unary("relu", a, seg_relu, 0, 0); }
 cg_tensor *cg_k_gelu(const cg_tensor *a) { return unary("gelu", a, seg_gelu, 0, 0); }
 cg_tensor *cg_k_abs(const cg_tensor *a) { return unary("abs", a, seg_abs, 0, 0); }
+cg_tensor *cg_k_silu(const cg_tensor *a) { return unary("silu", a, seg_silu, 0, 0); }
+cg_tensor *cg_k_sin(const cg_tensor *a) { return unary("sin", a, seg_sin, 0, 0); }
+cg_tensor *cg_k_cos(const cg_tensor *a) { return unary("cos", a, seg_cos, 0, 0); }
+cg_tensor *cg_k_silu_backward(const cg_tensor *x, const cg_tensor *g)
+{
+    return binary("silu_backward", x, g, seg_silu_bwd, 0, 0);
+}
 
 cg_tensor *cg_k_pow(const cg_tensor *a, float p)
 {

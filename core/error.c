@@ -6,6 +6,9 @@
 
 static _Thread_local char g_msg[1024];
 static _Thread_local bool g_set;
+static _Thread_local unsigned long g_serial;
+
+unsigned long cg_error_serial(void) { return g_serial; }
 
 const char *cg_last_error(void) { return g_msg; }
 bool cg_has_error(void) { return g_set; }
@@ -20,6 +23,7 @@ static void set_v(const char *fmt, va_list ap)
 {
     vsnprintf(g_msg, sizeof g_msg, fmt, ap);
     g_set = true;
+    g_serial++;
 }
 
 void cg_set_error(const char *fmt, ...)

@@ -15,7 +15,7 @@
 
 /* Check the logits shape and the targets; count kept rows. */
 static bool ce_check(const char *op, const cg_tensor *logits, const int64_t *targets,
-                     int64_t ignore_index, float ls, int64_t *kept)
+                     int64_t n_targets, int64_t ignore_index, float ls, int64_t *kept)
 {
     char b[96];
     if (logits->ndim != 2) {
@@ -30,6 +30,12 @@ static bool ce_check(const char *op, const cg_tensor *logits, const int64_t *tar
     }
     if (N > 0 && !targets) {
         cg_set_error("%s: NULL targets for logits of shape %s", op,
+                     cg_shape_str(logits, b, sizeof b));
+        return false;
+    }
+    if (n_targets != N) {
+        cg_set_error("%s: %lld targets for %lld rows of logits (shape %s); need one target "
+                     "per row", op, (long long)n_targets, (long long)N,
                      cg_shape_str(logits, b, sizeof b));
         return false;
     }
@@ -64,14 +70,15 @@ static double row_lse(const float *x, int64_t C)
 }
 
 cg_tensor *cg_k_cross_entropy(const cg_tensor *logits, const int64_t *targets,
-                              int64_t ignore_index, float label_smoothing, cg_tensor **lse)
+                              int64_t n_targets, int64_t ignore_index, float label_smoothing,
+                              cg_tensor **lse)
 {
     if (lse)
         *lse = NULL;
     if (!logits)
         return NULL;
     int64_t kept;
-    if (!ce_check("cross_entropy", logits, targets, ignore_index, label_smoothing, &kept))
+    if (!ce_check("cross_entropy", logits, targets, n_targets, ignore_index, label_smoothing, &kept))
         return NULL;
     int64_t N = logits->shape[0], C = logits->shape[1];
     cg_tensor *x = cg_contiguous(logits);
@@ -121,13 +128,14 @@ cg_tensor *cg_k_cross_entropy(const cg_tensor *logits, const int64_t *targets,
 }
 
 cg_tensor *cg_k_cross_entropy_backward(const cg_tensor *logits, const int64_t *targets,
-                                       int64_t ignore_index, float label_smoothing,
+                                       int64_t n_targets, int64_t ignore_index,
+                                       float label_smoothing,
                                        const cg_tensor *lse, float g)
 {
     if (!logits)
         return NULL;
     int64_t kept;
-    if (!ce_check("cross_entropy_backward", logits, targets, ignore_index, label_smoothing,
+    if (!ce_check("cross_entropy_backward", logits, targets, n_targets, ignore_index, label_smoothing,
                   &kept))
         return NULL;
     int64_t N = logits->shape[0], C = logits->shape[1];
@@ -169,4 +177,72 @@ cg_tensor *cg_k_cross_entropy_backward(const cg_tensor *logits, const int64_t *t
     }
     cg_release_all(2, x, lc);
     return dx;
+}
+
+/* ------------------------------------------------------------- nll loss */
+cg_tensor *cg_k_nll_loss(const cg_tensor *logp, const int64_t *targets, int64_t n_targets,
+                         int64_t ignore_index)
+{
+    if (!logp)
+        return NULL;
+    int64_t kept;
+    if (!ce_check("nll_loss", logp, targets, n_targets, ignore_index, 0.0f, &kept))
+        return NULL;
+    int64_t N = logp->shape[0], C = logp->shape[1];
+    cg_tensor *out = cg_empty(0, NULL);
+    if (!out)
+        return NULL;
+    double s = 0.0;
+    for (int64_t r = 0; r < N; r++)
+        if (targets[r] != ignore_index)
+            s -= cg_get(logp, (int64_t[]){r, targets[r]});
+    (void)C;
+    cg_data(out)[0] = (float)(s / (double)kept); /* 0/0 = NaN, as PyTorch */
+    return out;
+}
+
+cg_tensor *cg_k_nll_loss_backward(const cg_tensor *logp, const int64_t *targets,
+                                  int64_t n_targets, int64_t ignore_index, float g)
+{
+    if (!logp)
+        return NULL;
+    int64_t kept;
+    if (!ce_check("nll_loss_backward", logp, targets, n_targets, ignore_index, 0.0f, &kept))
+        return NULL;
+    cg_tensor *d = cg_zeros(2, logp->shape);
+    if (!d || kept == 0)
+        return d;
+    int64_t N = logp->shape[0], C = logp->shape[1];
+    float v = (float)(-(double)g / (double)kept);
+    for (int64_t r = 0; r < N; r++)
+        if (targets[r] != ignore_index)
+            cg_data(d)[r * C + targets[r]] = v;
+    return d;
+}
+
+/* ------------------------------------------- binary cross-entropy, logits */
+cg_tensor *cg_k_bce_with_logits(const cg_tensor *x, const cg_tensor *y)
+{
+    if (!x || !y)
+        return NULL;
+    if (!cg_same_shape(x, y)) {
+        char a[96], b[96];
+        cg_set_error("binary_cross_entropy_with_logits: logits %s and targets %s differ in shape",
+                     cg_shape_str(x, a, sizeof a), cg_shape_str(y, b, sizeof b));
+        return NULL;
+    }
+    cg_tensor *xc = cg_contiguous(x), *yc = cg_contiguous(y);
+    cg_tensor *out = xc && yc ? cg_empty(0, NULL) : NULL;
+    if (out) {
+        const float *xp = cg_data(xc), *yp = cg_data(yc);
+        int64_t n = cg_numel(xc);
+        double s = 0.0;
+        for (int64_t i = 0; i < n; i++) {
+            double v = xp[i];
+            s += (v > 0 ? v : 0.0) - v * yp[i] + log1p(exp(-fabs(v)));
+        }
+        cg_data(out)[0] = (float)(s / (double)n); /* n = 0: NaN, as PyTorch */
+    }
+    cg_release_all(2, xc, yc);
+    return out;
 }

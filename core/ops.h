@@ -44,6 +44,10 @@ cg_tensor *cg_k_relu(const cg_tensor *a);
 /* GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
 cg_tensor *cg_k_gelu(const cg_tensor *a);
 cg_tensor *cg_k_abs(const cg_tensor *a);
+/* SiLU (swish): x * sigmoid(x) */
+cg_tensor *cg_k_silu(const cg_tensor *a);
+cg_tensor *cg_k_sin(const cg_tensor *a);
+cg_tensor *cg_k_cos(const cg_tensor *a);
 cg_tensor *cg_k_clamp(const cg_tensor *a, float lo, float hi);
 /* cond != 0 ? a : b, all three broadcast together. */
 cg_tensor *cg_k_where(const cg_tensor *cond, const cg_tensor *a, const cg_tensor *b);
@@ -56,6 +60,7 @@ cg_tensor *cg_k_relu_backward(const cg_tensor *x, const cg_tensor *g);
 cg_tensor *cg_k_gelu_backward(const cg_tensor *x, const cg_tensor *g);
 cg_tensor *cg_k_clamp_backward(const cg_tensor *x, const cg_tensor *g, float lo, float hi);
 cg_tensor *cg_k_abs_backward(const cg_tensor *x, const cg_tensor *g);
+cg_tensor *cg_k_silu_backward(const cg_tensor *x, const cg_tensor *g);
 
 /* dst += src (src broadcasts to dst's shape). */
 bool cg_k_add_(cg_tensor *dst, const cg_tensor *src);
@@ -104,17 +109,31 @@ cg_tensor *cg_k_softmax_backward(const cg_tensor *y, const cg_tensor *g, int dim
 cg_tensor *cg_k_log_softmax_backward(const cg_tensor *y, const cg_tensor *g, int dim);
 
 /* Cross-entropy with PyTorch semantics (reduction mean):
- *   logits [N, C], targets: N class ids (int64), ignore_index (e.g. -100 or
- *   pad), label_smoothing in [0,1). Per kept row:
+ *   logits [N, C], targets: n_targets class ids (int64), which must equal N
+ *   (an error otherwise: the array is never read past n_targets),
+ *   ignore_index (e.g. -100 or pad), label_smoothing in [0,1]. Per kept row:
  *   (1-ls) * -log p[y] + ls * mean_j(-log p[j]); the mean over kept rows
  *   (0/0 gives NaN, as PyTorch). A target outside [0,C) that is not
  *   ignore_index is an error. Returns a scalar; optionally *lse (if not NULL)
  *   gets the per-row log-sum-exp [N] for the backward. */
 cg_tensor *cg_k_cross_entropy(const cg_tensor *logits, const int64_t *targets,
-                              int64_t ignore_index, float label_smoothing, cg_tensor **lse);
+                              int64_t n_targets, int64_t ignore_index, float label_smoothing,
+                              cg_tensor **lse);
+/* torch.nn.functional.nll_loss (reduction mean): logp [N, C] (log
+ * probabilities), n_targets == N class ids checked as for cross-entropy;
+ * mean over kept rows of -logp[r, y_r] (0/0 = NaN). The backward: -g/K at
+ * each kept (r, y_r), zero elsewhere. */
+cg_tensor *cg_k_nll_loss(const cg_tensor *logp, const int64_t *targets, int64_t n_targets,
+                         int64_t ignore_index);
+cg_tensor *cg_k_nll_loss_backward(const cg_tensor *logp, const int64_t *targets,
+                                  int64_t n_targets, int64_t ignore_index, float g);
+/* binary_cross_entropy_with_logits (reduction mean) of x against targets y
+ * of the same shape: mean of max(x,0) - x*y + log(1 + exp(-|x|)). */
+cg_tensor *cg_k_bce_with_logits(const cg_tensor *x, const cg_tensor *y);
 /* d(mean loss)/d logits times the scalar upstream gradient g. */
 cg_tensor *cg_k_cross_entropy_backward(const cg_tensor *logits, const int64_t *targets,
-                                       int64_t ignore_index, float label_smoothing,
+                                       int64_t n_targets, int64_t ignore_index,
+                                       float label_smoothing,
                                        const cg_tensor *lse, float g);
 
 /* Layer norm over the last dim: y = (x - mean) * rstd * w + b, biased var,
@@ -177,6 +196,25 @@ bool cg_k_index_add_(cg_tensor *dst, int dim, const int64_t *ids, int64_t n,
 cg_tensor *cg_k_gather(const cg_tensor *a, int dim, const int64_t *ids, int ndim,
                        const int64_t *shape);
 bool cg_k_scatter_add_(cg_tensor *dst, int dim, const int64_t *ids, const cg_tensor *src);
+
+/* torch.tril (upper false) / torch.triu (upper true) over the last two dims
+ * (a needs >= 2): keeps a[..., i, j] where j - i <= diagonal (tril) or
+ * j - i >= diagonal (triu), zeros elsewhere. */
+cg_tensor *cg_k_triangle(const cg_tensor *a, int64_t diagonal, bool upper);
+/* Inclusive cumulative sum along dim (reverse: from the end, the backward
+ * of cumsum), accumulated in double in index order. */
+cg_tensor *cg_k_cumsum(const cg_tensor *a, int dim, bool reverse);
+/* Indices of the k largest (or smallest) elements along dim, in order
+ * (largest first, as torch.topk(sorted=True); ties: the lower index first;
+ * NaN counts as the largest). ids receives n_ids = numel(a) / size(dim) * k
+ * int64 in row-major order of the result shape (a's with size k at dim);
+ * n_ids must be exactly that. */
+bool cg_k_topk_ids(const cg_tensor *a, int64_t k, int dim, bool largest, int64_t *ids,
+                   int64_t n_ids);
+/* Integer argmax along dim (first maximum; NaN counts as the maximum):
+ * n_ids = numel(a) / size(dim) int64 in row-major order of the reduced
+ * shape; n_ids must be exactly that. */
+bool cg_k_argmax_ids(const cg_tensor *a, int dim, int64_t *ids, int64_t n_ids);
 
 #ifdef __cplusplus
 }

@@ -471,3 +471,176 @@ bool cg_k_scatter_add_(cg_tensor *dst, int dim, const int64_t *ids, const cg_ten
     }
     return true;
 }
+
+/* ------------------------------------------- triangle, cumsum, top-k */
+cg_tensor *cg_k_triangle(const cg_tensor *a, int64_t diagonal, bool upper)
+{
+    if (!a)
+        return NULL;
+    const char *op = upper ? "triu" : "tril";
+    if (a->ndim < 2) {
+        char b[96];
+        cg_set_error("%s: needs at least 2 dims (shape %s)", op, cg_shape_str(a, b, sizeof b));
+        return NULL;
+    }
+    cg_tensor *out = cg_clone(a); /* contiguous */
+    if (!out)
+        return NULL;
+    int64_t R = a->shape[a->ndim - 2], C = a->shape[a->ndim - 1];
+    int64_t mats = R > 0 && C > 0 ? cg_numel(a) / (R * C) : 0;
+    float *o = cg_data(out);
+    for (int64_t m = 0; m < mats; m++)
+        for (int64_t i = 0; i < R; i++)
+            for (int64_t j = 0; j < C; j++) {
+                bool keep = upper ? j - i >= diagonal : j - i <= diagonal;
+                if (!keep)
+                    o[(m * R + i) * C + j] = 0.0f;
+            }
+    return out;
+}
+
+/* a as contiguous [outer, n, inner] around dim; false + error on a bad dim. */
+static bool around_dim(const char *op, const cg_tensor *a, int *dim, int64_t *outer, int64_t *n,
+                       int64_t *inner)
+{
+    int d = cg_norm_dim(op, *dim, a->ndim > 0 ? a->ndim : 1);
+    if (d < 0)
+        return false;
+    *dim = d;
+    *outer = 1;
+    *inner = 1;
+    *n = a->ndim ? a->shape[d] : 1;
+    for (int i = 0; i < d; i++)
+        *outer *= a->shape[i];
+    for (int i = d + 1; i < a->ndim; i++)
+        *inner *= a->shape[i];
+    return true;
+}
+
+cg_tensor *cg_k_cumsum(const cg_tensor *a, int dim, bool reverse)
+{
+    if (!a)
+        return NULL;
+    int64_t outer, n, inner;
+    if (!around_dim("cumsum", a, &dim, &outer, &n, &inner))
+        return NULL;
+    cg_tensor *out = cg_clone(a);
+    if (!out)
+        return NULL;
+    float *o = cg_data(out);
+    for (int64_t p = 0; p < outer; p++)
+        for (int64_t q = 0; q < inner; q++) {
+            double s = 0.0;
+            for (int64_t t = 0; t < n; t++) {
+                int64_t i = reverse ? n - 1 - t : t;
+                float *e = &o[(p * n + i) * inner + q];
+                s += *e;
+                *e = (float)s;
+            }
+        }
+    return out;
+}
+
+/* Whether x comes before y in the order of topk (NaN is the largest). */
+static bool topk_before(float x, int64_t ix, float y, int64_t iy, bool largest)
+{
+    bool xn = x != x, yn = y != y;
+    if (xn || yn) {
+        if (xn && yn)
+            return ix < iy;
+        return largest ? xn : yn;
+    }
+    if (x != y)
+        return largest ? x > y : x < y;
+    return ix < iy;
+}
+
+static bool ids_count(const char *op, int64_t n_ids, int64_t want, const cg_tensor *a)
+{
+    if (n_ids == want)
+        return true;
+    char b[96];
+    cg_set_error("%s: %lld indices requested for a result of %lld (input %s)", op,
+                 (long long)n_ids, (long long)want, cg_shape_str(a, b, sizeof b));
+    return false;
+}
+
+bool cg_k_topk_ids(const cg_tensor *a, int64_t k, int dim, bool largest, int64_t *ids,
+                   int64_t n_ids)
+{
+    if (!a)
+        return false;
+    int64_t outer, n, inner;
+    if (!around_dim("topk", a, &dim, &outer, &n, &inner))
+        return false;
+    if (k < 0 || k > n) {
+        char b[96];
+        cg_set_error("topk: k=%lld is out of range [0, %lld] for dim %d of %s", (long long)k,
+                     (long long)n, dim, cg_shape_str(a, b, sizeof b));
+        return false;
+    }
+    if (!ids_count("topk", n_ids, outer * inner * k, a) || (n_ids > 0 && !ids))
+        return false;
+    cg_tensor *c = cg_contiguous(a);
+    int64_t *best = c ? malloc((size_t)(k ? k : 1) * sizeof *best) : NULL;
+    if (!best) {
+        cg_release(c);
+        if (c)
+            cg_set_error("topk: out of memory");
+        return false;
+    }
+    const float *x = cg_data(c);
+    for (int64_t p = 0; p < outer; p++)
+        for (int64_t q = 0; q < inner; q++) {
+            const float *row = x + p * n * inner + q;
+            int64_t m = 0; /* insertion into the k best so far (k is small) */
+            for (int64_t i = 0; i < n; i++) {
+                float v = row[i * inner];
+                if (m == k && (k == 0 || !topk_before(v, i, row[best[k - 1] * inner],
+                                                      best[k - 1], largest)))
+                    continue;
+                int64_t j = m < k ? m++ : k - 1;
+                while (j > 0 && topk_before(v, i, row[best[j - 1] * inner], best[j - 1], largest)) {
+                    best[j] = best[j - 1];
+                    j--;
+                }
+                best[j] = i;
+            }
+            for (int64_t t = 0; t < k; t++)
+                ids[(p * k + t) * inner + q] = best[t];
+        }
+    free(best);
+    cg_release(c);
+    return true;
+}
+
+bool cg_k_argmax_ids(const cg_tensor *a, int dim, int64_t *ids, int64_t n_ids)
+{
+    if (!a)
+        return false;
+    int64_t outer, n, inner;
+    if (!around_dim("argmax", a, &dim, &outer, &n, &inner))
+        return false;
+    if (n == 0) {
+        char b[96];
+        cg_set_error("argmax: dim %d of %s is empty", dim, cg_shape_str(a, b, sizeof b));
+        return false;
+    }
+    if (!ids_count("argmax", n_ids, outer * inner, a) || (n_ids > 0 && !ids))
+        return false;
+    cg_tensor *c = cg_contiguous(a);
+    if (!c)
+        return false;
+    const float *x = cg_data(c);
+    for (int64_t p = 0; p < outer; p++)
+        for (int64_t q = 0; q < inner; q++) {
+            const float *row = x + p * n * inner + q;
+            int64_t bi = 0;
+            for (int64_t i = 1; i < n; i++)
+                if (topk_before(row[i * inner], i, row[bi * inner], bi, true))
+                    bi = i;
+            ids[p * inner + q] = bi;
+        }
+    cg_release(c);
+    return true;
+}

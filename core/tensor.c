@@ -74,6 +74,177 @@ static void storage_release(cg_storage *s)
     }
 }
 
+/* ---------------------------------------------------------------- scopes */
+/* A scope lists the tensors it gives references back for. A tensor made
+ * while it is open joins with scope_base 0 (its first reference is the
+ * scope's); an older tensor joins at its first new reference (cg_retain),
+ * with scope_base = the references it had. At the end, the scope's share of
+ * a tensor's references is
+ *     refcount - held - scope_base - (references from nodes of the scope's tensors)
+ * and that many are released (one fewer when kept). */
+struct cg_scope {
+    cg_tensor **v;
+    int64_t n, cap;
+    cg_scope *parent;
+};
+
+static _Thread_local cg_scope *g_scope;
+static int64_t g_live; /* atomic */
+static cg_node_refs_fn g_node_refs;
+
+void cg_set_node_refs_hook(cg_node_refs_fn fn) { g_node_refs = fn; }
+int64_t cg_live_tensors(void) { return __atomic_load_n(&g_live, __ATOMIC_RELAXED); }
+
+static bool scope_add(cg_scope *s, cg_tensor *t, int base)
+{
+    if (s->n == s->cap) {
+        int64_t cap = s->cap ? 2 * s->cap : 256;
+        cg_tensor **v = realloc(s->v, (size_t)cap * sizeof *v);
+        if (!v)
+            return false; /* not tracked: the reference stays the caller's */
+        s->v = v;
+        s->cap = cap;
+    }
+    t->scope = s;
+    t->scope_idx = s->n;
+    t->scope_base = base;
+    t->scope_kept = false;
+    s->v[s->n++] = t;
+    return true;
+}
+
+static void scope_remove(cg_tensor *t)
+{
+    cg_scope *s = t->scope;
+    cg_tensor *last = s->v[--s->n];
+    s->v[t->scope_idx] = last;
+    last->scope_idx = t->scope_idx;
+    t->scope = NULL;
+}
+
+cg_scope *cg_scope_begin(void)
+{
+    cg_scope *s = calloc(1, sizeof *s);
+    if (!s) {
+        cg_set_error("scope_begin: out of memory");
+        return NULL;
+    }
+    s->parent = g_scope;
+    g_scope = s;
+    return s;
+}
+
+cg_tensor *cg_keep(cg_tensor *t)
+{
+    if (t && t->scope && t->scope == g_scope)
+        t->scope_kept = true;
+    return t;
+}
+
+cg_tensor *cg_hold(cg_tensor *t)
+{
+    if (t)
+        t->held++;
+    return t;
+}
+
+void cg_unhold(cg_tensor *t)
+{
+    if (t && t->held > 0)
+        t->held--;
+}
+
+static void count_internal(void *ctx, cg_tensor *t)
+{
+    if (t && t->scope == ctx)
+        t->scope_internal++;
+}
+
+static void scope_close(cg_scope *s)
+{
+    /* the scope's share of each tensor, before anything is released */
+    for (int64_t i = 0; i < s->n; i++)
+        s->v[i]->scope_internal = 0;
+    for (int64_t i = 0; g_node_refs && i < s->n; i++)
+        if (s->v[i]->node)
+            g_node_refs(s->v[i]->node, count_internal, s);
+    int64_t n = s->n, k = 0, nk = 0;
+    cg_tensor **rel = malloc((size_t)(n ? n : 1) * sizeof *rel);
+    cg_tensor **kept = malloc((size_t)(n ? n : 1) * sizeof *kept);
+    int *cnt = malloc((size_t)(n ? n : 1) * sizeof *cnt);
+    if (!rel || !kept || !cnt) { /* out of memory: leak rather than free too much */
+        free(rel);
+        free(kept);
+        free(cnt);
+        while (s->n)
+            scope_remove(s->v[s->n - 1]);
+        return;
+    }
+    for (int64_t i = s->n; i-- > 0;) {
+        cg_tensor *t = s->v[i];
+        int share = t->refcount - t->held - t->scope_base - t->scope_internal;
+        bool keep = t->scope_kept && share > 0;
+        scope_remove(t);
+        t->scope_kept = false;
+        if (keep) {
+            share--; /* one reference passes to the enclosing scope or the caller */
+            kept[nk++] = t;
+        }
+        if (share > 0) {
+            rel[k] = t;
+            cnt[k++] = share;
+        }
+    }
+    /* Each tensor in rel keeps at least one reference until its own turn
+     * (and a kept one keeps its kept reference), so releasing in any order
+     * never touches a freed tensor. */
+    for (int64_t i = 0; i < k; i++)
+        for (int c = 0; c < cnt[i]; c++)
+            cg_release(rel[i]);
+    /* Kept tensors join the enclosing scope owning one reference each; the
+     * references their nodes hold on each other are counted there again. */
+    cg_scope *up = s->parent;
+    if (up && nk) {
+        cg_scope moved = {0};
+        for (int64_t i = 0; i < nk; i++) {
+            kept[i]->scope = &moved;
+            kept[i]->scope_internal = 0;
+        }
+        for (int64_t i = 0; g_node_refs && i < nk; i++)
+            if (kept[i]->node)
+                g_node_refs(kept[i]->node, count_internal, &moved);
+        for (int64_t i = 0; i < nk; i++) {
+            cg_tensor *t = kept[i];
+            t->scope = NULL;
+            scope_add(up, t, t->refcount - t->held - 1 - t->scope_internal);
+        }
+    }
+    free(rel);
+    free(kept);
+    free(cnt);
+}
+
+void cg_scope_end(cg_scope *s)
+{
+    if (!s)
+        return;
+    cg_scope *p = g_scope;
+    while (p && p != s)
+        p = p->parent;
+    if (!p) {
+        cg_set_error("scope_end: the scope is not open on this thread");
+        return;
+    }
+    cg_scope *stop = s->parent;
+    while (g_scope != stop) { /* inner scopes left open end first */
+        cg_scope *c = g_scope;
+        scope_close(c);
+        g_scope = c->parent;
+        free(c->v);
+        free(c);
+    }
+}
+
 /* ------------------------------------------------------------- lifecycle */
 static cg_node_release_fn g_node_release;
 
@@ -81,8 +252,11 @@ void cg_set_node_release_hook(cg_node_release_fn fn) { g_node_release = fn; }
 
 cg_tensor *cg_retain(cg_tensor *t)
 {
-    if (t)
+    if (t) {
+        if (g_scope && !t->scope)
+            scope_add(g_scope, t, t->refcount - t->held);
         t->refcount++;
+    }
     return t;
 }
 
@@ -92,6 +266,9 @@ void cg_release(cg_tensor *t)
         return;
     struct cg_node *node = t->node;
     cg_tensor *grad = t->grad;
+    if (t->scope)
+        scope_remove(t);
+    __atomic_sub_fetch(&g_live, 1, __ATOMIC_RELAXED);
     storage_release(t->storage);
     free(t);
     cg_release(grad); /* a leaf gradient has no node and no grad: depth 1 */
@@ -127,6 +304,9 @@ static cg_tensor *tensor_header(cg_storage *s, int64_t offset, int ndim, const i
     }
     t->dtype = CG_F32;
     t->refcount = 1;
+    __atomic_add_fetch(&g_live, 1, __ATOMIC_RELAXED);
+    if (g_scope)
+        scope_add(g_scope, t, 0);
     return t;
 }
 

@@ -58,6 +58,13 @@ typedef struct cg_tensor {
     bool requires_grad;
     struct cg_tensor *grad;       /* leaf gradient, owned by this tensor */
     struct cg_node *node;         /* creator node, owned by this tensor */
+    /* --- scope bookkeeping (core/tensor.c, see cg_scope_begin) --- */
+    int held;                     /* references held by long-lived owners (cg_hold) */
+    struct cg_scope *scope;       /* the scope that releases its references, or NULL */
+    int64_t scope_idx;            /* position in that scope's list */
+    int scope_base;               /* references (beyond held) that were not the scope's */
+    int scope_internal;           /* scratch: references from nodes of the scope's tensors */
+    bool scope_kept;              /* cg_keep: one reference outlives the scope */
 } cg_tensor;
 
 /* Shape literal helper: cg_zeros(CG_SHAPE(3, 4)) expands to
@@ -75,6 +82,59 @@ void cg_release_all(int n, ...);
 /* Called with t->node when a tensor that still has a node is freed. */
 typedef void (*cg_node_release_fn)(struct cg_node *node);
 void cg_set_node_release_hook(cg_node_release_fn fn);
+
+/* ------------------------------------------------------------ scopes */
+/* A scope (an autorelease pool) frees the tensors made inside it, so that
+ * a training step needs no release list:
+ *
+ *     for (step ...) {
+ *         cg_scope *s = cg_scope_begin();
+ *         cg_tensor *loss = cg_cross_entropy(model_forward(m, x), y, n, -100, 0);
+ *         cg_backward(loss, NULL, false);
+ *         cg_optim_step(opt);
+ *         cg_scope_end(s);          // every tensor of the step dies here
+ *     }
+ *
+ * Rules:
+ *   - Every reference handed out while a scope is open (a tensor created,
+ *     or any function's new reference to an existing tensor, cg_retain
+ *     included) is given back by cg_scope_end of the innermost open scope.
+ *     References held by a graph node of another tensor of the scope stay
+ *     with that node: a tensor used by a kept result lives as long as it.
+ *   - cg_keep(t): one reference to t survives the scope; it passes to the
+ *     enclosing scope, or to the caller when none is open (who then
+ *     cg_release-s it). Return values of a function with its own scope:
+ *     `return cg_keep(y);` before cg_scope_end. Kept graphs stay whole.
+ *   - cg_release inside a scope still works (code written with explicit
+ *     releases runs unchanged inside a scope); just never release a
+ *     reference twice.
+ *   - Containers that store a tensor beyond a scope (modules, optimizers,
+ *     gradients, caches) mark that reference with cg_hold (and cg_unhold
+ *     before releasing it); the library's own containers do. Models,
+ *     optimizers and data may be built inside or outside a scope.
+ * Scopes nest and are per thread; cg_scope_end must get the innermost
+ * open scope (ending an outer one ends the inner ones first). Refcounting
+ * without scopes stays as it was. */
+typedef struct cg_scope cg_scope;
+/* Open a scope (NULL + error when out of memory). */
+cg_scope *cg_scope_begin(void);
+/* Give back every reference of the scope (see above) and close it. */
+void cg_scope_end(cg_scope *s);
+/* One reference to t outlives the innermost scope. Returns t. */
+cg_tensor *cg_keep(cg_tensor *t);
+/* A reference to t is held by a long-lived owner (no scope releases it). */
+cg_tensor *cg_hold(cg_tensor *t);
+/* Before releasing a reference marked with cg_hold. */
+void cg_unhold(cg_tensor *t);
+/* Tensors alive in this process (headers not yet freed): for leak tests. */
+int64_t cg_live_tensors(void);
+
+/* Called by cg_scope_end for each graph node of the scope's tensors: calls
+ * visit(ctx, t) once per tensor reference the node holds. The autograd
+ * layer registers it with its node release hook. */
+typedef void (*cg_node_refs_fn)(struct cg_node *node, void (*visit)(void *ctx, cg_tensor *t),
+                                void *ctx);
+void cg_set_node_refs_hook(cg_node_refs_fn fn);
 
 /* ------------------------------------------------------------- creation */
 /* Uninitialised contiguous tensor. ndim 0 gives a scalar (one element). */

@@ -128,7 +128,7 @@ cg_charlm *cg_charlm_new(const cg_charlm_config *cfg, uint64_t seed)
     bool ok = (m->block = calloc((size_t)cfg->layers + 1, sizeof *m->block)) != NULL;
     if (!ok)
         cg_set_error("charlm: out of memory");
-    ok = ok && (m->pe = cg_sinusoidal_pe(cfg->max_len, cfg->d)) != NULL;
+    ok = ok && (m->pe = cg_hold(cg_sinusoidal_pe(cfg->max_len, cfg->d))) != NULL; /* beyond scopes */
     ok = ok && (m->tok_emb = (cg_embed *)cg_module_add_child(
                     base, "tok_emb", CG_MODULE(cg_embed_new(cfg->vocab, cfg->d, &init))));
     ok = ok && (m->blocks = cg_module_add_child(base, "blocks", cg_module_new("ModuleList")));
@@ -226,5 +226,6 @@ cg_tensor *cg_charlm_loss(cg_charlm *m, cg_tensor *logits, const int64_t *target
                      cg_shape_str(logits, s, sizeof s), (long long)m->cfg.vocab);
         return NULL;
     }
-    return cg_cross_entropy(logits, targets, -100, 0.0f);
+    /* the zoo's batches are [B, T] logits over [B, T] targets */
+    return cg_cross_entropy(logits, targets, cg_numel(logits) / m->cfg.vocab, -100, 0.0f);
 }

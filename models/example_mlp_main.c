@@ -5,7 +5,9 @@
  * the pieces a user combines for any model:
  *   - modules (cg_linear, cg_layernorm) registered under one parent, so the
  *     parameters have dotted names and can be listed, saved and loaded;
- *   - a forward pass built from autograd ops;
+ *   - a forward pass built from autograd ops, inside a scope (cg_scope_begin
+ *     / cg_scope_end) that frees every intermediate tensor: no releases;
+ *   - an optimizer built from the module in one call;
  *   - cg_cross_entropy, cg_backward, an optimizer step, zero_grad;
  *   - a no-grad evaluation and a safetensors checkpoint.
  *
@@ -15,6 +17,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#ifndef M_PI /* POSIX, not C11 */
+#define M_PI 3.14159265358979323846
+#endif
 
 #include "autograd/ops.h"
 #include "nn/nn.h"
@@ -41,14 +47,12 @@ static bool mlp_init(spiral_mlp *m, cg_rng *rng)
            cg_module_add_child(m->root, "fc2", CG_MODULE(m->fc2));
 }
 
+/* Called inside a scope: the intermediates die at the caller's cg_scope_end. */
 static cg_tensor *mlp_forward(spiral_mlp *m, cg_tensor *x)
 {
     cg_tensor *h = cg_linear_forward(m->fc1, x);
-    cg_tensor *n = cg_norm_forward(m->ln, h);
-    cg_tensor *a = cg_gelu(n);
-    cg_tensor *logits = cg_linear_forward(m->fc2, a);
-    cg_release_all(3, h, n, a);
-    return logits; /* NULL if any step failed; cg_last_error() says why */
+    cg_tensor *a = cg_gelu(cg_norm_forward(m->ln, h));
+    return cg_linear_forward(m->fc2, a); /* NULL if any step failed; cg_last_error() says why */
 }
 
 /* Two spirals, one per class, with a little noise. */
@@ -105,37 +109,35 @@ int main(int argc, char **argv)
         fprintf(stderr, "example_mlp: error: %s\n", cg_last_error());
         return 1;
     }
-    /* The optimizer takes the registry's (name, tensor) pairs; weight decay
-     * on matrices only, as in the zoo's recipes. */
-    cg_param_list params = {0};
-    cg_module_params(m.root, &params);
-    cg_optim_param *op = calloc((size_t)params.n, sizeof *op);
-    for (int i = 0; i < params.n; i++)
-        op[i] = (cg_optim_param){params.items[i].name, params.items[i].tensor,
-                                 params.items[i].tensor->ndim == 2 ? 0.01 : 0.0};
-    cg_optim_config cfg = cg_adamw_config(1e-2, 0.9, 0.999, 1e-8);
-    cg_optim *opt = cg_optim_new(&cfg, params.n, op);
+    /* AdamW over every parameter of the registry (PyTorch's betas and eps);
+     * weight decay 0.01 on matrices only, as in the zoo's recipes. The
+     * one-call form with PyTorch's defaults: cg_adamw_from_module(root, lr). */
+    cg_optim_config cfg = cg_adamw_default(1e-2);
+    cg_optim *opt = cg_optim_from_module(&cfg, m.root, 0.01, CG_DECAY_MATRICES);
+    if (!opt) {
+        fprintf(stderr, "example_mlp: error: %s\n", cg_last_error());
+        return 1;
+    }
     printf("SpiralMLP: %lld parameters in %d tensors\n",
-           (long long)cg_module_num_params(m.root), params.n);
+           (long long)cg_module_num_params(m.root), cg_optim_count(opt));
 
     int rc = 0;
-    for (long step = 0; step < steps; step++) {
+    for (long step = 0; step < steps && !rc; step++) {
+        cg_scope *scope = cg_scope_begin(); /* every tensor made below dies at its end */
         cg_optim_set_lr(opt, cg_lr_warmup_cosine(step, steps, 20, 1e-2, 1e-4));
-        cg_tensor *logits = mlp_forward(&m, x);
-        cg_tensor *loss = cg_cross_entropy(logits, label, -100, 0.0f);
+        cg_tensor *loss = cg_cross_entropy(mlp_forward(&m, x), label, N_POINTS, -100, 0.0f);
         if (!loss || !cg_backward(loss, NULL, false) || !cg_optim_step(opt)) {
             fprintf(stderr, "example_mlp: error at step %ld: %s\n", step, cg_last_error());
             rc = 1;
-        }
-        if (step % 100 == 0 || step == steps - 1)
+        } else if (step % 100 == 0 || step == steps - 1) {
             printf("step %4ld  loss %.4f\n", step, cg_item(loss));
+        }
         cg_optim_zero_grad(opt);
-        cg_release_all(2, logits, loss);
-        if (rc)
-            break;
+        cg_scope_end(scope);
     }
 
     /* Accuracy without recording a graph. */
+    cg_scope *scope = cg_scope_begin();
     cg_no_grad_begin();
     cg_tensor *logits = mlp_forward(&m, x);
     cg_no_grad_end();
@@ -144,15 +146,14 @@ int main(int argc, char **argv)
         float a = cg_get(logits, (int64_t[]){i, 0}), b = cg_get(logits, (int64_t[]){i, 1});
         correct += (b > a) == (label[i] == 1);
     }
+    cg_scope_end(scope);
     printf("accuracy %.1f%% on %d points\n", 100.0 * correct / N_POINTS, N_POINTS);
     if (out && !cg_module_save(m.root, out, 0, NULL)) {
         fprintf(stderr, "example_mlp: error: %s\n", cg_last_error());
         rc = 1;
     }
-    cg_release_all(2, logits, x);
+    cg_release(x);
     cg_optim_free(opt);
-    free(op);
-    cg_param_list_free(&params);
     cg_module_free(m.root);
     return rc;
 }

@@ -137,7 +137,7 @@ cg_seq2seq *cg_seq2seq_new(const cg_seq2seq_config *cfg, uint64_t seed)
                        .act = cfg->act, .norm_first = cfg->norm_first,
                        .dropout = cfg->dropout, .dropout_rng = &m->dropout_rng};
     cg_module *base = CG_MODULE(m);
-    bool ok = (m->pe = cg_sinusoidal_pe(cfg->max_len, cfg->d)) != NULL;
+    bool ok = (m->pe = cg_hold(cg_sinusoidal_pe(cfg->max_len, cfg->d))) != NULL; /* beyond scopes */
     ok = ok && (m->emb = (cg_embed *)cg_module_add_child(
                     base, "emb", CG_MODULE(cg_embed_new(cfg->vocab, cfg->d, &init))));
     ok = ok && (m->encoder = (cg_enc_stack *)cg_module_add_child(
@@ -352,5 +352,6 @@ cg_tensor *cg_seq2seq_loss(cg_seq2seq *m, cg_tensor *logits, const int64_t *tgt_
                      cg_shape_str(logits, s, sizeof s), (long long)m->cfg.vocab);
         return NULL;
     }
-    return cg_cross_entropy(logits, tgt_out, CG_PAD, m->cfg.label_smoothing);
+    return cg_cross_entropy(logits, tgt_out, cg_numel(logits) / m->cfg.vocab, CG_PAD,
+                            m->cfg.label_smoothing);
 }

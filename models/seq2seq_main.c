@@ -249,7 +249,7 @@ static void valid_loss(cg_seq2seq *m, const cg_pairs *p, const cg_batches *bs,
             die_lib("validation batch");
         cg_tensor *logits = cg_seq2seq_forward(m, bt.src, bt.B, bt.S, bt.tgt_in, bt.T);
         cg_tensor *l1 = cg_seq2seq_loss(m, logits, bt.tgt_out);
-        cg_tensor *l2 = cg_cross_entropy(logits, bt.tgt_out, CG_PAD, 0.0f);
+        cg_tensor *l2 = cg_cross_entropy(logits, bt.tgt_out, bt.B * bt.T, CG_PAD, 0.0f);
         if (!l1 || !l2)
             die_lib("validation");
         double n = (double)bt.n_tokens;

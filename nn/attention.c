@@ -116,6 +116,7 @@ cg_tensor *cg_scaled_dot_product_attention(cg_tensor *q, cg_tensor *k, cg_tensor
 /* -------------------------------------------------------------- module */
 static void mha_destroy(cg_module *m)
 {
+    cg_unhold(((cg_mha *)m)->weights);
     cg_release(((cg_mha *)m)->weights);
 }
 
@@ -189,6 +190,23 @@ cg_tensor *cg_mha_forward(cg_mha *m, cg_tensor *xq, cg_tensor *xkv, bool causal,
     cg_tensor *v = cg_linear_forward(m->v_proj, xkv);
     cg_tensor *qh = split_heads(m, q), *kh = split_heads(m, k), *vh = split_heads(m, v);
     cg_release_all(3, q, k, v);
+    if (m->qk_hook && qh && kh) { /* e.g. rotary embeddings */
+        cg_tensor *q2 = m->qk_hook(m->qk_hook_ctx, qh, false);
+        cg_tensor *k2 = q2 ? m->qk_hook(m->qk_hook_ctx, kh, true) : NULL;
+        if (k2 && (!cg_same_shape(q2, qh) || !cg_same_shape(k2, kh))) {
+            char a[96], b[96];
+            cg_set_error("MultiHeadAttention: the q/k hook returned %s for an input of shape %s",
+                         cg_shape_str(cg_same_shape(q2, qh) ? k2 : q2, a, sizeof a),
+                         cg_shape_str(cg_same_shape(q2, qh) ? kh : qh, b, sizeof b));
+            cg_release_all(2, q2, k2);
+            q2 = k2 = NULL;
+        }
+        cg_release_all(2, qh, kh);
+        qh = k2 ? q2 : NULL;
+        kh = k2;
+        if (!k2)
+            cg_release(q2);
+    }
 
     bool want_w = weights_out || m->keep_weights;
     cg_tensor *w = NULL;
@@ -209,8 +227,9 @@ cg_tensor *cg_mha_forward(cg_mha *m, cg_tensor *xq, cg_tensor *xkv, bool causal,
         return NULL;
     }
     if (m->keep_weights) {
+        cg_unhold(m->weights);
         cg_release(m->weights);
-        m->weights = cg_retain(w);
+        m->weights = cg_hold(cg_retain(w));
     }
     if (weights_out)
         *weights_out = w;

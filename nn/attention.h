@@ -49,6 +49,14 @@ typedef struct {
      * released by cg_module_free). For heatmaps. */
     bool keep_weights;
     cg_tensor *weights;
+    /* Optional transform of q and k after the head split, before the
+     * scores (e.g. rotary position embeddings: examples/rope.c): called
+     * with q [B,H,Tq,dh] (is_key false) and k [B,H,Tk,dh] (is_key true),
+     * returns a new reference of the same shape built from differentiable
+     * ops, or NULL + error. NULL (the default): no transform, the same
+     * computation as without the field. */
+    cg_tensor *(*qk_hook)(void *ctx, cg_tensor *x, bool is_key);
+    void *qk_hook_ctx;
 } cg_mha;
 
 /* d % H must be 0. */

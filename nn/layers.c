@@ -292,7 +292,7 @@ cg_posenc *cg_posenc_new(int64_t max_len, int64_t dim)
     }
     p->max_len = max_len;
     p->dim = dim;
-    p->pe = pe;
+    p->pe = cg_hold(pe); /* the module's, beyond any scope */
     return p;
 }
 

@@ -97,35 +97,59 @@ cg_tensor *cg_module_add_param(cg_module *m, const char *name, cg_tensor *t)
         return NULL;
     }
     m->params[m->n_params].name = nm;
-    m->params[m->n_params].tensor = cg_retain(t);
+    m->params[m->n_params].tensor = cg_hold(cg_retain(t)); /* beyond any scope */
     m->n_params++;
     return t;
+}
+
+/* Whether target is m or one of its descendants (recursion as deep as the
+ * module tree, as every traversal here). */
+static bool module_contains(const cg_module *m, const cg_module *target)
+{
+    if (m == target)
+        return true;
+    for (int i = 0; i < m->n_children; i++)
+        if (module_contains(m->children[i].module, target))
+            return true;
+    return false;
+}
+
+/* A failed add frees the child only when nobody owns it yet. */
+static void drop_unowned(cg_module *child)
+{
+    if (child && child->n_owners == 0)
+        cg_module_free(child);
 }
 
 cg_module *cg_module_add_child(cg_module *m, const char *name, cg_module *child)
 {
     if (!m || !child) {
-        cg_module_free(child);
+        drop_unowned(child);
         return NULL;
     }
-    if (child == m || !check_local_name(m, "child", name)) {
-        if (child == m)
-            cg_set_error("module %s: a module cannot be its own child", m->type);
-        else
-            cg_module_free(child);
+    if (module_contains(child, m)) {
+        cg_set_error(child == m ? "module %s: a module cannot be its own child"
+                                : "module %s: adding '%s' would make a cycle (the parent is "
+                                  "inside the child)",
+                     m->type, name ? name : "(null)");
+        return NULL; /* child owns m, or is m: never freed here */
+    }
+    if (!check_local_name(m, "child", name)) {
+        drop_unowned(child);
         return NULL;
     }
     char *nm = dup_str(name);
     if (!nm || !grow((void **)&m->children, &m->cap_children, m->n_children + 1,
                      sizeof *m->children)) {
         free(nm);
-        cg_module_free(child);
+        drop_unowned(child);
         cg_set_error("module %s: out of memory adding child '%s'", m->type, name);
         return NULL;
     }
     m->children[m->n_children].name = nm;
     m->children[m->n_children].module = child;
     m->n_children++;
+    child->n_owners++;
     return child;
 }
 
@@ -133,6 +157,10 @@ void cg_module_free(cg_module *m)
 {
     if (!m)
         return;
+    if (m->n_owners > 1) { /* shared: another parent still holds it */
+        m->n_owners--;
+        return;
+    }
     if (m->destroy)
         m->destroy(m);
     for (int i = 0; i < m->n_children; i++) {
@@ -140,6 +168,7 @@ void cg_module_free(cg_module *m)
         free(m->children[i].name);
     }
     for (int i = 0; i < m->n_params; i++) {
+        cg_unhold(m->params[i].tensor);
         cg_release(m->params[i].tensor);
         free(m->params[i].name);
     }

@@ -19,6 +19,20 @@
  * also when adding fails). Parameter tensors returned by the lookup
  * functions are borrowed: valid while the module lives.
  *
+ * Sharing (PyTorch's shared blocks): a module may be added as a child more
+ * than once, under several names of one parent or under several parents.
+ * Each parent then holds a reference (cg_module.n_owners counts them) and
+ * the module is freed with its last owner. Its parameters are one set:
+ * cg_module_params lists each tensor once, under its first name in
+ * named_parameters() order (as PyTorch's named_parameters() does), so an
+ * optimizer updates it once, cg_module_num_params counts it once, and
+ * save/load write and read it under that first name only (PyTorch's
+ * state_dict would repeat it under every name). Refused with an error:
+ * adding a child under a name already used in that parent (the same
+ * module twice under one name included), and a cycle (a module added
+ * below itself). A module that already has an owner is never freed by a
+ * failed add.
+ *
  * Errors: functions return NULL/false and record a message (core/error.h);
  * a NULL module gives NULL/false/0 without a new message. */
 #ifndef CG_NN_MODULE_H
@@ -53,6 +67,7 @@ struct cg_module {
     cg_named_module *children;
     int n_children, cap_children;
     bool training;               /* train mode (dropout active); default true */
+    int n_owners;                /* parents holding it as a child (sharing) */
     /* Frees what the concrete module owns beyond params and children (may
      * be NULL). Called by cg_module_free before the registry is freed;
      * must not free the struct itself. */
@@ -72,10 +87,12 @@ cg_module *cg_module_new(const char *type);
  * children). Retains t and turns requires_grad on; t must be a leaf.
  * Returns t (borrowed) or NULL + error. */
 cg_tensor *cg_module_add_param(cg_module *m, const char *name, cg_tensor *t);
-/* Register a child (takes ownership: on failure the child is freed).
+/* Register a child (takes ownership: on failure a child that has no owner
+ * yet is freed). A child that already has an owner is shared (see above).
  * Returns the child or NULL + error. */
 cg_module *cg_module_add_child(cg_module *m, const char *name, cg_module *child);
-/* Frees the module, its children and its references to its parameters.
+/* Frees the module, its children and its references to its parameters;
+ * a module held by more than one parent is only released by one of them.
  * NULL is a no-op. */
 void cg_module_free(cg_module *m);
 

@@ -63,6 +63,10 @@ cg_optim_config cg_adamw_config(double lr, double beta1, double beta2, double ep
     return c;
 }
 
+cg_optim_config cg_sgd_default(double lr) { return cg_sgd_config(lr, 0.0, false); }
+cg_optim_config cg_adam_default(double lr) { return cg_adam_config(lr, 0.9, 0.999, 1e-8); }
+cg_optim_config cg_adamw_default(double lr) { return cg_adamw_config(lr, 0.9, 0.999, 1e-8); }
+
 /* ------------------------------------------------------------ helpers */
 
 static bool uses_buf1(const cg_optim_config *c)
@@ -128,6 +132,7 @@ static void free_slots(slot *s, int n)
         return;
     for (int i = 0; i < n; i++) {
         free(s[i].name);
+        cg_unhold(s[i].p);
         cg_release(s[i].p);
         cg_release(s[i].buf1);
         cg_release(s[i].buf2);
@@ -135,9 +140,10 @@ static void free_slots(slot *s, int n)
     free(s);
 }
 
+/* Optimizer state: held by the optimizer beyond any scope (cg_hold). */
 static cg_tensor *zeros_like_param(const cg_tensor *p)
 {
-    return cg_zeros(p->ndim, p->shape);
+    return cg_hold(cg_zeros(p->ndim, p->shape));
 }
 
 /* ------------------------------------------------------- construction */
@@ -209,7 +215,7 @@ cg_optim *cg_optim_new(const cg_optim_config *cfg, int n, const cg_optim_param *
     for (int i = 0; i < n; i++) {
         const cg_optim_param *q = &params[i];
         s[i].name = strdup(q->name);
-        s[i].p = cg_retain(q->tensor);
+        s[i].p = cg_hold(cg_retain(q->tensor));
         s[i].wd = q->weight_decay;
         o->n = i + 1;
         if (uses_buf1(cfg))
@@ -231,6 +237,54 @@ void cg_optim_free(cg_optim *o)
         return;
     free_slots(o->s, o->n);
     free(o);
+}
+
+cg_optim *cg_optim_from_module(const cg_optim_config *cfg, const cg_module *m,
+                               double weight_decay, cg_decay_rule rule)
+{
+    if (!cfg || !m) {
+        if (!cfg)
+            cg_set_error("optim_from_module: config is NULL");
+        return NULL;
+    }
+    cg_param_list l = {0};
+    if (!cg_module_params(m, &l)) {
+        cg_param_list_free(&l);
+        return NULL;
+    }
+    cg_optim_param *op = calloc((size_t)(l.n ? l.n : 1), sizeof *op);
+    cg_optim *o = NULL;
+    if (!op) {
+        cg_set_error("optim_from_module: out of memory");
+    } else {
+        for (int i = 0; i < l.n; i++) {
+            bool decay = rule == CG_DECAY_ALL || l.items[i].tensor->ndim >= 2;
+            op[i] = (cg_optim_param){l.items[i].name, l.items[i].tensor,
+                                     decay ? weight_decay : 0.0};
+        }
+        o = cg_optim_new(cfg, l.n, op); /* copies the names */
+    }
+    free(op);
+    cg_param_list_free(&l);
+    return o;
+}
+
+cg_optim *cg_adamw_from_module(const cg_module *m, double lr)
+{
+    cg_optim_config c = cg_adamw_default(lr);
+    return cg_optim_from_module(&c, m, 0.01, CG_DECAY_ALL);
+}
+
+cg_optim *cg_adam_from_module(const cg_module *m, double lr)
+{
+    cg_optim_config c = cg_adam_default(lr);
+    return cg_optim_from_module(&c, m, 0.0, CG_DECAY_ALL);
+}
+
+cg_optim *cg_sgd_from_module(const cg_module *m, double lr)
+{
+    cg_optim_config c = cg_sgd_default(lr);
+    return cg_optim_from_module(&c, m, 0.0, CG_DECAY_ALL);
 }
 
 /* ------------------------------------------------------------ updates */

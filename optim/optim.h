@@ -38,6 +38,7 @@
 #include <stdint.h>
 
 #include "core/tensor.h"
+#include "nn/module.h"
 #include "nn/safetensors.h"
 
 #ifdef __cplusplus
@@ -62,6 +63,12 @@ typedef struct cg_optim_config {
 cg_optim_config cg_sgd_config(double lr, double momentum, bool nesterov);
 cg_optim_config cg_adam_config(double lr, double beta1, double beta2, double eps);
 cg_optim_config cg_adamw_config(double lr, double beta1, double beta2, double eps);
+/* Configs with PyTorch's defaults for everything but lr: SGD without
+ * momentum; Adam and AdamW with betas (0.9, 0.999) and eps 1e-8. Change a
+ * field afterwards for anything else (cfg.beta2 = 0.98). */
+cg_optim_config cg_sgd_default(double lr);
+cg_optim_config cg_adam_default(double lr);
+cg_optim_config cg_adamw_default(double lr);
 
 /* One parameter. name: non-empty, unique in the optimizer (copied). tensor:
  * contiguous float32 leaf, retained. weight_decay >= 0. */
@@ -78,6 +85,22 @@ typedef struct cg_optim cg_optim;
  * parameter (NULL, non-contiguous, not a leaf, duplicate name or tensor). */
 cg_optim *cg_optim_new(const cg_optim_config *cfg, int n, const cg_optim_param *params);
 void cg_optim_free(cg_optim *o); /* NULL is a no-op */
+
+/* An optimizer over every parameter of a module, in cg_module_params order
+ * and under its dotted names (a tied or shared tensor once). Weight decay
+ * weight_decay on every parameter, or (CG_DECAY_MATRICES) on parameters of
+ * 2 or more dims only, as the zoo's recipes do (biases and norms exempt). */
+typedef enum { CG_DECAY_ALL = 0, CG_DECAY_MATRICES } cg_decay_rule;
+cg_optim *cg_optim_from_module(const cg_optim_config *cfg, const cg_module *m,
+                               double weight_decay, cg_decay_rule rule);
+/* One call, PyTorch's defaults:
+ *   cg_adamw_from_module(m, lr) = torch.optim.AdamW(m.parameters(), lr)
+ *     (betas (0.9, 0.999), eps 1e-8, weight decay 0.01 on every parameter);
+ *   cg_adam_from_module(m, lr)  = torch.optim.Adam(m.parameters(), lr);
+ *   cg_sgd_from_module(m, lr)   = torch.optim.SGD(m.parameters(), lr). */
+cg_optim *cg_adamw_from_module(const cg_module *m, double lr);
+cg_optim *cg_adam_from_module(const cg_module *m, double lr);
+cg_optim *cg_sgd_from_module(const cg_module *m, double lr);
 
 /* One update of every parameter that has a gradient, at the current learning
  * rate. False + error (nothing updated) if a gradient's shape differs from

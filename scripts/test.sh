@@ -8,6 +8,9 @@ scripts/setup.sh
 [ -d build ] || meson setup build
 ninja -C build
 meson test -C build --print-errorlogs
+# Install into a staging directory and build the examples out of tree with
+# pkg-config (shared and static).
+scripts/test_install.sh build
 if [ "${1:-}" = "--sanitize" ]; then
   # MPI is left out of this build: Open MPI's own start-up leaks memory, which
   # LeakSanitizer would report; the MPI equivalence test runs in the release build.

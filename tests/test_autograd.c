@@ -348,6 +348,88 @@ START_TEST(test_gradcheck_detects_errors)
 }
 END_TEST
 
+/* ------------------------------------------------ user-defined ops */
+static bool silent_fail_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    (void)n, (void)g, (void)gin;
+    return false; /* fails without a message */
+}
+static bool no_grad_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    (void)n, (void)g, (void)gin;
+    return true; /* "succeeds" without a gradient */
+}
+static bool wrong_shape_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    (void)n, (void)g;
+    gin[0] = cg_zeros(CG_SHAPE(7));
+    return true;
+}
+static cg_tensor *user_op(cg_tensor *x, const char *name, cg_backward_fn bw, cg_record_status *st)
+{
+    cg_tensor *out = cg_k_muls(x, 2.0f);
+    cg_node *n = NULL;
+    *st = cg_record_op(out, name, 1, &x, bw, &n);
+    ck_assert((*st == CG_RECORD_OK) == (n != NULL));
+    return out;
+}
+
+START_TEST(test_user_op_errors)
+{
+    cg_tensor *x = cg_requires_grad(cg_ones(CG_SHAPE(2, 3)), true);
+    cg_tensor *c = cg_ones(CG_SHAPE(2, 3)); /* needs no grad */
+    cg_record_status st;
+    /* nothing to record is not a failure */
+    cg_tensor *y = user_op(c, "twice", no_grad_bw, &st);
+    ck_assert_int_eq(st, CG_RECORD_NONE);
+    ck_assert_ptr_null(y->node);
+    cg_release(y);
+    cg_no_grad_begin();
+    y = user_op(x, "twice", no_grad_bw, &st);
+    cg_no_grad_end();
+    ck_assert_int_eq(st, CG_RECORD_NONE);
+    cg_release(y);
+    /* recording twice on one output: a clear error naming both ops */
+    y = user_op(x, "twice", no_grad_bw, &st);
+    ck_assert_int_eq(st, CG_RECORD_OK);
+    ck_assert_str_eq(cg_node_name(y->node), "twice");
+    cg_node *n2;
+    ck_assert_int_eq(cg_record_op(y, "again", 1, &x, no_grad_bw, &n2), CG_RECORD_FAILED);
+    ck_assert_ptr_null(n2);
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "again: the output tensor already has a graph "
+                                                  "node (made by twice)"));
+    /* output = input, and a leaf parameter as output */
+    ck_assert_int_eq(cg_record_op(x, "inplace", 1, &x, no_grad_bw, NULL), CG_RECORD_FAILED);
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "inplace: the output is also input 0"));
+    cg_tensor *p = cg_requires_grad(cg_zeros(CG_SHAPE(2, 3)), true);
+    ck_assert_int_eq(cg_record_op(p, "onto_param", 1, &x, no_grad_bw, NULL), CG_RECORD_FAILED);
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "leaf that requires grad"));
+    ck_assert_int_eq(cg_record_op(y, "", 1, &x, no_grad_bw, NULL), CG_RECORD_FAILED);
+    /* a backward that gives no gradient for an input needing one */
+    cg_tensor *l = cg_sum(y, 0, NULL, false);
+    ck_assert(!cg_backward(l, NULL, false));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "backward of twice gave no gradient for input 0"));
+    cg_release_all(2, l, y);
+    /* a backward failing silently, with an old unrelated error in the slot */
+    y = user_op(x, "silent", silent_fail_bw, &st);
+    l = cg_sum(y, 0, NULL, false);
+    cg_set_error("an old, unrelated error");
+    ck_assert(!cg_backward(l, NULL, false));
+    ck_assert_str_eq(cg_last_error(), "backward of silent failed without recording a reason");
+    cg_release_all(2, l, y);
+    /* a gradient of the wrong shape names the op */
+    y = user_op(x, "badshape", wrong_shape_bw, &st);
+    l = cg_sum(y, 0, NULL, false);
+    ck_assert(!cg_backward(l, NULL, false));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "backward of badshape: gradient 0 has shape [7]"));
+    cg_release_all(2, l, y);
+    /* and the name in cg_requires_grad's message */
+    y = user_op(x, "named", no_grad_bw, &st);
+    CG_ASSERT_FAILS(cg_requires_grad(y, false), "produced by named");
+    cg_release_all(4, y, x, c, p);
+}
+END_TEST
+
 static Suite *autograd_suite(void)
 {
     Suite *s = suite_create("autograd");
@@ -366,6 +448,7 @@ static Suite *autograd_suite(void)
     tcase_add_test(tc, test_op_names_complete);
     tcase_add_test(tc, test_memory_flat);
     tcase_add_test(tc, test_gradcheck_detects_errors);
+    tcase_add_test(tc, test_user_op_errors);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -316,10 +316,12 @@ typedef struct {
     float ls;
 } ce_case;
 
+enum { CE_TARGETS = 6 };
+
 static cg_tensor *ce_fn(void *ctx, cg_tensor *const *in)
 {
     ce_case *c = ctx;
-    return cg_cross_entropy(in[0], c->targets, c->ignore, c->ls);
+    return cg_cross_entropy(in[0], c->targets, CE_TARGETS, c->ignore, c->ls);
 }
 
 START_TEST(test_cross_entropy)
@@ -339,6 +341,14 @@ START_TEST(test_cross_entropy)
         check(ce_fn, &cases[k], 1, &x, "cross_entropy [2,3,5]", 0, 0);
         cg_release(x);
     }
+    /* the shifted-LM off-by-one: logits [1, 4, 3] and 3 targets is an error,
+     * never a read past the array (ASan would see one) */
+    cg_tensor *lg = cg_requires_grad(cg_zeros(CG_SHAPE(1, 4, 3)), true);
+    int64_t *three = malloc(3 * sizeof *three);
+    three[0] = 0, three[1] = 1, three[2] = 2;
+    CG_ASSERT_FAILS(cg_cross_entropy(lg, three, 3, -100, 0.0f), "3 targets for 4 rows");
+    free(three);
+    cg_release(lg);
 }
 END_TEST
 

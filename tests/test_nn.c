@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "autograd/gradcheck.h"
+#include "core/ops.h"
 #include "nn/nn.h"
 #include "tests/testutil.h"
 
@@ -514,6 +515,65 @@ START_TEST(test_registry_lookup_and_errors)
     ck_assert(!cg_norm_kind_parse("batchnorm", &nk));
     ck_assert_str_eq(cg_act_name(CG_ACT_RELU), "relu");
     ck_assert_str_eq(cg_norm_kind_name(CG_NORM_LAYERNORM), "layernorm");
+}
+END_TEST
+
+/* A module added twice (two names, two parents) is shared: freed once, its
+ * parameters listed, optimised and saved once; the same module twice under
+ * one name and cycles are refused. Under ASan any double free shows. */
+static const char *tmp_path(const char *name); /* save and load, below */
+
+START_TEST(test_shared_modules)
+{
+    cg_rng rng = cg_rng_new(3);
+    cg_module *top = cg_module_new("Top");
+    cg_linear *blk = cg_linear_new(3, 3, true, &rng);
+    assert_ok(cg_module_add_child(top, "a", CG_MODULE(blk)));
+    assert_ok(cg_module_add_child(top, "b", CG_MODULE(blk))); /* same block, two names */
+    cg_module *other = cg_module_add_child(top, "other", cg_module_new("Other"));
+    assert_ok(other);
+    assert_ok(cg_module_add_child(other, "c", CG_MODULE(blk))); /* and under another parent */
+    ck_assert_int_eq(CG_MODULE(blk)->n_owners, 3);
+    cg_param_list l = {0};
+    ck_assert(cg_module_params(top, &l));
+    ck_assert_int_eq(l.n, 2); /* one set of parameters, under the first name */
+    ck_assert_str_eq(l.items[0].name, "a.weight");
+    ck_assert_str_eq(l.items[1].name, "a.bias");
+    cg_param_list_free(&l);
+    ck_assert_int_eq(cg_module_num_params(top), 12);
+    ck_assert_ptr_eq(cg_module_get_param(top, "b.weight"), blk->weight);
+    ck_assert_ptr_eq(cg_module_get_param(top, "other.c.bias"), blk->bias);
+    /* the same module again under a used name: refused, nothing freed */
+    CG_ASSERT_FAILS(cg_module_add_child(top, "a", CG_MODULE(blk)), "already a child");
+    CG_ASSERT_FAILS(cg_module_add_child(top, "b", CG_MODULE(blk)), "already a child");
+    ck_assert_int_eq(CG_MODULE(blk)->n_owners, 3);
+    /* cycles: refused, nothing freed */
+    CG_ASSERT_FAILS(cg_module_add_child(other, "up", top), "cycle");
+    CG_ASSERT_FAILS(cg_module_add_child(top, "self", top), "own child");
+    /* save and load: the shared parameters once, under the first name */
+    const char *path = tmp_path("shared.safetensors");
+    ck_assert(cg_module_save(top, path, 0, NULL));
+    cg_st_file *f = cg_st_open(path);
+    assert_ok(f);
+    ck_assert(cg_st_has(f, "a.weight"));
+    ck_assert(!cg_st_has(f, "b.weight"));
+    float w0 = cg_data(blk->weight)[0];
+    cg_fill_(blk->weight, 0.0f);
+    ck_assert(cg_module_load(top, f, NULL));
+    ck_assert_float_eq(cg_data(blk->weight)[0], w0);
+    cg_st_close(f);
+    unlink(path);
+    /* freeing the parents frees the shared block exactly once */
+    cg_module_free(top);
+
+    /* a shared child outlives the first parent freed */
+    cg_module *p1 = cg_module_new("P1"), *p2 = cg_module_new("P2");
+    cg_linear *s = cg_linear_new(2, 2, false, &rng);
+    assert_ok(cg_module_add_child(p1, "s", CG_MODULE(s)));
+    assert_ok(cg_module_add_child(p2, "s", CG_MODULE(s)));
+    cg_module_free(p1);
+    ck_assert_int_eq(cg_module_num_params(p2), 4);
+    cg_module_free(p2);
 }
 END_TEST
 
@@ -1259,6 +1319,74 @@ START_TEST(test_grad_mha)
 }
 END_TEST
 
+/* The q/k hook: doubling q equals doubling q_proj; the hook sees the split
+ * heads; a hook built from differentiable ops passes gradcheck; a bad hook
+ * result is an error. */
+static int g_hook_calls;
+static cg_tensor *double_q(void *ctx, cg_tensor *x, bool is_key)
+{
+    const int64_t *dh = ctx;
+    ck_assert_int_eq(x->ndim, 4);
+    ck_assert_int_eq(x->shape[3], *dh);
+    g_hook_calls++;
+    return is_key ? cg_retain(x) : cg_muls(x, 2.0f);
+}
+static cg_tensor *rotate_k(void *ctx, cg_tensor *x, bool is_key)
+{
+    (void)ctx; /* k -> sin(k) + k: any differentiable transform */
+    if (!is_key)
+        return cg_retain(x);
+    cg_tensor *s = cg_sin(x);
+    cg_tensor *y = cg_add(s, x);
+    cg_release(s);
+    return y;
+}
+static cg_tensor *bad_hook(void *ctx, cg_tensor *x, bool is_key)
+{
+    (void)ctx, (void)is_key;
+    return cg_transpose(x, 2, 3);
+}
+
+START_TEST(test_mha_qk_hook)
+{
+    cg_rng r = cg_rng_new(77);
+    cg_mha *a = cg_mha_new(8, 2, &r), *b = cg_mha_new(8, 2, NULL);
+    cg_param_list la = {0}, lb = {0};
+    ck_assert(cg_module_params(CG_MODULE(a), &la) && cg_module_params(CG_MODULE(b), &lb));
+    for (int i = 0; i < la.n; i++)
+        ck_assert(cg_copy_(lb.items[i].tensor, la.items[i].tensor));
+    cg_k_muls_(b->q_proj->weight, 2.0f);
+    cg_k_muls_(b->q_proj->bias, 2.0f);
+    int64_t dh = 4;
+    a->qk_hook = double_q;
+    a->qk_hook_ctx = &dh;
+    cg_tensor *x = cg_randn(&r, CG_SHAPE(2, 5, 8));
+    cg_tensor *ya = cg_mha_forward(a, x, x, true, NULL, NULL, NULL);
+    cg_tensor *yb = cg_mha_forward(b, x, x, true, NULL, NULL, NULL);
+    ck_assert_int_eq(g_hook_calls, 2);
+    float *vb = cg_test_values(yb);
+    CG_ASSERT_TENSOR(ya, vb, 1e-5, 1e-4);
+    free(vb);
+    cg_release_all(2, ya, yb);
+    /* gradcheck through a hook (self- and cross-attention) */
+    a->qk_hook = rotate_k;
+    fctx c = {.m = CG_MODULE(a), .kind = K_MHA_SELF, .causal = true};
+    cg_tensor *in[2] = {randn_leaf(&r, CG_SHAPE(2, 3, 8)), randn_leaf(&r, CG_SHAPE(2, 4, 8))};
+    gradcheck_module(&c, 1, in, 1e-3, 1e-2);
+    c.kind = K_MHA_CROSS;
+    c.causal = false;
+    gradcheck_module(&c, 2, in, 1e-3, 1e-2);
+    /* a hook returning the wrong shape */
+    a->qk_hook = bad_hook;
+    CG_ASSERT_FAILS(cg_mha_forward(a, x, x, false, NULL, NULL, NULL), "q/k hook returned [2, 2, 4, 5]");
+    cg_release_all(3, x, in[0], in[1]);
+    cg_param_list_free(&la);
+    cg_param_list_free(&lb);
+    cg_module_free(CG_MODULE(a));
+    cg_module_free(CG_MODULE(b));
+}
+END_TEST
+
 START_TEST(test_grad_enc_layer)
 {
     cg_rng r = cg_rng_new(36);
@@ -1361,6 +1489,7 @@ static Suite *nn_suite(void)
     tcase_add_test(reg, test_names_basic);
     tcase_add_test(reg, test_names_transformer);
     tcase_add_test(reg, test_registry_lookup_and_errors);
+    tcase_add_test(reg, test_shared_modules);
     tcase_add_test(reg, test_zero_grad_and_train_mode);
     tcase_add_test(reg, test_init);
     tcase_add_test(reg, test_save_load);
@@ -1387,6 +1516,7 @@ static Suite *nn_suite(void)
     tcase_add_test(gr, test_grad_dropout_posenc);
     tcase_add_test(gr, test_grad_ff);
     tcase_add_test(gr, test_grad_mha);
+    tcase_add_test(gr, test_mha_qk_hook);
     tcase_add_test(gr, test_grad_enc_layer);
     tcase_add_test(gr, test_grad_dec_layer);
     tcase_add_test(gr, test_grad_block_and_stacks);

@@ -18,6 +18,7 @@
 #include "autograd/autograd.h"
 #include "autograd/ops.h"
 #include "core/tensor.h"
+#include "nn/nn.h"
 #include "nn/safetensors.h"
 #include "optim/optim.h"
 #include "optim/schedule.h"
@@ -793,6 +794,51 @@ START_TEST(accessors)
 }
 END_TEST
 
+/* An optimizer from a module in one call, with PyTorch's defaults. */
+START_TEST(from_module)
+{
+    cg_optim_config c = cg_adamw_default(3e-4);
+    ck_assert_int_eq(c.type, CG_OPTIM_ADAMW);
+    ck_assert(c.lr == 3e-4 && c.beta1 == 0.9 && c.beta2 == 0.999 && c.eps == 1e-8);
+    c = cg_sgd_default(0.1);
+    ck_assert(c.type == CG_OPTIM_SGD && c.momentum == 0.0 && !c.nesterov);
+
+    cg_rng r = cg_rng_new(4);
+    cg_module *root = cg_module_new("Net");
+    cg_linear *a = cg_linear_new(3, 4, true, &r);
+    cg_module_add_child(root, "a", CG_MODULE(a));
+    cg_module_add_child(root, "b", CG_MODULE(a)); /* shared: its parameters once */
+    cg_module_add_child(root, "ln", CG_MODULE(cg_layernorm_new(4)));
+    cg_optim *o = cg_adamw_from_module(root, 1e-3);
+    ck_assert_ptr_nonnull(o);
+    ck_assert_int_eq(cg_optim_count(o), 4);
+    ck_assert_str_eq(cg_optim_param_name(o, 0), "a.weight");
+    ck_assert_str_eq(cg_optim_param_name(o, 3), "ln.bias");
+    for (int i = 0; i < 4; i++)
+        ck_assert(cg_optim_param_weight_decay(o, i) == 0.01); /* torch.optim.AdamW's default */
+    cg_optim_config got = cg_optim_get_config(o);
+    ck_assert(got.type == CG_OPTIM_ADAMW && got.lr == 1e-3 && got.beta2 == 0.999);
+    cg_optim_free(o);
+    c = cg_adam_default(1e-3);
+    o = cg_optim_from_module(&c, root, 0.1, CG_DECAY_MATRICES);
+    ck_assert(cg_optim_param_weight_decay(o, 0) == 0.1); /* a.weight */
+    ck_assert(cg_optim_param_weight_decay(o, 1) == 0.0); /* a.bias */
+    ck_assert(cg_optim_param_weight_decay(o, 2) == 0.0); /* ln.weight */
+    cg_optim_free(o);
+    o = cg_adam_from_module(root, 1e-3);
+    ck_assert(cg_optim_param_weight_decay(o, 0) == 0.0);
+    cg_optim_free(o);
+    o = cg_sgd_from_module(root, 0.5);
+    ck_assert_int_eq(cg_optim_get_config(o).type, CG_OPTIM_SGD);
+    cg_optim_free(o);
+    CG_ASSERT_FAILS(cg_optim_from_module(NULL, root, 0.0, CG_DECAY_ALL), "config is NULL");
+    c.lr = -1;
+    CG_ASSERT_FAILS(cg_optim_from_module(&c, root, 0.0, CG_DECAY_ALL), "learning rate -1");
+    ck_assert_ptr_null(cg_adamw_from_module(NULL, 1e-3));
+    cg_module_free(root);
+}
+END_TEST
+
 static Suite *optim_suite(void)
 {
     Suite *s = suite_create("optim");
@@ -837,6 +883,7 @@ static Suite *optim_suite(void)
     tcase_add_test(tc, build_errors);
     tcase_add_test(tc, step_errors);
     tcase_add_test(tc, accessors);
+    tcase_add_test(tc, from_module);
     suite_add_tcase(s, tc);
     return s;
 }

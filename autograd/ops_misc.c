@@ -1,0 +1,230 @@
+/* More of the ops a PyTorch user reaches for first: silu, sin, cos, tril,
+ * triu, cumsum, topk, argmax, mse_loss, binary_cross_entropy_with_logits,
+ * nll_loss. Forward and backward side by side, as in ops.c. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "autograd/ops.h"
+#include "core/ops.h"
+
+#define IN(i) (n->inputs[(i)])
+#define NEEDS(i) cg_node_needs_grad(n, (i))
+
+/* Record a node with the given inputs on out (released on failure). */
+static cg_tensor *record(cg_tensor *out, cg_op op, int nin, cg_tensor *const *in,
+                         cg_backward_fn bw, cg_node **node)
+{
+    cg_node *n = cg_record(out, op, nin, in, bw);
+    if (node)
+        *node = n;
+    if (out && !n && cg_grad_enabled()) {
+        for (int i = 0; i < nin; i++) {
+            if (in[i] && in[i]->requires_grad) { /* it should have recorded */
+                cg_release(out);
+                return NULL;
+            }
+        }
+    }
+    return out;
+}
+
+/* ----------------------------------------------------- elementwise */
+static bool silu_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    return (gin[0] = cg_k_silu_backward(IN(0), g)) != NULL;
+}
+cg_tensor *cg_silu(cg_tensor *a) { return record(cg_k_silu(a), CG_OP_SILU, 1, &a, silu_bw, NULL); }
+
+static bool sin_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    cg_tensor *c = cg_k_cos(IN(0));
+    gin[0] = cg_k_mul(g, c);
+    cg_release(c);
+    return gin[0] != NULL;
+}
+cg_tensor *cg_sin(cg_tensor *a) { return record(cg_k_sin(a), CG_OP_SIN, 1, &a, sin_bw, NULL); }
+
+static bool cos_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    cg_tensor *s = cg_k_sin(IN(0));
+    cg_tensor *m = s ? cg_k_mul(g, s) : NULL;
+    gin[0] = m ? cg_k_neg(m) : NULL;
+    cg_release_all(2, s, m);
+    return gin[0] != NULL;
+}
+cg_tensor *cg_cos(cg_tensor *a) { return record(cg_k_cos(a), CG_OP_COS, 1, &a, cos_bw, NULL); }
+
+/* -------------------------------------------------------- triangles */
+static bool triangle_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    return (gin[0] = cg_k_triangle(g, n->p.i[0], n->op == CG_OP_TRIU)) != NULL;
+}
+static cg_tensor *triangle(cg_tensor *a, int64_t diagonal, bool upper)
+{
+    cg_node *n;
+    cg_tensor *out = record(cg_k_triangle(a, diagonal, upper), upper ? CG_OP_TRIU : CG_OP_TRIL,
+                            1, &a, triangle_bw, &n);
+    if (n)
+        n->p.i[0] = diagonal;
+    return out;
+}
+cg_tensor *cg_tril(cg_tensor *a, int64_t diagonal) { return triangle(a, diagonal, false); }
+cg_tensor *cg_triu(cg_tensor *a, int64_t diagonal) { return triangle(a, diagonal, true); }
+
+/* ----------------------------------------------------------- cumsum */
+static bool cumsum_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    return (gin[0] = cg_k_cumsum(g, (int)n->p.i[0], true)) != NULL; /* sum from the end */
+}
+cg_tensor *cg_cumsum(cg_tensor *a, int dim)
+{
+    cg_node *n;
+    cg_tensor *out = record(cg_k_cumsum(a, dim, false), CG_OP_CUMSUM, 1, &a, cumsum_bw, &n);
+    if (n)
+        n->p.i[0] = cg_norm_dim("cumsum", dim, a->ndim > 0 ? a->ndim : 1);
+    return out;
+}
+
+/* ------------------------------------------------------ topk, argmax */
+cg_tensor *cg_topk(cg_tensor *a, int64_t k, int dim, bool largest, int64_t *ids, int64_t n_ids)
+{
+    if (!a)
+        return NULL;
+    int d = cg_norm_dim("topk", dim, a->ndim > 0 ? a->ndim : 1);
+    if (d < 0)
+        return NULL;
+    int64_t shape[CG_MAX_DIMS];
+    memcpy(shape, a->shape, sizeof shape);
+    int nd = a->ndim > 0 ? a->ndim : 1;
+    if (a->ndim == 0)
+        shape[0] = 1;
+    if (k >= 0)
+        shape[d] = k;
+    int64_t count = k >= 0 ? cg_numel_shape(nd, shape) : 0;
+    if (ids && n_ids != count) {
+        char b[96];
+        cg_set_error("topk: %lld indices requested for %lld values (input %s, k %lld)",
+                     (long long)n_ids, (long long)count, cg_shape_str(a, b, sizeof b),
+                     (long long)k);
+        return NULL;
+    }
+    int64_t *idx = malloc((size_t)(count > 0 ? count : 1) * sizeof *idx);
+    if (!idx) {
+        cg_set_error("topk: out of memory");
+        return NULL;
+    }
+    cg_tensor *out = NULL;
+    if (cg_k_topk_ids(a, k, d, largest, idx, count)) {
+        /* the values are a gather: its backward scatters the gradient back */
+        cg_tensor *src = a;
+        cg_tensor *a1 = a->ndim == 0 ? cg_reshape(a, 1, (int64_t[]){1}) : NULL;
+        if (a1)
+            src = a1;
+        out = (a->ndim == 0 && !a1) ? NULL : cg_gather(src, d, idx, nd, shape);
+        cg_release(a1);
+        if (out && ids)
+            memcpy(ids, idx, (size_t)count * sizeof *idx);
+    }
+    free(idx);
+    return out;
+}
+
+bool cg_argmax(const cg_tensor *a, int dim, int64_t *ids, int64_t n_ids)
+{
+    return cg_k_argmax_ids(a, dim, ids, n_ids);
+}
+
+/* ----------------------------------------------------------- losses */
+cg_tensor *cg_mse_loss(cg_tensor *a, cg_tensor *b)
+{
+    if (!a || !b)
+        return NULL;
+    if (!cg_same_shape(a, b)) {
+        char x[96], y[96];
+        cg_set_error("mse_loss: input %s and target %s differ in shape",
+                     cg_shape_str(a, x, sizeof x), cg_shape_str(b, y, sizeof y));
+        return NULL;
+    }
+    cg_tensor *d = cg_sub(a, b);
+    cg_tensor *d2 = cg_mul(d, d);
+    cg_tensor *m = cg_mean(d2, 0, NULL, false);
+    cg_release_all(2, d, d2);
+    return m;
+}
+
+static bool bce_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    /* d/dx = (sigmoid(x) - y) / N; d/dy = -x / N, times the scalar g */
+    double s = (double)cg_item(g) / (double)cg_numel(IN(0));
+    if (NEEDS(0)) {
+        cg_tensor *sg = cg_k_sigmoid(IN(0));
+        gin[0] = sg ? cg_k_axpby(sg, (float)s, IN(1), (float)-s) : NULL;
+        cg_release(sg);
+        if (!gin[0])
+            return false;
+    }
+    if (NEEDS(1) && !(gin[1] = cg_k_muls(IN(0), (float)-s)))
+        return false;
+    return true;
+}
+cg_tensor *cg_binary_cross_entropy_with_logits(cg_tensor *x, cg_tensor *y)
+{
+    cg_tensor *in[2] = {x, y};
+    return record(cg_k_bce_with_logits(x, y), CG_OP_BCE_WITH_LOGITS, 2, in, bce_bw, NULL);
+}
+
+typedef struct {
+    int64_t *targets, n, ignore;
+} nll_ctx;
+
+static void nll_ctx_free(void *p)
+{
+    nll_ctx *c = p;
+    free(c->targets);
+    free(c);
+}
+
+static bool nll_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    nll_ctx *c = n->ctx;
+    cg_tensor *lp = IN(0);
+    cg_tensor *d = cg_k_nll_loss_backward(n->saved[0], c->targets, c->n, c->ignore, cg_item(g));
+    gin[0] = d ? cg_reshape_copy(d, lp->ndim, lp->shape) : NULL;
+    cg_release(d);
+    return gin[0] != NULL;
+}
+
+cg_tensor *cg_nll_loss(cg_tensor *logp, const int64_t *targets, int64_t n_targets,
+                       int64_t ignore_index)
+{
+    if (!logp)
+        return NULL;
+    if (logp->ndim < 1) {
+        cg_set_error("nll_loss: log-probabilities need a class dim (got a scalar)");
+        return NULL;
+    }
+    int64_t C = logp->shape[logp->ndim - 1];
+    int64_t N = C ? cg_numel(logp) / C : 0;
+    cg_tensor *l2 = cg_reshape_copy(logp, 2, (int64_t[]){N, C});
+    cg_tensor *out = l2 ? cg_k_nll_loss(l2, targets, n_targets, ignore_index) : NULL;
+    cg_node *n = NULL;
+    if (out)
+        out = record(out, CG_OP_NLL_LOSS, 1, &logp, nll_bw, &n);
+    if (n) {
+        nll_ctx *c = calloc(1, sizeof *c);
+        int64_t *t = malloc((size_t)(N ? N : 1) * sizeof *t);
+        if (!c || !t || cg_node_save(n, l2) < 0) {
+            free(c);
+            free(t);
+            cg_release_all(2, out, l2);
+            cg_set_error("nll_loss: out of memory");
+            return NULL;
+        }
+        memcpy(t, targets, (size_t)N * sizeof *t);
+        *c = (nll_ctx){t, N, ignore_index};
+        n->ctx = c;
+        n->ctx_free = nll_ctx_free;
+    }
+    cg_release(l2);
+    return out;
+}

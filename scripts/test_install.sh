@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Installs cgrad from a build directory into a staging directory (DESTDIR) and
+# builds the example programs OUT OF TREE against it with nothing but
+# pkg-config, once linked to the shared library and once to the static one,
+# then runs them. Also checks that the shared library exports only cg_
+# symbols and has a soname.
+#   scripts/test_install.sh [BUILD_DIR (default build)]
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=$(cd "${1:-build}" && pwd)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+stage=$work/stage
+meson install -C "$build" --destdir "$stage" --quiet >/dev/null
+
+pc=$(find "$stage" -name cgrad.pc | head -n 1)
+[ -n "$pc" ] || { echo "test_install: no cgrad.pc was installed" >&2; exit 1; }
+export PKG_CONFIG_PATH=$(dirname "$pc")
+# The .pc's prefix moved into the stage (not PKG_CONFIG_SYSROOT_DIR: that
+# would also move the absolute path of the system's libblis.a).
+prefix=$(pkg-config --variable=prefix cgrad)
+pkgconf() { pkg-config --define-variable=prefix="$stage$prefix" "$@"; }
+libdir=$(dirname "$(dirname "$pc")")   # the staged lib directory
+so=$(find "$libdir" -maxdepth 1 -name 'libcgrad.so.*' -type f | head -n 1)
+[ -f "$libdir/libcgrad.a" ] || { echo "test_install: no libcgrad.a" >&2; exit 1; }
+readelf -d "$so" | grep -q 'SONAME.*libcgrad\.so\.[0-9]' ||
+  { echo "test_install: $so has no versioned soname" >&2; exit 1; }
+bad=$(nm -D --defined-only "$so" | awk '{print $3}' | grep -v '^cg_' || true)
+[ -z "$bad" ] || { echo "test_install: $so exports non-cg_ symbols: $(echo $bad | head -c 300)" >&2; exit 1; }
+[ ! -e "$stage/usr/local/bin/charlm" ] && [ ! -e "$stage/usr/local/bin/bench" ] ||
+  { echo "test_install: programs installed under generic names" >&2; exit 1; }
+
+# The README's example program (the C block under "Writing a model").
+awk '/^## Writing a model against the C API/ {on = 1} on && /^```c$/ {c = 1; next}
+     c && /^```$/ {exit} c {print}' "$root/README.md" > "$work/readme_example.c"
+[ -s "$work/readme_example.c" ] || { echo "test_install: no C example in README.md" >&2; exit 1; }
+
+# Every example: the README's, models/example_mlp_main.c and examples/*.c, in
+# a directory of their own (no include path into the source tree).
+cc=${CC:-cc}
+for src in "$work/readme_example.c" "$root"/models/example_mlp_main.c "$root"/examples/*.c; do
+  [ -f "$src" ] || continue
+  name=$(basename "$src" .c)
+  [ "$src" = "$work/$name.c" ] || cp "$src" "$work/$name.c"
+  args=()
+  case $name in example_mlp_main) args=(--steps 100) ;; esac
+  # shared
+  (cd "$work" && $cc -std=c11 -O2 -Wall -Wextra -Werror -o "$name" "$name.c" \
+      $(pkgconf --cflags --libs cgrad))
+  (cd "$work" && LD_LIBRARY_PATH=$libdir "./$name" "${args[@]}") > "$work/$name.shared.out" ||
+    { echo "test_install: $name (shared) failed" >&2; cat "$work/$name.shared.out" >&2; exit 1; }
+  # static: the archive instead of the .so, plus Libs.private / Requires.private
+  (cd "$work" && $cc -std=c11 -O2 -Wall -Wextra -Werror -o "$name.static" "$name.c" \
+      $(pkgconf --static --cflags --libs cgrad | sed 's/-lcgrad\b/-l:libcgrad.a/'))
+  if ldd "$work/$name.static" | grep -q libcgrad; then
+    echo "test_install: $name.static is linked to the shared library" >&2; exit 1
+  fi
+  (cd "$work" && "./$name.static" "${args[@]}") > "$work/$name.static.out" ||
+    { echo "test_install: $name (static) failed" >&2; cat "$work/$name.static.out" >&2; exit 1; }
+  cmp -s "$work/$name.shared.out" "$work/$name.static.out" ||
+    { echo "test_install: $name gives different output shared and static" >&2;
+      diff "$work/$name.shared.out" "$work/$name.static.out" >&2; exit 1; }
+  echo "test_install: $name ok (shared and static): $(tail -n 1 "$work/$name.shared.out")"
+done

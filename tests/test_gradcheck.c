@@ -1,0 +1,166 @@
+/* gradcheck's trust: a 1% error planted in the backward of any op inside a
+ * full transformer layer (through cg_set_backward_hook) must fail it at its
+ * default tolerances, and the correct gradients must pass. The inputs of
+ * the check are the layer's input and every parameter. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "autograd/gradcheck.h"
+#include "core/ops.h"
+#include "nn/nn.h"
+#include "tests/testutil.h"
+
+typedef struct {
+    int kind; /* 0 encoder layer, 1 LM block (causal), 2 decoder layer */
+    cg_module *m;
+    int n_in;
+} layer_ctx;
+
+static cg_tensor *layer_fn(void *ctx, cg_tensor *const *in)
+{
+    layer_ctx *c = ctx;
+    cg_attn_mask causal = {.causal = true};
+    switch (c->kind) {
+    case 0: return cg_enc_layer_forward((cg_enc_layer *)c->m, in[0], NULL);
+    case 1: return cg_lm_block_forward((cg_lm_block *)c->m, in[0], &causal);
+    default: return cg_dec_layer_forward((cg_dec_layer *)c->m, in[0], in[1], &causal, NULL);
+    }
+}
+
+/* The planted error: input gradient `slot` of the `target`-th node the
+ * backward visits is scaled by 1.01. */
+typedef struct {
+    int target, slot, seen;
+    bool planted;
+    float size; /* max |gradient| where the error was planted */
+    char what[64];
+} plant;
+
+static void plant_hook(void *ctx, cg_node *n, cg_tensor **gin)
+{
+    plant *p = ctx;
+    if (p->seen++ != p->target || p->slot >= n->n_inputs || !gin[p->slot])
+        return;
+    cg_tensor *s = cg_k_muls(gin[p->slot], 1.01f);
+    cg_tensor *mx = cg_k_abs(gin[p->slot]);
+    cg_tensor *m = cg_k_max_all(mx);
+    p->size = cg_item(m);
+    cg_release_all(2, mx, m);
+    cg_release(gin[p->slot]);
+    gin[p->slot] = s;
+    p->planted = true;
+    snprintf(p->what, sizeof p->what, "%s input %d", cg_node_name(n), p->slot);
+}
+
+/* Nodes of one backward and their slots that receive a gradient. */
+typedef struct {
+    int n_nodes;
+    int slots[512];
+} census;
+
+static void census_hook(void *ctx, cg_node *n, cg_tensor **gin)
+{
+    census *c = ctx;
+    int s = 0;
+    for (int i = 0; i < n->n_inputs && i < 8; i++)
+        s |= (gin[i] != NULL) << i;
+    if (c->n_nodes < 512)
+        c->slots[c->n_nodes] = s;
+    c->n_nodes++;
+}
+
+static void run_layer(int kind, cg_norm_kind norm, cg_act act, bool norm_first, int *caught,
+                      int *planted)
+{
+    cg_rng r = cg_rng_new(11 + kind);
+    cg_tf_config cfg = {.d = 8, .H = 2, .d_ff = 12, .norm = norm, .act = act,
+                        .norm_first = norm_first};
+    layer_ctx c = {.kind = kind, .n_in = kind == 2 ? 2 : 1};
+    c.m = kind == 0 ? CG_MODULE(cg_enc_layer_new(&cfg, &r))
+          : kind == 1 ? CG_MODULE(cg_lm_block_new(&cfg, &r))
+                      : CG_MODULE(cg_dec_layer_new(&cfg, &r));
+    ck_assert_ptr_nonnull(c.m);
+    cg_param_list l = {0};
+    ck_assert(cg_module_params(c.m, &l));
+    for (int i = 0; i < l.n; i++) /* non-trivial norm parameters too */
+        ck_assert(cg_normal_(l.items[i].tensor, &r, 0.0f, 0.5f));
+    int n_all = c.n_in + l.n;
+    cg_tensor **all = calloc((size_t)n_all, sizeof *all);
+    all[0] = cg_requires_grad(cg_randn(&r, CG_SHAPE(2, 4, 8)), true);
+    if (c.n_in == 2)
+        all[1] = cg_requires_grad(cg_randn(&r, CG_SHAPE(2, 3, 8)), true);
+    for (int i = 0; i < l.n; i++)
+        all[c.n_in + i] = l.items[i].tensor;
+
+    /* the correct gradients pass */
+    cg_gradcheck_report rep;
+    bool ok = cg_gradcheck(layer_fn, &c, n_all, all, NULL, &rep);
+    if (getenv("CG_TEST_VERBOSE"))
+        printf("layer %d norm %d act %d pre %d correct: %s\n", kind, norm, act, norm_first,
+               rep.message);
+    ck_assert_msg(ok, "layer %d (norm %d, act %d, pre-norm %d), correct gradients: %s", kind,
+                  norm, act, norm_first, rep.message);
+
+    /* every node, every input slot with a gradient: a 1% error is caught */
+    census cs = {0}; /* the nodes of gradcheck's own backward, in its order */
+    cg_gradcheck_opts quick = cg_gradcheck_defaults();
+    quick.proj_count = 0;
+    cg_set_backward_hook(census_hook, &cs);
+    cg_gradcheck(layer_fn, &c, n_all, all, &quick, NULL);
+    cg_set_backward_hook(NULL, NULL);
+    for (int t = 0; t < cs.n_nodes && t < 512; t++) {
+        for (int s = 0; s < 8; s++) {
+            if (!(cs.slots[t] >> s & 1))
+                continue;
+            plant p = {.target = t, .slot = s};
+            cg_set_backward_hook(plant_hook, &p);
+            bool pass = cg_gradcheck(layer_fn, &c, n_all, all, NULL, &rep);
+            cg_set_backward_hook(NULL, NULL);
+            ck_assert(p.planted);
+            /* 1% of a gradient that is zero but for rounding (the key bias:
+             * softmax ignores a constant shift) changes nothing to catch */
+            bool visible = p.size > 1e-5f;
+            *planted += visible;
+            *caught += visible && !pass;
+            if (getenv("CG_TEST_VERBOSE") || (pass && visible))
+                printf("layer %d norm %d act %d pre %d: 1%% in %s (node %d, max |grad| %.3g) %s: "
+                       "%s\n", kind, norm, act, norm_first, p.what, t, p.size,
+                       pass ? "NOT CAUGHT" : "caught", rep.message);
+        }
+    }
+    cg_release(all[0]);
+    if (c.n_in == 2)
+        cg_release(all[1]);
+    free(all);
+    cg_param_list_free(&l);
+    cg_module_free(c.m);
+}
+
+START_TEST(test_planted_errors_caught)
+{
+    int caught = 0, planted = 0;
+    run_layer(0, CG_NORM_LAYERNORM, CG_ACT_GELU, false, &caught, &planted);
+    run_layer(1, CG_NORM_RMSNORM, CG_ACT_GELU, true, &caught, &planted);
+    run_layer(2, CG_NORM_LAYERNORM, CG_ACT_GELU, true, &caught, &planted);
+    printf("gradcheck: %d of %d planted 1%% errors caught\n", caught, planted);
+    ck_assert_int_eq(caught, planted);
+}
+END_TEST
+
+static Suite *gc_suite(void)
+{
+    Suite *s = suite_create("gradcheck");
+    TCase *tc = tcase_create("planted");
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, test_planted_errors_caught);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    Suite *s[] = {gc_suite()};
+    return cg_test_run(s, 1);
+}

@@ -1,0 +1,156 @@
+/* silu, sin, cos, tril, triu, cumsum, topk, argmax, mse_loss,
+ * binary_cross_entropy_with_logits, nll_loss: forward values from PyTorch
+ * 1.13 (computed once with /usr/bin/python3, float32, and stored here) and
+ * a gradcheck of each, on contiguous and transposed inputs. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "autograd/gradcheck.h"
+#include "autograd/ops.h"
+#include "core/ops.h"
+#include "tests/testutil.h"
+
+static const float X[12] = {-2.0f, -0.5f, 0.0f, 0.25f, 1.0f, 3.0f, -1.5f, 0.75f, 0.5f, -0.25f, 2.0f, -3.0f};
+
+static cg_tensor *xin(void) { return cg_from_data(CG_SHAPE(3, 4), X); }
+
+static void expect(cg_tensor *t, const float *want, const char *what)
+{
+    ck_assert_msg(t != NULL, "%s: %s", what, cg_last_error());
+    CG_ASSERT_TENSOR(t, want, 1e-6, 1e-6);
+    cg_release(t);
+}
+
+START_TEST(test_forward_vs_torch)
+{
+    cg_tensor *x = xin();
+    expect(cg_silu(x), (const float[]){-0.23840584f, -0.18877034f, 0.0f, 0.14054413f, 0.7310586f, 2.8577225f, -0.27363828f, 0.50938404f, 0.31122968f, -0.10945588f, 1.7615941f, -0.14227761f}, "silu");
+    expect(cg_sin(x), (const float[]){-0.90929741f, -0.47942555f, 0.0f, 0.24740396f, 0.84147096f, 0.14112f, -0.997495f, 0.68163878f, 0.47942555f, -0.24740396f, 0.90929741f, -0.14112f}, "sin");
+    expect(cg_cos(x), (const float[]){-0.41614684f, 0.87758255f, 1.0f, 0.96891242f, 0.54030234f, -0.9899925f, 0.070737198f, 0.73168886f, 0.87758255f, 0.96891242f, -0.41614684f, -0.9899925f}, "cos");
+    expect(cg_tril(x, 0), (const float[]){-2, 0, 0, 0, 1, 3, 0, 0, 0.5f, -0.25f, 2, 0}, "tril");
+    expect(cg_triu(x, 1), (const float[]){0, -0.5f, 0, 0.25f, 0, 0, -1.5f, 0.75f, 0, 0, 0, -3}, "triu 1");
+    expect(cg_tril(x, -1), (const float[]){0, 0, 0, 0, 1, 0, 0, 0, 0.5f, -0.25f, 0, 0}, "tril -1");
+    expect(cg_cumsum(x, 1), (const float[]){-2, -2.5f, -2.5f, -2.25f, 1, 4, 2.5f, 3.25f, 0.5f, 0.25f, 2.25f, -0.75f}, "cumsum 1");
+    expect(cg_cumsum(x, -2), (const float[]){-2, -0.5f, 0, 0.25f, -1, 2.5f, -1.5f, 1, -0.5f, 2.25f, 0.5f, -2}, "cumsum 0");
+    int64_t ids[8];
+    expect(cg_topk(x, 2, 1, true, ids, 6), (const float[]){0.25f, 0, 3, 1, 2, 0.5f}, "topk");
+    ck_assert(!memcmp(ids, (int64_t[]){3, 2, 1, 0, 2, 0}, 6 * sizeof(int64_t)));
+    expect(cg_topk(x, 2, 0, false, ids, 8), (const float[]){-2, -0.5f, -1.5f, -3, 0.5f, -0.25f, 0, 0.25f}, "topk smallest");
+    ck_assert(!memcmp(ids, (int64_t[]){0, 0, 1, 2, 2, 2, 0, 0}, 8 * sizeof(int64_t)));
+    ck_assert(cg_argmax(x, 1, ids, 3));
+    ck_assert(!memcmp(ids, (int64_t[]){3, 1, 2}, 3 * sizeof(int64_t)));
+    ck_assert(cg_argmax(x, 0, ids, 4));
+    ck_assert(!memcmp(ids, (int64_t[]){1, 1, 2, 1}, 4 * sizeof(int64_t)));
+    cg_tensor *y = cg_from_data(CG_SHAPE(3, 4), (const float[]){0.5f, 1, -1, 2, 0, 2.5f, -1, 1, 1, 0, 1.5f, -2});
+    expect(cg_mse_loss(x, y), (const float[]){1.3072916269302368f}, "mse_loss");
+    cg_tensor *t = cg_from_data(CG_SHAPE(3, 4), (const float[]){0, 1, 1, 0, 1, 1, 0, 0.5f, 0, 0, 1, 1});
+    expect(cg_binary_cross_entropy_with_logits(x, t), (const float[]){0.72256303f}, "bce");
+    cg_tensor *lp = cg_log_softmax(x, 1);
+    expect(cg_nll_loss(lp, (const int64_t[]){3, 1, -100}, 3, -100), (const float[]){0.5409115f}, "nll");
+    expect(cg_nll_loss(x, (const int64_t[]){3, 1, 0}, 3, -100), (const float[]){-1.25f}, "nll raw");
+    /* errors: counts are checked, names in messages */
+    CG_ASSERT_FAILS(cg_topk(x, 2, 1, true, ids, 5), "topk: 5 indices requested for 6 values");
+    CG_ASSERT_FAILS(cg_topk(x, 5, 1, true, NULL, 0), "k=5 is out of range");
+    ck_assert(!cg_argmax(x, 1, ids, 4));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "argmax: 4 indices requested for a result of 3"));
+    CG_ASSERT_FAILS(cg_nll_loss(lp, (const int64_t[]){3, 1}, 2, -100), "2 targets for 3 rows");
+    cg_tensor *yt = cg_view_transpose(y, 0, 1), *row = cg_view_select(x, 0, 0);
+    CG_ASSERT_FAILS(cg_mse_loss(x, yt), "differ in shape");
+    CG_ASSERT_FAILS(cg_tril(row, 0), "tril: needs at least 2 dims");
+    cg_release_all(6, x, y, t, lp, yt, row);
+}
+END_TEST
+
+/* -------------------------------------------------------- gradchecks */
+typedef struct {
+    int which;
+    int64_t k;
+    int dim;
+} gc_case;
+
+static const int64_t TGT[6] = {1, 0, 3, -100, 2, 4};
+
+static cg_tensor *gc_fn(void *ctx, cg_tensor *const *in)
+{
+    const gc_case *c = ctx;
+    switch (c->which) {
+    case 0: return cg_silu(in[0]);
+    case 1: return cg_sin(in[0]);
+    case 2: return cg_cos(in[0]);
+    case 3: return cg_tril(in[0], c->k);
+    case 4: return cg_triu(in[0], c->k);
+    case 5: return cg_cumsum(in[0], c->dim);
+    case 6: return cg_topk(in[0], c->k, c->dim, true, NULL, 0);
+    case 7: return cg_mse_loss(in[0], in[1]);
+    case 8: return cg_binary_cross_entropy_with_logits(in[0], in[1]);
+    case 9: {
+        cg_tensor *lp = cg_log_softmax(in[0], -1);
+        cg_tensor *l = cg_nll_loss(lp, TGT, 6, -100);
+        cg_release(lp);
+        return l;
+    }
+    default: return NULL;
+    }
+}
+
+START_TEST(test_gradchecks)
+{
+    cg_rng r = cg_rng_new(21);
+    const char *names[] = {"silu", "sin", "cos", "tril", "triu", "cumsum", "topk", "mse_loss",
+                           "bce_with_logits", "nll_loss"};
+    gc_case cases[] = {{0, 0, 0}, {1, 0, 0}, {2, 0, 0}, {3, 1, 0}, {4, -1, 0}, {5, 0, 1},
+                       {6, 3, -1}, {7, 0, 0}, {8, 0, 0}, {9, 0, 0}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        for (int layout = 0; layout < 2; layout++) { /* contiguous, transposed */
+            cg_tensor *in[2] = {cg_test_randn_layout(&r, CG_SHAPE(2, 6, 5), layout),
+                                cg_test_randn_layout(&r, CG_SHAPE(2, 6, 5), 0)};
+            if (cases[c].which == 6) { /* topk: values 0.1 apart, far from ties (kinks) */
+                float v[60];
+                for (int i = 0; i < 60; i++)
+                    v[i] = (float)((i * 37) % 60) * 0.1f - 3.0f;
+                cg_tensor *t = cg_from_data(CG_SHAPE(2, 6, 5), v);
+                cg_tensor *tt = layout ? cg_view_transpose(t, 1, 2) : cg_retain(t);
+                cg_release(in[0]);
+                in[0] = cg_detach(tt); /* [2, 6, 5] or a transposed [2, 5, 6] */
+                cg_release_all(2, t, tt);
+            }
+            if (cases[c].which == 8) { /* targets in [0, 1] */
+                cg_tensor *s = cg_k_sigmoid(in[1]);
+                cg_release(in[1]);
+                in[1] = s;
+            }
+            if (cases[c].which == 9) { /* [6, 5] logits for 6 targets */
+                cg_tensor *v = cg_view_select(in[0], 0, 0);
+                cg_tensor *d = cg_detach(v);
+                cg_release_all(2, v, in[0]);
+                in[0] = d;
+            }
+            cg_requires_grad(in[0], true);
+            cg_requires_grad(in[1], cases[c].which == 7 || cases[c].which == 8);
+            cg_gradcheck_report rep;
+            bool ok = cg_gradcheck(gc_fn, &cases[c], cases[c].which >= 7 && cases[c].which <= 8 ? 2 : 1,
+                                   in, NULL, &rep);
+            ck_assert_msg(ok, "%s (layout %d): %s", names[c], layout, rep.message);
+            cg_release_all(2, in[0], in[1]);
+        }
+    }
+}
+END_TEST
+
+static Suite *misc_suite(void)
+{
+    Suite *s = suite_create("ops_misc");
+    TCase *tc = tcase_create("ops");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_forward_vs_torch);
+    tcase_add_test(tc, test_gradchecks);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    Suite *s[] = {misc_suite()};
+    return cg_test_run(s, 1);
+}
