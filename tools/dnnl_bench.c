@@ -678,9 +678,9 @@ int main(int argc, char **argv) {
             filter = v;
         } else if (!strcmp(a, "--threads")) {
             nthreads = 0;
-            for (const char *p = v; *p && nthreads < 8; p = *end ? end + 1 : end) {
+            for (const char *p = v; *p; p = *end ? end + 1 : end) {
                 long t = strtol(p, &end, 10);
-                if (end == p || t < 1 || t > 256 || (*end && *end != ',')) {
+                if (end == p || t < 1 || t > 256 || (*end && *end != ',') || nthreads == 8) {
                     fprintf(stderr, "dnnl_bench: --threads wants a list like 1,2, got '%s'\n", v);
                     return 2;
                 }
@@ -690,6 +690,15 @@ int main(int argc, char **argv) {
             fprintf(stderr, "dnnl_bench: unknown option %s\n", a);
             return usage(2);
         }
+    }
+
+    shape shapes[80];
+    int ns = all_shapes(shapes), matched = 0;
+    for (int i = 0; i < ns; i++) matched += !filter || strstr(shapes[i].name, filter);
+    if (!matched) {
+        fprintf(stderr, "dnnl_bench: no shape name contains '%s' (names look like "
+                        "charlm_base.fc1.dw, seq2seq_tiny.attn.qk, square1024)\n", filter);
+        return 2;
     }
 
     CK(dnnl_engine_create(&g_eng, dnnl_cpu, 0));
@@ -712,8 +721,6 @@ int main(int argc, char **argv) {
         for (int i = 0; i < 2; i++) check_product(&cs[i]);
     }
 
-    shape shapes[80];
-    int ns = all_shapes(shapes);
     for (int i = 0; i < ns; i++) {
         if (filter && !strstr(shapes[i].name, filter)) continue;
         for (int t = 0; t < nthreads; t++) bench_shape(&shapes[i], threads[t], capacity);
