@@ -25,7 +25,8 @@
  * thread: S = Q K^T and O = P V for a block of up to 64 query rows.
  * Threads: omp_set_num_threads(t) before a primitive is created and run
  * (this oneDNN uses OpenMP); a primitive is created for each thread count.
- * Timing: two warm-up runs, then the median (and min, max) of R runs (default 9).
+ * Timing: two warm-up runs, then the median (and min, max) of R runs (default 9),
+ * the configurations interleaved run by run.
  * Creation: desc init + primitive_desc + primitive, median of R, once with
  * the primitive cache at capacity 0 (every creation a miss) and once at the
  * default capacity after a first creation (a hit; the primitive_desc is
@@ -334,40 +335,51 @@ static double creation_time(const shape *s, config c, bool cached, int default_c
     return med;
 }
 
+/* Times every configuration on s, the configurations interleaved run by run
+ * (so that a change in the machine's load hits all of them alike). */
 static void bench_shape(const shape *s, int threads, int default_capacity) {
     bufs bf = make_bufs(s, false, 1);
     mems m = make_mems(s, &bf);
     double flop = 2.0 * (double)s->m * (double)s->n * (double)s->k;
-    double *t = xalloc((size_t)g_runs * sizeof(double));
+    double *t = xalloc((size_t)(NCFG * g_runs) * sizeof(double));
+    prims p[NCFG];
+    char impl[NCFG][64]; /* copies: the strings die with the primitives */
+    bool ok[NCFG];
     omp_set_num_threads(threads);
     for (int c = 0; c < NCFG; c++) {
-        prims p = make_prims(s, (config)c);
-        char impl[64] = "cg_sgemm"; /* a copy: the string dies with the primitive */
-        if (c != CFG_OURS && !p.mm) {
-            destroy_prims(&p);
+        p[c] = make_prims(s, (config)c);
+        ok[c] = c == CFG_OURS || p[c].mm;
+        snprintf(impl[c], sizeof impl[c], "%s",
+                 c == CFG_OURS ? "cg_sgemm" : ok[c] ? impl_of(p[c].mm) : "");
+    }
+    /* bf16 inputs for CFG_BF16(_PKB) come from a conversion done once */
+    prims cv = make_prims(s, CFG_CVT_BF16);
+    reorder(cv.ra, m.a, m.a16);
+    reorder(cv.rb, m.b, m.b16);
+    if (ok[CFG_BF16_PKB]) reorder(p[CFG_BF16_PKB].rb, m.b, p[CFG_BF16_PKB].bpk);
+    CK(dnnl_stream_wait(g_strm));
+    destroy_prims(&cv);
+    for (int w = 0; w < 2; w++)
+        for (int c = 0; c < NCFG; c++)
+            if (ok[c]) run_once(s, (config)c, &p[c], &m, &bf, threads);
+    for (int r = 0; r < g_runs; r++)
+        for (int c = 0; c < NCFG; c++) {
+            if (!ok[c]) continue;
+            double t0 = now_s();
+            run_once(s, (config)c, &p[c], &m, &bf, threads);
+            t[c * g_runs + r] = now_s() - t0;
+        }
+    for (int c = 0; c < NCFG; c++) destroy_prims(&p[c]);
+
+    for (int c = 0; c < NCFG; c++) {
+        if (!ok[c]) {
             printf("{\"bench\": \"dnnl\", \"shape\": \"%s\", \"m\": %lld, \"n\": %lld, \"k\": %lld, "
                    "\"threads\": %d, \"config\": \"%s\", \"impl\": null, \"gflops\": null}\n",
                    s->name, (long long)s->m, (long long)s->n, (long long)s->k, threads,
                    cfg_name[c]);
             continue;
         }
-        if (p.mm) snprintf(impl, sizeof impl, "%s", impl_of(p.mm));
-        /* bf16 inputs for CFG_BF16(_PKB) come from a conversion done once */
-        if (c == CFG_BF16 || c == CFG_BF16_PKB) {
-            prims cv = make_prims(s, CFG_CVT_BF16);
-            reorder(cv.ra, m.a, m.a16);
-            reorder(c == CFG_BF16 ? cv.rb : p.rb, m.b, c == CFG_BF16 ? m.b16 : p.bpk);
-            CK(dnnl_stream_wait(g_strm));
-            destroy_prims(&cv);
-        }
-        for (int w = 0; w < 2; w++) run_once(s, (config)c, &p, &m, &bf, threads);
-        for (int r = 0; r < g_runs; r++) {
-            double t0 = now_s();
-            run_once(s, (config)c, &p, &m, &bf, threads);
-            t[r] = now_s() - t0;
-        }
-        stats st = summarise(t, g_runs);
-        destroy_prims(&p);
+        stats st = summarise(t + c * g_runs, g_runs);
         char create[160] = "\"create_us_nocache\": null, \"create_us_cached\": null";
         if (c != CFG_OURS)
             snprintf(create, sizeof create, "\"create_us_nocache\": %.1f, \"create_us_cached\": %.1f",
@@ -378,7 +390,7 @@ static void bench_shape(const shape *s, int threads, int default_capacity) {
                "\"us_median\": %.1f, \"gflops\": %.1f, \"gflops_min\": %.1f, \"gflops_max\": %.1f, "
                "%s}\n",
                s->name, (long long)s->m, (long long)s->n, (long long)s->k, threads, cfg_name[c],
-               impl, g_runs, 1e6 * st.med, flop / st.med * 1e-9, flop / st.max * 1e-9,
+               impl[c], g_runs, 1e6 * st.med, flop / st.med * 1e-9, flop / st.max * 1e-9,
                flop / st.min * 1e-9, create);
         fflush(stdout);
     }
