@@ -373,8 +373,9 @@ static void bench_shape(const shape *s, int threads, int default_capacity) {
 
     for (int c = 0; c < NCFG; c++) {
         if (!ok[c]) {
-            printf("{\"bench\": \"dnnl\", \"shape\": \"%s\", \"m\": %lld, \"n\": %lld, \"k\": %lld, "
-                   "\"threads\": %d, \"config\": \"%s\", \"impl\": null, \"gflops\": null}\n",
+            printf("{\"bench\": \"dnnl\", \"shape\": \"%s\", \"m\": %lld, \"n\": %lld, "
+                   "\"k\": %lld, \"threads\": %d, \"config\": \"%s\", \"impl\": null, "
+                   "\"gflops\": null}\n",
                    s->name, (long long)s->m, (long long)s->n, (long long)s->k, threads,
                    cfg_name[c]);
             continue;
@@ -382,7 +383,8 @@ static void bench_shape(const shape *s, int threads, int default_capacity) {
         stats st = summarise(t + c * g_runs, g_runs);
         char create[160] = "\"create_us_nocache\": null, \"create_us_cached\": null";
         if (c != CFG_OURS)
-            snprintf(create, sizeof create, "\"create_us_nocache\": %.1f, \"create_us_cached\": %.1f",
+            snprintf(create, sizeof create,
+                     "\"create_us_nocache\": %.1f, \"create_us_cached\": %.1f",
                      1e6 * creation_time(s, (config)c, false, default_capacity),
                      1e6 * creation_time(s, (config)c, true, default_capacity));
         printf("{\"bench\": \"dnnl\", \"shape\": \"%s\", \"m\": %lld, \"n\": %lld, \"k\": %lld, "
