@@ -26,7 +26,10 @@
  * Threads: omp_set_num_threads(t) before a primitive is created and run
  * (this oneDNN uses OpenMP); a primitive is created for each thread count.
  * Timing: two warm-up runs, then the median (and min, max) of R runs (default 9),
- * the configurations interleaved run by run.
+ * the configurations interleaved run by run. On a loaded machine the wall
+ * time counts time spent descheduled; gflops_cputime divides by the median
+ * CPU time instead (this thread's on 1 thread; on t threads the process's
+ * divided by t, barrier spinning included): an estimate of the idle speed.
  * Creation: desc init + primitive_desc + primitive, median of R, once with
  * the primitive cache at capacity 0 (every creation a miss) and once at the
  * default capacity after a first creation (a hit; the primitive_desc is
@@ -67,11 +70,13 @@ static dnnl_engine_t g_eng;
 static dnnl_stream_t g_strm;
 static int g_runs = 9;
 
-static double now_s(void) {
+static double clock_s(clockid_t id) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(id, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
+
+static double now_s(void) { return clock_s(CLOCK_MONOTONIC); }
 
 static int cmp_double(const void *x, const void *y) {
     double a = *(const double *)x, b = *(const double *)y;
@@ -342,6 +347,10 @@ static void bench_shape(const shape *s, int threads, int default_capacity) {
     mems m = make_mems(s, &bf);
     double flop = 2.0 * (double)s->m * (double)s->n * (double)s->k;
     double *t = xalloc((size_t)(NCFG * g_runs) * sizeof(double));
+    double *tc = xalloc((size_t)(NCFG * g_runs) * sizeof(double));
+    /* CPU time: of this thread on 1 thread (all the work runs on it), of
+     * the process on more (spinning in barriers included) */
+    clockid_t cpu_clock = threads == 1 ? CLOCK_THREAD_CPUTIME_ID : CLOCK_PROCESS_CPUTIME_ID;
     prims p[NCFG];
     char impl[NCFG][64]; /* copies: the strings die with the primitives */
     bool ok[NCFG];
@@ -365,9 +374,10 @@ static void bench_shape(const shape *s, int threads, int default_capacity) {
     for (int r = 0; r < g_runs; r++)
         for (int c = 0; c < NCFG; c++) {
             if (!ok[c]) continue;
-            double t0 = now_s();
+            double t0 = now_s(), c0 = clock_s(cpu_clock);
             run_once(s, (config)c, &p[c], &m, &bf, threads);
             t[c * g_runs + r] = now_s() - t0;
+            tc[c * g_runs + r] = clock_s(cpu_clock) - c0;
         }
     for (int c = 0; c < NCFG; c++) destroy_prims(&p[c]);
 
@@ -381,6 +391,7 @@ static void bench_shape(const shape *s, int threads, int default_capacity) {
             continue;
         }
         stats st = summarise(t + c * g_runs, g_runs);
+        double cpu = summarise(tc + c * g_runs, g_runs).med / threads;
         char create[160] = "\"create_us_nocache\": null, \"create_us_cached\": null";
         if (c != CFG_OURS)
             snprintf(create, sizeof create,
@@ -390,13 +401,14 @@ static void bench_shape(const shape *s, int threads, int default_capacity) {
         printf("{\"bench\": \"dnnl\", \"shape\": \"%s\", \"m\": %lld, \"n\": %lld, \"k\": %lld, "
                "\"threads\": %d, \"config\": \"%s\", \"impl\": \"%s\", \"runs\": %d, "
                "\"us_median\": %.1f, \"gflops\": %.1f, \"gflops_min\": %.1f, \"gflops_max\": %.1f, "
-               "%s}\n",
+               "\"gflops_cputime\": %.1f, %s}\n",
                s->name, (long long)s->m, (long long)s->n, (long long)s->k, threads, cfg_name[c],
                impl[c], g_runs, 1e6 * st.med, flop / st.med * 1e-9, flop / st.max * 1e-9,
-               flop / st.min * 1e-9, create);
+               flop / st.min * 1e-9, flop / cpu * 1e-9, create);
         fflush(stdout);
     }
     free(t);
+    free(tc);
     destroy_mems(&m);
     free_bufs(&bf);
 }
