@@ -61,10 +61,10 @@ START_TEST(test_round) {
 END_TEST
 
 /* Sizes on both sides of the micro-tile (32 x 12), the k pair, the k block
- * (512), the m block (192) and the n block (3072). */
+ * (384), the m block (96) and the n block (3072). */
 static const int64_t sizes[][3] = {
-    {1, 1, 1},   {1, 1, 2},     {31, 11, 15},   {32, 12, 16},  {33, 13, 17},
-    {64, 24, 31}, {70, 50, 513}, {200, 30, 40}, {20, 3080, 9}, {3, 40, 1025},
+    {1, 1, 1},   {1, 1, 2},     {31, 11, 15},  {32, 12, 16},  {33, 13, 17},
+    {64, 24, 31}, {70, 50, 385}, {200, 30, 40}, {97, 14, 3},  {20, 3080, 9}, {3, 40, 769},
 };
 #define NSIZES ((int)(sizeof sizes / sizeof sizes[0]))
 

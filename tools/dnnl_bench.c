@@ -17,6 +17,8 @@
  *   f32+fpmath_bf16  fp32 matmul with dnnl_fpmath_mode_bf16 (implicit
  *             down-conversion allowed; "impl" says whether it was taken)
  *   ours_f32  our cg_sgemm_path (CG_GEMM_AUTO) on the same operands
+ *   ours_bf16 our bf16 product (CG_GEMM_BF16: rounding while packing the fp32
+ *             operands, AVX512_BF16 micro-kernel) on the same operands
  * Shapes: 1024^3, and the three products of every Linear of both models'
  * tiny and base presets (models/bench_main.c): forward Y = X W^T (m = B*T,
  * k = in, n = out, B transposed), dX = dY W (m = B*T, k = out, n = in) and
@@ -201,10 +203,11 @@ typedef enum {
     CFG_F32,
     CFG_F32_FPMATH,
     CFG_OURS,
+    CFG_OURS_BF16,
     NCFG
 } config;
 static const char *cfg_name[NCFG] = {"bf16",   "cvt+bf16",        "bf16_pkB", "cvt+bf16_pkB",
-                                     "f32",    "f32+fpmath_bf16", "ours_f32"};
+                                     "f32",    "f32+fpmath_bf16", "ours_f32", "ours_bf16"};
 
 /* The primitives of one configuration (NULL where unused), and for the _pkB
  * configurations the bf16 B in oneDNN's chosen layout (library-allocated). */
@@ -301,6 +304,10 @@ static void run_once(const shape *s, config c, const prims *p, const mems *m, co
     case CFG_BF16_PKB: matmul(p->mm, m->a16, p->bpk, m->c); break;
     case CFG_F32:
     case CFG_F32_FPMATH: matmul(p->mm, m->a, m->b, m->c); break;
+    case CFG_OURS_BF16:
+        cg_sgemm_path(CG_GEMM_BF16, threads, s->m, s->n, s->k, 1.0f, bf->a, s->rsa, s->csa, bf->b,
+                      s->rsb, s->csb, 0.0f, bf->c, s->n, 1);
+        break;
     case CFG_OURS:
         cg_sgemm_path(CG_GEMM_AUTO, threads, s->m, s->n, s->k, 1.0f, bf->a, s->rsa, s->csa, bf->b,
                       s->rsb, s->csb, 0.0f, bf->c, s->n, 1);
@@ -357,9 +364,11 @@ static void bench_shape(const shape *s, int threads, int default_capacity) {
     omp_set_num_threads(threads);
     for (int c = 0; c < NCFG; c++) {
         p[c] = make_prims(s, (config)c);
-        ok[c] = c == CFG_OURS || p[c].mm;
+        bool ours = c == CFG_OURS || c == CFG_OURS_BF16;
+        ok[c] = ours ? c == CFG_OURS || cg_gemm_path_available(CG_GEMM_BF16) : p[c].mm != NULL;
         snprintf(impl[c], sizeof impl[c], "%s",
-                 c == CFG_OURS ? "cg_sgemm" : ok[c] ? impl_of(p[c].mm) : "");
+                 c == CFG_OURS ? "cg_sgemm" : c == CFG_OURS_BF16 ? "cg_sgemm bf16"
+                                          : ok[c] ? impl_of(p[c].mm) : "");
     }
     /* bf16 inputs for CFG_BF16(_PKB) come from a conversion done once */
     prims cv = make_prims(s, CFG_CVT_BF16);
@@ -393,7 +402,7 @@ static void bench_shape(const shape *s, int threads, int default_capacity) {
         stats st = summarise(t + c * g_runs, g_runs);
         double cpu = summarise(tc + c * g_runs, g_runs).med / threads;
         char create[160] = "\"create_us_nocache\": null, \"create_us_cached\": null";
-        if (c != CFG_OURS)
+        if (c != CFG_OURS && c != CFG_OURS_BF16)
             snprintf(create, sizeof create,
                      "\"create_us_nocache\": %.1f, \"create_us_cached\": %.1f",
                      1e6 * creation_time(s, (config)c, false, default_capacity),
