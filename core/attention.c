@@ -172,13 +172,14 @@ EW_CLONES static float online_row(float *s, int64_t ke, int64_t kz, float scale,
 EW_CLONES static void prob_row(float *s, int64_t ke, int64_t kz, float scale,
                                const uint8_t *kpad, float lse)
 {
-    int64_t j = 0;
-    for (; j < ke; j++) {
-        float x = s[j] / scale;
-        x = bsel(M(kpad && kpad[j]), -INFINITY, x);
-        s[j] = ew_expf(x - lse);
-    }
-    for (; j < kz; j++)
+    int64_t j;
+    if (kpad) /* two loops, so that both vectorise */
+        for (j = 0; j < ke; j++)
+            s[j] = ew_expf(bsel(M(kpad[j] != 0), -INFINITY, s[j] / scale) - lse);
+    else
+        for (j = 0; j < ke; j++)
+            s[j] = ew_expf(s[j] / scale - lse);
+    for (j = ke; j < kz; j++)
         s[j] = 0.0f;
 }
 

@@ -2,7 +2,7 @@
  * shared/bench/torch_peer.py (same presets, same step, same JSON fields).
  *
  *   build/models/bench --model charlm|seq2seq --preset tiny|base --threads N
- *                      --steps S --warmup W [--seed K] [--T len]
+ *                      --steps S --warmup W [--seed K] [--T len] [--batch-size B]
  *
  * A step is zero_grad + forward + loss + backward + AdamW step (lr 1e-3,
  * betas 0.9/0.98, eps 1e-9, weight decay 0.01, as the peer) on random
@@ -27,8 +27,8 @@
  * enc_layers + 2*dec_layers, with S = T every block sees the same count).
  * Causal attention is counted in full (not halved), as in PaLM; layer norm,
  * softmax, activations and the optimizer are not counted. --T overrides the
- * sequence length and --d the width (d_ff = 4d, heads of 32) for scaling
- * curves. libgomp's default wait policy (spin briefly, then sleep) is kept, as
+ * sequence length, --batch-size the batch and --d the width (d_ff = 4d,
+ * heads of 32) for scaling curves. libgomp's default wait policy (spin briefly, then sleep) is kept, as
  * in the trainers: on an idle machine it is 15% faster at 2 threads than
  * OMP_WAIT_POLICY=passive, which wakes a sleeping thread for every region.
  * On a machine shared with other work, passive can be much faster. */
@@ -74,6 +74,7 @@ static int usage(const char *msg)
     fprintf(stderr,
             "usage: bench [--model charlm|seq2seq] [--preset tiny|base] [--threads N>=1]\n"
             "             [--steps S>=1] [--warmup W>=0] [--seed K] [--T len] [--d width]\n"
+            "             [--batch-size B]\n"
             "Times S training steps (zero grad, forward, loss, backward, AdamW) after W\n"
             "untimed ones on random data; prints one JSON line (see torch_peer.py).\n");
     return msg ? 2 : 0;
@@ -155,7 +156,7 @@ static bool get_preset(bool charlm, const char *name, preset *p)
 int main(int argc, char **argv)
 {
     const char *model_name = "charlm", *preset_name = "tiny";
-    long threads = 0, steps = 20, warmup = 5, seed = 0, Tover = 0, d_over = 0;
+    long threads = 0, steps = 20, warmup = 5, seed = 0, Tover = 0, d_over = 0, b_over = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h"))
@@ -194,6 +195,9 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--T")) {
             if (!parse_long(v, 1, 65536, &Tover))
                 return usage("--T needs an integer in [1, 65536]");
+        } else if (!strcmp(a, "--batch-size")) {
+            if (!parse_long(v, 1, 65536, &b_over))
+                return usage("--batch-size needs an integer in [1, 65536]");
         } else if (!strcmp(a, "--d")) {
             if (!parse_long(v, 1, 65536, &d_over))
                 return usage("--d needs an integer in [1, 65536]");
@@ -211,6 +215,8 @@ int main(int argc, char **argv)
     get_preset(charlm, preset_name, &p);
     if (Tover)
         p.T = Tover;
+    if (b_over)
+        p.B = b_over;
     if (d_over) { /* width scaling: d_ff = 4d, heads of 32 (at least 1) */
         if (d_over % 32 && d_over >= 32)
             return usage("--d must be a multiple of 32");
@@ -344,16 +350,19 @@ int main(int argc, char **argv)
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     double mfu = flops_step / med / (peak_gflops * 1e9);
+    char rss10s[32] = "null"; /* fewer than 10 steps: no value (JSON has no nan) */
+    if (!isnan(rss10))
+        snprintf(rss10s, sizeof rss10s, "%.1f", rss10);
     printf("{\"model\": \"%s\", \"preset\": \"%s\", \"threads\": %ld, \"tokens_per_step\": %lld, "
            "\"step_ms_median\": %.3f, \"tokens_per_s\": %.1f, \"params\": %lld, "
            "\"peak_rss_mb\": %.1f, \"mfu\": %.4f, \"flops_per_step\": %.4g, "
-           "\"gemm_gflops\": %.1f, \"gemm_path\": \"%s\", \"T\": %lld, \"d\": %lld, "
-           "\"cpu_ms_median\": %.3f, \"final_loss\": %.9g, \"rss_mb_step10\": %.1f, "
+           "\"gemm_gflops\": %.1f, \"gemm_path\": \"%s\", \"T\": %lld, \"B\": %lld, "
+           "\"d\": %lld, \"cpu_ms_median\": %.3f, \"final_loss\": %.9g, \"rss_mb_step10\": %s, "
            "\"rss_mb_last\": %.1f}\n",
            model_name, preset_name, threads, (long long)tokens, med * 1e3,
            (double)tokens / med, (long long)n_params, (double)ru.ru_maxrss / 1024.0, mfu,
            flops_step, peak_gflops, cg_gemm_path_name(cg_gemm_active_path()), (long long)T,
-           (long long)p.d, cmed * 1e3, (double)last_loss, rss10, rss_now_mb());
+           (long long)B, (long long)p.d, cmed * 1e3, (double)last_loss, rss10s, rss_now_mb());
 
     for (int b = 0; b < NB; b++)
         free(src[b]), free(tin[b]), free(tout[b]);
