@@ -396,9 +396,10 @@ cg_tensor *cg_gather(cg_tensor *a, int dim, const int64_t *ids, int ndim, const 
 
 /* ---------------------------------------------------------- attention */
 /* Fused scaled-dot-product attention (core/attention.c): the node keeps
- * the output (an alias) and each row's log-sum-exp, not the T x T weights;
- * the backward recomputes the weights tile by tile and needs the masks, so
- * the key-padding bytes are copied onto the node. */
+ * the output (an alias) and the kernel's saved state: each row's
+ * log-sum-exp beyond 256 keys (the backward recomputes the weights tile by
+ * tile), the weights up to 256. The backward needs the masks, so the
+ * key-padding bytes are copied onto the node. */
 typedef struct {
     uint8_t *key_pad; /* B*Tk bytes or NULL */
 } attn_ctx;
@@ -423,8 +424,8 @@ cg_tensor *cg_attention(cg_tensor *q, cg_tensor *k, cg_tensor *v, bool causal,
 {
     if (weights_out)
         *weights_out = NULL;
-    cg_tensor *lse = NULL, *w = NULL;
-    cg_tensor *out = cg_k_attention(q, k, v, causal, key_pad, &lse, weights_out ? &w : NULL);
+    cg_tensor *saved = NULL, *w = NULL;
+    cg_tensor *out = cg_k_attention(q, k, v, causal, key_pad, &saved, weights_out ? &w : NULL);
     if (!out)
         return NULL;
     cg_tensor *in[3] = {q, k, v};
@@ -432,7 +433,7 @@ cg_tensor *cg_attention(cg_tensor *q, cg_tensor *k, cg_tensor *v, bool causal,
     bool ok = true;
     if (n) {
         n->p.i[0] = causal;
-        ok = save_alias(n, out) && cg_node_save(n, lse) >= 0;
+        ok = save_alias(n, out) && cg_node_save(n, saved) >= 0;
         if (ok && key_pad) {
             size_t bytes = (size_t)(k->shape[0] * k->shape[2]);
             attn_ctx *c = calloc(1, sizeof *c);
@@ -450,11 +451,10 @@ cg_tensor *cg_attention(cg_tensor *q, cg_tensor *k, cg_tensor *v, bool causal,
             }
         }
     }
-    cg_release(lse);
-    if (ok && weights_out)
-        *weights_out = w; /* computed without a graph: already detached */
-    else
-        cg_release(w);
+    cg_release(saved);
+    if (ok && weights_out && !(*weights_out = cg_detach(w)))
+        ok = false;
+    cg_release(w);
     if (!ok) {
         cg_release(out);
         return NULL;

@@ -16,6 +16,13 @@
  * dv = P^T dO for the block's keys (each key is in one block, so these are
  * written once). Memory is linear in T: nothing of size Tq x Tk is kept.
  *
+ * Short keys (Tk <= PKEEP) keep the weights instead of the log-sum-exps:
+ * Tk floats per query row is no more than the activations around the
+ * attention hold, and the backward then skips the recomputation (one more
+ * product and exponential per score) that would cost the short sequences
+ * of the zoo's presets several percent of their step. Memory stays linear
+ * in T, since beyond PKEEP keys nothing of size Tq x Tk is kept.
+ *
  * Causal attention never computes tiles above the diagonal: a query tile
  * ending at row i1 reads keys [0, i1) only, and a key block starting at j0
  * is met only by rows >= j0. Every product goes through cg_sgemm. Each work
@@ -33,6 +40,7 @@
 
 #define QB 64  /* query rows per tile; also keys per sub-block of dk/dv (causal) */
 #define KB 512 /* keys per block (a multiple of QB) */
+#define PKEEP 256 /* up to this many keys the weights are kept (<= KB) */
 
 static bool check_qkv(const char *op, const cg_tensor *q, const cg_tensor *k,
                       const cg_tensor *v)
@@ -183,8 +191,22 @@ EW_CLONES static void prob_row(float *s, int64_t ke, int64_t kz, float scale,
         s[j] = 0.0f;
 }
 
-/* Softmax backward of one row given its recomputed probabilities p and
- * dP in d: d = p (d - D) / scale over [0, ke), d[ke, kz) = 0. */
+/* <a, b> over [0, n) in 8 double lanes (element j in lane j % 8). */
+EW_CLONES static float dot_lanes(const float *a, const float *b, int64_t n)
+{
+    double acc[8] = {0};
+    int64_t j = 0, kl = n / 8 * 8;
+    for (; j < kl; j += 8)
+        for (int l = 0; l < 8; l++)
+            acc[l] += (double)a[j + l] * b[j + l];
+    for (; j < n; j++)
+        acc[j - kl] += (double)a[j] * b[j];
+    return (float)lanes8_total(acc);
+}
+
+/* Softmax backward of one row given its probabilities p and dP in d:
+ * d = p (d - D) / scale over [0, ke), d[ke, kz) = 0, where D = <p, dP> =
+ * <dO, O>. */
 EW_CLONES static void dsoft_row(const float *p, float *d, int64_t ke, int64_t kz, float D,
                                 float scale)
 {
@@ -219,11 +241,12 @@ static float *thread_scratch(int nt, int64_t n)
 }
 
 /* One query tile [i0, i1) of one (batch, head): out rows and lse. S is a
- * QB x ld scratch, ld = min(Tk, KB). */
+ * QB x ld scratch, ld = min(Tk, KB), or (keep) the tile's rows of the kept
+ * weights, ld = Tk, whose rows are then completed with zeros to Tk. */
 static void fwd_tile(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
                      const cg_tensor *out, int64_t b, int64_t h, int64_t i0, int64_t i1,
                      bool causal, const uint8_t *kpad, float scale, float *S, int64_t ld,
-                     float *lse)
+                     bool keep, float *lse)
 {
     const int64_t Tk = k->shape[2], dh = q->shape[3];
     const float *qp = at4(q, b, h) + i0 * q->strides[2], *kp = at4(k, b, h), *vp = at4(v, b, h);
@@ -234,7 +257,8 @@ static void fwd_tile(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
         cg_sgemm(rows, kn, dh, 1.0f, qp, q->strides[2], q->strides[3], kp, k->strides[3],
                  k->strides[2], 0.0f, S, ld, 1);
         for (int64_t i = i0; i < i1; i++)
-            lse[i] = softmax_row(S + (i - i0) * ld, key_end(causal, i, Tk), kn, scale, kpad);
+            lse[i] = softmax_row(S + (i - i0) * ld, key_end(causal, i, Tk), keep ? Tk : kn, scale,
+                                 kpad);
         cg_sgemm(rows, dh, kn, 1.0f, S, ld, 1, vp, v->strides[2], v->strides[3], 0.0f, op, ors,
                  ocs);
         return;
@@ -302,69 +326,77 @@ static cg_tensor *attention_weights(const cg_tensor *q, const cg_tensor *k, bool
 }
 
 cg_tensor *cg_k_attention(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
-                          bool causal, const uint8_t *key_pad, cg_tensor **lse_out,
+                          bool causal, const uint8_t *key_pad, cg_tensor **saved,
                           cg_tensor **weights)
 {
     if (weights)
         *weights = NULL;
-    if (lse_out)
-        *lse_out = NULL;
+    if (saved)
+        *saved = NULL;
     if (!check_qkv("attention", q, k, v))
         return NULL;
     const int64_t B = q->shape[0], H = q->shape[1], Tq = q->shape[2], dh = q->shape[3];
     const int64_t Tk = k->shape[2], BH = B * H;
+    const bool degen = Tq == 0 || Tk == 0 || dh == 0 || BH == 0;
+    const bool keep = Tk <= PKEEP;
     cg_tensor *out = heads_out(B, H, Tq, dh, false);
     cg_tensor *lse = cg_empty(CG_SHAPE(B, H, Tq));
-    if (!out || !lse) {
-        cg_release_all(2, out, lse);
+    cg_tensor *P = keep ? cg_empty(CG_SHAPE(B, H, Tq, Tk)) : NULL;
+    if (!out || !lse || (keep && !P)) {
+        cg_release_all(3, out, lse, P);
         return NULL;
     }
-    if (Tq == 0 || Tk == 0 || dh == 0 || BH == 0) {
+    if (degen) {
         /* degenerate: no keys gives NaN rows (softmax of nothing), as PyTorch */
         cg_fill_(lse, NAN);
         cg_fill_(out, Tk == 0 ? NAN : 0.0f);
+        if (P)
+            cg_fill_(P, NAN);
     } else {
         /* divide (not multiply by the reciprocal) to round as scores / sqrt(dh) */
         const float scale = (float)sqrt((double)dh);
         const int nt = cg_get_num_threads();
         const int64_t ld = Tk < KB ? Tk : KB;
-        float *scratch = thread_scratch(nt, QB * ld);
-        if (!scratch) {
-            cg_release_all(2, out, lse);
+        float *scratch = keep ? NULL : thread_scratch(nt, QB * ld);
+        if (!keep && !scratch) {
+            cg_release_all(3, out, lse, P);
             cg_set_error("attention: out of memory");
             return NULL;
         }
         const int64_t nqb = (Tq + QB - 1) / QB, items = BH * nqb;
-        float *lp = cg_data(lse);
+        float *lp = cg_data(lse), *pp = keep ? cg_data(P) : NULL;
 #pragma omp parallel for schedule(static) if (items > 1 && BH * Tq * Tk * dh > 32768) num_threads(nt)
         for (int64_t it = 0; it < items; it++) {
             const int64_t bh = it / nqb, i0 = it % nqb * QB, b = bh / H;
+            float *S = keep ? pp + (bh * Tq + i0) * Tk
+                            : scratch + (int64_t)omp_get_thread_num() * QB * ld;
             fwd_tile(q, k, v, out, b, bh % H, i0, min64(i0 + QB, Tq), causal,
-                     key_pad ? key_pad + b * Tk : NULL, scale,
-                     scratch + (int64_t)omp_get_thread_num() * QB * ld, ld, lp + bh * Tq);
+                     key_pad ? key_pad + b * Tk : NULL, scale, S, keep ? Tk : ld, keep,
+                     lp + bh * Tq);
         }
         cg_free(scratch);
     }
     if (weights) {
-        *weights = (Tq == 0 || Tk == 0 || dh == 0 || BH == 0)
-                       ? cg_full(CG_SHAPE(B, H, Tq, Tk), NAN)
-                       : attention_weights(q, k, causal, key_pad, cg_data(lse));
+        *weights = keep ? cg_retain(P)
+                   : degen ? cg_full(CG_SHAPE(B, H, Tq, Tk), NAN)
+                           : attention_weights(q, k, causal, key_pad, cg_data(lse));
         if (!*weights) {
-            cg_release_all(2, out, lse);
+            cg_release_all(3, out, lse, P);
             return NULL;
         }
     }
-    if (lse_out)
-        *lse_out = lse;
-    else
-        cg_release(lse);
+    if (saved)
+        *saved = keep ? cg_retain(P) : cg_retain(lse);
+    cg_release_all(2, lse, P);
     return out;
 }
 
 /* dq, dk, dv of one (batch, head). Pb and Db: Tq x ld scratch each,
- * ld = min(Tk, KB); Dl: Tq floats. */
+ * ld = min(Tk, KB); Dl: Tq floats. Ps: the kept weights [Tq, Tk] (then
+ * Tk <= PKEEP = ld; Pb is not used), or NULL to recompute them from lse. */
 static void bwd_head(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
-                     const cg_tensor *o, const float *lse, const cg_tensor *g, bool causal,
+                     const cg_tensor *o, const float *Ps, const float *lse, const cg_tensor *g,
+                     bool causal,
                      const uint8_t *kpad, int64_t b, int64_t h, const cg_tensor *gq,
                      const cg_tensor *gk, const cg_tensor *gv, float *Pb, float *Db, int64_t ld,
                      float *Dl)
@@ -377,13 +409,19 @@ static void bwd_head(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
     float *dvp = gv ? at4(gv, b, h) : NULL;
     const int64_t qr = q->strides[2], qc = q->strides[3], kr = k->strides[2], kc = k->strides[3];
     const int64_t vr = v->strides[2], vc = v->strides[3], gr = g->strides[2], gc = g->strides[3];
-    /* D_i = <dO_i, O_i> */
-    for (int64_t i = 0; i < Tq; i++) {
-        double acc = 0.0;
-        for (int64_t c = 0; c < dh; c++)
-            acc += (double)gp[i * gr + c * gc] * opp[i * o->strides[2] + c * o->strides[3]];
-        Dl[i] = (float)acc;
+    /* D_i = <dO_i, O_i> (with kept weights: <P_i, dP_i>, below) */
+    for (int64_t i = 0; !Ps && i < Tq; i++) {
+        const float *oi = opp + i * o->strides[2];
+        if (gc == 1 && o->strides[3] == 1) {
+            Dl[i] = dot_lanes(gp + i * gr, oi, dh);
+        } else {
+            double acc = 0.0;
+            for (int64_t c = 0; c < dh; c++)
+                acc += (double)gp[i * gr + c * gc] * oi[c * o->strides[3]];
+            Dl[i] = (float)acc;
+        }
     }
+    const float *Pbase = Ps ? Ps : Pb;
     for (int64_t j0 = 0; j0 < Tk; j0 += KB) {
         const int64_t j1 = min64(j0 + KB, Tk), kn = j1 - j0;
         const int64_t is = causal ? j0 : 0; /* rows before j0 see none of these keys */
@@ -395,16 +433,23 @@ static void bwd_head(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
             /* columns the dk/dv products below read for these rows */
             const int64_t kz = causal ? min64(kn, (ke1 + QB - 1) / QB * QB) : kn;
             float *P = Pb + (i0 - is) * ld, *D = Db + (i0 - is) * ld;
-            /* S = q k^T, dP = dO v^T over the tile */
-            cg_sgemm(rows, ke1, dh, 1.0f, qp + i0 * qr, qr, qc, kp + j0 * kr, kc, kr, 0.0f, P, ld,
-                     1);
+            /* S = q k^T (unless kept), dP = dO v^T over the tile */
+            if (!Ps)
+                cg_sgemm(rows, ke1, dh, 1.0f, qp + i0 * qr, qr, qc, kp + j0 * kr, kc, kr, 0.0f, P,
+                         ld, 1);
             cg_sgemm(rows, ke1, dh, 1.0f, gp + i0 * gr, gr, gc, vp + j0 * vr, vc, vr, 0.0f, D, ld,
                      1);
             for (int64_t i = i0; i < i1; i++) {
                 int64_t ke = min64(key_end(causal, i, Tk), j1) - j0;
-                float *pr = P + (i - i0) * ld, *dr = D + (i - i0) * ld;
-                prob_row(pr, ke, kz, scale, kpad ? kpad + j0 : NULL, lse[i]);
-                dsoft_row(pr, dr, ke, kz, Dl[i], scale);
+                float *dr = D + (i - i0) * ld;
+                if (Ps) {
+                    const float *pr = Ps + i * ld;
+                    dsoft_row(pr, dr, ke, kz, dot_lanes(pr, dr, ke), scale);
+                } else {
+                    float *pr = P + (i - i0) * ld;
+                    prob_row(pr, ke, kz, scale, kpad ? kpad + j0 : NULL, lse[i]);
+                    dsoft_row(pr, dr, ke, kz, Dl[i], scale);
+                }
             }
             /* dq[i0:i1] (+)= dS k[j0:j0+ke1] */
             if (dqp)
@@ -417,7 +462,8 @@ static void bwd_head(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
             const int64_t s1 = min64(s0 + sb, j1), r0 = causal ? s0 : 0;
             if (r0 >= Tq)
                 break;
-            const float *P = Pb + (r0 - is) * ld + (s0 - j0), *D = Db + (r0 - is) * ld + (s0 - j0);
+            const float *P = Pbase + (r0 - is) * ld + (s0 - j0);
+            const float *D = Db + (r0 - is) * ld + (s0 - j0);
             /* dv[s0:s1] = P^T dO[r0:], dk[s0:s1] = dS^T q[r0:] */
             if (dvp)
                 cg_sgemm(s1 - s0, dh, Tq - r0, 1.0f, P, 1, ld, gp + r0 * gr, gr, gc, 0.0f,
@@ -430,7 +476,7 @@ static void bwd_head(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
 }
 
 bool cg_k_attention_backward(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
-                             const cg_tensor *out, const cg_tensor *lse, const cg_tensor *g,
+                             const cg_tensor *out, const cg_tensor *saved, const cg_tensor *g,
                              bool causal, const uint8_t *key_pad, cg_tensor **dq,
                              cg_tensor **dk, cg_tensor **dv)
 {
@@ -440,18 +486,19 @@ bool cg_k_attention_backward(const cg_tensor *q, const cg_tensor *k, const cg_te
         *dk = NULL;
     if (dv)
         *dv = NULL;
-    if (!check_qkv("attention backward", q, k, v) || !out || !lse || !g)
+    if (!check_qkv("attention backward", q, k, v) || !out || !saved || !g)
         return false;
     const int64_t B = q->shape[0], H = q->shape[1], Tq = q->shape[2], dh = q->shape[3];
     const int64_t Tk = k->shape[2];
-    if (!cg_same_shape(g, q) || !cg_same_shape(out, q) || lse->ndim != 3 ||
-        lse->shape[0] != B || lse->shape[1] != H || lse->shape[2] != Tq ||
-        !cg_is_contiguous(lse)) {
+    const bool kept = Tk <= PKEEP; /* saved: the weights [B,H,Tq,Tk], else lse [B,H,Tq] */
+    if (!cg_same_shape(g, q) || !cg_same_shape(out, q) || saved->ndim != (kept ? 4 : 3) ||
+        saved->shape[0] != B || saved->shape[1] != H || saved->shape[2] != Tq ||
+        (kept && saved->shape[3] != Tk) || !cg_is_contiguous(saved)) {
         char a[96], b[96], c[96];
-        cg_set_error("attention backward: gradient %s, output %s or log-sum-exp %s do not "
+        cg_set_error("attention backward: gradient %s, output %s or saved state %s do not "
                      "match q/k",
                      cg_shape_str(g, a, sizeof a), cg_shape_str(out, b, sizeof b),
-                     cg_shape_str(lse, c, sizeof c));
+                     cg_shape_str(saved, c, sizeof c));
         return false;
     }
     /* every gradient element is written by a product below, except keys no
@@ -463,7 +510,8 @@ bool cg_k_attention_backward(const cg_tensor *q, const cg_tensor *k, const cg_te
     cg_tensor *gv = heads_out(B, H, Tk, dh, degen || zero);
     const int64_t BH = B * H, kb = Tk < KB ? Tk : KB;
     const int nt = cg_get_num_threads();
-    const int64_t per = 2 * Tq * kb + Tq; /* P and dS tiles, D */
+    const int64_t np = kept ? 0 : Tq * kb;  /* recomputed P tiles (none when kept) */
+    const int64_t per = np + Tq * kb + Tq; /* P and dS tiles, D */
     float *scratch = thread_scratch(nt, per);
     if (!gq || !gk || !gv || !scratch) {
         cg_release_all(3, gq, gk, gv);
@@ -472,14 +520,15 @@ bool cg_k_attention_backward(const cg_tensor *q, const cg_tensor *k, const cg_te
         return false;
     }
     if (!degen) {
-        const float *ld = cg_data(lse);
+        const float *sd = cg_data(saved);
 #pragma omp parallel for schedule(static) if (BH > 1 && BH * Tq * Tk * dh > 32768) num_threads(nt)
         for (int64_t bh = 0; bh < BH; bh++) {
             const int64_t b = bh / H;
             float *w = scratch + (int64_t)omp_get_thread_num() * per;
-            bwd_head(q, k, v, out, ld + bh * Tq, g, causal, key_pad ? key_pad + b * Tk : NULL,
+            bwd_head(q, k, v, out, kept ? sd + bh * Tq * Tk : NULL, kept ? NULL : sd + bh * Tq, g,
+                     causal, key_pad ? key_pad + b * Tk : NULL,
                      b, bh % H, dq ? gq : NULL, dk ? gk : NULL, dv ? gv : NULL, w,
-                     w + Tq * kb, kb, w + 2 * Tq * kb);
+                     w + np, kb, w + np + Tq * kb);
         }
     }
     cg_free(scratch);

@@ -477,7 +477,8 @@ END_TEST
  * key-padding masks, non-contiguous inputs, Tq != Tk, T = 1, sequences
  * longer than the kernel's 64-row query tile and not a multiple of it, and
  * keys over several of its 512-key blocks (cross-attention, and causal with
- * Tk > Tq); its forward matches the composite. */
+ * Tk > Tq), and one block past 256 keys (weights recomputed, not kept); its
+ * forward matches the composite. */
 typedef struct {
     bool causal;
     const uint8_t *key_pad;
@@ -515,7 +516,8 @@ START_TEST(test_attention_fused)
         {2, 1, 37, 37, 2, true, pad37},  {1, 1, 1, 1, 3, true, NULL},
         {2, 2, 1, 1, 3, false, NULL},   {1, 1, 65, 65, 2, true, NULL},
         {2, 1, 2, 530, 2, false, pad530}, {1, 1, 3, 530, 2, true, NULL},
-        {2, 1, 3, 530, 2, true, pad530},
+        {2, 1, 3, 530, 2, true, pad530}, {2, 1, 2, 300, 2, false, pad530},
+        {1, 1, 3, 300, 2, true, NULL},
     };
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         int layouts[3] = {LAYOUT_TRANSPOSED, LAYOUT_STRIDED, LAYOUT_CONTIG};

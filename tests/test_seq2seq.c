@@ -404,12 +404,14 @@ END_TEST
  * and scores with and without the cache. */
 START_TEST(test_cache_matches_recompute)
 {
-    int64_t S = 0;
-    for (int i = 0; i < NPAIRS; i++)
-        S = g_pairs.items[i].src_len + 1 > S ? g_pairs.items[i].src_len + 1 : S;
+    int64_t S = 0, *pids[NPAIRS], plen[NPAIRS];
+    for (int i = 0; i < NPAIRS; i++) {
+        pids[i] = src_ids(PROBES[i + 3], &plen[i]);
+        S = plen[i] > S ? plen[i] : S;
+    }
     int64_t *src = calloc((size_t)(NPAIRS * S), sizeof *src);
     for (int i = 0; i < NPAIRS; i++) {
-        int64_t n, *ids = src_ids(PROBES[i + 3], &n);
+        int64_t n = plen[i], *ids = pids[i];
         memcpy(src + i * S, ids, (size_t)n * sizeof *ids);
         free(ids);
     }
