@@ -100,8 +100,11 @@ cg_tensor *cg_affine(cg_tensor *x, cg_tensor *w, cg_tensor *b);
  * (any strides) -> softmax(q k^T / sqrt(dh), masked) v, [B,H,Tq,dh] (a view
  * of [B,Tq,H,dh] contiguous storage). Key j is masked for query i when
  * (causal && j > i) or key_pad[b*Tk + j] != 0 (key_pad: B*Tk bytes or NULL).
- * *weights_out (if not NULL) gets the weights [B,H,Tq,Tk], detached. The
- * causal part above the diagonal is never computed. */
+ * *weights_out (if not NULL) gets the weights [B,H,Tq,Tk], detached
+ * (computed only when asked for). Tiled with an online softmax: the graph
+ * keeps the output and one log-sum-exp per row, and the backward
+ * recomputes the weights tile by tile, so memory is linear in T; the causal
+ * part above the diagonal is never computed. */
 cg_tensor *cg_attention(cg_tensor *q, cg_tensor *k, cg_tensor *v, bool causal,
                         const uint8_t *key_pad, cg_tensor **weights_out);
 /* torch.gather along dim; ids has the result's shape (ndim, shape). */

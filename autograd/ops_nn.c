@@ -398,11 +398,26 @@ cg_tensor *cg_gather(cg_tensor *a, int dim, const int64_t *ids, int ndim, const 
 
 /* ---------------------------------------------------------- attention */
 /* Fused scaled-dot-product attention (core/attention.c): the node keeps
- * the softmax weights; the masks live in them as exact zeros, so the
- * backward needs only the causal flag (to skip the masked half). */
+ * the output (an alias) and the kernel's saved state: each row's
+ * log-sum-exp beyond 256 keys (the backward recomputes the weights tile by
+ * tile), the weights up to 256. The backward needs the masks, so the
+ * key-padding bytes are copied onto the node. */
+typedef struct {
+    uint8_t *key_pad; /* B*Tk bytes or NULL */
+} attn_ctx;
+
+static void attn_ctx_free(void *p)
+{
+    attn_ctx *c = p;
+    free(c->key_pad);
+    free(c);
+}
+
 static bool attention_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {
-    return cg_k_attention_backward(IN(0), IN(1), IN(2), n->saved[0], g, n->p.i[0] != 0,
+    const attn_ctx *c = n->ctx;
+    return cg_k_attention_backward(IN(0), IN(1), IN(2), n->saved[0], n->saved[1], g,
+                                   n->p.i[0] != 0, c ? c->key_pad : NULL,
                                    NEEDS(0) ? &gin[0] : NULL, NEEDS(1) ? &gin[1] : NULL,
                                    NEEDS(2) ? &gin[2] : NULL);
 }
@@ -411,24 +426,41 @@ cg_tensor *cg_attention(cg_tensor *q, cg_tensor *k, cg_tensor *v, bool causal,
 {
     if (weights_out)
         *weights_out = NULL;
-    cg_tensor *w = NULL;
-    cg_tensor *out = cg_k_attention(q, k, v, causal, key_pad, &w);
+    cg_tensor *saved = NULL, *w = NULL;
+    cg_tensor *out = cg_k_attention(q, k, v, causal, key_pad, &saved, weights_out ? &w : NULL);
     if (!out)
         return NULL;
     cg_tensor *in[3] = {q, k, v};
     cg_node *n = cg_record(out, CG_OP_ATTENTION, 3, in, attention_bw);
+    bool ok = true;
     if (n) {
         n->p.i[0] = causal;
-        if (cg_node_save(n, w) < 0) {
-            cg_release_all(2, out, w);
-            return NULL;
+        ok = save_alias(n, out) && cg_node_save(n, saved) >= 0;
+        if (ok && key_pad) {
+            size_t bytes = (size_t)(k->shape[0] * k->shape[2]);
+            attn_ctx *c = calloc(1, sizeof *c);
+            uint8_t *kp = malloc(bytes ? bytes : 1);
+            if (c && kp) {
+                memcpy(kp, key_pad, bytes);
+                c->key_pad = kp;
+                n->ctx = c;
+                n->ctx_free = attn_ctx_free;
+            } else {
+                free(c);
+                free(kp);
+                cg_set_error("attention: out of memory");
+                ok = false;
+            }
         }
     }
-    if (weights_out && !(*weights_out = cg_detach(w))) {
-        cg_release_all(2, out, w);
+    cg_release(saved);
+    if (ok && weights_out && !(*weights_out = cg_detach(w)))
+        ok = false;
+    cg_release(w);
+    if (!ok) {
+        cg_release(out);
         return NULL;
     }
-    cg_release(w);
     return out;
 }
 

@@ -1,10 +1,34 @@
-/* Fused scaled-dot-product attention: forward and backward kernels.
+/* Fused scaled-dot-product attention, forward and backward, in tiles with
+ * recomputation (the FlashAttention scheme, as PyTorch's CPU kernel does it).
  *
- * One (batch, head) pair is computed by one OpenMP thread from start to
- * end (BLIS runs single-threaded inside the region), so results are
- * bit-identical for any thread count. Causal attention computes only the
- * unmasked lower part: rows are processed in blocks of RB and a block
- * touches keys [0, min(Tk, i1)) only; the backward skips the same part. */
+ * Forward: a work item is one (batch, head) pair and a tile of QB query
+ * rows; it walks the keys in blocks of KB with an online softmax (a running
+ * maximum m and sum l per row: a new block with a larger maximum rescales
+ * the sum and the output rows by exp(m_old - m_new)) and keeps only each
+ * row's log-sum-exp, lse = m + log(l). When a tile's keys fit in one block
+ * (every row at T <= KB) this is the plain softmax: the probabilities are
+ * normalised before the product with v, exactly as before tiling.
+ *
+ * Backward: one (batch, head) pair per thread. D_i = <dO_i, O_i>; for each
+ * key block the probabilities P = exp(s / sqrt(dh) - lse) and
+ * dS = P (dO v^T - D) / sqrt(dh) are recomputed tile by tile into a
+ * per-thread buffer of Tq x KB floats, then dq += dS k, and dk = dS^T q,
+ * dv = P^T dO for the block's keys (each key is in one block, so these are
+ * written once). Memory is linear in T: nothing of size Tq x Tk is kept.
+ *
+ * Short keys (Tk <= PKEEP) keep the weights instead of the log-sum-exps:
+ * Tk floats per query row is no more than the activations around the
+ * attention hold, and the backward then skips the recomputation (one more
+ * product and exponential per score) that would cost the short sequences
+ * of the zoo's presets several percent of their step. Memory stays linear
+ * in T, since beyond PKEEP keys nothing of size Tq x Tk is kept.
+ *
+ * Causal attention never computes tiles above the diagonal: a query tile
+ * ending at row i1 reads keys [0, i1) only, and a key block starting at j0
+ * is met only by rows >= j0. Every product goes through cg_sgemm. Each work
+ * item is computed by one thread from start to end (cg_sgemm runs
+ * single-threaded inside the region), so results are bit-identical for any
+ * thread count. */
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -14,7 +38,9 @@
 #include "core/ops.h"
 #include "core/vmath.h"
 
-#define RB 64 /* rows (or keys) per block for the causal skip */
+#define QB 64  /* query rows per tile; also keys per sub-block of dk/dv (causal) */
+#define KB 512 /* keys per block (a multiple of QB) */
+#define PKEEP 256 /* up to this many keys the weights are kept (<= KB) */
 
 static bool check_qkv(const char *op, const cg_tensor *q, const cg_tensor *k,
                       const cg_tensor *v)
@@ -37,6 +63,7 @@ static inline int64_t key_end(bool causal, int64_t i, int64_t Tk)
 {
     return causal ? (i + 1 < Tk ? i + 1 : Tk) : Tk;
 }
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 /* 16 floats (GCC/clang vector extension): one AVX-512 register, two AVX2
  * or four SSE ones, as the clone compiles it. */
@@ -44,11 +71,10 @@ typedef float v16f __attribute__((vector_size(64)));
 typedef int32_t v16i __attribute__((vector_size(64)));
 typedef uint8_t v16b __attribute__((vector_size(16)));
 
-/* One row of scaled, masked softmax in place over s[0, ke); s[ke, Tk) = 0.
- * The maximum is taken in 16 lanes (element j in lane j % 16) so the first
- * pass runs on whole vectors; a maximum does not depend on its order. */
-EW_CLONES static void softmax_row(float *s, int64_t ke, int64_t Tk, float scale,
-                                  const uint8_t *kpad)
+/* s[j] = s[j] / scale, or -inf where kpad[j], over [0, ke); returns the
+ * maximum. The maximum is taken in 16 lanes (element j in lane j % 16) so
+ * the pass runs on whole vectors; a maximum does not depend on its order. */
+EW_CLONES static float scale_mask_max(float *s, int64_t ke, float scale, const uint8_t *kpad)
 {
     v16f lanes;
     for (int l = 0; l < 16; l++)
@@ -79,6 +105,12 @@ EW_CLONES static void softmax_row(float *s, int64_t ke, int64_t Tk, float scale,
         s[j0] = x;
         mx = x > mx ? x : mx;
     }
+    return mx;
+}
+
+/* s[j] = exp(s[j] - mx) over [0, ke); returns their sum (8 double lanes). */
+EW_CLONES static double exp_sum(float *s, int64_t ke, float mx)
+{
     double acc[8] = {0};
     int64_t j = 0, kl = ke / 8 * 8;
     for (; j < kl; j += 8)
@@ -92,30 +124,96 @@ EW_CLONES static void softmax_row(float *s, int64_t ke, int64_t Tk, float scale,
         s[j] = e;
         acc[j - kl] += (double)e;
     }
+    return lanes8_total(acc);
+}
+
+/* The log-sum-exp of a row from its maximum and sum; NaN when every key
+ * was masked (the row's output is NaN then, as PyTorch's). */
+static inline float row_lse(float mx, double sum)
+{
+    return sum > 0.0 ? (float)((double)mx + log(sum)) : NAN;
+}
+
+/* One row of scaled, masked softmax in place over s[0, ke); s[ke, Tk) = 0.
+ * Returns the row's log-sum-exp. */
+EW_CLONES static float softmax_row(float *s, int64_t ke, int64_t Tk, float scale,
+                                   const uint8_t *kpad)
+{
+    float mx = scale_mask_max(s, ke, scale, kpad);
+    double sum = exp_sum(s, ke, mx);
     /* every key masked: -inf - -inf gives NaN, as PyTorch */
-    double inv = 1.0 / lanes8_total(acc);
+    double inv = 1.0 / sum;
+    int64_t j;
     for (j = 0; j < ke; j++)
         s[j] = (float)(s[j] * inv);
     for (j = ke; j < Tk; j++)
         s[j] = 0.0f;
+    return row_lse(mx, sum);
 }
 
-/* Softmax backward of one row in place: d = p * (d - <p, d>) / scale over
- * [0, ke); d[ke, Tk) = 0. */
-EW_CLONES static void softmax_row_bwd(const float *p, float *d, int64_t ke, int64_t Tk,
-                                      float scale)
+/* One row of one key block in the online softmax: s[0, ke) becomes
+ * exp(s / scale - m_new) (masked keys 0), s[ke, kz) = 0; the running
+ * maximum *m and sum *l are updated. Returns the factor exp(m_old - m_new)
+ * by which the row's earlier output must be scaled. */
+EW_CLONES static float online_row(float *s, int64_t ke, int64_t kz, float scale,
+                                  const uint8_t *kpad, float *m, double *l)
+{
+    float bmx = scale_mask_max(s, ke, scale, kpad);
+    float mnew = bmx > *m ? bmx : *m;
+    float alpha = 1.0f;
+    if (mnew == -INFINITY) { /* nothing visible yet: the block adds nothing */
+        for (int64_t j = 0; j < ke; j++)
+            s[j] = 0.0f;
+    } else {
+        alpha = ew_expf(*m - mnew); /* 0 when *m is -inf */
+        double sum = exp_sum(s, ke, mnew);
+        *l = *l * (double)alpha + sum;
+        *m = mnew;
+    }
+    for (int64_t j = ke; j < kz; j++)
+        s[j] = 0.0f;
+    return alpha;
+}
+
+/* Recomputed probabilities of one row: s[j] = exp(s[j] / scale - lse)
+ * over [0, ke) (masked keys 0, a NaN lse gives NaN), s[ke, kz) = 0. */
+EW_CLONES static void prob_row(float *s, int64_t ke, int64_t kz, float scale,
+                               const uint8_t *kpad, float lse)
+{
+    int64_t j;
+    if (kpad) /* two loops, so that both vectorise */
+        for (j = 0; j < ke; j++)
+            s[j] = ew_expf(bsel(M(kpad[j] != 0), -INFINITY, s[j] / scale) - lse);
+    else
+        for (j = 0; j < ke; j++)
+            s[j] = ew_expf(s[j] / scale - lse);
+    for (j = ke; j < kz; j++)
+        s[j] = 0.0f;
+}
+
+/* <a, b> over [0, n) in 8 double lanes (element j in lane j % 8). */
+EW_CLONES static float dot_lanes(const float *a, const float *b, int64_t n)
 {
     double acc[8] = {0};
-    int64_t j = 0, kl = ke / 8 * 8;
+    int64_t j = 0, kl = n / 8 * 8;
     for (; j < kl; j += 8)
         for (int l = 0; l < 8; l++)
-            acc[l] += (double)p[j + l] * d[j + l];
+            acc[l] += (double)a[j + l] * b[j + l];
+    for (; j < n; j++)
+        acc[j - kl] += (double)a[j] * b[j];
+    return (float)lanes8_total(acc);
+}
+
+/* Softmax backward of one row given its probabilities p and dP in d:
+ * d = p (d - D) / scale over [0, ke), d[ke, kz) = 0, where D = <p, dP> =
+ * <dO, O>. */
+EW_CLONES static void dsoft_row(const float *p, float *d, int64_t ke, int64_t kz, float D,
+                                float scale)
+{
+    int64_t j = 0;
     for (; j < ke; j++)
-        acc[j - kl] += (double)p[j] * d[j];
-    float fdot = (float)lanes8_total(acc);
-    for (j = 0; j < ke; j++)
-        d[j] = p[j] * (d[j] - fdot) / scale;
-    for (j = ke; j < Tk; j++)
+        d[j] = p[j] * (d[j] - D) / scale;
+    for (; j < kz; j++)
         d[j] = 0.0f;
 }
 
@@ -136,67 +234,251 @@ static inline float *at4(const cg_tensor *t, int64_t b, int64_t h)
     return cg_data(t) + b * t->strides[0] + h * t->strides[1];
 }
 
-cg_tensor *cg_k_attention(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
-                          bool causal, const uint8_t *key_pad, cg_tensor **weights)
+/* Scratch of n floats for each of nt threads (one allocation). */
+static float *thread_scratch(int nt, int64_t n)
 {
-    if (weights)
-        *weights = NULL;
-    if (!check_qkv("attention", q, k, v))
-        return NULL;
+    return cg_alloc((size_t)(n > 0 ? n : 1) * sizeof(float) * (size_t)(nt > 0 ? nt : 1));
+}
+
+/* One query tile [i0, i1) of one (batch, head): out rows and lse. S is a
+ * QB x ld scratch, ld = min(Tk, KB), or (keep) the tile's rows of the kept
+ * weights, ld = Tk, whose rows are then completed with zeros to Tk. */
+static void fwd_tile(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
+                     const cg_tensor *out, int64_t b, int64_t h, int64_t i0, int64_t i1,
+                     bool causal, const uint8_t *kpad, float scale, float *S, int64_t ld,
+                     bool keep, float *lse)
+{
+    const int64_t Tk = k->shape[2], dh = q->shape[3];
+    const float *qp = at4(q, b, h) + i0 * q->strides[2], *kp = at4(k, b, h), *vp = at4(v, b, h);
+    float *op = at4(out, b, h) + i0 * out->strides[2];
+    const int64_t rows = i1 - i0, ors = out->strides[2], ocs = out->strides[3];
+    const int64_t kn = key_end(causal, i1 - 1, Tk); /* keys the tile reads */
+    if (kn <= KB) { /* one block: the plain softmax, normalised before P v */
+        cg_sgemm(rows, kn, dh, 1.0f, qp, q->strides[2], q->strides[3], kp, k->strides[3],
+                 k->strides[2], 0.0f, S, ld, 1);
+        for (int64_t i = i0; i < i1; i++)
+            lse[i] = softmax_row(S + (i - i0) * ld, key_end(causal, i, Tk), keep ? Tk : kn, scale,
+                                 kpad);
+        cg_sgemm(rows, dh, kn, 1.0f, S, ld, 1, vp, v->strides[2], v->strides[3], 0.0f, op, ors,
+                 ocs);
+        return;
+    }
+    float m[QB];
+    double l[QB];
+    for (int64_t r = 0; r < rows; r++) {
+        m[r] = -INFINITY;
+        l[r] = 0.0;
+        for (int64_t c = 0; c < dh; c++)
+            op[r * ors + c * ocs] = 0.0f;
+    }
+    for (int64_t j0 = 0; j0 < kn; j0 += KB) {
+        const int64_t j1 = min64(j0 + KB, kn);
+        /* S = q k[j0:j1]^T */
+        cg_sgemm(rows, j1 - j0, dh, 1.0f, qp, q->strides[2], q->strides[3],
+                 kp + j0 * k->strides[2], k->strides[3], k->strides[2], 0.0f, S, ld, 1);
+        for (int64_t r = 0; r < rows; r++) {
+            int64_t ke = min64(key_end(causal, i0 + r, Tk), j1) - j0;
+            float alpha = online_row(S + r * ld, ke > 0 ? ke : 0, j1 - j0, scale,
+                                     kpad ? kpad + j0 : NULL, &m[r], &l[r]);
+            if (alpha != 1.0f)
+                for (int64_t c = 0; c < dh; c++)
+                    op[r * ors + c * ocs] *= alpha;
+        }
+        /* out += P v[j0:j1] */
+        cg_sgemm(rows, dh, j1 - j0, 1.0f, S, ld, 1, vp + j0 * v->strides[2], v->strides[2],
+                 v->strides[3], 1.0f, op, ors, ocs);
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        double inv = 1.0 / l[r]; /* every key masked: 0 * inf = NaN, as PyTorch */
+        for (int64_t c = 0; c < dh; c++)
+            op[r * ors + c * ocs] = (float)(op[r * ors + c * ocs] * inv);
+        lse[i0 + r] = row_lse(m[r], l[r]);
+    }
+}
+
+/* The weights [B,H,Tq,Tk] recomputed from the log-sum-exps (exact zeros
+ * where masked), for callers who ask for them. */
+static cg_tensor *attention_weights(const cg_tensor *q, const cg_tensor *k, bool causal,
+                                    const uint8_t *key_pad, const float *lse)
+{
     const int64_t B = q->shape[0], H = q->shape[1], Tq = q->shape[2], dh = q->shape[3];
-    const int64_t Tk = k->shape[2];
-    cg_tensor *out = heads_out(B, H, Tq, dh, false);
+    const int64_t Tk = k->shape[2], BH = B * H;
     cg_tensor *P = cg_empty(CG_SHAPE(B, H, Tq, Tk));
-    if (!out || !P) {
-        cg_release_all(2, out, P);
+    if (!P)
         return NULL;
-    }
-    if (Tq == 0 || Tk == 0 || dh == 0 || B * H == 0) {
-        /* degenerate: no keys gives NaN rows (softmax of nothing), as PyTorch */
-        cg_fill_(P, NAN);
-        cg_fill_(out, Tk == 0 ? NAN : 0.0f);
-        if (weights)
-            *weights = P;
-        else
-            cg_release(P);
-        return out;
-    }
-    /* divide (not multiply by the reciprocal) to round as scores / sqrt(dh) */
     const float scale = (float)sqrt((double)dh);
-    const int64_t BH = B * H;
-    const int64_t rb = causal ? RB : Tq; /* without a causal mask: one block */
     float *pd = cg_data(P);
 #pragma omp parallel for schedule(static) if (BH > 1 && BH * Tq * Tk * dh > 32768)
     for (int64_t bh = 0; bh < BH; bh++) {
         const int64_t b = bh / H, h = bh % H;
-        const float *qp = at4(q, b, h), *kp = at4(k, b, h), *vp = at4(v, b, h);
-        float *op = at4(out, b, h);
-        float *S = pd + bh * Tq * Tk;
         const uint8_t *kpad = key_pad ? key_pad + b * Tk : NULL;
-        for (int64_t i0 = 0; i0 < Tq; i0 += rb) {
-            int64_t i1 = i0 + rb < Tq ? i0 + rb : Tq;
-            int64_t kn = key_end(causal, i1 - 1, Tk);
-            /* S[i0:i1, :kn] = q k^T */
-            cg_sgemm(i1 - i0, kn, dh, 1.0f, qp + i0 * q->strides[2], q->strides[2],
-                     q->strides[3], kp, k->strides[3], k->strides[2], 0.0f, S + i0 * Tk, Tk,
-                     1);
+        float *S = pd + bh * Tq * Tk;
+        for (int64_t i0 = 0; i0 < Tq; i0 += QB) {
+            int64_t i1 = min64(i0 + QB, Tq), kn = key_end(causal, i1 - 1, Tk);
+            cg_sgemm(i1 - i0, kn, dh, 1.0f, at4(q, b, h) + i0 * q->strides[2], q->strides[2],
+                     q->strides[3], at4(k, b, h), k->strides[3], k->strides[2], 0.0f,
+                     S + i0 * Tk, Tk, 1);
             for (int64_t i = i0; i < i1; i++)
-                softmax_row(S + i * Tk, key_end(causal, i, Tk), Tk, scale, kpad);
-            /* out[i0:i1] = P[i0:i1, :kn] v[:kn] */
-            cg_sgemm(i1 - i0, dh, kn, 1.0f, S + i0 * Tk, Tk, 1, vp, v->strides[2], v->strides[3],
-                     0.0f, op + i0 * out->strides[2], out->strides[2], out->strides[3]);
+                prob_row(S + i * Tk, key_end(causal, i, Tk), Tk, scale, kpad, lse[bh * Tq + i]);
         }
     }
+    return P;
+}
+
+cg_tensor *cg_k_attention(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
+                          bool causal, const uint8_t *key_pad, cg_tensor **saved,
+                          cg_tensor **weights)
+{
     if (weights)
-        *weights = P;
-    else
-        cg_release(P);
+        *weights = NULL;
+    if (saved)
+        *saved = NULL;
+    if (!check_qkv("attention", q, k, v))
+        return NULL;
+    const int64_t B = q->shape[0], H = q->shape[1], Tq = q->shape[2], dh = q->shape[3];
+    const int64_t Tk = k->shape[2], BH = B * H;
+    const bool degen = Tq == 0 || Tk == 0 || dh == 0 || BH == 0;
+    const bool keep = Tk <= PKEEP;
+    cg_tensor *out = heads_out(B, H, Tq, dh, false);
+    cg_tensor *lse = cg_empty(CG_SHAPE(B, H, Tq));
+    cg_tensor *P = keep ? cg_empty(CG_SHAPE(B, H, Tq, Tk)) : NULL;
+    if (!out || !lse || (keep && !P)) {
+        cg_release_all(3, out, lse, P);
+        return NULL;
+    }
+    if (degen) {
+        /* degenerate: no keys gives NaN rows (softmax of nothing), as PyTorch */
+        cg_fill_(lse, NAN);
+        cg_fill_(out, Tk == 0 ? NAN : 0.0f);
+        if (P)
+            cg_fill_(P, NAN);
+    } else {
+        /* divide (not multiply by the reciprocal) to round as scores / sqrt(dh) */
+        const float scale = (float)sqrt((double)dh);
+        const int nt = cg_get_num_threads();
+        const int64_t ld = Tk < KB ? Tk : KB;
+        float *scratch = keep ? NULL : thread_scratch(nt, QB * ld);
+        if (!keep && !scratch) {
+            cg_release_all(3, out, lse, P);
+            cg_set_error("attention: out of memory");
+            return NULL;
+        }
+        const int64_t nqb = (Tq + QB - 1) / QB, items = BH * nqb;
+        float *lp = cg_data(lse), *pp = keep ? cg_data(P) : NULL;
+#pragma omp parallel for schedule(static) if (items > 1 && BH * Tq * Tk * dh > 32768) num_threads(nt)
+        for (int64_t it = 0; it < items; it++) {
+            const int64_t bh = it / nqb, i0 = it % nqb * QB, b = bh / H;
+            float *S = keep ? pp + (bh * Tq + i0) * Tk
+                            : scratch + (int64_t)omp_get_thread_num() * QB * ld;
+            fwd_tile(q, k, v, out, b, bh % H, i0, min64(i0 + QB, Tq), causal,
+                     key_pad ? key_pad + b * Tk : NULL, scale, S, keep ? Tk : ld, keep,
+                     lp + bh * Tq);
+        }
+        cg_free(scratch);
+    }
+    if (weights) {
+        *weights = keep ? cg_retain(P)
+                   : degen ? cg_full(CG_SHAPE(B, H, Tq, Tk), NAN)
+                           : attention_weights(q, k, causal, key_pad, cg_data(lse));
+        if (!*weights) {
+            cg_release_all(3, out, lse, P);
+            return NULL;
+        }
+    }
+    if (saved)
+        *saved = keep ? cg_retain(P) : cg_retain(lse);
+    cg_release_all(2, lse, P);
     return out;
 }
 
+/* dq, dk, dv of one (batch, head). Pb and Db: Tq x ld scratch each,
+ * ld = min(Tk, KB); Dl: Tq floats. Ps: the kept weights [Tq, Tk] (then
+ * Tk <= PKEEP = ld; Pb is not used), or NULL to recompute them from lse. */
+static void bwd_head(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
+                     const cg_tensor *o, const float *Ps, const float *lse, const cg_tensor *g,
+                     bool causal,
+                     const uint8_t *kpad, int64_t b, int64_t h, const cg_tensor *gq,
+                     const cg_tensor *gk, const cg_tensor *gv, float *Pb, float *Db, int64_t ld,
+                     float *Dl)
+{
+    const int64_t Tq = q->shape[2], dh = q->shape[3], Tk = k->shape[2];
+    const float scale = (float)sqrt((double)dh);
+    const float *qp = at4(q, b, h), *kp = at4(k, b, h), *vp = at4(v, b, h);
+    const float *gp = at4(g, b, h), *opp = at4(o, b, h);
+    float *dqp = gq ? at4(gq, b, h) : NULL, *dkp = gk ? at4(gk, b, h) : NULL;
+    float *dvp = gv ? at4(gv, b, h) : NULL;
+    const int64_t qr = q->strides[2], qc = q->strides[3], kr = k->strides[2], kc = k->strides[3];
+    const int64_t vr = v->strides[2], vc = v->strides[3], gr = g->strides[2], gc = g->strides[3];
+    /* D_i = <dO_i, O_i> (with kept weights: <P_i, dP_i>, below) */
+    for (int64_t i = 0; !Ps && i < Tq; i++) {
+        const float *oi = opp + i * o->strides[2];
+        if (gc == 1 && o->strides[3] == 1) {
+            Dl[i] = dot_lanes(gp + i * gr, oi, dh);
+        } else {
+            double acc = 0.0;
+            for (int64_t c = 0; c < dh; c++)
+                acc += (double)gp[i * gr + c * gc] * oi[c * o->strides[3]];
+            Dl[i] = (float)acc;
+        }
+    }
+    const float *Pbase = Ps ? Ps : Pb;
+    for (int64_t j0 = 0; j0 < Tk; j0 += KB) {
+        const int64_t j1 = min64(j0 + KB, Tk), kn = j1 - j0;
+        const int64_t is = causal ? j0 : 0; /* rows before j0 see none of these keys */
+        if (is >= Tq)
+            break; /* no query sees these keys: their gradients stay zero */
+        for (int64_t i0 = is; i0 < Tq; i0 += QB) {
+            const int64_t i1 = min64(i0 + QB, Tq), rows = i1 - i0;
+            const int64_t ke1 = min64(key_end(causal, i1 - 1, Tk), j1) - j0; /* keys read */
+            /* columns the dk/dv products below read for these rows */
+            const int64_t kz = causal ? min64(kn, (ke1 + QB - 1) / QB * QB) : kn;
+            float *P = Pb + (i0 - is) * ld, *D = Db + (i0 - is) * ld;
+            /* S = q k^T (unless kept), dP = dO v^T over the tile */
+            if (!Ps)
+                cg_sgemm(rows, ke1, dh, 1.0f, qp + i0 * qr, qr, qc, kp + j0 * kr, kc, kr, 0.0f, P,
+                         ld, 1);
+            cg_sgemm(rows, ke1, dh, 1.0f, gp + i0 * gr, gr, gc, vp + j0 * vr, vc, vr, 0.0f, D, ld,
+                     1);
+            for (int64_t i = i0; i < i1; i++) {
+                int64_t ke = min64(key_end(causal, i, Tk), j1) - j0;
+                float *dr = D + (i - i0) * ld;
+                if (Ps) {
+                    const float *pr = Ps + i * ld;
+                    dsoft_row(pr, dr, ke, kz, dot_lanes(pr, dr, ke), scale);
+                } else {
+                    float *pr = P + (i - i0) * ld;
+                    prob_row(pr, ke, kz, scale, kpad ? kpad + j0 : NULL, lse[i]);
+                    dsoft_row(pr, dr, ke, kz, Dl[i], scale);
+                }
+            }
+            /* dq[i0:i1] (+)= dS k[j0:j0+ke1] */
+            if (dqp)
+                cg_sgemm(rows, dh, ke1, 1.0f, D, ld, 1, kp + j0 * kr, kr, kc, j0 ? 1.0f : 0.0f,
+                         dqp + i0 * gq->strides[2], gq->strides[2], gq->strides[3]);
+        }
+        /* keys in sub-blocks: key j gets rows i >= j (causal) or all rows */
+        const int64_t sb = causal ? QB : kn;
+        for (int64_t s0 = j0; s0 < j1; s0 += sb) {
+            const int64_t s1 = min64(s0 + sb, j1), r0 = causal ? s0 : 0;
+            if (r0 >= Tq)
+                break;
+            const float *P = Pbase + (r0 - is) * ld + (s0 - j0);
+            const float *D = Db + (r0 - is) * ld + (s0 - j0);
+            /* dv[s0:s1] = P^T dO[r0:], dk[s0:s1] = dS^T q[r0:] */
+            if (dvp)
+                cg_sgemm(s1 - s0, dh, Tq - r0, 1.0f, P, 1, ld, gp + r0 * gr, gr, gc, 0.0f,
+                         dvp + s0 * gv->strides[2], gv->strides[2], gv->strides[3]);
+            if (dkp)
+                cg_sgemm(s1 - s0, dh, Tq - r0, 1.0f, D, 1, ld, qp + r0 * qr, qr, qc, 0.0f,
+                         dkp + s0 * gk->strides[2], gk->strides[2], gk->strides[3]);
+        }
+    }
+}
+
 bool cg_k_attention_backward(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
-                             const cg_tensor *weights, const cg_tensor *g, bool causal,
-                             cg_tensor **dq, cg_tensor **dk, cg_tensor **dv)
+                             const cg_tensor *out, const cg_tensor *saved, const cg_tensor *g,
+                             bool causal, const uint8_t *key_pad, cg_tensor **dq,
+                             cg_tensor **dk, cg_tensor **dv)
 {
     if (dq)
         *dq = NULL;
@@ -204,16 +486,19 @@ bool cg_k_attention_backward(const cg_tensor *q, const cg_tensor *k, const cg_te
         *dk = NULL;
     if (dv)
         *dv = NULL;
-    if (!check_qkv("attention backward", q, k, v) || !weights || !g)
+    if (!check_qkv("attention backward", q, k, v) || !out || !saved || !g)
         return false;
     const int64_t B = q->shape[0], H = q->shape[1], Tq = q->shape[2], dh = q->shape[3];
     const int64_t Tk = k->shape[2];
-    if (!cg_same_shape(g, q) || weights->ndim != 4 || weights->shape[0] != B ||
-        weights->shape[1] != H || weights->shape[2] != Tq || weights->shape[3] != Tk ||
-        !cg_is_contiguous(weights)) {
-        char a[96], b[96];
-        cg_set_error("attention backward: gradient %s or weights %s do not match q/k",
-                     cg_shape_str(g, a, sizeof a), cg_shape_str(weights, b, sizeof b));
+    const bool kept = Tk <= PKEEP; /* saved: the weights [B,H,Tq,Tk], else lse [B,H,Tq] */
+    if (!cg_same_shape(g, q) || !cg_same_shape(out, q) || saved->ndim != (kept ? 4 : 3) ||
+        saved->shape[0] != B || saved->shape[1] != H || saved->shape[2] != Tq ||
+        (kept && saved->shape[3] != Tk) || !cg_is_contiguous(saved)) {
+        char a[96], b[96], c[96];
+        cg_set_error("attention backward: gradient %s, output %s or saved state %s do not "
+                     "match q/k",
+                     cg_shape_str(g, a, sizeof a), cg_shape_str(out, b, sizeof b),
+                     cg_shape_str(saved, c, sizeof c));
         return false;
     }
     /* every gradient element is written by a product below, except keys no
@@ -223,61 +508,27 @@ bool cg_k_attention_backward(const cg_tensor *q, const cg_tensor *k, const cg_te
     cg_tensor *gq = heads_out(B, H, Tq, dh, degen);
     cg_tensor *gk = heads_out(B, H, Tk, dh, degen || zero);
     cg_tensor *gv = heads_out(B, H, Tk, dh, degen || zero);
-    const int64_t BH = B * H;
+    const int64_t BH = B * H, kb = Tk < KB ? Tk : KB;
     const int nt = cg_get_num_threads();
-    float *scratch = cg_alloc((size_t)(Tq * Tk > 0 ? Tq * Tk : 1) * sizeof(float) *
-                              (size_t)(nt > 0 ? nt : 1));
+    const int64_t np = kept ? 0 : Tq * kb;  /* recomputed P tiles (none when kept) */
+    const int64_t per = np + Tq * kb + Tq; /* P and dS tiles, D */
+    float *scratch = thread_scratch(nt, per);
     if (!gq || !gk || !gv || !scratch) {
         cg_release_all(3, gq, gk, gv);
         cg_free(scratch);
         cg_set_error("attention backward: out of memory");
         return false;
     }
-    if (Tq > 0 && Tk > 0 && dh > 0 && BH > 0) {
-        const float scale = (float)sqrt((double)dh);
-        const int64_t rb = causal ? RB : Tq, kb = causal ? RB : Tk; /* one block unless causal */
-        const float *pd = cg_data(weights);
+    if (!degen) {
+        const float *sd = cg_data(saved);
 #pragma omp parallel for schedule(static) if (BH > 1 && BH * Tq * Tk * dh > 32768) num_threads(nt)
         for (int64_t bh = 0; bh < BH; bh++) {
-            const int64_t b = bh / H, h = bh % H;
-            const int tid = omp_get_thread_num();
-            float *D = scratch + (int64_t)tid * Tq * Tk;
-            const float *P = pd + bh * Tq * Tk;
-            const float *qp = at4(q, b, h), *kp = at4(k, b, h), *vp = at4(v, b, h);
-            const float *gp = at4(g, b, h);
-            float *dqp = at4(gq, b, h), *dkp = at4(gk, b, h), *dvp = at4(gv, b, h);
-            const int64_t gr = g->strides[2], gc = g->strides[3];
-            for (int64_t i0 = 0; i0 < Tq; i0 += rb) {
-                int64_t i1 = i0 + rb < Tq ? i0 + rb : Tq;
-                int64_t kn = key_end(causal, i1 - 1, Tk);
-                /* D[i0:i1, :kn] = dO v^T */
-                cg_sgemm(i1 - i0, kn, dh, 1.0f, gp + i0 * gr, gr, gc, vp, v->strides[3],
-                         v->strides[2], 0.0f, D + i0 * Tk, Tk, 1);
-                for (int64_t i = i0; i < i1; i++)
-                    softmax_row_bwd(P + i * Tk, D + i * Tk, key_end(causal, i, Tk), Tk, scale);
-                /* dq[i0:i1] = dS[i0:i1, :kn] k[:kn] */
-                if (dq)
-                    cg_sgemm(i1 - i0, dh, kn, 1.0f, D + i0 * Tk, Tk, 1, kp, k->strides[2],
-                             k->strides[3], 0.0f, dqp + i0 * gq->strides[2], gq->strides[2],
-                             gq->strides[3]);
-            }
-            /* keys in blocks: key j gets rows i >= j (causal) or all rows */
-            for (int64_t j0 = 0; j0 < Tk; j0 += kb) {
-                int64_t j1 = j0 + kb < Tk ? j0 + kb : Tk;
-                int64_t is = causal ? j0 : 0;
-                if (is >= Tq)
-                    break; /* no query sees these keys: gradients stay zero */
-                /* dv[j0:j1] = P[is:, j0:j1]^T dO[is:] */
-                if (dv)
-                    cg_sgemm(j1 - j0, dh, Tq - is, 1.0f, P + is * Tk + j0, 1, Tk, gp + is * gr, gr,
-                             gc, 0.0f, dvp + j0 * gv->strides[2], gv->strides[2],
-                             gv->strides[3]);
-                /* dk[j0:j1] = dS[is:, j0:j1]^T q[is:] */
-                if (dk)
-                    cg_sgemm(j1 - j0, dh, Tq - is, 1.0f, D + is * Tk + j0, 1, Tk,
-                             qp + is * q->strides[2], q->strides[2], q->strides[3], 0.0f,
-                             dkp + j0 * gk->strides[2], gk->strides[2], gk->strides[3]);
-            }
+            const int64_t b = bh / H;
+            float *w = scratch + (int64_t)omp_get_thread_num() * per;
+            bwd_head(q, k, v, out, kept ? sd + bh * Tq * Tk : NULL, kept ? NULL : sd + bh * Tq, g,
+                     causal, key_pad ? key_pad + b * Tk : NULL,
+                     b, bh % H, dq ? gq : NULL, dk ? gk : NULL, dv ? gv : NULL, w,
+                     w + np, kb, w + np + Tq * kb);
         }
     }
     cg_free(scratch);

@@ -166,18 +166,28 @@ bool cg_k_linear_backward(const cg_tensor *x, const cg_tensor *w, const cg_tenso
  * v [B,H,Tk,dh] (any strides). softmax(q k^T / sqrt(dh), masked) v with
  * key j masked for query i when (causal && j > i) or key_pad[b*Tk + j]
  * (key_pad: B*Tk bytes, nonzero = padding; may be NULL). A query with every
- * key masked gets NaN, as PyTorch. Returns [B,H,Tq,dh] as a VIEW of fresh
- * [B,Tq,H,dh] contiguous storage (so merging the heads needs no copy);
- * *weights (if not NULL) gets the softmax weights [B,H,Tq,Tk] (contiguous,
- * exact zeros where masked), which the backward needs. */
+ * key masked gets NaN, as PyTorch. Computed in tiles with an online
+ * softmax (memory linear in T; the causal part above the diagonal is never
+ * computed). Returns [B,H,Tq,dh] as a VIEW of fresh [B,Tq,H,dh] contiguous
+ * storage (so merging the heads needs no copy). *saved (if not NULL) gets
+ * what the backward needs: the weights [B,H,Tq,Tk] when Tk <= 256 (short
+ * rows are cheaper to keep than to recompute), else each row's log-sum-exp
+ * of the scaled, masked scores [B,H,Tq] (NaN for a row with every key
+ * masked); contiguous either way. *weights (if not NULL) gets the softmax
+ * weights [B,H,Tq,Tk] (contiguous, exact zeros where masked), computed
+ * only when asked for beyond 256 keys. */
 cg_tensor *cg_k_attention(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
-                          bool causal, const uint8_t *key_pad, cg_tensor **weights);
-/* Gradients of cg_k_attention given its weights and the output gradient g
- * ([B,H,Tq,dh], any strides). dq/dk/dv may each be NULL to skip; results are
- * [B,H,T,dh] views of [B,T,H,dh] contiguous storage. */
+                          bool causal, const uint8_t *key_pad, cg_tensor **saved,
+                          cg_tensor **weights);
+/* Gradients of cg_k_attention given its output out, its saved state, the
+ * same masks and the output gradient g ([B,H,Tq,dh], any strides); beyond
+ * 256 keys the weights are recomputed tile by tile. dq/dk/dv may each be
+ * NULL to skip; results are [B,H,T,dh] views of [B,T,H,dh] contiguous
+ * storage. */
 bool cg_k_attention_backward(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
-                             const cg_tensor *weights, const cg_tensor *g, bool causal,
-                             cg_tensor **dq, cg_tensor **dk, cg_tensor **dv);
+                             const cg_tensor *out, const cg_tensor *saved, const cg_tensor *g,
+                             bool causal, const uint8_t *key_pad, cg_tensor **dq,
+                             cg_tensor **dk, cg_tensor **dv);
 
 /* ---------------------------------------------------------- shape ops */
 cg_tensor *cg_k_concat(cg_tensor *const *ts, int n, int dim);

@@ -21,7 +21,7 @@ static cg_tensor *decode_logits(cg_seq2seq *m, const int64_t *ys, int64_t B, int
 }
 
 bool cg_greedy_decode(cg_seq2seq *m, const int64_t *src, int64_t B, int64_t S,
-                      int64_t max_steps, int64_t *out, int64_t *lens)
+                      int64_t max_steps, int64_t *out, int64_t *lens, bool use_cache)
 {
     if (!m || !src || !out || !lens || B < 1 || max_steps < 1) {
         cg_set_error("greedy decode: bad arguments (B=%lld, max_steps=%lld)", (long long)B,
@@ -41,8 +41,11 @@ bool cg_greedy_decode(cg_seq2seq *m, const int64_t *src, int64_t B, int64_t S,
     int64_t *ys = malloc((size_t)(B * W) * sizeof *ys);
     int64_t *tmp = malloc((size_t)(B * W) * sizeof *tmp);
     int64_t *alive = malloc((size_t)B * sizeof *alive);
-    if (!ys || !tmp || !alive) {
-        cg_set_error("greedy decode: out of memory");
+    int64_t *keep = malloc((size_t)B * sizeof *keep);
+    cg_kv_cache *cache = use_cache ? cg_seq2seq_kv_cache_new(m) : NULL;
+    if (!ys || !tmp || !alive || !keep || (use_cache && !cache)) {
+        if (!cg_has_error())
+            cg_set_error("greedy decode: out of memory");
         goto out;
     }
     if (!cg_seq2seq_encode(m, src, B, S, &mem))
@@ -61,30 +64,39 @@ bool cg_greedy_decode(cg_seq2seq *m, const int64_t *src, int64_t B, int64_t S,
     const cg_seq2seq_memory *cur = &mem;
     int64_t T = 1;
     for (int64_t step = 0; step < max_steps && n_alive > 0; step++) {
+        /* with the cache: each row's last token at position T-1; without:
+         * the whole prefix */
+        const int64_t Tl = cache ? 1 : T;
         for (int64_t k = 0; k < n_alive; k++)
-            memcpy(tmp + k * T, ys + alive[k] * W, (size_t)T * sizeof *tmp);
-        cg_tensor *l = decode_logits(m, tmp, n_alive, T, cur);
+            memcpy(tmp + k * Tl, ys + alive[k] * W + T - Tl, (size_t)Tl * sizeof *tmp);
+        cg_tensor *l = cache ? cg_seq2seq_decode_step(m, tmp, n_alive, cur, cache)
+                             : decode_logits(m, tmp, n_alive, T, cur);
         if (!l)
             goto out;
         const float *d = cg_data(l);
         int64_t kept = 0;
         for (int64_t k = 0; k < n_alive; k++) {
             int64_t b = alive[k];
-            const float *row = d + (k * T + T - 1) * V;
+            const float *row = d + (k * Tl + Tl - 1) * V;
             int64_t best = 0;
             for (int64_t v = 1; v < V; v++)
                 if (row[v] > row[best])
                     best = v;
             ys[b * W + T] = best;
             out[b * max_steps + step] = best;
-            if (best == CG_EOS)
+            if (best == CG_EOS) {
                 lens[b] = step;
-            else
+            } else {
+                keep[kept] = k;
                 alive[kept++] = b;
+            }
         }
         cg_release(l);
         T++;
-        if (kept != n_alive && kept > 0) {
+        if (kept != n_alive && kept > 0 && cache) {
+            if (!cg_kv_cache_reorder(cache, keep, kept))
+                goto out;
+        } else if (kept != n_alive && kept > 0) {
             cg_seq2seq_memory_free(&sel);
             if (!cg_seq2seq_memory_select(&mem, alive, kept, &sel))
                 goto out;
@@ -99,6 +111,8 @@ out:
     free(ys);
     free(tmp);
     free(alive);
+    free(keep);
+    cg_kv_cache_free(cache);
     cg_no_grad_end();
     return ok;
 }
@@ -147,7 +161,7 @@ typedef struct {
 
 bool cg_beam_search(cg_seq2seq *m, const int64_t *src, int64_t S, int beam, double alpha,
                     int64_t max_steps, int64_t **out, int64_t *len, double *score,
-                    bool *finished)
+                    bool *finished, bool use_cache)
 {
     if (!m || !src || !out || !len || beam < 1 || max_steps < 1 || S < 1) {
         cg_set_error("beam search: bad arguments (beam=%d, max_steps=%lld)", beam,
@@ -175,9 +189,13 @@ bool cg_beam_search(cg_seq2seq *m, const int64_t *src, int64_t S, int beam, doub
     int64_t *rows = calloc((size_t)beam, sizeof *rows);
     int64_t *flat = malloc((size_t)(beam * W) * sizeof *flat);
     hyp *done = calloc((size_t)(beam + 1) * (size_t)(max_steps + 1), sizeof *done);
+    int64_t *parents = malloc((size_t)beam * sizeof *parents);
+    cg_kv_cache *cache = use_cache ? cg_seq2seq_kv_cache_new(m) : NULL;
     int64_t n_done = 0, n_live = 1, T = 1;
-    if (!live || !next || !lscore || !nscore || !lp || !cands || !rows || !flat || !done) {
-        cg_set_error("beam search: out of memory");
+    if (!live || !next || !lscore || !nscore || !lp || !cands || !rows || !flat || !done ||
+        !parents || (use_cache && !cache)) {
+        if (!cg_has_error())
+            cg_set_error("beam search: out of memory");
         goto out;
     }
     if (!cg_seq2seq_encode(m, src, 1, S, &mem))
@@ -185,20 +203,25 @@ bool cg_beam_search(cg_seq2seq *m, const int64_t *src, int64_t S, int beam, doub
     live[0] = CG_BOS;
     lscore[0] = 0.0;
     for (int64_t step = 0; step < max_steps; step++) {
-        if (n_live != sel.B) {
+        /* the live hypotheses are one batch: with the cache, their last
+         * tokens (the cache rows follow the hypotheses); without, their
+         * whole prefixes against copies of the memory */
+        const int64_t Tl = cache ? 1 : T;
+        if (!cache && n_live != sel.B) {
             cg_seq2seq_memory_free(&sel);
             if (!cg_seq2seq_memory_select(&mem, rows, n_live, &sel))
                 goto out;
         }
         for (int64_t h = 0; h < n_live; h++)
-            memcpy(flat + h * T, live + h * W, (size_t)T * sizeof *flat);
-        cg_tensor *l = decode_logits(m, flat, n_live, T, &sel);
+            memcpy(flat + h * Tl, live + h * W + T - Tl, (size_t)Tl * sizeof *flat);
+        cg_tensor *l = cache ? cg_seq2seq_decode_step(m, flat, n_live, &mem, cache)
+                             : decode_logits(m, flat, n_live, T, &sel);
         if (!l)
             goto out;
         const float *d = cg_data(l);
         int64_t nc = 0;
         for (int64_t h = 0; h < n_live; h++) {
-            log_softmax_row(d + (h * T + T - 1) * V, V, lp);
+            log_softmax_row(d + (h * Tl + Tl - 1) * V, V, lp);
             /* top K by value, lower index first among equals */
             for (int k = 0; k < K; k++) {
                 int64_t best = -1;
@@ -233,6 +256,7 @@ bool cg_beam_search(cg_seq2seq *m, const int64_t *src, int64_t S, int beam, doub
                 memcpy(next + nl * W, ph, (size_t)T * sizeof(int64_t));
                 next[nl * W + T] = cands[c].tok;
                 nscore[nl] = cands[c].score;
+                parents[nl] = cands[c].parent;
                 nl++;
             }
             if (nl == beam)
@@ -248,6 +272,8 @@ bool cg_beam_search(cg_seq2seq *m, const int64_t *src, int64_t S, int beam, doub
         T++;
         if (n_done >= beam || n_live == 0)
             break;
+        if (cache && !cg_kv_cache_reorder(cache, parents, n_live))
+            goto out;
     }
     for (int64_t h = 0; h < n_live; h++) {
         hyp *hp = &done[n_done++];
@@ -291,6 +317,8 @@ out:
     free(cands);
     free(rows);
     free(flat);
+    free(parents);
+    cg_kv_cache_free(cache);
     cg_no_grad_end();
     return ok;
 }

@@ -19,9 +19,10 @@ extern "C" {
  * out receives B*max_steps ids (row b at out + b*max_steps; caller
  * allocates), lens[b] the length of row b before its EOS (max_steps when
  * it never produced one). max_steps + 1 must not exceed the model's
- * max_len. */
+ * max_len. use_cache: decode with a key/value cache (one position per
+ * step; finished rows leave the cache), else recompute every prefix. */
 bool cg_greedy_decode(cg_seq2seq *m, const int64_t *src, int64_t B, int64_t S,
-                      int64_t max_steps, int64_t *out, int64_t *lens);
+                      int64_t max_steps, int64_t *out, int64_t *lens, bool use_cache);
 
 /* The length penalty ((5 + len) / 6)^alpha. */
 double cg_length_penalty(int64_t len, double alpha);
@@ -35,10 +36,13 @@ double cg_length_penalty(int64_t len, double alpha);
  * when the search stops because `beam` hypotheses finished, so the best can
  * be an unfinished one). *out (malloc'd; caller frees) receives the best
  * hypothesis, *len its length, *score (optional) its score, *finished
- * (optional) whether it ended with EOS. beam >= 1. */
+ * (optional) whether it ended with EOS. beam >= 1. The live hypotheses
+ * run as one batch; use_cache: with a key/value cache reordered to the
+ * surviving hypotheses' parents at every step, else every prefix is
+ * recomputed. */
 bool cg_beam_search(cg_seq2seq *m, const int64_t *src, int64_t S, int beam, double alpha,
                     int64_t max_steps, int64_t **out, int64_t *len, double *score,
-                    bool *finished);
+                    bool *finished, bool use_cache);
 
 /* The score beam search gives hypothesis hyp[0..n) of source src: the sum
  * of log-probabilities of hyp (and of EOS after it if with_eos) divided by

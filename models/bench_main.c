@@ -2,7 +2,8 @@
  * shared/bench/torch_peer.py (same presets, same step, same JSON fields).
  *
  *   build/models/bench --model charlm|seq2seq --preset tiny|base --threads N
- *                      --steps S --warmup W [--seed K] [--T len] [--precision fp32|bf16]
+ *                      --steps S --warmup W [--seed K] [--T len] [--batch-size B]
+ *                      [--precision fp32|bf16]
  *
  * A step is zero_grad + forward + loss + backward + AdamW step (lr 1e-3,
  * betas 0.9/0.98, eps 1e-9, weight decay 0.01, as the peer) on random
@@ -27,8 +28,8 @@
  * enc_layers + 2*dec_layers, with S = T every block sees the same count).
  * Causal attention is counted in full (not halved), as in PaLM; layer norm,
  * softmax, activations and the optimizer are not counted. --T overrides the
- * sequence length and --d the width (d_ff = 4d, heads of 32) for scaling
- * curves. libgomp's default wait policy (spin briefly, then sleep) is kept, as
+ * sequence length, --batch-size the batch and --d the width (d_ff = 4d,
+ * heads of 32) for scaling curves. libgomp's default wait policy (spin briefly, then sleep) is kept, as
  * in the trainers: on an idle machine it is 15% faster at 2 threads than
  * OMP_WAIT_POLICY=passive, which wakes a sleeping thread for every region.
  * On a machine shared with other work, passive can be much faster. */
@@ -76,7 +77,7 @@ static int usage(const char *msg)
     fprintf(stderr,
             "usage: bench [--model charlm|seq2seq] [--preset tiny|base] [--threads N>=1]\n"
             "             [--steps S>=1] [--warmup W>=0] [--seed K] [--T len] [--d width]\n"
-            "             [--precision fp32|bf16]\n"
+            "             [--batch-size B] [--precision fp32|bf16]\n"
             "Times S training steps (zero grad, forward, loss, backward, AdamW) after W\n"
             "untimed ones on random data; prints one JSON line (see torch_peer.py).\n");
     return msg ? 2 : 0;
@@ -160,7 +161,7 @@ static bool get_preset(bool charlm, const char *name, preset *p)
 int main(int argc, char **argv)
 {
     const char *model_name = "charlm", *preset_name = "tiny";
-    long threads = 0, steps = 20, warmup = 5, seed = 0, Tover = 0, d_over = 0;
+    long threads = 0, steps = 20, warmup = 5, seed = 0, Tover = 0, d_over = 0, b_over = 0;
     cg_precision precision = CG_PRECISION_FP32;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -203,6 +204,9 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--precision")) {
             if (!cg_precision_parse(v, &precision))
                 return usage(cg_last_error());
+        } else if (!strcmp(a, "--batch-size")) {
+            if (!parse_long(v, 1, 65536, &b_over))
+                return usage("--batch-size needs an integer in [1, 65536]");
         } else if (!strcmp(a, "--d")) {
             if (!parse_long(v, 1, 65536, &d_over))
                 return usage("--d needs an integer in [1, 65536]");
@@ -222,6 +226,8 @@ int main(int argc, char **argv)
     get_preset(charlm, preset_name, &p);
     if (Tover)
         p.T = Tover;
+    if (b_over)
+        p.B = b_over;
     if (d_over) { /* width scaling: d_ff = 4d, heads of 32 (at least 1) */
         if (d_over % 32 && d_over >= 32)
             return usage("--d must be a multiple of 32");
@@ -361,7 +367,7 @@ int main(int argc, char **argv)
     printf("{\"model\": %s, \"preset\": %s, \"precision\": %s, \"threads\": %ld, \"tokens_per_step\": %lld, "
            "\"step_ms_median\": %s, \"tokens_per_s\": %s, \"params\": %lld, "
            "\"peak_rss_mb\": %s, \"mfu\": %s, \"flops_per_step\": %s, "
-           "\"gemm_gflops\": %s, \"gemm_path\": %s, \"T\": %lld, \"d\": %lld, "
+           "\"gemm_gflops\": %s, \"gemm_path\": %s, \"T\": %lld, \"B\": %lld, \"d\": %lld, "
            "\"cpu_ms_median\": %s, \"final_loss\": %s, \"rss_mb_step10\": %s, "
            "\"rss_mb_last\": %s}\n",
            CG_JSON_STR(model_name), CG_JSON_STR(preset_name),
@@ -370,7 +376,7 @@ int main(int argc, char **argv)
            CG_JSON_NUM("%.1f", (double)tokens / med), (long long)n_params,
            CG_JSON_NUM("%.1f", (double)ru.ru_maxrss / 1024.0), CG_JSON_NUM("%.4f", mfu),
            CG_JSON_NUM("%.4g", flops_step), CG_JSON_NUM("%.1f", peak_gflops),
-           CG_JSON_STR(cg_gemm_path_name(gemm_path)), (long long)T,
+           CG_JSON_STR(cg_gemm_path_name(gemm_path)), (long long)T, (long long)p.B,
            (long long)p.d, CG_JSON_NUM("%.3f", cmed * 1e3), CG_JSON_NUM("%.9g", (double)last_loss),
            CG_JSON_NUM("%.1f", rss10), CG_JSON_NUM("%.1f", rss_now_mb()));
 

@@ -875,7 +875,11 @@ static int cmd_sample(int argc, char **argv)
     cg_sample_opts so = {.temperature = temperature, .top_k = top_k, .top_p = top_p};
     cg_rng rng = cg_rng_new(seed);
     double t_gen = cg_now();
-    outp = cg_charlm_generate(ck.model, ids, n, length, &so, &rng, !no_cache);
+    /* print the prompt as given, then each character as it is generated */
+    fputs(prompt, stdout);
+    fflush(stdout);
+    cg_token_printer tp = {ck.vocab, stdout};
+    outp = cg_charlm_generate(ck.model, ids, n, length, &so, &rng, !no_cache, cg_print_token, &tp);
     if (!outp) {
         rc = fail_lib();
         goto done;
@@ -884,14 +888,6 @@ static int cmd_sample(int argc, char **argv)
     fprintf(stderr, PROG ": %lld characters in %.2f s (%.1f characters/s, %s)\n",
             (long long)length, t_gen, t_gen > 0 ? (double)length / t_gen : 0.0,
             no_cache ? "full recompute" : "key/value cache");
-    /* print the prompt as given, then the generated characters */
-    text = cg_vocab_decode(ck.vocab, outp + n, length);
-    if (!text) {
-        rc = fail_lib();
-        goto done;
-    }
-    fputs(prompt, stdout);
-    fputs(text, stdout);
     fputc('\n', stdout);
     if (attn_png) {
         int64_t total = n + length, w = total < 32 ? total : 32;

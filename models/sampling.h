@@ -1,10 +1,10 @@
 /* cgrad zoo: sampling from the char LM, with a key/value cache.
  *
- * The cache holds, for every layer, the keys and values of the positions
- * seen so far ([1, H, max_len, d_head] buffers). cg_charlm_forward_cached
- * runs only the new tokens through the model (under no-grad, in eval mode)
- * using the model's own parameters and the same ops as cg_charlm_forward,
- * so its logits equal a full recompute up to float rounding.
+ * The cache is nn's (nn/transformer.h cg_kv_cache): every layer's keys and
+ * values of the positions seen so far. cg_charlm_forward_cached runs only
+ * the new tokens through the model (under no-grad, in eval mode) using the
+ * model's own parameters and the same ops as cg_charlm_forward, so its
+ * logits equal a full recompute up to float rounding.
  *
  * Positions are absolute (sinusoidal, added to the embedding), so once a
  * context reaches max_len the window must slide and every cached key
@@ -19,28 +19,25 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "models/charlm.h"
+#include "models/vocab.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-typedef struct {
-    int64_t layers, H, d_head, cap; /* cap = max_len */
-    int64_t len;                    /* positions filled */
-    cg_tensor **k, **v;             /* per layer, [1, H, cap, d_head], owned */
-} cg_kv_cache;
+/* An empty cache for m (cg_kv_cache_new(layers)); free with cg_kv_cache_free. */
+cg_kv_cache *cg_charlm_kv_cache_new(const cg_charlm *m);
 
-cg_kv_cache *cg_kv_cache_new(const cg_charlm *m);
-void cg_kv_cache_free(cg_kv_cache *c);
-void cg_kv_cache_reset(cg_kv_cache *c);
-
-/* Logits [1, n, V] (new reference) for n new tokens at positions
- * c->len .. c->len+n-1, attending to the cached positions and causally to
- * each other; the cache grows by n. Error if c->len + n > max_len or an id
- * is out of range. Runs without recording a graph. */
-cg_tensor *cg_charlm_forward_cached(cg_charlm *m, cg_kv_cache *c, const int64_t *ids, int64_t n);
+/* Logits [B, n, V] (new reference) for n new tokens per row (ids: B*n,
+ * row-major) at positions c->len .. c->len+n-1, attending to the cached
+ * positions and causally to each other; the cache grows by n. Error if
+ * c->len + n > max_len or an id is out of range. Runs without recording a
+ * graph. */
+cg_tensor *cg_charlm_forward_cached(cg_charlm *m, cg_kv_cache *c, const int64_t *ids, int64_t B,
+                                    int64_t n);
 
 typedef struct {
     double temperature; /* > 0; 0 means greedy (argmax) */
@@ -53,12 +50,26 @@ typedef struct {
  * draw from rng). Returns the id, or -1 + error on bad options. */
 int64_t cg_sample_logits(const float *logits, int64_t V, const cg_sample_opts *o, cg_rng *rng);
 
+/* Called with each new id as it is generated (for printing as it goes);
+ * returning false stops the generation with an error. */
+typedef bool (*cg_token_fn)(void *ctx, int64_t id);
+
 /* Generate n_new tokens after the prompt (n_prompt >= 1 ids). Returns a
  * malloc'd array of n_prompt + n_new ids (prompt first) or NULL + error.
- * use_cache false recomputes the whole window at every step. The model is
- * put in eval mode. */
+ * use_cache false recomputes the whole window at every step. on_token (may
+ * be NULL) sees every new id as it is drawn. The model is put in eval
+ * mode. */
 int64_t *cg_charlm_generate(cg_charlm *m, const int64_t *prompt, int64_t n_prompt, int64_t n_new,
-                            const cg_sample_opts *o, cg_rng *rng, bool use_cache);
+                            const cg_sample_opts *o, cg_rng *rng, bool use_cache,
+                            cg_token_fn on_token, void *ctx);
+
+/* A cg_token_fn that writes each id's character to out and flushes, so
+ * that a sample is printed as it is generated. ctx: a cg_token_printer. */
+typedef struct {
+    const cg_vocab *vocab;
+    FILE *out;
+} cg_token_printer;
+bool cg_print_token(void *ctx, int64_t id);
 
 #ifdef __cplusplus
 }

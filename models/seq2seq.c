@@ -188,18 +188,36 @@ static bool check_ids(const cg_seq2seq *m, const char *op, const char *what,
     return true;
 }
 
-/* drop(emb[ids] * sqrt(d) + pe[:L]) -> [B,L,d] */
-static cg_tensor *embed(cg_seq2seq *m, const int64_t *ids, int64_t B, int64_t L)
+/* drop(emb[ids] * sqrt(d) + pe[pos:pos+L]) -> [B,L,d] */
+static cg_tensor *embed_at(cg_seq2seq *m, const int64_t *ids, int64_t B, int64_t L, int64_t pos)
 {
     cg_tensor *e = cg_embed_forward(m->emb, ids, 2, (const int64_t[]){B, L});
     cg_tensor *es = cg_muls(e, (float)sqrt((double)m->cfg.d));
     cg_release(e);
-    cg_tensor *pe = cg_view_narrow(m->pe, 0, 0, L);
+    cg_tensor *pe = cg_view_narrow(m->pe, 0, pos, L);
     cg_tensor *x = cg_add(es, pe);
     cg_release_all(2, es, pe);
     cg_tensor *h = cg_dropout(x, m->cfg.dropout, &m->dropout_rng, m->base.training);
     cg_release(x);
     return h;
+}
+
+static cg_tensor *embed(cg_seq2seq *m, const int64_t *ids, int64_t B, int64_t L)
+{
+    return embed_at(m, ids, B, L, 0);
+}
+
+/* The tied head: h [B,T,d] -> logits [B,T,V] (h is released). */
+static cg_tensor *head(cg_seq2seq *m, cg_tensor *h, int64_t B, int64_t T)
+{
+    cg_tensor *h2 = cg_reshape(h, 2, (const int64_t[]){B * T, m->cfg.d});
+    cg_release(h);
+    cg_tensor *wt = cg_transpose(m->emb->weight, 0, 1);
+    cg_tensor *l2 = cg_matmul(h2, wt);
+    cg_release_all(2, h2, wt);
+    cg_tensor *logits = cg_reshape(l2, 3, (const int64_t[]){B, T, m->cfg.vocab});
+    cg_release(l2);
+    return logits;
 }
 
 bool cg_seq2seq_encode(cg_seq2seq *m, const int64_t *src, int64_t B, int64_t S,
@@ -317,14 +335,45 @@ cg_tensor *cg_seq2seq_decode(cg_seq2seq *m, const int64_t *tgt_in, int64_t B, in
     cg_tensor *h = cg_dec_stack_forward(m->decoder, x, mem->memory, &self_mask, &cross_mask);
     cg_release(x);
     free(pad);
-    /* tied head: [B*T, d] @ emb.weight^T [d, V] */
-    cg_tensor *h2 = cg_reshape(h, 2, (const int64_t[]){B * T, m->cfg.d});
-    cg_release(h);
-    cg_tensor *wt = cg_transpose(m->emb->weight, 0, 1);
-    cg_tensor *l2 = cg_matmul(h2, wt);
-    cg_release_all(2, h2, wt);
-    cg_tensor *logits = cg_reshape(l2, 3, (const int64_t[]){B, T, m->cfg.vocab});
-    cg_release(l2);
+    return head(m, h, B, T); /* tied: [B*T, d] @ emb.weight^T [d, V] */
+}
+
+cg_kv_cache *cg_seq2seq_kv_cache_new(const cg_seq2seq *m)
+{
+    if (!m) {
+        cg_set_error("seq2seq kv cache: NULL model");
+        return NULL;
+    }
+    return cg_kv_cache_new(m->decoder->n_layers);
+}
+
+cg_tensor *cg_seq2seq_decode_step(cg_seq2seq *m, const int64_t *ids, int64_t B,
+                                  const cg_seq2seq_memory *mem, cg_kv_cache *c)
+{
+    if (!m || !c || (c->len == 0 && (!mem || !mem->memory))) {
+        cg_set_error("seq2seq decode step: NULL %s",
+                     !m ? "model" : !c ? "cache" : "memory on the first step");
+        return NULL;
+    }
+    if (!check_ids(m, "decode step", "target", ids, B, 1))
+        return NULL;
+    if (c->len >= m->cfg.max_len) {
+        cg_set_error("seq2seq decode step: position %lld is beyond max_len %lld",
+                     (long long)c->len, (long long)m->cfg.max_len);
+        return NULL;
+    }
+    if (c->len == 0 && mem->B != B) {
+        cg_set_error("seq2seq decode step: target batch %lld differs from the memory's %lld",
+                     (long long)B, (long long)mem->B);
+        return NULL;
+    }
+    cg_no_grad_begin();
+    cg_tensor *x = embed_at(m, ids, B, 1, c->len);
+    cg_tensor *h = cg_dec_stack_forward_cached(m->decoder, x, c->len ? NULL : mem->memory,
+                                               c->len ? NULL : mem->src_pad, c);
+    cg_release(x);
+    cg_tensor *logits = h ? head(m, h, B, 1) : NULL;
+    cg_no_grad_end();
     return logits;
 }
 

@@ -100,6 +100,17 @@ bool cg_seq2seq_memory_select(const cg_seq2seq_memory *mem, const int64_t *rows,
  * Returns logits [B,T,V]. Errors: T < 1, T > max_len, ids out of range. */
 cg_tensor *cg_seq2seq_decode(cg_seq2seq *m, const int64_t *tgt_in, int64_t B, int64_t T,
                              const cg_seq2seq_memory *mem);
+/* Incremental decoding with nn's key/value cache (nn/transformer.h): an
+ * empty cache for the decoder, and one step: ids [B] (one new token per
+ * row, BOS on the first step) at position c->len -> logits [B,1,V] equal
+ * to the last position of cg_seq2seq_decode over the whole prefix (up to
+ * float rounding). mem is read on the first step only (its rows are the
+ * cache's rows; the cross-attention keys are computed from it then) and
+ * may be NULL after it. Reorder the cache (cg_kv_cache_reorder) when the
+ * rows change. No graph is recorded; put the model in eval mode. */
+cg_kv_cache *cg_seq2seq_kv_cache_new(const cg_seq2seq *m);
+cg_tensor *cg_seq2seq_decode_step(cg_seq2seq *m, const int64_t *ids, int64_t B,
+                                  const cg_seq2seq_memory *mem, cg_kv_cache *c);
 /* encode + decode: logits [B,T,V]. */
 cg_tensor *cg_seq2seq_forward(cg_seq2seq *m, const int64_t *src, int64_t B, int64_t S,
                               const int64_t *tgt_in, int64_t T);

@@ -1,8 +1,8 @@
 /* seq2seq: train and use the character encoder-decoder translator.
  *
  *   seq2seq train      [--data F --preset tiny|base --steps N ...]
- *   seq2seq translate  --ckpt F [--beam N --length-penalty A] [sentences...]
- *   seq2seq eval       --ckpt F [--beam N]
+ *   seq2seq translate  --ckpt F [--beam N --length-penalty A --no-cache] [sentences...]
+ *   seq2seq eval       --ckpt F [--beam N] [--no-cache]
  *   seq2seq attention  --ckpt F --text S [--out DIR]
  *
  * The training recipe is shared/reference/train_seq2seq.py (see its
@@ -306,9 +306,10 @@ static void sources_encode(const cg_pair_vocab *v, const char *const *texts, int
 /* Decode every source: beam <= 1 greedy in chunks of 50 (reference
  * `greedy`), else beam search per sentence. Each output is cut at
  * len(source) + 50 tokens (and at the model's max_len). Returns malloc'd
- * UTF-8 strings. */
+ * UTF-8 strings; echo (may be NULL) gets each line as soon as it is
+ * decoded. use_cache: decode with the key/value cache (else recompute). */
 static char **decode_all(cg_seq2seq *m, const cg_pair_vocab *v, const sources *src, int beam,
-                         double alpha)
+                         double alpha, bool use_cache, FILE *echo)
 {
     cg_module_train(CG_MODULE(m), false);
     char **out = calloc((size_t)(src->n ? src->n : 1), sizeof *out);
@@ -334,13 +335,15 @@ static char **decode_all(cg_seq2seq *m, const cg_pair_vocab *v, const sources *s
                 memcpy(ids + i * S, src->ids[c0 + i], (size_t)src->len[c0 + i] * sizeof *ids);
                 ids[i * S + src->len[c0 + i]] = CG_EOS;
             }
-            if (!cg_greedy_decode(m, ids, B, S, steps, res, lens))
+            if (!cg_greedy_decode(m, ids, B, S, steps, res, lens, use_cache))
                 die_lib("greedy decoding");
             for (int64_t i = 0; i < B; i++) {
                 int64_t lim = src->len[c0 + i] + 50, L = lens[i] < lim ? lens[i] : lim;
                 out[c0 + i] = cg_pair_vocab_decode(v, res + i * steps, L);
                 if (!out[c0 + i])
                     die_lib(NULL);
+                if (echo)
+                    fprintf(echo, "%s\n", out[c0 + i]), fflush(echo);
             }
             free(ids);
             free(res);
@@ -357,11 +360,13 @@ static char **decode_all(cg_seq2seq *m, const cg_pair_vocab *v, const sources *s
             int64_t steps = src->len[i] + 50, *res = NULL, L = 0;
             if (steps > maxT)
                 steps = maxT;
-            if (!cg_beam_search(m, ids, S, beam, alpha, steps, &res, &L, NULL, NULL))
+            if (!cg_beam_search(m, ids, S, beam, alpha, steps, &res, &L, NULL, NULL, use_cache))
                 die_lib("beam search");
             out[i] = cg_pair_vocab_decode(v, res, L);
             if (!out[i])
                 die_lib(NULL);
+            if (echo)
+                fprintf(echo, "%s\n", out[i]), fflush(echo);
             free(res);
             free(ids);
         }
@@ -918,8 +923,8 @@ static int cmd_train(int argc, char **argv)
         fprintf(stderr, "decoding %lld test pairs (greedy, then beam %lld)...\n", (long long)nt,
                 (long long)o.beam);
         double t0 = cg_now();
-        char **hg = decode_all(model, &vocab, &s, 1, o.alpha);
-        char **hb = decode_all(model, &vocab, &s, (int)o.beam, o.alpha);
+        char **hg = decode_all(model, &vocab, &s, 1, o.alpha, true, NULL);
+        char **hb = decode_all(model, &vocab, &s, (int)o.beam, o.alpha, true, NULL);
         decode_s = cg_now() - t0;
         bleu_g = cg_bleu((int)nt, (const char *const *)hg, refs);
         bleu_b = cg_bleu((int)nt, (const char *const *)hb, refs);
@@ -994,6 +999,7 @@ static const char TRANSLATE_HELP[] =
     "  --ckpt FILE          checkpoint (default " DEFAULT_CKPT ")\n"
     "  --beam N             beam size; 1 = greedy decoding (default 1)\n"
     "  --length-penalty A   alpha of the beam's ((5+len)/6)^alpha (default 0.6)\n"
+    "  --no-cache           recompute the whole prefix at every step (no key/value cache)\n"
     "  --threads N          threads (default 2)\n";
 
 static int cmd_translate(int argc, char **argv)
@@ -1001,19 +1007,21 @@ static int cmd_translate(int argc, char **argv)
     const char *ck = DEFAULT_CKPT;
     int64_t beam = 1, threads = 2;
     double alpha = 0.6;
+    bool no_cache = false;
     const cg_cli_opt opts[] = {
         {"--ckpt", CG_CLI_STR, &ck, 0, 0, NULL},
         {"--beam", CG_CLI_I64, &beam, 1, 1000, NULL},
         {"--length-penalty", CG_CLI_F64, &alpha, -100, 100, NULL},
         {"--threads", CG_CLI_I64, &threads, 1, 1024, NULL},
+        {"--no-cache", CG_CLI_SWITCH, &no_cache, 0, 0, NULL},
     };
     char **flags = malloc((size_t)(argc + 1) * sizeof *flags);
     char **pos = malloc((size_t)(argc + 1) * sizeof *pos);
     int nf, np;
     if (!flags || !pos)
         die("out of memory");
-    split_args(argc, argv, opts, 4, flags, &nf, pos, &np);
-    parse_flags(nf, flags, opts, 4, TRANSLATE_HELP);
+    split_args(argc, argv, opts, 5, flags, &nf, pos, &np);
+    parse_flags(nf, flags, opts, 5, TRANSLATE_HELP);
     cg_set_num_threads((int)cg_cli_threads(PROG, threads));
     ckpt c;
     ckpt_load(ck, &c);
@@ -1057,10 +1065,7 @@ static int cmd_translate(int argc, char **argv)
     }
     sources s;
     sources_encode(&c.vocab, (const char *const *)texts, n, c.model->cfg.max_len, &s);
-    char **hyps = decode_all(c.model, &c.vocab, &s, (int)beam, alpha);
-    for (int64_t i = 0; i < n; i++)
-        printf("%s\n", hyps[i]);
-    fflush(stdout);
+    char **hyps = decode_all(c.model, &c.vocab, &s, (int)beam, alpha, !no_cache, stdout);
     strings_free(hyps, n);
     sources_free(&s);
     strings_free(texts, n);
@@ -1083,6 +1088,7 @@ static const char EVAL_HELP[] =
     "  --beam N             beam size; 1 = greedy decoding (default 1)\n"
     "  --length-penalty A   alpha of ((5+len)/6)^alpha (default 0.6)\n"
     "  --test-limit N       decode only the first N test pairs (default: all)\n"
+    "  --no-cache           recompute the whole prefix at every step (no key/value cache)\n"
     "  --threads N          threads (default 2)\n";
 
 static int cmd_eval(int argc, char **argv)
@@ -1090,7 +1096,9 @@ static int cmd_eval(int argc, char **argv)
     const char *ck = DEFAULT_CKPT, *data = NULL;
     int64_t beam = 1, threads = 2, limit = -1;
     double alpha = 0.6;
+    bool no_cache = false;
     const cg_cli_opt opts[] = {
+        {"--no-cache", CG_CLI_SWITCH, &no_cache, 0, 0, NULL},
         {"--ckpt", CG_CLI_STR, &ck, 0, 0, NULL},
         {"--data", CG_CLI_STR, &data, 0, 0, NULL},
         {"--beam", CG_CLI_I64, &beam, 1, 1000, NULL},
@@ -1131,7 +1139,7 @@ static int cmd_eval(int argc, char **argv)
     sources s;
     sources_encode(&c.vocab, srcs, nt, c.model->cfg.max_len, &s);
     double t0 = cg_now();
-    char **hyps = decode_all(c.model, &c.vocab, &s, (int)beam, alpha);
+    char **hyps = decode_all(c.model, &c.vocab, &s, (int)beam, alpha, !no_cache, NULL);
     double dt = cg_now() - t0;
     double bleu = cg_bleu((int)nt, (const char *const *)hyps, refs);
     double chrf = cg_chrf((int)nt, (const char *const *)hyps, refs);
@@ -1166,6 +1174,7 @@ static const char ATTENTION_HELP[] =
     "  --text S             source sentence (required)\n"
     "  --target S           decoder input instead of the greedy translation\n"
     "  --out DIR            output directory (default attention)\n"
+    "  --no-cache           greedy translation without the key/value cache\n"
     "  --threads N          threads (default 2)\n";
 
 /* labels: one string per id */
@@ -1227,7 +1236,9 @@ static int cmd_attention(int argc, char **argv)
 {
     const char *ck = DEFAULT_CKPT, *text = NULL, *target = NULL, *dir = "attention";
     int64_t threads = 2;
+    bool no_cache = false;
     const cg_cli_opt opts[] = {
+        {"--no-cache", CG_CLI_SWITCH, &no_cache, 0, 0, NULL},
         {"--ckpt", CG_CLI_STR, &ck, 0, 0, NULL},
         {"--text", CG_CLI_STR, &text, 0, 0, NULL},
         {"--target", CG_CLI_STR, &target, 0, 0, NULL},
@@ -1262,7 +1273,7 @@ static int cmd_attention(int argc, char **argv)
     } else {
         int64_t steps = S - 1 + 50 < m->cfg.max_len - 1 ? S - 1 + 50 : m->cfg.max_len - 1;
         out_ids = malloc((size_t)steps * sizeof *out_ids);
-        if (!out_ids || !cg_greedy_decode(m, src, 1, S, steps, out_ids, &L))
+        if (!out_ids || !cg_greedy_decode(m, src, 1, S, steps, out_ids, &L, !no_cache))
             die_lib("greedy decoding");
     }
     int64_t T = L + 1;

@@ -161,6 +161,20 @@ static cg_tensor *split_heads(const cg_mha *m, cg_tensor *x)
     return t;
 }
 
+/* o_proj(concat heads(o)): o [B,H,Tq,dh] -> [B,Tq,d]. Concatenating is a
+ * view after the fused kernel, a copy otherwise. */
+static cg_tensor *merge_heads_out(const cg_mha *m, cg_tensor *o)
+{
+    if (!o)
+        return NULL;
+    cg_tensor *ot = cg_transpose(o, 1, 2); /* [B,Tq,H,dh] */
+    cg_tensor *merged = cg_reshape(ot, CG_SHAPE(o->shape[0], o->shape[2], m->d));
+    cg_release(ot);
+    cg_tensor *y = cg_linear_forward(m->o_proj, merged);
+    cg_release(merged);
+    return y;
+}
+
 cg_tensor *cg_mha_forward(cg_mha *m, cg_tensor *xq, cg_tensor *xkv, bool causal,
                           const uint8_t *key_pad, cg_tensor *mask, cg_tensor **weights_out)
 {
@@ -215,13 +229,8 @@ cg_tensor *cg_mha_forward(cg_mha *m, cg_tensor *xq, cg_tensor *xkv, bool causal,
                           : cg_attention(qh, kh, vh, causal, key_pad, want_w ? &w : NULL);
     cg_release_all(4, qh, kh, vh, amask);
 
-    cg_tensor *ot = cg_transpose(o, 1, 2); /* [B,Tq,H,dh] */
+    cg_tensor *y = merge_heads_out(m, o);
     cg_release(o);
-    /* concat heads: a view after the fused kernel, a copy otherwise */
-    cg_tensor *merged = cg_reshape(ot, CG_SHAPE(B, Tq, m->d));
-    cg_release(ot);
-    cg_tensor *y = cg_linear_forward(m->o_proj, merged);
-    cg_release(merged);
     if (!y) {
         cg_release(w);
         return NULL;
@@ -244,6 +253,170 @@ cg_tensor *cg_mha_forward_masked(cg_mha *m, cg_tensor *xq, cg_tensor *xkv,
     if (!mask)
         return cg_mha_forward(m, xq, xkv, false, NULL, NULL, weights_out);
     return cg_mha_forward(m, xq, xkv, mask->causal, mask->key_pad, mask->mask, weights_out);
+}
+
+/* ------------------------------------------- incremental decoding */
+void cg_mha_kv_clear(cg_mha_kv *kv)
+{
+    if (kv)
+        kv->len = 0;
+}
+
+void cg_mha_kv_free(cg_mha_kv *kv)
+{
+    if (!kv)
+        return;
+    cg_release_all(2, kv->k, kv->v);
+    *kv = (cg_mha_kv){0};
+}
+
+/* A [B,H,cap,dh] buffer holding rows rows[0..B) (or all rows when rows is
+ * NULL) of old's first len positions. */
+static cg_tensor *kv_regrow(const cg_tensor *old, const int64_t *rows, int64_t B, int64_t H,
+                            int64_t cap, int64_t dh, int64_t len)
+{
+    cg_tensor *t = cg_empty(CG_SHAPE(B, H, cap, dh));
+    if (!t || !old || len == 0)
+        return t;
+    const int64_t ocap = old->shape[2];
+    const float *src = cg_data(old);
+    float *dst = cg_data(t);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++)
+            memcpy(dst + (b * H + h) * cap * dh,
+                   src + ((rows ? rows[b] : b) * H + h) * ocap * dh,
+                   (size_t)(len * dh) * sizeof(float));
+    return t;
+}
+
+bool cg_mha_kv_reorder(cg_mha_kv *kv, const int64_t *rows, int64_t n)
+{
+    if (!kv || !rows || n < 1) {
+        cg_set_error("kv cache reorder: %s", n < 1 ? "need at least one row" : "NULL argument");
+        return false;
+    }
+    if (!kv->k)
+        return true; /* empty: nothing to move */
+    const int64_t B = kv->k->shape[0], H = kv->k->shape[1], cap = kv->k->shape[2];
+    const int64_t dh = kv->k->shape[3];
+    for (int64_t i = 0; i < n; i++)
+        if (rows[i] < 0 || rows[i] >= B) {
+            cg_set_error("kv cache reorder: row %lld (entry %lld) is outside [0, %lld)",
+                         (long long)rows[i], (long long)i, (long long)B);
+            return false;
+        }
+    cg_tensor *k = kv_regrow(kv->k, rows, n, H, cap, dh, kv->len);
+    cg_tensor *v = kv_regrow(kv->v, rows, n, H, cap, dh, kv->len);
+    if (!k || !v) {
+        cg_release_all(2, k, v);
+        return false;
+    }
+    cg_release_all(2, kv->k, kv->v);
+    kv->k = k;
+    kv->v = v;
+    return true;
+}
+
+/* Append kh, vh [B,H,n,dh] at position kv->len, growing the buffers. */
+static bool kv_append(cg_mha_kv *kv, const cg_tensor *kh, const cg_tensor *vh)
+{
+    const int64_t B = kh->shape[0], H = kh->shape[1], n = kh->shape[2], dh = kh->shape[3];
+    if (kv->k && kv->len > 0 &&
+        (kv->k->shape[0] != B || kv->k->shape[1] != H || kv->k->shape[3] != dh)) {
+        char a[96], b[96];
+        cg_set_error("kv cache: new keys %s do not match the cached %s (reorder the cache when "
+                     "the batch changes)",
+                     cg_shape_str(kh, a, sizeof a), cg_shape_str(kv->k, b, sizeof b));
+        return false;
+    }
+    if (!kv->k || kv->k->shape[0] != B || kv->k->shape[1] != H || kv->k->shape[3] != dh ||
+        kv->k->shape[2] < kv->len + n) {
+        int64_t cap = kv->k && kv->len > 0 ? 2 * kv->k->shape[2] : 16;
+        while (cap < kv->len + n)
+            cap *= 2;
+        cg_tensor *k = kv_regrow(kv->k, NULL, B, H, cap, dh, kv->len);
+        cg_tensor *v = kv_regrow(kv->v, NULL, B, H, cap, dh, kv->len);
+        if (!k || !v) {
+            cg_release_all(2, k, v);
+            return false;
+        }
+        cg_release_all(2, kv->k, kv->v);
+        kv->k = k;
+        kv->v = v;
+    }
+    cg_tensor *kd = cg_view_narrow(kv->k, 2, kv->len, n);
+    cg_tensor *vd = cg_view_narrow(kv->v, 2, kv->len, n);
+    bool ok = kd && vd && cg_copy_(kd, kh) && cg_copy_(vd, vh);
+    cg_release_all(2, kd, vd);
+    if (ok)
+        kv->len += n;
+    return ok;
+}
+
+cg_tensor *cg_mha_forward_cached(cg_mha *m, cg_tensor *xq, cg_tensor *xkv, bool causal,
+                                 const uint8_t *key_pad, cg_mha_kv *kv)
+{
+    if (!m || !xq || !kv) {
+        if (m && xq)
+            cg_set_error("MultiHeadAttention cached: NULL cache");
+        return NULL;
+    }
+    if (xq->ndim != 3 || xq->shape[2] != m->d || xq->shape[1] < 1 || xq->shape[0] < 1 ||
+        (xkv && (xkv->ndim != 3 || xkv->shape[0] != xq->shape[0] || xkv->shape[2] != m->d ||
+                 xkv->shape[1] < 1))) {
+        char a[96], b[96];
+        cg_set_error("MultiHeadAttention cached: expected xq [B,n,%lld] and xkv [B,m,%lld] or "
+                     "NULL; got %s and %s",
+                     (long long)m->d, (long long)m->d, cg_shape_str(xq, a, sizeof a),
+                     xkv ? cg_shape_str(xkv, b, sizeof b) : "NULL");
+        return NULL;
+    }
+    if (!xkv && kv->len == 0) {
+        cg_set_error("MultiHeadAttention cached: the cache is empty and no keys were given");
+        return NULL;
+    }
+    const int64_t B = xq->shape[0], n = xq->shape[1], past = kv->len;
+    cg_no_grad_begin();
+    cg_tensor *y = NULL, *qh = NULL, *mask = NULL, *K = NULL, *V = NULL, *o = NULL;
+    bool ok = true;
+    if (xkv) {
+        cg_tensor *k = cg_linear_forward(m->k_proj, xkv);
+        cg_tensor *v = cg_linear_forward(m->v_proj, xkv);
+        cg_tensor *kh = split_heads(m, k), *vh = split_heads(m, v);
+        ok = kh && vh && kv_append(kv, kh, vh);
+        cg_release_all(4, k, v, kh, vh);
+    }
+    if (ok && kv->k->shape[0] != B) {
+        cg_set_error("MultiHeadAttention cached: %lld queries for a cache of %lld rows",
+                     (long long)B, (long long)kv->k->shape[0]);
+        ok = false;
+    }
+    if (ok) {
+        const int64_t Tk = kv->len;
+        cg_tensor *q = cg_linear_forward(m->q_proj, xq);
+        qh = split_heads(m, q);
+        cg_release(q);
+        K = cg_view_narrow(kv->k, 2, 0, Tk);
+        V = cg_view_narrow(kv->v, 2, 0, Tk);
+        /* One new query sees every cached key; new queries from position 0
+         * are the kernel's causal case; otherwise an explicit mask. */
+        bool offset_causal = causal && n > 1 && past > 0;
+        if (offset_causal && (mask = cg_zeros(CG_SHAPE(key_pad ? B : 1, 1, n, Tk)))) {
+            float *md = cg_data(mask);
+            for (int64_t b = 0; b < mask->shape[0]; b++)
+                for (int64_t i = 0; i < n; i++)
+                    for (int64_t j = 0; j < Tk; j++)
+                        md[(b * n + i) * Tk + j] =
+                            j > past + i || (key_pad && key_pad[b * Tk + j]) ? 1.0f : 0.0f;
+        }
+        if (qh && K && V && (!offset_causal || mask))
+            o = offset_causal ? cg_scaled_dot_product_attention(qh, K, V, mask, NULL)
+                              : cg_attention(qh, K, V, causal && n > 1, key_pad, NULL);
+        y = merge_heads_out(m, o);
+    }
+    cg_release_all(5, qh, mask, K, V, o);
+    cg_no_grad_end();
+    return y;
 }
 
 void cg_module_keep_attention_weights(cg_module *m, bool on)

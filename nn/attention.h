@@ -70,6 +70,39 @@ cg_tensor *cg_mha_forward(cg_mha *m, cg_tensor *xq, cg_tensor *xkv, bool causal,
 cg_tensor *cg_mha_forward_masked(cg_mha *m, cg_tensor *xq, cg_tensor *xkv,
                                  const cg_attn_mask *mask, cg_tensor **weights_out);
 
+/* ------------------------------------------- incremental decoding */
+/* The keys and values one attention module has seen, for decoding a token
+ * at a time: [B, H, cap, d_head] buffers (owned) of which positions
+ * [0, len) are filled. The buffers are made by the first append and double
+ * when full, so a zero-initialised struct is an empty cache:
+ *     cg_mha_kv kv = {0};
+ * Self-attention appends the new positions' keys and values at every step;
+ * cross-attention computes them once from the encoder's memory. */
+typedef struct {
+    cg_tensor *k, *v;
+    int64_t len;
+} cg_mha_kv;
+
+/* Forget the positions (len = 0) and keep the buffers for reuse. */
+void cg_mha_kv_clear(cg_mha_kv *kv);
+/* Release the buffers; *kv becomes an empty cache. NULL is a no-op. */
+void cg_mha_kv_free(cg_mha_kv *kv);
+/* Keep batch rows rows[0..n) (repeats allowed: row i of the result is old
+ * row rows[i]), e.g. the parents of the surviving beam hypotheses, or the
+ * sentences still being decoded. False + error on a bad row. */
+bool cg_mha_kv_reorder(cg_mha_kv *kv, const int64_t *rows, int64_t n);
+
+/* Attention of new queries xq [B,n,d] over the cache, without recording a
+ * graph. When xkv ([B,m,d]) is not NULL its keys and values are appended
+ * first (self-attention: xkv = xq; cross-attention: xkv = the memory, on
+ * the first step only, then NULL). causal: new query i, at position
+ * kv->len + i before the append, sees keys [0, kv->len + i]. key_pad: B*Tk
+ * bytes over all Tk cached keys (after the append), or NULL. Returns
+ * [B,n,d] equal to cg_mha_forward over the whole sequence up to float
+ * rounding. */
+cg_tensor *cg_mha_forward_cached(cg_mha *m, cg_tensor *xq, cg_tensor *xkv, bool causal,
+                                 const uint8_t *key_pad, cg_mha_kv *kv);
+
 /* Set keep_weights on every MultiHeadAttention in a module tree (off also
  * drops the kept weights). */
 void cg_module_keep_attention_weights(cg_module *m, bool on);

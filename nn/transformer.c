@@ -3,6 +3,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "autograd/ops.h"
 
@@ -42,7 +43,7 @@ bool cg_tf_config_check(const cg_tf_config *c)
 /* Add a child and return it, or NULL (the child is freed on failure). */
 #define ADD(parent, name, child) ((void *)cg_module_add_child((parent), (name), CG_MODULE(child)))
 
-typedef enum { SUB_SELF_ATTN, SUB_CROSS_ATTN, SUB_FF } sub_kind;
+typedef enum { SUB_SELF_ATTN, SUB_CROSS_ATTN, SUB_FF, SUB_SELF_CACHED, SUB_CROSS_CACHED } sub_kind;
 
 typedef struct {
     sub_kind kind;
@@ -50,6 +51,8 @@ typedef struct {
     cg_ff *ff;
     cg_tensor *memory;
     const cg_attn_mask *mask;
+    cg_mha_kv *kv;            /* cached kinds */
+    const uint8_t *cross_pad; /* SUB_CROSS_CACHED */
 } sublayer;
 
 static cg_tensor *apply_sub(const sublayer *s, cg_tensor *h)
@@ -61,6 +64,11 @@ static cg_tensor *apply_sub(const sublayer *s, cg_tensor *h)
         return cg_mha_forward_masked(s->attn, h, s->memory, s->mask, NULL);
     case SUB_FF:
         return cg_ff_forward(s->ff, h);
+    case SUB_SELF_CACHED:
+        return cg_mha_forward_cached(s->attn, h, h, true, NULL, s->kv);
+    case SUB_CROSS_CACHED: /* the memory's keys once, then the cache */
+        return cg_mha_forward_cached(s->attn, h, s->kv->len ? NULL : s->memory, false,
+                                     s->cross_pad, s->kv);
     }
     return NULL;
 }
@@ -348,4 +356,157 @@ cg_tensor *cg_dec_stack_forward(cg_dec_stack *s, cg_tensor *x, cg_tensor *memory
         h = n;
     }
     return final_norm(s->ln_f, h);
+}
+
+/* ------------------------------------------------ incremental decoding */
+cg_kv_cache *cg_kv_cache_new(int n_layers)
+{
+    if (n_layers < 0) {
+        cg_set_error("kv cache: n_layers must be >= 0 (got %d)", n_layers);
+        return NULL;
+    }
+    cg_kv_cache *c = calloc(1, sizeof *c);
+    size_t n = (size_t)(n_layers ? n_layers : 1);
+    if (c) {
+        c->self = calloc(n, sizeof *c->self);
+        c->cross = calloc(n, sizeof *c->cross);
+    }
+    if (!c || !c->self || !c->cross) {
+        cg_kv_cache_free(c);
+        cg_set_error("kv cache: out of memory");
+        return NULL;
+    }
+    c->n_layers = n_layers;
+    return c;
+}
+
+void cg_kv_cache_free(cg_kv_cache *c)
+{
+    if (!c)
+        return;
+    for (int i = 0; i < c->n_layers; i++) {
+        cg_mha_kv_free(&c->self[i]);
+        cg_mha_kv_free(&c->cross[i]);
+    }
+    free(c->self);
+    free(c->cross);
+    free(c->cross_pad);
+    free(c);
+}
+
+void cg_kv_cache_reset(cg_kv_cache *c)
+{
+    if (!c)
+        return;
+    for (int i = 0; i < c->n_layers; i++) {
+        cg_mha_kv_clear(&c->self[i]);
+        cg_mha_kv_clear(&c->cross[i]);
+    }
+    free(c->cross_pad);
+    c->cross_pad = NULL;
+    c->S = 0;
+    c->len = 0;
+}
+
+bool cg_kv_cache_reorder(cg_kv_cache *c, const int64_t *rows, int64_t n)
+{
+    if (!c) {
+        cg_set_error("kv cache reorder: NULL cache");
+        return false;
+    }
+    for (int i = 0; i < c->n_layers; i++)
+        if (!cg_mha_kv_reorder(&c->self[i], rows, n) || !cg_mha_kv_reorder(&c->cross[i], rows, n))
+            return false;
+    if (c->cross_pad) { /* rows were checked against the keys above */
+        uint8_t *p = malloc((size_t)(n * c->S));
+        if (!p) {
+            cg_set_error("kv cache reorder: out of memory");
+            return false;
+        }
+        for (int64_t i = 0; i < n; i++)
+            memcpy(p + i * c->S, c->cross_pad + rows[i] * c->S, (size_t)c->S);
+        free(c->cross_pad);
+        c->cross_pad = p;
+    }
+    return true;
+}
+
+cg_tensor *cg_dec_stack_forward_cached(cg_dec_stack *s, cg_tensor *x, cg_tensor *memory,
+                                       const uint8_t *mem_pad, cg_kv_cache *c)
+{
+    if (!s || !x || !c || !check_input("TransformerDecoder cached", &s->cfg, x))
+        return NULL;
+    if (c->n_layers != s->n_layers) {
+        cg_set_error("TransformerDecoder cached: the cache has %d layers, the stack %d",
+                     c->n_layers, s->n_layers);
+        return NULL;
+    }
+    if (s->n_layers > 0 && c->cross[0].len == 0) { /* first step: take the memory */
+        if (!memory || !check_input("TransformerDecoder cached memory", &s->cfg, memory) ||
+            memory->shape[0] != x->shape[0]) {
+            if (memory)
+                cg_set_error("TransformerDecoder cached: the first step needs memory [B,S,d] "
+                             "with the queries' B");
+            else
+                cg_set_error("TransformerDecoder cached: the first step needs the memory");
+            return NULL;
+        }
+        free(c->cross_pad);
+        c->cross_pad = NULL;
+        c->S = memory->shape[1];
+        if (mem_pad) {
+            size_t bytes = (size_t)(memory->shape[0] * c->S);
+            if (!(c->cross_pad = malloc(bytes))) {
+                cg_set_error("TransformerDecoder cached: out of memory");
+                return NULL;
+            }
+            memcpy(c->cross_pad, mem_pad, bytes);
+        }
+    }
+    cg_tensor *h = cg_retain(x);
+    for (int i = 0; i < s->n_layers && h; i++) {
+        cg_dec_layer *l = s->layers[i];
+        sublayer sa = {.kind = SUB_SELF_CACHED, .attn = l->self_attn, .kv = &c->self[i]};
+        sublayer ca = {.kind = SUB_CROSS_CACHED, .attn = l->cross_attn, .memory = memory,
+                       .kv = &c->cross[i], .cross_pad = c->cross_pad};
+        sublayer ff = {.kind = SUB_FF, .ff = l->ff};
+        cg_tensor *h1 = residual(&l->base, &l->cfg, l->rng, l->ln1, &sa, h);
+        cg_release(h);
+        cg_tensor *h2 = residual(&l->base, &l->cfg, l->rng, l->ln2, &ca, h1);
+        cg_release(h1);
+        h = residual(&l->base, &l->cfg, l->rng, l->ln3, &ff, h2);
+        cg_release(h2);
+    }
+    if (h)
+        c->len += x->shape[1];
+    return final_norm(s->ln_f, h);
+}
+
+cg_tensor *cg_lm_blocks_forward_cached(cg_lm_block *const *blocks, int n_blocks, cg_tensor *x,
+                                       cg_kv_cache *c)
+{
+    if (!blocks || !x || !c || n_blocks < 0)
+        return NULL;
+    if (c->n_layers != n_blocks) {
+        cg_set_error("LMBlock cached: the cache has %d layers, the model %d", c->n_layers,
+                     n_blocks);
+        return NULL;
+    }
+    cg_tensor *h = cg_retain(x);
+    for (int i = 0; i < n_blocks && h; i++) {
+        cg_lm_block *b = blocks[i];
+        if (!check_input("LMBlock cached", &b->cfg, h)) {
+            cg_release(h);
+            return NULL;
+        }
+        sublayer sa = {.kind = SUB_SELF_CACHED, .attn = b->attn, .kv = &c->self[i]};
+        sublayer ff = {.kind = SUB_FF, .ff = b->ff};
+        cg_tensor *h1 = residual(&b->base, &b->cfg, b->rng, b->ln1, &sa, h);
+        cg_release(h);
+        h = residual(&b->base, &b->cfg, b->rng, b->ln2, &ff, h1);
+        cg_release(h1);
+    }
+    if (h)
+        c->len += x->shape[1];
+    return h;
 }

@@ -113,6 +113,56 @@ cg_tensor *cg_enc_stack_forward(cg_enc_stack *s, cg_tensor *x, const cg_attn_mas
 cg_tensor *cg_dec_stack_forward(cg_dec_stack *s, cg_tensor *x, cg_tensor *memory,
                                 const cg_attn_mask *self_mask, const cg_attn_mask *cross_mask);
 
+/* ------------------------------------------------ incremental decoding */
+/* Key/value cache of a decoder stack (or of a list of LM blocks), so that a
+ * model built from them decodes one token at a time: each layer's
+ * self-attention keys and values are appended per step; a decoder layer's
+ * cross-attention keys and values are computed once, on the first step,
+ * from the encoder's memory (its key padding is copied into the cache).
+ * Reorder it when the batch rows change (beam search keeps the parents of
+ * the surviving hypotheses; a batch of sentences drops finished ones).
+ *
+ *     cg_kv_cache *c = cg_kv_cache_new(dec->n_layers);
+ *     x = embedding of BOS at position 0, [B,1,d]
+ *     for (step = 0; ...; step++) {
+ *         h = cg_dec_stack_forward_cached(dec, x, memory, src_pad, c);  [B,1,d]
+ *         ... logits, choose tokens, x = their embedding at position c->len
+ *         cg_kv_cache_reorder(c, parents, n);     (beam search)
+ *     }
+ *     cg_kv_cache_free(c);
+ *
+ * Positions are the caller's (c->len is the next one). Decoding with the
+ * cache gives the logits of a full forward over the prefix up to float
+ * rounding (tests/test_seq2seq.c and test_zoo.c hold them to 1e-5). */
+typedef struct {
+    int n_layers;
+    cg_mha_kv *self;    /* [n_layers] */
+    cg_mha_kv *cross;   /* [n_layers]; decoder stacks only */
+    uint8_t *cross_pad; /* [B*S] key padding of the memory, or NULL */
+    int64_t S;          /* memory length (0 until the first decoder step) */
+    int64_t len;        /* positions decoded */
+} cg_kv_cache;
+
+cg_kv_cache *cg_kv_cache_new(int n_layers);
+void cg_kv_cache_free(cg_kv_cache *c); /* NULL is a no-op */
+/* Forget every position and the memory; the buffers are kept for reuse. */
+void cg_kv_cache_reset(cg_kv_cache *c);
+/* Keep batch rows rows[0..n) (repeats allowed) of every layer's keys and
+ * values and of the memory's padding. False + error on a bad row. */
+bool cg_kv_cache_reorder(cg_kv_cache *c, const int64_t *rows, int64_t n);
+
+/* x [B,n,d]: the embeddings of n new positions c->len .. c->len+n-1 ->
+ * [B,n,d] (ln_f applied for pre-norm), attending causally to the cached
+ * positions. memory [B,S,d] and mem_pad (B*S bytes, nonzero = padding; may
+ * be NULL) are read on the first step only (when c holds no memory yet)
+ * and may be NULL after it. Eval mode expected (dropout off); no graph is
+ * recorded. c->len grows by n. */
+cg_tensor *cg_dec_stack_forward_cached(cg_dec_stack *s, cg_tensor *x, cg_tensor *memory,
+                                       const uint8_t *mem_pad, cg_kv_cache *c);
+/* The same for n_blocks LM blocks applied in turn (a decoder-only model). */
+cg_tensor *cg_lm_blocks_forward_cached(cg_lm_block *const *blocks, int n_blocks, cg_tensor *x,
+                                       cg_kv_cache *c);
+
 #ifdef __cplusplus
 }
 #endif

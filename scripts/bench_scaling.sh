@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Step time of charlm tiny against sequence length and against width, and
-# KV-cache vs full-recompute sampling speed of charlm base (issue #5's
-# scaling report). Run on an idle machine from the repository root after
+# Step time and peak RSS of charlm tiny against sequence length (to 4096),
+# step time against width, and KV-cache vs full-recompute sampling speed of
+# charlm base (issues #5 and #13). Run on an idle machine from the repository root after
 # building: scripts/bench_scaling.sh [threads]
 set -euo pipefail
 threads=${1:-2}
@@ -10,13 +10,16 @@ charlm=build/models/charlm
 [ -x "$bench" ] && [ -x "$charlm" ] || { echo "bench_scaling: build first (ninja -C build)" >&2; exit 1; }
 field() { sed -n "s/.*\"$1\": \([0-9.e+-]*\).*/\1/p"; }
 
-echo "charlm tiny (d 128, B 12), $threads threads: step time against T"
-echo "| T | step ms | tokens/s | MFU |"
-echo "| --- | --- | --- | --- |"
-for T in 64 128 256 512 1024; do
-  steps=20; [ "$T" -ge 512 ] && steps=6
-  j=$("$bench" --model charlm --preset tiny --threads "$threads" --steps $steps --warmup 2 --T "$T")
-  echo "| $T | $(echo "$j" | field step_ms_median) | $(echo "$j" | field tokens_per_s) | $(echo "$j" | field mfu) |"
+echo "charlm tiny (d 128), $threads threads: step time and peak RSS against T"
+echo "(B 12 up to T 1024, then the same 12,288 tokens per step: B 6 at 2048, B 3 at 4096)"
+echo "| T | B | step ms | CPU ms | tokens/s | MFU | peak RSS MB |"
+echo "| --- | --- | --- | --- | --- | --- | --- |"
+for TB in "64 12" "128 12" "256 12" "512 12" "1024 12" "2048 6" "4096 3"; do
+  set -- $TB
+  T=$1 B=$2
+  steps=20; [ "$T" -ge 512 ] && steps=4
+  j=$("$bench" --model charlm --preset tiny --threads "$threads" --steps $steps --warmup 1 --T "$T" --batch-size "$B")
+  echo "| $T | $B | $(echo "$j" | field step_ms_median) | $(echo "$j" | field cpu_ms_median) | $(echo "$j" | field tokens_per_s) | $(echo "$j" | field mfu) | $(echo "$j" | field peak_rss_mb) |"
 done
 
 echo

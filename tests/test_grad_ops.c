@@ -484,8 +484,11 @@ START_TEST(test_attention_composite)
 END_TEST
 
 /* The fused attention op (cg_attention): gradcheck with causal and
- * key-padding masks, non-contiguous inputs, Tq != Tk, and a sequence longer
- * than the kernel's 64-row causal block; its forward matches the composite. */
+ * key-padding masks, non-contiguous inputs, Tq != Tk, T = 1, sequences
+ * longer than the kernel's 64-row query tile and not a multiple of it, and
+ * keys over several of its 512-key blocks (cross-attention, and causal with
+ * Tk > Tq), and one block past 256 keys (weights recomputed, not kept); its
+ * forward matches the composite. */
 typedef struct {
     bool causal;
     const uint8_t *key_pad;
@@ -507,6 +510,11 @@ START_TEST(test_attention_fused)
         pad37[j] = j % 7 == 3 || j >= 34;
         pad37[37 + j] = j >= 20;
     }
+    uint8_t pad530[2 * 530] = {0};
+    for (int j = 0; j < 530; j++) {
+        pad530[j] = j % 11 == 4 || j >= 520;
+        pad530[530 + j] = j >= 300 && j < 515;
+    }
     struct {
         int64_t B, H, Tq, Tk, dh;
         bool causal;
@@ -515,7 +523,11 @@ START_TEST(test_attention_fused)
         {2, 2, 5, 5, 3, true, NULL},   {2, 2, 4, 6, 3, false, pad6},
         {2, 1, 6, 6, 2, true, pad6},   {1, 1, 67, 67, 2, true, NULL},
         {1, 2, 3, 66, 2, false, NULL}, {2, 1, 5, 37, 2, false, pad37},
-        {2, 1, 37, 37, 2, true, pad37},
+        {2, 1, 37, 37, 2, true, pad37},  {1, 1, 1, 1, 3, true, NULL},
+        {2, 2, 1, 1, 3, false, NULL},   {1, 1, 65, 65, 2, true, NULL},
+        {2, 1, 2, 530, 2, false, pad530}, {1, 1, 3, 530, 2, true, NULL},
+        {2, 1, 3, 530, 2, true, pad530}, {2, 1, 2, 300, 2, false, pad530},
+        {1, 1, 3, 300, 2, true, NULL},
     };
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         int layouts[3] = {LAYOUT_TRANSPOSED, LAYOUT_STRIDED, LAYOUT_CONTIG};

@@ -785,6 +785,142 @@ START_TEST(test_dropout_errors)
 }
 END_TEST
 
+/* -------------------------------------------------------- attention */
+/* The tiled attention kernel against attention in double precision, on
+ * sizes that cross its tiles (64 query rows, 512 keys): several key blocks
+ * with causal and padding masks, cross-attention with many keys, a tail
+ * tile, one block with recomputed weights (257..512 keys) and kept weights
+ * (up to 256); forward, weights and all three gradients (and the
+ * log-sum-exps where saved). Then the same results bit for bit on 1 and 2
+ * threads. */
+typedef struct {
+    int64_t B, H, Tq, Tk, dh;
+    bool causal, pad;
+} attn_case;
+
+static uint8_t *attn_pad(const attn_case *c)
+{
+    if (!c->pad)
+        return NULL;
+    uint8_t *p = calloc((size_t)(c->B * c->Tk), 1);
+    for (int64_t b = 0; b < c->B; b++)
+        for (int64_t j = 0; j < c->Tk; j++) /* scattered pads, a padded tail, never key 0 */
+            p[b * c->Tk + j] = j > 0 && (j % 13 == 5 || j >= c->Tk - 3 * (b + 1));
+    return p;
+}
+
+static void attn_run(const attn_case *c, cg_tensor *const *in, const uint8_t *pad,
+                     cg_tensor **res /* out, lse, w, dq, dk, dv */)
+{
+    res[0] = cg_k_attention(in[0], in[1], in[2], c->causal, pad, &res[1], &res[2]);
+    ck_assert_ptr_nonnull(res[0]);
+    ck_assert(cg_k_attention_backward(in[0], in[1], in[2], res[0], res[1], in[3], c->causal, pad,
+                                      &res[3], &res[4], &res[5]));
+}
+
+START_TEST(test_attention_tiled_vs_double)
+{
+    const attn_case cases[] = {
+        {1, 2, 600, 600, 8, true, true},   /* two key blocks, causal, a tail tile */
+        {2, 1, 70, 1100, 4, false, true},  /* cross: three key blocks */
+        {1, 1, 1, 1, 4, true, false},      /* T = 1 */
+        {2, 2, 100, 100, 16, true, false}, /* one block, a tail tile */
+        {1, 1, 530, 520, 4, true, false},  /* causal with Tq > Tk */
+        {1, 1, 40, 530, 4, true, true},    /* causal with Tk > Tq: keys no query sees */
+        {2, 1, 300, 300, 8, true, true},   /* one block, recomputed weights */
+        {1, 2, 7, 300, 8, false, true},    /* cross, one block, recomputed weights */
+    };
+    cg_rng r = cg_rng_new(31);
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const attn_case *c = &cases[ci];
+        const int64_t B = c->B, H = c->H, Tq = c->Tq, Tk = c->Tk, dh = c->dh;
+        cg_tensor *in[4] = {cg_randn(&r, CG_SHAPE(B, H, Tq, dh)),
+                            cg_randn(&r, CG_SHAPE(B, H, Tk, dh)),
+                            cg_randn(&r, CG_SHAPE(B, H, Tk, dh)),
+                            cg_randn(&r, CG_SHAPE(B, H, Tq, dh))};
+        uint8_t *pad = attn_pad(c);
+        cg_tensor *res[6];
+        attn_run(c, in, pad, res);
+        float *q = cg_test_values(in[0]), *k = cg_test_values(in[1]), *v = cg_test_values(in[2]);
+        float *g = cg_test_values(in[3]);
+        float *o = cg_test_values(res[0]), *lse = cg_test_values(res[1]);
+        float *w = cg_test_values(res[2]), *dq = cg_test_values(res[3]);
+        float *dk = cg_test_values(res[4]), *dv = cg_test_values(res[5]);
+        double *P = malloc((size_t)Tk * sizeof(double)), *dP = malloc((size_t)Tk * sizeof(double));
+        double *rdk = calloc((size_t)(Tk * dh), sizeof(double));
+        double *rdv = calloc((size_t)(Tk * dh), sizeof(double));
+        const double sc = sqrt((double)dh);
+        double worst = 0.0;
+        for (int64_t bh = 0; bh < B * H; bh++) {
+            const int64_t b = bh / H;
+            const float *qb = q + bh * Tq * dh, *kb = k + bh * Tk * dh, *vb = v + bh * Tk * dh;
+            const float *gb = g + bh * Tq * dh;
+            memset(rdk, 0, (size_t)(Tk * dh) * sizeof(double));
+            memset(rdv, 0, (size_t)(Tk * dh) * sizeof(double));
+            for (int64_t i = 0; i < Tq; i++) {
+                double mx = -INFINITY, sum = 0.0, dot = 0.0;
+                for (int64_t j = 0; j < Tk; j++) {
+                    bool masked = (c->causal && j > i) || (pad && pad[b * Tk + j]);
+                    double s = 0.0;
+                    for (int64_t e = 0; e < dh; e++)
+                        s += (double)qb[i * dh + e] * kb[j * dh + e];
+                    P[j] = masked ? -INFINITY : s / sc;
+                    mx = P[j] > mx ? P[j] : mx;
+                }
+                for (int64_t j = 0; j < Tk; j++)
+                    sum += (P[j] = exp(P[j] - mx));
+                const int64_t row = bh * Tq + i;
+                if (Tk > 256) /* saved: the log-sum-exps, else the weights */
+                    worst = fmax(worst, fabs(lse[row] - (mx + log(sum))));
+                for (int64_t j = 0; j < Tk; j++) {
+                    P[j] /= sum;
+                    worst = fmax(worst, fabs(w[row * Tk + j] - P[j]));
+                    dP[j] = 0.0;
+                    for (int64_t e = 0; e < dh; e++)
+                        dP[j] += (double)gb[i * dh + e] * vb[j * dh + e];
+                    dot += P[j] * dP[j];
+                }
+                for (int64_t e = 0; e < dh; e++) {
+                    double oe = 0.0, dqe = 0.0;
+                    for (int64_t j = 0; j < Tk; j++) {
+                        double ds = P[j] * (dP[j] - dot) / sc;
+                        oe += P[j] * vb[j * dh + e];
+                        dqe += ds * kb[j * dh + e];
+                        rdk[j * dh + e] += ds * qb[i * dh + e];
+                        rdv[j * dh + e] += P[j] * gb[i * dh + e];
+                    }
+                    worst = fmax(worst, fabs(o[row * dh + e] - oe));
+                    worst = fmax(worst, fabs(dq[row * dh + e] - dqe));
+                }
+            }
+            for (int64_t j = 0; j < Tk * dh; j++) {
+                worst = fmax(worst, fabs(dk[bh * Tk * dh + j] - rdk[j]));
+                worst = fmax(worst, fabs(dv[bh * Tk * dh + j] - rdv[j]));
+            }
+        }
+        if (!(worst < 1e-5)) /* also fails on NaN */
+            ck_abort_msg("attention case %zu: worst difference from double %g", ci, worst);
+
+        /* 1 and 2 threads: the same bits */
+        cg_tensor *res1[6];
+        cg_set_num_threads(1);
+        attn_run(c, in, pad, res1);
+        cg_set_num_threads(2);
+        cg_tensor *res2[6];
+        attn_run(c, in, pad, res2);
+        cg_set_num_threads(0);
+        for (int j = 0; j < 6; j++) {
+            ck_assert_msg(bit_equal(res1[j], res2[j]) && bit_equal(res1[j], res[j]),
+                          "attention case %zu: result %d differs between thread counts", ci, j);
+            cg_release_all(3, res[j], res1[j], res2[j]);
+        }
+        free(q), free(k), free(v), free(g), free(o), free(lse), free(w), free(dq), free(dk);
+        free(dv), free(P), free(dP), free(rdk), free(rdv), free(pad);
+        cg_release_all(4, in[0], in[1], in[2], in[3]);
+    }
+}
+END_TEST
+
 static Suite *nnkernels_suite(void)
 {
     Suite *s = suite_create("nnkernels");
@@ -820,6 +956,10 @@ static Suite *nnkernels_suite(void)
     tcase_add_test(tc, test_dropout_stats);
     tcase_add_test(tc, test_dropout_determinism);
     tcase_add_test(tc, test_dropout_errors);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("attention");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_attention_tiled_vs_double);
     suite_add_tcase(s, tc);
     return s;
 }

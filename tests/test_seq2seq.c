@@ -245,7 +245,7 @@ static char *greedy_text(const char *s)
 {
     int64_t S, L, out[64];
     int64_t *ids = src_ids(s, &S);
-    ck_assert(cg_greedy_decode(g_model, ids, 1, S, 40, out, &L));
+    ck_assert(cg_greedy_decode(g_model, ids, 1, S, 40, out, &L, true));
     free(ids);
     return cg_pair_vocab_decode(&g_vocab, out, L);
 }
@@ -333,7 +333,7 @@ START_TEST(test_overfit_greedy_exact)
         memcpy(src + i * S, ids, (size_t)n * sizeof *ids);
         free(ids);
     }
-    ck_assert(cg_greedy_decode(g_model, src, NPAIRS, S, 40, out, lens));
+    ck_assert(cg_greedy_decode(g_model, src, NPAIRS, S, 40, out, lens, true));
     for (int i = 0; i < NPAIRS; i++) {
         char *h = cg_pair_vocab_decode(&g_vocab, out + i * 40, lens[i]);
         ck_assert_str_eq(h, TGT[i]);
@@ -351,8 +351,8 @@ START_TEST(test_beam1_equals_greedy)
     for (size_t k = 0; k < sizeof PROBES / sizeof PROBES[0]; k++) {
         int64_t S, L, out[64], *b = NULL, bl;
         int64_t *ids = src_ids(PROBES[k], &S);
-        ck_assert(cg_greedy_decode(g_model, ids, 1, S, 40, out, &L));
-        ck_assert(cg_beam_search(g_model, ids, S, 1, 0.6, 40, &b, &bl, NULL, NULL));
+        ck_assert(cg_greedy_decode(g_model, ids, 1, S, 40, out, &L, true));
+        ck_assert(cg_beam_search(g_model, ids, S, 1, 0.6, 40, &b, &bl, NULL, NULL, true));
         ck_assert_int_eq(bl, L);
         for (int64_t i = 0; i < L; i++)
             ck_assert_int_eq(b[i], out[i]);
@@ -371,8 +371,8 @@ START_TEST(test_beam_not_worse_than_greedy)
             double bscore;
             bool fin;
             int64_t *ids = src_ids(PROBES[k], &S);
-            ck_assert(cg_greedy_decode(g_model, ids, 1, S, 40, out, &L));
-            ck_assert(cg_beam_search(g_model, ids, S, beam, 0.6, 40, &b, &bl, &bscore, &fin));
+            ck_assert(cg_greedy_decode(g_model, ids, 1, S, 40, out, &L, true));
+            ck_assert(cg_beam_search(g_model, ids, S, beam, 0.6, 40, &b, &bl, &bscore, &fin, true));
             double gscore = cg_seq2seq_score(g_model, ids, S, out, L, L < 40, 0.6);
             double again = cg_seq2seq_score(g_model, ids, S, b, bl, fin, 0.6);
             ck_assert(isfinite(gscore) && isfinite(bscore));
@@ -398,15 +398,102 @@ START_TEST(test_beam_not_worse_than_greedy)
 }
 END_TEST
 
+/* Decoding with the key/value cache gives the logits of a full recompute of
+ * the prefix (within 1e-5) at every step, through a reorder of the rows as
+ * beam search does; greedy decoding and beam search give the same tokens
+ * and scores with and without the cache. */
+START_TEST(test_cache_matches_recompute)
+{
+    int64_t S = 0, *pids[NPAIRS], plen[NPAIRS];
+    for (int i = 0; i < NPAIRS; i++) {
+        pids[i] = src_ids(PROBES[i + 3], &plen[i]);
+        S = plen[i] > S ? plen[i] : S;
+    }
+    int64_t *src = calloc((size_t)(NPAIRS * S), sizeof *src);
+    for (int i = 0; i < NPAIRS; i++) {
+        int64_t n = plen[i], *ids = pids[i];
+        memcpy(src + i * S, ids, (size_t)n * sizeof *ids);
+        free(ids);
+    }
+    cg_seq2seq_memory mem = {0}, sel = {0};
+    ck_assert(cg_seq2seq_encode(g_model, src, NPAIRS, S, &mem));
+    cg_kv_cache *c = cg_seq2seq_kv_cache_new(g_model);
+    ck_assert_ptr_nonnull(c);
+    const int64_t V = g_model->cfg.vocab, TMAX = 12;
+    int64_t B = NPAIRS, ys[NPAIRS * TMAX], prev[NPAIRS * TMAX], last[NPAIRS];
+    for (int64_t b = 0; b < B; b++)
+        ys[b * TMAX] = CG_BOS;
+    const cg_seq2seq_memory *cur = &mem;
+    for (int64_t T = 1; T < TMAX; T++) {
+        for (int64_t b = 0; b < B; b++)
+            last[b] = ys[b * TMAX + T - 1];
+        cg_tensor *lc = cg_seq2seq_decode_step(g_model, last, B, &mem, c);
+        ck_assert_msg(lc != NULL, "%s", cg_last_error());
+        ck_assert_int_eq(c->len, T);
+        int64_t *flat = malloc((size_t)(B * T) * sizeof *flat);
+        for (int64_t b = 0; b < B; b++)
+            memcpy(flat + b * T, ys + b * TMAX, (size_t)T * sizeof *flat);
+        cg_no_grad_begin();
+        cg_tensor *lf = cg_seq2seq_decode(g_model, flat, B, T, cur);
+        cg_no_grad_end();
+        ck_assert_ptr_nonnull(lf);
+        float *a = cg_test_values(lc), *f = cg_test_values(lf);
+        for (int64_t b = 0; b < B; b++) {
+            const float *fr = f + (b * T + T - 1) * V;
+            CG_ASSERT_CLOSE(a + b * V, fr, V, 1e-5, 0.0);
+            int64_t best = 0; /* the next token: the recompute's argmax */
+            for (int64_t v = 1; v < V; v++)
+                best = fr[v] > fr[best] ? v : best;
+            ys[b * TMAX + T] = best == CG_EOS ? 3 + b % (V - 3) : best;
+        }
+        free(a), free(f), free(flat);
+        cg_release_all(2, lc, lf);
+        if (T == 4) { /* rows as beam search would: repeats and drops */
+            const int64_t rows[4] = {2, 0, 0, 4};
+            ck_assert(cg_kv_cache_reorder(c, rows, 4));
+            ck_assert(cg_seq2seq_memory_select(&mem, rows, 4, &sel));
+            cur = &sel;
+            memcpy(prev, ys, sizeof ys);
+            for (int64_t r = 0; r < 4; r++)
+                memcpy(ys + r * TMAX, prev + rows[r] * TMAX, (size_t)TMAX * sizeof *ys);
+            B = 4;
+        }
+    }
+    cg_kv_cache_free(c);
+    cg_seq2seq_memory_free(&mem);
+    cg_seq2seq_memory_free(&sel);
+
+    /* greedy (batched) and beam search: the same with and without the cache */
+    int64_t out1[NPAIRS * 40], out2[NPAIRS * 40], l1[NPAIRS], l2[NPAIRS];
+    ck_assert(cg_greedy_decode(g_model, src, NPAIRS, S, 40, out1, l1, true));
+    ck_assert(cg_greedy_decode(g_model, src, NPAIRS, S, 40, out2, l2, false));
+    ck_assert(memcmp(l1, l2, sizeof l1) == 0 && memcmp(out1, out2, sizeof out1) == 0);
+    for (size_t k = 0; k < sizeof PROBES / sizeof PROBES[0]; k++)
+        for (int beam = 2; beam <= 4; beam += 2) {
+            int64_t Sk, *b1 = NULL, *b2 = NULL, bl1, bl2;
+            double s1, s2;
+            bool f1, f2;
+            int64_t *ids = src_ids(PROBES[k], &Sk);
+            ck_assert(cg_beam_search(g_model, ids, Sk, beam, 0.6, 40, &b1, &bl1, &s1, &f1, true));
+            ck_assert(cg_beam_search(g_model, ids, Sk, beam, 0.6, 40, &b2, &bl2, &s2, &f2, false));
+            ck_assert_int_eq(bl1, bl2);
+            ck_assert(f1 == f2 && memcmp(b1, b2, (size_t)bl1 * sizeof *b1) == 0);
+            ck_assert_double_eq_tol(s1, s2, 1e-5);
+            free(b1), free(b2), free(ids);
+        }
+    free(src);
+}
+END_TEST
+
 START_TEST(test_decode_bad_input)
 {
     int64_t out[8], L, *b = NULL, bl, src[2] = {4, CG_EOS}, bad[2] = {999, CG_EOS};
     cg_clear_error();
-    ck_assert(!cg_greedy_decode(g_model, bad, 1, 2, 4, out, &L));
+    ck_assert(!cg_greedy_decode(g_model, bad, 1, 2, 4, out, &L, true));
     ck_assert(strlen(cg_last_error()) > 0);
-    ck_assert(!cg_greedy_decode(g_model, src, 1, 2, 1000, out, &L)); /* > max_len */
-    ck_assert(!cg_beam_search(g_model, src, 2, 0, 0.6, 4, &b, &bl, NULL, NULL));
-    ck_assert(!cg_beam_search(g_model, bad, 2, 2, 0.6, 4, &b, &bl, NULL, NULL));
+    ck_assert(!cg_greedy_decode(g_model, src, 1, 2, 1000, out, &L, true)); /* > max_len */
+    ck_assert(!cg_beam_search(g_model, src, 2, 0, 0.6, 4, &b, &bl, NULL, NULL, true));
+    ck_assert(!cg_beam_search(g_model, bad, 2, 2, 0.6, 4, &b, &bl, NULL, NULL, true));
     ck_assert_ptr_null(b);
 }
 END_TEST
@@ -803,6 +890,7 @@ static Suite *seq2seq_suite(void)
     tcase_add_test(tc, test_overfit_greedy_exact);
     tcase_add_test(tc, test_beam1_equals_greedy);
     tcase_add_test(tc, test_beam_not_worse_than_greedy);
+    tcase_add_test(tc, test_cache_matches_recompute);
     tcase_add_test(tc, test_decode_bad_input);
     suite_add_tcase(s, tc);
     tc = tcase_create("cli");

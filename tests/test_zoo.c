@@ -59,17 +59,17 @@ static void check_cache_matches(cg_charlm *m)
     float *want = cg_test_values(full);
     cg_release(full);
 
-    cg_kv_cache *c = cg_kv_cache_new(m);
+    cg_kv_cache *c = cg_charlm_kv_cache_new(m);
     ck_assert_ptr_nonnull(c);
     /* a prefill of 5 positions, then one at a time */
-    cg_tensor *l = cg_charlm_forward_cached(m, c, ids, 5);
+    cg_tensor *l = cg_charlm_forward_cached(m, c, ids, 1, 5);
     ck_assert_msg(l != NULL, "%s", cg_last_error());
     float *got = cg_test_values(l);
     CG_ASSERT_CLOSE(got, want, 5 * V, 1e-5, 1e-4);
     free(got);
     cg_release(l);
     for (int64_t t = 5; t < T; t++) {
-        l = cg_charlm_forward_cached(m, c, ids + t, 1);
+        l = cg_charlm_forward_cached(m, c, ids + t, 1, 1);
         ck_assert_msg(l != NULL, "%s", cg_last_error());
         got = cg_test_values(l);
         CG_ASSERT_CLOSE(got, want + t * V, V, 1e-5, 1e-4);
@@ -78,7 +78,31 @@ static void check_cache_matches(cg_charlm *m)
     }
     ck_assert_int_eq(c->len, T);
     /* full: one more position is an error, not a crash */
-    CG_ASSERT_FAILS(cg_charlm_forward_cached(m, c, ids, 1), "max_len");
+    CG_ASSERT_FAILS(cg_charlm_forward_cached(m, c, ids, 1, 1), "max_len");
+    /* after a reset: 3 positions, then 4 at once (causal among themselves
+     * and after the cached ones) */
+    cg_kv_cache_reset(c);
+    l = cg_charlm_forward_cached(m, c, ids, 1, 3);
+    cg_release(l);
+    l = cg_charlm_forward_cached(m, c, ids + 3, 1, 4);
+    ck_assert_msg(l != NULL, "%s", cg_last_error());
+    got = cg_test_values(l);
+    CG_ASSERT_CLOSE(got, want + 3 * V, 4 * V, 1e-5, 1e-4);
+    free(got);
+    cg_release(l);
+    /* two rows, then the second row alone (reorder): still the full logits */
+    int64_t two[2] = {ids[0], ids[0]};
+    cg_kv_cache_reset(c);
+    l = cg_charlm_forward_cached(m, c, two, 2, 1);
+    cg_release(l);
+    ck_assert(cg_kv_cache_reorder(c, (const int64_t[]){1}, 1));
+    l = cg_charlm_forward_cached(m, c, ids + 1, 1, 1);
+    ck_assert_msg(l != NULL, "%s", cg_last_error());
+    got = cg_test_values(l);
+    CG_ASSERT_CLOSE(got, want + V, V, 1e-5, 1e-4);
+    free(got);
+    cg_release(l);
+    CG_ASSERT_FAILS(cg_kv_cache_reorder(c, (const int64_t[]){1}, 1), "outside");
     cg_kv_cache_free(c);
     free(want);
 }
@@ -101,9 +125,9 @@ START_TEST(test_sampling_reproducible)
     cg_sample_opts o = {.temperature = 1.0, .top_k = 5, .top_p = 0.9};
     /* 30 new tokens: past max_len (12), so the window slides */
     cg_rng r1 = cg_rng_new(11), r2 = cg_rng_new(11), r3 = cg_rng_new(12);
-    int64_t *a = cg_charlm_generate(m, prompt, 3, 30, &o, &r1, true);
-    int64_t *b = cg_charlm_generate(m, prompt, 3, 30, &o, &r2, true);
-    int64_t *c = cg_charlm_generate(m, prompt, 3, 30, &o, &r3, true);
+    int64_t *a = cg_charlm_generate(m, prompt, 3, 30, &o, &r1, true, NULL, NULL);
+    int64_t *b = cg_charlm_generate(m, prompt, 3, 30, &o, &r2, true, NULL, NULL);
+    int64_t *c = cg_charlm_generate(m, prompt, 3, 30, &o, &r3, true, NULL, NULL);
     ck_assert(a && b && c);
     ck_assert_mem_eq(a, b, 33 * sizeof *a);
     ck_assert_msg(memcmp(a, c, 33 * sizeof *a) != 0, "another seed gave the same sample");
@@ -111,7 +135,7 @@ START_TEST(test_sampling_reproducible)
         ck_assert(a[i] >= 0 && a[i] < m->cfg.vocab);
     /* the uncached path draws the same tokens */
     cg_rng r4 = cg_rng_new(11);
-    int64_t *d = cg_charlm_generate(m, prompt, 3, 30, &o, &r4, false);
+    int64_t *d = cg_charlm_generate(m, prompt, 3, 30, &o, &r4, false, NULL, NULL);
     ck_assert_ptr_nonnull(d);
     ck_assert_mem_eq(a, d, 33 * sizeof *a);
     free(a);
@@ -121,8 +145,8 @@ START_TEST(test_sampling_reproducible)
     /* greedy and top-k 1 agree */
     cg_sample_opts g = {.temperature = 0, .top_k = 0, .top_p = 1}, k1 = {1.0, 1, 1.0};
     cg_rng r5 = cg_rng_new(1), r6 = cg_rng_new(2);
-    a = cg_charlm_generate(m, prompt, 3, 10, &g, &r5, true);
-    b = cg_charlm_generate(m, prompt, 3, 10, &k1, &r6, true);
+    a = cg_charlm_generate(m, prompt, 3, 10, &g, &r5, true, NULL, NULL);
+    b = cg_charlm_generate(m, prompt, 3, 10, &k1, &r6, true, NULL, NULL);
     ck_assert(a && b);
     ck_assert_mem_eq(a, b, 13 * sizeof *a);
     free(a);
@@ -192,8 +216,8 @@ START_TEST(test_checkpoint_round_trip)
     int64_t prompt[2] = {4, 5};
     cg_sample_opts o = {.temperature = 0.8, .top_k = 0, .top_p = 1};
     cg_rng r1 = cg_rng_new(3), r2 = cg_rng_new(3);
-    int64_t *a = cg_charlm_generate(m, prompt, 2, 20, &o, &r1, true);
-    int64_t *b = cg_charlm_generate(ck.model, prompt, 2, 20, &o, &r2, true);
+    int64_t *a = cg_charlm_generate(m, prompt, 2, 20, &o, &r1, true, NULL, NULL);
+    int64_t *b = cg_charlm_generate(ck.model, prompt, 2, 20, &o, &r2, true, NULL, NULL);
     ck_assert(a && b);
     ck_assert_mem_eq(a, b, 22 * sizeof *a);
     char *ta = cg_vocab_decode(v, a, 22), *tb = cg_vocab_decode(ck.vocab, b, 22);
