@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Training speed against PyTorch, fp32 and bf16 (issue #12): for each preset,
+# R rounds of four runs back to back -- PyTorch fp32, ours fp32, PyTorch's
+# bf16 autocast, ours bf16 -- then a markdown table of the medians and the
+# ratios. Needs /usr/bin/python3 with torch (apt-get install python3-torch)
+# and ../shared/bench/torch_peer.py (or CG_PEER=path). Run on an idle machine
+# from the repository root after building:
+#   scripts/bench_peer.sh [threads [rounds [presets...]]]
+# e.g. scripts/bench_peer.sh 2 2 "charlm tiny" "seq2seq base"
+set -euo pipefail
+threads=${1:-2}
+rounds=${2:-2}
+shift $(($# > 2 ? 2 : $#))
+presets=("$@")
+[ ${#presets[@]} -gt 0 ] || presets=("charlm tiny" "seq2seq tiny" "charlm base" "seq2seq base")
+bench=build/models/bench
+peer=${CG_PEER:-../shared/bench/torch_peer.py}
+[ -x "$bench" ] || { echo "bench_peer: build first (ninja -C build)" >&2; exit 1; }
+[ -f "$peer" ] || { echo "bench_peer: $peer not found (set CG_PEER)" >&2; exit 1; }
+/usr/bin/python3 -c 'import torch' 2>/dev/null ||
+  { echo "bench_peer: /usr/bin/python3 has no torch (apt-get install python3-torch)" >&2; exit 1; }
+field() { sed -n "s/.*\"$1\": \"\{0,1\}\([^,\"}]*\).*/\1/p"; }
+median() { sort -g | awk '{ a[NR] = $1 } END { print (NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2) }'; }
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+for p in "${presets[@]}"; do
+  set -- $p
+  model=$1 preset=$2
+  steps=60 warmup=10
+  [ "$preset" = base ] && steps=20 warmup=5
+  args=(--model "$model" --preset "$preset" --threads "$threads" --steps $steps --warmup $warmup)
+  for ((r = 0; r < rounds; r++)); do
+    for run in torch-fp32 ours-fp32 torch-bf16 ours-bf16; do
+      case $run in
+        torch-fp32) j=$(/usr/bin/python3 "$peer" "${args[@]}") ;;
+        torch-bf16) j=$(/usr/bin/python3 "$peer" "${args[@]}" --amp bf16) ;;
+        ours-fp32) j=$("$bench" "${args[@]}" --precision fp32) ;;
+        ours-bf16) j=$("$bench" "${args[@]}" --precision bf16) ;;
+      esac
+      echo "$model $preset $run $(field tokens_per_s <<<"$j") $(field peak_rss_mb <<<"$j")" >>"$log"
+      echo "$model $preset $run: $j" >&2
+    done
+  done
+done
+echo "| preset | PyTorch fp32 | PyTorch bf16 | cgrad fp32 | cgrad bf16 | bf16: cgrad / PyTorch | cgrad bf16 / fp32 | peak RSS MB, PyTorch bf16 / cgrad bf16 / cgrad fp32 |"
+echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
+for p in "${presets[@]}"; do
+  set -- $p
+  m() { awk -v a="$1" -v b="$2" -v r="$3" -v c="$4" '$1 == a && $2 == b && $3 == r { print $c }' "$log" | median; }
+  tf=$(m "$1" "$2" torch-fp32 4) tb=$(m "$1" "$2" torch-bf16 4)
+  of=$(m "$1" "$2" ours-fp32 4) ob=$(m "$1" "$2" ours-bf16 4)
+  rt=$(m "$1" "$2" torch-bf16 5) rb=$(m "$1" "$2" ours-bf16 5) rf=$(m "$1" "$2" ours-fp32 5)
+  awk -v p="$1 $2" -v tf="$tf" -v tb="$tb" -v of="$of" -v ob="$ob" -v rt="$rt" -v rb="$rb" -v rf="$rf" \
+    'BEGIN { printf "| %s | %.0f | %.0f | %.0f | %.0f | %.2fx | %.2fx | %.0f / %.0f / %.0f |\n",
+             p, tf, tb, of, ob, ob / tb, ob / of, rt, rb, rf }'
+done
