@@ -191,6 +191,28 @@ EW_CLONES static void prob_row(float *s, int64_t ke, int64_t kz, float scale,
         s[j] = 0.0f;
 }
 
+/* prob_row and dsoft_row in one pass: p = exp(s / scale - lse) into s,
+ * d = p (d - D) / scale, over [0, ke); both zero over [ke, kz). */
+EW_CLONES static void prob_dsoft_row(float *s, float *d, int64_t ke, int64_t kz, float scale,
+                                     const uint8_t *kpad, float lse, float D)
+{
+    int64_t j;
+    if (kpad)
+        for (j = 0; j < ke; j++) {
+            float p = ew_expf(bsel(M(kpad[j] != 0), -INFINITY, s[j] / scale) - lse);
+            s[j] = p;
+            d[j] = p * (d[j] - D) / scale;
+        }
+    else
+        for (j = 0; j < ke; j++) {
+            float p = ew_expf(s[j] / scale - lse);
+            s[j] = p;
+            d[j] = p * (d[j] - D) / scale;
+        }
+    for (j = ke; j < kz; j++)
+        s[j] = d[j] = 0.0f;
+}
+
 /* <a, b> over [0, n) in 8 double lanes (element j in lane j % 8). */
 EW_CLONES static float dot_lanes(const float *a, const float *b, int64_t n)
 {
@@ -446,9 +468,8 @@ static void bwd_head(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
                     const float *pr = Ps + i * ld;
                     dsoft_row(pr, dr, ke, kz, dot_lanes(pr, dr, ke), scale);
                 } else {
-                    float *pr = P + (i - i0) * ld;
-                    prob_row(pr, ke, kz, scale, kpad ? kpad + j0 : NULL, lse[i]);
-                    dsoft_row(pr, dr, ke, kz, Dl[i], scale);
+                    prob_dsoft_row(P + (i - i0) * ld, dr, ke, kz, scale, kpad ? kpad + j0 : NULL,
+                                   lse[i], Dl[i]);
                 }
             }
             /* dq[i0:i1] (+)= dS k[j0:j0+ke1] */
