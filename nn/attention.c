@@ -375,6 +375,11 @@ cg_tensor *cg_mha_forward_cached(cg_mha *m, cg_tensor *xq, cg_tensor *xkv, bool 
         cg_set_error("MultiHeadAttention cached: the cache is empty and no keys were given");
         return NULL;
     }
+    if (m->qk_hook) { /* the hook sees no positions: cached keys would be transformed wrongly */
+        cg_set_error("MultiHeadAttention cached: a q/k hook is set, and the hook is not told the "
+                     "positions of cached keys; decode without the cache (cg_mha_forward)");
+        return NULL;
+    }
     const int64_t B = xq->shape[0], n = xq->shape[1], past = kv->len;
     cg_no_grad_begin();
     cg_tensor *y = NULL, *qh = NULL, *mask = NULL, *K = NULL, *V = NULL, *o = NULL;

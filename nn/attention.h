@@ -54,7 +54,8 @@ typedef struct {
      * with q [B,H,Tq,dh] (is_key false) and k [B,H,Tk,dh] (is_key true),
      * returns a new reference of the same shape built from differentiable
      * ops, or NULL + error. NULL (the default): no transform, the same
-     * computation as without the field. */
+     * computation as without the field. cg_mha_forward_cached refuses a
+     * module with a hook (it would not know the cached keys' positions). */
     cg_tensor *(*qk_hook)(void *ctx, cg_tensor *x, bool is_key);
     void *qk_hook_ctx;
 } cg_mha;

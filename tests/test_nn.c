@@ -1379,6 +1379,12 @@ START_TEST(test_mha_qk_hook)
     /* a hook returning the wrong shape */
     a->qk_hook = bad_hook;
     CG_ASSERT_FAILS(cg_mha_forward(a, x, x, false, NULL, NULL, NULL), "q/k hook returned [2, 2, 4, 5]");
+    /* cached decoding cannot tell the hook the cached keys' positions: refused */
+    cg_mha_kv kv = {0};
+    a->qk_hook = rotate_k;
+    CG_ASSERT_FAILS(cg_mha_forward_cached(a, x, x, true, NULL, &kv), "q/k hook");
+    ck_assert_int_eq(kv.len, 0);
+    cg_mha_kv_free(&kv);
     cg_release_all(3, x, in[0], in[1]);
     cg_param_list_free(&la);
     cg_param_list_free(&lb);
