@@ -123,22 +123,30 @@ BF16_TARGET static void pack_panel_native(int W, int64_t w, int64_t k, const flo
         return;
     }
     if (ls == 1) {
-        int64_t l0 = 0;
-        for (; l0 + 32 <= k; l0 += 32)
+        /* 32 values of k (16 pairs) of 16 vectors at a time; the last
+         * block's loads are masked (zeros past k: an odd k gets its zero
+         * partner) and only its pairs are stored */
+        for (int64_t l0 = 0; l0 < k; l0 += 32) {
+            const int64_t left = k - l0;
+            const __mmask16 m0 = left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1u);
+            const __mmask16 m1 = left >= 32 ? 0xffff
+                                 : left > 16 ? (__mmask16)((1u << (left - 16)) - 1u)
+                                             : 0;
+            const int npairs = left >= 32 ? 16 : (int)((left + 1) / 2);
             for (int h = 0; h < W; h += 16) {
                 __m512 r[16];
-                for (int i = 0; i < 16; i++)
-                    r[i] = h + i < w ? (__m512)_mm512_cvtne2ps_pbh(
-                                           _mm512_loadu_ps(src + (h + i) * vs + l0 + 16),
-                                           _mm512_loadu_ps(src + (h + i) * vs + l0))
+                for (int i = 0; i < 16; i++) {
+                    const float *si = src + (h + i) * vs + l0;
+                    r[i] = h + i < w ? (__m512)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(m1, si + 16),
+                                                                  _mm512_maskz_loadu_ps(m0, si))
                                      : _mm512_setzero_ps();
+                }
                 cg_transpose16(r); /* r[j]: pair j of rows h..h+15 */
                 __mmask16 st = (__mmask16)((1u << (W - h < 16 ? W - h : 16)) - 1u);
-                for (int j = 0; j < 16; j++)
+                for (int j = 0; j < npairs; j++)
                     _mm512_mask_storeu_ps((float *)(p + (l0 / 2 + j) * W + h), st, r[j]);
             }
-        if (l0 < k)
-            pack_panel_scalar(W, w, l0, k, src, vs, ls, p);
+        }
         return;
     }
     pack_panel_scalar(W, w, 0, k, src, vs, ls, p);
