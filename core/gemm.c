@@ -391,7 +391,8 @@ bool cg_sgemm_path(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int64_
     if (nt <= 0) {
         double flops = 2.0 * (double)m * (double)n * (double)k;
         nt = cg_get_num_threads();
-        double per = flops / MIN_FLOPS_PER_THREAD;
+        /* bf16 products run twice as fast: twice the flops for the same time */
+        double per = flops / (g.bf16 ? 2.0 * MIN_FLOPS_PER_THREAD : MIN_FLOPS_PER_THREAD);
         if (per < nt) nt = per < 2.0 ? 1 : (int)per;
     }
     if (nt < 1 || sup || omp_in_parallel()) nt = 1;
