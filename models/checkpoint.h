@@ -1,15 +1,17 @@
-/* cgrad zoo: char-LM checkpoints (safetensors files, nn/safetensors.h).
+/* cgrad zoo: checkpoints of the zoo's models (safetensors files,
+ * nn/safetensors.h), one layout for every model.
  *
  * A checkpoint holds
- *   tensors   the model's parameters under their PyTorch names
- *             (models/charlm.h), and, for training checkpoints, the
- *             optimizer state under "optim." (optim/optim.h cg_optim_save);
- *   metadata  "model": "charlm"
+ *   tensors   the model's parameters under their PyTorch names, and, for
+ *             training checkpoints, the optimizer state under "optim."
+ *             (optim/optim.h cg_optim_save);
+ *   metadata  "model": the model kind ("charlm", "seq2seq")
  *             "config": the model config as JSON (models.py field names)
- *             "vocab": the characters as a JSON string (models/vocab.h)
+ *             "vocab": the vocabulary as JSON (models/vocab.h, models/pairs.h)
  *             "step": completed training steps (decimal)
- *             "train": the trainer's state as JSON (opaque here; may be absent)
- * which is the reference trainer's format plus extras, so a file written by
+ *             "train": the trainer's state as JSON (models/trainer.h; absent
+ *             from inference-only files)
+ * which is the reference trainers' format plus extras, so a file written by
  * shared/reference/train_charlm.py loads too.
  *
  * Writing is atomic (temporary file + rename): an existing checkpoint is
@@ -21,7 +23,10 @@
 #include <stdint.h>
 
 #include "models/charlm.h"
+#include "models/pairs.h"
+#include "models/seq2seq.h"
 #include "models/vocab.h"
+#include "nn/module.h"
 #include "nn/safetensors.h"
 #include "optim/optim.h"
 
@@ -29,8 +34,19 @@
 extern "C" {
 #endif
 
-/* Save model (+ optimizer state if optim is not NULL) with the metadata
- * above. train_json may be NULL. */
+/* Save module (+ the optimizer state if optim is not NULL) with the
+ * metadata above; train_json may be NULL. */
+bool cg_ckpt_save(const char *path, const char *kind, const char *config_json,
+                  const char *vocab_json, const cg_module *module, const cg_optim *optim,
+                  int64_t step, const char *train_json);
+/* Open a checkpoint of the given kind: the file loads, its "model" is kind,
+ * it has a "config" and a "vocab", and its "step" (when present) is a
+ * non-negative decimal. NULL + error naming the file otherwise. */
+cg_st_file *cg_ckpt_open(const char *path, const char *kind);
+/* The "step" of a checkpoint opened by cg_ckpt_open (0 if absent). */
+int64_t cg_ckpt_step(const cg_st_file *f);
+
+/* ---- charlm */
 bool cg_charlm_ckpt_save(const char *path, const cg_charlm *model, const cg_vocab *vocab,
                          const cg_optim *optim, int64_t step, const char *train_json);
 
@@ -48,6 +64,17 @@ bool cg_charlm_ckpt_load(const char *path, cg_charlm_ckpt *out);
 void cg_charlm_ckpt_free(cg_charlm_ckpt *c);
 /* The "train" metadata (borrowed) or NULL. */
 const char *cg_charlm_ckpt_train_json(const cg_charlm_ckpt *c);
+
+/* ---- seq2seq */
+typedef struct {
+    cg_seq2seq *model;     /* owned */
+    cg_pair_vocab vocab;   /* owned */
+    int64_t step;
+    cg_st_file *file;      /* owned, open */
+} cg_seq2seq_ckpt;
+
+bool cg_seq2seq_ckpt_load(const char *path, cg_seq2seq_ckpt *out);
+void cg_seq2seq_ckpt_free(cg_seq2seq_ckpt *c);
 
 #ifdef __cplusplus
 }

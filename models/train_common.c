@@ -210,6 +210,8 @@ char *cg_history_to_json(const cg_history *h)
     return out;
 }
 
+/* Arrays are walked by their links (cJSON_GetArrayItem in a loop would be
+ * quadratic in the history's length). */
 static bool dense_from_json(const cJSON *o, cg_history *h)
 {
     const cJSON *e = cJSON_GetObjectItemCaseSensitive(o, "dense_every");
@@ -224,11 +226,9 @@ static bool dense_from_json(const cJSON *o, cg_history *h)
         cJSON_GetArraySize(s) >= CG_HISTORY_DENSE_MAX || !cJSON_IsObject(acc))
         return false;
     h->every = (int64_t)e->valuedouble;
-    for (int i = 0; i < cJSON_GetArraySize(s); i++) {
-        const cJSON *a = cJSON_GetArrayItem(s, i);
+    for (const cJSON *a = s->child, *b = l->child; a && b; a = a->next, b = b->next) {
         double y;
-        if (!cJSON_IsNumber(a) || !json_loss(cJSON_GetArrayItem(l, i), &y) ||
-            !dense_append(h, a->valuedouble, y))
+        if (!cJSON_IsNumber(a) || !json_loss(b, &y) || !dense_append(h, a->valuedouble, y))
             return false;
     }
     const cJSON *al = cJSON_GetObjectItemCaseSensitive(acc, "loss");
@@ -246,26 +246,32 @@ static bool dense_from_json(const cJSON *o, cg_history *h)
     return true;
 }
 
-bool cg_history_from_json(const char *json, cg_history *h)
+bool cg_history_from_cjson(const cJSON *o, cg_history *h)
 {
-    cJSON *o = cJSON_Parse(json);
-    cJSON *s = cJSON_GetObjectItemCaseSensitive(o, "step");
-    cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "train");
-    cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "val");
+    const cJSON *s = cJSON_GetObjectItemCaseSensitive(o, "step");
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "train");
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "val");
     bool ok = cJSON_IsArray(s) && cJSON_IsArray(t) && cJSON_IsArray(v) &&
               cJSON_GetArraySize(s) == cJSON_GetArraySize(t) &&
               cJSON_GetArraySize(s) == cJSON_GetArraySize(v);
-    for (int i = 0; ok && i < cJSON_GetArraySize(s); i++) {
-        cJSON *a = cJSON_GetArrayItem(s, i);
-        double b, c;
-        ok = cJSON_IsNumber(a) && json_loss(cJSON_GetArrayItem(t, i), &b) &&
-             json_loss(cJSON_GetArrayItem(v, i), &c) &&
-             cg_history_push(h, (int64_t)a->valuedouble, b, c);
+    for (const cJSON *a = ok ? s->child : NULL, *b = ok ? t->child : NULL,
+                     *c = ok ? v->child : NULL;
+         ok && a && b && c; a = a->next, b = b->next, c = c->next) {
+        double x, y;
+        ok = cJSON_IsNumber(a) && fabs(a->valuedouble) <= 9e15 && json_loss(b, &x) &&
+             json_loss(c, &y) && cg_history_push(h, (int64_t)a->valuedouble, x, y);
     }
     ok = ok && dense_from_json(o, h);
-    cJSON_Delete(o);
     if (!ok)
         cg_set_error("malformed loss history in checkpoint");
+    return ok;
+}
+
+bool cg_history_from_json(const char *json, cg_history *h)
+{
+    cJSON *o = cJSON_Parse(json);
+    bool ok = cg_history_from_cjson(o, h);
+    cJSON_Delete(o);
     return ok;
 }
 

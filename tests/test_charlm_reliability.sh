@@ -5,7 +5,8 @@
 #   2. SIGINT saves a checkpoint and exits 0; that checkpoint equals an
 #      uninterrupted run stopped at the same step, and resuming it for 10
 #      more steps equals an uninterrupted run to that step
-#   3. a NaN (a poisoned parameter) stops training with the step and the
+#   3. a NaN (a poisoned parameter) stops training with the step (numbered
+#      from 1, as on the progress line) and the
 #      tensor named, exit non-zero, and the last checkpoint is not overwritten
 #   test_charlm_reliability.sh CHARLM CKPT_WRITER
 set -euo pipefail
@@ -69,7 +70,7 @@ rc=0
 [ "$rc" -ne 0 ] || fail "NaN: training did not stop"
 msg=$(grep -i 'nan' nan.log | tail -1)
 [ -n "$msg" ] || fail "NaN: no message naming it: $(tail -1 nan.log)"
-echo "$msg" | grep -q 'step 20' || fail "NaN: the message does not name the step: $msg"
+echo "$msg" | grep -q 'step 21' || fail "NaN: the message does not name the step: $msg"
 echo "$msg" | grep -q "'" || fail "NaN: the message does not name a tensor: $msg"
 cmp -s bad.st bad.orig || fail "NaN: the last checkpoint was overwritten"
 echo "NaN: exit $rc, '$msg'; checkpoint untouched"
@@ -80,6 +81,6 @@ cp bad.orig skip.st
 "$charlm" train --resume skip.st --threads 1 --skip-nonfinite --stop-at 25 >/dev/null 2>skip.log ||
   fail "skip: training failed: $(tail -1 skip.log)"
 n=$(grep -c 'warning: skipping step' skip.log || true)
-[ "$n" -eq 5 ] || fail "skip: expected 5 skipped steps (20..24), saw $n: $(tail -2 skip.log)"
+[ "$n" -eq 5 ] || fail "skip: expected 5 skipped steps (21..25), saw $n: $(tail -2 skip.log)"
 grep -q '5 step(s) skipped' skip.log || fail "skip: no summary of skipped steps"
 echo "skip: 5 non-finite steps skipped with a warning each, exit 0"

@@ -712,7 +712,7 @@ START_TEST(test_bad_inputs)
     const char *d1[] = {"train", "--resume", "nan.safetensors", "--steps", "10", NULL};
     int rc = run(d1);
     char *err = slurp(tmp_path("stderr"), NULL);
-    ck_assert_msg(rc == 1 && strstr(err, "charlm: error: loss is nan at step 3") &&
+    ck_assert_msg(rc == 1 && strstr(err, "charlm: error: loss is nan at step 4") &&
                       strstr(err, "non-finite gradient: '"),
                   "exit %d: %s", rc, err);
     free(err);
