@@ -546,25 +546,10 @@ int cg_trainer_begin(cg_trainer *t, cg_train_opts *o, const char *kind, const ch
             return cg_prog_fail("--resume continues a run with the model and recipe of its "
                                 "checkpoint; drop %s",
                                 given);
-    }
-    if (cg_dist_is_root()) { /* rank 0 alone writes */
-        if (access(t->out, F_OK) == 0 && !o->force &&
-            !(o->resume && strcmp(t->out, o->resume) == 0))
-            return cg_prog_fail("checkpoint %s exists; continue it with --resume %s, or pass "
-                                "--force to overwrite it",
-                                t->out, t->out);
-        int rc = check_output(t, t->out);
-        if (rc >= 0)
-            return rc;
-    }
-    if (o->resume) {
         t->ckpt = cg_ckpt_open(o->resume, kind);
         if (!t->ckpt)
             return cg_prog_fail_lib(NULL);
-        const char *st = cg_st_metadata(t->ckpt, "step");
-        t->start = 0;
-        if (st)
-            t->start = strtoll(st, NULL, 10);
+        t->start = cg_ckpt_step(t->ckpt);
         t->state = cg_train_state_parse(cg_st_metadata(t->ckpt, "train"));
         if (!t->state)
             return cg_prog_fail("'%s' holds no training state (it cannot be resumed; use it "
@@ -575,6 +560,16 @@ int cg_trainer_begin(cg_trainer *t, cg_train_opts *o, const char *kind, const ch
         if (t->start >= o->steps)
             return cg_prog_fail("'%s' is already at step %lld of %lld; pass a larger --steps",
                                 o->resume, (long long)t->start, (long long)o->steps);
+    }
+    if (cg_dist_is_root()) { /* rank 0 alone writes */
+        if (access(t->out, F_OK) == 0 && !o->force &&
+            !(o->resume && strcmp(t->out, o->resume) == 0))
+            return cg_prog_fail("checkpoint %s exists; continue it with --resume %s, or pass "
+                                "--force to overwrite it",
+                                t->out, t->out);
+        int rc = check_output(t, t->out);
+        if (rc >= 0)
+            return rc;
     }
     t->step = t->start;
     return -1;
@@ -611,14 +606,132 @@ void cg_trainer_end(cg_trainer *t)
 }
 
 /* ============================================================ the run */
+/* ------------------------------------------------------------ the step */
+bool cg_stepper_init(cg_stepper *s, const cg_trainer_model *m, int grad_accum)
+{
+    memset(s, 0, sizeof *s);
+    s->m = m;
+    s->grad_accum = grad_accum;
+    if (!cg_module_params(m->module, &s->pl))
+        return false;
+    s->op = calloc((size_t)s->pl.n + 1, sizeof *s->op);
+    s->w = calloc((size_t)grad_accum, sizeof *s->w);
+    s->tok = calloc((size_t)grad_accum, sizeof *s->tok);
+    if (!s->op || !s->w || !s->tok) {
+        cg_set_error("out of memory");
+        return false;
+    }
+    for (int i = 0; i < s->pl.n; i++) {
+        const cg_tensor *p = s->pl.items[i].tensor;
+        s->op[i] = (cg_optim_param){s->pl.items[i].name, s->pl.items[i].tensor,
+                                    p->ndim >= 2 ? m->weight_decay_2d : m->weight_decay_1d};
+    }
+    s->opt = cg_optim_new(&m->optim, s->pl.n, s->op);
+    return s->opt != NULL;
+}
+
+void cg_stepper_free(cg_stepper *s)
+{
+    cg_optim_free(s->opt);
+    free(s->op);
+    free(s->w);
+    free(s->tok);
+    cg_param_list_free(&s->pl);
+    memset(s, 0, sizeof *s);
+}
+
+cg_step_result cg_stepper_step(cg_stepper *st, int64_t s, double *loss_out, double *tokens_out)
+{
+    const cg_trainer_model *m = st->m;
+    const int N = st->grad_accum;
+    double W = 0, tok = 0;
+    *loss_out = NAN;
+    *tokens_out = 0;
+    for (int k = 0; k < N; k++) {
+        if (!m->batch(m->self, k, &st->w[k], &st->tok[k]))
+            return CG_STEP_FAILED;
+        W += st->w[k];
+        tok += st->tok[k];
+    }
+    cg_optim_set_lr(st->opt, m->lr(m->self, s));
+    cg_optim_zero_grad(st->opt);
+    double lsum = 0, lv = NAN;
+    bool back_ok = true;
+    for (int k = 0; k < N; k++) {
+        cg_tensor *loss = m->loss(m->self, k);
+        if (!loss)
+            return CG_STEP_FAILED;
+        double l = cg_item(loss);
+        lsum += l * st->w[k];
+        if (N == 1) {
+            lv = l;
+            back_ok = cg_backward(loss, NULL, false);
+        } else { /* the mean over all N micro-batches' units */
+            cg_tensor *scaled = cg_muls(loss, (float)(st->w[k] / W));
+            back_ok = back_ok && scaled && cg_backward(scaled, NULL, false);
+            cg_release(scaled);
+        }
+        cg_release(loss);
+    }
+    if (N > 1)
+        lv = lsum / W;
+    *loss_out = lv;
+    if (!isfinite(lv) && !st->skip_nonfinite) {
+        char culprit[400] = "";
+        if (back_ok && !cg_optim_grads_finite(st->opt, NULL))
+            snprintf(culprit, sizeof culprit, " (%s)", cg_last_error());
+        cg_set_error("loss is %s at step %lld%s", isnan(lv) ? "nan" : "inf", (long long)s,
+                     culprit);
+        return CG_STEP_NONFINITE;
+    }
+    if (!back_ok) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", cg_last_error());
+        cg_set_error("backward: %s", msg);
+        return CG_STEP_FAILED;
+    }
+    /* loss, weight and tokens of every rank: from here on every rank takes
+     * the same decisions */
+    double red[3] = {lv * W, W, tok};
+    if (!cg_dist_allreduce_sum(red, 3) || !cg_dist_average_grads(m->module, W))
+        return CG_STEP_FAILED;
+    lv = red[0] / red[1];
+    *loss_out = lv;
+    *tokens_out = red[2];
+    double norm = m->clip_norm > 0 ? cg_optim_clip_grad_norm(st->opt, m->clip_norm) : 0.0;
+    if (norm < 0)
+        return CG_STEP_FAILED;
+    if (!isfinite(lv) || !isfinite(norm)) {
+        if (cg_optim_grads_finite(st->opt, NULL))
+            cg_set_error("gradient norm is not finite");
+        if (!st->skip_nonfinite) {
+            char msg[512];
+            snprintf(msg, sizeof msg, "%s", cg_last_error());
+            cg_set_error("step %lld: %s", (long long)s, msg);
+            return CG_STEP_NONFINITE;
+        }
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", cg_last_error());
+        cg_set_error("loss %g, %s", lv, msg);
+        cg_optim_zero_grad(st->opt);
+        return CG_STEP_SKIPPED;
+    }
+    if (!cg_optim_step(st->opt)) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", cg_last_error());
+        cg_set_error("optimizer: %s", msg);
+        return CG_STEP_FAILED;
+    }
+    return CG_STEP_OK;
+}
+
+/* ------------------------------------------------------------ the run */
 typedef struct {
     cg_trainer *t;
     const cg_trainer_model *m;
-    cg_optim *opt;
-    cg_param_list pl;
-    cg_optim_param *op;
+    cg_stepper st;
+    cg_optim *opt; /* st.opt */
     char *png;
-    double *w, *tok;
 } run_ctx;
 
 static bool save(run_ctx *c, int64_t step)
@@ -682,78 +795,24 @@ static int evaluate(run_ctx *c, int64_t step)
 static int train_step(run_ctx *c, bool *skipped, double *tokens)
 {
     cg_trainer *t = c->t;
-    const cg_trainer_model *m = c->m;
     const int64_t s = t->step + 1; /* the step being taken, 1-based */
-    const int N = (int)t->o->grad_accum;
+    double lv;
     *skipped = false;
-    double W = 0, tok = 0;
-    for (int k = 0; k < N; k++) {
-        if (!m->batch(m->self, k, &c->w[k], &c->tok[k]))
-            return cg_prog_fail("step %lld: %s", (long long)s, cg_last_error());
-        W += c->w[k];
-        tok += c->tok[k];
-    }
-    cg_optim_set_lr(c->opt, m->lr(m->self, s));
-    cg_optim_zero_grad(c->opt);
-    double lsum = 0, lv = NAN;
-    bool back_ok = true;
-    for (int k = 0; k < N; k++) {
-        cg_tensor *loss = m->loss(m->self, k);
-        if (!loss)
-            return cg_prog_fail("step %lld: %s", (long long)s, cg_last_error());
-        double l = cg_item(loss);
-        lsum += l * c->w[k];
-        if (N == 1) {
-            lv = l;
-            back_ok = cg_backward(loss, NULL, false);
-        } else { /* the mean over all N micro-batches' units */
-            cg_tensor *scaled = cg_muls(loss, (float)(c->w[k] / W));
-            back_ok = back_ok && scaled && cg_backward(scaled, NULL, false);
-            cg_release(scaled);
-        }
-        cg_release(loss);
-    }
-    if (N > 1)
-        lv = lsum / W;
-    const char *ck = t->out;
-    char kept[PATH_MAX + 64];
-    if (access(ck, F_OK) == 0)
-        snprintf(kept, sizeof kept, "the checkpoint %s is left as it was", ck);
-    else
-        snprintf(kept, sizeof kept, "no checkpoint was written");
-    if (!isfinite(lv) && !t->o->skip_nonfinite) {
-        char culprit[400] = "";
-        if (back_ok && !cg_optim_grads_finite(c->opt, NULL))
-            snprintf(culprit, sizeof culprit, " (%s)", cg_last_error());
-        return cg_prog_fail("loss is %s at step %lld%s; stopping (%s)", isnan(lv) ? "nan" : "inf",
-                            (long long)s, culprit, kept);
-    }
-    if (!back_ok)
-        return cg_prog_fail("step %lld: backward: %s", (long long)s, cg_last_error());
-    /* loss, weight and tokens of every rank: from here on every rank takes
-     * the same decisions */
-    double red[3] = {lv * W, W, tok};
-    if (!cg_dist_allreduce_sum(red, 3) || !cg_dist_average_grads(m->module, W))
+    cg_step_result r = cg_stepper_step(&c->st, s, &lv, tokens);
+    if (r == CG_STEP_FAILED)
         return cg_prog_fail("step %lld: %s", (long long)s, cg_last_error());
-    lv = red[0] / red[1];
-    *tokens = red[2];
-    double norm = cg_optim_clip_grad_norm(c->opt, m->clip_norm);
-    if (norm < 0)
-        return cg_prog_fail("step %lld: %s", (long long)s, cg_last_error());
-    if (!isfinite(lv) || !isfinite(norm)) {
-        if (cg_optim_grads_finite(c->opt, NULL))
-            cg_set_error("gradient norm is not finite");
-        if (!t->o->skip_nonfinite)
-            return cg_prog_fail("step %lld: %s; stopping (%s)", (long long)s, cg_last_error(),
-                                kept);
-        cg_prog_warn("skipping step %lld: loss %g, %s", (long long)s, lv, cg_last_error());
-        cg_optim_zero_grad(c->opt);
+    if (r == CG_STEP_NONFINITE) {
+        if (access(t->out, F_OK) == 0)
+            return cg_prog_fail("%s; stopping (the checkpoint %s is left as it was)",
+                                cg_last_error(), t->out);
+        return cg_prog_fail("%s; stopping (no checkpoint was written)", cg_last_error());
+    }
+    if (r == CG_STEP_SKIPPED) {
+        cg_prog_warn("skipping step %lld: %s", (long long)s, cg_last_error());
         t->skipped++;
         *skipped = true;
         return -1;
     }
-    if (!cg_optim_step(c->opt))
-        return cg_prog_fail("step %lld: optimizer: %s", (long long)s, cg_last_error());
     if (!cg_history_train_step(&t->hist, s, lv))
         return cg_prog_fail_lib(NULL);
     t->last_loss = lv;
@@ -769,19 +828,10 @@ static int setup(run_ctx *c)
 {
     cg_trainer *t = c->t;
     const cg_trainer_model *m = c->m;
-    if (!cg_module_params(m->module, &c->pl))
-        return cg_prog_fail_lib(NULL);
-    c->op = calloc((size_t)c->pl.n + 1, sizeof *c->op);
-    c->w = calloc((size_t)t->o->grad_accum, sizeof *c->w);
-    c->tok = calloc((size_t)t->o->grad_accum, sizeof *c->tok);
-    if (!c->op || !c->w || !c->tok)
-        return cg_prog_fail("out of memory");
-    for (int i = 0; i < c->pl.n; i++)
-        c->op[i] = (cg_optim_param){c->pl.items[i].name, c->pl.items[i].tensor,
-                                    c->pl.items[i].tensor->ndim >= 2 ? m->weight_decay_2d : 0.0};
-    c->opt = cg_optim_new(&m->optim, c->pl.n, c->op);
-    if (!c->opt)
+    if (!cg_stepper_init(&c->st, m, (int)t->o->grad_accum))
         return cg_prog_fail_lib("optimizer");
+    c->st.skip_nonfinite = t->o->skip_nonfinite;
+    c->opt = c->st.opt;
     if (t->ckpt) {
         if (!cg_optim_load(c->opt, t->ckpt, "optim"))
             return cg_prog_fail("'%s': %s", t->o->resume, cg_last_error());
@@ -942,10 +992,6 @@ int cg_trainer_run(cg_trainer *t, const cg_trainer_model *m)
 done:
     cg_progress_end();
     free(c.png);
-    free(c.w);
-    free(c.tok);
-    cg_optim_free(c.opt);
-    free(c.op);
-    cg_param_list_free(&c.pl);
+    cg_stepper_free(&c.st);
     return rc;
 }

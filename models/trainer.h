@@ -168,8 +168,9 @@ typedef struct {
     cg_module *module;
     cg_rng *dropout_rng;    /* the model's dropout stream: saved, seeded per rank */
     cg_optim_config optim;  /* the optimizer (its lr is set every step) */
-    double weight_decay_2d; /* weight decay of parameters with >= 2 dims (others 0) */
-    double clip_norm;
+    double weight_decay_2d; /* weight decay of parameters with >= 2 dims */
+    double weight_decay_1d; /* ... and of the others */
+    double clip_norm;       /* 0: no clipping */
     bool eval_at_start;     /* evaluate at step 0 too */
     void *self;
     /* Make micro-batch k (0 <= k < grad_accum) of the next optimizer step:
@@ -194,6 +195,35 @@ typedef struct {
     char *(*vocab_json)(void *self);
     bool (*state_save)(void *self, cJSON *o);
 } cg_trainer_model;
+
+/* The optimizer step alone (what cg_trainer_run repeats; build/models/bench
+ * times it): grad_accum micro-batches (each loss weighted by its share of
+ * the step's units), backward, gradients averaged over MPI ranks, the NaN
+ * check, clipping, the optimizer. */
+typedef struct {
+    const cg_trainer_model *m;
+    cg_optim *opt;          /* over the module's parameters (m->optim) */
+    int grad_accum;
+    bool skip_nonfinite;
+    cg_param_list pl;
+    cg_optim_param *op;
+    double *w, *tok;
+} cg_stepper;
+
+typedef enum {
+    CG_STEP_OK = 0,
+    CG_STEP_SKIPPED,   /* non-finite with skip_nonfinite: no update (error: why) */
+    CG_STEP_NONFINITE, /* non-finite loss or gradient (error: the step and the parameter) */
+    CG_STEP_FAILED     /* error */
+} cg_step_result;
+
+/* False + error (free with cg_stepper_free either way). */
+bool cg_stepper_init(cg_stepper *s, const cg_trainer_model *m, int grad_accum);
+void cg_stepper_free(cg_stepper *s);
+/* Take the optimizer step numbered step (1-based; its learning rate is
+ * m->lr(step)). *loss: the step's mean loss over every rank; *tokens: the
+ * tokens processed by every rank. */
+cg_step_result cg_stepper_step(cg_stepper *s, int64_t step, double *loss, double *tokens);
 
 struct cg_trainer {
     cg_train_opts *o;      /* with --resume: the checkpoint's recipe filled in */

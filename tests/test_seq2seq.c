@@ -560,7 +560,7 @@ START_TEST(test_cli_end_to_end)
              ck);
     rc = run(args, NULL, &out, &err);
     ck_assert_msg(rc == 0, "resume failed: %s", err);
-    ck_assert_msg(strstr(out, "\"steps\":5") != NULL, "%s", out);
+    ck_assert_msg(strstr(out, "\"step\": 5") != NULL, "%s", out);
     ck_assert_msg(strstr(out, "\"val_nll\":") != NULL, "%s", out);
     ck_assert(strstr(out, "\"chrf_beam\":") != NULL);
     free(err);
