@@ -17,6 +17,7 @@
 #include "models/pairs.h"
 #include "models/seq2seq.h"
 #include "models/train_common.h"
+#include "models/trainer.h"
 #include "nn/safetensors.h"
 #include "optim/optim.h"
 #include "testutil.h"
@@ -787,6 +788,88 @@ START_TEST(test_cli_nonfinite)
 }
 END_TEST
 
+/* --grad-accum (models/trainer.h cg_stepper): 4 micro-batches of different
+ * target-token counts take the step of one batch holding all their pairs
+ * (the loss is the mean over every target token), 20 Adam steps with label
+ * smoothing and clipping, within 1e-5 relative. */
+typedef struct {
+    cg_seq2seq *m;
+    cg_batch *bt;
+} accum_model;
+
+static bool accum_batch(void *self, int k, double *weight, double *tokens)
+{
+    accum_model *a = self;
+    *weight = (double)a->bt[k].n_tokens;
+    *tokens = *weight;
+    return true;
+}
+
+static cg_tensor *accum_loss(void *self, int k)
+{
+    accum_model *a = self;
+    const cg_batch *b = &a->bt[k];
+    cg_tensor *logits = cg_seq2seq_forward(a->m, b->src, b->B, b->S, b->tgt_in, b->T);
+    cg_tensor *loss = cg_seq2seq_loss(a->m, logits, b->tgt_out);
+    cg_release(logits);
+    return loss;
+}
+
+static double accum_lr(void *self, int64_t step)
+{
+    (void)self;
+    return 1e-3 * (double)(step < 10 ? step + 1 : 10) / 10.0;
+}
+
+START_TEST(test_grad_accum_per_token)
+{
+    cg_seq2seq_config c = cg_seq2seq_config_default();
+    c.vocab = cg_pair_vocab_size(&g_vocab);
+    c.d = 32, c.H = 2, c.enc_layers = 1, c.dec_layers = 1, c.d_ff = 64, c.max_len = 64;
+    c.dropout = 0.0f, c.label_smoothing = 0.1f;
+    cg_seq2seq *m[2] = {cg_seq2seq_new(&c, 11), cg_seq2seq_new(&c, 11)};
+    ck_assert(m[0] && m[1]);
+    int64_t all[NPAIRS] = {0, 1, 2, 3, 4};
+    const int64_t start[5] = {0, 1, 2, 3, 5}; /* micro-batches {0} {1} {2} {3, 4} */
+    cg_batch micro[4], whole;
+    for (int k = 0; k < 4; k++)
+        ck_assert(cg_batch_make(&g_pairs, all + start[k], start[k + 1] - start[k], &g_vocab,
+                                &micro[k]));
+    ck_assert(cg_batch_make(&g_pairs, all, NPAIRS, &g_vocab, &whole));
+    ck_assert(micro[0].n_tokens != micro[3].n_tokens);
+    accum_model am[2] = {{m[0], micro}, {m[1], &whole}};
+    cg_stepper st[2];
+    for (int i = 0; i < 2; i++) {
+        cg_trainer_model tm = {.module = CG_MODULE(m[i]), .dropout_rng = &m[i]->dropout_rng,
+                               .optim = cg_adam_config(0.0, 0.9, 0.98, 1e-9), .clip_norm = 1.0,
+                               .self = &am[i], .batch = accum_batch, .loss = accum_loss,
+                               .lr = accum_lr};
+        static cg_trainer_model keep[2];
+        keep[i] = tm;
+        ck_assert_msg(cg_stepper_init(&st[i], &keep[i], i == 0 ? 4 : 1), "%s", cg_last_error());
+    }
+    for (int64_t s = 1; s <= 20; s++) {
+        double l[2], tok[2];
+        for (int i = 0; i < 2; i++)
+            ck_assert_msg(cg_stepper_step(&st[i], s, &l[i], &tok[i]) == CG_STEP_OK, "%s",
+                          cg_last_error());
+        ck_assert_msg(fabs(l[0] - l[1]) <= 1e-5 * fabs(l[1]), "step %lld: loss %.9g vs %.9g",
+                      (long long)s, l[0], l[1]);
+        ck_assert(tok[0] == tok[1]);
+    }
+    char worst[128] = "";
+    double rel = cg_test_max_rel_diff(CG_MODULE(m[0]), CG_MODULE(m[1]), worst, sizeof worst);
+    ck_assert_msg(rel <= 1e-5, "parameters differ by %.3g (relative) in %s", rel, worst);
+    for (int i = 0; i < 2; i++) {
+        cg_stepper_free(&st[i]);
+        cg_seq2seq_free(m[i]);
+    }
+    for (int k = 0; k < 4; k++)
+        cg_batch_free(&micro[k]);
+    cg_batch_free(&whole);
+}
+END_TEST
+
 static Suite *seq2seq_suite(void)
 {
     Suite *s = suite_create("seq2seq");
@@ -804,6 +887,7 @@ static Suite *seq2seq_suite(void)
     tcase_add_test(tc, test_beam1_equals_greedy);
     tcase_add_test(tc, test_beam_not_worse_than_greedy);
     tcase_add_test(tc, test_decode_bad_input);
+    tcase_add_test(tc, test_grad_accum_per_token);
     suite_add_tcase(s, tc);
     tc = tcase_create("cli");
     tcase_set_timeout(tc, 600);
