@@ -638,7 +638,7 @@ static int cmd_train(int argc, char **argv)
     int rc = cg_prog_parse(argc, argv, opts, n, help);
     if (rc >= 0)
         return rc;
-    if (o.lr_seen && factor_seen)
+    if (!o.resume && o.lr_seen && factor_seen)
         die("--lr and --factor both set the learning rate; give one");
     if (!o.resume && !find_preset(r.preset))
         die("unknown preset '%s' (choose tiny or base)", r.preset);

@@ -870,6 +870,110 @@ START_TEST(test_grad_accum_per_token)
 }
 END_TEST
 
+/* Copy checkpoint src to dst with the trainer state's model.<key> set to v. */
+static void edit_state_copy(const char *src, const char *dst, const char *key, double v)
+{
+    cg_st_file *f = cg_st_open(src);
+    ck_assert_msg(f != NULL, "%s", cg_last_error());
+    cg_st_writer *w = cg_st_writer_new();
+    for (int i = 0; i < cg_st_metadata_count(f); i++) {
+        const char *k = cg_st_metadata_key(f, i);
+        if (strcmp(k, "train") != 0) {
+            ck_assert(cg_st_set_metadata(w, k, cg_st_metadata(f, k)));
+            continue;
+        }
+        cJSON *o = cJSON_Parse(cg_st_metadata(f, k));
+        cJSON *m = cJSON_GetObjectItemCaseSensitive(o, "model");
+        ck_assert(cJSON_IsObject(m));
+        cJSON_ReplaceItemInObjectCaseSensitive(m, key, cJSON_CreateNumber(v));
+        char *j = cJSON_PrintUnformatted(o);
+        ck_assert(cg_st_set_metadata(w, k, j));
+        free(j);
+        cJSON_Delete(o);
+    }
+    for (int i = 0; i < cg_st_count(f); i++) {
+        const char *name = cg_st_name(f, i);
+        cg_st_dtype dt;
+        int nd;
+        int64_t shape[CG_MAX_DIMS];
+        ck_assert(cg_st_info(f, name, &dt, &nd, shape));
+        if (dt == CG_ST_F32) {
+            cg_tensor *t = cg_st_get_f32(f, name);
+            ck_assert(t && cg_st_add_f32(w, name, t));
+            cg_release(t);
+        } else {
+            int64_t *v = cg_st_get_i64(f, name, NULL, NULL);
+            ck_assert(v && cg_st_add_i64(w, name, nd, shape, v));
+            free(v);
+        }
+    }
+    ck_assert(cg_st_writer_save(w, dst));
+    cg_st_writer_free(w);
+    cg_st_close(f);
+}
+
+/* Issue 16: resume refuses every flag that would change the recipe, in one
+ * message naming them; a damaged batch position is refused, not replayed
+ * (epoch 0 with a position inside it crashed; epoch 1e15 hung); the output
+ * is checked before any training. */
+START_TEST(test_cli_resume_and_output_rules)
+{
+    char data[4096] = "";
+    for (int i = 0; i < 30; i++) {
+        char line[128];
+        snprintf(line, sizeof line, "a small %d.\tein kleines %d.\n", i, i);
+        strcat(data, line);
+    }
+    write_file(tmp_path("small.tsv"), data, strlen(data));
+    char ck[PATH_MAX], args[3 * PATH_MAX], *out, *err;
+    snprintf(ck, sizeof ck, "%s", tmp_path("r.safetensors"));
+    const char *common = "--valid-size 4 --test-size 4 --test-limit 0 --max-tokens 200 "
+                         "--threads 1 --enc-layers 1 --dec-layers 1 --d 32 --H 2 --d-ff 64";
+    snprintf(args, sizeof args, "train --data '%s' --out '%s' --steps 6 --stop-at 2 %s",
+             tmp_path("small.tsv"), ck, common);
+    int rc = run(args, NULL, &out, &err);
+    ck_assert_msg(rc == 0, "train failed: %s", err);
+    free(out);
+    free(err);
+    snprintf(args, sizeof args,
+             "train --resume '%s' --preset base --max-tokens 100 --seed 3 --factor 1 --warmup 5 "
+             "--max-len 50 --valid-size 3 --test-size 3 --lr 1e-3 --d 64",
+             ck);
+    expect_cli_error(args, "drop --preset, --max-tokens, --seed, --factor, --warmup, --max-len, "
+                           "--valid-size, --test-size, --lr, --d");
+    /* damaged positions */
+    const struct {
+        const char *key;
+        double v;
+    } bad[] = {{"epoch", 0}, {"pos", 0}, {"epoch", 1e15}, {"pos", 1e9}, {"epoch", -1}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        edit_state_copy(ck, tmp_path("bad.safetensors"), bad[i].key, bad[i].v);
+        if (i == 1) /* epoch 0 with a position inside it */
+            edit_state_copy(tmp_path("bad.safetensors"), tmp_path("bad.safetensors"), "epoch", 0);
+        snprintf(args, sizeof args, "train --resume '%s' --test-limit 0 --threads 1",
+                 tmp_path("bad.safetensors"));
+        expect_cli_error(args, "bad.safetensors");
+    }
+    /* the output, before any training */
+    snprintf(args, sizeof args, "train --data '%s' --out '%s/' %s", tmp_path("small.tsv"),
+             tmp_path("newdir"), common);
+    expect_cli_error(args, "names a directory");
+    snprintf(args, sizeof args, "train --data '%s' --out '%s/x.st' %s", tmp_path("small.tsv"),
+             tmp_path("small.tsv"), common);
+    expect_cli_error(args, "not a directory");
+    ck_assert_int_eq(mkfifo(tmp_path("fifo"), 0600), 0);
+    snprintf(args, sizeof args, "train --data '%s' --out '%s' --force %s", tmp_path("small.tsv"),
+             tmp_path("fifo"), common);
+    expect_cli_error(args, "not a regular file");
+    char longname[300];
+    memset(longname, 'x', 250);
+    strcpy(longname + 250, ".st");
+    snprintf(args, sizeof args, "train --data '%s' --out '%s' %s", tmp_path("small.tsv"),
+             tmp_path(longname), common);
+    expect_cli_error(args, "too long");
+}
+END_TEST
+
 static Suite *seq2seq_suite(void)
 {
     Suite *s = suite_create("seq2seq");
@@ -895,6 +999,7 @@ static Suite *seq2seq_suite(void)
     tcase_add_test(tc, test_cli_bad_flags);
     tcase_add_test(tc, test_cli_end_to_end);
     tcase_add_test(tc, test_cli_nonfinite);
+    tcase_add_test(tc, test_cli_resume_and_output_rules);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -275,6 +275,24 @@ static cg_history history_reload(const cg_history *h)
     return r;
 }
 
+/* Issue 16: a long loss history loads in linear time (it was read with
+ * cJSON_GetArrayItem in a loop: 100,000 evaluations took minutes). */
+START_TEST(test_history_long)
+{
+    cg_history h = {0}, back = {0};
+    for (int i = 0; i < 200000; i++)
+        ck_assert(cg_history_push(&h, 10 * (int64_t)i, 2.0 + 1e-6 * i, 2.5 - 1e-6 * i));
+    char *j = cg_history_to_json(&h);
+    ck_assert_ptr_nonnull(j);
+    ck_assert_msg(cg_history_from_json(j, &back), "%s", cg_last_error());
+    ck_assert_int_eq(back.n, 200000);
+    ck_assert(back.step[199999] == h.step[199999] && back.val[12345] == h.val[12345]);
+    free(j);
+    cg_history_free(&h);
+    cg_history_free(&back);
+}
+END_TEST
+
 START_TEST(test_history_json)
 {
     make_tmpdir();
@@ -835,6 +853,7 @@ static Suite *zoo_suite(void)
     tcase_add_test(t, test_vocab_and_utf8);
     tcase_add_test(t, test_checkpoint_round_trip);
     tcase_add_test(t, test_history_json);
+    tcase_add_test(t, test_history_long);
     suite_add_tcase(s, t);
     TCase *p = tcase_create("program");
     tcase_set_timeout(p, 300);
