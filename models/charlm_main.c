@@ -222,61 +222,25 @@ static bool lm_finish(void *self, const cg_trainer *t, cg_jline *j)
 static char *lm_config(void *self) { return cg_charlm_config_to_json(&((lm_run *)self)->model->cfg); }
 static char *lm_vocab(void *self) { return cg_vocab_to_json(((lm_run *)self)->vocab); }
 
-static char *f64str(double v, char *buf)
-{
-    sprintf(buf, "%.17g", v);
-    return buf;
-}
-
-static char *u64str(uint64_t v, char *buf)
-{
-    sprintf(buf, "%" PRIu64, v);
-    return buf;
-}
-
 /* The char LM's own state: its recipe and the batch stream. */
 static bool lm_state_save(void *self, cJSON *o)
 {
     lm_run *r = self;
-    char b[40];
     return cJSON_AddNumberToObject(o, "batch_size", (double)r->B) &&
-           cJSON_AddStringToObject(o, "lr", f64str(r->lr, b)) &&
-           cJSON_AddStringToObject(o, "label_smoothing", f64str(r->label_smoothing, b)) &&
-           cJSON_AddStringToObject(o, "batch_rng_seed", u64str(r->batch_rng.seed, b)) &&
-           cJSON_AddStringToObject(o, "batch_rng_counter", u64str(r->batch_rng.counter, b));
-}
-
-static bool json_f64(const cJSON *o, const char *key, double lo, double hi, double *out)
-{
-    const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, key);
-    char *end = NULL;
-    if (!cJSON_IsString(it))
-        return false;
-    *out = strtod(it->valuestring, &end);
-    return *it->valuestring && !*end && *out >= lo && *out <= hi;
-}
-
-static bool json_u64(const cJSON *o, const char *key, uint64_t *out)
-{
-    const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!cJSON_IsString(it) || *it->valuestring == '-')
-        return false;
-    char *end;
-    *out = strtoull(it->valuestring, &end, 10);
-    return *it->valuestring && *end == '\0';
+           cg_state_put_f64(o, "lr", r->lr) &&
+           cg_state_put_f64(o, "label_smoothing", r->label_smoothing) &&
+           cg_state_put_u64(o, "batch_rng_seed", r->batch_rng.seed) &&
+           cg_state_put_u64(o, "batch_rng_counter", r->batch_rng.counter);
 }
 
 static bool lm_state_load(lm_run *r, const cJSON *o)
 {
-    const cJSON *b = cJSON_GetObjectItemCaseSensitive(o, "batch_size");
-    bool ok = cJSON_IsNumber(b) && b->valuedouble >= 1 && b->valuedouble <= (1 << 20) &&
-              json_f64(o, "lr", 1e-12, 10, &r->lr) &&
-              json_f64(o, "label_smoothing", 0, 0.999999, &r->label_smoothing) &&
-              json_u64(o, "batch_rng_seed", &r->batch_rng.seed) &&
-              json_u64(o, "batch_rng_counter", &r->batch_rng.counter);
-    if (ok)
-        r->B = (int64_t)b->valuedouble;
-    else
+    bool ok = cg_state_get_i64(o, "batch_size", 1, 1 << 20, &r->B) &&
+              cg_state_get_f64(o, "lr", 1e-12, 10, &r->lr) &&
+              cg_state_get_f64(o, "label_smoothing", 0, 0.999999, &r->label_smoothing) &&
+              cg_state_get_u64(o, "batch_rng_seed", &r->batch_rng.seed) &&
+              cg_state_get_u64(o, "batch_rng_counter", &r->batch_rng.counter);
+    if (!ok)
         cg_set_error("malformed charlm training state");
     return ok;
 }

@@ -486,31 +486,19 @@ static bool mt_state_save(void *self, cJSON *o)
            cJSON_AddNumberToObject(o, "pos", (double)r->pos);
 }
 
-static bool jint(const cJSON *o, const char *key, int64_t lo, int64_t hi, int64_t *out)
-{
-    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!cJSON_IsNumber(x) || !(x->valuedouble >= (double)lo && x->valuedouble <= (double)hi) ||
-        x->valuedouble != floor(x->valuedouble))
-        return false;
-    *out = (int64_t)x->valuedouble;
-    return true;
-}
-
 static void mt_state_load(mt_run *r, const cJSON *o, const char *path)
 {
     const cJSON *p = cJSON_GetObjectItemCaseSensitive(o, "preset");
-    const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, "factor");
-    if (!cJSON_IsString(p) || !cJSON_IsNumber(f) || !(f->valuedouble > 0 && f->valuedouble <= 1e3) ||
-        !jint(o, "max_tokens", 2, (int64_t)1e9, &r->max_tokens) ||
-        !jint(o, "warmup", 1, (int64_t)1e9, &r->warmup) ||
-        !jint(o, "max_len", 3, 100000, &r->max_len) ||
-        !jint(o, "valid_size", 1, (int64_t)1e9, &r->valid_size) ||
-        !jint(o, "test_size", 1, (int64_t)1e9, &r->test_size) ||
-        !jint(o, "epoch", 0, (int64_t)1e12, &r->epoch) ||
-        !jint(o, "pos", 0, (int64_t)1e12, &r->pos))
+    if (!cJSON_IsString(p) || !cg_state_get_f64(o, "factor", 0, 1e3, &r->factor) ||
+        !cg_state_get_i64(o, "max_tokens", 2, (int64_t)1e9, &r->max_tokens) ||
+        !cg_state_get_i64(o, "warmup", 1, (int64_t)1e9, &r->warmup) ||
+        !cg_state_get_i64(o, "max_len", 3, 100000, &r->max_len) ||
+        !cg_state_get_i64(o, "valid_size", 1, (int64_t)1e9, &r->valid_size) ||
+        !cg_state_get_i64(o, "test_size", 1, (int64_t)1e9, &r->test_size) ||
+        !cg_state_get_i64(o, "epoch", 0, (int64_t)1e12, &r->epoch) ||
+        !cg_state_get_i64(o, "pos", 0, (int64_t)1e12, &r->pos))
         die("'%s': malformed seq2seq training state", path);
     r->preset = p->valuestring;
-    r->factor = f->valuedouble;
 }
 
 /* Data, vocabulary, model, batches and batch order (fresh or resumed). */

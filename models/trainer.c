@@ -332,7 +332,21 @@ static bool fixed_flags_given(int argc, char **argv, const cg_cli_opt *opts, int
 }
 
 /* ============================================================ state */
-static bool st_u64(const cJSON *o, const char *key, uint64_t *out)
+bool cg_state_put_u64(cJSON *o, const char *key, uint64_t v)
+{
+    char b[32];
+    snprintf(b, sizeof b, "%" PRIu64, v);
+    return cJSON_AddStringToObject(o, key, b) != NULL;
+}
+
+bool cg_state_put_f64(cJSON *o, const char *key, double v)
+{
+    char b[40];
+    snprintf(b, sizeof b, "%.17g", v);
+    return cJSON_AddStringToObject(o, key, b) != NULL;
+}
+
+bool cg_state_get_u64(const cJSON *o, const char *key, uint64_t *out)
 {
     const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, key);
     if (!cJSON_IsString(it) || !*it->valuestring || *it->valuestring == '-')
@@ -343,13 +357,32 @@ static bool st_u64(const cJSON *o, const char *key, uint64_t *out)
     return errno == 0 && *end == '\0';
 }
 
-static bool st_i64(const cJSON *o, const char *key, int64_t lo, int64_t hi, int64_t *out)
+bool cg_state_get_f64(const cJSON *o, const char *key, double lo, double hi, double *out)
 {
     const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!cJSON_IsNumber(it) || !(it->valuedouble >= (double)lo && it->valuedouble <= (double)hi) ||
-        it->valuedouble != floor(it->valuedouble))
+    double v;
+    if (cJSON_IsNumber(it)) {
+        v = it->valuedouble;
+    } else {
+        char *end;
+        if (!cJSON_IsString(it) || !*it->valuestring)
+            return false;
+        v = strtod(it->valuestring, &end);
+        if (*end)
+            return false;
+    }
+    if (!(v >= lo && v <= hi))
         return false;
-    *out = (int64_t)it->valuedouble;
+    *out = v;
+    return true;
+}
+
+bool cg_state_get_i64(const cJSON *o, const char *key, int64_t lo, int64_t hi, int64_t *out)
+{
+    double v;
+    if (!cg_state_get_f64(o, key, (double)lo, (double)hi, &v) || v != floor(v))
+        return false;
+    *out = (int64_t)v;
     return true;
 }
 
@@ -367,19 +400,15 @@ cJSON *cg_train_state_parse(const char *json)
 static char *state_json(const cg_trainer *t, const cg_trainer_model *m)
 {
     const cg_train_opts *o = t->o;
-    char b[64];
     cJSON *j = cJSON_CreateObject();
     cJSON_AddNumberToObject(j, "steps", (double)o->steps);
     cJSON_AddNumberToObject(j, "eval_every", (double)o->eval_every);
-    snprintf(b, sizeof b, "%" PRIu64, o->seed);
-    cJSON_AddStringToObject(j, "seed", b);
+    cg_state_put_u64(j, "seed", o->seed);
     cJSON_AddNumberToObject(j, "grad_accum", (double)o->grad_accum);
     cJSON_AddStringToObject(j, "data", t->data_abs ? t->data_abs : "");
     cJSON *dr = cJSON_AddObjectToObject(j, "dropout_rng");
-    snprintf(b, sizeof b, "%" PRIu64, m->dropout_rng->seed);
-    cJSON_AddStringToObject(dr, "seed", b);
-    snprintf(b, sizeof b, "%" PRIu64, m->dropout_rng->counter);
-    cJSON_AddStringToObject(dr, "counter", b);
+    cg_state_put_u64(dr, "seed", m->dropout_rng->seed);
+    cg_state_put_u64(dr, "counter", m->dropout_rng->counter);
     cJSON *r = cJSON_AddArrayToObject(j, "recent");
     for (int i = 0; i < t->n_recent; i++)
         cJSON_AddItemToArray(r, cJSON_CreateNumber(t->recent[i]));
@@ -412,18 +441,18 @@ static bool state_restore(cg_trainer *t, cg_train_opts *o, const char *path)
     const cJSON *hist = cJSON_GetObjectItemCaseSensitive(s, "history");
     t->model_state = cJSON_GetObjectItemCaseSensitive(s, "model");
     const char *bad = NULL;
-    if (!st_i64(s, "steps", 1, (int64_t)1e12, &steps))
+    if (!cg_state_get_i64(s, "steps", 1, (int64_t)1e12, &steps))
         bad = "steps";
-    else if (!st_i64(s, "eval_every", 1, (int64_t)1e12, &eval_every))
+    else if (!cg_state_get_i64(s, "eval_every", 1, (int64_t)1e12, &eval_every))
         bad = "eval_every";
-    else if (!st_u64(s, "seed", &seed))
+    else if (!cg_state_get_u64(s, "seed", &seed))
         bad = "seed";
-    else if (!st_i64(s, "grad_accum", 1, 1 << 16, &accum))
+    else if (!cg_state_get_i64(s, "grad_accum", 1, 1 << 16, &accum))
         bad = "grad_accum";
     else if (!cJSON_IsString(data))
         bad = "data";
-    else if (!st_u64(dr, "seed", &t->dropout_rng.seed) ||
-             !st_u64(dr, "counter", &t->dropout_rng.counter))
+    else if (!cg_state_get_u64(dr, "seed", &t->dropout_rng.seed) ||
+             !cg_state_get_u64(dr, "counter", &t->dropout_rng.counter))
         bad = "dropout_rng";
     else if (!cJSON_IsArray(rec) || cJSON_GetArraySize(rec) > CG_TRAIN_RECENT)
         bad = "recent";

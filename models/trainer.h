@@ -269,6 +269,15 @@ int cg_trainer_run(cg_trainer *t, const cg_trainer_model *m);
 double cg_trainer_recent_loss(const cg_trainer *t);
 void cg_trainer_end(cg_trainer *t);
 
+/* Fields of a training state (JSON objects in the checkpoint): 64-bit
+ * integers and doubles are kept exactly as decimal strings. The getters
+ * check the range; f64 and i64 also read a JSON number. */
+bool cg_state_put_u64(cJSON *o, const char *key, uint64_t v);
+bool cg_state_put_f64(cJSON *o, const char *key, double v);
+bool cg_state_get_u64(const cJSON *o, const char *key, uint64_t *out);
+bool cg_state_get_f64(const cJSON *o, const char *key, double lo, double hi, double *out);
+bool cg_state_get_i64(const cJSON *o, const char *key, int64_t lo, int64_t hi, int64_t *out);
+
 /* Parse a checkpoint's "train" metadata into a cJSON object (caller
  * deletes it) or NULL + error. */
 cJSON *cg_train_state_parse(const char *json);
