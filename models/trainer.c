@@ -7,6 +7,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -237,8 +238,8 @@ const char CG_TRAIN_HELP_COMMON[] =
     "  --data FILE          training data (with --resume: the checkpoint's unless given)\n"
     "  --steps N            optimizer steps (with --resume: the checkpoint's unless given)\n"
     "  --eval-every N       evaluate and checkpoint every N steps\n"
-    "  --log-every N        progress line every N steps when stderr is not a terminal\n"
-    "                       (default: steps/20, at most 100)\n"
+    "  --log-every N        metrics-log line (and progress line, when stderr is not a\n"
+    "                       terminal) every N steps (default: steps/20, at most 100)\n"
     "  --threads N          threads for kernels (default: all cores)\n"
     "  --out FILE           checkpoint; FILE.loss.png, FILE.metrics.jsonl and\n"
     "                       FILE.lock are written beside it\n"
@@ -249,8 +250,9 @@ const char CG_TRAIN_HELP_COMMON[] =
     "                       the initial model)\n"
     "  --skip-nonfinite     skip a step whose loss or gradient is NaN/Inf (with a\n"
     "                       warning) instead of stopping\n"
-    "Ctrl-C (SIGINT) or SIGTERM saves a checkpoint and exits 0. The last stdout line\n"
-    "is a JSON summary. Exit status: 0 done, 1 failed, 2 bad command line.\n";
+    "Ctrl-C (SIGINT) or SIGTERM saves a checkpoint and exits 0 (during the final\n"
+    "evaluation, after the last save, it ends the program at once). The last stdout\n"
+    "line is a JSON summary. Exit status: 0 done, 1 failed, 2 bad command line.\n";
 
 int cg_train_cli_opts(cg_train_opts *o, unsigned which, cg_cli_opt *p)
 {
@@ -927,6 +929,10 @@ static int finish(run_ctx *c)
         cg_jline_num(&j, "train_loss", tl, 4);
     } else {
         fprintf(stderr, "%s: checkpoint saved to '%s'\n", prog, t->out);
+        /* the final evaluation (seq2seq decodes for minutes) may be cut
+         * short at once: everything is saved */
+        signal(SIGINT, SIG_DFL);
+        signal(SIGTERM, SIG_DFL);
         if (!m->finish(m->self, t, &j)) {
             cg_jline_free(&j);
             return cg_prog_fail_lib(NULL);
