@@ -522,6 +522,8 @@ static void mt_setup(mt_run *r, cg_train_opts *o, const cg_trainer *t)
             (long long)r->max_len - 2);
     if (!cg_pair_vocab_build(P, r->ds.split.train, r->n_train, &r->vocab))
         die_lib(o->data);
+    if (r->vocab.n_chars == 0) /* no checkpoint could be saved */
+        die("%s: the training pairs hold no characters", o->data);
     for (int64_t i = 0; i < r->ds.split.n_valid; i++) {
         const cg_pair *q = &P->items[r->ds.split.valid[i]];
         if (q->src_len + 1 > r->max_len || q->tgt_len + 1 > r->max_len)

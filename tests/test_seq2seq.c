@@ -954,6 +954,14 @@ START_TEST(test_cli_resume_and_output_rules)
                  tmp_path("bad.safetensors"));
         expect_cli_error(args, "bad.safetensors");
     }
+    /* pairs of empty sides: refused before training (every save failed) */
+    char empty[64 * 2 + 1] = "";
+    for (int i = 0; i < 64; i++)
+        strcat(empty, "\t\n");
+    write_file(tmp_path("empty.tsv"), empty, strlen(empty));
+    snprintf(args, sizeof args, "train --data '%s' --out '%s' %s", tmp_path("empty.tsv"),
+             tmp_path("e.st"), common);
+    expect_cli_error(args, "no characters");
     /* the output, before any training */
     snprintf(args, sizeof args, "train --data '%s' --out '%s/' %s", tmp_path("small.tsv"),
              tmp_path("newdir"), common);
