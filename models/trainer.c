@@ -399,6 +399,20 @@ cJSON *cg_train_state_parse(const char *json)
     return o;
 }
 
+/* The per-run options a checkpoint keeps ("options"; see cg_train_opts):
+ * none yet. */
+static bool options_save(const cg_train_opts *o, cJSON *j)
+{
+    (void)o;
+    return j != NULL;
+}
+
+static bool options_restore(cg_train_opts *o, const cJSON *j)
+{
+    (void)o;
+    return j == NULL || cJSON_IsObject(j);
+}
+
 static char *state_json(const cg_trainer *t, const cg_trainer_model *m)
 {
     const cg_train_opts *o = t->o;
@@ -420,8 +434,7 @@ static char *state_json(const cg_trainer *t, const cg_trainer_model *m)
     bool ok = h != NULL;
     if (h)
         cJSON_AddItemToObject(j, "history", h);
-    /* per-run options restored on resume (none yet; e.g. "precision") */
-    cJSON_AddObjectToObject(j, "options");
+    ok = ok && options_save(o, cJSON_AddObjectToObject(j, "options"));
     cJSON *ms = cJSON_AddObjectToObject(j, "model");
     ok = ok && ms && (!m->state_save || m->state_save(m->self, ms));
     char *s = ok ? cJSON_PrintUnformatted(j) : NULL;
@@ -460,6 +473,8 @@ static bool state_restore(cg_trainer *t, cg_train_opts *o, const char *path)
         bad = "recent";
     else if (!cJSON_IsObject(t->model_state))
         bad = "model";
+    else if (!options_restore(o, cJSON_GetObjectItemCaseSensitive(s, "options")))
+        bad = "options";
     if (bad) {
         cg_set_error("'%s': bad or missing \"%s\" in its training state", path, bad);
         return false;

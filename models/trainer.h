@@ -105,9 +105,7 @@ void cg_jline_free(cg_jline *j);
 /* The flags both `train` commands share, with one meaning and default. A
  * model reads the shape and recipe fields it has; *_seen says the flag was
  * given. The shape and recipe flags are fixed by a checkpoint: --resume
- * refuses them. Per-run options that are saved in the checkpoint and restored on
- * resume go in `saved` below and in trainer.c's options table (the place
- * for a future --precision). */
+ * refuses them. */
 typedef struct {
     /* the run */
     int64_t steps, eval_every, log_every, stop_at, threads, grad_accum;
@@ -122,10 +120,9 @@ typedef struct {
     double dropout, label_smoothing, lr;
     bool d_seen, H_seen, layers_seen, enc_layers_seen, dec_layers_seen, d_ff_seen, norm_seen,
         act_seen, norm_first_seen, dropout_seen, label_smoothing_seen, lr_seen;
-    /* per-run options saved in the checkpoint ("options") */
-    struct {
-        int dummy_; /* none yet */
-    } saved;
+    /* Per-run options that a checkpoint keeps (e.g. a future --precision):
+     * add the field here, its flag in cg_train_cli_opts (fixed on resume),
+     * and one line each in trainer.c's options_save / options_restore. */
 } cg_train_opts;
 
 /* Which model-shape flags a program has. */
