@@ -576,13 +576,29 @@ static int check_output(cg_trainer *t, const char *out)
     return -1;
 }
 
-int cg_trainer_begin(cg_trainer *t, cg_train_opts *o, const char *kind, const char *default_out,
-                     const char *fixed, int argc, char **argv, const cg_cli_opt *opts, int nopts)
+void cg_trainer_init(cg_trainer *t, cg_train_opts *o)
 {
     memset(t, 0, sizeof *t);
     t->o = o;
     t->lock_fd = -1;
     t->last_loss = NAN;
+}
+
+bool cg_trainer_restore(cg_trainer *t, const char *train_json, const char *path)
+{
+    t->state = cg_train_state_parse(train_json);
+    if (!t->state) {
+        cg_set_error("'%s' holds no training state (it cannot be resumed; use it for inference)",
+                     path);
+        return false;
+    }
+    return state_restore(t, t->o, path);
+}
+
+int cg_trainer_begin(cg_trainer *t, cg_train_opts *o, const char *kind, const char *default_out,
+                     const char *fixed, int argc, char **argv, const cg_cli_opt *opts, int nopts)
+{
+    cg_trainer_init(t, o);
     if (o->threads > 0)
         cg_set_num_threads((int)o->threads);
     t->out = o->out ? o->out : o->resume ? o->resume : default_out;
@@ -596,12 +612,7 @@ int cg_trainer_begin(cg_trainer *t, cg_train_opts *o, const char *kind, const ch
         if (!t->ckpt)
             return cg_prog_fail_lib(NULL);
         t->start = cg_ckpt_step(t->ckpt);
-        t->state = cg_train_state_parse(cg_st_metadata(t->ckpt, "train"));
-        if (!t->state)
-            return cg_prog_fail("'%s' holds no training state (it cannot be resumed; use it "
-                                "for inference)",
-                                o->resume);
-        if (!state_restore(t, o, o->resume))
+        if (!cg_trainer_restore(t, cg_st_metadata(t->ckpt, "train"), o->resume))
             return cg_prog_fail_lib(NULL);
         if (t->start >= o->steps)
             return cg_prog_fail("'%s' is already at step %lld of %lld; pass a larger --steps",
@@ -647,8 +658,7 @@ void cg_trainer_end(cg_trainer *t)
         fclose(t->metrics);
     if (t->lock_fd >= 0)
         close(t->lock_fd); /* releases the lock */
-    memset(t, 0, sizeof *t);
-    t->lock_fd = -1;
+    cg_trainer_init(t, NULL);
 }
 
 /* ============================================================ the run */

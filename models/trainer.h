@@ -256,6 +256,12 @@ struct cg_trainer {
  * besides the shared shape and recipe flags. */
 int cg_trainer_begin(cg_trainer *t, cg_train_opts *o, const char *kind, const char *default_out,
                      const char *fixed, int argc, char **argv, const cg_cli_opt *opts, int nopts);
+/* An empty trainer over options o (cg_trainer_begin calls it). */
+void cg_trainer_init(cg_trainer *t, cg_train_opts *o);
+/* Restore the shared state of a checkpoint's "train" metadata into t and
+ * t->o, every field range-checked (what --resume does; path names the file
+ * in messages). False + error. */
+bool cg_trainer_restore(cg_trainer *t, const char *train_json, const char *path);
 /* Record the data file used (kept in the checkpoint by its absolute
  * path, so that eval and --resume find it from any directory). */
 void cg_trainer_set_data(cg_trainer *t, const char *path);
