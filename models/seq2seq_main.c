@@ -784,8 +784,11 @@ static int cmd_eval(int argc, char **argv)
     int64_t n_valid = 500, n_test = 1000;
     const char *tj = cg_st_metadata(c.file, "train");
     cJSON *st = tj ? cJSON_Parse(tj) : NULL;
-    if (st) { /* models/trainer.h: the split sizes are the model's own state */
+    if (st) { /* models/trainer.h: the split sizes are the model's own state
+               * (top-level in checkpoints written before the one trainer) */
         const cJSON *x, *ms = cJSON_GetObjectItemCaseSensitive(st, "model");
+        if (!ms)
+            ms = st;
         if (!data && cJSON_IsString(x = cJSON_GetObjectItemCaseSensitive(st, "data")))
             data = x->valuestring;
         if (cJSON_IsNumber(x = cJSON_GetObjectItemCaseSensitive(ms, "valid_size")))
