@@ -5,7 +5,10 @@
 #   2. SIGINT saves a checkpoint and exits 0; that checkpoint equals an
 #      uninterrupted run stopped at the same step, and resuming it for 10
 #      more steps equals an uninterrupted run to that step
-#   3. a NaN (a poisoned parameter) stops training with the step and the
+#   1b. --data /dev/stdin and a FIFO work (the corpus is read once)
+#   2b. a second writer of the same checkpoint is refused (a lock)
+#   3. a NaN (a poisoned parameter) stops training with the step (numbered
+#      from 1, as on the progress line) and the
 #      tensor named, exit non-zero, and the last checkpoint is not overwritten
 #   test_charlm_reliability.sh CHARLM CKPT_WRITER
 set -euo pipefail
@@ -35,6 +38,16 @@ cp half.st half20.st
 "$tool" same full.st half.st || fail "40 steps != 20 steps + resume to 40"
 echo "resume: 40 steps == 20 + 20 resumed (bit-identical parameters and optimizer state)"
 
+# 1b. the corpus is read once: a pipe and a FIFO work as --data
+cat tiny.txt | "$charlm" train "${model[@]}" --data /dev/stdin --steps 3 --out pipe.st \
+  >/dev/null 2>pipe.log || fail "--data /dev/stdin failed: $(tail -1 pipe.log)"
+mkfifo corpus.fifo
+cat tiny.txt >corpus.fifo &
+timeout 60 "$charlm" train "${model[@]}" --data corpus.fifo --steps 3 --out fifo.st \
+  >/dev/null 2>fifo.log || fail "--data FIFO failed: $(tail -1 fifo.log)"
+wait
+echo "--data: a pipe and a FIFO are read once and train"
+
 # 2. SIGINT
 "$charlm" train "${model[@]}" --steps 50000 --out int.st >int.json 2>int.log &
 pid=$!
@@ -43,6 +56,12 @@ for ((w = 0; w < 600; w++)); do # wait for the first progress line (up to 30 s)
   sleep 0.05
 done
 sleep "0.$((RANDOM % 10))"
+# a second writer of the same checkpoint is refused while the first runs
+# (flock on int.lock), even with --force, and changes nothing
+rc=0
+"$charlm" train "${model[@]}" --steps 5 --out int.st --force >/dev/null 2>lock.log || rc=$?
+[ "$rc" -eq 1 ] && grep -q 'another run is writing' lock.log ||
+  fail "lock: a second writer was not refused (exit $rc): $(cat lock.log)"
 kill -INT "$pid"
 rc=0
 wait "$pid" || rc=$?
@@ -69,7 +88,7 @@ rc=0
 [ "$rc" -ne 0 ] || fail "NaN: training did not stop"
 msg=$(grep -i 'nan' nan.log | tail -1)
 [ -n "$msg" ] || fail "NaN: no message naming it: $(tail -1 nan.log)"
-echo "$msg" | grep -q 'step 20' || fail "NaN: the message does not name the step: $msg"
+echo "$msg" | grep -q 'step 21' || fail "NaN: the message does not name the step: $msg"
 echo "$msg" | grep -q "'" || fail "NaN: the message does not name a tensor: $msg"
 cmp -s bad.st bad.orig || fail "NaN: the last checkpoint was overwritten"
 echo "NaN: exit $rc, '$msg'; checkpoint untouched"
@@ -80,6 +99,6 @@ cp bad.orig skip.st
 "$charlm" train --resume skip.st --threads 1 --skip-nonfinite --stop-at 25 >/dev/null 2>skip.log ||
   fail "skip: training failed: $(tail -1 skip.log)"
 n=$(grep -c 'warning: skipping step' skip.log || true)
-[ "$n" -eq 5 ] || fail "skip: expected 5 skipped steps (20..24), saw $n: $(tail -2 skip.log)"
+[ "$n" -eq 5 ] || fail "skip: expected 5 skipped steps (21..25), saw $n: $(tail -2 skip.log)"
 grep -q '5 step(s) skipped' skip.log || fail "skip: no summary of skipped steps"
 echo "skip: 5 non-finite steps skipped with a warning each, exit 0"
