@@ -236,14 +236,14 @@ static bool lm_state_save(void *self, cJSON *o)
 
 static bool lm_state_load(lm_run *r, const cJSON *o)
 {
-    bool ok = cg_state_get_i64(o, "batch_size", 1, 1 << 20, &r->B) &&
-              cg_state_get_f64(o, "lr", 1e-12, 10, &r->lr) &&
-              cg_state_get_f64(o, "label_smoothing", 0, 0.999999, &r->label_smoothing) &&
-              cg_state_get_u64(o, "batch_rng_seed", &r->batch_rng.seed) &&
-              cg_state_get_u64(o, "batch_rng_counter", &r->batch_rng.counter);
-    if (!ok)
-        cg_set_error("malformed charlm training state");
-    return ok;
+    const cg_json_field f[] = {
+        {"batch_size", CG_JF_I64, &r->B, 1, 1 << 20, false},
+        {"lr", CG_JF_F64, &r->lr, 1e-12, 10, false},
+        {"label_smoothing", CG_JF_F64, &r->label_smoothing, 0, 0.999999, false},
+        {"batch_rng_seed", CG_JF_U64STR, &r->batch_rng.seed, 0, 0, false},
+        {"batch_rng_counter", CG_JF_U64STR, &r->batch_rng.counter, 0, 0, false},
+    };
+    return cg_json_read_fields(o, "charlm training state", f, 5);
 }
 
 /* The config of a fresh run from the flags (checked before the data is

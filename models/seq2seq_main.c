@@ -495,17 +495,22 @@ static bool mt_state_save(void *self, cJSON *o)
 
 static void mt_state_load(mt_run *r, const cJSON *o, const char *path)
 {
-    const cJSON *p = cJSON_GetObjectItemCaseSensitive(o, "preset");
-    if (!cJSON_IsString(p) || !cg_state_get_f64(o, "factor", 0, 1e3, &r->factor) ||
-        !cg_state_get_i64(o, "max_tokens", 2, (int64_t)1e9, &r->max_tokens) ||
-        !cg_state_get_i64(o, "warmup", 1, (int64_t)1e9, &r->warmup) ||
-        !cg_state_get_i64(o, "max_len", 3, 100000, &r->max_len) ||
-        !cg_state_get_i64(o, "valid_size", 1, (int64_t)1e9, &r->valid_size) ||
-        !cg_state_get_i64(o, "test_size", 1, (int64_t)1e9, &r->test_size) ||
-        !cg_state_get_i64(o, "epoch", 0, (int64_t)1e15, &r->epoch) ||
-        !cg_state_get_i64(o, "pos", 0, (int64_t)1e15, &r->pos))
-        die("'%s': malformed seq2seq training state", path);
-    r->preset = p->valuestring;
+    char what[600];
+    snprintf(what, sizeof what, "'%.500s': seq2seq training state", path);
+    const cg_json_field f[] = {
+        {"preset", CG_JF_STR, &r->preset, 0, 0, false},
+        {"factor", CG_JF_F64, &r->factor, 0, 1e3, false},
+        {"max_tokens", CG_JF_I64, &r->max_tokens, 2, 1e9, false},
+        {"warmup", CG_JF_I64, &r->warmup, 1, 1e9, false},
+        {"max_len", CG_JF_I64, &r->max_len, 3, 100000, false},
+        {"valid_size", CG_JF_I64, &r->valid_size, 1, 1e9, false},
+        {"test_size", CG_JF_I64, &r->test_size, 1, 1e9, false},
+        /* wide: the batch position is checked against the step (mt_setup) */
+        {"epoch", CG_JF_I64, &r->epoch, 0, 1e15, false},
+        {"pos", CG_JF_I64, &r->pos, 0, 1e15, false},
+    };
+    if (!cg_json_read_fields(o, what, f, (int)(sizeof f / sizeof f[0])))
+        die_lib(NULL);
 }
 
 /* Data, vocabulary, model, batches and batch order (fresh or resumed). */

@@ -19,6 +19,7 @@
 #include "autograd/ops.h"
 #include "core/error.h"
 #include "models/checkpoint.h"
+#include "models/config_json.h"
 #include "models/dist.h"
 
 /* ============================================================ programs */
@@ -348,46 +349,6 @@ bool cg_state_put_f64(cJSON *o, const char *key, double v)
     return cJSON_AddStringToObject(o, key, b) != NULL;
 }
 
-bool cg_state_get_u64(const cJSON *o, const char *key, uint64_t *out)
-{
-    const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!cJSON_IsString(it) || !*it->valuestring || *it->valuestring == '-')
-        return false;
-    char *end;
-    errno = 0;
-    *out = strtoull(it->valuestring, &end, 10);
-    return errno == 0 && *end == '\0';
-}
-
-bool cg_state_get_f64(const cJSON *o, const char *key, double lo, double hi, double *out)
-{
-    const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, key);
-    double v;
-    if (cJSON_IsNumber(it)) {
-        v = it->valuedouble;
-    } else {
-        char *end;
-        if (!cJSON_IsString(it) || !*it->valuestring)
-            return false;
-        v = strtod(it->valuestring, &end);
-        if (*end)
-            return false;
-    }
-    if (!(v >= lo && v <= hi))
-        return false;
-    *out = v;
-    return true;
-}
-
-bool cg_state_get_i64(const cJSON *o, const char *key, int64_t lo, int64_t hi, int64_t *out)
-{
-    double v;
-    if (!cg_state_get_f64(o, key, (double)lo, (double)hi, &v) || v != floor(v))
-        return false;
-    *out = (int64_t)v;
-    return true;
-}
-
 cJSON *cg_train_state_parse(const char *json)
 {
     cJSON *o = json ? cJSON_Parse(json) : NULL;
@@ -444,47 +405,39 @@ static char *state_json(const cg_trainer *t, const cg_trainer_model *m)
     return s;
 }
 
-/* Restore the shared state of a checkpoint into t and o. */
+/* Restore the shared state of a checkpoint into t and o: every field type-
+ * and range-checked (models/config_json.h), the first bad one named. */
 static bool state_restore(cg_trainer *t, cg_train_opts *o, const char *path)
 {
     const cJSON *s = t->state;
     int64_t steps, eval_every, accum;
     uint64_t seed;
-    const cJSON *data = cJSON_GetObjectItemCaseSensitive(s, "data");
+    const char *data;
+    char what[600];
+    snprintf(what, sizeof what, "'%.500s': training state", path);
+    const cg_json_field f[] = {
+        {"steps", CG_JF_I64, &steps, 1, 1e12, false},
+        {"eval_every", CG_JF_I64, &eval_every, 1, 1e12, false},
+        {"seed", CG_JF_U64STR, &seed, 0, 0, false},
+        {"grad_accum", CG_JF_I64, &accum, 1, 1 << 16, false},
+        {"data", CG_JF_STR, &data, 0, 0, false},
+    };
+    const cg_json_field fr[] = {
+        {"seed", CG_JF_U64STR, &t->dropout_rng.seed, 0, 0, false},
+        {"counter", CG_JF_U64STR, &t->dropout_rng.counter, 0, 0, false},
+    };
     const cJSON *dr = cJSON_GetObjectItemCaseSensitive(s, "dropout_rng");
-    const cJSON *rec = cJSON_GetObjectItemCaseSensitive(s, "recent");
     const cJSON *hist = cJSON_GetObjectItemCaseSensitive(s, "history");
     t->model_state = cJSON_GetObjectItemCaseSensitive(s, "model");
-    const char *bad = NULL;
-    if (!cg_state_get_i64(s, "steps", 1, (int64_t)1e12, &steps))
-        bad = "steps";
-    else if (!cg_state_get_i64(s, "eval_every", 1, (int64_t)1e12, &eval_every))
-        bad = "eval_every";
-    else if (!cg_state_get_u64(s, "seed", &seed))
-        bad = "seed";
-    else if (!cg_state_get_i64(s, "grad_accum", 1, 1 << 16, &accum))
-        bad = "grad_accum";
-    else if (!cJSON_IsString(data))
-        bad = "data";
-    else if (!cg_state_get_u64(dr, "seed", &t->dropout_rng.seed) ||
-             !cg_state_get_u64(dr, "counter", &t->dropout_rng.counter))
-        bad = "dropout_rng";
-    else if (!cJSON_IsArray(rec) || cJSON_GetArraySize(rec) > CG_TRAIN_RECENT)
-        bad = "recent";
-    else if (!cJSON_IsObject(t->model_state))
-        bad = "model";
-    else if (!options_restore(o, cJSON_GetObjectItemCaseSensitive(s, "options")))
-        bad = "options";
-    if (bad) {
-        cg_set_error("'%s': bad or missing \"%s\" in its training state", path, bad);
+    if (!cg_json_read_fields(s, what, f, 2 + 3) ||
+        !cg_json_read_fields(dr, "training state: \"dropout_rng\"", fr, 2) ||
+        !cg_json_f64_array(s, what, "recent", t->recent, CG_TRAIN_RECENT, &t->n_recent))
         return false;
-    }
-    for (const cJSON *x = rec->child; x; x = x->next) {
-        if (!cJSON_IsNumber(x)) {
-            cg_set_error("'%s': bad \"recent\" in its training state", path);
-            return false;
-        }
-        t->recent[t->n_recent++] = x->valuedouble;
+    if (!cJSON_IsObject(t->model_state) ||
+        !options_restore(o, cJSON_GetObjectItemCaseSensitive(s, "options"))) {
+        cg_set_error("%s: bad or missing \"%s\"", what,
+                     cJSON_IsObject(t->model_state) ? "options" : "model");
+        return false;
     }
     if (hist && !cg_history_from_cjson(hist, &t->hist)) {
         char msg[512];
@@ -500,7 +453,7 @@ static bool state_restore(cg_trainer *t, cg_train_opts *o, const char *path)
     if (!o->eval_every_seen)
         o->eval_every = eval_every;
     if (!o->data_seen)
-        o->data = data->valuestring;
+        o->data = data;
     return true;
 }
 
@@ -522,57 +475,14 @@ static char *sibling_path(const char *ckpt, const char *suffix)
     return out;
 }
 
-/* Everything about the output, before any training: not a directory name,
- * a regular file or absent, a name that fits with its temporary suffix, a
- * writable directory (created when missing, one level), and the lock. */
+/* Everything about the output, before any training (models/outfile.h): a
+ * file name that fits with its temporary and sibling files, a regular file
+ * or absent, a writable directory (created when missing, one level), and
+ * the lock on FILE.lock. */
 static int check_output(cg_trainer *t, const char *out)
 {
-    size_t n = strlen(out);
-    if (n == 0 || out[n - 1] == '/')
-        return cg_prog_fail("--out '%s' names a directory; give a file name", out);
-    const char *base = strrchr(out, '/');
-    base = base ? base + 1 : out;
-    if (strlen(base) + 32 > NAME_MAX) /* ".tmp.<pid>", ".metrics.jsonl", ".lock" */
-        return cg_prog_fail("--out: the file name '%.40s...' is too long (%zu bytes; at most %d "
-                            "leave room for the temporary and sibling files)",
-                            base, strlen(base), NAME_MAX - 32);
-    struct stat sb;
-    if (stat(out, &sb) == 0 && !S_ISREG(sb.st_mode))
-        return cg_prog_fail("--out '%s' exists and is not a regular file", out);
-    if (!cg_ensure_parent_dir(out))
-        return cg_prog_fail_lib("--out");
-    char *dir = strdup(out);
-    if (!dir)
-        return cg_prog_fail("out of memory");
-    char *slash = strrchr(dir, '/');
-    const char *d = slash ? (slash == dir ? "/" : (*slash = '\0', dir)) : ".";
-    bool writable = access(d, W_OK | X_OK) == 0;
-    int err = errno;
-    if (!writable) {
-        int rc = cg_prog_fail("--out: directory '%s' is not writable: %s", d, strerror(err));
-        free(dir);
-        return rc;
-    }
-    free(dir);
-    char *lock = sibling_path(out, ".lock");
-    if (!lock)
+    if (!cg_out_check(out, true) || !cg_out_lock_take(out, &t->lock))
         return cg_prog_fail_lib(NULL);
-    t->lock_fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
-    if (t->lock_fd < 0) {
-        int rc = cg_prog_fail("cannot open lock file '%s': %s", lock, strerror(errno));
-        free(lock);
-        return rc;
-    }
-    if (flock(t->lock_fd, LOCK_EX | LOCK_NB) != 0) {
-        int rc = errno == EWOULDBLOCK
-                     ? cg_prog_fail("another run is writing '%s' (it holds '%s'); wait for it or "
-                                    "choose another --out",
-                                    out, lock)
-                     : cg_prog_fail("cannot lock '%s': %s", lock, strerror(errno));
-        free(lock);
-        return rc;
-    }
-    free(lock);
     return -1;
 }
 
@@ -580,7 +490,7 @@ void cg_trainer_init(cg_trainer *t, cg_train_opts *o)
 {
     memset(t, 0, sizeof *t);
     t->o = o;
-    t->lock_fd = -1;
+    t->lock.fd = -1;
     t->last_loss = NAN;
 }
 
@@ -656,8 +566,7 @@ void cg_trainer_end(cg_trainer *t)
     free(t->data_abs);
     if (t->metrics)
         fclose(t->metrics);
-    if (t->lock_fd >= 0)
-        close(t->lock_fd); /* releases the lock */
+    cg_out_lock_release(&t->lock);
     cg_trainer_init(t, NULL);
 }
 

@@ -44,6 +44,7 @@
 
 #include "core/tensor.h"
 #include "models/cli.h"
+#include "models/outfile.h"
 #include "models/train_common.h"
 #include "nn/module.h"
 #include "nn/safetensors.h"
@@ -241,7 +242,7 @@ struct cg_trainer {
     cg_rng dropout_rng;     /* the saved stream (from the checkpoint on resume) */
     bool dropout_rng_set;
     char *data_abs;         /* the data file's absolute path (malloc'd) */
-    int lock_fd;            /* flock'd FILE.lock beside the checkpoint (-1: none) */
+    cg_out_lock lock;       /* flock'd FILE.lock beside the checkpoint (models/outfile.h) */
     FILE *metrics;          /* FILE.metrics.jsonl (rank 0) */
 };
 
@@ -273,13 +274,11 @@ double cg_trainer_recent_loss(const cg_trainer *t);
 void cg_trainer_end(cg_trainer *t);
 
 /* Fields of a training state (JSON objects in the checkpoint): 64-bit
- * integers and doubles are kept exactly as decimal strings. The getters
- * check the range; f64 and i64 also read a JSON number. */
+ * integers and doubles are kept exactly as decimal strings; they are read
+ * back, range-checked, with cg_json_read_fields (models/config_json.h:
+ * CG_JF_U64STR, CG_JF_F64). */
 bool cg_state_put_u64(cJSON *o, const char *key, uint64_t v);
 bool cg_state_put_f64(cJSON *o, const char *key, double v);
-bool cg_state_get_u64(const cJSON *o, const char *key, uint64_t *out);
-bool cg_state_get_f64(const cJSON *o, const char *key, double lo, double hi, double *out);
-bool cg_state_get_i64(const cJSON *o, const char *key, int64_t lo, int64_t hi, int64_t *out);
 
 /* Parse a checkpoint's "train" metadata into a cJSON object (caller
  * deletes it) or NULL + error. */

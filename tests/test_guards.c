@@ -45,12 +45,20 @@ START_TEST(test_state_fields)
     ck_assert(seed == UINT64_MAX);
     ck_assert_str_eq(data, "x.txt");
     cJSON_Delete(o);
+    /* a double kept exactly as a decimal string (models/trainer.h) */
+    o = cJSON_Parse("{\"epoch\": 3, \"lr\": \"0.10000000000000001\", \"seed\": \"1\", "
+                    "\"data\": \"x\"}");
+    ck_assert(cg_json_read_fields(o, "state", f, 5));
+    ck_assert(lr == 0.1);
+    cJSON_Delete(o);
     const char *bad[][2] = {
         {"{\"epoch\": 1e15, \"lr\": 1, \"seed\": \"1\", \"data\": \"x\"}", "\"epoch\" is 1000000000000000"},
         {"{\"epoch\": 1.5, \"lr\": 1, \"seed\": \"1\", \"data\": \"x\"}", "integer"},
         {"{\"epoch\": -1, \"lr\": 1, \"seed\": \"1\", \"data\": \"x\"}", "outside"},
         {"{\"lr\": 1, \"seed\": \"1\", \"data\": \"x\"}", "\"epoch\" is missing"},
         {"{\"epoch\": 1, \"lr\": 11, \"seed\": \"1\", \"data\": \"x\"}", "\"lr\""},
+        {"{\"epoch\": 1, \"lr\": \"0.5x\", \"seed\": \"1\", \"data\": \"x\"}", "\"lr\""},
+        {"{\"epoch\": 1, \"lr\": \"nan\", \"seed\": \"1\", \"data\": \"x\"}", "\"lr\""},
         {"{\"epoch\": 1, \"lr\": 1, \"seed\": \"-1\", \"data\": \"x\"}", "\"seed\""},
         {"{\"epoch\": 1, \"lr\": 1, \"seed\": \"99999999999999999999\", \"data\": \"x\"}", "64-bit"},
         {"{\"epoch\": 1, \"lr\": 1, \"seed\": 5, \"data\": \"x\"}", "\"seed\""},

@@ -1060,13 +1060,13 @@ START_TEST(test_cli_resume_and_output_rules)
     ck_assert_int_eq(mkfifo(tmp_path("fifo"), 0600), 0);
     snprintf(args, sizeof args, "train --data '%s' --out '%s' --force %s", tmp_path("small.tsv"),
              tmp_path("fifo"), common);
-    expect_cli_error(args, "not a regular file");
+    expect_cli_error(args, "a checkpoint replaces only a regular file");
     char longname[300];
     memset(longname, 'x', 250);
     strcpy(longname + 250, ".st");
     snprintf(args, sizeof args, "train --data '%s' --out '%s' %s", tmp_path("small.tsv"),
              tmp_path(longname), common);
-    expect_cli_error(args, "too long");
+    expect_cli_error(args, "at most");
 }
 END_TEST
 
