@@ -1,6 +1,7 @@
 /* libFuzzer target: the seq2seq checkpoint loader (models/checkpoint.h
  * cg_seq2seq_ckpt_load): safetensors parsing, the config, the pair
- * vocabulary, the parameters, then the Adam state and the trainer's state,
+ * vocabulary, the step, every tensor name against the config, the
+ * parameters, then the Adam state and the trainer's state,
  * as `seq2seq train --resume` uses them. The input is put in an in-memory
  * file (memfd) opened through /proc/self/fd. A checkpoint that loads must
  * translate a one-token source when the model is small. */
@@ -34,12 +35,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     cg_seq2seq_ckpt ck;
     if (!cg_seq2seq_ckpt_load(path, &ck)) {
         CG_FUZZ_CHECK(cg_last_error()[0] != '\0');
-        CG_FUZZ_CHECK(ck.model == NULL && ck.file == NULL);
+        CG_FUZZ_CHECK(ck.model == NULL && ck.file == NULL && ck.vocab.chars == NULL);
         close(fd);
         return 0;
     }
     CG_FUZZ_CHECK(ck.model && ck.file && ck.step >= 0);
     CG_FUZZ_CHECK(cg_pair_vocab_size(&ck.vocab) == ck.model->cfg.vocab);
+    /* every tensor is a parameter or an optimizer slot of one */
+    CG_FUZZ_CHECK(cg_ckpt_check_tensors(CG_MODULE(ck.model), ck.file, path));
     /* the optimizer state and the trainer's state, as a resumed run reads them */
     cg_trainer_model tm = {.module = CG_MODULE(ck.model), .optim = cg_adam_config(0, 0.9, 0.98, 1e-9)};
     cg_stepper st;
