@@ -44,16 +44,20 @@
 #define CLIP_NORM 1.0
 #define BATCH_SEED_MIX 0xd1b54a32d192ed03ULL /* batch stream != init stream */
 
-/* Read the corpus; a missing default file gets a hint about how to make it. */
-static uint32_t *read_corpus(const char *path, int64_t *n)
+/* Read the corpus once (models/data.h cg_corpus_read: any stream, the
+ * input limit) over vocab, or building the vocabulary into *built; id gets
+ * the identity of the bytes read. A missing default file gets a hint about
+ * how to make it. */
+static cg_corpus *read_corpus(const char *path, const cg_vocab *vocab, cg_vocab **built,
+                              cg_data_id *id)
 {
-    uint32_t *cps = cg_read_text_file(path, n);
-    if (!cps && strcmp(path, DEFAULT_DATA) == 0 && strstr(cg_last_error(), "cannot open")) {
+    cg_corpus *c = cg_corpus_read(path, vocab, 0, built, id);
+    if (!c && strcmp(path, DEFAULT_DATA) == 0 && strstr(cg_last_error(), "cannot open")) {
         char msg[512];
         snprintf(msg, sizeof msg, "%s", cg_last_error());
         cg_set_error("%s; create it with scripts/prepare_data.sh (or pass --data FILE)", msg);
     }
-    return cps;
+    return c;
 }
 
 /* ------------------------------------------------------------ evaluation */
@@ -285,16 +289,11 @@ static int lm_train(lm_run *r, cg_trainer *t, cg_train_opts *o, const char *pres
         return rc;
     if (!o->data)
         o->data = DEFAULT_DATA;
-    int64_t n;
-    uint32_t *cps = read_corpus(o->data, &n); /* read once: pipes and FIFOs work */
-    if (!cps)
-        return cg_prog_fail_lib(NULL);
+    cg_data_id id;
     if (o->resume) {
         cg_charlm_ckpt ck;
-        if (!cg_charlm_ckpt_load(o->resume, &ck)) {
-            free(cps);
+        if (!cg_charlm_ckpt_load(o->resume, &ck))
             return cg_prog_fail_lib(NULL);
-        }
         r->model = ck.model;
         r->vocab = ck.vocab;
         ck.model = NULL;
@@ -302,7 +301,9 @@ static int lm_train(lm_run *r, cg_trainer *t, cg_train_opts *o, const char *pres
         cg_charlm_ckpt_free(&ck);
         if (!lm_state_load(r, t->model_state))
             rc = cg_prog_fail("'%s': %s", o->resume, cg_last_error());
-    } else if (!(r->vocab = cg_vocab_from_codepoints(cps, n))) {
+        else if (!(r->corpus = read_corpus(o->data, r->vocab, NULL, &id)))
+            rc = cg_prog_fail_lib(NULL);
+    } else if (!(r->corpus = read_corpus(o->data, NULL, &r->vocab, &id))) {
         rc = cg_prog_fail_lib(NULL);
     } else {
         cfg.vocab = r->vocab->n;
@@ -314,12 +315,10 @@ static int lm_train(lm_run *r, cg_trainer *t, cg_train_opts *o, const char *pres
         r->label_smoothing = o->label_smoothing;
         r->batch_rng = cg_rng_new(o->seed ^ BATCH_SEED_MIX);
     }
-    if (rc < 0 && !(r->corpus = cg_corpus_new(r->vocab, cps, n)))
-        rc = cg_prog_fail_lib(NULL);
-    free(cps);
     if (rc >= 0)
         return rc;
-    cg_trainer_set_data(t, o->data);
+    if (!cg_trainer_set_data(t, &id))
+        return cg_prog_fail_lib(NULL);
     r->T = r->model->cfg.max_len;
     r->tr = cg_corpus_train(r->corpus);
     r->va = cg_corpus_val(r->corpus);
@@ -605,15 +604,9 @@ static int cmd_eval(int argc, char **argv)
         cJSON_Delete(o);
         data = data_copy ? data_copy : DEFAULT_DATA;
     }
-    int64_t n;
-    uint32_t *cps = read_corpus(data, &n);
-    if (!cps) {
-        rc = cg_prog_fail_lib(NULL);
-        goto done;
-    }
-    corpus = cg_corpus_new(ck.vocab, cps, n);
-    free(cps);
-    if (!corpus) {
+    cg_data_id id;
+    corpus = read_corpus(data, ck.vocab, NULL, &id);
+    if (!corpus || !cg_train_data_check(cg_charlm_ckpt_train_json(&ck), ckpt, &id)) {
         rc = cg_prog_fail_lib(NULL);
         goto done;
     }

@@ -273,9 +273,11 @@ typedef struct {
     cg_pair_split split;
 } dataset;
 
-static void dataset_load(const char *path, int64_t n_valid, int64_t n_test, dataset *d)
+/* Read the pairs once (id: the identity of the bytes read) and split them. */
+static void dataset_load(const char *path, int64_t n_valid, int64_t n_test, dataset *d,
+                         cg_data_id *id)
 {
-    if (!cg_pairs_read(path, &d->pairs))
+    if (!cg_pairs_read(path, &d->pairs, id))
         die_lib(NULL);
     if (!cg_pairs_split(&d->pairs, n_valid, n_test, &d->split))
         die("%s: %s", path, cg_last_error());
@@ -514,7 +516,7 @@ static void mt_state_load(mt_run *r, const cJSON *o, const char *path)
 }
 
 /* Data, vocabulary, model, batches and batch order (fresh or resumed). */
-static void mt_setup(mt_run *r, cg_train_opts *o, const cg_trainer *t)
+static void mt_setup(mt_run *r, cg_train_opts *o, cg_trainer *t)
 {
     cg_seq2seq_ckpt ck = {0};
     if (o->resume) {
@@ -526,7 +528,10 @@ static void mt_setup(mt_run *r, cg_train_opts *o, const cg_trainer *t)
         die("unknown preset '%s' (choose tiny or base)", r->preset);
     if (o->seed > 0xffffffffULL)
         die("--seed must be below 2^32 (numpy RandomState)");
-    dataset_load(o->data, r->valid_size, r->test_size, &r->ds);
+    cg_data_id id;
+    dataset_load(o->data, r->valid_size, r->test_size, &r->ds, &id);
+    if (!cg_trainer_set_data(t, &id)) /* resuming: the checkpoint's data */
+        die_lib(NULL);
     const cg_pairs *P = &r->ds.pairs;
     r->n_train = cg_pairs_filter(P, r->ds.split.train, r->ds.split.n_train, r->max_len - 2);
     if (r->n_train == 0)
@@ -656,7 +661,6 @@ static int cmd_train(int argc, char **argv)
     if (rc < 0) {
         r.t = &t;
         mt_setup(&r, &o, &t);
-        cg_trainer_set_data(&t, o.data);
         cg_trainer_model m = {
             .name = "seq2seq", .plot_title = "seq2seq: label-smoothed loss",
             .module = CG_MODULE(r.model), .dropout_rng = &r.model->dropout_rng,
@@ -819,7 +823,10 @@ static int cmd_eval(int argc, char **argv)
     if (!data)
         data = DEFAULT_DATA;
     dataset ds = {0};
-    dataset_load(data, n_valid, n_test, &ds);
+    cg_data_id id;
+    dataset_load(data, n_valid, n_test, &ds, &id);
+    if (!cg_train_data_check(tj, ck, &id))
+        die_lib(NULL);
     int64_t nt = limit > 0 && limit < ds.split.n_test ? limit : ds.split.n_test;
     cg_pairs_warn_unknown(&ds.pairs, ds.split.test, nt, &c.vocab, PROG, "the test pairs");
     const char **srcs = malloc((size_t)nt * sizeof *srcs);

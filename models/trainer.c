@@ -382,7 +382,9 @@ static char *state_json(const cg_trainer *t, const cg_trainer_model *m)
     cJSON_AddNumberToObject(j, "eval_every", (double)o->eval_every);
     cg_state_put_u64(j, "seed", o->seed);
     cJSON_AddNumberToObject(j, "grad_accum", (double)o->grad_accum);
-    cJSON_AddStringToObject(j, "data", t->data_abs ? t->data_abs : "");
+    cJSON_AddStringToObject(j, "data", t->data_set ? t->data.path : "");
+    if (t->data_set)
+        cJSON_AddItemToObject(j, "data_id", cg_data_id_to_json(&t->data));
     cJSON *dr = cJSON_AddObjectToObject(j, "dropout_rng");
     cg_state_put_u64(dr, "seed", m->dropout_rng->seed);
     cg_state_put_u64(dr, "counter", m->dropout_rng->counter);
@@ -439,6 +441,10 @@ static bool state_restore(cg_trainer *t, cg_train_opts *o, const char *path)
                      cJSON_IsObject(t->model_state) ? "options" : "model");
         return false;
     }
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(s, "data_id");
+    if (id && !cg_data_id_from_json(id, what, &t->data_stored))
+        return false;
+    t->data_stored_set = id != NULL; /* absent: written before identities */
     if (hist && !cg_history_from_cjson(hist, &t->hist)) {
         char msg[512];
         snprintf(msg, sizeof msg, "%s", cg_last_error());
@@ -542,12 +548,25 @@ int cg_trainer_begin(cg_trainer *t, cg_train_opts *o, const char *kind, const ch
     return -1;
 }
 
-void cg_trainer_set_data(cg_trainer *t, const char *path)
+bool cg_trainer_set_data(cg_trainer *t, const cg_data_id *id)
 {
-    free(t->data_abs);
-    t->data_abs = realpath(path, NULL);
-    if (!t->data_abs)
-        t->data_abs = strdup(path);
+    if (t->data_stored_set && !cg_data_id_check(&t->data_stored, id))
+        return false;
+    t->data = *id;
+    t->data_set = true;
+    return true;
+}
+
+bool cg_train_data_check(const char *train_json, const char *ckpt_path, const cg_data_id *id)
+{
+    cJSON *s = train_json ? cJSON_Parse(train_json) : NULL;
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(s, "data_id");
+    cg_data_id stored;
+    char what[600];
+    snprintf(what, sizeof what, "'%.500s': training state", ckpt_path);
+    bool ok = !j || (cg_data_id_from_json(j, what, &stored) && cg_data_id_check(&stored, id));
+    cJSON_Delete(s);
+    return ok;
 }
 
 double cg_trainer_recent_loss(const cg_trainer *t)
@@ -563,7 +582,6 @@ void cg_trainer_end(cg_trainer *t)
     cg_st_close(t->ckpt);
     cJSON_Delete(t->state);
     cg_history_free(&t->hist);
-    free(t->data_abs);
     if (t->metrics)
         fclose(t->metrics);
     cg_out_lock_release(&t->lock);

@@ -241,7 +241,10 @@ struct cg_trainer {
     bool interrupted;
     cg_rng dropout_rng;     /* the saved stream (from the checkpoint on resume) */
     bool dropout_rng_set;
-    char *data_abs;         /* the data file's absolute path (malloc'd) */
+    cg_data_id data;        /* the data read (models/outfile.h), once set */
+    bool data_set;
+    cg_data_id data_stored; /* resuming: the identity the checkpoint recorded */
+    bool data_stored_set;
     cg_out_lock lock;       /* flock'd FILE.lock beside the checkpoint (models/outfile.h) */
     FILE *metrics;          /* FILE.metrics.jsonl (rank 0) */
 };
@@ -263,9 +266,16 @@ void cg_trainer_init(cg_trainer *t, cg_train_opts *o);
  * t->o, every field range-checked (what --resume does; path names the file
  * in messages). False + error. */
 bool cg_trainer_restore(cg_trainer *t, const char *train_json, const char *path);
-/* Record the data file used (kept in the checkpoint by its absolute
- * path, so that eval and --resume find it from any directory). */
-void cg_trainer_set_data(cg_trainer *t, const char *path);
+/* Record the data read (its identity from cg_corpus_read/cg_pairs_read:
+ * absolute path, size, XXH3), kept in the checkpoint's "data" and
+ * "data_id", so that eval and --resume find it from any directory and
+ * know it again. Resuming a checkpoint that recorded an identity, the data
+ * must be the same bytes (a moved copy named by --data is fine): false +
+ * error naming the difference otherwise. */
+bool cg_trainer_set_data(cg_trainer *t, const cg_data_id *id);
+/* The same check for a checkpoint's "train" metadata (eval): true when it
+ * recorded no identity or id is the same data; false + error otherwise. */
+bool cg_train_data_check(const char *train_json, const char *ckpt_path, const cg_data_id *id);
 /* Train from t->start to o->steps (or a stop), then finish: save, the
  * model's final evaluation, the JSON line. Returns the exit code. */
 int cg_trainer_run(cg_trainer *t, const cg_trainer_model *m);

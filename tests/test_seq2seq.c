@@ -117,7 +117,7 @@ static void expect_read_error(const char *name, const char *data, size_t n, cons
     write_file(path, data, n ? n : strlen(data)); /* n == 0: the string's length */
     cg_pairs p;
     cg_clear_error();
-    ck_assert_msg(!cg_pairs_read(path, &p), "%s should fail", name);
+    ck_assert_msg(!cg_pairs_read(path, &p, NULL), "%s should fail", name);
     ck_assert_msg(strstr(cg_last_error(), needle) != NULL, "error '%s' lacks '%s'",
                   cg_last_error(), needle);
     ck_assert_msg(strstr(cg_last_error(), path) != NULL, "error '%s' lacks the path",
@@ -135,7 +135,7 @@ START_TEST(test_pairs_read_errors)
     expect_read_error("blank.tsv", "a\tb\n\nc\td\n", 0, ":2: missing tab");
     cg_pairs p;
     cg_clear_error();
-    ck_assert(!cg_pairs_read(tmp_path("missing.tsv"), &p));
+    ck_assert(!cg_pairs_read(tmp_path("missing.tsv"), &p, NULL));
     ck_assert(strstr(cg_last_error(), "cannot open") != NULL);
 }
 END_TEST
