@@ -348,12 +348,12 @@ static int lm_train(lm_run *r, cg_trainer *t, cg_train_opts *o, const char *pres
     const cg_charlm_config *c = &r->model->cfg;
     fprintf(stderr,
             PROG ": %lld chars, vocab %lld, train %lld, val %lld, params %lld; %s d=%lld H=%lld "
-                 "layers=%lld d_ff=%lld T=%lld B=%lld, %lld steps\n",
+                 "layers=%lld d_ff=%lld T=%lld B=%lld, %lld steps, precision %s\n",
             (long long)r->corpus->n, (long long)r->vocab->n, (long long)r->tr.n,
             (long long)r->va.n, (long long)cg_module_num_params(CG_MODULE(r->model)),
             o->resume ? "resumed" : preset_name, (long long)c->d, (long long)c->H,
             (long long)c->layers, (long long)c->d_ff, (long long)r->T, (long long)r->B,
-            (long long)o->steps);
+            (long long)o->steps, cg_precision_name(o->precision));
     cg_trainer_model m = {
         .name = "charlm", .plot_title = "charlm loss", .module = CG_MODULE(r->model),
         .dropout_rng = &r->model->dropout_rng, .optim = cg_adamw_config(r->lr, 0.9, 0.99, 1e-8),
@@ -592,6 +592,12 @@ static int cmd_eval(int argc, char **argv)
     cg_charlm_ckpt ck;
     if (!cg_charlm_ckpt_load(ckpt, &ck))
         return cg_prog_fail_lib(NULL);
+    cg_precision prec; /* the products as trained */
+    if (!cg_train_precision(cg_charlm_ckpt_train_json(&ck), ckpt, &prec)) {
+        cg_charlm_ckpt_free(&ck);
+        return cg_prog_fail_lib(NULL);
+    }
+    cg_set_matmul_precision(prec);
     int rc = 1;
     char *data_copy = NULL;
     cg_corpus *corpus = NULL;
@@ -624,9 +630,10 @@ static int cmd_eval(int argc, char **argv)
         goto done;
     }
     printf("{\"val_loss\": %s, \"perplexity\": %s, \"bits_per_char\": %s, \"windows\": "
-           "%lld, \"T\": %lld, \"step\": %lld}\n",
+           "%lld, \"T\": %lld, \"step\": %lld, \"precision\": %s}\n",
            CG_JSON_NUM("%.4f", loss), CG_JSON_NUM("%.4f", exp(loss)),
-           CG_JSON_NUM("%.4f", loss / log(2.0)), (long long)nwin, (long long)T, (long long)ck.step);
+           CG_JSON_NUM("%.4f", loss / log(2.0)), (long long)nwin, (long long)T, (long long)ck.step,
+           CG_JSON_STR(cg_precision_name(prec)));
     rc = 0;
 done:
     fflush(stdout);

@@ -607,10 +607,12 @@ static void mt_setup(mt_run *r, cg_train_opts *o, cg_trainer *t)
             cg_mt_permutation(&r->order, nb, r->perm);
     }
     fprintf(stderr,
-            "train %lld pairs in %lld batches, valid %lld, test %lld, vocab %lld, params %lld%s\n",
+            "train %lld pairs in %lld batches, valid %lld, test %lld, vocab %lld, params %lld, "
+            "precision %s%s\n",
             (long long)r->n_train, (long long)nb, (long long)r->ds.split.n_valid,
             (long long)r->ds.split.n_test, (long long)r->model->cfg.vocab,
-            (long long)cg_module_num_params(CG_MODULE(r->model)), o->resume ? " (resumed)" : "");
+            (long long)cg_module_num_params(CG_MODULE(r->model)), cg_precision_name(o->precision),
+            o->resume ? " (resumed)" : "");
 }
 
 static int cmd_train(int argc, char **argv)
@@ -807,6 +809,10 @@ static int cmd_eval(int argc, char **argv)
     ckpt_load(ck, &c);
     int64_t n_valid = 500, n_test = 1000;
     const char *tj = cg_st_metadata(c.file, "train");
+    cg_precision prec; /* the products as trained */
+    if (!cg_train_precision(tj, ck, &prec))
+        die_lib(NULL);
+    cg_set_matmul_precision(prec);
     cJSON *st = tj ? cJSON_Parse(tj) : NULL;
     if (st) { /* models/trainer.h: the split sizes are the model's own state
                * (top-level in checkpoints written before the one trainer) */
@@ -847,9 +853,9 @@ static int cmd_eval(int argc, char **argv)
     if (bleu < 0 || chrf < 0)
         die_lib("metrics");
     printf("{\"bleu\": %s, \"chrf\": %s, \"beam\": %lld, \"test_pairs\": %lld, "
-           "\"decode_s\": %s, \"step\": %lld}\n",
+           "\"decode_s\": %s, \"step\": %lld, \"precision\": %s}\n",
            CG_JSON_NUM("%.2f", bleu), CG_JSON_NUM("%.2f", chrf), (long long)beam, (long long)nt,
-           CG_JSON_NUM("%.1f", dt), (long long)c.step);
+           CG_JSON_NUM("%.1f", dt), (long long)c.step, CG_JSON_STR(cg_precision_name(prec)));
     strings_free(hyps, nt);
     sources_free(&s);
     free(srcs);

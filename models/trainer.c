@@ -147,21 +147,18 @@ static void jl_put(cg_jline *j, const char *s, size_t n)
 
 static void jl_puts(cg_jline *j, const char *s) { jl_put(j, s, strlen(s)); }
 
+/* Strings and numbers are written as the printf'd JSON lines write them
+ * (models/config_json.h cg_json_quote, cg_json_num: null when not finite). */
 static void jl_str_escaped(cg_jline *j, const char *s)
 {
-    jl_puts(j, "\"");
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        char e[8];
-        if (*p == '"' || *p == '\\') {
-            e[0] = '\\', e[1] = (char)*p, e[2] = 0;
-        } else if (*p < 0x20) {
-            snprintf(e, sizeof e, "\\u%04x", *p);
-        } else {
-            e[0] = (char)*p, e[1] = 0;
-        }
-        jl_puts(j, e);
+    size_t n = 6 * strlen(s) + 3; /* every byte escaped at worst */
+    char *b = malloc(n);
+    if (!b) {
+        j->oom = true;
+        return;
     }
-    jl_puts(j, "\"");
+    jl_puts(j, cg_json_quote(b, n, s));
+    free(b);
 }
 
 static void jl_key(cg_jline *j, const char *key)
@@ -174,12 +171,9 @@ static void jl_key(cg_jline *j, const char *key)
 void cg_jline_num(cg_jline *j, const char *key, double v, int decimals)
 {
     jl_key(j, key);
-    char b[64];
-    if (!isfinite(v))
-        snprintf(b, sizeof b, "null");
-    else
-        snprintf(b, sizeof b, "%.*f", decimals, v);
-    jl_puts(j, b);
+    char fmt[16];
+    snprintf(fmt, sizeof fmt, "%%.%df", decimals < 0 ? 0 : decimals > 17 ? 17 : decimals);
+    jl_puts(j, CG_JSON_NUM(fmt, v));
 }
 
 void cg_jline_int(cg_jline *j, const char *key, int64_t v)
@@ -221,6 +215,7 @@ void cg_train_opts_init(cg_train_opts *o)
 {
     o->stop_at = -1;
     o->log_every = 0;
+    o->precision = CG_PRECISION_FP32;
     o->threads = 0;
     o->grad_accum = 1;
     o->norm_first = true;
@@ -236,6 +231,8 @@ const char CG_TRAIN_HELP_COMMON[] =
     "  --seed N             initialisation, dropout and batch order (default 1)\n"
     "  --grad-accum N       micro-batches per optimizer step (default 1); the loss is\n"
     "                       that of one batch N times larger\n"
+    "  --precision P        matrix products: fp32 (default) or bf16 (bfloat16 operands,\n"
+    "                       fp32 accumulation); kept by the checkpoint\n"
     "  --data FILE          training data (with --resume: the checkpoint's unless given)\n"
     "  --steps N            optimizer steps (with --resume: the checkpoint's unless given)\n"
     "  --eval-every N       evaluate and checkpoint every N steps\n"
@@ -279,6 +276,7 @@ int cg_train_cli_opts(cg_train_opts *o, unsigned which, cg_cli_opt *p)
     OPT("--lr", CG_CLI_F64, &o->lr, 1e-12, 10, &o->lr_seen, true);
     OPT("--seed", CG_CLI_U64, &o->seed, 0, 0, &o->seed_seen, true);
     OPT("--grad-accum", CG_CLI_I64, &o->grad_accum, 1, 1 << 16, NULL, true);
+    OPT("--precision", CG_CLI_STR, &o->precision_arg, 0, 0, NULL, true);
     OPT("--data", CG_CLI_STR, &o->data, 0, 0, &o->data_seen, false);
     OPT("--steps", CG_CLI_I64, &o->steps, 1, big, &o->steps_seen, false);
     OPT("--eval-every", CG_CLI_I64, &o->eval_every, 1, big, &o->eval_every_seen, false);
@@ -296,7 +294,7 @@ int cg_train_cli_opts(cg_train_opts *o, unsigned which, cg_cli_opt *p)
 /* The flags fixed by a checkpoint: refused with --resume. */
 static const char FIXED_COMMON[] = " --d --H --layers --enc-layers --dec-layers --d-ff --norm "
                                    "--act --norm-first --dropout --label-smoothing --lr --seed "
-                                   "--grad-accum ";
+                                   "--grad-accum --precision ";
 
 static bool is_fixed(const char *name, size_t len, const char *extra)
 {
@@ -360,18 +358,32 @@ cJSON *cg_train_state_parse(const char *json)
     return o;
 }
 
-/* The per-run options a checkpoint keeps ("options"; see cg_train_opts):
- * none yet. */
+/* The per-run options a checkpoint keeps ("options"; see cg_train_opts). */
 static bool options_save(const cg_train_opts *o, cJSON *j)
 {
-    (void)o;
-    return j != NULL;
+    return j && cJSON_AddStringToObject(j, "precision", cg_precision_name(o->precision));
 }
 
+/* Absent options or fields: a checkpoint written before them (fp32). */
 static bool options_restore(cg_train_opts *o, const cJSON *j)
 {
-    (void)o;
-    return j == NULL || cJSON_IsObject(j);
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(j, "precision");
+    o->precision = CG_PRECISION_FP32;
+    return j == NULL ||
+           (cJSON_IsObject(j) && (!p || (cJSON_IsString(p) &&
+                                         cg_precision_parse(p->valuestring, &o->precision))));
+}
+
+bool cg_train_precision(const char *train_json, const char *ckpt_path, cg_precision *out)
+{
+    cJSON *s = train_json ? cJSON_Parse(train_json) : NULL;
+    cg_train_opts o;
+    bool ok = options_restore(&o, cJSON_GetObjectItemCaseSensitive(s, "options"));
+    cJSON_Delete(s);
+    *out = o.precision;
+    if (!ok)
+        cg_set_error("'%s': bad \"options\" in its training state", ckpt_path);
+    return ok;
 }
 
 static char *state_json(const cg_trainer *t, const cg_trainer_model *m)
@@ -515,6 +527,10 @@ int cg_trainer_begin(cg_trainer *t, cg_train_opts *o, const char *kind, const ch
                      const char *fixed, int argc, char **argv, const cg_cli_opt *opts, int nopts)
 {
     cg_trainer_init(t, o);
+    if (o->precision_arg && !cg_precision_parse(o->precision_arg, &o->precision)) {
+        cg_prog_fail("--precision: %s", cg_last_error());
+        return CG_EXIT_USAGE;
+    }
     if (o->threads > 0)
         cg_set_num_threads((int)cg_cli_threads(cg_prog_name(), o->threads));
     t->out = o->out ? o->out : o->resume ? o->resume : default_out;
@@ -534,6 +550,7 @@ int cg_trainer_begin(cg_trainer *t, cg_train_opts *o, const char *kind, const ch
             return cg_prog_fail("'%s' is already at step %lld of %lld; pass a larger --steps",
                                 o->resume, (long long)t->start, (long long)o->steps);
     }
+    cg_set_matmul_precision(o->precision); /* before the model is built or evaluated */
     if (cg_dist_is_root()) { /* rank 0 alone writes */
         if (access(t->out, F_OK) == 0 && !o->force &&
             !(o->resume && strcmp(t->out, o->resume) == 0))
@@ -890,6 +907,7 @@ static int finish(run_ctx *c)
             return cg_prog_fail_lib(NULL);
         }
     }
+    cg_jline_str(&j, "precision", cg_precision_name(t->o->precision));
     cg_jline_num(&j, "tokens_per_s", tps, 0);
     cg_jline_num(&j, "elapsed_s", t->elapsed, 1);
     cg_jline_int(&j, "params", cg_module_num_params(m->module));

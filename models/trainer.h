@@ -42,6 +42,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "core/gemm.h"
 #include "core/tensor.h"
 #include "models/cli.h"
 #include "models/outfile.h"
@@ -121,9 +122,12 @@ typedef struct {
     double dropout, label_smoothing, lr;
     bool d_seen, H_seen, layers_seen, enc_layers_seen, dec_layers_seen, d_ff_seen, norm_seen,
         act_seen, norm_first_seen, dropout_seen, label_smoothing_seen, lr_seen;
-    /* Per-run options that a checkpoint keeps (e.g. a future --precision):
-     * add the field here, its flag in cg_train_cli_opts (fixed on resume),
-     * and one line each in trainer.c's options_save / options_restore. */
+    /* Per-run options that a checkpoint keeps (its "options"; fixed on
+     * resume): add the field here, its flag in cg_train_cli_opts and
+     * FIXED_COMMON, and one line each in trainer.c's options_save /
+     * options_restore. */
+    const char *precision_arg; /* --precision fp32|bf16 as given */
+    cg_precision precision;    /* of the matrix products (core/gemm.h); fp32 */
 } cg_train_opts;
 
 /* Which model-shape flags a program has. */
@@ -289,6 +293,10 @@ void cg_trainer_end(cg_trainer *t);
  * CG_JF_U64STR, CG_JF_F64). */
 bool cg_state_put_u64(cJSON *o, const char *key, uint64_t v);
 bool cg_state_put_f64(cJSON *o, const char *key, double v);
+
+/* The matrix-product precision a checkpoint's "train" metadata recorded
+ * (fp32 when it recorded none); false + error when it is malformed. */
+bool cg_train_precision(const char *train_json, const char *ckpt_path, cg_precision *out);
 
 /* Parse a checkpoint's "train" metadata into a cJSON object (caller
  * deletes it) or NULL + error. */
