@@ -163,15 +163,22 @@ bool cg_ckpt_check_tensors(const cg_module *m, const cg_st_file *f, const char *
 }
 
 /* ------------------------------------------------------------ charlm */
-bool cg_charlm_ckpt_save(const char *path, const cg_charlm *model, const cg_vocab *vocab,
-                         const cg_optim *optim, int64_t step, const char *train_json)
+/* cg_ckpt_save with the config and vocabulary JSON it frees. */
+static bool save_owned(const char *path, const char *kind, char *cfg, char *voc,
+                       const cg_module *module, const cg_optim *optim, int64_t step,
+                       const char *train_json)
 {
-    char *cfg = cg_charlm_config_to_json(&model->cfg);
-    char *voc = cg_vocab_to_json(vocab);
-    bool ok = cg_ckpt_save(path, "charlm", cfg, voc, CG_MODULE(model), optim, step, train_json);
+    bool ok = cg_ckpt_save(path, kind, cfg, voc, module, optim, step, train_json);
     free(cfg);
     free(voc);
     return ok;
+}
+
+bool cg_charlm_ckpt_save(const char *path, const cg_charlm *model, const cg_vocab *vocab,
+                         const cg_optim *optim, int64_t step, const char *train_json)
+{
+    return save_owned(path, "charlm", cg_charlm_config_to_json(&model->cfg),
+                      cg_vocab_to_json(vocab), CG_MODULE(model), optim, step, train_json);
 }
 
 void cg_charlm_ckpt_free(cg_charlm_ckpt *c)
@@ -237,12 +244,8 @@ fail:
 bool cg_seq2seq_ckpt_save(const char *path, const cg_seq2seq *model, const cg_pair_vocab *vocab,
                           const cg_optim *optim, int64_t step, const char *train_json)
 {
-    char *cfg = cg_seq2seq_config_to_json(&model->cfg);
-    char *voc = cg_pair_vocab_to_json(vocab);
-    bool ok = cg_ckpt_save(path, "seq2seq", cfg, voc, CG_MODULE(model), optim, step, train_json);
-    free(cfg);
-    free(voc);
-    return ok;
+    return save_owned(path, "seq2seq", cg_seq2seq_config_to_json(&model->cfg),
+                      cg_pair_vocab_to_json(vocab), CG_MODULE(model), optim, step, train_json);
 }
 
 void cg_seq2seq_ckpt_free(cg_seq2seq_ckpt *c)
