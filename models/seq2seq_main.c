@@ -821,10 +821,14 @@ static int cmd_eval(int argc, char **argv)
             ms = st;
         if (!data && cJSON_IsString(x = cJSON_GetObjectItemCaseSensitive(st, "data")))
             data = x->valuestring;
-        if (cJSON_IsNumber(x = cJSON_GetObjectItemCaseSensitive(ms, "valid_size")))
-            n_valid = (int64_t)x->valuedouble;
-        if (cJSON_IsNumber(x = cJSON_GetObjectItemCaseSensitive(ms, "test_size")))
-            n_test = (int64_t)x->valuedouble;
+        const cg_json_field f[] = {
+            {"valid_size", CG_JF_I64, &n_valid, 1, 1e9, true},
+            {"test_size", CG_JF_I64, &n_test, 1, 1e9, true},
+        };
+        char what[600];
+        snprintf(what, sizeof what, "'%.500s': seq2seq training state", ck);
+        if (!cg_json_read_fields(ms, what, f, 2))
+            die_lib(NULL);
     }
     if (!data)
         data = DEFAULT_DATA;
