@@ -6,11 +6,12 @@
  * checkpoint/: tiny char-LM checkpoints (layernorm/pre-norm and
  * rmsnorm/post-norm), with and without AdamW state after one step.
  * safetensors/: a file with every dtype the writer emits and metadata.
- * seq2seq_ckpt/: a tiny seq2seq checkpoint with Adam state and trainer
- * state, one without, and damaged ones (an unknown tensor, a config of 0
- * layers over block tensors).
- * state/: trainer states of both programs, and damaged ones (epoch 0 with
- * pos below the batch count, epoch 1e15, a NaN in the history). */
+ * seq2seq_checkpoint/: a tiny seq2seq checkpoint with Adam state and
+ * trainer state, one without, and damaged ones (an unknown tensor, a
+ * config of 0 layers over block tensors).
+ * train_state/: trainer states (models/trainer.h) of both programs, and
+ * damaged ones (epoch 0 with pos below the batch count, epoch 1e15, a
+ * huge pos, a bad data identity, history arrays of different lengths). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,13 +79,14 @@ static int ckpt(const char *dir, const char *name, cg_norm_kind norm, bool pre, 
 }
 
 static const char S2S_STATE[] =
-    "{\"data\":\"/data/p.tsv\",\"preset\":\"tiny\",\"max_tokens\":200,\"factor\":0.25,"
-    "\"warmup\":400,\"max_len\":256,\"seed\":\"1\",\"valid_size\":5,\"test_size\":5,"
-    "\"steps\":6,\"epoch\":1,\"pos\":3,\"dropout_seed\":\"11400714819323198484\","
-    "\"dropout_counter\":\"360192\",\"elapsed\":0.0346,\"recent\":[3.22,3.20,3.23],"
+    "{\"steps\":6,\"eval_every\":100,\"seed\":\"1\",\"grad_accum\":1,\"data\":\"/data/p.tsv\","
     "\"data_id\":{\"path\":\"/data/p.tsv\",\"size\":\"2070\",\"xxh3\":\"0123456789abcdef\"},"
-    "\"history\":{\"step\":[3],\"train\":[3.2],\"val\":[3.1],\"dense_every\":10,"
-    "\"dense_step\":[],\"dense_loss\":[],\"dense_acc\":{\"loss\":\"9.6\",\"step\":6,\"n\":3}}}";
+    "\"dropout_rng\":{\"seed\":\"11400714819323198484\",\"counter\":\"360192\"},"
+    "\"recent\":[3.22,3.20,3.23],\"history\":{\"step\":[3],\"train\":[3.2],\"val\":[3.1],"
+    "\"dense_every\":10,\"dense_step\":[],\"dense_loss\":[],\"dense_acc\":{\"loss\":\"9.6\","
+    "\"step\":6,\"n\":3}},\"options\":{\"precision\":\"fp32\"},\"model\":{\"preset\":\"tiny\","
+    "\"max_tokens\":200,\"factor\":0.25,\"warmup\":400,\"max_len\":256,\"valid_size\":5,"
+    "\"test_size\":5,\"epoch\":1,\"pos\":3}}";
 
 static int s2s_ckpt(const char *dir, const char *name, int damage, bool with_optim)
 {
@@ -128,7 +130,7 @@ static int s2s_ckpt(const char *dir, const char *name, int damage, bool with_opt
         cg_batch_free(&b);
     }
     char path[4096];
-    snprintf(path, sizeof path, "%s/seq2seq_ckpt/%s", dir, name);
+    snprintf(path, sizeof path, "%s/seq2seq_checkpoint/%s", dir, name);
     bool ok = cg_seq2seq_ckpt_save(path, m, &v, o, with_optim ? 3 : 0,
                                    with_optim ? S2S_STATE : NULL);
     if (ok && damage) { /* rewrite with an extra tensor or a config of 0 layers */
@@ -180,7 +182,7 @@ static int s2s_ckpt(const char *dir, const char *name, int damage, bool with_opt
 static int text_seed(const char *dir, const char *name, const char *text)
 {
     char path[4096];
-    snprintf(path, sizeof path, "%s/state/%s", dir, name);
+    snprintf(path, sizeof path, "%s/train_state/%s", dir, name);
     FILE *f = fopen(path, "w");
     if (!f || fputs(text, f) < 0 || fclose(f) != 0) {
         fprintf(stderr, "make_seeds: cannot write %s\n", path);
@@ -226,15 +228,18 @@ int main(int argc, char **argv)
         s2s_ckpt(dir, "zero_layers.safetensors", 2, false))
         return 1;
     const char *lm_state =
-        "{\"steps\":40,\"batch_size\":4,\"eval_every\":10,\"seed\":\"3\",\"lr\":\"0.001\","
-        "\"batch_rng_seed\":\"3\",\"batch_rng_counter\":\"160\",\"dropout_rng_seed\":\"5\","
-        "\"dropout_rng_counter\":\"99\",\"data\":\"/data/tiny.txt\",\"history\":{\"step\":[10,20],"
-        "\"train\":[3.1,2.9],\"val\":[3.2,null],\"dense_every\":10,\"dense_step\":[5.5,15.5],"
-        "\"dense_loss\":[3.0,2.8],\"dense_acc\":{\"loss\":\"0\",\"step\":0,\"n\":0}}}";
-    if (text_seed(dir, "seq2seq.json", S2S_STATE) || text_seed(dir, "charlm.json", lm_state) ||
+        "{\"steps\":40,\"eval_every\":10,\"seed\":\"3\",\"grad_accum\":1,\"data\":\"/data/tiny.txt\","
+        "\"data_id\":{\"path\":\"/data/tiny.txt\",\"size\":\"1566\",\"xxh3\":\"fd8acfe1cd267e4f\"},"
+        "\"dropout_rng\":{\"seed\":\"5\",\"counter\":\"99\"},\"recent\":[3.1,3.0],"
+        "\"history\":{\"step\":[10,20],\"train\":[3.1,2.9],\"val\":[3.2,null],\"dense_every\":10,"
+        "\"dense_step\":[5.5,15.5],\"dense_loss\":[3.0,2.8],\"dense_acc\":{\"loss\":\"0\","
+        "\"step\":0,\"n\":0}},\"options\":{\"precision\":\"fp32\"},\"model\":{\"batch_size\":4,"
+        "\"lr\":\"0.001\",\"label_smoothing\":\"0\",\"batch_rng_seed\":\"3\","
+        "\"batch_rng_counter\":\"160\"}}";
+    if (text_seed(dir, "seq2seq_full.json", S2S_STATE) || text_seed(dir, "charlm_full.json", lm_state) ||
         text_seed(dir, "epoch0.json", subst(S2S_STATE, "\"epoch\":1,", "\"epoch\":0,")) ||
         text_seed(dir, "epoch1e15.json", subst(S2S_STATE, "\"epoch\":1,", "\"epoch\":1e15,")) ||
-        text_seed(dir, "huge_int.json", subst(S2S_STATE, "\"pos\":3,", "\"pos\":1e300,")) ||
+        text_seed(dir, "huge_int.json", subst(S2S_STATE, "\"pos\":3}", "\"pos\":1e300}")) ||
         text_seed(dir, "bad_id.json", subst(S2S_STATE, "\"size\":\"2070\"", "\"size\":-1")) ||
         text_seed(dir, "history_mismatch.json", subst(lm_state, "\"val\":[3.2,null]", "\"val\":[3.2]")))
         return 1;

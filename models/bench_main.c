@@ -6,7 +6,8 @@
  *                      [--precision fp32|bf16]
  *
  * A step is zero_grad + forward + loss + backward + AdamW step (lr 1e-3,
- * betas 0.9/0.98, eps 1e-9, weight decay 0.01, as the peer) on random
+ * betas 0.9/0.98, eps 1e-9, weight decay 0.01, as the peer; no clipping),
+ * taken by the trainer's own step (models/trainer.h cg_stepper), on random
  * full-length sequences (dropout 0; S = T for seq2seq). W untimed steps, then
  * S timed ones; prints one JSON line:
  *   model, preset, precision, threads, tokens_per_step (B*T; target tokens for seq2seq),
@@ -48,6 +49,7 @@
 #include "models/cli.h"
 #include "models/config_json.h"
 #include "models/seq2seq.h"
+#include "models/trainer.h"
 #include "optim/optim.h"
 
 static double now_s(void)
@@ -158,6 +160,41 @@ static bool get_preset(bool charlm, const char *name, preset *p)
     return true;
 }
 
+/* The bench's model for the trainer's step: the random batch set before
+ * each step. */
+typedef struct {
+    cg_charlm *lm;
+    cg_seq2seq *s2s;
+    int64_t B, T, *src, *tin, *tout;
+} bench_model;
+
+static bool bm_batch(void *self, int k, double *weight, double *tokens)
+{
+    (void)self, (void)k;
+    *weight = 1;
+    *tokens = 0;
+    return true;
+}
+
+static cg_tensor *bm_loss(void *self, int k)
+{
+    (void)k;
+    bench_model *b = self;
+    cg_tensor *logits = b->lm ? cg_charlm_forward(b->lm, b->tin, b->B, b->T)
+                              : cg_seq2seq_forward(b->s2s, b->src, b->B, b->T, b->tin, b->T);
+    cg_tensor *loss = !logits ? NULL
+                      : b->lm ? cg_charlm_loss(b->lm, logits, b->tout)
+                              : cg_seq2seq_loss(b->s2s, logits, b->tout);
+    cg_release(logits);
+    return loss;
+}
+
+static double bm_lr(void *self, int64_t step)
+{
+    (void)self, (void)step;
+    return 1e-3;
+}
+
 int main(int argc, char **argv)
 {
     const char *model_name = "charlm", *preset_name = "tiny";
@@ -263,33 +300,28 @@ int main(int argc, char **argv)
         return 1;
     }
 
-    cg_param_list pl = {0};
-    if (!cg_module_params(model, &pl)) {
+    bench_model bm = {.lm = lm, .s2s = s2s, .B = B, .T = T};
+    cg_trainer_model tm = {.module = model, .optim = cg_adamw_config(1e-3, 0.9, 0.98, 1e-9),
+                           .weight_decay_2d = 0.01, .weight_decay_1d = 0.01, .self = &bm,
+                           .batch = bm_batch, .loss = bm_loss, .lr = bm_lr};
+    cg_stepper st;
+    if (!cg_stepper_init(&st, &tm, 1)) {
         fprintf(stderr, "bench: %s\n", cg_last_error());
         return 1;
     }
     int64_t n_params = 0, n_mm = 0;
-    cg_optim_param *op = calloc((size_t)pl.n + 1, sizeof *op);
-    for (int i = 0; i < pl.n; i++) {
-        cg_tensor *t = pl.items[i].tensor;
+    for (int i = 0; i < st.pl.n; i++) {
+        cg_tensor *t = st.pl.items[i].tensor;
         n_params += cg_numel(t);
-        if (t->ndim == 2 && strcmp(pl.items[i].name, "tok_emb.weight") &&
-            strcmp(pl.items[i].name, "emb.weight"))
+        if (t->ndim == 2 && strcmp(st.pl.items[i].name, "tok_emb.weight") &&
+            strcmp(st.pl.items[i].name, "emb.weight"))
             n_mm += cg_numel(t);
-        op[i] = (cg_optim_param){pl.items[i].name, t, 0.01};
     }
     n_mm += p.V * p.d; /* tied output head */
     int64_t n_attn = charlm ? p.layers : p.enc_layers + 2 * p.dec_layers;
     const int64_t tokens = B * T;
     double flops_step = 6.0 * (double)n_mm * (double)tokens +
                         12.0 * (double)n_attn * (double)T * (double)p.d * (double)tokens;
-
-    cg_optim_config oc = cg_adamw_config(1e-3, 0.9, 0.98, 1e-9);
-    cg_optim *opt = cg_optim_new(&oc, pl.n, op);
-    if (!opt) {
-        fprintf(stderr, "bench: %s\n", cg_last_error());
-        return 1;
-    }
 
     /* four random batches, used in turn (as the peer) */
     enum { NB = 4 };
@@ -326,19 +358,11 @@ int main(int argc, char **argv)
     double rss10 = NAN; /* RSS after the 10th step (warm-up included) */
     for (long i = 0; i < warmup + steps; i++) {
         int b = (int)(i % NB);
-        double t0 = now_s(), c0 = cpu_s();
-        cg_optim_zero_grad(opt);
-        cg_tensor *logits = charlm ? cg_charlm_forward(lm, tin[b], B, T)
-                                   : cg_seq2seq_forward(s2s, src[b], B, T, tin[b], T);
-        cg_tensor *loss = !logits ? NULL
-                          : charlm ? cg_charlm_loss(lm, logits, tout[b])
-                                   : cg_seq2seq_loss(s2s, logits, tout[b]);
-        cg_release(logits);
-        bool ok = loss && cg_backward(loss, NULL, false) && cg_optim_step(opt);
-        if (loss)
-            last_loss = cg_item(loss);
-        cg_release(loss);
-        if (!ok) {
+        bm.src = src[b], bm.tin = tin[b], bm.tout = tout[b];
+        double t0 = now_s(), c0 = cpu_s(), loss, ntok;
+        cg_step_result r = cg_stepper_step(&st, i + 1, &loss, &ntok);
+        last_loss = (float)loss;
+        if (r != CG_STEP_OK) {
             fprintf(stderr, "bench: step %ld failed: %s\n", i, cg_last_error());
             return 1;
         }
@@ -384,9 +408,7 @@ int main(int argc, char **argv)
         free(src[b]), free(tin[b]), free(tout[b]);
     free(times);
     free(cpu);
-    free(op);
-    cg_optim_free(opt);
-    cg_param_list_free(&pl);
+    cg_stepper_free(&st);
     cg_module_free(model);
     return 0;
 }

@@ -1,4 +1,4 @@
-/* cgrad zoo: char-LM checkpoints (see checkpoint.h). */
+/* cgrad zoo: checkpoints (see checkpoint.h). */
 #include "models/checkpoint.h"
 
 #include <errno.h>
@@ -6,147 +6,103 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/error.h"
+#include "models/train_common.h"
 
-bool cg_charlm_ckpt_save(const char *path, const cg_charlm *model, const cg_vocab *vocab,
-                         const cg_optim *optim, int64_t step, const char *train_json)
+bool cg_ckpt_save(const char *path, const char *kind, const char *config_json,
+                  const char *vocab_json, const cg_module *module, const cg_optim *optim,
+                  int64_t step, const char *train_json)
 {
     cg_st_writer *w = cg_st_writer_new();
-    char *cfg = cg_charlm_config_to_json(&model->cfg);
-    char *voc = cg_vocab_to_json(vocab);
     char stepbuf[32];
     snprintf(stepbuf, sizeof stepbuf, "%" PRId64, step);
-    bool ok = w && cfg && voc && cg_st_set_metadata(w, "model", "charlm") &&
-              cg_st_set_metadata(w, "config", cfg) && cg_st_set_metadata(w, "vocab", voc) &&
+    bool ok = w && config_json && vocab_json && cg_st_set_metadata(w, "model", kind) &&
+              cg_st_set_metadata(w, "config", config_json) &&
+              cg_st_set_metadata(w, "vocab", vocab_json) &&
               cg_st_set_metadata(w, "step", stepbuf) &&
               (!train_json || cg_st_set_metadata(w, "train", train_json)) &&
-              cg_module_write(CG_MODULE(model), w, NULL) &&
-              (!optim || cg_optim_save(optim, w, "optim")) && cg_st_writer_save(w, path);
+              cg_module_write(module, w, NULL) && (!optim || cg_optim_save(optim, w, "optim")) &&
+              cg_ensure_parent_dir(path) && cg_st_writer_save(w, path);
     if (!ok && !cg_has_error())
         cg_set_error("cannot save checkpoint '%s'", path);
-    free(cfg);
-    free(voc);
     cg_st_writer_free(w);
     return ok;
 }
 
-void cg_charlm_ckpt_free(cg_charlm_ckpt *c)
+cg_st_file *cg_ckpt_open(const char *path, const char *kind)
 {
-    if (!c)
-        return;
-    cg_charlm_free(c->model);
-    cg_vocab_free(c->vocab);
-    cg_st_close(c->file);
-    memset(c, 0, sizeof *c);
+    if (access(path, F_OK) != 0) {
+        cg_set_error("checkpoint '%s': %s", path, strerror(errno));
+        return NULL;
+    }
+    cg_st_file *f = cg_st_open(path);
+    if (!f)
+        return NULL;
+    const char *k = cg_st_metadata(f, "model");
+    const char *cfg = cg_st_metadata(f, "config"), *voc = cg_st_metadata(f, "vocab");
+    const char *step = cg_st_metadata(f, "step");
+    if (!k || strcmp(k, kind) != 0) {
+        cg_set_error("'%s' is not a %s checkpoint (its model is %s%s%s)", path, kind, k ? "'" : "",
+                     k ? k : "not recorded", k ? "'" : "");
+        goto fail;
+    }
+    if (!cfg || !voc) {
+        cg_set_error("checkpoint '%s' lacks its %s metadata", path, cfg ? "vocab" : "config");
+        goto fail;
+    }
+    if (step) {
+        char *end;
+        errno = 0;
+        long long v = strtoll(step, &end, 10);
+        if (*step < '0' || *step > '9' || *end != '\0' || errno || v < 0 ||
+            v > 1000000000000000LL) {
+            cg_set_error("checkpoint '%s': bad step '%.40s' (expected an integer in [0, 1e15])",
+                         path, step);
+            goto fail;
+        }
+    }
+    return f;
+fail:
+    cg_st_close(f);
+    return NULL;
 }
 
-const char *cg_charlm_ckpt_train_json(const cg_charlm_ckpt *c)
+int64_t cg_ckpt_step(const cg_st_file *f)
 {
-    return c->file ? cg_st_metadata(c->file, "train") : NULL;
+    const char *s = cg_st_metadata(f, "step");
+    return s ? (int64_t)strtoll(s, NULL, 10) : 0;
+}
+
+/* Prefix the current error with "checkpoint 'path': ". */
+static void error_in(const char *path)
+{
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", cg_last_error());
+    cg_set_error("checkpoint '%s': %s", path, msg);
 }
 
 /* A corrupt or hostile config ("d": 100000) must not make the loader
  * allocate gigabytes before it finds that the parameters do not match: the
- * parameters the config implies must be present in the file (which is
- * already in memory), and the positions table (max_len x d, not stored)
- * must be of a plausible size. */
-static bool config_fits_file(const cg_charlm_config *c, const cg_st_file *f, const char *path)
+ * parameters the config implies (need, a lower bound) must be present in
+ * the file (which is already in memory), and the positions table
+ * (max_len x d, not stored) must be of a plausible size. */
+static bool config_fits_file(double need, int64_t max_len, int64_t d, const cg_st_file *f,
+                             const char *path)
 {
     double have = cg_st_f32_elements(f);
-    double d = (double)c->d, ff = (double)c->d_ff;
-    double norm = c->norm == CG_NORM_LAYERNORM ? 2 * d : d;
-    double block = 2 * norm + 4 * (d * d + d) + d * ff + ff + ff * d + d;
-    double need = (double)c->vocab * d + (double)c->layers * block + (c->norm_first ? norm : 0);
     if (need > have) {
         cg_set_error("checkpoint '%s': its config needs %.0f parameter values but the file "
                      "holds %.0f; corrupt file?", path, need, have);
         return false;
     }
-    if ((double)c->max_len * d > 4 * have + (double)(1 << 24)) {
+    if ((double)max_len * (double)d > 4 * have + (double)(1 << 24)) {
         cg_set_error("checkpoint '%s': max_len=%lld with d=%lld is implausibly large for a "
-                     "model of %.0f values; corrupt file?", path, (long long)c->max_len,
-                     (long long)c->d, have);
+                     "model of %.0f values; corrupt file?", path, (long long)max_len,
+                     (long long)d, have);
         return false;
     }
-    return true;
-}
-
-bool cg_charlm_ckpt_load(const char *path, cg_charlm_ckpt *out)
-{
-    memset(out, 0, sizeof *out);
-    cg_st_file *f = cg_st_open(path);
-    if (!f)
-        return false;
-    out->file = f;
-    const char *kind = cg_st_metadata(f, "model");
-    if (!kind || strcmp(kind, "charlm") != 0) {
-        cg_set_error("'%s' is not a charlm checkpoint (its model is %s%s%s)", path,
-                     kind ? "'" : "", kind ? kind : "not recorded", kind ? "'" : "");
-        goto fail;
-    }
-    const char *cfg_json = cg_st_metadata(f, "config");
-    const char *voc_json = cg_st_metadata(f, "vocab");
-    if (!cfg_json || !voc_json) {
-        cg_set_error("checkpoint '%s' lacks its %s metadata", path, cfg_json ? "vocab" : "config");
-        goto fail;
-    }
-    cg_charlm_config cfg;
-    if (!cg_charlm_config_from_json(cfg_json, &cfg)) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", cg_last_error());
-        cg_set_error("checkpoint '%s': bad config: %s", path, msg);
-        goto fail;
-    }
-    out->vocab = cg_vocab_from_json(voc_json);
-    if (!out->vocab) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", cg_last_error());
-        cg_set_error("checkpoint '%s': %s", path, msg);
-        goto fail;
-    }
-    if (out->vocab->n != cfg.vocab) {
-        cg_set_error("checkpoint '%s': vocabulary has %lld characters but the config says %lld",
-                     path, (long long)out->vocab->n, (long long)cfg.vocab);
-        goto fail;
-    }
-    if (!cg_ckpt_parse_step(f, path, &out->step))
-        goto fail;
-    if (!config_fits_file(&cfg, f, path))
-        goto fail;
-    out->model = cg_charlm_new(&cfg, 0);
-    if (!out->model)
-        goto fail;
-    if (!cg_ckpt_check_tensors(CG_MODULE(out->model), f, path))
-        goto fail;
-    if (!cg_module_load(CG_MODULE(out->model), f, NULL)) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", cg_last_error());
-        cg_set_error("checkpoint '%s': %s", path, msg);
-        goto fail;
-    }
-    return true;
-fail:
-    cg_charlm_ckpt_free(out);
-    return false;
-}
-
-
-bool cg_ckpt_parse_step(const cg_st_file *f, const char *path, int64_t *out)
-{
-    *out = 0;
-    const char *step = cg_st_metadata(f, "step");
-    if (!step)
-        return true;
-    char *end;
-    errno = 0;
-    long long v = strtoll(step, &end, 10);
-    if (*step < '0' || *step > '9' || *end != '\0' || errno || v < 0 || v > 1000000000000000LL) {
-        cg_set_error("checkpoint '%s': bad step '%.40s' (expected an integer in [0, 1e15])", path,
-                     step);
-        return false;
-    }
-    *out = v;
     return true;
 }
 
@@ -206,27 +162,90 @@ bool cg_ckpt_check_tensors(const cg_module *m, const cg_st_file *f, const char *
     return ok;
 }
 
+/* ------------------------------------------------------------ charlm */
+/* cg_ckpt_save with the config and vocabulary JSON it frees. */
+static bool save_owned(const char *path, const char *kind, char *cfg, char *voc,
+                       const cg_module *module, const cg_optim *optim, int64_t step,
+                       const char *train_json)
+{
+    bool ok = cg_ckpt_save(path, kind, cfg, voc, module, optim, step, train_json);
+    free(cfg);
+    free(voc);
+    return ok;
+}
+
+bool cg_charlm_ckpt_save(const char *path, const cg_charlm *model, const cg_vocab *vocab,
+                         const cg_optim *optim, int64_t step, const char *train_json)
+{
+    return save_owned(path, "charlm", cg_charlm_config_to_json(&model->cfg),
+                      cg_vocab_to_json(vocab), CG_MODULE(model), optim, step, train_json);
+}
+
+void cg_charlm_ckpt_free(cg_charlm_ckpt *c)
+{
+    if (!c)
+        return;
+    cg_charlm_free(c->model);
+    cg_vocab_free(c->vocab);
+    cg_st_close(c->file);
+    memset(c, 0, sizeof *c);
+}
+
+const char *cg_charlm_ckpt_train_json(const cg_charlm_ckpt *c)
+{
+    return c->file ? cg_st_metadata(c->file, "train") : NULL;
+}
+
+bool cg_charlm_ckpt_load(const char *path, cg_charlm_ckpt *out)
+{
+    memset(out, 0, sizeof *out);
+    cg_st_file *f = cg_ckpt_open(path, "charlm");
+    if (!f)
+        return false;
+    out->file = f;
+    out->step = cg_ckpt_step(f);
+    cg_charlm_config cfg;
+    if (!cg_charlm_config_from_json(cg_st_metadata(f, "config"), &cfg)) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", cg_last_error());
+        cg_set_error("checkpoint '%s': bad config: %s", path, msg);
+        goto fail;
+    }
+    out->vocab = cg_vocab_from_json(cg_st_metadata(f, "vocab"));
+    if (!out->vocab) {
+        error_in(path);
+        goto fail;
+    }
+    if (out->vocab->n != cfg.vocab) {
+        cg_set_error("checkpoint '%s': vocabulary has %lld characters but the config says %lld",
+                     path, (long long)out->vocab->n, (long long)cfg.vocab);
+        goto fail;
+    }
+    double d = (double)cfg.d, ff = (double)cfg.d_ff;
+    double norm = cfg.norm == CG_NORM_LAYERNORM ? 2 * d : d;
+    double block = 2 * norm + 4 * (d * d + d) + d * ff + ff + ff * d + d;
+    double need = (double)cfg.vocab * d + (double)cfg.layers * block + (cfg.norm_first ? norm : 0);
+    if (!config_fits_file(need, cfg.max_len, cfg.d, f, path))
+        goto fail;
+    out->model = cg_charlm_new(&cfg, 0);
+    if (!out->model || !cg_ckpt_check_tensors(CG_MODULE(out->model), f, path))
+        goto fail;
+    if (!cg_module_load(CG_MODULE(out->model), f, NULL)) {
+        error_in(path);
+        goto fail;
+    }
+    return true;
+fail:
+    cg_charlm_ckpt_free(out);
+    return false;
+}
+
 /* ------------------------------------------------------------ seq2seq */
 bool cg_seq2seq_ckpt_save(const char *path, const cg_seq2seq *model, const cg_pair_vocab *vocab,
                           const cg_optim *optim, int64_t step, const char *train_json)
 {
-    cg_st_writer *w = cg_st_writer_new();
-    char *cfg = cg_seq2seq_config_to_json(&model->cfg);
-    char *voc = cg_pair_vocab_to_json(vocab);
-    char stepbuf[32];
-    snprintf(stepbuf, sizeof stepbuf, "%" PRId64, step);
-    bool ok = w && cfg && voc && cg_st_set_metadata(w, "model", "seq2seq") &&
-              cg_st_set_metadata(w, "config", cfg) && cg_st_set_metadata(w, "vocab", voc) &&
-              cg_st_set_metadata(w, "step", stepbuf) &&
-              (!train_json || cg_st_set_metadata(w, "train", train_json)) &&
-              cg_module_write(CG_MODULE(model), w, NULL) &&
-              (!optim || cg_optim_save(optim, w, "optim")) && cg_st_writer_save(w, path);
-    if (!ok && !cg_has_error())
-        cg_set_error("cannot save checkpoint '%s'", path);
-    free(cfg);
-    free(voc);
-    cg_st_writer_free(w);
-    return ok;
+    return save_owned(path, "seq2seq", cg_seq2seq_config_to_json(&model->cfg),
+                      cg_pair_vocab_to_json(vocab), CG_MODULE(model), optim, step, train_json);
 }
 
 void cg_seq2seq_ckpt_free(cg_seq2seq_ckpt *c)
@@ -239,70 +258,36 @@ void cg_seq2seq_ckpt_free(cg_seq2seq_ckpt *c)
     memset(c, 0, sizeof *c);
 }
 
-/* As config_fits_file above: the file must hold at least the config's
- * weight matrices, and the positions table (not stored) must be plausible. */
-static bool s2s_config_fits_file(const cg_seq2seq_config *c, const cg_st_file *f,
-                                 const char *path)
-{
-    double have = cg_st_f32_elements(f);
-    double d = (double)c->d, ff = (double)c->d_ff;
-    double need = (double)c->vocab * d + (double)c->enc_layers * (4 * d * d + 2 * d * ff) +
-                  (double)c->dec_layers * (8 * d * d + 2 * d * ff);
-    if (need > have) {
-        cg_set_error("checkpoint '%s': its config needs at least %.0f parameter values but the "
-                     "file holds %.0f; corrupt file?", path, need, have);
-        return false;
-    }
-    if ((double)c->max_len * d > 4 * have + (double)(1 << 24)) {
-        cg_set_error("checkpoint '%s': max_len=%lld with d=%lld is implausibly large for a "
-                     "model of %.0f values; corrupt file?", path, (long long)c->max_len,
-                     (long long)c->d, have);
-        return false;
-    }
-    return true;
-}
-
 bool cg_seq2seq_ckpt_load(const char *path, cg_seq2seq_ckpt *out)
 {
     memset(out, 0, sizeof *out);
-    cg_st_file *f = cg_st_open(path);
+    cg_st_file *f = cg_ckpt_open(path, "seq2seq");
     if (!f)
         return false;
     out->file = f;
-    char msg[512];
-    const char *kind = cg_st_metadata(f, "model");
-    if (!kind || strcmp(kind, "seq2seq") != 0) {
-        cg_set_error("'%s' is not a seq2seq checkpoint (its model is %s%.40s%s)", path,
-                     kind ? "'" : "", kind ? kind : "not recorded", kind ? "'" : "");
-        goto fail;
-    }
-    const char *cfg_json = cg_st_metadata(f, "config");
-    const char *voc_json = cg_st_metadata(f, "vocab");
-    if (!cfg_json || !voc_json) {
-        cg_set_error("checkpoint '%s' lacks its %s metadata", path, cfg_json ? "vocab" : "config");
-        goto fail;
-    }
+    out->step = cg_ckpt_step(f);
     cg_seq2seq_config cfg;
-    if (!cg_seq2seq_config_from_json(cfg_json, &cfg) ||
-        !cg_pair_vocab_from_json(voc_json, &out->vocab)) {
-        snprintf(msg, sizeof msg, "%s", cg_last_error());
-        cg_set_error("checkpoint '%s': %s", path, msg);
+    if (!cg_seq2seq_config_from_json(cg_st_metadata(f, "config"), &cfg) ||
+        !cg_pair_vocab_from_json(cg_st_metadata(f, "vocab"), &out->vocab)) {
+        error_in(path);
         goto fail;
     }
     if (cg_pair_vocab_size(&out->vocab) != cfg.vocab) {
         cg_set_error("checkpoint '%s': vocabulary of %lld characters (+4 specials) does not "
-                     "match the config's vocab %lld", path, (long long)out->vocab.n_chars,
-                     (long long)cfg.vocab);
+                     "match the config's vocab %lld",
+                     path, (long long)out->vocab.n_chars, (long long)cfg.vocab);
         goto fail;
     }
-    if (!cg_ckpt_parse_step(f, path, &out->step) || !s2s_config_fits_file(&cfg, f, path))
+    double d = (double)cfg.d, ff = (double)cfg.d_ff;
+    double need = (double)cfg.vocab * d + (double)cfg.enc_layers * (4 * d * d + 2 * d * ff) +
+                  (double)cfg.dec_layers * (8 * d * d + 2 * d * ff);
+    if (!config_fits_file(need, cfg.max_len, cfg.d, f, path))
         goto fail;
     out->model = cg_seq2seq_new(&cfg, 0);
     if (!out->model || !cg_ckpt_check_tensors(CG_MODULE(out->model), f, path))
         goto fail;
     if (!cg_module_load(CG_MODULE(out->model), f, NULL)) {
-        snprintf(msg, sizeof msg, "%s", cg_last_error());
-        cg_set_error("checkpoint '%s': %s", path, msg);
+        error_in(path);
         goto fail;
     }
     return true;

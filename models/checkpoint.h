@@ -1,15 +1,17 @@
-/* cgrad zoo: char-LM checkpoints (safetensors files, nn/safetensors.h).
+/* cgrad zoo: checkpoints of the zoo's models (safetensors files,
+ * nn/safetensors.h), one layout for every model.
  *
  * A checkpoint holds
- *   tensors   the model's parameters under their PyTorch names
- *             (models/charlm.h), and, for training checkpoints, the
- *             optimizer state under "optim." (optim/optim.h cg_optim_save);
- *   metadata  "model": "charlm"
+ *   tensors   the model's parameters under their PyTorch names, and, for
+ *             training checkpoints, the optimizer state under "optim."
+ *             (optim/optim.h cg_optim_save);
+ *   metadata  "model": the model kind ("charlm", "seq2seq")
  *             "config": the model config as JSON (models.py field names)
- *             "vocab": the characters as a JSON string (models/vocab.h)
+ *             "vocab": the vocabulary as JSON (models/vocab.h, models/pairs.h)
  *             "step": completed training steps (decimal)
- *             "train": the trainer's state as JSON (opaque here; may be absent)
- * which is the reference trainer's format plus extras, so a file written by
+ *             "train": the trainer's state as JSON (models/trainer.h; absent
+ *             from inference-only files)
+ * which is the reference trainers' format plus extras, so a file written by
  * shared/reference/train_charlm.py loads too.
  *
  * Writing is atomic (temporary file + rename): an existing checkpoint is
@@ -24,6 +26,7 @@
 #include "models/pairs.h"
 #include "models/seq2seq.h"
 #include "models/vocab.h"
+#include "nn/module.h"
 #include "nn/safetensors.h"
 #include "optim/optim.h"
 
@@ -31,8 +34,19 @@
 extern "C" {
 #endif
 
-/* Save model (+ optimizer state if optim is not NULL) with the metadata
- * above. train_json may be NULL. */
+/* Save module (+ the optimizer state if optim is not NULL) with the
+ * metadata above; train_json may be NULL. */
+bool cg_ckpt_save(const char *path, const char *kind, const char *config_json,
+                  const char *vocab_json, const cg_module *module, const cg_optim *optim,
+                  int64_t step, const char *train_json);
+/* Open a checkpoint of the given kind: the file loads, its "model" is kind,
+ * it has a "config" and a "vocab", and its "step" (when present) is a
+ * decimal in [0, 1e15]. NULL + error naming the file otherwise. */
+cg_st_file *cg_ckpt_open(const char *path, const char *kind);
+/* The "step" of a checkpoint opened by cg_ckpt_open (0 if absent). */
+int64_t cg_ckpt_step(const cg_st_file *f);
+
+/* ---- charlm */
 bool cg_charlm_ckpt_save(const char *path, const cg_charlm *model, const cg_vocab *vocab,
                          const cg_optim *optim, int64_t step, const char *train_json);
 
@@ -55,15 +69,10 @@ const char *cg_charlm_ckpt_train_json(const cg_charlm_ckpt *c);
  * "optim.<parameter>.<step|exp_avg|exp_avg_sq|momentum_buffer>" of one.
  * False + error naming the first other tensor (a config that says 0 layers
  * while the file holds block tensors, a truncated config, an unknown extra
- * tensor). Both loaders below call it, so resume is covered too. */
+ * tensor). Both loaders call it, so resume is covered too. */
 bool cg_ckpt_check_tensors(const cg_module *m, const cg_st_file *f, const char *path);
 
-/* The "step" metadata: absent = 0; a decimal in [0, 1e15] otherwise. */
-bool cg_ckpt_parse_step(const cg_st_file *f, const char *path, int64_t *out);
-
-/* Seq2seq checkpoints: metadata "model": "seq2seq", "config", "vocab" (the
- * characters of ids 4.., models/pairs.h), "step", optional "train"; tensors:
- * the parameters and, for training checkpoints, "optim.*". */
+/* ---- seq2seq */
 bool cg_seq2seq_ckpt_save(const char *path, const cg_seq2seq *model, const cg_pair_vocab *vocab,
                           const cg_optim *optim, int64_t step, const char *train_json);
 
@@ -71,12 +80,9 @@ typedef struct {
     cg_seq2seq *model;     /* owned */
     cg_pair_vocab vocab;   /* owned */
     int64_t step;
-    cg_st_file *file;      /* owned, open: for cg_optim_load and "train" */
+    cg_st_file *file;      /* owned, open */
 } cg_seq2seq_ckpt;
 
-/* Load and check (kind, config against the file's size, vocabulary against
- * the config, every tensor name, shapes). False + error; on success free
- * with cg_seq2seq_ckpt_free. */
 bool cg_seq2seq_ckpt_load(const char *path, cg_seq2seq_ckpt *out);
 void cg_seq2seq_ckpt_free(cg_seq2seq_ckpt *c);
 

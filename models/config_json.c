@@ -112,7 +112,13 @@ bool cg_json_read_fields(const cJSON *o, const char *what, const cg_json_field *
         case CG_JF_I64:
         case CG_JF_F64: {
             double x = cJSON_IsNumber(v) ? v->valuedouble : NAN;
-            if (!cJSON_IsNumber(v) || !isfinite(x) ||
+            bool num = cJSON_IsNumber(v);
+            if (f[i].kind == CG_JF_F64 && cJSON_IsString(v) && *v->valuestring) {
+                char *end; /* a double kept exactly as its decimal string */
+                x = strtod(v->valuestring, &end);
+                num = *end == '\0';
+            }
+            if (!num || !isfinite(x) ||
                 (f[i].kind == CG_JF_I64 && x != floor(x))) {
                 cg_set_error("%s: \"%s\" must be %s", what, f[i].key,
                              f[i].kind == CG_JF_I64 ? "an integer" : "a finite number");

@@ -45,7 +45,7 @@ const char *cg_json_quote(char *buf, size_t n, const char *s);
  * a hang or a silent default. */
 typedef enum {
     CG_JF_I64,    /* whole number in [lo, hi] -> int64_t */
-    CG_JF_F64,    /* finite number in [lo, hi] -> double */
+    CG_JF_F64,    /* finite number in [lo, hi], or its decimal string -> double */
     CG_JF_U64STR, /* decimal string (a 64-bit seed or counter) -> uint64_t */
     CG_JF_STR     /* string -> const char * (borrowed from the object) */
 } cg_json_field_kind;

@@ -247,7 +247,7 @@ cg_corpus *cg_corpus_new(const cg_vocab *vocab, const uint32_t *cps, int64_t n)
 }
 
 cg_corpus *cg_corpus_read(const char *path, const cg_vocab *vocab, size_t max_bytes,
-                          cg_vocab **built)
+                          cg_vocab **built, cg_data_id *id)
 {
     if (built)
         *built = NULL;
@@ -259,6 +259,8 @@ cg_corpus *cg_corpus_read(const char *path, const cg_vocab *vocab, size_t max_by
     char *text = cg_read_file_once(path, max_bytes, true, &len);
     if (!text)
         return NULL;
+    if (id)
+        cg_data_id_of(path, text, len, id);
     int64_t n;
     uint32_t *cps = cg_utf8_decode(text, len, path, &n);
     free(text);

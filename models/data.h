@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "core/tensor.h"
+#include "models/outfile.h"
 #include "models/vocab.h"
 
 #ifdef __cplusplus
@@ -67,9 +68,10 @@ cg_corpus *cg_corpus_new(const cg_vocab *vocab, const uint32_t *cps, int64_t n);
  * default limit): with vocab NULL the vocabulary is built from the text and
  * returned in *built (caller frees); otherwise characters outside vocab are
  * counted in ->unknown. Peak memory about 5 bytes per byte of text (was 12:
- * the file read twice, code points and int64 ids alive together). */
+ * the file read twice, code points and int64 ids alive together). id (may
+ * be NULL) gets the identity of the bytes read (models/outfile.h). */
 cg_corpus *cg_corpus_read(const char *path, const cg_vocab *vocab, size_t max_bytes,
-                          cg_vocab **built);
+                          cg_vocab **built, cg_data_id *id);
 void cg_corpus_free(cg_corpus *c);
 
 /* A split as a view: pointer + length. */

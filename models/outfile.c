@@ -68,19 +68,19 @@ bool cg_data_id_from_json(const cJSON *o, const char *what, cg_data_id *out)
     return ok;
 }
 
-bool cg_data_id_check(const cg_data_id *stored, const char *path, const void *bytes, size_t len)
+bool cg_data_id_check(const cg_data_id *stored, const cg_data_id *read)
 {
-    if ((uint64_t)len != stored->size) {
-        cg_set_error("'%s' is not the data this checkpoint was trained on ('%s'): %zu bytes, "
-                     "the checkpoint's %" PRIu64, path, stored->path, len, stored->size);
+    if (read->size != stored->size) {
+        cg_set_error("'%s' is not the data this checkpoint was trained on ('%s'): %" PRIu64
+                     " bytes, the checkpoint's %" PRIu64, read->path, stored->path, read->size,
+                     stored->size);
         return false;
     }
-    uint64_t h = (uint64_t)XXH3_64bits(bytes, len);
-    if (h != stored->hash) {
+    if (read->hash != stored->hash) {
         cg_set_error("'%s' is not the data this checkpoint was trained on ('%s'): same size "
-                     "(%zu bytes) but a different checksum (xxh3 %016" PRIx64 ", the "
-                     "checkpoint's %016" PRIx64 "; edited?)", path, stored->path, len, h,
-                     stored->hash);
+                     "(%" PRIu64 " bytes) but a different checksum (xxh3 %016" PRIx64 ", the "
+                     "checkpoint's %016" PRIx64 "; edited?)", read->path, stored->path,
+                     read->size, read->hash, stored->hash);
         return false;
     }
     return true;

@@ -40,12 +40,12 @@ void cg_data_id_of(const char *path, const void *bytes, size_t len, cg_data_id *
 cJSON *cg_data_id_to_json(const cg_data_id *id);
 /* Read what cg_data_id_to_json wrote; false + error naming `what`. */
 bool cg_data_id_from_json(const cJSON *o, const char *what, cg_data_id *out);
-/* True when the bytes read from path are the stored data (same size and
- * checksum; the path may differ: a moved copy). Otherwise false + error:
+/* True when the data read (cg_data_id_of) is the stored data (same size
+ * and checksum; the path may differ: a moved copy). Otherwise false + error:
  * "'<path>' is not the data this checkpoint was trained on ('<stored
  * path>'): size N bytes, the checkpoint's M" or "...: same size but a
  * different checksum (edited?)". */
-bool cg_data_id_check(const cg_data_id *stored, const char *path, const void *bytes, size_t len);
+bool cg_data_id_check(const cg_data_id *stored, const cg_data_id *read);
 
 /* ------------------------------------------------------------ output check */
 /* The longest suffix a writer appends to the checkpoint's name for its

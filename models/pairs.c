@@ -230,13 +230,15 @@ fail:
     return false;
 }
 
-bool cg_pairs_read(const char *path, cg_pairs *out)
+bool cg_pairs_read(const char *path, cg_pairs *out, cg_data_id *id)
 {
     memset(out, 0, sizeof *out);
     size_t n;
     char *buf = cg_read_file_once(path, 0, true, &n);
     if (!buf)
         return false;
+    if (id)
+        cg_data_id_of(path, buf, n, id);
     bool ok = cg_pairs_parse(buf, n, path, out);
     free(buf);
     return ok;

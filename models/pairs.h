@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "core/tensor.h"
+#include "models/outfile.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -61,8 +62,9 @@ typedef struct {
 
 /* Read a pair file. Errors (one clear message each): the file cannot be
  * read, it has no pairs, a line has no tab or more than one, a line is not
- * valid UTF-8. On failure *out is left empty. */
-bool cg_pairs_read(const char *path, cg_pairs *out);
+ * valid UTF-8. On failure *out is left empty. id (may be NULL) gets the
+ * identity of the bytes read (models/outfile.h). */
+bool cg_pairs_read(const char *path, cg_pairs *out, cg_data_id *id);
 /* Same from a buffer (name used in messages). */
 bool cg_pairs_parse(const char *text, size_t len, const char *name, cg_pairs *out);
 void cg_pairs_free(cg_pairs *p);

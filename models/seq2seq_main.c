@@ -7,9 +7,8 @@
  *
  * The training recipe is shared/reference/train_seq2seq.py (see its
  * docstring); the data split and batch order use numpy's RandomState
- * bit-exactly (models/pairs.h). Every error prints one line
- * "seq2seq: error: ..." on stderr and exits non-zero; checkpoints are
- * written atomically, so an existing one is never lost. */
+ * bit-exactly (models/pairs.h). The loop is models/trainer.h's, as are the
+ * exit codes and the one-line errors "seq2seq: error: ...". */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
@@ -22,7 +21,6 @@
 
 #include "autograd/ops.h"
 #include "models/beam.h"
-#include "models/checkpoint.h"
 #include "models/cli.h"
 #include "models/config_json.h"
 #include "models/data.h"
@@ -31,7 +29,8 @@
 #include "models/pairs.h"
 #include "models/plot.h"
 #include "models/seq2seq.h"
-#include "models/train_common.h"
+#include "models/checkpoint.h"
+#include "models/trainer.h"
 #include "optim/optim.h"
 #include "optim/schedule.h"
 
@@ -39,22 +38,8 @@
 #define DEFAULT_DATA "data/en_de_ding.tsv"
 #define DEFAULT_CKPT "seq2seq.safetensors"
 
-static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void die(const char *fmt, ...)
-{
-    cg_progress_end();
-    char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    /* keep it one line */
-    for (char *p = msg; *p; p++)
-        if (*p == '\n' || *p == '\r')
-            *p = ' ';
-    fprintf(stderr, PROG ": error: %s\n", msg);
-    exit(1);
-}
+/* One error line, then exit 1 (every MPI rank). */
+#define die(...) cg_prog_die(CG_EXIT_FAIL, __VA_ARGS__)
 
 static void die_lib(const char *what)
 {
@@ -84,125 +69,24 @@ static const preset *find_preset(const char *name)
 }
 
 /* ------------------------------------------------------------ checkpoints */
-/* Metadata: "model": "seq2seq", "config": JSON, "vocab": JSON string of the
- * characters (ids 4..), "step", "train": trainer state JSON. Tensors: the
- * model's parameters, and "optim.*" for training checkpoints. */
-static bool ckpt_save(const char *path, const cg_seq2seq *m, const cg_pair_vocab *v,
-                      const cg_optim *o, int64_t step, const char *train_json)
-{
-    bool ok = false;
-    char *cfg = cg_seq2seq_config_to_json(&m->cfg);
-    char *voc = cg_pair_vocab_to_json(v);
-    cg_st_writer *w = cg_st_writer_new();
-    char stepbuf[32];
-    snprintf(stepbuf, sizeof stepbuf, "%lld", (long long)step);
-    if (!cfg || !voc || !w)
-        goto out;
-    if (!cg_st_set_metadata(w, "model", "seq2seq") || !cg_st_set_metadata(w, "config", cfg) ||
-        !cg_st_set_metadata(w, "vocab", voc) || !cg_st_set_metadata(w, "step", stepbuf))
-        goto out;
-    if (train_json && !cg_st_set_metadata(w, "train", train_json))
-        goto out;
-    if (!cg_module_write(CG_MODULE(m), w, NULL))
-        goto out;
-    if (o && !cg_optim_save(o, w, "optim"))
-        goto out;
-    if (!cg_ensure_parent_dir(path))
-        goto out;
-    ok = cg_st_writer_save(w, path);
-out:
-    free(cfg);
-    free(voc);
-    cg_st_writer_free(w);
-    return ok;
-}
-
-typedef struct {
-    cg_seq2seq *model;
-    cg_pair_vocab vocab;
-    cg_st_file *file;
-    int64_t step;
-} ckpt;
-
-/* A corrupt config ("d": 100000) must not make the loader allocate
- * gigabytes before the parameters are found not to match: the file (already
- * in memory) must hold at least the config's weight matrices (a lower bound
- * of its parameters: embedding, attention and feed-forward weights), and the
- * positions table (max_len x d, not stored) must be of a plausible size. */
-static bool config_fits_file(const cg_seq2seq_config *c, const cg_st_file *f)
-{
-    double have = cg_st_f32_elements(f);
-    double d = (double)c->d, ff = (double)c->d_ff;
-    double need = (double)c->vocab * d + (double)c->enc_layers * (4 * d * d + 2 * d * ff) +
-                  (double)c->dec_layers * (8 * d * d + 2 * d * ff);
-    if (need > have) {
-        cg_set_error("its config needs at least %.0f parameter values but the file holds %.0f; "
-                     "corrupt file?", need, have);
-        return false;
-    }
-    if ((double)c->max_len * d > 4 * have + (double)(1 << 24)) {
-        cg_set_error("max_len=%lld with d=%lld is implausibly large for a model of %.0f "
-                     "values; corrupt file?", (long long)c->max_len, (long long)c->d, have);
-        return false;
-    }
-    return true;
-}
+/* models/checkpoint.h: the layout shared with charlm. */
+typedef cg_seq2seq_ckpt ckpt;
 
 static void ckpt_load(const char *path, ckpt *c)
 {
-    memset(c, 0, sizeof *c);
-    if (access(path, F_OK) != 0)
-        die("checkpoint %s: %s", path, strerror(errno));
-    c->file = cg_st_open(path);
-    if (!c->file)
-        die_lib(NULL);
-    const char *kind = cg_st_metadata(c->file, "model");
-    if (!kind || strcmp(kind, "seq2seq") != 0)
-        die("%s is not a seq2seq checkpoint (model: %s)", path, kind ? kind : "missing");
-    const char *cfgj = cg_st_metadata(c->file, "config");
-    const char *vocj = cg_st_metadata(c->file, "vocab");
-    if (!cfgj || !vocj)
-        die("%s: checkpoint lacks its %s", path, cfgj ? "vocabulary" : "config");
-    cg_seq2seq_config cfg;
-    if (!cg_seq2seq_config_from_json(cfgj, &cfg))
-        die_lib(path);
-    if (!cg_pair_vocab_from_json(vocj, &c->vocab))
-        die_lib(path);
-    if (cg_pair_vocab_size(&c->vocab) != cfg.vocab)
-        die("%s: vocabulary of %lld characters (+4 specials) does not match the config's "
-            "vocab %lld",
-            path, (long long)c->vocab.n_chars, (long long)cfg.vocab);
-    if (!config_fits_file(&cfg, c->file))
-        die_lib(path);
-    c->model = cg_seq2seq_new(&cfg, 0);
-    if (!c->model)
-        die_lib(path);
-    if (!cg_ckpt_check_tensors(CG_MODULE(c->model), c->file, path) ||
-        !cg_module_load(CG_MODULE(c->model), c->file, NULL))
-        die_lib(path);
-    if (!cg_ckpt_parse_step(c->file, path, &c->step))
+    if (!cg_seq2seq_ckpt_load(path, c))
         die_lib(NULL);
 }
 
-static void ckpt_free(ckpt *c)
-{
-    cg_seq2seq_free(c->model);
-    cg_pair_vocab_free(&c->vocab);
-    cg_st_close(c->file);
-    memset(c, 0, sizeof *c);
-}
+static void ckpt_free(ckpt *c) { cg_seq2seq_ckpt_free(c); }
 
 /* ------------------------------------------------------------ flags */
-/* Parse flags; print help and exit 0 on --help. */
+/* Parse flags; print help and exit 0 on --help, exit 2 on a bad flag. */
 static void parse_flags(int argc, char **argv, const cg_cli_opt *opts, int n, const char *help)
 {
-    bool want_help;
-    if (!cg_cli_parse(argc, argv, opts, n, &want_help))
-        die_lib(NULL);
-    if (want_help) {
-        fputs(help, stdout);
-        exit(0);
-    }
+    int rc = cg_prog_parse(argc, argv, opts, n, help);
+    if (rc >= 0)
+        exit(rc);
 }
 
 /* Split argv into flags (with their values) and positional arguments: an
@@ -389,9 +273,11 @@ typedef struct {
     cg_pair_split split;
 } dataset;
 
-static void dataset_load(const char *path, int64_t n_valid, int64_t n_test, dataset *d)
+/* Read the pairs once (id: the identity of the bytes read) and split them. */
+static void dataset_load(const char *path, int64_t n_valid, int64_t n_test, dataset *d,
+                         cg_data_id *id)
 {
-    if (!cg_pairs_read(path, &d->pairs))
+    if (!cg_pairs_read(path, &d->pairs, id))
         die_lib(NULL);
     if (!cg_pairs_split(&d->pairs, n_valid, n_test, &d->split))
         die("%s: %s", path, cg_last_error());
@@ -408,36 +294,20 @@ static const char TRAIN_HELP[] =
     "usage: seq2seq train [options]\n"
     "\n"
     "Train the character Transformer translator with the recipe of\n"
-    "shared/reference/train_seq2seq.py: post-norm, layernorm, relu, dropout 0.1,\n"
-    "label smoothing 0.1, Adam(0.9, 0.98, 1e-9), Noam schedule, gradient clipping\n"
-    "at 1.0, batches of at most --max-tokens padded tokens from length-sorted\n"
-    "pairs. Split: pairs shuffled with numpy RandomState(0); the last --test-size\n"
-    "are test, the --valid-size before them validation, the rest train.\n"
-    "\n"
-    "options:\n"
-    "  --data FILE          source<TAB>target pairs (default " DEFAULT_DATA ")\n"
-    "  --preset NAME        tiny (d 128, 4 heads, 2+2 layers, d_ff 512) or\n"
-    "                       base (d 256, 8 heads, 3+3 layers, d_ff 1024); default tiny\n"
-    "  --steps N            training steps (default 16000: about 15 minutes on 2\n"
-    "                       threads of the development machine, the best test chrF\n"
-    "                       found for that time; the reference's recipe is 5000)\n"
+    "shared/reference/train_seq2seq.py: Adam(0.9, 0.98, 1e-9) with the Noam\n"
+    "schedule, gradient clipping at 1.0, batches of at most --max-tokens padded\n"
+    "tokens from length-sorted pairs. Split: pairs shuffled with numpy\n"
+    "RandomState(0); the last --test-size are test, the --valid-size before them\n"
+    "validation, the rest train.\n"
+    "seq2seq's own options and defaults:\n"
+    "  --preset NAME        tiny (d 128, 4 heads, 2+2 layers, d_ff 512; default) or\n"
+    "                       base (d 256, 8 heads, 3+3 layers, d_ff 1024)\n"
+    "  --enc-layers N --dec-layers N   encoder and decoder layers (from the preset)\n"
     "  --max-tokens N       padded tokens per batch (default 3000)\n"
-    "  --factor F           Noam factor (default 0.25)\n"
+    "  --factor F           Noam factor (default 0.25; --lr X sets the peak instead:\n"
+    "                       factor = X * sqrt(d * warmup))\n"
     "  --warmup N           Noam warmup steps (default 400)\n"
     "  --max-len N          longest sequence; longer training pairs are dropped (256)\n"
-    "  --seed N             initialisation, dropout and batch order (default 1)\n"
-    "  --threads N          threads (default 2)\n"
-    "  --out FILE           checkpoint to write (default " DEFAULT_CKPT "; the loss\n"
-    "                       curve is written beside it as FILE.loss.png)\n"
-    "  --resume FILE        continue a run from its checkpoint, exactly (its recipe,\n"
-    "                       model and position; --out defaults to FILE, --steps to\n"
-    "                       the checkpoint's target)\n"
-    "  --stop-at N          save and stop after step N (as if interrupted)\n"
-    "  --force              overwrite an existing --out (refused otherwise)\n"
-    "  --skip-nonfinite     skip a step whose loss or gradient is NaN/Inf (with a\n"
-    "                       warning) instead of stopping\n"
-    "  --eval-every N       validate and checkpoint every N steps (default 1000)\n"
-    "  --log-every N        progress line every N steps (default 250)\n"
     "  --valid-size N       validation pairs (default 500)\n"
     "  --test-size N        test pairs (default 1000)\n"
     "  --test-limit N       decode only this many test pairs at the end (default\n"
@@ -445,469 +315,119 @@ static const char TRAIN_HELP[] =
     "  --beam N             beam size for the final test (default 4)\n"
     "  --length-penalty A   alpha of ((5+len)/6)^alpha (default 0.6)\n"
     "  --examples N         test examples to print (default 3)\n"
-    "\n"
-    "Progress goes to stderr; examples and a final JSON line (val_nll: plain\n"
-    "cross-entropy over non-pad validation targets; chrF/BLEU of greedy and beam\n"
-    "decoding on the test split) to stdout. Ctrl-C saves a checkpoint and stops.\n";
+    "  defaults: --data " DEFAULT_DATA ", --out " DEFAULT_CKPT ",\n"
+    "  --steps 16000 (about 15 minutes on 2 threads of the development machine; the\n"
+    "  reference's recipe is 5000), --eval-every 1000, --dropout 0.1,\n"
+    "  --label-smoothing 0.1, --norm layernorm, --act relu, --norm-first false\n"
+    "The final JSON line has val_nll (plain cross-entropy over non-pad validation\n"
+    "targets) and chrF/BLEU of greedy and beam decoding on the test split.\n"
+    "\n";
 
+/* The translator as the trainer sees it. */
 typedef struct {
-    const char *data, *preset, *ckpt, *resume_from;
-    int64_t stop_at;
-    int64_t steps, max_tokens, warmup, max_len, threads, eval_every, log_every;
-    int64_t valid_size, test_size, test_limit, beam, examples;
-    uint64_t seed;
+    const cg_trainer *t;
+    const char *preset;
+    int64_t max_tokens, warmup, max_len, valid_size, test_size, test_limit, beam, examples;
     double factor, alpha;
-    bool resume, force, skip_nonfinite;
-} train_opts;
-
-
-static char *train_state_json(const train_opts *o, int64_t epoch, int64_t pos,
-                              const cg_rng *drop, double elapsed, const double *recent,
-                              int n_recent, const cg_history *h)
-{
-    cJSON *j = cJSON_CreateObject();
-    char buf[64];
-    cJSON_AddStringToObject(j, "data", o->data);
-    cJSON_AddStringToObject(j, "preset", o->preset);
-    cJSON_AddNumberToObject(j, "max_tokens", (double)o->max_tokens);
-    cJSON_AddNumberToObject(j, "factor", o->factor);
-    cJSON_AddNumberToObject(j, "warmup", (double)o->warmup);
-    cJSON_AddNumberToObject(j, "max_len", (double)o->max_len);
-    snprintf(buf, sizeof buf, "%llu", (unsigned long long)o->seed);
-    cJSON_AddStringToObject(j, "seed", buf);
-    cJSON_AddNumberToObject(j, "valid_size", (double)o->valid_size);
-    cJSON_AddNumberToObject(j, "test_size", (double)o->test_size);
-    cJSON_AddNumberToObject(j, "steps", (double)o->steps);
-    cJSON_AddNumberToObject(j, "epoch", (double)epoch);
-    cJSON_AddNumberToObject(j, "pos", (double)pos);
-    snprintf(buf, sizeof buf, "%llu", (unsigned long long)drop->seed);
-    cJSON_AddStringToObject(j, "dropout_seed", buf);
-    snprintf(buf, sizeof buf, "%llu", (unsigned long long)drop->counter);
-    cJSON_AddStringToObject(j, "dropout_counter", buf);
-    cJSON_AddNumberToObject(j, "elapsed", elapsed);
-    cJSON *r = cJSON_AddArrayToObject(j, "recent");
-    for (int i = 0; i < n_recent; i++)
-        cJSON_AddItemToArray(r, cJSON_CreateNumber(recent[i]));
-    char *hj = cg_history_to_json(h);
-    if (hj) {
-        cJSON_AddItemToObject(j, "history", cJSON_Parse(hj));
-        free(hj);
-    }
-    char *s = cJSON_PrintUnformatted(j);
-    cJSON_Delete(j);
-    return s;
-}
-
-static double jnum(const cJSON *j, const char *key, const char *path)
-{
-    const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, key);
-    if (!cJSON_IsNumber(x))
-        die("%s: trainer state lacks '%s'", path, key);
-    return x->valuedouble;
-}
-
-static const char *jstr(const cJSON *j, const char *key, const char *path)
-{
-    const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, key);
-    if (!cJSON_IsString(x))
-        die("%s: trainer state lacks '%s'", path, key);
-    return x->valuestring;
-}
-
-static int cmd_train(int argc, char **argv)
-{
-    train_opts o = {.data = DEFAULT_DATA, .preset = "tiny", .ckpt = NULL,
-                    .steps = 16000, .max_tokens = 3000, .warmup = 400, .max_len = 256,
-                    .threads = 2, .eval_every = 1000, .log_every = 250, .valid_size = 500,
-                    .test_size = 1000, .test_limit = 1000, .beam = 4, .examples = 3,
-                    .seed = 1, .factor = 0.25, .alpha = 0.6};
-    bool steps_seen = false;
-    const cg_cli_opt opts[] = {
-        {"--data", CG_CLI_STR, &o.data, 0, 0, NULL},
-        {"--preset", CG_CLI_STR, &o.preset, 0, 0, NULL},
-        {"--steps", CG_CLI_I64, &o.steps, 1, 1e9, &steps_seen},
-        {"--max-tokens", CG_CLI_I64, &o.max_tokens, 2, 1e9, NULL},
-        {"--factor", CG_CLI_F64, &o.factor, 0, 1e3, NULL},
-        {"--warmup", CG_CLI_I64, &o.warmup, 1, 1e9, NULL},
-        {"--max-len", CG_CLI_I64, &o.max_len, 3, 100000, NULL},
-        {"--seed", CG_CLI_U64, &o.seed, 0, 0, NULL},
-        {"--threads", CG_CLI_I64, &o.threads, 1, 1024, NULL},
-        {"--out", CG_CLI_STR, &o.ckpt, 0, 0, NULL},
-        {"--resume", CG_CLI_STR, &o.resume_from, 0, 0, NULL},
-        {"--stop-at", CG_CLI_I64, &o.stop_at, 1, 1e9, NULL},
-        {"--force", CG_CLI_SWITCH, &o.force, 0, 0, NULL},
-        {"--skip-nonfinite", CG_CLI_SWITCH, &o.skip_nonfinite, 0, 0, NULL},
-        {"--eval-every", CG_CLI_I64, &o.eval_every, 1, 1e9, NULL},
-        {"--log-every", CG_CLI_I64, &o.log_every, 1, 1e9, NULL},
-        {"--valid-size", CG_CLI_I64, &o.valid_size, 1, 1e9, NULL},
-        {"--test-size", CG_CLI_I64, &o.test_size, 1, 1e9, NULL},
-        {"--test-limit", CG_CLI_I64, &o.test_limit, 0, 1e9, NULL},
-        {"--beam", CG_CLI_I64, &o.beam, 1, 1000, NULL},
-        {"--length-penalty", CG_CLI_F64, &o.alpha, -100, 100, NULL},
-        {"--examples", CG_CLI_I64, &o.examples, 0, 1e9, NULL},
-    };
-    parse_flags(argc, argv, opts, (int)(sizeof opts / sizeof opts[0]), TRAIN_HELP);
-    cg_set_num_threads((int)cg_cli_threads(PROG, o.threads));
-    o.resume = o.resume_from != NULL;
-    if (!o.ckpt)
-        o.ckpt = o.resume ? o.resume_from : DEFAULT_CKPT;
-    if (access(o.ckpt, F_OK) == 0 && !o.force &&
-        !(o.resume && strcmp(o.ckpt, o.resume_from) == 0))
-        die("checkpoint %s exists; continue it with --resume %s, or pass --force to "
-            "overwrite it",
-            o.ckpt, o.ckpt);
-
-    /* resume: the recipe comes from the checkpoint */
-    ckpt rc = {0};
-    cJSON *state = NULL;
-    if (o.resume) {
-        ckpt_load(o.resume_from, &rc);
-        const char *tj = cg_st_metadata(rc.file, "train");
-        if (!tj || !(state = cJSON_Parse(tj)))
-            die("%s: no trainer state to resume from (not a training checkpoint)",
-                o.resume_from);
-        o.data = jstr(state, "data", o.resume_from);
-        o.preset = jstr(state, "preset", o.resume_from);
-        o.max_tokens = (int64_t)jnum(state, "max_tokens", o.resume_from);
-        o.factor = jnum(state, "factor", o.resume_from);
-        o.warmup = (int64_t)jnum(state, "warmup", o.resume_from);
-        o.max_len = (int64_t)jnum(state, "max_len", o.resume_from);
-        o.seed = strtoull(jstr(state, "seed", o.resume_from), NULL, 10);
-        o.valid_size = (int64_t)jnum(state, "valid_size", o.resume_from);
-        o.test_size = (int64_t)jnum(state, "test_size", o.resume_from);
-        if (!steps_seen)
-            o.steps = (int64_t)jnum(state, "steps", o.resume_from);
-        if (rc.step >= o.steps)
-            die("%s is already at step %lld of %lld; pass a larger --steps", o.resume_from,
-                (long long)rc.step, (long long)o.steps);
-    }
-    const preset *pr = find_preset(o.preset);
-    if (!pr)
-        die("unknown preset '%s' (choose tiny or base)", o.preset);
-
-    dataset ds = {0};
-    dataset_load(o.data, o.valid_size, o.test_size, &ds);
-    const cg_pairs *P = &ds.pairs;
-    int64_t n_train = cg_pairs_filter(P, ds.split.train, ds.split.n_train, o.max_len - 2);
-    if (n_train == 0)
-        die("%s: no training pair has both sides within %lld characters", o.data,
-            (long long)o.max_len - 2);
+    dataset ds;
+    int64_t n_train;
     cg_pair_vocab vocab;
-    if (!cg_pair_vocab_build(P, ds.split.train, n_train, &vocab))
-        die_lib(o.data);
-    cg_pairs_warn_unknown(P, ds.split.valid, ds.split.n_valid, &vocab, PROG, "the validation pairs");
-    cg_pairs_warn_unknown(P, ds.split.test, ds.split.n_test, &vocab, PROG, "the test pairs");
-    for (int64_t i = 0; i < ds.split.n_valid; i++) {
-        const cg_pair *q = &P->items[ds.split.valid[i]];
-        if (q->src_len + 1 > o.max_len || q->tgt_len + 1 > o.max_len)
-            die("%s: a validation pair is longer than --max-len %lld", o.data,
-                (long long)o.max_len);
-    }
-
-    cg_seq2seq_config cfg = cg_seq2seq_config_default();
-    cfg.vocab = cg_pair_vocab_size(&vocab);
-    cfg.d = pr->d;
-    cfg.H = pr->H;
-    cfg.enc_layers = pr->enc_layers;
-    cfg.dec_layers = pr->dec_layers;
-    cfg.d_ff = pr->d_ff;
-    cfg.max_len = o.max_len;
-    cfg.norm = CG_NORM_LAYERNORM;
-    cfg.act = CG_ACT_RELU;
-    cfg.norm_first = false;
-    cfg.dropout = 0.1f;
-    cfg.label_smoothing = 0.1f;
-
     cg_seq2seq *model;
-    if (o.resume) {
-        if (rc.vocab.n_chars != vocab.n_chars ||
-            memcmp(rc.vocab.chars, vocab.chars, (size_t)vocab.n_chars * sizeof(uint32_t)) != 0)
-            die("%s: the vocabulary of %s differs from the checkpoint's (data changed?)", o.resume_from,
-                o.data);
-        model = rc.model;
-        rc.model = NULL;
-        if (model->cfg.d != cfg.d || model->cfg.enc_layers != cfg.enc_layers)
-            die("%s: model does not match preset %s", o.resume_from, o.preset);
-        cfg = model->cfg;
-        cg_module_train(CG_MODULE(model), true);
-    } else {
-        model = cg_seq2seq_new(&cfg, o.seed);
-        if (!model)
-            die_lib("model");
-    }
-
     cg_batches batches, vbatches;
-    if (!cg_make_batches(P, ds.split.train, n_train, o.max_tokens, &batches) ||
-        !cg_make_batches(P, ds.split.valid, ds.split.n_valid, o.max_tokens, &vbatches))
-        die_lib(NULL);
-
-    /* optimizer over every parameter, no weight decay */
-    cg_param_list pl = {0};
-    if (!cg_module_params(CG_MODULE(model), &pl))
-        die_lib(NULL);
-    cg_optim_param *op = malloc((size_t)pl.n * sizeof *op);
-    cg_tensor **ptens = malloc((size_t)pl.n * sizeof *ptens);
-    if (!op || !ptens)
-        die("out of memory");
-    for (int i = 0; i < pl.n; i++) {
-        op[i] = (cg_optim_param){pl.items[i].name, pl.items[i].tensor, 0.0};
-        ptens[i] = pl.items[i].tensor;
-    }
-    cg_optim_config oc = cg_adam_config(0.0, 0.9, 0.98, 1e-9);
-    cg_optim *opt = cg_optim_new(&oc, pl.n, op);
-    if (!opt)
-        die_lib("optimizer");
-
-    /* trainer state */
-    int64_t step = 0, epoch = 0, pos = batches.n_batches;
-    double elapsed = 0;
-    double recent[250];
-    int n_recent = 0;
-    cg_history hist = {0};
-    int64_t *perm = malloc((size_t)batches.n_batches * sizeof *perm);
-    if (!perm)
-        die("out of memory");
-    if (o.seed > 0xffffffffULL)
-        die("--seed must be below 2^32 (numpy RandomState)");
     cg_mt19937 order;
-    cg_mt19937_seed(&order, (uint32_t)o.seed);
-    if (o.resume) {
-        if (!cg_optim_load(opt, rc.file, "optim"))
-            die_lib(o.resume_from);
-        step = rc.step;
-        epoch = (int64_t)jnum(state, "epoch", o.resume_from);
-        pos = (int64_t)jnum(state, "pos", o.resume_from);
-        elapsed = jnum(state, "elapsed", o.resume_from);
-        model->dropout_rng.seed = strtoull(jstr(state, "dropout_seed", o.resume_from), NULL, 10);
-        model->dropout_rng.counter = strtoull(jstr(state, "dropout_counter", o.resume_from), NULL, 10);
-        const cJSON *r = cJSON_GetObjectItemCaseSensitive(state, "recent"), *x;
-        cJSON_ArrayForEach(x, r)
-        {
-            if (n_recent < 250 && cJSON_IsNumber(x))
-                recent[n_recent++] = x->valuedouble;
-        }
-        const cJSON *h = cJSON_GetObjectItemCaseSensitive(state, "history");
-        if (h) {
-            char *hs = cJSON_PrintUnformatted(h);
-            if (!hs || !cg_history_from_json(hs, &hist))
-                die("%s: bad loss history", o.resume_from);
-            free(hs);
-        }
-        if (!cg_train_position_check(epoch, pos, batches.n_batches, step, o.resume_from))
-            die_lib(NULL);
-        /* replay the batch order of the epochs so far */
-        for (int64_t e = 0; e < epoch; e++)
-            cg_mt_permutation(&order, batches.n_batches, perm);
+    int64_t epoch, pos, *perm;
+    cg_batch *bt; /* grad_accum micro-batches */
+    int n_bt;
+} mt_run;
+
+static bool mt_batch(void *self, int k, double *weight, double *tokens)
+{
+    mt_run *r = self;
+    if (r->pos >= r->batches.n_batches) {
+        r->epoch++;
+        cg_mt_permutation(&r->order, r->batches.n_batches, r->perm);
+        r->pos = 0;
     }
-
-    fprintf(stderr,
-            "train %lld pairs in %lld batches, valid %lld, test %lld, vocab %lld, params %lld%s\n",
-            (long long)n_train, (long long)batches.n_batches, (long long)ds.split.n_valid,
-            (long long)ds.split.n_test, (long long)cfg.vocab,
-            (long long)cg_module_num_params(CG_MODULE(model)),
-            o.resume ? " (resumed)" : "");
-    if (o.resume)
-        fprintf(stderr, "resuming %s at step %lld\n", o.resume_from, (long long)step);
-
-    /* Data parallel (models/dist.h): every rank starts from rank 0's parameters,
-     * walks the same batch order and trains on its share of each batch's pairs;
-     * gradients are averaged weighted by target tokens; dropout is seeded per
-     * rank (rank 0 keeps the checkpoint's stream). */
+    int64_t bi = r->perm[r->pos++];
     const int nranks = cg_dist_size(), rank = cg_dist_rank();
-    if (!cg_dist_broadcast_module(CG_MODULE(model)))
-        die_lib("broadcasting the parameters");
-    model->dropout_rng.seed = cg_dist_rank_seed(model->dropout_rng.seed);
-    char *png = cg_loss_png_path(o.ckpt);
-    cg_train_catch_signals();
-    const int64_t start_step = step;
-    int64_t skipped = 0;
-    double tok_window = 0, time_window = 0, tok_total = 0;
-    bool interrupted = false;
-
-#define SAVE_CKPT()                                                                            \
-    do {                                                                                       \
-        char *tj_ = train_state_json(&o, epoch, pos, &model->dropout_rng, elapsed, recent,     \
-                                     n_recent, &hist);                                         \
-        if (cg_dist_is_root() && /* rank 0 alone writes */                                   \
-            (!tj_ || !ckpt_save(o.ckpt, model, &vocab, opt, step, tj_)))                       \
-            die("saving %s: %s", o.ckpt, cg_last_error());                                     \
-        free(tj_);                                                                             \
-    } while (0)
-#define PLOT_LOSS()                                                                            \
-    do {                                                                                       \
-        if (png && cg_dist_is_root() &&                                                        \
-            !cg_history_plot(&hist, png, "seq2seq: label-smoothed loss"))                      \
-            fprintf(stderr, PROG ": warning: loss curve: %s\n", cg_last_error());              \
-    } while (0)
-
-    while (step < o.steps) {
-        double stop_flag = cg_train_interrupted(); /* every rank stops at the same step */
-        cg_dist_allreduce_max(&stop_flag, 1);
-        if (stop_flag > 0 || (o.stop_at > 0 && step >= o.stop_at)) {
-            interrupted = true;
-            break;
-        }
-        if (pos >= batches.n_batches) {
-            epoch++;
-            cg_mt_permutation(&order, batches.n_batches, perm);
-            pos = 0;
-        }
-        int64_t bi = perm[pos++];
-        double t0 = cg_now();
-        step++;
-        double lr = cg_lr_noam(step, cfg.d, o.warmup, o.factor);
-        cg_optim_set_lr(opt, lr);
-        cg_batch bt;
-        int64_t nb = batches.start[bi + 1] - batches.start[bi];
-        int64_t b0 = nb * rank / nranks, b1 = nb * (rank + 1) / nranks;
-        if (b1 <= b0)
-            die("a batch of %lld pairs cannot be split over %d ranks (raise --max-tokens)",
-                (long long)nb, nranks);
-        if (!cg_batch_make(P, batches.idx + batches.start[bi] + b0, b1 - b0, &vocab, &bt))
-            die_lib("batch");
-        cg_tensor *logits = cg_seq2seq_forward(model, bt.src, bt.B, bt.S, bt.tgt_in, bt.T);
-        cg_tensor *loss = cg_seq2seq_loss(model, logits, bt.tgt_out);
-        cg_release(logits);
-        if (!loss)
-            die_lib("forward");
-        double lv = cg_item(loss);
-        cg_optim_zero_grad(opt);
-        bool back_ok = cg_backward(loss, NULL, false);
-        cg_release(loss);
-        if (!isfinite(lv) && !o.skip_nonfinite) {
-            char culprit[400] = "";
-            if (back_ok && !cg_optim_grads_finite(opt, NULL))
-                snprintf(culprit, sizeof culprit, " (%s)", cg_last_error());
-            die("loss is %s at step %lld%s; stopping (the checkpoint %s is left as it was)",
-                isnan(lv) ? "nan" : "inf", (long long)step, culprit, o.ckpt);
-        }
-        if (!back_ok)
-            die_lib("backward");
-        /* loss and gradients of the batch, over every rank: from here on
-         * every rank takes the same decisions */
-        double lsum[2] = {lv * (double)bt.n_tokens, (double)bt.n_tokens};
-        if (!cg_dist_allreduce_sum(lsum, 2) ||
-            !cg_dist_average_grads(CG_MODULE(model), (double)bt.n_tokens))
-            die_lib("averaging gradients");
-        lv = lsum[0] / lsum[1];
-        double norm_total = cg_optim_clip_grad_norm(opt, 1.0);
-        if (norm_total < 0)
-            die_lib("clip");
-        bool skip = false;
-        if (o.skip_nonfinite && (!isfinite(lv) || !isfinite(norm_total))) {
-            if (cg_optim_grads_finite(opt, NULL))
-                cg_set_error("gradient norm is not finite");
-            cg_progress_end();
-            fprintf(stderr, PROG ": warning: skipping step %lld: loss %g, %s\n", (long long)step,
-                    lv, cg_last_error());
-            cg_optim_zero_grad(opt);
-            skipped++;
-            skip = true;
-        } else if (!isfinite(norm_total)) {
-            if (cg_optim_grads_finite(opt, NULL))
-                cg_set_error("gradient norm is not finite");
-            die("step %lld: %s; stopping (the checkpoint %s is left as it was)", (long long)step,
-                cg_last_error(), o.ckpt);
-        }
-        if (!skip && !cg_optim_step(opt))
-            die_lib("optimizer step");
-        if (!skip && !cg_history_train_step(&hist, step, lv))
-            die_lib(NULL);
-        double dt = cg_now() - t0;
-        elapsed += dt;
-        int64_t ntok = bt.n_tokens;
-        for (int64_t i = 0; i < bt.B * bt.S; i++)
-            ntok += bt.src[i] != CG_PAD;
-        double gtok = (double)ntok; /* tokens of every rank */
-        cg_dist_allreduce_sum(&gtok, 1);
-        ntok = (int64_t)gtok;
-        tok_window += (double)ntok;
-        tok_total += (double)ntok;
-        time_window += dt;
-        cg_batch_free(&bt);
-        if (n_recent == 250 && !skip) {
-            memmove(recent, recent + 1, 249 * sizeof *recent);
-            n_recent--;
-        }
-        if (!skip)
-            recent[n_recent++] = lv;
-        double mean = 0;
-        for (int i = 0; i < n_recent; i++)
-            mean += recent[i];
-        mean = n_recent ? mean / n_recent : NAN;
-        if (step % o.log_every == 0 || step == o.steps) {
-            double tps = time_window > 0 ? tok_window / time_window : 0;
-            double per_step = time_window / (double)(step - start_step > o.log_every
-                                                         ? o.log_every
-                                                         : step - start_step);
-            cg_progress(PROG, step, o.steps, mean, lr, tps, per_step * (double)(o.steps - step));
-            tok_window = time_window = 0;
-        }
-        if (step % o.eval_every == 0 || step == o.steps) {
-            double vls, vnll;
-            valid_loss(model, P, &vbatches, &vocab, &vls, &vnll);
-            cg_progress_end();
-            fprintf(stderr, "  step %lld epoch %lld: valid loss %.4f, nll %.4f\n",
-                    (long long)step, (long long)epoch, vls, vnll);
-            cg_history_push(&hist, step, mean, vls);
-            SAVE_CKPT();
-            PLOT_LOSS();
-        }
+    int64_t nb = r->batches.start[bi + 1] - r->batches.start[bi];
+    int64_t b0 = nb * rank / nranks, b1 = nb * (rank + 1) / nranks;
+    if (b1 <= b0) {
+        cg_set_error("a batch of %lld pairs cannot be split over %d ranks (raise --max-tokens)",
+                     (long long)nb, nranks);
+        return false;
     }
-    if (skipped > 0) {
-        cg_progress_end();
-        fprintf(stderr, PROG ": %lld step(s) skipped (non-finite loss or gradient)\n",
-                (long long)skipped);
-    }
-    if (interrupted) {
-        SAVE_CKPT();
-        PLOT_LOSS();
-        cg_progress_end();
-        fprintf(stderr, PROG ": stopped at step %lld; checkpoint saved to '%s' (continue with "
-                        "--resume %s)\n",
-                (long long)step, o.ckpt, o.ckpt);
-        printf("{\"step\": %lld, \"interrupted\": true, \"elapsed_s\": %s, "
-               "\"tokens_per_s\": %s, \"checkpoint\": %s}\n",
-               (long long)step, CG_JSON_NUM("%.1f", elapsed),
-               CG_JSON_NUM("%.0f", elapsed > 0 && step > start_step ? tok_total / elapsed : 0.0),
-               CG_JSON_STR(o.ckpt));
-        goto cleanup;
-    }
-    cg_progress_end();
-    if (nranks > 1)
-        fprintf(stderr, PROG ": %d ranks: %.1f s of %.1f s of training in communication (%.0f%%)\n",
-                nranks, cg_dist_comm_seconds(), elapsed,
-                elapsed > 0 ? 100 * cg_dist_comm_seconds() / elapsed : 0.0);
+    cg_batch_free(&r->bt[k]);
+    if (!cg_batch_make(&r->ds.pairs, r->batches.idx + r->batches.start[bi] + b0, b1 - b0,
+                       &r->vocab, &r->bt[k]))
+        return false;
+    const cg_batch *b = &r->bt[k];
+    int64_t ntok = b->n_tokens;
+    for (int64_t i = 0; i < b->B * b->S; i++)
+        ntok += b->src[i] != CG_PAD;
+    *weight = (double)b->n_tokens;
+    *tokens = (double)ntok;
+    return true;
+}
 
-    double train_loss = 0;
-    for (int i = 0; i < n_recent; i++)
-        train_loss += recent[i];
-    train_loss = n_recent ? train_loss / n_recent : NAN;
+static cg_tensor *mt_loss(void *self, int k)
+{
+    mt_run *r = self;
+    const cg_batch *b = &r->bt[k];
+    cg_tensor *logits = cg_seq2seq_forward(r->model, b->src, b->B, b->S, b->tgt_in, b->T);
+    cg_tensor *loss = cg_seq2seq_loss(r->model, logits, b->tgt_out);
+    cg_release(logits);
+    return loss;
+}
+
+static double mt_lr(void *self, int64_t step)
+{
+    mt_run *r = self;
+    return cg_lr_noam(step, r->model->cfg.d, r->warmup, r->factor);
+}
+
+static bool mt_evaluate(void *self, int64_t step, cg_eval_result *e)
+{
+    (void)step;
+    mt_run *r = self;
+    double nll;
+    valid_loss(r->model, &r->ds.pairs, &r->vbatches, &r->vocab, &e->val, &nll);
+    e->n_extra = 2;
+    e->extra[0].key = "val_nll", e->extra[0].name = "nll", e->extra[0].value = nll;
+    e->extra[0].decimals = 4;
+    e->extra[1].key = "epoch", e->extra[1].name = "epoch", e->extra[1].value = (double)r->epoch;
+    e->extra[1].decimals = 0;
+    return true;
+}
+
+/* The final evaluation: validation losses (also with every target paired
+ * with the next pair's source: does the model translate from its source?)
+ * and the test split decoded greedily and with beam search. */
+static bool mt_finish(void *self, const cg_trainer *t, cg_jline *j)
+{
+    mt_run *r = self;
+    const cg_pairs *P = &r->ds.pairs;
+    const cg_pair_split *sp = &r->ds.split;
     double val_loss, val_nll, wrong_nll, dummy;
-    valid_loss(model, P, &vbatches, &vocab, &val_loss, &val_nll);
-    /* every validation target with the next pair's source */
-    {
-        cg_pairs wp = {0};
-        wp.n = wp.cap = ds.split.n_valid;
-        wp.items = malloc((size_t)wp.n * sizeof *wp.items);
-        if (!wp.items)
-            die("out of memory");
-        for (int64_t i = 0; i < wp.n; i++) {
-            const cg_pair *a = &P->items[ds.split.valid[(i + 1) % wp.n]];
-            const cg_pair *b = &P->items[ds.split.valid[i]];
-            wp.items[i] = (cg_pair){a->src, b->tgt, a->src_len, b->tgt_len};
-        }
-        cg_batches wb;
-        if (!cg_make_batches(&wp, NULL, wp.n, o.max_tokens, &wb))
-            die_lib(NULL);
-        valid_loss(model, &wp, &wb, &vocab, &dummy, &wrong_nll);
-        cg_batches_free(&wb);
-        free(wp.items);
+    valid_loss(r->model, P, &r->vbatches, &r->vocab, &val_loss, &val_nll);
+    cg_pairs wp = {0};
+    wp.n = wp.cap = sp->n_valid;
+    wp.items = malloc((size_t)wp.n * sizeof *wp.items);
+    if (!wp.items)
+        die("out of memory");
+    for (int64_t i = 0; i < wp.n; i++) {
+        const cg_pair *a = &P->items[sp->valid[(i + 1) % wp.n]], *b = &P->items[sp->valid[i]];
+        wp.items[i] = (cg_pair){a->src, b->tgt, a->src_len, b->tgt_len};
     }
+    cg_batches wb;
+    if (!cg_make_batches(&wp, NULL, wp.n, r->max_tokens, &wb))
+        die_lib(NULL);
+    valid_loss(r->model, &wp, &wb, &r->vocab, &dummy, &wrong_nll);
+    cg_batches_free(&wb);
+    free(wp.items);
     fprintf(stderr, "valid nll %.4f, with mismatched sources %.4f\n", val_nll, wrong_nll);
 
-    /* test decoding */
-    int64_t nt = o.test_limit < ds.split.n_test ? o.test_limit : ds.split.n_test;
+    int64_t nt = r->test_limit < sp->n_test ? r->test_limit : sp->n_test;
     double bleu_g = NAN, bleu_b = NAN, chrf_g = NAN, chrf_b = NAN, decode_s = 0;
     if (nt > 0) {
         const char **srcs = malloc((size_t)nt * sizeof *srcs);
@@ -915,22 +435,22 @@ static int cmd_train(int argc, char **argv)
         if (!srcs || !refs)
             die("out of memory");
         for (int64_t i = 0; i < nt; i++) {
-            srcs[i] = P->items[ds.split.test[i]].src;
-            refs[i] = P->items[ds.split.test[i]].tgt;
+            srcs[i] = P->items[sp->test[i]].src;
+            refs[i] = P->items[sp->test[i]].tgt;
         }
         sources s;
-        sources_encode(&vocab, srcs, nt, cfg.max_len, &s);
+        sources_encode(&r->vocab, srcs, nt, r->model->cfg.max_len, &s);
         fprintf(stderr, "decoding %lld test pairs (greedy, then beam %lld)...\n", (long long)nt,
-                (long long)o.beam);
+                (long long)r->beam);
         double t0 = cg_now();
-        char **hg = decode_all(model, &vocab, &s, 1, o.alpha, true, NULL);
-        char **hb = decode_all(model, &vocab, &s, (int)o.beam, o.alpha, true, NULL);
+        char **hg = decode_all(r->model, &r->vocab, &s, 1, r->alpha, true, NULL);
+        char **hb = decode_all(r->model, &r->vocab, &s, (int)r->beam, r->alpha, true, NULL);
         decode_s = cg_now() - t0;
         bleu_g = cg_bleu((int)nt, (const char *const *)hg, refs);
         bleu_b = cg_bleu((int)nt, (const char *const *)hb, refs);
         chrf_g = cg_chrf((int)nt, (const char *const *)hg, refs);
         chrf_b = cg_chrf((int)nt, (const char *const *)hb, refs);
-        for (int64_t i = 0; i < nt && i < o.examples; i++)
+        for (int64_t i = 0; i < nt && i < r->examples; i++)
             printf("SRC  %s\nREF  %s\nGRDY %s\nBEAM %s\n\n", srcs[i], refs[i], hg[i], hb[i]);
         strings_free(hg, nt);
         strings_free(hb, nt);
@@ -938,54 +458,231 @@ static int cmd_train(int argc, char **argv)
         free(srcs);
         free(refs);
     }
-    cJSON *j = cJSON_CreateObject();
-#define R(x, d) (round((x) * (d)) / (d))
-    cJSON_AddNumberToObject(j, "steps", (double)step);
-    cJSON_AddNumberToObject(j, "epochs", (double)epoch);
-    cJSON_AddNumberToObject(j, "train_loss", R(train_loss, 1e4));
-    cJSON_AddNumberToObject(j, "val_loss", R(val_loss, 1e4));
-    cJSON_AddNumberToObject(j, "val_nll", R(val_nll, 1e4));
-    cJSON_AddNumberToObject(j, "val_nll_wrong_src", R(wrong_nll, 1e4));
+    cg_jline_int(j, "epochs", r->epoch);
+    cg_jline_num(j, "train_loss", cg_trainer_recent_loss(t), 4);
+    cg_jline_num(j, "val_loss", val_loss, 4);
+    cg_jline_num(j, "val_nll", val_nll, 4);
+    cg_jline_num(j, "val_nll_wrong_src", wrong_nll, 4);
     if (nt > 0) {
-        cJSON_AddNumberToObject(j, "bleu_greedy", R(bleu_g, 100));
-        cJSON_AddNumberToObject(j, "bleu_beam", R(bleu_b, 100));
-        cJSON_AddNumberToObject(j, "chrf_greedy", R(chrf_g, 100));
-        cJSON_AddNumberToObject(j, "chrf_beam", R(chrf_b, 100));
+        cg_jline_num(j, "bleu_greedy", bleu_g, 2);
+        cg_jline_num(j, "bleu_beam", bleu_b, 2);
+        cg_jline_num(j, "chrf_greedy", chrf_g, 2);
+        cg_jline_num(j, "chrf_beam", chrf_b, 2);
     }
-    cJSON_AddNumberToObject(j, "elapsed_s", R(elapsed, 10));
-    cJSON_AddNumberToObject(j, "decode_s", R(decode_s, 10));
-    cJSON_AddNumberToObject(j, "tokens_per_s",
-                            round(elapsed > 0 && step > start_step ? tok_total / elapsed : 0));
-    cJSON_AddNumberToObject(j, "factor", o.factor);
-    cJSON_AddStringToObject(j, "preset", o.preset);
-    cJSON_AddNumberToObject(j, "test_pairs", (double)nt);
-    cJSON_AddNumberToObject(j, "beam", (double)o.beam);
-    cJSON_AddNumberToObject(j, "params", (double)cg_module_num_params(CG_MODULE(model)));
-    cJSON_AddStringToObject(j, "ckpt", o.ckpt);
-#undef R
-    char *js = cJSON_PrintUnformatted(j);
-    printf("%s\n", js);
-    fflush(stdout);
-    free(js);
-    cJSON_Delete(j);
+    cg_jline_num(j, "decode_s", decode_s, 1);
+    cg_jline_num(j, "factor", r->factor, 4);
+    cg_jline_str(j, "preset", r->preset);
+    cg_jline_int(j, "test_pairs", nt);
+    cg_jline_int(j, "beam", r->beam);
+    return true;
+}
 
-cleanup:
-    free(png);
-    free(perm);
-    cg_history_free(&hist);
-    cg_optim_free(opt);
-    free(op);
-    free(ptens);
-    cg_param_list_free(&pl);
-    cg_batches_free(&batches);
-    cg_batches_free(&vbatches);
-    cg_pair_vocab_free(&vocab);
-    cg_seq2seq_free(model);
-    if (state)
-        cJSON_Delete(state);
-    ckpt_free(&rc);
-    dataset_free(&ds);
-    return 0;
+static char *mt_config(void *self) { return cg_seq2seq_config_to_json(&((mt_run *)self)->model->cfg); }
+static char *mt_vocab(void *self) { return cg_pair_vocab_to_json(&((mt_run *)self)->vocab); }
+
+/* The translator's own state: its recipe and its place in the batch order. */
+static bool mt_state_save(void *self, cJSON *o)
+{
+    mt_run *r = self;
+    return cJSON_AddStringToObject(o, "preset", r->preset) &&
+           cJSON_AddNumberToObject(o, "max_tokens", (double)r->max_tokens) &&
+           cJSON_AddNumberToObject(o, "factor", r->factor) &&
+           cJSON_AddNumberToObject(o, "warmup", (double)r->warmup) &&
+           cJSON_AddNumberToObject(o, "max_len", (double)r->max_len) &&
+           cJSON_AddNumberToObject(o, "valid_size", (double)r->valid_size) &&
+           cJSON_AddNumberToObject(o, "test_size", (double)r->test_size) &&
+           cJSON_AddNumberToObject(o, "epoch", (double)r->epoch) &&
+           cJSON_AddNumberToObject(o, "pos", (double)r->pos);
+}
+
+static void mt_state_load(mt_run *r, const cJSON *o, const char *path)
+{
+    char what[600];
+    snprintf(what, sizeof what, "'%.500s': seq2seq training state", path);
+    const cg_json_field f[] = {
+        {"preset", CG_JF_STR, &r->preset, 0, 0, false},
+        {"factor", CG_JF_F64, &r->factor, 0, 1e3, false},
+        {"max_tokens", CG_JF_I64, &r->max_tokens, 2, 1e9, false},
+        {"warmup", CG_JF_I64, &r->warmup, 1, 1e9, false},
+        {"max_len", CG_JF_I64, &r->max_len, 3, 100000, false},
+        {"valid_size", CG_JF_I64, &r->valid_size, 1, 1e9, false},
+        {"test_size", CG_JF_I64, &r->test_size, 1, 1e9, false},
+        /* wide: the batch position is checked against the step (mt_setup) */
+        {"epoch", CG_JF_I64, &r->epoch, 0, 1e15, false},
+        {"pos", CG_JF_I64, &r->pos, 0, 1e15, false},
+    };
+    if (!cg_json_read_fields(o, what, f, (int)(sizeof f / sizeof f[0])))
+        die_lib(NULL);
+}
+
+/* Data, vocabulary, model, batches and batch order (fresh or resumed). */
+static void mt_setup(mt_run *r, cg_train_opts *o, cg_trainer *t)
+{
+    cg_seq2seq_ckpt ck = {0};
+    if (o->resume) {
+        ckpt_load(o->resume, &ck);
+        mt_state_load(r, t->model_state, o->resume);
+    }
+    const preset *pr = find_preset(r->preset);
+    if (!pr)
+        die("unknown preset '%s' (choose tiny or base)", r->preset);
+    if (o->seed > 0xffffffffULL)
+        die("--seed must be below 2^32 (numpy RandomState)");
+    cg_data_id id;
+    dataset_load(o->data, r->valid_size, r->test_size, &r->ds, &id);
+    if (!cg_trainer_set_data(t, &id)) /* resuming: the checkpoint's data */
+        die_lib(NULL);
+    const cg_pairs *P = &r->ds.pairs;
+    r->n_train = cg_pairs_filter(P, r->ds.split.train, r->ds.split.n_train, r->max_len - 2);
+    if (r->n_train == 0)
+        die("%s: no training pair has both sides within %lld characters", o->data,
+            (long long)r->max_len - 2);
+    if (!cg_pair_vocab_build(P, r->ds.split.train, r->n_train, &r->vocab))
+        die_lib(o->data);
+    cg_pairs_warn_unknown(P, r->ds.split.valid, r->ds.split.n_valid, &r->vocab, PROG,
+                          "the validation pairs");
+    cg_pairs_warn_unknown(P, r->ds.split.test, r->ds.split.n_test, &r->vocab, PROG,
+                          "the test pairs");
+    for (int64_t i = 0; i < r->ds.split.n_valid; i++) {
+        const cg_pair *q = &P->items[r->ds.split.valid[i]];
+        if (q->src_len + 1 > r->max_len || q->tgt_len + 1 > r->max_len)
+            die("%s: a validation pair is longer than --max-len %lld", o->data,
+                (long long)r->max_len);
+    }
+    if (o->resume) {
+        if (ck.vocab.n_chars != r->vocab.n_chars ||
+            memcmp(ck.vocab.chars, r->vocab.chars,
+                   (size_t)r->vocab.n_chars * sizeof(uint32_t)) != 0)
+            die("%s: the vocabulary of %s differs from the checkpoint's (data changed?)",
+                o->resume, o->data);
+        r->model = ck.model;
+        ck.model = NULL;
+        cg_module_train(CG_MODULE(r->model), true);
+    } else {
+        cg_seq2seq_config cfg = cg_seq2seq_config_default();
+        cfg.vocab = cg_pair_vocab_size(&r->vocab);
+        cfg.d = o->d_seen ? o->d : pr->d;
+        cfg.H = o->H_seen ? o->H : pr->H;
+        cfg.enc_layers = o->enc_layers_seen ? o->enc_layers : pr->enc_layers;
+        cfg.dec_layers = o->dec_layers_seen ? o->dec_layers : pr->dec_layers;
+        cfg.d_ff = o->d_ff_seen ? o->d_ff : pr->d_ff;
+        cfg.max_len = r->max_len;
+        cfg.norm = CG_NORM_LAYERNORM;
+        cfg.act = CG_ACT_RELU;
+        if (o->norm && !cg_norm_kind_parse(o->norm, &cfg.norm))
+            die("--norm: %s", cg_last_error());
+        if (o->act && !cg_act_parse(o->act, &cfg.act))
+            die("--act: %s", cg_last_error());
+        cfg.norm_first = o->norm_first;
+        cfg.dropout = (float)o->dropout;
+        cfg.label_smoothing = (float)o->label_smoothing;
+        if (!cg_seq2seq_config_check(&cfg))
+            die_lib(NULL);
+        if (o->lr_seen) /* the Noam peak (at step warmup) is X */
+            r->factor = o->lr * sqrt((double)cfg.d * (double)r->warmup);
+        r->model = cg_seq2seq_new(&cfg, o->seed);
+        if (!r->model)
+            die_lib("model");
+    }
+    cg_seq2seq_ckpt_free(&ck);
+    if (!cg_make_batches(P, r->ds.split.train, r->n_train, r->max_tokens, &r->batches) ||
+        !cg_make_batches(P, r->ds.split.valid, r->ds.split.n_valid, r->max_tokens, &r->vbatches))
+        die_lib(NULL);
+    int64_t nb = r->batches.n_batches;
+    r->perm = malloc((size_t)nb * sizeof *r->perm);
+    r->n_bt = (int)o->grad_accum;
+    r->bt = calloc((size_t)r->n_bt, sizeof *r->bt);
+    if (!r->perm || !r->bt)
+        die("out of memory");
+    cg_mt19937_seed(&r->order, (uint32_t)o->seed);
+    if (!o->resume) {
+        r->epoch = 0;
+        r->pos = nb;
+    } else {
+        /* grad_accum batches per step: the position must be exactly where
+         * t->start steps leave it (a bound on the replay too) */
+        if (!cg_train_position_check(r->epoch, r->pos, nb, t->start * o->grad_accum, o->resume))
+            die_lib(NULL);
+        for (int64_t e = 0; e < r->epoch; e++) /* replay the batch order so far */
+            cg_mt_permutation(&r->order, nb, r->perm);
+    }
+    fprintf(stderr,
+            "train %lld pairs in %lld batches, valid %lld, test %lld, vocab %lld, params %lld, "
+            "precision %s%s\n",
+            (long long)r->n_train, (long long)nb, (long long)r->ds.split.n_valid,
+            (long long)r->ds.split.n_test, (long long)r->model->cfg.vocab,
+            (long long)cg_module_num_params(CG_MODULE(r->model)), cg_precision_name(o->precision),
+            o->resume ? " (resumed)" : "");
+}
+
+static int cmd_train(int argc, char **argv)
+{
+    cg_train_opts o;
+    memset(&o, 0, sizeof o);
+    cg_train_opts_init(&o);
+    o.steps = 16000;
+    o.eval_every = 1000;
+    o.seed = 1;
+    o.norm_first = false;
+    o.dropout = 0.1;
+    o.label_smoothing = 0.1;
+    mt_run r = {.preset = "tiny", .max_tokens = 3000, .warmup = 400, .max_len = 256,
+                .valid_size = 500, .test_size = 1000, .test_limit = 1000, .beam = 4,
+                .examples = 3, .factor = 0.25, .alpha = 0.6};
+    bool factor_seen = false;
+    cg_cli_opt opts[CG_TRAIN_MAX_OPTS + 12] = {
+        {"--preset", CG_CLI_STR, &r.preset, 0, 0, NULL},
+        {"--max-tokens", CG_CLI_I64, &r.max_tokens, 2, 1e9, NULL},
+        {"--factor", CG_CLI_F64, &r.factor, 0, 1e3, &factor_seen},
+        {"--warmup", CG_CLI_I64, &r.warmup, 1, 1e9, NULL},
+        {"--max-len", CG_CLI_I64, &r.max_len, 3, 100000, NULL},
+        {"--valid-size", CG_CLI_I64, &r.valid_size, 1, 1e9, NULL},
+        {"--test-size", CG_CLI_I64, &r.test_size, 1, 1e9, NULL},
+        {"--test-limit", CG_CLI_I64, &r.test_limit, 0, 1e9, NULL},
+        {"--beam", CG_CLI_I64, &r.beam, 1, 1000, NULL},
+        {"--length-penalty", CG_CLI_F64, &r.alpha, -100, 100, NULL},
+        {"--examples", CG_CLI_I64, &r.examples, 0, 1e9, NULL},
+    };
+    int n = 11 + cg_train_cli_opts(&o, CG_TRAIN_FLAGS_ENC_DEC, opts + 11);
+    char help[sizeof TRAIN_HELP + 4096];
+    snprintf(help, sizeof help, "%s%s", TRAIN_HELP, CG_TRAIN_HELP_COMMON);
+    int rc = cg_prog_parse(argc, argv, opts, n, help);
+    if (rc >= 0)
+        return rc;
+    if (!o.resume && o.lr_seen && factor_seen)
+        die("--lr and --factor both set the learning rate; give one");
+    if (!o.resume && !find_preset(r.preset))
+        die("unknown preset '%s' (choose tiny or base)", r.preset);
+    if (!o.data)
+        o.data = DEFAULT_DATA;
+    cg_trainer t;
+    rc = cg_trainer_begin(&t, &o, "seq2seq", DEFAULT_CKPT,
+                          "--preset --max-tokens --factor --warmup --max-len --valid-size "
+                          "--test-size",
+                          argc, argv, opts, n);
+    if (rc < 0) {
+        r.t = &t;
+        mt_setup(&r, &o, &t);
+        cg_trainer_model m = {
+            .name = "seq2seq", .plot_title = "seq2seq: label-smoothed loss",
+            .module = CG_MODULE(r.model), .dropout_rng = &r.model->dropout_rng,
+            .optim = cg_adam_config(0.0, 0.9, 0.98, 1e-9), .clip_norm = 1.0, .self = &r,
+            .batch = mt_batch, .loss = mt_loss, .lr = mt_lr, .evaluate = mt_evaluate,
+            .finish = mt_finish, .config_json = mt_config, .vocab_json = mt_vocab,
+            .state_save = mt_state_save};
+        rc = cg_trainer_run(&t, &m);
+    }
+    cg_trainer_end(&t);
+    for (int k = 0; k < r.n_bt; k++)
+        cg_batch_free(&r.bt[k]);
+    free(r.bt);
+    free(r.perm);
+    cg_batches_free(&r.batches);
+    cg_batches_free(&r.vbatches);
+    cg_pair_vocab_free(&r.vocab);
+    cg_seq2seq_free(r.model);
+    dataset_free(&r.ds);
+    return rc;
 }
 
 /* ============================================================ translate */
@@ -1112,20 +809,34 @@ static int cmd_eval(int argc, char **argv)
     ckpt_load(ck, &c);
     int64_t n_valid = 500, n_test = 1000;
     const char *tj = cg_st_metadata(c.file, "train");
+    cg_precision prec; /* the products as trained */
+    if (!cg_train_precision(tj, ck, &prec))
+        die_lib(NULL);
+    cg_set_matmul_precision(prec);
     cJSON *st = tj ? cJSON_Parse(tj) : NULL;
-    if (st) {
-        const cJSON *x;
+    if (st) { /* models/trainer.h: the split sizes are the model's own state
+               * (top-level in checkpoints written before the one trainer) */
+        const cJSON *x, *ms = cJSON_GetObjectItemCaseSensitive(st, "model");
+        if (!ms)
+            ms = st;
         if (!data && cJSON_IsString(x = cJSON_GetObjectItemCaseSensitive(st, "data")))
             data = x->valuestring;
-        if (cJSON_IsNumber(x = cJSON_GetObjectItemCaseSensitive(st, "valid_size")))
-            n_valid = (int64_t)x->valuedouble;
-        if (cJSON_IsNumber(x = cJSON_GetObjectItemCaseSensitive(st, "test_size")))
-            n_test = (int64_t)x->valuedouble;
+        const cg_json_field f[] = {
+            {"valid_size", CG_JF_I64, &n_valid, 1, 1e9, true},
+            {"test_size", CG_JF_I64, &n_test, 1, 1e9, true},
+        };
+        char what[600];
+        snprintf(what, sizeof what, "'%.500s': seq2seq training state", ck);
+        if (!cg_json_read_fields(ms, what, f, 2))
+            die_lib(NULL);
     }
     if (!data)
         data = DEFAULT_DATA;
     dataset ds = {0};
-    dataset_load(data, n_valid, n_test, &ds);
+    cg_data_id id;
+    dataset_load(data, n_valid, n_test, &ds, &id);
+    if (!cg_train_data_check(tj, ck, &id))
+        die_lib(NULL);
     int64_t nt = limit > 0 && limit < ds.split.n_test ? limit : ds.split.n_test;
     cg_pairs_warn_unknown(&ds.pairs, ds.split.test, nt, &c.vocab, PROG, "the test pairs");
     const char **srcs = malloc((size_t)nt * sizeof *srcs);
@@ -1146,9 +857,9 @@ static int cmd_eval(int argc, char **argv)
     if (bleu < 0 || chrf < 0)
         die_lib("metrics");
     printf("{\"bleu\": %s, \"chrf\": %s, \"beam\": %lld, \"test_pairs\": %lld, "
-           "\"decode_s\": %s, \"step\": %lld}\n",
+           "\"decode_s\": %s, \"step\": %lld, \"precision\": %s}\n",
            CG_JSON_NUM("%.2f", bleu), CG_JSON_NUM("%.2f", chrf), (long long)beam, (long long)nt,
-           CG_JSON_NUM("%.1f", dt), (long long)c.step);
+           CG_JSON_NUM("%.1f", dt), (long long)c.step, CG_JSON_STR(cg_precision_name(prec)));
     strings_free(hyps, nt);
     sources_free(&s);
     free(srcs);
@@ -1338,40 +1049,14 @@ static const char MAIN_HELP[] =
     "  train      train a model on tab-separated sentence pairs\n"
     "  translate  translate sentences (arguments or stdin lines)\n"
     "  eval       BLEU and chrF on the test split, one JSON line\n"
-    "  attention  PNG heatmaps of every attention layer and head for one sentence\n";
-
-static int run(int argc, char **argv);
+    "  attention  PNG heatmaps of every attention layer and head for one sentence\n"
+    "Exit status: 0 done, 1 failed, 2 bad command line.\n";
 
 int main(int argc, char **argv)
 {
-    if (!cg_dist_init(&argc, &argv) || !cg_dist_quiet_nonroot())
-        die_lib("MPI");
-    int rc = run(argc, argv);
-    if (rc != 0 && cg_dist_size() > 1) /* do not leave the other ranks waiting */
-        cg_dist_abort(rc, "stopping every rank");
-    cg_dist_finalize();
-    return rc;
-}
-
-static int run(int argc, char **argv)
-{
-    if (argc < 2) {
-        fprintf(stderr, PROG ": error: missing command (train, translate, eval or attention; "
-                        "try --help)\n");
-        return 2;
-    }
-    const char *cmd = argv[1];
-    if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "help") == 0) {
-        fputs(MAIN_HELP, stdout);
-        return 0;
-    }
-    if (strcmp(cmd, "train") == 0)
-        return cmd_train(argc - 2, argv + 2);
-    if (strcmp(cmd, "translate") == 0)
-        return cmd_translate(argc - 2, argv + 2);
-    if (strcmp(cmd, "eval") == 0)
-        return cmd_eval(argc - 2, argv + 2);
-    if (strcmp(cmd, "attention") == 0)
-        return cmd_attention(argc - 2, argv + 2);
-    die("unknown command '%s' (choose train, translate, eval or attention)", cmd);
+    const cg_prog_command cmds[] = {{"train", cmd_train},
+                                    {"translate", cmd_translate},
+                                    {"eval", cmd_eval},
+                                    {"attention", cmd_attention}};
+    return cg_prog_main(argc, argv, PROG, MAIN_HELP, cmds, 4);
 }

@@ -210,16 +210,8 @@ char *cg_history_to_json(const cg_history *h)
     return out;
 }
 
-/* Arrays are walked with child/next: cJSON_GetArrayItem in a loop is
- * quadratic (a 100,000-point history took minutes). */
-static int json_array_len(const cJSON *a)
-{
-    int n = 0;
-    for (const cJSON *x = a ? a->child : NULL; x; x = x->next)
-        n++;
-    return n;
-}
-
+/* Arrays are walked by their links (cJSON_GetArrayItem in a loop would be
+ * quadratic in the history's length). */
 static bool dense_from_json(const cJSON *o, cg_history *h)
 {
     const cJSON *e = cJSON_GetObjectItemCaseSensitive(o, "dense_every");
@@ -230,8 +222,8 @@ static bool dense_from_json(const cJSON *o, cg_history *h)
         return true; /* written before the dense series existed */
     if (!cJSON_IsNumber(e) || !(e->valuedouble >= 1 && e->valuedouble <= 1e15) ||
         e->valuedouble != floor(e->valuedouble) || !cJSON_IsArray(s) || !cJSON_IsArray(l) ||
-        json_array_len(s) != json_array_len(l) ||
-        json_array_len(s) >= CG_HISTORY_DENSE_MAX || !cJSON_IsObject(acc))
+        cJSON_GetArraySize(s) != cJSON_GetArraySize(l) ||
+        cJSON_GetArraySize(s) >= CG_HISTORY_DENSE_MAX || !cJSON_IsObject(acc))
         return false;
     h->every = (int64_t)e->valuedouble;
     for (const cJSON *a = s->child, *b = l->child; a && b; a = a->next, b = b->next) {
@@ -254,27 +246,32 @@ static bool dense_from_json(const cJSON *o, cg_history *h)
     return true;
 }
 
+bool cg_history_from_cjson(const cJSON *o, cg_history *h)
+{
+    const cJSON *s = cJSON_GetObjectItemCaseSensitive(o, "step");
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "train");
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "val");
+    bool ok = cJSON_IsArray(s) && cJSON_IsArray(t) && cJSON_IsArray(v) &&
+              cJSON_GetArraySize(s) == cJSON_GetArraySize(t) &&
+              cJSON_GetArraySize(s) == cJSON_GetArraySize(v);
+    for (const cJSON *a = ok ? s->child : NULL, *b = ok ? t->child : NULL,
+                     *c = ok ? v->child : NULL;
+         ok && a && b && c; a = a->next, b = b->next, c = c->next) {
+        double x, y;
+        ok = cJSON_IsNumber(a) && fabs(a->valuedouble) <= 9e15 && json_loss(b, &x) &&
+             json_loss(c, &y) && cg_history_push(h, (int64_t)a->valuedouble, x, y);
+    }
+    ok = ok && dense_from_json(o, h);
+    if (!ok)
+        cg_set_error("malformed loss history in checkpoint");
+    return ok;
+}
+
 bool cg_history_from_json(const char *json, cg_history *h)
 {
     cJSON *o = cJSON_Parse(json);
-    cJSON *s = cJSON_GetObjectItemCaseSensitive(o, "step");
-    cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "train");
-    cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "val");
-    int n = json_array_len(s);
-    bool ok = cJSON_IsArray(s) && cJSON_IsArray(t) && cJSON_IsArray(v) &&
-              n == json_array_len(t) && n == json_array_len(v);
-    for (const cJSON *a = ok ? s->child : NULL, *b = ok ? t->child : NULL,
-                     *c = ok ? v->child : NULL;
-         ok && a && b && c;
-         a = a->next, b = b->next, c = c->next) {
-        double tb, vc;
-        ok = cJSON_IsNumber(a) && fabs(a->valuedouble) <= 9e15 && json_loss(b, &tb) &&
-             json_loss(c, &vc) && cg_history_push(h, (int64_t)a->valuedouble, tb, vc);
-    }
-    ok = ok && dense_from_json(o, h);
+    bool ok = cg_history_from_cjson(o, h);
     cJSON_Delete(o);
-    if (!ok)
-        cg_set_error("malformed loss history in checkpoint");
     return ok;
 }
 

@@ -4,6 +4,7 @@
 #ifndef CG_MODELS_TRAIN_COMMON_H
 #define CG_MODELS_TRAIN_COMMON_H
 
+#include <cjson/cJSON.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -66,6 +67,8 @@ char *cg_history_to_json(const cg_history *h);
  * fields are optional (histories written before them have none); a null
  * loss value reads as NaN. */
 bool cg_history_from_json(const char *json, cg_history *h);
+/* The same from a parsed cJSON object (const cJSON *), in linear time. */
+bool cg_history_from_cjson(const cJSON *json, cg_history *h);
 /* Loss curve as a PNG at path: the dense training loss as a thin line (with
  * the evaluations' train loss before its first point, for histories that
  * began without it) and the validation loss as a line with markers. */

@@ -5,8 +5,13 @@
 #   2. SIGINT saves a checkpoint and exits 0; that checkpoint equals an
 #      uninterrupted run stopped at the same step, and resuming it for 10
 #      more steps equals an uninterrupted run to that step
-#   3. a NaN (a poisoned parameter) stops training with the step and the
+#   1b. --data /dev/stdin and a FIFO work (the corpus is read once)
+#   2b. a second writer of the same checkpoint is refused (a lock)
+#   3. a NaN (a poisoned parameter) stops training with the step (numbered
+#      from 1, as on the progress line) and the
 #      tensor named, exit non-zero, and the last checkpoint is not overwritten
+#   5. --precision bf16: bit-identical resume, kept by the checkpoint
+#      (resume, eval), refused on resume
 #   test_charlm_reliability.sh CHARLM CKPT_WRITER
 set -euo pipefail
 charlm=$1
@@ -35,6 +40,16 @@ cp half.st half20.st
 "$tool" same full.st half.st || fail "40 steps != 20 steps + resume to 40"
 echo "resume: 40 steps == 20 + 20 resumed (bit-identical parameters and optimizer state)"
 
+# 1b. the corpus is read once: a pipe and a FIFO work as --data
+cat tiny.txt | "$charlm" train "${model[@]}" --data /dev/stdin --steps 3 --out pipe.st \
+  >/dev/null 2>pipe.log || fail "--data /dev/stdin failed: $(tail -1 pipe.log)"
+mkfifo corpus.fifo
+cat tiny.txt >corpus.fifo &
+timeout 60 "$charlm" train "${model[@]}" --data corpus.fifo --steps 3 --out fifo.st \
+  >/dev/null 2>fifo.log || fail "--data FIFO failed: $(tail -1 fifo.log)"
+wait
+echo "--data: a pipe and a FIFO are read once and train"
+
 # 2. SIGINT
 "$charlm" train "${model[@]}" --steps 50000 --out int.st >int.json 2>int.log &
 pid=$!
@@ -43,6 +58,12 @@ for ((w = 0; w < 600; w++)); do # wait for the first progress line (up to 30 s)
   sleep 0.05
 done
 sleep "0.$((RANDOM % 10))"
+# a second writer of the same checkpoint is refused while the first runs
+# (flock on int.st.lock), even with --force, and changes nothing
+rc=0
+"$charlm" train "${model[@]}" --steps 5 --out int.st --force >/dev/null 2>lock.log || rc=$?
+[ "$rc" -eq 1 ] && grep -q 'being written by another run (pid' lock.log ||
+  fail "lock: a second writer was not refused (exit $rc): $(cat lock.log)"
 kill -INT "$pid"
 rc=0
 wait "$pid" || rc=$?
@@ -69,7 +90,7 @@ rc=0
 [ "$rc" -ne 0 ] || fail "NaN: training did not stop"
 msg=$(grep -i 'nan' nan.log | tail -1)
 [ -n "$msg" ] || fail "NaN: no message naming it: $(tail -1 nan.log)"
-echo "$msg" | grep -q 'step 20' || fail "NaN: the message does not name the step: $msg"
+echo "$msg" | grep -q 'step 21' || fail "NaN: the message does not name the step: $msg"
 echo "$msg" | grep -q "'" || fail "NaN: the message does not name a tensor: $msg"
 cmp -s bad.st bad.orig || fail "NaN: the last checkpoint was overwritten"
 echo "NaN: exit $rc, '$msg'; checkpoint untouched"
@@ -80,6 +101,47 @@ cp bad.orig skip.st
 "$charlm" train --resume skip.st --threads 1 --skip-nonfinite --stop-at 25 >/dev/null 2>skip.log ||
   fail "skip: training failed: $(tail -1 skip.log)"
 n=$(grep -c 'warning: skipping step' skip.log || true)
-[ "$n" -eq 5 ] || fail "skip: expected 5 skipped steps (20..24), saw $n: $(tail -2 skip.log)"
+[ "$n" -eq 5 ] || fail "skip: expected 5 skipped steps (21..25), saw $n: $(tail -2 skip.log)"
 grep -q '5 step(s) skipped' skip.log || fail "skip: no summary of skipped steps"
 echo "skip: 5 non-finite steps skipped with a warning each, exit 0"
+
+# the value of a field of the last JSON line of a file
+field() { tail -1 "$2" | sed -n "s/.*\"$1\": \"\{0,1\}\([^,\"}]*\).*/\1/p"; }
+# 5. --precision bf16: resume is bit-identical too (40 == 20 + 20 resumed);
+#    the checkpoint keeps the precision (resume and eval use it, the JSON
+#    lines say so); bf16 != fp32; --precision on resume is refused like the
+#    other recipe flags and a bad value is a bad command line (exit 2)
+"$charlm" train "${model[@]}" --precision bf16 --steps 40 --out bf_full.st >bf_full.json 2>bf_full.log ||
+  fail "bf16 training failed: $(tail -1 bf_full.log)"
+grep -q 'precision bf16' bf_full.log || fail "no precision on the start-up line: $(head -3 bf_full.log)"
+[ "$(field precision bf_full.json)" = bf16 ] || fail "JSON line without \"precision\": \"bf16\": $(cat bf_full.json)"
+"$charlm" train "${model[@]}" --precision bf16 --steps 40 --stop-at 20 --out bf_half.st >/dev/null 2>bf_half.log ||
+  fail "bf16 training to step 20 failed: $(tail -1 bf_half.log)"
+cp bf_half.st bf_half20.st
+"$charlm" train --resume bf_half.st --threads 1 >bf_resume.json 2>bf_resume.log ||
+  fail "bf16 resume failed: $(tail -1 bf_resume.log)"
+[ "$(field precision bf_resume.json)" = bf16 ] || fail "the resumed run is not bf16: $(cat bf_resume.json)"
+"$tool" same bf_full.st bf_half.st || fail "bf16: 40 steps != 20 steps + resume to 40"
+echo "bf16 resume: 40 steps == 20 + 20 resumed (bit-identical parameters and optimizer state)"
+
+"$charlm" train "${model[@]}" --steps 40 --out bf_fp32.st >bf_fp32.json 2>bf_fp32.log ||
+  fail "fp32 training failed: $(tail -1 bf_fp32.log)"
+[ "$(field precision bf_fp32.json)" = fp32 ] || fail "fp32 run: $(cat bf_fp32.json)"
+if "$tool" same bf_full.st bf_fp32.st 2>/dev/null; then fail "a bf16 run equals the fp32 run"; fi
+"$charlm" eval --ckpt bf_full.st --threads 1 >bf_eval.json 2>bf_eval.log || fail "eval failed: $(tail -1 bf_eval.log)"
+[ "$(field precision bf_eval.json)" = bf16 ] || fail "eval of a bf16 checkpoint is not bf16: $(cat bf_eval.json)"
+"$charlm" eval --ckpt bf_fp32.st --threads 1 >bf_eval32.json 2>bf_eval.log || fail "eval failed: $(tail -1 bf_eval.log)"
+[ "$(field precision bf_eval32.json)" = fp32 ] || fail "eval of an fp32 checkpoint: $(cat bf_eval32.json)"
+[ "$(field val_loss bf_eval.json)" = "$(field val_loss bf_full.json)" ] ||
+  fail "eval of the bf16 checkpoint: val_loss $(field val_loss bf_eval.json), training's $(field val_loss bf_full.json)"
+echo "bf16 differs from fp32; eval of the bf16 checkpoint gives its training loss $(field val_loss bf_eval.json)"
+
+rc=0
+"$charlm" train --resume bf_half20.st --precision fp32 --threads 1 --out x.st >/dev/null 2>refuse.log || rc=$?
+[ "$rc" -eq 1 ] && grep -q 'drop --precision' refuse.log ||
+  fail "--precision fp32 on resume of a bf16 checkpoint: exit $rc: $(cat refuse.log)"
+[ ! -e x.st ] || fail "a refused resume wrote a checkpoint"
+rc=0
+"$charlm" train "${model[@]}" --precision fp16 --steps 2 --out y.st >/dev/null 2>bad.log || rc=$?
+[ "$rc" -eq 2 ] && grep -q -- '--precision' bad.log || fail "--precision fp16: exit $rc: $(cat bad.log)"
+echo "refused: $(tail -1 refuse.log)"

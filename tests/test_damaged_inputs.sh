@@ -106,6 +106,22 @@ grep -q "1 character(s) of sentence 1 are not in the vocabulary (first U+00F6" e
 # translate: read errors are errors, not the end of input
 refused "translate < DIR" "read error" sh -c '"$1" translate --ckpt s.st < .' sh "$seq2seq"
 refused "translate < /dev/zero" "NUL byte" sh -c '"$1" translate --ckpt s.st < /dev/zero' sh "$seq2seq"
+# the data a checkpoint was trained on (absolute path, size, XXH3): resume
+# and eval refuse another file, naming the difference; a moved copy named
+# by --data is the same data
+sed 's/whale/whalf/' tiny.txt >edited.txt
+head -c 1000 tiny.txt >short.txt
+cp tiny.txt moved.txt
+refused "charlm resume, edited data" "same size.*different checksum" "$charlm" train --resume c.st --data edited.txt --steps 6 --threads 1 --out r1.st
+refused "charlm eval, edited data" "different checksum" "$charlm" eval --ckpt c.st --data edited.txt
+refused "charlm eval, another file" "short.txt' is not the data this checkpoint was trained on" "$charlm" eval --ckpt c.st --data short.txt
+timeout 60 "$charlm" train --resume c.st --data moved.txt --steps 6 --threads 1 --out r2.st >/dev/null 2>err.txt &&
+  timeout 60 "$charlm" eval --ckpt c.st --data moved.txt >/dev/null 2>>err.txt &&
+  echo "ok: charlm resume and eval of a moved copy" || fail "charlm moved copy refused: $(tail -c 300 err.txt)"
+sed 's/katze 1 /katze 9 /' p.tsv >p2.tsv
+refused "seq2seq resume, other data" "p2.tsv' is not the data this checkpoint" "$seq2seq" train --resume s.st --data p2.tsv --threads 1 --out r3.st
+refused "seq2seq eval, other data" "different checksum" "$seq2seq" eval --ckpt s.st --data p2.tsv --test-limit 1 --threads 1
+
 # a corpus above the input limit (CG_MAX_INPUT_MB)
 head -c 2000000 /dev/zero | tr '\0' 'a' >big.txt
 refused "charlm input limit" "larger than 1.0 MB" env CG_MAX_INPUT_MB=1 "$charlm" train "${lm[@]}" --data big.txt --steps 2 --out z.st

@@ -11,7 +11,7 @@
  *     rank 0's by broadcast), and rank 0 repeats the 20 steps alone on the
  *     full batches: the parameters must agree within 1e-5 (relative to the
  *     largest value of each tensor; attention key biases excepted, whose
- *     true gradient is 0: see max_rel_diff).
+ *     true gradient is 0: see cg_test_max_rel_diff in testutil.c).
  * Seq2seq batches are padded, so the ranks see different numbers of non-PAD
  * target tokens: its gradients are averaged with each rank's token count as
  * weight (the mean over all tokens of the global batch, as the 1-rank loss).
@@ -25,7 +25,9 @@
 #include "models/charlm.h"
 #include "models/dist.h"
 #include "models/seq2seq.h"
+#include "models/trainer.h"
 #include "optim/optim.h"
+#include "testutil.h"
 
 #define STEPS 20
 #define B_GLOBAL 4
@@ -51,42 +53,6 @@ static cg_optim *make_adamw(cg_module *m)
 
 /* Largest |a-b| / max|b| over the tensors of two modules with the same
  * layout. */
-static double max_rel_diff(cg_module *a, cg_module *b, char *worst, size_t nw)
-{
-    cg_param_list la = {0}, lb = {0};
-    ck_assert(cg_module_params(a, &la) && cg_module_params(b, &lb));
-    ck_assert_int_eq(la.n, lb.n);
-    double worst_rel = 0;
-    for (int i = 0; i < la.n; i++) {
-        int64_t n = cg_numel(la.items[i].tensor);
-        ck_assert_int_eq(n, cg_numel(lb.items[i].tensor));
-        const float *x = cg_data(la.items[i].tensor), *y = cg_data(lb.items[i].tensor);
-        double dmax = 0, ymax = 0;
-        for (int64_t k = 0; k < n; k++) {
-            dmax = fmax(dmax, fabs((double)x[k] - (double)y[k]));
-            ymax = fmax(ymax, fabs((double)y[k]));
-        }
-        double rel = dmax / fmax(ymax, 1e-12);
-        /* A key projection's bias shifts every score of a query by the same
-         * amount, which softmax ignores: its true gradient is exactly 0 and
-         * what reaches it is round-off noise, which Adam's normalisation
-         * turns into +-lr steps that depend on summation order. It cannot
-         * be compared (nor does it change the model's outputs). */
-        size_t ln = strlen(la.items[i].name);
-        if (ln >= 11 && strcmp(la.items[i].name + ln - 11, "k_proj.bias") == 0)
-            continue;
-        if (getenv("CG_TEST_VERBOSE"))
-            fprintf(stderr, "  %-40s %.3g\n", la.items[i].name, rel);
-        if (rel > worst_rel || i == 0) {
-            worst_rel = fmax(worst_rel, rel);
-            if (worst)
-                snprintf(worst, nw, "%s", la.items[i].name);
-        }
-    }
-    cg_param_list_free(&la);
-    cg_param_list_free(&lb);
-    return worst_rel;
-}
 
 /* Every rank compares its parameters with rank 0's (bit-exact). */
 static void assert_same_on_all_ranks(cg_module *m)
@@ -177,9 +143,9 @@ START_TEST(test_charlm_equivalence)
         cg_charlm *ref = cg_charlm_new(&c, 7);
         lm_train(ref, 0, B_GLOBAL, false);
         char worst[128] = "";
-        double rel = max_rel_diff(CG_MODULE(m), CG_MODULE(ref), worst, sizeof worst);
+        double rel = cg_test_max_rel_diff(CG_MODULE(m), CG_MODULE(ref), worst, sizeof worst);
         cg_charlm *init = cg_charlm_new(&c, 7);
-        double moved = max_rel_diff(CG_MODULE(init), CG_MODULE(ref), NULL, 0);
+        double moved = cg_test_max_rel_diff(CG_MODULE(init), CG_MODULE(ref), NULL, 0);
         fprintf(stderr, "charlm: %d ranks vs 1 rank after %d steps: max rel diff %.3g (%s); "
                 "training moved the parameters by %.3g\n", size, STEPS, rel, worst, moved);
         ck_assert_msg(rel <= TOL, "charlm: %d-rank and 1-rank parameters differ by %g (%s)",
@@ -272,9 +238,9 @@ START_TEST(test_seq2seq_equivalence)
         cg_seq2seq *ref = cg_seq2seq_new(&c, 11);
         s2s_train(ref, 0, B_GLOBAL, false);
         char worst[128] = "";
-        double rel = max_rel_diff(CG_MODULE(m), CG_MODULE(ref), worst, sizeof worst);
+        double rel = cg_test_max_rel_diff(CG_MODULE(m), CG_MODULE(ref), worst, sizeof worst);
         cg_seq2seq *init = cg_seq2seq_new(&c, 11);
-        double moved = max_rel_diff(CG_MODULE(init), CG_MODULE(ref), NULL, 0);
+        double moved = cg_test_max_rel_diff(CG_MODULE(init), CG_MODULE(ref), NULL, 0);
         fprintf(stderr, "seq2seq: %d ranks vs 1 rank after %d steps: max rel diff %.3g (%s); "
                 "training moved the parameters by %.3g\n", size, STEPS, rel, worst, moved);
         ck_assert_msg(rel <= TOL, "seq2seq: %d-rank and 1-rank parameters differ by %g (%s)",
@@ -284,6 +250,81 @@ START_TEST(test_seq2seq_equivalence)
         cg_seq2seq_free(init);
     }
     cg_seq2seq_free(m);
+}
+END_TEST
+
+/* --grad-accum under MPI (models/trainer.h cg_stepper): every rank takes its
+ * rows of 2 micro-batches (the two halves of each global batch) per step;
+ * the result must equal one rank's plain steps on the whole batches. */
+typedef struct {
+    int64_t src[B_GLOBAL * S2S_S], tin[B_GLOBAL * S2S_T], tout[B_GLOBAL * S2S_T];
+    cg_seq2seq *m;
+    int s;
+} accum_ctx;
+
+static bool accum_batch(void *self, int k, double *weight, double *tokens)
+{
+    accum_ctx *a = self;
+    if (k == 0)
+        s2s_batch(a->s++, a->src, a->tin, a->tout);
+    int half = B_GLOBAL / 2, per = half / cg_dist_size(), r0 = k * half + cg_dist_rank() * per;
+    double n = 0;
+    for (int i = r0 * S2S_T; i < (r0 + per) * S2S_T; i++)
+        n += a->tout[i] != CG_PAD;
+    *weight = n;
+    *tokens = n;
+    return true;
+}
+
+static cg_tensor *accum_loss(void *self, int k)
+{
+    accum_ctx *a = self;
+    int half = B_GLOBAL / 2, per = half / cg_dist_size(), r0 = k * half + cg_dist_rank() * per;
+    cg_tensor *logits = cg_seq2seq_forward(a->m, a->src + r0 * S2S_S, per, S2S_S,
+                                           a->tin + r0 * S2S_T, S2S_T);
+    cg_tensor *loss = cg_seq2seq_loss(a->m, logits, a->tout + r0 * S2S_T);
+    cg_release(logits);
+    return loss;
+}
+
+static double accum_lr(void *self, int64_t step)
+{
+    (void)self, (void)step;
+    return 3e-3;
+}
+
+START_TEST(test_grad_accum_equivalence)
+{
+    int size = cg_dist_size();
+    ck_assert_int_eq((B_GLOBAL / 2) % size, 0);
+    cg_seq2seq_config c = s2s_config();
+    accum_ctx a = {.m = cg_seq2seq_new(&c, cg_dist_rank_seed(11))};
+    ck_assert_ptr_nonnull(a.m);
+    ck_assert_msg(cg_dist_broadcast_module(CG_MODULE(a.m)), "%s", cg_last_error());
+    cg_trainer_model tm = {.module = CG_MODULE(a.m), .dropout_rng = &a.m->dropout_rng,
+                           .optim = cg_adamw_config(3e-3, 0.9, 0.999, 1e-8),
+                           .weight_decay_2d = 0.01, .self = &a, .batch = accum_batch,
+                           .loss = accum_loss, .lr = accum_lr};
+    cg_stepper st;
+    ck_assert_msg(cg_stepper_init(&st, &tm, 2), "%s", cg_last_error());
+    for (int s = 1; s <= STEPS; s++) {
+        double loss, tokens;
+        ck_assert_msg(cg_stepper_step(&st, s, &loss, &tokens) == CG_STEP_OK, "%s",
+                      cg_last_error());
+    }
+    cg_stepper_free(&st);
+    assert_same_on_all_ranks(CG_MODULE(a.m));
+    if (cg_dist_rank() == 0) {
+        cg_seq2seq *ref = cg_seq2seq_new(&c, 11);
+        s2s_train(ref, 0, B_GLOBAL, false);
+        char worst[128] = "";
+        double rel = cg_test_max_rel_diff(CG_MODULE(a.m), CG_MODULE(ref), worst, sizeof worst);
+        fprintf(stderr, "seq2seq: %d ranks x 2 micro-batches vs 1 rank after %d steps: max rel "
+                "diff %.3g (%s)\n", size, STEPS, rel, worst);
+        ck_assert_msg(rel <= TOL, "grad-accum: parameters differ by %g (%s)", rel, worst);
+        cg_seq2seq_free(ref);
+    }
+    cg_seq2seq_free(a.m);
 }
 END_TEST
 
@@ -333,6 +374,7 @@ static Suite *dist_suite(void)
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_charlm_equivalence);
     tcase_add_test(tc, test_seq2seq_equivalence);
+    tcase_add_test(tc, test_grad_accum_equivalence);
     suite_add_tcase(s, tc);
     return s;
 }

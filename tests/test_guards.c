@@ -45,12 +45,20 @@ START_TEST(test_state_fields)
     ck_assert(seed == UINT64_MAX);
     ck_assert_str_eq(data, "x.txt");
     cJSON_Delete(o);
+    /* a double kept exactly as a decimal string (models/trainer.h) */
+    o = cJSON_Parse("{\"epoch\": 3, \"lr\": \"0.10000000000000001\", \"seed\": \"1\", "
+                    "\"data\": \"x\"}");
+    ck_assert(cg_json_read_fields(o, "state", f, 5));
+    ck_assert(lr == 0.1);
+    cJSON_Delete(o);
     const char *bad[][2] = {
         {"{\"epoch\": 1e15, \"lr\": 1, \"seed\": \"1\", \"data\": \"x\"}", "\"epoch\" is 1000000000000000"},
         {"{\"epoch\": 1.5, \"lr\": 1, \"seed\": \"1\", \"data\": \"x\"}", "integer"},
         {"{\"epoch\": -1, \"lr\": 1, \"seed\": \"1\", \"data\": \"x\"}", "outside"},
         {"{\"lr\": 1, \"seed\": \"1\", \"data\": \"x\"}", "\"epoch\" is missing"},
         {"{\"epoch\": 1, \"lr\": 11, \"seed\": \"1\", \"data\": \"x\"}", "\"lr\""},
+        {"{\"epoch\": 1, \"lr\": \"0.5x\", \"seed\": \"1\", \"data\": \"x\"}", "\"lr\""},
+        {"{\"epoch\": 1, \"lr\": \"nan\", \"seed\": \"1\", \"data\": \"x\"}", "\"lr\""},
         {"{\"epoch\": 1, \"lr\": 1, \"seed\": \"-1\", \"data\": \"x\"}", "\"seed\""},
         {"{\"epoch\": 1, \"lr\": 1, \"seed\": \"99999999999999999999\", \"data\": \"x\"}", "64-bit"},
         {"{\"epoch\": 1, \"lr\": 1, \"seed\": 5, \"data\": \"x\"}", "\"seed\""},
@@ -253,9 +261,12 @@ START_TEST(test_corpus_read)
     const char *text = "abca\r\nxyz\u00e4a";
     write_file(tmp("c.txt"), text, strlen(text));
     cg_vocab *v = NULL;
-    cg_corpus *c = cg_corpus_read(tmp("c.txt"), NULL, 0, &v);
+    cg_data_id id;
+    cg_corpus *c = cg_corpus_read(tmp("c.txt"), NULL, 0, &v, &id);
     ck_assert_ptr_nonnull(c);
     ck_assert_ptr_nonnull(v);
+    ck_assert_uint_eq(id.size, strlen(text)); /* the identity of the bytes read */
+    ck_assert(id.path[0] == '/' && strstr(id.path, "/c.txt"));
     int64_t n;
     uint32_t *cps = cg_read_text_file(tmp("c.txt"), &n);
     cg_vocab *v2 = cg_vocab_from_codepoints(cps, n);
@@ -271,11 +282,11 @@ START_TEST(test_corpus_read)
     ck_assert(x[0] == c->ids[1] && x[2] == c->ids[3] && y[2] == c->ids[4]);
     /* with a given vocabulary: unknown characters counted */
     cg_vocab *small = cg_vocab_from_codepoints((uint32_t[]){'a', 'b'}, 2);
-    cg_corpus *c3 = cg_corpus_read(tmp("c.txt"), small, 0, NULL);
+    cg_corpus *c3 = cg_corpus_read(tmp("c.txt"), small, 0, NULL, NULL);
     ck_assert_ptr_nonnull(c3);
     ck_assert_int_eq(c3->unknown, 6);
     ck_assert_uint_eq(c3->first_unknown, 'c');
-    CG_ASSERT_FAILS(cg_corpus_read("/dev/zero", small, 0, NULL), "NUL byte");
+    CG_ASSERT_FAILS(cg_corpus_read("/dev/zero", small, 0, NULL, NULL), "NUL byte");
     cg_corpus_free(c);
     cg_corpus_free(c2);
     cg_corpus_free(c3);
@@ -296,7 +307,7 @@ START_TEST(test_pairs_empty_sides)
     CG_ASSERT_FAILS((void *)(intptr_t)cg_pairs_parse("\tb", 2, "x", &p), "x:1: empty source");
     ck_assert(cg_pairs_parse("a\tb\n", 4, "x", &p));
     cg_pairs_free(&p);
-    CG_ASSERT_FAILS((void *)(intptr_t)cg_pairs_read("/dev/zero", &p), "NUL byte");
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_pairs_read("/dev/zero", &p, NULL), "NUL byte");
 }
 END_TEST
 
@@ -349,12 +360,16 @@ START_TEST(test_data_id)
     ck_assert_str_eq(back.path, id.path);
     ck_assert(back.size == id.size && back.hash == id.hash);
     cJSON_Delete(j);
-    ck_assert(cg_data_id_check(&back, "copy.txt", b, n));
+    cg_data_id read;
+    cg_data_id_of("copy.txt", b, n, &read);
+    ck_assert(cg_data_id_check(&back, &read));
     cg_clear_error();
-    ck_assert(!cg_data_id_check(&back, "other.txt", "some data!\n", 11));
+    cg_data_id_of("other.txt", "some data!\n", 11, &read);
+    ck_assert(!cg_data_id_check(&back, &read));
     ck_assert_msg(strstr(cg_last_error(), "11 bytes, the checkpoint's 10"), "%s", cg_last_error());
     ck_assert(strstr(cg_last_error(), "'other.txt' is not the data"));
-    ck_assert(!cg_data_id_check(&back, "other.txt", "some date\n", 10));
+    cg_data_id_of("other.txt", "some date\n", 10, &read);
+    ck_assert(!cg_data_id_check(&back, &read));
     ck_assert_msg(strstr(cg_last_error(), "different checksum"), "%s", cg_last_error());
     free(b);
     cJSON *bad = cJSON_Parse("{\"path\": \"x\", \"size\": \"-1\", \"xxh3\": \"00\"}");

@@ -17,6 +17,7 @@
 #include "models/pairs.h"
 #include "models/seq2seq.h"
 #include "models/train_common.h"
+#include "models/trainer.h"
 #include "nn/safetensors.h"
 #include "optim/optim.h"
 #include "testutil.h"
@@ -116,7 +117,7 @@ static void expect_read_error(const char *name, const char *data, size_t n, cons
     write_file(path, data, n ? n : strlen(data)); /* n == 0: the string's length */
     cg_pairs p;
     cg_clear_error();
-    ck_assert_msg(!cg_pairs_read(path, &p), "%s should fail", name);
+    ck_assert_msg(!cg_pairs_read(path, &p, NULL), "%s should fail", name);
     ck_assert_msg(strstr(cg_last_error(), needle) != NULL, "error '%s' lacks '%s'",
                   cg_last_error(), needle);
     ck_assert_msg(strstr(cg_last_error(), path) != NULL, "error '%s' lacks the path",
@@ -134,7 +135,7 @@ START_TEST(test_pairs_read_errors)
     expect_read_error("blank.tsv", "a\tb\n\nc\td\n", 0, ":2: missing tab");
     cg_pairs p;
     cg_clear_error();
-    ck_assert(!cg_pairs_read(tmp_path("missing.tsv"), &p));
+    ck_assert(!cg_pairs_read(tmp_path("missing.tsv"), &p, NULL));
     ck_assert(strstr(cg_last_error(), "cannot open") != NULL);
 }
 END_TEST
@@ -647,7 +648,7 @@ START_TEST(test_cli_end_to_end)
              ck);
     rc = run(args, NULL, &out, &err);
     ck_assert_msg(rc == 0, "resume failed: %s", err);
-    ck_assert_msg(strstr(out, "\"steps\":5") != NULL, "%s", out);
+    ck_assert_msg(strstr(out, "\"step\": 5") != NULL, "%s", out);
     ck_assert_msg(strstr(out, "\"val_nll\":") != NULL, "%s", out);
     ck_assert(strstr(out, "\"chrf_beam\":") != NULL);
     free(err);
@@ -874,6 +875,201 @@ START_TEST(test_cli_nonfinite)
 }
 END_TEST
 
+/* --grad-accum (models/trainer.h cg_stepper): 4 micro-batches of different
+ * target-token counts take the step of one batch holding all their pairs
+ * (the loss is the mean over every target token), 20 Adam steps with label
+ * smoothing and clipping, within 1e-5 relative. */
+typedef struct {
+    cg_seq2seq *m;
+    cg_batch *bt;
+} accum_model;
+
+static bool accum_batch(void *self, int k, double *weight, double *tokens)
+{
+    accum_model *a = self;
+    *weight = (double)a->bt[k].n_tokens;
+    *tokens = *weight;
+    return true;
+}
+
+static cg_tensor *accum_loss(void *self, int k)
+{
+    accum_model *a = self;
+    const cg_batch *b = &a->bt[k];
+    cg_tensor *logits = cg_seq2seq_forward(a->m, b->src, b->B, b->S, b->tgt_in, b->T);
+    cg_tensor *loss = cg_seq2seq_loss(a->m, logits, b->tgt_out);
+    cg_release(logits);
+    return loss;
+}
+
+static double accum_lr(void *self, int64_t step)
+{
+    (void)self;
+    return 1e-3 * (double)(step < 10 ? step + 1 : 10) / 10.0;
+}
+
+START_TEST(test_grad_accum_per_token)
+{
+    cg_seq2seq_config c = cg_seq2seq_config_default();
+    c.vocab = cg_pair_vocab_size(&g_vocab);
+    c.d = 32, c.H = 2, c.enc_layers = 1, c.dec_layers = 1, c.d_ff = 64, c.max_len = 64;
+    c.dropout = 0.0f, c.label_smoothing = 0.1f;
+    cg_seq2seq *m[2] = {cg_seq2seq_new(&c, 11), cg_seq2seq_new(&c, 11)};
+    ck_assert(m[0] && m[1]);
+    int64_t all[NPAIRS] = {0, 1, 2, 3, 4};
+    const int64_t start[5] = {0, 1, 2, 3, 5}; /* micro-batches {0} {1} {2} {3, 4} */
+    cg_batch micro[4], whole;
+    for (int k = 0; k < 4; k++)
+        ck_assert(cg_batch_make(&g_pairs, all + start[k], start[k + 1] - start[k], &g_vocab,
+                                &micro[k]));
+    ck_assert(cg_batch_make(&g_pairs, all, NPAIRS, &g_vocab, &whole));
+    ck_assert(micro[0].n_tokens != micro[3].n_tokens);
+    accum_model am[2] = {{m[0], micro}, {m[1], &whole}};
+    cg_stepper st[2];
+    for (int i = 0; i < 2; i++) {
+        cg_trainer_model tm = {.module = CG_MODULE(m[i]), .dropout_rng = &m[i]->dropout_rng,
+                               .optim = cg_adam_config(0.0, 0.9, 0.98, 1e-9), .clip_norm = 1.0,
+                               .self = &am[i], .batch = accum_batch, .loss = accum_loss,
+                               .lr = accum_lr};
+        static cg_trainer_model keep[2];
+        keep[i] = tm;
+        ck_assert_msg(cg_stepper_init(&st[i], &keep[i], i == 0 ? 4 : 1), "%s", cg_last_error());
+    }
+    for (int64_t s = 1; s <= 20; s++) {
+        double l[2], tok[2];
+        for (int i = 0; i < 2; i++)
+            ck_assert_msg(cg_stepper_step(&st[i], s, &l[i], &tok[i]) == CG_STEP_OK, "%s",
+                          cg_last_error());
+        ck_assert_msg(fabs(l[0] - l[1]) <= 1e-5 * fabs(l[1]), "step %lld: loss %.9g vs %.9g",
+                      (long long)s, l[0], l[1]);
+        ck_assert(tok[0] == tok[1]);
+    }
+    char worst[128] = "";
+    double rel = cg_test_max_rel_diff(CG_MODULE(m[0]), CG_MODULE(m[1]), worst, sizeof worst);
+    ck_assert_msg(rel <= 1e-5, "parameters differ by %.3g (relative) in %s", rel, worst);
+    for (int i = 0; i < 2; i++) {
+        cg_stepper_free(&st[i]);
+        cg_seq2seq_free(m[i]);
+    }
+    for (int k = 0; k < 4; k++)
+        cg_batch_free(&micro[k]);
+    cg_batch_free(&whole);
+}
+END_TEST
+
+/* Copy checkpoint src to dst with the trainer state's model.<key> set to v. */
+static void edit_state_copy(const char *src, const char *dst, const char *key, double v)
+{
+    cg_st_file *f = cg_st_open(src);
+    ck_assert_msg(f != NULL, "%s", cg_last_error());
+    cg_st_writer *w = cg_st_writer_new();
+    for (int i = 0; i < cg_st_metadata_count(f); i++) {
+        const char *k = cg_st_metadata_key(f, i);
+        if (strcmp(k, "train") != 0) {
+            ck_assert(cg_st_set_metadata(w, k, cg_st_metadata(f, k)));
+            continue;
+        }
+        cJSON *o = cJSON_Parse(cg_st_metadata(f, k));
+        cJSON *m = cJSON_GetObjectItemCaseSensitive(o, "model");
+        ck_assert(cJSON_IsObject(m));
+        cJSON_ReplaceItemInObjectCaseSensitive(m, key, cJSON_CreateNumber(v));
+        char *j = cJSON_PrintUnformatted(o);
+        ck_assert(cg_st_set_metadata(w, k, j));
+        free(j);
+        cJSON_Delete(o);
+    }
+    for (int i = 0; i < cg_st_count(f); i++) {
+        const char *name = cg_st_name(f, i);
+        cg_st_dtype dt;
+        int nd;
+        int64_t shape[CG_MAX_DIMS];
+        ck_assert(cg_st_info(f, name, &dt, &nd, shape));
+        if (dt == CG_ST_F32) {
+            cg_tensor *t = cg_st_get_f32(f, name);
+            ck_assert(t && cg_st_add_f32(w, name, t));
+            cg_release(t);
+        } else {
+            int64_t *v = cg_st_get_i64(f, name, NULL, NULL);
+            ck_assert(v && cg_st_add_i64(w, name, nd, shape, v));
+            free(v);
+        }
+    }
+    ck_assert(cg_st_writer_save(w, dst));
+    cg_st_writer_free(w);
+    cg_st_close(f);
+}
+
+/* Issue 16: resume refuses every flag that would change the recipe, in one
+ * message naming them; a damaged batch position is refused, not replayed
+ * (epoch 0 with a position inside it crashed; epoch 1e15 hung); the output
+ * is checked before any training. */
+START_TEST(test_cli_resume_and_output_rules)
+{
+    char data[4096] = "";
+    for (int i = 0; i < 30; i++) {
+        char line[128];
+        snprintf(line, sizeof line, "a small %d.\tein kleines %d.\n", i, i);
+        strcat(data, line);
+    }
+    write_file(tmp_path("small.tsv"), data, strlen(data));
+    char ck[PATH_MAX], args[3 * PATH_MAX], *out, *err;
+    snprintf(ck, sizeof ck, "%s", tmp_path("r.safetensors"));
+    const char *common = "--valid-size 4 --test-size 4 --test-limit 0 --max-tokens 200 "
+                         "--threads 1 --enc-layers 1 --dec-layers 1 --d 32 --H 2 --d-ff 64";
+    snprintf(args, sizeof args, "train --data '%s' --out '%s' --steps 6 --stop-at 2 %s",
+             tmp_path("small.tsv"), ck, common);
+    int rc = run(args, NULL, &out, &err);
+    ck_assert_msg(rc == 0, "train failed: %s", err);
+    free(out);
+    free(err);
+    snprintf(args, sizeof args,
+             "train --resume '%s' --preset base --max-tokens 100 --seed 3 --factor 1 --warmup 5 "
+             "--max-len 50 --valid-size 3 --test-size 3 --lr 1e-3 --d 64",
+             ck);
+    expect_cli_error(args, "drop --preset, --max-tokens, --seed, --factor, --warmup, --max-len, "
+                           "--valid-size, --test-size, --lr, --d");
+    /* damaged positions */
+    const struct {
+        const char *key;
+        double v;
+    } bad[] = {{"epoch", 0}, {"pos", 0}, {"epoch", 1e15}, {"pos", 1e9}, {"epoch", -1}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        edit_state_copy(ck, tmp_path("bad.safetensors"), bad[i].key, bad[i].v);
+        if (i == 1) /* epoch 0 with a position inside it */
+            edit_state_copy(tmp_path("bad.safetensors"), tmp_path("bad.safetensors"), "epoch", 0);
+        snprintf(args, sizeof args, "train --resume '%s' --test-limit 0 --threads 1",
+                 tmp_path("bad.safetensors"));
+        expect_cli_error(args, "bad.safetensors");
+    }
+    /* pairs of empty sides: refused while the pairs are read, before any
+     * training (models/pairs.c; every save would fail) */
+    char empty[64 * 2 + 1] = "";
+    for (int i = 0; i < 64; i++)
+        strcat(empty, "\t\n");
+    write_file(tmp_path("empty.tsv"), empty, strlen(empty));
+    snprintf(args, sizeof args, "train --data '%s' --out '%s' %s", tmp_path("empty.tsv"),
+             tmp_path("e.st"), common);
+    expect_cli_error(args, "empty source");
+    /* the output, before any training */
+    snprintf(args, sizeof args, "train --data '%s' --out '%s/' %s", tmp_path("small.tsv"),
+             tmp_path("newdir"), common);
+    expect_cli_error(args, "names a directory");
+    snprintf(args, sizeof args, "train --data '%s' --out '%s/x.st' %s", tmp_path("small.tsv"),
+             tmp_path("small.tsv"), common);
+    expect_cli_error(args, "not a directory");
+    ck_assert_int_eq(mkfifo(tmp_path("fifo"), 0600), 0);
+    snprintf(args, sizeof args, "train --data '%s' --out '%s' --force %s", tmp_path("small.tsv"),
+             tmp_path("fifo"), common);
+    expect_cli_error(args, "a checkpoint replaces only a regular file");
+    char longname[300];
+    memset(longname, 'x', 250);
+    strcpy(longname + 250, ".st");
+    snprintf(args, sizeof args, "train --data '%s' --out '%s' %s", tmp_path("small.tsv"),
+             tmp_path(longname), common);
+    expect_cli_error(args, "at most");
+}
+END_TEST
+
 static Suite *seq2seq_suite(void)
 {
     Suite *s = suite_create("seq2seq");
@@ -892,6 +1088,7 @@ static Suite *seq2seq_suite(void)
     tcase_add_test(tc, test_beam_not_worse_than_greedy);
     tcase_add_test(tc, test_cache_matches_recompute);
     tcase_add_test(tc, test_decode_bad_input);
+    tcase_add_test(tc, test_grad_accum_per_token);
     suite_add_tcase(s, tc);
     tc = tcase_create("cli");
     tcase_set_timeout(tc, 600);
@@ -899,6 +1096,7 @@ static Suite *seq2seq_suite(void)
     tcase_add_test(tc, test_cli_bad_flags);
     tcase_add_test(tc, test_cli_end_to_end);
     tcase_add_test(tc, test_cli_nonfinite);
+    tcase_add_test(tc, test_cli_resume_and_output_rules);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -33,7 +33,7 @@ static void setup(void)
 {
     if (sents)
         return;
-    ck_assert_msg(cg_pairs_read(CG_TEST_DATA_DIR "/en_de_sample.tsv", &pairs), "%s",
+    ck_assert_msg(cg_pairs_read(CG_TEST_DATA_DIR "/en_de_sample.tsv", &pairs, NULL), "%s",
                   cg_last_error());
     n_sents = 2 * pairs.n;
     sents = malloc((size_t)n_sents * sizeof *sents);

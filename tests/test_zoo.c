@@ -299,6 +299,24 @@ static cg_history history_reload(const cg_history *h)
     return r;
 }
 
+/* Issue 16: a long loss history loads in linear time (it was read with
+ * cJSON_GetArrayItem in a loop: 100,000 evaluations took minutes). */
+START_TEST(test_history_long)
+{
+    cg_history h = {0}, back = {0};
+    for (int i = 0; i < 200000; i++)
+        ck_assert(cg_history_push(&h, 10 * (int64_t)i, 2.0 + 1e-6 * i, 2.5 - 1e-6 * i));
+    char *j = cg_history_to_json(&h);
+    ck_assert_ptr_nonnull(j);
+    ck_assert_msg(cg_history_from_json(j, &back), "%s", cg_last_error());
+    ck_assert_int_eq(back.n, 200000);
+    ck_assert(back.step[199999] == h.step[199999] && back.val[12345] == h.val[12345]);
+    free(j);
+    cg_history_free(&h);
+    cg_history_free(&back);
+}
+END_TEST
+
 START_TEST(test_history_json)
 {
     make_tmpdir();
@@ -736,7 +754,7 @@ START_TEST(test_bad_inputs)
     const char *d1[] = {"train", "--resume", "nan.safetensors", "--steps", "10", NULL};
     int rc = run(d1);
     char *err = slurp(tmp_path("stderr"), NULL);
-    ck_assert_msg(rc == 1 && strstr(err, "charlm: error: loss is nan at step 3") &&
+    ck_assert_msg(rc == 1 && strstr(err, "charlm: error: loss is nan at step 4") &&
                       strstr(err, "non-finite gradient: '"),
                   "exit %d: %s", rc, err);
     free(err);
@@ -775,6 +793,80 @@ START_TEST(test_bad_inputs)
 }
 END_TEST
 
+/* Parameters of two charlm checkpoints: largest relative difference. */
+static double ckpt_rel_diff(const char *a, const char *b)
+{
+    cg_charlm_ckpt ca, cb;
+    ck_assert_msg(cg_charlm_ckpt_load(tmp_path(a), &ca), "%s", cg_last_error());
+    ck_assert_msg(cg_charlm_ckpt_load(tmp_path(b), &cb), "%s", cg_last_error());
+    char worst[128] = "";
+    double rel = cg_test_max_rel_diff(CG_MODULE(ca.model), CG_MODULE(cb.model), worst,
+                                      sizeof worst);
+    cg_charlm_ckpt_free(&ca);
+    cg_charlm_ckpt_free(&cb);
+    return rel;
+}
+
+/* --grad-accum 4 with batches of B takes the steps of batches of 4B (the
+ * same windows: both draw them in turn from the batch stream); --resume
+ * refuses it; the metrics log has one valid JSON line per logged step and
+ * per evaluation, and a resumed run appends to it. */
+START_TEST(test_grad_accum_and_metrics)
+{
+    make_tmpdir();
+    write_corpus(tmp_path("c.txt"));
+#define SHAPE "--d", "16", "--H", "2", "--layers", "1", "--d-ff", "16", "--block-size", "8", \
+              "--threads", "1", "--data", "c.txt", "--steps", "20", "--eval-every", "10"
+    const char *big[] = {"train", SHAPE, "--batch-size", "8", "--out", "big.safetensors", NULL};
+    ck_assert_int_eq(run(big), 0);
+    const char *acc[] = {"train", SHAPE, "--batch-size", "2", "--grad-accum", "4", "--out",
+                         "acc.safetensors", NULL};
+    ck_assert_int_eq(run(acc), 0);
+    const char *small[] = {"train", SHAPE, "--batch-size", "2", "--out", "small.safetensors", NULL};
+    ck_assert_int_eq(run(small), 0);
+    double rel = ckpt_rel_diff("acc.safetensors", "big.safetensors");
+    ck_assert_msg(rel <= 1e-5, "--grad-accum 4 differs from a 4x batch by %.3g", rel);
+    ck_assert_msg(ckpt_rel_diff("small.safetensors", "big.safetensors") > 1e-3,
+                  "the test cannot tell the batch sizes apart");
+    const char *r1[] = {"train", "--resume", "acc.safetensors", "--grad-accum", "2", "--steps",
+                        "30", NULL};
+    expect_error(r1, "drop --grad-accum");
+#undef SHAPE
+    /* the metrics log: 20 steps logged every step (steps/20) + evaluations at 0, 10, 20 */
+    const char *m1[] = {"train", TINY, "--data", "c.txt", "--steps", "20", "--eval-every", "10",
+                        "--stop-at", "12", "--out", "m.safetensors", NULL};
+    ck_assert_int_eq(run(m1), 0);
+    const char *m2[] = {"train", "--resume", "m.safetensors", "--threads", "1", NULL};
+    ck_assert_int_eq(run(m2), 0);
+    char *log = slurp(tmp_path("m.metrics.jsonl"), NULL);
+    ck_assert_ptr_nonnull(log);
+    int steps = 0, evals = 0;
+    int64_t last = -1;
+    for (char *line = strtok(log, "\n"); line; line = strtok(NULL, "\n")) {
+        cJSON *o = cJSON_Parse(line);
+        ck_assert_msg(cJSON_IsObject(o), "not JSON: %s", line);
+        const cJSON *st = cJSON_GetObjectItemCaseSensitive(o, "step");
+        ck_assert(cJSON_IsNumber(st));
+        if (cJSON_GetObjectItemCaseSensitive(o, "val_loss")) {
+            ck_assert(cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(o, "train_loss")));
+            evals++;
+        } else {
+            ck_assert(cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(o, "loss")));
+            ck_assert(cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(o, "lr")));
+            ck_assert(cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(o, "tokens_per_s")));
+            ck_assert_int_eq((int64_t)st->valuedouble, last + 1 < 1 ? 1 : last + 1);
+            last = (int64_t)st->valuedouble;
+            steps++;
+        }
+        cJSON_Delete(o);
+    }
+    ck_assert_int_eq(steps, 20);
+    ck_assert_int_eq(evals, 3);
+    free(log);
+    rm_tmpdir();
+}
+END_TEST
+
 static Suite *zoo_suite(void)
 {
     Suite *s = suite_create("zoo");
@@ -785,11 +877,13 @@ static Suite *zoo_suite(void)
     tcase_add_test(t, test_vocab_and_utf8);
     tcase_add_test(t, test_checkpoint_round_trip);
     tcase_add_test(t, test_history_json);
+    tcase_add_test(t, test_history_long);
     suite_add_tcase(s, t);
     TCase *p = tcase_create("program");
     tcase_set_timeout(p, 300);
     tcase_add_test(p, test_resume_is_exact);
     tcase_add_test(p, test_bad_inputs);
+    tcase_add_test(p, test_grad_accum_and_metrics);
     suite_add_tcase(s, p);
     return s;
 }

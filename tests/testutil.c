@@ -86,3 +86,40 @@ cg_tensor *cg_test_randn_layout(cg_rng *rng, int ndim, const int64_t *shape, int
     }
     return cg_randn(rng, ndim, shape);
 }
+
+double cg_test_max_rel_diff(cg_module *a, cg_module *b, char *worst, size_t nw)
+{
+    cg_param_list la = {0}, lb = {0};
+    ck_assert(cg_module_params(a, &la) && cg_module_params(b, &lb));
+    ck_assert_int_eq(la.n, lb.n);
+    double worst_rel = 0;
+    for (int i = 0; i < la.n; i++) {
+        int64_t n = cg_numel(la.items[i].tensor);
+        ck_assert_int_eq(n, cg_numel(lb.items[i].tensor));
+        const float *x = cg_data(la.items[i].tensor), *y = cg_data(lb.items[i].tensor);
+        double dmax = 0, ymax = 0;
+        for (int64_t k = 0; k < n; k++) {
+            dmax = fmax(dmax, fabs((double)x[k] - (double)y[k]));
+            ymax = fmax(ymax, fabs((double)y[k]));
+        }
+        double rel = dmax / fmax(ymax, 1e-12);
+        /* A key projection's bias shifts every score of a query by the same
+         * amount, which softmax ignores: its true gradient is exactly 0 and
+         * what reaches it is round-off noise, which Adam's normalisation
+         * turns into +-lr steps that depend on summation order. It cannot
+         * be compared (nor does it change the model's outputs). */
+        size_t ln = strlen(la.items[i].name);
+        if (ln >= 11 && strcmp(la.items[i].name + ln - 11, "k_proj.bias") == 0)
+            continue;
+        if (getenv("CG_TEST_VERBOSE"))
+            fprintf(stderr, "  %-40s %.3g\n", la.items[i].name, rel);
+        if (rel > worst_rel || i == 0) {
+            worst_rel = fmax(worst_rel, rel);
+            if (worst)
+                snprintf(worst, nw, "%s", la.items[i].name);
+        }
+    }
+    cg_param_list_free(&la);
+    cg_param_list_free(&lb);
+    return worst_rel;
+}

@@ -7,10 +7,18 @@
 #include <stdint.h>
 
 #include "core/tensor.h"
+#include "nn/module.h"
 
 /* Run the given suites with one SRunner; returns the process exit code
  * (non-zero if any check failed). */
 int cg_test_run(Suite **suites, int n);
+
+/* The largest difference between the parameters of a and b (same names and
+ * shapes), relative to the largest magnitude of each of b's tensors;
+ * attention key biases are left out (their true gradient is 0: the round-off
+ * that reaches them is not comparable). The worst tensor's name goes to
+ * worst (may be NULL). */
+double cg_test_max_rel_diff(cg_module *a, cg_module *b, char *worst, size_t nw);
 
 /* Max |a[i] - b[i]| / (atol + rtol*|b[i]|) <= 1 over n elements. On failure
  * the message names the first offending index and both values. */
