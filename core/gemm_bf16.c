@@ -250,23 +250,7 @@ bool cg_bf16_gemm_serial(bool native, int64_t m, int64_t n, int64_t k, float alp
 {
     /* The kernel stores column-stored tiles directly: for row-stored C
      * compute C^T = B^T A^T instead. */
-    if (csc == 1 && rsc != 1) {
-        const float *tp = a;
-        a = b;
-        b = tp;
-        int64_t t = rsa;
-        rsa = csb;
-        csb = t;
-        t = csa;
-        csa = rsb;
-        rsb = t;
-        t = m;
-        m = n;
-        n = t;
-        t = rsc;
-        rsc = csc;
-        csc = t;
-    }
+    cg_gemm_to_column_c(&m, &n, &a, &rsa, &csa, &b, &rsb, &csb, &rsc, &csc);
     const int64_t kcmax = k < KC ? k : KC, kpmax = (kcmax + 1) / 2;
     const int64_t mcmax = ((m < MC ? m : MC) + MR - 1) / MR * MR;
     const int64_t ncmax = ((n < NC ? n : NC) + NR - 1) / NR * NR;

@@ -24,6 +24,33 @@ static inline int64_t cg_gemm_block_at(int64_t dim, int64_t i, int64_t def, int6
     return left <= max ? left : def;
 }
 
+/* The micro-kernels store column-stored tiles of C directly: for a
+ * row-stored C (csc == 1, rsc != 1) turn C = A B into C^T = B^T A^T, which
+ * swaps m and n, A and B (each transposed by swapping its strides) and C's
+ * strides. Other layouts are left as they are. */
+static inline void cg_gemm_to_column_c(int64_t *m, int64_t *n, const float **a, int64_t *rsa,
+                                       int64_t *csa, const float **b, int64_t *rsb,
+                                       int64_t *csb, int64_t *rsc, int64_t *csc)
+{
+    if (!(*csc == 1 && *rsc != 1))
+        return;
+    const float *p = *a;
+    *a = *b;
+    *b = p;
+    int64_t t = *rsa;
+    *rsa = *csb;
+    *csb = t;
+    t = *csa;
+    *csa = *rsb;
+    *rsb = t;
+    t = *m;
+    *m = *n;
+    *n = t;
+    t = *rsc;
+    *rsc = *csc;
+    *csc = t;
+}
+
 /* In-register transpose of 16 rows of 16 32-bit lanes: r[i][j] -> r[j][i]. */
 CG_AVX512 static inline void cg_transpose16(__m512 r[16])
 {

@@ -99,23 +99,7 @@ bool cg_skx_gemm(cntx_t *cntx, int64_t m, int64_t n, int64_t k, float alpha, con
 {
     /* The kernel writes column-stored tiles directly and others through a
      * temporary: for row-stored C compute C^T = B^T A^T instead. */
-    if (csc == 1 && rsc != 1) {
-        const float *tp = a;
-        a = b;
-        b = tp;
-        int64_t t = rsa;
-        rsa = csb;
-        csb = t;
-        t = csa;
-        csa = rsb;
-        rsb = t;
-        t = m;
-        m = n;
-        n = t;
-        t = rsc;
-        rsc = csc;
-        csc = t;
-    }
+    cg_gemm_to_column_c(&m, &n, &a, &rsa, &csa, &b, &rsb, &csb, &rsc, &csc);
     const int64_t MC = bli_cntx_get_blksz_def_dt(BLIS_FLOAT, BLIS_MC, cntx);
     const int64_t KC = bli_cntx_get_blksz_def_dt(BLIS_FLOAT, BLIS_KC, cntx);
     const int64_t NC = bli_cntx_get_blksz_def_dt(BLIS_FLOAT, BLIS_NC, cntx);
