@@ -539,10 +539,11 @@ static int cmd_sample(int argc, char **argv)
         goto done;
     }
     t_gen = cg_now() - t_gen;
+    fputc('\n', stdout); /* end the sample's line before the speed line on stderr */
+    fflush(stdout);
     fprintf(stderr, PROG ": %lld characters in %.2f s (%.1f characters/s, %s)\n",
             (long long)length, t_gen, t_gen > 0 ? (double)length / t_gen : 0.0,
             no_cache ? "full recompute" : "key/value cache");
-    fputc('\n', stdout);
     if (attn_png) {
         int64_t total = n + length, w = total < 32 ? total : 32;
         if (w > ck.model->cfg.max_len)
