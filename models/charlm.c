@@ -181,35 +181,23 @@ cg_tensor *cg_charlm_forward(cg_charlm *m, const int64_t *ids, int64_t B, int64_
                          (long long)c->vocab);
             return NULL;
         }
+    cg_scope *sc = cg_scope_begin(); /* the intermediates die at its end */
+    if (!sc)
+        return NULL;
     /* embedding * sqrt(d) + pe[:T], dropout */
     cg_tensor *e = cg_embed_forward(m->tok_emb, ids, 2, (const int64_t[]){B, T});
-    cg_tensor *es = cg_muls(e, (float)sqrt((double)c->d));
-    cg_release(e);
-    cg_tensor *pe = cg_view_narrow(m->pe, 0, 0, T);
-    cg_tensor *x = cg_add(es, pe);
-    cg_release_all(2, es, pe);
+    cg_tensor *x = cg_add(cg_muls(e, (float)sqrt((double)c->d)), cg_view_narrow(m->pe, 0, 0, T));
     cg_tensor *h = cg_dropout(x, c->dropout, &m->dropout_rng, m->base.training);
-    cg_release(x);
-
     cg_attn_mask mask = {.causal = true};
-    for (int64_t i = 0; i < c->layers && h; i++) {
-        cg_tensor *n = cg_lm_block_forward(m->block[i], h, &mask);
-        cg_release(h);
-        h = n;
-    }
-    if (m->ln_f && h) {
-        cg_tensor *n = cg_norm_forward(m->ln_f, h);
-        cg_release(h);
-        h = n;
-    }
+    for (int64_t i = 0; i < c->layers && h; i++)
+        h = cg_lm_block_forward(m->block[i], h, &mask);
+    if (m->ln_f && h)
+        h = cg_norm_forward(m->ln_f, h);
     /* tied head: [B*T, d] @ tok_emb.weight^T [d, V] */
-    cg_tensor *h2 = cg_reshape(h, 2, (const int64_t[]){B * T, c->d});
-    cg_release(h);
-    cg_tensor *wt = cg_transpose(m->tok_emb->weight, 0, 1);
-    cg_tensor *l2 = cg_matmul(h2, wt);
-    cg_release_all(2, h2, wt);
-    cg_tensor *logits = cg_reshape(l2, 3, (const int64_t[]){B, T, c->vocab});
-    cg_release(l2);
+    cg_tensor *l2 = cg_matmul(cg_reshape(h, 2, (const int64_t[]){B * T, c->d}),
+                              cg_transpose(m->tok_emb->weight, 0, 1));
+    cg_tensor *logits = cg_keep(cg_reshape(l2, 3, (const int64_t[]){B, T, c->vocab}));
+    cg_scope_end(sc);
     return logits;
 }
 

@@ -191,14 +191,13 @@ static bool check_ids(const cg_seq2seq *m, const char *op, const char *what,
 /* drop(emb[ids] * sqrt(d) + pe[pos:pos+L]) -> [B,L,d] */
 static cg_tensor *embed_at(cg_seq2seq *m, const int64_t *ids, int64_t B, int64_t L, int64_t pos)
 {
+    cg_scope *sc = cg_scope_begin(); /* the intermediates die at its end */
+    if (!sc)
+        return NULL;
     cg_tensor *e = cg_embed_forward(m->emb, ids, 2, (const int64_t[]){B, L});
-    cg_tensor *es = cg_muls(e, (float)sqrt((double)m->cfg.d));
-    cg_release(e);
-    cg_tensor *pe = cg_view_narrow(m->pe, 0, pos, L);
-    cg_tensor *x = cg_add(es, pe);
-    cg_release_all(2, es, pe);
-    cg_tensor *h = cg_dropout(x, m->cfg.dropout, &m->dropout_rng, m->base.training);
-    cg_release(x);
+    cg_tensor *x = cg_add(cg_muls(e, (float)sqrt((double)m->cfg.d)), cg_view_narrow(m->pe, 0, pos, L));
+    cg_tensor *h = cg_keep(cg_dropout(x, m->cfg.dropout, &m->dropout_rng, m->base.training));
+    cg_scope_end(sc);
     return h;
 }
 
@@ -210,13 +209,16 @@ static cg_tensor *embed(cg_seq2seq *m, const int64_t *ids, int64_t B, int64_t L)
 /* The tied head: h [B,T,d] -> logits [B,T,V] (h is released). */
 static cg_tensor *head(cg_seq2seq *m, cg_tensor *h, int64_t B, int64_t T)
 {
-    cg_tensor *h2 = cg_reshape(h, 2, (const int64_t[]){B * T, m->cfg.d});
+    cg_scope *sc = cg_scope_begin(); /* the intermediates die at its end */
+    if (!sc) {
+        cg_release(h);
+        return NULL;
+    }
+    cg_tensor *l2 = cg_matmul(cg_reshape(h, 2, (const int64_t[]){B * T, m->cfg.d}),
+                              cg_transpose(m->emb->weight, 0, 1));
+    cg_tensor *logits = cg_keep(cg_reshape(l2, 3, (const int64_t[]){B, T, m->cfg.vocab}));
+    cg_scope_end(sc);
     cg_release(h);
-    cg_tensor *wt = cg_transpose(m->emb->weight, 0, 1);
-    cg_tensor *l2 = cg_matmul(h2, wt);
-    cg_release_all(2, h2, wt);
-    cg_tensor *logits = cg_reshape(l2, 3, (const int64_t[]){B, T, m->cfg.vocab});
-    cg_release(l2);
     return logits;
 }
 

@@ -658,9 +658,13 @@ cg_step_result cg_stepper_step(cg_stepper *st, int64_t s, double *loss_out, doub
     double lsum = 0, lv = NAN;
     bool back_ok = true;
     for (int k = 0; k < N; k++) {
-        cg_tensor *loss = m->loss(m->self, k);
-        if (!loss)
+        /* every tensor of the micro-batch's graph dies at the scope's end */
+        cg_scope *sc = cg_scope_begin();
+        cg_tensor *loss = sc ? m->loss(m->self, k) : NULL;
+        if (!loss) {
+            cg_scope_end(sc);
             return CG_STEP_FAILED;
+        }
         double l = cg_item(loss);
         lsum += l * st->w[k];
         if (N == 1) {
@@ -669,9 +673,8 @@ cg_step_result cg_stepper_step(cg_stepper *st, int64_t s, double *loss_out, doub
         } else { /* the mean over all N micro-batches' units */
             cg_tensor *scaled = cg_muls(loss, (float)(st->w[k] / W));
             back_ok = back_ok && scaled && cg_backward(scaled, NULL, false);
-            cg_release(scaled);
         }
-        cg_release(loss);
+        cg_scope_end(sc);
     }
     if (N > 1)
         lv = lsum / W;
