@@ -72,17 +72,27 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* --help: the usage on stdout, exit 0; an error: one line on stderr, exit 2 */
 static int usage(const char *msg)
 {
-    if (msg)
-        fprintf(stderr, "bench: error: %s\n", msg);
-    fprintf(stderr,
+    if (msg) {
+        fprintf(stderr, "bench: error: %s (try --help)\n", msg);
+        return 2;
+    }
+    fprintf(stdout,
             "usage: bench [--model charlm|seq2seq] [--preset tiny|base] [--threads N>=1]\n"
             "             [--steps S>=1] [--warmup W>=0] [--seed K] [--T len] [--d width]\n"
             "             [--batch-size B] [--precision fp32|bf16]\n"
             "Times S training steps (zero grad, forward, loss, backward, AdamW) after W\n"
             "untimed ones on random data; prints one JSON line (see torch_peer.py).\n");
-    return msg ? 2 : 0;
+    return 0;
+}
+
+static int bad_value(const char *flag, const char *v, const char *want)
+{
+    char m[256];
+    snprintf(m, sizeof m, "%s: '%.64s' is not an %s", flag, v, want);
+    return usage(m);
 }
 
 static bool parse_long(const char *s, long lo, long hi, long *out)
@@ -225,28 +235,28 @@ int main(int argc, char **argv)
             preset_name = v;
         } else if (!strcmp(a, "--threads")) {
             if (!parse_long(v, 1, 1024, &threads))
-                return usage("--threads needs an integer in [1, 1024]");
+                return bad_value("--threads", v, "integer in [1, 1024]");
         } else if (!strcmp(a, "--steps")) {
             if (!parse_long(v, 1, 1000000, &steps))
-                return usage("--steps needs an integer in [1, 1000000]");
+                return bad_value("--steps", v, "integer in [1, 1000000]");
         } else if (!strcmp(a, "--warmup")) {
             if (!parse_long(v, 0, 1000000, &warmup))
-                return usage("--warmup needs an integer in [0, 1000000]");
+                return bad_value("--warmup", v, "integer in [0, 1000000]");
         } else if (!strcmp(a, "--seed")) {
             if (!parse_long(v, 0, 1L << 62, &seed))
                 return usage("--seed needs a non-negative integer");
         } else if (!strcmp(a, "--T")) {
             if (!parse_long(v, 1, 65536, &Tover))
-                return usage("--T needs an integer in [1, 65536]");
+                return bad_value("--T", v, "integer in [1, 65536]");
         } else if (!strcmp(a, "--precision")) {
             if (!cg_precision_parse(v, &precision))
                 return usage(cg_last_error());
         } else if (!strcmp(a, "--batch-size")) {
             if (!parse_long(v, 1, 65536, &b_over))
-                return usage("--batch-size needs an integer in [1, 65536]");
+                return bad_value("--batch-size", v, "integer in [1, 65536]");
         } else if (!strcmp(a, "--d")) {
             if (!parse_long(v, 1, 65536, &d_over))
-                return usage("--d needs an integer in [1, 65536]");
+                return bad_value("--d", v, "integer in [1, 65536]");
         } else {
             snprintf(msg, sizeof msg, "unknown option '%s'", a);
             return usage(msg);

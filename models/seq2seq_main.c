@@ -535,8 +535,10 @@ static void mt_setup(mt_run *r, cg_train_opts *o, cg_trainer *t)
     const cg_pairs *P = &r->ds.pairs;
     r->n_train = cg_pairs_filter(P, r->ds.split.train, r->ds.split.n_train, r->max_len - 2);
     if (r->n_train == 0)
-        die("%s: no training pair has both sides within %lld characters", o->data,
-            (long long)r->max_len - 2);
+        die("%s: no training pair fits --max-len %lld (both sides at most %lld character%s, "
+            "leaving room for BOS and EOS)",
+            o->data, (long long)r->max_len, (long long)r->max_len - 2,
+            r->max_len - 2 == 1 ? "" : "s");
     if (!cg_pair_vocab_build(P, r->ds.split.train, r->n_train, &r->vocab))
         die_lib(o->data);
     cg_pairs_warn_unknown(P, r->ds.split.valid, r->ds.split.n_valid, &r->vocab, PROG,

@@ -98,6 +98,16 @@ refused "charlm --data DIR" "is a directory" "$charlm" train "${lm[@]}" --data .
 for ((i = 0; i < 60; i++)); do printf '\t\n'; done >empty.tsv
 refused "seq2seq empty sides" "empty source" "$seq2seq" train "${s2s[@]}" --data empty.tsv --out e.st
 [ ! -e e.st ] || fail "seq2seq empty sides: a checkpoint was written"
+# --max-len 3 said "within 1 characters"
+refused "seq2seq --max-len 3" "fits --max-len 3 (both sides at most 1 character," "$seq2seq" train "${s2s[@]}" --max-len 3 --out m.st
+# bench's errors were 5 lines (the whole usage) and did not name the bad value
+rc=0
+"$bench" --steps 12x >out.txt 2>err.txt || rc=$?
+if [ "$rc" -ne 2 ] || [ "$(wc -l <err.txt)" -ne 1 ] || ! grep -q -- "--steps: '12x' is not an integer" err.txt; then
+  fail "bench --steps 12x: exit $rc, stderr: $(cat err.txt)"
+else
+  echo "ok: bench --steps 12x: $(cat err.txt)"
+fi
 # seq2seq warns about characters outside its vocabulary (it mapped them silently)
 timeout 60 "$seq2seq" translate --ckpt s.st $'the c\xc3\xb6t' >/dev/null 2>err.txt
 grep -q "1 character(s) of sentence 1 are not in the vocabulary (first U+00F6" err.txt &&
