@@ -55,10 +55,6 @@ static bool g_own_driver = true;
 static bool g_bf16_native;
 static _Atomic int g_precision = CG_PRECISION_FP32;
 
-/* core/gemm_bf16.c: one thread's bf16 product (native or emulated). */
-bool cg_bf16_gemm_serial(bool native, int64_t m, int64_t n, int64_t k, float alpha,
-                         const float *a, int64_t rsa, int64_t csa, const float *b, int64_t rsb,
-                         int64_t csb, float beta, float *c, int64_t rsc, int64_t csc);
 
 static void gemm_init(void) {
     bli_init();

@@ -5,6 +5,7 @@
 #define CG_GEMM_INTERNAL_H
 
 #include <immintrin.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -14,6 +15,13 @@
  * kept between calls (mapped outside the malloc heap, unmapped at thread
  * exit); NULL when out of memory. */
 void *cg_gemm_thread_buffer(size_t bytes);
+
+/* core/gemm_bf16.c: C = alpha A B + beta C on one thread with A and B
+ * rounded to bf16 while packed and fp32 sums, on the AVX512_BF16 kernel
+ * (native) or its emulation; any strides. False when out of memory. */
+bool cg_bf16_gemm_serial(bool native, int64_t m, int64_t n, int64_t k, float alpha,
+                         const float *a, int64_t rsa, int64_t csa, const float *b, int64_t rsb,
+                         int64_t csb, float beta, float *c, int64_t rsc, int64_t csc);
 
 /* Size of the block at offset i of dim, as BLIS picks it: the default size,
  * but the whole rest when that fits under the maximum (k = 389 is one block
