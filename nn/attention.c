@@ -289,6 +289,23 @@ static cg_tensor *kv_regrow(const cg_tensor *old, const int64_t *rows, int64_t B
     return t;
 }
 
+/* Replace the cache's buffers by kv_regrow's [B,H,cap,dh] copies (rows
+ * selected when rows is not NULL); the cache is unchanged on failure. */
+static bool kv_replace(cg_mha_kv *kv, const int64_t *rows, int64_t B, int64_t H, int64_t cap,
+                       int64_t dh)
+{
+    cg_tensor *k = kv_regrow(kv->k, rows, B, H, cap, dh, kv->len);
+    cg_tensor *v = kv_regrow(kv->v, rows, B, H, cap, dh, kv->len);
+    if (!k || !v) {
+        cg_release_all(2, k, v);
+        return false;
+    }
+    cg_release_all(2, kv->k, kv->v);
+    kv->k = k;
+    kv->v = v;
+    return true;
+}
+
 bool cg_mha_kv_reorder(cg_mha_kv *kv, const int64_t *rows, int64_t n)
 {
     if (!kv || !rows || n < 1) {
@@ -305,16 +322,7 @@ bool cg_mha_kv_reorder(cg_mha_kv *kv, const int64_t *rows, int64_t n)
                          (long long)rows[i], (long long)i, (long long)B);
             return false;
         }
-    cg_tensor *k = kv_regrow(kv->k, rows, n, H, cap, dh, kv->len);
-    cg_tensor *v = kv_regrow(kv->v, rows, n, H, cap, dh, kv->len);
-    if (!k || !v) {
-        cg_release_all(2, k, v);
-        return false;
-    }
-    cg_release_all(2, kv->k, kv->v);
-    kv->k = k;
-    kv->v = v;
-    return true;
+    return kv_replace(kv, rows, n, H, cap, dh);
 }
 
 /* Append kh, vh [B,H,n,dh] at position kv->len, growing the buffers. */
@@ -334,15 +342,8 @@ static bool kv_append(cg_mha_kv *kv, const cg_tensor *kh, const cg_tensor *vh)
         int64_t cap = kv->k && kv->len > 0 ? 2 * kv->k->shape[2] : 16;
         while (cap < kv->len + n)
             cap *= 2;
-        cg_tensor *k = kv_regrow(kv->k, NULL, B, H, cap, dh, kv->len);
-        cg_tensor *v = kv_regrow(kv->v, NULL, B, H, cap, dh, kv->len);
-        if (!k || !v) {
-            cg_release_all(2, k, v);
+        if (!kv_replace(kv, NULL, B, H, cap, dh))
             return false;
-        }
-        cg_release_all(2, kv->k, kv->v);
-        kv->k = k;
-        kv->v = v;
     }
     cg_tensor *kd = cg_view_narrow(kv->k, 2, kv->len, n);
     cg_tensor *vd = cg_view_narrow(kv->v, 2, kv->len, n);
