@@ -105,6 +105,21 @@ class ArrayIterator : public sentencepiece::SentenceIterator {
 
 } // namespace
 
+/* Called from a catch (...) block: the error slot gets the exception in
+ * flight as one line naming `who`; nothing is rethrown across the C API. */
+static void set_error_from_exception(const char *who)
+{
+    try {
+        throw;
+    } catch (const std::bad_alloc &) {
+        cg_set_error("%s: out of memory", who);
+    } catch (const std::exception &e) {
+        cg_set_error("%s: %s", who, e.what());
+    } catch (...) {
+        cg_set_error("%s: unexpected failure in SentencePiece", who);
+    }
+}
+
 extern "C" {
 
 bool cg_spm_available(void) { return true; }
@@ -175,12 +190,8 @@ cg_spm *cg_spm_train(const char *const *sentences, int64_t n, int64_t vocab_size
             return nullptr;
         }
         return t;
-    } catch (const std::bad_alloc &) {
-        cg_set_error("%s: out of memory", who);
-    } catch (const std::exception &e) {
-        cg_set_error("%s: %s", who, e.what());
     } catch (...) {
-        cg_set_error("%s: unexpected failure in SentencePiece", who);
+        set_error_from_exception(who);
     }
     delete t;
     return nullptr;
@@ -216,12 +227,8 @@ cg_spm *cg_spm_from_blob(const void *blob, size_t len)
         t->proto.assign(reinterpret_cast<const char *>(b + HEADER), len - HEADER);
         if (load_proto(t, who))
             return t;
-    } catch (const std::bad_alloc &) {
-        cg_set_error("%s: out of memory", who);
-    } catch (const std::exception &e) {
-        cg_set_error("%s: %s", who, e.what());
     } catch (...) {
-        cg_set_error("%s: unexpected failure in SentencePiece", who);
+        set_error_from_exception(who);
     }
     delete t;
     return nullptr;
@@ -291,12 +298,8 @@ int64_t *cg_spm_encode(const cg_spm *t, const char *text, int64_t *n)
         if (n)
             *n = (int64_t)ids.size();
         return out;
-    } catch (const std::bad_alloc &) {
-        cg_set_error("%s: out of memory", who);
-    } catch (const std::exception &e) {
-        cg_set_error("%s: %s", who, e.what());
     } catch (...) {
-        cg_set_error("%s: unexpected failure in SentencePiece", who);
+        set_error_from_exception(who);
     }
     return nullptr;
 }
@@ -334,12 +337,8 @@ char *cg_spm_decode(const cg_spm *t, const int64_t *ids, int64_t n)
         memcpy(out, s.data(), s.size());
         out[s.size()] = '\0';
         return out;
-    } catch (const std::bad_alloc &) {
-        cg_set_error("%s: out of memory", who);
-    } catch (const std::exception &e) {
-        cg_set_error("%s: %s", who, e.what());
     } catch (...) {
-        cg_set_error("%s: unexpected failure in SentencePiece", who);
+        set_error_from_exception(who);
     }
     return nullptr;
 }
