@@ -1,4 +1,5 @@
-/* seq2seq: train and use the character encoder-decoder translator.
+/* seq2seq: train and use the encoder-decoder translator over characters or
+ * BPE subwords (models/tokenizer.h).
  *
  *   seq2seq train      [--data F --preset tiny|base --steps N ...]
  *   seq2seq translate  --ckpt F [--beam N --length-penalty A --no-cache] [sentences...]
@@ -305,7 +306,7 @@ static void dataset_free(dataset *d)
 static const char TRAIN_HELP[] =
     "usage: seq2seq train [options]\n"
     "\n"
-    "Train the character Transformer translator with the recipe of\n"
+    "Train the Transformer translator (characters or BPE subwords) with the recipe of\n"
     "shared/reference/train_seq2seq.py: Adam(0.9, 0.98, 1e-9) with the Noam\n"
     "schedule, gradient clipping at 1.0, batches of at most --max-tokens padded\n"
     "tokens from length-sorted pairs. Split: pairs shuffled with numpy\n"
@@ -1142,7 +1143,8 @@ static int cmd_attention(int argc, char **argv)
 static const char MAIN_HELP[] =
     "usage: seq2seq <command> [options]   (seq2seq <command> --help for each)\n"
     "\n"
-    "A character-level Transformer translator (English -> German by default).\n"
+    "A Transformer translator over characters or BPE subwords (English -> German by\n"
+    "default).\n"
     "\n"
     "commands:\n"
     "  train      train a model on tab-separated sentence pairs\n"

@@ -1005,6 +1005,8 @@ int cg_trainer_run(cg_trainer *t, const cg_trainer_model *m)
         double lr = cg_optim_lr(c.opt), loss = cg_trainer_recent_loss(t);
         if (tty ? (cg_now() - last_print > 0.25 || last) : logged) {
             double eta = (double)(o->steps - t->step) * t->elapsed / (double)done_steps;
+            if (o->max_minutes > 0) /* the budget's end comes first */
+                eta = fmin(eta, fmax(0.0, 60 * o->max_minutes - (cg_now() - t_begin)));
             cg_progress(cg_prog_name(), t->step, o->steps, loss, lr, tps, eta);
             last_print = cg_now();
         }
