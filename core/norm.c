@@ -27,16 +27,8 @@ EW_CLONES static void norm_row_fwd(bool rms, const float *xr, float *yr, const f
     double acc[LANES] = {0};
     double mean = 0.0;
     int64_t j, Dl = D / LANES * LANES;
-    if (!rms) {
-        for (j = 0; j < Dl; j += LANES)
-            for (int l = 0; l < LANES; l++)
-                acc[l] += (double)xr[j + l];
-        for (; j < D; j++)
-            acc[j - Dl] += (double)xr[j];
-        mean = lanes8_total(acc) / (double)D;
-        for (int l = 0; l < LANES; l++)
-            acc[l] = 0.0;
-    }
+    if (!rms)
+        mean = sum_lanes(xr, NULL, D) / (double)D;
     for (j = 0; j < Dl; j += LANES)
         for (int l = 0; l < LANES; l++) {
             double d = (double)xr[j + l] - mean;
@@ -63,23 +55,6 @@ EW_CLONES static void norm_row_fwd(bool rms, const float *xr, float *yr, const f
     else
         for (j = 0; j < D; j++)
             yr[j] = (xr[j] - mf) * rs;
-}
-
-/* Eight doubles and eight floats as GCC vectors: each clone lowers them to
- * its own registers, and every lane does the scalar code's operations in
- * the scalar code's order (so the bits are those of the loops they replace:
- * no FMA contraction under -std=c11, lanes independent). */
-/* v8d never crosses a call (always inlined), so the vector ABI note about
- * the non-AVX-512 clones does not apply (GCC reports it at the file's end). */
-#pragma GCC diagnostic ignored "-Wpsabi"
-typedef double v8d __attribute__((vector_size(64)));
-typedef float v8f __attribute__((vector_size(32)));
-
-static inline __attribute__((always_inline)) v8d ld8(const float *p)
-{
-    v8f f;
-    memcpy(&f, p, sizeof f);
-    return __builtin_convertvector(f, v8d);
 }
 
 /* One row's dx sums over the first Dl columns (Dl a multiple of 8), in 8
