@@ -108,23 +108,14 @@ EW_CLONES static float scale_mask_max(float *s, int64_t ke, float scale, const u
     return mx;
 }
 
-/* s[j] = exp(s[j] - mx) over [0, ke); returns their sum (8 double lanes). */
+/* s[j] = exp(s[j] - mx) over [0, ke); returns their sum (8 double lanes:
+ * element j in lane j % 8). The exponentials and the sum are two loops, so
+ * that each vectorises at its own width. */
 EW_CLONES static double exp_sum(float *s, int64_t ke, float mx)
 {
-    double acc[8] = {0};
-    int64_t j = 0, kl = ke / 8 * 8;
-    for (; j < kl; j += 8)
-        for (int l = 0; l < 8; l++) {
-            float e = ew_expf(s[j + l] - mx);
-            s[j + l] = e;
-            acc[l] += (double)e;
-        }
-    for (; j < ke; j++) {
-        float e = ew_expf(s[j] - mx);
-        s[j] = e;
-        acc[j - kl] += (double)e;
-    }
-    return lanes8_total(acc);
+    for (int64_t j = 0; j < ke; j++)
+        s[j] = ew_expf(s[j] - mx);
+    return sum_lanes(s, NULL, ke);
 }
 
 /* The log-sum-exp of a row from its maximum and sum; NaN when every key
@@ -216,14 +207,7 @@ EW_CLONES static void prob_dsoft_row(float *s, float *d, int64_t ke, int64_t kz,
 /* <a, b> over [0, n) in 8 double lanes (element j in lane j % 8). */
 EW_CLONES static float dot_lanes(const float *a, const float *b, int64_t n)
 {
-    double acc[8] = {0};
-    int64_t j = 0, kl = n / 8 * 8;
-    for (; j < kl; j += 8)
-        for (int l = 0; l < 8; l++)
-            acc[l] += (double)a[j + l] * b[j + l];
-    for (; j < n; j++)
-        acc[j - kl] += (double)a[j] * b[j];
-    return (float)lanes8_total(acc);
+    return (float)sum_lanes(a, b, n);
 }
 
 /* Softmax backward of one row given its probabilities p and dP in d:

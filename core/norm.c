@@ -27,16 +27,8 @@ EW_CLONES static void norm_row_fwd(bool rms, const float *xr, float *yr, const f
     double acc[LANES] = {0};
     double mean = 0.0;
     int64_t j, Dl = D / LANES * LANES;
-    if (!rms) {
-        for (j = 0; j < Dl; j += LANES)
-            for (int l = 0; l < LANES; l++)
-                acc[l] += (double)xr[j + l];
-        for (; j < D; j++)
-            acc[j - Dl] += (double)xr[j];
-        mean = lanes8_total(acc) / (double)D;
-        for (int l = 0; l < LANES; l++)
-            acc[l] = 0.0;
-    }
+    if (!rms)
+        mean = sum_lanes(xr, NULL, D) / (double)D;
     for (j = 0; j < Dl; j += LANES)
         for (int l = 0; l < LANES; l++) {
             double d = (double)xr[j + l] - mean;
@@ -65,65 +57,112 @@ EW_CLONES static void norm_row_fwd(bool rms, const float *xr, float *yr, const f
             yr[j] = (xr[j] - mf) * rs;
 }
 
+/* One row's dx sums over the first Dl columns (Dl a multiple of 8), in 8
+ * lanes: ag[l] = sum of gw over columns j = l (mod 8), agx the same of
+ * gw * xhat. Two rows at once (a, b) hide the additions' latency; each
+ * row's sums are the same as alone. */
+static inline __attribute__((always_inline)) void
+dx_sums(int64_t Dl, const float *xa, const float *ga, double ma, double ra, const float *xb,
+        const float *gb, double mb, double rb, const float *wp, v8d *aga, v8d *agxa, v8d *agb,
+        v8d *agxb)
+{
+    v8d sa = {0}, sxa = {0}, sb = {0}, sxb = {0};
+    for (int64_t j = 0; j < Dl; j += 8) {
+        v8d gwa = ld8(ga + j), gwb = ld8(gb + j);
+        if (wp) {
+            v8d w = ld8(wp + j);
+            gwa = gwa * w;
+            gwb = gwb * w;
+        }
+        sa += gwa;
+        sxa += gwa * ((ld8(xa + j) - ma) * ra);
+        sb += gwb;
+        sxb += gwb * ((ld8(xb + j) - mb) * rb);
+    }
+    *aga = sa, *agxa = sxa, *agb = sb, *agxb = sxb;
+}
+
 /* One chunk of rows backward: dx for each row (when dxp), and this chunk's
- * partial dw (cw) and db (cb) sums. */
+ * partial dw (cw) and db (cb) sums, each column's in row order. */
 EW_CLONES static void norm_chunk_bwd(bool rms, int64_t r0, int64_t r1, int64_t D,
                                        const float *xp, const float *gp, const float *mp,
                                        const float *rp, const float *wp, float *dxp, double *cw,
                                        double *cb)
 {
     int64_t Dl = D / LANES * LANES;
-    /* dw/db partials: blocks of 16 columns whose sums stay in registers
-     * over the chunk's rows (rows in order, as before: the same bits) */
+    /* dw/db partials: blocks of 32 columns whose sums stay in registers
+     * over the chunk's rows, then the columns left one by one */
+    int64_t jv = 0;
     if (cw || cb)
-        for (int64_t j0 = 0; j0 < D; j0 += 16) {
-            const int64_t wd = D - j0 < 16 ? D - j0 : 16;
-            double aw[16] = {0}, ab[16] = {0};
+        for (; jv + 32 <= D; jv += 32) {
+            v8d aw[4] = {{0}}, ab[4] = {{0}};
             for (int64_t r = r0; r < r1; r++) {
-                const float *xr = xp + r * D + j0, *gr = gp + r * D + j0;
+                const float *xr = xp + r * D + jv, *gr = gp + r * D + jv;
                 double m = mp ? (double)mp[r] : 0.0, rs = rp[r];
-                if (wd == 16)
-                    for (int l = 0; l < 16; l++) {
-                        aw[l] += (double)gr[l] * (((double)xr[l] - m) * rs);
-                        ab[l] += (double)gr[l];
-                    }
-                else
-                    for (int64_t l = 0; l < wd; l++) {
-                        aw[l] += (double)gr[l] * (((double)xr[l] - m) * rs);
-                        ab[l] += (double)gr[l];
-                    }
+                for (int q = 0; q < 4; q++) {
+                    v8d g = ld8(gr + 8 * q);
+                    aw[q] += g * ((ld8(xr + 8 * q) - m) * rs);
+                    ab[q] += g;
+                }
             }
-            for (int64_t l = 0; l < wd; l++) {
-                if (cw)
-                    cw[j0 + l] += aw[l];
-                if (cb)
-                    cb[j0 + l] += ab[l];
-            }
+            for (int q = 0; q < 4; q++)
+                for (int l = 0; l < 8; l++) {
+                    if (cw)
+                        cw[jv + 8 * q + l] += aw[q][l];
+                    if (cb)
+                        cb[jv + 8 * q + l] += ab[q][l];
+                }
         }
-    for (int64_t r = r0; r < r1; r++) {
-        const float *xr = xp + r * D, *gr = gp + r * D;
-        double m = mp ? (double)mp[r] : 0.0, rs = rp[r];
-        if (!dxp)
-            continue;
-        double ag[LANES] = {0}, agx[LANES] = {0};
-        int64_t j;
-        for (j = 0; j < Dl; j += LANES)
-            for (int l = 0; l < LANES; l++) {
-                double gw = wp ? (double)gr[j + l] * wp[j + l] : (double)gr[j + l];
-                ag[l] += gw;
-                agx[l] += gw * (((double)xr[j + l] - m) * rs);
+    if (cw || cb)
+        for (int64_t j = jv; j < D; j++) {
+            double aw = 0.0, ab = 0.0;
+            for (int64_t r = r0; r < r1; r++) {
+                double g = gp[r * D + j], m = mp ? (double)mp[r] : 0.0, rs = rp[r];
+                aw += g * (((double)xp[r * D + j] - m) * rs);
+                ab += g;
             }
-        for (; j < D; j++) {
-            double gw = wp ? (double)gr[j] * wp[j] : (double)gr[j];
-            ag[j - Dl] += gw;
-            agx[j - Dl] += gw * (((double)xr[j] - m) * rs);
+            if (cw)
+                cw[j] += aw;
+            if (cb)
+                cb[j] += ab;
         }
-        double mg = rms ? 0.0 : lanes8_total(ag) / (double)D, mgx = lanes8_total(agx) / (double)D;
-        float *dr = dxp + r * D;
-        for (j = 0; j < D; j++) {
-            double gw = wp ? (double)gr[j] * wp[j] : (double)gr[j];
-            double xh = ((double)xr[j] - m) * rs;
-            dr[j] = (float)(rs * (gw - mg - xh * mgx));
+    if (!dxp)
+        return;
+    for (int64_t r = r0; r < r1; r += 2) {
+        const int64_t rb = r + 1 < r1 ? r + 1 : r; /* an odd last row pairs with itself */
+        double m[2], rs[2], mg[2], mgx[2];
+        v8d ag[2], agx[2];
+        m[0] = mp ? (double)mp[r] : 0.0, rs[0] = rp[r];
+        m[1] = mp ? (double)mp[rb] : 0.0, rs[1] = rp[rb];
+        dx_sums(Dl, xp + r * D, gp + r * D, m[0], rs[0], xp + rb * D, gp + rb * D, m[1], rs[1],
+                wp, &ag[0], &agx[0], &ag[1], &agx[1]);
+        for (int h = 0; h < (rb > r ? 2 : 1); h++) {
+            const float *xr = xp + (r + h) * D, *gr = gp + (r + h) * D;
+            double a[LANES], ax[LANES];
+            for (int l = 0; l < LANES; l++)
+                a[l] = ag[h][l], ax[l] = agx[h][l];
+            for (int64_t j = Dl; j < D; j++) {
+                double gw = wp ? (double)gr[j] * wp[j] : (double)gr[j];
+                a[j - Dl] += gw;
+                ax[j - Dl] += gw * (((double)xr[j] - m[h]) * rs[h]);
+            }
+            mg[h] = rms ? 0.0 : lanes8_total(a) / (double)D;
+            mgx[h] = lanes8_total(ax) / (double)D;
+            float *dr = dxp + (r + h) * D;
+            int64_t j = 0;
+            for (; j < Dl; j += 8) {
+                v8d gw = ld8(gr + j);
+                if (wp)
+                    gw = gw * ld8(wp + j);
+                v8d xh = (ld8(xr + j) - m[h]) * rs[h];
+                v8f o = __builtin_convertvector(rs[h] * (gw - mg[h] - xh * mgx[h]), v8f);
+                memcpy(dr + j, &o, sizeof o);
+            }
+            for (; j < D; j++) {
+                double gw = wp ? (double)gr[j] * wp[j] : (double)gr[j];
+                double xh = ((double)xr[j] - m[h]) * rs[h];
+                dr[j] = (float)(rs[h] * (gw - mg[h] - xh * mgx[h]));
+            }
         }
     }
 }

@@ -69,9 +69,45 @@ static inline float ew_expf(float x)
  * sums in 8 interleaved double lanes (element j in lane j % 8): a fixed
  * order, so the same bits for any thread count, with short dependency
  * chains that vectorise. */
+/* Eight doubles and eight floats as GCC vectors, for kernels that keep
+ * double sums in 8 lanes: each clone lowers them to its own registers, and
+ * every lane does the scalar code's operations in its order (the same bits:
+ * no FMA contraction under -std=c11). They never cross a call (always
+ * inlined), so GCC's note that the non-AVX-512 clones pass them differently,
+ * reported at a file's end, does not apply. */
+#pragma GCC diagnostic ignored "-Wpsabi"
+typedef double v8d __attribute__((vector_size(64)));
+typedef float v8f __attribute__((vector_size(32)));
+
+/* 8 floats from p, widened to double */
+static inline __attribute__((always_inline)) v8d ld8(const float *p)
+{
+    v8f f;
+    memcpy(&f, p, sizeof f);
+    return __builtin_convertvector(f, v8d);
+}
+
 static inline double lanes8_total(const double *a)
 {
     return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
+/* sum of a[j] (b == NULL) or of a[j] b[j] (in double, exact) over [0, n)
+ * in 8 double lanes, element j in lane j % 8, lanes added as lanes8_total:
+ * the scalar loop's operations in its order, so the same bits. */
+static inline __attribute__((always_inline)) double sum_lanes(const float *a, const float *b,
+                                                              int64_t n)
+{
+    v8d acc = {0};
+    int64_t j = 0, kl = n / 8 * 8;
+    for (; j < kl; j += 8)
+        acc += b ? ld8(a + j) * ld8(b + j) : ld8(a + j);
+    double lanes[8];
+    for (int l = 0; l < 8; l++)
+        lanes[l] = acc[l];
+    for (; j < n; j++)
+        lanes[j - kl] += b ? (double)a[j] * b[j] : (double)a[j];
+    return lanes8_total(lanes);
 }
 
 #endif
