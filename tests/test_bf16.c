@@ -349,6 +349,143 @@ START_TEST(test_layer_gradients) {
 }
 END_TEST
 
+
+/* ------------------------------------------------ prepacked bf16 weights */
+
+/* y = x W^T (+ bias) on a packed W, against cg_sgemm_path on the same path
+ * (bit for bit, y prefilled with the bias and beta 1 as a linear layer does)
+ * and against float64 within the bf16 bound; W and x in several layouts,
+ * M = 1..8 and beyond a tile, odd N and K across the tile and k block. */
+static void matrix_case(cg_rng *rng, cg_gemm_path path, int64_t M, int64_t N, int64_t K, int lw,
+                        int lx, bool padded_y, bool with_bias) {
+    int64_t rsw, csw, rsx, csx;
+    size_t nw, nx;
+    layout(lw, N, K, &rsw, &csw, &nw);
+    layout(lx, M, K, &rsx, &csx, &nx);
+    const int64_t rsy = padded_y ? N + 3 : N;
+    const size_t ny = (size_t)((M - 1) * rsy + N);
+    float *w = rand_buf(rng, nw), *x = rand_buf(rng, nx), *bias = rand_buf(rng, (size_t)N);
+    float *y = malloc(ny * sizeof(float)), *ref = malloc(ny * sizeof(float));
+    for (size_t i = 0; i < ny; i++) y[i] = ref[i] = NAN; /* gaps must stay untouched */
+    cg_bf16_matrix *pw = cg_bf16_matrix_new(N, K, w, rsw, csw);
+    ck_assert_ptr_nonnull(pw);
+    ck_assert_int_eq(cg_bf16_matrix_rows(pw), N);
+    ck_assert_int_eq(cg_bf16_matrix_cols(pw), K);
+    ck_assert(cg_bf16_matrix_bytes(pw) >= (size_t)(N * K) * 2);
+    ck_assert(cg_bf16_matrix_mul(pw, path, 1, M, x, rsx, csx, with_bias ? bias : NULL, 1, y, rsy,
+                                 1));
+    if (with_bias)
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < N; j++) ref[i * rsy + j] = bias[j];
+    ck_assert(cg_sgemm_path(path, 1, M, N, K, 1.0f, x, rsx, csx, w, csw, rsw,
+                            with_bias ? 1.0f : 0.0f, ref, rsy, 1));
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++) {
+            const float got = y[i * rsy + j];
+            if (to_bits(got) != to_bits(ref[i * rsy + j]))
+                ck_abort_msg("%s %lldx%lldx%lld layouts %d%d bias %d: packed %a, gemm %a at "
+                             "[%lld,%lld]", cg_gemm_path_name(path), (long long)M, (long long)N,
+                             (long long)K, lw, lx, (int)with_bias, (double)got,
+                             (double)ref[i * rsy + j], (long long)i, (long long)j);
+            double sx = with_bias ? bias[j] : 0.0, mag = with_bias ? fabs(bias[j]) : 0.0;
+            for (int64_t p = 0; p < K; p++) {
+                double t = (double)x[i * rsx + p * csx] * w[j * rsw + p * csw];
+                sx += t;
+                mag += fabs(t);
+            }
+            if (!(fabs(got - sx) <= (0x1p-7 + 0x1p-24 * (double)(K + 3)) * mag + 1e-30))
+                ck_abort_msg("packed %lldx%lldx%lld: y[%lld,%lld] = %.9g, exact %.9g",
+                             (long long)M, (long long)N, (long long)K, (long long)i,
+                             (long long)j, (double)got, sx);
+        }
+    if (padded_y) /* the row gaps were not written */
+        for (int64_t i = 0; i + 1 < M; i++)
+            for (int64_t j = N; j < rsy; j++) ck_assert(isnan(y[i * rsy + j]));
+    cg_bf16_matrix_free(pw);
+    free(w);
+    free(x);
+    free(bias);
+    free(y);
+    free(ref);
+}
+
+START_TEST(test_matrix_against_gemm) {
+    cg_rng rng = cg_rng_new(21);
+    const cg_gemm_path path = cg_gemm_path_available(CG_GEMM_BF16) ? CG_GEMM_BF16
+                                                                   : CG_GEMM_BF16_EMULATED;
+    const int64_t nk[][2] = {{1, 1}, {31, 15}, {33, 17}, {97, 385}, {65, 769}, {7, 2}};
+    const int64_t ms[] = {1, 2, 3, 4, 5, 6, 7, 8, 13, 25};
+    for (size_t a = 0; a < sizeof nk / sizeof nk[0]; a++)
+        for (size_t b = 0; b < sizeof ms / sizeof ms[0]; b++) {
+            const int v = (int)(a + b);
+            matrix_case(&rng, path, ms[b], nk[a][0], nk[a][1], v % 4, (v / 2) % 4, v % 3 == 0,
+                        v % 2 == 0);
+        }
+    /* the shapes of charlm base decoding: q/k/v/o, fc1, fc2, the head */
+    matrix_case(&rng, path, 1, 384, 384, 0, 0, false, true);
+    matrix_case(&rng, path, 1, 1536, 384, 0, 0, false, true);
+    matrix_case(&rng, path, 2, 384, 1536, 0, 0, false, true);
+    matrix_case(&rng, path, 1, 65, 384, 0, 0, false, false);
+    /* the emulation on its own, whatever the CPU */
+    matrix_case(&rng, CG_GEMM_BF16_EMULATED, 3, 97, 385, 1, 2, true, true);
+}
+END_TEST
+
+/* The emulated product gives the native bits (nasty inputs included), and
+ * 1 and 2 threads give the same bits on both paths. */
+START_TEST(test_matrix_paths_threads) {
+    cg_rng rng = cg_rng_new(23);
+    const int64_t dims[][3] = {{1, 1536, 384}, {3, 385, 769}, {8, 97, 33}, {1, 4100, 9}};
+    const cg_gemm_path paths[] = {CG_GEMM_BF16, CG_GEMM_BF16_EMULATED};
+    for (int d = 0; d < 4; d++) {
+        const int64_t M = dims[d][0], N = dims[d][1], K = dims[d][2];
+        float *w = d % 2 ? nasty_buf(&rng, (size_t)(N * K)) : rand_buf(&rng, (size_t)(N * K));
+        float *x = d % 2 ? nasty_buf(&rng, (size_t)(M * K)) : rand_buf(&rng, (size_t)(M * K));
+        float *bias = rand_buf(&rng, (size_t)N);
+        float *y[2][2];
+        cg_bf16_matrix *pw = cg_bf16_matrix_new(N, K, w, K, 1);
+        ck_assert_ptr_nonnull(pw);
+        for (int p = 0; p < 2; p++)
+            for (int t = 0; t < 2; t++) {
+                y[p][t] = malloc((size_t)(M * N) * sizeof(float));
+                if (!cg_gemm_path_available(paths[p])) {
+                    memset(y[p][t], 0, (size_t)(M * N) * sizeof(float));
+                    continue;
+                }
+                ck_assert(cg_bf16_matrix_mul(pw, paths[p], t + 1, M, x, K, 1, bias, 1, y[p][t],
+                                             N, 1));
+            }
+        for (int p = 0; p < 2; p++)
+            ck_assert_msg(memcmp(y[p][0], y[p][1], (size_t)(M * N) * sizeof(float)) == 0,
+                          "%s %lldx%lldx%lld: 1 vs 2 threads differ", cg_gemm_path_name(paths[p]),
+                          (long long)M, (long long)N, (long long)K);
+        if (cg_gemm_path_available(CG_GEMM_BF16))
+            for (int64_t i = 0; i < M * N; i++)
+                if (to_bits(y[0][0][i]) != to_bits(y[1][0][i]) &&
+                    !(isnan(y[0][0][i]) && isnan(y[1][0][i])))
+                    ck_abort_msg("packed %lldx%lldx%lld: native %a, emulated %a at %lld",
+                                 (long long)M, (long long)N, (long long)K, (double)y[0][0][i],
+                                 (double)y[1][0][i], (long long)i);
+        for (int p = 0; p < 2; p++)
+            for (int t = 0; t < 2; t++) free(y[p][t]);
+        cg_bf16_matrix_free(pw);
+        free(w);
+        free(x);
+        free(bias);
+    }
+    /* bad arguments: an error, no crash */
+    ck_assert_ptr_null(cg_bf16_matrix_new(0, 3, (float[]){1}, 1, 1));
+    ck_assert_ptr_null(cg_bf16_matrix_new(2, 3, NULL, 3, 1));
+    ck_assert(!cg_bf16_matrix_mul(NULL, CG_GEMM_AUTO, 0, 1, (float[]){1}, 1, 1, NULL, 1,
+                                  (float[]){0}, 1, 1));
+    cg_bf16_matrix *one = cg_bf16_matrix_new(1, 1, (float[]){2}, 1, 1);
+    ck_assert(!cg_bf16_matrix_mul(one, CG_GEMM_SKX, 0, 1, (float[]){1}, 1, 1, NULL, 1,
+                                  (float[]){0}, 1, 1));
+    cg_bf16_matrix_free(one);
+    cg_bf16_matrix_free(NULL);
+}
+END_TEST
+
 static Suite *bf16_suite(void) {
     Suite *s = suite_create("bf16");
     TCase *tc = tcase_create("gemm");
@@ -360,6 +497,11 @@ static Suite *bf16_suite(void) {
     tcase_add_test(tc, test_precision_switch);
     tcase_add_test(tc, test_layer_gradients);
     suite_add_tcase(s, tc);
+    TCase *tm = tcase_create("matrix");
+    tcase_set_timeout(tm, 300);
+    tcase_add_test(tm, test_matrix_against_gemm);
+    tcase_add_test(tm, test_matrix_paths_threads);
+    suite_add_tcase(s, tm);
     return s;
 }
 
