@@ -68,6 +68,77 @@ cg_tensor *cg_k_linear(const cg_tensor *x, const cg_tensor *w, const cg_tensor *
     return y;
 }
 
+/* The packed bf16 copy of a weight view, kept in its storage's slot. */
+typedef struct {
+    cg_bf16_matrix *m;
+    int64_t offset, shape[2], strides[2];
+} packed_weight;
+
+static void packed_weight_free(void *p)
+{
+    packed_weight *pw = p;
+    cg_bf16_matrix_free(pw->m);
+    free(pw);
+}
+
+/* W's packed copy: the kept one when it was made from this very view,
+ * else a new one replacing it. NULL + error when out of memory. */
+static const cg_bf16_matrix *packed_of(const cg_tensor *w)
+{
+    cg_storage *s = w->storage;
+    packed_weight *pw = s->derived_free == packed_weight_free ? s->derived : NULL;
+    if (pw && pw->offset == w->offset && pw->shape[0] == w->shape[0] &&
+        pw->shape[1] == w->shape[1] && pw->strides[0] == w->strides[0] &&
+        pw->strides[1] == w->strides[1])
+        return pw->m;
+    packed_weight *n = malloc(sizeof *n);
+    cg_bf16_matrix *m = n ? cg_bf16_matrix_new(w->shape[0], w->shape[1], cg_data(w),
+                                               w->strides[0], w->strides[1])
+                          : NULL;
+    if (!m) {
+        free(n);
+        if (!cg_has_error())
+            cg_set_error("linear (bf16 weights): out of memory");
+        return NULL;
+    }
+    *n = (packed_weight){m, w->offset, {w->shape[0], w->shape[1]},
+                         {w->strides[0], w->strides[1]}};
+    if (s->derived)
+        s->derived_free(s->derived);
+    s->derived = n;
+    s->derived_free = packed_weight_free;
+    return m;
+}
+
+cg_tensor *cg_k_linear_bf16_packed(const cg_tensor *x, const cg_tensor *w, const cg_tensor *b)
+{
+    if (!x || !w)
+        return NULL;
+    if (!check_linear("linear", x, w, b))
+        return NULL;
+    const int64_t in = w->shape[1], out = w->shape[0];
+    const int64_t N = cg_numel_shape(x->ndim - 1, x->shape);
+    if (N > CG_LINEAR_PACKED_MAX_ROWS || N == 0 || in == 0 || out == 0)
+        return cg_k_linear(x, w, b);
+    const cg_bf16_matrix *m = packed_of(w);
+    if (!m)
+        return NULL;
+    int64_t shp[CG_MAX_DIMS];
+    memcpy(shp, x->shape, sizeof(int64_t) * (size_t)x->ndim);
+    shp[x->ndim - 1] = out;
+    cg_tensor *y = cg_empty(x->ndim, shp);
+    cg_tensor *xc = cg_contiguous(x);
+    bool ok = y && xc &&
+              cg_bf16_matrix_mul(m, CG_GEMM_AUTO, 0, N, cg_data(xc), in, 1, b ? cg_data(b) : NULL,
+                                 b ? b->strides[0] : 0, cg_data(y), out, 1);
+    cg_release(xc);
+    if (!ok) {
+        cg_release(y);
+        return NULL;
+    }
+    return y;
+}
+
 /* Bias gradient: b[j] = sum over rows of g[r, j] for j in [j0, j1), rows in
  * order, in double. The CB sums of a block stay in registers for the whole
  * row loop (accumulating in memory chained every row through a store and a

@@ -18,6 +18,7 @@
 #include "core/tensor.h"
 #include "nn/module.h"
 #include "nn/transformer.h"
+#include "optim/optim.h"
 #include "testutil.h"
 
 static float from_bits(uint32_t u) {
@@ -486,6 +487,119 @@ START_TEST(test_matrix_paths_threads) {
 }
 END_TEST
 
+/* The bf16 reference of a linear layer: cg_affine with a graph (grad on),
+ * i.e. the bf16 GEMM path, never the packed weight. */
+static float *affine_ref(cg_linear *l, cg_tensor *x) {
+    cg_tensor *y = cg_affine(x, l->weight, l->bias);
+    ck_assert_ptr_nonnull(y);
+    float *v = cg_test_values(y);
+    cg_release(y);
+    return v;
+}
+
+static float *packed_out(cg_linear *l, cg_tensor *x) {
+    cg_no_grad_begin();
+    cg_tensor *y = cg_linear_forward(l, x);
+    cg_no_grad_end();
+    ck_assert_msg(y != NULL, "%s", cg_last_error());
+    float *v = cg_test_values(y);
+    cg_release(y);
+    return v;
+}
+
+/* nn's inference path in bf16 reads a packed bf16 copy of the weight: the
+ * same bits as the graph's bf16 product; made once, only without a graph,
+ * only for few rows, and never used after the weight is written (an
+ * optimizer step, an in-place op, a write through cg_data() announced with
+ * cg_tensor_modified). fp32 never makes one. */
+START_TEST(test_packed_linear_refresh) {
+    cg_rng rng = cg_rng_new(31);
+    const int64_t in = 385, out = 97, M = 3;
+    cg_linear *l = cg_linear_new(in, out, true, &rng);
+    ck_assert_ptr_nonnull(l);
+    ck_assert(cg_normal_(l->bias, &rng, 0.0f, 1.0f));
+    cg_tensor *x = cg_randn(&rng, CG_SHAPE(1, M, in));
+    cg_tensor *big = cg_randn(&rng, CG_SHAPE(CG_LINEAR_PACKED_MAX_ROWS + 1, in));
+    cg_storage *ws = l->weight->storage;
+    const size_t bytes = (size_t)(M * out) * sizeof(float);
+
+    float *y = packed_out(l, x); /* fp32: no copy */
+    ck_assert_ptr_null(ws->derived);
+    free(y);
+    cg_set_matmul_precision(CG_PRECISION_BF16);
+    float *ref = affine_ref(l, x);
+    ck_assert_ptr_null(ws->derived); /* a graph: the GEMM, no copy */
+    y = packed_out(l, big);
+    ck_assert_ptr_null(ws->derived); /* many rows: the GEMM, no copy */
+    free(y);
+    y = packed_out(l, x);
+    ck_assert_ptr_nonnull(ws->derived);
+    ck_assert_mem_eq(y, ref, bytes);
+    const void *kept = ws->derived;
+    free(y);
+    y = packed_out(l, x); /* the kept copy is reused */
+    ck_assert_ptr_eq(ws->derived, kept);
+    ck_assert_mem_eq(y, ref, bytes);
+    free(y);
+    free(ref);
+
+    /* an optimizer step changes W: the copy is dropped and remade */
+    cg_tensor *fx = cg_affine(x, l->weight, l->bias), *loss = cg_sum_all(fx);
+    ck_assert(cg_backward(loss, NULL, false));
+    cg_optim *o = cg_sgd_from_module(CG_MODULE(l), 0.5);
+    ck_assert(cg_optim_step(o));
+    ck_assert_ptr_null(ws->derived);
+    ref = affine_ref(l, x);
+    y = packed_out(l, x);
+    ck_assert_mem_eq(y, ref, bytes);
+    free(y);
+    free(ref);
+    /* in-place ops and announced raw writes */
+    for (int w = 0; w < 3; w++) {
+        float *before = packed_out(l, x);
+        ck_assert_ptr_nonnull(ws->derived);
+        if (w == 0)
+            ck_assert(cg_k_muls_(l->weight, -2.0f));
+        else if (w == 1) {
+            cg_tensor *r = cg_randn(&rng, CG_SHAPE(out, in));
+            ck_assert(cg_copy_(l->weight, r));
+            cg_release(r);
+        }
+        else {
+            cg_data(l->weight)[5] += 100.0f;
+            cg_tensor_modified(l->weight);
+        }
+        ck_assert_ptr_null(ws->derived);
+        ref = affine_ref(l, x);
+        y = packed_out(l, x);
+        ck_assert_mem_eq(y, ref, bytes);
+        ck_assert_msg(memcmp(y, before, bytes) != 0, "write %d: the output did not change", w);
+        free(y);
+        free(ref);
+        free(before);
+    }
+    /* a transposed view of the same storage gets its own copy */
+    cg_tensor *wtv = cg_transpose(l->weight, 0, 1);
+    cg_tensor *wt = cg_contiguous(wtv);     /* [in, out] */
+    cg_tensor *tv = cg_transpose(wt, 0, 1); /* [out, in] view */
+    cg_release(wtv);
+    cg_no_grad_begin();
+    cg_tensor *a = cg_linear_fn(x, tv, NULL);
+    cg_no_grad_end();
+    cg_tensor *b = cg_affine(x, tv, NULL);
+    ck_assert(a && b);
+    float *va = cg_test_values(a), *vb = cg_test_values(b);
+    ck_assert_mem_eq(va, vb, bytes);
+    free(va);
+    free(vb);
+    cg_release_all(4, a, b, wt, tv);
+    cg_set_matmul_precision(CG_PRECISION_FP32);
+    cg_optim_free(o);
+    cg_release_all(4, x, big, fx, loss);
+    cg_module_free(CG_MODULE(l));
+}
+END_TEST
+
 static Suite *bf16_suite(void) {
     Suite *s = suite_create("bf16");
     TCase *tc = tcase_create("gemm");
@@ -501,6 +615,7 @@ static Suite *bf16_suite(void) {
     tcase_set_timeout(tm, 300);
     tcase_add_test(tm, test_matrix_against_gemm);
     tcase_add_test(tm, test_matrix_paths_threads);
+    tcase_add_test(tm, test_packed_linear_refresh);
     suite_add_tcase(s, tm);
     return s;
 }
