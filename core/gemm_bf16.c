@@ -411,7 +411,7 @@ static void bf16_matrix_panels(const cg_bf16_matrix *w, bool native, int64_t q0,
 
 /* Bytes of W below which a product runs on one thread: waking the second
  * thread (a few microseconds) costs more than it saves. */
-#define MATRIX_MIN_BYTES_PER_THREAD (64 * 1024)
+#define MATRIX_MIN_BYTES_PER_THREAD (512 * 1024)
 
 bool cg_bf16_matrix_mul(const cg_bf16_matrix *w, cg_gemm_path path, int nthreads, int64_t m,
                         const float *x, int64_t rsx, int64_t csx, const float *bias, int64_t bs,
