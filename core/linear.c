@@ -29,45 +29,6 @@ static bool check_linear(const char *op, const cg_tensor *x, const cg_tensor *w,
     return true;
 }
 
-cg_tensor *cg_k_linear(const cg_tensor *x, const cg_tensor *w, const cg_tensor *b)
-{
-    if (!x || !w)
-        return NULL;
-    if (!check_linear("linear", x, w, b))
-        return NULL;
-    const int64_t in = w->shape[1], out = w->shape[0];
-    const int64_t N = in > 0 ? cg_numel(x) / in : cg_numel_shape(x->ndim - 1, x->shape);
-    int64_t shp[CG_MAX_DIMS];
-    memcpy(shp, x->shape, sizeof(int64_t) * (size_t)x->ndim);
-    shp[x->ndim - 1] = out;
-    cg_tensor *y = cg_empty(x->ndim, shp);
-    cg_tensor *xc = cg_contiguous(x);
-    if (!y || !xc) {
-        cg_release_all(2, y, xc);
-        return NULL;
-    }
-    float *yp = cg_data(y);
-    if (b) {
-        const float *bp = cg_data(b);
-        const int64_t bs = b->strides[0];
-#pragma omp parallel for schedule(static) if (N * out > PAR_THRESHOLD)
-        for (int64_t r = 0; r < N; r++) {
-            if (bs == 1)
-                memcpy(yp + r * out, bp, sizeof(float) * (size_t)out);
-            else
-                for (int64_t j = 0; j < out; j++)
-                    yp[r * out + j] = bp[j * bs];
-        }
-    }
-    if (in == 0 && !b)
-        memset(yp, 0, sizeof(float) * (size_t)(N * out));
-    else if (N > 0 && out > 0 && in > 0)
-        cg_sgemm(N, out, in, 1.0f, cg_data(xc), in, 1, cg_data(w), w->strides[1], w->strides[0],
-                 b ? 1.0f : 0.0f, yp, out, 1);
-    cg_release(xc);
-    return y;
-}
-
 /* The packed bf16 copy of a weight view, kept in its storage's slot. */
 typedef struct {
     cg_bf16_matrix *m;
@@ -110,33 +71,67 @@ static const cg_bf16_matrix *packed_of(const cg_tensor *w)
     return m;
 }
 
-cg_tensor *cg_k_linear_bf16_packed(const cg_tensor *x, const cg_tensor *w, const cg_tensor *b)
+/* y = x W^T + b on the GEMM, or (packed) on W's packed bf16 copy, which
+ * sets y's rows to the bias itself. */
+static cg_tensor *linear(const cg_tensor *x, const cg_tensor *w, const cg_tensor *b, bool packed)
 {
     if (!x || !w)
         return NULL;
     if (!check_linear("linear", x, w, b))
         return NULL;
     const int64_t in = w->shape[1], out = w->shape[0];
-    const int64_t N = cg_numel_shape(x->ndim - 1, x->shape);
-    if (N > CG_LINEAR_PACKED_MAX_ROWS || N == 0 || in == 0 || out == 0)
-        return cg_k_linear(x, w, b);
-    const cg_bf16_matrix *m = packed_of(w);
-    if (!m)
+    const int64_t N = in > 0 ? cg_numel(x) / in : cg_numel_shape(x->ndim - 1, x->shape);
+    const cg_bf16_matrix *pm = NULL;
+    if (packed && N <= CG_LINEAR_PACKED_MAX_ROWS && N > 0 && in > 0 && out > 0 &&
+        !(pm = packed_of(w)))
         return NULL;
     int64_t shp[CG_MAX_DIMS];
     memcpy(shp, x->shape, sizeof(int64_t) * (size_t)x->ndim);
     shp[x->ndim - 1] = out;
     cg_tensor *y = cg_empty(x->ndim, shp);
     cg_tensor *xc = cg_contiguous(x);
-    bool ok = y && xc &&
-              cg_bf16_matrix_mul(m, CG_GEMM_AUTO, 0, N, cg_data(xc), in, 1, b ? cg_data(b) : NULL,
-                                 b ? b->strides[0] : 0, cg_data(y), out, 1);
+    if (!y || !xc) {
+        cg_release_all(2, y, xc);
+        return NULL;
+    }
+    float *yp = cg_data(y);
+    if (b && !pm) {
+        const float *bp = cg_data(b);
+        const int64_t bs = b->strides[0];
+#pragma omp parallel for schedule(static) if (N * out > PAR_THRESHOLD)
+        for (int64_t r = 0; r < N; r++) {
+            if (bs == 1)
+                memcpy(yp + r * out, bp, sizeof(float) * (size_t)out);
+            else
+                for (int64_t j = 0; j < out; j++)
+                    yp[r * out + j] = bp[j * bs];
+        }
+    }
+    bool ok = true;
+    if (in == 0 && !b)
+        memset(yp, 0, sizeof(float) * (size_t)(N * out));
+    else if (pm)
+        ok = cg_bf16_matrix_mul(pm, CG_GEMM_AUTO, 0, N, cg_data(xc), in, 1,
+                                b ? cg_data(b) : NULL, b ? b->strides[0] : 0, yp, out, 1);
+    else if (N > 0 && out > 0 && in > 0)
+        cg_sgemm(N, out, in, 1.0f, cg_data(xc), in, 1, cg_data(w), w->strides[1], w->strides[0],
+                 b ? 1.0f : 0.0f, yp, out, 1);
     cg_release(xc);
     if (!ok) {
         cg_release(y);
         return NULL;
     }
     return y;
+}
+
+cg_tensor *cg_k_linear(const cg_tensor *x, const cg_tensor *w, const cg_tensor *b)
+{
+    return linear(x, w, b, false);
+}
+
+cg_tensor *cg_k_linear_bf16_packed(const cg_tensor *x, const cg_tensor *w, const cg_tensor *b)
+{
+    return linear(x, w, b, true);
 }
 
 /* Bias gradient: b[j] = sum over rows of g[r, j] for j in [j0, j1), rows in
