@@ -537,7 +537,7 @@ static int cmd_sample(int argc, char **argv)
     }
     cg_sample_opts so = {.temperature = temperature, .top_k = top_k, .top_p = top_p};
     cg_rng rng = cg_rng_new(seed);
-    double t_gen = cg_now();
+    double t_gen = cg_now(), c_gen = cg_cpu_now();
     /* print the prompt as given, then each character as it is generated */
     fputs(prompt, stdout);
     fflush(stdout);
@@ -548,10 +548,13 @@ static int cmd_sample(int argc, char **argv)
         goto done;
     }
     t_gen = cg_now() - t_gen;
+    c_gen = cg_cpu_now() - c_gen;
     fputc('\n', stdout); /* end the sample's line before the speed line on stderr */
     fflush(stdout);
-    fprintf(stderr, PROG ": %lld characters in %.2f s (%.1f characters/s, %s, %s)\n",
-            (long long)length, t_gen, t_gen > 0 ? (double)length / t_gen : 0.0,
+    /* CPU time too: on a shared machine it moves less than the wall time */
+    fprintf(stderr,
+            PROG ": %lld characters in %.2f s (%.1f characters/s, %.2f CPU s, %s, %s)\n",
+            (long long)length, t_gen, t_gen > 0 ? (double)length / t_gen : 0.0, c_gen,
             no_cache ? "full recompute" : "key/value cache", cg_precision_name(prec));
     if (attn_png) {
         int64_t total = n + length, w = total < 32 ? total : 32;
