@@ -137,10 +137,13 @@ static double project(cg_gradcheck_fn f, void *ctx, cg_tensor *const *inputs, co
         for (int j = 0; j < 3; j++) {
             double h = h0 * (j == 0 ? 0.5 : j == 1 ? 1.0 : 2.0), lp, lm;
             perturb(data, orig, v, used, span, h, sp);
+            cg_tensor_modified(inputs[k]); /* written through its data pointer */
             bool ok = eval_loss(f, ctx, inputs, r, nout, &lp);
             perturb(data, orig, v, used, span, -h, sm);
+            cg_tensor_modified(inputs[k]);
             ok = ok && eval_loss(f, ctx, inputs, r, nout, &lm);
             memcpy(data, orig, (size_t)span * sizeof *orig);
+            cg_tensor_modified(inputs[k]);
             if (!ok) {
                 char b[400];
                 snprintf(b, sizeof b, "the function failed while perturbing input %d: %s", k,
@@ -283,12 +286,15 @@ bool cg_gradcheck(cg_gradcheck_fn f, void *ctx, int n_inputs, cg_tensor *const *
             float orig = data[lo + off];
             double lp, lm;
             data[lo + off] = (float)(orig + o.eps);
+            cg_tensor_modified(inputs[k]); /* written through its data pointer */
             double hp = (double)data[lo + off] - orig;
             bool e1 = eval_loss(f, ctx, inputs, r, nout, &lp);
             data[lo + off] = (float)(orig - o.eps);
+            cg_tensor_modified(inputs[k]);
             double hm = orig - (double)data[lo + off];
             bool e2 = e1 && eval_loss(f, ctx, inputs, r, nout, &lm);
             data[lo + off] = orig;
+            cg_tensor_modified(inputs[k]);
             if (!e2) {
                 char b[400];
                 snprintf(b, sizeof b, "the function failed while perturbing input %d: %s", k,

@@ -381,6 +381,7 @@ bool cg_k_add_(cg_tensor *dst, const cg_tensor *src)
     }
     if (!check_writable("add_", dst))
         return false;
+    cg_tensor_modified(dst);
     ew_params P = {0, 0};
     cg_iter it;
     cg_iter_init(&it, dst->ndim, dst->shape, 3, (const cg_tensor *[]){dst, dst, src});
@@ -394,6 +395,7 @@ bool cg_k_muls_(cg_tensor *dst, float s)
         return false;
     if (!check_writable("muls_", dst))
         return false;
+    cg_tensor_modified(dst);
     ew_params P = {s, 0};
     cg_iter it;
     cg_iter_init(&it, dst->ndim, dst->shape, 2, (const cg_tensor *[]){dst, dst});

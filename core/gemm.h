@@ -9,6 +9,7 @@
 #define CG_GEMM_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -66,6 +67,34 @@ bool cg_sgemm_path(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int64_
 cg_gemm_path cg_gemm_active_path(void);
 const char *cg_gemm_path_name(cg_gemm_path p);
 bool cg_gemm_path_available(cg_gemm_path p);
+
+/* A weight matrix W [n, k] rounded to bf16 once (round to nearest even, as
+ * the bf16 products round) and packed for products y = x W^T with few rows
+ * of x: the matrix-vector products of decoding, which are bound by the
+ * bytes of W they read, read half the bytes of fp32 and pack nothing.
+ * The product's bits are those of cg_sgemm in bf16 precision on the same
+ * operands (y = x W^T with beta 0, or y set to the bias first and beta 1, as
+ * a linear layer computes it), on either path, for any thread count. The
+ * packed form is a copy: it does not follow later changes of W. */
+typedef struct cg_bf16_matrix cg_bf16_matrix;
+/* From W's elements w[i * rsw + j * csw]; NULL + error when n or k < 1 or
+ * out of memory. */
+cg_bf16_matrix *cg_bf16_matrix_new(int64_t n, int64_t k, const float *w, int64_t rsw,
+                                   int64_t csw);
+void cg_bf16_matrix_free(cg_bf16_matrix *m); /* NULL is a no-op */
+int64_t cg_bf16_matrix_rows(const cg_bf16_matrix *m); /* n */
+int64_t cg_bf16_matrix_cols(const cg_bf16_matrix *m); /* k */
+/* Bytes of the packed W (what one product reads). */
+size_t cg_bf16_matrix_bytes(const cg_bf16_matrix *m);
+/* y[i, j] = sum_l x[i, l] W[j, l] (+ bias[j]) for i < m, each operand by
+ * pointer and strides in elements (bias may be NULL; y must not overlap x
+ * or W). path: CG_GEMM_AUTO (native when the CPU has AVX512_BF16),
+ * CG_GEMM_BF16 or CG_GEMM_BF16_EMULATED; nthreads <= 0 picks the count from
+ * W's size (at most cg_get_num_threads()); threads split W's rows. False +
+ * error on a NULL argument, an unavailable path or out of memory. */
+bool cg_bf16_matrix_mul(const cg_bf16_matrix *w, cg_gemm_path path, int nthreads, int64_t m,
+                        const float *x, int64_t rsx, int64_t csx, const float *bias, int64_t bs,
+                        float *y, int64_t rsy, int64_t csy);
 
 #ifdef __cplusplus
 }

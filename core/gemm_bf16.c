@@ -29,10 +29,14 @@
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <omp.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "core/error.h"
 #include "core/gemm.h"
 #include "core/gemm_internal.h"
+#include "core/tensor.h"
 
 enum { MR = 32, NR = 12 };
 /* k block (elements, even), m block (rows of A) and n block (columns of B):
@@ -177,30 +181,33 @@ static void store_tile(int64_t mr, int64_t nr, const float *t, float alpha, floa
         }
 }
 
-/* kp k-pairs of an A panel times a B panel, into C (mr x nr of the tile). */
-BF16_TARGET static void kernel_native(int64_t kp, const uint32_t *a, const uint32_t *b,
-                                      int64_t mr, int64_t nr, float alpha, float beta, float *c,
-                                      int64_t rsc, int64_t csc)
+/* kp k-pairs of an A panel times the first nru columns of a B panel, into
+ * C (mr x nr of the tile, nr <= nru). nru is a constant at every call
+ * (kernel_native's switch), so the loops over columns unroll; a column's
+ * sums are the same whatever nru is. */
+BF16_TARGET static inline __attribute__((always_inline)) void
+kernel_native_n(const int nru, int64_t kp, const uint32_t *a, const uint32_t *b, int64_t mr,
+                int64_t nr, float alpha, float beta, float *c, int64_t rsc, int64_t csc)
 {
     __m512 acc[NR][2];
 #pragma GCC unroll 12
-    for (int j = 0; j < NR; j++)
+    for (int j = 0; j < nru; j++)
         acc[j][0] = acc[j][1] = _mm512_setzero_ps();
     for (int64_t p = 0; p < kp; p++) {
         const __m512bh a0 = (__m512bh)_mm512_loadu_si512(a + p * MR);
         const __m512bh a1 = (__m512bh)_mm512_loadu_si512(a + p * MR + 16);
         const uint32_t *bp = b + p * NR;
 #pragma GCC unroll 12
-        for (int j = 0; j < NR; j++) {
+        for (int j = 0; j < nru; j++) {
             const __m512bh bj = (__m512bh)_mm512_set1_epi32((int)bp[j]);
             acc[j][0] = _mm512_dpbf16_ps(acc[j][0], a0, bj);
             acc[j][1] = _mm512_dpbf16_ps(acc[j][1], a1, bj);
         }
     }
-    if (mr == MR && nr == NR && rsc == 1) {
+    if (mr == MR && nr == nru && rsc == 1) {
         const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
 #pragma GCC unroll 12
-        for (int j = 0; j < NR; j++) {
+        for (int j = 0; j < nru; j++) {
             float *cj = c + j * csc;
             __m512 r0 = _mm512_mul_ps(va, acc[j][0]), r1 = _mm512_mul_ps(va, acc[j][1]);
             if (beta != 0.0f) {
@@ -214,11 +221,33 @@ BF16_TARGET static void kernel_native(int64_t kp, const uint32_t *a, const uint3
         return;
     }
     float t[MR * NR] __attribute__((aligned(64)));
-    for (int j = 0; j < NR; j++) {
+    for (int j = 0; j < nru; j++) {
         _mm512_store_ps(t + j * MR, acc[j][0]);
         _mm512_store_ps(t + j * MR + 16, acc[j][1]);
     }
     store_tile(mr, nr, t, alpha, beta, c, rsc, csc);
+}
+
+/* kp k-pairs of an A panel times a B panel, into C (mr x nr of the tile):
+ * only the nr columns C receives are computed (a matrix-vector product of
+ * decoding is one column). */
+BF16_TARGET static void kernel_native(int64_t kp, const uint32_t *a, const uint32_t *b,
+                                      int64_t mr, int64_t nr, float alpha, float beta, float *c,
+                                      int64_t rsc, int64_t csc)
+{
+#define CG_KN(N) kernel_native_n(N, kp, a, b, mr, nr, alpha, beta, c, rsc, csc)
+    switch (nr) {
+    case 1: CG_KN(1); break;
+    case 2: CG_KN(2); break;
+    case 3: CG_KN(3); break;
+    case 4: CG_KN(4); break;
+    case 5: CG_KN(5); break;
+    case 6: CG_KN(6); break;
+    case 7: CG_KN(7); break;
+    case 8: CG_KN(8); break;
+    default: CG_KN(NR); break;
+    }
+#undef CG_KN
 }
 
 static inline float flush(float x) { return fabsf(x) < 0x1p-126f ? copysignf(0.0f, x) : x; }
@@ -290,6 +319,148 @@ bool cg_bf16_gemm_serial(bool native, int64_t m, int64_t n, int64_t k, float alp
                 }
             }
         }
+    }
+    return true;
+}
+
+/* ------------------------------------------------ prepacked bf16 weights */
+
+/* W [n, k] as the driver's A panels: panel q holds rows 32q .. 32q + 31 as
+ * [ceil(k / 2)][MR] k-pairs (rows past n zero). A k block of KC elements
+ * starting at pc is the sub-panel at pair pc / 2 (KC is even), so the
+ * product below runs the driver's kernels on the driver's k blocks and
+ * gives its bits. */
+struct cg_bf16_matrix {
+    int64_t n, k, kp, npanel;
+    uint32_t *p;
+};
+
+cg_bf16_matrix *cg_bf16_matrix_new(int64_t n, int64_t k, const float *w, int64_t rsw,
+                                   int64_t csw)
+{
+    if (n < 1 || k < 1 || !w) {
+        cg_set_error("bf16 matrix: need a [n, k] matrix with n, k >= 1 (got %lld x %lld%s)",
+                     (long long)n, (long long)k, w ? "" : ", no data");
+        return NULL;
+    }
+    cg_bf16_matrix *m = malloc(sizeof *m);
+    const int64_t kp = (k + 1) / 2, npanel = (n + MR - 1) / MR;
+    const size_t bytes = (size_t)(npanel * kp * MR) * sizeof(uint32_t);
+    uint32_t *p = m ? aligned_alloc(64, (bytes + 63) / 64 * 64) : NULL;
+    if (!p) {
+        free(m);
+        cg_set_error("bf16 matrix: out of memory for %lld x %lld", (long long)n, (long long)k);
+        return NULL;
+    }
+    *m = (cg_bf16_matrix){n, k, kp, npanel, p};
+    const bool native = cg_bf16_native();
+#pragma omp parallel for schedule(static) if (npanel > 1 && (double)n * (double)k > 1e5)
+    for (int64_t q = 0; q < npanel; q++)
+        pack_panel(native, MR, n - q * MR < MR ? n - q * MR : MR, k, w + q * MR * rsw, rsw, csw,
+                   p + q * kp * MR);
+    return m;
+}
+
+void cg_bf16_matrix_free(cg_bf16_matrix *m)
+{
+    if (m)
+        free(m->p);
+    free(m);
+}
+
+int64_t cg_bf16_matrix_rows(const cg_bf16_matrix *m) { return m ? m->n : 0; }
+int64_t cg_bf16_matrix_cols(const cg_bf16_matrix *m) { return m ? m->k : 0; }
+
+/* Bytes of W one product reads (for bandwidth figures). */
+size_t cg_bf16_matrix_bytes(const cg_bf16_matrix *m)
+{
+    return m ? (size_t)(m->npanel * m->kp * MR) * sizeof(uint32_t) : 0;
+}
+
+/* Panels [q0, q1) of W times every row of x (packed as xp: ceil(m / NR) B
+ * panels of kp pairs), into y; y's rows are first set to the bias. */
+static void bf16_matrix_panels(const cg_bf16_matrix *w, bool native, int64_t q0, int64_t q1,
+                               int64_t m, const uint32_t *xp, const float *bias, int64_t bs,
+                               float *y, int64_t rsy, int64_t csy)
+{
+    const int64_t kp = w->kp;
+    for (int64_t q = q0; q < q1; q++) {
+        const int64_t i0 = q * MR, mr = w->n - i0 < MR ? w->n - i0 : MR;
+        if (bias)
+            for (int64_t j = 0; j < m; j++)
+                for (int64_t i = 0; i < mr; i++)
+                    y[j * rsy + (i0 + i) * csy] = bias[(i0 + i) * bs];
+        for (int64_t j0 = 0; j0 < m; j0 += NR) {
+            const int64_t nr = m - j0 < NR ? m - j0 : NR;
+            const uint32_t *bp = xp + (j0 / NR) * kp * NR;
+            float *c = y + j0 * rsy + i0 * csy;
+            for (int64_t pc = 0; pc < w->k; pc += KC) {
+                const int64_t kc = w->k - pc < KC ? w->k - pc : KC;
+                const float be = pc == 0 && !bias ? 0.0f : 1.0f; /* later k blocks accumulate */
+                const uint32_t *ap = w->p + q * kp * MR + (pc / 2) * MR;
+                if (native)
+                    kernel_native((kc + 1) / 2, ap, bp + (pc / 2) * NR, mr, nr, 1.0f, be, c, csy,
+                                  rsy);
+                else
+                    kernel_emulated((kc + 1) / 2, ap, bp + (pc / 2) * NR, mr, nr, 1.0f, be, c,
+                                    csy, rsy);
+            }
+        }
+    }
+}
+
+/* Bytes of W below which a product runs on one thread: waking the second
+ * thread (a few microseconds) costs more than it saves. */
+#define MATRIX_MIN_BYTES_PER_THREAD (512 * 1024)
+
+bool cg_bf16_matrix_mul(const cg_bf16_matrix *w, cg_gemm_path path, int nthreads, int64_t m,
+                        const float *x, int64_t rsx, int64_t csx, const float *bias, int64_t bs,
+                        float *y, int64_t rsy, int64_t csy)
+{
+    if (!w || (m > 0 && (!x || !y)) || m < 0) {
+        cg_set_error("bf16 matrix product: NULL argument or negative row count");
+        return false;
+    }
+    bool native;
+    if (path == CG_GEMM_AUTO)
+        native = cg_bf16_native();
+    else if ((path == CG_GEMM_BF16 || path == CG_GEMM_BF16_EMULATED) &&
+             cg_gemm_path_available(path))
+        native = path == CG_GEMM_BF16;
+    else {
+        cg_set_error("bf16 matrix product: path '%s' is not available",
+                     cg_gemm_path_name(path));
+        return false;
+    }
+    if (m == 0)
+        return true;
+    /* x rounded to bf16 once, as B panels of the driver ([kp][NR] pairs) */
+    const int64_t nxp = (m + NR - 1) / NR;
+    uint32_t *xp = cg_gemm_thread_buffer((size_t)(nxp * w->kp * NR) * sizeof(uint32_t));
+    if (!xp) {
+        cg_set_error("bf16 matrix product: out of memory");
+        return false;
+    }
+    for (int64_t j = 0; j < nxp; j++)
+        pack_panel(native, NR, m - j * NR < NR ? m - j * NR : NR, w->k, x + j * NR * rsx, rsx,
+                   csx, xp + j * w->kp * NR);
+    /* threads split W's panels into contiguous runs: each element of y is
+     * the same kernel's sum over the same k blocks for any split */
+    int nt = nthreads > 0 ? nthreads : cg_get_num_threads();
+    const double per = (double)cg_bf16_matrix_bytes(w) / MATRIX_MIN_BYTES_PER_THREAD;
+    if (nthreads <= 0 && per < nt)
+        nt = per < 2.0 ? 1 : (int)per;
+    if (nt > w->npanel)
+        nt = (int)w->npanel;
+    if (nt <= 1 || omp_in_parallel()) {
+        bf16_matrix_panels(w, native, 0, w->npanel, m, xp, bias, bs, y, rsy, csy);
+        return true;
+    }
+#pragma omp parallel num_threads(nt)
+    {
+        const int t = omp_get_thread_num(), T = omp_get_num_threads();
+        const int64_t q0 = w->npanel * t / T, q1 = w->npanel * (t + 1) / T;
+        bf16_matrix_panels(w, native, q0, q1, m, xp, bias, bs, y, rsy, csy);
     }
     return true;
 }

@@ -29,7 +29,51 @@ static bool check_linear(const char *op, const cg_tensor *x, const cg_tensor *w,
     return true;
 }
 
-cg_tensor *cg_k_linear(const cg_tensor *x, const cg_tensor *w, const cg_tensor *b)
+/* The packed bf16 copy of a weight view, kept in its storage's slot. */
+typedef struct {
+    cg_bf16_matrix *m;
+    int64_t offset, shape[2], strides[2];
+} packed_weight;
+
+static void packed_weight_free(void *p)
+{
+    packed_weight *pw = p;
+    cg_bf16_matrix_free(pw->m);
+    free(pw);
+}
+
+/* W's packed copy: the kept one when it was made from this very view,
+ * else a new one replacing it. NULL + error when out of memory. */
+static const cg_bf16_matrix *packed_of(const cg_tensor *w)
+{
+    cg_storage *s = w->storage;
+    packed_weight *pw = s->derived_free == packed_weight_free ? s->derived : NULL;
+    if (pw && pw->offset == w->offset && pw->shape[0] == w->shape[0] &&
+        pw->shape[1] == w->shape[1] && pw->strides[0] == w->strides[0] &&
+        pw->strides[1] == w->strides[1])
+        return pw->m;
+    packed_weight *n = malloc(sizeof *n);
+    cg_bf16_matrix *m = n ? cg_bf16_matrix_new(w->shape[0], w->shape[1], cg_data(w),
+                                               w->strides[0], w->strides[1])
+                          : NULL;
+    if (!m) {
+        free(n);
+        if (!cg_has_error())
+            cg_set_error("linear (bf16 weights): out of memory");
+        return NULL;
+    }
+    *n = (packed_weight){m, w->offset, {w->shape[0], w->shape[1]},
+                         {w->strides[0], w->strides[1]}};
+    if (s->derived)
+        s->derived_free(s->derived);
+    s->derived = n;
+    s->derived_free = packed_weight_free;
+    return m;
+}
+
+/* y = x W^T + b on the GEMM, or (packed) on W's packed bf16 copy, which
+ * sets y's rows to the bias itself. */
+static cg_tensor *linear(const cg_tensor *x, const cg_tensor *w, const cg_tensor *b, bool packed)
 {
     if (!x || !w)
         return NULL;
@@ -37,6 +81,10 @@ cg_tensor *cg_k_linear(const cg_tensor *x, const cg_tensor *w, const cg_tensor *
         return NULL;
     const int64_t in = w->shape[1], out = w->shape[0];
     const int64_t N = in > 0 ? cg_numel(x) / in : cg_numel_shape(x->ndim - 1, x->shape);
+    const cg_bf16_matrix *pm = NULL;
+    if (packed && N <= CG_LINEAR_PACKED_MAX_ROWS && N > 0 && in > 0 && out > 0 &&
+        !(pm = packed_of(w)))
+        return NULL;
     int64_t shp[CG_MAX_DIMS];
     memcpy(shp, x->shape, sizeof(int64_t) * (size_t)x->ndim);
     shp[x->ndim - 1] = out;
@@ -47,7 +95,7 @@ cg_tensor *cg_k_linear(const cg_tensor *x, const cg_tensor *w, const cg_tensor *
         return NULL;
     }
     float *yp = cg_data(y);
-    if (b) {
+    if (b && !pm) {
         const float *bp = cg_data(b);
         const int64_t bs = b->strides[0];
 #pragma omp parallel for schedule(static) if (N * out > PAR_THRESHOLD)
@@ -59,13 +107,31 @@ cg_tensor *cg_k_linear(const cg_tensor *x, const cg_tensor *w, const cg_tensor *
                     yp[r * out + j] = bp[j * bs];
         }
     }
+    bool ok = true;
     if (in == 0 && !b)
         memset(yp, 0, sizeof(float) * (size_t)(N * out));
+    else if (pm)
+        ok = cg_bf16_matrix_mul(pm, CG_GEMM_AUTO, 0, N, cg_data(xc), in, 1,
+                                b ? cg_data(b) : NULL, b ? b->strides[0] : 0, yp, out, 1);
     else if (N > 0 && out > 0 && in > 0)
         cg_sgemm(N, out, in, 1.0f, cg_data(xc), in, 1, cg_data(w), w->strides[1], w->strides[0],
                  b ? 1.0f : 0.0f, yp, out, 1);
     cg_release(xc);
+    if (!ok) {
+        cg_release(y);
+        return NULL;
+    }
     return y;
+}
+
+cg_tensor *cg_k_linear(const cg_tensor *x, const cg_tensor *w, const cg_tensor *b)
+{
+    return linear(x, w, b, false);
+}
+
+cg_tensor *cg_k_linear_bf16_packed(const cg_tensor *x, const cg_tensor *w, const cg_tensor *b)
+{
+    return linear(x, w, b, true);
 }
 
 /* Bias gradient: b[j] = sum over rows of g[r, j] for j in [j0, j1), rows in

@@ -93,6 +93,7 @@ bool cg_normal_torch_(cg_tensor *t, cg_mt19937 *g, float mean, float std)
         cg_set_error("normal (PyTorch generator): tensor must be contiguous");
         return false;
     }
+    cg_tensor_modified(t);
     float *d = cg_data(t);
     const int64_t n = cg_numel(t);
     if (n < 16) {

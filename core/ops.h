@@ -157,6 +157,16 @@ cg_tensor *cg_k_dropout(const cg_tensor *a, float p, cg_rng *rng, cg_tensor **ma
 /* Linear layer: y = x W^T + b, x [..., in] (any strides), W [out, in], b
  * [out] or NULL -> [..., out]. One GEMM with the bias pre-written into y. */
 cg_tensor *cg_k_linear(const cg_tensor *x, const cg_tensor *w, const cg_tensor *b);
+/* The same in bf16 precision with W read from a bf16 copy of it
+ * (cg_bf16_matrix) packed at the first call and kept with W's storage
+ * until the storage dies or is written (cg_tensor_modified): a product
+ * with few rows of x (decoding) reads half the bytes and packs nothing.
+ * The result has the bits cg_k_linear gives in bf16 precision. Above
+ * CG_LINEAR_PACKED_MAX_ROWS rows of x it is cg_k_linear (no copy is made).
+ * A storage keeps one packed view: alternating views of one storage
+ * repack. Not for concurrent calls on one W from several threads. */
+#define CG_LINEAR_PACKED_MAX_ROWS 64
+cg_tensor *cg_k_linear_bf16_packed(const cg_tensor *x, const cg_tensor *w, const cg_tensor *b);
 /* Its gradients given g [..., out]: dx [..., in], dW [out, in], db [out]
  * (each may be NULL to skip). */
 bool cg_k_linear_backward(const cg_tensor *x, const cg_tensor *w, const cg_tensor *g,

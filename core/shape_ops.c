@@ -268,6 +268,7 @@ bool cg_k_index_add_(cg_tensor *dst, int dim, const int64_t *ids, int64_t n, con
     int d = cg_norm_dim("index_add_", dim, dst->ndim);
     if (d < 0 || !check_writable("index_add_", dst) || !check_ids("index_add_", dst, dim, d, ids, n))
         return false;
+    cg_tensor_modified(dst);
     bool shape_ok = src->ndim == dst->ndim;
     for (int k = 0; shape_ok && k < dst->ndim; k++)
         shape_ok = src->shape[k] == (k == d ? n : dst->shape[k]);
@@ -441,6 +442,7 @@ bool cg_k_scatter_add_(cg_tensor *dst, int dim, const int64_t *ids, const cg_ten
     if (d < 0 || !check_writable("scatter_add_", dst) ||
         !check_gather_ids("scatter_add_", dst, dim, d, ids, src->ndim, src->shape))
         return false;
+    cg_tensor_modified(dst);
     int64_t n = cg_numel(src);
     if (n == 0)
         return true;

@@ -63,12 +63,16 @@ static cg_storage *storage_new(int64_t numel)
     }
     s->numel = numel;
     s->refcount = 1;
+    s->derived = NULL;
+    s->derived_free = NULL;
     return s;
 }
 
 static void storage_release(cg_storage *s)
 {
     if (s && --s->refcount == 0) {
+        if (s->derived)
+            s->derived_free(s->derived);
         cg_free(s->data);
         free(s);
     }
@@ -344,7 +348,19 @@ static int64_t offset_of(const cg_tensor *t, const int64_t *idx)
 
 float cg_get(const cg_tensor *t, const int64_t *idx) { return t->storage->data[offset_of(t, idx)]; }
 
-void cg_set(cg_tensor *t, const int64_t *idx, float v) { t->storage->data[offset_of(t, idx)] = v; }
+void cg_set(cg_tensor *t, const int64_t *idx, float v)
+{
+    cg_tensor_modified(t);
+    t->storage->data[offset_of(t, idx)] = v;
+}
+
+void cg_tensor_modified(cg_tensor *t)
+{
+    if (t && t->storage && t->storage->derived) {
+        t->storage->derived_free(t->storage->derived);
+        t->storage->derived = NULL;
+    }
+}
 
 float cg_item(const cg_tensor *t)
 {
@@ -476,6 +492,7 @@ bool cg_copy_(cg_tensor *dst, const cg_tensor *src)
                      cg_shape_str(dst, b1, sizeof b1), cg_shape_str(src, b2, sizeof b2));
         return false;
     }
+    cg_tensor_modified(dst);
     int64_t n = cg_numel(dst);
     if (n == 0)
         return true;
@@ -499,6 +516,7 @@ bool cg_fill_(cg_tensor *t, float v)
 {
     if (!t)
         return false;
+    cg_tensor_modified(t);
     int64_t n = cg_numel(t);
     if (n == 0)
         return true;
@@ -696,6 +714,7 @@ uint64_t cg_rng_below(cg_rng *r, uint64_t n)
         int64_t is_ = (t)->ndim ? (t)->strides[(t)->ndim - 1] : 0;                                 \
         int64_t rows_ = inner_ ? n_ / inner_ : 0;                                                  \
         uint64_t seed_ = (r)->seed, base_ = (r)->counter;                                          \
+        cg_tensor_modified(t);                                                                     \
         _Pragma("omp parallel for schedule(static) if (n_ > PAR_THRESHOLD)")                      \
         for (int64_t row = 0; row < rows_; row++) {                                                \
             float *p_ = (t)->storage->data + outer_offset((t), row);                               \

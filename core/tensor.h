@@ -42,6 +42,11 @@ typedef struct cg_storage {
     float *data;      /* 64-byte aligned */
     int64_t numel;    /* elements allocated */
     int refcount;
+    /* A form derived from the data and kept for reuse (the packed bf16
+     * weight of decoding, core/linear.c), or NULL: freed with derived_free
+     * when the storage dies or its data is written (cg_tensor_modified). */
+    void *derived;
+    void (*derived_free)(void *derived);
 } cg_storage;
 
 struct cg_node; /* defined by the autograd layer; opaque here */
@@ -155,6 +160,14 @@ cg_tensor *cg_zeros_like(const cg_tensor *t);
 bool cg_copy_to(const cg_tensor *t, float *out);
 /* Copy src's elements into dst (same shape; any strides on both sides). */
 bool cg_copy_(cg_tensor *dst, const cg_tensor *src);
+/* Say that t's elements were written in place: forms derived from its
+ * storage and kept (the bf16 weights of no-grad products in bf16 precision,
+ * cg_k_linear_bf16_packed) are dropped and remade at their next use. The
+ * library's in-place functions call it (cg_copy_, cg_fill_, cg_set, the
+ * random fills, the in-place kernels, optimizer steps, safetensors loads);
+ * code that writes through cg_data() must call it before the tensor is
+ * used again. NULL is a no-op. */
+void cg_tensor_modified(cg_tensor *t);
 /* A deep copy with fresh contiguous storage (no autograd fields). */
 cg_tensor *cg_clone(const cg_tensor *t);
 /* Fill every element of t (any strides) with v. */

@@ -49,22 +49,9 @@
 #include "models/cli.h"
 #include "models/config_json.h"
 #include "models/seq2seq.h"
+#include "models/train_common.h"
 #include "models/trainer.h"
 #include "optim/optim.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static double cpu_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -137,9 +124,9 @@ static double gemm_gflops(void)
     }
     double best = 1e30;
     for (int r = 0; r < 6; r++) {
-        double t0 = now_s();
+        double t0 = cg_now();
         cg_sgemm(n, n, n, 1.0f, a, n, 1, b, n, 1, 0.0f, c, n, 1);
-        double dt = now_s() - t0;
+        double dt = cg_now() - t0;
         if (r > 0 && dt < best) /* the first run warms up */
             best = dt;
     }
@@ -369,19 +356,19 @@ int main(int argc, char **argv)
     for (long i = 0; i < warmup + steps; i++) {
         int b = (int)(i % NB);
         bm.src = src[b], bm.tin = tin[b], bm.tout = tout[b];
-        double t0 = now_s(), c0 = cpu_s(), loss, ntok;
+        double t0 = cg_now(), c0 = cg_cpu_now(), loss, ntok;
         cg_step_result r = cg_stepper_step(&st, i + 1, &loss, &ntok);
         last_loss = (float)loss;
         if (r != CG_STEP_OK) {
             fprintf(stderr, "bench: step %ld failed: %s\n", i, cg_last_error());
             return 1;
         }
-        double dt = now_s() - t0;
+        double dt = cg_now() - t0;
         if (i == 9)
             rss10 = rss_now_mb();
         if (i >= warmup) {
             times[i - warmup] = dt;
-            cpu[i - warmup] = cpu_s() - c0;
+            cpu[i - warmup] = cg_cpu_now() - c0;
         }
     }
     if (!isfinite(last_loss)) {

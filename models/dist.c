@@ -517,6 +517,7 @@ bool cg_dist_broadcast_tensors(int n, cg_tensor *const *ts)
     }
     int64_t total = 0;
     for (int i = 0; i < n; i++) {
+        cg_tensor_modified(ts[i]); /* the broadcast writes it on every rank but 0 */
         bufs[i] = cg_data(ts[i]);
         len[i] = cg_numel(ts[i]);
         total += len[i];

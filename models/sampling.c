@@ -58,9 +58,9 @@ cg_tensor *cg_charlm_forward_cached(cg_charlm *m, cg_kv_cache *c, const int64_t 
     }
     cg_tensor *h2 = cg_reshape(h, 2, (const int64_t[]){B * n, cfg->d});
     cg_release(h);
-    cg_tensor *wt = cg_transpose(m->tok_emb->weight, 0, 1);
-    cg_tensor *l2 = cg_matmul(h2, wt);
-    cg_release_all(2, h2, wt);
+    /* the tied head as a linear map: in bf16 its packed weight is kept */
+    cg_tensor *l2 = cg_linear_fn(h2, m->tok_emb->weight, NULL);
+    cg_release(h2);
     cg_tensor *logits = cg_reshape(l2, 3, (const int64_t[]){B, n, cfg->vocab});
     cg_release(l2);
     cg_no_grad_end();

@@ -214,8 +214,11 @@ static cg_tensor *head(cg_seq2seq *m, cg_tensor *h, int64_t B, int64_t T)
         cg_release(h);
         return NULL;
     }
-    cg_tensor *l2 = cg_matmul(cg_reshape(h, 2, (const int64_t[]){B * T, m->cfg.d}),
-                              cg_transpose(m->emb->weight, 0, 1));
+    cg_tensor *h2 = cg_reshape(h, 2, (const int64_t[]){B * T, m->cfg.d});
+    /* without a graph (decoding) as a linear map: in bf16 it reads the
+     * weight's packed bf16 copy; the same product in fp32 */
+    cg_tensor *l2 = cg_grad_enabled() ? cg_matmul(h2, cg_transpose(m->emb->weight, 0, 1))
+                                      : cg_linear_fn(h2, m->emb->weight, NULL);
     cg_tensor *logits = cg_keep(cg_reshape(l2, 3, (const int64_t[]){B, T, m->cfg.vocab}));
     cg_scope_end(sc);
     cg_release(h);

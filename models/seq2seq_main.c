@@ -799,6 +799,8 @@ static const char TRANSLATE_HELP[] =
     "  --beam N             beam size; 1 = greedy decoding (default 1)\n"
     "  --length-penalty A   alpha of the beam's ((5+len)/6)^alpha (default 0.6)\n"
     "  --no-cache           recompute the whole prefix at every step (no key/value cache)\n"
+    "  --precision P        fp32 or bf16 matrix products (default: the checkpoint's\n"
+    "                       training precision)\n"
     "  --threads N          threads (default 2)\n";
 
 static int cmd_translate(int argc, char **argv)
@@ -807,23 +809,28 @@ static int cmd_translate(int argc, char **argv)
     int64_t beam = 1, threads = 2;
     double alpha = 0.6;
     bool no_cache = false;
+    const char *precision = NULL;
     const cg_cli_opt opts[] = {
         {"--ckpt", CG_CLI_STR, &ck, 0, 0, NULL},
         {"--beam", CG_CLI_I64, &beam, 1, 1000, NULL},
         {"--length-penalty", CG_CLI_F64, &alpha, -100, 100, NULL},
         {"--threads", CG_CLI_I64, &threads, 1, 1024, NULL},
         {"--no-cache", CG_CLI_SWITCH, &no_cache, 0, 0, NULL},
+        {"--precision", CG_CLI_STR, &precision, 0, 0, NULL},
     };
     char **flags = malloc((size_t)(argc + 1) * sizeof *flags);
     char **pos = malloc((size_t)(argc + 1) * sizeof *pos);
     int nf, np;
     if (!flags || !pos)
         die("out of memory");
-    split_args(argc, argv, opts, 5, flags, &nf, pos, &np);
-    parse_flags(nf, flags, opts, 5, TRANSLATE_HELP);
+    split_args(argc, argv, opts, 6, flags, &nf, pos, &np);
+    parse_flags(nf, flags, opts, 6, TRANSLATE_HELP);
     cg_set_num_threads((int)cg_cli_threads(PROG, threads));
+    cg_precision prec;
     ckpt c;
     ckpt_load(ck, &c);
+    if (!cg_decode_precision(precision, cg_st_metadata(c.file, "train"), ck, &prec))
+        die_lib(NULL);
 
     /* the sentences */
     char **texts = NULL;
@@ -889,6 +896,8 @@ static const char EVAL_HELP[] =
     "  --length-penalty A   alpha of ((5+len)/6)^alpha (default 0.6)\n"
     "  --test-limit N       decode only the first N test pairs (default: all)\n"
     "  --no-cache           recompute the whole prefix at every step (no key/value cache)\n"
+    "  --precision P        fp32 or bf16 matrix products (default: the checkpoint's\n"
+    "                       training precision)\n"
     "  --threads N          threads (default 2)\n";
 
 static int cmd_eval(int argc, char **argv)
@@ -897,6 +906,7 @@ static int cmd_eval(int argc, char **argv)
     int64_t beam = 1, threads = 2, limit = -1;
     double alpha = 0.6;
     bool no_cache = false;
+    const char *precision = NULL;
     const cg_cli_opt opts[] = {
         {"--no-cache", CG_CLI_SWITCH, &no_cache, 0, 0, NULL},
         {"--ckpt", CG_CLI_STR, &ck, 0, 0, NULL},
@@ -905,6 +915,7 @@ static int cmd_eval(int argc, char **argv)
         {"--length-penalty", CG_CLI_F64, &alpha, -100, 100, NULL},
         {"--test-limit", CG_CLI_I64, &limit, 1, 1e9, NULL},
         {"--threads", CG_CLI_I64, &threads, 1, 1024, NULL},
+        {"--precision", CG_CLI_STR, &precision, 0, 0, NULL},
     };
     parse_flags(argc, argv, opts, (int)(sizeof opts / sizeof opts[0]), EVAL_HELP);
     cg_set_num_threads((int)cg_cli_threads(PROG, threads));
@@ -912,10 +923,9 @@ static int cmd_eval(int argc, char **argv)
     ckpt_load(ck, &c);
     int64_t n_valid = 500, n_test = 1000;
     const char *tj = cg_st_metadata(c.file, "train");
-    cg_precision prec; /* the products as trained */
-    if (!cg_train_precision(tj, ck, &prec))
+    cg_precision prec; /* the products as trained, or as --precision says */
+    if (!cg_decode_precision(precision, tj, ck, &prec))
         die_lib(NULL);
-    cg_set_matmul_precision(prec);
     cJSON *st = tj ? cJSON_Parse(tj) : NULL;
     if (st) { /* models/trainer.h: the split sizes are the model's own state
                * (top-level in checkpoints written before the one trainer) */

@@ -14,6 +14,8 @@ extern "C" {
 
 /* Seconds from a monotonic clock. */
 double cg_now(void);
+/* CPU seconds used by the process (all its threads). */
+double cg_cpu_now(void);
 
 /* SIGINT and SIGTERM set a flag (the first time; a second signal gets the
  * default action). The trainer polls it between steps. */

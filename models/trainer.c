@@ -391,6 +391,22 @@ bool cg_train_precision(const char *train_json, const char *ckpt_path, cg_precis
     return ok;
 }
 
+bool cg_decode_precision(const char *arg, const char *train_json, const char *ckpt_path,
+                         cg_precision *out)
+{
+    bool ok;
+    if (arg) {
+        ok = cg_precision_parse(arg, out);
+        if (!ok)
+            cg_set_error("--precision: '%s' is not one of fp32, bf16", arg);
+    } else {
+        ok = cg_train_precision(train_json, ckpt_path, out);
+    }
+    if (ok)
+        cg_set_matmul_precision(*out);
+    return ok;
+}
+
 static char *state_json(const cg_trainer *t, const cg_trainer_model *m)
 {
     const cg_train_opts *o = t->o;

@@ -302,6 +302,12 @@ bool cg_state_put_f64(cJSON *o, const char *key, double v);
 /* The matrix-product precision a checkpoint's "train" metadata recorded
  * (fp32 when it recorded none); false + error when it is malformed. */
 bool cg_train_precision(const char *train_json, const char *ckpt_path, cg_precision *out);
+/* The precision a program decodes or evaluates a checkpoint in, and sets
+ * (cg_set_matmul_precision): `arg` (its --precision flag, "fp32" or
+ * "bf16") when not NULL, else the one the checkpoint was trained in. False
+ * + error naming the flag or the checkpoint otherwise. */
+bool cg_decode_precision(const char *arg, const char *train_json, const char *ckpt_path,
+                         cg_precision *out);
 
 /* Parse a checkpoint's "train" metadata into a cJSON object (caller
  * deletes it) or NULL + error. */

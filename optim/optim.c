@@ -414,6 +414,7 @@ bool cg_optim_step(cg_optim *o)
                 continue; /* no gradient: skipped, as in PyTorch */
             s->step++;
             update_job *u = &jobs[nj++];
+            cg_tensor_modified(s->p); /* the update below writes it */
             u->p = cg_data(s->p);
             u->g = g[i];
             u->n = cg_numel(s->p);

@@ -37,8 +37,9 @@ echo "256-character window without sliding), $threads threads (untrained weights
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 "$charlm" train --preset base --steps 1 --eval-every 1 --threads "$threads" --out "$tmp/base.safetensors" >/dev/null 2>&1
-for mode in cache no-cache; do
+for mode in cache no-cache bf16; do
   extra=""; [ "$mode" = no-cache ] && extra="--no-cache"
+  [ "$mode" = bf16 ] && extra="--precision bf16"   # packed bf16 weights, cached
   "$charlm" sample --ckpt "$tmp/base.safetensors" --prompt "C" --length 255 \
       --seed 1 --threads "$threads" $extra 2>&1 >/dev/null | grep characters/s
 done

@@ -18,6 +18,7 @@
 #include "core/tensor.h"
 #include "nn/module.h"
 #include "nn/transformer.h"
+#include "optim/optim.h"
 #include "testutil.h"
 
 static float from_bits(uint32_t u) {
@@ -349,6 +350,256 @@ START_TEST(test_layer_gradients) {
 }
 END_TEST
 
+
+/* ------------------------------------------------ prepacked bf16 weights */
+
+/* y = x W^T (+ bias) on a packed W, against cg_sgemm_path on the same path
+ * (bit for bit, y prefilled with the bias and beta 1 as a linear layer does)
+ * and against float64 within the bf16 bound; W and x in several layouts,
+ * M = 1..8 and beyond a tile, odd N and K across the tile and k block. */
+static void matrix_case(cg_rng *rng, cg_gemm_path path, int64_t M, int64_t N, int64_t K, int lw,
+                        int lx, bool padded_y, bool with_bias) {
+    int64_t rsw, csw, rsx, csx;
+    size_t nw, nx;
+    layout(lw, N, K, &rsw, &csw, &nw);
+    layout(lx, M, K, &rsx, &csx, &nx);
+    const int64_t rsy = padded_y ? N + 3 : N;
+    const size_t ny = (size_t)((M - 1) * rsy + N);
+    float *w = rand_buf(rng, nw), *x = rand_buf(rng, nx), *bias = rand_buf(rng, (size_t)N);
+    float *y = malloc(ny * sizeof(float)), *ref = malloc(ny * sizeof(float));
+    for (size_t i = 0; i < ny; i++) y[i] = ref[i] = NAN; /* gaps must stay untouched */
+    cg_bf16_matrix *pw = cg_bf16_matrix_new(N, K, w, rsw, csw);
+    ck_assert_ptr_nonnull(pw);
+    ck_assert_int_eq(cg_bf16_matrix_rows(pw), N);
+    ck_assert_int_eq(cg_bf16_matrix_cols(pw), K);
+    ck_assert(cg_bf16_matrix_bytes(pw) >= (size_t)(N * K) * 2);
+    ck_assert(cg_bf16_matrix_mul(pw, path, 1, M, x, rsx, csx, with_bias ? bias : NULL, 1, y, rsy,
+                                 1));
+    if (with_bias)
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < N; j++) ref[i * rsy + j] = bias[j];
+    ck_assert(cg_sgemm_path(path, 1, M, N, K, 1.0f, x, rsx, csx, w, csw, rsw,
+                            with_bias ? 1.0f : 0.0f, ref, rsy, 1));
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++) {
+            const float got = y[i * rsy + j];
+            if (to_bits(got) != to_bits(ref[i * rsy + j]))
+                ck_abort_msg("%s %lldx%lldx%lld layouts %d%d bias %d: packed %a, gemm %a at "
+                             "[%lld,%lld]", cg_gemm_path_name(path), (long long)M, (long long)N,
+                             (long long)K, lw, lx, (int)with_bias, (double)got,
+                             (double)ref[i * rsy + j], (long long)i, (long long)j);
+            double sx = with_bias ? bias[j] : 0.0, mag = with_bias ? fabs(bias[j]) : 0.0;
+            for (int64_t p = 0; p < K; p++) {
+                double t = (double)x[i * rsx + p * csx] * w[j * rsw + p * csw];
+                sx += t;
+                mag += fabs(t);
+            }
+            if (!(fabs(got - sx) <= (0x1p-7 + 0x1p-24 * (double)(K + 3)) * mag + 1e-30))
+                ck_abort_msg("packed %lldx%lldx%lld: y[%lld,%lld] = %.9g, exact %.9g",
+                             (long long)M, (long long)N, (long long)K, (long long)i,
+                             (long long)j, (double)got, sx);
+        }
+    if (padded_y) /* the row gaps were not written */
+        for (int64_t i = 0; i + 1 < M; i++)
+            for (int64_t j = N; j < rsy; j++) ck_assert(isnan(y[i * rsy + j]));
+    cg_bf16_matrix_free(pw);
+    free(w);
+    free(x);
+    free(bias);
+    free(y);
+    free(ref);
+}
+
+START_TEST(test_matrix_against_gemm) {
+    cg_rng rng = cg_rng_new(21);
+    const cg_gemm_path path = cg_gemm_path_available(CG_GEMM_BF16) ? CG_GEMM_BF16
+                                                                   : CG_GEMM_BF16_EMULATED;
+    const int64_t nk[][2] = {{1, 1}, {31, 15}, {33, 17}, {97, 385}, {65, 769}, {7, 2}};
+    const int64_t ms[] = {1, 2, 3, 4, 5, 6, 7, 8, 13, 25};
+    for (size_t a = 0; a < sizeof nk / sizeof nk[0]; a++)
+        for (size_t b = 0; b < sizeof ms / sizeof ms[0]; b++) {
+            const int v = (int)(a + b);
+            matrix_case(&rng, path, ms[b], nk[a][0], nk[a][1], v % 4, (v / 2) % 4, v % 3 == 0,
+                        v % 2 == 0);
+        }
+    /* the shapes of charlm base decoding: q/k/v/o, fc1, fc2, the head */
+    matrix_case(&rng, path, 1, 384, 384, 0, 0, false, true);
+    matrix_case(&rng, path, 1, 1536, 384, 0, 0, false, true);
+    matrix_case(&rng, path, 2, 384, 1536, 0, 0, false, true);
+    matrix_case(&rng, path, 1, 65, 384, 0, 0, false, false);
+    /* the emulation on its own, whatever the CPU */
+    matrix_case(&rng, CG_GEMM_BF16_EMULATED, 3, 97, 385, 1, 2, true, true);
+}
+END_TEST
+
+/* The emulated product gives the native bits (nasty inputs included), and
+ * 1 and 2 threads give the same bits on both paths. */
+START_TEST(test_matrix_paths_threads) {
+    cg_rng rng = cg_rng_new(23);
+    const int64_t dims[][3] = {{1, 1536, 384}, {3, 385, 769}, {8, 97, 33}, {1, 4100, 9}};
+    const cg_gemm_path paths[] = {CG_GEMM_BF16, CG_GEMM_BF16_EMULATED};
+    for (int d = 0; d < 4; d++) {
+        const int64_t M = dims[d][0], N = dims[d][1], K = dims[d][2];
+        float *w = d % 2 ? nasty_buf(&rng, (size_t)(N * K)) : rand_buf(&rng, (size_t)(N * K));
+        float *x = d % 2 ? nasty_buf(&rng, (size_t)(M * K)) : rand_buf(&rng, (size_t)(M * K));
+        float *bias = rand_buf(&rng, (size_t)N);
+        float *y[2][2];
+        cg_bf16_matrix *pw = cg_bf16_matrix_new(N, K, w, K, 1);
+        ck_assert_ptr_nonnull(pw);
+        for (int p = 0; p < 2; p++)
+            for (int t = 0; t < 2; t++) {
+                y[p][t] = malloc((size_t)(M * N) * sizeof(float));
+                if (!cg_gemm_path_available(paths[p])) {
+                    memset(y[p][t], 0, (size_t)(M * N) * sizeof(float));
+                    continue;
+                }
+                ck_assert(cg_bf16_matrix_mul(pw, paths[p], t + 1, M, x, K, 1, bias, 1, y[p][t],
+                                             N, 1));
+            }
+        for (int p = 0; p < 2; p++)
+            ck_assert_msg(memcmp(y[p][0], y[p][1], (size_t)(M * N) * sizeof(float)) == 0,
+                          "%s %lldx%lldx%lld: 1 vs 2 threads differ", cg_gemm_path_name(paths[p]),
+                          (long long)M, (long long)N, (long long)K);
+        if (cg_gemm_path_available(CG_GEMM_BF16))
+            for (int64_t i = 0; i < M * N; i++)
+                if (to_bits(y[0][0][i]) != to_bits(y[1][0][i]) &&
+                    !(isnan(y[0][0][i]) && isnan(y[1][0][i])))
+                    ck_abort_msg("packed %lldx%lldx%lld: native %a, emulated %a at %lld",
+                                 (long long)M, (long long)N, (long long)K, (double)y[0][0][i],
+                                 (double)y[1][0][i], (long long)i);
+        for (int p = 0; p < 2; p++)
+            for (int t = 0; t < 2; t++) free(y[p][t]);
+        cg_bf16_matrix_free(pw);
+        free(w);
+        free(x);
+        free(bias);
+    }
+    /* bad arguments: an error, no crash */
+    ck_assert_ptr_null(cg_bf16_matrix_new(0, 3, (float[]){1}, 1, 1));
+    ck_assert_ptr_null(cg_bf16_matrix_new(2, 3, NULL, 3, 1));
+    ck_assert(!cg_bf16_matrix_mul(NULL, CG_GEMM_AUTO, 0, 1, (float[]){1}, 1, 1, NULL, 1,
+                                  (float[]){0}, 1, 1));
+    cg_bf16_matrix *one = cg_bf16_matrix_new(1, 1, (float[]){2}, 1, 1);
+    ck_assert(!cg_bf16_matrix_mul(one, CG_GEMM_SKX, 0, 1, (float[]){1}, 1, 1, NULL, 1,
+                                  (float[]){0}, 1, 1));
+    cg_bf16_matrix_free(one);
+    cg_bf16_matrix_free(NULL);
+}
+END_TEST
+
+/* The bf16 reference of a linear layer: cg_affine with a graph (grad on),
+ * i.e. the bf16 GEMM path, never the packed weight. */
+static float *affine_ref(cg_linear *l, cg_tensor *x) {
+    cg_tensor *y = cg_affine(x, l->weight, l->bias);
+    ck_assert_ptr_nonnull(y);
+    float *v = cg_test_values(y);
+    cg_release(y);
+    return v;
+}
+
+static float *packed_out(cg_linear *l, cg_tensor *x) {
+    cg_no_grad_begin();
+    cg_tensor *y = cg_linear_forward(l, x);
+    cg_no_grad_end();
+    ck_assert_msg(y != NULL, "%s", cg_last_error());
+    float *v = cg_test_values(y);
+    cg_release(y);
+    return v;
+}
+
+/* nn's inference path in bf16 reads a packed bf16 copy of the weight: the
+ * same bits as the graph's bf16 product; made once, only without a graph,
+ * only for few rows, and never used after the weight is written (an
+ * optimizer step, an in-place op, a write through cg_data() announced with
+ * cg_tensor_modified). fp32 never makes one. */
+START_TEST(test_packed_linear_refresh) {
+    cg_rng rng = cg_rng_new(31);
+    const int64_t in = 385, out = 97, M = 3;
+    cg_linear *l = cg_linear_new(in, out, true, &rng);
+    ck_assert_ptr_nonnull(l);
+    ck_assert(cg_normal_(l->bias, &rng, 0.0f, 1.0f));
+    cg_tensor *x = cg_randn(&rng, CG_SHAPE(1, M, in));
+    cg_tensor *big = cg_randn(&rng, CG_SHAPE(CG_LINEAR_PACKED_MAX_ROWS + 1, in));
+    cg_storage *ws = l->weight->storage;
+    const size_t bytes = (size_t)(M * out) * sizeof(float);
+
+    float *y = packed_out(l, x); /* fp32: no copy */
+    ck_assert_ptr_null(ws->derived);
+    free(y);
+    cg_set_matmul_precision(CG_PRECISION_BF16);
+    float *ref = affine_ref(l, x);
+    ck_assert_ptr_null(ws->derived); /* a graph: the GEMM, no copy */
+    y = packed_out(l, big);
+    ck_assert_ptr_null(ws->derived); /* many rows: the GEMM, no copy */
+    free(y);
+    y = packed_out(l, x);
+    ck_assert_ptr_nonnull(ws->derived);
+    ck_assert_mem_eq(y, ref, bytes);
+    const void *kept = ws->derived;
+    free(y);
+    y = packed_out(l, x); /* the kept copy is reused */
+    ck_assert_ptr_eq(ws->derived, kept);
+    ck_assert_mem_eq(y, ref, bytes);
+    free(y);
+    free(ref);
+
+    /* an optimizer step changes W: the copy is dropped and remade */
+    cg_tensor *fx = cg_affine(x, l->weight, l->bias), *loss = cg_sum_all(fx);
+    ck_assert(cg_backward(loss, NULL, false));
+    cg_optim *o = cg_sgd_from_module(CG_MODULE(l), 0.5);
+    ck_assert(cg_optim_step(o));
+    ck_assert_ptr_null(ws->derived);
+    ref = affine_ref(l, x);
+    y = packed_out(l, x);
+    ck_assert_mem_eq(y, ref, bytes);
+    free(y);
+    free(ref);
+    /* in-place ops and announced raw writes */
+    for (int w = 0; w < 3; w++) {
+        float *before = packed_out(l, x);
+        ck_assert_ptr_nonnull(ws->derived);
+        if (w == 0)
+            ck_assert(cg_k_muls_(l->weight, -2.0f));
+        else if (w == 1) {
+            cg_tensor *r = cg_randn(&rng, CG_SHAPE(out, in));
+            ck_assert(cg_copy_(l->weight, r));
+            cg_release(r);
+        }
+        else {
+            cg_data(l->weight)[5] += 100.0f;
+            cg_tensor_modified(l->weight);
+        }
+        ck_assert_ptr_null(ws->derived);
+        ref = affine_ref(l, x);
+        y = packed_out(l, x);
+        ck_assert_mem_eq(y, ref, bytes);
+        ck_assert_msg(memcmp(y, before, bytes) != 0, "write %d: the output did not change", w);
+        free(y);
+        free(ref);
+        free(before);
+    }
+    /* a transposed view of the same storage gets its own copy */
+    cg_tensor *wtv = cg_transpose(l->weight, 0, 1);
+    cg_tensor *wt = cg_contiguous(wtv);     /* [in, out] */
+    cg_tensor *tv = cg_transpose(wt, 0, 1); /* [out, in] view */
+    cg_release(wtv);
+    cg_no_grad_begin();
+    cg_tensor *a = cg_linear_fn(x, tv, NULL);
+    cg_no_grad_end();
+    cg_tensor *b = cg_affine(x, tv, NULL);
+    ck_assert(a && b);
+    float *va = cg_test_values(a), *vb = cg_test_values(b);
+    ck_assert_mem_eq(va, vb, bytes);
+    free(va);
+    free(vb);
+    cg_release_all(4, a, b, wt, tv);
+    cg_set_matmul_precision(CG_PRECISION_FP32);
+    cg_optim_free(o);
+    cg_release_all(4, x, big, fx, loss);
+    cg_module_free(CG_MODULE(l));
+}
+END_TEST
+
 static Suite *bf16_suite(void) {
     Suite *s = suite_create("bf16");
     TCase *tc = tcase_create("gemm");
@@ -360,6 +611,12 @@ static Suite *bf16_suite(void) {
     tcase_add_test(tc, test_precision_switch);
     tcase_add_test(tc, test_layer_gradients);
     suite_add_tcase(s, tc);
+    TCase *tm = tcase_create("matrix");
+    tcase_set_timeout(tm, 300);
+    tcase_add_test(tm, test_matrix_against_gemm);
+    tcase_add_test(tm, test_matrix_paths_threads);
+    tcase_add_test(tm, test_packed_linear_refresh);
+    suite_add_tcase(s, tm);
     return s;
 }
 

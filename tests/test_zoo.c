@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "core/gemm.h"
 #include "models/charlm.h"
 #include "models/checkpoint.h"
 #include "models/cli.h"
@@ -151,6 +152,52 @@ START_TEST(test_sampling_reproducible)
     ck_assert_mem_eq(a, b, 13 * sizeof *a);
     free(a);
     free(b);
+    cg_charlm_free(m);
+}
+END_TEST
+
+/* Decoding in bf16 (the packed bf16 weights): the cached sampler draws the
+ * tokens of the uncached one, its logits stay within bf16 rounding of the
+ * fp32 ones, and switching back to fp32 gives the fp32 tokens again. */
+START_TEST(test_sampling_bf16)
+{
+    cg_charlm *m = tiny_model(true, CG_NORM_LAYERNORM, CG_ACT_GELU, 8);
+    int64_t prompt[3] = {1, 2, 3};
+    cg_sample_opts o = {.temperature = 1.0, .top_k = 0, .top_p = 1};
+    cg_rng r0 = cg_rng_new(13);
+    int64_t *f32 = cg_charlm_generate(m, prompt, 3, 30, &o, &r0, true, NULL, NULL);
+    ck_assert_ptr_nonnull(f32);
+    cg_no_grad_begin();
+    cg_tensor *l32 = cg_charlm_forward(m, prompt, 1, 3);
+    cg_no_grad_end();
+    ck_assert_ptr_nonnull(l32);
+    cg_set_matmul_precision(CG_PRECISION_BF16);
+    cg_rng r1 = cg_rng_new(13), r2 = cg_rng_new(13);
+    int64_t *a = cg_charlm_generate(m, prompt, 3, 30, &o, &r1, true, NULL, NULL);
+    int64_t *b = cg_charlm_generate(m, prompt, 3, 30, &o, &r2, false, NULL, NULL);
+    ck_assert(a && b);
+    ck_assert_mem_eq(a, b, 33 * sizeof *a); /* 30 tokens: the window slides */
+    /* the cached logits: bf16 products, close to fp32 */
+    cg_kv_cache *c = cg_charlm_kv_cache_new(m);
+    cg_tensor *l16 = cg_charlm_forward_cached(m, c, prompt, 1, 3);
+    ck_assert_msg(l16 != NULL, "%s", cg_last_error());
+    float *v32 = cg_test_values(l32), *v16 = cg_test_values(l16);
+    CG_ASSERT_CLOSE(v16, v32, 3 * m->cfg.vocab, 2e-2, 2e-2);
+    ck_assert_msg(memcmp(v16, v32, (size_t)(3 * m->cfg.vocab) * sizeof(float)) != 0,
+                  "bf16 decoding gave the fp32 bits: the products did not run in bf16");
+    free(v32);
+    free(v16);
+    cg_release_all(2, l16, l32);
+    cg_kv_cache_free(c);
+    cg_set_matmul_precision(CG_PRECISION_FP32);
+    cg_rng r3 = cg_rng_new(13);
+    int64_t *d = cg_charlm_generate(m, prompt, 3, 30, &o, &r3, true, NULL, NULL);
+    ck_assert_ptr_nonnull(d);
+    ck_assert_mem_eq(d, f32, 33 * sizeof *d);
+    free(a);
+    free(b);
+    free(d);
+    free(f32);
     cg_charlm_free(m);
 }
 END_TEST
@@ -873,6 +920,7 @@ static Suite *zoo_suite(void)
     TCase *t = tcase_create("sampling");
     tcase_add_test(t, test_kv_cache_matches_full);
     tcase_add_test(t, test_sampling_reproducible);
+    tcase_add_test(t, test_sampling_bf16);
     tcase_add_test(t, test_sample_logits_filters);
     tcase_add_test(t, test_vocab_and_utf8);
     tcase_add_test(t, test_checkpoint_round_trip);
