@@ -60,71 +60,6 @@ static cg_corpus *read_corpus(const char *path, const cg_vocab *vocab, cg_vocab 
     return c;
 }
 
-/* ------------------------------------------------------------ evaluation */
-/* Mean loss over EVAL_BATCHES batches from a generator seeded EVAL_SEED. */
-static bool sampled_loss(cg_charlm *m, cg_split_view s, int64_t B, int64_t T, int64_t *x,
-                         int64_t *y, double *out)
-{
-    cg_rng gen = cg_rng_new(EVAL_SEED);
-    double total = 0;
-    for (int i = 0; i < EVAL_BATCHES; i++) {
-        if (!cg_get_batch(s, B, T, &gen, x, y))
-            return false;
-        cg_tensor *logits = cg_charlm_forward(m, x, B, T);
-        cg_tensor *loss = cg_charlm_loss(m, logits, y);
-        cg_release(logits);
-        if (!loss)
-            return false;
-        total += cg_item(loss);
-        cg_release(loss);
-    }
-    *out = total / EVAL_BATCHES;
-    return true;
-}
-
-/* The reference's full_split_loss: all (len-1)/T consecutive windows. */
-static bool full_split_loss(cg_charlm *m, cg_split_view s, int64_t T, double *out, int64_t *nwin)
-{
-    const int64_t chunk = 64;
-    int64_t n = (s.n - 1) / T;
-    if (n < 1) {
-        cg_set_error("the validation split (%lld characters) is shorter than one window of %lld+1",
-                     (long long)s.n, (long long)T);
-        return false;
-    }
-    int64_t *x = malloc((size_t)(chunk * T) * sizeof *x), *y = malloc((size_t)(chunk * T) * sizeof *y);
-    if (!x || !y) {
-        free(x);
-        free(y);
-        cg_set_error("out of memory");
-        return false;
-    }
-    bool was_training = m->base.training;
-    cg_module_train(CG_MODULE(m), false);
-    cg_no_grad_begin();
-    double total = 0;
-    bool ok = true;
-    for (int64_t st = 0; ok && st < n; st += chunk) {
-        int64_t b = n - st < chunk ? n - st : chunk;
-        for (int64_t i = 0; i < b; i++) {
-            cg_split_window(s, (st + i) * T, T, x + i * T, y + i * T);
-        }
-        cg_tensor *logits = cg_charlm_forward(m, x, b, T);
-        cg_tensor *loss = cg_charlm_loss(m, logits, y);
-        cg_release(logits);
-        ok = loss != NULL;
-        if (ok)
-            total += (double)cg_item(loss) * (double)b;
-        cg_release(loss);
-    }
-    cg_no_grad_end();
-    cg_module_train(CG_MODULE(m), was_training);
-    free(x);
-    free(y);
-    *out = total / (double)n;
-    *nwin = n;
-    return ok;
-}
 /* ------------------------------------------------------------------ train */
 static const char TRAIN_HELP[] =
     "usage: charlm train [options]\n"
@@ -197,12 +132,8 @@ static bool lm_evaluate(void *self, int64_t step, cg_eval_result *e)
 {
     (void)step;
     lm_run *r = self;
-    cg_module_train(CG_MODULE(r->model), false);
-    cg_no_grad_begin();
-    bool ok = sampled_loss(r->model, r->tr, r->B, r->T, r->x, r->y, &r->tl) &&
-              sampled_loss(r->model, r->va, r->B, r->T, r->x, r->y, &r->vl);
-    cg_no_grad_end();
-    cg_module_train(CG_MODULE(r->model), true);
+    bool ok = cg_charlm_sampled_loss(r->model, r->tr, r->B, r->T, EVAL_BATCHES, EVAL_SEED, &r->tl) &&
+              cg_charlm_sampled_loss(r->model, r->va, r->B, r->T, EVAL_BATCHES, EVAL_SEED, &r->vl);
     e->train = r->tl;
     e->val = r->vl;
     return ok;
@@ -214,7 +145,7 @@ static bool lm_finish(void *self, const cg_trainer *t, cg_jline *j)
     lm_run *r = self;
     double val_loss;
     int64_t nwin;
-    if (!full_split_loss(r->model, r->va, r->T, &val_loss, &nwin))
+    if (!cg_charlm_full_loss(r->model, r->va, r->T, &val_loss, &nwin))
         return false;
     fprintf(stderr, PROG ": full validation split: %lld windows of %lld, loss %.4f\n",
             (long long)nwin, (long long)r->T, val_loss);
@@ -419,61 +350,34 @@ static const char *SAMPLE_HELP =
     "  --threads N         threads for kernels\n"
     "Prints the prompt followed by the generated text.\n";
 
-static void describe_char(uint32_t c, char *buf, size_t n)
-{
-    if (c >= 0x20 && c != 0x7f) {
-        char u[5] = {0};
-        cg_utf8_put(c, u);
-        snprintf(buf, n, "'%s' (U+%04X)", u, (unsigned)c);
-    } else {
-        snprintf(buf, n, "U+%04X", (unsigned)c);
-    }
-}
-
 /* Attention heatmaps (layer x head) of a full forward over ids[0..n). */
 static bool write_attention_png(cg_charlm *m, const cg_vocab *v, const int64_t *ids, int64_t n,
                                 const char *path)
 {
-    int64_t L = m->cfg.layers, H = m->cfg.H;
-    if (L < 1) {
-        cg_set_error("the model has no attention layers to draw");
-        return false;
+    char(*chars)[5] = calloc((size_t)n, sizeof *chars);
+    const char **labels = malloc((size_t)n * sizeof *labels);
+    cg_mha **mods = malloc((size_t)(m->cfg.layers + 1) * sizeof *mods);
+    bool ok = chars && labels && mods;
+    for (int64_t i = 0; ok && i < n; i++) {
+        cg_utf8_put(v->chars[ids[i]], chars[i]);
+        labels[i] = chars[i];
     }
+    for (int64_t l = 0; ok && l < m->cfg.layers; l++)
+        mods[l] = m->block[l]->attn;
     cg_module_keep_attention_weights(CG_MODULE(m), true);
     cg_module_train(CG_MODULE(m), false);
     cg_no_grad_begin();
-    cg_tensor *logits = cg_charlm_forward(m, ids, 1, n);
+    cg_tensor *logits = ok ? cg_charlm_forward(m, ids, 1, n) : NULL;
     cg_no_grad_end();
-    bool ok = logits != NULL;
-    cg_release(logits);
-    float *vals = ok ? malloc((size_t)(L * H * n * n) * sizeof *vals) : NULL;
-    uint32_t *chars = ok ? malloc((size_t)n * sizeof *chars) : NULL;
-    cg_heatmap_panel *panels = ok ? calloc((size_t)(L * H), sizeof *panels) : NULL;
-    char (*titles)[64] = ok ? calloc((size_t)(L * H), sizeof *titles) : NULL;
-    ok = ok && vals && chars && panels && titles;
-    for (int64_t i = 0; ok && i < n; i++)
-        chars[i] = v->chars[ids[i]];
-    for (int64_t l = 0; ok && l < L; l++) {
-        cg_tensor *w = m->block[l]->attn->weights; /* [1,H,n,n] */
-        ok = w && cg_numel(w) == H * n * n && cg_copy_to(w, vals + l * H * n * n);
-        for (int64_t h = 0; ok && h < H; h++) {
-            cg_heatmap_panel *p = &panels[l * H + h];
-            snprintf(titles[l * H + h], sizeof titles[0], "layer %lld head %lld", (long long)l,
-                     (long long)h);
-            *p = (cg_heatmap_panel){.title = titles[l * H + h], .rows = (int)n, .cols = (int)n,
-                                    .values = vals + (l * H + h) * n * n, .row_chars = chars,
-                                    .col_chars = chars};
-        }
-    }
+    ok = logits && cg_plot_attention_of(path, "charlm attention (rows: queries, columns: keys)",
+                                        (int)m->cfg.layers, mods, (int)n, (int)n, labels, labels);
     if (!ok && !cg_has_error())
-        cg_set_error("could not collect the attention weights");
-    ok = ok && cg_plot_heatmaps(path, "charlm attention (rows: queries, columns: keys)", (int)L,
-                                (int)H, panels, 0.0f, 1.0f);
+        cg_set_error("out of memory");
+    cg_release(logits);
     cg_module_keep_attention_weights(CG_MODULE(m), false);
-    free(vals);
     free(chars);
-    free(panels);
-    free(titles);
+    free(labels);
+    free(mods);
     return ok;
 }
 
@@ -521,8 +425,8 @@ static int cmd_sample(int argc, char **argv)
     int64_t unknown = cg_vocab_encode(ck.vocab, cps, n, ids, &first);
     if (unknown > 0) {
         char a[48], b[48];
-        describe_char(first, a, sizeof a);
-        describe_char(ck.vocab->chars[ck.vocab->unk], b, sizeof b);
+        cg_utf8_describe(first, a, sizeof a);
+        cg_utf8_describe(ck.vocab->chars[ck.vocab->unk], b, sizeof b);
         cg_prog_warn("%lld prompt character(s) are not in the vocabulary (first %s); they are read as %s",
              (long long)unknown, a, b);
     }
@@ -600,16 +504,11 @@ static int cmd_eval(int argc, char **argv)
     }
     cg_set_matmul_precision(prec);
     int rc = 1;
-    char *data_copy = NULL;
     cg_corpus *corpus = NULL;
-    if (!data) {
-        cJSON *o = cJSON_Parse(cg_charlm_ckpt_train_json(&ck) ? cg_charlm_ckpt_train_json(&ck)
-                                                               : "{}");
-        const cJSON *dj = cJSON_GetObjectItemCaseSensitive(o, "data");
-        if (cJSON_IsString(dj))
-            data_copy = strdup(dj->valuestring);
-        cJSON_Delete(o);
-        data = data_copy ? data_copy : DEFAULT_DATA;
+    char *data_copy = cg_train_data_path(cg_charlm_ckpt_train_json(&ck), data, DEFAULT_DATA);
+    if (!(data = data_copy)) {
+        rc = cg_prog_fail_lib(NULL);
+        goto done;
     }
     cg_data_id id;
     corpus = read_corpus(data, ck.vocab, NULL, &id);
@@ -619,14 +518,14 @@ static int cmd_eval(int argc, char **argv)
     }
     if (corpus->unknown > 0) {
         char a[48];
-        describe_char(corpus->first_unknown, a, sizeof a);
+        cg_utf8_describe(corpus->first_unknown, a, sizeof a);
         cg_prog_warn("'%s' has %lld character(s) outside the vocabulary (first %s); they are read as "
              "the substitute character",
              data, (long long)corpus->unknown, a);
     }
     double loss;
     int64_t nwin, T = ck.model->cfg.max_len;
-    if (!full_split_loss(ck.model, cg_corpus_val(corpus), T, &loss, &nwin)) {
+    if (!cg_charlm_full_loss(ck.model, cg_corpus_val(corpus), T, &loss, &nwin)) {
         rc = cg_prog_fail("'%s': %s", data, cg_last_error());
         goto done;
     }

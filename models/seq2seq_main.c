@@ -906,43 +906,19 @@ static char **id_labels(const cg_pair_vocab *v, const int64_t *ids, int64_t n)
     return l;
 }
 
-static void draw(const char *dir, const char *file, const char *title, int layers, int H,
+static void draw(const char *dir, const char *file, const char *title, int layers,
                  cg_mha *const *mods, int64_t Tq, int64_t Tk, char **rl, char **cl)
 {
-    cg_heatmap_panel *p = calloc((size_t)(layers * H), sizeof *p);
-    char (*titles)[48] = calloc((size_t)(layers * H), sizeof *titles);
-    float **vals = calloc((size_t)layers, sizeof *vals);
-    if (!p || !titles || !vals)
-        die("out of memory");
-    for (int i = 0; i < layers; i++) {
-        cg_tensor *w = mods[i]->weights;
-        if (!w || w->ndim != 4 || w->shape[2] != Tq || w->shape[3] != Tk)
-            die("attention weights of layer %d were not recorded", i);
-        vals[i] = malloc((size_t)cg_numel(w) * sizeof(float));
-        if (!vals[i] || !cg_copy_to(w, vals[i]))
-            die("out of memory");
-        for (int h = 0; h < H; h++) {
-            int k = i * H + h;
-            snprintf(titles[k], sizeof titles[k], "layer %d head %d", i, h);
-            p[k] = (cg_heatmap_panel){titles[k], (int)Tq, (int)Tk, vals[i] + h * Tq * Tk,
-                                      (const char *const *)rl, (const char *const *)cl, NULL,
-                                      NULL};
-        }
-    }
     size_t plen = strlen(dir) + strlen(file) + 2;
     char *path = malloc(plen);
     if (!path)
         die("out of memory");
     snprintf(path, plen, "%s/%s", dir, file);
-    if (!cg_plot_heatmaps(path, title, layers, H, p, 0.0f, 1.0f))
+    if (!cg_plot_attention_of(path, title, layers, mods, (int)Tq, (int)Tk,
+                              (const char *const *)rl, (const char *const *)cl))
         die("%s: %s", path, cg_last_error());
     printf("%s\n", path);
     free(path);
-    for (int i = 0; i < layers; i++)
-        free(vals[i]);
-    free(vals);
-    free(titles);
-    free(p);
 }
 
 static int cmd_attention(int argc, char **argv)
@@ -1012,22 +988,22 @@ static int cmd_attention(int argc, char **argv)
     cg_release(logits);
 
     char **sl = id_labels(&c.vocab, src, S), **tl = id_labels(&c.vocab, tin, T);
-    int H = (int)m->cfg.H, ne = m->encoder->n_layers, nd = m->decoder->n_layers;
+    int ne = m->encoder->n_layers, nd = m->decoder->n_layers;
     cg_mha **mods = malloc((size_t)(ne + nd + 1) * sizeof *mods);
     if (!mods)
         die("out of memory");
     if (ne > 0) {
         for (int i = 0; i < ne; i++)
             mods[i] = m->encoder->layers[i]->self_attn;
-        draw(dir, "encoder_self.png", "encoder self-attention", ne, H, mods, S, S, sl, sl);
+        draw(dir, "encoder_self.png", "encoder self-attention", ne, mods, S, S, sl, sl);
     }
     if (nd > 0) {
         for (int i = 0; i < nd; i++)
             mods[i] = m->decoder->layers[i]->self_attn;
-        draw(dir, "decoder_self.png", "decoder self-attention", nd, H, mods, T, T, tl, tl);
+        draw(dir, "decoder_self.png", "decoder self-attention", nd, mods, T, T, tl, tl);
         for (int i = 0; i < nd; i++)
             mods[i] = m->decoder->layers[i]->cross_attn;
-        draw(dir, "cross.png", "cross-attention (rows: decoder input, columns: source)", nd, H,
+        draw(dir, "cross.png", "cross-attention (rows: decoder input, columns: source)", nd,
              mods, T, S, tl, sl);
     }
     strings_free(sl, S);

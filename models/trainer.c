@@ -586,6 +586,17 @@ bool cg_train_data_check(const char *train_json, const char *ckpt_path, const cg
     return ok;
 }
 
+char *cg_train_data_path(const char *train_json, const char *given, const char *default_data)
+{
+    cJSON *s = !given && train_json ? cJSON_Parse(train_json) : NULL;
+    const cJSON *dj = cJSON_GetObjectItemCaseSensitive(s, "data");
+    char *p = strdup(given ? given : cJSON_IsString(dj) ? dj->valuestring : default_data);
+    cJSON_Delete(s);
+    if (!p)
+        cg_set_error("out of memory");
+    return p;
+}
+
 double cg_trainer_recent_loss(const cg_trainer *t)
 {
     double s = 0;

@@ -280,6 +280,10 @@ bool cg_trainer_set_data(cg_trainer *t, const cg_data_id *id);
 /* The same check for a checkpoint's "train" metadata (eval): true when it
  * recorded no identity or id is the same data; false + error otherwise. */
 bool cg_train_data_check(const char *train_json, const char *ckpt_path, const cg_data_id *id);
+/* The data an eval reads: `given` when not NULL, else the path that a
+ * checkpoint's "train" metadata recorded, else default_data; a malloc'd
+ * copy or NULL + error. */
+char *cg_train_data_path(const char *train_json, const char *given, const char *default_data);
 /* Train from t->start to o->steps (or a stop), then finish: save, the
  * model's final evaluation, the JSON line. Returns the exit code. */
 int cg_trainer_run(cg_trainer *t, const cg_trainer_model *m);

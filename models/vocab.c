@@ -2,6 +2,7 @@
 #include "models/vocab.h"
 
 #include <cjson/cJSON.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -58,6 +59,17 @@ bad:
 uint32_t *cg_utf8_decode(const char *s, size_t len, const char *name, int64_t *n)
 {
     return utf8_decode(s, len, name, n, true);
+}
+
+void cg_utf8_describe(uint32_t c, char *buf, size_t n)
+{
+    if (c >= 0x20 && c != 0x7f) {
+        char u[5] = {0};
+        cg_utf8_put(c, u);
+        snprintf(buf, n, "'%s' (U+%04X)", u, (unsigned)c);
+    } else {
+        snprintf(buf, n, "U+%04X", (unsigned)c);
+    }
 }
 
 int cg_utf8_put(uint32_t c, char *buf)

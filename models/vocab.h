@@ -33,6 +33,9 @@ uint32_t *cg_utf8_decode(const char *s, size_t len, const char *name, int64_t *n
 /* Append the UTF-8 form of code point c to buf (at least 4 bytes free);
  * returns the number of bytes written. */
 int cg_utf8_put(uint32_t c, char *buf);
+/* A character for a message: "'x' (U+0078)", or "U+000A" for a control
+ * character, into buf (n bytes; 24 are enough). */
+void cg_utf8_describe(uint32_t c, char *buf, size_t n);
 
 typedef struct {
     int64_t n;        /* vocabulary size V */
