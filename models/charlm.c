@@ -219,6 +219,19 @@ cg_tensor *cg_charlm_loss(cg_charlm *m, cg_tensor *logits, const int64_t *target
 }
 
 /* ------------------------------------------------------------ evaluation */
+/* The mean loss of B windows x -> y of T. */
+static bool windows_loss(cg_charlm *m, const int64_t *x, const int64_t *y, int64_t B, int64_t T,
+                         double *out)
+{
+    cg_tensor *logits = cg_charlm_forward(m, x, B, T);
+    cg_tensor *loss = cg_charlm_loss(m, logits, y);
+    cg_release(logits);
+    if (loss)
+        *out = cg_item(loss);
+    cg_release(loss);
+    return loss != NULL;
+}
+
 bool cg_charlm_sampled_loss(cg_charlm *m, cg_split_view s, int64_t B, int64_t T, int n_batches,
                             uint64_t seed, double *out)
 {
@@ -232,14 +245,9 @@ bool cg_charlm_sampled_loss(cg_charlm *m, cg_split_view s, int64_t B, int64_t T,
     cg_rng gen = cg_rng_new(seed);
     double total = 0;
     for (int i = 0; ok && i < n_batches; i++) {
-        ok = cg_get_batch(s, B, T, &gen, x, y);
-        cg_tensor *logits = ok ? cg_charlm_forward(m, x, B, T) : NULL;
-        cg_tensor *loss = ok ? cg_charlm_loss(m, logits, y) : NULL;
-        cg_release(logits);
-        ok = loss != NULL;
-        if (ok)
-            total += cg_item(loss);
-        cg_release(loss);
+        double v;
+        ok = cg_get_batch(s, B, T, &gen, x, y) && windows_loss(m, x, y, B, T, &v);
+        total += ok ? v : 0;
     }
     cg_no_grad_end();
     cg_module_train(CG_MODULE(m), was_training);
@@ -274,13 +282,9 @@ bool cg_charlm_full_loss(cg_charlm *m, cg_split_view s, int64_t T, double *out, 
         int64_t b = n - st < chunk ? n - st : chunk;
         for (int64_t i = 0; i < b; i++)
             cg_split_window(s, (st + i) * T, T, x + i * T, y + i * T);
-        cg_tensor *logits = cg_charlm_forward(m, x, b, T);
-        cg_tensor *loss = cg_charlm_loss(m, logits, y);
-        cg_release(logits);
-        ok = loss != NULL;
-        if (ok)
-            total += (double)cg_item(loss) * (double)b;
-        cg_release(loss);
+        double v;
+        ok = windows_loss(m, x, y, b, T, &v);
+        total += ok ? v * (double)b : 0;
     }
     cg_no_grad_end();
     cg_module_train(CG_MODULE(m), was_training);

@@ -264,12 +264,9 @@ static int lm_train(lm_run *r, cg_trainer *t, cg_train_opts *o, const char *pres
                             "a smaller --block-size)",
                             o->data, (long long)r->corpus->n, (long long)r->tr.n,
                             (long long)r->va.n, (long long)r->T);
-    int nranks = cg_dist_size();
-    if (r->B < nranks)
+    if (!cg_dist_share(r->B, &r->r0, &r->r1))
         return cg_prog_fail("--batch-size %lld is smaller than the %d ranks", (long long)r->B,
-                            nranks);
-    r->r0 = r->B * cg_dist_rank() / nranks;
-    r->r1 = r->B * (cg_dist_rank() + 1) / nranks;
+                            cg_dist_size());
     size_t nb = (size_t)(r->B * r->T * o->grad_accum);
     r->x = malloc(nb * sizeof *r->x);
     r->y = malloc(nb * sizeof *r->y);

@@ -349,12 +349,10 @@ static bool mt_batch(void *self, int k, double *weight, double *tokens)
         r->pos = 0;
     }
     int64_t bi = r->perm[r->pos++];
-    const int nranks = cg_dist_size(), rank = cg_dist_rank();
-    int64_t nb = r->batches.start[bi + 1] - r->batches.start[bi];
-    int64_t b0 = nb * rank / nranks, b1 = nb * (rank + 1) / nranks;
-    if (b1 <= b0) {
+    int64_t nb = r->batches.start[bi + 1] - r->batches.start[bi], b0, b1;
+    if (!cg_dist_share(nb, &b0, &b1)) {
         cg_set_error("a batch of %lld pairs cannot be split over %d ranks (raise --max-tokens)",
-                     (long long)nb, nranks);
+                     (long long)nb, cg_dist_size());
         return false;
     }
     cg_batch_free(&r->bt[k]);
