@@ -44,20 +44,29 @@
 #define CLIP_NORM 1.0
 #define BATCH_SEED_MIX 0xd1b54a32d192ed03ULL /* batch stream != init stream */
 
-/* Read the corpus once (models/data.h cg_corpus_read: any stream, the
- * input limit) over vocab, or building the vocabulary into *built; id gets
- * the identity of the bytes read. A missing default file gets a hint about
- * how to make it. */
-static cg_corpus *read_corpus(const char *path, const cg_vocab *vocab, cg_vocab **built,
-                              cg_data_id *id)
+/* Read the corpus once (models/data.h cg_corpus_read_tok: any stream, the
+ * input limit) through *tok, or through a new tokenizer of kind made into
+ * *tok; id gets the identity of the bytes read. A missing default file
+ * gets a hint about how to make it. */
+static cg_corpus *read_corpus(const char *path, cg_tokenizer **tok, cg_tokenizer_kind kind,
+                              int64_t vocab_size, cg_data_id *id)
 {
-    cg_corpus *c = cg_corpus_read(path, vocab, 0, built, id);
+    cg_corpus *c = cg_corpus_read_tok(path, tok, kind, vocab_size, id);
     if (!c && strcmp(path, DEFAULT_DATA) == 0 && strstr(cg_last_error(), "cannot open")) {
         char msg[512];
         snprintf(msg, sizeof msg, "%s", cg_last_error());
         cg_set_error("%s; create it with scripts/prepare_data.sh (or pass --data FILE)", msg);
     }
     return c;
+}
+
+/* Bits per character of a mean loss in nats per token over the validation
+ * split of c (models/tokenizer.h; for characters simply nats / ln 2). */
+static double val_bpc(const cg_corpus *c, double nats)
+{
+    int64_t tokens = c->n - c->n_train, chars = c->chars - c->chars_train;
+    return tokens == chars ? nats / log(2.0)
+                           : cg_bits_per_char(nats, (double)tokens, (double)chars);
 }
 
 /* ------------------------------------------------------------------ train */
@@ -72,6 +81,9 @@ static const char TRAIN_HELP[] =
     "  --layers N         transformer blocks (default from the preset)\n"
     "  --block-size N     context length T (also --T)\n"
     "  --batch-size N     windows per batch B (default from the preset)\n"
+    "  --tokenizer KIND   char (default) or bpe: SentencePiece subwords trained on the\n"
+    "                     training split, kept in the checkpoint\n"
+    "  --vocab-size N     ids of the bpe tokenizer, at least 261 (default 512)\n"
     "  defaults: --data " DEFAULT_DATA " (made by scripts/prepare_data.sh),\n"
     "  --out " DEFAULT_OUT ", --steps 2000, --eval-every 250, --lr 1e-3,\n"
     "  --dropout 0, --label-smoothing 0, --norm layernorm, --act gelu, --norm-first true\n"
@@ -88,7 +100,7 @@ static const preset PRESET_BASE = {384, 6, 6, 1536, 256, 16};
 typedef struct {
     cg_trainer *t;
     cg_charlm *model;
-    cg_vocab *vocab;
+    cg_tokenizer *tok;
     cg_corpus *corpus;
     cg_split_view tr, va;
     int64_t B, T, r0, r1, steps;
@@ -152,11 +164,13 @@ static bool lm_finish(void *self, const cg_trainer *t, cg_jline *j)
     cg_jline_num(j, "train_loss", r->tl, 4);
     cg_jline_num(j, "val_loss", val_loss, 4);
     cg_jline_num(j, "val_loss_sampled", r->vl, 4);
+    cg_jline_num(j, "val_bpc", val_bpc(r->corpus, val_loss), 4);
+    cg_jline_str(j, "tokenizer", cg_tokenizer_kind_name(r->tok->kind));
     return true;
 }
 
 static char *lm_config(void *self) { return cg_charlm_config_to_json(&((lm_run *)self)->model->cfg); }
-static char *lm_vocab(void *self) { return cg_vocab_to_json(((lm_run *)self)->vocab); }
+static char *lm_vocab(void *self) { return cg_vocab_to_json(((lm_run *)self)->tok->cv); }
 
 /* The char LM's own state: its recipe and the batch stream. */
 static bool lm_state_save(void *self, cJSON *o)
@@ -212,7 +226,7 @@ static int lm_config_from_flags(const cg_train_opts *o, const char *preset_name,
 }
 
 static int lm_train(lm_run *r, cg_trainer *t, cg_train_opts *o, const char *preset_name,
-                    int64_t T, int64_t B)
+                    int64_t T, int64_t B, cg_tokenizer_kind kind, int64_t vocab_size)
 {
     cg_charlm_config cfg;
     int rc = o->resume ? -1 : lm_config_from_flags(o, preset_name, T, B, &cfg, &r->B);
@@ -226,18 +240,18 @@ static int lm_train(lm_run *r, cg_trainer *t, cg_train_opts *o, const char *pres
         if (!cg_charlm_ckpt_load(o->resume, &ck))
             return cg_prog_fail_lib(NULL);
         r->model = ck.model;
-        r->vocab = ck.vocab;
+        r->tok = ck.tok;
         ck.model = NULL;
-        ck.vocab = NULL;
+        ck.tok = NULL;
         cg_charlm_ckpt_free(&ck);
         if (!lm_state_load(r, t->model_state))
             rc = cg_prog_fail("'%s': %s", o->resume, cg_last_error());
-        else if (!(r->corpus = read_corpus(o->data, r->vocab, NULL, &id)))
+        else if (!(r->corpus = read_corpus(o->data, &r->tok, kind, 0, &id)))
             rc = cg_prog_fail_lib(NULL);
-    } else if (!(r->corpus = read_corpus(o->data, NULL, &r->vocab, &id))) {
+    } else if (!(r->corpus = read_corpus(o->data, &r->tok, kind, vocab_size, &id))) {
         rc = cg_prog_fail_lib(NULL);
     } else {
-        cfg.vocab = r->vocab->n;
+        cfg.vocab = cg_tokenizer_vocab_size(r->tok);
         if (!cg_charlm_config_check(&cfg))
             rc = cg_prog_fail("%s", cg_last_error());
         else if (!(r->model = cg_charlm_new(&cfg, o->seed)))
@@ -258,11 +272,13 @@ static int lm_train(lm_run *r, cg_trainer *t, cg_train_opts *o, const char *pres
                             "(first U+%04X)",
                             o->data, (long long)r->corpus->unknown,
                             (unsigned)r->corpus->first_unknown);
+    bool bpe = r->tok->kind == CG_TOK_BPE;
     if (r->tr.n <= r->T || r->va.n <= r->T)
-        return cg_prog_fail("'%s' is too short: %lld characters give train/val splits of "
+        return cg_prog_fail("'%s' is too short: %lld %s give train/val splits of "
                             "%lld/%lld, but windows of %lld+1 are needed (use a longer text or "
                             "a smaller --block-size)",
-                            o->data, (long long)r->corpus->n, (long long)r->tr.n,
+                            o->data, (long long)r->corpus->n, bpe ? "tokens" : "characters",
+                            (long long)r->tr.n,
                             (long long)r->va.n, (long long)r->T);
     if (!cg_dist_share(r->B, &r->r0, &r->r1))
         return cg_prog_fail("--batch-size %lld is smaller than the %d ranks", (long long)r->B,
@@ -275,9 +291,10 @@ static int lm_train(lm_run *r, cg_trainer *t, cg_train_opts *o, const char *pres
                             (long long)r->T);
     const cg_charlm_config *c = &r->model->cfg;
     fprintf(stderr,
-            PROG ": %lld chars, vocab %lld, train %lld, val %lld, params %lld; %s d=%lld H=%lld "
+            PROG ": %lld chars%s, vocab %lld, train %lld, val %lld, params %lld; %s d=%lld H=%lld "
                  "layers=%lld d_ff=%lld T=%lld B=%lld, %lld steps, precision %s\n",
-            (long long)r->corpus->n, (long long)r->vocab->n, (long long)r->tr.n,
+            (long long)r->corpus->chars, bpe ? " in bpe tokens" : "",
+            (long long)cg_tokenizer_vocab_size(r->tok), (long long)r->tr.n,
             (long long)r->va.n, (long long)cg_module_num_params(CG_MODULE(r->model)),
             o->resume ? "resumed" : preset_name, (long long)c->d, (long long)c->H,
             (long long)c->layers, (long long)c->d_ff, (long long)r->T, (long long)r->B,
@@ -300,29 +317,41 @@ static int cmd_train(int argc, char **argv)
     o.steps = 2000;
     o.eval_every = 250;
     o.seed = 1;
-    const char *preset_name = "tiny";
-    int64_t T = 0, B = 0;
+    const char *preset_name = "tiny", *tok_name = "char";
+    int64_t T = 0, B = 0, vocab_size = 512;
+    bool vocab_size_seen = false;
+    cg_tokenizer_kind kind;
     cg_cli_opt opts[CG_TRAIN_MAX_OPTS + 8] = {
         {"--preset", CG_CLI_STR, &preset_name, 0, 0, NULL},
         {"--block-size", CG_CLI_I64, &T, 1, 1 << 16, NULL},
         {"--T", CG_CLI_I64, &T, 1, 1 << 16, NULL},
         {"--batch-size", CG_CLI_I64, &B, 1, 1 << 20, NULL},
+        {"--tokenizer", CG_CLI_STR, &tok_name, 0, 0, NULL},
+        {"--vocab-size", CG_CLI_I64, &vocab_size, CG_SPM_MIN_VOCAB, 1000000, &vocab_size_seen},
     };
-    int n = 4 + cg_train_cli_opts(&o, CG_TRAIN_FLAGS_LAYERS, opts + 4);
+    int n = 6 + cg_train_cli_opts(&o, CG_TRAIN_FLAGS_LAYERS, opts + 6);
     char help[sizeof TRAIN_HELP + 4096];
     snprintf(help, sizeof help, "%s%s", TRAIN_HELP, CG_TRAIN_HELP_COMMON);
     int rc = cg_prog_parse(argc, argv, opts, n, help);
     if (rc >= 0)
         return rc;
+    if (!cg_tokenizer_kind_parse(tok_name, &kind) ||
+        (!o.resume && vocab_size_seen && kind != CG_TOK_BPE)) {
+        cg_prog_fail("%s", vocab_size_seen && kind != CG_TOK_BPE
+                               ? "--vocab-size is for --tokenizer bpe"
+                               : cg_last_error());
+        return CG_EXIT_USAGE;
+    }
     cg_trainer t;
     lm_run r = {.t = &t};
-    rc = cg_trainer_begin(&t, &o, "charlm", DEFAULT_OUT, "--preset --block-size --T --batch-size",
-                          argc, argv, opts, n);
+    rc = cg_trainer_begin(&t, &o, "charlm", DEFAULT_OUT,
+                          "--preset --block-size --T --batch-size --tokenizer --vocab-size", argc,
+                          argv, opts, n);
     if (rc < 0)
-        rc = lm_train(&r, &t, &o, preset_name, T, B);
+        rc = lm_train(&r, &t, &o, preset_name, T, B, kind, vocab_size);
     cg_trainer_end(&t);
     cg_charlm_free(r.model);
-    cg_vocab_free(r.vocab);
+    cg_tokenizer_free(r.tok);
     cg_corpus_free(r.corpus);
     free(r.x);
     free(r.y);
@@ -347,18 +376,16 @@ static const char *SAMPLE_HELP =
     "  --threads N         threads for kernels\n"
     "Prints the prompt followed by the generated text.\n";
 
-/* Attention heatmaps (layer x head) of a full forward over ids[0..n). */
-static bool write_attention_png(cg_charlm *m, const cg_vocab *v, const int64_t *ids, int64_t n,
-                                const char *path)
+/* Attention heatmaps (layer x head) of a full forward over ids[0..n),
+ * labelled with the tokenizer's pieces. */
+static bool write_attention_png(cg_charlm *m, const cg_tokenizer *tok, const int64_t *ids,
+                                int64_t n, const char *path)
 {
-    char(*chars)[5] = calloc((size_t)n, sizeof *chars);
-    const char **labels = malloc((size_t)n * sizeof *labels);
+    char **labels = calloc((size_t)n, sizeof *labels);
     cg_mha **mods = malloc((size_t)(m->cfg.layers + 1) * sizeof *mods);
-    bool ok = chars && labels && mods;
-    for (int64_t i = 0; ok && i < n; i++) {
-        cg_utf8_put(v->chars[ids[i]], chars[i]);
-        labels[i] = chars[i];
-    }
+    bool ok = labels && mods;
+    for (int64_t i = 0; ok && i < n; i++)
+        ok = (labels[i] = cg_tokenizer_label(tok, ids[i])) != NULL;
     for (int64_t l = 0; ok && l < m->cfg.layers; l++)
         mods[l] = m->block[l]->attn;
     cg_module_keep_attention_weights(CG_MODULE(m), true);
@@ -367,12 +394,14 @@ static bool write_attention_png(cg_charlm *m, const cg_vocab *v, const int64_t *
     cg_tensor *logits = ok ? cg_charlm_forward(m, ids, 1, n) : NULL;
     cg_no_grad_end();
     ok = logits && cg_plot_attention_of(path, "charlm attention (rows: queries, columns: keys)",
-                                        (int)m->cfg.layers, mods, (int)n, (int)n, labels, labels);
+                                        (int)m->cfg.layers, mods, (int)n, (int)n,
+                                        (const char *const *)labels, (const char *const *)labels);
     if (!ok && !cg_has_error())
         cg_set_error("out of memory");
     cg_release(logits);
     cg_module_keep_attention_weights(CG_MODULE(m), false);
-    free(chars);
+    for (int64_t i = 0; labels && i < n; i++)
+        free(labels[i]);
     free(labels);
     free(mods);
     return ok;
@@ -406,20 +435,15 @@ static int cmd_sample(int argc, char **argv)
     if (!cg_charlm_ckpt_load(ckpt, &ck))
         return cg_prog_fail_lib(NULL);
     int rc = 1;
-    int64_t n = 0, *ids = NULL, *outp = NULL;
-    char *text = NULL;
-    uint32_t *cps = cg_utf8_decode(prompt, strlen(prompt), "--prompt", &n);
-    if (!cps) {
+    int64_t n = 0, *outp = NULL, unknown = 0;
+    uint32_t first = 0;
+    cg_token_printer tp = {0};
+    int64_t *ids = ck.vocab ? cg_vocab_encode_text(ck.vocab, prompt, "--prompt", &n, &unknown, &first)
+                            : cg_tokenizer_encode(ck.tok, prompt, &n, NULL);
+    if (!ids) {
         rc = cg_prog_fail_lib(NULL);
         goto done;
     }
-    ids = malloc((size_t)(n > 0 ? n : 1) * sizeof *ids);
-    if (!ids) {
-        rc = cg_prog_fail("out of memory");
-        goto done;
-    }
-    uint32_t first = 0;
-    int64_t unknown = cg_vocab_encode(ck.vocab, cps, n, ids, &first);
     if (unknown > 0) {
         char a[48], b[48];
         cg_utf8_describe(first, a, sizeof a);
@@ -433,9 +457,10 @@ static int cmd_sample(int argc, char **argv)
     /* print the prompt as given, then each character as it is generated */
     fputs(prompt, stdout);
     fflush(stdout);
-    cg_token_printer tp = {ck.vocab, stdout};
-    outp = cg_charlm_generate(ck.model, ids, n, length, &so, &rng, !no_cache, cg_print_token, &tp);
-    if (!outp) {
+    if ((n > 0 && !cg_token_printer_begin(&tp, ck.tok, stdout, ids[n - 1])) ||
+        !(outp = cg_charlm_generate(ck.model, ids, n, length, &so, &rng, !no_cache,
+                                    cg_print_token, &tp)) ||
+        !cg_token_printer_end(&tp)) {
         rc = cg_prog_fail_lib(NULL);
         goto done;
     }
@@ -449,7 +474,7 @@ static int cmd_sample(int argc, char **argv)
         int64_t total = n + length, w = total < 32 ? total : 32;
         if (w > ck.model->cfg.max_len)
             w = ck.model->cfg.max_len;
-        if (!write_attention_png(ck.model, ck.vocab, outp + total - w, w, attn_png)) {
+        if (!write_attention_png(ck.model, ck.tok, outp + total - w, w, attn_png)) {
             rc = cg_prog_fail("--attention: %s", cg_last_error());
             goto done;
         }
@@ -457,11 +482,10 @@ static int cmd_sample(int argc, char **argv)
     }
     rc = 0;
 done:
+    cg_token_printer_end(&tp);
     fflush(stdout);
-    free(cps);
     free(ids);
     free(outp);
-    free(text);
     cg_charlm_ckpt_free(&ck);
     return rc;
 }
@@ -508,7 +532,7 @@ static int cmd_eval(int argc, char **argv)
         goto done;
     }
     cg_data_id id;
-    corpus = read_corpus(data, ck.vocab, NULL, &id);
+    corpus = read_corpus(data, &ck.tok, ck.tok->kind, 0, &id);
     if (!corpus || !cg_train_data_check(cg_charlm_ckpt_train_json(&ck), ckpt, &id)) {
         rc = cg_prog_fail_lib(NULL);
         goto done;
@@ -527,10 +551,11 @@ static int cmd_eval(int argc, char **argv)
         goto done;
     }
     printf("{\"val_loss\": %s, \"perplexity\": %s, \"bits_per_char\": %s, \"windows\": "
-           "%lld, \"T\": %lld, \"step\": %lld, \"precision\": %s}\n",
+           "%lld, \"T\": %lld, \"step\": %lld, \"precision\": %s, \"tokenizer\": %s}\n",
            CG_JSON_NUM("%.4f", loss), CG_JSON_NUM("%.4f", exp(loss)),
-           CG_JSON_NUM("%.4f", loss / log(2.0)), (long long)nwin, (long long)T, (long long)ck.step,
-           CG_JSON_STR(cg_precision_name(prec)));
+           CG_JSON_NUM("%.4f", val_bpc(corpus, loss)), (long long)nwin, (long long)T,
+           (long long)ck.step, CG_JSON_STR(cg_precision_name(prec)),
+           CG_JSON_STR(cg_tokenizer_kind_name(ck.tok->kind)));
     rc = 0;
 done:
     fflush(stdout);

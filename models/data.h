@@ -19,6 +19,7 @@
 
 #include "core/tensor.h"
 #include "models/outfile.h"
+#include "models/tokenizer.h"
 #include "models/vocab.h"
 
 #ifdef __cplusplus
@@ -60,6 +61,9 @@ typedef struct {
     int64_t unknown;    /* characters mapped to vocab->unk (0 when the
                            vocabulary was built from this text) */
     uint32_t first_unknown;
+    int64_t chars, chars_train; /* the characters the ids spell, in all and in
+                                   the training split (n and n_train for a
+                                   character corpus) */
 } cg_corpus;
 
 /* Encode code points with vocab and split 90/10. */
@@ -72,6 +76,17 @@ cg_corpus *cg_corpus_new(const cg_vocab *vocab, const uint32_t *cps, int64_t n);
  * be NULL) gets the identity of the bytes read (models/outfile.h). */
 cg_corpus *cg_corpus_read(const char *path, const cg_vocab *vocab, size_t max_bytes,
                           cg_vocab **built, cg_data_id *id);
+/* The corpus of a file through a tokenizer (models/tokenizer.h). *tok
+ * set: its ids; *tok NULL: a new tokenizer of `kind`, returned in *tok.
+ *   char  cg_corpus_read over (*tok)->cv, or building the vocabulary from
+ *         the whole text (the reference's recipe), unchanged;
+ *   bpe   the text is split 90/10 by characters as above, a new tokenizer
+ *         is trained with vocab_size ids on the lines of the training split
+ *         only, and each split is encoded on its own (n_train: the training
+ *         split's ids; chars, chars_train: their characters).
+ * NULL + error (naming path). */
+cg_corpus *cg_corpus_read_tok(const char *path, cg_tokenizer **tok, cg_tokenizer_kind kind,
+                              int64_t vocab_size, cg_data_id *id);
 void cg_corpus_free(cg_corpus *c);
 
 /* A split as a view: pointer + length. */

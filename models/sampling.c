@@ -224,15 +224,75 @@ fail:
     return NULL;
 }
 
-bool cg_print_token(void *ctx, int64_t id)
+/* Write the new text of p's ids (all of it when flush; else holding back a
+ * U+FFFD ending); re-anchor at the last id once nothing is held back. */
+static bool printer_write(cg_token_printer *p, bool flush)
 {
-    const cg_token_printer *p = ctx;
-    char *t = cg_vocab_decode(p->vocab, &id, 1);
+    char *t = cg_tokenizer_decode(p->tok, p->ids, p->n);
     if (!t)
         return false;
-    bool ok = fputs(t, p->out) >= 0 && fflush(p->out) == 0;
+    size_t len = strlen(t), end = len;
+    while (!flush && p->tok->kind == CG_TOK_BPE && end >= 3 &&
+           memcmp(t + end - 3, "\xEF\xBF\xBD", 3) == 0)
+        end -= 3;
+    bool ok = end <= p->printed ||
+              (fwrite(t + p->printed, 1, end - p->printed, p->out) == end - p->printed &&
+               fflush(p->out) == 0);
     free(t);
-    if (!ok)
+    if (!ok) {
         cg_set_error("sample: cannot write the output");
+        return false;
+    }
+    if (end > p->printed)
+        p->printed = end;
+    if (end == len && p->n > 32) { /* keep the work per id bounded */
+        p->ids[0] = p->ids[p->n - 1];
+        p->n = 1;
+        char *l = cg_tokenizer_decode(p->tok, p->ids, 1);
+        if (!l)
+            return false;
+        p->printed = strlen(l);
+        free(l);
+    }
+    return true;
+}
+
+bool cg_token_printer_begin(cg_token_printer *p, const cg_tokenizer *tok, FILE *out,
+                            int64_t last_prompt_id)
+{
+    *p = (cg_token_printer){.tok = tok, .out = out, .cap = 64};
+    p->ids = malloc((size_t)p->cap * sizeof *p->ids);
+    if (!p->ids) {
+        cg_set_error("out of memory");
+        return false;
+    }
+    p->ids[p->n++] = last_prompt_id;
+    char *l = cg_tokenizer_decode(tok, p->ids, 1);
+    p->printed = l ? strlen(l) : 0;
+    free(l);
+    return l != NULL;
+}
+
+bool cg_print_token(void *ctx, int64_t id)
+{
+    cg_token_printer *p = ctx;
+    if (p->n == p->cap) {
+        int64_t *ni = realloc(p->ids, (size_t)(p->cap * 2) * sizeof *ni);
+        if (!ni) {
+            cg_set_error("out of memory");
+            return false;
+        }
+        p->ids = ni;
+        p->cap *= 2;
+    }
+    p->ids[p->n++] = id;
+    return printer_write(p, false);
+}
+
+bool cg_token_printer_end(cg_token_printer *p)
+{
+    bool ok = !p->ids || printer_write(p, true);
+    free(p->ids);
+    p->ids = NULL;
     return ok;
 }

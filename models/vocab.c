@@ -269,6 +269,20 @@ int64_t cg_vocab_encode(const cg_vocab *v, const uint32_t *cps, int64_t n, int64
     return encode(v, cps, n, ids, NULL, first_unknown);
 }
 
+int64_t *cg_vocab_encode_text(const cg_vocab *v, const char *text, const char *name, int64_t *n,
+                              int64_t *unknown, uint32_t *first_unknown)
+{
+    uint32_t *cps = cg_utf8_decode(text, strlen(text), name, n);
+    int64_t *ids = cps ? malloc((size_t)(*n > 0 ? *n : 1) * sizeof *ids) : NULL;
+    if (cps && !ids)
+        cg_set_error("out of memory");
+    int64_t unk = ids ? cg_vocab_encode(v, cps, *n, ids, first_unknown) : 0;
+    if (unknown)
+        *unknown = unk;
+    free(cps);
+    return ids;
+}
+
 int64_t cg_vocab_encode32(const cg_vocab *v, const uint32_t *cps, int64_t n, int32_t *ids,
                           uint32_t *first_unknown)
 {

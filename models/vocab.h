@@ -59,6 +59,11 @@ int64_t cg_vocab_id(const cg_vocab *v, uint32_t c);
  * unknown characters; *first_unknown (may be NULL) receives the first one. */
 int64_t cg_vocab_encode(const cg_vocab *v, const uint32_t *cps, int64_t n, int64_t *ids,
                         uint32_t *first_unknown);
+/* The ids of UTF-8 text (malloc'd; *n gets their count) or NULL + error
+ * when it is not valid UTF-8 (the message names it `name`); *unknown and
+ * *first_unknown (either may be NULL) as for cg_vocab_encode. */
+int64_t *cg_vocab_encode_text(const cg_vocab *v, const char *text, const char *name, int64_t *n,
+                              int64_t *unknown, uint32_t *first_unknown);
 /* The same into 32-bit ids; ids may be cps itself (encoding in place). */
 int64_t cg_vocab_encode32(const cg_vocab *v, const uint32_t *cps, int64_t n, int32_t *ids,
                           uint32_t *first_unknown);
