@@ -35,12 +35,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     cg_seq2seq_ckpt ck;
     if (!cg_seq2seq_ckpt_load(path, &ck)) {
         CG_FUZZ_CHECK(cg_last_error()[0] != '\0');
-        CG_FUZZ_CHECK(ck.model == NULL && ck.file == NULL && ck.vocab.chars == NULL);
+        CG_FUZZ_CHECK(ck.model == NULL && ck.file == NULL && ck.tok == NULL);
         close(fd);
         return 0;
     }
     CG_FUZZ_CHECK(ck.model && ck.file && ck.step >= 0);
-    CG_FUZZ_CHECK(cg_pair_vocab_size(&ck.vocab) == ck.model->cfg.vocab);
+    CG_FUZZ_CHECK(cg_tokenizer_vocab_size(ck.tok) == ck.model->cfg.vocab);
     /* every tensor is a parameter or an optimizer slot of one */
     CG_FUZZ_CHECK(cg_ckpt_check_tensors(CG_MODULE(ck.model), ck.file, path));
     /* the optimizer state and the trainer's state, as a resumed run reads them */

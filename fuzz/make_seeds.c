@@ -131,7 +131,8 @@ static int s2s_ckpt(const char *dir, const char *name, int damage, bool with_opt
     }
     char path[4096];
     snprintf(path, sizeof path, "%s/seq2seq_checkpoint/%s", dir, name);
-    bool ok = cg_seq2seq_ckpt_save(path, m, &v, o, with_optim ? 3 : 0,
+    const cg_tokenizer tok = {.kind = CG_TOK_CHAR, .specials = true, .pv = v};
+    bool ok = cg_seq2seq_ckpt_save(path, m, &tok, o, with_optim ? 3 : 0,
                                    with_optim ? S2S_STATE : NULL);
     if (ok && damage) { /* rewrite with an extra tensor or a config of 0 layers */
         cg_st_file *f = cg_st_open(path);

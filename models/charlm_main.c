@@ -170,7 +170,7 @@ static bool lm_finish(void *self, const cg_trainer *t, cg_jline *j)
 }
 
 static char *lm_config(void *self) { return cg_charlm_config_to_json(&((lm_run *)self)->model->cfg); }
-static char *lm_vocab(void *self) { return cg_vocab_to_json(((lm_run *)self)->tok->cv); }
+static const cg_tokenizer *lm_tokenizer(void *self) { return ((lm_run *)self)->tok; }
 
 /* The char LM's own state: its recipe and the batch stream. */
 static bool lm_state_save(void *self, cJSON *o)
@@ -304,7 +304,7 @@ static int lm_train(lm_run *r, cg_trainer *t, cg_train_opts *o, const char *pres
         .dropout_rng = &r->model->dropout_rng, .optim = cg_adamw_config(r->lr, 0.9, 0.99, 1e-8),
         .weight_decay_2d = WEIGHT_DECAY, .clip_norm = CLIP_NORM, .eval_at_start = true,
         .self = r, .batch = lm_batch, .loss = lm_loss, .lr = lm_lr, .evaluate = lm_evaluate,
-        .finish = lm_finish, .config_json = lm_config, .vocab_json = lm_vocab,
+        .finish = lm_finish, .config_json = lm_config, .tokenizer = lm_tokenizer,
         .state_save = lm_state_save};
     return cg_trainer_run(t, &m);
 }

@@ -12,15 +12,14 @@
 #include "models/train_common.h"
 
 bool cg_ckpt_save(const char *path, const char *kind, const char *config_json,
-                  const char *vocab_json, const cg_module *module, const cg_optim *optim,
+                  const cg_tokenizer *tok, const cg_module *module, const cg_optim *optim,
                   int64_t step, const char *train_json)
 {
     cg_st_writer *w = cg_st_writer_new();
     char stepbuf[32];
     snprintf(stepbuf, sizeof stepbuf, "%" PRId64, step);
-    bool ok = w && config_json && vocab_json && cg_st_set_metadata(w, "model", kind) &&
-              cg_st_set_metadata(w, "config", config_json) &&
-              cg_st_set_metadata(w, "vocab", vocab_json) &&
+    bool ok = w && config_json && tok && cg_st_set_metadata(w, "model", kind) &&
+              cg_st_set_metadata(w, "config", config_json) && cg_tokenizer_write(tok, w) &&
               cg_st_set_metadata(w, "step", stepbuf) &&
               (!train_json || cg_st_set_metadata(w, "train", train_json)) &&
               cg_module_write(module, w, NULL) && (!optim || cg_optim_save(optim, w, "optim")) &&
@@ -42,6 +41,8 @@ cg_st_file *cg_ckpt_open(const char *path, const char *kind)
         return NULL;
     const char *k = cg_st_metadata(f, "model");
     const char *cfg = cg_st_metadata(f, "config"), *voc = cg_st_metadata(f, "vocab");
+    if (!voc)
+        voc = cg_st_metadata(f, "tokenizer");
     const char *step = cg_st_metadata(f, "step");
     if (!k || strcmp(k, kind) != 0) {
         cg_set_error("'%s' is not a %s checkpoint (its model is %s%s%s)", path, kind, k ? "'" : "",
@@ -143,7 +144,7 @@ bool cg_ckpt_check_tensors(const cg_module *m, const cg_st_file *f, const char *
     for (int i = 0; ok && i < cg_st_count(f); i++) {
         const char *t = cg_st_name(f, i);
         size_t tl = strlen(t);
-        bool known = is_param(names, l.n, t, tl);
+        bool known = is_param(names, l.n, t, tl) || strcmp(t, CG_TOKENIZER_TENSOR) == 0;
         if (!known && strncmp(t, "optim.", 6) == 0) {
             for (size_t s = 0; !known && s < sizeof slots / sizeof slots[0]; s++) {
                 size_t sl = strlen(slots[s]);
@@ -163,22 +164,23 @@ bool cg_ckpt_check_tensors(const cg_module *m, const cg_st_file *f, const char *
 }
 
 /* ------------------------------------------------------------ charlm */
-/* cg_ckpt_save with the config and vocabulary JSON it frees. */
-static bool save_owned(const char *path, const char *kind, char *cfg, char *voc,
+/* cg_ckpt_save with the config JSON it frees. */
+static bool save_owned(const char *path, const char *kind, char *cfg, const cg_tokenizer *tok,
                        const cg_module *module, const cg_optim *optim, int64_t step,
                        const char *train_json)
 {
-    bool ok = cg_ckpt_save(path, kind, cfg, voc, module, optim, step, train_json);
+    bool ok = cg_ckpt_save(path, kind, cfg, tok, module, optim, step, train_json);
     free(cfg);
-    free(voc);
     return ok;
 }
 
 bool cg_charlm_ckpt_save(const char *path, const cg_charlm *model, const cg_vocab *vocab,
                          const cg_optim *optim, int64_t step, const char *train_json)
 {
-    return save_owned(path, "charlm", cg_charlm_config_to_json(&model->cfg),
-                      cg_vocab_to_json(vocab), CG_MODULE(model), optim, step, train_json);
+    /* a character tokenizer borrowing vocab (not freed) */
+    const cg_tokenizer tok = {.kind = CG_TOK_CHAR, .cv = (cg_vocab *)vocab};
+    return save_owned(path, "charlm", cg_charlm_config_to_json(&model->cfg), &tok,
+                      CG_MODULE(model), optim, step, train_json);
 }
 
 void cg_charlm_ckpt_free(cg_charlm_ckpt *c)
@@ -248,11 +250,11 @@ fail:
 }
 
 /* ------------------------------------------------------------ seq2seq */
-bool cg_seq2seq_ckpt_save(const char *path, const cg_seq2seq *model, const cg_pair_vocab *vocab,
+bool cg_seq2seq_ckpt_save(const char *path, const cg_seq2seq *model, const cg_tokenizer *tok,
                           const cg_optim *optim, int64_t step, const char *train_json)
 {
-    return save_owned(path, "seq2seq", cg_seq2seq_config_to_json(&model->cfg),
-                      cg_pair_vocab_to_json(vocab), CG_MODULE(model), optim, step, train_json);
+    return save_owned(path, "seq2seq", cg_seq2seq_config_to_json(&model->cfg), tok,
+                      CG_MODULE(model), optim, step, train_json);
 }
 
 void cg_seq2seq_ckpt_free(cg_seq2seq_ckpt *c)
@@ -260,7 +262,7 @@ void cg_seq2seq_ckpt_free(cg_seq2seq_ckpt *c)
     if (!c)
         return;
     cg_seq2seq_free(c->model);
-    cg_pair_vocab_free(&c->vocab);
+    cg_tokenizer_free(c->tok);
     cg_st_close(c->file);
     memset(c, 0, sizeof *c);
 }
@@ -274,15 +276,16 @@ bool cg_seq2seq_ckpt_load(const char *path, cg_seq2seq_ckpt *out)
     out->file = f;
     out->step = cg_ckpt_step(f);
     cg_seq2seq_config cfg;
-    if (!cg_seq2seq_config_from_json(cg_st_metadata(f, "config"), &cfg) ||
-        !cg_pair_vocab_from_json(cg_st_metadata(f, "vocab"), &out->vocab)) {
+    if (!cg_seq2seq_config_from_json(cg_st_metadata(f, "config"), &cfg)) {
         error_in(path);
         goto fail;
     }
-    if (cg_pair_vocab_size(&out->vocab) != cfg.vocab) {
-        cg_set_error("checkpoint '%s': vocabulary of %lld characters (+4 specials) does not "
-                     "match the config's vocab %lld",
-                     path, (long long)out->vocab.n_chars, (long long)cfg.vocab);
+    if (!(out->tok = cg_tokenizer_read(f, true))) /* names the file */
+        goto fail;
+    if (cg_tokenizer_vocab_size(out->tok) != cfg.vocab) {
+        cg_set_error("checkpoint '%s': the %s tokenizer has %lld ids but the config's vocab "
+                     "is %lld", path, cg_tokenizer_kind_name(out->tok->kind),
+                     (long long)cg_tokenizer_vocab_size(out->tok), (long long)cfg.vocab);
         goto fail;
     }
     double d = (double)cfg.d, ff = (double)cfg.d_ff;

@@ -7,7 +7,9 @@
  *             (optim/optim.h cg_optim_save);
  *   metadata  "model": the model kind ("charlm", "seq2seq")
  *             "config": the model config as JSON (models.py field names)
- *             "vocab": the vocabulary as JSON (models/vocab.h, models/pairs.h)
+ *             the tokenizer (models/tokenizer.h): "vocab", the character
+ *             vocabulary as JSON (models/vocab.h, models/pairs.h), or
+ *             "tokenizer": "bpe" and the U8 tensor "tokenizer.spm"
  *             "step": completed training steps (decimal)
  *             "train": the trainer's state as JSON (models/trainer.h; absent
  *             from inference-only files)
@@ -36,12 +38,12 @@ extern "C" {
 #endif
 
 /* Save module (+ the optimizer state if optim is not NULL) with the
- * metadata above; train_json may be NULL. */
+ * metadata above and the tokenizer tok; train_json may be NULL. */
 bool cg_ckpt_save(const char *path, const char *kind, const char *config_json,
-                  const char *vocab_json, const cg_module *module, const cg_optim *optim,
+                  const cg_tokenizer *tok, const cg_module *module, const cg_optim *optim,
                   int64_t step, const char *train_json);
 /* Open a checkpoint of the given kind: the file loads, its "model" is kind,
- * it has a "config" and a "vocab", and its "step" (when present) is a
+ * it has a "config" and a "vocab" (or a "tokenizer"), and its "step" (when present) is a
  * decimal in [0, 1e15]. NULL + error naming the file otherwise. */
 cg_st_file *cg_ckpt_open(const char *path, const char *kind);
 /* The "step" of a checkpoint opened by cg_ckpt_open (0 if absent). */
@@ -71,16 +73,16 @@ const char *cg_charlm_ckpt_train_json(const cg_charlm_ckpt *c);
  * "optim.<parameter>.<step|exp_avg|exp_avg_sq|momentum_buffer>" of one.
  * False + error naming the first other tensor (a config that says 0 layers
  * while the file holds block tensors, a truncated config, an unknown extra
- * tensor). Both loaders call it, so resume is covered too. */
+ * tensor); "tokenizer.spm" (models/tokenizer.h) is allowed. Both loaders call it, so resume is covered too. */
 bool cg_ckpt_check_tensors(const cg_module *m, const cg_st_file *f, const char *path);
 
 /* ---- seq2seq */
-bool cg_seq2seq_ckpt_save(const char *path, const cg_seq2seq *model, const cg_pair_vocab *vocab,
+bool cg_seq2seq_ckpt_save(const char *path, const cg_seq2seq *model, const cg_tokenizer *tok,
                           const cg_optim *optim, int64_t step, const char *train_json);
 
 typedef struct {
     cg_seq2seq *model;     /* owned */
-    cg_pair_vocab vocab;   /* owned */
+    cg_tokenizer *tok;     /* owned: char (with specials) or bpe */
     int64_t step;
     cg_st_file *file;      /* owned, open */
 } cg_seq2seq_ckpt;

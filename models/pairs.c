@@ -594,8 +594,33 @@ void cg_batch_free(cg_batch *b)
     memset(b, 0, sizeof *b);
 }
 
+static int64_t *pair_vocab_encode(const void *v, const char *s, int64_t *n, int64_t *n_unk)
+{
+    return cg_pair_vocab_encode(v, s, n, n_unk);
+}
+
 bool cg_batch_make(const cg_pairs *p, const int64_t *idx, int64_t n, const cg_pair_vocab *v,
                    cg_batch *out)
+{
+    return cg_batch_make_with(p, idx, n, pair_vocab_encode, v, out);
+}
+
+/* ids of one side, at most room of them (else an error) */
+static int64_t *encode_side(cg_encode_fn enc, const void *ctx, const char *s, int64_t room,
+                            int64_t *k)
+{
+    int64_t *ids = enc(ctx, s, k, NULL);
+    if (ids && *k > room) {
+        cg_set_error("batch: a sentence encodes to %lld ids, more than its recorded length %lld",
+                     (long long)*k, (long long)room);
+        free(ids);
+        return NULL;
+    }
+    return ids;
+}
+
+bool cg_batch_make_with(const cg_pairs *p, const int64_t *idx, int64_t n, cg_encode_fn enc,
+                        const void *ctx, cg_batch *out)
 {
     memset(out, 0, sizeof *out);
     if (n < 1) {
@@ -623,7 +648,7 @@ bool cg_batch_make(const cg_pairs *p, const int64_t *idx, int64_t n, const cg_pa
     }
     for (int64_t i = 0; i < n; i++) {
         const cg_pair *q = &p->items[idx[i]];
-        int64_t k, *ids = cg_pair_vocab_encode(v, q->src, &k, NULL);
+        int64_t k, *ids = encode_side(enc, ctx, q->src, S - 1, &k);
         if (!ids) {
             cg_batch_free(out);
             return false;
@@ -631,7 +656,7 @@ bool cg_batch_make(const cg_pairs *p, const int64_t *idx, int64_t n, const cg_pa
         memcpy(out->src + i * S, ids, (size_t)k * sizeof(int64_t));
         out->src[i * S + k] = CG_PAIR_EOS;
         free(ids);
-        ids = cg_pair_vocab_encode(v, q->tgt, &k, NULL);
+        ids = encode_side(enc, ctx, q->tgt, T - 1, &k);
         if (!ids) {
             cg_batch_free(out);
             return false;

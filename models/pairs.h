@@ -140,6 +140,13 @@ typedef struct {
 
 bool cg_batch_make(const cg_pairs *p, const int64_t *idx, int64_t n, const cg_pair_vocab *v,
                    cg_batch *out);
+/* The same with any encoder of the ids (cg_pair_vocab_encode's shape; ctx
+ * is passed back; models/tokenizer.h for subwords). The pairs' src_len and
+ * tgt_len must then be the encodings' lengths in ids (S and T are cut from
+ * them; a longer encoding is an error). */
+typedef int64_t *(*cg_encode_fn)(const void *ctx, const char *text, int64_t *n, int64_t *n_unk);
+bool cg_batch_make_with(const cg_pairs *p, const int64_t *idx, int64_t n, cg_encode_fn enc,
+                        const void *ctx, cg_batch *out);
 void cg_batch_free(cg_batch *b);
 
 #ifdef __cplusplus

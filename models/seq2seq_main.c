@@ -1,4 +1,5 @@
-/* seq2seq: train and use the character encoder-decoder translator.
+/* seq2seq: train and use the encoder-decoder translator over characters or
+ * BPE subwords (models/tokenizer.h).
  *
  *   seq2seq train      [--data F --preset tiny|base --steps N ...]
  *   seq2seq translate  --ckpt F [--beam N --length-penalty A --no-cache] [sentences...]
@@ -30,6 +31,7 @@
 #include "models/plot.h"
 #include "models/seq2seq.h"
 #include "models/checkpoint.h"
+#include "models/tokenizer.h"
 #include "models/trainer.h"
 #include "optim/optim.h"
 #include "optim/schedule.h"
@@ -120,16 +122,25 @@ static void split_args(int argc, char **argv, const cg_cli_opt *opts, int n, cha
 }
 
 /* ------------------------------------------------------------ evaluation */
-/* (label-smoothed loss, cross-entropy) averaged over non-pad targets. */
+/* The tokenizer as a batch encoder (models/pairs.h cg_batch_make_with). */
+static int64_t *tok_encode(const void *tok, const char *s, int64_t *n, int64_t *n_unk)
+{
+    return cg_tokenizer_encode(tok, s, n, n_unk);
+}
+
+/* (label-smoothed loss, cross-entropy) averaged over non-pad targets;
+ * *ntok_out (may be NULL): the number of those targets. */
 static void valid_loss(cg_seq2seq *m, const cg_pairs *p, const cg_batches *bs,
-                       const cg_pair_vocab *v, double *ls_out, double *nll_out)
+                       const cg_tokenizer *tok, double *ls_out, double *nll_out,
+                       double *ntok_out)
 {
     cg_module_train(CG_MODULE(m), false);
     cg_no_grad_begin();
     double ls = 0, nll = 0, ntok = 0;
     for (int64_t b = 0; b < bs->n_batches; b++) {
         cg_batch bt;
-        if (!cg_batch_make(p, bs->idx + bs->start[b], bs->start[b + 1] - bs->start[b], v, &bt))
+        if (!cg_batch_make_with(p, bs->idx + bs->start[b], bs->start[b + 1] - bs->start[b],
+                                tok_encode, tok, &bt))
             die_lib("validation batch");
         cg_tensor *logits = cg_seq2seq_forward(m, bt.src, bt.B, bt.S, bt.tgt_in, bt.T);
         cg_tensor *l1 = cg_seq2seq_loss(m, logits, bt.tgt_out);
@@ -147,6 +158,8 @@ static void valid_loss(cg_seq2seq *m, const cg_pairs *p, const cg_batches *bs,
     cg_module_train(CG_MODULE(m), true);
     *ls_out = ntok > 0 ? ls / ntok : NAN;
     *nll_out = ntok > 0 ? nll / ntok : NAN;
+    if (ntok_out)
+        *ntok_out = ntok;
 }
 
 /* Encode sources; returns ids per source (malloc'd) without EOS. */
@@ -165,7 +178,7 @@ static void sources_free(sources *s)
     memset(s, 0, sizeof *s);
 }
 
-static void sources_encode(const cg_pair_vocab *v, const char *const *texts, int64_t n,
+static void sources_encode(const cg_tokenizer *tok, const char *const *texts, int64_t n,
                            int64_t max_len, sources *out)
 {
     out->n = 0;
@@ -175,11 +188,11 @@ static void sources_encode(const cg_pair_vocab *v, const char *const *texts, int
         die("out of memory");
     for (int64_t i = 0; i < n; i++) {
         int64_t k;
-        int64_t *ids = cg_pair_vocab_encode(v, texts[i], &k, NULL);
+        int64_t *ids = cg_tokenizer_encode(tok, texts[i], &k, NULL);
         if (!ids)
             die("sentence %lld: %s", (long long)i + 1, cg_last_error());
         if (k + 1 > max_len)
-            die("sentence %lld has %lld characters; the model takes at most %lld", (long long)i + 1,
+            die("sentence %lld has %lld tokens; the model takes at most %lld", (long long)i + 1,
                 (long long)k, (long long)max_len - 1);
         out->ids[i] = ids;
         out->len[i] = k;
@@ -192,7 +205,7 @@ static void sources_encode(const cg_pair_vocab *v, const char *const *texts, int
  * len(source) + 50 tokens (and at the model's max_len). Returns malloc'd
  * UTF-8 strings; echo (may be NULL) gets each line as soon as it is
  * decoded. use_cache: decode with the key/value cache (else recompute). */
-static char **decode_all(cg_seq2seq *m, const cg_pair_vocab *v, const sources *src, int beam,
+static char **decode_all(cg_seq2seq *m, const cg_tokenizer *tok, const sources *src, int beam,
                          double alpha, bool use_cache, FILE *echo)
 {
     cg_module_train(CG_MODULE(m), false);
@@ -223,7 +236,7 @@ static char **decode_all(cg_seq2seq *m, const cg_pair_vocab *v, const sources *s
                 die_lib("greedy decoding");
             for (int64_t i = 0; i < B; i++) {
                 int64_t lim = src->len[c0 + i] + 50, L = lens[i] < lim ? lens[i] : lim;
-                out[c0 + i] = cg_pair_vocab_decode(v, res + i * steps, L);
+                out[c0 + i] = cg_tokenizer_decode(tok, res + i * steps, L);
                 if (!out[c0 + i])
                     die_lib(NULL);
                 if (echo)
@@ -246,7 +259,7 @@ static char **decode_all(cg_seq2seq *m, const cg_pair_vocab *v, const sources *s
                 steps = maxT;
             if (!cg_beam_search(m, ids, S, beam, alpha, steps, &res, &L, NULL, NULL, use_cache))
                 die_lib("beam search");
-            out[i] = cg_pair_vocab_decode(v, res, L);
+            out[i] = cg_tokenizer_decode(tok, res, L);
             if (!out[i])
                 die_lib(NULL);
             if (echo)
@@ -293,7 +306,7 @@ static void dataset_free(dataset *d)
 static const char TRAIN_HELP[] =
     "usage: seq2seq train [options]\n"
     "\n"
-    "Train the character Transformer translator with the recipe of\n"
+    "Train the Transformer translator (characters or BPE subwords) with the recipe of\n"
     "shared/reference/train_seq2seq.py: Adam(0.9, 0.98, 1e-9) with the Noam\n"
     "schedule, gradient clipping at 1.0, batches of at most --max-tokens padded\n"
     "tokens from length-sorted pairs. Split: pairs shuffled with numpy\n"
@@ -315,12 +328,19 @@ static const char TRAIN_HELP[] =
     "  --beam N             beam size for the final test (default 4)\n"
     "  --length-penalty A   alpha of ((5+len)/6)^alpha (default 0.6)\n"
     "  --examples N         test examples to print (default 3)\n"
+    "  --tokenizer char|bpe characters (default) or BPE subwords (SentencePiece,\n"
+    "                       trained on the training split; one vocabulary for\n"
+    "                       source and target, kept in the checkpoint)\n"
+    "  --vocab-size N       BPE vocabulary size, >= 261 (default 4000; bpe only)\n"
     "  defaults: --data " DEFAULT_DATA ", --out " DEFAULT_CKPT ",\n"
     "  --steps 16000 (about 15 minutes on 2 threads of the development machine; the\n"
     "  reference's recipe is 5000), --eval-every 1000, --dropout 0.1,\n"
     "  --label-smoothing 0.1, --norm layernorm, --act relu, --norm-first false\n"
     "The final JSON line has val_nll (plain cross-entropy over non-pad validation\n"
-    "targets) and chrF/BLEU of greedy and beam decoding on the test split.\n"
+    "targets, nats per token), val_bpc (the same in bits per target character:\n"
+    "val_nll x target tokens / target characters / ln 2, each EOS one token and\n"
+    "one character, so char and bpe compare) and chrF/BLEU of greedy and beam\n"
+    "decoding (of the detokenised text) on the test split.\n"
     "\n";
 
 /* The translator as the trainer sees it. */
@@ -331,7 +351,11 @@ typedef struct {
     double factor, alpha;
     dataset ds;
     int64_t n_train;
-    cg_pair_vocab vocab;
+    const char *tokenizer;   /* --tokenizer as given (NULL: char) */
+    int64_t vocab_size;      /* --vocab-size */
+    bool vocab_size_seen;
+    cg_tokenizer *tok;
+    double valid_chars;      /* validation target characters, an EOS each */
     cg_seq2seq *model;
     cg_batches batches, vbatches;
     cg_mt19937 order;
@@ -356,8 +380,8 @@ static bool mt_batch(void *self, int k, double *weight, double *tokens)
         return false;
     }
     cg_batch_free(&r->bt[k]);
-    if (!cg_batch_make(&r->ds.pairs, r->batches.idx + r->batches.start[bi] + b0, b1 - b0,
-                       &r->vocab, &r->bt[k]))
+    if (!cg_batch_make_with(&r->ds.pairs, r->batches.idx + r->batches.start[bi] + b0, b1 - b0,
+                            tok_encode, r->tok, &r->bt[k]))
         return false;
     const cg_batch *b = &r->bt[k];
     int64_t ntok = b->n_tokens;
@@ -388,13 +412,16 @@ static bool mt_evaluate(void *self, int64_t step, cg_eval_result *e)
 {
     (void)step;
     mt_run *r = self;
-    double nll;
-    valid_loss(r->model, &r->ds.pairs, &r->vbatches, &r->vocab, &e->val, &nll);
-    e->n_extra = 2;
+    double nll, ntok;
+    valid_loss(r->model, &r->ds.pairs, &r->vbatches, r->tok, &e->val, &nll, &ntok);
+    e->n_extra = 3;
     e->extra[0].key = "val_nll", e->extra[0].name = "nll", e->extra[0].value = nll;
     e->extra[0].decimals = 4;
-    e->extra[1].key = "epoch", e->extra[1].name = "epoch", e->extra[1].value = (double)r->epoch;
-    e->extra[1].decimals = 0;
+    e->extra[1].key = "val_bpc", e->extra[1].name = "bits/char";
+    e->extra[1].value = cg_bits_per_char(nll, ntok, r->valid_chars);
+    e->extra[1].decimals = 4;
+    e->extra[2].key = "epoch", e->extra[2].name = "epoch", e->extra[2].value = (double)r->epoch;
+    e->extra[2].decimals = 0;
     return true;
 }
 
@@ -406,8 +433,8 @@ static bool mt_finish(void *self, const cg_trainer *t, cg_jline *j)
     mt_run *r = self;
     const cg_pairs *P = &r->ds.pairs;
     const cg_pair_split *sp = &r->ds.split;
-    double val_loss, val_nll, wrong_nll, dummy;
-    valid_loss(r->model, P, &r->vbatches, &r->vocab, &val_loss, &val_nll);
+    double val_loss, val_nll, val_ntok, wrong_nll, dummy;
+    valid_loss(r->model, P, &r->vbatches, r->tok, &val_loss, &val_nll, &val_ntok);
     cg_pairs wp = {0};
     wp.n = wp.cap = sp->n_valid;
     wp.items = malloc((size_t)wp.n * sizeof *wp.items);
@@ -420,7 +447,7 @@ static bool mt_finish(void *self, const cg_trainer *t, cg_jline *j)
     cg_batches wb;
     if (!cg_make_batches(&wp, NULL, wp.n, r->max_tokens, &wb))
         die_lib(NULL);
-    valid_loss(r->model, &wp, &wb, &r->vocab, &dummy, &wrong_nll);
+    valid_loss(r->model, &wp, &wb, r->tok, &dummy, &wrong_nll, NULL);
     cg_batches_free(&wb);
     free(wp.items);
     fprintf(stderr, "valid nll %.4f, with mismatched sources %.4f\n", val_nll, wrong_nll);
@@ -437,12 +464,12 @@ static bool mt_finish(void *self, const cg_trainer *t, cg_jline *j)
             refs[i] = P->items[sp->test[i]].tgt;
         }
         sources s;
-        sources_encode(&r->vocab, srcs, nt, r->model->cfg.max_len, &s);
+        sources_encode(r->tok, srcs, nt, r->model->cfg.max_len, &s);
         fprintf(stderr, "decoding %lld test pairs (greedy, then beam %lld)...\n", (long long)nt,
                 (long long)r->beam);
         double t0 = cg_now();
-        char **hg = decode_all(r->model, &r->vocab, &s, 1, r->alpha, true, NULL);
-        char **hb = decode_all(r->model, &r->vocab, &s, (int)r->beam, r->alpha, true, NULL);
+        char **hg = decode_all(r->model, r->tok, &s, 1, r->alpha, true, NULL);
+        char **hb = decode_all(r->model, r->tok, &s, (int)r->beam, r->alpha, true, NULL);
         decode_s = cg_now() - t0;
         bleu_g = cg_bleu((int)nt, (const char *const *)hg, refs);
         bleu_b = cg_bleu((int)nt, (const char *const *)hb, refs);
@@ -460,6 +487,7 @@ static bool mt_finish(void *self, const cg_trainer *t, cg_jline *j)
     cg_jline_num(j, "train_loss", cg_trainer_recent_loss(t), 4);
     cg_jline_num(j, "val_loss", val_loss, 4);
     cg_jline_num(j, "val_nll", val_nll, 4);
+    cg_jline_num(j, "val_bpc", cg_bits_per_char(val_nll, val_ntok, r->valid_chars), 4);
     cg_jline_num(j, "val_nll_wrong_src", wrong_nll, 4);
     if (nt > 0) {
         cg_jline_num(j, "bleu_greedy", bleu_g, 2);
@@ -470,13 +498,15 @@ static bool mt_finish(void *self, const cg_trainer *t, cg_jline *j)
     cg_jline_num(j, "decode_s", decode_s, 1);
     cg_jline_num(j, "factor", r->factor, 4);
     cg_jline_str(j, "preset", r->preset);
+    cg_jline_str(j, "tokenizer", cg_tokenizer_kind_name(r->tok->kind));
+    cg_jline_int(j, "vocab", cg_tokenizer_vocab_size(r->tok));
     cg_jline_int(j, "test_pairs", nt);
     cg_jline_int(j, "beam", r->beam);
     return true;
 }
 
 static char *mt_config(void *self) { return cg_seq2seq_config_to_json(&((mt_run *)self)->model->cfg); }
-static char *mt_vocab(void *self) { return cg_pair_vocab_to_json(&((mt_run *)self)->vocab); }
+static const cg_tokenizer *mt_tokenizer(void *self) { return ((mt_run *)self)->tok; }
 
 /* The translator's own state: its recipe and its place in the batch order. */
 static bool mt_state_save(void *self, cJSON *o)
@@ -513,6 +543,60 @@ static void mt_state_load(mt_run *r, const cJSON *o, const char *path)
         die_lib(NULL);
 }
 
+/* The tokenizer: trained on the (filtered) training pairs, both sides, or
+ * the checkpoint's when resuming (a char vocabulary must equal the one the
+ * data gives). With subwords the pairs' lengths become token counts, so the
+ * --max-len checks, the token-count batches and the padding count tokens. */
+static void setup_tokenizer(mt_run *r, cg_seq2seq_ckpt *ck, const char *data)
+{
+    const cg_pairs *P = &r->ds.pairs;
+    cg_tokenizer_kind kind = ck ? ck->tok->kind : CG_TOK_CHAR;
+    if (!ck && r->tokenizer && !cg_tokenizer_kind_parse(r->tokenizer, &kind))
+        die("--tokenizer: %s", cg_last_error());
+    if (ck && kind == CG_TOK_BPE) {
+        r->tok = ck->tok;
+        ck->tok = NULL;
+    } else {
+        int64_t n = 2 * r->n_train;
+        const char **sents = malloc((size_t)(n ? n : 1) * sizeof *sents);
+        if (!sents)
+            die("out of memory");
+        for (int64_t i = 0; i < r->n_train; i++) {
+            sents[2 * i] = P->items[r->ds.split.train[i]].src;
+            sents[2 * i + 1] = P->items[r->ds.split.train[i]].tgt;
+        }
+        if (kind == CG_TOK_BPE)
+            fprintf(stderr, "training a BPE tokenizer of %lld ids on %lld training pairs...\n",
+                    (long long)r->vocab_size, (long long)r->n_train);
+        r->tok = cg_tokenizer_train(kind, true, sents, n, r->vocab_size);
+        free(sents);
+        if (!r->tok)
+            die_lib(data);
+        if (ck && !cg_tokenizer_equal(ck->tok, r->tok))
+            die("%s: the vocabulary of %s differs from the checkpoint's (data changed?)",
+                r->t->o->resume, data);
+    }
+    if (r->tok->kind == CG_TOK_CHAR) {
+        cg_pairs_warn_unknown(P, r->ds.split.valid, r->ds.split.n_valid, &r->tok->pv, PROG,
+                              "the validation pairs");
+        cg_pairs_warn_unknown(P, r->ds.split.test, r->ds.split.n_test, &r->tok->pv, PROG,
+                              "the test pairs");
+        return;
+    }
+    for (int64_t i = 0; i < P->n; i++) {
+        cg_pair *q = &P->items[i];
+        int64_t ns, nt;
+        int64_t *a = cg_tokenizer_encode(r->tok, q->src, &ns, NULL);
+        int64_t *b = a ? cg_tokenizer_encode(r->tok, q->tgt, &nt, NULL) : NULL;
+        free(a);
+        free(b);
+        if (!b)
+            die_lib(data);
+        q->src_len = (int32_t)ns;
+        q->tgt_len = (int32_t)nt;
+    }
+}
+
 /* Data, vocabulary, model, batches and batch order (fresh or resumed). */
 static void mt_setup(mt_run *r, cg_train_opts *o, cg_trainer *t)
 {
@@ -537,12 +621,10 @@ static void mt_setup(mt_run *r, cg_train_opts *o, cg_trainer *t)
             "leaving room for BOS and EOS)",
             o->data, (long long)r->max_len, (long long)r->max_len - 2,
             r->max_len - 2 == 1 ? "" : "s");
-    if (!cg_pair_vocab_build(P, r->ds.split.train, r->n_train, &r->vocab))
-        die_lib(o->data);
-    cg_pairs_warn_unknown(P, r->ds.split.valid, r->ds.split.n_valid, &r->vocab, PROG,
-                          "the validation pairs");
-    cg_pairs_warn_unknown(P, r->ds.split.test, r->ds.split.n_test, &r->vocab, PROG,
-                          "the test pairs");
+    r->valid_chars = 0;
+    for (int64_t i = 0; i < r->ds.split.n_valid; i++)
+        r->valid_chars += P->items[r->ds.split.valid[i]].tgt_len + 1;
+    setup_tokenizer(r, o->resume ? &ck : NULL, o->data);
     for (int64_t i = 0; i < r->ds.split.n_valid; i++) {
         const cg_pair *q = &P->items[r->ds.split.valid[i]];
         if (q->src_len + 1 > r->max_len || q->tgt_len + 1 > r->max_len)
@@ -550,17 +632,12 @@ static void mt_setup(mt_run *r, cg_train_opts *o, cg_trainer *t)
                 (long long)r->max_len);
     }
     if (o->resume) {
-        if (ck.vocab.n_chars != r->vocab.n_chars ||
-            memcmp(ck.vocab.chars, r->vocab.chars,
-                   (size_t)r->vocab.n_chars * sizeof(uint32_t)) != 0)
-            die("%s: the vocabulary of %s differs from the checkpoint's (data changed?)",
-                o->resume, o->data);
         r->model = ck.model;
         ck.model = NULL;
         cg_module_train(CG_MODULE(r->model), true);
     } else {
         cg_seq2seq_config cfg = cg_seq2seq_config_default();
-        cfg.vocab = cg_pair_vocab_size(&r->vocab);
+        cfg.vocab = cg_tokenizer_vocab_size(r->tok);
         cfg.d = o->d_seen ? o->d : pr->d;
         cfg.H = o->H_seen ? o->H : pr->H;
         cfg.enc_layers = o->enc_layers_seen ? o->enc_layers : pr->enc_layers;
@@ -607,12 +684,31 @@ static void mt_setup(mt_run *r, cg_train_opts *o, cg_trainer *t)
             cg_mt_permutation(&r->order, nb, r->perm);
     }
     fprintf(stderr,
-            "train %lld pairs in %lld batches, valid %lld, test %lld, vocab %lld, params %lld, "
+            "train %lld pairs in %lld batches, valid %lld, test %lld, %s vocab %lld, params %lld, "
             "precision %s%s\n",
             (long long)r->n_train, (long long)nb, (long long)r->ds.split.n_valid,
-            (long long)r->ds.split.n_test, (long long)r->model->cfg.vocab,
+            (long long)r->ds.split.n_test, cg_tokenizer_kind_name(r->tok->kind),
+            (long long)r->model->cfg.vocab,
             (long long)cg_module_num_params(CG_MODULE(r->model)), cg_precision_name(o->precision),
             o->resume ? " (resumed)" : "");
+}
+
+/* --tokenizer and --vocab-size, before any data is read. */
+static void check_tokenizer_flags(const mt_run *r)
+{
+    cg_tokenizer_kind kind = CG_TOK_CHAR;
+    if (r->tokenizer && !cg_tokenizer_kind_parse(r->tokenizer, &kind))
+        cg_prog_die(CG_EXIT_USAGE, "--tokenizer: %s", cg_last_error());
+    if (r->vocab_size_seen && kind != CG_TOK_BPE)
+        cg_prog_die(CG_EXIT_USAGE, "--vocab-size needs --tokenizer bpe (the character "
+                    "vocabulary is the characters of the training pairs)");
+    if (r->vocab_size_seen && r->vocab_size < CG_SPM_MIN_VOCAB)
+        cg_prog_die(CG_EXIT_USAGE, "--vocab-size %lld is too small: BPE needs at least %d ids "
+                    "(4 special ids + 256 byte pieces + 1)",
+                    (long long)r->vocab_size, CG_SPM_MIN_VOCAB);
+    if (kind == CG_TOK_BPE && !cg_spm_available())
+        die("--tokenizer bpe: this build has no SentencePiece, so BPE is unavailable "
+            "(apt-get install libsentencepiece-dev g++, then reconfigure)");
 }
 
 static int cmd_train(int argc, char **argv)
@@ -628,9 +724,9 @@ static int cmd_train(int argc, char **argv)
     o.label_smoothing = 0.1;
     mt_run r = {.preset = "tiny", .max_tokens = 3000, .warmup = 400, .max_len = 256,
                 .valid_size = 500, .test_size = 1000, .test_limit = 1000, .beam = 4,
-                .examples = 3, .factor = 0.25, .alpha = 0.6};
+                .examples = 3, .factor = 0.25, .alpha = 0.6, .vocab_size = 4000};
     bool factor_seen = false;
-    cg_cli_opt opts[CG_TRAIN_MAX_OPTS + 12] = {
+    cg_cli_opt opts[CG_TRAIN_MAX_OPTS + 14] = {
         {"--preset", CG_CLI_STR, &r.preset, 0, 0, NULL},
         {"--max-tokens", CG_CLI_I64, &r.max_tokens, 2, 1e9, NULL},
         {"--factor", CG_CLI_F64, &r.factor, 0, 1e3, &factor_seen},
@@ -642,8 +738,10 @@ static int cmd_train(int argc, char **argv)
         {"--beam", CG_CLI_I64, &r.beam, 1, 1000, NULL},
         {"--length-penalty", CG_CLI_F64, &r.alpha, -100, 100, NULL},
         {"--examples", CG_CLI_I64, &r.examples, 0, 1e9, NULL},
+        {"--tokenizer", CG_CLI_STR, &r.tokenizer, 0, 0, NULL},
+        {"--vocab-size", CG_CLI_I64, &r.vocab_size, 1, 1e9, &r.vocab_size_seen},
     };
-    int n = 11 + cg_train_cli_opts(&o, CG_TRAIN_FLAGS_ENC_DEC, opts + 11);
+    int n = 13 + cg_train_cli_opts(&o, CG_TRAIN_FLAGS_ENC_DEC, opts + 13);
     char help[sizeof TRAIN_HELP + 4096];
     snprintf(help, sizeof help, "%s%s", TRAIN_HELP, CG_TRAIN_HELP_COMMON);
     int rc = cg_prog_parse(argc, argv, opts, n, help);
@@ -653,12 +751,14 @@ static int cmd_train(int argc, char **argv)
         die("--lr and --factor both set the learning rate; give one");
     if (!o.resume && !find_preset(r.preset))
         die("unknown preset '%s' (choose tiny or base)", r.preset);
+    if (!o.resume)
+        check_tokenizer_flags(&r);
     if (!o.data)
         o.data = DEFAULT_DATA;
     cg_trainer t;
     rc = cg_trainer_begin(&t, &o, "seq2seq", DEFAULT_CKPT,
                           "--preset --max-tokens --factor --warmup --max-len --valid-size "
-                          "--test-size",
+                          "--test-size --tokenizer --vocab-size",
                           argc, argv, opts, n);
     if (rc < 0) {
         r.t = &t;
@@ -668,7 +768,7 @@ static int cmd_train(int argc, char **argv)
             .module = CG_MODULE(r.model), .dropout_rng = &r.model->dropout_rng,
             .optim = cg_adam_config(0.0, 0.9, 0.98, 1e-9), .clip_norm = 1.0, .self = &r,
             .batch = mt_batch, .loss = mt_loss, .lr = mt_lr, .evaluate = mt_evaluate,
-            .finish = mt_finish, .config_json = mt_config, .vocab_json = mt_vocab,
+            .finish = mt_finish, .config_json = mt_config, .tokenizer = mt_tokenizer,
             .state_save = mt_state_save};
         rc = cg_trainer_run(&t, &m);
     }
@@ -679,7 +779,7 @@ static int cmd_train(int argc, char **argv)
     free(r.perm);
     cg_batches_free(&r.batches);
     cg_batches_free(&r.vbatches);
-    cg_pair_vocab_free(&r.vocab);
+    cg_tokenizer_free(r.tok);
     cg_seq2seq_free(r.model);
     dataset_free(&r.ds);
     return rc;
@@ -758,11 +858,12 @@ static int cmd_translate(int argc, char **argv)
         size_t bad;
         if (cg_utf8_count(texts[i], strlen(texts[i]), &bad) < 0)
             die("sentence %lld is not valid UTF-8 (byte %zu)", (long long)i + 1, bad + 1);
-        cg_pair_vocab_warn_unknown(&c.vocab, texts[i], PROG, "sentence", i + 1);
+        if (c.tok->kind == CG_TOK_CHAR)
+            cg_pair_vocab_warn_unknown(&c.tok->pv, texts[i], PROG, "sentence", i + 1);
     }
     sources s;
-    sources_encode(&c.vocab, (const char *const *)texts, n, c.model->cfg.max_len, &s);
-    char **hyps = decode_all(c.model, &c.vocab, &s, (int)beam, alpha, !no_cache, stdout);
+    sources_encode(c.tok, (const char *const *)texts, n, c.model->cfg.max_len, &s);
+    char **hyps = decode_all(c.model, c.tok, &s, (int)beam, alpha, !no_cache, stdout);
     strings_free(hyps, n);
     sources_free(&s);
     strings_free(texts, n);
@@ -838,7 +939,8 @@ static int cmd_eval(int argc, char **argv)
     if (!cg_train_data_check(tj, ck, &id))
         die_lib(NULL);
     int64_t nt = limit > 0 && limit < ds.split.n_test ? limit : ds.split.n_test;
-    cg_pairs_warn_unknown(&ds.pairs, ds.split.test, nt, &c.vocab, PROG, "the test pairs");
+    if (c.tok->kind == CG_TOK_CHAR)
+        cg_pairs_warn_unknown(&ds.pairs, ds.split.test, nt, &c.tok->pv, PROG, "the test pairs");
     const char **srcs = malloc((size_t)nt * sizeof *srcs);
     const char **refs = malloc((size_t)nt * sizeof *refs);
     if (!srcs || !refs)
@@ -848,9 +950,9 @@ static int cmd_eval(int argc, char **argv)
         refs[i] = ds.pairs.items[ds.split.test[i]].tgt;
     }
     sources s;
-    sources_encode(&c.vocab, srcs, nt, c.model->cfg.max_len, &s);
+    sources_encode(c.tok, srcs, nt, c.model->cfg.max_len, &s);
     double t0 = cg_now();
-    char **hyps = decode_all(c.model, &c.vocab, &s, (int)beam, alpha, !no_cache, NULL);
+    char **hyps = decode_all(c.model, c.tok, &s, (int)beam, alpha, !no_cache, NULL);
     double dt = cg_now() - t0;
     double bleu = cg_bleu((int)nt, (const char *const *)hyps, refs);
     double chrf = cg_chrf((int)nt, (const char *const *)hyps, refs);
@@ -877,7 +979,7 @@ static const char ATTENTION_HELP[] =
     "\n"
     "Translate S greedily (or take --target) and draw the attention weights of\n"
     "that pass as PNG heatmaps, one panel per layer (rows) and head (columns),\n"
-    "characters on the axes: DIR/encoder_self.png, DIR/decoder_self.png,\n"
+    "tokens (characters or subwords) on the axes: DIR/encoder_self.png, DIR/decoder_self.png,\n"
     "DIR/cross.png (rows: decoder inputs, columns: source).\n"
     "\n"
     "options:\n"
@@ -888,19 +990,15 @@ static const char ATTENTION_HELP[] =
     "  --no-cache           greedy translation without the key/value cache\n"
     "  --threads N          threads (default 2)\n";
 
-/* labels: one string per id */
-static char **id_labels(const cg_pair_vocab *v, const int64_t *ids, int64_t n)
+/* labels: one string per id (subword pieces readable, models/tokenizer.h) */
+static char **id_labels(const cg_tokenizer *tok, const int64_t *ids, int64_t n)
 {
     char **l = calloc((size_t)n, sizeof *l);
     if (!l)
         die("out of memory");
-    for (int64_t i = 0; i < n; i++) {
-        const char *sp = ids[i] == CG_PAD ? "<pad>" : ids[i] == CG_BOS ? "<s>"
-                       : ids[i] == CG_EOS ? "</s>" : ids[i] == CG_PAIR_UNK ? "<unk>" : NULL;
-        l[i] = sp ? strdup(sp) : cg_pair_vocab_decode(v, ids + i, 1);
-        if (!l[i])
-            die("out of memory");
-    }
+    for (int64_t i = 0; i < n; i++)
+        if (!(l[i] = cg_tokenizer_label(tok, ids[i])))
+            die_lib("labels");
     return l;
 }
 
@@ -942,7 +1040,7 @@ static int cmd_attention(int argc, char **argv)
     cg_module_train(CG_MODULE(m), false);
     const char *one[1] = {text};
     sources s;
-    sources_encode(&c.vocab, one, 1, m->cfg.max_len, &s);
+    sources_encode(c.tok, one, 1, m->cfg.max_len, &s);
     int64_t S = s.len[0] + 1;
     int64_t *src = malloc((size_t)S * sizeof *src);
     if (!src)
@@ -954,7 +1052,7 @@ static int cmd_attention(int argc, char **argv)
     if (target) {
         if (cg_utf8_count(target, strlen(target), NULL) < 0)
             die("--target is not valid UTF-8");
-        out_ids = cg_pair_vocab_encode(&c.vocab, target, &L, NULL);
+        out_ids = cg_tokenizer_encode(c.tok, target, &L, NULL);
         if (!out_ids)
             die_lib("--target");
     } else {
@@ -971,7 +1069,7 @@ static int cmd_attention(int argc, char **argv)
         die("out of memory");
     tin[0] = CG_BOS;
     memcpy(tin + 1, out_ids, (size_t)L * sizeof *tin);
-    char *trans = cg_pair_vocab_decode(&c.vocab, out_ids, L);
+    char *trans = cg_tokenizer_decode(c.tok, out_ids, L);
     fprintf(stderr, "translation: %s\n", trans ? trans : "");
     free(trans);
 
@@ -985,7 +1083,7 @@ static int cmd_attention(int argc, char **argv)
         die_lib("forward");
     cg_release(logits);
 
-    char **sl = id_labels(&c.vocab, src, S), **tl = id_labels(&c.vocab, tin, T);
+    char **sl = id_labels(c.tok, src, S), **tl = id_labels(c.tok, tin, T);
     int ne = m->encoder->n_layers, nd = m->decoder->n_layers;
     cg_mha **mods = malloc((size_t)(ne + nd + 1) * sizeof *mods);
     if (!mods)
@@ -1019,7 +1117,8 @@ static int cmd_attention(int argc, char **argv)
 static const char MAIN_HELP[] =
     "usage: seq2seq <command> [options]   (seq2seq <command> --help for each)\n"
     "\n"
-    "A character-level Transformer translator (English -> German by default).\n"
+    "A Transformer translator over characters or BPE subwords (English -> German by\n"
+    "default).\n"
     "\n"
     "commands:\n"
     "  train      train a model on tab-separated sentence pairs\n"

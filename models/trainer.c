@@ -246,6 +246,10 @@ const char CG_TRAIN_HELP_COMMON[] =
     "  --force              overwrite an existing --out (refused otherwise)\n"
     "  --stop-at N          save and stop after step N (as if interrupted; 0 saves\n"
     "                       the initial model)\n"
+    "  --max-minutes M      end the run after M minutes of wall time (M > 0; the\n"
+    "                       evaluations and saves on the way count, the final\n"
+    "                       evaluation does not; with --resume the budget starts\n"
+    "                       again): evaluate, save and report as at the last step\n"
     "  --skip-nonfinite     skip a step whose loss or gradient is NaN/Inf (with a\n"
     "                       warning) instead of stopping\n"
     "Ctrl-C (SIGINT) or SIGTERM saves a checkpoint and exits 0 (during the final\n"
@@ -286,6 +290,7 @@ int cg_train_cli_opts(cg_train_opts *o, unsigned which, cg_cli_opt *p)
     OPT("--resume", CG_CLI_STR, &o->resume, 0, 0, NULL, false);
     OPT("--force", CG_CLI_SWITCH, &o->force, 0, 0, NULL, false);
     OPT("--stop-at", CG_CLI_I64, &o->stop_at, 0, big, NULL, false);
+    OPT("--max-minutes", CG_CLI_F64, &o->max_minutes, 1e-6, 1e8, NULL, false);
     OPT("--skip-nonfinite", CG_CLI_SWITCH, &o->skip_nonfinite, 0, 0, NULL, false);
 #undef OPT
     return n;
@@ -755,11 +760,10 @@ static bool save(run_ctx *c, int64_t step)
     const cg_trainer_model *m = c->m;
     char *tj = state_json(c->t, m);
     char *cfg = tj ? m->config_json(m->self) : NULL;
-    char *voc = cfg ? m->vocab_json(m->self) : NULL;
-    bool ok = voc && cg_ckpt_save(c->t->out, m->name, cfg, voc, m->module, c->opt, step, tj);
+    bool ok = cfg && cg_ckpt_save(c->t->out, m->name, cfg, m->tokenizer(m->self), m->module,
+                                  c->opt, step, tj);
     free(tj);
     free(cfg);
-    free(voc);
     if (ok && c->png && (c->t->hist.n > 0 || c->t->hist.dn > 0) &&
         !cg_history_plot(&c->t->hist, c->png, m->plot_title))
         cg_prog_warn("could not write the loss curve: %s", cg_last_error());
@@ -920,6 +924,8 @@ static int finish(run_ctx *c)
             cg_jline_free(&j);
             return cg_prog_fail_lib(NULL);
         }
+        if (t->o->max_minutes > 0)
+            cg_jline_bool(&j, "max_minutes_reached", t->out_of_time);
     }
     cg_jline_str(&j, "precision", cg_precision_name(t->o->precision));
     cg_jline_num(&j, "tokens_per_s", tps, 0);
@@ -935,6 +941,12 @@ static int finish(run_ctx *c)
     fflush(stdout);
     cg_jline_free(&j);
     return 0;
+}
+
+/* Was the last evaluation at step? */
+static bool evaluated_at(const cg_trainer *t, int64_t step)
+{
+    return t->hist.n > 0 && t->hist.step[t->hist.n - 1] == (float)step;
 }
 
 int cg_trainer_run(cg_trainer *t, const cg_trainer_model *m)
@@ -953,12 +965,13 @@ int cg_trainer_run(cg_trainer *t, const cg_trainer_model *m)
             log_every = 100;
     }
     double last_print = 0, win_tok = 0, win_time = 0;
+    const double t_begin = cg_now();
     int64_t done_steps = 0;
     for (;;) {
         const int64_t step = t->step;
         bool due = step % o->eval_every == 0 || step == o->steps;
         if (due && (step > 0 || m->eval_at_start) &&
-            !(t->hist.n > 0 && t->hist.step[t->hist.n - 1] == (float)step) &&
+            !evaluated_at(t, step) &&
             (rc = evaluate(&c, step)) >= 0)
             goto done;
         if (due && step > t->start && step < o->steps && !save(&c, step)) {
@@ -968,10 +981,21 @@ int cg_trainer_run(cg_trainer *t, const cg_trainer_model *m)
         }
         if (step >= o->steps)
             break;
-        double stop = cg_train_interrupted(); /* every rank stops at the same step */
-        cg_dist_allreduce_max(&stop, 1);
-        if (stop > 0 || (o->stop_at >= 0 && step >= o->stop_at)) {
+        /* every rank stops at the same step: [interrupted, out of time] */
+        double stop[2] = {cg_train_interrupted(),
+                          o->max_minutes > 0 && cg_now() - t_begin >= 60 * o->max_minutes};
+        cg_dist_allreduce_max(stop, 2);
+        if (stop[0] > 0 || (o->stop_at >= 0 && step >= o->stop_at)) {
             t->interrupted = true;
+            break;
+        }
+        if (stop[1] > 0) { /* --max-minutes: end here as at the last step */
+            t->out_of_time = true;
+            fprintf(stderr, "%s: --max-minutes %g reached at step %lld\n", cg_prog_name(),
+                    o->max_minutes, (long long)step);
+            if (!evaluated_at(t, step) &&
+                (rc = evaluate(&c, step)) >= 0)
+                goto done;
             break;
         }
         double t0 = cg_now(), tokens = 0;
@@ -992,6 +1016,8 @@ int cg_trainer_run(cg_trainer *t, const cg_trainer_model *m)
         double lr = cg_optim_lr(c.opt), loss = cg_trainer_recent_loss(t);
         if (tty ? (cg_now() - last_print > 0.25 || last) : logged) {
             double eta = (double)(o->steps - t->step) * t->elapsed / (double)done_steps;
+            if (o->max_minutes > 0) /* the budget's end comes first */
+                eta = fmin(eta, fmax(0.0, 60 * o->max_minutes - (cg_now() - t_begin)));
             cg_progress(cg_prog_name(), t->step, o->steps, loss, lr, tps, eta);
             last_print = cg_now();
         }

@@ -16,12 +16,14 @@
  *     clipping, the model's learning-rate schedule, the optimizer;
  *   - the progress line with tokens/s and time left, evaluation, checkpoint
  *     and loss-curve cadence (--eval-every), SIGINT/SIGTERM (save, exit 0),
- *     --stop-at, the final JSON line (null for a non-finite number).
+ *     --stop-at, --max-minutes, the final JSON line (null for a non-finite
+ *     number).
  * A model plugs in what is its own through cg_trainer_model: its batches
  * and loss, its evaluation, its learning rate, and the state it saves.
  *
  * Checkpoint layout (both models; models/checkpoint.h writes it):
- *   metadata "model" (charlm|seq2seq), "config", "vocab", "step", and
+ *   metadata "model" (charlm|seq2seq), "config", the tokenizer ("vocab", or
+ *   "tokenizer": "bpe" with the tensor "tokenizer.spm"), "step", and
  *   "train": {"steps", "eval_every", "seed" (string), "grad_accum", "data",
  *             "dropout_rng": {"seed","counter"} (strings),
  *             "recent": [last training losses], "history": {...},
@@ -46,6 +48,7 @@
 #include "core/tensor.h"
 #include "models/cli.h"
 #include "models/outfile.h"
+#include "models/tokenizer.h"
 #include "models/train_common.h"
 #include "nn/module.h"
 #include "nn/safetensors.h"
@@ -111,6 +114,7 @@ void cg_jline_free(cg_jline *j);
 typedef struct {
     /* the run */
     int64_t steps, eval_every, log_every, stop_at, threads, grad_accum;
+    double max_minutes;        /* --max-minutes: wall-time budget, 0 = none */
     uint64_t seed;
     const char *data, *out, *resume;
     bool force, skip_nonfinite;
@@ -191,10 +195,10 @@ typedef struct {
     /* At the end of a completed run (the checkpoint is saved): the final
      * evaluation; adds its fields to the JSON line. */
     bool (*finish)(void *self, const cg_trainer *t, cg_jline *j);
-    /* The checkpoint's "config" and "vocab" (malloc'd) and the model's own
-     * trainer state, added to o. */
+    /* The checkpoint's "config" (malloc'd), its tokenizer (borrowed;
+     * models/tokenizer.h) and the model's own trainer state, added to o. */
     char *(*config_json)(void *self);
-    char *(*vocab_json)(void *self);
+    const cg_tokenizer *(*tokenizer)(void *self);
     bool (*state_save)(void *self, cJSON *o);
 } cg_trainer_model;
 
@@ -243,6 +247,7 @@ struct cg_trainer {
     double last_loss;       /* loss of the last step taken */
     int64_t skipped;
     bool interrupted;
+    bool out_of_time;       /* stopped by --max-minutes (a normal end otherwise) */
     cg_rng dropout_rng;     /* the saved stream (from the checkpoint on resume) */
     bool dropout_rng_set;
     cg_data_id data;        /* the data read (models/outfile.h), once set */

@@ -24,6 +24,8 @@
  *   ckpt_writer getmeta PATH KEY         print metadata KEY (exit 1 if absent)
  *   ckpt_writer addtensor PATH NAME      rewrite PATH with an extra [2] F32
  *                                   tensor NAME
+ *   ckpt_writer flipbyte PATH NAME  rewrite PATH with the middle byte of U8
+ *                                   tensor NAME flipped (a damaged tokenizer)
  *   ckpt_writer check PATH          print A, B or none (no file); exit 1 with
  *                                   a message if the file does not load or is
  *                                   not exactly A or B (a mixture, a
@@ -266,12 +268,14 @@ static int same(const char *a, const char *b)
 }
 
 /* Rewrite path with one change: poison (target: an F32 tensor), setmeta
- * (metadata target = value) or addtensor (a [2] F32 tensor named target). */
+ * (metadata target = value), addtensor (a [2] F32 tensor named target) or
+ * flipbyte (target: a U8 tensor). */
 static int rewrite(const char *path, const char *mode, const char *target, const char *value)
 {
     cg_st_file *f = cg_st_open(path);
     cg_st_writer *w = cg_st_writer_new();
-    bool ok = f && w, found = strcmp(mode, "poison") != 0;
+    bool flip = strcmp(mode, "flipbyte") == 0;
+    bool ok = f && w, found = strcmp(mode, "poison") != 0 && !flip;
     for (int i = 0; ok && i < cg_st_metadata_count(f); i++) {
         const char *k = cg_st_metadata_key(f, i);
         ok = cg_st_set_metadata(w, k, cg_st_metadata(f, k));
@@ -298,13 +302,27 @@ static int rewrite(const char *path, const char *mode, const char *target, const
             int64_t *v = cg_st_get_i64(f, name, NULL, NULL);
             ok = v && cg_st_add_i64(w, name, nd, shape, v);
             free(v);
+        } else if (ok && dt == CG_ST_U8 && nd == 1) {
+            size_t len;
+            const unsigned char *raw = cg_st_raw(f, name, &len);
+            unsigned char *v = raw ? malloc(len ? len : 1) : NULL;
+            ok = v != NULL;
+            if (ok) {
+                memcpy(v, raw, len);
+                if (flip && !found && strcmp(name, target) == 0 && len > 0) {
+                    v[len / 2] ^= 0x40;
+                    found = true;
+                }
+                ok = cg_st_add_u8(w, name, (int64_t)len, v);
+            }
+            free(v);
         } else if (ok) {
             cg_set_error("tensor '%s': dtype %s not supported", name, cg_st_dtype_name(dt));
             ok = false;
         }
     }
     if (ok && !found) {
-        cg_set_error("no F32 tensor '%s' with elements in %s", target, path);
+        cg_set_error("no %s tensor '%s' with elements in %s", flip ? "U8" : "F32", target, path);
         ok = false;
     }
     ok = ok && cg_st_writer_save(w, path);
@@ -323,6 +341,8 @@ int main(int argc, char **argv)
         return rewrite(argv[2], "poison", argv[3], NULL);
     if (argc >= 5 && strcmp(argv[1], "setmeta") == 0)
         return rewrite(argv[2], "setmeta", argv[3], argv[4]);
+    if (argc >= 4 && strcmp(argv[1], "flipbyte") == 0)
+        return rewrite(argv[2], "flipbyte", argv[3], NULL);
     if (argc >= 4 && strcmp(argv[1], "addtensor") == 0)
         return rewrite(argv[2], "addtensor", argv[3], NULL);
     if (argc >= 4 && strcmp(argv[1], "getmeta") == 0) {

@@ -36,6 +36,14 @@ static char *round_trip(const cg_tokenizer *t, const char *s, int64_t *n_unk)
     return d;
 }
 
+/* Create an empty temporary file from the template path. */
+static void make_temp(char *path)
+{
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+}
+
 /* Write t into a safetensors file and read it back. */
 static cg_tokenizer *through_file(const cg_tokenizer *t, bool specials, const char *path)
 {
@@ -84,9 +92,7 @@ START_TEST(test_char_pairs)
     ck_assert_ptr_null(cg_tokenizer_decode(t, &bad, 1));
 
     char path[] = "/tmp/cg_test_tok_XXXXXX";
-    int fd = mkstemp(path);
-    ck_assert_int_ge(fd, 0);
-    close(fd);
+    make_temp(path);
     cg_tokenizer *r = through_file(t, true, path);
     ck_assert(cg_tokenizer_equal(t, r));
     /* the old checkpoint form: "vocab" metadata, no "tokenizer" entry */
@@ -117,9 +123,7 @@ START_TEST(test_char_lm)
     ck_assert_int_eq(unk, 0);
     free(d);
     char path[] = "/tmp/cg_test_tok_XXXXXX";
-    int fd = mkstemp(path);
-    ck_assert_int_ge(fd, 0);
-    close(fd);
+    make_temp(path);
     cg_tokenizer *r = through_file(t, false, path);
     ck_assert(cg_tokenizer_equal(t, r));
     ck_assert(!cg_tokenizer_equal(t, NULL));
@@ -170,9 +174,7 @@ START_TEST(test_bpe)
     free(l);
 
     char path[] = "/tmp/cg_test_tok_XXXXXX";
-    int fd = mkstemp(path);
-    ck_assert_int_ge(fd, 0);
-    close(fd);
+    make_temp(path);
     cg_tokenizer *r = through_file(t, true, path);
     ck_assert(cg_tokenizer_equal(t, r));
     ck_assert_int_eq(r->kind, CG_TOK_BPE);

@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# seq2seq with BPE subwords and the --max-minutes budget (issue 15):
+#   - --vocab-size without --tokenizer bpe, or below 261, is refused (exit 2);
+#   - --max-minutes ends a run that --steps would not end: it evaluates,
+#     saves and prints the final JSON line, and the checkpoint loads;
+#   - a bpe run of a few steps: the tokenizer is saved in the checkpoint and
+#     read back by translate / eval / attention (decode(encode(text)) == text
+#     through attention --target), resume is bit-exact, and a damaged
+#     tokenizer.spm tensor is refused with one line and exit 1.
+# The bpe part is skipped (exit 77) when the build lacks SentencePiece.
+#   test_seq2seq_bpe.sh SEQ2SEQ CKPT_WRITER DATA
+set -uo pipefail
+seq2seq=$1
+tool=$2
+data=$3
+dir=$(mktemp -d "${TMPDIR:-/tmp}/cg_bpe.XXXXXX")
+trap 'rm -rf "$dir"' EXIT
+cd "$dir" || exit 1
+failures=0
+fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+# expect NAME RC PATTERN CMD...: CMD exits RC and its stderr's last line matches PATTERN
+expect() {
+  local name=$1 want=$2 pat=$3
+  shift 3
+  local rc=0
+  timeout 120 "$@" >out.txt 2>err.txt || rc=$?
+  if [ "$rc" -ne "$want" ]; then
+    fail "$name: exit status $rc (expected $want): $(tail -c 300 err.txt)"
+  elif ! tail -1 err.txt | grep -q -- "$pat"; then
+    fail "$name: message does not match '$pat': $(tail -c 300 err.txt)"
+  else
+    echo "ok: $name: $(tail -1 err.txt)"
+  fi
+}
+small=(--data "$data" --valid-size 20 --test-size 20 --test-limit 3 --examples 0 --d 32 --H 2
+       --enc-layers 1 --dec-layers 1 --d-ff 64 --max-tokens 800 --threads 2 --eval-every 3)
+
+expect "--vocab-size without bpe" 2 "needs --tokenizer bpe" \
+  "$seq2seq" train "${small[@]}" --vocab-size 500 --out x.st
+expect "--vocab-size 260" 2 "at least 261" \
+  "$seq2seq" train "${small[@]}" --tokenizer bpe --vocab-size 260 --out x.st
+expect "--tokenizer word" 2 "choose char or bpe" \
+  "$seq2seq" train "${small[@]}" --tokenizer word --out x.st
+expect "--max-minutes 0" 2 "max-minutes" \
+  "$seq2seq" train "${small[@]}" --max-minutes 0 --out x.st
+
+# --max-minutes: 10^9 steps would never end; the budget (0.6 s) does
+if timeout 120 "$seq2seq" train "${small[@]}" --steps 1000000000 --max-minutes 0.01 \
+     --out mm.st >mm.out 2>mm.err; then
+  line=$(tail -1 mm.out)
+  if printf '%s' "$line" | grep -q '"max_minutes_reached": true' &&
+     printf '%s' "$line" | grep -q '"val_bpc": [0-9]' &&
+     grep -q 'max-minutes 0.01 reached at step' mm.err && [ -f mm.st ] &&
+     "$seq2seq" eval --ckpt mm.st --test-limit 2 >/dev/null 2>&1; then
+    echo "ok: --max-minutes: $line"
+  else
+    fail "--max-minutes: $line / $(tail -c 300 mm.err)"
+  fi
+else
+  fail "--max-minutes: exit status $?: $(tail -c 300 mm.err)"
+fi
+
+# BPE
+rc=0
+"$seq2seq" train "${small[@]}" --tokenizer bpe --vocab-size 400 --steps 6 --out b.st \
+  >b.out 2>b.err || rc=$?
+if [ "$rc" -eq 1 ] && grep -q "unavailable" b.err; then
+  echo "skip: $(tail -1 b.err)"
+  [ "$failures" -eq 0 ] && exit 77
+  exit 1
+fi
+line=$(tail -1 b.out)
+if [ "$rc" -eq 0 ] && printf '%s' "$line" | grep -q '"tokenizer": "bpe", "vocab": 400' &&
+   printf '%s' "$line" | grep -q '"val_bpc": [0-9]'; then
+  echo "ok: bpe train: $line"
+else
+  fail "bpe train: exit $rc: $line $(tail -c 300 b.err)"
+fi
+[ "$("$tool" getmeta b.st tokenizer)" = bpe ] || fail "the checkpoint does not say tokenizer bpe"
+"$tool" getmeta b.st vocab >/dev/null 2>&1 && fail "a bpe checkpoint has a char vocab"
+
+# the checkpoint's tokenizer: translate, eval, and decode(encode(text)) == text
+n=$(printf 'The house is small.\nI like tea.\n' | "$seq2seq" translate --ckpt b.st 2>/dev/null | wc -l)
+[ "$n" -eq 2 ] && echo "ok: bpe translate: 2 lines" || fail "bpe translate: $n lines"
+if "$seq2seq" eval --ckpt b.st --test-limit 3 --beam 2 >e.out 2>e.err &&
+   grep -q '"chrf": [0-9]' e.out; then
+  echo "ok: bpe eval: $(cat e.out)"
+else
+  fail "bpe eval: $(tail -c 300 e.err)"
+fi
+text='Schöne Grüße aus Köln — 5 € für Ähren!'
+expect "bpe attention round trip" 0 "translation: $text" \
+  "$seq2seq" attention --ckpt b.st --text "The house." --target "$text" --out att
+for f in encoder_self decoder_self cross; do
+  [ -s "att/$f.png" ] || fail "attention: no att/$f.png"
+done
+
+# resume is bit-exact with the tokenizer kept
+"$seq2seq" train "${small[@]}" --tokenizer bpe --vocab-size 400 --steps 6 --stop-at 3 \
+  --out r.st >/dev/null 2>r.err || fail "bpe --stop-at: $(tail -1 r.err)"
+if "$seq2seq" train --resume r.st >/dev/null 2>r.err && "$tool" same b.st r.st >/dev/null 2>&1
+then
+  echo "ok: bpe resume is bit-exact"
+else
+  fail "bpe resume differs from the straight run: $(tail -c 300 r.err)"
+fi
+expect "bpe resume with --vocab-size" 1 "drop --vocab-size" \
+  "$seq2seq" train --resume r.st --vocab-size 500
+
+# a damaged tokenizer
+cp b.st d.st
+"$tool" flipbyte d.st tokenizer.spm || fail "cannot damage d.st"
+expect "damaged tokenizer.spm (translate)" 1 "tokenizer" \
+  "$seq2seq" translate --ckpt d.st "The house."
+[ "$(wc -l <err.txt)" -eq 1 ] || fail "damaged tokenizer: more than one line: $(cat err.txt)"
+expect "damaged tokenizer.spm (resume)" 1 "tokenizer" "$seq2seq" train --resume d.st --steps 9
+
+[ "$failures" -eq 0 ] || { echo "$failures failure(s)" >&2; exit 1; }
+echo "all ok"
