@@ -316,13 +316,23 @@ static char *utf8_of(const uint32_t *cps, int64_t n)
 }
 
 /* A BPE tokenizer of vocab_size ids trained on the non-empty lines of
- * text (each line is NUL-terminated in place). */
+ * text (each line is NUL-terminated in place; a line longer than
+ * LINE_MAX_BYTES is cut at its last space before, or at a character
+ * boundary: SentencePiece skips longer sentences). */
+#define LINE_MAX_BYTES 2048
 static cg_tokenizer *train_on_lines(char *text, int64_t vocab_size)
 {
     int64_t n = 0, cap = 0;
     char **lines = NULL;
     for (char *p = text; *p;) {
         char *e = p + strcspn(p, "\n");
+        if (e - p > LINE_MAX_BYTES) {
+            e = p + LINE_MAX_BYTES;
+            while (e > p + LINE_MAX_BYTES / 2 && *e != ' ')
+                e--;
+            while (*e != ' ' && (*e & 0xC0) == 0x80) /* not inside a character */
+                e--;
+        }
         bool last = *e == '\0';
         *e = '\0';
         if (e > p && n == cap) {
