@@ -11,13 +11,10 @@
  * loss over consecutive windows); the loop is models/trainer.h's, as are
  * the exit codes and the one-line errors "charlm: error: ...". */
 #include <cjson/cJSON.h>
-#include <inttypes.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "core/error.h"
 #include "models/charlm.h"
@@ -89,12 +86,10 @@ static const char TRAIN_HELP[] =
     "  --dropout 0, --label-smoothing 0, --norm layernorm, --act gelu, --norm-first true\n"
     "\n";
 
-typedef struct {
+static const struct preset {
+    const char *name;
     int64_t d, H, layers, d_ff, T, B;
-} preset;
-
-static const preset PRESET_TINY = {128, 4, 4, 512, 64, 12};
-static const preset PRESET_BASE = {384, 6, 6, 1536, 256, 16};
+} PRESETS[] = {{"tiny", 128, 4, 4, 512, 64, 12}, {"base", 384, 6, 6, 1536, 256, 16}};
 
 /* The char LM as the trainer sees it. */
 typedef struct {
@@ -200,13 +195,12 @@ static bool lm_state_load(lm_run *r, const cJSON *o)
 static int lm_config_from_flags(const cg_train_opts *o, const char *preset_name, int64_t T,
                                 int64_t B, cg_charlm_config *cfg, int64_t *Bout)
 {
-    preset p;
-    if (strcmp(preset_name, "tiny") == 0)
-        p = PRESET_TINY;
-    else if (strcmp(preset_name, "base") == 0)
-        p = PRESET_BASE;
-    else
+    int i = 0;
+    while (i < 2 && strcmp(PRESETS[i].name, preset_name) != 0)
+        i++;
+    if (i == 2)
         return cg_prog_fail("--preset: unknown preset '%s' (choices: tiny, base)", preset_name);
+    const struct preset p = PRESETS[i];
     *cfg = cg_charlm_config_default();
     cfg->d = o->d_seen ? o->d : p.d;
     cfg->H = o->H_seen ? o->H : p.H;
@@ -330,9 +324,7 @@ static int cmd_train(int argc, char **argv)
         {"--vocab-size", CG_CLI_I64, &vocab_size, CG_SPM_MIN_VOCAB, 1000000, &vocab_size_seen},
     };
     int n = 6 + cg_train_cli_opts(&o, CG_TRAIN_FLAGS_LAYERS, opts + 6);
-    char help[sizeof TRAIN_HELP + 4096];
-    snprintf(help, sizeof help, "%s%s", TRAIN_HELP, CG_TRAIN_HELP_COMMON);
-    int rc = cg_prog_parse(argc, argv, opts, n, help);
+    int rc = cg_train_parse(argc, argv, opts, n, TRAIN_HELP);
     if (rc >= 0)
         return rc;
     if (!cg_tokenizer_kind_parse(tok_name, &kind) ||
@@ -381,11 +373,9 @@ static const char *SAMPLE_HELP =
 static bool write_attention_png(cg_charlm *m, const cg_tokenizer *tok, const int64_t *ids,
                                 int64_t n, const char *path)
 {
-    char **labels = calloc((size_t)n, sizeof *labels);
+    char **labels = cg_tokenizer_labels(tok, ids, n);
     cg_mha **mods = malloc((size_t)(m->cfg.layers + 1) * sizeof *mods);
     bool ok = labels && mods;
-    for (int64_t i = 0; ok && i < n; i++)
-        ok = (labels[i] = cg_tokenizer_label(tok, ids[i])) != NULL;
     for (int64_t l = 0; ok && l < m->cfg.layers; l++)
         mods[l] = m->block[l]->attn;
     cg_module_keep_attention_weights(CG_MODULE(m), true);
@@ -437,38 +427,27 @@ static int cmd_sample(int argc, char **argv)
     int rc = 1;
     int64_t n = 0, *outp = NULL, unknown = 0;
     uint32_t first = 0;
-    cg_token_printer tp = {0};
     int64_t *ids = ck.vocab ? cg_vocab_encode_text(ck.vocab, prompt, "--prompt", &n, &unknown, &first)
                             : cg_tokenizer_encode(ck.tok, prompt, &n, NULL);
-    if (!ids) {
-        rc = cg_prog_fail_lib(NULL);
-        goto done;
-    }
-    if (unknown > 0) {
-        char a[48], b[48];
-        cg_utf8_describe(first, a, sizeof a);
-        cg_utf8_describe(ck.vocab->chars[ck.vocab->unk], b, sizeof b);
-        cg_prog_warn("%lld prompt character(s) are not in the vocabulary (first %s); they are read as %s",
-             (long long)unknown, a, b);
-    }
+    if (ck.vocab)
+        cg_vocab_warn_unknown(ck.vocab, PROG, "the prompt", unknown, first);
     cg_sample_opts so = {.temperature = temperature, .top_k = top_k, .top_p = top_p};
     cg_rng rng = cg_rng_new(seed);
     double t_gen = cg_now();
-    /* print the prompt as given, then each character as it is generated */
+    /* print the prompt as given, then each piece as it is generated */
     fputs(prompt, stdout);
     fflush(stdout);
-    if ((n > 0 && !cg_token_printer_begin(&tp, ck.tok, stdout, ids[n - 1])) ||
-        !(outp = cg_charlm_generate(ck.model, ids, n, length, &so, &rng, !no_cache,
-                                    cg_print_token, &tp)) ||
-        !cg_token_printer_end(&tp)) {
+    if (!ids || !(outp = cg_charlm_generate_text(ck.model, ck.tok, ids, n, length, &so, &rng,
+                                                 !no_cache, stdout))) {
         rc = cg_prog_fail_lib(NULL);
         goto done;
     }
     t_gen = cg_now() - t_gen;
     fputc('\n', stdout); /* end the sample's line before the speed line on stderr */
     fflush(stdout);
-    fprintf(stderr, PROG ": %lld characters in %.2f s (%.1f characters/s, %s)\n",
-            (long long)length, t_gen, t_gen > 0 ? (double)length / t_gen : 0.0,
+    const char *unit = ck.vocab ? "characters" : "tokens";
+    fprintf(stderr, PROG ": %lld %s in %.2f s (%.1f %s/s, %s)\n", (long long)length, unit, t_gen,
+            t_gen > 0 ? (double)length / t_gen : 0.0, unit,
             no_cache ? "full recompute" : "key/value cache");
     if (attn_png) {
         int64_t total = n + length, w = total < 32 ? total : 32;
@@ -482,7 +461,6 @@ static int cmd_sample(int argc, char **argv)
     }
     rc = 0;
 done:
-    cg_token_printer_end(&tp);
     fflush(stdout);
     free(ids);
     free(outp);
@@ -518,51 +496,37 @@ static int cmd_eval(int argc, char **argv)
     cg_charlm_ckpt ck;
     if (!cg_charlm_ckpt_load(ckpt, &ck))
         return cg_prog_fail_lib(NULL);
+    const char *tj = cg_charlm_ckpt_train_json(&ck);
     cg_precision prec; /* the products as trained */
-    if (!cg_train_precision(cg_charlm_ckpt_train_json(&ck), ckpt, &prec)) {
-        cg_charlm_ckpt_free(&ck);
-        return cg_prog_fail_lib(NULL);
-    }
-    cg_set_matmul_precision(prec);
-    int rc = 1;
     cg_corpus *corpus = NULL;
-    char *data_copy = cg_train_data_path(cg_charlm_ckpt_train_json(&ck), data, DEFAULT_DATA);
-    if (!(data = data_copy)) {
-        rc = cg_prog_fail_lib(NULL);
-        goto done;
-    }
+    char *path = cg_train_data_path(tj, data, DEFAULT_DATA);
     cg_data_id id;
-    corpus = read_corpus(data, &ck.tok, ck.tok->kind, 0, &id);
-    if (!corpus || !cg_train_data_check(cg_charlm_ckpt_train_json(&ck), ckpt, &id)) {
-        rc = cg_prog_fail_lib(NULL);
-        goto done;
-    }
-    if (corpus->unknown > 0) {
-        char a[48];
-        cg_utf8_describe(corpus->first_unknown, a, sizeof a);
-        cg_prog_warn("'%s' has %lld character(s) outside the vocabulary (first %s); they are read as "
-             "the substitute character",
-             data, (long long)corpus->unknown, a);
-    }
     double loss;
     int64_t nwin, T = ck.model->cfg.max_len;
-    if (!cg_charlm_full_loss(ck.model, cg_corpus_val(corpus), T, &loss, &nwin)) {
-        rc = cg_prog_fail("'%s': %s", data, cg_last_error());
-        goto done;
+    int rc = path && cg_train_precision(tj, ckpt, &prec) &&
+                     (corpus = read_corpus(path, &ck.tok, ck.tok->kind, 0, &id)) &&
+                     cg_train_data_check(tj, ckpt, &id)
+                 ? -1
+                 : cg_prog_fail_lib(NULL);
+    if (rc < 0) {
+        if (ck.vocab)
+            cg_vocab_warn_unknown(ck.vocab, PROG, path, corpus->unknown, corpus->first_unknown);
+        cg_set_matmul_precision(prec);
+        if (!cg_charlm_full_loss(ck.model, cg_corpus_val(corpus), T, &loss, &nwin))
+            rc = cg_prog_fail("'%s': %s", path, cg_last_error());
     }
-    printf("{\"val_loss\": %s, \"perplexity\": %s, \"bits_per_char\": %s, \"windows\": "
-           "%lld, \"T\": %lld, \"step\": %lld, \"precision\": %s, \"tokenizer\": %s}\n",
-           CG_JSON_NUM("%.4f", loss), CG_JSON_NUM("%.4f", exp(loss)),
-           CG_JSON_NUM("%.4f", val_bpc(corpus, loss)), (long long)nwin, (long long)T,
-           (long long)ck.step, CG_JSON_STR(cg_precision_name(prec)),
-           CG_JSON_STR(cg_tokenizer_kind_name(ck.tok->kind)));
-    rc = 0;
-done:
+    if (rc < 0)
+        printf("{\"val_loss\": %s, \"perplexity\": %s, \"bits_per_char\": %s, \"windows\": "
+               "%lld, \"T\": %lld, \"step\": %lld, \"precision\": %s, \"tokenizer\": %s}\n",
+               CG_JSON_NUM("%.4f", loss), CG_JSON_NUM("%.4f", exp(loss)),
+               CG_JSON_NUM("%.4f", val_bpc(corpus, loss)), (long long)nwin, (long long)T,
+               (long long)ck.step, CG_JSON_STR(cg_precision_name(prec)),
+               CG_JSON_STR(cg_tokenizer_kind_name(ck.tok->kind)));
     fflush(stdout);
-    free(data_copy);
+    free(path);
     cg_corpus_free(corpus);
     cg_charlm_ckpt_free(&ck);
-    return rc;
+    return rc < 0 ? 0 : rc;
 }
 
 /* ------------------------------------------------------------------- main */

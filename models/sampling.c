@@ -224,9 +224,17 @@ fail:
     return NULL;
 }
 
+/* The printer of cg_charlm_generate_text. */
+typedef struct {
+    const cg_tokenizer *tok;
+    FILE *out;
+    int64_t *ids, n, cap; /* the ids since the anchor */
+    size_t printed;       /* bytes of their text written */
+} printer;
+
 /* Write the new text of p's ids (all of it when flush; else holding back a
  * U+FFFD ending); re-anchor at the last id once nothing is held back. */
-static bool printer_write(cg_token_printer *p, bool flush)
+static bool printer_write(printer *p, bool flush)
 {
     char *t = cg_tokenizer_decode(p->tok, p->ids, p->n);
     if (!t)
@@ -257,25 +265,10 @@ static bool printer_write(cg_token_printer *p, bool flush)
     return true;
 }
 
-bool cg_token_printer_begin(cg_token_printer *p, const cg_tokenizer *tok, FILE *out,
-                            int64_t last_prompt_id)
+/* A cg_token_fn: one more id. */
+static bool print_token(void *ctx, int64_t id)
 {
-    *p = (cg_token_printer){.tok = tok, .out = out, .cap = 64};
-    p->ids = malloc((size_t)p->cap * sizeof *p->ids);
-    if (!p->ids) {
-        cg_set_error("out of memory");
-        return false;
-    }
-    p->ids[p->n++] = last_prompt_id;
-    char *l = cg_tokenizer_decode(tok, p->ids, 1);
-    p->printed = l ? strlen(l) : 0;
-    free(l);
-    return l != NULL;
-}
-
-bool cg_print_token(void *ctx, int64_t id)
-{
-    cg_token_printer *p = ctx;
+    printer *p = ctx;
     if (p->n == p->cap) {
         int64_t *ni = realloc(p->ids, (size_t)(p->cap * 2) * sizeof *ni);
         if (!ni) {
@@ -289,10 +282,30 @@ bool cg_print_token(void *ctx, int64_t id)
     return printer_write(p, false);
 }
 
-bool cg_token_printer_end(cg_token_printer *p)
+int64_t *cg_charlm_generate_text(cg_charlm *m, const cg_tokenizer *tok, const int64_t *prompt,
+                                 int64_t n_prompt, int64_t n_new, const cg_sample_opts *o,
+                                 cg_rng *rng, bool use_cache, FILE *out)
 {
-    bool ok = !p->ids || printer_write(p, true);
-    free(p->ids);
-    p->ids = NULL;
-    return ok;
+    if (!tok)
+        return NULL;
+    if (!m || !prompt || n_prompt < 1) /* as cg_charlm_generate refuses it */
+        return cg_charlm_generate(m, prompt, n_prompt, n_new, o, rng, use_cache, NULL, NULL);
+    printer p = {.tok = tok, .out = out, .cap = 64};
+    p.ids = malloc((size_t)p.cap * sizeof *p.ids);
+    char *l = p.ids ? cg_tokenizer_decode(tok, prompt + n_prompt - 1, 1) : NULL;
+    if (!p.ids)
+        cg_set_error("out of memory");
+    int64_t *ids = NULL;
+    if (l) {
+        p.ids[p.n++] = prompt[n_prompt - 1]; /* its text counts as written */
+        p.printed = strlen(l);
+        ids = cg_charlm_generate(m, prompt, n_prompt, n_new, o, rng, use_cache, print_token, &p);
+        if (ids && !printer_write(&p, true)) {
+            free(ids);
+            ids = NULL;
+        }
+    }
+    free(l);
+    free(p.ids);
+    return ids;
 }

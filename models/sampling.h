@@ -64,25 +64,15 @@ int64_t *cg_charlm_generate(cg_charlm *m, const int64_t *prompt, int64_t n_promp
                             const cg_sample_opts *o, cg_rng *rng, bool use_cache,
                             cg_token_fn on_token, void *ctx);
 
-/* A cg_token_fn that writes the text of the ids as they are generated
- * and flushes, so that a sample is printed as it goes, for any tokenizer
- * (models/tokenizer.h). The text of the ids since an anchor (the last
- * prompt id at first) is decoded at each id and what is new is written;
- * an ending that decodes to U+FFFD (a BPE byte piece waiting for the rest
- * of its UTF-8 sequence) is held back until it completes or the sample
- * ends. ctx: a cg_token_printer. */
-typedef struct {
-    const cg_tokenizer *tok;
-    FILE *out;
-    int64_t *ids, n, cap; /* the ids since the anchor */
-    size_t printed;       /* bytes of their text written */
-} cg_token_printer;
-/* Start after last_prompt_id (its text counts as written). False + error. */
-bool cg_token_printer_begin(cg_token_printer *p, const cg_tokenizer *tok, FILE *out,
-                            int64_t last_prompt_id);
-bool cg_print_token(void *ctx, int64_t id);
-/* Write what is held back and free; false + error when it cannot. */
-bool cg_token_printer_end(cg_token_printer *p);
+/* cg_charlm_generate, writing the text of the new ids to out (flushed) as
+ * they are generated, decoded with tok (models/tokenizer.h): the text of
+ * the ids since an anchor (the last prompt id at first) is decoded at each
+ * id and what is new is written; for BPE an ending that decodes to U+FFFD
+ * (a byte piece waiting for the rest of its UTF-8 sequence) is held back
+ * until it completes or the sample ends. */
+int64_t *cg_charlm_generate_text(cg_charlm *m, const cg_tokenizer *tok, const int64_t *prompt,
+                                 int64_t n_prompt, int64_t n_new, const cg_sample_opts *o,
+                                 cg_rng *rng, bool use_cache, FILE *out);
 
 #ifdef __cplusplus
 }

@@ -742,9 +742,7 @@ static int cmd_train(int argc, char **argv)
         {"--vocab-size", CG_CLI_I64, &r.vocab_size, 1, 1e9, &r.vocab_size_seen},
     };
     int n = 13 + cg_train_cli_opts(&o, CG_TRAIN_FLAGS_ENC_DEC, opts + 13);
-    char help[sizeof TRAIN_HELP + 4096];
-    snprintf(help, sizeof help, "%s%s", TRAIN_HELP, CG_TRAIN_HELP_COMMON);
-    int rc = cg_prog_parse(argc, argv, opts, n, help);
+    int rc = cg_train_parse(argc, argv, opts, n, TRAIN_HELP);
     if (rc >= 0)
         return rc;
     if (!o.resume && o.lr_seen && factor_seen)
@@ -993,12 +991,9 @@ static const char ATTENTION_HELP[] =
 /* labels: one string per id (subword pieces readable, models/tokenizer.h) */
 static char **id_labels(const cg_tokenizer *tok, const int64_t *ids, int64_t n)
 {
-    char **l = calloc((size_t)n, sizeof *l);
+    char **l = cg_tokenizer_labels(tok, ids, n);
     if (!l)
-        die("out of memory");
-    for (int64_t i = 0; i < n; i++)
-        if (!(l[i] = cg_tokenizer_label(tok, ids[i])))
-            die_lib("labels");
+        die_lib("labels");
     return l;
 }
 

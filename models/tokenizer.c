@@ -210,6 +210,21 @@ char *cg_tokenizer_label(const cg_tokenizer *t, int64_t id)
     return l;
 }
 
+char **cg_tokenizer_labels(const cg_tokenizer *t, const int64_t *ids, int64_t n)
+{
+    char **l = calloc((size_t)(n > 0 ? n : 1), sizeof *l);
+    if (!l)
+        cg_set_error("out of memory");
+    for (int64_t i = 0; l && i < n; i++)
+        if (!(l[i] = cg_tokenizer_label(t, ids[i]))) {
+            while (i > 0)
+                free(l[--i]);
+            free(l);
+            l = NULL;
+        }
+    return l;
+}
+
 bool cg_tokenizer_equal(const cg_tokenizer *a, const cg_tokenizer *b)
 {
     if (!a || !b || a->kind != b->kind || a->specials != b->specials)

@@ -89,6 +89,14 @@ int cg_prog_parse(int argc, char **argv, const cg_cli_opt *opts, int n, const ch
     return -1;
 }
 
+int cg_train_parse(int argc, char **argv, const cg_cli_opt *opts, int n, const char *help)
+{
+    int rc = cg_prog_parse(argc, argv, opts, n, "");
+    if (rc == 0)
+        printf("%s%s", help, CG_TRAIN_HELP_COMMON);
+    return rc;
+}
+
 int cg_prog_main(int argc, char **argv, const char *prog, const char *help,
                  const cg_prog_command *cmds, int ncmds)
 {

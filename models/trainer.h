@@ -149,6 +149,9 @@ void cg_train_opts_init(cg_train_opts *o);
 int cg_train_cli_opts(cg_train_opts *o, unsigned which, cg_cli_opt *opts);
 /* The help text of the shared flags. */
 extern const char CG_TRAIN_HELP_COMMON[];
+/* cg_prog_parse for a train command: --help prints help, then the shared
+ * flags' help. */
+int cg_train_parse(int argc, char **argv, const cg_cli_opt *opts, int n, const char *help);
 
 /* ------------------------------------------------------------ the trainer */
 #define CG_TRAIN_RECENT 250 /* training losses averaged for the progress line */

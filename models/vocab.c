@@ -61,15 +61,27 @@ uint32_t *cg_utf8_decode(const char *s, size_t len, const char *name, int64_t *n
     return utf8_decode(s, len, name, n, true);
 }
 
-void cg_utf8_describe(uint32_t c, char *buf, size_t n)
+void cg_warn_unknown_chars(const char *prog, const char *what, int64_t count, uint32_t first,
+                           const char *subst)
 {
-    if (c >= 0x20 && c != 0x7f) {
-        char u[5] = {0};
-        cg_utf8_put(c, u);
-        snprintf(buf, n, "'%s' (U+%04X)", u, (unsigned)c);
-    } else {
-        snprintf(buf, n, "U+%04X", (unsigned)c);
-    }
+    char c[8] = "";
+    if (first >= 0x20 && first != 0x7F)
+        c[cg_utf8_put(first, c)] = '\0';
+    fprintf(stderr, "%s: warning: %lld character(s) of %s are not in the vocabulary (first "
+            "U+%04X%s%s%s); they are read as %s\n", prog, (long long)count, what,
+            (unsigned)first, c[0] ? " '" : "", c, c[0] ? "'" : "", subst);
+}
+
+void cg_vocab_warn_unknown(const cg_vocab *v, const char *prog, const char *what, int64_t count,
+                           uint32_t first)
+{
+    char s[16], c[5] = "";
+    uint32_t u = v->chars[v->unk];
+    if (u >= 0x20 && u != 0x7F)
+        c[cg_utf8_put(u, c)] = '\0';
+    snprintf(s, sizeof s, "U+%04X%s%s%s", (unsigned)u, c[0] ? " '" : "", c, c[0] ? "'" : "");
+    if (count > 0)
+        cg_warn_unknown_chars(prog, what, count, first, s);
 }
 
 int cg_utf8_put(uint32_t c, char *buf)
