@@ -311,28 +311,26 @@ static int cmd_train(int argc, char **argv)
     o.steps = 2000;
     o.eval_every = 250;
     o.seed = 1;
-    const char *preset_name = "tiny", *tok_name = "char";
+    const char *preset_name = "tiny", *tok_name = NULL;
     int64_t T = 0, B = 0, vocab_size = 512;
     bool vocab_size_seen = false;
-    cg_tokenizer_kind kind;
+    cg_tokenizer_kind kind = CG_TOK_CHAR;
     cg_cli_opt opts[CG_TRAIN_MAX_OPTS + 8] = {
         {"--preset", CG_CLI_STR, &preset_name, 0, 0, NULL},
         {"--block-size", CG_CLI_I64, &T, 1, 1 << 16, NULL},
         {"--T", CG_CLI_I64, &T, 1, 1 << 16, NULL},
         {"--batch-size", CG_CLI_I64, &B, 1, 1 << 20, NULL},
         {"--tokenizer", CG_CLI_STR, &tok_name, 0, 0, NULL},
-        {"--vocab-size", CG_CLI_I64, &vocab_size, CG_SPM_MIN_VOCAB, 1000000, &vocab_size_seen},
+        {"--vocab-size", CG_CLI_I64, &vocab_size, 1, 1000000, &vocab_size_seen},
     };
     int n = 6 + cg_train_cli_opts(&o, CG_TRAIN_FLAGS_LAYERS, opts + 6);
     int rc = cg_train_parse(argc, argv, opts, n, TRAIN_HELP);
     if (rc >= 0)
         return rc;
-    if (!cg_tokenizer_kind_parse(tok_name, &kind) ||
-        (!o.resume && vocab_size_seen && kind != CG_TOK_BPE)) {
-        cg_prog_fail("%s", vocab_size_seen && kind != CG_TOK_BPE
-                               ? "--vocab-size is for --tokenizer bpe"
-                               : cg_last_error());
-        return CG_EXIT_USAGE;
+    if (!o.resume &&
+        (rc = cg_train_tokenizer_flags(tok_name, vocab_size_seen, vocab_size, &kind)) >= 0) {
+        cg_prog_fail_lib(NULL);
+        return rc;
     }
     cg_trainer t;
     lm_run r = {.t = &t};

@@ -248,6 +248,21 @@ cg_corpus *cg_corpus_new(const cg_vocab *vocab, const uint32_t *cps, int64_t n)
     return c;
 }
 
+/* The code points of a file read once (*len: its bytes; id: their
+ * identity, may be NULL) or NULL + error. */
+static uint32_t *read_codepoints(const char *path, size_t max_bytes, cg_data_id *id, int64_t *n,
+                                 size_t *len)
+{
+    char *text = cg_read_file_once(path, max_bytes, true, len);
+    if (!text)
+        return NULL;
+    if (id)
+        cg_data_id_of(path, text, *len, id);
+    uint32_t *cps = cg_utf8_decode(text, *len, path, n);
+    free(text);
+    return cps;
+}
+
 cg_corpus *cg_corpus_read(const char *path, const cg_vocab *vocab, size_t max_bytes,
                           cg_vocab **built, cg_data_id *id)
 {
@@ -258,14 +273,8 @@ cg_corpus *cg_corpus_read(const char *path, const cg_vocab *vocab, size_t max_by
         return NULL;
     }
     size_t len;
-    char *text = cg_read_file_once(path, max_bytes, true, &len);
-    if (!text)
-        return NULL;
-    if (id)
-        cg_data_id_of(path, text, len, id);
     int64_t n;
-    uint32_t *cps = cg_utf8_decode(text, len, path, &n);
-    free(text);
+    uint32_t *cps = read_codepoints(path, max_bytes, id, &n, &len);
     if (!cps)
         return NULL;
     cg_vocab *own = NULL;
@@ -364,14 +373,8 @@ static cg_corpus *corpus_bpe(const char *path, cg_tokenizer **tok, int64_t vocab
                              cg_data_id *id)
 {
     size_t len;
-    char *text = cg_read_file_once(path, 0, true, &len);
-    if (!text)
-        return NULL;
-    if (id)
-        cg_data_id_of(path, text, len, id);
     int64_t n;
-    uint32_t *cps = cg_utf8_decode(text, len, path, &n);
-    free(text);
+    uint32_t *cps = read_codepoints(path, 0, id, &n, &len);
     if (!cps)
         return NULL;
     int64_t n_train = (int64_t)(0.9 * (double)n), nt = 0, nv = 0;

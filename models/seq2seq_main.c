@@ -696,19 +696,10 @@ static void mt_setup(mt_run *r, cg_train_opts *o, cg_trainer *t)
 /* --tokenizer and --vocab-size, before any data is read. */
 static void check_tokenizer_flags(const mt_run *r)
 {
-    cg_tokenizer_kind kind = CG_TOK_CHAR;
-    if (r->tokenizer && !cg_tokenizer_kind_parse(r->tokenizer, &kind))
-        cg_prog_die(CG_EXIT_USAGE, "--tokenizer: %s", cg_last_error());
-    if (r->vocab_size_seen && kind != CG_TOK_BPE)
-        cg_prog_die(CG_EXIT_USAGE, "--vocab-size needs --tokenizer bpe (the character "
-                    "vocabulary is the characters of the training pairs)");
-    if (r->vocab_size_seen && r->vocab_size < CG_SPM_MIN_VOCAB)
-        cg_prog_die(CG_EXIT_USAGE, "--vocab-size %lld is too small: BPE needs at least %d ids "
-                    "(4 special ids + 256 byte pieces + 1)",
-                    (long long)r->vocab_size, CG_SPM_MIN_VOCAB);
-    if (kind == CG_TOK_BPE && !cg_spm_available())
-        die("--tokenizer bpe: this build has no SentencePiece, so BPE is unavailable "
-            "(apt-get install libsentencepiece-dev g++, then reconfigure)");
+    cg_tokenizer_kind kind;
+    int rc = cg_train_tokenizer_flags(r->tokenizer, r->vocab_size_seen, r->vocab_size, &kind);
+    if (rc >= 0)
+        cg_prog_die(rc, "%s", cg_last_error());
 }
 
 static int cmd_train(int argc, char **argv)

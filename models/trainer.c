@@ -89,6 +89,30 @@ int cg_prog_parse(int argc, char **argv, const cg_cli_opt *opts, int n, const ch
     return -1;
 }
 
+int cg_train_tokenizer_flags(const char *name, bool seen, int64_t vocab_size,
+                             cg_tokenizer_kind *kind)
+{
+    *kind = CG_TOK_CHAR;
+    if (name && !cg_tokenizer_kind_parse(name, kind)) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "%s", cg_last_error());
+        cg_set_error("--tokenizer: %s", msg);
+    } else if (seen && *kind != CG_TOK_BPE) {
+        cg_set_error("--vocab-size needs --tokenizer bpe (the character vocabulary is the "
+                     "characters of the training data)");
+    } else if (seen && vocab_size < CG_SPM_MIN_VOCAB) {
+        cg_set_error("--vocab-size %lld is too small: BPE needs at least %d ids (4 special ids "
+                     "+ 256 byte pieces + 1)", (long long)vocab_size, CG_SPM_MIN_VOCAB);
+    } else if (*kind == CG_TOK_BPE && !cg_spm_available()) {
+        cg_set_error("--tokenizer bpe: this build has no SentencePiece, so BPE is unavailable "
+                     "(apt-get install libsentencepiece-dev g++, then reconfigure)");
+        return CG_EXIT_FAIL;
+    } else {
+        return -1;
+    }
+    return CG_EXIT_USAGE;
+}
+
 int cg_train_parse(int argc, char **argv, const cg_cli_opt *opts, int n, const char *help)
 {
     int rc = cg_prog_parse(argc, argv, opts, n, "");

@@ -149,6 +149,13 @@ void cg_train_opts_init(cg_train_opts *o);
 int cg_train_cli_opts(cg_train_opts *o, unsigned which, cg_cli_opt *opts);
 /* The help text of the shared flags. */
 extern const char CG_TRAIN_HELP_COMMON[];
+/* The flags --tokenizer NAME (NULL: char) and --vocab-size N (given:
+ * seen) into *kind: -1 when they are good, else the exit code with the
+ * error set (CG_EXIT_USAGE for a bad name, --vocab-size without bpe or
+ * below CG_SPM_MIN_VOCAB; CG_EXIT_FAIL for bpe in a build without
+ * SentencePiece). */
+int cg_train_tokenizer_flags(const char *name, bool seen, int64_t vocab_size,
+                             cg_tokenizer_kind *kind);
 /* cg_prog_parse for a train command: --help prints help, then the shared
  * flags' help. */
 int cg_train_parse(int argc, char **argv, const cg_cli_opt *opts, int n, const char *help);
