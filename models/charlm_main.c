@@ -86,10 +86,8 @@ static const char TRAIN_HELP[] =
     "  --dropout 0, --label-smoothing 0, --norm layernorm, --act gelu, --norm-first true\n"
     "\n";
 
-static const struct preset {
-    const char *name;
-    int64_t d, H, layers, d_ff, T, B;
-} PRESETS[] = {{"tiny", 128, 4, 4, 512, 64, 12}, {"base", 384, 6, 6, 1536, 256, 16}};
+static const cg_train_preset PRESETS[] = {{"tiny", 128, 4, 4, 0, 0, 512, 64, 12},
+                                           {"base", 384, 6, 6, 0, 0, 1536, 256, 16}};
 
 /* The char LM as the trainer sees it. */
 typedef struct {
@@ -195,26 +193,18 @@ static bool lm_state_load(lm_run *r, const cJSON *o)
 static int lm_config_from_flags(const cg_train_opts *o, const char *preset_name, int64_t T,
                                 int64_t B, cg_charlm_config *cfg, int64_t *Bout)
 {
-    int i = 0;
-    while (i < 2 && strcmp(PRESETS[i].name, preset_name) != 0)
-        i++;
-    if (i == 2)
-        return cg_prog_fail("--preset: unknown preset '%s' (choices: tiny, base)", preset_name);
-    const struct preset p = PRESETS[i];
-    *cfg = cg_charlm_config_default();
-    cfg->d = o->d_seen ? o->d : p.d;
-    cfg->H = o->H_seen ? o->H : p.H;
-    cfg->layers = o->layers_seen ? o->layers : p.layers;
-    cfg->d_ff = o->d_ff_seen ? o->d_ff : p.d_ff;
+    const cg_train_preset *pr = cg_train_preset_find(PRESETS, 2, preset_name);
+    cg_train_preset p;
+    *cfg = cg_charlm_config_default(); /* layernorm, gelu */
+    if (!pr || !cg_train_shape(o, pr, &p, &cfg->norm, &cfg->act))
+        return cg_prog_fail_lib(NULL);
+    cfg->d = p.d;
+    cfg->H = p.H;
+    cfg->layers = p.layers;
+    cfg->d_ff = p.d_ff;
     cfg->max_len = T > 0 ? T : p.T;
     cfg->norm_first = o->norm_first;
     cfg->dropout = (float)o->dropout;
-    cfg->norm = CG_NORM_LAYERNORM;
-    cfg->act = CG_ACT_GELU;
-    if (o->norm && !cg_norm_kind_parse(o->norm, &cfg->norm))
-        return cg_prog_fail("--norm: %s", cg_last_error());
-    if (o->act && !cg_act_parse(o->act, &cfg->act))
-        return cg_prog_fail("--act: %s", cg_last_error());
     *Bout = B > 0 ? B : p.B;
     return -1;
 }

@@ -52,23 +52,8 @@ static void die_lib(const char *what)
 }
 
 /* ------------------------------------------------------------ presets */
-typedef struct {
-    const char *name;
-    int64_t d, H, enc_layers, dec_layers, d_ff;
-} preset;
-
-static const preset PRESETS[] = {
-    {"tiny", 128, 4, 2, 2, 512},
-    {"base", 256, 8, 3, 3, 1024},
-};
-
-static const preset *find_preset(const char *name)
-{
-    for (size_t i = 0; i < sizeof PRESETS / sizeof PRESETS[0]; i++)
-        if (strcmp(PRESETS[i].name, name) == 0)
-            return &PRESETS[i];
-    return NULL;
-}
+static const cg_train_preset PRESETS[] = {{"tiny", 128, 4, 0, 2, 2, 512, 0, 0},
+                                           {"base", 256, 8, 0, 3, 3, 1024, 0, 0}};
 
 /* ------------------------------------------------------------ checkpoints */
 /* models/checkpoint.h: the layout shared with charlm. */
@@ -605,9 +590,9 @@ static void mt_setup(mt_run *r, cg_train_opts *o, cg_trainer *t)
         ckpt_load(o->resume, &ck);
         mt_state_load(r, t->model_state, o->resume);
     }
-    const preset *pr = find_preset(r->preset);
+    const cg_train_preset *pr = cg_train_preset_find(PRESETS, 2, r->preset);
     if (!pr)
-        die("unknown preset '%s' (choose tiny or base)", r->preset);
+        die_lib(NULL);
     if (o->seed > 0xffffffffULL)
         die("--seed must be below 2^32 (numpy RandomState)");
     cg_data_id id;
@@ -638,18 +623,17 @@ static void mt_setup(mt_run *r, cg_train_opts *o, cg_trainer *t)
     } else {
         cg_seq2seq_config cfg = cg_seq2seq_config_default();
         cfg.vocab = cg_tokenizer_vocab_size(r->tok);
-        cfg.d = o->d_seen ? o->d : pr->d;
-        cfg.H = o->H_seen ? o->H : pr->H;
-        cfg.enc_layers = o->enc_layers_seen ? o->enc_layers : pr->enc_layers;
-        cfg.dec_layers = o->dec_layers_seen ? o->dec_layers : pr->dec_layers;
-        cfg.d_ff = o->d_ff_seen ? o->d_ff : pr->d_ff;
-        cfg.max_len = r->max_len;
+        cg_train_preset p;
         cfg.norm = CG_NORM_LAYERNORM;
         cfg.act = CG_ACT_RELU;
-        if (o->norm && !cg_norm_kind_parse(o->norm, &cfg.norm))
-            die("--norm: %s", cg_last_error());
-        if (o->act && !cg_act_parse(o->act, &cfg.act))
-            die("--act: %s", cg_last_error());
+        if (!cg_train_shape(o, pr, &p, &cfg.norm, &cfg.act))
+            die_lib(NULL);
+        cfg.d = p.d;
+        cfg.H = p.H;
+        cfg.enc_layers = p.enc_layers;
+        cfg.dec_layers = p.dec_layers;
+        cfg.d_ff = p.d_ff;
+        cfg.max_len = r->max_len;
         cfg.norm_first = o->norm_first;
         cfg.dropout = (float)o->dropout;
         cfg.label_smoothing = (float)o->label_smoothing;
@@ -738,8 +722,8 @@ static int cmd_train(int argc, char **argv)
         return rc;
     if (!o.resume && o.lr_seen && factor_seen)
         die("--lr and --factor both set the learning rate; give one");
-    if (!o.resume && !find_preset(r.preset))
-        die("unknown preset '%s' (choose tiny or base)", r.preset);
+    if (!o.resume && !cg_train_preset_find(PRESETS, 2, r.preset))
+        die_lib(NULL);
     if (!o.resume)
         check_tokenizer_flags(&r);
     if (!o.data)

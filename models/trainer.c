@@ -89,6 +89,43 @@ int cg_prog_parse(int argc, char **argv, const cg_cli_opt *opts, int n, const ch
     return -1;
 }
 
+const cg_train_preset *cg_train_preset_find(const cg_train_preset *p, int n, const char *name)
+{
+    char choices[256] = "";
+    for (int i = 0; i < n; i++) {
+        if (strcmp(p[i].name, name) == 0)
+            return &p[i];
+        snprintf(choices + strlen(choices), sizeof choices - strlen(choices), "%s%s",
+                 i ? ", " : "", p[i].name);
+    }
+    cg_set_error("--preset: unknown preset '%s' (choices: %s)", name, choices);
+    return NULL;
+}
+
+bool cg_train_shape(const cg_train_opts *o, const cg_train_preset *p, cg_train_preset *out,
+                    cg_norm_kind *norm, cg_act *act)
+{
+    *out = *p;
+    out->d = o->d_seen ? o->d : p->d;
+    out->H = o->H_seen ? o->H : p->H;
+    out->layers = o->layers_seen ? o->layers : p->layers;
+    out->enc_layers = o->enc_layers_seen ? o->enc_layers : p->enc_layers;
+    out->dec_layers = o->dec_layers_seen ? o->dec_layers : p->dec_layers;
+    out->d_ff = o->d_ff_seen ? o->d_ff : p->d_ff;
+    char msg[256];
+    if (o->norm && !cg_norm_kind_parse(o->norm, norm)) {
+        snprintf(msg, sizeof msg, "%s", cg_last_error());
+        cg_set_error("--norm: %s", msg);
+        return false;
+    }
+    if (o->act && !cg_act_parse(o->act, act)) {
+        snprintf(msg, sizeof msg, "%s", cg_last_error());
+        cg_set_error("--act: %s", msg);
+        return false;
+    }
+    return true;
+}
+
 int cg_train_tokenizer_flags(const char *name, bool seen, int64_t vocab_size,
                              cg_tokenizer_kind *kind)
 {

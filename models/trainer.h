@@ -50,6 +50,7 @@
 #include "models/outfile.h"
 #include "models/tokenizer.h"
 #include "models/train_common.h"
+#include "nn/layers.h"
 #include "nn/module.h"
 #include "nn/safetensors.h"
 #include "optim/optim.h"
@@ -133,6 +134,22 @@ typedef struct {
     const char *precision_arg; /* --precision fp32|bf16 as given */
     cg_precision precision;    /* of the matrix products (core/gemm.h); fp32 */
 } cg_train_opts;
+
+/* A model's named shape (--preset); a model uses the fields it has. */
+typedef struct {
+    const char *name;
+    int64_t d, H, layers, enc_layers, dec_layers, d_ff, T, B;
+} cg_train_preset;
+
+/* The preset called name among p[0..n), or NULL + error ("--preset:
+ * unknown preset 'x' (choices: tiny, base)"). */
+const cg_train_preset *cg_train_preset_find(const cg_train_preset *p, int n, const char *name);
+/* *out = *p with the shape flags given in o (--d --H --layers --enc-layers
+ * --dec-layers --d-ff) applied, and --norm/--act, when given, parsed into
+ * *norm and *act (which hold the model's defaults). False + error naming
+ * the flag. */
+bool cg_train_shape(const cg_train_opts *o, const cg_train_preset *p, cg_train_preset *out,
+                    cg_norm_kind *norm, cg_act *act);
 
 /* Which model-shape flags a program has. */
 enum {
