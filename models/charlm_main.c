@@ -165,19 +165,11 @@ static bool lm_finish(void *self, const cg_trainer *t, cg_jline *j)
 static char *lm_config(void *self) { return cg_charlm_config_to_json(&((lm_run *)self)->model->cfg); }
 static const cg_tokenizer *lm_tokenizer(void *self) { return ((lm_run *)self)->tok; }
 
-/* The char LM's own state: its recipe and the batch stream. */
-static bool lm_state_save(void *self, cJSON *o)
+/* The char LM's own state: its recipe and the batch stream, written into o
+ * or (o NULL) read back when resuming. */
+static bool lm_state(void *self, cJSON *o)
 {
     lm_run *r = self;
-    return cJSON_AddNumberToObject(o, "batch_size", (double)r->B) &&
-           cg_state_put_f64(o, "lr", r->lr) &&
-           cg_state_put_f64(o, "label_smoothing", r->label_smoothing) &&
-           cg_state_put_u64(o, "batch_rng_seed", r->batch_rng.seed) &&
-           cg_state_put_u64(o, "batch_rng_counter", r->batch_rng.counter);
-}
-
-static bool lm_state_load(lm_run *r, const cJSON *o)
-{
     const cg_json_field f[] = {
         {"batch_size", CG_JF_I64, &r->B, 1, 1 << 20, false},
         {"lr", CG_JF_F64, &r->lr, 1e-12, 10, false},
@@ -185,7 +177,7 @@ static bool lm_state_load(lm_run *r, const cJSON *o)
         {"batch_rng_seed", CG_JF_U64STR, &r->batch_rng.seed, 0, 0, false},
         {"batch_rng_counter", CG_JF_U64STR, &r->batch_rng.counter, 0, 0, false},
     };
-    return cg_json_read_fields(o, "charlm training state", f, 5);
+    return cg_trainer_model_state(r->t, "charlm", o, f, 5);
 }
 
 /* The config of a fresh run from the flags (checked before the data is
@@ -228,8 +220,8 @@ static int lm_train(lm_run *r, cg_trainer *t, cg_train_opts *o, const char *pres
         ck.model = NULL;
         ck.tok = NULL;
         cg_charlm_ckpt_free(&ck);
-        if (!lm_state_load(r, t->model_state))
-            rc = cg_prog_fail("'%s': %s", o->resume, cg_last_error());
+        if (!lm_state(r, NULL))
+            rc = cg_prog_fail_lib(NULL);
         else if (!(r->corpus = read_corpus(o->data, &r->tok, kind, 0, &id)))
             rc = cg_prog_fail_lib(NULL);
     } else if (!(r->corpus = read_corpus(o->data, &r->tok, kind, vocab_size, &id))) {
@@ -289,7 +281,7 @@ static int lm_train(lm_run *r, cg_trainer *t, cg_train_opts *o, const char *pres
         .weight_decay_2d = WEIGHT_DECAY, .clip_norm = CLIP_NORM, .eval_at_start = true,
         .self = r, .batch = lm_batch, .loss = lm_loss, .lr = lm_lr, .evaluate = lm_evaluate,
         .finish = lm_finish, .config_json = lm_config, .tokenizer = lm_tokenizer,
-        .state_save = lm_state_save};
+        .state_save = lm_state};
     return cg_trainer_run(t, &m);
 }
 

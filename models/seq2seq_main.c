@@ -493,25 +493,11 @@ static bool mt_finish(void *self, const cg_trainer *t, cg_jline *j)
 static char *mt_config(void *self) { return cg_seq2seq_config_to_json(&((mt_run *)self)->model->cfg); }
 static const cg_tokenizer *mt_tokenizer(void *self) { return ((mt_run *)self)->tok; }
 
-/* The translator's own state: its recipe and its place in the batch order. */
-static bool mt_state_save(void *self, cJSON *o)
+/* The translator's own state: its recipe and its place in the batch order,
+ * written into o or (o NULL) read back when resuming. */
+static bool mt_state(void *self, cJSON *o)
 {
     mt_run *r = self;
-    return cJSON_AddStringToObject(o, "preset", r->preset) &&
-           cJSON_AddNumberToObject(o, "max_tokens", (double)r->max_tokens) &&
-           cJSON_AddNumberToObject(o, "factor", r->factor) &&
-           cJSON_AddNumberToObject(o, "warmup", (double)r->warmup) &&
-           cJSON_AddNumberToObject(o, "max_len", (double)r->max_len) &&
-           cJSON_AddNumberToObject(o, "valid_size", (double)r->valid_size) &&
-           cJSON_AddNumberToObject(o, "test_size", (double)r->test_size) &&
-           cJSON_AddNumberToObject(o, "epoch", (double)r->epoch) &&
-           cJSON_AddNumberToObject(o, "pos", (double)r->pos);
-}
-
-static void mt_state_load(mt_run *r, const cJSON *o, const char *path)
-{
-    char what[600];
-    snprintf(what, sizeof what, "'%.500s': seq2seq training state", path);
     const cg_json_field f[] = {
         {"preset", CG_JF_STR, &r->preset, 0, 0, false},
         {"factor", CG_JF_F64, &r->factor, 0, 1e3, false},
@@ -524,8 +510,7 @@ static void mt_state_load(mt_run *r, const cJSON *o, const char *path)
         {"epoch", CG_JF_I64, &r->epoch, 0, 1e15, false},
         {"pos", CG_JF_I64, &r->pos, 0, 1e15, false},
     };
-    if (!cg_json_read_fields(o, what, f, (int)(sizeof f / sizeof f[0])))
-        die_lib(NULL);
+    return cg_trainer_model_state(r->t, "seq2seq", o, f, (int)(sizeof f / sizeof f[0]));
 }
 
 /* The tokenizer: trained on the (filtered) training pairs, both sides, or
@@ -588,7 +573,8 @@ static void mt_setup(mt_run *r, cg_train_opts *o, cg_trainer *t)
     cg_seq2seq_ckpt ck = {0};
     if (o->resume) {
         ckpt_load(o->resume, &ck);
-        mt_state_load(r, t->model_state, o->resume);
+        if (!mt_state(r, NULL))
+            die_lib(NULL);
     }
     const cg_train_preset *pr = cg_train_preset_find(PRESETS, 2, r->preset);
     if (!pr)
@@ -742,7 +728,7 @@ static int cmd_train(int argc, char **argv)
             .optim = cg_adam_config(0.0, 0.9, 0.98, 1e-9), .clip_norm = 1.0, .self = &r,
             .batch = mt_batch, .loss = mt_loss, .lr = mt_lr, .evaluate = mt_evaluate,
             .finish = mt_finish, .config_json = mt_config, .tokenizer = mt_tokenizer,
-            .state_save = mt_state_save};
+            .state_save = mt_state};
         rc = cg_trainer_run(&t, &m);
     }
     cg_trainer_end(&t);

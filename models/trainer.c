@@ -421,6 +421,28 @@ bool cg_state_put_f64(cJSON *o, const char *key, double v)
     return cJSON_AddStringToObject(o, key, b) != NULL;
 }
 
+bool cg_trainer_model_state(const cg_trainer *t, const char *kind, cJSON *o,
+                            const cg_json_field *f, int n)
+{
+    if (!o) {
+        char what[600];
+        snprintf(what, sizeof what, "'%.500s': %s training state", t->o->resume, kind);
+        return cg_json_read_fields(t->model_state, what, f, n);
+    }
+    bool ok = true;
+    for (int i = 0; ok && i < n; i++) {
+        if (f[i].kind == CG_JF_I64)
+            ok = cJSON_AddNumberToObject(o, f[i].key, (double)*(int64_t *)f[i].dst) != NULL;
+        else if (f[i].kind == CG_JF_F64)
+            ok = cg_state_put_f64(o, f[i].key, *(double *)f[i].dst);
+        else if (f[i].kind == CG_JF_U64STR)
+            ok = cg_state_put_u64(o, f[i].key, *(uint64_t *)f[i].dst);
+        else
+            ok = cJSON_AddStringToObject(o, f[i].key, *(const char **)f[i].dst) != NULL;
+    }
+    return ok;
+}
+
 cJSON *cg_train_state_parse(const char *json)
 {
     cJSON *o = json ? cJSON_Parse(json) : NULL;

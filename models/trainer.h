@@ -47,6 +47,7 @@
 #include "core/gemm.h"
 #include "core/tensor.h"
 #include "models/cli.h"
+#include "models/config_json.h"
 #include "models/outfile.h"
 #include "models/tokenizer.h"
 #include "models/train_common.h"
@@ -329,6 +330,13 @@ void cg_trainer_end(cg_trainer *t);
  * CG_JF_U64STR, CG_JF_F64). */
 bool cg_state_put_u64(cJSON *o, const char *key, uint64_t v);
 bool cg_state_put_f64(cJSON *o, const char *key, double v);
+/* A model's own state through one field table: written into o (CG_JF_I64
+ * as a number, CG_JF_F64 and CG_JF_U64STR as exact decimal strings,
+ * CG_JF_STR as a string) when o is not NULL, else read back from
+ * t->model_state (resuming; false + error "'FILE': KIND training state:
+ * ..."). */
+bool cg_trainer_model_state(const cg_trainer *t, const char *kind, cJSON *o,
+                            const cg_json_field *f, int n);
 
 /* The matrix-product precision a checkpoint's "train" metadata recorded
  * (fp32 when it recorded none); false + error when it is malformed. */
