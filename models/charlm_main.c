@@ -43,27 +43,14 @@
 
 /* Read the corpus once (models/data.h cg_corpus_read_tok: any stream, the
  * input limit) through *tok, or through a new tokenizer of kind made into
- * *tok; id gets the identity of the bytes read. A missing default file
- * gets a hint about how to make it. */
+ * *tok; id gets the identity of the bytes read. */
 static cg_corpus *read_corpus(const char *path, cg_tokenizer **tok, cg_tokenizer_kind kind,
                               int64_t vocab_size, cg_data_id *id)
 {
     cg_corpus *c = cg_corpus_read_tok(path, tok, kind, vocab_size, id);
-    if (!c && strcmp(path, DEFAULT_DATA) == 0 && strstr(cg_last_error(), "cannot open")) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", cg_last_error());
-        cg_set_error("%s; create it with scripts/prepare_data.sh (or pass --data FILE)", msg);
-    }
+    if (!c)
+        cg_data_default_hint(path, DEFAULT_DATA);
     return c;
-}
-
-/* Bits per character of a mean loss in nats per token over the validation
- * split of c (models/tokenizer.h; for characters simply nats / ln 2). */
-static double val_bpc(const cg_corpus *c, double nats)
-{
-    int64_t tokens = c->n - c->n_train, chars = c->chars - c->chars_train;
-    return tokens == chars ? nats / log(2.0)
-                           : cg_bits_per_char(nats, (double)tokens, (double)chars);
 }
 
 /* ------------------------------------------------------------------ train */
@@ -157,7 +144,7 @@ static bool lm_finish(void *self, const cg_trainer *t, cg_jline *j)
     cg_jline_num(j, "train_loss", r->tl, 4);
     cg_jline_num(j, "val_loss", val_loss, 4);
     cg_jline_num(j, "val_loss_sampled", r->vl, 4);
-    cg_jline_num(j, "val_bpc", val_bpc(r->corpus, val_loss), 4);
+    cg_jline_num(j, "val_bpc", cg_corpus_val_bpc(r->corpus, val_loss), 4);
     cg_jline_str(j, "tokenizer", cg_tokenizer_kind_name(r->tok->kind));
     return true;
 }
@@ -337,14 +324,11 @@ static const char *SAMPLE_HELP =
     "  --ckpt FILE         checkpoint (default " DEFAULT_OUT ")\n"
     "  --prompt TEXT       start of the text (default a newline); characters not in\n"
     "                      the vocabulary are replaced, with a warning\n"
-    "  --length N          characters to generate (default 500)\n"
-    "  --temperature X     softmax temperature (default 1; 0 = greedy)\n"
-    "  --top-k K           keep the K most likely characters (default 0 = all)\n"
-    "  --top-p P           nucleus sampling mass in (0, 1] (default 1 = off)\n"
-    "  --seed N            sampling seed (default 1)\n"
+    "  --length N          characters (bpe: tokens) to generate (default 500)\n"
+    CG_SAMPLE_HELP
     "  --no-cache          recompute the whole context at every step\n"
     "  --attention FILE    also draw the attention of every layer and head over the\n"
-    "                      last (up to 32) characters as a PNG heatmap grid\n"
+    "                      last (up to 32) characters or tokens as a PNG heatmap grid\n"
     "  --threads N         threads for kernels\n"
     "Prints the prompt followed by the generated text.\n";
 
@@ -380,27 +364,23 @@ static bool write_attention_png(cg_charlm *m, const cg_tokenizer *tok, const int
 static int cmd_sample(int argc, char **argv)
 {
     const char *ckpt = DEFAULT_OUT, *prompt = "\n", *attn_png = NULL;
-    int64_t length = 500, top_k = 0, threads = 0;
-    double temperature = 1.0, top_p = 1.0;
-    uint64_t seed = 1;
+    int64_t length = 500, threads = 0;
+    uint64_t seed;
     bool no_cache = false;
-    cg_cli_opt opts[] = {
+    cg_sample_opts so;
+    cg_cli_opt opts[10] = {
         {"--ckpt", CG_CLI_STR, &ckpt, 0, 0, NULL},
         {"--prompt", CG_CLI_STR, &prompt, 0, 0, NULL},
         {"--length", CG_CLI_I64, &length, 0, 10000000, NULL},
-        {"--temperature", CG_CLI_F64, &temperature, 0, 1e6, NULL},
-        {"--top-k", CG_CLI_I64, &top_k, 0, 1 << 30, NULL},
-        {"--top-p", CG_CLI_F64, &top_p, 1e-9, 1, NULL},
-        {"--seed", CG_CLI_U64, &seed, 0, 0, NULL},
         {"--no-cache", CG_CLI_SWITCH, &no_cache, 0, 0, NULL},
         {"--attention", CG_CLI_STR, &attn_png, 0, 0, NULL},
         {"--threads", CG_CLI_I64, &threads, 1, 1024, NULL},
     };
-    int prc = cg_prog_parse(argc, argv, opts, (int)(sizeof opts / sizeof *opts), SAMPLE_HELP);
+    int prc = cg_prog_parse(argc, argv, opts, 6 + cg_sample_cli_opts(&so, &seed, opts + 6),
+                            SAMPLE_HELP);
     if (prc >= 0)
         return prc;
-    if (threads > 0)
-        cg_set_num_threads((int)cg_cli_threads(PROG, threads));
+    cg_cli_set_threads(PROG, threads);
     cg_charlm_ckpt ck;
     if (!cg_charlm_ckpt_load(ckpt, &ck))
         return cg_prog_fail_lib(NULL);
@@ -411,7 +391,6 @@ static int cmd_sample(int argc, char **argv)
                             : cg_tokenizer_encode(ck.tok, prompt, &n, NULL);
     if (ck.vocab)
         cg_vocab_warn_unknown(ck.vocab, PROG, "the prompt", unknown, first);
-    cg_sample_opts so = {.temperature = temperature, .top_k = top_k, .top_p = top_p};
     cg_rng rng = cg_rng_new(seed);
     double t_gen = cg_now();
     /* print the prompt as given, then each piece as it is generated */
@@ -471,8 +450,7 @@ static int cmd_eval(int argc, char **argv)
     int prc = cg_prog_parse(argc, argv, opts, (int)(sizeof opts / sizeof *opts), EVAL_HELP);
     if (prc >= 0)
         return prc;
-    if (threads > 0)
-        cg_set_num_threads((int)cg_cli_threads(PROG, threads));
+    cg_cli_set_threads(PROG, threads);
     cg_charlm_ckpt ck;
     if (!cg_charlm_ckpt_load(ckpt, &ck))
         return cg_prog_fail_lib(NULL);
@@ -499,7 +477,7 @@ static int cmd_eval(int argc, char **argv)
         printf("{\"val_loss\": %s, \"perplexity\": %s, \"bits_per_char\": %s, \"windows\": "
                "%lld, \"T\": %lld, \"step\": %lld, \"precision\": %s, \"tokenizer\": %s}\n",
                CG_JSON_NUM("%.4f", loss), CG_JSON_NUM("%.4f", exp(loss)),
-               CG_JSON_NUM("%.4f", val_bpc(corpus, loss)), (long long)nwin, (long long)T,
+               CG_JSON_NUM("%.4f", cg_corpus_val_bpc(corpus, loss)), (long long)nwin, (long long)T,
                (long long)ck.step, CG_JSON_STR(cg_precision_name(prec)),
                CG_JSON_STR(cg_tokenizer_kind_name(ck.tok->kind)));
     fflush(stdout);

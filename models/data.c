@@ -7,6 +7,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -163,6 +164,15 @@ char *cg_read_file_once(const char *path, size_t max_bytes, bool text, size_t *l
     buf[n] = '\0';
     *len = n;
     return buf;
+}
+
+void cg_data_default_hint(const char *path, const char *default_path)
+{
+    if (strcmp(path, default_path) == 0 && strstr(cg_last_error(), "cannot open")) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", cg_last_error());
+        cg_set_error("%s; create it with scripts/prepare_data.sh (or pass --data FILE)", msg);
+    }
 }
 
 long long cg_read_line(char **buf, size_t *cap, FILE *f, const char *name, size_t max_len)
@@ -443,6 +453,13 @@ void cg_corpus_free(cg_corpus *c)
         return;
     free(c->ids);
     free(c);
+}
+
+double cg_corpus_val_bpc(const cg_corpus *c, double nats)
+{
+    int64_t tokens = c->n - c->n_train, chars = c->chars - c->chars_train;
+    return tokens == chars ? nats / log(2.0)
+                           : cg_bits_per_char(nats, (double)tokens, (double)chars);
 }
 
 cg_split_view cg_corpus_train(const cg_corpus *c)

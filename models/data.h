@@ -43,6 +43,11 @@ size_t cg_input_limit(void);
  * one is read, so /dev/zero fails at once). */
 char *cg_read_file_once(const char *path, size_t max_bytes, bool text, size_t *len);
 
+/* After reading path failed: when it could not be opened and it is the
+ * program's default data file, the error gets how to make it ("...;
+ * create it with scripts/prepare_data.sh (or pass --data FILE)"). */
+void cg_data_default_hint(const char *path, const char *default_path);
+
 /* One line of f, like getline(3) (*buf grown as needed, *cap its size) but
  * without the "\n": returns its length, -1 at the end of input, -2 + error
  * ("name: read error: ...", a line longer than max_len bytes, a NUL byte):
@@ -94,6 +99,11 @@ typedef struct {
     const int32_t *ids;
     int64_t n;
 } cg_split_view;
+
+/* Bits per character of a mean loss in nats per token over the validation
+ * split (models/tokenizer.h cg_bits_per_char; for characters simply
+ * nats / ln 2). */
+double cg_corpus_val_bpc(const cg_corpus *c, double nats);
 
 cg_split_view cg_corpus_train(const cg_corpus *c);
 cg_split_view cg_corpus_val(const cg_corpus *c);

@@ -224,6 +224,17 @@ fail:
     return NULL;
 }
 
+int cg_sample_cli_opts(cg_sample_opts *o, uint64_t *seed, cg_cli_opt *opts)
+{
+    *o = (cg_sample_opts){.temperature = 1.0, .top_k = 0, .top_p = 1.0};
+    *seed = 1;
+    opts[0] = (cg_cli_opt){"--temperature", CG_CLI_F64, &o->temperature, 0, 1e6, NULL};
+    opts[1] = (cg_cli_opt){"--top-k", CG_CLI_I64, &o->top_k, 0, 1 << 30, NULL};
+    opts[2] = (cg_cli_opt){"--top-p", CG_CLI_F64, &o->top_p, 1e-9, 1, NULL};
+    opts[3] = (cg_cli_opt){"--seed", CG_CLI_U64, seed, 0, 0, NULL};
+    return 4;
+}
+
 /* The printer of cg_charlm_generate_text. */
 typedef struct {
     const cg_tokenizer *tok;

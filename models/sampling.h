@@ -22,6 +22,7 @@
 #include <stdio.h>
 
 #include "models/charlm.h"
+#include "models/cli.h"
 #include "models/tokenizer.h"
 #include "models/vocab.h"
 
@@ -45,6 +46,17 @@ typedef struct {
     int64_t top_k;      /* 0 = off; else keep the k largest logits */
     double top_p;       /* 1 = off; else nucleus: smallest set with mass >= p */
 } cg_sample_opts;
+
+/* The sampling flags --temperature --top-k --top-p --seed, appended to a
+ * flag table (models/cli.h; room for 4) over *o and *seed, which get
+ * their defaults (1, 0 = all, 1 = off, 1); returns 4. CG_SAMPLE_HELP is
+ * their help. */
+int cg_sample_cli_opts(cg_sample_opts *o, uint64_t *seed, cg_cli_opt *opts);
+#define CG_SAMPLE_HELP                                                                        \
+    "  --temperature X     softmax temperature (default 1; 0 = greedy)\n"                    \
+    "  --top-k K           keep the K most likely tokens (default 0 = all)\n"                \
+    "  --top-p P           nucleus sampling mass in (0, 1] (default 1 = off)\n"              \
+    "  --seed N            sampling seed (default 1)\n"
 
 /* Draw one id from logits[0..V) (the reference's generate(): logits /
  * temperature, top-k mask, softmax, then the nucleus filter and one uniform

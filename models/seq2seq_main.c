@@ -275,8 +275,10 @@ typedef struct {
 static void dataset_load(const char *path, int64_t n_valid, int64_t n_test, dataset *d,
                          cg_data_id *id)
 {
-    if (!cg_pairs_read(path, &d->pairs, id))
+    if (!cg_pairs_read(path, &d->pairs, id)) {
+        cg_data_default_hint(path, DEFAULT_DATA);
         die_lib(NULL);
+    }
     if (!cg_pairs_split(&d->pairs, n_valid, n_test, &d->split))
         die("%s: %s", path, cg_last_error());
 }
@@ -778,7 +780,7 @@ static int cmd_translate(int argc, char **argv)
         die("out of memory");
     split_args(argc, argv, opts, 5, flags, &nf, pos, &np);
     parse_flags(nf, flags, opts, 5, TRANSLATE_HELP);
-    cg_set_num_threads((int)cg_cli_threads(PROG, threads));
+    cg_cli_set_threads(PROG, threads);
     ckpt c;
     ckpt_load(ck, &c);
 
@@ -864,7 +866,7 @@ static int cmd_eval(int argc, char **argv)
         {"--threads", CG_CLI_I64, &threads, 1, 1024, NULL},
     };
     parse_flags(argc, argv, opts, (int)(sizeof opts / sizeof opts[0]), EVAL_HELP);
-    cg_set_num_threads((int)cg_cli_threads(PROG, threads));
+    cg_cli_set_threads(PROG, threads);
     ckpt c;
     ckpt_load(ck, &c);
     int64_t n_valid = 500, n_test = 1000;
@@ -989,7 +991,7 @@ static int cmd_attention(int argc, char **argv)
     parse_flags(argc, argv, opts, (int)(sizeof opts / sizeof opts[0]), ATTENTION_HELP);
     if (!text)
         die("attention needs --text (try --help)");
-    cg_set_num_threads((int)cg_cli_threads(PROG, threads));
+    cg_cli_set_threads(PROG, threads);
     ckpt c;
     ckpt_load(ck, &c);
     cg_seq2seq *m = c.model;

@@ -627,8 +627,7 @@ int cg_trainer_begin(cg_trainer *t, cg_train_opts *o, const char *kind, const ch
         cg_prog_fail("--precision: %s", cg_last_error());
         return CG_EXIT_USAGE;
     }
-    if (o->threads > 0)
-        cg_set_num_threads((int)cg_cli_threads(cg_prog_name(), o->threads));
+    cg_cli_set_threads(cg_prog_name(), o->threads);
     t->out = o->out ? o->out : o->resume ? o->resume : default_out;
     if (o->resume) {
         char given[512];
