@@ -65,9 +65,6 @@ static const char TRAIN_HELP[] =
     "  --layers N         transformer blocks (default from the preset)\n"
     "  --block-size N     context length T (also --T)\n"
     "  --batch-size N     windows per batch B (default from the preset)\n"
-    "  --tokenizer KIND   char (default) or bpe: SentencePiece subwords trained on the\n"
-    "                     training split, kept in the checkpoint\n"
-    "  --vocab-size N     ids of the bpe tokenizer, at least 261 (default 512)\n"
     "  defaults: --data " DEFAULT_DATA " (made by scripts/prepare_data.sh),\n"
     "  --out " DEFAULT_OUT ", --steps 2000, --eval-every 250, --lr 1e-3,\n"
     "  --dropout 0, --label-smoothing 0, --norm layernorm, --act gelu, --norm-first true\n"
@@ -189,7 +186,7 @@ static int lm_config_from_flags(const cg_train_opts *o, const char *preset_name,
 }
 
 static int lm_train(lm_run *r, cg_trainer *t, cg_train_opts *o, const char *preset_name,
-                    int64_t T, int64_t B, cg_tokenizer_kind kind, int64_t vocab_size)
+                    int64_t T, int64_t B)
 {
     cg_charlm_config cfg;
     int rc = o->resume ? -1 : lm_config_from_flags(o, preset_name, T, B, &cfg, &r->B);
@@ -209,9 +206,9 @@ static int lm_train(lm_run *r, cg_trainer *t, cg_train_opts *o, const char *pres
         cg_charlm_ckpt_free(&ck);
         if (!lm_state(r, NULL))
             rc = cg_prog_fail_lib(NULL);
-        else if (!(r->corpus = read_corpus(o->data, &r->tok, kind, 0, &id)))
+        else if (!(r->corpus = read_corpus(o->data, &r->tok, CG_TOK_CHAR, 0, &id)))
             rc = cg_prog_fail_lib(NULL);
-    } else if (!(r->corpus = read_corpus(o->data, &r->tok, kind, vocab_size, &id))) {
+    } else if (!(r->corpus = read_corpus(o->data, &r->tok, o->tokenizer, o->vocab_size, &id))) {
         rc = cg_prog_fail_lib(NULL);
     } else {
         cfg.vocab = cg_tokenizer_vocab_size(r->tok);
@@ -280,34 +277,24 @@ static int cmd_train(int argc, char **argv)
     o.steps = 2000;
     o.eval_every = 250;
     o.seed = 1;
-    const char *preset_name = "tiny", *tok_name = NULL;
-    int64_t T = 0, B = 0, vocab_size = 512;
-    bool vocab_size_seen = false;
-    cg_tokenizer_kind kind = CG_TOK_CHAR;
+    const char *preset_name = "tiny";
+    int64_t T = 0, B = 0;
     cg_cli_opt opts[CG_TRAIN_MAX_OPTS + 8] = {
         {"--preset", CG_CLI_STR, &preset_name, 0, 0, NULL},
         {"--block-size", CG_CLI_I64, &T, 1, 1 << 16, NULL},
         {"--T", CG_CLI_I64, &T, 1, 1 << 16, NULL},
         {"--batch-size", CG_CLI_I64, &B, 1, 1 << 20, NULL},
-        {"--tokenizer", CG_CLI_STR, &tok_name, 0, 0, NULL},
-        {"--vocab-size", CG_CLI_I64, &vocab_size, 1, 1000000, &vocab_size_seen},
     };
-    int n = 6 + cg_train_cli_opts(&o, CG_TRAIN_FLAGS_LAYERS, opts + 6);
+    int n = 4 + cg_train_cli_opts(&o, CG_TRAIN_FLAGS_LAYERS, opts + 4);
     int rc = cg_train_parse(argc, argv, opts, n, TRAIN_HELP);
     if (rc >= 0)
         return rc;
-    if (!o.resume &&
-        (rc = cg_train_tokenizer_flags(tok_name, vocab_size_seen, vocab_size, &kind)) >= 0) {
-        cg_prog_fail_lib(NULL);
-        return rc;
-    }
     cg_trainer t;
     lm_run r = {.t = &t};
-    rc = cg_trainer_begin(&t, &o, "charlm", DEFAULT_OUT,
-                          "--preset --block-size --T --batch-size --tokenizer --vocab-size", argc,
-                          argv, opts, n);
+    rc = cg_trainer_begin(&t, &o, "charlm", DEFAULT_OUT, "--preset --block-size --T --batch-size",
+                          argc, argv, opts, n);
     if (rc < 0)
-        rc = lm_train(&r, &t, &o, preset_name, T, B, kind, vocab_size);
+        rc = lm_train(&r, &t, &o, preset_name, T, B);
     cg_trainer_end(&t);
     cg_charlm_free(r.model);
     cg_tokenizer_free(r.tok);

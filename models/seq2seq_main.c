@@ -315,10 +315,7 @@ static const char TRAIN_HELP[] =
     "  --beam N             beam size for the final test (default 4)\n"
     "  --length-penalty A   alpha of ((5+len)/6)^alpha (default 0.6)\n"
     "  --examples N         test examples to print (default 3)\n"
-    "  --tokenizer char|bpe characters (default) or BPE subwords (SentencePiece,\n"
-    "                       trained on the training split; one vocabulary for\n"
-    "                       source and target, kept in the checkpoint)\n"
-    "  --vocab-size N       BPE vocabulary size, >= 261 (default 4000; bpe only)\n"
+    "  --tokenizer          (shared, below): one vocabulary for source and target\n"
     "  defaults: --data " DEFAULT_DATA ", --out " DEFAULT_CKPT ",\n"
     "  --steps 16000 (about 15 minutes on 2 threads of the development machine; the\n"
     "  reference's recipe is 5000), --eval-every 1000, --dropout 0.1,\n"
@@ -338,9 +335,6 @@ typedef struct {
     double factor, alpha;
     dataset ds;
     int64_t n_train;
-    const char *tokenizer;   /* --tokenizer as given (NULL: char) */
-    int64_t vocab_size;      /* --vocab-size */
-    bool vocab_size_seen;
     cg_tokenizer *tok;
     double valid_chars;      /* validation target characters, an EOS each */
     cg_seq2seq *model;
@@ -522,9 +516,8 @@ static bool mt_state(void *self, cJSON *o)
 static void setup_tokenizer(mt_run *r, cg_seq2seq_ckpt *ck, const char *data)
 {
     const cg_pairs *P = &r->ds.pairs;
-    cg_tokenizer_kind kind = ck ? ck->tok->kind : CG_TOK_CHAR;
-    if (!ck && r->tokenizer && !cg_tokenizer_kind_parse(r->tokenizer, &kind))
-        die("--tokenizer: %s", cg_last_error());
+    cg_tokenizer_kind kind = ck ? ck->tok->kind : r->t->o->tokenizer;
+    int64_t vocab_size = r->t->o->vocab_size;
     if (ck && kind == CG_TOK_BPE) {
         r->tok = ck->tok;
         ck->tok = NULL;
@@ -539,8 +532,8 @@ static void setup_tokenizer(mt_run *r, cg_seq2seq_ckpt *ck, const char *data)
         }
         if (kind == CG_TOK_BPE)
             fprintf(stderr, "training a BPE tokenizer of %lld ids on %lld training pairs...\n",
-                    (long long)r->vocab_size, (long long)r->n_train);
-        r->tok = cg_tokenizer_train(kind, true, sents, n, r->vocab_size);
+                    (long long)vocab_size, (long long)r->n_train);
+        r->tok = cg_tokenizer_train(kind, true, sents, n, vocab_size);
         free(sents);
         if (!r->tok)
             die_lib(data);
@@ -665,15 +658,6 @@ static void mt_setup(mt_run *r, cg_train_opts *o, cg_trainer *t)
             o->resume ? " (resumed)" : "");
 }
 
-/* --tokenizer and --vocab-size, before any data is read. */
-static void check_tokenizer_flags(const mt_run *r)
-{
-    cg_tokenizer_kind kind;
-    int rc = cg_train_tokenizer_flags(r->tokenizer, r->vocab_size_seen, r->vocab_size, &kind);
-    if (rc >= 0)
-        cg_prog_die(rc, "%s", cg_last_error());
-}
-
 static int cmd_train(int argc, char **argv)
 {
     cg_train_opts o;
@@ -687,7 +671,7 @@ static int cmd_train(int argc, char **argv)
     o.label_smoothing = 0.1;
     mt_run r = {.preset = "tiny", .max_tokens = 3000, .warmup = 400, .max_len = 256,
                 .valid_size = 500, .test_size = 1000, .test_limit = 1000, .beam = 4,
-                .examples = 3, .factor = 0.25, .alpha = 0.6, .vocab_size = 4000};
+                .examples = 3, .factor = 0.25, .alpha = 0.6};
     bool factor_seen = false;
     cg_cli_opt opts[CG_TRAIN_MAX_OPTS + 14] = {
         {"--preset", CG_CLI_STR, &r.preset, 0, 0, NULL},
@@ -701,10 +685,8 @@ static int cmd_train(int argc, char **argv)
         {"--beam", CG_CLI_I64, &r.beam, 1, 1000, NULL},
         {"--length-penalty", CG_CLI_F64, &r.alpha, -100, 100, NULL},
         {"--examples", CG_CLI_I64, &r.examples, 0, 1e9, NULL},
-        {"--tokenizer", CG_CLI_STR, &r.tokenizer, 0, 0, NULL},
-        {"--vocab-size", CG_CLI_I64, &r.vocab_size, 1, 1e9, &r.vocab_size_seen},
     };
-    int n = 13 + cg_train_cli_opts(&o, CG_TRAIN_FLAGS_ENC_DEC, opts + 13);
+    int n = 11 + cg_train_cli_opts(&o, CG_TRAIN_FLAGS_ENC_DEC, opts + 11);
     int rc = cg_train_parse(argc, argv, opts, n, TRAIN_HELP);
     if (rc >= 0)
         return rc;
@@ -712,14 +694,12 @@ static int cmd_train(int argc, char **argv)
         die("--lr and --factor both set the learning rate; give one");
     if (!o.resume && !cg_train_preset_find(PRESETS, 2, r.preset))
         die_lib(NULL);
-    if (!o.resume)
-        check_tokenizer_flags(&r);
     if (!o.data)
         o.data = DEFAULT_DATA;
     cg_trainer t;
     rc = cg_trainer_begin(&t, &o, "seq2seq", DEFAULT_CKPT,
                           "--preset --max-tokens --factor --warmup --max-len --valid-size "
-                          "--test-size --tokenizer --vocab-size",
+                          "--test-size",
                           argc, argv, opts, n);
     if (rc < 0) {
         r.t = &t;

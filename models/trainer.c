@@ -288,6 +288,7 @@ void cg_train_opts_init(cg_train_opts *o)
     o->threads = 0;
     o->grad_accum = 1;
     o->norm_first = true;
+    o->vocab_size = 4000;
 }
 
 const char CG_TRAIN_HELP_COMMON[] =
@@ -302,6 +303,9 @@ const char CG_TRAIN_HELP_COMMON[] =
     "                       that of one batch N times larger\n"
     "  --precision P        matrix products: fp32 (default) or bf16 (bfloat16 operands,\n"
     "                       fp32 accumulation); kept by the checkpoint\n"
+    "  --tokenizer KIND     char (default) or bpe: SentencePiece subwords trained on the\n"
+    "                       training split only; the checkpoint keeps the tokenizer\n"
+    "  --vocab-size N       ids of the bpe vocabulary, at least 261 (default 4000)\n"
     "  --data FILE          training data (with --resume: the checkpoint's unless given)\n"
     "  --steps N            optimizer steps (with --resume: the checkpoint's unless given)\n"
     "  --eval-every N       evaluate and checkpoint every N steps\n"
@@ -350,6 +354,8 @@ int cg_train_cli_opts(cg_train_opts *o, unsigned which, cg_cli_opt *p)
     OPT("--seed", CG_CLI_U64, &o->seed, 0, 0, &o->seed_seen, true);
     OPT("--grad-accum", CG_CLI_I64, &o->grad_accum, 1, 1 << 16, NULL, true);
     OPT("--precision", CG_CLI_STR, &o->precision_arg, 0, 0, NULL, true);
+    OPT("--tokenizer", CG_CLI_STR, &o->tokenizer_arg, 0, 0, NULL, true);
+    OPT("--vocab-size", CG_CLI_I64, &o->vocab_size, 1, 1e9, &o->vocab_size_seen, true);
     OPT("--data", CG_CLI_STR, &o->data, 0, 0, &o->data_seen, false);
     OPT("--steps", CG_CLI_I64, &o->steps, 1, big, &o->steps_seen, false);
     OPT("--eval-every", CG_CLI_I64, &o->eval_every, 1, big, &o->eval_every_seen, false);
@@ -368,7 +374,7 @@ int cg_train_cli_opts(cg_train_opts *o, unsigned which, cg_cli_opt *p)
 /* The flags fixed by a checkpoint: refused with --resume. */
 static const char FIXED_COMMON[] = " --d --H --layers --enc-layers --dec-layers --d-ff --norm "
                                    "--act --norm-first --dropout --label-smoothing --lr --seed "
-                                   "--grad-accum --precision ";
+                                   "--grad-accum --precision --tokenizer --vocab-size ";
 
 static bool is_fixed(const char *name, size_t len, const char *extra)
 {
@@ -627,6 +633,13 @@ int cg_trainer_begin(cg_trainer *t, cg_train_opts *o, const char *kind, const ch
         cg_prog_fail("--precision: %s", cg_last_error());
         return CG_EXIT_USAGE;
     }
+    int rc = o->resume ? -1
+                       : cg_train_tokenizer_flags(o->tokenizer_arg, o->vocab_size_seen,
+                                                  o->vocab_size, &o->tokenizer);
+    if (rc >= 0) {
+        cg_prog_fail_lib(NULL);
+        return rc;
+    }
     cg_cli_set_threads(cg_prog_name(), o->threads);
     t->out = o->out ? o->out : o->resume ? o->resume : default_out;
     if (o->resume) {
@@ -652,7 +665,7 @@ int cg_trainer_begin(cg_trainer *t, cg_train_opts *o, const char *kind, const ch
             return cg_prog_fail("checkpoint %s exists; continue it with --resume %s, or pass "
                                 "--force to overwrite it",
                                 t->out, t->out);
-        int rc = check_output(t, t->out);
+        rc = check_output(t, t->out);
         if (rc >= 0)
             return rc;
     }

@@ -134,6 +134,12 @@ typedef struct {
      * options_restore. */
     const char *precision_arg; /* --precision fp32|bf16 as given */
     cg_precision precision;    /* of the matrix products (core/gemm.h); fp32 */
+    /* The tokenizer of a fresh run (a checkpoint keeps its own; fixed on
+     * resume): --tokenizer char|bpe as given and parsed, --vocab-size. */
+    const char *tokenizer_arg;
+    cg_tokenizer_kind tokenizer;
+    int64_t vocab_size; /* 4000 */
+    bool vocab_size_seen;
 } cg_train_opts;
 
 /* A model's named shape (--preset); a model uses the fields it has. */
@@ -168,8 +174,8 @@ int cg_train_cli_opts(cg_train_opts *o, unsigned which, cg_cli_opt *opts);
 /* The help text of the shared flags. */
 extern const char CG_TRAIN_HELP_COMMON[];
 /* The flags --tokenizer NAME (NULL: char) and --vocab-size N (given:
- * seen) into *kind: -1 when they are good, else the exit code with the
- * error set (CG_EXIT_USAGE for a bad name, --vocab-size without bpe or
+ * seen) into *kind (cg_trainer_begin checks o's): -1 when they are good,
+ * else the exit code with the error set (CG_EXIT_USAGE for a bad name, --vocab-size without bpe or
  * below CG_SPM_MIN_VOCAB; CG_EXIT_FAIL for bpe in a build without
  * SentencePiece). */
 int cg_train_tokenizer_flags(const char *name, bool seen, int64_t vocab_size,
