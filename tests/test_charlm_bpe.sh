@@ -13,25 +13,7 @@
 set -uo pipefail
 charlm=$1
 tool=$2
-dir=$(mktemp -d "${TMPDIR:-/tmp}/cg_lmbpe.XXXXXX")
-trap 'rm -rf "$dir"' EXIT
-cd "$dir" || exit 1
-failures=0
-fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
-# expect NAME RC PATTERN CMD...: CMD exits RC and its stderr's last line matches PATTERN
-expect() {
-  local name=$1 want=$2 pat=$3
-  shift 3
-  local rc=0
-  timeout 120 "$@" >out.txt 2>err.txt || rc=$?
-  if [ "$rc" -ne "$want" ]; then
-    fail "$name: exit status $rc (expected $want): $(tail -c 300 err.txt)"
-  elif ! tail -1 err.txt | grep -q -- "$pat"; then
-    fail "$name: message does not match '$pat': $(tail -c 300 err.txt)"
-  else
-    echo "ok: $name: $(tail -1 err.txt)"
-  fi
-}
+. "$(dirname "$0")/shell_lib.sh" lmbpe
 # a small text of many short lines, with some characters beyond ASCII
 for i in $(seq 1 400); do
   echo "Line $i: the whale swam past the ship, and Ishmael watched the grey sea."

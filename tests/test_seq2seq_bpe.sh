@@ -13,25 +13,7 @@ set -uo pipefail
 seq2seq=$1
 tool=$2
 data=$3
-dir=$(mktemp -d "${TMPDIR:-/tmp}/cg_bpe.XXXXXX")
-trap 'rm -rf "$dir"' EXIT
-cd "$dir" || exit 1
-failures=0
-fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
-# expect NAME RC PATTERN CMD...: CMD exits RC and its stderr's last line matches PATTERN
-expect() {
-  local name=$1 want=$2 pat=$3
-  shift 3
-  local rc=0
-  timeout 120 "$@" >out.txt 2>err.txt || rc=$?
-  if [ "$rc" -ne "$want" ]; then
-    fail "$name: exit status $rc (expected $want): $(tail -c 300 err.txt)"
-  elif ! tail -1 err.txt | grep -q -- "$pat"; then
-    fail "$name: message does not match '$pat': $(tail -c 300 err.txt)"
-  else
-    echo "ok: $name: $(tail -1 err.txt)"
-  fi
-}
+. "$(dirname "$0")/shell_lib.sh" bpe
 small=(--data "$data" --valid-size 20 --test-size 20 --test-limit 3 --examples 0 --d 32 --H 2
        --enc-layers 1 --dec-layers 1 --d-ff 64 --max-tokens 800 --threads 2 --eval-every 3)
 

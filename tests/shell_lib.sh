@@ -1,0 +1,25 @@
+# Shared by the shell tests (sourced: . "$(dirname "$0")/shell_lib.sh" NAME):
+# a scratch directory cg_NAME.XXXXXX as the working directory (removed at
+# exit), a failure count, and
+#   fail MESSAGE               count a failure
+#   expect NAME RC PATTERN CMD...
+#                              CMD exits RC (within 120 s) and the last line
+#                              of its stderr matches PATTERN
+dir=$(mktemp -d "${TMPDIR:-/tmp}/cg_$1.XXXXXX")
+trap 'rm -rf "$dir"' EXIT
+cd "$dir" || exit 1
+failures=0
+fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+expect() {
+  local name=$1 want=$2 pat=$3
+  shift 3
+  local rc=0
+  timeout 120 "$@" >out.txt 2>err.txt || rc=$?
+  if [ "$rc" -ne "$want" ]; then
+    fail "$name: exit status $rc (expected $want): $(tail -c 300 err.txt)"
+  elif ! tail -1 err.txt | grep -q -- "$pat"; then
+    fail "$name: message does not match '$pat': $(tail -c 300 err.txt)"
+  else
+    echo "ok: $name: $(tail -1 err.txt)"
+  fi
+}
