@@ -3,6 +3,7 @@
 #   - bad flag combinations are refused: --vocab-size without --tokenizer bpe
 #     or below 261, an unknown tokenizer (exit 2); --tokenizer on --resume
 #     (exit 1, the checkpoint keeps its tokenizer);
+#   - a --vocab-size too small for the text's characters is refused (exit 1);
 #   - a bpe run of a few steps on a small text: the tokenizer is saved in the
 #     checkpoint; sample (prompt encoded, text streamed), sample --attention
 #     and eval read it from there; eval and the final JSON line give bits per
@@ -44,6 +45,8 @@ if [ "$rc" -eq 0 ] && printf '%s' "$line" | grep -q '"val_bpc": [0-9]' &&
 else
   fail "bpe train: exit $rc: $line $(tail -c 300 b.err)"
 fi
+expect "--vocab-size too small for the text" 1 "at least 30[0-9] ids" \
+  "$charlm" train "${small[@]}" --tokenizer bpe --vocab-size 300 --out x.st
 [ "$("$tool" getmeta b.st tokenizer)" = bpe ] || fail "the checkpoint does not say tokenizer bpe"
 "$tool" getmeta b.st vocab >/dev/null 2>&1 && fail "a bpe checkpoint has a char vocab"
 
