@@ -266,7 +266,8 @@ bool cg_charlm_full_loss(cg_charlm *m, cg_split_view s, int64_t T, double *out, 
                      (long long)s.n, (long long)T);
         return false;
     }
-    int64_t *x = malloc((size_t)(chunk * T) * sizeof *x), *y = malloc((size_t)(chunk * T) * sizeof *y);
+    int64_t *x = malloc((size_t)(chunk * T) * sizeof *x);
+    int64_t *y = malloc((size_t)(chunk * T) * sizeof *y);
     if (!x || !y) {
         free(x);
         free(y);

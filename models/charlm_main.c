@@ -83,7 +83,7 @@ typedef struct {
     int64_t B, T, r0, r1, steps;
     double lr, label_smoothing;
     cg_rng batch_rng;
-    int64_t *x, *y; /* grad_accum batches of B x T, then eval */
+    int64_t *x, *y; /* grad_accum batches of B x T */
     double tl, vl;  /* the last evaluation */
 } lm_run;
 
@@ -121,8 +121,9 @@ static bool lm_evaluate(void *self, int64_t step, cg_eval_result *e)
 {
     (void)step;
     lm_run *r = self;
-    bool ok = cg_charlm_sampled_loss(r->model, r->tr, r->B, r->T, EVAL_BATCHES, EVAL_SEED, &r->tl) &&
-              cg_charlm_sampled_loss(r->model, r->va, r->B, r->T, EVAL_BATCHES, EVAL_SEED, &r->vl);
+    bool ok =
+        cg_charlm_sampled_loss(r->model, r->tr, r->B, r->T, EVAL_BATCHES, EVAL_SEED, &r->tl) &&
+        cg_charlm_sampled_loss(r->model, r->va, r->B, r->T, EVAL_BATCHES, EVAL_SEED, &r->vl);
     e->train = r->tl;
     e->val = r->vl;
     return ok;
@@ -374,8 +375,9 @@ static int cmd_sample(int argc, char **argv)
     int rc = 1;
     int64_t n = 0, *outp = NULL, unknown = 0;
     uint32_t first = 0;
-    int64_t *ids = ck.vocab ? cg_vocab_encode_text(ck.vocab, prompt, "--prompt", &n, &unknown, &first)
-                            : cg_tokenizer_encode(ck.tok, prompt, &n, NULL);
+    int64_t *ids = ck.vocab
+                       ? cg_vocab_encode_text(ck.vocab, prompt, "--prompt", &n, &unknown, &first)
+                       : cg_tokenizer_encode(ck.tok, prompt, &n, NULL);
     if (ck.vocab)
         cg_vocab_warn_unknown(ck.vocab, PROG, "the prompt", unknown, first);
     cg_rng rng = cg_rng_new(seed);
