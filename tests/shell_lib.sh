@@ -6,6 +6,10 @@
 #                              CMD exits RC (within 120 s) and the first line
 #                              of its stderr matches PATTERN (first: a
 #                              sanitizer build may add its report after it)
+#   skip_if_no_bpe RC ERRFILE  a run that failed (RC 1) for want of
+#                              SentencePiece ends the test: 77 (skipped)
+#                              unless something failed already
+#   finish                     exit 1 after failures, else 0
 dir=$(mktemp -d "${TMPDIR:-/tmp}/cg_$1.XXXXXX")
 trap 'rm -rf "$dir"' EXIT
 cd "$dir" || exit 1
@@ -23,4 +27,16 @@ expect() {
   else
     echo "ok: $name: $(head -1 err.txt)"
   fi
+}
+skip_if_no_bpe() {
+  if [ "$1" -eq 1 ] && grep -q "unavailable" "$2"; then
+    echo "skip: $(tail -1 "$2")"
+    [ "$failures" -eq 0 ] && exit 77
+    exit 1
+  fi
+}
+finish() {
+  [ "$failures" -eq 0 ] || { echo "$failures failure(s)" >&2; exit 1; }
+  echo "all ok"
+  exit 0
 }
