@@ -327,26 +327,23 @@ static const char *SAMPLE_HELP =
 static bool write_attention_png(cg_charlm *m, const cg_tokenizer *tok, const int64_t *ids,
                                 int64_t n, const char *path)
 {
-    char **labels = cg_tokenizer_labels(tok, ids, n);
     cg_mha **mods = malloc((size_t)(m->cfg.layers + 1) * sizeof *mods);
-    bool ok = labels && mods;
-    for (int64_t l = 0; ok && l < m->cfg.layers; l++)
+    if (!mods) {
+        cg_set_error("out of memory");
+        return false;
+    }
+    for (int64_t l = 0; l < m->cfg.layers; l++)
         mods[l] = m->block[l]->attn;
     cg_module_keep_attention_weights(CG_MODULE(m), true);
     cg_module_train(CG_MODULE(m), false);
     cg_no_grad_begin();
-    cg_tensor *logits = ok ? cg_charlm_forward(m, ids, 1, n) : NULL;
+    cg_tensor *logits = cg_charlm_forward(m, ids, 1, n);
     cg_no_grad_end();
-    ok = logits && cg_plot_attention_of(path, "charlm attention (rows: queries, columns: keys)",
-                                        (int)m->cfg.layers, mods, (int)n, (int)n,
-                                        (const char *const *)labels, (const char *const *)labels);
-    if (!ok && !cg_has_error())
-        cg_set_error("out of memory");
+    bool ok = logits && cg_plot_attention_ids(path, "charlm attention (rows: queries, columns: "
+                                              "keys)", (int)m->cfg.layers, mods, tok, ids, (int)n,
+                                              ids, (int)n);
     cg_release(logits);
     cg_module_keep_attention_weights(CG_MODULE(m), false);
-    for (int64_t i = 0; labels && i < n; i++)
-        free(labels[i]);
-    free(labels);
     free(mods);
     return ok;
 }

@@ -193,3 +193,30 @@ int64_t cg_cli_threads(const char *prog, int64_t n)
             prog ? prog : "cgrad", (long long)n, cpus, cpus == 1 ? "" : "s", cpus);
     return cpus;
 }
+
+void cg_cli_split(int argc, char **argv, const cg_cli_opt *opts, int n, char **flags, int *nf,
+                  char **pos, int *np)
+{
+    *nf = *np = 0;
+    bool only_pos = false;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (!only_pos && strcmp(a, "--") == 0) {
+            only_pos = true;
+            continue;
+        }
+        if (!only_pos && (strncmp(a, "--", 2) == 0 || strcmp(a, "-h") == 0)) {
+            flags[(*nf)++] = argv[i];
+            if (strchr(a, '='))
+                continue;
+            for (int j = 0; j < n; j++)
+                if (strcmp(opts[j].name, a) == 0 && opts[j].kind != CG_CLI_SWITCH &&
+                    i + 1 < argc) {
+                    flags[(*nf)++] = argv[++i];
+                    break;
+                }
+            continue;
+        }
+        pos[(*np)++] = argv[i];
+    }
+}

@@ -63,6 +63,13 @@ typedef struct {
  * a bad value. */
 bool cg_cli_parse(int argc, char **argv, const cg_cli_opt *opts, int n, bool *help);
 
+/* Split argv[0..argc) into flags (with their values) and positional
+ * arguments: an argument starting with "--" (or "-h") is a flag, followed by
+ * its value unless it is a switch of opts or has "="; "--" ends the flags.
+ * flags and pos must hold argc entries each. */
+void cg_cli_split(int argc, char **argv, const cg_cli_opt *opts, int n, char **flags, int *nf,
+                  char **pos, int *np);
+
 #ifdef __cplusplus
 }
 #endif

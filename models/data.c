@@ -228,6 +228,42 @@ long long cg_read_line(char **buf, size_t *cap, FILE *f, const char *name, size_
     return (long long)n;
 }
 
+char **cg_read_lines(FILE *f, const char *name, int64_t *n)
+{
+    char **lines = NULL, *line = NULL;
+    size_t lcap = 0;
+    int64_t cap = 0;
+    long long k = 0;
+    bool ok = true;
+    *n = 0;
+    while (ok && (k = cg_read_line(&line, &lcap, f, name, CG_LINE_MAX)) >= 0) {
+        while (k > 0 && (line[k - 1] == '\n' || line[k - 1] == '\r'))
+            line[--k] = '\0';
+        if (*n == cap) {
+            cap = cap ? 2 * cap : 64;
+            char **t = realloc(lines, (size_t)cap * sizeof *t);
+            if (!(ok = t != NULL))
+                break;
+            lines = t;
+        }
+        if (!(ok = (lines[*n] = strdup(line)) != NULL))
+            break;
+        (*n)++;
+    }
+    free(line);
+    if (!ok)
+        cg_set_error("out of memory");
+    if (!ok || k == -2) {
+        for (int64_t i = 0; i < *n; i++)
+            free(lines[i]);
+        free(lines);
+        return NULL;
+    }
+    if (!lines && !(lines = malloc(sizeof *lines)))
+        cg_set_error("out of memory");
+    return lines;
+}
+
 uint32_t *cg_read_text_file(const char *path, int64_t *n)
 {
     size_t len;

@@ -54,6 +54,10 @@ void cg_data_default_hint(const char *path, const char *default_path);
  * a read error is never taken for the end of input. */
 #define CG_LINE_MAX ((size_t)1 << 20)
 long long cg_read_line(char **buf, size_t *cap, FILE *f, const char *name, size_t max_len);
+/* Every line of f (cg_read_line with CG_LINE_MAX, a trailing "\r" cut too)
+ * as n malloc'd strings in a malloc'd array (free each and the array), or
+ * NULL + error. */
+char **cg_read_lines(FILE *f, const char *name, int64_t *n);
 
 /* Read a whole file as UTF-8 code points (malloc'd). NULL + error if it is
  * missing, unreadable, empty, too large, or not valid UTF-8. */

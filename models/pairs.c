@@ -289,6 +289,21 @@ bool cg_pairs_split(const cg_pairs *p, int64_t n_valid, int64_t n_test, cg_pair_
     return true;
 }
 
+bool cg_pairs_load(const char *path, int64_t n_valid, int64_t n_test, cg_pairs *p,
+                   cg_pair_split *split, cg_data_id *id)
+{
+    memset(split, 0, sizeof *split);
+    if (!cg_pairs_read(path, p, id))
+        return false;
+    if (cg_pairs_split(p, n_valid, n_test, split))
+        return true;
+    char e[512];
+    snprintf(e, sizeof e, "%s", cg_last_error());
+    cg_set_error("%s: %s", path, e);
+    cg_pairs_free(p);
+    return false;
+}
+
 int64_t cg_pairs_filter(const cg_pairs *p, int64_t *idx, int64_t n, int64_t max_chars)
 {
     int64_t k = 0;

@@ -80,6 +80,10 @@ typedef struct {
  * p->n > n_valid + n_test (error otherwise). */
 bool cg_pairs_split(const cg_pairs *p, int64_t n_valid, int64_t n_test, cg_pair_split *out);
 void cg_pair_split_free(cg_pair_split *s);
+/* cg_pairs_read then cg_pairs_split: the data set of a translator. On
+ * failure both are left empty; a split error is "PATH: why". */
+bool cg_pairs_load(const char *path, int64_t n_valid, int64_t n_test, cg_pairs *p,
+                   cg_pair_split *split, cg_data_id *id);
 /* Keep the indices whose pair has both sides at most max_chars code points
  * (in place); returns the new count. */
 int64_t cg_pairs_filter(const cg_pairs *p, int64_t *idx, int64_t n, int64_t max_chars);

@@ -1015,3 +1015,20 @@ bool cg_plot_attention_of(const char *path, const char *title, int layers, cg_mh
     free(w);
     return ok;
 }
+
+bool cg_plot_attention_ids(const char *path, const char *title, int layers, cg_mha *const *mods,
+                           const cg_tokenizer *tok, const int64_t *row_ids, int rows,
+                           const int64_t *col_ids, int cols)
+{
+    char **rl = cg_tokenizer_labels(tok, row_ids, rows);
+    char **cl = rl ? cg_tokenizer_labels(tok, col_ids, cols) : NULL;
+    bool ok = cl && cg_plot_attention_of(path, title, layers, mods, rows, cols,
+                                         (const char *const *)rl, (const char *const *)cl);
+    for (int i = 0; rl && i < rows; i++)
+        free(rl[i]);
+    for (int i = 0; cl && i < cols; i++)
+        free(cl[i]);
+    free(rl);
+    free(cl);
+    return ok;
+}

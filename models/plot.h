@@ -21,6 +21,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "models/tokenizer.h"
 #include "nn/attention.h"
 
 #ifdef __cplusplus
@@ -109,6 +110,13 @@ bool cg_plot_attention(const char *path, const char *title, int layers, int head
 bool cg_plot_attention_of(const char *path, const char *title, int layers, cg_mha *const *mods,
                           int rows, int cols, const char *const *row_labels,
                           const char *const *col_labels);
+
+/* cg_plot_attention_of labelled with token ids through tok
+ * (cg_tokenizer_labels: subword pieces readable): rows are
+ * row_ids[0..rows), columns col_ids[0..cols). */
+bool cg_plot_attention_ids(const char *path, const char *title, int layers, cg_mha *const *mods,
+                           const cg_tokenizer *tok, const int64_t *row_ids, int rows,
+                           const int64_t *col_ids, int cols);
 
 /* The colour of t in [0, 1] on the heatmap scale, as 0xRRGGBB. */
 uint32_t cg_plot_colormap(float t);

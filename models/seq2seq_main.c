@@ -33,6 +33,7 @@
 #include "models/checkpoint.h"
 #include "models/tokenizer.h"
 #include "models/trainer.h"
+#include "models/translate.h"
 #include "optim/optim.h"
 #include "optim/schedule.h"
 
@@ -55,217 +56,13 @@ static void die_lib(const char *what)
 static const cg_train_preset PRESETS[] = {{"tiny", 128, 4, 0, 2, 2, 512, 0, 0},
                                            {"base", 256, 8, 0, 3, 3, 1024, 0, 0}};
 
-/* ------------------------------------------------------------ checkpoints */
-/* models/checkpoint.h: the layout shared with charlm. */
-typedef cg_seq2seq_ckpt ckpt;
-
-static void ckpt_load(const char *path, ckpt *c)
+/* ------------------------------------------------------------ checkpoints, data */
+static void ckpt_load(const char *path, cg_seq2seq_ckpt *c)
 {
     if (!cg_seq2seq_ckpt_load(path, c))
         die_lib(NULL);
 }
 
-static void ckpt_free(ckpt *c) { cg_seq2seq_ckpt_free(c); }
-
-/* ------------------------------------------------------------ flags */
-/* Parse flags; print help and exit 0 on --help, exit 2 on a bad flag. */
-static void parse_flags(int argc, char **argv, const cg_cli_opt *opts, int n, const char *help)
-{
-    int rc = cg_prog_parse(argc, argv, opts, n, help);
-    if (rc >= 0)
-        exit(rc);
-}
-
-/* Split argv into flags (with their values) and positional arguments: an
- * argument starting with "--" is a flag (a value follows unless it is a
- * switch or has "="); "--" ends the flags. Arrays must hold argc entries. */
-static void split_args(int argc, char **argv, const cg_cli_opt *opts, int n, char **flags,
-                       int *nf, char **pos, int *np)
-{
-    *nf = *np = 0;
-    bool only_pos = false;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        if (!only_pos && strcmp(a, "--") == 0) {
-            only_pos = true;
-            continue;
-        }
-        if (!only_pos && (strncmp(a, "--", 2) == 0 || strcmp(a, "-h") == 0)) {
-            flags[(*nf)++] = argv[i];
-            if (strchr(a, '='))
-                continue;
-            for (int j = 0; j < n; j++)
-                if (strcmp(opts[j].name, a) == 0 && opts[j].kind != CG_CLI_SWITCH &&
-                    i + 1 < argc) {
-                    flags[(*nf)++] = argv[++i];
-                    break;
-                }
-            continue;
-        }
-        pos[(*np)++] = argv[i];
-    }
-}
-
-/* ------------------------------------------------------------ evaluation */
-/* The tokenizer as a batch encoder (models/pairs.h cg_batch_make_with). */
-static int64_t *tok_encode(const void *tok, const char *s, int64_t *n, int64_t *n_unk)
-{
-    return cg_tokenizer_encode(tok, s, n, n_unk);
-}
-
-/* (label-smoothed loss, cross-entropy) averaged over non-pad targets;
- * *ntok_out (may be NULL): the number of those targets. */
-static void valid_loss(cg_seq2seq *m, const cg_pairs *p, const cg_batches *bs,
-                       const cg_tokenizer *tok, double *ls_out, double *nll_out,
-                       double *ntok_out)
-{
-    cg_module_train(CG_MODULE(m), false);
-    cg_no_grad_begin();
-    double ls = 0, nll = 0, ntok = 0;
-    for (int64_t b = 0; b < bs->n_batches; b++) {
-        cg_batch bt;
-        if (!cg_batch_make_with(p, bs->idx + bs->start[b], bs->start[b + 1] - bs->start[b],
-                                tok_encode, tok, &bt))
-            die_lib("validation batch");
-        cg_tensor *logits = cg_seq2seq_forward(m, bt.src, bt.B, bt.S, bt.tgt_in, bt.T);
-        cg_tensor *l1 = cg_seq2seq_loss(m, logits, bt.tgt_out);
-        cg_tensor *l2 = cg_cross_entropy(logits, bt.tgt_out, bt.B * bt.T, CG_PAD, 0.0f);
-        if (!l1 || !l2)
-            die_lib("validation");
-        double n = (double)bt.n_tokens;
-        ls += cg_item(l1) * n;
-        nll += cg_item(l2) * n;
-        ntok += n;
-        cg_release_all(3, logits, l1, l2);
-        cg_batch_free(&bt);
-    }
-    cg_no_grad_end();
-    cg_module_train(CG_MODULE(m), true);
-    *ls_out = ntok > 0 ? ls / ntok : NAN;
-    *nll_out = ntok > 0 ? nll / ntok : NAN;
-    if (ntok_out)
-        *ntok_out = ntok;
-}
-
-/* Encode sources; returns ids per source (malloc'd) without EOS. */
-typedef struct {
-    int64_t **ids;
-    int64_t *len;
-    int64_t n;
-} sources;
-
-static void sources_free(sources *s)
-{
-    for (int64_t i = 0; i < s->n; i++)
-        free(s->ids[i]);
-    free(s->ids);
-    free(s->len);
-    memset(s, 0, sizeof *s);
-}
-
-static void sources_encode(const cg_tokenizer *tok, const char *const *texts, int64_t n,
-                           int64_t max_len, sources *out)
-{
-    out->n = 0;
-    out->ids = calloc((size_t)(n ? n : 1), sizeof *out->ids);
-    out->len = calloc((size_t)(n ? n : 1), sizeof *out->len);
-    if (!out->ids || !out->len)
-        die("out of memory");
-    for (int64_t i = 0; i < n; i++) {
-        int64_t k;
-        int64_t *ids = cg_tokenizer_encode(tok, texts[i], &k, NULL);
-        if (!ids)
-            die("sentence %lld: %s", (long long)i + 1, cg_last_error());
-        if (k + 1 > max_len)
-            die("sentence %lld has %lld tokens; the model takes at most %lld", (long long)i + 1,
-                (long long)k, (long long)max_len - 1);
-        out->ids[i] = ids;
-        out->len[i] = k;
-        out->n++;
-    }
-}
-
-/* Decode every source: beam <= 1 greedy in chunks of 50 (reference
- * `greedy`), else beam search per sentence. Each output is cut at
- * len(source) + 50 tokens (and at the model's max_len). Returns malloc'd
- * UTF-8 strings; echo (may be NULL) gets each line as soon as it is
- * decoded. use_cache: decode with the key/value cache (else recompute). */
-static char **decode_all(cg_seq2seq *m, const cg_tokenizer *tok, const sources *src, int beam,
-                         double alpha, bool use_cache, FILE *echo)
-{
-    cg_module_train(CG_MODULE(m), false);
-    char **out = calloc((size_t)(src->n ? src->n : 1), sizeof *out);
-    if (!out)
-        die("out of memory");
-    const int64_t maxT = m->cfg.max_len;
-    if (beam <= 1) {
-        const int64_t chunk = 50;
-        for (int64_t c0 = 0; c0 < src->n; c0 += chunk) {
-            int64_t B = src->n - c0 < chunk ? src->n - c0 : chunk, S = 0;
-            for (int64_t i = 0; i < B; i++)
-                if (src->len[c0 + i] + 1 > S)
-                    S = src->len[c0 + i] + 1;
-            int64_t steps = S - 1 + 50;
-            if (steps > maxT)
-                steps = maxT;
-            int64_t *ids = calloc((size_t)(B * S), sizeof *ids);
-            int64_t *res = malloc((size_t)(B * steps) * sizeof *res);
-            int64_t *lens = malloc((size_t)B * sizeof *lens);
-            if (!ids || !res || !lens)
-                die("out of memory");
-            for (int64_t i = 0; i < B; i++) {
-                memcpy(ids + i * S, src->ids[c0 + i], (size_t)src->len[c0 + i] * sizeof *ids);
-                ids[i * S + src->len[c0 + i]] = CG_EOS;
-            }
-            if (!cg_greedy_decode(m, ids, B, S, steps, res, lens, use_cache))
-                die_lib("greedy decoding");
-            for (int64_t i = 0; i < B; i++) {
-                int64_t lim = src->len[c0 + i] + 50, L = lens[i] < lim ? lens[i] : lim;
-                out[c0 + i] = cg_tokenizer_decode(tok, res + i * steps, L);
-                if (!out[c0 + i])
-                    die_lib(NULL);
-                if (echo)
-                    fprintf(echo, "%s\n", out[c0 + i]), fflush(echo);
-            }
-            free(ids);
-            free(res);
-            free(lens);
-        }
-    } else {
-        for (int64_t i = 0; i < src->n; i++) {
-            int64_t S = src->len[i] + 1;
-            int64_t *ids = malloc((size_t)S * sizeof *ids);
-            if (!ids)
-                die("out of memory");
-            memcpy(ids, src->ids[i], (size_t)src->len[i] * sizeof *ids);
-            ids[S - 1] = CG_EOS;
-            int64_t steps = src->len[i] + 50, *res = NULL, L = 0;
-            if (steps > maxT)
-                steps = maxT;
-            if (!cg_beam_search(m, ids, S, beam, alpha, steps, &res, &L, NULL, NULL, use_cache))
-                die_lib("beam search");
-            out[i] = cg_tokenizer_decode(tok, res, L);
-            if (!out[i])
-                die_lib(NULL);
-            if (echo)
-                fprintf(echo, "%s\n", out[i]), fflush(echo);
-            free(res);
-            free(ids);
-        }
-    }
-    return out;
-}
-
-static void strings_free(char **s, int64_t n)
-{
-    if (!s)
-        return;
-    for (int64_t i = 0; i < n; i++)
-        free(s[i]);
-    free(s);
-}
-
-/* ------------------------------------------------------------ data set */
 typedef struct {
     cg_pairs pairs;
     cg_pair_split split;
@@ -275,12 +72,10 @@ typedef struct {
 static void dataset_load(const char *path, int64_t n_valid, int64_t n_test, dataset *d,
                          cg_data_id *id)
 {
-    if (!cg_pairs_read(path, &d->pairs, id)) {
+    if (!cg_pairs_load(path, n_valid, n_test, &d->pairs, &d->split, id)) {
         cg_data_default_hint(path, DEFAULT_DATA);
         die_lib(NULL);
     }
-    if (!cg_pairs_split(&d->pairs, n_valid, n_test, &d->split))
-        die("%s: %s", path, cg_last_error());
 }
 
 static void dataset_free(dataset *d)
@@ -361,8 +156,8 @@ static bool mt_batch(void *self, int k, double *weight, double *tokens)
         return false;
     }
     cg_batch_free(&r->bt[k]);
-    if (!cg_batch_make_with(&r->ds.pairs, r->batches.idx + r->batches.start[bi] + b0, b1 - b0,
-                            tok_encode, r->tok, &r->bt[k]))
+    if (!cg_batch_make_tok(&r->ds.pairs, r->batches.idx + r->batches.start[bi] + b0, b1 - b0,
+                           r->tok, &r->bt[k]))
         return false;
     const cg_batch *b = &r->bt[k];
     int64_t ntok = b->n_tokens;
@@ -394,7 +189,9 @@ static bool mt_evaluate(void *self, int64_t step, cg_eval_result *e)
     (void)step;
     mt_run *r = self;
     double nll, ntok;
-    valid_loss(r->model, &r->ds.pairs, &r->vbatches, r->tok, &e->val, &nll, &ntok);
+    if (!cg_seq2seq_valid_loss(r->model, &r->ds.pairs, &r->vbatches, r->tok, &e->val, &nll,
+                               &ntok))
+        die_lib(NULL);
     e->n_extra = 3;
     e->extra[0].key = "val_nll", e->extra[0].name = "nll", e->extra[0].value = nll;
     e->extra[0].decimals = 4;
@@ -414,55 +211,32 @@ static bool mt_finish(void *self, const cg_trainer *t, cg_jline *j)
     mt_run *r = self;
     const cg_pairs *P = &r->ds.pairs;
     const cg_pair_split *sp = &r->ds.split;
-    double val_loss, val_nll, val_ntok, wrong_nll, dummy;
-    valid_loss(r->model, P, &r->vbatches, r->tok, &val_loss, &val_nll, &val_ntok);
-    cg_pairs wp = {0};
-    wp.n = wp.cap = sp->n_valid;
-    wp.items = malloc((size_t)wp.n * sizeof *wp.items);
-    if (!wp.items)
-        die("out of memory");
-    for (int64_t i = 0; i < wp.n; i++) {
-        const cg_pair *a = &P->items[sp->valid[(i + 1) % wp.n]], *b = &P->items[sp->valid[i]];
-        wp.items[i] = (cg_pair){a->src, b->tgt, a->src_len, b->tgt_len};
-    }
-    cg_batches wb;
-    if (!cg_make_batches(&wp, NULL, wp.n, r->max_tokens, &wb))
+    double val_loss, val_nll, val_ntok, wrong_nll;
+    if (!cg_seq2seq_valid_loss(r->model, P, &r->vbatches, r->tok, &val_loss, &val_nll,
+                               &val_ntok) ||
+        !cg_seq2seq_wrong_source_nll(r->model, P, sp->valid, sp->n_valid, r->max_tokens, r->tok,
+                                     &wrong_nll))
         die_lib(NULL);
-    valid_loss(r->model, &wp, &wb, r->tok, &dummy, &wrong_nll, NULL);
-    cg_batches_free(&wb);
-    free(wp.items);
     fprintf(stderr, "valid nll %.4f, with mismatched sources %.4f\n", val_nll, wrong_nll);
 
     int64_t nt = r->test_limit < sp->n_test ? r->test_limit : sp->n_test;
     double bleu_g = NAN, bleu_b = NAN, chrf_g = NAN, chrf_b = NAN, decode_s = 0;
     if (nt > 0) {
-        const char **srcs = malloc((size_t)nt * sizeof *srcs);
-        const char **refs = malloc((size_t)nt * sizeof *refs);
-        if (!srcs || !refs)
-            die("out of memory");
-        for (int64_t i = 0; i < nt; i++) {
-            srcs[i] = P->items[sp->test[i]].src;
-            refs[i] = P->items[sp->test[i]].tgt;
-        }
-        sources s;
-        sources_encode(r->tok, srcs, nt, r->model->cfg.max_len, &s);
         fprintf(stderr, "decoding %lld test pairs (greedy, then beam %lld)...\n", (long long)nt,
                 (long long)r->beam);
         double t0 = cg_now();
-        char **hg = decode_all(r->model, r->tok, &s, 1, r->alpha, true, NULL);
-        char **hb = decode_all(r->model, r->tok, &s, (int)r->beam, r->alpha, true, NULL);
+        char **hg = NULL, **hb = NULL;
+        if (!cg_translate_score(r->model, r->tok, P, sp->test, nt, 1, r->alpha, true, &bleu_g,
+                                &chrf_g, &hg) ||
+            !cg_translate_score(r->model, r->tok, P, sp->test, nt, (int)r->beam, r->alpha, true,
+                                &bleu_b, &chrf_b, &hb))
+            die_lib(NULL);
         decode_s = cg_now() - t0;
-        bleu_g = cg_bleu((int)nt, (const char *const *)hg, refs);
-        bleu_b = cg_bleu((int)nt, (const char *const *)hb, refs);
-        chrf_g = cg_chrf((int)nt, (const char *const *)hg, refs);
-        chrf_b = cg_chrf((int)nt, (const char *const *)hb, refs);
         for (int64_t i = 0; i < nt && i < r->examples; i++)
-            printf("SRC  %s\nREF  %s\nGRDY %s\nBEAM %s\n\n", srcs[i], refs[i], hg[i], hb[i]);
-        strings_free(hg, nt);
-        strings_free(hb, nt);
-        sources_free(&s);
-        free(srcs);
-        free(refs);
+            printf("SRC  %s\nREF  %s\nGRDY %s\nBEAM %s\n\n", P->items[sp->test[i]].src,
+                   P->items[sp->test[i]].tgt, hg[i], hb[i]);
+        cg_strings_free(hg, nt);
+        cg_strings_free(hb, nt);
     }
     cg_jline_int(j, "epochs", r->epoch);
     cg_jline_num(j, "train_loss", cg_trainer_recent_loss(t), 4);
@@ -522,19 +296,10 @@ static void setup_tokenizer(mt_run *r, cg_seq2seq_ckpt *ck, const char *data)
         r->tok = ck->tok;
         ck->tok = NULL;
     } else {
-        int64_t n = 2 * r->n_train;
-        const char **sents = malloc((size_t)(n ? n : 1) * sizeof *sents);
-        if (!sents)
-            die("out of memory");
-        for (int64_t i = 0; i < r->n_train; i++) {
-            sents[2 * i] = P->items[r->ds.split.train[i]].src;
-            sents[2 * i + 1] = P->items[r->ds.split.train[i]].tgt;
-        }
         if (kind == CG_TOK_BPE)
             fprintf(stderr, "training a BPE tokenizer of %lld ids on %lld training pairs...\n",
                     (long long)vocab_size, (long long)r->n_train);
-        r->tok = cg_tokenizer_train(kind, true, sents, n, vocab_size);
-        free(sents);
+        r->tok = cg_pairs_train_tokenizer(P, r->ds.split.train, r->n_train, kind, vocab_size);
         if (!r->tok)
             die_lib(data);
         if (ck && !cg_tokenizer_equal(ck->tok, r->tok))
@@ -546,19 +311,8 @@ static void setup_tokenizer(mt_run *r, cg_seq2seq_ckpt *ck, const char *data)
                               "the validation pairs");
         cg_pairs_warn_unknown(P, r->ds.split.test, r->ds.split.n_test, &r->tok->pv, PROG,
                               "the test pairs");
-        return;
-    }
-    for (int64_t i = 0; i < P->n; i++) {
-        cg_pair *q = &P->items[i];
-        int64_t ns, nt;
-        int64_t *a = cg_tokenizer_encode(r->tok, q->src, &ns, NULL);
-        int64_t *b = a ? cg_tokenizer_encode(r->tok, q->tgt, &nt, NULL) : NULL;
-        free(a);
-        free(b);
-        if (!b)
-            die_lib(data);
-        q->src_len = (int32_t)ns;
-        q->tgt_len = (int32_t)nt;
+    } else if (!cg_pairs_tokenize(&r->ds.pairs, r->tok)) {
+        die_lib(data);
     }
 }
 
@@ -733,75 +487,27 @@ static const char TRANSLATE_HELP[] =
     "Translate each sentence given as an argument, or else each line of stdin;\n"
     "prints one translation per line.\n"
     "\n"
-    "options:\n"
-    "  --ckpt FILE          checkpoint (default " DEFAULT_CKPT ")\n"
-    "  --beam N             beam size; 1 = greedy decoding (default 1)\n"
-    "  --length-penalty A   alpha of the beam's ((5+len)/6)^alpha (default 0.6)\n"
-    "  --no-cache           recompute the whole prefix at every step (no key/value cache)\n"
-    "  --precision P        fp32 or bf16 matrix products (default: the checkpoint's\n"
-    "                       training precision)\n"
-    "  --threads N          threads (default 2)\n";
+    "options:\n" CG_TRANSLATE_HELP(DEFAULT_CKPT);
 
 static int cmd_translate(int argc, char **argv)
 {
-    const char *ck = DEFAULT_CKPT;
-    int64_t beam = 1, threads = 2;
-    double alpha = 0.6;
-    bool no_cache = false;
-    const char *precision = NULL;
-    const cg_cli_opt opts[] = {
-        {"--ckpt", CG_CLI_STR, &ck, 0, 0, NULL},
-        {"--beam", CG_CLI_I64, &beam, 1, 1000, NULL},
-        {"--length-penalty", CG_CLI_F64, &alpha, -100, 100, NULL},
-        {"--threads", CG_CLI_I64, &threads, 1, 1024, NULL},
-        {"--no-cache", CG_CLI_SWITCH, &no_cache, 0, 0, NULL},
-        {"--precision", CG_CLI_STR, &precision, 0, 0, NULL},
-    };
-    char **flags = malloc((size_t)(argc + 1) * sizeof *flags);
-    char **pos = malloc((size_t)(argc + 1) * sizeof *pos);
-    int nf, np;
-    if (!flags || !pos)
-        die("out of memory");
-    split_args(argc, argv, opts, 6, flags, &nf, pos, &np);
-    parse_flags(nf, flags, opts, 6, TRANSLATE_HELP);
-    cg_cli_set_threads(PROG, threads);
+    cg_translate_opts t;
+    cg_cli_opt opts[6];
+    int np, prc = cg_prog_parse_pos(argc, argv, opts, cg_translate_cli_opts(&t, DEFAULT_CKPT, opts),
+                                    TRANSLATE_HELP, &np);
+    if (prc >= 0)
+        return prc;
+    cg_cli_set_threads(PROG, t.threads);
     cg_precision prec;
-    ckpt c;
-    ckpt_load(ck, &c);
-    if (!cg_decode_precision(precision, cg_st_metadata(c.file, "train"), ck, &prec))
+    cg_seq2seq_ckpt c;
+    ckpt_load(t.ckpt, &c);
+    if (!cg_decode_precision(t.precision, cg_st_metadata(c.file, "train"), t.ckpt, &prec))
         die_lib(NULL);
-
-    /* the sentences */
-    char **texts = NULL;
-    int64_t n = 0, cap = 0;
-    if (np > 0) {
-        texts = malloc((size_t)np * sizeof *texts);
-        if (!texts)
-            die("out of memory");
-        for (int i = 0; i < np; i++)
-            if (!(texts[n++] = strdup(pos[i])))
-                die("out of memory");
-    } else {
-        char *line = NULL;
-        size_t lcap = 0;
-        ssize_t k;
-        while ((k = (ssize_t)cg_read_line(&line, &lcap, stdin, "stdin", CG_LINE_MAX)) >= 0) {
-            while (k > 0 && (line[k - 1] == '\n' || line[k - 1] == '\r'))
-                line[--k] = '\0';
-            if (n == cap) {
-                cap = cap ? 2 * cap : 64;
-                char **t = realloc(texts, (size_t)cap * sizeof *t);
-                if (!t)
-                    die("out of memory");
-                texts = t;
-            }
-            if (!(texts[n++] = strdup(line)))
-                die("out of memory");
-        }
-        free(line);
-        if (k == -2)
-            die_lib(NULL);
-    }
+    /* the sentences: the arguments, else the lines of stdin */
+    int64_t n = np;
+    char **texts = np > 0 ? argv : cg_read_lines(stdin, "stdin", &n);
+    if (!texts)
+        die_lib(NULL);
     for (int64_t i = 0; i < n; i++) {
         size_t bad;
         if (cg_utf8_count(texts[i], strlen(texts[i]), &bad) < 0)
@@ -809,15 +515,16 @@ static int cmd_translate(int argc, char **argv)
         if (c.tok->kind == CG_TOK_CHAR)
             cg_pair_vocab_warn_unknown(&c.tok->pv, texts[i], PROG, "sentence", i + 1);
     }
-    sources s;
-    sources_encode(c.tok, (const char *const *)texts, n, c.model->cfg.max_len, &s);
-    char **hyps = decode_all(c.model, c.tok, &s, (int)beam, alpha, !no_cache, stdout);
-    strings_free(hyps, n);
-    sources_free(&s);
-    strings_free(texts, n);
-    free(flags);
-    free(pos);
-    ckpt_free(&c);
+    cg_sources s;
+    char **hyps = NULL;
+    if (!cg_sources_encode(c.tok, (const char *const *)texts, n, c.model->cfg.max_len, &s) ||
+        !(hyps = cg_translate_all(c.model, c.tok, &s, (int)t.beam, t.alpha, !t.no_cache, stdout)))
+        die_lib(NULL);
+    cg_strings_free(hyps, n);
+    cg_sources_free(&s);
+    if (np == 0)
+        cg_strings_free(texts, n);
+    cg_seq2seq_ckpt_free(&c);
     return 0;
 }
 
@@ -829,98 +536,59 @@ static const char EVAL_HELP[] =
     "test split, as one JSON line.\n"
     "\n"
     "options:\n"
-    "  --ckpt FILE          checkpoint (default " DEFAULT_CKPT ")\n"
     "  --data FILE          pairs (default: the file the checkpoint was trained on)\n"
-    "  --beam N             beam size; 1 = greedy decoding (default 1)\n"
-    "  --length-penalty A   alpha of ((5+len)/6)^alpha (default 0.6)\n"
     "  --test-limit N       decode only the first N test pairs (default: all)\n"
-    "  --no-cache           recompute the whole prefix at every step (no key/value cache)\n"
-    "  --precision P        fp32 or bf16 matrix products (default: the checkpoint's\n"
-    "                       training precision)\n"
-    "  --threads N          threads (default 2)\n";
+    CG_TRANSLATE_HELP(DEFAULT_CKPT);
 
 static int cmd_eval(int argc, char **argv)
 {
-    const char *ck = DEFAULT_CKPT, *data = NULL;
-    int64_t beam = 1, threads = 2, limit = -1;
-    double alpha = 0.6;
-    bool no_cache = false;
-    const char *precision = NULL;
-    const cg_cli_opt opts[] = {
-        {"--no-cache", CG_CLI_SWITCH, &no_cache, 0, 0, NULL},
-        {"--ckpt", CG_CLI_STR, &ck, 0, 0, NULL},
+    const char *data = NULL;
+    int64_t limit = -1;
+    cg_translate_opts t;
+    cg_cli_opt opts[8] = {
         {"--data", CG_CLI_STR, &data, 0, 0, NULL},
-        {"--beam", CG_CLI_I64, &beam, 1, 1000, NULL},
-        {"--length-penalty", CG_CLI_F64, &alpha, -100, 100, NULL},
         {"--test-limit", CG_CLI_I64, &limit, 1, 1e9, NULL},
-        {"--threads", CG_CLI_I64, &threads, 1, 1024, NULL},
-        {"--precision", CG_CLI_STR, &precision, 0, 0, NULL},
     };
-    parse_flags(argc, argv, opts, (int)(sizeof opts / sizeof opts[0]), EVAL_HELP);
-    cg_cli_set_threads(PROG, threads);
-    ckpt c;
+    int prc = cg_prog_parse(argc, argv, opts, 2 + cg_translate_cli_opts(&t, DEFAULT_CKPT, opts + 2),
+                            EVAL_HELP);
+    if (prc >= 0)
+        return prc;
+    cg_cli_set_threads(PROG, t.threads);
+    const char *ck = t.ckpt;
+    cg_seq2seq_ckpt c;
     ckpt_load(ck, &c);
     int64_t n_valid = 500, n_test = 1000;
     const char *tj = cg_st_metadata(c.file, "train");
     cg_precision prec; /* the products as trained, or as --precision says */
-    if (!cg_decode_precision(precision, tj, ck, &prec))
+    const cg_json_field f[] = {
+        {"valid_size", CG_JF_I64, &n_valid, 1, 1e9, true},
+        {"test_size", CG_JF_I64, &n_test, 1, 1e9, true},
+    };
+    char *path = NULL;
+    if (!cg_decode_precision(t.precision, tj, ck, &prec) ||
+        !cg_train_model_fields(tj, ck, "seq2seq", f, 2) ||
+        !(path = cg_train_data_path(tj, data, DEFAULT_DATA)))
         die_lib(NULL);
-    cJSON *st = tj ? cJSON_Parse(tj) : NULL;
-    if (st) { /* models/trainer.h: the split sizes are the model's own state
-               * (top-level in checkpoints written before the one trainer) */
-        const cJSON *x, *ms = cJSON_GetObjectItemCaseSensitive(st, "model");
-        if (!ms)
-            ms = st;
-        if (!data && cJSON_IsString(x = cJSON_GetObjectItemCaseSensitive(st, "data")))
-            data = x->valuestring;
-        const cg_json_field f[] = {
-            {"valid_size", CG_JF_I64, &n_valid, 1, 1e9, true},
-            {"test_size", CG_JF_I64, &n_test, 1, 1e9, true},
-        };
-        char what[600];
-        snprintf(what, sizeof what, "'%.500s': seq2seq training state", ck);
-        if (!cg_json_read_fields(ms, what, f, 2))
-            die_lib(NULL);
-    }
-    if (!data)
-        data = DEFAULT_DATA;
     dataset ds = {0};
     cg_data_id id;
-    dataset_load(data, n_valid, n_test, &ds, &id);
+    dataset_load(path, n_valid, n_test, &ds, &id);
     if (!cg_train_data_check(tj, ck, &id))
         die_lib(NULL);
     int64_t nt = limit > 0 && limit < ds.split.n_test ? limit : ds.split.n_test;
     if (c.tok->kind == CG_TOK_CHAR)
         cg_pairs_warn_unknown(&ds.pairs, ds.split.test, nt, &c.tok->pv, PROG, "the test pairs");
-    const char **srcs = malloc((size_t)nt * sizeof *srcs);
-    const char **refs = malloc((size_t)nt * sizeof *refs);
-    if (!srcs || !refs)
-        die("out of memory");
-    for (int64_t i = 0; i < nt; i++) {
-        srcs[i] = ds.pairs.items[ds.split.test[i]].src;
-        refs[i] = ds.pairs.items[ds.split.test[i]].tgt;
-    }
-    sources s;
-    sources_encode(c.tok, srcs, nt, c.model->cfg.max_len, &s);
-    double t0 = cg_now();
-    char **hyps = decode_all(c.model, c.tok, &s, (int)beam, alpha, !no_cache, NULL);
+    double bleu, chrf, t0 = cg_now();
+    if (!cg_translate_score(c.model, c.tok, &ds.pairs, ds.split.test, nt, (int)t.beam, t.alpha,
+                            !t.no_cache, &bleu, &chrf, NULL))
+        die_lib(NULL);
     double dt = cg_now() - t0;
-    double bleu = cg_bleu((int)nt, (const char *const *)hyps, refs);
-    double chrf = cg_chrf((int)nt, (const char *const *)hyps, refs);
-    if (bleu < 0 || chrf < 0)
-        die_lib("metrics");
     printf("{\"bleu\": %s, \"chrf\": %s, \"beam\": %lld, \"test_pairs\": %lld, "
            "\"decode_s\": %s, \"step\": %lld, \"precision\": %s}\n",
-           CG_JSON_NUM("%.2f", bleu), CG_JSON_NUM("%.2f", chrf), (long long)beam, (long long)nt,
+           CG_JSON_NUM("%.2f", bleu), CG_JSON_NUM("%.2f", chrf), (long long)t.beam, (long long)nt,
            CG_JSON_NUM("%.1f", dt), (long long)c.step, CG_JSON_STR(cg_precision_name(prec)));
-    strings_free(hyps, nt);
-    sources_free(&s);
-    free(srcs);
-    free(refs);
-    if (st)
-        cJSON_Delete(st);
+    free(path);
     dataset_free(&ds);
-    ckpt_free(&c);
+    cg_seq2seq_ckpt_free(&c);
     return 0;
 }
 
@@ -941,30 +609,6 @@ static const char ATTENTION_HELP[] =
     "  --no-cache           greedy translation without the key/value cache\n"
     "  --threads N          threads (default 2)\n";
 
-/* labels: one string per id (subword pieces readable, models/tokenizer.h) */
-static char **id_labels(const cg_tokenizer *tok, const int64_t *ids, int64_t n)
-{
-    char **l = cg_tokenizer_labels(tok, ids, n);
-    if (!l)
-        die_lib("labels");
-    return l;
-}
-
-static void draw(const char *dir, const char *file, const char *title, int layers,
-                 cg_mha *const *mods, int64_t Tq, int64_t Tk, char **rl, char **cl)
-{
-    size_t plen = strlen(dir) + strlen(file) + 2;
-    char *path = malloc(plen);
-    if (!path)
-        die("out of memory");
-    snprintf(path, plen, "%s/%s", dir, file);
-    if (!cg_plot_attention_of(path, title, layers, mods, (int)Tq, (int)Tk,
-                              (const char *const *)rl, (const char *const *)cl))
-        die("%s: %s", path, cg_last_error());
-    printf("%s\n", path);
-    free(path);
-}
-
 static int cmd_attention(int argc, char **argv)
 {
     const char *ck = DEFAULT_CKPT, *text = NULL, *target = NULL, *dir = "attention";
@@ -978,17 +622,21 @@ static int cmd_attention(int argc, char **argv)
         {"--out", CG_CLI_STR, &dir, 0, 0, NULL},
         {"--threads", CG_CLI_I64, &threads, 1, 1024, NULL},
     };
-    parse_flags(argc, argv, opts, (int)(sizeof opts / sizeof opts[0]), ATTENTION_HELP);
+    int prc = cg_prog_parse(argc, argv, opts, (int)(sizeof opts / sizeof opts[0]),
+                            ATTENTION_HELP);
+    if (prc >= 0)
+        return prc;
     if (!text)
         die("attention needs --text (try --help)");
     cg_cli_set_threads(PROG, threads);
-    ckpt c;
+    cg_seq2seq_ckpt c;
     ckpt_load(ck, &c);
     cg_seq2seq *m = c.model;
     cg_module_train(CG_MODULE(m), false);
     const char *one[1] = {text};
-    sources s;
-    sources_encode(c.tok, one, 1, m->cfg.max_len, &s);
+    cg_sources s;
+    if (!cg_sources_encode(c.tok, one, 1, m->cfg.max_len, &s))
+        die_lib(NULL);
     int64_t S = s.len[0] + 1;
     int64_t *src = malloc((size_t)S * sizeof *src);
     if (!src)
@@ -1021,43 +669,13 @@ static int cmd_attention(int argc, char **argv)
     fprintf(stderr, "translation: %s\n", trans ? trans : "");
     free(trans);
 
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
-        die("cannot create %s: %s", dir, strerror(errno));
-    cg_module_keep_attention_weights(CG_MODULE(m), true);
-    cg_no_grad_begin();
-    cg_tensor *logits = cg_seq2seq_forward(m, src, 1, S, tin, T);
-    cg_no_grad_end();
-    if (!logits)
-        die_lib("forward");
-    cg_release(logits);
-
-    char **sl = id_labels(c.tok, src, S), **tl = id_labels(c.tok, tin, T);
-    int ne = m->encoder->n_layers, nd = m->decoder->n_layers;
-    cg_mha **mods = malloc((size_t)(ne + nd + 1) * sizeof *mods);
-    if (!mods)
-        die("out of memory");
-    if (ne > 0) {
-        for (int i = 0; i < ne; i++)
-            mods[i] = m->encoder->layers[i]->self_attn;
-        draw(dir, "encoder_self.png", "encoder self-attention", ne, mods, S, S, sl, sl);
-    }
-    if (nd > 0) {
-        for (int i = 0; i < nd; i++)
-            mods[i] = m->decoder->layers[i]->self_attn;
-        draw(dir, "decoder_self.png", "decoder self-attention", nd, mods, T, T, tl, tl);
-        for (int i = 0; i < nd; i++)
-            mods[i] = m->decoder->layers[i]->cross_attn;
-        draw(dir, "cross.png", "cross-attention (rows: decoder input, columns: source)", nd,
-             mods, T, S, tl, sl);
-    }
-    strings_free(sl, S);
-    strings_free(tl, T);
-    free(mods);
+    if (!cg_seq2seq_draw_attention(m, c.tok, src, S, tin, T, dir, stdout))
+        die_lib(NULL);
     free(tin);
     free(out_ids);
     free(src);
-    sources_free(&s);
-    ckpt_free(&c);
+    cg_sources_free(&s);
+    cg_seq2seq_ckpt_free(&c);
     return 0;
 }
 

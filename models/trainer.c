@@ -89,6 +89,24 @@ int cg_prog_parse(int argc, char **argv, const cg_cli_opt *opts, int n, const ch
     return -1;
 }
 
+int cg_prog_parse_pos(int argc, char **argv, const cg_cli_opt *opts, int n, const char *help,
+                      int *np)
+{
+    char **flags = malloc((size_t)(argc + 1) * sizeof *flags);
+    char **pos = malloc((size_t)(argc + 1) * sizeof *pos);
+    int nf, rc = CG_EXIT_FAIL;
+    if (!flags || !pos) {
+        cg_prog_fail("out of memory");
+    } else {
+        cg_cli_split(argc, argv, opts, n, flags, &nf, pos, np);
+        rc = cg_prog_parse(nf, flags, opts, n, help);
+        memcpy(argv, pos, (size_t)*np * sizeof *argv);
+    }
+    free(flags);
+    free(pos);
+    return rc;
+}
+
 const cg_train_preset *cg_train_preset_find(const cg_train_preset *p, int n, const char *name)
 {
     char choices[256] = "";
@@ -427,14 +445,31 @@ bool cg_state_put_f64(cJSON *o, const char *key, double v)
     return cJSON_AddStringToObject(o, key, b) != NULL;
 }
 
+static bool model_fields(const cJSON *ms, const char *path, const char *kind,
+                         const cg_json_field *f, int n)
+{
+    char what[600];
+    snprintf(what, sizeof what, "'%.500s': %s training state", path, kind);
+    return cg_json_read_fields(ms, what, f, n);
+}
+
+bool cg_train_model_fields(const char *train_json, const char *ckpt_path, const char *kind,
+                           const cg_json_field *f, int n)
+{
+    cJSON *st = train_json ? cJSON_Parse(train_json) : NULL;
+    if (!st)
+        return true;
+    const cJSON *ms = cJSON_GetObjectItemCaseSensitive(st, "model");
+    bool ok = model_fields(ms ? ms : st, ckpt_path, kind, f, n);
+    cJSON_Delete(st);
+    return ok;
+}
+
 bool cg_trainer_model_state(const cg_trainer *t, const char *kind, cJSON *o,
                             const cg_json_field *f, int n)
 {
-    if (!o) {
-        char what[600];
-        snprintf(what, sizeof what, "'%.500s': %s training state", t->o->resume, kind);
-        return cg_json_read_fields(t->model_state, what, f, n);
-    }
+    if (!o)
+        return model_fields(t->model_state, t->o->resume, kind, f, n);
     bool ok = true;
     for (int i = 0; ok && i < n; i++) {
         if (f[i].kind == CG_JF_I64)

@@ -80,6 +80,11 @@ void cg_prog_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * error line. */
 int cg_prog_parse(int argc, char **argv, const cg_cli_opt *opts, int n, const char *help);
 
+/* cg_prog_parse for a command that also takes positional arguments
+ * (cg_cli_split): the flags are parsed, and the positional arguments are
+ * moved, in order, to argv[0..*np). */
+int cg_prog_parse_pos(int argc, char **argv, const cg_cli_opt *opts, int n, const char *help,
+                      int *np);
 typedef struct {
     const char *name;
     int (*run)(int argc, char **argv); /* argv after the command name */
@@ -344,6 +349,13 @@ bool cg_state_put_f64(cJSON *o, const char *key, double v);
 bool cg_trainer_model_state(const cg_trainer *t, const char *kind, cJSON *o,
                             const cg_json_field *f, int n);
 
+/* Read fields of a model's own state from a checkpoint's "train" metadata
+ * (its "model" object; the top level in checkpoints written before the one
+ * trainer), as eval needs them: true without reading when train_json is
+ * NULL or not JSON; false + error "'FILE': KIND training state: ..." for a
+ * bad field. */
+bool cg_train_model_fields(const char *train_json, const char *ckpt_path, const char *kind,
+                           const cg_json_field *f, int n);
 /* The matrix-product precision a checkpoint's "train" metadata recorded
  * (fp32 when it recorded none); false + error when it is malformed. */
 bool cg_train_precision(const char *train_json, const char *ckpt_path, cg_precision *out);

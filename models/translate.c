@@ -1,0 +1,396 @@
+/* A Seq2Seq translator over sets of sentences (see translate.h). */
+#include "models/translate.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "autograd/ops.h"
+#include "core/error.h"
+#include "models/beam.h"
+#include "models/metrics.h"
+#include "models/plot.h"
+
+/* The tokenizer as a batch encoder (cg_encode_fn). */
+static int64_t *tok_encode(const void *tok, const char *s, int64_t *n, int64_t *n_unk)
+{
+    return cg_tokenizer_encode(tok, s, n, n_unk);
+}
+
+bool cg_batch_make_tok(const cg_pairs *p, const int64_t *idx, int64_t n, const cg_tokenizer *tok,
+                       cg_batch *out)
+{
+    return cg_batch_make_with(p, idx, n, tok_encode, tok, out);
+}
+
+/* Set "WHAT: <the error recorded>" (the message copied first: it is the
+ * slot cg_set_error writes). */
+static void prefix_error(const char *what)
+{
+    char e[512];
+    snprintf(e, sizeof e, "%s", cg_last_error());
+    cg_set_error("%s: %s", what, *e ? e : "unknown error");
+}
+
+cg_tokenizer *cg_pairs_train_tokenizer(const cg_pairs *p, const int64_t *idx, int64_t n,
+                                       cg_tokenizer_kind kind, int64_t vocab_size)
+{
+    const char **sents = malloc((size_t)(n > 0 ? 2 * n : 1) * sizeof *sents);
+    if (!sents) {
+        cg_set_error("out of memory");
+        return NULL;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        sents[2 * i] = p->items[idx[i]].src;
+        sents[2 * i + 1] = p->items[idx[i]].tgt;
+    }
+    cg_tokenizer *t = cg_tokenizer_train(kind, true, sents, 2 * n, vocab_size);
+    free(sents);
+    return t;
+}
+
+bool cg_pairs_tokenize(cg_pairs *p, const cg_tokenizer *tok)
+{
+    for (int64_t i = 0; i < p->n; i++) {
+        cg_pair *q = &p->items[i];
+        int64_t ns, nt;
+        int64_t *a = cg_tokenizer_encode(tok, q->src, &ns, NULL);
+        int64_t *b = a ? cg_tokenizer_encode(tok, q->tgt, &nt, NULL) : NULL;
+        free(a);
+        free(b);
+        if (!b)
+            return false;
+        q->src_len = (int32_t)ns;
+        q->tgt_len = (int32_t)nt;
+    }
+    return true;
+}
+
+bool cg_seq2seq_valid_loss(cg_seq2seq *m, const cg_pairs *p, const cg_batches *bs,
+                           const cg_tokenizer *tok, double *ls_out, double *nll_out,
+                           double *ntok_out)
+{
+    cg_module_train(CG_MODULE(m), false);
+    cg_no_grad_begin();
+    double ls = 0, nll = 0, ntok = 0;
+    bool ok = true;
+    for (int64_t b = 0; ok && b < bs->n_batches; b++) {
+        cg_batch bt;
+        if (!cg_batch_make_tok(p, bs->idx + bs->start[b], bs->start[b + 1] - bs->start[b], tok,
+                               &bt)) {
+            prefix_error("validation batch");
+            ok = false;
+            break;
+        }
+        cg_tensor *logits = cg_seq2seq_forward(m, bt.src, bt.B, bt.S, bt.tgt_in, bt.T);
+        cg_tensor *l1 = cg_seq2seq_loss(m, logits, bt.tgt_out);
+        cg_tensor *l2 = cg_cross_entropy(logits, bt.tgt_out, bt.B * bt.T, CG_PAD, 0.0f);
+        if (!l1 || !l2) {
+            prefix_error("validation");
+            ok = false;
+        } else {
+            double n = (double)bt.n_tokens;
+            ls += cg_item(l1) * n;
+            nll += cg_item(l2) * n;
+            ntok += n;
+        }
+        cg_release_all(3, logits, l1, l2);
+        cg_batch_free(&bt);
+    }
+    cg_no_grad_end();
+    cg_module_train(CG_MODULE(m), true);
+    if (!ok)
+        return false;
+    *ls_out = ntok > 0 ? ls / ntok : NAN;
+    *nll_out = ntok > 0 ? nll / ntok : NAN;
+    if (ntok_out)
+        *ntok_out = ntok;
+    return true;
+}
+
+bool cg_seq2seq_wrong_source_nll(cg_seq2seq *m, const cg_pairs *p, const int64_t *idx, int64_t n,
+                                 int64_t max_tokens, const cg_tokenizer *tok, double *nll)
+{
+    cg_pairs wp = {0};
+    wp.n = wp.cap = n;
+    wp.items = malloc((size_t)(n ? n : 1) * sizeof *wp.items);
+    if (!wp.items) {
+        cg_set_error("out of memory");
+        return false;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        const cg_pair *a = &p->items[idx[(i + 1) % n]], *b = &p->items[idx[i]];
+        wp.items[i] = (cg_pair){a->src, b->tgt, a->src_len, b->tgt_len};
+    }
+    cg_batches wb;
+    double ls;
+    bool ok = cg_make_batches(&wp, NULL, wp.n, max_tokens, &wb);
+    if (ok) {
+        ok = cg_seq2seq_valid_loss(m, &wp, &wb, tok, &ls, nll, NULL);
+        cg_batches_free(&wb);
+    }
+    free(wp.items);
+    return ok;
+}
+
+void cg_sources_free(cg_sources *s)
+{
+    for (int64_t i = 0; s->ids && i < s->n; i++)
+        free(s->ids[i]);
+    free(s->ids);
+    free(s->len);
+    memset(s, 0, sizeof *s);
+}
+
+bool cg_sources_encode(const cg_tokenizer *tok, const char *const *texts, int64_t n,
+                       int64_t max_len, cg_sources *out)
+{
+    out->n = 0;
+    out->ids = calloc((size_t)(n ? n : 1), sizeof *out->ids);
+    out->len = calloc((size_t)(n ? n : 1), sizeof *out->len);
+    if (!out->ids || !out->len) {
+        cg_sources_free(out);
+        cg_set_error("out of memory");
+        return false;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        int64_t k;
+        int64_t *ids = cg_tokenizer_encode(tok, texts[i], &k, NULL);
+        char what[48];
+        snprintf(what, sizeof what, "sentence %lld", (long long)i + 1);
+        if (!ids)
+            prefix_error(what);
+        else if (k + 1 > max_len)
+            cg_set_error("sentence %lld has %lld tokens; the model takes at most %lld",
+                         (long long)i + 1, (long long)k, (long long)max_len - 1);
+        if (!ids || k + 1 > max_len) {
+            free(ids);
+            cg_sources_free(out);
+            return false;
+        }
+        out->ids[i] = ids;
+        out->len[i] = k;
+        out->n++;
+    }
+    return true;
+}
+
+void cg_strings_free(char **s, int64_t n)
+{
+    if (!s)
+        return;
+    for (int64_t i = 0; i < n; i++)
+        free(s[i]);
+    free(s);
+}
+
+/* out[i] = the text of ids[0..L) (echoed); false + error. */
+static bool put_text(const cg_tokenizer *tok, const int64_t *ids, int64_t L, char **out,
+                     FILE *echo)
+{
+    if (!(*out = cg_tokenizer_decode(tok, ids, L)))
+        return false;
+    if (echo)
+        fprintf(echo, "%s\n", *out), fflush(echo);
+    return true;
+}
+
+/* Greedy decoding of sources c0..c0+B at once into out[c0..). */
+static bool greedy_chunk(cg_seq2seq *m, const cg_tokenizer *tok, const cg_sources *src,
+                         int64_t c0, int64_t B, bool use_cache, char **out, FILE *echo)
+{
+    int64_t S = 0;
+    for (int64_t i = 0; i < B; i++)
+        if (src->len[c0 + i] + 1 > S)
+            S = src->len[c0 + i] + 1;
+    int64_t steps = S - 1 + 50;
+    if (steps > m->cfg.max_len)
+        steps = m->cfg.max_len;
+    int64_t *ids = calloc((size_t)(B * S), sizeof *ids);
+    int64_t *res = malloc((size_t)(B * steps) * sizeof *res);
+    int64_t *lens = malloc((size_t)B * sizeof *lens);
+    bool ok = ids && res && lens;
+    if (!ok)
+        cg_set_error("out of memory");
+    for (int64_t i = 0; ok && i < B; i++) {
+        memcpy(ids + i * S, src->ids[c0 + i], (size_t)src->len[c0 + i] * sizeof *ids);
+        ids[i * S + src->len[c0 + i]] = CG_EOS;
+    }
+    if (ok && !(ok = cg_greedy_decode(m, ids, B, S, steps, res, lens, use_cache)))
+        prefix_error("greedy decoding");
+    for (int64_t i = 0; ok && i < B; i++) {
+        int64_t lim = src->len[c0 + i] + 50, L = lens[i] < lim ? lens[i] : lim;
+        ok = put_text(tok, res + i * steps, L, &out[c0 + i], echo);
+    }
+    free(ids);
+    free(res);
+    free(lens);
+    return ok;
+}
+
+/* Beam search of source i into out[i]. */
+static bool beam_one(cg_seq2seq *m, const cg_tokenizer *tok, const cg_sources *src, int64_t i,
+                     int beam, double alpha, bool use_cache, char **out, FILE *echo)
+{
+    int64_t S = src->len[i] + 1;
+    int64_t *ids = malloc((size_t)S * sizeof *ids);
+    if (!ids) {
+        cg_set_error("out of memory");
+        return false;
+    }
+    memcpy(ids, src->ids[i], (size_t)src->len[i] * sizeof *ids);
+    ids[S - 1] = CG_EOS;
+    int64_t steps = src->len[i] + 50, *res = NULL, L = 0;
+    if (steps > m->cfg.max_len)
+        steps = m->cfg.max_len;
+    bool ok = cg_beam_search(m, ids, S, beam, alpha, steps, &res, &L, NULL, NULL, use_cache);
+    if (!ok)
+        prefix_error("beam search");
+    else
+        ok = put_text(tok, res, L, &out[i], echo);
+    free(res);
+    free(ids);
+    return ok;
+}
+
+char **cg_translate_all(cg_seq2seq *m, const cg_tokenizer *tok, const cg_sources *src, int beam,
+                        double alpha, bool use_cache, FILE *echo)
+{
+    cg_module_train(CG_MODULE(m), false);
+    char **out = calloc((size_t)(src->n ? src->n : 1), sizeof *out);
+    if (!out) {
+        cg_set_error("out of memory");
+        return NULL;
+    }
+    bool ok = true;
+    if (beam <= 1) {
+        const int64_t chunk = 50;
+        for (int64_t c0 = 0; ok && c0 < src->n; c0 += chunk)
+            ok = greedy_chunk(m, tok, src, c0, src->n - c0 < chunk ? src->n - c0 : chunk,
+                              use_cache, out, echo);
+    } else {
+        for (int64_t i = 0; ok && i < src->n; i++)
+            ok = beam_one(m, tok, src, i, beam, alpha, use_cache, out, echo);
+    }
+    if (!ok) {
+        cg_strings_free(out, src->n);
+        return NULL;
+    }
+    return out;
+}
+
+bool cg_translate_score(cg_seq2seq *m, const cg_tokenizer *tok, const cg_pairs *p,
+                        const int64_t *idx, int64_t n, int beam, double alpha, bool use_cache,
+                        double *bleu, double *chrf, char ***hyps)
+{
+    const char **srcs = malloc((size_t)(n ? n : 1) * sizeof *srcs);
+    const char **refs = malloc((size_t)(n ? n : 1) * sizeof *refs);
+    cg_sources s = {0};
+    char **h = NULL;
+    bool ok = srcs && refs;
+    if (!ok)
+        cg_set_error("out of memory");
+    for (int64_t i = 0; ok && i < n; i++) {
+        srcs[i] = p->items[idx[i]].src;
+        refs[i] = p->items[idx[i]].tgt;
+    }
+    ok = ok && cg_sources_encode(tok, srcs, n, m->cfg.max_len, &s) &&
+         (h = cg_translate_all(m, tok, &s, beam, alpha, use_cache, NULL));
+    if (ok) {
+        *bleu = cg_bleu((int)n, (const char *const *)h, refs);
+        *chrf = cg_chrf((int)n, (const char *const *)h, refs);
+        if (*bleu < 0 || *chrf < 0) {
+            prefix_error("metrics");
+            ok = false;
+        }
+    }
+    if (ok && hyps)
+        *hyps = h;
+    else
+        cg_strings_free(h, n);
+    cg_sources_free(&s);
+    free(srcs);
+    free(refs);
+    return ok;
+}
+
+/* dir/file: the attention of mods[0..layers) over row_ids x col_ids. */
+static bool draw(const char *dir, const char *file, const char *title, int layers,
+                 cg_mha *const *mods, const cg_tokenizer *tok, const int64_t *row_ids,
+                 int64_t Tq, const int64_t *col_ids, int64_t Tk, FILE *list)
+{
+    size_t plen = strlen(dir) + strlen(file) + 2;
+    char *path = malloc(plen);
+    if (!path) {
+        cg_set_error("out of memory");
+        return false;
+    }
+    snprintf(path, plen, "%s/%s", dir, file);
+    bool ok = cg_plot_attention_ids(path, title, layers, mods, tok, row_ids, (int)Tq, col_ids,
+                                    (int)Tk);
+    if (!ok)
+        prefix_error(path);
+    else if (list)
+        fprintf(list, "%s\n", path);
+    free(path);
+    return ok;
+}
+
+bool cg_seq2seq_draw_attention(cg_seq2seq *m, const cg_tokenizer *tok, const int64_t *src,
+                               int64_t S, const int64_t *tin, int64_t T, const char *dir,
+                               FILE *list)
+{
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
+        cg_set_error("cannot create %s: %s", dir, strerror(errno));
+        return false;
+    }
+    cg_module_train(CG_MODULE(m), false);
+    cg_module_keep_attention_weights(CG_MODULE(m), true);
+    cg_no_grad_begin();
+    cg_tensor *logits = cg_seq2seq_forward(m, src, 1, S, tin, T);
+    cg_no_grad_end();
+    if (!logits) {
+        prefix_error("forward");
+        return false;
+    }
+    cg_release(logits);
+    int ne = m->encoder->n_layers, nd = m->decoder->n_layers;
+    cg_mha **mods = malloc((size_t)(ne + nd + 1) * sizeof *mods);
+    if (!mods) {
+        cg_set_error("out of memory");
+        return false;
+    }
+    bool ok = true;
+    if (ne > 0) {
+        for (int i = 0; i < ne; i++)
+            mods[i] = m->encoder->layers[i]->self_attn;
+        ok = draw(dir, "encoder_self.png", "encoder self-attention", ne, mods, tok, src, S, src,
+                  S, list);
+    }
+    if (ok && nd > 0) {
+        for (int i = 0; i < nd; i++)
+            mods[i] = m->decoder->layers[i]->self_attn;
+        ok = draw(dir, "decoder_self.png", "decoder self-attention", nd, mods, tok, tin, T, tin,
+                  T, list);
+        for (int i = 0; ok && i < nd; i++)
+            mods[i] = m->decoder->layers[i]->cross_attn;
+        ok = ok && draw(dir, "cross.png", "cross-attention (rows: decoder input, columns: source)",
+                        nd, mods, tok, tin, T, src, S, list);
+    }
+    free(mods);
+    return ok;
+}
+
+int cg_translate_cli_opts(cg_translate_opts *o, const char *default_ckpt, cg_cli_opt *opts)
+{
+    *o = (cg_translate_opts){.ckpt = default_ckpt, .beam = 1, .threads = 2, .alpha = 0.6};
+    opts[0] = (cg_cli_opt){"--ckpt", CG_CLI_STR, &o->ckpt, 0, 0, NULL};
+    opts[1] = (cg_cli_opt){"--beam", CG_CLI_I64, &o->beam, 1, 1000, NULL};
+    opts[2] = (cg_cli_opt){"--length-penalty", CG_CLI_F64, &o->alpha, -100, 100, NULL};
+    opts[3] = (cg_cli_opt){"--no-cache", CG_CLI_SWITCH, &o->no_cache, 0, 0, NULL};
+    opts[4] = (cg_cli_opt){"--precision", CG_CLI_STR, &o->precision, 0, 0, NULL};
+    opts[5] = (cg_cli_opt){"--threads", CG_CLI_I64, &o->threads, 1, 1024, NULL};
+    return 6;
+}

@@ -1,0 +1,111 @@
+/* cgrad zoo: a Seq2Seq translator over sets of sentences and sentence pairs
+ * (shared/reference/train_seq2seq.py's evaluate, greedy, translate): the
+ * pairs through a tokenizer (models/tokenizer.h), the validation loss over
+ * batches, many sentences decoded (greedy in chunks or beam search), and
+ * corpus BLEU/chrF of the detokenised translations (models/metrics.h).
+ *
+ * Errors: false / NULL + cg_set_error, one line each. The model is put in
+ * eval mode by the decoders and the loss (which restores training mode). */
+#ifndef CG_MODELS_TRANSLATE_H
+#define CG_MODELS_TRANSLATE_H
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "models/cli.h"
+#include "models/pairs.h"
+#include "models/seq2seq.h"
+#include "models/tokenizer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* cg_batch_make_with through tok (the pairs' lengths are tok's ids). */
+bool cg_batch_make_tok(const cg_pairs *p, const int64_t *idx, int64_t n, const cg_tokenizer *tok,
+                       cg_batch *out);
+
+/* A tokenizer of kind trained on both sides of pairs idx[0..n) (subwords
+ * with the specials; one vocabulary for source and target). */
+cg_tokenizer *cg_pairs_train_tokenizer(const cg_pairs *p, const int64_t *idx, int64_t n,
+                                       cg_tokenizer_kind kind, int64_t vocab_size);
+/* Set every pair's src_len/tgt_len to its length in tok's ids (subwords:
+ * --max-len, the batches and the padding then count tokens). */
+bool cg_pairs_tokenize(cg_pairs *p, const cg_tokenizer *tok);
+
+/* Over batches bs of p: *ls the model's (label-smoothed) loss and *nll the
+ * plain cross-entropy, both averaged over non-pad targets (NaN when there
+ * are none); *ntok (may be NULL) the number of those targets. */
+bool cg_seq2seq_valid_loss(cg_seq2seq *m, const cg_pairs *p, const cg_batches *bs,
+                           const cg_tokenizer *tok, double *ls, double *nll, double *ntok);
+/* The cross-entropy of pairs idx[0..n) with every target paired with the
+ * next pair's source (does the model translate from its source?), in
+ * batches of max_tokens. */
+bool cg_seq2seq_wrong_source_nll(cg_seq2seq *m, const cg_pairs *p, const int64_t *idx, int64_t n,
+                                 int64_t max_tokens, const cg_tokenizer *tok, double *nll);
+
+/* Sources: the ids of n sentences, without EOS. */
+typedef struct {
+    int64_t **ids;
+    int64_t *len;
+    int64_t n;
+} cg_sources;
+/* Encode texts[0..n); a sentence of max_len tokens or more (room for EOS)
+ * is an error ("sentence K has N tokens; the model takes at most M"). */
+bool cg_sources_encode(const cg_tokenizer *tok, const char *const *texts, int64_t n,
+                       int64_t max_len, cg_sources *out);
+void cg_sources_free(cg_sources *s);
+
+/* Translate every source: beam <= 1 greedy in chunks of 50 (reference
+ * `greedy`), else beam search (alpha: its length penalty) one sentence at a
+ * time. Each output is cut at its source's length + 50 tokens (and at the
+ * model's max_len). Returns n malloc'd UTF-8 strings (cg_strings_free);
+ * echo (may be NULL) gets each line as soon as it is decoded. use_cache:
+ * with the key/value cache (else every prefix is recomputed). */
+char **cg_translate_all(cg_seq2seq *m, const cg_tokenizer *tok, const cg_sources *src, int beam,
+                        double alpha, bool use_cache, FILE *echo);
+/* Free s[0..n) and s (NULL is a no-op). */
+void cg_strings_free(char **s, int64_t n);
+
+/* Translate the sources of pairs idx[0..n) (n >= 1; cg_translate_all) and
+ * score them against their targets: *bleu and *chrf (sacreBLEU defaults);
+ * *hyps (may be NULL) receives the translations (cg_strings_free). */
+bool cg_translate_score(cg_seq2seq *m, const cg_tokenizer *tok, const cg_pairs *p,
+                        const int64_t *idx, int64_t n, int beam, double alpha, bool use_cache,
+                        double *bleu, double *chrf, char ***hyps);
+
+/* The attention of one pass of m over source src[0..S) (with its EOS) and
+ * decoder input tin[0..T) (BOS + the translation) as PNG heatmap grids
+ * (models/plot.h; a row per layer, a column per head; tok's labels on the
+ * axes) in the directory dir (created if needed): dir/encoder_self.png,
+ * dir/decoder_self.png and dir/cross.png (rows: decoder input, columns:
+ * source), those of the layers m has; each path written is printed as a
+ * line on list (may be NULL). */
+bool cg_seq2seq_draw_attention(cg_seq2seq *m, const cg_tokenizer *tok, const int64_t *src,
+                               int64_t S, const int64_t *tin, int64_t T, const char *dir,
+                               FILE *list);
+
+/* The flags of the commands that translate from a checkpoint (--ckpt --beam
+ * --length-penalty --no-cache --precision --threads) with their defaults
+ * (default_ckpt, 1, 0.6, off, the checkpoint's, 2) appended to opts;
+ * returns 6. CG_TRANSLATE_HELP(default_ckpt) is their help. */
+typedef struct {
+    const char *ckpt, *precision;
+    int64_t beam, threads;
+    double alpha;
+    bool no_cache;
+} cg_translate_opts;
+int cg_translate_cli_opts(cg_translate_opts *o, const char *default_ckpt, cg_cli_opt *opts);
+#define CG_TRANSLATE_HELP(default_ckpt)                                                       \
+    "  --ckpt FILE          checkpoint (default " default_ckpt ")\n"                          \
+    "  --beam N             beam size; 1 = greedy decoding (default 1)\n"                     \
+    "  --length-penalty A   alpha of the beam's ((5+len)/6)^alpha (default 0.6)\n"            \
+    "  --no-cache           recompute the whole prefix at every step (no key/value cache)\n" \
+    "  --precision P        fp32 or bf16 matrix products (default: the checkpoint's\n"        \
+    "                       training precision)\n"                                            \
+    "  --threads N          threads (default 2)\n"
+
+#ifdef __cplusplus
+}
+#endif
+#endif
