@@ -63,25 +63,14 @@ static void ckpt_load(const char *path, cg_seq2seq_ckpt *c)
         die_lib(NULL);
 }
 
-typedef struct {
-    cg_pairs pairs;
-    cg_pair_split split;
-} dataset;
-
 /* Read the pairs once (id: the identity of the bytes read) and split them. */
-static void dataset_load(const char *path, int64_t n_valid, int64_t n_test, dataset *d,
-                         cg_data_id *id)
+static void data_load(cg_mt_data *d, const char *path, int64_t n_valid, int64_t n_test,
+                      cg_data_id *id)
 {
-    if (!cg_pairs_load(path, n_valid, n_test, &d->pairs, &d->split, id)) {
+    if (!cg_mt_data_load(d, path, n_valid, n_test, id)) {
         cg_data_default_hint(path, DEFAULT_DATA);
         die_lib(NULL);
     }
-}
-
-static void dataset_free(dataset *d)
-{
-    cg_pairs_free(&d->pairs);
-    cg_pair_split_free(&d->split);
 }
 
 /* ============================================================ train */
@@ -128,14 +117,8 @@ typedef struct {
     const char *preset;
     int64_t max_tokens, warmup, max_len, valid_size, test_size, test_limit, beam, examples;
     double factor, alpha;
-    dataset ds;
-    int64_t n_train;
-    cg_tokenizer *tok;
-    double valid_chars;      /* validation target characters, an EOS each */
+    cg_mt_data d;
     cg_seq2seq *model;
-    cg_batches batches, vbatches;
-    cg_mt19937 order;
-    int64_t epoch, pos, *perm;
     cg_batch *bt; /* grad_accum micro-batches */
     int n_bt;
 } mt_run;
@@ -143,29 +126,7 @@ typedef struct {
 static bool mt_batch(void *self, int k, double *weight, double *tokens)
 {
     mt_run *r = self;
-    if (r->pos >= r->batches.n_batches) {
-        r->epoch++;
-        cg_mt_permutation(&r->order, r->batches.n_batches, r->perm);
-        r->pos = 0;
-    }
-    int64_t bi = r->perm[r->pos++];
-    int64_t nb = r->batches.start[bi + 1] - r->batches.start[bi], b0, b1;
-    if (!cg_dist_share(nb, &b0, &b1)) {
-        cg_set_error("a batch of %lld pairs cannot be split over %d ranks (raise --max-tokens)",
-                     (long long)nb, cg_dist_size());
-        return false;
-    }
-    cg_batch_free(&r->bt[k]);
-    if (!cg_batch_make_tok(&r->ds.pairs, r->batches.idx + r->batches.start[bi] + b0, b1 - b0,
-                           r->tok, &r->bt[k]))
-        return false;
-    const cg_batch *b = &r->bt[k];
-    int64_t ntok = b->n_tokens;
-    for (int64_t i = 0; i < b->B * b->S; i++)
-        ntok += b->src[i] != CG_PAD;
-    *weight = (double)b->n_tokens;
-    *tokens = (double)ntok;
-    return true;
+    return cg_mt_data_next(&r->d, &r->bt[k], weight, tokens);
 }
 
 static cg_tensor *mt_loss(void *self, int k)
@@ -189,16 +150,16 @@ static bool mt_evaluate(void *self, int64_t step, cg_eval_result *e)
     (void)step;
     mt_run *r = self;
     double nll, ntok;
-    if (!cg_seq2seq_valid_loss(r->model, &r->ds.pairs, &r->vbatches, r->tok, &e->val, &nll,
+    if (!cg_seq2seq_valid_loss(r->model, &r->d.pairs, &r->d.vbatches, r->d.tok, &e->val, &nll,
                                &ntok))
         die_lib(NULL);
     e->n_extra = 3;
     e->extra[0].key = "val_nll", e->extra[0].name = "nll", e->extra[0].value = nll;
     e->extra[0].decimals = 4;
     e->extra[1].key = "val_bpc", e->extra[1].name = "bits/char";
-    e->extra[1].value = cg_bits_per_char(nll, ntok, r->valid_chars);
+    e->extra[1].value = cg_bits_per_char(nll, ntok, r->d.valid_chars);
     e->extra[1].decimals = 4;
-    e->extra[2].key = "epoch", e->extra[2].name = "epoch", e->extra[2].value = (double)r->epoch;
+    e->extra[2].key = "epoch", e->extra[2].name = "epoch", e->extra[2].value = (double)r->d.epoch;
     e->extra[2].decimals = 0;
     return true;
 }
@@ -209,12 +170,12 @@ static bool mt_evaluate(void *self, int64_t step, cg_eval_result *e)
 static bool mt_finish(void *self, const cg_trainer *t, cg_jline *j)
 {
     mt_run *r = self;
-    const cg_pairs *P = &r->ds.pairs;
-    const cg_pair_split *sp = &r->ds.split;
+    const cg_pairs *P = &r->d.pairs;
+    const cg_pair_split *sp = &r->d.split;
     double val_loss, val_nll, val_ntok, wrong_nll;
-    if (!cg_seq2seq_valid_loss(r->model, P, &r->vbatches, r->tok, &val_loss, &val_nll,
+    if (!cg_seq2seq_valid_loss(r->model, P, &r->d.vbatches, r->d.tok, &val_loss, &val_nll,
                                &val_ntok) ||
-        !cg_seq2seq_wrong_source_nll(r->model, P, sp->valid, sp->n_valid, r->max_tokens, r->tok,
+        !cg_seq2seq_wrong_source_nll(r->model, P, sp->valid, sp->n_valid, r->max_tokens, r->d.tok,
                                      &wrong_nll))
         die_lib(NULL);
     fprintf(stderr, "valid nll %.4f, with mismatched sources %.4f\n", val_nll, wrong_nll);
@@ -226,9 +187,9 @@ static bool mt_finish(void *self, const cg_trainer *t, cg_jline *j)
                 (long long)r->beam);
         double t0 = cg_now();
         char **hg = NULL, **hb = NULL;
-        if (!cg_translate_score(r->model, r->tok, P, sp->test, nt, 1, r->alpha, true, &bleu_g,
+        if (!cg_translate_score(r->model, r->d.tok, P, sp->test, nt, 1, r->alpha, true, &bleu_g,
                                 &chrf_g, &hg) ||
-            !cg_translate_score(r->model, r->tok, P, sp->test, nt, (int)r->beam, r->alpha, true,
+            !cg_translate_score(r->model, r->d.tok, P, sp->test, nt, (int)r->beam, r->alpha, true,
                                 &bleu_b, &chrf_b, &hb))
             die_lib(NULL);
         decode_s = cg_now() - t0;
@@ -238,11 +199,11 @@ static bool mt_finish(void *self, const cg_trainer *t, cg_jline *j)
         cg_strings_free(hg, nt);
         cg_strings_free(hb, nt);
     }
-    cg_jline_int(j, "epochs", r->epoch);
+    cg_jline_int(j, "epochs", r->d.epoch);
     cg_jline_num(j, "train_loss", cg_trainer_recent_loss(t), 4);
     cg_jline_num(j, "val_loss", val_loss, 4);
     cg_jline_num(j, "val_nll", val_nll, 4);
-    cg_jline_num(j, "val_bpc", cg_bits_per_char(val_nll, val_ntok, r->valid_chars), 4);
+    cg_jline_num(j, "val_bpc", cg_bits_per_char(val_nll, val_ntok, r->d.valid_chars), 4);
     cg_jline_num(j, "val_nll_wrong_src", wrong_nll, 4);
     if (nt > 0) {
         cg_jline_num(j, "bleu_greedy", bleu_g, 2);
@@ -253,15 +214,15 @@ static bool mt_finish(void *self, const cg_trainer *t, cg_jline *j)
     cg_jline_num(j, "decode_s", decode_s, 1);
     cg_jline_num(j, "factor", r->factor, 4);
     cg_jline_str(j, "preset", r->preset);
-    cg_jline_str(j, "tokenizer", cg_tokenizer_kind_name(r->tok->kind));
-    cg_jline_int(j, "vocab", cg_tokenizer_vocab_size(r->tok));
+    cg_jline_str(j, "tokenizer", cg_tokenizer_kind_name(r->d.tok->kind));
+    cg_jline_int(j, "vocab", cg_tokenizer_vocab_size(r->d.tok));
     cg_jline_int(j, "test_pairs", nt);
     cg_jline_int(j, "beam", r->beam);
     return true;
 }
 
 static char *mt_config(void *self) { return cg_seq2seq_config_to_json(&((mt_run *)self)->model->cfg); }
-static const cg_tokenizer *mt_tokenizer(void *self) { return ((mt_run *)self)->tok; }
+static const cg_tokenizer *mt_tokenizer(void *self) { return ((mt_run *)self)->d.tok; }
 
 /* The translator's own state: its recipe and its place in the batch order,
  * written into o or (o NULL) read back when resuming. */
@@ -277,43 +238,10 @@ static bool mt_state(void *self, cJSON *o)
         {"valid_size", CG_JF_I64, &r->valid_size, 1, 1e9, false},
         {"test_size", CG_JF_I64, &r->test_size, 1, 1e9, false},
         /* wide: the batch position is checked against the step (mt_setup) */
-        {"epoch", CG_JF_I64, &r->epoch, 0, 1e15, false},
-        {"pos", CG_JF_I64, &r->pos, 0, 1e15, false},
+        {"epoch", CG_JF_I64, &r->d.epoch, 0, 1e15, false},
+        {"pos", CG_JF_I64, &r->d.pos, 0, 1e15, false},
     };
     return cg_trainer_model_state(r->t, "seq2seq", o, f, (int)(sizeof f / sizeof f[0]));
-}
-
-/* The tokenizer: trained on the (filtered) training pairs, both sides, or
- * the checkpoint's when resuming (a char vocabulary must equal the one the
- * data gives). With subwords the pairs' lengths become token counts, so the
- * --max-len checks, the token-count batches and the padding count tokens. */
-static void setup_tokenizer(mt_run *r, cg_seq2seq_ckpt *ck, const char *data)
-{
-    const cg_pairs *P = &r->ds.pairs;
-    cg_tokenizer_kind kind = ck ? ck->tok->kind : r->t->o->tokenizer;
-    int64_t vocab_size = r->t->o->vocab_size;
-    if (ck && kind == CG_TOK_BPE) {
-        r->tok = ck->tok;
-        ck->tok = NULL;
-    } else {
-        if (kind == CG_TOK_BPE)
-            fprintf(stderr, "training a BPE tokenizer of %lld ids on %lld training pairs...\n",
-                    (long long)vocab_size, (long long)r->n_train);
-        r->tok = cg_pairs_train_tokenizer(P, r->ds.split.train, r->n_train, kind, vocab_size);
-        if (!r->tok)
-            die_lib(data);
-        if (ck && !cg_tokenizer_equal(ck->tok, r->tok))
-            die("%s: the vocabulary of %s differs from the checkpoint's (data changed?)",
-                r->t->o->resume, data);
-    }
-    if (r->tok->kind == CG_TOK_CHAR) {
-        cg_pairs_warn_unknown(P, r->ds.split.valid, r->ds.split.n_valid, &r->tok->pv, PROG,
-                              "the validation pairs");
-        cg_pairs_warn_unknown(P, r->ds.split.test, r->ds.split.n_test, &r->tok->pv, PROG,
-                              "the test pairs");
-    } else if (!cg_pairs_tokenize(&r->ds.pairs, r->tok)) {
-        die_lib(data);
-    }
 }
 
 /* Data, vocabulary, model, batches and batch order (fresh or resumed). */
@@ -331,33 +259,18 @@ static void mt_setup(mt_run *r, cg_train_opts *o, cg_trainer *t)
     if (o->seed > 0xffffffffULL)
         die("--seed must be below 2^32 (numpy RandomState)");
     cg_data_id id;
-    dataset_load(o->data, r->valid_size, r->test_size, &r->ds, &id);
-    if (!cg_trainer_set_data(t, &id)) /* resuming: the checkpoint's data */
+    data_load(&r->d, o->data, r->valid_size, r->test_size, &id);
+    if (!cg_trainer_set_data(t, &id) || /* resuming: the checkpoint's data */
+        !cg_mt_data_prepare(&r->d, o->data, r->max_len, r->max_tokens, o->tokenizer,
+                            o->vocab_size, o->resume ? &ck.tok : NULL, o->resume, PROG))
         die_lib(NULL);
-    const cg_pairs *P = &r->ds.pairs;
-    r->n_train = cg_pairs_filter(P, r->ds.split.train, r->ds.split.n_train, r->max_len - 2);
-    if (r->n_train == 0)
-        die("%s: no training pair fits --max-len %lld (both sides at most %lld character%s, "
-            "leaving room for BOS and EOS)",
-            o->data, (long long)r->max_len, (long long)r->max_len - 2,
-            r->max_len - 2 == 1 ? "" : "s");
-    r->valid_chars = 0;
-    for (int64_t i = 0; i < r->ds.split.n_valid; i++)
-        r->valid_chars += P->items[r->ds.split.valid[i]].tgt_len + 1;
-    setup_tokenizer(r, o->resume ? &ck : NULL, o->data);
-    for (int64_t i = 0; i < r->ds.split.n_valid; i++) {
-        const cg_pair *q = &P->items[r->ds.split.valid[i]];
-        if (q->src_len + 1 > r->max_len || q->tgt_len + 1 > r->max_len)
-            die("%s: a validation pair is longer than --max-len %lld", o->data,
-                (long long)r->max_len);
-    }
     if (o->resume) {
         r->model = ck.model;
         ck.model = NULL;
         cg_module_train(CG_MODULE(r->model), true);
     } else {
         cg_seq2seq_config cfg = cg_seq2seq_config_default();
-        cfg.vocab = cg_tokenizer_vocab_size(r->tok);
+        cfg.vocab = cg_tokenizer_vocab_size(r->d.tok);
         cg_train_preset p;
         cfg.norm = CG_NORM_LAYERNORM;
         cfg.act = CG_ACT_RELU;
@@ -381,32 +294,19 @@ static void mt_setup(mt_run *r, cg_train_opts *o, cg_trainer *t)
             die_lib("model");
     }
     cg_seq2seq_ckpt_free(&ck);
-    if (!cg_make_batches(P, r->ds.split.train, r->n_train, r->max_tokens, &r->batches) ||
-        !cg_make_batches(P, r->ds.split.valid, r->ds.split.n_valid, r->max_tokens, &r->vbatches))
-        die_lib(NULL);
-    int64_t nb = r->batches.n_batches;
-    r->perm = malloc((size_t)nb * sizeof *r->perm);
     r->n_bt = (int)o->grad_accum;
-    r->bt = calloc((size_t)r->n_bt, sizeof *r->bt);
-    if (!r->perm || !r->bt)
+    if (!(r->bt = calloc((size_t)r->n_bt, sizeof *r->bt)))
         die("out of memory");
-    cg_mt19937_seed(&r->order, (uint32_t)o->seed);
-    if (!o->resume) {
-        r->epoch = 0;
-        r->pos = nb;
-    } else {
-        /* grad_accum batches per step: the position must be exactly where
-         * t->start steps leave it (a bound on the replay too) */
-        if (!cg_train_position_check(r->epoch, r->pos, nb, t->start * o->grad_accum, o->resume))
-            die_lib(NULL);
-        for (int64_t e = 0; e < r->epoch; e++) /* replay the batch order so far */
-            cg_mt_permutation(&r->order, nb, r->perm);
-    }
+    /* grad_accum batches per step */
+    if (!cg_mt_data_order(&r->d, (uint32_t)o->seed, o->resume, t->start * o->grad_accum,
+                          o->resume))
+        die_lib(NULL);
     fprintf(stderr,
             "train %lld pairs in %lld batches, valid %lld, test %lld, %s vocab %lld, params %lld, "
             "precision %s%s\n",
-            (long long)r->n_train, (long long)nb, (long long)r->ds.split.n_valid,
-            (long long)r->ds.split.n_test, cg_tokenizer_kind_name(r->tok->kind),
+            (long long)r->d.n_train, (long long)r->d.batches.n_batches,
+            (long long)r->d.split.n_valid,
+            (long long)r->d.split.n_test, cg_tokenizer_kind_name(r->d.tok->kind),
             (long long)r->model->cfg.vocab,
             (long long)cg_module_num_params(CG_MODULE(r->model)), cg_precision_name(o->precision),
             o->resume ? " (resumed)" : "");
@@ -471,12 +371,8 @@ static int cmd_train(int argc, char **argv)
     for (int k = 0; k < r.n_bt; k++)
         cg_batch_free(&r.bt[k]);
     free(r.bt);
-    free(r.perm);
-    cg_batches_free(&r.batches);
-    cg_batches_free(&r.vbatches);
-    cg_tokenizer_free(r.tok);
     cg_seq2seq_free(r.model);
-    dataset_free(&r.ds);
+    cg_mt_data_free(&r.d);
     return rc;
 }
 
@@ -569,9 +465,9 @@ static int cmd_eval(int argc, char **argv)
         !cg_train_model_fields(tj, ck, "seq2seq", f, 2) ||
         !(path = cg_train_data_path(tj, data, DEFAULT_DATA)))
         die_lib(NULL);
-    dataset ds = {0};
+    cg_mt_data ds = {0};
     cg_data_id id;
-    dataset_load(path, n_valid, n_test, &ds, &id);
+    data_load(&ds, path, n_valid, n_test, &id);
     if (!cg_train_data_check(tj, ck, &id))
         die_lib(NULL);
     int64_t nt = limit > 0 && limit < ds.split.n_test ? limit : ds.split.n_test;
@@ -587,7 +483,7 @@ static int cmd_eval(int argc, char **argv)
            CG_JSON_NUM("%.2f", bleu), CG_JSON_NUM("%.2f", chrf), (long long)t.beam, (long long)nt,
            CG_JSON_NUM("%.1f", dt), (long long)c.step, CG_JSON_STR(cg_precision_name(prec)));
     free(path);
-    dataset_free(&ds);
+    cg_mt_data_free(&ds);
     cg_seq2seq_ckpt_free(&c);
     return 0;
 }

@@ -10,8 +10,10 @@
 #include "autograd/ops.h"
 #include "core/error.h"
 #include "models/beam.h"
+#include "models/dist.h"
 #include "models/metrics.h"
 #include "models/plot.h"
+#include "models/train_common.h"
 
 /* The tokenizer as a batch encoder (cg_encode_fn). */
 static int64_t *tok_encode(const void *tok, const char *s, int64_t *n, int64_t *n_unk)
@@ -66,6 +68,138 @@ bool cg_pairs_tokenize(cg_pairs *p, const cg_tokenizer *tok)
         q->tgt_len = (int32_t)nt;
     }
     return true;
+}
+
+bool cg_mt_data_load(cg_mt_data *d, const char *path, int64_t n_valid, int64_t n_test,
+                     cg_data_id *id)
+{
+    return cg_pairs_load(path, n_valid, n_test, &d->pairs, &d->split, id);
+}
+
+/* The tokenizer of cg_mt_data_prepare. */
+static bool mt_tokenizer(cg_mt_data *d, const char *path, cg_tokenizer_kind kind,
+                         int64_t vocab_size, cg_tokenizer **resume_tok, const char *resume_path)
+{
+    if (resume_tok && (*resume_tok)->kind == CG_TOK_BPE) {
+        d->tok = *resume_tok;
+        *resume_tok = NULL;
+        return true;
+    }
+    if (resume_tok)
+        kind = (*resume_tok)->kind;
+    if (kind == CG_TOK_BPE)
+        fprintf(stderr, "training a BPE tokenizer of %lld ids on %lld training pairs...\n",
+                (long long)vocab_size, (long long)d->n_train);
+    d->tok = cg_pairs_train_tokenizer(&d->pairs, d->split.train, d->n_train, kind, vocab_size);
+    if (!d->tok) {
+        prefix_error(path);
+        return false;
+    }
+    if (resume_tok && !cg_tokenizer_equal(*resume_tok, d->tok)) {
+        cg_set_error("%s: the vocabulary of %s differs from the checkpoint's (data changed?)",
+                     resume_path, path);
+        return false;
+    }
+    return true;
+}
+
+bool cg_mt_data_prepare(cg_mt_data *d, const char *path, int64_t max_len, int64_t max_tokens,
+                        cg_tokenizer_kind kind, int64_t vocab_size, cg_tokenizer **resume_tok,
+                        const char *resume_path, const char *prog)
+{
+    const cg_pairs *P = &d->pairs;
+    const cg_pair_split *sp = &d->split;
+    d->n_train = cg_pairs_filter(P, sp->train, sp->n_train, max_len - 2);
+    if (d->n_train == 0) {
+        cg_set_error("%s: no training pair fits --max-len %lld (both sides at most %lld "
+                     "character%s, leaving room for BOS and EOS)",
+                     path, (long long)max_len, (long long)max_len - 2,
+                     max_len - 2 == 1 ? "" : "s");
+        return false;
+    }
+    d->valid_chars = 0;
+    for (int64_t i = 0; i < sp->n_valid; i++)
+        d->valid_chars += P->items[sp->valid[i]].tgt_len + 1;
+    if (!mt_tokenizer(d, path, kind, vocab_size, resume_tok, resume_path))
+        return false;
+    if (d->tok->kind == CG_TOK_CHAR) {
+        cg_pairs_warn_unknown(P, sp->valid, sp->n_valid, &d->tok->pv, prog,
+                              "the validation pairs");
+        cg_pairs_warn_unknown(P, sp->test, sp->n_test, &d->tok->pv, prog, "the test pairs");
+    } else if (!cg_pairs_tokenize(&d->pairs, d->tok)) {
+        prefix_error(path);
+        return false;
+    }
+    for (int64_t i = 0; i < sp->n_valid; i++) {
+        const cg_pair *q = &P->items[sp->valid[i]];
+        if (q->src_len + 1 > max_len || q->tgt_len + 1 > max_len) {
+            cg_set_error("%s: a validation pair is longer than --max-len %lld", path,
+                         (long long)max_len);
+            return false;
+        }
+    }
+    return cg_make_batches(P, sp->train, d->n_train, max_tokens, &d->batches) &&
+           cg_make_batches(P, sp->valid, sp->n_valid, max_tokens, &d->vbatches);
+}
+
+bool cg_mt_data_order(cg_mt_data *d, uint32_t seed, bool resumed, int64_t batches_done,
+                      const char *path)
+{
+    int64_t nb = d->batches.n_batches;
+    if (!(d->perm = malloc((size_t)(nb ? nb : 1) * sizeof *d->perm))) {
+        cg_set_error("out of memory");
+        return false;
+    }
+    cg_mt19937_seed(&d->order, seed);
+    if (!resumed) {
+        d->epoch = 0;
+        d->pos = nb;
+        return true;
+    }
+    /* the position must be exactly where batches_done leave it (a bound on
+     * the replay too) */
+    if (!cg_train_position_check(d->epoch, d->pos, nb, batches_done, path))
+        return false;
+    for (int64_t e = 0; e < d->epoch; e++) /* replay the batch order so far */
+        cg_mt_permutation(&d->order, nb, d->perm);
+    return true;
+}
+
+bool cg_mt_data_next(cg_mt_data *d, cg_batch *out, double *weight, double *tokens)
+{
+    if (d->pos >= d->batches.n_batches) {
+        d->epoch++;
+        cg_mt_permutation(&d->order, d->batches.n_batches, d->perm);
+        d->pos = 0;
+    }
+    int64_t bi = d->perm[d->pos++];
+    int64_t nb = d->batches.start[bi + 1] - d->batches.start[bi], b0, b1;
+    if (!cg_dist_share(nb, &b0, &b1)) {
+        cg_set_error("a batch of %lld pairs cannot be split over %d ranks (raise --max-tokens)",
+                     (long long)nb, cg_dist_size());
+        return false;
+    }
+    cg_batch_free(out);
+    if (!cg_batch_make_tok(&d->pairs, d->batches.idx + d->batches.start[bi] + b0, b1 - b0, d->tok,
+                           out))
+        return false;
+    int64_t ntok = out->n_tokens;
+    for (int64_t i = 0; i < out->B * out->S; i++)
+        ntok += out->src[i] != CG_PAD;
+    *weight = (double)out->n_tokens;
+    *tokens = (double)ntok;
+    return true;
+}
+
+void cg_mt_data_free(cg_mt_data *d)
+{
+    cg_pairs_free(&d->pairs);
+    cg_pair_split_free(&d->split);
+    cg_tokenizer_free(d->tok);
+    cg_batches_free(&d->batches);
+    cg_batches_free(&d->vbatches);
+    free(d->perm);
+    memset(d, 0, sizeof *d);
 }
 
 bool cg_seq2seq_valid_loss(cg_seq2seq *m, const cg_pairs *p, const cg_batches *bs,

@@ -33,6 +33,50 @@ cg_tokenizer *cg_pairs_train_tokenizer(const cg_pairs *p, const int64_t *idx, in
  * --max-len, the batches and the padding then count tokens). */
 bool cg_pairs_tokenize(cg_pairs *p, const cg_tokenizer *tok);
 
+/* The data of a translator's training run (the reference's recipe): the
+ * pairs of a file, split; the training pairs that fit max_len; one
+ * tokenizer for both sides; the batches of at most max_tokens padded
+ * tokens; and the epoch order of the training batches (a new MT19937
+ * permutation of them at the start of each epoch). */
+typedef struct {
+    cg_pairs pairs;
+    cg_pair_split split;
+    int64_t n_train;    /* split.train[0..n_train): the pairs that fit */
+    double valid_chars; /* validation target characters, an EOS each */
+    cg_tokenizer *tok;  /* owned */
+    cg_batches batches, vbatches;
+    int64_t epoch, pos; /* the epochs begun, the batches taken of this one */
+    int64_t *perm;      /* this epoch's order */
+    cg_mt19937 order;
+} cg_mt_data;
+
+/* Read and split the pairs of path (cg_pairs_load) into d, zeroed by the
+ * caller (a resumed run's epoch and pos may be set already). */
+bool cg_mt_data_load(cg_mt_data *d, const char *path, int64_t n_valid, int64_t n_test,
+                     cg_data_id *id);
+/* Then: keep the training pairs whose sides have at most max_len - 2
+ * characters (room for BOS and EOS); the tokenizer: *resume_tok (a
+ * checkpoint's, taken when it is BPE; a char vocabulary must equal the one
+ * trained again) or, when resume_tok is NULL, a new one of kind and
+ * vocab_size trained on the training pairs; with subwords the pairs'
+ * lengths become token counts (max_len, the batches and the padding count
+ * tokens); the batches. prog: the warnings' program (unknown characters of
+ * the validation and test pairs); path and resume_path name the files in
+ * the errors, which name --max-len. */
+bool cg_mt_data_prepare(cg_mt_data *d, const char *path, int64_t max_len, int64_t max_tokens,
+                        cg_tokenizer_kind kind, int64_t vocab_size, cg_tokenizer **resume_tok,
+                        const char *resume_path, const char *prog);
+/* The batch order from seed: fresh (step 0), or resumed at d->epoch and
+ * d->pos, which must be where batches_done batches leave it
+ * (cg_train_position_check; path names the checkpoint). */
+bool cg_mt_data_order(cg_mt_data *d, uint32_t seed, bool resumed, int64_t batches_done,
+                      const char *path);
+/* The next training batch in the order, this MPI rank's share of it
+ * (models/dist.h); *weight: its target tokens, *tokens: its non-pad source
+ * and target tokens. out is freed first (zero it once). */
+bool cg_mt_data_next(cg_mt_data *d, cg_batch *out, double *weight, double *tokens);
+void cg_mt_data_free(cg_mt_data *d);
+
 /* Over batches bs of p: *ls the model's (label-smoothed) loss and *nll the
  * plain cross-entropy, both averaged over non-pad targets (NaN when there
  * are none); *ntok (may be NULL) the number of those targets. */
