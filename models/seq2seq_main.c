@@ -11,26 +11,17 @@
  * bit-exactly (models/pairs.h). The loop is models/trainer.h's, as are the
  * exit codes and the one-line errors "seq2seq: error: ...". */
 #include <cjson/cJSON.h>
-#include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-#include "autograd/ops.h"
-#include "models/beam.h"
+#include "models/checkpoint.h"
 #include "models/cli.h"
 #include "models/config_json.h"
 #include "models/data.h"
-#include "models/dist.h"
-#include "models/metrics.h"
 #include "models/pairs.h"
-#include "models/plot.h"
 #include "models/seq2seq.h"
-#include "models/checkpoint.h"
 #include "models/tokenizer.h"
 #include "models/trainer.h"
 #include "models/translate.h"
@@ -44,14 +35,6 @@
 /* One error line, then exit 1 (every MPI rank). */
 #define die(...) cg_prog_die(CG_EXIT_FAIL, __VA_ARGS__)
 
-static void die_lib(const char *what)
-{
-    const char *e = cg_last_error();
-    if (what)
-        die("%s: %s", what, e && *e ? e : "unknown error");
-    die("%s", e && *e ? e : "unknown error");
-}
-
 /* ------------------------------------------------------------ presets */
 static const cg_train_preset PRESETS[] = {{"tiny", 128, 4, 0, 2, 2, 512, 0, 0},
                                            {"base", 256, 8, 0, 3, 3, 1024, 0, 0}};
@@ -60,7 +43,7 @@ static const cg_train_preset PRESETS[] = {{"tiny", 128, 4, 0, 2, 2, 512, 0, 0},
 static void ckpt_load(const char *path, cg_seq2seq_ckpt *c)
 {
     if (!cg_seq2seq_ckpt_load(path, c))
-        die_lib(NULL);
+        cg_prog_die_lib(NULL);
 }
 
 /* Read the pairs once (id: the identity of the bytes read) and split them. */
@@ -69,7 +52,7 @@ static void data_load(cg_mt_data *d, const char *path, int64_t n_valid, int64_t 
 {
     if (!cg_mt_data_load(d, path, n_valid, n_test, id)) {
         cg_data_default_hint(path, DEFAULT_DATA);
-        die_lib(NULL);
+        cg_prog_die_lib(NULL);
     }
 }
 
@@ -119,20 +102,18 @@ typedef struct {
     double factor, alpha;
     cg_mt_data d;
     cg_seq2seq *model;
-    cg_batch *bt; /* grad_accum micro-batches */
-    int n_bt;
 } mt_run;
 
 static bool mt_batch(void *self, int k, double *weight, double *tokens)
 {
     mt_run *r = self;
-    return cg_mt_data_next(&r->d, &r->bt[k], weight, tokens);
+    return cg_mt_data_next(&r->d, k, weight, tokens);
 }
 
 static cg_tensor *mt_loss(void *self, int k)
 {
     mt_run *r = self;
-    const cg_batch *b = &r->bt[k];
+    const cg_batch *b = &r->d.bt[k];
     cg_tensor *logits = cg_seq2seq_forward(r->model, b->src, b->B, b->S, b->tgt_in, b->T);
     cg_tensor *loss = cg_seq2seq_loss(r->model, logits, b->tgt_out);
     cg_release(logits);
@@ -152,15 +133,10 @@ static bool mt_evaluate(void *self, int64_t step, cg_eval_result *e)
     double nll, ntok;
     if (!cg_seq2seq_valid_loss(r->model, &r->d.pairs, &r->d.vbatches, r->d.tok, &e->val, &nll,
                                &ntok))
-        die_lib(NULL);
-    e->n_extra = 3;
-    e->extra[0].key = "val_nll", e->extra[0].name = "nll", e->extra[0].value = nll;
-    e->extra[0].decimals = 4;
-    e->extra[1].key = "val_bpc", e->extra[1].name = "bits/char";
-    e->extra[1].value = cg_bits_per_char(nll, ntok, r->d.valid_chars);
-    e->extra[1].decimals = 4;
-    e->extra[2].key = "epoch", e->extra[2].name = "epoch", e->extra[2].value = (double)r->d.epoch;
-    e->extra[2].decimals = 0;
+        cg_prog_die_lib(NULL);
+    cg_eval_add(e, "val_nll", "nll", nll, 4);
+    cg_eval_add(e, "val_bpc", "bits/char", cg_bits_per_char(nll, ntok, r->d.valid_chars), 4);
+    cg_eval_add(e, "epoch", "epoch", (double)r->d.epoch, 0);
     return true;
 }
 
@@ -177,27 +153,17 @@ static bool mt_finish(void *self, const cg_trainer *t, cg_jline *j)
                                &val_ntok) ||
         !cg_seq2seq_wrong_source_nll(r->model, P, sp->valid, sp->n_valid, r->max_tokens, r->d.tok,
                                      &wrong_nll))
-        die_lib(NULL);
+        cg_prog_die_lib(NULL);
     fprintf(stderr, "valid nll %.4f, with mismatched sources %.4f\n", val_nll, wrong_nll);
 
     int64_t nt = r->test_limit < sp->n_test ? r->test_limit : sp->n_test;
-    double bleu_g = NAN, bleu_b = NAN, chrf_g = NAN, chrf_b = NAN, decode_s = 0;
+    cg_translate_test_result tr = {NAN, NAN, NAN, NAN, 0};
     if (nt > 0) {
         fprintf(stderr, "decoding %lld test pairs (greedy, then beam %lld)...\n", (long long)nt,
                 (long long)r->beam);
-        double t0 = cg_now();
-        char **hg = NULL, **hb = NULL;
-        if (!cg_translate_score(r->model, r->d.tok, P, sp->test, nt, 1, r->alpha, true, &bleu_g,
-                                &chrf_g, &hg) ||
-            !cg_translate_score(r->model, r->d.tok, P, sp->test, nt, (int)r->beam, r->alpha, true,
-                                &bleu_b, &chrf_b, &hb))
-            die_lib(NULL);
-        decode_s = cg_now() - t0;
-        for (int64_t i = 0; i < nt && i < r->examples; i++)
-            printf("SRC  %s\nREF  %s\nGRDY %s\nBEAM %s\n\n", P->items[sp->test[i]].src,
-                   P->items[sp->test[i]].tgt, hg[i], hb[i]);
-        cg_strings_free(hg, nt);
-        cg_strings_free(hb, nt);
+        if (!cg_translate_test(r->model, r->d.tok, P, sp->test, nt, (int)r->beam, r->alpha,
+                               r->examples, stdout, &tr))
+            cg_prog_die_lib(NULL);
     }
     cg_jline_int(j, "epochs", r->d.epoch);
     cg_jline_num(j, "train_loss", cg_trainer_recent_loss(t), 4);
@@ -206,12 +172,12 @@ static bool mt_finish(void *self, const cg_trainer *t, cg_jline *j)
     cg_jline_num(j, "val_bpc", cg_bits_per_char(val_nll, val_ntok, r->d.valid_chars), 4);
     cg_jline_num(j, "val_nll_wrong_src", wrong_nll, 4);
     if (nt > 0) {
-        cg_jline_num(j, "bleu_greedy", bleu_g, 2);
-        cg_jline_num(j, "bleu_beam", bleu_b, 2);
-        cg_jline_num(j, "chrf_greedy", chrf_g, 2);
-        cg_jline_num(j, "chrf_beam", chrf_b, 2);
+        cg_jline_num(j, "bleu_greedy", tr.bleu_greedy, 2);
+        cg_jline_num(j, "bleu_beam", tr.bleu_beam, 2);
+        cg_jline_num(j, "chrf_greedy", tr.chrf_greedy, 2);
+        cg_jline_num(j, "chrf_beam", tr.chrf_beam, 2);
     }
-    cg_jline_num(j, "decode_s", decode_s, 1);
+    cg_jline_num(j, "decode_s", tr.seconds, 1);
     cg_jline_num(j, "factor", r->factor, 4);
     cg_jline_str(j, "preset", r->preset);
     cg_jline_str(j, "tokenizer", cg_tokenizer_kind_name(r->d.tok->kind));
@@ -251,11 +217,11 @@ static void mt_setup(mt_run *r, cg_train_opts *o, cg_trainer *t)
     if (o->resume) {
         ckpt_load(o->resume, &ck);
         if (!mt_state(r, NULL))
-            die_lib(NULL);
+            cg_prog_die_lib(NULL);
     }
     const cg_train_preset *pr = cg_train_preset_find(PRESETS, 2, r->preset);
     if (!pr)
-        die_lib(NULL);
+        cg_prog_die_lib(NULL);
     if (o->seed > 0xffffffffULL)
         die("--seed must be below 2^32 (numpy RandomState)");
     cg_data_id id;
@@ -263,7 +229,7 @@ static void mt_setup(mt_run *r, cg_train_opts *o, cg_trainer *t)
     if (!cg_trainer_set_data(t, &id) || /* resuming: the checkpoint's data */
         !cg_mt_data_prepare(&r->d, o->data, r->max_len, r->max_tokens, o->tokenizer,
                             o->vocab_size, o->resume ? &ck.tok : NULL, o->resume, PROG))
-        die_lib(NULL);
+        cg_prog_die_lib(NULL);
     if (o->resume) {
         r->model = ck.model;
         ck.model = NULL;
@@ -275,7 +241,7 @@ static void mt_setup(mt_run *r, cg_train_opts *o, cg_trainer *t)
         cfg.norm = CG_NORM_LAYERNORM;
         cfg.act = CG_ACT_RELU;
         if (!cg_train_shape(o, pr, &p, &cfg.norm, &cfg.act))
-            die_lib(NULL);
+            cg_prog_die_lib(NULL);
         cfg.d = p.d;
         cfg.H = p.H;
         cfg.enc_layers = p.enc_layers;
@@ -286,21 +252,17 @@ static void mt_setup(mt_run *r, cg_train_opts *o, cg_trainer *t)
         cfg.dropout = (float)o->dropout;
         cfg.label_smoothing = (float)o->label_smoothing;
         if (!cg_seq2seq_config_check(&cfg))
-            die_lib(NULL);
+            cg_prog_die_lib(NULL);
         if (o->lr_seen) /* the Noam peak (at step warmup) is X */
             r->factor = o->lr * sqrt((double)cfg.d * (double)r->warmup);
         r->model = cg_seq2seq_new(&cfg, o->seed);
         if (!r->model)
-            die_lib("model");
+            cg_prog_die_lib("model");
     }
     cg_seq2seq_ckpt_free(&ck);
-    r->n_bt = (int)o->grad_accum;
-    if (!(r->bt = calloc((size_t)r->n_bt, sizeof *r->bt)))
-        die("out of memory");
-    /* grad_accum batches per step */
-    if (!cg_mt_data_order(&r->d, (uint32_t)o->seed, o->resume, t->start * o->grad_accum,
+    if (!cg_mt_data_order(&r->d, (uint32_t)o->seed, (int)o->grad_accum, o->resume != NULL, t->start,
                           o->resume))
-        die_lib(NULL);
+        cg_prog_die_lib(NULL);
     fprintf(stderr,
             "train %lld pairs in %lld batches, valid %lld, test %lld, %s vocab %lld, params %lld, "
             "precision %s%s\n",
@@ -347,7 +309,7 @@ static int cmd_train(int argc, char **argv)
     if (!o.resume && o.lr_seen && factor_seen)
         die("--lr and --factor both set the learning rate; give one");
     if (!o.resume && !cg_train_preset_find(PRESETS, 2, r.preset))
-        die_lib(NULL);
+        cg_prog_die_lib(NULL);
     if (!o.data)
         o.data = DEFAULT_DATA;
     cg_trainer t;
@@ -368,9 +330,6 @@ static int cmd_train(int argc, char **argv)
         rc = cg_trainer_run(&t, &m);
     }
     cg_trainer_end(&t);
-    for (int k = 0; k < r.n_bt; k++)
-        cg_batch_free(&r.bt[k]);
-    free(r.bt);
     cg_seq2seq_free(r.model);
     cg_mt_data_free(&r.d);
     return rc;
@@ -398,12 +357,12 @@ static int cmd_translate(int argc, char **argv)
     cg_seq2seq_ckpt c;
     ckpt_load(t.ckpt, &c);
     if (!cg_decode_precision(t.precision, cg_st_metadata(c.file, "train"), t.ckpt, &prec))
-        die_lib(NULL);
+        cg_prog_die_lib(NULL);
     /* the sentences: the arguments, else the lines of stdin */
     int64_t n = np;
     char **texts = np > 0 ? argv : cg_read_lines(stdin, "stdin", &n);
     if (!texts)
-        die_lib(NULL);
+        cg_prog_die_lib(NULL);
     for (int64_t i = 0; i < n; i++) {
         size_t bad;
         if (cg_utf8_count(texts[i], strlen(texts[i]), &bad) < 0)
@@ -415,7 +374,7 @@ static int cmd_translate(int argc, char **argv)
     char **hyps = NULL;
     if (!cg_sources_encode(c.tok, (const char *const *)texts, n, c.model->cfg.max_len, &s) ||
         !(hyps = cg_translate_all(c.model, c.tok, &s, (int)t.beam, t.alpha, !t.no_cache, stdout)))
-        die_lib(NULL);
+        cg_prog_die_lib(NULL);
     cg_strings_free(hyps, n);
     cg_sources_free(&s);
     if (np == 0)
@@ -464,19 +423,19 @@ static int cmd_eval(int argc, char **argv)
     if (!cg_decode_precision(t.precision, tj, ck, &prec) ||
         !cg_train_model_fields(tj, ck, "seq2seq", f, 2) ||
         !(path = cg_train_data_path(tj, data, DEFAULT_DATA)))
-        die_lib(NULL);
+        cg_prog_die_lib(NULL);
     cg_mt_data ds = {0};
     cg_data_id id;
     data_load(&ds, path, n_valid, n_test, &id);
     if (!cg_train_data_check(tj, ck, &id))
-        die_lib(NULL);
+        cg_prog_die_lib(NULL);
     int64_t nt = limit > 0 && limit < ds.split.n_test ? limit : ds.split.n_test;
     if (c.tok->kind == CG_TOK_CHAR)
         cg_pairs_warn_unknown(&ds.pairs, ds.split.test, nt, &c.tok->pv, PROG, "the test pairs");
     double bleu, chrf, t0 = cg_now();
     if (!cg_translate_score(c.model, c.tok, &ds.pairs, ds.split.test, nt, (int)t.beam, t.alpha,
                             !t.no_cache, &bleu, &chrf, NULL))
-        die_lib(NULL);
+        cg_prog_die_lib(NULL);
     double dt = cg_now() - t0;
     printf("{\"bleu\": %s, \"chrf\": %s, \"beam\": %lld, \"test_pairs\": %lld, "
            "\"decode_s\": %s, \"step\": %lld, \"precision\": %s}\n",
@@ -527,50 +486,9 @@ static int cmd_attention(int argc, char **argv)
     cg_cli_set_threads(PROG, threads);
     cg_seq2seq_ckpt c;
     ckpt_load(ck, &c);
-    cg_seq2seq *m = c.model;
-    cg_module_train(CG_MODULE(m), false);
-    const char *one[1] = {text};
-    cg_sources s;
-    if (!cg_sources_encode(c.tok, one, 1, m->cfg.max_len, &s))
-        die_lib(NULL);
-    int64_t S = s.len[0] + 1;
-    int64_t *src = malloc((size_t)S * sizeof *src);
-    if (!src)
-        die("out of memory");
-    memcpy(src, s.ids[0], (size_t)s.len[0] * sizeof *src);
-    src[S - 1] = CG_EOS;
-    /* decoder input: BOS + translation */
-    int64_t *out_ids = NULL, L = 0;
-    if (target) {
-        if (cg_utf8_count(target, strlen(target), NULL) < 0)
-            die("--target is not valid UTF-8");
-        out_ids = cg_tokenizer_encode(c.tok, target, &L, NULL);
-        if (!out_ids)
-            die_lib("--target");
-    } else {
-        int64_t steps = S - 1 + 50 < m->cfg.max_len - 1 ? S - 1 + 50 : m->cfg.max_len - 1;
-        out_ids = malloc((size_t)steps * sizeof *out_ids);
-        if (!out_ids || !cg_greedy_decode(m, src, 1, S, steps, out_ids, &L, !no_cache))
-            die_lib("greedy decoding");
-    }
-    int64_t T = L + 1;
-    if (T > m->cfg.max_len)
-        die("the target is longer than the model's max_len %lld", (long long)m->cfg.max_len);
-    int64_t *tin = malloc((size_t)T * sizeof *tin);
-    if (!tin)
-        die("out of memory");
-    tin[0] = CG_BOS;
-    memcpy(tin + 1, out_ids, (size_t)L * sizeof *tin);
-    char *trans = cg_tokenizer_decode(c.tok, out_ids, L);
-    fprintf(stderr, "translation: %s\n", trans ? trans : "");
-    free(trans);
-
-    if (!cg_seq2seq_draw_attention(m, c.tok, src, S, tin, T, dir, stdout))
-        die_lib(NULL);
-    free(tin);
-    free(out_ids);
-    free(src);
-    cg_sources_free(&s);
+    if (!cg_seq2seq_attention_of_text(c.model, c.tok, text, target, "--target", !no_cache, dir,
+                                      stdout, stderr))
+        cg_prog_die_lib(NULL);
     cg_seq2seq_ckpt_free(&c);
     return 0;
 }

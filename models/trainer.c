@@ -67,6 +67,14 @@ void cg_prog_die(int code, const char *fmt, ...)
     exit(code);
 }
 
+void cg_prog_die_lib(const char *what)
+{
+    const char *e = cg_has_error() ? cg_last_error() : "unknown error";
+    if (what)
+        cg_prog_die(CG_EXIT_FAIL, "%s: %s", what, e);
+    cg_prog_die(CG_EXIT_FAIL, "%s", e);
+}
+
 void cg_prog_warn(const char *fmt, ...)
 {
     va_list ap;
@@ -754,6 +762,18 @@ char *cg_train_data_path(const char *train_json, const char *given, const char *
     if (!p)
         cg_set_error("out of memory");
     return p;
+}
+
+void cg_eval_add(cg_eval_result *e, const char *key, const char *name, double value,
+                 int decimals)
+{
+    int n = (int)(sizeof e->extra / sizeof e->extra[0]);
+    if (e->n_extra >= n)
+        return;
+    e->extra[e->n_extra].key = key;
+    e->extra[e->n_extra].name = name;
+    e->extra[e->n_extra].value = value;
+    e->extra[e->n_extra++].decimals = decimals;
 }
 
 double cg_trainer_recent_loss(const cg_trainer *t)

@@ -73,6 +73,9 @@ int cg_prog_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int cg_prog_fail_lib(const char *what);
 /* Print like cg_prog_fail and end the process with code (every MPI rank). */
 _Noreturn void cg_prog_die(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* cg_prog_die(CG_EXIT_FAIL) with the library's last error message
+ * ("what: message" when what is not NULL). */
+_Noreturn void cg_prog_die_lib(const char *what);
 void cg_prog_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Parse a command's flags. Returns -1 to go on, else the exit code to
@@ -205,6 +208,9 @@ typedef struct {
         int decimals;
     } extra[4];
 } cg_eval_result;
+/* Append a figure to e->extra (ignored when it is full). */
+void cg_eval_add(cg_eval_result *e, const char *key, const char *name, double value,
+                 int decimals);
 
 /* What a model plugs in. `self` is passed back to every callback. */
 typedef struct {

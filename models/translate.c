@@ -142,11 +142,13 @@ bool cg_mt_data_prepare(cg_mt_data *d, const char *path, int64_t max_len, int64_
            cg_make_batches(P, sp->valid, sp->n_valid, max_tokens, &d->vbatches);
 }
 
-bool cg_mt_data_order(cg_mt_data *d, uint32_t seed, bool resumed, int64_t batches_done,
+bool cg_mt_data_order(cg_mt_data *d, uint32_t seed, int grad_accum, bool resumed, int64_t steps,
                       const char *path)
 {
     int64_t nb = d->batches.n_batches;
-    if (!(d->perm = malloc((size_t)(nb ? nb : 1) * sizeof *d->perm))) {
+    d->n_bt = grad_accum;
+    d->bt = calloc((size_t)grad_accum, sizeof *d->bt);
+    if (!d->bt || !(d->perm = malloc((size_t)(nb ? nb : 1) * sizeof *d->perm))) {
         cg_set_error("out of memory");
         return false;
     }
@@ -156,17 +158,18 @@ bool cg_mt_data_order(cg_mt_data *d, uint32_t seed, bool resumed, int64_t batche
         d->pos = nb;
         return true;
     }
-    /* the position must be exactly where batches_done leave it (a bound on
-     * the replay too) */
-    if (!cg_train_position_check(d->epoch, d->pos, nb, batches_done, path))
+    /* grad_accum batches per step: the position must be exactly where
+     * `steps` steps leave it (a bound on the replay too) */
+    if (!cg_train_position_check(d->epoch, d->pos, nb, steps * grad_accum, path))
         return false;
     for (int64_t e = 0; e < d->epoch; e++) /* replay the batch order so far */
         cg_mt_permutation(&d->order, nb, d->perm);
     return true;
 }
 
-bool cg_mt_data_next(cg_mt_data *d, cg_batch *out, double *weight, double *tokens)
+bool cg_mt_data_next(cg_mt_data *d, int k, double *weight, double *tokens)
 {
+    cg_batch *out = &d->bt[k];
     if (d->pos >= d->batches.n_batches) {
         d->epoch++;
         cg_mt_permutation(&d->order, d->batches.n_batches, d->perm);
@@ -199,6 +202,9 @@ void cg_mt_data_free(cg_mt_data *d)
     cg_batches_free(&d->batches);
     cg_batches_free(&d->vbatches);
     free(d->perm);
+    for (int k = 0; d->bt && k < d->n_bt; k++)
+        cg_batch_free(&d->bt[k]);
+    free(d->bt);
     memset(d, 0, sizeof *d);
 }
 
@@ -514,6 +520,92 @@ bool cg_seq2seq_draw_attention(cg_seq2seq *m, const cg_tokenizer *tok, const int
                         nd, mods, tok, tin, T, src, S, list);
     }
     free(mods);
+    return ok;
+}
+
+bool cg_translate_test(cg_seq2seq *m, const cg_tokenizer *tok, const cg_pairs *p,
+                       const int64_t *idx, int64_t n, int beam, double alpha, int64_t examples,
+                       FILE *out, cg_translate_test_result *res)
+{
+    double t0 = cg_now();
+    char **hg = NULL, **hb = NULL;
+    bool ok = cg_translate_score(m, tok, p, idx, n, 1, alpha, true, &res->bleu_greedy,
+                                 &res->chrf_greedy, &hg) &&
+              cg_translate_score(m, tok, p, idx, n, beam, alpha, true, &res->bleu_beam,
+                                 &res->chrf_beam, &hb);
+    res->seconds = cg_now() - t0;
+    for (int64_t i = 0; ok && i < n && i < examples; i++)
+        fprintf(out, "SRC  %s\nREF  %s\nGRDY %s\nBEAM %s\n\n", p->items[idx[i]].src,
+                p->items[idx[i]].tgt, hg[i], hb[i]);
+    cg_strings_free(hg, n);
+    cg_strings_free(hb, n);
+    return ok;
+}
+
+/* The decoder input of cg_seq2seq_attention_of_text: target's ids or the
+ * greedy translation of src, without BOS (malloc'd, *L ids). */
+static int64_t *attention_target(cg_seq2seq *m, const cg_tokenizer *tok, const int64_t *src,
+                                 int64_t S, const char *target, const char *target_name,
+                                 bool use_cache, int64_t *L)
+{
+    int64_t *ids = NULL;
+    if (target) {
+        if (cg_utf8_count(target, strlen(target), NULL) < 0)
+            cg_set_error("%s is not valid UTF-8", target_name);
+        else if (!(ids = cg_tokenizer_encode(tok, target, L, NULL)))
+            prefix_error(target_name);
+        return ids;
+    }
+    int64_t steps = S - 1 + 50 < m->cfg.max_len - 1 ? S - 1 + 50 : m->cfg.max_len - 1;
+    ids = malloc((size_t)steps * sizeof *ids);
+    if (!ids)
+        cg_set_error("out of memory");
+    if (!ids || !cg_greedy_decode(m, src, 1, S, steps, ids, L, use_cache)) {
+        prefix_error("greedy decoding");
+        free(ids);
+        return NULL;
+    }
+    return ids;
+}
+
+bool cg_seq2seq_attention_of_text(cg_seq2seq *m, const cg_tokenizer *tok, const char *text,
+                                  const char *target, const char *target_name, bool use_cache,
+                                  const char *dir, FILE *list, FILE *log)
+{
+    cg_module_train(CG_MODULE(m), false);
+    cg_sources s;
+    if (!cg_sources_encode(tok, &text, 1, m->cfg.max_len, &s))
+        return false;
+    int64_t S = s.len[0] + 1, L = 0, T = 0;
+    int64_t *src = malloc((size_t)S * sizeof *src), *out_ids = NULL, *tin = NULL;
+    bool ok = src != NULL;
+    if (!ok)
+        cg_set_error("out of memory");
+    else {
+        memcpy(src, s.ids[0], (size_t)s.len[0] * sizeof *src);
+        src[S - 1] = CG_EOS;
+        ok = (out_ids = attention_target(m, tok, src, S, target, target_name, use_cache, &L));
+    }
+    if (ok && (T = L + 1) > m->cfg.max_len) {
+        cg_set_error("the target is longer than the model's max_len %lld",
+                     (long long)m->cfg.max_len);
+        ok = false;
+    }
+    if (ok && !(ok = (tin = malloc((size_t)T * sizeof *tin))))
+        cg_set_error("out of memory");
+    if (ok) {
+        tin[0] = CG_BOS;
+        memcpy(tin + 1, out_ids, (size_t)L * sizeof *tin);
+        char *trans = cg_tokenizer_decode(tok, out_ids, L);
+        if (log)
+            fprintf(log, "translation: %s\n", trans ? trans : "");
+        free(trans);
+        ok = cg_seq2seq_draw_attention(m, tok, src, S, tin, T, dir, list);
+    }
+    free(tin);
+    free(out_ids);
+    free(src);
+    cg_sources_free(&s);
     return ok;
 }
 

@@ -48,6 +48,8 @@ typedef struct {
     int64_t epoch, pos; /* the epochs begun, the batches taken of this one */
     int64_t *perm;      /* this epoch's order */
     cg_mt19937 order;
+    cg_batch *bt;       /* the micro-batches of one optimizer step */
+    int n_bt;
 } cg_mt_data;
 
 /* Read and split the pairs of path (cg_pairs_load) into d, zeroed by the
@@ -66,15 +68,16 @@ bool cg_mt_data_load(cg_mt_data *d, const char *path, int64_t n_valid, int64_t n
 bool cg_mt_data_prepare(cg_mt_data *d, const char *path, int64_t max_len, int64_t max_tokens,
                         cg_tokenizer_kind kind, int64_t vocab_size, cg_tokenizer **resume_tok,
                         const char *resume_path, const char *prog);
-/* The batch order from seed: fresh (step 0), or resumed at d->epoch and
- * d->pos, which must be where batches_done batches leave it
- * (cg_train_position_check; path names the checkpoint). */
-bool cg_mt_data_order(cg_mt_data *d, uint32_t seed, bool resumed, int64_t batches_done,
+/* The batch order from seed, with room for grad_accum micro-batches per
+ * optimizer step: fresh (step 0), or resumed at d->epoch and d->pos, which
+ * must be where `steps` steps leave it (cg_train_position_check; path
+ * names the checkpoint). */
+bool cg_mt_data_order(cg_mt_data *d, uint32_t seed, int grad_accum, bool resumed, int64_t steps,
                       const char *path);
-/* The next training batch in the order, this MPI rank's share of it
- * (models/dist.h); *weight: its target tokens, *tokens: its non-pad source
- * and target tokens. out is freed first (zero it once). */
-bool cg_mt_data_next(cg_mt_data *d, cg_batch *out, double *weight, double *tokens);
+/* The next training batch in the order into d->bt[k], this MPI rank's share
+ * of it (models/dist.h); *weight: its target tokens, *tokens: its non-pad
+ * source and target tokens. */
+bool cg_mt_data_next(cg_mt_data *d, int k, double *weight, double *tokens);
 void cg_mt_data_free(cg_mt_data *d);
 
 /* Over batches bs of p: *ls the model's (label-smoothed) loss and *nll the
@@ -128,6 +131,26 @@ bool cg_translate_score(cg_seq2seq *m, const cg_tokenizer *tok, const cg_pairs *
 bool cg_seq2seq_draw_attention(cg_seq2seq *m, const cg_tokenizer *tok, const int64_t *src,
                                int64_t S, const int64_t *tin, int64_t T, const char *dir,
                                FILE *list);
+
+/* The test of a trained translator: the sources of pairs idx[0..n)
+ * translated greedily and with beam search (beam, alpha; key/value cache),
+ * each scored against the targets, and the first `examples` printed to out
+ * as SRC/REF/GRDY/BEAM blocks; seconds: the decoding time. */
+typedef struct {
+    double bleu_greedy, chrf_greedy, bleu_beam, chrf_beam, seconds;
+} cg_translate_test_result;
+bool cg_translate_test(cg_seq2seq *m, const cg_tokenizer *tok, const cg_pairs *p,
+                       const int64_t *idx, int64_t n, int beam, double alpha, int64_t examples,
+                       FILE *out, cg_translate_test_result *res);
+
+/* cg_seq2seq_draw_attention for the sentence text: its source ids (+ EOS)
+ * and, as decoder input, BOS + the ids of target when it is not NULL
+ * (target_name names it in messages: "--target is not valid UTF-8"), else
+ * BOS + text's greedy translation (use_cache). The decoder input's text is
+ * written to log (may be NULL) as "translation: TEXT". */
+bool cg_seq2seq_attention_of_text(cg_seq2seq *m, const cg_tokenizer *tok, const char *text,
+                                  const char *target, const char *target_name, bool use_cache,
+                                  const char *dir, FILE *list, FILE *log);
 
 /* The flags of the commands that translate from a checkpoint (--ckpt --beam
  * --length-penalty --no-cache --precision --threads) with their defaults
