@@ -46,16 +46,6 @@ static void ckpt_load(const char *path, cg_seq2seq_ckpt *c)
         cg_prog_die_lib(NULL);
 }
 
-/* Read the pairs once (id: the identity of the bytes read) and split them. */
-static void data_load(cg_mt_data *d, const char *path, int64_t n_valid, int64_t n_test,
-                      cg_data_id *id)
-{
-    if (!cg_mt_data_load(d, path, n_valid, n_test, id)) {
-        cg_data_default_hint(path, DEFAULT_DATA);
-        cg_prog_die_lib(NULL);
-    }
-}
-
 /* ============================================================ train */
 static const char TRAIN_HELP[] =
     "usage: seq2seq train [options]\n"
@@ -225,8 +215,8 @@ static void mt_setup(mt_run *r, cg_train_opts *o, cg_trainer *t)
     if (o->seed > 0xffffffffULL)
         die("--seed must be below 2^32 (numpy RandomState)");
     cg_data_id id;
-    data_load(&r->d, o->data, r->valid_size, r->test_size, &id);
-    if (!cg_trainer_set_data(t, &id) || /* resuming: the checkpoint's data */
+    if (!cg_mt_data_load(&r->d, o->data, DEFAULT_DATA, r->valid_size, r->test_size, &id) ||
+        !cg_trainer_set_data(t, &id) || /* resuming: the checkpoint's data */
         !cg_mt_data_prepare(&r->d, o->data, r->max_len, r->max_tokens, o->tokenizer,
                             o->vocab_size, o->resume ? &ck.tok : NULL, o->resume, PROG))
         cg_prog_die_lib(NULL);
@@ -412,22 +402,11 @@ static int cmd_eval(int argc, char **argv)
     const char *ck = t.ckpt;
     cg_seq2seq_ckpt c;
     ckpt_load(ck, &c);
-    int64_t n_valid = 500, n_test = 1000;
     const char *tj = cg_st_metadata(c.file, "train");
     cg_precision prec; /* the products as trained, or as --precision says */
-    const cg_json_field f[] = {
-        {"valid_size", CG_JF_I64, &n_valid, 1, 1e9, true},
-        {"test_size", CG_JF_I64, &n_test, 1, 1e9, true},
-    };
-    char *path = NULL;
-    if (!cg_decode_precision(t.precision, tj, ck, &prec) ||
-        !cg_train_model_fields(tj, ck, "seq2seq", f, 2) ||
-        !(path = cg_train_data_path(tj, data, DEFAULT_DATA)))
-        cg_prog_die_lib(NULL);
     cg_mt_data ds = {0};
-    cg_data_id id;
-    data_load(&ds, path, n_valid, n_test, &id);
-    if (!cg_train_data_check(tj, ck, &id))
+    if (!cg_decode_precision(t.precision, tj, ck, &prec) ||
+        !cg_mt_data_load_ckpt(&ds, tj, ck, data, DEFAULT_DATA))
         cg_prog_die_lib(NULL);
     int64_t nt = limit > 0 && limit < ds.split.n_test ? limit : ds.split.n_test;
     if (c.tok->kind == CG_TOK_CHAR)
@@ -441,7 +420,6 @@ static int cmd_eval(int argc, char **argv)
            "\"decode_s\": %s, \"step\": %lld, \"precision\": %s}\n",
            CG_JSON_NUM("%.2f", bleu), CG_JSON_NUM("%.2f", chrf), (long long)t.beam, (long long)nt,
            CG_JSON_NUM("%.1f", dt), (long long)c.step, CG_JSON_STR(cg_precision_name(prec)));
-    free(path);
     cg_mt_data_free(&ds);
     cg_seq2seq_ckpt_free(&c);
     return 0;

@@ -10,10 +10,12 @@
 #include "autograd/ops.h"
 #include "core/error.h"
 #include "models/beam.h"
+#include "models/data.h"
 #include "models/dist.h"
 #include "models/metrics.h"
 #include "models/plot.h"
 #include "models/train_common.h"
+#include "models/trainer.h"
 
 /* The tokenizer as a batch encoder (cg_encode_fn). */
 static int64_t *tok_encode(const void *tok, const char *s, int64_t *n, int64_t *n_unk)
@@ -70,10 +72,31 @@ bool cg_pairs_tokenize(cg_pairs *p, const cg_tokenizer *tok)
     return true;
 }
 
-bool cg_mt_data_load(cg_mt_data *d, const char *path, int64_t n_valid, int64_t n_test,
-                     cg_data_id *id)
+bool cg_mt_data_load(cg_mt_data *d, const char *path, const char *default_data, int64_t n_valid,
+                     int64_t n_test, cg_data_id *id)
 {
-    return cg_pairs_load(path, n_valid, n_test, &d->pairs, &d->split, id);
+    if (cg_pairs_load(path, n_valid, n_test, &d->pairs, &d->split, id))
+        return true;
+    cg_data_default_hint(path, default_data);
+    return false;
+}
+
+bool cg_mt_data_load_ckpt(cg_mt_data *d, const char *train_json, const char *ckpt_path,
+                          const char *given, const char *default_data)
+{
+    int64_t n_valid = 500, n_test = 1000;
+    const cg_json_field f[] = {
+        {"valid_size", CG_JF_I64, &n_valid, 1, 1e9, true},
+        {"test_size", CG_JF_I64, &n_test, 1, 1e9, true},
+    };
+    char *path = NULL;
+    cg_data_id id;
+    bool ok = cg_train_model_fields(train_json, ckpt_path, "seq2seq", f, 2) &&
+              (path = cg_train_data_path(train_json, given, default_data));
+    ok = ok && cg_mt_data_load(d, path, default_data, n_valid, n_test, &id) &&
+         cg_train_data_check(train_json, ckpt_path, &id);
+    free(path);
+    return ok;
 }
 
 /* The tokenizer of cg_mt_data_prepare. */

@@ -53,9 +53,17 @@ typedef struct {
 } cg_mt_data;
 
 /* Read and split the pairs of path (cg_pairs_load) into d, zeroed by the
- * caller (a resumed run's epoch and pos may be set already). */
-bool cg_mt_data_load(cg_mt_data *d, const char *path, int64_t n_valid, int64_t n_test,
-                     cg_data_id *id);
+ * caller (a resumed run's epoch and pos may be set already); a missing
+ * default_data gets the hint of models/data.h cg_data_default_hint. */
+bool cg_mt_data_load(cg_mt_data *d, const char *path, const char *default_data, int64_t n_valid,
+                     int64_t n_test, cg_data_id *id);
+/* The data a checkpoint's translator was trained on, for an evaluation:
+ * split with the sizes of its "train" metadata (500 and 1000 when it has
+ * none), from the file `given`, else the one it recorded, else
+ * default_data (with a hint when that is missing), which must be the data
+ * it recorded (models/trainer.h cg_train_data_check). */
+bool cg_mt_data_load_ckpt(cg_mt_data *d, const char *train_json, const char *ckpt_path,
+                          const char *given, const char *default_data);
 /* Then: keep the training pairs whose sides have at most max_len - 2
  * characters (room for BOS and EOS); the tokenizer: *resume_tok (a
  * checkpoint's, taken when it is BPE; a char vocabulary must equal the one
