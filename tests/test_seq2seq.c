@@ -16,8 +16,10 @@
 #include "models/beam.h"
 #include "models/pairs.h"
 #include "models/seq2seq.h"
+#include "models/data.h"
 #include "models/train_common.h"
 #include "models/trainer.h"
+#include "models/translate.h"
 #include "nn/safetensors.h"
 #include "optim/optim.h"
 #include "testutil.h"
@@ -72,6 +74,132 @@ static char *read_file(const char *path, size_t *n)
         *n = k;
     return b;
 }
+
+/* models/translate.h: the translator's data and its batch order; a resume
+ * at the position `steps` steps leave continues the same order. */
+START_TEST(test_mt_data_order)
+{
+    char text[4096] = "";
+    for (int i = 0; i < 40; i++) {
+        char line[64];
+        snprintf(line, sizeof line, "%.*s\t%.*s\n", 1 + i % 7, "abcdefgh", 1 + (i * 3) % 5,
+                 "xyzuvw");
+        strcat(text, line);
+    }
+    const char *path = tmp_path("p.tsv");
+    write_file(path, text, strlen(text));
+    enum { STEPS = 5, MORE = 9, ACC = 2 };
+    cg_data_id id;
+    cg_mt_data a = {0};
+    ck_assert(cg_mt_data_load(&a, path, "none", 4, 4, &id));
+    ck_assert(cg_mt_data_prepare(&a, path, 10, 12, CG_TOK_CHAR, 0, NULL, NULL, NULL));
+    ck_assert_int_gt(a.batches.n_batches, 3);
+    ck_assert(cg_mt_data_order(&a, 3, ACC, false, 0, "x"));
+    for (int i = 0; i < (STEPS + MORE) * ACC; i++) {
+        double w, t;
+        ck_assert(cg_mt_data_next(&a, i % ACC, &w, &t));
+        ck_assert_double_eq(w, (double)a.bt[i % ACC].n_tokens);
+        ck_assert(t > w);
+        if (i == STEPS * ACC - 1) { /* the state a checkpoint after STEPS steps keeps */
+            cg_mt_data b = {0};
+            b.epoch = a.epoch;
+            b.pos = a.pos;
+            ck_assert(cg_mt_data_load(&b, path, "none", 4, 4, &id));
+            ck_assert(cg_mt_data_prepare(&b, path, 10, 12, CG_TOK_CHAR, 0, NULL, NULL, NULL));
+            ck_assert(!cg_mt_data_order(&b, 3, ACC, true, STEPS + 1, "ck.st"));
+            ck_assert_ptr_nonnull(strstr(cg_last_error(), "ck.st"));
+            cg_mt_data_free(&b);
+            b.epoch = a.epoch;
+            b.pos = a.pos;
+            ck_assert(cg_mt_data_load(&b, path, "none", 4, 4, &id));
+            ck_assert(cg_mt_data_prepare(&b, path, 10, 12, CG_TOK_CHAR, 0, NULL, NULL, NULL));
+            ck_assert(cg_mt_data_order(&b, 3, ACC, true, STEPS, "ck.st"));
+            for (int k = 0; k < MORE * ACC; k++) {
+                double w, t;
+                ck_assert(cg_mt_data_next(&b, k % ACC, &w, &t));
+                ck_assert(cg_mt_data_next(&a, k % ACC, &w, &t));
+                ck_assert_int_eq(b.bt[k % ACC].B, a.bt[k % ACC].B);
+                ck_assert_int_eq(b.bt[k % ACC].tgt_out[0], a.bt[k % ACC].tgt_out[0]);
+            }
+            cg_mt_data_free(&b);
+            break;
+        }
+    }
+    /* no pair fits --max-len 2; a missing default file gets the hint */
+    cg_mt_data c = {0};
+    ck_assert(cg_mt_data_load(&c, path, "none", 4, 4, &id));
+    ck_assert(!cg_mt_data_prepare(&c, path, 2, 12, CG_TOK_CHAR, 0, NULL, NULL, NULL));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "no training pair fits --max-len 2"));
+    cg_mt_data_free(&c);
+    const char *missing = tmp_path("missing.tsv");
+    ck_assert(!cg_mt_data_load(&c, missing, missing, 4, 4, &id));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "scripts/prepare_data.sh"));
+    ck_assert(!cg_mt_data_load(&c, path, "none", 30, 20, &id)); /* split too large */
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), path));
+    cg_mt_data_free(&c);
+    cg_mt_data_free(&a);
+}
+END_TEST
+
+/* The programs' helpers: positional arguments, lines of a stream, a
+ * checkpoint's model fields, evaluation figures. */
+START_TEST(test_prog_helpers)
+{
+    int64_t beam = 1;
+    bool no_cache = false;
+    const cg_cli_opt opts[] = {{"--beam", CG_CLI_I64, &beam, 1, 10, NULL},
+                               {"--no-cache", CG_CLI_SWITCH, &no_cache, 0, 0, NULL}};
+    char *argv[] = {"--beam", "3", "hello", "--no-cache", "world", "--", "--beam", NULL};
+    int np = -1;
+    ck_assert_int_eq(cg_prog_parse_pos(7, argv, opts, 2, "help", &np), -1);
+    ck_assert_int_eq(np, 3);
+    ck_assert_int_eq(beam, 3);
+    ck_assert(no_cache);
+    ck_assert_str_eq(argv[0], "hello");
+    ck_assert_str_eq(argv[1], "world");
+    ck_assert_str_eq(argv[2], "--beam");
+    char *bad[] = {"x", "--beam", "11"};
+    ck_assert_int_eq(cg_prog_parse_pos(3, bad, opts, 2, "help", &np), CG_EXIT_USAGE);
+
+    const char *path = tmp_path("lines.txt");
+    write_file(path, "a\r\nb\n\nlast", 10);
+    FILE *f = fopen(path, "rb");
+    int64_t n = 0;
+    char **lines = cg_read_lines(f, "lines", &n);
+    fclose(f);
+    ck_assert_ptr_nonnull(lines);
+    ck_assert_int_eq(n, 4);
+    ck_assert_str_eq(lines[0], "a");
+    ck_assert_str_eq(lines[1], "b");
+    ck_assert_str_eq(lines[2], "");
+    ck_assert_str_eq(lines[3], "last");
+    cg_strings_free(lines, n);
+    write_file(path, "a\0b\n", 4);
+    f = fopen(path, "rb");
+    ck_assert_ptr_null(cg_read_lines(f, "lines", &n));
+    fclose(f);
+
+    int64_t v = 500, t = 1000;
+    const cg_json_field fl[] = {{"valid_size", CG_JF_I64, &v, 1, 1e9, true},
+                                {"test_size", CG_JF_I64, &t, 1, 1e9, true}};
+    ck_assert(cg_train_model_fields(NULL, "c.st", "seq2seq", fl, 2));
+    ck_assert(cg_train_model_fields("{\"model\": {\"valid_size\": 7}}", "c.st", "seq2seq", fl, 2));
+    ck_assert_int_eq(v, 7);
+    ck_assert_int_eq(t, 1000);
+    ck_assert(cg_train_model_fields("{\"test_size\": 3}", "c.st", "seq2seq", fl, 2)); /* old */
+    ck_assert_int_eq(t, 3);
+    ck_assert(!cg_train_model_fields("{\"model\": {\"valid_size\": 0}}", "c.st", "seq2seq", fl,
+                                     2));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "'c.st': seq2seq training state"));
+
+    cg_eval_result e = {0};
+    for (int i = 0; i < 6; i++)
+        cg_eval_add(&e, "k", "n", i, 2);
+    ck_assert_int_eq(e.n_extra, 4);
+    ck_assert_double_eq(e.extra[3].value, 3);
+    ck_assert_int_eq(e.extra[3].decimals, 2);
+}
+END_TEST
 
 /* ------------------------------------------------------------ numpy RNG */
 START_TEST(test_mt_matches_numpy)
@@ -360,6 +488,92 @@ START_TEST(test_beam1_equals_greedy)
         free(b);
         free(ids);
     }
+}
+END_TEST
+
+/* models/translate.h over the overfit model: many sentences translated and
+ * scored, the losses, the attention pictures. */
+START_TEST(test_translate_many)
+{
+    int64_t all[NPAIRS] = {0, 1, 2, 3, 4};
+    cg_tokenizer *tok = cg_pairs_train_tokenizer(&g_pairs, all, NPAIRS, CG_TOK_CHAR, 0);
+    ck_assert_ptr_nonnull(tok);
+    ck_assert_int_eq(cg_tokenizer_vocab_size(tok), cg_pair_vocab_size(&g_vocab));
+    double bleu, chrf;
+    char **h = NULL;
+    ck_assert(cg_translate_score(g_model, tok, &g_pairs, all, NPAIRS, 1, 0.6, true, &bleu, &chrf,
+                                 &h));
+    for (int i = 0; i < NPAIRS; i++)
+        ck_assert_str_eq(h[i], TGT[i]);
+    ck_assert(bleu >= 0); /* no 4-grams in sentences this short: 0 */
+    ck_assert_double_eq_tol(chrf, 100.0, 1e-6);
+    cg_strings_free(h, NPAIRS);
+    /* beam search of each sentence = cg_beam_search; the echo gets each line */
+    cg_sources s;
+    ck_assert(cg_sources_encode(tok, PROBES, 10, 64, &s));
+    FILE *echo = tmpfile();
+    ck_assert_ptr_nonnull(echo);
+    h = cg_translate_all(g_model, tok, &s, 3, 0.6, true, echo);
+    ck_assert_ptr_nonnull(h);
+    rewind(echo);
+    int64_t n = 0;
+    char **lines = cg_read_lines(echo, "echo", &n);
+    fclose(echo);
+    ck_assert_int_eq(n, 10);
+    for (int k = 0; k < 10; k++) {
+        int64_t S, bl, *b = NULL, *ids = src_ids(PROBES[k], &S);
+        ck_assert(cg_beam_search(g_model, ids, S, 3, 0.6, S - 1 + 50, &b, &bl, NULL, NULL, true));
+        char *want = cg_pair_vocab_decode(&g_vocab, b, bl);
+        ck_assert_str_eq(h[k], want);
+        ck_assert_str_eq(lines[k], want);
+        free(want);
+        free(b);
+        free(ids);
+    }
+    cg_strings_free(lines, n);
+    cg_strings_free(h, 10);
+    cg_sources_free(&s);
+    ck_assert(!cg_sources_encode(tok, PROBES, 10, 5, &s)); /* "hello." + EOS > 5 */
+    ck_assert_str_eq(cg_last_error(), "sentence 1 has 6 tokens; the model takes at most 4");
+
+    /* losses: no label smoothing, so both are the cross-entropy; a wrong
+     * source costs more */
+    cg_batches bs;
+    double ls, nll, ntok, wrong;
+    ck_assert(cg_make_batches(&g_pairs, NULL, NPAIRS, 20, &bs));
+    ck_assert(cg_seq2seq_valid_loss(g_model, &g_pairs, &bs, tok, &ls, &nll, &ntok));
+    ck_assert_double_eq_tol(ls, nll, 1e-6);
+    double want_tok = 0;
+    for (int i = 0; i < NPAIRS; i++)
+        want_tok += g_pairs.items[i].tgt_len + 1;
+    ck_assert_double_eq(ntok, want_tok);
+    ck_assert(cg_seq2seq_wrong_source_nll(g_model, &g_pairs, all, NPAIRS, 20, tok, &wrong));
+    ck_assert(wrong > nll + 1.0);
+    cg_batches_free(&bs);
+    cg_module_train(CG_MODULE(g_model), false);
+
+    /* the attention pictures; a bad target is refused */
+    char dir[] = "/tmp/cg_test_attn_XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    FILE *list = tmpfile();
+    ck_assert(cg_seq2seq_attention_of_text(g_model, tok, "a cat", NULL, "--target", true, dir,
+                                           list, NULL));
+    rewind(list);
+    lines = cg_read_lines(list, "list", &n);
+    fclose(list);
+    ck_assert_int_eq(n, 3);
+    struct stat st;
+    for (int k = 0; k < 3; k++)
+        ck_assert_int_eq(stat(lines[k], &st), 0);
+    ck_assert_ptr_nonnull(strstr(lines[2], "cross.png"));
+    cg_strings_free(lines, n);
+    ck_assert(!cg_seq2seq_attention_of_text(g_model, tok, "a cat", "\xff", "--target", true, dir,
+                                            NULL, NULL));
+    ck_assert_str_eq(cg_last_error(), "--target is not valid UTF-8");
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+    cg_tokenizer_free(tok);
 }
 END_TEST
 
@@ -1079,12 +1293,15 @@ static Suite *seq2seq_suite(void)
     tcase_add_test(tc, test_pairs_parse_ok);
     tcase_add_test(tc, test_pairs_read_errors);
     tcase_add_test(tc, test_split_and_batches);
+    tcase_add_test(tc, test_mt_data_order);
+    tcase_add_test(tc, test_prog_helpers);
     suite_add_tcase(s, tc);
     tc = tcase_create("decode");
     tcase_set_timeout(tc, 600);
     tcase_add_checked_fixture(tc, overfit_setup, NULL);
     tcase_add_test(tc, test_overfit_greedy_exact);
     tcase_add_test(tc, test_beam1_equals_greedy);
+    tcase_add_test(tc, test_translate_many);
     tcase_add_test(tc, test_beam_not_worse_than_greedy);
     tcase_add_test(tc, test_cache_matches_recompute);
     tcase_add_test(tc, test_decode_bad_input);
