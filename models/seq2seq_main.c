@@ -39,7 +39,7 @@
 static const cg_train_preset PRESETS[] = {{"tiny", 128, 4, 0, 2, 2, 512, 0, 0},
                                            {"base", 256, 8, 0, 3, 3, 1024, 0, 0}};
 
-/* ------------------------------------------------------------ checkpoints, data */
+/* ------------------------------------------------------------ checkpoints */
 static void ckpt_load(const char *path, cg_seq2seq_ckpt *c)
 {
     if (!cg_seq2seq_ckpt_load(path, c))
@@ -250,15 +250,15 @@ static void mt_setup(mt_run *r, cg_train_opts *o, cg_trainer *t)
             cg_prog_die_lib("model");
     }
     cg_seq2seq_ckpt_free(&ck);
-    if (!cg_mt_data_order(&r->d, (uint32_t)o->seed, (int)o->grad_accum, o->resume != NULL, t->start,
-                          o->resume))
+    if (!cg_mt_data_order(&r->d, (uint32_t)o->seed, (int)o->grad_accum, o->resume != NULL,
+                          t->start, o->resume))
         cg_prog_die_lib(NULL);
     fprintf(stderr,
             "train %lld pairs in %lld batches, valid %lld, test %lld, %s vocab %lld, params %lld, "
             "precision %s%s\n",
             (long long)r->d.n_train, (long long)r->d.batches.n_batches,
-            (long long)r->d.split.n_valid,
-            (long long)r->d.split.n_test, cg_tokenizer_kind_name(r->d.tok->kind),
+            (long long)r->d.split.n_valid, (long long)r->d.split.n_test,
+            cg_tokenizer_kind_name(r->d.tok->kind),
             (long long)r->model->cfg.vocab,
             (long long)cg_module_num_params(CG_MODULE(r->model)), cg_precision_name(o->precision),
             o->resume ? " (resumed)" : "");
