@@ -217,3 +217,81 @@ cg_tensor *cg_charlm_loss(cg_charlm *m, cg_tensor *logits, const int64_t *target
     /* the zoo's batches are [B, T] logits over [B, T] targets */
     return cg_cross_entropy(logits, targets, cg_numel(logits) / m->cfg.vocab, -100, 0.0f);
 }
+
+/* ------------------------------------------------------------ evaluation */
+/* The mean loss of B windows x -> y of T. */
+static bool windows_loss(cg_charlm *m, const int64_t *x, const int64_t *y, int64_t B, int64_t T,
+                         double *out)
+{
+    cg_tensor *logits = cg_charlm_forward(m, x, B, T);
+    cg_tensor *loss = cg_charlm_loss(m, logits, y);
+    cg_release(logits);
+    if (loss)
+        *out = cg_item(loss);
+    cg_release(loss);
+    return loss != NULL;
+}
+
+bool cg_charlm_sampled_loss(cg_charlm *m, cg_split_view s, int64_t B, int64_t T, int n_batches,
+                            uint64_t seed, double *out)
+{
+    int64_t *x = malloc((size_t)(B * T) * sizeof *x), *y = malloc((size_t)(B * T) * sizeof *y);
+    bool ok = x && y;
+    if (!ok)
+        cg_set_error("out of memory");
+    bool was_training = m->base.training;
+    cg_module_train(CG_MODULE(m), false);
+    cg_no_grad_begin();
+    cg_rng gen = cg_rng_new(seed);
+    double total = 0;
+    for (int i = 0; ok && i < n_batches; i++) {
+        double v;
+        ok = cg_get_batch(s, B, T, &gen, x, y) && windows_loss(m, x, y, B, T, &v);
+        total += ok ? v : 0;
+    }
+    cg_no_grad_end();
+    cg_module_train(CG_MODULE(m), was_training);
+    free(x);
+    free(y);
+    *out = total / n_batches;
+    return ok;
+}
+
+bool cg_charlm_full_loss(cg_charlm *m, cg_split_view s, int64_t T, double *out, int64_t *nwin)
+{
+    const int64_t chunk = 64;
+    int64_t n = (s.n - 1) / T;
+    if (n < 1) {
+        cg_set_error("the validation split (%lld characters) is shorter than one window of %lld+1",
+                     (long long)s.n, (long long)T);
+        return false;
+    }
+    int64_t *x = malloc((size_t)(chunk * T) * sizeof *x);
+    int64_t *y = malloc((size_t)(chunk * T) * sizeof *y);
+    if (!x || !y) {
+        free(x);
+        free(y);
+        cg_set_error("out of memory");
+        return false;
+    }
+    bool was_training = m->base.training;
+    cg_module_train(CG_MODULE(m), false);
+    cg_no_grad_begin();
+    double total = 0;
+    bool ok = true;
+    for (int64_t st = 0; ok && st < n; st += chunk) {
+        int64_t b = n - st < chunk ? n - st : chunk;
+        for (int64_t i = 0; i < b; i++)
+            cg_split_window(s, (st + i) * T, T, x + i * T, y + i * T);
+        double v;
+        ok = windows_loss(m, x, y, b, T, &v);
+        total += ok ? v * (double)b : 0;
+    }
+    cg_no_grad_end();
+    cg_module_train(CG_MODULE(m), was_training);
+    free(x);
+    free(y);
+    *out = total / (double)n;
+    *nwin = n;
+    return ok;
+}

@@ -22,6 +22,7 @@
 #ifndef CG_MODELS_CHARLM_H
 #define CG_MODELS_CHARLM_H
 
+#include "models/data.h"
 #include "nn/nn.h"
 
 #ifdef __cplusplus
@@ -78,6 +79,19 @@ cg_tensor *cg_charlm_forward(cg_charlm *m, const int64_t *ids, int64_t B, int64_
 /* Mean cross-entropy of logits [B,T,V] (or [N,V]) against numel/V targets
  * (every target in [0, V)). Returns a scalar (new reference). */
 cg_tensor *cg_charlm_loss(cg_charlm *m, cg_tensor *logits, const int64_t *targets);
+
+/* ------------------------------------------------------------ evaluation
+ * The reference's (shared/reference/train_charlm.py) two validation
+ * figures, computed in eval mode without gradients (the mode is restored):
+ *  - sampled: the mean loss of n_batches batches of B windows of T drawn
+ *    (cg_get_batch) from a generator seeded `seed` (its estimate_loss);
+ *  - full: the mean loss over all (s.n - 1) / T consecutive windows of
+ *    the split (its full_split_loss); *nwin gets their number.
+ * False + error (a split shorter than one window of T + 1 for the full
+ * loss). */
+bool cg_charlm_sampled_loss(cg_charlm *m, cg_split_view s, int64_t B, int64_t T, int n_batches,
+                            uint64_t seed, double *out);
+bool cg_charlm_full_loss(cg_charlm *m, cg_split_view s, int64_t T, double *out, int64_t *nwin);
 
 #ifdef __cplusplus
 }

@@ -11,13 +11,10 @@
  * loss over consecutive windows); the loop is models/trainer.h's, as are
  * the exit codes and the one-line errors "charlm: error: ...". */
 #include <cjson/cJSON.h>
-#include <inttypes.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "core/error.h"
 #include "models/charlm.h"
@@ -44,87 +41,18 @@
 #define CLIP_NORM 1.0
 #define BATCH_SEED_MIX 0xd1b54a32d192ed03ULL /* batch stream != init stream */
 
-/* Read the corpus once (models/data.h cg_corpus_read: any stream, the
- * input limit) over vocab, or building the vocabulary into *built; id gets
- * the identity of the bytes read. A missing default file gets a hint about
- * how to make it. */
-static cg_corpus *read_corpus(const char *path, const cg_vocab *vocab, cg_vocab **built,
-                              cg_data_id *id)
+/* Read the corpus once (models/data.h cg_corpus_read_tok: any stream, the
+ * input limit) through *tok, or through a new tokenizer of kind made into
+ * *tok; id gets the identity of the bytes read. */
+static cg_corpus *read_corpus(const char *path, cg_tokenizer **tok, cg_tokenizer_kind kind,
+                              int64_t vocab_size, cg_data_id *id)
 {
-    cg_corpus *c = cg_corpus_read(path, vocab, 0, built, id);
-    if (!c && strcmp(path, DEFAULT_DATA) == 0 && strstr(cg_last_error(), "cannot open")) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", cg_last_error());
-        cg_set_error("%s; create it with scripts/prepare_data.sh (or pass --data FILE)", msg);
-    }
+    cg_corpus *c = cg_corpus_read_tok(path, tok, kind, vocab_size, id);
+    if (!c)
+        cg_data_default_hint(path, DEFAULT_DATA);
     return c;
 }
 
-/* ------------------------------------------------------------ evaluation */
-/* Mean loss over EVAL_BATCHES batches from a generator seeded EVAL_SEED. */
-static bool sampled_loss(cg_charlm *m, cg_split_view s, int64_t B, int64_t T, int64_t *x,
-                         int64_t *y, double *out)
-{
-    cg_rng gen = cg_rng_new(EVAL_SEED);
-    double total = 0;
-    for (int i = 0; i < EVAL_BATCHES; i++) {
-        if (!cg_get_batch(s, B, T, &gen, x, y))
-            return false;
-        cg_tensor *logits = cg_charlm_forward(m, x, B, T);
-        cg_tensor *loss = cg_charlm_loss(m, logits, y);
-        cg_release(logits);
-        if (!loss)
-            return false;
-        total += cg_item(loss);
-        cg_release(loss);
-    }
-    *out = total / EVAL_BATCHES;
-    return true;
-}
-
-/* The reference's full_split_loss: all (len-1)/T consecutive windows. */
-static bool full_split_loss(cg_charlm *m, cg_split_view s, int64_t T, double *out, int64_t *nwin)
-{
-    const int64_t chunk = 64;
-    int64_t n = (s.n - 1) / T;
-    if (n < 1) {
-        cg_set_error("the validation split (%lld characters) is shorter than one window of %lld+1",
-                     (long long)s.n, (long long)T);
-        return false;
-    }
-    int64_t *x = malloc((size_t)(chunk * T) * sizeof *x), *y = malloc((size_t)(chunk * T) * sizeof *y);
-    if (!x || !y) {
-        free(x);
-        free(y);
-        cg_set_error("out of memory");
-        return false;
-    }
-    bool was_training = m->base.training;
-    cg_module_train(CG_MODULE(m), false);
-    cg_no_grad_begin();
-    double total = 0;
-    bool ok = true;
-    for (int64_t st = 0; ok && st < n; st += chunk) {
-        int64_t b = n - st < chunk ? n - st : chunk;
-        for (int64_t i = 0; i < b; i++) {
-            cg_split_window(s, (st + i) * T, T, x + i * T, y + i * T);
-        }
-        cg_tensor *logits = cg_charlm_forward(m, x, b, T);
-        cg_tensor *loss = cg_charlm_loss(m, logits, y);
-        cg_release(logits);
-        ok = loss != NULL;
-        if (ok)
-            total += (double)cg_item(loss) * (double)b;
-        cg_release(loss);
-    }
-    cg_no_grad_end();
-    cg_module_train(CG_MODULE(m), was_training);
-    free(x);
-    free(y);
-    *out = total / (double)n;
-    *nwin = n;
-    return ok;
-}
 /* ------------------------------------------------------------------ train */
 static const char TRAIN_HELP[] =
     "usage: charlm train [options]\n"
@@ -142,25 +70,20 @@ static const char TRAIN_HELP[] =
     "  --dropout 0, --label-smoothing 0, --norm layernorm, --act gelu, --norm-first true\n"
     "\n";
 
-typedef struct {
-    int64_t d, H, layers, d_ff, T, B;
-} preset;
-
-static const preset PRESET_TINY = {128, 4, 4, 512, 64, 12};
-static const preset PRESET_BASE = {384, 6, 6, 1536, 256, 16};
+static const cg_train_preset PRESETS[] = {{"tiny", 128, 4, 4, 0, 0, 512, 64, 12},
+                                           {"base", 384, 6, 6, 0, 0, 1536, 256, 16}};
 
 /* The char LM as the trainer sees it. */
 typedef struct {
     cg_trainer *t;
     cg_charlm *model;
-    cg_vocab *vocab;
-    cg_tokenizer tok; /* the character tokenizer over vocab (borrowed, not freed) */
+    cg_tokenizer *tok;
     cg_corpus *corpus;
     cg_split_view tr, va;
     int64_t B, T, r0, r1, steps;
     double lr, label_smoothing;
     cg_rng batch_rng;
-    int64_t *x, *y; /* grad_accum batches of B x T, then eval */
+    int64_t *x, *y; /* grad_accum batches of B x T */
     double tl, vl;  /* the last evaluation */
 } lm_run;
 
@@ -198,12 +121,9 @@ static bool lm_evaluate(void *self, int64_t step, cg_eval_result *e)
 {
     (void)step;
     lm_run *r = self;
-    cg_module_train(CG_MODULE(r->model), false);
-    cg_no_grad_begin();
-    bool ok = sampled_loss(r->model, r->tr, r->B, r->T, r->x, r->y, &r->tl) &&
-              sampled_loss(r->model, r->va, r->B, r->T, r->x, r->y, &r->vl);
-    cg_no_grad_end();
-    cg_module_train(CG_MODULE(r->model), true);
+    bool ok =
+        cg_charlm_sampled_loss(r->model, r->tr, r->B, r->T, EVAL_BATCHES, EVAL_SEED, &r->tl) &&
+        cg_charlm_sampled_loss(r->model, r->va, r->B, r->T, EVAL_BATCHES, EVAL_SEED, &r->vl);
     e->train = r->tl;
     e->val = r->vl;
     return ok;
@@ -215,37 +135,26 @@ static bool lm_finish(void *self, const cg_trainer *t, cg_jline *j)
     lm_run *r = self;
     double val_loss;
     int64_t nwin;
-    if (!full_split_loss(r->model, r->va, r->T, &val_loss, &nwin))
+    if (!cg_charlm_full_loss(r->model, r->va, r->T, &val_loss, &nwin))
         return false;
     fprintf(stderr, PROG ": full validation split: %lld windows of %lld, loss %.4f\n",
             (long long)nwin, (long long)r->T, val_loss);
     cg_jline_num(j, "train_loss", r->tl, 4);
     cg_jline_num(j, "val_loss", val_loss, 4);
     cg_jline_num(j, "val_loss_sampled", r->vl, 4);
+    cg_jline_num(j, "val_bpc", cg_corpus_val_bpc(r->corpus, val_loss), 4);
+    cg_jline_str(j, "tokenizer", cg_tokenizer_kind_name(r->tok->kind));
     return true;
 }
 
 static char *lm_config(void *self) { return cg_charlm_config_to_json(&((lm_run *)self)->model->cfg); }
-static const cg_tokenizer *lm_tokenizer(void *self)
+static const cg_tokenizer *lm_tokenizer(void *self) { return ((lm_run *)self)->tok; }
+
+/* The char LM's own state: its recipe and the batch stream, written into o
+ * or (o NULL) read back when resuming. */
+static bool lm_state(void *self, cJSON *o)
 {
     lm_run *r = self;
-    r->tok = (cg_tokenizer){.kind = CG_TOK_CHAR, .cv = r->vocab};
-    return &r->tok;
-}
-
-/* The char LM's own state: its recipe and the batch stream. */
-static bool lm_state_save(void *self, cJSON *o)
-{
-    lm_run *r = self;
-    return cJSON_AddNumberToObject(o, "batch_size", (double)r->B) &&
-           cg_state_put_f64(o, "lr", r->lr) &&
-           cg_state_put_f64(o, "label_smoothing", r->label_smoothing) &&
-           cg_state_put_u64(o, "batch_rng_seed", r->batch_rng.seed) &&
-           cg_state_put_u64(o, "batch_rng_counter", r->batch_rng.counter);
-}
-
-static bool lm_state_load(lm_run *r, const cJSON *o)
-{
     const cg_json_field f[] = {
         {"batch_size", CG_JF_I64, &r->B, 1, 1 << 20, false},
         {"lr", CG_JF_F64, &r->lr, 1e-12, 10, false},
@@ -253,7 +162,7 @@ static bool lm_state_load(lm_run *r, const cJSON *o)
         {"batch_rng_seed", CG_JF_U64STR, &r->batch_rng.seed, 0, 0, false},
         {"batch_rng_counter", CG_JF_U64STR, &r->batch_rng.counter, 0, 0, false},
     };
-    return cg_json_read_fields(o, "charlm training state", f, 5);
+    return cg_trainer_model_state(r->t, "charlm", o, f, 5);
 }
 
 /* The config of a fresh run from the flags (checked before the data is
@@ -261,27 +170,18 @@ static bool lm_state_load(lm_run *r, const cJSON *o)
 static int lm_config_from_flags(const cg_train_opts *o, const char *preset_name, int64_t T,
                                 int64_t B, cg_charlm_config *cfg, int64_t *Bout)
 {
-    preset p;
-    if (strcmp(preset_name, "tiny") == 0)
-        p = PRESET_TINY;
-    else if (strcmp(preset_name, "base") == 0)
-        p = PRESET_BASE;
-    else
-        return cg_prog_fail("--preset: unknown preset '%s' (choices: tiny, base)", preset_name);
-    *cfg = cg_charlm_config_default();
-    cfg->d = o->d_seen ? o->d : p.d;
-    cfg->H = o->H_seen ? o->H : p.H;
-    cfg->layers = o->layers_seen ? o->layers : p.layers;
-    cfg->d_ff = o->d_ff_seen ? o->d_ff : p.d_ff;
+    const cg_train_preset *pr = cg_train_preset_find(PRESETS, 2, preset_name);
+    cg_train_preset p;
+    *cfg = cg_charlm_config_default(); /* layernorm, gelu */
+    if (!pr || !cg_train_shape(o, pr, &p, &cfg->norm, &cfg->act))
+        return cg_prog_fail_lib(NULL);
+    cfg->d = p.d;
+    cfg->H = p.H;
+    cfg->layers = p.layers;
+    cfg->d_ff = p.d_ff;
     cfg->max_len = T > 0 ? T : p.T;
     cfg->norm_first = o->norm_first;
     cfg->dropout = (float)o->dropout;
-    cfg->norm = CG_NORM_LAYERNORM;
-    cfg->act = CG_ACT_GELU;
-    if (o->norm && !cg_norm_kind_parse(o->norm, &cfg->norm))
-        return cg_prog_fail("--norm: %s", cg_last_error());
-    if (o->act && !cg_act_parse(o->act, &cfg->act))
-        return cg_prog_fail("--act: %s", cg_last_error());
     *Bout = B > 0 ? B : p.B;
     return -1;
 }
@@ -301,18 +201,18 @@ static int lm_train(lm_run *r, cg_trainer *t, cg_train_opts *o, const char *pres
         if (!cg_charlm_ckpt_load(o->resume, &ck))
             return cg_prog_fail_lib(NULL);
         r->model = ck.model;
-        r->vocab = ck.vocab;
+        r->tok = ck.tok;
         ck.model = NULL;
-        ck.vocab = NULL;
+        ck.tok = NULL;
         cg_charlm_ckpt_free(&ck);
-        if (!lm_state_load(r, t->model_state))
-            rc = cg_prog_fail("'%s': %s", o->resume, cg_last_error());
-        else if (!(r->corpus = read_corpus(o->data, r->vocab, NULL, &id)))
+        if (!lm_state(r, NULL))
             rc = cg_prog_fail_lib(NULL);
-    } else if (!(r->corpus = read_corpus(o->data, NULL, &r->vocab, &id))) {
+        else if (!(r->corpus = read_corpus(o->data, &r->tok, CG_TOK_CHAR, 0, &id)))
+            rc = cg_prog_fail_lib(NULL);
+    } else if (!(r->corpus = read_corpus(o->data, &r->tok, o->tokenizer, o->vocab_size, &id))) {
         rc = cg_prog_fail_lib(NULL);
     } else {
-        cfg.vocab = r->vocab->n;
+        cfg.vocab = cg_tokenizer_vocab_size(r->tok);
         if (!cg_charlm_config_check(&cfg))
             rc = cg_prog_fail("%s", cg_last_error());
         else if (!(r->model = cg_charlm_new(&cfg, o->seed)))
@@ -333,18 +233,17 @@ static int lm_train(lm_run *r, cg_trainer *t, cg_train_opts *o, const char *pres
                             "(first U+%04X)",
                             o->data, (long long)r->corpus->unknown,
                             (unsigned)r->corpus->first_unknown);
+    bool bpe = r->tok->kind == CG_TOK_BPE;
     if (r->tr.n <= r->T || r->va.n <= r->T)
-        return cg_prog_fail("'%s' is too short: %lld characters give train/val splits of "
+        return cg_prog_fail("'%s' is too short: %lld %s give train/val splits of "
                             "%lld/%lld, but windows of %lld+1 are needed (use a longer text or "
                             "a smaller --block-size)",
-                            o->data, (long long)r->corpus->n, (long long)r->tr.n,
+                            o->data, (long long)r->corpus->n, bpe ? "tokens" : "characters",
+                            (long long)r->tr.n,
                             (long long)r->va.n, (long long)r->T);
-    int nranks = cg_dist_size();
-    if (r->B < nranks)
+    if (!cg_dist_share(r->B, &r->r0, &r->r1))
         return cg_prog_fail("--batch-size %lld is smaller than the %d ranks", (long long)r->B,
-                            nranks);
-    r->r0 = r->B * cg_dist_rank() / nranks;
-    r->r1 = r->B * (cg_dist_rank() + 1) / nranks;
+                            cg_dist_size());
     size_t nb = (size_t)(r->B * r->T * o->grad_accum);
     r->x = malloc(nb * sizeof *r->x);
     r->y = malloc(nb * sizeof *r->y);
@@ -353,9 +252,10 @@ static int lm_train(lm_run *r, cg_trainer *t, cg_train_opts *o, const char *pres
                             (long long)r->T);
     const cg_charlm_config *c = &r->model->cfg;
     fprintf(stderr,
-            PROG ": %lld chars, vocab %lld, train %lld, val %lld, params %lld; %s d=%lld H=%lld "
+            PROG ": %lld chars%s, vocab %lld, train %lld, val %lld, params %lld; %s d=%lld H=%lld "
                  "layers=%lld d_ff=%lld T=%lld B=%lld, %lld steps, precision %s\n",
-            (long long)r->corpus->n, (long long)r->vocab->n, (long long)r->tr.n,
+            (long long)r->corpus->chars, bpe ? " in bpe tokens" : "",
+            (long long)cg_tokenizer_vocab_size(r->tok), (long long)r->tr.n,
             (long long)r->va.n, (long long)cg_module_num_params(CG_MODULE(r->model)),
             o->resume ? "resumed" : preset_name, (long long)c->d, (long long)c->H,
             (long long)c->layers, (long long)c->d_ff, (long long)r->T, (long long)r->B,
@@ -366,7 +266,7 @@ static int lm_train(lm_run *r, cg_trainer *t, cg_train_opts *o, const char *pres
         .weight_decay_2d = WEIGHT_DECAY, .clip_norm = CLIP_NORM, .eval_at_start = true,
         .self = r, .batch = lm_batch, .loss = lm_loss, .lr = lm_lr, .evaluate = lm_evaluate,
         .finish = lm_finish, .config_json = lm_config, .tokenizer = lm_tokenizer,
-        .state_save = lm_state_save};
+        .state_save = lm_state};
     return cg_trainer_run(t, &m);
 }
 
@@ -387,9 +287,7 @@ static int cmd_train(int argc, char **argv)
         {"--batch-size", CG_CLI_I64, &B, 1, 1 << 20, NULL},
     };
     int n = 4 + cg_train_cli_opts(&o, CG_TRAIN_FLAGS_LAYERS, opts + 4);
-    char help[sizeof TRAIN_HELP + 4096];
-    snprintf(help, sizeof help, "%s%s", TRAIN_HELP, CG_TRAIN_HELP_COMMON);
-    int rc = cg_prog_parse(argc, argv, opts, n, help);
+    int rc = cg_train_parse(argc, argv, opts, n, TRAIN_HELP);
     if (rc >= 0)
         return rc;
     cg_trainer t;
@@ -400,7 +298,7 @@ static int cmd_train(int argc, char **argv)
         rc = lm_train(&r, &t, &o, preset_name, T, B);
     cg_trainer_end(&t);
     cg_charlm_free(r.model);
-    cg_vocab_free(r.vocab);
+    cg_tokenizer_free(r.tok);
     cg_corpus_free(r.corpus);
     free(r.x);
     free(r.y);
@@ -414,103 +312,67 @@ static const char *SAMPLE_HELP =
     "  --ckpt FILE         checkpoint (default " DEFAULT_OUT ")\n"
     "  --prompt TEXT       start of the text (default a newline); characters not in\n"
     "                      the vocabulary are replaced, with a warning\n"
-    "  --length N          characters to generate (default 500)\n"
-    "  --temperature X     softmax temperature (default 1; 0 = greedy)\n"
-    "  --top-k K           keep the K most likely characters (default 0 = all)\n"
-    "  --top-p P           nucleus sampling mass in (0, 1] (default 1 = off)\n"
-    "  --seed N            sampling seed (default 1)\n"
+    "  --length N          characters (bpe: tokens) to generate (default 500)\n"
+    CG_SAMPLE_HELP
     "  --no-cache          recompute the whole context at every step\n"
     "  --precision P       fp32 or bf16 matrix products (bf16 weights: about twice\n"
     "                      the speed); default: the checkpoint's training precision\n"
     "  --attention FILE    also draw the attention of every layer and head over the\n"
-    "                      last (up to 32) characters as a PNG heatmap grid\n"
+    "                      last (up to 32) characters or tokens as a PNG heatmap grid\n"
     "  --threads N         threads for kernels\n"
     "Prints the prompt followed by the generated text.\n";
 
-static void describe_char(uint32_t c, char *buf, size_t n)
+/* Attention heatmaps (layer x head) of a full forward over ids[0..n),
+ * labelled with the tokenizer's pieces. */
+static bool write_attention_png(cg_charlm *m, const cg_tokenizer *tok, const int64_t *ids,
+                                int64_t n, const char *path)
 {
-    if (c >= 0x20 && c != 0x7f) {
-        char u[5] = {0};
-        cg_utf8_put(c, u);
-        snprintf(buf, n, "'%s' (U+%04X)", u, (unsigned)c);
-    } else {
-        snprintf(buf, n, "U+%04X", (unsigned)c);
-    }
-}
-
-/* Attention heatmaps (layer x head) of a full forward over ids[0..n). */
-static bool write_attention_png(cg_charlm *m, const cg_vocab *v, const int64_t *ids, int64_t n,
-                                const char *path)
-{
-    int64_t L = m->cfg.layers, H = m->cfg.H;
-    if (L < 1) {
-        cg_set_error("the model has no attention layers to draw");
-        return false;
-    }
+    char **labels = cg_tokenizer_labels(tok, ids, n);
+    cg_mha **mods = malloc((size_t)(m->cfg.layers + 1) * sizeof *mods);
+    bool ok = labels && mods;
+    for (int64_t l = 0; ok && l < m->cfg.layers; l++)
+        mods[l] = m->block[l]->attn;
     cg_module_keep_attention_weights(CG_MODULE(m), true);
     cg_module_train(CG_MODULE(m), false);
     cg_no_grad_begin();
-    cg_tensor *logits = cg_charlm_forward(m, ids, 1, n);
+    cg_tensor *logits = ok ? cg_charlm_forward(m, ids, 1, n) : NULL;
     cg_no_grad_end();
-    bool ok = logits != NULL;
-    cg_release(logits);
-    float *vals = ok ? malloc((size_t)(L * H * n * n) * sizeof *vals) : NULL;
-    uint32_t *chars = ok ? malloc((size_t)n * sizeof *chars) : NULL;
-    cg_heatmap_panel *panels = ok ? calloc((size_t)(L * H), sizeof *panels) : NULL;
-    char (*titles)[64] = ok ? calloc((size_t)(L * H), sizeof *titles) : NULL;
-    ok = ok && vals && chars && panels && titles;
-    for (int64_t i = 0; ok && i < n; i++)
-        chars[i] = v->chars[ids[i]];
-    for (int64_t l = 0; ok && l < L; l++) {
-        cg_tensor *w = m->block[l]->attn->weights; /* [1,H,n,n] */
-        ok = w && cg_numel(w) == H * n * n && cg_copy_to(w, vals + l * H * n * n);
-        for (int64_t h = 0; ok && h < H; h++) {
-            cg_heatmap_panel *p = &panels[l * H + h];
-            snprintf(titles[l * H + h], sizeof titles[0], "layer %lld head %lld", (long long)l,
-                     (long long)h);
-            *p = (cg_heatmap_panel){.title = titles[l * H + h], .rows = (int)n, .cols = (int)n,
-                                    .values = vals + (l * H + h) * n * n, .row_chars = chars,
-                                    .col_chars = chars};
-        }
-    }
+    ok = logits && cg_plot_attention_of(path, "charlm attention (rows: queries, columns: keys)",
+                                        (int)m->cfg.layers, mods, (int)n, (int)n,
+                                        (const char *const *)labels, (const char *const *)labels);
     if (!ok && !cg_has_error())
-        cg_set_error("could not collect the attention weights");
-    ok = ok && cg_plot_heatmaps(path, "charlm attention (rows: queries, columns: keys)", (int)L,
-                                (int)H, panels, 0.0f, 1.0f);
+        cg_set_error("out of memory");
+    cg_release(logits);
     cg_module_keep_attention_weights(CG_MODULE(m), false);
-    free(vals);
-    free(chars);
-    free(panels);
-    free(titles);
+    for (int64_t i = 0; labels && i < n; i++)
+        free(labels[i]);
+    free(labels);
+    free(mods);
     return ok;
 }
 
 static int cmd_sample(int argc, char **argv)
 {
     const char *ckpt = DEFAULT_OUT, *prompt = "\n", *attn_png = NULL;
-    int64_t length = 500, top_k = 0, threads = 0;
-    double temperature = 1.0, top_p = 1.0;
-    uint64_t seed = 1;
+    int64_t length = 500, threads = 0;
+    uint64_t seed;
     const char *precision = NULL;
     bool no_cache = false;
-    cg_cli_opt opts[] = {
+    cg_sample_opts so;
+    cg_cli_opt opts[11] = {
         {"--ckpt", CG_CLI_STR, &ckpt, 0, 0, NULL},
         {"--prompt", CG_CLI_STR, &prompt, 0, 0, NULL},
         {"--precision", CG_CLI_STR, &precision, 0, 0, NULL},
         {"--length", CG_CLI_I64, &length, 0, 10000000, NULL},
-        {"--temperature", CG_CLI_F64, &temperature, 0, 1e6, NULL},
-        {"--top-k", CG_CLI_I64, &top_k, 0, 1 << 30, NULL},
-        {"--top-p", CG_CLI_F64, &top_p, 1e-9, 1, NULL},
-        {"--seed", CG_CLI_U64, &seed, 0, 0, NULL},
         {"--no-cache", CG_CLI_SWITCH, &no_cache, 0, 0, NULL},
         {"--attention", CG_CLI_STR, &attn_png, 0, 0, NULL},
         {"--threads", CG_CLI_I64, &threads, 1, 1024, NULL},
     };
-    int prc = cg_prog_parse(argc, argv, opts, (int)(sizeof opts / sizeof *opts), SAMPLE_HELP);
+    int prc = cg_prog_parse(argc, argv, opts, 7 + cg_sample_cli_opts(&so, &seed, opts + 7),
+                            SAMPLE_HELP);
     if (prc >= 0)
         return prc;
-    if (threads > 0)
-        cg_set_num_threads((int)cg_cli_threads(PROG, threads));
+    cg_cli_set_threads(PROG, threads);
     cg_precision prec;
     cg_charlm_ckpt ck;
     if (!cg_charlm_ckpt_load(ckpt, &ck))
@@ -520,36 +382,20 @@ static int cmd_sample(int argc, char **argv)
         return cg_prog_fail_lib(NULL);
     }
     int rc = 1;
-    int64_t n = 0, *ids = NULL, *outp = NULL;
-    char *text = NULL;
-    uint32_t *cps = cg_utf8_decode(prompt, strlen(prompt), "--prompt", &n);
-    if (!cps) {
-        rc = cg_prog_fail_lib(NULL);
-        goto done;
-    }
-    ids = malloc((size_t)(n > 0 ? n : 1) * sizeof *ids);
-    if (!ids) {
-        rc = cg_prog_fail("out of memory");
-        goto done;
-    }
+    int64_t n = 0, *outp = NULL, unknown = 0;
     uint32_t first = 0;
-    int64_t unknown = cg_vocab_encode(ck.vocab, cps, n, ids, &first);
-    if (unknown > 0) {
-        char a[48], b[48];
-        describe_char(first, a, sizeof a);
-        describe_char(ck.vocab->chars[ck.vocab->unk], b, sizeof b);
-        cg_prog_warn("%lld prompt character(s) are not in the vocabulary (first %s); they are read as %s",
-             (long long)unknown, a, b);
-    }
-    cg_sample_opts so = {.temperature = temperature, .top_k = top_k, .top_p = top_p};
+    int64_t *ids = ck.vocab
+                       ? cg_vocab_encode_text(ck.vocab, prompt, "--prompt", &n, &unknown, &first)
+                       : cg_tokenizer_encode(ck.tok, prompt, &n, NULL);
+    if (ck.vocab)
+        cg_vocab_warn_unknown(ck.vocab, PROG, "the prompt", unknown, first);
     cg_rng rng = cg_rng_new(seed);
     double t_gen = cg_now(), c_gen = cg_cpu_now();
-    /* print the prompt as given, then each character as it is generated */
+    /* print the prompt as given, then each piece as it is generated */
     fputs(prompt, stdout);
     fflush(stdout);
-    cg_token_printer tp = {ck.vocab, stdout};
-    outp = cg_charlm_generate(ck.model, ids, n, length, &so, &rng, !no_cache, cg_print_token, &tp);
-    if (!outp) {
+    if (!ids || !(outp = cg_charlm_generate_text(ck.model, ck.tok, ids, n, length, &so, &rng,
+                                                 !no_cache, stdout))) {
         rc = cg_prog_fail_lib(NULL);
         goto done;
     }
@@ -558,15 +404,15 @@ static int cmd_sample(int argc, char **argv)
     fputc('\n', stdout); /* end the sample's line before the speed line on stderr */
     fflush(stdout);
     /* CPU time too: on a shared machine it moves less than the wall time */
-    fprintf(stderr,
-            PROG ": %lld characters in %.2f s (%.1f characters/s, %.2f CPU s, %s, %s)\n",
-            (long long)length, t_gen, t_gen > 0 ? (double)length / t_gen : 0.0, c_gen,
-            no_cache ? "full recompute" : "key/value cache", cg_precision_name(prec));
+    const char *unit = ck.vocab ? "characters" : "tokens";
+    fprintf(stderr, PROG ": %lld %s in %.2f s (%.1f %s/s, %.2f CPU s, %s, %s)\n",
+            (long long)length, unit, t_gen, t_gen > 0 ? (double)length / t_gen : 0.0, unit,
+            c_gen, no_cache ? "full recompute" : "key/value cache", cg_precision_name(prec));
     if (attn_png) {
         int64_t total = n + length, w = total < 32 ? total : 32;
         if (w > ck.model->cfg.max_len)
             w = ck.model->cfg.max_len;
-        if (!write_attention_png(ck.model, ck.vocab, outp + total - w, w, attn_png)) {
+        if (!write_attention_png(ck.model, ck.tok, outp + total - w, w, attn_png)) {
             rc = cg_prog_fail("--attention: %s", cg_last_error());
             goto done;
         }
@@ -575,10 +421,8 @@ static int cmd_sample(int argc, char **argv)
     rc = 0;
 done:
     fflush(stdout);
-    free(cps);
     free(ids);
     free(outp);
-    free(text);
     cg_charlm_ckpt_free(&ck);
     return rc;
 }
@@ -606,60 +450,41 @@ static int cmd_eval(int argc, char **argv)
     int prc = cg_prog_parse(argc, argv, opts, (int)(sizeof opts / sizeof *opts), EVAL_HELP);
     if (prc >= 0)
         return prc;
-    if (threads > 0)
-        cg_set_num_threads((int)cg_cli_threads(PROG, threads));
+    cg_cli_set_threads(PROG, threads);
     cg_charlm_ckpt ck;
     if (!cg_charlm_ckpt_load(ckpt, &ck))
         return cg_prog_fail_lib(NULL);
+    const char *tj = cg_charlm_ckpt_train_json(&ck);
     cg_precision prec; /* the products as trained */
-    if (!cg_train_precision(cg_charlm_ckpt_train_json(&ck), ckpt, &prec)) {
-        cg_charlm_ckpt_free(&ck);
-        return cg_prog_fail_lib(NULL);
-    }
-    cg_set_matmul_precision(prec);
-    int rc = 1;
-    char *data_copy = NULL;
     cg_corpus *corpus = NULL;
-    if (!data) {
-        cJSON *o = cJSON_Parse(cg_charlm_ckpt_train_json(&ck) ? cg_charlm_ckpt_train_json(&ck)
-                                                               : "{}");
-        const cJSON *dj = cJSON_GetObjectItemCaseSensitive(o, "data");
-        if (cJSON_IsString(dj))
-            data_copy = strdup(dj->valuestring);
-        cJSON_Delete(o);
-        data = data_copy ? data_copy : DEFAULT_DATA;
-    }
+    char *path = cg_train_data_path(tj, data, DEFAULT_DATA);
     cg_data_id id;
-    corpus = read_corpus(data, ck.vocab, NULL, &id);
-    if (!corpus || !cg_train_data_check(cg_charlm_ckpt_train_json(&ck), ckpt, &id)) {
-        rc = cg_prog_fail_lib(NULL);
-        goto done;
-    }
-    if (corpus->unknown > 0) {
-        char a[48];
-        describe_char(corpus->first_unknown, a, sizeof a);
-        cg_prog_warn("'%s' has %lld character(s) outside the vocabulary (first %s); they are read as "
-             "the substitute character",
-             data, (long long)corpus->unknown, a);
-    }
     double loss;
     int64_t nwin, T = ck.model->cfg.max_len;
-    if (!full_split_loss(ck.model, cg_corpus_val(corpus), T, &loss, &nwin)) {
-        rc = cg_prog_fail("'%s': %s", data, cg_last_error());
-        goto done;
+    int rc = path && cg_train_precision(tj, ckpt, &prec) &&
+                     (corpus = read_corpus(path, &ck.tok, ck.tok->kind, 0, &id)) &&
+                     cg_train_data_check(tj, ckpt, &id)
+                 ? -1
+                 : cg_prog_fail_lib(NULL);
+    if (rc < 0) {
+        if (ck.vocab)
+            cg_vocab_warn_unknown(ck.vocab, PROG, path, corpus->unknown, corpus->first_unknown);
+        cg_set_matmul_precision(prec);
+        if (!cg_charlm_full_loss(ck.model, cg_corpus_val(corpus), T, &loss, &nwin))
+            rc = cg_prog_fail("'%s': %s", path, cg_last_error());
     }
-    printf("{\"val_loss\": %s, \"perplexity\": %s, \"bits_per_char\": %s, \"windows\": "
-           "%lld, \"T\": %lld, \"step\": %lld, \"precision\": %s}\n",
-           CG_JSON_NUM("%.4f", loss), CG_JSON_NUM("%.4f", exp(loss)),
-           CG_JSON_NUM("%.4f", loss / log(2.0)), (long long)nwin, (long long)T, (long long)ck.step,
-           CG_JSON_STR(cg_precision_name(prec)));
-    rc = 0;
-done:
+    if (rc < 0)
+        printf("{\"val_loss\": %s, \"perplexity\": %s, \"bits_per_char\": %s, \"windows\": "
+               "%lld, \"T\": %lld, \"step\": %lld, \"precision\": %s, \"tokenizer\": %s}\n",
+               CG_JSON_NUM("%.4f", loss), CG_JSON_NUM("%.4f", exp(loss)),
+               CG_JSON_NUM("%.4f", cg_corpus_val_bpc(corpus, loss)), (long long)nwin, (long long)T,
+               (long long)ck.step, CG_JSON_STR(cg_precision_name(prec)),
+               CG_JSON_STR(cg_tokenizer_kind_name(ck.tok->kind)));
     fflush(stdout);
-    free(data_copy);
+    free(path);
     cg_corpus_free(corpus);
     cg_charlm_ckpt_free(&ck);
-    return rc;
+    return rc < 0 ? 0 : rc;
 }
 
 /* ------------------------------------------------------------------- main */

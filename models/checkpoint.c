@@ -188,7 +188,7 @@ void cg_charlm_ckpt_free(cg_charlm_ckpt *c)
     if (!c)
         return;
     cg_charlm_free(c->model);
-    cg_vocab_free(c->vocab);
+    cg_tokenizer_free(c->tok);
     cg_st_close(c->file);
     memset(c, 0, sizeof *c);
 }
@@ -213,14 +213,21 @@ bool cg_charlm_ckpt_load(const char *path, cg_charlm_ckpt *out)
         cg_set_error("checkpoint '%s': bad config: %s", path, msg);
         goto fail;
     }
-    out->vocab = cg_vocab_from_json(cg_st_metadata(f, "vocab"));
-    if (!out->vocab) {
+    if (cg_st_metadata(f, "tokenizer")) { /* bpe (models/tokenizer.h) */
+        if (!(out->tok = cg_tokenizer_read(f, false)))
+            goto fail;
+    } else if (!(out->tok = calloc(1, sizeof *out->tok)) ||
+               !(out->vocab = out->tok->cv = cg_vocab_from_json(cg_st_metadata(f, "vocab")))) {
+        if (!out->tok)
+            cg_set_error("out of memory");
         error_in(path);
         goto fail;
     }
-    if (out->vocab->n != cfg.vocab) {
-        cg_set_error("checkpoint '%s': vocabulary has %lld characters but the config says %lld",
-                     path, (long long)out->vocab->n, (long long)cfg.vocab);
+    if (cg_tokenizer_vocab_size(out->tok) != cfg.vocab) {
+        cg_set_error("checkpoint '%s': %s has %lld %s but the config says %lld", path,
+                     out->vocab ? "vocabulary" : "the bpe tokenizer",
+                     (long long)cg_tokenizer_vocab_size(out->tok),
+                     out->vocab ? "characters" : "ids", (long long)cfg.vocab);
         goto fail;
     }
     double d = (double)cfg.d, ff = (double)cfg.d_ff;

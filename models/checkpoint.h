@@ -55,7 +55,8 @@ bool cg_charlm_ckpt_save(const char *path, const cg_charlm *model, const cg_voca
 
 typedef struct {
     cg_charlm *model;   /* owned: built from "config", parameters loaded */
-    cg_vocab *vocab;    /* owned */
+    cg_tokenizer *tok;  /* owned (models/tokenizer.h): char or bpe */
+    cg_vocab *vocab;    /* a char tokenizer's vocabulary (borrowed from tok), else NULL */
     int64_t step;       /* 0 if absent */
     cg_st_file *file;   /* owned, open: for cg_optim_load and "train" */
 } cg_charlm_ckpt;

@@ -15,6 +15,7 @@
 #include <strings.h>
 
 #include "core/error.h"
+#include "core/tensor.h"
 
 static bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
@@ -175,6 +176,12 @@ int cg_cli_cpus(void)
         n = k > 0 && k < 1 << 20 ? (int)k : 1;
     }
     return n;
+}
+
+void cg_cli_set_threads(const char *prog, int64_t n)
+{
+    if (n > 0)
+        cg_set_num_threads((int)cg_cli_threads(prog, n));
 }
 
 int64_t cg_cli_threads(const char *prog, int64_t n)

@@ -31,6 +31,9 @@ bool cg_cli_parse_bool(const char *flag, const char *s, bool *out);
  * than the C CPUs available; using C" on stderr and returns C. N <= 0 (not
  * given) is returned unchanged. */
 int64_t cg_cli_threads(const char *prog, int64_t n);
+/* --threads N for the kernels: cg_set_num_threads(cg_cli_threads(prog, n))
+ * when n > 0 (given); nothing otherwise. */
+void cg_cli_set_threads(const char *prog, int64_t n);
 /* CPUs this process may run on (at least 1). */
 int cg_cli_cpus(void);
 

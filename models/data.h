@@ -19,6 +19,7 @@
 
 #include "core/tensor.h"
 #include "models/outfile.h"
+#include "models/tokenizer.h"
 #include "models/vocab.h"
 
 #ifdef __cplusplus
@@ -42,6 +43,11 @@ size_t cg_input_limit(void);
  * one is read, so /dev/zero fails at once). */
 char *cg_read_file_once(const char *path, size_t max_bytes, bool text, size_t *len);
 
+/* After reading path failed: when it could not be opened and it is the
+ * program's default data file, the error gets how to make it ("...;
+ * create it with scripts/prepare_data.sh (or pass --data FILE)"). */
+void cg_data_default_hint(const char *path, const char *default_path);
+
 /* One line of f, like getline(3) (*buf grown as needed, *cap its size) but
  * without the "\n": returns its length, -1 at the end of input, -2 + error
  * ("name: read error: ...", a line longer than max_len bytes, a NUL byte):
@@ -60,6 +66,9 @@ typedef struct {
     int64_t unknown;    /* characters mapped to vocab->unk (0 when the
                            vocabulary was built from this text) */
     uint32_t first_unknown;
+    int64_t chars, chars_train; /* the characters the ids spell, in all and in
+                                   the training split (n and n_train for a
+                                   character corpus) */
 } cg_corpus;
 
 /* Encode code points with vocab and split 90/10. */
@@ -72,6 +81,17 @@ cg_corpus *cg_corpus_new(const cg_vocab *vocab, const uint32_t *cps, int64_t n);
  * be NULL) gets the identity of the bytes read (models/outfile.h). */
 cg_corpus *cg_corpus_read(const char *path, const cg_vocab *vocab, size_t max_bytes,
                           cg_vocab **built, cg_data_id *id);
+/* The corpus of a file through a tokenizer (models/tokenizer.h). *tok
+ * set: its ids; *tok NULL: a new tokenizer of `kind`, returned in *tok.
+ *   char  cg_corpus_read over (*tok)->cv, or building the vocabulary from
+ *         the whole text (the reference's recipe), unchanged;
+ *   bpe   the text is split 90/10 by characters as above, a new tokenizer
+ *         is trained with vocab_size ids on the lines of the training split
+ *         only, and each split is encoded on its own (n_train: the training
+ *         split's ids; chars, chars_train: their characters).
+ * NULL + error (naming path). */
+cg_corpus *cg_corpus_read_tok(const char *path, cg_tokenizer **tok, cg_tokenizer_kind kind,
+                              int64_t vocab_size, cg_data_id *id);
 void cg_corpus_free(cg_corpus *c);
 
 /* A split as a view: pointer + length. */
@@ -79,6 +99,11 @@ typedef struct {
     const int32_t *ids;
     int64_t n;
 } cg_split_view;
+
+/* Bits per character of a mean loss in nats per token over the validation
+ * split (models/tokenizer.h cg_bits_per_char; for characters simply
+ * nats / ln 2). */
+double cg_corpus_val_bpc(const cg_corpus *c, double nats);
 
 cg_split_view cg_corpus_train(const cg_corpus *c);
 cg_split_view cg_corpus_val(const cg_corpus *c);

@@ -35,6 +35,13 @@ int cg_dist_rank(void) { return g_rank; }
 int cg_dist_size(void) { return g_size; }
 bool cg_dist_is_root(void) { return g_rank == 0; }
 
+bool cg_dist_share(int64_t n, int64_t *lo, int64_t *hi)
+{
+    *lo = n * g_rank / g_size;
+    *hi = n * (g_rank + 1) / g_size;
+    return n >= g_size;
+}
+
 uint64_t cg_dist_seed_for_rank(uint64_t seed, int rank)
 {
     return seed ^ ((uint64_t)rank * 0x9E3779B97F4A7C15ULL);

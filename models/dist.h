@@ -64,6 +64,10 @@ void cg_dist_finalize(void);
 int cg_dist_rank(void);
 int cg_dist_size(void);
 bool cg_dist_is_root(void);
+/* This rank's share [*lo, *hi) of n rows (n * rank / size up to
+ * n * (rank + 1) / size). False on every rank alike when n is smaller than
+ * the number of ranks (some share would be empty). */
+bool cg_dist_share(int64_t n, int64_t *lo, int64_t *hi);
 
 /* Per-rank seed (see above). */
 uint64_t cg_dist_rank_seed(uint64_t seed);

@@ -447,16 +447,6 @@ static int64_t unknown_in(const cg_pair_vocab *v, const char *s, uint32_t *first
     return unk;
 }
 
-static void warn_unknown(const char *prog, const char *what, int64_t count, uint32_t first)
-{
-    char c[8] = "";
-    if (first >= 0x20 && first != 0x7F)
-        c[cg_utf8_put(first, c)] = '\0';
-    fprintf(stderr, "%s: warning: %lld character(s) of %s are not in the vocabulary (first "
-            "U+%04X%s%s%s); they are read as <unk>\n", prog, (long long)count, what,
-            (unsigned)first, c[0] ? " '" : "", c, c[0] ? "'" : "");
-}
-
 int64_t cg_pair_vocab_warn_unknown(const cg_pair_vocab *v, const char *s, const char *prog,
                                    const char *what, int64_t number)
 {
@@ -465,7 +455,7 @@ int64_t cg_pair_vocab_warn_unknown(const cg_pair_vocab *v, const char *s, const 
     if (unk > 0 && prog) {
         char w[96];
         snprintf(w, sizeof w, "%s %lld", what, (long long)number);
-        warn_unknown(prog, w, unk, first);
+        cg_warn_unknown_chars(prog, w, unk, first, "<unk>");
     }
     return unk;
 }
@@ -484,7 +474,7 @@ int64_t cg_pairs_warn_unknown(const cg_pairs *p, const int64_t *idx, int64_t n,
         unk += a + b;
     }
     if (unk > 0 && prog)
-        warn_unknown(prog, what, unk, first);
+        cg_warn_unknown_chars(prog, what, unk, first, "<unk>");
     return unk;
 }
 

@@ -987,3 +987,31 @@ bool cg_plot_attention(const char *path, const char *title, int layers, int head
     free(titles);
     return ok;
 }
+
+bool cg_plot_attention_of(const char *path, const char *title, int layers, cg_mha *const *mods,
+                          int rows, int cols, const char *const *row_labels,
+                          const char *const *col_labels)
+{
+    if (layers < 1 || !mods) {
+        cg_set_error("the model has no attention layers to draw");
+        return false;
+    }
+    int64_t H = mods[0]->H, each = H * rows * cols;
+    float *w = malloc((size_t)(layers * each) * sizeof *w);
+    if (!w) {
+        cg_set_error("out of memory");
+        return false;
+    }
+    bool ok = true;
+    for (int l = 0; ok && l < layers; l++) {
+        const cg_tensor *t = mods[l]->weights;
+        ok = t && t->ndim == 4 && cg_numel(t) == each && t->shape[2] == rows &&
+             t->shape[3] == cols && cg_copy_to(t, w + l * each);
+        if (!ok && !cg_has_error())
+            cg_set_error("attention weights of layer %d were not recorded", l);
+    }
+    ok = ok && cg_plot_attention(path, title, layers, (int)H, rows, cols, w, row_labels,
+                                 col_labels);
+    free(w);
+    return ok;
+}

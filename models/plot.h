@@ -21,6 +21,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "nn/attention.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -99,6 +101,14 @@ bool cg_plot_heatmaps(const char *path, const char *title, int grid_rows, int gr
 bool cg_plot_attention(const char *path, const char *title, int layers, int heads, int rows,
                        int cols, const float *weights, const char *const *row_labels,
                        const char *const *col_labels);
+
+/* cg_plot_attention of what the attention modules mods[0..layers) kept
+ * from their last forward (cg_module_keep_attention_weights): each one's
+ * weights [1, H, rows, cols] (H from mods[0]). False + error when a module
+ * recorded none or of another shape. */
+bool cg_plot_attention_of(const char *path, const char *title, int layers, cg_mha *const *mods,
+                          int rows, int cols, const char *const *row_labels,
+                          const char *const *col_labels);
 
 /* The colour of t in [0, 1] on the heatmap scale, as 0xRRGGBB. */
 uint32_t cg_plot_colormap(float t);

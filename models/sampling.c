@@ -224,15 +224,99 @@ fail:
     return NULL;
 }
 
-bool cg_print_token(void *ctx, int64_t id)
+int cg_sample_cli_opts(cg_sample_opts *o, uint64_t *seed, cg_cli_opt *opts)
 {
-    const cg_token_printer *p = ctx;
-    char *t = cg_vocab_decode(p->vocab, &id, 1);
+    *o = (cg_sample_opts){.temperature = 1.0, .top_k = 0, .top_p = 1.0};
+    *seed = 1;
+    opts[0] = (cg_cli_opt){"--temperature", CG_CLI_F64, &o->temperature, 0, 1e6, NULL};
+    opts[1] = (cg_cli_opt){"--top-k", CG_CLI_I64, &o->top_k, 0, 1 << 30, NULL};
+    opts[2] = (cg_cli_opt){"--top-p", CG_CLI_F64, &o->top_p, 1e-9, 1, NULL};
+    opts[3] = (cg_cli_opt){"--seed", CG_CLI_U64, seed, 0, 0, NULL};
+    return 4;
+}
+
+/* The printer of cg_charlm_generate_text. */
+typedef struct {
+    const cg_tokenizer *tok;
+    FILE *out;
+    int64_t *ids, n, cap; /* the ids since the anchor */
+    size_t printed;       /* bytes of their text written */
+} printer;
+
+/* Write the new text of p's ids (all of it when flush; else holding back a
+ * U+FFFD ending); re-anchor at the last id once nothing is held back. */
+static bool printer_write(printer *p, bool flush)
+{
+    char *t = cg_tokenizer_decode(p->tok, p->ids, p->n);
     if (!t)
         return false;
-    bool ok = fputs(t, p->out) >= 0 && fflush(p->out) == 0;
+    size_t len = strlen(t), end = len;
+    while (!flush && p->tok->kind == CG_TOK_BPE && end >= 3 &&
+           memcmp(t + end - 3, "\xEF\xBF\xBD", 3) == 0)
+        end -= 3;
+    bool ok = end <= p->printed ||
+              (fwrite(t + p->printed, 1, end - p->printed, p->out) == end - p->printed &&
+               fflush(p->out) == 0);
     free(t);
-    if (!ok)
+    if (!ok) {
         cg_set_error("sample: cannot write the output");
-    return ok;
+        return false;
+    }
+    if (end > p->printed)
+        p->printed = end;
+    if (end == len && p->n > 32) { /* keep the work per id bounded */
+        p->ids[0] = p->ids[p->n - 1];
+        p->n = 1;
+        char *l = cg_tokenizer_decode(p->tok, p->ids, 1);
+        if (!l)
+            return false;
+        p->printed = strlen(l);
+        free(l);
+    }
+    return true;
+}
+
+/* A cg_token_fn: one more id. */
+static bool print_token(void *ctx, int64_t id)
+{
+    printer *p = ctx;
+    if (p->n == p->cap) {
+        int64_t *ni = realloc(p->ids, (size_t)(p->cap * 2) * sizeof *ni);
+        if (!ni) {
+            cg_set_error("out of memory");
+            return false;
+        }
+        p->ids = ni;
+        p->cap *= 2;
+    }
+    p->ids[p->n++] = id;
+    return printer_write(p, false);
+}
+
+int64_t *cg_charlm_generate_text(cg_charlm *m, const cg_tokenizer *tok, const int64_t *prompt,
+                                 int64_t n_prompt, int64_t n_new, const cg_sample_opts *o,
+                                 cg_rng *rng, bool use_cache, FILE *out)
+{
+    if (!tok)
+        return NULL;
+    if (!m || !prompt || n_prompt < 1) /* as cg_charlm_generate refuses it */
+        return cg_charlm_generate(m, prompt, n_prompt, n_new, o, rng, use_cache, NULL, NULL);
+    printer p = {.tok = tok, .out = out, .cap = 64};
+    p.ids = malloc((size_t)p.cap * sizeof *p.ids);
+    char *l = p.ids ? cg_tokenizer_decode(tok, prompt + n_prompt - 1, 1) : NULL;
+    if (!p.ids)
+        cg_set_error("out of memory");
+    int64_t *ids = NULL;
+    if (l) {
+        p.ids[p.n++] = prompt[n_prompt - 1]; /* its text counts as written */
+        p.printed = strlen(l);
+        ids = cg_charlm_generate(m, prompt, n_prompt, n_new, o, rng, use_cache, print_token, &p);
+        if (ids && !printer_write(&p, true)) {
+            free(ids);
+            ids = NULL;
+        }
+    }
+    free(l);
+    free(p.ids);
+    return ids;
 }

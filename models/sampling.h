@@ -22,6 +22,8 @@
 #include <stdio.h>
 
 #include "models/charlm.h"
+#include "models/cli.h"
+#include "models/tokenizer.h"
 #include "models/vocab.h"
 
 #ifdef __cplusplus
@@ -45,6 +47,17 @@ typedef struct {
     double top_p;       /* 1 = off; else nucleus: smallest set with mass >= p */
 } cg_sample_opts;
 
+/* The sampling flags --temperature --top-k --top-p --seed, appended to a
+ * flag table (models/cli.h; room for 4) over *o and *seed, which get
+ * their defaults (1, 0 = all, 1 = off, 1); returns 4. CG_SAMPLE_HELP is
+ * their help. */
+int cg_sample_cli_opts(cg_sample_opts *o, uint64_t *seed, cg_cli_opt *opts);
+#define CG_SAMPLE_HELP                                                                        \
+    "  --temperature X     softmax temperature (default 1; 0 = greedy)\n"                    \
+    "  --top-k K           keep the K most likely tokens (default 0 = all)\n"                \
+    "  --top-p P           nucleus sampling mass in (0, 1] (default 1 = off)\n"              \
+    "  --seed N            sampling seed (default 1)\n"
+
 /* Draw one id from logits[0..V) (the reference's generate(): logits /
  * temperature, top-k mask, softmax, then the nucleus filter and one uniform
  * draw from rng). Returns the id, or -1 + error on bad options. */
@@ -63,13 +76,15 @@ int64_t *cg_charlm_generate(cg_charlm *m, const int64_t *prompt, int64_t n_promp
                             const cg_sample_opts *o, cg_rng *rng, bool use_cache,
                             cg_token_fn on_token, void *ctx);
 
-/* A cg_token_fn that writes each id's character to out and flushes, so
- * that a sample is printed as it is generated. ctx: a cg_token_printer. */
-typedef struct {
-    const cg_vocab *vocab;
-    FILE *out;
-} cg_token_printer;
-bool cg_print_token(void *ctx, int64_t id);
+/* cg_charlm_generate, writing the text of the new ids to out (flushed) as
+ * they are generated, decoded with tok (models/tokenizer.h): the text of
+ * the ids since an anchor (the last prompt id at first) is decoded at each
+ * id and what is new is written; for BPE an ending that decodes to U+FFFD
+ * (a byte piece waiting for the rest of its UTF-8 sequence) is held back
+ * until it completes or the sample ends. */
+int64_t *cg_charlm_generate_text(cg_charlm *m, const cg_tokenizer *tok, const int64_t *prompt,
+                                 int64_t n_prompt, int64_t n_new, const cg_sample_opts *o,
+                                 cg_rng *rng, bool use_cache, FILE *out);
 
 #ifdef __cplusplus
 }

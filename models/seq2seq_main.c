@@ -52,23 +52,8 @@ static void die_lib(const char *what)
 }
 
 /* ------------------------------------------------------------ presets */
-typedef struct {
-    const char *name;
-    int64_t d, H, enc_layers, dec_layers, d_ff;
-} preset;
-
-static const preset PRESETS[] = {
-    {"tiny", 128, 4, 2, 2, 512},
-    {"base", 256, 8, 3, 3, 1024},
-};
-
-static const preset *find_preset(const char *name)
-{
-    for (size_t i = 0; i < sizeof PRESETS / sizeof PRESETS[0]; i++)
-        if (strcmp(PRESETS[i].name, name) == 0)
-            return &PRESETS[i];
-    return NULL;
-}
+static const cg_train_preset PRESETS[] = {{"tiny", 128, 4, 0, 2, 2, 512, 0, 0},
+                                           {"base", 256, 8, 0, 3, 3, 1024, 0, 0}};
 
 /* ------------------------------------------------------------ checkpoints */
 /* models/checkpoint.h: the layout shared with charlm. */
@@ -290,8 +275,10 @@ typedef struct {
 static void dataset_load(const char *path, int64_t n_valid, int64_t n_test, dataset *d,
                          cg_data_id *id)
 {
-    if (!cg_pairs_read(path, &d->pairs, id))
+    if (!cg_pairs_read(path, &d->pairs, id)) {
+        cg_data_default_hint(path, DEFAULT_DATA);
         die_lib(NULL);
+    }
     if (!cg_pairs_split(&d->pairs, n_valid, n_test, &d->split))
         die("%s: %s", path, cg_last_error());
 }
@@ -328,10 +315,7 @@ static const char TRAIN_HELP[] =
     "  --beam N             beam size for the final test (default 4)\n"
     "  --length-penalty A   alpha of ((5+len)/6)^alpha (default 0.6)\n"
     "  --examples N         test examples to print (default 3)\n"
-    "  --tokenizer char|bpe characters (default) or BPE subwords (SentencePiece,\n"
-    "                       trained on the training split; one vocabulary for\n"
-    "                       source and target, kept in the checkpoint)\n"
-    "  --vocab-size N       BPE vocabulary size, >= 261 (default 4000; bpe only)\n"
+    "  --tokenizer          (shared, below): one vocabulary for source and target\n"
     "  defaults: --data " DEFAULT_DATA ", --out " DEFAULT_CKPT ",\n"
     "  --steps 16000 (about 15 minutes on 2 threads of the development machine; the\n"
     "  reference's recipe is 5000), --eval-every 1000, --dropout 0.1,\n"
@@ -351,9 +335,6 @@ typedef struct {
     double factor, alpha;
     dataset ds;
     int64_t n_train;
-    const char *tokenizer;   /* --tokenizer as given (NULL: char) */
-    int64_t vocab_size;      /* --vocab-size */
-    bool vocab_size_seen;
     cg_tokenizer *tok;
     double valid_chars;      /* validation target characters, an EOS each */
     cg_seq2seq *model;
@@ -373,12 +354,10 @@ static bool mt_batch(void *self, int k, double *weight, double *tokens)
         r->pos = 0;
     }
     int64_t bi = r->perm[r->pos++];
-    const int nranks = cg_dist_size(), rank = cg_dist_rank();
-    int64_t nb = r->batches.start[bi + 1] - r->batches.start[bi];
-    int64_t b0 = nb * rank / nranks, b1 = nb * (rank + 1) / nranks;
-    if (b1 <= b0) {
+    int64_t nb = r->batches.start[bi + 1] - r->batches.start[bi], b0, b1;
+    if (!cg_dist_share(nb, &b0, &b1)) {
         cg_set_error("a batch of %lld pairs cannot be split over %d ranks (raise --max-tokens)",
-                     (long long)nb, nranks);
+                     (long long)nb, cg_dist_size());
         return false;
     }
     cg_batch_free(&r->bt[k]);
@@ -510,25 +489,11 @@ static bool mt_finish(void *self, const cg_trainer *t, cg_jline *j)
 static char *mt_config(void *self) { return cg_seq2seq_config_to_json(&((mt_run *)self)->model->cfg); }
 static const cg_tokenizer *mt_tokenizer(void *self) { return ((mt_run *)self)->tok; }
 
-/* The translator's own state: its recipe and its place in the batch order. */
-static bool mt_state_save(void *self, cJSON *o)
+/* The translator's own state: its recipe and its place in the batch order,
+ * written into o or (o NULL) read back when resuming. */
+static bool mt_state(void *self, cJSON *o)
 {
     mt_run *r = self;
-    return cJSON_AddStringToObject(o, "preset", r->preset) &&
-           cJSON_AddNumberToObject(o, "max_tokens", (double)r->max_tokens) &&
-           cJSON_AddNumberToObject(o, "factor", r->factor) &&
-           cJSON_AddNumberToObject(o, "warmup", (double)r->warmup) &&
-           cJSON_AddNumberToObject(o, "max_len", (double)r->max_len) &&
-           cJSON_AddNumberToObject(o, "valid_size", (double)r->valid_size) &&
-           cJSON_AddNumberToObject(o, "test_size", (double)r->test_size) &&
-           cJSON_AddNumberToObject(o, "epoch", (double)r->epoch) &&
-           cJSON_AddNumberToObject(o, "pos", (double)r->pos);
-}
-
-static void mt_state_load(mt_run *r, const cJSON *o, const char *path)
-{
-    char what[600];
-    snprintf(what, sizeof what, "'%.500s': seq2seq training state", path);
     const cg_json_field f[] = {
         {"preset", CG_JF_STR, &r->preset, 0, 0, false},
         {"factor", CG_JF_F64, &r->factor, 0, 1e3, false},
@@ -541,8 +506,7 @@ static void mt_state_load(mt_run *r, const cJSON *o, const char *path)
         {"epoch", CG_JF_I64, &r->epoch, 0, 1e15, false},
         {"pos", CG_JF_I64, &r->pos, 0, 1e15, false},
     };
-    if (!cg_json_read_fields(o, what, f, (int)(sizeof f / sizeof f[0])))
-        die_lib(NULL);
+    return cg_trainer_model_state(r->t, "seq2seq", o, f, (int)(sizeof f / sizeof f[0]));
 }
 
 /* The tokenizer: trained on the (filtered) training pairs, both sides, or
@@ -552,9 +516,8 @@ static void mt_state_load(mt_run *r, const cJSON *o, const char *path)
 static void setup_tokenizer(mt_run *r, cg_seq2seq_ckpt *ck, const char *data)
 {
     const cg_pairs *P = &r->ds.pairs;
-    cg_tokenizer_kind kind = ck ? ck->tok->kind : CG_TOK_CHAR;
-    if (!ck && r->tokenizer && !cg_tokenizer_kind_parse(r->tokenizer, &kind))
-        die("--tokenizer: %s", cg_last_error());
+    cg_tokenizer_kind kind = ck ? ck->tok->kind : r->t->o->tokenizer;
+    int64_t vocab_size = r->t->o->vocab_size;
     if (ck && kind == CG_TOK_BPE) {
         r->tok = ck->tok;
         ck->tok = NULL;
@@ -569,8 +532,8 @@ static void setup_tokenizer(mt_run *r, cg_seq2seq_ckpt *ck, const char *data)
         }
         if (kind == CG_TOK_BPE)
             fprintf(stderr, "training a BPE tokenizer of %lld ids on %lld training pairs...\n",
-                    (long long)r->vocab_size, (long long)r->n_train);
-        r->tok = cg_tokenizer_train(kind, true, sents, n, r->vocab_size);
+                    (long long)vocab_size, (long long)r->n_train);
+        r->tok = cg_tokenizer_train(kind, true, sents, n, vocab_size);
         free(sents);
         if (!r->tok)
             die_lib(data);
@@ -605,11 +568,12 @@ static void mt_setup(mt_run *r, cg_train_opts *o, cg_trainer *t)
     cg_seq2seq_ckpt ck = {0};
     if (o->resume) {
         ckpt_load(o->resume, &ck);
-        mt_state_load(r, t->model_state, o->resume);
+        if (!mt_state(r, NULL))
+            die_lib(NULL);
     }
-    const preset *pr = find_preset(r->preset);
+    const cg_train_preset *pr = cg_train_preset_find(PRESETS, 2, r->preset);
     if (!pr)
-        die("unknown preset '%s' (choose tiny or base)", r->preset);
+        die_lib(NULL);
     if (o->seed > 0xffffffffULL)
         die("--seed must be below 2^32 (numpy RandomState)");
     cg_data_id id;
@@ -640,18 +604,17 @@ static void mt_setup(mt_run *r, cg_train_opts *o, cg_trainer *t)
     } else {
         cg_seq2seq_config cfg = cg_seq2seq_config_default();
         cfg.vocab = cg_tokenizer_vocab_size(r->tok);
-        cfg.d = o->d_seen ? o->d : pr->d;
-        cfg.H = o->H_seen ? o->H : pr->H;
-        cfg.enc_layers = o->enc_layers_seen ? o->enc_layers : pr->enc_layers;
-        cfg.dec_layers = o->dec_layers_seen ? o->dec_layers : pr->dec_layers;
-        cfg.d_ff = o->d_ff_seen ? o->d_ff : pr->d_ff;
-        cfg.max_len = r->max_len;
+        cg_train_preset p;
         cfg.norm = CG_NORM_LAYERNORM;
         cfg.act = CG_ACT_RELU;
-        if (o->norm && !cg_norm_kind_parse(o->norm, &cfg.norm))
-            die("--norm: %s", cg_last_error());
-        if (o->act && !cg_act_parse(o->act, &cfg.act))
-            die("--act: %s", cg_last_error());
+        if (!cg_train_shape(o, pr, &p, &cfg.norm, &cfg.act))
+            die_lib(NULL);
+        cfg.d = p.d;
+        cfg.H = p.H;
+        cfg.enc_layers = p.enc_layers;
+        cfg.dec_layers = p.dec_layers;
+        cfg.d_ff = p.d_ff;
+        cfg.max_len = r->max_len;
         cfg.norm_first = o->norm_first;
         cfg.dropout = (float)o->dropout;
         cfg.label_smoothing = (float)o->label_smoothing;
@@ -695,24 +658,6 @@ static void mt_setup(mt_run *r, cg_train_opts *o, cg_trainer *t)
             o->resume ? " (resumed)" : "");
 }
 
-/* --tokenizer and --vocab-size, before any data is read. */
-static void check_tokenizer_flags(const mt_run *r)
-{
-    cg_tokenizer_kind kind = CG_TOK_CHAR;
-    if (r->tokenizer && !cg_tokenizer_kind_parse(r->tokenizer, &kind))
-        cg_prog_die(CG_EXIT_USAGE, "--tokenizer: %s", cg_last_error());
-    if (r->vocab_size_seen && kind != CG_TOK_BPE)
-        cg_prog_die(CG_EXIT_USAGE, "--vocab-size needs --tokenizer bpe (the character "
-                    "vocabulary is the characters of the training pairs)");
-    if (r->vocab_size_seen && r->vocab_size < CG_SPM_MIN_VOCAB)
-        cg_prog_die(CG_EXIT_USAGE, "--vocab-size %lld is too small: BPE needs at least %d ids "
-                    "(4 special ids + 256 byte pieces + 1)",
-                    (long long)r->vocab_size, CG_SPM_MIN_VOCAB);
-    if (kind == CG_TOK_BPE && !cg_spm_available())
-        die("--tokenizer bpe: this build has no SentencePiece, so BPE is unavailable "
-            "(apt-get install libsentencepiece-dev g++, then reconfigure)");
-}
-
 static int cmd_train(int argc, char **argv)
 {
     cg_train_opts o;
@@ -726,7 +671,7 @@ static int cmd_train(int argc, char **argv)
     o.label_smoothing = 0.1;
     mt_run r = {.preset = "tiny", .max_tokens = 3000, .warmup = 400, .max_len = 256,
                 .valid_size = 500, .test_size = 1000, .test_limit = 1000, .beam = 4,
-                .examples = 3, .factor = 0.25, .alpha = 0.6, .vocab_size = 4000};
+                .examples = 3, .factor = 0.25, .alpha = 0.6};
     bool factor_seen = false;
     cg_cli_opt opts[CG_TRAIN_MAX_OPTS + 14] = {
         {"--preset", CG_CLI_STR, &r.preset, 0, 0, NULL},
@@ -740,27 +685,21 @@ static int cmd_train(int argc, char **argv)
         {"--beam", CG_CLI_I64, &r.beam, 1, 1000, NULL},
         {"--length-penalty", CG_CLI_F64, &r.alpha, -100, 100, NULL},
         {"--examples", CG_CLI_I64, &r.examples, 0, 1e9, NULL},
-        {"--tokenizer", CG_CLI_STR, &r.tokenizer, 0, 0, NULL},
-        {"--vocab-size", CG_CLI_I64, &r.vocab_size, 1, 1e9, &r.vocab_size_seen},
     };
-    int n = 13 + cg_train_cli_opts(&o, CG_TRAIN_FLAGS_ENC_DEC, opts + 13);
-    char help[sizeof TRAIN_HELP + 4096];
-    snprintf(help, sizeof help, "%s%s", TRAIN_HELP, CG_TRAIN_HELP_COMMON);
-    int rc = cg_prog_parse(argc, argv, opts, n, help);
+    int n = 11 + cg_train_cli_opts(&o, CG_TRAIN_FLAGS_ENC_DEC, opts + 11);
+    int rc = cg_train_parse(argc, argv, opts, n, TRAIN_HELP);
     if (rc >= 0)
         return rc;
     if (!o.resume && o.lr_seen && factor_seen)
         die("--lr and --factor both set the learning rate; give one");
-    if (!o.resume && !find_preset(r.preset))
-        die("unknown preset '%s' (choose tiny or base)", r.preset);
-    if (!o.resume)
-        check_tokenizer_flags(&r);
+    if (!o.resume && !cg_train_preset_find(PRESETS, 2, r.preset))
+        die_lib(NULL);
     if (!o.data)
         o.data = DEFAULT_DATA;
     cg_trainer t;
     rc = cg_trainer_begin(&t, &o, "seq2seq", DEFAULT_CKPT,
                           "--preset --max-tokens --factor --warmup --max-len --valid-size "
-                          "--test-size --tokenizer --vocab-size",
+                          "--test-size",
                           argc, argv, opts, n);
     if (rc < 0) {
         r.t = &t;
@@ -771,7 +710,7 @@ static int cmd_train(int argc, char **argv)
             .optim = cg_adam_config(0.0, 0.9, 0.98, 1e-9), .clip_norm = 1.0, .self = &r,
             .batch = mt_batch, .loss = mt_loss, .lr = mt_lr, .evaluate = mt_evaluate,
             .finish = mt_finish, .config_json = mt_config, .tokenizer = mt_tokenizer,
-            .state_save = mt_state_save};
+            .state_save = mt_state};
         rc = cg_trainer_run(&t, &m);
     }
     cg_trainer_end(&t);
@@ -823,9 +762,10 @@ static int cmd_translate(int argc, char **argv)
     int nf, np;
     if (!flags || !pos)
         die("out of memory");
-    split_args(argc, argv, opts, 6, flags, &nf, pos, &np);
-    parse_flags(nf, flags, opts, 6, TRANSLATE_HELP);
-    cg_set_num_threads((int)cg_cli_threads(PROG, threads));
+    const int nopt = (int)(sizeof opts / sizeof *opts);
+    split_args(argc, argv, opts, nopt, flags, &nf, pos, &np);
+    parse_flags(nf, flags, opts, nopt, TRANSLATE_HELP);
+    cg_cli_set_threads(PROG, threads);
     cg_precision prec;
     ckpt c;
     ckpt_load(ck, &c);
@@ -918,7 +858,7 @@ static int cmd_eval(int argc, char **argv)
         {"--precision", CG_CLI_STR, &precision, 0, 0, NULL},
     };
     parse_flags(argc, argv, opts, (int)(sizeof opts / sizeof opts[0]), EVAL_HELP);
-    cg_set_num_threads((int)cg_cli_threads(PROG, threads));
+    cg_cli_set_threads(PROG, threads);
     ckpt c;
     ckpt_load(ck, &c);
     int64_t n_valid = 500, n_test = 1000;
@@ -1005,52 +945,25 @@ static const char ATTENTION_HELP[] =
 /* labels: one string per id (subword pieces readable, models/tokenizer.h) */
 static char **id_labels(const cg_tokenizer *tok, const int64_t *ids, int64_t n)
 {
-    char **l = calloc((size_t)n, sizeof *l);
+    char **l = cg_tokenizer_labels(tok, ids, n);
     if (!l)
-        die("out of memory");
-    for (int64_t i = 0; i < n; i++)
-        if (!(l[i] = cg_tokenizer_label(tok, ids[i])))
-            die_lib("labels");
+        die_lib("labels");
     return l;
 }
 
-static void draw(const char *dir, const char *file, const char *title, int layers, int H,
+static void draw(const char *dir, const char *file, const char *title, int layers,
                  cg_mha *const *mods, int64_t Tq, int64_t Tk, char **rl, char **cl)
 {
-    cg_heatmap_panel *p = calloc((size_t)(layers * H), sizeof *p);
-    char (*titles)[48] = calloc((size_t)(layers * H), sizeof *titles);
-    float **vals = calloc((size_t)layers, sizeof *vals);
-    if (!p || !titles || !vals)
-        die("out of memory");
-    for (int i = 0; i < layers; i++) {
-        cg_tensor *w = mods[i]->weights;
-        if (!w || w->ndim != 4 || w->shape[2] != Tq || w->shape[3] != Tk)
-            die("attention weights of layer %d were not recorded", i);
-        vals[i] = malloc((size_t)cg_numel(w) * sizeof(float));
-        if (!vals[i] || !cg_copy_to(w, vals[i]))
-            die("out of memory");
-        for (int h = 0; h < H; h++) {
-            int k = i * H + h;
-            snprintf(titles[k], sizeof titles[k], "layer %d head %d", i, h);
-            p[k] = (cg_heatmap_panel){titles[k], (int)Tq, (int)Tk, vals[i] + h * Tq * Tk,
-                                      (const char *const *)rl, (const char *const *)cl, NULL,
-                                      NULL};
-        }
-    }
     size_t plen = strlen(dir) + strlen(file) + 2;
     char *path = malloc(plen);
     if (!path)
         die("out of memory");
     snprintf(path, plen, "%s/%s", dir, file);
-    if (!cg_plot_heatmaps(path, title, layers, H, p, 0.0f, 1.0f))
+    if (!cg_plot_attention_of(path, title, layers, mods, (int)Tq, (int)Tk,
+                              (const char *const *)rl, (const char *const *)cl))
         die("%s: %s", path, cg_last_error());
     printf("%s\n", path);
     free(path);
-    for (int i = 0; i < layers; i++)
-        free(vals[i]);
-    free(vals);
-    free(titles);
-    free(p);
 }
 
 static int cmd_attention(int argc, char **argv)
@@ -1069,7 +982,7 @@ static int cmd_attention(int argc, char **argv)
     parse_flags(argc, argv, opts, (int)(sizeof opts / sizeof opts[0]), ATTENTION_HELP);
     if (!text)
         die("attention needs --text (try --help)");
-    cg_set_num_threads((int)cg_cli_threads(PROG, threads));
+    cg_cli_set_threads(PROG, threads);
     ckpt c;
     ckpt_load(ck, &c);
     cg_seq2seq *m = c.model;
@@ -1120,22 +1033,22 @@ static int cmd_attention(int argc, char **argv)
     cg_release(logits);
 
     char **sl = id_labels(c.tok, src, S), **tl = id_labels(c.tok, tin, T);
-    int H = (int)m->cfg.H, ne = m->encoder->n_layers, nd = m->decoder->n_layers;
+    int ne = m->encoder->n_layers, nd = m->decoder->n_layers;
     cg_mha **mods = malloc((size_t)(ne + nd + 1) * sizeof *mods);
     if (!mods)
         die("out of memory");
     if (ne > 0) {
         for (int i = 0; i < ne; i++)
             mods[i] = m->encoder->layers[i]->self_attn;
-        draw(dir, "encoder_self.png", "encoder self-attention", ne, H, mods, S, S, sl, sl);
+        draw(dir, "encoder_self.png", "encoder self-attention", ne, mods, S, S, sl, sl);
     }
     if (nd > 0) {
         for (int i = 0; i < nd; i++)
             mods[i] = m->decoder->layers[i]->self_attn;
-        draw(dir, "decoder_self.png", "decoder self-attention", nd, H, mods, T, T, tl, tl);
+        draw(dir, "decoder_self.png", "decoder self-attention", nd, mods, T, T, tl, tl);
         for (int i = 0; i < nd; i++)
             mods[i] = m->decoder->layers[i]->cross_attn;
-        draw(dir, "cross.png", "cross-attention (rows: decoder input, columns: source)", nd, H,
+        draw(dir, "cross.png", "cross-attention (rows: decoder input, columns: source)", nd,
              mods, T, S, tl, sl);
     }
     strings_free(sl, S);

@@ -157,21 +157,7 @@ int64_t *cg_tokenizer_encode(const cg_tokenizer *t, const char *text, int64_t *n
         return cg_spm_encode(t->spm, text, n);
     if (t->specials)
         return cg_pair_vocab_encode(&t->pv, text, n, n_unk);
-    int64_t k;
-    uint32_t *cps = cg_utf8_decode(text, strlen(text), "text", &k);
-    int64_t *ids = cps ? malloc((size_t)(k ? k : 1) * sizeof *ids) : NULL;
-    if (!ids) {
-        if (cps)
-            cg_set_error("out of memory");
-        free(cps);
-        return NULL;
-    }
-    int64_t unk = cg_vocab_encode(t->cv, cps, k, ids, NULL);
-    free(cps);
-    if (n_unk)
-        *n_unk = unk;
-    *n = k;
-    return ids;
+    return cg_vocab_encode_text(t->cv, text, "text", n, n_unk, NULL);
 }
 
 char *cg_tokenizer_decode(const cg_tokenizer *t, const int64_t *ids, int64_t n)
@@ -221,6 +207,21 @@ char *cg_tokenizer_label(const cg_tokenizer *t, int64_t id)
     }
     for (char *p = l; (p = strstr(p, "\xE2\x96\x81")) != NULL; p += 3)
         memcpy(p, "\xE2\x90\xA3", 3);
+    return l;
+}
+
+char **cg_tokenizer_labels(const cg_tokenizer *t, const int64_t *ids, int64_t n)
+{
+    char **l = calloc((size_t)(n > 0 ? n : 1), sizeof *l);
+    if (!l)
+        cg_set_error("out of memory");
+    for (int64_t i = 0; l && i < n; i++)
+        if (!(l[i] = cg_tokenizer_label(t, ids[i]))) {
+            while (i > 0)
+                free(l[--i]);
+            free(l);
+            l = NULL;
+        }
     return l;
 }
 

@@ -81,6 +81,9 @@ char *cg_tokenizer_decode(const cg_tokenizer *t, const int64_t *ids, int64_t n);
  * word-start mark U+2581 shown as U+2423 ("\u2423Haus"), byte pieces as
  * "<0x0A>". NULL + error on an id out of range. */
 char *cg_tokenizer_label(const cg_tokenizer *t, int64_t id);
+/* The labels of n ids (a malloc'd array of malloc'd strings; free each and
+ * the array) or NULL + error. */
+char **cg_tokenizer_labels(const cg_tokenizer *t, const int64_t *ids, int64_t n);
 /* Same tokenizer (kind and vocabulary)? */
 bool cg_tokenizer_equal(const cg_tokenizer *a, const cg_tokenizer *b);
 

@@ -89,6 +89,75 @@ int cg_prog_parse(int argc, char **argv, const cg_cli_opt *opts, int n, const ch
     return -1;
 }
 
+const cg_train_preset *cg_train_preset_find(const cg_train_preset *p, int n, const char *name)
+{
+    char choices[256] = "";
+    for (int i = 0; i < n; i++) {
+        if (strcmp(p[i].name, name) == 0)
+            return &p[i];
+        snprintf(choices + strlen(choices), sizeof choices - strlen(choices), "%s%s",
+                 i ? ", " : "", p[i].name);
+    }
+    cg_set_error("--preset: unknown preset '%s' (choices: %s)", name, choices);
+    return NULL;
+}
+
+bool cg_train_shape(const cg_train_opts *o, const cg_train_preset *p, cg_train_preset *out,
+                    cg_norm_kind *norm, cg_act *act)
+{
+    *out = *p;
+    out->d = o->d_seen ? o->d : p->d;
+    out->H = o->H_seen ? o->H : p->H;
+    out->layers = o->layers_seen ? o->layers : p->layers;
+    out->enc_layers = o->enc_layers_seen ? o->enc_layers : p->enc_layers;
+    out->dec_layers = o->dec_layers_seen ? o->dec_layers : p->dec_layers;
+    out->d_ff = o->d_ff_seen ? o->d_ff : p->d_ff;
+    char msg[256];
+    if (o->norm && !cg_norm_kind_parse(o->norm, norm)) {
+        snprintf(msg, sizeof msg, "%s", cg_last_error());
+        cg_set_error("--norm: %s", msg);
+        return false;
+    }
+    if (o->act && !cg_act_parse(o->act, act)) {
+        snprintf(msg, sizeof msg, "%s", cg_last_error());
+        cg_set_error("--act: %s", msg);
+        return false;
+    }
+    return true;
+}
+
+int cg_train_tokenizer_flags(const char *name, bool seen, int64_t vocab_size,
+                             cg_tokenizer_kind *kind)
+{
+    *kind = CG_TOK_CHAR;
+    if (name && !cg_tokenizer_kind_parse(name, kind)) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "%s", cg_last_error());
+        cg_set_error("--tokenizer: %s", msg);
+    } else if (seen && *kind != CG_TOK_BPE) {
+        cg_set_error("--vocab-size needs --tokenizer bpe (the character vocabulary is the "
+                     "characters of the training data)");
+    } else if (seen && vocab_size < CG_SPM_MIN_VOCAB) {
+        cg_set_error("--vocab-size %lld is too small: BPE needs at least %d ids (4 special ids "
+                     "+ 256 byte pieces + 1)", (long long)vocab_size, CG_SPM_MIN_VOCAB);
+    } else if (*kind == CG_TOK_BPE && !cg_spm_available()) {
+        cg_set_error("--tokenizer bpe: this build has no SentencePiece, so BPE is unavailable "
+                     "(apt-get install libsentencepiece-dev g++, then reconfigure)");
+        return CG_EXIT_FAIL;
+    } else {
+        return -1;
+    }
+    return CG_EXIT_USAGE;
+}
+
+int cg_train_parse(int argc, char **argv, const cg_cli_opt *opts, int n, const char *help)
+{
+    int rc = cg_prog_parse(argc, argv, opts, n, "");
+    if (rc == 0)
+        printf("%s%s", help, CG_TRAIN_HELP_COMMON);
+    return rc;
+}
+
 int cg_prog_main(int argc, char **argv, const char *prog, const char *help,
                  const cg_prog_command *cmds, int ncmds)
 {
@@ -219,6 +288,7 @@ void cg_train_opts_init(cg_train_opts *o)
     o->threads = 0;
     o->grad_accum = 1;
     o->norm_first = true;
+    o->vocab_size = 4000;
 }
 
 const char CG_TRAIN_HELP_COMMON[] =
@@ -233,6 +303,9 @@ const char CG_TRAIN_HELP_COMMON[] =
     "                       that of one batch N times larger\n"
     "  --precision P        matrix products: fp32 (default) or bf16 (bfloat16 operands,\n"
     "                       fp32 accumulation); kept by the checkpoint\n"
+    "  --tokenizer KIND     char (default) or bpe: SentencePiece subwords trained on the\n"
+    "                       training split only; the checkpoint keeps the tokenizer\n"
+    "  --vocab-size N       ids of the bpe vocabulary, at least 261 (default 4000)\n"
     "  --data FILE          training data (with --resume: the checkpoint's unless given)\n"
     "  --steps N            optimizer steps (with --resume: the checkpoint's unless given)\n"
     "  --eval-every N       evaluate and checkpoint every N steps\n"
@@ -281,6 +354,8 @@ int cg_train_cli_opts(cg_train_opts *o, unsigned which, cg_cli_opt *p)
     OPT("--seed", CG_CLI_U64, &o->seed, 0, 0, &o->seed_seen, true);
     OPT("--grad-accum", CG_CLI_I64, &o->grad_accum, 1, 1 << 16, NULL, true);
     OPT("--precision", CG_CLI_STR, &o->precision_arg, 0, 0, NULL, true);
+    OPT("--tokenizer", CG_CLI_STR, &o->tokenizer_arg, 0, 0, NULL, true);
+    OPT("--vocab-size", CG_CLI_I64, &o->vocab_size, 1, 1e9, &o->vocab_size_seen, true);
     OPT("--data", CG_CLI_STR, &o->data, 0, 0, &o->data_seen, false);
     OPT("--steps", CG_CLI_I64, &o->steps, 1, big, &o->steps_seen, false);
     OPT("--eval-every", CG_CLI_I64, &o->eval_every, 1, big, &o->eval_every_seen, false);
@@ -299,7 +374,7 @@ int cg_train_cli_opts(cg_train_opts *o, unsigned which, cg_cli_opt *p)
 /* The flags fixed by a checkpoint: refused with --resume. */
 static const char FIXED_COMMON[] = " --d --H --layers --enc-layers --dec-layers --d-ff --norm "
                                    "--act --norm-first --dropout --label-smoothing --lr --seed "
-                                   "--grad-accum --precision ";
+                                   "--grad-accum --precision --tokenizer --vocab-size ";
 
 static bool is_fixed(const char *name, size_t len, const char *extra)
 {
@@ -350,6 +425,28 @@ bool cg_state_put_f64(cJSON *o, const char *key, double v)
     char b[40];
     snprintf(b, sizeof b, "%.17g", v);
     return cJSON_AddStringToObject(o, key, b) != NULL;
+}
+
+bool cg_trainer_model_state(const cg_trainer *t, const char *kind, cJSON *o,
+                            const cg_json_field *f, int n)
+{
+    if (!o) {
+        char what[600];
+        snprintf(what, sizeof what, "'%.500s': %s training state", t->o->resume, kind);
+        return cg_json_read_fields(t->model_state, what, f, n);
+    }
+    bool ok = true;
+    for (int i = 0; ok && i < n; i++) {
+        if (f[i].kind == CG_JF_I64)
+            ok = cJSON_AddNumberToObject(o, f[i].key, (double)*(int64_t *)f[i].dst) != NULL;
+        else if (f[i].kind == CG_JF_F64)
+            ok = cg_state_put_f64(o, f[i].key, *(double *)f[i].dst);
+        else if (f[i].kind == CG_JF_U64STR)
+            ok = cg_state_put_u64(o, f[i].key, *(uint64_t *)f[i].dst);
+        else
+            ok = cJSON_AddStringToObject(o, f[i].key, *(const char **)f[i].dst) != NULL;
+    }
+    return ok;
 }
 
 cJSON *cg_train_state_parse(const char *json)
@@ -552,8 +649,14 @@ int cg_trainer_begin(cg_trainer *t, cg_train_opts *o, const char *kind, const ch
         cg_prog_fail("--precision: %s", cg_last_error());
         return CG_EXIT_USAGE;
     }
-    if (o->threads > 0)
-        cg_set_num_threads((int)cg_cli_threads(cg_prog_name(), o->threads));
+    int rc = o->resume ? -1
+                       : cg_train_tokenizer_flags(o->tokenizer_arg, o->vocab_size_seen,
+                                                  o->vocab_size, &o->tokenizer);
+    if (rc >= 0) {
+        cg_prog_fail_lib(NULL);
+        return rc;
+    }
+    cg_cli_set_threads(cg_prog_name(), o->threads);
     t->out = o->out ? o->out : o->resume ? o->resume : default_out;
     if (o->resume) {
         char given[512];
@@ -578,7 +681,7 @@ int cg_trainer_begin(cg_trainer *t, cg_train_opts *o, const char *kind, const ch
             return cg_prog_fail("checkpoint %s exists; continue it with --resume %s, or pass "
                                 "--force to overwrite it",
                                 t->out, t->out);
-        int rc = check_output(t, t->out);
+        rc = check_output(t, t->out);
         if (rc >= 0)
             return rc;
     }
@@ -605,6 +708,17 @@ bool cg_train_data_check(const char *train_json, const char *ckpt_path, const cg
     bool ok = !j || (cg_data_id_from_json(j, what, &stored) && cg_data_id_check(&stored, id));
     cJSON_Delete(s);
     return ok;
+}
+
+char *cg_train_data_path(const char *train_json, const char *given, const char *default_data)
+{
+    cJSON *s = !given && train_json ? cJSON_Parse(train_json) : NULL;
+    const cJSON *dj = cJSON_GetObjectItemCaseSensitive(s, "data");
+    char *p = strdup(given ? given : cJSON_IsString(dj) ? dj->valuestring : default_data);
+    cJSON_Delete(s);
+    if (!p)
+        cg_set_error("out of memory");
+    return p;
 }
 
 double cg_trainer_recent_loss(const cg_trainer *t)

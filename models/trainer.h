@@ -47,9 +47,11 @@
 #include "core/gemm.h"
 #include "core/tensor.h"
 #include "models/cli.h"
+#include "models/config_json.h"
 #include "models/outfile.h"
 #include "models/tokenizer.h"
 #include "models/train_common.h"
+#include "nn/layers.h"
 #include "nn/module.h"
 #include "nn/safetensors.h"
 #include "optim/optim.h"
@@ -132,7 +134,29 @@ typedef struct {
      * options_restore. */
     const char *precision_arg; /* --precision fp32|bf16 as given */
     cg_precision precision;    /* of the matrix products (core/gemm.h); fp32 */
+    /* The tokenizer of a fresh run (a checkpoint keeps its own; fixed on
+     * resume): --tokenizer char|bpe as given and parsed, --vocab-size. */
+    const char *tokenizer_arg;
+    cg_tokenizer_kind tokenizer;
+    int64_t vocab_size; /* 4000 */
+    bool vocab_size_seen;
 } cg_train_opts;
+
+/* A model's named shape (--preset); a model uses the fields it has. */
+typedef struct {
+    const char *name;
+    int64_t d, H, layers, enc_layers, dec_layers, d_ff, T, B;
+} cg_train_preset;
+
+/* The preset called name among p[0..n), or NULL + error ("--preset:
+ * unknown preset 'x' (choices: tiny, base)"). */
+const cg_train_preset *cg_train_preset_find(const cg_train_preset *p, int n, const char *name);
+/* *out = *p with the shape flags given in o (--d --H --layers --enc-layers
+ * --dec-layers --d-ff) applied, and --norm/--act, when given, parsed into
+ * *norm and *act (which hold the model's defaults). False + error naming
+ * the flag. */
+bool cg_train_shape(const cg_train_opts *o, const cg_train_preset *p, cg_train_preset *out,
+                    cg_norm_kind *norm, cg_act *act);
 
 /* Which model-shape flags a program has. */
 enum {
@@ -149,6 +173,16 @@ void cg_train_opts_init(cg_train_opts *o);
 int cg_train_cli_opts(cg_train_opts *o, unsigned which, cg_cli_opt *opts);
 /* The help text of the shared flags. */
 extern const char CG_TRAIN_HELP_COMMON[];
+/* The flags --tokenizer NAME (NULL: char) and --vocab-size N (given:
+ * seen) into *kind (cg_trainer_begin checks o's): -1 when they are good,
+ * else the exit code with the error set (CG_EXIT_USAGE for a bad name, --vocab-size without bpe or
+ * below CG_SPM_MIN_VOCAB; CG_EXIT_FAIL for bpe in a build without
+ * SentencePiece). */
+int cg_train_tokenizer_flags(const char *name, bool seen, int64_t vocab_size,
+                             cg_tokenizer_kind *kind);
+/* cg_prog_parse for a train command: --help prints help, then the shared
+ * flags' help. */
+int cg_train_parse(int argc, char **argv, const cg_cli_opt *opts, int n, const char *help);
 
 /* ------------------------------------------------------------ the trainer */
 #define CG_TRAIN_RECENT 250 /* training losses averaged for the progress line */
@@ -285,6 +319,10 @@ bool cg_trainer_set_data(cg_trainer *t, const cg_data_id *id);
 /* The same check for a checkpoint's "train" metadata (eval): true when it
  * recorded no identity or id is the same data; false + error otherwise. */
 bool cg_train_data_check(const char *train_json, const char *ckpt_path, const cg_data_id *id);
+/* The data an eval reads: `given` when not NULL, else the path that a
+ * checkpoint's "train" metadata recorded, else default_data; a malloc'd
+ * copy or NULL + error. */
+char *cg_train_data_path(const char *train_json, const char *given, const char *default_data);
 /* Train from t->start to o->steps (or a stop), then finish: save, the
  * model's final evaluation, the JSON line. Returns the exit code. */
 int cg_trainer_run(cg_trainer *t, const cg_trainer_model *m);
@@ -298,6 +336,13 @@ void cg_trainer_end(cg_trainer *t);
  * CG_JF_U64STR, CG_JF_F64). */
 bool cg_state_put_u64(cJSON *o, const char *key, uint64_t v);
 bool cg_state_put_f64(cJSON *o, const char *key, double v);
+/* A model's own state through one field table: written into o (CG_JF_I64
+ * as a number, CG_JF_F64 and CG_JF_U64STR as exact decimal strings,
+ * CG_JF_STR as a string) when o is not NULL, else read back from
+ * t->model_state (resuming; false + error "'FILE': KIND training state:
+ * ..."). */
+bool cg_trainer_model_state(const cg_trainer *t, const char *kind, cJSON *o,
+                            const cg_json_field *f, int n);
 
 /* The matrix-product precision a checkpoint's "train" metadata recorded
  * (fp32 when it recorded none); false + error when it is malformed. */

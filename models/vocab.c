@@ -2,6 +2,7 @@
 #include "models/vocab.h"
 
 #include <cjson/cJSON.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -58,6 +59,29 @@ bad:
 uint32_t *cg_utf8_decode(const char *s, size_t len, const char *name, int64_t *n)
 {
     return utf8_decode(s, len, name, n, true);
+}
+
+void cg_warn_unknown_chars(const char *prog, const char *what, int64_t count, uint32_t first,
+                           const char *subst)
+{
+    char c[8] = "";
+    if (first >= 0x20 && first != 0x7F)
+        c[cg_utf8_put(first, c)] = '\0';
+    fprintf(stderr, "%s: warning: %lld character(s) of %s are not in the vocabulary (first "
+            "U+%04X%s%s%s); they are read as %s\n", prog, (long long)count, what,
+            (unsigned)first, c[0] ? " '" : "", c, c[0] ? "'" : "", subst);
+}
+
+void cg_vocab_warn_unknown(const cg_vocab *v, const char *prog, const char *what, int64_t count,
+                           uint32_t first)
+{
+    char s[16], c[5] = "";
+    uint32_t u = v->chars[v->unk];
+    if (u >= 0x20 && u != 0x7F)
+        c[cg_utf8_put(u, c)] = '\0';
+    snprintf(s, sizeof s, "U+%04X%s%s%s", (unsigned)u, c[0] ? " '" : "", c, c[0] ? "'" : "");
+    if (count > 0)
+        cg_warn_unknown_chars(prog, what, count, first, s);
 }
 
 int cg_utf8_put(uint32_t c, char *buf)
@@ -255,6 +279,20 @@ int64_t cg_vocab_encode(const cg_vocab *v, const uint32_t *cps, int64_t n, int64
                         uint32_t *first_unknown)
 {
     return encode(v, cps, n, ids, NULL, first_unknown);
+}
+
+int64_t *cg_vocab_encode_text(const cg_vocab *v, const char *text, const char *name, int64_t *n,
+                              int64_t *unknown, uint32_t *first_unknown)
+{
+    uint32_t *cps = cg_utf8_decode(text, strlen(text), name, n);
+    int64_t *ids = cps ? malloc((size_t)(*n > 0 ? *n : 1) * sizeof *ids) : NULL;
+    if (cps && !ids)
+        cg_set_error("out of memory");
+    int64_t unk = ids ? cg_vocab_encode(v, cps, *n, ids, first_unknown) : 0;
+    if (unknown)
+        *unknown = unk;
+    free(cps);
+    return ids;
 }
 
 int64_t cg_vocab_encode32(const cg_vocab *v, const uint32_t *cps, int64_t n, int32_t *ids,

@@ -33,6 +33,10 @@ uint32_t *cg_utf8_decode(const char *s, size_t len, const char *name, int64_t *n
 /* Append the UTF-8 form of code point c to buf (at least 4 bytes free);
  * returns the number of bytes written. */
 int cg_utf8_put(uint32_t c, char *buf);
+/* "PROG: warning: COUNT character(s) of WHAT are not in the vocabulary
+ * (first U+00F6 'ö'); they are read as SUBST" on stderr. */
+void cg_warn_unknown_chars(const char *prog, const char *what, int64_t count, uint32_t first,
+                           const char *subst);
 
 typedef struct {
     int64_t n;        /* vocabulary size V */
@@ -52,10 +56,18 @@ void cg_vocab_free(cg_vocab *v);
 
 /* Id of code point c, or -1 if it is not in the vocabulary. */
 int64_t cg_vocab_id(const cg_vocab *v, uint32_t c);
+/* The same when count > 0, with v's substitute character as SUBST. */
+void cg_vocab_warn_unknown(const cg_vocab *v, const char *prog, const char *what, int64_t count,
+                           uint32_t first);
 /* Map n code points to ids (unknown -> v->unk). Returns the number of
  * unknown characters; *first_unknown (may be NULL) receives the first one. */
 int64_t cg_vocab_encode(const cg_vocab *v, const uint32_t *cps, int64_t n, int64_t *ids,
                         uint32_t *first_unknown);
+/* The ids of UTF-8 text (malloc'd; *n gets their count) or NULL + error
+ * when it is not valid UTF-8 (the message names it `name`); *unknown and
+ * *first_unknown (either may be NULL) as for cg_vocab_encode. */
+int64_t *cg_vocab_encode_text(const cg_vocab *v, const char *text, const char *name, int64_t *n,
+                              int64_t *unknown, uint32_t *first_unknown);
 /* The same into 32-bit ids; ids may be cps itself (encoding in place). */
 int64_t cg_vocab_encode32(const cg_vocab *v, const uint32_t *cps, int64_t n, int32_t *ids,
                           uint32_t *first_unknown);

@@ -8,11 +8,7 @@ charlm=$1
 seq2seq=$2
 tool=$3
 bench=$4
-dir=$(mktemp -d "${TMPDIR:-/tmp}/cg_damaged.XXXXXX")
-trap 'rm -rf "$dir"' EXIT
-cd "$dir" || exit 1
-failures=0
-fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+. "$(dirname "$0")/shell_lib.sh" damaged
 # refused NAME PATTERN CMD...: CMD exits 1 within 60 s and its stderr matches PATTERN
 refused() {
   local name=$1 pat=$2

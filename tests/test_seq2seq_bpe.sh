@@ -13,26 +13,7 @@ set -uo pipefail
 seq2seq=$1
 tool=$2
 data=$3
-dir=$(mktemp -d "${TMPDIR:-/tmp}/cg_bpe.XXXXXX")
-trap 'rm -rf "$dir"' EXIT
-cd "$dir" || exit 1
-failures=0
-fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
-# expect NAME RC PATTERN CMD...: CMD exits RC and its stderr's first line matches PATTERN
-# (first: a sanitizer build may add its report after it)
-expect() {
-  local name=$1 want=$2 pat=$3
-  shift 3
-  local rc=0
-  timeout 120 "$@" >out.txt 2>err.txt || rc=$?
-  if [ "$rc" -ne "$want" ]; then
-    fail "$name: exit status $rc (expected $want): $(tail -c 300 err.txt)"
-  elif ! head -1 err.txt | grep -q -- "$pat"; then
-    fail "$name: message does not match '$pat': $(tail -c 300 err.txt)"
-  else
-    echo "ok: $name: $(head -1 err.txt)"
-  fi
-}
+. "$(dirname "$0")/shell_lib.sh" bpe
 small=(--data "$data" --valid-size 20 --test-size 20 --test-limit 3 --examples 0 --d 32 --H 2
        --enc-layers 1 --dec-layers 1 --d-ff 64 --max-tokens 800 --threads 2 --eval-every 3)
 
@@ -65,11 +46,7 @@ fi
 rc=0
 "$seq2seq" train "${small[@]}" --tokenizer bpe --vocab-size 400 --steps 6 --out b.st \
   >b.out 2>b.err || rc=$?
-if [ "$rc" -eq 1 ] && grep -q "unavailable" b.err; then
-  echo "skip: $(tail -1 b.err)"
-  [ "$failures" -eq 0 ] && exit 77
-  exit 1
-fi
+skip_if_no_bpe "$rc" b.err
 line=$(tail -1 b.out)
 if [ "$rc" -eq 0 ] && printf '%s' "$line" | grep -q '"tokenizer": "bpe", "vocab": 400' &&
    printf '%s' "$line" | grep -q '"val_bpc": [0-9]'; then
@@ -116,5 +93,4 @@ expect "damaged tokenizer.spm (translate)" 1 "tokenizer" \
 [ "$(grep -c "^seq2seq" err.txt)" -eq 1 ] || fail "damaged tokenizer: more than one line: $(cat err.txt)"
 expect "damaged tokenizer.spm (resume)" 1 "tokenizer" "$seq2seq" train --resume d.st --steps 9
 
-[ "$failures" -eq 0 ] || { echo "$failures failure(s)" >&2; exit 1; }
-echo "all ok"
+finish

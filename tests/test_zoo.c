@@ -914,6 +914,134 @@ START_TEST(test_grad_accum_and_metrics)
 }
 END_TEST
 
+/* ------------------------------------------------------------ tokenizers */
+/* The text cg_charlm_generate_text writes for tok: the text of the ids
+ * from the last prompt id on, less that id's own text. */
+static char *expected_stream(const cg_tokenizer *tok, const int64_t *ids, int64_t n_prompt,
+                             int64_t n)
+{
+    char *all = cg_tokenizer_decode(tok, ids + n_prompt - 1, n - n_prompt + 1);
+    char *first = cg_tokenizer_decode(tok, ids + n_prompt - 1, 1);
+    ck_assert(all && first && strncmp(all, first, strlen(first)) == 0);
+    memmove(all, all + strlen(first), strlen(all) - strlen(first) + 1);
+    free(first);
+    return all;
+}
+
+/* What cg_charlm_generate_text streams equals the decoded ids, for the
+ * characters and for BPE (whose random byte pieces make partial UTF-8). */
+static void check_stream(const cg_tokenizer *tok, const int64_t *prompt, int64_t n_prompt)
+{
+    cg_charlm_config c = cg_charlm_config_default();
+    c.vocab = cg_tokenizer_vocab_size(tok);
+    c.d = 16;
+    c.H = 2;
+    c.layers = 1;
+    c.d_ff = 24;
+    c.max_len = 16;
+    cg_charlm *m = cg_charlm_new(&c, 7);
+    ck_assert_msg(m != NULL, "%s", cg_last_error());
+    FILE *f = tmpfile();
+    ck_assert(f != NULL);
+    cg_sample_opts so = {.temperature = 1.5, .top_k = 0, .top_p = 1.0};
+    cg_rng rng = cg_rng_new(3);
+    const int64_t n_new = 300; /* past max_len: the window slides, the anchor moves */
+    int64_t *ids = cg_charlm_generate_text(m, tok, prompt, n_prompt, n_new, &so, &rng, true, f);
+    ck_assert_msg(ids != NULL, "%s", cg_last_error());
+    long len = ftell(f);
+    char *got = calloc((size_t)len + 1, 1);
+    rewind(f);
+    ck_assert(got && fread(got, 1, (size_t)len, f) == (size_t)len);
+    char *want = expected_stream(tok, ids, n_prompt, n_prompt + n_new);
+    ck_assert_str_eq(got, want);
+    free(want);
+    free(got);
+    free(ids);
+    fclose(f);
+    cg_charlm_free(m);
+}
+
+START_TEST(test_generate_text_streams)
+{
+    const char *sents[] = {"the whale and the sea", "Über Wellen — 5 € später"};
+    cg_tokenizer *ct = cg_tokenizer_train(CG_TOK_CHAR, false, sents, 2, 0);
+    ck_assert_msg(ct != NULL, "%s", cg_last_error());
+    int64_t n;
+    int64_t *p = cg_tokenizer_encode(ct, "the ", &n, NULL);
+    check_stream(ct, p, n);
+    free(p);
+    cg_tokenizer_free(ct);
+    if (!cg_spm_available())
+        return;
+    cg_tokenizer *bt = cg_tokenizer_train(CG_TOK_BPE, true, sents, 2, 280);
+    ck_assert_msg(bt != NULL, "%s", cg_last_error());
+    p = cg_tokenizer_encode(bt, "Über the", &n, NULL);
+    check_stream(bt, p, n);
+    free(p);
+    cg_tokenizer_free(bt);
+}
+END_TEST
+
+/* A BPE corpus: each split encoded on its own, losslessly, with a tokenizer
+ * trained on the training split only (a character of the validation split
+ * alone gets no piece of its own), and bits per character from the
+ * character counts. */
+START_TEST(test_corpus_bpe)
+{
+    if (!cg_spm_available())
+        return;
+    char path[] = "/tmp/cg_corpus_bpe_XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    for (int i = 0; i < 90; i++)
+        fprintf(f, "line %d of the training text, about whales\n", i);
+    fprintf(f, "the validation text has a \xe2\x98\x83 snowman and more whales\n");
+    for (int i = 0; i < 8; i++)
+        fprintf(f, "and whales %d\n", i);
+    fclose(f);
+    cg_tokenizer *tok = NULL;
+    cg_data_id id;
+    cg_corpus *c = cg_corpus_read_tok(path, &tok, CG_TOK_BPE, 400, &id);
+    ck_assert_msg(c != NULL, "%s", cg_last_error());
+    ck_assert_int_eq(tok->kind, CG_TOK_BPE);
+    ck_assert_int_eq(c->chars_train, (int64_t)(0.9 * (double)c->chars));
+    ck_assert(c->n_train > 0 && c->n > c->n_train && c->n < c->chars);
+    int64_t *ids = malloc((size_t)c->n * sizeof *ids);
+    for (int64_t i = 0; i < c->n; i++)
+        ids[i] = c->ids[i];
+    char *tr = cg_tokenizer_decode(tok, ids, c->n_train);
+    char *va = cg_tokenizer_decode(tok, ids + c->n_train, c->n - c->n_train);
+    ck_assert(tr && va);
+    ck_assert_int_eq((int64_t)(strlen(tr) + strlen(va)), (int64_t)id.size);
+    ck_assert(strstr(va, "\xe2\x98\x83 snowman") != NULL);
+    int64_t n;
+    int64_t *snow = cg_tokenizer_encode(tok, "\xe2\x98\x83", &n, NULL);
+    ck_assert(snow != NULL);
+    for (int64_t i = 0; i < n; i++) { /* no piece holds it: its bytes are byte pieces */
+        char *l = cg_tokenizer_label(tok, snow[i]);
+        ck_assert(l && !strstr(l, "\xe2\x98\x83"));
+        free(l);
+    }
+    ck_assert_int_ge(n, 3);
+    double tokens = (double)(c->n - c->n_train), chars = (double)(c->chars - c->chars_train);
+    ck_assert(fabs(cg_corpus_val_bpc(c, 2.0) - 2.0 * tokens / chars / log(2.0)) < 1e-12);
+    free(snow);
+    free(tr);
+    free(va);
+    free(ids);
+    /* read again through the tokenizer (eval, resume): the same ids */
+    cg_corpus *c2 = cg_corpus_read_tok(path, &tok, CG_TOK_CHAR, 0, NULL);
+    ck_assert_msg(c2 != NULL, "%s", cg_last_error());
+    ck_assert_int_eq(c2->n, c->n);
+    ck_assert_mem_eq(c2->ids, c->ids, (size_t)c->n * sizeof *c->ids);
+    cg_corpus_free(c2);
+    cg_corpus_free(c);
+    cg_tokenizer_free(tok);
+    unlink(path);
+}
+END_TEST
+
 static Suite *zoo_suite(void)
 {
     Suite *s = suite_create("zoo");
@@ -926,6 +1054,8 @@ static Suite *zoo_suite(void)
     tcase_add_test(t, test_checkpoint_round_trip);
     tcase_add_test(t, test_history_json);
     tcase_add_test(t, test_history_long);
+    tcase_add_test(t, test_generate_text_streams);
+    tcase_add_test(t, test_corpus_bpe);
     suite_add_tcase(s, t);
     TCase *p = tcase_create("program");
     tcase_set_timeout(p, 300);

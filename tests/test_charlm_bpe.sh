@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# charlm with BPE subwords (issue 15):
+#   - bad flag combinations are refused: --vocab-size without --tokenizer bpe
+#     or below 261, an unknown tokenizer (exit 2); --tokenizer on --resume
+#     (exit 1, the checkpoint keeps its tokenizer);
+#   - a --vocab-size too small for the text's characters is refused (exit 1);
+#   - a bpe run of a few steps on a small text: the tokenizer is saved in the
+#     checkpoint; sample (prompt encoded, text streamed), sample --attention
+#     and eval read it from there; eval and the final JSON line give bits per
+#     character; resume is bit-exact;
+#   - a damaged tokenizer.spm tensor is refused with one line and exit 1.
+# Skipped (exit 77) when the build lacks SentencePiece.
+#   test_charlm_bpe.sh CHARLM CKPT_WRITER
+set -uo pipefail
+charlm=$1
+tool=$2
+. "$(dirname "$0")/shell_lib.sh" lmbpe
+# a small text of many short lines, with some characters beyond ASCII
+for i in $(seq 1 400); do
+  echo "Line $i: the whale swam past the ship, and Ishmael watched the grey sea."
+  echo "Über die Wellen — $i € later — the crew sang of Nantucket and of home."
+done >text.txt
+small=(--data text.txt --d 32 --H 2 --layers 1 --d-ff 64 --T 32 --batch-size 4 --threads 2
+       --eval-every 3)
+
+expect "--vocab-size without bpe" 2 "needs --tokenizer bpe" \
+  "$charlm" train "${small[@]}" --vocab-size 500 --out x.st
+expect "--vocab-size 260" 2 "at least 261" \
+  "$charlm" train "${small[@]}" --tokenizer bpe --vocab-size 260 --out x.st
+expect "--tokenizer word" 2 "choose char or bpe" \
+  "$charlm" train "${small[@]}" --tokenizer word --out x.st
+
+rc=0
+"$charlm" train "${small[@]}" --tokenizer bpe --vocab-size 400 --steps 6 --out b.st \
+  >b.out 2>b.err || rc=$?
+skip_if_no_bpe "$rc" b.err
+line=$(tail -1 b.out)
+if [ "$rc" -eq 0 ] && printf '%s' "$line" | grep -q '"val_bpc": [0-9]' &&
+   printf '%s' "$line" | grep -q '"tokenizer": "bpe"'; then
+  echo "ok: bpe train: $line"
+else
+  fail "bpe train: exit $rc: $line $(tail -c 300 b.err)"
+fi
+expect "--vocab-size too small for the text" 1 "at least 30[0-9] ids" \
+  "$charlm" train "${small[@]}" --tokenizer bpe --vocab-size 300 --out x.st
+[ "$("$tool" getmeta b.st tokenizer)" = bpe ] || fail "the checkpoint does not say tokenizer bpe"
+"$tool" getmeta b.st vocab >/dev/null 2>&1 && fail "a bpe checkpoint has a char vocab"
+
+# sample: the prompt as given, then the streamed text; greedy is repeatable
+prompt='Über the whale'
+if "$charlm" sample --ckpt b.st --prompt "$prompt" --length 20 --temperature 0 >s1.txt 2>s.err &&
+   "$charlm" sample --ckpt b.st --prompt "$prompt" --length 20 --temperature 0 >s2.txt 2>/dev/null &&
+   [ "$(head -c ${#prompt} s1.txt)" = "$(printf '%s' "$prompt" | head -c ${#prompt})" ] &&
+   cmp -s s1.txt s2.txt && grep -q "20 tokens in" s.err; then
+  echo "ok: bpe sample: $(head -c 80 s1.txt | tr '\n' ' ')"
+else
+  fail "bpe sample: $(tail -c 300 s.err)"
+fi
+if "$charlm" sample --ckpt b.st --prompt "$prompt" --length 0 >s0.txt 2>/dev/null &&
+   [ "$(cat s0.txt)" = "$prompt" ]; then
+  echo "ok: bpe sample of no tokens prints the prompt"
+else
+  fail "bpe sample --length 0: '$(cat s0.txt)'"
+fi
+"$charlm" sample --ckpt b.st --length 10 --attention att.png >/dev/null 2>a.err &&
+  [ -s att.png ] && echo "ok: bpe attention picture" || fail "bpe attention: $(tail -1 a.err)"
+if "$charlm" eval --ckpt b.st >e.out 2>e.err && grep -q '"bits_per_char": [0-9]' e.out &&
+   grep -q '"tokenizer": "bpe"' e.out; then
+  echo "ok: bpe eval: $(cat e.out)"
+else
+  fail "bpe eval: $(tail -c 300 e.err)"
+fi
+
+# resume is bit-exact with the tokenizer kept; a tokenizer flag is refused
+"$charlm" train "${small[@]}" --tokenizer bpe --vocab-size 400 --steps 6 --stop-at 3 \
+  --out r.st >/dev/null 2>r.err || fail "bpe --stop-at: $(tail -1 r.err)"
+expect "bpe resume with --tokenizer" 1 "drop --tokenizer" \
+  "$charlm" train --resume r.st --tokenizer char
+if "$charlm" train --resume r.st >/dev/null 2>r.err && "$tool" same b.st r.st >/dev/null 2>&1
+then
+  echo "ok: bpe resume is bit-exact"
+else
+  fail "bpe resume differs from the straight run: $(tail -c 300 r.err)"
+fi
+
+# a damaged tokenizer
+cp b.st d.st
+"$tool" flipbyte d.st tokenizer.spm || fail "cannot damage d.st"
+expect "damaged tokenizer.spm (sample)" 1 "tokenizer" "$charlm" sample --ckpt d.st --length 5
+[ "$(wc -l <err.txt)" -eq 1 ] || fail "damaged tokenizer: more than one line: $(cat err.txt)"
+expect "damaged tokenizer.spm (eval)" 1 "tokenizer" "$charlm" eval --ckpt d.st
+expect "damaged tokenizer.spm (resume)" 1 "tokenizer" "$charlm" train --resume d.st --steps 9
+
+finish
