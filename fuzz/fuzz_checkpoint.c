@@ -46,12 +46,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     cg_charlm_ckpt ck;
     if (!cg_charlm_ckpt_load(path, &ck)) {
         CG_FUZZ_CHECK(cg_last_error()[0] != '\0');
-        CG_FUZZ_CHECK(ck.model == NULL && ck.vocab == NULL && ck.file == NULL);
+        CG_FUZZ_CHECK(ck.model == NULL && ck.tok == NULL && ck.vocab == NULL && ck.file == NULL);
         close(fd);
         return 0;
     }
-    CG_FUZZ_CHECK(ck.model && ck.vocab && ck.file && ck.step >= 0);
-    CG_FUZZ_CHECK(ck.vocab->n == ck.model->cfg.vocab);
+    CG_FUZZ_CHECK(ck.model && ck.tok && ck.file && ck.step >= 0);
+    CG_FUZZ_CHECK(cg_tokenizer_vocab_size(ck.tok) == ck.model->cfg.vocab);
+    CG_FUZZ_CHECK(!ck.vocab || ck.vocab == ck.tok->cv); /* a char tokenizer's vocabulary */
 
     /* the optimizer state, as a resumed run restores it */
     cg_param_list pl = {0};

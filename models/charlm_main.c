@@ -403,8 +403,8 @@ static int cmd_sample(int argc, char **argv)
     /* CPU time too: on a shared machine it moves less than the wall time */
     const char *unit = ck.vocab ? "characters" : "tokens";
     fprintf(stderr, PROG ": %lld %s in %.2f s (%.1f %s/s, %.2f CPU s, %s, %s)\n",
-            (long long)length, unit, t_gen, t_gen > 0 ? (double)length / t_gen : 0.0, unit, c_gen,
-            no_cache ? "full recompute" : "key/value cache", cg_precision_name(prec));
+            (long long)length, unit, t_gen, t_gen > 0 ? (double)length / t_gen : 0.0, unit,
+            c_gen, no_cache ? "full recompute" : "key/value cache", cg_precision_name(prec));
     if (attn_png) {
         int64_t total = n + length, w = total < 32 ? total : 32;
         if (w > ck.model->cfg.max_len)
