@@ -137,6 +137,27 @@ static void log_softmax_row(const float *x, int64_t V, double *out)
         out[v] = (double)x[v] - mx - ls;
 }
 
+/* The indices of the k largest of x[0, n) in descending order, the lower
+ * index first among equals (k <= n), in one pass: a value enters the sorted
+ * list only when it beats the last kept one, after every kept one it does
+ * not exceed. While the list is not full every value enters (so that rows
+ * of NaN give the first k indices). Returns k. */
+static int top_k(const double *x, int64_t n, int k, int64_t *idx)
+{
+    int m = 0;
+    for (int64_t v = 0; v < n; v++) {
+        if (m == k && !(x[v] > x[idx[k - 1]]))
+            continue;
+        int j = m < k ? m++ : k - 1;
+        while (j > 0 && x[v] > x[idx[j - 1]]) {
+            idx[j] = idx[j - 1];
+            j--;
+        }
+        idx[j] = v;
+    }
+    return m;
+}
+
 typedef struct {
     int64_t parent; /* index into the live list */
     int64_t tok;
@@ -190,10 +211,11 @@ bool cg_beam_search(cg_seq2seq *m, const int64_t *src, int64_t S, int beam, doub
     int64_t *flat = malloc((size_t)(beam * W) * sizeof *flat);
     hyp *done = calloc((size_t)(beam + 1) * (size_t)(max_steps + 1), sizeof *done);
     int64_t *parents = malloc((size_t)beam * sizeof *parents);
+    int64_t *top = malloc((size_t)K * sizeof *top);
     cg_kv_cache *cache = use_cache ? cg_seq2seq_kv_cache_new(m) : NULL;
     int64_t n_done = 0, n_live = 1, T = 1;
     if (!live || !next || !lscore || !nscore || !lp || !cands || !rows || !flat || !done ||
-        !parents || (use_cache && !cache)) {
+        !parents || !top || (use_cache && !cache)) {
         if (!cg_has_error())
             cg_set_error("beam search: out of memory");
         goto out;
@@ -222,17 +244,9 @@ bool cg_beam_search(cg_seq2seq *m, const int64_t *src, int64_t S, int beam, doub
         int64_t nc = 0;
         for (int64_t h = 0; h < n_live; h++) {
             log_softmax_row(d + (h * Tl + Tl - 1) * V, V, lp);
-            /* top K by value, lower index first among equals */
-            for (int k = 0; k < K; k++) {
-                int64_t best = -1;
-                for (int64_t v = 0; v < V; v++) {
-                    bool taken = false;
-                    for (int j = 0; j < k; j++)
-                        taken |= cands[nc - k + j].tok == v;
-                    if (!taken && (best < 0 || lp[v] > lp[best]))
-                        best = v;
-                }
-                cands[nc] = (cand){h, best, lscore[h] + lp[best], nc};
+            const int nt = top_k(lp, V, K, top);
+            for (int k = 0; k < nt; k++) {
+                cands[nc] = (cand){h, top[k], lscore[h] + lp[top[k]], nc};
                 nc++;
             }
         }
@@ -318,6 +332,7 @@ out:
     free(rows);
     free(flat);
     free(parents);
+    free(top);
     cg_kv_cache_free(cache);
     cg_no_grad_end();
     return ok;
