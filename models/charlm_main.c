@@ -1,10 +1,5 @@
 /* charlm: train, sample from and evaluate the decoder-only character
- * language model (models/charlm.h), nanoGPT style.
- *
- *   charlm train  [--preset tiny|base] [--data F] [--steps N] [--out F] ...
- *   charlm sample --ckpt F [--prompt S] [--length N] [--temperature X] ...
- *   charlm eval   --ckpt F [--data F]
- *
+ * language model (models/charlm.h), nanoGPT style (commands: MAIN_HELP).
  * The training recipe is shared/reference/train_charlm.py's (vocabulary,
  * 90/10 split, random windows, AdamW with decay on 2-D parameters only,
  * clipping, warmup + cosine, fixed-seed evaluation batches, full validation
