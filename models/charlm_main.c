@@ -62,7 +62,8 @@ static const char TRAIN_HELP[] =
     "  --batch-size N     windows per batch B (default from the preset)\n"
     "  defaults: --data " DEFAULT_DATA " (made by scripts/prepare_data.sh),\n"
     "  --out " DEFAULT_OUT ", --steps 2000, --eval-every 250, --lr 1e-3,\n"
-    "  --dropout 0, --label-smoothing 0, --norm layernorm, --act gelu, --norm-first true\n"
+    "  --dropout 0, --label-smoothing 0, --norm layernorm, --act gelu, --norm-first true,\n"
+    "  --tokenizer char\n"
     "\n";
 
 static const cg_train_preset PRESETS[] = {{"tiny", 128, 4, 4, 0, 0, 512, 64, 12},

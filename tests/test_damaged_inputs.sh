@@ -31,7 +31,7 @@ edit_train() {
 }
 
 for ((i = 0; i < 60; i++)); do printf 'the cat %d sat\tdie katze %d sass\n' $i $i; done >p.tsv
-s2s=(--data p.tsv --steps 6 --valid-size 5 --test-size 5 --test-limit 0 --max-tokens 200
+s2s=(--tokenizer char --data p.tsv --steps 6 --valid-size 5 --test-size 5 --test-limit 0 --max-tokens 200
      --threads 1 --eval-every 100)
 "$seq2seq" train "${s2s[@]}" --stop-at 3 --out s.st >/dev/null 2>s.log ||
   { echo "seq2seq training failed: $(tail -1 s.log)" >&2; exit 1; }

@@ -799,11 +799,11 @@ START_TEST(test_cli_bad_flags)
     expect_cli_error("translate --ckpt /nonexistent.safetensors hi", "nonexistent");
     expect_cli_error("eval --ckpt /nonexistent.safetensors", "nonexistent");
     expect_cli_error("attention --ckpt x", "--text");
-    snprintf(args, sizeof args, "train --data '%s' --out '%s'", tmp_path("none.tsv"),
+    snprintf(args, sizeof args, "train --tokenizer char --data '%s' --out '%s'", tmp_path("none.tsv"),
              tmp_path("c.safetensors"));
     expect_cli_error(args, "cannot open");
     write_file(tmp_path("bad.tsv"), "a\tb\nc d\n", 8);
-    snprintf(args, sizeof args, "train --data '%s' --out '%s'", tmp_path("bad.tsv"),
+    snprintf(args, sizeof args, "train --tokenizer char --data '%s' --out '%s'", tmp_path("bad.tsv"),
              tmp_path("c.safetensors"));
     expect_cli_error(args, "missing tab");
     write_file(tmp_path("junk.safetensors"), "not a checkpoint at all", 23);
@@ -838,7 +838,7 @@ START_TEST(test_cli_end_to_end)
     snprintf(small, sizeof small, "%s", tmp_path("small.tsv"));
     char args[3 * PATH_MAX], *out, *err;
     snprintf(args, sizeof args,
-             "train --data '%s' --out '%s' --steps 5 --stop-at 3 --eval-every 2 --valid-size 4 "
+             "train --tokenizer char --data '%s' --out '%s' --steps 5 --stop-at 3 --eval-every 2 --valid-size 4 "
              "--test-size 4 --test-limit 2 --max-tokens 200 --threads 1",
              small, ck);
     int rc = run(args, NULL, &out, &err);
@@ -869,7 +869,7 @@ START_TEST(test_cli_end_to_end)
     /* ... which gives exactly what 5 uninterrupted steps give */
     char *resumed = out, *fresh;
     snprintf(args, sizeof args,
-             "train --data '%s' --out '%s' --steps 5 --eval-every 2 --valid-size 4 "
+             "train --tokenizer char --data '%s' --out '%s' --steps 5 --eval-every 2 --valid-size 4 "
              "--test-size 4 --test-limit 0 --max-tokens 200 --threads 1",
              small, tmp_path("fresh.safetensors"));
     rc = run(args, NULL, &fresh, &err);
@@ -902,7 +902,7 @@ START_TEST(test_cli_end_to_end)
     free(h2);
     /* --force overwrites an existing checkpoint */
     snprintf(args, sizeof args,
-             "train --data '%s' --out '%s' --steps 2 --eval-every 2 --valid-size 4 "
+             "train --tokenizer char --data '%s' --out '%s' --steps 2 --eval-every 2 --valid-size 4 "
              "--test-size 4 --test-limit 0 --max-tokens 200 --threads 1 --force",
              small, tmp_path("fresh.safetensors"));
     rc = run(args, NULL, &out, &err);
@@ -1036,7 +1036,7 @@ START_TEST(test_cli_nonfinite)
     snprintf(ck, sizeof ck, "%s", tmp_path("good.safetensors"));
     snprintf(bad, sizeof bad, "%s", tmp_path("bad.safetensors"));
     snprintf(args, sizeof args,
-             "train --data '%s' --out '%s' --steps 8 --stop-at 2 --eval-every 4 --valid-size 4 "
+             "train --tokenizer char --data '%s' --out '%s' --steps 8 --stop-at 2 --eval-every 4 --valid-size 4 "
              "--test-size 4 --test-limit 0 --max-tokens 200 --threads 1",
              tmp_path("small.tsv"), ck);
     int rc = run(args, NULL, &out, &err);
@@ -1230,7 +1230,7 @@ START_TEST(test_cli_resume_and_output_rules)
     snprintf(ck, sizeof ck, "%s", tmp_path("r.safetensors"));
     const char *common = "--valid-size 4 --test-size 4 --test-limit 0 --max-tokens 200 "
                          "--threads 1 --enc-layers 1 --dec-layers 1 --d 32 --H 2 --d-ff 64";
-    snprintf(args, sizeof args, "train --data '%s' --out '%s' --steps 6 --stop-at 2 %s",
+    snprintf(args, sizeof args, "train --tokenizer char --data '%s' --out '%s' --steps 6 --stop-at 2 %s",
              tmp_path("small.tsv"), ck, common);
     int rc = run(args, NULL, &out, &err);
     ck_assert_msg(rc == 0, "train failed: %s", err);
@@ -1261,7 +1261,7 @@ START_TEST(test_cli_resume_and_output_rules)
     for (int i = 0; i < 64; i++)
         strcat(empty, "\t\n");
     write_file(tmp_path("empty.tsv"), empty, strlen(empty));
-    snprintf(args, sizeof args, "train --data '%s' --out '%s' %s", tmp_path("empty.tsv"),
+    snprintf(args, sizeof args, "train --tokenizer char --data '%s' --out '%s' %s", tmp_path("empty.tsv"),
              tmp_path("e.st"), common);
     expect_cli_error(args, "empty source");
     /* the output, before any training */
@@ -1272,13 +1272,13 @@ START_TEST(test_cli_resume_and_output_rules)
              tmp_path("small.tsv"), common);
     expect_cli_error(args, "not a directory");
     ck_assert_int_eq(mkfifo(tmp_path("fifo"), 0600), 0);
-    snprintf(args, sizeof args, "train --data '%s' --out '%s' --force %s", tmp_path("small.tsv"),
+    snprintf(args, sizeof args, "train --tokenizer char --data '%s' --out '%s' --force %s", tmp_path("small.tsv"),
              tmp_path("fifo"), common);
     expect_cli_error(args, "a checkpoint replaces only a regular file");
     char longname[300];
     memset(longname, 'x', 250);
     strcpy(longname + 250, ".st");
-    snprintf(args, sizeof args, "train --data '%s' --out '%s' %s", tmp_path("small.tsv"),
+    snprintf(args, sizeof args, "train --tokenizer char --data '%s' --out '%s' %s", tmp_path("small.tsv"),
              tmp_path(longname), common);
     expect_cli_error(args, "at most");
 }

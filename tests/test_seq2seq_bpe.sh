@@ -18,7 +18,7 @@ small=(--data "$data" --valid-size 20 --test-size 20 --test-limit 3 --examples 0
        --enc-layers 1 --dec-layers 1 --d-ff 64 --max-tokens 800 --threads 2 --eval-every 3)
 
 expect "--vocab-size without bpe" 2 "needs --tokenizer bpe" \
-  "$seq2seq" train "${small[@]}" --vocab-size 500 --out x.st
+  "$seq2seq" train "${small[@]}" --tokenizer char --vocab-size 500 --out x.st
 expect "--vocab-size 260" 2 "at least 261" \
   "$seq2seq" train "${small[@]}" --tokenizer bpe --vocab-size 260 --out x.st
 expect "--tokenizer word" 2 "choose char or bpe" \
