@@ -9,6 +9,9 @@
 #   skip_if_no_bpe RC ERRFILE  a run that failed (RC 1) for want of
 #                              SentencePiece ends the test: 77 (skipped)
 #                              unless something failed already
+#   train_ok NAME PATTERN CMD...  a training run (its output b.out, b.err)
+#                              succeeds and its final JSON line has "val_bpc"
+#                              and matches PATTERN (skips without BPE)
 #   finish                     exit 1 after failures, else 0
 dir=$(mktemp -d "${TMPDIR:-/tmp}/cg_$1.XXXXXX")
 trap 'rm -rf "$dir"' EXIT
@@ -33,6 +36,18 @@ skip_if_no_bpe() {
     echo "skip: $(tail -1 "$2")"
     [ "$failures" -eq 0 ] && exit 77
     exit 1
+  fi
+}
+train_ok() {
+  local name=$1 pat=$2 rc=0 line
+  shift 2
+  "$@" >b.out 2>b.err || rc=$?
+  skip_if_no_bpe "$rc" b.err
+  line=$(tail -1 b.out)
+  if [ "$rc" -eq 0 ] && grep -q '"val_bpc": [0-9]' <<<"$line" && grep -q -- "$pat" <<<"$line"; then
+    echo "ok: $name: $line"
+  else
+    fail "$name: exit $rc: $line $(tail -c 300 b.err)"
   fi
 }
 finish() {

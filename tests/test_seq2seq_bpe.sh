@@ -43,17 +43,8 @@ else
 fi
 
 # BPE
-rc=0
-"$seq2seq" train "${small[@]}" --tokenizer bpe --vocab-size 400 --steps 6 --out b.st \
-  >b.out 2>b.err || rc=$?
-skip_if_no_bpe "$rc" b.err
-line=$(tail -1 b.out)
-if [ "$rc" -eq 0 ] && printf '%s' "$line" | grep -q '"tokenizer": "bpe", "vocab": 400' &&
-   printf '%s' "$line" | grep -q '"val_bpc": [0-9]'; then
-  echo "ok: bpe train: $line"
-else
-  fail "bpe train: exit $rc: $line $(tail -c 300 b.err)"
-fi
+train_ok "bpe train" '"tokenizer": "bpe", "vocab": 400' \
+  "$seq2seq" train "${small[@]}" --tokenizer bpe --vocab-size 400 --steps 6 --out b.st
 [ "$("$tool" getmeta b.st tokenizer)" = bpe ] || fail "the checkpoint does not say tokenizer bpe"
 "$tool" getmeta b.st vocab >/dev/null 2>&1 && fail "a bpe checkpoint has a char vocab"
 
