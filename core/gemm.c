@@ -276,20 +276,45 @@ typedef struct {
     int bf16;     /* 0: fp32; 1: bf16 native; 2: bf16 emulated */
 } gemm_kind;
 
+/* C[i, j] = bias[j * bs]: the start of C = A B + bias on paths that
+ * cannot add the bias as they write C. */
+static void fill_bias(int64_t m, int64_t n, const float *bias, int64_t bs, float *c, int64_t rsc,
+                      int64_t csc)
+{
+    for (int64_t i = 0; i < m; i++) {
+        float *ci = c + i * rsc;
+        if (csc == 1 && bs == 1)
+            memcpy(ci, bias, sizeof(float) * (size_t)n);
+        else
+            for (int64_t j = 0; j < n; j++)
+                ci[j * csc] = bias[j * bs];
+    }
+}
+
+/* With a bias, beta is 0 and C = alpha A B + bias: the bf16 kernels add it
+ * as they write C; elsewhere C is set to the bias and the product added
+ * with beta 1 (the same bits). */
 static bool serial_product(gemm_kind g, int64_t m, int64_t n, int64_t k, float alpha,
                            const float *a, int64_t rsa, int64_t csa, const float *b, int64_t rsb,
-                           int64_t csb, float beta, float *c, int64_t rsc, int64_t csc)
+                           int64_t csb, float beta, const float *bias, int64_t bs, float *c,
+                           int64_t rsc, int64_t csc)
 {
     if (g.bf16)
         return cg_bf16_gemm_serial(g.bf16 == 1, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta,
-                                   c, rsc, csc);
+                                   bias, bs, c, rsc, csc);
+    if (bias) {
+        fill_bias(m, n, bias, bs, c, rsc, csc);
+        beta = 1.0f;
+    }
     return serial_gemm(g.cntx, g.sup, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc,
                        csc);
 }
 
-bool cg_sgemm_path(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int64_t k,
-                   float alpha, const float *a, int64_t rsa, int64_t csa, const float *b,
-                   int64_t rsb, int64_t csb, float beta, float *c, int64_t rsc, int64_t csc) {
+/* cg_sgemm_path and cg_sgemm_bias_path: beta 0 when there is a bias. */
+static bool gemm_run(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int64_t k,
+                     float alpha, const float *a, int64_t rsa, int64_t csa, const float *b,
+                     int64_t rsb, int64_t csb, float beta, const float *bias, int64_t bs,
+                     float *c, int64_t rsc, int64_t csc) {
     ensure_init();
     bool sup = false;
     if (path == CG_GEMM_AUTO && g_precision)
@@ -335,13 +360,20 @@ bool cg_sgemm_path(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int64_
     if (m == 0 || n == 0) return true;
     normalise_strides(m, n, &rsc, &csc);
     if (k == 0 || alpha == 0.0f) {
-        scale_c(m, n, beta, c, rsc, csc); /* alpha*0 terms: as BLAS, A/B unread */
+        if (bias) /* alpha*0 terms: as BLAS, A/B unread */
+            fill_bias(m, n, bias, bs, c, rsc, csc);
+        else
+            scale_c(m, n, beta, c, rsc, csc);
         return true;
     }
     if (!blis_strides_ok(m, n, rsc, csc)) {
         if (g.bf16) /* one thread: tiles are written in order */
-            return serial_product(g, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc,
-                                  csc);
+            return serial_product(g, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, bias, bs,
+                                  c, rsc, csc);
+        if (bias) {
+            fill_bias(m, n, bias, bs, c, rsc, csc);
+            beta = 1.0f;
+        }
         naive_sgemm(m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc);
         return true;
     }
@@ -400,22 +432,48 @@ bool cg_sgemm_path(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int64_
     if (nt > nch) nt = (int)nch;
     bool ok = true;
     if (nt == 1) {
-        ok = serial_product(g, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc);
+        ok = serial_product(g, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, bias, bs, c,
+                            rsc, csc);
     } else {
 #pragma omp parallel for schedule(static) num_threads(nt) reduction(&& : ok)
         for (int64_t ch = 0; ch < nch; ch++) {
             int64_t o0 = ch * csz, len = dim - o0 < csz ? dim - o0 : csz;
             if (split_m)
                 ok = serial_product(g, len, n, k, alpha, a + o0 * rsa, rsa, csa, b, rsb, csb,
-                                    beta, c + o0 * rsc, rsc, csc) && ok;
+                                    beta, bias, bs, c + o0 * rsc, rsc, csc) && ok;
             else
                 ok = serial_product(g, m, len, k, alpha, a, rsa, csa, b + o0 * csb, rsb, csb,
-                                    beta, c + o0 * csc, rsc, csc) && ok;
+                                    beta, bias ? bias + o0 * bs : NULL, bs, c + o0 * csc, rsc,
+                                    csc) && ok;
         }
     }
     free(acopy);
     free(bcopy);
     return ok;
+}
+
+bool cg_sgemm_path(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int64_t k,
+                   float alpha, const float *a, int64_t rsa, int64_t csa, const float *b,
+                   int64_t rsb, int64_t csb, float beta, float *c, int64_t rsc, int64_t csc) {
+    return gemm_run(path, nthreads, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, NULL, 0, c,
+                    rsc, csc);
+}
+
+bool cg_sgemm_bias_path(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int64_t k,
+                        const float *a, int64_t rsa, int64_t csa, const float *b, int64_t rsb,
+                        int64_t csb, const float *bias, int64_t bs, float *c, int64_t rsc,
+                        int64_t csc) {
+    return gemm_run(path, nthreads, m, n, k, 1.0f, a, rsa, csa, b, rsb, csb, 0.0f, bias, bs, c,
+                    rsc, csc);
+}
+
+void cg_sgemm_bias(int64_t m, int64_t n, int64_t k, const float *a, int64_t rsa, int64_t csa,
+                   const float *b, int64_t rsb, int64_t csb, const float *bias, int64_t bs,
+                   float *c, int64_t rsc, int64_t csc) {
+    if (!cg_sgemm_bias_path(CG_GEMM_AUTO, 0, m, n, k, a, rsa, csa, b, rsb, csb, bias, bs, c, rsc,
+                            csc))
+        cg_set_error("sgemm: failed for m=%lld n=%lld k=%lld (bad sizes or out of memory)",
+                     (long long)m, (long long)n, (long long)k);
 }
 
 void cg_sgemm(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t rsa,

@@ -62,6 +62,17 @@ void cg_sgemm(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int6
 bool cg_sgemm_path(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int64_t k,
                    float alpha, const float *a, int64_t rsa, int64_t csa, const float *b,
                    int64_t rsb, int64_t csb, float beta, float *c, int64_t rsc, int64_t csc);
+/* C[m,n] = A B + bias, bias[j * bs] added to column j of every row (a
+ * linear layer's y = x W^T + b): the bits of C set to the bias rows and
+ * then cg_sgemm with beta 1; the bf16 path adds the bias as it writes C, so
+ * C is written once. The _path form as cg_sgemm_path. */
+void cg_sgemm_bias(int64_t m, int64_t n, int64_t k, const float *a, int64_t rsa, int64_t csa,
+                   const float *b, int64_t rsb, int64_t csb, const float *bias, int64_t bs,
+                   float *c, int64_t rsc, int64_t csc);
+bool cg_sgemm_bias_path(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int64_t k,
+                        const float *a, int64_t rsa, int64_t csa, const float *b, int64_t rsb,
+                        int64_t csb, const float *bias, int64_t bs, float *c, int64_t rsc,
+                        int64_t csc);
 /* The fp32 path cg_sgemm uses, and a name for a path ("skx", "haswell",
  * "default", "bf16", "bf16-emulated"). */
 cg_gemm_path cg_gemm_active_path(void);

@@ -168,16 +168,28 @@ static void pack_panel(bool native, int W, int64_t w, int64_t k, const float *sr
 
 /* ------------------------------------------------------------ kernels */
 
+/* What a tile adds to its products: beta C (C not read when beta == 0)
+ * or, with beta 0, a bias b[i * rs + j * cs] (one of the strides 0: a bias
+ * per row or per column of C). */
+typedef struct {
+    float alpha, beta;
+    const float *bias;
+    int64_t rs, cs;
+} tile_out;
+
 /* Write an accumulated tile t (column-major, ld MR) into C:
- * C = alpha t + beta C, C not read when beta == 0. */
-static void store_tile(int64_t mr, int64_t nr, const float *t, float alpha, float beta,
-                       float *c, int64_t rsc, int64_t csc)
+ * C = alpha t + beta C, or alpha t + bias. alpha t + bias has the bits of
+ * C set to the bias first and then alpha t + 1 * C. */
+static void store_tile(int64_t mr, int64_t nr, const float *t, const tile_out *o, float *c,
+                       int64_t rsc, int64_t csc)
 {
     for (int64_t j = 0; j < nr; j++)
         for (int64_t i = 0; i < mr; i++) {
             float *cij = c + i * rsc + j * csc;
-            float v = alpha * t[j * MR + i];
-            *cij = beta == 0.0f ? v : v + beta * *cij;
+            float v = o->alpha * t[j * MR + i];
+            *cij = o->bias          ? v + o->bias[i * o->rs + j * o->cs]
+                   : o->beta == 0.0f ? v
+                                     : v + o->beta * *cij;
         }
 }
 
@@ -187,7 +199,7 @@ static void store_tile(int64_t mr, int64_t nr, const float *t, float alpha, floa
  * sums are the same whatever nru is. */
 BF16_TARGET static inline __attribute__((always_inline)) void
 kernel_native_n(const int nru, int64_t kp, const uint32_t *a, const uint32_t *b, int64_t mr,
-                int64_t nr, float alpha, float beta, float *c, int64_t rsc, int64_t csc)
+                int64_t nr, const tile_out *o, float *c, int64_t rsc, int64_t csc)
 {
     __m512 acc[NR][2];
 #pragma GCC unroll 12
@@ -204,13 +216,18 @@ kernel_native_n(const int nru, int64_t kp, const uint32_t *a, const uint32_t *b,
             acc[j][1] = _mm512_dpbf16_ps(acc[j][1], a1, bj);
         }
     }
-    if (mr == MR && nr == nru && rsc == 1) {
-        const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+    if (mr == MR && nr == nru && rsc == 1 && (!o->bias || o->rs <= 1)) {
+        const __m512 va = _mm512_set1_ps(o->alpha), vb = _mm512_set1_ps(o->beta);
 #pragma GCC unroll 12
         for (int j = 0; j < nru; j++) {
             float *cj = c + j * csc;
             __m512 r0 = _mm512_mul_ps(va, acc[j][0]), r1 = _mm512_mul_ps(va, acc[j][1]);
-            if (beta != 0.0f) {
+            if (o->bias) {
+                /* a bias per row (rs 1) or per column (rs 0) of the tile */
+                const float *bj = o->bias + j * o->cs;
+                r0 = _mm512_add_ps(r0, o->rs ? _mm512_loadu_ps(bj) : _mm512_set1_ps(*bj));
+                r1 = _mm512_add_ps(r1, o->rs ? _mm512_loadu_ps(bj + 16) : _mm512_set1_ps(*bj));
+            } else if (o->beta != 0.0f) {
                 /* v + beta * c, rounded twice as store_tile does */
                 r0 = _mm512_add_ps(r0, _mm512_mul_ps(vb, _mm512_loadu_ps(cj)));
                 r1 = _mm512_add_ps(r1, _mm512_mul_ps(vb, _mm512_loadu_ps(cj + 16)));
@@ -225,17 +242,17 @@ kernel_native_n(const int nru, int64_t kp, const uint32_t *a, const uint32_t *b,
         _mm512_store_ps(t + j * MR, acc[j][0]);
         _mm512_store_ps(t + j * MR + 16, acc[j][1]);
     }
-    store_tile(mr, nr, t, alpha, beta, c, rsc, csc);
+    store_tile(mr, nr, t, o, c, rsc, csc);
 }
 
 /* kp k-pairs of an A panel times a B panel, into C (mr x nr of the tile):
  * only the nr columns C receives are computed (a matrix-vector product of
  * decoding is one column). */
 BF16_TARGET static void kernel_native(int64_t kp, const uint32_t *a, const uint32_t *b,
-                                      int64_t mr, int64_t nr, float alpha, float beta, float *c,
+                                      int64_t mr, int64_t nr, const tile_out *o, float *c,
                                       int64_t rsc, int64_t csc)
 {
-#define CG_KN(N) kernel_native_n(N, kp, a, b, mr, nr, alpha, beta, c, rsc, csc)
+#define CG_KN(N) kernel_native_n(N, kp, a, b, mr, nr, o, c, rsc, csc)
     switch (nr) {
     case 1: CG_KN(1); break;
     case 2: CG_KN(2); break;
@@ -254,8 +271,7 @@ static inline float flush(float x) { return fabsf(x) < 0x1p-126f ? copysignf(0.0
 
 /* The instruction's arithmetic in C (see the top of the file). */
 static void kernel_emulated(int64_t kp, const uint32_t *a, const uint32_t *b, int64_t mr,
-                            int64_t nr, float alpha, float beta, float *c, int64_t rsc,
-                            int64_t csc)
+                            int64_t nr, const tile_out *o, float *c, int64_t rsc, int64_t csc)
 {
     float t[MR * NR];
     for (int64_t j = 0; j < nr; j++)
@@ -269,15 +285,22 @@ static void kernel_emulated(int64_t kp, const uint32_t *a, const uint32_t *b, in
             }
             t[j * MR + i] = s;
         }
-    store_tile(mr, nr, t, alpha, beta, c, rsc, csc);
+    store_tile(mr, nr, t, o, c, rsc, csc);
 }
 
 /* ------------------------------------------------------------ driver */
 
 bool cg_bf16_gemm_serial(bool native, int64_t m, int64_t n, int64_t k, float alpha,
                          const float *a, int64_t rsa, int64_t csa, const float *b, int64_t rsb,
-                         int64_t csb, float beta, float *c, int64_t rsc, int64_t csc)
+                         int64_t csb, float beta, const float *bias, int64_t bs, float *c,
+                         int64_t rsc, int64_t csc)
 {
+    /* a bias per column of C; per row of the tiles once C is turned over */
+    int64_t rsbias = 0, csbias = bs;
+    if (bias && csc == 1 && rsc != 1) {
+        rsbias = bs;
+        csbias = 0;
+    }
     /* The kernel stores column-stored tiles directly: for row-stored C
      * compute C^T = B^T A^T instead. */
     cg_gemm_to_column_c(&m, &n, &a, &rsa, &csa, &b, &rsb, &csb, &rsc, &csc);
@@ -295,7 +318,10 @@ bool cg_bf16_gemm_serial(bool native, int64_t m, int64_t n, int64_t k, float alp
         for (int64_t pc = 0; pc < k; pc += kc) {
             kc = k - pc < KC ? k - pc : KC;
             const int64_t kp = (kc + 1) / 2;
-            const float be = pc == 0 ? beta : 1.0f; /* later k blocks accumulate */
+            /* the first k block adds beta C or the bias, later ones accumulate */
+            const bool first = pc == 0;
+            tile_out o = {alpha, first && !bias ? beta : first ? 0.0f : 1.0f, NULL, rsbias,
+                          csbias};
             for (int64_t j = 0; j < nc; j += NR)
                 pack_panel(native, NR, nc - j < NR ? nc - j : NR, kc,
                            b + pc * rsb + (jc + j) * csb, csb, rsb, pb + j * kp);
@@ -309,12 +335,14 @@ bool cg_bf16_gemm_serial(bool native, int64_t m, int64_t n, int64_t k, float alp
                     for (int64_t ir = 0; ir < mc; ir += MR) {
                         const int64_t mr = mc - ir < MR ? mc - ir : MR;
                         float *cp = c + (ic + ir) * rsc + (jc + jr) * csc;
+                        o.bias = first && bias ? bias + (ic + ir) * rsbias + (jc + jr) * csbias
+                                               : NULL;
                         if (native)
-                            kernel_native(kp, pa + ir * kp, pb + jr * kp, mr, nr, alpha, be, cp,
-                                          rsc, csc);
+                            kernel_native(kp, pa + ir * kp, pb + jr * kp, mr, nr, &o, cp, rsc,
+                                          csc);
                         else
-                            kernel_emulated(kp, pa + ir * kp, pb + jr * kp, mr, nr, alpha, be,
-                                            cp, rsc, csc);
+                            kernel_emulated(kp, pa + ir * kp, pb + jr * kp, mr, nr, &o, cp, rsc,
+                                            csc);
                     }
                 }
             }
@@ -378,7 +406,7 @@ size_t cg_bf16_matrix_bytes(const cg_bf16_matrix *m)
 }
 
 /* Panels [q0, q1) of W times every row of x (packed as xp: ceil(m / NR) B
- * panels of kp pairs), into y; y's rows are first set to the bias. */
+ * panels of kp pairs), into y, plus the bias when given. */
 static void bf16_matrix_panels(const cg_bf16_matrix *w, bool native, int64_t q0, int64_t q1,
                                int64_t m, const uint32_t *xp, const float *bias, int64_t bs,
                                float *y, int64_t rsy, int64_t csy)
@@ -386,24 +414,23 @@ static void bf16_matrix_panels(const cg_bf16_matrix *w, bool native, int64_t q0,
     const int64_t kp = w->kp;
     for (int64_t q = q0; q < q1; q++) {
         const int64_t i0 = q * MR, mr = w->n - i0 < MR ? w->n - i0 : MR;
-        if (bias)
-            for (int64_t j = 0; j < m; j++)
-                for (int64_t i = 0; i < mr; i++)
-                    y[j * rsy + (i0 + i) * csy] = bias[(i0 + i) * bs];
         for (int64_t j0 = 0; j0 < m; j0 += NR) {
             const int64_t nr = m - j0 < NR ? m - j0 : NR;
             const uint32_t *bp = xp + (j0 / NR) * kp * NR;
             float *c = y + j0 * rsy + i0 * csy;
             for (int64_t pc = 0; pc < w->k; pc += KC) {
                 const int64_t kc = w->k - pc < KC ? w->k - pc : KC;
-                const float be = pc == 0 && !bias ? 0.0f : 1.0f; /* later k blocks accumulate */
+                /* the first k block adds the bias (one per row of the
+                 * tile), later ones accumulate */
+                const tile_out o = {1.0f, pc == 0 ? 0.0f : 1.0f,
+                                    pc == 0 && bias ? bias + i0 * bs : NULL, bs, 0};
                 const uint32_t *ap = w->p + q * kp * MR + (pc / 2) * MR;
                 if (native)
-                    kernel_native((kc + 1) / 2, ap, bp + (pc / 2) * NR, mr, nr, 1.0f, be, c, csy,
+                    kernel_native((kc + 1) / 2, ap, bp + (pc / 2) * NR, mr, nr, &o, c, csy,
                                   rsy);
                 else
-                    kernel_emulated((kc + 1) / 2, ap, bp + (pc / 2) * NR, mr, nr, 1.0f, be, c,
-                                    csy, rsy);
+                    kernel_emulated((kc + 1) / 2, ap, bp + (pc / 2) * NR, mr, nr, &o, c, csy,
+                                    rsy);
             }
         }
     }

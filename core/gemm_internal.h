@@ -18,10 +18,14 @@ void *cg_gemm_thread_buffer(size_t bytes);
 
 /* core/gemm_bf16.c: C = alpha A B + beta C on one thread with A and B
  * rounded to bf16 while packed and fp32 sums, on the AVX512_BF16 kernel
- * (native) or its emulation; any strides. False when out of memory. */
+ * (native) or its emulation; any strides. With a bias (beta must be 0),
+ * C = alpha A B + bias[j * bs] for column j, added as the tiles are
+ * written (the bits of C set to the bias first and beta 1). False when out
+ * of memory. */
 bool cg_bf16_gemm_serial(bool native, int64_t m, int64_t n, int64_t k, float alpha,
                          const float *a, int64_t rsa, int64_t csa, const float *b, int64_t rsb,
-                         int64_t csb, float beta, float *c, int64_t rsc, int64_t csc);
+                         int64_t csb, float beta, const float *bias, int64_t bs, float *c,
+                         int64_t rsc, int64_t csc);
 
 /* Size of the block at offset i of dim, as BLIS picks it: the default size,
  * but the whole rest when that fits under the maximum (k = 389 is one block

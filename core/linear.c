@@ -1,7 +1,8 @@
 /* Fused affine map y = x W^T + b (a Linear layer) and its backward.
  *
- * The bias is written into the output rows first and the product added on
- * top by one GEMM (beta = 1), so y is written once instead of twice. The
+ * The bias goes into the GEMM (cg_sgemm_bias): the bf16 kernels add it as
+ * they write y, so y is written once; in fp32 it is written into the output
+ * rows first and the product added on top (beta = 1). The
  * backward is two GEMMs and a column sum for the bias, each column summed
  * by one thread in row order (in double), so results do not depend on the
  * thread count. */
@@ -95,27 +96,18 @@ static cg_tensor *linear(const cg_tensor *x, const cg_tensor *w, const cg_tensor
         return NULL;
     }
     float *yp = cg_data(y);
-    if (b && !pm) {
-        const float *bp = cg_data(b);
-        const int64_t bs = b->strides[0];
-#pragma omp parallel for schedule(static) if (N * out > PAR_THRESHOLD)
-        for (int64_t r = 0; r < N; r++) {
-            if (bs == 1)
-                memcpy(yp + r * out, bp, sizeof(float) * (size_t)out);
-            else
-                for (int64_t j = 0; j < out; j++)
-                    yp[r * out + j] = bp[j * bs];
-        }
-    }
     bool ok = true;
     if (in == 0 && !b)
         memset(yp, 0, sizeof(float) * (size_t)(N * out));
     else if (pm)
         ok = cg_bf16_matrix_mul(pm, CG_GEMM_AUTO, 0, N, cg_data(xc), in, 1,
                                 b ? cg_data(b) : NULL, b ? b->strides[0] : 0, yp, out, 1);
+    else if (N > 0 && out > 0 && b)
+        cg_sgemm_bias(N, out, in, cg_data(xc), in, 1, cg_data(w), w->strides[1], w->strides[0],
+                      cg_data(b), b->strides[0], yp, out, 1);
     else if (N > 0 && out > 0 && in > 0)
         cg_sgemm(N, out, in, 1.0f, cg_data(xc), in, 1, cg_data(w), w->strides[1], w->strides[0],
-                 b ? 1.0f : 0.0f, yp, out, 1);
+                 0.0f, yp, out, 1);
     cg_release(xc);
     if (!ok) {
         cg_release(y);

@@ -5,6 +5,7 @@
  *   for every operand layout, tile and block edge and stride;
  * - the emulated kernel (any CPU) gives the bits of the AVX512_BF16 one;
  * - 1 and 2 threads give the same bits;
+ * - a bias added as C is written has the bits of C set to the bias first;
  * - the precision switch reaches every product of the library. */
 #include <check.h>
 #include <math.h>
@@ -203,6 +204,56 @@ START_TEST(test_emulated_equals_native) {
                     free(c1);
                     free(c2);
                 }
+    }
+}
+END_TEST
+
+/* C = A B + bias (cg_sgemm_bias_path) has the bits of C set to the bias
+ * and then C = A B + 1 C, on every path (fp32 adds the bias first, the bf16
+ * kernels as they write C), for both C layouts, a strided bias, every tile,
+ * pair and k block edge, and 1 or 2 threads. */
+START_TEST(test_bias_fused) {
+    cg_rng rng = cg_rng_new(17);
+    const cg_gemm_path paths[] = {CG_GEMM_AUTO, CG_GEMM_BF16, CG_GEMM_BF16_EMULATED};
+    for (int pi = 0; pi < 3; pi++) {
+        if (!cg_gemm_path_available(paths[pi])) continue;
+        for (int si = 0; si < NSIZES; si++) {
+            const int64_t m = sizes[si][0], n = sizes[si][1], k = sizes[si][2];
+            for (int lc = 0; lc < 2; lc++)
+                for (int bs = 1; bs <= 3; bs += 2) {
+                    int64_t rsa, csa, rsb, csb, rsc, csc;
+                    size_t na, nb, nc;
+                    layout(si % 4, m, k, &rsa, &csa, &na);
+                    layout((si + 1) % 4, k, n, &rsb, &csb, &nb);
+                    layout(lc, m, n, &rsc, &csc, &nc);
+                    float *a = rand_buf(&rng, na), *b = rand_buf(&rng, nb);
+                    float *bias = rand_buf(&rng, (size_t)(n * bs));
+                    float *c1 = malloc(nc * sizeof(float)), *c2 = malloc(nc * sizeof(float));
+                    for (size_t i = 0; i < nc; i++) c1[i] = c2[i] = NAN; /* never read */
+                    for (int64_t i = 0; i < m; i++)
+                        for (int64_t j = 0; j < n; j++) c1[i * rsc + j * csc] = bias[j * bs];
+                    const int nt = 1 + (si + lc) % 2;
+                    ck_assert(cg_sgemm_path(paths[pi], nt, m, n, k, 1.0f, a, rsa, csa, b, rsb,
+                                            csb, 1.0f, c1, rsc, csc));
+                    ck_assert(cg_sgemm_bias_path(paths[pi], nt, m, n, k, a, rsa, csa, b, rsb,
+                                                 csb, bias, bs, c2, rsc, csc));
+                    for (int64_t i = 0; i < m; i++)
+                        for (int64_t j = 0; j < n; j++) {
+                            const float x = c1[i * rsc + j * csc], y = c2[i * rsc + j * csc];
+                            if (to_bits(x) != to_bits(y))
+                                ck_abort_msg("%s %lldx%lldx%lld C layout %d bias stride %d, %d "
+                                             "threads: [%lld, %lld] %a, fused %a",
+                                             cg_gemm_path_name(paths[pi]), (long long)m,
+                                             (long long)n, (long long)k, lc, bs, nt,
+                                             (long long)i, (long long)j, (double)x, (double)y);
+                        }
+                    free(a);
+                    free(b);
+                    free(bias);
+                    free(c1);
+                    free(c2);
+                }
+        }
     }
 }
 END_TEST
@@ -608,6 +659,7 @@ static Suite *bf16_suite(void) {
     tcase_add_test(tc, test_against_double);
     tcase_add_test(tc, test_emulated_equals_native);
     tcase_add_test(tc, test_threads_bit_identical);
+    tcase_add_test(tc, test_bias_fused);
     tcase_add_test(tc, test_precision_switch);
     tcase_add_test(tc, test_layer_gradients);
     suite_add_tcase(s, tc);
