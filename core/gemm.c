@@ -423,7 +423,11 @@ static bool gemm_run(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int6
         double per = flops / (g.bf16 ? 2.0 * MIN_FLOPS_PER_THREAD : MIN_FLOPS_PER_THREAD);
         if (per < nt) nt = per < 2.0 ? 1 : (int)per;
     }
-    if (nt < 1 || sup || omp_in_parallel()) nt = 1;
+    /* BLIS's own choice is not split: on a CPU it knows (it takes AMD Zen 4
+     * for zen3) it chooses between its small-matrix and packed kernels from
+     * the sizes it is given, so halves of C could be summed differently and
+     * the bits would change with the thread count (seen on 513 x 479 x 611). */
+    if (nt < 1 || sup || omp_in_parallel() || path == CG_GEMM_DEFAULT) nt = 1;
     const bool split_m = m >= n;
     const int64_t dim = split_m ? m : n;
     int64_t csz = (dim + nt - 1) / nt;
@@ -431,7 +435,11 @@ static bool gemm_run(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int6
     int64_t nch = (dim + csz - 1) / csz;
     if (nt > nch) nt = (int)nch;
     bool ok = true;
-    if (nt == 1) {
+    if (nt > 1 && g.bf16 && cg_bf16_gemm_shares_packing(m, n, rsc, csc, nt)) {
+        /* bf16: the threads pack the shared operand once, together */
+        ok = cg_bf16_gemm_parallel(g.bf16 == 1, nt, m, n, k, alpha, a, rsa, csa, b, rsb, csb,
+                                   beta, bias, bs, c, rsc, csc);
+    } else if (nt == 1) {
         ok = serial_product(g, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, bias, bs, c,
                             rsc, csc);
     } else {

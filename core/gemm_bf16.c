@@ -290,10 +290,22 @@ static void kernel_emulated(int64_t kp, const uint32_t *a, const uint32_t *b, in
 
 /* ------------------------------------------------------------ driver */
 
-bool cg_bf16_gemm_serial(bool native, int64_t m, int64_t n, int64_t k, float alpha,
-                         const float *a, int64_t rsa, int64_t csa, const float *b, int64_t rsb,
-                         int64_t csb, float beta, const float *bias, int64_t bs, float *c,
-                         int64_t rsc, int64_t csc)
+/* A product as the kernels see it: C column-stored (row-stored C turned
+ * over, C^T = B^T A^T), the bias per row or per column of C. */
+typedef struct {
+    bool native;
+    int64_t m, n, k;
+    float alpha, beta;
+    const float *a, *b, *bias;
+    int64_t rsa, csa, rsb, csb, rsbias, csbias;
+    float *c;
+    int64_t rsc, csc;
+} product;
+
+static product product_of(bool native, int64_t m, int64_t n, int64_t k, float alpha,
+                          const float *a, int64_t rsa, int64_t csa, const float *b, int64_t rsb,
+                          int64_t csb, float beta, const float *bias, int64_t bs, float *c,
+                          int64_t rsc, int64_t csc)
 {
     /* a bias per column of C; per row of the tiles once C is turned over */
     int64_t rsbias = 0, csbias = bs;
@@ -301,51 +313,128 @@ bool cg_bf16_gemm_serial(bool native, int64_t m, int64_t n, int64_t k, float alp
         rsbias = bs;
         csbias = 0;
     }
-    /* The kernel stores column-stored tiles directly: for row-stored C
-     * compute C^T = B^T A^T instead. */
     cg_gemm_to_column_c(&m, &n, &a, &rsa, &csa, &b, &rsb, &csb, &rsc, &csc);
-    const int64_t kcmax = k < KC ? k : KC, kpmax = (kcmax + 1) / 2;
-    const int64_t mcmax = ((m < MC ? m : MC) + MR - 1) / MR * MR;
-    const int64_t ncmax = ((n < NC ? n : NC) + NR - 1) / NR * NR;
-    const size_t na = (size_t)(mcmax * kpmax), nb = (size_t)(ncmax * kpmax);
-    uint32_t *pa = cg_gemm_thread_buffer((na + nb + 16) * sizeof(uint32_t));
+    return (product){native, m, n, k, alpha, beta, a, b, bias,
+                     rsa, csa, rsb, csb, rsbias, csbias, c, rsc, csc};
+}
+
+static inline int64_t min64(int64_t x, int64_t y) { return x < y ? x : y; }
+
+/* B panels [j0, j1) (multiples of NR) of the block of B at k offset pc (kc
+ * deep) and column offset jc (nc wide), into pb: panel j at pb + j kp. */
+static void pack_b(const product *p, int64_t jc, int64_t nc, int64_t pc, int64_t kc, int64_t j0,
+                   int64_t j1, uint32_t *pb)
+{
+    const int64_t kp = (kc + 1) / 2;
+    for (int64_t j = j0; j < j1; j += NR)
+        pack_panel(p->native, NR, min64(nc - j, NR), kc, p->b + pc * p->rsb + (jc + j) * p->csb,
+                   p->csb, p->rsb, pb + j * kp);
+}
+
+/* Rows [i0, i1) of C's block at column offset jc (nc wide) get the k block
+ * at pc (kc deep) of their products with B's packed block pb: A is packed
+ * MC rows at a time into pa, and the tiles are computed in the same order
+ * for any [i0, i1), so an element's sums do not depend on the rows that
+ * share its call. The first k block adds beta C or the bias. */
+static void rows_times_block(const product *p, int64_t i0, int64_t i1, int64_t jc, int64_t nc,
+                             int64_t pc, int64_t kc, const uint32_t *pb, uint32_t *pa)
+{
+    const int64_t kp = (kc + 1) / 2;
+    const bool first = pc == 0, bias = first && p->bias;
+    tile_out o = {p->alpha, first ? (bias ? 0.0f : p->beta) : 1.0f, NULL, p->rsbias, p->csbias};
+    for (int64_t ic = i0; ic < i1; ic += MC) {
+        const int64_t mc = min64(i1 - ic, MC);
+        for (int64_t i = 0; i < mc; i += MR)
+            pack_panel(p->native, MR, min64(mc - i, MR), kc,
+                       p->a + (ic + i) * p->rsa + pc * p->csa, p->rsa, p->csa, pa + i * kp);
+        for (int64_t jr = 0; jr < nc; jr += NR) {
+            const int64_t nr = min64(nc - jr, NR);
+            for (int64_t ir = 0; ir < mc; ir += MR) {
+                const int64_t mr = min64(mc - ir, MR);
+                float *cp = p->c + (ic + ir) * p->rsc + (jc + jr) * p->csc;
+                o.bias = bias ? p->bias + (ic + ir) * p->rsbias + (jc + jr) * p->csbias : NULL;
+                if (p->native)
+                    kernel_native(kp, pa + ir * kp, pb + jr * kp, mr, nr, &o, cp, p->rsc, p->csc);
+                else
+                    kernel_emulated(kp, pa + ir * kp, pb + jr * kp, mr, nr, &o, cp, p->rsc,
+                                    p->csc);
+            }
+        }
+    }
+}
+
+/* Elements of one packed A block and of one packed B block. */
+static size_t a_block_size(void) { return (size_t)MC * (KC / 2); }
+static size_t b_block_size(int64_t nc) { return (size_t)((nc + NR - 1) / NR * NR) * (KC / 2); }
+
+bool cg_bf16_gemm_serial(bool native, int64_t m, int64_t n, int64_t k, float alpha,
+                         const float *a, int64_t rsa, int64_t csa, const float *b, int64_t rsb,
+                         int64_t csb, float beta, const float *bias, int64_t bs, float *c,
+                         int64_t rsc, int64_t csc)
+{
+    const product p =
+        product_of(native, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, bias, bs, c, rsc, csc);
+    const size_t na = (a_block_size() + 15) / 16 * 16;
+    uint32_t *pa = cg_gemm_thread_buffer((na + b_block_size(min64(p.n, NC))) * sizeof(uint32_t));
     if (!pa)
         return false;
-    uint32_t *pb = pa + (na + 15) / 16 * 16;
-    int64_t nc, kc, mc;
-    for (int64_t jc = 0; jc < n; jc += nc) {
-        nc = n - jc < NC ? n - jc : NC;
-        for (int64_t pc = 0; pc < k; pc += kc) {
-            kc = k - pc < KC ? k - pc : KC;
-            const int64_t kp = (kc + 1) / 2;
-            /* the first k block adds beta C or the bias, later ones accumulate */
-            const bool first = pc == 0;
-            tile_out o = {alpha, first && !bias ? beta : first ? 0.0f : 1.0f, NULL, rsbias,
-                          csbias};
-            for (int64_t j = 0; j < nc; j += NR)
-                pack_panel(native, NR, nc - j < NR ? nc - j : NR, kc,
-                           b + pc * rsb + (jc + j) * csb, csb, rsb, pb + j * kp);
-            for (int64_t ic = 0; ic < m; ic += mc) {
-                mc = m - ic < MC ? m - ic : MC;
-                for (int64_t i = 0; i < mc; i += MR)
-                    pack_panel(native, MR, mc - i < MR ? mc - i : MR, kc,
-                               a + (ic + i) * rsa + pc * csa, rsa, csa, pa + i * kp);
-                for (int64_t jr = 0; jr < nc; jr += NR) {
-                    const int64_t nr = nc - jr < NR ? nc - jr : NR;
-                    for (int64_t ir = 0; ir < mc; ir += MR) {
-                        const int64_t mr = mc - ir < MR ? mc - ir : MR;
-                        float *cp = c + (ic + ir) * rsc + (jc + jr) * csc;
-                        o.bias = first && bias ? bias + (ic + ir) * rsbias + (jc + jr) * csbias
-                                               : NULL;
-                        if (native)
-                            kernel_native(kp, pa + ir * kp, pb + jr * kp, mr, nr, &o, cp, rsc,
-                                          csc);
-                        else
-                            kernel_emulated(kp, pa + ir * kp, pb + jr * kp, mr, nr, &o, cp, rsc,
-                                            csc);
-                    }
-                }
+    uint32_t *pb = pa + na;
+    for (int64_t jc = 0; jc < p.n; jc += NC) {
+        const int64_t nc = min64(p.n - jc, NC);
+        for (int64_t pc = 0; pc < p.k; pc += KC) {
+            const int64_t kc = min64(p.k - pc, KC);
+            pack_b(&p, jc, nc, pc, kc, 0, nc, pb);
+            rows_times_block(&p, 0, p.m, jc, nc, pc, kc, pb, pa);
+        }
+    }
+    return true;
+}
+
+/* The shared-packing split needs at least two row panels of C a thread,
+ * and equal shares (or many panels): otherwise the caller splits C into
+ * independent products. */
+bool cg_bf16_gemm_shares_packing(int64_t m, int64_t n, int64_t rsc, int64_t csc, int nt)
+{
+    const int64_t rows = csc == 1 && rsc != 1 ? n : m; /* C's rows once turned over */
+    const int64_t panels = (rows + MR - 1) / MR;
+    return nt > 1 && panels >= 2 * nt && (panels % nt == 0 || panels >= 8 * nt);
+}
+
+bool cg_bf16_gemm_parallel(bool native, int nt, int64_t m, int64_t n, int64_t k, float alpha,
+                           const float *a, int64_t rsa, int64_t csa, const float *b, int64_t rsb,
+                           int64_t csb, float beta, const float *bias, int64_t bs, float *c,
+                           int64_t rsc, int64_t csc)
+{
+    const product p =
+        product_of(native, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, bias, bs, c, rsc, csc);
+    /* the calling thread's buffer holds every k block of B (one column
+     * block at a time) and each thread's A block */
+    const int64_t nblk = (p.k + KC - 1) / KC, ncmax = min64(p.n, NC);
+    const size_t na = (a_block_size() + 15) / 16 * 16, nbk = b_block_size(ncmax);
+    uint32_t *buf = cg_gemm_thread_buffer((na * (size_t)nt + nbk * (size_t)nblk) * sizeof(uint32_t));
+    if (!buf)
+        return false;
+    uint32_t *pb = buf + na * (size_t)nt;
+    const int64_t panels = (p.m + MR - 1) / MR, npb = (ncmax + NR - 1) / NR;
+#pragma omp parallel num_threads(nt)
+    {
+        const int t = omp_get_thread_num(), T = omp_get_num_threads();
+        const int64_t i0 = min64(panels * t / T * MR, p.m);
+        const int64_t i1 = min64(panels * (t + 1) / T * MR, p.m);
+        uint32_t *pa = buf + na * (size_t)t;
+        for (int64_t jc = 0; jc < p.n; jc += NC) {
+            const int64_t nc = min64(p.n - jc, NC);
+            /* B's panels of every k block, split among the threads */
+#pragma omp for schedule(static)
+            for (int64_t q = 0; q < nblk * npb; q++) {
+                const int64_t pc = q / npb * KC, j = q % npb * NR;
+                if (j < nc)
+                    pack_b(&p, jc, nc, pc, min64(p.k - pc, KC), j, j + NR, pb + (q / npb) * nbk);
             }
+            for (int64_t pc = 0; pc < p.k; pc += KC)
+                rows_times_block(&p, i0, i1, jc, nc, pc, min64(p.k - pc, KC),
+                                 pb + (pc / KC) * nbk, pa);
+#pragma omp barrier
         }
     }
     return true;

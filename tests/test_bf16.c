@@ -260,9 +260,12 @@ END_TEST
 
 START_TEST(test_threads_bit_identical) {
     cg_rng rng = cg_rng_new(5);
-    const int64_t dims[][3] = {{513, 479, 611}, {64, 1100, 130}, {700, 40, 77}};
+    /* C split into independent halves or (cg_bf16_gemm_parallel) its rows
+     * split over one packing of B shared by both threads, with one or two
+     * column blocks of 3072 */
+    const int64_t dims[][3] = {{513, 479, 611}, {64, 1100, 130}, {700, 40, 77}, {3100, 128, 40}};
     const cg_gemm_path paths[] = {CG_GEMM_BF16, CG_GEMM_BF16_EMULATED};
-    for (int d = 0; d < 3; d++) {
+    for (int d = 0; d < 4; d++) {
         const int64_t m = dims[d][0], n = dims[d][1], k = dims[d][2];
         float *a = rand_buf(&rng, (size_t)(m * k)), *b = rand_buf(&rng, (size_t)(k * n));
         float *o1 = malloc((size_t)(m * n) * sizeof(float));
