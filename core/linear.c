@@ -6,6 +6,7 @@
  * backward is two GEMMs and a column sum for the bias, each column summed
  * by one thread in row order (in double), so results do not depend on the
  * thread count. */
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -127,25 +128,40 @@ cg_tensor *cg_k_linear_bf16_packed(const cg_tensor *x, const cg_tensor *w, const
 }
 
 /* Bias gradient: b[j] = sum over rows of g[r, j] for j in [j0, j1), rows in
- * order, in double. The CB sums of a block stay in registers for the whole
- * row loop (accumulating in memory chained every row through a store and a
- * load); compiled for AVX-512, AVX2 and the baseline. */
-enum { CB = 16 };
-EW_CLONES static void colsum_block(const float *g, int64_t N, int64_t ld, int64_t j0, int64_t j1,
-                                   float *b)
+ * order, in double. Rows are read in passes of RB rows across up to JB
+ * columns (whole cache lines, in address order: walking one narrow column
+ * block down every row was bound by the strided reads); within a pass the
+ * CB sums of a block stay in registers, and between passes they wait in
+ * acc (in L1). Each column's sum is the same chain of additions in row
+ * order either way. Compiled for AVX-512, AVX2 and the baseline. */
+enum { CB = 16, RB = 16, JB = 512 };
+EW_CLONES static void colsum_cols(const float *g, int64_t N, int64_t ld, int64_t j0, int64_t j1,
+                                  float *b)
 {
-    double acc[CB] = {0};
-    if (j1 - j0 == CB) {
-        for (int64_t r = 0; r < N; r++)
-            for (int l = 0; l < CB; l++)
-                acc[l] += (double)g[r * ld + j0 + l];
-    } else {
-        for (int64_t r = 0; r < N; r++)
-            for (int64_t j = j0; j < j1; j++)
-                acc[j - j0] += (double)g[r * ld + j];
+    double acc[JB];
+    for (int64_t c0 = j0; c0 < j1; c0 += JB) {
+        const int64_t w = j1 - c0 < JB ? j1 - c0 : JB;
+        memset(acc, 0, sizeof(double) * (size_t)w);
+        for (int64_t r0 = 0; r0 < N; r0 += RB) {
+            const int64_t r1 = N - r0 < RB ? N : r0 + RB;
+            int64_t j = 0;
+            for (; j + CB <= w; j += CB) {
+                double s[CB];
+                for (int l = 0; l < CB; l++)
+                    s[l] = acc[j + l];
+                for (int64_t r = r0; r < r1; r++)
+                    for (int l = 0; l < CB; l++)
+                        s[l] += (double)g[r * ld + c0 + j + l];
+                for (int l = 0; l < CB; l++)
+                    acc[j + l] = s[l];
+            }
+            for (; j < w; j++)
+                for (int64_t r = r0; r < r1; r++)
+                    acc[j] += (double)g[r * ld + c0 + j];
+        }
+        for (int64_t j = 0; j < w; j++)
+            b[c0 + j] = (float)acc[j];
     }
-    for (int64_t j = j0; j < j1; j++)
-        b[j] = (float)acc[j - j0];
 }
 
 bool cg_k_linear_backward(const cg_tensor *x, const cg_tensor *w, const cg_tensor *g,
@@ -190,13 +206,14 @@ bool cg_k_linear_backward(const cg_tensor *x, const cg_tensor *w, const cg_tenso
     if (gw && !empty) /* dW [out,in] = g^T [out,N] x [N,in] */
         cg_sgemm(out, in, N, 1.0f, gp, 1, out, cg_data(xc), in, 1, 0.0f, cg_data(gw), in, 1);
     if (gb) {
-        /* column sums in blocks of CB columns, each block by one thread */
+        /* column sums, each thread a run of whole blocks of CB columns */
         const int64_t nblk = (out + CB - 1) / CB;
         float *bp = cg_data(gb);
-#pragma omp parallel for schedule(static) if (N * out > PAR_THRESHOLD && nblk > 1)
-        for (int64_t blk = 0; blk < nblk; blk++) {
-            const int64_t j0 = blk * CB, j1 = j0 + CB < out ? j0 + CB : out;
-            colsum_block(gp, N, out, j0, j1, bp);
+#pragma omp parallel if (N * out > PAR_THRESHOLD && nblk > 1)
+        {
+            const int t = omp_get_thread_num(), T = omp_get_num_threads();
+            const int64_t j0 = nblk * t / T * CB, j1 = nblk * (t + 1) / T * CB;
+            colsum_cols(gp, N, out, j0, j1 < out ? j1 : out, bp);
         }
     }
     cg_release_all(2, gc, xc);
