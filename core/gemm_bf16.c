@@ -183,14 +183,24 @@ typedef struct {
 static void store_tile(int64_t mr, int64_t nr, const float *t, const tile_out *o, float *c,
                        int64_t rsc, int64_t csc)
 {
-    for (int64_t j = 0; j < nr; j++)
-        for (int64_t i = 0; i < mr; i++) {
-            float *cij = c + i * rsc + j * csc;
-            float v = o->alpha * t[j * MR + i];
-            *cij = o->bias          ? v + o->bias[i * o->rs + j * o->cs]
-                   : o->beta == 0.0f ? v
-                                     : v + o->beta * *cij;
-        }
+    /* locals (C's stores could alias *o), one loop per case (each
+     * vectorises along a column when C's rows are adjacent) */
+    const float alpha = o->alpha, beta = o->beta, *bias = o->bias;
+    const int64_t brs = o->rs, bcs = o->cs;
+    if (bias)
+        for (int64_t j = 0; j < nr; j++)
+            for (int64_t i = 0; i < mr; i++)
+                c[i * rsc + j * csc] = alpha * t[j * MR + i] + bias[i * brs + j * bcs];
+    else if (beta == 0.0f)
+        for (int64_t j = 0; j < nr; j++)
+            for (int64_t i = 0; i < mr; i++)
+                c[i * rsc + j * csc] = alpha * t[j * MR + i];
+    else
+        for (int64_t j = 0; j < nr; j++)
+            for (int64_t i = 0; i < mr; i++) {
+                float *cij = c + i * rsc + j * csc;
+                *cij = alpha * t[j * MR + i] + beta * *cij;
+            }
 }
 
 /* kp k-pairs of an A panel times the first nru columns of a B panel, into
@@ -199,7 +209,8 @@ static void store_tile(int64_t mr, int64_t nr, const float *t, const tile_out *o
  * sums are the same whatever nru is. */
 BF16_TARGET static inline __attribute__((always_inline)) void
 kernel_native_n(const int nru, int64_t kp, const uint32_t *a, const uint32_t *b, int64_t mr,
-                int64_t nr, const tile_out *o, float *c, int64_t rsc, int64_t csc)
+                int64_t nr, const tile_out *o, float alpha, float beta, const float *bias,
+                int64_t brs, float *c, int64_t rsc, int64_t csc)
 {
     __m512 acc[NR][2];
 #pragma GCC unroll 12
@@ -216,18 +227,18 @@ kernel_native_n(const int nru, int64_t kp, const uint32_t *a, const uint32_t *b,
             acc[j][1] = _mm512_dpbf16_ps(acc[j][1], a1, bj);
         }
     }
-    if (mr == MR && nr == nru && rsc == 1 && (!o->bias || o->rs <= 1)) {
-        const __m512 va = _mm512_set1_ps(o->alpha), vb = _mm512_set1_ps(o->beta);
+    /* whole tiles of a column-stored C, with no bias or one per row of the
+     * tile: straight from the registers */
+    if (mr == MR && nr == nru && rsc == 1 && (!bias || brs == 1)) {
+        const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
 #pragma GCC unroll 12
         for (int j = 0; j < nru; j++) {
             float *cj = c + j * csc;
             __m512 r0 = _mm512_mul_ps(va, acc[j][0]), r1 = _mm512_mul_ps(va, acc[j][1]);
-            if (o->bias) {
-                /* a bias per row (rs 1) or per column (rs 0) of the tile */
-                const float *bj = o->bias + j * o->cs;
-                r0 = _mm512_add_ps(r0, o->rs ? _mm512_loadu_ps(bj) : _mm512_set1_ps(*bj));
-                r1 = _mm512_add_ps(r1, o->rs ? _mm512_loadu_ps(bj + 16) : _mm512_set1_ps(*bj));
-            } else if (o->beta != 0.0f) {
+            if (bias) {
+                r0 = _mm512_add_ps(r0, _mm512_loadu_ps(bias));
+                r1 = _mm512_add_ps(r1, _mm512_loadu_ps(bias + 16));
+            } else if (beta != 0.0f) {
                 /* v + beta * c, rounded twice as store_tile does */
                 r0 = _mm512_add_ps(r0, _mm512_mul_ps(vb, _mm512_loadu_ps(cj)));
                 r1 = _mm512_add_ps(r1, _mm512_mul_ps(vb, _mm512_loadu_ps(cj + 16)));
@@ -238,6 +249,7 @@ kernel_native_n(const int nru, int64_t kp, const uint32_t *a, const uint32_t *b,
         return;
     }
     float t[MR * NR] __attribute__((aligned(64)));
+#pragma GCC unroll 12
     for (int j = 0; j < nru; j++) {
         _mm512_store_ps(t + j * MR, acc[j][0]);
         _mm512_store_ps(t + j * MR + 16, acc[j][1]);
@@ -252,7 +264,11 @@ BF16_TARGET static void kernel_native(int64_t kp, const uint32_t *a, const uint3
                                       int64_t mr, int64_t nr, const tile_out *o, float *c,
                                       int64_t rsc, int64_t csc)
 {
-#define CG_KN(N) kernel_native_n(N, kp, a, b, mr, nr, o, c, rsc, csc)
+    /* the tile's parameters as scalars: read through o, they cost the
+     * accumulators their registers (spilled before the write-out) */
+    const float alpha = o->alpha, beta = o->beta, *bias = o->bias;
+    const int64_t brs = o->rs;
+#define CG_KN(N) kernel_native_n(N, kp, a, b, mr, nr, o, alpha, beta, bias, brs, c, rsc, csc)
     switch (nr) {
     case 1: CG_KN(1); break;
     case 2: CG_KN(2); break;
@@ -363,9 +379,19 @@ static void rows_times_block(const product *p, int64_t i0, int64_t i1, int64_t j
     }
 }
 
-/* Elements of one packed A block and of one packed B block. */
-static size_t a_block_size(void) { return (size_t)MC * (KC / 2); }
-static size_t b_block_size(int64_t nc) { return (size_t)((nc + NR - 1) / NR * NR) * (KC / 2); }
+/* Elements of one packed A block and of one packed B block of p, sized to
+ * p (a block sized for the largest product put B 72 KB after A: both at
+ * the same L1 sets, and small products, attention's, ran 15% slower). */
+static size_t a_block_size(const product *p)
+{
+    const int64_t kp = (min64(p->k, KC) + 1) / 2;
+    return (size_t)((min64(p->m, MC) + MR - 1) / MR * MR * kp + 15) / 16 * 16;
+}
+static size_t b_block_size(const product *p)
+{
+    const int64_t kp = (min64(p->k, KC) + 1) / 2;
+    return (size_t)((min64(p->n, NC) + NR - 1) / NR * NR * kp + 15) / 16 * 16;
+}
 
 bool cg_bf16_gemm_serial(bool native, int64_t m, int64_t n, int64_t k, float alpha,
                          const float *a, int64_t rsa, int64_t csa, const float *b, int64_t rsb,
@@ -374,8 +400,8 @@ bool cg_bf16_gemm_serial(bool native, int64_t m, int64_t n, int64_t k, float alp
 {
     const product p =
         product_of(native, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, bias, bs, c, rsc, csc);
-    const size_t na = (a_block_size() + 15) / 16 * 16;
-    uint32_t *pa = cg_gemm_thread_buffer((na + b_block_size(min64(p.n, NC))) * sizeof(uint32_t));
+    const size_t na = a_block_size(&p);
+    uint32_t *pa = cg_gemm_thread_buffer((na + b_block_size(&p)) * sizeof(uint32_t));
     if (!pa)
         return false;
     uint32_t *pb = pa + na;
@@ -410,7 +436,7 @@ bool cg_bf16_gemm_parallel(bool native, int nt, int64_t m, int64_t n, int64_t k,
     /* the calling thread's buffer holds every k block of B (one column
      * block at a time) and each thread's A block */
     const int64_t nblk = (p.k + KC - 1) / KC, ncmax = min64(p.n, NC);
-    const size_t na = (a_block_size() + 15) / 16 * 16, nbk = b_block_size(ncmax);
+    const size_t na = a_block_size(&p), nbk = b_block_size(&p);
     uint32_t *buf = cg_gemm_thread_buffer((na * (size_t)nt + nbk * (size_t)nblk) * sizeof(uint32_t));
     if (!buf)
         return false;
