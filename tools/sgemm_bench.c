@@ -5,7 +5,14 @@
  *
  * Times C = A @ B for N x N x N float32 row-major matrices on 1 and 2
  * threads, reports the median of RUNS runs (after one warm-up run) as
- * GFLOP/s in a table, then one JSON line. */
+ * GFLOP/s in a table, then one JSON line. It also measures the CPU's
+ * instruction peak, which no product can pass: independent chains of
+ * AVX-512 fp32 FMAs (32 flops each) and of AVX512_BF16 vdpbf16ps (64 flops
+ * each) on every thread, so that the products read as a share of it (Zen 4
+ * runs a 512-bit instruction on two 256-bit halves: half Zen 5's peak). */
+#include <immintrin.h>
+#include <omp.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +49,58 @@ static double bench(cg_gemm_path path, int threads, int64_t n, int runs, const f
     return 2.0 * (double)n * (double)n * (double)n / med * 1e-9;
 }
 
+/* Peak GFLOP/s of `threads` threads each running ITER rounds of 12
+ * independent multiply-adds (more than latency x throughput in flight). */
+enum { ITER = 20000000 };
+
+__attribute__((target("avx512f"))) static double fma_round(void) {
+    __m512 acc[12], x = _mm512_set1_ps(1e-9f);
+    for (int j = 0; j < 12; j++) acc[j] = _mm512_setzero_ps();
+    for (long i = 0; i < ITER; i++)
+#pragma GCC unroll 12
+        for (int j = 0; j < 12; j++) {
+            acc[j] = _mm512_fmadd_ps(x, x, acc[j]);
+            __asm__ volatile("" ::"v"(acc[j])); /* keep every chain */
+        }
+    float s = 0;
+    for (int j = 0; j < 12; j++) s += _mm512_reduce_add_ps(acc[j]);
+    return s;
+}
+
+__attribute__((target("avx512f,avx512bf16"))) static double dpbf16_round(void) {
+    __m512 acc[12];
+    const __m512bh x = (__m512bh)_mm512_set1_epi16(0x3000); /* bf16 2^-31 */
+    for (int j = 0; j < 12; j++) acc[j] = _mm512_setzero_ps();
+    for (long i = 0; i < ITER; i++)
+#pragma GCC unroll 12
+        for (int j = 0; j < 12; j++) {
+            acc[j] = _mm512_dpbf16_ps(acc[j], x, x);
+            __asm__ volatile("" ::"v"(acc[j]));
+        }
+    float s = 0;
+    for (int j = 0; j < 12; j++) s += _mm512_reduce_add_ps(acc[j]);
+    return s;
+}
+
+/* bf16: vdpbf16ps, else AVX-512 FMA; -1 when the CPU lacks the instruction. */
+static double peak(bool bf16, int threads) {
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx512f") || (bf16 && !__builtin_cpu_supports("avx512bf16")))
+        return -1.0;
+    volatile double sink = 0;
+    double t0 = now_s();
+#pragma omp parallel num_threads(threads)
+    {
+        double s = bf16 ? dpbf16_round() : fma_round();
+#pragma omp atomic
+        sink += s;
+    }
+    const double t = now_s() - t0;
+    return (double)threads * ITER * 12.0 * (bf16 ? 64.0 : 32.0) / t * 1e-9;
+}
+
+static void fmt(char *buf, size_t n, double g) { snprintf(buf, n, g < 0 ? "null" : "%.1f", g); }
+
 int main(int argc, char **argv) {
     int64_t n = argc > 1 ? atoll(argv[1]) : 1024;
     int runs = argc > 2 ? atoi(argv[2]) : 5;
@@ -70,6 +129,12 @@ int main(int argc, char **argv) {
         g[2][th - 1] = bench(CG_GEMM_BF16, th, n, runs, a, b, c);
     }
 
+    double pk[2][2]; /* [fp32 FMA, vdpbf16ps][1 thread, 2 threads] */
+    for (int th = 1; th <= 2; th++) {
+        pk[0][th - 1] = peak(false, th);
+        pk[1][th - 1] = peak(true, th);
+    }
+
     printf("gemm %lldx%lldx%lld, median of %d runs, GFLOP/s\n", (long long)n,
            (long long)n, (long long)n, runs);
     printf("%-22s %10s %10s\n", "path", "1 thread", "2 threads");
@@ -81,15 +146,24 @@ int main(int argc, char **argv) {
         printf("%-22s %10s %10s\n", "bf16 (no AVX512_BF16)", "n/a", "n/a");
     else
         printf("%-22s %10.1f %10.1f\n", "bf16 in, fp32 sums", g[2][0], g[2][1]);
-    char b1[32], b2[32];
-    snprintf(b1, sizeof b1, g[2][0] < 0 ? "null" : "%.1f", g[2][0]);
-    snprintf(b2, sizeof b2, g[2][1] < 0 ? "null" : "%.1f", g[2][1]);
+    const char *pname[2] = {"peak: fp32 FMA zmm", "peak: vdpbf16ps zmm"};
+    for (int i = 0; i < 2; i++)
+        if (pk[i][0] < 0)
+            printf("%-22s %10s %10s\n", pname[i], "n/a", "n/a");
+        else
+            printf("%-22s %10.1f %10.1f\n", pname[i], pk[i][0], pk[i][1]);
+    char b1[32], b2[32], p[4][32];
+    fmt(b1, sizeof b1, g[2][0]);
+    fmt(b2, sizeof b2, g[2][1]);
+    for (int i = 0; i < 4; i++) fmt(p[i], sizeof p[i], pk[i / 2][i % 2]);
     printf("{\"bench\": \"sgemm\", \"m\": %lld, \"n\": %lld, \"k\": %lld, \"runs\": %d, "
            "\"path\": \"%s\", \"gflops_1t\": %.1f, \"gflops_2t\": %.1f, "
            "\"default_gflops_1t\": %.1f, \"default_gflops_2t\": %.1f, "
-           "\"bf16_gflops_1t\": %s, \"bf16_gflops_2t\": %s}\n",
+           "\"bf16_gflops_1t\": %s, \"bf16_gflops_2t\": %s, \"peak_fp32_gflops_1t\": %s, "
+           "\"peak_fp32_gflops_2t\": %s, \"peak_bf16_gflops_1t\": %s, "
+           "\"peak_bf16_gflops_2t\": %s}\n",
            (long long)n, (long long)n, (long long)n, runs, cg_gemm_path_name(chosen), g[0][0],
-           g[0][1], g[1][0], g[1][1], b1, b2);
+           g[0][1], g[1][0], g[1][1], b1, b2, p[0], p[1], p[2], p[3]);
     cg_free(a);
     cg_free(b);
     cg_free(c);
