@@ -12,14 +12,17 @@
  * still resident, so the next step reuses them without faulting. A request
  * takes, in order:
  *   1. a block of its own class;
- *   2. the nearest larger cached block: as is when it is at most
+ *   2. a fresh mapping, if the mapped total (live + cached) stays within
+ *      1/16 of the peak of live bytes;
+ *   3. the nearest larger cached block: as is when it is at most
  *      SLACK_CLASSES classes larger, else shrunk (its tail unmapped);
- *   3. the nearest smaller cached block, grown with mremap (its pages move
+ *   4. the nearest smaller cached block, grown with mremap (its pages move
  *      with it, only the new tail is faulted in);
- *   4. a fresh mapping, only when the cache is empty.
- * So the mapped total grows only when no cached block is at least as large
- * as the request: with varying shapes the resident set stays at the peak of
- * the live bytes instead of the sum of every shape's blocks.
+ *   5. a fresh mapping (the cache is empty).
+ * Steps 1 and 2 make a repeating step reuse the same blocks with no system
+ * call; steps 3 and 4 keep the mapped total near the peak of live bytes when
+ * shapes change (the other blocks' pages are reused, not faulted in anew),
+ * instead of growing to the sum of every shape's blocks.
  *
  * The cache is bounded: a freed block that would take the cached bytes past
  * the limit is unmapped instead (the limit is the peak of live bytes, or
@@ -53,6 +56,7 @@
 #define CLASS_MIN_LOG 15 /* the smallest class: 32 KB */
 #define NCLASS (8 * 40)  /* up to 2^55 bytes */
 #define SLACK_CLASSES 2
+#define BUDGET_SLACK 16 /* fresh mappings up to 1/16 over the peak of live bytes */
 #define BITMAP_WORDS (NCLASS / 64)
 
 typedef struct block {
@@ -114,10 +118,16 @@ static int nearest_class(int c, int dir)
     return -1;
 }
 
-/* A cached block to make into class c (steps 1-3 above), or NULL. */
+/* A cached block to make into class c (steps 1-3 above), or NULL for a
+ * fresh mapping. */
 static block *cache_take(int c)
 {
-    int from = g_free[c] ? c : nearest_class(c, 1);
+    if (g_free[c])
+        return list_pop(c);
+    size_t mapped = g_stats.live_bytes + g_stats.cached_bytes + class_bytes(c);
+    if (mapped <= g_stats.peak_live_bytes + g_stats.peak_live_bytes / BUDGET_SLACK)
+        return NULL;
+    int from = nearest_class(c, 1);
     if (from < 0)
         from = nearest_class(c, -1);
     return from < 0 ? NULL : list_pop(from);
