@@ -68,7 +68,7 @@ static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static block *g_free[NCLASS];
 static uint64_t g_nonempty[BITMAP_WORDS];
 static cg_alloc_stats g_stats;
-static size_t g_cache_limit; /* 0: the peak of live bytes */
+static size_t g_cache_limit = SIZE_MAX; /* SIZE_MAX: the peak of live bytes */
 static bool g_malloc_only;
 
 /* ------------------------------------------------------------ size classes */
@@ -118,8 +118,8 @@ static int nearest_class(int c, int dir)
     return -1;
 }
 
-/* A cached block to make into class c (steps 1-3 above), or NULL for a
- * fresh mapping. */
+/* A cached block to make into class c (steps 1, 3 and 4 above), or NULL for
+ * a fresh mapping. */
 static block *cache_take(int c)
 {
     if (g_free[c])
@@ -204,22 +204,22 @@ void *cg_alloc(size_t bytes)
     size_t rounded = (bytes + 63) / 64 * 64 + 64;
     if (g_malloc_only)
         return aligned_alloc(64, rounded);
-    block *b;
-    if (rounded + HEADER < MAP_MIN) {
+    block *b = NULL;
+    int c = rounded + HEADER < MAP_MIN ? -1 : size_class(rounded + HEADER);
+    if (c >= NCLASS)
+        return NULL;
+    if (c >= 0) {
+        pthread_mutex_lock(&g_lock);
+        b = cache_take(c);
+        pthread_mutex_unlock(&g_lock);
+        b = fit_block(b, class_bytes(c)); /* NULL: out of mappings (vm.max_map_count) */
+    }
+    if (!b) {
         b = aligned_alloc(64, rounded + HEADER);
         if (!b)
             return NULL;
         b->bytes = 0;
     } else {
-        int c = size_class(rounded + HEADER);
-        if (c >= NCLASS)
-            return NULL;
-        pthread_mutex_lock(&g_lock);
-        b = cache_take(c);
-        pthread_mutex_unlock(&g_lock);
-        b = fit_block(b, class_bytes(c));
-        if (!b)
-            return NULL;
         pthread_mutex_lock(&g_lock);
         g_stats.live_bytes += b->bytes;
         if (g_stats.live_bytes > g_stats.peak_live_bytes)
@@ -246,7 +246,7 @@ void cg_free(void *p)
     }
     pthread_mutex_lock(&g_lock);
     g_stats.live_bytes -= b->bytes;
-    size_t limit = g_cache_limit ? g_cache_limit : g_stats.peak_live_bytes;
+    size_t limit = g_cache_limit != SIZE_MAX ? g_cache_limit : g_stats.peak_live_bytes;
     bool keep = g_stats.cached_bytes + b->bytes <= limit;
     if (keep) {
         POISON((char *)b + HEADER, b->bytes - HEADER);
