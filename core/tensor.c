@@ -1,46 +1,13 @@
 /* Tensors: storage, lifecycle, creation, RNG, queries and views. */
 #include "core/tensor.h"
 
-#include <malloc.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
-
-/* ------------------------------------------------------------ allocation */
-/* A training step allocates and frees the same large buffers every step.
- * Keep big blocks in the heap (not mmap'd and unmapped on free) and do not
- * trim it, so a step reuses the previous step's pages instead of faulting
- * fresh ones in; RSS rises to the peak of one step and stays flat.
- * CG_MALLOC_DEFAULT=1 in the environment keeps glibc's defaults. */
-static void tune_malloc(void)
-{
-    const char *e = getenv("CG_MALLOC_DEFAULT");
-    if (e && *e && *e != '0')
-        return;
-    mallopt(M_MMAP_THRESHOLD, 32 << 20); /* glibc's maximum on 64-bit */
-    mallopt(M_TRIM_THRESHOLD, 512 << 20);
-}
-
-void *cg_alloc(size_t bytes)
-{
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, tune_malloc);
-    /* 64-byte aligned, rounded up to 64 bytes, plus 64 bytes of slack: BLIS
-     * 0.9's haswell small-matrix kernels read one float past the end of C in
-     * some edge tiles (seen by valgrind on a 67 x 16 product); the slack
-     * keeps such reads inside the allocation. */
-    if (bytes > SIZE_MAX - 128)
-        return NULL;
-    size_t rounded = (bytes + 63) / 64 * 64 + 64;
-    return aligned_alloc(64, rounded);
-}
-
-void cg_free(void *p) { free(p); }
 
 static cg_storage *storage_new(int64_t numel)
 {

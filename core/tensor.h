@@ -267,9 +267,22 @@ void cg_set_num_threads(int n);
 int cg_get_num_threads(void);
 
 /* ----------------------------------------------------------- utilities */
-/* Aligned allocation used for storages (64 bytes). */
+/* The allocator of tensor buffers (core/alloc.c): 64-byte aligned memory
+ * with 64 bytes of readable slack past the end. Large blocks are cached on
+ * size-class free lists and reused, so a training step's resident set stays
+ * flat; CG_MALLOC_DEFAULT=1 in the environment uses plain malloc instead,
+ * CG_ALLOC_CACHE_MB=N caps the cache (default: the peak of live bytes).
+ * Thread-safe. cg_free(NULL) is a no-op. */
 void *cg_alloc(size_t bytes);
 void cg_free(void *p);
+/* Unmaps every cached block; returns the bytes released. */
+size_t cg_alloc_trim(void);
+/* Bytes in blocks handed out (live), kept for reuse (cached), and the peak of
+ * live bytes; blocks from malloc (small ones, CG_MALLOC_DEFAULT) not counted. */
+typedef struct {
+    size_t live_bytes, cached_bytes, peak_live_bytes;
+} cg_alloc_stats;
+cg_alloc_stats cg_alloc_get_stats(void);
 
 #ifdef __cplusplus
 }

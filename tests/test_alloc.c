@@ -1,0 +1,229 @@
+/* core/alloc: the caching allocator behind cg_alloc/cg_free. Run twice by
+ * meson: with the cache, and with CG_MALLOC_DEFAULT=1 (plain malloc), where
+ * the checks on what is cached are skipped. */
+#include <omp.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/tensor.h"
+#include "models/charlm.h"
+#include "nn/module.h"
+#include "optim/optim.h"
+#include "tests/testutil.h"
+
+static bool caching(void)
+{
+    const char *e = getenv("CG_MALLOC_DEFAULT");
+    return !(e && *e && *e != '0');
+}
+
+/* The bytes a caller may touch: the request rounded up to 64, plus 64. */
+static size_t usable(size_t n) { return (n + 63) / 64 * 64 + 64; }
+
+static const size_t sizes[] = {1, 100, 4096, 32704, 32768, 100000, (1 << 20) + 3, 5 << 20};
+enum { NS = sizeof sizes / sizeof *sizes };
+
+START_TEST(test_aligned_distinct)
+{
+    unsigned char *p[NS];
+    for (int i = 0; i < NS; i++) {
+        p[i] = cg_alloc(sizes[i]);
+        ck_assert_ptr_nonnull(p[i]);
+        ck_assert_uint_eq((uintptr_t)p[i] % 64, 0);
+        memset(p[i], i + 1, usable(sizes[i]));
+    }
+    for (int i = 0; i < NS; i++) /* no block overlaps another */
+        for (size_t j = 0; j < usable(sizes[i]); j += 997)
+            ck_assert_uint_eq(p[i][j], (unsigned)(i + 1));
+    for (int i = 0; i < NS; i++)
+        ck_assert_uint_eq(p[i][usable(sizes[i]) - 1], (unsigned)(i + 1));
+    for (int i = 0; i < NS; i++)
+        cg_free(p[i]);
+    cg_free(NULL);
+    ck_assert_ptr_null(cg_alloc(SIZE_MAX - 10));
+}
+END_TEST
+
+START_TEST(test_reuse)
+{
+    if (!caching())
+        return;
+    cg_alloc_trim();
+    void *a = cg_alloc(1 << 20), *b = cg_alloc(1 << 20);
+    ck_assert_ptr_ne(a, b);
+    cg_alloc_stats s = cg_alloc_get_stats();
+    ck_assert_uint_ge(s.live_bytes, 2 << 20);
+    cg_free(a);
+    ck_assert_uint_eq(cg_alloc_get_stats().cached_bytes, s.live_bytes / 2);
+    void *c = cg_alloc((1 << 20) - 32); /* the same class: a's block again */
+    ck_assert_ptr_eq(c, a);
+    ck_assert_uint_eq(cg_alloc_get_stats().cached_bytes, 0);
+    ck_assert_uint_eq(cg_alloc_get_stats().live_bytes, s.live_bytes);
+    cg_free(b);
+    cg_free(c);
+    cg_alloc_trim();
+}
+END_TEST
+
+/* A request whose class is empty, when a fresh mapping would take the mapped
+ * total past the budget (1/16 over the peak of live bytes), takes a larger
+ * cached block (as is if it is at most two classes larger, else shrunk) or
+ * a smaller one (grown). The blocks are mostly never touched: virtual only. */
+START_TEST(test_resize)
+{
+    if (!caching())
+        return;
+    cg_alloc_trim();
+    size_t big = 2 * cg_alloc_get_stats().peak_live_bytes + (64 << 20);
+    size_t live0 = cg_alloc_get_stats().live_bytes;
+    char *a = cg_alloc(big);
+    a[0] = a[big - 1] = 1;
+    cg_free(a);
+    char *b = cg_alloc(big / 4 * 3); /* shrinks a's block */
+    cg_alloc_stats s = cg_alloc_get_stats();
+    ck_assert_uint_eq(s.cached_bytes, 0);
+    ck_assert_uint_lt(s.live_bytes - live0, big);
+    b[0] = b[usable(big / 4 * 3) - 1] = 2;
+    cg_free(b);
+    char *c = cg_alloc(big / 2 * 3); /* grows it */
+    s = cg_alloc_get_stats();
+    ck_assert_uint_eq(s.cached_bytes, 0);
+    ck_assert_uint_gt(s.live_bytes - live0, big / 2 * 3);
+    c[0] = c[usable(big / 2 * 3) - 1] = 3;
+    cg_free(c);
+    char *d = cg_alloc(big / 10 * 14); /* one class smaller: as is */
+    ck_assert_uint_eq(cg_alloc_get_stats().live_bytes, s.live_bytes);
+    d[usable(big / 10 * 14) - 1] = 4;
+    cg_free(d);
+    cg_alloc_trim();
+}
+END_TEST
+
+START_TEST(test_trim)
+{
+    cg_alloc_trim();
+    size_t live0 = cg_alloc_get_stats().live_bytes;
+    void *p[NS];
+    for (int i = 0; i < NS; i++)
+        p[i] = cg_alloc(sizes[i]);
+    size_t live = cg_alloc_get_stats().live_bytes - live0;
+    for (int i = 0; i < NS; i++)
+        cg_free(p[i]);
+    cg_alloc_stats s = cg_alloc_get_stats();
+    ck_assert_uint_eq(s.cached_bytes, caching() ? live : 0);
+    ck_assert_uint_eq(cg_alloc_trim(), s.cached_bytes);
+    s = cg_alloc_get_stats();
+    ck_assert_uint_eq(s.cached_bytes, 0);
+    ck_assert_uint_eq(s.live_bytes, live0);
+    ck_assert_uint_eq(cg_alloc_trim(), 0);
+}
+END_TEST
+
+START_TEST(test_malloc_default)
+{
+    if (caching())
+        return;
+    void *p = cg_alloc(4 << 20);
+    ck_assert_uint_eq((uintptr_t)p % 64, 0);
+    cg_alloc_stats s = cg_alloc_get_stats();
+    ck_assert_uint_eq(s.live_bytes + s.cached_bytes + s.peak_live_bytes, 0);
+    cg_free(p);
+}
+END_TEST
+
+/* Threads allocate, fill, check and free blocks of every size at once. */
+START_TEST(test_threads)
+{
+    size_t live0 = cg_alloc_get_stats().live_bytes;
+    int bad = 0;
+#pragma omp parallel num_threads(4) reduction(+ : bad)
+    {
+        unsigned tid = (unsigned)omp_get_thread_num() + 1, x = tid * 2654435761u;
+        unsigned char *held[8] = {0};
+        size_t held_n[8] = {0};
+        for (int it = 0; it < 500; it++) {
+            int slot = it % 8;
+            if (held[slot]) {
+                bad += held[slot][0] != tid || held[slot][held_n[slot] - 1] != tid;
+                cg_free(held[slot]);
+            }
+            x = x * 1664525u + 1013904223u;
+            size_t n = (size_t)1 << ((x >> 28) + 6); /* 64 B .. 2 MB, and up to twice that */
+            n += (x >> 8) % n;
+            held[slot] = cg_alloc(n);
+            held_n[slot] = n;
+            memset(held[slot], (int)tid, n);
+        }
+        for (int s = 0; s < 8; s++)
+            cg_free(held[s]);
+    }
+    ck_assert_int_eq(bad, 0);
+    ck_assert_uint_eq(cg_alloc_get_stats().live_bytes, live0);
+}
+END_TEST
+
+/* A small char LM trained on batches of four lengths in turn: once every
+ * length has been seen, the mapped bytes (live + cached) after a step depend
+ * only on the step's length, and the peak of live bytes stays put. */
+static void train_steps(cg_charlm *m, cg_optim *opt, int from, int to, const int64_t *ids)
+{
+    static const int64_t lens[] = {32, 17, 29, 8};
+    for (int s = from; s < to; s++) {
+        int64_t T = lens[s % 4], B = 8;
+        cg_module_zero_grad(CG_MODULE(m));
+        cg_tensor *logits = cg_charlm_forward(m, ids, B, T);
+        cg_tensor *loss = cg_charlm_loss(m, logits, ids + 1);
+        ck_assert_ptr_nonnull(loss);
+        ck_assert(cg_backward(loss, NULL, false));
+        ck_assert(cg_optim_step(opt));
+        cg_release(logits);
+        cg_release(loss);
+    }
+}
+
+START_TEST(test_training_flat)
+{
+    if (!caching())
+        return;
+    cg_charlm_config c = cg_charlm_config_default();
+    c.vocab = 40, c.d = 64, c.H = 2, c.layers = 2, c.d_ff = 256, c.max_len = 32;
+    cg_charlm *m = cg_charlm_new(&c, 7);
+    ck_assert_ptr_nonnull(m);
+    cg_optim *opt = cg_adamw_from_module(CG_MODULE(m), 1e-3);
+    int64_t ids[8 * 32 + 1];
+    for (int i = 0; i < 8 * 32 + 1; i++)
+        ids[i] = (i * 7 + 3) % 40;
+    cg_alloc_trim();
+    train_steps(m, opt, 0, 12, ids);
+    cg_alloc_stats s12 = cg_alloc_get_stats();
+    train_steps(m, opt, 12, 48, ids);
+    cg_alloc_stats s48 = cg_alloc_get_stats();
+    ck_assert_uint_eq(s48.live_bytes + s48.cached_bytes, s12.live_bytes + s12.cached_bytes);
+    ck_assert_uint_eq(s48.peak_live_bytes, s12.peak_live_bytes);
+    cg_optim_free(opt);
+    cg_charlm_free(m);
+}
+END_TEST
+
+static Suite *alloc_suite(void)
+{
+    Suite *s = suite_create("alloc");
+    TCase *tc = tcase_create("alloc");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_aligned_distinct);
+    tcase_add_test(tc, test_reuse);
+    tcase_add_test(tc, test_resize);
+    tcase_add_test(tc, test_trim);
+    tcase_add_test(tc, test_malloc_default);
+    tcase_add_test(tc, test_threads);
+    tcase_add_test(tc, test_training_flat);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    Suite *s = alloc_suite();
+    return cg_test_run(&s, 1);
+}
