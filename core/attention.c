@@ -235,6 +235,23 @@ static cg_tensor *heads_out(int64_t B, int64_t H, int64_t T, int64_t dh, bool ze
     return t;
 }
 
+/* Query rows per tile: QB, except for non-causal attention with kept
+ * weights (Tk <= PKEEP), where a tile takes up to QT rows (all the rows of
+ * a (batch, head) of the zoo's presets). Every row of such a tile reads
+ * every key, so the products' sums run over the same keys whatever the
+ * tile: the same bits, while k and v are packed (and, in bf16, rounded)
+ * once per tile instead of once per 64 rows, and the products are fewer
+ * and larger. Causal tiles stay at QB rows: a bigger one would compute
+ * more of the scores above the diagonal. Bigger tiles only while there are
+ * at least 4 work items per thread, so that threads stay balanced. */
+#define QT 256
+static int64_t tile_rows(bool causal, int64_t Tq, int64_t Tk, int64_t BH, int nt)
+{
+    if (causal || Tk > PKEEP || BH < 4 * (int64_t)nt)
+        return QB;
+    return Tq < QT ? Tq : QT;
+}
+
 static inline float *at4(const cg_tensor *t, int64_t b, int64_t h)
 {
     return cg_data(t) + b * t->strides[0] + h * t->strides[1];
@@ -369,14 +386,15 @@ cg_tensor *cg_k_attention(const cg_tensor *q, const cg_tensor *k, const cg_tenso
             cg_set_error("attention: out of memory");
             return NULL;
         }
-        const int64_t nqb = (Tq + QB - 1) / QB, items = BH * nqb;
+        const int64_t qb = tile_rows(causal, Tq, Tk, BH, nt);
+        const int64_t nqb = (Tq + qb - 1) / qb, items = BH * nqb;
         float *lp = cg_data(lse), *pp = keep ? cg_data(P) : NULL;
 #pragma omp parallel for schedule(static) if (items > 1 && BH * Tq * Tk * dh > 32768) num_threads(nt)
         for (int64_t it = 0; it < items; it++) {
-            const int64_t bh = it / nqb, i0 = it % nqb * QB, b = bh / H;
+            const int64_t bh = it / nqb, i0 = it % nqb * qb, b = bh / H;
             float *S = keep ? pp + (bh * Tq + i0) * Tk
                             : scratch + (int64_t)omp_get_thread_num() * QB * ld;
-            fwd_tile(q, k, v, out, b, bh % H, i0, min64(i0 + QB, Tq), causal,
+            fwd_tile(q, k, v, out, b, bh % H, i0, min64(i0 + qb, Tq), causal,
                      key_pad ? key_pad + b * Tk : NULL, scale, S, keep ? Tk : ld, keep,
                      lp + bh * Tq);
         }
@@ -397,15 +415,16 @@ cg_tensor *cg_k_attention(const cg_tensor *q, const cg_tensor *k, const cg_tenso
     return out;
 }
 
-/* dq, dk, dv of one (batch, head). Pb and Db: Tq x ld scratch each,
- * ld = min(Tk, KB); Dl: Tq floats. Ps: the kept weights [Tq, Tk] (then
- * Tk <= PKEEP = ld; Pb is not used), or NULL to recompute them from lse. */
+/* dq, dk, dv of one (batch, head), in tiles of qb query rows. Pb and Db:
+ * Tq x ld scratch each, ld = min(Tk, KB); Dl: Tq floats. Ps: the kept
+ * weights [Tq, Tk] (then Tk <= PKEEP = ld; Pb is not used), or NULL to
+ * recompute them from lse. */
 static void bwd_head(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
                      const cg_tensor *o, const float *Ps, const float *lse, const cg_tensor *g,
                      bool causal,
                      const uint8_t *kpad, int64_t b, int64_t h, const cg_tensor *gq,
                      const cg_tensor *gk, const cg_tensor *gv, float *Pb, float *Db, int64_t ld,
-                     float *Dl)
+                     float *Dl, int64_t qb)
 {
     const int64_t Tq = q->shape[2], dh = q->shape[3], Tk = k->shape[2];
     const float scale = (float)sqrt((double)dh);
@@ -433,8 +452,8 @@ static void bwd_head(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
         const int64_t is = causal ? j0 : 0; /* rows before j0 see none of these keys */
         if (is >= Tq)
             break; /* no query sees these keys: their gradients stay zero */
-        for (int64_t i0 = is; i0 < Tq; i0 += QB) {
-            const int64_t i1 = min64(i0 + QB, Tq), rows = i1 - i0;
+        for (int64_t i0 = is; i0 < Tq; i0 += qb) {
+            const int64_t i1 = min64(i0 + qb, Tq), rows = i1 - i0;
             const int64_t ke1 = min64(key_end(causal, i1 - 1, Tk), j1) - j0; /* keys read */
             /* columns the dk/dv products below read for these rows */
             const int64_t kz = causal ? min64(kn, (ke1 + QB - 1) / QB * QB) : kn;
@@ -526,6 +545,7 @@ bool cg_k_attention_backward(const cg_tensor *q, const cg_tensor *k, const cg_te
     }
     if (!degen) {
         const float *sd = cg_data(saved);
+        const int64_t qb = tile_rows(causal, Tq, Tk, BH, nt);
 #pragma omp parallel for schedule(static) if (BH > 1 && BH * Tq * Tk * dh > 32768) num_threads(nt)
         for (int64_t bh = 0; bh < BH; bh++) {
             const int64_t b = bh / H;
@@ -533,7 +553,7 @@ bool cg_k_attention_backward(const cg_tensor *q, const cg_tensor *k, const cg_te
             bwd_head(q, k, v, out, kept ? sd + bh * Tq * Tk : NULL, kept ? NULL : sd + bh * Tq, g,
                      causal, key_pad ? key_pad + b * Tk : NULL,
                      b, bh % H, dq ? gq : NULL, dk ? gk : NULL, dv ? gv : NULL, w,
-                     w + np, kb, w + np + Tq * kb);
+                     w + np, kb, w + np + Tq * kb, qb);
         }
     }
     cg_free(scratch);
