@@ -2,19 +2,22 @@
  * recomputation (the FlashAttention scheme, as PyTorch's CPU kernel does it).
  *
  * Forward: a work item is one (batch, head) pair and a tile of QB query
- * rows; it walks the keys in blocks of KB with an online softmax (a running
- * maximum m and sum l per row: a new block with a larger maximum rescales
- * the sum and the output rows by exp(m_old - m_new)) and keeps only each
- * row's log-sum-exp, lse = m + log(l). When a tile's keys fit in one block
- * (every row at T <= KB) this is the plain softmax: the probabilities are
- * normalised before the product with v, exactly as before tiling.
+ * rows (non-causal attention with kept weights: up to QT rows, see
+ * tile_rows); it walks the keys in blocks of KB with an online softmax (a
+ * running maximum m and sum l per row: a new block with a larger maximum
+ * rescales the sum and the output rows by exp(m_old - m_new)) and keeps
+ * only each row's log-sum-exp, lse = m + log(l). When a tile's keys fit in
+ * one block (every row at T <= KB) this is the plain softmax: the
+ * probabilities are normalised before the product with v, exactly as
+ * before tiling.
  *
- * Backward: one (batch, head) pair per thread. D_i = <dO_i, O_i>; for each
- * key block the probabilities P = exp(s / sqrt(dh) - lse) and
- * dS = P (dO v^T - D) / sqrt(dh) are recomputed tile by tile into a
- * per-thread buffer of Tq x KB floats, then dq += dS k, and dk = dS^T q,
- * dv = P^T dO for the block's keys (each key is in one block, so these are
- * written once). Memory is linear in T: nothing of size Tq x Tk is kept.
+ * Backward: one (batch, head) pair per thread, in the forward's tiles of
+ * query rows. D_i = <dO_i, O_i>; for each key block the probabilities
+ * P = exp(s / sqrt(dh) - lse) and dS = P (dO v^T - D) / sqrt(dh) are
+ * recomputed tile by tile into a per-thread buffer of Tq x KB floats, then
+ * dq += dS k, and dk = dS^T q, dv = P^T dO for the block's keys (each key
+ * is in one block, so these are written once). Memory is linear in T:
+ * nothing of size Tq x Tk is kept.
  *
  * Short keys (Tk <= PKEEP) keep the weights instead of the log-sum-exps:
  * Tk floats per query row is no more than the activations around the
