@@ -213,24 +213,17 @@ EW_CLONES static float dot_lanes(const float *a, const float *b, int64_t n)
     return (float)sum_lanes(a, b, n);
 }
 
-/* Softmax backward of the rows [i0, i1) of a tile with kept weights (row
- * i of P at Ps + i * ld, of dP at D + (i - i0) * ld): D_i = <P_i, dP_i>
- * (= <dO_i, O_i>) in 8 double lanes, then d = p (d - D_i) / scale over the
- * row's keys and zeros up to kz. One call per tile, not two per row. */
-EW_CLONES static void dsoft_tile(const float *Ps, float *D, int64_t ld, int64_t i0, int64_t i1,
-                                 bool causal, int64_t Tk, int64_t j1, int64_t kz, float scale)
+/* Softmax backward of one row given its probabilities p and dP in d:
+ * d = p (d - D) / scale over [0, ke), d[ke, kz) = 0, where D = <p, dP> =
+ * <dO, O>. */
+EW_CLONES static void dsoft_row(const float *p, float *d, int64_t ke, int64_t kz, float D,
+                                float scale)
 {
-    for (int64_t i = i0; i < i1; i++) {
-        const int64_t ke = min64(key_end(causal, i, Tk), j1);
-        const float *p = Ps + i * ld;
-        float *d = D + (i - i0) * ld;
-        const float Di = (float)sum_lanes(p, d, ke);
-        int64_t j = 0;
-        for (; j < ke; j++)
-            d[j] = p[j] * (d[j] - Di) / scale;
-        for (; j < kz; j++)
-            d[j] = 0.0f;
-    }
+    int64_t j = 0;
+    for (; j < ke; j++)
+        d[j] = p[j] * (d[j] - D) / scale;
+    for (; j < kz; j++)
+        d[j] = 0.0f;
 }
 
 /* A [B,H,T,dh] view over fresh [B,T,H,dh] contiguous storage: the layout
@@ -474,12 +467,16 @@ static void bwd_head(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
                          ld, 1);
             cg_sgemm(rows, ke1, dh, 1.0f, gp + i0 * gr, gr, gc, vp + j0 * vr, vc, vr, 0.0f, D, ld,
                      1);
-            if (Ps) /* one key block: j0 = 0 */
-                dsoft_tile(Ps, D, ld, i0, i1, causal, Tk, j1, kz, scale);
-            for (int64_t i = i0; !Ps && i < i1; i++) {
+            for (int64_t i = i0; i < i1; i++) {
                 int64_t ke = min64(key_end(causal, i, Tk), j1) - j0;
-                prob_dsoft_row(P + (i - i0) * ld, D + (i - i0) * ld, ke, kz, scale,
-                               kpad ? kpad + j0 : NULL, lse[i], Dl[i]);
+                float *dr = D + (i - i0) * ld;
+                if (Ps) {
+                    const float *pr = Ps + i * ld;
+                    dsoft_row(pr, dr, ke, kz, dot_lanes(pr, dr, ke), scale);
+                } else {
+                    prob_dsoft_row(P + (i - i0) * ld, dr, ke, kz, scale, kpad ? kpad + j0 : NULL,
+                                   lse[i], Dl[i]);
+                }
             }
             /* dq[i0:i1] (+)= dS k[j0:j0+ke1] */
             if (dqp)
