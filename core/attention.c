@@ -245,12 +245,16 @@ static cg_tensor *heads_out(int64_t B, int64_t H, int64_t T, int64_t dh, bool ze
  * tile: the same bits, while k and v are packed (and, in bf16, rounded)
  * once per tile instead of once per 64 rows, and the products are fewer
  * and larger. Causal tiles stay at QB rows: a bigger one would compute
- * more of the scores above the diagonal. Bigger tiles only while there are
- * at least 4 work items per thread, so that threads stay balanced. */
+ * more of the scores above the diagonal. Bigger tiles only when there are
+ * at least QT_MIN_BH (batch, head) pairs, so that the threads still get
+ * several work items each. The choice does not depend on the thread count:
+ * with BLIS's own driver (CG_BLIS_DRIVER=1) the fp32 path of a product
+ * depends on its size, and results must not depend on the thread count. */
 #define QT 256
-static int64_t tile_rows(bool causal, int64_t Tq, int64_t Tk, int64_t BH, int nt)
+#define QT_MIN_BH 16
+static int64_t tile_rows(bool causal, int64_t Tq, int64_t Tk, int64_t BH)
 {
-    if (causal || Tk > PKEEP || BH < 4 * (int64_t)nt)
+    if (causal || Tk > PKEEP || BH < QT_MIN_BH)
         return QB;
     return Tq < QT ? Tq : QT;
 }
@@ -389,7 +393,7 @@ cg_tensor *cg_k_attention(const cg_tensor *q, const cg_tensor *k, const cg_tenso
             cg_set_error("attention: out of memory");
             return NULL;
         }
-        const int64_t qb = tile_rows(causal, Tq, Tk, BH, nt);
+        const int64_t qb = tile_rows(causal, Tq, Tk, BH);
         const int64_t nqb = (Tq + qb - 1) / qb, items = BH * nqb;
         float *lp = cg_data(lse), *pp = keep ? cg_data(P) : NULL;
 #pragma omp parallel for schedule(static) if (items > 1 && BH * Tq * Tk * dh > 32768) num_threads(nt)
@@ -548,7 +552,7 @@ bool cg_k_attention_backward(const cg_tensor *q, const cg_tensor *k, const cg_te
     }
     if (!degen) {
         const float *sd = cg_data(saved);
-        const int64_t qb = tile_rows(causal, Tq, Tk, BH, nt);
+        const int64_t qb = tile_rows(causal, Tq, Tk, BH);
 #pragma omp parallel for schedule(static) if (BH > 1 && BH * Tq * Tk * dh > 32768) num_threads(nt)
         for (int64_t bh = 0; bh < BH; bh++) {
             const int64_t b = bh / H;
