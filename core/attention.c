@@ -72,12 +72,14 @@ static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
  * or four SSE ones, as the clone compiles it. */
 typedef float v16f __attribute__((vector_size(64)));
 typedef int32_t v16i __attribute__((vector_size(64)));
-typedef uint8_t v16b __attribute__((vector_size(16)));
 
-/* s[j] = s[j] / scale, or -inf where kpad[j], over [0, ke); returns the
- * maximum. The maximum is taken in 16 lanes (element j in lane j % 16) so
- * the pass runs on whole vectors; a maximum does not depend on its order. */
-EW_CLONES static float scale_mask_max(float *s, int64_t ke, float scale, const uint8_t *kpad)
+/* s[j] = s[j] / scale, or -inf where kmask[j] (0 or ~0: the key-padding
+ * bytes widened once per call, see key_masks; widening 16 bytes here cost
+ * GCC a byte-by-byte gather, and masking doubled this pass), over [0, ke);
+ * returns the maximum. The maximum is taken in 16 lanes (element j in lane
+ * j % 16) so the pass runs on whole vectors; a maximum does not depend on
+ * its order. */
+EW_CLONES static float scale_mask_max(float *s, int64_t ke, float scale, const int32_t *kmask)
 {
     v16f lanes;
     for (int l = 0; l < 16; l++)
@@ -88,10 +90,9 @@ EW_CLONES static float scale_mask_max(float *s, int64_t ke, float scale, const u
         v16f x;
         memcpy(&x, s + j0, sizeof x);
         x = x / scale;
-        if (kpad) {
-            v16b pb;
-            memcpy(&pb, kpad + j0, sizeof pb);
-            v16i pad = __builtin_convertvector(pb, v16i) != 0;
+        if (kmask) {
+            v16i pad;
+            memcpy(&pad, kmask + j0, sizeof pad);
             x = (v16f)((pad & (v16i)ninf) | (~pad & (v16i)x));
         }
         memcpy(s + j0, &x, sizeof x);
@@ -103,7 +104,7 @@ EW_CLONES static float scale_mask_max(float *s, int64_t ke, float scale, const u
         mx = lanes[l] > mx ? lanes[l] : mx;
     for (; j0 < ke; j0++) {
         float x = s[j0] / scale;
-        if (kpad && kpad[j0])
+        if (kmask && kmask[j0])
             x = -INFINITY;
         s[j0] = x;
         mx = x > mx ? x : mx;
@@ -131,9 +132,9 @@ static inline float row_lse(float mx, double sum)
 /* One row of scaled, masked softmax in place over s[0, ke); s[ke, Tk) = 0.
  * Returns the row's log-sum-exp. */
 EW_CLONES static float softmax_row(float *s, int64_t ke, int64_t Tk, float scale,
-                                   const uint8_t *kpad)
+                                   const int32_t *kmask)
 {
-    float mx = scale_mask_max(s, ke, scale, kpad);
+    float mx = scale_mask_max(s, ke, scale, kmask);
     double sum = exp_sum(s, ke, mx);
     /* every key masked: -inf - -inf gives NaN, as PyTorch */
     double inv = 1.0 / sum;
@@ -150,9 +151,9 @@ EW_CLONES static float softmax_row(float *s, int64_t ke, int64_t Tk, float scale
  * maximum *m and sum *l are updated. Returns the factor exp(m_old - m_new)
  * by which the row's earlier output must be scaled. */
 EW_CLONES static float online_row(float *s, int64_t ke, int64_t kz, float scale,
-                                  const uint8_t *kpad, float *m, double *l)
+                                  const int32_t *kmask, float *m, double *l)
 {
-    float bmx = scale_mask_max(s, ke, scale, kpad);
+    float bmx = scale_mask_max(s, ke, scale, kmask);
     float mnew = bmx > *m ? bmx : *m;
     float alpha = 1.0f;
     if (mnew == -INFINITY) { /* nothing visible yet: the block adds nothing */
@@ -264,18 +265,31 @@ static inline float *at4(const cg_tensor *t, int64_t b, int64_t h)
     return cg_data(t) + b * t->strides[0] + h * t->strides[1];
 }
 
+/* The n key-padding bytes as 32-bit masks (~0 where padded), the lanes
+ * the forward's vector pass selects with; NULL when out of memory. */
+static int32_t *key_masks(const uint8_t *key_pad, int64_t n)
+{
+    int32_t *km = cg_alloc((size_t)(n > 0 ? n : 1) * sizeof *km);
+    if (!km)
+        return NULL;
+    for (int64_t i = 0; i < n; i++)
+        km[i] = -(int32_t)(key_pad[i] != 0);
+    return km;
+}
+
 /* Scratch of n floats for each of nt threads (one allocation). */
 static float *thread_scratch(int nt, int64_t n)
 {
     return cg_alloc((size_t)(n > 0 ? n : 1) * sizeof(float) * (size_t)(nt > 0 ? nt : 1));
 }
 
-/* One query tile [i0, i1) of one (batch, head): out rows and lse. S is a
- * QB x ld scratch, ld = min(Tk, KB), or (keep) the tile's rows of the kept
- * weights, ld = Tk, whose rows are then completed with zeros to Tk. */
+/* One query tile [i0, i1) of one (batch, head): out rows and lse; kmask:
+ * the batch's key masks (key_masks) or NULL. S is a QB x ld scratch,
+ * ld = min(Tk, KB), or (keep) the tile's rows of the kept weights, ld = Tk,
+ * whose rows are then completed with zeros to Tk. */
 static void fwd_tile(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
                      const cg_tensor *out, int64_t b, int64_t h, int64_t i0, int64_t i1,
-                     bool causal, const uint8_t *kpad, float scale, float *S, int64_t ld,
+                     bool causal, const int32_t *kmask, float scale, float *S, int64_t ld,
                      bool keep, float *lse)
 {
     const int64_t Tk = k->shape[2], dh = q->shape[3];
@@ -288,7 +302,7 @@ static void fwd_tile(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
                  k->strides[2], 0.0f, S, ld, 1);
         for (int64_t i = i0; i < i1; i++)
             lse[i] = softmax_row(S + (i - i0) * ld, key_end(causal, i, Tk), keep ? Tk : kn, scale,
-                                 kpad);
+                                 kmask);
         cg_sgemm(rows, dh, kn, 1.0f, S, ld, 1, vp, v->strides[2], v->strides[3], 0.0f, op, ors,
                  ocs);
         return;
@@ -309,7 +323,7 @@ static void fwd_tile(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
         for (int64_t r = 0; r < rows; r++) {
             int64_t ke = min64(key_end(causal, i0 + r, Tk), j1) - j0;
             float alpha = online_row(S + r * ld, ke > 0 ? ke : 0, j1 - j0, scale,
-                                     kpad ? kpad + j0 : NULL, &m[r], &l[r]);
+                                     kmask ? kmask + j0 : NULL, &m[r], &l[r]);
             if (alpha != 1.0f)
                 for (int64_t c = 0; c < dh; c++)
                     op[r * ors + c * ocs] *= alpha;
@@ -388,7 +402,10 @@ cg_tensor *cg_k_attention(const cg_tensor *q, const cg_tensor *k, const cg_tenso
         const int nt = cg_get_num_threads();
         const int64_t ld = Tk < KB ? Tk : KB;
         float *scratch = keep ? NULL : thread_scratch(nt, QB * ld);
-        if (!keep && !scratch) {
+        int32_t *kmask = key_pad ? key_masks(key_pad, B * Tk) : NULL;
+        if ((!keep && !scratch) || (key_pad && !kmask)) {
+            cg_free(scratch);
+            cg_free(kmask);
             cg_release_all(3, out, lse, P);
             cg_set_error("attention: out of memory");
             return NULL;
@@ -402,10 +419,11 @@ cg_tensor *cg_k_attention(const cg_tensor *q, const cg_tensor *k, const cg_tenso
             float *S = keep ? pp + (bh * Tq + i0) * Tk
                             : scratch + (int64_t)omp_get_thread_num() * QB * ld;
             fwd_tile(q, k, v, out, b, bh % H, i0, min64(i0 + qb, Tq), causal,
-                     key_pad ? key_pad + b * Tk : NULL, scale, S, keep ? Tk : ld, keep,
+                     kmask ? kmask + b * Tk : NULL, scale, S, keep ? Tk : ld, keep,
                      lp + bh * Tq);
         }
         cg_free(scratch);
+        cg_free(kmask);
     }
     if (weights) {
         *weights = keep ? cg_retain(P)
