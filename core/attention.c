@@ -2,19 +2,22 @@
  * recomputation (the FlashAttention scheme, as PyTorch's CPU kernel does it).
  *
  * Forward: a work item is one (batch, head) pair and a tile of QB query
- * rows; it walks the keys in blocks of KB with an online softmax (a running
- * maximum m and sum l per row: a new block with a larger maximum rescales
- * the sum and the output rows by exp(m_old - m_new)) and keeps only each
- * row's log-sum-exp, lse = m + log(l). When a tile's keys fit in one block
- * (every row at T <= KB) this is the plain softmax: the probabilities are
- * normalised before the product with v, exactly as before tiling.
+ * rows (non-causal attention with kept weights: up to QT rows, see
+ * tile_rows); it walks the keys in blocks of KB with an online softmax (a
+ * running maximum m and sum l per row: a new block with a larger maximum
+ * rescales the sum and the output rows by exp(m_old - m_new)) and keeps
+ * only each row's log-sum-exp, lse = m + log(l). When a tile's keys fit in
+ * one block (every row at T <= KB) this is the plain softmax: the
+ * probabilities are normalised before the product with v, exactly as
+ * before tiling.
  *
- * Backward: one (batch, head) pair per thread. D_i = <dO_i, O_i>; for each
- * key block the probabilities P = exp(s / sqrt(dh) - lse) and
- * dS = P (dO v^T - D) / sqrt(dh) are recomputed tile by tile into a
- * per-thread buffer of Tq x KB floats, then dq += dS k, and dk = dS^T q,
- * dv = P^T dO for the block's keys (each key is in one block, so these are
- * written once). Memory is linear in T: nothing of size Tq x Tk is kept.
+ * Backward: one (batch, head) pair per thread, in the forward's tiles of
+ * query rows. D_i = <dO_i, O_i>; for each key block the probabilities
+ * P = exp(s / sqrt(dh) - lse) and dS = P (dO v^T - D) / sqrt(dh) are
+ * recomputed tile by tile into a per-thread buffer of Tq x KB floats, then
+ * dq += dS k, and dk = dS^T q, dv = P^T dO for the block's keys (each key
+ * is in one block, so these are written once). Memory is linear in T:
+ * nothing of size Tq x Tk is kept.
  *
  * Short keys (Tk <= PKEEP) keep the weights instead of the log-sum-exps:
  * Tk floats per query row is no more than the activations around the
@@ -69,12 +72,14 @@ static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
  * or four SSE ones, as the clone compiles it. */
 typedef float v16f __attribute__((vector_size(64)));
 typedef int32_t v16i __attribute__((vector_size(64)));
-typedef uint8_t v16b __attribute__((vector_size(16)));
 
-/* s[j] = s[j] / scale, or -inf where kpad[j], over [0, ke); returns the
- * maximum. The maximum is taken in 16 lanes (element j in lane j % 16) so
- * the pass runs on whole vectors; a maximum does not depend on its order. */
-EW_CLONES static float scale_mask_max(float *s, int64_t ke, float scale, const uint8_t *kpad)
+/* s[j] = s[j] / scale, or -inf where kmask[j] (0 or ~0: the key-padding
+ * bytes widened once per call, see key_masks; widening 16 bytes here cost
+ * GCC a byte-by-byte gather, and masking doubled this pass), over [0, ke);
+ * returns the maximum. The maximum is taken in 16 lanes (element j in lane
+ * j % 16) so the pass runs on whole vectors; a maximum does not depend on
+ * its order. */
+EW_CLONES static float scale_mask_max(float *s, int64_t ke, float scale, const int32_t *kmask)
 {
     v16f lanes;
     for (int l = 0; l < 16; l++)
@@ -85,10 +90,9 @@ EW_CLONES static float scale_mask_max(float *s, int64_t ke, float scale, const u
         v16f x;
         memcpy(&x, s + j0, sizeof x);
         x = x / scale;
-        if (kpad) {
-            v16b pb;
-            memcpy(&pb, kpad + j0, sizeof pb);
-            v16i pad = __builtin_convertvector(pb, v16i) != 0;
+        if (kmask) {
+            v16i pad;
+            memcpy(&pad, kmask + j0, sizeof pad);
             x = (v16f)((pad & (v16i)ninf) | (~pad & (v16i)x));
         }
         memcpy(s + j0, &x, sizeof x);
@@ -100,7 +104,7 @@ EW_CLONES static float scale_mask_max(float *s, int64_t ke, float scale, const u
         mx = lanes[l] > mx ? lanes[l] : mx;
     for (; j0 < ke; j0++) {
         float x = s[j0] / scale;
-        if (kpad && kpad[j0])
+        if (kmask && kmask[j0])
             x = -INFINITY;
         s[j0] = x;
         mx = x > mx ? x : mx;
@@ -128,9 +132,9 @@ static inline float row_lse(float mx, double sum)
 /* One row of scaled, masked softmax in place over s[0, ke); s[ke, Tk) = 0.
  * Returns the row's log-sum-exp. */
 EW_CLONES static float softmax_row(float *s, int64_t ke, int64_t Tk, float scale,
-                                   const uint8_t *kpad)
+                                   const int32_t *kmask)
 {
-    float mx = scale_mask_max(s, ke, scale, kpad);
+    float mx = scale_mask_max(s, ke, scale, kmask);
     double sum = exp_sum(s, ke, mx);
     /* every key masked: -inf - -inf gives NaN, as PyTorch */
     double inv = 1.0 / sum;
@@ -147,9 +151,9 @@ EW_CLONES static float softmax_row(float *s, int64_t ke, int64_t Tk, float scale
  * maximum *m and sum *l are updated. Returns the factor exp(m_old - m_new)
  * by which the row's earlier output must be scaled. */
 EW_CLONES static float online_row(float *s, int64_t ke, int64_t kz, float scale,
-                                  const uint8_t *kpad, float *m, double *l)
+                                  const int32_t *kmask, float *m, double *l)
 {
-    float bmx = scale_mask_max(s, ke, scale, kpad);
+    float bmx = scale_mask_max(s, ke, scale, kmask);
     float mnew = bmx > *m ? bmx : *m;
     float alpha = 1.0f;
     if (mnew == -INFINITY) { /* nothing visible yet: the block adds nothing */
@@ -235,9 +239,42 @@ static cg_tensor *heads_out(int64_t B, int64_t H, int64_t T, int64_t dh, bool ze
     return t;
 }
 
+/* Query rows per tile: QB, except for non-causal attention with kept
+ * weights (Tk <= PKEEP), where a tile takes up to QT rows (all the rows of
+ * a (batch, head) of the zoo's presets). Every row of such a tile reads
+ * every key, so the products' sums run over the same keys whatever the
+ * tile: the same bits, while k and v are packed (and, in bf16, rounded)
+ * once per tile instead of once per 64 rows, and the products are fewer
+ * and larger. Causal tiles stay at QB rows: a bigger one would compute
+ * more of the scores above the diagonal. Bigger tiles only when there are
+ * at least QT_MIN_BH (batch, head) pairs, so that the threads still get
+ * several work items each. The choice does not depend on the thread count:
+ * with BLIS's own driver (CG_BLIS_DRIVER=1) the fp32 path of a product
+ * depends on its size, and results must not depend on the thread count. */
+#define QT 256
+#define QT_MIN_BH 16
+static int64_t tile_rows(bool causal, int64_t Tq, int64_t Tk, int64_t BH)
+{
+    if (causal || Tk > PKEEP || BH < QT_MIN_BH)
+        return QB;
+    return Tq < QT ? Tq : QT;
+}
+
 static inline float *at4(const cg_tensor *t, int64_t b, int64_t h)
 {
     return cg_data(t) + b * t->strides[0] + h * t->strides[1];
+}
+
+/* The n key-padding bytes as 32-bit masks (~0 where padded), the lanes
+ * the forward's vector pass selects with; NULL when out of memory. */
+static int32_t *key_masks(const uint8_t *key_pad, int64_t n)
+{
+    int32_t *km = cg_alloc((size_t)(n > 0 ? n : 1) * sizeof *km);
+    if (!km)
+        return NULL;
+    for (int64_t i = 0; i < n; i++)
+        km[i] = -(int32_t)(key_pad[i] != 0);
+    return km;
 }
 
 /* Scratch of n floats for each of nt threads (one allocation). */
@@ -246,12 +283,13 @@ static float *thread_scratch(int nt, int64_t n)
     return cg_alloc((size_t)(n > 0 ? n : 1) * sizeof(float) * (size_t)(nt > 0 ? nt : 1));
 }
 
-/* One query tile [i0, i1) of one (batch, head): out rows and lse. S is a
- * QB x ld scratch, ld = min(Tk, KB), or (keep) the tile's rows of the kept
- * weights, ld = Tk, whose rows are then completed with zeros to Tk. */
+/* One query tile [i0, i1) of one (batch, head): out rows and lse; kmask:
+ * the batch's key masks (key_masks) or NULL. S is a QB x ld scratch,
+ * ld = min(Tk, KB), or (keep) the tile's rows of the kept weights, ld = Tk,
+ * whose rows are then completed with zeros to Tk. */
 static void fwd_tile(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
                      const cg_tensor *out, int64_t b, int64_t h, int64_t i0, int64_t i1,
-                     bool causal, const uint8_t *kpad, float scale, float *S, int64_t ld,
+                     bool causal, const int32_t *kmask, float scale, float *S, int64_t ld,
                      bool keep, float *lse)
 {
     const int64_t Tk = k->shape[2], dh = q->shape[3];
@@ -264,7 +302,7 @@ static void fwd_tile(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
                  k->strides[2], 0.0f, S, ld, 1);
         for (int64_t i = i0; i < i1; i++)
             lse[i] = softmax_row(S + (i - i0) * ld, key_end(causal, i, Tk), keep ? Tk : kn, scale,
-                                 kpad);
+                                 kmask);
         cg_sgemm(rows, dh, kn, 1.0f, S, ld, 1, vp, v->strides[2], v->strides[3], 0.0f, op, ors,
                  ocs);
         return;
@@ -285,7 +323,7 @@ static void fwd_tile(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
         for (int64_t r = 0; r < rows; r++) {
             int64_t ke = min64(key_end(causal, i0 + r, Tk), j1) - j0;
             float alpha = online_row(S + r * ld, ke > 0 ? ke : 0, j1 - j0, scale,
-                                     kpad ? kpad + j0 : NULL, &m[r], &l[r]);
+                                     kmask ? kmask + j0 : NULL, &m[r], &l[r]);
             if (alpha != 1.0f)
                 for (int64_t c = 0; c < dh; c++)
                     op[r * ors + c * ocs] *= alpha;
@@ -364,23 +402,28 @@ cg_tensor *cg_k_attention(const cg_tensor *q, const cg_tensor *k, const cg_tenso
         const int nt = cg_get_num_threads();
         const int64_t ld = Tk < KB ? Tk : KB;
         float *scratch = keep ? NULL : thread_scratch(nt, QB * ld);
-        if (!keep && !scratch) {
+        int32_t *kmask = key_pad ? key_masks(key_pad, B * Tk) : NULL;
+        if ((!keep && !scratch) || (key_pad && !kmask)) {
+            cg_free(scratch);
+            cg_free(kmask);
             cg_release_all(3, out, lse, P);
             cg_set_error("attention: out of memory");
             return NULL;
         }
-        const int64_t nqb = (Tq + QB - 1) / QB, items = BH * nqb;
+        const int64_t qb = tile_rows(causal, Tq, Tk, BH);
+        const int64_t nqb = (Tq + qb - 1) / qb, items = BH * nqb;
         float *lp = cg_data(lse), *pp = keep ? cg_data(P) : NULL;
 #pragma omp parallel for schedule(static) if (items > 1 && BH * Tq * Tk * dh > 32768) num_threads(nt)
         for (int64_t it = 0; it < items; it++) {
-            const int64_t bh = it / nqb, i0 = it % nqb * QB, b = bh / H;
+            const int64_t bh = it / nqb, i0 = it % nqb * qb, b = bh / H;
             float *S = keep ? pp + (bh * Tq + i0) * Tk
                             : scratch + (int64_t)omp_get_thread_num() * QB * ld;
-            fwd_tile(q, k, v, out, b, bh % H, i0, min64(i0 + QB, Tq), causal,
-                     key_pad ? key_pad + b * Tk : NULL, scale, S, keep ? Tk : ld, keep,
+            fwd_tile(q, k, v, out, b, bh % H, i0, min64(i0 + qb, Tq), causal,
+                     kmask ? kmask + b * Tk : NULL, scale, S, keep ? Tk : ld, keep,
                      lp + bh * Tq);
         }
         cg_free(scratch);
+        cg_free(kmask);
     }
     if (weights) {
         *weights = keep ? cg_retain(P)
@@ -397,15 +440,16 @@ cg_tensor *cg_k_attention(const cg_tensor *q, const cg_tensor *k, const cg_tenso
     return out;
 }
 
-/* dq, dk, dv of one (batch, head). Pb and Db: Tq x ld scratch each,
- * ld = min(Tk, KB); Dl: Tq floats. Ps: the kept weights [Tq, Tk] (then
- * Tk <= PKEEP = ld; Pb is not used), or NULL to recompute them from lse. */
+/* dq, dk, dv of one (batch, head), in tiles of qb query rows. Pb and Db:
+ * Tq x ld scratch each, ld = min(Tk, KB); Dl: Tq floats. Ps: the kept
+ * weights [Tq, Tk] (then Tk <= PKEEP = ld; Pb is not used), or NULL to
+ * recompute them from lse. */
 static void bwd_head(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
                      const cg_tensor *o, const float *Ps, const float *lse, const cg_tensor *g,
                      bool causal,
                      const uint8_t *kpad, int64_t b, int64_t h, const cg_tensor *gq,
                      const cg_tensor *gk, const cg_tensor *gv, float *Pb, float *Db, int64_t ld,
-                     float *Dl)
+                     float *Dl, int64_t qb)
 {
     const int64_t Tq = q->shape[2], dh = q->shape[3], Tk = k->shape[2];
     const float scale = (float)sqrt((double)dh);
@@ -433,8 +477,8 @@ static void bwd_head(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
         const int64_t is = causal ? j0 : 0; /* rows before j0 see none of these keys */
         if (is >= Tq)
             break; /* no query sees these keys: their gradients stay zero */
-        for (int64_t i0 = is; i0 < Tq; i0 += QB) {
-            const int64_t i1 = min64(i0 + QB, Tq), rows = i1 - i0;
+        for (int64_t i0 = is; i0 < Tq; i0 += qb) {
+            const int64_t i1 = min64(i0 + qb, Tq), rows = i1 - i0;
             const int64_t ke1 = min64(key_end(causal, i1 - 1, Tk), j1) - j0; /* keys read */
             /* columns the dk/dv products below read for these rows */
             const int64_t kz = causal ? min64(kn, (ke1 + QB - 1) / QB * QB) : kn;
@@ -526,6 +570,7 @@ bool cg_k_attention_backward(const cg_tensor *q, const cg_tensor *k, const cg_te
     }
     if (!degen) {
         const float *sd = cg_data(saved);
+        const int64_t qb = tile_rows(causal, Tq, Tk, BH);
 #pragma omp parallel for schedule(static) if (BH > 1 && BH * Tq * Tk * dh > 32768) num_threads(nt)
         for (int64_t bh = 0; bh < BH; bh++) {
             const int64_t b = bh / H;
@@ -533,7 +578,7 @@ bool cg_k_attention_backward(const cg_tensor *q, const cg_tensor *k, const cg_te
             bwd_head(q, k, v, out, kept ? sd + bh * Tq * Tk : NULL, kept ? NULL : sd + bh * Tq, g,
                      causal, key_pad ? key_pad + b * Tk : NULL,
                      b, bh % H, dq ? gq : NULL, dk ? gk : NULL, dv ? gv : NULL, w,
-                     w + np, kb, w + np + Tq * kb);
+                     w + np, kb, w + np + Tq * kb, qb);
         }
     }
     cg_free(scratch);
