@@ -239,6 +239,21 @@ cg_tensor *cg_norm_forward(cg_norm *n, cg_tensor *x)
     return cg_rms_norm(x, n->weight, n->eps);
 }
 
+cg_tensor *cg_norm_add_forward(cg_norm *n, cg_tensor *x, cg_tensor *y)
+{
+    if (!n || !x || !y)
+        return NULL;
+    if (x->ndim < 1 || x->shape[x->ndim - 1] != n->dim) {
+        char a[96];
+        cg_set_error("%s: input %s does not end in dim %lld", n->base.type,
+                     cg_shape_str(x, a, sizeof a), (long long)n->dim);
+        return NULL;
+    }
+    if (n->kind == CG_NORM_LAYERNORM)
+        return cg_add_layer_norm(x, y, n->weight, n->bias, n->eps);
+    return cg_add_rms_norm(x, y, n->weight, n->eps);
+}
+
 /* ----------------------------------------------------------- Dropout */
 cg_drop *cg_drop_new(float p, cg_rng *rng)
 {

@@ -310,6 +310,33 @@ START_TEST(test_norms_with_params)
 }
 END_TEST
 
+static cg_tensor *add_layer_norm_fn(void *ctx, cg_tensor *const *in)
+{
+    (void)ctx;
+    return cg_add_layer_norm(in[0], in[1], in[2], in[3], 1e-5f);
+}
+static cg_tensor *add_rms_norm_fn(void *ctx, cg_tensor *const *in)
+{
+    (void)ctx;
+    return cg_add_rms_norm(in[0], in[1], in[2], 1e-5f);
+}
+
+/* norm(x + y): x and y in different layouts, each getting the gradient */
+START_TEST(test_add_norms)
+{
+    cg_rng r = cg_rng_new(12);
+    for (int layout = 0; layout < N_LAYOUTS; layout++) {
+        cg_tensor *in[4] = {input(&r, CG_SHAPE(2, 3, 6), layout, DOM_ANY),
+                            input(&r, CG_SHAPE(2, 3, 6), (layout + 1) % N_LAYOUTS, DOM_ANY),
+                            input(&r, CG_SHAPE(6), LAYOUT_STRIDED, DOM_ANY),
+                            input(&r, CG_SHAPE(6), LAYOUT_CONTIG, DOM_ANY)};
+        check(add_layer_norm_fn, NULL, 4, in, "add_layer_norm(x, y, w, b)", 0, 0);
+        check(add_rms_norm_fn, NULL, 3, in, "add_rms_norm(x, y, w)", 0, 0);
+        cg_release_all(4, in[0], in[1], in[2], in[3]);
+    }
+}
+END_TEST
+
 typedef struct {
     const int64_t *targets;
     int64_t ignore;
@@ -627,6 +654,7 @@ static Suite *grad_ops_suite(void)
     tcase_add_test(tc, test_masked_fill);
     tcase_add_test(tc, test_matmul);
     tcase_add_test(tc, test_norms_with_params);
+    tcase_add_test(tc, test_add_norms);
     tcase_add_test(tc, test_cross_entropy);
     tcase_add_test(tc, test_dropout);
     tcase_add_test(tc, test_concat_stack_split);
