@@ -101,6 +101,10 @@ cg_tensor *cg_embedding(cg_tensor *table, const int64_t *ids, int ndim, const in
 /* Affine map (a Linear layer) as one fused op: x [..., in] (any strides),
  * w [out, in], b [out] or NULL -> x w^T + b, [..., out]. */
 cg_tensor *cg_affine(cg_tensor *x, cg_tensor *w, cg_tensor *b);
+/* relu(x w^T + b) as one op, the bits of cg_relu(cg_affine(x, w, b)): the
+ * ReLU runs over the product's fresh output, so the pre-activation is never
+ * kept for the backward (a relu node would hold it). */
+cg_tensor *cg_affine_relu(cg_tensor *x, cg_tensor *w, cg_tensor *b);
 /* Fused scaled-dot-product attention: q [B,H,Tq,dh], k and v [B,H,Tk,dh]
  * (any strides) -> softmax(q k^T / sqrt(dh), masked) v, [B,H,Tq,dh] (a view
  * of [B,Tq,H,dh] contiguous storage). Key j is masked for query i when

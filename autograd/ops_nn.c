@@ -541,3 +541,31 @@ cg_tensor *cg_affine(cg_tensor *x, cg_tensor *w, cg_tensor *b)
     cg_record(out, CG_OP_LINEAR, b ? 3 : 2, in, linear_bw);
     return out;
 }
+
+/* inputs: x, w, b (may be absent); saved: the output a = relu(h). The
+ * backward masks g where a > 0, which is where h > 0 (h NaN or <= 0 gives
+ * a = NaN or 0, masked both ways): cg_relu's backward without h. */
+static bool linear_relu_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    cg_tensor *gh = cg_k_relu_backward(n->saved[0], g);
+    bool ok = gh && linear_bw(n, gh, gin);
+    cg_release(gh);
+    return ok;
+}
+cg_tensor *cg_affine_relu(cg_tensor *x, cg_tensor *w, cg_tensor *b)
+{
+    if (!x || !w)
+        return NULL;
+    cg_tensor *out = cg_k_linear(x, w, b);
+    if (!out || !cg_k_relu_(out)) {
+        cg_release(out);
+        return NULL;
+    }
+    cg_tensor *in[3] = {x, w, b};
+    cg_node *n = cg_record(out, CG_OP_LINEAR_RELU, b ? 3 : 2, in, linear_relu_bw);
+    if (n && !save_alias(n, out)) {
+        cg_release(out);
+        return NULL;
+    }
+    return out;
+}

@@ -66,6 +66,8 @@ cg_tensor *cg_k_silu_backward(const cg_tensor *x, const cg_tensor *g);
 bool cg_k_add_(cg_tensor *dst, const cg_tensor *src);
 /* dst *= s */
 bool cg_k_muls_(cg_tensor *dst, float s);
+/* dst = relu(dst): the bits of cg_k_relu, written over its input. */
+bool cg_k_relu_(cg_tensor *dst);
 
 /* --------------------------------------------------------- reductions */
 /* Reduce over ndims dims listed in dims (negative allowed; duplicates are an

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "autograd/gradcheck.h"
+#include "core/gemm.h"
 #include "core/ops.h"
 #include "nn/nn.h"
 #include "tests/testutil.h"
@@ -1336,6 +1337,70 @@ START_TEST(test_grad_ff)
 }
 END_TEST
 
+/* FeedForward with ReLU (fc1 and the ReLU in one op, the ReLU in place
+ * without a graph): output and gradients bit for bit those of fc2(relu(fc1
+ * x)) built from the separate ops, with a graph and without, fp32 and bf16. */
+START_TEST(test_ff_relu_fused)
+{
+    cg_rng r = cg_rng_new(36);
+    cg_ff *f = cg_ff_new(8, 20, CG_ACT_RELU, NULL);
+    randomize(CG_MODULE(f), 9, 0.8f);
+    cg_param_list l = {0};
+    ck_assert(cg_module_params(CG_MODULE(f), &l));
+    cg_tensor *x = randn_leaf(&r, CG_SHAPE(3, 70, 8)); /* 70 rows: bf16 inference packs */
+    for (int prec = 0; prec < 2; prec++) {
+        cg_set_matmul_precision(prec ? CG_PRECISION_BF16 : CG_PRECISION_FP32);
+        for (int grad = 0; grad < 2; grad++) {
+            float *out[2], *gr[2][5] = {{0}};
+            for (int fused = 0; fused < 2; fused++) {
+                if (!grad)
+                    cg_no_grad_begin();
+                cg_zero_grad(x);
+                for (int i = 0; i < l.n; i++)
+                    cg_zero_grad(l.items[i].tensor);
+                cg_tensor *h = NULL, *a = NULL, *y;
+                if (fused) {
+                    y = cg_ff_forward(f, x);
+                } else {
+                    h = cg_linear_forward(f->fc1, x);
+                    a = cg_relu(h);
+                    y = cg_linear_forward(f->fc2, a);
+                }
+                assert_ok(y);
+                if (!grad)
+                    cg_no_grad_end();
+                out[fused] = cg_test_values(y);
+                if (grad) {
+                    cg_tensor *s = cg_sum_all(y);
+                    ck_assert(cg_backward(s, NULL, false));
+                    cg_release(s);
+                    gr[fused][0] = cg_test_values(cg_grad(x));
+                    for (int i = 0; i < l.n; i++)
+                        gr[fused][1 + i] = cg_test_values(cg_grad(l.items[i].tensor));
+                }
+                cg_release_all(3, h, a, y);
+            }
+            ck_assert_msg(memcmp(out[0], out[1], 3 * 70 * 8 * sizeof(float)) == 0,
+                          "precision %d, grad %d: outputs differ", prec, grad);
+            for (int i = 0; grad && i < 1 + l.n; i++) {
+                int64_t n = i ? cg_numel(l.items[i - 1].tensor) : cg_numel(x);
+                ck_assert_msg(memcmp(gr[0][i], gr[1][i], (size_t)n * sizeof(float)) == 0,
+                              "precision %d: gradient %d differs", prec, i);
+            }
+            for (int k = 0; k < 2; k++) {
+                free(out[k]);
+                for (int i = 0; i < 5; i++)
+                    free(gr[k][i]);
+            }
+        }
+    }
+    cg_set_matmul_precision(CG_PRECISION_FP32);
+    cg_param_list_free(&l);
+    cg_release(x);
+    cg_module_free(CG_MODULE(f));
+}
+END_TEST
+
 /* MHA: self and cross, masks, odd sizes (d=6 H=2, d=10 H=5, H=1, T=1). */
 START_TEST(test_grad_mha)
 {
@@ -1574,6 +1639,7 @@ static Suite *nn_suite(void)
     tcase_add_test(gr, test_grad_embedding);
     tcase_add_test(gr, test_grad_norms);
     tcase_add_test(gr, test_grad_norm_add);
+    tcase_add_test(gr, test_ff_relu_fused);
     tcase_add_test(gr, test_grad_dropout_posenc);
     tcase_add_test(gr, test_grad_ff);
     tcase_add_test(gr, test_grad_mha);
