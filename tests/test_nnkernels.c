@@ -683,7 +683,7 @@ END_TEST
 START_TEST(test_add_norm_fused)
 {
     cg_rng r = cg_rng_new(17);
-    const int64_t shapes[][2] = {{1, 5}, {3, 7}, {64, 40}, {131, 33}, {600, 64}, {257, 300}};
+    const int64_t shapes[][2] = {{1, 5}, {3, 7}, {64, 40}, {131, 33}, {520, 64}, {131, 260}};
     for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
         for (int layout = 0; layout < 3; layout++)
             for (int nt = 1; nt <= 2; nt++) {
@@ -806,6 +806,41 @@ START_TEST(test_dropout_stats)
     free(yv);
     free(mv);
     cg_release_all(3, x, y, mask);
+}
+END_TEST
+
+/* The kernel's inline draws (core/rng.h) are cg_rng_uniform's: element i
+ * is kept iff the (counter + i)-th uniform draw >= p, and y = x * scale, for
+ * several seeds, a counter far along and block edges (4096) in between. */
+START_TEST(test_dropout_draws)
+{
+    const uint64_t seeds[3] = {0, 7, 0xfedcba9876543210ULL};
+    const uint64_t counters[3] = {0, 12345, (1ULL << 40) - 3};
+    const float ps[2] = {0.1f, 0.7f};
+    cg_rng r = cg_rng_new(3);
+    cg_tensor *x = cg_randn(&r, CG_SHAPE(9000));
+    float *xv = cg_test_values(x);
+    for (int a = 0; a < 3; a++)
+        for (int c = 0; c < 3; c++)
+            for (int k = 0; k < 2; k++) {
+                cg_rng d = {.seed = seeds[a], .counter = counters[c]}, ref = d;
+                cg_tensor *mask = NULL;
+                cg_tensor *y = cg_k_dropout(x, ps[k], &d, &mask);
+                float *yv = cg_test_values(y), *mv = cg_test_values(mask);
+                float scale = (float)(1.0 / (1.0 - (double)ps[k]));
+                for (int64_t i = 0; i < 9000; i++) {
+                    float s = cg_rng_uniform(&ref) >= ps[k] ? scale : 0.0f;
+                    ck_assert_msg(mv[i] == s && yv[i] == xv[i] * s,
+                                  "seed %d counter %d p %g: element %lld", a, c,
+                                  (double)ps[k], (long long)i);
+                }
+                ck_assert_uint_eq(d.counter, ref.counter);
+                free(yv);
+                free(mv);
+                cg_release_all(2, y, mask);
+            }
+    free(xv);
+    cg_release(x);
 }
 END_TEST
 
@@ -1014,6 +1049,7 @@ static Suite *nnkernels_suite(void)
     tcase_add_test(tc, test_ce_errors);
     suite_add_tcase(s, tc);
     tc = tcase_create("norm");
+    tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_layer_norm);
     tcase_add_test(tc, test_rms_norm);
     tcase_add_test(tc, test_layer_norm_large_offset);
@@ -1024,6 +1060,7 @@ static Suite *nnkernels_suite(void)
     tc = tcase_create("dropout");
     tcase_add_test(tc, test_dropout_identity);
     tcase_add_test(tc, test_dropout_stats);
+    tcase_add_test(tc, test_dropout_draws);
     tcase_add_test(tc, test_dropout_determinism);
     tcase_add_test(tc, test_dropout_errors);
     suite_add_tcase(s, tc);
