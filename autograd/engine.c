@@ -22,6 +22,7 @@ static const char *const op_names[] = {
     "attention", "linear",
     "silu", "sin", "cos", "tril", "triu", "cumsum", "nll_loss",
     "binary_cross_entropy_with_logits",
+    "add_layer_norm", "add_rms_norm", "linear_relu",
     "custom",
 };
 static_assert(sizeof op_names / sizeof op_names[0] == CG_OP_COUNT,

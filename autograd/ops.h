@@ -82,6 +82,11 @@ cg_tensor *cg_cross_entropy(cg_tensor *logits, const int64_t *targets, int64_t n
 /* Over the last dim; w and b may be NULL. */
 cg_tensor *cg_layer_norm(cg_tensor *x, cg_tensor *w, cg_tensor *b, float eps);
 cg_tensor *cg_rms_norm(cg_tensor *x, cg_tensor *w, float eps);
+/* layer_norm(x + y, w, b) and rms_norm(x + y, w): the add and the norm in
+ * one op (post-norm residuals), the same bits as cg_add then the norm, the
+ * sum never stored. x and y must have the same shape. */
+cg_tensor *cg_add_layer_norm(cg_tensor *x, cg_tensor *y, cg_tensor *w, cg_tensor *b, float eps);
+cg_tensor *cg_add_rms_norm(cg_tensor *x, cg_tensor *y, cg_tensor *w, float eps);
 /* Inverted dropout when training and p > 0; otherwise a new reference to a. */
 cg_tensor *cg_dropout(cg_tensor *a, float p, cg_rng *rng, bool training);
 cg_tensor *cg_concat(cg_tensor *const *ts, int n, int dim);
@@ -96,6 +101,10 @@ cg_tensor *cg_embedding(cg_tensor *table, const int64_t *ids, int ndim, const in
 /* Affine map (a Linear layer) as one fused op: x [..., in] (any strides),
  * w [out, in], b [out] or NULL -> x w^T + b, [..., out]. */
 cg_tensor *cg_affine(cg_tensor *x, cg_tensor *w, cg_tensor *b);
+/* relu(x w^T + b) as one op, the bits of cg_relu(cg_affine(x, w, b)): the
+ * ReLU runs over the product's fresh output, so the pre-activation is never
+ * kept for the backward (a relu node would hold it). */
+cg_tensor *cg_affine_relu(cg_tensor *x, cg_tensor *w, cg_tensor *b);
 /* Fused scaled-dot-product attention: q [B,H,Tq,dh], k and v [B,H,Tk,dh]
  * (any strides) -> softmax(q k^T / sqrt(dh), masked) v, [B,H,Tq,dh] (a view
  * of [B,Tq,H,dh] contiguous storage). Key j is masked for query i when

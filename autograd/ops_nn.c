@@ -175,6 +175,65 @@ cg_tensor *cg_rms_norm(cg_tensor *x, cg_tensor *w, float eps)
     return out;
 }
 
+/* inputs: x, y, w (may be NULL), b (may be NULL); saved: mean, rstd. The
+ * gradient of x + y goes to both x and y, one tensor, as add's backward. */
+static bool add_layer_norm_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    cg_tensor *dx = NULL, *dw = NULL, *db = NULL;
+    bool ok = cg_k_add_layer_norm_backward(IN(0), IN(1), IN(2), n->saved[0], n->saved[1], g,
+                                           NEEDS(0) || NEEDS(1) ? &dx : NULL,
+                                           NEEDS(2) ? &dw : NULL, NEEDS(3) ? &db : NULL);
+    gin[0] = NEEDS(0) ? cg_retain(dx) : NULL;
+    gin[1] = NEEDS(1) ? cg_retain(dx) : NULL;
+    cg_release(dx);
+    gin[2] = dw;
+    gin[3] = db;
+    return ok;
+}
+cg_tensor *cg_add_layer_norm(cg_tensor *x, cg_tensor *y, cg_tensor *w, cg_tensor *b, float eps)
+{
+    cg_tensor *mean = NULL, *rstd = NULL;
+    cg_tensor *out = cg_k_add_layer_norm(x, y, w, b, eps, &mean, &rstd);
+    if (out) {
+        cg_tensor *in[4] = {x, y, w, b};
+        cg_node *n = cg_record(out, CG_OP_ADD_LAYER_NORM, 4, in, add_layer_norm_bw);
+        if (n && (cg_node_save(n, mean) < 0 || cg_node_save(n, rstd) < 0)) {
+            cg_release(out);
+            out = NULL;
+        }
+    }
+    cg_release_all(2, mean, rstd);
+    return out;
+}
+
+static bool add_rms_norm_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    cg_tensor *dx = NULL, *dw = NULL;
+    bool ok = cg_k_add_rms_norm_backward(IN(0), IN(1), IN(2), n->saved[0], g,
+                                         NEEDS(0) || NEEDS(1) ? &dx : NULL,
+                                         NEEDS(2) ? &dw : NULL);
+    gin[0] = NEEDS(0) ? cg_retain(dx) : NULL;
+    gin[1] = NEEDS(1) ? cg_retain(dx) : NULL;
+    cg_release(dx);
+    gin[2] = dw;
+    return ok;
+}
+cg_tensor *cg_add_rms_norm(cg_tensor *x, cg_tensor *y, cg_tensor *w, float eps)
+{
+    cg_tensor *rstd = NULL;
+    cg_tensor *out = cg_k_add_rms_norm(x, y, w, eps, &rstd);
+    if (out) {
+        cg_tensor *in[3] = {x, y, w};
+        cg_node *n = cg_record(out, CG_OP_ADD_RMS_NORM, 3, in, add_rms_norm_bw);
+        if (n && cg_node_save(n, rstd) < 0) {
+            cg_release(out);
+            out = NULL;
+        }
+    }
+    cg_release(rstd);
+    return out;
+}
+
 /* ------------------------------------------------------------ dropout */
 static bool dropout_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {
@@ -480,5 +539,33 @@ cg_tensor *cg_affine(cg_tensor *x, cg_tensor *w, cg_tensor *b)
         return NULL;
     cg_tensor *in[3] = {x, w, b};
     cg_record(out, CG_OP_LINEAR, b ? 3 : 2, in, linear_bw);
+    return out;
+}
+
+/* inputs: x, w, b (may be absent); saved: the output a = relu(h). The
+ * backward masks g where a > 0, which is where h > 0 (h NaN or <= 0 gives
+ * a = NaN or 0, masked both ways): cg_relu's backward without h. */
+static bool linear_relu_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    cg_tensor *gh = cg_k_relu_backward(n->saved[0], g);
+    bool ok = gh && linear_bw(n, gh, gin);
+    cg_release(gh);
+    return ok;
+}
+cg_tensor *cg_affine_relu(cg_tensor *x, cg_tensor *w, cg_tensor *b)
+{
+    if (!x || !w)
+        return NULL;
+    cg_tensor *out = cg_k_linear(x, w, b);
+    if (!out || !cg_k_relu_(out)) {
+        cg_release(out);
+        return NULL;
+    }
+    cg_tensor *in[3] = {x, w, b};
+    cg_node *n = cg_record(out, CG_OP_LINEAR_RELU, b ? 3 : 2, in, linear_relu_bw);
+    if (n && !save_alias(n, out)) {
+        cg_release(out);
+        return NULL;
+    }
     return out;
 }

@@ -402,3 +402,17 @@ bool cg_k_muls_(cg_tensor *dst, float s)
     cg_iter_run(&it, seg_muls, &P);
     return true;
 }
+
+bool cg_k_relu_(cg_tensor *dst)
+{
+    if (!dst)
+        return false;
+    if (!check_writable("relu_", dst))
+        return false;
+    cg_tensor_modified(dst);
+    ew_params P = {0, 0};
+    cg_iter it;
+    cg_iter_init(&it, dst->ndim, dst->shape, 2, (const cg_tensor *[]){dst, dst});
+    cg_iter_run(&it, seg_relu, &P);
+    return true;
+}

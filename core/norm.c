@@ -1,15 +1,27 @@
-/* Layer norm and RMS norm fused over the last dim, and inverted dropout.
+/* Layer norm and RMS norm fused over the last dim, the same after a
+ * residual add (norm(x + y), the post-norm block), and inverted dropout.
  *
  * x is made contiguous and seen as [rows, D]. Forward: one row per task.
  * Backward: rows are cut into fixed chunks of CHUNK rows; a task computes dx
  * for its chunk and partial dw/db sums (double) for it; the partials are then
  * added in chunk order. The chunking does not depend on the thread count, so
- * results are bit-identical for any number of threads. */
+ * results are bit-identical for any number of threads.
+ *
+ * norm(x + y) never stores the sum: the forward adds a row into a scratch
+ * row and normalises that, the backward adds a chunk's rows again (the sum
+ * is one float addition per element, the same bits each time) into a
+ * scratch chunk and runs the same chunk backward on it. Both inputs get the
+ * same dx, as an add's backward hands its gradient to both. So the fused op
+ * computes what cg_add then the norm compute, bit for bit, without writing
+ * and re-reading the sum and without keeping it for the backward. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <omp.h>
+
 #include "core/ops.h"
+#include "core/rng.h"
 #include "core/vmath.h"
 
 #define PAR_THRESHOLD 32768
@@ -199,42 +211,76 @@ static bool opt_contig(const cg_tensor *p, cg_tensor **out)
     return *out != NULL;
 }
 
+/* The addend of norm(x + y) must have x's shape (no broadcasting). */
+static bool check_addend(const char *op, const cg_tensor *x, const cg_tensor *y)
+{
+    if (!y || cg_same_shape(x, y))
+        return true;
+    char b1[96], b2[96];
+    cg_set_error("%s: x and y must have the same shape (shapes %s and %s)", op,
+                 cg_shape_str(x, b1, sizeof b1), cg_shape_str(y, b2, sizeof b2));
+    return false;
+}
+
+/* Rows [r0, r1) of x + y into s (row r0 first), one float addition each. */
+EW_CLONES static void add_rows(int64_t r0, int64_t r1, int64_t D, const float *xp,
+                               const float *yp, float *s)
+{
+    const float *xr = xp + r0 * D, *yr = yp + r0 * D;
+    for (int64_t i = 0, n = (r1 - r0) * D; i < n; i++)
+        s[i] = xr[i] + yr[i];
+}
+
 /* ------------------------------------------------------------ forward */
-static cg_tensor *norm_forward(const char *op, bool rms, const cg_tensor *x, const cg_tensor *w,
-                               const cg_tensor *b, float eps, cg_tensor **mean_out,
-                               cg_tensor **rstd_out)
+/* norm(x) or, with an addend y, norm(x + y). */
+static cg_tensor *norm_forward(const char *op, bool rms, const cg_tensor *x, const cg_tensor *a,
+                               const cg_tensor *w, const cg_tensor *b, float eps,
+                               cg_tensor **mean_out, cg_tensor **rstd_out)
 {
     if (mean_out)
         *mean_out = NULL;
     if (rstd_out)
         *rstd_out = NULL;
-    if (!x || !check_x(op, x))
+    if (!x || !check_x(op, x) || !check_addend(op, x, a))
         return NULL;
     int64_t D = x->shape[x->ndim - 1];
     if (!check_param(op, "weight", w, x, D) || !check_param(op, "bias", b, x, D))
         return NULL;
     int64_t n = cg_numel(x), rows = cg_numel_shape(x->ndim - 1, x->shape);
-    cg_tensor *xc = cg_contiguous(x), *wc = NULL, *bc = NULL;
+    const int nt = cg_get_num_threads();
+    cg_tensor *xc = cg_contiguous(x), *ac = a ? cg_contiguous(a) : NULL, *wc = NULL, *bc = NULL;
     cg_tensor *y = NULL, *mt = NULL, *rt = NULL;
-    if (!xc || !opt_contig(w, &wc) || !opt_contig(b, &bc))
+    float *scratch = NULL; /* one row per thread for x + a */
+    if (!xc || (a && !ac) || !opt_contig(w, &wc) || !opt_contig(b, &bc))
         goto fail;
     y = cg_empty(x->ndim, x->shape);
     mt = rms ? NULL : cg_empty(1, &rows);
     rt = cg_empty(1, &rows);
     if (!y || (!rms && !mt) || !rt)
         goto fail;
-    const float *xp = cg_data(xc);
+    if (a && !(scratch = cg_alloc((size_t)nt * (size_t)(D > 0 ? D : 1) * sizeof(float)))) {
+        cg_set_error("%s: out of memory", op);
+        goto fail;
+    }
+    const float *xp = cg_data(xc), *ap = ac ? cg_data(ac) : NULL;
     const float *wp = wc ? cg_data(wc) : NULL, *bp = bc ? cg_data(bc) : NULL;
     float *yp = cg_data(y), *mp = mt ? cg_data(mt) : NULL, *rp = cg_data(rt);
-#pragma omp parallel for schedule(static) if (n > PAR_THRESHOLD)
+#pragma omp parallel for schedule(static) if (n > PAR_THRESHOLD) num_threads(nt)
     for (int64_t r = 0; r < rows; r++) {
         float mf, rs;
-        norm_row_fwd(rms, xp + r * D, yp + r * D, wp, bp, D, eps, &mf, &rs);
+        const float *xr = xp + r * D;
+        if (ap) {
+            float *s = scratch + (int64_t)omp_get_thread_num() * D;
+            add_rows(r, r + 1, D, xp, ap, s);
+            xr = s;
+        }
+        norm_row_fwd(rms, xr, yp + r * D, wp, bp, D, eps, &mf, &rs);
         if (mp)
             mp[r] = mf;
         rp[r] = rs;
     }
-    cg_release_all(3, xc, wc, bc);
+    cg_free(scratch);
+    cg_release_all(4, xc, ac, wc, bc);
     if (mean_out)
         *mean_out = mt;
     else
@@ -245,29 +291,47 @@ static cg_tensor *norm_forward(const char *op, bool rms, const cg_tensor *x, con
         cg_release(rt);
     return y;
 fail:
-    cg_release_all(6, xc, wc, bc, y, mt, rt);
+    cg_free(scratch);
+    cg_release_all(7, xc, ac, wc, bc, y, mt, rt);
     return NULL;
 }
 
 cg_tensor *cg_k_layer_norm(const cg_tensor *x, const cg_tensor *w, const cg_tensor *b, float eps,
                            cg_tensor **mean, cg_tensor **rstd)
 {
-    return norm_forward("layer_norm", false, x, w, b, eps, mean, rstd);
+    return norm_forward("layer_norm", false, x, NULL, w, b, eps, mean, rstd);
 }
 
 cg_tensor *cg_k_rms_norm(const cg_tensor *x, const cg_tensor *w, float eps, cg_tensor **rstd)
 {
-    return norm_forward("rms_norm", true, x, w, NULL, eps, NULL, rstd);
+    return norm_forward("rms_norm", true, x, NULL, w, NULL, eps, NULL, rstd);
+}
+
+cg_tensor *cg_k_add_layer_norm(const cg_tensor *x, const cg_tensor *y, const cg_tensor *w,
+                               const cg_tensor *b, float eps, cg_tensor **mean, cg_tensor **rstd)
+{
+    if (!y)
+        return NULL;
+    return norm_forward("add_layer_norm", false, x, y, w, b, eps, mean, rstd);
+}
+
+cg_tensor *cg_k_add_rms_norm(const cg_tensor *x, const cg_tensor *y, const cg_tensor *w, float eps,
+                             cg_tensor **rstd)
+{
+    if (!y)
+        return NULL;
+    return norm_forward("add_rms_norm", true, x, y, w, NULL, eps, NULL, rstd);
 }
 
 /* ----------------------------------------------------------- backward */
 /* xhat = (x - mean) * rstd (mean = 0 for RMS norm), gw = g * w:
  *   layer norm: dx = rstd * (gw - mean(gw) - xhat * mean(gw * xhat))
  *   rms norm:   dx = rstd * (gw - xhat * mean(gw * xhat))
- *   dw = sum_rows g * xhat, db = sum_rows g. */
-static bool norm_backward(const char *op, bool rms, const cg_tensor *x, const cg_tensor *w,
-                          const cg_tensor *mean, const cg_tensor *rstd, const cg_tensor *g,
-                          cg_tensor **dx, cg_tensor **dw, cg_tensor **db)
+ *   dw = sum_rows g * xhat, db = sum_rows g.
+ * With an addend a, x + a takes x's place (added again chunk by chunk). */
+static bool norm_backward(const char *op, bool rms, const cg_tensor *x, const cg_tensor *a,
+                          const cg_tensor *w, const cg_tensor *mean, const cg_tensor *rstd,
+                          const cg_tensor *g, cg_tensor **dx, cg_tensor **dw, cg_tensor **db)
 {
     if (dx)
         *dx = NULL;
@@ -275,7 +339,7 @@ static bool norm_backward(const char *op, bool rms, const cg_tensor *x, const cg
         *dw = NULL;
     if (db)
         *db = NULL;
-    if (!x || !rstd || !g || (!rms && !mean) || !check_x(op, x))
+    if (!x || !rstd || !g || (!rms && !mean) || !check_x(op, x) || !check_addend(op, x, a))
         return false;
     char b1[96], b2[96];
     if (!cg_same_shape(x, g)) {
@@ -294,14 +358,17 @@ static bool norm_backward(const char *op, bool rms, const cg_tensor *x, const cg
         return false;
     }
     bool ok = false;
-    cg_tensor *xc = cg_contiguous(x), *gc = cg_contiguous(g), *wc = NULL;
-    cg_tensor *mc = NULL, *rc = cg_contiguous(rstd);
+    cg_tensor *xc = cg_contiguous(x), *ac = a ? cg_contiguous(a) : NULL, *gc = cg_contiguous(g);
+    cg_tensor *wc = NULL, *mc = NULL, *rc = cg_contiguous(rstd);
     cg_tensor *dxt = NULL, *dwt = NULL, *dbt = NULL;
     int64_t nchunks = (rows + CHUNK - 1) / CHUNK;
     int64_t Dp = D > 0 ? D : 1;
     bool want_w = dw != NULL, want_b = db != NULL && !rms;
     double *pw = NULL, *pb = NULL;
-    if (!xc || !gc || !rc || !opt_contig(w, &wc) || !opt_contig(rms ? NULL : mean, &mc))
+    const int nt = cg_get_num_threads();
+    float *scratch = NULL; /* a chunk of x + a per thread */
+    if (!xc || (a && !ac) || !gc || !rc || !opt_contig(w, &wc) ||
+        !opt_contig(rms ? NULL : mean, &mc))
         goto done;
     if (dx && !(dxt = cg_empty(x->ndim, x->shape)))
         goto done;
@@ -313,14 +380,24 @@ static bool norm_backward(const char *op, bool rms, const cg_tensor *x, const cg
         goto oom;
     if (want_b && !(pb = calloc((size_t)(nchunks ? nchunks : 1) * (size_t)Dp, sizeof(double))))
         goto oom;
-    const float *xp = cg_data(xc), *gp = cg_data(gc), *rp = cg_data(rc);
+    if (a && !(scratch = cg_alloc((size_t)nt * CHUNK * (size_t)Dp * sizeof(float))))
+        goto oom;
+    const float *xp = cg_data(xc), *ap = ac ? cg_data(ac) : NULL;
+    const float *gp = cg_data(gc), *rp = cg_data(rc);
     const float *mp = mc ? cg_data(mc) : NULL, *wp = wc ? cg_data(wc) : NULL;
     float *dxp = dxt ? cg_data(dxt) : NULL;
-#pragma omp parallel for schedule(static) if (n > PAR_THRESHOLD)
+#pragma omp parallel for schedule(static) if (n > PAR_THRESHOLD) num_threads(nt)
     for (int64_t c = 0; c < nchunks; c++) {
-        int64_t r1 = (c + 1) * CHUNK < rows ? (c + 1) * CHUNK : rows;
-        norm_chunk_bwd(rms, c * CHUNK, r1, D, xp, gp, mp, rp, wp, dxp, pw ? pw + c * Dp : NULL,
-                       pb ? pb + c * Dp : NULL);
+        int64_t r0 = c * CHUNK, r1 = (c + 1) * CHUNK < rows ? (c + 1) * CHUNK : rows;
+        double *cw = pw ? pw + c * Dp : NULL, *cb = pb ? pb + c * Dp : NULL;
+        if (ap) { /* the chunk's x + a, then its rows numbered from 0 */
+            float *s = scratch + (int64_t)omp_get_thread_num() * CHUNK * Dp;
+            add_rows(r0, r1, D, xp, ap, s);
+            norm_chunk_bwd(rms, 0, r1 - r0, D, s, gp + r0 * D, mp ? mp + r0 : NULL, rp + r0,
+                           wp, dxp ? dxp + r0 * D : NULL, cw, cb);
+        } else {
+            norm_chunk_bwd(rms, r0, r1, D, xp, gp, mp, rp, wp, dxp, cw, cb);
+        }
     }
     /* Sum the chunk partials in chunk order, parallel over columns. */
     if (dwt || dbt) {
@@ -348,7 +425,8 @@ oom:
 done:
     free(pw);
     free(pb);
-    cg_release_all(5, xc, gc, wc, mc, rc);
+    cg_free(scratch);
+    cg_release_all(6, xc, ac, gc, wc, mc, rc);
     if (!ok) {
         cg_release_all(3, dxt, dwt, dbt);
         return false;
@@ -366,16 +444,65 @@ bool cg_k_layer_norm_backward(const cg_tensor *x, const cg_tensor *w, const cg_t
                               const cg_tensor *rstd, const cg_tensor *g, cg_tensor **dx,
                               cg_tensor **dw, cg_tensor **db)
 {
-    return norm_backward("layer_norm_backward", false, x, w, mean, rstd, g, dx, dw, db);
+    return norm_backward("layer_norm_backward", false, x, NULL, w, mean, rstd, g, dx, dw, db);
+}
+
+bool cg_k_add_layer_norm_backward(const cg_tensor *x, const cg_tensor *y, const cg_tensor *w,
+                                  const cg_tensor *mean, const cg_tensor *rstd,
+                                  const cg_tensor *g, cg_tensor **dx, cg_tensor **dw,
+                                  cg_tensor **db)
+{
+    if (!y)
+        return false;
+    return norm_backward("add_layer_norm_backward", false, x, y, w, mean, rstd, g, dx, dw, db);
 }
 
 bool cg_k_rms_norm_backward(const cg_tensor *x, const cg_tensor *w, const cg_tensor *rstd,
                             const cg_tensor *g, cg_tensor **dx, cg_tensor **dw)
 {
-    return norm_backward("rms_norm_backward", true, x, w, NULL, rstd, g, dx, dw, NULL);
+    return norm_backward("rms_norm_backward", true, x, NULL, w, NULL, rstd, g, dx, dw, NULL);
+}
+
+bool cg_k_add_rms_norm_backward(const cg_tensor *x, const cg_tensor *y, const cg_tensor *w,
+                                const cg_tensor *rstd, const cg_tensor *g, cg_tensor **dx,
+                                cg_tensor **dw)
+{
+    if (!y)
+        return false;
+    return norm_backward("add_rms_norm_backward", true, x, y, w, NULL, rstd, g, dx, dw, NULL);
 }
 
 /* ------------------------------------------------------------ dropout */
+/* Elements [i0, i1): y = x * s, s = scale where draw (base + i) >= p, else 0
+ * (and the mask m = s when m is not NULL). The draws inline (core/rng.h),
+ * the same bits as cg_rng_uniform's, without a call per element; the loops
+ * vectorise (the select by masks), with AVX512DQ's 64-bit products where the
+ * CPU has them (x86-64-v4). Integer arithmetic and one float product: the
+ * same bits in every clone. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(CG_NO_CLONES)
+#define DROP_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx512f", "avx2", "default")))
+#else
+#define DROP_CLONES
+#endif
+DROP_CLONES static void dropout_span(int64_t i0, int64_t i1, uint64_t key, uint64_t base, float p,
+                                   float scale, const float *xp, float *yp, float *mp)
+{
+    if (mp)
+        for (int64_t i = i0; i < i1; i++) {
+            float u = cg_rng_draw_unit(cg_rng_draw(key, base + (uint64_t)i));
+            float s = bsel(M(u >= p), scale, 0.0f);
+            yp[i] = xp[i] * s;
+            mp[i] = s;
+        }
+    else
+        for (int64_t i = i0; i < i1; i++) {
+            float u = cg_rng_draw_unit(cg_rng_draw(key, base + (uint64_t)i));
+            yp[i] = xp[i] * bsel(M(u >= p), scale, 0.0f);
+        }
+}
+
+#define DROP_BLOCK 4096
+
 /* Element i (row-major) is kept iff draw (counter + i) >= p; the counter then
  * advances by numel, so the mask does not depend on the thread count. */
 cg_tensor *cg_k_dropout(const cg_tensor *a, float p, cg_rng *rng, cg_tensor **mask)
@@ -412,15 +539,12 @@ cg_tensor *cg_k_dropout(const cg_tensor *a, float p, cg_rng *rng, cg_tensor **ma
             for (int64_t i = 0; i < n; i++)
                 mp[i] = 1.0f;
     } else {
-        uint64_t seed = rng->seed, base = rng->counter;
+        const uint64_t key = cg_rng_key(rng->seed), base = rng->counter;
+        const int64_t nb = (n + DROP_BLOCK - 1) / DROP_BLOCK;
 #pragma omp parallel for schedule(static) if (n > PAR_THRESHOLD / 4)
-        for (int64_t i = 0; i < n; i++) {
-            cg_rng r = {.seed = seed, .counter = base + (uint64_t)i};
-            float s = cg_rng_uniform(&r) >= p ? scale : 0.0f;
-            yp[i] = xp[i] * s;
-            if (mp)
-                mp[i] = s;
-        }
+        for (int64_t k = 0; k < nb; k++)
+            dropout_span(k * DROP_BLOCK, k + 1 < nb ? (k + 1) * DROP_BLOCK : n, key, base, p,
+                         scale, xp, yp, mp);
     }
     if (rng)
         rng->counter += (uint64_t)n;

@@ -66,6 +66,8 @@ cg_tensor *cg_k_silu_backward(const cg_tensor *x, const cg_tensor *g);
 bool cg_k_add_(cg_tensor *dst, const cg_tensor *src);
 /* dst *= s */
 bool cg_k_muls_(cg_tensor *dst, float s);
+/* dst = relu(dst): the bits of cg_k_relu, written over its input. */
+bool cg_k_relu_(cg_tensor *dst);
 
 /* --------------------------------------------------------- reductions */
 /* Reduce over ndims dims listed in dims (negative allowed; duplicates are an
@@ -148,6 +150,20 @@ bool cg_k_layer_norm_backward(const cg_tensor *x, const cg_tensor *w, const cg_t
 cg_tensor *cg_k_rms_norm(const cg_tensor *x, const cg_tensor *w, float eps, cg_tensor **rstd);
 bool cg_k_rms_norm_backward(const cg_tensor *x, const cg_tensor *w, const cg_tensor *rstd,
                             const cg_tensor *g, cg_tensor **dx, cg_tensor **dw);
+/* The same of the sum x + y (y of x's shape), the residual add of a post-norm
+ * block, without storing the sum: bit for bit the norm of cg_k_add(x, y).
+ * The backward adds x + y again; its dx is the gradient of both x and y. */
+cg_tensor *cg_k_add_layer_norm(const cg_tensor *x, const cg_tensor *y, const cg_tensor *w,
+                               const cg_tensor *b, float eps, cg_tensor **mean, cg_tensor **rstd);
+bool cg_k_add_layer_norm_backward(const cg_tensor *x, const cg_tensor *y, const cg_tensor *w,
+                                  const cg_tensor *mean, const cg_tensor *rstd,
+                                  const cg_tensor *g, cg_tensor **dx, cg_tensor **dw,
+                                  cg_tensor **db);
+cg_tensor *cg_k_add_rms_norm(const cg_tensor *x, const cg_tensor *y, const cg_tensor *w, float eps,
+                             cg_tensor **rstd);
+bool cg_k_add_rms_norm_backward(const cg_tensor *x, const cg_tensor *y, const cg_tensor *w,
+                                const cg_tensor *rstd, const cg_tensor *g, cg_tensor **dx,
+                                cg_tensor **dw);
 
 /* Inverted dropout: keep with prob 1-p, scale kept by 1/(1-p). *mask (if not
  * NULL) gets the scale per element (0 or 1/(1-p)). p in [0,1). Seeded and

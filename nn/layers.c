@@ -126,18 +126,41 @@ cg_tensor *cg_linear_fn(cg_tensor *x, cg_tensor *weight, cg_tensor *bias)
     return cg_affine(x, weight, bias); /* one fused op: GEMM with the bias */
 }
 
-cg_tensor *cg_linear_forward(cg_linear *l, cg_tensor *x)
+static bool linear_input_ok(const cg_linear *l, const cg_tensor *x)
 {
-    if (!l || !x)
-        return NULL;
     if (x->ndim < 1 || x->shape[x->ndim - 1] != l->in_features) {
         char a[96], b[96];
         cg_set_error("Linear: input %s does not end in in_features %lld (weight %s)",
                      cg_shape_str(x, a, sizeof a), (long long)l->in_features,
                      cg_shape_str(l->weight, b, sizeof b));
+        return false;
+    }
+    return true;
+}
+
+cg_tensor *cg_linear_forward(cg_linear *l, cg_tensor *x)
+{
+    if (!l || !x || !linear_input_ok(l, x))
+        return NULL;
+    return cg_linear_fn(x, l->weight, l->bias);
+}
+
+/* relu(l(x)), the bits of cg_relu(cg_linear_forward(l, x)): one op while
+ * gradients are recorded (cg_affine_relu keeps no pre-activation), without
+ * a graph the ReLU over the layer's fresh output in place (bf16 inference
+ * keeps its packed weights). */
+static cg_tensor *linear_relu(cg_linear *l, cg_tensor *x)
+{
+    if (!l || !x || !linear_input_ok(l, x))
+        return NULL;
+    if (cg_grad_enabled())
+        return cg_affine_relu(x, l->weight, l->bias);
+    cg_tensor *h = cg_linear_fn(x, l->weight, l->bias);
+    if (h && !cg_k_relu_(h)) {
+        cg_release(h);
         return NULL;
     }
-    return cg_linear_fn(x, l->weight, l->bias);
+    return h;
 }
 
 /* --------------------------------------------------------- Embedding */
@@ -237,6 +260,21 @@ cg_tensor *cg_norm_forward(cg_norm *n, cg_tensor *x)
     if (n->kind == CG_NORM_LAYERNORM)
         return cg_layer_norm(x, n->weight, n->bias, n->eps);
     return cg_rms_norm(x, n->weight, n->eps);
+}
+
+cg_tensor *cg_norm_add_forward(cg_norm *n, cg_tensor *x, cg_tensor *y)
+{
+    if (!n || !x || !y)
+        return NULL;
+    if (x->ndim < 1 || x->shape[x->ndim - 1] != n->dim) {
+        char a[96];
+        cg_set_error("%s: input %s does not end in dim %lld", n->base.type,
+                     cg_shape_str(x, a, sizeof a), (long long)n->dim);
+        return NULL;
+    }
+    if (n->kind == CG_NORM_LAYERNORM)
+        return cg_add_layer_norm(x, y, n->weight, n->bias, n->eps);
+    return cg_add_rms_norm(x, y, n->weight, n->eps);
 }
 
 /* ----------------------------------------------------------- Dropout */
@@ -369,9 +407,14 @@ cg_tensor *cg_ff_forward(cg_ff *f, cg_tensor *x)
 {
     if (!f || !x)
         return NULL;
-    cg_tensor *h = cg_linear_forward(f->fc1, x);
-    cg_tensor *a = cg_activation(h, f->act);
-    cg_release(h);
+    cg_tensor *a;
+    if (f->act == CG_ACT_RELU) { /* the pre-activation is not kept */
+        a = linear_relu(f->fc1, x);
+    } else {
+        cg_tensor *h = cg_linear_forward(f->fc1, x);
+        a = cg_activation(h, f->act);
+        cg_release(h);
+    }
     cg_tensor *y = cg_linear_forward(f->fc2, a);
     cg_release(a);
     return y;

@@ -84,6 +84,10 @@ cg_norm *cg_layernorm_new(int64_t dim);
 cg_norm *cg_rmsnorm_new(int64_t dim);
 /* x [..., dim] -> same shape. */
 cg_tensor *cg_norm_forward(cg_norm *n, cg_tensor *x);
+/* norm(x + y), x and y [..., dim] of one shape: the residual add of a
+ * post-norm block fused into the norm (cg_add_layer_norm, cg_add_rms_norm),
+ * the same bits as cg_norm_forward(n, cg_add(x, y)). */
+cg_tensor *cg_norm_add_forward(cg_norm *n, cg_tensor *x, cg_tensor *y);
 
 /* ---------------------------------------------------------- Dropout */
 /* Inverted dropout with probability p in [0, 1) while the module is in

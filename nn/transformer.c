@@ -74,7 +74,7 @@ static cg_tensor *apply_sub(const sublayer *s, cg_tensor *h)
 }
 
 /* models.py Residual: pre-norm x + drop(sub(norm(x))), post-norm
- * norm(x + drop(sub(x))). */
+ * norm(x + drop(sub(x))), the add inside the norm (cg_norm_add_forward). */
 static cg_tensor *residual(const cg_module *owner, const cg_tf_config *c, cg_rng *rng,
                            cg_norm *norm, const sublayer *s, cg_tensor *x)
 {
@@ -85,13 +85,9 @@ static cg_tensor *residual(const cg_module *owner, const cg_tf_config *c, cg_rng
     cg_release(h);
     cg_tensor *dy = cg_dropout(y, c->dropout, rng, owner->training);
     cg_release(y);
-    cg_tensor *r = cg_add(x, dy);
+    cg_tensor *r = c->norm_first ? cg_add(x, dy) : cg_norm_add_forward(norm, x, dy);
     cg_release(dy);
-    if (c->norm_first || !r)
-        return r;
-    cg_tensor *out = cg_norm_forward(norm, r);
-    cg_release(r);
-    return out;
+    return r;
 }
 
 static bool check_input(const char *what, const cg_tf_config *c, const cg_tensor *x)

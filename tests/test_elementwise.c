@@ -412,6 +412,30 @@ START_TEST(test_special_values)
     cg_tensor *g = cg_full(CG_SHAPE(5), 3.0f);
     cg_tensor *rb = cg_k_relu_backward(x, g);
     CG_ASSERT_TENSOR(rb, ((float[]){0, 0, 3, 3, 3}), 0, 0);
+    /* relu_ in place: cg_k_relu's bits (NaN kept, -0 and -inf to +0), also
+     * strided; its output masks a backward as the input does */
+    {
+        const float v[8] = {-1.0f, -0.0f, 0.0f, NAN, INFINITY, -INFINITY, 1e-40f, -1e-40f};
+        cg_tensor *a = cg_from_data(CG_SHAPE(8), v), *ref = cg_k_relu(a);
+        ck_assert(cg_k_relu_(a));
+        ck_assert(memcmp(cg_data(a), cg_data(ref), sizeof v) == 0);
+        cg_tensor *g8 = cg_full(CG_SHAPE(8), 3.0f), *in = cg_from_data(CG_SHAPE(8), v);
+        cg_tensor *b1 = cg_k_relu_backward(in, g8), *b2 = cg_k_relu_backward(a, g8);
+        ck_assert(memcmp(cg_data(b1), cg_data(b2), sizeof v) == 0);
+        cg_tensor *base = cg_from_data(CG_SHAPE(2, 4), v);
+        cg_tensor *col = cg_view_slice(base, 1, 1, 4, 2); /* [2, 2], strides 4, 2 */
+        ck_assert(cg_k_relu_(col));
+        const float *bp = cg_data(base);
+        /* columns 1 and 3 changed (-0 -> 0, NaN, -inf -> 0, -1e-40 -> 0), 0 and 2 not */
+        ck_assert(bp[0] == -1.0f && bp[1] == 0.0f && !signbit(bp[1]) && isnan(bp[3]));
+        ck_assert(bp[5] == 0.0f && !signbit(bp[5]) && bp[7] == 0.0f && !signbit(bp[7]));
+        ck_assert(isinf(bp[4]) && bp[6] == 1e-40f && bp[2] == 0.0f);
+        cg_release_all(7, a, ref, g8, in, b1, b2, col);
+        cg_release(base);
+        cg_tensor *one = cg_scalar(1.0f), *ex = cg_view_expand(one, 1, (int64_t[]){3});
+        CG_ASSERT_FAILS(cg_k_relu_(ex) ? (void *)1 : NULL, "relu_");
+        cg_release_all(2, one, ex);
+    }
     /* clamp backward passes the gradient at the bounds */
     cg_tensor *cb = cg_k_clamp_backward(x, g, 0.0f, 0.5f);
     CG_ASSERT_TENSOR(cb, ((float[]){0, 3, 0, 3, 0}), 0, 0);

@@ -8,6 +8,7 @@
 
 #include "autograd/gradcheck.h"
 #include "autograd/ops.h"
+#include "core/gemm.h"
 #include "core/ops.h"
 #include "tests/testutil.h"
 
@@ -306,6 +307,33 @@ START_TEST(test_norms_with_params)
         check(layer_norm_fn, NULL, 3, in, "layer_norm(x, w, b)", 0, 0);
         check(rms_norm_fn, NULL, 2, in, "rms_norm(x, w)", 0, 0);
         cg_release_all(3, in[0], in[1], in[2]);
+    }
+}
+END_TEST
+
+static cg_tensor *add_layer_norm_fn(void *ctx, cg_tensor *const *in)
+{
+    (void)ctx;
+    return cg_add_layer_norm(in[0], in[1], in[2], in[3], 1e-5f);
+}
+static cg_tensor *add_rms_norm_fn(void *ctx, cg_tensor *const *in)
+{
+    (void)ctx;
+    return cg_add_rms_norm(in[0], in[1], in[2], 1e-5f);
+}
+
+/* norm(x + y): x and y in different layouts, each getting the gradient */
+START_TEST(test_add_norms)
+{
+    cg_rng r = cg_rng_new(12);
+    for (int layout = 0; layout < N_LAYOUTS; layout++) {
+        cg_tensor *in[4] = {input(&r, CG_SHAPE(2, 3, 6), layout, DOM_ANY),
+                            input(&r, CG_SHAPE(2, 3, 6), (layout + 1) % N_LAYOUTS, DOM_ANY),
+                            input(&r, CG_SHAPE(6), LAYOUT_STRIDED, DOM_ANY),
+                            input(&r, CG_SHAPE(6), LAYOUT_CONTIG, DOM_ANY)};
+        check(add_layer_norm_fn, NULL, 4, in, "add_layer_norm(x, y, w, b)", 0, 0);
+        check(add_rms_norm_fn, NULL, 3, in, "add_rms_norm(x, y, w)", 0, 0);
+        cg_release_all(4, in[0], in[1], in[2], in[3]);
     }
 }
 END_TEST
@@ -616,6 +644,66 @@ START_TEST(test_affine)
 }
 END_TEST
 
+/* cg_affine_relu: gradcheck with the pre-activations held away from the
+ * kink (a bias of +-3, checked), and output and gradients bit for bit those
+ * of cg_relu(cg_affine(...)), in fp32 and bf16 products. */
+static cg_tensor *affine_relu_fn(void *ctx, cg_tensor *const *in)
+{
+    return cg_affine_relu(in[0], in[1], ctx ? in[2] : NULL);
+}
+
+START_TEST(test_affine_relu)
+{
+    cg_rng r = cg_rng_new(18);
+    for (int layout = 0; layout < N_LAYOUTS; layout++) {
+        cg_tensor *in[3] = {input(&r, CG_SHAPE(2, 3, 4), layout, DOM_ANY),
+                            input(&r, CG_SHAPE(5, 4), (layout + 1) % N_LAYOUTS, DOM_ANY),
+                            cg_from_data(CG_SHAPE(5), (float[]){3, -3, 3, -3, 3})};
+        cg_requires_grad(in[2], true);
+        cg_tensor *h = cg_affine(in[0], in[1], in[2]);
+        float hv[30];
+        cg_copy_to(h, hv);
+        for (int i = 0; i < 30; i++)
+            ck_assert_msg(fabsf(hv[i]) > 0.1f, "pre-activation %d = %g is near the kink", i,
+                          (double)hv[i]);
+        cg_release(h);
+        check(affine_relu_fn, in, 3, in, "affine_relu with bias", 0, 0);
+
+        for (int prec = 0; prec < 2; prec++) {
+            cg_set_matmul_precision(prec ? CG_PRECISION_BF16 : CG_PRECISION_FP32);
+            for (int bias = 0; bias < 2; bias++) {
+                float v[2][30], gr[2][3][20];
+                for (int fused = 0; fused < 2; fused++) {
+                    for (int i = 0; i < 3; i++)
+                        cg_zero_grad(in[i]);
+                    cg_tensor *b = bias ? in[2] : NULL, *lin = NULL;
+                    cg_tensor *y = fused ? cg_affine_relu(in[0], in[1], b)
+                                         : cg_relu(lin = cg_affine(in[0], in[1], b));
+                    ck_assert_ptr_nonnull(y);
+                    cg_tensor *g = cg_full(CG_SHAPE(2, 3, 5), 0.5f);
+                    cg_data(g)[7] = -2.0f;
+                    ck_assert(cg_backward(y, g, false));
+                    cg_copy_to(y, v[fused]);
+                    for (int i = 0; i < 2 + bias; i++)
+                        cg_copy_to(cg_grad(in[i]), gr[fused][i]);
+                    cg_release_all(3, y, lin, g);
+                }
+                ck_assert(memcmp(v[0], v[1], sizeof v[0]) == 0);
+                ck_assert(memcmp(gr[0][0], gr[1][0], 24 * sizeof(float)) == 0);
+                ck_assert(memcmp(gr[0][1], gr[1][1], 20 * sizeof(float)) == 0);
+                ck_assert(!bias || memcmp(gr[0][2], gr[1][2], 5 * sizeof(float)) == 0);
+            }
+        }
+        cg_set_matmul_precision(CG_PRECISION_FP32);
+        cg_release_all(3, in[0], in[1], in[2]);
+    }
+    cg_tensor *x = cg_zeros(CG_SHAPE(2, 3)), *w = cg_zeros(CG_SHAPE(4, 2));
+    ck_assert_ptr_null(cg_affine_relu(x, w, NULL));
+    ck_assert(cg_has_error());
+    cg_release_all(2, x, w);
+}
+END_TEST
+
 static Suite *grad_ops_suite(void)
 {
     Suite *s = suite_create("grad_ops");
@@ -627,6 +715,7 @@ static Suite *grad_ops_suite(void)
     tcase_add_test(tc, test_masked_fill);
     tcase_add_test(tc, test_matmul);
     tcase_add_test(tc, test_norms_with_params);
+    tcase_add_test(tc, test_add_norms);
     tcase_add_test(tc, test_cross_entropy);
     tcase_add_test(tc, test_dropout);
     tcase_add_test(tc, test_concat_stack_split);
@@ -634,6 +723,7 @@ static Suite *grad_ops_suite(void)
     tcase_add_test(tc, test_attention_composite);
     tcase_add_test(tc, test_attention_fused);
     tcase_add_test(tc, test_affine);
+    tcase_add_test(tc, test_affine_relu);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "autograd/gradcheck.h"
+#include "core/gemm.h"
 #include "core/ops.h"
 #include "nn/nn.h"
 #include "tests/testutil.h"
@@ -95,7 +96,7 @@ typedef struct {
     cg_rng rng0;
 } fctx;
 
-enum { K_LINEAR, K_EMBED, K_NORM, K_DROP, K_POSENC, K_FF, K_MHA_SELF, K_MHA_CROSS, K_ENC,
+enum { K_LINEAR, K_EMBED, K_NORM, K_NORM_ADD, K_DROP, K_POSENC, K_FF, K_MHA_SELF, K_MHA_CROSS, K_ENC,
        K_DEC, K_BLOCK, K_ENC_STACK, K_DEC_STACK };
 
 static cg_tensor *fwd(void *ctx, cg_tensor *const *in)
@@ -110,6 +111,8 @@ static cg_tensor *fwd(void *ctx, cg_tensor *const *in)
         return cg_embed_forward((cg_embed *)c->m, c->ids, c->ids_ndim, c->ids_shape);
     case K_NORM:
         return cg_norm_forward((cg_norm *)c->m, in[0]);
+    case K_NORM_ADD:
+        return cg_norm_add_forward((cg_norm *)c->m, in[0], in[1]);
     case K_DROP:
         return cg_drop_forward((cg_drop *)c->m, in[0]);
     case K_POSENC:
@@ -1247,6 +1250,58 @@ START_TEST(test_grad_norms)
 }
 END_TEST
 
+/* norm(x + y): the gradcheck, and the loss and every gradient (x, y, weight,
+ * bias) bit for bit those of cg_norm_forward(n, cg_add(x, y)) */
+START_TEST(test_grad_norm_add)
+{
+    cg_rng r = cg_rng_new(34);
+    for (int kind = 0; kind < 2; kind++) {
+        cg_norm *n = cg_norm_new((cg_norm_kind)kind, 5);
+        randomize(CG_MODULE(n), 3, 1.0f);
+        fctx c = {.m = CG_MODULE(n), .kind = K_NORM_ADD};
+        cg_tensor *xy[2] = {randn_leaf(&r, CG_SHAPE(2, 3, 5)), randn_leaf(&r, CG_SHAPE(2, 3, 5))};
+        gradcheck_module(&c, 2, xy, 1e-3, 1e-2);
+
+        cg_param_list l = {0};
+        ck_assert(cg_module_params(CG_MODULE(n), &l));
+        cg_tensor *g = cg_randn(&r, CG_SHAPE(2, 3, 5));
+        float *grads[2][4] = {{0}}, *outs[2];
+        for (int fused = 0; fused < 2; fused++) {
+            cg_zero_grad(xy[0]);
+            cg_zero_grad(xy[1]);
+            for (int i = 0; i < l.n; i++)
+                cg_zero_grad(l.items[i].tensor);
+            cg_tensor *s = fused ? NULL : cg_add(xy[0], xy[1]);
+            cg_tensor *y = fused ? cg_norm_add_forward(n, xy[0], xy[1]) : cg_norm_forward(n, s);
+            assert_ok(y);
+            ck_assert(cg_backward(y, g, false));
+            outs[fused] = cg_test_values(y);
+            grads[fused][0] = cg_test_values(cg_grad(xy[0]));
+            grads[fused][1] = cg_test_values(cg_grad(xy[1]));
+            for (int i = 0; i < l.n; i++)
+                grads[fused][2 + i] = cg_test_values(cg_grad(l.items[i].tensor));
+            cg_release_all(2, s, y);
+        }
+        ck_assert(memcmp(outs[0], outs[1], 30 * sizeof(float)) == 0);
+        for (int j = 0; j < 2 + l.n; j++) {
+            ck_assert_msg(memcmp(grads[0][j], grads[1][j],
+                                 (j < 2 ? 30 : 5) * sizeof(float)) == 0,
+                          "%s: gradient %d differs", n->base.type, j);
+            free(grads[0][j]);
+            free(grads[1][j]);
+        }
+        free(outs[0]);
+        free(outs[1]);
+        cg_tensor *x4 = randn_leaf(&r, CG_SHAPE(2, 3, 4)), *y1 = randn_leaf(&r, CG_SHAPE(1, 5));
+        CG_ASSERT_FAILS(cg_norm_add_forward(n, x4, x4), "dim 5");
+        CG_ASSERT_FAILS(cg_norm_add_forward(n, xy[0], y1), "same shape");
+        cg_param_list_free(&l);
+        cg_release_all(5, xy[0], xy[1], g, x4, y1);
+        cg_module_free(CG_MODULE(n));
+    }
+}
+END_TEST
+
 START_TEST(test_grad_dropout_posenc)
 {
     cg_rng r = cg_rng_new(33);
@@ -1279,6 +1334,70 @@ START_TEST(test_grad_ff)
         cg_release(x);
         cg_module_free(CG_MODULE(f));
     }
+}
+END_TEST
+
+/* FeedForward with ReLU (fc1 and the ReLU in one op, the ReLU in place
+ * without a graph): output and gradients bit for bit those of fc2(relu(fc1
+ * x)) built from the separate ops, with a graph and without, fp32 and bf16. */
+START_TEST(test_ff_relu_fused)
+{
+    cg_rng r = cg_rng_new(36);
+    cg_ff *f = cg_ff_new(8, 20, CG_ACT_RELU, NULL);
+    randomize(CG_MODULE(f), 9, 0.8f);
+    cg_param_list l = {0};
+    ck_assert(cg_module_params(CG_MODULE(f), &l));
+    cg_tensor *x = randn_leaf(&r, CG_SHAPE(3, 70, 8)); /* 70 rows: bf16 inference packs */
+    for (int prec = 0; prec < 2; prec++) {
+        cg_set_matmul_precision(prec ? CG_PRECISION_BF16 : CG_PRECISION_FP32);
+        for (int grad = 0; grad < 2; grad++) {
+            float *out[2], *gr[2][5] = {{0}};
+            for (int fused = 0; fused < 2; fused++) {
+                if (!grad)
+                    cg_no_grad_begin();
+                cg_zero_grad(x);
+                for (int i = 0; i < l.n; i++)
+                    cg_zero_grad(l.items[i].tensor);
+                cg_tensor *h = NULL, *a = NULL, *y;
+                if (fused) {
+                    y = cg_ff_forward(f, x);
+                } else {
+                    h = cg_linear_forward(f->fc1, x);
+                    a = cg_relu(h);
+                    y = cg_linear_forward(f->fc2, a);
+                }
+                assert_ok(y);
+                if (!grad)
+                    cg_no_grad_end();
+                out[fused] = cg_test_values(y);
+                if (grad) {
+                    cg_tensor *s = cg_sum_all(y);
+                    ck_assert(cg_backward(s, NULL, false));
+                    cg_release(s);
+                    gr[fused][0] = cg_test_values(cg_grad(x));
+                    for (int i = 0; i < l.n; i++)
+                        gr[fused][1 + i] = cg_test_values(cg_grad(l.items[i].tensor));
+                }
+                cg_release_all(3, h, a, y);
+            }
+            ck_assert_msg(memcmp(out[0], out[1], 3 * 70 * 8 * sizeof(float)) == 0,
+                          "precision %d, grad %d: outputs differ", prec, grad);
+            for (int i = 0; grad && i < 1 + l.n; i++) {
+                int64_t n = i ? cg_numel(l.items[i - 1].tensor) : cg_numel(x);
+                ck_assert_msg(memcmp(gr[0][i], gr[1][i], (size_t)n * sizeof(float)) == 0,
+                              "precision %d: gradient %d differs", prec, i);
+            }
+            for (int k = 0; k < 2; k++) {
+                free(out[k]);
+                for (int i = 0; i < 5; i++)
+                    free(gr[k][i]);
+            }
+        }
+    }
+    cg_set_matmul_precision(CG_PRECISION_FP32);
+    cg_param_list_free(&l);
+    cg_release(x);
+    cg_module_free(CG_MODULE(f));
 }
 END_TEST
 
@@ -1519,6 +1638,8 @@ static Suite *nn_suite(void)
     tcase_add_test(gr, test_grad_linear);
     tcase_add_test(gr, test_grad_embedding);
     tcase_add_test(gr, test_grad_norms);
+    tcase_add_test(gr, test_grad_norm_add);
+    tcase_add_test(gr, test_ff_relu_fused);
     tcase_add_test(gr, test_grad_dropout_posenc);
     tcase_add_test(gr, test_grad_ff);
     tcase_add_test(gr, test_grad_mha);

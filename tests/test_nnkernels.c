@@ -675,6 +675,75 @@ START_TEST(test_norm_threads)
 }
 END_TEST
 
+/* norm(x + y) fused against cg_k_add then the norm: every output of the
+ * forward and the backward bit for bit, for row counts around the backward's
+ * 64-row chunks, widths off the 8 lanes and the 32-column blocks, strided
+ * inputs and 1 and 2 threads (the 2-thread shapes are above the parallel
+ * threshold). */
+START_TEST(test_add_norm_fused)
+{
+    cg_rng r = cg_rng_new(17);
+    const int64_t shapes[][2] = {{1, 5}, {3, 7}, {64, 40}, {131, 33}, {520, 64}, {131, 260}};
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
+        for (int layout = 0; layout < 3; layout++)
+            for (int nt = 1; nt <= 2; nt++) {
+                cg_set_num_threads(nt);
+                const int64_t R = shapes[k][0], D = shapes[k][1];
+                cg_tensor *x = cg_test_randn_layout(&r, CG_SHAPE(R, D), layout);
+                cg_tensor *y = cg_test_randn_layout(&r, CG_SHAPE(R, D), (layout + 1) % 3);
+                cg_tensor *g = cg_randn(&r, CG_SHAPE(R, D));
+                cg_tensor *w = cg_randn(&r, CG_SHAPE(D)), *b = cg_randn(&r, CG_SHAPE(D));
+                cg_tensor *s = cg_k_add(x, y);
+                for (int rms = 0; rms < 2; rms++) {
+                    cg_tensor *o[2][6] = {{0}}; /* y, mean, rstd, dx, dw, db */
+                    if (rms) {
+                        o[0][0] = cg_k_rms_norm(s, w, 1e-5f, &o[0][2]);
+                        ck_assert(cg_k_rms_norm_backward(s, w, o[0][2], g, &o[0][3], &o[0][4]));
+                        o[1][0] = cg_k_add_rms_norm(x, y, w, 1e-5f, &o[1][2]);
+                        ck_assert(cg_k_add_rms_norm_backward(x, y, w, o[1][2], g, &o[1][3],
+                                                             &o[1][4]));
+                    } else {
+                        o[0][0] = cg_k_layer_norm(s, w, b, 1e-5f, &o[0][1], &o[0][2]);
+                        ck_assert(cg_k_layer_norm_backward(s, w, o[0][1], o[0][2], g, &o[0][3],
+                                                           &o[0][4], &o[0][5]));
+                        o[1][0] = cg_k_add_layer_norm(x, y, w, b, 1e-5f, &o[1][1], &o[1][2]);
+                        ck_assert(cg_k_add_layer_norm_backward(x, y, w, o[1][1], o[1][2], g,
+                                                               &o[1][3], &o[1][4], &o[1][5]));
+                    }
+                    for (int j = 0; j < 6; j++) {
+                        if (rms && (j == 1 || j == 5))
+                            continue;
+                        ck_assert_msg(bit_equal(o[0][j], o[1][j]),
+                                      "%s [%lld, %lld] layout %d, %d threads: output %d differs",
+                                      rms ? "rms" : "layer", (long long)R, (long long)D, layout,
+                                      nt, j);
+                    }
+                    for (int j = 0; j < 6; j++)
+                        cg_release_all(2, o[0][j], o[1][j]);
+                }
+                /* dx alone, and dw alone, as the node asks when only some need grad */
+                cg_tensor *m = NULL, *rs = NULL, *dx = NULL, *dw = NULL, *dx2 = NULL, *dw2 = NULL;
+                cg_tensor *out = cg_k_add_layer_norm(x, y, w, b, 1e-5f, &m, &rs);
+                ck_assert(cg_k_add_layer_norm_backward(x, y, w, m, rs, g, &dx, &dw, NULL));
+                ck_assert(cg_k_add_layer_norm_backward(x, y, w, m, rs, g, &dx2, NULL, NULL));
+                ck_assert(cg_k_add_layer_norm_backward(x, y, w, m, rs, g, NULL, &dw2, NULL));
+                ck_assert(bit_equal(dx, dx2) && bit_equal(dw, dw2));
+                cg_release_all(13, x, y, g, w, b, s, m, rs, out, dx, dw, dx2, dw2);
+            }
+    cg_set_num_threads(0);
+    /* shapes must match (no broadcasting), gradients too */
+    cg_tensor *x = cg_zeros(CG_SHAPE(2, 3)), *y = cg_zeros(CG_SHAPE(1, 3));
+    CG_ASSERT_FAILS(cg_k_add_layer_norm(x, y, NULL, NULL, 1e-5f, NULL, NULL), "same shape");
+    CG_ASSERT_FAILS(cg_k_add_rms_norm(x, y, NULL, 1e-5f, NULL), "add_rms_norm");
+    cg_tensor *m = NULL, *rs = NULL, *dx = NULL;
+    cg_tensor *out = cg_k_add_layer_norm(x, x, NULL, NULL, 1e-5f, &m, &rs);
+    ck_assert(!cg_k_add_layer_norm_backward(x, y, NULL, m, rs, x, &dx, NULL, NULL));
+    ck_assert_ptr_null(dx);
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "add_layer_norm_backward"));
+    cg_release_all(5, x, y, m, rs, out);
+}
+END_TEST
+
 START_TEST(test_norm_errors)
 {
     cg_tensor *x = cg_zeros(CG_SHAPE(2, 3));
@@ -737,6 +806,41 @@ START_TEST(test_dropout_stats)
     free(yv);
     free(mv);
     cg_release_all(3, x, y, mask);
+}
+END_TEST
+
+/* The kernel's inline draws (core/rng.h) are cg_rng_uniform's: element i
+ * is kept iff the (counter + i)-th uniform draw >= p, and y = x * scale, for
+ * several seeds, a counter far along and block edges (4096) in between. */
+START_TEST(test_dropout_draws)
+{
+    const uint64_t seeds[3] = {0, 7, 0xfedcba9876543210ULL};
+    const uint64_t counters[3] = {0, 12345, (1ULL << 40) - 3};
+    const float ps[2] = {0.1f, 0.7f};
+    cg_rng r = cg_rng_new(3);
+    cg_tensor *x = cg_randn(&r, CG_SHAPE(9000));
+    float *xv = cg_test_values(x);
+    for (int a = 0; a < 3; a++)
+        for (int c = 0; c < 3; c++)
+            for (int k = 0; k < 2; k++) {
+                cg_rng d = {.seed = seeds[a], .counter = counters[c]}, ref = d;
+                cg_tensor *mask = NULL;
+                cg_tensor *y = cg_k_dropout(x, ps[k], &d, &mask);
+                float *yv = cg_test_values(y), *mv = cg_test_values(mask);
+                float scale = (float)(1.0 / (1.0 - (double)ps[k]));
+                for (int64_t i = 0; i < 9000; i++) {
+                    float s = cg_rng_uniform(&ref) >= ps[k] ? scale : 0.0f;
+                    ck_assert_msg(mv[i] == s && yv[i] == xv[i] * s,
+                                  "seed %d counter %d p %g: element %lld", a, c,
+                                  (double)ps[k], (long long)i);
+                }
+                ck_assert_uint_eq(d.counter, ref.counter);
+                free(yv);
+                free(mv);
+                cg_release_all(2, y, mask);
+            }
+    free(xv);
+    cg_release(x);
 }
 END_TEST
 
@@ -945,15 +1049,18 @@ static Suite *nnkernels_suite(void)
     tcase_add_test(tc, test_ce_errors);
     suite_add_tcase(s, tc);
     tc = tcase_create("norm");
+    tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_layer_norm);
     tcase_add_test(tc, test_rms_norm);
     tcase_add_test(tc, test_layer_norm_large_offset);
     tcase_add_test(tc, test_norm_threads);
     tcase_add_test(tc, test_norm_errors);
+    tcase_add_test(tc, test_add_norm_fused);
     suite_add_tcase(s, tc);
     tc = tcase_create("dropout");
     tcase_add_test(tc, test_dropout_identity);
     tcase_add_test(tc, test_dropout_stats);
+    tcase_add_test(tc, test_dropout_draws);
     tcase_add_test(tc, test_dropout_determinism);
     tcase_add_test(tc, test_dropout_errors);
     suite_add_tcase(s, tc);
