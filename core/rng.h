@@ -5,8 +5,7 @@
  * mix64(s + golden ratio), mix64 splitmix64's finaliser; a uniform float is
  * its top 24 bits times 2^-24. A kernel takes the key once and draws in its
  * own loop (vectorised, no call per element), the same bits as
- * cg_rng_uniform. core/tensor.c computes the same draws (test_nnkernels holds
- * the two equal) and should include this header instead of its copy. */
+ * cg_rng_uniform, which core/tensor.c computes with these functions too. */
 #ifndef CG_CORE_RNG_H
 #define CG_CORE_RNG_H
 

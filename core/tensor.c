@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/rng.h"
 
 static cg_storage *storage_new(int64_t numel)
 {
@@ -625,21 +626,13 @@ cg_tensor *cg_contiguous(const cg_tensor *t)
 }
 
 /* ----------------------------------------------------------------- RNG */
-/* splitmix64's finaliser: a bijective 64-bit mixer. */
-static inline uint64_t mix64(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-/* The i-th 64-bit draw of a stream. */
+/* The generator's arithmetic is core/rng.h's (kernels draw with it too). */
 static inline uint64_t rng_bits(uint64_t seed, uint64_t i)
 {
-    return mix64(mix64(seed + 0x9e3779b97f4a7c15ULL) ^ (i * 0xd1b54a32d192ed03ULL + 0x2545f4914f6cdd1dULL));
+    return cg_rng_draw(cg_rng_key(seed), i);
 }
 
-static inline float bits_to_unit(uint64_t b) { return (float)(b >> 40) * 0x1.0p-24f; }
+static inline float bits_to_unit(uint64_t b) { return cg_rng_draw_unit(b); }
 
 static inline double bits_to_unit_d(uint64_t b) { return (double)(b >> 11) * 0x1.0p-53; }
 
