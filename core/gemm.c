@@ -435,7 +435,7 @@ static bool gemm_run(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int6
     int64_t nch = (dim + csz - 1) / csz;
     if (nt > nch) nt = (int)nch;
     bool ok = true;
-    if (nt > 1 && g.bf16 && cg_bf16_gemm_shares_packing(m, n, rsc, csc, nt)) {
+    if (nt > 1 && g.bf16 && cg_bf16_gemm_shares_packing(m, n, k, rsc, csc, nt)) {
         /* bf16: the threads pack the shared operand once, together */
         ok = cg_bf16_gemm_parallel(g.bf16 == 1, nt, m, n, k, alpha, a, rsa, csa, b, rsb, csb,
                                    beta, bias, bs, c, rsc, csc);

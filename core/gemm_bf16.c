@@ -417,13 +417,21 @@ bool cg_bf16_gemm_serial(bool native, int64_t m, int64_t n, int64_t k, float alp
 }
 
 /* The shared-packing split needs at least two row panels of C a thread,
- * and equal shares (or many panels): otherwise the caller splits C into
- * independent products. */
-bool cg_bf16_gemm_shares_packing(int64_t m, int64_t n, int64_t rsc, int64_t csc, int nt)
+ * equal shares (or many panels), and all of B's k blocks in no more memory
+ * than a thread's buffer holds at most for one block of a serial product
+ * (a weight gradient's B over 4096 rows took 14 MB more resident memory):
+ * otherwise the caller splits C into independent products. */
+#define SHARED_B_MAX_BYTES ((size_t)4 << 20)
+bool cg_bf16_gemm_shares_packing(int64_t m, int64_t n, int64_t k, int64_t rsc, int64_t csc,
+                                 int nt)
 {
-    const int64_t rows = csc == 1 && rsc != 1 ? n : m; /* C's rows once turned over */
+    const bool turned = csc == 1 && rsc != 1;
+    const int64_t rows = turned ? n : m, cols = turned ? m : n; /* C as the kernels store it */
     const int64_t panels = (rows + MR - 1) / MR;
-    return nt > 1 && panels >= 2 * nt && (panels % nt == 0 || panels >= 8 * nt);
+    const size_t bbytes = (size_t)((min64(cols, NC) + NR - 1) / NR * NR) *
+                          (size_t)((k + KC - 1) / KC) * (KC / 2) * sizeof(uint32_t);
+    return nt > 1 && panels >= 2 * nt && (panels % nt == 0 || panels >= 8 * nt) &&
+           bbytes <= SHARED_B_MAX_BYTES;
 }
 
 bool cg_bf16_gemm_parallel(bool native, int nt, int64_t m, int64_t n, int64_t k, float alpha,
