@@ -247,16 +247,22 @@ cg_norm *cg_rmsnorm_new(int64_t dim)
     return cg_norm_new(CG_NORM_RMSNORM, dim);
 }
 
-cg_tensor *cg_norm_forward(cg_norm *n, cg_tensor *x)
+/* x's last dimension is the norm's. */
+static bool norm_input_ok(const cg_norm *n, const cg_tensor *x)
 {
-    if (!n || !x)
-        return NULL;
     if (x->ndim < 1 || x->shape[x->ndim - 1] != n->dim) {
         char a[96];
         cg_set_error("%s: input %s does not end in dim %lld", n->base.type,
                      cg_shape_str(x, a, sizeof a), (long long)n->dim);
-        return NULL;
+        return false;
     }
+    return true;
+}
+
+cg_tensor *cg_norm_forward(cg_norm *n, cg_tensor *x)
+{
+    if (!n || !x || !norm_input_ok(n, x))
+        return NULL;
     if (n->kind == CG_NORM_LAYERNORM)
         return cg_layer_norm(x, n->weight, n->bias, n->eps);
     return cg_rms_norm(x, n->weight, n->eps);
@@ -264,14 +270,8 @@ cg_tensor *cg_norm_forward(cg_norm *n, cg_tensor *x)
 
 cg_tensor *cg_norm_add_forward(cg_norm *n, cg_tensor *x, cg_tensor *y)
 {
-    if (!n || !x || !y)
+    if (!n || !x || !y || !norm_input_ok(n, x))
         return NULL;
-    if (x->ndim < 1 || x->shape[x->ndim - 1] != n->dim) {
-        char a[96];
-        cg_set_error("%s: input %s does not end in dim %lld", n->base.type,
-                     cg_shape_str(x, a, sizeof a), (long long)n->dim);
-        return NULL;
-    }
     if (n->kind == CG_NORM_LAYERNORM)
         return cg_add_layer_norm(x, y, n->weight, n->bias, n->eps);
     return cg_add_rms_norm(x, y, n->weight, n->eps);
