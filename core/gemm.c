@@ -276,11 +276,12 @@ typedef struct {
     int bf16;     /* 0: fp32; 1: bf16 native; 2: bf16 emulated */
 } gemm_kind;
 
-/* C[i, j] = bias[j * bs]: the start of C = A B + bias on paths that
- * cannot add the bias as they write C. */
+/* C[i, j] = bias[j * bs]: the start of C = A B + bias on the fp32 paths,
+ * which cannot add the bias as they write C (rows split among threads). */
 static void fill_bias(int64_t m, int64_t n, const float *bias, int64_t bs, float *c, int64_t rsc,
                       int64_t csc)
 {
+#pragma omp parallel for schedule(static) if (m * n > 32768 && !omp_in_parallel())
     for (int64_t i = 0; i < m; i++) {
         float *ci = c + i * rsc;
         if (csc == 1 && bs == 1)
@@ -291,9 +292,8 @@ static void fill_bias(int64_t m, int64_t n, const float *bias, int64_t bs, float
     }
 }
 
-/* With a bias, beta is 0 and C = alpha A B + bias: the bf16 kernels add it
- * as they write C; elsewhere C is set to the bias and the product added
- * with beta 1 (the same bits). */
+/* With a bias (bf16 only), beta is 0 and C = alpha A B + bias, added as
+ * the kernels write C. */
 static bool serial_product(gemm_kind g, int64_t m, int64_t n, int64_t k, float alpha,
                            const float *a, int64_t rsa, int64_t csa, const float *b, int64_t rsb,
                            int64_t csb, float beta, const float *bias, int64_t bs, float *c,
@@ -302,10 +302,6 @@ static bool serial_product(gemm_kind g, int64_t m, int64_t n, int64_t k, float a
     if (g.bf16)
         return cg_bf16_gemm_serial(g.bf16 == 1, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta,
                                    bias, bs, c, rsc, csc);
-    if (bias) {
-        fill_bias(m, n, bias, bs, c, rsc, csc);
-        beta = 1.0f;
-    }
     return serial_gemm(g.cntx, g.sup, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc,
                        csc);
 }
@@ -359,6 +355,13 @@ static bool gemm_run(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int6
     if (m < 0 || n < 0 || k < 0) return false;
     if (m == 0 || n == 0) return true;
     normalise_strides(m, n, &rsc, &csc);
+    if (bias && !g.bf16) {
+        /* fp32: C set to the bias, the product added with beta 1 (the bits
+         * the bf16 kernels give when they add the bias as they write C) */
+        fill_bias(m, n, bias, bs, c, rsc, csc);
+        beta = 1.0f;
+        bias = NULL;
+    }
     if (k == 0 || alpha == 0.0f) {
         if (bias) /* alpha*0 terms: as BLAS, A/B unread */
             fill_bias(m, n, bias, bs, c, rsc, csc);
@@ -370,10 +373,6 @@ static bool gemm_run(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int6
         if (g.bf16) /* one thread: tiles are written in order */
             return serial_product(g, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, bias, bs,
                                   c, rsc, csc);
-        if (bias) {
-            fill_bias(m, n, bias, bs, c, rsc, csc);
-            beta = 1.0f;
-        }
         naive_sgemm(m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc);
         return true;
     }
