@@ -263,6 +263,8 @@ static bool serial_gemm(cntx_t *cntx, bool sup, int64_t m, int64_t n, int64_t k,
         return true;
     rntm_t rntm = BLIS_RNTM_INITIALIZER;
     bli_rntm_set_num_threads(1, &rntm);
+    if (cntx) /* BLIS's default path: its own choice */
+        bli_rntm_set_l3_sup(sup, &rntm);
     bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, (dim_t)m, (dim_t)n, (dim_t)k, &alpha,
                  (float *)a, (inc_t)rsa, (inc_t)csa, (float *)b, (inc_t)rsb, (inc_t)csb, &beta, c,
                  (inc_t)rsc, (inc_t)csc, cntx, &rntm);
@@ -272,7 +274,8 @@ static bool serial_gemm(cntx_t *cntx, bool sup, int64_t m, int64_t n, int64_t k,
 /* One thread's share of a product: fp32 on a BLIS context, or bf16. */
 typedef struct {
     cntx_t *cntx; /* fp32: the context (NULL: BLIS's default) */
-    bool sup;     /* fp32: BLIS's small-matrix kernels */
+    bool sup;     /* fp32: BLIS's small-matrix kernels (ours to choose on a
+                   * context: BLIS would choose from a thread's share) */
     int bf16;     /* 0: fp32; 1: bf16 native; 2: bf16 emulated */
 } gemm_kind;
 
@@ -334,6 +337,18 @@ static bool gemm_run(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int6
             sup = true;
         }
     }
+    /* On the haswell context (a CPU without AVX-512) BLIS's own threshold
+     * picks its small-matrix kernels, but from the sizes of the whole
+     * product, and only for a product too small to be split between
+     * threads: BLIS would choose from the sizes of a thread's share (300 x
+     * 311 x 257 is packed, its halves 300 x 160 and 300 x 151 are not), and
+     * the sup kernels sum a share differently from the whole (9 x 83 x 49
+     * split in columns changed 58 elements). */
+    if (path == CG_GEMM_HASWELL && !sup && g_have_haswell &&
+        2.0 * (double)m * (double)n * (double)k < 2.0 * MIN_FLOPS_PER_THREAD &&
+        bli_cntx_l3_sup_thresh_is_met(BLIS_FLOAT, (dim_t)m, (dim_t)n, (dim_t)k,
+                                      &g_cntx_haswell))
+        sup = true;
     gemm_kind g = {NULL, sup, 0};
     switch (path) {
     case CG_GEMM_SKX:
@@ -409,7 +424,7 @@ static bool gemm_run(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int6
      * (an OpenMP-threaded BLIS paid a futex round trip per call for its
      * nested one-thread team). Each element of C is still computed by the
      * same kernel with the same k blocking (the skx and haswell contexts fix
-     * kc; small products that go to the sup kernels are never split), so the
+     * kc; products sent to the sup kernels are not split), so the
      * result does not depend on the split or the thread count.
      * nthreads <= 0 picks the count from the size: waking a second thread
      * costs ~12 us here, so below MIN_FLOPS_PER_THREAD per thread fewer
