@@ -122,6 +122,12 @@ bool cg_precision_parse(const char *s, cg_precision *out)
         return true;
     }
     if (s && !strcmp(s, "bf16")) {
+        if (!cg_gemm_path_available(CG_GEMM_BF16) &&
+            !cg_gemm_path_available(CG_GEMM_BF16_EMULATED)) {
+            cg_set_error("precision: bf16 needs a CPU with AVX512_BF16, or with AVX2 and FMA; "
+                         "this one has neither (use fp32)");
+            return false;
+        }
         *out = CG_PRECISION_BF16;
         return true;
     }
@@ -143,7 +149,7 @@ bool cg_gemm_path_available(cg_gemm_path p) {
     case CG_GEMM_SKX: return g_have_skx;
     case CG_GEMM_HASWELL: return g_have_haswell;
     case CG_GEMM_BF16: return g_bf16_native;
-    case CG_GEMM_BF16_EMULATED: return true;
+    case CG_GEMM_BF16_EMULATED: return g_have_haswell; /* AVX2 and FMA */
     }
     return false;
 }
@@ -364,7 +370,10 @@ static bool gemm_run(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int6
         if (!g_bf16_native) return false;
         g.bf16 = 1;
         break;
-    case CG_GEMM_BF16_EMULATED: g.bf16 = 2; break;
+    case CG_GEMM_BF16_EMULATED:
+        if (!g_have_haswell) return false;
+        g.bf16 = 2;
+        break;
     default: return false;
     }
     if (m < 0 || n < 0 || k < 0) return false;
@@ -449,7 +458,7 @@ static bool gemm_run(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int6
     int64_t nch = (dim + csz - 1) / csz;
     if (nt > nch) nt = (int)nch;
     bool ok = true;
-    if (nt > 1 && g.bf16 && cg_bf16_gemm_shares_packing(m, n, k, rsc, csc, nt)) {
+    if (nt > 1 && g.bf16 && cg_bf16_gemm_shares_packing(g.bf16 == 1, m, n, k, rsc, csc, nt)) {
         /* bf16: the threads pack the shared operand once, together */
         ok = cg_bf16_gemm_parallel(g.bf16 == 1, nt, m, n, k, alpha, a, rsa, csa, b, rsb, csb,
                                    beta, bias, bs, c, rsc, csc);

@@ -20,11 +20,17 @@
  * depend on the thread count.
  *
  * The emulated kernel (CPUs without AVX512_BF16, or CG_BF16_EMULATE=1)
- * computes the same bits in plain C: the instruction's rounding was taken
- * apart on this CPU (tests/test_matmul.c holds the two equal): each bf16
+ * computes the same bits with AVX2 and FMA. The instruction's rounding was
+ * taken apart on an AVX512_BF16 CPU (tests/test_bf16.c holds the two
+ * equal, and both equal to a scalar model of the instruction): each bf16
  * product is exact in fp32, the odd element of the pair is added first,
  * each addition is one fp32 rounding (a fused multiply-add), and a result
- * below the smallest normal float is flushed to zero. */
+ * below the smallest normal float is flushed to zero, which is what FMA
+ * does with MXCSR's flush-to-zero bit set (x86 detects tininess after
+ * rounding, as the instruction does). Its A panels are the same k-pairs;
+ * its B panels are "wide": the bf16 values as floats, each pair's odd
+ * element first ([2 kp][NR] floats), so a broadcast needs no unpacking.
+ * A CPU without AVX2 and FMA has no bf16 path (cg_precision_parse says so). */
 #include <immintrin.h>
 #include <math.h>
 #include <stdbool.h>
@@ -47,6 +53,9 @@ enum { MR = 32, NR = 12 };
 enum { KC = 384, MC = 96, NC = 3072 };
 
 #define BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512bf16")))
+#define AVX2_TARGET __attribute__((target("avx2,fma")))
+/* MXCSR's flush-to-zero bit */
+#define MXCSR_FTZ 0x8000u
 
 /* ------------------------------------------------------------ rounding */
 
@@ -76,15 +85,22 @@ float cg_bf16_round(float x) { return bf16_value(bf16_bits(x)); }
 
 /* Scalar packing of a panel of w <= W vectors of length k into k-pairs:
  * p[(l / 2) * W + i] holds src[i * vs + l * ls] in its low half when l is
- * even, its high half when odd; zero for i >= w and past k. */
-static void pack_panel_scalar(int W, int64_t w, int64_t l0, int64_t k, const float *src,
+ * even, its high half when odd; zero for i >= w and past k. Wide (the
+ * emulated kernel's B panels): the value as a float at row l ^ 1 of
+ * [2 ceil(k / 2)][W] floats, so each pair's odd element comes first. */
+static void pack_panel_scalar(bool wide, int W, int64_t w, int64_t k, const float *src,
                               int64_t vs, int64_t ls, uint32_t *p)
 {
-    for (int64_t l = l0 & ~(int64_t)1; l < k; l += 2)
+    for (int64_t l = 0; l < k; l += 2)
         for (int i = 0; i < W; i++) {
             uint32_t lo = i < w ? bf16_bits(src[i * vs + l * ls]) : 0;
             uint32_t hi = i < w && l + 1 < k ? bf16_bits(src[i * vs + (l + 1) * ls]) : 0;
-            p[(l / 2) * W + i] = lo | hi << 16;
+            if (wide) {
+                p[l * W + i] = hi << 16;
+                p[(l + 1) * W + i] = lo << 16;
+            } else {
+                p[(l / 2) * W + i] = lo | hi << 16;
+            }
         }
 }
 
@@ -154,17 +170,124 @@ BF16_TARGET static void pack_panel_native(int W, int64_t w, int64_t k, const flo
         }
         return;
     }
-    pack_panel_scalar(W, w, 0, k, src, vs, ls, p);
+    pack_panel_scalar(false, W, w, k, src, vs, ls, p);
 }
 
+/* bf16_bits on 8 lanes, as floats (low halves zero) */
+AVX2_TARGET static inline __m256i round8(__m256 x)
+{
+    const __m256i u = _mm256_castps_si256(x), expo = _mm256_set1_epi32(0x7f800000);
+    __m256i r = _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff),
+                                                     _mm256_and_si256(_mm256_srli_epi32(u, 16),
+                                                                      _mm256_set1_epi32(1))));
+    const __m256i nan =
+        _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), expo);
+    r = _mm256_blendv_epi8(r, _mm256_or_si256(u, _mm256_set1_epi32(0x00400000)), nan);
+    const __m256i tiny = _mm256_cmpeq_epi32(_mm256_and_si256(u, expo), _mm256_setzero_si256());
+    r = _mm256_blendv_epi8(r, _mm256_and_si256(u, _mm256_set1_epi32((int)0x80000000u)), tiny);
+    return _mm256_and_si256(r, _mm256_set1_epi32((int)0xffff0000u));
+}
+
+/* In-register transpose of 8 rows of 8 32-bit lanes: r[i][j] -> r[j][i]. */
+AVX2_TARGET static inline void transpose8(__m256 r[8])
+{
+    __m256 t[8], u[8];
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int g = 0; g < 8; g += 4) {
+        u[g + 0] = _mm256_shuffle_ps(t[g], t[g + 2], 0x44);
+        u[g + 1] = _mm256_shuffle_ps(t[g], t[g + 2], 0xEE);
+        u[g + 2] = _mm256_shuffle_ps(t[g + 1], t[g + 3], 0x44);
+        u[g + 3] = _mm256_shuffle_ps(t[g + 1], t[g + 3], 0xEE);
+    }
+    for (int c = 0; c < 4; c++) {
+        r[c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x20);
+        r[4 + c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x31);
+    }
+}
+
+/* Lanes below n set, for masked loads. */
+AVX2_TARGET static inline __m256i lanes_below(int64_t n)
+{
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n < 0 ? 0 : n > 8 ? 8 : n)),
+                              _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/* The first `lanes` (8 or 4) lanes of v to p. */
+AVX2_TARGET static inline void store_lanes(uint32_t *p, int lanes, __m256i v)
+{
+    if (lanes == 8)
+        _mm256_storeu_si256((__m256i *)p, v);
+    else
+        _mm_storeu_si128((__m128i *)p, _mm256_castsi256_si128(v));
+}
+
+/* pack_panel_scalar's layouts (k-pairs, or wide) with AVX2, reading 8
+ * vectors' 8 values of k at a time: along the panel when vs == 1, along k
+ * (8 x 8 transposes) when ls == 1. W is 32 or 12. */
+AVX2_TARGET static void pack_panel_avx2(bool wide, int W, int64_t w, int64_t k, const float *src,
+                                        int64_t vs, int64_t ls, uint32_t *p)
+{
+    if (vs != 1 && ls != 1) {
+        pack_panel_scalar(wide, W, w, k, src, vs, ls, p);
+        return;
+    }
+    const int64_t kk = (k + 1) & ~(int64_t)1; /* an odd k gets a zero partner */
+    for (int64_t l0 = 0; l0 < kk; l0 += 8) {
+        const int nl = kk - l0 < 8 ? (int)(kk - l0) : 8; /* even */
+        for (int h = 0; h < W; h += 8) {
+            const int lanes = W - h < 8 ? W - h : 8;
+            __m256 r[8];
+            if (vs == 1) { /* r[j]: value l0 + j of vectors h .. h + 7 */
+                const __m256i vm = lanes_below(w - h);
+                for (int j = 0; j < nl; j++)
+                    r[j] = l0 + j < k ? _mm256_maskload_ps(src + (l0 + j) * ls + h, vm)
+                                      : _mm256_setzero_ps();
+            } else { /* r[i]: values l0 .. l0 + 7 of vector h + i, then turned */
+                const __m256i km = lanes_below(k - l0);
+                for (int i = 0; i < 8; i++)
+                    r[i] = h + i < w ? _mm256_maskload_ps(src + (h + i) * vs + l0, km)
+                                     : _mm256_setzero_ps();
+                transpose8(r);
+            }
+            for (int j = 0; j < nl; j += 2) {
+                const __m256i lo = round8(r[j]), hi = round8(r[j + 1]);
+                if (wide) {
+                    store_lanes(p + (l0 + j) * W + h, lanes, hi);
+                    store_lanes(p + (l0 + j + 1) * W + h, lanes, lo);
+                } else {
+                    store_lanes(p + (l0 + j) / 2 * W + h, lanes,
+                                _mm256_or_si256(hi, _mm256_srli_epi32(lo, 16)));
+                }
+            }
+        }
+    }
+}
+
+/* A panels (and a packed weight's), as k-pairs, on either path. */
 static void pack_panel(bool native, int W, int64_t w, int64_t k, const float *src, int64_t vs,
                        int64_t ls, uint32_t *p)
 {
     if (native)
         pack_panel_native(W, w, k, src, vs, ls, p);
     else
-        pack_panel_scalar(W, w, 0, k, src, vs, ls, p);
+        pack_panel_avx2(false, W, w, k, src, vs, ls, p);
 }
+
+/* B panels: k-pairs for the native kernel, wide for the emulated one. */
+static void pack_b_panel(bool native, int64_t w, int64_t k, const float *src, int64_t vs,
+                         int64_t ls, uint32_t *p)
+{
+    if (native)
+        pack_panel_native(NR, w, k, src, vs, ls, p);
+    else
+        pack_panel_avx2(true, NR, w, k, src, vs, ls, p);
+}
+
+/* 32-bit words of a B panel per k-pair and column */
+static inline int64_t b_words(bool native) { return native ? 1 : 2; }
 
 /* ------------------------------------------------------------ kernels */
 
@@ -283,24 +406,84 @@ BF16_TARGET static void kernel_native(int64_t kp, const uint32_t *a, const uint3
 #undef CG_KN
 }
 
-static inline float flush(float x) { return fabsf(x) < 0x1p-126f ? copysignf(0.0f, x) : x; }
-
-/* The instruction's arithmetic in C (see the top of the file). */
-static void kernel_emulated(int64_t kp, const uint32_t *a, const uint32_t *b, int64_t mr,
-                            int64_t nr, const tile_out *o, float *c, int64_t rsc, int64_t csc)
+/* 16 rows of an A panel (k-pairs) times ncol <= 4 columns of a wide B
+ * panel, kp pairs deep, into t (ld MR). Each sum takes a pair's odd
+ * product, then its even one, in fused multiply-adds. */
+AVX2_TARGET static inline __attribute__((always_inline)) void
+block_avx2(const int ncol, int64_t kp, const uint32_t *a, const float *b, float *t)
 {
-    float t[MR * NR];
-    for (int64_t j = 0; j < nr; j++)
-        for (int64_t i = 0; i < mr; i++) {
-            float s = 0.0f;
-            for (int64_t p = 0; p < kp; p++) {
-                uint32_t x = a[p * MR + i], y = b[p * NR + j];
-                s = flush(fmaf(bf16_value((uint16_t)(x >> 16)), bf16_value((uint16_t)(y >> 16)),
-                               s));
-                s = flush(fmaf(bf16_value((uint16_t)x), bf16_value((uint16_t)y), s));
-            }
-            t[j * MR + i] = s;
+    __m256 acc[4][2];
+    for (int j = 0; j < ncol; j++)
+        acc[j][0] = acc[j][1] = _mm256_setzero_ps();
+    const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
+    for (int64_t p = 0; p < kp; p++) {
+        const __m256i x0 = _mm256_loadu_si256((const __m256i *)(a + p * MR));
+        const __m256i x1 = _mm256_loadu_si256((const __m256i *)(a + p * MR + 8));
+        const __m256 a0h = _mm256_castsi256_ps(_mm256_and_si256(x0, hi));
+        const __m256 a1h = _mm256_castsi256_ps(_mm256_and_si256(x1, hi));
+        const float *bp = b + 2 * p * NR;
+        for (int j = 0; j < ncol; j++) {
+            const __m256 bj = _mm256_broadcast_ss(bp + j);
+            acc[j][0] = _mm256_fmadd_ps(a0h, bj, acc[j][0]);
+            acc[j][1] = _mm256_fmadd_ps(a1h, bj, acc[j][1]);
         }
+        const __m256 a0l = _mm256_castsi256_ps(_mm256_slli_epi32(x0, 16));
+        const __m256 a1l = _mm256_castsi256_ps(_mm256_slli_epi32(x1, 16));
+        for (int j = 0; j < ncol; j++) {
+            const __m256 bj = _mm256_broadcast_ss(bp + NR + j);
+            acc[j][0] = _mm256_fmadd_ps(a0l, bj, acc[j][0]);
+            acc[j][1] = _mm256_fmadd_ps(a1l, bj, acc[j][1]);
+        }
+    }
+    for (int j = 0; j < ncol; j++) {
+        _mm256_store_ps(t + j * MR, acc[j][0]);
+        _mm256_store_ps(t + j * MR + 8, acc[j][1]);
+    }
+}
+
+/* The native kernel's bits with AVX2 and FMA (see the top of the file):
+ * kp k-pairs of an A panel times a wide B panel, into C (mr x nr of the
+ * tile), in blocks of 16 rows and 4 columns, under flush-to-zero. The sums
+ * go through t so that C is written with the caller's MXCSR, as the native
+ * kernel writes it. */
+AVX2_TARGET static void kernel_emulated(int64_t kp, const uint32_t *a, const float *b, int64_t mr,
+                                        int64_t nr, const tile_out *o, float *c, int64_t rsc,
+                                        int64_t csc)
+{
+    float t[MR * NR] __attribute__((aligned(32)));
+    const unsigned csr = _mm_getcsr();
+    _mm_setcsr(csr | MXCSR_FTZ);
+    for (int64_t jb = 0; jb < nr; jb += 4)
+        for (int64_t ib = 0; ib < mr; ib += 16) {
+            const uint32_t *ai = a + ib;
+            const float *bj = b + jb;
+            float *tb = t + jb * MR + ib;
+            switch (nr - jb) {
+            case 1: block_avx2(1, kp, ai, bj, tb); break;
+            case 2: block_avx2(2, kp, ai, bj, tb); break;
+            case 3: block_avx2(3, kp, ai, bj, tb); break;
+            default: block_avx2(4, kp, ai, bj, tb); break;
+            }
+        }
+    _mm_setcsr(csr);
+    const float alpha = o->alpha, beta = o->beta, *bias = o->bias;
+    if (mr == MR && nr == NR && rsc == 1 && (!bias || o->rs == 1)) {
+        /* as kernel_native_n writes a whole tile: alpha t, then + bias or
+         * + beta C, each rounded */
+        const __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
+        for (int j = 0; j < NR; j++) {
+            float *cj = c + j * csc;
+            for (int q = 0; q < MR; q += 8) {
+                __m256 r = _mm256_mul_ps(va, _mm256_load_ps(t + j * MR + q));
+                if (bias)
+                    r = _mm256_add_ps(r, _mm256_loadu_ps(bias + q));
+                else if (beta != 0.0f)
+                    r = _mm256_add_ps(r, _mm256_mul_ps(vb, _mm256_loadu_ps(cj + q)));
+                _mm256_storeu_ps(cj + q, r);
+            }
+        }
+        return;
+    }
     store_tile(mr, nr, t, o, c, rsc, csc);
 }
 
@@ -343,8 +526,8 @@ static void pack_b(const product *p, int64_t jc, int64_t nc, int64_t pc, int64_t
 {
     const int64_t kp = (kc + 1) / 2;
     for (int64_t j = j0; j < j1; j += NR)
-        pack_panel(p->native, NR, min64(nc - j, NR), kc, p->b + pc * p->rsb + (jc + j) * p->csb,
-                   p->csb, p->rsb, pb + j * kp);
+        pack_b_panel(p->native, min64(nc - j, NR), kc, p->b + pc * p->rsb + (jc + j) * p->csb,
+                     p->csb, p->rsb, pb + j * kp * b_words(p->native));
 }
 
 /* Rows [i0, i1) of C's block at column offset jc (nc wide) get the k block
@@ -372,8 +555,8 @@ static void rows_times_block(const product *p, int64_t i0, int64_t i1, int64_t j
                 if (p->native)
                     kernel_native(kp, pa + ir * kp, pb + jr * kp, mr, nr, &o, cp, p->rsc, p->csc);
                 else
-                    kernel_emulated(kp, pa + ir * kp, pb + jr * kp, mr, nr, &o, cp, p->rsc,
-                                    p->csc);
+                    kernel_emulated(kp, pa + ir * kp, (const float *)(pb + jr * kp * 2), mr, nr,
+                                    &o, cp, p->rsc, p->csc);
             }
         }
     }
@@ -390,7 +573,8 @@ static size_t a_block_size(const product *p)
 static size_t b_block_size(const product *p)
 {
     const int64_t kp = (min64(p->k, KC) + 1) / 2;
-    return (size_t)((min64(p->n, NC) + NR - 1) / NR * NR * kp + 15) / 16 * 16;
+    return (size_t)((min64(p->n, NC) + NR - 1) / NR * NR * kp * b_words(p->native) + 15) / 16 *
+           16;
 }
 
 bool cg_bf16_gemm_serial(bool native, int64_t m, int64_t n, int64_t k, float alpha,
@@ -422,14 +606,15 @@ bool cg_bf16_gemm_serial(bool native, int64_t m, int64_t n, int64_t k, float alp
  * (a weight gradient's B over 4096 rows took 14 MB more resident memory):
  * otherwise the caller splits C into independent products. */
 #define SHARED_B_MAX_BYTES ((size_t)4 << 20)
-bool cg_bf16_gemm_shares_packing(int64_t m, int64_t n, int64_t k, int64_t rsc, int64_t csc,
-                                 int nt)
+bool cg_bf16_gemm_shares_packing(bool native, int64_t m, int64_t n, int64_t k, int64_t rsc,
+                                 int64_t csc, int nt)
 {
     const bool turned = csc == 1 && rsc != 1;
     const int64_t rows = turned ? n : m, cols = turned ? m : n; /* C as the kernels store it */
     const int64_t panels = (rows + MR - 1) / MR;
     const size_t bbytes = (size_t)((min64(cols, NC) + NR - 1) / NR * NR) *
-                          (size_t)((k + KC - 1) / KC) * (KC / 2) * sizeof(uint32_t);
+                          (size_t)((k + KC - 1) / KC) * (KC / 2) * sizeof(uint32_t) *
+                          (size_t)b_words(native);
     return nt > 1 && panels >= 2 * nt && (panels % nt == 0 || panels >= 8 * nt) &&
            bbytes <= SHARED_B_MAX_BYTES;
 }
@@ -539,7 +724,7 @@ static void bf16_matrix_panels(const cg_bf16_matrix *w, bool native, int64_t q0,
         const int64_t i0 = q * MR, mr = w->n - i0 < MR ? w->n - i0 : MR;
         for (int64_t j0 = 0; j0 < m; j0 += NR) {
             const int64_t nr = m - j0 < NR ? m - j0 : NR;
-            const uint32_t *bp = xp + (j0 / NR) * kp * NR;
+            const uint32_t *bp = xp + (j0 / NR) * kp * NR * b_words(native);
             float *c = y + j0 * rsy + i0 * csy;
             for (int64_t pc = 0; pc < w->k; pc += KC) {
                 const int64_t kc = w->k - pc < KC ? w->k - pc : KC;
@@ -552,8 +737,8 @@ static void bf16_matrix_panels(const cg_bf16_matrix *w, bool native, int64_t q0,
                     kernel_native((kc + 1) / 2, ap, bp + (pc / 2) * NR, mr, nr, &o, c, csy,
                                   rsy);
                 else
-                    kernel_emulated((kc + 1) / 2, ap, bp + (pc / 2) * NR, mr, nr, &o, c, csy,
-                                    rsy);
+                    kernel_emulated((kc + 1) / 2, ap, (const float *)(bp + pc * NR), mr, nr, &o,
+                                    c, csy, rsy);
             }
         }
     }
@@ -586,14 +771,15 @@ bool cg_bf16_matrix_mul(const cg_bf16_matrix *w, cg_gemm_path path, int nthreads
         return true;
     /* x rounded to bf16 once, as B panels of the driver ([kp][NR] pairs) */
     const int64_t nxp = (m + NR - 1) / NR;
-    uint32_t *xp = cg_gemm_thread_buffer((size_t)(nxp * w->kp * NR) * sizeof(uint32_t));
+    const int64_t xw = w->kp * NR * b_words(native); /* words of a panel of x */
+    uint32_t *xp = cg_gemm_thread_buffer((size_t)(nxp * xw) * sizeof(uint32_t));
     if (!xp) {
         cg_set_error("bf16 matrix product: out of memory");
         return false;
     }
     for (int64_t j = 0; j < nxp; j++)
-        pack_panel(native, NR, m - j * NR < NR ? m - j * NR : NR, w->k, x + j * NR * rsx, rsx,
-                   csx, xp + j * w->kp * NR);
+        pack_b_panel(native, m - j * NR < NR ? m - j * NR : NR, w->k, x + j * NR * rsx, rsx, csx,
+                     xp + j * xw);
     /* threads split W's panels into contiguous runs: each element of y is
      * the same kernel's sum over the same k blocks for any split */
     int nt = nthreads > 0 ? nthreads : cg_get_num_threads();

@@ -33,8 +33,8 @@ bool cg_bf16_gemm_serial(bool native, int64_t m, int64_t n, int64_t k, float alp
  * cg_bf16_gemm_serial. cg_bf16_gemm_shares_packing tells whether C has
  * enough rows for equal shares and B is small enough; call it only then. Not from inside a
  * parallel region. False when out of memory. */
-bool cg_bf16_gemm_shares_packing(int64_t m, int64_t n, int64_t k, int64_t rsc, int64_t csc,
-                                 int nt);
+bool cg_bf16_gemm_shares_packing(bool native, int64_t m, int64_t n, int64_t k, int64_t rsc,
+                                 int64_t csc, int nt);
 bool cg_bf16_gemm_parallel(bool native, int nt, int64_t m, int64_t n, int64_t k, float alpha,
                            const float *a, int64_t rsa, int64_t csa, const float *b, int64_t rsb,
                            int64_t csb, float beta, const float *bias, int64_t bs, float *c,

@@ -3,7 +3,8 @@
  * - rounding to bfloat16: ties to even, subnormals to zero, NaN and Inf kept;
  * - products against a float64 reference, within a bound that grows with k,
  *   for every operand layout, tile and block edge and stride;
- * - the emulated kernel (any CPU) gives the bits of the AVX512_BF16 one;
+ * - the emulated kernel (AVX2 + FMA) gives the bits of the AVX512_BF16 one
+ *   and of a scalar model of the instruction;
  * - 1 and 2 threads give the same bits;
  * - a bias added as C is written has the bits of C set to the bias first;
  * - the precision switch reaches every product of the library. */
@@ -197,6 +198,81 @@ START_TEST(test_emulated_equals_native) {
                         if (to_bits(c1[i]) != to_bits(c2[i]) && !(isnan(c1[i]) && isnan(c2[i])))
                             ck_abort_msg("bf16 %lldx%lldx%lld layouts %d%d%d: native %a, "
                                          "emulated %a at %zu", (long long)m, (long long)n,
+                                         (long long)k, la, lb, lc, (double)c1[i],
+                                         (double)c2[i], i);
+                    free(a);
+                    free(b);
+                    free(c1);
+                    free(c2);
+                }
+    }
+}
+END_TEST
+
+/* The instruction's arithmetic, one element at a time: each pair's odd
+ * product and then its even one added to an fp32 sum, each addition one
+ * rounding of the exact value (fmaf), a sum below the smallest normal float
+ * flushed to a signed zero; a sum per k block of the driver (384), written
+ * as alpha s + beta C for the first block and alpha s + C for later ones. */
+#define MODEL_KC 384
+static float model_flush(float x) { return fabsf(x) < 0x1p-126f ? copysignf(0.0f, x) : x; }
+
+static void model_gemm(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t rsa,
+                       int64_t csa, const float *b, int64_t rsb, int64_t csb, float beta,
+                       float *c, int64_t rsc, int64_t csc) {
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            float *cij = &c[i * rsc + j * csc];
+            for (int64_t p0 = 0; p0 < k; p0 += MODEL_KC) {
+                const int64_t p1 = p0 + MODEL_KC < k ? p0 + MODEL_KC : k;
+                float s = 0.0f;
+                for (int64_t p = p0; p < p1; p += 2) {
+                    float ah = 0.0f, bh = 0.0f; /* an odd k's zero partner */
+                    if (p + 1 < p1) {
+                        ah = cg_bf16_round(a[i * rsa + (p + 1) * csa]);
+                        bh = cg_bf16_round(b[(p + 1) * rsb + j * csb]);
+                    }
+                    s = model_flush(fmaf(ah, bh, s));
+                    s = model_flush(fmaf(cg_bf16_round(a[i * rsa + p * csa]),
+                                         cg_bf16_round(b[p * rsb + j * csb]), s));
+                }
+                if (p0 > 0)
+                    *cij = alpha * s + *cij;
+                else
+                    *cij = beta == 0.0f ? alpha * s : alpha * s + beta * *cij;
+            }
+        }
+}
+
+/* The emulated product (AVX2 and FMA) has the model's bits, nasty inputs
+ * included, on every layout and edge: on any CPU, with or without
+ * AVX512_BF16. */
+START_TEST(test_emulated_equals_model) {
+    if (!cg_gemm_path_available(CG_GEMM_BF16_EMULATED)) return; /* no AVX2 + FMA */
+    cg_rng rng = cg_rng_new(12);
+    for (int si = 0; si < NSIZES; si++) {
+        const int64_t m = sizes[si][0], n = sizes[si][1], k = sizes[si][2];
+        for (int la = 0; la < 4; la++)
+            for (int lb = 0; lb < 4; lb++)
+                for (int lc = 0; lc < 2; lc++) {
+                    int64_t rsa, csa, rsb, csb, rsc, csc;
+                    size_t na, nb, nc;
+                    layout(la, m, k, &rsa, &csa, &na);
+                    layout(lb, k, n, &rsb, &csb, &nb);
+                    layout(lc, m, n, &rsc, &csc, &nc);
+                    const bool nasty = (la + lb + lc + si) % 2 == 0;
+                    float *a = nasty ? nasty_buf(&rng, na) : rand_buf(&rng, na);
+                    float *b = nasty ? nasty_buf(&rng, nb) : rand_buf(&rng, nb);
+                    const float alpha = lb % 2 ? 1.0f : -0.75f, beta = la % 2 ? 0.0f : 1.0f;
+                    float *c1 = malloc(nc * sizeof(float)), *c2 = malloc(nc * sizeof(float));
+                    for (size_t i = 0; i < nc; i++) c1[i] = c2[i] = (float)(i % 3) - 1.0f;
+                    ck_assert(cg_sgemm_path(CG_GEMM_BF16_EMULATED, 1, m, n, k, alpha, a, rsa,
+                                            csa, b, rsb, csb, beta, c1, rsc, csc));
+                    model_gemm(m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, c2, rsc, csc);
+                    for (size_t i = 0; i < nc; i++)
+                        if (to_bits(c1[i]) != to_bits(c2[i]) && !(isnan(c1[i]) && isnan(c2[i])))
+                            ck_abort_msg("bf16 %lldx%lldx%lld layouts %d%d%d: emulated %a, "
+                                         "model %a at %zu", (long long)m, (long long)n,
                                          (long long)k, la, lb, lc, (double)c1[i],
                                          (double)c2[i], i);
                     free(a);
@@ -661,6 +737,7 @@ static Suite *bf16_suite(void) {
     tcase_add_test(tc, test_round);
     tcase_add_test(tc, test_against_double);
     tcase_add_test(tc, test_emulated_equals_native);
+    tcase_add_test(tc, test_emulated_equals_model);
     tcase_add_test(tc, test_threads_bit_identical);
     tcase_add_test(tc, test_bias_fused);
     tcase_add_test(tc, test_precision_switch);
