@@ -224,43 +224,67 @@ AVX2_TARGET static inline void store_lanes(uint32_t *p, int lanes, __m256i v)
         _mm_storeu_si128((__m128i *)p, _mm256_castsi256_si128(v));
 }
 
-/* pack_panel_scalar's layouts (k-pairs, or wide) with AVX2, reading 8
- * vectors' 8 values of k at a time: along the panel when vs == 1, along k
- * (8 x 8 transposes) when ls == 1. W is 32 or 12. */
+/* Two rounded rows lo (value l) and hi (value l + 1) of lanes [h, h + 8)
+ * to their places: as one row of k-pairs, or as two wide rows. */
+AVX2_TARGET static inline void emit_pair(bool wide, int W, int h, int64_t l, __m256i lo,
+                                         __m256i hi, uint32_t *p)
+{
+    const int lanes = W - h < 8 ? W - h : 8;
+    if (wide) {
+        store_lanes(p + l * W + h, lanes, hi);
+        store_lanes(p + (l + 1) * W + h, lanes, lo);
+    } else {
+        store_lanes(p + l / 2 * W + h, lanes, _mm256_or_si256(hi, _mm256_srli_epi32(lo, 16)));
+    }
+}
+
+/* pack_panel_scalar's layouts (k-pairs, or wide) with AVX2: along the
+ * panel when vs == 1 (two values of k at a time), along k when ls == 1 (8
+ * vectors' 8 values of k at a time, turned in registers). W is 32 or 12. */
 AVX2_TARGET static void pack_panel_avx2(bool wide, int W, int64_t w, int64_t k, const float *src,
                                         int64_t vs, int64_t ls, uint32_t *p)
 {
-    if (vs != 1 && ls != 1) {
+    if (vs == 1) {
+        __m256i vm[4];
+        for (int h = 0; h < W; h += 8)
+            vm[h / 8] = lanes_below(w - h);
+        for (int64_t l = 0; l < k; l += 2) {
+            const float *s0 = src + l * ls, *s1 = s0 + ls;
+            for (int h = 0; h < W; h += 8) {
+                const bool full = h + 8 <= w; /* plain loads: masked ones are slower */
+                const __m256 x0 = full ? _mm256_loadu_ps(s0 + h)
+                                       : _mm256_maskload_ps(s0 + h, vm[h / 8]);
+                const __m256 x1 = l + 1 >= k ? _mm256_setzero_ps() /* zero partner */
+                                  : full     ? _mm256_loadu_ps(s1 + h)
+                                             : _mm256_maskload_ps(s1 + h, vm[h / 8]);
+                emit_pair(wide, W, h, l, round8(x0), round8(x1), p);
+            }
+        }
+        return;
+    }
+    if (ls != 1) {
         pack_panel_scalar(wide, W, w, k, src, vs, ls, p);
         return;
     }
-    const int64_t kk = (k + 1) & ~(int64_t)1; /* an odd k gets a zero partner */
-    for (int64_t l0 = 0; l0 < kk; l0 += 8) {
-        const int nl = kk - l0 < 8 ? (int)(kk - l0) : 8; /* even */
+    for (int64_t l0 = 0; l0 < k; l0 += 8) {
+        const __m256i km = lanes_below(k - l0); /* zeros past k: an odd k's partner */
+        const int64_t kk = k - l0 >= 8 ? 8 : (k - l0 + 1) & ~(int64_t)1;
         for (int h = 0; h < W; h += 8) {
-            const int lanes = W - h < 8 ? W - h : 8;
             __m256 r[8];
-            if (vs == 1) { /* r[j]: value l0 + j of vectors h .. h + 7 */
-                const __m256i vm = lanes_below(w - h);
-                for (int j = 0; j < nl; j++)
-                    r[j] = l0 + j < k ? _mm256_maskload_ps(src + (l0 + j) * ls + h, vm)
-                                      : _mm256_setzero_ps();
-            } else { /* r[i]: values l0 .. l0 + 7 of vector h + i, then turned */
-                const __m256i km = lanes_below(k - l0);
+            const float *sh = src + h * vs + l0;
+            if (kk == 8 && k - l0 >= 8 && h + 8 <= w)
+                for (int i = 0; i < 8; i++) /* plain loads: masked ones are slower */
+                    r[i] = _mm256_loadu_ps(sh + i * vs);
+            else
                 for (int i = 0; i < 8; i++)
-                    r[i] = h + i < w ? _mm256_maskload_ps(src + (h + i) * vs + l0, km)
-                                     : _mm256_setzero_ps();
-                transpose8(r);
-            }
-            for (int j = 0; j < nl; j += 2) {
-                const __m256i lo = round8(r[j]), hi = round8(r[j + 1]);
-                if (wide) {
-                    store_lanes(p + (l0 + j) * W + h, lanes, hi);
-                    store_lanes(p + (l0 + j + 1) * W + h, lanes, lo);
-                } else {
-                    store_lanes(p + (l0 + j) / 2 * W + h, lanes,
-                                _mm256_or_si256(hi, _mm256_srli_epi32(lo, 16)));
-                }
+                    r[i] = h + i < w ? _mm256_maskload_ps(sh + i * vs, km) : _mm256_setzero_ps();
+            transpose8(r); /* r[j]: value l0 + j of vectors h .. h + 7 */
+            if (kk == 8) {
+                for (int j = 0; j < 8; j += 2)
+                    emit_pair(wide, W, h, l0 + j, round8(r[j]), round8(r[j + 1]), p);
+            } else {
+                for (int j = 0; j < kk; j += 2)
+                    emit_pair(wide, W, h, l0 + j, round8(r[j]), round8(r[j + 1]), p);
             }
         }
     }
@@ -276,7 +300,16 @@ static void pack_panel(bool native, int W, int64_t w, int64_t k, const float *sr
         pack_panel_avx2(false, W, w, k, src, vs, ls, p);
 }
 
-/* B panels: k-pairs for the native kernel, wide for the emulated one. */
+/* A GEMM's A and B panels: k-pairs for the native kernel, wide for the
+ * emulated one. */
+static void pack_a_panel(bool native, int64_t w, int64_t k, const float *src, int64_t vs,
+                         int64_t ls, uint32_t *p)
+{
+    if (native)
+        pack_panel_native(MR, w, k, src, vs, ls, p);
+    else
+        pack_panel_avx2(true, MR, w, k, src, vs, ls, p);
+}
 static void pack_b_panel(bool native, int64_t w, int64_t k, const float *src, int64_t vs,
                          int64_t ls, uint32_t *p)
 {
@@ -286,8 +319,8 @@ static void pack_b_panel(bool native, int64_t w, int64_t k, const float *src, in
         pack_panel_avx2(true, NR, w, k, src, vs, ls, p);
 }
 
-/* 32-bit words of a B panel per k-pair and column */
-static inline int64_t b_words(bool native) { return native ? 1 : 2; }
+/* 32-bit words of a GEMM's A or B panel per k-pair and row or column */
+static inline int64_t ab_words(bool native) { return native ? 1 : 2; }
 
 /* ------------------------------------------------------------ kernels */
 
@@ -441,30 +474,68 @@ block_avx2(const int ncol, int64_t kp, const uint32_t *a, const float *b, float 
     }
 }
 
+/* The same with a wide A panel: 16 rows times ncol <= 6 columns, one
+ * fused multiply-add per value of k (odd element of each pair first): an
+ * fp32 kernel, whose 12 sums hide the latency that the two dependent
+ * multiply-adds per pair above expose. */
+AVX2_TARGET static inline __attribute__((always_inline)) void
+block_wide(const int ncol, int64_t kp, const float *a, const float *b, float *t)
+{
+    __m256 acc[6][2];
+    for (int j = 0; j < ncol; j++)
+        acc[j][0] = acc[j][1] = _mm256_setzero_ps();
+    for (int64_t p = 0; p < 2 * kp; p++) {
+        const __m256 a0 = _mm256_load_ps(a + p * MR), a1 = _mm256_load_ps(a + p * MR + 8);
+        for (int j = 0; j < ncol; j++) {
+            const __m256 bj = _mm256_broadcast_ss(b + p * NR + j);
+            acc[j][0] = _mm256_fmadd_ps(a0, bj, acc[j][0]);
+            acc[j][1] = _mm256_fmadd_ps(a1, bj, acc[j][1]);
+        }
+    }
+    for (int j = 0; j < ncol; j++) {
+        _mm256_store_ps(t + j * MR, acc[j][0]);
+        _mm256_store_ps(t + j * MR + 8, acc[j][1]);
+    }
+}
+
 /* The native kernel's bits with AVX2 and FMA (see the top of the file):
- * kp k-pairs of an A panel times a wide B panel, into C (mr x nr of the
- * tile), in blocks of 16 rows and 4 columns, under flush-to-zero. The sums
- * go through t so that C is written with the caller's MXCSR, as the native
- * kernel writes it. */
-AVX2_TARGET static void kernel_emulated(int64_t kp, const uint32_t *a, const float *b, int64_t mr,
-                                        int64_t nr, const tile_out *o, float *c, int64_t rsc,
-                                        int64_t csc)
+ * kp k-pairs of an A panel (wide, or k-pairs when a_pairs: a packed
+ * weight's) times a wide B panel, into C (mr x nr of the tile), in blocks
+ * of 16 rows, under flush-to-zero. The sums go through t so that C is
+ * written with the caller's MXCSR, as the native kernel writes it. */
+AVX2_TARGET static void kernel_emulated(bool a_pairs, int64_t kp, const uint32_t *a,
+                                        const float *b, int64_t mr, int64_t nr,
+                                        const tile_out *o, float *c, int64_t rsc, int64_t csc)
 {
     float t[MR * NR] __attribute__((aligned(32)));
     const unsigned csr = _mm_getcsr();
     _mm_setcsr(csr | MXCSR_FTZ);
-    for (int64_t jb = 0; jb < nr; jb += 4)
-        for (int64_t ib = 0; ib < mr; ib += 16) {
-            const uint32_t *ai = a + ib;
-            const float *bj = b + jb;
-            float *tb = t + jb * MR + ib;
-            switch (nr - jb) {
-            case 1: block_avx2(1, kp, ai, bj, tb); break;
-            case 2: block_avx2(2, kp, ai, bj, tb); break;
-            case 3: block_avx2(3, kp, ai, bj, tb); break;
-            default: block_avx2(4, kp, ai, bj, tb); break;
+    if (a_pairs)
+        for (int64_t jb = 0; jb < nr; jb += 3)
+            for (int64_t ib = 0; ib < mr; ib += 16) {
+                const uint32_t *ai = a + ib;
+                const float *bj = b + jb;
+                float *tb = t + jb * MR + ib;
+                switch (nr - jb) {
+                case 1: block_avx2(1, kp, ai, bj, tb); break;
+                case 2: block_avx2(2, kp, ai, bj, tb); break;
+                default: block_avx2(3, kp, ai, bj, tb); break;
+                }
             }
-        }
+    else
+        for (int64_t jb = 0; jb < nr; jb += 6)
+            for (int64_t ib = 0; ib < mr; ib += 16) {
+                const float *ai = (const float *)a + ib, *bj = b + jb;
+                float *tb = t + jb * MR + ib;
+                switch (nr - jb) {
+                case 1: block_wide(1, kp, ai, bj, tb); break;
+                case 2: block_wide(2, kp, ai, bj, tb); break;
+                case 3: block_wide(3, kp, ai, bj, tb); break;
+                case 4: block_wide(4, kp, ai, bj, tb); break;
+                case 5: block_wide(5, kp, ai, bj, tb); break;
+                default: block_wide(6, kp, ai, bj, tb); break;
+                }
+            }
     _mm_setcsr(csr);
     const float alpha = o->alpha, beta = o->beta, *bias = o->bias;
     if (mr == MR && nr == NR && rsc == 1 && (!bias || o->rs == 1)) {
@@ -527,7 +598,7 @@ static void pack_b(const product *p, int64_t jc, int64_t nc, int64_t pc, int64_t
     const int64_t kp = (kc + 1) / 2;
     for (int64_t j = j0; j < j1; j += NR)
         pack_b_panel(p->native, min64(nc - j, NR), kc, p->b + pc * p->rsb + (jc + j) * p->csb,
-                     p->csb, p->rsb, pb + j * kp * b_words(p->native));
+                     p->csb, p->rsb, pb + j * kp * ab_words(p->native));
 }
 
 /* Rows [i0, i1) of C's block at column offset jc (nc wide) get the k block
@@ -544,8 +615,8 @@ static void rows_times_block(const product *p, int64_t i0, int64_t i1, int64_t j
     for (int64_t ic = i0; ic < i1; ic += MC) {
         const int64_t mc = min64(i1 - ic, MC);
         for (int64_t i = 0; i < mc; i += MR)
-            pack_panel(p->native, MR, min64(mc - i, MR), kc,
-                       p->a + (ic + i) * p->rsa + pc * p->csa, p->rsa, p->csa, pa + i * kp);
+            pack_a_panel(p->native, min64(mc - i, MR), kc, p->a + (ic + i) * p->rsa + pc * p->csa,
+                         p->rsa, p->csa, pa + i * kp * ab_words(p->native));
         for (int64_t jr = 0; jr < nc; jr += NR) {
             const int64_t nr = min64(nc - jr, NR);
             for (int64_t ir = 0; ir < mc; ir += MR) {
@@ -555,8 +626,8 @@ static void rows_times_block(const product *p, int64_t i0, int64_t i1, int64_t j
                 if (p->native)
                     kernel_native(kp, pa + ir * kp, pb + jr * kp, mr, nr, &o, cp, p->rsc, p->csc);
                 else
-                    kernel_emulated(kp, pa + ir * kp, (const float *)(pb + jr * kp * 2), mr, nr,
-                                    &o, cp, p->rsc, p->csc);
+                    kernel_emulated(false, kp, pa + ir * kp * 2, (const float *)(pb + jr * kp * 2),
+                                    mr, nr, &o, cp, p->rsc, p->csc);
             }
         }
     }
@@ -568,12 +639,13 @@ static void rows_times_block(const product *p, int64_t i0, int64_t i1, int64_t j
 static size_t a_block_size(const product *p)
 {
     const int64_t kp = (min64(p->k, KC) + 1) / 2;
-    return (size_t)((min64(p->m, MC) + MR - 1) / MR * MR * kp + 15) / 16 * 16;
+    return (size_t)((min64(p->m, MC) + MR - 1) / MR * MR * kp * ab_words(p->native) + 15) / 16 *
+           16;
 }
 static size_t b_block_size(const product *p)
 {
     const int64_t kp = (min64(p->k, KC) + 1) / 2;
-    return (size_t)((min64(p->n, NC) + NR - 1) / NR * NR * kp * b_words(p->native) + 15) / 16 *
+    return (size_t)((min64(p->n, NC) + NR - 1) / NR * NR * kp * ab_words(p->native) + 15) / 16 *
            16;
 }
 
@@ -614,7 +686,7 @@ bool cg_bf16_gemm_shares_packing(bool native, int64_t m, int64_t n, int64_t k, i
     const int64_t panels = (rows + MR - 1) / MR;
     const size_t bbytes = (size_t)((min64(cols, NC) + NR - 1) / NR * NR) *
                           (size_t)((k + KC - 1) / KC) * (KC / 2) * sizeof(uint32_t) *
-                          (size_t)b_words(native);
+                          (size_t)ab_words(native);
     return nt > 1 && panels >= 2 * nt && (panels % nt == 0 || panels >= 8 * nt) &&
            bbytes <= SHARED_B_MAX_BYTES;
 }
@@ -724,7 +796,7 @@ static void bf16_matrix_panels(const cg_bf16_matrix *w, bool native, int64_t q0,
         const int64_t i0 = q * MR, mr = w->n - i0 < MR ? w->n - i0 : MR;
         for (int64_t j0 = 0; j0 < m; j0 += NR) {
             const int64_t nr = m - j0 < NR ? m - j0 : NR;
-            const uint32_t *bp = xp + (j0 / NR) * kp * NR * b_words(native);
+            const uint32_t *bp = xp + (j0 / NR) * kp * NR * ab_words(native);
             float *c = y + j0 * rsy + i0 * csy;
             for (int64_t pc = 0; pc < w->k; pc += KC) {
                 const int64_t kc = w->k - pc < KC ? w->k - pc : KC;
@@ -737,8 +809,8 @@ static void bf16_matrix_panels(const cg_bf16_matrix *w, bool native, int64_t q0,
                     kernel_native((kc + 1) / 2, ap, bp + (pc / 2) * NR, mr, nr, &o, c, csy,
                                   rsy);
                 else
-                    kernel_emulated((kc + 1) / 2, ap, (const float *)(bp + pc * NR), mr, nr, &o,
-                                    c, csy, rsy);
+                    kernel_emulated(true, (kc + 1) / 2, ap, (const float *)(bp + pc * NR), mr, nr,
+                                    &o, c, csy, rsy);
             }
         }
     }
@@ -771,7 +843,7 @@ bool cg_bf16_matrix_mul(const cg_bf16_matrix *w, cg_gemm_path path, int nthreads
         return true;
     /* x rounded to bf16 once, as B panels of the driver ([kp][NR] pairs) */
     const int64_t nxp = (m + NR - 1) / NR;
-    const int64_t xw = w->kp * NR * b_words(native); /* words of a panel of x */
+    const int64_t xw = w->kp * NR * ab_words(native); /* words of a panel of x */
     uint32_t *xp = cg_gemm_thread_buffer((size_t)(nxp * xw) * sizeof(uint32_t));
     if (!xp) {
         cg_set_error("bf16 matrix product: out of memory");

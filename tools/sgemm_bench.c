@@ -1,5 +1,6 @@
 /* GEMM throughput: the chosen fp32 path, BLIS's default path, and bf16
- * products with fp32 accumulation (AVX512_BF16; "n/a" without it).
+ * products with fp32 accumulation (AVX512_BF16, else its emulation with
+ * AVX2 and FMA; "n/a" without either).
  *
  *   sgemm_bench [N [RUNS]]      (default N=1024, RUNS=5)
  *
@@ -7,9 +8,10 @@
  * threads, reports the median of RUNS runs (after one warm-up run) as
  * GFLOP/s in a table, then one JSON line. It also measures the CPU's
  * instruction peak, which no product can pass: independent chains of
- * AVX-512 fp32 FMAs (32 flops each) and of AVX512_BF16 vdpbf16ps (64 flops
- * each) on every thread, so that the products read as a share of it (Zen 4
- * runs a 512-bit instruction on two 256-bit halves: half Zen 5's peak). */
+ * fp32 FMAs (AVX-512: 32 flops each; else AVX2: 16) and of AVX512_BF16
+ * vdpbf16ps (64 flops each) on every thread, so that the products read as a
+ * share of it (Zen 4 runs a 512-bit instruction on two 256-bit halves: half
+ * Zen 5's peak). */
 #include <immintrin.h>
 #include <omp.h>
 #include <stdbool.h>
@@ -82,21 +84,47 @@ __attribute__((target("avx512f,avx512bf16"))) static double dpbf16_round(void) {
     return s;
 }
 
-/* bf16: vdpbf16ps, else AVX-512 FMA; -1 when the CPU lacks the instruction. */
+__attribute__((target("avx2,fma"))) static double fma256_round(void) {
+    __m256 acc[12], x = _mm256_set1_ps(1e-9f);
+    for (int j = 0; j < 12; j++) acc[j] = _mm256_setzero_ps();
+    for (long i = 0; i < ITER; i++)
+#pragma GCC unroll 12
+        for (int j = 0; j < 12; j++) {
+            acc[j] = _mm256_fmadd_ps(x, x, acc[j]);
+            __asm__ volatile("" ::"v"(acc[j]));
+        }
+    float s = 0, lanes[8];
+    for (int j = 0; j < 12; j++) {
+        _mm256_storeu_ps(lanes, acc[j]);
+        for (int q = 0; q < 8; q++) s += lanes[q];
+    }
+    return s;
+}
+
+/* The widest fp32 FMA the CPU has. */
+static bool has_avx512(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f");
+}
+
+/* bf16: vdpbf16ps, else fp32 FMA (AVX-512, or AVX2); -1 when the CPU lacks
+ * the instruction. */
 static double peak(bool bf16, int threads) {
     __builtin_cpu_init();
-    if (!__builtin_cpu_supports("avx512f") || (bf16 && !__builtin_cpu_supports("avx512bf16")))
+    const bool zmm = has_avx512();
+    if (bf16 ? !(zmm && __builtin_cpu_supports("avx512bf16"))
+             : !(zmm || (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))))
         return -1.0;
     volatile double sink = 0;
     double t0 = now_s();
 #pragma omp parallel num_threads(threads)
     {
-        double s = bf16 ? dpbf16_round() : fma_round();
+        double s = bf16 ? dpbf16_round() : zmm ? fma_round() : fma256_round();
 #pragma omp atomic
         sink += s;
     }
     const double t = now_s() - t0;
-    return (double)threads * ITER * 12.0 * (bf16 ? 64.0 : 32.0) / t * 1e-9;
+    return (double)threads * ITER * 12.0 * (bf16 ? 64.0 : zmm ? 32.0 : 16.0) / t * 1e-9;
 }
 
 static void fmt(char *buf, size_t n, double g) { snprintf(buf, n, g < 0 ? "null" : "%.1f", g); }
@@ -122,11 +150,13 @@ int main(int argc, char **argv) {
     }
 
     cg_gemm_path chosen = cg_gemm_active_path();
+    const cg_gemm_path bf16 =
+        cg_gemm_path_available(CG_GEMM_BF16) ? CG_GEMM_BF16 : CG_GEMM_BF16_EMULATED;
     double g[3][2]; /* [chosen, default, bf16][1 thread, 2 threads] */
     for (int th = 1; th <= 2; th++) {
         g[0][th - 1] = bench(chosen, th, n, runs, a, b, c);
         g[1][th - 1] = bench(CG_GEMM_DEFAULT, th, n, runs, a, b, c);
-        g[2][th - 1] = bench(CG_GEMM_BF16, th, n, runs, a, b, c);
+        g[2][th - 1] = bench(bf16, th, n, runs, a, b, c);
     }
 
     double pk[2][2]; /* [fp32 FMA, vdpbf16ps][1 thread, 2 threads] */
@@ -142,11 +172,13 @@ int main(int argc, char **argv) {
     snprintf(label, sizeof label, "chosen (%s)", cg_gemm_path_name(chosen));
     printf("%-22s %10.1f %10.1f\n", label, g[0][0], g[0][1]);
     printf("%-22s %10.1f %10.1f\n", "default (BLIS's own)", g[1][0], g[1][1]);
+    snprintf(label, sizeof label, "bf16 (%s)", cg_gemm_path_name(bf16));
     if (g[2][0] < 0)
-        printf("%-22s %10s %10s\n", "bf16 (no AVX512_BF16)", "n/a", "n/a");
+        printf("%-22s %10s %10s\n", "bf16 (no path)", "n/a", "n/a");
     else
-        printf("%-22s %10.1f %10.1f\n", "bf16 in, fp32 sums", g[2][0], g[2][1]);
-    const char *pname[2] = {"peak: fp32 FMA zmm", "peak: vdpbf16ps zmm"};
+        printf("%-22s %10.1f %10.1f\n", label, g[2][0], g[2][1]);
+    const char *pname[2] = {has_avx512() ? "peak: fp32 FMA zmm" : "peak: fp32 FMA ymm",
+                            "peak: vdpbf16ps zmm"};
     for (int i = 0; i < 2; i++)
         if (pk[i][0] < 0)
             printf("%-22s %10s %10s\n", pname[i], "n/a", "n/a");
@@ -159,11 +191,12 @@ int main(int argc, char **argv) {
     printf("{\"bench\": \"sgemm\", \"m\": %lld, \"n\": %lld, \"k\": %lld, \"runs\": %d, "
            "\"path\": \"%s\", \"gflops_1t\": %.1f, \"gflops_2t\": %.1f, "
            "\"default_gflops_1t\": %.1f, \"default_gflops_2t\": %.1f, "
-           "\"bf16_gflops_1t\": %s, \"bf16_gflops_2t\": %s, \"peak_fp32_gflops_1t\": %s, "
+           "\"bf16_path\": \"%s\", \"bf16_gflops_1t\": %s, \"bf16_gflops_2t\": %s, "
+           "\"peak_fp32_gflops_1t\": %s, "
            "\"peak_fp32_gflops_2t\": %s, \"peak_bf16_gflops_1t\": %s, "
            "\"peak_bf16_gflops_2t\": %s}\n",
            (long long)n, (long long)n, (long long)n, runs, cg_gemm_path_name(chosen), g[0][0],
-           g[0][1], g[1][0], g[1][1], b1, b2, p[0], p[1], p[2], p[3]);
+           g[0][1], g[1][0], g[1][1], cg_gemm_path_name(bf16), b1, b2, p[0], p[1], p[2], p[3]);
     cg_free(a);
     cg_free(b);
     cg_free(c);
