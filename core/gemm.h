@@ -22,7 +22,7 @@ typedef enum {
     CG_GEMM_SKX,         /* AVX-512 context */
     CG_GEMM_HASWELL,     /* AVX2 + FMA context */
     CG_GEMM_BF16,        /* bf16 products, fp32 sums: AVX512_BF16 micro-kernel */
-    CG_GEMM_BF16_EMULATED, /* the same bits in plain C (any CPU) */
+    CG_GEMM_BF16_EMULATED, /* the same bits with AVX2 and FMA */
 } cg_gemm_path;
 
 /* Precision of every matrix product the library computes (linear layers,
@@ -33,9 +33,11 @@ typedef enum {
  *                      (round to nearest even) while packed, products
  *                      accumulated in fp32. Tensors, gradients, optimizer
  *                      states and every other op stay fp32.
- * bf16 runs on AVX512_BF16 when the CPU has it and on an emulation giving
- * the same bits otherwise (CG_BF16_EMULATE=1 forces the emulation; it is
- * much slower). Set it between steps, not while a product runs. */
+ * bf16 runs on AVX512_BF16 when the CPU has it and otherwise on an
+ * emulation giving the same bits with AVX2 and FMA (CG_BF16_EMULATE=1
+ * forces it; about fp32's speed, not bf16's); a CPU with neither has no
+ * bf16 (cg_precision_parse refuses it). Set it between steps, not while a
+ * product runs. */
 typedef enum { CG_PRECISION_FP32 = 0, CG_PRECISION_BF16 = 1 } cg_precision;
 void cg_set_matmul_precision(cg_precision p);
 cg_precision cg_get_matmul_precision(void);

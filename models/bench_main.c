@@ -106,11 +106,10 @@ static double rss_now_mb(void)
 }
 
 /* GEMM rate (GFLOP/s) of a 1024^3 product on the active path and precision,
- * best of 5 (256^3 for the slow bf16 emulation). */
+ * best of 5. */
 static double gemm_gflops(void)
 {
-    const int64_t n =
-        cg_get_matmul_precision() == CG_PRECISION_BF16 && !cg_bf16_native() ? 256 : 1024;
+    const int64_t n = 1024;
     float *a = cg_alloc((size_t)(n * n) * sizeof(float));
     float *b = cg_alloc((size_t)(n * n) * sizeof(float));
     float *c = cg_alloc((size_t)(n * n) * sizeof(float));

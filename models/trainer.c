@@ -537,9 +537,7 @@ bool cg_decode_precision(const char *arg, const char *train_json, const char *ck
 {
     bool ok;
     if (arg) {
-        ok = cg_precision_parse(arg, out);
-        if (!ok)
-            cg_set_error("--precision: '%s' is not one of fp32, bf16", arg);
+        ok = cg_precision_parse(arg, out); /* its error names the value, or the CPU */
     } else {
         ok = cg_train_precision(train_json, ckpt_path, out);
     }
