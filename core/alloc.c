@@ -195,10 +195,10 @@ void *cg_alloc(size_t bytes)
 {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, alloc_init);
-    /* 64-byte aligned, rounded up to 64 bytes, plus 64 bytes of slack: BLIS
-     * 0.9's haswell small-matrix kernels read one float past the end of C in
-     * some edge tiles (seen by valgrind on a 67 x 16 product); the slack
-     * keeps such reads inside the allocation. */
+    /* 64-byte aligned, rounded up to 64 bytes, plus 64 bytes of slack (a
+     * margin for vector code reading a whole vector at a buffer's end; BLIS's
+     * small-matrix kernels, which read up to 256 bytes past an operand, are
+     * no longer called: core/gemm.c). */
     if (bytes > SIZE_MAX / 2)
         return NULL;
     size_t rounded = (bytes + 63) / 64 * 64 + 64;

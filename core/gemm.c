@@ -30,12 +30,6 @@ void bli_cntx_init_haswell(cntx_t *cntx);
 
 /* Automatic thread count: at least this many flops per thread. */
 #define MIN_FLOPS_PER_THREAD 5e6
-/* Automatic path with BLIS's own driver (CG_BLIS_DRIVER=1): m*n*k at or
- * below this goes to haswell's sup kernels. */
-#define SMALL_MNK (64.0 * 64.0 * 64.0)
-/* Automatic path: products with at most this many rows or columns go to
- * haswell's sup kernels. */
-#define SKINNY 8
 /* Threading: blocks of C are a multiple of this many rows or columns. Any
  * cut gives the same bits (every element is one kernel's in-order sum over
  * k, a partial micro-tile is computed in full and copied out); 16 keeps the
@@ -260,17 +254,27 @@ static void scale_c(int64_t m, int64_t n, float beta, float *c, int64_t rsc, int
 /* ------------------------------------------------------------ gemm */
 
 /* One single-threaded product on a context: ours around the skx kernel, or
- * BLIS's driver (other contexts, small "sup" products, out of memory). */
-static bool serial_gemm(cntx_t *cntx, bool sup, int64_t m, int64_t n, int64_t k, float alpha,
+ * BLIS's driver (other contexts, out of memory).
+ *
+ * Never BLIS 0.9's small-matrix ("sup") kernels: they read up to 256 bytes
+ * past the end of an operand (1 x 19 x 37 read past 128 bytes of slack;
+ * tests/test_matmul.c puts operands against an unmapped page), which
+ * crashes when the operand ends a mapping, as a large malloc'd buffer of a
+ * caller's does. They also chose from the sizes of a thread's share, so
+ * halves of a product could be summed differently from the whole (300 x 311
+ * x 257 is packed, its halves 300 x 160 and 300 x 151 were not). The packed
+ * path reads only what it packs. (BLIS's default path, CG_BLIS_DEFAULT=1,
+ * a diagnostic, keeps its own choice.) */
+static bool serial_gemm(cntx_t *cntx, int64_t m, int64_t n, int64_t k, float alpha,
                         const float *a, int64_t rsa, int64_t csa, const float *b, int64_t rsb,
                         int64_t csb, float beta, float *c, int64_t rsc, int64_t csc) {
-    if (cntx == &g_cntx_skx && g_own_driver && !sup &&
+    if (cntx == &g_cntx_skx && g_own_driver &&
         cg_skx_gemm(cntx, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc))
         return true;
     rntm_t rntm = BLIS_RNTM_INITIALIZER;
     bli_rntm_set_num_threads(1, &rntm);
-    if (cntx) /* BLIS's default path: its own choice */
-        bli_rntm_set_l3_sup(sup, &rntm);
+    if (cntx)
+        bli_rntm_disable_l3_sup(&rntm);
     bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, (dim_t)m, (dim_t)n, (dim_t)k, &alpha,
                  (float *)a, (inc_t)rsa, (inc_t)csa, (float *)b, (inc_t)rsb, (inc_t)csb, &beta, c,
                  (inc_t)rsc, (inc_t)csc, cntx, &rntm);
@@ -280,8 +284,6 @@ static bool serial_gemm(cntx_t *cntx, bool sup, int64_t m, int64_t n, int64_t k,
 /* One thread's share of a product: fp32 on a BLIS context, or bf16. */
 typedef struct {
     cntx_t *cntx; /* fp32: the context (NULL: BLIS's default) */
-    bool sup;     /* fp32: BLIS's small-matrix kernels (ours to choose on a
-                   * context: BLIS would choose from a thread's share) */
     int bf16;     /* 0: fp32; 1: bf16 native; 2: bf16 emulated */
 } gemm_kind;
 
@@ -311,8 +313,7 @@ static bool serial_product(gemm_kind g, int64_t m, int64_t n, int64_t k, float a
     if (g.bf16)
         return cg_bf16_gemm_serial(g.bf16 == 1, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta,
                                    bias, bs, c, rsc, csc);
-    return serial_gemm(g.cntx, g.sup, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc,
-                       csc);
+    return serial_gemm(g.cntx, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc);
 }
 
 /* cg_sgemm_path and cg_sgemm_bias_path: beta 0 when there is a bias. */
@@ -321,41 +322,11 @@ static bool gemm_run(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int6
                      int64_t rsb, int64_t csb, float beta, const float *bias, int64_t bs,
                      float *c, int64_t rsc, int64_t csc) {
     ensure_init();
-    bool sup = false;
     if (path == CG_GEMM_AUTO && g_precision)
         path = g_bf16_native ? CG_GEMM_BF16 : CG_GEMM_BF16_EMULATED;
-    if (path == CG_GEMM_AUTO) {
+    if (path == CG_GEMM_AUTO)
         path = g_active;
-        /* BLIS 0.9 has small-matrix ("sup") kernels for haswell but not for
-         * skx. They win on skinny products (a row or a few rows times a
-         * weight, as in incremental decoding), which they compute without
-         * packing: a packing path packs the whole weight to multiply one row
-         * by it (1 x 384 x 1152: 25 us sup, 75 us ours, 8x slower with
-         * BLIS's skx driver). Other small products are faster on our skx
-         * driver (attention's 48 x 48 x 32 score products: 1.3 us against
-         * 1.6 to 3.0 us sup, depending on layout); BLIS's own skx driver
-         * lost to sup below ~64^3 (64x64x32: 6.6 us vs 4.5 us). The choice
-         * depends on the sizes only, and sup products are never split
-         * between threads, so the result is the same for any thread count. */
-        bool small = !g_own_driver && (double)m * (double)n * (double)k <= SMALL_MNK;
-        if (path == CG_GEMM_SKX && g_have_haswell && (small || m <= SKINNY || n <= SKINNY)) {
-            path = CG_GEMM_HASWELL;
-            sup = true;
-        }
-    }
-    /* On the haswell context (a CPU without AVX-512) BLIS's own threshold
-     * picks its small-matrix kernels, but from the sizes of the whole
-     * product, and only for a product too small to be split between
-     * threads: BLIS would choose from the sizes of a thread's share (300 x
-     * 311 x 257 is packed, its halves 300 x 160 and 300 x 151 are not), and
-     * the sup kernels sum a share differently from the whole (9 x 83 x 49
-     * split in columns changed 58 elements). */
-    if (path == CG_GEMM_HASWELL && !sup && g_have_haswell &&
-        2.0 * (double)m * (double)n * (double)k < 2.0 * MIN_FLOPS_PER_THREAD &&
-        bli_cntx_l3_sup_thresh_is_met(BLIS_FLOAT, (dim_t)m, (dim_t)n, (dim_t)k,
-                                      &g_cntx_haswell))
-        sup = true;
-    gemm_kind g = {NULL, sup, 0};
+    gemm_kind g = {NULL, 0};
     switch (path) {
     case CG_GEMM_SKX:
         if (!g_have_skx) return false;
@@ -433,7 +404,7 @@ static bool gemm_run(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int6
      * (an OpenMP-threaded BLIS paid a futex round trip per call for its
      * nested one-thread team). Each element of C is still computed by the
      * same kernel with the same k blocking (the skx and haswell contexts fix
-     * kc; products sent to the sup kernels are not split), so the
+     * kc), so the
      * result does not depend on the split or the thread count.
      * nthreads <= 0 picks the count from the size: waking a second thread
      * costs ~12 us here, so below MIN_FLOPS_PER_THREAD per thread fewer
@@ -450,7 +421,7 @@ static bool gemm_run(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int6
      * for zen3) it chooses between its small-matrix and packed kernels from
      * the sizes it is given, so halves of C could be summed differently and
      * the bits would change with the thread count (seen on 513 x 479 x 611). */
-    if (nt < 1 || sup || omp_in_parallel() || path == CG_GEMM_DEFAULT) nt = 1;
+    if (nt < 1 || omp_in_parallel() || path == CG_GEMM_DEFAULT) nt = 1;
     const bool split_m = m >= n;
     const int64_t dim = split_m ? m : n;
     int64_t csz = (dim + nt - 1) / nt;

@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "core/gemm.h"
 #include "core/gemm_skx.h"
@@ -576,6 +578,57 @@ START_TEST(test_threads_bit_identical) {
 }
 END_TEST
 
+/* n floats ending exactly where an unmapped page begins (the page is
+ * mapped PROT_NONE): a read past the operand faults. */
+typedef struct {
+    char *map;
+    size_t len;
+    float *p;
+} guarded;
+
+static guarded guarded_new(size_t n, cg_rng *rng) {
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE), bytes = n * sizeof(float);
+    const size_t len = (bytes + page - 1) / page * page + page;
+    char *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ck_assert(m != MAP_FAILED);
+    ck_assert_int_eq(mprotect(m + len - page, page, PROT_NONE), 0);
+    guarded g = {m, len, (float *)(m + len - page - bytes)};
+    for (size_t i = 0; i < n; i++) g.p[i] = cg_rng_normal(rng);
+    return g;
+}
+
+/* No path reads past its operands: A, B and C each end against an
+ * unmapped page, for small and skinny sizes on every operand and C layout
+ * (BLIS's small-matrix kernels read up to 256 bytes past an operand; a
+ * fault here is a crash in a caller's program). */
+START_TEST(test_no_read_past_operands) {
+    cg_rng rng = cg_rng_new(13);
+    const cg_gemm_path paths[] = {CG_GEMM_AUTO,    CG_GEMM_SKX,  CG_GEMM_HASWELL,
+                                  CG_GEMM_DEFAULT, CG_GEMM_BF16, CG_GEMM_BF16_EMULATED};
+    const int64_t dims[][3] = {{1, 16, 10}, {1, 19, 37}, {1, 384, 130}, {7, 7, 7},  {3, 40, 33},
+                               {40, 1, 29}, {16, 16, 1}, {33, 17, 64},  {70, 9, 31}};
+    for (size_t pi = 0; pi < sizeof paths / sizeof paths[0]; pi++) {
+        /* BLIS's own choice (a diagnostic, CG_BLIS_DEFAULT=1) keeps its sup kernels */
+        if (paths[pi] == CG_GEMM_DEFAULT || !cg_gemm_path_available(paths[pi])) continue;
+        for (size_t d = 0; d < sizeof dims / sizeof dims[0]; d++)
+            for (int lay = 0; lay < 8; lay++) {
+                const int64_t m = dims[d][0], n = dims[d][1], k = dims[d][2];
+                const int64_t rsa = lay & 1 ? 1 : k, csa = lay & 1 ? m : 1;
+                const int64_t rsb = lay & 2 ? 1 : n, csb = lay & 2 ? k : 1;
+                const int64_t rsc = lay & 4 ? 1 : n, csc = lay & 4 ? m : 1;
+                guarded a = guarded_new((size_t)(m * k), &rng);
+                guarded b = guarded_new((size_t)(k * n), &rng);
+                guarded c = guarded_new((size_t)(m * n), &rng);
+                ck_assert(cg_sgemm_path(paths[pi], 1, m, n, k, 1.0f, a.p, rsa, csa, b.p, rsb, csb,
+                                        0.5f, c.p, rsc, csc));
+                munmap(a.map, a.len);
+                munmap(b.map, b.len);
+                munmap(c.map, c.len);
+            }
+    }
+}
+END_TEST
+
 START_TEST(test_num_threads) {
     int saved = cg_get_num_threads();
     ck_assert_int_ge(saved, 1);
@@ -681,6 +734,7 @@ static Suite *matmul_suite(void) {
     tcase_add_test(tg, test_skx_driver);
     tcase_add_test(tg, test_threads_bit_identical);
     tcase_add_test(tg, test_num_threads);
+    tcase_add_test(tg, test_no_read_past_operands);
     suite_add_tcase(s, tg);
     TCase *te = tcase_create("errors");
     tcase_add_test(te, test_errors);
