@@ -27,10 +27,12 @@
  * each addition is one fp32 rounding (a fused multiply-add), and a result
  * below the smallest normal float is flushed to zero, which is what FMA
  * does with MXCSR's flush-to-zero bit set (x86 detects tininess after
- * rounding, as the instruction does). Its A panels are the same k-pairs;
- * its B panels are "wide": the bf16 values as floats, each pair's odd
- * element first ([2 kp][NR] floats), so a broadcast needs no unpacking.
- * A CPU without AVX2 and FMA has no bf16 path (cg_precision_parse says so). */
+ * rounding, as the instruction does). A GEMM's panels are "wide" there:
+ * the bf16 values as floats, each pair's odd element first ([2 kp][MR] and
+ * [2 kp][NR] floats), so the kernel is an fp32 one over a reordered k; a
+ * packed weight (cg_bf16_matrix, the same k-pairs on both paths) is unpacked
+ * in the kernel. A CPU without AVX2 and FMA has no bf16 path
+ * (cg_precision_parse says so). */
 #include <immintrin.h>
 #include <math.h>
 #include <stdbool.h>
