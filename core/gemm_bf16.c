@@ -54,6 +54,13 @@ enum { MR = 32, NR = 12 };
  * 256 x 128. */
 enum { KC = 384, MC = 96, NC = 3072 };
 
+/* The n block of a product: narrower for the emulated kernel, whose B
+ * panels take twice the bytes, so that its largest B block (3.4 MB) is no
+ * larger than fp32's (BLIS's 4080 x 256 floats, 4 MB). With NC its peak
+ * resident memory was 3 MB above fp32's on charlm base (now equal); 512
+ * took 2 MB less still but ran 8-12% slower. */
+static inline int64_t n_block(bool native) { return native ? NC : 1152; }
+
 #define BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512bf16")))
 #define AVX2_TARGET __attribute__((target("avx2,fma")))
 /* MXCSR's flush-to-zero bit */
@@ -647,7 +654,8 @@ static size_t a_block_size(const product *p)
 static size_t b_block_size(const product *p)
 {
     const int64_t kp = (min64(p->k, KC) + 1) / 2;
-    return (size_t)((min64(p->n, NC) + NR - 1) / NR * NR * kp * ab_words(p->native) + 15) / 16 *
+    return (size_t)((min64(p->n, n_block(p->native)) + NR - 1) / NR * NR * kp *
+                    ab_words(p->native) + 15) / 16 *
            16;
 }
 
@@ -663,8 +671,8 @@ bool cg_bf16_gemm_serial(bool native, int64_t m, int64_t n, int64_t k, float alp
     if (!pa)
         return false;
     uint32_t *pb = pa + na;
-    for (int64_t jc = 0; jc < p.n; jc += NC) {
-        const int64_t nc = min64(p.n - jc, NC);
+    for (int64_t jc = 0; jc < p.n; jc += n_block(native)) {
+        const int64_t nc = min64(p.n - jc, n_block(native));
         for (int64_t pc = 0; pc < p.k; pc += KC) {
             const int64_t kc = min64(p.k - pc, KC);
             pack_b(&p, jc, nc, pc, kc, 0, nc, pb);
@@ -686,7 +694,7 @@ bool cg_bf16_gemm_shares_packing(bool native, int64_t m, int64_t n, int64_t k, i
     const bool turned = csc == 1 && rsc != 1;
     const int64_t rows = turned ? n : m, cols = turned ? m : n; /* C as the kernels store it */
     const int64_t panels = (rows + MR - 1) / MR;
-    const size_t bbytes = (size_t)((min64(cols, NC) + NR - 1) / NR * NR) *
+    const size_t bbytes = (size_t)((min64(cols, n_block(native)) + NR - 1) / NR * NR) *
                           (size_t)((k + KC - 1) / KC) * (KC / 2) * sizeof(uint32_t) *
                           (size_t)ab_words(native);
     return nt > 1 && panels >= 2 * nt && (panels % nt == 0 || panels >= 8 * nt) &&
@@ -702,7 +710,7 @@ bool cg_bf16_gemm_parallel(bool native, int nt, int64_t m, int64_t n, int64_t k,
         product_of(native, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, bias, bs, c, rsc, csc);
     /* the calling thread's buffer holds every k block of B (one column
      * block at a time) and each thread's A block */
-    const int64_t nblk = (p.k + KC - 1) / KC, ncmax = min64(p.n, NC);
+    const int64_t nblk = (p.k + KC - 1) / KC, ncmax = min64(p.n, n_block(native));
     const size_t na = a_block_size(&p), nbk = b_block_size(&p);
     uint32_t *buf = cg_gemm_thread_buffer((na * (size_t)nt + nbk * (size_t)nblk) * sizeof(uint32_t));
     if (!buf)
@@ -715,8 +723,8 @@ bool cg_bf16_gemm_parallel(bool native, int nt, int64_t m, int64_t n, int64_t k,
         const int64_t i0 = min64(panels * t / T * MR, p.m);
         const int64_t i1 = min64(panels * (t + 1) / T * MR, p.m);
         uint32_t *pa = buf + na * (size_t)t;
-        for (int64_t jc = 0; jc < p.n; jc += NC) {
-            const int64_t nc = min64(p.n - jc, NC);
+        for (int64_t jc = 0; jc < p.n; jc += n_block(native)) {
+            const int64_t nc = min64(p.n - jc, n_block(native));
             /* B's panels of every k block, split among the threads */
 #pragma omp for schedule(static)
             for (int64_t q = 0; q < nblk * npb; q++) {
