@@ -299,33 +299,15 @@ AVX2_TARGET static void pack_panel_avx2(bool wide, int W, int64_t w, int64_t k, 
     }
 }
 
-/* A panels (and a packed weight's), as k-pairs, on either path. */
-static void pack_panel(bool native, int W, int64_t w, int64_t k, const float *src, int64_t vs,
-                       int64_t ls, uint32_t *p)
+/* A panel of W vectors: k-pairs on the native path; on the emulated one,
+ * wide for a GEMM's panels, k-pairs for a packed weight's (wide false). */
+static void pack_panel(bool native, bool wide, int W, int64_t w, int64_t k, const float *src,
+                       int64_t vs, int64_t ls, uint32_t *p)
 {
     if (native)
         pack_panel_native(W, w, k, src, vs, ls, p);
     else
-        pack_panel_avx2(false, W, w, k, src, vs, ls, p);
-}
-
-/* A GEMM's A and B panels: k-pairs for the native kernel, wide for the
- * emulated one. */
-static void pack_a_panel(bool native, int64_t w, int64_t k, const float *src, int64_t vs,
-                         int64_t ls, uint32_t *p)
-{
-    if (native)
-        pack_panel_native(MR, w, k, src, vs, ls, p);
-    else
-        pack_panel_avx2(true, MR, w, k, src, vs, ls, p);
-}
-static void pack_b_panel(bool native, int64_t w, int64_t k, const float *src, int64_t vs,
-                         int64_t ls, uint32_t *p)
-{
-    if (native)
-        pack_panel_native(NR, w, k, src, vs, ls, p);
-    else
-        pack_panel_avx2(true, NR, w, k, src, vs, ls, p);
+        pack_panel_avx2(wide, W, w, k, src, vs, ls, p);
 }
 
 /* 32-bit words of a GEMM's A or B panel per k-pair and row or column */
@@ -606,8 +588,9 @@ static void pack_b(const product *p, int64_t jc, int64_t nc, int64_t pc, int64_t
 {
     const int64_t kp = (kc + 1) / 2;
     for (int64_t j = j0; j < j1; j += NR)
-        pack_b_panel(p->native, min64(nc - j, NR), kc, p->b + pc * p->rsb + (jc + j) * p->csb,
-                     p->csb, p->rsb, pb + j * kp * ab_words(p->native));
+        pack_panel(p->native, true, NR, min64(nc - j, NR), kc,
+                   p->b + pc * p->rsb + (jc + j) * p->csb, p->csb, p->rsb,
+                   pb + j * kp * ab_words(p->native));
 }
 
 /* Rows [i0, i1) of C's block at column offset jc (nc wide) get the k block
@@ -624,8 +607,9 @@ static void rows_times_block(const product *p, int64_t i0, int64_t i1, int64_t j
     for (int64_t ic = i0; ic < i1; ic += MC) {
         const int64_t mc = min64(i1 - ic, MC);
         for (int64_t i = 0; i < mc; i += MR)
-            pack_a_panel(p->native, min64(mc - i, MR), kc, p->a + (ic + i) * p->rsa + pc * p->csa,
-                         p->rsa, p->csa, pa + i * kp * ab_words(p->native));
+            pack_panel(p->native, true, MR, min64(mc - i, MR), kc,
+                       p->a + (ic + i) * p->rsa + pc * p->csa, p->rsa, p->csa,
+                       pa + i * kp * ab_words(p->native));
         for (int64_t jr = 0; jr < nc; jr += NR) {
             const int64_t nr = min64(nc - jr, NR);
             for (int64_t ir = 0; ir < mc; ir += MR) {
@@ -774,7 +758,7 @@ cg_bf16_matrix *cg_bf16_matrix_new(int64_t n, int64_t k, const float *w, int64_t
     const bool native = cg_bf16_native();
 #pragma omp parallel for schedule(static) if (npanel > 1 && (double)n * (double)k > 1e5)
     for (int64_t q = 0; q < npanel; q++)
-        pack_panel(native, MR, n - q * MR < MR ? n - q * MR : MR, k, w + q * MR * rsw, rsw, csw,
+        pack_panel(native, false, MR, min64(n - q * MR, MR), k, w + q * MR * rsw, rsw, csw,
                    p + q * kp * MR);
     return m;
 }
@@ -860,8 +844,8 @@ bool cg_bf16_matrix_mul(const cg_bf16_matrix *w, cg_gemm_path path, int nthreads
         return false;
     }
     for (int64_t j = 0; j < nxp; j++)
-        pack_b_panel(native, m - j * NR < NR ? m - j * NR : NR, w->k, x + j * NR * rsx, rsx, csx,
-                     xp + j * xw);
+        pack_panel(native, true, NR, min64(m - j * NR, NR), w->k, x + j * NR * rsx, rsx, csx,
+                   xp + j * xw);
     /* threads split W's panels into contiguous runs: each element of y is
      * the same kernel's sum over the same k blocks for any split */
     int nt = nthreads > 0 ? nthreads : cg_get_num_threads();

@@ -168,47 +168,6 @@ static float *nasty_buf(cg_rng *rng, size_t n) {
     return p;
 }
 
-START_TEST(test_emulated_equals_native) {
-    if (!cg_gemm_path_available(CG_GEMM_BF16)) return; /* nothing to compare with here */
-    cg_rng rng = cg_rng_new(11);
-    for (int si = 0; si < NSIZES; si++) {
-        const int64_t m = sizes[si][0], n = sizes[si][1], k = sizes[si][2];
-        for (int la = 0; la < 4; la++)
-            for (int lb = 0; lb < 4; lb++)
-                for (int lc = 0; lc < 2; lc++) {
-                    int64_t rsa, csa, rsb, csb, rsc, csc;
-                    size_t na, nb, nc;
-                    layout(la, m, k, &rsa, &csa, &na);
-                    layout(lb, k, n, &rsb, &csb, &nb);
-                    layout(lc, m, n, &rsc, &csc, &nc);
-                    bool nasty = (la + lb + lc + si) % 3 == 0;
-                    float *a = nasty ? nasty_buf(&rng, na) : rand_buf(&rng, na);
-                    float *b = nasty ? nasty_buf(&rng, nb) : rand_buf(&rng, nb);
-                    /* cancelling pairs: b[p+1][j] = -b[p][j] where both exist */
-                    if (!nasty && k > 1)
-                        for (int64_t j = 0; j < n; j++)
-                            b[rsb + j * csb] = -b[j * csb];
-                    float *c1 = malloc(nc * sizeof(float)), *c2 = malloc(nc * sizeof(float));
-                    for (size_t i = 0; i < nc; i++) c1[i] = c2[i] = (float)(i % 3) - 1.0f;
-                    ck_assert(cg_sgemm_path(CG_GEMM_BF16, 1, m, n, k, 1.0f, a, rsa, csa, b, rsb,
-                                            csb, 1.0f, c1, rsc, csc));
-                    ck_assert(cg_sgemm_path(CG_GEMM_BF16_EMULATED, 1, m, n, k, 1.0f, a, rsa,
-                                            csa, b, rsb, csb, 1.0f, c2, rsc, csc));
-                    for (size_t i = 0; i < nc; i++)
-                        if (to_bits(c1[i]) != to_bits(c2[i]) && !(isnan(c1[i]) && isnan(c2[i])))
-                            ck_abort_msg("bf16 %lldx%lldx%lld layouts %d%d%d: native %a, "
-                                         "emulated %a at %zu", (long long)m, (long long)n,
-                                         (long long)k, la, lb, lc, (double)c1[i],
-                                         (double)c2[i], i);
-                    free(a);
-                    free(b);
-                    free(c1);
-                    free(c2);
-                }
-    }
-}
-END_TEST
-
 /* The instruction's arithmetic, one element at a time: each pair's odd
  * product and then its even one added to an fp32 sum, each addition one
  * rounding of the exact value (fmaf), a sum below the smallest normal float
@@ -244,12 +203,14 @@ static void model_gemm(int64_t m, int64_t n, int64_t k, float alpha, const float
         }
 }
 
-/* The emulated product (AVX2 and FMA) has the model's bits, nasty inputs
- * included, on every layout and edge: on any CPU, with or without
- * AVX512_BF16. */
-START_TEST(test_emulated_equals_model) {
+/* The emulated product (AVX2 and FMA) has the model's bits on any CPU,
+ * and those of AVX512_BF16's kernel where the CPU has it: nasty inputs
+ * (NaN, Inf, subnormals, tiny and cancelling products), every layout, tile,
+ * pair and block edge, alpha and beta. */
+START_TEST(test_emulation_bits) {
     if (!cg_gemm_path_available(CG_GEMM_BF16_EMULATED)) return; /* no AVX2 + FMA */
-    cg_rng rng = cg_rng_new(12);
+    const bool native = cg_gemm_path_available(CG_GEMM_BF16);
+    cg_rng rng = cg_rng_new(11);
     for (int si = 0; si < NSIZES; si++) {
         const int64_t m = sizes[si][0], n = sizes[si][1], k = sizes[si][2];
         for (int la = 0; la < 4; la++)
@@ -263,26 +224,38 @@ START_TEST(test_emulated_equals_model) {
                     const bool nasty = (la + lb + lc + si) % 2 == 0;
                     float *a = nasty ? nasty_buf(&rng, na) : rand_buf(&rng, na);
                     float *b = nasty ? nasty_buf(&rng, nb) : rand_buf(&rng, nb);
+                    /* cancelling pairs: b[p+1][j] = -b[p][j] where both exist */
+                    if (!nasty && k > 1)
+                        for (int64_t j = 0; j < n; j++)
+                            b[rsb + j * csb] = -b[j * csb];
                     const float alpha = lb % 2 ? 1.0f : -0.75f, beta = la % 2 ? 0.0f : 1.0f;
-                    float *c1 = malloc(nc * sizeof(float)), *c2 = malloc(nc * sizeof(float));
-                    for (size_t i = 0; i < nc; i++) c1[i] = c2[i] = (float)(i % 3) - 1.0f;
+                    float *c[3]; /* emulated, model, native */
+                    for (int v = 0; v < 3; v++) {
+                        c[v] = malloc(nc * sizeof(float));
+                        for (size_t i = 0; i < nc; i++) c[v][i] = (float)(i % 3) - 1.0f;
+                    }
                     ck_assert(cg_sgemm_path(CG_GEMM_BF16_EMULATED, 1, m, n, k, alpha, a, rsa,
-                                            csa, b, rsb, csb, beta, c1, rsc, csc));
-                    model_gemm(m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, c2, rsc, csc);
-                    for (size_t i = 0; i < nc; i++)
-                        if (to_bits(c1[i]) != to_bits(c2[i]) && !(isnan(c1[i]) && isnan(c2[i])))
-                            ck_abort_msg("bf16 %lldx%lldx%lld layouts %d%d%d: emulated %a, "
-                                         "model %a at %zu", (long long)m, (long long)n,
-                                         (long long)k, la, lb, lc, (double)c1[i],
-                                         (double)c2[i], i);
+                                            csa, b, rsb, csb, beta, c[0], rsc, csc));
+                    model_gemm(m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, c[1], rsc, csc);
+                    if (native)
+                        ck_assert(cg_sgemm_path(CG_GEMM_BF16, 1, m, n, k, alpha, a, rsa, csa, b,
+                                                rsb, csb, beta, c[2], rsc, csc));
+                    for (int v = 1; v < (native ? 3 : 2); v++)
+                        for (size_t i = 0; i < nc; i++)
+                            if (to_bits(c[0][i]) != to_bits(c[v][i]) &&
+                                !(isnan(c[0][i]) && isnan(c[v][i])))
+                                ck_abort_msg("bf16 %lldx%lldx%lld layouts %d%d%d: emulated %a, "
+                                             "%s %a at %zu", (long long)m, (long long)n,
+                                             (long long)k, la, lb, lc, (double)c[0][i],
+                                             v == 1 ? "model" : "native", (double)c[v][i], i);
                     free(a);
                     free(b);
-                    free(c1);
-                    free(c2);
+                    for (int v = 0; v < 3; v++) free(c[v]);
                 }
     }
 }
 END_TEST
+
 
 /* C = A B + bias (cg_sgemm_bias_path) has the bits of C set to the bias
  * and then C = A B + 1 C, on every path (fp32 adds the bias first, the bf16
@@ -736,8 +709,7 @@ static Suite *bf16_suite(void) {
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_round);
     tcase_add_test(tc, test_against_double);
-    tcase_add_test(tc, test_emulated_equals_native);
-    tcase_add_test(tc, test_emulated_equals_model);
+    tcase_add_test(tc, test_emulation_bits);
     tcase_add_test(tc, test_threads_bit_identical);
     tcase_add_test(tc, test_bias_fused);
     tcase_add_test(tc, test_precision_switch);
