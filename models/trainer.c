@@ -688,7 +688,8 @@ int cg_trainer_begin(cg_trainer *t, cg_train_opts *o, const char *kind, const ch
 {
     cg_trainer_init(t, o);
     if (o->precision_arg && !cg_precision_parse(o->precision_arg, &o->precision)) {
-        cg_prog_fail("--precision: %s", cg_last_error());
+        /* cg_precision_parse's "precision: ..." as the flag: "--precision: ..." */
+        cg_prog_fail("--%s", cg_last_error());
         return CG_EXIT_USAGE;
     }
     int rc = o->resume ? -1
