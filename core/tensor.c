@@ -33,6 +33,7 @@ static cg_storage *storage_new(int64_t numel)
     s->refcount = 1;
     s->derived = NULL;
     s->derived_free = NULL;
+    s->version = 0;
     return s;
 }
 
@@ -324,11 +325,16 @@ void cg_set(cg_tensor *t, const int64_t *idx, float v)
 
 void cg_tensor_modified(cg_tensor *t)
 {
-    if (t && t->storage && t->storage->derived) {
+    if (!t || !t->storage)
+        return;
+    t->storage->version++; /* autograd compares it with the version it saved */
+    if (t->storage->derived) {
         t->storage->derived_free(t->storage->derived);
         t->storage->derived = NULL;
     }
 }
+
+uint64_t cg_version(const cg_tensor *t) { return t && t->storage ? t->storage->version : 0; }
 
 float cg_item(const cg_tensor *t)
 {
