@@ -99,7 +99,9 @@ extern "C" {
     X(ADD_LAYER_NORM, "add_layer_norm", 4, CG_IN(0) | CG_IN(1) | CG_IN(2), 0) \
     X(ADD_RMS_NORM, "add_rms_norm", 3, CG_IN(0) | CG_IN(1) | CG_IN(2), 0)     \
     X(LINEAR_RELU, "linear_relu", 3, 0, 1) /* + saved output */               \
-    X(CUSTOM, "custom", 0, 0, 0)        /* cg_record_op: see below */
+    X(CUSTOM, "custom", 0, 0, 0)        /* cg_record_op: see below */        \
+    X(CLONE, "clone", 1, 0, 0)                                                \
+    X(GELU_ERF, "gelu_erf", 1, CG_IN(0), 0)
 
 typedef enum {
 #define CG_OP_ENUM_(e, name, nin, reads, cross) CG_OP_##e,

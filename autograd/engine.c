@@ -441,7 +441,7 @@ static bool accumulate(cg_tensor **slot, cg_tensor *g, bool private)
             *slot = private ? cg_hold(g) : g; /* a leaf's gradient outlives scopes */
             return true;
         }
-        *slot = cg_clone(g);
+        *slot = cg_k_clone(g);
         cg_release(g);
         if (private)
             cg_hold(*slot);
@@ -529,7 +529,7 @@ bool cg_backward(cg_tensor *root, const cg_tensor *grad_root, bool retain_graph)
                          cg_shape_str(grad_root, b1, sizeof b1), cg_shape_str(root, b2, sizeof b2));
             return false;
         }
-        g0 = cg_clone(grad_root);
+        g0 = cg_k_clone(grad_root);
     } else {
         if (cg_numel(root) != 1) {
             char b[96];

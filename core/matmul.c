@@ -196,7 +196,7 @@ static bool readable(const cg_tensor *t, cg_tensor **copy) {
     *copy = NULL;
     if (!needs_copy(t->shape[nd - 2], t->shape[nd - 1], t->strides[nd - 2], t->strides[nd - 1]))
         return true;
-    *copy = cg_contiguous(t);
+    *copy = cg_k_contiguous(t);
     return *copy != NULL;
 }
 

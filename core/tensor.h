@@ -180,8 +180,9 @@ void cg_tensor_modified(cg_tensor *t);
 /* The version counter of t's storage: how many in-place writes it has had
  * (0 for NULL). Views of one storage share it. */
 uint64_t cg_version(const cg_tensor *t);
-/* A deep copy with fresh contiguous storage (no autograd fields). */
-cg_tensor *cg_clone(const cg_tensor *t);
+/* A deep copy with fresh contiguous storage (no autograd fields: it records
+ * nothing). autograd/ops.h has cg_clone, the differentiable one. */
+cg_tensor *cg_k_clone(const cg_tensor *t);
 /* Fill every element of t (any strides) with v. */
 bool cg_fill_(cg_tensor *t, float v);
 
@@ -268,10 +269,12 @@ cg_tensor *cg_view_expand(const cg_tensor *t, int ndim, const int64_t *shape);
 /* A view with a new shape if the strides allow it, else NULL + error. One
  * entry of shape may be -1 (inferred). */
 cg_tensor *cg_view_reshape(const cg_tensor *t, int ndim, const int64_t *shape);
-/* Like PyTorch's reshape: a view when possible, otherwise a contiguous copy. */
-cg_tensor *cg_reshape_copy(const cg_tensor *t, int ndim, const int64_t *shape);
-/* t itself (retained) if contiguous, else a contiguous copy. */
-cg_tensor *cg_contiguous(const cg_tensor *t);
+/* Raw (they record nothing; autograd/ops.h has the differentiable
+ * cg_reshape / cg_reshape_copy and cg_contiguous with PyTorch's meaning):
+ * like PyTorch's reshape, a view when possible, otherwise a contiguous
+ * copy; t itself (retained) if contiguous, else a contiguous copy. */
+cg_tensor *cg_k_reshape(const cg_tensor *t, int ndim, const int64_t *shape);
+cg_tensor *cg_k_contiguous(const cg_tensor *t);
 
 /* ------------------------------------------------------------- threads */
 /* Threads used by kernels and BLIS (default: OMP's default, i.e. cores). */
