@@ -9,7 +9,7 @@
 #include "core/error.h"
 #include "models/text/vocab.h"
 #include "models/util/files.h"
-#include "models/util/utf8.h"
+#include "core/utf8.h"
 
 /* ------------------------------------------------------------ MT19937 */
 /* numpy random_interval(max): uniform in [0, max] by masked rejection. */
