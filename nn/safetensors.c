@@ -617,9 +617,7 @@ cg_tensor *cg_st_get_f32(const cg_st_file *f, const char *name) {
     if (!e || !need_dtype(f, e, CG_ST_F32)) return NULL;
     cg_tensor *t = cg_empty(e->ndim, e->shape);
     if (!t) {
-        char why[512];
-        snprintf(why, sizeof why, "%s", cg_last_error());
-        cg_set_error("safetensors: %s: tensor '%s': %s", f->path, e->name, why);
+        cg_prefix_error("safetensors: %s: tensor '%s': ", f->path, e->name);
         return NULL;
     }
     copy_le(cg_data(t), f->data + e->begin, (size_t)e->numel, 4);
