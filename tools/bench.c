@@ -46,9 +46,11 @@
 #include "autograd/ops.h"
 #include "core/gemm.h"
 #include "models/charlm/charlm.h"
+#include "models/charlm/charlm_presets.h"
 #include "models/util/cli.h"
 #include "models/util/config_json.h"
 #include "models/seq2seq/seq2seq.h"
+#include "models/seq2seq/seq2seq_presets.h"
 #include "models/train/train_common.h"
 #include "models/train/trainer.h"
 #include "optim/optim.h"
@@ -137,22 +139,19 @@ typedef struct {
     int64_t B, T, V, d, d_ff, H, layers, enc_layers, dec_layers;
 } preset;
 
+/* The model's preset (models/charlm/charlm_presets.h, seq2seq_presets.h)
+ * with the peer's vocabulary: 65 characters (charlm), 96 ids (seq2seq). */
 static bool get_preset(bool charlm, const char *name, preset *p)
 {
     memset(p, 0, sizeof *p);
-    bool tiny = !strcmp(name, "tiny"), base = !strcmp(name, "base");
-    if (!tiny && !base)
+    const cg_train_preset *t =
+        charlm ? cg_train_preset_find(cg_charlm_presets, CG_CHARLM_N_PRESETS, name)
+               : cg_train_preset_find(cg_seq2seq_presets, CG_SEQ2SEQ_N_PRESETS, name);
+    if (!t)
         return false;
-    if (charlm) { /* tiny = nanoGPT's shakespeare_char CPU config */
-        *p = tiny ? (preset){.B = 12, .T = 64, .V = 65, .d = 128, .H = 4, .layers = 4, .d_ff = 512}
-                  : (preset){.B = 16, .T = 256, .V = 65, .d = 384, .H = 6, .layers = 6,
-                             .d_ff = 1536};
-    } else {
-        *p = tiny ? (preset){.B = 32, .T = 48, .V = 96, .d = 128, .H = 4, .enc_layers = 2,
-                             .dec_layers = 2, .d_ff = 512}
-                  : (preset){.B = 32, .T = 96, .V = 96, .d = 256, .H = 8, .enc_layers = 3,
-                             .dec_layers = 3, .d_ff = 1024};
-    }
+    *p = (preset){.B = t->B, .T = t->T, .V = charlm ? 65 : 96, .d = t->d, .d_ff = t->d_ff,
+                  .H = t->H, .layers = t->layers, .enc_layers = t->enc_layers,
+                  .dec_layers = t->dec_layers};
     return true;
 }
 

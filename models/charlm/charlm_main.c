@@ -15,6 +15,7 @@
 #include "models/charlm/charlm.h"
 #include "autograd/ops.h"
 #include "models/charlm/charlm_ckpt.h"
+#include "models/charlm/charlm_presets.h"
 #include "models/util/cli.h"
 #include "models/util/config_json.h"
 #include "models/data/data.h"
@@ -66,8 +67,7 @@ static const char TRAIN_HELP[] =
     "  --tokenizer char\n"
     "\n";
 
-static const cg_train_preset PRESETS[] = {{"tiny", 128, 4, 4, 0, 0, 512, 64, 12},
-                                           {"base", 384, 6, 6, 0, 0, 1536, 256, 16}};
+#define PRESETS cg_charlm_presets
 
 /* The char LM as the trainer sees it. */
 typedef struct {
@@ -166,7 +166,7 @@ static bool lm_state(void *self, cJSON *o)
 static int lm_config_from_flags(const cg_train_opts *o, const char *preset_name, int64_t T,
                                 int64_t B, cg_charlm_config *cfg, int64_t *Bout)
 {
-    const cg_train_preset *pr = cg_train_preset_find(PRESETS, 2, preset_name);
+    const cg_train_preset *pr = cg_train_preset_find(PRESETS, CG_CHARLM_N_PRESETS, preset_name);
     cg_train_preset p;
     *cfg = cg_charlm_config_default(); /* layernorm, gelu */
     if (!pr || !cg_train_shape(o, pr, &p, &cfg->norm, &cfg->act))

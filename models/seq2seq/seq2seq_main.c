@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "models/seq2seq/seq2seq_ckpt.h"
+#include "models/seq2seq/seq2seq_presets.h"
 #include "models/util/cli.h"
 #include "models/util/config_json.h"
 #include "models/data/data.h"
@@ -36,8 +37,7 @@
 #define die(...) cg_prog_die(CG_EXIT_FAIL, __VA_ARGS__)
 
 /* ------------------------------------------------------------ presets */
-static const cg_train_preset PRESETS[] = {{"tiny", 128, 4, 0, 2, 2, 512, 0, 0},
-                                           {"base", 256, 8, 0, 3, 3, 1024, 0, 0}};
+#define PRESETS cg_seq2seq_presets
 
 /* ------------------------------------------------------------ checkpoints */
 static void ckpt_load(const char *path, cg_seq2seq_ckpt *c)
@@ -211,7 +211,7 @@ static void mt_setup(mt_run *r, cg_train_opts *o, cg_trainer *t)
         if (!mt_state(r, NULL))
             cg_prog_die_lib(NULL);
     }
-    const cg_train_preset *pr = cg_train_preset_find(PRESETS, 2, r->preset);
+    const cg_train_preset *pr = cg_train_preset_find(PRESETS, CG_SEQ2SEQ_N_PRESETS, r->preset);
     if (!pr)
         cg_prog_die_lib(NULL);
     if (o->seed > 0xffffffffULL)
@@ -301,7 +301,7 @@ static int cmd_train(int argc, char **argv)
         return rc;
     if (!o.resume && o.lr_seen && factor_seen)
         die("--lr and --factor both set the learning rate; give one");
-    if (!o.resume && !cg_train_preset_find(PRESETS, 2, r.preset))
+    if (!o.resume && !cg_train_preset_find(PRESETS, CG_SEQ2SEQ_N_PRESETS, r.preset))
         cg_prog_die_lib(NULL);
     if (!o.data)
         o.data = DEFAULT_DATA;

@@ -1,0 +1,10 @@
+/* cgrad zoo: seq2seq's presets (see seq2seq_presets.h), as
+ * shared/bench/torch_peer.py's. T and B are bench's batch (source and
+ * target length T, B pairs); the program batches by --max-tokens. */
+#include "models/seq2seq/seq2seq_presets.h"
+
+/* name, d, H, layers, enc_layers, dec_layers, d_ff, T, B */
+const cg_train_preset cg_seq2seq_presets[CG_SEQ2SEQ_N_PRESETS] = {
+    {"tiny", 128, 4, 0, 2, 2, 512, 48, 32},
+    {"base", 256, 8, 0, 3, 3, 1024, 96, 32},
+};
