@@ -1,6 +1,7 @@
 /* Data-parallel equivalence (models/dist.h).
  *
- * Run as `mpirun -np 2 test_dist` (meson does when MPI was found) or as one
+ * Run as `mpirun -np 2 test_dist` (meson does when MPI was found; also on 2
+ * and 4 network-namespace hosts: tests/test_dist_netns.sh) or as one
  * plain process. For each zoo model (tiny config, dropout 0, AdamW):
  *   - every rank builds the model from a different seed, then rank 0's
  *     parameters are broadcast: all ranks must then hold rank 0's values;
@@ -30,7 +31,7 @@
 #include "testutil.h"
 
 #define STEPS 20
-#define B_GLOBAL 4
+#define B_GLOBAL 8 /* divisible by 2 x 4 ranks (grad-accum on 4 hosts) */
 #define TOL 1e-5
 
 /* ---------------------------------------------------------- helpers */
