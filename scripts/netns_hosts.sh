@@ -42,7 +42,7 @@ SUBNET=10.213.7
 HERE=$(cd "$(dirname "$0")" && pwd)
 AGENT=$HERE/netns_agent.sh
 LOCK=/run/lock/cgrad-netns.lock
-[ -d /run/lock ] || LOCK=/tmp/cgrad-netns.lock
+[ -d /run/lock ] || LOCK=/tmp/cgrad-netns-lock
 
 die() { echo "netns_hosts: $*" >&2; exit 2; }
 
