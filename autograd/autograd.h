@@ -45,6 +45,7 @@ typedef enum {
     CG_OP_BCE_WITH_LOGITS,
     CG_OP_ADD_LAYER_NORM, CG_OP_ADD_RMS_NORM, CG_OP_LINEAR_RELU,
     CG_OP_CUSTOM,
+    CG_OP_CHECKPOINT, /* autograd/checkpoint.h */
     CG_OP_COUNT
 } cg_op;
 
@@ -153,6 +154,24 @@ int64_t cg_graph_size(const cg_tensor *t);
  * tests/test_gradcheck.c plants errors with it. NULL removes it. */
 typedef void (*cg_backward_hook_fn)(void *ctx, cg_node *n, cg_tensor **gin);
 void cg_set_backward_hook(cg_backward_hook_fn fn, void *ctx);
+
+/* Gradient-ready hooks (PyTorch's post-accumulate-grad hook): fn(ctx, t)
+ * is called during cg_backward as soon as leaf t's .grad is final for this
+ * backward, i.e. every node of the graph that passes t a gradient has run
+ * (t->grad may be read, and updated in place, from fn; fn must not run a
+ * backward itself). Leaves in graphs of recomputed blocks
+ * (autograd/checkpoint.h) count as used by the block: their hook runs
+ * after the block's recomputed backward. Called at most once per leaf per
+ * backward, and only when t has a gradient (NULL: none reached it). A
+ * leaf has at most one hook (adding again replaces it); hooks are per
+ * thread (set them on the thread that runs backward) and hold no
+ * reference: remove t's hook before t is freed. With no hooks set,
+ * backward costs nothing more. False + error on a NULL t or fn, or out of
+ * memory. */
+typedef void (*cg_grad_ready_fn)(void *ctx, cg_tensor *t);
+bool cg_grad_ready_hook_add(cg_tensor *t, cg_grad_ready_fn fn, void *ctx);
+/* Remove t's hook (no-op when it has none). */
+void cg_grad_ready_hook_remove(const cg_tensor *t);
 
 #ifdef __cplusplus
 }
