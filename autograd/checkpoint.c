@@ -40,8 +40,24 @@ static bool ck_backward(cg_node *n, const cg_tensor *g, cg_tensor **gin)
     cg_rng *now = calloc((size_t)(s->n_rngs ? s->n_rngs : 1), sizeof *now);
     bool ok = det && now;
     for (int i = 0; ok && i < s->n_inputs; i++) {
-        det[i] = cg_detach(n->inputs[i]);
-        ok = det[i] && (!n->inputs[i]->requires_grad || cg_requires_grad(det[i], true));
+        cg_tensor *in = n->inputs[i];
+        det[i] = cg_detach(in);
+        ok = det[i] && (!in->requires_grad || cg_requires_grad(det[i], true));
+        /* The gradient the input has gathered so far (from its users run
+         * before this node) continues in the detached copy, so that the
+         * block's parts add to it one by one as without recomputation
+         * (summing them first would change the order of float additions
+         * when the input has other users, e.g. an encoder's memory read by
+         * every decoder layer). It comes back whole as this node's result. */
+        if (ok && cg_node_needs_grad(n, i)) {
+            cg_tensor **slot = in->node && !in->node->freed ? &in->node->grad : &in->grad;
+            if (*slot && cg_same_shape(*slot, in)) {
+                det[i]->grad = *slot; /* a leaf's gradient, as det's: held (a leaf's .grad is) */
+                *slot = NULL;
+                if (in->node && !in->node->freed)
+                    cg_hold(det[i]->grad);
+            }
+        }
     }
     cg_tensor *y = NULL;
     if (ok) {

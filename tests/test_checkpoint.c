@@ -228,6 +228,86 @@ START_TEST(test_recompute_keeps_only_inputs)
 }
 END_TEST
 
+/* The nn flag: an encoder and a decoder stack (dropout, padded keys) with
+ * recompute on give the gradients of recompute off byte for byte, though
+ * the caller's padding buffer is gone before backward. */
+static void seq2seq_grads(bool recompute, float **out, int64_t *n_out)
+{
+    int64_t live0 = cg_live_tensors();
+    cg_rng drop = cg_rng_new(11);
+    cg_tf_config c = {.d = D, .H = 2, .d_ff = 32, .norm = CG_NORM_LAYERNORM, .act = CG_ACT_RELU,
+                      .norm_first = false, .dropout = 0.25f, .dropout_rng = &drop};
+    cg_rng init = cg_rng_new(1);
+    cg_enc_stack *enc = cg_enc_stack_new(2, &c, &init);
+    cg_dec_stack *dec = cg_dec_stack_new(2, &c, &init);
+    ck_assert(enc && dec);
+    cg_enc_stack_set_recompute(enc, recompute);
+    cg_dec_stack_set_recompute(dec, recompute);
+    ck_assert(enc->layers[1]->recompute == recompute && dec->layers[0]->recompute == recompute);
+    cg_scope *sc = cg_scope_begin();
+    cg_rng data = cg_rng_new(2);
+    int64_t sx[3] = {B, 6, D}, sy[3] = {B, T, D};
+    cg_tensor *src = cg_requires_grad(cg_randn(&data, 3, sx), true);
+    cg_tensor *tgt = cg_requires_grad(cg_randn(&data, 3, sy), true);
+    uint8_t *pad = calloc(B * 6, 1);
+    pad[5] = pad[10] = pad[11] = 1;
+    cg_attn_mask em = {.key_pad = pad}, sm = {.causal = true}, cm = {.key_pad = pad};
+    cg_tensor *mem = cg_enc_stack_forward(enc, src, &em);
+    cg_tensor *h = cg_dec_stack_forward(dec, tgt, mem, &sm, &cm);
+    ck_assert_msg(h != NULL, "%s", cg_last_error());
+    memset(pad, 0, B * 6); /* the caller's buffer changes, then goes */
+    free(pad);
+    cg_tensor *sq = cg_mul(h, h);
+    cg_tensor *loss = cg_mean_all(sq);
+    ck_assert_msg(cg_backward(loss, NULL, false), "%s", cg_last_error());
+    cg_param_list le = {0}, ld = {0};
+    ck_assert(cg_module_params(CG_MODULE(enc), &le) && cg_module_params(CG_MODULE(dec), &ld));
+    const cg_tensor *gs[128];
+    int n = 0;
+    gs[n++] = cg_grad(src);
+    gs[n++] = cg_grad(tgt);
+    for (int i = 0; i < le.n; i++)
+        gs[n++] = cg_grad(le.items[i].tensor);
+    for (int i = 0; i < ld.n; i++)
+        gs[n++] = cg_grad(ld.items[i].tensor);
+    int64_t total = 0;
+    for (int i = 0; i < n; i++) {
+        ck_assert_msg(gs[i] != NULL, "gradient %d missing", i);
+        total += cg_numel(gs[i]);
+    }
+    float *v = malloc(sizeof *v * (size_t)total), *p = v;
+    for (int i = 0; i < n; i++) {
+        ck_assert(cg_copy_to(gs[i], p));
+        p += cg_numel(gs[i]);
+    }
+    *out = v;
+    *n_out = total;
+    cg_param_list_free(&le);
+    cg_param_list_free(&ld);
+    cg_scope_end(sc);
+    cg_module_free(CG_MODULE(enc));
+    cg_module_free(CG_MODULE(dec));
+    ck_assert_int_eq(cg_live_tensors(), live0);
+}
+
+START_TEST(test_stack_recompute_flag)
+{
+    float *a, *b;
+    int64_t na, nb;
+    seq2seq_grads(false, &a, &na);
+    seq2seq_grads(true, &b, &nb);
+    ck_assert_int_eq(na, nb);
+    int64_t first = -1;
+    for (int64_t i = 0; i < na && first < 0; i++)
+        if (memcmp(&a[i], &b[i], sizeof *a))
+            first = i;
+    ck_assert_msg(first < 0, "gradients differ from element %lld of %lld", (long long)first,
+                  (long long)na);
+    free(a);
+    free(b);
+}
+END_TEST
+
 /* ------------------------------------------- gradcheck, no-grad, errors */
 static cg_tensor *tanh_mul(void *ctx, cg_tensor *const *in)
 {
@@ -424,6 +504,7 @@ static Suite *checkpoint_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_recompute_bit_identical_with_dropout);
     tcase_add_test(tc, test_recompute_keeps_only_inputs);
+    tcase_add_test(tc, test_stack_recompute_flag);
     tcase_add_test(tc, test_checkpoint_gradcheck);
     tcase_add_test(tc, test_checkpoint_no_grad_and_errors);
     suite_add_tcase(s, tc);
