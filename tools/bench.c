@@ -3,7 +3,7 @@
  *
  *   build/tools/bench --model charlm|seq2seq --preset tiny|base --threads N
  *                      --steps S --warmup W [--seed K] [--T len] [--batch-size B]
- *                      [--precision fp32|bf16]
+ *                      [--precision fp32|bf16] [--recompute]
  *
  * A step is zero_grad + forward + loss + backward + AdamW step (lr 1e-3,
  * betas 0.9/0.98, eps 1e-9, weight decay 0.01, as the peer; no clipping),
@@ -69,7 +69,7 @@ static int usage(const char *msg)
     fprintf(stdout,
             "usage: bench [--model charlm|seq2seq] [--preset tiny|base] [--threads N>=1]\n"
             "             [--steps S>=1] [--warmup W>=0] [--seed K] [--T len] [--d width]\n"
-            "             [--batch-size B] [--precision fp32|bf16]\n"
+            "             [--batch-size B] [--precision fp32|bf16] [--recompute]\n"
             "Times S training steps (zero grad, forward, loss, backward, AdamW) after W\n"
             "untimed ones on random data; prints one JSON line (see torch_peer.py).\n");
     return 0;
@@ -196,10 +196,15 @@ int main(int argc, char **argv)
     const char *model_name = "charlm", *preset_name = "tiny";
     long threads = 0, steps = 20, warmup = 5, seed = 0, Tover = 0, d_over = 0, b_over = 0;
     cg_precision precision = CG_PRECISION_FP32;
+    bool recompute = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h"))
             return usage(NULL);
+        if (!strcmp(a, "--recompute")) { /* the trainers' --recompute (a switch) */
+            recompute = true;
+            continue;
+        }
         if (i + 1 >= argc) {
             char m[128];
             snprintf(m, sizeof m, "%s needs a value", a);
@@ -281,6 +286,7 @@ int main(int argc, char **argv)
         c.max_len = T, c.norm = CG_NORM_LAYERNORM, c.act = CG_ACT_GELU, c.norm_first = true;
         c.dropout = 0.0f;
         lm = cg_charlm_new(&c, (uint64_t)seed);
+        cg_charlm_set_recompute(lm, recompute);
         model = CG_MODULE(lm);
     } else {
         cg_seq2seq_config c = cg_seq2seq_config_default();
@@ -289,6 +295,7 @@ int main(int argc, char **argv)
         c.norm = CG_NORM_LAYERNORM, c.act = CG_ACT_RELU, c.norm_first = false;
         c.dropout = 0.0f, c.label_smoothing = 0.1f;
         s2s = cg_seq2seq_new(&c, (uint64_t)seed);
+        cg_seq2seq_set_recompute(s2s, recompute);
         model = CG_MODULE(s2s);
     }
     if (!model) {
@@ -391,7 +398,7 @@ int main(int argc, char **argv)
            "\"peak_rss_mb\": %s, \"mfu\": %s, \"flops_per_step\": %s, "
            "\"gemm_gflops\": %s, \"gemm_path\": %s, \"T\": %lld, \"B\": %lld, \"d\": %lld, "
            "\"cpu_ms_median\": %s, \"final_loss\": %s, \"rss_mb_step10\": %s, "
-           "\"rss_mb_last\": %s}\n",
+           "\"rss_mb_last\": %s, \"recompute\": %s}\n",
            CG_JSON_STR(model_name), CG_JSON_STR(preset_name),
            CG_JSON_STR(cg_precision_name(precision)), threads, (long long)tokens,
            CG_JSON_NUM("%.3f", med * 1e3),
@@ -400,7 +407,8 @@ int main(int argc, char **argv)
            CG_JSON_NUM("%.4g", flops_step), CG_JSON_NUM("%.1f", peak_gflops),
            CG_JSON_STR(cg_gemm_path_name(gemm_path)), (long long)T, (long long)p.B,
            (long long)p.d, CG_JSON_NUM("%.3f", cmed * 1e3), CG_JSON_NUM("%.9g", (double)last_loss),
-           CG_JSON_NUM("%.1f", rss10), CG_JSON_NUM("%.1f", rss_last));
+           CG_JSON_NUM("%.1f", rss10), CG_JSON_NUM("%.1f", rss_last),
+           recompute ? "true" : "false");
 
     for (int b = 0; b < NB; b++)
         free(src[b]), free(tin[b]), free(tout[b]);
