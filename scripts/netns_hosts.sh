@@ -10,7 +10,9 @@
 # Options:
 #   -n HOSTS       number of hosts, 2 to 4 (default 2)
 #   --rate R       netem rate on every host's link, e.g. 1gbit, 10gbit (default: none)
-#   --delay D      netem one-way delay on every host's egress, e.g. 1ms (default: none)
+#   --delay D      netem one-way delay on every host's egress, e.g. 1ms (default: none;
+#                  needs sch_netem: a kernel without it refuses --delay and
+#                  limits --rate with tbf instead)
 #   --timeout S    the whole command is killed after S seconds (default 600)
 #
 # Layout: namespace cgns_sw holds a bridge; hosts cgns_h0..cgns_h3 each hold
@@ -78,8 +80,16 @@ setup() {
             [ -n "$RATE" ] && set -- "$@" rate "$RATE"
             [ -n "$DELAY" ] && set -- "$@" delay "$DELAY"
             # A queue deep enough for a rate-limited link (netem's default
-            # of 1000 packets drops bursts at 10 Gbit/s).
-            ip netns exec "$ns" tc qdisc add dev cgeth0 root netem "$@" limit 100000
+            # of 1000 packets drops bursts at 10 Gbit/s). Kernels without
+            # sch_netem: the rate alone with a token bucket (tbf).
+            if ! ip netns exec "$ns" tc qdisc add dev cgeth0 root netem "$@" limit 100000 \
+                2>"$WORK/tc.err"; then
+                [ -z "$DELAY" ] && [ -n "$RATE" ] ||
+                    die "tc netem failed ($(cat "$WORK/tc.err")): --delay needs sch_netem"
+                ip netns exec "$ns" tc qdisc add dev cgeth0 root tbf rate "$RATE" burst 4mb \
+                    latency 200ms || die "tc tbf rate $RATE failed"
+                [ $i = 0 ] && echo "netns_hosts: no netem in this kernel: --rate $RATE by tbf" >&2
+            fi
         fi
         echo "${PREFIX}-h$i slots=${CG_NETNS_SLOTS:-1}" >>"$WORK/hostfile"
         i=$((i + 1))
