@@ -6,6 +6,7 @@
 #define CG_CGRAD_H
 
 #include "autograd/autograd.h"
+#include "autograd/checkpoint.h"
 #include "autograd/gradcheck.h"
 #include "autograd/ops.h"
 #include "core/error.h"

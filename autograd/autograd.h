@@ -34,7 +34,8 @@ extern "C" {
  *   max_inputs  inputs recorded (0: any number, e.g. concat); recording
  *               with more is an error
  *   reads       the inputs whose VALUES the backward reads, as a bit mask
- *               (CG_IN(i)); an input used only for its shape is not read.
+ *               (CG_IN(i)), or CG_IN_ALL; an input used only for its shape
+ *               is not read.
  *               Their version counters are checked by cg_backward, so a
  *               tensor the backward does not read (x in x + 1) may change
  *               in place after the forward without complaint.
@@ -44,6 +45,7 @@ extern "C" {
  * its forward and backward side by side in ops*.c, its declaration in
  * ops.h, and a gradcheck test. */
 #define CG_IN(i) (1u << (i))
+#define CG_IN_ALL 0x7fffffffu /* every input, however many */
 #define CG_OP_TABLE(X)                                                        \
     X(ADD, "add", 2, 0, 0)                                                    \
     X(SUB, "sub", 2, 0, 0)                                                    \
@@ -99,9 +101,10 @@ extern "C" {
     X(ADD_LAYER_NORM, "add_layer_norm", 4, CG_IN(0) | CG_IN(1) | CG_IN(2), 0) \
     X(ADD_RMS_NORM, "add_rms_norm", 3, CG_IN(0) | CG_IN(1) | CG_IN(2), 0)     \
     X(LINEAR_RELU, "linear_relu", 3, 0, 1) /* + saved output */               \
-    X(CUSTOM, "custom", 0, 0, 0)        /* cg_record_op: see below */        \
+    X(CUSTOM, "custom", 0, CG_IN_ALL, 0) /* cg_record_op: see below */       \
     X(CLONE, "clone", 1, 0, 0)                                                \
-    X(GELU_ERF, "gelu_erf", 1, CG_IN(0), 0)
+    X(GELU_ERF, "gelu_erf", 1, CG_IN(0), 0)                                   \
+    X(CHECKPOINT, "checkpoint", 0, CG_IN_ALL, 0) /* autograd/checkpoint.h */
 
 typedef enum {
 #define CG_OP_ENUM_(e, name, nin, reads, cross) CG_OP_##e,
@@ -240,6 +243,24 @@ int64_t cg_graph_size(const cg_tensor *t);
  * tests/test_gradcheck.c plants errors with it. NULL removes it. */
 typedef void (*cg_backward_hook_fn)(void *ctx, cg_node *n, cg_tensor **gin);
 void cg_set_backward_hook(cg_backward_hook_fn fn, void *ctx);
+
+/* Gradient-ready hooks (PyTorch's post-accumulate-grad hook): fn(ctx, t)
+ * is called during cg_backward as soon as leaf t's .grad is final for this
+ * backward, i.e. every node of the graph that passes t a gradient has run
+ * (t->grad may be read, and updated in place, from fn; fn must not run a
+ * backward itself). Leaves in graphs of recomputed blocks
+ * (autograd/checkpoint.h) count as used by the block: their hook runs
+ * after the block's recomputed backward. Called at most once per leaf per
+ * backward, and only when t has a gradient (NULL: none reached it). A
+ * leaf has at most one hook (adding again replaces it); hooks are per
+ * thread (set them on the thread that runs backward) and hold no
+ * reference: remove t's hook before t is freed. With no hooks set,
+ * backward costs nothing more. False + error on a NULL t or fn, or out of
+ * memory. */
+typedef void (*cg_grad_ready_fn)(void *ctx, cg_tensor *t);
+bool cg_grad_ready_hook_add(cg_tensor *t, cg_grad_ready_fn fn, void *ctx);
+/* Remove t's hook (no-op when it has none). */
+void cg_grad_ready_hook_remove(const cg_tensor *t);
 
 #ifdef __cplusplus
 }

@@ -195,7 +195,7 @@ static cg_record_status record(cg_tensor *out, cg_op op, const char *name, int n
     /* Which inputs the backward reads (op table); a product reads each
      * input only for the other's gradient. A user-defined op: all of them
      * until it says otherwise (cg_node_set_reads). */
-    if (op == CG_OP_CUSTOM) {
+    if ((op_reads[op] & ~OP_CROSS) == CG_IN_ALL) {
         n->reads = ~(uint64_t)0;
     } else {
         n->reads = op_reads[op] & ~OP_CROSS;
@@ -336,6 +336,114 @@ static bool vec_push(node_vec *s, cg_node *n)
     }
     s->v[s->n++] = n;
     return true;
+}
+
+/* ------------------------------------------------- gradient-ready hooks */
+/* The hooked leaves, sorted by address (bsearch). pending counts, during
+ * one backward, the nodes still to run that pass the leaf a gradient. */
+typedef struct {
+    const cg_tensor *t;
+    cg_grad_ready_fn fn;
+    void *ctx;
+    int64_t pending;
+} ready_hook;
+static _Thread_local ready_hook *g_ready;
+static _Thread_local size_t g_nready, g_capready;
+static _Thread_local int g_bw_depth; /* nested backwards (checkpoint.c) fire no hooks */
+
+static size_t ready_pos(const cg_tensor *t) /* first index with address >= t */
+{
+    size_t lo = 0, hi = g_nready;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if ((uintptr_t)g_ready[mid].t < (uintptr_t)t)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static ready_hook *ready_find(const cg_tensor *t)
+{
+    size_t i = ready_pos(t);
+    return i < g_nready && g_ready[i].t == t ? &g_ready[i] : NULL;
+}
+
+bool cg_grad_ready_hook_add(cg_tensor *t, cg_grad_ready_fn fn, void *ctx)
+{
+    if (!t || !fn) {
+        cg_set_error("grad_ready_hook_add: needs a tensor and a function");
+        return false;
+    }
+    size_t i = ready_pos(t);
+    if (i < g_nready && g_ready[i].t == t) {
+        g_ready[i].fn = fn;
+        g_ready[i].ctx = ctx;
+        return true;
+    }
+    if (g_nready == g_capready) {
+        size_t cap = g_capready ? 2 * g_capready : 64;
+        ready_hook *p = realloc(g_ready, cap * sizeof *p);
+        if (!p) {
+            cg_set_error("grad_ready_hook_add: out of memory");
+            return false;
+        }
+        g_ready = p;
+        g_capready = cap;
+    }
+    memmove(g_ready + i + 1, g_ready + i, (g_nready - i) * sizeof *g_ready);
+    g_ready[i] = (ready_hook){t, fn, ctx, 0};
+    g_nready++;
+    return true;
+}
+
+void cg_grad_ready_hook_remove(const cg_tensor *t)
+{
+    size_t i = ready_pos(t);
+    if (!t || i >= g_nready || g_ready[i].t != t)
+        return;
+    memmove(g_ready + i, g_ready + i + 1, (g_nready - i - 1) * sizeof *g_ready);
+    if (--g_nready == 0) {
+        free(g_ready);
+        g_ready = NULL;
+        g_capready = 0;
+    }
+}
+
+static bool is_leaf_input(const cg_tensor *in)
+{
+    return in && in->requires_grad && !(in->node && !in->node->freed);
+}
+
+/* Before the walk: how many nodes of order pass each hooked leaf a
+ * gradient (only the outermost backward fires hooks). */
+static bool ready_count(const node_vec *order)
+{
+    if (!g_nready || g_bw_depth != 1)
+        return false;
+    for (size_t i = 0; i < g_nready; i++)
+        g_ready[i].pending = 0;
+    for (size_t k = 0; k < order->n; k++) {
+        cg_node *n = order->v[k];
+        for (int i = 0; i < n->n_inputs; i++) {
+            ready_hook *h = is_leaf_input(n->inputs[i]) ? ready_find(n->inputs[i]) : NULL;
+            if (h)
+                h->pending++;
+        }
+    }
+    return true;
+}
+
+/* Node n has run (or got no gradient): its leaves may be final now. */
+static void ready_node_done(const cg_node *n)
+{
+    for (int i = 0; i < n->n_inputs; i++) {
+        cg_tensor *in = n->inputs[i];
+        ready_hook *h = is_leaf_input(in) ? ready_find(in) : NULL;
+        if (h && --h->pending == 0 && in->grad)
+            h->fn(h->ctx, in);
+    }
 }
 
 /* Post-order DFS with an explicit stack: order->v ends with root's node.
@@ -512,7 +620,17 @@ static bool versions_unchanged(const node_vec *order)
     return true;
 }
 
+static bool backward_impl(cg_tensor *root, const cg_tensor *grad_root, bool retain_graph);
+
 bool cg_backward(cg_tensor *root, const cg_tensor *grad_root, bool retain_graph)
+{
+    g_bw_depth++;
+    bool ok = backward_impl(root, grad_root, retain_graph);
+    g_bw_depth--;
+    return ok;
+}
+
+static bool backward_impl(cg_tensor *root, const cg_tensor *grad_root, bool retain_graph)
 {
     if (!root)
         return false;
@@ -542,7 +660,11 @@ bool cg_backward(cg_tensor *root, const cg_tensor *grad_root, bool retain_graph)
     if (!g0)
         return false;
     if (!root->node) { /* a leaf */
-        return accumulate(&root->grad, g0, true);
+        bool ok = accumulate(&root->grad, g0, true);
+        ready_hook *h = ok && g_bw_depth == 1 ? ready_find(root) : NULL;
+        if (h)
+            h->fn(h->ctx, root);
+        return ok;
     }
     if (root->node->freed) {
         cg_release(g0);
@@ -563,11 +685,15 @@ bool cg_backward(cg_tensor *root, const cg_tensor *grad_root, bool retain_graph)
         return false;
     }
     bool ok = accumulate(&root->node->grad, g0, false);
+    bool hooks = ready_count(&order);
     /* order has inputs before users: walk it backwards. */
     for (size_t k = order.n; ok && k-- > 0;) {
         cg_node *n = order.v[k];
-        if (!n->grad)
-            continue; /* no gradient reached this node */
+        if (!n->grad) { /* no gradient reached this node */
+            if (hooks)
+                ready_node_done(n);
+            continue;
+        }
         cg_tensor *gin[16] = {0};
         cg_tensor **gv = n->n_inputs <= 16 ? gin : calloc((size_t)n->n_inputs, sizeof *gv);
         if (!gv) {
@@ -611,6 +737,8 @@ bool cg_backward(cg_tensor *root, const cg_tensor *grad_root, bool retain_graph)
             free(gv);
         cg_release(n->grad);
         n->grad = NULL;
+        if (hooks && ok)
+            ready_node_done(n);
     }
     /* Drop leftover gradients (after a failure) and, unless asked to keep it,
      * the graph itself. */

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "autograd/checkpoint.h"
 #include "autograd/ops.h"
 
 bool cg_tf_config_check(const cg_tf_config *c)
@@ -117,6 +118,114 @@ static cg_module *layer_alloc(size_t size, const char *type, const cg_tf_config 
         (l)->rng = (cfgp)->dropout_rng ? (cfgp)->dropout_rng : &(l)->own_rng;                  \
     } while (0)
 
+/* ------------------------------------------------ recomputation (flag) */
+/* A layer with recompute set runs under cg_checkpoint: its ctx owns copies
+ * of the masks (the caller's may be gone when backward recomputes). */
+typedef enum { RC_ENC, RC_DEC, RC_LM } rc_kind;
+typedef struct {
+    rc_kind kind;
+    cg_module *layer;
+    bool has[2];
+    cg_attn_mask m[2];
+    uint8_t *pad[2];
+} rc_ctx;
+
+static void rc_ctx_free(void *p)
+{
+    rc_ctx *c = p;
+    for (int i = 0; i < 2; i++) {
+        cg_release(c->m[i].mask);
+        free(c->pad[i]);
+    }
+    free(c);
+}
+
+static bool rc_mask(rc_ctx *c, int i, const cg_attn_mask *m, int64_t pad_bytes)
+{
+    if (!m)
+        return true;
+    c->has[i] = true;
+    c->m[i] = *m;
+    c->m[i].mask = cg_retain(m->mask);
+    if (m->key_pad) {
+        c->pad[i] = malloc((size_t)pad_bytes);
+        if (!c->pad[i])
+            return false;
+        memcpy(c->pad[i], m->key_pad, (size_t)pad_bytes);
+        c->m[i].key_pad = c->pad[i];
+    }
+    return true;
+}
+
+/* The layer's own forward with its flag off for the call. */
+static cg_tensor *rc_run(void *ctx, cg_tensor *const *in)
+{
+    rc_ctx *c = ctx;
+    const cg_attn_mask *m0 = c->has[0] ? &c->m[0] : NULL, *m1 = c->has[1] ? &c->m[1] : NULL;
+    cg_tensor *y = NULL;
+    switch (c->kind) {
+    case RC_ENC: {
+        cg_enc_layer *l = (cg_enc_layer *)c->layer;
+        l->recompute = false;
+        y = cg_enc_layer_forward(l, in[0], m0);
+        l->recompute = true;
+        break;
+    }
+    case RC_DEC: {
+        cg_dec_layer *l = (cg_dec_layer *)c->layer;
+        l->recompute = false;
+        y = cg_dec_layer_forward(l, in[0], in[1], m0, m1);
+        l->recompute = true;
+        break;
+    }
+    case RC_LM: {
+        cg_lm_block *l = (cg_lm_block *)c->layer;
+        l->recompute = false;
+        y = cg_lm_block_forward(l, in[0], m0);
+        l->recompute = true;
+        break;
+    }
+    }
+    return y;
+}
+
+/* x [B,T,d], memory [B,S,d] or NULL; m0 self-attention (key_pad B*T bytes),
+ * m1 cross-attention (B*S). */
+static cg_tensor *rc_forward(rc_kind kind, cg_module *layer, cg_rng *rng, cg_tensor *x,
+                             cg_tensor *memory, const cg_attn_mask *m0, const cg_attn_mask *m1)
+{
+    rc_ctx *c = calloc(1, sizeof *c);
+    cg_param_list pl = {0};
+    cg_tensor **ps = NULL;
+    bool ok = c && rc_mask(c, 0, m0, x->shape[0] * x->shape[1]) &&
+              rc_mask(c, 1, m1, memory ? memory->shape[0] * memory->shape[1] : 0) &&
+              cg_module_params(layer, &pl);
+    if (ok && pl.n) {
+        ps = malloc(sizeof *ps * (size_t)pl.n);
+        ok = ps != NULL;
+        for (int i = 0; ok && i < pl.n; i++)
+            ps[i] = pl.items[i].tensor;
+    }
+    if (!ok) {
+        if (c)
+            rc_ctx_free(c);
+        cg_param_list_free(&pl);
+        free(ps);
+        cg_set_error("%s: out of memory setting up recomputation", layer->type);
+        return NULL;
+    }
+    c->kind = kind;
+    c->layer = layer;
+    cg_tensor *ins[2] = {x, memory};
+    cg_checkpoint_block blk = {.fn = rc_run, .ctx = c, .ctx_free = rc_ctx_free,
+                               .n_inputs = memory ? 2 : 1, .inputs = ins, .n_params = pl.n,
+                               .params = ps, .n_rngs = 1, .rngs = &rng};
+    cg_tensor *y = cg_checkpoint(&blk);
+    cg_param_list_free(&pl);
+    free(ps);
+    return y;
+}
+
 /* -------------------------------------------------------------- encoder */
 cg_enc_layer *cg_enc_layer_new(const cg_tf_config *cfg, cg_rng *init_rng)
 {
@@ -142,6 +251,8 @@ cg_tensor *cg_enc_layer_forward(cg_enc_layer *l, cg_tensor *x, const cg_attn_mas
 {
     if (!l || !x || !check_input("TransformerEncoderLayer", &l->cfg, x))
         return NULL;
+    if (l->recompute && cg_grad_enabled())
+        return rc_forward(RC_ENC, &l->base, l->rng, x, NULL, mask, NULL);
     sublayer sa = {.kind = SUB_SELF_ATTN, .attn = l->self_attn, .mask = mask};
     sublayer ff = {.kind = SUB_FF, .ff = l->ff};
     cg_tensor *h = residual(&l->base, &l->cfg, l->rng, l->ln1, &sa, x);
@@ -179,6 +290,8 @@ cg_tensor *cg_dec_layer_forward(cg_dec_layer *l, cg_tensor *x, cg_tensor *memory
     if (!l || !x || !memory || !check_input("TransformerDecoderLayer", &l->cfg, x) ||
         !check_input("TransformerDecoderLayer memory", &l->cfg, memory))
         return NULL;
+    if (l->recompute && cg_grad_enabled())
+        return rc_forward(RC_DEC, &l->base, l->rng, x, memory, self_mask, cross_mask);
     sublayer sa = {.kind = SUB_SELF_ATTN, .attn = l->self_attn, .mask = self_mask};
     sublayer ca = {.kind = SUB_CROSS_ATTN, .attn = l->cross_attn, .memory = memory,
                    .mask = cross_mask};
@@ -216,6 +329,8 @@ cg_tensor *cg_lm_block_forward(cg_lm_block *b, cg_tensor *x, const cg_attn_mask 
 {
     if (!b || !x || !check_input("LMBlock", &b->cfg, x))
         return NULL;
+    if (b->recompute && cg_grad_enabled())
+        return rc_forward(RC_LM, &b->base, b->rng, x, NULL, mask, NULL);
     sublayer sa = {.kind = SUB_SELF_ATTN, .attn = b->attn, .mask = mask};
     sublayer ff = {.kind = SUB_FF, .ff = b->ff};
     cg_tensor *h = residual(&b->base, &b->cfg, b->rng, b->ln1, &sa, x);
@@ -339,6 +454,18 @@ cg_tensor *cg_enc_stack_forward(cg_enc_stack *s, cg_tensor *x, const cg_attn_mas
         h = n;
     }
     return final_norm(s->ln_f, h);
+}
+
+void cg_enc_stack_set_recompute(cg_enc_stack *s, bool on)
+{
+    for (int i = 0; s && i < s->n_layers; i++)
+        s->layers[i]->recompute = on;
+}
+
+void cg_dec_stack_set_recompute(cg_dec_stack *s, bool on)
+{
+    for (int i = 0; s && i < s->n_layers; i++)
+        s->layers[i]->recompute = on;
 }
 
 cg_tensor *cg_dec_stack_forward(cg_dec_stack *s, cg_tensor *x, cg_tensor *memory,

@@ -45,6 +45,7 @@ typedef struct {
     cg_norm *ln1;
     cg_ff *ff;
     cg_norm *ln2;
+    bool recompute;       /* see "Recomputation" below */
 } cg_enc_layer;
 
 typedef struct {
@@ -57,6 +58,7 @@ typedef struct {
     cg_norm *ln2;
     cg_ff *ff;
     cg_norm *ln3;
+    bool recompute;
 } cg_dec_layer;
 
 /* Decoder-only block (models.py CharLMBlock): self-attention + FF. */
@@ -68,7 +70,17 @@ typedef struct {
     cg_mha *attn;
     cg_norm *ln2;
     cg_ff *ff;
+    bool recompute;
 } cg_lm_block;
+
+/* Recomputation: a layer whose recompute field is true (false when made)
+ * runs its forward under cg_checkpoint (autograd/checkpoint.h) while grad
+ * mode is on: it keeps only its inputs (and the masks, copied) for backward,
+ * which runs the layer again from the same dropout generator state.
+ * Gradients are bit-identical to recompute off; memory per layer drops
+ * from every activation to its input, for one more forward per layer in
+ * backward. Set it per layer, or for a stack's layers with
+ * cg_enc_stack_set_recompute / cg_dec_stack_set_recompute. */
 
 /* init_rng draws the initial weights (NULL: a generator seeded with 0). */
 cg_enc_layer *cg_enc_layer_new(const cg_tf_config *cfg, cg_rng *init_rng);
@@ -110,6 +122,9 @@ typedef struct {
 cg_enc_stack *cg_enc_stack_new(int n_layers, const cg_tf_config *cfg, cg_rng *init_rng);
 cg_dec_stack *cg_dec_stack_new(int n_layers, const cg_tf_config *cfg, cg_rng *init_rng);
 cg_tensor *cg_enc_stack_forward(cg_enc_stack *s, cg_tensor *x, const cg_attn_mask *mask);
+/* Set recompute on every layer of the stack (no-op on NULL). */
+void cg_enc_stack_set_recompute(cg_enc_stack *s, bool on);
+void cg_dec_stack_set_recompute(cg_dec_stack *s, bool on);
 cg_tensor *cg_dec_stack_forward(cg_dec_stack *s, cg_tensor *x, cg_tensor *memory,
                                 const cg_attn_mask *self_mask, const cg_attn_mask *cross_mask);
 

@@ -1,6 +1,7 @@
 /* Data-parallel equivalence (models/train/dist.h).
  *
- * Run as `mpirun -np 2 test_dist` (meson does when MPI was found) or as one
+ * Run as `mpirun -np 2 test_dist` (meson does when MPI was found; also on 2
+ * and 4 network-namespace hosts: tests/test_dist_netns.sh) or as one
  * plain process. For each zoo model (tiny config, dropout 0, AdamW):
  *   - every rank builds the model from a different seed, then rank 0's
  *     parameters are broadcast: all ranks must then hold rank 0's values;
@@ -30,7 +31,7 @@
 #include "testutil.h"
 
 #define STEPS 20
-#define B_GLOBAL 4
+#define B_GLOBAL 8 /* divisible by 2 x 4 ranks (grad-accum on 4 hosts) */
 #define TOL 1e-5
 
 /* ---------------------------------------------------------- helpers */
@@ -293,38 +294,61 @@ static double accum_lr(void *self, int64_t step)
     return 3e-3;
 }
 
-START_TEST(test_grad_accum_equivalence)
+/* STEPS stepper steps of 2 micro-batches. mode 0: the stepper's default;
+ * 1: reduction during backward (tiny buckets) and every layer recomputed;
+ * 2: blocking reduction after backward. */
+static void accum_run(cg_seq2seq_config *c, int mode, cg_seq2seq **out)
 {
-    int size = cg_dist_size();
-    ck_assert_int_eq((B_GLOBAL / 2) % size, 0);
-    cg_seq2seq_config c = s2s_config();
-    accum_ctx a = {.m = cg_seq2seq_new(&c, cg_dist_rank_seed(11))};
+    bool overlap = mode == 1;
+    accum_ctx a = {.m = cg_seq2seq_new(c, cg_dist_rank_seed(11))};
     ck_assert_ptr_nonnull(a.m);
     ck_assert_msg(cg_dist_broadcast_module(CG_MODULE(a.m)), "%s", cg_last_error());
+    cg_seq2seq_set_recompute(a.m, overlap);
+    if (mode) {
+        setenv("CG_DIST_OVERLAP", overlap ? "1" : "0", 1);
+        setenv("CG_DIST_BUCKET_MB", "0.004", 1);
+    }
     cg_trainer_model tm = {.module = CG_MODULE(a.m), .dropout_rng = &a.m->dropout_rng,
                            .optim = cg_adamw_config(3e-3, 0.9, 0.999, 1e-8),
                            .weight_decay_2d = 0.01, .self = &a, .batch = accum_batch,
                            .loss = accum_loss, .lr = accum_lr};
     cg_stepper st;
     ck_assert_msg(cg_stepper_init(&st, &tm, 2), "%s", cg_last_error());
+    if (cg_dist_size() > 1 && mode) {
+        ck_assert((st.reducer != NULL) == overlap);
+        if (overlap)
+            ck_assert_int_gt(cg_dist_reducer_buckets(st.reducer), 4);
+    }
     for (int s = 1; s <= STEPS; s++) {
         double loss, tokens;
         ck_assert_msg(cg_stepper_step(&st, s, &loss, &tokens) == CG_STEP_OK, "%s",
                       cg_last_error());
     }
     cg_stepper_free(&st);
+    unsetenv("CG_DIST_OVERLAP");
+    unsetenv("CG_DIST_BUCKET_MB");
     assert_same_on_all_ranks(CG_MODULE(a.m));
+    *out = a.m;
+}
+
+START_TEST(test_grad_accum_equivalence)
+{
+    int size = cg_dist_size();
+    ck_assert_int_eq((B_GLOBAL / 2) % size, 0);
+    cg_seq2seq_config c = s2s_config();
+    cg_seq2seq *m;
+    accum_run(&c, 0, &m);
     if (cg_dist_rank() == 0) {
         cg_seq2seq *ref = cg_seq2seq_new(&c, 11);
         s2s_train(ref, 0, B_GLOBAL, false);
         char worst[128] = "";
-        double rel = cg_test_max_rel_diff(CG_MODULE(a.m), CG_MODULE(ref), worst, sizeof worst);
+        double rel = cg_test_max_rel_diff(CG_MODULE(m), CG_MODULE(ref), worst, sizeof worst);
         fprintf(stderr, "seq2seq: %d ranks x 2 micro-batches vs 1 rank after %d steps: max rel "
                 "diff %.3g (%s)\n", size, STEPS, rel, worst);
         ck_assert_msg(rel <= TOL, "grad-accum: parameters differ by %g (%s)", rel, worst);
         cg_seq2seq_free(ref);
     }
-    cg_seq2seq_free(a.m);
+    cg_seq2seq_free(m);
 }
 END_TEST
 
@@ -364,6 +388,36 @@ START_TEST(test_api)
 }
 END_TEST
 
+/* Gradients averaged during backward (cg_dist_reducer, the stepper's
+ * default with more than one rank), with tiny buckets (many of them, so
+ * their order matters) and every layer recomputed in backward
+ * (--recompute), against the blocking average after backward
+ * (CG_DIST_OVERLAP=0) without recomputation: bit-identical with 2 ranks,
+ * within TOL with more (MPI's non-blocking reduction may add in another
+ * order). The seq2seq ranks have different token counts: weighted. */
+START_TEST(test_overlap_recompute_equivalence)
+{
+    int size = cg_dist_size();
+    ck_assert_int_eq((B_GLOBAL / 2) % size, 0);
+    cg_seq2seq_config c = s2s_config();
+    cg_seq2seq *ov, *plain;
+    accum_run(&c, 1, &ov);
+    accum_run(&c, 2, &plain);
+    char worst[128] = "";
+    double rel = cg_test_max_rel_diff(CG_MODULE(ov), CG_MODULE(plain), worst, sizeof worst);
+    if (cg_dist_rank() == 0)
+        fprintf(stderr, "seq2seq: %d ranks, overlapped + recomputed vs blocking after %d steps: "
+                "max rel diff %.3g (%s)\n", size, STEPS, rel, worst);
+    if (size <= 2)
+        ck_assert_msg(rel == 0, "overlapped + recomputed differ from blocking by %g (%s)", rel,
+                      worst);
+    else
+        ck_assert_msg(rel <= TOL, "overlapped + recomputed differ by %g (%s)", rel, worst);
+    cg_seq2seq_free(ov);
+    cg_seq2seq_free(plain);
+}
+END_TEST
+
 static Suite *dist_suite(void)
 {
     Suite *s = suite_create("dist");
@@ -375,6 +429,7 @@ static Suite *dist_suite(void)
     tcase_add_test(tc, test_charlm_equivalence);
     tcase_add_test(tc, test_seq2seq_equivalence);
     tcase_add_test(tc, test_grad_accum_equivalence);
+    tcase_add_test(tc, test_overlap_recompute_equivalence);
     suite_add_tcase(s, tc);
     return s;
 }

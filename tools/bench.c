@@ -3,7 +3,7 @@
  *
  *   build/tools/bench --model charlm|seq2seq --preset tiny|base --threads N
  *                      --steps S --warmup W [--seed K] [--T len] [--batch-size B]
- *                      [--precision fp32|bf16]
+ *                      [--precision fp32|bf16] [--recompute]
  *
  * A step is zero_grad + forward + loss + backward + AdamW step (lr 1e-3,
  * betas 0.9/0.98, eps 1e-9, weight decay 0.01, as the peer; no clipping),
@@ -51,6 +51,7 @@
 #include "models/util/config_json.h"
 #include "models/seq2seq/seq2seq.h"
 #include "models/seq2seq/seq2seq_presets.h"
+#include "models/train/dist.h"
 #include "models/train/train_common.h"
 #include "models/train/trainer.h"
 #include "optim/optim.h"
@@ -71,7 +72,7 @@ static int usage(const char *msg)
     fprintf(stdout,
             "usage: bench [--model charlm|seq2seq] [--preset tiny|base] [--threads N>=1]\n"
             "             [--steps S>=1] [--warmup W>=0] [--seed K] [--T len] [--d width]\n"
-            "             [--batch-size B] [--precision fp32|bf16]\n"
+            "             [--batch-size B] [--precision fp32|bf16] [--recompute]\n"
             "Times S training steps (zero grad, forward, loss, backward, AdamW) after W\n"
             "untimed ones on random data; prints one JSON line (see torch_peer.py).\n");
     return 0;
@@ -195,10 +196,22 @@ int main(int argc, char **argv)
     const char *model_name = "charlm", *preset_name = "tiny";
     long threads = 0, steps = 20, warmup = 5, seed = 0, Tover = 0, d_over = 0, b_over = 0;
     cg_precision precision = CG_PRECISION_FP32;
+    bool recompute = false;
+    /* Under mpirun: every rank takes the same steps on its own B rows (data
+     * parallel; the gradients are averaged by the trainer's step) and rank 0
+     * prints, with the ranks and the communication backward did not hide. */
+    if (!cg_dist_init(&argc, &argv) || !cg_dist_quiet_nonroot()) {
+        fprintf(stderr, "bench: %s\n", cg_last_error());
+        return 1;
+    }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h"))
             return usage(NULL);
+        if (!strcmp(a, "--recompute")) { /* the trainers' --recompute (a switch) */
+            recompute = true;
+            continue;
+        }
         if (i + 1 >= argc) {
             char m[128];
             snprintf(m, sizeof m, "%s needs a value", a);
@@ -280,6 +293,7 @@ int main(int argc, char **argv)
         c.max_len = T, c.norm = CG_NORM_LAYERNORM, c.act = CG_ACT_GELU, c.norm_first = true;
         c.dropout = 0.0f;
         lm = cg_charlm_new(&c, (uint64_t)seed);
+        cg_charlm_set_recompute(lm, recompute);
         model = CG_MODULE(lm);
     } else {
         cg_seq2seq_config c = cg_seq2seq_config_default();
@@ -288,6 +302,7 @@ int main(int argc, char **argv)
         c.norm = CG_NORM_LAYERNORM, c.act = CG_ACT_RELU, c.norm_first = false;
         c.dropout = 0.0f, c.label_smoothing = 0.1f;
         s2s = cg_seq2seq_new(&c, (uint64_t)seed);
+        cg_seq2seq_set_recompute(s2s, recompute);
         model = CG_MODULE(s2s);
     }
     if (!model) {
@@ -349,12 +364,17 @@ int main(int argc, char **argv)
 
     double *times = malloc((size_t)steps * sizeof(double));
     double *cpu = malloc((size_t)steps * sizeof(double)); /* process CPU time per step */
+    double *exposed = malloc((size_t)steps * sizeof(double)); /* communication not hidden */
+    if (!cg_dist_broadcast_module(model)) {
+        fprintf(stderr, "bench: %s\n", cg_last_error());
+        return 1;
+    }
     float last_loss = NAN;
     double rss10 = NAN, rss_last = NAN; /* RSS after the 10th step (warm-up included), the last */
     for (long i = 0; i < warmup + steps; i++) {
         int b = (int)(i % NB);
         bm.src = src[b], bm.tin = tin[b], bm.tout = tout[b];
-        double t0 = cg_now(), c0 = cg_cpu_now(), loss, ntok;
+        double t0 = cg_now(), c0 = cg_cpu_now(), comm0 = cg_dist_comm_seconds(), loss, ntok;
         cg_step_result r = cg_stepper_step(&st, i + 1, &loss, &ntok);
         last_loss = (float)loss;
         if (r != CG_STEP_OK) {
@@ -369,6 +389,8 @@ int main(int argc, char **argv)
         if (i >= warmup) {
             times[i - warmup] = dt;
             cpu[i - warmup] = cg_cpu_now() - c0;
+            exposed[i - warmup] = st.reducer ? cg_dist_reducer_exposed_seconds(st.reducer)
+                                             : cg_dist_comm_seconds() - comm0;
         }
     }
     if (!isfinite(last_loss)) {
@@ -377,6 +399,8 @@ int main(int argc, char **argv)
     }
     qsort(times, (size_t)steps, sizeof(double), cmp_double);
     qsort(cpu, (size_t)steps, sizeof(double), cmp_double);
+    qsort(exposed, (size_t)steps, sizeof(double), cmp_double);
+    double emed = steps % 2 ? exposed[steps / 2] : 0.5 * (exposed[steps / 2 - 1] + exposed[steps / 2]);
     double med = steps % 2 ? times[steps / 2] : 0.5 * (times[steps / 2 - 1] + times[steps / 2]);
     double cmed = steps % 2 ? cpu[steps / 2] : 0.5 * (cpu[steps / 2 - 1] + cpu[steps / 2]);
     struct rusage ru;
@@ -390,7 +414,8 @@ int main(int argc, char **argv)
            "\"peak_rss_mb\": %s, \"mfu\": %s, \"flops_per_step\": %s, "
            "\"gemm_gflops\": %s, \"gemm_path\": %s, \"T\": %lld, \"B\": %lld, \"d\": %lld, "
            "\"cpu_ms_median\": %s, \"final_loss\": %s, \"rss_mb_step10\": %s, "
-           "\"rss_mb_last\": %s}\n",
+           "\"rss_mb_last\": %s, \"recompute\": %s, \"ranks\": %d, \"overlap\": %s, "
+           "\"comm_exposed_ms_median\": %s}\n",
            CG_JSON_STR(model_name), CG_JSON_STR(preset_name),
            CG_JSON_STR(cg_precision_name(precision)), threads, (long long)tokens,
            CG_JSON_NUM("%.3f", med * 1e3),
@@ -399,13 +424,17 @@ int main(int argc, char **argv)
            CG_JSON_NUM("%.4g", flops_step), CG_JSON_NUM("%.1f", peak_gflops),
            CG_JSON_STR(cg_gemm_path_name(gemm_path)), (long long)T, (long long)p.B,
            (long long)p.d, CG_JSON_NUM("%.3f", cmed * 1e3), CG_JSON_NUM("%.9g", (double)last_loss),
-           CG_JSON_NUM("%.1f", rss10), CG_JSON_NUM("%.1f", rss_last));
+           CG_JSON_NUM("%.1f", rss10), CG_JSON_NUM("%.1f", rss_last),
+           recompute ? "true" : "false", cg_dist_size(), st.reducer ? "true" : "false",
+           CG_JSON_NUM("%.3f", emed * 1e3));
 
     for (int b = 0; b < NB; b++)
         free(src[b]), free(tin[b]), free(tout[b]);
     free(times);
     free(cpu);
+    free(exposed);
     cg_stepper_free(&st);
     cg_module_free(model);
+    cg_dist_finalize();
     return 0;
 }

@@ -156,6 +156,12 @@ void cg_charlm_free(cg_charlm *m)
     cg_module_free(CG_MODULE(m));
 }
 
+void cg_charlm_set_recompute(cg_charlm *m, bool on)
+{
+    for (int i = 0; m && i < m->cfg.layers; i++)
+        m->block[i]->recompute = on;
+}
+
 cg_tensor *cg_charlm_forward(cg_charlm *m, const int64_t *ids, int64_t B, int64_t T)
 {
     if (!m || !ids) {

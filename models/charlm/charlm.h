@@ -72,6 +72,10 @@ typedef struct {
  * on a bad config. */
 cg_charlm *cg_charlm_new(const cg_charlm_config *cfg, uint64_t seed);
 void cg_charlm_free(cg_charlm *m); /* NULL is a no-op */
+/* Recompute every block's activations in backward (nn/transformer.h
+ * "Recomputation"; --recompute): the same gradients, bit for bit, with
+ * only the blocks' inputs kept between forward and backward. */
+void cg_charlm_set_recompute(cg_charlm *m, bool on);
 
 /* ids: B*T token ids, row-major [B,T]. Returns logits [B,T,V] (new
  * reference). Errors: B or T < 1, T > max_len, an id outside [0, V). */

@@ -222,6 +222,7 @@ static int lm_train(lm_run *r, cg_trainer *t, cg_train_opts *o, const char *pres
     if (!cg_trainer_set_data(t, &id))
         return cg_prog_fail_lib(NULL);
     r->T = r->model->cfg.max_len;
+    cg_charlm_set_recompute(r->model, o->recompute);
     r->tr = cg_corpus_train(r->corpus);
     r->va = cg_corpus_val(r->corpus);
     if (r->corpus->unknown > 0)

@@ -159,6 +159,14 @@ void cg_seq2seq_free(cg_seq2seq *m)
     cg_module_free(CG_MODULE(m));
 }
 
+void cg_seq2seq_set_recompute(cg_seq2seq *m, bool on)
+{
+    if (m) {
+        cg_enc_stack_set_recompute(m->encoder, on);
+        cg_dec_stack_set_recompute(m->decoder, on);
+    }
+}
+
 /* Check a [B,L] batch of ids: sizes, length, vocabulary. */
 static bool check_ids(const cg_seq2seq *m, const char *op, const char *what,
                       const int64_t *ids, int64_t B, int64_t L)

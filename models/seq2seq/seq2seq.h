@@ -74,6 +74,9 @@ typedef struct {
  * with seed. Train mode on. NULL + error on a bad config. */
 cg_seq2seq *cg_seq2seq_new(const cg_seq2seq_config *cfg, uint64_t seed);
 void cg_seq2seq_free(cg_seq2seq *m); /* NULL is a no-op */
+/* Recompute every encoder and decoder layer's activations in backward
+ * (nn/transformer.h "Recomputation"; --recompute): the same gradients. */
+void cg_seq2seq_set_recompute(cg_seq2seq *m, bool on);
 
 /* The encoder's output for one batch, kept for any number of decode calls. */
 typedef struct {

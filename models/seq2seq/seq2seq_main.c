@@ -252,6 +252,7 @@ static void mt_setup(mt_run *r, cg_train_opts *o, cg_trainer *t)
             cg_prog_die_lib("model");
     }
     cg_seq2seq_ckpt_free(&ck);
+    cg_seq2seq_set_recompute(r->model, o->recompute);
     if (!cg_mt_data_order(&r->d, (uint32_t)o->seed, (int)o->grad_accum, o->resume != NULL,
                           t->start, o->resume))
         cg_prog_die_lib(NULL);

@@ -139,6 +139,38 @@ _Noreturn void cg_dist_abort(int code, const char *msg)
     exit(code);
 }
 
+struct cg_dist_reducer {
+    int n;
+};
+cg_dist_reducer *cg_dist_reducer_new(int n, cg_tensor *const *params, double bucket_mb)
+{
+    (void)params;
+    (void)bucket_mb;
+    cg_dist_reducer *r = calloc(1, sizeof *r);
+    if (!r)
+        cg_set_error("dist: out of memory");
+    else
+        r->n = n;
+    return r;
+}
+bool cg_dist_reducer_prepare(cg_dist_reducer *r, double weight)
+{
+    (void)weight;
+    return r != NULL;
+}
+bool cg_dist_reducer_finish(cg_dist_reducer *r) { return r != NULL; }
+double cg_dist_reducer_exposed_seconds(const cg_dist_reducer *r)
+{
+    (void)r;
+    return 0;
+}
+int cg_dist_reducer_buckets(const cg_dist_reducer *r)
+{
+    (void)r;
+    return 0;
+}
+void cg_dist_reducer_free(cg_dist_reducer *r) { free(r); }
+
 #else
 /* ------------------------------------------------------------ MPI */
 static bool g_own_mpi;      /* we called MPI_Init_thread (and so finalize) */
@@ -645,6 +677,301 @@ bool cg_dist_average_grads_tensors(int n, cg_tensor *const *params, double weigh
     free(len);
     g_comm_s += now_s() - t0;
     return ok;
+}
+
+/* ------------------------------------------ reduction during backward */
+/* PyTorch DDP's reducer (torch/csrc/distributed/c10d/reducer.cpp) in
+ * small: parameters in reverse order (the order backward finishes them)
+ * fill buckets of about bucket_mb; a bucket holds whole parameters and,
+ * after them, one float per parameter saying whether this rank had a
+ * gradient for it. A parameter's gradient-ready hook (autograd.h) packs it,
+ * scaled by `pre`, into its bucket; a bucket whose parameters are all
+ * packed starts its MPI_Iallreduce, buckets strictly in index order (the
+ * same order on every rank). Every hook also calls MPI_Testall, so the
+ * reductions progress while backward goes on. finish() packs what no hook
+ * packed (no gradient here: zeros), starts the rest, waits, and unpacks
+ * scaled by `post`: the arithmetic of cg_dist_average_grads_tensors (pre,
+ * post and the sums over ranks per element are the same). */
+typedef struct {
+    int first, count;  /* parameters r->order[first .. first+count) */
+    int64_t floats;    /* their elements + count flags */
+    float *buf;
+    int packed;
+    MPI_Request req;
+    bool started;
+} rd_bucket;
+
+struct cg_dist_reducer {
+    int n;
+    cg_tensor **params;  /* as given */
+    int *order;          /* parameter indices, reverse order */
+    int *bucket_of;      /* by parameter index */
+    int64_t *offset;     /* element offset of each parameter in its bucket */
+    bool *done;          /* packed this step */
+    int nb, next;        /* buckets; the next one to start */
+    rd_bucket *b;
+    bool armed;
+    float pre, post;
+    double exposed;      /* seconds in finish (waiting for what backward did not hide) */
+};
+
+static int rd_find(const cg_dist_reducer *r, const cg_tensor *t)
+{
+    for (int i = 0; i < r->n; i++)
+        if (r->params[i] == t)
+            return i;
+    return -1;
+}
+
+static void rd_start_ready(cg_dist_reducer *r)
+{
+    while (r->next < r->nb && r->b[r->next].packed == r->b[r->next].count) {
+        rd_bucket *b = &r->b[r->next++];
+        int rc = MPI_Iallreduce(MPI_IN_PLACE, b->buf, (int)b->floats, MPI_FLOAT, MPI_SUM,
+                                MPI_COMM_WORLD, &b->req);
+        b->started = rc == MPI_SUCCESS;
+        if (!b->started)
+            mpi_ok(rc, "MPI_Iallreduce");
+        g_comm_bytes += b->floats * (int64_t)sizeof(float);
+    }
+}
+
+static void rd_progress(cg_dist_reducer *r)
+{
+    MPI_Request reqs[64];
+    for (int lo = 0; lo < r->next; lo += 64) {
+        int k = 0;
+        for (int i = lo; i < r->next && k < 64; i++)
+            reqs[k++] = r->b[i].req;
+        int flag = 0;
+        MPI_Testall(k, reqs, &flag, MPI_STATUSES_IGNORE);
+        for (int i = lo, j = 0; j < k; i++, j++)
+            r->b[i].req = reqs[j];
+    }
+}
+
+static void rd_pack(cg_dist_reducer *r, int i)
+{
+    rd_bucket *b = &r->b[r->bucket_of[i]];
+    cg_tensor *p = r->params[i];
+    int64_t n = cg_numel(p);
+    float *dst = b->buf + r->offset[i];
+    int slot = 0;
+    while (r->order[b->first + slot] != i)
+        slot++;
+    const cg_tensor *g = p->grad;
+    if (g && cg_numel(g) == n && cg_is_contiguous(g)) {
+        seg_pack(dst, cg_data((cg_tensor *)g), n, r->pre);
+    } else if (g && cg_numel(g) == n) {
+        cg_copy_to(g, dst);
+        if (r->pre != 1.0f)
+            for (int64_t k = 0; k < n; k++)
+                dst[k] *= r->pre;
+    } else {
+        memset(dst, 0, (size_t)n * sizeof *dst);
+    }
+    b->buf[b->floats - b->count + slot] = g ? 1.0f : 0.0f;
+    r->done[i] = true;
+    b->packed++;
+}
+
+static void rd_hook(void *ctx, cg_tensor *t)
+{
+    cg_dist_reducer *r = ctx;
+    if (!r->armed)
+        return;
+    int i = rd_find(r, t);
+    if (i < 0 || r->done[i])
+        return;
+    rd_pack(r, i);
+    rd_start_ready(r);
+    rd_progress(r);
+}
+
+cg_dist_reducer *cg_dist_reducer_new(int n, cg_tensor *const *params, double bucket_mb)
+{
+    if (n < 0 || (n && !params) || !(bucket_mb > 0)) {
+        cg_set_error("dist: reducer: bad parameter list or bucket size %g MB", bucket_mb);
+        return NULL;
+    }
+    cg_dist_reducer *r = calloc(1, sizeof *r);
+    size_t m = (size_t)(n ? n : 1);
+    if (r) {
+        r->n = n;
+        r->params = calloc(m, sizeof *r->params);
+        r->order = malloc(m * sizeof *r->order);
+        r->bucket_of = malloc(m * sizeof *r->bucket_of);
+        r->offset = malloc(m * sizeof *r->offset);
+        r->done = calloc(m, sizeof *r->done);
+        r->b = calloc(m, sizeof *r->b);
+    }
+    if (!r || !r->params || !r->order || !r->bucket_of || !r->offset || !r->done || !r->b) {
+        cg_dist_reducer_free(r);
+        cg_set_error("dist: out of memory");
+        return NULL;
+    }
+    int64_t cap = (int64_t)(bucket_mb * 1024 * 1024 / sizeof(float));
+    for (int k = 0; k < n; k++) {
+        int i = n - 1 - k;
+        if (!params[i]) {
+            cg_dist_reducer_free(r);
+            cg_set_error("dist: reducer: parameter %d is NULL", i);
+            return NULL;
+        }
+        r->params[i] = params[i];
+        r->order[k] = i;
+        int64_t len = cg_numel(params[i]);
+        rd_bucket *b = r->nb ? &r->b[r->nb - 1] : NULL;
+        if (!b || (b->floats > 0 && b->floats + len > cap)) {
+            b = &r->b[r->nb++];
+            b->first = k;
+        }
+        r->bucket_of[i] = (int)(b - r->b);
+        r->offset[i] = b->floats;
+        b->floats += len;
+        b->count++;
+    }
+    for (int j = 0; j < r->nb; j++) {
+        r->b[j].floats += r->b[j].count; /* the has-gradient flags */
+        r->b[j].buf = cg_alloc((size_t)r->b[j].floats * sizeof(float));
+        r->b[j].req = MPI_REQUEST_NULL;
+        if (!r->b[j].buf) {
+            cg_dist_reducer_free(r);
+            cg_set_error("dist: out of memory for the gradient buckets");
+            return NULL;
+        }
+    }
+    for (int i = 0; i < n; i++)
+        if (!cg_grad_ready_hook_add(params[i], rd_hook, r)) {
+            cg_dist_reducer_free(r);
+            return NULL;
+        }
+    return r;
+}
+
+bool cg_dist_reducer_prepare(cg_dist_reducer *r, double weight)
+{
+    if (!r)
+        return false;
+    if (!(weight >= 0) || !isfinite(weight)) {
+        cg_set_error("dist: reducer: weight %g must be finite and >= 0", weight);
+        return false;
+    }
+    r->armed = false;
+    if (g_size == 1)
+        return true;
+    if (!check_inited("reducer"))
+        return false;
+    double mx[2] = {weight, -weight}, wsum = weight, t0 = now_s();
+    bool ok = COLLECTIVE("MPI_Allreduce", MPI_Allreduce(MPI_IN_PLACE, mx, 2, MPI_DOUBLE,
+                                                        MPI_MAX, MPI_COMM_WORLD)) &&
+              COLLECTIVE("MPI_Allreduce", MPI_Allreduce(MPI_IN_PLACE, &wsum, 1, MPI_DOUBLE,
+                                                        MPI_SUM, MPI_COMM_WORLD));
+    r->exposed = now_s() - t0;
+    g_comm_s += r->exposed;
+    if (ok && !(wsum > 0)) {
+        cg_set_error("dist: average_grads: the weights of all ranks sum to 0");
+        ok = false;
+    }
+    if (!ok)
+        return false;
+    bool equal = mx[0] == -mx[1];
+    r->pre = equal ? 1.0f : (float)weight;
+    r->post = equal ? (float)(1.0 / g_size) : (float)(1.0 / wsum);
+    memset(r->done, 0, (size_t)r->n * sizeof *r->done);
+    for (int j = 0; j < r->nb; j++) {
+        r->b[j].packed = 0;
+        r->b[j].started = false;
+        r->b[j].req = MPI_REQUEST_NULL;
+    }
+    r->next = 0;
+    r->armed = true;
+    return true;
+}
+
+bool cg_dist_reducer_finish(cg_dist_reducer *r)
+{
+    if (!r)
+        return false;
+    if (g_size == 1)
+        return true;
+    if (!r->armed) {
+        cg_set_error("dist: reducer: finish without prepare");
+        return false;
+    }
+    double t0 = now_s();
+    r->armed = false;
+    for (int k = 0; k < r->n; k++)
+        if (!r->done[r->order[k]])
+            rd_pack(r, r->order[k]);
+    rd_start_ready(r);
+    bool ok = true;
+    for (int j = 0; j < r->nb; j++)
+        ok &= r->b[j].started;
+    wd_begin("MPI_Waitall");
+    for (int j = 0; j < r->nb; j++) {
+        int rc = MPI_Wait(&r->b[j].req, MPI_STATUS_IGNORE);
+        if (ok && rc != MPI_SUCCESS)
+            ok = mpi_ok(rc, "MPI_Wait (gradient bucket)");
+    }
+    wd_end();
+    for (int j = 0; ok && j < r->nb; j++) {
+        rd_bucket *b = &r->b[j];
+        for (int s = 0; ok && s < b->count; s++) {
+            int i = r->order[b->first + s];
+            cg_tensor *p = r->params[i];
+            if (b->buf[b->floats - b->count + s] == 0)
+                continue; /* no gradient on any rank: stays NULL */
+            cg_tensor *g = p->grad;
+            if (!g) {
+                g = cg_hold(cg_zeros_like(p));
+            } else if (!cg_is_contiguous(g) || g->storage->refcount != 1 || g->refcount != 1 ||
+                       g->node) {
+                g = cg_hold(cg_k_clone(g));
+            } else {
+                g = NULL;
+            }
+            if (g) {
+                cg_unhold(p->grad);
+                cg_release(p->grad);
+                p->grad = g;
+            }
+            if (!p->grad) {
+                ok = false;
+                break;
+            }
+            seg_unpack(b->buf + r->offset[i], cg_data(p->grad), cg_numel(p), r->post);
+            cg_tensor_modified(p->grad);
+        }
+    }
+    double dt = now_s() - t0;
+    r->exposed += dt;
+    g_comm_s += dt;
+    return ok;
+}
+
+double cg_dist_reducer_exposed_seconds(const cg_dist_reducer *r) { return r ? r->exposed : 0; }
+int cg_dist_reducer_buckets(const cg_dist_reducer *r) { return r ? r->nb : 0; }
+
+void cg_dist_reducer_free(cg_dist_reducer *r)
+{
+    if (!r)
+        return;
+    for (int j = 0; r->b && j < r->nb; j++) {
+        if (r->b[j].started && r->b[j].req != MPI_REQUEST_NULL)
+            MPI_Wait(&r->b[j].req, MPI_STATUS_IGNORE);
+        cg_free(r->b[j].buf);
+    }
+    for (int i = 0; r->params && i < r->n; i++)
+        if (r->params[i])
+            cg_grad_ready_hook_remove(r->params[i]);
+    free(r->params);
+    free(r->order);
+    free(r->bucket_of);
+    free(r->offset);
+    free(r->done);
+    free(r->b);
+    free(r);
 }
 
 static bool allreduce_d(double *v, int n, MPI_Op op)

@@ -92,6 +92,38 @@ bool cg_dist_average_grads(cg_module *m, double weight);
 /* The same over n tensors. */
 bool cg_dist_average_grads_tensors(int n, cg_tensor *const *params, double weight);
 
+/* Gradients averaged during backward (PyTorch DDP's reducer): the result of
+ * cg_dist_average_grads_tensors(n, params, weight), with the reductions of
+ * most gradients started while backward still runs.
+ *   - new: params (in cg_module_params order) go, in reverse order, into
+ *     buckets of about bucket_mb megabytes of whole parameters (fixed
+ *     contents and order); a gradient-ready hook (autograd/autograd.h) is
+ *     set on each parameter (on this thread).
+ *   - prepare(weight): before the (last) backward of a step: the weights of
+ *     every rank are combined (two small blocking all-reduces), the hooks
+ *     armed. During backward, a parameter whose gradient is final is packed
+ *     into its bucket; a full bucket starts its MPI_Iallreduce, buckets in
+ *     index order on every rank; each hook also lets MPI progress.
+ *   - finish(): after backward: packs what no hook did (zeros where this
+ *     rank has no gradient), waits for every bucket (under the watchdog)
+ *     and writes the averages into the gradients.
+ * Values: each element is pre-scaled, summed over ranks by MPI and
+ * post-scaled exactly as by cg_dist_average_grads_tensors; with 2 ranks the
+ * sum of two floats does not depend on the reduction's algorithm, so the
+ * results are bit-identical to it; with more ranks MPI's non-blocking
+ * algorithm may add in another order (test_dist holds both within its
+ * bounds). No-op for size 1 (and without MPI). */
+typedef struct cg_dist_reducer cg_dist_reducer;
+cg_dist_reducer *cg_dist_reducer_new(int n, cg_tensor *const *params, double bucket_mb);
+bool cg_dist_reducer_prepare(cg_dist_reducer *r, double weight);
+bool cg_dist_reducer_finish(cg_dist_reducer *r);
+/* Seconds of the last step spent in prepare and finish: the communication
+ * backward did not hide. */
+double cg_dist_reducer_exposed_seconds(const cg_dist_reducer *r);
+int cg_dist_reducer_buckets(const cg_dist_reducer *r);
+/* Waits for anything started, removes the hooks. NULL is a no-op. */
+void cg_dist_reducer_free(cg_dist_reducer *r);
+
 /* In-place sum over ranks of n doubles (e.g. losses and token counts for
  * the log line). */
 bool cg_dist_allreduce_sum(double *v, int n);

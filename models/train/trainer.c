@@ -347,6 +347,9 @@ const char CG_TRAIN_HELP_COMMON[] =
     "                       end do not; with --resume the budget starts again\n"
     "  --skip-nonfinite     skip a step whose loss or gradient is NaN/Inf (with a\n"
     "                       warning) instead of stopping\n"
+    "  --recompute          keep only each transformer layer's input for backward and\n"
+    "                       recompute the rest there (less memory, one more forward\n"
+    "                       per layer; the same numbers, bit for bit)\n"
     "Ctrl-C (SIGINT) or SIGTERM saves a checkpoint and exits 0 (during the final\n"
     "evaluation, after the last save, it ends the program at once). The last stdout\n"
     "line is a JSON summary. Exit status: 0 done, 1 failed, 2 bad command line.\n";
@@ -389,6 +392,7 @@ int cg_train_cli_opts(cg_train_opts *o, unsigned which, cg_cli_opt *p)
     OPT("--stop-at", CG_CLI_I64, &o->stop_at, 0, big, NULL, false);
     OPT("--max-minutes", CG_CLI_F64, &o->max_minutes, 1e-6, 1e8, NULL, false);
     OPT("--skip-nonfinite", CG_CLI_SWITCH, &o->skip_nonfinite, 0, 0, NULL, false);
+    OPT("--recompute", CG_CLI_SWITCH, &o->recompute, 0, 0, NULL, false);
 #undef OPT
     return n;
 }
@@ -810,11 +814,30 @@ bool cg_stepper_init(cg_stepper *s, const cg_trainer_model *m, int grad_accum)
                                     p->ndim >= 2 ? m->weight_decay_2d : m->weight_decay_1d};
     }
     s->opt = cg_optim_new(&m->optim, s->pl.n, s->op);
-    return s->opt != NULL;
+    if (!s->opt)
+        return false;
+    const char *ov = getenv("CG_DIST_OVERLAP");
+    if (cg_dist_size() > 1 && !(ov && !strcmp(ov, "0"))) {
+        const char *mb = getenv("CG_DIST_BUCKET_MB");
+        double bucket_mb = mb ? atof(mb) : 4.0;
+        cg_tensor **ps = malloc(sizeof *ps * (size_t)(s->pl.n ? s->pl.n : 1));
+        if (!ps) {
+            cg_set_error("out of memory");
+            return false;
+        }
+        for (int i = 0; i < s->pl.n; i++)
+            ps[i] = s->pl.items[i].tensor;
+        s->reducer = cg_dist_reducer_new(s->pl.n, ps, bucket_mb > 0 ? bucket_mb : 4.0);
+        free(ps);
+        if (!s->reducer)
+            return false;
+    }
+    return true;
 }
 
 void cg_stepper_free(cg_stepper *s)
 {
+    cg_dist_reducer_free(s->reducer);
     cg_optim_free(s->opt);
     free(s->op);
     free(s->w);
@@ -850,6 +873,10 @@ cg_step_result cg_stepper_step(cg_stepper *st, int64_t s, double *loss_out, doub
         }
         double l = cg_item(loss);
         lsum += l * st->w[k];
+        if (k == N - 1 && st->reducer && !cg_dist_reducer_prepare(st->reducer, W)) {
+            cg_scope_end(sc);
+            return CG_STEP_FAILED;
+        }
         if (N == 1) {
             lv = l;
             back_ok = cg_backward(loss, NULL, false);
@@ -877,7 +904,8 @@ cg_step_result cg_stepper_step(cg_stepper *st, int64_t s, double *loss_out, doub
     /* loss, weight and tokens of every rank: from here on every rank takes
      * the same decisions */
     double red[3] = {lv * W, W, tok};
-    if (!cg_dist_allreduce_sum(red, 3) || !cg_dist_average_grads(m->module, W))
+    if (!cg_dist_allreduce_sum(red, 3) ||
+        !(st->reducer ? cg_dist_reducer_finish(st->reducer) : cg_dist_average_grads(m->module, W)))
         return CG_STEP_FAILED;
     lv = red[0] / red[1];
     *loss_out = lv;

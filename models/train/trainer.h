@@ -48,6 +48,7 @@
 #include "core/tensor.h"
 #include "models/util/cli.h"
 #include "models/util/config_json.h"
+#include "models/train/dist.h"
 #include "models/train/outfile.h"
 #include "models/text/tokenizer.h"
 #include "models/train/train_common.h"
@@ -128,6 +129,7 @@ typedef struct {
     uint64_t seed;
     const char *data, *out, *resume;
     bool force, skip_nonfinite;
+    bool recompute;            /* --recompute: activations recomputed in backward */
     bool steps_seen, eval_every_seen, log_every_seen, seed_seen, data_seen;
     /* the model's shape and recipe (a model uses those it has) */
     int64_t d, H, layers, enc_layers, dec_layers, d_ff;
@@ -259,6 +261,11 @@ typedef struct {
     cg_param_list pl;
     cg_optim_param *op;
     double *w, *tok;
+    /* With more than one rank: gradients averaged during the last
+     * micro-batch's backward (models/train/dist.h cg_dist_reducer; buckets
+     * of CG_DIST_BUCKET_MB, default 4); CG_DIST_OVERLAP=0 averages them
+     * after backward instead (cg_dist_average_grads). */
+    cg_dist_reducer *reducer;
 } cg_stepper;
 
 typedef enum {
