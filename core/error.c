@@ -34,3 +34,10 @@ void cg_set_error(const char *fmt, ...)
     va_end(ap);
 }
 
+
+bool cg_error_null_input(const char *fn)
+{
+    if (!g_set)
+        cg_set_error("%s: input is NULL", fn ? fn : "?");
+    return false;
+}
