@@ -275,16 +275,20 @@ int cg_node_save(cg_node *n, cg_tensor *t)
 
 cg_tensor *cg_alias(const cg_tensor *t)
 {
-    if (!t)
+    if (!t) {
+        cg_error_null_input("cg_alias");
         return NULL;
+    }
     return cg_view_alias(t);
 }
 
 /* ----------------------------------------------------------- leaf API */
 cg_tensor *cg_requires_grad(cg_tensor *t, bool on)
 {
-    if (!t)
+    if (!t) {
+        cg_error_null_input("cg_requires_grad");
         return NULL;
+    }
     if (t->node) {
         cg_set_error("requires_grad: only leaf tensors can change requires_grad "
                      "(this one was produced by %s)", cg_node_name(t->node));
@@ -633,7 +637,7 @@ bool cg_backward(cg_tensor *root, const cg_tensor *grad_root, bool retain_graph)
 static bool backward_impl(cg_tensor *root, const cg_tensor *grad_root, bool retain_graph)
 {
     if (!root)
-        return false;
+        return cg_error_null_input("cg_backward");
     if (!root->requires_grad) {
         cg_set_error("backward: the tensor does not require grad (no input of its graph "
                      "requires grad, or it was computed under no-grad)");

@@ -514,8 +514,10 @@ static bool matmul_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 }
 cg_tensor *cg_matmul(cg_tensor *a, cg_tensor *b)
 {
-    if (!a || !b)
+    if (!a || !b) {
+        cg_error_null_input("cg_matmul");
         return NULL;
+    }
     if (a->ndim == 0 || b->ndim == 0) {
         cg_set_error("matmul: both arguments need at least 1 dim (got %d and %d dims)", a->ndim,
                      b->ndim);
@@ -583,8 +585,10 @@ cg_tensor *cg_permute(cg_tensor *a, const int *perm)
 }
 cg_tensor *cg_transpose(cg_tensor *a, int d0, int d1)
 {
-    if (!a)
+    if (!a) {
+        cg_error_null_input("cg_transpose");
         return NULL;
+    }
     int x = cg_norm_dim("transpose", d0, a->ndim), y = cg_norm_dim("transpose", d1, a->ndim);
     if (x < 0 || y < 0)
         return NULL;
@@ -638,8 +642,10 @@ cg_tensor *cg_slice(cg_tensor *a, int dim, int64_t start, int64_t stop, int64_t 
 }
 cg_tensor *cg_narrow(cg_tensor *a, int dim, int64_t start, int64_t len)
 {
-    if (!a)
+    if (!a) {
+        cg_error_null_input("cg_narrow");
         return NULL;
+    }
     int d = cg_norm_dim("narrow", dim, a->ndim);
     if (d < 0)
         return NULL;
@@ -701,8 +707,10 @@ cg_tensor *cg_expand(cg_tensor *a, int ndim, const int64_t *shape)
 }
 cg_tensor *cg_contiguous(const cg_tensor *a)
 {
-    if (!a)
+    if (!a) {
+        cg_error_null_input("cg_contiguous");
         return NULL;
+    }
     if (cg_is_contiguous(a))
         return cg_retain((cg_tensor *)a); /* a itself: its own node carries the gradient */
     return finish1(cg_k_clone(a), CG_OP_CONTIGUOUS, (cg_tensor *)a, identity_bw, NULL);

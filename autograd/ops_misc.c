@@ -88,8 +88,10 @@ cg_tensor *cg_cumsum(cg_tensor *a, int dim)
 /* ------------------------------------------------------ topk, argmax */
 cg_tensor *cg_topk(cg_tensor *a, int64_t k, int dim, bool largest, int64_t *ids, int64_t n_ids)
 {
-    if (!a)
+    if (!a) {
+        cg_error_null_input("cg_topk");
         return NULL;
+    }
     int d = cg_norm_dim("topk", dim, a->ndim > 0 ? a->ndim : 1);
     if (d < 0)
         return NULL;
@@ -137,8 +139,10 @@ bool cg_argmax(const cg_tensor *a, int dim, int64_t *ids, int64_t n_ids)
 /* ----------------------------------------------------------- losses */
 cg_tensor *cg_mse_loss(cg_tensor *a, cg_tensor *b)
 {
-    if (!a || !b)
+    if (!a || !b) {
+        cg_error_null_input("cg_mse_loss");
         return NULL;
+    }
     if (!cg_same_shape(a, b)) {
         char x[96], y[96];
         cg_set_error("mse_loss: input %s and target %s differ in shape",
@@ -197,8 +201,10 @@ static bool nll_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 cg_tensor *cg_nll_loss(cg_tensor *logp, const int64_t *targets, int64_t n_targets,
                        int64_t ignore_index)
 {
-    if (!logp)
+    if (!logp) {
+        cg_error_null_input("cg_nll_loss");
         return NULL;
+    }
     if (logp->ndim < 1) {
         cg_set_error("nll_loss: log-probabilities need a class dim (got a scalar)");
         return NULL;

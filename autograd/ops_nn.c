@@ -81,8 +81,10 @@ static bool ce_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 cg_tensor *cg_cross_entropy(cg_tensor *logits, const int64_t *targets, int64_t n_targets,
                             int64_t ignore_index, float label_smoothing)
 {
-    if (!logits)
+    if (!logits) {
+        cg_error_null_input("cg_cross_entropy");
         return NULL;
+    }
     if (logits->ndim < 1 || !targets) {
         cg_set_error("cross_entropy: need logits [..., C] (got %d dims) and targets",
                      logits->ndim);
@@ -241,8 +243,10 @@ static bool dropout_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 }
 cg_tensor *cg_dropout(cg_tensor *a, float p, cg_rng *rng, bool training)
 {
-    if (!a)
+    if (!a) {
+        cg_error_null_input("cg_dropout");
         return NULL;
+    }
     if (!training || p == 0.0f)
         return cg_retain(a);
     cg_tensor *mask = NULL;
@@ -314,7 +318,7 @@ cg_tensor *cg_stack(cg_tensor *const *ts, int n, int dim)
 bool cg_split(cg_tensor *a, int dim, int n, const int64_t *sizes, cg_tensor **out)
 {
     if (!a)
-        return false;
+        return cg_error_null_input("cg_split");
     int d = cg_norm_dim("split", dim, a->ndim);
     if (d < 0)
         return false;
@@ -405,8 +409,10 @@ cg_tensor *cg_index_select(cg_tensor *a, int dim, const int64_t *ids, int64_t co
 
 cg_tensor *cg_embedding(cg_tensor *table, const int64_t *ids, int ndim, const int64_t *shape)
 {
-    if (!table)
+    if (!table) {
+        cg_error_null_input("cg_embedding");
         return NULL;
+    }
     if (table->ndim != 2) {
         char b[96];
         cg_set_error("embedding: table must be [V, D], got %s", cg_shape_str(table, b, sizeof b));
@@ -532,8 +538,10 @@ static bool linear_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 }
 cg_tensor *cg_affine(cg_tensor *x, cg_tensor *w, cg_tensor *b)
 {
-    if (!x || !w)
+    if (!x || !w) {
+        cg_error_null_input("cg_affine");
         return NULL;
+    }
     cg_tensor *out = cg_k_linear(x, w, b);
     if (!out)
         return NULL;
@@ -554,8 +562,10 @@ static bool linear_relu_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 }
 cg_tensor *cg_affine_relu(cg_tensor *x, cg_tensor *w, cg_tensor *b)
 {
-    if (!x || !w)
+    if (!x || !w) {
+        cg_error_null_input("cg_affine_relu");
         return NULL;
+    }
     cg_tensor *out = cg_k_linear(x, w, b);
     if (!out || !cg_k_relu_(out)) {
         cg_release(out);

@@ -48,8 +48,10 @@
 static bool check_qkv(const char *op, const cg_tensor *q, const cg_tensor *k,
                       const cg_tensor *v)
 {
-    if (!q || !k || !v)
+    if (!q || !k || !v) {
+        cg_error_null_input(op);
         return false;
+    }
     if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4 || q->shape[0] != k->shape[0] ||
         q->shape[1] != k->shape[1] || !cg_same_shape(k, v) || q->shape[3] != k->shape[3]) {
         char a[96], b[96], c[96];

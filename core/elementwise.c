@@ -228,9 +228,12 @@ static bool shape_is(int nd, const int64_t *shape, const cg_tensor *t)
 static cg_tensor *ew_apply(const char *op, int nin, const cg_tensor *const *in, cg_iter_seg_fn fn,
                            ew_params *P)
 {
-    for (int k = 0; k < nin; k++)
-        if (!in[k])
+    for (int k = 0; k < nin; k++) {
+        if (!in[k]) {
+            cg_error_null_input(op);
             return NULL;
+        }
+    }
     int64_t shape[CG_MAX_DIMS] = {0};
     int nd = cg_iter_broadcast(op, nin, in, shape);
     if (nd < 0)
@@ -331,8 +334,10 @@ cg_tensor *cg_k_where(const cg_tensor *cond, const cg_tensor *a, const cg_tensor
 
 cg_tensor *cg_k_masked_fill(const cg_tensor *a, const cg_tensor *mask, float value)
 {
-    if (!a || !mask)
+    if (!a || !mask) {
+        cg_error_null_input("cg_k_masked_fill");
         return NULL;
+    }
     int64_t shape[CG_MAX_DIMS] = {0};
     int nd = cg_iter_broadcast("masked_fill", 2, (const cg_tensor *[]){a, mask}, shape);
     if (nd < 0)
@@ -389,7 +394,7 @@ static bool check_writable(const char *op, const cg_tensor *dst)
 bool cg_k_add_(cg_tensor *dst, const cg_tensor *src)
 {
     if (!dst || !src)
-        return false;
+        return cg_error_null_input("cg_k_add_");
     int64_t shape[CG_MAX_DIMS] = {0};
     int nd = cg_iter_broadcast("add_", 2, (const cg_tensor *[]){dst, src}, shape);
     if (nd < 0)
@@ -413,7 +418,7 @@ bool cg_k_add_(cg_tensor *dst, const cg_tensor *src)
 bool cg_k_muls_(cg_tensor *dst, float s)
 {
     if (!dst)
-        return false;
+        return cg_error_null_input("cg_k_muls_");
     if (!check_writable("muls_", dst))
         return false;
     cg_tensor_modified(dst);
@@ -427,7 +432,7 @@ bool cg_k_muls_(cg_tensor *dst, float s)
 bool cg_k_relu_(cg_tensor *dst)
 {
     if (!dst)
-        return false;
+        return cg_error_null_input("cg_k_relu_");
     if (!check_writable("relu_", dst))
         return false;
     cg_tensor_modified(dst);

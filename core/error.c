@@ -44,3 +44,10 @@ void cg_prefix_error(const char *fmt, ...)
     va_end(ap);
     cg_set_error("%s%s", prefix, old);
 }
+
+bool cg_error_null_input(const char *fn)
+{
+    if (!g_set)
+        cg_set_error("%s: input is NULL", fn ? fn : "?");
+    return false;
+}

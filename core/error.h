@@ -3,7 +3,8 @@
  * A failing function returns NULL (or a negative/false status) and records a
  * message here: what op, which shapes, why. Functions given a NULL tensor
  * return NULL without overwriting the first message, so a chain of calls can
- * be checked once at the end. Nothing in the library calls exit() or abort()
+ * be checked once at the end (with no message recorded yet, they record
+ * "<fn>: input is NULL": a failure never leaves the message empty). Nothing in the library calls exit() or abort()
  * on bad input. */
 #ifndef CG_ERROR_H
 #define CG_ERROR_H
@@ -31,6 +32,10 @@ void cg_prefix_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)))
  * call to know whether that call recorded a message (cg_has_error() may be
  * true from an older, unrelated failure). */
 unsigned long cg_error_serial(void);
+/* For a function given a NULL input: records "<fn>: input is NULL" unless a
+ * message is already recorded (the root cause of a chain of calls, which
+ * stays), so that an error message is never empty. Returns false. */
+bool cg_error_null_input(const char *fn);
 
 #ifdef __cplusplus
 }

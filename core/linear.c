@@ -174,7 +174,7 @@ bool cg_k_linear_backward(const cg_tensor *x, const cg_tensor *w, const cg_tenso
     if (db)
         *db = NULL;
     if (!x || !w || !g)
-        return false;
+        return cg_error_null_input("cg_k_linear_backward");
     if (!check_linear("linear backward", x, w, NULL))
         return false;
     const int64_t in = w->shape[1], out = w->shape[0];

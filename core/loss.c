@@ -75,8 +75,10 @@ cg_tensor *cg_k_cross_entropy(const cg_tensor *logits, const int64_t *targets,
 {
     if (lse)
         *lse = NULL;
-    if (!logits)
+    if (!logits) {
+        cg_error_null_input("cg_k_cross_entropy");
         return NULL;
+    }
     int64_t kept;
     if (!ce_check("cross_entropy", logits, targets, n_targets, ignore_index, label_smoothing, &kept))
         return NULL;
@@ -132,8 +134,10 @@ cg_tensor *cg_k_cross_entropy_backward(const cg_tensor *logits, const int64_t *t
                                        float label_smoothing,
                                        const cg_tensor *lse, float g)
 {
-    if (!logits)
+    if (!logits) {
+        cg_error_null_input("cg_k_cross_entropy_backward");
         return NULL;
+    }
     int64_t kept;
     if (!ce_check("cross_entropy_backward", logits, targets, n_targets, ignore_index, label_smoothing,
                   &kept))
@@ -183,8 +187,10 @@ cg_tensor *cg_k_cross_entropy_backward(const cg_tensor *logits, const int64_t *t
 cg_tensor *cg_k_nll_loss(const cg_tensor *logp, const int64_t *targets, int64_t n_targets,
                          int64_t ignore_index)
 {
-    if (!logp)
+    if (!logp) {
+        cg_error_null_input("cg_k_nll_loss");
         return NULL;
+    }
     int64_t kept;
     if (!ce_check("nll_loss", logp, targets, n_targets, ignore_index, 0.0f, &kept))
         return NULL;
@@ -204,8 +210,10 @@ cg_tensor *cg_k_nll_loss(const cg_tensor *logp, const int64_t *targets, int64_t 
 cg_tensor *cg_k_nll_loss_backward(const cg_tensor *logp, const int64_t *targets,
                                   int64_t n_targets, int64_t ignore_index, float g)
 {
-    if (!logp)
+    if (!logp) {
+        cg_error_null_input("cg_k_nll_loss_backward");
         return NULL;
+    }
     int64_t kept;
     if (!ce_check("nll_loss_backward", logp, targets, n_targets, ignore_index, 0.0f, &kept))
         return NULL;
@@ -223,8 +231,10 @@ cg_tensor *cg_k_nll_loss_backward(const cg_tensor *logp, const int64_t *targets,
 /* ------------------------------------------- binary cross-entropy, logits */
 cg_tensor *cg_k_bce_with_logits(const cg_tensor *x, const cg_tensor *y)
 {
-    if (!x || !y)
+    if (!x || !y) {
+        cg_error_null_input("cg_k_bce_with_logits");
         return NULL;
+    }
     if (!cg_same_shape(x, y)) {
         char a[96], b[96];
         cg_set_error("binary_cross_entropy_with_logits: logits %s and targets %s differ in shape",

@@ -88,7 +88,7 @@ static double normal_double(cg_mt19937 *g)
 bool cg_normal_torch_(cg_tensor *t, cg_mt19937 *g, float mean, float std)
 {
     if (!t || !g)
-        return false;
+        return cg_error_null_input("cg_normal_torch_");
     if (!cg_is_contiguous(t)) {
         cg_set_error("normal (PyTorch generator): tensor must be contiguous");
         return false;

@@ -241,7 +241,9 @@ static cg_tensor *norm_forward(const char *op, bool rms, const cg_tensor *x, con
         *mean_out = NULL;
     if (rstd_out)
         *rstd_out = NULL;
-    if (!x || !check_x(op, x) || !check_addend(op, x, a))
+    if (!x)
+        return cg_error_null_input(op), NULL;
+    if (!check_x(op, x) || !check_addend(op, x, a))
         return NULL;
     int64_t D = x->shape[x->ndim - 1];
     if (!check_param(op, "weight", w, x, D) || !check_param(op, "bias", b, x, D))
@@ -310,16 +312,20 @@ cg_tensor *cg_k_rms_norm(const cg_tensor *x, const cg_tensor *w, float eps, cg_t
 cg_tensor *cg_k_add_layer_norm(const cg_tensor *x, const cg_tensor *y, const cg_tensor *w,
                                const cg_tensor *b, float eps, cg_tensor **mean, cg_tensor **rstd)
 {
-    if (!y)
+    if (!y) {
+        cg_error_null_input("cg_k_add_layer_norm");
         return NULL;
+    }
     return norm_forward("add_layer_norm", false, x, y, w, b, eps, mean, rstd);
 }
 
 cg_tensor *cg_k_add_rms_norm(const cg_tensor *x, const cg_tensor *y, const cg_tensor *w, float eps,
                              cg_tensor **rstd)
 {
-    if (!y)
+    if (!y) {
+        cg_error_null_input("cg_k_add_rms_norm");
         return NULL;
+    }
     return norm_forward("add_rms_norm", true, x, y, w, NULL, eps, NULL, rstd);
 }
 
@@ -453,7 +459,7 @@ bool cg_k_add_layer_norm_backward(const cg_tensor *x, const cg_tensor *y, const 
                                   cg_tensor **db)
 {
     if (!y)
-        return false;
+        return cg_error_null_input("cg_k_add_layer_norm_backward");
     return norm_backward("add_layer_norm_backward", false, x, y, w, mean, rstd, g, dx, dw, db);
 }
 
@@ -468,7 +474,7 @@ bool cg_k_add_rms_norm_backward(const cg_tensor *x, const cg_tensor *y, const cg
                                 cg_tensor **dw)
 {
     if (!y)
-        return false;
+        return cg_error_null_input("cg_k_add_rms_norm_backward");
     return norm_backward("add_rms_norm_backward", true, x, y, w, NULL, rstd, g, dx, dw, NULL);
 }
 
@@ -509,8 +515,10 @@ cg_tensor *cg_k_dropout(const cg_tensor *a, float p, cg_rng *rng, cg_tensor **ma
 {
     if (mask)
         *mask = NULL;
-    if (!a)
+    if (!a) {
+        cg_error_null_input("cg_k_dropout");
         return NULL;
+    }
     if (!(p >= 0.0f && p <= 1.0f)) {
         char b[96];
         cg_set_error("dropout: p must be in [0, 1] (got %g, input shape %s)", (double)p,

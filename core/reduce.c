@@ -340,8 +340,10 @@ static bool reduce_into(const cg_tensor *a, const bool *mask, int kind, int corr
 static cg_tensor *reduce_op(const char *op, const cg_tensor *a, int ndims, const int *dims,
                             bool keepdim, int kind, int correction)
 {
-    if (!a)
+    if (!a) {
+        cg_error_null_input(op);
         return NULL;
+    }
     bool mask[CG_MAX_DIMS];
     if (!parse_dims(op, a, ndims, dims, mask))
         return NULL;
@@ -380,8 +382,10 @@ cg_tensor *cg_k_sum_all(const cg_tensor *a) { return reduce_op("sum_all", a, 0, 
 
 cg_tensor *cg_k_sum_to_shape(const cg_tensor *a, int ndim, const int64_t *shape)
 {
-    if (!a)
+    if (!a) {
+        cg_error_null_input("cg_k_sum_to_shape");
         return NULL;
+    }
     char b1[96], b2[96];
     if (ndim < 0 || ndim > a->ndim || (ndim > 0 && !shape)) {
         cg_set_error("sum_to_shape: cannot sum shape %s to a shape with %d dims",
@@ -424,8 +428,10 @@ cg_tensor *cg_k_max(const cg_tensor *a, int dim, bool keepdim, cg_tensor **indic
 {
     if (indices)
         *indices = NULL;
-    if (!a)
+    if (!a) {
+        cg_error_null_input("cg_k_max");
         return NULL;
+    }
     bool mask[CG_MAX_DIMS];
     if (!parse_dims("max", a, 1, &dim, mask))
         return NULL;
@@ -517,8 +523,10 @@ cg_tensor *cg_k_argmax(const cg_tensor *a, int dim, bool keepdim)
  * in row-major order, block maxima combined in order. */
 cg_tensor *cg_k_max_all(const cg_tensor *a)
 {
-    if (!a)
+    if (!a) {
+        cg_error_null_input("cg_k_max_all");
         return NULL;
+    }
     int64_t n = cg_numel(a);
     if (n == 0) {
         char b[96];

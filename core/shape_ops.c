@@ -48,9 +48,12 @@ cg_tensor *cg_k_concat(cg_tensor *const *ts, int n, int dim)
         cg_set_error("concat: need at least one tensor (got %d)", ts ? n : 0);
         return NULL;
     }
-    for (int i = 0; i < n; i++)
-        if (!ts[i])
+    for (int i = 0; i < n; i++) {
+        if (!ts[i]) {
+            cg_error_null_input("concat");
             return NULL;
+        }
+    }
     const cg_tensor *t0 = ts[0];
     if (t0->ndim == 0) {
         cg_set_error("concat: zero-dimensional tensors cannot be concatenated (use stack)");
@@ -147,7 +150,7 @@ cg_tensor *cg_k_stack(cg_tensor *const *ts, int n, int dim)
 bool cg_k_split(const cg_tensor *a, int dim, int n, const int64_t *sizes, cg_tensor **out)
 {
     if (!a)
-        return false;
+        return cg_error_null_input("cg_k_split");
     if (n < 1 || !sizes || !out) {
         cg_set_error("split: need n >= 1 sizes and an output array (got n = %d)", n);
         return false;
@@ -224,8 +227,10 @@ static bool check_ids(const char *op, const cg_tensor *a, int dim, int d, const 
 
 cg_tensor *cg_k_index_select(const cg_tensor *a, int dim, const int64_t *ids, int64_t n)
 {
-    if (!a)
+    if (!a) {
+        cg_error_null_input("cg_k_index_select");
         return NULL;
+    }
     if (a->ndim == 0) {
         cg_set_error("index_select: input must have at least 1 dim (shape [])");
         return NULL;
@@ -260,7 +265,7 @@ cg_tensor *cg_k_index_select(const cg_tensor *a, int dim, const int64_t *ids, in
 bool cg_k_index_add_(cg_tensor *dst, int dim, const int64_t *ids, int64_t n, const cg_tensor *src)
 {
     if (!dst || !src)
-        return false;
+        return cg_error_null_input("cg_k_index_add_");
     if (dst->ndim == 0) {
         cg_set_error("index_add_: destination must have at least 1 dim (shape [])");
         return false;
@@ -388,8 +393,10 @@ static int gather_dim(const char *op, int dim, int ndim)
 cg_tensor *cg_k_gather(const cg_tensor *a, int dim, const int64_t *ids, int ndim,
                        const int64_t *shape)
 {
-    if (!a)
+    if (!a) {
+        cg_error_null_input("cg_k_gather");
         return NULL;
+    }
     if (ndim < 0 || ndim > CG_MAX_DIMS || (ndim > 0 && !shape)) {
         cg_set_error("gather: bad index ndim %d", ndim);
         return NULL;
@@ -437,7 +444,7 @@ cg_tensor *cg_k_gather(const cg_tensor *a, int dim, const int64_t *ids, int ndim
 bool cg_k_scatter_add_(cg_tensor *dst, int dim, const int64_t *ids, const cg_tensor *src)
 {
     if (!dst || !src)
-        return false;
+        return cg_error_null_input("cg_k_scatter_add_");
     int d = gather_dim("scatter_add_", dim, dst->ndim);
     if (d < 0 || !check_writable("scatter_add_", dst) ||
         !check_gather_ids("scatter_add_", dst, dim, d, ids, src->ndim, src->shape))
@@ -477,8 +484,10 @@ bool cg_k_scatter_add_(cg_tensor *dst, int dim, const int64_t *ids, const cg_ten
 /* ------------------------------------------- triangle, cumsum, top-k */
 cg_tensor *cg_k_triangle(const cg_tensor *a, int64_t diagonal, bool upper)
 {
-    if (!a)
+    if (!a) {
+        cg_error_null_input("cg_k_triangle");
         return NULL;
+    }
     const char *op = upper ? "triu" : "tril";
     if (a->ndim < 2) {
         char b[96];
@@ -521,8 +530,10 @@ static bool around_dim(const char *op, const cg_tensor *a, int *dim, int64_t *ou
 
 cg_tensor *cg_k_cumsum(const cg_tensor *a, int dim, bool reverse)
 {
-    if (!a)
+    if (!a) {
+        cg_error_null_input("cg_k_cumsum");
         return NULL;
+    }
     int64_t outer, n, inner;
     if (!around_dim("cumsum", a, &dim, &outer, &n, &inner))
         return NULL;
@@ -571,7 +582,7 @@ bool cg_k_topk_ids(const cg_tensor *a, int64_t k, int dim, bool largest, int64_t
                    int64_t n_ids)
 {
     if (!a)
-        return false;
+        return cg_error_null_input("cg_k_topk_ids");
     int64_t outer, n, inner;
     if (!around_dim("topk", a, &dim, &outer, &n, &inner))
         return false;
@@ -619,7 +630,7 @@ bool cg_k_topk_ids(const cg_tensor *a, int64_t k, int dim, bool largest, int64_t
 bool cg_k_argmax_ids(const cg_tensor *a, int dim, int64_t *ids, int64_t n_ids)
 {
     if (!a)
-        return false;
+        return cg_error_null_input("cg_k_argmax_ids");
     int64_t outer, n, inner;
     if (!around_dim("argmax", a, &dim, &outer, &n, &inner))
         return false;

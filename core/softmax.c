@@ -125,8 +125,10 @@ static inline void softmax_bwd_block(const float *y, const float *g, float *dx, 
 /* -------------------------------------------------------- drivers */
 static cg_tensor *softmax_impl(const char *op, const cg_tensor *a, int dim, bool logsm)
 {
-    if (!a)
+    if (!a) {
+        cg_error_null_input(op);
         return NULL;
+    }
     lines_t l;
     if (!split_dims(op, a, dim, &l))
         return NULL;

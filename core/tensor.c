@@ -338,8 +338,10 @@ uint64_t cg_version(const cg_tensor *t) { return t && t->storage ? t->storage->v
 
 float cg_item(const cg_tensor *t)
 {
-    if (!t)
+    if (!t) {
+        cg_error_null_input("cg_item");
         return NAN;
+    }
     if (cg_numel(t) != 1) {
         char b[96];
         cg_set_error("item: tensor of shape %s has %lld elements, expected 1",
@@ -459,7 +461,7 @@ bool cg_copy_to(const cg_tensor *t, float *out)
 bool cg_copy_(cg_tensor *dst, const cg_tensor *src)
 {
     if (!dst || !src)
-        return false;
+        return cg_error_null_input("cg_copy_");
     if (!cg_same_shape(dst, src)) {
         char b1[96], b2[96];
         cg_set_error("copy_: destination shape %s differs from source shape %s",
@@ -489,7 +491,7 @@ bool cg_copy_(cg_tensor *dst, const cg_tensor *src)
 bool cg_fill_(cg_tensor *t, float v)
 {
     if (!t)
-        return false;
+        return cg_error_null_input("cg_fill_");
     cg_tensor_modified(t);
     int64_t n = cg_numel(t);
     if (n == 0)
@@ -606,11 +608,21 @@ cg_tensor *cg_from_data(int ndim, const int64_t *shape, const float *data)
     return t;
 }
 
-cg_tensor *cg_empty_like(const cg_tensor *t) { return t ? cg_empty(t->ndim, t->shape) : NULL; }
-cg_tensor *cg_zeros_like(const cg_tensor *t) { return t ? cg_zeros(t->ndim, t->shape) : NULL; }
+cg_tensor *cg_empty_like(const cg_tensor *t)
+{
+    return t ? cg_empty(t->ndim, t->shape) : (cg_error_null_input("cg_empty_like"), NULL);
+}
+cg_tensor *cg_zeros_like(const cg_tensor *t)
+{
+    return t ? cg_zeros(t->ndim, t->shape) : (cg_error_null_input("cg_zeros_like"), NULL);
+}
 
 cg_tensor *cg_k_clone(const cg_tensor *t)
 {
+    if (!t) {
+        cg_error_null_input("cg_clone");
+        return NULL;
+    }
     cg_tensor *c = cg_empty_like(t);
     if (c && !cg_copy_to(t, cg_data(c))) {
         cg_release(c);
@@ -621,8 +633,10 @@ cg_tensor *cg_k_clone(const cg_tensor *t)
 
 cg_tensor *cg_k_contiguous(const cg_tensor *t)
 {
-    if (!t)
+    if (!t) {
+        cg_error_null_input("cg_k_contiguous");
         return NULL;
+    }
     if (cg_is_contiguous(t)) {
         /* a fresh header over the same storage: callers own a new reference
          * without autograd fields */
@@ -695,7 +709,7 @@ uint64_t cg_rng_below(cg_rng *r, uint64_t n)
 bool cg_uniform_(cg_tensor *t, cg_rng *r, float lo, float hi)
 {
     if (!t || !r)
-        return false;
+        return cg_error_null_input("cg_uniform_");
     RNG_FILL(t, r, lo + (hi - lo) * bits_to_unit(rng_bits(seed_, i_)));
     return true;
 }
@@ -703,7 +717,7 @@ bool cg_uniform_(cg_tensor *t, cg_rng *r, float lo, float hi)
 bool cg_normal_(cg_tensor *t, cg_rng *r, float mean, float std)
 {
     if (!t || !r)
-        return false;
+        return cg_error_null_input("cg_normal_");
     RNG_FILL(t, r, mean + std * normal_from(seed_, i_));
     return true;
 }
@@ -742,8 +756,10 @@ cg_tensor *cg_view_alias(const cg_tensor *t)
 
 cg_tensor *cg_view_permute(const cg_tensor *t, const int *perm)
 {
-    if (!t)
+    if (!t) {
+        cg_error_null_input("cg_view_permute");
         return NULL;
+    }
     if (!perm && t->ndim) {
         cg_set_error("permute: NULL permutation");
         return NULL;
@@ -767,8 +783,10 @@ cg_tensor *cg_view_permute(const cg_tensor *t, const int *perm)
 
 cg_tensor *cg_view_transpose(const cg_tensor *t, int d0, int d1)
 {
-    if (!t)
+    if (!t) {
+        cg_error_null_input("cg_view_transpose");
         return NULL;
+    }
     int a = cg_norm_dim("transpose", d0, t->ndim), b = cg_norm_dim("transpose", d1, t->ndim);
     if (a < 0 || b < 0)
         return NULL;
@@ -782,8 +800,10 @@ cg_tensor *cg_view_transpose(const cg_tensor *t, int d0, int d1)
 
 cg_tensor *cg_view_slice(const cg_tensor *t, int dim, int64_t start, int64_t stop, int64_t step)
 {
-    if (!t)
+    if (!t) {
+        cg_error_null_input("cg_view_slice");
         return NULL;
+    }
     int d = cg_norm_dim("slice", dim, t->ndim);
     if (d < 0)
         return NULL;
@@ -814,8 +834,10 @@ cg_tensor *cg_view_slice(const cg_tensor *t, int dim, int64_t start, int64_t sto
 
 cg_tensor *cg_view_narrow(const cg_tensor *t, int dim, int64_t start, int64_t len)
 {
-    if (!t)
+    if (!t) {
+        cg_error_null_input("cg_view_narrow");
         return NULL;
+    }
     int d = cg_norm_dim("narrow", dim, t->ndim);
     if (d < 0)
         return NULL;
@@ -832,8 +854,10 @@ cg_tensor *cg_view_narrow(const cg_tensor *t, int dim, int64_t start, int64_t le
 
 cg_tensor *cg_view_select(const cg_tensor *t, int dim, int64_t index)
 {
-    if (!t)
+    if (!t) {
+        cg_error_null_input("cg_view_select");
         return NULL;
+    }
     int d = cg_norm_dim("select", dim, t->ndim);
     if (d < 0)
         return NULL;
@@ -857,8 +881,10 @@ cg_tensor *cg_view_select(const cg_tensor *t, int dim, int64_t index)
 
 cg_tensor *cg_view_squeeze(const cg_tensor *t, int dim)
 {
-    if (!t)
+    if (!t) {
+        cg_error_null_input("cg_view_squeeze");
         return NULL;
+    }
     int d = cg_norm_dim("squeeze", dim, t->ndim);
     if (d < 0)
         return NULL;
@@ -873,8 +899,10 @@ cg_tensor *cg_view_squeeze(const cg_tensor *t, int dim)
 
 cg_tensor *cg_view_unsqueeze(const cg_tensor *t, int dim)
 {
-    if (!t)
+    if (!t) {
+        cg_error_null_input("cg_view_unsqueeze");
         return NULL;
+    }
     if (t->ndim >= CG_MAX_DIMS) {
         cg_set_error("unsqueeze: tensor already has the maximum of %d dims", CG_MAX_DIMS);
         return NULL;
@@ -899,8 +927,10 @@ cg_tensor *cg_view_unsqueeze(const cg_tensor *t, int dim)
 
 cg_tensor *cg_view_expand(const cg_tensor *t, int ndim, const int64_t *shape)
 {
-    if (!t)
+    if (!t) {
+        cg_error_null_input("cg_view_expand");
         return NULL;
+    }
     if (ndim < t->ndim || ndim > CG_MAX_DIMS) {
         char b1[96], b2[96];
         cg_set_error("expand: cannot expand shape %s to %s", cg_shape_str(t, b1, sizeof b1),
@@ -1011,8 +1041,10 @@ static bool view_strides(const cg_tensor *t, int ndim, const int64_t *shape, int
 
 cg_tensor *cg_view_reshape(const cg_tensor *t, int ndim, const int64_t *shape)
 {
-    if (!t)
+    if (!t) {
+        cg_error_null_input("cg_view_reshape");
         return NULL;
+    }
     int64_t s[CG_MAX_DIMS], st[CG_MAX_DIMS];
     if (!infer_shape("view", t, ndim, shape, s))
         return NULL;
@@ -1028,8 +1060,10 @@ cg_tensor *cg_view_reshape(const cg_tensor *t, int ndim, const int64_t *shape)
 
 cg_tensor *cg_k_reshape(const cg_tensor *t, int ndim, const int64_t *shape)
 {
-    if (!t)
+    if (!t) {
+        cg_error_null_input("cg_k_reshape");
         return NULL;
+    }
     int64_t s[CG_MAX_DIMS], st[CG_MAX_DIMS];
     if (!infer_shape("reshape", t, ndim, shape, s))
         return NULL;

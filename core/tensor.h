@@ -13,7 +13,9 @@
  *     they keep).
  *   - cg_release(NULL) is a no-op.
  * Errors: functions return NULL and record a message (core/error.h); a NULL
- * tensor argument makes a function return NULL without a new message.
+ * tensor argument makes a function return NULL, recording "<fn>: input is
+ * NULL" only when no message is recorded yet (the root cause of a chain
+ * stays; a message is never empty).
  *
  * The autograd fields (requires_grad, grad, node) live in this struct so that
  * one tensor type serves every layer, but core never interprets them: the

@@ -3,6 +3,7 @@
  * exact GELU (cg_gelu_erf) matches torch.nn.functional.gelu. Forward values
  * from PyTorch 1.13 (float32, computed once with /usr/bin/python3). */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -160,6 +161,62 @@ START_TEST(test_gelu_erf_vs_torch)
 }
 END_TEST
 
+/* No error message is ever empty: an op given a NULL input records
+ * "<op>: input is NULL" when nothing else is recorded, and keeps the root
+ * cause when something is. */
+#define NULL_CASE(expr)                                                                            \
+    do {                                                                                           \
+        cg_clear_error();                                                                          \
+        ck_assert_ptr_null(expr);                                                                  \
+        ck_assert_msg(cg_last_error()[0] != '\0', "%s: empty error message", #expr);             \
+        ck_assert_ptr_nonnull(strstr(cg_last_error(), "NULL"));                                   \
+    } while (0)
+START_TEST(test_null_input_message)
+{
+    cg_tensor *x = cg_ones(CG_SHAPE(2, 3)), *n = NULL;
+    NULL_CASE(cg_add(x, n));
+    NULL_CASE(cg_mul(n, x));
+    NULL_CASE(cg_exp(n));
+    NULL_CASE(cg_relu(n));
+    NULL_CASE(cg_gelu_erf(n));
+    NULL_CASE(cg_sum_all(n));
+    NULL_CASE(cg_mean_all(n));
+    NULL_CASE(cg_matmul(x, n));
+    NULL_CASE(cg_transpose(n, 0, 1));
+    NULL_CASE(cg_reshape(n, CG_SHAPE(6)));
+    NULL_CASE(cg_softmax(n, -1));
+    NULL_CASE(cg_layer_norm(n, NULL, NULL, 1e-5f));
+    NULL_CASE(cg_cross_entropy(n, (const int64_t[]){0, 1}, 2, -100, 0));
+    NULL_CASE(cg_clone(n));
+    NULL_CASE(cg_contiguous(n));
+    NULL_CASE(cg_k_clone(n));
+    NULL_CASE(cg_affine(n, x, NULL));
+    NULL_CASE(cg_concat((cg_tensor *[]){x, n}, 2, 0));
+    cg_clear_error();
+    ck_assert(!cg_backward(n, NULL, false));
+    ck_assert_str_eq(cg_last_error(), "cg_backward: input is NULL");
+    cg_clear_error();
+    ck_assert(!cg_fill_(n, 1.0f));
+    ck_assert_str_eq(cg_last_error(), "cg_fill_: input is NULL");
+    /* the root cause of a chain stays */
+    cg_clear_error();
+    cg_tensor *five = cg_ones(CG_SHAPE(5));
+    cg_tensor *bad = cg_add(x, five);
+    cg_release(five);
+    ck_assert_ptr_null(bad);
+    char first[256];
+    snprintf(first, sizeof first, "%s", cg_last_error());
+    ck_assert_ptr_null(cg_exp(bad));
+    ck_assert_str_eq(cg_last_error(), first);
+    /* cg_item(NULL) says so and returns NaN */
+    cg_clear_error();
+    ck_assert(isnan(cg_item(n)));
+    ck_assert_str_eq(cg_last_error(), "cg_item: input is NULL");
+    cg_clear_error();
+    cg_release(x);
+}
+END_TEST
+
 static Suite *names_suite(void)
 {
     Suite *s = suite_create("names");
@@ -170,6 +227,7 @@ static Suite *names_suite(void)
     tcase_add_test(tc, test_clone_is_a_copy);
     tcase_add_test(tc, test_gradchecks);
     tcase_add_test(tc, test_gelu_erf_vs_torch);
+    tcase_add_test(tc, test_null_input_message);
     suite_add_tcase(s, tc);
     return s;
 }
