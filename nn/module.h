@@ -72,6 +72,7 @@ struct cg_module {
      * be NULL). Called by cg_module_free before the registry is freed;
      * must not free the struct itself. */
     void (*destroy)(cg_module *m);
+    struct cg_module_hooks *hooks; /* forward hooks (NULL: none); see below */
 };
 
 #define CG_MODULE(m) ((cg_module *)(m))
@@ -130,6 +131,68 @@ cg_module *cg_module_get_child(const cg_module *m, const char *path);
 void cg_module_zero_grad(cg_module *m);
 /* Set train (true) or eval (false) mode on m and all its descendants. */
 void cg_module_train(cg_module *m, bool training);
+/* Freeze (false) or unfreeze (true) every parameter of m and its
+ * descendants (PyTorch's module.requires_grad_(on)). A frozen parameter
+ * gets no gradient and is left out of the optimizers built from a module
+ * (cg_optim_from_module and friends). Dropping a frozen parameter's
+ * gradient is the caller's business (cg_module_zero_grad). */
+void cg_module_requires_grad(cg_module *m, bool on);
+
+/* ---------------------------------------------------- forward hooks */
+/* PyTorch's register_forward_pre_hook / register_forward_hook. Every nn
+ * module's forward (Linear, Embedding, norms, Dropout, positions,
+ * FeedForward, MultiHeadAttention and its cached form, the transformer
+ * layers and stacks) goes through cg_module_call, which runs the module's
+ * hooks around it; a module of your own does the same (docs/own_module.md).
+ *
+ * The tensor inputs of a call are an array in[0..n_in) (Linear: x;
+ * MultiHeadAttention: xq, xkv; a decoder layer: x, memory; Embedding: none,
+ * its ids are not tensors); entries may be NULL (xkv of a cached step).
+ *   pre hook:  may replace in[i]: release the tensor there and store a new
+ *              reference (e.g. cg_muls(in[0], 2) after cg_release(in[0])).
+ *   post hook: sees the inputs and the output *out; may replace *out the
+ *              same way (release it, store a new reference). To keep the
+ *              output, leave it.
+ * Both return false (+ cg_set_error) to fail the call: the forward then
+ * returns NULL. Hooks run in registration order, pre hooks before the
+ * forward, post hooks after it, in train and eval mode, with or without
+ * gradients. Do not add or remove hooks of a module from inside its hooks.
+ * ctx is handed to the hook; free_ctx (may be NULL) is called on it when
+ * the hook is removed or the module is freed. */
+typedef bool (*cg_forward_pre_hook)(void *ctx, cg_module *m, int n_in, cg_tensor **in);
+typedef bool (*cg_forward_hook)(void *ctx, cg_module *m, int n_in, cg_tensor *const *in,
+                                cg_tensor **out);
+
+/* What removes a hook (PyTorch's RemovableHandle). id 0: no hook. */
+typedef struct {
+    cg_module *module;
+    int64_t id;
+} cg_hook_handle;
+
+/* Register a hook; the handle has id 0 + error on failure (NULL module or
+ * function, out of memory; free_ctx is then called on ctx). */
+cg_hook_handle cg_module_register_forward_pre_hook(cg_module *m, cg_forward_pre_hook fn,
+                                                   void *ctx, void (*free_ctx)(void *ctx));
+cg_hook_handle cg_module_register_forward_hook(cg_module *m, cg_forward_hook fn, void *ctx,
+                                               void (*free_ctx)(void *ctx));
+/* Remove the hook (its free_ctx runs) and zero the handle. False if it is
+ * no longer there (already removed). The module must still be alive:
+ * freeing a module removes its hooks. */
+bool cg_hook_remove(cg_hook_handle *h);
+/* The ctx of m's first hook whose function is fn (pre or post), or NULL. */
+void *cg_module_find_hook(const cg_module *m, const void *fn);
+
+/* The forward of a module: in[0..n_in) its tensor inputs (borrowed),
+ * args whatever else it takes. Returns a new reference or NULL + error. */
+typedef cg_tensor *(*cg_forward_fn)(cg_module *m, cg_tensor *const *in, void *args);
+#define CG_MAX_FORWARD_INPUTS 8
+/* Run fn(m, in, args) with m's hooks around it: the one dispatch point of
+ * every module forward. Without hooks it is the plain call. n_in <=
+ * CG_MAX_FORWARD_INPUTS. */
+cg_tensor *cg_module_call(cg_module *m, cg_forward_fn fn, int n_in, cg_tensor *const *in,
+                          void *args);
+/* Removes every hook of m (cg_module_free calls it). */
+void cg_module_hooks_free(cg_module *m);
 
 /* ---------------------------------------------------- save and load */
 /* Add every parameter to w as F32 under prefix + full name (prefix may be
