@@ -21,23 +21,17 @@ static cg_tensor *spirals(cg_rng *rng, int64_t *labels)
     return x;
 }
 
-static cg_linear *fc[3];
-static cg_tensor *model(cg_tensor *x) /* inside a scope: the intermediates die with it */
+static void train(cg_module *model, cg_optim *opt, cg_tensor *x, const int64_t *y, cg_rng *rng)
 {
-    return cg_linear_forward(fc[2], cg_relu(cg_linear_forward(fc[1], cg_relu(cg_linear_forward(fc[0], x)))));
-}
-
-static void train(cg_optim *opt, int epochs, cg_tensor *x, const int64_t *y, cg_rng *rng)
-{
-    int64_t yb[BATCH];
-    for (int e = 0; e < epochs; e++) {
-        int64_t *perm = cg_randperm(rng, N * K);
-        for (int i = 0; i < N * K; i += BATCH) {
-            int n = N * K - i < BATCH ? N * K - i : BATCH;
+    for (int epoch = 0; epoch < 100; epoch++) {
+        int64_t *perm = cg_randperm(rng, N * K), yb[BATCH];
+        for (int i = 0, n; i < N * K; i += n) {
+            n = N * K - i < BATCH ? N * K - i : BATCH;
             for (int j = 0; j < n; j++)
                 yb[j] = y[perm[i + j]];
             cg_scope *s = cg_scope_begin();
-            cg_backward(cg_cross_entropy(model(cg_index_select(x, 0, perm + i, n)), yb, n, -100, 0), NULL, false);
+            cg_tensor *logits = cg_module_forward(model, cg_index_select(x, 0, perm + i, n));
+            cg_backward(cg_cross_entropy(logits, yb, n, -100, 0), NULL, false);
             cg_optim_step(opt);
             cg_optim_zero_grad(opt);
             cg_scope_end(s);
@@ -47,12 +41,12 @@ static void train(cg_optim *opt, int epochs, cg_tensor *x, const int64_t *y, cg_
     cg_optim_free(opt);
 }
 
-static double accuracy(cg_tensor *x, const int64_t *y)
+static double accuracy(cg_module *model, cg_tensor *x, const int64_t *y)
 {
     int64_t pred[N * K], hits = 0;
     cg_no_grad_begin();
     cg_scope *s = cg_scope_begin();
-    cg_argmax(model(x), 1, pred, N * K);
+    cg_argmax(cg_module_forward(model, x), 1, pred, N * K);
     cg_scope_end(s);
     cg_no_grad_end();
     for (int i = 0; i < N * K; i++)
@@ -65,17 +59,16 @@ int main(void)
     cg_rng rng = cg_rng_new(1);
     int64_t y[N * K], yt[N * K];
     cg_tensor *x = spirals(&rng, y), *xt = spirals(&rng, yt);
-    cg_module *mlp = cg_module_new("MLP");
-    const int64_t sizes[4] = {2, 64, 64, K};
-    for (int i = 0; i < 3; i++)
-        fc[i] = (cg_linear *)cg_module_add_child(mlp, (char[]){(char)('0' + 2 * i), 0}, CG_MODULE(cg_linear_new(sizes[i], sizes[i + 1], true, &rng)));
+    cg_module *model = cg_sequential(5, cg_linear_new(2, 64, true, &rng), cg_activation_new(CG_ACT_RELU),
+                                     cg_linear_new(64, 64, true, &rng), cg_activation_new(CG_ACT_RELU),
+                                     cg_linear_new(64, K, true, &rng));
     cg_optim_config sgd = cg_sgd_config(0.05, 0.9, false);
-    train(cg_optim_from_module(&sgd, mlp, 0, CG_DECAY_ALL), 100, x, y, &rng);
-    printf("SGD + momentum: held-out accuracy %.3f\n", accuracy(xt, yt));
-    train(cg_adam_from_module(mlp, 1e-3), 100, x, y, &rng);
-    double acc = accuracy(xt, yt);
+    train(model, cg_optim_from_module(&sgd, model, 0, CG_DECAY_ALL), x, y, &rng);
+    printf("SGD + momentum: held-out accuracy %.3f\n", accuracy(model, xt, yt));
+    train(model, cg_adam_from_module(model, 1e-3), x, y, &rng);
+    double acc = accuracy(model, xt, yt);
     printf("then Adam:      held-out accuracy %.3f\n", acc);
     cg_release_all(2, x, xt);
-    cg_module_free(mlp);
+    cg_module_free(model);
     return acc > 0.9 ? 0 : 1;
 }

@@ -28,10 +28,7 @@ static lm *lm_new(cg_rng *r)
 
 static cg_tensor *lm_forward(lm *m, const int64_t *ids, int64_t b) /* inside a scope */
 {
-    int64_t pos[T];
-    for (int i = 0; i < T; i++)
-        pos[i] = i;
-    cg_tensor *x = cg_add(cg_embed_forward(m->tok, ids, CG_SHAPE(b, T)), cg_embed_forward(m->pos, pos, CG_SHAPE(T)));
+    cg_tensor *x = cg_add(cg_embed_forward(m->tok, ids, CG_SHAPE(b, T)), m->pos->weight); /* positions 0..T-1 */
     x = cg_lm_block_forward(m->block, x, &(cg_attn_mask){.causal = true});
     return cg_linear_fn(cg_norm_forward(m->ln_f, x), m->tok->weight, NULL);
 }
@@ -82,8 +79,7 @@ int main(void)
     bool ok = cg_lora_save(CG_MODULE(m), "adapter.safetensors");
 
     lm *again = lm_new(&rng);
-    cg_st_file *f = cg_st_open("base.safetensors");
-    ok = ok && f && cg_module_load(CG_MODULE(again), f, NULL) && cg_lora_load(CG_MODULE(again), "adapter.safetensors");
+    ok = ok && cg_module_load_file(CG_MODULE(again), "base.safetensors") && cg_lora_load(CG_MODULE(again), "adapter.safetensors");
     cg_module_train(CG_MODULE(m), false);
     cg_module_train(CG_MODULE(again), false);
     int64_t ids[T];
@@ -98,7 +94,6 @@ int main(void)
     printf("base + adapters reloaded, logits identical: %s\n", ok ? "True" : "False");
     if (!ok)
         fprintf(stderr, "error: %s\n", cg_last_error());
-    cg_st_close(f);
     cg_module_free(CG_MODULE(m));
     cg_module_free(CG_MODULE(again));
     return ok ? 0 : 1;

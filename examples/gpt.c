@@ -39,7 +39,7 @@ static gpt *gpt_new(int64_t V, cg_rng *r)
     m->pos = ADD(m, "pos", cg_embed_new(T, D, r));
     cg_module *blocks = ADD(m, "blocks", cg_module_new("ModuleList"));
     for (int i = 0; i < L; i++)
-        m->h[i] = ADD(blocks, ((char[]){(char)('0' + i), 0}), block_new(r));
+        m->h[i] = cg_module_append(blocks, block_new(r)); /* named "0", "1", ... */
     m->ln_f = ADD(m, "ln_f", cg_layernorm_new(D));
     return m;
 }
@@ -47,10 +47,7 @@ static gpt *gpt_new(int64_t V, cg_rng *r)
 /* ids [b, t] at positions cache->len.. (0 without a cache) -> logits [b, t, V]. */
 static cg_tensor *gpt_forward(gpt *m, const int64_t *ids, int64_t b, int64_t t, cg_kv_cache *c)
 {
-    int64_t pos[T];
-    for (int64_t i = 0; i < t; i++)
-        pos[i] = (c ? c->len : 0) + i;
-    cg_tensor *x = cg_add(cg_embed_forward(m->tok, ids, CG_SHAPE(b, t)), cg_embed_forward(m->pos, pos, CG_SHAPE(t)));
+    cg_tensor *x = cg_add(cg_embed_forward(m->tok, ids, CG_SHAPE(b, t)), cg_narrow(m->pos->weight, 0, c ? c->len : 0, t));
     for (int i = 0; i < L; i++)
         x = block_forward(m->h[i], x, cg_kv_cache_layer(c, i));
     if (c)
@@ -90,31 +87,24 @@ int main(void)
     }
     printf("loss %.3f\n", loss);
 
-    cg_module_train(CG_MODULE(m), false);
-    cg_no_grad_begin();
+    cg_no_grad_begin(); /* (no dropout here: train and eval mode are the same) */
+    cg_scope *s = cg_scope_begin();
     cg_kv_cache *cache = cg_kv_cache_new(0);
     cg_sample_config sc = {.temperature = 0.8, .top_k = 10, .top_p = 1};
     ids[0] = strchr(chars, 't') - chars;
-    for (int i = 1; i < T; i++) { /* one new token a step, the cache holds the rest */
-        cg_scope *s = cg_scope_begin();
+    for (int i = 1; i < T; i++) /* one new token a step, the cache holds the rest */
         cg_sample_rows(gpt_forward(m, ids + i - 1, 1, 1, cache), &sc, &rng, ids + i);
-        cg_scope_end(s);
-    }
     printf("sample: ");
     for (int i = 0; i < T; i++)
         putchar(chars[ids[i]]);
     cg_module_save(CG_MODULE(m), "gpt.safetensors", 0, NULL);
     gpt *again = gpt_new(V, &rng);
-    cg_st_file *f = cg_st_open("gpt.safetensors");
-    bool ok = f && cg_module_load(CG_MODULE(again), f, NULL);
-    cg_module_train(CG_MODULE(again), false);
-    cg_scope *s = cg_scope_begin();
+    bool ok = cg_module_load_file(CG_MODULE(again), "gpt.safetensors");
     cg_tensor *a = gpt_forward(m, ids, 1, T, NULL), *b = gpt_forward(again, ids, 1, T, NULL);
     ok = ok && !memcmp(cg_data(a), cg_data(b), sizeof(float) * (size_t)cg_numel(a));
     printf("\nreloaded logits identical: %s\n", ok ? "True" : "False");
     cg_scope_end(s);
     cg_no_grad_end();
-    cg_st_close(f);
     cg_kv_cache_free(cache);
     cg_optim_free(opt);
     cg_module_free(CG_MODULE(m));

@@ -64,7 +64,6 @@ for step in range(STEPS):
     opt.zero_grad()
 print(f"loss {loss.item() * ACCUM:.3f}")
 
-model.eval()
 idx = torch.tensor([[chars.index("t")]])
 with torch.no_grad():
     while idx.shape[1] < T:
@@ -75,8 +74,7 @@ with torch.no_grad():
     print("sample:", "".join(chars[i] for i in idx[0]))
     torch.save(model.state_dict(), "gpt.pt")
     again = GPT()
-    again.load_state_dict(torch.load("gpt.pt"))
-    again.eval()
+    again.load_state_dict(torch.load("gpt.pt"))  # (no dropout: train and eval mode are the same)
     same = torch.equal(again(idx), model(idx))
 print("reloaded logits identical:", same)
 assert same and loss.item() * ACCUM < 1.0

@@ -64,6 +64,13 @@ cg_tensor *cg_activation(cg_tensor *x, cg_act act)
     return NULL;
 }
 
+/* The one-tensor forwards (cg_module.forward), defined with each layer. */
+static cg_tensor *linear_impl(cg_module *m, cg_tensor *const *in, void *args);
+static cg_tensor *norm_impl(cg_module *m, cg_tensor *const *in, void *args);
+static cg_tensor *drop_impl(cg_module *m, cg_tensor *const *in, void *args);
+static cg_tensor *posenc_impl(cg_module *m, cg_tensor *const *in, void *args);
+static cg_tensor *ff_impl(cg_module *m, cg_tensor *const *in, void *args);
+
 /* A new parameter tensor registered under name; NULL + error on failure. */
 static cg_tensor *new_param(cg_module *m, const char *name, int ndim, const int64_t *shape)
 {
@@ -92,6 +99,7 @@ cg_linear *cg_linear_new(int64_t in_features, int64_t out_features, bool bias, c
     cg_linear *l = (cg_linear *)cg_module_alloc(sizeof *l, "Linear", NULL);
     if (!l)
         return NULL;
+    l->base.forward = linear_impl;
     l->in_features = in_features;
     l->out_features = out_features;
     l->weight = new_param(&l->base, "weight", CG_SHAPE(out_features, in_features));
@@ -255,6 +263,7 @@ cg_norm *cg_norm_new(cg_norm_kind kind, int64_t dim)
     cg_norm *n = (cg_norm *)cg_module_alloc(sizeof *n, type, NULL);
     if (!n)
         return NULL;
+    n->base.forward = norm_impl;
     n->kind = kind;
     n->dim = dim;
     n->eps = CG_NORM_EPS;
@@ -335,6 +344,7 @@ cg_drop *cg_drop_new(float p, cg_rng *rng)
     cg_drop *d = (cg_drop *)cg_module_alloc(sizeof *d, "Dropout", NULL);
     if (!d)
         return NULL;
+    d->base.forward = drop_impl;
     d->p = p;
     d->own_rng = cg_rng_new(0);
     d->rng = rng ? rng : &d->own_rng;
@@ -390,6 +400,7 @@ cg_posenc *cg_posenc_new(int64_t max_len, int64_t dim)
         cg_release(pe);
         return NULL;
     }
+    p->base.forward = posenc_impl;
     p->max_len = max_len;
     p->dim = dim;
     p->pe = cg_hold(pe); /* the module's, beyond any scope */
@@ -455,6 +466,7 @@ cg_ff *cg_ff_new(int64_t d, int64_t d_ff, cg_act act, cg_rng *rng)
     cg_ff *f = (cg_ff *)cg_module_alloc(sizeof *f, "FeedForward", NULL);
     if (!f)
         return NULL;
+    f->base.forward = ff_impl;
     f->act = act;
     f->fc1 = (cg_linear *)cg_module_add_child(&f->base, "fc1",
                                               CG_MODULE(cg_linear_new(d, d_ff, true, rng)));

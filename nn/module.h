@@ -49,6 +49,9 @@ extern "C" {
 #endif
 
 typedef struct cg_module cg_module;
+/* The forward of a module: in[0..n_in) its tensor inputs (borrowed),
+ * args whatever else it takes. Returns a new reference or NULL + error. */
+typedef cg_tensor *(*cg_forward_fn)(cg_module *m, cg_tensor *const *in, void *args);
 
 typedef struct {
     char *name;        /* local name, owned */
@@ -73,6 +76,11 @@ struct cg_module {
      * must not free the struct itself. */
     void (*destroy)(cg_module *m);
     struct cg_module_hooks *hooks; /* forward hooks (NULL: none); see below */
+    /* The forward of a module that maps one tensor to one tensor (Linear,
+     * norms, Dropout, FeedForward, activations, Sequential, ...), called
+     * with in[0] and args NULL by cg_module_forward; NULL for modules that
+     * take more (attention, blocks) or none (containers). */
+    cg_forward_fn forward;
 };
 
 #define CG_MODULE(m) ((cg_module *)(m))
@@ -182,9 +190,6 @@ bool cg_hook_remove(cg_hook_handle *h);
 /* The ctx of m's first hook whose function is fn (pre or post), or NULL. */
 void *cg_module_find_hook(const cg_module *m, const void *fn);
 
-/* The forward of a module: in[0..n_in) its tensor inputs (borrowed),
- * args whatever else it takes. Returns a new reference or NULL + error. */
-typedef cg_tensor *(*cg_forward_fn)(cg_module *m, cg_tensor *const *in, void *args);
 #define CG_MAX_FORWARD_INPUTS 8
 /* Run fn(m, in, args) with m's hooks around it: the one dispatch point of
  * every module forward. Without hooks it is the plain call. n_in <=
@@ -193,6 +198,24 @@ cg_tensor *cg_module_call(cg_module *m, cg_forward_fn fn, int n_in, cg_tensor *c
                           void *args);
 /* Removes every hook of m (cg_module_free calls it). */
 void cg_module_hooks_free(cg_module *m);
+
+/* ------------------------------------------- containers (nn/container.c) */
+/* m(x) for a module with a one-tensor forward (m->forward), hooks
+ * included: PyTorch's module(x). NULL + error for a module without one. */
+cg_tensor *cg_module_forward(cg_module *m, cg_tensor *x);
+/* Add child under the next index as its name ("0", "1", ...: PyTorch's
+ * ModuleList.append); list is typically cg_module_new("ModuleList").
+ * Ownership as cg_module_add_child. Returns the child (as void *, so it
+ * assigns to the child's own type) or NULL + error. */
+void *cg_module_append(cg_module *list, void *child);
+/* PyTorch's nn.Sequential(m0, m1, ...): n modules (any module pointers,
+ * each with a one-tensor forward) as children "0".."n-1", applied in
+ * order by cg_module_forward. Takes ownership of them all (also on
+ * failure). NULL + error. */
+cg_module *cg_sequential(int n, ...);
+/* model.load_state_dict(torch.load(path)): cg_module_load of the file at
+ * path, no prefix (nn/container.c). False + error. */
+bool cg_module_load_file(cg_module *m, const char *path);
 
 /* ---------------------------------------------------- save and load */
 /* Add every parameter to w as F32 under prefix + full name (prefix may be

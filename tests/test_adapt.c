@@ -568,6 +568,53 @@ START_TEST(test_kv_cache_user_block)
 }
 END_TEST
 
+/* ------------------------------------------------------------ containers */
+START_TEST(test_sequential_forward_append)
+{
+    cg_rng r = cg_rng_new(13);
+    cg_linear *l1 = cg_linear_new(3, 5, true, &r), *l2 = cg_linear_new(5, 2, true, &r);
+    cg_module *seq = cg_sequential(3, l1, cg_activation_new(CG_ACT_GELU), l2);
+    ck_assert_ptr_nonnull(seq);
+    ck_assert_ptr_nonnull(cg_module_get_param(seq, "2.weight")); /* PyTorch's names */
+    ck_assert_str_eq(cg_module_get_child(seq, "1")->type, "GELU");
+    cg_tensor *x = cg_randn(&r, CG_SHAPE(4, 3));
+    cg_tensor *h = cg_linear_forward(l1, x), *a = cg_gelu(h), *want = cg_linear_forward(l2, a);
+    cg_tensor *y = cg_module_forward(seq, x);
+    ck_assert(bit_equal(y, want));
+    /* hooks of the container and of its members run */
+    cg_hook_handle hk = cg_module_register_forward_hook(seq, double_output, NULL, NULL);
+    cg_tensor *y2 = cg_module_forward(seq, x), *w2 = cg_muls(want, 2.0f);
+    ck_assert(bit_equal(y2, w2));
+    ck_assert(cg_hook_remove(&hk));
+    /* a module without a one-tensor forward is named in the error */
+    cg_mha *mha = cg_mha_new(4, 2, &r);
+    CG_ASSERT_FAILS(cg_module_forward(CG_MODULE(mha), x), "MultiHeadAttention: no one-tensor forward");
+    CG_ASSERT_FAILS(cg_sequential(2, cg_activation_new(CG_ACT_RELU), mha), "module 1 (MultiHeadAttention)");
+    /* append names children by index */
+    cg_module *list = cg_module_new("ModuleList");
+    cg_linear *a0 = cg_module_append(list, cg_linear_new(2, 2, false, &r));
+    cg_linear *a1 = cg_module_append(list, cg_linear_new(2, 2, false, &r));
+    ck_assert_ptr_eq(cg_module_get_child(list, "1"), CG_MODULE(a1));
+    ck_assert_ptr_eq(cg_module_get_child(list, "0"), CG_MODULE(a0));
+    /* load_file: the same values back */
+    char path[] = "/tmp/cg_test_seq_XXXXXX";
+    int fd = mkstemp(path);
+    close(fd);
+    ck_assert(cg_module_save(seq, path, 0, NULL));
+    cg_module *seq2 = cg_sequential(3, cg_linear_new(3, 5, true, NULL), cg_activation_new(CG_ACT_GELU),
+                                    cg_linear_new(5, 2, true, NULL));
+    ck_assert(cg_module_load_file(seq2, path));
+    cg_tensor *y3 = cg_module_forward(seq2, x);
+    ck_assert(bit_equal(y3, want));
+    ck_assert(!cg_module_load_file(seq2, "/nonexistent/x.safetensors"));
+    unlink(path);
+    cg_release_all(8, x, h, a, want, y, y2, w2, y3);
+    cg_module_free(seq);
+    cg_module_free(seq2);
+    cg_module_free(list);
+}
+END_TEST
+
 static Suite *adapt_suite(void)
 {
     Suite *s = suite_create("adapt");
@@ -582,6 +629,7 @@ static Suite *adapt_suite(void)
     tcase_add_test(t, test_sample);
     tcase_add_test(t, test_randperm_batches);
     tcase_add_test(t, test_kv_cache_user_block);
+    tcase_add_test(t, test_sequential_forward_append);
     suite_add_tcase(s, t);
     return s;
 }
