@@ -40,15 +40,15 @@ awk '/^```c$/ {c = 1; next} c && /^```$/ {exit} c {print}' "$root/docs/own_modul
   > "$work/own_module.c"
 [ -s "$work/own_module.c" ] || { echo "test_install: no C example in docs/own_module.md" >&2; exit 1; }
 
-# Every example: the README's, the docs', models/example_mlp_main.c and
-# examples/*.c, in a directory of their own (no include path into the source tree).
+# Every example: the README's, the docs', examples/*.c, in
+# a directory of their own (no include path into the source tree).
 cc=${CC:-cc}
-for src in "$work/readme_example.c" "$work/own_module.c" "$root"/models/example_mlp_main.c "$root"/examples/*.c; do
+for src in "$work/readme_example.c" "$work/own_module.c" "$root"/examples/*.c; do
   [ -f "$src" ] || continue
   name=$(basename "$src" .c)
   [ "$src" = "$work/$name.c" ] || cp "$src" "$work/$name.c"
   args=()
-  case $name in example_mlp_main) args=(--steps 100) ;; esac
+  case $name in mlp) args=(--steps 100) ;; esac
   # shared
   (cd "$work" && $cc -std=c11 -O2 -Wall -Wextra -Werror -o "$name" "$name.c" \
       $(pkgconf --cflags --libs cgrad))
