@@ -437,9 +437,10 @@ bool cg_lora_load(cg_module *root, const char *path)
             cg_set_error("LoRA load %s: the model already has adapters ('%s')", path,
                          before.paths[0]);
             ok = false;
-        }
-        if (ok)
             lora_list_free(&before);
+        } else if (ok) {
+            lora_list_free(&before);
+        }
     }
     ok = ok && cg_lora_attach_all(root, &cfg, NULL) > 0 && list_loras(root, &l);
     /* strict: every adapter in the file, every file tensor an adapter's */
