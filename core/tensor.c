@@ -686,6 +686,28 @@ uint64_t cg_rng_below(cg_rng *r, uint64_t n)
     }
 }
 
+int64_t *cg_randperm(cg_rng *r, int64_t n)
+{
+    if (!r || n < 0) {
+        cg_set_error("randperm: %s", r ? "n must be >= 0" : "NULL generator");
+        return NULL;
+    }
+    int64_t *p = malloc((size_t)(n ? n : 1) * sizeof *p);
+    if (!p) {
+        cg_set_error("randperm: out of memory for %lld ids", (long long)n);
+        return NULL;
+    }
+    for (int64_t i = 0; i < n; i++)
+        p[i] = i;
+    for (int64_t i = n - 1; i > 0; i--) { /* Fisher-Yates */
+        int64_t j = (int64_t)cg_rng_below(r, (uint64_t)(i + 1));
+        int64_t t = p[i];
+        p[i] = p[j];
+        p[j] = t;
+    }
+    return p;
+}
+
 /* Fill with f(seed, base + row-major index): thread-count independent. */
 #define RNG_FILL(t, r, expr)                                                                       \
     do {                                                                                           \

@@ -204,6 +204,10 @@ double cg_rng_uniform_double(cg_rng *r);
 float cg_rng_normal(cg_rng *r);
 /* Uniform integer in [0, n). n > 0. */
 uint64_t cg_rng_below(cg_rng *r, uint64_t n);
+/* torch.randperm(n): a random permutation of 0..n-1 (Fisher-Yates with
+ * cg_rng_below), malloc'd (free it); n >= 0 (n = 0: a valid 1-element
+ * allocation). NULL + error on bad arguments or out of memory. */
+int64_t *cg_randperm(cg_rng *r, int64_t n);
 /* Fill t (any strides) with U[lo,hi) / N(mean,std). */
 bool cg_uniform_(cg_tensor *t, cg_rng *r, float lo, float hi);
 bool cg_normal_(cg_tensor *t, cg_rng *r, float mean, float std);

@@ -175,12 +175,23 @@ static cg_tensor *merge_heads_out(const cg_mha *m, cg_tensor *o)
     return y;
 }
 
-cg_tensor *cg_mha_forward(cg_mha *m, cg_tensor *xq, cg_tensor *xkv, bool causal,
-                          const uint8_t *key_pad, cg_tensor *mask, cg_tensor **weights_out)
+typedef struct {
+    bool causal;
+    const uint8_t *key_pad;
+    cg_tensor *mask;
+    cg_tensor **weights_out;
+    cg_mha_kv *kv; /* the cached form */
+} mha_args;
+
+static cg_tensor *mha_impl(cg_module *mod, cg_tensor *const *in, void *args)
 {
-    if (weights_out)
-        *weights_out = NULL;
-    if (!m || !xq || !xkv)
+    cg_mha *m = (cg_mha *)mod;
+    cg_tensor *xq = in[0], *xkv = in[1];
+    const mha_args *a = args;
+    bool causal = a->causal;
+    const uint8_t *key_pad = a->key_pad;
+    cg_tensor *mask = a->mask, **weights_out = a->weights_out;
+    if (!xq || !xkv)
         return NULL;
     if (xq->ndim != 3 || xkv->ndim != 3 || xq->shape[0] != xkv->shape[0] ||
         xq->shape[2] != m->d || xkv->shape[2] != m->d || xq->shape[1] <= 0 ||
@@ -247,6 +258,17 @@ cg_tensor *cg_mha_forward(cg_mha *m, cg_tensor *xq, cg_tensor *xkv, bool causal,
     return y;
 }
 
+cg_tensor *cg_mha_forward(cg_mha *m, cg_tensor *xq, cg_tensor *xkv, bool causal,
+                          const uint8_t *key_pad, cg_tensor *mask, cg_tensor **weights_out)
+{
+    if (weights_out)
+        *weights_out = NULL;
+    if (!m || !xq || !xkv)
+        return NULL;
+    mha_args a = {causal, key_pad, mask, weights_out, NULL};
+    return cg_module_call(&m->base, mha_impl, 2, (cg_tensor *const[]){xq, xkv}, &a);
+}
+
 cg_tensor *cg_mha_forward_masked(cg_mha *m, cg_tensor *xq, cg_tensor *xkv,
                                  const cg_attn_mask *mask, cg_tensor **weights_out)
 {
@@ -266,6 +288,8 @@ void cg_mha_kv_free(cg_mha_kv *kv)
 {
     if (!kv)
         return;
+    cg_unhold(kv->k);
+    cg_unhold(kv->v);
     cg_release_all(2, kv->k, kv->v);
     *kv = (cg_mha_kv){0};
 }
@@ -300,9 +324,11 @@ static bool kv_replace(cg_mha_kv *kv, const int64_t *rows, int64_t B, int64_t H,
         cg_release_all(2, k, v);
         return false;
     }
+    cg_unhold(kv->k); /* the buffers outlive any scope (a decoding step's) */
+    cg_unhold(kv->v);
     cg_release_all(2, kv->k, kv->v);
-    kv->k = k;
-    kv->v = v;
+    kv->k = cg_hold(k);
+    kv->v = cg_hold(v);
     return true;
 }
 
@@ -354,14 +380,16 @@ static bool kv_append(cg_mha_kv *kv, const cg_tensor *kh, const cg_tensor *vh)
     return ok;
 }
 
-cg_tensor *cg_mha_forward_cached(cg_mha *m, cg_tensor *xq, cg_tensor *xkv, bool causal,
-                                 const uint8_t *key_pad, cg_mha_kv *kv)
+static cg_tensor *mha_cached_impl(cg_module *mod, cg_tensor *const *in, void *args)
 {
-    if (!m || !xq || !kv) {
-        if (m && xq)
-            cg_set_error("MultiHeadAttention cached: NULL cache");
+    cg_mha *m = (cg_mha *)mod;
+    cg_tensor *xq = in[0], *xkv = in[1];
+    const mha_args *a = args;
+    bool causal = a->causal;
+    const uint8_t *key_pad = a->key_pad;
+    cg_mha_kv *kv = a->kv;
+    if (!xq)
         return NULL;
-    }
     if (xq->ndim != 3 || xq->shape[2] != m->d || xq->shape[1] < 1 || xq->shape[0] < 1 ||
         (xkv && (xkv->ndim != 3 || xkv->shape[0] != xq->shape[0] || xkv->shape[2] != m->d ||
                  xkv->shape[1] < 1))) {
@@ -423,6 +451,25 @@ cg_tensor *cg_mha_forward_cached(cg_mha *m, cg_tensor *xq, cg_tensor *xkv, bool 
     cg_release_all(5, qh, mask, K, V, o);
     cg_no_grad_end();
     return y;
+}
+
+cg_tensor *cg_mha_forward_cached(cg_mha *m, cg_tensor *xq, cg_tensor *xkv, bool causal,
+                                 const uint8_t *key_pad, cg_mha_kv *kv)
+{
+    if (!m || !xq || !kv) {
+        if (m && xq)
+            cg_set_error("MultiHeadAttention cached: NULL cache");
+        return NULL;
+    }
+    mha_args a = {causal, key_pad, NULL, NULL, kv};
+    return cg_module_call(&m->base, mha_cached_impl, 2, (cg_tensor *const[]){xq, xkv}, &a);
+}
+
+cg_tensor *cg_mha_self(cg_mha *m, cg_tensor *x, bool causal, cg_mha_kv *kv)
+{
+    if (kv)
+        return cg_mha_forward_cached(m, x, x, causal, NULL, kv);
+    return cg_mha_forward(m, x, x, causal, NULL, NULL, NULL);
 }
 
 void cg_module_keep_attention_weights(cg_module *m, bool on)

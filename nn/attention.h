@@ -104,6 +104,13 @@ bool cg_mha_kv_reorder(cg_mha_kv *kv, const int64_t *rows, int64_t n);
 cg_tensor *cg_mha_forward_cached(cg_mha *m, cg_tensor *xq, cg_tensor *xkv, bool causal,
                                  const uint8_t *key_pad, cg_mha_kv *kv);
 
+/* Self-attention for a block of your own, one code path for training and
+ * decoding: kv NULL is cg_mha_forward(m, x, x, causal, NULL, NULL, NULL)
+ * (a graph is recorded); otherwise cg_mha_forward_cached(m, x, x, causal,
+ * NULL, kv), x holding only the new positions. kv is typically
+ * cg_kv_cache_layer(cache, i) (nn/transformer.h). */
+cg_tensor *cg_mha_self(cg_mha *m, cg_tensor *x, bool causal, cg_mha_kv *kv);
+
 /* Set keep_weights on every MultiHeadAttention in a module tree (off also
  * drops the kept weights). */
 void cg_module_keep_attention_weights(cg_module *m, bool on);

@@ -71,6 +71,13 @@ cg_tensor *cg_activation(cg_tensor *x, cg_act act)
     return NULL;
 }
 
+/* The one-tensor forwards (cg_module.forward), defined with each layer. */
+static cg_tensor *linear_impl(cg_module *m, cg_tensor *const *in, void *args);
+static cg_tensor *norm_impl(cg_module *m, cg_tensor *const *in, void *args);
+static cg_tensor *drop_impl(cg_module *m, cg_tensor *const *in, void *args);
+static cg_tensor *posenc_impl(cg_module *m, cg_tensor *const *in, void *args);
+static cg_tensor *ff_impl(cg_module *m, cg_tensor *const *in, void *args);
+
 /* A new parameter tensor registered under name; NULL + error on failure. */
 static cg_tensor *new_param(cg_module *m, const char *name, int ndim, const int64_t *shape)
 {
@@ -99,6 +106,7 @@ cg_linear *cg_linear_new(int64_t in_features, int64_t out_features, bool bias, c
     cg_linear *l = (cg_linear *)cg_module_alloc(sizeof *l, "Linear", NULL);
     if (!l)
         return NULL;
+    l->base.forward = linear_impl;
     l->in_features = in_features;
     l->out_features = out_features;
     l->weight = new_param(&l->base, "weight", CG_SHAPE(out_features, in_features));
@@ -145,11 +153,20 @@ static bool linear_input_ok(const cg_linear *l, const cg_tensor *x)
     return true;
 }
 
+static cg_tensor *linear_impl(cg_module *m, cg_tensor *const *in, void *args)
+{
+    (void)args;
+    cg_linear *l = (cg_linear *)m;
+    if (!in[0] || !linear_input_ok(l, in[0]))
+        return NULL;
+    return cg_linear_fn(in[0], l->weight, l->bias);
+}
+
 cg_tensor *cg_linear_forward(cg_linear *l, cg_tensor *x)
 {
-    if (!l || !x || !linear_input_ok(l, x))
+    if (!l || !x)
         return NULL;
-    return cg_linear_fn(x, l->weight, l->bias);
+    return cg_module_call(&l->base, linear_impl, 1, &x, NULL);
 }
 
 /* relu(l(x)), the bits of cg_relu(cg_linear_forward(l, x)): one op while
@@ -158,6 +175,12 @@ cg_tensor *cg_linear_forward(cg_linear *l, cg_tensor *x)
  * keeps its packed weights). */
 static cg_tensor *linear_relu(cg_linear *l, cg_tensor *x)
 {
+    if (l && l->base.hooks) { /* the hooks see the layer's own output */
+        cg_tensor *h = cg_linear_forward(l, x);
+        cg_tensor *y = cg_relu(h);
+        cg_release(h);
+        return y;
+    }
     if (!l || !x || !linear_input_ok(l, x))
         return NULL;
     if (cg_grad_enabled())
@@ -191,10 +214,19 @@ cg_embed *cg_embed_new(int64_t num, int64_t dim, cg_rng *rng)
     return e;
 }
 
-cg_tensor *cg_embed_forward(cg_embed *e, const int64_t *ids, int ndim, const int64_t *shape)
+typedef struct {
+    const int64_t *ids;
+    int ndim;
+    const int64_t *shape;
+} embed_args;
+
+static cg_tensor *embed_impl(cg_module *m, cg_tensor *const *in, void *args)
 {
-    if (!e)
-        return NULL;
+    (void)in;
+    const embed_args *a = args;
+    cg_embed *e = (cg_embed *)m;
+    const int64_t *ids = a->ids, *shape = a->shape;
+    int ndim = a->ndim;
     if (ndim < 0 || ndim >= CG_MAX_DIMS || (ndim > 0 && !shape)) {
         cg_set_error("Embedding: ids must have 0..%d dims (got %d)", CG_MAX_DIMS - 1, ndim);
         return NULL;
@@ -217,6 +249,14 @@ cg_tensor *cg_embed_forward(cg_embed *e, const int64_t *ids, int ndim, const int
     return cg_embedding(e->weight, ids, ndim, shape);
 }
 
+cg_tensor *cg_embed_forward(cg_embed *e, const int64_t *ids, int ndim, const int64_t *shape)
+{
+    if (!e)
+        return NULL;
+    embed_args a = {ids, ndim, shape};
+    return cg_module_call(&e->base, embed_impl, 0, NULL, &a);
+}
+
 /* -------------------------------------------------- LayerNorm/RMSNorm */
 cg_norm *cg_norm_new(cg_norm_kind kind, int64_t dim)
 {
@@ -230,6 +270,7 @@ cg_norm *cg_norm_new(cg_norm_kind kind, int64_t dim)
     cg_norm *n = (cg_norm *)cg_module_alloc(sizeof *n, type, NULL);
     if (!n)
         return NULL;
+    n->base.forward = norm_impl;
     n->kind = kind;
     n->dim = dim;
     n->eps = CG_NORM_EPS;
@@ -266,19 +307,35 @@ static bool norm_input_ok(const cg_norm *n, const cg_tensor *x)
     return true;
 }
 
-cg_tensor *cg_norm_forward(cg_norm *n, cg_tensor *x)
+static cg_tensor *norm_impl(cg_module *m, cg_tensor *const *in, void *args)
 {
-    if (!n || !x || !norm_input_ok(n, x))
+    (void)args;
+    cg_norm *n = (cg_norm *)m;
+    cg_tensor *x = in[0];
+    if (!x || !norm_input_ok(n, x))
         return NULL;
     if (n->kind == CG_NORM_LAYERNORM)
         return cg_layer_norm(x, n->weight, n->bias, n->eps);
     return cg_rms_norm(x, n->weight, n->eps);
 }
 
+cg_tensor *cg_norm_forward(cg_norm *n, cg_tensor *x)
+{
+    if (!n || !x)
+        return NULL;
+    return cg_module_call(&n->base, norm_impl, 1, &x, NULL);
+}
+
 cg_tensor *cg_norm_add_forward(cg_norm *n, cg_tensor *x, cg_tensor *y)
 {
     if (!n || !x || !y || !norm_input_ok(n, x))
         return NULL;
+    if (n->base.hooks) { /* the hooks see the norm's input x + y */
+        cg_tensor *s = cg_add(x, y);
+        cg_tensor *r = cg_norm_forward(n, s);
+        cg_release(s);
+        return r;
+    }
     if (n->kind == CG_NORM_LAYERNORM)
         return cg_add_layer_norm(x, y, n->weight, n->bias, n->eps);
     return cg_add_rms_norm(x, y, n->weight, n->eps);
@@ -294,17 +351,25 @@ cg_drop *cg_drop_new(float p, cg_rng *rng)
     cg_drop *d = (cg_drop *)cg_module_alloc(sizeof *d, "Dropout", NULL);
     if (!d)
         return NULL;
+    d->base.forward = drop_impl;
     d->p = p;
     d->own_rng = cg_rng_new(0);
     d->rng = rng ? rng : &d->own_rng;
     return d;
 }
 
+static cg_tensor *drop_impl(cg_module *m, cg_tensor *const *in, void *args)
+{
+    (void)args;
+    cg_drop *d = (cg_drop *)m;
+    return cg_dropout(in[0], d->p, d->rng, d->base.training);
+}
+
 cg_tensor *cg_drop_forward(cg_drop *d, cg_tensor *x)
 {
     if (!d || !x)
         return NULL;
-    return cg_dropout(x, d->p, d->rng, d->base.training);
+    return cg_module_call(&d->base, drop_impl, 1, &x, NULL);
 }
 
 /* ------------------------------------------------ sinusoidal positions */
@@ -342,6 +407,7 @@ cg_posenc *cg_posenc_new(int64_t max_len, int64_t dim)
         cg_release(pe);
         return NULL;
     }
+    p->base.forward = posenc_impl;
     p->max_len = max_len;
     p->dim = dim;
     p->pe = cg_hold(pe); /* the module's, beyond any scope */
@@ -360,9 +426,12 @@ cg_tensor *cg_posenc_rows(cg_posenc *p, int64_t start, int64_t len)
     return cg_view_narrow(p->pe, 0, start, len);
 }
 
-cg_tensor *cg_posenc_forward(cg_posenc *p, cg_tensor *x)
+static cg_tensor *posenc_impl(cg_module *m, cg_tensor *const *in, void *args)
 {
-    if (!p || !x)
+    (void)args;
+    cg_posenc *p = (cg_posenc *)m;
+    cg_tensor *x = in[0];
+    if (!x)
         return NULL;
     if (x->ndim < 2 || x->shape[x->ndim - 1] != p->dim) {
         char a[96];
@@ -382,6 +451,13 @@ cg_tensor *cg_posenc_forward(cg_posenc *p, cg_tensor *x)
     return y;
 }
 
+cg_tensor *cg_posenc_forward(cg_posenc *p, cg_tensor *x)
+{
+    if (!p || !x)
+        return NULL;
+    return cg_module_call(&p->base, posenc_impl, 1, &x, NULL);
+}
+
 /* ------------------------------------------------------- FeedForward */
 cg_ff *cg_ff_new(int64_t d, int64_t d_ff, cg_act act, cg_rng *rng)
 {
@@ -398,6 +474,7 @@ cg_ff *cg_ff_new(int64_t d, int64_t d_ff, cg_act act, cg_rng *rng)
     cg_ff *f = (cg_ff *)cg_module_alloc(sizeof *f, "FeedForward", NULL);
     if (!f)
         return NULL;
+    f->base.forward = ff_impl;
     f->act = act;
     f->fc1 = (cg_linear *)cg_module_add_child(&f->base, "fc1",
                                               CG_MODULE(cg_linear_new(d, d_ff, true, rng)));
@@ -411,10 +488,11 @@ cg_ff *cg_ff_new(int64_t d, int64_t d_ff, cg_act act, cg_rng *rng)
     return f;
 }
 
-cg_tensor *cg_ff_forward(cg_ff *f, cg_tensor *x)
+static cg_tensor *ff_impl(cg_module *m, cg_tensor *const *in, void *args)
 {
-    if (!f || !x)
-        return NULL;
+    (void)args;
+    cg_ff *f = (cg_ff *)m;
+    cg_tensor *x = in[0];
     cg_tensor *a;
     if (f->act == CG_ACT_RELU) { /* the pre-activation is not kept */
         a = linear_relu(f->fc1, x);
@@ -426,4 +504,11 @@ cg_tensor *cg_ff_forward(cg_ff *f, cg_tensor *x)
     cg_tensor *y = cg_linear_forward(f->fc2, a);
     cg_release(a);
     return y;
+}
+
+cg_tensor *cg_ff_forward(cg_ff *f, cg_tensor *x)
+{
+    if (!f || !x)
+        return NULL;
+    return cg_module_call(&f->base, ff_impl, 1, &x, NULL);
 }

@@ -35,6 +35,9 @@ bool cg_norm_kind_parse(const char *s, cg_norm_kind *out);
 const char *cg_norm_kind_name(cg_norm_kind k);
 /* relu(x), gelu_tanh(x) or gelu_erf(x). */
 cg_tensor *cg_activation(cg_tensor *x, cg_act act);
+/* The activation as a module without parameters (type "ReLU" or "GELU"),
+ * for cg_sequential: nn.ReLU(), nn.GELU(approximate="tanh"). */
+cg_module *cg_activation_new(cg_act act);
 
 /* ----------------------------------------------------------- Linear */
 /* y = x @ W^T + b. weight [out, in], bias [out] (or NULL). */

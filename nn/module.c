@@ -163,6 +163,7 @@ void cg_module_free(cg_module *m)
     }
     if (m->destroy)
         m->destroy(m);
+    cg_module_hooks_free(m);
     for (int i = 0; i < m->n_children; i++) {
         cg_module_free(m->children[i].module);
         free(m->children[i].name);
@@ -335,6 +336,16 @@ void cg_module_train(cg_module *m, bool training)
     m->training = training;
     for (int i = 0; i < m->n_children; i++)
         cg_module_train(m->children[i].module, training);
+}
+
+void cg_module_requires_grad(cg_module *m, bool on)
+{
+    if (!m)
+        return;
+    for (int i = 0; i < m->n_params; i++)
+        cg_requires_grad(m->params[i].tensor, on);
+    for (int i = 0; i < m->n_children; i++)
+        cg_module_requires_grad(m->children[i].module, on);
 }
 
 /* ------------------------------------------------------- save and load */

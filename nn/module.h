@@ -49,6 +49,9 @@ extern "C" {
 #endif
 
 typedef struct cg_module cg_module;
+/* The forward of a module: in[0..n_in) its tensor inputs (borrowed),
+ * args whatever else it takes. Returns a new reference or NULL + error. */
+typedef cg_tensor *(*cg_forward_fn)(cg_module *m, cg_tensor *const *in, void *args);
 
 typedef struct {
     char *name;        /* local name, owned */
@@ -72,6 +75,12 @@ struct cg_module {
      * be NULL). Called by cg_module_free before the registry is freed;
      * must not free the struct itself. */
     void (*destroy)(cg_module *m);
+    struct cg_module_hooks *hooks; /* forward hooks (NULL: none); see below */
+    /* The forward of a module that maps one tensor to one tensor (Linear,
+     * norms, Dropout, FeedForward, activations, Sequential, ...), called
+     * with in[0] and args NULL by cg_module_forward; NULL for modules that
+     * take more (attention, blocks) or none (containers). */
+    cg_forward_fn forward;
 };
 
 #define CG_MODULE(m) ((cg_module *)(m))
@@ -130,6 +139,83 @@ cg_module *cg_module_get_child(const cg_module *m, const char *path);
 void cg_module_zero_grad(cg_module *m);
 /* Set train (true) or eval (false) mode on m and all its descendants. */
 void cg_module_train(cg_module *m, bool training);
+/* Freeze (false) or unfreeze (true) every parameter of m and its
+ * descendants (PyTorch's module.requires_grad_(on)). A frozen parameter
+ * gets no gradient and is left out of the optimizers built from a module
+ * (cg_optim_from_module and friends). Dropping a frozen parameter's
+ * gradient is the caller's business (cg_module_zero_grad). */
+void cg_module_requires_grad(cg_module *m, bool on);
+
+/* ---------------------------------------------------- forward hooks */
+/* PyTorch's register_forward_pre_hook / register_forward_hook. Every nn
+ * module's forward (Linear, Embedding, norms, Dropout, positions,
+ * FeedForward, MultiHeadAttention and its cached form, the transformer
+ * layers and stacks) goes through cg_module_call, which runs the module's
+ * hooks around it; a module of your own does the same (docs/own_module.md).
+ *
+ * The tensor inputs of a call are an array in[0..n_in) (Linear: x;
+ * MultiHeadAttention: xq, xkv; a decoder layer: x, memory; Embedding: none,
+ * its ids are not tensors); entries may be NULL (xkv of a cached step).
+ *   pre hook:  may replace in[i]: release the tensor there and store a new
+ *              reference (e.g. cg_muls(in[0], 2) after cg_release(in[0])).
+ *   post hook: sees the inputs and the output *out; may replace *out the
+ *              same way (release it, store a new reference). To keep the
+ *              output, leave it.
+ * Both return false (+ cg_set_error) to fail the call: the forward then
+ * returns NULL. Hooks run in registration order, pre hooks before the
+ * forward, post hooks after it, in train and eval mode, with or without
+ * gradients. Do not add or remove hooks of a module from inside its hooks.
+ * ctx is handed to the hook; free_ctx (may be NULL) is called on it when
+ * the hook is removed or the module is freed. */
+typedef bool (*cg_forward_pre_hook)(void *ctx, cg_module *m, int n_in, cg_tensor **in);
+typedef bool (*cg_forward_hook)(void *ctx, cg_module *m, int n_in, cg_tensor *const *in,
+                                cg_tensor **out);
+
+/* What removes a hook (PyTorch's RemovableHandle). id 0: no hook. */
+typedef struct {
+    cg_module *module;
+    int64_t id;
+} cg_hook_handle;
+
+/* Register a hook; the handle has id 0 + error on failure (NULL module or
+ * function, out of memory; free_ctx is then called on ctx). */
+cg_hook_handle cg_module_register_forward_pre_hook(cg_module *m, cg_forward_pre_hook fn,
+                                                   void *ctx, void (*free_ctx)(void *ctx));
+cg_hook_handle cg_module_register_forward_hook(cg_module *m, cg_forward_hook fn, void *ctx,
+                                               void (*free_ctx)(void *ctx));
+/* Remove the hook (its free_ctx runs) and zero the handle. False if it is
+ * no longer there (already removed). The module must still be alive:
+ * freeing a module removes its hooks. */
+bool cg_hook_remove(cg_hook_handle *h);
+/* The ctx of m's first hook whose function is fn (pre or post), or NULL. */
+void *cg_module_find_hook(const cg_module *m, const void *fn);
+
+#define CG_MAX_FORWARD_INPUTS 8
+/* Run fn(m, in, args) with m's hooks around it: the one dispatch point of
+ * every module forward. Without hooks it is the plain call. n_in <=
+ * CG_MAX_FORWARD_INPUTS. */
+cg_tensor *cg_module_call(cg_module *m, cg_forward_fn fn, int n_in, cg_tensor *const *in,
+                          void *args);
+/* Removes every hook of m (cg_module_free calls it). */
+void cg_module_hooks_free(cg_module *m);
+
+/* ------------------------------------------- containers (nn/container.c) */
+/* m(x) for a module with a one-tensor forward (m->forward), hooks
+ * included: PyTorch's module(x). NULL + error for a module without one. */
+cg_tensor *cg_module_forward(cg_module *m, cg_tensor *x);
+/* Add child under the next index as its name ("0", "1", ...: PyTorch's
+ * ModuleList.append); list is typically cg_module_new("ModuleList").
+ * Ownership as cg_module_add_child. Returns the child (as void *, so it
+ * assigns to the child's own type) or NULL + error. */
+void *cg_module_append(cg_module *list, void *child);
+/* PyTorch's nn.Sequential(m0, m1, ...): n modules (any module pointers,
+ * each with a one-tensor forward) as children "0".."n-1", applied in
+ * order by cg_module_forward. Takes ownership of them all (also on
+ * failure). NULL + error. */
+cg_module *cg_sequential(int n, ...);
+/* model.load_state_dict(torch.load(path)): cg_module_load of the file at
+ * path, no prefix (nn/container.c). False + error. */
+bool cg_module_load_file(cg_module *m, const char *path);
 
 /* ---------------------------------------------------- save and load */
 /* Add every parameter to w as F32 under prefix + full name (prefix may be

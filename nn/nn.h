@@ -4,6 +4,9 @@
  *                     sinusoidal positions, FeedForward
  *   nn/attention.h    MultiHeadAttention, masks, scaled dot-product attention
  *   nn/transformer.h  encoder/decoder layers, CharLM block, stacks
+ *   nn/lora.h         LoRA adapters on Linear layers (PEFT-compatible files)
+ *   nn/sample.h       sampling from logits (temperature, top-k, top-p)
+ *   nn/data.h         batches of token ids (get_batch, epochs)
  *   nn/init.h         initialisers (normal, Xavier, models.py init_params)
  *   nn/safetensors.h  the checkpoint file format */
 #ifndef CG_NN_H
@@ -14,6 +17,9 @@
 #include "nn/attention.h"
 #include "nn/init.h"
 #include "nn/layers.h"
+#include "nn/lora.h"
+#include "nn/data.h"
+#include "nn/sample.h"
 #include "nn/module.h"
 #include "nn/safetensors.h"
 #include "nn/transformer.h"

@@ -166,6 +166,17 @@ void cg_kv_cache_reset(cg_kv_cache *c);
  * values and of the memory's padding. False + error on a bad row. */
 bool cg_kv_cache_reorder(cg_kv_cache *c, const int64_t *rows, int64_t n);
 
+/* The self-attention cache of layer i (borrowed), for a model of your own
+ * whose blocks call cg_mha_self (nn/attention.h) or cg_mha_forward_cached:
+ *
+ *     h = my_block_forward(block[i], h, cg_kv_cache_layer(cache, i));
+ *     ... after the last block:  if (cache) cache->len += T;
+ *
+ * NULL for a NULL cache (so one forward serves training, cache NULL, and
+ * decoding). A cache made with cg_kv_cache_new(0) grows to i + 1 layers
+ * here. NULL + error for i < 0 or out of memory. */
+cg_mha_kv *cg_kv_cache_layer(cg_kv_cache *c, int i);
+
 /* x [B,n,d]: the embeddings of n new positions c->len .. c->len+n-1 ->
  * [B,n,d] (ln_f applied for pre-norm), attending causally to the cached
  * positions. memory [B,S,d] and mem_pad (B*S bytes, nonzero = padding; may

@@ -257,12 +257,15 @@ cg_optim *cg_optim_from_module(const cg_optim_config *cfg, const cg_module *m,
     if (!op) {
         cg_set_error("optim_from_module: out of memory");
     } else {
+        int n = 0;
         for (int i = 0; i < l.n; i++) {
+            if (!l.items[i].tensor->requires_grad)
+                continue; /* frozen (cg_module_requires_grad): left out */
             bool decay = rule == CG_DECAY_ALL || l.items[i].tensor->ndim >= 2;
-            op[i] = (cg_optim_param){l.items[i].name, l.items[i].tensor,
-                                     decay ? weight_decay : 0.0};
+            op[n++] = (cg_optim_param){l.items[i].name, l.items[i].tensor,
+                                       decay ? weight_decay : 0.0};
         }
-        o = cg_optim_new(cfg, l.n, op); /* copies the names */
+        o = cg_optim_new(cfg, n, op); /* copies the names */
     }
     free(op);
     cg_param_list_free(&l);

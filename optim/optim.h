@@ -86,8 +86,13 @@ typedef struct cg_optim cg_optim;
 cg_optim *cg_optim_new(const cg_optim_config *cfg, int n, const cg_optim_param *params);
 void cg_optim_free(cg_optim *o); /* NULL is a no-op */
 
-/* An optimizer over every parameter of a module, in cg_module_params order
- * and under its dotted names (a tied or shared tensor once). Weight decay
+/* An optimizer over every trainable parameter of a module (requires_grad
+ * on: frozen ones, cg_module_requires_grad, are left out, as PyTorch's
+ * filter(lambda p: p.requires_grad, m.parameters()) would), in
+ * cg_module_params order and under its dotted names (a tied or shared
+ * tensor once). As in PyTorch, the optimizer has the parameters it was
+ * given: a parameter unfrozen later is not updated by it (its gradient is
+ * computed, but nothing steps it); build a new optimizer to train it. Weight decay
  * weight_decay on every parameter, or (CG_DECAY_MATRICES) on parameters of
  * 2 or more dims only, as the zoo's recipes do (biases and norms exempt). */
 typedef enum { CG_DECAY_ALL = 0, CG_DECAY_MATRICES } cg_decay_rule;

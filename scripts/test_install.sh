@@ -35,10 +35,15 @@ awk '/^## Writing a model against the C API/ {on = 1} on && /^```c$/ {c = 1; nex
      c && /^```$/ {exit} c {print}' "$root/README.md" > "$work/readme_example.c"
 [ -s "$work/readme_example.c" ] || { echo "test_install: no C example in README.md" >&2; exit 1; }
 
-# Every example: the README's, examples/*.c, in
+# The worked example of docs/own_module.md (its first C block).
+awk '/^```c$/ {c = 1; next} c && /^```$/ {exit} c {print}' "$root/docs/own_module.md" \
+  > "$work/own_module.c"
+[ -s "$work/own_module.c" ] || { echo "test_install: no C example in docs/own_module.md" >&2; exit 1; }
+
+# Every example: the README's, the docs', examples/*.c, in
 # a directory of their own (no include path into the source tree).
 cc=${CC:-cc}
-for src in "$work/readme_example.c" "$root"/examples/*.c; do
+for src in "$work/readme_example.c" "$work/own_module.c" "$root"/examples/*.c; do
   [ -f "$src" ] || continue
   name=$(basename "$src" .c)
   [ "$src" = "$work/$name.c" ] || cp "$src" "$work/$name.c"

@@ -290,6 +290,52 @@ static void seq2seq_grads(bool recompute, float **out, int64_t *n_out)
     ck_assert_int_eq(cg_live_tensors(), live0);
 }
 
+/* A post hook on a recomputed block (nn's recompute flag) runs once per
+ * forward, as without the flag: the recomputation replays the block's
+ * body, not its hooks (they ran around the checkpointed call). The hook
+ * doubles the output; gradients equal the plain run's byte for byte. */
+static bool double_out(void *ctx, cg_module *m, int n_in, cg_tensor *const *in, cg_tensor **out)
+{
+    (void)m, (void)n_in, (void)in;
+    ++*(int *)ctx;
+    cg_tensor *y = cg_muls(*out, 2.0f);
+    cg_release(*out);
+    *out = y;
+    return y != NULL;
+}
+
+static float *hooked_block_grad(bool recompute, int *calls)
+{
+    model m;
+    model_init(&m);
+    m.blk[0]->recompute = recompute;
+    cg_hook_handle h = cg_module_register_forward_hook(CG_MODULE(m.blk[0]), double_out, calls, NULL);
+    ck_assert_msg(h.id != 0, "%s", cg_last_error());
+    cg_rng data = cg_rng_new(5);
+    cg_tensor *x = cg_requires_grad(cg_randn(&data, CG_SHAPE(B, T, D)), true);
+    cg_tensor *y = cg_lm_block_forward(m.blk[0], x, &m.mask);
+    cg_tensor *yy = cg_mul(y, y);
+    cg_tensor *loss = cg_sum_all(yy);
+    ck_assert_msg(loss && cg_backward(loss, NULL, false), "%s", cg_last_error());
+    float *g = cg_test_values(cg_grad(x));
+    cg_release_all(4, x, y, yy, loss);
+    model_free(&m);
+    return g;
+}
+
+START_TEST(test_recompute_runs_block_hooks_once)
+{
+    int plain_calls = 0, rc_calls = 0;
+    float *plain = hooked_block_grad(false, &plain_calls);
+    float *rc = hooked_block_grad(true, &rc_calls);
+    ck_assert_int_eq(plain_calls, 1);
+    ck_assert_int_eq(rc_calls, 1);
+    ck_assert(memcmp(plain, rc, sizeof(float) * B * T * D) == 0);
+    free(plain);
+    free(rc);
+}
+END_TEST
+
 START_TEST(test_stack_recompute_flag)
 {
     float *a, *b;
@@ -505,6 +551,7 @@ static Suite *checkpoint_suite(void)
     tcase_add_test(tc, test_recompute_bit_identical_with_dropout);
     tcase_add_test(tc, test_recompute_keeps_only_inputs);
     tcase_add_test(tc, test_stack_recompute_flag);
+    tcase_add_test(tc, test_recompute_runs_block_hooks_once);
     tcase_add_test(tc, test_checkpoint_gradcheck);
     tcase_add_test(tc, test_checkpoint_no_grad_and_errors);
     suite_add_tcase(s, tc);

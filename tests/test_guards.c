@@ -337,11 +337,11 @@ START_TEST(test_tiny_temperature)
     for (size_t t = 0; t < sizeof temps / sizeof temps[0]; t++)
         for (int k = 0; k < 50; k++) {
             cg_sample_opts o = {.temperature = temps[t], .top_k = k % 3, .top_p = k % 2 ? 1 : 0.9};
-            ck_assert_int_eq(cg_sample_logits(logits, 5, &o, &rng), 1);
+            ck_assert_int_eq(cg_sample(logits, 5, &o, &rng), 1);
         }
     /* a huge logit with an ordinary temperature still samples normally */
     cg_sample_opts o = {.temperature = 1.0, .top_k = 0, .top_p = 1};
-    ck_assert_int_eq(cg_sample_logits((const float[]){0, 50, 0}, 3, &o, &rng), 1);
+    ck_assert_int_eq(cg_sample((const float[]){0, 50, 0}, 3, &o, &rng), 1);
 }
 END_TEST
 

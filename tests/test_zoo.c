@@ -208,14 +208,14 @@ START_TEST(test_sample_logits_filters)
     cg_sample_opts o = {.temperature = 1.0, .top_k = 2, .top_p = 1};
     cg_rng r = cg_rng_new(9);
     for (int i = 0; i < 200; i++) {
-        int64_t id = cg_sample_logits(logits, 5, &o, &r);
+        int64_t id = cg_sample(logits, 5, &o, &r);
         ck_assert(id == 1 || id == 3);
     }
     o = (cg_sample_opts){.temperature = 1.0, .top_k = 0, .top_p = 0.3};
     for (int i = 0; i < 50; i++)
-        ck_assert_int_eq(cg_sample_logits(logits, 5, &o, &r), 1);
+        ck_assert_int_eq(cg_sample(logits, 5, &o, &r), 1);
     o.top_p = 0; /* invalid */
-    ck_assert_int_eq(cg_sample_logits(logits, 5, &o, &r), -1);
+    ck_assert_int_eq(cg_sample(logits, 5, &o, &r), -1);
 }
 END_TEST
 

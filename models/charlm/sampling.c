@@ -1,7 +1,6 @@
 /* cgrad zoo: cached incremental decoding and sampling (see sampling.h). */
 #include "models/charlm/sampling.h"
 
-#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,93 +66,6 @@ cg_tensor *cg_charlm_forward_cached(cg_charlm *m, cg_kv_cache *c, const int64_t 
     return logits;
 }
 
-typedef struct {
-    double p;
-    int64_t id;
-} prob_id;
-
-static int cmp_prob_desc(const void *a, const void *b)
-{
-    const prob_id *x = a, *y = b;
-    if (x->p != y->p)
-        return x->p < y->p ? 1 : -1;
-    return (x->id > y->id) - (x->id < y->id); /* ties: lower id first */
-}
-
-int64_t cg_sample_logits(const float *logits, int64_t V, const cg_sample_opts *o, cg_rng *rng)
-{
-    if (!logits || V < 1 || !o || !rng || !(o->temperature >= 0) || o->top_k < 0 ||
-        !(o->top_p > 0 && o->top_p <= 1)) {
-        cg_set_error("sample: bad arguments (temperature >= 0, top_k >= 0, 0 < top_p <= 1)");
-        return -1;
-    }
-    /* greedy: temperature 0, and its limit: a temperature so small that
-     * logits / temperature overflow (1e-40 is not even a normal float) used
-     * to give NaN probabilities and sample the last characters */
-    bool greedy = o->temperature == 0 || !((float)o->temperature >= FLT_MIN);
-    prob_id *pi = greedy ? NULL : malloc((size_t)V * sizeof *pi);
-    if (!greedy && !pi) {
-        cg_set_error("sample: out of memory");
-        return -1;
-    }
-    for (int64_t i = 0; !greedy && i < V; i++) {
-        pi[i] = (prob_id){(double)(logits[i] / (float)o->temperature), i};
-        greedy = !isfinite(pi[i].p) && isfinite(logits[i]);
-    }
-    if (greedy) {
-        free(pi);
-        int64_t best = 0;
-        for (int64_t i = 1; i < V; i++)
-            if (logits[i] > logits[best])
-                best = i;
-        return best;
-    }
-    /* sort by logit, descending: top-k keeps every logit >= the k-th largest
-     * (ties at the k-th value are kept, as logits.masked_fill(logits < kth)) */
-    qsort(pi, (size_t)V, sizeof *pi, cmp_prob_desc);
-    int64_t keep = V;
-    if (o->top_k > 0 && o->top_k < V) {
-        double kth = pi[o->top_k - 1].p;
-        keep = o->top_k;
-        while (keep < V && pi[keep].p >= kth)
-            keep++;
-    }
-    double mx = pi[0].p, sum = 0;
-    for (int64_t i = 0; i < keep; i++) {
-        pi[i].p = exp(pi[i].p - mx);
-        sum += pi[i].p;
-    }
-    for (int64_t i = 0; i < keep; i++)
-        pi[i].p /= sum;
-    if (o->top_p < 1) {
-        double cum = 0;
-        int64_t k = 0;
-        while (k < keep) {
-            cum += pi[k].p;
-            k++;
-            if (cum >= o->top_p)
-                break;
-        }
-        keep = k;
-        sum = 0;
-        for (int64_t i = 0; i < keep; i++)
-            sum += pi[i].p;
-        for (int64_t i = 0; i < keep; i++)
-            pi[i].p /= sum;
-    }
-    double u = cg_rng_uniform_double(rng), cum = 0;
-    int64_t id = pi[keep - 1].id;
-    for (int64_t i = 0; i < keep; i++) {
-        cum += pi[i].p;
-        if (u < cum) {
-            id = pi[i].id;
-            break;
-        }
-    }
-    free(pi);
-    return id;
-}
-
 /* Logits of the last position of a full forward over ids[0..n). */
 static bool last_logits_full(cg_charlm *m, const int64_t *ids, int64_t n, float *out)
 {
@@ -209,7 +121,7 @@ int64_t *cg_charlm_generate(cg_charlm *m, const int64_t *prompt, int64_t n_promp
         }
         if (!ok)
             goto fail;
-        int64_t id = cg_sample_logits(logits, V, o, rng);
+        int64_t id = cg_sample(logits, V, o, rng);
         if (id < 0 || (on_token && !on_token(ctx, id)))
             goto fail;
         ids[len++] = id;

@@ -41,11 +41,9 @@ cg_kv_cache *cg_charlm_kv_cache_new(const cg_charlm *m);
 cg_tensor *cg_charlm_forward_cached(cg_charlm *m, cg_kv_cache *c, const int64_t *ids, int64_t B,
                                     int64_t n);
 
-typedef struct {
-    double temperature; /* > 0; 0 means greedy (argmax) */
-    int64_t top_k;      /* 0 = off; else keep the k largest logits */
-    double top_p;       /* 1 = off; else nucleus: smallest set with mass >= p */
-} cg_sample_opts;
+/* The library's sampling options (nn/sample.h): temperature (0 = greedy),
+ * top_k (0 = off), top_p (1 = off). Ids are drawn by cg_sample. */
+typedef cg_sample_config cg_sample_opts;
 
 /* The sampling flags --temperature --top-k --top-p --seed, appended to a
  * flag table (models/util/cli.h; room for 4) over *o and *seed, which get
@@ -57,11 +55,6 @@ int cg_sample_cli_opts(cg_sample_opts *o, uint64_t *seed, cg_cli_opt *opts);
     "  --top-k K           keep the K most likely tokens (default 0 = all)\n"                \
     "  --top-p P           nucleus sampling mass in (0, 1] (default 1 = off)\n"              \
     "  --seed N            sampling seed (default 1)\n"
-
-/* Draw one id from logits[0..V) (the reference's generate(): logits /
- * temperature, top-k mask, softmax, then the nucleus filter and one uniform
- * draw from rng). Returns the id, or -1 + error on bad options. */
-int64_t cg_sample_logits(const float *logits, int64_t V, const cg_sample_opts *o, cg_rng *rng);
 
 /* Called with each new id as it is generated (for printing as it goes);
  * returning false stops the generation with an error. */

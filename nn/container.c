@@ -1,0 +1,96 @@
+/* Containers and the one-tensor forward (nn/module.h): cg_module_forward,
+ * cg_module_append, cg_sequential; activation modules (nn/layers.h). */
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "nn/layers.h"
+
+cg_tensor *cg_module_forward(cg_module *m, cg_tensor *x)
+{
+    if (!m || !x)
+        return NULL;
+    if (!m->forward) {
+        cg_set_error("%s: no one-tensor forward (call its own forward function)", m->type);
+        return NULL;
+    }
+    return cg_module_call(m, m->forward, 1, &x, NULL);
+}
+
+void *cg_module_append(cg_module *list, void *child)
+{
+    char name[24];
+    snprintf(name, sizeof name, "%d", list ? list->n_children : 0);
+    return cg_module_add_child(list, name, child);
+}
+
+static cg_tensor *sequential_impl(cg_module *m, cg_tensor *const *in, void *args)
+{
+    (void)args;
+    cg_tensor *h = cg_retain(in[0]);
+    for (int i = 0; i < m->n_children && h; i++) {
+        cg_tensor *y = cg_module_forward(m->children[i].module, h);
+        cg_release(h);
+        h = y;
+    }
+    return h;
+}
+
+cg_module *cg_sequential(int n, ...)
+{
+    va_list ap;
+    va_start(ap, n);
+    cg_module *s = n >= 0 ? cg_module_new("Sequential") : NULL;
+    bool ok = s != NULL;
+    if (s)
+        s->forward = sequential_impl;
+    else if (n < 0)
+        cg_set_error("Sequential: n must be >= 0 (got %d)", n);
+    for (int i = 0; i < n; i++) {
+        cg_module *c = va_arg(ap, void *);
+        if (ok && c && !c->forward) {
+            cg_set_error("Sequential: module %d (%s) has no one-tensor forward", i, c->type);
+            ok = false;
+        }
+        if (!ok || !c || !cg_module_append(s, c)) { /* take what is left */
+            if (ok && c)
+                c = NULL; /* the failed append freed it */
+            ok = false;
+            if (c && c->n_owners == 0)
+                cg_module_free(c);
+        }
+    }
+    va_end(ap);
+    if (!ok) {
+        cg_module_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+static cg_tensor *act_impl(cg_module *m, cg_tensor *const *in, void *args)
+{
+    (void)args;
+    return cg_activation(in[0], m->type[0] == 'R' ? CG_ACT_RELU : CG_ACT_GELU);
+}
+
+cg_module *cg_activation_new(cg_act act)
+{
+    if (act != CG_ACT_RELU && act != CG_ACT_GELU) {
+        cg_set_error("activation: unknown kind %d (expected relu or gelu)", (int)act);
+        return NULL;
+    }
+    cg_module *m = cg_module_new(act == CG_ACT_RELU ? "ReLU" : "GELU");
+    if (m)
+        m->forward = act_impl;
+    return m;
+}
+
+bool cg_module_load_file(cg_module *m, const char *path)
+{
+    if (!m || !path)
+        return false;
+    cg_st_file *f = cg_st_open(path);
+    bool ok = f && cg_module_load(m, f, NULL);
+    cg_st_close(f);
+    return ok;
+}

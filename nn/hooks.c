@@ -1,0 +1,146 @@
+/* Forward hooks (nn/module.h): registration, removal, and cg_module_call,
+ * the dispatch point every module forward goes through. */
+#include <stdlib.h>
+
+#include "nn/module.h"
+
+typedef struct {
+    int64_t id;
+    bool pre;
+    cg_forward_pre_hook pre_fn;
+    cg_forward_hook post_fn;
+    void *ctx;
+    void (*free_ctx)(void *ctx);
+} hook;
+
+struct cg_module_hooks {
+    hook *items;
+    int n, cap;
+    int64_t next_id;
+};
+
+static cg_hook_handle add_hook(cg_module *m, hook h, const char *what)
+{
+    cg_hook_handle none = {0};
+    if (!m || (!h.pre_fn && !h.post_fn)) {
+        cg_set_error("%s: %s", what, m ? "NULL hook function" : "NULL module");
+        if (h.free_ctx)
+            h.free_ctx(h.ctx);
+        return none;
+    }
+    struct cg_module_hooks *hs = m->hooks;
+    if (!hs && !(hs = m->hooks = calloc(1, sizeof *hs)))
+        goto oom;
+    if (hs->n == hs->cap) {
+        int nc = hs->cap ? 2 * hs->cap : 4;
+        hook *p = realloc(hs->items, (size_t)nc * sizeof *p);
+        if (!p)
+            goto oom;
+        hs->items = p;
+        hs->cap = nc;
+    }
+    h.id = ++hs->next_id;
+    hs->items[hs->n++] = h;
+    return (cg_hook_handle){m, h.id};
+oom:
+    cg_set_error("%s on %s: out of memory", what, m->type);
+    if (h.free_ctx)
+        h.free_ctx(h.ctx);
+    return none;
+}
+
+cg_hook_handle cg_module_register_forward_pre_hook(cg_module *m, cg_forward_pre_hook fn,
+                                                   void *ctx, void (*free_ctx)(void *ctx))
+{
+    return add_hook(m, (hook){.pre = true, .pre_fn = fn, .ctx = ctx, .free_ctx = free_ctx},
+                    "register_forward_pre_hook");
+}
+
+cg_hook_handle cg_module_register_forward_hook(cg_module *m, cg_forward_hook fn, void *ctx,
+                                               void (*free_ctx)(void *ctx))
+{
+    return add_hook(m, (hook){.post_fn = fn, .ctx = ctx, .free_ctx = free_ctx},
+                    "register_forward_hook");
+}
+
+bool cg_hook_remove(cg_hook_handle *h)
+{
+    if (!h || !h->module || !h->module->hooks)
+        return false;
+    struct cg_module_hooks *hs = h->module->hooks;
+    for (int i = 0; i < hs->n; i++) {
+        if (hs->items[i].id != h->id)
+            continue;
+        hook gone = hs->items[i];
+        for (int j = i + 1; j < hs->n; j++)
+            hs->items[j - 1] = hs->items[j];
+        hs->n--;
+        if (gone.free_ctx)
+            gone.free_ctx(gone.ctx);
+        *h = (cg_hook_handle){0};
+        return true;
+    }
+    return false;
+}
+
+void *cg_module_find_hook(const cg_module *m, const void *fn)
+{
+    if (!m || !m->hooks || !fn)
+        return NULL;
+    for (int i = 0; i < m->hooks->n; i++) {
+        const hook *h = &m->hooks->items[i];
+        if ((h->pre && (const void *)h->pre_fn == fn) ||
+            (!h->pre && (const void *)h->post_fn == fn))
+            return h->ctx;
+    }
+    return NULL;
+}
+
+void cg_module_hooks_free(cg_module *m)
+{
+    if (!m || !m->hooks)
+        return;
+    struct cg_module_hooks *hs = m->hooks;
+    m->hooks = NULL;
+    for (int i = 0; i < hs->n; i++)
+        if (hs->items[i].free_ctx)
+            hs->items[i].free_ctx(hs->items[i].ctx);
+    free(hs->items);
+    free(hs);
+}
+
+cg_tensor *cg_module_call(cg_module *m, cg_forward_fn fn, int n_in, cg_tensor *const *in,
+                          void *args)
+{
+    if (!m || !fn)
+        return NULL;
+    if (!m->hooks || m->hooks->n == 0)
+        return fn(m, in, args);
+    if (n_in < 0 || n_in > CG_MAX_FORWARD_INPUTS) {
+        cg_set_error("%s: %d forward inputs (at most %d)", m->type, n_in, CG_MAX_FORWARD_INPUTS);
+        return NULL;
+    }
+    /* The hooks may replace inputs and output: hold a reference to each. */
+    cg_tensor *x[CG_MAX_FORWARD_INPUTS] = {0};
+    for (int i = 0; i < n_in; i++)
+        x[i] = cg_retain(in[i]);
+    const struct cg_module_hooks *hs = m->hooks;
+    cg_tensor *y = NULL;
+    bool ok = true;
+    for (int i = 0; ok && i < hs->n; i++)
+        if (hs->items[i].pre)
+            ok = hs->items[i].pre_fn(hs->items[i].ctx, m, n_in, x);
+    if (ok)
+        y = fn(m, x, args);
+    for (int i = 0; y && i < hs->n; i++) {
+        if (hs->items[i].pre)
+            continue;
+        if (!hs->items[i].post_fn(hs->items[i].ctx, m, n_in, x, &y)) {
+            cg_release(y);
+            y = NULL;
+        }
+    }
+    for (int i = 0; i < n_in; i++)
+        cg_release(x[i]);
+    return y;
+}

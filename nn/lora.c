@@ -1,0 +1,498 @@
+/* LoRA adapters on Linear layers (nn/lora.h), attached by a forward hook. */
+#include "nn/lora.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "autograd/ops.h"
+#include "core/ops.h"
+#include "nn/init.h"
+
+static const char *const child_names[3] = {"lora_A", "lora_B", "lora_dropout"};
+
+/* y = base(x) + scale * B(A(dropout(x))), unless merged. */
+static bool lora_hook(void *ctx, cg_module *m, int n_in, cg_tensor *const *in, cg_tensor **out)
+{
+    (void)m;
+    (void)n_in;
+    cg_lora *a = ctx;
+    if (a->merged)
+        return true;
+    cg_tensor *d = cg_drop_forward(a->dropout, in[0]);
+    cg_tensor *h = cg_linear_forward(a->lora_A, d);
+    cg_tensor *u = cg_linear_forward(a->lora_B, h);
+    cg_tensor *s = cg_muls(u, a->scale);
+    cg_tensor *y = cg_add(*out, s);
+    cg_release_all(4, d, h, u, s);
+    if (!y)
+        return false;
+    cg_release(*out);
+    *out = y;
+    return true;
+}
+
+cg_lora *cg_lora_of(const cg_linear *l)
+{
+    return l ? cg_module_find_hook(&l->base, (const void *)lora_hook) : NULL;
+}
+
+cg_lora *cg_lora_attach(cg_linear *l, int r, float alpha, float dropout, cg_rng *rng)
+{
+    if (!l)
+        return NULL;
+    if (strcmp(l->base.type, "Linear")) {
+        cg_set_error("LoRA: a %s is not a Linear", l->base.type);
+        return NULL;
+    }
+    if (r < 1 || !(dropout >= 0.0f && dropout < 1.0f) || !isfinite(alpha)) {
+        cg_set_error("LoRA: need r >= 1, dropout in [0, 1) and a finite alpha (got r=%d, "
+                     "dropout=%g, alpha=%g)",
+                     r, (double)dropout, (double)alpha);
+        return NULL;
+    }
+    if (cg_lora_of(l)) {
+        cg_set_error("LoRA: this Linear already has an adapter");
+        return NULL;
+    }
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < l->base.n_children; j++)
+            if (!strcmp(l->base.children[j].name, child_names[i])) {
+                cg_set_error("LoRA: the Linear already has a child '%s'", child_names[i]);
+                return NULL;
+            }
+    cg_rng local = cg_rng_new(0), scratch = cg_rng_new(0);
+    if (!rng)
+        rng = &local;
+    cg_lora *a = calloc(1, sizeof *a);
+    cg_module *kids[3] = {
+        CG_MODULE(cg_linear_new(l->in_features, r, false, &scratch)),
+        CG_MODULE(cg_linear_new(r, l->out_features, false, &scratch)),
+        CG_MODULE(cg_drop_new(dropout, NULL)),
+    };
+    bool ok = a && kids[0] && kids[1] && kids[2];
+    if (!a)
+        cg_set_error("LoRA: out of memory");
+    if (ok) { /* PEFT: kaiming_uniform_(A, a=sqrt(5)) = U(-1/sqrt(in), 1/sqrt(in)); B = 0 */
+        float bound = (float)(1.0 / sqrt((double)l->in_features));
+        cg_linear *A = (cg_linear *)kids[0], *B = (cg_linear *)kids[1];
+        ok = cg_init_uniform_(A->weight, rng, -bound, bound) && cg_init_zeros_(B->weight);
+    }
+    int added = 0;
+    for (; ok && added < 3; added++) {
+        if (!cg_module_add_child(&l->base, child_names[added], kids[added])) {
+            kids[added] = NULL; /* freed by the failed add */
+            ok = false;
+            break;
+        }
+    }
+    if (ok) {
+        a->base = l;
+        a->lora_A = (cg_linear *)kids[0];
+        a->lora_B = (cg_linear *)kids[1];
+        a->dropout = (cg_drop *)kids[2];
+        a->r = r;
+        a->alpha = alpha;
+        a->scale = alpha / (float)r;
+        a->hook = cg_module_register_forward_hook(&l->base, lora_hook, a, free);
+        ok = a->hook.id != 0;
+        a = ok ? a : NULL; /* the failed registration freed it */
+    }
+    if (!ok) { /* take back what was added: the layer is as it was */
+        for (int i = added - 1; i >= 0; i--) {
+            cg_named_module *c = &l->base.children[--l->base.n_children];
+            free(c->name);
+            c->module->n_owners--;
+        }
+        for (int i = 0; i < 3; i++)
+            cg_module_free(kids[i]);
+        free(a);
+        return NULL;
+    }
+    cg_requires_grad(l->weight, false);
+    if (l->bias)
+        cg_requires_grad(l->bias, false);
+    return a;
+}
+
+static bool merge(cg_lora *a, bool in, const char *what)
+{
+    if (!a)
+        return false;
+    if (a->merged == in) {
+        cg_set_error("LoRA %s: the adapter is %s merged", what, in ? "already" : "not");
+        return false;
+    }
+    cg_no_grad_begin();
+    /* W += (+-scale) * B @ A */
+    bool ok = cg_k_matmul_into(a->base->weight, a->lora_B->weight, a->lora_A->weight,
+                               in ? a->scale : -a->scale, 1.0f);
+    cg_no_grad_end();
+    if (!ok)
+        return false;
+    cg_tensor_modified(a->base->weight);
+    a->merged = in;
+    return true;
+}
+
+bool cg_lora_merge(cg_lora *a) { return merge(a, true, "merge"); }
+bool cg_lora_unmerge(cg_lora *a) { return merge(a, false, "unmerge"); }
+
+/* ------------------------------------------------------- module trees */
+typedef bool (*visit_fn)(void *ctx, cg_module *m, const char *path, const char *local);
+
+/* Depth first, in registration order; the lora_* children are skipped. */
+static bool walk(cg_module *m, const char *path, const char *local, visit_fn fn, void *ctx)
+{
+    if (!fn(ctx, m, path, local))
+        return false;
+    for (int i = 0; i < m->n_children; i++) {
+        const char *nm = m->children[i].name;
+        if (!strcmp(m->type, "Linear") && !strncmp(nm, "lora_", 5) && cg_lora_of((cg_linear *)m))
+            continue;
+        size_t n = strlen(path) + strlen(nm) + 2;
+        char *p = malloc(n);
+        if (!p) {
+            cg_set_error("LoRA: out of memory");
+            return false;
+        }
+        snprintf(p, n, "%s%s%s", path, *path ? "." : "", nm);
+        bool ok = walk(m->children[i].module, p, nm, fn, ctx);
+        free(p);
+        if (!ok)
+            return false;
+    }
+    return true;
+}
+
+static bool is_target(const cg_lora_config *c, const char *path, const char *local)
+{
+    for (int i = 0; i < c->n_targets; i++)
+        if (c->targets[i] && (!strcmp(c->targets[i], local) || !strcmp(c->targets[i], path)))
+            return true;
+    return false;
+}
+
+typedef struct {
+    const cg_lora_config *cfg;
+    cg_rng *rng;
+    cg_linear **found;
+    int n, cap;
+} attach_ctx;
+
+static bool collect_targets(void *vctx, cg_module *m, const char *path, const char *local)
+{
+    attach_ctx *c = vctx;
+    if (strcmp(m->type, "Linear") || !is_target(c->cfg, path, local))
+        return true;
+    if (c->n == c->cap) {
+        int nc = c->cap ? 2 * c->cap : 8;
+        cg_linear **p = realloc(c->found, (size_t)nc * sizeof *p);
+        if (!p) {
+            cg_set_error("LoRA: out of memory");
+            return false;
+        }
+        c->found = p;
+        c->cap = nc;
+    }
+    c->found[c->n++] = (cg_linear *)m;
+    return true;
+}
+
+int cg_lora_attach_all(cg_module *root, const cg_lora_config *cfg, cg_rng *rng)
+{
+    if (!root || !cfg)
+        return -1;
+    attach_ctx c = {cfg, rng, NULL, 0, 0};
+    if (!walk(root, "", "", collect_targets, &c)) {
+        free(c.found);
+        return -1;
+    }
+    if (c.n == 0) {
+        char names[256] = "";
+        for (int i = 0; i < cfg->n_targets && cfg->targets; i++)
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s'%s'",
+                     i ? ", " : "", cfg->targets[i] ? cfg->targets[i] : "(null)");
+        cg_set_error("LoRA: no Linear of the %s matches the target modules %s", root->type,
+                     cfg->n_targets ? names : "(none given)");
+        free(c.found);
+        return -1;
+    }
+    cg_module_requires_grad(root, false);
+    int n = 0;
+    for (; n < c.n; n++)
+        if (!cg_lora_attach(c.found[n], cfg->r, cfg->alpha, cfg->dropout, rng))
+            break;
+    free(c.found);
+    return n == c.n ? n : -1;
+}
+
+/* Every adapter below root with its path, in walk order. */
+typedef struct {
+    cg_lora **items;
+    char **paths;
+    int n, cap;
+} lora_list;
+
+static bool collect_loras(void *vctx, cg_module *m, const char *path, const char *local)
+{
+    (void)local;
+    lora_list *l = vctx;
+    cg_lora *a = strcmp(m->type, "Linear") ? NULL : cg_lora_of((cg_linear *)m);
+    if (!a)
+        return true;
+    if (l->n == l->cap) {
+        int nc = l->cap ? 2 * l->cap : 8;
+        cg_lora **p = realloc(l->items, (size_t)nc * sizeof *p);
+        if (p)
+            l->items = p;
+        char **q = p ? realloc(l->paths, (size_t)nc * sizeof *q) : NULL;
+        if (!q) {
+            cg_set_error("LoRA: out of memory");
+            return false;
+        }
+        l->paths = q;
+        l->cap = nc;
+    }
+    size_t n = strlen(path) + 1;
+    if (!(l->paths[l->n] = malloc(n))) {
+        cg_set_error("LoRA: out of memory");
+        return false;
+    }
+    memcpy(l->paths[l->n], path, n);
+    l->items[l->n++] = a;
+    return true;
+}
+
+static void lora_list_free(lora_list *l)
+{
+    for (int i = 0; i < l->n; i++)
+        free(l->paths[i]);
+    free(l->paths);
+    free(l->items);
+}
+
+static bool list_loras(const cg_module *root, lora_list *l)
+{
+    *l = (lora_list){0};
+    if (!root)
+        return false;
+    if (!walk((cg_module *)root, "", "", collect_loras, l)) {
+        lora_list_free(l);
+        return false;
+    }
+    return true;
+}
+
+static int merge_all(cg_module *root, bool in)
+{
+    lora_list l;
+    if (!list_loras(root, &l))
+        return -1;
+    int n = 0;
+    for (; n < l.n; n++)
+        if (l.items[n]->merged != in && !merge(l.items[n], in, in ? "merge" : "unmerge"))
+            break;
+    int r = n == l.n ? l.n : -1;
+    lora_list_free(&l);
+    return r;
+}
+
+int cg_lora_merge_all(cg_module *root) { return merge_all(root, true); }
+int cg_lora_unmerge_all(cg_module *root) { return merge_all(root, false); }
+
+/* ------------------------------------------------------ save and load */
+#define PEFT_PREFIX "base_model.model."
+
+static char *key_of(const char *path, const char *which)
+{
+    size_t n = strlen(PEFT_PREFIX) + strlen(path) + strlen(which) + 16;
+    char *k = malloc(n);
+    if (k)
+        snprintf(k, n, PEFT_PREFIX "%s.%s.weight", path, which);
+    else
+        cg_set_error("LoRA: out of memory");
+    return k;
+}
+
+static char *local_of(const char *path)
+{
+    const char *dot = strrchr(path, '.');
+    return (char *)(dot ? dot + 1 : path);
+}
+
+bool cg_lora_save(const cg_module *root, const char *path)
+{
+    if (!root || !path)
+        return false;
+    lora_list l;
+    if (!list_loras(root, &l))
+        return false;
+    bool ok = true;
+    if (l.n == 0) {
+        cg_set_error("LoRA save %s: the %s has no adapters", path, root->type);
+        ok = false;
+    }
+    for (int i = 1; ok && i < l.n; i++)
+        if (l.items[i]->r != l.items[0]->r || l.items[i]->alpha != l.items[0]->alpha ||
+            l.items[i]->dropout->p != l.items[0]->dropout->p) {
+            cg_set_error("LoRA save %s: adapters '%s' and '%s' differ in r, alpha or dropout",
+                         path, l.paths[0], l.paths[i]);
+            ok = false;
+        }
+    cJSON *cfg = ok ? cJSON_CreateObject() : NULL;
+    cJSON *targets = cfg ? cJSON_CreateArray() : NULL;
+    char *json = NULL;
+    if (ok && targets) {
+        cJSON_AddStringToObject(cfg, "peft_type", "LORA");
+        cJSON_AddNumberToObject(cfg, "r", l.items[0]->r);
+        cJSON_AddNumberToObject(cfg, "lora_alpha", l.items[0]->alpha);
+        cJSON_AddNumberToObject(cfg, "lora_dropout", l.items[0]->dropout->p);
+        for (int i = 0; i < l.n; i++) { /* local names, each once */
+            const char *nm = local_of(l.paths[i]);
+            bool seen = false;
+            for (int j = 0; j < i; j++)
+                seen = seen || !strcmp(local_of(l.paths[j]), nm);
+            if (!seen)
+                cJSON_AddItemToArray(targets, cJSON_CreateString(nm));
+        }
+        cJSON_AddItemToObject(cfg, "target_modules", targets);
+        targets = NULL;
+        json = cJSON_PrintUnformatted(cfg);
+    }
+    cJSON_Delete(targets);
+    cJSON_Delete(cfg);
+    if (ok && !json) {
+        cg_set_error("LoRA save %s: out of memory", path);
+        ok = false;
+    }
+    cg_st_writer *w = ok ? cg_st_writer_new() : NULL;
+    ok = ok && w && cg_st_set_metadata(w, "format", "pt") &&
+         cg_st_set_metadata(w, "adapter_config", json);
+    for (int i = 0; ok && i < l.n; i++) {
+        char *ka = key_of(l.paths[i], "lora_A"), *kb = key_of(l.paths[i], "lora_B");
+        ok = ka && kb && cg_st_add_f32(w, ka, l.items[i]->lora_A->weight) &&
+             cg_st_add_f32(w, kb, l.items[i]->lora_B->weight);
+        free(ka);
+        free(kb);
+    }
+    ok = ok && cg_st_writer_save(w, path);
+    cg_st_writer_free(w);
+    free(json);
+    lora_list_free(&l);
+    return ok;
+}
+
+/* PEFT's adapter config from the file's metadata. targets are malloc'd. */
+static bool read_config(const cg_st_file *f, const char *path, cg_lora_config *c,
+                        char ***targets)
+{
+    const char *js = cg_st_metadata(f, "adapter_config");
+    cJSON *j = js ? cJSON_Parse(js) : NULL;
+    const cJSON *r = cJSON_GetObjectItemCaseSensitive(j, "r");
+    const cJSON *al = cJSON_GetObjectItemCaseSensitive(j, "lora_alpha");
+    const cJSON *dr = cJSON_GetObjectItemCaseSensitive(j, "lora_dropout");
+    const cJSON *tm = cJSON_GetObjectItemCaseSensitive(j, "target_modules");
+    int n = cJSON_IsArray(tm) ? cJSON_GetArraySize(tm) : 0;
+    bool ok = cJSON_IsNumber(r) && cJSON_IsNumber(al) && n > 0;
+    *targets = ok ? calloc((size_t)n, sizeof **targets) : NULL;
+    ok = ok && *targets;
+    c->n_targets = ok ? n : 0;
+    int k = 0;
+    for (const cJSON *t = tm ? tm->child : NULL; ok && t; t = t->next, k++) {
+        ok = cJSON_IsString(t) && ((*targets)[k] = strdup(t->valuestring));
+    }
+    if (ok)
+        *c = (cg_lora_config){.r = r->valueint,
+                              .alpha = (float)al->valuedouble,
+                              .dropout = cJSON_IsNumber(dr) ? (float)dr->valuedouble : 0.0f,
+                              .n_targets = n,
+                              .targets = (const char *const *)*targets};
+    else
+        cg_set_error("LoRA load %s: %s", path,
+                     !js  ? "no 'adapter_config' in the metadata (not a LoRA adapter file)"
+                     : !j ? "the 'adapter_config' metadata is not JSON"
+                          : "the adapter config lacks r, lora_alpha or target_modules");
+    cJSON_Delete(j);
+    return ok;
+}
+
+bool cg_lora_load(cg_module *root, const char *path)
+{
+    if (!root || !path)
+        return false;
+    cg_st_file *f = cg_st_open(path);
+    if (!f)
+        return false;
+    cg_lora_config cfg = {0};
+    char **targets = NULL;
+    lora_list l = {0};
+    bool ok = read_config(f, path, &cfg, &targets);
+    if (ok) {
+        lora_list before;
+        ok = list_loras(root, &before);
+        if (ok && before.n) {
+            cg_set_error("LoRA load %s: the model already has adapters ('%s')", path,
+                         before.paths[0]);
+            ok = false;
+            lora_list_free(&before);
+        } else if (ok) {
+            lora_list_free(&before);
+        }
+    }
+    ok = ok && cg_lora_attach_all(root, &cfg, NULL) > 0 && list_loras(root, &l);
+    /* strict: every adapter in the file, every file tensor an adapter's */
+    char **keys = ok ? calloc((size_t)(2 * l.n), sizeof *keys) : NULL;
+    ok = ok && keys;
+    char missing[512] = "", unexpected[512] = "";
+    for (int i = 0; ok && i < 2 * l.n; i++) {
+        ok = (keys[i] = key_of(l.paths[i / 2], i % 2 ? "lora_B" : "lora_A")) != NULL;
+        if (ok && !cg_st_has(f, keys[i]))
+            snprintf(missing + strlen(missing), sizeof missing - strlen(missing), "%s'%s'",
+                     *missing ? ", " : "", keys[i]);
+    }
+    for (int i = 0; ok && i < cg_st_count(f); i++) {
+        bool used = false;
+        for (int k = 0; !used && k < 2 * l.n; k++)
+            used = !strcmp(keys[k], cg_st_name(f, i));
+        if (!used)
+            snprintf(unexpected + strlen(unexpected), sizeof unexpected - strlen(unexpected),
+                     "%s'%s'", *unexpected ? ", " : "", cg_st_name(f, i));
+    }
+    if (ok && (*missing || *unexpected)) {
+        cg_set_error("LoRA load %s: %s%s%s%s%s", path, *missing ? "missing " : "", missing,
+                     *missing && *unexpected ? "; " : "", *unexpected ? "unexpected " : "",
+                     unexpected);
+        ok = false;
+    }
+    /* shapes first, then the copies */
+    for (int i = 0; ok && i < 2 * l.n; i++) {
+        cg_linear *t = i % 2 ? l.items[i / 2]->lora_B : l.items[i / 2]->lora_A;
+        int64_t shape[CG_MAX_DIMS];
+        int nd = 0;
+        cg_st_dtype dt;
+        ok = cg_st_info(f, keys[i], &dt, &nd, shape);
+        if (ok && (dt != CG_ST_F32 || nd != 2 || shape[0] != t->weight->shape[0] ||
+                   shape[1] != t->weight->shape[1])) {
+            char a[96], b[96];
+            cg_set_error("LoRA load %s: '%s' is %s %s, the model's adapter is F32 %s", path,
+                         keys[i], cg_st_dtype_name(dt), cg_shape_str_n(nd, shape, a, sizeof a),
+                         cg_shape_str(t->weight, b, sizeof b));
+            ok = false;
+        }
+    }
+    for (int i = 0; ok && i < 2 * l.n; i++)
+        ok = cg_st_load_into(f, keys[i],
+                             (i % 2 ? l.items[i / 2]->lora_B : l.items[i / 2]->lora_A)->weight);
+    for (int i = 0; keys && i < 2 * l.n; i++)
+        free(keys[i]);
+    free(keys);
+    for (int i = 0; targets && i < cfg.n_targets; i++)
+        free(targets[i]);
+    free(targets);
+    lora_list_free(&l);
+    cg_st_close(f);
+    return ok;
+}

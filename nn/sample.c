@@ -1,0 +1,156 @@
+/* Sampling from logits (nn/sample.h). */
+#include "nn/sample.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+
+#include "core/error.h"
+
+cg_sample_config cg_sample_default(void)
+{
+    return (cg_sample_config){.temperature = 1.0, .top_k = 0, .top_p = 1.0};
+}
+
+typedef struct {
+    double p;
+    int64_t id;
+} prob_id;
+
+static int cmp_prob_desc(const void *a, const void *b)
+{
+    const prob_id *x = a, *y = b;
+    if (x->p != y->p)
+        return x->p < y->p ? 1 : -1;
+    return (x->id > y->id) - (x->id < y->id); /* ties: lower id first */
+}
+
+int64_t cg_sample(const float *logits, int64_t V, const cg_sample_config *cfg, cg_rng *rng)
+{
+    cg_sample_config def = cg_sample_default();
+    const cg_sample_config *o = cfg ? cfg : &def;
+    if (!logits || V < 1 || !rng || !(o->temperature >= 0) || o->top_k < 0 ||
+        !(o->top_p > 0 && o->top_p <= 1)) {
+        cg_set_error("sample: bad arguments (%s)",
+                     !logits || !rng ? "NULL logits or rng"
+                     : V < 1         ? "no logits (V < 1)"
+                                     : "need temperature >= 0, top_k >= 0, 0 < top_p <= 1");
+        return -1;
+    }
+    /* greedy: temperature 0, and its limit: a temperature so small that
+     * logits / temperature overflow (1e-40 is not even a normal float) */
+    bool greedy = o->temperature == 0 || !((float)o->temperature >= FLT_MIN);
+    prob_id *pi = greedy ? NULL : malloc((size_t)V * sizeof *pi);
+    if (!greedy && !pi) {
+        cg_set_error("sample: out of memory");
+        return -1;
+    }
+    for (int64_t i = 0; !greedy && i < V; i++) {
+        pi[i] = (prob_id){(double)(logits[i] / (float)o->temperature), i};
+        greedy = !isfinite(pi[i].p) && isfinite(logits[i]);
+    }
+    if (greedy) {
+        free(pi);
+        int64_t best = 0;
+        for (int64_t i = 1; i < V; i++)
+            if (logits[i] > logits[best])
+                best = i;
+        return best;
+    }
+    /* sort by logit, descending: top-k keeps every logit >= the k-th largest */
+    qsort(pi, (size_t)V, sizeof *pi, cmp_prob_desc);
+    int64_t keep = V;
+    if (o->top_k > 0 && o->top_k < V) {
+        double kth = pi[o->top_k - 1].p;
+        keep = o->top_k;
+        while (keep < V && pi[keep].p >= kth)
+            keep++;
+    }
+    double mx = pi[0].p, sum = 0;
+    for (int64_t i = 0; i < keep; i++) {
+        pi[i].p = exp(pi[i].p - mx);
+        sum += pi[i].p;
+    }
+    for (int64_t i = 0; i < keep; i++)
+        pi[i].p /= sum;
+    if (o->top_p < 1) {
+        double cum = 0;
+        int64_t k = 0;
+        while (k < keep) {
+            cum += pi[k].p;
+            k++;
+            if (cum >= o->top_p)
+                break;
+        }
+        keep = k;
+        sum = 0;
+        for (int64_t i = 0; i < keep; i++)
+            sum += pi[i].p;
+        for (int64_t i = 0; i < keep; i++)
+            pi[i].p /= sum;
+    }
+    double u = cg_rng_uniform_double(rng), cum = 0;
+    int64_t id = pi[keep - 1].id;
+    for (int64_t i = 0; i < keep; i++) {
+        cum += pi[i].p;
+        if (u < cum) {
+            id = pi[i].id;
+            break;
+        }
+    }
+    free(pi);
+    return id;
+}
+
+bool cg_sample_rows(const cg_tensor *logits, const cg_sample_config *cfg, cg_rng *rng,
+                    int64_t *ids)
+{
+    if (!logits || !ids || logits->ndim < 1 || logits->shape[logits->ndim - 1] < 1) {
+        if (logits)
+            cg_set_error("sample: logits must be [..., V] with V >= 1 and ids given");
+        return false;
+    }
+    int64_t V = logits->shape[logits->ndim - 1], rows = cg_numel(logits) / V;
+    float *buf = malloc((size_t)cg_numel(logits) * sizeof *buf);
+    if (!buf) {
+        cg_set_error("sample: out of memory");
+        return false;
+    }
+    bool ok = cg_copy_to(logits, buf);
+    for (int64_t r = 0; ok && r < rows; r++)
+        ok = (ids[r] = cg_sample(buf + r * V, V, cfg, rng)) >= 0;
+    free(buf);
+    return ok;
+}
+
+int64_t cg_multinomial(const float *probs, int64_t n, cg_rng *rng)
+{
+    if (!probs || !rng || n < 1) {
+        cg_set_error("multinomial: %s", n < 1 ? "no probabilities (n < 1)" : "NULL argument");
+        return -1;
+    }
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (!(probs[i] >= 0) || !isfinite(probs[i])) {
+            cg_set_error("multinomial: probability %lld is %g (must be finite and >= 0)",
+                         (long long)i, (double)probs[i]);
+            return -1;
+        }
+        sum += probs[i];
+    }
+    if (sum <= 0) {
+        cg_set_error("multinomial: the %lld probabilities sum to 0", (long long)n);
+        return -1;
+    }
+    double u = cg_rng_uniform_double(rng) * sum, cum = 0;
+    int64_t last = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (probs[i] <= 0)
+            continue;
+        last = i;
+        cum += probs[i];
+        if (u < cum)
+            return i;
+    }
+    return last; /* rounding: the last index with mass */
+}

@@ -1,0 +1,641 @@
+/* Adapting a model without editing it: forward hooks, freezing, LoRA and
+ * its PEFT-named adapter files; and the library's sampler, randperm, token
+ * batches and a KV cache for a block of the user's own. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "autograd/gradcheck.h"
+#include "cgrad.h"
+#include "testutil.h"
+
+/* ------------------------------------------------------------- helpers */
+static cg_tensor *randn_leaf(cg_rng *r, int ndim, const int64_t *shape)
+{
+    cg_tensor *t = cg_randn(r, ndim, shape);
+    cg_requires_grad(t, true);
+    return t;
+}
+
+static float max_abs_diff(const cg_tensor *a, const cg_tensor *b)
+{
+    ck_assert_int_eq(cg_numel(a), cg_numel(b));
+    float *x = cg_test_values(a), *y = cg_test_values(b), m = 0;
+    for (int64_t i = 0; i < cg_numel(a); i++)
+        m = fmaxf(m, fabsf(x[i] - y[i]));
+    free(x);
+    free(y);
+    return m;
+}
+
+static bool bit_equal(const cg_tensor *a, const cg_tensor *b)
+{
+    float *x = cg_test_values(a), *y = cg_test_values(b);
+    bool eq = cg_numel(a) == cg_numel(b) &&
+              !memcmp(x, y, (size_t)cg_numel(a) * sizeof(float));
+    free(x);
+    free(y);
+    return eq;
+}
+
+static void randomize(cg_module *m, uint64_t seed, float std)
+{
+    cg_rng r = cg_rng_new(seed);
+    cg_param_list l = {0};
+    ck_assert(cg_module_params(m, &l));
+    for (int i = 0; i < l.n; i++)
+        ck_assert(cg_init_normal_(l.items[i].tensor, &r, 0.0f, std));
+    cg_param_list_free(&l);
+}
+
+/* ---------------------------------------------------------------- hooks */
+static bool double_output(void *ctx, cg_module *m, int n_in, cg_tensor *const *in,
+                          cg_tensor **out)
+{
+    (void)ctx, (void)m, (void)n_in, (void)in;
+    cg_tensor *y = cg_muls(*out, 2.0f);
+    cg_release(*out);
+    *out = y;
+    return y != NULL;
+}
+
+static bool negate_input(void *ctx, cg_module *m, int n_in, cg_tensor **in)
+{
+    (void)ctx, (void)m, (void)n_in;
+    cg_tensor *x = cg_neg(in[0]);
+    cg_release(in[0]);
+    in[0] = x;
+    return x != NULL;
+}
+
+static bool refuse(void *ctx, cg_module *m, int n_in, cg_tensor **in)
+{
+    (void)ctx, (void)n_in, (void)in;
+    cg_set_error("hook refused %s", m->type);
+    return false;
+}
+
+static int freed;
+static void count_free(void *ctx)
+{
+    (void)ctx;
+    freed++;
+}
+
+START_TEST(test_hook_post_pre_remove)
+{
+    cg_rng r = cg_rng_new(1);
+    cg_linear *l = cg_linear_new(3, 4, true, &r);
+    cg_tensor *x = cg_randn(&r, CG_SHAPE(2, 3));
+    cg_tensor *y0 = cg_linear_forward(l, x);
+    freed = 0;
+    cg_hook_handle h = cg_module_register_forward_hook(CG_MODULE(l), double_output, NULL,
+                                                       count_free);
+    ck_assert_int_ne(h.id, 0);
+    cg_tensor *y1 = cg_linear_forward(l, x), *y0x2 = cg_muls(y0, 2.0f);
+    ck_assert(bit_equal(y1, y0x2));
+    /* a pre hook runs first: l(-x) * 2 */
+    cg_tensor *nx = cg_neg(x), *ln = cg_linear_forward(l, nx), *ln2 = cg_muls(y0, -2.0f);
+    cg_hook_handle p = cg_module_register_forward_pre_hook(CG_MODULE(l), negate_input, NULL,
+                                                           NULL);
+    cg_tensor *y2 = cg_linear_forward(l, x);
+    ck_assert(bit_equal(y2, ln)); /* post hook of l(-x) */
+    /* removal: the plain layer again; a second removal is refused */
+    ck_assert(cg_hook_remove(&h));
+    ck_assert_int_eq(freed, 1);
+    ck_assert(cg_hook_remove(&p));
+    ck_assert(!cg_hook_remove(&p));
+    cg_tensor *y3 = cg_linear_forward(l, x);
+    ck_assert(bit_equal(y3, y0));
+    /* a failing hook fails the forward with its message */
+    cg_hook_handle f = cg_module_register_forward_pre_hook(CG_MODULE(l), refuse, NULL, NULL);
+    CG_ASSERT_FAILS(cg_linear_forward(l, x), "hook refused Linear");
+    ck_assert(cg_hook_remove(&f));
+    /* hooks still registered are freed with the module */
+    cg_module_register_forward_hook(CG_MODULE(l), double_output, NULL, count_free);
+    cg_release_all(9, x, y0, y1, y0x2, nx, ln, ln2, y2, y3);
+    cg_module_free(CG_MODULE(l));
+    ck_assert_int_eq(freed, 2);
+}
+END_TEST
+
+/* Counts the calls of every module it is registered on (ctx: an int). */
+static bool count_call(void *ctx, cg_module *m, int n_in, cg_tensor *const *in, cg_tensor **out)
+{
+    (void)m, (void)n_in, (void)in, (void)out;
+    (*(int *)ctx)++;
+    return true;
+}
+
+typedef struct {
+    cg_module *m[64];
+    int calls[64];
+    char path[64][96];
+    int n;
+} counters;
+
+static void hook_all(cg_module *m, const char *path, counters *c)
+{
+    ck_assert_int_lt(c->n, 64);
+    c->m[c->n] = m;
+    c->calls[c->n] = 0;
+    snprintf(c->path[c->n], sizeof c->path[0], "%s", path);
+    ck_assert_int_ne(
+        cg_module_register_forward_hook(m, count_call, &c->calls[c->n], NULL).id, 0);
+    c->n++;
+    for (int i = 0; i < m->n_children; i++) {
+        char p[96];
+        snprintf(p, sizeof p, "%s.%s", path, m->children[i].name);
+        hook_all(m->children[i].module, p, c);
+    }
+}
+
+static void assert_all_called(const counters *c)
+{
+    for (int i = 0; i < c->n; i++) /* containers have no forward (PyTorch's ModuleList) */
+        if (strcmp(c->m[i]->type, "Model") && strcmp(c->m[i]->type, "ModuleList"))
+            ck_assert_msg(c->calls[i] > 0, "the hook of %s (%s) never ran", c->path[i],
+                      c->m[i]->type);
+}
+
+START_TEST(test_hooks_every_module)
+{
+    cg_rng r = cg_rng_new(2);
+    cg_tf_config cfg = {.d = 8, .H = 2, .d_ff = 16, .norm = CG_NORM_LAYERNORM,
+                        .act = CG_ACT_RELU, .norm_first = true, .dropout = 0.1f};
+    cg_module *root = cg_module_new("Model");
+    cg_embed *emb = (cg_embed *)cg_module_add_child(root, "emb", CG_MODULE(cg_embed_new(5, 8, &r)));
+    cg_posenc *pe = (cg_posenc *)cg_module_add_child(root, "pe", CG_MODULE(cg_posenc_new(16, 8)));
+    cg_drop *dr = (cg_drop *)cg_module_add_child(root, "drop", CG_MODULE(cg_drop_new(0.1f, NULL)));
+    cg_lm_block *blk = (cg_lm_block *)cg_module_add_child(root, "blk",
+                                                          CG_MODULE(cg_lm_block_new(&cfg, &r)));
+    cg_enc_stack *enc = (cg_enc_stack *)cg_module_add_child(
+        root, "enc", CG_MODULE(cg_enc_stack_new(1, &cfg, &r)));
+    cg_dec_stack *dec = (cg_dec_stack *)cg_module_add_child(
+        root, "dec", CG_MODULE(cg_dec_stack_new(1, &cfg, &r)));
+    ck_assert_ptr_nonnull(dec);
+    counters c = {0};
+    hook_all(root, "", &c);
+    const int64_t ids[6] = {0, 1, 2, 3, 4, 0};
+    cg_tensor *e = cg_embed_forward(emb, ids, 2, (const int64_t[]){2, 3});
+    cg_tensor *p = cg_posenc_forward(pe, e), *d = cg_drop_forward(dr, p);
+    cg_attn_mask causal = {.causal = true};
+    cg_tensor *b = cg_lm_block_forward(blk, d, &causal);
+    cg_tensor *m = cg_enc_stack_forward(enc, b, NULL);
+    cg_tensor *y = cg_dec_stack_forward(dec, b, m, &causal, NULL);
+    ck_assert_ptr_nonnull(y);
+    assert_all_called(&c);
+    /* the cached forms run the hooks too */
+    for (int i = 0; i < c.n; i++)
+        c.calls[i] = 0;
+    cg_module_train(root, false);
+    cg_kv_cache *kv = cg_kv_cache_new(1), *kd = cg_kv_cache_new(1);
+    cg_lm_block *blocks[1] = {blk};
+    cg_tensor *bc = cg_lm_blocks_forward_cached(blocks, 1, d, kv);
+    cg_tensor *dc = cg_dec_stack_forward_cached(dec, d, m, NULL, kd);
+    ck_assert_ptr_nonnull(bc);
+    ck_assert_ptr_nonnull(dc);
+    for (int i = 0; i < c.n; i++) {
+        bool in_cached = strncmp(c.path[i], ".blk", 4) == 0 || strncmp(c.path[i], ".dec", 4) == 0;
+        if (in_cached && strstr(c.path[i], "ln_f") == NULL && strcmp(c.m[i]->type, "ModuleList"))
+            ck_assert_msg(c.calls[i] > 0, "cached: the hook of %s never ran", c.path[i]);
+    }
+    cg_kv_cache_free(kv);
+    cg_kv_cache_free(kd);
+    cg_release_all(8, e, p, d, b, m, y, bc, dc);
+    cg_module_free(root);
+}
+END_TEST
+
+/* --------------------------------------------------------------- freezing */
+START_TEST(test_module_requires_grad_and_optim)
+{
+    cg_rng r = cg_rng_new(3);
+    cg_ff *ff = cg_ff_new(4, 8, CG_ACT_GELU, &r);
+    cg_module_requires_grad(CG_MODULE(ff->fc1), false);
+    ck_assert(!ff->fc1->weight->requires_grad && !ff->fc1->bias->requires_grad);
+    ck_assert(ff->fc2->weight->requires_grad);
+    cg_optim *o = cg_adamw_from_module(CG_MODULE(ff), 1e-2);
+    ck_assert_int_eq(cg_optim_count(o), 2);
+    ck_assert_str_eq(cg_optim_param_name(o, 0), "fc2.weight");
+    cg_tensor *x = cg_randn(&r, CG_SHAPE(3, 4));
+    cg_tensor *y = cg_ff_forward(ff, x), *s = cg_sum_all(y);
+    ck_assert(cg_backward(s, NULL, false));
+    ck_assert_ptr_null(cg_grad(ff->fc1->weight));
+    ck_assert_ptr_nonnull(cg_grad(ff->fc2->weight));
+    float *before = cg_test_values(ff->fc1->weight);
+    ck_assert(cg_optim_step(o));
+    float *after = cg_test_values(ff->fc1->weight);
+    ck_assert(!memcmp(before, after, 32 * sizeof(float)));
+    /* unfrozen later: the old optimizer does not have it (as PyTorch's) */
+    cg_module_requires_grad(CG_MODULE(ff), true);
+    ck_assert_int_eq(cg_optim_count(o), 2);
+    cg_optim *o2 = cg_sgd_from_module(CG_MODULE(ff), 1e-2);
+    ck_assert_int_eq(cg_optim_count(o2), 4);
+    free(before);
+    free(after);
+    cg_release_all(3, x, y, s);
+    cg_optim_free(o);
+    cg_optim_free(o2);
+    cg_module_free(CG_MODULE(ff));
+}
+END_TEST
+
+/* ------------------------------------------------------------------- LoRA */
+START_TEST(test_lora_forward_merge)
+{
+    cg_rng r = cg_rng_new(4);
+    cg_linear *l = cg_linear_new(6, 5, true, &r);
+    cg_tensor *x = cg_randn(&r, CG_SHAPE(3, 6));
+    cg_tensor *base = cg_linear_forward(l, x);
+    cg_lora *a = cg_lora_attach(l, 2, 8.0f, 0.0f, &r);
+    ck_assert_ptr_nonnull(a);
+    ck_assert_ptr_eq(cg_lora_of(l), a);
+    ck_assert(a->scale == 4.0f);
+    ck_assert(!l->weight->requires_grad && !l->bias->requires_grad);
+    /* PEFT's init: A in (-1/sqrt(in), 1/sqrt(in)), not all zero; B = 0 */
+    float *av = cg_test_values(a->lora_A->weight), bound = 1.0f / sqrtf(6.0f), mx = 0;
+    for (int i = 0; i < 12; i++)
+        mx = fmaxf(mx, fabsf(av[i]));
+    ck_assert(mx > 0 && mx <= bound);
+    free(av);
+    cg_tensor *y0 = cg_linear_forward(l, x);
+    ck_assert(bit_equal(y0, base)); /* B = 0: nothing changes */
+    ck_assert_ptr_nonnull(cg_module_get_param(CG_MODULE(l), "lora_A.weight"));
+    ck_assert_ptr_nonnull(cg_module_get_param(CG_MODULE(l), "lora_B.weight"));
+    CG_ASSERT_FAILS(cg_lora_attach(l, 2, 8.0f, 0.0f, &r), "already has an adapter");
+    /* y = base + scale * x A^T B^T */
+    ck_assert(cg_init_normal_(a->lora_B->weight, &r, 0.0f, 0.5f));
+    cg_tensor *y = cg_linear_forward(l, x);
+    cg_tensor *h = cg_linear_fn(x, a->lora_A->weight, NULL);
+    cg_tensor *u = cg_linear_fn(h, a->lora_B->weight, NULL), *su = cg_muls(u, 4.0f);
+    cg_tensor *expect = cg_add(base, su);
+    ck_assert(max_abs_diff(y, expect) < 1e-5f);
+    /* merge: the same output from the weight alone; unmerge restores it */
+    float *w0 = cg_test_values(l->weight);
+    ck_assert(cg_lora_merge(a));
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_lora_merge(a), "already merged");
+    cg_tensor *ym = cg_linear_forward(l, x);
+    ck_assert(max_abs_diff(ym, y) < 1e-5f);
+    ck_assert(cg_lora_unmerge(a));
+    CG_ASSERT_TENSOR(l->weight, w0, 1e-6, 1e-6);
+    cg_tensor *yu = cg_linear_forward(l, x);
+    ck_assert(max_abs_diff(yu, y) < 1e-5f);
+    free(w0);
+    cg_release_all(10, x, base, y0, y, h, u, su, expect, ym, yu);
+    cg_module_free(CG_MODULE(l));
+}
+END_TEST
+
+static cg_tensor *lora_fn(void *ctx, cg_tensor *const *in)
+{
+    return cg_linear_forward(ctx, in[0]);
+}
+
+START_TEST(test_lora_gradcheck)
+{
+    cg_rng r = cg_rng_new(5);
+    cg_linear *l = cg_linear_new(4, 3, true, &r);
+    randomize(CG_MODULE(l), 6, 0.5f);
+    cg_lora *a = cg_lora_attach(l, 2, 3.0f, 0.0f, &r);
+    ck_assert(cg_init_normal_(a->lora_B->weight, &r, 0.0f, 0.5f));
+    cg_tensor *x = randn_leaf(&r, CG_SHAPE(2, 3, 4));
+    cg_tensor *in[3] = {x, a->lora_A->weight, a->lora_B->weight};
+    cg_gradcheck_opts o = cg_gradcheck_defaults();
+    cg_gradcheck_report rep;
+    ck_assert_msg(cg_gradcheck(lora_fn, l, 3, in, &o, &rep), "%s", rep.message);
+    ck_assert_int_ge(rep.checked, 24 + 8 + 6);
+    /* the frozen base gets no gradient */
+    cg_tensor *y = cg_linear_forward(l, x), *s = cg_sum_all(y);
+    ck_assert(cg_backward(s, NULL, false));
+    ck_assert_ptr_null(cg_grad(l->weight));
+    ck_assert_ptr_nonnull(cg_grad(a->lora_A->weight));
+    cg_release_all(3, x, y, s);
+    cg_module_free(CG_MODULE(l));
+}
+END_TEST
+
+static cg_lm_block *make_block(uint64_t seed)
+{
+    cg_rng r = cg_rng_new(seed);
+    cg_tf_config cfg = {.d = 8, .H = 2, .d_ff = 16, .norm = CG_NORM_LAYERNORM,
+                        .act = CG_ACT_GELU, .norm_first = true};
+    cg_lm_block *b = cg_lm_block_new(&cfg, &r);
+    randomize(CG_MODULE(b), seed + 1, 0.3f);
+    return b;
+}
+
+START_TEST(test_lora_targets_save_load)
+{
+    const char *targets[] = {"q_proj", "v_proj"};
+    cg_lora_config lc = {.r = 2, .alpha = 4.0f, .dropout = 0.1f, .n_targets = 2,
+                         .targets = targets};
+    cg_lm_block *b = make_block(7);
+    cg_rng r = cg_rng_new(8);
+    ck_assert_int_eq(cg_lora_attach_all(CG_MODULE(b), &lc, &r), 2);
+    ck_assert_ptr_nonnull(cg_lora_of(b->attn->q_proj));
+    ck_assert_ptr_nonnull(cg_lora_of(b->attn->v_proj));
+    ck_assert_ptr_null(cg_lora_of(b->attn->k_proj));
+    cg_optim *o = cg_adam_from_module(CG_MODULE(b), 1e-3);
+    ck_assert_int_eq(cg_optim_count(o), 4); /* only A and B of the two adapters */
+    ck_assert_str_eq(cg_optim_param_name(o, 0), "attn.q_proj.lora_A.weight");
+    cg_optim_free(o);
+    ck_assert(cg_init_normal_(cg_lora_of(b->attn->q_proj)->lora_B->weight, &r, 0, 0.5f));
+    ck_assert(cg_init_normal_(cg_lora_of(b->attn->v_proj)->lora_B->weight, &r, 0, 0.5f));
+    cg_module_train(CG_MODULE(b), false);
+    cg_tensor *x = cg_randn(&r, CG_SHAPE(1, 5, 8));
+    cg_attn_mask causal = {.causal = true};
+    cg_tensor *y = cg_lm_block_forward(b, x, &causal);
+    /* the cached path goes through the hooked projections too */
+    cg_kv_cache *c = cg_kv_cache_new(1);
+    cg_lm_block *blocks[1] = {b};
+    cg_tensor *yc = cg_lm_blocks_forward_cached(blocks, 1, x, c);
+    ck_assert(max_abs_diff(yc, y) < 1e-5f);
+    cg_kv_cache_free(c);
+
+    char path[] = "/tmp/cg_test_lora_XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    ck_assert_msg(cg_lora_save(CG_MODULE(b), path), "%s", cg_last_error());
+    cg_st_file *f = cg_st_open(path);
+    ck_assert_int_eq(cg_st_count(f), 4);
+    ck_assert(cg_st_has(f, "base_model.model.attn.q_proj.lora_A.weight"));
+    ck_assert(cg_st_has(f, "base_model.model.attn.v_proj.lora_B.weight"));
+    const char *js = cg_st_metadata(f, "adapter_config");
+    ck_assert_ptr_nonnull(js);
+    ck_assert_ptr_nonnull(strstr(js, "\"r\":2"));
+    ck_assert_ptr_nonnull(strstr(js, "\"lora_alpha\":4"));
+    ck_assert_ptr_nonnull(strstr(js, "\"target_modules\":[\"q_proj\",\"v_proj\"]"));
+    ck_assert_ptr_nonnull(strstr(js, "\"lora_dropout\":0.1"));
+    cg_st_close(f);
+
+    /* onto a freshly built base: the same outputs, bit for bit */
+    cg_lm_block *b2 = make_block(7);
+    ck_assert_msg(cg_lora_load(CG_MODULE(b2), path), "%s", cg_last_error());
+    cg_module_train(CG_MODULE(b2), false);
+    cg_tensor *y2 = cg_lm_block_forward(b2, x, &causal);
+    ck_assert(bit_equal(y2, y));
+    /* a second load onto a model that has adapters is refused */
+    ck_assert(!cg_lora_load(CG_MODULE(b2), path));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "already has adapters"));
+    /* merged: the same outputs; unmerge_all undoes it */
+    ck_assert_int_eq(cg_lora_merge_all(CG_MODULE(b2)), 2);
+    cg_tensor *ym = cg_lm_block_forward(b2, x, &causal);
+    ck_assert(max_abs_diff(ym, y) < 1e-5f);
+    ck_assert_int_eq(cg_lora_unmerge_all(CG_MODULE(b2)), 2);
+    /* a model with none of the target names */
+    cg_linear *other = cg_linear_new(8, 8, true, NULL);
+    ck_assert(!cg_lora_load(CG_MODULE(other), path));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "matches the target modules"));
+    /* a file that is not an adapter */
+    ck_assert(cg_module_save(CG_MODULE(other), path, 0, NULL));
+    cg_lm_block *b3 = make_block(7);
+    ck_assert(!cg_lora_load(CG_MODULE(b3), path));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "not a LoRA adapter file"));
+    unlink(path);
+    cg_release_all(4, x, y, yc, y2);
+    cg_release(ym);
+    cg_module_free(CG_MODULE(b));
+    cg_module_free(CG_MODULE(b2));
+    cg_module_free(CG_MODULE(b3));
+    cg_module_free(CG_MODULE(other));
+}
+END_TEST
+
+/* --------------------------------------------------------------- sampling */
+START_TEST(test_sample)
+{
+    const float logits[5] = {0.1f, 2.0f, -1.0f, 1.9f, 0.5f};
+    cg_sample_config c = cg_sample_default();
+    cg_rng r1 = cg_rng_new(9), r2 = cg_rng_new(9);
+    int counts[5] = {0};
+    for (int i = 0; i < 2000; i++) {
+        int64_t a = cg_sample(logits, 5, &c, &r1), b = cg_sample(logits, 5, &c, &r2);
+        ck_assert_int_eq(a, b); /* deterministic under the seed */
+        ck_assert(a >= 0 && a < 5);
+        counts[a]++;
+    }
+    /* softmax: p(1) ~ 0.39, p(2) ~ 0.02 */
+    ck_assert(counts[1] > 650 && counts[1] < 900);
+    ck_assert(counts[2] > 10 && counts[2] < 90);
+    c.top_k = 2; /* only ids 1 and 3 */
+    for (int i = 0; i < 200; i++) {
+        int64_t a = cg_sample(logits, 5, &c, &r1);
+        ck_assert(a == 1 || a == 3);
+    }
+    c = (cg_sample_config){.temperature = 1, .top_k = 0, .top_p = 0.3}; /* the top id alone */
+    for (int i = 0; i < 50; i++)
+        ck_assert_int_eq(cg_sample(logits, 5, &c, &r1), 1);
+    c.temperature = 0; /* greedy */
+    ck_assert_int_eq(cg_sample(logits, 5, &c, &r1), 1);
+    c = (cg_sample_config){.temperature = -1, .top_p = 1};
+    ck_assert_int_eq(cg_sample(logits, 5, &c, &r1), -1);
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "temperature"));
+    /* rows of a tensor */
+    cg_tensor *t = cg_from_data(CG_SHAPE(1, 5), logits);
+    int64_t id;
+    c = (cg_sample_config){.temperature = 0, .top_p = 1};
+    ck_assert(cg_sample_rows(t, &c, &r1, &id));
+    ck_assert_int_eq(id, 1);
+    cg_release(t);
+    /* multinomial: proportional to the weights, zero weight never drawn */
+    const float w[3] = {1.0f, 0.0f, 3.0f};
+    int mc[3] = {0};
+    for (int i = 0; i < 4000; i++)
+        mc[cg_multinomial(w, 3, &r1)]++;
+    ck_assert_int_eq(mc[1], 0);
+    ck_assert(mc[2] > 2800 && mc[2] < 3200);
+    const float bad[2] = {0.0f, 0.0f};
+    ck_assert_int_eq(cg_multinomial(bad, 2, &r1), -1);
+}
+END_TEST
+
+START_TEST(test_randperm_batches)
+{
+    cg_rng r = cg_rng_new(10), r2 = cg_rng_new(10), r3 = cg_rng_new(11);
+    int64_t *p = cg_randperm(&r, 50), *q = cg_randperm(&r2, 50), *s = cg_randperm(&r3, 50);
+    int seen[50] = {0};
+    for (int i = 0; i < 50; i++)
+        seen[p[i]]++;
+    for (int i = 0; i < 50; i++)
+        ck_assert_int_eq(seen[i], 1);
+    ck_assert(!memcmp(p, q, sizeof seen * 2));
+    ck_assert(memcmp(p, s, 50 * sizeof *p));
+    free(p);
+    free(q);
+    free(s);
+    ck_assert_ptr_null(cg_randperm(&r, -1));
+
+    int64_t tok[41], x[12], y[12];
+    for (int i = 0; i < 41; i++)
+        tok[i] = 100 + i;
+    ck_assert(cg_random_batch(tok, 41, 3, 4, &r, x, y));
+    for (int b = 0; b < 3; b++)
+        for (int t = 0; t < 4; t++) {
+            ck_assert_int_eq(y[b * 4 + t], x[b * 4 + t] + 1); /* next tokens */
+            ck_assert(x[b * 4 + t] >= 100 && y[b * 4 + t] <= 140);
+        }
+    ck_assert(!cg_random_batch(tok, 4, 3, 4, &r, x, y));
+    /* an epoch: 10 windows of 4+1 starting every 4, 3 per batch, 3 batches */
+    cg_batch_iter *it = cg_batch_iter_new(tok, 41, 3, 4, &r);
+    int starts[10] = {0}, batches = 0, k;
+    while ((k = cg_batch_iter_next(it, x, y)) == 1) {
+        batches++;
+        for (int b = 0; b < 3; b++) {
+            ck_assert_int_eq((x[b * 4] - 100) % 4, 0);
+            starts[(x[b * 4] - 100) / 4]++;
+            ck_assert_int_eq(y[b * 4 + 3], x[b * 4] + 4);
+        }
+    }
+    ck_assert_int_eq(k, 0);
+    ck_assert_int_eq(batches, 3);
+    for (int i = 0; i < 10; i++)
+        ck_assert_int_le(starts[i], 1); /* no window twice in an epoch */
+    ck_assert_int_eq(cg_batch_iter_next(it, x, y), 1); /* the next epoch */
+    ck_assert_int_eq(it->epoch, 2);
+    cg_batch_iter_free(it);
+    ck_assert_ptr_null(cg_batch_iter_new(tok, 12, 3, 4, &r));
+}
+END_TEST
+
+/* -------------------------------------- a KV cache for the user's block */
+typedef struct {
+    cg_module base;
+    cg_norm *ln1, *ln2;
+    cg_mha *attn;
+    cg_linear *fc;
+} my_block;
+
+static my_block *my_block_new(cg_rng *r)
+{
+    my_block *b = (my_block *)cg_module_alloc(sizeof *b, "MyBlock", NULL);
+    b->ln1 = (cg_norm *)cg_module_add_child(&b->base, "ln1", CG_MODULE(cg_layernorm_new(8)));
+    b->attn = (cg_mha *)cg_module_add_child(&b->base, "attn", CG_MODULE(cg_mha_new(8, 2, r)));
+    b->ln2 = (cg_norm *)cg_module_add_child(&b->base, "ln2", CG_MODULE(cg_layernorm_new(8)));
+    b->fc = (cg_linear *)cg_module_add_child(&b->base, "fc", CG_MODULE(cg_linear_new(8, 8, true, r)));
+    return b;
+}
+
+/* x + attn(ln1(x)), then + tanh(fc(ln2(.))); kv NULL: the full forward. */
+static cg_tensor *my_block_forward(my_block *b, cg_tensor *x, cg_mha_kv *kv)
+{
+    cg_tensor *h = cg_norm_forward(b->ln1, x), *a = cg_mha_self(b->attn, h, true, kv);
+    cg_tensor *x1 = cg_add(x, a), *h2 = cg_norm_forward(b->ln2, x1);
+    cg_tensor *f = cg_linear_forward(b->fc, h2), *t = cg_tanh(f), *y = cg_add(x1, t);
+    cg_release_all(6, h, a, x1, h2, f, t);
+    return y;
+}
+
+START_TEST(test_kv_cache_user_block)
+{
+    cg_rng r = cg_rng_new(12);
+    my_block *blk[2] = {my_block_new(&r), my_block_new(&r)};
+    cg_tensor *x = cg_randn(&r, CG_SHAPE(2, 6, 8));
+    cg_tensor *full = cg_retain(x);
+    for (int i = 0; i < 2; i++) {
+        cg_tensor *n = my_block_forward(blk[i], full, cg_kv_cache_layer(NULL, i));
+        cg_release(full);
+        full = n;
+    }
+    /* decoding: 2 positions, then one at a time, through cg_kv_cache_layer */
+    cg_kv_cache *c = cg_kv_cache_new(0);
+    const int64_t steps[4][2] = {{0, 2}, {2, 1}, {3, 1}, {4, 2}};
+    for (int s = 0; s < 4; s++) {
+        /* each step in a scope, as a decoding loop writes it: the cache's
+         * buffers must outlive it (they were freed with it before) */
+        cg_scope *sc = cg_scope_begin();
+        cg_tensor *h = cg_view_narrow(x, 1, steps[s][0], steps[s][1]);
+        for (int i = 0; i < 2; i++) {
+            cg_tensor *n = my_block_forward(blk[i], h, cg_kv_cache_layer(c, i));
+            cg_release(h);
+            h = n;
+        }
+        c->len += steps[s][1];
+        cg_tensor *ref = cg_view_narrow(full, 1, steps[s][0], steps[s][1]);
+        ck_assert_msg(max_abs_diff(h, ref) < 1e-5f, "step %d", s);
+        cg_scope_end(sc);
+    }
+    ck_assert_int_eq(c->n_layers, 2);
+    ck_assert_int_eq(c->self[1].len, 6);
+    ck_assert_ptr_null(cg_kv_cache_layer(c, -1));
+    cg_kv_cache_free(c);
+    cg_release_all(2, x, full);
+    cg_module_free(CG_MODULE(blk[0]));
+    cg_module_free(CG_MODULE(blk[1]));
+}
+END_TEST
+
+/* ------------------------------------------------------------ containers */
+START_TEST(test_sequential_forward_append)
+{
+    cg_rng r = cg_rng_new(13);
+    cg_linear *l1 = cg_linear_new(3, 5, true, &r), *l2 = cg_linear_new(5, 2, true, &r);
+    cg_module *seq = cg_sequential(3, l1, cg_activation_new(CG_ACT_GELU), l2);
+    ck_assert_ptr_nonnull(seq);
+    ck_assert_ptr_nonnull(cg_module_get_param(seq, "2.weight")); /* PyTorch's names */
+    ck_assert_str_eq(cg_module_get_child(seq, "1")->type, "GELU");
+    cg_tensor *x = cg_randn(&r, CG_SHAPE(4, 3));
+    cg_tensor *h = cg_linear_forward(l1, x), *a = cg_gelu(h), *want = cg_linear_forward(l2, a);
+    cg_tensor *y = cg_module_forward(seq, x);
+    ck_assert(bit_equal(y, want));
+    /* hooks of the container and of its members run */
+    cg_hook_handle hk = cg_module_register_forward_hook(seq, double_output, NULL, NULL);
+    cg_tensor *y2 = cg_module_forward(seq, x), *w2 = cg_muls(want, 2.0f);
+    ck_assert(bit_equal(y2, w2));
+    ck_assert(cg_hook_remove(&hk));
+    /* a module without a one-tensor forward is named in the error */
+    cg_mha *mha = cg_mha_new(4, 2, &r);
+    CG_ASSERT_FAILS(cg_module_forward(CG_MODULE(mha), x), "MultiHeadAttention: no one-tensor forward");
+    CG_ASSERT_FAILS(cg_sequential(2, cg_activation_new(CG_ACT_RELU), mha), "module 1 (MultiHeadAttention)");
+    /* append names children by index */
+    cg_module *list = cg_module_new("ModuleList");
+    cg_linear *a0 = cg_module_append(list, cg_linear_new(2, 2, false, &r));
+    cg_linear *a1 = cg_module_append(list, cg_linear_new(2, 2, false, &r));
+    ck_assert_ptr_eq(cg_module_get_child(list, "1"), CG_MODULE(a1));
+    ck_assert_ptr_eq(cg_module_get_child(list, "0"), CG_MODULE(a0));
+    /* load_file: the same values back */
+    char path[] = "/tmp/cg_test_seq_XXXXXX";
+    int fd = mkstemp(path);
+    close(fd);
+    ck_assert(cg_module_save(seq, path, 0, NULL));
+    cg_module *seq2 = cg_sequential(3, cg_linear_new(3, 5, true, NULL), cg_activation_new(CG_ACT_GELU),
+                                    cg_linear_new(5, 2, true, NULL));
+    ck_assert(cg_module_load_file(seq2, path));
+    cg_tensor *y3 = cg_module_forward(seq2, x);
+    ck_assert(bit_equal(y3, want));
+    ck_assert(!cg_module_load_file(seq2, "/nonexistent/x.safetensors"));
+    unlink(path);
+    cg_release_all(8, x, h, a, want, y, y2, w2, y3);
+    cg_module_free(seq);
+    cg_module_free(seq2);
+    cg_module_free(list);
+}
+END_TEST
+
+static Suite *adapt_suite(void)
+{
+    Suite *s = suite_create("adapt");
+    TCase *t = tcase_create("adapt");
+    tcase_set_timeout(t, 120);
+    tcase_add_test(t, test_hook_post_pre_remove);
+    tcase_add_test(t, test_hooks_every_module);
+    tcase_add_test(t, test_module_requires_grad_and_optim);
+    tcase_add_test(t, test_lora_forward_merge);
+    tcase_add_test(t, test_lora_gradcheck);
+    tcase_add_test(t, test_lora_targets_save_load);
+    tcase_add_test(t, test_sample);
+    tcase_add_test(t, test_randperm_batches);
+    tcase_add_test(t, test_kv_cache_user_block);
+    tcase_add_test(t, test_sequential_forward_append);
+    suite_add_tcase(s, t);
+    return s;
+}
+
+int main(void)
+{
+    Suite *s[] = {adapt_suite()};
+    return cg_test_run(s, 1);
+}
