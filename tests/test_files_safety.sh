@@ -23,11 +23,6 @@ cp p.tsv p.orig
 TINY=(--d 16 --H 2 --layers 1 --d-ff 32 --T 16 --batch-size 4 --threads 1 --eval-every 4)
 S2S=(--tokenizer char --d 16 --H 2 --enc-layers 1 --dec-layers 1 --d-ff 32 --max-tokens 200
      --valid-size 20 --test-size 20 --test-limit 2 --threads 1 --eval-every 4)
-# intact NAME FILE COPY: FILE still has the bytes of COPY (else it is
-# restored, so that the next cases run on the same files)
-intact() {
-  if cmp -s "$2" "$3"; then echo "ok: $1: '$2' intact"; else fail "$1: '$2' was changed"; cp "$3" "$2"; fi
-}
 # refused_intact NAME PATTERN FILE COPY CMD...: CMD exits 1 naming PATTERN, FILE intact
 refused_intact() {
   local name=$1 pat=$2 file=$3 copy=$4
@@ -115,16 +110,6 @@ ln -s p.tsv t.st.lock
 intact "seq2seq: a lock-file symlink to the pairs" p.tsv p.orig
 
 # ---- 3. closed standard streams
-jsonl_ok() { # NAME FILE: every line of FILE parses as a JSON object
-  if python3 -c '
-import json, sys
-for l in open(sys.argv[1], "rb").read().split(b"\n")[:-1]:
-    assert isinstance(json.loads(l), dict)' "$2" 2>/dev/null; then
-    echo "ok: $1: every line of $2 parses"
-  else
-    fail "$1: $2 does not parse: $(tail -c 200 "$2")"
-  fi
-}
 rm -f w.st*
 rc=0
 "$charlm" train --data c.txt "${TINY[@]}" --steps 4 --log-every 1 --out w.st >&- 2>&- || rc=$?
