@@ -1,4 +1,4 @@
-/* libFuzzer target: the char-LM checkpoint loader (models/checkpoint.h):
+/* libFuzzer target: the char-LM checkpoint loader (models/train/checkpoint.h):
  * safetensors parsing, the "config" JSON, the "vocab" JSON, the step, the
  * model parameters, then the AdamW state (cg_optim_load) and the "train"
  * metadata with its loss history, as `charlm train --resume` uses them.
@@ -15,8 +15,8 @@
 
 #include "core/error.h"
 #include "fuzz/fuzz.h"
-#include "models/checkpoint.h"
-#include "models/train_common.h"
+#include "models/charlm/charlm_ckpt.h"
+#include "models/train/train_common.h"
 
 static int mem_path(const uint8_t *data, size_t size, char *path, size_t cap)
 {

@@ -1,4 +1,4 @@
-/* libFuzzer target: the flag parser of the programs (models/cli.h).
+/* libFuzzer target: the flag parser of the programs (models/util/cli.h).
  *
  * The input is split at NUL and newline bytes into argv (at most 64
  * arguments), parsed against a table with one option of every kind, and
@@ -12,7 +12,7 @@
 
 #include "core/error.h"
 #include "fuzz/fuzz.h"
-#include "models/cli.h"
+#include "models/util/cli.h"
 
 #define MAX_ARGS 64
 

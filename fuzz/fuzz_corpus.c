@@ -1,5 +1,5 @@
 /* libFuzzer target: the text corpus and vocabulary code of the char LM
- * (models/vocab.h, models/data.h): strict UTF-8 decoding, the vocabulary
+ * (models/text/vocab.h, models/data/data.h): strict UTF-8 decoding, the vocabulary
  * (built from text and from its checkpoint JSON form), encoding, decoding,
  * the 90/10 split and batch sampling.
  *
@@ -12,8 +12,8 @@
 
 #include "core/error.h"
 #include "fuzz/fuzz.h"
-#include "models/data.h"
-#include "models/vocab.h"
+#include "models/data/data.h"
+#include "models/text/vocab.h"
 
 static void check_vocab(const cg_vocab *v)
 {

@@ -1,5 +1,5 @@
 /* libFuzzer target: sentence-pair files of the seq2seq model
- * (models/pairs.h): parsing, the RandomState(0) split, length filtering,
+ * (models/data/pairs.h): parsing, the RandomState(0) split, length filtering,
  * the vocabulary (and its checkpoint JSON form), token batching and
  * padded batches, encode/decode. The first input byte picks the split
  * sizes and max_tokens; the rest is the file. */
@@ -9,7 +9,7 @@
 
 #include "core/error.h"
 #include "fuzz/fuzz.h"
-#include "models/pairs.h"
+#include "models/data/pairs.h"
 
 static void check_split_and_batches(const cg_pairs *p, uint8_t knob)
 {

@@ -1,4 +1,4 @@
-/* libFuzzer target: the seq2seq checkpoint loader (models/checkpoint.h
+/* libFuzzer target: the seq2seq checkpoint loader (models/train/checkpoint.h
  * cg_seq2seq_ckpt_load): safetensors parsing, the config, the pair
  * vocabulary, the step, every tensor name against the config, the
  * parameters, then the Adam state and the trainer's state,
@@ -13,8 +13,9 @@
 
 #include "core/error.h"
 #include "fuzz/fuzz.h"
-#include "models/checkpoint.h"
-#include "models/trainer.h"
+#include "models/seq2seq/seq2seq_ckpt.h"
+#include "models/train/checkpoint.h"
+#include "models/train/trainer.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -1,6 +1,6 @@
-/* libFuzzer target: the trainer's state parser (models/trainer.h
+/* libFuzzer target: the trainer's state parser (models/train/trainer.h
  * cg_trainer_restore): a checkpoint's "train" metadata as `--resume` reads
- * it, with its loss history, recent losses and data identity (models/outfile.h).
+ * it, with its loss history, recent losses and data identity (models/train/outfile.h).
  * Whatever loads must be in
  * range; whatever is refused must say why. */
 #include <stdio.h>
@@ -9,7 +9,7 @@
 
 #include "core/error.h"
 #include "fuzz/fuzz.h"
-#include "models/trainer.h"
+#include "models/train/trainer.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -9,7 +9,7 @@
  * seq2seq_checkpoint/: a tiny seq2seq checkpoint with Adam state and
  * trainer state, one without, and damaged ones (an unknown tensor, a
  * config of 0 layers over block tensors).
- * train_state/: trainer states (models/trainer.h) of both programs, and
+ * train_state/: trainer states (models/train/trainer.h) of both programs, and
  * damaged ones (epoch 0 with pos below the batch count, epoch 1e15, a
  * huge pos, a bad data identity, history arrays of different lengths). */
 #include <stdio.h>
@@ -18,8 +18,9 @@
 
 #include "autograd/autograd.h"
 #include "core/error.h"
-#include "models/checkpoint.h"
-#include "models/pairs.h"
+#include "models/charlm/charlm_ckpt.h"
+#include "models/seq2seq/seq2seq_ckpt.h"
+#include "models/data/pairs.h"
 
 static int fail(void)
 {

@@ -13,7 +13,7 @@ rounds=${2:-2}
 shift $(($# > 2 ? 2 : $#))
 presets=("$@")
 [ ${#presets[@]} -gt 0 ] || presets=("charlm tiny" "seq2seq tiny" "charlm base" "seq2seq base")
-bench=build/models/bench
+bench=build/tools/bench
 peer=${CG_PEER:-../shared/bench/torch_peer.py}
 [ -x "$bench" ] || { echo "bench_peer: build first (ninja -C build)" >&2; exit 1; }
 [ -f "$peer" ] || { echo "bench_peer: $peer not found (set CG_PEER)" >&2; exit 1; }

@@ -5,8 +5,8 @@
 # building: scripts/bench_scaling.sh [threads]
 set -euo pipefail
 threads=${1:-2}
-bench=build/models/bench
-charlm=build/models/charlm
+bench=build/tools/bench
+charlm=build/models/charlm/charlm
 [ -x "$bench" ] && [ -x "$charlm" ] || { echo "bench_scaling: build first (ninja -C build)" >&2; exit 1; }
 field() { sed -n "s/.*\"$1\": \([0-9.e+-]*\).*/\1/p"; }
 

@@ -15,9 +15,9 @@ scripts/prepare_data.sh
 ninja -C build
 threads=${THREADS:-$(nproc)}
 # --force: a rerun trains afresh over the checkpoint of the last run
-build/models/charlm train --preset tiny --steps "$steps" --seed 1 --threads "$threads" \
+build/models/charlm/charlm train --preset tiny --steps "$steps" --seed 1 --threads "$threads" \
     --out out/charlm.safetensors --force
 echo "--- sample ---"
-build/models/charlm sample --ckpt out/charlm.safetensors --prompt "Call me" --length 300 \
+build/models/charlm/charlm sample --ckpt out/charlm.safetensors --prompt "Call me" --length 300 \
     --top-k 5 --temperature 0.7 --seed 1 --threads "$threads"
 echo "--- loss curve: out/charlm.loss.png ---"

@@ -35,15 +35,15 @@ awk '/^## Writing a model against the C API/ {on = 1} on && /^```c$/ {c = 1; nex
      c && /^```$/ {exit} c {print}' "$root/README.md" > "$work/readme_example.c"
 [ -s "$work/readme_example.c" ] || { echo "test_install: no C example in README.md" >&2; exit 1; }
 
-# Every example: the README's, models/example_mlp_main.c and examples/*.c, in
+# Every example: the README's, examples/*.c, in
 # a directory of their own (no include path into the source tree).
 cc=${CC:-cc}
-for src in "$work/readme_example.c" "$root"/models/example_mlp_main.c "$root"/examples/*.c; do
+for src in "$work/readme_example.c" "$root"/examples/*.c; do
   [ -f "$src" ] || continue
   name=$(basename "$src" .c)
   [ "$src" = "$work/$name.c" ] || cp "$src" "$work/$name.c"
   args=()
-  case $name in example_mlp_main) args=(--steps 100) ;; esac
+  case $name in mlp) args=(--steps 100) ;; esac
   # shared
   (cd "$work" && $cc -std=c11 -O2 -Wall -Wextra -Werror -o "$name" "$name.c" \
       $(pkgconf --cflags --libs cgrad))

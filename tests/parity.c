@@ -36,8 +36,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/charlm.h"
-#include "models/seq2seq.h"
+#include "models/charlm/charlm.h"
+#include "models/seq2seq/seq2seq.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
 

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "core/tensor.h"
-#include "models/charlm.h"
+#include "models/charlm/charlm.h"
 #include "nn/module.h"
 #include "optim/optim.h"
 #include "tests/testutil.h"

@@ -1,4 +1,4 @@
-/* Data-parallel equivalence (models/dist.h).
+/* Data-parallel equivalence (models/train/dist.h).
  *
  * Run as `mpirun -np 2 test_dist` (meson does when MPI was found) or as one
  * plain process. For each zoo model (tiny config, dropout 0, AdamW):
@@ -22,10 +22,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/charlm.h"
-#include "models/dist.h"
-#include "models/seq2seq.h"
-#include "models/trainer.h"
+#include "models/charlm/charlm.h"
+#include "models/train/dist.h"
+#include "models/seq2seq/seq2seq.h"
+#include "models/train/trainer.h"
 #include "optim/optim.h"
 #include "testutil.h"
 
@@ -253,7 +253,7 @@ START_TEST(test_seq2seq_equivalence)
 }
 END_TEST
 
-/* --grad-accum under MPI (models/trainer.h cg_stepper): every rank takes its
+/* --grad-accum under MPI (models/train/trainer.h cg_stepper): every rank takes its
  * rows of 2 micro-batches (the two halves of each global batch) per step;
  * the result must equal one rank's plain steps on the whole batches. */
 typedef struct {

@@ -14,13 +14,13 @@
 #include <unistd.h>
 
 #include "core/error.h"
-#include "models/cli.h"
-#include "models/config_json.h"
-#include "models/data.h"
-#include "models/outfile.h"
-#include "models/pairs.h"
-#include "models/sampling.h"
-#include "models/train_common.h"
+#include "models/util/cli.h"
+#include "models/util/config_json.h"
+#include "models/data/data.h"
+#include "models/train/outfile.h"
+#include "models/data/pairs.h"
+#include "models/charlm/sampling.h"
+#include "models/train/train_common.h"
 #include "testutil.h"
 
 START_TEST(test_state_fields)
@@ -45,7 +45,7 @@ START_TEST(test_state_fields)
     ck_assert(seed == UINT64_MAX);
     ck_assert_str_eq(data, "x.txt");
     cJSON_Delete(o);
-    /* a double kept exactly as a decimal string (models/trainer.h) */
+    /* a double kept exactly as a decimal string (models/train/trainer.h) */
     o = cJSON_Parse("{\"epoch\": 3, \"lr\": \"0.10000000000000001\", \"seed\": \"1\", "
                     "\"data\": \"x\"}");
     ck_assert(cg_json_read_fields(o, "state", f, 5));

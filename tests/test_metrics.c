@@ -1,7 +1,7 @@
-/* Tests for models/metrics.{h,c}: hand-checked BLEU/chrF values and a
+/* Tests for models/report/metrics.{h,c}: hand-checked BLEU/chrF values and a
  * cross-check against shared/reference/metrics.py on 310 real pairs
  * (tests/data/metrics_*.txt, written by scripts/make_metrics_cases.py).
- * A second suite checks models/plot.{h,c}: the PNGs are read back with
+ * A second suite checks models/report/plot.{h,c}: the PNGs are read back with
  * libpng and their pixels inspected, the SVGs checked as XML and for their
  * labels. */
 #include <check.h>
@@ -17,9 +17,9 @@
 #include <unistd.h>
 
 #include "core/error.h"
-#include "models/metrics.h"
-#include "models/plot.h"
-#include "models/vocab.h"
+#include "models/report/metrics.h"
+#include "models/report/plot.h"
+#include "models/text/vocab.h"
 #include "testutil.h"
 
 #define TOL 1e-9

@@ -1,4 +1,4 @@
-/* Check suite "models": models/charlm.{h,c} and models/seq2seq.{h,c}.
+/* Check suite "models": models/charlm/charlm.{h,c} and models/seq2seq/seq2seq.{h,c}.
  *
  * Construction errors, parameter names/order/count equal to models.py's
  * (hard-coded from `/usr/bin/python3` on shared/reference/models.py), the
@@ -13,8 +13,8 @@
 #include <string.h>
 
 #include "core/ops.h"
-#include "models/charlm.h"
-#include "models/seq2seq.h"
+#include "models/charlm/charlm.h"
+#include "models/seq2seq/seq2seq.h"
 #include "optim/optim.h"
 #include "tests/testutil.h"
 

@@ -7,7 +7,7 @@
 
 #include "autograd/gradcheck.h"
 #include "nn/nn.h"
-#include "models/charlm.h"
+#include "models/charlm/charlm.h"
 #include "optim/optim.h"
 #include "tests/testutil.h"
 

@@ -13,13 +13,13 @@
 #include <unistd.h>
 
 #include "autograd/ops.h"
-#include "models/beam.h"
-#include "models/pairs.h"
-#include "models/seq2seq.h"
-#include "models/data.h"
-#include "models/train_common.h"
-#include "models/trainer.h"
-#include "models/translate.h"
+#include "models/seq2seq/beam.h"
+#include "models/data/pairs.h"
+#include "models/seq2seq/seq2seq.h"
+#include "models/data/data.h"
+#include "models/train/train_common.h"
+#include "models/train/trainer.h"
+#include "models/seq2seq/translate.h"
 #include "nn/safetensors.h"
 #include "optim/optim.h"
 #include "testutil.h"
@@ -75,7 +75,7 @@ static char *read_file(const char *path, size_t *n)
     return b;
 }
 
-/* models/translate.h: the translator's data and its batch order; a resume
+/* models/seq2seq/translate.h: the translator's data and its batch order; a resume
  * at the position `steps` steps leave continues the same order. */
 START_TEST(test_mt_data_order)
 {
@@ -491,7 +491,7 @@ START_TEST(test_beam1_equals_greedy)
 }
 END_TEST
 
-/* models/translate.h over the overfit model: many sentences translated and
+/* models/seq2seq/translate.h over the overfit model: many sentences translated and
  * scored, the losses, the attention pictures. */
 START_TEST(test_translate_many)
 {
@@ -726,7 +726,7 @@ static const char *prog_path(void)
     self[n] = '\0';
     char *slash = strrchr(self, '/');
     *slash = '\0';
-    snprintf(g_prog, sizeof g_prog, "%s/../models/seq2seq", self);
+    snprintf(g_prog, sizeof g_prog, "%s/../models/seq2seq/seq2seq", self);
     ck_assert_msg(access(g_prog, X_OK) == 0, "%s not built", g_prog);
     return g_prog;
 }
@@ -1092,7 +1092,7 @@ START_TEST(test_cli_nonfinite)
 }
 END_TEST
 
-/* --grad-accum (models/trainer.h cg_stepper): 4 micro-batches of different
+/* --grad-accum (models/train/trainer.h cg_stepper): 4 micro-batches of different
  * target-token counts take the step of one batch holding all their pairs
  * (the loss is the mean over every target token), 20 Adam steps with label
  * smoothing and clipping, within 1e-5 relative. */
@@ -1259,7 +1259,7 @@ START_TEST(test_cli_resume_and_output_rules)
         expect_cli_error(args, "bad.safetensors");
     }
     /* pairs of empty sides: refused while the pairs are read, before any
-     * training (models/pairs.c; every save would fail) */
+     * training (models/data/pairs.c; every save would fail) */
     char empty[64 * 2 + 1] = "";
     for (int i = 0; i < 64; i++)
         strcat(empty, "\t\n");

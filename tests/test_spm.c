@@ -13,8 +13,8 @@
 #include <unistd.h>
 
 #include "core/error.h"
-#include "models/pairs.h"
-#include "models/spm.h"
+#include "models/data/pairs.h"
+#include "models/text/spm.h"
 #include "nn/safetensors.h"
 #include "testutil.h"
 

@@ -1,4 +1,4 @@
-/* Tests for models/tokenizer.{h,c}: characters (with and without the
+/* Tests for models/text/tokenizer.{h,c}: characters (with and without the
  * seq2seq specials) and BPE behind one interface; encode/decode round trips,
  * labels, a checkpoint written and read back (char in the old "vocab"
  * form, bpe as "tokenizer.spm"), a damaged tokenizer tensor rejected, and
@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
-#include "models/tokenizer.h"
+#include "models/text/tokenizer.h"
 #include "nn/safetensors.h"
 #include "testutil.h"
 

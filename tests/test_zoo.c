@@ -3,7 +3,7 @@
  * and one clear error line for every kind of bad input).
  *
  * The program is run from the build tree: $CHARLM_BIN if set, else
- * ../models/charlm relative to this test binary. Training runs use a model
+ * ../models/charlm/charlm relative to this test binary. Training runs use a model
  * with a few thousand parameters on a few kilobytes of text. */
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -18,13 +18,13 @@
 #include <unistd.h>
 
 #include "core/gemm.h"
-#include "models/charlm.h"
-#include "models/checkpoint.h"
-#include "models/cli.h"
-#include "models/data.h"
-#include "models/sampling.h"
-#include "models/train_common.h"
-#include "models/vocab.h"
+#include "models/charlm/charlm.h"
+#include "models/charlm/charlm_ckpt.h"
+#include "models/util/cli.h"
+#include "models/data/data.h"
+#include "models/charlm/sampling.h"
+#include "models/train/train_common.h"
+#include "models/text/vocab.h"
 #include "testutil.h"
 
 /* ---------------------------------------------------------------- helpers */
@@ -497,7 +497,7 @@ static const char *charlm_bin(void)
     self[n] = '\0';
     char *slash = strrchr(self, '/');
     *slash = '\0';
-    snprintf(g_bin, sizeof g_bin, "%s/../models/charlm", self);
+    snprintf(g_bin, sizeof g_bin, "%s/../models/charlm/charlm", self);
     return g_bin;
 }
 

@@ -20,7 +20,7 @@
  *   ours_bf16 our bf16 product (CG_GEMM_BF16: rounding while packing the fp32
  *             operands, AVX512_BF16 micro-kernel) on the same operands
  * Shapes: 1024^3, and the three products of every Linear of both models'
- * tiny and base presets (models/bench_main.c): forward Y = X W^T (m = B*T,
+ * tiny and base presets (tools/bench.c): forward Y = X W^T (m = B*T,
  * k = in, n = out, B transposed), dX = dY W (m = B*T, k = out, n = in) and
  * dW = dY^T X (m = out, k = B*T, n = in, A transposed); and attention's two
  * forward products as core/attention.c calls them, one (batch, head) per
@@ -620,7 +620,7 @@ typedef struct {
     int64_t tokens, T, d, d_ff, heads, vocab;
 } preset;
 
-/* models/bench_main.c's presets (tokens = B*T; seq2seq with S = T) */
+/* tools/bench.c's presets (tokens = B*T; seq2seq with S = T) */
 static const preset presets[] = {
     {"charlm_tiny", 12 * 64, 64, 128, 512, 4, 65},
     {"charlm_base", 16 * 256, 256, 384, 1536, 6, 65},

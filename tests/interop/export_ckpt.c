@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/charlm.h"
-#include "models/seq2seq.h"
+#include "models/charlm/charlm.h"
+#include "models/seq2seq/seq2seq.h"
 #include "nn/safetensors.h"
 
 static int fail(const char *what)

@@ -1,0 +1,99 @@
+/* cgrad zoo: the decoder-only character language model (models.py CharLM).
+ *
+ *   h      = drop(tok_emb[x] * sqrt(d) + pe[:T])          x [B,T] int64
+ *   h      = blocks.i(h) for i < layers                   causal self-attention
+ *   h      = ln_f(h)                                      pre-norm only
+ *   logits = h @ tok_emb.weight^T                         tied head, [B,T,V]
+ *   loss   = mean cross-entropy(logits, targets)
+ *
+ * Parameters, in models.py named_parameters() order (the safetensors keys):
+ *   tok_emb.weight [V,d]
+ *   blocks.{i}.ln1.{weight,bias}                       (bias only for layernorm)
+ *   blocks.{i}.attn.{q,k,v,o}_proj.{weight,bias}
+ *   blocks.{i}.ln2.{weight,bias}
+ *   blocks.{i}.ff.fc1.{weight,bias}, blocks.{i}.ff.fc2.{weight,bias}
+ *   ln_f.{weight,bias}                                 (pre-norm only)
+ *
+ * The model is a cg_module (nn/module.h): cg_module_params, cg_module_save,
+ * cg_module_load, cg_module_train (dropout on/off) all work on
+ * CG_MODULE(model). Free it with cg_charlm_free (or cg_module_free).
+ * Forward results are new references (cg_release them); errors give NULL and
+ * a message (core/error.h), never an exit. */
+#ifndef CG_MODELS_CHARLM_H
+#define CG_MODELS_CHARLM_H
+
+#include "models/data/data.h"
+#include "nn/nn.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    int64_t vocab;      /* V */
+    int64_t d;          /* model width; d % H == 0 */
+    int64_t H;          /* attention heads */
+    int64_t layers;     /* >= 0 */
+    int64_t d_ff;       /* feed-forward width */
+    int64_t max_len;    /* longest sequence (positions table) */
+    cg_norm_kind norm;  /* layernorm | rmsnorm (eps 1e-5) */
+    cg_act act;         /* relu | gelu (tanh form) */
+    bool norm_first;    /* pre-norm (true) or post-norm */
+    float dropout;      /* in [0, 1); after the embedding and each sublayer */
+} cg_charlm_config;
+
+/* models.py CharLMConfig defaults: V 65, d 128, H 4, 4 layers, d_ff 512,
+ * max_len 256, layernorm, gelu, pre-norm, dropout 0. */
+cg_charlm_config cg_charlm_config_default(void);
+/* False + error naming the bad field (e.g. "d=30 is not divisible by H=4"). */
+bool cg_charlm_config_check(const cg_charlm_config *c);
+/* Parse a JSON object with the models.py field names ("vocab", "d", "H",
+ * "layers", "d_ff", "max_len", "norm", "act", "norm_first", "dropout");
+ * other keys are ignored, missing fields keep their defaults. The result is
+ * checked. False + error on malformed JSON or a field of the wrong type. */
+bool cg_charlm_config_from_json(const char *json, cg_charlm_config *out);
+/* The config as a JSON object string (malloc'd; caller frees), or NULL. */
+char *cg_charlm_config_to_json(const cg_charlm_config *c);
+
+typedef struct {
+    cg_module base;             /* type "CharLM" */
+    cg_charlm_config cfg;
+    cg_embed *tok_emb;          /* child "tok_emb" */
+    cg_module *blocks;          /* child "blocks" with children "0".."layers-1" */
+    cg_lm_block **block;        /* borrowed pointers to the blocks */
+    cg_norm *ln_f;              /* child "ln_f", NULL for post-norm */
+    cg_tensor *pe;              /* [max_len, d] sinusoidal positions, owned */
+    cg_rng dropout_rng;         /* every dropout mask of the model */
+} cg_charlm;
+
+/* A new model: Linear/Embedding weights ~ N(0, 0.02), biases 0, norm
+ * weights 1, drawn from a generator seeded with seed (the dropout masks use
+ * a generator derived from the same seed). Train mode is on. NULL + error
+ * on a bad config. */
+cg_charlm *cg_charlm_new(const cg_charlm_config *cfg, uint64_t seed);
+void cg_charlm_free(cg_charlm *m); /* NULL is a no-op */
+
+/* ids: B*T token ids, row-major [B,T]. Returns logits [B,T,V] (new
+ * reference). Errors: B or T < 1, T > max_len, an id outside [0, V). */
+cg_tensor *cg_charlm_forward(cg_charlm *m, const int64_t *ids, int64_t B, int64_t T);
+/* Mean cross-entropy of logits [B,T,V] (or [N,V]) against numel/V targets
+ * (every target in [0, V)). Returns a scalar (new reference). */
+cg_tensor *cg_charlm_loss(cg_charlm *m, cg_tensor *logits, const int64_t *targets);
+
+/* ------------------------------------------------------------ evaluation
+ * The reference's (shared/reference/train_charlm.py) two validation
+ * figures, computed in eval mode without gradients (the mode is restored):
+ *  - sampled: the mean loss of n_batches batches of B windows of T drawn
+ *    (cg_get_batch) from a generator seeded `seed` (its estimate_loss);
+ *  - full: the mean loss over all (s.n - 1) / T consecutive windows of
+ *    the split (its full_split_loss); *nwin gets their number.
+ * False + error (a split shorter than one window of T + 1 for the full
+ * loss). */
+bool cg_charlm_sampled_loss(cg_charlm *m, cg_split_view s, int64_t B, int64_t T, int n_batches,
+                            uint64_t seed, double *out);
+bool cg_charlm_full_loss(cg_charlm *m, cg_split_view s, int64_t T, double *out, int64_t *nwin);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,498 @@
+/* charlm: train, sample from and evaluate the decoder-only character
+ * language model (models/charlm/charlm.h), nanoGPT style (commands: MAIN_HELP).
+ * The training recipe is shared/reference/train_charlm.py's (vocabulary,
+ * 90/10 split, random windows, AdamW with decay on 2-D parameters only,
+ * clipping, warmup + cosine, fixed-seed evaluation batches, full validation
+ * loss over consecutive windows); the loop is models/train/trainer.h's, as are
+ * the exit codes and the one-line errors "charlm: error: ...". */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "models/charlm/charlm.h"
+#include "autograd/ops.h"
+#include "models/charlm/charlm_ckpt.h"
+#include "models/util/cli.h"
+#include "models/util/config_json.h"
+#include "models/data/data.h"
+#include "models/train/dist.h"
+#include "models/report/plot.h"
+#include "models/charlm/sampling.h"
+#include "models/train/trainer.h"
+#include "models/text/vocab.h"
+#include "optim/optim.h"
+#include "optim/schedule.h"
+
+#define PROG "charlm"
+#define DEFAULT_DATA "data/moby_dick.txt"
+#define DEFAULT_OUT "out/charlm.safetensors"
+#define EVAL_BATCHES 20
+#define EVAL_SEED 1234
+#define WARMUP 100
+#define WEIGHT_DECAY 0.1
+#define CLIP_NORM 1.0
+#define BATCH_SEED_MIX 0xd1b54a32d192ed03ULL /* batch stream != init stream */
+
+/* Read the corpus once (models/data/data.h cg_corpus_read_tok: any stream, the
+ * input limit) through *tok, or through a new tokenizer of kind made into
+ * *tok; id gets the identity of the bytes read. */
+static cg_corpus *read_corpus(const char *path, cg_tokenizer **tok, cg_tokenizer_kind kind,
+                              int64_t vocab_size, cg_data_id *id)
+{
+    cg_corpus *c = cg_corpus_read_tok(path, tok, kind, vocab_size, id);
+    if (!c)
+        cg_data_default_hint(path, DEFAULT_DATA);
+    return c;
+}
+
+/* ------------------------------------------------------------------ train */
+static const char TRAIN_HELP[] =
+    "usage: charlm train [options]\n"
+    "Train the character language model (recipe: shared/reference/train_charlm.py:\n"
+    "AdamW betas (0.9, 0.99), weight decay 0.1 on 2-D parameters, clipping at norm 1,\n"
+    "100 warmup steps then cosine down to lr/10).\n"
+    "charlm's own options and defaults:\n"
+    "  --preset NAME      tiny (d 128, H 4, 4 layers, d_ff 512, T 64, B 12; default)\n"
+    "                     or base (d 384, H 6, 6 layers, d_ff 1536, T 256, B 16)\n"
+    "  --layers N         transformer blocks (default from the preset)\n"
+    "  --block-size N     context length T (also --T)\n"
+    "  --batch-size N     windows per batch B (default from the preset)\n"
+    "  defaults: --data " DEFAULT_DATA " (made by scripts/prepare_data.sh),\n"
+    "  --out " DEFAULT_OUT ", --steps 2000, --eval-every 250, --lr 1e-3,\n"
+    "  --dropout 0, --label-smoothing 0, --norm layernorm, --act gelu, --norm-first true,\n"
+    "  --tokenizer char\n"
+    "\n";
+
+static const cg_train_preset PRESETS[] = {{"tiny", 128, 4, 4, 0, 0, 512, 64, 12},
+                                           {"base", 384, 6, 6, 0, 0, 1536, 256, 16}};
+
+/* The char LM as the trainer sees it. */
+typedef struct {
+    cg_trainer *t;
+    cg_charlm *model;
+    cg_tokenizer *tok;
+    cg_corpus *corpus;
+    cg_split_view tr, va;
+    int64_t B, T, r0, r1, steps;
+    double lr, label_smoothing;
+    cg_rng batch_rng;
+    int64_t *x, *y; /* grad_accum batches of B x T */
+    double tl, vl;  /* the last evaluation */
+} lm_run;
+
+static bool lm_batch(void *self, int k, double *weight, double *tokens)
+{
+    lm_run *r = self;
+    int64_t n = r->B * r->T;
+    if (!cg_get_batch(r->tr, r->B, r->T, &r->batch_rng, r->x + k * n, r->y + k * n))
+        return false;
+    *weight = (double)(r->r1 - r->r0);
+    *tokens = (double)((r->r1 - r->r0) * r->T);
+    return true;
+}
+
+static cg_tensor *lm_loss(void *self, int k)
+{
+    lm_run *r = self;
+    int64_t off = k * r->B * r->T + r->r0 * r->T;
+    cg_tensor *logits = cg_charlm_forward(r->model, r->x + off, r->r1 - r->r0, r->T);
+    cg_tensor *loss = r->label_smoothing > 0
+                          ? cg_cross_entropy(logits, r->y + off, (r->r1 - r->r0) * r->T, -100,
+                                             (float)r->label_smoothing)
+                          : cg_charlm_loss(r->model, logits, r->y + off);
+    cg_release(logits);
+    return loss;
+}
+
+static double lm_lr(void *self, int64_t step)
+{
+    lm_run *r = self;
+    return cg_lr_warmup_cosine(step - 1, r->t->o->steps, WARMUP, r->lr, r->lr / 10);
+}
+
+static bool lm_evaluate(void *self, int64_t step, cg_eval_result *e)
+{
+    (void)step;
+    lm_run *r = self;
+    bool ok =
+        cg_charlm_sampled_loss(r->model, r->tr, r->B, r->T, EVAL_BATCHES, EVAL_SEED, &r->tl) &&
+        cg_charlm_sampled_loss(r->model, r->va, r->B, r->T, EVAL_BATCHES, EVAL_SEED, &r->vl);
+    e->train = r->tl;
+    e->val = r->vl;
+    return ok;
+}
+
+static bool lm_finish(void *self, const cg_trainer *t, cg_jline *j)
+{
+    (void)t;
+    lm_run *r = self;
+    double val_loss;
+    int64_t nwin;
+    if (!cg_charlm_full_loss(r->model, r->va, r->T, &val_loss, &nwin))
+        return false;
+    fprintf(stderr, PROG ": full validation split: %lld windows of %lld, loss %.4f\n",
+            (long long)nwin, (long long)r->T, val_loss);
+    cg_jline_num(j, "train_loss", r->tl, 4);
+    cg_jline_num(j, "val_loss", val_loss, 4);
+    cg_jline_num(j, "val_loss_sampled", r->vl, 4);
+    cg_jline_num(j, "val_bpc", cg_corpus_val_bpc(r->corpus, val_loss), 4);
+    cg_jline_str(j, "tokenizer", cg_tokenizer_kind_name(r->tok->kind));
+    return true;
+}
+
+static char *lm_config(void *self) { return cg_charlm_config_to_json(&((lm_run *)self)->model->cfg); }
+static const cg_tokenizer *lm_tokenizer(void *self) { return ((lm_run *)self)->tok; }
+
+/* The char LM's own state: its recipe and the batch stream, written into o
+ * or (o NULL) read back when resuming. */
+static bool lm_state(void *self, cJSON *o)
+{
+    lm_run *r = self;
+    const cg_json_field f[] = {
+        {"batch_size", CG_JF_I64, &r->B, 1, 1 << 20, false},
+        {"lr", CG_JF_F64, &r->lr, 1e-12, 10, false},
+        {"label_smoothing", CG_JF_F64, &r->label_smoothing, 0, 0.999999, false},
+        {"batch_rng_seed", CG_JF_U64STR, &r->batch_rng.seed, 0, 0, false},
+        {"batch_rng_counter", CG_JF_U64STR, &r->batch_rng.counter, 0, 0, false},
+    };
+    return cg_trainer_model_state(r->t, "charlm", o, f, 5);
+}
+
+/* The config of a fresh run from the flags (checked before the data is
+ * read; the vocabulary size comes later). */
+static int lm_config_from_flags(const cg_train_opts *o, const char *preset_name, int64_t T,
+                                int64_t B, cg_charlm_config *cfg, int64_t *Bout)
+{
+    const cg_train_preset *pr = cg_train_preset_find(PRESETS, 2, preset_name);
+    cg_train_preset p;
+    *cfg = cg_charlm_config_default(); /* layernorm, gelu */
+    if (!pr || !cg_train_shape(o, pr, &p, &cfg->norm, &cfg->act))
+        return cg_prog_fail_lib(NULL);
+    cfg->d = p.d;
+    cfg->H = p.H;
+    cfg->layers = p.layers;
+    cfg->d_ff = p.d_ff;
+    cfg->max_len = T > 0 ? T : p.T;
+    cfg->norm_first = o->norm_first;
+    cfg->dropout = (float)o->dropout;
+    *Bout = B > 0 ? B : p.B;
+    return -1;
+}
+
+static int lm_train(lm_run *r, cg_trainer *t, cg_train_opts *o, const char *preset_name,
+                    int64_t T, int64_t B)
+{
+    cg_charlm_config cfg;
+    int rc = o->resume ? -1 : lm_config_from_flags(o, preset_name, T, B, &cfg, &r->B);
+    if (rc >= 0)
+        return rc;
+    if (!o->data)
+        o->data = DEFAULT_DATA;
+    cg_data_id id;
+    if (o->resume) {
+        cg_charlm_ckpt ck;
+        if (!cg_charlm_ckpt_load(o->resume, &ck))
+            return cg_prog_fail_lib(NULL);
+        r->model = ck.model;
+        r->tok = ck.tok;
+        ck.model = NULL;
+        ck.tok = NULL;
+        cg_charlm_ckpt_free(&ck);
+        if (!lm_state(r, NULL))
+            rc = cg_prog_fail_lib(NULL);
+        else if (!(r->corpus = read_corpus(o->data, &r->tok, CG_TOK_CHAR, 0, &id)))
+            rc = cg_prog_fail_lib(NULL);
+    } else if (!(r->corpus = read_corpus(o->data, &r->tok, o->tokenizer, o->vocab_size, &id))) {
+        rc = cg_prog_fail_lib(NULL);
+    } else {
+        cfg.vocab = cg_tokenizer_vocab_size(r->tok);
+        if (!cg_charlm_config_check(&cfg))
+            rc = cg_prog_fail("%s", cg_last_error());
+        else if (!(r->model = cg_charlm_new(&cfg, o->seed)))
+            rc = cg_prog_fail_lib(NULL);
+        r->lr = o->lr_seen ? o->lr : 1e-3;
+        r->label_smoothing = o->label_smoothing;
+        r->batch_rng = cg_rng_new(o->seed ^ BATCH_SEED_MIX);
+    }
+    if (rc >= 0)
+        return rc;
+    if (!cg_trainer_set_data(t, &id))
+        return cg_prog_fail_lib(NULL);
+    r->T = r->model->cfg.max_len;
+    r->tr = cg_corpus_train(r->corpus);
+    r->va = cg_corpus_val(r->corpus);
+    if (r->corpus->unknown > 0)
+        return cg_prog_fail("'%s' has %lld characters outside the checkpoint's vocabulary "
+                            "(first U+%04X)",
+                            o->data, (long long)r->corpus->unknown,
+                            (unsigned)r->corpus->first_unknown);
+    bool bpe = r->tok->kind == CG_TOK_BPE;
+    if (r->tr.n <= r->T || r->va.n <= r->T)
+        return cg_prog_fail("'%s' is too short: %lld %s give train/val splits of "
+                            "%lld/%lld, but windows of %lld+1 are needed (use a longer text or "
+                            "a smaller --block-size)",
+                            o->data, (long long)r->corpus->n, bpe ? "tokens" : "characters",
+                            (long long)r->tr.n,
+                            (long long)r->va.n, (long long)r->T);
+    if (!cg_dist_share(r->B, &r->r0, &r->r1))
+        return cg_prog_fail("--batch-size %lld is smaller than the %d ranks", (long long)r->B,
+                            cg_dist_size());
+    size_t nb = (size_t)(r->B * r->T * o->grad_accum);
+    r->x = malloc(nb * sizeof *r->x);
+    r->y = malloc(nb * sizeof *r->y);
+    if (!r->x || !r->y)
+        return cg_prog_fail("out of memory for batches of %lld x %lld", (long long)r->B,
+                            (long long)r->T);
+    const cg_charlm_config *c = &r->model->cfg;
+    fprintf(stderr,
+            PROG ": %lld chars%s, vocab %lld, train %lld, val %lld, params %lld; %s d=%lld H=%lld "
+                 "layers=%lld d_ff=%lld T=%lld B=%lld, %lld steps, precision %s\n",
+            (long long)r->corpus->chars, bpe ? " in bpe tokens" : "",
+            (long long)cg_tokenizer_vocab_size(r->tok), (long long)r->tr.n,
+            (long long)r->va.n, (long long)cg_module_num_params(CG_MODULE(r->model)),
+            o->resume ? "resumed" : preset_name, (long long)c->d, (long long)c->H,
+            (long long)c->layers, (long long)c->d_ff, (long long)r->T, (long long)r->B,
+            (long long)o->steps, cg_precision_name(o->precision));
+    cg_trainer_model m = {
+        .name = "charlm", .plot_title = "charlm loss", .module = CG_MODULE(r->model),
+        .dropout_rng = &r->model->dropout_rng, .optim = cg_adamw_config(r->lr, 0.9, 0.99, 1e-8),
+        .weight_decay_2d = WEIGHT_DECAY, .clip_norm = CLIP_NORM, .eval_at_start = true,
+        .self = r, .batch = lm_batch, .loss = lm_loss, .lr = lm_lr, .evaluate = lm_evaluate,
+        .finish = lm_finish, .config_json = lm_config, .tokenizer = lm_tokenizer,
+        .state_save = lm_state};
+    return cg_trainer_run(t, &m);
+}
+
+static int cmd_train(int argc, char **argv)
+{
+    cg_train_opts o;
+    memset(&o, 0, sizeof o);
+    cg_train_opts_init(&o);
+    o.steps = 2000;
+    o.eval_every = 250;
+    o.seed = 1;
+    const char *preset_name = "tiny";
+    int64_t T = 0, B = 0;
+    cg_cli_opt opts[CG_TRAIN_MAX_OPTS + 8] = {
+        {"--preset", CG_CLI_STR, &preset_name, 0, 0, NULL},
+        {"--block-size", CG_CLI_I64, &T, 1, 1 << 16, NULL},
+        {"--T", CG_CLI_I64, &T, 1, 1 << 16, NULL},
+        {"--batch-size", CG_CLI_I64, &B, 1, 1 << 20, NULL},
+    };
+    int n = 4 + cg_train_cli_opts(&o, CG_TRAIN_FLAGS_LAYERS, opts + 4);
+    int rc = cg_train_parse(argc, argv, opts, n, TRAIN_HELP);
+    if (rc >= 0)
+        return rc;
+    cg_trainer t;
+    lm_run r = {.t = &t};
+    rc = cg_trainer_begin(&t, &o, "charlm", DEFAULT_OUT, "--preset --block-size --T --batch-size",
+                          argc, argv, opts, n);
+    if (rc < 0)
+        rc = lm_train(&r, &t, &o, preset_name, T, B);
+    cg_trainer_end(&t);
+    cg_charlm_free(r.model);
+    cg_tokenizer_free(r.tok);
+    cg_corpus_free(r.corpus);
+    free(r.x);
+    free(r.y);
+    return rc;
+}
+
+/* ----------------------------------------------------------------- sample */
+static const char *SAMPLE_HELP =
+    "usage: charlm sample [options]\n"
+    "Generate text from a trained checkpoint (key/value-cached decoding).\n"
+    "  --ckpt FILE         checkpoint (default " DEFAULT_OUT ")\n"
+    "  --prompt TEXT       start of the text (default a newline); characters not in\n"
+    "                      the vocabulary are replaced, with a warning\n"
+    "  --length N          characters (bpe: tokens) to generate (default 500)\n"
+    CG_SAMPLE_HELP
+    "  --no-cache          recompute the whole context at every step\n"
+    "  --precision P       fp32 or bf16 matrix products (bf16 weights: about twice\n"
+    "                      the speed); default: the checkpoint's training precision\n"
+    "  --attention FILE    also draw the attention of every layer and head over the\n"
+    "                      last (up to 32) characters or tokens as a PNG heatmap grid\n"
+    "  --threads N         threads for kernels\n"
+    "Prints the prompt followed by the generated text.\n";
+
+/* Attention heatmaps (layer x head) of a full forward over ids[0..n),
+ * labelled with the tokenizer's pieces. */
+static bool write_attention_png(cg_charlm *m, const cg_tokenizer *tok, const int64_t *ids,
+                                int64_t n, const char *path)
+{
+    cg_mha **mods = malloc((size_t)(m->cfg.layers + 1) * sizeof *mods);
+    if (!mods) {
+        cg_set_error("out of memory");
+        return false;
+    }
+    for (int64_t l = 0; l < m->cfg.layers; l++)
+        mods[l] = m->block[l]->attn;
+    cg_module_keep_attention_weights(CG_MODULE(m), true);
+    cg_module_train(CG_MODULE(m), false);
+    cg_no_grad_begin();
+    cg_tensor *logits = cg_charlm_forward(m, ids, 1, n);
+    cg_no_grad_end();
+    bool ok = logits && cg_plot_attention_ids(path, "charlm attention (rows: queries, columns: "
+                                              "keys)", (int)m->cfg.layers, mods, tok, ids, (int)n,
+                                              ids, (int)n);
+    cg_release(logits);
+    cg_module_keep_attention_weights(CG_MODULE(m), false);
+    free(mods);
+    return ok;
+}
+
+static int cmd_sample(int argc, char **argv)
+{
+    const char *ckpt = DEFAULT_OUT, *prompt = "\n", *attn_png = NULL;
+    int64_t length = 500, threads = 0;
+    uint64_t seed;
+    const char *precision = NULL;
+    bool no_cache = false;
+    cg_sample_opts so;
+    cg_cli_opt opts[11] = {
+        {"--ckpt", CG_CLI_STR, &ckpt, 0, 0, NULL},
+        {"--prompt", CG_CLI_STR, &prompt, 0, 0, NULL},
+        {"--precision", CG_CLI_STR, &precision, 0, 0, NULL},
+        {"--length", CG_CLI_I64, &length, 0, 10000000, NULL},
+        {"--no-cache", CG_CLI_SWITCH, &no_cache, 0, 0, NULL},
+        {"--attention", CG_CLI_STR, &attn_png, 0, 0, NULL},
+        {"--threads", CG_CLI_I64, &threads, 1, 1024, NULL},
+    };
+    int prc = cg_prog_parse(argc, argv, opts, 7 + cg_sample_cli_opts(&so, &seed, opts + 7),
+                            SAMPLE_HELP);
+    if (prc >= 0)
+        return prc;
+    cg_cli_set_threads(PROG, threads);
+    cg_precision prec;
+    cg_charlm_ckpt ck;
+    if (!cg_charlm_ckpt_load(ckpt, &ck))
+        return cg_prog_fail_lib(NULL);
+    if (!cg_decode_precision(precision, cg_charlm_ckpt_train_json(&ck), ckpt, &prec)) {
+        cg_charlm_ckpt_free(&ck);
+        return cg_prog_fail_lib(NULL);
+    }
+    int rc = 1;
+    int64_t n = 0, *outp = NULL, unknown = 0;
+    uint32_t first = 0;
+    int64_t *ids = ck.vocab
+                       ? cg_vocab_encode_text(ck.vocab, prompt, "--prompt", &n, &unknown, &first)
+                       : cg_tokenizer_encode(ck.tok, prompt, &n, NULL);
+    if (ck.vocab)
+        cg_vocab_warn_unknown(ck.vocab, PROG, "the prompt", unknown, first);
+    cg_rng rng = cg_rng_new(seed);
+    double t_gen = cg_now(), c_gen = cg_cpu_now();
+    /* print the prompt as given, then each piece as it is generated */
+    fputs(prompt, stdout);
+    fflush(stdout);
+    if (!ids || !(outp = cg_charlm_generate_text(ck.model, ck.tok, ids, n, length, &so, &rng,
+                                                 !no_cache, stdout))) {
+        rc = cg_prog_fail_lib(NULL);
+        goto done;
+    }
+    t_gen = cg_now() - t_gen;
+    c_gen = cg_cpu_now() - c_gen;
+    fputc('\n', stdout); /* end the sample's line before the speed line on stderr */
+    fflush(stdout);
+    /* CPU time too: on a shared machine it moves less than the wall time */
+    const char *unit = ck.vocab ? "characters" : "tokens";
+    fprintf(stderr, PROG ": %lld %s in %.2f s (%.1f %s/s, %.2f CPU s, %s, %s)\n",
+            (long long)length, unit, t_gen, t_gen > 0 ? (double)length / t_gen : 0.0, unit,
+            c_gen, no_cache ? "full recompute" : "key/value cache", cg_precision_name(prec));
+    if (attn_png) {
+        int64_t total = n + length, w = total < 32 ? total : 32;
+        if (w > ck.model->cfg.max_len)
+            w = ck.model->cfg.max_len;
+        if (!write_attention_png(ck.model, ck.tok, outp + total - w, w, attn_png)) {
+            rc = cg_prog_fail("--attention: %s", cg_last_error());
+            goto done;
+        }
+        fprintf(stderr, PROG ": attention heatmaps written to '%s'\n", attn_png);
+    }
+    rc = 0;
+done:
+    fflush(stdout);
+    free(ids);
+    free(outp);
+    cg_charlm_ckpt_free(&ck);
+    return rc;
+}
+
+/* ------------------------------------------------------------------- eval */
+static const char *EVAL_HELP =
+    "usage: charlm eval [options]\n"
+    "Loss, perplexity and bits per character of a checkpoint on the validation\n"
+    "split (last 10%) of a text, over consecutive windows of the model's context.\n"
+    "  --ckpt FILE     checkpoint (default " DEFAULT_OUT ")\n"
+    "  --data FILE     text (default: the one the checkpoint was trained on, else\n"
+    "                  " DEFAULT_DATA ")\n"
+    "  --threads N     threads for kernels\n"
+    "Prints one JSON line.\n";
+
+static int cmd_eval(int argc, char **argv)
+{
+    const char *ckpt = DEFAULT_OUT, *data = NULL;
+    int64_t threads = 0;
+    cg_cli_opt opts[] = {
+        {"--ckpt", CG_CLI_STR, &ckpt, 0, 0, NULL},
+        {"--data", CG_CLI_STR, &data, 0, 0, NULL},
+        {"--threads", CG_CLI_I64, &threads, 1, 1024, NULL},
+    };
+    int prc = cg_prog_parse(argc, argv, opts, (int)(sizeof opts / sizeof *opts), EVAL_HELP);
+    if (prc >= 0)
+        return prc;
+    cg_cli_set_threads(PROG, threads);
+    cg_charlm_ckpt ck;
+    if (!cg_charlm_ckpt_load(ckpt, &ck))
+        return cg_prog_fail_lib(NULL);
+    const char *tj = cg_charlm_ckpt_train_json(&ck);
+    cg_precision prec; /* the products as trained */
+    cg_corpus *corpus = NULL;
+    char *path = cg_train_data_path(tj, data, DEFAULT_DATA);
+    cg_data_id id;
+    double loss;
+    int64_t nwin, T = ck.model->cfg.max_len;
+    int rc = path && cg_train_precision(tj, ckpt, &prec) &&
+                     (corpus = read_corpus(path, &ck.tok, ck.tok->kind, 0, &id)) &&
+                     cg_train_data_check(tj, ckpt, &id)
+                 ? -1
+                 : cg_prog_fail_lib(NULL);
+    if (rc < 0) {
+        if (ck.vocab)
+            cg_vocab_warn_unknown(ck.vocab, PROG, path, corpus->unknown, corpus->first_unknown);
+        cg_set_matmul_precision(prec);
+        if (!cg_charlm_full_loss(ck.model, cg_corpus_val(corpus), T, &loss, &nwin))
+            rc = cg_prog_fail("'%s': %s", path, cg_last_error());
+    }
+    if (rc < 0)
+        printf("{\"val_loss\": %s, \"perplexity\": %s, \"bits_per_char\": %s, \"windows\": "
+               "%lld, \"T\": %lld, \"step\": %lld, \"precision\": %s, \"tokenizer\": %s}\n",
+               CG_JSON_NUM("%.4f", loss), CG_JSON_NUM("%.4f", exp(loss)),
+               CG_JSON_NUM("%.4f", cg_corpus_val_bpc(corpus, loss)), (long long)nwin, (long long)T,
+               (long long)ck.step, CG_JSON_STR(cg_precision_name(prec)),
+               CG_JSON_STR(cg_tokenizer_kind_name(ck.tok->kind)));
+    fflush(stdout);
+    free(path);
+    cg_corpus_free(corpus);
+    cg_charlm_ckpt_free(&ck);
+    return rc < 0 ? 0 : rc;
+}
+
+/* ------------------------------------------------------------------- main */
+static const char MAIN_HELP[] =
+    "usage: charlm COMMAND [options]\n"
+    "The zoo's decoder-only character language model.\n"
+    "  train    train a model on a text (default " DEFAULT_DATA ")\n"
+    "  sample   generate text from a checkpoint\n"
+    "  eval     validation loss, perplexity and bits per character\n"
+    "Run 'charlm COMMAND --help' for a command's options. Exit status: 0 done,\n"
+    "1 failed, 2 bad command line.\n";
+
+int main(int argc, char **argv)
+{
+    const cg_prog_command cmds[] = {{"train", cmd_train}, {"sample", cmd_sample},
+                                    {"eval", cmd_eval}};
+    return cg_prog_main(argc, argv, PROG, MAIN_HELP, cmds, 3);
+}

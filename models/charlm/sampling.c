@@ -1,0 +1,322 @@
+/* cgrad zoo: cached incremental decoding and sampling (see sampling.h). */
+#include "models/charlm/sampling.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+
+cg_kv_cache *cg_charlm_kv_cache_new(const cg_charlm *m)
+{
+    if (!m) {
+        cg_set_error("kv cache: NULL model");
+        return NULL;
+    }
+    return cg_kv_cache_new((int)m->cfg.layers);
+}
+
+cg_tensor *cg_charlm_forward_cached(cg_charlm *m, cg_kv_cache *c, const int64_t *ids, int64_t B,
+                                    int64_t n)
+{
+    if (!m || !c || !ids) {
+        cg_set_error("charlm cached forward: NULL argument");
+        return NULL;
+    }
+    const cg_charlm_config *cfg = &m->cfg;
+    if (c->n_layers != cfg->layers) {
+        cg_set_error("charlm cached forward: the cache was made for another model");
+        return NULL;
+    }
+    if (B < 1 || n < 1 || c->len + n > cfg->max_len) {
+        cg_set_error("charlm cached forward: %lld new positions after %lld do not fit max_len %lld "
+                     "(or B=%lld < 1)",
+                     (long long)n, (long long)c->len, (long long)cfg->max_len, (long long)B);
+        return NULL;
+    }
+    for (int64_t i = 0; i < B * n; i++)
+        if (ids[i] < 0 || ids[i] >= cfg->vocab) {
+            cg_set_error("charlm cached forward: token id %lld is outside the vocabulary [0, %lld)",
+                         (long long)ids[i], (long long)cfg->vocab);
+            return NULL;
+        }
+    cg_module_train(CG_MODULE(m), false);
+    cg_no_grad_begin();
+    cg_tensor *e = cg_embed_forward(m->tok_emb, ids, 2, (const int64_t[]){B, n});
+    cg_tensor *es = cg_muls(e, (float)sqrt((double)cfg->d));
+    cg_release(e);
+    cg_tensor *pe = cg_view_narrow(m->pe, 0, c->len, n);
+    cg_tensor *x = cg_add(es, pe);
+    cg_release_all(2, es, pe);
+    cg_tensor *h = x ? cg_lm_blocks_forward_cached(m->block, (int)cfg->layers, x, c) : NULL;
+    cg_release(x);
+    if (m->ln_f && h) {
+        cg_tensor *nh = cg_norm_forward(m->ln_f, h);
+        cg_release(h);
+        h = nh;
+    }
+    cg_tensor *h2 = cg_reshape(h, 2, (const int64_t[]){B * n, cfg->d});
+    cg_release(h);
+    /* the tied head as a linear map: in bf16 its packed weight is kept */
+    cg_tensor *l2 = cg_linear_fn(h2, m->tok_emb->weight, NULL);
+    cg_release(h2);
+    cg_tensor *logits = cg_reshape(l2, 3, (const int64_t[]){B, n, cfg->vocab});
+    cg_release(l2);
+    cg_no_grad_end();
+    return logits;
+}
+
+typedef struct {
+    double p;
+    int64_t id;
+} prob_id;
+
+static int cmp_prob_desc(const void *a, const void *b)
+{
+    const prob_id *x = a, *y = b;
+    if (x->p != y->p)
+        return x->p < y->p ? 1 : -1;
+    return (x->id > y->id) - (x->id < y->id); /* ties: lower id first */
+}
+
+int64_t cg_sample_logits(const float *logits, int64_t V, const cg_sample_opts *o, cg_rng *rng)
+{
+    if (!logits || V < 1 || !o || !rng || !(o->temperature >= 0) || o->top_k < 0 ||
+        !(o->top_p > 0 && o->top_p <= 1)) {
+        cg_set_error("sample: bad arguments (temperature >= 0, top_k >= 0, 0 < top_p <= 1)");
+        return -1;
+    }
+    /* greedy: temperature 0, and its limit: a temperature so small that
+     * logits / temperature overflow (1e-40 is not even a normal float) used
+     * to give NaN probabilities and sample the last characters */
+    bool greedy = o->temperature == 0 || !((float)o->temperature >= FLT_MIN);
+    prob_id *pi = greedy ? NULL : malloc((size_t)V * sizeof *pi);
+    if (!greedy && !pi) {
+        cg_set_error("sample: out of memory");
+        return -1;
+    }
+    for (int64_t i = 0; !greedy && i < V; i++) {
+        pi[i] = (prob_id){(double)(logits[i] / (float)o->temperature), i};
+        greedy = !isfinite(pi[i].p) && isfinite(logits[i]);
+    }
+    if (greedy) {
+        free(pi);
+        int64_t best = 0;
+        for (int64_t i = 1; i < V; i++)
+            if (logits[i] > logits[best])
+                best = i;
+        return best;
+    }
+    /* sort by logit, descending: top-k keeps every logit >= the k-th largest
+     * (ties at the k-th value are kept, as logits.masked_fill(logits < kth)) */
+    qsort(pi, (size_t)V, sizeof *pi, cmp_prob_desc);
+    int64_t keep = V;
+    if (o->top_k > 0 && o->top_k < V) {
+        double kth = pi[o->top_k - 1].p;
+        keep = o->top_k;
+        while (keep < V && pi[keep].p >= kth)
+            keep++;
+    }
+    double mx = pi[0].p, sum = 0;
+    for (int64_t i = 0; i < keep; i++) {
+        pi[i].p = exp(pi[i].p - mx);
+        sum += pi[i].p;
+    }
+    for (int64_t i = 0; i < keep; i++)
+        pi[i].p /= sum;
+    if (o->top_p < 1) {
+        double cum = 0;
+        int64_t k = 0;
+        while (k < keep) {
+            cum += pi[k].p;
+            k++;
+            if (cum >= o->top_p)
+                break;
+        }
+        keep = k;
+        sum = 0;
+        for (int64_t i = 0; i < keep; i++)
+            sum += pi[i].p;
+        for (int64_t i = 0; i < keep; i++)
+            pi[i].p /= sum;
+    }
+    double u = cg_rng_uniform_double(rng), cum = 0;
+    int64_t id = pi[keep - 1].id;
+    for (int64_t i = 0; i < keep; i++) {
+        cum += pi[i].p;
+        if (u < cum) {
+            id = pi[i].id;
+            break;
+        }
+    }
+    free(pi);
+    return id;
+}
+
+/* Logits of the last position of a full forward over ids[0..n). */
+static bool last_logits_full(cg_charlm *m, const int64_t *ids, int64_t n, float *out)
+{
+    cg_module_train(CG_MODULE(m), false);
+    cg_no_grad_begin();
+    cg_tensor *l = cg_charlm_forward(m, ids, 1, n);
+    cg_tensor *last = l ? cg_view_select(l, 1, n - 1) : NULL;
+    bool ok = last && cg_copy_to(last, out);
+    cg_release_all(2, l, last);
+    cg_no_grad_end();
+    return ok;
+}
+
+static bool last_logits_cached(cg_charlm *m, cg_kv_cache *c, const int64_t *ids, int64_t n,
+                               float *out)
+{
+    cg_tensor *l = cg_charlm_forward_cached(m, c, ids, 1, n);
+    cg_tensor *last = l ? cg_view_select(l, 1, n - 1) : NULL;
+    bool ok = last && cg_copy_to(last, out);
+    cg_release_all(2, l, last);
+    return ok;
+}
+
+int64_t *cg_charlm_generate(cg_charlm *m, const int64_t *prompt, int64_t n_prompt, int64_t n_new,
+                            const cg_sample_opts *o, cg_rng *rng, bool use_cache,
+                            cg_token_fn on_token, void *ctx)
+{
+    if (!m || !prompt || n_prompt < 1 || n_new < 0 || !o || !rng) {
+        cg_set_error("generate: needs a model, a prompt of at least one token and n_new >= 0");
+        return NULL;
+    }
+    int64_t V = m->cfg.vocab, L = m->cfg.max_len, total = n_prompt + n_new;
+    int64_t *ids = malloc((size_t)total * sizeof *ids);
+    float *logits = malloc((size_t)V * sizeof *logits);
+    cg_kv_cache *c = use_cache ? cg_charlm_kv_cache_new(m) : NULL;
+    if (!ids || !logits || (use_cache && !c)) {
+        if (!cg_has_error())
+            cg_set_error("generate: out of memory");
+        goto fail;
+    }
+    memcpy(ids, prompt, (size_t)n_prompt * sizeof *ids);
+    int64_t len = n_prompt;
+    for (int64_t s = 0; s < n_new; s++) {
+        int64_t w = len < L ? len : L; /* window: the last w tokens */
+        bool ok;
+        if (!use_cache) {
+            ok = last_logits_full(m, ids + len - w, w, logits);
+        } else if (s > 0 && c->len == w - 1) {
+            ok = last_logits_cached(m, c, ids + len - 1, 1, logits);
+        } else { /* first step, or the window slid: (re)fill the cache */
+            cg_kv_cache_reset(c);
+            ok = last_logits_cached(m, c, ids + len - w, w, logits);
+        }
+        if (!ok)
+            goto fail;
+        int64_t id = cg_sample_logits(logits, V, o, rng);
+        if (id < 0 || (on_token && !on_token(ctx, id)))
+            goto fail;
+        ids[len++] = id;
+    }
+    free(logits);
+    cg_kv_cache_free(c);
+    return ids;
+fail:
+    free(ids);
+    free(logits);
+    cg_kv_cache_free(c);
+    return NULL;
+}
+
+int cg_sample_cli_opts(cg_sample_opts *o, uint64_t *seed, cg_cli_opt *opts)
+{
+    *o = (cg_sample_opts){.temperature = 1.0, .top_k = 0, .top_p = 1.0};
+    *seed = 1;
+    opts[0] = (cg_cli_opt){"--temperature", CG_CLI_F64, &o->temperature, 0, 1e6, NULL};
+    opts[1] = (cg_cli_opt){"--top-k", CG_CLI_I64, &o->top_k, 0, 1 << 30, NULL};
+    opts[2] = (cg_cli_opt){"--top-p", CG_CLI_F64, &o->top_p, 1e-9, 1, NULL};
+    opts[3] = (cg_cli_opt){"--seed", CG_CLI_U64, seed, 0, 0, NULL};
+    return 4;
+}
+
+/* The printer of cg_charlm_generate_text. */
+typedef struct {
+    const cg_tokenizer *tok;
+    FILE *out;
+    int64_t *ids, n, cap; /* the ids since the anchor */
+    size_t printed;       /* bytes of their text written */
+} printer;
+
+/* Write the new text of p's ids (all of it when flush; else holding back a
+ * U+FFFD ending); re-anchor at the last id once nothing is held back. */
+static bool printer_write(printer *p, bool flush)
+{
+    char *t = cg_tokenizer_decode(p->tok, p->ids, p->n);
+    if (!t)
+        return false;
+    size_t len = strlen(t), end = len;
+    while (!flush && p->tok->kind == CG_TOK_BPE && end >= 3 &&
+           memcmp(t + end - 3, "\xEF\xBF\xBD", 3) == 0)
+        end -= 3;
+    bool ok = end <= p->printed ||
+              (fwrite(t + p->printed, 1, end - p->printed, p->out) == end - p->printed &&
+               fflush(p->out) == 0);
+    free(t);
+    if (!ok) {
+        cg_set_error("sample: cannot write the output");
+        return false;
+    }
+    if (end > p->printed)
+        p->printed = end;
+    if (end == len && p->n > 32) { /* keep the work per id bounded */
+        p->ids[0] = p->ids[p->n - 1];
+        p->n = 1;
+        char *l = cg_tokenizer_decode(p->tok, p->ids, 1);
+        if (!l)
+            return false;
+        p->printed = strlen(l);
+        free(l);
+    }
+    return true;
+}
+
+/* A cg_token_fn: one more id. */
+static bool print_token(void *ctx, int64_t id)
+{
+    printer *p = ctx;
+    if (p->n == p->cap) {
+        int64_t *ni = realloc(p->ids, (size_t)(p->cap * 2) * sizeof *ni);
+        if (!ni) {
+            cg_set_error("out of memory");
+            return false;
+        }
+        p->ids = ni;
+        p->cap *= 2;
+    }
+    p->ids[p->n++] = id;
+    return printer_write(p, false);
+}
+
+int64_t *cg_charlm_generate_text(cg_charlm *m, const cg_tokenizer *tok, const int64_t *prompt,
+                                 int64_t n_prompt, int64_t n_new, const cg_sample_opts *o,
+                                 cg_rng *rng, bool use_cache, FILE *out)
+{
+    if (!tok)
+        return NULL;
+    if (!m || !prompt || n_prompt < 1) /* as cg_charlm_generate refuses it */
+        return cg_charlm_generate(m, prompt, n_prompt, n_new, o, rng, use_cache, NULL, NULL);
+    printer p = {.tok = tok, .out = out, .cap = 64};
+    p.ids = malloc((size_t)p.cap * sizeof *p.ids);
+    char *l = p.ids ? cg_tokenizer_decode(tok, prompt + n_prompt - 1, 1) : NULL;
+    if (!p.ids)
+        cg_set_error("out of memory");
+    int64_t *ids = NULL;
+    if (l) {
+        p.ids[p.n++] = prompt[n_prompt - 1]; /* its text counts as written */
+        p.printed = strlen(l);
+        ids = cg_charlm_generate(m, prompt, n_prompt, n_new, o, rng, use_cache, print_token, &p);
+        if (ids && !printer_write(&p, true)) {
+            free(ids);
+            ids = NULL;
+        }
+    }
+    free(l);
+    free(p.ids);
+    return ids;
+}

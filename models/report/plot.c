@@ -1,0 +1,1017 @@
+/* Charts for the zoo: loss curves and attention heatmaps (see plot.h), drawn
+ * with PLplot's C API: its cairo driver ("pngcairo", text set by pango with
+ * the system's fonts) for PNG, its own "svg" driver (text kept as <text>
+ * elements) for SVG.
+ *
+ * PLplot keeps global state, so every picture is drawn under one mutex in a
+ * stream of its own (plmkstrm ... plend1) and the caller's current stream is
+ * restored afterwards. The driver writes into a memory stream
+ * (open_memstream), which PLplot closes at plend1; the bytes are then written
+ * to a temporary file next to the target, fsync'd and renamed over it.
+ * PLplot's own error reports (plabort) go to a buffer through plsError, and
+ * every input is checked here first, so that PLplot prints nothing and never
+ * reaches its exit() path (plexit). */
+#include "models/report/plot.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <plplot.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "nn/safetensors.h"
+
+enum { WHITE = 0xFFFFFF, BLACK = 0x000000, TEXT = 0x222222, GRID = 0xE2E2E2, AXIS = 0x555555,
+       NAN_GREY = 0xC8C8C8 };
+
+/* cmap0 slots: fixed colours first, then one per series; FILL is rewritten
+ * for every heatmap cell. */
+enum { C_BG = 0, C_TEXT, C_GRID, C_AXIS, C_FILL, C_LEGEND_BG, C_SERIES0 };
+
+static const uint32_t PALETTE[] = {0x1F5FBF, 0xE8601C, 0x2CA02C, 0xC62839, 0x8E63B5,
+                                   0x8C564B, 0xD561B5, 0x7F7F7F, 0xA8A81E, 0x17A8BD};
+
+/* Colour scale: piecewise-linear through hand-picked stops from dark
+ * blue-violet through blue, teal and green to yellow (perceptually ordered,
+ * readable in grey). */
+uint32_t cg_plot_colormap(float t)
+{
+    static const float stops[][3] = {
+        {68, 1, 84}, {71, 44, 122}, {59, 81, 139}, {44, 113, 142}, {33, 144, 141},
+        {39, 173, 129}, {92, 200, 99}, {170, 220, 50}, {253, 231, 37},
+    };
+    const int n = (int)(sizeof stops / sizeof stops[0]);
+    if (!(t >= 0))
+        t = 0; /* also NaN */
+    if (t > 1)
+        t = 1;
+    float pos = t * (float)(n - 1);
+    int i = (int)pos;
+    if (i >= n - 1)
+        i = n - 2;
+    float f = pos - (float)i;
+    uint32_t rgb = 0;
+    for (int k = 0; k < 3; k++) {
+        float v = stops[i][k] + f * (stops[i + 1][k] - stops[i][k]);
+        rgb = (rgb << 8) | (uint32_t)lrintf(v);
+    }
+    return rgb;
+}
+
+/* ------------------------------------------------------------------ text */
+
+/* Decode one UTF-8 sequence at *s (strict); invalid bytes give U+FFFD and
+ * advance by one. */
+static uint32_t utf8_next(const unsigned char **s)
+{
+    const unsigned char *p = *s;
+    uint32_t c = p[0];
+    int n = c < 0x80             ? 0
+            : (c & 0xE0) == 0xC0 ? 1
+            : (c & 0xF0) == 0xE0 ? 2
+            : (c & 0xF8) == 0xF0 ? 3
+                                 : -1;
+    if (n < 0) {
+        *s = p + 1;
+        return 0xFFFD;
+    }
+    c &= n == 0 ? 0x7F : n == 1 ? 0x1F : n == 2 ? 0x0F : 0x07;
+    for (int i = 1; i <= n; i++) {
+        if ((p[i] & 0xC0) != 0x80) {
+            *s = p + 1;
+            return 0xFFFD;
+        }
+        c = (c << 6) | (p[i] & 0x3F);
+    }
+    static const uint32_t min[4] = {0, 0x80, 0x800, 0x10000};
+    if (c < min[n] || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) {
+        *s = p + 1;
+        return 0xFFFD;
+    }
+    *s = p + n + 1;
+    return c;
+}
+
+static size_t utf8_put(uint32_t c, char *b)
+{
+    if (c < 0x80) {
+        b[0] = (char)c;
+        return 1;
+    }
+    if (c < 0x800) {
+        b[0] = (char)(0xC0 | (c >> 6));
+        b[1] = (char)(0x80 | (c & 0x3F));
+        return 2;
+    }
+    if (c < 0x10000) {
+        b[0] = (char)(0xE0 | (c >> 12));
+        b[1] = (char)(0x80 | ((c >> 6) & 0x3F));
+        b[2] = (char)(0x80 | (c & 0x3F));
+        return 3;
+    }
+    b[0] = (char)(0xF0 | (c >> 18));
+    b[1] = (char)(0x80 | ((c >> 12) & 0x3F));
+    b[2] = (char)(0x80 | ((c >> 6) & 0x3F));
+    b[3] = (char)(0x80 | (c & 0x3F));
+    return 4;
+}
+
+enum { TEXT_MAX_CP = 160, TEXT_BUF = TEXT_MAX_CP * 8 + 16 };
+
+/* Text as PLplot is to draw it, into out[TEXT_BUF]: valid UTF-8 (bad bytes
+ * become U+FFFD), PLplot's escape character '#' doubled, newlines, tabs and
+ * other control characters shown as visible symbols (as is a label that is a
+ * single space), at most max_cp characters (more end in an ellipsis).
+ * Returns the number of characters shown. */
+static int pl_text(const char *in, int max_cp, char *out)
+{
+    size_t n = 0;
+    int shown = 0;
+    if (max_cp > TEXT_MAX_CP)
+        max_cp = TEXT_MAX_CP;
+    out[0] = '\0';
+    if (!in)
+        return 0;
+    if (in[0] == ' ' && in[1] == '\0')
+        in = "\xe2\x90\xa3"; /* U+2423 OPEN BOX */
+    const unsigned char *p = (const unsigned char *)in;
+    while (*p) {
+        uint32_t c = utf8_next(&p);
+        if (shown == max_cp - 1 && *p) {
+            n += utf8_put(0x2026, out + n);
+            shown++;
+            break;
+        }
+        if (c == '\n')
+            c = 0x21B5;
+        else if (c == '\t')
+            c = 0x2192;
+        else if (c < 0x20 || (c >= 0x7F && c < 0xA0))
+            c = 0xFFFD;
+        if (c == '#')
+            out[n++] = '#';
+        n += utf8_put(c, out + n);
+        shown++;
+    }
+    out[n] = '\0';
+    return shown;
+}
+
+/* ------------------------------------------------------------------ output */
+
+static pthread_mutex_t pl_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* One picture being drawn: a PLplot stream writing into memory. */
+typedef struct {
+    const char *path;
+    int W, H;
+    PLINT prev_stream;
+    char *buf;
+    size_t len;
+    PLINT errcode;
+    char errmsg[2048]; /* PLplot sprintf()s into it */
+} pl_out;
+
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcasecmp(s + n - k, suffix) == 0;
+}
+
+static bool device_available(const char *dev)
+{
+    enum { MAX_DEVS = 128 };
+    const char *menu[MAX_DEVS], *names[MAX_DEVS];
+    const char **pm = menu, **pn = names;
+    int n = MAX_DEVS;
+    plgDevs(&pm, &pn, &n);
+    for (int i = 0; i < n; i++)
+        if (names[i] && strcmp(names[i], dev) == 0)
+            return true;
+    return false;
+}
+
+static void set_color(PLINT slot, uint32_t rgb)
+{
+    plscol0(slot, (PLINT)(rgb >> 16), (PLINT)((rgb >> 8) & 0xFF), (PLINT)(rgb & 0xFF));
+}
+
+static void use_color(uint32_t rgb)
+{
+    set_color(C_FILL, rgb);
+    plcol0(C_FILL);
+}
+
+/* Character height in pixels (the drivers work at 72 dpi: 1 pt = 1 px). */
+static void font_px(double px) { plschr(px * 25.4 / 72.0, 1.0); }
+
+/* Take the lock and start a page of W x H pixels; the format comes from the
+ * file name. crisp: no anti-aliasing of shapes in PNG (heatmaps, whose
+ * cells lie on whole pixels: faster, and sharp cell edges; text stays
+ * anti-aliased). On failure: false + error, lock released. */
+static bool pl_begin(pl_out *o, const char *who, const char *path, int W, int H, int n_colors,
+                     bool crisp)
+{
+    memset(o, 0, sizeof *o);
+    o->path = path;
+    o->W = W;
+    o->H = H;
+    const char *dev = ends_with(path, ".png") ? "pngcairo" : ends_with(path, ".svg") ? "svg" : NULL;
+    if (!dev) {
+        cg_set_error("%s: %s: unknown picture format (the name must end in .png or .svg)", who, path);
+        return false;
+    }
+    pthread_mutex_lock(&pl_lock);
+    static int have[2] = {-1, -1}; /* pngcairo, svg: unknown / no / yes */
+    int *h = &have[dev[0] == 's'];
+    if (*h < 0)
+        *h = device_available(dev);
+    if (!*h) {
+        pthread_mutex_unlock(&pl_lock);
+        cg_set_error("%s: PLplot's %s driver is not installed (apt-get install %s)", who, dev,
+                     dev[0] == 'p' ? "plplot-driver-cairo" : "libplplot17");
+        return false;
+    }
+    FILE *mem = open_memstream(&o->buf, &o->len);
+    if (!mem) {
+        pthread_mutex_unlock(&pl_lock);
+        cg_set_error("%s: out of memory", who);
+        return false;
+    }
+    PLINT strm;
+    plgstrm(&o->prev_stream);
+    plmkstrm(&strm);
+    if (strm < 0) {
+        fclose(mem);
+        free(o->buf);
+        plsstrm(o->prev_stream);
+        pthread_mutex_unlock(&pl_lock);
+        cg_set_error("%s: PLplot has no free stream", who);
+        return false;
+    }
+    plsError(&o->errcode, o->errmsg);
+    plsdev(dev);
+    if (crisp && dev[0] == 'p')
+        plsetopt("drvopt", "graphics_anti_aliasing=1"); /* CAIRO_ANTIALIAS_NONE */
+    plsfile(mem); /* PLplot closes it in plend1 */
+    plspage(0, 0, W, H, 0, 0);
+    plscmap0n(C_SERIES0 + n_colors + 1);
+    set_color(C_BG, WHITE);
+    set_color(C_TEXT, TEXT);
+    set_color(C_GRID, GRID);
+    set_color(C_AXIS, AXIS);
+    set_color(C_LEGEND_BG, WHITE);
+    plinit();
+    pladv(0);
+    plcol0(C_TEXT);
+    return true;
+}
+
+/* Write the bytes atomically: temporary file, fsync, rename. */
+static bool write_atomic(const char *who, const char *path, const char *buf, size_t len)
+{
+    size_t lp = strlen(path);
+    char *tmp = malloc(lp + 32);
+    if (!tmp) {
+        cg_set_error("%s: out of memory", who);
+        return false;
+    }
+    /* "<path>.tmp.<pid>.<n>" (n: this process's count, so that threads
+     * drawing the same picture do not share one): a writer killed mid-write
+     * leaves one, removed by the next successful write
+     * (cg_st_remove_stale_temps) */
+    static _Atomic unsigned long seq;
+    snprintf(tmp, lp + 32, "%s.tmp.%ld.%lu", path, (long)getpid(), ++seq);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        cg_set_error("%s: cannot create a temporary file next to %s: %s", who, path, strerror(errno));
+        free(tmp);
+        return false;
+    }
+    size_t done = 0;
+    int err = 0;
+    while (done < len) {
+        ssize_t w = write(fd, buf + done, len - done);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            err = w < 0 ? errno : EIO;
+            break;
+        }
+        done += (size_t)w;
+    }
+    if (!err && fsync(fd) != 0)
+        err = errno;
+    if (close(fd) != 0 && !err)
+        err = errno;
+    if (err) {
+        cg_set_error("%s: writing %s failed: %s", who, tmp, strerror(err));
+        unlink(tmp);
+        free(tmp);
+        return false;
+    }
+    if (rename(tmp, path) != 0) {
+        cg_set_error("%s: cannot rename %s to %s: %s", who, tmp, path, strerror(errno));
+        unlink(tmp);
+        free(tmp);
+        return false;
+    }
+    free(tmp);
+    cg_st_remove_stale_temps(path);
+    return true;
+}
+
+/* End the page, give the stream back, release the lock and write the file. */
+static bool pl_end(pl_out *o, const char *who)
+{
+    PLINT code = o->errcode;
+    char msg[256];
+    snprintf(msg, sizeof msg, "%.255s", o->errmsg);
+    plend1(); /* closes the memory stream: o->buf, o->len are final */
+    plsstrm(o->prev_stream);
+    pthread_mutex_unlock(&pl_lock);
+    bool ok = true;
+    if (code) {
+        size_t k = strlen(msg);
+        while (k > 0 && (msg[k - 1] == '\n' || msg[k - 1] == ' '))
+            msg[--k] = '\0';
+        cg_set_error("%s: PLplot: %s", who, msg[0] == '\n' ? msg + 1 : msg);
+        ok = false;
+    } else if (!o->buf || o->len == 0) {
+        cg_set_error("%s: PLplot produced no output for %s", who, o->path);
+        ok = false;
+    }
+    ok = ok && write_atomic(who, o->path, o->buf, o->len);
+    free(o->buf);
+    return ok;
+}
+
+/* Viewport from a pixel rectangle (x0, y0 top-left; x1, y1 bottom-right). */
+static void vp_px(const pl_out *o, double x0, double y0, double x1, double y1)
+{
+    plvpor(x0 / o->W, x1 / o->W, 1.0 - y1 / o->H, 1.0 - y0 / o->H);
+}
+
+/* Text at pixel position (x, y = vertical centre) of the page. */
+static void text_px(const pl_out *o, double x, double y, double just, double size_px,
+                    const char *s)
+{
+    vp_px(o, 0, 0, o->W, o->H);
+    plwind(0, o->W, o->H, 0);
+    font_px(size_px);
+    plptex(x, y, 1, 0, just, s);
+}
+
+/* Rough width of n characters of DejaVu Sans at size px (pango's metrics are
+ * not available before drawing; this errs on the wide side). */
+static double text_w(int n, double px) { return n * 0.62 * px; }
+
+/* ------------------------------------------------------------------ axes */
+
+static double nice_step(double raw)
+{
+    double mag = pow(10, floor(log10(raw)));
+    double m = raw / mag;
+    return (m <= 1 ? 1 : m <= 2 ? 2 : m <= 2.5 ? 2.5 : m <= 5 ? 5 : 10) * mag;
+}
+
+/* [lo, hi] widened to multiples of a 1-2-5 step giving about `target`
+ * intervals; *step receives the step. */
+static void nice_range(double *lo, double *hi, int target, double *step)
+{
+    if (!(*hi > *lo)) {
+        double d = *lo != 0 ? fabs(*lo) * 0.1 : 1;
+        *lo -= d;
+        *hi += d;
+    }
+    double s = nice_step((*hi - *lo) / target);
+    *lo = floor(*lo / s + 1e-9) * s;
+    *hi = ceil(*hi / s - 1e-9) * s;
+    *step = s;
+}
+
+static int decimals_for(double step)
+{
+    int d = 0;
+    while (d < 8 && fabs(step * pow(10, d) - rint(step * pow(10, d))) > 1e-6 * step * pow(10, d))
+        d++;
+    return d;
+}
+
+/* Tick labels of a linear axis: as many decimals as the step needs; large
+ * round numbers as 12k; very small steps and very large values in %g form.
+ * data points to the step. */
+static void label_linear(PLINT axis, PLFLT v, char *s, PLINT len, PLPointer data)
+{
+    (void)axis;
+    double step = *(const double *)data;
+    if (fabs(v) < step * 1e-6)
+        v = 0;
+    if (step < 1e-3 || fabs(v) >= 1e7)
+        snprintf(s, (size_t)len, "%.3g", v);
+    else if (fabs(v) >= 10000 && step >= 1000 && fmod(v, 1000) == 0)
+        snprintf(s, (size_t)len, "%.0fk", v / 1000);
+    else
+        snprintf(s, (size_t)len, "%.*f", decimals_for(step), v);
+}
+
+/* ------------------------------------------------------------------ line chart */
+
+bool cg_plot_loss_curve(const char *path, const char *title, int n_series,
+                        const cg_plot_series *series)
+{
+    cg_plot_opts o = {title, "step", "loss", CG_PLOT_Y_AUTO, 0, 0};
+    return cg_plot_lines(path, &o, n_series, series);
+}
+
+static double series_x(const cg_plot_series *s, int i) { return s->x ? (double)s->x[i] : (double)i; }
+
+/* Log-axis tick values: 1, 2, 5 times powers of ten within [lo, hi] (log10
+ * units) when that gives at least 3 of them, else every multiple 1..9; over
+ * more than 4 decades, powers of ten only (every k-th over more than 8). */
+static int log_ticks(double lo, double hi, double *out, int cap)
+{
+    static const double m125[] = {1, 2, 5}, m19[] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+    int n = 0;
+    for (int pass = 0; pass < 2 && n < 3; pass++) {
+        const double *m = pass ? m19 : m125;
+        int nm = pass ? 9 : 3;
+        n = 0;
+        bool decades_only = hi - lo > 4;
+        int every = decades_only ? (int)ceil((hi - lo) / 8) : 1; /* at most about 8 labels */
+        for (int e = (int)floor(lo); e <= (int)ceil(hi) && n < cap; e += every) {
+            for (int k = 0; k < (decades_only ? 1 : nm) && n < cap; k++) {
+                double v = log10(m[k]) + e;
+                if (v >= lo - 1e-9 && v <= hi + 1e-9)
+                    out[n++] = v;
+            }
+        }
+        if (decades_only)
+            break;
+    }
+    return n;
+}
+
+bool cg_plot_lines(const char *path, const cg_plot_opts *opts, int n_series,
+                   const cg_plot_series *series)
+{
+    static const char who[] = "cg_plot_lines";
+    cg_plot_opts o = {0};
+    if (opts)
+        o = *opts;
+    if (!path || !*path) {
+        cg_set_error("%s: path is NULL or empty", who);
+        return false;
+    }
+    if (n_series < 0 || n_series > 1000 || (n_series > 0 && !series)) {
+        cg_set_error("%s: n_series = %d with series %s (need 0..1000)", who, n_series,
+                     series ? "given" : "NULL");
+        return false;
+    }
+    for (int s = 0; s < n_series; s++) {
+        if (series[s].n < 0 || (series[s].n > 0 && !series[s].y)) {
+            cg_set_error("%s: series %d has n = %d and y %s", who, s, series[s].n,
+                         series[s].y ? "given" : "NULL");
+            return false;
+        }
+    }
+    if (o.y_scale < CG_PLOT_Y_AUTO || o.y_scale > CG_PLOT_Y_LOG) {
+        cg_set_error("%s: unknown y_scale %d", who, o.y_scale);
+        return false;
+    }
+    int W = o.width > 0 ? o.width : 900, H = o.height > 0 ? o.height : 560;
+    if (W < 200 || H < 150 || W > 10000 || H > 10000) {
+        cg_set_error("%s: size %d x %d is outside 200x150 .. 10000x10000", who, W, H);
+        return false;
+    }
+
+    /* data ranges over finite points */
+    double xmin = INFINITY, xmax = -INFINITY, ymin = INFINITY, ymax = -INFINITY, yposmin = INFINITY;
+    for (int s = 0; s < n_series; s++) {
+        for (int i = 0; i < series[s].n; i++) {
+            double x = series_x(&series[s], i), y = series[s].y[i];
+            if (!isfinite(x) || !isfinite(y))
+                continue;
+            xmin = fmin(xmin, x);
+            xmax = fmax(xmax, x);
+            ymin = fmin(ymin, y);
+            ymax = fmax(ymax, y);
+            if (y > 0)
+                yposmin = fmin(yposmin, y);
+        }
+    }
+    bool any = xmin <= xmax;
+    if (!any) {
+        xmin = 0;
+        xmax = 1;
+        ymin = 0;
+        ymax = 1;
+    }
+    bool logy = o.y_scale == CG_PLOT_Y_LOG ||
+                (o.y_scale == CG_PLOT_Y_AUTO && any && ymin > 0 && ymax / ymin >= 10);
+    if (logy && !(yposmin < INFINITY)) {
+        cg_set_error("%s: a log y axis needs a positive y value", who);
+        return false;
+    }
+    double xstep, ystep = 0;
+    nice_range(&xmin, &xmax, W < 600 ? 4 : 8, &xstep);
+    double ylo, yhi;
+    if (logy) {
+        ylo = log10(yposmin);
+        yhi = log10(fmax(ymax, yposmin));
+        double pad = fmax(0.02 * (yhi - ylo), 0.01);
+        ylo -= pad;
+        yhi += pad;
+    } else {
+        ylo = ymin;
+        yhi = ymax;
+        nice_range(&ylo, &yhi, H < 400 ? 4 : 6, &ystep);
+    }
+
+    /* layout in pixels */
+    double fs = H < 400 ? 11 : 13, fs_title = fs * 1.35;
+    char tick[64], text[TEXT_BUF];
+    int ylab_chars = 0;
+    double yt[64];
+    int nyt = 0;
+    if (logy) {
+        nyt = log_ticks(ylo, yhi, yt, 64);
+        for (int i = 0; i < nyt; i++) {
+            snprintf(tick, sizeof tick, "%g", pow(10, yt[i]));
+            ylab_chars = (int)strlen(tick) > ylab_chars ? (int)strlen(tick) : ylab_chars;
+        }
+    } else {
+        for (int i = 0; ylo + i * ystep <= yhi + ystep * 1e-6; i++) {
+            label_linear(PL_Y_AXIS, ylo + i * ystep, tick, sizeof tick, &ystep);
+            ylab_chars = (int)strlen(tick) > ylab_chars ? (int)strlen(tick) : ylab_chars;
+        }
+    }
+    bool has_title = o.title && *o.title, has_xl = o.xlabel && *o.xlabel,
+         has_yl = o.ylabel && *o.ylabel;
+    double top = has_title ? fs_title * 2.6 : fs * 1.5;
+    double left = 12 + (has_yl ? fs * 2.4 : 0) + text_w(ylab_chars, fs) + fs * 0.7;
+    double bottom = fs * 2.4 + (has_xl ? fs * 1.8 : 0) + 6;
+    double right = 24;
+    double px0 = left, py0 = top, px1 = W - right, py1 = H - bottom;
+    if (px1 - px0 < 50 || py1 - py0 < 50) {
+        cg_set_error("%s: %d x %d is too small for the labels", who, W, H);
+        return false;
+    }
+
+    /* with markers the window reaches past the data by a marker's radius, so
+     * that a marker at the end of the range is drawn whole */
+    double maxmark = 0;
+    for (int s = 0; s < n_series; s++)
+        maxmark = fmax(maxmark, series[s].marker);
+    double pad = maxmark > 0 ? maxmark / 2 + 2 : 0;
+    double dx = pad * (xmax - xmin) / (px1 - px0 - 2 * pad);
+    double dy = pad * (yhi - ylo) / (py1 - py0 - 2 * pad);
+    double wx0 = xmin - dx, wx1 = xmax + dx, wy0 = ylo - dy, wy1 = yhi + dy;
+
+    pl_out out;
+    if (!pl_begin(&out, who, path, W, H, n_series, false))
+        return false;
+    if (has_title) {
+        pl_text(o.title, 120, text);
+        plcol0(C_TEXT);
+        text_px(&out, W / 2.0, top * 0.45, 0.5, fs_title, text);
+    }
+    vp_px(&out, px0, py0, px1, py1);
+    plwind(wx0, wx1, wy0, wy1);
+    font_px(fs);
+    /* grid, then frame, ticks and labels */
+    plwidth(1);
+    plcol0(C_GRID);
+    if (logy) {
+        plbox("g", xstep, 0, "gl", 0, 0);
+        plcol0(C_AXIS);
+        plbox("bcst", xstep, 0, "bcstl", 0, 0);
+    } else {
+        plbox("g", xstep, 0, "g", ystep, 0);
+        plcol0(C_AXIS);
+        plbox("bcst", xstep, 0, "bcst", ystep, 0);
+    }
+    /* tick labels at every major tick, the ends included */
+    plcol0(C_TEXT);
+    for (int i = 0; xmin + i * xstep <= xmax + xstep * 1e-6; i++) {
+        label_linear(PL_X_AXIS, xmin + i * xstep, tick, sizeof tick, &xstep);
+        plmtex("b", 1.5, (xmin + i * xstep - wx0) / (wx1 - wx0), 0.5, tick);
+    }
+    if (logy) {
+        for (int i = 0; i < nyt; i++) {
+            snprintf(tick, sizeof tick, "%g", pow(10, yt[i]));
+            plmtex("lv", 0.7, (yt[i] - wy0) / (wy1 - wy0), 1.0, tick);
+        }
+    } else {
+        for (int i = 0; ylo + i * ystep <= yhi + ystep * 1e-6; i++) {
+            label_linear(PL_Y_AXIS, ylo + i * ystep, tick, sizeof tick, &ystep);
+            plmtex("lv", 0.7, (ylo + i * ystep - wy0) / (wy1 - wy0), 1.0, tick);
+        }
+    }
+    if (has_xl) {
+        pl_text(o.xlabel, 80, text);
+        plmtex("b", 3.3, 0.5, 0.5, text);
+    }
+    if (has_yl) {
+        pl_text(o.ylabel, 80, text);
+        double disp = (text_w(ylab_chars, fs) + fs * 0.7) / fs + 1.4;
+        plmtex("l", disp, 0.5, 0.5, text);
+    }
+
+    /* series: palette colours for colour 0, segments broken at skipped points */
+    double xppx = (wx1 - wx0) / (px1 - px0), yppx = (wy1 - wy0) / (py1 - py0);
+    int n_legend = 0, next_palette = 0;
+    PLINT *opt = calloc((size_t)n_series + 1, sizeof *opt);
+    PLINT *colors = calloc((size_t)n_series + 1, sizeof *colors);
+    PLINT *styles = calloc((size_t)n_series + 1, sizeof *styles);
+    PLINT *nsym = calloc((size_t)n_series + 1, sizeof *nsym);
+    PLFLT *widths = calloc((size_t)n_series + 1, sizeof *widths);
+    PLFLT *sscale = calloc((size_t)n_series + 1, sizeof *sscale);
+    const char **names = calloc((size_t)n_series + 1, sizeof *names);
+    const char **syms = calloc((size_t)n_series + 1, sizeof *syms);
+    char (*name_buf)[TEXT_BUF] = calloc((size_t)n_series + 1, sizeof *name_buf);
+    PLFLT *xs = NULL, *ys = NULL;
+    int maxn = 1;
+    for (int s = 0; s < n_series; s++)
+        maxn = series[s].n > maxn ? series[s].n : maxn;
+    xs = malloc((size_t)maxn * sizeof *xs);
+    ys = malloc((size_t)maxn * sizeof *ys);
+    bool mem_ok = opt && colors && styles && nsym && widths && sscale && names && syms && name_buf &&
+                  xs && ys;
+    for (int s = 0; mem_ok && s < n_series; s++) {
+        const cg_plot_series *S = &series[s];
+        uint32_t col = S->color ? S->color
+                                : PALETTE[next_palette++ % (int)(sizeof PALETTE / sizeof PALETTE[0])];
+        set_color(C_SERIES0 + s, col);
+        plcol0(C_SERIES0 + s);
+        double width = S->width > 0 ? S->width : 1.8;
+        plwidth(width);
+        int k = 0;
+        for (int i = 0; i <= S->n; i++) {
+            double x = i < S->n ? series_x(S, i) : NAN, y = i < S->n ? S->y[i] : NAN;
+            bool ok = isfinite(x) && isfinite(y) && (!logy || y > 0);
+            if (ok) {
+                xs[k] = x;
+                ys[k++] = logy ? log10(y) : y;
+            }
+            if (!ok || i == S->n - 1) {
+                if (k > 1)
+                    plline(k, xs, ys);
+                if (S->marker > 0) {
+                    /* filled discs of that diameter in pixels */
+                    double r = S->marker / 2;
+                    for (int j = 0; j < k; j++) {
+                        PLFLT cx[16], cy[16];
+                        for (int a = 0; a < 16; a++) {
+                            cx[a] = xs[j] + r * xppx * cos(a * M_PI / 8);
+                            cy[a] = ys[j] + r * yppx * sin(a * M_PI / 8);
+                        }
+                        plfill(16, cx, cy);
+                    }
+                } else if (k == 1) {
+                    /* a lone point between gaps stays visible */
+                    PLFLT cx[4], cy[4];
+                    double r = width;
+                    for (int a = 0; a < 4; a++) {
+                        cx[a] = xs[0] + r * xppx * cos(a * M_PI / 2);
+                        cy[a] = ys[0] + r * yppx * sin(a * M_PI / 2);
+                    }
+                    plfill(4, cx, cy);
+                }
+                k = 0;
+            }
+        }
+        if (S->name && *S->name) {
+            int e = n_legend++;
+            pl_text(S->name, 60, name_buf[e]);
+            names[e] = name_buf[e];
+            opt[e] = PL_LEGEND_LINE | (S->marker > 0 ? PL_LEGEND_SYMBOL : 0);
+            colors[e] = C_SERIES0 + s;
+            styles[e] = 1;
+            widths[e] = width;
+            nsym[e] = 1;
+            sscale[e] = S->marker > 0 ? S->marker / (fs * 0.75) : 1;
+            syms[e] = "\xe2\x97\x8f"; /* U+25CF BLACK CIRCLE */
+        }
+    }
+    plwidth(1);
+    if (mem_ok && n_legend > 0) {
+        PLFLT lw, lh;
+        PLINT *text_colors = calloc((size_t)n_legend, sizeof *text_colors);
+        if (text_colors) {
+            for (int e = 0; e < n_legend; e++)
+                text_colors[e] = C_TEXT;
+            font_px(fs);
+            pllegend(&lw, &lh, PL_LEGEND_BACKGROUND | PL_LEGEND_BOUNDING_BOX,
+                     PL_POSITION_TOP | PL_POSITION_RIGHT | PL_POSITION_INSIDE, 0.02, 0.03, 0.08,
+                     C_LEGEND_BG, C_AXIS, 1, 0, 0, n_legend, opt, 1.0, 1.0, 1.8, 0.0, text_colors,
+                     names, NULL, NULL, NULL, NULL, colors, styles, widths, colors, sscale, nsym,
+                     syms);
+            free(text_colors);
+        } else {
+            mem_ok = false;
+        }
+    }
+    free(opt);
+    free(colors);
+    free(styles);
+    free(nsym);
+    free(widths);
+    free(sscale);
+    free(names);
+    free(syms);
+    free(name_buf);
+    free(xs);
+    free(ys);
+    bool ok = pl_end(&out, who);
+    if (ok && !mem_ok) {
+        cg_set_error("%s: out of memory", who);
+        return false;
+    }
+    return ok;
+}
+
+/* ------------------------------------------------------------------ heatmaps */
+
+/* The label of entry i of a panel axis, ready for PLplot, into out; returns
+ * the number of characters (0: no label). */
+static int panel_label(const char *const *strs, const uint32_t *cps, int i, char *out)
+{
+    char one[8];
+    const char *s = NULL;
+    if (strs) {
+        s = strs[i];
+    } else if (cps) {
+        uint32_t c = cps[i];
+        if (c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF))
+            c = 0xFFFD;
+        one[utf8_put(c, one)] = '\0';
+        s = c ? one : "\xe2\x90\x80"; /* U+0000 as the NUL symbol */
+    }
+    return pl_text(s, 14, out);
+}
+
+static int max_label_chars(const char *const *strs, const uint32_t *cps, int n)
+{
+    int m = 0;
+    char buf[TEXT_BUF];
+    for (int i = 0; i < n && (strs || cps); i++) {
+        int k = panel_label(strs, cps, i, buf);
+        m = k > m ? k : m;
+    }
+    return m;
+}
+
+/* A filled rectangle in world coordinates. */
+static void fill_rect(double x0, double y0, double x1, double y1)
+{
+    PLFLT x[4] = {x0, x1, x1, x0}, y[4] = {y0, y0, y1, y1};
+    plfill(4, x, y);
+}
+
+bool cg_plot_heatmaps(const char *path, const char *title, int grid_rows, int grid_cols,
+                      const cg_heatmap_panel *panels, float vmin, float vmax)
+{
+    static const char who[] = "cg_plot_heatmaps";
+    if (!path || !*path) {
+        cg_set_error("%s: path is NULL or empty", who);
+        return false;
+    }
+    if (grid_rows <= 0 || grid_cols <= 0 || !panels || grid_rows > 64 || grid_cols > 64) {
+        cg_set_error("%s: need 1..64 x 1..64 panels (got %d x %d, panels %s)", who, grid_rows,
+                     grid_cols, panels ? "given" : "NULL");
+        return false;
+    }
+    int np = grid_rows * grid_cols;
+    int maxdim = 1, max_rows = 0, max_cols = 0, rlab = 0, clab = 0, tlen = 0;
+    double lo = INFINITY, hi = -INFINITY;
+    char text[TEXT_BUF];
+    for (int p = 0; p < np; p++) {
+        const cg_heatmap_panel *P = &panels[p];
+        if (P->rows == 0 && P->cols == 0)
+            continue;
+        if (P->rows <= 0 || P->cols <= 0 || P->rows > 4096 || P->cols > 4096 || !P->values) {
+            cg_set_error("%s: panel %d is %d x %d with values %s (need 1..4096 each)", who, p,
+                         P->rows, P->cols, P->values ? "given" : "NULL");
+            return false;
+        }
+        maxdim = P->rows > maxdim ? P->rows : maxdim;
+        maxdim = P->cols > maxdim ? P->cols : maxdim;
+        max_rows = P->rows > max_rows ? P->rows : max_rows;
+        max_cols = P->cols > max_cols ? P->cols : max_cols;
+        int r = max_label_chars(P->row_labels, P->row_chars, P->rows);
+        int cl = max_label_chars(P->col_labels, P->col_chars, P->cols);
+        rlab = r > rlab ? r : rlab;
+        clab = cl > clab ? cl : clab;
+        int t = pl_text(P->title, 60, text);
+        tlen = t > tlen ? t : tlen;
+        for (long i = 0; i < (long)P->rows * P->cols; i++) {
+            float v = P->values[i];
+            if (isfinite(v)) {
+                lo = fmin(lo, v);
+                hi = fmax(hi, v);
+            }
+        }
+    }
+    if (max_rows == 0) {
+        cg_set_error("%s: every panel is empty", who);
+        return false;
+    }
+    if (vmin < vmax) {
+        lo = vmin;
+        hi = vmax;
+    } else if (!(lo <= hi)) {
+        lo = 0;
+        hi = 1;
+    } else if (lo == hi) {
+        hi = lo + 1;
+    }
+
+    /* one cell size for all panels; labels thinned out when cells are small */
+    const double fs_panel = 11, fs_title = 15;
+    int cell = 360 / maxdim;
+    cell = cell < 2 ? 2 : cell > 18 ? 18 : cell;
+    if ((rlab > 0 || clab > 0) && cell < 9) {
+        /* labels want rows of 9 pixels: grow panels up to about 1000 pixels */
+        int grown = 1000 / maxdim;
+        cell = grown > 9 ? 9 : grown > cell ? grown : cell;
+    }
+    /* labels: 10 px, or down to 8 px to label every row of small cells;
+     * rows of labels need their height and a pixel, upright single
+     * characters their width */
+    const double fs = cell >= 12 ? 10 : cell >= 11 ? 9 : 8;
+    int step = (int)ceil((fs + 1) / cell);
+    bool col_rotated = clab > 1;
+    int step_c = col_rotated ? step : (int)ceil((fs * 0.62 + 2) / cell);
+    double rlab_w = rlab > 0 ? text_w(rlab, fs) + 6 : 0;
+    double clab_h = clab == 0 ? 0 : col_rotated ? text_w(clab, fs) + 8 : fs + 8;
+    double title_h = tlen > 0 ? fs_panel + 8 : 0;
+    double map_w = max_cols * cell, map_h = max_rows * cell;
+    double slot_w = rlab_w + map_w, slot_h = title_h + map_h + clab_h;
+    if (text_w(tlen, fs_panel) > slot_w)
+        slot_w = text_w(tlen, fs_panel);
+    double gap = 22, margin = 16;
+    int title_chars = pl_text(title, 120, text);
+    double head_h = title_chars > 0 ? fs_title * 2.4 : 0;
+    double bar_w = 16, bar_lab = text_w(6, fs) + 8;
+    double grid_w = grid_cols * slot_w + (grid_cols - 1) * gap;
+    double Wd = margin + grid_w + 24 + bar_w + 6 + bar_lab + margin;
+    double Hd = margin + head_h + grid_rows * slot_h + (grid_rows - 1) * gap + margin;
+    if (text_w(title_chars, fs_title) + 2 * margin > Wd)
+        Wd = text_w(title_chars, fs_title) + 2 * margin;
+    int W = (int)ceil(Wd), H = (int)ceil(Hd < 200 ? 200 : Hd);
+    if ((double)W * H > 1e8) {
+        cg_set_error("%s: the picture would be %d x %d pixels", who, W, H);
+        return false;
+    }
+
+    pl_out out;
+    if (!pl_begin(&out, who, path, W, H, 0, true))
+        return false;
+    if (title_chars > 0) {
+        plcol0(C_TEXT);
+        text_px(&out, W / 2.0, margin + fs_title * 0.7, 0.5, fs_title, text);
+    }
+    for (int gr = 0; gr < grid_rows; gr++) {
+        for (int gc = 0; gc < grid_cols; gc++) {
+            const cg_heatmap_panel *P = &panels[gr * grid_cols + gc];
+            if (P->rows == 0 && P->cols == 0)
+                continue;
+            double sx = margin + gc * (slot_w + gap), sy = margin + head_h + gr * (slot_h + gap);
+            double mx = floor(sx + rlab_w), my = floor(sy + title_h);
+            vp_px(&out, mx, my, mx + P->cols * cell, my + P->rows * cell);
+            plwind(0, P->cols, P->rows, 0);
+            /* cells in row-major order, each widened by half a pixel to the
+             * right and down so that anti-aliased edges leave no seams */
+            double e = 0.5 / cell;
+            for (int r = 0; r < P->rows; r++) {
+                for (int k = 0; k < P->cols; k++) {
+                    float v = P->values[(size_t)r * (size_t)P->cols + (size_t)k];
+                    use_color(isfinite(v) ? cg_plot_colormap((float)((v - lo) / (hi - lo)))
+                                          : (uint32_t)NAN_GREY);
+                    fill_rect(k, r, k + 1 + e, r + 1 + e);
+                }
+            }
+            plcol0(C_AXIS);
+            plwidth(1);
+            plbox("bc", 0, 0, "bc", 0, 0);
+            plcol0(C_TEXT);
+            if (pl_text(P->title, 60, text) > 0) {
+                font_px(fs_panel);
+                plmtex("t", 0.9, 0.0, 0.0, text);
+            }
+            font_px(fs);
+            /* row labels left of the rows, right-aligned */
+            for (int r = 0; r < P->rows && rlab > 0; r += step) {
+                if (panel_label(P->row_labels, P->row_chars, r, text) > 0)
+                    plmtex("lv", 0.4, 1.0 - (r + 0.5) / P->rows, 1.0, text);
+            }
+            /* column labels below: upright when single characters, else
+             * rotated to read upwards, ending at the map */
+            for (int k = 0; k < P->cols && clab > 0; k += step_c) {
+                if (panel_label(P->col_labels, P->col_chars, k, text) > 0) {
+                    if (col_rotated)
+                        plmtex("bv", 0.4, (k + 0.5) / P->cols, 1.0, text);
+                    else
+                        plmtex("b", 1.2, (k + 0.5) / P->cols, 0.5, text);
+                }
+            }
+        }
+    }
+
+    /* colour bar */
+    double bx = margin + grid_w + 24, by0 = margin + head_h + title_h;
+    double bh = grid_rows * slot_h + (grid_rows - 1) * gap - title_h - clab_h;
+    bh = bh > 300 ? 300 : bh < 60 ? 60 : bh;
+    vp_px(&out, floor(bx), floor(by0), floor(bx) + bar_w, floor(by0) + floor(bh));
+    plwind(0, 1, lo, hi);
+    int strips = (int)floor(bh);
+    for (int i = 0; i < strips; i++) {
+        double a = lo + (hi - lo) * i / strips, b = lo + (hi - lo) * (i + 1.5) / strips;
+        use_color(cg_plot_colormap((float)((i + 0.5) / strips)));
+        fill_rect(0, a, 1, b > hi ? hi : b);
+    }
+    double bstep = nice_step((hi - lo) / 4);
+    plcol0(C_AXIS);
+    plbox("bc", 0, 0, "bct", bstep, 0);
+    plcol0(C_TEXT);
+    font_px(fs);
+    for (double v = ceil(lo / bstep - 1e-6) * bstep; v <= hi + bstep * 1e-6; v += bstep) {
+        label_linear(PL_Y_AXIS, v, text, sizeof text, &bstep);
+        plmtex("rv", 0.6, (v - lo) / (hi - lo), 0.0, text);
+    }
+    return pl_end(&out, who);
+}
+
+bool cg_plot_attention(const char *path, const char *title, int layers, int heads, int rows,
+                       int cols, const float *weights, const char *const *row_labels,
+                       const char *const *col_labels)
+{
+    if (layers <= 0 || heads <= 0 || rows <= 0 || cols <= 0 || !weights) {
+        cg_set_error("cg_plot_attention: %d layers x %d heads of %d x %d weights (%s): need "
+                     "positive sizes and weights",
+                     layers, heads, rows, cols, weights ? "given" : "NULL");
+        return false;
+    }
+    if (layers > 64 || heads > 64) {
+        cg_set_error("cg_plot_attention: %d layers x %d heads (at most 64 x 64)", layers, heads);
+        return false;
+    }
+    int n = layers * heads;
+    cg_heatmap_panel *p = calloc((size_t)n, sizeof *p);
+    char (*titles)[40] = calloc((size_t)n, sizeof *titles);
+    if (!p || !titles) {
+        free(p);
+        free(titles);
+        cg_set_error("cg_plot_attention: out of memory");
+        return false;
+    }
+    for (int l = 0; l < layers; l++) {
+        for (int h = 0; h < heads; h++) {
+            int i = l * heads + h;
+            snprintf(titles[i], sizeof titles[i], "layer %d head %d", l, h);
+            p[i] = (cg_heatmap_panel){.title = titles[i], .rows = rows, .cols = cols,
+                                      .values = weights + (size_t)i * (size_t)rows * (size_t)cols,
+                                      .row_labels = row_labels, .col_labels = col_labels};
+        }
+    }
+    bool ok = cg_plot_heatmaps(path, title, layers, heads, p, 0.0f, 1.0f);
+    free(p);
+    free(titles);
+    return ok;
+}
+
+bool cg_plot_attention_of(const char *path, const char *title, int layers, cg_mha *const *mods,
+                          int rows, int cols, const char *const *row_labels,
+                          const char *const *col_labels)
+{
+    if (layers < 1 || !mods) {
+        cg_set_error("the model has no attention layers to draw");
+        return false;
+    }
+    int64_t H = mods[0]->H, each = H * rows * cols;
+    float *w = malloc((size_t)(layers * each) * sizeof *w);
+    if (!w) {
+        cg_set_error("out of memory");
+        return false;
+    }
+    bool ok = true;
+    for (int l = 0; ok && l < layers; l++) {
+        const cg_tensor *t = mods[l]->weights;
+        ok = t && t->ndim == 4 && cg_numel(t) == each && t->shape[2] == rows &&
+             t->shape[3] == cols && cg_copy_to(t, w + l * each);
+        if (!ok && !cg_has_error())
+            cg_set_error("attention weights of layer %d were not recorded", l);
+    }
+    ok = ok && cg_plot_attention(path, title, layers, (int)H, rows, cols, w, row_labels,
+                                 col_labels);
+    free(w);
+    return ok;
+}

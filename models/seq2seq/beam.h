@@ -1,0 +1,56 @@
+/* cgrad zoo: decoding a Seq2Seq model (shared/reference/train_seq2seq.py
+ * greedy, beam_search; models.py Seq2Seq.greedy_decode).
+ *
+ * Every function runs without recording a graph; the caller puts the model
+ * in eval mode (cg_module_train(CG_MODULE(m), false)) to turn dropout off.
+ * Output ids never include BOS or EOS. Errors: false + cg_set_error. */
+#ifndef CG_MODELS_BEAM_H
+#define CG_MODELS_BEAM_H
+
+#include "models/seq2seq/seq2seq.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Greedy decoding of B sources at once (src [B,S], PAD-padded): from BOS,
+ * append the argmax of the last position's logits, at most max_steps times,
+ * rows that produced EOS get PAD afterwards; stops when every row is done.
+ * out receives B*max_steps ids (row b at out + b*max_steps; caller
+ * allocates), lens[b] the length of row b before its EOS (max_steps when
+ * it never produced one). max_steps + 1 must not exceed the model's
+ * max_len. use_cache: decode with a key/value cache (one position per
+ * step; finished rows leave the cache), else recompute every prefix. */
+bool cg_greedy_decode(cg_seq2seq *m, const int64_t *src, int64_t B, int64_t S,
+                      int64_t max_steps, int64_t *out, int64_t *lens, bool use_cache);
+
+/* The length penalty ((5 + len) / 6)^alpha. */
+double cg_length_penalty(int64_t len, double alpha);
+
+/* Beam search for one source (src: S ids): each step expands every live
+ * hypothesis by its top `beam` tokens and keeps the best `beam` candidates
+ * by summed log-probability; a kept candidate ending in EOS is finished,
+ * scored sum / lp(len) with len counting the EOS. Stops when `beam`
+ * hypotheses are finished or after max_steps (then live ones are scored the
+ * same way, len without EOS; as in the reference, the live ones also join
+ * when the search stops because `beam` hypotheses finished, so the best can
+ * be an unfinished one). *out (malloc'd; caller frees) receives the best
+ * hypothesis, *len its length, *score (optional) its score, *finished
+ * (optional) whether it ended with EOS. beam >= 1. The live hypotheses
+ * run as one batch; use_cache: with a key/value cache reordered to the
+ * surviving hypotheses' parents at every step, else every prefix is
+ * recomputed. */
+bool cg_beam_search(cg_seq2seq *m, const int64_t *src, int64_t S, int beam, double alpha,
+                    int64_t max_steps, int64_t **out, int64_t *len, double *score,
+                    bool *finished, bool use_cache);
+
+/* The score beam search gives hypothesis hyp[0..n) of source src: the sum
+ * of log-probabilities of hyp (and of EOS after it if with_eos) divided by
+ * lp(n + with_eos). NAN + error on failure. */
+double cg_seq2seq_score(cg_seq2seq *m, const int64_t *src, int64_t S, const int64_t *hyp,
+                        int64_t n, bool with_eos, double alpha);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

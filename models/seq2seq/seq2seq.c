@@ -1,0 +1,411 @@
+/* The encoder-decoder character model (models.py Seq2Seq). */
+#include "models/seq2seq/seq2seq.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "models/util/config_json.h"
+
+/* ---------------------------------------------------------------- config */
+cg_seq2seq_config cg_seq2seq_config_default(void)
+{
+    return (cg_seq2seq_config){.vocab = 96, .d = 128, .H = 4, .enc_layers = 2,
+                               .dec_layers = 2, .d_ff = 512, .max_len = 256,
+                               .norm = CG_NORM_LAYERNORM, .act = CG_ACT_RELU,
+                               .norm_first = false, .dropout = 0.0f,
+                               .label_smoothing = 0.1f};
+}
+
+bool cg_seq2seq_config_check(const cg_seq2seq_config *c)
+{
+    if (!c) {
+        cg_set_error("seq2seq config: NULL");
+        return false;
+    }
+    struct { const char *name; int64_t v, min; } pos[] = {
+        {"vocab", c->vocab, 4}, {"d", c->d, 1}, {"H", c->H, 1},
+        {"enc_layers", c->enc_layers, 0}, {"dec_layers", c->dec_layers, 0},
+        {"d_ff", c->d_ff, 1}, {"max_len", c->max_len, 1}};
+    for (size_t i = 0; i < sizeof pos / sizeof pos[0]; i++)
+        if (pos[i].v < pos[i].min) {
+            cg_set_error("seq2seq config: %s must be >= %lld (got %lld)%s", pos[i].name,
+                         (long long)pos[i].min, (long long)pos[i].v,
+                         i == 0 ? " (PAD, BOS, EOS are ids 0, 1, 2)" : "");
+            return false;
+        }
+    if (c->enc_layers > 1000000 || c->dec_layers > 1000000) {
+        cg_set_error("seq2seq config: too many layers (%lld + %lld)",
+                     (long long)c->enc_layers, (long long)c->dec_layers);
+        return false;
+    }
+    if (c->d % c->H) {
+        cg_set_error("seq2seq config: d=%lld is not divisible by H=%lld", (long long)c->d,
+                     (long long)c->H);
+        return false;
+    }
+    if (c->norm != CG_NORM_LAYERNORM && c->norm != CG_NORM_RMSNORM) {
+        cg_set_error("seq2seq config: unknown norm %d (expected layernorm or rmsnorm)",
+                     (int)c->norm);
+        return false;
+    }
+    if (c->act != CG_ACT_RELU && c->act != CG_ACT_GELU) {
+        cg_set_error("seq2seq config: unknown act %d (expected relu or gelu)", (int)c->act);
+        return false;
+    }
+    if (!(c->dropout >= 0.0f && c->dropout < 1.0f)) {
+        cg_set_error("seq2seq config: dropout must be in [0, 1) (got %g)", (double)c->dropout);
+        return false;
+    }
+    if (!(c->label_smoothing >= 0.0f && c->label_smoothing < 1.0f)) {
+        cg_set_error("seq2seq config: label_smoothing must be in [0, 1) (got %g)",
+                     (double)c->label_smoothing);
+        return false;
+    }
+    return true;
+}
+
+static const char CONFIG[] = "seq2seq config";
+
+bool cg_seq2seq_config_from_json(const char *json, cg_seq2seq_config *out)
+{
+    cJSON *o = out ? cg_json_parse_object(json, CONFIG) : NULL;
+    if (!o) {
+        if (!out)
+            cg_set_error("seq2seq config: NULL argument");
+        return false;
+    }
+    cg_seq2seq_config c = cg_seq2seq_config_default();
+    bool ok = cg_json_int(o, CONFIG, "vocab", &c.vocab) &&
+              cg_json_int(o, CONFIG, "d", &c.d) &&
+              cg_json_int(o, CONFIG, "H", &c.H) &&
+              cg_json_int(o, CONFIG, "enc_layers", &c.enc_layers) &&
+              cg_json_int(o, CONFIG, "dec_layers", &c.dec_layers) &&
+              cg_json_int(o, CONFIG, "d_ff", &c.d_ff) &&
+              cg_json_int(o, CONFIG, "max_len", &c.max_len) &&
+              cg_json_bool(o, CONFIG, "norm_first", &c.norm_first) &&
+              cg_json_float(o, CONFIG, "dropout", &c.dropout) &&
+              cg_json_float(o, CONFIG, "label_smoothing", &c.label_smoothing);
+    ok = ok && cg_json_norm_act(o, CONFIG, &c.norm, &c.act);
+    cJSON_Delete(o);
+    if (!ok || !cg_seq2seq_config_check(&c))
+        return false;
+    *out = c;
+    return true;
+}
+
+char *cg_seq2seq_config_to_json(const cg_seq2seq_config *c)
+{
+    if (!cg_seq2seq_config_check(c))
+        return NULL;
+    char buf[640];
+    int n = snprintf(buf, sizeof buf,
+                     "{\"model\": \"seq2seq\", \"vocab\": %lld, \"d\": %lld, \"H\": %lld, "
+                     "\"enc_layers\": %lld, \"dec_layers\": %lld, \"d_ff\": %lld, "
+                     "\"max_len\": %lld, \"norm\": \"%s\", \"act\": \"%s\", "
+                     "\"norm_first\": %s, \"dropout\": %.9g, \"label_smoothing\": %.9g}",
+                     (long long)c->vocab, (long long)c->d, (long long)c->H,
+                     (long long)c->enc_layers, (long long)c->dec_layers, (long long)c->d_ff,
+                     (long long)c->max_len, cg_norm_kind_name(c->norm), cg_act_name(c->act),
+                     c->norm_first ? "true" : "false", (double)c->dropout,
+                     (double)c->label_smoothing);
+    char *s = (n > 0 && (size_t)n < sizeof buf) ? strdup(buf) : NULL;
+    if (!s)
+        cg_set_error("seq2seq config: out of memory");
+    return s;
+}
+
+/* ----------------------------------------------------------------- model */
+static void seq2seq_destroy(cg_module *base)
+{
+    cg_release(((cg_seq2seq *)base)->pe);
+}
+
+cg_seq2seq *cg_seq2seq_new(const cg_seq2seq_config *cfg, uint64_t seed)
+{
+    if (!cg_seq2seq_config_check(cfg))
+        return NULL;
+    cg_seq2seq *m = (cg_seq2seq *)cg_module_alloc(sizeof *m, "Seq2Seq", seq2seq_destroy);
+    if (!m)
+        return NULL;
+    m->cfg = *cfg;
+    m->dropout_rng = cg_rng_new(seed ^ 0x9e3779b97f4a7c15ULL);
+    cg_rng init = cg_rng_new(seed);
+    cg_tf_config tf = {.d = cfg->d, .H = cfg->H, .d_ff = cfg->d_ff, .norm = cfg->norm,
+                       .act = cfg->act, .norm_first = cfg->norm_first,
+                       .dropout = cfg->dropout, .dropout_rng = &m->dropout_rng};
+    cg_module *base = CG_MODULE(m);
+    bool ok = (m->pe = cg_hold(cg_sinusoidal_pe(cfg->max_len, cfg->d))) != NULL; /* beyond scopes */
+    ok = ok && (m->emb = (cg_embed *)cg_module_add_child(
+                    base, "emb", CG_MODULE(cg_embed_new(cfg->vocab, cfg->d, &init))));
+    ok = ok && (m->encoder = (cg_enc_stack *)cg_module_add_child(
+                    base, "encoder",
+                    CG_MODULE(cg_enc_stack_new((int)cfg->enc_layers, &tf, &init))));
+    ok = ok && (m->decoder = (cg_dec_stack *)cg_module_add_child(
+                    base, "decoder",
+                    CG_MODULE(cg_dec_stack_new((int)cfg->dec_layers, &tf, &init))));
+    ok = ok && cg_module_init_params_torch(base, seed, CG_INIT_STD);
+    if (!ok) {
+        cg_module_free(base);
+        return NULL;
+    }
+    return m;
+}
+
+void cg_seq2seq_free(cg_seq2seq *m)
+{
+    cg_module_free(CG_MODULE(m));
+}
+
+/* Check a [B,L] batch of ids: sizes, length, vocabulary. */
+static bool check_ids(const cg_seq2seq *m, const char *op, const char *what,
+                      const int64_t *ids, int64_t B, int64_t L)
+{
+    if (!ids) {
+        cg_set_error("seq2seq %s: NULL %s", op, what);
+        return false;
+    }
+    if (B < 1 || L < 1) {
+        cg_set_error("seq2seq %s: %s batch %lld x %lld must be at least 1 x 1", op, what,
+                     (long long)B, (long long)L);
+        return false;
+    }
+    if (L > m->cfg.max_len) {
+        cg_set_error("seq2seq %s: %s length %lld exceeds max_len %lld", op, what, (long long)L,
+                     (long long)m->cfg.max_len);
+        return false;
+    }
+    for (int64_t i = 0; i < B * L; i++)
+        if (ids[i] < 0 || ids[i] >= m->cfg.vocab) {
+            cg_set_error("seq2seq %s: %s token id %lld at [%lld, %lld] is outside the "
+                         "vocabulary [0, %lld)",
+                         op, what, (long long)ids[i], (long long)(i / L), (long long)(i % L),
+                         (long long)m->cfg.vocab);
+            return false;
+        }
+    return true;
+}
+
+/* drop(emb[ids] * sqrt(d) + pe[pos:pos+L]) -> [B,L,d] */
+static cg_tensor *embed_at(cg_seq2seq *m, const int64_t *ids, int64_t B, int64_t L, int64_t pos)
+{
+    cg_scope *sc = cg_scope_begin(); /* the intermediates die at its end */
+    if (!sc)
+        return NULL;
+    cg_tensor *e = cg_embed_forward(m->emb, ids, 2, (const int64_t[]){B, L});
+    cg_tensor *x = cg_add(cg_muls(e, (float)sqrt((double)m->cfg.d)), cg_view_narrow(m->pe, 0, pos, L));
+    cg_tensor *h = cg_keep(cg_dropout(x, m->cfg.dropout, &m->dropout_rng, m->base.training));
+    cg_scope_end(sc);
+    return h;
+}
+
+static cg_tensor *embed(cg_seq2seq *m, const int64_t *ids, int64_t B, int64_t L)
+{
+    return embed_at(m, ids, B, L, 0);
+}
+
+/* The tied head: h [B,T,d] -> logits [B,T,V] (h is released). */
+static cg_tensor *head(cg_seq2seq *m, cg_tensor *h, int64_t B, int64_t T)
+{
+    cg_scope *sc = cg_scope_begin(); /* the intermediates die at its end */
+    if (!sc) {
+        cg_release(h);
+        return NULL;
+    }
+    cg_tensor *h2 = cg_reshape(h, 2, (const int64_t[]){B * T, m->cfg.d});
+    /* without a graph (decoding) as a linear map: in bf16 it reads the
+     * weight's packed bf16 copy; the same product in fp32 */
+    cg_tensor *l2 = cg_grad_enabled() ? cg_matmul(h2, cg_transpose(m->emb->weight, 0, 1))
+                                      : cg_linear_fn(h2, m->emb->weight, NULL);
+    cg_tensor *logits = cg_keep(cg_reshape(l2, 3, (const int64_t[]){B, T, m->cfg.vocab}));
+    cg_scope_end(sc);
+    cg_release(h);
+    return logits;
+}
+
+bool cg_seq2seq_encode(cg_seq2seq *m, const int64_t *src, int64_t B, int64_t S,
+                       cg_seq2seq_memory *out)
+{
+    if (!m || !out) {
+        cg_set_error("seq2seq encode: NULL %s", m ? "output" : "model");
+        return false;
+    }
+    memset(out, 0, sizeof *out);
+    if (!check_ids(m, "encode", "source", src, B, S))
+        return false;
+    uint8_t *pad = malloc((size_t)(B * S));
+    if (!pad) {
+        cg_set_error("seq2seq encode: out of memory");
+        return false;
+    }
+    for (int64_t b = 0; b < B; b++) {
+        bool any = false;
+        for (int64_t s = 0; s < S; s++) {
+            pad[b * S + s] = src[b * S + s] == CG_PAD;
+            any |= !pad[b * S + s];
+        }
+        if (!any) {
+            cg_set_error("seq2seq encode: source row %lld is all padding (every sequence "
+                         "needs a non-PAD token)",
+                         (long long)b);
+            free(pad);
+            return false;
+        }
+    }
+    cg_tensor *x = embed(m, src, B, S);
+    cg_attn_mask mask = {.key_pad = pad};
+    cg_tensor *mem = cg_enc_stack_forward(m->encoder, x, &mask);
+    cg_release(x);
+    if (!mem) {
+        free(pad);
+        return false;
+    }
+    *out = (cg_seq2seq_memory){.memory = mem, .src_pad = pad, .B = B, .S = S};
+    return true;
+}
+
+void cg_seq2seq_memory_free(cg_seq2seq_memory *mem)
+{
+    if (!mem)
+        return;
+    cg_release(mem->memory);
+    free(mem->src_pad);
+    memset(mem, 0, sizeof *mem);
+}
+
+bool cg_seq2seq_memory_select(const cg_seq2seq_memory *mem, const int64_t *rows, int64_t n,
+                              cg_seq2seq_memory *out)
+{
+    if (!mem || !mem->memory || !mem->src_pad || !rows || !out || n < 1) {
+        cg_set_error("seq2seq memory select: %s",
+                     n < 1 ? "need at least one row" : "NULL or empty argument");
+        return false;
+    }
+    memset(out, 0, sizeof *out);
+    for (int64_t i = 0; i < n; i++)
+        if (rows[i] < 0 || rows[i] >= mem->B) {
+            cg_set_error("seq2seq memory select: row %lld (entry %lld) is outside [0, %lld)",
+                         (long long)rows[i], (long long)i, (long long)mem->B);
+            return false;
+        }
+    uint8_t *pad = malloc((size_t)(n * mem->S));
+    if (!pad) {
+        cg_set_error("seq2seq memory select: out of memory");
+        return false;
+    }
+    for (int64_t i = 0; i < n; i++)
+        memcpy(pad + i * mem->S, mem->src_pad + rows[i] * mem->S, (size_t)mem->S);
+    cg_tensor *t = cg_index_select(mem->memory, 0, rows, n);
+    if (!t) {
+        free(pad);
+        return false;
+    }
+    *out = (cg_seq2seq_memory){.memory = t, .src_pad = pad, .B = n, .S = mem->S};
+    return true;
+}
+
+cg_tensor *cg_seq2seq_decode(cg_seq2seq *m, const int64_t *tgt_in, int64_t B, int64_t T,
+                             const cg_seq2seq_memory *mem)
+{
+    if (!m || !mem || !mem->memory || !mem->src_pad) {
+        cg_set_error("seq2seq decode: NULL %s", m ? "memory" : "model");
+        return NULL;
+    }
+    if (!check_ids(m, "decode", "target", tgt_in, B, T))
+        return NULL;
+    if (B != mem->B) {
+        cg_set_error("seq2seq decode: target batch %lld differs from the memory's %lld",
+                     (long long)B, (long long)mem->B);
+        return NULL;
+    }
+    for (int64_t b = 0; b < B; b++)
+        if (tgt_in[b * T] == CG_PAD) {
+            cg_set_error("seq2seq decode: target row %lld starts with PAD (it would have no "
+                         "key to attend to)",
+                         (long long)b);
+            return NULL;
+        }
+    uint8_t *pad = malloc((size_t)(B * T));
+    if (!pad) {
+        cg_set_error("seq2seq decode: out of memory");
+        return NULL;
+    }
+    for (int64_t i = 0; i < B * T; i++)
+        pad[i] = tgt_in[i] == CG_PAD;
+    cg_tensor *x = embed(m, tgt_in, B, T);
+    cg_attn_mask self_mask = {.causal = true, .key_pad = pad};
+    cg_attn_mask cross_mask = {.key_pad = mem->src_pad};
+    cg_tensor *h = cg_dec_stack_forward(m->decoder, x, mem->memory, &self_mask, &cross_mask);
+    cg_release(x);
+    free(pad);
+    return head(m, h, B, T); /* tied: [B*T, d] @ emb.weight^T [d, V] */
+}
+
+cg_kv_cache *cg_seq2seq_kv_cache_new(const cg_seq2seq *m)
+{
+    if (!m) {
+        cg_set_error("seq2seq kv cache: NULL model");
+        return NULL;
+    }
+    return cg_kv_cache_new(m->decoder->n_layers);
+}
+
+cg_tensor *cg_seq2seq_decode_step(cg_seq2seq *m, const int64_t *ids, int64_t B,
+                                  const cg_seq2seq_memory *mem, cg_kv_cache *c)
+{
+    if (!m || !c || (c->len == 0 && (!mem || !mem->memory))) {
+        cg_set_error("seq2seq decode step: NULL %s",
+                     !m ? "model" : !c ? "cache" : "memory on the first step");
+        return NULL;
+    }
+    if (!check_ids(m, "decode step", "target", ids, B, 1))
+        return NULL;
+    if (c->len >= m->cfg.max_len) {
+        cg_set_error("seq2seq decode step: position %lld is beyond max_len %lld",
+                     (long long)c->len, (long long)m->cfg.max_len);
+        return NULL;
+    }
+    if (c->len == 0 && mem->B != B) {
+        cg_set_error("seq2seq decode step: target batch %lld differs from the memory's %lld",
+                     (long long)B, (long long)mem->B);
+        return NULL;
+    }
+    cg_no_grad_begin();
+    cg_tensor *x = embed_at(m, ids, B, 1, c->len);
+    cg_tensor *h = cg_dec_stack_forward_cached(m->decoder, x, c->len ? NULL : mem->memory,
+                                               c->len ? NULL : mem->src_pad, c);
+    cg_release(x);
+    cg_tensor *logits = h ? head(m, h, B, 1) : NULL;
+    cg_no_grad_end();
+    return logits;
+}
+
+cg_tensor *cg_seq2seq_forward(cg_seq2seq *m, const int64_t *src, int64_t B, int64_t S,
+                              const int64_t *tgt_in, int64_t T)
+{
+    cg_seq2seq_memory mem;
+    if (!cg_seq2seq_encode(m, src, B, S, &mem))
+        return NULL;
+    cg_tensor *logits = cg_seq2seq_decode(m, tgt_in, B, T, &mem);
+    cg_seq2seq_memory_free(&mem);
+    return logits;
+}
+
+cg_tensor *cg_seq2seq_loss(cg_seq2seq *m, cg_tensor *logits, const int64_t *tgt_out)
+{
+    if (!m || !logits || !tgt_out) {
+        if (!m || !tgt_out)
+            cg_set_error("seq2seq loss: NULL %s", m ? "targets" : "model");
+        return NULL;
+    }
+    if (logits->ndim < 2 || logits->shape[logits->ndim - 1] != m->cfg.vocab) {
+        char s[96];
+        cg_set_error("seq2seq loss: logits %s must end in the vocabulary size %lld",
+                     cg_shape_str(logits, s, sizeof s), (long long)m->cfg.vocab);
+        return NULL;
+    }
+    return cg_cross_entropy(logits, tgt_out, cg_numel(logits) / m->cfg.vocab, CG_PAD,
+                            m->cfg.label_smoothing);
+}

@@ -1,0 +1,65 @@
+/* cgrad zoo: seq2seq checkpoints (see seq2seq_ckpt.h). */
+#include "models/seq2seq/seq2seq_ckpt.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+
+/* ------------------------------------------------------------ seq2seq */
+bool cg_seq2seq_ckpt_save(const char *path, const cg_seq2seq *model, const cg_tokenizer *tok,
+                          const cg_optim *optim, int64_t step, const char *train_json)
+{
+    return cg_ckpt_save_owned(path, "seq2seq", cg_seq2seq_config_to_json(&model->cfg), tok,
+                      CG_MODULE(model), optim, step, train_json);
+}
+
+void cg_seq2seq_ckpt_free(cg_seq2seq_ckpt *c)
+{
+    if (!c)
+        return;
+    cg_seq2seq_free(c->model);
+    cg_tokenizer_free(c->tok);
+    cg_st_close(c->file);
+    memset(c, 0, sizeof *c);
+}
+
+bool cg_seq2seq_ckpt_load(const char *path, cg_seq2seq_ckpt *out)
+{
+    memset(out, 0, sizeof *out);
+    cg_st_file *f = cg_ckpt_open(path, "seq2seq");
+    if (!f)
+        return false;
+    out->file = f;
+    out->step = cg_ckpt_step(f);
+    cg_seq2seq_config cfg;
+    if (!cg_seq2seq_config_from_json(cg_st_metadata(f, "config"), &cfg)) {
+        cg_ckpt_error_in(path);
+        goto fail;
+    }
+    if (!(out->tok = cg_tokenizer_read(f, true))) /* names the file */
+        goto fail;
+    if (cg_tokenizer_vocab_size(out->tok) != cfg.vocab) {
+        cg_set_error("checkpoint '%s': the %s tokenizer has %lld ids but the config's vocab "
+                     "is %lld", path, cg_tokenizer_kind_name(out->tok->kind),
+                     (long long)cg_tokenizer_vocab_size(out->tok), (long long)cfg.vocab);
+        goto fail;
+    }
+    double d = (double)cfg.d, ff = (double)cfg.d_ff;
+    double need = (double)cfg.vocab * d + (double)cfg.enc_layers * (4 * d * d + 2 * d * ff) +
+                  (double)cfg.dec_layers * (8 * d * d + 2 * d * ff);
+    if (!cg_ckpt_config_fits(need, cfg.max_len, cfg.d, f, path))
+        goto fail;
+    out->model = cg_seq2seq_new(&cfg, 0);
+    if (!out->model || !cg_ckpt_check_tensors(CG_MODULE(out->model), f, path))
+        goto fail;
+    if (!cg_module_load(CG_MODULE(out->model), f, NULL)) {
+        cg_ckpt_error_in(path);
+        goto fail;
+    }
+    return true;
+fail:
+    cg_seq2seq_ckpt_free(out);
+    return false;
+}

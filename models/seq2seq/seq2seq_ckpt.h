@@ -1,0 +1,32 @@
+/* cgrad zoo: seq2seq checkpoints (the layout: models/train/checkpoint.h). */
+#ifndef CG_MODELS_SEQ2SEQ_CKPT_H
+#define CG_MODELS_SEQ2SEQ_CKPT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "models/seq2seq/seq2seq.h"
+#include "models/text/tokenizer.h"
+#include "models/train/checkpoint.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+bool cg_seq2seq_ckpt_save(const char *path, const cg_seq2seq *model, const cg_tokenizer *tok,
+                          const cg_optim *optim, int64_t step, const char *train_json);
+
+typedef struct {
+    cg_seq2seq *model;     /* owned */
+    cg_tokenizer *tok;     /* owned: char (with specials) or bpe */
+    int64_t step;
+    cg_st_file *file;      /* owned, open */
+} cg_seq2seq_ckpt;
+
+bool cg_seq2seq_ckpt_load(const char *path, cg_seq2seq_ckpt *out);
+void cg_seq2seq_ckpt_free(cg_seq2seq_ckpt *c);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

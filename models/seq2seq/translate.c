@@ -1,0 +1,645 @@
+/* A Seq2Seq translator over sets of sentences (see translate.h). */
+#include "models/seq2seq/translate.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "autograd/ops.h"
+#include "core/error.h"
+#include "models/seq2seq/beam.h"
+#include "models/data/data.h"
+#include "models/train/dist.h"
+#include "models/report/metrics.h"
+#include "models/report/plot.h"
+#include "models/train/train_common.h"
+#include "models/train/trainer.h"
+
+/* The tokenizer as a batch encoder (cg_encode_fn). */
+static int64_t *tok_encode(const void *tok, const char *s, int64_t *n, int64_t *n_unk)
+{
+    return cg_tokenizer_encode(tok, s, n, n_unk);
+}
+
+bool cg_batch_make_tok(const cg_pairs *p, const int64_t *idx, int64_t n, const cg_tokenizer *tok,
+                       cg_batch *out)
+{
+    return cg_batch_make_with(p, idx, n, tok_encode, tok, out);
+}
+
+/* Set "WHAT: <the error recorded>" (the message copied first: it is the
+ * slot cg_set_error writes). */
+static void prefix_error(const char *what)
+{
+    char e[512];
+    snprintf(e, sizeof e, "%s", cg_last_error());
+    cg_set_error("%s: %s", what, *e ? e : "unknown error");
+}
+
+cg_tokenizer *cg_pairs_train_tokenizer(const cg_pairs *p, const int64_t *idx, int64_t n,
+                                       cg_tokenizer_kind kind, int64_t vocab_size)
+{
+    const char **sents = malloc((size_t)(n > 0 ? 2 * n : 1) * sizeof *sents);
+    if (!sents) {
+        cg_set_error("out of memory");
+        return NULL;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        sents[2 * i] = p->items[idx[i]].src;
+        sents[2 * i + 1] = p->items[idx[i]].tgt;
+    }
+    cg_tokenizer *t = cg_tokenizer_train(kind, true, sents, 2 * n, vocab_size);
+    free(sents);
+    return t;
+}
+
+bool cg_pairs_tokenize(cg_pairs *p, const cg_tokenizer *tok)
+{
+    for (int64_t i = 0; i < p->n; i++) {
+        cg_pair *q = &p->items[i];
+        int64_t ns, nt;
+        int64_t *a = cg_tokenizer_encode(tok, q->src, &ns, NULL);
+        int64_t *b = a ? cg_tokenizer_encode(tok, q->tgt, &nt, NULL) : NULL;
+        free(a);
+        free(b);
+        if (!b)
+            return false;
+        q->src_len = (int32_t)ns;
+        q->tgt_len = (int32_t)nt;
+    }
+    return true;
+}
+
+bool cg_mt_data_load(cg_mt_data *d, const char *path, const char *default_data, int64_t n_valid,
+                     int64_t n_test, cg_data_id *id)
+{
+    if (cg_pairs_load(path, n_valid, n_test, &d->pairs, &d->split, id))
+        return true;
+    cg_data_default_hint(path, default_data);
+    return false;
+}
+
+bool cg_mt_data_load_ckpt(cg_mt_data *d, const char *train_json, const char *ckpt_path,
+                          const char *given, const char *default_data)
+{
+    int64_t n_valid = 500, n_test = 1000;
+    const cg_json_field f[] = {
+        {"valid_size", CG_JF_I64, &n_valid, 1, 1e9, true},
+        {"test_size", CG_JF_I64, &n_test, 1, 1e9, true},
+    };
+    char *path = NULL;
+    cg_data_id id;
+    bool ok = cg_train_model_fields(train_json, ckpt_path, "seq2seq", f, 2) &&
+              (path = cg_train_data_path(train_json, given, default_data));
+    ok = ok && cg_mt_data_load(d, path, default_data, n_valid, n_test, &id) &&
+         cg_train_data_check(train_json, ckpt_path, &id);
+    free(path);
+    return ok;
+}
+
+/* The tokenizer of cg_mt_data_prepare. */
+static bool mt_tokenizer(cg_mt_data *d, const char *path, cg_tokenizer_kind kind,
+                         int64_t vocab_size, cg_tokenizer **resume_tok, const char *resume_path)
+{
+    if (resume_tok && (*resume_tok)->kind == CG_TOK_BPE) {
+        d->tok = *resume_tok;
+        *resume_tok = NULL;
+        return true;
+    }
+    if (resume_tok)
+        kind = (*resume_tok)->kind;
+    if (kind == CG_TOK_BPE)
+        fprintf(stderr, "training a BPE tokenizer of %lld ids on %lld training pairs...\n",
+                (long long)vocab_size, (long long)d->n_train);
+    d->tok = cg_pairs_train_tokenizer(&d->pairs, d->split.train, d->n_train, kind, vocab_size);
+    if (!d->tok) {
+        prefix_error(path);
+        return false;
+    }
+    if (resume_tok && !cg_tokenizer_equal(*resume_tok, d->tok)) {
+        cg_set_error("%s: the vocabulary of %s differs from the checkpoint's (data changed?)",
+                     resume_path, path);
+        return false;
+    }
+    return true;
+}
+
+bool cg_mt_data_prepare(cg_mt_data *d, const char *path, int64_t max_len, int64_t max_tokens,
+                        cg_tokenizer_kind kind, int64_t vocab_size, cg_tokenizer **resume_tok,
+                        const char *resume_path, const char *prog)
+{
+    const cg_pairs *P = &d->pairs;
+    const cg_pair_split *sp = &d->split;
+    d->n_train = cg_pairs_filter(P, sp->train, sp->n_train, max_len - 2);
+    if (d->n_train == 0) {
+        cg_set_error("%s: no training pair fits --max-len %lld (both sides at most %lld "
+                     "character%s, leaving room for BOS and EOS)",
+                     path, (long long)max_len, (long long)max_len - 2,
+                     max_len - 2 == 1 ? "" : "s");
+        return false;
+    }
+    d->valid_chars = 0;
+    for (int64_t i = 0; i < sp->n_valid; i++)
+        d->valid_chars += P->items[sp->valid[i]].tgt_len + 1;
+    if (!mt_tokenizer(d, path, kind, vocab_size, resume_tok, resume_path))
+        return false;
+    if (d->tok->kind == CG_TOK_CHAR) {
+        cg_pairs_warn_unknown(P, sp->valid, sp->n_valid, &d->tok->pv, prog,
+                              "the validation pairs");
+        cg_pairs_warn_unknown(P, sp->test, sp->n_test, &d->tok->pv, prog, "the test pairs");
+    } else if (!cg_pairs_tokenize(&d->pairs, d->tok)) {
+        prefix_error(path);
+        return false;
+    }
+    for (int64_t i = 0; i < sp->n_valid; i++) {
+        const cg_pair *q = &P->items[sp->valid[i]];
+        if (q->src_len + 1 > max_len || q->tgt_len + 1 > max_len) {
+            cg_set_error("%s: a validation pair is longer than --max-len %lld", path,
+                         (long long)max_len);
+            return false;
+        }
+    }
+    return cg_make_batches(P, sp->train, d->n_train, max_tokens, &d->batches) &&
+           cg_make_batches(P, sp->valid, sp->n_valid, max_tokens, &d->vbatches);
+}
+
+bool cg_mt_data_order(cg_mt_data *d, uint32_t seed, int grad_accum, bool resumed, int64_t steps,
+                      const char *path)
+{
+    int64_t nb = d->batches.n_batches;
+    d->n_bt = grad_accum;
+    d->bt = calloc((size_t)grad_accum, sizeof *d->bt);
+    if (!d->bt || !(d->perm = malloc((size_t)(nb ? nb : 1) * sizeof *d->perm))) {
+        cg_set_error("out of memory");
+        return false;
+    }
+    cg_mt19937_seed(&d->order, seed);
+    if (!resumed) {
+        d->epoch = 0;
+        d->pos = nb;
+        return true;
+    }
+    /* grad_accum batches per step: the position must be exactly where
+     * `steps` steps leave it (a bound on the replay too) */
+    if (!cg_train_position_check(d->epoch, d->pos, nb, steps * grad_accum, path))
+        return false;
+    for (int64_t e = 0; e < d->epoch; e++) /* replay the batch order so far */
+        cg_mt_permutation(&d->order, nb, d->perm);
+    return true;
+}
+
+bool cg_mt_data_next(cg_mt_data *d, int k, double *weight, double *tokens)
+{
+    cg_batch *out = &d->bt[k];
+    if (d->pos >= d->batches.n_batches) {
+        d->epoch++;
+        cg_mt_permutation(&d->order, d->batches.n_batches, d->perm);
+        d->pos = 0;
+    }
+    int64_t bi = d->perm[d->pos++];
+    int64_t nb = d->batches.start[bi + 1] - d->batches.start[bi], b0, b1;
+    if (!cg_dist_share(nb, &b0, &b1)) {
+        cg_set_error("a batch of %lld pairs cannot be split over %d ranks (raise --max-tokens)",
+                     (long long)nb, cg_dist_size());
+        return false;
+    }
+    cg_batch_free(out);
+    if (!cg_batch_make_tok(&d->pairs, d->batches.idx + d->batches.start[bi] + b0, b1 - b0, d->tok,
+                           out))
+        return false;
+    int64_t ntok = out->n_tokens;
+    for (int64_t i = 0; i < out->B * out->S; i++)
+        ntok += out->src[i] != CG_PAD;
+    *weight = (double)out->n_tokens;
+    *tokens = (double)ntok;
+    return true;
+}
+
+void cg_mt_data_free(cg_mt_data *d)
+{
+    cg_pairs_free(&d->pairs);
+    cg_pair_split_free(&d->split);
+    cg_tokenizer_free(d->tok);
+    cg_batches_free(&d->batches);
+    cg_batches_free(&d->vbatches);
+    free(d->perm);
+    for (int k = 0; d->bt && k < d->n_bt; k++)
+        cg_batch_free(&d->bt[k]);
+    free(d->bt);
+    memset(d, 0, sizeof *d);
+}
+
+bool cg_seq2seq_valid_loss(cg_seq2seq *m, const cg_pairs *p, const cg_batches *bs,
+                           const cg_tokenizer *tok, double *ls_out, double *nll_out,
+                           double *ntok_out)
+{
+    cg_module_train(CG_MODULE(m), false);
+    cg_no_grad_begin();
+    double ls = 0, nll = 0, ntok = 0;
+    bool ok = true;
+    for (int64_t b = 0; ok && b < bs->n_batches; b++) {
+        cg_batch bt;
+        if (!cg_batch_make_tok(p, bs->idx + bs->start[b], bs->start[b + 1] - bs->start[b], tok,
+                               &bt)) {
+            prefix_error("validation batch");
+            ok = false;
+            break;
+        }
+        cg_tensor *logits = cg_seq2seq_forward(m, bt.src, bt.B, bt.S, bt.tgt_in, bt.T);
+        cg_tensor *l1 = cg_seq2seq_loss(m, logits, bt.tgt_out);
+        cg_tensor *l2 = cg_cross_entropy(logits, bt.tgt_out, bt.B * bt.T, CG_PAD, 0.0f);
+        if (!l1 || !l2) {
+            prefix_error("validation");
+            ok = false;
+        } else {
+            double n = (double)bt.n_tokens;
+            ls += cg_item(l1) * n;
+            nll += cg_item(l2) * n;
+            ntok += n;
+        }
+        cg_release_all(3, logits, l1, l2);
+        cg_batch_free(&bt);
+    }
+    cg_no_grad_end();
+    cg_module_train(CG_MODULE(m), true);
+    if (!ok)
+        return false;
+    *ls_out = ntok > 0 ? ls / ntok : NAN;
+    *nll_out = ntok > 0 ? nll / ntok : NAN;
+    if (ntok_out)
+        *ntok_out = ntok;
+    return true;
+}
+
+bool cg_seq2seq_wrong_source_nll(cg_seq2seq *m, const cg_pairs *p, const int64_t *idx, int64_t n,
+                                 int64_t max_tokens, const cg_tokenizer *tok, double *nll)
+{
+    cg_pairs wp = {0};
+    wp.n = wp.cap = n;
+    wp.items = malloc((size_t)(n ? n : 1) * sizeof *wp.items);
+    if (!wp.items) {
+        cg_set_error("out of memory");
+        return false;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        const cg_pair *a = &p->items[idx[(i + 1) % n]], *b = &p->items[idx[i]];
+        wp.items[i] = (cg_pair){a->src, b->tgt, a->src_len, b->tgt_len};
+    }
+    cg_batches wb;
+    double ls;
+    bool ok = cg_make_batches(&wp, NULL, wp.n, max_tokens, &wb);
+    if (ok) {
+        ok = cg_seq2seq_valid_loss(m, &wp, &wb, tok, &ls, nll, NULL);
+        cg_batches_free(&wb);
+    }
+    free(wp.items);
+    return ok;
+}
+
+void cg_sources_free(cg_sources *s)
+{
+    for (int64_t i = 0; s->ids && i < s->n; i++)
+        free(s->ids[i]);
+    free(s->ids);
+    free(s->len);
+    memset(s, 0, sizeof *s);
+}
+
+bool cg_sources_encode(const cg_tokenizer *tok, const char *const *texts, int64_t n,
+                       int64_t max_len, cg_sources *out)
+{
+    out->n = 0;
+    out->ids = calloc((size_t)(n ? n : 1), sizeof *out->ids);
+    out->len = calloc((size_t)(n ? n : 1), sizeof *out->len);
+    if (!out->ids || !out->len) {
+        cg_sources_free(out);
+        cg_set_error("out of memory");
+        return false;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        int64_t k;
+        int64_t *ids = cg_tokenizer_encode(tok, texts[i], &k, NULL);
+        char what[48];
+        snprintf(what, sizeof what, "sentence %lld", (long long)i + 1);
+        if (!ids)
+            prefix_error(what);
+        else if (k + 1 > max_len)
+            cg_set_error("sentence %lld has %lld tokens; the model takes at most %lld",
+                         (long long)i + 1, (long long)k, (long long)max_len - 1);
+        if (!ids || k + 1 > max_len) {
+            free(ids);
+            cg_sources_free(out);
+            return false;
+        }
+        out->ids[i] = ids;
+        out->len[i] = k;
+        out->n++;
+    }
+    return true;
+}
+
+void cg_strings_free(char **s, int64_t n)
+{
+    if (!s)
+        return;
+    for (int64_t i = 0; i < n; i++)
+        free(s[i]);
+    free(s);
+}
+
+/* out[i] = the text of ids[0..L) (echoed); false + error. */
+static bool put_text(const cg_tokenizer *tok, const int64_t *ids, int64_t L, char **out,
+                     FILE *echo)
+{
+    if (!(*out = cg_tokenizer_decode(tok, ids, L)))
+        return false;
+    if (echo)
+        fprintf(echo, "%s\n", *out), fflush(echo);
+    return true;
+}
+
+/* Greedy decoding of sources c0..c0+B at once into out[c0..). */
+static bool greedy_chunk(cg_seq2seq *m, const cg_tokenizer *tok, const cg_sources *src,
+                         int64_t c0, int64_t B, bool use_cache, char **out, FILE *echo)
+{
+    int64_t S = 0;
+    for (int64_t i = 0; i < B; i++)
+        if (src->len[c0 + i] + 1 > S)
+            S = src->len[c0 + i] + 1;
+    int64_t steps = S - 1 + 50;
+    if (steps > m->cfg.max_len)
+        steps = m->cfg.max_len;
+    int64_t *ids = calloc((size_t)(B * S), sizeof *ids);
+    int64_t *res = malloc((size_t)(B * steps) * sizeof *res);
+    int64_t *lens = malloc((size_t)B * sizeof *lens);
+    bool ok = ids && res && lens;
+    if (!ok)
+        cg_set_error("out of memory");
+    for (int64_t i = 0; ok && i < B; i++) {
+        memcpy(ids + i * S, src->ids[c0 + i], (size_t)src->len[c0 + i] * sizeof *ids);
+        ids[i * S + src->len[c0 + i]] = CG_EOS;
+    }
+    if (ok && !(ok = cg_greedy_decode(m, ids, B, S, steps, res, lens, use_cache)))
+        prefix_error("greedy decoding");
+    for (int64_t i = 0; ok && i < B; i++) {
+        int64_t lim = src->len[c0 + i] + 50, L = lens[i] < lim ? lens[i] : lim;
+        ok = put_text(tok, res + i * steps, L, &out[c0 + i], echo);
+    }
+    free(ids);
+    free(res);
+    free(lens);
+    return ok;
+}
+
+/* Beam search of source i into out[i]. */
+static bool beam_one(cg_seq2seq *m, const cg_tokenizer *tok, const cg_sources *src, int64_t i,
+                     int beam, double alpha, bool use_cache, char **out, FILE *echo)
+{
+    int64_t S = src->len[i] + 1;
+    int64_t *ids = malloc((size_t)S * sizeof *ids);
+    if (!ids) {
+        cg_set_error("out of memory");
+        return false;
+    }
+    memcpy(ids, src->ids[i], (size_t)src->len[i] * sizeof *ids);
+    ids[S - 1] = CG_EOS;
+    int64_t steps = src->len[i] + 50, *res = NULL, L = 0;
+    if (steps > m->cfg.max_len)
+        steps = m->cfg.max_len;
+    bool ok = cg_beam_search(m, ids, S, beam, alpha, steps, &res, &L, NULL, NULL, use_cache);
+    if (!ok)
+        prefix_error("beam search");
+    else
+        ok = put_text(tok, res, L, &out[i], echo);
+    free(res);
+    free(ids);
+    return ok;
+}
+
+char **cg_translate_all(cg_seq2seq *m, const cg_tokenizer *tok, const cg_sources *src, int beam,
+                        double alpha, bool use_cache, FILE *echo)
+{
+    cg_module_train(CG_MODULE(m), false);
+    char **out = calloc((size_t)(src->n ? src->n : 1), sizeof *out);
+    if (!out) {
+        cg_set_error("out of memory");
+        return NULL;
+    }
+    bool ok = true;
+    if (beam <= 1) {
+        const int64_t chunk = 50;
+        for (int64_t c0 = 0; ok && c0 < src->n; c0 += chunk)
+            ok = greedy_chunk(m, tok, src, c0, src->n - c0 < chunk ? src->n - c0 : chunk,
+                              use_cache, out, echo);
+    } else {
+        for (int64_t i = 0; ok && i < src->n; i++)
+            ok = beam_one(m, tok, src, i, beam, alpha, use_cache, out, echo);
+    }
+    if (!ok) {
+        cg_strings_free(out, src->n);
+        return NULL;
+    }
+    return out;
+}
+
+bool cg_translate_score(cg_seq2seq *m, const cg_tokenizer *tok, const cg_pairs *p,
+                        const int64_t *idx, int64_t n, int beam, double alpha, bool use_cache,
+                        double *bleu, double *chrf, char ***hyps)
+{
+    const char **srcs = malloc((size_t)(n ? n : 1) * sizeof *srcs);
+    const char **refs = malloc((size_t)(n ? n : 1) * sizeof *refs);
+    cg_sources s = {0};
+    char **h = NULL;
+    bool ok = srcs && refs;
+    if (!ok)
+        cg_set_error("out of memory");
+    for (int64_t i = 0; ok && i < n; i++) {
+        srcs[i] = p->items[idx[i]].src;
+        refs[i] = p->items[idx[i]].tgt;
+    }
+    ok = ok && cg_sources_encode(tok, srcs, n, m->cfg.max_len, &s) &&
+         (h = cg_translate_all(m, tok, &s, beam, alpha, use_cache, NULL));
+    if (ok) {
+        *bleu = cg_bleu((int)n, (const char *const *)h, refs);
+        *chrf = cg_chrf((int)n, (const char *const *)h, refs);
+        if (*bleu < 0 || *chrf < 0) {
+            prefix_error("metrics");
+            ok = false;
+        }
+    }
+    if (ok && hyps)
+        *hyps = h;
+    else
+        cg_strings_free(h, n);
+    cg_sources_free(&s);
+    free(srcs);
+    free(refs);
+    return ok;
+}
+
+/* dir/file: the attention of mods[0..layers) over row_ids x col_ids. */
+static bool draw(const char *dir, const char *file, const char *title, int layers,
+                 cg_mha *const *mods, const cg_tokenizer *tok, const int64_t *row_ids,
+                 int64_t Tq, const int64_t *col_ids, int64_t Tk, FILE *list)
+{
+    size_t plen = strlen(dir) + strlen(file) + 2;
+    char *path = malloc(plen);
+    if (!path) {
+        cg_set_error("out of memory");
+        return false;
+    }
+    snprintf(path, plen, "%s/%s", dir, file);
+    bool ok = cg_plot_attention_ids(path, title, layers, mods, tok, row_ids, (int)Tq, col_ids,
+                                    (int)Tk);
+    if (!ok)
+        prefix_error(path);
+    else if (list)
+        fprintf(list, "%s\n", path);
+    free(path);
+    return ok;
+}
+
+bool cg_seq2seq_draw_attention(cg_seq2seq *m, const cg_tokenizer *tok, const int64_t *src,
+                               int64_t S, const int64_t *tin, int64_t T, const char *dir,
+                               FILE *list)
+{
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
+        cg_set_error("cannot create %s: %s", dir, strerror(errno));
+        return false;
+    }
+    cg_module_train(CG_MODULE(m), false);
+    cg_module_keep_attention_weights(CG_MODULE(m), true);
+    cg_no_grad_begin();
+    cg_tensor *logits = cg_seq2seq_forward(m, src, 1, S, tin, T);
+    cg_no_grad_end();
+    if (!logits) {
+        prefix_error("forward");
+        return false;
+    }
+    cg_release(logits);
+    int ne = m->encoder->n_layers, nd = m->decoder->n_layers;
+    cg_mha **mods = malloc((size_t)(ne + nd + 1) * sizeof *mods);
+    if (!mods) {
+        cg_set_error("out of memory");
+        return false;
+    }
+    bool ok = true;
+    if (ne > 0) {
+        for (int i = 0; i < ne; i++)
+            mods[i] = m->encoder->layers[i]->self_attn;
+        ok = draw(dir, "encoder_self.png", "encoder self-attention", ne, mods, tok, src, S, src,
+                  S, list);
+    }
+    if (ok && nd > 0) {
+        for (int i = 0; i < nd; i++)
+            mods[i] = m->decoder->layers[i]->self_attn;
+        ok = draw(dir, "decoder_self.png", "decoder self-attention", nd, mods, tok, tin, T, tin,
+                  T, list);
+        for (int i = 0; ok && i < nd; i++)
+            mods[i] = m->decoder->layers[i]->cross_attn;
+        ok = ok && draw(dir, "cross.png", "cross-attention (rows: decoder input, columns: source)",
+                        nd, mods, tok, tin, T, src, S, list);
+    }
+    free(mods);
+    return ok;
+}
+
+bool cg_translate_test(cg_seq2seq *m, const cg_tokenizer *tok, const cg_pairs *p,
+                       const int64_t *idx, int64_t n, int beam, double alpha, int64_t examples,
+                       FILE *out, cg_translate_test_result *res)
+{
+    double t0 = cg_now();
+    char **hg = NULL, **hb = NULL;
+    bool ok = cg_translate_score(m, tok, p, idx, n, 1, alpha, true, &res->bleu_greedy,
+                                 &res->chrf_greedy, &hg) &&
+              cg_translate_score(m, tok, p, idx, n, beam, alpha, true, &res->bleu_beam,
+                                 &res->chrf_beam, &hb);
+    res->seconds = cg_now() - t0;
+    for (int64_t i = 0; ok && i < n && i < examples; i++)
+        fprintf(out, "SRC  %s\nREF  %s\nGRDY %s\nBEAM %s\n\n", p->items[idx[i]].src,
+                p->items[idx[i]].tgt, hg[i], hb[i]);
+    cg_strings_free(hg, n);
+    cg_strings_free(hb, n);
+    return ok;
+}
+
+/* The decoder input of cg_seq2seq_attention_of_text: target's ids or the
+ * greedy translation of src, without BOS (malloc'd, *L ids). */
+static int64_t *attention_target(cg_seq2seq *m, const cg_tokenizer *tok, const int64_t *src,
+                                 int64_t S, const char *target, const char *target_name,
+                                 bool use_cache, int64_t *L)
+{
+    int64_t *ids = NULL;
+    if (target) {
+        if (cg_utf8_count(target, strlen(target), NULL) < 0)
+            cg_set_error("%s is not valid UTF-8", target_name);
+        else if (!(ids = cg_tokenizer_encode(tok, target, L, NULL)))
+            prefix_error(target_name);
+        return ids;
+    }
+    int64_t steps = S - 1 + 50 < m->cfg.max_len - 1 ? S - 1 + 50 : m->cfg.max_len - 1;
+    ids = malloc((size_t)steps * sizeof *ids);
+    if (!ids)
+        cg_set_error("out of memory");
+    if (!ids || !cg_greedy_decode(m, src, 1, S, steps, ids, L, use_cache)) {
+        prefix_error("greedy decoding");
+        free(ids);
+        return NULL;
+    }
+    return ids;
+}
+
+bool cg_seq2seq_attention_of_text(cg_seq2seq *m, const cg_tokenizer *tok, const char *text,
+                                  const char *target, const char *target_name, bool use_cache,
+                                  const char *dir, FILE *list, FILE *log)
+{
+    cg_module_train(CG_MODULE(m), false);
+    cg_sources s;
+    if (!cg_sources_encode(tok, &text, 1, m->cfg.max_len, &s))
+        return false;
+    int64_t S = s.len[0] + 1, L = 0, T = 0;
+    int64_t *src = malloc((size_t)S * sizeof *src), *out_ids = NULL, *tin = NULL;
+    bool ok = src != NULL;
+    if (!ok)
+        cg_set_error("out of memory");
+    else {
+        memcpy(src, s.ids[0], (size_t)s.len[0] * sizeof *src);
+        src[S - 1] = CG_EOS;
+        ok = (out_ids = attention_target(m, tok, src, S, target, target_name, use_cache, &L));
+    }
+    if (ok && (T = L + 1) > m->cfg.max_len) {
+        cg_set_error("the target is longer than the model's max_len %lld",
+                     (long long)m->cfg.max_len);
+        ok = false;
+    }
+    if (ok && !(ok = (tin = malloc((size_t)T * sizeof *tin))))
+        cg_set_error("out of memory");
+    if (ok) {
+        tin[0] = CG_BOS;
+        memcpy(tin + 1, out_ids, (size_t)L * sizeof *tin);
+        char *trans = cg_tokenizer_decode(tok, out_ids, L);
+        if (log)
+            fprintf(log, "translation: %s\n", trans ? trans : "");
+        free(trans);
+        ok = cg_seq2seq_draw_attention(m, tok, src, S, tin, T, dir, list);
+    }
+    free(tin);
+    free(out_ids);
+    free(src);
+    cg_sources_free(&s);
+    return ok;
+}
+
+int cg_translate_cli_opts(cg_translate_opts *o, const char *default_ckpt, cg_cli_opt *opts)
+{
+    *o = (cg_translate_opts){.ckpt = default_ckpt, .beam = 1, .threads = 2, .alpha = 0.6};
+    opts[0] = (cg_cli_opt){"--ckpt", CG_CLI_STR, &o->ckpt, 0, 0, NULL};
+    opts[1] = (cg_cli_opt){"--beam", CG_CLI_I64, &o->beam, 1, 1000, NULL};
+    opts[2] = (cg_cli_opt){"--length-penalty", CG_CLI_F64, &o->alpha, -100, 100, NULL};
+    opts[3] = (cg_cli_opt){"--no-cache", CG_CLI_SWITCH, &o->no_cache, 0, 0, NULL};
+    opts[4] = (cg_cli_opt){"--precision", CG_CLI_STR, &o->precision, 0, 0, NULL};
+    opts[5] = (cg_cli_opt){"--threads", CG_CLI_I64, &o->threads, 1, 1024, NULL};
+    return 6;
+}

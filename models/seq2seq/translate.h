@@ -1,0 +1,186 @@
+/* cgrad zoo: a Seq2Seq translator over sets of sentences and sentence pairs
+ * (shared/reference/train_seq2seq.py's evaluate, greedy, translate): the
+ * pairs through a tokenizer (models/text/tokenizer.h), the validation loss over
+ * batches, many sentences decoded (greedy in chunks or beam search), and
+ * corpus BLEU/chrF of the detokenised translations (models/report/metrics.h).
+ *
+ * Errors: false / NULL + cg_set_error, one line each. The model is put in
+ * eval mode by the decoders and the loss (which restores training mode). */
+#ifndef CG_MODELS_TRANSLATE_H
+#define CG_MODELS_TRANSLATE_H
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "models/util/cli.h"
+#include "models/data/pairs.h"
+#include "models/seq2seq/seq2seq.h"
+#include "models/text/tokenizer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* cg_batch_make_with through tok (the pairs' lengths are tok's ids). */
+bool cg_batch_make_tok(const cg_pairs *p, const int64_t *idx, int64_t n, const cg_tokenizer *tok,
+                       cg_batch *out);
+
+/* A tokenizer of kind trained on both sides of pairs idx[0..n) (subwords
+ * with the specials; one vocabulary for source and target). */
+cg_tokenizer *cg_pairs_train_tokenizer(const cg_pairs *p, const int64_t *idx, int64_t n,
+                                       cg_tokenizer_kind kind, int64_t vocab_size);
+/* Set every pair's src_len/tgt_len to its length in tok's ids (subwords:
+ * --max-len, the batches and the padding then count tokens). */
+bool cg_pairs_tokenize(cg_pairs *p, const cg_tokenizer *tok);
+
+/* The data of a translator's training run (the reference's recipe): the
+ * pairs of a file, split; the training pairs that fit max_len; one
+ * tokenizer for both sides; the batches of at most max_tokens padded
+ * tokens; and the epoch order of the training batches (a new MT19937
+ * permutation of them at the start of each epoch). */
+typedef struct {
+    cg_pairs pairs;
+    cg_pair_split split;
+    int64_t n_train;    /* split.train[0..n_train): the pairs that fit */
+    double valid_chars; /* validation target characters, an EOS each */
+    cg_tokenizer *tok;  /* owned */
+    cg_batches batches, vbatches;
+    int64_t epoch, pos; /* the epochs begun, the batches taken of this one */
+    int64_t *perm;      /* this epoch's order */
+    cg_mt19937 order;
+    cg_batch *bt;       /* the micro-batches of one optimizer step */
+    int n_bt;
+} cg_mt_data;
+
+/* Read and split the pairs of path (cg_pairs_load) into d, zeroed by the
+ * caller (a resumed run's epoch and pos may be set already); a missing
+ * default_data gets the hint of models/data/data.h cg_data_default_hint. */
+bool cg_mt_data_load(cg_mt_data *d, const char *path, const char *default_data, int64_t n_valid,
+                     int64_t n_test, cg_data_id *id);
+/* The data a checkpoint's translator was trained on, for an evaluation:
+ * split with the sizes of its "train" metadata (500 and 1000 when it has
+ * none), from the file `given`, else the one it recorded, else
+ * default_data (with a hint when that is missing), which must be the data
+ * it recorded (models/train/trainer.h cg_train_data_check). */
+bool cg_mt_data_load_ckpt(cg_mt_data *d, const char *train_json, const char *ckpt_path,
+                          const char *given, const char *default_data);
+/* Then: keep the training pairs whose sides have at most max_len - 2
+ * characters (room for BOS and EOS); the tokenizer: *resume_tok (a
+ * checkpoint's, taken when it is BPE; a char vocabulary must equal the one
+ * trained again) or, when resume_tok is NULL, a new one of kind and
+ * vocab_size trained on the training pairs; with subwords the pairs'
+ * lengths become token counts (max_len, the batches and the padding count
+ * tokens); the batches. prog: the warnings' program (unknown characters of
+ * the validation and test pairs); path and resume_path name the files in
+ * the errors, which name --max-len. */
+bool cg_mt_data_prepare(cg_mt_data *d, const char *path, int64_t max_len, int64_t max_tokens,
+                        cg_tokenizer_kind kind, int64_t vocab_size, cg_tokenizer **resume_tok,
+                        const char *resume_path, const char *prog);
+/* The batch order from seed, with room for grad_accum micro-batches per
+ * optimizer step: fresh (step 0), or resumed at d->epoch and d->pos, which
+ * must be where `steps` steps leave it (cg_train_position_check; path
+ * names the checkpoint). */
+bool cg_mt_data_order(cg_mt_data *d, uint32_t seed, int grad_accum, bool resumed, int64_t steps,
+                      const char *path);
+/* The next training batch in the order into d->bt[k], this MPI rank's share
+ * of it (models/train/dist.h); *weight: its target tokens, *tokens: its non-pad
+ * source and target tokens. */
+bool cg_mt_data_next(cg_mt_data *d, int k, double *weight, double *tokens);
+void cg_mt_data_free(cg_mt_data *d);
+
+/* Over batches bs of p: *ls the model's (label-smoothed) loss and *nll the
+ * plain cross-entropy, both averaged over non-pad targets (NaN when there
+ * are none); *ntok (may be NULL) the number of those targets. */
+bool cg_seq2seq_valid_loss(cg_seq2seq *m, const cg_pairs *p, const cg_batches *bs,
+                           const cg_tokenizer *tok, double *ls, double *nll, double *ntok);
+/* The cross-entropy of pairs idx[0..n) with every target paired with the
+ * next pair's source (does the model translate from its source?), in
+ * batches of max_tokens. */
+bool cg_seq2seq_wrong_source_nll(cg_seq2seq *m, const cg_pairs *p, const int64_t *idx, int64_t n,
+                                 int64_t max_tokens, const cg_tokenizer *tok, double *nll);
+
+/* Sources: the ids of n sentences, without EOS. */
+typedef struct {
+    int64_t **ids;
+    int64_t *len;
+    int64_t n;
+} cg_sources;
+/* Encode texts[0..n); a sentence of max_len tokens or more (room for EOS)
+ * is an error ("sentence K has N tokens; the model takes at most M"). */
+bool cg_sources_encode(const cg_tokenizer *tok, const char *const *texts, int64_t n,
+                       int64_t max_len, cg_sources *out);
+void cg_sources_free(cg_sources *s);
+
+/* Translate every source: beam <= 1 greedy in chunks of 50 (reference
+ * `greedy`), else beam search (alpha: its length penalty) one sentence at a
+ * time. Each output is cut at its source's length + 50 tokens (and at the
+ * model's max_len). Returns n malloc'd UTF-8 strings (cg_strings_free);
+ * echo (may be NULL) gets each line as soon as it is decoded. use_cache:
+ * with the key/value cache (else every prefix is recomputed). */
+char **cg_translate_all(cg_seq2seq *m, const cg_tokenizer *tok, const cg_sources *src, int beam,
+                        double alpha, bool use_cache, FILE *echo);
+/* Free s[0..n) and s (NULL is a no-op). */
+void cg_strings_free(char **s, int64_t n);
+
+/* Translate the sources of pairs idx[0..n) (n >= 1; cg_translate_all) and
+ * score them against their targets: *bleu and *chrf (sacreBLEU defaults);
+ * *hyps (may be NULL) receives the translations (cg_strings_free). */
+bool cg_translate_score(cg_seq2seq *m, const cg_tokenizer *tok, const cg_pairs *p,
+                        const int64_t *idx, int64_t n, int beam, double alpha, bool use_cache,
+                        double *bleu, double *chrf, char ***hyps);
+
+/* The attention of one pass of m over source src[0..S) (with its EOS) and
+ * decoder input tin[0..T) (BOS + the translation) as PNG heatmap grids
+ * (models/report/plot.h; a row per layer, a column per head; tok's labels on the
+ * axes) in the directory dir (created if needed): dir/encoder_self.png,
+ * dir/decoder_self.png and dir/cross.png (rows: decoder input, columns:
+ * source), those of the layers m has; each path written is printed as a
+ * line on list (may be NULL). */
+bool cg_seq2seq_draw_attention(cg_seq2seq *m, const cg_tokenizer *tok, const int64_t *src,
+                               int64_t S, const int64_t *tin, int64_t T, const char *dir,
+                               FILE *list);
+
+/* The test of a trained translator: the sources of pairs idx[0..n)
+ * translated greedily and with beam search (beam, alpha; key/value cache),
+ * each scored against the targets, and the first `examples` printed to out
+ * as SRC/REF/GRDY/BEAM blocks; seconds: the decoding time. */
+typedef struct {
+    double bleu_greedy, chrf_greedy, bleu_beam, chrf_beam, seconds;
+} cg_translate_test_result;
+bool cg_translate_test(cg_seq2seq *m, const cg_tokenizer *tok, const cg_pairs *p,
+                       const int64_t *idx, int64_t n, int beam, double alpha, int64_t examples,
+                       FILE *out, cg_translate_test_result *res);
+
+/* cg_seq2seq_draw_attention for the sentence text: its source ids (+ EOS)
+ * and, as decoder input, BOS + the ids of target when it is not NULL
+ * (target_name names it in messages: "--target is not valid UTF-8"), else
+ * BOS + text's greedy translation (use_cache). The decoder input's text is
+ * written to log (may be NULL) as "translation: TEXT". */
+bool cg_seq2seq_attention_of_text(cg_seq2seq *m, const cg_tokenizer *tok, const char *text,
+                                  const char *target, const char *target_name, bool use_cache,
+                                  const char *dir, FILE *list, FILE *log);
+
+/* The flags of the commands that translate from a checkpoint (--ckpt --beam
+ * --length-penalty --no-cache --precision --threads) with their defaults
+ * (default_ckpt, 1, 0.6, off, the checkpoint's, 2) appended to opts;
+ * returns 6. CG_TRANSLATE_HELP(default_ckpt) is their help. */
+typedef struct {
+    const char *ckpt, *precision;
+    int64_t beam, threads;
+    double alpha;
+    bool no_cache;
+} cg_translate_opts;
+int cg_translate_cli_opts(cg_translate_opts *o, const char *default_ckpt, cg_cli_opt *opts);
+#define CG_TRANSLATE_HELP(default_ckpt)                                                       \
+    "  --ckpt FILE          checkpoint (default " default_ckpt ")\n"                          \
+    "  --beam N             beam size; 1 = greedy decoding (default 1)\n"                     \
+    "  --length-penalty A   alpha of the beam's ((5+len)/6)^alpha (default 0.6)\n"            \
+    "  --no-cache           recompute the whole prefix at every step (no key/value cache)\n" \
+    "  --precision P        fp32 or bf16 matrix products (default: the checkpoint's\n"        \
+    "                       training precision)\n"                                            \
+    "  --threads N          threads (default 2)\n"
+
+#ifdef __cplusplus
+}
+#endif
+#endif

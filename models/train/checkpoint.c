@@ -1,0 +1,174 @@
+/* cgrad zoo: checkpoints (see checkpoint.h). */
+#include "models/train/checkpoint.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "models/train/train_common.h"
+
+bool cg_ckpt_save(const char *path, const char *kind, const char *config_json,
+                  const cg_tokenizer *tok, const cg_module *module, const cg_optim *optim,
+                  int64_t step, const char *train_json)
+{
+    cg_st_writer *w = cg_st_writer_new();
+    char stepbuf[32];
+    snprintf(stepbuf, sizeof stepbuf, "%" PRId64, step);
+    bool ok = w && config_json && tok && cg_st_set_metadata(w, "model", kind) &&
+              cg_st_set_metadata(w, "config", config_json) && cg_tokenizer_write(tok, w) &&
+              cg_st_set_metadata(w, "step", stepbuf) &&
+              (!train_json || cg_st_set_metadata(w, "train", train_json)) &&
+              cg_module_write(module, w, NULL) && (!optim || cg_optim_save(optim, w, "optim")) &&
+              cg_ensure_parent_dir(path) && cg_st_writer_save(w, path);
+    if (!ok && !cg_has_error())
+        cg_set_error("cannot save checkpoint '%s'", path);
+    cg_st_writer_free(w);
+    return ok;
+}
+
+cg_st_file *cg_ckpt_open(const char *path, const char *kind)
+{
+    if (access(path, F_OK) != 0) {
+        cg_set_error("checkpoint '%s': %s", path, strerror(errno));
+        return NULL;
+    }
+    cg_st_file *f = cg_st_open(path);
+    if (!f)
+        return NULL;
+    const char *k = cg_st_metadata(f, "model");
+    const char *cfg = cg_st_metadata(f, "config"), *voc = cg_st_metadata(f, "vocab");
+    if (!voc)
+        voc = cg_st_metadata(f, "tokenizer");
+    const char *step = cg_st_metadata(f, "step");
+    if (!k || strcmp(k, kind) != 0) {
+        cg_set_error("'%s' is not a %s checkpoint (its model is %s%s%s)", path, kind, k ? "'" : "",
+                     k ? k : "not recorded", k ? "'" : "");
+        goto fail;
+    }
+    if (!cfg || !voc) {
+        cg_set_error("checkpoint '%s' lacks its %s metadata", path, cfg ? "vocab" : "config");
+        goto fail;
+    }
+    if (step) {
+        char *end;
+        errno = 0;
+        long long v = strtoll(step, &end, 10);
+        if (*step < '0' || *step > '9' || *end != '\0' || errno || v < 0 ||
+            v > 1000000000000000LL) {
+            cg_set_error("checkpoint '%s': bad step '%.40s' (expected an integer in [0, 1e15])",
+                         path, step);
+            goto fail;
+        }
+    }
+    return f;
+fail:
+    cg_st_close(f);
+    return NULL;
+}
+
+int64_t cg_ckpt_step(const cg_st_file *f)
+{
+    const char *s = cg_st_metadata(f, "step");
+    return s ? (int64_t)strtoll(s, NULL, 10) : 0;
+}
+
+/* Prefix the current error with "checkpoint 'path': ". */
+void cg_ckpt_error_in(const char *path)
+{
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", cg_last_error());
+    cg_set_error("checkpoint '%s': %s", path, msg);
+}
+
+/* A corrupt or hostile config ("d": 100000) must not make the loader
+ * allocate gigabytes before it finds that the parameters do not match: the
+ * parameters the config implies (need, a lower bound) must be present in
+ * the file (which is already in memory), and the positions table
+ * (max_len x d, not stored) must be of a plausible size. */
+bool cg_ckpt_config_fits(double need, int64_t max_len, int64_t d, const cg_st_file *f,
+                         const char *path)
+{
+    double have = cg_st_f32_elements(f);
+    if (need > have) {
+        cg_set_error("checkpoint '%s': its config needs %.0f parameter values but the file "
+                     "holds %.0f; corrupt file?", path, need, have);
+        return false;
+    }
+    if ((double)max_len * (double)d > 4 * have + (double)(1 << 24)) {
+        cg_set_error("checkpoint '%s': max_len=%lld with d=%lld is implausibly large for a "
+                     "model of %.0f values; corrupt file?", path, (long long)max_len,
+                     (long long)d, have);
+        return false;
+    }
+    return true;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static bool is_param(char **sorted, int n, const char *name, size_t len)
+{
+    char key[512];
+    if (len >= sizeof key)
+        return false;
+    memcpy(key, name, len);
+    key[len] = '\0';
+    const char *k = key;
+    return bsearch(&k, sorted, (size_t)n, sizeof *sorted, cmp_str) != NULL;
+}
+
+bool cg_ckpt_check_tensors(const cg_module *m, const cg_st_file *f, const char *path)
+{
+    if (!m || !f)
+        return false;
+    cg_param_list l = {0};
+    if (!cg_module_params(m, &l))
+        return false;
+    char **names = malloc((size_t)(l.n ? l.n : 1) * sizeof *names);
+    if (!names) {
+        cg_param_list_free(&l);
+        cg_set_error("out of memory");
+        return false;
+    }
+    for (int i = 0; i < l.n; i++)
+        names[i] = l.items[i].name;
+    qsort(names, (size_t)l.n, sizeof *names, cmp_str);
+    static const char *const slots[] = {".step", ".exp_avg", ".exp_avg_sq", ".momentum_buffer"};
+    bool ok = true;
+    for (int i = 0; ok && i < cg_st_count(f); i++) {
+        const char *t = cg_st_name(f, i);
+        size_t tl = strlen(t);
+        bool known = is_param(names, l.n, t, tl) || strcmp(t, CG_TOKENIZER_TENSOR) == 0;
+        if (!known && strncmp(t, "optim.", 6) == 0) {
+            for (size_t s = 0; !known && s < sizeof slots / sizeof slots[0]; s++) {
+                size_t sl = strlen(slots[s]);
+                known = tl > 6 + sl && strcmp(t + tl - sl, slots[s]) == 0 &&
+                        is_param(names, l.n, t + 6, tl - 6 - sl);
+            }
+        }
+        if (!known) {
+            cg_set_error("checkpoint '%s': tensor '%.200s' is not a parameter of the model its "
+                         "config describes (%d parameters); corrupt file?", path, t, l.n);
+            ok = false;
+        }
+    }
+    free(names);
+    cg_param_list_free(&l);
+    return ok;
+}
+
+/* cg_ckpt_save with the config JSON it frees. */
+bool cg_ckpt_save_owned(const char *path, const char *kind, char *cfg, const cg_tokenizer *tok,
+                        const cg_module *module, const cg_optim *optim, int64_t step,
+                        const char *train_json)
+{
+    bool ok = cg_ckpt_save(path, kind, cfg, tok, module, optim, step, train_json);
+    free(cfg);
+    return ok;
+}

@@ -1,0 +1,73 @@
+/* cgrad zoo, train layer: checkpoints of the zoo's models (safetensors files,
+ * nn/safetensors.h), one layout for every model.
+ *
+ * A checkpoint holds
+ *   tensors   the model's parameters under their PyTorch names, and, for
+ *             training checkpoints, the optimizer state under "optim."
+ *             (optim/optim.h cg_optim_save);
+ *   metadata  "model": the model kind ("charlm", "seq2seq")
+ *             "config": the model config as JSON (models.py field names)
+ *             the tokenizer (models/text/tokenizer.h): "vocab", the character
+ *             vocabulary as JSON (models/text/vocab.h, models/data/pairs.h), or
+ *             "tokenizer": "bpe" and the U8 tensor "tokenizer.spm"
+ *             "step": completed training steps (decimal)
+ *             "train": the trainer's state as JSON (models/train/trainer.h; absent
+ *             from inference-only files)
+ * which is the reference trainers' format plus extras, so a file written by
+ * shared/reference/train_charlm.py loads too.
+ *
+ * Writing is atomic (temporary file + rename): an existing checkpoint is
+ * never lost, even when the save fails. Errors: NULL/false + cg_set_error. */
+#ifndef CG_MODELS_CHECKPOINT_H
+#define CG_MODELS_CHECKPOINT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "models/text/tokenizer.h"
+#include "nn/module.h"
+#include "nn/safetensors.h"
+#include "optim/optim.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Save module (+ the optimizer state if optim is not NULL) with the
+ * metadata above and the tokenizer tok; train_json may be NULL. */
+bool cg_ckpt_save(const char *path, const char *kind, const char *config_json,
+                  const cg_tokenizer *tok, const cg_module *module, const cg_optim *optim,
+                  int64_t step, const char *train_json);
+/* Open a checkpoint of the given kind: the file loads, its "model" is kind,
+ * it has a "config" and a "vocab" (or a "tokenizer"), and its "step" (when present) is a
+ * decimal in [0, 1e15]. NULL + error naming the file otherwise. */
+cg_st_file *cg_ckpt_open(const char *path, const char *kind);
+/* The "step" of a checkpoint opened by cg_ckpt_open (0 if absent). */
+int64_t cg_ckpt_step(const cg_st_file *f);
+
+/* Every tensor of f must be a parameter of m or an optimizer slot
+ * "optim.<parameter>.<step|exp_avg|exp_avg_sq|momentum_buffer>" of one.
+ * False + error naming the first other tensor (a config that says 0 layers
+ * while the file holds block tensors, a truncated config, an unknown extra
+ * tensor); "tokenizer.spm" (models/text/tokenizer.h) is allowed. Both loaders call it, so resume is covered too. */
+bool cg_ckpt_check_tensors(const cg_module *m, const cg_st_file *f, const char *path);
+
+/* The pieces of the models' loaders (models/charlm/charlm_ckpt.h,
+ * models/seq2seq/seq2seq_ckpt.h): cg_ckpt_save that frees config_json;
+ * prefix the current error with "checkpoint 'path': "; a corrupt or
+ * hostile config ("d": 100000) must not make the loader allocate gigabytes
+ * before it finds that the parameters do not match: the parameters the
+ * config implies (need, a lower bound) must be present in the file (which
+ * is already in memory), and the positions table (max_len x d, not stored)
+ * must be of a plausible size (false + error otherwise). */
+bool cg_ckpt_save_owned(const char *path, const char *kind, char *config_json,
+                        const cg_tokenizer *tok, const cg_module *module, const cg_optim *optim,
+                        int64_t step, const char *train_json);
+void cg_ckpt_error_in(const char *path);
+bool cg_ckpt_config_fits(double need, int64_t max_len, int64_t d, const cg_st_file *f,
+                         const char *path);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,102 @@
+/* cgrad zoo: pieces shared by the training programs: SIGINT handling, the progress line, the evaluation history (kept in the
+ * checkpoint so that a resumed run continues its loss curve) and its PNG. */
+#ifndef CG_MODELS_TRAIN_COMMON_H
+#define CG_MODELS_TRAIN_COMMON_H
+
+#include <cjson/cJSON.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "models/report/plot.h"
+#include "models/text/tokenizer.h"
+#include "models/util/clock.h"
+#include "models/util/files.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* SIGINT and SIGTERM set a flag (the first time; a second signal gets the
+ * default action). The trainer polls it between steps. */
+void cg_train_catch_signals(void);
+bool cg_train_interrupted(void);
+
+/* The progress line on stderr: rewritten in place on a terminal, one line
+ * per call otherwise. cg_progress_end() finishes a line left open. */
+void cg_progress(const char *prog, int64_t step, int64_t steps, double loss, double lr,
+                 double tokens_per_s, double eta_s);
+void cg_progress_end(void);
+/* True when stderr is a terminal. */
+bool cg_progress_is_tty(void);
+
+/* The loss history of a run, kept in the checkpoint so that a resumed run
+ * continues its curve:
+ *  - evaluations: (step, train loss, val loss) at each evaluation;
+ *  - the dense training loss: the mean loss of each block of `every`
+ *    consecutive recorded steps (CG_HISTORY_EVERY at first). When
+ *    CG_HISTORY_DENSE_MAX blocks are kept, adjacent pairs merge and `every`
+ *    doubles, so a long run keeps at most that many points. dstep is the
+ *    mean step number of a block's losses. The block being filled is kept
+ *    as sums (acc_*), so a resumed run gives the same series as an
+ *    uninterrupted one.
+ * A zeroed cg_history is empty and ready to use. */
+#define CG_HISTORY_EVERY 10
+#define CG_HISTORY_DENSE_MAX 2000
+
+typedef struct {
+    int n, cap;
+    float *step, *train, *val;
+    int dn, dcap;
+    float *dstep, *dloss;
+    int64_t every; /* 0 means CG_HISTORY_EVERY */
+    double acc_loss;
+    int64_t acc_step, acc_n;
+} cg_history;
+
+bool cg_history_push(cg_history *h, int64_t step, double train, double val);
+/* Record the training loss of one optimizer step (the loss of the step that
+ * brought the model to `step`). A non-finite loss is not recorded. */
+bool cg_history_train_step(cg_history *h, int64_t step, double loss);
+/* Steps per point of the dense series. */
+int64_t cg_history_every(const cg_history *h);
+void cg_history_free(cg_history *h);
+/* {"step":[...],"train":[...],"val":[...],"dense_every":K,"dense_step":[...],
+ *  "dense_loss":[...],"dense_acc":{"loss":"<sum, %.17g>","step":S,"n":N}}
+ * (malloc'd) or NULL. */
+char *cg_history_to_json(const cg_history *h);
+/* Parse what cg_history_to_json wrote into an empty history. The dense_*
+ * fields are optional (histories written before them have none); a null
+ * loss value reads as NaN. */
+bool cg_history_from_json(const char *json, cg_history *h);
+/* The same from a parsed cJSON object (const cJSON *), in linear time. */
+bool cg_history_from_cjson(const cJSON *json, cg_history *h);
+/* Loss curve as a PNG at path: the dense training loss as a thin line (with
+ * the evaluations' train loss before its first point, for histories that
+ * began without it) and the validation loss as a line with markers. */
+bool cg_history_plot(const cg_history *h, const char *path, const char *title);
+
+/* The position of an epoch-based batch order (seq2seq) read back from a
+ * checkpoint: `epoch` shuffles drawn so far, `pos` batches of the current
+ * order consumed, n_batches per epoch, `step` steps done (one batch each).
+ * Valid: epoch 0 with pos == n_batches at step 0 (no order drawn yet), or
+ * epoch >= 1, 0 <= pos <= n_batches and (epoch-1)*n_batches + pos == step.
+ * Anything else is refused (false + error naming path), so a resume never
+ * indexes an order that was never drawn and replays at most `step`
+ * batches' worth of shuffles. */
+bool cg_train_position_check(int64_t epoch, int64_t pos, int64_t n_batches, int64_t step,
+                             const char *path);
+
+/* "<path without .safetensors>.loss.png" (malloc'd). */
+char *cg_loss_png_path(const char *ckpt_path);
+
+/* models/report/plot.h cg_plot_attention_of labelled with token ids through tok
+ * (cg_tokenizer_labels: subword pieces readable): rows are
+ * row_ids[0..rows), columns col_ids[0..cols). */
+bool cg_plot_attention_ids(const char *path, const char *title, int layers, cg_mha *const *mods,
+                           const cg_tokenizer *tok, const int64_t *row_ids, int rows,
+                           const int64_t *col_ids, int cols);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

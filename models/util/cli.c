@@ -1,0 +1,222 @@
+/* cgrad zoo: command-line parsing helpers (see cli.h). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE 1 /* sched_getaffinity, CPU_COUNT */
+#endif
+#include "models/util/cli.h"
+
+#include <sched.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <unistd.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "core/error.h"
+#include "core/tensor.h"
+
+static bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+bool cg_cli_parse_i64(const char *flag, const char *s, int64_t lo, int64_t hi, int64_t *out)
+{
+    if (!s || !*s || is_space(*s)) {
+        cg_set_error("%s: expected an integer, got '%s'", flag, s ? s : "");
+        return false;
+    }
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (*end != '\0') {
+        cg_set_error("%s: '%s' is not an integer", flag, s);
+        return false;
+    }
+    if (errno == ERANGE || v < lo || v > hi) {
+        cg_set_error("%s: %s is out of range [%lld, %lld]", flag, s, (long long)lo, (long long)hi);
+        return false;
+    }
+    *out = (int64_t)v;
+    return true;
+}
+
+bool cg_cli_parse_u64(const char *flag, const char *s, uint64_t *out)
+{
+    if (!s || !*s || is_space(*s) || *s == '-' || *s == '+') {
+        cg_set_error("%s: expected a non-negative integer, got '%s'", flag, s ? s : "");
+        return false;
+    }
+    char *end = NULL;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (*end != '\0') {
+        cg_set_error("%s: '%s' is not a non-negative integer", flag, s);
+        return false;
+    }
+    if (errno == ERANGE) {
+        cg_set_error("%s: %s is too large (at most 18446744073709551615)", flag, s);
+        return false;
+    }
+    *out = (uint64_t)v;
+    return true;
+}
+
+bool cg_cli_parse_f64(const char *flag, const char *s, double lo, double hi, double *out)
+{
+    if (!s || !*s || is_space(*s)) {
+        cg_set_error("%s: expected a number, got '%s'", flag, s ? s : "");
+        return false;
+    }
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (*end != '\0') {
+        cg_set_error("%s: '%s' is not a number", flag, s);
+        return false;
+    }
+    if (errno == ERANGE || !isfinite(v)) {
+        cg_set_error("%s: '%s' is not a finite number", flag, s);
+        return false;
+    }
+    if (v < lo || v > hi) {
+        cg_set_error("%s: %s is out of range [%g, %g]", flag, s, lo, hi);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+bool cg_cli_parse_bool(const char *flag, const char *s, bool *out)
+{
+    static const char *yes[] = {"true", "1", "yes", "on"}, *no[] = {"false", "0", "no", "off"};
+    for (int i = 0; s && i < 4; i++) {
+        if (strcasecmp(s, yes[i]) == 0) { *out = true; return true; }
+        if (strcasecmp(s, no[i]) == 0) { *out = false; return true; }
+    }
+    cg_set_error("%s: expected true or false, got '%s'", flag, s ? s : "");
+    return false;
+}
+
+static bool set_value(const cg_cli_opt *o, const char *v)
+{
+    switch (o->kind) {
+    case CG_CLI_I64:
+        return cg_cli_parse_i64(o->name, v, (int64_t)o->lo, (int64_t)o->hi, (int64_t *)o->dst);
+    case CG_CLI_U64: return cg_cli_parse_u64(o->name, v, (uint64_t *)o->dst);
+    case CG_CLI_F64: return cg_cli_parse_f64(o->name, v, o->lo, o->hi, (double *)o->dst);
+    case CG_CLI_BOOL: return cg_cli_parse_bool(o->name, v, (bool *)o->dst);
+    case CG_CLI_STR:
+        if (!*v) {
+            cg_set_error("%s: empty value", o->name);
+            return false;
+        }
+        *(const char **)o->dst = v;
+        return true;
+    case CG_CLI_SWITCH: *(bool *)o->dst = true; return true;
+    }
+    return false;
+}
+
+bool cg_cli_parse(int argc, char **argv, const cg_cli_opt *opts, int n, bool *help)
+{
+    *help = false;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            *help = true;
+            return true;
+        }
+        if (strncmp(a, "--", 2) != 0 || a[2] == '\0') {
+            cg_set_error("unexpected argument '%s' (try --help)", a);
+            return false;
+        }
+        const char *eq = strchr(a, '=');
+        size_t len = eq ? (size_t)(eq - a) : strlen(a);
+        const cg_cli_opt *o = NULL;
+        for (int j = 0; j < n; j++)
+            if (strlen(opts[j].name) == len && strncmp(opts[j].name, a, len) == 0) {
+                o = &opts[j];
+                break;
+            }
+        if (!o) {
+            cg_set_error("unknown option '%.*s' (try --help)", (int)len, a);
+            return false;
+        }
+        const char *v;
+        if (o->kind == CG_CLI_SWITCH) {
+            if (eq) {
+                cg_set_error("%s takes no value", o->name);
+                return false;
+            }
+            v = "";
+        } else if (eq) {
+            v = eq + 1;
+        } else {
+            if (i + 1 >= argc) {
+                cg_set_error("%s needs a value", o->name);
+                return false;
+            }
+            v = argv[++i];
+        }
+        if (!set_value(o, v))
+            return false;
+        if (o->seen)
+            *o->seen = true;
+    }
+    return true;
+}
+
+int cg_cli_cpus(void)
+{
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    int n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+    if (n < 1) {
+        long k = sysconf(_SC_NPROCESSORS_ONLN);
+        n = k > 0 && k < 1 << 20 ? (int)k : 1;
+    }
+    return n;
+}
+
+void cg_cli_set_threads(const char *prog, int64_t n)
+{
+    if (n > 0)
+        cg_set_num_threads((int)cg_cli_threads(prog, n));
+}
+
+int64_t cg_cli_threads(const char *prog, int64_t n)
+{
+    int cpus = cg_cli_cpus();
+    if (n <= cpus)
+        return n;
+    fprintf(stderr, "%s: warning: --threads %lld is more than the %d CPU%s available; using %d\n",
+            prog ? prog : "cgrad", (long long)n, cpus, cpus == 1 ? "" : "s", cpus);
+    return cpus;
+}
+
+void cg_cli_split(int argc, char **argv, const cg_cli_opt *opts, int n, char **flags, int *nf,
+                  char **pos, int *np)
+{
+    *nf = *np = 0;
+    bool only_pos = false;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (!only_pos && strcmp(a, "--") == 0) {
+            only_pos = true;
+            continue;
+        }
+        if (!only_pos && (strncmp(a, "--", 2) == 0 || strcmp(a, "-h") == 0)) {
+            flags[(*nf)++] = argv[i];
+            if (strchr(a, '='))
+                continue;
+            for (int j = 0; j < n; j++)
+                if (strcmp(opts[j].name, a) == 0 && opts[j].kind != CG_CLI_SWITCH &&
+                    i + 1 < argc) {
+                    flags[(*nf)++] = argv[++i];
+                    break;
+                }
+            continue;
+        }
+        pos[(*np)++] = argv[i];
+    }
+}

@@ -1,0 +1,228 @@
+/* Typed readers for model config JSON fields (see config_json.h). */
+#include "models/util/config_json.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+
+bool cg_json_int(const cJSON *o, const char *what, const char *key, int64_t *out)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v)
+        return true;
+    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) ||
+        fabs(v->valuedouble) > 9e15) {
+        cg_set_error("%s: \"%s\" must be an integer", what, key);
+        return false;
+    }
+    *out = (int64_t)v->valuedouble;
+    return true;
+}
+
+bool cg_json_float(const cJSON *o, const char *what, const char *key, float *out)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v)
+        return true;
+    if (!cJSON_IsNumber(v)) {
+        cg_set_error("%s: \"%s\" must be a number", what, key);
+        return false;
+    }
+    *out = (float)v->valuedouble;
+    return true;
+}
+
+bool cg_json_bool(const cJSON *o, const char *what, const char *key, bool *out)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v)
+        return true;
+    if (cJSON_IsBool(v)) {
+        *out = cJSON_IsTrue(v);
+    } else if (cJSON_IsNumber(v) && (v->valuedouble == 0 || v->valuedouble == 1)) {
+        *out = v->valuedouble != 0;
+    } else {
+        cg_set_error("%s: \"%s\" must be true or false", what, key);
+        return false;
+    }
+    return true;
+}
+
+const char *cg_json_str(const cJSON *o, const char *what, const char *key, bool *ok)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v)
+        return NULL;
+    if (!cJSON_IsString(v)) {
+        cg_set_error("%s: \"%s\" must be a string", what, key);
+        *ok = false;
+        return NULL;
+    }
+    return v->valuestring;
+}
+
+cJSON *cg_json_parse_object(const char *json, const char *what)
+{
+    if (!json) {
+        cg_set_error("%s: NULL argument", what);
+        return NULL;
+    }
+    cJSON *o = cJSON_Parse(json);
+    if (!o || !cJSON_IsObject(o)) {
+        cg_set_error("%s: not a JSON object", what);
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
+bool cg_json_norm_act(const cJSON *o, const char *what, cg_norm_kind *norm, cg_act *act)
+{
+    bool ok = true;
+    const char *s = cg_json_str(o, what, "norm", &ok);
+    if (ok && s)
+        ok = cg_norm_kind_parse(s, norm);
+    if (ok) {
+        s = cg_json_str(o, what, "act", &ok);
+        if (ok && s)
+            ok = cg_act_parse(s, act);
+    }
+    return ok;
+}
+
+bool cg_json_read_fields(const cJSON *o, const char *what, const cg_json_field *f, int n)
+{
+    if (!cJSON_IsObject(o)) {
+        cg_set_error("%s: not a JSON object", what);
+        return false;
+    }
+    for (int i = 0; i < n; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, f[i].key);
+        if (!v) {
+            if (f[i].optional)
+                continue;
+            cg_set_error("%s: \"%s\" is missing", what, f[i].key);
+            return false;
+        }
+        switch (f[i].kind) {
+        case CG_JF_I64:
+        case CG_JF_F64: {
+            double x = cJSON_IsNumber(v) ? v->valuedouble : NAN;
+            bool num = cJSON_IsNumber(v);
+            if (f[i].kind == CG_JF_F64 && cJSON_IsString(v) && *v->valuestring) {
+                char *end; /* a double kept exactly as its decimal string */
+                x = strtod(v->valuestring, &end);
+                num = *end == '\0';
+            }
+            if (!num || !isfinite(x) ||
+                (f[i].kind == CG_JF_I64 && x != floor(x))) {
+                cg_set_error("%s: \"%s\" must be %s", what, f[i].key,
+                             f[i].kind == CG_JF_I64 ? "an integer" : "a finite number");
+                return false;
+            }
+            if (!(x >= f[i].lo && x <= f[i].hi)) {
+                cg_set_error("%s: \"%s\" is %.17g, outside [%.17g, %.17g]", what, f[i].key, x,
+                             f[i].lo, f[i].hi);
+                return false;
+            }
+            if (f[i].kind == CG_JF_I64)
+                *(int64_t *)f[i].dst = (int64_t)x;
+            else
+                *(double *)f[i].dst = x;
+            break;
+        }
+        case CG_JF_U64STR: {
+            const char *s = cJSON_IsString(v) ? v->valuestring : NULL;
+            char *end = NULL;
+            errno = 0;
+            unsigned long long u = s ? strtoull(s, &end, 10) : 0;
+            if (!s || *s < '0' || *s > '9' || *end != '\0' || errno == ERANGE) {
+                cg_set_error("%s: \"%s\" must be a decimal string of a 64-bit integer", what,
+                             f[i].key);
+                return false;
+            }
+            *(uint64_t *)f[i].dst = (uint64_t)u;
+            break;
+        }
+        case CG_JF_STR:
+            if (!cJSON_IsString(v)) {
+                cg_set_error("%s: \"%s\" must be a string", what, f[i].key);
+                return false;
+            }
+            *(const char **)f[i].dst = v->valuestring;
+            break;
+        }
+    }
+    return true;
+}
+
+bool cg_json_f64_array(const cJSON *o, const char *what, const char *key, double *out, int max,
+                       int *n)
+{
+    *n = 0;
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!a)
+        return true;
+    if (!cJSON_IsArray(a)) {
+        cg_set_error("%s: \"%s\" must be an array", what, key);
+        return false;
+    }
+    for (const cJSON *x = a->child; x; x = x->next) {
+        if (*n >= max) {
+            cg_set_error("%s: \"%s\" holds more than %d values", what, key, max);
+            return false;
+        }
+        if (!cJSON_IsNumber(x) || !isfinite(x->valuedouble)) {
+            cg_set_error("%s: \"%s\" must hold finite numbers", what, key);
+            return false;
+        }
+        out[(*n)++] = x->valuedouble;
+    }
+    return true;
+}
+
+const char *cg_json_num(char *buf, size_t n, const char *fmt, double x)
+{
+    if (!isfinite(x))
+        snprintf(buf, n, "null");
+    else
+        snprintf(buf, n, fmt, x);
+    return buf;
+}
+
+const char *cg_json_quote(char *buf, size_t n, const char *s)
+{
+    size_t k = 0;
+    if (n < 3) {
+        if (n)
+            buf[0] = '\0';
+        return buf;
+    }
+    buf[k++] = '"';
+    for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
+        char esc[8];
+        int len;
+        if (*p == '"' || *p == '\\')
+            len = snprintf(esc, sizeof esc, "\\%c", *p);
+        else if (*p < 0x20 || *p == 0x7f)
+            len = snprintf(esc, sizeof esc, "\\u%04x", *p);
+        else
+            esc[0] = (char)*p, esc[1] = '\0', len = 1;
+        if (k + (size_t)len + 2 > n) {
+            while (k > 1 && ((unsigned char)buf[k - 1] & 0xC0) == 0x80)
+                k--; /* do not leave half a UTF-8 character */
+            if (k > 1 && (unsigned char)buf[k - 1] >= 0xC0)
+                k--;
+            break;
+        }
+        memcpy(buf + k, esc, (size_t)len);
+        k += (size_t)len;
+    }
+    buf[k++] = '"';
+    buf[k] = '\0';
+    return buf;
+}

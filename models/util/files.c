@@ -1,0 +1,305 @@
+/* cgrad zoo: reading input files and making output directories (see
+ * files.h). */
+#include "models/util/files.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "models/util/utf8.h"
+
+static double meminfo_available(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    double kb = -1;
+    char line[256];
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lf kB", &kb) == 1)
+            break;
+    if (f)
+        fclose(f);
+    if (kb > 0)
+        return kb * 1024.0;
+    long pages = sysconf(_SC_AVPHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    return pages > 0 && psz > 0 ? (double)pages * (double)psz : 1e12;
+}
+
+size_t cg_input_limit(void)
+{
+    const char *env = getenv("CG_MAX_INPUT_MB");
+    if (env && *env) {
+        char *end;
+        unsigned long long mb = strtoull(env, &end, 10);
+        if (*end == '\0' && mb > 0 && mb < (1ULL << 40))
+            return (size_t)(mb << 20);
+    }
+    double avail = meminfo_available();
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+        (double)rl.rlim_cur < avail)
+        avail = (double)rl.rlim_cur;
+    FILE *cg = fopen("/sys/fs/cgroup/memory.max", "r");
+    double cmax;
+    if (cg && fscanf(cg, "%lf", &cmax) == 1 && cmax > 0 && cmax < avail)
+        avail = cmax;
+    if (cg)
+        fclose(cg);
+    double lim = avail / 6;
+    if (lim < (double)(1 << 20))
+        lim = (double)(1 << 20);
+    if (lim > (double)SIZE_MAX / 2)
+        lim = (double)SIZE_MAX / 2;
+    return (size_t)lim;
+}
+
+static void fmt_bytes(double b, char *buf, size_t n)
+{
+    if (b >= 1e9)
+        snprintf(buf, n, "%.1f GB", b / 1e9);
+    else
+        snprintf(buf, n, "%.1f MB", b / 1e6);
+}
+
+char *cg_read_file_once(const char *path, size_t max_bytes, bool text, size_t *len)
+{
+    *len = 0;
+    if (max_bytes == 0)
+        max_bytes = cg_input_limit();
+    bool std_in = strcmp(path, "-") == 0;
+    int fd = std_in ? STDIN_FILENO : open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        cg_set_error("cannot open '%s': %s", path, strerror(errno));
+        return NULL;
+    }
+    struct stat st;
+    if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+        if (!std_in)
+            close(fd);
+        cg_set_error("'%s' is a directory, not a file", path);
+        return NULL;
+    }
+    /* a regular file: one exact allocation; a stream: grow by half */
+    size_t cap = S_ISREG(st.st_mode) && st.st_size >= 0 && (uint64_t)st.st_size < max_bytes
+                     ? (size_t)st.st_size + 1
+                     : (size_t)1 << 16;
+    char *buf = malloc(cap + 1);
+    size_t n = 0;
+    const char *err = NULL;
+    int e = 0;
+    char big[32];
+    while (buf) {
+        if (n == cap) {
+            if (cap > max_bytes) {
+                fmt_bytes((double)max_bytes, big, sizeof big);
+                err = "limit";
+                break;
+            }
+            size_t nc = cap + cap / 2;
+            if (nc > max_bytes + 1)
+                nc = max_bytes + 1;
+            char *nb = realloc(buf, nc + 1);
+            if (!nb) {
+                err = "oom";
+                break;
+            }
+            buf = nb;
+            cap = nc;
+        }
+        ssize_t got = read(fd, buf + n, cap - n);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0) {
+            e = errno;
+            err = "read";
+            break;
+        }
+        if (got == 0)
+            break;
+        if (text && memchr(buf + n, '\0', (size_t)got)) {
+            size_t at = n + (size_t)((char *)memchr(buf + n, '\0', (size_t)got) - (buf + n));
+            cg_set_error("'%s' holds a NUL byte at offset %zu: not a text file", path, at);
+            err = "set";
+            break;
+        }
+        n += (size_t)got;
+        if (n > max_bytes) {
+            fmt_bytes((double)max_bytes, big, sizeof big);
+            err = "limit";
+            break;
+        }
+    }
+    if (!std_in)
+        close(fd);
+    if (!buf || (err && strcmp(err, "oom") == 0)) {
+        free(buf);
+        cg_set_error("out of memory reading '%s' (%zu bytes read)", path, n);
+        return NULL;
+    }
+    if (err) {
+        free(buf);
+        if (strcmp(err, "limit") == 0)
+            cg_set_error("'%s' is larger than %s, the input limit (a sixth of the available "
+                         "memory; set CG_MAX_INPUT_MB to change it)", path, big);
+        else if (strcmp(err, "read") == 0)
+            cg_set_error("cannot read '%s': %s", path, strerror(e));
+        return NULL;
+    }
+    if (text && n == 0) {
+        free(buf);
+        cg_set_error("'%s' is empty", path);
+        return NULL;
+    }
+    if (n + 1 < cap) { /* give back what a stream's growth left over */
+        char *nb = realloc(buf, n + 1);
+        if (nb)
+            buf = nb;
+    }
+    buf[n] = '\0';
+    *len = n;
+    return buf;
+}
+
+void cg_data_default_hint(const char *path, const char *default_path)
+{
+    if (strcmp(path, default_path) == 0 && strstr(cg_last_error(), "cannot open")) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", cg_last_error());
+        cg_set_error("%s; create it with scripts/prepare_data.sh (or pass --data FILE)", msg);
+    }
+}
+
+long long cg_read_line(char **buf, size_t *cap, FILE *f, const char *name, size_t max_len)
+{
+    int c;
+    size_t n = 0;
+    for (;;) {
+        c = getc(f);
+        if (c == EOF) {
+            if (ferror(f)) {
+                if (errno == EINTR) {
+                    clearerr(f);
+                    continue;
+                }
+                cg_set_error("%s: read error: %s", name, strerror(errno));
+                return -2;
+            }
+            break;
+        }
+        if (c == '\n')
+            break;
+        if (c == '\0') {
+            cg_set_error("%s: NUL byte in a line: not text", name);
+            return -2;
+        }
+        if (n >= max_len) {
+            cg_set_error("%s: a line is longer than %zu bytes", name, max_len);
+            return -2;
+        }
+        if (n + 2 > *cap) {
+            size_t nc = *cap ? *cap * 2 : 256;
+            char *nb = realloc(*buf, nc);
+            if (!nb) {
+                cg_set_error("%s: out of memory", name);
+                return -2;
+            }
+            *buf = nb;
+            *cap = nc;
+        }
+        (*buf)[n++] = (char)c;
+    }
+    if (c == EOF && n == 0)
+        return -1;
+    if (!*buf) {
+        *buf = malloc(1);
+        if (!*buf) {
+            cg_set_error("%s: out of memory", name);
+            return -2;
+        }
+        *cap = 1;
+    }
+    (*buf)[n] = '\0';
+    return (long long)n;
+}
+
+char **cg_read_lines(FILE *f, const char *name, int64_t *n)
+{
+    char **lines = NULL, *line = NULL;
+    size_t lcap = 0;
+    int64_t cap = 0;
+    long long k = 0;
+    bool ok = true;
+    *n = 0;
+    while (ok && (k = cg_read_line(&line, &lcap, f, name, CG_LINE_MAX)) >= 0) {
+        while (k > 0 && (line[k - 1] == '\n' || line[k - 1] == '\r'))
+            line[--k] = '\0';
+        if (*n == cap) {
+            cap = cap ? 2 * cap : 64;
+            char **t = realloc(lines, (size_t)cap * sizeof *t);
+            if (!(ok = t != NULL))
+                break;
+            lines = t;
+        }
+        if (!(ok = (lines[*n] = strdup(line)) != NULL))
+            break;
+        (*n)++;
+    }
+    free(line);
+    if (!ok)
+        cg_set_error("out of memory");
+    if (!ok || k == -2) {
+        for (int64_t i = 0; i < *n; i++)
+            free(lines[i]);
+        free(lines);
+        return NULL;
+    }
+    if (!lines && !(lines = malloc(sizeof *lines)))
+        cg_set_error("out of memory");
+    return lines;
+}
+
+uint32_t *cg_read_text_file(const char *path, int64_t *n)
+{
+    size_t len;
+    char *buf = cg_read_file_once(path, 0, true, &len);
+    if (!buf)
+        return NULL;
+    uint32_t *cps = cg_utf8_decode(buf, len, path, n);
+    free(buf);
+    return cps;
+}
+
+bool cg_ensure_parent_dir(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    if (!slash || slash == path)
+        return true;
+    size_t n = (size_t)(slash - path);
+    char *dir = malloc(n + 1);
+    if (!dir) {
+        cg_set_error("out of memory");
+        return false;
+    }
+    memcpy(dir, path, n);
+    dir[n] = '\0';
+    struct stat st;
+    bool ok = true;
+    if (stat(dir, &st) != 0) {
+        if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
+            cg_set_error("cannot create directory '%s': %s", dir, strerror(errno));
+            ok = false;
+        }
+    } else if (!S_ISDIR(st.st_mode)) {
+        cg_set_error("'%s' is not a directory", dir);
+        ok = false;
+    }
+    free(dir);
+    return ok;
+}

@@ -1,0 +1,59 @@
+/* cgrad zoo, util layer: input files read once (whatever their kind) and
+ * the parent directory of an output file.
+ *
+ * Errors: NULL/false/-2 + cg_set_error (core/error.h) naming the file. */
+#ifndef CG_MODELS_UTIL_FILES_H
+#define CG_MODELS_UTIL_FILES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The largest input file the programs accept, in bytes: CG_MAX_INPUT_MB
+ * from the environment when set (a positive integer), else a sixth of the
+ * memory available to this process (the smallest of MemAvailable, the
+ * address-space rlimit and the cgroup's memory.max; a corpus needs about 5
+ * bytes per byte of text while it is decoded). At least 1 MB. */
+size_t cg_input_limit(void);
+
+/* Read a whole file ONCE, from any kind of file: a regular file, a FIFO, a
+ * pipe (--data <(cat x)), /dev/stdin ("-" is stdin too). Returns a malloc'd
+ * buffer with a NUL after the *len bytes. NULL + error naming path when it
+ * cannot be opened, is a directory, a read fails (reported, never taken for
+ * the end of input), it holds more than max_bytes (0: cg_input_limit()),
+ * or, with text = true, it is empty or holds a NUL byte (refused as soon as
+ * one is read, so /dev/zero fails at once). */
+char *cg_read_file_once(const char *path, size_t max_bytes, bool text, size_t *len);
+
+/* After reading path failed: when it could not be opened and it is the
+ * program's default data file, the error gets how to make it ("...;
+ * create it with scripts/prepare_data.sh (or pass --data FILE)"). */
+void cg_data_default_hint(const char *path, const char *default_path);
+
+/* One line of f, like getline(3) (*buf grown as needed, *cap its size) but
+ * without the "\n": returns its length, -1 at the end of input, -2 + error
+ * ("name: read error: ...", a line longer than max_len bytes, a NUL byte):
+ * a read error is never taken for the end of input. */
+#define CG_LINE_MAX ((size_t)1 << 20)
+long long cg_read_line(char **buf, size_t *cap, FILE *f, const char *name, size_t max_len);
+/* Every line of f (cg_read_line with CG_LINE_MAX, a trailing "\r" cut too)
+ * as n malloc'd strings in a malloc'd array (free each and the array), or
+ * NULL + error. */
+char **cg_read_lines(FILE *f, const char *name, int64_t *n);
+
+/* Read a whole file as UTF-8 code points (malloc'd). NULL + error if it is
+ * missing, unreadable, empty, too large, or not valid UTF-8. */
+uint32_t *cg_read_text_file(const char *path, int64_t *n);
+
+/* Create the parent directory of path if it is missing (one level). */
+bool cg_ensure_parent_dir(const char *path);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
