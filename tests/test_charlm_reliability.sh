@@ -59,7 +59,7 @@ for ((w = 0; w < 600; w++)); do # wait for the first progress line (up to 30 s)
 done
 sleep "0.$((RANDOM % 10))"
 # a second writer of the same checkpoint is refused while the first runs
-# (flock on int.st.lock), even with --force, and changes nothing
+# (flock on int.st.cgrad-lock), even with --force, and changes nothing
 rc=0
 "$charlm" train "${model[@]}" --steps 5 --out int.st --force >/dev/null 2>lock.log || rc=$?
 [ "$rc" -eq 1 ] && grep -q 'being written by another run (pid' lock.log ||

@@ -926,8 +926,12 @@ START_TEST(test_cli_end_to_end)
     ck_assert_int_eq(count_lines(out), 3);
     free(out);
     free(err);
-    rc = run(args, "bad \xff input\n", &out, &err);
-    ck_assert(rc != 0 && count_lines(err) == 1 && strstr(err, "UTF-8"));
+    /* a line that is not UTF-8 is reported and stands as an empty line; the
+     * others are translated (issue 25: one bad line rejected the input) */
+    rc = run(args, "bad \xff input\nthe dog 2.\n", &out, &err);
+    ck_assert_msg(rc == 0 && count_lines(out) == 2 && out[0] == '\n' && strstr(err, "UTF-8") &&
+                      strstr(err, "line 1") && strstr(err, "1 of 2 lines not translated"),
+                  "exit %d: %s", rc, err);
     free(out);
     free(err);
     /* eval */

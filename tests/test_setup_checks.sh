@@ -30,27 +30,26 @@ no_file() { [ ! -e "$2" ] && echo "ok: $1: no $2" || fail "$1: $2 was written"; 
 # ---- 4. a test pair longer than --max-len: refused at setup, naming file and line
 { printf '%s\t%s\n' "$(printf 'long%.0s ' {1..12})" "lang"; sed 1d p.tsv; } >pl.tsv
 split=(--valid-size 10 --test-size 370 --test-limit 400 --max-len 40)
-expect "seq2seq: a test pair longer than --max-len" 1 "pl.tsv.*line 1" \
+refused "seq2seq: a test pair longer than --max-len" "pl.tsv.*line 1" \
   "$seq2seq" train --data pl.tsv "${S2S[@]}" "${split[@]}" --steps 2 --out l.st
 no_file "a test pair longer than --max-len" l.st
 # the same with --test-limit 0 (no test decoding): nothing to refuse
 "$seq2seq" train --data pl.tsv "${S2S[@]}" "${split[@]}" --test-limit 0 --steps 2 --out l0.st >/dev/null 2>err.txt &&
   echo "ok: --test-limit 0 does not decode the long test pair" || fail "--test-limit 0: $(tail -1 err.txt)"
 # a validation pair: also named by file and line
-expect "seq2seq: a validation pair longer than --max-len" 1 "pl.tsv.*line 1" \
+refused "seq2seq: a validation pair longer than --max-len" "pl.tsv.*line 1" \
   "$seq2seq" train --data pl.tsv "${S2S[@]}" --valid-size 360 --test-size 20 --max-len 40 --steps 2 --out l2.st
 # eval of a checkpoint whose --max-len is below a test pair: refused before decoding
 "$seq2seq" train --data pl.tsv "${S2S[@]}" "${split[@]}" --max-len 80 --steps 2 --out l80.st >/dev/null 2>err.txt ||
   fail "--max-len 80 training: $(tail -1 err.txt)"
 cfg=$("$tool" getmeta l80.st config | sed -e 's/"max_len": [0-9]*/"max_len": 40/')
 "$tool" setmeta l80.st config "$cfg"
-expect "seq2seq eval: a test pair longer than the model's limit" 1 "pl.tsv.*line 1" \
+refused "seq2seq eval: a test pair longer than the model's limit" "pl.tsv.*line 1" \
   "$seq2seq" eval --ckpt l80.st --threads 1
-# charlm: a validation split shorter than a window is refused before the lock is taken
-expect "charlm: a text too short for its validation split" 1 "too short" \
+# charlm: a validation split shorter than a window is refused before training
+refused "charlm: a text too short for its validation split" "too short" \
   "$charlm" train --data <(head -c 150 c.txt) "${TINY[@]}" --steps 2 --out sm.st
-[ -z "$(ls sm.st* 2>/dev/null)" ] && echo "ok: nothing written for a refused run" ||
-  fail "a refused run left $(ls sm.st*)"
+no_file "a text too short" sm.st
 
 # ---- 8. NaN or Inf weights, a damaged optimizer state
 cp a.st nan.st && "$tool" poison nan.st ln_f.weight
@@ -76,7 +75,7 @@ expect_ok() { # NAME PATTERN CMD...: CMD exits 0 within 120 s and its stderr mat
   shift 2
   timeout 120 "$@" >out.txt 2>err.txt || rc=$?
   if [ "$rc" -ne 0 ]; then fail "$name: exit status $rc: $(tail -c 300 err.txt)"
-  elif ! grep -q -- "$pat" err.txt; then fail "$name: no '$pat' on stderr: $(head -c 300 err.txt)"
+  elif [ -n "$pat" ] && ! grep -q -- "$pat" err.txt; then fail "$name: no '$pat' on stderr: $(head -c 300 err.txt)"
   else echo "ok: $name"; fi
 }
 for n in 64 20000 100000; do
@@ -84,7 +83,7 @@ for n in 64 20000 100000; do
     env OMP_NUM_THREADS=$n "$charlm" train --data c.txt --d 16 --H 2 --layers 1 --d-ff 32 --T 16 --batch-size 4 --steps 2 --out o$n.st
 done
 expect_ok "OMP_NUM_THREADS=100000 charlm sample" "OMP_NUM_THREADS" env OMP_NUM_THREADS=100000 "$charlm" sample --ckpt a.st --length 20
-expect_ok "OMP_NUM_THREADS=100000 seq2seq translate" "OMP_NUM_THREADS" env OMP_NUM_THREADS=100000 "$seq2seq" translate --ckpt s.st "the cat"
+expect_ok "OMP_NUM_THREADS=100000 seq2seq translate (2 threads by default)" "" env OMP_NUM_THREADS=100000 "$seq2seq" translate --ckpt s.st "the cat"
 expect_ok "OMP_NUM_THREADS=100000,2 charlm eval" "OMP_NUM_THREADS" env OMP_NUM_THREADS=100000,2 "$charlm" eval --ckpt a.st
 # --threads given: it wins, no warning about the environment
 timeout 120 env OMP_NUM_THREADS=100000 "$charlm" sample --ckpt a.st --length 20 --threads 1 >/dev/null 2>err.txt &&
