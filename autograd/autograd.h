@@ -26,25 +26,87 @@ extern "C" {
 #endif
 
 /* ---------------------------------------------------------------- ops */
-/* Every differentiable op has one enum value and one name; the table in
- * engine.c is guarded by a static_assert on CG_OP_COUNT, so adding an op
- * without a name fails to compile. */
+/* The op table: one row per differentiable op of the library, the only
+ * place an op is listed. Columns:
+ *   X(ENUM, name, max_inputs, reads, cross)
+ *   ENUM        the cg_op value is CG_OP_<ENUM>
+ *   name        printed in every message about the op
+ *   max_inputs  inputs recorded (0: any number, e.g. concat); recording
+ *               with more is an error
+ *   reads       the inputs whose VALUES the backward reads, as a bit mask
+ *               (CG_IN(i)); an input used only for its shape is not read.
+ *               Their version counters are checked by cg_backward, so a
+ *               tensor the backward does not read (x in x + 1) may change
+ *               in place after the forward without complaint.
+ *   cross       1: also input 0 is read when input 1 needs a gradient and
+ *               input 1 when input 0 does (a product: d(ab)/da = b).
+ * Saved tensors (cg_node_save) are always checked. A new op: one row here,
+ * its forward and backward side by side in ops*.c, its declaration in
+ * ops.h, and a gradcheck test. */
+#define CG_IN(i) (1u << (i))
+#define CG_OP_TABLE(X)                                                        \
+    X(ADD, "add", 2, 0, 0)                                                    \
+    X(SUB, "sub", 2, 0, 0)                                                    \
+    X(MUL, "mul", 2, 0, 1)                                                    \
+    X(DIV, "div", 2, CG_IN(1), 1)                                             \
+    X(ADDS, "adds", 1, 0, 0)                                                  \
+    X(MULS, "muls", 1, 0, 0)                                                  \
+    X(NEG, "neg", 1, 0, 0)                                                    \
+    X(EXP, "exp", 1, 0, 0)              /* reads its saved output */          \
+    X(LOG, "log", 1, CG_IN(0), 0)                                             \
+    X(SQRT, "sqrt", 1, 0, 0)            /* saved output */                    \
+    X(RSQRT, "rsqrt", 1, 0, 0)          /* saved output */                    \
+    X(POW, "pow", 1, CG_IN(0), 0)                                             \
+    X(TANH, "tanh", 1, 0, 0)            /* saved output */                    \
+    X(SIGMOID, "sigmoid", 1, 0, 0)      /* saved output */                    \
+    X(RELU, "relu", 1, CG_IN(0), 0)                                           \
+    X(GELU, "gelu", 1, CG_IN(0), 0)                                           \
+    X(ABS, "abs", 1, CG_IN(0), 0)                                             \
+    X(CLAMP, "clamp", 1, CG_IN(0), 0)                                         \
+    X(WHERE, "where", 3, CG_IN(0), 0)   /* cond, a, b */                      \
+    X(MASKED_FILL, "masked_fill", 2, CG_IN(1), 0)                             \
+    X(SUM, "sum", 1, 0, 0)                                                    \
+    X(MEAN, "mean", 1, 0, 0)                                                  \
+    X(VAR, "var", 1, CG_IN(0), 0)                                             \
+    X(MAX, "max", 1, 0, 0)              /* saved argmax */                    \
+    X(MATMUL, "matmul", 2, 0, 1)                                              \
+    X(PERMUTE, "permute", 1, 0, 0)                                            \
+    X(SLICE, "slice", 1, 0, 0)                                                \
+    X(SELECT, "select", 1, 0, 0)                                              \
+    X(EXPAND, "expand", 1, 0, 0)                                              \
+    X(RESHAPE, "reshape", 1, 0, 0)                                            \
+    X(CONTIGUOUS, "contiguous", 1, 0, 0)                                      \
+    X(SOFTMAX, "softmax", 1, 0, 0)      /* saved output */                    \
+    X(LOG_SOFTMAX, "log_softmax", 1, 0, 0) /* saved output */                 \
+    X(CROSS_ENTROPY, "cross_entropy", 1, CG_IN(0), 0)                         \
+    X(LAYER_NORM, "layer_norm", 3, CG_IN(0) | CG_IN(1), 0) /* x, w, b */      \
+    X(RMS_NORM, "rms_norm", 2, CG_IN(0) | CG_IN(1), 0)                        \
+    X(DROPOUT, "dropout", 1, 0, 0)      /* saved mask */                      \
+    X(CONCAT, "concat", 0, 0, 0)                                              \
+    X(INDEX_SELECT, "index_select", 1, 0, 0)                                  \
+    X(GATHER, "gather", 1, 0, 0)                                              \
+    X(ATTENTION, "attention", 3, CG_IN(0) | CG_IN(1) | CG_IN(2), 0)           \
+    X(LINEAR, "linear", 3, 0, 1)        /* x, w, b */                         \
+    X(SILU, "silu", 1, CG_IN(0), 0)                                           \
+    X(SIN, "sin", 1, CG_IN(0), 0)                                             \
+    X(COS, "cos", 1, CG_IN(0), 0)                                             \
+    X(TRIL, "tril", 1, 0, 0)                                                  \
+    X(TRIU, "triu", 1, 0, 0)                                                  \
+    X(CUMSUM, "cumsum", 1, 0, 0)                                              \
+    X(NLL_LOSS, "nll_loss", 1, 0, 0)    /* saved log-probabilities */         \
+    X(BCE_WITH_LOGITS, "binary_cross_entropy_with_logits", 2,                 \
+      CG_IN(0) | CG_IN(1), 0)                                                 \
+    X(ADD_LAYER_NORM, "add_layer_norm", 4, CG_IN(0) | CG_IN(1) | CG_IN(2), 0) \
+    X(ADD_RMS_NORM, "add_rms_norm", 3, CG_IN(0) | CG_IN(1) | CG_IN(2), 0)     \
+    X(LINEAR_RELU, "linear_relu", 3, 0, 1) /* + saved output */               \
+    X(CUSTOM, "custom", 0, 0, 0)        /* cg_record_op: see below */        \
+    X(CLONE, "clone", 1, 0, 0)                                                \
+    X(GELU_ERF, "gelu_erf", 1, CG_IN(0), 0)
+
 typedef enum {
-    CG_OP_ADD, CG_OP_SUB, CG_OP_MUL, CG_OP_DIV, CG_OP_ADDS, CG_OP_MULS,
-    CG_OP_NEG, CG_OP_EXP, CG_OP_LOG, CG_OP_SQRT, CG_OP_RSQRT, CG_OP_POW,
-    CG_OP_TANH, CG_OP_SIGMOID, CG_OP_RELU, CG_OP_GELU, CG_OP_ABS, CG_OP_CLAMP,
-    CG_OP_WHERE, CG_OP_MASKED_FILL,
-    CG_OP_SUM, CG_OP_MEAN, CG_OP_VAR, CG_OP_MAX,
-    CG_OP_MATMUL,
-    CG_OP_PERMUTE, CG_OP_SLICE, CG_OP_SELECT, CG_OP_EXPAND, CG_OP_RESHAPE,
-    CG_OP_CONTIGUOUS,
-    CG_OP_SOFTMAX, CG_OP_LOG_SOFTMAX, CG_OP_CROSS_ENTROPY, CG_OP_LAYER_NORM,
-    CG_OP_RMS_NORM, CG_OP_DROPOUT, CG_OP_CONCAT, CG_OP_INDEX_SELECT, CG_OP_GATHER,
-    CG_OP_ATTENTION, CG_OP_LINEAR,
-    CG_OP_SILU, CG_OP_SIN, CG_OP_COS, CG_OP_TRIL, CG_OP_TRIU, CG_OP_CUMSUM, CG_OP_NLL_LOSS,
-    CG_OP_BCE_WITH_LOGITS,
-    CG_OP_ADD_LAYER_NORM, CG_OP_ADD_RMS_NORM, CG_OP_LINEAR_RELU,
-    CG_OP_CUSTOM,
+#define CG_OP_ENUM_(e, name, nin, reads, cross) CG_OP_##e,
+    CG_OP_TABLE(CG_OP_ENUM_)
+#undef CG_OP_ENUM_
     CG_OP_COUNT
 } cg_op;
 
@@ -79,6 +141,13 @@ struct cg_node {
     int64_t out_shape[CG_MAX_DIMS];
     uint64_t mark;                         /* topological sort bookkeeping */
     bool freed;                            /* inputs already released */
+    /* Version checks (see cg_backward): bit i of reads says the backward
+     * reads input i's values (bit 63 stands for every input from 63 on);
+     * in_version[i] and saved_version[i] are the version counters
+     * (cg_version) of input i and saved[i] when they were recorded. */
+    uint64_t reads;
+    uint64_t *in_version;                  /* n_inputs entries (owned) */
+    uint64_t saved_version[CG_NODE_MAX_SAVED];
 };
 
 /* Record a node on out if grad mode is on and any input requires grad.
@@ -116,6 +185,13 @@ cg_record_status cg_record_op(cg_tensor *out, const char *name, int n_inputs,
                               cg_node **node_out);
 /* The node's op name: a user-defined op's own name, else cg_op_name(op). */
 const char *cg_node_name(const cg_node *n);
+/* Whether the backward of n reads the values of input i (on, the default
+ * for a user-defined op: every input) or only its shape or nothing (off).
+ * cg_backward refuses to run when an input it reads, or a tensor saved with
+ * cg_node_save, was written in place after it was recorded (its version
+ * counter moved, core/tensor.h cg_version): say off for inputs your
+ * backward does not read, so that changing them afterwards stays legal. */
+void cg_node_set_reads(cg_node *n, int i, bool reads);
 /* Whether input i of n needs a gradient. */
 bool cg_node_needs_grad(const cg_node *n, int i);
 /* Save a tensor on the node (retained). Returns slot index or -1. */
@@ -127,7 +203,18 @@ cg_tensor *cg_alias(const cg_tensor *t);
 /* ------------------------------------------------------------ engine */
 /* Gradients of every leaf that requires grad, from root (any shape) with
  * upstream gradient grad_root (NULL: ones, i.e. d root/d root; root must
- * then have one element). Returns false with an error on failure. */
+ * then have one element). Returns false with an error on failure.
+ *
+ * Before computing anything it checks the version counter of every tensor
+ * a backward of the graph will read (the inputs each op reads, see
+ * CG_OP_TABLE, and every saved tensor): if one was written in place after
+ * the op recorded it (a cg_*_ function, cg_fill_, cg_copy_, an optimizer
+ * step, clipping, a load, a write through a view sharing its storage, or
+ * cg_tensor_modified after a raw write), the gradient would be wrong, so
+ * backward refuses with one line naming the op and the tensor, e.g.
+ *   backward: input 1 of 'mul' (a leaf [4, 3]) was modified in place after
+ *   it was saved (version 3, saved at 2)
+ * and every .grad stays exactly as it was. */
 bool cg_backward(cg_tensor *root, const cg_tensor *grad_root, bool retain_graph);
 
 /* Grad mode: ops record nodes only while it is on (the default). Scopes

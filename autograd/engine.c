@@ -3,30 +3,24 @@
 #include "autograd/autograd.h"
 
 #include <assert.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/ops.h"
 
-static const char *const op_names[] = {
-    "add", "sub", "mul", "div", "adds", "muls",
-    "neg", "exp", "log", "sqrt", "rsqrt", "pow",
-    "tanh", "sigmoid", "relu", "gelu", "abs", "clamp",
-    "where", "masked_fill",
-    "sum", "mean", "var", "max",
-    "matmul",
-    "permute", "slice", "select", "expand", "reshape",
-    "contiguous",
-    "softmax", "log_softmax", "cross_entropy", "layer_norm",
-    "rms_norm", "dropout", "concat", "index_select", "gather",
-    "attention", "linear",
-    "silu", "sin", "cos", "tril", "triu", "cumsum", "nll_loss",
-    "binary_cross_entropy_with_logits",
-    "add_layer_norm", "add_rms_norm", "linear_relu",
-    "custom",
-};
-static_assert(sizeof op_names / sizeof op_names[0] == CG_OP_COUNT,
-              "every cg_op needs a name in op_names");
+/* Columns of the op table (autograd.h, CG_OP_TABLE). */
+#define OP_NAME_(e, name, nin, reads, cross) name,
+static const char *const op_names[] = {CG_OP_TABLE(OP_NAME_)};
+#undef OP_NAME_
+#define OP_NIN_(e, name, nin, reads, cross) nin,
+static const int op_max_inputs[] = {CG_OP_TABLE(OP_NIN_)};
+#undef OP_NIN_
+#define OP_READS_(e, name, nin, reads, cross) (reads) | ((cross) ? OP_CROSS : 0u),
+#define OP_CROSS 0x80000000u
+static const uint32_t op_reads[] = {CG_OP_TABLE(OP_READS_)};
+#undef OP_READS_
+static_assert(sizeof op_names / sizeof op_names[0] == CG_OP_COUNT, "one name per op");
 
 const char *cg_op_name(cg_op op)
 {
@@ -79,6 +73,7 @@ static void node_free_hook(cg_node *n)
         if (!p) { /* out of memory: free this one directly (may recurse) */
             node_drop_refs(n);
             free(n->inputs);
+            free(n->in_version);
             free(n->name);
             free(n);
             return;
@@ -94,6 +89,7 @@ static void node_free_hook(cg_node *n)
         cg_node *m = g_pending[--g_npending];
         node_drop_refs(m);
         free(m->inputs);
+        free(m->in_version);
         free(m->name);
         free(m);
     }
@@ -138,9 +134,11 @@ static cg_record_status record(cg_tensor *out, cg_op op, const char *name, int n
     *node_out = NULL;
     if (!out || !cg_grad_enabled())
         return CG_RECORD_NONE;
-    if (n_inputs < 0 || (n_inputs > 0 && !inputs) || !backward) {
-        cg_set_error("%s: recording needs inputs and a backward function (%d inputs, "
-                     "backward %s)", opn, n_inputs, backward ? "set" : "NULL");
+    if (n_inputs < 0 || (n_inputs > 0 && !inputs) || !backward ||
+        (unsigned)op >= CG_OP_COUNT || (op_max_inputs[op] && n_inputs > op_max_inputs[op])) {
+        cg_set_error("%s: recording needs inputs (at most %d) and a backward function (%d "
+                     "inputs, backward %s)", opn, (unsigned)op < CG_OP_COUNT ? op_max_inputs[op] : 0,
+                     n_inputs, backward ? "set" : "NULL");
         return CG_RECORD_FAILED;
     }
     bool any = false;
@@ -168,6 +166,7 @@ static cg_record_status record(cg_tensor *out, cg_op op, const char *name, int n
     ensure_hook();
     cg_node *n = calloc(1, sizeof *n);
     cg_tensor **ins = calloc((size_t)(n_inputs ? n_inputs : 1), sizeof *ins);
+    uint64_t *vers = malloc((size_t)(n_inputs ? n_inputs : 1) * sizeof *vers);
     char *nm = NULL;
     if (name) {
         size_t len = strlen(name) + 1;
@@ -175,9 +174,10 @@ static cg_record_status record(cg_tensor *out, cg_op op, const char *name, int n
         if (nm)
             memcpy(nm, name, len);
     }
-    if (!n || !ins || (name && !nm)) {
+    if (!n || !ins || !vers || (name && !nm)) {
         free(n);
         free(ins);
+        free(vers);
         free(nm);
         cg_set_error("%s: out of memory recording the graph", opn);
         return CG_RECORD_FAILED;
@@ -187,8 +187,23 @@ static cg_record_status record(cg_tensor *out, cg_op op, const char *name, int n
     n->backward = backward;
     n->n_inputs = n_inputs;
     n->inputs = ins;
-    for (int i = 0; i < n_inputs; i++)
+    n->in_version = vers;
+    for (int i = 0; i < n_inputs; i++) {
         ins[i] = cg_retain(inputs[i]);
+        vers[i] = cg_version(inputs[i]);
+    }
+    /* Which inputs the backward reads (op table); a product reads each
+     * input only for the other's gradient. A user-defined op: all of them
+     * until it says otherwise (cg_node_set_reads). */
+    if (op == CG_OP_CUSTOM) {
+        n->reads = ~(uint64_t)0;
+    } else {
+        n->reads = op_reads[op] & ~OP_CROSS;
+        if ((op_reads[op] & OP_CROSS) && n_inputs >= 2) {
+            n->reads |= tensor_needs_grad(inputs[1]) ? 1u : 0u;
+            n->reads |= tensor_needs_grad(inputs[0]) ? 2u : 0u;
+        }
+    }
     n->out_ndim = out->ndim;
     memcpy(n->out_shape, out->shape, sizeof n->out_shape);
     out->node = n;
@@ -225,6 +240,21 @@ const char *cg_node_name(const cg_node *n)
     return !n ? "?" : n->name ? n->name : cg_op_name(n->op);
 }
 
+static bool node_reads(const cg_node *n, int i)
+{
+    return (n->reads >> (i < 63 ? i : 63)) & 1u;
+}
+
+void cg_node_set_reads(cg_node *n, int i, bool reads)
+{
+    if (!n || i < 0 || i >= n->n_inputs || i >= 63)
+        return; /* inputs from 63 on share bit 63: they stay as they are */
+    if (reads)
+        n->reads |= (uint64_t)1 << i;
+    else
+        n->reads &= ~((uint64_t)1 << i);
+}
+
 bool cg_node_needs_grad(const cg_node *n, int i)
 {
     return i >= 0 && i < n->n_inputs && tensor_needs_grad(n->inputs[i]);
@@ -235,6 +265,7 @@ int cg_node_save(cg_node *n, cg_tensor *t)
     for (int i = 0; i < CG_NODE_MAX_SAVED; i++) {
         if (!n->saved[i]) {
             n->saved[i] = cg_retain(t);
+            n->saved_version[i] = cg_version(t);
             return i;
         }
     }
@@ -410,7 +441,7 @@ static bool accumulate(cg_tensor **slot, cg_tensor *g, bool private)
             *slot = private ? cg_hold(g) : g; /* a leaf's gradient outlives scopes */
             return true;
         }
-        *slot = cg_clone(g);
+        *slot = cg_k_clone(g);
         cg_release(g);
         if (private)
             cg_hold(*slot);
@@ -436,6 +467,51 @@ static bool accumulate(cg_tensor **slot, cg_tensor *g, bool private)
     return ok;
 }
 
+/* The version check: a tensor the backward will read must hold the values
+ * the forward saw. Checks every node of order before anything is computed,
+ * so that a refusal changes no gradient. */
+static bool versions_unchanged(const node_vec *order)
+{
+    for (size_t k = 0; k < order->n; k++) {
+        const cg_node *n = order->v[k];
+        const cg_tensor *t = NULL;
+        const char *what = "input";
+        int idx = -1;
+        uint64_t saved_at = 0;
+        for (int i = 0; i < n->n_inputs && !t; i++) {
+            if (n->inputs[i] && node_reads(n, i) && cg_version(n->inputs[i]) != n->in_version[i]) {
+                t = n->inputs[i];
+                idx = i;
+                saved_at = n->in_version[i];
+            }
+        }
+        for (int i = 0; i < CG_NODE_MAX_SAVED && !t; i++) {
+            if (n->saved[i] && cg_version(n->saved[i]) != n->saved_version[i]) {
+                t = n->saved[i];
+                what = "saved tensor";
+                idx = i;
+                saved_at = n->saved_version[i];
+            }
+        }
+        if (!t)
+            continue;
+        char shp[96], who[160];
+        cg_shape_str(t, shp, sizeof shp);
+        if (idx >= 0 && what[0] == 's') /* a saved tensor may be an alias without a node */
+            snprintf(who, sizeof who, "%s", shp);
+        else if (t->node)
+            snprintf(who, sizeof who, "the output of '%s' %s", cg_node_name(t->node), shp);
+        else
+            snprintf(who, sizeof who, "a leaf %s", shp);
+        cg_set_error("backward: %s %d of '%s' (%s) was modified in place after it was saved "
+                     "(version %llu, saved at %llu)",
+                     what, idx, cg_node_name(n), who, (unsigned long long)cg_version(t),
+                     (unsigned long long)saved_at);
+        return false;
+    }
+    return true;
+}
+
 bool cg_backward(cg_tensor *root, const cg_tensor *grad_root, bool retain_graph)
 {
     if (!root)
@@ -453,7 +529,7 @@ bool cg_backward(cg_tensor *root, const cg_tensor *grad_root, bool retain_graph)
                          cg_shape_str(grad_root, b1, sizeof b1), cg_shape_str(root, b2, sizeof b2));
             return false;
         }
-        g0 = cg_clone(grad_root);
+        g0 = cg_k_clone(grad_root);
     } else {
         if (cg_numel(root) != 1) {
             char b[96];
@@ -479,6 +555,11 @@ bool cg_backward(cg_tensor *root, const cg_tensor *grad_root, bool retain_graph)
         free(order.v);
         cg_release(g0);
         cg_set_error("backward: out of memory sorting the graph");
+        return false;
+    }
+    if (!versions_unchanged(&order)) {
+        free(order.v);
+        cg_release(g0);
         return false;
     }
     bool ok = accumulate(&root->node->grad, g0, false);

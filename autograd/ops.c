@@ -248,6 +248,15 @@ static bool gelu_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 }
 cg_tensor *cg_gelu(cg_tensor *a) { return finish1(cg_k_gelu(a), CG_OP_GELU, a, gelu_bw, NULL); }
 
+static bool gelu_erf_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    return (gin[0] = cg_k_gelu_erf_backward(IN(0), g)) != NULL;
+}
+cg_tensor *cg_gelu_erf(cg_tensor *a)
+{
+    return finish1(cg_k_gelu_erf(a), CG_OP_GELU_ERF, a, gelu_erf_bw, NULL);
+}
+
 static bool abs_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {
     return (gin[0] = cg_k_abs_backward(IN(0), g)) != NULL;
@@ -349,7 +358,7 @@ static cg_tensor *expand_reduced(const cg_tensor *g, const cg_tensor *in, const 
     cg_tensor *gk = cg_view_reshape(g, in->ndim, kshape);
     if (!gk) { /* g may be non-contiguous: reshape by copy */
         cg_clear_error();
-        gk = cg_reshape_copy(g, in->ndim, kshape);
+        gk = cg_k_reshape(g, in->ndim, kshape);
     }
     cg_tensor *e = cg_view_expand(gk, in->ndim, in->shape);
     cg_release(gk);
@@ -436,7 +445,7 @@ static bool max_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
     for (int64_t i = 0; ok && i < cnt; i++)
         ids[i] = (int64_t)fv[i];
     if (ok) {
-        gk = cg_reshape_copy(g, idx->ndim, idx->shape);
+        gk = cg_k_reshape(g, idx->ndim, idx->shape);
         z = cg_zeros_like(IN(0));
         ok = gk && z && cg_k_scatter_add_(z, dim, ids, gk);
     }
@@ -661,7 +670,7 @@ cg_tensor *cg_select(cg_tensor *a, int dim, int64_t index)
 
 static bool reshape_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {
-    return (gin[0] = cg_reshape_copy(g, IN(0)->ndim, IN(0)->shape)) != NULL;
+    return (gin[0] = cg_k_reshape(g, IN(0)->ndim, IN(0)->shape)) != NULL;
 }
 cg_tensor *cg_squeeze(cg_tensor *a, int dim)
 {
@@ -673,7 +682,7 @@ cg_tensor *cg_unsqueeze(cg_tensor *a, int dim)
 }
 cg_tensor *cg_reshape(cg_tensor *a, int ndim, const int64_t *shape)
 {
-    return finish1(cg_reshape_copy(a, ndim, shape), CG_OP_RESHAPE, a, reshape_bw, NULL);
+    return finish1(cg_k_reshape(a, ndim, shape), CG_OP_RESHAPE, a, reshape_bw, NULL);
 }
 cg_tensor *cg_view(cg_tensor *a, int ndim, const int64_t *shape)
 {
@@ -690,11 +699,22 @@ cg_tensor *cg_expand(cg_tensor *a, int ndim, const int64_t *shape)
 {
     return finish1(cg_view_expand(a, ndim, shape), CG_OP_EXPAND, a, identity_bw, NULL);
 }
-cg_tensor *cg_to_contiguous(cg_tensor *a)
+cg_tensor *cg_contiguous(const cg_tensor *a)
 {
     if (!a)
         return NULL;
     if (cg_is_contiguous(a))
-        return cg_retain(a);
-    return finish1(cg_clone(a), CG_OP_CONTIGUOUS, a, identity_bw, NULL);
+        return cg_retain((cg_tensor *)a); /* a itself: its own node carries the gradient */
+    return finish1(cg_k_clone(a), CG_OP_CONTIGUOUS, (cg_tensor *)a, identity_bw, NULL);
+}
+cg_tensor *cg_to_contiguous(cg_tensor *a) { return cg_contiguous(a); }
+
+cg_tensor *cg_clone(const cg_tensor *a)
+{
+    return finish1(cg_k_clone(a), CG_OP_CLONE, (cg_tensor *)a, identity_bw, NULL);
+}
+
+cg_tensor *cg_reshape_copy(const cg_tensor *a, int ndim, const int64_t *shape)
+{
+    return cg_reshape((cg_tensor *)a, ndim, shape);
 }

@@ -30,7 +30,10 @@ cg_tensor *cg_pow(cg_tensor *a, float p);
 cg_tensor *cg_tanh(cg_tensor *a);
 cg_tensor *cg_sigmoid(cg_tensor *a);
 cg_tensor *cg_relu(cg_tensor *a);
-cg_tensor *cg_gelu(cg_tensor *a);                   /* tanh form */
+cg_tensor *cg_gelu(cg_tensor *a);                   /* tanh form (approximate='tanh') */
+/* torch.nn.functional.gelu(a) with its default approximate='none': the
+ * exact form 0.5 a (1 + erf(a / sqrt 2)). */
+cg_tensor *cg_gelu_erf(cg_tensor *a);
 cg_tensor *cg_abs(cg_tensor *a);
 cg_tensor *cg_clamp(cg_tensor *a, float lo, float hi);
 /* cond != 0 ? a : b (no gradient flows to cond). */
@@ -68,8 +71,18 @@ cg_tensor *cg_expand(cg_tensor *a, int ndim, const int64_t *shape);
 cg_tensor *cg_reshape(cg_tensor *a, int ndim, const int64_t *shape);
 /* Strictly a view (error if the strides make that impossible). */
 cg_tensor *cg_view(cg_tensor *a, int ndim, const int64_t *shape);
-/* a itself (a new reference) if contiguous, else a contiguous copy. */
+/* torch.Tensor.contiguous: a itself (a new reference) if contiguous, else a
+ * contiguous copy that passes gradients to a. Either way the gradient flows:
+ * it never depends on memory layout. */
+cg_tensor *cg_contiguous(const cg_tensor *a);
+/* The same function under its older name. */
 cg_tensor *cg_to_contiguous(cg_tensor *a);
+/* torch.clone: a copy with fresh contiguous storage; differentiable (the
+ * gradient passes to a unchanged). For a copy outside the graph, clone
+ * under cg_no_grad_begin(), or cg_k_clone (core/tensor.h). */
+cg_tensor *cg_clone(const cg_tensor *a);
+/* cg_reshape under the name of the old core function: differentiable. */
+cg_tensor *cg_reshape_copy(const cg_tensor *a, int ndim, const int64_t *shape);
 
 /* -------------------------------------------------------- nn building blocks */
 cg_tensor *cg_softmax(cg_tensor *a, int dim);

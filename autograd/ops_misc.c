@@ -189,7 +189,7 @@ static bool nll_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
     nll_ctx *c = n->ctx;
     cg_tensor *lp = IN(0);
     cg_tensor *d = cg_k_nll_loss_backward(n->saved[0], c->targets, c->n, c->ignore, cg_item(g));
-    gin[0] = d ? cg_reshape_copy(d, lp->ndim, lp->shape) : NULL;
+    gin[0] = d ? cg_k_reshape(d, lp->ndim, lp->shape) : NULL;
     cg_release(d);
     return gin[0] != NULL;
 }
@@ -205,7 +205,7 @@ cg_tensor *cg_nll_loss(cg_tensor *logp, const int64_t *targets, int64_t n_target
     }
     int64_t C = logp->shape[logp->ndim - 1];
     int64_t N = C ? cg_numel(logp) / C : 0;
-    cg_tensor *l2 = cg_reshape_copy(logp, 2, (int64_t[]){N, C});
+    cg_tensor *l2 = cg_k_reshape(logp, 2, (int64_t[]){N, C});
     cg_tensor *out = l2 ? cg_k_nll_loss(l2, targets, n_targets, ignore_index) : NULL;
     cg_node *n = NULL;
     if (out)

@@ -67,13 +67,13 @@ static bool ce_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
     cg_tensor *logits = IN(0);
     int64_t C = logits->shape[logits->ndim - 1];
     int64_t N = C ? cg_numel(logits) / C : 0;
-    cg_tensor *l2 = cg_reshape_copy(logits, 2, (int64_t[]){N, C});
+    cg_tensor *l2 = cg_k_reshape(logits, 2, (int64_t[]){N, C});
     cg_tensor *d = cg_k_cross_entropy_backward(l2, c->targets, c->n_targets, c->ignore_index, c->smoothing,
                                                n->saved[0], cg_item(g));
     cg_release(l2);
     if (!d)
         return false;
-    gin[0] = cg_reshape_copy(d, logits->ndim, logits->shape);
+    gin[0] = cg_k_reshape(d, logits->ndim, logits->shape);
     cg_release(d);
     return gin[0] != NULL;
 }
@@ -90,7 +90,7 @@ cg_tensor *cg_cross_entropy(cg_tensor *logits, const int64_t *targets, int64_t n
     }
     int64_t C = logits->shape[logits->ndim - 1];
     int64_t N = C ? cg_numel(logits) / C : 0;
-    cg_tensor *l2 = cg_reshape_copy(logits, 2, (int64_t[]){N, C});
+    cg_tensor *l2 = cg_k_reshape(logits, 2, (int64_t[]){N, C});
     cg_tensor *lse = NULL;
     cg_tensor *out = cg_k_cross_entropy(l2, targets, n_targets, ignore_index, label_smoothing, &lse);
     cg_release(l2);

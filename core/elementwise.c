@@ -72,6 +72,19 @@ static inline float f_gelu_grad(float x)
     return s + bsel(M(q == 0.0f), 0.0f, right);
 }
 
+/* GELU, exact (erf) form, PyTorch's default (approximate='none'):
+ * x Phi(x) = x * 0.5 * (1 + erf(x / sqrt 2)), evaluated as
+ * x * 0.5 * erfc(-x / sqrt 2), which does not cancel for negative x (where
+ * 1 + erf loses every digit; PyTorch's own kernel has ~1e-6 absolute error
+ * there). The derivative is Phi(x) + x phi(x), phi(x) = exp(-x^2/2)/sqrt(2 pi). */
+static inline float f_gelu_erf(float x) { return x * 0.5f * erfcf(-x * 0.70710678118654752f); }
+static inline float f_gelu_erf_grad(float x)
+{
+    float cdf = 0.5f * erfcf(-x * 0.70710678118654752f);
+    float pdf = 0.39894228040143268f * expf(-0.5f * x * x);
+    return cdf + x * pdf;
+}
+
 static inline float f_relu(float x) { return (x > 0.0f || x != x) ? x : 0.0f; }
 
 static inline float f_clamp(float x, float lo, float hi)
@@ -174,6 +187,7 @@ EW_UNARY(seg_tanh, tanhf(X))
 EW_UNARY(seg_sigmoid, f_sigmoid(X))
 EW_UNARY(seg_relu, f_relu(X))
 EW_UNARY(seg_gelu, f_gelu(X))
+EW_UNARY(seg_gelu_erf, f_gelu_erf(X))
 EW_UNARY(seg_abs, fabsf(X))
 EW_UNARY(seg_silu, X * f_sigmoid(X))
 EW_UNARY(seg_sin, sinf(X))
@@ -191,6 +205,7 @@ EW_BINARY(seg_masked_fill, Y != 0.0f ? P->a : X)
 /* backward helpers: X is the forward input, Y the upstream gradient */
 EW_BINARY(seg_relu_bwd, X > 0.0f ? Y : 0.0f)
 EW_BINARY(seg_gelu_bwd, Y * f_gelu_grad(X))
+EW_BINARY(seg_gelu_erf_bwd, Y * f_gelu_erf_grad(X))
 EW_BINARY(seg_clamp_bwd, (X >= P->a && X <= P->b) ? Y : 0.0f)
 EW_BINARY(seg_abs_bwd, X > 0.0f ? Y : (X < 0.0f ? -Y : 0.0f))
 /* d/dx x s(x) = s (1 + x (1 - s)) */
@@ -269,6 +284,7 @@ cg_tensor *cg_k_tanh(const cg_tensor *a) { return unary("tanh", a, seg_tanh, 0, 
 cg_tensor *cg_k_sigmoid(const cg_tensor *a) { return unary("sigmoid", a, seg_sigmoid, 0, 0); }
 cg_tensor *cg_k_relu(const cg_tensor *a) { return unary("relu", a, seg_relu, 0, 0); }
 cg_tensor *cg_k_gelu(const cg_tensor *a) { return unary("gelu", a, seg_gelu, 0, 0); }
+cg_tensor *cg_k_gelu_erf(const cg_tensor *a) { return unary("gelu_erf", a, seg_gelu_erf, 0, 0); }
 cg_tensor *cg_k_abs(const cg_tensor *a) { return unary("abs", a, seg_abs, 0, 0); }
 cg_tensor *cg_k_silu(const cg_tensor *a) { return unary("silu", a, seg_silu, 0, 0); }
 cg_tensor *cg_k_sin(const cg_tensor *a) { return unary("sin", a, seg_sin, 0, 0); }
@@ -339,6 +355,11 @@ cg_tensor *cg_k_relu_backward(const cg_tensor *x, const cg_tensor *g)
 cg_tensor *cg_k_gelu_backward(const cg_tensor *x, const cg_tensor *g)
 {
     return binary("gelu_backward", x, g, seg_gelu_bwd, 0, 0);
+}
+
+cg_tensor *cg_k_gelu_erf_backward(const cg_tensor *x, const cg_tensor *g)
+{
+    return binary("gelu_erf_backward", x, g, seg_gelu_erf_bwd, 0, 0);
 }
 
 cg_tensor *cg_k_clamp_backward(const cg_tensor *x, const cg_tensor *g, float lo, float hi)

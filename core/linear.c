@@ -91,7 +91,7 @@ static cg_tensor *linear(const cg_tensor *x, const cg_tensor *w, const cg_tensor
     memcpy(shp, x->shape, sizeof(int64_t) * (size_t)x->ndim);
     shp[x->ndim - 1] = out;
     cg_tensor *y = cg_empty(x->ndim, shp);
-    cg_tensor *xc = cg_contiguous(x);
+    cg_tensor *xc = cg_k_contiguous(x);
     if (!y || !xc) {
         cg_release_all(2, y, xc);
         return NULL;
@@ -186,8 +186,8 @@ bool cg_k_linear_backward(const cg_tensor *x, const cg_tensor *w, const cg_tenso
                      cg_shape_str(g, s1, sizeof s1), cg_shape_str(x, s2, sizeof s2));
         return false;
     }
-    cg_tensor *gc = cg_contiguous(g);
-    cg_tensor *xc = dw ? cg_contiguous(x) : NULL;
+    cg_tensor *gc = cg_k_contiguous(g);
+    cg_tensor *xc = dw ? cg_k_contiguous(x) : NULL;
     /* beta = 0: the products write every element, so no zero-fill unless a
      * product is skipped for an empty dimension */
     const bool empty = N == 0 || in == 0 || out == 0;

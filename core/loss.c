@@ -81,7 +81,7 @@ cg_tensor *cg_k_cross_entropy(const cg_tensor *logits, const int64_t *targets,
     if (!ce_check("cross_entropy", logits, targets, n_targets, ignore_index, label_smoothing, &kept))
         return NULL;
     int64_t N = logits->shape[0], C = logits->shape[1];
-    cg_tensor *x = cg_contiguous(logits);
+    cg_tensor *x = cg_k_contiguous(logits);
     cg_tensor *lt = x ? cg_empty(1, &N) : NULL;
     double *row = lt ? malloc((size_t)(N > 0 ? N : 1) * sizeof(double)) : NULL;
     cg_tensor *out = row ? cg_empty(0, NULL) : NULL;
@@ -145,8 +145,8 @@ cg_tensor *cg_k_cross_entropy_backward(const cg_tensor *logits, const int64_t *t
                      cg_shape_str(logits, b1, sizeof b1), cg_shape_str(lse, b2, sizeof b2));
         return NULL;
     }
-    cg_tensor *x = cg_contiguous(logits);
-    cg_tensor *lc = (x && lse) ? cg_contiguous(lse) : NULL;
+    cg_tensor *x = cg_k_contiguous(logits);
+    cg_tensor *lc = (x && lse) ? cg_k_contiguous(lse) : NULL;
     cg_tensor *dx = (x && (lc || !lse)) ? cg_empty(2, logits->shape) : NULL;
     if (!dx) {
         cg_release_all(2, x, lc);
@@ -231,7 +231,7 @@ cg_tensor *cg_k_bce_with_logits(const cg_tensor *x, const cg_tensor *y)
                      cg_shape_str(x, a, sizeof a), cg_shape_str(y, b, sizeof b));
         return NULL;
     }
-    cg_tensor *xc = cg_contiguous(x), *yc = cg_contiguous(y);
+    cg_tensor *xc = cg_k_contiguous(x), *yc = cg_k_contiguous(y);
     cg_tensor *out = xc && yc ? cg_empty(0, NULL) : NULL;
     if (out) {
         const float *xp = cg_data(xc), *yp = cg_data(yc);

@@ -196,7 +196,7 @@ static bool readable(const cg_tensor *t, cg_tensor **copy) {
     *copy = NULL;
     if (!needs_copy(t->shape[nd - 2], t->shape[nd - 1], t->strides[nd - 2], t->strides[nd - 1]))
         return true;
-    *copy = cg_contiguous(t);
+    *copy = cg_k_contiguous(t);
     return *copy != NULL;
 }
 
@@ -355,6 +355,7 @@ bool cg_k_matmul_into(cg_tensor *c, const cg_tensor *a, const cg_tensor *b, floa
         return false;
     }
     operand A, B;
+    cg_tensor_modified(c); /* written below: a version bump, derived forms dropped */
     make_operand(&A, ca ? ca : a, nbd, c->shape);
     make_operand(&B, cb ? cb : b, nbd, c->shape);
     bool ok = run_batched("matmul_into", nbd, c->shape, m, n, k, alpha, &A, &B, beta, cg_data(c),

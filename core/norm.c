@@ -207,7 +207,7 @@ static bool opt_contig(const cg_tensor *p, cg_tensor **out)
     *out = NULL;
     if (!p)
         return true;
-    *out = cg_contiguous(p);
+    *out = cg_k_contiguous(p);
     return *out != NULL;
 }
 
@@ -248,7 +248,7 @@ static cg_tensor *norm_forward(const char *op, bool rms, const cg_tensor *x, con
         return NULL;
     int64_t n = cg_numel(x), rows = cg_numel_shape(x->ndim - 1, x->shape);
     const int nt = cg_get_num_threads();
-    cg_tensor *xc = cg_contiguous(x), *ac = a ? cg_contiguous(a) : NULL, *wc = NULL, *bc = NULL;
+    cg_tensor *xc = cg_k_contiguous(x), *ac = a ? cg_k_contiguous(a) : NULL, *wc = NULL, *bc = NULL;
     cg_tensor *y = NULL, *mt = NULL, *rt = NULL;
     float *scratch = NULL; /* one row per thread for x + a */
     if (!xc || (a && !ac) || !opt_contig(w, &wc) || !opt_contig(b, &bc))
@@ -358,8 +358,8 @@ static bool norm_backward(const char *op, bool rms, const cg_tensor *x, const cg
         return false;
     }
     bool ok = false;
-    cg_tensor *xc = cg_contiguous(x), *ac = a ? cg_contiguous(a) : NULL, *gc = cg_contiguous(g);
-    cg_tensor *wc = NULL, *mc = NULL, *rc = cg_contiguous(rstd);
+    cg_tensor *xc = cg_k_contiguous(x), *ac = a ? cg_k_contiguous(a) : NULL, *gc = cg_k_contiguous(g);
+    cg_tensor *wc = NULL, *mc = NULL, *rc = cg_k_contiguous(rstd);
     cg_tensor *dxt = NULL, *dwt = NULL, *dbt = NULL;
     int64_t nchunks = (rows + CHUNK - 1) / CHUNK;
     int64_t Dp = D > 0 ? D : 1;
@@ -522,7 +522,7 @@ cg_tensor *cg_k_dropout(const cg_tensor *a, float p, cg_rng *rng, cg_tensor **ma
         return NULL;
     }
     int64_t n = cg_numel(a);
-    cg_tensor *x = cg_contiguous(a);
+    cg_tensor *x = cg_k_contiguous(a);
     cg_tensor *y = x ? cg_empty(a->ndim, a->shape) : NULL;
     cg_tensor *m = (y && mask) ? cg_empty(a->ndim, a->shape) : NULL;
     if (!y || (mask && !m)) {

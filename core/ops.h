@@ -43,6 +43,7 @@ cg_tensor *cg_k_sigmoid(const cg_tensor *a);
 cg_tensor *cg_k_relu(const cg_tensor *a);
 /* GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
 cg_tensor *cg_k_gelu(const cg_tensor *a);
+cg_tensor *cg_k_gelu_erf(const cg_tensor *a); /* exact: x * Phi(x), PyTorch's default */
 cg_tensor *cg_k_abs(const cg_tensor *a);
 /* SiLU (swish): x * sigmoid(x) */
 cg_tensor *cg_k_silu(const cg_tensor *a);
@@ -58,6 +59,7 @@ cg_tensor *cg_k_masked_fill(const cg_tensor *a, const cg_tensor *mask, float val
  * return dL/dx. */
 cg_tensor *cg_k_relu_backward(const cg_tensor *x, const cg_tensor *g);
 cg_tensor *cg_k_gelu_backward(const cg_tensor *x, const cg_tensor *g);
+cg_tensor *cg_k_gelu_erf_backward(const cg_tensor *x, const cg_tensor *g);
 cg_tensor *cg_k_clamp_backward(const cg_tensor *x, const cg_tensor *g, float lo, float hi);
 cg_tensor *cg_k_abs_backward(const cg_tensor *x, const cg_tensor *g);
 cg_tensor *cg_k_silu_backward(const cg_tensor *x, const cg_tensor *g);

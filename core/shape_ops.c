@@ -238,7 +238,7 @@ cg_tensor *cg_k_index_select(const cg_tensor *a, int dim, const int64_t *ids, in
     shape[d] = n;
     lines_t l;
     lines_of(a->shape, a->ndim, d, &l);
-    cg_tensor *x = cg_contiguous(a);
+    cg_tensor *x = cg_k_contiguous(a);
     cg_tensor *out = x ? cg_empty(a->ndim, shape) : NULL;
     if (!out) {
         cg_release(x);
@@ -288,8 +288,8 @@ bool cg_k_index_add_(cg_tensor *dst, int dim, const int64_t *ids, int64_t n, con
      * i with ids[i] == s, in increasing order. */
     int64_t *start = calloc((size_t)l.S + 1, sizeof(int64_t));
     int64_t *order = malloc((size_t)n * sizeof(int64_t));
-    cg_tensor *s = cg_contiguous(src);
-    cg_tensor *w = (start && order && s) ? cg_contiguous(dst) : NULL;
+    cg_tensor *s = cg_k_contiguous(src);
+    cg_tensor *w = (start && order && s) ? cg_k_contiguous(dst) : NULL;
     if (!w) {
         if (!start || !order)
             cg_set_error("index_add_: out of memory");
@@ -485,7 +485,7 @@ cg_tensor *cg_k_triangle(const cg_tensor *a, int64_t diagonal, bool upper)
         cg_set_error("%s: needs at least 2 dims (shape %s)", op, cg_shape_str(a, b, sizeof b));
         return NULL;
     }
-    cg_tensor *out = cg_clone(a); /* contiguous */
+    cg_tensor *out = cg_k_clone(a); /* contiguous */
     if (!out)
         return NULL;
     int64_t R = a->shape[a->ndim - 2], C = a->shape[a->ndim - 1];
@@ -526,7 +526,7 @@ cg_tensor *cg_k_cumsum(const cg_tensor *a, int dim, bool reverse)
     int64_t outer, n, inner;
     if (!around_dim("cumsum", a, &dim, &outer, &n, &inner))
         return NULL;
-    cg_tensor *out = cg_clone(a);
+    cg_tensor *out = cg_k_clone(a);
     if (!out)
         return NULL;
     float *o = cg_data(out);
@@ -583,7 +583,7 @@ bool cg_k_topk_ids(const cg_tensor *a, int64_t k, int dim, bool largest, int64_t
     }
     if (!ids_count("topk", n_ids, outer * inner * k, a) || (n_ids > 0 && !ids))
         return false;
-    cg_tensor *c = cg_contiguous(a);
+    cg_tensor *c = cg_k_contiguous(a);
     int64_t *best = c ? malloc((size_t)(k ? k : 1) * sizeof *best) : NULL;
     if (!best) {
         cg_release(c);
@@ -630,7 +630,7 @@ bool cg_k_argmax_ids(const cg_tensor *a, int dim, int64_t *ids, int64_t n_ids)
     }
     if (!ids_count("argmax", n_ids, outer * inner, a) || (n_ids > 0 && !ids))
         return false;
-    cg_tensor *c = cg_contiguous(a);
+    cg_tensor *c = cg_k_contiguous(a);
     if (!c)
         return false;
     const float *x = cg_data(c);

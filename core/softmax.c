@@ -130,7 +130,7 @@ static cg_tensor *softmax_impl(const char *op, const cg_tensor *a, int dim, bool
     lines_t l;
     if (!split_dims(op, a, dim, &l))
         return NULL;
-    cg_tensor *x = cg_contiguous(a);
+    cg_tensor *x = cg_k_contiguous(a);
     cg_tensor *y = x ? cg_empty(a->ndim, a->shape) : NULL;
     if (!y) {
         cg_release(x);
@@ -173,7 +173,7 @@ static cg_tensor *softmax_bwd_impl(const char *op, const cg_tensor *y, const cg_
     lines_t l;
     if (!split_dims(op, y, dim, &l))
         return NULL;
-    cg_tensor *yc = cg_contiguous(y), *gc = cg_contiguous(g);
+    cg_tensor *yc = cg_k_contiguous(y), *gc = cg_k_contiguous(g);
     cg_tensor *dx = (yc && gc) ? cg_empty(y->ndim, y->shape) : NULL;
     if (!dx) {
         cg_release_all(2, yc, gc);

@@ -33,6 +33,7 @@ static cg_storage *storage_new(int64_t numel)
     s->refcount = 1;
     s->derived = NULL;
     s->derived_free = NULL;
+    s->version = 0;
     return s;
 }
 
@@ -324,11 +325,16 @@ void cg_set(cg_tensor *t, const int64_t *idx, float v)
 
 void cg_tensor_modified(cg_tensor *t)
 {
-    if (t && t->storage && t->storage->derived) {
+    if (!t || !t->storage)
+        return;
+    t->storage->version++; /* autograd compares it with the version it saved */
+    if (t->storage->derived) {
         t->storage->derived_free(t->storage->derived);
         t->storage->derived = NULL;
     }
 }
+
+uint64_t cg_version(const cg_tensor *t) { return t && t->storage ? t->storage->version : 0; }
 
 float cg_item(const cg_tensor *t)
 {
@@ -603,7 +609,7 @@ cg_tensor *cg_from_data(int ndim, const int64_t *shape, const float *data)
 cg_tensor *cg_empty_like(const cg_tensor *t) { return t ? cg_empty(t->ndim, t->shape) : NULL; }
 cg_tensor *cg_zeros_like(const cg_tensor *t) { return t ? cg_zeros(t->ndim, t->shape) : NULL; }
 
-cg_tensor *cg_clone(const cg_tensor *t)
+cg_tensor *cg_k_clone(const cg_tensor *t)
 {
     cg_tensor *c = cg_empty_like(t);
     if (c && !cg_copy_to(t, cg_data(c))) {
@@ -613,7 +619,7 @@ cg_tensor *cg_clone(const cg_tensor *t)
     return c;
 }
 
-cg_tensor *cg_contiguous(const cg_tensor *t)
+cg_tensor *cg_k_contiguous(const cg_tensor *t)
 {
     if (!t)
         return NULL;
@@ -622,7 +628,7 @@ cg_tensor *cg_contiguous(const cg_tensor *t)
          * without autograd fields */
         return tensor_header(t->storage, t->offset, t->ndim, t->shape, t->strides);
     }
-    return cg_clone(t);
+    return cg_k_clone(t);
 }
 
 /* ----------------------------------------------------------------- RNG */
@@ -1020,7 +1026,7 @@ cg_tensor *cg_view_reshape(const cg_tensor *t, int ndim, const int64_t *shape)
     return view_of(t, t->offset, ndim, s, st);
 }
 
-cg_tensor *cg_reshape_copy(const cg_tensor *t, int ndim, const int64_t *shape)
+cg_tensor *cg_k_reshape(const cg_tensor *t, int ndim, const int64_t *shape)
 {
     if (!t)
         return NULL;
@@ -1029,7 +1035,7 @@ cg_tensor *cg_reshape_copy(const cg_tensor *t, int ndim, const int64_t *shape)
         return NULL;
     if (view_strides(t, ndim, s, st))
         return view_of(t, t->offset, ndim, s, st);
-    cg_tensor *c = cg_clone(t);
+    cg_tensor *c = cg_k_clone(t);
     if (!c)
         return NULL;
     contiguous_strides(ndim, s, st);

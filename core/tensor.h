@@ -47,6 +47,11 @@ typedef struct cg_storage {
      * when the storage dies or its data is written (cg_tensor_modified). */
     void *derived;
     void (*derived_free)(void *derived);
+    /* The version counter (PyTorch's _version): every in-place write to the
+     * data adds one (cg_tensor_modified), and every view of the storage
+     * shares it. Autograd records it for each tensor a backward will read
+     * and refuses the backward if it changed (autograd/autograd.h). */
+    uint64_t version;
 } cg_storage;
 
 struct cg_node; /* defined by the autograd layer; opaque here */
@@ -160,16 +165,24 @@ cg_tensor *cg_zeros_like(const cg_tensor *t);
 bool cg_copy_to(const cg_tensor *t, float *out);
 /* Copy src's elements into dst (same shape; any strides on both sides). */
 bool cg_copy_(cg_tensor *dst, const cg_tensor *src);
-/* Say that t's elements were written in place: forms derived from its
- * storage and kept (the bf16 weights of no-grad products in bf16 precision,
- * cg_k_linear_bf16_packed) are dropped and remade at their next use. The
- * library's in-place functions call it (cg_copy_, cg_fill_, cg_set, the
- * random fills, the in-place kernels, optimizer steps, safetensors loads);
- * code that writes through cg_data() must call it before the tensor is
- * used again. NULL is a no-op. */
+/* Say that t's elements were written in place: this bumps the version
+ * counter of t's storage (shared by every view of it; see cg_version) and
+ * drops forms derived from the storage and kept (the bf16 weights of
+ * no-grad products in bf16 precision, cg_k_linear_bf16_packed), remade at
+ * their next use. Every in-place function of the library calls it (cg_copy_,
+ * cg_fill_, cg_set, the random fills and init functions, the in-place
+ * kernels cg_k_*_, optimizer steps and state loads, gradient clipping,
+ * safetensors loads); code that writes through cg_data() must call it
+ * before the tensor is used again, or a backward that reads the old values
+ * cannot notice the change and would compute a wrong gradient. (PyTorch
+ * users: this is tensor._version += 1.) NULL is a no-op. */
 void cg_tensor_modified(cg_tensor *t);
-/* A deep copy with fresh contiguous storage (no autograd fields). */
-cg_tensor *cg_clone(const cg_tensor *t);
+/* The version counter of t's storage: how many in-place writes it has had
+ * (0 for NULL). Views of one storage share it. */
+uint64_t cg_version(const cg_tensor *t);
+/* A deep copy with fresh contiguous storage (no autograd fields: it records
+ * nothing). autograd/ops.h has cg_clone, the differentiable one. */
+cg_tensor *cg_k_clone(const cg_tensor *t);
 /* Fill every element of t (any strides) with v. */
 bool cg_fill_(cg_tensor *t, float v);
 
@@ -256,10 +269,12 @@ cg_tensor *cg_view_expand(const cg_tensor *t, int ndim, const int64_t *shape);
 /* A view with a new shape if the strides allow it, else NULL + error. One
  * entry of shape may be -1 (inferred). */
 cg_tensor *cg_view_reshape(const cg_tensor *t, int ndim, const int64_t *shape);
-/* Like PyTorch's reshape: a view when possible, otherwise a contiguous copy. */
-cg_tensor *cg_reshape_copy(const cg_tensor *t, int ndim, const int64_t *shape);
-/* t itself (retained) if contiguous, else a contiguous copy. */
-cg_tensor *cg_contiguous(const cg_tensor *t);
+/* Raw (they record nothing; autograd/ops.h has the differentiable
+ * cg_reshape / cg_reshape_copy and cg_contiguous with PyTorch's meaning):
+ * like PyTorch's reshape, a view when possible, otherwise a contiguous
+ * copy; t itself (retained) if contiguous, else a contiguous copy. */
+cg_tensor *cg_k_reshape(const cg_tensor *t, int ndim, const int64_t *shape);
+cg_tensor *cg_k_contiguous(const cg_tensor *t);
 
 /* ------------------------------------------------------------- threads */
 /* Threads used by kernels and BLIS (default: OMP's default, i.e. cores,

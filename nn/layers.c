@@ -22,13 +22,18 @@ bool cg_act_parse(const char *s, cg_act *out)
         *out = CG_ACT_GELU;
         return true;
     }
-    cg_set_error("unknown activation '%s' (expected relu or gelu)", s ? s : "(null)");
+    if (s && !strcmp(s, "gelu_erf")) {
+        *out = CG_ACT_GELU_ERF;
+        return true;
+    }
+    cg_set_error("unknown activation '%s' (expected relu, gelu or gelu_erf)", s ? s : "(null)");
     return false;
 }
 
 const char *cg_act_name(cg_act a)
 {
-    return a == CG_ACT_RELU ? "relu" : a == CG_ACT_GELU ? "gelu" : "?";
+    return a == CG_ACT_RELU ? "relu" : a == CG_ACT_GELU ? "gelu" : a == CG_ACT_GELU_ERF ? "gelu_erf"
+                                                                                  : "?";
 }
 
 bool cg_norm_kind_parse(const char *s, cg_norm_kind *out)
@@ -59,6 +64,8 @@ cg_tensor *cg_activation(cg_tensor *x, cg_act act)
         return cg_relu(x);
     case CG_ACT_GELU:
         return cg_gelu(x);
+    case CG_ACT_GELU_ERF:
+        return cg_gelu_erf(x);
     }
     cg_set_error("activation: unknown kind %d", (int)act);
     return NULL;
@@ -378,8 +385,9 @@ cg_tensor *cg_posenc_forward(cg_posenc *p, cg_tensor *x)
 /* ------------------------------------------------------- FeedForward */
 cg_ff *cg_ff_new(int64_t d, int64_t d_ff, cg_act act, cg_rng *rng)
 {
-    if (act != CG_ACT_RELU && act != CG_ACT_GELU) {
-        cg_set_error("FeedForward: unknown activation %d (expected relu or gelu)", (int)act);
+    if (act != CG_ACT_RELU && act != CG_ACT_GELU && act != CG_ACT_GELU_ERF) {
+        cg_set_error("FeedForward: unknown activation %d (expected relu, gelu or gelu_erf)",
+                     (int)act);
         return NULL;
     }
     if (!positive("FeedForward", "d", d) || !positive("FeedForward", "d_ff", d_ff))

@@ -23,16 +23,17 @@ extern "C" {
 #define CG_NORM_EPS 1e-5f
 
 /* --------------------------------------------------------- choices */
-typedef enum { CG_ACT_RELU = 0, CG_ACT_GELU } cg_act;             /* GELU: tanh form */
+/* GELU: tanh form (the zoo's); GELU_ERF: exact, PyTorch's nn.GELU() default */
+typedef enum { CG_ACT_RELU = 0, CG_ACT_GELU, CG_ACT_GELU_ERF } cg_act;
 typedef enum { CG_NORM_LAYERNORM = 0, CG_NORM_RMSNORM } cg_norm_kind;
 
-/* "relu"/"gelu" and "layernorm"/"rmsnorm". Parse: false + error naming the
+/* "relu"/"gelu"/"gelu_erf" and "layernorm"/"rmsnorm". Parse: false + error naming the
  * string and the choices. Name: static string ("?" if out of range). */
 bool cg_act_parse(const char *s, cg_act *out);
 const char *cg_act_name(cg_act a);
 bool cg_norm_kind_parse(const char *s, cg_norm_kind *out);
 const char *cg_norm_kind_name(cg_norm_kind k);
-/* relu(x) or gelu_tanh(x). */
+/* relu(x), gelu_tanh(x) or gelu_erf(x). */
 cg_tensor *cg_activation(cg_tensor *x, cg_act act);
 
 /* ----------------------------------------------------------- Linear */

@@ -27,8 +27,9 @@ bool cg_tf_config_check(const cg_tf_config *c)
                      (int)c->norm);
         return false;
     }
-    if (c->act != CG_ACT_RELU && c->act != CG_ACT_GELU) {
-        cg_set_error("transformer config: unknown act %d (expected relu or gelu)", (int)c->act);
+    if (c->act != CG_ACT_RELU && c->act != CG_ACT_GELU && c->act != CG_ACT_GELU_ERF) {
+        cg_set_error("transformer config: unknown act %d (expected relu, gelu or gelu_erf)",
+                     (int)c->act);
         return false;
     }
     if (!(c->dropout >= 0.0f && c->dropout < 1.0f)) {

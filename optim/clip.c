@@ -80,7 +80,7 @@ static double global_norm(const char *what, int n, cg_tensor *const *params)
         const cg_tensor *g = params[i]->grad;
         if (!g)
             continue;
-        cg_tensor *c = cg_contiguous(g);
+        cg_tensor *c = cg_k_contiguous(g);
         if (!c)
             return -1;
         ss += sum_squares(cg_data(c), cg_numel(c));
@@ -139,7 +139,7 @@ double cg_optim_clip_grad_norm(cg_optim *o, double max_norm)
  * *val receives the element. */
 static int64_t first_nonfinite(const cg_tensor *t, float *val)
 {
-    cg_tensor *c = cg_contiguous(t);
+    cg_tensor *c = cg_k_contiguous(t);
     if (!c)
         return -1;
     const float *x = cg_data(c);

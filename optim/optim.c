@@ -392,7 +392,7 @@ bool cg_optim_step(cg_optim *o)
                          cg_shape_str(grad, b1, sizeof b1), cg_shape_str(s->p, b2, sizeof b2));
             ok = false;
         } else {
-            gc[i] = cg_contiguous(grad); /* a copy only for a strided gradient */
+            gc[i] = cg_k_contiguous(grad); /* a copy only for a strided gradient */
             ok = gc[i] != NULL;
             if (ok)
                 g[i] = cg_data(gc[i]);

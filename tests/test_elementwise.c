@@ -550,7 +550,7 @@ static cg_tensor *f_gelu_bwd(void *c) { return cg_k_gelu_backward(((pair *)c)->a
 static cg_tensor *f_add_(void *c)
 {
     pair *p = c;
-    cg_tensor *d = cg_clone(p->a);
+    cg_tensor *d = cg_k_clone(p->a);
     cg_tensor *v = cg_view_transpose(d, 0, 1);
     cg_k_add_(v, p->b);
     cg_release(v);

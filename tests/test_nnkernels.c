@@ -188,7 +188,7 @@ START_TEST(test_softmax_backward)
             cg_tensor *y = logsm ? cg_k_log_softmax(x, dims[k]) : cg_k_softmax(x, dims[k]);
             /* non-contiguous y too: a transposed copy viewed back */
             cg_tensor *yt = cg_view_transpose(y, 0, 2);
-            cg_tensor *yc = cg_clone(yt);
+            cg_tensor *yc = cg_k_clone(yt);
             cg_tensor *yv = cg_view_transpose(yc, 0, 2);
             cg_tensor *dx = logsm ? cg_k_log_softmax_backward(yv, g, dims[k])
                                   : cg_k_softmax_backward(yv, g, dims[k]);
@@ -318,7 +318,7 @@ static void ce_case(const int64_t *t, int64_t ii, float ls, double loss, const f
     cg_tensor *x = ce_logits();
     /* also through a non-contiguous view of the same values */
     cg_tensor *tr = cg_view_transpose(x, 0, 1);
-    cg_tensor *trc = cg_clone(tr);
+    cg_tensor *trc = cg_k_clone(tr);
     cg_tensor *xv = cg_view_transpose(trc, 0, 1); /* [5,4], strides (1,5) */
     ck_assert(!cg_is_contiguous(xv));
     for (int k = 0; k < 2; k++) {
@@ -864,7 +864,7 @@ START_TEST(test_dropout_determinism)
     ck_assert(bit_equal(a, y[0]));
     ck_assert(!bit_equal(a, b));
     /* a non-contiguous input gives the mask in row-major order of its shape */
-    cg_tensor *xt = cg_view_transpose(x, 0, 1), *xtc = cg_clone(xt);
+    cg_tensor *xt = cg_view_transpose(x, 0, 1), *xtc = cg_k_clone(xt);
     cg_rng d1 = cg_rng_new(5), d2 = cg_rng_new(5);
     cg_tensor *p = cg_k_dropout(xt, 0.2f, &d1, NULL), *q = cg_k_dropout(xtc, 0.2f, &d2, NULL);
     ck_assert(bit_equal(p, q));

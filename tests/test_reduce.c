@@ -476,7 +476,7 @@ START_TEST(test_threads_identical)
             }
             /* any layout sums in the same order as its contiguous copy */
             if (kind != 3) {
-                cg_tensor *c = cg_clone(a);
+                cg_tensor *c = cg_k_clone(a);
                 cg_tensor *rc[N_RUNS];
                 run_all(c, rc);
                 run_all(a, r1);

@@ -138,12 +138,12 @@ START_TEST(test_squeeze_unsqueeze_expand)
     ck_assert_float_eq(cg_get(e, (int64_t[]){1, 2, 3}), 3);
     CG_ASSERT_FAILS(cg_view_expand(t, CG_SHAPE(2, 4)), "cannot expand");
     /* contiguous() of an expanded view materialises it */
-    cg_tensor *c = cg_contiguous(e);
+    cg_tensor *c = cg_k_contiguous(e);
     ck_assert(cg_is_contiguous(c));
     ck_assert_ptr_ne(c->storage, t->storage);
     ck_assert_float_eq(cg_data(c)[23], 3);
     /* contiguous() of a contiguous tensor copies nothing */
-    cg_tensor *c2 = cg_contiguous(t);
+    cg_tensor *c2 = cg_k_contiguous(t);
     ck_assert_ptr_eq(c2->storage, t->storage);
     cg_release_all(7, t, u, u2, sq, e, c, c2);
 }
@@ -159,7 +159,7 @@ START_TEST(test_reshape)
     /* a transposed tensor cannot be viewed flat: reshape copies */
     cg_tensor *tr = cg_view_transpose(v, 1, 2); /* [2,4,3] */
     CG_ASSERT_FAILS(cg_view_reshape(tr, CG_SHAPE(24)), "without a copy");
-    cg_tensor *flat = cg_reshape_copy(tr, CG_SHAPE(24));
+    cg_tensor *flat = cg_k_reshape(tr, CG_SHAPE(24));
     ck_assert_ptr_ne(flat->storage, t->storage);
     ck_assert_float_eq(cg_data(flat)[1], 4); /* tr[0,0,1] = v[0,1,0] */
     /* splitting a dim of a transposed tensor is still a view */
@@ -174,7 +174,7 @@ START_TEST(test_reshape)
     /* size-1 dims and expanded views */
     cg_tensor *one = cg_ones(CG_SHAPE(1, 4));
     cg_tensor *ex = cg_view_expand(one, CG_SHAPE(3, 4));
-    cg_tensor *exr = cg_reshape_copy(ex, CG_SHAPE(12));
+    cg_tensor *exr = cg_k_reshape(ex, CG_SHAPE(12));
     CG_ASSERT_TENSOR(exr, ((float[]){1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}), 0, 0);
     cg_release_all(10, t, v, tr, flat, split, sl, m, one, ex, exr);
 }
@@ -192,7 +192,7 @@ START_TEST(test_copy_and_fill_strided)
     cg_tensor *bad = cg_zeros(CG_SHAPE(4));
     ck_assert(!cg_copy_(col, bad));
     ck_assert_ptr_nonnull(strstr(cg_last_error(), "[3]"));
-    cg_tensor *cl = cg_clone(col);
+    cg_tensor *cl = cg_k_clone(col);
     ck_assert(cg_is_contiguous(cl));
     CG_ASSERT_TENSOR(cl, ((float[]){1, 2, 3}), 0, 0);
     cg_release_all(5, t, col, src, bad, cl);

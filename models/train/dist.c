@@ -608,7 +608,7 @@ bool cg_dist_average_grads_tensors(int n, cg_tensor *const *params, double weigh
             g = cg_zeros_like(p);
         } else if (!cg_is_contiguous(g) || g->storage->refcount != 1 || g->refcount != 1 ||
                    g->node) {
-            g = cg_clone(g); /* own a contiguous copy before writing in place */
+            g = cg_k_clone(g); /* own a contiguous copy before writing in place */
         } else {
             g = NULL;
         }
