@@ -20,6 +20,8 @@
 #                              the same files)
 #   json_ok NAME FILE          the last line of FILE is a JSON object
 #   jsonl_ok NAME FILE         every line of FILE is a JSON object
+#   zoo_data                   c.txt (a 3 KB text of 14 words) and p.tsv (400
+#                              pairs), the small data of the zoo's tests
 #   finish                     exit 1 after failures, else 0
 dir=$(mktemp -d "${TMPDIR:-/tmp}/cg_$1.XXXXXX")
 trap 'rm -rf "$dir"' EXIT
@@ -76,6 +78,11 @@ for l in open(sys.argv[1], "rb").read().split(b"\n")[:-1]:
   else
     fail "$1: $2 does not parse: $(tail -c 200 "$2")"
   fi
+}
+zoo_data() {
+  local words=(the a whale sea ship captain ahab white call me ishmael some years ago) i
+  for ((i = 0; i < 600; i++)); do printf '%s ' "${words[$(((i * 7 + i / 3) % ${#words[@]}))]}"; done >c.txt
+  for ((i = 0; i < 400; i++)); do printf 'the cat %d sat\tdie katze %d sass\n' $i $i; done >p.tsv
 }
 skip_if_no_bpe() {
   if [ "$1" -eq 1 ] && grep -q "unavailable" "$2"; then

@@ -17,9 +17,12 @@ if [ -z "$mpirun" ] || ! command -v "$mpirun" >/dev/null; then
 fi
 . "$(dirname "$0")/shell_lib.sh" dist
 export OMP_NUM_THREADS=1 CG_DIST_TIMEOUT=60
+# Open MPI 4's mpirun itself crashes (SIGSEGV in its help-message
+# aggregation) about one time in two when ranks call MPI_Abort together
+# under meson's MALLOC_PERTURB_; the programs are not involved.
+unset MALLOC_PERTURB_
 mpi=("$mpirun" --allow-run-as-root --oversubscribe)
-words=(the a whale sea ship captain ahab white call me ishmael some years ago)
-for ((i = 0; i < 600; i++)); do printf '%s ' "${words[$(((i * 7 + i / 3) % ${#words[@]}))]}"; done >c.txt
+zoo_data
 sed 's/whale/elahw/g' c.txt >c2.txt # same size, same characters, other text
 TINY=(--d 16 --H 2 --layers 1 --d-ff 32 --T 16 --batch-size 4 --threads 1 --eval-every 4)
 # no_steps NAME: the failed run took no step and wrote no checkpoint
@@ -29,19 +32,19 @@ no_steps() {
 }
 
 # ---- 9. ranks with other data or another recipe are refused at start
-expect "ranks given different --data" 1 "data" \
+refused "ranks given different --data" "data" \
   "${mpi[@]}" -np 1 "$charlm" train --data c.txt "${TINY[@]}" --steps 4 --out d1.st : \
   -np 1 "$charlm" train --data c2.txt "${TINY[@]}" --steps 4 --out d1.st
 no_steps "ranks given different --data" d1.st
-expect "ranks given different --lr" 1 "\-\-lr" \
+refused "ranks given different --lr" "\-\-lr" \
   "${mpi[@]}" -np 1 "$charlm" train --data c.txt "${TINY[@]}" --steps 4 --out d2.st : \
   -np 1 "$charlm" train --data c.txt "${TINY[@]}" --lr 2e-3 --steps 4 --out d2.st
 no_steps "ranks given different --lr" d2.st
-expect "ranks given different --batch-size" 1 "batch" \
+refused "ranks given different --batch-size" "batch" \
   "${mpi[@]}" -np 1 "$charlm" train --data c.txt "${TINY[@]}" --steps 4 --out d3.st : \
   -np 1 "$charlm" train --data c.txt "${TINY[@]}" --batch-size 8 --steps 4 --out d3.st
 no_steps "ranks given different --batch-size" d3.st
-expect "ranks given different --steps" 1 "steps" \
+refused "ranks given different --steps" "steps" \
   "${mpi[@]}" -np 1 "$charlm" train --data c.txt "${TINY[@]}" --steps 4 --out d4.st : \
   -np 1 "$charlm" train --data c.txt "${TINY[@]}" --steps 6 --out d4.st
 # the shape message names both ranks once each
@@ -49,16 +52,15 @@ expect "ranks given different --steps" 1 "steps" \
   -np 1 "$charlm" train --data c.txt "${TINY[@]}" --d 32 --steps 4 --out d5.st >/dev/null 2>err.txt
 if grep -q "rank 0: [^;]*; rank 0:" err.txt; then fail "the shape message repeats rank 0: $(grep 'rank 0' err.txt | head -1)"
 else echo "ok: the shape message: $(grep -m1 'differ' err.txt)"; fi
-for ((i = 0; i < 400; i++)); do printf 'the cat %d sat\tdie katze %d sass\n' $i $i; done >p.tsv
 sed 's/katze 1 /katze 7 /' p.tsv >p2.tsv
 S2S=(--tokenizer char --d 16 --H 2 --enc-layers 1 --dec-layers 1 --d-ff 32 --valid-size 20
      --test-size 20 --test-limit 2 --threads 1 --eval-every 4)
-expect "seq2seq ranks given different --data" 1 "data" \
+refused "seq2seq ranks given different --data" "data" \
   "${mpi[@]}" -np 1 "$seq2seq" train --data p.tsv "${S2S[@]}" --max-tokens 200 --steps 4 --out s1.st : \
   -np 1 "$seq2seq" train --data p2.tsv "${S2S[@]}" --max-tokens 200 --steps 4 --out s1.st
 no_steps "seq2seq ranks given different --data" s1.st
 # a batch smaller than the ranks: charlm --batch-size 1 on 2 ranks
-expect "charlm --batch-size 1 on 2 ranks" 1 "batch" \
+refused "charlm --batch-size 1 on 2 ranks" "batch" \
   "${mpi[@]}" -np 2 "$charlm" train --data c.txt "${TINY[@]}" --batch-size 1 --steps 4 --out b1.st
 no_steps "charlm --batch-size 1 on 2 ranks" b1.st
 

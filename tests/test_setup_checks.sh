@@ -14,9 +14,7 @@ seq2seq=$2
 tool=$3
 . "$(dirname "$0")/shell_lib.sh" setup
 
-words=(the a whale sea ship captain ahab white call me ishmael some years ago)
-for ((i = 0; i < 600; i++)); do printf '%s ' "${words[$(((i * 7 + i / 3) % ${#words[@]}))]}"; done >c.txt
-for ((i = 0; i < 400; i++)); do printf 'the cat %d sat\tdie katze %d sass\n' $i $i; done >p.tsv
+zoo_data
 TINY=(--d 16 --H 2 --layers 1 --d-ff 32 --T 16 --batch-size 4 --threads 1 --eval-every 4)
 S2S=(--tokenizer char --d 16 --H 2 --enc-layers 1 --dec-layers 1 --d-ff 32 --max-tokens 200
      --valid-size 20 --test-size 20 --test-limit 2 --threads 1 --eval-every 4)

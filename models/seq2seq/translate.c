@@ -684,6 +684,18 @@ static int64_t min_batch(const cg_batches *bs)
     return m;
 }
 
+/* 1 when batches of max_tokens give every batch at least R pairs, 0 when
+ * not, -1 + error. */
+static int batches_fit(const cg_mt_data *d, int64_t max_tokens, int R)
+{
+    cg_batches b;
+    if (!cg_make_batches(&d->pairs, d->split.train, d->n_train, max_tokens, &b))
+        return -1;
+    int fits = min_batch(&b) >= R;
+    cg_batches_free(&b);
+    return fits;
+}
+
 bool cg_mt_check_ranks(const cg_mt_data *d, int64_t max_tokens, bool resumed)
 {
     const int R = cg_dist_size();
@@ -695,25 +707,23 @@ bool cg_mt_check_ranks(const cg_mt_data *d, int64_t max_tokens, bool resumed)
     int64_t lo = max_tokens, hi = max_tokens, advice = -1;
     for (int k = 0; k < 40 && advice < 0; k++) {
         hi = hi > INT64_MAX / 2 ? INT64_MAX : 2 * hi;
-        cg_batches b;
-        if (!cg_make_batches(&d->pairs, d->split.train, d->n_train, hi, &b))
+        int fits = batches_fit(d, hi, R);
+        if (fits < 0)
             return false;
-        if (min_batch(&b) >= R)
+        if (fits)
             advice = hi;
         else
             lo = hi;
-        cg_batches_free(&b);
     }
     while (advice > 0 && advice - lo > 1) {
         int64_t mid = lo + (advice - lo) / 2;
-        cg_batches b;
-        if (!cg_make_batches(&d->pairs, d->split.train, d->n_train, mid, &b))
+        int fits = batches_fit(d, mid, R);
+        if (fits < 0)
             return false;
-        if (min_batch(&b) >= R)
+        if (fits)
             advice = mid;
         else
             lo = mid;
-        cg_batches_free(&b);
     }
     if (resumed)
         cg_set_error("a batch of --max-tokens %lld (the checkpoint's) holds %lld pair%s, which "

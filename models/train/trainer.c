@@ -1036,6 +1036,107 @@ static int train_step(run_ctx *c, bool *skipped, double *tokens)
     return -1;
 }
 
+/* The leaves of o as flat["a.b.c"] = the leaf's JSON text. */
+static bool flatten(const cJSON *o, const char *prefix, cJSON *flat)
+{
+    bool ok = true;
+    for (const cJSON *c = o ? o->child : NULL; ok && c; c = c->next) {
+        char key[512];
+        snprintf(key, sizeof key, "%s%s", prefix, c->string ? c->string : "?");
+        if (cJSON_IsObject(c)) {
+            char sub[520];
+            snprintf(sub, sizeof sub, "%s.", key);
+            ok = flatten(c, sub, flat);
+        } else {
+            char *v = cJSON_PrintUnformatted(c);
+            ok = v && cJSON_AddStringToObject(flat, key, v);
+            free(v);
+        }
+    }
+    return ok;
+}
+
+/* Every rank was started with the same run: the same data (size and
+ * checksum; its path may differ between machines), model, recipe and
+ * per-run flags as rank 0. A difference is an error naming the flag, on
+ * every rank, before anything is trained. */
+static bool check_ranks_agree(const cg_trainer *t, const cg_trainer_model *m)
+{
+    if (cg_dist_size() <= 1)
+        return true;
+    char *sj = state_json(t, m), *cj = sj ? m->config_json(m->self) : NULL;
+    cJSON *s = cj ? cJSON_Parse(sj) : NULL, *cfg = s ? cJSON_Parse(cj) : NULL;
+    cJSON *flat = cfg ? cJSON_CreateObject() : NULL, *run = flat ? cJSON_CreateObject() : NULL;
+    free(sj);
+    free(cj);
+    bool ok = run != NULL;
+    if (ok) {
+        cJSON_DeleteItemFromObjectCaseSensitive(s, "data"); /* paths: per machine */
+        cJSON_DeleteItemFromObjectCaseSensitive(s, "data_hex");
+        cJSON *id = cJSON_GetObjectItemCaseSensitive(s, "data_id");
+        cJSON_DeleteItemFromObjectCaseSensitive(id, "path");
+        cJSON_DeleteItemFromObjectCaseSensitive(id, "path_hex");
+        const cg_train_opts *o = t->o;
+        cJSON_AddNumberToObject(run, "stop_at", (double)o->stop_at);
+        cJSON_AddNumberToObject(run, "max_minutes", o->max_minutes);
+        cJSON_AddBoolToObject(run, "skip_nonfinite", o->skip_nonfinite);
+        ok = flatten(s, "", flat) && flatten(cfg, "config.", flat) && flatten(run, "", flat);
+    }
+    /* rank 0's list to every rank: its length, then its bytes */
+    char *mine = ok ? cJSON_PrintUnformatted(flat) : NULL;
+    uint64_t len = mine ? strlen(mine) + 1 : 0;
+    ok = mine && cg_dist_broadcast_bytes(&len, sizeof len);
+    char *root = ok ? malloc(len) : NULL;
+    if (root && cg_dist_is_root())
+        memcpy(root, mine, len);
+    ok = root && cg_dist_broadcast_bytes(root, len);
+    cJSON *rf = ok ? cJSON_Parse(root) : NULL;
+    /* the first of rank 0's leaves that differs here */
+    int idx = 0, first = -1;
+    for (const cJSON *c = rf ? rf->child : NULL; c && first < 0; c = c->next, idx++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(flat, c->string);
+        if (!cJSON_IsString(v) || strcmp(v->valuestring, c->valuestring) != 0)
+            first = idx;
+    }
+    if (rf && first < 0 && cJSON_GetArraySize(flat) != cJSON_GetArraySize(rf))
+        first = idx; /* leaves rank 0 does not have */
+    double worst = first >= 0 ? 1e9 - first : 0; /* the lowest index over the ranks */
+    bool sent = ok && cg_dist_allreduce_max(&worst, 1);
+    if (sent && worst > 0) {
+        int at = (int)(1e9 - worst);
+        const cJSON *c = rf ? cJSON_GetArrayItem(rf, at) : NULL;
+        const char *key = c ? c->string : "a value", *leaf = strrchr(key, '.');
+        leaf = leaf ? leaf + 1 : key;
+        char flag[256];
+        if (!strncmp(key, "data_id.", 8))
+            snprintf(flag, sizeof flag, "--data (the file's content)");
+        else if (!strncmp(key, "history.", 8) || !strcmp(key, "recent"))
+            snprintf(flag, sizeof flag, "the checkpoint resumed");
+        else {
+            snprintf(flag, sizeof flag, "--%s", leaf);
+            for (char *p = flag; *p; p++)
+                if (*p == '_')
+                    *p = '-';
+        }
+        cg_set_error("the ranks were not started with the same run: %s differs between ranks "
+                     "(rank 0: %s = %s); every rank needs the same data and flags", flag, key,
+                     c ? c->valuestring : "?");
+        ok = false;
+    } else if (!sent) {
+        ok = false;
+    }
+    free(mine);
+    free(root);
+    cJSON_Delete(rf);
+    cJSON_Delete(s);
+    cJSON_Delete(cfg);
+    cJSON_Delete(flat);
+    cJSON_Delete(run);
+    if (!ok && !cg_has_error())
+        cg_set_error("out of memory");
+    return ok;
+}
+
 static int setup(run_ctx *c)
 {
     cg_trainer *t = c->t;
@@ -1055,6 +1156,8 @@ static int setup(run_ctx *c)
     /* Data parallel (models/train/dist.h): every rank starts from rank 0's
      * parameters and trains on its share of every global batch; dropout is
      * seeded per rank (rank 0 keeps the checkpoint's stream). */
+    if (!check_ranks_agree(t, m))
+        return cg_prog_fail_lib(NULL);
     if (!cg_dist_broadcast_module(m->module))
         return cg_prog_fail_lib("broadcasting the parameters");
     m->dropout_rng->seed = cg_dist_rank_seed(m->dropout_rng->seed);
