@@ -806,8 +806,8 @@ void cg_trainer_end(cg_trainer *t)
     cg_st_close(t->ckpt);
     cJSON_Delete(t->state);
     cg_history_free(&t->hist);
-    if (t->metrics)
-        fclose(t->metrics);
+    if (t->metrics && fclose(t->metrics) != 0) /* its last lines may be lost */
+        cg_prog_warn("cannot write the metrics log: %s", strerror(errno));
     cg_out_lock_release(&t->lock);
     cg_trainer_init(t, NULL);
 }
