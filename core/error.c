@@ -34,3 +34,13 @@ void cg_set_error(const char *fmt, ...)
     va_end(ap);
 }
 
+void cg_prefix_error(const char *fmt, ...)
+{
+    char prefix[sizeof g_msg], old[sizeof g_msg];
+    snprintf(old, sizeof old, "%s", g_msg);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    va_end(ap);
+    cg_set_error("%s%s", prefix, old);
+}

@@ -23,6 +23,10 @@ void cg_clear_error(void);
  * cause survives a chain of calls because functions given a NULL input
  * return NULL without recording anything. */
 void cg_set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Put a prefix (printf format, its separator included) before the current
+ * message: cg_prefix_error("checkpoint '%s': ", path) turns "bad dtype"
+ * into "checkpoint 'x.st': bad dtype". */
+void cg_prefix_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Counts cg_set_error calls on this thread: compare it before and after a
  * call to know whether that call recorded a message (cg_has_error() may be
  * true from an older, unrelated failure). */

@@ -21,6 +21,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/utf8.h"
+
 /* ---------------------------------------------------------------- dtypes */
 
 static const struct {
@@ -94,25 +96,11 @@ static void copy_le(void *dst, const void *src, size_t n, size_t sz) {
 static size_t utf8_bad_at(const unsigned char *s, size_t n, bool json_text) {
     size_t i = 0;
     while (i < n) {
-        unsigned c = s[i];
-        if (c < 0x80) {
-            if (json_text && c < 0x20 && c != '\t' && c != '\n' && c != '\r') return i;
-            i++;
-            continue;
-        }
-        size_t len;
-        unsigned cp, min;
-        if (c >= 0xC2 && c <= 0xDF) { len = 2; cp = c & 0x1F; min = 0x80; }
-        else if (c >= 0xE0 && c <= 0xEF) { len = 3; cp = c & 0x0F; min = 0x800; }
-        else if (c >= 0xF0 && c <= 0xF4) { len = 4; cp = c & 0x07; min = 0x10000; }
-        else return i;
-        if (n - i < len) return i;
-        for (size_t k = 1; k < len; k++) {
-            if ((s[i + k] & 0xC0) != 0x80) return i;
-            cp = (cp << 6) | (s[i + k] & 0x3F);
-        }
-        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return i;
-        i += len;
+        uint32_t cp;
+        int len = cg_utf8_seq(s + i, n - i, &cp);
+        if (len == 0) return i;
+        if (json_text && cp < 0x20 && cp != '\t' && cp != '\n' && cp != '\r') return i;
+        i += (size_t)len;
     }
     return n;
 }
@@ -629,9 +617,7 @@ cg_tensor *cg_st_get_f32(const cg_st_file *f, const char *name) {
     if (!e || !need_dtype(f, e, CG_ST_F32)) return NULL;
     cg_tensor *t = cg_empty(e->ndim, e->shape);
     if (!t) {
-        char why[512];
-        snprintf(why, sizeof why, "%s", cg_last_error());
-        cg_set_error("safetensors: %s: tensor '%s': %s", f->path, e->name, why);
+        cg_prefix_error("safetensors: %s: tensor '%s': ", f->path, e->name);
         return NULL;
     }
     copy_le(cg_data(t), f->data + e->begin, (size_t)e->numel, 4);

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/utf8.h"
 #include "models/util/cli.h"
 #include "models/util/config_json.h"
 #include "models/data/data.h"
@@ -492,6 +493,69 @@ START_TEST(test_png_stale_temp)
 }
 END_TEST
 
+/* cg_prefix_error puts its text (separator included) before the message;
+ * the zoo's "WHAT: why" messages are built with it. */
+START_TEST(test_prefix_error)
+{
+    cg_set_error("bad dtype");
+    cg_prefix_error("checkpoint '%s': ", "x.st");
+    ck_assert_str_eq(cg_last_error(), "checkpoint 'x.st': bad dtype");
+    cg_prefix_error("loss %g, ", 1.5);
+    ck_assert_str_eq(cg_last_error(), "loss 1.5, checkpoint 'x.st': bad dtype");
+    char long_msg[2000];
+    memset(long_msg, 'a', sizeof long_msg - 1);
+    long_msg[sizeof long_msg - 1] = '\0';
+    cg_set_error("%s", long_msg);
+    cg_prefix_error("p: ");
+    ck_assert(strncmp(cg_last_error(), "p: aaa", 6) == 0); /* truncated, not overrun */
+    cg_clear_error();
+}
+END_TEST
+
+/* The one UTF-8 codec (core/utf8.h) that metrics, plots, vocabularies,
+ * pairs and safetensors share: strict sequences, byte offsets of bad ones,
+ * and the round trip through cg_utf8_put. */
+START_TEST(test_utf8_codec)
+{
+    uint32_t cp = 0;
+    ck_assert_int_eq(cg_utf8_seq((const unsigned char *)"A", 1, &cp), 1);
+    ck_assert_uint_eq(cp, 'A');
+    ck_assert_int_eq(cg_utf8_seq((const unsigned char *)"\xc3\xb6", 2, &cp), 2);
+    ck_assert_uint_eq(cp, 0xF6);
+    ck_assert_int_eq(cg_utf8_seq((const unsigned char *)"\xf0\x9f\x98\x80", 4, &cp), 4);
+    ck_assert_uint_eq(cp, 0x1F600);
+    static const char *const bad[] = {"\xc0\xaf", "\xe0\x80\xaf", "\xed\xa0\x80",
+                                      "\xf4\x90\x80\x80", "\x80", "\xc3"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        ck_assert_int_eq(cg_utf8_seq((const unsigned char *)bad[i], strlen(bad[i]), &cp), 0);
+    size_t at = 0;
+    ck_assert_int_eq(cg_utf8_count("ab\xc3\xb6" "c", 5, NULL), 4);
+    ck_assert_int_eq(cg_utf8_count("ab\xed\xa0\x80", 5, &at), -1);
+    ck_assert_uint_eq(at, 2);
+    int64_t n = 0;
+    uint32_t *cps = cg_utf8_decode("a\r\nb\rc", 6, "t", &n);
+    ck_assert_ptr_nonnull(cps);
+    ck_assert_int_eq(n, 5); /* "a\nb\nc" */
+    ck_assert_uint_eq(cps[1], '\n');
+    ck_assert_uint_eq(cps[3], '\n');
+    free(cps);
+    cps = cg_utf8_decode_exact("a\r\n", 3, "t", &n);
+    ck_assert_int_eq(n, 3);
+    free(cps);
+    ck_assert_ptr_null(cg_utf8_decode("ok\xff", 3, "t", &n));
+    ck_assert_str_eq(cg_last_error(), "t is not valid UTF-8 (bad byte 0xff at offset 2)");
+    for (uint32_t c = 1; c < 0x110000; c += 97) {
+        if (c >= 0xD800 && c <= 0xDFFF)
+            continue;
+        char b[4];
+        int k = cg_utf8_put(c, b);
+        uint32_t back = 0;
+        ck_assert_int_eq(cg_utf8_seq((const unsigned char *)b, (size_t)k, &back), k);
+        ck_assert_uint_eq(back, c);
+    }
+}
+END_TEST
+
 static Suite *guards_suite(void)
 {
     Suite *s = suite_create("guards");
@@ -503,6 +567,8 @@ static Suite *guards_suite(void)
     tcase_add_test(t, test_tiny_temperature);
     tcase_add_test(t, test_json_values);
     tcase_add_test(t, test_threads);
+    tcase_add_test(t, test_prefix_error);
+    tcase_add_test(t, test_utf8_codec);
     suite_add_tcase(s, t);
     TCase *d = tcase_create("data");
     tcase_add_checked_fixture(d, setup, teardown);

@@ -41,9 +41,7 @@ bool cg_charlm_ckpt_load(const char *path, cg_charlm_ckpt *out)
     out->step = cg_ckpt_step(f);
     cg_charlm_config cfg;
     if (!cg_charlm_config_from_json(cg_st_metadata(f, "config"), &cfg)) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", cg_last_error());
-        cg_set_error("checkpoint '%s': bad config: %s", path, msg);
+        cg_prefix_error("checkpoint '%s': bad config: ", path);
         goto fail;
     }
     if (cg_st_metadata(f, "tokenizer")) { /* bpe (models/tokenizer.h) */
@@ -53,7 +51,7 @@ bool cg_charlm_ckpt_load(const char *path, cg_charlm_ckpt *out)
                !(out->vocab = out->tok->cv = cg_vocab_from_json(cg_st_metadata(f, "vocab")))) {
         if (!out->tok)
             cg_set_error("out of memory");
-        cg_ckpt_error_in(path);
+        cg_prefix_error("checkpoint '%s': ", path);
         goto fail;
     }
     if (cg_tokenizer_vocab_size(out->tok) != cfg.vocab) {
@@ -73,7 +71,7 @@ bool cg_charlm_ckpt_load(const char *path, cg_charlm_ckpt *out)
     if (!out->model || !cg_ckpt_check_tensors(CG_MODULE(out->model), f, path))
         goto fail;
     if (!cg_module_load(CG_MODULE(out->model), f, NULL)) {
-        cg_ckpt_error_in(path);
+        cg_prefix_error("checkpoint '%s': ", path);
         goto fail;
     }
     return true;

@@ -210,9 +210,7 @@ static cg_corpus *corpus_bpe(const char *path, cg_tokenizer **tok, int64_t vocab
     free(a);
     free(b);
     if (!c) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", cg_last_error());
-        cg_set_error("'%s': %s", path, msg);
+        cg_prefix_error("'%s': ", path);
         cg_tokenizer_free(own);
     } else if (own) {
         *tok = own;

@@ -9,7 +9,7 @@
 #include "core/error.h"
 #include "models/text/vocab.h"
 #include "models/util/files.h"
-#include "models/util/utf8.h"
+#include "core/utf8.h"
 
 /* ------------------------------------------------------------ MT19937 */
 /* numpy random_interval(max): uniform in [0, max] by masked rejection. */
@@ -230,9 +230,7 @@ bool cg_pairs_load(const char *path, int64_t n_valid, int64_t n_test, cg_pairs *
         return false;
     if (cg_pairs_split(p, n_valid, n_test, split))
         return true;
-    char e[512];
-    snprintf(e, sizeof e, "%s", cg_last_error());
-    cg_set_error("%s: %s", path, e);
+    cg_prefix_error("%s: ", path);
     cg_pairs_free(p);
     return false;
 }

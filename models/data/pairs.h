@@ -24,7 +24,7 @@
 
 #include "core/tensor.h"
 #include "models/text/pair_vocab.h"
-#include "models/util/utf8.h"
+#include "core/utf8.h"
 #include "models/data/data_id.h"
 
 #ifdef __cplusplus

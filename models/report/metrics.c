@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/utf8.h"
 
 /* ------------------------------------------------------------ buffers */
 
@@ -60,38 +61,14 @@ static bool utf8_decode(const unsigned char *s, size_t len, u32vec *out)
         return false;
     size_t i = 0;
     while (i < len) {
-        unsigned c = s[i];
-        uint32_t cp = 0;
-        size_t k = 0;
-        if (c < 0x80) {
-            cp = c;
-            k = 1;
-        } else if (c >= 0xC2 && c <= 0xDF) {
-            if (i + 1 < len && (s[i + 1] & 0xC0) == 0x80) {
-                cp = ((c & 0x1Fu) << 6) | (s[i + 1] & 0x3Fu);
-                k = 2;
-            }
-        } else if (c >= 0xE0 && c <= 0xEF) {
-            unsigned lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
-            if (i + 2 < len && s[i + 1] >= lo && s[i + 1] <= hi && (s[i + 2] & 0xC0) == 0x80) {
-                cp = ((c & 0x0Fu) << 12) | ((s[i + 1] & 0x3Fu) << 6) | (s[i + 2] & 0x3Fu);
-                k = 3;
-            }
-        } else if (c >= 0xF0 && c <= 0xF4) {
-            unsigned lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
-            if (i + 3 < len && s[i + 1] >= lo && s[i + 1] <= hi && (s[i + 2] & 0xC0) == 0x80 &&
-                (s[i + 3] & 0xC0) == 0x80) {
-                cp = ((c & 0x07u) << 18) | ((s[i + 1] & 0x3Fu) << 12) | ((s[i + 2] & 0x3Fu) << 6) |
-                     (s[i + 3] & 0x3Fu);
-                k = 4;
-            }
-        }
+        uint32_t cp;
+        int k = cg_utf8_seq(s + i, len - i, &cp);
         if (k == 0) {
-            cp = 0xDC00u + c;
+            cp = 0xDC00u + s[i];
             k = 1;
         }
         out->v[out->n++] = cp;
-        i += k;
+        i += (size_t)k;
     }
     return true;
 }
@@ -104,26 +81,7 @@ static size_t utf8_encode(uint32_t cp, char *dst)
         dst[0] = (char)(cp - 0xDC00);
         return 1;
     }
-    if (cp < 0x80) {
-        dst[0] = (char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        dst[0] = (char)(0xC0 | (cp >> 6));
-        dst[1] = (char)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        dst[0] = (char)(0xE0 | (cp >> 12));
-        dst[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        dst[2] = (char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    dst[0] = (char)(0xF0 | (cp >> 18));
-    dst[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-    dst[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    dst[3] = (char)(0x80 | (cp & 0x3F));
-    return 4;
+    return (size_t)cg_utf8_put(cp, dst);
 }
 
 /* Exactly the code points Python's str.isspace() / str.split() treat as

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/utf8.h"
 #include "nn/safetensors.h"
 
 enum { WHITE = 0xFFFFFF, BLACK = 0x000000, TEXT = 0x222222, GRID = 0xE2E2E2, AXIS = 0x555555,
@@ -67,60 +68,14 @@ uint32_t cg_plot_colormap(float t)
 
 /* ------------------------------------------------------------------ text */
 
-/* Decode one UTF-8 sequence at *s (strict); invalid bytes give U+FFFD and
- * advance by one. */
+/* Decode one UTF-8 sequence at *s (NUL-terminated; strict); invalid bytes
+ * give U+FFFD and advance by one. */
 static uint32_t utf8_next(const unsigned char **s)
 {
-    const unsigned char *p = *s;
-    uint32_t c = p[0];
-    int n = c < 0x80             ? 0
-            : (c & 0xE0) == 0xC0 ? 1
-            : (c & 0xF0) == 0xE0 ? 2
-            : (c & 0xF8) == 0xF0 ? 3
-                                 : -1;
-    if (n < 0) {
-        *s = p + 1;
-        return 0xFFFD;
-    }
-    c &= n == 0 ? 0x7F : n == 1 ? 0x1F : n == 2 ? 0x0F : 0x07;
-    for (int i = 1; i <= n; i++) {
-        if ((p[i] & 0xC0) != 0x80) {
-            *s = p + 1;
-            return 0xFFFD;
-        }
-        c = (c << 6) | (p[i] & 0x3F);
-    }
-    static const uint32_t min[4] = {0, 0x80, 0x800, 0x10000};
-    if (c < min[n] || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) {
-        *s = p + 1;
-        return 0xFFFD;
-    }
-    *s = p + n + 1;
-    return c;
-}
-
-static size_t utf8_put(uint32_t c, char *b)
-{
-    if (c < 0x80) {
-        b[0] = (char)c;
-        return 1;
-    }
-    if (c < 0x800) {
-        b[0] = (char)(0xC0 | (c >> 6));
-        b[1] = (char)(0x80 | (c & 0x3F));
-        return 2;
-    }
-    if (c < 0x10000) {
-        b[0] = (char)(0xE0 | (c >> 12));
-        b[1] = (char)(0x80 | ((c >> 6) & 0x3F));
-        b[2] = (char)(0x80 | (c & 0x3F));
-        return 3;
-    }
-    b[0] = (char)(0xF0 | (c >> 18));
-    b[1] = (char)(0x80 | ((c >> 12) & 0x3F));
-    b[2] = (char)(0x80 | ((c >> 6) & 0x3F));
-    b[3] = (char)(0x80 | (c & 0x3F));
-    return 4;
+    uint32_t c;
+    int k = cg_utf8_seq(*s, strnlen((const char *)*s, 4), &c);
+    *s += k ? k : 1;
+    return k ? c : 0xFFFD;
 }
 
 enum { TEXT_MAX_CP = 160, TEXT_BUF = TEXT_MAX_CP * 8 + 16 };
@@ -145,7 +100,7 @@ static int pl_text(const char *in, int max_cp, char *out)
     while (*p) {
         uint32_t c = utf8_next(&p);
         if (shown == max_cp - 1 && *p) {
-            n += utf8_put(0x2026, out + n);
+            n += (size_t)cg_utf8_put(0x2026, out + n);
             shown++;
             break;
         }
@@ -157,7 +112,7 @@ static int pl_text(const char *in, int max_cp, char *out)
             c = 0xFFFD;
         if (c == '#')
             out[n++] = '#';
-        n += utf8_put(c, out + n);
+        n += (size_t)cg_utf8_put(c, out + n);
         shown++;
     }
     out[n] = '\0';
@@ -752,7 +707,7 @@ static int panel_label(const char *const *strs, const uint32_t *cps, int i, char
         uint32_t c = cps[i];
         if (c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF))
             c = 0xFFFD;
-        one[utf8_put(c, one)] = '\0';
+        one[(size_t)cg_utf8_put(c, one)] = '\0';
         s = c ? one : "\xe2\x90\x80"; /* U+0000 as the NUL symbol */
     }
     return pl_text(s, 14, out);

@@ -35,7 +35,7 @@ bool cg_seq2seq_ckpt_load(const char *path, cg_seq2seq_ckpt *out)
     out->step = cg_ckpt_step(f);
     cg_seq2seq_config cfg;
     if (!cg_seq2seq_config_from_json(cg_st_metadata(f, "config"), &cfg)) {
-        cg_ckpt_error_in(path);
+        cg_prefix_error("checkpoint '%s': ", path);
         goto fail;
     }
     if (!(out->tok = cg_tokenizer_read(f, true))) /* names the file */
@@ -55,7 +55,7 @@ bool cg_seq2seq_ckpt_load(const char *path, cg_seq2seq_ckpt *out)
     if (!out->model || !cg_ckpt_check_tensors(CG_MODULE(out->model), f, path))
         goto fail;
     if (!cg_module_load(CG_MODULE(out->model), f, NULL)) {
-        cg_ckpt_error_in(path);
+        cg_prefix_error("checkpoint '%s': ", path);
         goto fail;
     }
     return true;

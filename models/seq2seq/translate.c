@@ -29,13 +29,12 @@ bool cg_batch_make_tok(const cg_pairs *p, const int64_t *idx, int64_t n, const c
     return cg_batch_make_with(p, idx, n, tok_encode, tok, out);
 }
 
-/* Set "WHAT: <the error recorded>" (the message copied first: it is the
- * slot cg_set_error writes). */
+/* Set "WHAT: <the error recorded>" ("unknown error" when none is). */
 static void prefix_error(const char *what)
 {
-    char e[512];
-    snprintf(e, sizeof e, "%s", cg_last_error());
-    cg_set_error("%s: %s", what, *e ? e : "unknown error");
+    if (!*cg_last_error())
+        cg_set_error("unknown error");
+    cg_prefix_error("%s: ", what);
 }
 
 cg_tokenizer *cg_pairs_train_tokenizer(const cg_pairs *p, const int64_t *idx, int64_t n,

@@ -8,23 +8,7 @@
 
 #include "core/error.h"
 #include "models/text/vocab.h"
-#include "models/util/utf8.h"
-
-static int64_t utf8_decode(const char *s, size_t n, uint32_t *out, int64_t cap)
-{
-    const unsigned char *u = (const unsigned char *)s;
-    int64_t count = 0;
-    size_t i = 0;
-    while (i < n) {
-        uint32_t cp;
-        int k = cg_utf8_seq(u + i, n - i, &cp);
-        if (k == 0 || count >= cap)
-            return -1;
-        out[count++] = cp;
-        i += (size_t)k;
-    }
-    return count;
-}
+#include "core/utf8.h"
 
 /* ------------------------------------------------------------ vocab */
 static int cmp_u32(const void *a, const void *b)
@@ -122,19 +106,13 @@ int64_t cg_pair_vocab_id(const cg_pair_vocab *v, uint32_t cp)
 int64_t *cg_pair_vocab_encode(const cg_pair_vocab *v, const char *s, int64_t *n, int64_t *n_unk)
 {
     size_t len = strlen(s);
-    uint32_t *cps = malloc((len ? len : 1) * sizeof *cps);
-    int64_t *ids = malloc((len ? len : 1) * sizeof *ids);
-    if (!cps || !ids) {
+    int64_t k = 0;
+    uint32_t *cps = cg_utf8_decode_exact(s, len, NULL, &k);
+    int64_t *ids = cps ? malloc((size_t)(k ? k : 1) * sizeof *ids) : NULL;
+    if (!ids) {
+        bool oom = cps != NULL;
         free(cps);
-        free(ids);
-        cg_set_error("vocab: out of memory");
-        return NULL;
-    }
-    int64_t k = utf8_decode(s, len, cps, (int64_t)len);
-    if (k < 0) {
-        free(cps);
-        free(ids);
-        cg_set_error("text is not valid UTF-8");
+        cg_set_error(oom ? "vocab: out of memory" : "text is not valid UTF-8");
         return NULL;
     }
     int64_t unk = 0;

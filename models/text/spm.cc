@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "models/util/utf8.h"
+#include "core/utf8.h"
 
 struct cg_spm {
     sentencepiece::SentencePieceProcessor sp;

@@ -43,9 +43,7 @@ cg_spm *cg_spm_st_load(const cg_st_file *f, const char *name)
     const void *b = cg_st_raw(f, name, &len);
     cg_spm *t = b ? cg_spm_from_blob(b, len) : NULL;
     if (!t && b) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", cg_last_error());
-        cg_set_error("%s: tokenizer '%s': %s", cg_st_path(f), name, msg);
+        cg_prefix_error("%s: tokenizer '%s': ", cg_st_path(f), name);
     }
     return t;
 }

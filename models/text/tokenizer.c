@@ -102,9 +102,7 @@ cg_tokenizer *cg_tokenizer_read(const cg_st_file *f, bool specials)
     const char *json = cg_st_metadata(f, "vocab");
     bool ok = specials ? cg_pair_vocab_from_json(json, &t->pv) : !!(t->cv = cg_vocab_from_json(json));
     if (!ok) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", cg_last_error());
-        cg_set_error("%s: %s", cg_st_path(f), msg);
+        cg_prefix_error("%s: ", cg_st_path(f));
         goto fail;
     }
     return t;

@@ -19,7 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "models/util/utf8.h"
+#include "core/utf8.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -76,14 +76,6 @@ int64_t cg_ckpt_step(const cg_st_file *f)
     return s ? (int64_t)strtoll(s, NULL, 10) : 0;
 }
 
-/* Prefix the current error with "checkpoint 'path': ". */
-void cg_ckpt_error_in(const char *path)
-{
-    char msg[512];
-    snprintf(msg, sizeof msg, "%s", cg_last_error());
-    cg_set_error("checkpoint '%s': %s", path, msg);
-}
-
 /* A corrupt or hostile config ("d": 100000) must not make the loader
  * allocate gigabytes before it finds that the parameters do not match: the
  * parameters the config implies (need, a lower bound) must be present in

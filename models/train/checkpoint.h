@@ -53,8 +53,7 @@ int64_t cg_ckpt_step(const cg_st_file *f);
 bool cg_ckpt_check_tensors(const cg_module *m, const cg_st_file *f, const char *path);
 
 /* The pieces of the models' loaders (models/charlm/charlm_ckpt.h,
- * models/seq2seq/seq2seq_ckpt.h): cg_ckpt_save that frees config_json;
- * prefix the current error with "checkpoint 'path': "; a corrupt or
+ * models/seq2seq/seq2seq_ckpt.h): cg_ckpt_save that frees config_json; a corrupt or
  * hostile config ("d": 100000) must not make the loader allocate gigabytes
  * before it finds that the parameters do not match: the parameters the
  * config implies (need, a lower bound) must be present in the file (which
@@ -63,7 +62,6 @@ bool cg_ckpt_check_tensors(const cg_module *m, const cg_st_file *f, const char *
 bool cg_ckpt_save_owned(const char *path, const char *kind, char *config_json,
                         const cg_tokenizer *tok, const cg_module *module, const cg_optim *optim,
                         int64_t step, const char *train_json);
-void cg_ckpt_error_in(const char *path);
 bool cg_ckpt_config_fits(double need, int64_t max_len, int64_t d, const cg_st_file *f,
                          const char *path);
 

@@ -138,15 +138,12 @@ bool cg_train_shape(const cg_train_opts *o, const cg_train_preset *p, cg_train_p
     out->enc_layers = o->enc_layers_seen ? o->enc_layers : p->enc_layers;
     out->dec_layers = o->dec_layers_seen ? o->dec_layers : p->dec_layers;
     out->d_ff = o->d_ff_seen ? o->d_ff : p->d_ff;
-    char msg[256];
     if (o->norm && !cg_norm_kind_parse(o->norm, norm)) {
-        snprintf(msg, sizeof msg, "%s", cg_last_error());
-        cg_set_error("--norm: %s", msg);
+        cg_prefix_error("--norm: ");
         return false;
     }
     if (o->act && !cg_act_parse(o->act, act)) {
-        snprintf(msg, sizeof msg, "%s", cg_last_error());
-        cg_set_error("--act: %s", msg);
+        cg_prefix_error("--act: ");
         return false;
     }
     return true;
@@ -157,9 +154,7 @@ int cg_train_tokenizer_flags(const char *name, bool seen, int64_t vocab_size,
 {
     *kind = CG_TOK_CHAR;
     if (name && !cg_tokenizer_kind_parse(name, kind)) {
-        char msg[256];
-        snprintf(msg, sizeof msg, "%s", cg_last_error());
-        cg_set_error("--tokenizer: %s", msg);
+        cg_prefix_error("--tokenizer: ");
     } else if (seen && *kind != CG_TOK_BPE) {
         cg_set_error("--vocab-size needs --tokenizer bpe (the character vocabulary is the "
                      "characters of the training data)");
@@ -645,9 +640,7 @@ static bool state_restore(cg_trainer *t, cg_train_opts *o, const char *path)
         return false;
     t->data_stored_set = id != NULL; /* absent: written before identities */
     if (hist && !cg_history_from_cjson(hist, &t->hist)) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", cg_last_error());
-        cg_set_error("'%s': %s", path, msg);
+        cg_prefix_error("'%s': ", path);
         return false;
     }
     t->dropout_rng_set = true;
@@ -895,9 +888,7 @@ cg_step_result cg_stepper_step(cg_stepper *st, int64_t s, double *loss_out, doub
         return CG_STEP_NONFINITE;
     }
     if (!back_ok) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", cg_last_error());
-        cg_set_error("backward: %s", msg);
+        cg_prefix_error("backward: ");
         return CG_STEP_FAILED;
     }
     /* loss, weight and tokens of every rank: from here on every rank takes
@@ -915,21 +906,15 @@ cg_step_result cg_stepper_step(cg_stepper *st, int64_t s, double *loss_out, doub
         if (cg_optim_grads_finite(st->opt, NULL))
             cg_set_error("gradient norm is not finite");
         if (!st->skip_nonfinite) {
-            char msg[512];
-            snprintf(msg, sizeof msg, "%s", cg_last_error());
-            cg_set_error("step %lld: %s", (long long)s, msg);
+            cg_prefix_error("step %lld: ", (long long)s);
             return CG_STEP_NONFINITE;
         }
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", cg_last_error());
-        cg_set_error("loss %g, %s", lv, msg);
+        cg_prefix_error("loss %g, ", lv);
         cg_optim_zero_grad(st->opt);
         return CG_STEP_SKIPPED;
     }
     if (!cg_optim_step(st->opt)) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", cg_last_error());
-        cg_set_error("optimizer: %s", msg);
+        cg_prefix_error("optimizer: ");
         return CG_STEP_FAILED;
     }
     return CG_STEP_OK;

@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "models/util/utf8.h"
+#include "core/utf8.h"
 
 static double meminfo_available(void)
 {

@@ -1,7 +1,7 @@
-/* cgrad zoo, util layer: the one UTF-8 codec of the zoo (strict: no
+/* cgrad core: the one UTF-8 codec of the library and the zoo (strict: no
  * overlong forms, surrogates or values above U+10FFFF). */
-#ifndef CG_MODELS_UTIL_UTF8_H
-#define CG_MODELS_UTIL_UTF8_H
+#ifndef CG_CORE_UTF8_H
+#define CG_CORE_UTF8_H
 
 #include <stddef.h>
 #include <stdint.h>

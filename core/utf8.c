@@ -1,5 +1,5 @@
-/* cgrad zoo: the UTF-8 codec (see utf8.h). */
-#include "models/util/utf8.h"
+/* cgrad core: the UTF-8 codec (see utf8.h). */
+#include "core/utf8.h"
 
 #include <stdbool.h>
 #include <stdlib.h>
