@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "models/util/utf8.h"
+#include "core/utf8.h"
 
 bool cg_json_int(const cJSON *o, const char *what, const char *key, int64_t *out)
 {
