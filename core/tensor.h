@@ -283,9 +283,18 @@ cg_tensor *cg_k_reshape(const cg_tensor *t, int ndim, const int64_t *shape);
 cg_tensor *cg_k_contiguous(const cg_tensor *t);
 
 /* ------------------------------------------------------------- threads */
-/* Threads used by kernels and BLIS (default: OMP's default, i.e. cores). */
+/* Threads used by kernels and BLIS (default: OMP's default, i.e. cores,
+ * and never more than cg_num_cpus()). */
 void cg_set_num_threads(int n);
 int cg_get_num_threads(void);
+/* The CPUs this process may run on (its affinity mask; at least 1). */
+int cg_num_cpus(void);
+/* OpenMP's default team size (OMP_NUM_THREADS) is capped at cg_num_cpus()
+ * unless cg_set_num_threads chose a count: more threads than CPUs only slow
+ * down, and tens of thousands exhaust memory or hang. Call it before the
+ * first parallel region (programs do it at start). Returns the count that
+ * was asked for when it was lowered (for a warning), else 0. */
+int cg_cap_default_threads(void);
 
 /* ----------------------------------------------------------- utilities */
 /* The allocator of tensor buffers (core/alloc.c): 64-byte aligned memory

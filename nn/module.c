@@ -1,6 +1,7 @@
 /* Module base: parameter/child registry, traversal, save/load. */
 #include "nn/module.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -438,6 +439,21 @@ bool cg_module_load(cg_module *m, const cg_st_file *f, const char *prefix)
                          cg_shape_str(t, b, sizeof b));
             ok = false;
             break;
+        }
+        /* a NaN or Inf weight makes every later result NaN (or a sampler
+         * print one character forever): refused here, naming it */
+        size_t nbytes;
+        const unsigned char *raw = cg_st_raw(f, keys[i], &nbytes);
+        for (size_t e = 0; raw && e < nbytes / sizeof(float); e++) {
+            float v;
+            memcpy(&v, raw + e * sizeof v, sizeof v);
+            if (!isfinite(v)) {
+                cg_set_error("load %s: tensor '%s' holds %s at element %zu (a damaged or "
+                             "diverged checkpoint)", fname, keys[i],
+                             isnan(v) ? "nan" : v > 0 ? "inf" : "-inf", e);
+                ok = false;
+                break;
+            }
         }
     }
     /* pass 2: copy */

@@ -691,6 +691,18 @@ static bool load_slot(const cg_st_file *f, const char *prefix, const cg_optim_co
             cg_release(t);
             return false;
         }
+        /* a damaged value fails here, naming its entry, not as a NaN
+         * gradient of another parameter steps later (a second moment is
+         * never negative) */
+        const float *v = cg_data(t);
+        for (int64_t e = 0, n = cg_numel(t); e < n; e++)
+            if (!isfinite(v[e]) || (b == 1 && v[e] < 0)) {
+                cg_set_error("optim_load: %s: '%s' holds %g at element %lld (%s)", path, name,
+                             (double)v[e], (long long)e,
+                             isfinite(v[e]) ? "a second moment is at least 0" : "not finite");
+                cg_release(t);
+                return false;
+            }
         if (b == 0)
             ns->buf1 = t;
         else

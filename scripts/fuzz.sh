@@ -2,7 +2,7 @@
 # Builds the libFuzzer targets of fuzz/ with clang (ASan + UBSan, in
 # build-fuzz/) and runs each for SECONDS (default 60).
 #   scripts/fuzz.sh [SECONDS] [TARGET...]   targets: safetensors checkpoint corpus pairs cli
-#                                            train_state seq2seq_checkpoint
+#                                            train_state seq2seq_checkpoint metrics_log
 # Seeds come from fuzz/corpus/<target>/ (read only), a dictionary from
 # fuzz/<target>.dict when there is one; new inputs go to
 # build-fuzz/fuzz-work/<target>/, crash reproducers to
@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 secs=${1:-60}
 [ $# -gt 0 ] && shift
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(safetensors checkpoint corpus pairs cli train_state seq2seq_checkpoint)
+[ ${#targets[@]} -gt 0 ] || targets=(safetensors checkpoint corpus pairs cli train_state seq2seq_checkpoint metrics_log)
 command -v clang >/dev/null || { echo "fuzz.sh: clang not found (apt-get install clang libclang-rt-14-dev)" >&2; exit 1; }
 if [ ! -d build-fuzz ]; then
   CC=clang CXX=clang++ meson setup build-fuzz -Dfuzz=true -Db_sanitize=address,undefined -Db_lundef=false \

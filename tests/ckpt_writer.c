@@ -20,6 +20,7 @@
  *                                   name the first difference and exit 1
  *   ckpt_writer poison PATH NAME    rewrite PATH (atomically) with element 0
  *                                   of F32 tensor NAME set to NaN
+ *   ckpt_writer setval PATH NAME X  the same with element 0 set to X (e.g. -1, inf)
  *   ckpt_writer setmeta PATH KEY VALUE   rewrite PATH with metadata KEY = VALUE
  *   ckpt_writer getmeta PATH KEY         print metadata KEY (exit 1 if absent)
  *   ckpt_writer addtensor PATH NAME      rewrite PATH with an extra [2] F32
@@ -267,7 +268,8 @@ static int same(const char *a, const char *b)
     return rc;
 }
 
-/* Rewrite path with one change: poison (target: an F32 tensor), setmeta
+/* Rewrite path with one change: poison or setval (target: an F32 tensor; NaN
+ * or value), setmeta
  * (metadata target = value), addtensor (a [2] F32 tensor named target) or
  * flipbyte (target: a U8 tensor). */
 static int rewrite(const char *path, const char *mode, const char *target, const char *value)
@@ -275,7 +277,8 @@ static int rewrite(const char *path, const char *mode, const char *target, const
     cg_st_file *f = cg_st_open(path);
     cg_st_writer *w = cg_st_writer_new();
     bool flip = strcmp(mode, "flipbyte") == 0;
-    bool ok = f && w, found = strcmp(mode, "poison") != 0 && !flip;
+    bool setval = strcmp(mode, "setval") == 0;
+    bool ok = f && w, found = strcmp(mode, "poison") != 0 && !setval && !flip;
     for (int i = 0; ok && i < cg_st_metadata_count(f); i++) {
         const char *k = cg_st_metadata_key(f, i);
         ok = cg_st_set_metadata(w, k, cg_st_metadata(f, k));
@@ -293,7 +296,7 @@ static int rewrite(const char *path, const char *mode, const char *target, const
         if (ok && dt == CG_ST_F32) {
             cg_tensor *t = cg_st_get_f32(f, name);
             if (t && !found && strcmp(name, target) == 0 && cg_numel(t) > 0) {
-                cg_data(t)[0] = NAN;
+                cg_data(t)[0] = setval ? strtof(value, NULL) : NAN;
                 found = true;
             }
             ok = t && cg_st_add_f32(w, name, t);
@@ -339,6 +342,8 @@ int main(int argc, char **argv)
         return same(argv[2], argv[3]);
     if (argc >= 4 && strcmp(argv[1], "poison") == 0)
         return rewrite(argv[2], "poison", argv[3], NULL);
+    if (argc >= 5 && strcmp(argv[1], "setval") == 0)
+        return rewrite(argv[2], "setval", argv[3], argv[4]);
     if (argc >= 5 && strcmp(argv[1], "setmeta") == 0)
         return rewrite(argv[2], "setmeta", argv[3], argv[4]);
     if (argc >= 4 && strcmp(argv[1], "flipbyte") == 0)

@@ -12,6 +12,16 @@
 #   train_ok NAME PATTERN CMD...  a training run (its output b.out, b.err)
 #                              succeeds and its final JSON line has "val_bpc"
 #                              and matches PATTERN (skips without BPE)
+#   refused NAME PATTERN CMD...
+#                              CMD exits 1 (within 120 s) and any line of
+#                              its stderr matches PATTERN
+#   intact NAME FILE COPY      FILE still has the bytes of COPY (else it is
+#                              counted and restored, so later cases run on
+#                              the same files)
+#   json_ok NAME FILE          the last line of FILE is a JSON object
+#   jsonl_ok NAME FILE         every line of FILE is a JSON object
+#   zoo_data                   c.txt (a 3 KB text of 14 words) and p.tsv (400
+#                              pairs), the small data of the zoo's tests
 #   finish                     exit 1 after failures, else 0
 dir=$(mktemp -d "${TMPDIR:-/tmp}/cg_$1.XXXXXX")
 trap 'rm -rf "$dir"' EXIT
@@ -30,6 +40,49 @@ expect() {
   else
     echo "ok: $name: $(head -1 err.txt)"
   fi
+}
+refused() {
+  local name=$1 pat=$2
+  shift 2
+  local rc=0
+  timeout 120 "$@" >out.txt 2>err.txt || rc=$?
+  if [ "$rc" -ne 1 ]; then
+    fail "$name: exit status $rc (expected 1): $(tail -c 300 err.txt)"
+  elif ! grep -q -- "$pat" err.txt; then
+    fail "$name: message does not match '$pat': $(tail -c 300 err.txt)"
+  else
+    echo "ok: $name: $(grep -m1 -- "$pat" err.txt)"
+  fi
+}
+intact() {
+  if cmp -s "$2" "$3"; then
+    echo "ok: $1: '$2' intact"
+  else
+    fail "$1: '$2' was changed"
+    cp "$3" "$2"
+  fi
+}
+json_ok() {
+  if python3 -c 'import json,sys; assert isinstance(json.loads(open(sys.argv[1], "rb").read().splitlines()[-1]), dict)' "$2" 2>/dev/null; then
+    echo "ok: $1: $(tail -1 "$2")"
+  else
+    fail "$1: not valid JSON: $(tail -1 "$2" 2>/dev/null)"
+  fi
+}
+jsonl_ok() {
+  if python3 -c '
+import json, sys
+for l in open(sys.argv[1], "rb").read().split(b"\n")[:-1]:
+    assert isinstance(json.loads(l), dict)' "$2" 2>/dev/null; then
+    echo "ok: $1: every line of $2 parses"
+  else
+    fail "$1: $2 does not parse: $(tail -c 200 "$2")"
+  fi
+}
+zoo_data() {
+  local words=(the a whale sea ship captain ahab white call me ishmael some years ago) i
+  for ((i = 0; i < 600; i++)); do printf '%s ' "${words[$(((i * 7 + i / 3) % ${#words[@]}))]}"; done >c.txt
+  for ((i = 0; i < 400; i++)); do printf 'the cat %d sat\tdie katze %d sass\n' $i $i; done >p.tsv
 }
 skip_if_no_bpe() {
   if [ "$1" -eq 1 ] && grep -q "unavailable" "$2"; then

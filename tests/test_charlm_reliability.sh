@@ -7,7 +7,7 @@
 #      more steps equals an uninterrupted run to that step
 #   1b. --data /dev/stdin and a FIFO work (the corpus is read once)
 #   2b. a second writer of the same checkpoint is refused (a lock)
-#   3. a NaN (a poisoned parameter) stops training with the step (numbered
+#   3. a NaN loss (a parameter set to 3e38) stops training with the step (numbered
 #      from 1, as on the progress line) and the
 #      tensor named, exit non-zero, and the last checkpoint is not overwritten
 #   5. --precision bf16: bit-identical resume, kept by the checkpoint
@@ -59,7 +59,7 @@ for ((w = 0; w < 600; w++)); do # wait for the first progress line (up to 30 s)
 done
 sleep "0.$((RANDOM % 10))"
 # a second writer of the same checkpoint is refused while the first runs
-# (flock on int.st.lock), even with --force, and changes nothing
+# (flock on int.st.cgrad-lock), even with --force, and changes nothing
 rc=0
 "$charlm" train "${model[@]}" --steps 5 --out int.st --force >/dev/null 2>lock.log || rc=$?
 [ "$rc" -eq 1 ] && grep -q 'being written by another run (pid' lock.log ||
@@ -81,9 +81,10 @@ k=$(sed -n 's/^{"step": \([0-9]*\),.*/\1/p' int.json)
 "$tool" same int.st ref2.st || fail "SIGINT at $k + resume 10 steps != uninterrupted run"
 echo "SIGINT: stopped at step $k, exit 0, checkpoint == uninterrupted; +10 resumed steps identical"
 
-# 3. NaN: poison a parameter of the step-20 checkpoint and resume from it
+# 3. NaN: set a parameter of the step-20 checkpoint to 3e38 (finite: a NaN
+#    weight is refused at load, but the next loss is NaN) and resume from it
 cp half20.st bad.st
-"$tool" poison bad.st ln_f.weight
+"$tool" setval bad.st ln_f.weight 3e38
 cp bad.st bad.orig
 rc=0
 "$charlm" train --resume bad.st --threads 1 >/dev/null 2>nan.log || rc=$?

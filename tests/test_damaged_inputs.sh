@@ -9,20 +9,6 @@ seq2seq=$2
 tool=$3
 bench=$4
 . "$(dirname "$0")/shell_lib.sh" damaged
-# refused NAME PATTERN CMD...: CMD exits 1 within 60 s and its stderr matches PATTERN
-refused() {
-  local name=$1 pat=$2
-  shift 2
-  local rc=0
-  timeout 60 "$@" >out.txt 2>err.txt || rc=$?
-  if [ "$rc" -ne 1 ]; then
-    fail "$name: exit status $rc (expected 1): $(tail -c 300 err.txt)"
-  elif ! grep -q -- "$pat" err.txt; then
-    fail "$name: message does not match '$pat': $(tail -c 300 err.txt)"
-  else
-    echo "ok: $name: $(tail -1 err.txt)"
-  fi
-}
 # edit_train FILE SED: rewrite the "train" metadata of FILE with sed
 edit_train() {
   local j
@@ -71,16 +57,10 @@ refused "charlm 0 layers" "not a parameter" "$charlm" sample --ckpt cl0.st --len
 "$charlm" sample --ckpt c.st --prompt "the " --length 40 --temperature 1e-40 >g1.txt 2>/dev/null
 [ -s g0.txt ] && cmp -s g0.txt g1.txt && echo "ok: --temperature 1e-40 == greedy" ||
   fail "--temperature 1e-40 differs from greedy: '$(head -c 60 g1.txt)' vs '$(head -c 60 g0.txt)'"
-# every JSON line parses: NaN is null (charlm eval of a model that gives NaN,
-# bench with fewer than 10 steps printed "rss_mb_step10": nan)
-json_ok() { # NAME FILE: the last line of FILE is valid JSON
-  if python3 -c 'import json,sys; json.loads(open(sys.argv[1]).read().splitlines()[-1])' "$2" 2>/dev/null; then
-    echo "ok: $1: $(tail -1 "$2")"
-  else
-    fail "$1: not valid JSON: $(tail -1 "$2" 2>/dev/null)"
-  fi
-}
-cp c.st nan.st && "$tool" poison nan.st ln_f.weight
+# every JSON line parses: NaN is null (charlm eval of a model that gives NaN
+# from finite but huge weights -- a NaN weight is refused at load --, bench
+# with fewer than 10 steps printed "rss_mb_step10": nan)
+cp c.st nan.st && "$tool" setval nan.st ln_f.weight 3e38 && "$tool" setval nan.st ln_f.bias -3e38
 "$charlm" eval --ckpt nan.st --data tiny.txt >eval.json 2>/dev/null
 json_ok "charlm eval of a NaN model" eval.json
 grep -q '"val_loss": null' eval.json || fail "charlm eval: val_loss is not null: $(cat eval.json)"

@@ -415,13 +415,17 @@ END_TEST
 START_TEST(test_out_lock)
 {
     write_file(tmp("m.safetensors.tmp.99999999"), "partial", 7);
-    write_file(tmp("m.loss.png.tmp.AbC123"), "partial", 7);
+    write_file(tmp("m.loss.png.tmp.99999998.1"), "partial", 7);
+    write_file(tmp("m.metrics.jsonl.tmp.99999997"), "partial", 7);
     write_file(tmp("other.safetensors.tmp.1"), "keep", 4);
+    write_file(tmp("m.safetensors.tmp.notes"), "a user's", 8); /* not a writer's: kept */
     cg_out_lock a, b;
     ck_assert(cg_out_lock_take(tmp("m.safetensors"), &a));
     ck_assert(access(tmp("m.safetensors.tmp.99999999"), F_OK) != 0);
-    ck_assert(access(tmp("m.loss.png.tmp.AbC123"), F_OK) != 0);
+    ck_assert(access(tmp("m.loss.png.tmp.99999998.1"), F_OK) != 0);
+    ck_assert(access(tmp("m.metrics.jsonl.tmp.99999997"), F_OK) != 0);
     ck_assert(access(tmp("other.safetensors.tmp.1"), F_OK) == 0);
+    ck_assert(access(tmp("m.safetensors.tmp.notes"), F_OK) == 0);
     CG_ASSERT_FAILS((void *)(intptr_t)cg_out_lock_take(tmp("m.safetensors"), &b),
                     "is being written by another run (pid ");
     ck_assert_int_eq(b.fd, -1);
@@ -461,7 +465,7 @@ END_TEST
 /* --threads is bounded by the CPUs this process may use. */
 START_TEST(test_threads)
 {
-    int cpus = cg_cli_cpus();
+    int cpus = cg_num_cpus();
     ck_assert_int_ge(cpus, 1);
     ck_assert_int_eq(cg_cli_threads("t", 1000), cpus);
     ck_assert_int_eq(cg_cli_threads("t", 1), 1);

@@ -3,6 +3,7 @@
  * (skx / haswell / default), thread-count bit identity and error cases. */
 #include <check.h>
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -641,6 +642,24 @@ START_TEST(test_num_threads) {
 }
 END_TEST
 
+/* OMP_NUM_THREADS above the CPUs (issue 25: 64 ran 3.3x slower, 100000
+ * overflowed a stack): the default is capped, a chosen count is kept. */
+START_TEST(test_default_threads_capped) {
+    int saved = cg_get_num_threads(), cpus = cg_num_cpus();
+    ck_assert_int_ge(cpus, 1);
+    cg_set_num_threads(0);
+    omp_set_num_threads(cpus + 100); /* as OMP_NUM_THREADS=cpus+100 would */
+    ck_assert_int_eq(cg_get_num_threads(), cpus);
+    ck_assert_int_eq(cg_cap_default_threads(), cpus + 100);
+    ck_assert_int_eq(omp_get_max_threads(), cpus);
+    ck_assert_int_eq(cg_cap_default_threads(), 0); /* nothing left to lower */
+    cg_set_num_threads(cpus + 1);                 /* chosen: kept, never capped */
+    ck_assert_int_eq(cg_cap_default_threads(), 0);
+    ck_assert_int_eq(cg_get_num_threads(), cpus + 1);
+    cg_set_num_threads(saved);
+}
+END_TEST
+
 /* ------------------------------------------------------------- errors */
 
 START_TEST(test_errors) {
@@ -734,6 +753,7 @@ static Suite *matmul_suite(void) {
     tcase_add_test(tg, test_skx_driver);
     tcase_add_test(tg, test_threads_bit_identical);
     tcase_add_test(tg, test_num_threads);
+    tcase_add_test(tg, test_default_threads_capped);
     tcase_add_test(tg, test_no_read_past_operands);
     suite_add_tcase(s, tg);
     TCase *te = tcase_create("errors");

@@ -566,6 +566,22 @@ START_TEST(test_shared_modules)
     ck_assert_float_eq(cg_data(blk->weight)[0], w0);
     cg_st_close(f);
     unlink(path);
+    /* a NaN or Inf weight is refused at load, naming it, and nothing is
+     * copied (issue 25: sampling printed one character forever) */
+    for (int k = 0; k < 2; k++) {
+        cg_data(blk->bias)[1] = k == 0 ? NAN : -INFINITY;
+        ck_assert(cg_module_save(top, path, 0, NULL));
+        cg_data(blk->bias)[1] = 0.5f;
+        cg_fill_(blk->weight, 0.25f);
+        f = cg_st_open(path);
+        assert_ok(f);
+        CG_ASSERT_FAILS(cg_module_load(top, f, NULL), k == 0 ? "'a.bias' holds nan at element 1"
+                                                              : "'a.bias' holds -inf at element 1");
+        ck_assert_float_eq(cg_data(blk->weight)[0], 0.25f);
+        ck_assert_float_eq(cg_data(blk->bias)[1], 0.5f);
+        cg_st_close(f);
+        unlink(path);
+    }
     /* freeing the parents frees the shared block exactly once */
     cg_module_free(top);
 

@@ -545,9 +545,47 @@ static void assert_error_has(const char *needle)
                   cg_last_error(), needle);
 }
 
+/* A copy of path with element 0 of F32 tensor `name` set to v (name may be
+ * NULL) and without tensor `drop` (may be NULL). */
+static void write_edited(const char *path, const char *out, const char *name, float v,
+                         const char *drop)
+{
+    cg_st_file *f = cg_st_open(path);
+    cg_st_writer *w = cg_st_writer_new();
+    ck_assert(f && w);
+    for (int i = 0; i < cg_st_count(f); i++) {
+        const char *n = cg_st_name(f, i);
+        if (drop && strcmp(n, drop) == 0)
+            continue;
+        cg_st_dtype dt;
+        ck_assert(cg_st_info(f, n, &dt, NULL, NULL));
+        if (dt == CG_ST_F32) {
+            cg_tensor *t = cg_st_get_f32(f, n);
+            if (name && strcmp(n, name) == 0)
+                cg_data(t)[0] = v;
+            ck_assert(cg_st_add_f32(w, n, t));
+            cg_release(t);
+        } else {
+            int nd;
+            int64_t shape[CG_MAX_DIMS];
+            int64_t *iv = cg_st_get_i64(f, n, &nd, shape);
+            ck_assert(cg_st_add_i64(w, n, nd, shape, iv));
+            free(iv);
+        }
+    }
+    for (int i = 0; i < cg_st_metadata_count(f); i++) {
+        const char *k = cg_st_metadata_key(f, i);
+        ck_assert(cg_st_set_metadata(w, k, cg_st_metadata(f, k)));
+    }
+    cg_st_close(f);
+    ck_assert(cg_st_writer_save(w, out));
+    cg_st_writer_free(w);
+}
+
 START_TEST(load_errors)
 {
-    const char *path = in_dir("state.safetensors");
+    char path[4096]; /* in_dir's buffer is reused */
+    snprintf(path, sizeof path, "%s", in_dir("state.safetensors"));
     write_state(path, cg_adamw_config(1e-2, 0.9, 0.99, 1e-8));
     cg_st_file *f = cg_st_open(path);
     ck_assert_ptr_nonnull(f);
@@ -616,33 +654,9 @@ START_TEST(load_errors)
     cg_st_close(f);
 
     /* a truncated state: exp_avg_sq of c missing */
-    cg_st_writer *w = cg_st_writer_new();
-    f = cg_st_open(path);
-    for (int i = 0; i < cg_st_count(f); i++) {
-        const char *n = cg_st_name(f, i);
-        if (strcmp(n, "opt.c.exp_avg_sq") == 0)
-            continue;
-        cg_st_dtype dt;
-        ck_assert(cg_st_info(f, n, &dt, NULL, NULL));
-        if (dt == CG_ST_F32) {
-            cg_tensor *t = cg_st_get_f32(f, n);
-            ck_assert(cg_st_add_f32(w, n, t));
-            cg_release(t);
-        } else {
-            int nd;
-            int64_t shape[CG_MAX_DIMS];
-            int64_t *v = cg_st_get_i64(f, n, &nd, shape);
-            ck_assert(cg_st_add_i64(w, n, nd, shape, v));
-            free(v);
-        }
-    }
-    for (int i = 0; i < cg_st_metadata_count(f); i++) {
-        const char *k = cg_st_metadata_key(f, i);
-        ck_assert(cg_st_set_metadata(w, k, cg_st_metadata(f, k)));
-    }
-    cg_st_close(f);
-    ck_assert(cg_st_writer_save(w, in_dir("cut.safetensors")));
-    cg_st_writer_free(w);
+    char cut[4096]; /* in_dir's buffer is reused */
+    snprintf(cut, sizeof cut, "%s", in_dir("cut.safetensors"));
+    write_edited(path, cut, NULL, 0, "opt.c.exp_avg_sq");
     f = cg_st_open(in_dir("cut.safetensors"));
     o = make_optim(&aw, ps);
     ck_assert(!cg_optim_load(o, f, "opt"));
@@ -652,6 +666,42 @@ START_TEST(load_errors)
     cg_st_close(f);
 
     cg_release_all(2, wt, extra);
+    release_params(ps);
+}
+END_TEST
+
+/* Issue 25: a negative exp_avg_sq was reported at the next step as a
+ * non-finite gradient of another tensor. Damaged values are refused at
+ * load, naming the entry, and nothing changes. */
+START_TEST(load_damaged_values)
+{
+    char path[4096], bad[4096]; /* in_dir's buffer is reused */
+    snprintf(path, sizeof path, "%s", in_dir("state.safetensors"));
+    snprintf(bad, sizeof bad, "%s", in_dir("bad.safetensors"));
+    write_state(path, cg_adamw_config(1e-2, 0.9, 0.99, 1e-8));
+    static const struct {
+        const char *name;
+        float v;
+        const char *msg;
+    } cases[] = {
+        {"opt.c.exp_avg_sq", -1.0f, "'opt.c.exp_avg_sq' holds -1 at element 0"},
+        {"opt.w.exp_avg_sq", INFINITY, "'opt.w.exp_avg_sq' holds inf at element 0"},
+        {"opt.w.exp_avg", NAN, "'opt.w.exp_avg' holds nan at element 0"},
+    };
+    cg_tensor *ps[OPT_NPARAMS];
+    make_params(ps);
+    cg_optim_config aw = cg_adamw_config(1e-3, 0.9, 0.99, 1e-8);
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        write_edited(path, bad, cases[k].name, cases[k].v, NULL);
+        cg_st_file *f = cg_st_open(bad);
+        cg_optim *o = make_optim(&aw, ps);
+        cg_clear_error();
+        ck_assert(!cg_optim_load(o, f, "opt"));
+        assert_error_has(cases[k].msg);
+        ck_assert_int_eq(cg_optim_steps(o), 0);
+        cg_optim_free(o);
+        cg_st_close(f);
+    }
     release_params(ps);
 }
 END_TEST
@@ -875,6 +925,7 @@ static Suite *optim_suite(void)
     tcase_add_test(tc, resume_adam);
     tcase_add_test(tc, resume_adamw);
     tcase_add_test(tc, load_errors);
+    tcase_add_test(tc, load_damaged_values);
     tcase_add_test(tc, state_sgd_plain);
     suite_add_tcase(s, tc);
 

@@ -926,8 +926,12 @@ START_TEST(test_cli_end_to_end)
     ck_assert_int_eq(count_lines(out), 3);
     free(out);
     free(err);
-    rc = run(args, "bad \xff input\n", &out, &err);
-    ck_assert(rc != 0 && count_lines(err) == 1 && strstr(err, "UTF-8"));
+    /* a line that is not UTF-8 is reported and stands as an empty line; the
+     * others are translated (issue 25: one bad line rejected the input) */
+    rc = run(args, "bad \xff input\nthe dog 2.\n", &out, &err);
+    ck_assert_msg(rc == 0 && count_lines(out) == 2 && out[0] == '\n' && strstr(err, "UTF-8") &&
+                      strstr(err, "line 1") && strstr(err, "1 of 2 lines not translated"),
+                  "exit %d: %s", rc, err);
     free(out);
     free(err);
     /* eval */
@@ -962,7 +966,8 @@ START_TEST(test_cli_end_to_end)
 }
 END_TEST
 
-/* Copy checkpoint src to dst with element 0 of tensor `poison` set to NaN. */
+/* Copy checkpoint src to dst with element 0 of tensor `poison` set to 3e38:
+ * finite (a NaN weight is refused at load), but the next loss is NaN. */
 static void poison_copy(const char *src, const char *dst, const char *poison)
 {
     cg_st_file *f = cg_st_open(src);
@@ -982,7 +987,7 @@ static void poison_copy(const char *src, const char *dst, const char *poison)
         if (dt == CG_ST_F32) {
             cg_tensor *t = cg_st_get_f32(f, name);
             if (!strcmp(name, poison)) {
-                cg_data(t)[0] = NAN;
+                cg_data(t)[0] = 3e38f;
                 found = true;
             }
             ck_assert(cg_st_add_f32(w, name, t));
@@ -1069,7 +1074,9 @@ START_TEST(test_cli_nonfinite)
     for (const char *p = err; (p = strstr(p, "seq2seq: warning: skipping step ")); p++)
         warnings++;
     ck_assert_msg(warnings == 3, "%d warnings: %s", warnings, err);
-    ck_assert_msg(strstr(err, "skipping step 3: loss nan, non-finite gradient: '"), "%s", err);
+    ck_assert_msg(strstr(err, "skipping step 3: loss nan, non-finite gradient: '") ||
+                      strstr(err, "skipping step 3: loss -nan, non-finite gradient: '"),
+                  "%s", err);
     ck_assert_msg(strstr(err, "3 step(s) skipped"), "%s", err);
     free(out);
     free(err);

@@ -191,7 +191,7 @@ static double bm_lr(void *self, int64_t step)
     return 1e-3;
 }
 
-int main(int argc, char **argv)
+static int run(int argc, char **argv)
 {
     const char *model_name = "charlm", *preset_name = "tiny";
     long threads = 0, steps = 20, warmup = 5, seed = 0, Tover = 0, d_over = 0, b_over = 0;
@@ -260,9 +260,7 @@ int main(int argc, char **argv)
             return usage(msg);
         }
     }
-    threads = (long)cg_cli_threads("bench", threads);
-    if (threads > 0)
-        cg_set_num_threads((int)threads);
+    cg_cli_set_threads("bench", threads);
     threads = cg_get_num_threads();
     cg_set_matmul_precision(precision); /* before the peak is measured: MFU against bf16's */
 
@@ -437,4 +435,15 @@ int main(int argc, char **argv)
     cg_module_free(model);
     cg_dist_finalize();
     return 0;
+}
+
+int main(int argc, char **argv)
+{
+    cg_cli_start();
+    int rc = run(argc, argv);
+    if (rc == 0 && !cg_cli_stdout_ok()) { /* the JSON line is lost */
+        fprintf(stderr, "bench: error: %s\n", cg_last_error());
+        rc = 1;
+    }
+    return rc;
 }

@@ -209,6 +209,7 @@ static int lm_train(lm_run *r, cg_trainer *t, cg_train_opts *o, const char *pres
         rc = cg_prog_fail_lib(NULL);
     } else {
         cfg.vocab = cg_tokenizer_vocab_size(r->tok);
+        cg_train_vocab_warn(r->tok, o->vocab_size);
         if (!cg_charlm_config_check(&cfg))
             rc = cg_prog_fail("%s", cg_last_error());
         else if (!(r->model = cg_charlm_new(&cfg, o->seed)))
@@ -316,6 +317,7 @@ static const char *SAMPLE_HELP =
     "                      the speed); default: the checkpoint's training precision\n"
     "  --attention FILE    also draw the attention of every layer and head over the\n"
     "                      last (up to 32) characters or tokens as a PNG heatmap grid\n"
+    "  --force             overwrite an existing --attention FILE (refused otherwise)\n"
     "  --threads N         threads for kernels\n"
     "Prints the prompt followed by the generated text.\n";
 
@@ -351,9 +353,10 @@ static int cmd_sample(int argc, char **argv)
     int64_t length = 500, threads = 0;
     uint64_t seed;
     const char *precision = NULL;
-    bool no_cache = false;
+    bool no_cache = false, force = false;
     cg_sample_opts so;
-    cg_cli_opt opts[11] = {
+    cg_cli_opt opts[12] = {
+        {"--force", CG_CLI_SWITCH, &force, 0, 0, NULL},
         {"--ckpt", CG_CLI_STR, &ckpt, 0, 0, NULL},
         {"--prompt", CG_CLI_STR, &prompt, 0, 0, NULL},
         {"--precision", CG_CLI_STR, &precision, 0, 0, NULL},
@@ -362,10 +365,12 @@ static int cmd_sample(int argc, char **argv)
         {"--attention", CG_CLI_STR, &attn_png, 0, 0, NULL},
         {"--threads", CG_CLI_I64, &threads, 1, 1024, NULL},
     };
-    int prc = cg_prog_parse(argc, argv, opts, 7 + cg_sample_cli_opts(&so, &seed, opts + 7),
+    int prc = cg_prog_parse(argc, argv, opts, 8 + cg_sample_cli_opts(&so, &seed, opts + 8),
                             SAMPLE_HELP);
-    if (prc >= 0)
+    if (prc >= 0 || (prc = cg_precision_flag(precision, NULL)) >= 0)
         return prc;
+    if (attn_png && !cg_out_picture_check(attn_png, force, ckpt, "--ckpt"))
+        return cg_prog_fail("--attention: %s", cg_last_error());
     cg_cli_set_threads(PROG, threads);
     cg_precision prec;
     cg_charlm_ckpt ck;

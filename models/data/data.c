@@ -166,7 +166,11 @@ static cg_corpus *corpus_bpe(const char *path, cg_tokenizer **tok, int64_t vocab
     /* SentencePiece needs a piece for every character of the lines it
      * trains on, besides the 4 special ids and 256 byte pieces */
     cg_vocab *chars = *tok ? NULL : cg_vocab_from_codepoints(cps, n_train);
-    int64_t need = chars ? CG_SPM_MIN_VOCAB - 1 + chars->n - (cg_vocab_id(chars, '\n') >= 0) : 0;
+    /* (the word boundary has a piece of its own, also in a text without a
+     * space: CJK) */
+    int64_t need = chars ? CG_SPM_MIN_VOCAB - 1 + chars->n - (cg_vocab_id(chars, '\n') >= 0) +
+                               (cg_vocab_id(chars, ' ') < 0)
+                         : 0;
     cg_vocab_free(chars);
     char *tr = utf8_of(cps, n_train), *va = utf8_of(cps + n_train, n - n_train);
     free(cps);
@@ -175,8 +179,8 @@ static cg_corpus *corpus_bpe(const char *path, cg_tokenizer **tok, int64_t vocab
         free(tr);
         tr = NULL;
         cg_set_error("--vocab-size %lld is too small for this text: BPE needs at least %lld ids "
-                     "(260 + the %lld characters of the training split)",
-                     (long long)vocab_size, (long long)need, (long long)need - 260);
+                     "(260 + one piece for each character of the training split and for the "
+                     "word boundary)", (long long)vocab_size, (long long)need);
     }
     if (tr && va && !*tok) {
         char *lines = strdup(tr);

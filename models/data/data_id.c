@@ -11,6 +11,7 @@
 #include <xxhash.h>
 
 #include "core/error.h"
+#include "models/util/config_json.h"
 
 /* ------------------------------------------------------------ data identity */
 void cg_data_id_of(const char *path, const void *bytes, size_t len, cg_data_id *out)
@@ -30,7 +31,7 @@ cJSON *cg_data_id_to_json(const cg_data_id *id)
     char h[24], sz[24];
     snprintf(h, sizeof h, "%016" PRIx64, id->hash);
     snprintf(sz, sizeof sz, "%" PRIu64, id->size);
-    if (!o || !cJSON_AddStringToObject(o, "path", id->path) ||
+    if (!o || !cg_json_add_name(o, "path", id->path) ||
         !cJSON_AddStringToObject(o, "size", sz) || !cJSON_AddStringToObject(o, "xxh3", h)) {
         cJSON_Delete(o);
         cg_set_error("out of memory");
@@ -42,20 +43,21 @@ cJSON *cg_data_id_to_json(const cg_data_id *id)
 bool cg_data_id_from_json(const cJSON *o, const char *what, cg_data_id *out)
 {
     memset(out, 0, sizeof *out);
-    const cJSON *p = cJSON_GetObjectItemCaseSensitive(o, "path");
+    char *p = cg_json_get_name(o, "path"); /* the bytes, also of a non-UTF-8 name */
     const cJSON *s = cJSON_GetObjectItemCaseSensitive(o, "size");
     const cJSON *h = cJSON_GetObjectItemCaseSensitive(o, "xxh3");
     char *e1 = NULL, *e2 = NULL;
-    bool ok = cJSON_IsString(p) && cJSON_IsString(s) && cJSON_IsString(h) &&
-              strlen(p->valuestring) < sizeof out->path && s->valuestring[0] >= '0' &&
-              s->valuestring[0] <= '9' && strlen(h->valuestring) == 16;
+    bool ok = p && cJSON_IsString(s) && cJSON_IsString(h) && strlen(p) < sizeof out->path &&
+              s->valuestring[0] >= '0' && s->valuestring[0] <= '9' &&
+              strlen(h->valuestring) == 16;
     if (ok) {
         errno = 0;
         out->size = strtoull(s->valuestring, &e1, 10);
         out->hash = strtoull(h->valuestring, &e2, 16);
         ok = errno == 0 && *e1 == '\0' && *e2 == '\0';
-        snprintf(out->path, sizeof out->path, "%s", p->valuestring);
+        snprintf(out->path, sizeof out->path, "%s", p);
     }
+    free(p);
     if (!ok)
         cg_set_error("%s: malformed data identity (expected {\"path\": ..., \"size\": \"N\", "
                      "\"xxh3\": \"<16 hex digits>\"})", what);

@@ -189,7 +189,7 @@ static bool mt_state(void *self, cJSON *o)
     mt_run *r = self;
     const cg_json_field f[] = {
         {"preset", CG_JF_STR, &r->preset, 0, 0, false},
-        {"factor", CG_JF_F64, &r->factor, 0, 1e3, false},
+        {"factor", CG_JF_F64, &r->factor, 1e-12, 1e3, false},
         {"max_tokens", CG_JF_I64, &r->max_tokens, 2, 1e9, false},
         {"warmup", CG_JF_I64, &r->warmup, 1, 1e9, false},
         {"max_len", CG_JF_I64, &r->max_len, 3, 100000, false},
@@ -220,7 +220,10 @@ static void mt_setup(mt_run *r, cg_train_opts *o, cg_trainer *t)
     if (!cg_mt_data_load(&r->d, o->data, DEFAULT_DATA, r->valid_size, r->test_size, &id) ||
         !cg_trainer_set_data(t, &id) || /* resuming: the checkpoint's data */
         !cg_mt_data_prepare(&r->d, o->data, r->max_len, r->max_tokens, o->tokenizer,
-                            o->vocab_size, o->resume ? &ck.tok : NULL, o->resume, PROG))
+                            o->vocab_size, o->resume ? &ck.tok : NULL, o->resume, PROG) ||
+        /* what decoding at the end and every rank's share need, known now */
+        !cg_mt_check_test(&r->d, r->d.tok, r->test_limit, r->max_len, o->data) ||
+        !cg_mt_check_ranks(&r->d, r->max_tokens, o->resume != NULL))
         cg_prog_die_lib(NULL);
     if (o->resume) {
         r->model = ck.model;
@@ -286,7 +289,7 @@ static int cmd_train(int argc, char **argv)
     cg_cli_opt opts[CG_TRAIN_MAX_OPTS + 14] = {
         {"--preset", CG_CLI_STR, &r.preset, 0, 0, NULL},
         {"--max-tokens", CG_CLI_I64, &r.max_tokens, 2, 1e9, NULL},
-        {"--factor", CG_CLI_F64, &r.factor, 0, 1e3, &factor_seen},
+        {"--factor", CG_CLI_F64, &r.factor, 1e-12, 1e3, &factor_seen},
         {"--warmup", CG_CLI_I64, &r.warmup, 1, 1e9, NULL},
         {"--max-len", CG_CLI_I64, &r.max_len, 3, 100000, NULL},
         {"--valid-size", CG_CLI_I64, &r.valid_size, 1, 1e9, NULL},
@@ -334,7 +337,9 @@ static const char TRANSLATE_HELP[] =
     "usage: seq2seq translate --ckpt FILE [options] [sentence ...]\n"
     "\n"
     "Translate each sentence given as an argument, or else each line of stdin;\n"
-    "prints one translation per line.\n"
+    "prints one translation per line. A sentence that cannot be translated (not\n"
+    "UTF-8, or longer than the model takes) is reported on stderr and printed as an\n"
+    "empty line, so that the output stays line for line with the input.\n"
     "\n"
     "options:\n" CG_TRANSLATE_HELP(DEFAULT_CKPT);
 
@@ -344,7 +349,7 @@ static int cmd_translate(int argc, char **argv)
     cg_cli_opt opts[6];
     int np, prc = cg_prog_parse_pos(argc, argv, opts, cg_translate_cli_opts(&t, DEFAULT_CKPT, opts),
                                     TRANSLATE_HELP, &np);
-    if (prc >= 0)
+    if (prc >= 0 || (prc = cg_precision_flag(t.precision, NULL)) >= 0)
         return prc;
     cg_cli_set_threads(PROG, t.threads);
     cg_precision prec;
@@ -357,20 +362,51 @@ static int cmd_translate(int argc, char **argv)
     char **texts = np > 0 ? argv : cg_read_lines(stdin, "stdin", &n);
     if (!texts)
         cg_prog_die_lib(NULL);
+    /* a sentence that cannot be translated (not UTF-8, longer than the
+     * model takes) is reported and stands as an empty line; the others are
+     * translated */
+    const char *what = np > 0 ? "sentence" : "line";
+    const char **good = malloc((size_t)(n ? n : 1) * sizeof *good);
+    bool *skip = calloc((size_t)(n ? n : 1), sizeof *skip);
+    if (!good || !skip)
+        die("out of memory");
+    int64_t ngood = 0, nbad = 0, max_len = c.model->cfg.max_len;
     for (int64_t i = 0; i < n; i++) {
         size_t bad;
+        int64_t k = 0, *ids = NULL;
         if (cg_utf8_count(texts[i], strlen(texts[i]), &bad) < 0)
-            die("sentence %lld is not valid UTF-8 (byte %zu)", (long long)i + 1, bad + 1);
+            cg_prog_warn("%s %lld is not valid UTF-8 (byte %zu): not translated (an empty line "
+                         "stands for it)", what, (long long)i + 1, bad + 1);
+        else if (!(ids = cg_tokenizer_encode(c.tok, texts[i], &k, NULL)))
+            cg_prog_warn("%s %lld: %s: not translated (an empty line stands for it)", what,
+                         (long long)i + 1, cg_last_error());
+        else if (k + 1 > max_len)
+            cg_prog_warn("%s %lld has %lld tokens; the model takes at most %lld: not translated "
+                         "(an empty line stands for it)", what, (long long)i + 1, (long long)k,
+                         (long long)max_len - 1);
+        skip[i] = !ids || k + 1 > max_len;
+        free(ids);
+        nbad += skip[i];
+        if (skip[i])
+            continue;
         if (c.tok->kind == CG_TOK_CHAR)
-            cg_pair_vocab_warn_unknown(&c.tok->pv, texts[i], PROG, "sentence", i + 1);
+            cg_pair_vocab_warn_unknown(&c.tok->pv, texts[i], PROG, what, i + 1);
+        good[ngood++] = texts[i];
     }
     cg_sources s;
     char **hyps = NULL;
-    if (!cg_sources_encode(c.tok, (const char *const *)texts, n, c.model->cfg.max_len, &s) ||
-        !(hyps = cg_translate_all(c.model, c.tok, &s, (int)t.beam, t.alpha, !t.no_cache, stdout)))
+    if (!cg_sources_encode(c.tok, good, ngood, max_len, &s) ||
+        !(hyps = cg_translate_all(c.model, c.tok, &s, (int)t.beam, t.alpha, !t.no_cache,
+                                  nbad ? NULL : stdout)))
         cg_prog_die_lib(NULL);
-    cg_strings_free(hyps, n);
+    for (int64_t i = 0, j = 0; nbad && i < n; i++) /* in order, with the empty lines */
+        printf("%s\n", skip[i] ? "" : hyps[j++]);
+    if (nbad)
+        cg_prog_warn("%lld of %lld %ss not translated", (long long)nbad, (long long)n, what);
+    cg_strings_free(hyps, ngood);
     cg_sources_free(&s);
+    free(good);
+    free(skip);
     if (np == 0)
         cg_strings_free(texts, n);
     cg_seq2seq_ckpt_free(&c);
@@ -400,7 +436,7 @@ static int cmd_eval(int argc, char **argv)
     };
     int prc = cg_prog_parse(argc, argv, opts, 2 + cg_translate_cli_opts(&t, DEFAULT_CKPT, opts + 2),
                             EVAL_HELP);
-    if (prc >= 0)
+    if (prc >= 0 || (prc = cg_precision_flag(t.precision, NULL)) >= 0)
         return prc;
     cg_cli_set_threads(PROG, t.threads);
     const char *ck = t.ckpt;
@@ -413,6 +449,11 @@ static int cmd_eval(int argc, char **argv)
         !cg_mt_data_load_ckpt(&ds, tj, ck, data, DEFAULT_DATA))
         cg_prog_die_lib(NULL);
     int64_t nt = limit > 0 && limit < ds.split.n_test ? limit : ds.split.n_test;
+    char *dp = cg_train_data_path(tj, data, DEFAULT_DATA); /* for the message */
+    bool fits = cg_mt_check_test(&ds, c.tok, nt, c.model->cfg.max_len, dp ? dp : "the data");
+    free(dp);
+    if (!fits)
+        cg_prog_die_lib(NULL);
     if (c.tok->kind == CG_TOK_CHAR)
         cg_pairs_warn_unknown(&ds.pairs, ds.split.test, nt, &c.tok->pv, PROG, "the test pairs");
     double bleu, chrf, t0 = cg_now();
@@ -444,15 +485,17 @@ static const char ATTENTION_HELP[] =
     "  --target S           decoder input instead of the greedy translation\n"
     "  --out DIR            output directory (default attention)\n"
     "  --no-cache           greedy translation without the key/value cache\n"
+    "  --force              overwrite existing pictures (refused otherwise)\n"
     "  --threads N          threads (default 2)\n";
 
 static int cmd_attention(int argc, char **argv)
 {
     const char *ck = DEFAULT_CKPT, *text = NULL, *target = NULL, *dir = "attention";
     int64_t threads = 2;
-    bool no_cache = false;
+    bool no_cache = false, force = false;
     const cg_cli_opt opts[] = {
         {"--no-cache", CG_CLI_SWITCH, &no_cache, 0, 0, NULL},
+        {"--force", CG_CLI_SWITCH, &force, 0, 0, NULL},
         {"--ckpt", CG_CLI_STR, &ck, 0, 0, NULL},
         {"--text", CG_CLI_STR, &text, 0, 0, NULL},
         {"--target", CG_CLI_STR, &target, 0, 0, NULL},
@@ -465,6 +508,14 @@ static int cmd_attention(int argc, char **argv)
         return prc;
     if (!text)
         die("attention needs --text (try --help)");
+    /* the pictures: never over a file without --force, never the checkpoint */
+    const char *pics[] = {"encoder_self.png", "decoder_self.png", "cross.png"};
+    for (int i = 0; i < 3; i++) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/%s", dir, pics[i]);
+        if (!cg_out_picture_check(path, force, ck, "--ckpt"))
+            cg_prog_die_lib(NULL);
+    }
     cg_cli_set_threads(PROG, threads);
     cg_seq2seq_ckpt c;
     ckpt_load(ck, &c);

@@ -117,6 +117,8 @@ static bool mt_tokenizer(cg_mt_data *d, const char *path, cg_tokenizer_kind kind
         prefix_error(path);
         return false;
     }
+    if (!resume_tok)
+        cg_train_vocab_warn(d->tok, vocab_size);
     if (resume_tok && !cg_tokenizer_equal(*resume_tok, d->tok)) {
         cg_set_error("%s: the vocabulary of %s differs from the checkpoint's (data changed?)",
                      resume_path, path);
@@ -155,8 +157,11 @@ bool cg_mt_data_prepare(cg_mt_data *d, const char *path, int64_t max_len, int64_
     for (int64_t i = 0; i < sp->n_valid; i++) {
         const cg_pair *q = &P->items[sp->valid[i]];
         if (q->src_len + 1 > max_len || q->tgt_len + 1 > max_len) {
-            cg_set_error("%s: a validation pair is longer than --max-len %lld", path,
-                         (long long)max_len);
+            cg_set_error("%s:%lld: the validation pair on line %lld is longer than --max-len "
+                         "%lld (%lld and %lld tokens with EOS); raise --max-len or remove the "
+                         "line", path, (long long)sp->valid[i] + 1, (long long)sp->valid[i] + 1,
+                         (long long)max_len, (long long)q->src_len + 1,
+                         (long long)q->tgt_len + 1);
             return false;
         }
     }
@@ -641,4 +646,96 @@ int cg_translate_cli_opts(cg_translate_opts *o, const char *default_ckpt, cg_cli
     opts[4] = (cg_cli_opt){"--precision", CG_CLI_STR, &o->precision, 0, 0, NULL};
     opts[5] = (cg_cli_opt){"--threads", CG_CLI_I64, &o->threads, 1, 1024, NULL};
     return 6;
+}
+
+bool cg_mt_check_test(const cg_mt_data *d, const cg_tokenizer *tok, int64_t n, int64_t max_len,
+                      const char *path)
+{
+    for (int64_t i = 0; i < n && i < d->split.n_test; i++) {
+        int64_t line = d->split.test[i] + 1, k;
+        int64_t *ids = cg_tokenizer_encode(tok, d->pairs.items[d->split.test[i]].src, &k, NULL);
+        free(ids);
+        if (!ids) {
+            char msg[512];
+            snprintf(msg, sizeof msg, "%s", cg_last_error());
+            cg_set_error("%s:%lld: test pair: %s", path, (long long)line, msg);
+            return false;
+        }
+        if (k + 1 > max_len) {
+            cg_set_error("%s:%lld: the test pair on line %lld has a source of %lld tokens; the "
+                         "model takes at most %lld (--max-len %lld): raise --max-len, remove "
+                         "the line, or decode fewer with --test-limit",
+                         path, (long long)line, (long long)line, (long long)k,
+                         (long long)max_len - 1, (long long)max_len);
+            return false;
+        }
+    }
+    return true;
+}
+
+/* The fewest pairs in a batch of bs. */
+static int64_t min_batch(const cg_batches *bs)
+{
+    int64_t m = INT64_MAX;
+    for (int64_t b = 0; b < bs->n_batches; b++)
+        if (bs->start[b + 1] - bs->start[b] < m)
+            m = bs->start[b + 1] - bs->start[b];
+    return m;
+}
+
+/* 1 when batches of max_tokens give every batch at least R pairs, 0 when
+ * not, -1 + error. */
+static int batches_fit(const cg_mt_data *d, int64_t max_tokens, int R)
+{
+    cg_batches b;
+    if (!cg_make_batches(&d->pairs, d->split.train, d->n_train, max_tokens, &b))
+        return -1;
+    int fits = min_batch(&b) >= R;
+    cg_batches_free(&b);
+    return fits;
+}
+
+bool cg_mt_check_ranks(const cg_mt_data *d, int64_t max_tokens, bool resumed)
+{
+    const int R = cg_dist_size();
+    int64_t m = min_batch(&d->batches);
+    if (R <= 1 || m >= R)
+        return true;
+    /* the smallest --max-tokens (found by doubling, then bisection) that
+     * gives every batch a pair per rank */
+    int64_t lo = max_tokens, hi = max_tokens, advice = -1;
+    for (int k = 0; k < 40 && advice < 0; k++) {
+        hi = hi > INT64_MAX / 2 ? INT64_MAX : 2 * hi;
+        int fits = batches_fit(d, hi, R);
+        if (fits < 0)
+            return false;
+        if (fits)
+            advice = hi;
+        else
+            lo = hi;
+    }
+    while (advice > 0 && advice - lo > 1) {
+        int64_t mid = lo + (advice - lo) / 2;
+        int fits = batches_fit(d, mid, R);
+        if (fits < 0)
+            return false;
+        if (fits)
+            advice = mid;
+        else
+            lo = mid;
+    }
+    if (resumed)
+        cg_set_error("a batch of --max-tokens %lld (the checkpoint's) holds %lld pair%s, which "
+                     "cannot be split over %d ranks (one pair per rank at least): resume on at "
+                     "most %lld rank%s", (long long)max_tokens, (long long)m, m == 1 ? "" : "s",
+                     R, (long long)m, m == 1 ? "" : "s");
+    else if (advice > 0)
+        cg_set_error("a batch of --max-tokens %lld holds %lld pair%s, which cannot be split over "
+                     "%d ranks (one pair per rank at least): use --max-tokens %lld or more, or "
+                     "at most %lld rank%s", (long long)max_tokens, (long long)m,
+                     m == 1 ? "" : "s", R, (long long)advice, (long long)m, m == 1 ? "" : "s");
+    else
+        cg_set_error("%lld training pairs cannot be split over %d ranks: use at most %lld",
+                     (long long)d->n_train, R, (long long)d->n_train);
+    return false;
 }

@@ -10,6 +10,7 @@
 #include <sentencepiece_trainer.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -180,6 +181,18 @@ cg_spm *cg_spm_train(const char *const *sentences, int64_t n, int64_t vocab_size
         ArrayIterator it(sentences, n);
         t = new cg_spm();
         auto st = sentencepiece::SentencePieceTrainer::Train(kw, &it, &t->proto);
+        long long have = 0, need = 0;
+        const std::string msg = st.ToString();
+        const char *req = strstr(msg.c_str(), "smaller than required_chars. ");
+        if (!st.ok() && req && sscanf(req, "smaller than required_chars. %lld vs %lld", &have,
+                                      &need) == 2) {
+            /* its message names a flag of its own; ours says what to do */
+            cg_set_error("--vocab-size %lld is too small for this text: BPE needs at least %lld "
+                         "ids (260 + one piece for each character and for the word boundary)",
+                         (long long)vocab_size, need);
+            delete t;
+            return nullptr;
+        }
         if (!st.ok()) {
             cg_set_error("%s: SentencePiece: %s", who, st.ToString().c_str());
             delete t;

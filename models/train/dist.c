@@ -11,6 +11,7 @@
 
 #ifdef CG_HAVE_MPI
 #include <mpi.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <unistd.h>
@@ -411,18 +412,26 @@ bool cg_dist_quiet_nonroot(void)
         return true;
     fflush(stdout);
     fflush(stderr);
-    char path[] = "/tmp/cgrad-dist-XXXXXX";
+    /* the log (an unlinked file) in $TMPDIR, as Open MPI's own files */
+    const char *td = getenv("TMPDIR");
+    char path[4200];
+    snprintf(path, sizeof path, "%s/cgrad-dist-XXXXXX", td && *td ? td : "/tmp");
     int keep = dup(2), null = open("/dev/null", O_WRONLY), log = mkstemp(path);
+    int e = log < 0 ? errno : 0;
     if (log >= 0)
         unlink(path);
     if (keep < 0 || null < 0 || log < 0 || dup2(null, 1) < 0 || dup2(log, 2) < 0) {
+        if (!e)
+            e = errno;
         if (keep >= 0)
             close(keep);
         if (null >= 0)
             close(null);
         if (log >= 0)
             close(log);
-        cg_set_error("dist: could not redirect the output of rank %d", g_rank);
+        cg_set_error("dist: could not redirect the output of rank %d to a log in '%s' (%s; set "
+                     "TMPDIR to a writable directory, or CG_DIST_VERBOSE=1 to keep every rank's "
+                     "output)", g_rank, log < 0 ? path : "/dev/null", strerror(e));
         return false;
     }
     close(null);
@@ -540,10 +549,15 @@ bool cg_dist_broadcast_tensors(int n, cg_tensor *const *ts)
                     MPI_Allreduce(&bad, &any_bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD)))
         return false;
     if (any_bad) {
-        cg_set_error("dist: broadcast: the parameters differ between ranks (rank %d: %lld "
-                     "tensors, %lld elements; rank 0: %lld tensors, %lld elements%s)",
-                     g_rank, (long long)sig[0], (long long)sig[1], (long long)root_sig[0],
-                     (long long)root_sig[1], bad ? "" : "; another rank differs");
+        if (bad) /* this rank and rank 0, once each */
+            cg_set_error("dist: broadcast: the parameters differ between ranks (rank %d: %lld "
+                         "tensors, %lld elements; rank 0: %lld tensors, %lld elements)",
+                         g_rank, (long long)sig[0], (long long)sig[1], (long long)root_sig[0],
+                         (long long)root_sig[1]);
+        else
+            cg_set_error("dist: broadcast: the parameters differ between ranks (rank %d: %lld "
+                         "tensors, %lld elements, as rank 0; another rank has other shapes)",
+                         g_rank, (long long)sig[0], (long long)sig[1]);
         return false;
     }
     float **bufs = malloc((size_t)(n > 0 ? n : 1) * sizeof *bufs);

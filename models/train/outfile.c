@@ -1,7 +1,6 @@
 /* cgrad zoo: output checks and the writer's lock (see outfile.h). */
 #include "models/train/outfile.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -14,6 +13,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "nn/safetensors.h"
 #include "models/train/train_common.h"
 
 /* ------------------------------------------------------------ output check */
@@ -97,49 +97,61 @@ bool cg_out_check(const char *path, bool create_dir)
 }
 
 /* ------------------------------------------------------------ lock */
-/* With the lock held no other writer of path runs: temporary files of path
- * and of its loss curve are leftovers of a writer that was killed. */
+/* With the lock held no other writer of path runs: temporary files of path,
+ * of its loss curve and of its metrics log left by a killed writer go
+ * (nn/safetensors.h cg_st_remove_stale_temps: "<name>.tmp.<pid>[.<n>]" of a
+ * dead process only; a user's "m.st.tmp.notes" is not ours). */
 static void remove_leftover_temps(const char *path)
 {
-    char *dir = dir_part(path);
-    char *png = cg_loss_png_path(path);
-    if (!dir || !png) {
-        free(dir);
-        free(png);
-        return;
-    }
-    const char *b1 = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
-    const char *b2 = strrchr(png, '/') ? strrchr(png, '/') + 1 : png;
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    while (d && (e = readdir(d)) != NULL) {
-        const char *bases[2] = {b1, b2};
-        for (int i = 0; i < 2; i++) {
-            size_t bl = strlen(bases[i]);
-            if (strncmp(e->d_name, bases[i], bl) == 0 && strncmp(e->d_name + bl, ".tmp.", 5) == 0) {
-                char full[PATH_MAX];
-                if (snprintf(full, sizeof full, "%s/%s", dir, e->d_name) < (int)sizeof full)
-                    (void)unlink(full);
-                break;
-            }
-        }
-    }
-    if (d)
-        closedir(d);
-    free(dir);
+    char *png = cg_loss_png_path(path), *log = cg_ckpt_sibling(path, ".metrics.jsonl");
+    cg_st_remove_stale_temps(path);
+    if (png)
+        cg_st_remove_stale_temps(png);
+    if (log)
+        cg_st_remove_stale_temps(log);
     free(png);
+    free(log);
+}
+
+/* A lock file of ours holds nothing or "<pid>\n". */
+static bool is_our_lock(int fd)
+{
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > 24)
+        return false;
+    char buf[32];
+    ssize_t k = pread(fd, buf, sizeof buf - 1, 0);
+    if (k < 0)
+        return false;
+    buf[k] = '\0';
+    size_t digits = strspn(buf, "0123456789");
+    return k == 0 || (digits > 0 && buf[digits] == '\n' && (ssize_t)digits + 1 == k);
 }
 
 bool cg_out_lock_take(const char *path, cg_out_lock *lock)
 {
     lock->fd = -1;
-    if (snprintf(lock->path, sizeof lock->path, "%s.lock", path) >= (int)sizeof lock->path) {
+    if (snprintf(lock->path, sizeof lock->path, "%s" CG_OUT_LOCK_SUFFIX, path) >=
+        (int)sizeof lock->path) {
         cg_set_error("'%s': path too long for its lock file", path);
         return false;
     }
-    int fd = open(lock->path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    /* never through a link, never truncating a file we did not make */
+    int fd = open(lock->path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+    if (fd < 0 && errno == EEXIST)
+        fd = open(lock->path, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) {
-        cg_set_error("cannot create the lock file '%s': %s", lock->path, strerror(errno));
+        if (errno == ELOOP)
+            cg_set_error("the lock file '%s' is a symbolic link (a lock is never followed); "
+                         "remove it", lock->path);
+        else
+            cg_set_error("cannot create the lock file '%s': %s", lock->path, strerror(errno));
+        return false;
+    }
+    if (!is_our_lock(fd)) {
+        close(fd);
+        cg_set_error("'%s' exists and is not a lock file of these programs (a lock holds "
+                     "nothing or a process id); remove it or choose another --out", lock->path);
         return false;
     }
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
@@ -173,4 +185,209 @@ void cg_out_lock_release(cg_out_lock *lock)
         return;
     close(lock->fd); /* releases the flock */
     lock->fd = -1;
+}
+
+/* ------------------------------------------------------------ same file */
+/* path with its directory resolved (the file itself need not exist):
+ * "<realpath(dir)>/<name>", malloc'd; NULL when the directory does not
+ * resolve. */
+static char *resolved_name(const char *path)
+{
+    char *dir = dir_part(path);
+    char *rd = dir ? realpath(dir, NULL) : NULL;
+    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    char *out = rd ? malloc(strlen(rd) + strlen(base) + 2) : NULL;
+    if (out)
+        sprintf(out, "%s/%s", strcmp(rd, "/") == 0 ? "" : rd, base);
+    free(dir);
+    free(rd);
+    return out;
+}
+
+bool cg_same_file(const char *written, const char *read)
+{
+    struct stat a, b;
+    if (!written || !read || stat(read, &b) != 0 || !S_ISREG(b.st_mode))
+        return false; /* a stream (--data -) or nothing: nothing to destroy */
+    if (stat(written, &a) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+        return true;
+    /* not yet there (or replaced by a rename): the same name once resolved */
+    char *w = resolved_name(written), *r = realpath(read, NULL), *rn = resolved_name(read);
+    bool same = w && ((r && strcmp(w, r) == 0) || (rn && strcmp(w, rn) == 0));
+    free(w);
+    free(r);
+    free(rn);
+    return same;
+}
+
+bool cg_out_check_reads(const char *out, const char *in, const char *what, bool with_ckpt)
+{
+    char *files[4] = {strdup(out), cg_loss_png_path(out), cg_ckpt_sibling(out, ".metrics.jsonl"),
+                      cg_ckpt_sibling(out, "")};
+    const char *kinds[4] = {"the checkpoint", "its loss curve", "its metrics log",
+                            "its lock file"};
+    bool ok = files[0] && files[1] && files[2] && files[3];
+    if (!ok)
+        cg_set_error("out of memory");
+    if (ok) { /* the lock is beside the checkpoint's full name */
+        free(files[3]);
+        files[3] = malloc(strlen(out) + sizeof CG_OUT_LOCK_SUFFIX);
+        if ((ok = files[3] != NULL))
+            sprintf(files[3], "%s" CG_OUT_LOCK_SUFFIX, out);
+    }
+    for (int i = with_ckpt ? 0 : 1; ok && i < 4; i++)
+        if (cg_same_file(files[i], in)) {
+            cg_set_error("%s '%s' is the same file as '%s', %s this run writes; choose another "
+                         "--out (nothing was written)", what, in, files[i], kinds[i]);
+            ok = false;
+        }
+    for (int i = 0; i < 4; i++)
+        free(files[i]);
+    return ok;
+}
+
+/* ------------------------------------------------------------ metrics log */
+/* One line of a metrics log: a JSON object with an integral "step"; *eval
+ * when it is an evaluation line (it has "val_loss"). */
+static bool log_line_step(const char *s, size_t n, int64_t *step, bool *eval)
+{
+    if (n == 0 || memchr(s, '\0', n))
+        return false;
+    const char *end = NULL;
+    cJSON *j = cJSON_ParseWithLengthOpts(s, n, &end, false);
+    bool ok = cJSON_IsObject(j) && end == s + n;
+    const cJSON *st = ok ? cJSON_GetObjectItemCaseSensitive(j, "step") : NULL;
+    ok = ok && cJSON_IsNumber(st) && st->valuedouble >= 0 && st->valuedouble <= 1e15 &&
+         st->valuedouble == (double)(int64_t)st->valuedouble;
+    if (ok) {
+        *step = (int64_t)st->valuedouble;
+        *eval = cJSON_GetObjectItemCaseSensitive(j, "val_loss") != NULL;
+    }
+    cJSON_Delete(j);
+    return ok;
+}
+
+char *cg_metrics_log_keep(const char *bytes, size_t len, int64_t step, size_t *out_len,
+                          int64_t *dropped)
+{
+    *out_len = 0;
+    *dropped = 0;
+    char *out = malloc(len + 1);
+    if (!out) {
+        cg_set_error("out of memory");
+        return NULL;
+    }
+    int64_t last[2] = {-1, -1}; /* the last step kept: training lines, evaluation lines */
+    size_t k = 0;
+    for (size_t i = 0; i < len;) {
+        const char *nl = memchr(bytes + i, '\n', len - i);
+        if (!nl) { /* a torn last line (the writer was killed) */
+            (*dropped)++;
+            break;
+        }
+        size_t n = (size_t)(nl - (bytes + i));
+        int64_t s;
+        bool eval;
+        if (log_line_step(bytes + i, n, &s, &eval) && s <= step && s > last[eval]) {
+            memcpy(out + k, bytes + i, n);
+            out[k + n] = '\n';
+            k += n + 1;
+            last[eval] = s;
+        } else {
+            (*dropped)++;
+        }
+        i += n + 1;
+    }
+    out[k] = '\0';
+    *out_len = k;
+    return out;
+}
+
+/* The bytes of an existing log (a regular file, never through a link), at
+ * most `max` of them; NULL with *len 0 when there is none. */
+static char *read_old_log(const char *path, size_t max, size_t *len)
+{
+    *len = 0;
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        if (fd >= 0)
+            close(fd);
+        return NULL;
+    }
+    size_t want = (size_t)st.st_size < max ? (size_t)st.st_size : max;
+    char *buf = malloc(want + 1);
+    size_t got = 0;
+    while (buf && got < want) {
+        ssize_t k = read(fd, buf + got, want - got);
+        if (k <= 0)
+            break;
+        got += (size_t)k;
+    }
+    close(fd);
+    *len = got;
+    return buf;
+}
+
+FILE *cg_metrics_log_open(const char *path, int64_t resume_step, int64_t *dropped)
+{
+    *dropped = 0;
+    size_t old_len = 0, keep_len = 0;
+    char *old = resume_step >= 0 ? read_old_log(path, (size_t)1 << 30, &old_len) : NULL;
+    char *keep = old ? cg_metrics_log_keep(old, old_len, resume_step, &keep_len, dropped) : NULL;
+    bool lost = old && !keep;
+    free(old);
+    if (lost)
+        return NULL;
+    char *tmp = malloc(strlen(path) + 32);
+    if (!tmp) {
+        free(keep);
+        cg_set_error("out of memory");
+        return NULL;
+    }
+    sprintf(tmp, "%s.tmp.%ld", path, (long)getpid());
+    /* a new file of ours, renamed over the old name: never written through
+     * a link or into a file (a hard link) that is not ours */
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+    bool ok = fd >= 0;
+    for (size_t done = 0; ok && done < keep_len;) {
+        ssize_t k = write(fd, keep + done, keep_len - done);
+        ok = k > 0;
+        done += k > 0 ? (size_t)k : 0;
+    }
+    int e = errno;
+    ok = ok && rename(tmp, path) == 0;
+    e = ok ? 0 : errno ? errno : e;
+    FILE *f = ok ? fdopen(fd, "a") : NULL;
+    if (!f) {
+        if (fd >= 0) {
+            close(fd);
+            (void)unlink(tmp);
+        }
+        cg_set_error("cannot write the metrics log '%s': %s", path, strerror(e ? e : errno));
+    }
+    free(tmp);
+    free(keep);
+    return f;
+}
+
+bool cg_out_picture_check(const char *path, bool force, const char *in, const char *what)
+{
+    struct stat st;
+    if (in && cg_same_file(path, in)) {
+        cg_set_error("'%s' is the same file as %s '%s', which this command reads", path, what,
+                     in);
+        return false;
+    }
+    if (lstat(path, &st) != 0)
+        return true;
+    if (!S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode)) {
+        cg_set_error("'%s' exists and is not a regular file", path);
+        return false;
+    }
+    if (!force) {
+        cg_set_error("'%s' exists; pass --force to overwrite it", path);
+        return false;
+    }
+    return true;
 }

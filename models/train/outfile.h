@@ -1,13 +1,21 @@
 /* cgrad zoo: the files around a training run, checked before any work is
- * done (issue 16):
+ * done (issues 16 and 25):
  *
  *   data identity   models/data/data_id.h.
  *   output check    the checkpoint's directory exists and is writable, the
  *                   target is a regular file or absent (a device or FIFO is
  *                   never replaced, even with --force), and its name leaves
  *                   room for the temporary suffix.
- *   lock            flock() on a sibling "<out>.lock" refuses a second
+ *   same file       no file the run writes (checkpoint, loss curve, metrics
+ *                   log, lock) is a file it reads (same inode, or the same
+ *                   name once directories are resolved).
+ *   lock            flock() on a sibling "<out>.cgrad-lock" refuses a second
  *                   writer of the same checkpoint while the first runs.
+ *   metrics log     FILE.metrics.jsonl: a new file of the run's own,
+ *                   renamed over the old name; on resume it keeps the old
+ *                   log's history up to the checkpoint.
+ * Nothing here follows a symbolic link when it creates a file, or writes
+ * into a file it did not create.
  *
  * Errors: false + cg_set_error (core/error.h), one line naming the path. */
 #ifndef CG_MODELS_OUTFILE_H
@@ -17,6 +25,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "models/data/data_id.h"
 
@@ -39,18 +48,61 @@ extern "C" {
 bool cg_out_check(const char *path, bool create_dir);
 
 /* ------------------------------------------------------------ lock */
+#define CG_OUT_LOCK_SUFFIX ".cgrad-lock"
 typedef struct {
     int fd;          /* -1 when not held */
-    char path[4096]; /* "<checkpoint>.lock" */
+    char path[4096]; /* "<checkpoint>.cgrad-lock" */
 } cg_out_lock;
 
-/* Take an exclusive lock on "<path>.lock" (created if missing, kept after
- * the run: removing it would race with a waiting writer). False + error
- * "'<path>' is being written by another run (pid N) ..." when another
- * process holds it. The lock dies with the process, so a crash or SIGKILL
- * never leaves a stale lock. */
+/* Take an exclusive lock on "<path>.cgrad-lock" (created if missing, kept
+ * after the run: removing it would race with a waiting writer). The lock
+ * file is never followed (a symbolic link is refused) and an existing file
+ * is used only when it is a lock of ours (empty or a process id): any
+ * other file is refused, never truncated. False + error "'<path>' is being
+ * written by another run (pid N) ..." when another process holds it. The
+ * lock dies with the process, so a crash or SIGKILL never leaves a stale
+ * lock. Taking it removes a killed writer's temporary files
+ * ("<name>.tmp.<pid>" of the checkpoint, loss curve and metrics log). */
 bool cg_out_lock_take(const char *path, cg_out_lock *lock);
 void cg_out_lock_release(cg_out_lock *lock);
+
+/* ------------------------------------------------------------ same file */
+/* True when writing `written` (which may not exist yet) could change the
+ * regular file `read`: the same inode (links followed), or the same name
+ * once both directories are resolved. False for a read path that is no
+ * regular file (a stream). */
+bool cg_same_file(const char *written, const char *read);
+/* Check every file a run with checkpoint `out` writes (the checkpoint when
+ * with_ckpt, its loss curve, metrics log and lock) against the file `in`
+ * it reads (`what` names it: "--data"): false + error "--data 'x' is the
+ * same file as 'y', the checkpoint this run writes; ..." */
+bool cg_out_check_reads(const char *out, const char *in, const char *what, bool with_ckpt);
+
+/* A picture a command writes (sample --attention, seq2seq attention):
+ * refused when it is the file `in` the command reads (`what` names it:
+ * "--ckpt"), when it exists and is no regular file, or when it exists and
+ * force is false ("'x' exists; pass --force to overwrite it"). */
+bool cg_out_picture_check(const char *path, bool force, const char *in, const char *what);
+
+/* ------------------------------------------------------------ metrics log */
+/* The part of a metrics log (one JSON object per line, each with an
+ * integral "step") that a run resumed at `step` keeps, so that the log
+ * holds one history: every complete line that parses, with a step no later
+ * than the checkpoint's and above the last kept line of its kind
+ * (evaluation lines, with "val_loss", and training lines each never go
+ * back). A torn last line, garbage, NUL bytes, and what a killed run logged
+ * after its last checkpoint are dropped (*dropped counts the lines).
+ * Returns the kept bytes (malloc'd, NUL-terminated, *out_len of them) or
+ * NULL + error (out of memory). */
+char *cg_metrics_log_keep(const char *bytes, size_t len, int64_t step, size_t *out_len,
+                          int64_t *dropped);
+/* Open the metrics log `path` for appending: a fresh run (resume_step < 0)
+ * starts it empty, a resumed run with what cg_metrics_log_keep keeps of the
+ * old one (*dropped lines dropped; the old log is read only when it is a
+ * regular file, never through a link). The log is always a new file
+ * (O_EXCL) renamed over the old name. NULL + error when it cannot be
+ * written. */
+FILE *cg_metrics_log_open(const char *path, int64_t resume_step, int64_t *dropped);
 
 #ifdef __cplusplus
 }

@@ -322,22 +322,24 @@ bool cg_train_position_check(int64_t epoch, int64_t pos, int64_t n_batches, int6
     return ok;
 }
 
-char *cg_loss_png_path(const char *ckpt_path)
+char *cg_ckpt_sibling(const char *ckpt_path, const char *suffix)
 {
     size_t n = strlen(ckpt_path);
     const char *ext = ".safetensors";
     size_t e = strlen(ext);
     if (n > e && strcmp(ckpt_path + n - e, ext) == 0)
         n -= e;
-    char *out = malloc(n + 10);
+    char *out = malloc(n + strlen(suffix) + 1);
     if (!out) {
         cg_set_error("out of memory");
         return NULL;
     }
     memcpy(out, ckpt_path, n);
-    strcpy(out + n, ".loss.png");
+    strcpy(out + n, suffix);
     return out;
 }
+
+char *cg_loss_png_path(const char *ckpt_path) { return cg_ckpt_sibling(ckpt_path, ".loss.png"); }
 
 bool cg_plot_attention_ids(const char *path, const char *title, int layers, cg_mha *const *mods,
                            const cg_tokenizer *tok, const int64_t *row_ids, int rows,

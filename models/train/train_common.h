@@ -86,7 +86,9 @@ bool cg_history_plot(const cg_history *h, const char *path, const char *title);
 bool cg_train_position_check(int64_t epoch, int64_t pos, int64_t n_batches, int64_t step,
                              const char *path);
 
-/* "<path without .safetensors>.loss.png" (malloc'd). */
+/* A file kept beside a checkpoint: "<path without .safetensors><suffix>"
+ * (malloc'd), e.g. ".metrics.jsonl"; cg_loss_png_path: ".loss.png". */
+char *cg_ckpt_sibling(const char *ckpt_path, const char *suffix);
 char *cg_loss_png_path(const char *ckpt_path);
 
 /* models/report/plot.h cg_plot_attention_of labelled with token ids through tok

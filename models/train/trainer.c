@@ -183,6 +183,7 @@ int cg_prog_main(int argc, char **argv, const char *prog, const char *help,
                  const cg_prog_command *cmds, int ncmds)
 {
     cg_prog_set_name(prog);
+    cg_cli_start(); /* fds 0-2 taken, OMP_NUM_THREADS capped: before anything else */
     if (!cg_dist_init(&argc, &argv) || !cg_dist_quiet_nonroot())
         return cg_prog_fail_lib("MPI");
     char names[256] = "";
@@ -206,6 +207,8 @@ int cg_prog_main(int argc, char **argv, const char *prog, const char *help,
             rc = CG_EXIT_USAGE;
         }
     }
+    if (rc == 0 && !cg_cli_stdout_ok()) /* the result is lost: a failure */
+        rc = cg_prog_fail_lib(NULL);
     fflush(stdout);
     if (rc != 0 && cg_dist_size() > 1) /* do not leave the other ranks waiting */
         cg_dist_abort(rc, "stopping every rank");
@@ -335,7 +338,7 @@ const char CG_TRAIN_HELP_COMMON[] =
     "                       terminal) every N steps (default: steps/20, at most 100)\n"
     "  --threads N          threads for kernels (default: all cores)\n"
     "  --out FILE           checkpoint; FILE.loss.png, FILE.metrics.jsonl and\n"
-    "                       FILE.lock are written beside it\n"
+    "                       FILE.cgrad-lock are written beside it\n"
     "  --resume FILE        continue a run from its checkpoint, exactly (--out\n"
     "                       defaults to FILE); model and recipe flags are refused\n"
     "  --force              overwrite an existing --out (refused otherwise)\n"
@@ -531,6 +534,26 @@ bool cg_train_precision(const char *train_json, const char *ckpt_path, cg_precis
     return ok;
 }
 
+void cg_train_vocab_warn(const cg_tokenizer *tok, int64_t vocab_size)
+{
+    int64_t got = tok ? cg_tokenizer_vocab_size(tok) : 0;
+    if (tok && tok->kind == CG_TOK_BPE && got < vocab_size)
+        cg_prog_warn("--vocab-size %lld: this text gives only %lld ids (every merge of its "
+                     "training split); using %lld", (long long)vocab_size, (long long)got,
+                     (long long)got);
+}
+
+int cg_precision_flag(const char *arg, cg_precision *out)
+{
+    cg_precision p;
+    if (!arg || cg_precision_parse(arg, out ? out : &p))
+        return -1;
+    /* cg_precision_parse's "precision: ..." as the flag: "--precision: ..." */
+    bool usage = strstr(cg_last_error(), "is not one of") != NULL;
+    cg_prog_fail("--%s", cg_last_error());
+    return usage ? CG_EXIT_USAGE : CG_EXIT_FAIL;
+}
+
 bool cg_decode_precision(const char *arg, const char *train_json, const char *ckpt_path,
                          cg_precision *out)
 {
@@ -553,7 +576,7 @@ static char *state_json(const cg_trainer *t, const cg_trainer_model *m)
     cJSON_AddNumberToObject(j, "eval_every", (double)o->eval_every);
     cg_state_put_u64(j, "seed", o->seed);
     cJSON_AddNumberToObject(j, "grad_accum", (double)o->grad_accum);
-    cJSON_AddStringToObject(j, "data", t->data_set ? t->data.path : "");
+    cg_json_add_name(j, "data", t->data_set ? t->data.path : "");
     if (t->data_set)
         cJSON_AddItemToObject(j, "data_id", cg_data_id_to_json(&t->data));
     cJSON *dr = cJSON_AddObjectToObject(j, "dropout_rng");
@@ -602,6 +625,10 @@ static bool state_restore(cg_trainer *t, cg_train_opts *o, const char *path)
     const cJSON *dr = cJSON_GetObjectItemCaseSensitive(s, "dropout_rng");
     const cJSON *hist = cJSON_GetObjectItemCaseSensitive(s, "history");
     t->model_state = cJSON_GetObjectItemCaseSensitive(s, "model");
+    cJSON *idj = cJSON_GetObjectItemCaseSensitive(t->state, "data_id");
+    if (!cg_json_name_decode(t->state, "data", what) || /* names are bytes */
+        (cJSON_IsObject(idj) && !cg_json_name_decode(idj, "path", what)))
+        return false;
     if (!cg_json_read_fields(s, what, f, 2 + 3) ||
         !cg_json_read_fields(dr, "training state: \"dropout_rng\"", fr, 2) ||
         !cg_json_f64_array(s, what, "recent", t->recent, CG_TRAIN_RECENT, &t->n_recent))
@@ -633,27 +660,10 @@ static bool state_restore(cg_trainer *t, cg_train_opts *o, const char *path)
 }
 
 /* ============================================================ output */
-static char *sibling_path(const char *ckpt, const char *suffix)
-{
-    size_t n = strlen(ckpt);
-    const char *ext = ".safetensors";
-    size_t e = strlen(ext);
-    if (n > e && strcmp(ckpt + n - e, ext) == 0)
-        n -= e;
-    char *out = malloc(n + strlen(suffix) + 1);
-    if (!out) {
-        cg_set_error("out of memory");
-        return NULL;
-    }
-    memcpy(out, ckpt, n);
-    strcpy(out + n, suffix);
-    return out;
-}
-
 /* Everything about the output, before any training (models/train/outfile.h): a
  * file name that fits with its temporary and sibling files, a regular file
  * or absent, a writable directory (created when missing, one level), and
- * the lock on FILE.lock. */
+ * the lock on FILE.cgrad-lock. */
 static int check_output(cg_trainer *t, const char *out)
 {
     if (!cg_out_check(out, true) || !cg_out_lock_take(out, &t->lock))
@@ -684,12 +694,10 @@ int cg_trainer_begin(cg_trainer *t, cg_train_opts *o, const char *kind, const ch
                      const char *fixed, int argc, char **argv, const cg_cli_opt *opts, int nopts)
 {
     cg_trainer_init(t, o);
-    if (o->precision_arg && !cg_precision_parse(o->precision_arg, &o->precision)) {
-        /* cg_precision_parse's "precision: ..." as the flag: "--precision: ..." */
-        cg_prog_fail("--%s", cg_last_error());
-        return CG_EXIT_USAGE;
-    }
-    int rc = o->resume ? -1
+    int rc = cg_precision_flag(o->precision_arg, &o->precision);
+    if (rc >= 0)
+        return rc;
+    rc = o->resume ? -1
                        : cg_train_tokenizer_flags(o->tokenizer_arg, o->vocab_size_seen,
                                                   o->vocab_size, &o->tokenizer);
     if (rc >= 0) {
@@ -721,6 +729,10 @@ int cg_trainer_begin(cg_trainer *t, cg_train_opts *o, const char *kind, const ch
             return cg_prog_fail("checkpoint %s exists; continue it with --resume %s, or pass "
                                 "--force to overwrite it",
                                 t->out, t->out);
+        /* no file written is a file read (with --force too) */
+        if ((o->data && !cg_out_check_reads(t->out, o->data, "--data", true)) ||
+            (o->resume && !cg_out_check_reads(t->out, o->resume, "--resume", false)))
+            return cg_prog_fail_lib(NULL);
         rc = check_output(t, t->out);
         if (rc >= 0)
             return rc;
@@ -741,11 +753,12 @@ bool cg_trainer_set_data(cg_trainer *t, const cg_data_id *id)
 bool cg_train_data_check(const char *train_json, const char *ckpt_path, const cg_data_id *id)
 {
     cJSON *s = train_json ? cJSON_Parse(train_json) : NULL;
-    const cJSON *j = cJSON_GetObjectItemCaseSensitive(s, "data_id");
+    cJSON *j = cJSON_GetObjectItemCaseSensitive(s, "data_id");
     cg_data_id stored;
     char what[600];
     snprintf(what, sizeof what, "'%.500s': training state", ckpt_path);
-    bool ok = !j || (cg_data_id_from_json(j, what, &stored) && cg_data_id_check(&stored, id));
+    bool ok = !j || (cJSON_IsObject(j) && cg_json_name_decode(j, "path", what) &&
+                     cg_data_id_from_json(j, what, &stored) && cg_data_id_check(&stored, id));
     cJSON_Delete(s);
     return ok;
 }
@@ -753,6 +766,10 @@ bool cg_train_data_check(const char *train_json, const char *ckpt_path, const cg
 char *cg_train_data_path(const char *train_json, const char *given, const char *default_data)
 {
     cJSON *s = !given && train_json ? cJSON_Parse(train_json) : NULL;
+    if (s && !cg_json_name_decode(s, "data", "training state")) {
+        cJSON_Delete(s);
+        return NULL;
+    }
     const cJSON *dj = cJSON_GetObjectItemCaseSensitive(s, "data");
     char *p = strdup(given ? given : cJSON_IsString(dj) ? dj->valuestring : default_data);
     cJSON_Delete(s);
@@ -786,8 +803,8 @@ void cg_trainer_end(cg_trainer *t)
     cg_st_close(t->ckpt);
     cJSON_Delete(t->state);
     cg_history_free(&t->hist);
-    if (t->metrics)
-        fclose(t->metrics);
+    if (t->metrics && fclose(t->metrics) != 0) /* its last lines may be lost */
+        cg_prog_warn("cannot write the metrics log: %s", strerror(errno));
     cg_out_lock_release(&t->lock);
     cg_trainer_init(t, NULL);
 }
@@ -960,10 +977,13 @@ static bool save(run_ctx *c, int64_t step)
 static void metrics_line(run_ctx *c, cg_jline *j)
 {
     const char *s = cg_jline_end(j);
-    if (c->t->metrics && s) {
-        fputs(s, c->t->metrics);
-        fputc('\n', c->t->metrics);
-        fflush(c->t->metrics);
+    if (c->t->metrics && s &&
+        (fputs(s, c->t->metrics) < 0 || fputc('\n', c->t->metrics) < 0 ||
+         fflush(c->t->metrics) != 0)) {
+        cg_prog_warn("cannot write the metrics log (%s); training goes on without it",
+                     strerror(errno));
+        fclose(c->t->metrics);
+        c->t->metrics = NULL;
     }
     cg_jline_free(j);
 }
@@ -1029,6 +1049,107 @@ static int train_step(run_ctx *c, bool *skipped, double *tokens)
     return -1;
 }
 
+/* The leaves of o as flat["a.b.c"] = the leaf's JSON text. */
+static bool flatten(const cJSON *o, const char *prefix, cJSON *flat)
+{
+    bool ok = true;
+    for (const cJSON *c = o ? o->child : NULL; ok && c; c = c->next) {
+        char key[512];
+        snprintf(key, sizeof key, "%s%s", prefix, c->string ? c->string : "?");
+        if (cJSON_IsObject(c)) {
+            char sub[520];
+            snprintf(sub, sizeof sub, "%s.", key);
+            ok = flatten(c, sub, flat);
+        } else {
+            char *v = cJSON_PrintUnformatted(c);
+            ok = v && cJSON_AddStringToObject(flat, key, v);
+            free(v);
+        }
+    }
+    return ok;
+}
+
+/* Every rank was started with the same run: the same data (size and
+ * checksum; its path may differ between machines), model, recipe and
+ * per-run flags as rank 0. A difference is an error naming the flag, on
+ * every rank, before anything is trained. */
+static bool check_ranks_agree(const cg_trainer *t, const cg_trainer_model *m)
+{
+    if (cg_dist_size() <= 1)
+        return true;
+    char *sj = state_json(t, m), *cj = sj ? m->config_json(m->self) : NULL;
+    cJSON *s = cj ? cJSON_Parse(sj) : NULL, *cfg = s ? cJSON_Parse(cj) : NULL;
+    cJSON *flat = cfg ? cJSON_CreateObject() : NULL, *run = flat ? cJSON_CreateObject() : NULL;
+    free(sj);
+    free(cj);
+    bool ok = run != NULL;
+    if (ok) {
+        cJSON_DeleteItemFromObjectCaseSensitive(s, "data"); /* paths: per machine */
+        cJSON_DeleteItemFromObjectCaseSensitive(s, "data_hex");
+        cJSON *id = cJSON_GetObjectItemCaseSensitive(s, "data_id");
+        cJSON_DeleteItemFromObjectCaseSensitive(id, "path");
+        cJSON_DeleteItemFromObjectCaseSensitive(id, "path_hex");
+        const cg_train_opts *o = t->o;
+        cJSON_AddNumberToObject(run, "stop_at", (double)o->stop_at);
+        cJSON_AddNumberToObject(run, "max_minutes", o->max_minutes);
+        cJSON_AddBoolToObject(run, "skip_nonfinite", o->skip_nonfinite);
+        ok = flatten(s, "", flat) && flatten(cfg, "config.", flat) && flatten(run, "", flat);
+    }
+    /* rank 0's list to every rank: its length, then its bytes */
+    char *mine = ok ? cJSON_PrintUnformatted(flat) : NULL;
+    uint64_t len = mine ? strlen(mine) + 1 : 0;
+    ok = mine && cg_dist_broadcast_bytes(&len, sizeof len);
+    char *root = ok ? malloc(len) : NULL;
+    if (root && cg_dist_is_root())
+        memcpy(root, mine, len);
+    ok = root && cg_dist_broadcast_bytes(root, len);
+    cJSON *rf = ok ? cJSON_Parse(root) : NULL;
+    /* the first of rank 0's leaves that differs here */
+    int idx = 0, first = -1;
+    for (const cJSON *c = rf ? rf->child : NULL; c && first < 0; c = c->next, idx++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(flat, c->string);
+        if (!cJSON_IsString(v) || strcmp(v->valuestring, c->valuestring) != 0)
+            first = idx;
+    }
+    if (rf && first < 0 && cJSON_GetArraySize(flat) != cJSON_GetArraySize(rf))
+        first = idx; /* leaves rank 0 does not have */
+    double worst = first >= 0 ? 1e9 - first : 0; /* the lowest index over the ranks */
+    bool sent = ok && cg_dist_allreduce_max(&worst, 1);
+    if (sent && worst > 0) {
+        int at = (int)(1e9 - worst);
+        const cJSON *c = rf ? cJSON_GetArrayItem(rf, at) : NULL;
+        const char *key = c ? c->string : "a value", *leaf = strrchr(key, '.');
+        leaf = leaf ? leaf + 1 : key;
+        char flag[256];
+        if (!strncmp(key, "data_id.", 8))
+            snprintf(flag, sizeof flag, "--data (the file's content)");
+        else if (!strncmp(key, "history.", 8) || !strcmp(key, "recent"))
+            snprintf(flag, sizeof flag, "the checkpoint resumed");
+        else {
+            snprintf(flag, sizeof flag, "--%s", leaf);
+            for (char *p = flag; *p; p++)
+                if (*p == '_')
+                    *p = '-';
+        }
+        cg_set_error("the ranks were not started with the same run: %s differs between ranks "
+                     "(rank 0: %s = %s); every rank needs the same data and flags", flag, key,
+                     c ? c->valuestring : "?");
+        ok = false;
+    } else if (!sent) {
+        ok = false;
+    }
+    free(mine);
+    free(root);
+    cJSON_Delete(rf);
+    cJSON_Delete(s);
+    cJSON_Delete(cfg);
+    cJSON_Delete(flat);
+    cJSON_Delete(run);
+    if (!ok && !cg_has_error())
+        cg_set_error("out of memory");
+    return ok;
+}
+
 static int setup(run_ctx *c)
 {
     cg_trainer *t = c->t;
@@ -1048,22 +1169,28 @@ static int setup(run_ctx *c)
     /* Data parallel (models/train/dist.h): every rank starts from rank 0's
      * parameters and trains on its share of every global batch; dropout is
      * seeded per rank (rank 0 keeps the checkpoint's stream). */
+    if (!check_ranks_agree(t, m))
+        return cg_prog_fail_lib(NULL);
     if (!cg_dist_broadcast_module(m->module))
         return cg_prog_fail_lib("broadcasting the parameters");
     m->dropout_rng->seed = cg_dist_rank_seed(m->dropout_rng->seed);
     if (cg_dist_is_root()) {
         c->png = cg_loss_png_path(t->out);
-        char *mp = sibling_path(t->out, ".metrics.jsonl");
+        char *mp = cg_ckpt_sibling(t->out, ".metrics.jsonl");
         if (!c->png || !mp) {
             free(mp);
             return cg_prog_fail("out of memory");
         }
-        t->metrics = fopen(mp, t->o->resume ? "a" : "w");
+        int64_t dropped = 0;
+        t->metrics = cg_metrics_log_open(mp, t->o->resume ? t->start : -1, &dropped);
         if (!t->metrics) {
-            int rc = cg_prog_fail("cannot open the metrics log '%s': %s", mp, strerror(errno));
             free(mp);
-            return rc;
+            return cg_prog_fail_lib(NULL);
         }
+        if (dropped > 0) /* one history: what the checkpoint does not hold is gone */
+            cg_prog_warn("the metrics log '%s' keeps its history up to step %lld; %lld line(s) "
+                         "after it (a killed run's) or damaged were dropped",
+                         mp, (long long)t->start, (long long)dropped);
         free(mp);
     }
     if (t->o->resume)

@@ -306,7 +306,7 @@ struct cg_trainer {
     bool data_set;
     cg_data_id data_stored; /* resuming: the identity the checkpoint recorded */
     bool data_stored_set;
-    cg_out_lock lock;       /* flock'd FILE.lock beside the checkpoint (models/train/outfile.h) */
+    cg_out_lock lock;       /* flock'd FILE.cgrad-lock beside the checkpoint (models/train/outfile.h) */
     FILE *metrics;          /* FILE.metrics.jsonl (rank 0) */
 };
 
@@ -378,6 +378,16 @@ bool cg_train_precision(const char *train_json, const char *ckpt_path, cg_precis
  * + error naming the flag or the checkpoint otherwise. */
 bool cg_decode_precision(const char *arg, const char *train_json, const char *ckpt_path,
                          cg_precision *out);
+/* A command's --precision flag (arg; NULL: not given), checked as soon as
+ * the flags are parsed: -1 when it is good (*out, may be NULL, gets it),
+ * else the exit code after the error line "PROG: error: --precision: ...":
+ * CG_EXIT_USAGE for an unknown name, CG_EXIT_FAIL for bf16 on a CPU
+ * without it. */
+int cg_precision_flag(const char *arg, cg_precision *out);
+/* A BPE tokenizer trained for --vocab-size N that has fewer ids (the text
+ * has no more merges) is announced: "PROG: warning: --vocab-size N: this
+ * text gives only M ids ...; using M". */
+void cg_train_vocab_warn(const cg_tokenizer *tok, int64_t vocab_size);
 
 /* Parse a checkpoint's "train" metadata into a cJSON object (caller
  * deletes it) or NULL + error. */

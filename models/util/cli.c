@@ -1,12 +1,8 @@
 /* cgrad zoo: command-line parsing helpers (see cli.h). */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE 1 /* sched_getaffinity, CPU_COUNT */
-#endif
 #include "models/util/cli.h"
 
-#include <sched.h>
-
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <unistd.h>
 #include <math.h>
@@ -166,27 +162,52 @@ bool cg_cli_parse(int argc, char **argv, const cg_cli_opt *opts, int n, bool *he
     return true;
 }
 
-int cg_cli_cpus(void)
+/* OMP_NUM_THREADS as asked when cg_cli_start lowered it to the CPUs, else 0. */
+static int g_env_threads;
+
+void cg_cli_start(void)
 {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    int n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
-    if (n < 1) {
-        long k = sysconf(_SC_NPROCESSORS_ONLN);
-        n = k > 0 && k < 1 << 20 ? (int)k : 1;
-    }
-    return n;
+    /* A closed fd 0, 1 or 2 would be the number the next open() returns:
+     * a lock file would then get the JSON result, a log the progress
+     * lines. Each is opened on /dev/null the wrong way round, so that a
+     * write to a closed stdout (or a read of a closed stdin) still fails
+     * as on a closed descriptor. */
+    for (int fd = 0; fd <= 2; fd++)
+        if (fcntl(fd, F_GETFD) < 0 && errno == EBADF) {
+            int k = open("/dev/null", fd == 0 ? O_WRONLY : O_RDONLY);
+            if (k >= 0 && k != fd) { /* a lower fd was closed too: it came first */
+                dup2(k, fd);
+                close(k);
+            }
+        }
+    g_env_threads = cg_cap_default_threads();
+}
+
+bool cg_cli_stdout_ok(void)
+{
+    errno = 0;
+    if (fflush(stdout) == 0 && !ferror(stdout))
+        return true;
+    cg_set_error("cannot write the output: %s", errno ? strerror(errno) : "write error");
+    return false;
 }
 
 void cg_cli_set_threads(const char *prog, int64_t n)
 {
-    if (n > 0)
+    if (n > 0) {
         cg_set_num_threads((int)cg_cli_threads(prog, n));
+    } else if (g_env_threads > 0) {
+        int cpus = cg_num_cpus();
+        fprintf(stderr, "%s: warning: OMP_NUM_THREADS=%d is more than the %d CPU%s available; "
+                        "using %d (--threads N sets the count)\n",
+                prog ? prog : "cgrad", g_env_threads, cpus, cpus == 1 ? "" : "s", cpus);
+        g_env_threads = 0; /* once */
+    }
 }
 
 int64_t cg_cli_threads(const char *prog, int64_t n)
 {
-    int cpus = cg_cli_cpus();
+    int cpus = cg_num_cpus();
     if (n <= cpus)
         return n;
     fprintf(stderr, "%s: warning: --threads %lld is more than the %d CPU%s available; using %d\n",

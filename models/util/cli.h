@@ -32,10 +32,20 @@ bool cg_cli_parse_bool(const char *flag, const char *s, bool *out);
  * given) is returned unchanged. */
 int64_t cg_cli_threads(const char *prog, int64_t n);
 /* --threads N for the kernels: cg_set_num_threads(cg_cli_threads(prog, n))
- * when n > 0 (given); nothing otherwise. */
+ * when n > 0 (given); otherwise, when cg_cli_start lowered OMP_NUM_THREADS
+ * to the CPUs (core's cg_cap_default_threads), the warning "PROG: warning:
+ * OMP_NUM_THREADS=N is more than the C CPUs available; using C". */
 void cg_cli_set_threads(const char *prog, int64_t n);
-/* CPUs this process may run on (at least 1). */
-int cg_cli_cpus(void);
+
+/* What every program does first: a closed fd 0, 1 or 2 is opened on
+ * /dev/null (stdin write-only, stdout and stderr read-only, so that using a
+ * closed stream still fails) before any file is opened, and OpenMP's
+ * default thread count is capped at the CPUs. */
+void cg_cli_start(void);
+/* Flush stdout and check every write to it: false + "cannot write the
+ * output: <reason>" (a full disk, a closed stdout). A program whose result
+ * is lost exits 1. */
+bool cg_cli_stdout_ok(void);
 
 /* One option of a flag table. kind says how the value is read; dst points
  * to the variable that receives it. For CG_CLI_SWITCH no value is taken and

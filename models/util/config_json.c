@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/utf8.h"
 
 bool cg_json_int(const cJSON *o, const char *what, const char *key, int64_t *out)
 {
@@ -203,26 +204,114 @@ const char *cg_json_quote(char *buf, size_t n, const char *s)
         return buf;
     }
     buf[k++] = '"';
-    for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
+    const unsigned char *p = (const unsigned char *)(s ? s : "");
+    for (size_t left = strlen((const char *)p); *p; p++, left--) {
         char esc[8];
         int len;
-        if (*p == '"' || *p == '\\')
+        uint32_t cp;
+        int seq = *p >= 0x80 ? cg_utf8_seq(p, left, &cp) : 1;
+        if (*p == '"' || *p == '\\') {
             len = snprintf(esc, sizeof esc, "\\%c", *p);
-        else if (*p < 0x20 || *p == 0x7f)
+        } else if (*p < 0x20 || *p == 0x7f) {
             len = snprintf(esc, sizeof esc, "\\u%04x", *p);
-        else
-            esc[0] = (char)*p, esc[1] = '\0', len = 1;
-        if (k + (size_t)len + 2 > n) {
-            while (k > 1 && ((unsigned char)buf[k - 1] & 0xC0) == 0x80)
-                k--; /* do not leave half a UTF-8 character */
-            if (k > 1 && (unsigned char)buf[k - 1] >= 0xC0)
-                k--;
-            break;
+        } else if (seq == 0) { /* a byte that is not UTF-8 (names are bytes): Python's
+                                 * surrogateescape, os.fsencode() gives the byte back */
+            len = snprintf(esc, sizeof esc, "\\udc%02x", *p);
+        } else { /* a whole character, or one byte of ASCII */
+            memcpy(esc, p, (size_t)seq);
+            esc[seq] = '\0';
+            len = seq;
+            p += seq - 1;
+            left -= (size_t)seq - 1;
         }
+        if (k + (size_t)len + 2 > n)
+            break; /* at a character boundary: only whole characters are written */
         memcpy(buf + k, esc, (size_t)len);
         k += (size_t)len;
     }
     buf[k++] = '"';
     buf[k] = '\0';
     return buf;
+}
+
+/* ------------------------------------------------------------ names */
+bool cg_json_add_name(cJSON *o, const char *key, const char *name)
+{
+    size_t n = strlen(name);
+    if (cg_utf8_count(name, n, NULL) >= 0)
+        return cJSON_AddStringToObject(o, key, name) != NULL;
+    /* readable: each byte that is not UTF-8 as U+FFFD; lossless: key_hex */
+    char *shown = malloc(3 * n + 1), *hex = malloc(2 * n + 1), hkey[128];
+    size_t k = 0;
+    for (size_t i = 0; shown && i < n;) {
+        uint32_t cp;
+        int seq = cg_utf8_seq((const unsigned char *)name + i, n - i, &cp);
+        if (seq == 0) {
+            k += (size_t)cg_utf8_put(0xFFFD, shown + k);
+            i++;
+        } else {
+            memcpy(shown + k, name + i, (size_t)seq);
+            k += (size_t)seq;
+            i += (size_t)seq;
+        }
+    }
+    for (size_t i = 0; hex && i < n; i++)
+        snprintf(hex + 2 * i, 3, "%02x", (unsigned char)name[i]);
+    bool ok = shown && hex && snprintf(hkey, sizeof hkey, "%s_hex", key) < (int)sizeof hkey;
+    if (ok) {
+        shown[k] = '\0';
+        hex[2 * n] = '\0';
+        ok = cJSON_AddStringToObject(o, key, shown) && cJSON_AddStringToObject(o, hkey, hex);
+    }
+    free(shown);
+    free(hex);
+    if (!ok)
+        cg_set_error("out of memory");
+    return ok;
+}
+
+char *cg_json_get_name(const cJSON *o, const char *key)
+{
+    char hkey[128];
+    snprintf(hkey, sizeof hkey, "%s_hex", key);
+    const cJSON *h = cJSON_GetObjectItemCaseSensitive(o, hkey);
+    if (!h) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+        return cJSON_IsString(v) ? strdup(v->valuestring) : NULL;
+    }
+    size_t n = cJSON_IsString(h) ? strlen(h->valuestring) : 1;
+    char *bytes = n % 2 == 0 && strspn(h->valuestring, "0123456789abcdefABCDEF") == n
+                      ? malloc(n / 2 + 1)
+                      : NULL;
+    for (size_t i = 0; bytes && i < n / 2; i++) {
+        unsigned v = 0;
+        sscanf(h->valuestring + 2 * i, "%2x", &v);
+        bytes[i] = (char)v;
+        if (v == 0) { /* a name holds no NUL */
+            free(bytes);
+            bytes = NULL;
+        }
+    }
+    if (bytes)
+        bytes[n / 2] = '\0';
+    return bytes;
+}
+
+bool cg_json_name_decode(cJSON *o, const char *key, const char *what)
+{
+    char hkey[128];
+    snprintf(hkey, sizeof hkey, "%s_hex", key);
+    if (!cJSON_GetObjectItemCaseSensitive(o, hkey))
+        return true;
+    char *bytes = cg_json_get_name(o, key);
+    cJSON *item = bytes ? cJSON_CreateString(bytes) : NULL;
+    bool ok = item && (cJSON_GetObjectItemCaseSensitive(o, key)
+                           ? cJSON_ReplaceItemInObjectCaseSensitive(o, key, item)
+                           : cJSON_AddItemToObject(o, key, item));
+    if (!ok)
+        cJSON_Delete(item);
+    free(bytes);
+    if (!ok)
+        cg_set_error("%s: \"%s\" is not the hex digits of a name", what, hkey);
+    return ok;
 }

@@ -36,6 +36,19 @@ bool cg_json_norm_act(const cJSON *o, const char *what, cg_norm_kind *norm, cg_a
  *          CG_JSON_STR(path)); */
 const char *cg_json_num(char *buf, size_t n, const char *fmt, double x);
 const char *cg_json_quote(char *buf, size_t n, const char *s);
+/* Names (file paths) are bytes; JSON strings are UTF-8. cg_json_quote
+ * writes a byte that is not UTF-8 as \udcXX (Python's surrogateescape:
+ * os.fsencode(json.loads(line)["checkpoint"]) gives the bytes back).
+ * cg_json_add_name puts a name into a cJSON object (for metadata, which
+ * must be strict UTF-8): "key" as is when it is UTF-8; otherwise "key" with
+ * each bad byte shown as U+FFFD and "key_hex" holding the bytes in hex.
+ * cg_json_name_decode, after parsing, puts those bytes back into "key"
+ * (false + error naming `what` when "key_hex" is not hex). */
+bool cg_json_add_name(cJSON *o, const char *key, const char *name);
+bool cg_json_name_decode(cJSON *o, const char *key, const char *what);
+/* The name of "key" (cg_json_add_name's form) as bytes, malloc'd; NULL when
+ * absent, not a string or not hex. */
+char *cg_json_get_name(const cJSON *o, const char *key);
 #define CG_JSON_NUM(fmt, x) cg_json_num((char[64]){0}, 64, (fmt), (x))
 #define CG_JSON_STR(s) cg_json_quote((char[4200]){0}, 4200, (s))
 

@@ -1,0 +1,221 @@
+#!/usr/bin/env bash
+# Never destroy a file that is not ours, never lose a result (issue 25,
+# cases 1, 2, 3, 6, 7, 10, 11 and their neighbours; meson suite 'reliability'):
+#  - a path written is never a path read (same name, link or inode);
+#  - files created beside the checkpoint do not follow links and never
+#    truncate a file the run did not make;
+#  - closed fds 0-2 are never taken by a file the run opens;
+#  - every result written is checked (exit 1 when it cannot be written);
+#  - names that are not UTF-8 work and print as valid JSON;
+#  - the metrics log holds one consistent history after a resume.
+#   test_files_safety.sh CHARLM SEQ2SEQ BENCH
+set -uo pipefail
+charlm=$1
+seq2seq=$2
+bench=$3
+. "$(dirname "$0")/shell_lib.sh" files
+
+zoo_data
+cp c.txt c.orig
+cp p.tsv p.orig
+TINY=(--d 16 --H 2 --layers 1 --d-ff 32 --T 16 --batch-size 4 --threads 1 --eval-every 4)
+S2S=(--tokenizer char --d 16 --H 2 --enc-layers 1 --dec-layers 1 --d-ff 32 --max-tokens 200
+     --valid-size 20 --test-size 20 --test-limit 2 --threads 1 --eval-every 4)
+# refused_intact NAME PATTERN FILE COPY CMD...: CMD exits 1 naming PATTERN, FILE intact
+refused_intact() {
+  local name=$1 pat=$2 file=$3 copy=$4
+  shift 4
+  expect "$name" 1 "$pat" "$@"
+  intact "$name" "$file" "$copy"
+}
+"$charlm" train --data c.txt "${TINY[@]}" --steps 4 --out a.st >/dev/null 2>a.log ||
+  { echo "charlm training failed: $(tail -1 a.log)" >&2; exit 1; }
+
+# ---- 1. a path written is a path read
+same="is the same file as"
+refused_intact "charlm --out = --data" "$same" c.txt c.orig \
+  "$charlm" train --data c.txt "${TINY[@]}" --steps 2 --out c.txt --force
+refused_intact "seq2seq --out = --data" "$same" p.tsv p.orig \
+  "$seq2seq" train --data p.tsv "${S2S[@]}" --steps 2 --out p.tsv --force
+refused_intact "charlm --resume, --out = the checkpoint's data" "$same" c.txt c.orig \
+  "$charlm" train --resume a.st --steps 6 --out c.txt --force
+cp a.st.metrics.jsonl a.log.orig
+refused_intact "charlm --data = the run's own metrics log" "$same" a.st.metrics.jsonl a.log.orig \
+  "$charlm" train --data a.st.metrics.jsonl "${TINY[@]}" --steps 2 --out a.st --force
+# neighbours: a hard link, a symlink, ./ and ../ spellings, a sibling file
+ln c.txt hard.txt
+refused_intact "--out = a hard link of --data" "$same" c.txt c.orig \
+  "$charlm" train --data c.txt "${TINY[@]}" --steps 2 --out hard.txt --force
+ln -s c.txt sym.txt
+refused_intact "--data = a symlink to --out" "$same" c.txt c.orig \
+  "$charlm" train --data sym.txt "${TINY[@]}" --steps 2 --out c.txt --force
+mkdir -p sub
+refused_intact "--out spelled ./sub/../c.txt" "$same" c.txt c.orig \
+  "$charlm" train --data c.txt "${TINY[@]}" --steps 2 --out ./sub/../c.txt --force
+cp c.txt q.loss.png && cp c.txt q.png.orig
+refused_intact "--data = the loss curve of --out" "$same" q.loss.png q.png.orig \
+  "$charlm" train --data q.loss.png "${TINY[@]}" --steps 2 --out q --force
+cp a.st a.st.orig
+refused_intact "--resume X --data X" "$same" a.st a.st.orig \
+  "$charlm" train --resume a.st --data a.st --steps 6
+cp a.st ck.png && cp a.st ck.orig
+refused_intact "sample --attention = --ckpt" "$same" ck.png ck.orig \
+  "$charlm" sample --ckpt ck.png --length 4 --attention ck.png
+"$seq2seq" train --data p.tsv "${S2S[@]}" --steps 2 --out s.st >/dev/null 2>s.log ||
+  { echo "seq2seq training failed: $(tail -1 s.log)" >&2; exit 1; }
+mkdir -p att && cp s.st att/cross.png && cp s.st s.orig
+refused_intact "seq2seq attention --out DIR holding --ckpt" "$same" att/cross.png s.orig \
+  "$seq2seq" attention --ckpt att/cross.png --text "the cat" --out att --force
+# a name through a symlinked directory
+ln -s . here
+refused_intact "--out through a symlinked directory" "$same" c.txt c.orig \
+  "$charlm" train --data c.txt "${TINY[@]}" --steps 2 --out here/c.txt --force
+
+# ---- 2. files beside the checkpoint: no links followed, nothing truncated
+for lock in m.st.lock m.st.cgrad-lock; do # the old lock name, and today's
+  rm -f m.st*
+  ln -s c.txt $lock
+  "$charlm" train --data c.txt "${TINY[@]}" --steps 2 --out m.st >/dev/null 2>err.txt
+  intact "a lock-file symlink ($lock) to the corpus" c.txt c.orig
+done
+rm -f m.st*
+ln c.txt m.st.cgrad-lock
+"$charlm" train --data c.txt "${TINY[@]}" --steps 2 --out m.st >/dev/null 2>err.txt
+intact "a lock file hard-linked to the corpus" c.txt c.orig
+rm -f m.st*
+ln -s c.txt m.st.metrics.jsonl
+"$charlm" train --data c.txt "${TINY[@]}" --steps 2 --out m.st --force >/dev/null 2>err.txt
+intact "a metrics-log symlink to the corpus (--force)" c.txt c.orig
+rm -f m.st*
+ln -s c.txt m.st.loss.png
+"$charlm" train --data c.txt "${TINY[@]}" --steps 2 --out m.st --force >/dev/null 2>err.txt
+intact "a loss-curve symlink to the corpus (--force)" c.txt c.orig
+rm -f m.st*
+ln c.txt m.st.metrics.jsonl
+"$charlm" train --data c.txt "${TINY[@]}" --steps 2 --out m.st --force >/dev/null 2>err.txt
+intact "a metrics log hard-linked to the corpus (--force)" c.txt c.orig
+printf 'GEM\n  remote: https://rubygems.org/\n' >Gemfile.lock && cp Gemfile.lock gem.orig
+"$charlm" train --data c.txt "${TINY[@]}" --steps 2 --out Gemfile >/dev/null 2>err.txt
+intact "--out Gemfile beside an unrelated Gemfile.lock" Gemfile.lock gem.orig
+# the lock of a resumed run
+rm -f r.st* && "$charlm" train --data c.txt "${TINY[@]}" --steps 2 --out r.st >/dev/null 2>&1
+for f in r.st.*lock*; do rm -f "$f"; ln -s c.txt "$f"; done
+"$charlm" train --resume r.st --steps 4 >/dev/null 2>err.txt
+intact "a lock symlink on --resume" c.txt c.orig
+# files named like a writer's leftovers but not ours are not removed
+printf 'mine\n' >k.st.tmp.notes
+"$charlm" train --data c.txt "${TINY[@]}" --steps 2 --out k.st >/dev/null 2>&1
+[ -e k.st.tmp.notes ] && echo "ok: k.st.tmp.notes kept" || fail "k.st.tmp.notes was removed"
+# seq2seq writes the same sibling files
+rm -f t.st*
+ln -s p.tsv t.st.cgrad-lock
+"$seq2seq" train --data p.tsv "${S2S[@]}" --steps 2 --out t.st >/dev/null 2>err.txt
+intact "seq2seq: a lock-file symlink to the pairs" p.tsv p.orig
+
+# ---- 3. closed standard streams
+rm -f w.st*
+rc=0
+"$charlm" train --data c.txt "${TINY[@]}" --steps 4 --log-every 1 --out w.st >&- 2>&- || rc=$?
+jsonl_ok "stdout and stderr closed: metrics log" w.st.metrics.jsonl
+if grep -q '{' w.st*lock* 2>/dev/null; then fail "stdout closed: the lock file got the JSON line"; else echo "ok: lock file clean"; fi
+[ "$rc" -eq 1 ] && echo "ok: train >&- exits 1 (its result is lost)" || fail "train >&- 2>&-: exit $rc (expected 1)"
+rm -f w.st*
+"$charlm" train --data c.txt "${TINY[@]}" --steps 4 --log-every 1 --out w.st 2>&- >w.out
+jsonl_ok "stderr closed: metrics log" w.st.metrics.jsonl
+rm -f w.st*
+rc=0
+"$charlm" train --data c.txt "${TINY[@]}" --steps 4 --log-every 1 --out w.st >&- 2>w.err || rc=$?
+if grep -q '{' w.st*lock* 2>/dev/null; then fail "stdout closed: the lock file got the JSON line"; else echo "ok: lock file clean"; fi
+[ "$rc" -eq 1 ] && grep -q "cannot write" w.err && echo "ok: train >&-: $(tail -1 w.err)" ||
+  fail "train >&-: exit $rc: $(tail -1 w.err)"
+expect "translate <&- (stdin closed)" 1 "read error" sh -c 'exec "$@" <&-' sh "$seq2seq" translate --ckpt s.st
+
+# ---- 7. every result written is checked
+expect "charlm eval > /dev/full" 1 "cannot write" sh -c 'exec "$@" >/dev/full' sh "$charlm" eval --ckpt a.st
+expect "charlm eval >&-" 1 "cannot write" sh -c 'exec "$@" >&-' sh "$charlm" eval --ckpt a.st
+expect "seq2seq translate > /dev/full" 1 "cannot write" sh -c 'exec "$@" >/dev/full' sh "$seq2seq" translate --ckpt s.st "the cat"
+expect "seq2seq translate (stdin) > /dev/full" 1 "cannot write" sh -c 'echo "the cat" | "$@" >/dev/full' sh "$seq2seq" translate --ckpt s.st
+expect "seq2seq eval > /dev/full" 1 "cannot write" sh -c 'exec "$@" >/dev/full' sh "$seq2seq" eval --ckpt s.st --test-limit 1 --threads 1
+refused "charlm train > /dev/full" "cannot write the output" sh -c 'exec "$@" >/dev/full' sh "$charlm" train --data c.txt "${TINY[@]}" --steps 2 --out f.st --force
+refused "seq2seq train > /dev/full" "cannot write the output" sh -c 'exec "$@" >/dev/full' sh "$seq2seq" train --data p.tsv "${S2S[@]}" --steps 2 --out f2.st --force
+refused "charlm sample > /dev/full" "cannot write the output" sh -c 'exec "$@" >/dev/full' sh "$charlm" sample --ckpt a.st --length 5
+expect "bench > /dev/full" 1 "cannot write" sh -c 'exec "$@" >/dev/full' sh "$bench" --model charlm --preset tiny --steps 1 --warmup 0 --threads 1
+expect "charlm --help > /dev/full" 1 "cannot write" sh -c 'exec "$@" >/dev/full' sh "$charlm" train --help
+
+# ---- 6. names that are not UTF-8
+bad=$'\xff\xfe.txt'
+cp c.txt "$bad"
+rm -f u.st*
+train_u() { "$charlm" train --data "$bad" "${TINY[@]}" --steps 4 --out u.st "$@" >u.out 2>u.err; }
+if train_u && [ -s u.st ]; then echo "ok: --data with a non-UTF-8 name trains and saves"; else
+  fail "--data non-UTF-8: exit $?: $(tail -1 u.err)"; fi
+json_ok "--data non-UTF-8: final line" u.out
+"$charlm" train --resume u.st --steps 6 >u2.out 2>u.err &&
+  echo "ok: resume of a run on a non-UTF-8 data name" || fail "resume (non-UTF-8 data name): $(tail -1 u.err)"
+"$charlm" eval --ckpt u.st >u3.out 2>u.err && echo "ok: eval finds the non-UTF-8 data name" ||
+  fail "eval (non-UTF-8 data name): $(tail -1 u.err)"
+badout=$'\xffm.st'
+if "$charlm" train --data c.txt "${TINY[@]}" --steps 2 --out "$badout" >u4.out 2>u.err; then
+  json_ok "--out non-UTF-8: final line" u4.out
+  python3 -c '
+import json, os, sys
+line = open(sys.argv[1], "rb").read().splitlines()[-1]
+assert os.fsencode(json.loads(line)["checkpoint"]) == b"\xffm.st"' u4.out 2>/dev/null &&
+    echo "ok: the escaped name decodes to its bytes" || fail "--out non-UTF-8: escape is lossy: $(tail -1 u4.out)"
+else
+  fail "--out non-UTF-8: $(tail -1 u.err)"
+fi
+"$seq2seq" train --data p.tsv "${S2S[@]}" --steps 2 --out $'\xfes.st' >u5.out 2>u.err &&
+  json_ok "seq2seq --out non-UTF-8" u5.out || fail "seq2seq --out non-UTF-8: $(tail -1 u.err)"
+cp p.tsv $'\xfep.tsv'
+"$seq2seq" train --data $'\xfep.tsv' "${S2S[@]}" --steps 2 --out u6.st >u6.out 2>u.err &&
+  json_ok "seq2seq --data non-UTF-8" u6.out || fail "seq2seq --data non-UTF-8: $(tail -1 u.err)"
+"$seq2seq" eval --ckpt u6.st --test-limit 1 >u7.out 2>u.err && jsonl_ok "seq2seq eval, data non-UTF-8" u7.out ||
+  fail "seq2seq eval (non-UTF-8 data name): $(tail -1 u.err)"
+
+# ---- 10. resume after a kill: one history, steps never go back
+rm -f h.st*
+"$charlm" train --data c.txt "${TINY[@]}" --steps 8 --log-every 1 --stop-at 4 --out h.st >/dev/null 2>&1
+cp h.st h4.st
+"$charlm" train --resume h.st --log-every 1 >/dev/null 2>&1
+cp h4.st h.st # as if killed after logging step 8 but before saving it
+"$charlm" train --resume h.st --log-every 1 >/dev/null 2>h.err || fail "resume after the kill: $(tail -1 h.err)"
+history_ok() { # NAME FILE: parses; "loss" lines and "val_loss" lines each have increasing steps
+  if python3 -c '
+import json, sys
+last = {}
+for l in open(sys.argv[1], "rb").read().split(b"\n")[:-1]:
+    j = json.loads(l)
+    k = "val" if "val_loss" in j else "train"
+    assert j["step"] > last.get(k, -1), (k, j["step"], last)
+    last[k] = j["step"]
+assert last["train"] == 8, last' "$2" 2>h.py; then
+    echo "ok: $1: one history"
+  else
+    fail "$1: $(tail -1 h.py)"
+  fi
+}
+history_ok "metrics log after a kill and resume" h.st.metrics.jsonl
+# ---- 11. a torn last line
+rm -f g.st*
+"$charlm" train --data c.txt "${TINY[@]}" --steps 8 --log-every 1 --stop-at 4 --out g.st >/dev/null 2>&1
+truncate -s -7 g.st.metrics.jsonl
+"$charlm" train --resume g.st --log-every 1 >/dev/null 2>g.err || fail "resume of a torn log: $(tail -1 g.err)"
+history_ok "a torn metrics log after resume" g.st.metrics.jsonl
+# neighbours: garbage and NUL bytes in the log, the log missing, a symlinked log
+rm -f g.st*
+"$charlm" train --data c.txt "${TINY[@]}" --steps 8 --log-every 1 --stop-at 4 --out g.st >/dev/null 2>&1
+printf 'garbage\0\xff\n{"step": 1e999}\n[1]\n{"step": "x"}\n' >>g.st.metrics.jsonl
+"$charlm" train --resume g.st --log-every 1 >/dev/null 2>g.err || fail "resume of a damaged log: $(tail -1 g.err)"
+history_ok "a damaged metrics log after resume" g.st.metrics.jsonl
+rm -f g.st*
+"$charlm" train --data c.txt "${TINY[@]}" --steps 8 --log-every 1 --stop-at 4 --out g.st >/dev/null 2>&1
+rm g.st.metrics.jsonl
+"$charlm" train --resume g.st --log-every 1 >/dev/null 2>g.err || fail "resume without a log: $(tail -1 g.err)"
+jsonl_ok "a missing metrics log on resume" g.st.metrics.jsonl
+rm -f g.st*
+"$charlm" train --data c.txt "${TINY[@]}" --steps 8 --log-every 1 --stop-at 4 --out g.st >/dev/null 2>&1
+rm g.st.metrics.jsonl && ln -s c.txt g.st.metrics.jsonl
+"$charlm" train --resume g.st --log-every 1 >/dev/null 2>g.err
+intact "a metrics-log symlink to the corpus on resume" c.txt c.orig
+finish

@@ -1,0 +1,161 @@
+#!/usr/bin/env bash
+# Fail early for a reason known early, and refuse what cannot work (issue 25,
+# cases 4, 8, 12, 14-18 and their neighbours; meson suite 'reliability'):
+#  - every split is checked at setup (test pairs as validation pairs);
+#  - a checkpoint with NaN/Inf weights or a damaged optimizer state is
+#    refused at load, naming the tensor;
+#  - OMP_NUM_THREADS gets the check --threads gets;
+#  - flags: exit 2 with the flag's name for a bad value; warnings for values
+#    that are changed; existing files need --force.
+#   test_setup_checks.sh CHARLM SEQ2SEQ CKPT_WRITER
+set -uo pipefail
+charlm=$1
+seq2seq=$2
+tool=$3
+. "$(dirname "$0")/shell_lib.sh" setup
+
+zoo_data
+TINY=(--d 16 --H 2 --layers 1 --d-ff 32 --T 16 --batch-size 4 --threads 1 --eval-every 4)
+S2S=(--tokenizer char --d 16 --H 2 --enc-layers 1 --dec-layers 1 --d-ff 32 --max-tokens 200
+     --valid-size 20 --test-size 20 --test-limit 2 --threads 1 --eval-every 4)
+"$charlm" train --data c.txt "${TINY[@]}" --steps 4 --out a.st >/dev/null 2>a.log ||
+  { echo "charlm training failed: $(tail -1 a.log)" >&2; exit 1; }
+"$seq2seq" train --data p.tsv "${S2S[@]}" --steps 4 --out s.st >/dev/null 2>s.log ||
+  { echo "seq2seq training failed: $(tail -1 s.log)" >&2; exit 1; }
+# no_file NAME FILE: FILE was not written
+no_file() { [ ! -e "$2" ] && echo "ok: $1: no $2" || fail "$1: $2 was written"; }
+
+# ---- 4. a test pair longer than --max-len: refused at setup, naming file and line
+{ printf '%s\t%s\n' "$(printf 'long%.0s ' {1..12})" "lang"; sed 1d p.tsv; } >pl.tsv
+split=(--valid-size 10 --test-size 370 --test-limit 400 --max-len 40)
+refused "seq2seq: a test pair longer than --max-len" "pl.tsv.*line 1" \
+  "$seq2seq" train --data pl.tsv "${S2S[@]}" "${split[@]}" --steps 2 --out l.st
+no_file "a test pair longer than --max-len" l.st
+# the same with --test-limit 0 (no test decoding): nothing to refuse
+"$seq2seq" train --data pl.tsv "${S2S[@]}" "${split[@]}" --test-limit 0 --steps 2 --out l0.st >/dev/null 2>err.txt &&
+  echo "ok: --test-limit 0 does not decode the long test pair" || fail "--test-limit 0: $(tail -1 err.txt)"
+# a validation pair: also named by file and line
+refused "seq2seq: a validation pair longer than --max-len" "pl.tsv.*line 1" \
+  "$seq2seq" train --data pl.tsv "${S2S[@]}" --valid-size 360 --test-size 20 --max-len 40 --steps 2 --out l2.st
+# eval of a checkpoint whose --max-len is below a test pair: refused before decoding
+"$seq2seq" train --data pl.tsv "${S2S[@]}" "${split[@]}" --max-len 80 --steps 2 --out l80.st >/dev/null 2>err.txt ||
+  fail "--max-len 80 training: $(tail -1 err.txt)"
+cfg=$("$tool" getmeta l80.st config | sed -e 's/"max_len": [0-9]*/"max_len": 40/')
+"$tool" setmeta l80.st config "$cfg"
+refused "seq2seq eval: a test pair longer than the model's limit" "pl.tsv.*line 1" \
+  "$seq2seq" eval --ckpt l80.st --threads 1
+# charlm: a validation split shorter than a window is refused before training
+refused "charlm: a text too short for its validation split" "too short" \
+  "$charlm" train --data <(head -c 150 c.txt) "${TINY[@]}" --steps 2 --out sm.st
+no_file "a text too short" sm.st
+
+# ---- 8. NaN or Inf weights, a damaged optimizer state
+cp a.st nan.st && "$tool" poison nan.st ln_f.weight
+cp a.st inf.st && "$tool" setval inf.st blocks.0.ff.fc1.weight inf
+expect "charlm sample of NaN weights" 1 "ln_f.weight" "$charlm" sample --ckpt nan.st --length 20
+expect "charlm sample of Inf weights" 1 "blocks.0.ff.fc1.weight" "$charlm" sample --ckpt inf.st --length 20
+expect "charlm eval of NaN weights" 1 "ln_f.weight" "$charlm" eval --ckpt nan.st
+expect "charlm resume of NaN weights" 1 "ln_f.weight" "$charlm" train --resume nan.st --steps 6
+cp s.st snan.st && "$tool" poison snan.st decoder.layers.0.ln3.weight
+expect "seq2seq translate of NaN weights" 1 "decoder.layers.0.ln3.weight" "$seq2seq" translate --ckpt snan.st "the cat"
+expect "seq2seq eval of NaN weights" 1 "decoder.layers.0.ln3.weight" "$seq2seq" eval --ckpt snan.st --test-limit 1
+cp s.st sinf.st && "$tool" setval sinf.st emb.weight -inf
+expect "seq2seq attention of -Inf weights" 1 "emb.weight" "$seq2seq" attention --ckpt sinf.st --text "the cat" --out attinf
+cp a.st neg.st && "$tool" setval neg.st optim.blocks.0.ln1.weight.exp_avg_sq -1
+refused "charlm resume: a negative exp_avg_sq" "blocks.0.ln1.weight.exp_avg_sq" "$charlm" train --resume neg.st --steps 6
+grep -q "tok_emb" err.txt && fail "a negative exp_avg_sq blames tok_emb.weight: $(head -1 err.txt)"
+cp a.st nm.st && "$tool" poison nm.st optim.blocks.0.ff.fc2.bias.exp_avg
+refused "charlm resume: a NaN exp_avg" "blocks.0.ff.fc2.bias.exp_avg" "$charlm" train --resume nm.st --steps 6
+
+# ---- 12. OMP_NUM_THREADS gets the check --threads gets
+expect_ok() { # NAME PATTERN CMD...: CMD exits 0 within 120 s and its stderr matches PATTERN
+  local name=$1 pat=$2 rc=0
+  shift 2
+  timeout 120 "$@" >out.txt 2>err.txt || rc=$?
+  if [ "$rc" -ne 0 ]; then fail "$name: exit status $rc: $(tail -c 300 err.txt)"
+  elif [ -n "$pat" ] && ! grep -q -- "$pat" err.txt; then fail "$name: no '$pat' on stderr: $(head -c 300 err.txt)"
+  else echo "ok: $name"; fi
+}
+for n in 64 20000 100000; do
+  expect_ok "OMP_NUM_THREADS=$n charlm train" "warning: OMP_NUM_THREADS=$n is more than" \
+    env OMP_NUM_THREADS=$n "$charlm" train --data c.txt --d 16 --H 2 --layers 1 --d-ff 32 --T 16 --batch-size 4 --steps 2 --out o$n.st
+done
+expect_ok "OMP_NUM_THREADS=100000 charlm sample" "OMP_NUM_THREADS" env OMP_NUM_THREADS=100000 "$charlm" sample --ckpt a.st --length 20
+expect_ok "OMP_NUM_THREADS=100000 seq2seq translate (2 threads by default)" "" env OMP_NUM_THREADS=100000 "$seq2seq" translate --ckpt s.st "the cat"
+expect_ok "OMP_NUM_THREADS=100000,2 charlm eval" "OMP_NUM_THREADS" env OMP_NUM_THREADS=100000,2 "$charlm" eval --ckpt a.st
+# --threads given: it wins, no warning about the environment
+timeout 120 env OMP_NUM_THREADS=100000 "$charlm" sample --ckpt a.st --length 20 --threads 1 >/dev/null 2>err.txt &&
+  ! grep -q OMP_NUM_THREADS err.txt && echo "ok: --threads 1 overrides OMP_NUM_THREADS" ||
+  fail "--threads 1 with OMP_NUM_THREADS=100000: $(tail -1 err.txt)"
+
+# ---- 15. --precision's bad value: exit 2, named as the flag
+expect "charlm sample --precision fp16" 2 "--precision: 'fp16'" "$charlm" sample --ckpt a.st --precision fp16
+expect "seq2seq translate --precision fp16" 2 "--precision: 'fp16'" "$seq2seq" translate --ckpt s.st --precision fp16 "the cat"
+expect "seq2seq eval --precision fp16" 2 "--precision: 'fp16'" "$seq2seq" eval --ckpt s.st --precision fp16
+expect "charlm train --precision fp16" 2 "--precision: 'fp16'" "$charlm" train --data c.txt --precision fp16 --out x.st
+
+# ---- 16. values that train nothing are refused as --lr 0 is
+for v in 0 -1 nan inf 1e-400; do
+  expect "seq2seq --factor $v" 2 "--factor" "$seq2seq" train --data p.tsv "${S2S[@]}" --factor "$v" --steps 2 --out f.st
+done
+expect "seq2seq --lr 1e-400" 2 "--lr" "$seq2seq" train --data p.tsv "${S2S[@]}" --lr 1e-400 --steps 2 --out f.st
+expect "charlm --lr 1e-400" 2 "--lr" "$charlm" train --data c.txt "${TINY[@]}" --lr 1e-400 --steps 2 --out f.st
+
+# ---- 17. one over-long stdin line: the others are translated, it is reported
+long=$(printf 'the cat %.0s' {1..60})
+one=$("$seq2seq" translate --ckpt s.st "the cat 1 sat" 2>/dev/null)
+three=$("$seq2seq" translate --ckpt s.st "the cat 3 sat" 2>/dev/null)
+rc=0
+printf 'the cat 1 sat\n%s\nthe cat 3 sat\n' "$long" | timeout 120 "$seq2seq" translate --ckpt s.st >tr.out 2>tr.err || rc=$?
+if [ "$rc" -eq 0 ] && [ "$(wc -l <tr.out)" -eq 3 ] && [ "$(sed -n 1p tr.out)" = "$one" ] &&
+   [ "$(sed -n 3p tr.out)" = "$three" ] && grep -q "line 2" tr.err; then
+  echo "ok: an over-long line: $(grep 'line 2' tr.err)"
+else
+  fail "an over-long stdin line: exit $rc, $(wc -l <tr.out) lines out: $(tail -c 300 tr.err)"
+fi
+rc=0
+timeout 120 "$seq2seq" translate --ckpt s.st "the cat 1 sat" "$long" >tr.out 2>tr.err || rc=$?
+[ "$rc" -eq 0 ] && [ "$(wc -l <tr.out)" -eq 2 ] && [ "$(sed -n 1p tr.out)" = "$one" ] && grep -q "sentence 2" tr.err &&
+  echo "ok: an over-long argument" || fail "an over-long argument: exit $rc: $(tail -c 300 tr.err)"
+
+# ---- 18. a changed value is announced; existing pictures need --force
+"$seq2seq" attention --ckpt s.st --text "the cat" --out att >/dev/null 2>err.txt || fail "attention: $(tail -1 err.txt)"
+cp att/cross.png cross.orig
+expect "seq2seq attention over an existing cross.png" 1 "exists" \
+  "$seq2seq" attention --ckpt s.st --text "the cat 2" --out att
+cmp -s att/cross.png cross.orig && echo "ok: cross.png intact" || fail "attention overwrote cross.png"
+expect_ok "seq2seq attention --force" "" "$seq2seq" attention --ckpt s.st --text "the cat 2" --out att --force
+"$charlm" sample --ckpt a.st --length 4 --attention att.png >/dev/null 2>err.txt || fail "sample --attention: $(tail -1 err.txt)"
+cp att.png att.orig
+expect "charlm sample --attention over an existing file" 1 "exists" \
+  "$charlm" sample --ckpt a.st --length 4 --attention att.png
+cmp -s att.png att.orig && echo "ok: att.png intact" || fail "sample --attention overwrote att.png"
+
+# BPE (skipped without SentencePiece): the vocabulary floor for a text
+# without spaces, and a --vocab-size above what the text gives
+rc=0
+"$charlm" train --data c.txt "${TINY[@]}" --tokenizer bpe --vocab-size 100000 --steps 2 --out v.st >/dev/null 2>err.txt || rc=$?
+skip_if_no_bpe "$rc" err.txt
+[ "$rc" -eq 0 ] && grep -q "warning: --vocab-size 100000" err.txt && echo "ok: $(grep 'warning: --vocab-size' err.txt)" ||
+  fail "--vocab-size 100000: exit $rc, no warning: $(head -c 300 err.txt)"
+"$seq2seq" train --data p.tsv "${S2S[@]}" --tokenizer bpe --vocab-size 100000 --steps 2 --out v2.st >/dev/null 2>err.txt &&
+  grep -q "warning: --vocab-size 100000" err.txt && echo "ok: seq2seq --vocab-size 100000 warns" ||
+  fail "seq2seq --vocab-size 100000: no warning: $(head -c 300 err.txt)"
+python3 -c '
+import random
+random.seed(1)
+s = "".join(chr(0x4e00 + random.randrange(5)) for _ in range(3000))
+open("cjk.txt", "w").write("\n".join(s[i:i + 60] for i in range(0, len(s), 60)))'
+for v in 261 265 266; do
+  rc=0
+  "$charlm" train --data cjk.txt "${TINY[@]}" --tokenizer bpe --vocab-size $v --steps 2 --out cj$v.st >/dev/null 2>err.txt || rc=$?
+  if grep -q "character_coverage\|Internal" err.txt; then
+    fail "CJK --vocab-size $v: SentencePiece's message leaks: $(tail -1 err.txt)"
+  elif [ "$rc" -ne 0 ] && ! grep -q -- "--vocab-size $v is too small.*at least 266" err.txt; then
+    fail "CJK --vocab-size $v: exit $rc: $(tail -1 err.txt)"
+  else
+    echo "ok: CJK --vocab-size $v: exit $rc $(tail -1 err.txt)"
+  fi
+done
+[ -s cj266.st ] && echo "ok: CJK --vocab-size 266 trains" || fail "CJK --vocab-size 266 did not train"
+finish
