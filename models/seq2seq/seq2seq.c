@@ -3,6 +3,7 @@
 
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,28 +70,31 @@ bool cg_seq2seq_config_check(const cg_seq2seq_config *c)
 
 static const char CONFIG[] = "seq2seq config";
 
+/* The config's JSON fields, in the order they are written. */
+static const cg_config_field FIELDS[] = {
+    {"vocab", CG_CF_I64, offsetof(cg_seq2seq_config, vocab)},
+    {"d", CG_CF_I64, offsetof(cg_seq2seq_config, d)},
+    {"H", CG_CF_I64, offsetof(cg_seq2seq_config, H)},
+    {"enc_layers", CG_CF_I64, offsetof(cg_seq2seq_config, enc_layers)},
+    {"dec_layers", CG_CF_I64, offsetof(cg_seq2seq_config, dec_layers)},
+    {"d_ff", CG_CF_I64, offsetof(cg_seq2seq_config, d_ff)},
+    {"max_len", CG_CF_I64, offsetof(cg_seq2seq_config, max_len)},
+    {"norm", CG_CF_NORM, offsetof(cg_seq2seq_config, norm)},
+    {"act", CG_CF_ACT, offsetof(cg_seq2seq_config, act)},
+    {"norm_first", CG_CF_BOOL, offsetof(cg_seq2seq_config, norm_first)},
+    {"dropout", CG_CF_F32, offsetof(cg_seq2seq_config, dropout)},
+    {"label_smoothing", CG_CF_F32, offsetof(cg_seq2seq_config, label_smoothing)},
+};
+enum { N_FIELDS = (int)(sizeof FIELDS / sizeof FIELDS[0]) };
+
 bool cg_seq2seq_config_from_json(const char *json, cg_seq2seq_config *out)
 {
-    cJSON *o = out ? cg_json_parse_object(json, CONFIG) : NULL;
-    if (!o) {
-        if (!out)
-            cg_set_error("seq2seq config: NULL argument");
+    if (!out) {
+        cg_set_error("seq2seq config: NULL argument");
         return false;
     }
     cg_seq2seq_config c = cg_seq2seq_config_default();
-    bool ok = cg_json_int(o, CONFIG, "vocab", &c.vocab) &&
-              cg_json_int(o, CONFIG, "d", &c.d) &&
-              cg_json_int(o, CONFIG, "H", &c.H) &&
-              cg_json_int(o, CONFIG, "enc_layers", &c.enc_layers) &&
-              cg_json_int(o, CONFIG, "dec_layers", &c.dec_layers) &&
-              cg_json_int(o, CONFIG, "d_ff", &c.d_ff) &&
-              cg_json_int(o, CONFIG, "max_len", &c.max_len) &&
-              cg_json_bool(o, CONFIG, "norm_first", &c.norm_first) &&
-              cg_json_float(o, CONFIG, "dropout", &c.dropout) &&
-              cg_json_float(o, CONFIG, "label_smoothing", &c.label_smoothing);
-    ok = ok && cg_json_norm_act(o, CONFIG, &c.norm, &c.act);
-    cJSON_Delete(o);
-    if (!ok || !cg_seq2seq_config_check(&c))
+    if (!cg_config_read(json, CONFIG, FIELDS, N_FIELDS, &c) || !cg_seq2seq_config_check(&c))
         return false;
     *out = c;
     return true;
@@ -100,21 +104,7 @@ char *cg_seq2seq_config_to_json(const cg_seq2seq_config *c)
 {
     if (!cg_seq2seq_config_check(c))
         return NULL;
-    char buf[640];
-    int n = snprintf(buf, sizeof buf,
-                     "{\"model\": \"seq2seq\", \"vocab\": %lld, \"d\": %lld, \"H\": %lld, "
-                     "\"enc_layers\": %lld, \"dec_layers\": %lld, \"d_ff\": %lld, "
-                     "\"max_len\": %lld, \"norm\": \"%s\", \"act\": \"%s\", "
-                     "\"norm_first\": %s, \"dropout\": %.9g, \"label_smoothing\": %.9g}",
-                     (long long)c->vocab, (long long)c->d, (long long)c->H,
-                     (long long)c->enc_layers, (long long)c->dec_layers, (long long)c->d_ff,
-                     (long long)c->max_len, cg_norm_kind_name(c->norm), cg_act_name(c->act),
-                     c->norm_first ? "true" : "false", (double)c->dropout,
-                     (double)c->label_smoothing);
-    char *s = (n > 0 && (size_t)n < sizeof buf) ? strdup(buf) : NULL;
-    if (!s)
-        cg_set_error("seq2seq config: out of memory");
-    return s;
+    return cg_config_write("seq2seq", FIELDS, N_FIELDS, c);
 }
 
 /* ----------------------------------------------------------------- model */

@@ -80,6 +80,9 @@ typedef struct {
 void cg_train_opts_init(cg_train_opts *o);
 /* Defaults: norm_first true, vocab_size 4000, tokenizer char; the rest 0. */
 void cg_train_recipe_init(cg_train_recipe *r);
+/* Both, for a train command: o and r zeroed and initialised as above, with
+ * seed 1 and the program's default steps and eval_every. */
+void cg_train_init(cg_train_opts *o, cg_train_recipe *r, int64_t steps, int64_t eval_every);
 
 #define CG_TRAIN_BIG 1e12
 
