@@ -20,7 +20,12 @@
  *   - CG_CLI_SAVED: kept in the checkpoint's "options" (key: the name
  *     without "--", '-' as '_') and restored into its variable on --resume;
  *     a checkpoint written before the flag existed leaves the default.
- * Whether a flag was given is cg_cli_given(o->args, &variable). */
+ * Whether a flag was given is cg_cli_given(o->args, &variable). A flag of
+ * one program goes into that program's table; a flag both models read
+ * goes into CG_TRAIN_RECIPE_FLAGS (a field of cg_train_recipe); a flag the
+ * trainer itself reads (e.g. a sharding switch) into CG_TRAIN_RUN_FLAGS (a
+ * field of cg_train_opts). The row's help lines are printed by --help in
+ * table order; a row with name NULL is a help line only. */
 #ifndef CG_MODELS_TRAIN_OPTIONS_H
 #define CG_MODELS_TRAIN_OPTIONS_H
 
