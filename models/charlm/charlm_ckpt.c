@@ -70,7 +70,7 @@ bool cg_charlm_ckpt_load(const char *path, cg_charlm_ckpt *out)
     out->model = cg_charlm_new(&cfg, 0);
     if (!out->model || !cg_ckpt_check_tensors(CG_MODULE(out->model), f, path))
         goto fail;
-    if (!cg_module_load(CG_MODULE(out->model), f, NULL)) {
+    if (!cg_module_load_ex(CG_MODULE(out->model), f, &CG_CKPT_LOAD_OPTIONS)) {
         cg_prefix_error("checkpoint '%s': ", path);
         goto fail;
     }
