@@ -121,18 +121,17 @@ cg_charlm *cg_charlm_new(const cg_charlm_config *cfg, uint64_t seed)
     if (!ok)
         cg_set_error("charlm: out of memory");
     ok = ok && (m->pe = cg_hold(cg_sinusoidal_pe(cfg->max_len, cfg->d))) != NULL; /* beyond scopes */
-    ok = ok && (m->tok_emb = (cg_embed *)cg_module_add_child(
-                    base, "tok_emb", CG_MODULE(cg_embed_new(cfg->vocab, cfg->d, &init))));
+    ok = ok && (m->tok_emb =
+                    cg_module_add_child(base, "tok_emb", cg_embed_new(cfg->vocab, cfg->d, &init)));
     ok = ok && (m->blocks = cg_module_add_child(base, "blocks", cg_module_new("ModuleList")));
     for (int64_t i = 0; ok && i < cfg->layers; i++) {
         char name[24];
         snprintf(name, sizeof name, "%lld", (long long)i);
-        ok = (m->block[i] = (cg_lm_block *)cg_module_add_child(
-                  m->blocks, name, CG_MODULE(cg_lm_block_new(&tf, &init)))) != NULL;
+        ok = (m->block[i] = cg_module_add_child(m->blocks, name, cg_lm_block_new(&tf, &init))) !=
+             NULL;
     }
     if (ok && cfg->norm_first)
-        ok = (m->ln_f = (cg_norm *)cg_module_add_child(
-                  base, "ln_f", CG_MODULE(cg_norm_new(cfg->norm, cfg->d)))) != NULL;
+        ok = (m->ln_f = cg_module_add_child(base, "ln_f", cg_norm_new(cfg->norm, cfg->d))) != NULL;
     /* models.py init_params over the finished tree (one rule for every
      * parameter, whatever the layer constructors drew). */
     ok = ok && cg_module_init_params_torch(base, seed, CG_INIT_STD);

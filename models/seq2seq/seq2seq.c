@@ -128,14 +128,11 @@ cg_seq2seq *cg_seq2seq_new(const cg_seq2seq_config *cfg, uint64_t seed)
                        .dropout = cfg->dropout, .dropout_rng = &m->dropout_rng};
     cg_module *base = CG_MODULE(m);
     bool ok = (m->pe = cg_hold(cg_sinusoidal_pe(cfg->max_len, cfg->d))) != NULL; /* beyond scopes */
-    ok = ok && (m->emb = (cg_embed *)cg_module_add_child(
-                    base, "emb", CG_MODULE(cg_embed_new(cfg->vocab, cfg->d, &init))));
-    ok = ok && (m->encoder = (cg_enc_stack *)cg_module_add_child(
-                    base, "encoder",
-                    CG_MODULE(cg_enc_stack_new((int)cfg->enc_layers, &tf, &init))));
-    ok = ok && (m->decoder = (cg_dec_stack *)cg_module_add_child(
-                    base, "decoder",
-                    CG_MODULE(cg_dec_stack_new((int)cfg->dec_layers, &tf, &init))));
+    ok = ok && (m->emb = cg_module_add_child(base, "emb", cg_embed_new(cfg->vocab, cfg->d, &init)));
+    ok = ok && (m->encoder = cg_module_add_child(
+                    base, "encoder", cg_enc_stack_new((int)cfg->enc_layers, &tf, &init)));
+    ok = ok && (m->decoder = cg_module_add_child(
+                    base, "decoder", cg_dec_stack_new((int)cfg->dec_layers, &tf, &init)));
     ok = ok && cg_module_init_params_torch(base, seed, CG_INIT_STD);
     if (!ok) {
         cg_module_free(base);

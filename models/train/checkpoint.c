@@ -176,7 +176,7 @@ bool cg_ckpt_load_params(cg_module *m, cg_st_file *f, const char *path)
 {
     if (!m || !cg_ckpt_check_tensors(m, f, path))
         return false;
-    if (!cg_module_load(m, f, NULL)) {
+    if (!cg_module_load_ex(m, f, &CG_CKPT_LOAD_OPTIONS)) {
         cg_prefix_error("checkpoint '%s': ", path);
         return false;
     }

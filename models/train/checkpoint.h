@@ -57,6 +57,12 @@ bool cg_ckpt_load_params(cg_module *m, cg_st_file *f, const char *path);
  * while the file holds block tensors, a truncated config, an unknown extra
  * tensor); "tokenizer.spm" (models/text/tokenizer.h) is allowed. Both loaders call it, so resume is covered too. */
 bool cg_ckpt_check_tensors(const cg_module *m, const cg_st_file *f, const char *path);
+/* The load options of a checkpoint's model (cg_module_load_ex, strict):
+ * beside the parameters the file holds the optimizer state ("optim.*") and
+ * the tokenizer (CG_TOKENIZER_TENSOR), which the model does not take. */
+#define CG_CKPT_LOAD_OPTIONS                                                                       \
+    ((cg_load_options){.n_ignore = 2,                                                              \
+                       .ignore = (const char *const[]){"optim.*", CG_TOKENIZER_TENSOR}})
 
 /* The pieces of the models' loaders (models/charlm/charlm_ckpt.h,
  * models/seq2seq/seq2seq_ckpt.h): cg_ckpt_save that frees config_json; a corrupt or
