@@ -323,6 +323,19 @@ static char *local_of(const char *path)
     return (char *)(dot ? dot + 1 : path);
 }
 
+/* A float as the shortest decimal that reads back as it (0.2f as 0.2, not
+ * 0.200000003), as PEFT's JSON has it. */
+static double short_decimal(float x)
+{
+    char b[32];
+    for (int digits = 6; digits < 9; digits++) {
+        snprintf(b, sizeof b, "%.*g", digits, (double)x);
+        if ((float)strtod(b, NULL) == x)
+            return strtod(b, NULL);
+    }
+    return (double)x;
+}
+
 bool cg_lora_write(const cg_module *root, cg_st_writer *w)
 {
     if (!root || !w)
@@ -348,8 +361,8 @@ bool cg_lora_write(const cg_module *root, cg_st_writer *w)
     if (ok && targets) {
         cJSON_AddStringToObject(cfg, "peft_type", "LORA");
         cJSON_AddNumberToObject(cfg, "r", l.items[0]->r);
-        cJSON_AddNumberToObject(cfg, "lora_alpha", l.items[0]->alpha);
-        cJSON_AddNumberToObject(cfg, "lora_dropout", l.items[0]->dropout->p);
+        cJSON_AddNumberToObject(cfg, "lora_alpha", short_decimal(l.items[0]->alpha));
+        cJSON_AddNumberToObject(cfg, "lora_dropout", short_decimal(l.items[0]->dropout->p));
         for (int i = 0; i < l.n; i++) { /* local names, each once */
             const char *nm = local_of(l.paths[i]);
             bool seen = false;
