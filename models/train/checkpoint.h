@@ -38,8 +38,19 @@ extern "C" {
 bool cg_ckpt_save(const char *path, const char *kind, const char *config_json,
                   const cg_tokenizer *tok, const cg_module *module, const cg_optim *optim,
                   int64_t step, const char *train_json);
+/* cg_ckpt_save in two halves, for files that hold more or less
+ * (models/train/finetune.h): the writer with the metadata above, the
+ * tokenizer (unless tok is NULL), the parameters (unless module is NULL)
+ * and the optimizer state (unless optim is NULL), or NULL + error; then
+ * the atomic save to path (its directory made if missing), which frees w
+ * (NULL: false). */
+cg_st_writer *cg_ckpt_writer(const char *kind, const char *config_json, const cg_tokenizer *tok,
+                             const cg_module *module, const cg_optim *optim, int64_t step,
+                             const char *train_json);
+bool cg_ckpt_writer_save(cg_st_writer *w, const char *path);
 /* Open a checkpoint of the given kind: the file loads, its "model" is kind,
- * it has a "config" and a "vocab" (or a "tokenizer"), and its "step" (when present) is a
+ * it has a "config" and a "vocab" (or a "tokenizer", or an "adapter_config":
+ * an adapter checkpoint, models/train/finetune.h), and its "step" (when present) is a
  * decimal in [0, 1e15]. NULL + error naming the file otherwise. */
 cg_st_file *cg_ckpt_open(const char *path, const char *kind);
 /* The "step" of a checkpoint opened by cg_ckpt_open (0 if absent). */
@@ -63,6 +74,10 @@ bool cg_ckpt_check_tensors(const cg_module *m, const cg_st_file *f, const char *
 #define CG_CKPT_LOAD_OPTIONS                                                                       \
     ((cg_load_options){.n_ignore = 2,                                                              \
                        .ignore = (const char *const[]){"optim.*", CG_TOKENIZER_TENSOR}})
+/* The same for an adapter checkpoint (models/train/finetune.h) over m with
+ * its adapters attached: every tensor of f is a trainable parameter of m
+ * under PEFT's prefix "base_model.model." or its optimizer state. */
+bool cg_ckpt_check_adapter_tensors(const cg_module *m, const cg_st_file *f, const char *path);
 
 /* The pieces of the models' loaders (models/charlm/charlm_ckpt.h,
  * models/seq2seq/seq2seq_ckpt.h): cg_ckpt_save that frees config_json; a corrupt or

@@ -48,6 +48,9 @@ typedef struct {
     double max_minutes;        /* --max-minutes: wall-time budget, 0 = none */
     uint64_t seed;
     const char *data, *out, *resume;
+    /* --init-from FILE (a program that has the flag: charlm): a new run from
+     * that checkpoint's weights (models/train/finetune.h) */
+    const char *init_from;
     bool force, skip_nonfinite;
     const char *precision_arg; /* --precision fp32|bf16 ("fp32"; saved in "options") */
     cg_precision precision;    /* of the matrix products (core/gemm.h), parsed */

@@ -11,6 +11,7 @@
 
 #include "core/tensor.h"
 #include "models/text/tokenizer.h"
+#include "models/train/finetune.h"
 #include "models/train/options.h"
 #include "models/util/config_json.h"
 #include "models/train/outfile.h"
@@ -102,6 +103,11 @@ struct cg_trainer {
     cg_data_id data_stored; /* resuming: the identity the checkpoint recorded */
     bool data_stored_set;
     cg_out_lock lock;       /* flock'd FILE.cgrad-lock beside the checkpoint (models/train/outfile.h) */
+    /* a fine-tuning run (models/train/finetune.h): the checkpoint it started
+     * from (recorded in every save as "init_from"), and whether it trains
+     * and saves LoRA adapters only */
+    cg_ft_origin origin;
+    bool from_origin, adapters;
     FILE *metrics;          /* FILE.metrics.jsonl (rank 0) */
 };
 

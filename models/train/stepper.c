@@ -27,24 +27,26 @@ bool cg_stepper_init(cg_stepper *s, const cg_trainer_model *m, int grad_accum)
     }
     for (int i = 0; i < s->pl.n; i++) {
         const cg_tensor *p = s->pl.items[i].tensor;
-        s->op[i] = (cg_optim_param){s->pl.items[i].name, s->pl.items[i].tensor,
-                                    p->ndim >= 2 ? m->weight_decay_2d : m->weight_decay_1d};
+        if (p->requires_grad)
+            s->op[s->n_train++] = (cg_optim_param){
+                s->pl.items[i].name, s->pl.items[i].tensor,
+                p->ndim >= 2 ? m->weight_decay_2d : m->weight_decay_1d};
     }
-    s->opt = cg_optim_new(&m->optim, s->pl.n, s->op);
+    s->opt = cg_optim_new(&m->optim, s->n_train, s->op);
     if (!s->opt)
         return false;
     const char *ov = getenv("CG_DIST_OVERLAP");
     if (cg_dist_size() > 1 && !(ov && !strcmp(ov, "0"))) {
         const char *mb = getenv("CG_DIST_BUCKET_MB");
         double bucket_mb = mb ? atof(mb) : 4.0;
-        cg_tensor **ps = malloc(sizeof *ps * (size_t)(s->pl.n ? s->pl.n : 1));
+        cg_tensor **ps = malloc(sizeof *ps * (size_t)(s->n_train ? s->n_train : 1));
         if (!ps) {
             cg_set_error("out of memory");
             return false;
         }
-        for (int i = 0; i < s->pl.n; i++)
-            ps[i] = s->pl.items[i].tensor;
-        s->reducer = cg_dist_reducer_new(s->pl.n, ps, bucket_mb > 0 ? bucket_mb : 4.0);
+        for (int i = 0; i < s->n_train; i++)
+            ps[i] = s->op[i].tensor;
+        s->reducer = cg_dist_reducer_new(s->n_train, ps, bucket_mb > 0 ? bucket_mb : 4.0);
         free(ps);
         if (!s->reducer)
             return false;

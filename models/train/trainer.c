@@ -46,6 +46,11 @@ int cg_trainer_begin(cg_trainer *t, cg_train_opts *o, const char *kind, const ch
 {
     cg_trainer_init(t, o);
     int rc;
+    if (o->init_from && o->resume) {
+        cg_prog_fail("--init-from starts a new run from a checkpoint's weights, --resume "
+                     "continues a run: give one of them");
+        return CG_EXIT_USAGE;
+    }
     cg_cli_set_threads(cg_prog_name(), o->threads);
     t->out = o->out ? o->out : o->resume ? o->resume : default_out;
     if (o->resume) {
@@ -58,8 +63,10 @@ int cg_trainer_begin(cg_trainer *t, cg_train_opts *o, const char *kind, const ch
         if (!t->ckpt)
             return cg_prog_fail_lib(NULL);
         t->start = cg_ckpt_step(t->ckpt);
-        if (!cg_trainer_restore(t, cg_st_metadata(t->ckpt, "train"), o->resume))
+        if (!cg_trainer_restore(t, cg_st_metadata(t->ckpt, "train"), o->resume) ||
+            !cg_ft_origin_read(t->ckpt, o->resume, &t->origin, &t->from_origin))
             return cg_prog_fail_lib(NULL);
+        t->adapters = cg_ft_is_adapter(t->ckpt);
         if (t->start >= o->steps)
             return cg_prog_fail("'%s' is already at step %lld of %lld; pass a larger --steps",
                                 o->resume, (long long)t->start, (long long)o->steps);
@@ -73,7 +80,8 @@ int cg_trainer_begin(cg_trainer *t, cg_train_opts *o, const char *kind, const ch
                                 t->out, t->out);
         /* no file written is a file read (with --force too) */
         if ((o->data && !cg_out_check_reads(t->out, o->data, "--data", true)) ||
-            (o->resume && !cg_out_check_reads(t->out, o->resume, "--resume", false)))
+            (o->resume && !cg_out_check_reads(t->out, o->resume, "--resume", false)) ||
+            (o->init_from && !cg_out_check_reads(t->out, o->init_from, "--init-from", true)))
             return cg_prog_fail_lib(NULL);
         rc = check_output(t, t->out);
         if (rc >= 0)
@@ -81,6 +89,12 @@ int cg_trainer_begin(cg_trainer *t, cg_train_opts *o, const char *kind, const ch
     }
     t->step = t->start;
     return -1;
+}
+
+bool cg_trainer_set_origin(cg_trainer *t, const char *path, const cg_st_file *f, bool adapters)
+{
+    t->adapters = adapters;
+    return (t->from_origin = cg_ft_origin_of(path, f, &t->origin));
 }
 
 bool cg_trainer_set_data(cg_trainer *t, const cg_data_id *id)
@@ -141,10 +155,14 @@ static bool save(run_ctx *c, int64_t step)
     const cg_trainer_model *m = c->m;
     char *tj = cg_train_state_json(c->t, m);
     char *cfg = tj ? m->config_json(m->self) : NULL;
-    bool ok = cfg && cg_ckpt_save(c->t->out, m->name, cfg, m->tokenizer(m->self), m->module,
-                                  c->opt, step, tj);
+    char *from = cfg && c->t->from_origin ? cg_ft_origin_json(&c->t->origin) : NULL;
+    cg_ft_save ft = {.init_from = from, .adapters = c->t->adapters};
+    bool ok = cfg && (from || !c->t->from_origin) &&
+              cg_ft_ckpt_save(c->t->out, &ft, m->name, cfg, m->tokenizer(m->self), m->module,
+                              c->opt, step, tj);
     free(tj);
     free(cfg);
+    free(from);
     if (ok && c->png && (c->t->hist.n > 0 || c->t->hist.dn > 0) &&
         !cg_history_plot(&c->t->hist, c->png, m->plot_title))
         cg_prog_warn("could not write the loss curve: %s", cg_last_error());
@@ -431,6 +449,13 @@ static int finish(run_ctx *c)
     cg_json_put_num(j, "tokens_per_s", "%.0f", tps);
     cg_json_put_num(j, "elapsed_s", "%.1f", t->elapsed);
     cg_json_put_int(j, "params", cg_module_num_params(m->module));
+    if (t->from_origin) {
+        int64_t trainable = 0;
+        for (int i = 0; i < cg_optim_count(c->opt); i++)
+            trainable += cg_numel(cg_optim_param_tensor(c->opt, i));
+        cg_json_put_int(j, "trainable_params", trainable);
+        cg_json_put_str(j, "init_from", t->origin.id.path);
+    }
     cg_json_put_str(j, "checkpoint", t->out);
     char *line = cg_json_line(j);
     cJSON_Delete(j);

@@ -76,6 +76,12 @@ void cg_trainer_init(cg_trainer *t, cg_train_opts *o);
  * must be the same bytes (a moved copy named by --data is fine): false +
  * error naming the difference otherwise. */
 bool cg_trainer_set_data(cg_trainer *t, const cg_data_id *id);
+/* A fine-tuning run (--init-from, models/train/finetune.h): it starts from
+ * the checkpoint at path (f: that file, open), which its checkpoints
+ * record; with adapters, the module's trainable parameters are LoRA
+ * adapters and the checkpoints hold only them. (Resuming, the trainer
+ * reads both from the checkpoint.) False + error. */
+bool cg_trainer_set_origin(cg_trainer *t, const char *path, const cg_st_file *f, bool adapters);
 /* Train from t->start to o->steps (or a stop), then finish: save, the
  * model's final evaluation, the JSON line. Returns the exit code. */
 int cg_trainer_run(cg_trainer *t, const cg_trainer_model *m);
