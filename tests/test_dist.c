@@ -469,7 +469,7 @@ static void lm_train_zero(cg_charlm *m, int r0, int r1, bool dist, bool zero, cg
         } else {
             if (dist)
                 ck_assert_msg(cg_dist_average_grads(CG_MODULE(m), 1.0), "%s", cg_last_error());
-            norm = cg_dist_clip_grad_norm(o, CLIP);
+            norm = cg_optim_clip_grad_norm(o, CLIP);
         }
         ck_assert_msg(norm > CLIP, "step %d: norm %g does not clip", s, norm);
         ck_assert_msg(cg_optim_step(o), "%s", cg_last_error());
