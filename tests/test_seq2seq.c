@@ -147,8 +147,8 @@ START_TEST(test_prog_helpers)
 {
     int64_t beam = 1;
     bool no_cache = false;
-    const cg_cli_opt opts[] = {{"--beam", CG_CLI_I64, &beam, 1, 10, NULL},
-                               {"--no-cache", CG_CLI_SWITCH, &no_cache, 0, 0, NULL}};
+    const cg_cli_opt opts[] = {{"--beam", CG_CLI_I64, &beam, 1, 10, NULL, 0},
+                               {"--no-cache", CG_CLI_SWITCH, &no_cache, 0, 0, NULL, 0}};
     char *argv[] = {"--beam", "3", "hello", "--no-cache", "world", "--", "--beam", NULL};
     int np = -1;
     ck_assert_int_eq(cg_prog_parse_pos(7, argv, opts, 2, "help", &np), -1);

@@ -55,17 +55,7 @@ static const char TRAIN_HELP[] =
     "Train the character language model (recipe: shared/reference/train_charlm.py:\n"
     "AdamW betas (0.9, 0.99), weight decay 0.1 on 2-D parameters, clipping at norm 1,\n"
     "100 warmup steps then cosine down to lr/10).\n"
-    "charlm's own options and defaults:\n"
-    "  --preset NAME      tiny (d 128, H 4, 4 layers, d_ff 512, T 64, B 12; default)\n"
-    "                     or base (d 384, H 6, 6 layers, d_ff 1536, T 256, B 16)\n"
-    "  --layers N         transformer blocks (default from the preset)\n"
-    "  --block-size N     context length T (also --T)\n"
-    "  --batch-size N     windows per batch B (default from the preset)\n"
-    "  defaults: --data " DEFAULT_DATA " (made by scripts/prepare_data.sh),\n"
-    "  --out " DEFAULT_OUT ", --steps 2000, --eval-every 250, --lr 1e-3,\n"
-    "  --dropout 0, --label-smoothing 0, --norm layernorm, --act gelu, --norm-first true,\n"
-    "  --tokenizer char\n"
-    "\n";
+    "charlm's own options and defaults:\n";
 
 #define PRESETS cg_charlm_presets
 
@@ -163,30 +153,30 @@ static bool lm_state(void *self, cJSON *o)
 
 /* The config of a fresh run from the flags (checked before the data is
  * read; the vocabulary size comes later). */
-static int lm_config_from_flags(const cg_train_opts *o, const char *preset_name, int64_t T,
-                                int64_t B, cg_charlm_config *cfg, int64_t *Bout)
+static int lm_config_from_flags(const cg_cli_args *a, cg_train_recipe *rc,
+                                const char *preset_name, cg_charlm_config *cfg, int64_t *Bout)
 {
     const cg_train_preset *pr = cg_train_preset_find(PRESETS, CG_CHARLM_N_PRESETS, preset_name);
-    cg_train_preset p;
     *cfg = cg_charlm_config_default(); /* layernorm, gelu */
-    if (!pr || !cg_train_shape(o, pr, &p, &cfg->norm, &cfg->act))
+    if (!pr || !cg_train_shape(a, pr, rc, &cfg->norm, &cfg->act))
         return cg_prog_fail_lib(NULL);
-    cfg->d = p.d;
-    cfg->H = p.H;
-    cfg->layers = p.layers;
-    cfg->d_ff = p.d_ff;
-    cfg->max_len = T > 0 ? T : p.T;
-    cfg->norm_first = o->norm_first;
-    cfg->dropout = (float)o->dropout;
-    *Bout = B > 0 ? B : p.B;
+    const cg_train_preset *p = &rc->shape;
+    cfg->d = p->d;
+    cfg->H = p->H;
+    cfg->layers = p->layers;
+    cfg->d_ff = p->d_ff;
+    cfg->max_len = p->T;
+    cfg->norm_first = rc->norm_first;
+    cfg->dropout = (float)rc->dropout;
+    *Bout = p->B;
     return -1;
 }
 
-static int lm_train(lm_run *r, cg_trainer *t, cg_train_opts *o, const char *preset_name,
-                    int64_t T, int64_t B)
+static int lm_train(lm_run *r, cg_trainer *t, cg_train_opts *o, cg_train_recipe *rec,
+                    const char *preset_name)
 {
     cg_charlm_config cfg;
-    int rc = o->resume ? -1 : lm_config_from_flags(o, preset_name, T, B, &cfg, &r->B);
+    int rc = o->resume ? -1 : lm_config_from_flags(o->args, rec, preset_name, &cfg, &r->B);
     if (rc >= 0)
         return rc;
     if (!o->data)
@@ -205,17 +195,17 @@ static int lm_train(lm_run *r, cg_trainer *t, cg_train_opts *o, const char *pres
             rc = cg_prog_fail_lib(NULL);
         else if (!(r->corpus = read_corpus(o->data, &r->tok, CG_TOK_CHAR, 0, &id)))
             rc = cg_prog_fail_lib(NULL);
-    } else if (!(r->corpus = read_corpus(o->data, &r->tok, o->tokenizer, o->vocab_size, &id))) {
+    } else if (!(r->corpus = read_corpus(o->data, &r->tok, rec->tokenizer, rec->vocab_size, &id))) {
         rc = cg_prog_fail_lib(NULL);
     } else {
         cfg.vocab = cg_tokenizer_vocab_size(r->tok);
-        cg_train_vocab_warn(r->tok, o->vocab_size);
+        cg_train_vocab_warn(r->tok, rec->vocab_size);
         if (!cg_charlm_config_check(&cfg))
             rc = cg_prog_fail("%s", cg_last_error());
         else if (!(r->model = cg_charlm_new(&cfg, o->seed)))
             rc = cg_prog_fail_lib(NULL);
-        r->lr = o->lr_seen ? o->lr : 1e-3;
-        r->label_smoothing = o->label_smoothing;
+        r->lr = rec->lr;
+        r->label_smoothing = rec->label_smoothing;
         r->batch_rng = cg_rng_new(o->seed ^ BATCH_SEED_MIX);
     }
     if (rc >= 0)
@@ -223,7 +213,7 @@ static int lm_train(lm_run *r, cg_trainer *t, cg_train_opts *o, const char *pres
     if (!cg_trainer_set_data(t, &id))
         return cg_prog_fail_lib(NULL);
     r->T = r->model->cfg.max_len;
-    cg_charlm_set_recompute(r->model, o->recompute);
+    cg_charlm_set_recompute(r->model, rec->recompute);
     r->tr = cg_corpus_train(r->corpus);
     r->va = cg_corpus_val(r->corpus);
     if (r->corpus->unknown > 0)
@@ -270,30 +260,47 @@ static int lm_train(lm_run *r, cg_trainer *t, cg_train_opts *o, const char *pres
 
 static int cmd_train(int argc, char **argv)
 {
-    cg_train_opts o;
-    memset(&o, 0, sizeof o);
+    cg_train_opts o = {0};
+    cg_train_recipe rec = {0};
     cg_train_opts_init(&o);
+    cg_train_recipe_init(&rec);
     o.steps = 2000;
     o.eval_every = 250;
     o.seed = 1;
+    rec.lr = 1e-3;
     const char *preset_name = "tiny";
-    int64_t T = 0, B = 0;
-    cg_cli_opt opts[CG_TRAIN_MAX_OPTS + 8] = {
-        {"--preset", CG_CLI_STR, &preset_name, 0, 0, NULL},
-        {"--block-size", CG_CLI_I64, &T, 1, 1 << 16, NULL},
-        {"--T", CG_CLI_I64, &T, 1, 1 << 16, NULL},
-        {"--batch-size", CG_CLI_I64, &B, 1, 1 << 20, NULL},
+    /* charlm train's flags, one row each (models/train/options.h: how to add
+     * one), then the rows both train commands share */
+    const cg_cli_opt opts[] = {
+        {"--preset", CG_CLI_STR, &preset_name, 0, 0,
+         "  --preset NAME      tiny (d 128, H 4, 4 layers, d_ff 512, T 64, B 12; default)\n"
+         "                     or base (d 384, H 6, 6 layers, d_ff 1536, T 256, B 16)\n",
+         CG_CLI_FIXED},
+        {"--layers", CG_CLI_I64, &rec.shape.layers, 0, 1 << 10,
+         "  --layers N         transformer blocks (default from the preset)\n", CG_CLI_FIXED},
+        {"--block-size", CG_CLI_I64, &rec.shape.T, 1, 1 << 16,
+         "  --block-size N     context length T (also --T)\n", CG_CLI_FIXED},
+        {"--T", CG_CLI_I64, &rec.shape.T, 1, 1 << 16, NULL, CG_CLI_FIXED},
+        {"--batch-size", CG_CLI_I64, &rec.shape.B, 1, 1 << 20,
+         "  --batch-size N     windows per batch B (default from the preset)\n", CG_CLI_FIXED},
+        {NULL, 0, NULL, 0, 0,
+         "  defaults: --data " DEFAULT_DATA " (made by scripts/prepare_data.sh),\n"
+         "  --out " DEFAULT_OUT ", --steps 2000, --eval-every 250, --lr 1e-3,\n"
+         "  --dropout 0, --label-smoothing 0, --norm layernorm, --act gelu, --norm-first true,\n"
+         "  --tokenizer char\n"
+         "\n", 0},
+        CG_TRAIN_RECIPE_FLAGS(&rec),
+        CG_TRAIN_RUN_FLAGS(&o),
     };
-    int n = 4 + cg_train_cli_opts(&o, CG_TRAIN_FLAGS_LAYERS, opts + 4);
-    int rc = cg_train_parse(argc, argv, opts, n, TRAIN_HELP);
+    cg_cli_args args = {.opts = opts, .n = (int)(sizeof opts / sizeof opts[0])};
+    int rc = cg_train_parse(argc, argv, &args, TRAIN_HELP, &o, &rec);
     if (rc >= 0)
         return rc;
     cg_trainer t;
     lm_run r = {.t = &t};
-    rc = cg_trainer_begin(&t, &o, "charlm", DEFAULT_OUT, "--preset --block-size --T --batch-size",
-                          argc, argv, opts, n);
+    rc = cg_trainer_begin(&t, &o, "charlm", DEFAULT_OUT);
     if (rc < 0)
-        rc = lm_train(&r, &t, &o, preset_name, T, B);
+        rc = lm_train(&r, &t, &o, &rec, preset_name);
     cg_trainer_end(&t);
     cg_charlm_free(r.model);
     cg_tokenizer_free(r.tok);
@@ -356,14 +363,14 @@ static int cmd_sample(int argc, char **argv)
     bool no_cache = false, force = false;
     cg_sample_opts so;
     cg_cli_opt opts[12] = {
-        {"--force", CG_CLI_SWITCH, &force, 0, 0, NULL},
-        {"--ckpt", CG_CLI_STR, &ckpt, 0, 0, NULL},
-        {"--prompt", CG_CLI_STR, &prompt, 0, 0, NULL},
-        {"--precision", CG_CLI_STR, &precision, 0, 0, NULL},
-        {"--length", CG_CLI_I64, &length, 0, 10000000, NULL},
-        {"--no-cache", CG_CLI_SWITCH, &no_cache, 0, 0, NULL},
-        {"--attention", CG_CLI_STR, &attn_png, 0, 0, NULL},
-        {"--threads", CG_CLI_I64, &threads, 1, 1024, NULL},
+        {"--force", CG_CLI_SWITCH, &force, 0, 0, NULL, 0},
+        {"--ckpt", CG_CLI_STR, &ckpt, 0, 0, NULL, 0},
+        {"--prompt", CG_CLI_STR, &prompt, 0, 0, NULL, 0},
+        {"--precision", CG_CLI_STR, &precision, 0, 0, NULL, 0},
+        {"--length", CG_CLI_I64, &length, 0, 10000000, NULL, 0},
+        {"--no-cache", CG_CLI_SWITCH, &no_cache, 0, 0, NULL, 0},
+        {"--attention", CG_CLI_STR, &attn_png, 0, 0, NULL, 0},
+        {"--threads", CG_CLI_I64, &threads, 1, 1024, NULL, 0},
     };
     int prc = cg_prog_parse(argc, argv, opts, 8 + cg_sample_cli_opts(&so, &seed, opts + 8),
                             SAMPLE_HELP);
@@ -442,9 +449,9 @@ static int cmd_eval(int argc, char **argv)
     const char *ckpt = DEFAULT_OUT, *data = NULL;
     int64_t threads = 0;
     cg_cli_opt opts[] = {
-        {"--ckpt", CG_CLI_STR, &ckpt, 0, 0, NULL},
-        {"--data", CG_CLI_STR, &data, 0, 0, NULL},
-        {"--threads", CG_CLI_I64, &threads, 1, 1024, NULL},
+        {"--ckpt", CG_CLI_STR, &ckpt, 0, 0, NULL, 0},
+        {"--data", CG_CLI_STR, &data, 0, 0, NULL, 0},
+        {"--threads", CG_CLI_I64, &threads, 1, 1024, NULL, 0},
     };
     int prc = cg_prog_parse(argc, argv, opts, (int)(sizeof opts / sizeof *opts), EVAL_HELP);
     if (prc >= 0)

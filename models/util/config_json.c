@@ -2,6 +2,7 @@
 #include "models/util/config_json.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -95,6 +96,36 @@ bool cg_json_norm_act(const cJSON *o, const char *what, cg_norm_kind *norm, cg_a
     return ok;
 }
 
+bool cg_json_write_fields(cJSON *o, const cg_json_field *f, int n)
+{
+    bool ok = o != NULL;
+    for (int i = 0; ok && i < n; i++) {
+        char b[40];
+        switch (f[i].kind) {
+        case CG_JF_I64:
+            ok = cJSON_AddNumberToObject(o, f[i].key, (double)*(int64_t *)f[i].dst) != NULL;
+            break;
+        case CG_JF_F64:
+            snprintf(b, sizeof b, "%.17g", *(double *)f[i].dst);
+            ok = cJSON_AddStringToObject(o, f[i].key, b) != NULL;
+            break;
+        case CG_JF_U64STR:
+            snprintf(b, sizeof b, "%" PRIu64, *(uint64_t *)f[i].dst);
+            ok = cJSON_AddStringToObject(o, f[i].key, b) != NULL;
+            break;
+        case CG_JF_STR:
+            ok = cJSON_AddStringToObject(o, f[i].key, *(const char **)f[i].dst) != NULL;
+            break;
+        case CG_JF_BOOL:
+            ok = cJSON_AddBoolToObject(o, f[i].key, *(bool *)f[i].dst) != NULL;
+            break;
+        }
+    }
+    if (!ok)
+        cg_set_error("out of memory");
+    return ok;
+}
+
 bool cg_json_read_fields(const cJSON *o, const char *what, const cg_json_field *f, int n)
 {
     if (!cJSON_IsObject(o)) {
@@ -155,6 +186,13 @@ bool cg_json_read_fields(const cJSON *o, const char *what, const cg_json_field *
                 return false;
             }
             *(const char **)f[i].dst = v->valuestring;
+            break;
+        case CG_JF_BOOL:
+            if (!cJSON_IsBool(v)) {
+                cg_set_error("%s: \"%s\" must be true or false", what, f[i].key);
+                return false;
+            }
+            *(bool *)f[i].dst = cJSON_IsTrue(v);
             break;
         }
     }

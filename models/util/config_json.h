@@ -60,7 +60,8 @@ typedef enum {
     CG_JF_I64,    /* whole number in [lo, hi] -> int64_t */
     CG_JF_F64,    /* finite number in [lo, hi], or its decimal string -> double */
     CG_JF_U64STR, /* decimal string (a 64-bit seed or counter) -> uint64_t */
-    CG_JF_STR     /* string -> const char * (borrowed from the object) */
+    CG_JF_STR,    /* string -> const char * (borrowed from the object) */
+    CG_JF_BOOL    /* true or false -> bool */
 } cg_json_field_kind;
 
 typedef struct {
@@ -74,6 +75,11 @@ typedef struct {
 /* Read n fields of object o. False + "<what>: ..." naming the first bad or
  * missing field and its value. */
 bool cg_json_read_fields(const cJSON *o, const char *what, const cg_json_field *f, int n);
+/* Write n fields into object o, as cg_json_read_fields reads them back
+ * exactly: CG_JF_I64 as a number, CG_JF_F64 ("%.17g") and CG_JF_U64STR as
+ * decimal strings, CG_JF_STR as a string, CG_JF_BOOL as true/false. False +
+ * error. */
+bool cg_json_write_fields(cJSON *o, const cg_json_field *f, int n);
 /* Up to max numbers of the array o[key] into out (linear time); *n gets the
  * count. Absent: *n = 0. False + error when it is not an array of finite
  * numbers or holds more than max. */

@@ -1,0 +1,150 @@
+/* cgrad zoo: one optimizer step of the trainer (see stepper.h). */
+#include "models/train/stepper.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "autograd/ops.h"
+#include "core/error.h"
+#include "models/train/run.h"
+
+/* ------------------------------------------------------------ the step */
+bool cg_stepper_init(cg_stepper *s, const cg_trainer_model *m, int grad_accum)
+{
+    memset(s, 0, sizeof *s);
+    s->m = m;
+    s->grad_accum = grad_accum;
+    if (!cg_module_params(m->module, &s->pl))
+        return false;
+    s->op = calloc((size_t)s->pl.n + 1, sizeof *s->op);
+    s->w = calloc((size_t)grad_accum, sizeof *s->w);
+    s->tok = calloc((size_t)grad_accum, sizeof *s->tok);
+    if (!s->op || !s->w || !s->tok) {
+        cg_set_error("out of memory");
+        return false;
+    }
+    for (int i = 0; i < s->pl.n; i++) {
+        const cg_tensor *p = s->pl.items[i].tensor;
+        s->op[i] = (cg_optim_param){s->pl.items[i].name, s->pl.items[i].tensor,
+                                    p->ndim >= 2 ? m->weight_decay_2d : m->weight_decay_1d};
+    }
+    s->opt = cg_optim_new(&m->optim, s->pl.n, s->op);
+    if (!s->opt)
+        return false;
+    const char *ov = getenv("CG_DIST_OVERLAP");
+    if (cg_dist_size() > 1 && !(ov && !strcmp(ov, "0"))) {
+        const char *mb = getenv("CG_DIST_BUCKET_MB");
+        double bucket_mb = mb ? atof(mb) : 4.0;
+        cg_tensor **ps = malloc(sizeof *ps * (size_t)(s->pl.n ? s->pl.n : 1));
+        if (!ps) {
+            cg_set_error("out of memory");
+            return false;
+        }
+        for (int i = 0; i < s->pl.n; i++)
+            ps[i] = s->pl.items[i].tensor;
+        s->reducer = cg_dist_reducer_new(s->pl.n, ps, bucket_mb > 0 ? bucket_mb : 4.0);
+        free(ps);
+        if (!s->reducer)
+            return false;
+    }
+    return true;
+}
+
+void cg_stepper_free(cg_stepper *s)
+{
+    cg_dist_reducer_free(s->reducer);
+    cg_optim_free(s->opt);
+    free(s->op);
+    free(s->w);
+    free(s->tok);
+    cg_param_list_free(&s->pl);
+    memset(s, 0, sizeof *s);
+}
+
+cg_step_result cg_stepper_step(cg_stepper *st, int64_t s, double *loss_out, double *tokens_out)
+{
+    const cg_trainer_model *m = st->m;
+    const int N = st->grad_accum;
+    double W = 0, tok = 0;
+    *loss_out = NAN;
+    *tokens_out = 0;
+    for (int k = 0; k < N; k++) {
+        if (!m->batch(m->self, k, &st->w[k], &st->tok[k]))
+            return CG_STEP_FAILED;
+        W += st->w[k];
+        tok += st->tok[k];
+    }
+    cg_optim_set_lr(st->opt, m->lr(m->self, s));
+    cg_optim_zero_grad(st->opt);
+    double lsum = 0, lv = NAN;
+    bool back_ok = true;
+    for (int k = 0; k < N; k++) {
+        /* every tensor of the micro-batch's graph dies at the scope's end */
+        cg_scope *sc = cg_scope_begin();
+        cg_tensor *loss = sc ? m->loss(m->self, k) : NULL;
+        if (!loss) {
+            cg_scope_end(sc);
+            return CG_STEP_FAILED;
+        }
+        double l = cg_item(loss);
+        lsum += l * st->w[k];
+        if (k == N - 1 && st->reducer && !cg_dist_reducer_prepare(st->reducer, W)) {
+            cg_scope_end(sc);
+            return CG_STEP_FAILED;
+        }
+        if (N == 1) {
+            lv = l;
+            back_ok = cg_backward(loss, NULL, false);
+        } else { /* the mean over all N micro-batches' units */
+            cg_tensor *scaled = cg_muls(loss, (float)(st->w[k] / W));
+            back_ok = back_ok && scaled && cg_backward(scaled, NULL, false);
+        }
+        cg_scope_end(sc);
+    }
+    if (N > 1)
+        lv = lsum / W;
+    *loss_out = lv;
+    if (!isfinite(lv) && !st->skip_nonfinite) {
+        char culprit[400] = "";
+        if (back_ok && !cg_optim_grads_finite(st->opt, NULL))
+            snprintf(culprit, sizeof culprit, " (%s)", cg_last_error());
+        cg_set_error("loss is %s at step %lld%s", isnan(lv) ? "nan" : "inf", (long long)s,
+                     culprit);
+        return CG_STEP_NONFINITE;
+    }
+    if (!back_ok) {
+        cg_prefix_error("backward: ");
+        return CG_STEP_FAILED;
+    }
+    /* loss, weight and tokens of every rank: from here on every rank takes
+     * the same decisions */
+    double red[3] = {lv * W, W, tok};
+    if (!cg_dist_allreduce_sum(red, 3) ||
+        !(st->reducer ? cg_dist_reducer_finish(st->reducer) : cg_dist_average_grads(m->module, W)))
+        return CG_STEP_FAILED;
+    lv = red[0] / red[1];
+    *loss_out = lv;
+    *tokens_out = red[2];
+    double norm = m->clip_norm > 0 ? cg_optim_clip_grad_norm(st->opt, m->clip_norm) : 0.0;
+    if (norm < 0)
+        return CG_STEP_FAILED;
+    if (!isfinite(lv) || !isfinite(norm)) {
+        if (cg_optim_grads_finite(st->opt, NULL))
+            cg_set_error("gradient norm is not finite");
+        if (!st->skip_nonfinite) {
+            cg_prefix_error("step %lld: ", (long long)s);
+            return CG_STEP_NONFINITE;
+        }
+        cg_prefix_error("loss %g, ", lv);
+        cg_optim_zero_grad(st->opt);
+        return CG_STEP_SKIPPED;
+    }
+    if (!cg_optim_step(st->opt)) {
+        cg_prefix_error("optimizer: ");
+        return CG_STEP_FAILED;
+    }
+    return CG_STEP_OK;
+}
+
