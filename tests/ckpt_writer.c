@@ -292,7 +292,7 @@ static int compare(const char *a, const char *b, double tol)
         }
     }
     if (rc == 0 && tol >= 0) {
-        printf("max rel diff %.3g (%s)\n", worst, wname);
+        printf("max rel diff %.3g (%s)\n", worst, wname[0] ? wname : "every tensor equal");
         if (!(worst <= tol)) {
             fprintf(stderr, "ckpt_writer: %s and %s differ by %g relative in '%s' (bound %g)\n",
                     a, b, worst, wname, tol);

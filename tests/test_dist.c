@@ -315,7 +315,7 @@ static void accum_run(cg_seq2seq_config *c, int mode, cg_seq2seq **out)
                            .weight_decay_2d = 0.01, .self = &a, .batch = accum_batch,
                            .loss = accum_loss, .lr = accum_lr};
     cg_stepper st;
-    ck_assert_msg(cg_stepper_init(&st, &tm, 2), "%s", cg_last_error());
+    ck_assert_msg(cg_stepper_init(&st, &tm, 2, 0), "%s", cg_last_error());
     if (cg_dist_size() > 1 && mode) {
         ck_assert((st.reducer != NULL) == overlap);
         if (overlap)

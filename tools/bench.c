@@ -313,7 +313,7 @@ static int run(int argc, char **argv)
                            .weight_decay_2d = 0.01, .weight_decay_1d = 0.01, .self = &bm,
                            .batch = bm_batch, .loss = bm_loss, .lr = bm_lr};
     cg_stepper st;
-    if (!cg_stepper_init(&st, &tm, 1)) {
+    if (!cg_stepper_init(&st, &tm, 1, 0)) {
         fprintf(stderr, "bench: %s\n", cg_last_error());
         return 1;
     }

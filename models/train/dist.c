@@ -1133,14 +1133,16 @@ bool cg_dist_reducer_gather_params(cg_dist_reducer *r)
 /* Every rank's owned runs of each state buffer into rank 0's full one. */
 bool cg_dist_gather_optim(const cg_optim *shard, cg_optim *full)
 {
-    if (!shard || (g_rank == 0 && !full)) {
-        cg_set_error("dist: gather_optim: %s is NULL", !shard ? "shard" : "full optimizer");
+    if (!shard) {
+        cg_set_error("dist: gather_optim: the shard is NULL");
         return false;
     }
     if (g_size == 1)
         return cg_optim_copy_state(full, shard);
     if (!check_inited("gather_optim"))
         return false;
+    /* rank 0 without a full optimizer (out of memory) still takes part in
+     * the first gather, so that every rank learns of the failure */
     int n = cg_optim_count(shard);
     int64_t *mine = malloc((size_t)(2 * n + 1) * sizeof *mine);
     int64_t *all = g_rank == 0 ? malloc((size_t)(2 * n + 1) * (size_t)g_size * sizeof *all) : NULL;
@@ -1156,6 +1158,10 @@ bool cg_dist_gather_optim(const cg_optim *shard, cg_optim *full)
                                                             2 * n + 1, MPI_INT64_T, 0,
                                                             MPI_COMM_WORLD));
     if (g_rank == 0 && sent) {
+        if (ok && !full) {
+            cg_set_error("dist: gather_optim: rank 0 has no optimizer to gather into");
+            ok = false;
+        }
         ok = ok && cg_optim_copy_state(full, shard);
         for (int q = 1; ok && q < g_size; q++)
             if (all[q * (2 * n + 1) + 2 * n] != 1) {

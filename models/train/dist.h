@@ -167,7 +167,8 @@ bool cg_dist_grads_finite(const cg_optim *shard);
  * parameters receives every rank's shard of the state (step counts,
  * hyper-parameters, each rank's exp_avg / exp_avg_sq / momentum_buffer
  * runs), so that it saves the layout of an unsharded run. Every rank calls
- * it with its shard; full is used on rank 0 only (NULL elsewhere). */
+ * it with its shard; full is used on rank 0 only (NULL elsewhere; NULL on
+ * rank 0 too fails on every rank). */
 bool cg_dist_gather_optim(const cg_optim *shard, cg_optim *full);
 
 /* In-place sum over ranks of n doubles (e.g. losses and token counts for
