@@ -298,10 +298,11 @@ static double accum_lr(void *self, int64_t step)
 
 /* STEPS stepper steps of 2 micro-batches. mode 0: the stepper's default;
  * 1: reduction during backward (tiny buckets) and every layer recomputed;
- * 2: blocking reduction after backward. */
+ * 2: blocking reduction after backward; 3: ZeRO-1 (tiny buckets) and 4:
+ * blocking, both clipped at a norm every step exceeds. */
 static void accum_run(cg_seq2seq_config *c, int mode, cg_seq2seq **out)
 {
-    bool overlap = mode == 1;
+    bool overlap = mode == 1 || mode == 3;
     accum_ctx a = {.m = cg_seq2seq_new(c, cg_dist_rank_seed(11))};
     ck_assert_ptr_nonnull(a.m);
     ck_assert_msg(cg_dist_broadcast_module(CG_MODULE(a.m)), "%s", cg_last_error());
@@ -313,9 +314,11 @@ static void accum_run(cg_seq2seq_config *c, int mode, cg_seq2seq **out)
     cg_trainer_model tm = {.module = CG_MODULE(a.m), .dropout_rng = &a.m->dropout_rng,
                            .optim = cg_adamw_config(3e-3, 0.9, 0.999, 1e-8),
                            .weight_decay_2d = 0.01, .self = &a, .batch = accum_batch,
-                           .loss = accum_loss, .lr = accum_lr};
+                           .loss = accum_loss, .lr = accum_lr, .clip_norm = mode >= 3 ? 0.05 : 0};
     cg_stepper st;
-    ck_assert_msg(cg_stepper_init(&st, &tm, 2, 0), "%s", cg_last_error());
+    ck_assert_msg(cg_stepper_init(&st, &tm, 2, mode == 3), "%s", cg_last_error());
+    ck_assert(st.zero == (mode == 3 && cg_dist_size() > 1));
+    ck_assert(cg_optim_is_sharded(st.opt) == st.zero);
     if (cg_dist_size() > 1 && mode) {
         ck_assert((st.reducer != NULL) == overlap);
         if (overlap)
@@ -416,6 +419,28 @@ START_TEST(test_overlap_recompute_equivalence)
     else
         ck_assert_msg(rel <= TOL, "overlapped + recomputed differ by %g (%s)", rel, worst);
     cg_seq2seq_free(ov);
+    cg_seq2seq_free(plain);
+}
+END_TEST
+
+/* The stepper with ZeRO-1 (cg_stepper_init zero_stage 1) on seq2seq: ranks
+ * weighted by their token counts, 2 micro-batches, clipping by the global
+ * norm: equal to the blocking all-reduce within TOL (with 2 ranks: the
+ * same floats but for the clip factor's last bit). */
+START_TEST(test_zero_stepper_equivalence)
+{
+    ck_assert_int_eq((B_GLOBAL / 2) % cg_dist_size(), 0);
+    cg_seq2seq_config c = s2s_config();
+    cg_seq2seq *z, *plain;
+    accum_run(&c, 3, &z);
+    accum_run(&c, 4, &plain);
+    char worst[128] = "";
+    double rel = cg_test_max_rel_diff(CG_MODULE(z), CG_MODULE(plain), worst, sizeof worst);
+    if (cg_dist_rank() == 0)
+        fprintf(stderr, "seq2seq: %d ranks, stepper with ZeRO-1 vs blocking all-reduce after %d "
+                "clipped steps: max rel diff %.3g (%s)\n", cg_dist_size(), STEPS, rel, worst);
+    ck_assert_msg(rel <= TOL, "ZeRO-1 stepper differs by %g (%s)", rel, worst);
+    cg_seq2seq_free(z);
     cg_seq2seq_free(plain);
 }
 END_TEST
@@ -631,6 +656,7 @@ static Suite *dist_suite(void)
     tcase_add_test(tc, test_grad_accum_equivalence);
     tcase_add_test(tc, test_overlap_recompute_equivalence);
     tcase_add_test(tc, test_zero_equivalence);
+    tcase_add_test(tc, test_zero_stepper_equivalence);
     suite_add_tcase(s, tc);
     return s;
 }
