@@ -1146,8 +1146,8 @@ bool cg_dist_gather_optim(const cg_optim *shard, cg_optim *full)
     int n = cg_optim_count(shard);
     int64_t *mine = malloc((size_t)(2 * n + 1) * sizeof *mine);
     int64_t *all = g_rank == 0 ? malloc((size_t)(2 * n + 1) * (size_t)g_size * sizeof *all) : NULL;
-    int *counts = malloc((size_t)g_size * sizeof *counts);
-    int *displs = malloc((size_t)g_size * sizeof *displs);
+    int *counts = calloc((size_t)g_size, sizeof *counts); /* zeros until set */
+    int *displs = calloc((size_t)g_size, sizeof *displs);
     bool ok = mine && counts && displs && (g_rank != 0 || all);
     for (int i = 0; ok && i < n; i++)
         ok = cg_optim_shard_range(shard, i, &mine[2 * i], &mine[2 * i + 1]);
