@@ -45,6 +45,7 @@ extern "C" {
 /* What the trainer needs of a run (rows CG_TRAIN_RUN_FLAGS). */
 typedef struct {
     int64_t steps, eval_every, log_every, stop_at, threads, grad_accum;
+    int64_t zero;              /* --zero: 0 or 1 (ZeRO-1: optimizer state sharded over ranks) */
     double max_minutes;        /* --max-minutes: wall-time budget, 0 = none */
     uint64_t seed;
     const char *data, *out, *resume;
@@ -167,6 +168,12 @@ void cg_train_init(cg_train_opts *o, cg_train_recipe *r, int64_t steps, int64_t 
     {"--skip-nonfinite", CG_CLI_SWITCH, &(o)->skip_nonfinite, 0, 0,                              \
      "  --skip-nonfinite     skip a step whose loss or gradient is NaN/Inf (with a\n"           \
      "                       warning) instead of stopping\n", 0},                               \
+    {"--zero", CG_CLI_I64, &(o)->zero, 0, 1,                                                     \
+     "  --zero 0|1           1: ZeRO-1 under MPI: each of N ranks keeps 1/N of the\n"          \
+     "                       optimizer state (gradients reduce-scattered, parameters\n"       \
+     "                       all-gathered; the same results); checkpoints stay whole,\n"     \
+     "                       so a run resumes with any rank count, with or without it;\n"    \
+     "                       one process: no effect (default 0)\n", 0},                       \
     {NULL, 0, NULL, 0, 0,                                                                        \
      "Ctrl-C (SIGINT) or SIGTERM saves a checkpoint and exits 0 (during the final\n"            \
      "evaluation, after the last save, it ends the program at once). The last stdout\n"        \

@@ -150,16 +150,21 @@ typedef struct {
 
 static bool save(run_ctx *c, int64_t step)
 {
+    /* ZeRO: every rank sends its shard of the state to rank 0, which saves
+     * it whole (the layout of an unsharded run) */
+    cg_optim *gathered;
+    const cg_optim *opt = cg_stepper_full_optim(&c->st, &gathered);
     if (!cg_dist_is_root())
         return true;
     const cg_trainer_model *m = c->m;
-    char *tj = cg_train_state_json(c->t, m);
+    char *tj = opt ? cg_train_state_json(c->t, m) : NULL;
     char *cfg = tj ? m->config_json(m->self) : NULL;
     char *from = cfg && c->t->from_origin ? cg_ft_origin_json(&c->t->origin) : NULL;
     cg_ft_save ft = {.init_from = from, .adapters = c->t->adapters};
     bool ok = cfg && (from || !c->t->from_origin) &&
               cg_ft_ckpt_save(c->t->out, &ft, m->name, cfg, m->tokenizer(m->self), m->module,
-                              c->opt, step, tj);
+                              opt, step, tj);
+    cg_optim_free(gathered);
     free(tj);
     free(cfg);
     free(from);
@@ -297,6 +302,7 @@ static bool check_ranks_agree(const cg_trainer *t, const cg_trainer_model *m)
         cJSON_AddNumberToObject(run, "stop_at", (double)o->stop_at);
         cJSON_AddNumberToObject(run, "max_minutes", o->max_minutes);
         cJSON_AddBoolToObject(run, "skip_nonfinite", o->skip_nonfinite);
+        cJSON_AddNumberToObject(run, "zero", (double)o->zero);
         ok = flatten(s, "", flat) && flatten(cfg, "config.", flat) && flatten(run, "", flat);
     }
     /* rank 0's list to every rank: its length, then its bytes */
@@ -358,10 +364,20 @@ static int setup(run_ctx *c)
 {
     cg_trainer *t = c->t;
     const cg_trainer_model *m = c->m;
-    if (!cg_stepper_init(&c->st, m, (int)t->o->grad_accum))
+    if (!cg_stepper_init(&c->st, m, (int)t->o->grad_accum, (int)t->o->zero))
         return cg_prog_fail_lib("optimizer");
     c->st.skip_nonfinite = t->o->skip_nonfinite;
     c->opt = c->st.opt;
+    if (t->o->zero && cg_dist_is_root()) {
+        int64_t n = 0;
+        for (int i = 0; i < c->st.pl.n; i++)
+            n += cg_numel(c->st.pl.items[i].tensor);
+        double whole = (double)n * (m->optim.type == CG_OPTIM_SGD ? 1 : 2) * sizeof(float);
+        fprintf(stderr, "%s: ZeRO-1 over %d rank(s): optimizer state %.2f MB on rank 0 (%.2f MB "
+                "unsharded)%s\n", cg_prog_name(), cg_dist_size(),
+                (double)cg_optim_state_bytes(c->opt) / 1e6, whole / 1e6,
+                cg_dist_size() == 1 ? "; one process: nothing to shard" : "");
+    }
     if (t->ckpt) {
         if (!cg_optim_load(c->opt, t->ckpt, "optim"))
             return cg_prog_fail("'%s': %s", t->o->resume, cg_last_error());
