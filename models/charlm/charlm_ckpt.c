@@ -34,9 +34,11 @@ const char *cg_charlm_ckpt_train_json(const cg_charlm_ckpt *c)
 bool cg_charlm_ckpt_load(const char *path, cg_charlm_ckpt *out)
 {
     memset(out, 0, sizeof *out);
-    cg_st_file *f = out->file = cg_ckpt_open_at(path, "charlm", &out->step);
+    cg_st_file *f = cg_ckpt_open(path, "charlm");
     if (!f)
         return false;
+    out->file = f;
+    out->step = cg_ckpt_step(f);
     cg_charlm_config cfg;
     if (!cg_charlm_config_from_json(cg_st_metadata(f, "config"), &cfg)) {
         cg_prefix_error("checkpoint '%s': bad config: ", path);
@@ -66,8 +68,12 @@ bool cg_charlm_ckpt_load(const char *path, cg_charlm_ckpt *out)
     if (!cg_ckpt_config_fits(need, cfg.max_len, cfg.d, f, path))
         goto fail;
     out->model = cg_charlm_new(&cfg, 0);
-    if (!cg_ckpt_load_params(CG_MODULE(out->model), f, path))
+    if (!out->model || !cg_ckpt_check_tensors(CG_MODULE(out->model), f, path))
         goto fail;
+    if (!cg_module_load(CG_MODULE(out->model), f, NULL)) {
+        cg_prefix_error("checkpoint '%s': ", path);
+        goto fail;
+    }
     return true;
 fail:
     cg_charlm_ckpt_free(out);

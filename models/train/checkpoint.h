@@ -44,12 +44,6 @@ bool cg_ckpt_save(const char *path, const char *kind, const char *config_json,
 cg_st_file *cg_ckpt_open(const char *path, const char *kind);
 /* The "step" of a checkpoint opened by cg_ckpt_open (0 if absent). */
 int64_t cg_ckpt_step(const cg_st_file *f);
-/* A model loader's opening: cg_ckpt_open, and *step its "step". */
-cg_st_file *cg_ckpt_open_at(const char *path, const char *kind, int64_t *step);
-/* A model loader's end: m (NULL: false, its error kept) checked against
- * f's tensors (cg_ckpt_check_tensors), then its parameters loaded from
- * them; false + error naming the file. */
-bool cg_ckpt_load_params(cg_module *m, cg_st_file *f, const char *path);
 
 /* Every tensor of f must be a parameter of m or an optimizer slot
  * "optim.<parameter>.<step|exp_avg|exp_avg_sq|momentum_buffer>" of one.
