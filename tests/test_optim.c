@@ -856,9 +856,9 @@ START_TEST(from_module)
     cg_rng r = cg_rng_new(4);
     cg_module *root = cg_module_new("Net");
     cg_linear *a = cg_linear_new(3, 4, true, &r);
-    cg_module_add_child(root, "a", CG_MODULE(a));
-    cg_module_add_child(root, "b", CG_MODULE(a)); /* shared: its parameters once */
-    cg_module_add_child(root, "ln", CG_MODULE(cg_layernorm_new(4)));
+    cg_module_add_child(root, "a", a);
+    cg_module_add_child(root, "b", a); /* shared: its parameters once */
+    cg_module_add_child(root, "ln", cg_layernorm_new(4));
     cg_optim *o = cg_adamw_from_module(root, 1e-3);
     ck_assert_ptr_nonnull(o);
     ck_assert_int_eq(cg_optim_count(o), 4);

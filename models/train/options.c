@@ -27,6 +27,17 @@ void cg_train_recipe_init(cg_train_recipe *r)
     r->vocab_size = 4000;
 }
 
+void cg_train_init(cg_train_opts *o, cg_train_recipe *r, int64_t steps, int64_t eval_every)
+{
+    memset(o, 0, sizeof *o);
+    memset(r, 0, sizeof *r);
+    cg_train_opts_init(o);
+    cg_train_recipe_init(r);
+    o->steps = steps;
+    o->eval_every = eval_every;
+    o->seed = 1;
+}
+
 int cg_train_parse(int argc, char **argv, cg_cli_args *a, const char *help, cg_train_opts *o,
                    cg_train_recipe *r)
 {
@@ -44,8 +55,9 @@ int cg_train_parse(int argc, char **argv, cg_cli_args *a, const char *help, cg_t
     int rc = cg_precision_flag(o->precision_arg, &o->precision);
     if (rc >= 0)
         return rc;
-    rc = o->resume ? -1
-                   : cg_train_tokenizer_flags(r->tokenizer_arg, cg_cli_given(a, &r->vocab_size),
+    rc = o->resume || o->init_from /* the checkpoint's tokenizer */
+             ? -1
+             : cg_train_tokenizer_flags(r->tokenizer_arg, cg_cli_given(a, &r->vocab_size),
                                               r->vocab_size, &r->tokenizer);
     if (rc >= 0)
         cg_prog_fail_lib(NULL);

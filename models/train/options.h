@@ -20,7 +20,12 @@
  *   - CG_CLI_SAVED: kept in the checkpoint's "options" (key: the name
  *     without "--", '-' as '_') and restored into its variable on --resume;
  *     a checkpoint written before the flag existed leaves the default.
- * Whether a flag was given is cg_cli_given(o->args, &variable). */
+ * Whether a flag was given is cg_cli_given(o->args, &variable). A flag of
+ * one program goes into that program's table; a flag both models read
+ * goes into CG_TRAIN_RECIPE_FLAGS (a field of cg_train_recipe); a flag the
+ * trainer itself reads (e.g. a sharding switch) into CG_TRAIN_RUN_FLAGS (a
+ * field of cg_train_opts). The row's help lines are printed by --help in
+ * table order; a row with name NULL is a help line only. */
 #ifndef CG_MODELS_TRAIN_OPTIONS_H
 #define CG_MODELS_TRAIN_OPTIONS_H
 
@@ -44,6 +49,9 @@ typedef struct {
     double max_minutes;        /* --max-minutes: wall-time budget, 0 = none */
     uint64_t seed;
     const char *data, *out, *resume;
+    /* --init-from FILE (a program that has the flag: charlm): a new run from
+     * that checkpoint's weights (models/train/finetune.h) */
+    const char *init_from;
     bool force, skip_nonfinite;
     const char *precision_arg; /* --precision fp32|bf16 ("fp32"; saved in "options") */
     cg_precision precision;    /* of the matrix products (core/gemm.h), parsed */
@@ -81,6 +89,9 @@ typedef struct {
 void cg_train_opts_init(cg_train_opts *o);
 /* Defaults: norm_first true, vocab_size 4000, tokenizer char; the rest 0. */
 void cg_train_recipe_init(cg_train_recipe *r);
+/* Both, for a train command: o and r zeroed and initialised as above, with
+ * seed 1 and the program's default steps and eval_every. */
+void cg_train_init(cg_train_opts *o, cg_train_recipe *r, int64_t steps, int64_t eval_every);
 
 #define CG_TRAIN_BIG 1e12
 

@@ -27,8 +27,10 @@ bool cg_stepper_init(cg_stepper *s, const cg_trainer_model *m, int grad_accum, i
     }
     for (int i = 0; i < s->pl.n; i++) {
         const cg_tensor *p = s->pl.items[i].tensor;
-        s->op[i] = (cg_optim_param){s->pl.items[i].name, s->pl.items[i].tensor,
-                                    p->ndim >= 2 ? m->weight_decay_2d : m->weight_decay_1d};
+        if (p->requires_grad)
+            s->op[s->n_train++] = (cg_optim_param){
+                s->pl.items[i].name, s->pl.items[i].tensor,
+                p->ndim >= 2 ? m->weight_decay_2d : m->weight_decay_1d};
     }
     if (zero_stage < 0 || zero_stage > 1) {
         cg_set_error("ZeRO stage %d: only 0 and 1 exist", zero_stage);
@@ -39,28 +41,28 @@ bool cg_stepper_init(cg_stepper *s, const cg_trainer_model *m, int grad_accum, i
     if (cg_dist_size() > 1 && (s->zero || !(ov && !strcmp(ov, "0")))) {
         const char *mb = getenv("CG_DIST_BUCKET_MB");
         double bucket_mb = mb ? atof(mb) : 4.0;
-        cg_tensor **ps = malloc(sizeof *ps * (size_t)(s->pl.n ? s->pl.n : 1));
-        cg_optim_range *own = calloc((size_t)s->pl.n + 1, sizeof *own);
+        cg_tensor **ps = malloc(sizeof *ps * (size_t)(s->n_train ? s->n_train : 1));
+        cg_optim_range *own = calloc((size_t)s->n_train + 1, sizeof *own);
         if (!ps || !own) {
             free(ps);
             free(own);
             cg_set_error("out of memory");
             return false;
         }
-        for (int i = 0; i < s->pl.n; i++)
-            ps[i] = s->pl.items[i].tensor;
+        for (int i = 0; i < s->n_train; i++)
+            ps[i] = s->op[i].tensor;
         bucket_mb = bucket_mb > 0 ? bucket_mb : 4.0;
-        s->reducer = s->zero ? cg_dist_reducer_new_zero(s->pl.n, ps, bucket_mb)
-                             : cg_dist_reducer_new(s->pl.n, ps, bucket_mb);
+        s->reducer = s->zero ? cg_dist_reducer_new_zero(s->n_train, ps, bucket_mb)
+                             : cg_dist_reducer_new(s->n_train, ps, bucket_mb);
         if (s->reducer && s->zero && cg_dist_reducer_shards(s->reducer, own))
-            s->opt = cg_optim_new_sharded(&m->optim, s->pl.n, s->op, own);
+            s->opt = cg_optim_new_sharded(&m->optim, s->n_train, s->op, own);
         free(ps);
         free(own);
         if (!s->reducer || (s->zero && !s->opt))
             return false;
     }
     if (!s->zero)
-        s->opt = cg_optim_new(&m->optim, s->pl.n, s->op);
+        s->opt = cg_optim_new(&m->optim, s->n_train, s->op);
     return s->opt != NULL;
 }
 
@@ -70,7 +72,7 @@ const cg_optim *cg_stepper_full_optim(cg_stepper *s, cg_optim **owned)
     if (!s->zero)
         return s->opt;
     cg_optim_config cfg = cg_optim_get_config(s->opt);
-    cg_optim *full = cg_dist_is_root() ? cg_optim_new(&cfg, s->pl.n, s->op) : NULL;
+    cg_optim *full = cg_dist_is_root() ? cg_optim_new(&cfg, s->n_train, s->op) : NULL;
     /* every rank takes part, even when rank 0 could not allocate */
     bool ok = cg_dist_gather_optim(s->opt, full);
     if (!ok || !cg_dist_is_root()) {
@@ -88,12 +90,12 @@ static bool local_grads_finite(const cg_stepper *st)
 {
     if (!st->zero)
         return cg_optim_grads_finite(st->opt, NULL);
-    for (int i = 0; i < st->pl.n; i++) {
-        cg_tensor *p = st->pl.items[i].tensor;
+    for (int i = 0; i < st->n_train; i++) {
+        cg_tensor *p = st->op[i].tensor;
         int64_t at = -1;
         if (cg_first_nonfinite_grad(1, &p, &at) == 0) {
             cg_set_error("non-finite gradient: '%s' has a NaN or Inf at element %lld",
-                         st->pl.items[i].name, (long long)at);
+                         st->op[i].name, (long long)at);
             return false;
         }
     }

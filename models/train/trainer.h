@@ -28,7 +28,6 @@
  *              what a checkpoint fixes and saves (how to add a flag: there)
  *   state.h    the trainer's state in a checkpoint, saved and restored
  *   stepper.h  one optimizer step
- *   jline.h    one-line JSON objects
  *   run.h      what a model plugs in, and the trainer's record of a run
  *   trainer.c  the loop (this header). */
 #ifndef CG_MODELS_TRAINER_H
@@ -42,7 +41,6 @@
 #include "core/tensor.h"
 #include "models/text/tokenizer.h"
 #include "models/train/dist.h"
-#include "models/train/jline.h"
 #include "models/train/options.h"
 #include "models/train/outfile.h"
 #include "models/train/prog.h"
@@ -78,6 +76,12 @@ void cg_trainer_init(cg_trainer *t, cg_train_opts *o);
  * must be the same bytes (a moved copy named by --data is fine): false +
  * error naming the difference otherwise. */
 bool cg_trainer_set_data(cg_trainer *t, const cg_data_id *id);
+/* A fine-tuning run (--init-from, models/train/finetune.h): it starts from
+ * the checkpoint at path (f: that file, open), which its checkpoints
+ * record; with adapters, the module's trainable parameters are LoRA
+ * adapters and the checkpoints hold only them. (Resuming, the trainer
+ * reads both from the checkpoint.) False + error. */
+bool cg_trainer_set_origin(cg_trainer *t, const char *path, const cg_st_file *f, bool adapters);
 /* Train from t->start to o->steps (or a stop), then finish: save, the
  * model's final evaluation, the JSON line. Returns the exit code. */
 int cg_trainer_run(cg_trainer *t, const cg_trainer_model *m);
