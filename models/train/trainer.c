@@ -370,8 +370,8 @@ static int setup(run_ctx *c)
     c->opt = c->st.opt;
     if (t->o->zero && cg_dist_is_root()) {
         int64_t n = 0;
-        for (int i = 0; i < c->st.pl.n; i++)
-            n += cg_numel(c->st.pl.items[i].tensor);
+        for (int i = 0; i < c->st.n_train; i++)
+            n += cg_numel(c->st.op[i].tensor);
         double whole = (double)n * (m->optim.type == CG_OPTIM_SGD ? 1 : 2) * sizeof(float);
         fprintf(stderr, "%s: ZeRO-1 over %d rank(s): optimizer state %.2f MB on rank 0 (%.2f MB "
                 "unsharded)%s\n", cg_prog_name(), cg_dist_size(),
