@@ -19,6 +19,7 @@ usage: check_sizes.py SOURCE_ROOT [--list N]
   exit 0: clean; 1: each offender printed (file:line: name: N lines, limit L).
   --list N prints every function of N lines or more, longest first, and exits 0.
 """
+import bisect
 import os
 import re
 import sys
@@ -122,6 +123,7 @@ def functions(text):
     """(name, first line, last line, signature offset) of every function."""
     code, comments = strip(text)
     found = []
+    newlines = [k for k, ch in enumerate(code) if ch == "\n"]
     stack = []  # per open brace: True when it is transparent (extern "C", namespace)
     last_end = 0  # offset after the last top-level terminator
     i, n = 0, len(code)
@@ -153,8 +155,8 @@ def functions(text):
                     depth -= 1
                 j += 1
             if name:
-                first = code.count("\n", 0, start) + 1
-                last = code.count("\n", 0, j - 1) + 1
+                first = bisect.bisect_left(newlines, start) + 1
+                last = bisect.bisect_left(newlines, j - 1) + 1
                 found.append((name, first, last, start))
             i = j
             last_end = j
