@@ -38,19 +38,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int64_t steps = 7;
     uint64_t seed = 3;
     double lr = 0.5, wide = 0.0;
-    bool flag_b = false, sw = false, seen_steps = false, seen_lr = false, help = false;
+    bool flag_b = false, sw = false, help = false;
     const char *str = NULL;
     const cg_cli_opt opts[] = {
-        {"--steps", CG_CLI_I64, &steps, 1, 1e6, &seen_steps},
-        {"--seed", CG_CLI_U64, &seed, 0, 0, NULL},
-        {"--lr", CG_CLI_F64, &lr, 0, 10, &seen_lr},
-        {"--wide", CG_CLI_F64, &wide, -1e300, 1e300, NULL},
-        {"--norm-first", CG_CLI_BOOL, &flag_b, 0, 0, NULL},
-        {"--out", CG_CLI_STR, &str, 0, 0, NULL},
-        {"--quiet", CG_CLI_SWITCH, &sw, 0, 0, NULL},
+        {"--steps", CG_CLI_I64, &steps, 1, 1e6, NULL, 0},
+        {"--seed", CG_CLI_U64, &seed, 0, 0, NULL, 0},
+        {"--lr", CG_CLI_F64, &lr, 0, 10, NULL, 0},
+        {"--wide", CG_CLI_F64, &wide, -1e300, 1e300, NULL, 0},
+        {"--norm-first", CG_CLI_BOOL, &flag_b, 0, 0, NULL, 0},
+        {"--out", CG_CLI_STR, &str, 0, 0, NULL, 0},
+        {"--quiet", CG_CLI_SWITCH, &sw, 0, 0, NULL, 0},
     };
     cg_clear_error();
-    bool ok = cg_cli_parse(argc, argv, opts, (int)(sizeof opts / sizeof opts[0]), &help);
+    cg_cli_args args = {.opts = opts, .n = (int)(sizeof opts / sizeof opts[0])};
+    bool ok = cg_cli_parse_args(argc, argv, &args, &help);
+    bool seen_steps = cg_cli_given(&args, &steps), seen_lr = cg_cli_given(&args, &lr);
     if (!ok) {
         CG_FUZZ_CHECK(cg_last_error()[0] != '\0' && !help);
     } else {

@@ -323,23 +323,36 @@ static char *local_of(const char *path)
     return (char *)(dot ? dot + 1 : path);
 }
 
-bool cg_lora_save(const cg_module *root, const char *path)
+/* A float as the shortest decimal that reads back as it (0.2f as 0.2, not
+ * 0.200000003), as PEFT's JSON has it. */
+static double short_decimal(float x)
 {
-    if (!root || !path)
+    char b[32];
+    for (int digits = 6; digits < 9; digits++) {
+        snprintf(b, sizeof b, "%.*g", digits, (double)x);
+        if ((float)strtod(b, NULL) == x)
+            return strtod(b, NULL);
+    }
+    return (double)x;
+}
+
+bool cg_lora_write(const cg_module *root, cg_st_writer *w)
+{
+    if (!root || !w)
         return false;
     lora_list l;
     if (!list_loras(root, &l))
         return false;
     bool ok = true;
     if (l.n == 0) {
-        cg_set_error("LoRA save %s: the %s has no adapters", path, root->type);
+        cg_set_error("LoRA save: the %s has no adapters", root->type);
         ok = false;
     }
     for (int i = 1; ok && i < l.n; i++)
         if (l.items[i]->r != l.items[0]->r || l.items[i]->alpha != l.items[0]->alpha ||
             l.items[i]->dropout->p != l.items[0]->dropout->p) {
-            cg_set_error("LoRA save %s: adapters '%s' and '%s' differ in r, alpha or dropout",
-                         path, l.paths[0], l.paths[i]);
+            cg_set_error("LoRA save: adapters '%s' and '%s' differ in r, alpha or dropout",
+                         l.paths[0], l.paths[i]);
             ok = false;
         }
     cJSON *cfg = ok ? cJSON_CreateObject() : NULL;
@@ -348,8 +361,8 @@ bool cg_lora_save(const cg_module *root, const char *path)
     if (ok && targets) {
         cJSON_AddStringToObject(cfg, "peft_type", "LORA");
         cJSON_AddNumberToObject(cfg, "r", l.items[0]->r);
-        cJSON_AddNumberToObject(cfg, "lora_alpha", l.items[0]->alpha);
-        cJSON_AddNumberToObject(cfg, "lora_dropout", l.items[0]->dropout->p);
+        cJSON_AddNumberToObject(cfg, "lora_alpha", short_decimal(l.items[0]->alpha));
+        cJSON_AddNumberToObject(cfg, "lora_dropout", short_decimal(l.items[0]->dropout->p));
         for (int i = 0; i < l.n; i++) { /* local names, each once */
             const char *nm = local_of(l.paths[i]);
             bool seen = false;
@@ -365,11 +378,10 @@ bool cg_lora_save(const cg_module *root, const char *path)
     cJSON_Delete(targets);
     cJSON_Delete(cfg);
     if (ok && !json) {
-        cg_set_error("LoRA save %s: out of memory", path);
+        cg_set_error("LoRA save: out of memory");
         ok = false;
     }
-    cg_st_writer *w = ok ? cg_st_writer_new() : NULL;
-    ok = ok && w && cg_st_set_metadata(w, "format", "pt") &&
+    ok = ok && cg_st_set_metadata(w, "format", "pt") &&
          cg_st_set_metadata(w, "adapter_config", json);
     for (int i = 0; ok && i < l.n; i++) {
         char *ka = key_of(l.paths[i], "lora_A"), *kb = key_of(l.paths[i], "lora_B");
@@ -378,10 +390,21 @@ bool cg_lora_save(const cg_module *root, const char *path)
         free(ka);
         free(kb);
     }
-    ok = ok && cg_st_writer_save(w, path);
-    cg_st_writer_free(w);
     free(json);
     lora_list_free(&l);
+    return ok;
+}
+
+bool cg_lora_save(const cg_module *root, const char *path)
+{
+    if (!root || !path)
+        return false;
+    cg_st_writer *w = cg_st_writer_new();
+    bool ok = w && cg_lora_write(root, w);
+    if (!ok && w)
+        cg_prefix_error("%s: ", path);
+    ok = ok && cg_st_writer_save(w, path);
+    cg_st_writer_free(w);
     return ok;
 }
 
@@ -419,12 +442,11 @@ static bool read_config(const cg_st_file *f, const char *path, cg_lora_config *c
     return ok;
 }
 
-bool cg_lora_load(cg_module *root, const char *path)
+/* cg_lora_read; all: every tensor of f must be an adapter's (cg_lora_load),
+ * else those outside "base_model.model." are the caller's. */
+static bool lora_read(cg_module *root, const cg_st_file *f, const char *path, bool all)
 {
-    if (!root || !path)
-        return false;
-    cg_st_file *f = cg_st_open(path);
-    if (!f)
+    if (!root || !f || !path)
         return false;
     cg_lora_config cfg = {0};
     char **targets = NULL;
@@ -454,7 +476,7 @@ bool cg_lora_load(cg_module *root, const char *path)
                      *missing ? ", " : "", keys[i]);
     }
     for (int i = 0; ok && i < cg_st_count(f); i++) {
-        bool used = false;
+        bool used = !all && strncmp(cg_st_name(f, i), PEFT_PREFIX, strlen(PEFT_PREFIX)) != 0;
         for (int k = 0; !used && k < 2 * l.n; k++)
             used = !strcmp(keys[k], cg_st_name(f, i));
         if (!used)
@@ -493,6 +515,20 @@ bool cg_lora_load(cg_module *root, const char *path)
         free(targets[i]);
     free(targets);
     lora_list_free(&l);
+    return ok;
+}
+
+bool cg_lora_read(cg_module *root, const cg_st_file *f, const char *path)
+{
+    return lora_read(root, f, path, false);
+}
+
+bool cg_lora_load(cg_module *root, const char *path)
+{
+    if (!root || !path)
+        return false;
+    cg_st_file *f = cg_st_open(path);
+    bool ok = f && lora_read(root, f, path, true);
     cg_st_close(f);
     return ok;
 }

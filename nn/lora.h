@@ -80,12 +80,20 @@ int cg_lora_unmerge_all(cg_module *root);
  * "lora_dropout": .., "target_modules": [..]}. All adapters must share r,
  * alpha and dropout. Merged adapters are saved as they are (A and B). */
 bool cg_lora_save(const cg_module *root, const char *path);
+/* cg_lora_save's tensors and metadata added to w, for a file that holds more
+ * (the zoo's adapter checkpoints add their optimizer state and training
+ * state: models/train/finetune.h). False + error. */
+bool cg_lora_write(const cg_module *root, cg_st_writer *w);
 /* Read such a file onto a model built without adapters (base weights
  * loaded): attaches adapters by its adapter_config (as cg_lora_attach_all)
  * and copies A and B. Strict: a file tensor that no adapter takes, or an
  * adapter the file does not hold, is an error listing them. On error the
  * model may have adapters attached with their fresh values. */
 bool cg_lora_load(cg_module *root, const char *path);
+/* cg_lora_load from an open file f (path names it in messages), strict
+ * among the tensors under "base_model.model." only: the others are the
+ * caller's (a zoo adapter checkpoint's "optim.*"). */
+bool cg_lora_read(cg_module *root, const cg_st_file *f, const char *path);
 
 #ifdef __cplusplus
 }

@@ -554,7 +554,11 @@ static int run_fixture(const char *path)
     if (!cg_module_params(m.model, &params))
         goto out;
     check_param_names(&fr, f, &params, m.model);
-    if (!cg_module_load(m.model, f, NULL))
+    /* a fixture holds, beside the parameters, the inputs, the expected
+     * results and gradients, and the parameters after one step */
+    const char *const fixture_extras[] = {"input.*", "expect.*", "grad.*", "step1.*"};
+    cg_load_options lo = {.n_ignore = 4, .ignore = fixture_extras};
+    if (!cg_module_load_ex(m.model, f, &lo))
         goto out;
 
     /* forward, loss */

@@ -147,8 +147,8 @@ START_TEST(test_prog_helpers)
 {
     int64_t beam = 1;
     bool no_cache = false;
-    const cg_cli_opt opts[] = {{"--beam", CG_CLI_I64, &beam, 1, 10, NULL},
-                               {"--no-cache", CG_CLI_SWITCH, &no_cache, 0, 0, NULL}};
+    const cg_cli_opt opts[] = {{"--beam", CG_CLI_I64, &beam, 1, 10, NULL, 0},
+                               {"--no-cache", CG_CLI_SWITCH, &no_cache, 0, 0, NULL, 0}};
     char *argv[] = {"--beam", "3", "hello", "--no-cache", "world", "--", "--beam", NULL};
     int np = -1;
     ck_assert_int_eq(cg_prog_parse_pos(7, argv, opts, 2, "help", &np), -1);
@@ -1154,7 +1154,7 @@ START_TEST(test_grad_accum_per_token)
                                .lr = accum_lr};
         static cg_trainer_model keep[2];
         keep[i] = tm;
-        ck_assert_msg(cg_stepper_init(&st[i], &keep[i], i == 0 ? 4 : 1), "%s", cg_last_error());
+        ck_assert_msg(cg_stepper_init(&st[i], &keep[i], i == 0 ? 4 : 1, 0), "%s", cg_last_error());
     }
     for (int64_t s = 1; s <= 20; s++) {
         double l[2], tok[2];

@@ -23,6 +23,7 @@
 #include "models/util/cli.h"
 #include "models/data/data.h"
 #include "models/charlm/sampling.h"
+#include "models/train/options.h"
 #include "models/train/train_common.h"
 #include "models/text/vocab.h"
 #include "testutil.h"
@@ -326,6 +327,78 @@ START_TEST(test_vocab_and_utf8)
     ck_assert(!cg_cli_parse_f64("--lr", "nan", 0, 1, &f));
     ck_assert(!cg_cli_parse_f64("--lr", "1e-3e", 0, 1, &f));
     ck_assert(cg_cli_parse_f64("--lr", "1e-3", 0, 1, &f) && f == 1e-3);
+}
+END_TEST
+
+/* ------------------------------------------------------- flag tables */
+/* A train command's flags are one table (models/train/options.h): the parse
+ * says which were given (in command-line order), the fixed ones are named
+ * for --resume, the saved ones round-trip through a checkpoint's "options",
+ * and --help is the rows' lines in order. */
+START_TEST(test_flag_table)
+{
+    int64_t rank = 0, steps = 7;
+    double alpha = 1.5;
+    bool zero = false;
+    const char *name = "fp32";
+    const cg_cli_opt opts[] = {
+        {NULL, 0, NULL, 0, 0, "heading\n", 0},
+        {"--rank", CG_CLI_I64, &rank, 0, 64, "  --rank N\n", CG_CLI_FIXED | CG_CLI_SAVED},
+        {"--alpha", CG_CLI_F64, &alpha, 0, 100, "  --alpha A\n", CG_CLI_SAVED},
+        {"--zero", CG_CLI_SWITCH, &zero, 0, 0, "  --zero\n", CG_CLI_SAVED},
+        {"--name", CG_CLI_STR, &name, 0, 0, NULL, CG_CLI_FIXED | CG_CLI_SAVED},
+        {"--steps", CG_CLI_I64, &steps, 1, 100, "  --steps N\n", 0},
+    };
+    cg_cli_args a = {.opts = opts, .n = 6};
+    char *argv[] = {"--name=bf16", "--steps", "9", "--rank", "8", "--zero", "--rank", "4"};
+    bool help;
+    ck_assert(cg_cli_parse_args(8, argv, &a, &help) && !help);
+    ck_assert(rank == 4 && steps == 9 && zero && !strcmp(name, "bf16") && alpha == 1.5);
+    ck_assert(cg_cli_given(&a, &rank) && cg_cli_given(&a, &steps) && !cg_cli_given(&a, &alpha));
+    ck_assert(!cg_cli_given(NULL, &rank));
+    char buf[128];
+    ck_assert(cg_cli_given_list(&a, CG_CLI_FIXED, buf, sizeof buf));
+    ck_assert_str_eq(buf, "--name, --rank");
+    ck_assert(cg_cli_given_list(&a, CG_CLI_SAVED, buf, sizeof buf));
+    ck_assert_str_eq(buf, "--name, --rank, --zero");
+    char *none[] = {"--alpha", "2"};
+    ck_assert(cg_cli_parse_args(2, none, &a, &help));
+    ck_assert(!cg_cli_given_list(&a, CG_CLI_FIXED, buf, sizeof buf) && buf[0] == '\0');
+    /* saved options: written with their names, read back exactly */
+    cJSON *j = cJSON_CreateObject();
+    alpha = 0.1;
+    ck_assert(cg_train_options_save(&a, j));
+    char *text = cJSON_PrintUnformatted(j);
+    ck_assert_str_eq(text, "{\"rank\":4,\"alpha\":\"0.10000000000000001\",\"zero\":true,"
+                           "\"name\":\"bf16\"}");
+    free(text);
+    rank = 0;
+    alpha = 0;
+    zero = false;
+    name = "fp32";
+    ck_assert(cg_train_options_restore(&a, j, "x"));
+    ck_assert(rank == 4 && alpha == 0.1 && zero && !strcmp(name, "bf16"));
+    /* an option the checkpoint predates keeps its default; a bad one is named */
+    cJSON_DeleteItemFromObject(j, "zero");
+    zero = false;
+    ck_assert(cg_train_options_restore(&a, j, "x") && !zero);
+    cJSON_ReplaceItemInObject(j, "rank", cJSON_CreateNumber(65));
+    ck_assert(!cg_train_options_restore(&a, j, "x"));
+    ck_assert_msg(strstr(cg_last_error(), "x: \"rank\" is 65"), "%s", cg_last_error());
+    ck_assert(cg_train_options_restore(&a, NULL, "x")); /* written before options */
+    cJSON_Delete(j);
+    /* --help: the rows' lines in table order */
+    char *hb = NULL;
+    size_t hn = 0;
+    FILE *hf = open_memstream(&hb, &hn);
+    cg_cli_help(hf, opts, 6);
+    fclose(hf);
+    ck_assert_str_eq(hb, "heading\n  --rank N\n  --alpha A\n  --zero\n  --steps N\n");
+    free(hb);
+    /* a help-only row is no flag */
+    char *head[] = {"heading"};
+    ck_assert(!cg_cli_parse_args(1, head, &a, &help));
+    ck_assert_msg(strstr(cg_last_error(), "unexpected argument"), "%s", cg_last_error());
 }
 END_TEST
 
@@ -1055,6 +1128,7 @@ static Suite *zoo_suite(void)
     tcase_add_test(t, test_checkpoint_round_trip);
     tcase_add_test(t, test_history_json);
     tcase_add_test(t, test_history_long);
+    tcase_add_test(t, test_flag_table);
     tcase_add_test(t, test_generate_text_streams);
     tcase_add_test(t, test_corpus_bpe);
     suite_add_tcase(s, t);

@@ -3,7 +3,7 @@
  *
  *   build/tools/bench --model charlm|seq2seq --preset tiny|base --threads N
  *                      --steps S --warmup W [--seed K] [--T len] [--batch-size B]
- *                      [--precision fp32|bf16] [--recompute]
+ *                      [--precision fp32|bf16] [--recompute] [--zero 0|1]
  *
  * A step is zero_grad + forward + loss + backward + AdamW step (lr 1e-3,
  * betas 0.9/0.98, eps 1e-9, weight decay 0.01, as the peer; no clipping),
@@ -16,7 +16,10 @@
  *   gemm_gflops, cpu_ms_median (process CPU time per step: a load-robust
  *   measure on a shared machine), final_loss (thread counts must agree), and
  *   rss_mb_step10 / rss_mb_last: the resident set after the 10th step and
- *   after the last (flat memory: the two agree).
+ *   after the last (flat memory: the two agree). Under mpirun: ranks,
+ *   overlap, comm_exposed_ms_median, and with --zero 1 (ZeRO-1, the
+ *   trainers' flag) zero, optim_state_mb (the optimizer state this rank
+ *   holds, largest over ranks) and peak_rss_mb_max_rank.
  *
  * MFU = model FLOPs per second / the sgemm rate measured at start-up
  * (1024^3, same thread count, best of 5). Model FLOPs per step follow the
@@ -74,6 +77,7 @@ static int usage(const char *msg)
             "usage: bench [--model charlm|seq2seq] [--preset tiny|base] [--threads N>=1]\n"
             "             [--steps S>=1] [--warmup W>=0] [--seed K] [--T len] [--d width]\n"
             "             [--batch-size B] [--precision fp32|bf16] [--recompute]\n"
+            "             [--zero 0|1]\n"
             "Times S training steps (zero grad, forward, loss, backward, AdamW) after W\n"
             "untimed ones on random data; prints one JSON line (see torch_peer.py).\n");
     return 0;
@@ -178,6 +182,7 @@ static double bm_lr(void *self, int64_t step)
 typedef struct {
     const char *model, *preset, *precision;
     int64_t threads, steps, warmup, seed, T, d, B; /* T, d, B: 0 = the preset's */
+    int64_t zero;                                  /* ZeRO stage: 0 or 1 */
     bool recompute;
 } bench_args;
 
@@ -188,17 +193,18 @@ static int parse_args(int argc, char **argv, bench_args *a)
     *a = (bench_args){.model = "charlm", .preset = "tiny", .precision = "fp32", .steps = 20,
                       .warmup = 5};
     const cg_cli_opt opts[] = {
-        {"--model", CG_CLI_STR, &a->model, 0, 0, NULL},
-        {"--preset", CG_CLI_STR, &a->preset, 0, 0, NULL},
-        {"--threads", CG_CLI_I64, &a->threads, 1, 1024, NULL},
-        {"--steps", CG_CLI_I64, &a->steps, 1, 1000000, NULL},
-        {"--warmup", CG_CLI_I64, &a->warmup, 0, 1000000, NULL},
-        {"--seed", CG_CLI_I64, &a->seed, 0, 0x1p62, NULL},
-        {"--T", CG_CLI_I64, &a->T, 1, 65536, NULL},
-        {"--d", CG_CLI_I64, &a->d, 1, 65536, NULL},
-        {"--batch-size", CG_CLI_I64, &a->B, 1, 65536, NULL},
-        {"--precision", CG_CLI_STR, &a->precision, 0, 0, NULL},
-        {"--recompute", CG_CLI_SWITCH, &a->recompute, 0, 0, NULL}, /* as the trainers' */
+        {"--model", CG_CLI_STR, &a->model, 0, 0, NULL, 0},
+        {"--preset", CG_CLI_STR, &a->preset, 0, 0, NULL, 0},
+        {"--threads", CG_CLI_I64, &a->threads, 1, 1024, NULL, 0},
+        {"--steps", CG_CLI_I64, &a->steps, 1, 1000000, NULL, 0},
+        {"--warmup", CG_CLI_I64, &a->warmup, 0, 1000000, NULL, 0},
+        {"--seed", CG_CLI_I64, &a->seed, 0, 0x1p62, NULL, 0},
+        {"--T", CG_CLI_I64, &a->T, 1, 65536, NULL, 0},
+        {"--d", CG_CLI_I64, &a->d, 1, 65536, NULL, 0},
+        {"--batch-size", CG_CLI_I64, &a->B, 1, 65536, NULL, 0},
+        {"--precision", CG_CLI_STR, &a->precision, 0, 0, NULL, 0},
+        {"--recompute", CG_CLI_SWITCH, &a->recompute, 0, 0, NULL, 0}, /* as the trainers' */
+        {"--zero", CG_CLI_I64, &a->zero, 0, 1, NULL, 0},               /* as the trainers' */
     };
     bool help;
     char msg[256];
@@ -378,9 +384,11 @@ static bool time_steps(cg_stepper *st, bench_model *bm, const batches *bt, long 
     return ok;
 }
 
+/* worst: the peak resident set (MB) and the optimizer state (MB), the
+ * largest over ranks. */
 static void print_json(const bench_args *a, const preset *p, cg_precision precision,
                        long threads, int64_t n_params, double flops_step, double peak_gflops,
-                       bool overlap, const timings *tm)
+                       bool overlap, const timings *tm, const double worst[2])
 {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
@@ -395,7 +403,8 @@ static void print_json(const bench_args *a, const preset *p, cg_precision precis
            "\"gemm_gflops\": %s, \"gemm_path\": %s, \"T\": %lld, \"B\": %lld, \"d\": %lld, "
            "\"cpu_ms_median\": %s, \"final_loss\": %s, \"rss_mb_step10\": %s, "
            "\"rss_mb_last\": %s, \"recompute\": %s, \"ranks\": %d, \"overlap\": %s, "
-           "\"comm_exposed_ms_median\": %s}\n",
+           "\"comm_exposed_ms_median\": %s, \"zero\": %ld, \"optim_state_mb\": %s, "
+           "\"peak_rss_mb_max_rank\": %s}\n",
            CG_JSON_STR(a->model), CG_JSON_STR(a->preset),
            CG_JSON_STR(cg_precision_name(precision)), threads, (long long)tokens,
            CG_JSON_NUM("%.3f", med * 1e3),
@@ -406,7 +415,8 @@ static void print_json(const bench_args *a, const preset *p, cg_precision precis
            (long long)p->d, CG_JSON_NUM("%.3f", tm->cmed * 1e3),
            CG_JSON_NUM("%.9g", (double)tm->last_loss), CG_JSON_NUM("%.1f", tm->rss10),
            CG_JSON_NUM("%.1f", tm->rss_last), a->recompute ? "true" : "false", cg_dist_size(),
-           overlap ? "true" : "false", CG_JSON_NUM("%.3f", tm->emed * 1e3));
+           overlap ? "true" : "false", CG_JSON_NUM("%.3f", tm->emed * 1e3), (long)a->zero,
+           CG_JSON_NUM("%.2f", worst[1]), CG_JSON_NUM("%.1f", worst[0]));
 }
 
 static int run(int argc, char **argv)
@@ -442,7 +452,7 @@ static int run(int argc, char **argv)
                            .weight_decay_2d = 0.01, .weight_decay_1d = 0.01, .self = &bm,
                            .batch = bm_batch, .loss = bm_loss, .lr = bm_lr};
     cg_stepper st;
-    if (!cg_stepper_init(&st, &tm, 1)) {
+    if (!cg_stepper_init(&st, &tm, 1, (int)a.zero)) {
         fprintf(stderr, "bench: %s\n", cg_last_error());
         return 1;
     }
@@ -457,8 +467,16 @@ static int run(int argc, char **argv)
     timings t;
     if (!time_steps(&st, &bm, &bt, (long)a.warmup, (long)a.steps, &t))
         return 1;
+    /* the largest over ranks (collective: every rank reaches it) */
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    double worst[2] = {(double)ru.ru_maxrss / 1024.0, (double)cg_optim_state_bytes(st.opt) / 1e6};
+    if (!cg_dist_allreduce_max(worst, 2)) {
+        fprintf(stderr, "bench: %s\n", cg_last_error());
+        return 1;
+    }
     print_json(&a, &p, precision, threads, n_params, flops_step, peak_gflops, st.reducer != NULL,
-               &t);
+               &t, worst);
     for (int b = 0; b < NB; b++)
         free(bt.src[b]), free(bt.tin[b]), free(bt.tout[b]);
     cg_stepper_free(&st);

@@ -9,6 +9,7 @@
 #include "models/text/tokenizer.h"
 #include "models/text/vocab.h"
 #include "models/train/checkpoint.h"
+#include "models/train/finetune.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -23,12 +24,31 @@ typedef struct {
     cg_vocab *vocab;    /* a char tokenizer's vocabulary (borrowed from tok), else NULL */
     int64_t step;       /* 0 if absent */
     cg_st_file *file;   /* owned, open: for cg_optim_load and "train" */
+    /* a fine-tuned model (models/train/finetune.h): where it started from */
+    cg_ft_origin origin;
+    bool has_origin;
+    bool adapter;       /* an adapter checkpoint: model = its base + the adapters */
+    char *base_path;    /* then the base loaded (owned) */
 } cg_charlm_ckpt;
+
+/* How a checkpoint is loaded (cg_charlm_ckpt_load_opts). */
+typedef struct {
+    const char *base; /* an adapter checkpoint's base instead of the one it recorded (--base) */
+    uint64_t seed;    /* of the model's generators (cg_charlm_new): its dropout masks */
+    double dropout;   /* the model's dropout instead of the config's; NaN: the config's */
+} cg_charlm_load_opts;
 
 /* Load a checkpoint. False + error when the file is missing or corrupt, is
  * not a "charlm" checkpoint, or its config, vocabulary or parameters do not
- * agree. On success free with cg_charlm_ckpt_free. */
+ * agree. An adapter checkpoint loads its base (the file it recorded) with
+ * the adapters attached; an error names the base when it is missing,
+ * damaged, of another shape or not the same file. On success free with
+ * cg_charlm_ckpt_free. */
 bool cg_charlm_ckpt_load(const char *path, cg_charlm_ckpt *out);
+/* cg_charlm_ckpt_load with options (NULL: the defaults, base NULL, seed 0,
+ * dropout NaN). */
+bool cg_charlm_ckpt_load_opts(const char *path, const cg_charlm_load_opts *o,
+                              cg_charlm_ckpt *out);
 void cg_charlm_ckpt_free(cg_charlm_ckpt *c);
 /* The "train" metadata (borrowed) or NULL. */
 const char *cg_charlm_ckpt_train_json(const cg_charlm_ckpt *c);

@@ -36,6 +36,7 @@
 #define WEIGHT_DECAY 0.1
 #define CLIP_NORM 1.0
 #define BATCH_SEED_MIX 0xd1b54a32d192ed03ULL /* batch stream != init stream */
+#define LORA_SEED_MIX 0x2545f4914f6cdd1dULL  /* the adapters' A != the other streams */
 
 /* Read the corpus once (models/data/data.h cg_corpus_read_tok: any stream, the
  * input limit) through *tok, or through a new tokenizer of kind made into
@@ -55,17 +56,7 @@ static const char TRAIN_HELP[] =
     "Train the character language model (recipe: shared/reference/train_charlm.py:\n"
     "AdamW betas (0.9, 0.99), weight decay 0.1 on 2-D parameters, clipping at norm 1,\n"
     "100 warmup steps then cosine down to lr/10).\n"
-    "charlm's own options and defaults:\n"
-    "  --preset NAME      tiny (d 128, H 4, 4 layers, d_ff 512, T 64, B 12; default)\n"
-    "                     or base (d 384, H 6, 6 layers, d_ff 1536, T 256, B 16)\n"
-    "  --layers N         transformer blocks (default from the preset)\n"
-    "  --block-size N     context length T (also --T)\n"
-    "  --batch-size N     windows per batch B (default from the preset)\n"
-    "  defaults: --data " DEFAULT_DATA " (made by scripts/prepare_data.sh),\n"
-    "  --out " DEFAULT_OUT ", --steps 2000, --eval-every 250, --lr 1e-3,\n"
-    "  --dropout 0, --label-smoothing 0, --norm layernorm, --act gelu, --norm-first true,\n"
-    "  --tokenizer char\n"
-    "\n";
+    "charlm's own options and defaults:\n";
 
 #define PRESETS cg_charlm_presets
 
@@ -125,7 +116,7 @@ static bool lm_evaluate(void *self, int64_t step, cg_eval_result *e)
     return ok;
 }
 
-static bool lm_finish(void *self, const cg_trainer *t, cg_jline *j)
+static bool lm_finish(void *self, const cg_trainer *t, cJSON *j)
 {
     (void)t;
     lm_run *r = self;
@@ -135,11 +126,11 @@ static bool lm_finish(void *self, const cg_trainer *t, cg_jline *j)
         return false;
     fprintf(stderr, PROG ": full validation split: %lld windows of %lld, loss %.4f\n",
             (long long)nwin, (long long)r->T, val_loss);
-    cg_jline_num(j, "train_loss", r->tl, 4);
-    cg_jline_num(j, "val_loss", val_loss, 4);
-    cg_jline_num(j, "val_loss_sampled", r->vl, 4);
-    cg_jline_num(j, "val_bpc", cg_corpus_val_bpc(r->corpus, val_loss), 4);
-    cg_jline_str(j, "tokenizer", cg_tokenizer_kind_name(r->tok->kind));
+    cg_json_put_num(j, "train_loss", "%.4f", r->tl);
+    cg_json_put_num(j, "val_loss", "%.4f", val_loss);
+    cg_json_put_num(j, "val_loss_sampled", "%.4f", r->vl);
+    cg_json_put_num(j, "val_bpc", "%.4f", cg_corpus_val_bpc(r->corpus, val_loss));
+    cg_json_put_str(j, "tokenizer", cg_tokenizer_kind_name(r->tok->kind));
     return true;
 }
 
@@ -163,30 +154,141 @@ static bool lm_state(void *self, cJSON *o)
 
 /* The config of a fresh run from the flags (checked before the data is
  * read; the vocabulary size comes later). */
-static int lm_config_from_flags(const cg_train_opts *o, const char *preset_name, int64_t T,
-                                int64_t B, cg_charlm_config *cfg, int64_t *Bout)
+static int lm_config_from_flags(const cg_cli_args *a, cg_train_recipe *rc,
+                                const char *preset_name, cg_charlm_config *cfg, int64_t *Bout)
 {
     const cg_train_preset *pr = cg_train_preset_find(PRESETS, CG_CHARLM_N_PRESETS, preset_name);
-    cg_train_preset p;
     *cfg = cg_charlm_config_default(); /* layernorm, gelu */
-    if (!pr || !cg_train_shape(o, pr, &p, &cfg->norm, &cfg->act))
+    if (!pr || !cg_train_shape(a, pr, rc, &cfg->norm, &cfg->act))
         return cg_prog_fail_lib(NULL);
-    cfg->d = p.d;
-    cfg->H = p.H;
-    cfg->layers = p.layers;
-    cfg->d_ff = p.d_ff;
-    cfg->max_len = T > 0 ? T : p.T;
-    cfg->norm_first = o->norm_first;
-    cfg->dropout = (float)o->dropout;
-    *Bout = B > 0 ? B : p.B;
+    const cg_train_preset *p = &rc->shape;
+    cfg->d = p->d;
+    cfg->H = p->H;
+    cfg->layers = p->layers;
+    cfg->d_ff = p->d_ff;
+    cfg->max_len = p->T;
+    cfg->norm_first = rc->norm_first;
+    cfg->dropout = (float)rc->dropout;
+    *Bout = p->B;
     return -1;
 }
 
-static int lm_train(lm_run *r, cg_trainer *t, cg_train_opts *o, const char *preset_name,
-                    int64_t T, int64_t B)
+/* The name of the given flag that writes to dst (--block-size or --T). */
+static const char *given_name(const cg_cli_args *a, const void *dst)
 {
+    for (int i = 0; i < a->n; i++)
+        if (a->opts[i].dst == dst && a->given[i])
+            return a->opts[i].name;
+    return "?";
+}
+
+/* --init-from: the shape and tokenizer flags given (cfg: the config they
+ * and the preset make) must agree with the base's; one message names
+ * every one that does not. */
+static int lm_check_base(const cg_cli_args *a, const cg_train_recipe *rec,
+                         const char *const *preset, const cg_charlm_config *cfg,
+                         const cg_charlm_ckpt *ck, const char *path)
+{
+    const cg_charlm_config *b = &ck->model->cfg;
+    const bool by_preset = cg_cli_given(a, preset);
+    char bad[512] = "";
+    int nbad = 0;
+#define CG_BAD(...)                                                                                  (snprintf(bad + strlen(bad), sizeof bad - strlen(bad), "%s", nbad++ ? ", " : ""),                 snprintf(bad + strlen(bad), sizeof bad - strlen(bad), __VA_ARGS__))
+    const struct {
+        const void *dst;
+        int64_t want, have;
+    } num[] = {{&rec->shape.d, cfg->d, b->d},
+               {&rec->shape.H, cfg->H, b->H},
+               {&rec->shape.layers, cfg->layers, b->layers},
+               {&rec->shape.d_ff, cfg->d_ff, b->d_ff},
+               {&rec->shape.T, cfg->max_len, b->max_len}};
+    bool preset_bad = false;
+    for (size_t i = 0; i < sizeof num / sizeof num[0]; i++) {
+        if (num[i].want == num[i].have)
+            continue;
+        if (cg_cli_given(a, num[i].dst))
+            CG_BAD("%s %lld", given_name(a, num[i].dst), (long long)num[i].want);
+        else
+            preset_bad = by_preset;
+    }
+    if (preset_bad)
+        CG_BAD("--preset %s", *preset);
+    if (rec->norm && cfg->norm != b->norm)
+        CG_BAD("--norm %s", rec->norm);
+    if (rec->act && cfg->act != b->act)
+        CG_BAD("--act %s", rec->act);
+    if (cg_cli_given(a, &rec->norm_first) && cfg->norm_first != b->norm_first)
+        CG_BAD("--norm-first %s", cfg->norm_first ? "true" : "false");
+    cg_tokenizer_kind kind = ck->tok->kind;
+    if (rec->tokenizer_arg && !cg_tokenizer_kind_parse(rec->tokenizer_arg, &kind)) {
+        cg_prog_fail("--tokenizer: %s", cg_last_error());
+        return CG_EXIT_USAGE;
+    }
+    if (kind != ck->tok->kind)
+        CG_BAD("--tokenizer %s", rec->tokenizer_arg);
+    if (cg_cli_given(a, &rec->vocab_size) && rec->vocab_size != cg_tokenizer_vocab_size(ck->tok))
+        CG_BAD("--vocab-size %lld", (long long)rec->vocab_size);
+#undef CG_BAD
+    if (nbad == 0)
+        return -1;
+    return cg_prog_fail("'%s' fixes the model's shape and tokenizer (d=%lld H=%lld layers=%lld "
+                        "d_ff=%lld T=%lld, %s, %lld ids); %s contradict%s it (drop %s)",
+                        path, (long long)b->d, (long long)b->H, (long long)b->layers,
+                        (long long)b->d_ff, (long long)b->max_len,
+                        cg_tokenizer_kind_name(ck->tok->kind),
+                        (long long)cg_tokenizer_vocab_size(ck->tok), bad, nbad > 1 ? "" : "s",
+                        nbad > 1 ? "them" : "it");
+}
+
+/* --init-from: the model and tokenizer from the base checkpoint (dropout
+ * from --dropout when given, masks from --seed), the flags checked against
+ * it, LoRA adapters attached when asked for, and the trainer told. */
+static int lm_init_from(lm_run *r, cg_trainer *t, const cg_train_opts *o,
+                        const cg_train_recipe *rec, const char *const *preset,
+                        const cg_charlm_config *cfg, const cg_ft_lora *lora)
+{
+    const cg_cli_args *a = o->args;
+    cg_charlm_load_opts lo = {
+        .seed = o->seed, .dropout = cg_cli_given(a, &rec->dropout) ? rec->dropout : NAN};
+    cg_charlm_ckpt ck;
+    if (!cg_charlm_ckpt_load_opts(o->init_from, &lo, &ck))
+        return cg_prog_fail("--init-from: %s", cg_last_error());
+    int rc = -1;
+    if (ck.adapter)
+        rc = cg_prog_fail("--init-from: '%s' is a LoRA adapter checkpoint (of the base '%s'); "
+                          "start from a full checkpoint: its base, or a full fine-tune",
+                          o->init_from, ck.base_path);
+    else
+        rc = lm_check_base(a, rec, preset, cfg, &ck, o->init_from);
+    /* the batch size: given, else the base's, else the preset's */
+    const cg_json_field fb = {"batch_size", CG_JF_I64, &r->B, 1, 1 << 20, true};
+    if (rc < 0 && !cg_cli_given(a, &rec->shape.B) &&
+        !cg_train_model_fields(cg_charlm_ckpt_train_json(&ck), o->init_from, "charlm", &fb, 1))
+        rc = cg_prog_fail_lib(NULL);
+    if (rc < 0) {
+        r->model = ck.model;
+        r->tok = ck.tok;
+        ck.model = NULL;
+        ck.tok = NULL;
+        cg_rng g = cg_rng_new(o->seed ^ LORA_SEED_MIX);
+        if (lora->rank > 0 &&
+            cg_ft_lora_attach(CG_MODULE(r->model), lora, &g, &r->model->dropout_rng) < 0)
+            rc = cg_prog_fail("%s", cg_last_error());
+        else if (!cg_trainer_set_origin(t, o->init_from, ck.file, lora->rank > 0))
+            rc = cg_prog_fail("--init-from: %s", cg_last_error());
+    }
+    cg_charlm_ckpt_free(&ck);
+    return rc;
+}
+
+static int lm_train(lm_run *r, cg_trainer *t, cg_train_opts *o, cg_train_recipe *rec,
+                    const char *const *preset, const cg_ft_lora *lora, const char *base)
+{
+    const char *preset_name = *preset;
     cg_charlm_config cfg;
-    int rc = o->resume ? -1 : lm_config_from_flags(o, preset_name, T, B, &cfg, &r->B);
+    int rc = o->resume ? -1 : lm_config_from_flags(o->args, rec, preset_name, &cfg, &r->B);
+    if (rc < 0 && o->init_from)
+        rc = lm_init_from(r, t, o, rec, preset, &cfg, lora);
     if (rc >= 0)
         return rc;
     if (!o->data)
@@ -194,8 +296,14 @@ static int lm_train(lm_run *r, cg_trainer *t, cg_train_opts *o, const char *pres
     cg_data_id id;
     if (o->resume) {
         cg_charlm_ckpt ck;
-        if (!cg_charlm_ckpt_load(o->resume, &ck))
+        const cg_charlm_load_opts lo = {.base = base, .seed = 0, .dropout = NAN};
+        if (!cg_charlm_ckpt_load_opts(o->resume, &lo, &ck))
             return cg_prog_fail_lib(NULL);
+        if (base && !ck.adapter) {
+            cg_charlm_ckpt_free(&ck);
+            return cg_prog_fail("--base: '%s' is not a LoRA adapter checkpoint (it holds its "
+                                "whole model)", o->resume);
+        }
         r->model = ck.model;
         r->tok = ck.tok;
         ck.model = NULL;
@@ -205,17 +313,19 @@ static int lm_train(lm_run *r, cg_trainer *t, cg_train_opts *o, const char *pres
             rc = cg_prog_fail_lib(NULL);
         else if (!(r->corpus = read_corpus(o->data, &r->tok, CG_TOK_CHAR, 0, &id)))
             rc = cg_prog_fail_lib(NULL);
-    } else if (!(r->corpus = read_corpus(o->data, &r->tok, o->tokenizer, o->vocab_size, &id))) {
+    } else if (!(r->corpus = read_corpus(o->data, &r->tok, rec->tokenizer, rec->vocab_size, &id))) {
         rc = cg_prog_fail_lib(NULL);
     } else {
-        cfg.vocab = cg_tokenizer_vocab_size(r->tok);
-        cg_train_vocab_warn(r->tok, o->vocab_size);
-        if (!cg_charlm_config_check(&cfg))
-            rc = cg_prog_fail("%s", cg_last_error());
-        else if (!(r->model = cg_charlm_new(&cfg, o->seed)))
-            rc = cg_prog_fail_lib(NULL);
-        r->lr = o->lr_seen ? o->lr : 1e-3;
-        r->label_smoothing = o->label_smoothing;
+        if (!o->init_from) { /* a new model (--init-from: the base's) */
+            cfg.vocab = cg_tokenizer_vocab_size(r->tok);
+            cg_train_vocab_warn(r->tok, rec->vocab_size);
+            if (!cg_charlm_config_check(&cfg))
+                rc = cg_prog_fail("%s", cg_last_error());
+            else if (!(r->model = cg_charlm_new(&cfg, o->seed)))
+                rc = cg_prog_fail_lib(NULL);
+        }
+        r->lr = rec->lr;
+        r->label_smoothing = rec->label_smoothing;
         r->batch_rng = cg_rng_new(o->seed ^ BATCH_SEED_MIX);
     }
     if (rc >= 0)
@@ -223,7 +333,7 @@ static int lm_train(lm_run *r, cg_trainer *t, cg_train_opts *o, const char *pres
     if (!cg_trainer_set_data(t, &id))
         return cg_prog_fail_lib(NULL);
     r->T = r->model->cfg.max_len;
-    cg_charlm_set_recompute(r->model, o->recompute);
+    cg_charlm_set_recompute(r->model, rec->recompute);
     r->tr = cg_corpus_train(r->corpus);
     r->va = cg_corpus_val(r->corpus);
     if (r->corpus->unknown > 0)
@@ -249,13 +359,16 @@ static int lm_train(lm_run *r, cg_trainer *t, cg_train_opts *o, const char *pres
         return cg_prog_fail("out of memory for batches of %lld x %lld", (long long)r->B,
                             (long long)r->T);
     const cg_charlm_config *c = &r->model->cfg;
+    if (t->from_origin)
+        fprintf(stderr, PROG ": fine-tuning '%s' (step %lld)%s\n", t->origin.id.path,
+                (long long)t->origin.step, t->adapters ? " with LoRA adapters" : "");
     fprintf(stderr,
             PROG ": %lld chars%s, vocab %lld, train %lld, val %lld, params %lld; %s d=%lld H=%lld "
                  "layers=%lld d_ff=%lld T=%lld B=%lld, %lld steps, precision %s\n",
             (long long)r->corpus->chars, bpe ? " in bpe tokens" : "",
             (long long)cg_tokenizer_vocab_size(r->tok), (long long)r->tr.n,
             (long long)r->va.n, (long long)cg_module_num_params(CG_MODULE(r->model)),
-            o->resume ? "resumed" : preset_name, (long long)c->d, (long long)c->H,
+            o->resume ? "resumed" : o->init_from ? "base" : preset_name, (long long)c->d, (long long)c->H,
             (long long)c->layers, (long long)c->d_ff, (long long)r->T, (long long)r->B,
             (long long)o->steps, cg_precision_name(o->precision));
     cg_trainer_model m = {
@@ -271,29 +384,77 @@ static int lm_train(lm_run *r, cg_trainer *t, cg_train_opts *o, const char *pres
 static int cmd_train(int argc, char **argv)
 {
     cg_train_opts o;
-    memset(&o, 0, sizeof o);
-    cg_train_opts_init(&o);
-    o.steps = 2000;
-    o.eval_every = 250;
-    o.seed = 1;
-    const char *preset_name = "tiny";
-    int64_t T = 0, B = 0;
-    cg_cli_opt opts[CG_TRAIN_MAX_OPTS + 8] = {
-        {"--preset", CG_CLI_STR, &preset_name, 0, 0, NULL},
-        {"--block-size", CG_CLI_I64, &T, 1, 1 << 16, NULL},
-        {"--T", CG_CLI_I64, &T, 1, 1 << 16, NULL},
-        {"--batch-size", CG_CLI_I64, &B, 1, 1 << 20, NULL},
+    cg_train_recipe rec;
+    cg_train_init(&o, &rec, 2000, 250);
+    rec.lr = 1e-3;
+    const char *preset_name = "tiny", *base = NULL;
+    cg_ft_lora lora = {.rank = 0, .alpha = NAN, .dropout = 0, .targets = NULL};
+    /* charlm train's flags, one row each (models/train/options.h: how to add
+     * one), then the rows both train commands share */
+    const cg_cli_opt opts[] = {
+        {"--preset", CG_CLI_STR, &preset_name, 0, 0,
+         "  --preset NAME      tiny (d 128, H 4, 4 layers, d_ff 512, T 64, B 12; default)\n"
+         "                     or base (d 384, H 6, 6 layers, d_ff 1536, T 256, B 16)\n",
+         CG_CLI_FIXED},
+        {"--layers", CG_CLI_I64, &rec.shape.layers, 0, 1 << 10,
+         "  --layers N         transformer blocks (default from the preset)\n", CG_CLI_FIXED},
+        {"--block-size", CG_CLI_I64, &rec.shape.T, 1, 1 << 16,
+         "  --block-size N     context length T (also --T)\n", CG_CLI_FIXED},
+        {"--T", CG_CLI_I64, &rec.shape.T, 1, 1 << 16, NULL, CG_CLI_FIXED},
+        {"--batch-size", CG_CLI_I64, &rec.shape.B, 1, 1 << 20,
+         "  --batch-size N     windows per batch B (default from the preset)\n", CG_CLI_FIXED},
+        {NULL, 0, NULL, 0, 0,
+         "  defaults: --data " DEFAULT_DATA " (made by scripts/prepare_data.sh),\n"
+         "  --out " DEFAULT_OUT ", --steps 2000, --eval-every 250, --lr 1e-3,\n"
+         "  --dropout 0, --label-smoothing 0, --norm layernorm, --act gelu, --norm-first true,\n"
+         "  --tokenizer char\n"
+         "\n", 0},
+        {NULL, 0, NULL, 0, 0, "fine-tuning (nanoGPT's init_from; PEFT's LoRA):\n", 0},
+        {"--init-from", CG_CLI_STR, &o.init_from, 0, 0,
+         "  --init-from FILE   a new run from this checkpoint's weights, on --data: its\n"
+         "                     shape and tokenizer, a fresh optimizer, step 0 (the file is\n"
+         "                     only read; the checkpoint records it)\n", CG_CLI_FIXED},
+        {"--lora-rank", CG_CLI_I64, &lora.rank, 1, 1 << 16,
+         "  --lora-rank R      with --init-from: freeze the model and train LoRA adapters\n"
+         "                     of rank R; the checkpoint holds only the adapters (sample and\n"
+         "                     eval load the base with them)\n", CG_CLI_FIXED},
+        {"--lora-alpha", CG_CLI_F64, &lora.alpha, 1e-6, 1e6,
+         "  --lora-alpha A     the adapters' scale is A/R (default 2R)\n", CG_CLI_FIXED},
+        {"--lora-dropout", CG_CLI_F64, &lora.dropout, 0, 0.999999,
+         "  --lora-dropout P   dropout on the adapters' input (default 0)\n", CG_CLI_FIXED},
+        {"--lora-targets", CG_CLI_STR, &lora.targets, 0, 0,
+         "  --lora-targets L   the Linears adapted, comma-separated (default\n"
+         "                     " CG_FT_LORA_TARGETS ")\n", CG_CLI_FIXED},
+        {"--base", CG_CLI_STR, &base, 0, 0,
+         "  --base FILE        with --resume of a LoRA run: its base checkpoint (default:\n"
+         "                     the file it recorded)\n\n", 0},
+        CG_TRAIN_RECIPE_FLAGS(&rec),
+        CG_TRAIN_RUN_FLAGS(&o),
     };
-    int n = 4 + cg_train_cli_opts(&o, CG_TRAIN_FLAGS_LAYERS, opts + 4);
-    int rc = cg_train_parse(argc, argv, opts, n, TRAIN_HELP);
+    cg_cli_args args = {.opts = opts, .n = (int)(sizeof opts / sizeof opts[0])};
+    int rc = cg_train_parse(argc, argv, &args, TRAIN_HELP, &o, &rec);
     if (rc >= 0)
         return rc;
+    const void *lora_opts[] = {&lora.alpha, &lora.dropout, &lora.targets};
+    for (int i = 0; i < 3 && !o.resume; i++)
+        if (cg_cli_given(&args, lora_opts[i]) && !cg_cli_given(&args, &lora.rank)) {
+            cg_prog_fail("%s needs --lora-rank", given_name(&args, lora_opts[i]));
+            return CG_EXIT_USAGE;
+        }
+    if (cg_cli_given(&args, &lora.rank) && !o.init_from && !o.resume) {
+        cg_prog_fail("--lora-rank needs --init-from (adapters fine-tune a trained checkpoint)");
+        return CG_EXIT_USAGE;
+    }
+    if (base && !o.resume) {
+        cg_prog_fail("--base names the base of a LoRA checkpoint given to --resume (--init-from "
+                     "names the checkpoint a new run starts from)");
+        return CG_EXIT_USAGE;
+    }
     cg_trainer t;
     lm_run r = {.t = &t};
-    rc = cg_trainer_begin(&t, &o, "charlm", DEFAULT_OUT, "--preset --block-size --T --batch-size",
-                          argc, argv, opts, n);
+    rc = cg_trainer_begin(&t, &o, "charlm", DEFAULT_OUT);
     if (rc < 0)
-        rc = lm_train(&r, &t, &o, preset_name, T, B);
+        rc = lm_train(&r, &t, &o, &rec, &preset_name, &lora, base);
     cg_trainer_end(&t);
     cg_charlm_free(r.model);
     cg_tokenizer_free(r.tok);
@@ -308,6 +469,7 @@ static const char *SAMPLE_HELP =
     "usage: charlm sample [options]\n"
     "Generate text from a trained checkpoint (key/value-cached decoding).\n"
     "  --ckpt FILE         checkpoint (default " DEFAULT_OUT ")\n"
+    "  --base FILE         a LoRA checkpoint's base (default: the file it recorded)\n"
     "  --prompt TEXT       start of the text (default a newline); characters not in\n"
     "                      the vocabulary are replaced, with a warning\n"
     "  --length N          characters (bpe: tokens) to generate (default 500)\n"
@@ -349,23 +511,24 @@ static bool write_attention_png(cg_charlm *m, const cg_tokenizer *tok, const int
 
 static int cmd_sample(int argc, char **argv)
 {
-    const char *ckpt = DEFAULT_OUT, *prompt = "\n", *attn_png = NULL;
+    const char *ckpt = DEFAULT_OUT, *prompt = "\n", *attn_png = NULL, *base = NULL;
     int64_t length = 500, threads = 0;
     uint64_t seed;
     const char *precision = NULL;
     bool no_cache = false, force = false;
     cg_sample_opts so;
-    cg_cli_opt opts[12] = {
-        {"--force", CG_CLI_SWITCH, &force, 0, 0, NULL},
-        {"--ckpt", CG_CLI_STR, &ckpt, 0, 0, NULL},
-        {"--prompt", CG_CLI_STR, &prompt, 0, 0, NULL},
-        {"--precision", CG_CLI_STR, &precision, 0, 0, NULL},
-        {"--length", CG_CLI_I64, &length, 0, 10000000, NULL},
-        {"--no-cache", CG_CLI_SWITCH, &no_cache, 0, 0, NULL},
-        {"--attention", CG_CLI_STR, &attn_png, 0, 0, NULL},
-        {"--threads", CG_CLI_I64, &threads, 1, 1024, NULL},
+    cg_cli_opt opts[16] = {
+        {"--force", CG_CLI_SWITCH, &force, 0, 0, NULL, 0},
+        {"--base", CG_CLI_STR, &base, 0, 0, NULL, 0},
+        {"--ckpt", CG_CLI_STR, &ckpt, 0, 0, NULL, 0},
+        {"--prompt", CG_CLI_STR, &prompt, 0, 0, NULL, 0},
+        {"--precision", CG_CLI_STR, &precision, 0, 0, NULL, 0},
+        {"--length", CG_CLI_I64, &length, 0, 10000000, NULL, 0},
+        {"--no-cache", CG_CLI_SWITCH, &no_cache, 0, 0, NULL, 0},
+        {"--attention", CG_CLI_STR, &attn_png, 0, 0, NULL, 0},
+        {"--threads", CG_CLI_I64, &threads, 1, 1024, NULL, 0},
     };
-    int prc = cg_prog_parse(argc, argv, opts, 8 + cg_sample_cli_opts(&so, &seed, opts + 8),
+    int prc = cg_prog_parse(argc, argv, opts, 9 + cg_sample_cli_opts(&so, &seed, opts + 9),
                             SAMPLE_HELP);
     if (prc >= 0 || (prc = cg_precision_flag(precision, NULL)) >= 0)
         return prc;
@@ -374,7 +537,8 @@ static int cmd_sample(int argc, char **argv)
     cg_cli_set_threads(PROG, threads);
     cg_precision prec;
     cg_charlm_ckpt ck;
-    if (!cg_charlm_ckpt_load(ckpt, &ck))
+    const cg_charlm_load_opts lo = {.base = base, .seed = 0, .dropout = NAN};
+    if (!cg_charlm_ckpt_load_opts(ckpt, &lo, &ck))
         return cg_prog_fail_lib(NULL);
     if (!cg_decode_precision(precision, cg_charlm_ckpt_train_json(&ck), ckpt, &prec)) {
         cg_charlm_ckpt_free(&ck);
@@ -432,6 +596,7 @@ static const char *EVAL_HELP =
     "Loss, perplexity and bits per character of a checkpoint on the validation\n"
     "split (last 10%) of a text, over consecutive windows of the model's context.\n"
     "  --ckpt FILE     checkpoint (default " DEFAULT_OUT ")\n"
+    "  --base FILE     a LoRA checkpoint's base (default: the file it recorded)\n"
     "  --data FILE     text (default: the one the checkpoint was trained on, else\n"
     "                  " DEFAULT_DATA ")\n"
     "  --threads N     threads for kernels\n"
@@ -439,19 +604,21 @@ static const char *EVAL_HELP =
 
 static int cmd_eval(int argc, char **argv)
 {
-    const char *ckpt = DEFAULT_OUT, *data = NULL;
+    const char *ckpt = DEFAULT_OUT, *data = NULL, *base = NULL;
     int64_t threads = 0;
     cg_cli_opt opts[] = {
-        {"--ckpt", CG_CLI_STR, &ckpt, 0, 0, NULL},
-        {"--data", CG_CLI_STR, &data, 0, 0, NULL},
-        {"--threads", CG_CLI_I64, &threads, 1, 1024, NULL},
+        {"--ckpt", CG_CLI_STR, &ckpt, 0, 0, NULL, 0},
+        {"--base", CG_CLI_STR, &base, 0, 0, NULL, 0},
+        {"--data", CG_CLI_STR, &data, 0, 0, NULL, 0},
+        {"--threads", CG_CLI_I64, &threads, 1, 1024, NULL, 0},
     };
     int prc = cg_prog_parse(argc, argv, opts, (int)(sizeof opts / sizeof *opts), EVAL_HELP);
     if (prc >= 0)
         return prc;
     cg_cli_set_threads(PROG, threads);
     cg_charlm_ckpt ck;
-    if (!cg_charlm_ckpt_load(ckpt, &ck))
+    const cg_charlm_load_opts lo = {.base = base, .seed = 0, .dropout = NAN};
+    if (!cg_charlm_ckpt_load_opts(ckpt, &lo, &ck))
         return cg_prog_fail_lib(NULL);
     const char *tj = cg_charlm_ckpt_train_json(&ck);
     cg_precision prec; /* the products as trained */
@@ -472,13 +639,22 @@ static int cmd_eval(int argc, char **argv)
         if (!cg_charlm_full_loss(ck.model, cg_corpus_val(corpus), T, &loss, &nwin))
             rc = cg_prog_fail("'%s': %s", path, cg_last_error());
     }
-    if (rc < 0)
-        printf("{\"val_loss\": %s, \"perplexity\": %s, \"bits_per_char\": %s, \"windows\": "
-               "%lld, \"T\": %lld, \"step\": %lld, \"precision\": %s, \"tokenizer\": %s}\n",
-               CG_JSON_NUM("%.4f", loss), CG_JSON_NUM("%.4f", exp(loss)),
-               CG_JSON_NUM("%.4f", cg_corpus_val_bpc(corpus, loss)), (long long)nwin, (long long)T,
-               (long long)ck.step, CG_JSON_STR(cg_precision_name(prec)),
-               CG_JSON_STR(cg_tokenizer_kind_name(ck.tok->kind)));
+    cJSON *j = rc < 0 ? cJSON_CreateObject() : NULL;
+    if (j) {
+        cg_json_put_num(j, "val_loss", "%.4f", loss);
+        cg_json_put_num(j, "perplexity", "%.4f", exp(loss));
+        cg_json_put_num(j, "bits_per_char", "%.4f", cg_corpus_val_bpc(corpus, loss));
+        cg_json_put_int(j, "windows", nwin);
+        cg_json_put_int(j, "T", T);
+        cg_json_put_int(j, "step", ck.step);
+        cg_json_put_str(j, "precision", cg_precision_name(prec));
+        cg_json_put_str(j, "tokenizer", cg_tokenizer_kind_name(ck.tok->kind));
+        if (!cg_json_print_line(stdout, j))
+            rc = cg_prog_fail_lib(NULL);
+    } else if (rc < 0) {
+        rc = cg_prog_fail("out of memory");
+    }
+    cJSON_Delete(j);
     fflush(stdout);
     free(path);
     cg_corpus_free(corpus);

@@ -140,10 +140,10 @@ int cg_sample_cli_opts(cg_sample_opts *o, uint64_t *seed, cg_cli_opt *opts)
 {
     *o = (cg_sample_opts){.temperature = 1.0, .top_k = 0, .top_p = 1.0};
     *seed = 1;
-    opts[0] = (cg_cli_opt){"--temperature", CG_CLI_F64, &o->temperature, 0, 1e6, NULL};
-    opts[1] = (cg_cli_opt){"--top-k", CG_CLI_I64, &o->top_k, 0, 1 << 30, NULL};
-    opts[2] = (cg_cli_opt){"--top-p", CG_CLI_F64, &o->top_p, 1e-9, 1, NULL};
-    opts[3] = (cg_cli_opt){"--seed", CG_CLI_U64, seed, 0, 0, NULL};
+    opts[0] = (cg_cli_opt){"--temperature", CG_CLI_F64, &o->temperature, 0, 1e6, NULL, 0};
+    opts[1] = (cg_cli_opt){"--top-k", CG_CLI_I64, &o->top_k, 0, 1 << 30, NULL, 0};
+    opts[2] = (cg_cli_opt){"--top-p", CG_CLI_F64, &o->top_p, 1e-9, 1, NULL, 0};
+    opts[3] = (cg_cli_opt){"--seed", CG_CLI_U64, seed, 0, 0, NULL, 0};
     return 4;
 }
 

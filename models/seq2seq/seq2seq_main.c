@@ -56,35 +56,7 @@ static const char TRAIN_HELP[] =
     "tokens from length-sorted pairs. Split: pairs shuffled with numpy\n"
     "RandomState(0); the last --test-size are test, the --valid-size before them\n"
     "validation, the rest train.\n"
-    "seq2seq's own options and defaults:\n"
-    "  --preset NAME        tiny (d 128, 4 heads, 2+2 layers, d_ff 512; default) or\n"
-    "                       base (d 256, 8 heads, 3+3 layers, d_ff 1024)\n"
-    "  --enc-layers N --dec-layers N   encoder and decoder layers (from the preset)\n"
-    "  --max-tokens N       padded tokens per batch (default 3000)\n"
-    "  --factor F           Noam factor (default 0.25; --lr X sets the peak instead:\n"
-    "                       factor = X * sqrt(d * warmup))\n"
-    "  --warmup N           Noam warmup steps (default 400)\n"
-    "  --max-len N          longest sequence; longer training pairs are dropped (256)\n"
-    "  --valid-size N       validation pairs (default 500)\n"
-    "  --test-size N        test pairs (default 1000)\n"
-    "  --test-limit N       decode only this many test pairs at the end (default\n"
-    "                       1000; 0 skips test decoding)\n"
-    "  --beam N             beam size for the final test (default 4)\n"
-    "  --length-penalty A   alpha of ((5+len)/6)^alpha (default 0.6)\n"
-    "  --examples N         test examples to print (default 3)\n"
-    "  --tokenizer          (shared, below): one vocabulary for source and target\n"
-    "  defaults: --data " DEFAULT_DATA ", --out " DEFAULT_CKPT ",\n"
-    "  --tokenizer bpe --vocab-size 4000 --dropout 0.3 (the best of char and bpe at\n"
-    "  equal wall time; the reference's recipe is --tokenizer char --dropout 0.1\n"
-    "  --steps 5000), --steps 9430 (about 15 minutes on 2 threads of the development\n"
-    "  machine), --eval-every 1000, --label-smoothing 0.1, --norm layernorm,\n"
-    "  --act relu, --norm-first false\n"
-    "The final JSON line has val_nll (plain cross-entropy over non-pad validation\n"
-    "targets, nats per token), val_bpc (the same in bits per target character:\n"
-    "val_nll x target tokens / target characters / ln 2, each EOS one token and\n"
-    "one character, so char and bpe compare) and chrF/BLEU of greedy and beam\n"
-    "decoding (of the detokenised text) on the test split.\n"
-    "\n";
+    "seq2seq's own options and defaults:\n";
 
 /* The translator as the trainer sees it. */
 typedef struct {
@@ -135,7 +107,7 @@ static bool mt_evaluate(void *self, int64_t step, cg_eval_result *e)
 /* The final evaluation: validation losses (also with every target paired
  * with the next pair's source: does the model translate from its source?)
  * and the test split decoded greedily and with beam search. */
-static bool mt_finish(void *self, const cg_trainer *t, cg_jline *j)
+static bool mt_finish(void *self, const cg_trainer *t, cJSON *j)
 {
     mt_run *r = self;
     const cg_pairs *P = &r->d.pairs;
@@ -157,25 +129,25 @@ static bool mt_finish(void *self, const cg_trainer *t, cg_jline *j)
                                r->examples, stdout, &tr))
             cg_prog_die_lib(NULL);
     }
-    cg_jline_int(j, "epochs", r->d.epoch);
-    cg_jline_num(j, "train_loss", cg_trainer_recent_loss(t), 4);
-    cg_jline_num(j, "val_loss", val_loss, 4);
-    cg_jline_num(j, "val_nll", val_nll, 4);
-    cg_jline_num(j, "val_bpc", cg_bits_per_char(val_nll, val_ntok, r->d.valid_chars), 4);
-    cg_jline_num(j, "val_nll_wrong_src", wrong_nll, 4);
+    cg_json_put_int(j, "epochs", r->d.epoch);
+    cg_json_put_num(j, "train_loss", "%.4f", cg_trainer_recent_loss(t));
+    cg_json_put_num(j, "val_loss", "%.4f", val_loss);
+    cg_json_put_num(j, "val_nll", "%.4f", val_nll);
+    cg_json_put_num(j, "val_bpc", "%.4f", cg_bits_per_char(val_nll, val_ntok, r->d.valid_chars));
+    cg_json_put_num(j, "val_nll_wrong_src", "%.4f", wrong_nll);
     if (nt > 0) {
-        cg_jline_num(j, "bleu_greedy", tr.bleu_greedy, 2);
-        cg_jline_num(j, "bleu_beam", tr.bleu_beam, 2);
-        cg_jline_num(j, "chrf_greedy", tr.chrf_greedy, 2);
-        cg_jline_num(j, "chrf_beam", tr.chrf_beam, 2);
+        cg_json_put_num(j, "bleu_greedy", "%.2f", tr.bleu_greedy);
+        cg_json_put_num(j, "bleu_beam", "%.2f", tr.bleu_beam);
+        cg_json_put_num(j, "chrf_greedy", "%.2f", tr.chrf_greedy);
+        cg_json_put_num(j, "chrf_beam", "%.2f", tr.chrf_beam);
     }
-    cg_jline_num(j, "decode_s", tr.seconds, 1);
-    cg_jline_num(j, "factor", r->factor, 4);
-    cg_jline_str(j, "preset", r->preset);
-    cg_jline_str(j, "tokenizer", cg_tokenizer_kind_name(r->d.tok->kind));
-    cg_jline_int(j, "vocab", cg_tokenizer_vocab_size(r->d.tok));
-    cg_jline_int(j, "test_pairs", nt);
-    cg_jline_int(j, "beam", r->beam);
+    cg_json_put_num(j, "decode_s", "%.1f", tr.seconds);
+    cg_json_put_num(j, "factor", "%.4f", r->factor);
+    cg_json_put_str(j, "preset", r->preset);
+    cg_json_put_str(j, "tokenizer", cg_tokenizer_kind_name(r->d.tok->kind));
+    cg_json_put_int(j, "vocab", cg_tokenizer_vocab_size(r->d.tok));
+    cg_json_put_int(j, "test_pairs", nt);
+    cg_json_put_int(j, "beam", r->beam);
     return true;
 }
 
@@ -203,7 +175,7 @@ static bool mt_state(void *self, cJSON *o)
 }
 
 /* Data, vocabulary, model, batches and batch order (fresh or resumed). */
-static void mt_setup(mt_run *r, cg_train_opts *o, cg_trainer *t)
+static void mt_setup(mt_run *r, cg_train_opts *o, cg_train_recipe *rec, cg_trainer *t)
 {
     cg_seq2seq_ckpt ck = {0};
     if (o->resume) {
@@ -219,8 +191,8 @@ static void mt_setup(mt_run *r, cg_train_opts *o, cg_trainer *t)
     cg_data_id id;
     if (!cg_mt_data_load(&r->d, o->data, DEFAULT_DATA, r->valid_size, r->test_size, &id) ||
         !cg_trainer_set_data(t, &id) || /* resuming: the checkpoint's data */
-        !cg_mt_data_prepare(&r->d, o->data, r->max_len, r->max_tokens, o->tokenizer,
-                            o->vocab_size, o->resume ? &ck.tok : NULL, o->resume, PROG) ||
+        !cg_mt_data_prepare(&r->d, o->data, r->max_len, r->max_tokens, rec->tokenizer,
+                            rec->vocab_size, o->resume ? &ck.tok : NULL, o->resume, PROG) ||
         /* what decoding at the end and every rank's share need, known now */
         !cg_mt_check_test(&r->d, r->d.tok, r->test_limit, r->max_len, o->data) ||
         !cg_mt_check_ranks(&r->d, r->max_tokens, o->resume != NULL))
@@ -232,30 +204,30 @@ static void mt_setup(mt_run *r, cg_train_opts *o, cg_trainer *t)
     } else {
         cg_seq2seq_config cfg = cg_seq2seq_config_default();
         cfg.vocab = cg_tokenizer_vocab_size(r->d.tok);
-        cg_train_preset p;
         cfg.norm = CG_NORM_LAYERNORM;
         cfg.act = CG_ACT_RELU;
-        if (!cg_train_shape(o, pr, &p, &cfg.norm, &cfg.act))
+        if (!cg_train_shape(o->args, pr, rec, &cfg.norm, &cfg.act))
             cg_prog_die_lib(NULL);
-        cfg.d = p.d;
-        cfg.H = p.H;
-        cfg.enc_layers = p.enc_layers;
-        cfg.dec_layers = p.dec_layers;
-        cfg.d_ff = p.d_ff;
+        const cg_train_preset *p = &rec->shape;
+        cfg.d = p->d;
+        cfg.H = p->H;
+        cfg.enc_layers = p->enc_layers;
+        cfg.dec_layers = p->dec_layers;
+        cfg.d_ff = p->d_ff;
         cfg.max_len = r->max_len;
-        cfg.norm_first = o->norm_first;
-        cfg.dropout = (float)o->dropout;
-        cfg.label_smoothing = (float)o->label_smoothing;
+        cfg.norm_first = rec->norm_first;
+        cfg.dropout = (float)rec->dropout;
+        cfg.label_smoothing = (float)rec->label_smoothing;
         if (!cg_seq2seq_config_check(&cfg))
             cg_prog_die_lib(NULL);
-        if (o->lr_seen) /* the Noam peak (at step warmup) is X */
-            r->factor = o->lr * sqrt((double)cfg.d * (double)r->warmup);
+        if (cg_cli_given(o->args, &rec->lr)) /* the Noam peak (at step warmup) is X */
+            r->factor = rec->lr * sqrt((double)cfg.d * (double)r->warmup);
         r->model = cg_seq2seq_new(&cfg, o->seed);
         if (!r->model)
             cg_prog_die_lib("model");
     }
     cg_seq2seq_ckpt_free(&ck);
-    cg_seq2seq_set_recompute(r->model, o->recompute);
+    cg_seq2seq_set_recompute(r->model, rec->recompute);
     if (!cg_mt_data_order(&r->d, (uint32_t)o->seed, (int)o->grad_accum, o->resume != NULL,
                           t->start, o->resume))
         cg_prog_die_lib(NULL);
@@ -273,50 +245,91 @@ static void mt_setup(mt_run *r, cg_train_opts *o, cg_trainer *t)
 static int cmd_train(int argc, char **argv)
 {
     cg_train_opts o;
-    memset(&o, 0, sizeof o);
-    cg_train_opts_init(&o);
-    o.steps = 9430;
-    o.tokenizer_arg = "bpe"; /* README: char against bpe at equal wall time */
-    o.eval_every = 1000;
-    o.seed = 1;
-    o.norm_first = false;
-    o.dropout = 0.3;
-    o.label_smoothing = 0.1;
+    cg_train_recipe rec;
+    cg_train_init(&o, &rec, 9430, 1000);
+    rec.tokenizer_arg = "bpe"; /* README: char against bpe at equal wall time */
+    rec.norm_first = false;
+    rec.dropout = 0.3;
+    rec.label_smoothing = 0.1;
     mt_run r = {.preset = "tiny", .max_tokens = 3000, .warmup = 400, .max_len = 256,
                 .valid_size = 500, .test_size = 1000, .test_limit = 1000, .beam = 4,
                 .examples = 3, .factor = 0.25, .alpha = 0.6};
-    bool factor_seen = false;
-    cg_cli_opt opts[CG_TRAIN_MAX_OPTS + 14] = {
-        {"--preset", CG_CLI_STR, &r.preset, 0, 0, NULL},
-        {"--max-tokens", CG_CLI_I64, &r.max_tokens, 2, 1e9, NULL},
-        {"--factor", CG_CLI_F64, &r.factor, 1e-12, 1e3, &factor_seen},
-        {"--warmup", CG_CLI_I64, &r.warmup, 1, 1e9, NULL},
-        {"--max-len", CG_CLI_I64, &r.max_len, 3, 100000, NULL},
-        {"--valid-size", CG_CLI_I64, &r.valid_size, 1, 1e9, NULL},
-        {"--test-size", CG_CLI_I64, &r.test_size, 1, 1e9, NULL},
-        {"--test-limit", CG_CLI_I64, &r.test_limit, 0, 1e9, NULL},
-        {"--beam", CG_CLI_I64, &r.beam, 1, 1000, NULL},
-        {"--length-penalty", CG_CLI_F64, &r.alpha, -100, 100, NULL},
-        {"--examples", CG_CLI_I64, &r.examples, 0, 1e9, NULL},
+    /* seq2seq train's flags, one row each (models/train/options.h: how to add
+     * one), then the rows both train commands share */
+    const cg_cli_opt opts[] = {
+        {"--preset", CG_CLI_STR, &r.preset, 0, 0,
+         "  --preset NAME        tiny (d 128, 4 heads, 2+2 layers, d_ff 512; default) or\n"
+         "                       base (d 256, 8 heads, 3+3 layers, d_ff 1024)\n",
+         CG_CLI_FIXED},
+        {"--enc-layers", CG_CLI_I64, &rec.shape.enc_layers, 0, 1 << 10,
+         "  --enc-layers N --dec-layers N   encoder and decoder layers (from the preset)\n",
+         CG_CLI_FIXED},
+        {"--dec-layers", CG_CLI_I64, &rec.shape.dec_layers, 0, 1 << 10, NULL, CG_CLI_FIXED},
+        {"--max-tokens", CG_CLI_I64, &r.max_tokens, 2, 1e9,
+         "  --max-tokens N       padded tokens per batch (default 3000)\n",
+         CG_CLI_FIXED},
+        {"--factor", CG_CLI_F64, &r.factor, 1e-12, 1e3,
+         "  --factor F           Noam factor (default 0.25; --lr X sets the peak instead:\n"
+         "                       factor = X * sqrt(d * warmup))\n",
+         CG_CLI_FIXED},
+        {"--warmup", CG_CLI_I64, &r.warmup, 1, 1e9,
+         "  --warmup N           Noam warmup steps (default 400)\n",
+         CG_CLI_FIXED},
+        {"--max-len", CG_CLI_I64, &r.max_len, 3, 100000,
+         "  --max-len N          longest sequence; longer training pairs are dropped (256)\n",
+         CG_CLI_FIXED},
+        {"--valid-size", CG_CLI_I64, &r.valid_size, 1, 1e9,
+         "  --valid-size N       validation pairs (default 500)\n",
+         CG_CLI_FIXED},
+        {"--test-size", CG_CLI_I64, &r.test_size, 1, 1e9,
+         "  --test-size N        test pairs (default 1000)\n",
+         CG_CLI_FIXED},
+        {"--test-limit", CG_CLI_I64, &r.test_limit, 0, 1e9,
+         "  --test-limit N       decode only this many test pairs at the end (default\n"
+         "                       1000; 0 skips test decoding)\n",
+         0},
+        {"--beam", CG_CLI_I64, &r.beam, 1, 1000,
+         "  --beam N             beam size for the final test (default 4)\n",
+         0},
+        {"--length-penalty", CG_CLI_F64, &r.alpha, -100, 100,
+         "  --length-penalty A   alpha of ((5+len)/6)^alpha (default 0.6)\n",
+         0},
+        {"--examples", CG_CLI_I64, &r.examples, 0, 1e9,
+         "  --examples N         test examples to print (default 3)\n",
+         0},
+        {NULL, 0, NULL, 0, 0,
+         "  --tokenizer          (shared, below): one vocabulary for source and target\n"
+         "  defaults: --data " DEFAULT_DATA ", --out " DEFAULT_CKPT ",\n"
+         "  --tokenizer bpe --vocab-size 4000 --dropout 0.3 (the best of char and bpe at\n"
+         "  equal wall time; the reference's recipe is --tokenizer char --dropout 0.1\n"
+         "  --steps 5000), --steps 9430 (about 15 minutes on 2 threads of the development\n"
+         "  machine), --eval-every 1000, --label-smoothing 0.1, --norm layernorm,\n"
+         "  --act relu, --norm-first false\n"
+         "The final JSON line has val_nll (plain cross-entropy over non-pad validation\n"
+         "targets, nats per token), val_bpc (the same in bits per target character:\n"
+         "val_nll x target tokens / target characters / ln 2, each EOS one token and\n"
+         "one character, so char and bpe compare) and chrF/BLEU of greedy and beam\n"
+         "decoding (of the detokenised text) on the test split.\n"
+         "\n",
+         0},
+        CG_TRAIN_RECIPE_FLAGS(&rec),
+        CG_TRAIN_RUN_FLAGS(&o),
     };
-    int n = 11 + cg_train_cli_opts(&o, CG_TRAIN_FLAGS_ENC_DEC, opts + 11);
-    int rc = cg_train_parse(argc, argv, opts, n, TRAIN_HELP);
+    cg_cli_args args = {.opts = opts, .n = (int)(sizeof opts / sizeof opts[0])};
+    int rc = cg_train_parse(argc, argv, &args, TRAIN_HELP, &o, &rec);
     if (rc >= 0)
         return rc;
-    if (!o.resume && o.lr_seen && factor_seen)
+    if (!o.resume && cg_cli_given(&args, &rec.lr) && cg_cli_given(&args, &r.factor))
         die("--lr and --factor both set the learning rate; give one");
     if (!o.resume && !cg_train_preset_find(PRESETS, CG_SEQ2SEQ_N_PRESETS, r.preset))
         cg_prog_die_lib(NULL);
     if (!o.data)
         o.data = DEFAULT_DATA;
     cg_trainer t;
-    rc = cg_trainer_begin(&t, &o, "seq2seq", DEFAULT_CKPT,
-                          "--preset --max-tokens --factor --warmup --max-len --valid-size "
-                          "--test-size",
-                          argc, argv, opts, n);
+    rc = cg_trainer_begin(&t, &o, "seq2seq", DEFAULT_CKPT);
     if (rc < 0) {
         r.t = &t;
-        mt_setup(&r, &o, &t);
+        mt_setup(&r, &o, &rec, &t);
         cg_trainer_model m = {
             .name = "seq2seq", .plot_title = "seq2seq: label-smoothed loss",
             .module = CG_MODULE(r.model), .dropout_rng = &r.model->dropout_rng,
@@ -431,8 +444,8 @@ static int cmd_eval(int argc, char **argv)
     int64_t limit = -1;
     cg_translate_opts t;
     cg_cli_opt opts[8] = {
-        {"--data", CG_CLI_STR, &data, 0, 0, NULL},
-        {"--test-limit", CG_CLI_I64, &limit, 1, 1e9, NULL},
+        {"--data", CG_CLI_STR, &data, 0, 0, NULL, 0},
+        {"--test-limit", CG_CLI_I64, &limit, 1, 1e9, NULL, 0},
     };
     int prc = cg_prog_parse(argc, argv, opts, 2 + cg_translate_cli_opts(&t, DEFAULT_CKPT, opts + 2),
                             EVAL_HELP);
@@ -461,10 +474,17 @@ static int cmd_eval(int argc, char **argv)
                             !t.no_cache, &bleu, &chrf, NULL))
         cg_prog_die_lib(NULL);
     double dt = cg_now() - t0;
-    printf("{\"bleu\": %s, \"chrf\": %s, \"beam\": %lld, \"test_pairs\": %lld, "
-           "\"decode_s\": %s, \"step\": %lld, \"precision\": %s}\n",
-           CG_JSON_NUM("%.2f", bleu), CG_JSON_NUM("%.2f", chrf), (long long)t.beam, (long long)nt,
-           CG_JSON_NUM("%.1f", dt), (long long)c.step, CG_JSON_STR(cg_precision_name(prec)));
+    cJSON *j = cJSON_CreateObject();
+    cg_json_put_num(j, "bleu", "%.2f", bleu);
+    cg_json_put_num(j, "chrf", "%.2f", chrf);
+    cg_json_put_int(j, "beam", t.beam);
+    cg_json_put_int(j, "test_pairs", nt);
+    cg_json_put_num(j, "decode_s", "%.1f", dt);
+    cg_json_put_int(j, "step", c.step);
+    cg_json_put_str(j, "precision", cg_precision_name(prec));
+    if (!cg_json_print_line(stdout, j))
+        cg_prog_die_lib(NULL);
+    cJSON_Delete(j);
     cg_mt_data_free(&ds);
     cg_seq2seq_ckpt_free(&c);
     return 0;
@@ -494,13 +514,13 @@ static int cmd_attention(int argc, char **argv)
     int64_t threads = 2;
     bool no_cache = false, force = false;
     const cg_cli_opt opts[] = {
-        {"--no-cache", CG_CLI_SWITCH, &no_cache, 0, 0, NULL},
-        {"--force", CG_CLI_SWITCH, &force, 0, 0, NULL},
-        {"--ckpt", CG_CLI_STR, &ck, 0, 0, NULL},
-        {"--text", CG_CLI_STR, &text, 0, 0, NULL},
-        {"--target", CG_CLI_STR, &target, 0, 0, NULL},
-        {"--out", CG_CLI_STR, &dir, 0, 0, NULL},
-        {"--threads", CG_CLI_I64, &threads, 1, 1024, NULL},
+        {"--no-cache", CG_CLI_SWITCH, &no_cache, 0, 0, NULL, 0},
+        {"--force", CG_CLI_SWITCH, &force, 0, 0, NULL, 0},
+        {"--ckpt", CG_CLI_STR, &ck, 0, 0, NULL, 0},
+        {"--text", CG_CLI_STR, &text, 0, 0, NULL, 0},
+        {"--target", CG_CLI_STR, &target, 0, 0, NULL, 0},
+        {"--out", CG_CLI_STR, &dir, 0, 0, NULL, 0},
+        {"--threads", CG_CLI_I64, &threads, 1, 1024, NULL, 0},
     };
     int prc = cg_prog_parse(argc, argv, opts, (int)(sizeof opts / sizeof opts[0]),
                             ATTENTION_HELP);

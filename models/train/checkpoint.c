@@ -11,23 +11,47 @@
 #include "core/error.h"
 #include "models/train/train_common.h"
 
-bool cg_ckpt_save(const char *path, const char *kind, const char *config_json,
-                  const cg_tokenizer *tok, const cg_module *module, const cg_optim *optim,
-                  int64_t step, const char *train_json)
+cg_st_writer *cg_ckpt_writer(const char *kind, const char *config_json, const cg_tokenizer *tok,
+                             const cg_module *module, const cg_optim *optim, int64_t step,
+                             const char *train_json)
 {
     cg_st_writer *w = cg_st_writer_new();
     char stepbuf[32];
     snprintf(stepbuf, sizeof stepbuf, "%" PRId64, step);
-    bool ok = w && config_json && tok && cg_st_set_metadata(w, "model", kind) &&
-              cg_st_set_metadata(w, "config", config_json) && cg_tokenizer_write(tok, w) &&
+    bool ok = w && config_json && cg_st_set_metadata(w, "model", kind) &&
+              cg_st_set_metadata(w, "config", config_json) && (!tok || cg_tokenizer_write(tok, w)) &&
               cg_st_set_metadata(w, "step", stepbuf) &&
               (!train_json || cg_st_set_metadata(w, "train", train_json)) &&
-              cg_module_write(module, w, NULL) && (!optim || cg_optim_save(optim, w, "optim")) &&
-              cg_ensure_parent_dir(path) && cg_st_writer_save(w, path);
+              (!module || cg_module_write(module, w, NULL)) &&
+              (!optim || cg_optim_save(optim, w, "optim"));
+    if (!ok) {
+        if (!cg_has_error())
+            cg_set_error("out of memory");
+        cg_st_writer_free(w);
+        return NULL;
+    }
+    return w;
+}
+
+bool cg_ckpt_writer_save(cg_st_writer *w, const char *path)
+{
+    bool ok = w && cg_ensure_parent_dir(path) && cg_st_writer_save(w, path);
     if (!ok && !cg_has_error())
         cg_set_error("cannot save checkpoint '%s'", path);
     cg_st_writer_free(w);
     return ok;
+}
+
+bool cg_ckpt_save(const char *path, const char *kind, const char *config_json,
+                  const cg_tokenizer *tok, const cg_module *module, const cg_optim *optim,
+                  int64_t step, const char *train_json)
+{
+    if (!tok || !module) {
+        cg_set_error("cannot save checkpoint '%s': no %s", path, tok ? "model" : "tokenizer");
+        return false;
+    }
+    return cg_ckpt_writer_save(
+        cg_ckpt_writer(kind, config_json, tok, module, optim, step, train_json), path);
 }
 
 cg_st_file *cg_ckpt_open(const char *path, const char *kind)
@@ -43,6 +67,8 @@ cg_st_file *cg_ckpt_open(const char *path, const char *kind)
     const char *cfg = cg_st_metadata(f, "config"), *voc = cg_st_metadata(f, "vocab");
     if (!voc)
         voc = cg_st_metadata(f, "tokenizer");
+    if (!voc) /* an adapter checkpoint: the tokenizer is its base's */
+        voc = cg_st_metadata(f, "adapter_config");
     const char *step = cg_st_metadata(f, "step");
     if (!k || strcmp(k, kind) != 0) {
         cg_set_error("'%s' is not a %s checkpoint (its model is %s%s%s)", path, kind, k ? "'" : "",
@@ -115,7 +141,10 @@ static bool is_param(char **sorted, int n, const char *name, size_t len)
     return bsearch(&k, sorted, (size_t)n, sizeof *sorted, cmp_str) != NULL;
 }
 
-bool cg_ckpt_check_tensors(const cg_module *m, const cg_st_file *f, const char *path)
+/* adapter: the file is an adapter checkpoint (models/train/finetune.h):
+ * its tensors are the trainable parameters under PEFT's prefix and their
+ * optimizer state, and nothing else. */
+static bool check_tensors(const cg_module *m, const cg_st_file *f, const char *path, bool adapter)
 {
     if (!m || !f)
         return false;
@@ -128,31 +157,48 @@ bool cg_ckpt_check_tensors(const cg_module *m, const cg_st_file *f, const char *
         cg_set_error("out of memory");
         return false;
     }
+    int n = 0;
     for (int i = 0; i < l.n; i++)
-        names[i] = l.items[i].name;
-    qsort(names, (size_t)l.n, sizeof *names, cmp_str);
+        if (!adapter || l.items[i].tensor->requires_grad)
+            names[n++] = l.items[i].name;
+    qsort(names, (size_t)n, sizeof *names, cmp_str);
     static const char *const slots[] = {".step", ".exp_avg", ".exp_avg_sq", ".momentum_buffer"};
+    static const char peft[] = "base_model.model.";
+    const size_t pl = sizeof peft - 1;
     bool ok = true;
     for (int i = 0; ok && i < cg_st_count(f); i++) {
         const char *t = cg_st_name(f, i);
         size_t tl = strlen(t);
-        bool known = is_param(names, l.n, t, tl) || strcmp(t, CG_TOKENIZER_TENSOR) == 0;
+        bool known = adapter ? tl > pl && strncmp(t, peft, pl) == 0 &&
+                                   is_param(names, n, t + pl, tl - pl)
+                             : is_param(names, n, t, tl) || strcmp(t, CG_TOKENIZER_TENSOR) == 0;
         if (!known && strncmp(t, "optim.", 6) == 0) {
             for (size_t s = 0; !known && s < sizeof slots / sizeof slots[0]; s++) {
                 size_t sl = strlen(slots[s]);
                 known = tl > 6 + sl && strcmp(t + tl - sl, slots[s]) == 0 &&
-                        is_param(names, l.n, t + 6, tl - 6 - sl);
+                        is_param(names, n, t + 6, tl - 6 - sl);
             }
         }
         if (!known) {
-            cg_set_error("checkpoint '%s': tensor '%.200s' is not a parameter of the model its "
-                         "config describes (%d parameters); corrupt file?", path, t, l.n);
+            cg_set_error("checkpoint '%s': tensor '%.200s' is not a%s parameter of the model its "
+                         "config describes (%d parameters); corrupt file?", path, t,
+                         adapter ? "n adapter" : "", n);
             ok = false;
         }
     }
     free(names);
     cg_param_list_free(&l);
     return ok;
+}
+
+bool cg_ckpt_check_tensors(const cg_module *m, const cg_st_file *f, const char *path)
+{
+    return check_tensors(m, f, path, false);
+}
+
+bool cg_ckpt_check_adapter_tensors(const cg_module *m, const cg_st_file *f, const char *path)
+{
+    return check_tensors(m, f, path, true);
 }
 
 /* cg_ckpt_save with the config JSON it frees. */
@@ -163,4 +209,22 @@ bool cg_ckpt_save_owned(const char *path, const char *kind, char *cfg, const cg_
     bool ok = cg_ckpt_save(path, kind, cfg, tok, module, optim, step, train_json);
     free(cfg);
     return ok;
+}
+
+cg_st_file *cg_ckpt_open_at(const char *path, const char *kind, int64_t *step)
+{
+    cg_st_file *f = cg_ckpt_open(path, kind);
+    *step = f ? cg_ckpt_step(f) : 0;
+    return f;
+}
+
+bool cg_ckpt_load_params(cg_module *m, cg_st_file *f, const char *path)
+{
+    if (!m || !cg_ckpt_check_tensors(m, f, path))
+        return false;
+    if (!cg_module_load_ex(m, f, &CG_CKPT_LOAD_OPTIONS)) {
+        cg_prefix_error("checkpoint '%s': ", path);
+        return false;
+    }
+    return true;
 }

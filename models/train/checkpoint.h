@@ -38,12 +38,29 @@ extern "C" {
 bool cg_ckpt_save(const char *path, const char *kind, const char *config_json,
                   const cg_tokenizer *tok, const cg_module *module, const cg_optim *optim,
                   int64_t step, const char *train_json);
+/* cg_ckpt_save in two halves, for files that hold more or less
+ * (models/train/finetune.h): the writer with the metadata above, the
+ * tokenizer (unless tok is NULL), the parameters (unless module is NULL)
+ * and the optimizer state (unless optim is NULL), or NULL + error; then
+ * the atomic save to path (its directory made if missing), which frees w
+ * (NULL: false). */
+cg_st_writer *cg_ckpt_writer(const char *kind, const char *config_json, const cg_tokenizer *tok,
+                             const cg_module *module, const cg_optim *optim, int64_t step,
+                             const char *train_json);
+bool cg_ckpt_writer_save(cg_st_writer *w, const char *path);
 /* Open a checkpoint of the given kind: the file loads, its "model" is kind,
- * it has a "config" and a "vocab" (or a "tokenizer"), and its "step" (when present) is a
+ * it has a "config" and a "vocab" (or a "tokenizer", or an "adapter_config":
+ * an adapter checkpoint, models/train/finetune.h), and its "step" (when present) is a
  * decimal in [0, 1e15]. NULL + error naming the file otherwise. */
 cg_st_file *cg_ckpt_open(const char *path, const char *kind);
 /* The "step" of a checkpoint opened by cg_ckpt_open (0 if absent). */
 int64_t cg_ckpt_step(const cg_st_file *f);
+/* A model loader's opening: cg_ckpt_open, and *step its "step". */
+cg_st_file *cg_ckpt_open_at(const char *path, const char *kind, int64_t *step);
+/* A model loader's end: m (NULL: false, its error kept) checked against
+ * f's tensors (cg_ckpt_check_tensors), then its parameters loaded from
+ * them; false + error naming the file. */
+bool cg_ckpt_load_params(cg_module *m, cg_st_file *f, const char *path);
 
 /* Every tensor of f must be a parameter of m or an optimizer slot
  * "optim.<parameter>.<step|exp_avg|exp_avg_sq|momentum_buffer>" of one.
@@ -51,6 +68,16 @@ int64_t cg_ckpt_step(const cg_st_file *f);
  * while the file holds block tensors, a truncated config, an unknown extra
  * tensor); "tokenizer.spm" (models/text/tokenizer.h) is allowed. Both loaders call it, so resume is covered too. */
 bool cg_ckpt_check_tensors(const cg_module *m, const cg_st_file *f, const char *path);
+/* The load options of a checkpoint's model (cg_module_load_ex, strict):
+ * beside the parameters the file holds the optimizer state ("optim.*") and
+ * the tokenizer (CG_TOKENIZER_TENSOR), which the model does not take. */
+#define CG_CKPT_LOAD_OPTIONS                                                                       \
+    ((cg_load_options){.n_ignore = 2,                                                              \
+                       .ignore = (const char *const[]){"optim.*", CG_TOKENIZER_TENSOR}})
+/* The same for an adapter checkpoint (models/train/finetune.h) over m with
+ * its adapters attached: every tensor of f is a trainable parameter of m
+ * under PEFT's prefix "base_model.model." or its optimizer state. */
+bool cg_ckpt_check_adapter_tensors(const cg_module *m, const cg_st_file *f, const char *path);
 
 /* The pieces of the models' loaders (models/charlm/charlm_ckpt.h,
  * models/seq2seq/seq2seq_ckpt.h): cg_ckpt_save that frees config_json; a corrupt or

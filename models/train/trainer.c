@@ -1,4 +1,4 @@
-/* cgrad zoo: the one trainer and the programs' shared conventions (see
+/* cgrad zoo: the one trainer: the output rules, --resume, and the loop (see
  * trainer.h). */
 #include "models/train/trainer.h"
 
@@ -8,7 +8,6 @@
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,643 +20,6 @@
 #include "models/train/checkpoint.h"
 #include "models/util/config_json.h"
 #include "models/train/dist.h"
-
-/* ============================================================ programs */
-static const char *g_prog = "cgrad";
-
-void cg_prog_set_name(const char *prog) { g_prog = prog; }
-const char *cg_prog_name(void) { return g_prog; }
-
-static void vprint_line(const char *kind, const char *fmt, va_list ap)
-{
-    cg_progress_end();
-    char msg[2048];
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    for (char *p = msg; *p; p++) /* keep it one line */
-        if (*p == '\n' || *p == '\r')
-            *p = ' ';
-    fprintf(stderr, "%s: %s: %s\n", g_prog, kind, msg);
-    fflush(stderr);
-}
-
-int cg_prog_fail(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vprint_line("error", fmt, ap);
-    va_end(ap);
-    return CG_EXIT_FAIL;
-}
-
-int cg_prog_fail_lib(const char *what)
-{
-    const char *e = cg_has_error() ? cg_last_error() : "unknown error";
-    return what ? cg_prog_fail("%s: %s", what, e) : cg_prog_fail("%s", e);
-}
-
-void cg_prog_die(int code, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vprint_line("error", fmt, ap);
-    va_end(ap);
-    fflush(stdout);
-    if (cg_dist_size() > 1) /* do not leave the other ranks waiting */
-        cg_dist_abort(code, "stopping every rank");
-    exit(code);
-}
-
-void cg_prog_die_lib(const char *what)
-{
-    const char *e = cg_has_error() ? cg_last_error() : "unknown error";
-    if (what)
-        cg_prog_die(CG_EXIT_FAIL, "%s: %s", what, e);
-    cg_prog_die(CG_EXIT_FAIL, "%s", e);
-}
-
-void cg_prog_warn(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vprint_line("warning", fmt, ap);
-    va_end(ap);
-}
-
-int cg_prog_parse(int argc, char **argv, const cg_cli_opt *opts, int n, const char *help)
-{
-    bool want_help = false;
-    if (!cg_cli_parse(argc, argv, opts, n, &want_help)) {
-        cg_prog_fail("%s", cg_last_error());
-        return CG_EXIT_USAGE;
-    }
-    if (want_help) {
-        fputs(help, stdout);
-        return 0;
-    }
-    return -1;
-}
-
-int cg_prog_parse_pos(int argc, char **argv, const cg_cli_opt *opts, int n, const char *help,
-                      int *np)
-{
-    char **flags = malloc((size_t)(argc + 1) * sizeof *flags);
-    char **pos = malloc((size_t)(argc + 1) * sizeof *pos);
-    int nf, rc = CG_EXIT_FAIL;
-    if (!flags || !pos) {
-        cg_prog_fail("out of memory");
-    } else {
-        cg_cli_split(argc, argv, opts, n, flags, &nf, pos, np);
-        rc = cg_prog_parse(nf, flags, opts, n, help);
-        memcpy(argv, pos, (size_t)*np * sizeof *argv);
-    }
-    free(flags);
-    free(pos);
-    return rc;
-}
-
-const cg_train_preset *cg_train_preset_find(const cg_train_preset *p, int n, const char *name)
-{
-    char choices[256] = "";
-    for (int i = 0; i < n; i++) {
-        if (strcmp(p[i].name, name) == 0)
-            return &p[i];
-        snprintf(choices + strlen(choices), sizeof choices - strlen(choices), "%s%s",
-                 i ? ", " : "", p[i].name);
-    }
-    cg_set_error("--preset: unknown preset '%s' (choices: %s)", name, choices);
-    return NULL;
-}
-
-bool cg_train_shape(const cg_train_opts *o, const cg_train_preset *p, cg_train_preset *out,
-                    cg_norm_kind *norm, cg_act *act)
-{
-    *out = *p;
-    out->d = o->d_seen ? o->d : p->d;
-    out->H = o->H_seen ? o->H : p->H;
-    out->layers = o->layers_seen ? o->layers : p->layers;
-    out->enc_layers = o->enc_layers_seen ? o->enc_layers : p->enc_layers;
-    out->dec_layers = o->dec_layers_seen ? o->dec_layers : p->dec_layers;
-    out->d_ff = o->d_ff_seen ? o->d_ff : p->d_ff;
-    if (o->norm && !cg_norm_kind_parse(o->norm, norm)) {
-        cg_prefix_error("--norm: ");
-        return false;
-    }
-    if (o->act && !cg_act_parse(o->act, act)) {
-        cg_prefix_error("--act: ");
-        return false;
-    }
-    return true;
-}
-
-int cg_train_tokenizer_flags(const char *name, bool seen, int64_t vocab_size,
-                             cg_tokenizer_kind *kind)
-{
-    *kind = CG_TOK_CHAR;
-    if (name && !cg_tokenizer_kind_parse(name, kind)) {
-        cg_prefix_error("--tokenizer: ");
-    } else if (seen && *kind != CG_TOK_BPE) {
-        cg_set_error("--vocab-size needs --tokenizer bpe (the character vocabulary is the "
-                     "characters of the training data)");
-    } else if (seen && vocab_size < CG_SPM_MIN_VOCAB) {
-        cg_set_error("--vocab-size %lld is too small: BPE needs at least %d ids (4 special ids "
-                     "+ 256 byte pieces + 1)", (long long)vocab_size, CG_SPM_MIN_VOCAB);
-    } else if (*kind == CG_TOK_BPE && !cg_spm_available()) {
-        cg_set_error("--tokenizer bpe: this build has no SentencePiece, so BPE is unavailable "
-                     "(apt-get install libsentencepiece-dev g++, then reconfigure)");
-        return CG_EXIT_FAIL;
-    } else {
-        return -1;
-    }
-    return CG_EXIT_USAGE;
-}
-
-int cg_train_parse(int argc, char **argv, const cg_cli_opt *opts, int n, const char *help)
-{
-    int rc = cg_prog_parse(argc, argv, opts, n, "");
-    if (rc == 0)
-        printf("%s%s", help, CG_TRAIN_HELP_COMMON);
-    return rc;
-}
-
-int cg_prog_main(int argc, char **argv, const char *prog, const char *help,
-                 const cg_prog_command *cmds, int ncmds)
-{
-    cg_prog_set_name(prog);
-    cg_cli_start(); /* fds 0-2 taken, OMP_NUM_THREADS capped: before anything else */
-    if (!cg_dist_init(&argc, &argv) || !cg_dist_quiet_nonroot())
-        return cg_prog_fail_lib("MPI");
-    char names[256] = "";
-    for (int i = 0; i < ncmds; i++)
-        snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s",
-                 i == 0 ? "" : i + 1 == ncmds ? " or " : ", ", cmds[i].name);
-    int rc;
-    if (argc < 2) {
-        cg_prog_fail("missing command (%s; try --help)", names);
-        rc = CG_EXIT_USAGE;
-    } else if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
-        fputs(help, stdout);
-        rc = 0;
-    } else {
-        rc = -1;
-        for (int i = 0; i < ncmds && rc < 0; i++)
-            if (!strcmp(argv[1], cmds[i].name))
-                rc = cmds[i].run(argc - 2, argv + 2);
-        if (rc < 0) {
-            cg_prog_fail("unknown command '%s' (%s; try --help)", argv[1], names);
-            rc = CG_EXIT_USAGE;
-        }
-    }
-    if (rc == 0 && !cg_cli_stdout_ok()) /* the result is lost: a failure */
-        rc = cg_prog_fail_lib(NULL);
-    fflush(stdout);
-    if (rc != 0 && cg_dist_size() > 1) /* do not leave the other ranks waiting */
-        cg_dist_abort(rc, "stopping every rank");
-    cg_dist_finalize();
-    return rc;
-}
-
-/* ============================================================ JSON lines */
-static void jl_put(cg_jline *j, const char *s, size_t n)
-{
-    if (j->oom)
-        return;
-    if (j->len + n + 3 > j->cap) {
-        size_t cap = j->cap ? 2 * j->cap : 256;
-        while (cap < j->len + n + 3)
-            cap *= 2;
-        char *b = realloc(j->buf, cap);
-        if (!b) {
-            j->oom = true;
-            return;
-        }
-        j->buf = b;
-        j->cap = cap;
-    }
-    memcpy(j->buf + j->len, s, n);
-    j->len += n;
-    j->buf[j->len] = '\0';
-}
-
-static void jl_puts(cg_jline *j, const char *s) { jl_put(j, s, strlen(s)); }
-
-/* Strings and numbers are written as the printf'd JSON lines write them
- * (models/util/config_json.h cg_json_quote, cg_json_num: null when not finite). */
-static void jl_str_escaped(cg_jline *j, const char *s)
-{
-    size_t n = 6 * strlen(s) + 3; /* every byte escaped at worst */
-    char *b = malloc(n);
-    if (!b) {
-        j->oom = true;
-        return;
-    }
-    jl_puts(j, cg_json_quote(b, n, s));
-    free(b);
-}
-
-static void jl_key(cg_jline *j, const char *key)
-{
-    jl_puts(j, j->len == 0 ? "{" : ", ");
-    jl_str_escaped(j, key);
-    jl_puts(j, ": ");
-}
-
-void cg_jline_num(cg_jline *j, const char *key, double v, int decimals)
-{
-    jl_key(j, key);
-    char fmt[16];
-    snprintf(fmt, sizeof fmt, "%%.%df", decimals < 0 ? 0 : decimals > 17 ? 17 : decimals);
-    jl_puts(j, CG_JSON_NUM(fmt, v));
-}
-
-void cg_jline_int(cg_jline *j, const char *key, int64_t v)
-{
-    jl_key(j, key);
-    char b[32];
-    snprintf(b, sizeof b, "%" PRId64, v);
-    jl_puts(j, b);
-}
-
-void cg_jline_str(cg_jline *j, const char *key, const char *v)
-{
-    jl_key(j, key);
-    jl_str_escaped(j, v ? v : "");
-}
-
-void cg_jline_bool(cg_jline *j, const char *key, bool v)
-{
-    jl_key(j, key);
-    jl_puts(j, v ? "true" : "false");
-}
-
-const char *cg_jline_end(cg_jline *j)
-{
-    if (j->len == 0)
-        jl_puts(j, "{");
-    jl_puts(j, "}");
-    return j->oom ? NULL : j->buf;
-}
-
-void cg_jline_free(cg_jline *j)
-{
-    free(j->buf);
-    memset(j, 0, sizeof *j);
-}
-
-/* ============================================================ options */
-void cg_train_opts_init(cg_train_opts *o)
-{
-    o->stop_at = -1;
-    o->log_every = 0;
-    o->precision = CG_PRECISION_FP32;
-    o->threads = 0;
-    o->grad_accum = 1;
-    o->norm_first = true;
-    o->vocab_size = 4000;
-}
-
-const char CG_TRAIN_HELP_COMMON[] =
-    "shared by charlm and seq2seq train (one meaning, one default):\n"
-    "  --d N --H N --d-ff N  width, heads (must divide d), feed-forward width\n"
-    "  --norm layernorm|rmsnorm  --act gelu|relu  --norm-first true|false\n"
-    "  --dropout P          dropout in [0, 1)\n"
-    "  --label-smoothing E  label smoothing of the training loss in [0, 1)\n"
-    "  --lr X               peak learning rate\n"
-    "  --seed N             initialisation, dropout and batch order (default 1)\n"
-    "  --grad-accum N       micro-batches per optimizer step (default 1); the loss is\n"
-    "                       that of one batch N times larger\n"
-    "  --precision P        matrix products: fp32 (default) or bf16 (bfloat16 operands,\n"
-    "                       fp32 accumulation); kept by the checkpoint\n"
-    "  --tokenizer KIND     char or bpe (default: the program's, above): SentencePiece\n"
-    "                       subwords trained on the training split only; the\n"
-    "                       checkpoint keeps the tokenizer\n"
-    "  --vocab-size N       ids of the bpe vocabulary, at least 261 (default 4000)\n"
-    "  --data FILE          training data (with --resume: the checkpoint's unless given)\n"
-    "  --steps N            optimizer steps (with --resume: the checkpoint's unless given)\n"
-    "  --eval-every N       evaluate and checkpoint every N steps\n"
-    "  --log-every N        metrics-log line (and progress line, when stderr is not a\n"
-    "                       terminal) every N steps (default: steps/20, at most 100)\n"
-    "  --threads N          threads for kernels (default: all cores)\n"
-    "  --out FILE           checkpoint; FILE.loss.png, FILE.metrics.jsonl and\n"
-    "                       FILE.cgrad-lock are written beside it\n"
-    "  --resume FILE        continue a run from its checkpoint, exactly (--out\n"
-    "                       defaults to FILE); model and recipe flags are refused\n"
-    "  --force              overwrite an existing --out (refused otherwise)\n"
-    "  --stop-at N          save and stop after step N (as if interrupted; 0 saves\n"
-    "                       the initial model)\n"
-    "  --max-minutes M      end the run after M minutes of wall time (M > 0), then\n"
-    "                       evaluate, save and report as at the last step; the\n"
-    "                       evaluations and saves on the way count, those at the\n"
-    "                       end do not; with --resume the budget starts again\n"
-    "  --skip-nonfinite     skip a step whose loss or gradient is NaN/Inf (with a\n"
-    "                       warning) instead of stopping\n"
-    "  --recompute          keep only each transformer layer's input for backward and\n"
-    "                       recompute the rest there (less memory, one more forward\n"
-    "                       per layer; the same numbers, bit for bit)\n"
-    "Ctrl-C (SIGINT) or SIGTERM saves a checkpoint and exits 0 (during the final\n"
-    "evaluation, after the last save, it ends the program at once). The last stdout\n"
-    "line is a JSON summary. Exit status: 0 done, 1 failed, 2 bad command line.\n";
-
-int cg_train_cli_opts(cg_train_opts *o, unsigned which, cg_cli_opt *p)
-{
-    const double big = 1e12;
-    int n = 0;
-#define OPT(name, kind, dst, lo, hi, seen, fixed) \
-    p[n++] = (cg_cli_opt){name, kind, dst, lo, hi, seen}
-    OPT("--d", CG_CLI_I64, &o->d, 1, 1 << 16, &o->d_seen, true);
-    OPT("--H", CG_CLI_I64, &o->H, 1, 1 << 12, &o->H_seen, true);
-    if (which & CG_TRAIN_FLAGS_LAYERS)
-        OPT("--layers", CG_CLI_I64, &o->layers, 0, 1 << 10, &o->layers_seen, true);
-    if (which & CG_TRAIN_FLAGS_ENC_DEC) {
-        OPT("--enc-layers", CG_CLI_I64, &o->enc_layers, 0, 1 << 10, &o->enc_layers_seen, true);
-        OPT("--dec-layers", CG_CLI_I64, &o->dec_layers, 0, 1 << 10, &o->dec_layers_seen, true);
-    }
-    OPT("--d-ff", CG_CLI_I64, &o->d_ff, 1, 1 << 20, &o->d_ff_seen, true);
-    OPT("--norm", CG_CLI_STR, &o->norm, 0, 0, &o->norm_seen, true);
-    OPT("--act", CG_CLI_STR, &o->act, 0, 0, &o->act_seen, true);
-    OPT("--norm-first", CG_CLI_BOOL, &o->norm_first, 0, 0, &o->norm_first_seen, true);
-    OPT("--dropout", CG_CLI_F64, &o->dropout, 0, 0.999999, &o->dropout_seen, true);
-    OPT("--label-smoothing", CG_CLI_F64, &o->label_smoothing, 0, 0.999999,
-        &o->label_smoothing_seen, true);
-    OPT("--lr", CG_CLI_F64, &o->lr, 1e-12, 10, &o->lr_seen, true);
-    OPT("--seed", CG_CLI_U64, &o->seed, 0, 0, &o->seed_seen, true);
-    OPT("--grad-accum", CG_CLI_I64, &o->grad_accum, 1, 1 << 16, NULL, true);
-    OPT("--precision", CG_CLI_STR, &o->precision_arg, 0, 0, NULL, true);
-    OPT("--tokenizer", CG_CLI_STR, &o->tokenizer_arg, 0, 0, NULL, true);
-    OPT("--vocab-size", CG_CLI_I64, &o->vocab_size, 1, 1e9, &o->vocab_size_seen, true);
-    OPT("--data", CG_CLI_STR, &o->data, 0, 0, &o->data_seen, false);
-    OPT("--steps", CG_CLI_I64, &o->steps, 1, big, &o->steps_seen, false);
-    OPT("--eval-every", CG_CLI_I64, &o->eval_every, 1, big, &o->eval_every_seen, false);
-    OPT("--log-every", CG_CLI_I64, &o->log_every, 1, big, &o->log_every_seen, false);
-    OPT("--threads", CG_CLI_I64, &o->threads, 1, 1024, NULL, false);
-    OPT("--out", CG_CLI_STR, &o->out, 0, 0, NULL, false);
-    OPT("--resume", CG_CLI_STR, &o->resume, 0, 0, NULL, false);
-    OPT("--force", CG_CLI_SWITCH, &o->force, 0, 0, NULL, false);
-    OPT("--stop-at", CG_CLI_I64, &o->stop_at, 0, big, NULL, false);
-    OPT("--max-minutes", CG_CLI_F64, &o->max_minutes, 1e-6, 1e8, NULL, false);
-    OPT("--skip-nonfinite", CG_CLI_SWITCH, &o->skip_nonfinite, 0, 0, NULL, false);
-    OPT("--recompute", CG_CLI_SWITCH, &o->recompute, 0, 0, NULL, false);
-#undef OPT
-    return n;
-}
-
-/* The flags fixed by a checkpoint: refused with --resume. */
-static const char FIXED_COMMON[] = " --d --H --layers --enc-layers --dec-layers --d-ff --norm "
-                                   "--act --norm-first --dropout --label-smoothing --lr --seed "
-                                   "--grad-accum --precision --tokenizer --vocab-size ";
-
-static bool is_fixed(const char *name, size_t len, const char *extra)
-{
-    char key[64];
-    if (len + 3 > sizeof key)
-        return false;
-    snprintf(key, sizeof key, " %.*s ", (int)len, name);
-    if (strstr(FIXED_COMMON, key))
-        return true;
-    char list[512];
-    snprintf(list, sizeof list, " %s ", extra ? extra : "");
-    return strstr(list, key) != NULL;
-}
-
-/* The fixed flags given in argv (parsed already, so well formed), as
- * "--a, --b" into buf; false if none. */
-static bool fixed_flags_given(int argc, char **argv, const cg_cli_opt *opts, int n,
-                              const char *extra, char *buf, size_t cap)
-{
-    buf[0] = '\0';
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i], *eq = strchr(a, '=');
-        size_t len = eq ? (size_t)(eq - a) : strlen(a);
-        for (int j = 0; j < n; j++) {
-            if (strlen(opts[j].name) != len || strncmp(opts[j].name, a, len) != 0)
-                continue;
-            if (is_fixed(a, len, extra) && !strstr(buf, opts[j].name))
-                snprintf(buf + strlen(buf), cap - strlen(buf), "%s%s", buf[0] ? ", " : "",
-                         opts[j].name);
-            if (!eq && opts[j].kind != CG_CLI_SWITCH)
-                i++; /* its value */
-            break;
-        }
-    }
-    return buf[0] != '\0';
-}
-
-/* ============================================================ state */
-bool cg_state_put_u64(cJSON *o, const char *key, uint64_t v)
-{
-    char b[32];
-    snprintf(b, sizeof b, "%" PRIu64, v);
-    return cJSON_AddStringToObject(o, key, b) != NULL;
-}
-
-bool cg_state_put_f64(cJSON *o, const char *key, double v)
-{
-    char b[40];
-    snprintf(b, sizeof b, "%.17g", v);
-    return cJSON_AddStringToObject(o, key, b) != NULL;
-}
-
-static bool model_fields(const cJSON *ms, const char *path, const char *kind,
-                         const cg_json_field *f, int n)
-{
-    char what[600];
-    snprintf(what, sizeof what, "'%.500s': %s training state", path, kind);
-    return cg_json_read_fields(ms, what, f, n);
-}
-
-bool cg_train_model_fields(const char *train_json, const char *ckpt_path, const char *kind,
-                           const cg_json_field *f, int n)
-{
-    cJSON *st = train_json ? cJSON_Parse(train_json) : NULL;
-    if (!st)
-        return true;
-    const cJSON *ms = cJSON_GetObjectItemCaseSensitive(st, "model");
-    bool ok = model_fields(ms ? ms : st, ckpt_path, kind, f, n);
-    cJSON_Delete(st);
-    return ok;
-}
-
-bool cg_trainer_model_state(const cg_trainer *t, const char *kind, cJSON *o,
-                            const cg_json_field *f, int n)
-{
-    if (!o)
-        return model_fields(t->model_state, t->o->resume, kind, f, n);
-    bool ok = true;
-    for (int i = 0; ok && i < n; i++) {
-        if (f[i].kind == CG_JF_I64)
-            ok = cJSON_AddNumberToObject(o, f[i].key, (double)*(int64_t *)f[i].dst) != NULL;
-        else if (f[i].kind == CG_JF_F64)
-            ok = cg_state_put_f64(o, f[i].key, *(double *)f[i].dst);
-        else if (f[i].kind == CG_JF_U64STR)
-            ok = cg_state_put_u64(o, f[i].key, *(uint64_t *)f[i].dst);
-        else
-            ok = cJSON_AddStringToObject(o, f[i].key, *(const char **)f[i].dst) != NULL;
-    }
-    return ok;
-}
-
-cJSON *cg_train_state_parse(const char *json)
-{
-    cJSON *o = json ? cJSON_Parse(json) : NULL;
-    if (!cJSON_IsObject(o)) {
-        cJSON_Delete(o);
-        cg_set_error("no training state (not a training checkpoint)");
-        return NULL;
-    }
-    return o;
-}
-
-/* The per-run options a checkpoint keeps ("options"; see cg_train_opts). */
-static bool options_save(const cg_train_opts *o, cJSON *j)
-{
-    return j && cJSON_AddStringToObject(j, "precision", cg_precision_name(o->precision));
-}
-
-/* Absent options or fields: a checkpoint written before them (fp32). */
-static bool options_restore(cg_train_opts *o, const cJSON *j)
-{
-    const cJSON *p = cJSON_GetObjectItemCaseSensitive(j, "precision");
-    o->precision = CG_PRECISION_FP32;
-    return j == NULL ||
-           (cJSON_IsObject(j) && (!p || (cJSON_IsString(p) &&
-                                         cg_precision_parse(p->valuestring, &o->precision))));
-}
-
-bool cg_train_precision(const char *train_json, const char *ckpt_path, cg_precision *out)
-{
-    cJSON *s = train_json ? cJSON_Parse(train_json) : NULL;
-    cg_train_opts o;
-    bool ok = options_restore(&o, cJSON_GetObjectItemCaseSensitive(s, "options"));
-    cJSON_Delete(s);
-    *out = o.precision;
-    if (!ok)
-        cg_set_error("'%s': bad \"options\" in its training state", ckpt_path);
-    return ok;
-}
-
-void cg_train_vocab_warn(const cg_tokenizer *tok, int64_t vocab_size)
-{
-    int64_t got = tok ? cg_tokenizer_vocab_size(tok) : 0;
-    if (tok && tok->kind == CG_TOK_BPE && got < vocab_size)
-        cg_prog_warn("--vocab-size %lld: this text gives only %lld ids (every merge of its "
-                     "training split); using %lld", (long long)vocab_size, (long long)got,
-                     (long long)got);
-}
-
-int cg_precision_flag(const char *arg, cg_precision *out)
-{
-    cg_precision p;
-    if (!arg || cg_precision_parse(arg, out ? out : &p))
-        return -1;
-    /* cg_precision_parse's "precision: ..." as the flag: "--precision: ..." */
-    bool usage = strstr(cg_last_error(), "is not one of") != NULL;
-    cg_prog_fail("--%s", cg_last_error());
-    return usage ? CG_EXIT_USAGE : CG_EXIT_FAIL;
-}
-
-bool cg_decode_precision(const char *arg, const char *train_json, const char *ckpt_path,
-                         cg_precision *out)
-{
-    bool ok;
-    if (arg) {
-        ok = cg_precision_parse(arg, out); /* its error names the value, or the CPU */
-    } else {
-        ok = cg_train_precision(train_json, ckpt_path, out);
-    }
-    if (ok)
-        cg_set_matmul_precision(*out);
-    return ok;
-}
-
-static char *state_json(const cg_trainer *t, const cg_trainer_model *m)
-{
-    const cg_train_opts *o = t->o;
-    cJSON *j = cJSON_CreateObject();
-    cJSON_AddNumberToObject(j, "steps", (double)o->steps);
-    cJSON_AddNumberToObject(j, "eval_every", (double)o->eval_every);
-    cg_state_put_u64(j, "seed", o->seed);
-    cJSON_AddNumberToObject(j, "grad_accum", (double)o->grad_accum);
-    cg_json_add_name(j, "data", t->data_set ? t->data.path : "");
-    if (t->data_set)
-        cJSON_AddItemToObject(j, "data_id", cg_data_id_to_json(&t->data));
-    cJSON *dr = cJSON_AddObjectToObject(j, "dropout_rng");
-    cg_state_put_u64(dr, "seed", m->dropout_rng->seed);
-    cg_state_put_u64(dr, "counter", m->dropout_rng->counter);
-    cJSON *r = cJSON_AddArrayToObject(j, "recent");
-    for (int i = 0; i < t->n_recent; i++)
-        cJSON_AddItemToArray(r, cJSON_CreateNumber(t->recent[i]));
-    char *hj = cg_history_to_json(&t->hist);
-    cJSON *h = hj ? cJSON_Parse(hj) : NULL;
-    free(hj);
-    bool ok = h != NULL;
-    if (h)
-        cJSON_AddItemToObject(j, "history", h);
-    ok = ok && options_save(o, cJSON_AddObjectToObject(j, "options"));
-    cJSON *ms = cJSON_AddObjectToObject(j, "model");
-    ok = ok && ms && (!m->state_save || m->state_save(m->self, ms));
-    char *s = ok ? cJSON_PrintUnformatted(j) : NULL;
-    cJSON_Delete(j);
-    if (!s && !cg_has_error())
-        cg_set_error("out of memory");
-    return s;
-}
-
-/* Restore the shared state of a checkpoint into t and o: every field type-
- * and range-checked (models/util/config_json.h), the first bad one named. */
-static bool state_restore(cg_trainer *t, cg_train_opts *o, const char *path)
-{
-    const cJSON *s = t->state;
-    int64_t steps, eval_every, accum;
-    uint64_t seed;
-    const char *data;
-    char what[600];
-    snprintf(what, sizeof what, "'%.500s': training state", path);
-    const cg_json_field f[] = {
-        {"steps", CG_JF_I64, &steps, 1, 1e12, false},
-        {"eval_every", CG_JF_I64, &eval_every, 1, 1e12, false},
-        {"seed", CG_JF_U64STR, &seed, 0, 0, false},
-        {"grad_accum", CG_JF_I64, &accum, 1, 1 << 16, false},
-        {"data", CG_JF_STR, &data, 0, 0, false},
-    };
-    const cg_json_field fr[] = {
-        {"seed", CG_JF_U64STR, &t->dropout_rng.seed, 0, 0, false},
-        {"counter", CG_JF_U64STR, &t->dropout_rng.counter, 0, 0, false},
-    };
-    const cJSON *dr = cJSON_GetObjectItemCaseSensitive(s, "dropout_rng");
-    const cJSON *hist = cJSON_GetObjectItemCaseSensitive(s, "history");
-    t->model_state = cJSON_GetObjectItemCaseSensitive(s, "model");
-    cJSON *idj = cJSON_GetObjectItemCaseSensitive(t->state, "data_id");
-    if (!cg_json_name_decode(t->state, "data", what) || /* names are bytes */
-        (cJSON_IsObject(idj) && !cg_json_name_decode(idj, "path", what)))
-        return false;
-    if (!cg_json_read_fields(s, what, f, 2 + 3) ||
-        !cg_json_read_fields(dr, "training state: \"dropout_rng\"", fr, 2) ||
-        !cg_json_f64_array(s, what, "recent", t->recent, CG_TRAIN_RECENT, &t->n_recent))
-        return false;
-    if (!cJSON_IsObject(t->model_state) ||
-        !options_restore(o, cJSON_GetObjectItemCaseSensitive(s, "options"))) {
-        cg_set_error("%s: bad or missing \"%s\"", what,
-                     cJSON_IsObject(t->model_state) ? "options" : "model");
-        return false;
-    }
-    const cJSON *id = cJSON_GetObjectItemCaseSensitive(s, "data_id");
-    if (id && !cg_data_id_from_json(id, what, &t->data_stored))
-        return false;
-    t->data_stored_set = id != NULL; /* absent: written before identities */
-    if (hist && !cg_history_from_cjson(hist, &t->hist)) {
-        cg_prefix_error("'%s': ", path);
-        return false;
-    }
-    t->dropout_rng_set = true;
-    o->seed = seed;
-    o->grad_accum = accum;
-    if (!o->steps_seen)
-        o->steps = steps;
-    if (!o->eval_every_seen)
-        o->eval_every = eval_every;
-    if (!o->data_seen)
-        o->data = data;
-    return true;
-}
 
 /* ============================================================ output */
 /* Everything about the output, before any training (models/train/outfile.h): a
@@ -679,36 +41,21 @@ void cg_trainer_init(cg_trainer *t, cg_train_opts *o)
     t->last_loss = NAN;
 }
 
-bool cg_trainer_restore(cg_trainer *t, const char *train_json, const char *path)
-{
-    t->state = cg_train_state_parse(train_json);
-    if (!t->state) {
-        cg_set_error("'%s' holds no training state (it cannot be resumed; use it for inference)",
-                     path);
-        return false;
-    }
-    return state_restore(t, t->o, path);
-}
 
-int cg_trainer_begin(cg_trainer *t, cg_train_opts *o, const char *kind, const char *default_out,
-                     const char *fixed, int argc, char **argv, const cg_cli_opt *opts, int nopts)
+int cg_trainer_begin(cg_trainer *t, cg_train_opts *o, const char *kind, const char *default_out)
 {
     cg_trainer_init(t, o);
-    int rc = cg_precision_flag(o->precision_arg, &o->precision);
-    if (rc >= 0)
-        return rc;
-    rc = o->resume ? -1
-                       : cg_train_tokenizer_flags(o->tokenizer_arg, o->vocab_size_seen,
-                                                  o->vocab_size, &o->tokenizer);
-    if (rc >= 0) {
-        cg_prog_fail_lib(NULL);
-        return rc;
+    int rc;
+    if (o->init_from && o->resume) {
+        cg_prog_fail("--init-from starts a new run from a checkpoint's weights, --resume "
+                     "continues a run: give one of them");
+        return CG_EXIT_USAGE;
     }
     cg_cli_set_threads(cg_prog_name(), o->threads);
     t->out = o->out ? o->out : o->resume ? o->resume : default_out;
     if (o->resume) {
         char given[512];
-        if (fixed_flags_given(argc, argv, opts, nopts, fixed, given, sizeof given))
+        if (cg_cli_given_list(o->args, CG_CLI_FIXED, given, sizeof given))
             return cg_prog_fail("--resume continues a run with the model and recipe of its "
                                 "checkpoint; drop %s",
                                 given);
@@ -716,8 +63,10 @@ int cg_trainer_begin(cg_trainer *t, cg_train_opts *o, const char *kind, const ch
         if (!t->ckpt)
             return cg_prog_fail_lib(NULL);
         t->start = cg_ckpt_step(t->ckpt);
-        if (!cg_trainer_restore(t, cg_st_metadata(t->ckpt, "train"), o->resume))
+        if (!cg_trainer_restore(t, cg_st_metadata(t->ckpt, "train"), o->resume) ||
+            !cg_ft_origin_read(t->ckpt, o->resume, &t->origin, &t->from_origin))
             return cg_prog_fail_lib(NULL);
+        t->adapters = cg_ft_is_adapter(t->ckpt);
         if (t->start >= o->steps)
             return cg_prog_fail("'%s' is already at step %lld of %lld; pass a larger --steps",
                                 o->resume, (long long)t->start, (long long)o->steps);
@@ -731,7 +80,8 @@ int cg_trainer_begin(cg_trainer *t, cg_train_opts *o, const char *kind, const ch
                                 t->out, t->out);
         /* no file written is a file read (with --force too) */
         if ((o->data && !cg_out_check_reads(t->out, o->data, "--data", true)) ||
-            (o->resume && !cg_out_check_reads(t->out, o->resume, "--resume", false)))
+            (o->resume && !cg_out_check_reads(t->out, o->resume, "--resume", false)) ||
+            (o->init_from && !cg_out_check_reads(t->out, o->init_from, "--init-from", true)))
             return cg_prog_fail_lib(NULL);
         rc = check_output(t, t->out);
         if (rc >= 0)
@@ -739,6 +89,12 @@ int cg_trainer_begin(cg_trainer *t, cg_train_opts *o, const char *kind, const ch
     }
     t->step = t->start;
     return -1;
+}
+
+bool cg_trainer_set_origin(cg_trainer *t, const char *path, const cg_st_file *f, bool adapters)
+{
+    t->adapters = adapters;
+    return (t->from_origin = cg_ft_origin_of(path, f, &t->origin));
 }
 
 bool cg_trainer_set_data(cg_trainer *t, const cg_data_id *id)
@@ -750,33 +106,6 @@ bool cg_trainer_set_data(cg_trainer *t, const cg_data_id *id)
     return true;
 }
 
-bool cg_train_data_check(const char *train_json, const char *ckpt_path, const cg_data_id *id)
-{
-    cJSON *s = train_json ? cJSON_Parse(train_json) : NULL;
-    cJSON *j = cJSON_GetObjectItemCaseSensitive(s, "data_id");
-    cg_data_id stored;
-    char what[600];
-    snprintf(what, sizeof what, "'%.500s': training state", ckpt_path);
-    bool ok = !j || (cJSON_IsObject(j) && cg_json_name_decode(j, "path", what) &&
-                     cg_data_id_from_json(j, what, &stored) && cg_data_id_check(&stored, id));
-    cJSON_Delete(s);
-    return ok;
-}
-
-char *cg_train_data_path(const char *train_json, const char *given, const char *default_data)
-{
-    cJSON *s = !given && train_json ? cJSON_Parse(train_json) : NULL;
-    if (s && !cg_json_name_decode(s, "data", "training state")) {
-        cJSON_Delete(s);
-        return NULL;
-    }
-    const cJSON *dj = cJSON_GetObjectItemCaseSensitive(s, "data");
-    char *p = strdup(given ? given : cJSON_IsString(dj) ? dj->valuestring : default_data);
-    cJSON_Delete(s);
-    if (!p)
-        cg_set_error("out of memory");
-    return p;
-}
 
 void cg_eval_add(cg_eval_result *e, const char *key, const char *name, double value,
                  int decimals)
@@ -809,144 +138,6 @@ void cg_trainer_end(cg_trainer *t)
     cg_trainer_init(t, NULL);
 }
 
-/* ============================================================ the run */
-/* ------------------------------------------------------------ the step */
-bool cg_stepper_init(cg_stepper *s, const cg_trainer_model *m, int grad_accum)
-{
-    memset(s, 0, sizeof *s);
-    s->m = m;
-    s->grad_accum = grad_accum;
-    if (!cg_module_params(m->module, &s->pl))
-        return false;
-    s->op = calloc((size_t)s->pl.n + 1, sizeof *s->op);
-    s->w = calloc((size_t)grad_accum, sizeof *s->w);
-    s->tok = calloc((size_t)grad_accum, sizeof *s->tok);
-    if (!s->op || !s->w || !s->tok) {
-        cg_set_error("out of memory");
-        return false;
-    }
-    for (int i = 0; i < s->pl.n; i++) {
-        const cg_tensor *p = s->pl.items[i].tensor;
-        s->op[i] = (cg_optim_param){s->pl.items[i].name, s->pl.items[i].tensor,
-                                    p->ndim >= 2 ? m->weight_decay_2d : m->weight_decay_1d};
-    }
-    s->opt = cg_optim_new(&m->optim, s->pl.n, s->op);
-    if (!s->opt)
-        return false;
-    const char *ov = getenv("CG_DIST_OVERLAP");
-    if (cg_dist_size() > 1 && !(ov && !strcmp(ov, "0"))) {
-        const char *mb = getenv("CG_DIST_BUCKET_MB");
-        double bucket_mb = mb ? atof(mb) : 4.0;
-        cg_tensor **ps = malloc(sizeof *ps * (size_t)(s->pl.n ? s->pl.n : 1));
-        if (!ps) {
-            cg_set_error("out of memory");
-            return false;
-        }
-        for (int i = 0; i < s->pl.n; i++)
-            ps[i] = s->pl.items[i].tensor;
-        s->reducer = cg_dist_reducer_new(s->pl.n, ps, bucket_mb > 0 ? bucket_mb : 4.0);
-        free(ps);
-        if (!s->reducer)
-            return false;
-    }
-    return true;
-}
-
-void cg_stepper_free(cg_stepper *s)
-{
-    cg_dist_reducer_free(s->reducer);
-    cg_optim_free(s->opt);
-    free(s->op);
-    free(s->w);
-    free(s->tok);
-    cg_param_list_free(&s->pl);
-    memset(s, 0, sizeof *s);
-}
-
-cg_step_result cg_stepper_step(cg_stepper *st, int64_t s, double *loss_out, double *tokens_out)
-{
-    const cg_trainer_model *m = st->m;
-    const int N = st->grad_accum;
-    double W = 0, tok = 0;
-    *loss_out = NAN;
-    *tokens_out = 0;
-    for (int k = 0; k < N; k++) {
-        if (!m->batch(m->self, k, &st->w[k], &st->tok[k]))
-            return CG_STEP_FAILED;
-        W += st->w[k];
-        tok += st->tok[k];
-    }
-    cg_optim_set_lr(st->opt, m->lr(m->self, s));
-    cg_optim_zero_grad(st->opt);
-    double lsum = 0, lv = NAN;
-    bool back_ok = true;
-    for (int k = 0; k < N; k++) {
-        /* every tensor of the micro-batch's graph dies at the scope's end */
-        cg_scope *sc = cg_scope_begin();
-        cg_tensor *loss = sc ? m->loss(m->self, k) : NULL;
-        if (!loss) {
-            cg_scope_end(sc);
-            return CG_STEP_FAILED;
-        }
-        double l = cg_item(loss);
-        lsum += l * st->w[k];
-        if (k == N - 1 && st->reducer && !cg_dist_reducer_prepare(st->reducer, W)) {
-            cg_scope_end(sc);
-            return CG_STEP_FAILED;
-        }
-        if (N == 1) {
-            lv = l;
-            back_ok = cg_backward(loss, NULL, false);
-        } else { /* the mean over all N micro-batches' units */
-            cg_tensor *scaled = cg_muls(loss, (float)(st->w[k] / W));
-            back_ok = back_ok && scaled && cg_backward(scaled, NULL, false);
-        }
-        cg_scope_end(sc);
-    }
-    if (N > 1)
-        lv = lsum / W;
-    *loss_out = lv;
-    if (!isfinite(lv) && !st->skip_nonfinite) {
-        char culprit[400] = "";
-        if (back_ok && !cg_optim_grads_finite(st->opt, NULL))
-            snprintf(culprit, sizeof culprit, " (%s)", cg_last_error());
-        cg_set_error("loss is %s at step %lld%s", isnan(lv) ? "nan" : "inf", (long long)s,
-                     culprit);
-        return CG_STEP_NONFINITE;
-    }
-    if (!back_ok) {
-        cg_prefix_error("backward: ");
-        return CG_STEP_FAILED;
-    }
-    /* loss, weight and tokens of every rank: from here on every rank takes
-     * the same decisions */
-    double red[3] = {lv * W, W, tok};
-    if (!cg_dist_allreduce_sum(red, 3) ||
-        !(st->reducer ? cg_dist_reducer_finish(st->reducer) : cg_dist_average_grads(m->module, W)))
-        return CG_STEP_FAILED;
-    lv = red[0] / red[1];
-    *loss_out = lv;
-    *tokens_out = red[2];
-    double norm = m->clip_norm > 0 ? cg_optim_clip_grad_norm(st->opt, m->clip_norm) : 0.0;
-    if (norm < 0)
-        return CG_STEP_FAILED;
-    if (!isfinite(lv) || !isfinite(norm)) {
-        if (cg_optim_grads_finite(st->opt, NULL))
-            cg_set_error("gradient norm is not finite");
-        if (!st->skip_nonfinite) {
-            cg_prefix_error("step %lld: ", (long long)s);
-            return CG_STEP_NONFINITE;
-        }
-        cg_prefix_error("loss %g, ", lv);
-        cg_optim_zero_grad(st->opt);
-        return CG_STEP_SKIPPED;
-    }
-    if (!cg_optim_step(st->opt)) {
-        cg_prefix_error("optimizer: ");
-        return CG_STEP_FAILED;
-    }
-    return CG_STEP_OK;
-}
 
 /* ------------------------------------------------------------ the run */
 typedef struct {
@@ -959,33 +150,51 @@ typedef struct {
 
 static bool save(run_ctx *c, int64_t step)
 {
+    /* ZeRO: every rank sends its shard of the state to rank 0, which saves
+     * it whole (the layout of an unsharded run) */
+    cg_optim *gathered;
+    const cg_optim *opt = cg_stepper_full_optim(&c->st, &gathered);
     if (!cg_dist_is_root())
         return true;
     const cg_trainer_model *m = c->m;
-    char *tj = state_json(c->t, m);
+    char *tj = opt ? cg_train_state_json(c->t, m) : NULL;
     char *cfg = tj ? m->config_json(m->self) : NULL;
-    bool ok = cfg && cg_ckpt_save(c->t->out, m->name, cfg, m->tokenizer(m->self), m->module,
-                                  c->opt, step, tj);
+    char *from = cfg && c->t->from_origin ? cg_ft_origin_json(&c->t->origin) : NULL;
+    cg_ft_save ft = {.init_from = from, .adapters = c->t->adapters};
+    bool ok = cfg && (from || !c->t->from_origin) &&
+              cg_ft_ckpt_save(c->t->out, &ft, m->name, cfg, m->tokenizer(m->self), m->module,
+                              opt, step, tj);
+    cg_optim_free(gathered);
     free(tj);
     free(cfg);
+    free(from);
     if (ok && c->png && (c->t->hist.n > 0 || c->t->hist.dn > 0) &&
         !cg_history_plot(&c->t->hist, c->png, m->plot_title))
         cg_prog_warn("could not write the loss curve: %s", cg_last_error());
     return ok;
 }
 
-static void metrics_line(run_ctx *c, cg_jline *j)
+/* A number with `decimals` decimals (null when not finite). */
+static void put_fixed(cJSON *j, const char *key, double v, int decimals)
 {
-    const char *s = cg_jline_end(j);
-    if (c->t->metrics && s &&
-        (fputs(s, c->t->metrics) < 0 || fputc('\n', c->t->metrics) < 0 ||
-         fflush(c->t->metrics) != 0)) {
+    char fmt[16];
+    snprintf(fmt, sizeof fmt, "%%.%df", decimals < 0 ? 0 : decimals > 17 ? 17 : decimals);
+    cg_json_put_num(j, key, fmt, v);
+}
+
+/* Write j (deleted) as a line of the metrics log. */
+static void metrics_line(run_ctx *c, cJSON *j)
+{
+    char *s = c->t->metrics ? cg_json_line(j) : NULL;
+    if (s && (fputs(s, c->t->metrics) < 0 || fputc('\n', c->t->metrics) < 0 ||
+              fflush(c->t->metrics) != 0)) {
         cg_prog_warn("cannot write the metrics log (%s); training goes on without it",
                      strerror(errno));
         fclose(c->t->metrics);
         c->t->metrics = NULL;
     }
-    cg_jline_free(j);
+    free(s);
+    cJSON_Delete(j);
 }
 
 static int evaluate(run_ctx *c, int64_t step)
@@ -1005,13 +214,13 @@ static int evaluate(run_ctx *c, int64_t step)
             (long long)step, e.train, e.val, extra);
     if (!cg_history_push(&t->hist, step, e.train, e.val))
         return cg_prog_fail_lib(NULL);
-    cg_jline j = {0};
-    cg_jline_int(&j, "step", step);
-    cg_jline_num(&j, "train_loss", e.train, 6);
-    cg_jline_num(&j, "val_loss", e.val, 6);
+    cJSON *j = cJSON_CreateObject();
+    cg_json_put_int(j, "step", step);
+    cg_json_put_num(j, "train_loss", "%.6f", e.train);
+    cg_json_put_num(j, "val_loss", "%.6f", e.val);
     for (int i = 0; i < e.n_extra; i++)
-        cg_jline_num(&j, e.extra[i].key, e.extra[i].value, e.extra[i].decimals + 2);
-    metrics_line(c, &j);
+        put_fixed(j, e.extra[i].key, e.extra[i].value, e.extra[i].decimals + 2);
+    metrics_line(c, j);
     return -1;
 }
 
@@ -1077,7 +286,7 @@ static bool check_ranks_agree(const cg_trainer *t, const cg_trainer_model *m)
 {
     if (cg_dist_size() <= 1)
         return true;
-    char *sj = state_json(t, m), *cj = sj ? m->config_json(m->self) : NULL;
+    char *sj = cg_train_state_json(t, m), *cj = sj ? m->config_json(m->self) : NULL;
     cJSON *s = cj ? cJSON_Parse(sj) : NULL, *cfg = s ? cJSON_Parse(cj) : NULL;
     cJSON *flat = cfg ? cJSON_CreateObject() : NULL, *run = flat ? cJSON_CreateObject() : NULL;
     free(sj);
@@ -1093,6 +302,7 @@ static bool check_ranks_agree(const cg_trainer *t, const cg_trainer_model *m)
         cJSON_AddNumberToObject(run, "stop_at", (double)o->stop_at);
         cJSON_AddNumberToObject(run, "max_minutes", o->max_minutes);
         cJSON_AddBoolToObject(run, "skip_nonfinite", o->skip_nonfinite);
+        cJSON_AddNumberToObject(run, "zero", (double)o->zero);
         ok = flatten(s, "", flat) && flatten(cfg, "config.", flat) && flatten(run, "", flat);
     }
     /* rank 0's list to every rank: its length, then its bytes */
@@ -1154,10 +364,20 @@ static int setup(run_ctx *c)
 {
     cg_trainer *t = c->t;
     const cg_trainer_model *m = c->m;
-    if (!cg_stepper_init(&c->st, m, (int)t->o->grad_accum))
+    if (!cg_stepper_init(&c->st, m, (int)t->o->grad_accum, (int)t->o->zero))
         return cg_prog_fail_lib("optimizer");
     c->st.skip_nonfinite = t->o->skip_nonfinite;
     c->opt = c->st.opt;
+    if (t->o->zero && cg_dist_is_root()) {
+        int64_t n = 0;
+        for (int i = 0; i < c->st.pl.n; i++)
+            n += cg_numel(c->st.pl.items[i].tensor);
+        double whole = (double)n * (m->optim.type == CG_OPTIM_SGD ? 1 : 2) * sizeof(float);
+        fprintf(stderr, "%s: ZeRO-1 over %d rank(s): optimizer state %.2f MB on rank 0 (%.2f MB "
+                "unsharded)%s\n", cg_prog_name(), cg_dist_size(),
+                (double)cg_optim_state_bytes(c->opt) / 1e6, whole / 1e6,
+                cg_dist_size() == 1 ? "; one process: nothing to shard" : "");
+    }
     if (t->ckpt) {
         if (!cg_optim_load(c->opt, t->ckpt, "optim"))
             return cg_prog_fail("'%s': %s", t->o->resume, cg_last_error());
@@ -1217,43 +437,49 @@ static int finish(run_ctx *c)
     if (!save(c, t->step))
         return cg_prog_fail("could not save the checkpoint at step %lld: %s", (long long)t->step,
                             cg_last_error());
-    cg_jline j = {0};
-    cg_jline_int(&j, "step", t->step);
+    cJSON *j = cJSON_CreateObject();
+    cg_json_put_int(j, "step", t->step);
     if (t->interrupted) {
         fprintf(stderr, "%s: stopped at step %lld; checkpoint saved to '%s' (continue with "
                         "--resume %s)\n",
                 prog, (long long)t->step, t->out, t->out);
-        cg_jline_bool(&j, "interrupted", true);
+        cg_json_put_bool(j, "interrupted", true);
         double tl = isfinite(t->last_loss) ? t->last_loss
                     : t->hist.n > 0        ? (double)t->hist.train[t->hist.n - 1]
                                            : NAN;
-        cg_jline_num(&j, "train_loss", tl, 4);
+        cg_json_put_num(j, "train_loss", "%.4f", tl);
     } else {
         fprintf(stderr, "%s: checkpoint saved to '%s'\n", prog, t->out);
         /* the final evaluation (seq2seq decodes for minutes) may be cut
          * short at once: everything is saved */
         signal(SIGINT, SIG_DFL);
         signal(SIGTERM, SIG_DFL);
-        if (!m->finish(m->self, t, &j)) {
-            cg_jline_free(&j);
+        if (!m->finish(m->self, t, j)) {
+            cJSON_Delete(j);
             return cg_prog_fail_lib(NULL);
         }
         if (t->o->max_minutes > 0)
-            cg_jline_bool(&j, "max_minutes_reached", t->out_of_time);
+            cg_json_put_bool(j, "max_minutes_reached", t->out_of_time);
     }
-    cg_jline_str(&j, "precision", cg_precision_name(t->o->precision));
-    cg_jline_num(&j, "tokens_per_s", tps, 0);
-    cg_jline_num(&j, "elapsed_s", t->elapsed, 1);
-    cg_jline_int(&j, "params", cg_module_num_params(m->module));
-    cg_jline_str(&j, "checkpoint", t->out);
-    const char *line = cg_jline_end(&j);
-    if (!line) {
-        cg_jline_free(&j);
+    cg_json_put_str(j, "precision", cg_precision_name(t->o->precision));
+    cg_json_put_num(j, "tokens_per_s", "%.0f", tps);
+    cg_json_put_num(j, "elapsed_s", "%.1f", t->elapsed);
+    cg_json_put_int(j, "params", cg_module_num_params(m->module));
+    if (t->from_origin) {
+        int64_t trainable = 0;
+        for (int i = 0; i < cg_optim_count(c->opt); i++)
+            trainable += cg_numel(cg_optim_param_tensor(c->opt, i));
+        cg_json_put_int(j, "trainable_params", trainable);
+        cg_json_put_str(j, "init_from", t->origin.id.path);
+    }
+    cg_json_put_str(j, "checkpoint", t->out);
+    char *line = cg_json_line(j);
+    cJSON_Delete(j);
+    if (!line)
         return cg_prog_fail("out of memory");
-    }
     printf("%s\n", line);
     fflush(stdout);
-    cg_jline_free(&j);
+    free(line);
     return 0;
 }
 
@@ -1336,14 +562,14 @@ int cg_trainer_run(cg_trainer *t, const cg_trainer_model *m)
             last_print = cg_now();
         }
         if (logged) { /* the metrics log */
-            cg_jline j = {0};
-            cg_jline_int(&j, "step", t->step);
-            cg_jline_num(&j, "loss", t->last_loss, 6);
-            cg_jline_num(&j, "loss_avg", loss, 6);
-            cg_jline_num(&j, "lr", lr, 10);
-            cg_jline_num(&j, "tokens_per_s", tps, 0);
-            cg_jline_num(&j, "elapsed_s", t->elapsed, 2);
-            metrics_line(&c, &j);
+            cJSON *j = cJSON_CreateObject();
+            cg_json_put_int(j, "step", t->step);
+            cg_json_put_num(j, "loss", "%.6f", t->last_loss);
+            cg_json_put_num(j, "loss_avg", "%.6f", loss);
+            cg_json_put_num(j, "lr", "%.10f", lr);
+            cg_json_put_num(j, "tokens_per_s", "%.0f", tps);
+            cg_json_put_num(j, "elapsed_s", "%.2f", t->elapsed);
+            metrics_line(&c, j);
             win_tok = win_time = 0;
         }
     }
@@ -1354,3 +580,4 @@ done:
     cg_stepper_free(&c.st);
     return rc;
 }
+

@@ -113,9 +113,12 @@ static bool set_value(const cg_cli_opt *o, const char *v)
     return false;
 }
 
-bool cg_cli_parse(int argc, char **argv, const cg_cli_opt *opts, int n, bool *help)
+/* The parse behind cg_cli_parse and cg_cli_parse_args; given (n entries,
+ * zeroed) may be NULL. */
+static bool parse(int argc, char **argv, const cg_cli_opt *opts, int n, bool *help, int *given)
 {
     *help = false;
+    int k = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -128,16 +131,15 @@ bool cg_cli_parse(int argc, char **argv, const cg_cli_opt *opts, int n, bool *he
         }
         const char *eq = strchr(a, '=');
         size_t len = eq ? (size_t)(eq - a) : strlen(a);
-        const cg_cli_opt *o = NULL;
-        for (int j = 0; j < n; j++)
-            if (strlen(opts[j].name) == len && strncmp(opts[j].name, a, len) == 0) {
-                o = &opts[j];
-                break;
-            }
-        if (!o) {
+        int j = 0;
+        while (j < n && !(opts[j].name && strlen(opts[j].name) == len &&
+                          strncmp(opts[j].name, a, len) == 0))
+            j++;
+        if (j == n) {
             cg_set_error("unknown option '%.*s' (try --help)", (int)len, a);
             return false;
         }
+        const cg_cli_opt *o = &opts[j];
         const char *v;
         if (o->kind == CG_CLI_SWITCH) {
             if (eq) {
@@ -156,10 +158,52 @@ bool cg_cli_parse(int argc, char **argv, const cg_cli_opt *opts, int n, bool *he
         }
         if (!set_value(o, v))
             return false;
-        if (o->seen)
-            *o->seen = true;
+        if (given && !given[j])
+            given[j] = ++k;
     }
     return true;
+}
+
+bool cg_cli_parse(int argc, char **argv, const cg_cli_opt *opts, int n, bool *help)
+{
+    return parse(argc, argv, opts, n, help, NULL);
+}
+
+bool cg_cli_parse_args(int argc, char **argv, cg_cli_args *a, bool *help)
+{
+    memset(a->given, 0, sizeof a->given);
+    if (a->n > CG_CLI_MAX_OPTS) {
+        *help = false;
+        cg_set_error("a flag table of %d rows (at most %d)", a->n, CG_CLI_MAX_OPTS);
+        return false;
+    }
+    return parse(argc, argv, a->opts, a->n, help, a->given);
+}
+
+bool cg_cli_given(const cg_cli_args *a, const void *dst)
+{
+    for (int j = 0; a && j < a->n; j++)
+        if (a->given[j] && a->opts[j].dst == dst)
+            return true;
+    return false;
+}
+
+bool cg_cli_given_list(const cg_cli_args *a, unsigned flags, char *buf, size_t cap)
+{
+    buf[0] = '\0';
+    for (int k = 1; a && k <= a->n; k++) /* command-line order */
+        for (int j = 0; j < a->n; j++)
+            if (a->given[j] == k && (a->opts[j].flags & flags) == flags)
+                snprintf(buf + strlen(buf), cap - strlen(buf), "%s%s", buf[0] ? ", " : "",
+                         a->opts[j].name);
+    return buf[0] != '\0';
+}
+
+void cg_cli_help(FILE *f, const cg_cli_opt *opts, int n)
+{
+    for (int j = 0; j < n; j++)
+        if (opts[j].help)
+            fputs(opts[j].help, f);
 }
 
 /* OMP_NUM_THREADS as asked when cg_cli_start lowered it to the CPUs, else 0. */
@@ -231,7 +275,7 @@ void cg_cli_split(int argc, char **argv, const cg_cli_opt *opts, int n, char **f
             if (strchr(a, '='))
                 continue;
             for (int j = 0; j < n; j++)
-                if (strcmp(opts[j].name, a) == 0 && opts[j].kind != CG_CLI_SWITCH &&
+                if (opts[j].name && strcmp(opts[j].name, a) == 0 && opts[j].kind != CG_CLI_SWITCH &&
                     i + 1 < argc) {
                     flags[(*nf)++] = argv[++i];
                     break;

@@ -9,7 +9,9 @@
 #define CG_MODELS_CLI_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -47,9 +49,15 @@ void cg_cli_start(void);
  * is lost exits 1. */
 bool cg_cli_stdout_ok(void);
 
-/* One option of a flag table. kind says how the value is read; dst points
- * to the variable that receives it. For CG_CLI_SWITCH no value is taken and
- * *(bool *)dst becomes true. `seen` (optional) is set when the flag is given. */
+/* One row of a flag table. kind says how the value is read; dst points to
+ * the variable that receives it. For CG_CLI_SWITCH no value is taken and
+ * *(bool *)dst becomes true.
+ *
+ * A command's table is the one place a flag is declared: its name, its
+ * variable, its range, its --help lines and what a checkpoint does with it
+ * (flags). Whether a flag was given comes from the parse (cg_cli_args,
+ * cg_cli_given), not from a variable of its own. A row with name NULL is a
+ * line of help text only (a heading between groups of flags). */
 typedef enum {
     CG_CLI_I64,    /* int64_t, range [lo, hi] */
     CG_CLI_U64,    /* uint64_t */
@@ -59,12 +67,21 @@ typedef enum {
     CG_CLI_SWITCH  /* bool, no value */
 } cg_cli_kind;
 
+/* What a training checkpoint does with a flag (cg_cli_opt.flags). */
+enum {
+    CG_CLI_FIXED = 1, /* the checkpoint fixes it: --resume refuses it */
+    CG_CLI_SAVED = 2  /* kept in the checkpoint's "options" and restored on
+                       * --resume (under its name without "--", '-' as '_') */
+};
+
 typedef struct {
-    const char *name;  /* "--steps" */
+    const char *name;  /* "--steps"; NULL: a help line only */
     cg_cli_kind kind;
     void *dst;
     double lo, hi;     /* for I64 and F64 */
-    bool *seen;        /* may be NULL */
+    const char *help;  /* its lines in --help ("  --steps N  ...\n"); NULL when
+                        * another row's lines cover it */
+    unsigned flags;    /* CG_CLI_FIXED | CG_CLI_SAVED */
 } cg_cli_opt;
 
 /* Parse argv[0..argc) against opts (n entries). Accepts "--flag value" and
@@ -72,6 +89,25 @@ typedef struct {
  * error on an unknown flag, a missing value, a stray positional argument or
  * a bad value. */
 bool cg_cli_parse(int argc, char **argv, const cg_cli_opt *opts, int n, bool *help);
+
+/* A parsed command line: the table and which of its rows were given. */
+#define CG_CLI_MAX_OPTS 96
+typedef struct {
+    const cg_cli_opt *opts;
+    int n;                       /* at most CG_CLI_MAX_OPTS */
+    int given[CG_CLI_MAX_OPTS];  /* 0: not given, else its place (1, 2, ...) among
+                                  * the flags given, in command-line order */
+} cg_cli_args;
+
+/* cg_cli_parse over a->opts, recording in a->given which rows were given. */
+bool cg_cli_parse_args(int argc, char **argv, cg_cli_args *a, bool *help);
+/* Was a flag that writes to dst given? (False for a NULL a.) */
+bool cg_cli_given(const cg_cli_args *a, const void *dst);
+/* The given flags whose row has all of `flags` set, in command-line order,
+ * as "--a, --b" into buf (cap bytes); false when there are none. */
+bool cg_cli_given_list(const cg_cli_args *a, unsigned flags, char *buf, size_t cap);
+/* The help lines of opts[0..n), in table order. */
+void cg_cli_help(FILE *f, const cg_cli_opt *opts, int n);
 
 /* Split argv[0..argc) into flags (with their values) and positional
  * arguments: an argument starting with "--" (or "-h") is a flag, followed by

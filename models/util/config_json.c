@@ -2,6 +2,7 @@
 #include "models/util/config_json.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -95,6 +96,36 @@ bool cg_json_norm_act(const cJSON *o, const char *what, cg_norm_kind *norm, cg_a
     return ok;
 }
 
+bool cg_json_write_fields(cJSON *o, const cg_json_field *f, int n)
+{
+    bool ok = o != NULL;
+    for (int i = 0; ok && i < n; i++) {
+        char b[40];
+        switch (f[i].kind) {
+        case CG_JF_I64:
+            ok = cJSON_AddNumberToObject(o, f[i].key, (double)*(int64_t *)f[i].dst) != NULL;
+            break;
+        case CG_JF_F64:
+            snprintf(b, sizeof b, "%.17g", *(double *)f[i].dst);
+            ok = cJSON_AddStringToObject(o, f[i].key, b) != NULL;
+            break;
+        case CG_JF_U64STR:
+            snprintf(b, sizeof b, "%" PRIu64, *(uint64_t *)f[i].dst);
+            ok = cJSON_AddStringToObject(o, f[i].key, b) != NULL;
+            break;
+        case CG_JF_STR:
+            ok = cJSON_AddStringToObject(o, f[i].key, *(const char **)f[i].dst) != NULL;
+            break;
+        case CG_JF_BOOL:
+            ok = cJSON_AddBoolToObject(o, f[i].key, *(bool *)f[i].dst) != NULL;
+            break;
+        }
+    }
+    if (!ok)
+        cg_set_error("out of memory");
+    return ok;
+}
+
 bool cg_json_read_fields(const cJSON *o, const char *what, const cg_json_field *f, int n)
 {
     if (!cJSON_IsObject(o)) {
@@ -155,6 +186,13 @@ bool cg_json_read_fields(const cJSON *o, const char *what, const cg_json_field *
                 return false;
             }
             *(const char **)f[i].dst = v->valuestring;
+            break;
+        case CG_JF_BOOL:
+            if (!cJSON_IsBool(v)) {
+                cg_set_error("%s: \"%s\" must be true or false", what, f[i].key);
+                return false;
+            }
+            *(bool *)f[i].dst = cJSON_IsTrue(v);
             break;
         }
     }
@@ -314,4 +352,139 @@ bool cg_json_name_decode(cJSON *o, const char *key, const char *what)
     if (!ok)
         cg_set_error("%s: \"%s\" is not the hex digits of a name", what, hkey);
     return ok;
+}
+
+/* ------------------------------------------------------------ the writer */
+static bool put_raw(cJSON *o, const char *key, const char *text)
+{
+    if (o && text && cJSON_AddRawToObject(o, key, text))
+        return true;
+    cg_set_error("out of memory");
+    return false;
+}
+
+bool cg_json_put_num(cJSON *o, const char *key, const char *fmt, double v)
+{
+    return put_raw(o, key, CG_JSON_NUM(fmt, v));
+}
+
+bool cg_json_put_int(cJSON *o, const char *key, int64_t v)
+{
+    char b[32];
+    snprintf(b, sizeof b, "%" PRId64, v);
+    return put_raw(o, key, b);
+}
+
+bool cg_json_put_str(cJSON *o, const char *key, const char *s)
+{
+    size_t n = 6 * strlen(s ? s : "") + 3; /* every byte escaped at worst */
+    char *b = malloc(n);
+    bool ok = b && put_raw(o, key, cg_json_quote(b, n, s));
+    free(b);
+    if (!b)
+        cg_set_error("out of memory");
+    return ok;
+}
+
+bool cg_json_put_bool(cJSON *o, const char *key, bool v)
+{
+    return put_raw(o, key, v ? "true" : "false");
+}
+
+char *cg_json_line(const cJSON *o)
+{
+    size_t len = 1, cap = 256;
+    char *line = malloc(cap);
+    bool ok = line != NULL;
+    if (ok)
+        strcpy(line, "{");
+    for (const cJSON *c = o ? o->child : NULL; ok && c; c = c->next) {
+        char *v = cJSON_PrintUnformatted(c), *k = NULL;
+        size_t kn = 6 * strlen(c->string ? c->string : "") + 3;
+        ok = v && (k = malloc(kn));
+        size_t need = ok ? len + kn + strlen(v) + 8 : 0;
+        if (ok && need > cap) {
+            while (cap < need)
+                cap *= 2;
+            char *b = realloc(line, cap);
+            ok = b != NULL;
+            line = b ? b : line;
+        }
+        if (ok)
+            len += (size_t)sprintf(line + len, "%s%s: %s", c == o->child ? "" : ", ",
+                                   cg_json_quote(k, kn, c->string), v);
+        free(v);
+        free(k);
+    }
+    if (ok) {
+        strcpy(line + len, "}");
+        return line;
+    }
+    free(line);
+    cg_set_error("out of memory");
+    return NULL;
+}
+
+bool cg_json_print_line(FILE *f, const cJSON *o)
+{
+    char *s = cg_json_line(o);
+    if (s) {
+        fprintf(f, "%s\n", s);
+        fflush(f);
+    }
+    free(s);
+    return s != NULL;
+}
+
+/* ------------------------------------------------------------ configs */
+#define FIELD(r) ((void *)((char *)cfg + (r).offset))
+bool cg_config_read(const char *json, const char *what, const cg_config_field *f, int n,
+                    void *cfg)
+{
+    cJSON *o = cg_json_parse_object(json, what);
+    bool ok = o != NULL;
+    cg_norm_kind *norm = NULL;
+    cg_act *act = NULL;
+    for (int i = 0; ok && i < n; i++) {
+        switch (f[i].kind) {
+        case CG_CF_I64: ok = cg_json_int(o, what, f[i].key, FIELD(f[i])); break;
+        case CG_CF_BOOL: ok = cg_json_bool(o, what, f[i].key, FIELD(f[i])); break;
+        case CG_CF_F32: ok = cg_json_float(o, what, f[i].key, FIELD(f[i])); break;
+        case CG_CF_NORM: norm = FIELD(f[i]); break;
+        case CG_CF_ACT: act = FIELD(f[i]); break;
+        }
+    }
+    if (ok && (norm || act)) {
+        cg_norm_kind nk = norm ? *norm : CG_NORM_LAYERNORM;
+        cg_act ak = act ? *act : CG_ACT_GELU;
+        ok = cg_json_norm_act(o, what, &nk, &ak);
+        if (ok && norm)
+            *norm = nk;
+        if (ok && act)
+            *act = ak;
+    }
+    cJSON_Delete(o);
+    return ok;
+}
+
+char *cg_config_write(const char *model, const cg_config_field *f, int n, const void *cfg)
+{
+    cJSON *o = cJSON_CreateObject();
+    bool ok = cg_json_put_str(o, "model", model);
+    for (int i = 0; ok && i < n; i++) {
+        switch (f[i].kind) {
+        case CG_CF_I64: ok = cg_json_put_int(o, f[i].key, *(int64_t *)FIELD(f[i])); break;
+        case CG_CF_BOOL: ok = cg_json_put_bool(o, f[i].key, *(bool *)FIELD(f[i])); break;
+        case CG_CF_F32:
+            ok = cg_json_put_num(o, f[i].key, "%.9g", (double)*(float *)FIELD(f[i]));
+            break;
+        case CG_CF_NORM:
+            ok = cg_json_put_str(o, f[i].key, cg_norm_kind_name(*(cg_norm_kind *)FIELD(f[i])));
+            break;
+        case CG_CF_ACT: ok = cg_json_put_str(o, f[i].key, cg_act_name(*(cg_act *)FIELD(f[i]))); break;
+        }
+    }
+    char *s = ok ? cg_json_line(o) : NULL;
+    cJSON_Delete(o);
+    return s;
 }

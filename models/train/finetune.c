@@ -1,0 +1,252 @@
+/* cgrad zoo: fine-tuning from a trained checkpoint (see finetune.h). */
+#include "models/train/finetune.h"
+
+#include <cjson/cJSON.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "models/train/checkpoint.h"
+#include "models/util/files.h"
+#include "nn/lora.h"
+
+bool cg_ft_is_adapter(const cg_st_file *f)
+{
+    return f && cg_st_metadata(f, "adapter_config") != NULL;
+}
+
+/* ------------------------------------------------------------ the origin */
+/* The identity of the bytes of the file at path. */
+static bool file_id(const char *path, cg_data_id *out)
+{
+    size_t len;
+    char *bytes = cg_read_file_once(path, 0, false, &len);
+    if (!bytes)
+        return false;
+    cg_data_id_of(path, bytes, len, out);
+    free(bytes);
+    return true;
+}
+
+bool cg_ft_origin_of(const char *path, const cg_st_file *f, cg_ft_origin *out)
+{
+    memset(out, 0, sizeof *out);
+    out->step = cg_ckpt_step(f);
+    return file_id(path, &out->id);
+}
+
+char *cg_ft_origin_json(const cg_ft_origin *o)
+{
+    cJSON *j = cg_data_id_to_json(&o->id);
+    char *s = j && cJSON_AddNumberToObject(j, "step", (double)o->step)
+                  ? cJSON_PrintUnformatted(j) : NULL;
+    cJSON_Delete(j);
+    if (!s)
+        cg_set_error("out of memory");
+    return s;
+}
+
+bool cg_ft_origin_read(const cg_st_file *f, const char *path, cg_ft_origin *out, bool *present)
+{
+    memset(out, 0, sizeof *out);
+    const char *js = cg_st_metadata(f, "init_from");
+    *present = js != NULL;
+    if (!js)
+        return true;
+    char what[600];
+    snprintf(what, sizeof what, "checkpoint '%.500s': \"init_from\"", path);
+    cJSON *j = cJSON_Parse(js);
+    const cJSON *st = cJSON_GetObjectItemCaseSensitive(j, "step");
+    bool ok = cJSON_IsObject(j) && cJSON_IsNumber(st) && st->valuedouble >= 0 &&
+              st->valuedouble <= 1e15 && st->valuedouble == floor(st->valuedouble);
+    if (!ok)
+        cg_set_error("%s: malformed (expected {\"path\", \"size\", \"xxh3\", \"step\"})", what);
+    else
+        ok = cg_data_id_from_json(j, what, &out->id);
+    if (ok)
+        out->step = (int64_t)st->valuedouble;
+    cJSON_Delete(j);
+    return ok;
+}
+
+bool cg_ft_origin_check(const cg_ft_origin *want, const char *adapter, const char *base_path)
+{
+    cg_data_id got;
+    if (!file_id(base_path, &got))
+        return false;
+    if (got.size == want->id.size && got.hash == want->id.hash)
+        return true;
+    char why[160];
+    if (got.size != want->id.size)
+        snprintf(why, sizeof why, "it has %" PRIu64 " bytes", got.size);
+    else
+        snprintf(why, sizeof why, "same size but a different checksum (xxh3 %016" PRIx64
+                 ", expected %016" PRIx64 "; trained further or replaced?)", got.hash,
+                 want->id.hash);
+    cg_set_error("'%s' is not the base checkpoint of adapter '%s' (it was trained on '%s', "
+                 "%" PRIu64 " bytes, step %" PRId64 "): %s; pass --base with that file",
+                 base_path, adapter, want->id.path, want->id.size, want->step, why);
+    return false;
+}
+
+/* ------------------------------------------------------------ adapters */
+typedef bool (*adapter_fn)(void *ctx, const char *path, cg_lora *a);
+
+/* Every adapter below root with its layer's path ("blocks.0.attn.q_proj"),
+ * found through its lora_A parameter. */
+static bool each_adapter(cg_module *root, adapter_fn fn, void *ctx)
+{
+    static const char tail[] = ".lora_A.weight";
+    const size_t tl = sizeof tail - 1;
+    cg_param_list l = {0};
+    if (!cg_module_params(root, &l))
+        return false;
+    bool ok = true;
+    for (int i = 0; ok && i < l.n; i++) {
+        const char *nm = l.items[i].name;
+        size_t n = strlen(nm);
+        if (n <= tl || strcmp(nm + n - tl, tail) != 0)
+            continue;
+        char *path = strndup(nm, n - tl);
+        cg_module *m = path ? cg_module_get_child(root, path) : NULL;
+        cg_lora *a = m && !strcmp(m->type, "Linear") ? cg_lora_of((cg_linear *)m) : NULL;
+        ok = a ? fn(ctx, path, a) : true; /* a Linear's own child named lora_A: not ours */
+        if (!path)
+            cg_set_error("out of memory");
+        ok = ok && path;
+        free(path);
+    }
+    cg_param_list_free(&l);
+    return ok;
+}
+
+static bool set_dropout_rng(void *ctx, const char *path, cg_lora *a)
+{
+    (void)path;
+    if (ctx)
+        a->dropout->rng = ctx;
+    return true;
+}
+
+/* The checks of a fresh attach: the rank against each layer, and which
+ * targets were used. */
+typedef struct {
+    const cg_ft_lora *l;
+    char **targets;
+    bool *used;
+    int n_targets;
+} attach_check;
+
+static bool check_adapter(void *vctx, const char *path, cg_lora *a)
+{
+    attach_check *c = vctx;
+    int64_t in = a->base->in_features, out = a->base->out_features;
+    int64_t side = in < out ? in : out;
+    if (c->l->rank > side) {
+        cg_set_error("--lora-rank %lld is larger than '%s' allows (a %lld x %lld layer: at most "
+                     "%lld)", (long long)c->l->rank, path, (long long)out, (long long)in,
+                     (long long)side);
+        return false;
+    }
+    const char *dot = strrchr(path, '.'), *local = dot ? dot + 1 : path;
+    for (int i = 0; i < c->n_targets; i++)
+        if (!strcmp(c->targets[i], local) || !strcmp(c->targets[i], path))
+            c->used[i] = true;
+    return true;
+}
+
+/* The local names of the Linears below m, each once, ", "-separated. */
+static void linear_names(const cg_module *m, char *buf, size_t cap)
+{
+    for (int i = 0; i < m->n_children; i++) {
+        const cg_module *c = m->children[i].module;
+        const char *nm = m->children[i].name;
+        if (!strcmp(c->type, "Linear") && strncmp(nm, "lora_", 5) != 0) {
+            char have[1100], key[100];
+            snprintf(have, sizeof have, ", %s, ", buf);
+            snprintf(key, sizeof key, ", %s, ", nm);
+            if (!strstr(have, key))
+                snprintf(buf + strlen(buf), cap - strlen(buf), "%s%s", *buf ? ", " : "", nm);
+        }
+        linear_names(c, buf, cap);
+    }
+}
+
+int cg_ft_lora_attach(cg_module *root, const cg_ft_lora *l, cg_rng *rng, cg_rng *dropout_rng)
+{
+    if (!root || !l)
+        return -1;
+    char *list = strdup(l->targets ? l->targets : CG_FT_LORA_TARGETS);
+    int cap = 1;
+    for (const char *p = list; p && *p; p++)
+        cap += *p == ',';
+    char **targets = list ? calloc((size_t)cap, sizeof *targets) : NULL;
+    bool *used = targets ? calloc((size_t)cap, sizeof *used) : NULL;
+    if (!used) {
+        free(list);
+        free(targets);
+        cg_set_error("out of memory");
+        return -1;
+    }
+    int n = 0;
+    for (char *save = NULL, *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save))
+        targets[n++] = t;
+    int got = -1;
+    if (n == 0) {
+        cg_set_error("--lora-targets: no module names given");
+    } else {
+        double alpha = isnan(l->alpha) ? 2.0 * (double)l->rank : l->alpha;
+        cg_lora_config cfg = {.r = (int)l->rank, .alpha = (float)alpha,
+                              .dropout = (float)l->dropout, .n_targets = n,
+                              .targets = (const char *const *)targets};
+        attach_check c = {l, targets, used, n};
+        if (l->rank < 1 || l->rank > INT32_MAX)
+            cg_set_error("--lora-rank %lld: need at least 1", (long long)l->rank);
+        else if ((got = cg_lora_attach_all(root, &cfg, rng)) > 0 &&
+                 !(each_adapter(root, check_adapter, &c) &&
+                   each_adapter(root, set_dropout_rng, dropout_rng)))
+            got = -1;
+        for (int i = 0; got > 0 && i < n; i++)
+            if (!used[i]) {
+                char names[512] = "";
+                linear_names(root, names, sizeof names);
+                cg_set_error("--lora-targets: '%s' names no Linear of the %s (its Linears: %s)",
+                             targets[i], root->type, names);
+                got = -1;
+            }
+        if (got == 0)
+            got = -1;
+    }
+    free(used);
+    free(targets);
+    free(list);
+    return got;
+}
+
+bool cg_ft_read_adapters(cg_module *root, const cg_st_file *f, const char *path,
+                         cg_rng *dropout_rng)
+{
+    return cg_lora_read(root, f, path) && cg_ckpt_check_adapter_tensors(root, f, path) &&
+           each_adapter(root, set_dropout_rng, dropout_rng);
+}
+
+/* ------------------------------------------------------------ saving */
+bool cg_ft_ckpt_save(const char *path, const cg_ft_save *ft, const char *kind,
+                     const char *config_json, const cg_tokenizer *tok, const cg_module *module,
+                     const cg_optim *optim, int64_t step, const char *train_json)
+{
+    if (!ft || !ft->init_from)
+        return cg_ckpt_save(path, kind, config_json, tok, module, optim, step, train_json);
+    cg_st_writer *w = cg_ckpt_writer(kind, config_json, ft->adapters ? NULL : tok,
+                                     ft->adapters ? NULL : module, optim, step, train_json);
+    bool ok = w && cg_st_set_metadata(w, "init_from", ft->init_from) &&
+              (!ft->adapters || cg_lora_write(module, w));
+    if (!ok) {
+        cg_st_writer_free(w);
+        return false;
+    }
+    return cg_ckpt_writer_save(w, path);
+}

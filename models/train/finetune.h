@@ -1,0 +1,116 @@
+/* cgrad zoo, train layer: fine-tuning from a trained checkpoint (nanoGPT's
+ * init_from), in full or with LoRA adapters (nn/lora.h, PEFT's behaviour).
+ *
+ * `train --init-from BASE` starts a new run (step 0, a fresh optimizer, a
+ * new loss history) from BASE's weights; the model's shape and tokenizer
+ * are BASE's. Every checkpoint of such a run records where it came from:
+ * metadata "init_from" = {"path" (absolute), "size", "xxh3" (of BASE's
+ * bytes), "step" (BASE's step)} (cg_ft_origin).
+ *
+ * With LoRA (--lora-rank R) the base is frozen, adapters are attached to
+ * the target Linears (cg_ft_lora_attach) and only they train. The run's
+ * checkpoint is an adapter checkpoint: it holds ONLY the adapters,
+ *   tensors   base_model.model.<path>.lora_A.weight [r, in] and
+ *             ....lora_B.weight [out, r] (PEFT's names, cg_lora_write), and
+ *             their optimizer state optim.<path>.lora_{A,B}.weight.<slot>
+ *             (optim/optim.h cg_optim_save; the optimizer holds only them);
+ *   metadata  "model", "config" (the base's), "step", "train" (as every
+ *             checkpoint, models/train/checkpoint.h), "init_from" (the base's
+ *             identity), "adapter_config" (PEFT's adapter_config.json) and
+ *             "format": "pt"; no tokenizer: it is the base's.
+ * Loading one (every command that reads a checkpoint: sample, eval,
+ * --resume) loads the base first, from the recorded path or the one given
+ * (--base), checks that it is that file (size and XXH3 checksum:
+ * cg_ft_origin_check), then attaches the adapters and fills them
+ * (cg_ft_read_adapters). The base file is only ever read.
+ *
+ * Errors: false/NULL/-1 + cg_set_error (core/error.h), one line. */
+#ifndef CG_MODELS_TRAIN_FINETUNE_H
+#define CG_MODELS_TRAIN_FINETUNE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "models/data/data_id.h"
+#include "models/text/tokenizer.h"
+#include "nn/module.h"
+#include "nn/safetensors.h"
+#include "optim/optim.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The Linears that get adapters unless told otherwise: the attention's
+ * four projections and the feed-forward's two layers (nn/attention.h,
+ * nn/transformer.h names; PEFT's target_modules). */
+#define CG_FT_LORA_TARGETS "q_proj,k_proj,v_proj,o_proj,fc1,fc2"
+
+/* Is f an adapter checkpoint (it has "adapter_config" metadata)? */
+bool cg_ft_is_adapter(const cg_st_file *f);
+
+/* The identity of a base checkpoint. */
+typedef struct {
+    cg_data_id id; /* absolute path, size, XXH3-64 of the file's bytes */
+    int64_t step;  /* its "step" */
+} cg_ft_origin;
+
+/* The identity of the checkpoint at path (read once more and hashed), f
+ * being that file opened (for its step). False + error. */
+bool cg_ft_origin_of(const char *path, const cg_st_file *f, cg_ft_origin *out);
+/* {"path": ..., "size": "N", "xxh3": "...", "step": N} (malloc'd) or NULL. */
+char *cg_ft_origin_json(const cg_ft_origin *o);
+/* The "init_from" metadata of f (path: the file, in messages). *present
+ * says whether it has one; false + error when it is malformed. */
+bool cg_ft_origin_read(const cg_st_file *f, const char *path, cg_ft_origin *out, bool *present);
+/* The base that adapter checkpoint `adapter` needs (recorded in *want) is
+ * the file at base_path: same size and checksum (a moved copy is fine).
+ * False + error "'B' is not the base checkpoint of adapter 'A' (it was
+ * trained on 'B0', N bytes): ..." otherwise. */
+bool cg_ft_origin_check(const cg_ft_origin *want, const char *adapter, const char *base_path);
+
+/* LoRA options (train --lora-rank, --lora-alpha, --lora-dropout,
+ * --lora-targets). */
+typedef struct {
+    int64_t rank;        /* r >= 1; 0: full fine-tuning */
+    double alpha;        /* scale = alpha / r; a NaN: 2 r */
+    double dropout;      /* on the adapters' input, in [0, 1) */
+    const char *targets; /* comma-separated local names or paths; NULL: CG_FT_LORA_TARGETS */
+} cg_ft_lora;
+
+/* Freeze every parameter of root and attach an adapter to each Linear that
+ * a target names (cg_lora_attach_all): A drawn from rng, the adapters'
+ * dropout masks from dropout_rng (the model's stream, which a trainer
+ * saves; NULL: each adapter's own). Refused: a target that names no Linear
+ * (the targets that exist are listed), and a rank larger than the smaller
+ * side of a target layer. Returns the number of adapters, or -1 + error. */
+int cg_ft_lora_attach(cg_module *root, const cg_ft_lora *l, cg_rng *rng, cg_rng *dropout_rng);
+
+/* Attach the adapters of the adapter checkpoint f (path: in messages) onto
+ * root, which holds the base's weights, and fill them: every tensor of f
+ * must be an adapter (base_model.model.<path>.lora_{A,B}.weight) or an
+ * adapter's optimizer state; dropout masks from dropout_rng (may be
+ * NULL). False + error; root may then hold adapters (free it). */
+bool cg_ft_read_adapters(cg_module *root, const cg_st_file *f, const char *path,
+                         cg_rng *dropout_rng);
+
+/* What a run adds to its checkpoints: where it started from (the
+ * "init_from" JSON, NULL for a run from scratch) and whether it saves
+ * only its adapters. */
+typedef struct {
+    const char *init_from;
+    bool adapters;
+} cg_ft_save;
+
+/* Save a training checkpoint (models/train/checkpoint.h cg_ckpt_save) of a
+ * run described by ft (NULL: a plain run, cg_ckpt_save's file): a full
+ * checkpoint with "init_from", or the adapter checkpoint above (tok is
+ * then not written; optim holds only the adapters). False + error. */
+bool cg_ft_ckpt_save(const char *path, const cg_ft_save *ft, const char *kind,
+                     const char *config_json, const cg_tokenizer *tok, const cg_module *module,
+                     const cg_optim *optim, int64_t step, const char *train_json);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

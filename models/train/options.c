@@ -1,0 +1,206 @@
+/* cgrad zoo: the flags of the train commands (see options.h). */
+#include "models/train/options.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "models/text/spm.h"
+#include "models/train/prog.h"
+#include "models/util/config_json.h"
+
+void cg_train_opts_init(cg_train_opts *o)
+{
+    o->stop_at = -1;
+    o->log_every = 0;
+    o->precision_arg = "fp32";
+    o->precision = CG_PRECISION_FP32;
+    o->threads = 0;
+    o->grad_accum = 1;
+}
+
+void cg_train_recipe_init(cg_train_recipe *r)
+{
+    r->norm_first = true;
+    r->tokenizer = CG_TOK_CHAR;
+    r->vocab_size = 4000;
+}
+
+void cg_train_init(cg_train_opts *o, cg_train_recipe *r, int64_t steps, int64_t eval_every)
+{
+    memset(o, 0, sizeof *o);
+    memset(r, 0, sizeof *r);
+    cg_train_opts_init(o);
+    cg_train_recipe_init(r);
+    o->steps = steps;
+    o->eval_every = eval_every;
+    o->seed = 1;
+}
+
+int cg_train_parse(int argc, char **argv, cg_cli_args *a, const char *help, cg_train_opts *o,
+                   cg_train_recipe *r)
+{
+    bool want_help = false;
+    if (!cg_cli_parse_args(argc, argv, a, &want_help)) {
+        cg_prog_fail("%s", cg_last_error());
+        return CG_EXIT_USAGE;
+    }
+    if (want_help) {
+        fputs(help, stdout);
+        cg_cli_help(stdout, a->opts, a->n);
+        return 0;
+    }
+    o->args = a;
+    int rc = cg_precision_flag(o->precision_arg, &o->precision);
+    if (rc >= 0)
+        return rc;
+    rc = o->resume || o->init_from /* the checkpoint's tokenizer */
+             ? -1
+             : cg_train_tokenizer_flags(r->tokenizer_arg, cg_cli_given(a, &r->vocab_size),
+                                              r->vocab_size, &r->tokenizer);
+    if (rc >= 0)
+        cg_prog_fail_lib(NULL);
+    return rc;
+}
+
+const cg_train_preset *cg_train_preset_find(const cg_train_preset *p, int n, const char *name)
+{
+    char choices[256] = "";
+    for (int i = 0; i < n; i++) {
+        if (strcmp(p[i].name, name) == 0)
+            return &p[i];
+        snprintf(choices + strlen(choices), sizeof choices - strlen(choices), "%s%s",
+                 i ? ", " : "", p[i].name);
+    }
+    cg_set_error("--preset: unknown preset '%s' (choices: %s)", name, choices);
+    return NULL;
+}
+
+bool cg_train_shape(const cg_cli_args *a, const cg_train_preset *p, cg_train_recipe *r,
+                    cg_norm_kind *norm, cg_act *act)
+{
+    cg_train_preset *s = &r->shape;
+#define CG_TAKE(f)                   \
+    if (!cg_cli_given(a, &s->f)) \
+        s->f = p->f;
+    CG_TAKE(d) CG_TAKE(H) CG_TAKE(layers) CG_TAKE(enc_layers) CG_TAKE(dec_layers) CG_TAKE(d_ff)
+    CG_TAKE(T) CG_TAKE(B)
+#undef CG_TAKE
+    s->name = p->name;
+    if (r->norm && !cg_norm_kind_parse(r->norm, norm)) {
+        cg_prefix_error("--norm: ");
+        return false;
+    }
+    if (r->act && !cg_act_parse(r->act, act)) {
+        cg_prefix_error("--act: ");
+        return false;
+    }
+    return true;
+}
+
+int cg_train_tokenizer_flags(const char *name, bool seen, int64_t vocab_size,
+                             cg_tokenizer_kind *kind)
+{
+    *kind = CG_TOK_CHAR;
+    if (name && !cg_tokenizer_kind_parse(name, kind)) {
+        cg_prefix_error("--tokenizer: ");
+    } else if (seen && *kind != CG_TOK_BPE) {
+        cg_set_error("--vocab-size needs --tokenizer bpe (the character vocabulary is the "
+                     "characters of the training data)");
+    } else if (seen && vocab_size < CG_SPM_MIN_VOCAB) {
+        cg_set_error("--vocab-size %lld is too small: BPE needs at least %d ids (4 special ids "
+                     "+ 256 byte pieces + 1)", (long long)vocab_size, CG_SPM_MIN_VOCAB);
+    } else if (*kind == CG_TOK_BPE && !cg_spm_available()) {
+        cg_set_error("--tokenizer bpe: this build has no SentencePiece, so BPE is unavailable "
+                     "(apt-get install libsentencepiece-dev g++, then reconfigure)");
+        return CG_EXIT_FAIL;
+    } else {
+        return -1;
+    }
+    return CG_EXIT_USAGE;
+}
+
+/* The CG_CLI_SAVED rows of a as fields of the checkpoint's "options"
+ * (key: the name without "--", '-' as '_'); returns their count. */
+static int saved_fields(const cg_cli_args *a, cg_json_field *f, char (*keys)[64])
+{
+    int n = 0;
+    for (int j = 0; a && j < a->n; j++) {
+        const cg_cli_opt *r = &a->opts[j];
+        if (!r->name || !(r->flags & CG_CLI_SAVED))
+            continue;
+        snprintf(keys[n], sizeof keys[n], "%s", r->name + 2);
+        for (char *c = keys[n]; *c; c++)
+            if (*c == '-')
+                *c = '_';
+        static const cg_json_field_kind kind[] = {
+            [CG_CLI_I64] = CG_JF_I64, [CG_CLI_U64] = CG_JF_U64STR, [CG_CLI_F64] = CG_JF_F64,
+            [CG_CLI_BOOL] = CG_JF_BOOL, [CG_CLI_STR] = CG_JF_STR, [CG_CLI_SWITCH] = CG_JF_BOOL};
+        f[n] = (cg_json_field){keys[n], kind[r->kind], r->dst, r->lo, r->hi, true};
+        n++;
+    }
+    return n;
+}
+
+bool cg_train_options_save(const cg_cli_args *a, cJSON *j)
+{
+    cg_json_field f[CG_CLI_MAX_OPTS];
+    char keys[CG_CLI_MAX_OPTS][64];
+    return j && cg_json_write_fields(j, f, saved_fields(a, f, keys));
+}
+
+bool cg_train_options_restore(const cg_cli_args *a, const cJSON *j, const char *what)
+{
+    cg_json_field f[CG_CLI_MAX_OPTS];
+    char keys[CG_CLI_MAX_OPTS][64];
+    return j == NULL || cg_json_read_fields(j, what, f, saved_fields(a, f, keys));
+}
+
+bool cg_train_precision(const char *train_json, const char *ckpt_path, cg_precision *out)
+{
+    cJSON *s = train_json ? cJSON_Parse(train_json) : NULL;
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(s, "options");
+    const char *name = "fp32"; /* absent: a checkpoint written before options */
+    const cg_json_field f = {"precision", CG_JF_STR, &name, 0, 0, true};
+    *out = CG_PRECISION_FP32;
+    bool ok = !j || (cg_json_read_fields(j, "options", &f, 1) && cg_precision_parse(name, out));
+    cJSON_Delete(s);
+    if (!ok)
+        cg_set_error("'%s': bad \"options\" in its training state", ckpt_path);
+    return ok;
+}
+
+void cg_train_vocab_warn(const cg_tokenizer *tok, int64_t vocab_size)
+{
+    int64_t got = tok ? cg_tokenizer_vocab_size(tok) : 0;
+    if (tok && tok->kind == CG_TOK_BPE && got < vocab_size)
+        cg_prog_warn("--vocab-size %lld: this text gives only %lld ids (every merge of its "
+                     "training split); using %lld", (long long)vocab_size, (long long)got,
+                     (long long)got);
+}
+
+int cg_precision_flag(const char *arg, cg_precision *out)
+{
+    cg_precision p;
+    if (!arg || cg_precision_parse(arg, out ? out : &p))
+        return -1;
+    /* cg_precision_parse's "precision: ..." as the flag: "--precision: ..." */
+    bool usage = strstr(cg_last_error(), "is not one of") != NULL;
+    cg_prog_fail("--%s", cg_last_error());
+    return usage ? CG_EXIT_USAGE : CG_EXIT_FAIL;
+}
+
+bool cg_decode_precision(const char *arg, const char *train_json, const char *ckpt_path,
+                         cg_precision *out)
+{
+    bool ok;
+    if (arg) {
+        ok = cg_precision_parse(arg, out); /* its error names the value, or the CPU */
+    } else {
+        ok = cg_train_precision(train_json, ckpt_path, out);
+    }
+    if (ok)
+        cg_set_matmul_precision(*out);
+    return ok;
+}

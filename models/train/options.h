@@ -1,0 +1,234 @@
+/* cgrad zoo: the flags of the `train` commands.
+ *
+ * Flags belong to their program: charlm_main.c and seq2seq_main.c each
+ * declare one table (models/util/cli.h cg_cli_opt) that ends with the rows
+ * both share, CG_TRAIN_RECIPE_FLAGS (the model's width, norm, dropout, lr,
+ * tokenizer, ...) and CG_TRAIN_RUN_FLAGS (what the trainer itself needs:
+ * steps, --eval-every, --out, --resume, ...). That table is the one place a
+ * flag lives: its --help lines, its variable, its range, and what a
+ * checkpoint does with it.
+ *
+ * Adding a flag to a train command is one row in its program's table:
+ *
+ *   {"--lora-rank", CG_CLI_I64, &r.lora_rank, 0, 1024,
+ *    "  --lora-rank N      ...help line(s)...\n", CG_CLI_FIXED | CG_CLI_SAVED},
+ *
+ * (and the variable it writes, a field of the program's run struct with its
+ * default). Its row's flags say the rest:
+ *   - CG_CLI_FIXED: the checkpoint fixes it; --resume refuses it, named in
+ *     the one message "drop --a, --b" with the other fixed flags given;
+ *   - CG_CLI_SAVED: kept in the checkpoint's "options" (key: the name
+ *     without "--", '-' as '_') and restored into its variable on --resume;
+ *     a checkpoint written before the flag existed leaves the default.
+ * Whether a flag was given is cg_cli_given(o->args, &variable). A flag of
+ * one program goes into that program's table; a flag both models read
+ * goes into CG_TRAIN_RECIPE_FLAGS (a field of cg_train_recipe); a flag the
+ * trainer itself reads (e.g. a sharding switch) into CG_TRAIN_RUN_FLAGS (a
+ * field of cg_train_opts). The row's help lines are printed by --help in
+ * table order; a row with name NULL is a help line only. */
+#ifndef CG_MODELS_TRAIN_OPTIONS_H
+#define CG_MODELS_TRAIN_OPTIONS_H
+
+#include <cjson/cJSON.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/gemm.h"
+#include "models/text/tokenizer.h"
+#include "models/util/cli.h"
+#include "nn/layers.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* What the trainer needs of a run (rows CG_TRAIN_RUN_FLAGS). */
+typedef struct {
+    int64_t steps, eval_every, log_every, stop_at, threads, grad_accum;
+    int64_t zero;              /* --zero: 0 or 1 (ZeRO-1: optimizer state sharded over ranks) */
+    double max_minutes;        /* --max-minutes: wall-time budget, 0 = none */
+    uint64_t seed;
+    const char *data, *out, *resume;
+    /* --init-from FILE (a program that has the flag: charlm): a new run from
+     * that checkpoint's weights (models/train/finetune.h) */
+    const char *init_from;
+    bool force, skip_nonfinite;
+    const char *precision_arg; /* --precision fp32|bf16 ("fp32"; saved in "options") */
+    cg_precision precision;    /* of the matrix products (core/gemm.h), parsed */
+    /* The parsed command line (cg_train_parse): which flags were given,
+     * which are fixed or saved by a checkpoint. NULL: none given. */
+    const cg_cli_args *args;
+} cg_train_opts;
+
+/* A model's named shape (--preset); a model uses the fields it has. */
+typedef struct {
+    const char *name;
+    int64_t d, H, layers, enc_layers, dec_layers, d_ff, T, B;
+} cg_train_preset;
+
+/* The recipe flags both models share (rows CG_TRAIN_RECIPE_FLAGS); a model
+ * reads those it has. */
+typedef struct {
+    /* --d --H --d-ff, and a program's own rows for --layers, --enc-layers,
+     * --dec-layers, T and B, write here; cg_train_shape fills the ones not
+     * given from the preset */
+    cg_train_preset shape;
+    const char *norm, *act; /* as given (NULL: the model's default) */
+    bool norm_first;
+    double dropout, label_smoothing, lr;
+    /* The tokenizer of a fresh run (a checkpoint keeps its own): --tokenizer
+     * char|bpe as given (NULL: char) and parsed, --vocab-size (4000). */
+    const char *tokenizer_arg;
+    cg_tokenizer_kind tokenizer;
+    int64_t vocab_size;
+    bool recompute; /* --recompute: activations recomputed in backward */
+} cg_train_recipe;
+
+/* Defaults: stop_at -1 (off), log_every 0 (auto), threads 0 (all cores),
+ * grad_accum 1, precision fp32; the rest 0. */
+void cg_train_opts_init(cg_train_opts *o);
+/* Defaults: norm_first true, vocab_size 4000, tokenizer char; the rest 0. */
+void cg_train_recipe_init(cg_train_recipe *r);
+/* Both, for a train command: o and r zeroed and initialised as above, with
+ * seed 1 and the program's default steps and eval_every. */
+void cg_train_init(cg_train_opts *o, cg_train_recipe *r, int64_t steps, int64_t eval_every);
+
+#define CG_TRAIN_BIG 1e12
+
+/* The recipe rows of a train command's table (r: cg_train_recipe *). */
+#define CG_TRAIN_RECIPE_FLAGS(r)                                                                 \
+    {NULL, 0, NULL, 0, 0, "shared by charlm and seq2seq train (one meaning, one default):\n", 0}, \
+    {"--d", CG_CLI_I64, &(r)->shape.d, 1, 1 << 16,                                               \
+     "  --d N --H N --d-ff N  width, heads (must divide d), feed-forward width\n", CG_CLI_FIXED}, \
+    {"--H", CG_CLI_I64, &(r)->shape.H, 1, 1 << 12, NULL, CG_CLI_FIXED},                          \
+    {"--d-ff", CG_CLI_I64, &(r)->shape.d_ff, 1, 1 << 20, NULL, CG_CLI_FIXED},                    \
+    {"--norm", CG_CLI_STR, &(r)->norm, 0, 0,                                                     \
+     "  --norm layernorm|rmsnorm  --act gelu|relu  --norm-first true|false\n", CG_CLI_FIXED},      \
+    {"--act", CG_CLI_STR, &(r)->act, 0, 0, NULL, CG_CLI_FIXED},                                  \
+    {"--norm-first", CG_CLI_BOOL, &(r)->norm_first, 0, 0, NULL, CG_CLI_FIXED},                   \
+    {"--dropout", CG_CLI_F64, &(r)->dropout, 0, 0.999999,                                        \
+     "  --dropout P          dropout in [0, 1)\n", CG_CLI_FIXED},                                 \
+    {"--label-smoothing", CG_CLI_F64, &(r)->label_smoothing, 0, 0.999999,                       \
+     "  --label-smoothing E  label smoothing of the training loss in [0, 1)\n", CG_CLI_FIXED},    \
+    {"--lr", CG_CLI_F64, &(r)->lr, 1e-12, 10, "  --lr X               peak learning rate\n",     \
+     CG_CLI_FIXED},                                                                              \
+    {"--tokenizer", CG_CLI_STR, &(r)->tokenizer_arg, 0, 0,                                       \
+     "  --tokenizer KIND     char or bpe (default: the program's, above): SentencePiece\n"      \
+     "                       subwords trained on the training split only; the\n"                \
+     "                       checkpoint keeps the tokenizer\n", CG_CLI_FIXED},                  \
+    {"--vocab-size", CG_CLI_I64, &(r)->vocab_size, 1, 1e9,                                       \
+     "  --vocab-size N       ids of the bpe vocabulary, at least 261 (default 4000)\n",          \
+     CG_CLI_FIXED},                                                                              \
+    {"--recompute", CG_CLI_SWITCH, &(r)->recompute, 0, 0,                                        \
+     "  --recompute          keep only each transformer layer's input for backward and\n"      \
+     "                       recompute the rest there (less memory, one more forward\n"        \
+     "                       per layer; the same numbers, bit for bit)\n", 0}
+
+/* The trainer's rows of a train command's table (o: cg_train_opts *). */
+#define CG_TRAIN_RUN_FLAGS(o)                                                                    \
+    {"--seed", CG_CLI_U64, &(o)->seed, 0, 0,                                                     \
+     "  --seed N             initialisation, dropout and batch order (default 1)\n",             \
+     CG_CLI_FIXED},                                                                              \
+    {"--grad-accum", CG_CLI_I64, &(o)->grad_accum, 1, 1 << 16,                                   \
+     "  --grad-accum N       micro-batches per optimizer step (default 1); the loss is\n"        \
+     "                       that of one batch N times larger\n", CG_CLI_FIXED},               \
+    {"--precision", CG_CLI_STR, &(o)->precision_arg, 0, 0,                                       \
+     "  --precision P        matrix products: fp32 (default) or bf16 (bfloat16 operands,\n"     \
+     "                       fp32 accumulation); kept by the checkpoint\n",                     \
+     CG_CLI_FIXED | CG_CLI_SAVED},                                                               \
+    {"--data", CG_CLI_STR, &(o)->data, 0, 0,                                                     \
+     "  --data FILE          training data (with --resume: the checkpoint's unless given)\n",  \
+     0},                                                                                         \
+    {"--steps", CG_CLI_I64, &(o)->steps, 1, CG_TRAIN_BIG,                                        \
+     "  --steps N            optimizer steps (with --resume: the checkpoint's unless given)\n",  \
+     0},                                                                                         \
+    {"--eval-every", CG_CLI_I64, &(o)->eval_every, 1, CG_TRAIN_BIG,                              \
+     "  --eval-every N       evaluate and checkpoint every N steps\n", 0},                       \
+    {"--log-every", CG_CLI_I64, &(o)->log_every, 1, CG_TRAIN_BIG,                                \
+     "  --log-every N        metrics-log line (and progress line, when stderr is not a\n"        \
+     "                       terminal) every N steps (default: steps/20, at most 100)\n", 0},   \
+    {"--threads", CG_CLI_I64, &(o)->threads, 1, 1024,                                            \
+     "  --threads N          threads for kernels (default: all cores)\n", 0},                    \
+    {"--out", CG_CLI_STR, &(o)->out, 0, 0,                                                       \
+     "  --out FILE           checkpoint; FILE.loss.png, FILE.metrics.jsonl and\n"               \
+     "                       FILE.cgrad-lock are written beside it\n", 0},                      \
+    {"--resume", CG_CLI_STR, &(o)->resume, 0, 0,                                                 \
+     "  --resume FILE        continue a run from its checkpoint, exactly (--out\n"               \
+     "                       defaults to FILE); model and recipe flags are refused\n", 0},      \
+    {"--force", CG_CLI_SWITCH, &(o)->force, 0, 0,                                                \
+     "  --force              overwrite an existing --out (refused otherwise)\n", 0},             \
+    {"--stop-at", CG_CLI_I64, &(o)->stop_at, 0, CG_TRAIN_BIG,                                    \
+     "  --stop-at N          save and stop after step N (as if interrupted; 0 saves\n"          \
+     "                       the initial model)\n", 0},                                         \
+    {"--max-minutes", CG_CLI_F64, &(o)->max_minutes, 1e-6, 1e8,                                  \
+     "  --max-minutes M      end the run after M minutes of wall time (M > 0), then\n"          \
+     "                       evaluate, save and report as at the last step; the\n"             \
+     "                       evaluations and saves on the way count, those at the\n"           \
+     "                       end do not; with --resume the budget starts again\n", 0},          \
+    {"--skip-nonfinite", CG_CLI_SWITCH, &(o)->skip_nonfinite, 0, 0,                              \
+     "  --skip-nonfinite     skip a step whose loss or gradient is NaN/Inf (with a\n"           \
+     "                       warning) instead of stopping\n", 0},                               \
+    {"--zero", CG_CLI_I64, &(o)->zero, 0, 1,                                                     \
+     "  --zero 0|1           1: ZeRO-1 under MPI: each of N ranks keeps 1/N of the\n"          \
+     "                       optimizer state (gradients reduce-scattered, parameters\n"       \
+     "                       all-gathered; the same results); checkpoints stay whole,\n"     \
+     "                       so a run resumes with any rank count, with or without it;\n"    \
+     "                       one process: no effect (default 0)\n", 0},                       \
+    {NULL, 0, NULL, 0, 0,                                                                        \
+     "Ctrl-C (SIGINT) or SIGTERM saves a checkpoint and exits 0 (during the final\n"            \
+     "evaluation, after the last save, it ends the program at once). The last stdout\n"        \
+     "line is a JSON summary. Exit status: 0 done, 1 failed, 2 bad command line.\n", 0}
+
+/* Parse a train command's table a->opts[0..a->n) (a->given records what
+ * was given; o->args = a). --help prints help, then the table's help lines.
+ * Then --precision and, for a fresh run, --tokenizer/--vocab-size are
+ * checked. Returns -1 to go on, else the exit code (the error printed). */
+int cg_train_parse(int argc, char **argv, cg_cli_args *a, const char *help, cg_train_opts *o,
+                   cg_train_recipe *r);
+
+/* The preset called name among p[0..n), or NULL + error ("--preset:
+ * unknown preset 'x' (choices: tiny, base)"). */
+const cg_train_preset *cg_train_preset_find(const cg_train_preset *p, int n, const char *name);
+/* r->shape's fields whose flags were not given (a) taken from the preset p,
+ * and --norm/--act, when given, parsed into *norm and *act (which hold the
+ * model's defaults). False + error naming the flag. */
+bool cg_train_shape(const cg_cli_args *a, const cg_train_preset *p, cg_train_recipe *r,
+                    cg_norm_kind *norm, cg_act *act);
+/* The flags --tokenizer NAME (NULL: char) and --vocab-size N (given:
+ * seen) into *kind: -1 when they are good, else the exit code with the
+ * error set (CG_EXIT_USAGE for a bad name, --vocab-size without bpe or
+ * below CG_SPM_MIN_VOCAB; CG_EXIT_FAIL for bpe in a build without
+ * SentencePiece). */
+int cg_train_tokenizer_flags(const char *name, bool seen, int64_t vocab_size,
+                             cg_tokenizer_kind *kind);
+
+/* The checkpoint's "options": the CG_CLI_SAVED rows of a (none when a is
+ * NULL), written into j, or read back from j (NULL: a checkpoint written
+ * before options; an absent key keeps the default). False + error. */
+bool cg_train_options_save(const cg_cli_args *a, cJSON *j);
+bool cg_train_options_restore(const cg_cli_args *a, const cJSON *j, const char *what);
+
+/* The matrix-product precision a checkpoint's "train" metadata recorded
+ * (fp32 when it recorded none); false + error when it is malformed. */
+bool cg_train_precision(const char *train_json, const char *ckpt_path, cg_precision *out);
+/* The precision a program decodes or evaluates a checkpoint in, and sets
+ * (cg_set_matmul_precision): `arg` (its --precision flag, "fp32" or
+ * "bf16") when not NULL, else the one the checkpoint was trained in. False
+ * + error naming the flag or the checkpoint otherwise. */
+bool cg_decode_precision(const char *arg, const char *train_json, const char *ckpt_path,
+                         cg_precision *out);
+/* A command's --precision flag (arg; NULL: not given), checked as soon as
+ * the flags are parsed: -1 when it is good (*out, may be NULL, gets it),
+ * else the exit code after the error line "PROG: error: --precision: ...":
+ * CG_EXIT_USAGE for an unknown name, CG_EXIT_FAIL for bf16 on a CPU
+ * without it. */
+int cg_precision_flag(const char *arg, cg_precision *out);
+/* A BPE tokenizer trained for --vocab-size N that has fewer ids (the text
+ * has no more merges) is announced: "PROG: warning: --vocab-size N: this
+ * text gives only M ids ...; using M". */
+void cg_train_vocab_warn(const cg_tokenizer *tok, int64_t vocab_size);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,117 @@
+/* cgrad zoo: a training run as the trainer (trainer.h) and its parts
+ * (state.h, stepper.h) see it: what a model plugs in (cg_trainer_model)
+ * and the trainer's own record of the run (cg_trainer). */
+#ifndef CG_MODELS_TRAIN_RUN_H
+#define CG_MODELS_TRAIN_RUN_H
+
+#include <cjson/cJSON.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "core/tensor.h"
+#include "models/text/tokenizer.h"
+#include "models/train/finetune.h"
+#include "models/train/options.h"
+#include "models/util/config_json.h"
+#include "models/train/outfile.h"
+#include "models/train/train_common.h"
+#include "nn/module.h"
+#include "nn/safetensors.h"
+#include "optim/optim.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CG_TRAIN_RECENT 250 /* training losses averaged for the progress line */
+
+typedef struct cg_trainer cg_trainer;
+
+/* An evaluation's figures. */
+typedef struct {
+    double train, val;
+    int n_extra;
+    struct {
+        const char *key;  /* metrics-log key ("val_nll") */
+        const char *name; /* on the evaluation line ("nll") */
+        double value;
+        int decimals;
+    } extra[4];
+} cg_eval_result;
+/* Append a figure to e->extra (ignored when it is full). */
+void cg_eval_add(cg_eval_result *e, const char *key, const char *name, double value,
+                 int decimals);
+
+/* What a model plugs in. `self` is passed back to every callback. */
+typedef struct cg_trainer_model {
+    const char *name;       /* "charlm": the checkpoint's "model" and messages */
+    const char *plot_title; /* title of the loss curve */
+    cg_module *module;
+    cg_rng *dropout_rng;    /* the model's dropout stream: saved, seeded per rank */
+    cg_optim_config optim;  /* the optimizer (its lr is set every step) */
+    double weight_decay_2d; /* weight decay of parameters with >= 2 dims */
+    double weight_decay_1d; /* ... and of the others */
+    double clip_norm;       /* 0: no clipping */
+    bool eval_at_start;     /* evaluate at step 0 too */
+    void *self;
+    /* Make micro-batch k (0 <= k < grad_accum) of the next optimizer step:
+     * this rank's share. *weight: what the model's loss is a mean over on
+     * this rank (rows, target tokens); *tokens: tokens processed here. */
+    bool (*batch)(void *self, int k, double *weight, double *tokens);
+    /* The mean loss of micro-batch k (a graph to backpropagate). */
+    cg_tensor *(*loss)(void *self, int k);
+    /* Learning rate of the optimizer step that brings the model to step
+     * `step` (1-based). */
+    double (*lr)(void *self, int64_t step);
+    /* Evaluation at `step`: e->val, and e->train (NaN: the trainer uses
+     * the mean of the recent training losses); e->extra: more figures for
+     * the evaluation line and the metrics log. */
+    bool (*evaluate)(void *self, int64_t step, cg_eval_result *e);
+    /* At the end of a completed run (the checkpoint is saved): the final
+     * evaluation; adds its fields to the JSON line (models/util/config_json.h
+     * cg_json_put_num and the others). */
+    bool (*finish)(void *self, const cg_trainer *t, cJSON *j);
+    /* The checkpoint's "config" (malloc'd), its tokenizer (borrowed;
+     * models/text/tokenizer.h) and the model's own trainer state, added to o. */
+    char *(*config_json)(void *self);
+    const cg_tokenizer *(*tokenizer)(void *self);
+    bool (*state_save)(void *self, cJSON *o);
+} cg_trainer_model;
+
+struct cg_trainer {
+    cg_train_opts *o;      /* with --resume: the checkpoint's recipe filled in */
+    const char *out;       /* the checkpoint written */
+    /* resuming: the checkpoint (open) and its state */
+    cg_st_file *ckpt;
+    cJSON *state;
+    const cJSON *model_state; /* its "model" object (borrowed from state) */
+    int64_t start, step;
+    /* the run */
+    cg_history hist;
+    double recent[CG_TRAIN_RECENT];
+    int n_recent;
+    double elapsed, tokens; /* training seconds and tokens of this process */
+    double last_loss;       /* loss of the last step taken */
+    int64_t skipped;
+    bool interrupted;
+    bool out_of_time;       /* stopped by --max-minutes (a normal end otherwise) */
+    cg_rng dropout_rng;     /* the saved stream (from the checkpoint on resume) */
+    bool dropout_rng_set;
+    cg_data_id data;        /* the data read (models/train/outfile.h), once set */
+    bool data_set;
+    cg_data_id data_stored; /* resuming: the identity the checkpoint recorded */
+    bool data_stored_set;
+    cg_out_lock lock;       /* flock'd FILE.cgrad-lock beside the checkpoint (models/train/outfile.h) */
+    /* a fine-tuning run (models/train/finetune.h): the checkpoint it started
+     * from (recorded in every save as "init_from"), and whether it trains
+     * and saves LoRA adapters only */
+    cg_ft_origin origin;
+    bool from_origin, adapters;
+    FILE *metrics;          /* FILE.metrics.jsonl (rank 0) */
+};
+
+#ifdef __cplusplus
+}
+#endif
+#endif

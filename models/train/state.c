@@ -1,0 +1,197 @@
+/* cgrad zoo: the trainer's state in a checkpoint (see state.h). */
+#include "models/train/state.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "models/train/run.h"
+#include "models/util/config_json.h"
+
+bool cg_state_put_u64(cJSON *o, const char *key, uint64_t v)
+{
+    const cg_json_field f = {key, CG_JF_U64STR, &v, 0, 0, false};
+    return cg_json_write_fields(o, &f, 1);
+}
+
+bool cg_state_put_f64(cJSON *o, const char *key, double v)
+{
+    const cg_json_field f = {key, CG_JF_F64, &v, 0, 0, false};
+    return cg_json_write_fields(o, &f, 1);
+}
+
+static bool model_fields(const cJSON *ms, const char *path, const char *kind,
+                         const cg_json_field *f, int n)
+{
+    char what[600];
+    snprintf(what, sizeof what, "'%.500s': %s training state", path, kind);
+    return cg_json_read_fields(ms, what, f, n);
+}
+
+bool cg_train_model_fields(const char *train_json, const char *ckpt_path, const char *kind,
+                           const cg_json_field *f, int n)
+{
+    cJSON *st = train_json ? cJSON_Parse(train_json) : NULL;
+    if (!st)
+        return true;
+    const cJSON *ms = cJSON_GetObjectItemCaseSensitive(st, "model");
+    bool ok = model_fields(ms ? ms : st, ckpt_path, kind, f, n);
+    cJSON_Delete(st);
+    return ok;
+}
+
+bool cg_trainer_model_state(const cg_trainer *t, const char *kind, cJSON *o,
+                            const cg_json_field *f, int n)
+{
+    if (!o)
+        return model_fields(t->model_state, t->o->resume, kind, f, n);
+    return cg_json_write_fields(o, f, n);
+}
+
+cJSON *cg_train_state_parse(const char *json)
+{
+    cJSON *o = json ? cJSON_Parse(json) : NULL;
+    if (!cJSON_IsObject(o)) {
+        cJSON_Delete(o);
+        cg_set_error("no training state (not a training checkpoint)");
+        return NULL;
+    }
+    return o;
+}
+
+
+
+char *cg_train_state_json(const cg_trainer *t, const cg_trainer_model *m)
+{
+    const cg_train_opts *o = t->o;
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddNumberToObject(j, "steps", (double)o->steps);
+    cJSON_AddNumberToObject(j, "eval_every", (double)o->eval_every);
+    cg_state_put_u64(j, "seed", o->seed);
+    cJSON_AddNumberToObject(j, "grad_accum", (double)o->grad_accum);
+    cg_json_add_name(j, "data", t->data_set ? t->data.path : "");
+    if (t->data_set)
+        cJSON_AddItemToObject(j, "data_id", cg_data_id_to_json(&t->data));
+    cJSON *dr = cJSON_AddObjectToObject(j, "dropout_rng");
+    cg_state_put_u64(dr, "seed", m->dropout_rng->seed);
+    cg_state_put_u64(dr, "counter", m->dropout_rng->counter);
+    cJSON *r = cJSON_AddArrayToObject(j, "recent");
+    for (int i = 0; i < t->n_recent; i++)
+        cJSON_AddItemToArray(r, cJSON_CreateNumber(t->recent[i]));
+    char *hj = cg_history_to_json(&t->hist);
+    cJSON *h = hj ? cJSON_Parse(hj) : NULL;
+    free(hj);
+    bool ok = h != NULL;
+    if (h)
+        cJSON_AddItemToObject(j, "history", h);
+    ok = ok && cg_train_options_save(o->args, cJSON_AddObjectToObject(j, "options"));
+    cJSON *ms = cJSON_AddObjectToObject(j, "model");
+    ok = ok && ms && (!m->state_save || m->state_save(m->self, ms));
+    char *s = ok ? cJSON_PrintUnformatted(j) : NULL;
+    cJSON_Delete(j);
+    if (!s && !cg_has_error())
+        cg_set_error("out of memory");
+    return s;
+}
+
+/* Restore the shared state of a checkpoint into t and o: every field type-
+ * and range-checked (models/util/config_json.h), the first bad one named. */
+static bool state_restore(cg_trainer *t, cg_train_opts *o, const char *path)
+{
+    const cJSON *s = t->state;
+    int64_t steps, eval_every, accum;
+    uint64_t seed;
+    const char *data;
+    char what[600];
+    snprintf(what, sizeof what, "'%.500s': training state", path);
+    const cg_json_field f[] = {
+        {"steps", CG_JF_I64, &steps, 1, 1e12, false},
+        {"eval_every", CG_JF_I64, &eval_every, 1, 1e12, false},
+        {"seed", CG_JF_U64STR, &seed, 0, 0, false},
+        {"grad_accum", CG_JF_I64, &accum, 1, 1 << 16, false},
+        {"data", CG_JF_STR, &data, 0, 0, false},
+    };
+    const cg_json_field fr[] = {
+        {"seed", CG_JF_U64STR, &t->dropout_rng.seed, 0, 0, false},
+        {"counter", CG_JF_U64STR, &t->dropout_rng.counter, 0, 0, false},
+    };
+    const cJSON *dr = cJSON_GetObjectItemCaseSensitive(s, "dropout_rng");
+    const cJSON *hist = cJSON_GetObjectItemCaseSensitive(s, "history");
+    t->model_state = cJSON_GetObjectItemCaseSensitive(s, "model");
+    cJSON *idj = cJSON_GetObjectItemCaseSensitive(t->state, "data_id");
+    if (!cg_json_name_decode(t->state, "data", what) || /* names are bytes */
+        (cJSON_IsObject(idj) && !cg_json_name_decode(idj, "path", what)))
+        return false;
+    if (!cg_json_read_fields(s, what, f, 2 + 3) ||
+        !cg_json_read_fields(dr, "training state: \"dropout_rng\"", fr, 2) ||
+        !cg_json_f64_array(s, what, "recent", t->recent, CG_TRAIN_RECENT, &t->n_recent))
+        return false;
+    const cJSON *opts = cJSON_GetObjectItemCaseSensitive(s, "options");
+    if (!cJSON_IsObject(t->model_state) || (opts && !cJSON_IsObject(opts)) ||
+        !cg_train_options_restore(o->args, opts, what) ||
+        (o->precision_arg && !cg_precision_parse(o->precision_arg, &o->precision))) {
+        cg_set_error("%s: bad or missing \"%s\"", what,
+                     cJSON_IsObject(t->model_state) ? "options" : "model");
+        return false;
+    }
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(s, "data_id");
+    if (id && !cg_data_id_from_json(id, what, &t->data_stored))
+        return false;
+    t->data_stored_set = id != NULL; /* absent: written before identities */
+    if (hist && !cg_history_from_cjson(hist, &t->hist)) {
+        cg_prefix_error("'%s': ", path);
+        return false;
+    }
+    t->dropout_rng_set = true;
+    o->seed = seed;
+    o->grad_accum = accum;
+    if (!cg_cli_given(o->args, &o->steps))
+        o->steps = steps;
+    if (!cg_cli_given(o->args, &o->eval_every))
+        o->eval_every = eval_every;
+    if (!cg_cli_given(o->args, &o->data))
+        o->data = data;
+    return true;
+}
+
+bool cg_trainer_restore(cg_trainer *t, const char *train_json, const char *path)
+{
+    t->state = cg_train_state_parse(train_json);
+    if (!t->state) {
+        cg_set_error("'%s' holds no training state (it cannot be resumed; use it for inference)",
+                     path);
+        return false;
+    }
+    return state_restore(t, t->o, path);
+}
+
+
+bool cg_train_data_check(const char *train_json, const char *ckpt_path, const cg_data_id *id)
+{
+    cJSON *s = train_json ? cJSON_Parse(train_json) : NULL;
+    cJSON *j = cJSON_GetObjectItemCaseSensitive(s, "data_id");
+    cg_data_id stored;
+    char what[600];
+    snprintf(what, sizeof what, "'%.500s': training state", ckpt_path);
+    bool ok = !j || (cJSON_IsObject(j) && cg_json_name_decode(j, "path", what) &&
+                     cg_data_id_from_json(j, what, &stored) && cg_data_id_check(&stored, id));
+    cJSON_Delete(s);
+    return ok;
+}
+
+char *cg_train_data_path(const char *train_json, const char *given, const char *default_data)
+{
+    cJSON *s = !given && train_json ? cJSON_Parse(train_json) : NULL;
+    if (s && !cg_json_name_decode(s, "data", "training state")) {
+        cJSON_Delete(s);
+        return NULL;
+    }
+    const cJSON *dj = cJSON_GetObjectItemCaseSensitive(s, "data");
+    char *p = strdup(given ? given : cJSON_IsString(dj) ? dj->valuestring : default_data);
+    cJSON_Delete(s);
+    if (!p)
+        cg_set_error("out of memory");
+    return p;
+}
+

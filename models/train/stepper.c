@@ -1,0 +1,206 @@
+/* cgrad zoo: one optimizer step of the trainer (see stepper.h). */
+#include "models/train/stepper.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "autograd/ops.h"
+#include "core/error.h"
+#include "models/train/run.h"
+
+/* ------------------------------------------------------------ the step */
+bool cg_stepper_init(cg_stepper *s, const cg_trainer_model *m, int grad_accum, int zero_stage)
+{
+    memset(s, 0, sizeof *s);
+    s->m = m;
+    s->grad_accum = grad_accum;
+    if (!cg_module_params(m->module, &s->pl))
+        return false;
+    s->op = calloc((size_t)s->pl.n + 1, sizeof *s->op);
+    s->w = calloc((size_t)grad_accum, sizeof *s->w);
+    s->tok = calloc((size_t)grad_accum, sizeof *s->tok);
+    if (!s->op || !s->w || !s->tok) {
+        cg_set_error("out of memory");
+        return false;
+    }
+    for (int i = 0; i < s->pl.n; i++) {
+        const cg_tensor *p = s->pl.items[i].tensor;
+        if (p->requires_grad)
+            s->op[s->n_train++] = (cg_optim_param){
+                s->pl.items[i].name, s->pl.items[i].tensor,
+                p->ndim >= 2 ? m->weight_decay_2d : m->weight_decay_1d};
+    }
+    if (zero_stage < 0 || zero_stage > 1) {
+        cg_set_error("ZeRO stage %d: only 0 and 1 exist", zero_stage);
+        return false;
+    }
+    s->zero = zero_stage == 1 && cg_dist_size() > 1;
+    const char *ov = getenv("CG_DIST_OVERLAP");
+    if (cg_dist_size() > 1 && (s->zero || !(ov && !strcmp(ov, "0")))) {
+        const char *mb = getenv("CG_DIST_BUCKET_MB");
+        double bucket_mb = mb ? atof(mb) : 4.0;
+        cg_tensor **ps = malloc(sizeof *ps * (size_t)(s->n_train ? s->n_train : 1));
+        cg_optim_range *own = calloc((size_t)s->n_train + 1, sizeof *own);
+        if (!ps || !own) {
+            free(ps);
+            free(own);
+            cg_set_error("out of memory");
+            return false;
+        }
+        for (int i = 0; i < s->n_train; i++)
+            ps[i] = s->op[i].tensor;
+        bucket_mb = bucket_mb > 0 ? bucket_mb : 4.0;
+        s->reducer = s->zero ? cg_dist_reducer_new_zero(s->n_train, ps, bucket_mb)
+                             : cg_dist_reducer_new(s->n_train, ps, bucket_mb);
+        if (s->reducer && s->zero && cg_dist_reducer_shards(s->reducer, own))
+            s->opt = cg_optim_new_sharded(&m->optim, s->n_train, s->op, own);
+        free(ps);
+        free(own);
+        if (!s->reducer || (s->zero && !s->opt))
+            return false;
+    }
+    if (!s->zero)
+        s->opt = cg_optim_new(&m->optim, s->n_train, s->op);
+    return s->opt != NULL;
+}
+
+const cg_optim *cg_stepper_full_optim(cg_stepper *s, cg_optim **owned)
+{
+    *owned = NULL;
+    if (!s->zero)
+        return s->opt;
+    cg_optim_config cfg = cg_optim_get_config(s->opt);
+    cg_optim *full = cg_dist_is_root() ? cg_optim_new(&cfg, s->n_train, s->op) : NULL;
+    /* every rank takes part, even when rank 0 could not allocate */
+    bool ok = cg_dist_gather_optim(s->opt, full);
+    if (!ok || !cg_dist_is_root()) {
+        cg_optim_free(full);
+        return NULL;
+    }
+    *owned = full;
+    return full;
+}
+
+/* Every element of this rank's gradients finite? Under ZeRO the optimizer
+ * sees its shard only; before the reduction the whole local gradient is
+ * this rank's own, so it is checked whole (to name a culprit). */
+static bool local_grads_finite(const cg_stepper *st)
+{
+    if (!st->zero)
+        return cg_optim_grads_finite(st->opt, NULL);
+    for (int i = 0; i < st->n_train; i++) {
+        cg_tensor *p = st->op[i].tensor;
+        int64_t at = -1;
+        if (cg_first_nonfinite_grad(1, &p, &at) == 0) {
+            cg_set_error("non-finite gradient: '%s' has a NaN or Inf at element %lld",
+                         st->op[i].name, (long long)at);
+            return false;
+        }
+    }
+    return true;
+}
+
+void cg_stepper_free(cg_stepper *s)
+{
+    cg_dist_reducer_free(s->reducer);
+    cg_optim_free(s->opt);
+    free(s->op);
+    free(s->w);
+    free(s->tok);
+    cg_param_list_free(&s->pl);
+    memset(s, 0, sizeof *s);
+}
+
+cg_step_result cg_stepper_step(cg_stepper *st, int64_t s, double *loss_out, double *tokens_out)
+{
+    const cg_trainer_model *m = st->m;
+    const int N = st->grad_accum;
+    double W = 0, tok = 0;
+    *loss_out = NAN;
+    *tokens_out = 0;
+    for (int k = 0; k < N; k++) {
+        if (!m->batch(m->self, k, &st->w[k], &st->tok[k]))
+            return CG_STEP_FAILED;
+        W += st->w[k];
+        tok += st->tok[k];
+    }
+    cg_optim_set_lr(st->opt, m->lr(m->self, s));
+    cg_optim_zero_grad(st->opt);
+    double lsum = 0, lv = NAN;
+    bool back_ok = true;
+    for (int k = 0; k < N; k++) {
+        /* every tensor of the micro-batch's graph dies at the scope's end */
+        cg_scope *sc = cg_scope_begin();
+        cg_tensor *loss = sc ? m->loss(m->self, k) : NULL;
+        if (!loss) {
+            cg_scope_end(sc);
+            return CG_STEP_FAILED;
+        }
+        double l = cg_item(loss);
+        lsum += l * st->w[k];
+        if (k == N - 1 && st->reducer && !cg_dist_reducer_prepare(st->reducer, W)) {
+            cg_scope_end(sc);
+            return CG_STEP_FAILED;
+        }
+        if (N == 1) {
+            lv = l;
+            back_ok = cg_backward(loss, NULL, false);
+        } else { /* the mean over all N micro-batches' units */
+            cg_tensor *scaled = cg_muls(loss, (float)(st->w[k] / W));
+            back_ok = back_ok && scaled && cg_backward(scaled, NULL, false);
+        }
+        cg_scope_end(sc);
+    }
+    if (N > 1)
+        lv = lsum / W;
+    *loss_out = lv;
+    if (!isfinite(lv) && !st->skip_nonfinite) {
+        char culprit[400] = "";
+        if (back_ok && !local_grads_finite(st))
+            snprintf(culprit, sizeof culprit, " (%s)", cg_last_error());
+        cg_set_error("loss is %s at step %lld%s", isnan(lv) ? "nan" : "inf", (long long)s,
+                     culprit);
+        return CG_STEP_NONFINITE;
+    }
+    if (!back_ok) {
+        cg_prefix_error("backward: ");
+        return CG_STEP_FAILED;
+    }
+    /* loss, weight and tokens of every rank: from here on every rank takes
+     * the same decisions */
+    double red[3] = {lv * W, W, tok};
+    if (!cg_dist_allreduce_sum(red, 3) ||
+        !(st->reducer ? cg_dist_reducer_finish(st->reducer) : cg_dist_average_grads(m->module, W)))
+        return CG_STEP_FAILED;
+    lv = red[0] / red[1];
+    *loss_out = lv;
+    *tokens_out = red[2];
+    /* under ZeRO the global norm of every rank's shard (collective: every
+     * rank takes these branches alike, lv and the norm being global) */
+    double norm = m->clip_norm <= 0 ? 0.0
+                  : st->zero        ? cg_dist_clip_grad_norm(st->opt, m->clip_norm)
+                                    : cg_optim_clip_grad_norm(st->opt, m->clip_norm);
+    if (norm < 0)
+        return CG_STEP_FAILED;
+    if (!isfinite(lv) || !isfinite(norm)) {
+        if (st->zero ? cg_dist_grads_finite(st->opt) : cg_optim_grads_finite(st->opt, NULL))
+            cg_set_error("gradient norm is not finite");
+        if (!st->skip_nonfinite) {
+            cg_prefix_error("step %lld: ", (long long)s);
+            return CG_STEP_NONFINITE;
+        }
+        cg_prefix_error("loss %g, ", lv);
+        cg_optim_zero_grad(st->opt);
+        return CG_STEP_SKIPPED;
+    }
+    if (!cg_optim_step(st->opt)) {
+        cg_prefix_error("optimizer: ");
+        return CG_STEP_FAILED;
+    }
+    if (st->zero && !cg_dist_reducer_gather_params(st->reducer))
+        return CG_STEP_FAILED;
+    return CG_STEP_OK;
+}
+

@@ -1,0 +1,195 @@
+#!/usr/bin/env bash
+# Fine-tuning in the zoo (issue 22; meson suite 'models'): `charlm train
+# --init-from BASE` on a new text, in full or with LoRA adapters.
+#   1. full: --stop-at 0 saves BASE's weights unchanged with a fresh
+#      optimizer at step 0; a run has its own history and records BASE
+#      (size, checksum, step); sample works; resume is bit-identical
+#   2. LoRA: the checkpoint holds only lora_A/lora_B tensors (PEFT's names
+#      and their optimizer state), is small, names BASE; sample and eval
+#      load BASE + adapters (eval gives the run's final val_loss; cached and
+#      uncached decoding agree), differ from BASE alone; resume (with
+#      dropout in the adapters) is bit-identical; a moved BASE is found
+#      with --base, a missing, different or other-shaped one is refused
+#   3. bad combinations: one line, exit 2 (command line) or 1 (a file)
+#   BASE is never modified.
+#   test_charlm_finetune.sh CHARLM CKPT_WRITER
+set -uo pipefail
+charlm=$1
+tool=$2
+. "$(dirname "$0")/shell_lib.sh" charlm_finetune
+
+# safetensors files read with the standard library only
+st() {
+  python3 - "$@" <<'EOF'
+import json, struct, sys
+def load(p):
+    b = open(p, 'rb').read()
+    n = struct.unpack('<Q', b[:8])[0]
+    h = json.loads(b[8:8 + n])
+    meta = h.pop('__metadata__', {})
+    return {k: b[8 + n + v['data_offsets'][0]:8 + n + v['data_offsets'][1]] for k, v in h.items()}, meta
+cmd, a = sys.argv[1], sys.argv[2]
+t, meta = load(a)
+if cmd == 'names':  # the tensor names, one a line
+    print('\n'.join(sorted(t)))
+elif cmd == 'params-same':  # the parameters (not optim.*) of a and b are the same bytes
+    u, _ = load(sys.argv[3])
+    pa = {k: v for k, v in t.items() if not k.startswith('optim.')}
+    pb = {k: v for k, v in u.items() if not k.startswith('optim.')}
+    sys.exit(0 if pa == pb else 1)
+elif cmd == 'optim-zero':  # every optimizer tensor is zero (a fresh optimizer after 0 steps)
+    sys.exit(0 if all(not any(v) for k, v in t.items() if k.startswith('optim.')) else 1)
+elif cmd == 'meta':  # a field of a JSON metadata value: meta FILE KEY FIELD
+    print(json.loads(meta[sys.argv[3]])[sys.argv[4]])
+elif cmd == 'history-steps':  # the evaluation steps of the training state's history
+    print(' '.join(str(int(s)) for s in json.loads(meta['train'])['history']['step']))
+EOF
+}
+
+# two texts of the same 21 characters: the base's and the new one
+words=(the a whale sea ship captain ahab white call me ishmael some years ago never mind how long)
+for ((i = 0; i < 300; i++)); do
+  printf '%s ' "${words[$(((i * 7 + i / 3) % ${#words[@]}))]}" "${words[$(((i * 5 + 3) % ${#words[@]}))]}"
+  ((i % 6 == 5)) && printf '\n'
+done >a.txt
+for ((i = 0; i < 300; i++)); do
+  printf '%s ' "${words[$(((i * 3 + 1) % ${#words[@]}))]}" "${words[$(((i * 11 + i / 5) % ${#words[@]}))]}"
+  ((i % 4 == 3)) && printf '\n'
+done >b.txt
+run=(--threads 1 --eval-every 10)
+"$charlm" train --data a.txt --d 16 --H 2 --layers 1 --d-ff 32 --T 16 --batch-size 4 --seed 3 \
+  --lr 1e-2 --steps 60 "${run[@]}" --out base.st >/dev/null 2>base.log || fail "base: $(tail -1 base.log)"
+cp base.st base.orig
+base_size=$(stat -c %s base.st)
+ft=(--init-from base.st --data b.txt "${run[@]}")
+
+# ---------------------------------------------------------------- 1. full
+"$charlm" train "${ft[@]}" --steps 20 --stop-at 0 --out full0.st >full0.json 2>full0.log ||
+  fail "full --stop-at 0: $(tail -1 full0.log)"
+st params-same full0.st base.st && echo "ok: full: step 0 holds the base's weights, bit for bit" ||
+  fail "full: --stop-at 0 does not hold the base's weights"
+st optim-zero full0.st && [ "$("$tool" getmeta full0.st step)" = 0 ] &&
+  echo "ok: full: a fresh optimizer at step 0" || fail "full: not a fresh optimizer at step 0"
+"$charlm" train "${ft[@]}" --steps 20 --out full.st >full.json 2>full.log || fail "full: $(tail -1 full.log)"
+json_ok "full: JSON line" full.json
+grep -q '"init_from": "[^"]*base.st"' full.json || fail "full: no init_from in $(tail -1 full.json)"
+[ "$(st history-steps full.st)" = "0 10 20" ] && echo "ok: full: a new history (0 10 20)" ||
+  fail "full: history $(st history-steps full.st)"
+[ "$(st meta full.st init_from size)" = "$base_size" ] &&
+  [ "$(st meta full.st init_from step)" = 60 ] &&
+  [ "$(st meta full.st init_from path)" = "$PWD/base.st" ] &&
+  echo "ok: full: init_from records the base: $("$tool" getmeta full.st init_from)" ||
+  fail "full: init_from $("$tool" getmeta full.st init_from 2>&1)"
+st params-same full.st base.st && fail "full: 20 steps changed nothing"
+grep -q '"vocab"' <<<"$("$tool" getmeta full.st vocab)" 2>/dev/null ||
+  "$tool" getmeta full.st vocab >/dev/null || fail "full: no vocabulary in the checkpoint"
+"$charlm" sample --ckpt full.st --length 40 --seed 1 >full.txt 2>fs.log &&
+  [ "$(wc -c <full.txt)" -gt 40 ] && echo "ok: full: sample" || fail "full: sample: $(tail -1 fs.log)"
+# resume: 10 + 10 == 20
+"$charlm" train "${ft[@]}" --steps 20 --stop-at 10 --out fullr.st >/dev/null 2>fr.log &&
+  "$charlm" train --resume fullr.st --threads 1 >fullr.json 2>fr2.log ||
+  fail "full resume: $(tail -1 fr.log) $(tail -1 fr2.log)"
+"$tool" same full.st fullr.st && echo "ok: full: 10 steps + resume to 20 == 20 steps (bit-identical)" ||
+  fail "full: resumed run differs"
+[ "$(st meta fullr.st init_from xxh3)" = "$(st meta full.st init_from xxh3)" ] ||
+  fail "full: the resumed checkpoint lost init_from"
+intact "full" base.st base.orig
+
+# ---------------------------------------------------------------- 2. LoRA
+"$charlm" train "${ft[@]}" --lora-rank 2 --lr 1e-2 --steps 20 --out lora.st >lora.json 2>lora.log ||
+  fail "lora: $(tail -1 lora.log)"
+json_ok "lora: JSON line" lora.json
+names=$(st names lora.st)
+others=$(grep -v 'lora_[AB]' <<<"$names")
+[ -z "$others" ] && grep -qx 'base_model.model.blocks.0.attn.q_proj.lora_A.weight' <<<"$names" &&
+  grep -qx 'base_model.model.blocks.0.ff.fc2.lora_B.weight' <<<"$names" &&
+  grep -q '^optim\.blocks\.0\.attn\.v_proj\.lora_B\.weight\.' <<<"$names" &&
+  echo "ok: lora: $(wc -l <<<"$names") tensors, every one lora_A/lora_B (PEFT's names + optimizer state)" ||
+  fail "lora: tensors other than the adapters: $others"
+[ "$(grep -c '^base_model' <<<"$names")" = 12 ] || fail "lora: not 6 adapters: $names"
+lora_size=$(stat -c %s lora.st)
+[ "$lora_size" -lt $((base_size / 3)) ] && echo "ok: lora: $lora_size bytes against the base's $base_size" ||
+  fail "lora: $lora_size bytes is not small against the base's $base_size"
+[ "$(st meta lora.st adapter_config r)" = 2 ] && [ "$(st meta lora.st adapter_config lora_alpha)" = 4 ] &&
+  [ "$(st meta lora.st init_from size)" = "$base_size" ] &&
+  echo "ok: lora: adapter_config $("$tool" getmeta lora.st adapter_config)" ||
+  fail "lora: metadata $("$tool" getmeta lora.st adapter_config 2>&1)"
+grep -q '"trainable_params": 448' lora.json || fail "lora: trainable_params: $(tail -1 lora.json)"
+"$charlm" sample --ckpt lora.st --length 60 --seed 1 >lora.txt 2>ls.log || fail "lora: sample: $(tail -1 ls.log)"
+"$charlm" sample --ckpt lora.st --length 60 --seed 1 --no-cache >lora_nc.txt 2>/dev/null || fail "lora: --no-cache"
+"$charlm" sample --ckpt base.st --length 60 --seed 1 >base.txt 2>/dev/null || fail "lora: base sample"
+[ -s lora.txt ] && cmp -s lora.txt lora_nc.txt && echo "ok: lora: cached and uncached sampling agree" ||
+  fail "lora: cached and uncached sampling differ"
+cmp -s lora.txt base.txt && fail "lora: sampling with the adapters equals the base alone" ||
+  echo "ok: lora: the adapters change the sample"
+"$charlm" eval --ckpt lora.st >eval.json 2>eval.log || fail "lora: eval: $(tail -1 eval.log)"
+v_train=$(sed -n 's/.*"val_loss": \([0-9.]*\),.*/\1/p' lora.json)
+v_eval=$(sed -n 's/.*"val_loss": \([0-9.]*\),.*/\1/p' eval.json)
+[ -n "$v_eval" ] && [ "$v_eval" = "$v_train" ] && echo "ok: lora: eval gives the run's val_loss $v_eval" ||
+  fail "lora: eval val_loss '$v_eval' != the run's '$v_train'"
+# resume, with dropout in the adapters: 10 + 10 == 20
+lo=(--lora-rank 2 --lora-alpha 8 --lora-dropout 0.2 --lr 1e-2 --steps 20)
+"$charlm" train "${ft[@]}" "${lo[@]}" --out lorad.st >/dev/null 2>ld.log &&
+  "$charlm" train "${ft[@]}" "${lo[@]}" --stop-at 10 --out lorar.st >/dev/null 2>lr.log &&
+  "$charlm" train --resume lorar.st --threads 1 >/dev/null 2>lr2.log ||
+  fail "lora resume: $(tail -1 ld.log) $(tail -1 lr.log) $(tail -1 lr2.log)"
+"$tool" same lorad.st lorar.st && echo "ok: lora: 10 steps + resume to 20 == 20 steps (bit-identical)" ||
+  fail "lora: resumed run differs"
+[ "$(st meta lorar.st adapter_config lora_dropout)" = 0.2 ] || fail "lora: dropout not kept"
+intact "lora" base.st base.orig
+# the base moved: found with --base, refused without
+mkdir -p moved && cp base.st moved/b.st && mv base.st base.away
+refused "lora: base missing" "needs its base: .*--base" "$charlm" sample --ckpt lora.st --length 5
+"$charlm" sample --ckpt lora.st --base moved/b.st --length 60 --seed 1 >moved.txt 2>mv.log &&
+  cmp -s moved.txt lora.txt && echo "ok: lora: --base finds a moved base" || fail "lora: --base: $(tail -1 mv.log)"
+"$charlm" eval --ckpt lora.st --base moved/b.st >/dev/null 2>&1 || fail "lora: eval --base"
+mv base.away base.st
+refused "lora: another base of the same shape" "is not the base checkpoint of adapter" \
+  "$charlm" sample --ckpt lora.st --base full.st --length 5
+"$charlm" train --data a.txt --d 32 --H 2 --layers 1 --d-ff 32 --T 16 --batch-size 4 --steps 2 \
+  "${run[@]}" --out wide.st >/dev/null 2>&1 || fail "wide base"
+refused "lora: a base of another shape" "d=32 against 16" "$charlm" sample --ckpt lora.st --base wide.st --length 5
+refused "lora: an adapter as the base" "is itself an adapter" "$charlm" sample --ckpt lora.st --base lorad.st --length 5
+intact "lora: loading" base.st base.orig
+
+# ---------------------------------------------------------------- 3. refused
+expect "--init-from with --resume" 2 "--init-from" "$charlm" train --init-from base.st --resume full.st
+expect "--lora-rank without --init-from" 2 "--lora-rank needs --init-from" \
+  "$charlm" train --data b.txt --lora-rank 2 --steps 2 --out x.st
+expect "--lora-alpha without --lora-rank" 2 "--lora-alpha needs --lora-rank" \
+  "$charlm" train "${ft[@]}" --lora-alpha 4 --steps 2 --out x.st
+expect "--lora-rank 0" 2 "--lora-rank" "$charlm" train "${ft[@]}" --lora-rank 0 --steps 2 --out x.st
+expect "--lora-rank -3" 2 "--lora-rank" "$charlm" train "${ft[@]}" --lora-rank -3 --steps 2 --out x.st
+expect "--base with --init-from" 2 "--base" "$charlm" train "${ft[@]}" --base base.st --steps 2 --out x.st
+expect "--lora-rank 17 > d" 1 "--lora-rank 17 is larger than" \
+  "$charlm" train "${ft[@]}" --lora-rank 17 --steps 2 --out x.st
+expect "--lora-targets bogus" 1 "names no Linear" \
+  "$charlm" train "${ft[@]}" --lora-rank 2 --lora-targets q_proj,bogus --steps 2 --out x.st
+expect "--d against the base" 1 "contradict" "$charlm" train "${ft[@]}" --d 32 --steps 2 --out x.st
+expect "--layers, --T against the base" 1 "--layers 2, --T 32 contradict" \
+  "$charlm" train "${ft[@]}" --layers 2 --T 32 --steps 2 --out x.st
+expect "--preset against the base" 1 "--preset tiny contradicts" \
+  "$charlm" train "${ft[@]}" --preset tiny --steps 2 --out x.st
+expect "--tokenizer against the base" 1 "--tokenizer bpe contradicts" \
+  "$charlm" train "${ft[@]}" --tokenizer bpe --steps 2 --out x.st
+expect "--vocab-size against the base" 1 "--vocab-size 300 contradicts" \
+  "$charlm" train "${ft[@]}" --vocab-size 300 --steps 2 --out x.st
+"$charlm" train "${ft[@]}" --d 16 --layers 1 --tokenizer char --steps 2 --out same.st >/dev/null 2>same.log &&
+  echo "ok: flags that agree with the base are accepted" || fail "agreeing flags: $(tail -1 same.log)"
+cp base.st s2s.st
+"$tool" setmeta s2s.st model seq2seq >/dev/null
+expect "a seq2seq base" 1 "is not a charlm checkpoint" "$charlm" train --init-from s2s.st --data b.txt --steps 2 --out x.st
+head -c 3000 base.st >damaged.st
+expect "a damaged base" 1 "damaged.st" "$charlm" train --init-from damaged.st --data b.txt --steps 2 --out x.st
+expect "a missing base" 1 "nothere.st" "$charlm" train --init-from nothere.st --data b.txt --steps 2 --out x.st
+expect "an adapter as --init-from" 1 "is a LoRA adapter checkpoint" \
+  "$charlm" train --init-from lora.st --data b.txt --steps 2 --out x.st
+expect "--out is the base" 1 "base.st" "$charlm" train "${ft[@]}" --steps 2 --out base.st --force
+expect "--resume of a LoRA run with --lora-rank" 1 "drop --lora-rank" \
+  "$charlm" train --resume lorar.st --lora-rank 4 --steps 30
+printf 'the whale? QUEEQUEG!\n%.0s' {1..200} >c.txt
+expect "new characters" 1 "outside the checkpoint's vocabulary" \
+  "$charlm" train --init-from base.st --data c.txt --steps 2 --out x.st
+[ -e x.st ] && fail "a refused run wrote x.st"
+intact "refusals" base.st base.orig
+finish
