@@ -344,20 +344,185 @@ static bool check_step1(fixture_result *fr, const cg_st_file *f, const optim_cfg
     return ok;
 }
 
+/* The fixture's model and inputs. */
+typedef struct {
+    cg_charlm *lm;
+    cg_seq2seq *s2s;
+    cg_module *model;
+    int64_t *x, *y, *src; /* charlm: x, targets; seq2seq: tgt_in, tgt_out, src */
+    int64_t B, T, S;
+} fixture_model;
+
+static void fixture_model_free(fixture_model *m)
+{
+    cg_module_free(m->model);
+    free(m->x);
+    free(m->y);
+    free(m->src);
+}
+
+/* A charlm of the fixture's config with its inputs; desc receives a
+ * one-line description. */
+static bool charlm_of(cg_st_file *f, const char *path, const char *config, fixture_model *m,
+                      char *desc, size_t len)
+{
+    cg_charlm_config c;
+    int64_t B2 = 0, T2 = 0;
+    if (!cg_charlm_config_from_json(config, &c))
+        return false;
+    if (c.dropout != 0) {
+        cg_set_error("%s: fixtures need dropout 0 (got %g)", path, (double)c.dropout);
+        return false;
+    }
+    if (!(m->x = get_ids(f, "input.x", &m->B, &m->T)) ||
+        !(m->y = get_ids(f, "input.targets", &B2, &T2)))
+        return false;
+    if (B2 != m->B || T2 != m->T) {
+        cg_set_error("%s: input.targets shape differs from input.x", path);
+        return false;
+    }
+    if (!(m->lm = cg_charlm_new(&c, 0)))
+        return false;
+    m->model = CG_MODULE(m->lm);
+    snprintf(desc, len, "charlm %s %s %s V=%lld d=%lld H=%lld layers=%lld d_ff=%lld B=%lld T=%lld",
+             c.norm_first ? "pre-norm" : "post-norm", cg_norm_kind_name(c.norm),
+             cg_act_name(c.act), (long long)c.vocab, (long long)c.d, (long long)c.H,
+             (long long)c.layers, (long long)c.d_ff, (long long)m->B, (long long)m->T);
+    return true;
+}
+
+/* The same for a seq2seq fixture. */
+static bool seq2seq_of(cg_st_file *f, const char *path, const char *config, fixture_model *m,
+                       char *desc, size_t len)
+{
+    cg_seq2seq_config c;
+    int64_t B2 = 0, T2 = 0;
+    if (!cg_seq2seq_config_from_json(config, &c))
+        return false;
+    if (c.dropout != 0) {
+        cg_set_error("%s: fixtures need dropout 0 (got %g)", path, (double)c.dropout);
+        return false;
+    }
+    if (!(m->src = get_ids(f, "input.src", &m->B, &m->S)) ||
+        !(m->x = get_ids(f, "input.tgt_in", &B2, &m->T)) ||
+        !(m->y = get_ids(f, "input.tgt_out", &B2, &T2)))
+        return false;
+    if (B2 != m->B || T2 != m->T) {
+        cg_set_error("%s: input.src/tgt_in/tgt_out batch shapes disagree", path);
+        return false;
+    }
+    if (!(m->s2s = cg_seq2seq_new(&c, 0)))
+        return false;
+    m->model = CG_MODULE(m->s2s);
+    snprintf(desc, len,
+             "seq2seq %s %s %s V=%lld d=%lld H=%lld layers=%lld+%lld d_ff=%lld ls=%g "
+             "B=%lld S=%lld T=%lld",
+             c.norm_first ? "pre-norm" : "post-norm", cg_norm_kind_name(c.norm),
+             cg_act_name(c.act), (long long)c.vocab, (long long)c.d, (long long)c.H,
+             (long long)c.enc_layers, (long long)c.dec_layers, (long long)c.d_ff,
+             (double)c.label_smoothing, (long long)m->B, (long long)m->S, (long long)m->T);
+    return true;
+}
+
+/* Parameter names and order must be models.py's. */
+static void check_param_names(fixture_result *fr, cg_st_file *f, const cg_param_list *params,
+                              cg_module *model)
+{
+    int nf = 0;
+    bool same = true;
+    for (int i = 0; i < cg_st_count(f); i++) {
+        const char *k = cg_st_name(f, i);
+        if (!is_param_key(k))
+            continue;
+        if (nf >= params->n || strcmp(params->items[nf].name, k)) {
+            if (same)
+                printf("  FAIL parameter %d: fixture has '%s', model has '%s'\n", nf, k,
+                       nf < params->n ? params->items[nf].name : "(nothing)");
+            same = false;
+        }
+        nf++;
+    }
+    if (nf != params->n || !same) {
+        printf("  FAIL parameter names: fixture has %d, model has %d\n", nf, params->n);
+        fr->failures++;
+    } else if (!g_quiet) {
+        printf("  ok   parameter names and order: %d tensors, %lld floats, as models.py\n",
+               params->n, (long long)cg_module_num_params(model));
+    }
+}
+
+/* Every parameter's gradient against grad.<name>. False + error when the
+ * fixture lacks one. */
+static bool check_grads(fixture_result *fr, cg_st_file *f, const cg_param_list *params,
+                        const char *model_name, const fixture_model *m)
+{
+    for (int i = 0; i < params->n; i++) {
+        const char *name = params->items[i].name;
+        char key[512], label[512], note[512], attn[256];
+        snprintf(key, sizeof key, "grad.%s", name);
+        cg_tensor *t = cg_st_get_f32(f, key);
+        if (!t)
+            return false;
+        const cg_tensor *g = cg_grad(params->items[i].tensor);
+        cg_tensor *zero = g ? NULL : cg_zeros_like(params->items[i].tensor);
+        snprintf(label, sizeof label, "grad.%s", name);
+        bool is_attn = attn_prefix(name, attn, sizeof attn);
+        bool kb = is_attn && ends_with(name, "k_proj.bias");
+        bool qk = is_attn && (strstr(name, ".q_proj.") || strstr(name, ".k_proj.")) &&
+                  single_key_attention(model_name, attn, m->T, m->S);
+        if (kb || qk) {
+            double scale = attn_grad_scale(f, attn);
+            double atol = ZERO_SCALE * fmax(scale, 1e-3);
+            snprintf(note, sizeof note,
+                     "%s: zero in exact arithmetic, compared with atol %.1e "
+                     "(1e-6 x max(1e-3, max |grad| of %s*_proj.weight = %.1e))",
+                     qk ? "one key per query, q/k gradient"
+                        : "k_proj.bias (softmax shift invariance)",
+                     atol, attn, scale);
+            compare(fr, K_ZERO, label, g ? g : zero, t, atol, 0.0, note, NULL);
+        } else {
+            compare(fr, K_GRAD, label, g ? g : zero, t, ATOL, RTOL, NULL, NULL);
+        }
+        cg_release_all(2, t, zero);
+    }
+    return true;
+}
+
+/* One AdamW step, weight decay on every parameter, against step1.<name>. */
+static bool check_adamw_step(fixture_result *fr, cg_st_file *f, const optim_cfg *oc,
+                             const cg_param_list *params)
+{
+    cg_optim *opt = NULL;
+    cg_optim_param *op = calloc((size_t)params->n + 1, sizeof *op);
+    bool ok = op != NULL;
+    if (!ok)
+        cg_set_error("parity: out of memory");
+    for (int i = 0; ok && i < params->n; i++)
+        op[i] = (cg_optim_param){params->items[i].name, params->items[i].tensor, oc->wd};
+    cg_optim_config ocfg = cg_adamw_config(oc->lr, oc->beta1, oc->beta2, oc->eps);
+    ok = ok && (opt = cg_optim_new(&ocfg, params->n, op)) && cg_optim_step(opt);
+    for (int i = 0; ok && i < params->n; i++) {
+        const char *name = params->items[i].name;
+        char key[512], attn[256];
+        snprintf(key, sizeof key, "step1.%s", name);
+        cg_tensor *t = cg_st_get_f32(f, key);
+        bool kb = attn_prefix(name, attn, sizeof attn) && ends_with(name, "k_proj.bias");
+        ok = t && check_step1(fr, f, oc, name, params->items[i].tensor, t, kb);
+        cg_release(t);
+    }
+    cg_optim_free(opt);
+    free(op);
+    return ok;
+}
+
 /* Runs one fixture. Returns 0 pass, 1 fail, -1 error (message recorded). */
 static int run_fixture(const char *path)
 {
     fixture_result fr = {.path = path};
     int rc = -1;
-    cg_charlm *lm = NULL;
-    cg_seq2seq *s2s = NULL;
-    cg_module *model = NULL;
+    fixture_model m = {0};
     cg_param_list params = {0};
-    int64_t *x = NULL, *y = NULL, *src = NULL;
     cg_tensor *logits = NULL, *loss = NULL, *t = NULL;
-    cg_optim *opt = NULL;
-    cg_optim_param *op = NULL;
-    int64_t B = 0, T = 0, S = 0, B2 = 0, T2 = 0;
 
     cg_clear_error();
     cg_st_file *f = cg_st_open(path);
@@ -373,98 +538,33 @@ static int run_fixture(const char *path)
     optim_cfg oc;
     if (!parse_optimizer(path, config, &oc))
         goto out;
-
     char desc[256];
     if (!strcmp(model_name, "charlm")) {
-        cg_charlm_config c;
-        if (!cg_charlm_config_from_json(config, &c))
+        if (!charlm_of(f, path, config, &m, desc, sizeof desc))
             goto out;
-        if (c.dropout != 0) {
-            cg_set_error("%s: fixtures need dropout 0 (got %g)", path, (double)c.dropout);
-            goto out;
-        }
-        if (!(x = get_ids(f, "input.x", &B, &T)) || !(y = get_ids(f, "input.targets", &B2, &T2)))
-            goto out;
-        if (B2 != B || T2 != T) {
-            cg_set_error("%s: input.targets shape differs from input.x", path);
-            goto out;
-        }
-        if (!(lm = cg_charlm_new(&c, 0)))
-            goto out;
-        model = CG_MODULE(lm);
-        snprintf(desc, sizeof desc,
-                 "charlm %s %s %s V=%lld d=%lld H=%lld layers=%lld d_ff=%lld B=%lld T=%lld",
-                 c.norm_first ? "pre-norm" : "post-norm", cg_norm_kind_name(c.norm),
-                 cg_act_name(c.act), (long long)c.vocab, (long long)c.d, (long long)c.H,
-                 (long long)c.layers, (long long)c.d_ff, (long long)B, (long long)T);
     } else if (!strcmp(model_name, "seq2seq")) {
-        cg_seq2seq_config c;
-        if (!cg_seq2seq_config_from_json(config, &c))
+        if (!seq2seq_of(f, path, config, &m, desc, sizeof desc))
             goto out;
-        if (c.dropout != 0) {
-            cg_set_error("%s: fixtures need dropout 0 (got %g)", path, (double)c.dropout);
-            goto out;
-        }
-        if (!(src = get_ids(f, "input.src", &B, &S)) ||
-            !(x = get_ids(f, "input.tgt_in", &B2, &T)) ||
-            !(y = get_ids(f, "input.tgt_out", &B2, &T2)))
-            goto out;
-        if (B2 != B || T2 != T) {
-            cg_set_error("%s: input.src/tgt_in/tgt_out batch shapes disagree", path);
-            goto out;
-        }
-        if (!(s2s = cg_seq2seq_new(&c, 0)))
-            goto out;
-        model = CG_MODULE(s2s);
-        snprintf(desc, sizeof desc,
-                 "seq2seq %s %s %s V=%lld d=%lld H=%lld layers=%lld+%lld d_ff=%lld ls=%g "
-                 "B=%lld S=%lld T=%lld",
-                 c.norm_first ? "pre-norm" : "post-norm", cg_norm_kind_name(c.norm),
-                 cg_act_name(c.act), (long long)c.vocab, (long long)c.d, (long long)c.H,
-                 (long long)c.enc_layers, (long long)c.dec_layers, (long long)c.d_ff,
-                 (double)c.label_smoothing, (long long)B, (long long)S, (long long)T);
     } else {
         cg_set_error("%s: unknown model \"%s\" (expected charlm or seq2seq)", path, model_name);
         goto out;
     }
     printf("%s: %s\n", path, desc);
 
-    /* parameter names and order must be models.py's */
-    if (!cg_module_params(model, &params))
+    if (!cg_module_params(m.model, &params))
         goto out;
-    {
-        int nf = 0;
-        bool same = true;
-        for (int i = 0; i < cg_st_count(f); i++) {
-            const char *k = cg_st_name(f, i);
-            if (!is_param_key(k))
-                continue;
-            if (nf >= params.n || strcmp(params.items[nf].name, k)) {
-                if (same)
-                    printf("  FAIL parameter %d: fixture has '%s', model has '%s'\n", nf, k,
-                           nf < params.n ? params.items[nf].name : "(nothing)");
-                same = false;
-            }
-            nf++;
-        }
-        if (nf != params.n || !same) {
-            printf("  FAIL parameter names: fixture has %d, model has %d\n", nf, params.n);
-            fr.failures++;
-        } else if (!g_quiet) {
-            printf("  ok   parameter names and order: %d tensors, %lld floats, as models.py\n",
-                   params.n, (long long)cg_module_num_params(model));
-        }
-    }
+    check_param_names(&fr, f, &params, m.model);
     /* a fixture holds, beside the parameters, the inputs, the expected
      * results and gradients, and the parameters after one step */
     const char *const fixture_extras[] = {"input.*", "expect.*", "grad.*", "step1.*"};
     cg_load_options lo = {.n_ignore = 4, .ignore = fixture_extras};
-    if (!cg_module_load_ex(model, f, &lo))
+    if (!cg_module_load_ex(m.model, f, &lo))
         goto out;
 
     /* forward, loss */
-    logits = lm ? cg_charlm_forward(lm, x, B, T) : cg_seq2seq_forward(s2s, src, B, S, x, T);
-    loss = lm ? cg_charlm_loss(lm, logits, y) : cg_seq2seq_loss(s2s, logits, y);
+    logits = m.lm ? cg_charlm_forward(m.lm, m.x, m.B, m.T)
+                  : cg_seq2seq_forward(m.s2s, m.src, m.B, m.S, m.x, m.T);
+    loss = m.lm ? cg_charlm_loss(m.lm, logits, m.y) : cg_seq2seq_loss(m.s2s, logits, m.y);
     if (!loss)
         goto out;
     if (!(t = cg_st_get_f32(f, "expect.logits")))
@@ -477,62 +577,9 @@ static int run_fixture(const char *path)
     cg_release(t);
     t = NULL;
 
-    /* backward */
-    if (!cg_backward(loss, NULL, false))
+    if (!cg_backward(loss, NULL, false) || !check_grads(&fr, f, &params, model_name, &m) ||
+        !check_adamw_step(&fr, f, &oc, &params))
         goto out;
-    for (int i = 0; i < params.n; i++) {
-        const char *name = params.items[i].name;
-        char key[512], label[512], note[512], attn[256];
-        snprintf(key, sizeof key, "grad.%s", name);
-        if (!(t = cg_st_get_f32(f, key)))
-            goto out;
-        const cg_tensor *g = cg_grad(params.items[i].tensor);
-        cg_tensor *zero = g ? NULL : cg_zeros_like(params.items[i].tensor);
-        snprintf(label, sizeof label, "grad.%s", name);
-        bool is_attn = attn_prefix(name, attn, sizeof attn);
-        bool kb = is_attn && ends_with(name, "k_proj.bias");
-        bool qk = is_attn && (strstr(name, ".q_proj.") || strstr(name, ".k_proj.")) &&
-                  single_key_attention(model_name, attn, T, S);
-        if (kb || qk) {
-            double scale = attn_grad_scale(f, attn);
-            double atol = ZERO_SCALE * fmax(scale, 1e-3);
-            snprintf(note, sizeof note,
-                     "%s: zero in exact arithmetic, compared with atol %.1e "
-                     "(1e-6 x max(1e-3, max |grad| of %s*_proj.weight = %.1e))",
-                     qk ? "one key per query, q/k gradient"
-                        : "k_proj.bias (softmax shift invariance)",
-                     atol, attn, scale);
-            compare(&fr, K_ZERO, label, g ? g : zero, t, atol, 0.0, note, NULL);
-        } else {
-            compare(&fr, K_GRAD, label, g ? g : zero, t, ATOL, RTOL, NULL, NULL);
-        }
-        cg_release_all(2, t, zero);
-        t = NULL;
-    }
-
-    /* one AdamW step, weight decay on every parameter */
-    op = calloc((size_t)params.n + 1, sizeof *op);
-    if (!op) {
-        cg_set_error("parity: out of memory");
-        goto out;
-    }
-    for (int i = 0; i < params.n; i++)
-        op[i] = (cg_optim_param){params.items[i].name, params.items[i].tensor, oc.wd};
-    cg_optim_config ocfg = cg_adamw_config(oc.lr, oc.beta1, oc.beta2, oc.eps);
-    if (!(opt = cg_optim_new(&ocfg, params.n, op)) || !cg_optim_step(opt))
-        goto out;
-    for (int i = 0; i < params.n; i++) {
-        const char *name = params.items[i].name;
-        char key[512], attn[256];
-        snprintf(key, sizeof key, "step1.%s", name);
-        if (!(t = cg_st_get_f32(f, key)))
-            goto out;
-        bool kb = attn_prefix(name, attn, sizeof attn) && ends_with(name, "k_proj.bias");
-        if (!check_step1(&fr, f, &oc, name, params.items[i].tensor, t, kb))
-            goto out;
-        cg_release(t);
-        t = NULL;
-    }
     rc = fr.failures ? 1 : 0;
     printf("%s %s: %d failure%s, worst error %.3g of the tolerance\n", rc ? "FAIL" : "PASS",
            path, fr.failures, fr.failures == 1 ? "" : "s", fr.worst_ratio);
@@ -541,13 +588,8 @@ out:
     if (rc < 0 && !cg_has_error())
         cg_set_error("%s: failed", path);
     cg_release_all(3, logits, loss, t);
-    cg_optim_free(opt);
-    free(op);
     cg_param_list_free(&params);
-    cg_module_free(model);
-    free(x);
-    free(y);
-    free(src);
+    fixture_model_free(&m);
     cg_st_close(f);
     return rc;
 }

@@ -37,7 +37,6 @@
  * in the trainers: on an idle machine it is 15% faster at 2 threads than
  * OMP_WAIT_POLICY=passive, which wakes a sleeping thread for every region.
  * On a machine shared with other work, passive can be much faster. */
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,7 +68,9 @@ static int cmp_double(const void *a, const void *b)
 static int usage(const char *msg)
 {
     if (msg) {
-        fprintf(stderr, "bench: error: %s (try --help)\n", msg);
+        /* the flag parser's messages may already say it */
+        fprintf(stderr, "bench: error: %s%s\n", msg,
+                strstr(msg, "(try --help)") ? "" : " (try --help)");
         return 2;
     }
     fprintf(stdout,
@@ -80,24 +81,6 @@ static int usage(const char *msg)
             "Times S training steps (zero grad, forward, loss, backward, AdamW) after W\n"
             "untimed ones on random data; prints one JSON line (see torch_peer.py).\n");
     return 0;
-}
-
-static int bad_value(const char *flag, const char *v, const char *want)
-{
-    char m[256];
-    snprintf(m, sizeof m, "%s: '%.64s' is not an %s", flag, v, want);
-    return usage(m);
-}
-
-static bool parse_long(const char *s, long lo, long hi, long *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi)
-        return false;
-    *out = v;
-    return true;
 }
 
 /* Resident set size now, in MiB (/proc/self/statm), or NAN. */
@@ -195,229 +178,222 @@ static double bm_lr(void *self, int64_t step)
     return 1e-3;
 }
 
-static int run(int argc, char **argv)
+/* The command line (flag table: models/util/cli.h). */
+typedef struct {
+    const char *model, *preset, *precision;
+    int64_t threads, steps, warmup, seed, T, d, B; /* T, d, B: 0 = the preset's */
+    int64_t zero;                                  /* ZeRO stage: 0 or 1 */
+    bool recompute;
+} bench_args;
+
+/* Parse argv (after cg_dist_init) into *a: -1 to go on, else the exit
+ * status (0 after --help, 2 on a bad command line). */
+static int parse_args(int argc, char **argv, bench_args *a)
 {
-    const char *model_name = "charlm", *preset_name = "tiny";
-    long threads = 0, steps = 20, warmup = 5, seed = 0, Tover = 0, d_over = 0, b_over = 0;
-    long zero = 0;
-    cg_precision precision = CG_PRECISION_FP32;
-    bool recompute = false;
-    /* Under mpirun: every rank takes the same steps on its own B rows (data
-     * parallel; the gradients are averaged by the trainer's step) and rank 0
-     * prints, with the ranks and the communication backward did not hide. */
-    if (!cg_dist_init(&argc, &argv) || !cg_dist_quiet_nonroot()) {
-        fprintf(stderr, "bench: %s\n", cg_last_error());
-        return 1;
+    *a = (bench_args){.model = "charlm", .preset = "tiny", .precision = "fp32", .steps = 20,
+                      .warmup = 5};
+    const cg_cli_opt opts[] = {
+        {"--model", CG_CLI_STR, &a->model, 0, 0, NULL, 0},
+        {"--preset", CG_CLI_STR, &a->preset, 0, 0, NULL, 0},
+        {"--threads", CG_CLI_I64, &a->threads, 1, 1024, NULL, 0},
+        {"--steps", CG_CLI_I64, &a->steps, 1, 1000000, NULL, 0},
+        {"--warmup", CG_CLI_I64, &a->warmup, 0, 1000000, NULL, 0},
+        {"--seed", CG_CLI_I64, &a->seed, 0, 0x1p62, NULL, 0},
+        {"--T", CG_CLI_I64, &a->T, 1, 65536, NULL, 0},
+        {"--d", CG_CLI_I64, &a->d, 1, 65536, NULL, 0},
+        {"--batch-size", CG_CLI_I64, &a->B, 1, 65536, NULL, 0},
+        {"--precision", CG_CLI_STR, &a->precision, 0, 0, NULL, 0},
+        {"--recompute", CG_CLI_SWITCH, &a->recompute, 0, 0, NULL, 0}, /* as the trainers' */
+        {"--zero", CG_CLI_I64, &a->zero, 0, 1, NULL, 0},               /* as the trainers' */
+    };
+    bool help;
+    char msg[256];
+    if (!cg_cli_parse(argc - 1, argv + 1, opts, (int)(sizeof opts / sizeof opts[0]), &help))
+        return usage(cg_last_error());
+    if (help)
+        return usage(NULL);
+    if (strcmp(a->model, "charlm") && strcmp(a->model, "seq2seq")) {
+        snprintf(msg, sizeof msg, "unknown model '%s' (have: charlm, seq2seq)", a->model);
+        return usage(msg);
     }
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h"))
-            return usage(NULL);
-        if (!strcmp(a, "--recompute")) { /* the trainers' --recompute (a switch) */
-            recompute = true;
-            continue;
-        }
-        if (i + 1 >= argc) {
-            char m[128];
-            snprintf(m, sizeof m, "%s needs a value", a);
-            return usage(strncmp(a, "--", 2) ? "unexpected argument" : m);
-        }
-        const char *v = argv[++i];
-        char msg[256];
-        if (!strcmp(a, "--model")) {
-            if (strcmp(v, "charlm") && strcmp(v, "seq2seq")) {
-                snprintf(msg, sizeof msg, "unknown model '%s' (have: charlm, seq2seq)", v);
-                return usage(msg);
-            }
-            model_name = v;
-        } else if (!strcmp(a, "--preset")) {
-            if (strcmp(v, "tiny") && strcmp(v, "base")) {
-                snprintf(msg, sizeof msg, "unknown preset '%s' (have: tiny, base)", v);
-                return usage(msg);
-            }
-            preset_name = v;
-        } else if (!strcmp(a, "--threads")) {
-            if (!parse_long(v, 1, 1024, &threads))
-                return bad_value("--threads", v, "integer in [1, 1024]");
-        } else if (!strcmp(a, "--steps")) {
-            if (!parse_long(v, 1, 1000000, &steps))
-                return bad_value("--steps", v, "integer in [1, 1000000]");
-        } else if (!strcmp(a, "--warmup")) {
-            if (!parse_long(v, 0, 1000000, &warmup))
-                return bad_value("--warmup", v, "integer in [0, 1000000]");
-        } else if (!strcmp(a, "--seed")) {
-            if (!parse_long(v, 0, 1L << 62, &seed))
-                return usage("--seed needs a non-negative integer");
-        } else if (!strcmp(a, "--T")) {
-            if (!parse_long(v, 1, 65536, &Tover))
-                return bad_value("--T", v, "integer in [1, 65536]");
-        } else if (!strcmp(a, "--precision")) {
-            if (!cg_precision_parse(v, &precision))
-                return usage(cg_last_error());
-        } else if (!strcmp(a, "--batch-size")) {
-            if (!parse_long(v, 1, 65536, &b_over))
-                return bad_value("--batch-size", v, "integer in [1, 65536]");
-        } else if (!strcmp(a, "--d")) {
-            if (!parse_long(v, 1, 65536, &d_over))
-                return bad_value("--d", v, "integer in [1, 65536]");
-        } else if (!strcmp(a, "--zero")) {
-            if (!parse_long(v, 0, 1, &zero))
-                return bad_value("--zero", v, "integer in [0, 1]");
-        } else {
-            snprintf(msg, sizeof msg, "unknown option '%s'", a);
-            return usage(msg);
-        }
+    if (strcmp(a->preset, "tiny") && strcmp(a->preset, "base")) {
+        snprintf(msg, sizeof msg, "unknown preset '%s' (have: tiny, base)", a->preset);
+        return usage(msg);
     }
-    cg_cli_set_threads("bench", threads);
-    threads = cg_get_num_threads();
-    cg_set_matmul_precision(precision); /* before the peak is measured: MFU against bf16's */
+    if (a->d % 32 && a->d >= 32)
+        return usage("--d must be a multiple of 32");
+    return -1;
+}
 
-    bool charlm = !strcmp(model_name, "charlm");
+/* The model's preset with the overrides: --T, --batch-size, and --d for
+ * width scaling (d_ff = 4d, heads of 32, at least 1). */
+static preset bench_preset(const bench_args *a, bool charlm)
+{
     preset p;
-    get_preset(charlm, preset_name, &p);
-    if (Tover)
-        p.T = Tover;
-    if (b_over)
-        p.B = b_over;
-    if (d_over) { /* width scaling: d_ff = 4d, heads of 32 (at least 1) */
-        if (d_over % 32 && d_over >= 32)
-            return usage("--d must be a multiple of 32");
-        p.H = d_over >= 32 ? d_over / 32 : 1;
-        p.d = d_over;
-        p.d_ff = 4 * d_over;
+    get_preset(charlm, a->preset, &p);
+    if (a->T)
+        p.T = a->T;
+    if (a->B)
+        p.B = a->B;
+    if (a->d) {
+        p.H = a->d >= 32 ? a->d / 32 : 1;
+        p.d = a->d;
+        p.d_ff = 4 * a->d;
     }
-    const int64_t B = p.B, T = p.T;
+    return p;
+}
 
-    double peak_gflops = gemm_gflops();
-
-    cg_charlm *lm = NULL;
-    cg_seq2seq *s2s = NULL;
-    cg_module *model;
-    if (charlm) {
+/* The model of the preset (dropout 0), into bm->lm or bm->s2s. */
+static cg_module *new_model(const bench_args *a, const preset *p, bench_model *bm)
+{
+    if (!strcmp(a->model, "charlm")) {
         cg_charlm_config c = cg_charlm_config_default();
-        c.vocab = p.V, c.d = p.d, c.H = p.H, c.layers = p.layers, c.d_ff = p.d_ff;
-        c.max_len = T, c.norm = CG_NORM_LAYERNORM, c.act = CG_ACT_GELU, c.norm_first = true;
+        c.vocab = p->V, c.d = p->d, c.H = p->H, c.layers = p->layers, c.d_ff = p->d_ff;
+        c.max_len = p->T, c.norm = CG_NORM_LAYERNORM, c.act = CG_ACT_GELU, c.norm_first = true;
         c.dropout = 0.0f;
-        lm = cg_charlm_new(&c, (uint64_t)seed);
-        cg_charlm_set_recompute(lm, recompute);
-        model = CG_MODULE(lm);
-    } else {
-        cg_seq2seq_config c = cg_seq2seq_config_default();
-        c.vocab = p.V, c.d = p.d, c.H = p.H, c.enc_layers = p.enc_layers,
-        c.dec_layers = p.dec_layers, c.d_ff = p.d_ff, c.max_len = T;
-        c.norm = CG_NORM_LAYERNORM, c.act = CG_ACT_RELU, c.norm_first = false;
-        c.dropout = 0.0f, c.label_smoothing = 0.1f;
-        s2s = cg_seq2seq_new(&c, (uint64_t)seed);
-        cg_seq2seq_set_recompute(s2s, recompute);
-        model = CG_MODULE(s2s);
+        bm->lm = cg_charlm_new(&c, (uint64_t)a->seed);
+        cg_charlm_set_recompute(bm->lm, a->recompute);
+        return CG_MODULE(bm->lm);
     }
-    if (!model) {
-        fprintf(stderr, "bench: %s\n", cg_last_error());
-        return 1;
-    }
+    cg_seq2seq_config c = cg_seq2seq_config_default();
+    c.vocab = p->V, c.d = p->d, c.H = p->H, c.enc_layers = p->enc_layers,
+    c.dec_layers = p->dec_layers, c.d_ff = p->d_ff, c.max_len = p->T;
+    c.norm = CG_NORM_LAYERNORM, c.act = CG_ACT_RELU, c.norm_first = false;
+    c.dropout = 0.0f, c.label_smoothing = 0.1f;
+    bm->s2s = cg_seq2seq_new(&c, (uint64_t)a->seed);
+    cg_seq2seq_set_recompute(bm->s2s, a->recompute);
+    return CG_MODULE(bm->s2s);
+}
 
-    bench_model bm = {.lm = lm, .s2s = s2s, .B = B, .T = T};
-    cg_trainer_model tm = {.module = model, .optim = cg_adamw_config(1e-3, 0.9, 0.98, 1e-9),
-                           .weight_decay_2d = 0.01, .weight_decay_1d = 0.01, .self = &bm,
-                           .batch = bm_batch, .loss = bm_loss, .lr = bm_lr};
-    cg_stepper st;
-    if (!cg_stepper_init(&st, &tm, 1, (int)zero)) {
-        fprintf(stderr, "bench: %s\n", cg_last_error());
-        return 1;
-    }
-    int64_t n_params = 0, n_mm = 0;
-    for (int i = 0; i < st.pl.n; i++) {
-        cg_tensor *t = st.pl.items[i].tensor;
-        n_params += cg_numel(t);
-        if (t->ndim == 2 && strcmp(st.pl.items[i].name, "tok_emb.weight") &&
-            strcmp(st.pl.items[i].name, "emb.weight"))
+/* Model FLOPs per step (see the top of the file); *n_params: every
+ * parameter's elements. */
+static double step_flops(const cg_stepper *st, const preset *p, bool charlm, int64_t *n_params)
+{
+    int64_t n_mm = 0;
+    *n_params = 0;
+    for (int i = 0; i < st->pl.n; i++) {
+        cg_tensor *t = st->pl.items[i].tensor;
+        *n_params += cg_numel(t);
+        if (t->ndim == 2 && strcmp(st->pl.items[i].name, "tok_emb.weight") &&
+            strcmp(st->pl.items[i].name, "emb.weight"))
             n_mm += cg_numel(t);
     }
-    n_mm += p.V * p.d; /* tied output head */
-    int64_t n_attn = charlm ? p.layers : p.enc_layers + 2 * p.dec_layers;
-    const int64_t tokens = B * T;
-    double flops_step = 6.0 * (double)n_mm * (double)tokens +
-                        12.0 * (double)n_attn * (double)T * (double)p.d * (double)tokens;
+    n_mm += p->V * p->d; /* tied output head */
+    int64_t n_attn = charlm ? p->layers : p->enc_layers + 2 * p->dec_layers;
+    const int64_t tokens = p->B * p->T;
+    return 6.0 * (double)n_mm * (double)tokens +
+           12.0 * (double)n_attn * (double)p->T * (double)p->d * (double)tokens;
+}
 
-    /* four random batches, used in turn (as the peer) */
-    enum { NB = 4 };
+/* four random batches, used in turn (as the peer) */
+enum { NB = 4 };
+typedef struct {
     int64_t *src[NB], *tin[NB], *tout[NB];
+} batches;
+
+static void random_batches(batches *bt, const preset *p, bool charlm, int64_t seed)
+{
+    const int64_t B = p->B, T = p->T, tokens = B * T;
     cg_rng rng = cg_rng_new((uint64_t)seed + 12345);
     for (int b = 0; b < NB; b++) {
-        src[b] = malloc((size_t)tokens * sizeof(int64_t));
-        tin[b] = malloc((size_t)tokens * sizeof(int64_t));
-        tout[b] = malloc((size_t)tokens * sizeof(int64_t));
+        int64_t *src = bt->src[b] = malloc((size_t)tokens * sizeof(int64_t));
+        int64_t *tin = bt->tin[b] = malloc((size_t)tokens * sizeof(int64_t));
+        int64_t *tout = bt->tout[b] = malloc((size_t)tokens * sizeof(int64_t));
         for (int64_t r = 0; r < B; r++) {
             if (charlm) {
-                int64_t prev = (int64_t)cg_rng_below(&rng, (uint64_t)p.V);
+                int64_t prev = (int64_t)cg_rng_below(&rng, (uint64_t)p->V);
                 for (int64_t t = 0; t < T; t++) {
-                    int64_t nx = (int64_t)cg_rng_below(&rng, (uint64_t)p.V);
-                    tin[b][r * T + t] = prev;
-                    tout[b][r * T + t] = nx;
+                    int64_t nx = (int64_t)cg_rng_below(&rng, (uint64_t)p->V);
+                    tin[r * T + t] = prev;
+                    tout[r * T + t] = nx;
                     prev = nx;
                 }
             } else {
                 for (int64_t t = 0; t < T; t++) {
-                    src[b][r * T + t] = 3 + (int64_t)cg_rng_below(&rng, (uint64_t)(p.V - 3));
-                    tout[b][r * T + t] = 3 + (int64_t)cg_rng_below(&rng, (uint64_t)(p.V - 3));
+                    src[r * T + t] = 3 + (int64_t)cg_rng_below(&rng, (uint64_t)(p->V - 3));
+                    tout[r * T + t] = 3 + (int64_t)cg_rng_below(&rng, (uint64_t)(p->V - 3));
                 }
-                tin[b][r * T] = CG_BOS;
+                tin[r * T] = CG_BOS;
                 for (int64_t t = 1; t < T; t++)
-                    tin[b][r * T + t] = tout[b][r * T + t - 1];
+                    tin[r * T + t] = tout[r * T + t - 1];
             }
         }
     }
+}
 
+/* What the timed steps measured: medians over the steps (wall, process CPU,
+ * communication not hidden), the last loss, and the resident set after the
+ * 10th step (warm-up included) and after the last. */
+typedef struct {
+    double med, cmed, emed, rss10, rss_last;
+    float last_loss;
+} timings;
+
+static double median_of(double *v, long n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* warmup + steps steps of st on the batches in turn; false (message printed)
+ * when a step fails. */
+static bool time_steps(cg_stepper *st, bench_model *bm, const batches *bt, long warmup,
+                       long steps, timings *tm)
+{
     double *times = malloc((size_t)steps * sizeof(double));
     double *cpu = malloc((size_t)steps * sizeof(double)); /* process CPU time per step */
     double *exposed = malloc((size_t)steps * sizeof(double)); /* communication not hidden */
-    if (!cg_dist_broadcast_module(model)) {
-        fprintf(stderr, "bench: %s\n", cg_last_error());
-        return 1;
-    }
-    float last_loss = NAN;
-    double rss10 = NAN, rss_last = NAN; /* RSS after the 10th step (warm-up included), the last */
-    for (long i = 0; i < warmup + steps; i++) {
+    tm->last_loss = NAN;
+    tm->rss10 = NAN, tm->rss_last = NAN;
+    long i;
+    for (i = 0; i < warmup + steps; i++) {
         int b = (int)(i % NB);
-        bm.src = src[b], bm.tin = tin[b], bm.tout = tout[b];
+        bm->src = bt->src[b], bm->tin = bt->tin[b], bm->tout = bt->tout[b];
         double t0 = cg_now(), c0 = cg_cpu_now(), comm0 = cg_dist_comm_seconds(), loss, ntok;
-        cg_step_result r = cg_stepper_step(&st, i + 1, &loss, &ntok);
-        last_loss = (float)loss;
+        cg_step_result r = cg_stepper_step(st, i + 1, &loss, &ntok);
+        tm->last_loss = (float)loss;
         if (r != CG_STEP_OK) {
             fprintf(stderr, "bench: step %ld failed: %s\n", i, cg_last_error());
-            return 1;
+            break;
         }
         double dt = cg_now() - t0;
         if (i == 9)
-            rss10 = rss_now_mb();
+            tm->rss10 = rss_now_mb();
         if (i == warmup + steps - 1) /* here, not after the code below faults its pages in */
-            rss_last = rss_now_mb();
+            tm->rss_last = rss_now_mb();
         if (i >= warmup) {
             times[i - warmup] = dt;
             cpu[i - warmup] = cg_cpu_now() - c0;
-            exposed[i - warmup] = st.reducer ? cg_dist_reducer_exposed_seconds(st.reducer)
-                                             : cg_dist_comm_seconds() - comm0;
+            exposed[i - warmup] = st->reducer ? cg_dist_reducer_exposed_seconds(st->reducer)
+                                              : cg_dist_comm_seconds() - comm0;
         }
     }
-    if (!isfinite(last_loss)) {
-        fprintf(stderr, "bench: non-finite loss %g\n", (double)last_loss);
-        return 1;
+    bool ok = i == warmup + steps;
+    if (ok && !isfinite(tm->last_loss)) {
+        fprintf(stderr, "bench: non-finite loss %g\n", (double)tm->last_loss);
+        ok = false;
     }
-    qsort(times, (size_t)steps, sizeof(double), cmp_double);
-    qsort(cpu, (size_t)steps, sizeof(double), cmp_double);
-    qsort(exposed, (size_t)steps, sizeof(double), cmp_double);
-    double emed = steps % 2 ? exposed[steps / 2] : 0.5 * (exposed[steps / 2 - 1] + exposed[steps / 2]);
-    double med = steps % 2 ? times[steps / 2] : 0.5 * (times[steps / 2 - 1] + times[steps / 2]);
-    double cmed = steps % 2 ? cpu[steps / 2] : 0.5 * (cpu[steps / 2 - 1] + cpu[steps / 2]);
+    if (ok) {
+        tm->med = median_of(times, steps);
+        tm->cmed = median_of(cpu, steps);
+        tm->emed = median_of(exposed, steps);
+    }
+    free(times);
+    free(cpu);
+    free(exposed);
+    return ok;
+}
+
+/* worst: the peak resident set (MB) and the optimizer state (MB), the
+ * largest over ranks. */
+static void print_json(const bench_args *a, const preset *p, cg_precision precision,
+                       long threads, int64_t n_params, double flops_step, double peak_gflops,
+                       bool overlap, const timings *tm, const double worst[2])
+{
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    /* the largest over ranks (collective: every rank reaches it) */
-    double worst[2] = {(double)ru.ru_maxrss / 1024.0, (double)cg_optim_state_bytes(st.opt) / 1e6};
-    if (!cg_dist_allreduce_max(worst, 2)) {
-        fprintf(stderr, "bench: %s\n", cg_last_error());
-        return 1;
-    }
-    double mfu = flops_step / med / (peak_gflops * 1e9);
+    const int64_t tokens = p->B * p->T;
+    const double med = tm->med, mfu = flops_step / med / (peak_gflops * 1e9);
     const cg_gemm_path gemm_path = precision == CG_PRECISION_FP32 ? cg_gemm_active_path()
                                    : cg_bf16_native()             ? CG_GEMM_BF16
                                                                   : CG_GEMM_BF16_EMULATED;
@@ -429,24 +405,80 @@ static int run(int argc, char **argv)
            "\"rss_mb_last\": %s, \"recompute\": %s, \"ranks\": %d, \"overlap\": %s, "
            "\"comm_exposed_ms_median\": %s, \"zero\": %ld, \"optim_state_mb\": %s, "
            "\"peak_rss_mb_max_rank\": %s}\n",
-           CG_JSON_STR(model_name), CG_JSON_STR(preset_name),
+           CG_JSON_STR(a->model), CG_JSON_STR(a->preset),
            CG_JSON_STR(cg_precision_name(precision)), threads, (long long)tokens,
            CG_JSON_NUM("%.3f", med * 1e3),
            CG_JSON_NUM("%.1f", (double)tokens / med), (long long)n_params,
            CG_JSON_NUM("%.1f", (double)ru.ru_maxrss / 1024.0), CG_JSON_NUM("%.4f", mfu),
            CG_JSON_NUM("%.4g", flops_step), CG_JSON_NUM("%.1f", peak_gflops),
-           CG_JSON_STR(cg_gemm_path_name(gemm_path)), (long long)T, (long long)p.B,
-           (long long)p.d, CG_JSON_NUM("%.3f", cmed * 1e3), CG_JSON_NUM("%.9g", (double)last_loss),
-           CG_JSON_NUM("%.1f", rss10), CG_JSON_NUM("%.1f", rss_last),
-           recompute ? "true" : "false", cg_dist_size(), st.reducer ? "true" : "false",
-           CG_JSON_NUM("%.3f", emed * 1e3), zero, CG_JSON_NUM("%.2f", worst[1]),
-           CG_JSON_NUM("%.1f", worst[0]));
+           CG_JSON_STR(cg_gemm_path_name(gemm_path)), (long long)p->T, (long long)p->B,
+           (long long)p->d, CG_JSON_NUM("%.3f", tm->cmed * 1e3),
+           CG_JSON_NUM("%.9g", (double)tm->last_loss), CG_JSON_NUM("%.1f", tm->rss10),
+           CG_JSON_NUM("%.1f", tm->rss_last), a->recompute ? "true" : "false", cg_dist_size(),
+           overlap ? "true" : "false", CG_JSON_NUM("%.3f", tm->emed * 1e3), (long)a->zero,
+           CG_JSON_NUM("%.2f", worst[1]), CG_JSON_NUM("%.1f", worst[0]));
+}
 
+static int run(int argc, char **argv)
+{
+    /* Under mpirun: every rank takes the same steps on its own B rows (data
+     * parallel; the gradients are averaged by the trainer's step) and rank 0
+     * prints, with the ranks and the communication backward did not hide. */
+    if (!cg_dist_init(&argc, &argv) || !cg_dist_quiet_nonroot()) {
+        fprintf(stderr, "bench: %s\n", cg_last_error());
+        return 1;
+    }
+    bench_args a;
+    int rc = parse_args(argc, argv, &a);
+    cg_precision precision = CG_PRECISION_FP32;
+    if (rc < 0 && !cg_precision_parse(a.precision, &precision))
+        rc = usage(cg_last_error());
+    if (rc >= 0)
+        return rc;
+    cg_cli_set_threads("bench", a.threads);
+    long threads = cg_get_num_threads();
+    cg_set_matmul_precision(precision); /* before the peak is measured: MFU against bf16's */
+
+    bool charlm = !strcmp(a.model, "charlm");
+    preset p = bench_preset(&a, charlm);
+    double peak_gflops = gemm_gflops();
+    bench_model bm = {.B = p.B, .T = p.T};
+    cg_module *model = new_model(&a, &p, &bm);
+    if (!model) {
+        fprintf(stderr, "bench: %s\n", cg_last_error());
+        return 1;
+    }
+    cg_trainer_model tm = {.module = model, .optim = cg_adamw_config(1e-3, 0.9, 0.98, 1e-9),
+                           .weight_decay_2d = 0.01, .weight_decay_1d = 0.01, .self = &bm,
+                           .batch = bm_batch, .loss = bm_loss, .lr = bm_lr};
+    cg_stepper st;
+    if (!cg_stepper_init(&st, &tm, 1, (int)a.zero)) {
+        fprintf(stderr, "bench: %s\n", cg_last_error());
+        return 1;
+    }
+    int64_t n_params;
+    double flops_step = step_flops(&st, &p, charlm, &n_params);
+    batches bt;
+    random_batches(&bt, &p, charlm, a.seed);
+    if (!cg_dist_broadcast_module(model)) {
+        fprintf(stderr, "bench: %s\n", cg_last_error());
+        return 1;
+    }
+    timings t;
+    if (!time_steps(&st, &bm, &bt, (long)a.warmup, (long)a.steps, &t))
+        return 1;
+    /* the largest over ranks (collective: every rank reaches it) */
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    double worst[2] = {(double)ru.ru_maxrss / 1024.0, (double)cg_optim_state_bytes(st.opt) / 1e6};
+    if (!cg_dist_allreduce_max(worst, 2)) {
+        fprintf(stderr, "bench: %s\n", cg_last_error());
+        return 1;
+    }
+    print_json(&a, &p, precision, threads, n_params, flops_step, peak_gflops, st.reducer != NULL,
+               &t, worst);
     for (int b = 0; b < NB; b++)
-        free(src[b]), free(tin[b]), free(tout[b]);
-    free(times);
-    free(cpu);
-    free(exposed);
+        free(bt.src[b]), free(bt.tin[b]), free(bt.tout[b]);
     cg_stepper_free(&st);
     cg_module_free(model);
     cg_dist_finalize();
