@@ -625,7 +625,7 @@ static bool slice_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
     int dim = (int)n->p.i[0];
     cg_tensor *v = n->p.i[4] ? cg_view_select(z, dim, n->p.i[1])
                              : cg_view_slice(z, dim, n->p.i[1], n->p.i[2], n->p.i[3]);
-    bool ok = v && cg_copy_(v, g);
+    bool ok = v && cg_k_copy_(v, g);
     cg_release(v);
     if (!ok) {
         cg_release(z);

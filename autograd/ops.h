@@ -81,6 +81,13 @@ cg_tensor *cg_to_contiguous(cg_tensor *a);
  * gradient passes to a unchanged). For a copy outside the graph, clone
  * under cg_no_grad_begin(), or cg_k_clone (core/tensor.h). */
 cg_tensor *cg_clone(const cg_tensor *a);
+/* torch.Tensor.copy_(src) without its gradient: copy src's values into
+ * dst (same shape; any strides). A src that requires grad is refused while
+ * grad mode is on (one line: the copy would be silently cut from the
+ * graph); copy cg_detach(src), copy under cg_no_grad_begin() (as PyTorch
+ * users do for weight copies and EMA updates), or use cg_clone for a
+ * differentiable copy. Bumps dst's version counter. False + error. */
+bool cg_copy_(cg_tensor *dst, const cg_tensor *src);
 /* cg_reshape under the name of the old core function: differentiable. */
 cg_tensor *cg_reshape_copy(const cg_tensor *a, int ndim, const int64_t *shape);
 

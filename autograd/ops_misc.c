@@ -234,3 +234,17 @@ cg_tensor *cg_nll_loss(cg_tensor *logp, const int64_t *targets, int64_t n_target
     cg_release(l2);
     return out;
 }
+
+/* ------------------------------------------------------------- copy_ */
+bool cg_copy_(cg_tensor *dst, const cg_tensor *src)
+{
+    if (src && src->requires_grad && cg_grad_enabled()) {
+        char b[96];
+        cg_set_error("copy_: the source %s requires grad, and copy_ passes no gradient (dst would "
+                     "be silently cut from the graph): copy cg_detach(src), copy under "
+                     "cg_no_grad_begin(), or use cg_clone(src) for a differentiable copy",
+                     cg_shape_str(src, b, sizeof b));
+        return false;
+    }
+    return cg_k_copy_(dst, src);
+}

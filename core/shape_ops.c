@@ -87,7 +87,7 @@ cg_tensor *cg_k_concat(cg_tensor *const *ts, int n, int dim)
         int64_t len = ts[i]->shape[d];
         if (len > 0) {
             cg_tensor *v = cg_view_narrow(out, d, at, len);
-            bool ok = v && cg_copy_(v, ts[i]);
+            bool ok = v && cg_k_copy_(v, ts[i]);
             cg_release(v);
             if (!ok) {
                 cg_release(out);
@@ -136,7 +136,7 @@ cg_tensor *cg_k_stack(cg_tensor *const *ts, int n, int dim)
         return out;
     for (int i = 0; i < n; i++) {
         cg_tensor *v = cg_view_select(out, d, i);
-        bool ok = v && cg_copy_(v, ts[i]);
+        bool ok = v && cg_k_copy_(v, ts[i]);
         cg_release(v);
         if (!ok) {
             cg_release(out);
@@ -336,7 +336,7 @@ bool cg_k_index_add_(cg_tensor *dst, int dim, const int64_t *ids, int64_t n, con
     }
     bool ok = true;
     if (!cg_is_contiguous(dst))
-        ok = cg_copy_(dst, w); /* w is a contiguous copy of dst: write back */
+        ok = cg_k_copy_(dst, w); /* w is a contiguous copy of dst: write back */
     free(start);
     free(order);
     cg_release_all(2, s, w);

@@ -458,7 +458,7 @@ bool cg_copy_to(const cg_tensor *t, float *out)
     return true;
 }
 
-bool cg_copy_(cg_tensor *dst, const cg_tensor *src)
+bool cg_k_copy_(cg_tensor *dst, const cg_tensor *src)
 {
     if (!dst || !src)
         return cg_error_null_input("cg_copy_");

@@ -165,8 +165,11 @@ cg_tensor *cg_zeros_like(const cg_tensor *t);
 /* Copy the elements of t, in row-major order of its shape, to out
  * (cg_numel(t) floats). Returns false (and sets the error) on NULL. */
 bool cg_copy_to(const cg_tensor *t, float *out);
-/* Copy src's elements into dst (same shape; any strides on both sides). */
-bool cg_copy_(cg_tensor *dst, const cg_tensor *src);
+/* Copy src's elements into dst (same shape; any strides on both sides), a
+ * raw kernel that records no graph: the values only, whatever src's
+ * autograd state. User code calls cg_copy_ (autograd/ops.h), which refuses
+ * a source that requires grad instead of detaching it silently. */
+bool cg_k_copy_(cg_tensor *dst, const cg_tensor *src);
 /* Say that t's elements were written in place: this bumps the version
  * counter of t's storage (shared by every view of it; see cg_version) and
  * drops forms derived from the storage and kept (the bf16 weights of

@@ -1,9 +1,9 @@
 /* classifier: an MLP on three interleaved spirals, trained with SGD +
- * momentum, then Adam, on shuffled mini-batches (cg_randperm); accuracy on
- * a held-out set without a graph. classifier.py is the same in PyTorch. */
+ * momentum, then Adam, on shuffled mini-batches (cg_loader); accuracy on a
+ * held-out set without a graph
+ * (cg_module_accuracy). classifier.py is the same in PyTorch. */
 #include <math.h>
 #include <stdio.h>
-#include <stdlib.h>
 
 #include "cgrad.h"
 
@@ -14,44 +14,17 @@ static cg_tensor *spirals(cg_rng *rng, int64_t *labels)
     cg_tensor *x = cg_empty(CG_SHAPE(N * K, 2));
     for (int i = 0; i < N * K; i++) {
         float r = (float)(i % N) / N, t = (i / N) * 6.2831853f / K + r * 4 + cg_rng_normal(rng) * 0.2f;
-        cg_data(x)[2 * i] = r * sinf(t);
-        cg_data(x)[2 * i + 1] = r * cosf(t);
-        labels[i] = i / N;
+        cg_data(x)[2 * i] = r * sinf(t), cg_data(x)[2 * i + 1] = r * cosf(t), labels[i] = i / N;
     }
     return x;
 }
 
-static void train(cg_module *model, cg_optim *opt, cg_tensor *x, const int64_t *y, cg_rng *rng)
+static void train(cg_module *model, cg_optim *opt, cg_loader *data)
 {
-    for (int epoch = 0; epoch < 100; epoch++) {
-        int64_t *perm = cg_randperm(rng, N * K), yb[BATCH];
-        for (int i = 0, n; i < N * K; i += n) {
-            n = N * K - i < BATCH ? N * K - i : BATCH;
-            for (int j = 0; j < n; j++)
-                yb[j] = y[perm[i + j]];
-            cg_scope *s = cg_scope_begin();
-            cg_tensor *logits = cg_module_forward(model, cg_index_select(x, 0, perm + i, n));
-            cg_backward(cg_cross_entropy(logits, yb, n, -100, 0), NULL, false);
-            cg_optim_step(opt);
-            cg_optim_zero_grad(opt);
-            cg_scope_end(s);
-        }
-        free(perm);
-    }
+    for (int epoch = 0; epoch < 100; epoch++)
+        while (cg_loader_next(data)) /* each batch in its own scope */
+            cg_train_step(opt, cg_cross_entropy(cg_module_forward(model, data->x), data->y, data->n, -100, 0));
     cg_optim_free(opt);
-}
-
-static double accuracy(cg_module *model, cg_tensor *x, const int64_t *y)
-{
-    int64_t pred[N * K], hits = 0;
-    cg_no_grad_begin();
-    cg_scope *s = cg_scope_begin();
-    cg_argmax(cg_module_forward(model, x), 1, pred, N * K);
-    cg_scope_end(s);
-    cg_no_grad_end();
-    for (int i = 0; i < N * K; i++)
-        hits += pred[i] == y[i];
-    return (double)hits / (N * K);
 }
 
 int main(void)
@@ -59,15 +32,15 @@ int main(void)
     cg_rng rng = cg_rng_new(1);
     int64_t y[N * K], yt[N * K];
     cg_tensor *x = spirals(&rng, y), *xt = spirals(&rng, yt);
-    cg_module *model = cg_sequential(5, cg_linear_new(2, 64, true, &rng), cg_activation_new(CG_ACT_RELU),
-                                     cg_linear_new(64, 64, true, &rng), cg_activation_new(CG_ACT_RELU),
-                                     cg_linear_new(64, K, true, &rng));
+    cg_module *model = cg_mlp(4, (int64_t[]){2, 64, 64, K}, CG_ACT_RELU, &rng);
+    cg_loader *data = cg_loader_new(x, y, BATCH, &rng);
     cg_optim_config sgd = cg_sgd_config(0.05, 0.9, false);
-    train(model, cg_optim_from_module(&sgd, model, 0, CG_DECAY_ALL), x, y, &rng);
-    printf("SGD + momentum: held-out accuracy %.3f\n", accuracy(model, xt, yt));
-    train(model, cg_adam_from_module(model, 1e-3), x, y, &rng);
-    double acc = accuracy(model, xt, yt);
+    train(model, cg_optim_from_module(&sgd, model, 0, CG_DECAY_ALL), data);
+    printf("SGD + momentum: held-out accuracy %.3f\n", cg_module_accuracy(model, xt, yt));
+    train(model, cg_adam_from_module(model, 1e-3), data);
+    double acc = cg_module_accuracy(model, xt, yt);
     printf("then Adam:      held-out accuracy %.3f\n", acc);
+    cg_loader_free(data);
     cg_release_all(2, x, xt);
     cg_module_free(model);
     return acc > 0.9 ? 0 : 1;

@@ -9,7 +9,6 @@
 #include "cgrad.h"
 
 enum { B = 8, T = 32, D = 64, H = 4, STEPS = 100 };
-#define ADD(parent, name, child) (void *)cg_module_add_child(CG_MODULE(parent), name, CG_MODULE(child))
 static char chars[64];
 static int64_t V;
 
@@ -19,10 +18,10 @@ static lm *lm_new(cg_rng *r)
 {
     cg_tf_config cfg = {.d = D, .H = H, .d_ff = 4 * D, .norm = CG_NORM_LAYERNORM, .act = CG_ACT_GELU, .norm_first = true};
     lm *m = (lm *)cg_module_alloc(sizeof *m, "LM", NULL);
-    m->tok = ADD(m, "tok", cg_embed_new(V, D, r));
-    m->pos = ADD(m, "pos", cg_embed_new(T, D, r));
-    m->block = ADD(m, "block", cg_lm_block_new(&cfg, r)); /* ln1, attn, ln2, ff.fc1, ff.fc2 */
-    m->ln_f = ADD(m, "ln_f", cg_layernorm_new(D));
+    m->tok = cg_module_add_child(&m->base, "tok", cg_embed_new(V, D, r));
+    m->pos = cg_module_add_child(&m->base, "pos", cg_embed_new(T, D, r));
+    m->block = cg_module_add_child(&m->base, "block", cg_lm_block_new(&cfg, r)); /* ln1, attn, ln2, ff.fc1, ff.fc2 */
+    m->ln_f = cg_module_add_child(&m->base, "ln_f", cg_layernorm_new(D));
     return m;
 }
 
@@ -43,10 +42,8 @@ static float train(lm *m, const char *text, cg_optim *opt, cg_rng *rng)
         cg_scope *s = cg_scope_begin();
         cg_random_batch(data, n, B, T, rng, x, y);
         cg_tensor *l = cg_cross_entropy(lm_forward(m, x, B), y, B * T, -100, 0);
-        cg_backward(l, NULL, false);
-        cg_optim_step(opt);
-        cg_optim_zero_grad(opt);
         loss = cg_item(l);
+        cg_train_step(opt, l);
         cg_scope_end(s);
     }
     cg_optim_free(opt);

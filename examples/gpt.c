@@ -10,7 +10,6 @@
 #include "cgrad.h"
 
 enum { B = 8, T = 32, D = 64, H = 4, L = 2, STEPS = 150, ACCUM = 2, WARMUP = 15 };
-#define ADD(parent, name, child) (void *)cg_module_add_child(CG_MODULE(parent), name, CG_MODULE(child))
 
 typedef struct { cg_module base; cg_norm *ln1, *ln2; cg_mha *attn; cg_ff *mlp; } block;
 typedef struct { cg_module base; cg_embed *tok, *pos; block *h[L]; cg_norm *ln_f; } gpt;
@@ -18,10 +17,10 @@ typedef struct { cg_module base; cg_embed *tok, *pos; block *h[L]; cg_norm *ln_f
 static block *block_new(cg_rng *r)
 {
     block *b = (block *)cg_module_alloc(sizeof *b, "Block", NULL);
-    b->ln1 = ADD(b, "ln1", cg_layernorm_new(D));
-    b->attn = ADD(b, "attn", cg_mha_new(D, H, r));
-    b->ln2 = ADD(b, "ln2", cg_layernorm_new(D));
-    b->mlp = ADD(b, "mlp", cg_ff_new(D, 4 * D, CG_ACT_GELU, r));
+    b->ln1 = cg_module_add_child(&b->base, "ln1", cg_layernorm_new(D));
+    b->attn = cg_module_add_child(&b->base, "attn", cg_mha_new(D, H, r));
+    b->ln2 = cg_module_add_child(&b->base, "ln2", cg_layernorm_new(D));
+    b->mlp = cg_module_add_child(&b->base, "mlp", cg_ff_new(D, 4 * D, CG_ACT_GELU, r));
     return b;
 }
 
@@ -35,12 +34,12 @@ static cg_tensor *block_forward(block *b, cg_tensor *x, cg_mha_kv *kv)
 static gpt *gpt_new(int64_t V, cg_rng *r)
 {
     gpt *m = (gpt *)cg_module_alloc(sizeof *m, "GPT", NULL);
-    m->tok = ADD(m, "tok", cg_embed_new(V, D, r));
-    m->pos = ADD(m, "pos", cg_embed_new(T, D, r));
-    cg_module *blocks = ADD(m, "blocks", cg_module_new("ModuleList"));
+    m->tok = cg_module_add_child(&m->base, "tok", cg_embed_new(V, D, r));
+    m->pos = cg_module_add_child(&m->base, "pos", cg_embed_new(T, D, r));
+    cg_module *blocks = cg_module_add_child(&m->base, "blocks", cg_module_new("ModuleList"));
     for (int i = 0; i < L; i++)
         m->h[i] = cg_module_append(blocks, block_new(r)); /* named "0", "1", ... */
-    m->ln_f = ADD(m, "ln_f", cg_layernorm_new(D));
+    m->ln_f = cg_module_add_child(&m->base, "ln_f", cg_layernorm_new(D));
     return m;
 }
 

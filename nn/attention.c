@@ -372,7 +372,7 @@ static bool kv_append(cg_mha_kv *kv, const cg_tensor *kh, const cg_tensor *vh)
     }
     cg_tensor *kd = cg_view_narrow(kv->k, 2, kv->len, n);
     cg_tensor *vd = cg_view_narrow(kv->v, 2, kv->len, n);
-    bool ok = kd && vd && cg_copy_(kd, kh) && cg_copy_(vd, vh);
+    bool ok = kd && vd && cg_k_copy_(kd, kh) && cg_k_copy_(vd, vh);
     cg_release_all(2, kd, vd);
     if (ok)
         kv->len += n;

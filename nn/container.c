@@ -85,6 +85,25 @@ cg_module *cg_activation_new(cg_act act)
     return m;
 }
 
+cg_module *cg_mlp(int n, const int64_t *sizes, cg_act act, cg_rng *rng)
+{
+    if (n < 2 || !sizes) {
+        cg_set_error("MLP: need at least 2 sizes (got %d)", sizes ? n : 0);
+        return NULL;
+    }
+    cg_module *s = cg_sequential(0);
+    if (s)
+        s->type = "MLP";
+    for (int i = 0; s && i + 1 < n; i++) {
+        if (!cg_module_append(s, cg_linear_new(sizes[i], sizes[i + 1], true, rng)) ||
+            (i + 2 < n && !cg_module_append(s, cg_activation_new(act)))) {
+            cg_module_free(s);
+            return NULL;
+        }
+    }
+    return s;
+}
+
 bool cg_module_load_file(cg_module *m, const char *path)
 {
     if (!m || !path)

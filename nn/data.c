@@ -1,10 +1,13 @@
 /* Batches of token ids (nn/data.h). */
 #include "nn/data.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "autograd/ops.h"
 #include "core/error.h"
+#include "nn/module.h"
 
 static void window(const int64_t *tokens, int64_t start, int64_t T, int64_t *x, int64_t *y)
 {
@@ -72,4 +75,122 @@ void cg_batch_iter_free(cg_batch_iter *it)
         return;
     free(it->perm);
     free(it);
+}
+
+/* ------------------------------------------------------------ loader */
+cg_loader *cg_loader_new(cg_tensor *x, const int64_t *y, int64_t B, cg_rng *rng)
+{
+    if (!x)
+        return NULL;
+    if (x->ndim < 1 || x->shape[0] < 1 || !y || B < 1) {
+        cg_set_error("loader: need x of shape [N, ...] with N >= 1, N labels and B >= 1 (got "
+                     "ndim %d, labels %s, B=%lld)", x->ndim, y ? "given" : "NULL", (long long)B);
+        return NULL;
+    }
+    cg_loader *ld = calloc(1, sizeof *ld);
+    int64_t N = x->shape[0];
+    int64_t *lab = malloc((size_t)N * sizeof *lab), *yb = malloc((size_t)N * sizeof *yb);
+    if (!ld || !lab || !yb) {
+        free(ld), free(lab), free(yb);
+        cg_set_error("loader: out of memory");
+        return NULL;
+    }
+    memcpy(lab, y, (size_t)N * sizeof *lab);
+    *ld = (cg_loader){.y = yb, .data = cg_hold(cg_retain(x)), .labels = lab, .N = N, .B = B,
+                      .pos = N, .rng = rng};
+    return ld;
+}
+
+bool cg_loader_next(cg_loader *ld)
+{
+    if (!ld)
+        return false;
+    if (ld->scope) { /* the previous batch and what was made from it */
+        cg_scope_end(ld->scope);
+        ld->scope = NULL;
+    }
+    ld->x = NULL;
+    ld->n = 0;
+    if (ld->pos >= ld->N && ld->perm) { /* end of an epoch */
+        free(ld->perm);
+        ld->perm = NULL;
+        return false;
+    }
+    if (!ld->perm) { /* a new epoch */
+        ld->perm = ld->rng ? cg_randperm(ld->rng, ld->N) : malloc((size_t)ld->N * sizeof(int64_t));
+        if (!ld->perm) {
+            if (!cg_has_error())
+                cg_set_error("loader: out of memory");
+            return false;
+        }
+        for (int64_t i = 0; !ld->rng && i < ld->N; i++)
+            ld->perm[i] = i;
+        ld->pos = 0;
+        ld->epoch++;
+    }
+    int64_t n = ld->N - ld->pos < ld->B ? ld->N - ld->pos : ld->B;
+    if (!(ld->scope = cg_scope_begin()))
+        return false;
+    for (int64_t j = 0; j < n; j++)
+        ld->y[j] = ld->labels[ld->perm[ld->pos + j]];
+    ld->x = cg_index_select(ld->data, 0, ld->perm + ld->pos, n);
+    if (!ld->x)
+        return false;
+    ld->n = n;
+    ld->pos += n;
+    return true;
+}
+
+void cg_loader_free(cg_loader *ld)
+{
+    if (!ld)
+        return;
+    if (ld->scope)
+        cg_scope_end(ld->scope);
+    cg_unhold(ld->data);
+    cg_release(ld->data);
+    free(ld->labels);
+    free(ld->y);
+    free(ld->perm);
+    free(ld);
+}
+
+double cg_accuracy(const cg_tensor *logits, const int64_t *y, int64_t n)
+{
+    if (!logits || !y) {
+        if (!cg_has_error())
+            cg_set_error("accuracy: %s is NULL", logits ? "y" : "logits");
+        return NAN;
+    }
+    if (logits->ndim != 2 || logits->shape[0] != n || n < 1) {
+        char b[96];
+        cg_set_error("accuracy: logits %s do not hold %lld rows of class scores [n, C]",
+                     cg_shape_str(logits, b, sizeof b), (long long)n);
+        return NAN;
+    }
+    int64_t *pred = malloc((size_t)n * sizeof *pred), hits = 0;
+    if (!pred) {
+        cg_set_error("accuracy: out of memory");
+        return NAN;
+    }
+    bool ok = cg_argmax(logits, 1, pred, n);
+    for (int64_t i = 0; ok && i < n; i++)
+        hits += pred[i] == y[i];
+    free(pred);
+    return ok ? (double)hits / (double)n : NAN;
+}
+
+double cg_module_accuracy(cg_module *m, cg_tensor *x, const int64_t *y)
+{
+    if (!m || !x) {
+        if (!cg_has_error())
+            cg_set_error("accuracy: %s is NULL", m ? "x" : "module");
+        return NAN;
+    }
+    cg_no_grad_begin();
+    cg_scope *s = cg_scope_begin();
+    double acc = s ? cg_accuracy(cg_module_forward(m, x), y, x->ndim ? x->shape[0] : 0) : NAN;
+    cg_scope_end(s);
+    cg_no_grad_end();
+    return acc;
 }

@@ -38,6 +38,12 @@ cg_tensor *cg_activation(cg_tensor *x, cg_act act);
 /* The activation as a module without parameters (type "ReLU" or "GELU"),
  * for cg_sequential: nn.ReLU(), nn.GELU(approximate="tanh"). */
 cg_module *cg_activation_new(cg_act act);
+/* A multilayer perceptron: cg_sequential of Linear(sizes[0], sizes[1]),
+ * act, Linear(sizes[1], sizes[2]), act, ..., Linear(sizes[n-2], sizes[n-1])
+ * (no activation after the last), with biases, drawn from rng in that
+ * order: nn.Sequential(nn.Linear(2, 64), nn.ReLU(), ..., nn.Linear(64, K)),
+ * names "0.weight", "0.bias", "2.weight", ... n >= 2 sizes. NULL + error. */
+cg_module *cg_mlp(int n, const int64_t *sizes, cg_act act, cg_rng *rng);
 
 /* ----------------------------------------------------------- Linear */
 /* y = x @ W^T + b. weight [out, in], bias [out] (or NULL). */

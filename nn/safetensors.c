@@ -358,6 +358,34 @@ static int cmp_span(const void *a, const void *b) {
     return 0;
 }
 
+cJSON *cg_st_metadata_json(const cg_st_file *f, const char *key) {
+    if (!f || !key) {
+        cg_set_error("safetensors: cg_st_metadata_json: NULL %s", !f ? "file" : "key");
+        return NULL;
+    }
+    const char *v = cg_st_metadata(f, key);
+    if (!v) {
+        cg_set_error("safetensors: %s: no metadata '%.64s'", f->path, key);
+        return NULL;
+    }
+    cJSON *j = cJSON_ParseWithOpts(v, NULL, 1);
+    if (!j)
+        cg_set_error("safetensors: %s: metadata '%.64s' is not JSON ('%.64s')", f->path, key, v);
+    return j;
+}
+
+bool cg_st_metadata_number(const cg_st_file *f, const char *key, double *out) {
+    cJSON *j = cg_st_metadata_json(f, key);
+    bool ok = j && cJSON_IsNumber(j);
+    if (ok && out)
+        *out = j->valuedouble;
+    else if (j)
+        cg_set_error("safetensors: %s: metadata '%.64s' is not a number ('%.64s')", f->path, key,
+                     cg_st_metadata(f, key));
+    cJSON_Delete(j);
+    return ok;
+}
+
 /* Takes ownership of buf (len bytes) in all cases. */
 static cg_st_file *parse_buffer(unsigned char *buf, size_t len, const char *path) {
     cJSON *root = NULL;
@@ -643,7 +671,7 @@ bool cg_st_load_into(const cg_st_file *f, const char *name, cg_tensor *dst) {
     }
     cg_tensor *src = cg_st_get_f32(f, name);
     if (!src) return false;
-    bool ok = cg_copy_(dst, src);
+    bool ok = cg_k_copy_(dst, src);
     cg_release(src);
     return ok;
 }
@@ -933,6 +961,39 @@ bool cg_st_set_metadata(cg_st_writer *w, const char *key, const char *value) {
     w->mval[w->nmeta] = v;
     w->nmeta++;
     return true;
+}
+
+bool cg_st_set_metadata_json(cg_st_writer *w, const char *key, const cJSON *value) {
+    if (!w || !key || !value) {
+        cg_set_error("safetensors: cg_st_set_metadata_json: NULL %s",
+                     !w ? "writer" : !key ? "key" : "value");
+        return false;
+    }
+    if (cJSON_IsInvalid(value) || (cJSON_IsNumber(value) && !isfinite(value->valuedouble))) {
+        cg_set_error("safetensors: metadata '%.64s': %s", key,
+                     cJSON_IsInvalid(value) ? "not a JSON value"
+                                            : "a number must be finite (JSON has no nan or inf)");
+        return false;
+    }
+    char *text = cJSON_PrintUnformatted(value);
+    if (!text) {
+        cg_set_error("safetensors: metadata '%.64s': out of memory", key);
+        return false;
+    }
+    bool ok = cg_st_set_metadata(w, key, text);
+    cJSON_free(text);
+    return ok;
+}
+
+bool cg_st_set_metadata_number(cg_st_writer *w, const char *key, double v) {
+    cJSON *n = cJSON_CreateNumber(v);
+    if (!n) {
+        cg_set_error("safetensors: metadata '%.64s': out of memory", key ? key : "");
+        return false;
+    }
+    bool ok = cg_st_set_metadata_json(w, key, n);
+    cJSON_Delete(n);
+    return ok;
 }
 
 /* --- a growable string for the header */

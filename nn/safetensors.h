@@ -110,6 +110,22 @@ const char *cg_st_metadata(const cg_st_file *f, const char *key);
 int cg_st_metadata_count(const cg_st_file *f);
 const char *cg_st_metadata_key(const cg_st_file *f, int i);
 
+/* Metadata with numbers and nested JSON. The format's __metadata__ is a
+ * string-to-string map (Python's safetensors refuses anything else), so a
+ * number or a JSON value is stored as its JSON text: "0.0003", "64",
+ * "{\"d\":64,\"layers\":[1,2]}" (as Hugging Face stores configs). Any
+ * reader sees a string; these functions turn it back into the value.
+ * cg_st_metadata_number: the value of key as a number. False + error if the
+ * key is absent or its value is not exactly a JSON number (*out unchanged).
+ * cg_st_metadata_json: the value of key parsed as JSON (object, array,
+ * number, true/false/null, quoted string): a new cJSON tree owned by the
+ * caller (cJSON_Delete; <cjson/cJSON.h>), or NULL + error if absent or not
+ * JSON. A plain string value (cg_st_set_metadata(w, "k", "hello")) is not
+ * JSON: read it with cg_st_metadata. */
+struct cJSON;
+bool cg_st_metadata_number(const cg_st_file *f, const char *key, double *out);
+struct cJSON *cg_st_metadata_json(const cg_st_file *f, const char *key);
+
 /* ------------------------------------------------------------- writing */
 
 typedef struct cg_st_writer cg_st_writer;
@@ -131,6 +147,13 @@ bool cg_st_add_i64(cg_st_writer *w, const char *name, int ndim, const int64_t *s
 bool cg_st_add_u8(cg_st_writer *w, const char *name, int64_t n, const void *data);
 /* Set (or replace) a metadata entry; key and value are copied (valid UTF-8). */
 bool cg_st_set_metadata(cg_st_writer *w, const char *key, const char *value);
+/* Set (or replace) a metadata entry holding a number (finite; written as
+ * the shortest text that reads back to the same double) or any JSON value
+ * (a cJSON tree, not consumed; written compact). Read them back with
+ * cg_st_metadata_number / cg_st_metadata_json. A JSON text you already
+ * have goes in with cg_st_set_metadata. False + error. */
+bool cg_st_set_metadata_number(cg_st_writer *w, const char *key, double v);
+bool cg_st_set_metadata_json(cg_st_writer *w, const char *key, const struct cJSON *value);
 
 /* Remove "<path>.tmp.<pid>" and "<path>.tmp.<pid>.<n>" files of writers that no longer run (killed
  * mid-save); cg_st_writer_save does it after each save. Best effort. Any

@@ -390,6 +390,18 @@ static void run_jobs(const cg_optim_config *c, const update_job *jobs, int njobs
     }
 }
 
+bool cg_train_step(cg_optim *o, cg_tensor *loss)
+{
+    if (!o || !loss) {
+        if (!cg_has_error())
+            cg_set_error("train_step: %s is NULL", o ? "loss" : "optimizer");
+        return false;
+    }
+    bool ok = cg_backward(loss, NULL, false) && cg_optim_step(o);
+    cg_optim_zero_grad(o);
+    return ok;
+}
+
 bool cg_optim_step(cg_optim *o)
 {
     if (!o) {

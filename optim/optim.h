@@ -113,6 +113,11 @@ cg_optim *cg_sgd_from_module(const cg_module *m, double lr);
 bool cg_optim_step(cg_optim *o);
 /* Drop every parameter's gradient (grad = NULL, like zero_grad(set_to_none)). */
 void cg_optim_zero_grad(cg_optim *o);
+/* One training step on a scalar loss: loss.backward(); opt.step();
+ * opt.zero_grad() (the gradients are dropped also when the backward or
+ * the step fails). A NULL loss (a failed forward) keeps its error. False +
+ * error. */
+bool cg_train_step(cg_optim *o, cg_tensor *loss);
 
 void cg_optim_set_lr(cg_optim *o, double lr);
 double cg_optim_lr(const cg_optim *o);

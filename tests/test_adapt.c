@@ -2,6 +2,7 @@
  * its PEFT-named adapter files; and the library's sampler, randperm, token
  * batches and a KV cache for a block of the user's own. */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -566,6 +567,103 @@ START_TEST(test_kv_cache_user_block)
 END_TEST
 
 /* ------------------------------------------------------------ containers */
+/* What classifier.c needed (issue 22): cg_mlp, cg_loader, cg_train_step,
+ * cg_accuracy / cg_module_accuracy. */
+START_TEST(test_mlp_loader_train_step_accuracy)
+{
+    /* cg_mlp is the Sequential of Linears and activations, drawn in order */
+    cg_rng r1 = cg_rng_new(5), r2 = cg_rng_new(5);
+    cg_module *mlp = cg_mlp(4, (int64_t[]){2, 8, 8, 3}, CG_ACT_RELU, &r1);
+    cg_linear *a = cg_linear_new(2, 8, true, &r2), *b = cg_linear_new(8, 8, true, &r2),
+              *c = cg_linear_new(8, 3, true, &r2);
+    cg_module *seq = cg_sequential(5, a, cg_activation_new(CG_ACT_RELU), b,
+                                   cg_activation_new(CG_ACT_RELU), c);
+    ck_assert_str_eq(mlp->type, "MLP");
+    ck_assert_int_eq(mlp->n_children, 5);
+    ck_assert_ptr_nonnull(cg_module_get_param(mlp, "4.bias"));
+    ck_assert_int_eq(cg_module_num_params(mlp), 2 * 8 + 8 + 8 * 8 + 8 + 8 * 3 + 3);
+    cg_rng rx = cg_rng_new(6);
+    cg_tensor *x = cg_randn(&rx, CG_SHAPE(10, 2));
+    cg_tensor *ym = cg_module_forward(mlp, x), *ys = cg_module_forward(seq, x);
+    float *want = cg_test_values(ys);
+    CG_ASSERT_TENSOR(ym, want, 0, 0);
+    free(want);
+    cg_release_all(2, ym, ys);
+    CG_ASSERT_FAILS(cg_mlp(1, (int64_t[]){2}, CG_ACT_RELU, NULL), "at least 2 sizes");
+
+    /* the loader: every row once per epoch, in randperm's order, labels
+     * along, the last batch smaller, each batch's tensors gone at the next */
+    int64_t y[10];
+    for (int i = 0; i < 10; i++)
+        y[i] = i % 3;
+    cg_rng rl = cg_rng_new(7), rp = cg_rng_new(7);
+    cg_loader *ld = cg_loader_new(x, y, 4, &rl);
+    ck_assert_ptr_nonnull(ld);
+    cg_clear_error();
+    for (int epoch = 1; epoch <= 2; epoch++) {
+        int64_t *perm = cg_randperm(&rp, 10), seen = 0, sizes[3] = {0}, nb = 0;
+        int64_t live = cg_live_tensors();
+        while (cg_loader_next(ld)) {
+            ck_assert_int_eq(ld->epoch, epoch);
+            ck_assert_int_le(cg_live_tensors(), live + 1); /* the last batch died */
+            sizes[nb++] = ld->n;
+            for (int64_t j = 0; j < ld->n; j++, seen++) {
+                ck_assert_int_eq(ld->y[j], y[perm[seen]]);
+                ck_assert_float_eq(cg_data(ld->x)[2 * j + 1], cg_data(x)[2 * perm[seen] + 1]);
+            }
+            cg_tensor *junk = cg_muls(ld->x, 2.0f); /* dies with the batch's scope */
+            ck_assert_ptr_nonnull(junk);
+        }
+        ck_assert(!cg_has_error());
+        ck_assert_int_eq(cg_live_tensors(), live);
+        ck_assert_int_eq(seen, 10);
+        ck_assert_int_eq(nb, 3);
+        ck_assert(sizes[0] == 4 && sizes[1] == 4 && sizes[2] == 2);
+        free(perm);
+    }
+    ck_assert(cg_loader_next(ld)); /* break out of an epoch: free ends the scope */
+    cg_loader_free(ld);
+    CG_ASSERT_FAILS(cg_loader_new(x, NULL, 4, NULL), "N labels");
+
+    /* cg_train_step = backward, step, zero_grad; the loss goes down */
+    cg_optim *opt = cg_adam_from_module(mlp, 1e-2);
+    float first = 0, last = 0;
+    for (int i = 0; i < 30; i++) {
+        cg_scope *s = cg_scope_begin();
+        cg_tensor *loss = cg_cross_entropy(cg_module_forward(mlp, x), y, 10, -100, 0);
+        last = cg_item(loss);
+        if (i == 0)
+            first = last;
+        ck_assert(cg_train_step(opt, loss));
+        ck_assert_ptr_null(cg_module_get_param(mlp, "0.weight")->grad);
+        cg_scope_end(s);
+    }
+    ck_assert_float_lt(last, first);
+    cg_clear_error();
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_train_step(opt, NULL), "train_step: loss is NULL");
+    cg_optim_free(opt);
+
+    /* accuracy: argmax against the labels; the module form, without a graph */
+    cg_tensor *logits = cg_from_data(CG_SHAPE(4, 3), (const float[]){0, 1, 0, 2, 0, 0, 0, 0, 3,
+                                                                       1, 0, 0});
+    ck_assert(cg_accuracy(logits, (const int64_t[]){1, 0, 2, 2}, 4) == 0.75);
+    ck_assert(isnan(cg_accuracy(logits, y, 5)));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "accuracy: logits [4, 3]"));
+    cg_tensor *out = cg_module_forward(mlp, x);
+    int64_t pred[10], hits = 0;
+    ck_assert(cg_argmax(out, 1, pred, 10));
+    for (int i = 0; i < 10; i++)
+        hits += pred[i] == y[i];
+    int64_t live = cg_live_tensors();
+    ck_assert(cg_module_accuracy(mlp, x, y) == (double)hits / 10);
+    ck_assert_int_eq(cg_live_tensors(), live);
+    ck_assert(cg_grad_enabled());
+    cg_release_all(3, logits, out, x);
+    cg_module_free(mlp);
+    cg_module_free(seq);
+}
+END_TEST
+
 START_TEST(test_sequential_forward_append)
 {
     cg_rng r = cg_rng_new(13);
@@ -627,6 +725,7 @@ static Suite *adapt_suite(void)
     tcase_add_test(t, test_randperm_batches);
     tcase_add_test(t, test_kv_cache_user_block);
     tcase_add_test(t, test_sequential_forward_append);
+    tcase_add_test(t, test_mlp_loader_train_step_accuracy);
     suite_add_tcase(s, t);
     return s;
 }

@@ -1612,8 +1612,10 @@ START_TEST(test_mha_qk_hook)
     cg_mha *a = cg_mha_new(8, 2, &r), *b = cg_mha_new(8, 2, NULL);
     cg_param_list la = {0}, lb = {0};
     ck_assert(cg_module_params(CG_MODULE(a), &la) && cg_module_params(CG_MODULE(b), &lb));
+    cg_no_grad_begin(); /* a weight copy, as under torch.no_grad() */
     for (int i = 0; i < la.n; i++)
         ck_assert(cg_copy_(lb.items[i].tensor, la.items[i].tensor));
+    cg_no_grad_end();
     cg_k_muls_(b->q_proj->weight, 2.0f);
     cg_k_muls_(b->q_proj->bias, 2.0f);
     int64_t dh = 4;

@@ -3,6 +3,7 @@
  * 1.13 (computed once with /usr/bin/python3, float32, and stored here) and
  * a gradcheck of each, on contiguous and transposed inputs. */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -94,6 +95,31 @@ static cg_tensor *gc_fn(void *ctx, cg_tensor *const *in)
     }
 }
 
+/* copy_ with a source that requires grad used to cut dst from the graph
+ * silently (issue 22): it is refused in grad mode, dst untouched; under
+ * no-grad, or with a detached source, it copies. */
+START_TEST(test_copy_refuses_grad_source)
+{
+    cg_tensor *w = cg_from_data(CG_SHAPE(3), (const float[]){1, 2, 3});
+    cg_requires_grad(w, true);
+    cg_tensor *y = cg_muls(w, 2.0f), *dst = cg_zeros(CG_SHAPE(3));
+    uint64_t v0 = cg_version(dst);
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_copy_(dst, w), "copy_: the source [3] requires grad");
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_copy_(dst, y), "cg_clone(src) for a differentiable copy");
+    ck_assert_uint_eq(cg_version(dst), v0);
+    CG_ASSERT_TENSOR(dst, ((float[]){0, 0, 0}), 0, 0);
+    cg_tensor *d = cg_detach(y);
+    ck_assert(cg_copy_(dst, d));
+    CG_ASSERT_TENSOR(dst, ((float[]){2, 4, 6}), 0, 0);
+    cg_no_grad_begin();
+    ck_assert(cg_copy_(dst, w));
+    cg_no_grad_end();
+    CG_ASSERT_TENSOR(dst, ((float[]){1, 2, 3}), 0, 0);
+    ck_assert(!dst->requires_grad && !dst->node);
+    cg_release_all(4, w, y, dst, d);
+}
+END_TEST
+
 START_TEST(test_gradchecks)
 {
     cg_rng r = cg_rng_new(21);
@@ -145,6 +171,7 @@ static Suite *misc_suite(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_forward_vs_torch);
     tcase_add_test(tc, test_gradchecks);
+    tcase_add_test(tc, test_copy_refuses_grad_source);
     suite_add_tcase(s, tc);
     return s;
 }

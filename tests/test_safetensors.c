@@ -7,6 +7,7 @@
  * per kind of corruption, every truncation of a valid file, byte mutations,
  * and the atomic save leaving the old file intact on every failure. */
 #include <check.h>
+#include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -411,6 +412,54 @@ START_TEST(reads_python_fixture) {
 }
 END_TEST
 
+/* Metadata with numbers and nested JSON (issue 22): stored as JSON text in
+ * the string map, read back as the same double / the same tree. */
+START_TEST(metadata_numbers_and_json) {
+    const double nums[] = {3e-4, 64, -1.5e300, 0.1, 1.0 / 3.0, -0.0, 5e-324};
+    const char *names[] = {"lr", "d", "big", "tenth", "third", "negzero", "tiny"};
+    cg_st_writer *w = cg_st_writer_new();
+    for (int i = 0; i < 7; i++) ck_assert(cg_st_set_metadata_number(w, names[i], nums[i]));
+    cJSON *cfg = cJSON_Parse("{\"d\": 64, \"layers\": [1, 2.5, \"x\"], \"opt\": {\"betas\": "
+                             "[0.9, 0.95], \"fused\": true, \"clip\": null}}");
+    ck_assert_ptr_nonnull(cfg);
+    ck_assert(cg_st_set_metadata_json(w, "config", cfg));
+    ck_assert(cg_st_set_metadata(w, "text", "hello"));
+    ck_assert(cg_st_set_metadata(w, "as_text", "42"));
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_st_set_metadata_number(w, "bad", NAN), "must be finite");
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_st_set_metadata_number(w, "bad", INFINITY), "finite");
+    const char *path = in_dir("meta.safetensors");
+    ck_assert_msg(cg_st_writer_save(w, path), "%s", cg_last_error());
+    cg_st_writer_free(w);
+
+    cg_st_file *f = cg_st_open(path);
+    ck_assert_ptr_nonnull(f);
+    for (int i = 0; i < 7; i++) {
+        double v = 123;
+        ck_assert_msg(cg_st_metadata_number(f, names[i], &v), "%s", cg_last_error());
+        ck_assert_msg(memcmp(&v, &nums[i], sizeof v) == 0, "%s: %.17g != %.17g (stored '%s')",
+                      names[i], v, nums[i], cg_st_metadata(f, names[i]));
+    }
+    ck_assert_str_eq(cg_st_metadata(f, "lr"), "0.0003"); /* readable, shortest */
+    ck_assert_str_eq(cg_st_metadata(f, "d"), "64");
+    cJSON *back = cg_st_metadata_json(f, "config");
+    ck_assert_ptr_nonnull(back);
+    ck_assert(cJSON_Compare(back, cfg, true));
+    ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetObjectItem(back, "opt"), "fused")));
+    cJSON_Delete(back);
+    cJSON_Delete(cfg);
+    double v = 7;
+    ck_assert(cg_st_metadata_number(f, "as_text", &v) && v == 42);
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_st_metadata_number(f, "text", &v), "'text' is not JSON");
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_st_metadata_number(f, "config", &v), "'config' is not a number");
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_st_metadata_number(f, "nothing", &v), "no metadata 'nothing'");
+    ck_assert(v == 42);
+    CG_ASSERT_FAILS(cg_st_metadata_json(f, "text"), "is not JSON");
+    ck_assert_str_eq(cg_st_metadata(f, "text"), "hello");
+    cg_st_close(f);
+    unlink(path);
+}
+END_TEST
+
 /* Mirrors ours_expected() in make_st_fixture.py, whose --check mode reads the
  * file with the Python reference reader. Skipped without python3 + numpy. */
 START_TEST(python_reads_ours) {
@@ -431,6 +480,10 @@ START_TEST(python_reads_ours) {
     ck_assert(cg_st_set_metadata(w, "k", "v"));
     ck_assert(cg_st_set_metadata(w, "json", "{\"x\": [1, 2]}"));
     ck_assert(cg_st_set_metadata(w, "uni", "\xc3\xa9t\xc3\xa9"));
+    ck_assert(cg_st_set_metadata_number(w, "lr", 3e-4));
+    cJSON *cfg = cJSON_Parse("{\"d\": 64, \"opt\": {\"betas\": [0.9, 0.95], \"fused\": true}}");
+    ck_assert(cg_st_set_metadata_json(w, "cfg", cfg));
+    cJSON_Delete(cfg);
     const char *path = in_dir("ours.safetensors");
     ck_assert_msg(cg_st_writer_save(w, path), "%s", cg_last_error());
     cg_st_writer_free(w);
@@ -932,6 +985,7 @@ static Suite *safetensors_suite(void) {
     tcase_add_test(tc, atomic_bad_paths);
     tcase_add_test(tc, atomic_unwritable_dir);
     tcase_add_test(tc, atomic_write_fails);
+    tcase_add_test(tc, metadata_numbers_and_json);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "autograd/ops.h" /* cg_copy_ */
 #include "core/tensor.h"
 #include "tests/testutil.h"
 
