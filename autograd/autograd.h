@@ -159,6 +159,11 @@ struct cg_node {
  * The library's ops use this; user-defined ops use cg_record_op below. */
 cg_node *cg_record(cg_tensor *out, cg_op op, int n_inputs, cg_tensor *const *inputs,
                    cg_backward_fn backward);
+/* Did cg_record fail? True when it returned n == NULL although it should
+ * have recorded (grad mode on and an input requires grad): out of memory,
+ * the error is set. An op then releases its output and returns NULL, never
+ * a result silently detached from the graph. */
+bool cg_record_failed(const cg_node *n, int n_inputs, cg_tensor *const *inputs);
 
 /* ------------------------------------------------ user-defined ops */
 /* A new differentiable op, written outside the library (the worked example

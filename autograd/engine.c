@@ -220,6 +220,16 @@ cg_node *cg_record(cg_tensor *out, cg_op op, int n_inputs, cg_tensor *const *inp
     return n;
 }
 
+bool cg_record_failed(const cg_node *n, int n_inputs, cg_tensor *const *inputs)
+{
+    if (n || !cg_grad_enabled() || !inputs)
+        return false;
+    for (int i = 0; i < n_inputs; i++)
+        if (tensor_needs_grad(inputs[i]))
+            return true;
+    return false;
+}
+
 cg_record_status cg_record_op(cg_tensor *out, const char *name, int n_inputs,
                               cg_tensor *const *inputs, cg_backward_fn backward,
                               cg_node **node_out)

@@ -23,11 +23,9 @@ static cg_tensor *finish(cg_tensor *out, cg_op op, int nin, cg_tensor *const *in
     cg_node *n = cg_record(out, op, nin, in, bw);
     if (node)
         *node = n;
-    for (int i = 0; out && !n && cg_grad_enabled() && i < nin; i++) {
-        if (in[i] && in[i]->requires_grad) {
-            cg_release(out);
-            return NULL;
-        }
+    if (out && cg_record_failed(n, nin, in)) {
+        cg_release(out);
+        return NULL;
     }
     return out;
 }

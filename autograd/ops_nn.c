@@ -34,6 +34,10 @@ static cg_tensor *softmax_like(cg_tensor *a, int dim, bool log)
         return NULL;
     cg_node *n = cg_record(out, log ? CG_OP_LOG_SOFTMAX : CG_OP_SOFTMAX, 1, &a,
                            log ? log_softmax_bw : softmax_bw);
+    if (cg_record_failed(n, 1, &a)) {
+        cg_release(out);
+        return NULL;
+    }
     if (n) {
         n->p.i[0] = dim;
         if (!save_alias(n, out)) {
@@ -101,6 +105,10 @@ cg_tensor *cg_cross_entropy(cg_tensor *logits, const int64_t *targets, int64_t n
         return NULL;
     }
     cg_node *n = cg_record(out, CG_OP_CROSS_ENTROPY, 1, &logits, ce_bw);
+    if (cg_record_failed(n, 1, &logits)) {
+        cg_release(out);
+        return NULL;
+    }
     if (n) {
         ce_ctx *c = calloc(1, sizeof *c);
         int64_t *t = malloc((size_t)(N ? N : 1) * sizeof *t);
@@ -143,7 +151,7 @@ cg_tensor *cg_layer_norm(cg_tensor *x, cg_tensor *w, cg_tensor *b, float eps)
     if (out) {
         cg_tensor *in[3] = {x, w, b};
         cg_node *n = cg_record(out, CG_OP_LAYER_NORM, 3, in, layer_norm_bw);
-        if (n && (cg_node_save(n, mean) < 0 || cg_node_save(n, rstd) < 0)) {
+        if (cg_record_failed(n, 3, in) || (n && (cg_node_save(n, mean) < 0 || cg_node_save(n, rstd) < 0))) {
             cg_release(out);
             out = NULL;
         }
@@ -168,7 +176,7 @@ cg_tensor *cg_rms_norm(cg_tensor *x, cg_tensor *w, float eps)
     if (out) {
         cg_tensor *in[2] = {x, w};
         cg_node *n = cg_record(out, CG_OP_RMS_NORM, 2, in, rms_norm_bw);
-        if (n && cg_node_save(n, rstd) < 0) {
+        if (cg_record_failed(n, 2, in) || (n && cg_node_save(n, rstd) < 0)) {
             cg_release(out);
             out = NULL;
         }
@@ -199,7 +207,7 @@ cg_tensor *cg_add_layer_norm(cg_tensor *x, cg_tensor *y, cg_tensor *w, cg_tensor
     if (out) {
         cg_tensor *in[4] = {x, y, w, b};
         cg_node *n = cg_record(out, CG_OP_ADD_LAYER_NORM, 4, in, add_layer_norm_bw);
-        if (n && (cg_node_save(n, mean) < 0 || cg_node_save(n, rstd) < 0)) {
+        if (cg_record_failed(n, 4, in) || (n && (cg_node_save(n, mean) < 0 || cg_node_save(n, rstd) < 0))) {
             cg_release(out);
             out = NULL;
         }
@@ -227,7 +235,7 @@ cg_tensor *cg_add_rms_norm(cg_tensor *x, cg_tensor *y, cg_tensor *w, float eps)
     if (out) {
         cg_tensor *in[3] = {x, y, w};
         cg_node *n = cg_record(out, CG_OP_ADD_RMS_NORM, 3, in, add_rms_norm_bw);
-        if (n && cg_node_save(n, rstd) < 0) {
+        if (cg_record_failed(n, 3, in) || (n && cg_node_save(n, rstd) < 0)) {
             cg_release(out);
             out = NULL;
         }
@@ -253,7 +261,7 @@ cg_tensor *cg_dropout(cg_tensor *a, float p, cg_rng *rng, bool training)
     cg_tensor *out = cg_k_dropout(a, p, rng, &mask);
     if (out) {
         cg_node *n = cg_record(out, CG_OP_DROPOUT, 1, &a, dropout_bw);
-        if (n && cg_node_save(n, mask) < 0) {
+        if (cg_record_failed(n, 1, &a) || (n && cg_node_save(n, mask) < 0)) {
             cg_release(out);
             out = NULL;
         }
@@ -281,6 +289,10 @@ cg_tensor *cg_concat(cg_tensor *const *ts, int n_in, int dim)
     if (!out)
         return NULL;
     cg_node *n = cg_record(out, CG_OP_CONCAT, n_in, ts, concat_bw);
+    if (cg_record_failed(n, n_in, ts)) {
+        cg_release(out);
+        return NULL;
+    }
     if (n)
         n->p.i[0] = cg_norm_dim("concat", dim, out->ndim);
     return out;
@@ -397,6 +409,10 @@ cg_tensor *cg_index_select(cg_tensor *a, int dim, const int64_t *ids, int64_t co
     if (!out)
         return NULL;
     cg_node *n = cg_record(out, CG_OP_INDEX_SELECT, 1, &a, index_select_bw);
+    if (cg_record_failed(n, 1, &a)) {
+        cg_release(out);
+        return NULL;
+    }
     if (n) {
         n->p.i[0] = cg_norm_dim("index_select", dim, a->ndim);
         if (!attach_ids(n, ids, count)) {
@@ -451,6 +467,10 @@ cg_tensor *cg_gather(cg_tensor *a, int dim, const int64_t *ids, int ndim, const 
     if (!out)
         return NULL;
     cg_node *n = cg_record(out, CG_OP_GATHER, 1, &a, gather_bw);
+    if (cg_record_failed(n, 1, &a)) {
+        cg_release(out);
+        return NULL;
+    }
     if (n) {
         n->p.i[0] = cg_norm_dim("gather", dim, a->ndim);
         if (!attach_ids(n, ids, cg_numel_shape(ndim, shape))) {
@@ -497,6 +517,10 @@ cg_tensor *cg_attention(cg_tensor *q, cg_tensor *k, cg_tensor *v, bool causal,
         return NULL;
     cg_tensor *in[3] = {q, k, v};
     cg_node *n = cg_record(out, CG_OP_ATTENTION, 3, in, attention_bw);
+    if (cg_record_failed(n, 3, in)) {
+        cg_release(out);
+        return NULL;
+    }
     bool ok = true;
     if (n) {
         n->p.i[0] = causal;
@@ -546,7 +570,11 @@ cg_tensor *cg_affine(cg_tensor *x, cg_tensor *w, cg_tensor *b)
     if (!out)
         return NULL;
     cg_tensor *in[3] = {x, w, b};
-    cg_record(out, CG_OP_LINEAR, b ? 3 : 2, in, linear_bw);
+    cg_node *n = cg_record(out, CG_OP_LINEAR, b ? 3 : 2, in, linear_bw);
+    if (cg_record_failed(n, b ? 3 : 2, in)) {
+        cg_release(out);
+        return NULL;
+    }
     return out;
 }
 
@@ -573,7 +601,7 @@ cg_tensor *cg_affine_relu(cg_tensor *x, cg_tensor *w, cg_tensor *b)
     }
     cg_tensor *in[3] = {x, w, b};
     cg_node *n = cg_record(out, CG_OP_LINEAR_RELU, b ? 3 : 2, in, linear_relu_bw);
-    if (n && !save_alias(n, out)) {
+    if (cg_record_failed(n, b ? 3 : 2, in) || (n && !save_alias(n, out))) {
         cg_release(out);
         return NULL;
     }

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "autograd/checkpoint.h"
 #include "autograd/ops.h"
 #include "tests/testutil.h"
 
@@ -61,11 +62,49 @@ START_TEST(test_record_failure_is_an_error)
 }
 END_TEST
 
+/* The nn ops (autograd/ops_nn.c) and cg_checkpoint too. */
+static cg_tensor *twice(void *ctx, cg_tensor *const *in)
+{
+    (void)ctx;
+    return cg_muls(in[0], 2.0f);
+}
+
+START_TEST(test_record_failure_nn_ops)
+{
+    cg_tensor *a = leaf(), *b = leaf();
+    cg_tensor *w = cg_from_data(CG_SHAPE(3), (const float[]){1, 1, 1});
+    cg_tensor *lw = cg_from_data(CG_SHAPE(4, 3), (const float[]){1, 0, 0, 0, 1, 0, 0, 0, 1, 1, 1, 1});
+    cg_requires_grad(w, true);
+    cg_requires_grad(lw, true);
+    cg_tensor *q = cg_reshape(a, CG_SHAPE(1, 1, 2, 3));
+    cg_rng rng = cg_rng_new(1);
+    const int64_t t[2] = {0, 2}, ids[2] = {1, 0};
+    const int64_t gi[6] = {0, 1, 0, 1, 0, 1};
+    ASSERT_OOM(cg_softmax(a, 1));
+    ASSERT_OOM(cg_log_softmax(a, 1));
+    ASSERT_OOM(cg_cross_entropy(a, t, 2, -1, 0.0f));
+    ASSERT_OOM(cg_layer_norm(a, w, NULL, 1e-5f));
+    ASSERT_OOM(cg_rms_norm(a, w, 1e-5f));
+    ASSERT_OOM(cg_add_layer_norm(a, b, w, NULL, 1e-5f));
+    ASSERT_OOM(cg_add_rms_norm(a, b, w, 1e-5f));
+    ASSERT_OOM(cg_dropout(a, 0.5f, &rng, true));
+    ASSERT_OOM(cg_concat((cg_tensor *const[]){a, b}, 2, 0));
+    ASSERT_OOM(cg_index_select(a, 0, ids, 2));
+    ASSERT_OOM(cg_gather(a, 1, gi, 2, (const int64_t[]){2, 3}));
+    ASSERT_OOM(cg_affine(a, lw, NULL));
+    ASSERT_OOM(cg_affine_relu(a, lw, NULL));
+    ASSERT_OOM(cg_attention(q, q, q, true, NULL, NULL));
+    ASSERT_OOM(cg_checkpoint(&(cg_checkpoint_block){.fn = twice, .n_inputs = 1, .inputs = &a}));
+    cg_release_all(5, a, b, w, lw, q);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("record_oom");
     TCase *tc = tcase_create("record");
     tcase_add_test(tc, test_record_failure_is_an_error);
+    tcase_add_test(tc, test_record_failure_nn_ops);
     suite_add_tcase(s, tc);
     return cg_test_run(&s, 1);
 }
