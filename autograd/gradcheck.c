@@ -183,6 +183,162 @@ static void fail(cg_gradcheck_report *rep, const char *why)
     snprintf(rep->message, sizeof rep->message, "gradcheck: %s", why);
 }
 
+/* The analytic gradients: out = f(inputs), then backward of sum(out * R)
+ * with R uniform in [-1, 1) (seed o->seed) into the inputs' grad. *r
+ * (malloc'd, also on failure) receives R, *nout the output's size. False +
+ * the report failed when f or backward fails. */
+static bool analytic(cg_gradcheck_fn f, void *ctx, cg_tensor *const *inputs,
+                     const cg_gradcheck_opts *o, float **r, int64_t *nout,
+                     cg_gradcheck_report *rep)
+{
+    cg_tensor *out = f(ctx, inputs);
+    if (!out) {
+        char b[400];
+        snprintf(b, sizeof b, "the function failed: %s", cg_last_error());
+        fail(rep, b);
+        return false;
+    }
+    *nout = cg_numel(out);
+    *r = malloc((size_t)(*nout ? *nout : 1) * sizeof **r);
+    cg_rng rng = cg_rng_new(o->seed);
+    for (int64_t i = 0; *r && i < *nout; i++)
+        (*r)[i] = cg_rng_uniform(&rng) * 2.0f - 1.0f;
+    cg_tensor *rt = *r ? cg_from_data(out->ndim, out->shape, *r) : NULL;
+    cg_tensor *prod = cg_mul(out, rt);
+    cg_tensor *loss = cg_sum_all(prod);
+    bool bw = loss && loss->requires_grad && cg_backward(loss, NULL, false);
+    cg_release_all(4, out, rt, prod, loss);
+    if (!bw) {
+        char b[400];
+        snprintf(b, sizeof b, "analytic backward failed: %s",
+                 cg_has_error() ? cg_last_error() : "output does not require grad");
+        fail(rep, b);
+        return false;
+    }
+    return true;
+}
+
+/* The storage offsets x's n > 0 elements span: [*lo, *lo + *span). */
+static void storage_span(const cg_tensor *x, int64_t n, int64_t *lo, int64_t *span)
+{
+    int64_t l = INT64_MAX, h = INT64_MIN;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t off = elem_offset(x, i);
+        l = off < l ? off : l;
+        h = off > h ? off : h;
+    }
+    *lo = l;
+    *span = h - l + 1;
+}
+
+/* x's analytic gradient summed per storage offset into ana[span] (zero
+ * without a path to the output); used[off] marks the offsets x uses. */
+static bool grad_by_offset(const cg_tensor *x, int64_t n, int64_t lo, double *ana, char *used)
+{
+    float *gv = malloc((size_t)n * sizeof *gv);
+    if (!gv)
+        return false;
+    if (x->grad) {
+        cg_copy_to(x->grad, gv);
+    } else {
+        memset(gv, 0, (size_t)n * sizeof *gv); /* no path to the output: zero */
+    }
+    for (int64_t i = 0; i < n; i++) {
+        int64_t off = elem_offset(x, i) - lo;
+        ana[off] += gv[i];
+        used[off] = 1;
+    }
+    free(gv);
+    return true;
+}
+
+/* The element-wise check of input k (its used storage at data[0..span),
+ * storage offset lo): a central difference at every used offset against
+ * ana, the worst ratio to the tolerance kept in the report. False + the
+ * report failed when the function fails. */
+static bool check_elements(cg_gradcheck_fn f, void *ctx, cg_tensor *const *inputs, const float *r,
+                           int64_t nout, const cg_gradcheck_opts *o, double atol, int k,
+                           float *data, int64_t lo, const double *ana, const char *used,
+                           int64_t span, cg_gradcheck_report *rep)
+{
+    for (int64_t off = 0; off < span; off++) {
+        if (!used[off])
+            continue;
+        float orig = data[off];
+        double lp, lm;
+        data[off] = (float)(orig + o->eps);
+        cg_tensor_modified(inputs[k]); /* written through its data pointer */
+        double hp = (double)data[off] - orig;
+        bool e1 = eval_loss(f, ctx, inputs, r, nout, &lp);
+        data[off] = (float)(orig - o->eps);
+        cg_tensor_modified(inputs[k]);
+        double hm = orig - (double)data[off];
+        bool e2 = e1 && eval_loss(f, ctx, inputs, r, nout, &lm);
+        data[off] = orig;
+        cg_tensor_modified(inputs[k]);
+        if (!e2) {
+            char b[400];
+            snprintf(b, sizeof b, "the function failed while perturbing input %d: %s", k,
+                     cg_last_error());
+            fail(rep, b);
+            return false;
+        }
+        double num = (lp - lm) / (hp + hm); /* the steps as actually stored */
+        double a = ana[off];
+        double abs_err = fabs(a - num);
+        double ratio = abs_err / (atol + o->rtol * fabs(num));
+        if (isnan(a) != isnan(num) || (isnan(ratio) && !(isnan(a) && isnan(num))))
+            ratio = INFINITY;
+        rep->checked++;
+        if (ratio > rep->worst_ratio || rep->worst_input < 0) {
+            rep->worst_ratio = ratio;
+            rep->worst_input = k;
+            rep->worst_index = lo + off - inputs[k]->offset;
+            rep->analytic = a;
+            rep->numeric = num;
+            rep->abs_err = abs_err;
+            rep->rel_err = abs_err / (fabs(num) > 1e-12 ? fabs(num) : 1e-12);
+        }
+    }
+    return true;
+}
+
+/* Input k checked element by element, then along random directions
+ * (project); its gradient zeroed after. False + the report failed when the
+ * function fails or memory runs out. */
+static bool check_input(cg_gradcheck_fn f, void *ctx, cg_tensor *const *inputs, const float *r,
+                        int64_t nout, const cg_gradcheck_opts *o, double atol, int k,
+                        cg_gradcheck_report *rep)
+{
+    cg_tensor *x = inputs[k];
+    int64_t n = cg_numel(x), lo, span;
+    storage_span(x, n, &lo, &span);
+    double *ana = calloc((size_t)span, sizeof *ana);
+    char *used = calloc((size_t)span, 1);
+    bool ok = ana && used && grad_by_offset(x, n, lo, ana, used);
+    if (!ok) {
+        free(ana);
+        free(used);
+        fail(rep, "out of memory");
+        return false;
+    }
+    float *data = x->storage->data + lo;
+    ok = check_elements(f, ctx, inputs, r, nout, o, atol, k, data, lo, ana, used, span, rep);
+    if (ok && o->proj_count > 0) {
+        double pr = project(f, ctx, inputs, r, nout, o, k, data, ana, used, span, rep);
+        if (pr < 0) {
+            ok = false;
+        } else if (pr > rep->worst_proj_ratio || rep->worst_proj_input < 0) {
+            rep->worst_proj_ratio = pr;
+            rep->worst_proj_input = k;
+        }
+    }
+    free(ana);
+    free(used);
+    cg_zero_grad(x);
+    return ok;
+}
+
 bool cg_gradcheck(cg_gradcheck_fn f, void *ctx, int n_inputs, cg_tensor *const *inputs,
                   const cg_gradcheck_opts *opts, cg_gradcheck_report *report)
 {
@@ -206,135 +362,24 @@ bool cg_gradcheck(cg_gradcheck_fn f, void *ctx, int n_inputs, cg_tensor *const *
         }
     }
 
-    bool ok = false;
     float *r = NULL;
-    cg_tensor *out = f(ctx, inputs);
-    if (!out) {
-        char b[400];
-        snprintf(b, sizeof b, "the function failed: %s", cg_last_error());
-        fail(rep, b);
-        goto done;
-    }
-    int64_t nout = cg_numel(out);
-    r = malloc((size_t)(nout ? nout : 1) * sizeof *r);
-    cg_rng rng = cg_rng_new(o.seed);
-    for (int64_t i = 0; r && i < nout; i++)
-        r[i] = cg_rng_uniform(&rng) * 2.0f - 1.0f;
-    cg_tensor *rt = r ? cg_from_data(out->ndim, out->shape, r) : NULL;
-    cg_tensor *prod = cg_mul(out, rt);
-    cg_tensor *loss = cg_sum_all(prod);
-    bool bw = loss && loss->requires_grad && cg_backward(loss, NULL, false);
-    cg_release_all(4, out, rt, prod, loss);
-    if (!bw) {
-        char b[400];
-        snprintf(b, sizeof b, "analytic backward failed: %s",
-                 cg_has_error() ? cg_last_error() : "output does not require grad");
-        fail(rep, b);
-        goto done;
-    }
-
-    ok = true;
-    cg_no_grad_begin();
-    /* the element-wise absolute tolerance, at least the loss's rounding noise */
-    double l0, s0 = 0;
-    if (!eval_loss2(f, ctx, inputs, r, nout, &l0, &s0)) {
-        fail(rep, "the function failed");
-        ok = false;
-    }
-    double noise_atol = o.noise * 0x1p-24 * s0 / o.eps;
-    double atol = o.atol > noise_atol ? o.atol : noise_atol;
-    for (int k = 0; k < n_inputs && ok; k++) {
-        cg_tensor *x = inputs[k];
-        if (!x || !x->requires_grad)
-            continue;
-        int64_t n = cg_numel(x);
-        if (n == 0)
-            continue;
-        /* analytic gradient summed per storage offset */
-        int64_t lo = INT64_MAX, hi = INT64_MIN;
-        for (int64_t i = 0; i < n; i++) {
-            int64_t off = elem_offset(x, i);
-            lo = off < lo ? off : lo;
-            hi = off > hi ? off : hi;
-        }
-        int64_t span = hi - lo + 1;
-        double *ana = calloc((size_t)span, sizeof *ana);
-        char *used = calloc((size_t)span, 1);
-        float *gv = malloc((size_t)n * sizeof *gv);
-        if (!ana || !used || !gv) {
-            free(ana);
-            free(used);
-            free(gv);
-            fail(rep, "out of memory");
+    int64_t nout = 0;
+    bool ok = analytic(f, ctx, inputs, &o, &r, &nout, rep);
+    if (ok) {
+        cg_no_grad_begin();
+        /* the element-wise absolute tolerance, at least the loss's rounding noise */
+        double l0, s0 = 0;
+        if (!eval_loss2(f, ctx, inputs, r, nout, &l0, &s0)) {
+            fail(rep, "the function failed");
             ok = false;
-            break;
         }
-        if (x->grad) {
-            cg_copy_to(x->grad, gv);
-        } else {
-            memset(gv, 0, (size_t)n * sizeof *gv); /* no path to the output: zero */
-        }
-        for (int64_t i = 0; i < n; i++) {
-            int64_t off = elem_offset(x, i) - lo;
-            ana[off] += gv[i];
-            used[off] = 1;
-        }
-        float *data = x->storage->data;
-        for (int64_t off = 0; off < span && ok; off++) {
-            if (!used[off])
-                continue;
-            float orig = data[lo + off];
-            double lp, lm;
-            data[lo + off] = (float)(orig + o.eps);
-            cg_tensor_modified(inputs[k]); /* written through its data pointer */
-            double hp = (double)data[lo + off] - orig;
-            bool e1 = eval_loss(f, ctx, inputs, r, nout, &lp);
-            data[lo + off] = (float)(orig - o.eps);
-            cg_tensor_modified(inputs[k]);
-            double hm = orig - (double)data[lo + off];
-            bool e2 = e1 && eval_loss(f, ctx, inputs, r, nout, &lm);
-            data[lo + off] = orig;
-            cg_tensor_modified(inputs[k]);
-            if (!e2) {
-                char b[400];
-                snprintf(b, sizeof b, "the function failed while perturbing input %d: %s", k,
-                         cg_last_error());
-                fail(rep, b);
-                ok = false;
-                break;
-            }
-            double num = (lp - lm) / (hp + hm); /* the steps as actually stored */
-            double a = ana[off];
-            double abs_err = fabs(a - num);
-            double ratio = abs_err / (atol + o.rtol * fabs(num));
-            if (isnan(a) != isnan(num) || (isnan(ratio) && !(isnan(a) && isnan(num))))
-                ratio = INFINITY;
-            rep->checked++;
-            if (ratio > rep->worst_ratio || rep->worst_input < 0) {
-                rep->worst_ratio = ratio;
-                rep->worst_input = k;
-                rep->worst_index = lo + off - x->offset;
-                rep->analytic = a;
-                rep->numeric = num;
-                rep->abs_err = abs_err;
-                rep->rel_err = abs_err / (fabs(num) > 1e-12 ? fabs(num) : 1e-12);
-            }
-        }
-        if (ok && o.proj_count > 0) {
-            double pr = project(f, ctx, inputs, r, nout, &o, k, data + lo, ana, used, span, rep);
-            if (pr < 0) {
-                ok = false;
-            } else if (pr > rep->worst_proj_ratio || rep->worst_proj_input < 0) {
-                rep->worst_proj_ratio = pr;
-                rep->worst_proj_input = k;
-            }
-        }
-        free(ana);
-        free(used);
-        free(gv);
-        cg_zero_grad(x);
+        double noise_atol = o.noise * 0x1p-24 * s0 / o.eps;
+        double atol = o.atol > noise_atol ? o.atol : noise_atol;
+        for (int k = 0; k < n_inputs && ok; k++)
+            if (inputs[k] && inputs[k]->requires_grad && cg_numel(inputs[k]) > 0)
+                ok = check_input(f, ctx, inputs, r, nout, &o, atol, k, rep);
+        cg_no_grad_end();
     }
-    cg_no_grad_end();
     if (ok) {
         rep->ok = rep->worst_ratio <= 1.0 && rep->worst_proj_ratio <= 1.0;
         snprintf(rep->message, sizeof rep->message,
@@ -346,7 +391,6 @@ bool cg_gradcheck(cg_gradcheck_fn f, void *ctx, int n_inputs, cg_tensor *const *
                  rep->rel_err, rep->worst_ratio, rep->worst_proj_input, rep->worst_proj_ratio);
         ok = rep->ok;
     }
-done:
     free(r);
     for (int i = 0; i < n_inputs; i++) {
         if (inputs[i]) {

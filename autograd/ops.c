@@ -13,24 +13,36 @@
 #define NEEDS(i) cg_node_needs_grad(n, (i))
 #define IN(i) (n->inputs[(i)])
 
-/* Record a node for a unary op; on failure release out. */
+/* Record a node for an op on out. When it should have recorded (grad mode
+ * on, an input requires grad) and did not, recording failed (out of
+ * memory): out is released and NULL returned with the error, never a
+ * silently detached result. */
+static cg_tensor *finish(cg_tensor *out, cg_op op, int nin, cg_tensor *const *in,
+                         cg_backward_fn bw, cg_node **node)
+{
+    cg_node *n = cg_record(out, op, nin, in, bw);
+    if (node)
+        *node = n;
+    for (int i = 0; out && !n && cg_grad_enabled() && i < nin; i++) {
+        if (in[i] && in[i]->requires_grad) {
+            cg_release(out);
+            return NULL;
+        }
+    }
+    return out;
+}
+
 static cg_tensor *finish1(cg_tensor *out, cg_op op, cg_tensor *a, cg_backward_fn bw,
                           cg_node **node)
 {
-    cg_node *n = cg_record(out, op, 1, &a, bw);
-    if (node)
-        *node = n;
-    return out;
+    return finish(out, op, 1, &a, bw, node);
 }
 
 static cg_tensor *finish2(cg_tensor *out, cg_op op, cg_tensor *a, cg_tensor *b, cg_backward_fn bw,
                           cg_node **node)
 {
     cg_tensor *in[2] = {a, b};
-    cg_node *n = cg_record(out, op, 2, in, bw);
-    if (node)
-        *node = n;
-    return out;
+    return finish(out, op, 2, in, bw, node);
 }
 
 /* Save the op's own output on its node (an alias: no reference cycle). */
@@ -152,8 +164,8 @@ static bool exp_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 static cg_tensor *unary_saving_output(cg_tensor *out, cg_op op, cg_tensor *a, cg_backward_fn bw)
 {
     cg_node *n;
-    finish1(out, op, a, bw, &n);
-    if (!save_output(n, out)) {
+    out = finish1(out, op, a, bw, &n);
+    if (out && !save_output(n, out)) {
         cg_release(out);
         return NULL;
     }
@@ -303,12 +315,11 @@ cg_tensor *cg_where(cg_tensor *cond, cg_tensor *a, cg_tensor *b)
         /* no gradient flows to cond: record with a detached cond */
         cg_tensor *c = cg_detach(cond);
         in[0] = c;
-        cg_record(out, CG_OP_WHERE, 3, in, where_bw);
+        out = finish(out, CG_OP_WHERE, 3, in, where_bw, NULL);
         cg_release(c);
         return out;
     }
-    cg_record(out, CG_OP_WHERE, 3, in, where_bw);
-    return out;
+    return finish(out, CG_OP_WHERE, 3, in, where_bw, NULL);
 }
 
 static bool masked_fill_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
@@ -321,7 +332,7 @@ cg_tensor *cg_masked_fill(cg_tensor *a, cg_tensor *mask, float value)
     if (!out)
         return NULL;
     cg_tensor *m = mask->requires_grad ? cg_detach(mask) : cg_retain(mask);
-    finish2(out, CG_OP_MASKED_FILL, a, m, masked_fill_bw, NULL);
+    out = finish2(out, CG_OP_MASKED_FILL, a, m, masked_fill_bw, NULL);
     cg_release(m);
     return out;
 }
@@ -467,7 +478,11 @@ cg_tensor *cg_max(cg_tensor *a, int dim, bool keepdim, cg_tensor **indices)
     cg_tensor *out = cg_k_max(a, dim, keepdim, &idx);
     if (!out)
         return NULL;
-    cg_node *n = cg_record(out, CG_OP_MAX, 1, &a, max_bw);
+    cg_node *n;
+    if (!(out = finish1(out, CG_OP_MAX, a, max_bw, &n))) {
+        cg_release(idx);
+        return NULL;
+    }
     if (n) {
         int d = cg_norm_dim("max", dim, a->ndim);
         n->p.i[0] = d;
@@ -624,7 +639,9 @@ cg_tensor *cg_slice(cg_tensor *a, int dim, int64_t start, int64_t stop, int64_t 
     cg_tensor *out = cg_view_slice(a, dim, start, stop, step);
     if (!out)
         return NULL;
-    cg_node *n = cg_record(out, CG_OP_SLICE, 1, &a, slice_bw);
+    cg_node *n;
+    if (!(out = finish1(out, CG_OP_SLICE, a, slice_bw, &n)))
+        return NULL;
     if (n) {
         /* the resolved range, as the view resolved it */
         int d = cg_norm_dim("slice", dim, a->ndim);
@@ -664,7 +681,9 @@ cg_tensor *cg_select(cg_tensor *a, int dim, int64_t index)
     cg_tensor *out = cg_view_select(a, dim, index);
     if (!out)
         return NULL;
-    cg_node *n = cg_record(out, CG_OP_SELECT, 1, &a, slice_bw);
+    cg_node *n;
+    if (!(out = finish1(out, CG_OP_SELECT, a, slice_bw, &n)))
+        return NULL;
     if (n) {
         int d = cg_norm_dim("select", dim, a->ndim);
         n->p.i[0] = d;

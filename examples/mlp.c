@@ -42,9 +42,8 @@ static bool mlp_init(spiral_mlp *m, cg_rng *rng)
     m->fc1 = cg_linear_new(2, HIDDEN, true, rng);
     m->ln = cg_layernorm_new(HIDDEN);
     m->fc2 = cg_linear_new(HIDDEN, CLASSES, true, rng);
-    return m->root && cg_module_add_child(m->root, "fc1", CG_MODULE(m->fc1)) &&
-           cg_module_add_child(m->root, "ln", CG_MODULE(m->ln)) &&
-           cg_module_add_child(m->root, "fc2", CG_MODULE(m->fc2));
+    return m->root && cg_module_add_child(m->root, "fc1", m->fc1) &&
+           cg_module_add_child(m->root, "ln", m->ln) && cg_module_add_child(m->root, "fc2", m->fc2);
 }
 
 /* Called inside a scope: the intermediates die at the caller's cg_scope_end. */

@@ -69,14 +69,11 @@ int main(void)
     cg_tf_config cfg = {.d = D, .H = HEADS, .d_ff = FF, .norm = CG_NORM_LAYERNORM,
                         .act = CG_ACT_RELU, .norm_first = false};
     model m = {.root = cg_module_new("Translator")};
-    m.emb = (cg_embed *)cg_module_add_child(m.root, "emb", CG_MODULE(cg_embed_new(MAXV, D, &rng)));
-    m.pe = (cg_posenc *)cg_module_add_child(m.root, "pe", CG_MODULE(cg_posenc_new(16, D)));
-    m.enc = (cg_enc_stack *)cg_module_add_child(m.root, "encoder",
-                                                CG_MODULE(cg_enc_stack_new(LAYERS, &cfg, &rng)));
-    m.dec = (cg_dec_stack *)cg_module_add_child(m.root, "decoder",
-                                                CG_MODULE(cg_dec_stack_new(LAYERS, &cfg, &rng)));
-    m.head = (cg_linear *)cg_module_add_child(m.root, "head",
-                                              CG_MODULE(cg_linear_new(D, MAXV, true, &rng)));
+    m.emb = cg_module_add_child(m.root, "emb", cg_embed_new(MAXV, D, &rng));
+    m.pe = cg_module_add_child(m.root, "pe", cg_posenc_new(16, D));
+    m.enc = cg_module_add_child(m.root, "encoder", cg_enc_stack_new(LAYERS, &cfg, &rng));
+    m.dec = cg_module_add_child(m.root, "decoder", cg_dec_stack_new(LAYERS, &cfg, &rng));
+    m.head = cg_module_add_child(m.root, "head", cg_linear_new(D, MAXV, true, &rng));
     cg_optim *opt = cg_adam_from_module(m.root, 1e-3);
     if (!m.head || !opt)
         return fprintf(stderr, "translate: %s\n", cg_last_error()), 1;

@@ -47,7 +47,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* the optimizer state and the trainer's state, as a resumed run reads them */
     cg_trainer_model tm = {.module = CG_MODULE(ck.model), .optim = cg_adam_config(0, 0.9, 0.98, 1e-9)};
     cg_stepper st;
-    CG_FUZZ_CHECK(cg_stepper_init(&st, &tm, 1));
+    CG_FUZZ_CHECK(cg_stepper_init(&st, &tm, 1, 0));
     cg_clear_error();
     if (!cg_optim_load(st.opt, ck.file, "optim"))
         CG_FUZZ_CHECK(cg_last_error()[0] != '\0');

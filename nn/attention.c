@@ -140,8 +140,7 @@ cg_mha *cg_mha_new(int64_t d, int64_t H, cg_rng *rng)
     static const char *names[4] = {"q_proj", "k_proj", "v_proj", "o_proj"};
     cg_linear **slots[4] = {&m->q_proj, &m->k_proj, &m->v_proj, &m->o_proj};
     for (int i = 0; i < 4; i++) {
-        *slots[i] = (cg_linear *)cg_module_add_child(&m->base, names[i],
-                                                     CG_MODULE(cg_linear_new(d, d, true, rng)));
+        *slots[i] = cg_module_add_child(&m->base, names[i], cg_linear_new(d, d, true, rng));
         if (!*slots[i]) {
             cg_module_free(&m->base);
             return NULL;

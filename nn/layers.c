@@ -476,11 +476,9 @@ cg_ff *cg_ff_new(int64_t d, int64_t d_ff, cg_act act, cg_rng *rng)
         return NULL;
     f->base.forward = ff_impl;
     f->act = act;
-    f->fc1 = (cg_linear *)cg_module_add_child(&f->base, "fc1",
-                                              CG_MODULE(cg_linear_new(d, d_ff, true, rng)));
-    f->fc2 = f->fc1 ? (cg_linear *)cg_module_add_child(
-                          &f->base, "fc2", CG_MODULE(cg_linear_new(d_ff, d, true, rng)))
-                    : NULL;
+    f->fc1 = cg_module_add_child(&f->base, "fc1", cg_linear_new(d, d_ff, true, rng));
+    f->fc2 =
+        f->fc1 ? cg_module_add_child(&f->base, "fc2", cg_linear_new(d_ff, d, true, rng)) : NULL;
     if (!f->fc2) {
         cg_module_free(&f->base);
         return NULL;

@@ -122,8 +122,9 @@ static void drop_unowned(cg_module *child)
         cg_module_free(child);
 }
 
-cg_module *cg_module_add_child(cg_module *m, const char *name, cg_module *child)
+void *cg_module_add_child(cg_module *m, const char *name, void *child_)
 {
+    cg_module *child = child_;
     if (!m || !child) {
         drop_unowned(child);
         return NULL;
@@ -394,27 +395,142 @@ bool cg_module_save(const cg_module *m, const char *path, int n_meta, const char
     return ok;
 }
 
+void cg_load_keys_free(cg_load_keys *k)
+{
+    if (!k)
+        return;
+    for (int i = 0; i < k->n_missing; i++)
+        free(k->missing[i]);
+    for (int i = 0; i < k->n_unexpected; i++)
+        free(k->unexpected[i]);
+    free(k->missing);
+    free(k->unexpected);
+    memset(k, 0, sizeof *k);
+}
+
+/* Whether the file tensor name is one the caller said to expect. */
+static bool load_ignored(const cg_load_options *o, const char *name)
+{
+    for (int i = 0; i < o->n_ignore; i++) {
+        const char *p = o->ignore ? o->ignore[i] : NULL;
+        size_t n = p ? strlen(p) : 0;
+        if (n && (p[n - 1] == '*' ? !strncmp(name, p, n - 1) : !strcmp(name, p)))
+            return true;
+    }
+    return false;
+}
+
+static int cmp_cstr(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Append a copy of name to (*list)[*n]. */
+static bool push_name(char ***list, int *n, const char *name)
+{
+    char **l = realloc(*list, (size_t)(*n + 1) * sizeof *l);
+    char *d = l ? dup_str(name) : NULL;
+    if (l)
+        *list = l;
+    if (!d) {
+        cg_set_error("module load: out of memory");
+        return false;
+    }
+    l[(*n)++] = d;
+    return true;
+}
+
+/* "N <what>: 'a', 'b', ... and K more" into buf (first 8 names). */
+static void describe_keys(char *buf, size_t cap, int n, char *const *names, const char *one,
+                          const char *many)
+{
+    size_t len = strlen(buf);
+    snprintf(buf + len, cap - len, "%d %s: ", n, n == 1 ? one : many);
+    for (int i = 0; i < n && i < 8; i++) {
+        len = strlen(buf);
+        snprintf(buf + len, cap - len, "%s'%.100s'", i ? ", " : "", names[i]);
+    }
+    len = strlen(buf);
+    if (n > 8)
+        snprintf(buf + len, cap - len, " ... and %d more", n - 8);
+}
+
+/* The missing and unexpected keys of loading m's parameters l (file names
+ * keys[i]) from f. */
+static bool find_unmatched(const cg_st_file *f, const cg_load_options *o, int n, char **keys,
+                           cg_load_keys *out)
+{
+    memset(out, 0, sizeof *out);
+    for (int i = 0; i < n; i++)
+        if (!cg_st_has(f, keys[i]) && !push_name(&out->missing, &out->n_missing, keys[i]))
+            return false;
+    char **sorted = malloc((size_t)(n ? n : 1) * sizeof *sorted);
+    if (!sorted) {
+        cg_set_error("module load: out of memory");
+        return false;
+    }
+    memcpy(sorted, keys, (size_t)n * sizeof *sorted);
+    qsort(sorted, (size_t)n, sizeof *sorted, cmp_cstr);
+    const char *prefix = o->prefix ? o->prefix : "";
+    size_t pl = strlen(prefix);
+    bool ok = true;
+    for (int i = 0; ok && i < cg_st_count(f); i++) {
+        const char *name = cg_st_name(f, i);
+        if (strncmp(name, prefix, pl) || load_ignored(o, name) ||
+            bsearch(&name, sorted, (size_t)n, sizeof *sorted, cmp_cstr))
+            continue;
+        ok = push_name(&out->unexpected, &out->n_unexpected, name);
+    }
+    free(sorted);
+    return ok;
+}
+
 bool cg_module_load(cg_module *m, const cg_st_file *f, const char *prefix)
 {
+    cg_load_options o = {.prefix = prefix};
+    return cg_module_load_ex(m, f, &o);
+}
+
+bool cg_module_load_ex(cg_module *m, const cg_st_file *f, const cg_load_options *opt)
+{
+    cg_load_options none = {0};
+    const cg_load_options *o = opt ? opt : &none;
+    if (o->keys)
+        memset(o->keys, 0, sizeof *o->keys);
     if (!m || !f)
         return false;
+    const char *prefix = o->prefix;
     const char *fname = cg_st_path(f) ? cg_st_path(f) : "(memory)";
     cg_param_list l = {0};
+    cg_load_keys un = {0};
     bool ok = cg_module_params(m, &l);
     char **keys = ok ? calloc((size_t)(l.n ? l.n : 1), sizeof *keys) : NULL;
     ok = ok && keys;
+    for (int i = 0; ok && i < l.n; i++)
+        ok = (keys[i] = join(prefix, l.items[i].name)) != NULL;
+    ok = ok && find_unmatched(f, o, l.n, keys, &un);
+    if (ok && !o->non_strict && (un.n_missing || un.n_unexpected)) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "load %.200s: ", fname);
+        if (un.n_missing)
+            describe_keys(msg, sizeof msg, un.n_missing, un.missing,
+                          "parameter missing from the file", "parameters missing from the file");
+        if (un.n_missing && un.n_unexpected)
+            strncat(msg, "; ", sizeof msg - strlen(msg) - 1);
+        if (un.n_unexpected)
+            describe_keys(msg, sizeof msg, un.n_unexpected, un.unexpected,
+                          "unexpected tensor in the file", "unexpected tensors in the file");
+        cg_set_error("%s (a strict load: cg_module_load_ex takes .ignore or .non_strict)", msg);
+        ok = false;
+        if (o->keys) { /* the caller sees the lists of a refused load too */
+            *o->keys = un;
+            memset(&un, 0, sizeof un);
+        }
+    }
     /* pass 1: check everything, so that a bad file changes nothing */
     for (int i = 0; ok && i < l.n; i++) {
-        keys[i] = join(prefix, l.items[i].name);
-        if (!keys[i]) {
-            ok = false;
-            break;
-        }
-        if (!cg_st_has(f, keys[i])) {
-            cg_set_error("load %s: tensor '%s' is missing from the file", fname, keys[i]);
-            ok = false;
-            break;
-        }
+        if (!cg_st_has(f, keys[i]))
+            continue; /* missing, and non-strict */
         cg_st_dtype dt;
         int nd;
         int64_t shape[CG_MAX_DIMS];
@@ -458,7 +574,12 @@ bool cg_module_load(cg_module *m, const cg_st_file *f, const char *prefix)
     }
     /* pass 2: copy */
     for (int i = 0; ok && i < l.n; i++)
-        ok = cg_st_load_into(f, keys[i], l.items[i].tensor);
+        ok = !cg_st_has(f, keys[i]) || cg_st_load_into(f, keys[i], l.items[i].tensor);
+    if (ok && o->keys) {
+        *o->keys = un;
+        memset(&un, 0, sizeof un);
+    }
+    cg_load_keys_free(&un);
     for (int i = 0; keys && i < l.n; i++)
         free(keys[i]);
     free(keys);

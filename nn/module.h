@@ -98,8 +98,12 @@ cg_module *cg_module_new(const char *type);
 cg_tensor *cg_module_add_param(cg_module *m, const char *name, cg_tensor *t);
 /* Register a child (takes ownership: on failure a child that has no owner
  * yet is freed). A child that already has an owner is shared (see above).
- * Returns the child or NULL + error. */
-cg_module *cg_module_add_child(cg_module *m, const char *name, cg_module *child);
+ * child is any module pointer (a cg_linear *, your own struct whose first
+ * member is a cg_module, a cg_module *): no cast needed. Returns the child
+ * as void *, so it assigns to the child's own type without a cast
+ *     m->fc1 = cg_module_add_child(&m->base, "fc1", cg_linear_new(...));
+ * or NULL + error. */
+void *cg_module_add_child(cg_module *m, const char *name, void *child);
 /* Frees the module, its children and its references to its parameters;
  * a module held by more than one parent is only released by one of them.
  * NULL is a no-op. */
@@ -225,11 +229,53 @@ bool cg_module_write(const cg_module *m, cg_st_writer *w, const char *prefix);
  * n_meta (key, value) pairs as 2*n_meta strings: key0, value0, key1, ...
  * (meta may be NULL when n_meta is 0). */
 bool cg_module_save(const cg_module *m, const char *path, int n_meta, const char *const *meta);
-/* Copy the values of prefix + name for every parameter of m from f into
- * the existing tensors. Every name must exist with dtype F32 and exactly
- * the parameter's shape; all are checked before anything is copied, so on
- * failure m is unchanged. Tensors in f that m does not have are ignored. */
+/* PyTorch's model.load_state_dict(sd) (strict): copy the values of
+ * prefix + name for every parameter of m from f into the existing tensors.
+ * Strict: the file must hold every parameter of m, and every tensor of the
+ * file must be one of m's; otherwise it fails with ONE message listing the
+ * missing and the unexpected names (the first 8 of each, "... and N more").
+ * With a prefix, only the file's tensors whose names start with it are
+ * considered (loading one part of a bigger file, as PyTorch users filter
+ * a state dict by prefix): the others are neither loaded nor unexpected.
+ * Each loaded tensor must have dtype F32, exactly the parameter's shape
+ * and finite values. Everything is checked before anything is copied, so
+ * on failure m is unchanged. A file that also holds tensors the caller
+ * expects (a checkpoint's optimizer state, a tokenizer) is loaded with
+ * cg_module_load_ex and .ignore, naming them. */
 bool cg_module_load(cg_module *m, const cg_st_file *f, const char *prefix);
+
+/* The keys a load did not match (PyTorch's load_state_dict return value):
+ * full file names, owned by the struct; free with cg_load_keys_free. */
+typedef struct {
+    char **missing;    /* parameters of m the file lacks (prefix + name) */
+    int n_missing;
+    char **unexpected; /* file tensors that are not m's (nor ignored) */
+    int n_unexpected;
+} cg_load_keys;
+void cg_load_keys_free(cg_load_keys *k); /* zeroes it; NULL is a no-op */
+
+/* Options of cg_module_load_ex. A zeroed struct is cg_module_load's strict
+ * load without prefix. */
+typedef struct {
+    const char *prefix; /* file name = prefix + parameter name (NULL: none) */
+    /* PyTorch's strict=False: missing parameters keep their values and
+     * unexpected tensors are skipped (listed in *keys). Shape, dtype and
+     * non-finite values still fail. */
+    bool non_strict;
+    /* File tensors expected beside the parameters, never unexpected (the
+     * zoo's checkpoints: {"optim.*", "tokenizer.spm"}): exact names, or
+     * prefixes written with a final '*'. n_ignore entries. */
+    int n_ignore;
+    const char *const *ignore;
+    /* If not NULL: receives the missing and unexpected keys, after a
+     * success and after a strict load refused for them (zeroed on other
+     * failures). The caller frees it with cg_load_keys_free. */
+    cg_load_keys *keys;
+} cg_load_options;
+
+/* cg_module_load with options (opt NULL: as cg_module_load(m, f, NULL)).
+ * False + error. */
+bool cg_module_load_ex(cg_module *m, const cg_st_file *f, const cg_load_options *opt);
 
 #ifdef __cplusplus
 }

@@ -43,7 +43,7 @@ bool cg_tf_config_check(const cg_tf_config *c)
 
 /* ------------------------------------------------------------ helpers */
 /* Add a child and return it, or NULL (the child is freed on failure). */
-#define ADD(parent, name, child) ((void *)cg_module_add_child((parent), (name), CG_MODULE(child)))
+#define ADD(parent, name, child) cg_module_add_child((parent), (name), (child))
 
 typedef enum { SUB_SELF_ATTN, SUB_CROSS_ATTN, SUB_FF, SUB_SELF_CACHED, SUB_CROSS_CACHED } sub_kind;
 

@@ -66,6 +66,15 @@ static bool check_grad(const char *what, cg_tensor *const *params, int i)
     return true;
 }
 
+/* PyTorch, in float32: clip_coef = max_norm / (total_norm + 1e-6), where a
+ * Python number divided by a tensor is reciprocal() * number; then
+ * clamp(max=1) and grad.mul_(coef). A factor of 1 changes nothing. */
+static float clip_coef(double total, double max_norm)
+{
+    float denom = (float)total + 1e-6f;
+    return (1.0f / denom) * (float)max_norm;
+}
+
 static double global_norm(const char *what, int n, cg_tensor *const *params)
 {
     if (n < 0 || (n > 0 && !params)) {
@@ -103,11 +112,7 @@ double cg_clip_grad_norm(int n, cg_tensor *const *params, double max_norm)
     double total = global_norm("clip_grad_norm", n, params);
     if (total < 0 || !isfinite(total))
         return total;
-    /* PyTorch, in float32: clip_coef = max_norm / (total_norm + 1e-6), where
-     * a Python number divided by a tensor is reciprocal() * number; then
-     * clamp(max=1) and grad.mul_(coef). A factor of 1 changes nothing. */
-    float denom = (float)total + 1e-6f;
-    float coef = (1.0f / denom) * (float)max_norm;
+    float coef = clip_coef(total, max_norm);
     if (!(coef < 1.0f))
         return total;
     for (int i = 0; i < n; i++)
@@ -116,11 +121,100 @@ double cg_clip_grad_norm(int n, cg_tensor *const *params, double max_norm)
     return total;
 }
 
+/* The owned run [*lo, *hi) of parameter i's gradient as contiguous floats:
+ * *c is the (possibly copied) gradient to release, NULL if there is none. */
+static bool owned_grad(const cg_optim *o, int i, const char *what, cg_tensor **c, int64_t *lo,
+                       int64_t *hi)
+{
+    *c = NULL;
+    const cg_tensor *p = cg_optim_param_tensor(o, i);
+    if (!p || !cg_optim_shard_range(o, i, lo, hi))
+        return false;
+    if (!p->grad)
+        return true;
+    if (!cg_same_shape(p->grad, p)) {
+        char b1[96], b2[96];
+        cg_set_error("%s: gradient of '%s' has shape %s, the parameter %s", what,
+                     cg_optim_param_name(o, i), cg_shape_str(p->grad, b1, sizeof b1),
+                     cg_shape_str(p, b2, sizeof b2));
+        return false;
+    }
+    *c = cg_k_contiguous(p->grad);
+    return *c != NULL;
+}
+
+double cg_optim_grad_sqsum(const cg_optim *o)
+{
+    if (!o) {
+        cg_set_error("optim_grad_sqsum: optimizer is NULL");
+        return -1;
+    }
+    double ss = 0;
+    for (int i = 0; i < cg_optim_count(o); i++) {
+        cg_tensor *c;
+        int64_t lo, hi;
+        if (!owned_grad(o, i, "optim_grad_sqsum", &c, &lo, &hi))
+            return -1;
+        if (c)
+            ss += sum_squares(cg_data(c) + lo, hi - lo);
+        cg_release(c);
+    }
+    return ss;
+}
+
+bool cg_optim_clip_grads_by(cg_optim *o, double total, double max_norm)
+{
+    if (!o || !(max_norm >= 0) || !(total >= 0 || isnan(total))) {
+        cg_set_error("optim_clip_grads_by: %s", !o ? "optimizer is NULL"
+                                                    : "max_norm and total must be >= 0");
+        return false;
+    }
+    if (!isfinite(total))
+        return true;
+    float coef = clip_coef(total, max_norm);
+    if (!(coef < 1.0f))
+        return true;
+    for (int i = 0; i < cg_optim_count(o); i++) {
+        cg_tensor *p = cg_optim_param_tensor(o, i), *g = p->grad;
+        int64_t lo, hi;
+        if (!g)
+            continue;
+        if (!cg_optim_shard_range(o, i, &lo, &hi))
+            return false;
+        if (lo == 0 && hi == cg_numel(p)) { /* whole: as cg_clip_grad_norm */
+            if (!cg_k_muls_(g, coef))
+                return false;
+            continue;
+        }
+        if (!cg_same_shape(g, p) || !cg_is_contiguous(g)) {
+            cg_set_error("optim_clip_grads_by: gradient of '%s' is not a contiguous tensor of "
+                         "its parameter's shape", cg_optim_param_name(o, i));
+            return false;
+        }
+        float *x = cg_data(g);
+        for (int64_t k = lo; k < hi; k++)
+            x[k] *= coef;
+        cg_tensor_modified(g);
+    }
+    return true;
+}
+
 double cg_optim_clip_grad_norm(cg_optim *o, double max_norm)
 {
     if (!o) {
         cg_set_error("clip_grad_norm: optimizer is NULL");
         return -1;
+    }
+    if (cg_optim_is_sharded(o)) { /* the owned elements only */
+        if (!(max_norm >= 0)) {
+            cg_set_error("clip_grad_norm: max_norm %g must be >= 0", max_norm);
+            return -1;
+        }
+        double ss = cg_optim_grad_sqsum(o);
+        if (ss < 0)
+            return -1;
+        double total = sqrt(ss);
+        return cg_optim_clip_grads_by(o, total, max_norm) ? total : -1;
     }
     int n = cg_optim_count(o);
     cg_tensor **ps = malloc((size_t)(n > 0 ? n : 1) * sizeof *ps);
@@ -176,7 +270,21 @@ bool cg_optim_grads_finite(const cg_optim *o, int *bad)
     for (int i = 0; i < n; i++) {
         const cg_tensor *p = cg_optim_param_tensor(o, i);
         float v;
-        int64_t at = p->grad ? first_nonfinite(p->grad, &v) : -1;
+        int64_t at = -1, lo = 0, hi = 0;
+        if (cg_optim_is_sharded(o)) { /* the owned elements only */
+            cg_tensor *c;
+            if (owned_grad(o, i, "optim_grads_finite", &c, &lo, &hi) && c) {
+                const float *x = cg_data(c);
+                for (int64_t k = lo; k < hi && at < 0; k++)
+                    if (!isfinite(x[k])) {
+                        at = k;
+                        v = x[k];
+                    }
+            }
+            cg_release(c);
+        } else if (p->grad) {
+            at = first_nonfinite(p->grad, &v);
+        }
         if (at >= 0) {
             if (bad)
                 *bad = i;

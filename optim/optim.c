@@ -26,6 +26,7 @@ typedef struct {
     cg_tensor *p;      /* retained */
     double wd;
     int64_t step;      /* updates this parameter received */
+    int64_t lo, hi;    /* the elements it owns (cg_optim_new_sharded); [0, numel) */
     cg_tensor *buf1;   /* exp_avg, or SGD's momentum buffer (NULL if unused) */
     cg_tensor *buf2;   /* exp_avg_sq (NULL if unused) */
 } slot;
@@ -35,6 +36,7 @@ struct cg_optim {
     int n;
     slot *s;
     int64_t steps;
+    bool sharded; /* some slot owns less than its whole parameter */
 };
 
 static const char *const type_names[CG_OPTIM_NTYPES] = {"sgd", "adam", "adamw"};
@@ -146,9 +148,23 @@ static cg_tensor *zeros_like_param(const cg_tensor *p)
     return cg_hold(cg_zeros(p->ndim, p->shape));
 }
 
+/* The state buffer of a slot: the parameter's shape, or its owned run. */
+static cg_tensor *zeros_state(const slot *s)
+{
+    if (s->lo == 0 && s->hi == cg_numel(s->p))
+        return zeros_like_param(s->p);
+    return cg_hold(cg_zeros(CG_SHAPE(s->hi - s->lo)));
+}
+
 /* ------------------------------------------------------- construction */
 
 cg_optim *cg_optim_new(const cg_optim_config *cfg, int n, const cg_optim_param *params)
+{
+    return cg_optim_new_sharded(cfg, n, params, NULL);
+}
+
+cg_optim *cg_optim_new_sharded(const cg_optim_config *cfg, int n, const cg_optim_param *params,
+                               const cg_optim_range *own)
 {
     if (!cfg) {
         cg_set_error("optim_new: config is NULL");
@@ -200,6 +216,13 @@ cg_optim *cg_optim_new(const cg_optim_config *cfg, int n, const cg_optim_param *
                 return NULL;
             }
         }
+        if (own && !(own[i].lo >= 0 && own[i].lo <= own[i].hi &&
+                     own[i].hi <= cg_numel(q->tensor))) {
+            cg_set_error("optim_new: parameter '%s' (%lld elements): owned range [%lld, %lld) "
+                         "is not inside it", q->name, (long long)cg_numel(q->tensor),
+                         (long long)own[i].lo, (long long)own[i].hi);
+            return NULL;
+        }
     }
 
     cg_optim *o = calloc(1, sizeof *o);
@@ -217,11 +240,14 @@ cg_optim *cg_optim_new(const cg_optim_config *cfg, int n, const cg_optim_param *
         s[i].name = strdup(q->name);
         s[i].p = cg_hold(cg_retain(q->tensor));
         s[i].wd = q->weight_decay;
+        s[i].lo = own ? own[i].lo : 0;
+        s[i].hi = own ? own[i].hi : cg_numel(q->tensor);
+        o->sharded |= s[i].lo != 0 || s[i].hi != cg_numel(q->tensor);
         o->n = i + 1;
         if (uses_buf1(cfg))
-            s[i].buf1 = zeros_like_param(q->tensor);
+            s[i].buf1 = zeros_state(&s[i]);
         if (uses_buf2(cfg))
-            s[i].buf2 = zeros_like_param(q->tensor);
+            s[i].buf2 = zeros_state(&s[i]);
         if (!s[i].name || (uses_buf1(cfg) && !s[i].buf1) || (uses_buf2(cfg) && !s[i].buf2)) {
             cg_optim_free(o);
             cg_set_error("optim_new: out of memory for the state of parameter '%s'", q->name);
@@ -418,9 +444,9 @@ bool cg_optim_step(cg_optim *o)
             s->step++;
             update_job *u = &jobs[nj++];
             cg_tensor_modified(s->p); /* the update below writes it */
-            u->p = cg_data(s->p);
-            u->g = g[i];
-            u->n = cg_numel(s->p);
+            u->p = cg_data(s->p) + s->lo; /* the owned run (all of it unsharded) */
+            u->g = g[i] + s->lo;
+            u->n = s->hi - s->lo;
             u->buf1 = s->buf1 ? cg_data(s->buf1) : NULL;
             u->buf2 = s->buf2 ? cg_data(s->buf2) : NULL;
             u->wd = (float)s->wd;
@@ -537,6 +563,72 @@ cg_tensor *cg_optim_state(const cg_optim *o, int i, const char *what)
     return NULL;
 }
 
+/* ------------------------------------------------------ sharded state */
+
+bool cg_optim_is_sharded(const cg_optim *o) { return o && o->sharded; }
+
+bool cg_optim_shard_range(const cg_optim *o, int i, int64_t *lo, int64_t *hi)
+{
+    const slot *s = get_slot(o, i, "optim_shard_range");
+    if (!s)
+        return false;
+    *lo = s->lo;
+    *hi = s->hi;
+    return true;
+}
+
+int64_t cg_optim_state_bytes(const cg_optim *o)
+{
+    int64_t b = 0;
+    for (int i = 0; o && i < o->n; i++)
+        b += (int64_t)sizeof(float) * ((o->s[i].buf1 ? cg_numel(o->s[i].buf1) : 0) +
+                                       (o->s[i].buf2 ? cg_numel(o->s[i].buf2) : 0));
+    return b;
+}
+
+/* Copy the elements of [max(lo), min(hi)) of one buffer pair. */
+static void copy_overlap(const slot *d, cg_tensor *db, const slot *s, const cg_tensor *sb)
+{
+    int64_t a = d->lo > s->lo ? d->lo : s->lo, b = d->hi < s->hi ? d->hi : s->hi;
+    if (!db || !sb || a >= b)
+        return;
+    memcpy(cg_data(db) + (a - d->lo), cg_data((cg_tensor *)sb) + (a - s->lo),
+           (size_t)(b - a) * sizeof(float));
+    cg_tensor_modified(db);
+}
+
+bool cg_optim_copy_state(cg_optim *dst, const cg_optim *src)
+{
+    if (!dst || !src) {
+        cg_set_error("optim_copy_state: %s is NULL", !dst ? "dst" : "src");
+        return false;
+    }
+    if (dst->cfg.type != src->cfg.type || dst->n != src->n ||
+        uses_buf1(&dst->cfg) != uses_buf1(&src->cfg)) {
+        cg_set_error("optim_copy_state: %s optimizer of %d parameters into %s of %d (the type, "
+                     "momentum use and count must agree)", type_names[src->cfg.type], src->n,
+                     type_names[dst->cfg.type], dst->n);
+        return false;
+    }
+    for (int i = 0; i < dst->n; i++)
+        if (strcmp(dst->s[i].name, src->s[i].name) != 0 ||
+            cg_numel(dst->s[i].p) != cg_numel(src->s[i].p)) {
+            cg_set_error("optim_copy_state: parameter %d is '%s' in src, '%s' in dst (or of "
+                         "another size)", i, src->s[i].name, dst->s[i].name);
+            return false;
+        }
+    dst->cfg = src->cfg;
+    dst->steps = src->steps;
+    for (int i = 0; i < dst->n; i++) {
+        slot *d = &dst->s[i];
+        const slot *s = &src->s[i];
+        d->step = s->step;
+        copy_overlap(d, d->buf1, s, s->buf1);
+        copy_overlap(d, d->buf2, s, s->buf2);
+    }
+    return true;
+}
+
 /* ------------------------------------------------- checkpoint state */
 
 static const char *const state_suffixes[] = {"step", "exp_avg", "exp_avg_sq", "momentum_buffer"};
@@ -576,6 +668,11 @@ bool cg_optim_save(const cg_optim *o, cg_st_writer *w, const char *prefix)
     }
     if (!prefix)
         prefix = "optim";
+    if (o->sharded) {
+        cg_set_error("optim_save: the optimizer holds a shard of the state only: gather the "
+                     "shards into an unsharded optimizer first (cg_optim_copy_state)");
+        return false;
+    }
     const cg_optim_config *c = &o->cfg;
     bool ok = set_meta(w, prefix, "type", "%s", type_names[c->type]) &&
               set_meta(w, prefix, "step", "%" PRId64, o->steps) &&
@@ -703,6 +800,15 @@ static bool load_slot(const cg_st_file *f, const char *prefix, const cg_optim_co
                 cg_release(t);
                 return false;
             }
+        if (s->lo != 0 || s->hi != cg_numel(s->p)) { /* sharded: keep the owned run */
+            cg_tensor *part = zeros_state(s);
+            if (part)
+                memcpy(cg_data(part), v + s->lo, (size_t)(s->hi - s->lo) * sizeof *v);
+            cg_release(t);
+            if (!part)
+                return false;
+            t = part;
+        }
         if (b == 0)
             ns->buf1 = t;
         else

@@ -131,8 +131,60 @@ int64_t cg_optim_param_steps(const cg_optim *o, int i);
 /* Index of the parameter with this name, or -1 (no error recorded). */
 int cg_optim_find(const cg_optim *o, const char *name);
 /* State buffer of parameter i, borrowed: "exp_avg", "exp_avg_sq" (Adam,
- * AdamW) or "momentum_buffer" (SGD with momentum). NULL + error otherwise. */
+ * AdamW) or "momentum_buffer" (SGD with momentum); of a sharded optimizer
+ * (below), 1-D with the owned range's elements. NULL + error otherwise. */
 cg_tensor *cg_optim_state(const cg_optim *o, int i, const char *what);
+
+/* ------------------------------------------------- sharded state (ZeRO-1) */
+/* An optimizer that keeps the state of part of each parameter only: own[i]
+ * = [lo, hi) with 0 <= lo <= hi <= numel is the run of parameter i's flat
+ * elements it updates (lo == hi: none). Its exp_avg / exp_avg_sq /
+ * momentum_buffer of parameter i hold hi - lo floats (1-D; nothing is
+ * allocated for the rest), and cg_optim_step updates those elements of the
+ * parameter only, with the same arithmetic as the unsharded optimizer
+ * (element by element, so the owned elements get exactly the values an
+ * unsharded step gives them). Every parameter's step count still advances
+ * when it has a gradient, owned elements or not, so that the optimizers of
+ * all shards agree on it. own == NULL, or ranges that all cover whole
+ * parameters, give a plain optimizer (cg_optim_new).
+ *
+ * The data-parallel layer (models/train/dist.h, ZeRO-1) builds one per rank
+ * over disjoint ranges; this layer knows nothing of ranks. On a sharded
+ * optimizer, cg_optim_clip_grad_norm and cg_optim_grads_finite look at the
+ * owned gradient elements only; cg_optim_save refuses (gather the shards
+ * into an unsharded optimizer first: cg_optim_copy_state); cg_optim_load
+ * reads the unsharded layout and keeps each parameter's own range, so one
+ * checkpoint resumes with any sharding. */
+typedef struct cg_optim_range {
+    int64_t lo, hi;
+} cg_optim_range;
+cg_optim *cg_optim_new_sharded(const cg_optim_config *cfg, int n, const cg_optim_param *params,
+                               const cg_optim_range *own);
+/* True if some parameter's state is not whole. */
+bool cg_optim_is_sharded(const cg_optim *o);
+/* The range of parameter i this optimizer owns ([0, numel) when unsharded);
+ * false + error on a bad index. */
+bool cg_optim_shard_range(const cg_optim *o, int i, int64_t *lo, int64_t *hi);
+/* Bytes of state buffers (exp_avg, exp_avg_sq, momentum_buffer) held. */
+int64_t cg_optim_state_bytes(const cg_optim *o);
+/* Copy into dst what src holds: the learning rate and hyper-parameters, the
+ * step counts (overall and per parameter), and every state element that
+ * both own (the intersection of their ranges, parameter by parameter).
+ * Both must have the same type and the same parameter names in the same
+ * order (false + error otherwise, dst unchanged). Gathering shards: an
+ * unsharded dst and each shard in turn; splitting: the other way round. */
+bool cg_optim_copy_state(cg_optim *dst, const cg_optim *src);
+
+/* Sum of squares of the gradient elements the optimizer owns (every
+ * element when unsharded), in double; -1 + error on bad input. The shards'
+ * sums add up to the square of the global norm. */
+double cg_optim_grad_sqsum(const cg_optim *o);
+/* Clip the owned gradient elements against a given total norm (e.g. the
+ * global norm summed over shards): multiplied by PyTorch's factor
+ * max_norm / (total + 1e-6) when it is below 1 (float32, as
+ * cg_clip_grad_norm), untouched otherwise or if total is not finite. False
+ * + error on bad input. */
+bool cg_optim_clip_grads_by(cg_optim *o, double total, double max_norm);
 
 /* ------------------------------------------------- checkpoint state */
 /* Add the optimizer's state to w, under prefix (NULL: "optim"):

@@ -18,6 +18,13 @@
  *                                   the same tensor names with bit-identical
  *                                   bytes (metadata is not compared), else
  *                                   name the first difference and exit 1
+ *   ckpt_writer close A B TOL       the same names; F32 tensors within TOL
+ *                                   relative to the largest |value| of B's
+ *                                   tensor (attention key biases and their
+ *                                   optimizer state skipped: their true
+ *                                   gradient is 0, see tests/testutil.c),
+ *                                   others bit-identical; prints the worst
+ *                                   tensor and difference
  *   ckpt_writer poison PATH NAME    rewrite PATH (atomically) with element 0
  *                                   of F32 tensor NAME set to NaN
  *   ckpt_writer setval PATH NAME X  the same with element 0 set to X (e.g. -1, inf)
@@ -242,7 +249,8 @@ static int torture(const char *dir, long kills, cg_st_writer **w)
     return 0;
 }
 
-static int same(const char *a, const char *b)
+/* tol < 0: bit-identical; otherwise the relative bound of `close` */
+static int compare(const char *a, const char *b, double tol)
 {
     cg_st_file *fa = cg_st_open(a), *fb = fa ? cg_st_open(b) : NULL;
     int rc = 0;
@@ -253,13 +261,41 @@ static int same(const char *a, const char *b)
         fprintf(stderr, "ckpt_writer: %d tensors vs %d\n", cg_st_count(fa), cg_st_count(fb));
         rc = 1;
     }
+    double worst = 0;
+    char wname[256] = "";
     for (int i = 0; rc == 0 && i < cg_st_count(fa); i++) {
         const char *name = cg_st_name(fa, i);
         size_t na, nb;
         const void *da = cg_st_raw(fa, name, &na);
         const void *db = cg_st_has(fb, name) ? cg_st_raw(fb, name, &nb) : NULL;
+        cg_st_dtype dt;
+        bool f32 = db && cg_st_info(fa, name, &dt, NULL, NULL) && dt == CG_ST_F32;
+        if (tol >= 0 && f32 && na == nb) {
+            if (strstr(name, "k_proj.bias"))
+                continue;
+            const float *x = da, *y = db;
+            double d = 0, ymax = 0;
+            for (size_t k = 0; k < na / sizeof(float); k++) {
+                d = fmax(d, fabs((double)x[k] - y[k]));
+                ymax = fmax(ymax, fabs((double)y[k]));
+            }
+            double rel = d / fmax(ymax, 1e-30);
+            if (!(rel <= worst)) {
+                worst = rel;
+                snprintf(wname, sizeof wname, "%s", name);
+            }
+            continue;
+        }
         if (!db || na != nb || memcmp(da, db, na) != 0) {
             fprintf(stderr, "ckpt_writer: tensor '%s' differs between %s and %s\n", name, a, b);
+            rc = 1;
+        }
+    }
+    if (rc == 0 && tol >= 0) {
+        printf("max rel diff %.3g (%s)\n", worst, wname[0] ? wname : "every tensor equal");
+        if (!(worst <= tol)) {
+            fprintf(stderr, "ckpt_writer: %s and %s differ by %g relative in '%s' (bound %g)\n",
+                    a, b, worst, wname, tol);
             rc = 1;
         }
     }
@@ -267,6 +303,8 @@ static int same(const char *a, const char *b)
     cg_st_close(fb);
     return rc;
 }
+
+static int same(const char *a, const char *b) { return compare(a, b, -1); }
 
 /* Rewrite path with one change: poison or setval (target: an F32 tensor; NaN
  * or value), setmeta
@@ -340,6 +378,8 @@ int main(int argc, char **argv)
 {
     if (argc >= 4 && strcmp(argv[1], "same") == 0)
         return same(argv[2], argv[3]);
+    if (argc >= 5 && strcmp(argv[1], "close") == 0)
+        return compare(argv[2], argv[3], atof(argv[4]));
     if (argc >= 4 && strcmp(argv[1], "poison") == 0)
         return rewrite(argv[2], "poison", argv[3], NULL);
     if (argc >= 5 && strcmp(argv[1], "setval") == 0)

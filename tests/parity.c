@@ -455,7 +455,11 @@ static int run_fixture(const char *path)
                    params.n, (long long)cg_module_num_params(model));
         }
     }
-    if (!cg_module_load(model, f, NULL))
+    /* a fixture holds, beside the parameters, the inputs, the expected
+     * results and gradients, and the parameters after one step */
+    const char *const fixture_extras[] = {"input.*", "expect.*", "grad.*", "step1.*"};
+    cg_load_options lo = {.n_ignore = 4, .ignore = fixture_extras};
+    if (!cg_module_load_ex(model, f, &lo))
         goto out;
 
     /* forward, loss */

@@ -166,15 +166,12 @@ START_TEST(test_hooks_every_module)
     cg_tf_config cfg = {.d = 8, .H = 2, .d_ff = 16, .norm = CG_NORM_LAYERNORM,
                         .act = CG_ACT_RELU, .norm_first = true, .dropout = 0.1f};
     cg_module *root = cg_module_new("Model");
-    cg_embed *emb = (cg_embed *)cg_module_add_child(root, "emb", CG_MODULE(cg_embed_new(5, 8, &r)));
-    cg_posenc *pe = (cg_posenc *)cg_module_add_child(root, "pe", CG_MODULE(cg_posenc_new(16, 8)));
-    cg_drop *dr = (cg_drop *)cg_module_add_child(root, "drop", CG_MODULE(cg_drop_new(0.1f, NULL)));
-    cg_lm_block *blk = (cg_lm_block *)cg_module_add_child(root, "blk",
-                                                          CG_MODULE(cg_lm_block_new(&cfg, &r)));
-    cg_enc_stack *enc = (cg_enc_stack *)cg_module_add_child(
-        root, "enc", CG_MODULE(cg_enc_stack_new(1, &cfg, &r)));
-    cg_dec_stack *dec = (cg_dec_stack *)cg_module_add_child(
-        root, "dec", CG_MODULE(cg_dec_stack_new(1, &cfg, &r)));
+    cg_embed *emb = cg_module_add_child(root, "emb", cg_embed_new(5, 8, &r));
+    cg_posenc *pe = cg_module_add_child(root, "pe", cg_posenc_new(16, 8));
+    cg_drop *dr = cg_module_add_child(root, "drop", cg_drop_new(0.1f, NULL));
+    cg_lm_block *blk = cg_module_add_child(root, "blk", cg_lm_block_new(&cfg, &r));
+    cg_enc_stack *enc = cg_module_add_child(root, "enc", cg_enc_stack_new(1, &cfg, &r));
+    cg_dec_stack *dec = cg_module_add_child(root, "dec", cg_dec_stack_new(1, &cfg, &r));
     ck_assert_ptr_nonnull(dec);
     counters c = {0};
     hook_all(root, "", &c);
@@ -512,10 +509,10 @@ typedef struct {
 static my_block *my_block_new(cg_rng *r)
 {
     my_block *b = (my_block *)cg_module_alloc(sizeof *b, "MyBlock", NULL);
-    b->ln1 = (cg_norm *)cg_module_add_child(&b->base, "ln1", CG_MODULE(cg_layernorm_new(8)));
-    b->attn = (cg_mha *)cg_module_add_child(&b->base, "attn", CG_MODULE(cg_mha_new(8, 2, r)));
-    b->ln2 = (cg_norm *)cg_module_add_child(&b->base, "ln2", CG_MODULE(cg_layernorm_new(8)));
-    b->fc = (cg_linear *)cg_module_add_child(&b->base, "fc", CG_MODULE(cg_linear_new(8, 8, true, r)));
+    b->ln1 = cg_module_add_child(&b->base, "ln1", cg_layernorm_new(8));
+    b->attn = cg_module_add_child(&b->base, "attn", cg_mha_new(8, 2, r));
+    b->ln2 = cg_module_add_child(&b->base, "ln2", cg_layernorm_new(8));
+    b->fc = cg_module_add_child(&b->base, "fc", cg_linear_new(8, 8, true, r));
     return b;
 }
 

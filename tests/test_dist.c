@@ -22,11 +22,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "models/charlm/charlm.h"
 #include "models/train/dist.h"
 #include "models/seq2seq/seq2seq.h"
 #include "models/train/trainer.h"
+#include "nn/safetensors.h"
 #include "optim/optim.h"
 #include "testutil.h"
 
@@ -296,10 +298,11 @@ static double accum_lr(void *self, int64_t step)
 
 /* STEPS stepper steps of 2 micro-batches. mode 0: the stepper's default;
  * 1: reduction during backward (tiny buckets) and every layer recomputed;
- * 2: blocking reduction after backward. */
+ * 2: blocking reduction after backward; 3: ZeRO-1 (tiny buckets) and 4:
+ * blocking, both clipped at a norm every step exceeds. */
 static void accum_run(cg_seq2seq_config *c, int mode, cg_seq2seq **out)
 {
-    bool overlap = mode == 1;
+    bool overlap = mode == 1 || mode == 3;
     accum_ctx a = {.m = cg_seq2seq_new(c, cg_dist_rank_seed(11))};
     ck_assert_ptr_nonnull(a.m);
     ck_assert_msg(cg_dist_broadcast_module(CG_MODULE(a.m)), "%s", cg_last_error());
@@ -311,9 +314,11 @@ static void accum_run(cg_seq2seq_config *c, int mode, cg_seq2seq **out)
     cg_trainer_model tm = {.module = CG_MODULE(a.m), .dropout_rng = &a.m->dropout_rng,
                            .optim = cg_adamw_config(3e-3, 0.9, 0.999, 1e-8),
                            .weight_decay_2d = 0.01, .self = &a, .batch = accum_batch,
-                           .loss = accum_loss, .lr = accum_lr};
+                           .loss = accum_loss, .lr = accum_lr, .clip_norm = mode >= 3 ? 0.05 : 0};
     cg_stepper st;
-    ck_assert_msg(cg_stepper_init(&st, &tm, 2), "%s", cg_last_error());
+    ck_assert_msg(cg_stepper_init(&st, &tm, 2, mode == 3), "%s", cg_last_error());
+    ck_assert(st.zero == (mode == 3 && cg_dist_size() > 1));
+    ck_assert(cg_optim_is_sharded(st.opt) == st.zero);
     if (cg_dist_size() > 1 && mode) {
         ck_assert((st.reducer != NULL) == overlap);
         if (overlap)
@@ -418,6 +423,226 @@ START_TEST(test_overlap_recompute_equivalence)
 }
 END_TEST
 
+/* The stepper with ZeRO-1 (cg_stepper_init zero_stage 1) on seq2seq: ranks
+ * weighted by their token counts, 2 micro-batches, clipping by the global
+ * norm: equal to the blocking all-reduce within TOL (with 2 ranks: the
+ * same floats but for the clip factor's last bit). */
+START_TEST(test_zero_stepper_equivalence)
+{
+    ck_assert_int_eq((B_GLOBAL / 2) % cg_dist_size(), 0);
+    cg_seq2seq_config c = s2s_config();
+    cg_seq2seq *z, *plain;
+    accum_run(&c, 3, &z);
+    accum_run(&c, 4, &plain);
+    char worst[128] = "";
+    double rel = cg_test_max_rel_diff(CG_MODULE(z), CG_MODULE(plain), worst, sizeof worst);
+    if (cg_dist_rank() == 0)
+        fprintf(stderr, "seq2seq: %d ranks, stepper with ZeRO-1 vs blocking all-reduce after %d "
+                "clipped steps: max rel diff %.3g (%s)\n", cg_dist_size(), STEPS, rel, worst);
+    ck_assert_msg(rel <= TOL, "ZeRO-1 stepper differs by %g (%s)", rel, worst);
+    cg_seq2seq_free(z);
+    cg_seq2seq_free(plain);
+}
+END_TEST
+
+/* ------------------------------------------------------------ ZeRO-1 */
+/* STEPS char-LM steps on rows [r0, r1), gradient norm clipped to CLIP (low
+ * enough that every step clips). zero: gradients reduce-scattered during
+ * backward over tiny buckets (many, so that parameters are cut between
+ * ranks), AdamW on this rank's shard only, parameters all-gathered, the
+ * global norm for clipping; otherwise: all-reduce, then clip and update
+ * everything (dist) or nothing distributed (rank 0 alone). The optimizer
+ * is returned (*opt) for its state; the reducer is freed. */
+#define CLIP 0.05
+static void lm_train_zero(cg_charlm *m, int r0, int r1, bool dist, bool zero, cg_optim **opt,
+                          cg_dist_reducer **red)
+{
+    cg_param_list l = {0};
+    ck_assert(cg_module_params(CG_MODULE(m), &l));
+    cg_tensor **ts = calloc((size_t)l.n, sizeof *ts);
+    cg_optim_param *ps = calloc((size_t)l.n, sizeof *ps);
+    cg_optim_range *own = calloc((size_t)l.n, sizeof *own);
+    for (int i = 0; i < l.n; i++) {
+        ts[i] = l.items[i].tensor;
+        ps[i] = (cg_optim_param){l.items[i].name, ts[i], ts[i]->ndim >= 2 ? 0.01 : 0.0};
+    }
+    cg_dist_reducer *r = NULL;
+    if (zero) {
+        r = cg_dist_reducer_new_zero(l.n, ts, 0.004);
+        ck_assert_msg(r && cg_dist_reducer_shards(r, own), "%s", cg_last_error());
+    }
+    cg_optim_config cfg = cg_adamw_config(3e-3, 0.9, 0.999, 1e-8);
+    cg_optim *o = zero ? cg_optim_new_sharded(&cfg, l.n, ps, own) : cg_optim_new(&cfg, l.n, ps);
+    ck_assert_msg(o != NULL, "%s", cg_last_error());
+    ck_assert(cg_optim_is_sharded(o) == (zero && cg_dist_size() > 1));
+    int64_t x[B_GLOBAL * LM_T], y[B_GLOBAL * LM_T];
+    for (int s = 0; s < STEPS; s++) {
+        lm_batch(s, x, y);
+        cg_optim_zero_grad(o);
+        cg_tensor *logits = cg_charlm_forward(m, x + r0 * LM_T, r1 - r0, LM_T);
+        cg_tensor *loss = cg_charlm_loss(m, logits, y + r0 * LM_T);
+        ck_assert_msg(loss != NULL, "%s", cg_last_error());
+        if (zero)
+            ck_assert_msg(cg_dist_reducer_prepare(r, 1.0), "%s", cg_last_error());
+        ck_assert_msg(cg_backward(loss, NULL, false), "%s", cg_last_error());
+        cg_release_all(2, logits, loss);
+        double norm;
+        if (zero) {
+            ck_assert_msg(cg_dist_reducer_finish(r), "%s", cg_last_error());
+            ck_assert_msg(cg_dist_grads_finite(o), "%s", cg_last_error());
+            norm = cg_dist_clip_grad_norm(o, CLIP);
+        } else {
+            if (dist)
+                ck_assert_msg(cg_dist_average_grads(CG_MODULE(m), 1.0), "%s", cg_last_error());
+            norm = cg_optim_clip_grad_norm(o, CLIP);
+        }
+        ck_assert_msg(norm > CLIP, "step %d: norm %g does not clip", s, norm);
+        ck_assert_msg(cg_optim_step(o), "%s", cg_last_error());
+        if (zero)
+            ck_assert_msg(cg_dist_reducer_gather_params(r), "%s", cg_last_error());
+    }
+    if (red)
+        *red = r;
+    else
+        cg_dist_reducer_free(r);
+    *opt = o;
+    free(ts);
+    free(ps);
+    free(own);
+    cg_param_list_free(&l);
+}
+
+/* Largest |a-b| / max|b| over the exp_avg and exp_avg_sq of two unsharded
+ * optimizers over the same parameters. */
+static double state_rel_diff(cg_optim *a, cg_optim *b)
+{
+    double worst = 0;
+    ck_assert_int_eq(cg_optim_count(a), cg_optim_count(b));
+    for (int i = 0; i < cg_optim_count(a); i++) {
+        ck_assert_int_eq(cg_optim_param_steps(a, i), cg_optim_param_steps(b, i));
+        const char *name = cg_optim_param_name(a, i);
+        size_t ln = strlen(name);
+        if (ln >= 11 && strcmp(name + ln - 11, "k_proj.bias") == 0)
+            continue; /* see cg_test_max_rel_diff */
+        for (int k = 0; k < 2; k++) {
+            cg_tensor *x = cg_optim_state(a, i, k ? "exp_avg_sq" : "exp_avg");
+            cg_tensor *y = cg_optim_state(b, i, k ? "exp_avg_sq" : "exp_avg");
+            ck_assert(x && y && cg_numel(x) == cg_numel(y));
+            double d = 0, ymax = 0;
+            for (int64_t e = 0; e < cg_numel(x); e++) {
+                d = fmax(d, fabs((double)cg_data(x)[e] - cg_data(y)[e]));
+                ymax = fmax(ymax, fabs((double)cg_data(y)[e]));
+            }
+            worst = fmax(worst, d / fmax(ymax, 1e-30));
+        }
+    }
+    return worst;
+}
+
+/* ZeRO-1 against the all-reduce (DDP) run and against one rank alone:
+ * parameters within TOL (with 2 ranks the reduced gradients are the same
+ * floats; the global norm adds the shards' sums of squares in another
+ * order, so the clip factor may differ in its last bit); every rank holds
+ * the same parameters; the ranks' state bytes add up to the unsharded
+ * optimizer's, each holding at most 1/N of it plus one bucket's rounding;
+ * the state gathered on rank 0 equals the DDP optimizer's, and loads back
+ * into every rank's shard from the unsharded file layout. */
+START_TEST(test_zero_equivalence)
+{
+    int rank = cg_dist_rank(), size = cg_dist_size(), per = B_GLOBAL / size;
+    cg_charlm_config c = lm_config();
+    cg_charlm *mz = cg_charlm_new(&c, cg_dist_rank_seed(7)), *md = cg_charlm_new(&c, 7);
+    ck_assert_msg(cg_dist_broadcast_module(CG_MODULE(mz)), "%s", cg_last_error());
+    cg_optim *oz, *od;
+    cg_dist_reducer *red;
+    lm_train_zero(mz, rank * per, (rank + 1) * per, true, true, &oz, &red);
+    lm_train_zero(md, rank * per, (rank + 1) * per, true, false, &od, NULL);
+    assert_same_on_all_ranks(CG_MODULE(mz));
+    char worst[128] = "";
+    double rel = cg_test_max_rel_diff(CG_MODULE(mz), CG_MODULE(md), worst, sizeof worst);
+
+    double bytes[2] = {(double)cg_optim_state_bytes(oz), 0};
+    double mx = bytes[0];
+    ck_assert(cg_dist_allreduce_sum(bytes, 1) && cg_dist_allreduce_max(&mx, 1));
+    int64_t full_bytes = cg_optim_state_bytes(od);
+    ck_assert_msg(bytes[0] == (double)full_bytes, "shards hold %g bytes, unsharded %lld",
+                  bytes[0], (long long)full_bytes);
+    /* at most one float of rounding per bucket and buffer */
+    ck_assert(mx <= (double)full_bytes / size + 8.0 * cg_dist_reducer_buckets(red) + 8);
+
+    /* the state on rank 0, in the unsharded layout, then into a file */
+    cg_charlm *mf = rank == 0 ? cg_charlm_new(&c, 7) : NULL;
+    cg_optim *full = NULL;
+    if (rank == 0) {
+        full = make_adamw(CG_MODULE(mf));
+        ck_assert(!cg_optim_is_sharded(full));
+    }
+    ck_assert_msg(cg_dist_gather_optim(oz, full), "%s", cg_last_error());
+    char path[] = "/tmp/cg_test_zero_XXXXXX";
+    if (rank == 0) {
+        double srel = state_rel_diff(full, od);
+        fprintf(stderr, "charlm: %d ranks, ZeRO-1 vs all-reduce after %d clipped steps: "
+                "parameters max rel diff %.3g (%s), gathered AdamW state %.3g; state bytes per "
+                "rank %.0f of %lld\n", size, STEPS, rel, worst, srel, mx, (long long)full_bytes);
+        ck_assert_msg(srel <= TOL, "gathered state differs by %g", srel);
+        int fd = mkstemp(path);
+        ck_assert(fd >= 0);
+        close(fd);
+        cg_st_writer *w = cg_st_writer_new();
+        ck_assert(cg_optim_save(full, w, "optim") && cg_st_writer_save(w, path));
+        cg_st_writer_free(w);
+    }
+    ck_assert_msg(rel <= TOL, "ZeRO-1 and all-reduce parameters differ by %g (%s)", rel, worst);
+    ck_assert(cg_dist_broadcast_bytes(path, sizeof path));
+    cg_st_file *f = cg_st_open(path);
+    ck_assert_msg(f != NULL, "%s", cg_last_error());
+    /* a fresh shard of this rank loads its part; gathered again it is the same */
+    cg_param_list l = {0};
+    ck_assert(cg_module_params(CG_MODULE(mz), &l));
+    cg_optim_param *ps = calloc((size_t)l.n, sizeof *ps);
+    cg_optim_range *own = calloc((size_t)l.n, sizeof *own);
+    ck_assert(cg_dist_reducer_shards(red, own));
+    for (int i = 0; i < l.n; i++)
+        ps[i] = (cg_optim_param){l.items[i].name, l.items[i].tensor,
+                                 l.items[i].tensor->ndim >= 2 ? 0.01 : 0.0};
+    cg_optim_config cfg = cg_adamw_config(3e-3, 0.9, 0.999, 1e-8);
+    cg_optim *oz2 = cg_optim_new_sharded(&cfg, l.n, ps, own);
+    ck_assert_msg(oz2 && cg_optim_load(oz2, f, "optim"), "%s", cg_last_error());
+    cg_st_close(f);
+    cg_optim *full2 = rank == 0 ? make_adamw(CG_MODULE(mf)) : NULL;
+    ck_assert_msg(cg_dist_gather_optim(oz2, full2), "%s", cg_last_error());
+    if (rank == 0) {
+        ck_assert(state_rel_diff(full2, full) == 0);
+        ck_assert_int_eq(cg_optim_steps(full2), STEPS);
+        unlink(path);
+    }
+
+    if (rank == 0) { /* one rank alone on the whole batches */
+        cg_charlm *ref = cg_charlm_new(&c, 7);
+        cg_optim *oref;
+        lm_train_zero(ref, 0, B_GLOBAL, false, false, &oref, NULL);
+        double r1 = cg_test_max_rel_diff(CG_MODULE(mz), CG_MODULE(ref), worst, sizeof worst);
+        fprintf(stderr, "charlm: %d ranks ZeRO-1 vs 1 rank after %d clipped steps: max rel diff "
+                "%.3g (%s)\n", size, STEPS, r1, worst);
+        ck_assert_msg(r1 <= TOL, "ZeRO-1 and 1-rank parameters differ by %g (%s)", r1, worst);
+        cg_optim_free(oref);
+        cg_charlm_free(ref);
+    }
+    cg_optim_free(full2);
+    cg_optim_free(oz2);
+    free(ps);
+    free(own);
+    cg_param_list_free(&l);
+    cg_optim_free(full);
+    cg_charlm_free(mf);
+    cg_dist_reducer_free(red);
+    cg_optim_free(oz);
+    cg_optim_free(od);
+    cg_charlm_free(mz);
+    cg_charlm_free(md);
+}
+END_TEST
+
 static Suite *dist_suite(void)
 {
     Suite *s = suite_create("dist");
@@ -430,6 +655,8 @@ static Suite *dist_suite(void)
     tcase_add_test(tc, test_seq2seq_equivalence);
     tcase_add_test(tc, test_grad_accum_equivalence);
     tcase_add_test(tc, test_overlap_recompute_equivalence);
+    tcase_add_test(tc, test_zero_equivalence);
+    tcase_add_test(tc, test_zero_stepper_equivalence);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -7,11 +7,15 @@
 #     rank 1;
 #   - the last checkpoint is intact: `--resume` continues from it (in one
 #     process: another rank count) for 5 more steps.
-# Skipped (77) when not root or ip, mpirun or unshare are missing.
-#   test_dist_kill.sh NETNS_HOSTS_SH CHARLM
+# Skipped (77) when not root or ip, mpirun or unshare are missing. Flags
+# after CHARLM go to the training run (e.g. --zero 1: the checkpoint is
+# gathered from the ranks' shards; the resume, in one process, is not ZeRO).
+#   test_dist_kill.sh NETNS_HOSTS_SH CHARLM [TRAIN FLAGS...]
 set -u
 netns=$(realpath "$1")
 charlm=$(realpath "$2")
+shift 2
+extra="$*"
 WATCHDOG=20
 [ "$(id -u)" = 0 ] || { echo "skip: needs root (network namespaces)"; exit 77; }
 for t in ip mpirun unshare flock timeout; do
@@ -31,7 +35,7 @@ cat >run.sh <<EOS
 # in host 0: start the job, wait for its first checkpoint, kill rank 1
 \$CG_NETNS_MPIRUN -np 2 -x CG_DIST_TIMEOUT=$WATCHDOG -x OMP_NUM_THREADS=1 \
   "$charlm" train --data "$dir/tiny.txt" --d 16 --H 2 --layers 1 --d-ff 32 --T 16 \
-  --batch-size 4 --threads 1 --eval-every 20 --seed 3 --steps 1000000 \
+  --batch-size 4 --threads 1 --eval-every 20 --seed 3 --steps 1000000 $extra \
   --out "$dir/k.st" >"$dir/k.json" 2>"$dir/k.log" &
 mp=\$!
 for ((w = 0; w < 600; w++)); do [ -s "$dir/k.st" ] && break; sleep 0.1; done

@@ -149,6 +149,66 @@ START_TEST(test_planted_errors_caught)
 }
 END_TEST
 
+/* A function that fails (NULL + error) at call number `fail_at`, returns an
+ * output of another size at call number `resize_at`, and otherwise x * x. */
+typedef struct {
+    int calls, fail_at, resize_at;
+} flaky;
+
+static cg_tensor *flaky_fn(void *ctx, cg_tensor *const *in)
+{
+    flaky *c = ctx;
+    c->calls++;
+    if (c->calls == c->fail_at) {
+        cg_set_error("boom at call %d", c->calls);
+        return NULL;
+    }
+    cg_tensor *y = cg_mul(in[0], in[0]);
+    if (c->calls == c->resize_at) {
+        cg_tensor *s = cg_sum_all(y);
+        cg_release(y);
+        return s;
+    }
+    return y;
+}
+
+/* Each failure of the checked function gives its own message, and the
+ * callers' gradients are given back. */
+START_TEST(test_failure_messages)
+{
+    static const struct {
+        int fail_at, resize_at;
+        bool grad;
+        const char *message;
+    } cases[] = {
+        {1, 0, true, "gradcheck: the function failed: boom at call 1"},
+        {0, 0, false, "gradcheck: analytic backward failed: output does not require grad"},
+        {2, 0, true, "gradcheck: the function failed"},
+        {3, 0, true, "gradcheck: the function failed while perturbing input 0: boom at call 3"},
+        {0, 3, true, "gradcheck: the function failed while perturbing input 0: gradcheck: the "
+                     "function's output size changed between calls"},
+        {0, 0, true, "gradcheck passed: 3 elements;"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int64_t shape[1] = {3};
+        cg_tensor *x = cg_requires_grad(cg_from_data(1, shape, (const float[]){0.5f, -1, 2}),
+                                        cases[i].grad);
+        cg_tensor *mark = cg_ones(1, shape);
+        x->grad = mark;
+        flaky c = {0, cases[i].fail_at, cases[i].resize_at};
+        cg_clear_error(); /* else case 1 reports case 0's message: gradcheck shows any recorded one */
+        cg_gradcheck_report rep;
+        bool ok = cg_gradcheck(flaky_fn, &c, 1, &x, NULL, &rep);
+        ck_assert_msg(ok == (cases[i].fail_at == 0 && cases[i].resize_at == 0 && cases[i].grad),
+                      "case %zu: %s", i, rep.message);
+        ck_assert_msg(strncmp(rep.message, cases[i].message, strlen(cases[i].message)) == 0,
+                      "case %zu: %s", i, rep.message);
+        ck_assert_ptr_eq(x->grad, mark);
+        cg_release(x);
+    }
+}
+END_TEST
+
 static Suite *gc_suite(void)
 {
     Suite *s = suite_create("gradcheck");
@@ -156,6 +216,9 @@ static Suite *gc_suite(void)
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_planted_errors_caught);
     suite_add_tcase(s, tc);
+    TCase *tf = tcase_create("failures");
+    tcase_add_test(tf, test_failure_messages);
+    suite_add_tcase(s, tf);
     return s;
 }
 

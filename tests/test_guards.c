@@ -462,6 +462,61 @@ START_TEST(test_json_values)
 }
 END_TEST
 
+/* The one JSON line writer (cJSON objects, printed as {"a": 1, "b": "x"}):
+ * numbers keep their format, non-finite ones are null, names keep their
+ * bytes, and a model config is read back as it was written. */
+START_TEST(test_json_line_writer)
+{
+    cJSON *o = cJSON_CreateObject();
+    ck_assert(cg_json_put_int(o, "step", 9007199254740993LL));
+    ck_assert(cg_json_put_num(o, "loss", "%.4f", 2.5));
+    ck_assert(cg_json_put_num(o, "val", "%.1f", NAN));
+    ck_assert(cg_json_put_bool(o, "done", true));
+    ck_assert(cg_json_put_str(o, "path", "d\"ir/x.st"));
+    char *line = cg_json_line(o);
+    ck_assert_str_eq(line, "{\"step\": 9007199254740993, \"loss\": 2.5000, \"val\": null, "
+                           "\"done\": true, \"path\": \"d\\\"ir/x.st\"}");
+    cJSON *back = cJSON_Parse(line);
+    ck_assert_msg(back && cJSON_IsNull(cJSON_GetObjectItem(back, "val")), "%s", line);
+    cJSON_Delete(back);
+    free(line);
+    /* a name's byte that is not UTF-8: Python's surrogateescape */
+    cJSON_DeleteItemFromObject(o, "path");
+    ck_assert(cg_json_put_str(o, "path", "\xff.st"));
+    line = cg_json_line(o);
+    ck_assert_msg(strstr(line, "\"path\": \"\\udcff.st\"}"), "%s", line);
+    free(line);
+    cJSON_Delete(o);
+    line = cg_json_line(NULL);
+    ck_assert_str_eq(line, "{}");
+    free(line);
+    /* a config table: written in order, read back */
+    struct {
+        int64_t d;
+        bool nf;
+        float drop;
+        cg_norm_kind norm;
+        cg_act act;
+    } c = {64, false, 0.1f, CG_NORM_RMSNORM, CG_ACT_RELU}, back2 = {1, true, 0, CG_NORM_LAYERNORM,
+                                                                     CG_ACT_GELU};
+    const cg_config_field f[] = {{"d", CG_CF_I64, offsetof(__typeof__(c), d)},
+                                 {"norm", CG_CF_NORM, offsetof(__typeof__(c), norm)},
+                                 {"act", CG_CF_ACT, offsetof(__typeof__(c), act)},
+                                 {"norm_first", CG_CF_BOOL, offsetof(__typeof__(c), nf)},
+                                 {"dropout", CG_CF_F32, offsetof(__typeof__(c), drop)}};
+    char *cfg = cg_config_write("m", f, 5, &c);
+    ck_assert_str_eq(cfg, "{\"model\": \"m\", \"d\": 64, \"norm\": \"rmsnorm\", \"act\": "
+                          "\"relu\", \"norm_first\": false, \"dropout\": 0.100000001}");
+    ck_assert(cg_config_read(cfg, "m config", f, 5, &back2));
+    ck_assert(back2.d == 64 && !back2.nf && back2.drop == 0.1f && back2.norm == CG_NORM_RMSNORM &&
+              back2.act == CG_ACT_RELU);
+    free(cfg);
+    ck_assert(!cg_config_read("{\"d\": 1.5}", "m config", f, 5, &back2));
+    ck_assert_msg(strstr(cg_last_error(), "m config: \"d\" must be an integer"), "%s",
+                  cg_last_error());
+}
+END_TEST
+
 /* --threads is bounded by the CPUs this process may use. */
 START_TEST(test_threads)
 {
@@ -566,6 +621,7 @@ static Suite *guards_suite(void)
     tcase_add_test(t, test_history_long);
     tcase_add_test(t, test_tiny_temperature);
     tcase_add_test(t, test_json_values);
+    tcase_add_test(t, test_json_line_writer);
     tcase_add_test(t, test_threads);
     tcase_add_test(t, test_prefix_error);
     tcase_add_test(t, test_utf8_codec);

@@ -473,7 +473,7 @@ START_TEST(test_registry_lookup_and_errors)
 
     /* a hand-built module with a tied parameter, listed once */
     cg_module *top = cg_module_new("Tied");
-    cg_embed *e = (cg_embed *)cg_module_add_child(top, "emb", CG_MODULE(cg_embed_new(5, 3, NULL)));
+    cg_embed *e = cg_module_add_child(top, "emb", cg_embed_new(5, 3, NULL));
     assert_ok(e);
     cg_tensor *extra = cg_zeros(CG_SHAPE(2));
     assert_ok(cg_module_add_param(top, "scale", extra));
@@ -531,11 +531,11 @@ START_TEST(test_shared_modules)
     cg_rng rng = cg_rng_new(3);
     cg_module *top = cg_module_new("Top");
     cg_linear *blk = cg_linear_new(3, 3, true, &rng);
-    assert_ok(cg_module_add_child(top, "a", CG_MODULE(blk)));
-    assert_ok(cg_module_add_child(top, "b", CG_MODULE(blk))); /* same block, two names */
+    assert_ok(cg_module_add_child(top, "a", blk));
+    assert_ok(cg_module_add_child(top, "b", blk)); /* same block, two names */
     cg_module *other = cg_module_add_child(top, "other", cg_module_new("Other"));
     assert_ok(other);
-    assert_ok(cg_module_add_child(other, "c", CG_MODULE(blk))); /* and under another parent */
+    assert_ok(cg_module_add_child(other, "c", blk)); /* and under another parent */
     ck_assert_int_eq(CG_MODULE(blk)->n_owners, 3);
     cg_param_list l = {0};
     ck_assert(cg_module_params(top, &l));
@@ -547,8 +547,8 @@ START_TEST(test_shared_modules)
     ck_assert_ptr_eq(cg_module_get_param(top, "b.weight"), blk->weight);
     ck_assert_ptr_eq(cg_module_get_param(top, "other.c.bias"), blk->bias);
     /* the same module again under a used name: refused, nothing freed */
-    CG_ASSERT_FAILS(cg_module_add_child(top, "a", CG_MODULE(blk)), "already a child");
-    CG_ASSERT_FAILS(cg_module_add_child(top, "b", CG_MODULE(blk)), "already a child");
+    CG_ASSERT_FAILS(cg_module_add_child(top, "a", blk), "already a child");
+    CG_ASSERT_FAILS(cg_module_add_child(top, "b", blk), "already a child");
     ck_assert_int_eq(CG_MODULE(blk)->n_owners, 3);
     /* cycles: refused, nothing freed */
     CG_ASSERT_FAILS(cg_module_add_child(other, "up", top), "cycle");
@@ -588,8 +588,8 @@ START_TEST(test_shared_modules)
     /* a shared child outlives the first parent freed */
     cg_module *p1 = cg_module_new("P1"), *p2 = cg_module_new("P2");
     cg_linear *s = cg_linear_new(2, 2, false, &rng);
-    assert_ok(cg_module_add_child(p1, "s", CG_MODULE(s)));
-    assert_ok(cg_module_add_child(p2, "s", CG_MODULE(s)));
+    assert_ok(cg_module_add_child(p1, "s", s));
+    assert_ok(cg_module_add_child(p2, "s", s));
     cg_module_free(p1);
     ck_assert_int_eq(cg_module_num_params(p2), 4);
     cg_module_free(p2);
@@ -785,6 +785,130 @@ START_TEST(test_save_load)
     unlink(tmp_path("prefixed.safetensors"));
     rmdir(tmpdir);
     tmpdir[0] = '\0';
+}
+END_TEST
+
+/* Strict loading (issue 22): a file that lacks a parameter of the module, or
+ * holds a tensor the module does not have, is refused with one message
+ * listing both kinds, and the module is left as it was; non-strict (PyTorch's
+ * strict=False) loads what matches and reports the rest. */
+static cg_module *two_linears(const char *n1, const char *n2, int64_t out2, uint64_t seed)
+{
+    cg_rng r = cg_rng_new(seed);
+    cg_module *m = cg_module_new("Pair");
+    ck_assert(cg_module_add_child(m, n1, cg_linear_new(3, 2, true, &r)));
+    ck_assert(cg_module_add_child(m, n2, cg_linear_new(2, out2, true, &r)));
+    return m;
+}
+
+static void assert_untouched(cg_module *m, const char *name, float v0)
+{
+    ck_assert_float_eq(cg_data(cg_module_get_param(m, name))[0], v0);
+}
+
+START_TEST(test_load_strict)
+{
+    cg_module *src = two_linears("a", "b", 2, 1);
+    const char *path = tmp_path("strict.safetensors");
+    ck_assert(cg_module_save(src, path, 0, NULL));
+    cg_st_file *f = cg_st_open(path);
+    assert_ok(f);
+    float want = cg_data(cg_module_get_param(src, "a.weight"))[0];
+
+    /* unexpected keys: the module lacks "b" */
+    cg_rng r = cg_rng_new(9);
+    cg_module *fewer = cg_module_new("One");
+    ck_assert(cg_module_add_child(fewer, "a", cg_linear_new(3, 2, true, &r)));
+    float v0 = cg_data(cg_module_get_param(fewer, "a.weight"))[0];
+    CG_ASSERT_FAILS(cg_module_load(fewer, f, NULL),
+                    "2 unexpected tensors in the file: 'b.weight', 'b.bias'");
+    ck_assert(!strstr(cg_last_error(), "missing"));
+    assert_untouched(fewer, "a.weight", v0);
+
+    /* missing keys: the module has "c" too */
+    cg_module *more = two_linears("a", "b", 2, 2);
+    ck_assert(cg_module_add_child(more, "c", cg_linear_new(2, 2, true, &r)));
+    v0 = cg_data(cg_module_get_param(more, "a.weight"))[0];
+    CG_ASSERT_FAILS(cg_module_load(more, f, NULL),
+                    "2 parameters missing from the file: 'c.weight', 'c.bias'");
+    ck_assert(!strstr(cg_last_error(), "unexpected"));
+    assert_untouched(more, "a.weight", v0);
+
+    /* both, in one message */
+    cg_module *both = two_linears("a", "c", 2, 3);
+    v0 = cg_data(cg_module_get_param(both, "a.weight"))[0];
+    float c0 = cg_data(cg_module_get_param(both, "c.weight"))[0];
+    CG_ASSERT_FAILS(cg_module_load(both, f, NULL),
+                    "missing from the file: 'c.weight', 'c.bias'; "
+                    "2 unexpected tensors in the file: 'b.weight', 'b.bias'");
+    assert_untouched(both, "a.weight", v0);
+
+    /* non-strict: loads what matches, returns the lists */
+    cg_load_keys keys = {0};
+    cg_load_options o = {.non_strict = true, .keys = &keys};
+    ck_assert_msg(cg_module_load_ex(both, f, &o), "%s", cg_last_error());
+    assert_untouched(both, "a.weight", want);
+    assert_untouched(both, "c.weight", c0);
+    ck_assert_int_eq(keys.n_missing, 2);
+    ck_assert_str_eq(keys.missing[0], "c.weight");
+    ck_assert_str_eq(keys.missing[1], "c.bias");
+    ck_assert_int_eq(keys.n_unexpected, 2);
+    ck_assert_str_eq(keys.unexpected[0], "b.weight");
+    ck_assert_str_eq(keys.unexpected[1], "b.bias");
+    cg_load_keys_free(&keys);
+    ck_assert_ptr_null(keys.missing);
+    /* a strict success reports empty lists */
+    cg_module *same = two_linears("a", "b", 2, 4);
+    o = (cg_load_options){.keys = &keys};
+    ck_assert(cg_module_load_ex(same, f, &o));
+    ck_assert_int_eq(keys.n_missing + keys.n_unexpected, 0);
+    cg_load_keys_free(&keys);
+
+    /* a shape mismatch fails, strict or not, and copies nothing */
+    cg_module *wide = two_linears("a", "b", 5, 5);
+    v0 = cg_data(cg_module_get_param(wide, "a.weight"))[0];
+    o = (cg_load_options){.non_strict = true};
+    CG_ASSERT_FAILS(cg_module_load_ex(wide, f, &o),
+                    "'b.weight' has shape [2, 2] in the file but the model expects [5, 2]");
+    assert_untouched(wide, "a.weight", v0);
+    cg_st_close(f);
+
+    /* extra tensors a caller expects (a checkpoint's optimizer state, a
+     * tokenizer) are named, not accepted blindly; long lists are cut */
+    cg_st_writer *w = cg_st_writer_new();
+    ck_assert(cg_module_write(src, w, NULL));
+    ck_assert(cg_st_add_u8(w, "tokenizer.spm", 3, "abc"));
+    for (int i = 0; i < 20; i++) {
+        char nm[32];
+        snprintf(nm, sizeof nm, "optim.t%d", i);
+        ck_assert(cg_st_add_f32(w, nm, cg_module_get_param(src, "b.bias")));
+    }
+    ck_assert(cg_st_writer_save(w, path));
+    cg_st_writer_free(w);
+    f = cg_st_open(path);
+    assert_ok(f);
+    CG_ASSERT_FAILS(cg_module_load(same, f, NULL),
+                    "21 unexpected tensors in the file: "
+                    "'tokenizer.spm', 'optim.t0', 'optim.t1', 'optim.t2', 'optim.t3', 'optim.t4', "
+                    "'optim.t5', 'optim.t6' ... and 13 more");
+    const char *const ign[] = {"optim.*", "tokenizer.spm"};
+    o = (cg_load_options){.n_ignore = 2, .ignore = ign, .keys = &keys};
+    ck_assert_msg(cg_module_load_ex(same, f, &o), "%s", cg_last_error());
+    ck_assert_int_eq(keys.n_missing + keys.n_unexpected, 0);
+    cg_load_keys_free(&keys);
+    const char *const ign1[] = {"optim.*"};
+    o = (cg_load_options){.n_ignore = 1, .ignore = ign1};
+    CG_ASSERT_FAILS(cg_module_load_ex(same, f, &o),
+                    "1 unexpected tensor in the file: 'tokenizer.spm'");
+    cg_st_close(f);
+
+    cg_module_free(src);
+    cg_module_free(fewer);
+    cg_module_free(more);
+    cg_module_free(both);
+    cg_module_free(same);
+    cg_module_free(wide);
+    unlink(path);
 }
 END_TEST
 
@@ -1634,6 +1758,7 @@ static Suite *nn_suite(void)
     tcase_add_test(reg, test_zero_grad_and_train_mode);
     tcase_add_test(reg, test_init);
     tcase_add_test(reg, test_save_load);
+    tcase_add_test(reg, test_load_strict);
     suite_add_tcase(s, reg);
 
     TCase *fw = tcase_create("forward");

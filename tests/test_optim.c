@@ -856,9 +856,9 @@ START_TEST(from_module)
     cg_rng r = cg_rng_new(4);
     cg_module *root = cg_module_new("Net");
     cg_linear *a = cg_linear_new(3, 4, true, &r);
-    cg_module_add_child(root, "a", CG_MODULE(a));
-    cg_module_add_child(root, "b", CG_MODULE(a)); /* shared: its parameters once */
-    cg_module_add_child(root, "ln", CG_MODULE(cg_layernorm_new(4)));
+    cg_module_add_child(root, "a", a);
+    cg_module_add_child(root, "b", a); /* shared: its parameters once */
+    cg_module_add_child(root, "ln", cg_layernorm_new(4));
     cg_optim *o = cg_adamw_from_module(root, 1e-3);
     ck_assert_ptr_nonnull(o);
     ck_assert_int_eq(cg_optim_count(o), 4);
@@ -886,6 +886,213 @@ START_TEST(from_module)
     CG_ASSERT_FAILS(cg_optim_from_module(&c, root, 0.0, CG_DECAY_ALL), "learning rate -1");
     ck_assert_ptr_null(cg_adamw_from_module(NULL, 1e-3));
     cg_module_free(root);
+}
+END_TEST
+
+/* ------------------------------------------------------ sharded (ZeRO-1) */
+#define NSHARD 3
+
+/* Shard k's range of parameter j: thirds, except that shard 1 owns nothing
+ * of "b" (shard 0 takes its first half, shard 2 the rest). */
+static cg_optim_range shard_of(int k, int j)
+{
+    int64_t n = cg_numel_shape((int)OPT_SHAPES[j][0], &OPT_SHAPES[j][1]);
+    if (j == 1)
+        return k == 0 ? (cg_optim_range){0, n / 2}
+               : k == 1 ? (cg_optim_range){n / 2, n / 2} : (cg_optim_range){n / 2, n};
+    return (cg_optim_range){n * k / NSHARD, n * (k + 1) / NSHARD};
+}
+
+static cg_optim *make_shard(const cg_optim_config *cfg, cg_tensor *ps[OPT_NPARAMS], int k)
+{
+    cg_optim_param spec[OPT_NPARAMS];
+    cg_optim_range own[OPT_NPARAMS];
+    for (int j = 0; j < OPT_NPARAMS; j++) {
+        spec[j] = (cg_optim_param){OPT_NAMES[j], ps[j], OPT_WD[j]};
+        own[j] = shard_of(k, j);
+    }
+    cg_optim *o = cg_optim_new_sharded(cfg, OPT_NPARAMS, spec, own);
+    ck_assert_msg(o != NULL, "%s", cg_last_error());
+    ck_assert(cg_optim_is_sharded(o));
+    return o;
+}
+
+/* Every shard's own elements into every replica (what an all-gather does). */
+static void share_owned(cg_tensor *s[NSHARD][OPT_NPARAMS])
+{
+    for (int j = 0; j < OPT_NPARAMS; j++)
+        for (int k = 0; k < NSHARD; k++) {
+            cg_optim_range r = shard_of(k, j);
+            for (int m = 0; m < NSHARD; m++)
+                if (m != k)
+                    memcpy(cg_data(s[m][j]) + r.lo, cg_data(s[k][j]) + r.lo,
+                           (size_t)(r.hi - r.lo) * sizeof(float));
+        }
+}
+
+static void assert_same_state(cg_optim *a, cg_optim *b, cg_optim_config cfg)
+{
+    ck_assert_int_eq(cg_optim_steps(a), cg_optim_steps(b));
+    for (int j = 0; j < OPT_NPARAMS; j++) {
+        ck_assert_int_eq(cg_optim_param_steps(a, j), cg_optim_param_steps(b, j));
+        for (int s = 0; s < 2; s++) {
+            if (s == 1 && cfg.type == CG_OPTIM_SGD)
+                continue;
+            const char *what = s == 0 ? (cfg.type == CG_OPTIM_SGD ? "momentum_buffer" : "exp_avg")
+                                      : "exp_avg_sq";
+            float x[12], y[12];
+            cg_tensor *ta = cg_optim_state(a, j, what), *tb = cg_optim_state(b, j, what);
+            ck_assert_int_eq(cg_numel(ta), cg_numel(tb));
+            ck_assert(cg_copy_to(ta, x) && cg_copy_to(tb, y));
+            ck_assert(memcmp(x, y, (size_t)cg_numel(ta) * sizeof(float)) == 0);
+        }
+    }
+}
+
+/* NSHARD sharded optimizers, each on its own replica of the parameters,
+ * with their owned elements shared after every step, equal one unsharded
+ * optimizer bit for bit (parameters, then the state gathered with
+ * cg_optim_copy_state); the state splits back and loads from the
+ * unsharded file layout. */
+static void sharded_case(cg_optim_config cfg, const double *lrs)
+{
+    cg_tensor *a[OPT_NPARAMS], *s[NSHARD][OPT_NPARAMS];
+    make_params(a);
+    cg_optim *oa = make_optim(&cfg, a), *os[NSHARD];
+    int64_t bytes = 0;
+    for (int k = 0; k < NSHARD; k++) {
+        make_params(s[k]);
+        os[k] = make_shard(&cfg, s[k], k);
+        bytes += cg_optim_state_bytes(os[k]);
+    }
+    ck_assert_int_eq(bytes, cg_optim_state_bytes(oa));
+    ck_assert_int_eq(cg_optim_state_bytes(oa), (cfg.type == CG_OPTIM_SGD ? 1 : 2) * OPT_N * 4);
+    float va[OPT_N], vs[OPT_N];
+    for (int step = 0; step < OPT_NSTEPS; step++) {
+        do_step(oa, a, step, lrs[step]);
+        for (int k = 0; k < NSHARD; k++)
+            do_step(os[k], s[k], step, lrs[step]);
+        share_owned(s);
+        gather(a, va);
+        for (int k = 0; k < NSHARD; k++) {
+            gather(s[k], vs);
+            ck_assert_msg(memcmp(va, vs, sizeof va) == 0, "step %d, shard %d differs", step, k);
+        }
+    }
+    cg_tensor *f[OPT_NPARAMS];
+    make_params(f);
+    cg_optim *full = make_optim(&cfg, f);
+    for (int k = 0; k < NSHARD; k++)
+        ck_assert_msg(cg_optim_copy_state(full, os[k]), "%s", cg_last_error());
+    assert_same_state(full, oa, cfg);
+
+    /* a sharded optimizer does not save; the gathered one does, and a shard
+     * loads its part of that file (and splits from an unsharded one) */
+    cg_st_writer *w = cg_st_writer_new();
+    CG_ASSERT_FAILS(cg_optim_save(os[0], w, "opt") ? (void *)1 : NULL, "shard");
+    ck_assert(cg_optim_save(full, w, "opt"));
+    ck_assert(cg_st_writer_save(w, in_dir("full.st")));
+    cg_st_writer_free(w);
+    cg_st_file *file = cg_st_open(in_dir("full.st"));
+    ck_assert_ptr_nonnull(file);
+    for (int k = 0; k < NSHARD; k++) {
+        cg_tensor *q[OPT_NPARAMS];
+        make_params(q);
+        cg_optim *loaded = make_shard(&cfg, q, k), *split = make_shard(&cfg, q, k);
+        ck_assert_msg(cg_optim_load(loaded, file, "opt"), "%s", cg_last_error());
+        ck_assert(cg_optim_copy_state(split, oa));
+        assert_same_state(loaded, split, cfg);
+        assert_same_state(loaded, os[k], cfg);
+        cg_optim_free(loaded);
+        cg_optim_free(split);
+        release_params(q);
+    }
+    cg_st_close(file);
+    cg_optim_free(full);
+    release_params(f);
+    for (int k = 0; k < NSHARD; k++) {
+        cg_optim_free(os[k]);
+        release_params(s[k]);
+    }
+    cg_optim_free(oa);
+    release_params(a);
+}
+
+START_TEST(sharded_adamw)
+{
+    sharded_case(cg_adamw_config(1e-2, 0.9, 0.99, 1e-8), OPT_LR_ADAMW);
+}
+END_TEST
+
+START_TEST(sharded_adam_sgd)
+{
+    sharded_case(cg_adam_config(1e-2, 0.9, 0.98, 1e-9), OPT_LR_ADAM);
+    sharded_case(cg_sgd_config(0.1, 0.9, true), OPT_LR_SGD);
+}
+END_TEST
+
+/* The shards' sums of squares add up to the global one; clipping each
+ * shard by the global norm gives its elements the unsharded clip's values;
+ * the NaN check sees the owned elements only; bad ranges are refused; whole
+ * ranges make a plain optimizer. */
+START_TEST(sharded_clip_and_checks)
+{
+    cg_optim_config cfg = cg_adamw_default(1e-3);
+    cg_tensor *a[OPT_NPARAMS], *s[NSHARD][OPT_NPARAMS];
+    make_params(a);
+    cg_optim *oa = make_optim(&cfg, a), *os[NSHARD];
+    for (int j = 0; j < OPT_NPARAMS; j++)
+        set_grad(a[j], OPT_G[0] + offset_of(j));
+    double sq = 0;
+    for (int k = 0; k < NSHARD; k++) {
+        make_params(s[k]);
+        os[k] = make_shard(&cfg, s[k], k);
+        for (int j = 0; j < OPT_NPARAMS; j++)
+            set_grad(s[k][j], OPT_G[0] + offset_of(j));
+        sq += cg_optim_grad_sqsum(os[k]);
+    }
+    double ss = cg_optim_grad_sqsum(oa), total = sqrt(ss);
+    ck_assert(fabs(sq - ss) <= 1e-12 * ss && ss > 0);
+    ck_assert(cg_optim_clip_grad_norm(oa, 0.5 * total) == total);
+    for (int k = 0; k < NSHARD; k++) {
+        ck_assert(cg_optim_clip_grads_by(os[k], total, 0.5 * total));
+        for (int j = 0; j < OPT_NPARAMS; j++) {
+            cg_optim_range r = shard_of(k, j);
+            for (int64_t e = r.lo; e < r.hi; e++)
+                ck_assert(cg_data(s[k][j]->grad)[e] == cg_data(a[j]->grad)[e]);
+        }
+    }
+    ck_assert(!cg_optim_clip_grads_by(os[0], total, -1));
+
+    /* element 5 of "w" is shard 1's */
+    cg_data(s[0][0]->grad)[5] = NAN;
+    ck_assert(cg_optim_grads_finite(os[0], NULL));
+    cg_data(s[1][0]->grad)[5] = INFINITY;
+    int bad = 0;
+    ck_assert(!cg_optim_grads_finite(os[1], &bad));
+    ck_assert_int_eq(bad, 0);
+    assert_error_has("'w' has inf at element 5");
+
+    cg_optim_param spec = {"w", a[0], 0};
+    CG_ASSERT_FAILS(cg_optim_new_sharded(&cfg, 1, &spec, &(cg_optim_range){3, 13}),
+                    "[3, 13) is not inside it");
+    CG_ASSERT_FAILS(cg_optim_new_sharded(&cfg, 1, &spec, &(cg_optim_range){4, 3}), "not inside");
+    cg_optim *whole = cg_optim_new_sharded(&cfg, 1, &spec, &(cg_optim_range){0, 12});
+    ck_assert(whole && !cg_optim_is_sharded(whole));
+    ck_assert_int_eq(cg_optim_state(whole, 0, "exp_avg")->ndim, 2);
+    int64_t lo, hi;
+    ck_assert(cg_optim_shard_range(os[2], 0, &lo, &hi) && lo == 8 && hi == 12);
+    ck_assert(!cg_optim_shard_range(os[2], 9, &lo, &hi));
+    ck_assert_int_eq(cg_optim_state(os[2], 0, "exp_avg")->ndim, 1);
+    /* copy_state needs the same parameters */
+    CG_ASSERT_FAILS(cg_optim_copy_state(whole, oa) ? (void *)1 : NULL, "parameters");
+    cg_optim_free(whole);
+    for (int k = 0; k < NSHARD; k++) {
+        cg_optim_free(os[k]);
+        release_params(s[k]);
+    }
+    cg_optim_free(oa);
+    release_params(a);
 }
 END_TEST
 
@@ -927,6 +1134,9 @@ static Suite *optim_suite(void)
     tcase_add_test(tc, load_errors);
     tcase_add_test(tc, load_damaged_values);
     tcase_add_test(tc, state_sgd_plain);
+    tcase_add_test(tc, sharded_adamw);
+    tcase_add_test(tc, sharded_adam_sgd);
+    tcase_add_test(tc, sharded_clip_and_checks);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("errors");

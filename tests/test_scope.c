@@ -129,11 +129,9 @@ START_TEST(test_scope_training_flat)
         label[i] = xy[2 * i] * xy[2 * i + 1] > 0; /* XOR of the signs */
     }
     cg_module *root = cg_module_new("MLP");
-    cg_linear *fc1 = (cg_linear *)cg_module_add_child(root, "fc1",
-                                                      CG_MODULE(cg_linear_new(2, 16, true, &rng)));
-    cg_norm *ln = (cg_norm *)cg_module_add_child(root, "ln", CG_MODULE(cg_layernorm_new(16)));
-    cg_linear *fc2 = (cg_linear *)cg_module_add_child(root, "fc2",
-                                                      CG_MODULE(cg_linear_new(16, 2, true, &rng)));
+    cg_linear *fc1 = cg_module_add_child(root, "fc1", cg_linear_new(2, 16, true, &rng));
+    cg_norm *ln = cg_module_add_child(root, "ln", cg_layernorm_new(16));
+    cg_linear *fc2 = cg_module_add_child(root, "fc2", cg_linear_new(16, 2, true, &rng));
     cg_param_list pl = {0};
     ck_assert(cg_module_params(root, &pl));
     cg_optim_param *op = calloc((size_t)pl.n, sizeof *op);

@@ -1154,7 +1154,7 @@ START_TEST(test_grad_accum_per_token)
                                .lr = accum_lr};
         static cg_trainer_model keep[2];
         keep[i] = tm;
-        ck_assert_msg(cg_stepper_init(&st[i], &keep[i], i == 0 ? 4 : 1), "%s", cg_last_error());
+        ck_assert_msg(cg_stepper_init(&st[i], &keep[i], i == 0 ? 4 : 1, 0), "%s", cg_last_error());
     }
     for (int64_t s = 1; s <= 20; s++) {
         double l[2], tok[2];

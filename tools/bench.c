@@ -3,7 +3,7 @@
  *
  *   build/tools/bench --model charlm|seq2seq --preset tiny|base --threads N
  *                      --steps S --warmup W [--seed K] [--T len] [--batch-size B]
- *                      [--precision fp32|bf16] [--recompute]
+ *                      [--precision fp32|bf16] [--recompute] [--zero 0|1]
  *
  * A step is zero_grad + forward + loss + backward + AdamW step (lr 1e-3,
  * betas 0.9/0.98, eps 1e-9, weight decay 0.01, as the peer; no clipping),
@@ -16,7 +16,10 @@
  *   gemm_gflops, cpu_ms_median (process CPU time per step: a load-robust
  *   measure on a shared machine), final_loss (thread counts must agree), and
  *   rss_mb_step10 / rss_mb_last: the resident set after the 10th step and
- *   after the last (flat memory: the two agree).
+ *   after the last (flat memory: the two agree). Under mpirun: ranks,
+ *   overlap, comm_exposed_ms_median, and with --zero 1 (ZeRO-1, the
+ *   trainers' flag) zero, optim_state_mb (the optimizer state this rank
+ *   holds, largest over ranks) and peak_rss_mb_max_rank.
  *
  * MFU = model FLOPs per second / the sgemm rate measured at start-up
  * (1024^3, same thread count, best of 5). Model FLOPs per step follow the
@@ -73,6 +76,7 @@ static int usage(const char *msg)
             "usage: bench [--model charlm|seq2seq] [--preset tiny|base] [--threads N>=1]\n"
             "             [--steps S>=1] [--warmup W>=0] [--seed K] [--T len] [--d width]\n"
             "             [--batch-size B] [--precision fp32|bf16] [--recompute]\n"
+            "             [--zero 0|1]\n"
             "Times S training steps (zero grad, forward, loss, backward, AdamW) after W\n"
             "untimed ones on random data; prints one JSON line (see torch_peer.py).\n");
     return 0;
@@ -195,6 +199,7 @@ static int run(int argc, char **argv)
 {
     const char *model_name = "charlm", *preset_name = "tiny";
     long threads = 0, steps = 20, warmup = 5, seed = 0, Tover = 0, d_over = 0, b_over = 0;
+    long zero = 0;
     cg_precision precision = CG_PRECISION_FP32;
     bool recompute = false;
     /* Under mpirun: every rank takes the same steps on its own B rows (data
@@ -255,6 +260,9 @@ static int run(int argc, char **argv)
         } else if (!strcmp(a, "--d")) {
             if (!parse_long(v, 1, 65536, &d_over))
                 return bad_value("--d", v, "integer in [1, 65536]");
+        } else if (!strcmp(a, "--zero")) {
+            if (!parse_long(v, 0, 1, &zero))
+                return bad_value("--zero", v, "integer in [0, 1]");
         } else {
             snprintf(msg, sizeof msg, "unknown option '%s'", a);
             return usage(msg);
@@ -313,7 +321,7 @@ static int run(int argc, char **argv)
                            .weight_decay_2d = 0.01, .weight_decay_1d = 0.01, .self = &bm,
                            .batch = bm_batch, .loss = bm_loss, .lr = bm_lr};
     cg_stepper st;
-    if (!cg_stepper_init(&st, &tm, 1)) {
+    if (!cg_stepper_init(&st, &tm, 1, (int)zero)) {
         fprintf(stderr, "bench: %s\n", cg_last_error());
         return 1;
     }
@@ -403,6 +411,12 @@ static int run(int argc, char **argv)
     double cmed = steps % 2 ? cpu[steps / 2] : 0.5 * (cpu[steps / 2 - 1] + cpu[steps / 2]);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
+    /* the largest over ranks (collective: every rank reaches it) */
+    double worst[2] = {(double)ru.ru_maxrss / 1024.0, (double)cg_optim_state_bytes(st.opt) / 1e6};
+    if (!cg_dist_allreduce_max(worst, 2)) {
+        fprintf(stderr, "bench: %s\n", cg_last_error());
+        return 1;
+    }
     double mfu = flops_step / med / (peak_gflops * 1e9);
     const cg_gemm_path gemm_path = precision == CG_PRECISION_FP32 ? cg_gemm_active_path()
                                    : cg_bf16_native()             ? CG_GEMM_BF16
@@ -413,7 +427,8 @@ static int run(int argc, char **argv)
            "\"gemm_gflops\": %s, \"gemm_path\": %s, \"T\": %lld, \"B\": %lld, \"d\": %lld, "
            "\"cpu_ms_median\": %s, \"final_loss\": %s, \"rss_mb_step10\": %s, "
            "\"rss_mb_last\": %s, \"recompute\": %s, \"ranks\": %d, \"overlap\": %s, "
-           "\"comm_exposed_ms_median\": %s}\n",
+           "\"comm_exposed_ms_median\": %s, \"zero\": %ld, \"optim_state_mb\": %s, "
+           "\"peak_rss_mb_max_rank\": %s}\n",
            CG_JSON_STR(model_name), CG_JSON_STR(preset_name),
            CG_JSON_STR(cg_precision_name(precision)), threads, (long long)tokens,
            CG_JSON_NUM("%.3f", med * 1e3),
@@ -424,7 +439,8 @@ static int run(int argc, char **argv)
            (long long)p.d, CG_JSON_NUM("%.3f", cmed * 1e3), CG_JSON_NUM("%.9g", (double)last_loss),
            CG_JSON_NUM("%.1f", rss10), CG_JSON_NUM("%.1f", rss_last),
            recompute ? "true" : "false", cg_dist_size(), st.reducer ? "true" : "false",
-           CG_JSON_NUM("%.3f", emed * 1e3));
+           CG_JSON_NUM("%.3f", emed * 1e3), zero, CG_JSON_NUM("%.2f", worst[1]),
+           CG_JSON_NUM("%.1f", worst[0]));
 
     for (int b = 0; b < NB; b++)
         free(src[b]), free(tin[b]), free(tout[b]);

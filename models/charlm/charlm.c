@@ -3,6 +3,7 @@
 
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,26 +60,29 @@ bool cg_charlm_config_check(const cg_charlm_config *c)
 
 static const char CONFIG[] = "charlm config";
 
+/* The config's JSON fields, in the order they are written. */
+static const cg_config_field FIELDS[] = {
+    {"vocab", CG_CF_I64, offsetof(cg_charlm_config, vocab)},
+    {"d", CG_CF_I64, offsetof(cg_charlm_config, d)},
+    {"H", CG_CF_I64, offsetof(cg_charlm_config, H)},
+    {"layers", CG_CF_I64, offsetof(cg_charlm_config, layers)},
+    {"d_ff", CG_CF_I64, offsetof(cg_charlm_config, d_ff)},
+    {"max_len", CG_CF_I64, offsetof(cg_charlm_config, max_len)},
+    {"norm", CG_CF_NORM, offsetof(cg_charlm_config, norm)},
+    {"act", CG_CF_ACT, offsetof(cg_charlm_config, act)},
+    {"norm_first", CG_CF_BOOL, offsetof(cg_charlm_config, norm_first)},
+    {"dropout", CG_CF_F32, offsetof(cg_charlm_config, dropout)},
+};
+enum { N_FIELDS = (int)(sizeof FIELDS / sizeof FIELDS[0]) };
+
 bool cg_charlm_config_from_json(const char *json, cg_charlm_config *out)
 {
-    cJSON *o = out ? cg_json_parse_object(json, CONFIG) : NULL;
-    if (!o) {
-        if (!out)
-            cg_set_error("charlm config: NULL argument");
+    if (!out) {
+        cg_set_error("charlm config: NULL argument");
         return false;
     }
     cg_charlm_config c = cg_charlm_config_default();
-    bool ok = cg_json_int(o, CONFIG, "vocab", &c.vocab) &&
-              cg_json_int(o, CONFIG, "d", &c.d) &&
-              cg_json_int(o, CONFIG, "H", &c.H) &&
-              cg_json_int(o, CONFIG, "layers", &c.layers) &&
-              cg_json_int(o, CONFIG, "d_ff", &c.d_ff) &&
-              cg_json_int(o, CONFIG, "max_len", &c.max_len) &&
-              cg_json_bool(o, CONFIG, "norm_first", &c.norm_first) &&
-              cg_json_float(o, CONFIG, "dropout", &c.dropout);
-    ok = ok && cg_json_norm_act(o, CONFIG, &c.norm, &c.act);
-    cJSON_Delete(o);
-    if (!ok || !cg_charlm_config_check(&c))
+    if (!cg_config_read(json, CONFIG, FIELDS, N_FIELDS, &c) || !cg_charlm_config_check(&c))
         return false;
     *out = c;
     return true;
@@ -88,19 +92,7 @@ char *cg_charlm_config_to_json(const cg_charlm_config *c)
 {
     if (!cg_charlm_config_check(c))
         return NULL;
-    char buf[512];
-    int n = snprintf(buf, sizeof buf,
-                     "{\"model\": \"charlm\", \"vocab\": %lld, \"d\": %lld, \"H\": %lld, "
-                     "\"layers\": %lld, \"d_ff\": %lld, \"max_len\": %lld, \"norm\": \"%s\", "
-                     "\"act\": \"%s\", \"norm_first\": %s, \"dropout\": %.9g}",
-                     (long long)c->vocab, (long long)c->d, (long long)c->H,
-                     (long long)c->layers, (long long)c->d_ff, (long long)c->max_len,
-                     cg_norm_kind_name(c->norm), cg_act_name(c->act),
-                     c->norm_first ? "true" : "false", (double)c->dropout);
-    char *s = (n > 0 && (size_t)n < sizeof buf) ? strdup(buf) : NULL;
-    if (!s)
-        cg_set_error("charlm config: out of memory");
-    return s;
+    return cg_config_write("charlm", FIELDS, N_FIELDS, c);
 }
 
 /* ----------------------------------------------------------------- model */
@@ -129,18 +121,17 @@ cg_charlm *cg_charlm_new(const cg_charlm_config *cfg, uint64_t seed)
     if (!ok)
         cg_set_error("charlm: out of memory");
     ok = ok && (m->pe = cg_hold(cg_sinusoidal_pe(cfg->max_len, cfg->d))) != NULL; /* beyond scopes */
-    ok = ok && (m->tok_emb = (cg_embed *)cg_module_add_child(
-                    base, "tok_emb", CG_MODULE(cg_embed_new(cfg->vocab, cfg->d, &init))));
+    ok = ok && (m->tok_emb =
+                    cg_module_add_child(base, "tok_emb", cg_embed_new(cfg->vocab, cfg->d, &init)));
     ok = ok && (m->blocks = cg_module_add_child(base, "blocks", cg_module_new("ModuleList")));
     for (int64_t i = 0; ok && i < cfg->layers; i++) {
         char name[24];
         snprintf(name, sizeof name, "%lld", (long long)i);
-        ok = (m->block[i] = (cg_lm_block *)cg_module_add_child(
-                  m->blocks, name, CG_MODULE(cg_lm_block_new(&tf, &init)))) != NULL;
+        ok = (m->block[i] = cg_module_add_child(m->blocks, name, cg_lm_block_new(&tf, &init))) !=
+             NULL;
     }
     if (ok && cfg->norm_first)
-        ok = (m->ln_f = (cg_norm *)cg_module_add_child(
-                  base, "ln_f", CG_MODULE(cg_norm_new(cfg->norm, cfg->d)))) != NULL;
+        ok = (m->ln_f = cg_module_add_child(base, "ln_f", cg_norm_new(cfg->norm, cfg->d))) != NULL;
     /* models.py init_params over the finished tree (one rule for every
      * parameter, whatever the layer constructors drew). */
     ok = ok && cg_module_init_params_torch(base, seed, CG_INIT_STD);

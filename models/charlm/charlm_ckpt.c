@@ -120,11 +120,9 @@ bool cg_charlm_ckpt_load_opts(const char *path, const cg_charlm_load_opts *o,
     if (!o)
         o = &defaults;
     memset(out, 0, sizeof *out);
-    cg_st_file *f = cg_ckpt_open(path, "charlm");
+    cg_st_file *f = out->file = cg_ckpt_open_at(path, "charlm", &out->step);
     if (!f)
         return false;
-    out->file = f;
-    out->step = cg_ckpt_step(f);
     if (!cg_ft_origin_read(f, path, &out->origin, &out->has_origin))
         goto fail;
     if ((out->adapter = cg_ft_is_adapter(f))) {
@@ -163,12 +161,8 @@ bool cg_charlm_ckpt_load_opts(const char *path, const cg_charlm_load_opts *o,
     if (!cg_ckpt_config_fits(need, cfg.max_len, cfg.d, f, path))
         goto fail;
     out->model = cg_charlm_new(&cfg, o->seed);
-    if (!out->model || !cg_ckpt_check_tensors(CG_MODULE(out->model), f, path))
+    if (!cg_ckpt_load_params(CG_MODULE(out->model), f, path))
         goto fail;
-    if (!cg_module_load(CG_MODULE(out->model), f, NULL)) {
-        cg_prefix_error("checkpoint '%s': ", path);
-        goto fail;
-    }
     return true;
 fail:
     cg_charlm_ckpt_free(out);

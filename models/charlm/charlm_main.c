@@ -116,7 +116,7 @@ static bool lm_evaluate(void *self, int64_t step, cg_eval_result *e)
     return ok;
 }
 
-static bool lm_finish(void *self, const cg_trainer *t, cg_jline *j)
+static bool lm_finish(void *self, const cg_trainer *t, cJSON *j)
 {
     (void)t;
     lm_run *r = self;
@@ -126,11 +126,11 @@ static bool lm_finish(void *self, const cg_trainer *t, cg_jline *j)
         return false;
     fprintf(stderr, PROG ": full validation split: %lld windows of %lld, loss %.4f\n",
             (long long)nwin, (long long)r->T, val_loss);
-    cg_jline_num(j, "train_loss", r->tl, 4);
-    cg_jline_num(j, "val_loss", val_loss, 4);
-    cg_jline_num(j, "val_loss_sampled", r->vl, 4);
-    cg_jline_num(j, "val_bpc", cg_corpus_val_bpc(r->corpus, val_loss), 4);
-    cg_jline_str(j, "tokenizer", cg_tokenizer_kind_name(r->tok->kind));
+    cg_json_put_num(j, "train_loss", "%.4f", r->tl);
+    cg_json_put_num(j, "val_loss", "%.4f", val_loss);
+    cg_json_put_num(j, "val_loss_sampled", "%.4f", r->vl);
+    cg_json_put_num(j, "val_bpc", "%.4f", cg_corpus_val_bpc(r->corpus, val_loss));
+    cg_json_put_str(j, "tokenizer", cg_tokenizer_kind_name(r->tok->kind));
     return true;
 }
 
@@ -383,13 +383,9 @@ static int lm_train(lm_run *r, cg_trainer *t, cg_train_opts *o, cg_train_recipe 
 
 static int cmd_train(int argc, char **argv)
 {
-    cg_train_opts o = {0};
-    cg_train_recipe rec = {0};
-    cg_train_opts_init(&o);
-    cg_train_recipe_init(&rec);
-    o.steps = 2000;
-    o.eval_every = 250;
-    o.seed = 1;
+    cg_train_opts o;
+    cg_train_recipe rec;
+    cg_train_init(&o, &rec, 2000, 250);
     rec.lr = 1e-3;
     const char *preset_name = "tiny", *base = NULL;
     cg_ft_lora lora = {.rank = 0, .alpha = NAN, .dropout = 0, .targets = NULL};
@@ -643,13 +639,22 @@ static int cmd_eval(int argc, char **argv)
         if (!cg_charlm_full_loss(ck.model, cg_corpus_val(corpus), T, &loss, &nwin))
             rc = cg_prog_fail("'%s': %s", path, cg_last_error());
     }
-    if (rc < 0)
-        printf("{\"val_loss\": %s, \"perplexity\": %s, \"bits_per_char\": %s, \"windows\": "
-               "%lld, \"T\": %lld, \"step\": %lld, \"precision\": %s, \"tokenizer\": %s}\n",
-               CG_JSON_NUM("%.4f", loss), CG_JSON_NUM("%.4f", exp(loss)),
-               CG_JSON_NUM("%.4f", cg_corpus_val_bpc(corpus, loss)), (long long)nwin, (long long)T,
-               (long long)ck.step, CG_JSON_STR(cg_precision_name(prec)),
-               CG_JSON_STR(cg_tokenizer_kind_name(ck.tok->kind)));
+    cJSON *j = rc < 0 ? cJSON_CreateObject() : NULL;
+    if (j) {
+        cg_json_put_num(j, "val_loss", "%.4f", loss);
+        cg_json_put_num(j, "perplexity", "%.4f", exp(loss));
+        cg_json_put_num(j, "bits_per_char", "%.4f", cg_corpus_val_bpc(corpus, loss));
+        cg_json_put_int(j, "windows", nwin);
+        cg_json_put_int(j, "T", T);
+        cg_json_put_int(j, "step", ck.step);
+        cg_json_put_str(j, "precision", cg_precision_name(prec));
+        cg_json_put_str(j, "tokenizer", cg_tokenizer_kind_name(ck.tok->kind));
+        if (!cg_json_print_line(stdout, j))
+            rc = cg_prog_fail_lib(NULL);
+    } else if (rc < 0) {
+        rc = cg_prog_fail("out of memory");
+    }
+    cJSON_Delete(j);
     fflush(stdout);
     free(path);
     cg_corpus_free(corpus);

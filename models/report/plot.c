@@ -414,13 +414,10 @@ static int log_ticks(double lo, double hi, double *out, int cap)
     return n;
 }
 
-bool cg_plot_lines(const char *path, const cg_plot_opts *opts, int n_series,
-                   const cg_plot_series *series)
+/* The inputs of cg_plot_lines checked; *W, *H receive the page size. */
+static bool lines_check(const char *who, const char *path, const cg_plot_opts *o, int n_series,
+                        const cg_plot_series *series, int *W, int *H)
 {
-    static const char who[] = "cg_plot_lines";
-    cg_plot_opts o = {0};
-    if (opts)
-        o = *opts;
     if (!path || !*path) {
         cg_set_error("%s: path is NULL or empty", who);
         return false;
@@ -437,17 +434,37 @@ bool cg_plot_lines(const char *path, const cg_plot_opts *opts, int n_series,
             return false;
         }
     }
-    if (o.y_scale < CG_PLOT_Y_AUTO || o.y_scale > CG_PLOT_Y_LOG) {
-        cg_set_error("%s: unknown y_scale %d", who, o.y_scale);
+    if (o->y_scale < CG_PLOT_Y_AUTO || o->y_scale > CG_PLOT_Y_LOG) {
+        cg_set_error("%s: unknown y_scale %d", who, o->y_scale);
         return false;
     }
-    int W = o.width > 0 ? o.width : 900, H = o.height > 0 ? o.height : 560;
-    if (W < 200 || H < 150 || W > 10000 || H > 10000) {
-        cg_set_error("%s: size %d x %d is outside 200x150 .. 10000x10000", who, W, H);
+    *W = o->width > 0 ? o->width : 900;
+    *H = o->height > 0 ? o->height : 560;
+    if (*W < 200 || *H < 150 || *W > 10000 || *H > 10000) {
+        cg_set_error("%s: size %d x %d is outside 200x150 .. 10000x10000", who, *W, *H);
         return false;
     }
+    return true;
+}
 
-    /* data ranges over finite points */
+/* A line chart's geometry: data ranges, ticks, fonts, the plot area in
+ * pixels (px0, py0 top-left to px1, py1) and the world window drawn in it. */
+typedef struct {
+    int W, H;
+    bool logy, has_title, has_xl, has_yl;
+    double xmin, xmax, xstep; /* x axis: range and tick step */
+    double ylo, yhi, ystep;   /* y axis (log10 units on a log axis; ystep 0 there) */
+    double yt[64];            /* log axis: the tick values */
+    int nyt, ylab_chars;      /* their count; the widest y tick label */
+    double fs, fs_title, top;
+    double px0, py0, px1, py1;
+    double wx0, wx1, wy0, wy1;
+} chart;
+
+/* The axes' ranges over the finite points, the y scale and the ticks. */
+static bool chart_ranges(chart *c, const char *who, const cg_plot_opts *o, int n_series,
+                         const cg_plot_series *series)
+{
     double xmin = INFINITY, xmax = -INFINITY, ymin = INFINITY, ymax = -INFINITY, yposmin = INFINITY;
     for (int s = 0; s < n_series; s++) {
         for (int i = 0; i < series[s].n; i++) {
@@ -469,220 +486,283 @@ bool cg_plot_lines(const char *path, const cg_plot_opts *opts, int n_series,
         ymin = 0;
         ymax = 1;
     }
-    bool logy = o.y_scale == CG_PLOT_Y_LOG ||
-                (o.y_scale == CG_PLOT_Y_AUTO && any && ymin > 0 && ymax / ymin >= 10);
-    if (logy && !(yposmin < INFINITY)) {
+    c->logy = o->y_scale == CG_PLOT_Y_LOG ||
+              (o->y_scale == CG_PLOT_Y_AUTO && any && ymin > 0 && ymax / ymin >= 10);
+    if (c->logy && !(yposmin < INFINITY)) {
         cg_set_error("%s: a log y axis needs a positive y value", who);
         return false;
     }
-    double xstep, ystep = 0;
-    nice_range(&xmin, &xmax, W < 600 ? 4 : 8, &xstep);
-    double ylo, yhi;
-    if (logy) {
-        ylo = log10(yposmin);
-        yhi = log10(fmax(ymax, yposmin));
-        double pad = fmax(0.02 * (yhi - ylo), 0.01);
-        ylo -= pad;
-        yhi += pad;
+    c->ystep = 0;
+    nice_range(&xmin, &xmax, c->W < 600 ? 4 : 8, &c->xstep);
+    c->xmin = xmin;
+    c->xmax = xmax;
+    if (c->logy) {
+        c->ylo = log10(yposmin);
+        c->yhi = log10(fmax(ymax, yposmin));
+        double pad = fmax(0.02 * (c->yhi - c->ylo), 0.01);
+        c->ylo -= pad;
+        c->yhi += pad;
     } else {
-        ylo = ymin;
-        yhi = ymax;
-        nice_range(&ylo, &yhi, H < 400 ? 4 : 6, &ystep);
+        c->ylo = ymin;
+        c->yhi = ymax;
+        nice_range(&c->ylo, &c->yhi, c->H < 400 ? 4 : 6, &c->ystep);
     }
+    return true;
+}
 
-    /* layout in pixels */
-    double fs = H < 400 ? 11 : 13, fs_title = fs * 1.35;
-    char tick[64], text[TEXT_BUF];
-    int ylab_chars = 0;
-    double yt[64];
-    int nyt = 0;
-    if (logy) {
-        nyt = log_ticks(ylo, yhi, yt, 64);
-        for (int i = 0; i < nyt; i++) {
-            snprintf(tick, sizeof tick, "%g", pow(10, yt[i]));
-            ylab_chars = (int)strlen(tick) > ylab_chars ? (int)strlen(tick) : ylab_chars;
+/* The y tick labels' width, the margins and the world window (with markers
+ * it reaches past the data by a marker's radius, so that a marker at the
+ * end of the range is drawn whole). */
+static bool chart_layout(chart *c, const char *who, const cg_plot_opts *o, int n_series,
+                         const cg_plot_series *series)
+{
+    char tick[64];
+    c->fs = c->H < 400 ? 11 : 13;
+    c->fs_title = c->fs * 1.35;
+    c->ylab_chars = 0;
+    c->nyt = 0;
+    if (c->logy) {
+        c->nyt = log_ticks(c->ylo, c->yhi, c->yt, 64);
+        for (int i = 0; i < c->nyt; i++) {
+            snprintf(tick, sizeof tick, "%g", pow(10, c->yt[i]));
+            c->ylab_chars = (int)strlen(tick) > c->ylab_chars ? (int)strlen(tick) : c->ylab_chars;
         }
     } else {
-        for (int i = 0; ylo + i * ystep <= yhi + ystep * 1e-6; i++) {
-            label_linear(PL_Y_AXIS, ylo + i * ystep, tick, sizeof tick, &ystep);
-            ylab_chars = (int)strlen(tick) > ylab_chars ? (int)strlen(tick) : ylab_chars;
+        for (int i = 0; c->ylo + i * c->ystep <= c->yhi + c->ystep * 1e-6; i++) {
+            label_linear(PL_Y_AXIS, c->ylo + i * c->ystep, tick, sizeof tick, &c->ystep);
+            c->ylab_chars = (int)strlen(tick) > c->ylab_chars ? (int)strlen(tick) : c->ylab_chars;
         }
     }
-    bool has_title = o.title && *o.title, has_xl = o.xlabel && *o.xlabel,
-         has_yl = o.ylabel && *o.ylabel;
-    double top = has_title ? fs_title * 2.6 : fs * 1.5;
-    double left = 12 + (has_yl ? fs * 2.4 : 0) + text_w(ylab_chars, fs) + fs * 0.7;
-    double bottom = fs * 2.4 + (has_xl ? fs * 1.8 : 0) + 6;
+    const double fs = c->fs;
+    c->has_title = o->title && *o->title;
+    c->has_xl = o->xlabel && *o->xlabel;
+    c->has_yl = o->ylabel && *o->ylabel;
+    c->top = c->has_title ? c->fs_title * 2.6 : fs * 1.5;
+    double left = 12 + (c->has_yl ? fs * 2.4 : 0) + text_w(c->ylab_chars, fs) + fs * 0.7;
+    double bottom = fs * 2.4 + (c->has_xl ? fs * 1.8 : 0) + 6;
     double right = 24;
-    double px0 = left, py0 = top, px1 = W - right, py1 = H - bottom;
-    if (px1 - px0 < 50 || py1 - py0 < 50) {
-        cg_set_error("%s: %d x %d is too small for the labels", who, W, H);
+    c->px0 = left, c->py0 = c->top, c->px1 = c->W - right, c->py1 = c->H - bottom;
+    if (c->px1 - c->px0 < 50 || c->py1 - c->py0 < 50) {
+        cg_set_error("%s: %d x %d is too small for the labels", who, c->W, c->H);
         return false;
     }
-
-    /* with markers the window reaches past the data by a marker's radius, so
-     * that a marker at the end of the range is drawn whole */
     double maxmark = 0;
     for (int s = 0; s < n_series; s++)
         maxmark = fmax(maxmark, series[s].marker);
     double pad = maxmark > 0 ? maxmark / 2 + 2 : 0;
-    double dx = pad * (xmax - xmin) / (px1 - px0 - 2 * pad);
-    double dy = pad * (yhi - ylo) / (py1 - py0 - 2 * pad);
-    double wx0 = xmin - dx, wx1 = xmax + dx, wy0 = ylo - dy, wy1 = yhi + dy;
+    double dx = pad * (c->xmax - c->xmin) / (c->px1 - c->px0 - 2 * pad);
+    double dy = pad * (c->yhi - c->ylo) / (c->py1 - c->py0 - 2 * pad);
+    c->wx0 = c->xmin - dx, c->wx1 = c->xmax + dx, c->wy0 = c->ylo - dy, c->wy1 = c->yhi + dy;
+    return true;
+}
 
-    pl_out out;
-    if (!pl_begin(&out, who, path, W, H, n_series, false))
-        return false;
-    if (has_title) {
-        pl_text(o.title, 120, text);
+/* Title, grid, frame, ticks, tick labels (at every major tick, the ends
+ * included) and axis labels. */
+static void chart_axes(const chart *c, const pl_out *out, const cg_plot_opts *o)
+{
+    char tick[64], text[TEXT_BUF];
+    if (c->has_title) {
+        pl_text(o->title, 120, text);
         plcol0(C_TEXT);
-        text_px(&out, W / 2.0, top * 0.45, 0.5, fs_title, text);
+        text_px(out, c->W / 2.0, c->top * 0.45, 0.5, c->fs_title, text);
     }
-    vp_px(&out, px0, py0, px1, py1);
-    plwind(wx0, wx1, wy0, wy1);
-    font_px(fs);
-    /* grid, then frame, ticks and labels */
+    vp_px(out, c->px0, c->py0, c->px1, c->py1);
+    plwind(c->wx0, c->wx1, c->wy0, c->wy1);
+    font_px(c->fs);
     plwidth(1);
     plcol0(C_GRID);
-    if (logy) {
-        plbox("g", xstep, 0, "gl", 0, 0);
+    if (c->logy) {
+        plbox("g", c->xstep, 0, "gl", 0, 0);
         plcol0(C_AXIS);
-        plbox("bcst", xstep, 0, "bcstl", 0, 0);
+        plbox("bcst", c->xstep, 0, "bcstl", 0, 0);
     } else {
-        plbox("g", xstep, 0, "g", ystep, 0);
+        plbox("g", c->xstep, 0, "g", c->ystep, 0);
         plcol0(C_AXIS);
-        plbox("bcst", xstep, 0, "bcst", ystep, 0);
+        plbox("bcst", c->xstep, 0, "bcst", c->ystep, 0);
     }
-    /* tick labels at every major tick, the ends included */
     plcol0(C_TEXT);
-    for (int i = 0; xmin + i * xstep <= xmax + xstep * 1e-6; i++) {
-        label_linear(PL_X_AXIS, xmin + i * xstep, tick, sizeof tick, &xstep);
-        plmtex("b", 1.5, (xmin + i * xstep - wx0) / (wx1 - wx0), 0.5, tick);
+    for (int i = 0; c->xmin + i * c->xstep <= c->xmax + c->xstep * 1e-6; i++) {
+        label_linear(PL_X_AXIS, c->xmin + i * c->xstep, tick, sizeof tick, (PLPointer)&c->xstep);
+        plmtex("b", 1.5, (c->xmin + i * c->xstep - c->wx0) / (c->wx1 - c->wx0), 0.5, tick);
     }
-    if (logy) {
-        for (int i = 0; i < nyt; i++) {
-            snprintf(tick, sizeof tick, "%g", pow(10, yt[i]));
-            plmtex("lv", 0.7, (yt[i] - wy0) / (wy1 - wy0), 1.0, tick);
+    if (c->logy) {
+        for (int i = 0; i < c->nyt; i++) {
+            snprintf(tick, sizeof tick, "%g", pow(10, c->yt[i]));
+            plmtex("lv", 0.7, (c->yt[i] - c->wy0) / (c->wy1 - c->wy0), 1.0, tick);
         }
     } else {
-        for (int i = 0; ylo + i * ystep <= yhi + ystep * 1e-6; i++) {
-            label_linear(PL_Y_AXIS, ylo + i * ystep, tick, sizeof tick, &ystep);
-            plmtex("lv", 0.7, (ylo + i * ystep - wy0) / (wy1 - wy0), 1.0, tick);
+        for (int i = 0; c->ylo + i * c->ystep <= c->yhi + c->ystep * 1e-6; i++) {
+            label_linear(PL_Y_AXIS, c->ylo + i * c->ystep, tick, sizeof tick, (PLPointer)&c->ystep);
+            plmtex("lv", 0.7, (c->ylo + i * c->ystep - c->wy0) / (c->wy1 - c->wy0), 1.0, tick);
         }
     }
-    if (has_xl) {
-        pl_text(o.xlabel, 80, text);
+    if (c->has_xl) {
+        pl_text(o->xlabel, 80, text);
         plmtex("b", 3.3, 0.5, 0.5, text);
     }
-    if (has_yl) {
-        pl_text(o.ylabel, 80, text);
-        double disp = (text_w(ylab_chars, fs) + fs * 0.7) / fs + 1.4;
+    if (c->has_yl) {
+        pl_text(o->ylabel, 80, text);
+        double disp = (text_w(c->ylab_chars, c->fs) + c->fs * 0.7) / c->fs + 1.4;
         plmtex("l", disp, 0.5, 0.5, text);
     }
+}
 
-    /* series: palette colours for colour 0, segments broken at skipped points */
-    double xppx = (wx1 - wx0) / (px1 - px0), yppx = (wy1 - wy0) / (py1 - py0);
-    int n_legend = 0, next_palette = 0;
-    PLINT *opt = calloc((size_t)n_series + 1, sizeof *opt);
-    PLINT *colors = calloc((size_t)n_series + 1, sizeof *colors);
-    PLINT *styles = calloc((size_t)n_series + 1, sizeof *styles);
-    PLINT *nsym = calloc((size_t)n_series + 1, sizeof *nsym);
-    PLFLT *widths = calloc((size_t)n_series + 1, sizeof *widths);
-    PLFLT *sscale = calloc((size_t)n_series + 1, sizeof *sscale);
-    const char **names = calloc((size_t)n_series + 1, sizeof *names);
-    const char **syms = calloc((size_t)n_series + 1, sizeof *syms);
-    char (*name_buf)[TEXT_BUF] = calloc((size_t)n_series + 1, sizeof *name_buf);
-    PLFLT *xs = NULL, *ys = NULL;
-    int maxn = 1;
+/* n filled points round (x, y) at radius r pixels: a disc (16) or a lone
+ * point's diamond (4). */
+static void fill_round(const chart *c, double x, double y, double r, int n)
+{
+    double xppx = (c->wx1 - c->wx0) / (c->px1 - c->px0), yppx = (c->wy1 - c->wy0) / (c->py1 - c->py0);
+    PLFLT cx[16], cy[16];
+    for (int a = 0; a < n; a++) {
+        cx[a] = x + r * xppx * cos(a * 2 * M_PI / n);
+        cy[a] = y + r * yppx * sin(a * 2 * M_PI / n);
+    }
+    plfill(n, cx, cy);
+}
+
+/* One series in colour slot C_SERIES0 + s: segments broken at skipped
+ * points, a marker (a filled disc of that diameter in pixels) at every
+ * point, and a lone point between gaps kept visible. xs, ys: room for S->n
+ * points. Returns the line width. */
+static double chart_series(const chart *c, const cg_plot_series *S, int s, uint32_t col,
+                           PLFLT *xs, PLFLT *ys)
+{
+    set_color(C_SERIES0 + s, col);
+    plcol0(C_SERIES0 + s);
+    double width = S->width > 0 ? S->width : 1.8;
+    plwidth(width);
+    int k = 0;
+    for (int i = 0; i <= S->n; i++) {
+        double x = i < S->n ? series_x(S, i) : NAN, y = i < S->n ? S->y[i] : NAN;
+        bool ok = isfinite(x) && isfinite(y) && (!c->logy || y > 0);
+        if (ok) {
+            xs[k] = x;
+            ys[k++] = c->logy ? log10(y) : y;
+        }
+        if (!ok || i == S->n - 1) {
+            if (k > 1)
+                plline(k, xs, ys);
+            if (S->marker > 0) {
+                for (int j = 0; j < k; j++)
+                    fill_round(c, xs[j], ys[j], S->marker / 2, 16);
+            } else if (k == 1) {
+                fill_round(c, xs[0], ys[0], width, 4);
+            }
+            k = 0;
+        }
+    }
+    return width;
+}
+
+/* The legend's entries, one per named series, in pllegend's arrays. */
+typedef struct {
+    int n;
+    PLINT *opt, *colors, *styles, *nsym;
+    PLFLT *widths, *sscale;
+    const char **names, **syms;
+    char (*name_buf)[TEXT_BUF];
+} legend;
+
+static bool legend_alloc(legend *L, int n_series)
+{
+    size_t n = (size_t)n_series + 1;
+    *L = (legend){0};
+    L->opt = calloc(n, sizeof *L->opt);
+    L->colors = calloc(n, sizeof *L->colors);
+    L->styles = calloc(n, sizeof *L->styles);
+    L->nsym = calloc(n, sizeof *L->nsym);
+    L->widths = calloc(n, sizeof *L->widths);
+    L->sscale = calloc(n, sizeof *L->sscale);
+    L->names = calloc(n, sizeof *L->names);
+    L->syms = calloc(n, sizeof *L->syms);
+    L->name_buf = calloc(n, sizeof *L->name_buf);
+    return L->opt && L->colors && L->styles && L->nsym && L->widths && L->sscale && L->names &&
+           L->syms && L->name_buf;
+}
+
+static void legend_free(legend *L)
+{
+    free(L->opt);
+    free(L->colors);
+    free(L->styles);
+    free(L->nsym);
+    free(L->widths);
+    free(L->sscale);
+    free(L->names);
+    free(L->syms);
+    free(L->name_buf);
+}
+
+/* The entry of series s (colour slot C_SERIES0 + s), drawn at width. */
+static void legend_add(legend *L, const cg_plot_series *S, int s, double width, double fs)
+{
+    int e = L->n++;
+    pl_text(S->name, 60, L->name_buf[e]);
+    L->names[e] = L->name_buf[e];
+    L->opt[e] = PL_LEGEND_LINE | (S->marker > 0 ? PL_LEGEND_SYMBOL : 0);
+    L->colors[e] = C_SERIES0 + s;
+    L->styles[e] = 1;
+    L->widths[e] = width;
+    L->nsym[e] = 1;
+    L->sscale[e] = S->marker > 0 ? S->marker / (fs * 0.75) : 1;
+    L->syms[e] = "\xe2\x97\x8f"; /* U+25CF BLACK CIRCLE */
+}
+
+/* The legend in the top right corner of the plot area; false: out of memory. */
+static bool legend_draw(const legend *L, double fs)
+{
+    PLFLT lw, lh;
+    PLINT *text_colors = calloc((size_t)L->n, sizeof *text_colors);
+    if (!text_colors)
+        return false;
+    for (int e = 0; e < L->n; e++)
+        text_colors[e] = C_TEXT;
+    font_px(fs);
+    pllegend(&lw, &lh, PL_LEGEND_BACKGROUND | PL_LEGEND_BOUNDING_BOX,
+             PL_POSITION_TOP | PL_POSITION_RIGHT | PL_POSITION_INSIDE, 0.02, 0.03, 0.08,
+             C_LEGEND_BG, C_AXIS, 1, 0, 0, L->n, L->opt, 1.0, 1.0, 1.8, 0.0, text_colors,
+             L->names, NULL, NULL, NULL, NULL, L->colors, L->styles, L->widths, L->colors,
+             L->sscale, L->nsym, L->syms);
+    free(text_colors);
+    return true;
+}
+
+bool cg_plot_lines(const char *path, const cg_plot_opts *opts, int n_series,
+                   const cg_plot_series *series)
+{
+    static const char who[] = "cg_plot_lines";
+    cg_plot_opts o = {0};
+    if (opts)
+        o = *opts;
+    chart c = {0};
+    if (!lines_check(who, path, &o, n_series, series, &c.W, &c.H) ||
+        !chart_ranges(&c, who, &o, n_series, series) || !chart_layout(&c, who, &o, n_series, series))
+        return false;
+
+    pl_out out;
+    if (!pl_begin(&out, who, path, c.W, c.H, n_series, false))
+        return false;
+    chart_axes(&c, &out, &o);
+
+    /* series: palette colours for colour 0 */
+    legend L;
+    int next_palette = 0, maxn = 1;
     for (int s = 0; s < n_series; s++)
         maxn = series[s].n > maxn ? series[s].n : maxn;
-    xs = malloc((size_t)maxn * sizeof *xs);
-    ys = malloc((size_t)maxn * sizeof *ys);
-    bool mem_ok = opt && colors && styles && nsym && widths && sscale && names && syms && name_buf &&
-                  xs && ys;
+    PLFLT *xs = malloc((size_t)maxn * sizeof *xs), *ys = malloc((size_t)maxn * sizeof *ys);
+    bool mem_ok = legend_alloc(&L, n_series) && xs && ys;
     for (int s = 0; mem_ok && s < n_series; s++) {
         const cg_plot_series *S = &series[s];
         uint32_t col = S->color ? S->color
                                 : PALETTE[next_palette++ % (int)(sizeof PALETTE / sizeof PALETTE[0])];
-        set_color(C_SERIES0 + s, col);
-        plcol0(C_SERIES0 + s);
-        double width = S->width > 0 ? S->width : 1.8;
-        plwidth(width);
-        int k = 0;
-        for (int i = 0; i <= S->n; i++) {
-            double x = i < S->n ? series_x(S, i) : NAN, y = i < S->n ? S->y[i] : NAN;
-            bool ok = isfinite(x) && isfinite(y) && (!logy || y > 0);
-            if (ok) {
-                xs[k] = x;
-                ys[k++] = logy ? log10(y) : y;
-            }
-            if (!ok || i == S->n - 1) {
-                if (k > 1)
-                    plline(k, xs, ys);
-                if (S->marker > 0) {
-                    /* filled discs of that diameter in pixels */
-                    double r = S->marker / 2;
-                    for (int j = 0; j < k; j++) {
-                        PLFLT cx[16], cy[16];
-                        for (int a = 0; a < 16; a++) {
-                            cx[a] = xs[j] + r * xppx * cos(a * M_PI / 8);
-                            cy[a] = ys[j] + r * yppx * sin(a * M_PI / 8);
-                        }
-                        plfill(16, cx, cy);
-                    }
-                } else if (k == 1) {
-                    /* a lone point between gaps stays visible */
-                    PLFLT cx[4], cy[4];
-                    double r = width;
-                    for (int a = 0; a < 4; a++) {
-                        cx[a] = xs[0] + r * xppx * cos(a * M_PI / 2);
-                        cy[a] = ys[0] + r * yppx * sin(a * M_PI / 2);
-                    }
-                    plfill(4, cx, cy);
-                }
-                k = 0;
-            }
-        }
-        if (S->name && *S->name) {
-            int e = n_legend++;
-            pl_text(S->name, 60, name_buf[e]);
-            names[e] = name_buf[e];
-            opt[e] = PL_LEGEND_LINE | (S->marker > 0 ? PL_LEGEND_SYMBOL : 0);
-            colors[e] = C_SERIES0 + s;
-            styles[e] = 1;
-            widths[e] = width;
-            nsym[e] = 1;
-            sscale[e] = S->marker > 0 ? S->marker / (fs * 0.75) : 1;
-            syms[e] = "\xe2\x97\x8f"; /* U+25CF BLACK CIRCLE */
-        }
+        double width = chart_series(&c, S, s, col, xs, ys);
+        if (S->name && *S->name)
+            legend_add(&L, S, s, width, c.fs);
     }
     plwidth(1);
-    if (mem_ok && n_legend > 0) {
-        PLFLT lw, lh;
-        PLINT *text_colors = calloc((size_t)n_legend, sizeof *text_colors);
-        if (text_colors) {
-            for (int e = 0; e < n_legend; e++)
-                text_colors[e] = C_TEXT;
-            font_px(fs);
-            pllegend(&lw, &lh, PL_LEGEND_BACKGROUND | PL_LEGEND_BOUNDING_BOX,
-                     PL_POSITION_TOP | PL_POSITION_RIGHT | PL_POSITION_INSIDE, 0.02, 0.03, 0.08,
-                     C_LEGEND_BG, C_AXIS, 1, 0, 0, n_legend, opt, 1.0, 1.0, 1.8, 0.0, text_colors,
-                     names, NULL, NULL, NULL, NULL, colors, styles, widths, colors, sscale, nsym,
-                     syms);
-            free(text_colors);
-        } else {
-            mem_ok = false;
-        }
-    }
-    free(opt);
-    free(colors);
-    free(styles);
-    free(nsym);
-    free(widths);
-    free(sscale);
-    free(names);
-    free(syms);
-    free(name_buf);
+    if (mem_ok && L.n > 0)
+        mem_ok = legend_draw(&L, c.fs);
+    legend_free(&L);
     free(xs);
     free(ys);
     bool ok = pl_end(&out, who);
@@ -731,6 +811,185 @@ static void fill_rect(double x0, double y0, double x1, double y1)
     plfill(4, x, y);
 }
 
+/* A heatmap picture's geometry: what the panels hold, the value scale, one
+ * cell size for all panels, label sizes and steps, a panel's slot (labels,
+ * title and map) and the page. */
+typedef struct {
+    int maxdim, max_rows, max_cols; /* the largest panel side, rows, columns */
+    int rlab, clab, tlen;           /* the longest row label, column label, panel title */
+    double lo, hi;                  /* the colour scale */
+    int cell, step, step_c;         /* cell side (pixels); a label every step rows, step_c columns */
+    bool col_rotated;               /* column labels read upwards */
+    double fs, rlab_w, clab_h, title_h, slot_w, slot_h, head_h, grid_w;
+    int title_chars, W, H;
+    char title[TEXT_BUF];
+} heat;
+
+enum { HEAT_FS_PANEL = 11, HEAT_FS_TITLE = 15, HEAT_GAP = 22, HEAT_MARGIN = 16, HEAT_BAR_W = 16 };
+
+/* The panels checked; their sizes, label lengths and the finite values'
+ * range (h->lo, h->hi) measured. */
+static bool heat_scan(heat *h, const char *who, int np, const cg_heatmap_panel *panels)
+{
+    char text[TEXT_BUF];
+    h->maxdim = 1;
+    h->lo = INFINITY;
+    h->hi = -INFINITY;
+    for (int p = 0; p < np; p++) {
+        const cg_heatmap_panel *P = &panels[p];
+        if (P->rows == 0 && P->cols == 0)
+            continue;
+        if (P->rows <= 0 || P->cols <= 0 || P->rows > 4096 || P->cols > 4096 || !P->values) {
+            cg_set_error("%s: panel %d is %d x %d with values %s (need 1..4096 each)", who, p,
+                         P->rows, P->cols, P->values ? "given" : "NULL");
+            return false;
+        }
+        h->maxdim = P->rows > h->maxdim ? P->rows : h->maxdim;
+        h->maxdim = P->cols > h->maxdim ? P->cols : h->maxdim;
+        h->max_rows = P->rows > h->max_rows ? P->rows : h->max_rows;
+        h->max_cols = P->cols > h->max_cols ? P->cols : h->max_cols;
+        int r = max_label_chars(P->row_labels, P->row_chars, P->rows);
+        int cl = max_label_chars(P->col_labels, P->col_chars, P->cols);
+        h->rlab = r > h->rlab ? r : h->rlab;
+        h->clab = cl > h->clab ? cl : h->clab;
+        int t = pl_text(P->title, 60, text);
+        h->tlen = t > h->tlen ? t : h->tlen;
+        for (long i = 0; i < (long)P->rows * P->cols; i++) {
+            float v = P->values[i];
+            if (isfinite(v)) {
+                h->lo = fmin(h->lo, v);
+                h->hi = fmax(h->hi, v);
+            }
+        }
+    }
+    if (h->max_rows == 0) {
+        cg_set_error("%s: every panel is empty", who);
+        return false;
+    }
+    return true;
+}
+
+/* One cell size for all panels, labels thinned out when cells are small,
+ * and the page's size. */
+static bool heat_layout(heat *h, const char *who, const char *title, int grid_rows, int grid_cols)
+{
+    int cell = 360 / h->maxdim;
+    cell = cell < 2 ? 2 : cell > 18 ? 18 : cell;
+    if ((h->rlab > 0 || h->clab > 0) && cell < 9) {
+        /* labels want rows of 9 pixels: grow panels up to about 1000 pixels */
+        int grown = 1000 / h->maxdim;
+        cell = grown > 9 ? 9 : grown > cell ? grown : cell;
+    }
+    h->cell = cell;
+    /* labels: 10 px, or down to 8 px to label every row of small cells;
+     * rows of labels need their height and a pixel, upright single
+     * characters their width */
+    const double fs = cell >= 12 ? 10 : cell >= 11 ? 9 : 8;
+    h->fs = fs;
+    h->step = (int)ceil((fs + 1) / cell);
+    h->col_rotated = h->clab > 1;
+    h->step_c = h->col_rotated ? h->step : (int)ceil((fs * 0.62 + 2) / cell);
+    h->rlab_w = h->rlab > 0 ? text_w(h->rlab, fs) + 6 : 0;
+    h->clab_h = h->clab == 0 ? 0 : h->col_rotated ? text_w(h->clab, fs) + 8 : fs + 8;
+    h->title_h = h->tlen > 0 ? HEAT_FS_PANEL + 8 : 0;
+    double map_w = h->max_cols * cell, map_h = h->max_rows * cell;
+    h->slot_w = h->rlab_w + map_w;
+    h->slot_h = h->title_h + map_h + h->clab_h;
+    if (text_w(h->tlen, HEAT_FS_PANEL) > h->slot_w)
+        h->slot_w = text_w(h->tlen, HEAT_FS_PANEL);
+    const double gap = HEAT_GAP, margin = HEAT_MARGIN;
+    h->title_chars = pl_text(title, 120, h->title);
+    h->head_h = h->title_chars > 0 ? HEAT_FS_TITLE * 2.4 : 0;
+    double bar_lab = text_w(6, fs) + 8;
+    h->grid_w = grid_cols * h->slot_w + (grid_cols - 1) * gap;
+    double Wd = margin + h->grid_w + 24 + HEAT_BAR_W + 6 + bar_lab + margin;
+    double Hd = margin + h->head_h + grid_rows * h->slot_h + (grid_rows - 1) * gap + margin;
+    if (text_w(h->title_chars, HEAT_FS_TITLE) + 2 * margin > Wd)
+        Wd = text_w(h->title_chars, HEAT_FS_TITLE) + 2 * margin;
+    h->W = (int)ceil(Wd);
+    h->H = (int)ceil(Hd < 200 ? 200 : Hd);
+    if ((double)h->W * h->H > 1e8) {
+        cg_set_error("%s: the picture would be %d x %d pixels", who, h->W, h->H);
+        return false;
+    }
+    return true;
+}
+
+/* Panel P in the slot at grid row gr, column gc: its cells, frame, title
+ * and labels. */
+static void heat_panel(const heat *h, const pl_out *out, const cg_heatmap_panel *P, int gr, int gc)
+{
+    char text[TEXT_BUF];
+    const int cell = h->cell;
+    double sx = HEAT_MARGIN + gc * (h->slot_w + HEAT_GAP),
+           sy = HEAT_MARGIN + h->head_h + gr * (h->slot_h + HEAT_GAP);
+    double mx = floor(sx + h->rlab_w), my = floor(sy + h->title_h);
+    vp_px(out, mx, my, mx + P->cols * cell, my + P->rows * cell);
+    plwind(0, P->cols, P->rows, 0);
+    /* cells in row-major order, each widened by half a pixel to the
+     * right and down so that anti-aliased edges leave no seams */
+    double e = 0.5 / cell;
+    for (int r = 0; r < P->rows; r++) {
+        for (int k = 0; k < P->cols; k++) {
+            float v = P->values[(size_t)r * (size_t)P->cols + (size_t)k];
+            use_color(isfinite(v) ? cg_plot_colormap((float)((v - h->lo) / (h->hi - h->lo)))
+                                  : (uint32_t)NAN_GREY);
+            fill_rect(k, r, k + 1 + e, r + 1 + e);
+        }
+    }
+    plcol0(C_AXIS);
+    plwidth(1);
+    plbox("bc", 0, 0, "bc", 0, 0);
+    plcol0(C_TEXT);
+    if (pl_text(P->title, 60, text) > 0) {
+        font_px(HEAT_FS_PANEL);
+        plmtex("t", 0.9, 0.0, 0.0, text);
+    }
+    font_px(h->fs);
+    /* row labels left of the rows, right-aligned */
+    for (int r = 0; r < P->rows && h->rlab > 0; r += h->step) {
+        if (panel_label(P->row_labels, P->row_chars, r, text) > 0)
+            plmtex("lv", 0.4, 1.0 - (r + 0.5) / P->rows, 1.0, text);
+    }
+    /* column labels below: upright when single characters, else
+     * rotated to read upwards, ending at the map */
+    for (int k = 0; k < P->cols && h->clab > 0; k += h->step_c) {
+        if (panel_label(P->col_labels, P->col_chars, k, text) > 0) {
+            if (h->col_rotated)
+                plmtex("bv", 0.4, (k + 0.5) / P->cols, 1.0, text);
+            else
+                plmtex("b", 1.2, (k + 0.5) / P->cols, 0.5, text);
+        }
+    }
+}
+
+/* The colour bar right of the grid, with its tick labels. */
+static void heat_colorbar(const heat *h, const pl_out *out, int grid_rows)
+{
+    char text[TEXT_BUF];
+    const double lo = h->lo, hi = h->hi;
+    double bx = HEAT_MARGIN + h->grid_w + 24, by0 = HEAT_MARGIN + h->head_h + h->title_h;
+    double bh = grid_rows * h->slot_h + (grid_rows - 1) * HEAT_GAP - h->title_h - h->clab_h;
+    bh = bh > 300 ? 300 : bh < 60 ? 60 : bh;
+    vp_px(out, floor(bx), floor(by0), floor(bx) + HEAT_BAR_W, floor(by0) + floor(bh));
+    plwind(0, 1, lo, hi);
+    int strips = (int)floor(bh);
+    for (int i = 0; i < strips; i++) {
+        double a = lo + (hi - lo) * i / strips, b = lo + (hi - lo) * (i + 1.5) / strips;
+        use_color(cg_plot_colormap((float)((i + 0.5) / strips)));
+        fill_rect(0, a, 1, b > hi ? hi : b);
+    }
+    double bstep = nice_step((hi - lo) / 4);
+    plcol0(C_AXIS);
+    plbox("bc", 0, 0, "bct", bstep, 0);
+    plcol0(C_TEXT);
+    font_px(h->fs);
+    for (double v = ceil(lo / bstep - 1e-6) * bstep; v <= hi + bstep * 1e-6; v += bstep) {
+        label_linear(PL_Y_AXIS, v, text, sizeof text, &bstep);
+        plmtex("rv", 0.6, (v - lo) / (hi - lo), 0.0, text);
+    }
+}
+
 bool cg_plot_heatmaps(const char *path, const char *title, int grid_rows, int grid_cols,
                       const cg_heatmap_panel *panels, float vmin, float vmax)
 {
@@ -744,164 +1003,36 @@ bool cg_plot_heatmaps(const char *path, const char *title, int grid_rows, int gr
                      grid_cols, panels ? "given" : "NULL");
         return false;
     }
-    int np = grid_rows * grid_cols;
-    int maxdim = 1, max_rows = 0, max_cols = 0, rlab = 0, clab = 0, tlen = 0;
-    double lo = INFINITY, hi = -INFINITY;
-    char text[TEXT_BUF];
-    for (int p = 0; p < np; p++) {
-        const cg_heatmap_panel *P = &panels[p];
-        if (P->rows == 0 && P->cols == 0)
-            continue;
-        if (P->rows <= 0 || P->cols <= 0 || P->rows > 4096 || P->cols > 4096 || !P->values) {
-            cg_set_error("%s: panel %d is %d x %d with values %s (need 1..4096 each)", who, p,
-                         P->rows, P->cols, P->values ? "given" : "NULL");
-            return false;
-        }
-        maxdim = P->rows > maxdim ? P->rows : maxdim;
-        maxdim = P->cols > maxdim ? P->cols : maxdim;
-        max_rows = P->rows > max_rows ? P->rows : max_rows;
-        max_cols = P->cols > max_cols ? P->cols : max_cols;
-        int r = max_label_chars(P->row_labels, P->row_chars, P->rows);
-        int cl = max_label_chars(P->col_labels, P->col_chars, P->cols);
-        rlab = r > rlab ? r : rlab;
-        clab = cl > clab ? cl : clab;
-        int t = pl_text(P->title, 60, text);
-        tlen = t > tlen ? t : tlen;
-        for (long i = 0; i < (long)P->rows * P->cols; i++) {
-            float v = P->values[i];
-            if (isfinite(v)) {
-                lo = fmin(lo, v);
-                hi = fmax(hi, v);
-            }
-        }
-    }
-    if (max_rows == 0) {
-        cg_set_error("%s: every panel is empty", who);
+    heat h = {0};
+    if (!heat_scan(&h, who, grid_rows * grid_cols, panels))
         return false;
-    }
     if (vmin < vmax) {
-        lo = vmin;
-        hi = vmax;
-    } else if (!(lo <= hi)) {
-        lo = 0;
-        hi = 1;
-    } else if (lo == hi) {
-        hi = lo + 1;
+        h.lo = vmin;
+        h.hi = vmax;
+    } else if (!(h.lo <= h.hi)) {
+        h.lo = 0;
+        h.hi = 1;
+    } else if (h.lo == h.hi) {
+        h.hi = h.lo + 1;
     }
-
-    /* one cell size for all panels; labels thinned out when cells are small */
-    const double fs_panel = 11, fs_title = 15;
-    int cell = 360 / maxdim;
-    cell = cell < 2 ? 2 : cell > 18 ? 18 : cell;
-    if ((rlab > 0 || clab > 0) && cell < 9) {
-        /* labels want rows of 9 pixels: grow panels up to about 1000 pixels */
-        int grown = 1000 / maxdim;
-        cell = grown > 9 ? 9 : grown > cell ? grown : cell;
-    }
-    /* labels: 10 px, or down to 8 px to label every row of small cells;
-     * rows of labels need their height and a pixel, upright single
-     * characters their width */
-    const double fs = cell >= 12 ? 10 : cell >= 11 ? 9 : 8;
-    int step = (int)ceil((fs + 1) / cell);
-    bool col_rotated = clab > 1;
-    int step_c = col_rotated ? step : (int)ceil((fs * 0.62 + 2) / cell);
-    double rlab_w = rlab > 0 ? text_w(rlab, fs) + 6 : 0;
-    double clab_h = clab == 0 ? 0 : col_rotated ? text_w(clab, fs) + 8 : fs + 8;
-    double title_h = tlen > 0 ? fs_panel + 8 : 0;
-    double map_w = max_cols * cell, map_h = max_rows * cell;
-    double slot_w = rlab_w + map_w, slot_h = title_h + map_h + clab_h;
-    if (text_w(tlen, fs_panel) > slot_w)
-        slot_w = text_w(tlen, fs_panel);
-    double gap = 22, margin = 16;
-    int title_chars = pl_text(title, 120, text);
-    double head_h = title_chars > 0 ? fs_title * 2.4 : 0;
-    double bar_w = 16, bar_lab = text_w(6, fs) + 8;
-    double grid_w = grid_cols * slot_w + (grid_cols - 1) * gap;
-    double Wd = margin + grid_w + 24 + bar_w + 6 + bar_lab + margin;
-    double Hd = margin + head_h + grid_rows * slot_h + (grid_rows - 1) * gap + margin;
-    if (text_w(title_chars, fs_title) + 2 * margin > Wd)
-        Wd = text_w(title_chars, fs_title) + 2 * margin;
-    int W = (int)ceil(Wd), H = (int)ceil(Hd < 200 ? 200 : Hd);
-    if ((double)W * H > 1e8) {
-        cg_set_error("%s: the picture would be %d x %d pixels", who, W, H);
+    if (!heat_layout(&h, who, title, grid_rows, grid_cols))
         return false;
-    }
 
     pl_out out;
-    if (!pl_begin(&out, who, path, W, H, 0, true))
+    if (!pl_begin(&out, who, path, h.W, h.H, 0, true))
         return false;
-    if (title_chars > 0) {
+    if (h.title_chars > 0) {
         plcol0(C_TEXT);
-        text_px(&out, W / 2.0, margin + fs_title * 0.7, 0.5, fs_title, text);
+        text_px(&out, h.W / 2.0, HEAT_MARGIN + HEAT_FS_TITLE * 0.7, 0.5, HEAT_FS_TITLE, h.title);
     }
     for (int gr = 0; gr < grid_rows; gr++) {
         for (int gc = 0; gc < grid_cols; gc++) {
             const cg_heatmap_panel *P = &panels[gr * grid_cols + gc];
-            if (P->rows == 0 && P->cols == 0)
-                continue;
-            double sx = margin + gc * (slot_w + gap), sy = margin + head_h + gr * (slot_h + gap);
-            double mx = floor(sx + rlab_w), my = floor(sy + title_h);
-            vp_px(&out, mx, my, mx + P->cols * cell, my + P->rows * cell);
-            plwind(0, P->cols, P->rows, 0);
-            /* cells in row-major order, each widened by half a pixel to the
-             * right and down so that anti-aliased edges leave no seams */
-            double e = 0.5 / cell;
-            for (int r = 0; r < P->rows; r++) {
-                for (int k = 0; k < P->cols; k++) {
-                    float v = P->values[(size_t)r * (size_t)P->cols + (size_t)k];
-                    use_color(isfinite(v) ? cg_plot_colormap((float)((v - lo) / (hi - lo)))
-                                          : (uint32_t)NAN_GREY);
-                    fill_rect(k, r, k + 1 + e, r + 1 + e);
-                }
-            }
-            plcol0(C_AXIS);
-            plwidth(1);
-            plbox("bc", 0, 0, "bc", 0, 0);
-            plcol0(C_TEXT);
-            if (pl_text(P->title, 60, text) > 0) {
-                font_px(fs_panel);
-                plmtex("t", 0.9, 0.0, 0.0, text);
-            }
-            font_px(fs);
-            /* row labels left of the rows, right-aligned */
-            for (int r = 0; r < P->rows && rlab > 0; r += step) {
-                if (panel_label(P->row_labels, P->row_chars, r, text) > 0)
-                    plmtex("lv", 0.4, 1.0 - (r + 0.5) / P->rows, 1.0, text);
-            }
-            /* column labels below: upright when single characters, else
-             * rotated to read upwards, ending at the map */
-            for (int k = 0; k < P->cols && clab > 0; k += step_c) {
-                if (panel_label(P->col_labels, P->col_chars, k, text) > 0) {
-                    if (col_rotated)
-                        plmtex("bv", 0.4, (k + 0.5) / P->cols, 1.0, text);
-                    else
-                        plmtex("b", 1.2, (k + 0.5) / P->cols, 0.5, text);
-                }
-            }
+            if (P->rows != 0 || P->cols != 0)
+                heat_panel(&h, &out, P, gr, gc);
         }
     }
-
-    /* colour bar */
-    double bx = margin + grid_w + 24, by0 = margin + head_h + title_h;
-    double bh = grid_rows * slot_h + (grid_rows - 1) * gap - title_h - clab_h;
-    bh = bh > 300 ? 300 : bh < 60 ? 60 : bh;
-    vp_px(&out, floor(bx), floor(by0), floor(bx) + bar_w, floor(by0) + floor(bh));
-    plwind(0, 1, lo, hi);
-    int strips = (int)floor(bh);
-    for (int i = 0; i < strips; i++) {
-        double a = lo + (hi - lo) * i / strips, b = lo + (hi - lo) * (i + 1.5) / strips;
-        use_color(cg_plot_colormap((float)((i + 0.5) / strips)));
-        fill_rect(0, a, 1, b > hi ? hi : b);
-    }
-    double bstep = nice_step((hi - lo) / 4);
-    plcol0(C_AXIS);
-    plbox("bc", 0, 0, "bct", bstep, 0);
-    plcol0(C_TEXT);
-    font_px(fs);
-    for (double v = ceil(lo / bstep - 1e-6) * bstep; v <= hi + bstep * 1e-6; v += bstep) {
-        label_linear(PL_Y_AXIS, v, text, sizeof text, &bstep);
-        plmtex("rv", 0.6, (v - lo) / (hi - lo), 0.0, text);
-    }
+    heat_colorbar(&h, &out, grid_rows);
     return pl_end(&out, who);
 }
 

@@ -180,6 +180,154 @@ typedef struct {
     bool finished; /* ended with EOS */
 } hyp;
 
+/* Beam search's working state. The live hypotheses are rows of W ids
+ * starting with BOS, all of length T, with their summed log-probabilities;
+ * next and nscore receive the following generation. */
+typedef struct {
+    int64_t V, W, beam;
+    int K;                          /* tokens expanded per hypothesis */
+    int64_t *live, *next, *parents; /* parents[i]: the live row next row i came from */
+    double *lscore, *nscore, *lp;   /* lp: one row's log-probabilities */
+    cand *cands;
+    int64_t *rows, *flat, *top;     /* rows: zeros (memory copies); flat: the decoder's input */
+    hyp *done;                      /* finished hypotheses (and, at the end, the live ones) */
+    int64_t n_done, n_live, T;
+    cg_kv_cache *cache;             /* NULL: every prefix is recomputed */
+    cg_seq2seq_memory mem, sel;     /* the source's memory; sel: n_live copies of it */
+} beam_state;
+
+static bool beam_alloc(beam_state *b, cg_seq2seq *m, int beam, int64_t max_steps, bool use_cache)
+{
+    const int64_t V = m->cfg.vocab, W = max_steps + 1;
+    const int K = beam < V ? beam : (int)V;
+    *b = (beam_state){.V = V, .W = W, .beam = beam, .K = K, .n_live = 1, .T = 1};
+    b->live = malloc((size_t)(beam * W) * sizeof *b->live);
+    b->next = malloc((size_t)(beam * W) * sizeof *b->next);
+    b->lscore = malloc((size_t)beam * sizeof *b->lscore);
+    b->nscore = malloc((size_t)beam * sizeof *b->nscore);
+    b->lp = malloc((size_t)V * sizeof *b->lp);
+    b->cands = malloc((size_t)beam * (size_t)K * sizeof *b->cands);
+    b->rows = calloc((size_t)beam, sizeof *b->rows);
+    b->flat = malloc((size_t)(beam * W) * sizeof *b->flat);
+    b->done = calloc((size_t)(beam + 1) * (size_t)(max_steps + 1), sizeof *b->done);
+    b->parents = malloc((size_t)beam * sizeof *b->parents);
+    b->top = malloc((size_t)K * sizeof *b->top);
+    b->cache = use_cache ? cg_seq2seq_kv_cache_new(m) : NULL;
+    if (!b->live || !b->next || !b->lscore || !b->nscore || !b->lp || !b->cands || !b->rows ||
+        !b->flat || !b->done || !b->parents || !b->top || (use_cache && !b->cache)) {
+        if (!cg_has_error())
+            cg_set_error("beam search: out of memory");
+        return false;
+    }
+    return true;
+}
+
+static void beam_free(beam_state *b)
+{
+    if (b->done)
+        for (int64_t i = 0; i < b->n_done; i++)
+            free(b->done[i].ids);
+    free(b->done);
+    cg_seq2seq_memory_free(&b->mem);
+    cg_seq2seq_memory_free(&b->sel);
+    free(b->live);
+    free(b->next);
+    free(b->lscore);
+    free(b->nscore);
+    free(b->lp);
+    free(b->cands);
+    free(b->rows);
+    free(b->flat);
+    free(b->parents);
+    free(b->top);
+    cg_kv_cache_free(b->cache);
+}
+
+/* ids[0..len) joins the finished list with score. */
+static bool beam_finish(beam_state *b, const int64_t *ids, int64_t len, double score,
+                        bool finished)
+{
+    hyp *hp = &b->done[b->n_done++];
+    hp->len = len;
+    hp->finished = finished;
+    hp->ids = malloc((size_t)(len > 0 ? len : 1) * sizeof(int64_t));
+    if (!hp->ids) {
+        cg_set_error("beam search: out of memory");
+        return false;
+    }
+    memcpy(hp->ids, ids, (size_t)len * sizeof(int64_t));
+    hp->score = score;
+    return true;
+}
+
+/* The candidates of this step: the top K tokens of every live hypothesis,
+ * scored by their summed log-probability. The live hypotheses are one
+ * batch: with the cache, their last tokens (the cache rows follow the
+ * hypotheses); without, their whole prefixes against copies of the memory.
+ * Returns the number of candidates, or -1 + error. */
+static int64_t beam_expand(beam_state *b, cg_seq2seq *m)
+{
+    const int64_t W = b->W, T = b->T, V = b->V, Tl = b->cache ? 1 : T;
+    if (!b->cache && b->n_live != b->sel.B) {
+        cg_seq2seq_memory_free(&b->sel);
+        if (!cg_seq2seq_memory_select(&b->mem, b->rows, b->n_live, &b->sel))
+            return -1;
+    }
+    for (int64_t h = 0; h < b->n_live; h++)
+        memcpy(b->flat + h * Tl, b->live + h * W + T - Tl, (size_t)Tl * sizeof *b->flat);
+    cg_tensor *l = b->cache ? cg_seq2seq_decode_step(m, b->flat, b->n_live, &b->mem, b->cache)
+                            : decode_logits(m, b->flat, b->n_live, T, &b->sel);
+    if (!l)
+        return -1;
+    const float *d = cg_data(l);
+    int64_t nc = 0;
+    for (int64_t h = 0; h < b->n_live; h++) {
+        log_softmax_row(d + (h * Tl + Tl - 1) * V, V, b->lp);
+        const int nt = top_k(b->lp, V, b->K, b->top);
+        for (int k = 0; k < nt; k++) {
+            b->cands[nc] = (cand){h, b->top[k], b->lscore[h] + b->lp[b->top[k]], nc};
+            nc++;
+        }
+    }
+    cg_release(l);
+    return nc;
+}
+
+/* The best candidates in order until `beam` of them continue: one ending in
+ * EOS is finished, the others form the next generation, which becomes the
+ * live one (one token longer). */
+static bool beam_select(beam_state *b, int64_t nc, double alpha)
+{
+    const int64_t W = b->W, T = b->T;
+    qsort(b->cands, (size_t)nc, sizeof *b->cands, cand_cmp);
+    int64_t nl = 0;
+    for (int64_t c = 0; c < nc; c++) {
+        const cand *cd = &b->cands[c];
+        const int64_t *ph = b->live + cd->parent * W;
+        if (cd->tok == CG_EOS) {
+            if (!beam_finish(b, ph + 1, T - 1, cd->score / cg_length_penalty(T, alpha), true))
+                return false;
+        } else {
+            memcpy(b->next + nl * W, ph, (size_t)T * sizeof(int64_t));
+            b->next[nl * W + T] = cd->tok;
+            b->nscore[nl] = cd->score;
+            b->parents[nl] = cd->parent;
+            nl++;
+        }
+        if (nl == b->beam)
+            break;
+    }
+    int64_t *t = b->live;
+    b->live = b->next;
+    b->next = t;
+    double *ts = b->lscore;
+    b->lscore = b->nscore;
+    b->nscore = ts;
+    b->n_live = nl;
+    b->T++;
+    return true;
+}
+
 bool cg_beam_search(cg_seq2seq *m, const int64_t *src, int64_t S, int beam, double alpha,
                     int64_t max_steps, int64_t **out, int64_t *len, double *score,
                     bool *finished, bool use_cache)
@@ -195,145 +343,45 @@ bool cg_beam_search(cg_seq2seq *m, const int64_t *src, int64_t S, int beam, doub
         return false;
     }
     *out = NULL;
-    const int64_t V = m->cfg.vocab, W = max_steps + 1;
-    const int K = beam < V ? beam : (int)V;
     bool ok = false;
     cg_no_grad_begin();
-    cg_seq2seq_memory mem = {0}, sel = {0};
-    /* live hypotheses: rows of W ids starting with BOS, all of length T */
-    int64_t *live = malloc((size_t)(beam * W) * sizeof *live);
-    int64_t *next = malloc((size_t)(beam * W) * sizeof *next);
-    double *lscore = malloc((size_t)beam * sizeof *lscore);
-    double *nscore = malloc((size_t)beam * sizeof *nscore);
-    double *lp = malloc((size_t)V * sizeof *lp);
-    cand *cands = malloc((size_t)beam * (size_t)K * sizeof *cands);
-    int64_t *rows = calloc((size_t)beam, sizeof *rows);
-    int64_t *flat = malloc((size_t)(beam * W) * sizeof *flat);
-    hyp *done = calloc((size_t)(beam + 1) * (size_t)(max_steps + 1), sizeof *done);
-    int64_t *parents = malloc((size_t)beam * sizeof *parents);
-    int64_t *top = malloc((size_t)K * sizeof *top);
-    cg_kv_cache *cache = use_cache ? cg_seq2seq_kv_cache_new(m) : NULL;
-    int64_t n_done = 0, n_live = 1, T = 1;
-    if (!live || !next || !lscore || !nscore || !lp || !cands || !rows || !flat || !done ||
-        !parents || !top || (use_cache && !cache)) {
-        if (!cg_has_error())
-            cg_set_error("beam search: out of memory");
+    beam_state b;
+    if (!beam_alloc(&b, m, beam, max_steps, use_cache) || !cg_seq2seq_encode(m, src, 1, S, &b.mem))
         goto out;
-    }
-    if (!cg_seq2seq_encode(m, src, 1, S, &mem))
-        goto out;
-    live[0] = CG_BOS;
-    lscore[0] = 0.0;
+    b.live[0] = CG_BOS;
+    b.lscore[0] = 0.0;
     for (int64_t step = 0; step < max_steps; step++) {
-        /* the live hypotheses are one batch: with the cache, their last
-         * tokens (the cache rows follow the hypotheses); without, their
-         * whole prefixes against copies of the memory */
-        const int64_t Tl = cache ? 1 : T;
-        if (!cache && n_live != sel.B) {
-            cg_seq2seq_memory_free(&sel);
-            if (!cg_seq2seq_memory_select(&mem, rows, n_live, &sel))
-                goto out;
-        }
-        for (int64_t h = 0; h < n_live; h++)
-            memcpy(flat + h * Tl, live + h * W + T - Tl, (size_t)Tl * sizeof *flat);
-        cg_tensor *l = cache ? cg_seq2seq_decode_step(m, flat, n_live, &mem, cache)
-                             : decode_logits(m, flat, n_live, T, &sel);
-        if (!l)
+        int64_t nc = beam_expand(&b, m);
+        if (nc < 0 || !beam_select(&b, nc, alpha))
             goto out;
-        const float *d = cg_data(l);
-        int64_t nc = 0;
-        for (int64_t h = 0; h < n_live; h++) {
-            log_softmax_row(d + (h * Tl + Tl - 1) * V, V, lp);
-            const int nt = top_k(lp, V, K, top);
-            for (int k = 0; k < nt; k++) {
-                cands[nc] = (cand){h, top[k], lscore[h] + lp[top[k]], nc};
-                nc++;
-            }
-        }
-        cg_release(l);
-        qsort(cands, (size_t)nc, sizeof *cands, cand_cmp);
-        int64_t nl = 0;
-        for (int64_t c = 0; c < nc; c++) {
-            const int64_t *ph = live + cands[c].parent * W;
-            if (cands[c].tok == CG_EOS) {
-                hyp *hp = &done[n_done++];
-                hp->len = T - 1;
-                hp->finished = true;
-                hp->ids = malloc((size_t)(T > 1 ? T - 1 : 1) * sizeof(int64_t));
-                if (!hp->ids) {
-                    cg_set_error("beam search: out of memory");
-                    goto out;
-                }
-                memcpy(hp->ids, ph + 1, (size_t)(T - 1) * sizeof(int64_t));
-                hp->score = cands[c].score / cg_length_penalty(T, alpha);
-            } else {
-                memcpy(next + nl * W, ph, (size_t)T * sizeof(int64_t));
-                next[nl * W + T] = cands[c].tok;
-                nscore[nl] = cands[c].score;
-                parents[nl] = cands[c].parent;
-                nl++;
-            }
-            if (nl == beam)
-                break;
-        }
-        int64_t *t = live;
-        live = next;
-        next = t;
-        double *ts = lscore;
-        lscore = nscore;
-        nscore = ts;
-        n_live = nl;
-        T++;
-        if (n_done >= beam || n_live == 0)
+        if (b.n_done >= beam || b.n_live == 0)
             break;
-        if (cache && !cg_kv_cache_reorder(cache, parents, n_live))
+        if (b.cache && !cg_kv_cache_reorder(b.cache, b.parents, b.n_live))
             goto out;
     }
-    for (int64_t h = 0; h < n_live; h++) {
-        hyp *hp = &done[n_done++];
-        hp->len = T - 1;
-        hp->ids = malloc((size_t)(T > 1 ? T - 1 : 1) * sizeof(int64_t));
-        if (!hp->ids) {
-            cg_set_error("beam search: out of memory");
+    /* the live ones join, scored without EOS */
+    for (int64_t h = 0; h < b.n_live; h++)
+        if (!beam_finish(&b, b.live + h * b.W + 1, b.T - 1,
+                         b.lscore[h] / cg_length_penalty(b.T - 1, alpha), false))
             goto out;
-        }
-        memcpy(hp->ids, live + h * W + 1, (size_t)(T - 1) * sizeof(int64_t));
-        hp->score = lscore[h] / cg_length_penalty(T - 1, alpha);
-    }
-    if (n_done == 0) {
+    if (b.n_done == 0) {
         cg_set_error("beam search: no hypothesis");
         goto out;
     }
     int64_t best = 0;
-    for (int64_t i = 1; i < n_done; i++)
-        if (done[i].score > done[best].score)
+    for (int64_t i = 1; i < b.n_done; i++)
+        if (b.done[i].score > b.done[best].score)
             best = i;
-    *out = done[best].ids;
-    done[best].ids = NULL;
-    *len = done[best].len;
+    *out = b.done[best].ids;
+    b.done[best].ids = NULL;
+    *len = b.done[best].len;
     if (score)
-        *score = done[best].score;
+        *score = b.done[best].score;
     if (finished)
-        *finished = done[best].finished;
+        *finished = b.done[best].finished;
     ok = true;
 out:
-    if (done)
-        for (int64_t i = 0; i < n_done; i++)
-            free(done[i].ids);
-    free(done);
-    cg_seq2seq_memory_free(&mem);
-    cg_seq2seq_memory_free(&sel);
-    free(live);
-    free(next);
-    free(lscore);
-    free(nscore);
-    free(lp);
-    free(cands);
-    free(rows);
-    free(flat);
-    free(parents);
-    free(top);
-    cg_kv_cache_free(cache);
+    beam_free(&b);
     cg_no_grad_end();
     return ok;
 }

@@ -3,6 +3,7 @@
 
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,28 +70,31 @@ bool cg_seq2seq_config_check(const cg_seq2seq_config *c)
 
 static const char CONFIG[] = "seq2seq config";
 
+/* The config's JSON fields, in the order they are written. */
+static const cg_config_field FIELDS[] = {
+    {"vocab", CG_CF_I64, offsetof(cg_seq2seq_config, vocab)},
+    {"d", CG_CF_I64, offsetof(cg_seq2seq_config, d)},
+    {"H", CG_CF_I64, offsetof(cg_seq2seq_config, H)},
+    {"enc_layers", CG_CF_I64, offsetof(cg_seq2seq_config, enc_layers)},
+    {"dec_layers", CG_CF_I64, offsetof(cg_seq2seq_config, dec_layers)},
+    {"d_ff", CG_CF_I64, offsetof(cg_seq2seq_config, d_ff)},
+    {"max_len", CG_CF_I64, offsetof(cg_seq2seq_config, max_len)},
+    {"norm", CG_CF_NORM, offsetof(cg_seq2seq_config, norm)},
+    {"act", CG_CF_ACT, offsetof(cg_seq2seq_config, act)},
+    {"norm_first", CG_CF_BOOL, offsetof(cg_seq2seq_config, norm_first)},
+    {"dropout", CG_CF_F32, offsetof(cg_seq2seq_config, dropout)},
+    {"label_smoothing", CG_CF_F32, offsetof(cg_seq2seq_config, label_smoothing)},
+};
+enum { N_FIELDS = (int)(sizeof FIELDS / sizeof FIELDS[0]) };
+
 bool cg_seq2seq_config_from_json(const char *json, cg_seq2seq_config *out)
 {
-    cJSON *o = out ? cg_json_parse_object(json, CONFIG) : NULL;
-    if (!o) {
-        if (!out)
-            cg_set_error("seq2seq config: NULL argument");
+    if (!out) {
+        cg_set_error("seq2seq config: NULL argument");
         return false;
     }
     cg_seq2seq_config c = cg_seq2seq_config_default();
-    bool ok = cg_json_int(o, CONFIG, "vocab", &c.vocab) &&
-              cg_json_int(o, CONFIG, "d", &c.d) &&
-              cg_json_int(o, CONFIG, "H", &c.H) &&
-              cg_json_int(o, CONFIG, "enc_layers", &c.enc_layers) &&
-              cg_json_int(o, CONFIG, "dec_layers", &c.dec_layers) &&
-              cg_json_int(o, CONFIG, "d_ff", &c.d_ff) &&
-              cg_json_int(o, CONFIG, "max_len", &c.max_len) &&
-              cg_json_bool(o, CONFIG, "norm_first", &c.norm_first) &&
-              cg_json_float(o, CONFIG, "dropout", &c.dropout) &&
-              cg_json_float(o, CONFIG, "label_smoothing", &c.label_smoothing);
-    ok = ok && cg_json_norm_act(o, CONFIG, &c.norm, &c.act);
-    cJSON_Delete(o);
-    if (!ok || !cg_seq2seq_config_check(&c))
+    if (!cg_config_read(json, CONFIG, FIELDS, N_FIELDS, &c) || !cg_seq2seq_config_check(&c))
         return false;
     *out = c;
     return true;
@@ -100,21 +104,7 @@ char *cg_seq2seq_config_to_json(const cg_seq2seq_config *c)
 {
     if (!cg_seq2seq_config_check(c))
         return NULL;
-    char buf[640];
-    int n = snprintf(buf, sizeof buf,
-                     "{\"model\": \"seq2seq\", \"vocab\": %lld, \"d\": %lld, \"H\": %lld, "
-                     "\"enc_layers\": %lld, \"dec_layers\": %lld, \"d_ff\": %lld, "
-                     "\"max_len\": %lld, \"norm\": \"%s\", \"act\": \"%s\", "
-                     "\"norm_first\": %s, \"dropout\": %.9g, \"label_smoothing\": %.9g}",
-                     (long long)c->vocab, (long long)c->d, (long long)c->H,
-                     (long long)c->enc_layers, (long long)c->dec_layers, (long long)c->d_ff,
-                     (long long)c->max_len, cg_norm_kind_name(c->norm), cg_act_name(c->act),
-                     c->norm_first ? "true" : "false", (double)c->dropout,
-                     (double)c->label_smoothing);
-    char *s = (n > 0 && (size_t)n < sizeof buf) ? strdup(buf) : NULL;
-    if (!s)
-        cg_set_error("seq2seq config: out of memory");
-    return s;
+    return cg_config_write("seq2seq", FIELDS, N_FIELDS, c);
 }
 
 /* ----------------------------------------------------------------- model */
@@ -138,14 +128,11 @@ cg_seq2seq *cg_seq2seq_new(const cg_seq2seq_config *cfg, uint64_t seed)
                        .dropout = cfg->dropout, .dropout_rng = &m->dropout_rng};
     cg_module *base = CG_MODULE(m);
     bool ok = (m->pe = cg_hold(cg_sinusoidal_pe(cfg->max_len, cfg->d))) != NULL; /* beyond scopes */
-    ok = ok && (m->emb = (cg_embed *)cg_module_add_child(
-                    base, "emb", CG_MODULE(cg_embed_new(cfg->vocab, cfg->d, &init))));
-    ok = ok && (m->encoder = (cg_enc_stack *)cg_module_add_child(
-                    base, "encoder",
-                    CG_MODULE(cg_enc_stack_new((int)cfg->enc_layers, &tf, &init))));
-    ok = ok && (m->decoder = (cg_dec_stack *)cg_module_add_child(
-                    base, "decoder",
-                    CG_MODULE(cg_dec_stack_new((int)cfg->dec_layers, &tf, &init))));
+    ok = ok && (m->emb = cg_module_add_child(base, "emb", cg_embed_new(cfg->vocab, cfg->d, &init)));
+    ok = ok && (m->encoder = cg_module_add_child(
+                    base, "encoder", cg_enc_stack_new((int)cfg->enc_layers, &tf, &init)));
+    ok = ok && (m->decoder = cg_module_add_child(
+                    base, "decoder", cg_dec_stack_new((int)cfg->dec_layers, &tf, &init)));
     ok = ok && cg_module_init_params_torch(base, seed, CG_INIT_STD);
     if (!ok) {
         cg_module_free(base);

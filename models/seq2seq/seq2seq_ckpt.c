@@ -29,11 +29,9 @@ void cg_seq2seq_ckpt_free(cg_seq2seq_ckpt *c)
 bool cg_seq2seq_ckpt_load(const char *path, cg_seq2seq_ckpt *out)
 {
     memset(out, 0, sizeof *out);
-    cg_st_file *f = cg_ckpt_open(path, "seq2seq");
+    cg_st_file *f = out->file = cg_ckpt_open_at(path, "seq2seq", &out->step);
     if (!f)
         return false;
-    out->file = f;
-    out->step = cg_ckpt_step(f);
     cg_seq2seq_config cfg;
     if (cg_ft_is_adapter(f)) { /* models/train/finetune.h: charlm's alone */
         cg_set_error("'%s' is a LoRA adapter checkpoint, which seq2seq does not read", path);
@@ -57,12 +55,8 @@ bool cg_seq2seq_ckpt_load(const char *path, cg_seq2seq_ckpt *out)
     if (!cg_ckpt_config_fits(need, cfg.max_len, cfg.d, f, path))
         goto fail;
     out->model = cg_seq2seq_new(&cfg, 0);
-    if (!out->model || !cg_ckpt_check_tensors(CG_MODULE(out->model), f, path))
+    if (!cg_ckpt_load_params(CG_MODULE(out->model), f, path))
         goto fail;
-    if (!cg_module_load(CG_MODULE(out->model), f, NULL)) {
-        cg_prefix_error("checkpoint '%s': ", path);
-        goto fail;
-    }
     return true;
 fail:
     cg_seq2seq_ckpt_free(out);

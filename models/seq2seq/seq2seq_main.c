@@ -107,7 +107,7 @@ static bool mt_evaluate(void *self, int64_t step, cg_eval_result *e)
 /* The final evaluation: validation losses (also with every target paired
  * with the next pair's source: does the model translate from its source?)
  * and the test split decoded greedily and with beam search. */
-static bool mt_finish(void *self, const cg_trainer *t, cg_jline *j)
+static bool mt_finish(void *self, const cg_trainer *t, cJSON *j)
 {
     mt_run *r = self;
     const cg_pairs *P = &r->d.pairs;
@@ -129,25 +129,25 @@ static bool mt_finish(void *self, const cg_trainer *t, cg_jline *j)
                                r->examples, stdout, &tr))
             cg_prog_die_lib(NULL);
     }
-    cg_jline_int(j, "epochs", r->d.epoch);
-    cg_jline_num(j, "train_loss", cg_trainer_recent_loss(t), 4);
-    cg_jline_num(j, "val_loss", val_loss, 4);
-    cg_jline_num(j, "val_nll", val_nll, 4);
-    cg_jline_num(j, "val_bpc", cg_bits_per_char(val_nll, val_ntok, r->d.valid_chars), 4);
-    cg_jline_num(j, "val_nll_wrong_src", wrong_nll, 4);
+    cg_json_put_int(j, "epochs", r->d.epoch);
+    cg_json_put_num(j, "train_loss", "%.4f", cg_trainer_recent_loss(t));
+    cg_json_put_num(j, "val_loss", "%.4f", val_loss);
+    cg_json_put_num(j, "val_nll", "%.4f", val_nll);
+    cg_json_put_num(j, "val_bpc", "%.4f", cg_bits_per_char(val_nll, val_ntok, r->d.valid_chars));
+    cg_json_put_num(j, "val_nll_wrong_src", "%.4f", wrong_nll);
     if (nt > 0) {
-        cg_jline_num(j, "bleu_greedy", tr.bleu_greedy, 2);
-        cg_jline_num(j, "bleu_beam", tr.bleu_beam, 2);
-        cg_jline_num(j, "chrf_greedy", tr.chrf_greedy, 2);
-        cg_jline_num(j, "chrf_beam", tr.chrf_beam, 2);
+        cg_json_put_num(j, "bleu_greedy", "%.2f", tr.bleu_greedy);
+        cg_json_put_num(j, "bleu_beam", "%.2f", tr.bleu_beam);
+        cg_json_put_num(j, "chrf_greedy", "%.2f", tr.chrf_greedy);
+        cg_json_put_num(j, "chrf_beam", "%.2f", tr.chrf_beam);
     }
-    cg_jline_num(j, "decode_s", tr.seconds, 1);
-    cg_jline_num(j, "factor", r->factor, 4);
-    cg_jline_str(j, "preset", r->preset);
-    cg_jline_str(j, "tokenizer", cg_tokenizer_kind_name(r->d.tok->kind));
-    cg_jline_int(j, "vocab", cg_tokenizer_vocab_size(r->d.tok));
-    cg_jline_int(j, "test_pairs", nt);
-    cg_jline_int(j, "beam", r->beam);
+    cg_json_put_num(j, "decode_s", "%.1f", tr.seconds);
+    cg_json_put_num(j, "factor", "%.4f", r->factor);
+    cg_json_put_str(j, "preset", r->preset);
+    cg_json_put_str(j, "tokenizer", cg_tokenizer_kind_name(r->d.tok->kind));
+    cg_json_put_int(j, "vocab", cg_tokenizer_vocab_size(r->d.tok));
+    cg_json_put_int(j, "test_pairs", nt);
+    cg_json_put_int(j, "beam", r->beam);
     return true;
 }
 
@@ -244,13 +244,9 @@ static void mt_setup(mt_run *r, cg_train_opts *o, cg_train_recipe *rec, cg_train
 
 static int cmd_train(int argc, char **argv)
 {
-    cg_train_opts o = {0};
-    cg_train_recipe rec = {0};
-    cg_train_opts_init(&o);
-    cg_train_recipe_init(&rec);
-    o.steps = 9430;
-    o.eval_every = 1000;
-    o.seed = 1;
+    cg_train_opts o;
+    cg_train_recipe rec;
+    cg_train_init(&o, &rec, 9430, 1000);
     rec.tokenizer_arg = "bpe"; /* README: char against bpe at equal wall time */
     rec.norm_first = false;
     rec.dropout = 0.3;
@@ -478,10 +474,17 @@ static int cmd_eval(int argc, char **argv)
                             !t.no_cache, &bleu, &chrf, NULL))
         cg_prog_die_lib(NULL);
     double dt = cg_now() - t0;
-    printf("{\"bleu\": %s, \"chrf\": %s, \"beam\": %lld, \"test_pairs\": %lld, "
-           "\"decode_s\": %s, \"step\": %lld, \"precision\": %s}\n",
-           CG_JSON_NUM("%.2f", bleu), CG_JSON_NUM("%.2f", chrf), (long long)t.beam, (long long)nt,
-           CG_JSON_NUM("%.1f", dt), (long long)c.step, CG_JSON_STR(cg_precision_name(prec)));
+    cJSON *j = cJSON_CreateObject();
+    cg_json_put_num(j, "bleu", "%.2f", bleu);
+    cg_json_put_num(j, "chrf", "%.2f", chrf);
+    cg_json_put_int(j, "beam", t.beam);
+    cg_json_put_int(j, "test_pairs", nt);
+    cg_json_put_num(j, "decode_s", "%.1f", dt);
+    cg_json_put_int(j, "step", c.step);
+    cg_json_put_str(j, "precision", cg_precision_name(prec));
+    if (!cg_json_print_line(stdout, j))
+        cg_prog_die_lib(NULL);
+    cJSON_Delete(j);
     cg_mt_data_free(&ds);
     cg_seq2seq_ckpt_free(&c);
     return 0;

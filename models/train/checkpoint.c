@@ -210,3 +210,21 @@ bool cg_ckpt_save_owned(const char *path, const char *kind, char *cfg, const cg_
     free(cfg);
     return ok;
 }
+
+cg_st_file *cg_ckpt_open_at(const char *path, const char *kind, int64_t *step)
+{
+    cg_st_file *f = cg_ckpt_open(path, kind);
+    *step = f ? cg_ckpt_step(f) : 0;
+    return f;
+}
+
+bool cg_ckpt_load_params(cg_module *m, cg_st_file *f, const char *path)
+{
+    if (!m || !cg_ckpt_check_tensors(m, f, path))
+        return false;
+    if (!cg_module_load_ex(m, f, &CG_CKPT_LOAD_OPTIONS)) {
+        cg_prefix_error("checkpoint '%s': ", path);
+        return false;
+    }
+    return true;
+}

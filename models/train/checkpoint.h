@@ -55,6 +55,12 @@ bool cg_ckpt_writer_save(cg_st_writer *w, const char *path);
 cg_st_file *cg_ckpt_open(const char *path, const char *kind);
 /* The "step" of a checkpoint opened by cg_ckpt_open (0 if absent). */
 int64_t cg_ckpt_step(const cg_st_file *f);
+/* A model loader's opening: cg_ckpt_open, and *step its "step". */
+cg_st_file *cg_ckpt_open_at(const char *path, const char *kind, int64_t *step);
+/* A model loader's end: m (NULL: false, its error kept) checked against
+ * f's tensors (cg_ckpt_check_tensors), then its parameters loaded from
+ * them; false + error naming the file. */
+bool cg_ckpt_load_params(cg_module *m, cg_st_file *f, const char *path);
 
 /* Every tensor of f must be a parameter of m or an optimizer slot
  * "optim.<parameter>.<step|exp_avg|exp_avg_sq|momentum_buffer>" of one.
@@ -62,6 +68,12 @@ int64_t cg_ckpt_step(const cg_st_file *f);
  * while the file holds block tensors, a truncated config, an unknown extra
  * tensor); "tokenizer.spm" (models/text/tokenizer.h) is allowed. Both loaders call it, so resume is covered too. */
 bool cg_ckpt_check_tensors(const cg_module *m, const cg_st_file *f, const char *path);
+/* The load options of a checkpoint's model (cg_module_load_ex, strict):
+ * beside the parameters the file holds the optimizer state ("optim.*") and
+ * the tokenizer (CG_TOKENIZER_TENSOR), which the model does not take. */
+#define CG_CKPT_LOAD_OPTIONS                                                                       \
+    ((cg_load_options){.n_ignore = 2,                                                              \
+                       .ignore = (const char *const[]){"optim.*", CG_TOKENIZER_TENSOR}})
 /* The same for an adapter checkpoint (models/train/finetune.h) over m with
  * its adapters attached: every tensor of f is a trainable parameter of m
  * under PEFT's prefix "base_model.model." or its optimizer state. */

@@ -142,17 +142,54 @@ _Noreturn void cg_dist_abort(int code, const char *msg)
 
 struct cg_dist_reducer {
     int n;
+    int64_t *numel; /* of each parameter: a shard is all of it */
 };
 cg_dist_reducer *cg_dist_reducer_new(int n, cg_tensor *const *params, double bucket_mb)
 {
-    (void)params;
     (void)bucket_mb;
+    if (n < 0 || (n && !params)) {
+        cg_set_error("dist: reducer: bad parameter list");
+        return NULL;
+    }
     cg_dist_reducer *r = calloc(1, sizeof *r);
-    if (!r)
+    int64_t *numel = malloc((size_t)(n ? n : 1) * sizeof *numel);
+    if (!r || !numel) {
+        free(r);
+        free(numel);
         cg_set_error("dist: out of memory");
-    else
-        r->n = n;
+        return NULL;
+    }
+    for (int i = 0; i < n; i++) {
+        if (!params[i]) {
+            free(r);
+            free(numel);
+            cg_set_error("dist: reducer: parameter %d is NULL", i);
+            return NULL;
+        }
+        numel[i] = cg_numel(params[i]);
+    }
+    r->n = n;
+    r->numel = numel;
     return r;
+}
+cg_dist_reducer *cg_dist_reducer_new_zero(int n, cg_tensor *const *params, double bucket_mb)
+{
+    return cg_dist_reducer_new(n, params, bucket_mb);
+}
+bool cg_dist_reducer_shards(const cg_dist_reducer *r, cg_optim_range *own)
+{
+    if (!r || !own) {
+        cg_set_error("dist: reducer_shards: NULL argument");
+        return false;
+    }
+    for (int i = 0; i < r->n; i++)
+        own[i] = (cg_optim_range){0, r->numel[i]};
+    return true;
+}
+bool cg_dist_reducer_gather_params(cg_dist_reducer *r) { return r != NULL; }
+bool cg_dist_gather_optim(const cg_optim *shard, cg_optim *full)
+{
+    return cg_optim_copy_state(full, shard);
 }
 bool cg_dist_reducer_prepare(cg_dist_reducer *r, double weight)
 {
@@ -170,7 +207,12 @@ int cg_dist_reducer_buckets(const cg_dist_reducer *r)
     (void)r;
     return 0;
 }
-void cg_dist_reducer_free(cg_dist_reducer *r) { free(r); }
+void cg_dist_reducer_free(cg_dist_reducer *r)
+{
+    if (r)
+        free(r->numel);
+    free(r);
+}
 
 #else
 /* ------------------------------------------------------------ MPI */
@@ -717,6 +759,10 @@ typedef struct {
 
 struct cg_dist_reducer {
     int n;
+    bool zero;           /* ZeRO-1: reduce-scatter, every rank owns a run of each bucket */
+    int *counts, *displs; /* zero: bucket j's run of rank r at [j * size + r] */
+    float *flags;        /* zero: has-gradient flags (by parameter index) */
+    cg_optim_range *own; /* zero: this rank's range of each parameter */
     cg_tensor **params;  /* as given */
     int *order;          /* parameter indices, reverse order */
     int *bucket_of;      /* by parameter index */
@@ -740,12 +786,16 @@ static int rd_find(const cg_dist_reducer *r, const cg_tensor *t)
 static void rd_start_ready(cg_dist_reducer *r)
 {
     while (r->next < r->nb && r->b[r->next].packed == r->b[r->next].count) {
-        rd_bucket *b = &r->b[r->next++];
-        int rc = MPI_Iallreduce(MPI_IN_PLACE, b->buf, (int)b->floats, MPI_FLOAT, MPI_SUM,
-                                MPI_COMM_WORLD, &b->req);
+        int j = r->next++;
+        rd_bucket *b = &r->b[j];
+        /* zero: in place, this rank's run of sums lands at the buffer's start */
+        int rc = r->zero ? MPI_Ireduce_scatter(MPI_IN_PLACE, b->buf, r->counts + j * g_size,
+                                               MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &b->req)
+                         : MPI_Iallreduce(MPI_IN_PLACE, b->buf, (int)b->floats, MPI_FLOAT,
+                                          MPI_SUM, MPI_COMM_WORLD, &b->req);
         b->started = rc == MPI_SUCCESS;
         if (!b->started)
-            mpi_ok(rc, "MPI_Iallreduce");
+            mpi_ok(rc, r->zero ? "MPI_Ireduce_scatter" : "MPI_Iallreduce");
         g_comm_bytes += b->floats * (int64_t)sizeof(float);
     }
 }
@@ -771,7 +821,7 @@ static void rd_pack(cg_dist_reducer *r, int i)
     int64_t n = cg_numel(p);
     float *dst = b->buf + r->offset[i];
     int slot = 0;
-    while (r->order[b->first + slot] != i)
+    while (!r->zero && r->order[b->first + slot] != i)
         slot++;
     const cg_tensor *g = p->grad;
     if (g && cg_numel(g) == n && cg_is_contiguous(g)) {
@@ -784,7 +834,10 @@ static void rd_pack(cg_dist_reducer *r, int i)
     } else {
         memset(dst, 0, (size_t)n * sizeof *dst);
     }
-    b->buf[b->floats - b->count + slot] = g ? 1.0f : 0.0f;
+    if (r->zero)
+        r->flags[i] = g ? 1.0f : 0.0f;
+    else
+        b->buf[b->floats - b->count + slot] = g ? 1.0f : 0.0f;
     r->done[i] = true;
     b->packed++;
 }
@@ -802,7 +855,8 @@ static void rd_hook(void *ctx, cg_tensor *t)
     rd_progress(r);
 }
 
-cg_dist_reducer *cg_dist_reducer_new(int n, cg_tensor *const *params, double bucket_mb)
+static cg_dist_reducer *reducer_new(int n, cg_tensor *const *params, double bucket_mb,
+                                    bool zero)
 {
     if (n < 0 || (n && !params) || !(bucket_mb > 0)) {
         cg_set_error("dist: reducer: bad parameter list or bucket size %g MB", bucket_mb);
@@ -818,8 +872,16 @@ cg_dist_reducer *cg_dist_reducer_new(int n, cg_tensor *const *params, double buc
         r->offset = malloc(m * sizeof *r->offset);
         r->done = calloc(m, sizeof *r->done);
         r->b = calloc(m, sizeof *r->b);
+        r->zero = zero;
+        if (zero) {
+            r->counts = malloc(m * (size_t)g_size * sizeof *r->counts);
+            r->displs = malloc(m * (size_t)g_size * sizeof *r->displs);
+            r->flags = calloc(m, sizeof *r->flags);
+            r->own = calloc(m, sizeof *r->own);
+        }
     }
-    if (!r || !r->params || !r->order || !r->bucket_of || !r->offset || !r->done || !r->b) {
+    if (!r || !r->params || !r->order || !r->bucket_of || !r->offset || !r->done || !r->b ||
+        (zero && (!r->counts || !r->displs || !r->flags || !r->own))) {
         cg_dist_reducer_free(r);
         cg_set_error("dist: out of memory");
         return NULL;
@@ -846,7 +908,14 @@ cg_dist_reducer *cg_dist_reducer_new(int n, cg_tensor *const *params, double buc
         b->count++;
     }
     for (int j = 0; j < r->nb; j++) {
-        r->b[j].floats += r->b[j].count; /* the has-gradient flags */
+        if (!zero)
+            r->b[j].floats += r->b[j].count; /* the has-gradient flags */
+        else if (r->b[j].floats > INT32_MAX) {
+            cg_dist_reducer_free(r);
+            cg_set_error("dist: reducer: a bucket of %lld floats is too large for MPI",
+                         (long long)r->b[j].floats);
+            return NULL;
+        }
         r->b[j].buf = cg_alloc((size_t)r->b[j].floats * sizeof(float));
         r->b[j].req = MPI_REQUEST_NULL;
         if (!r->b[j].buf) {
@@ -855,12 +924,49 @@ cg_dist_reducer *cg_dist_reducer_new(int n, cg_tensor *const *params, double buc
             return NULL;
         }
     }
+    for (int j = 0; zero && j < r->nb; j++) { /* equal runs of each bucket */
+        int64_t f = r->b[j].floats;
+        for (int q = 0; q < g_size; q++) {
+            r->displs[j * g_size + q] = (int)(f * q / g_size);
+            r->counts[j * g_size + q] = (int)(f * (q + 1) / g_size - f * q / g_size);
+        }
+        int64_t a = f * g_rank / g_size, z = f * (g_rank + 1) / g_size;
+        for (int s = 0; s < r->b[j].count; s++) {
+            int i = r->order[r->b[j].first + s];
+            int64_t o = r->offset[i], len = cg_numel(params[i]);
+            int64_t lo = a > o ? a - o : 0, hi = z < o + len ? z - o : len;
+            if (lo > len)
+                lo = len;
+            r->own[i] = (cg_optim_range){lo, hi > lo ? hi : lo};
+        }
+    }
     for (int i = 0; i < n; i++)
         if (!cg_grad_ready_hook_add(params[i], rd_hook, r)) {
             cg_dist_reducer_free(r);
             return NULL;
         }
     return r;
+}
+
+cg_dist_reducer *cg_dist_reducer_new(int n, cg_tensor *const *params, double bucket_mb)
+{
+    return reducer_new(n, params, bucket_mb, false);
+}
+
+cg_dist_reducer *cg_dist_reducer_new_zero(int n, cg_tensor *const *params, double bucket_mb)
+{
+    return reducer_new(n, params, bucket_mb, true);
+}
+
+bool cg_dist_reducer_shards(const cg_dist_reducer *r, cg_optim_range *own)
+{
+    if (!r || !own || !r->zero) {
+        cg_set_error("dist: reducer_shards: %s", !r || !own ? "NULL argument"
+                                                            : "not a ZeRO reducer (new_zero)");
+        return false;
+    }
+    memcpy(own, r->own, (size_t)r->n * sizeof *own);
+    return true;
 }
 
 bool cg_dist_reducer_prepare(cg_dist_reducer *r, double weight)
@@ -922,6 +1028,9 @@ bool cg_dist_reducer_finish(cg_dist_reducer *r)
     bool ok = true;
     for (int j = 0; j < r->nb; j++)
         ok &= r->b[j].started;
+    if (r->zero && r->n > 0) /* which parameters have a gradient on some rank */
+        ok = COLLECTIVE("MPI_Allreduce", MPI_Allreduce(MPI_IN_PLACE, r->flags, r->n, MPI_FLOAT,
+                                                       MPI_MAX, MPI_COMM_WORLD)) && ok;
     wd_begin("MPI_Waitall");
     for (int j = 0; j < r->nb; j++) {
         int rc = MPI_Wait(&r->b[j].req, MPI_STATUS_IGNORE);
@@ -934,7 +1043,7 @@ bool cg_dist_reducer_finish(cg_dist_reducer *r)
         for (int s = 0; ok && s < b->count; s++) {
             int i = r->order[b->first + s];
             cg_tensor *p = r->params[i];
-            if (b->buf[b->floats - b->count + s] == 0)
+            if ((r->zero ? r->flags[i] : b->buf[b->floats - b->count + s]) == 0)
                 continue; /* no gradient on any rank: stays NULL */
             cg_tensor *g = p->grad;
             if (!g) {
@@ -954,7 +1063,12 @@ bool cg_dist_reducer_finish(cg_dist_reducer *r)
                 ok = false;
                 break;
             }
-            seg_unpack(b->buf + r->offset[i], cg_data(p->grad), cg_numel(p), r->post);
+            if (r->zero) /* the owned run: its sums sit at the buffer's start */
+                seg_unpack(b->buf + r->offset[i] + r->own[i].lo - r->displs[j * g_size + g_rank],
+                           cg_data(p->grad) + r->own[i].lo, r->own[i].hi - r->own[i].lo,
+                           r->post);
+            else
+                seg_unpack(b->buf + r->offset[i], cg_data(p->grad), cg_numel(p), r->post);
             cg_tensor_modified(p->grad);
         }
     }
@@ -962,6 +1076,135 @@ bool cg_dist_reducer_finish(cg_dist_reducer *r)
     r->exposed += dt;
     g_comm_s += dt;
     return ok;
+}
+
+bool cg_dist_reducer_gather_params(cg_dist_reducer *r)
+{
+    if (!r || !r->zero) {
+        cg_set_error("dist: gather_params: %s", !r ? "reducer is NULL" : "not a ZeRO reducer");
+        return false;
+    }
+    if (g_size == 1)
+        return true;
+    double t0 = now_s();
+    bool ok = true;
+    for (int j = 0; j < r->nb; j++) { /* every bucket's own run, in the bucket layout */
+        rd_bucket *b = &r->b[j];
+        for (int s = 0; s < b->count; s++) {
+            int i = r->order[b->first + s];
+            int64_t lo = r->own[i].lo, hi = r->own[i].hi;
+            if (hi > lo)
+                memcpy(b->buf + r->offset[i] + lo, cg_data(r->params[i]) + lo,
+                       (size_t)(hi - lo) * sizeof(float));
+        }
+        int rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, b->buf,
+                                 r->counts + j * g_size, r->displs + j * g_size, MPI_FLOAT,
+                                 MPI_COMM_WORLD, &b->req);
+        b->started = rc == MPI_SUCCESS;
+        if (!b->started)
+            ok = mpi_ok(rc, "MPI_Iallgatherv");
+        g_comm_bytes += b->floats * (int64_t)sizeof(float);
+    }
+    wd_begin("MPI_Waitall (parameter all-gather)");
+    for (int j = 0; j < r->nb; j++) {
+        if (!r->b[j].started)
+            continue;
+        int rc = MPI_Wait(&r->b[j].req, MPI_STATUS_IGNORE);
+        r->b[j].started = false;
+        if (ok && rc != MPI_SUCCESS)
+            ok = mpi_ok(rc, "MPI_Wait (parameter all-gather)");
+    }
+    wd_end();
+    for (int j = 0; ok && j < r->nb; j++) {
+        rd_bucket *b = &r->b[j];
+        for (int s = 0; s < b->count; s++) {
+            int i = r->order[b->first + s];
+            cg_tensor *p = r->params[i];
+            memcpy(cg_data(p), b->buf + r->offset[i], (size_t)cg_numel(p) * sizeof(float));
+            cg_tensor_modified(p);
+        }
+    }
+    double dt = now_s() - t0;
+    r->exposed += dt;
+    g_comm_s += dt;
+    return ok;
+}
+
+/* Every rank's owned runs of each state buffer into rank 0's full one. */
+bool cg_dist_gather_optim(const cg_optim *shard, cg_optim *full)
+{
+    if (!shard) {
+        cg_set_error("dist: gather_optim: the shard is NULL");
+        return false;
+    }
+    if (g_size == 1)
+        return cg_optim_copy_state(full, shard);
+    if (!check_inited("gather_optim"))
+        return false;
+    /* rank 0 without a full optimizer (out of memory) still takes part in
+     * the first gather, so that every rank learns of the failure */
+    int n = cg_optim_count(shard);
+    int64_t *mine = malloc((size_t)(2 * n + 1) * sizeof *mine);
+    int64_t *all = g_rank == 0 ? malloc((size_t)(2 * n + 1) * (size_t)g_size * sizeof *all) : NULL;
+    int *counts = calloc((size_t)g_size, sizeof *counts); /* zeros until set */
+    int *displs = calloc((size_t)g_size, sizeof *displs);
+    bool ok = mine && counts && displs && (g_rank != 0 || all);
+    for (int i = 0; ok && i < n; i++)
+        ok = cg_optim_shard_range(shard, i, &mine[2 * i], &mine[2 * i + 1]);
+    if (mine)
+        mine[2 * n] = ok ? 1 : 0;
+    /* every rank's ranges (and whether it is fine) on rank 0 */
+    bool sent = mine && COLLECTIVE("MPI_Gather", MPI_Gather(mine, 2 * n + 1, MPI_INT64_T, all,
+                                                            2 * n + 1, MPI_INT64_T, 0,
+                                                            MPI_COMM_WORLD));
+    if (g_rank == 0 && sent) {
+        if (ok && !full) {
+            cg_set_error("dist: gather_optim: rank 0 has no optimizer to gather into");
+            ok = false;
+        }
+        ok = ok && cg_optim_copy_state(full, shard);
+        for (int q = 1; ok && q < g_size; q++)
+            if (all[q * (2 * n + 1) + 2 * n] != 1) {
+                cg_set_error("dist: gather_optim: rank %d could not read its shard", q);
+                ok = false;
+            }
+    }
+    /* rank 0's verdict: every rank goes on with the gathers, or none */
+    double v = g_rank == 0 && sent && ok ? 1 : 0;
+    bool go = sent && cg_dist_broadcast_bytes(&v, sizeof v) && v == 1;
+    if (sent && v != 1 && g_rank != 0 && ok)
+        cg_set_error("dist: gather_optim: rank 0 could not gather the optimizer state");
+    static const char *const what[3] = {"exp_avg", "exp_avg_sq", "momentum_buffer"};
+    for (int i = 0; go && i < n; i++) {
+        for (int k = 0; k < 3; k++) {
+            cg_tensor *src = cg_optim_state(shard, i, what[k]);
+            if (!src) {
+                cg_clear_error(); /* this type has no such buffer (the same on every rank) */
+                continue;
+            }
+            float *dst = NULL;
+            if (g_rank == 0) {
+                cg_tensor *d = cg_optim_state(full, i, what[k]);
+                ok = d != NULL;
+                dst = ok ? cg_data(d) : NULL;
+                for (int q = 0; ok && q < g_size; q++) {
+                    int64_t lo = all[q * (2 * n + 1) + 2 * i], hi = all[q * (2 * n + 1) + 2 * i + 1];
+                    displs[q] = (int)lo;
+                    counts[q] = (int)(hi - lo);
+                }
+                if (d)
+                    cg_tensor_modified(d);
+            }
+            ok = COLLECTIVE("MPI_Gatherv",
+                            MPI_Gatherv(cg_data(src), (int)cg_numel(src), MPI_FLOAT, dst, counts,
+                                        displs, MPI_FLOAT, 0, MPI_COMM_WORLD)) && ok;
+        }
+    }
+    free(mine);
+    free(all);
+    free(counts);
+    free(displs);
+    return go && ok;
 }
 
 double cg_dist_reducer_exposed_seconds(const cg_dist_reducer *r) { return r ? r->exposed : 0; }
@@ -979,6 +1222,10 @@ void cg_dist_reducer_free(cg_dist_reducer *r)
     for (int i = 0; r->params && i < r->n; i++)
         if (r->params[i])
             cg_grad_ready_hook_remove(r->params[i]);
+    free(r->counts);
+    free(r->displs);
+    free(r->flags);
+    free(r->own);
     free(r->params);
     free(r->order);
     free(r->bucket_of);
@@ -1036,4 +1283,50 @@ bool cg_dist_average_grads(cg_module *m, double weight)
     bool ok = cg_dist_average_grads_tensors(n, ts, weight);
     free(ts);
     return ok;
+}
+
+/* ------------------------------------------------ ZeRO-1: global checks */
+double cg_dist_clip_grad_norm(cg_optim *shard, double max_norm)
+{
+    if (!shard || !(max_norm >= 0)) {
+        cg_set_error("dist: clip_grad_norm: %s", !shard ? "optimizer is NULL"
+                                                         : "max_norm must be >= 0");
+        return -1;
+    }
+    double ss = cg_optim_grad_sqsum(shard);
+    /* the sum of squares and whether some rank failed, on every rank */
+    double v[2] = {ss >= 0 ? ss : 0, ss < 0 ? 1 : 0};
+    if (!cg_dist_allreduce_sum(v, 2))
+        return -1;
+    if (v[1] > 0) {
+        if (ss >= 0)
+            cg_set_error("dist: clip_grad_norm: another rank could not read its gradients");
+        return -1;
+    }
+    double total = sqrt(v[0]);
+    if (max_norm > 0 && !cg_optim_clip_grads_by(shard, total, max_norm))
+        return -1;
+    return total;
+}
+
+bool cg_dist_grads_finite(const cg_optim *shard)
+{
+    int n = cg_optim_count(shard), bad = -1;
+    bool fine = cg_optim_grads_finite(shard, &bad);
+    char mine[512] = "";
+    if (!fine)
+        snprintf(mine, sizeof mine, "%s", cg_last_error());
+    /* the first culprit in optimizer order over all ranks: the largest n - bad */
+    double first = fine ? 0 : (double)(n - bad);
+    if (!cg_dist_allreduce_max(&first, 1))
+        return false;
+    if (first == 0)
+        return true;
+    int culprit = n - (int)first;
+    if (!fine && bad == culprit)
+        cg_set_error("%s (on rank %d)", mine, cg_dist_rank());
+    else
+        cg_set_error("non-finite gradient: '%s' has a NaN or Inf in another rank's shard",
+                     cg_optim_param_name(shard, culprit));
+    return false;
 }

@@ -46,6 +46,7 @@
 #include <stdint.h>
 
 #include "nn/module.h"
+#include "optim/optim.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -123,6 +124,52 @@ double cg_dist_reducer_exposed_seconds(const cg_dist_reducer *r);
 int cg_dist_reducer_buckets(const cg_dist_reducer *r);
 /* Waits for anything started, removes the hooks. NULL is a no-op. */
 void cg_dist_reducer_free(cg_dist_reducer *r);
+
+/* ZeRO-1 (the optimizer state sharded over ranks; DeepSpeed's stage 1,
+ * PyTorch's ZeroRedundancyOptimizer, llm.c's zero_stage 1). The reducer's
+ * buckets (same fixed contents and order as above, without the has-gradient
+ * flags, which go through one small all-reduce in finish) are each cut into
+ * equal runs, rank r owning floats [F*r/N, F*(r+1)/N) of a bucket of F;
+ * since a bucket holds whole parameters, each parameter's owned part is one
+ * run of its elements (possibly empty).
+ *   - new_zero: as new, but each full bucket starts an MPI_Ireduce_scatter
+ *     during backward (this rank receives the sums of its runs only).
+ *   - shards(own): own[i] = this rank's range of parameter i, for
+ *     cg_optim_new_sharded (optim/optim.h): the optimizer of each rank keeps
+ *     1/N of the state.
+ *   - finish(): the gradient's owned elements hold the average over ranks
+ *     (the same pre/post scaling, so the same values as an all-reduce: with
+ *     2 ranks bit-identical); the other elements keep this rank's own
+ *     gradient and must not be used (the sharded optimizer does not).
+ *   - gather_params(): after the optimizer step, every rank's updated runs
+ *     go to every rank (MPI_Iallgatherv per bucket, in place), so that all
+ *     ranks hold the same parameters again.
+ * Clipping and the NaN/Inf check on a sharded optimizer: the global norm is
+ * the square root of the sum over ranks of cg_optim_grad_sqsum (below). For
+ * size 1 (or without MPI) the shard of every parameter is all of it and
+ * everything is the plain optimizer's. */
+cg_dist_reducer *cg_dist_reducer_new_zero(int n, cg_tensor *const *params, double bucket_mb);
+bool cg_dist_reducer_shards(const cg_dist_reducer *r, cg_optim_range *own);
+bool cg_dist_reducer_gather_params(cg_dist_reducer *r);
+
+/* The global gradient norm of a sharded optimizer (each rank passes its
+ * shard; every rank must call it): sqrt of the sum over ranks of
+ * cg_optim_grad_sqsum, accumulated in double; if max_norm > 0, each rank's
+ * owned elements are clipped by it as cg_clip_grad_norm clips (factor
+ * max_norm / (total + 1e-6) in float32). Returns the norm (not finite: left
+ * unscaled), or -1 + error (on every rank alike). */
+double cg_dist_clip_grad_norm(cg_optim *shard, double max_norm);
+/* cg_optim_grads_finite over every rank's shard: true on every rank, or
+ * false on every rank with an error naming the first parameter (in
+ * optimizer order) with a NaN or Inf in some rank's owned elements. */
+bool cg_dist_grads_finite(const cg_optim *shard);
+/* For a checkpoint: rank 0's full (unsharded) optimizer over the same
+ * parameters receives every rank's shard of the state (step counts,
+ * hyper-parameters, each rank's exp_avg / exp_avg_sq / momentum_buffer
+ * runs), so that it saves the layout of an unsharded run. Every rank calls
+ * it with its shard; full is used on rank 0 only (NULL elsewhere; NULL on
+ * rank 0 too fails on every rank). */
+bool cg_dist_gather_optim(const cg_optim *shard, cg_optim *full);
 
 /* In-place sum over ranks of n doubles (e.g. losses and token counts for
  * the log line). */

@@ -27,6 +27,17 @@ void cg_train_recipe_init(cg_train_recipe *r)
     r->vocab_size = 4000;
 }
 
+void cg_train_init(cg_train_opts *o, cg_train_recipe *r, int64_t steps, int64_t eval_every)
+{
+    memset(o, 0, sizeof *o);
+    memset(r, 0, sizeof *r);
+    cg_train_opts_init(o);
+    cg_train_recipe_init(r);
+    o->steps = steps;
+    o->eval_every = eval_every;
+    o->seed = 1;
+}
+
 int cg_train_parse(int argc, char **argv, cg_cli_args *a, const char *help, cg_train_opts *o,
                    cg_train_recipe *r)
 {

@@ -20,7 +20,12 @@
  *   - CG_CLI_SAVED: kept in the checkpoint's "options" (key: the name
  *     without "--", '-' as '_') and restored into its variable on --resume;
  *     a checkpoint written before the flag existed leaves the default.
- * Whether a flag was given is cg_cli_given(o->args, &variable). */
+ * Whether a flag was given is cg_cli_given(o->args, &variable). A flag of
+ * one program goes into that program's table; a flag both models read
+ * goes into CG_TRAIN_RECIPE_FLAGS (a field of cg_train_recipe); a flag the
+ * trainer itself reads (e.g. a sharding switch) into CG_TRAIN_RUN_FLAGS (a
+ * field of cg_train_opts). The row's help lines are printed by --help in
+ * table order; a row with name NULL is a help line only. */
 #ifndef CG_MODELS_TRAIN_OPTIONS_H
 #define CG_MODELS_TRAIN_OPTIONS_H
 
@@ -40,6 +45,7 @@ extern "C" {
 /* What the trainer needs of a run (rows CG_TRAIN_RUN_FLAGS). */
 typedef struct {
     int64_t steps, eval_every, log_every, stop_at, threads, grad_accum;
+    int64_t zero;              /* --zero: 0 or 1 (ZeRO-1: optimizer state sharded over ranks) */
     double max_minutes;        /* --max-minutes: wall-time budget, 0 = none */
     uint64_t seed;
     const char *data, *out, *resume;
@@ -83,6 +89,9 @@ typedef struct {
 void cg_train_opts_init(cg_train_opts *o);
 /* Defaults: norm_first true, vocab_size 4000, tokenizer char; the rest 0. */
 void cg_train_recipe_init(cg_train_recipe *r);
+/* Both, for a train command: o and r zeroed and initialised as above, with
+ * seed 1 and the program's default steps and eval_every. */
+void cg_train_init(cg_train_opts *o, cg_train_recipe *r, int64_t steps, int64_t eval_every);
 
 #define CG_TRAIN_BIG 1e12
 
@@ -159,6 +168,12 @@ void cg_train_recipe_init(cg_train_recipe *r);
     {"--skip-nonfinite", CG_CLI_SWITCH, &(o)->skip_nonfinite, 0, 0,                              \
      "  --skip-nonfinite     skip a step whose loss or gradient is NaN/Inf (with a\n"           \
      "                       warning) instead of stopping\n", 0},                               \
+    {"--zero", CG_CLI_I64, &(o)->zero, 0, 1,                                                     \
+     "  --zero 0|1           1: ZeRO-1 under MPI: each of N ranks keeps 1/N of the\n"          \
+     "                       optimizer state (gradients reduce-scattered, parameters\n"       \
+     "                       all-gathered; the same results); checkpoints stay whole,\n"     \
+     "                       so a run resumes with any rank count, with or without it;\n"    \
+     "                       one process: no effect (default 0)\n", 0},                       \
     {NULL, 0, NULL, 0, 0,                                                                        \
      "Ctrl-C (SIGINT) or SIGTERM saves a checkpoint and exits 0 (during the final\n"            \
      "evaluation, after the last save, it ends the program at once). The last stdout\n"        \

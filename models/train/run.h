@@ -12,8 +12,8 @@
 #include "core/tensor.h"
 #include "models/text/tokenizer.h"
 #include "models/train/finetune.h"
-#include "models/train/jline.h"
 #include "models/train/options.h"
+#include "models/util/config_json.h"
 #include "models/train/outfile.h"
 #include "models/train/train_common.h"
 #include "nn/module.h"
@@ -69,8 +69,9 @@ typedef struct cg_trainer_model {
      * the evaluation line and the metrics log. */
     bool (*evaluate)(void *self, int64_t step, cg_eval_result *e);
     /* At the end of a completed run (the checkpoint is saved): the final
-     * evaluation; adds its fields to the JSON line. */
-    bool (*finish)(void *self, const cg_trainer *t, cg_jline *j);
+     * evaluation; adds its fields to the JSON line (models/util/config_json.h
+     * cg_json_put_num and the others). */
+    bool (*finish)(void *self, const cg_trainer *t, cJSON *j);
     /* The checkpoint's "config" (malloc'd), its tokenizer (borrowed;
      * models/text/tokenizer.h) and the model's own trainer state, added to o. */
     char *(*config_json)(void *self);

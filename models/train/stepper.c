@@ -11,7 +11,7 @@
 #include "models/train/run.h"
 
 /* ------------------------------------------------------------ the step */
-bool cg_stepper_init(cg_stepper *s, const cg_trainer_model *m, int grad_accum)
+bool cg_stepper_init(cg_stepper *s, const cg_trainer_model *m, int grad_accum, int zero_stage)
 {
     memset(s, 0, sizeof *s);
     s->m = m;
@@ -32,24 +32,72 @@ bool cg_stepper_init(cg_stepper *s, const cg_trainer_model *m, int grad_accum)
                 s->pl.items[i].name, s->pl.items[i].tensor,
                 p->ndim >= 2 ? m->weight_decay_2d : m->weight_decay_1d};
     }
-    s->opt = cg_optim_new(&m->optim, s->n_train, s->op);
-    if (!s->opt)
+    if (zero_stage < 0 || zero_stage > 1) {
+        cg_set_error("ZeRO stage %d: only 0 and 1 exist", zero_stage);
         return false;
+    }
+    s->zero = zero_stage == 1 && cg_dist_size() > 1;
     const char *ov = getenv("CG_DIST_OVERLAP");
-    if (cg_dist_size() > 1 && !(ov && !strcmp(ov, "0"))) {
+    if (cg_dist_size() > 1 && (s->zero || !(ov && !strcmp(ov, "0")))) {
         const char *mb = getenv("CG_DIST_BUCKET_MB");
         double bucket_mb = mb ? atof(mb) : 4.0;
         cg_tensor **ps = malloc(sizeof *ps * (size_t)(s->n_train ? s->n_train : 1));
-        if (!ps) {
+        cg_optim_range *own = calloc((size_t)s->n_train + 1, sizeof *own);
+        if (!ps || !own) {
+            free(ps);
+            free(own);
             cg_set_error("out of memory");
             return false;
         }
         for (int i = 0; i < s->n_train; i++)
             ps[i] = s->op[i].tensor;
-        s->reducer = cg_dist_reducer_new(s->n_train, ps, bucket_mb > 0 ? bucket_mb : 4.0);
+        bucket_mb = bucket_mb > 0 ? bucket_mb : 4.0;
+        s->reducer = s->zero ? cg_dist_reducer_new_zero(s->n_train, ps, bucket_mb)
+                             : cg_dist_reducer_new(s->n_train, ps, bucket_mb);
+        if (s->reducer && s->zero && cg_dist_reducer_shards(s->reducer, own))
+            s->opt = cg_optim_new_sharded(&m->optim, s->n_train, s->op, own);
         free(ps);
-        if (!s->reducer)
+        free(own);
+        if (!s->reducer || (s->zero && !s->opt))
             return false;
+    }
+    if (!s->zero)
+        s->opt = cg_optim_new(&m->optim, s->n_train, s->op);
+    return s->opt != NULL;
+}
+
+const cg_optim *cg_stepper_full_optim(cg_stepper *s, cg_optim **owned)
+{
+    *owned = NULL;
+    if (!s->zero)
+        return s->opt;
+    cg_optim_config cfg = cg_optim_get_config(s->opt);
+    cg_optim *full = cg_dist_is_root() ? cg_optim_new(&cfg, s->n_train, s->op) : NULL;
+    /* every rank takes part, even when rank 0 could not allocate */
+    bool ok = cg_dist_gather_optim(s->opt, full);
+    if (!ok || !cg_dist_is_root()) {
+        cg_optim_free(full);
+        return NULL;
+    }
+    *owned = full;
+    return full;
+}
+
+/* Every element of this rank's gradients finite? Under ZeRO the optimizer
+ * sees its shard only; before the reduction the whole local gradient is
+ * this rank's own, so it is checked whole (to name a culprit). */
+static bool local_grads_finite(const cg_stepper *st)
+{
+    if (!st->zero)
+        return cg_optim_grads_finite(st->opt, NULL);
+    for (int i = 0; i < st->n_train; i++) {
+        cg_tensor *p = st->op[i].tensor;
+        int64_t at = -1;
+        if (cg_first_nonfinite_grad(1, &p, &at) == 0) {
+            cg_set_error("non-finite gradient: '%s' has a NaN or Inf at element %lld",
+                         st->op[i].name, (long long)at);
+            return false;
+        }
     }
     return true;
 }
@@ -110,7 +158,7 @@ cg_step_result cg_stepper_step(cg_stepper *st, int64_t s, double *loss_out, doub
     *loss_out = lv;
     if (!isfinite(lv) && !st->skip_nonfinite) {
         char culprit[400] = "";
-        if (back_ok && !cg_optim_grads_finite(st->opt, NULL))
+        if (back_ok && !local_grads_finite(st))
             snprintf(culprit, sizeof culprit, " (%s)", cg_last_error());
         cg_set_error("loss is %s at step %lld%s", isnan(lv) ? "nan" : "inf", (long long)s,
                      culprit);
@@ -129,11 +177,15 @@ cg_step_result cg_stepper_step(cg_stepper *st, int64_t s, double *loss_out, doub
     lv = red[0] / red[1];
     *loss_out = lv;
     *tokens_out = red[2];
-    double norm = m->clip_norm > 0 ? cg_optim_clip_grad_norm(st->opt, m->clip_norm) : 0.0;
+    /* under ZeRO the global norm of every rank's shard (collective: every
+     * rank takes these branches alike, lv and the norm being global) */
+    double norm = m->clip_norm <= 0 ? 0.0
+                  : st->zero        ? cg_dist_clip_grad_norm(st->opt, m->clip_norm)
+                                    : cg_optim_clip_grad_norm(st->opt, m->clip_norm);
     if (norm < 0)
         return CG_STEP_FAILED;
     if (!isfinite(lv) || !isfinite(norm)) {
-        if (cg_optim_grads_finite(st->opt, NULL))
+        if (st->zero ? cg_dist_grads_finite(st->opt) : cg_optim_grads_finite(st->opt, NULL))
             cg_set_error("gradient norm is not finite");
         if (!st->skip_nonfinite) {
             cg_prefix_error("step %lld: ", (long long)s);
@@ -147,6 +199,8 @@ cg_step_result cg_stepper_step(cg_stepper *st, int64_t s, double *loss_out, doub
         cg_prefix_error("optimizer: ");
         return CG_STEP_FAILED;
     }
+    if (st->zero && !cg_dist_reducer_gather_params(st->reducer))
+        return CG_STEP_FAILED;
     return CG_STEP_OK;
 }
 

@@ -35,6 +35,13 @@ typedef struct {
      * of CG_DIST_BUCKET_MB, default 4); CG_DIST_OVERLAP=0 averages them
      * after backward instead (cg_dist_average_grads). */
     cg_dist_reducer *reducer;
+    /* ZeRO-1 (zero_stage 1 with more than one rank; models/train/dist.h):
+     * opt is this rank's shard (cg_optim_new_sharded), the reducer
+     * reduce-scatters during backward (always; CG_DIST_OVERLAP is not
+     * read), clipping and the NaN check use the global norm, and the
+     * parameters are all-gathered after the update. A checkpoint needs
+     * cg_stepper_full_optim. With one process zero_stage 1 changes nothing. */
+    bool zero;
 } cg_stepper;
 
 typedef enum {
@@ -44,8 +51,14 @@ typedef enum {
     CG_STEP_FAILED     /* error */
 } cg_step_result;
 
-/* False + error (free with cg_stepper_free either way). */
-bool cg_stepper_init(cg_stepper *s, const cg_trainer_model *m, int grad_accum);
+/* False + error (free with cg_stepper_free either way). zero_stage: 0, or
+ * 1 for ZeRO-1 (above). */
+bool cg_stepper_init(cg_stepper *s, const cg_trainer_model *m, int grad_accum, int zero_stage);
+/* For a checkpoint (every rank calls it): the whole optimizer state. Not
+ * ZeRO: s->opt itself (*owned NULL). ZeRO: the shards gathered into a new
+ * unsharded optimizer on rank 0 (*owned, the caller frees it; NULL on the
+ * other ranks). NULL + error if the gathering fails. */
+const cg_optim *cg_stepper_full_optim(cg_stepper *s, cg_optim **owned);
 void cg_stepper_free(cg_stepper *s);
 /* Take the optimizer step numbered step (1-based; its learning rate is
  * m->lr(step)). *loss: the step's mean loss over every rank; *tokens: the

@@ -150,16 +150,21 @@ typedef struct {
 
 static bool save(run_ctx *c, int64_t step)
 {
+    /* ZeRO: every rank sends its shard of the state to rank 0, which saves
+     * it whole (the layout of an unsharded run) */
+    cg_optim *gathered;
+    const cg_optim *opt = cg_stepper_full_optim(&c->st, &gathered);
     if (!cg_dist_is_root())
         return true;
     const cg_trainer_model *m = c->m;
-    char *tj = cg_train_state_json(c->t, m);
+    char *tj = opt ? cg_train_state_json(c->t, m) : NULL;
     char *cfg = tj ? m->config_json(m->self) : NULL;
     char *from = cfg && c->t->from_origin ? cg_ft_origin_json(&c->t->origin) : NULL;
     cg_ft_save ft = {.init_from = from, .adapters = c->t->adapters};
     bool ok = cfg && (from || !c->t->from_origin) &&
               cg_ft_ckpt_save(c->t->out, &ft, m->name, cfg, m->tokenizer(m->self), m->module,
-                              c->opt, step, tj);
+                              opt, step, tj);
+    cg_optim_free(gathered);
     free(tj);
     free(cfg);
     free(from);
@@ -169,18 +174,27 @@ static bool save(run_ctx *c, int64_t step)
     return ok;
 }
 
-static void metrics_line(run_ctx *c, cg_jline *j)
+/* A number with `decimals` decimals (null when not finite). */
+static void put_fixed(cJSON *j, const char *key, double v, int decimals)
 {
-    const char *s = cg_jline_end(j);
-    if (c->t->metrics && s &&
-        (fputs(s, c->t->metrics) < 0 || fputc('\n', c->t->metrics) < 0 ||
-         fflush(c->t->metrics) != 0)) {
+    char fmt[16];
+    snprintf(fmt, sizeof fmt, "%%.%df", decimals < 0 ? 0 : decimals > 17 ? 17 : decimals);
+    cg_json_put_num(j, key, fmt, v);
+}
+
+/* Write j (deleted) as a line of the metrics log. */
+static void metrics_line(run_ctx *c, cJSON *j)
+{
+    char *s = c->t->metrics ? cg_json_line(j) : NULL;
+    if (s && (fputs(s, c->t->metrics) < 0 || fputc('\n', c->t->metrics) < 0 ||
+              fflush(c->t->metrics) != 0)) {
         cg_prog_warn("cannot write the metrics log (%s); training goes on without it",
                      strerror(errno));
         fclose(c->t->metrics);
         c->t->metrics = NULL;
     }
-    cg_jline_free(j);
+    free(s);
+    cJSON_Delete(j);
 }
 
 static int evaluate(run_ctx *c, int64_t step)
@@ -200,13 +214,13 @@ static int evaluate(run_ctx *c, int64_t step)
             (long long)step, e.train, e.val, extra);
     if (!cg_history_push(&t->hist, step, e.train, e.val))
         return cg_prog_fail_lib(NULL);
-    cg_jline j = {0};
-    cg_jline_int(&j, "step", step);
-    cg_jline_num(&j, "train_loss", e.train, 6);
-    cg_jline_num(&j, "val_loss", e.val, 6);
+    cJSON *j = cJSON_CreateObject();
+    cg_json_put_int(j, "step", step);
+    cg_json_put_num(j, "train_loss", "%.6f", e.train);
+    cg_json_put_num(j, "val_loss", "%.6f", e.val);
     for (int i = 0; i < e.n_extra; i++)
-        cg_jline_num(&j, e.extra[i].key, e.extra[i].value, e.extra[i].decimals + 2);
-    metrics_line(c, &j);
+        put_fixed(j, e.extra[i].key, e.extra[i].value, e.extra[i].decimals + 2);
+    metrics_line(c, j);
     return -1;
 }
 
@@ -288,6 +302,7 @@ static bool check_ranks_agree(const cg_trainer *t, const cg_trainer_model *m)
         cJSON_AddNumberToObject(run, "stop_at", (double)o->stop_at);
         cJSON_AddNumberToObject(run, "max_minutes", o->max_minutes);
         cJSON_AddBoolToObject(run, "skip_nonfinite", o->skip_nonfinite);
+        cJSON_AddNumberToObject(run, "zero", (double)o->zero);
         ok = flatten(s, "", flat) && flatten(cfg, "config.", flat) && flatten(run, "", flat);
     }
     /* rank 0's list to every rank: its length, then its bytes */
@@ -349,10 +364,20 @@ static int setup(run_ctx *c)
 {
     cg_trainer *t = c->t;
     const cg_trainer_model *m = c->m;
-    if (!cg_stepper_init(&c->st, m, (int)t->o->grad_accum))
+    if (!cg_stepper_init(&c->st, m, (int)t->o->grad_accum, (int)t->o->zero))
         return cg_prog_fail_lib("optimizer");
     c->st.skip_nonfinite = t->o->skip_nonfinite;
     c->opt = c->st.opt;
+    if (t->o->zero && cg_dist_is_root()) {
+        int64_t n = 0;
+        for (int i = 0; i < c->st.pl.n; i++)
+            n += cg_numel(c->st.pl.items[i].tensor);
+        double whole = (double)n * (m->optim.type == CG_OPTIM_SGD ? 1 : 2) * sizeof(float);
+        fprintf(stderr, "%s: ZeRO-1 over %d rank(s): optimizer state %.2f MB on rank 0 (%.2f MB "
+                "unsharded)%s\n", cg_prog_name(), cg_dist_size(),
+                (double)cg_optim_state_bytes(c->opt) / 1e6, whole / 1e6,
+                cg_dist_size() == 1 ? "; one process: nothing to shard" : "");
+    }
     if (t->ckpt) {
         if (!cg_optim_load(c->opt, t->ckpt, "optim"))
             return cg_prog_fail("'%s': %s", t->o->resume, cg_last_error());
@@ -412,50 +437,49 @@ static int finish(run_ctx *c)
     if (!save(c, t->step))
         return cg_prog_fail("could not save the checkpoint at step %lld: %s", (long long)t->step,
                             cg_last_error());
-    cg_jline j = {0};
-    cg_jline_int(&j, "step", t->step);
+    cJSON *j = cJSON_CreateObject();
+    cg_json_put_int(j, "step", t->step);
     if (t->interrupted) {
         fprintf(stderr, "%s: stopped at step %lld; checkpoint saved to '%s' (continue with "
                         "--resume %s)\n",
                 prog, (long long)t->step, t->out, t->out);
-        cg_jline_bool(&j, "interrupted", true);
+        cg_json_put_bool(j, "interrupted", true);
         double tl = isfinite(t->last_loss) ? t->last_loss
                     : t->hist.n > 0        ? (double)t->hist.train[t->hist.n - 1]
                                            : NAN;
-        cg_jline_num(&j, "train_loss", tl, 4);
+        cg_json_put_num(j, "train_loss", "%.4f", tl);
     } else {
         fprintf(stderr, "%s: checkpoint saved to '%s'\n", prog, t->out);
         /* the final evaluation (seq2seq decodes for minutes) may be cut
          * short at once: everything is saved */
         signal(SIGINT, SIG_DFL);
         signal(SIGTERM, SIG_DFL);
-        if (!m->finish(m->self, t, &j)) {
-            cg_jline_free(&j);
+        if (!m->finish(m->self, t, j)) {
+            cJSON_Delete(j);
             return cg_prog_fail_lib(NULL);
         }
         if (t->o->max_minutes > 0)
-            cg_jline_bool(&j, "max_minutes_reached", t->out_of_time);
+            cg_json_put_bool(j, "max_minutes_reached", t->out_of_time);
     }
-    cg_jline_str(&j, "precision", cg_precision_name(t->o->precision));
-    cg_jline_num(&j, "tokens_per_s", tps, 0);
-    cg_jline_num(&j, "elapsed_s", t->elapsed, 1);
-    cg_jline_int(&j, "params", cg_module_num_params(m->module));
+    cg_json_put_str(j, "precision", cg_precision_name(t->o->precision));
+    cg_json_put_num(j, "tokens_per_s", "%.0f", tps);
+    cg_json_put_num(j, "elapsed_s", "%.1f", t->elapsed);
+    cg_json_put_int(j, "params", cg_module_num_params(m->module));
     if (t->from_origin) {
         int64_t trainable = 0;
         for (int i = 0; i < cg_optim_count(c->opt); i++)
             trainable += cg_numel(cg_optim_param_tensor(c->opt, i));
-        cg_jline_int(&j, "trainable_params", trainable);
-        cg_jline_str(&j, "init_from", t->origin.id.path);
+        cg_json_put_int(j, "trainable_params", trainable);
+        cg_json_put_str(j, "init_from", t->origin.id.path);
     }
-    cg_jline_str(&j, "checkpoint", t->out);
-    const char *line = cg_jline_end(&j);
-    if (!line) {
-        cg_jline_free(&j);
+    cg_json_put_str(j, "checkpoint", t->out);
+    char *line = cg_json_line(j);
+    cJSON_Delete(j);
+    if (!line)
         return cg_prog_fail("out of memory");
-    }
     printf("%s\n", line);
     fflush(stdout);
-    cg_jline_free(&j);
+    free(line);
     return 0;
 }
 
@@ -538,14 +562,14 @@ int cg_trainer_run(cg_trainer *t, const cg_trainer_model *m)
             last_print = cg_now();
         }
         if (logged) { /* the metrics log */
-            cg_jline j = {0};
-            cg_jline_int(&j, "step", t->step);
-            cg_jline_num(&j, "loss", t->last_loss, 6);
-            cg_jline_num(&j, "loss_avg", loss, 6);
-            cg_jline_num(&j, "lr", lr, 10);
-            cg_jline_num(&j, "tokens_per_s", tps, 0);
-            cg_jline_num(&j, "elapsed_s", t->elapsed, 2);
-            metrics_line(&c, &j);
+            cJSON *j = cJSON_CreateObject();
+            cg_json_put_int(j, "step", t->step);
+            cg_json_put_num(j, "loss", "%.6f", t->last_loss);
+            cg_json_put_num(j, "loss_avg", "%.6f", loss);
+            cg_json_put_num(j, "lr", "%.10f", lr);
+            cg_json_put_num(j, "tokens_per_s", "%.0f", tps);
+            cg_json_put_num(j, "elapsed_s", "%.2f", t->elapsed);
+            metrics_line(&c, j);
             win_tok = win_time = 0;
         }
     }

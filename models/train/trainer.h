@@ -28,7 +28,6 @@
  *              what a checkpoint fixes and saves (how to add a flag: there)
  *   state.h    the trainer's state in a checkpoint, saved and restored
  *   stepper.h  one optimizer step
- *   jline.h    one-line JSON objects
  *   run.h      what a model plugs in, and the trainer's record of a run
  *   trainer.c  the loop (this header). */
 #ifndef CG_MODELS_TRAINER_H
@@ -42,7 +41,6 @@
 #include "core/tensor.h"
 #include "models/text/tokenizer.h"
 #include "models/train/dist.h"
-#include "models/train/jline.h"
 #include "models/train/options.h"
 #include "models/train/outfile.h"
 #include "models/train/prog.h"

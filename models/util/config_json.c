@@ -353,3 +353,138 @@ bool cg_json_name_decode(cJSON *o, const char *key, const char *what)
         cg_set_error("%s: \"%s\" is not the hex digits of a name", what, hkey);
     return ok;
 }
+
+/* ------------------------------------------------------------ the writer */
+static bool put_raw(cJSON *o, const char *key, const char *text)
+{
+    if (o && text && cJSON_AddRawToObject(o, key, text))
+        return true;
+    cg_set_error("out of memory");
+    return false;
+}
+
+bool cg_json_put_num(cJSON *o, const char *key, const char *fmt, double v)
+{
+    return put_raw(o, key, CG_JSON_NUM(fmt, v));
+}
+
+bool cg_json_put_int(cJSON *o, const char *key, int64_t v)
+{
+    char b[32];
+    snprintf(b, sizeof b, "%" PRId64, v);
+    return put_raw(o, key, b);
+}
+
+bool cg_json_put_str(cJSON *o, const char *key, const char *s)
+{
+    size_t n = 6 * strlen(s ? s : "") + 3; /* every byte escaped at worst */
+    char *b = malloc(n);
+    bool ok = b && put_raw(o, key, cg_json_quote(b, n, s));
+    free(b);
+    if (!b)
+        cg_set_error("out of memory");
+    return ok;
+}
+
+bool cg_json_put_bool(cJSON *o, const char *key, bool v)
+{
+    return put_raw(o, key, v ? "true" : "false");
+}
+
+char *cg_json_line(const cJSON *o)
+{
+    size_t len = 1, cap = 256;
+    char *line = malloc(cap);
+    bool ok = line != NULL;
+    if (ok)
+        strcpy(line, "{");
+    for (const cJSON *c = o ? o->child : NULL; ok && c; c = c->next) {
+        char *v = cJSON_PrintUnformatted(c), *k = NULL;
+        size_t kn = 6 * strlen(c->string ? c->string : "") + 3;
+        ok = v && (k = malloc(kn));
+        size_t need = ok ? len + kn + strlen(v) + 8 : 0;
+        if (ok && need > cap) {
+            while (cap < need)
+                cap *= 2;
+            char *b = realloc(line, cap);
+            ok = b != NULL;
+            line = b ? b : line;
+        }
+        if (ok)
+            len += (size_t)sprintf(line + len, "%s%s: %s", c == o->child ? "" : ", ",
+                                   cg_json_quote(k, kn, c->string), v);
+        free(v);
+        free(k);
+    }
+    if (ok) {
+        strcpy(line + len, "}");
+        return line;
+    }
+    free(line);
+    cg_set_error("out of memory");
+    return NULL;
+}
+
+bool cg_json_print_line(FILE *f, const cJSON *o)
+{
+    char *s = cg_json_line(o);
+    if (s) {
+        fprintf(f, "%s\n", s);
+        fflush(f);
+    }
+    free(s);
+    return s != NULL;
+}
+
+/* ------------------------------------------------------------ configs */
+#define FIELD(r) ((void *)((char *)cfg + (r).offset))
+bool cg_config_read(const char *json, const char *what, const cg_config_field *f, int n,
+                    void *cfg)
+{
+    cJSON *o = cg_json_parse_object(json, what);
+    bool ok = o != NULL;
+    cg_norm_kind *norm = NULL;
+    cg_act *act = NULL;
+    for (int i = 0; ok && i < n; i++) {
+        switch (f[i].kind) {
+        case CG_CF_I64: ok = cg_json_int(o, what, f[i].key, FIELD(f[i])); break;
+        case CG_CF_BOOL: ok = cg_json_bool(o, what, f[i].key, FIELD(f[i])); break;
+        case CG_CF_F32: ok = cg_json_float(o, what, f[i].key, FIELD(f[i])); break;
+        case CG_CF_NORM: norm = FIELD(f[i]); break;
+        case CG_CF_ACT: act = FIELD(f[i]); break;
+        }
+    }
+    if (ok && (norm || act)) {
+        cg_norm_kind nk = norm ? *norm : CG_NORM_LAYERNORM;
+        cg_act ak = act ? *act : CG_ACT_GELU;
+        ok = cg_json_norm_act(o, what, &nk, &ak);
+        if (ok && norm)
+            *norm = nk;
+        if (ok && act)
+            *act = ak;
+    }
+    cJSON_Delete(o);
+    return ok;
+}
+
+char *cg_config_write(const char *model, const cg_config_field *f, int n, const void *cfg)
+{
+    cJSON *o = cJSON_CreateObject();
+    bool ok = cg_json_put_str(o, "model", model);
+    for (int i = 0; ok && i < n; i++) {
+        switch (f[i].kind) {
+        case CG_CF_I64: ok = cg_json_put_int(o, f[i].key, *(int64_t *)FIELD(f[i])); break;
+        case CG_CF_BOOL: ok = cg_json_put_bool(o, f[i].key, *(bool *)FIELD(f[i])); break;
+        case CG_CF_F32:
+            ok = cg_json_put_num(o, f[i].key, "%.9g", (double)*(float *)FIELD(f[i]));
+            break;
+        case CG_CF_NORM:
+            ok = cg_json_put_str(o, f[i].key, cg_norm_kind_name(*(cg_norm_kind *)FIELD(f[i])));
+            break;
+        case CG_CF_ACT: ok = cg_json_put_str(o, f[i].key, cg_act_name(*(cg_act *)FIELD(f[i]))); break;
+        }
+    }
+    char *s = ok ? cg_json_line(o) : NULL;
+    cJSON_Delete(o);
+    return s;
+}

@@ -8,6 +8,7 @@
 
 #include <cjson/cJSON.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -51,6 +52,39 @@ bool cg_json_name_decode(cJSON *o, const char *key, const char *what);
 char *cg_json_get_name(const cJSON *o, const char *key);
 #define CG_JSON_NUM(fmt, x) cg_json_num((char[64]){0}, 64, (fmt), (x))
 #define CG_JSON_STR(s) cg_json_quote((char[4200]){0}, 4200, (s))
+
+/* The one writer of the programs' JSON lines (result lines, the metrics
+ * log, a checkpoint's "config"): build a cJSON object with these, then
+ * print it with cg_json_line. A number keeps the printf format it is given
+ * ("%.4f"; null when not finite), a string is written by cg_json_quote (a
+ * name's bytes that are not UTF-8 as \udcXX), an integer exactly. Each adds
+ * key to o; false + error when out of memory. */
+bool cg_json_put_num(cJSON *o, const char *key, const char *fmt, double v);
+bool cg_json_put_int(cJSON *o, const char *key, int64_t v);
+bool cg_json_put_str(cJSON *o, const char *key, const char *s);
+bool cg_json_put_bool(cJSON *o, const char *key, bool v);
+/* o as one line {"a": 1, "b": "x"} (malloc'd, no newline) or NULL + error. */
+char *cg_json_line(const cJSON *o);
+/* Print o as one line on f, then a newline, and fflush; false + error when
+ * out of memory (a failed write is for the stream's own check:
+ * models/util/cli.h cg_cli_stdout_ok). */
+bool cg_json_print_line(FILE *f, const cJSON *o);
+
+/* A model's config as one field table, read and written the same way:
+ * cg_config_read fills the fields of *cfg present in json (the others keep
+ * what they hold; "norm" and "act" by name), false + "<what>: ..." for a
+ * bad one; cg_config_write gives {"model": "NAME", "key": value, ...} in
+ * table order (floats as "%.9g"), malloc'd, or NULL + error. */
+typedef enum { CG_CF_I64, CG_CF_BOOL, CG_CF_F32, CG_CF_NORM, CG_CF_ACT } cg_config_kind;
+typedef struct {
+    const char *key;
+    cg_config_kind kind;
+    size_t offset; /* of the field in the config struct: int64_t, bool, float,
+                    * cg_norm_kind, cg_act */
+} cg_config_field;
+bool cg_config_read(const char *json, const char *what, const cg_config_field *f, int n,
+                    void *cfg);
+char *cg_config_write(const char *model, const cg_config_field *f, int n, const void *cfg);
 
 /* A table-driven reader for a trainer's state object (the "train"
  * metadata of a checkpoint): every field is type- and range-checked before

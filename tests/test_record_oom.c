@@ -1,0 +1,71 @@
+/* Recording a graph node can fail (out of memory): the op must then return
+ * NULL with the error, never a result silently detached from the graph
+ * (issue 22). Linked with -Wl,--wrap=calloc: while `fail_nodes` is set,
+ * every calloc of one graph node fails. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "autograd/ops.h"
+#include "tests/testutil.h"
+
+void *__real_calloc(size_t n, size_t size);
+void *__wrap_calloc(size_t n, size_t size);
+
+static bool fail_nodes;
+
+void *__wrap_calloc(size_t n, size_t size)
+{
+    if (fail_nodes && n == 1 && size == sizeof(cg_node))
+        return NULL;
+    return __real_calloc(n, size);
+}
+
+static cg_tensor *leaf(void)
+{
+    cg_tensor *t = cg_from_data(CG_SHAPE(2, 3), (const float[]){1, 2, 3, 4, 5, 6});
+    cg_requires_grad(t, true);
+    return t;
+}
+
+/* op() under the failing calloc: NULL and the recording error. */
+#define ASSERT_OOM(expr)                                                                           \
+    do {                                                                                           \
+        cg_clear_error();                                                                          \
+        fail_nodes = true;                                                                         \
+        cg_tensor *r_ = (expr);                                                                    \
+        fail_nodes = false;                                                                        \
+        ck_assert_msg(!r_, "%s returned a tensor (requires_grad %d) instead of failing", #expr,   \
+                      r_ ? r_->requires_grad : 0);                                                 \
+        ck_assert_msg(strstr(cg_last_error(), "out of memory recording the graph"), "%s: '%s'",   \
+                      #expr, cg_last_error());                                                     \
+    } while (0)
+
+START_TEST(test_record_failure_is_an_error)
+{
+    cg_tensor *a = leaf(), *b = leaf();
+    cg_tensor *mask = cg_from_data(CG_SHAPE(2, 3), (const float[]){1, 0, 1, 0, 1, 0});
+    ASSERT_OOM(cg_add(a, b));        /* finish2 */
+    ASSERT_OOM(cg_neg(a));           /* finish1 */
+    ASSERT_OOM(cg_exp(a));           /* an op that saves its output */
+    ASSERT_OOM(cg_sum_all(a));       /* a reduction */
+    ASSERT_OOM(cg_slice(a, 1, 0, 2, 1));
+    ASSERT_OOM(cg_select(a, 0, 1));
+    ASSERT_OOM(cg_max(a, 1, false, NULL));
+    ASSERT_OOM(cg_where(mask, a, b));
+    ASSERT_OOM(cg_masked_fill(a, mask, 0.0f));
+    /* and the same ops work again once memory is back */
+    cg_tensor *s = cg_add(a, b);
+    ck_assert_ptr_nonnull(s);
+    ck_assert_ptr_nonnull(s->node);
+    cg_release_all(4, s, a, b, mask);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("record_oom");
+    TCase *tc = tcase_create("record");
+    tcase_add_test(tc, test_record_failure_is_an_error);
+    suite_add_tcase(s, tc);
+    return cg_test_run(&s, 1);
+}
