@@ -489,25 +489,10 @@ static bool lora_read(cg_module *root, const cg_st_file *f, const char *path, bo
                      unexpected);
         ok = false;
     }
-    /* shapes first, then the copies */
-    for (int i = 0; ok && i < 2 * l.n; i++) {
-        cg_linear *t = i % 2 ? l.items[i / 2]->lora_B : l.items[i / 2]->lora_A;
-        int64_t shape[CG_MAX_DIMS];
-        int nd = 0;
-        cg_st_dtype dt;
-        ok = cg_st_info(f, keys[i], &dt, &nd, shape);
-        if (ok && (dt != CG_ST_F32 || nd != 2 || shape[0] != t->weight->shape[0] ||
-                   shape[1] != t->weight->shape[1])) {
-            char a[96], b[96];
-            cg_set_error("LoRA load %s: '%s' is %s %s, the model's adapter is F32 %s", path,
-                         keys[i], cg_st_dtype_name(dt), cg_shape_str_n(nd, shape, a, sizeof a),
-                         cg_shape_str(t->weight, b, sizeof b));
-            ok = false;
-        }
-    }
-    for (int i = 0; ok && i < 2 * l.n; i++)
-        ok = cg_st_load_into(f, keys[i],
-                             (i % 2 ? l.items[i / 2]->lora_B : l.items[i / 2]->lora_A)->weight);
+    /* the copies, shapes, dtypes and finite values checked first (nn/module.h);
+     * the base's parameters are not in the file */
+    const cg_load_options lo = {.prefix = PEFT_PREFIX, .non_strict = true};
+    ok = ok && cg_module_load_ex(root, f, &lo);
     for (int i = 0; keys && i < 2 * l.n; i++)
         free(keys[i]);
     free(keys);

@@ -150,6 +150,15 @@ refused "lora: another base of the same shape" "is not the base checkpoint of ad
   "${run[@]}" --out wide.st >/dev/null 2>&1 || fail "wide base"
 refused "lora: a base of another shape" "d=32 against 16" "$charlm" sample --ckpt lora.st --base wide.st --length 5
 refused "lora: an adapter as the base" "is itself an adapter" "$charlm" sample --ckpt lora.st --base lorad.st --length 5
+# damaged adapter checkpoints
+cp lora.st bad.st && "$tool" setmeta bad.st adapter_config '{"r": 2}' >/dev/null
+refused "lora: a damaged adapter_config" "adapter config lacks r" "$charlm" sample --ckpt bad.st --length 5
+cp lora.st bad.st && "$tool" addtensor bad.st optim.tok_emb.weight.exp_avg >/dev/null
+refused "lora: a tensor no adapter has" "is not an adapter parameter" "$charlm" sample --ckpt bad.st --length 5
+cp lora.st bad.st && "$tool" poison bad.st base_model.model.blocks.0.attn.q_proj.lora_B.weight >/dev/null
+refused "lora: a NaN in an adapter" "lora_B.weight' holds nan" "$charlm" sample --ckpt bad.st --length 5
+cp lora.st bad.st && "$tool" setmeta bad.st init_from '{"path": 1}' >/dev/null
+refused "lora: a damaged init_from" '"init_from": malformed' "$charlm" eval --ckpt bad.st
 intact "lora: loading" base.st base.orig
 
 # ---------------------------------------------------------------- 3. refused

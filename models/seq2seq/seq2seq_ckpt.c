@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "models/train/finetune.h"
 
 /* ------------------------------------------------------------ seq2seq */
 bool cg_seq2seq_ckpt_save(const char *path, const cg_seq2seq *model, const cg_tokenizer *tok,
@@ -32,6 +33,10 @@ bool cg_seq2seq_ckpt_load(const char *path, cg_seq2seq_ckpt *out)
     if (!f)
         return false;
     cg_seq2seq_config cfg;
+    if (cg_ft_is_adapter(f)) { /* models/train/finetune.h: charlm's alone */
+        cg_set_error("'%s' is a LoRA adapter checkpoint, which seq2seq does not read", path);
+        goto fail;
+    }
     if (!cg_seq2seq_config_from_json(cg_st_metadata(f, "config"), &cfg)) {
         cg_prefix_error("checkpoint '%s': ", path);
         goto fail;
