@@ -54,8 +54,17 @@ t1=\$(date +%s%N)
 echo "\$rc \$(((t1 - t0) / 1000000))" >"$dir/result"
 EOS
 chmod +x run.sh
-"$netns" -n 2 --timeout 150 exec ./run.sh || true
-read -r rc ms <result || fail "no result: $(cat result 2>/dev/null)"
+# Open MPI's launcher itself (mpirun 4.1) sometimes dies of SIGSEGV while it
+# handles the killed rank (seen about 1 run in 5 on a loaded machine): then
+# nobody is left to name the rank. That is the launcher's bug, not a hang or
+# a damaged checkpoint; it is said, and the run is tried once more.
+for attempt in 1 2; do
+  rm -f result k.st k.json k.log
+  "$netns" -n 2 --timeout 150 exec ./run.sh || true
+  read -r rc ms <result || fail "no result: $(cat result 2>/dev/null)"
+  [ "$rc" = 139 ] && [ $attempt = 1 ] && ! grep -q "rank 1" k.log || break
+  echo "note: mpirun crashed (SIGSEGV) handling the killed rank; trying once more"
+done
 echo "job ended ${ms} ms after rank 1 was killed, exit status $rc"
 [ "$rc" != 0 ] || fail "the job exited 0 after a rank was killed"
 [ "$ms" -le $((WATCHDOG * 1000)) ] || fail "the job took ${ms} ms to end (watchdog ${WATCHDOG} s)"
