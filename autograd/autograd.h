@@ -46,6 +46,7 @@ extern "C" {
  * ops.h, and a gradcheck test. */
 #define CG_IN(i) (1u << (i))
 #define CG_IN_ALL 0x7fffffffu /* every input, however many */
+/* clang-format off */
 #define CG_OP_TABLE(X)                                                        \
     X(ADD, "add", 2, 0, 0)                                                    \
     X(SUB, "sub", 2, 0, 0)                                                    \
@@ -105,6 +106,7 @@ extern "C" {
     X(CLONE, "clone", 1, 0, 0)                                                \
     X(GELU_ERF, "gelu_erf", 1, CG_IN(0), 0)                                   \
     X(CHECKPOINT, "checkpoint", 0, CG_IN_ALL, 0) /* autograd/checkpoint.h */
+/* clang-format on */
 
 typedef enum {
 #define CG_OP_ENUM_(e, name, nin, reads, cross) CG_OP_##e,
