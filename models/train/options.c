@@ -58,7 +58,7 @@ int cg_train_parse(int argc, char **argv, cg_cli_args *a, const char *help, cg_t
     rc = o->resume || o->init_from /* the checkpoint's tokenizer */
              ? -1
              : cg_train_tokenizer_flags(r->tokenizer_arg, cg_cli_given(a, &r->vocab_size),
-                                              r->vocab_size, &r->tokenizer);
+                                        r->vocab_size, &r->tokenizer);
     if (rc >= 0)
         cg_prog_fail_lib(NULL);
     return rc;
@@ -70,8 +70,8 @@ const cg_train_preset *cg_train_preset_find(const cg_train_preset *p, int n, con
     for (int i = 0; i < n; i++) {
         if (strcmp(p[i].name, name) == 0)
             return &p[i];
-        snprintf(choices + strlen(choices), sizeof choices - strlen(choices), "%s%s",
-                 i ? ", " : "", p[i].name);
+        snprintf(choices + strlen(choices), sizeof choices - strlen(choices), "%s%s", i ? ", " : "",
+                 p[i].name);
     }
     cg_set_error("--preset: unknown preset '%s' (choices: %s)", name, choices);
     return NULL;
@@ -81,12 +81,14 @@ bool cg_train_shape(const cg_cli_args *a, const cg_train_preset *p, cg_train_rec
                     cg_norm_kind *norm, cg_act *act)
 {
     cg_train_preset *s = &r->shape;
-#define CG_TAKE(f)                   \
-    if (!cg_cli_given(a, &s->f)) \
-        s->f = p->f;
-    CG_TAKE(d) CG_TAKE(H) CG_TAKE(layers) CG_TAKE(enc_layers) CG_TAKE(dec_layers) CG_TAKE(d_ff)
-    CG_TAKE(T) CG_TAKE(B)
-#undef CG_TAKE
+    /* the shape fields not given on the command line come from the preset */
+    int64_t *const field[] = {&s->d,          &s->H,    &s->layers, &s->enc_layers,
+                              &s->dec_layers, &s->d_ff, &s->T,      &s->B};
+    const int64_t *const from[] = {&p->d,          &p->H,    &p->layers, &p->enc_layers,
+                                   &p->dec_layers, &p->d_ff, &p->T,      &p->B};
+    for (size_t i = 0; i < sizeof field / sizeof field[0]; i++)
+        if (!cg_cli_given(a, field[i]))
+            *field[i] = *from[i];
     s->name = p->name;
     if (r->norm && !cg_norm_kind_parse(r->norm, norm)) {
         cg_prefix_error("--norm: ");
@@ -110,7 +112,8 @@ int cg_train_tokenizer_flags(const char *name, bool seen, int64_t vocab_size,
                      "characters of the training data)");
     } else if (seen && vocab_size < CG_SPM_MIN_VOCAB) {
         cg_set_error("--vocab-size %lld is too small: BPE needs at least %d ids (4 special ids "
-                     "+ 256 byte pieces + 1)", (long long)vocab_size, CG_SPM_MIN_VOCAB);
+                     "+ 256 byte pieces + 1)",
+                     (long long)vocab_size, CG_SPM_MIN_VOCAB);
     } else if (*kind == CG_TOK_BPE && !cg_spm_available()) {
         cg_set_error("--tokenizer bpe: this build has no SentencePiece, so BPE is unavailable "
                      "(apt-get install libsentencepiece-dev g++, then reconfigure)");
@@ -135,8 +138,8 @@ static int saved_fields(const cg_cli_args *a, cg_json_field *f, char (*keys)[64]
             if (*c == '-')
                 *c = '_';
         static const cg_json_field_kind kind[] = {
-            [CG_CLI_I64] = CG_JF_I64, [CG_CLI_U64] = CG_JF_U64STR, [CG_CLI_F64] = CG_JF_F64,
-            [CG_CLI_BOOL] = CG_JF_BOOL, [CG_CLI_STR] = CG_JF_STR, [CG_CLI_SWITCH] = CG_JF_BOOL};
+            [CG_CLI_I64] = CG_JF_I64,   [CG_CLI_U64] = CG_JF_U64STR, [CG_CLI_F64] = CG_JF_F64,
+            [CG_CLI_BOOL] = CG_JF_BOOL, [CG_CLI_STR] = CG_JF_STR,    [CG_CLI_SWITCH] = CG_JF_BOOL};
         f[n] = (cg_json_field){keys[n], kind[r->kind], r->dst, r->lo, r->hi, true};
         n++;
     }
@@ -176,8 +179,8 @@ void cg_train_vocab_warn(const cg_tokenizer *tok, int64_t vocab_size)
     int64_t got = tok ? cg_tokenizer_vocab_size(tok) : 0;
     if (tok && tok->kind == CG_TOK_BPE && got < vocab_size)
         cg_prog_warn("--vocab-size %lld: this text gives only %lld ids (every merge of its "
-                     "training split); using %lld", (long long)vocab_size, (long long)got,
-                     (long long)got);
+                     "training split); using %lld",
+                     (long long)vocab_size, (long long)got, (long long)got);
 }
 
 int cg_precision_flag(const char *arg, cg_precision *out)
