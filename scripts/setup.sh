@@ -5,8 +5,9 @@ set -euo pipefail
 pkgs=(build-essential meson ninja-build pkg-config libblis-serial-dev check libcjson-dev libpng-dev
       libxxhash-dev libopenmpi-dev openmpi-bin libplplot-dev plplot-driver-cairo fonts-dejavu-core
       libsentencepiece-dev)
-# CG_FUZZ=1 (set by .ci/run): also clang and its libFuzzer runtime for scripts/fuzz.sh
-[ "${CG_FUZZ:-0}" = 1 ] && pkgs+=(clang libclang-rt-14-dev)
+# CG_FUZZ=1 (set by .ci/run): also clang and its libFuzzer runtime for scripts/fuzz.sh,
+# and clang-format for scripts/check_format.sh
+[ "${CG_FUZZ:-0}" = 1 ] && pkgs+=(clang libclang-rt-14-dev clang-format)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
