@@ -112,7 +112,7 @@ typedef enum {
 #define CG_OP_ENUM_(e, name, nin, reads, cross) CG_OP_##e,
     CG_OP_TABLE(CG_OP_ENUM_)
 #undef CG_OP_ENUM_
-    CG_OP_COUNT
+        CG_OP_COUNT
 } cg_op;
 
 const char *cg_op_name(cg_op op);
@@ -130,28 +130,28 @@ typedef bool (*cg_backward_fn)(cg_node *n, const cg_tensor *g, cg_tensor **gin);
 
 struct cg_node {
     cg_op op;
-    char *name;                            /* a user-defined op's name (owned), else NULL */
+    char *name; /* a user-defined op's name (owned), else NULL */
     cg_backward_fn backward;
     int n_inputs;
-    cg_tensor **inputs;                    /* retained */
-    cg_tensor *saved[CG_NODE_MAX_SAVED];   /* retained; NULL where unused */
-    union {                                /* small op parameters */
+    cg_tensor **inputs;                  /* retained */
+    cg_tensor *saved[CG_NODE_MAX_SAVED]; /* retained; NULL where unused */
+    union {                              /* small op parameters */
         float f[4];
         int64_t i[CG_MAX_DIMS + 2];
     } p;
-    void *ctx;                             /* op-owned heap data, freed with ctx_free */
+    void *ctx; /* op-owned heap data, freed with ctx_free */
     void (*ctx_free)(void *);
-    cg_tensor *grad;                       /* output gradient while backward runs */
-    int out_ndim;                          /* output shape, to check gradients */
+    cg_tensor *grad; /* output gradient while backward runs */
+    int out_ndim;    /* output shape, to check gradients */
     int64_t out_shape[CG_MAX_DIMS];
-    uint64_t mark;                         /* topological sort bookkeeping */
-    bool freed;                            /* inputs already released */
+    uint64_t mark; /* topological sort bookkeeping */
+    bool freed;    /* inputs already released */
     /* Version checks (see cg_backward): bit i of reads says the backward
      * reads input i's values (bit 63 stands for every input from 63 on);
      * in_version[i] and saved_version[i] are the version counters
      * (cg_version) of input i and saved[i] when they were recorded. */
     uint64_t reads;
-    uint64_t *in_version;                  /* n_inputs entries (owned) */
+    uint64_t *in_version; /* n_inputs entries (owned) */
     uint64_t saved_version[CG_NODE_MAX_SAVED];
 };
 

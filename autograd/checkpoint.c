@@ -148,8 +148,8 @@ cg_tensor *cg_checkpoint(const cg_checkpoint_block *blk)
         cg_set_error("checkpoint: out of memory");
         return NULL;
     }
-    *s = (ck_state){blk->fn, blk->ctx, blk->ctx_free, blk->n_inputs, blk->n_rngs, s->rngs,
-                    s->before};
+    *s = (ck_state){blk->fn,     blk->ctx, blk->ctx_free, blk->n_inputs,
+                    blk->n_rngs, s->rngs,  s->before};
     for (int i = 0; i < blk->n_rngs; i++) {
         s->rngs[i] = blk->rngs[i];
         s->before[i] = *blk->rngs[i];

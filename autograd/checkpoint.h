@@ -57,9 +57,9 @@ typedef struct {
     void (*ctx_free)(void *ctx); /* NULL: ctx is the caller's */
     int n_inputs;                /* >= 1 */
     cg_tensor *const *inputs;
-    int n_params;                /* leaves the block reads (may be 0) */
+    int n_params; /* leaves the block reads (may be 0) */
     cg_tensor *const *params;
-    int n_rngs;                  /* generators the block draws from (may be 0) */
+    int n_rngs; /* generators the block draws from (may be 0) */
     cg_rng *const *rngs;
 } cg_checkpoint_block;
 

@@ -22,10 +22,7 @@ static const uint32_t op_reads[] = {CG_OP_TABLE(OP_READS_)};
 #undef OP_READS_
 static_assert(sizeof op_names / sizeof op_names[0] == CG_OP_COUNT, "one name per op");
 
-const char *cg_op_name(cg_op op)
-{
-    return (unsigned)op < CG_OP_COUNT ? op_names[op] : "?";
-}
+const char *cg_op_name(cg_op op) { return (unsigned)op < CG_OP_COUNT ? op_names[op] : "?"; }
 
 /* ---------------------------------------------------------- grad mode */
 static _Thread_local int g_no_grad_depth;
@@ -134,11 +131,12 @@ static cg_record_status record(cg_tensor *out, cg_op op, const char *name, int n
     *node_out = NULL;
     if (!out || !cg_grad_enabled())
         return CG_RECORD_NONE;
-    if (n_inputs < 0 || (n_inputs > 0 && !inputs) || !backward ||
-        (unsigned)op >= CG_OP_COUNT || (op_max_inputs[op] && n_inputs > op_max_inputs[op])) {
+    if (n_inputs < 0 || (n_inputs > 0 && !inputs) || !backward || (unsigned)op >= CG_OP_COUNT ||
+        (op_max_inputs[op] && n_inputs > op_max_inputs[op])) {
         cg_set_error("%s: recording needs inputs (at most %d) and a backward function (%d "
-                     "inputs, backward %s)", opn, (unsigned)op < CG_OP_COUNT ? op_max_inputs[op] : 0,
-                     n_inputs, backward ? "set" : "NULL");
+                     "inputs, backward %s)",
+                     opn, (unsigned)op < CG_OP_COUNT ? op_max_inputs[op] : 0, n_inputs,
+                     backward ? "set" : "NULL");
         return CG_RECORD_FAILED;
     }
     bool any = false;
@@ -146,7 +144,8 @@ static cg_record_status record(cg_tensor *out, cg_op op, const char *name, int n
         any |= tensor_needs_grad(inputs[i]);
         if (inputs[i] == out) {
             cg_set_error("%s: the output is also input %d; an op records on a tensor it has "
-                         "just made (in-place ops cannot be recorded)", opn, i);
+                         "just made (in-place ops cannot be recorded)",
+                         opn, i);
             return CG_RECORD_FAILED;
         }
     }
@@ -160,7 +159,8 @@ static cg_record_status record(cg_tensor *out, cg_op op, const char *name, int n
     }
     if (out->requires_grad) {
         cg_set_error("%s: the output tensor is a leaf that requires grad (a parameter?); an op "
-                     "records on a tensor it has just made", opn);
+                     "records on a tensor it has just made",
+                     opn);
         return CG_RECORD_FAILED;
     }
     ensure_hook();
@@ -231,8 +231,7 @@ bool cg_record_failed(const cg_node *n, int n_inputs, cg_tensor *const *inputs)
 }
 
 cg_record_status cg_record_op(cg_tensor *out, const char *name, int n_inputs,
-                              cg_tensor *const *inputs, cg_backward_fn backward,
-                              cg_node **node_out)
+                              cg_tensor *const *inputs, cg_backward_fn backward, cg_node **node_out)
 {
     cg_node *dummy;
     if (!node_out)
@@ -250,10 +249,7 @@ const char *cg_node_name(const cg_node *n)
     return !n ? "?" : n->name ? n->name : cg_op_name(n->op);
 }
 
-static bool node_reads(const cg_node *n, int i)
-{
-    return (n->reads >> (i < 63 ? i : 63)) & 1u;
-}
+static bool node_reads(const cg_node *n, int i) { return (n->reads >> (i < 63 ? i : 63)) & 1u; }
 
 void cg_node_set_reads(cg_node *n, int i, bool reads)
 {
@@ -301,7 +297,8 @@ cg_tensor *cg_requires_grad(cg_tensor *t, bool on)
     }
     if (t->node) {
         cg_set_error("requires_grad: only leaf tensors can change requires_grad "
-                     "(this one was produced by %s)", cg_node_name(t->node));
+                     "(this one was produced by %s)",
+                     cg_node_name(t->node));
         return NULL;
     }
     t->requires_grad = on;
@@ -530,8 +527,8 @@ static cg_tensor *fit_to_shape(cg_node *n, int idx, cg_tensor *g, const cg_tenso
     if (g->ndim == input->ndim && cg_same_shape(g, input))
         return g;
     int64_t bshape[CG_MAX_DIMS];
-    int nd = cg_broadcast_shapes(cg_node_name(n), input->ndim, input->shape, g->ndim, g->shape,
-                                 bshape);
+    int nd =
+        cg_broadcast_shapes(cg_node_name(n), input->ndim, input->shape, g->ndim, g->shape, bshape);
     bool ok = nd == g->ndim;
     for (int i = 0; ok && i < nd; i++)
         ok = bshape[i] == g->shape[i];
@@ -557,8 +554,8 @@ static cg_tensor *fit_to_shape(cg_node *n, int idx, cg_tensor *g, const cg_tenso
 static bool accumulate(cg_tensor **slot, cg_tensor *g, bool private)
 {
     if (!*slot) {
-        bool owned = g->refcount == 1 && g->storage->refcount == 1 && cg_is_contiguous(g) &&
-                     !g->node;
+        bool owned =
+            g->refcount == 1 && g->storage->refcount == 1 && cg_is_contiguous(g) && !g->node;
         if (owned || (!private && !g->node)) {
             *slot = private ? cg_hold(g) : g; /* a leaf's gradient outlives scopes */
             return true;
@@ -666,7 +663,8 @@ static bool backward_impl(cg_tensor *root, const cg_tensor *grad_root, bool reta
         if (cg_numel(root) != 1) {
             char b[96];
             cg_set_error("backward: without an explicit gradient the tensor must have one "
-                         "element (shape %s)", cg_shape_str(root, b, sizeof b));
+                         "element (shape %s)",
+                         cg_shape_str(root, b, sizeof b));
             return false;
         }
         g0 = cg_ones(root->ndim, root->shape);

@@ -11,8 +11,13 @@
 
 cg_gradcheck_opts cg_gradcheck_defaults(void)
 {
-    return (cg_gradcheck_opts){.eps = 1e-3, .atol = 1e-3, .rtol = 1e-2, .seed = 1234,
-                               .proj_count = 4, .proj_eps = 1e-2, .proj_rtol = 5e-4,
+    return (cg_gradcheck_opts){.eps = 1e-3,
+                               .atol = 1e-3,
+                               .rtol = 1e-2,
+                               .seed = 1234,
+                               .proj_count = 4,
+                               .proj_eps = 1e-2,
+                               .proj_rtol = 5e-4,
                                .noise = 4};
 }
 
@@ -88,8 +93,7 @@ static void perturb(float *data, const float *orig, const signed char *v, const 
  * report failed when the function fails. */
 static double project(cg_gradcheck_fn f, void *ctx, cg_tensor *const *inputs, const float *r,
                       int64_t nout, const cg_gradcheck_opts *o, int k, float *data,
-                      const double *ana, const char *used, int64_t span,
-                      cg_gradcheck_report *rep)
+                      const double *ana, const char *used, int64_t span, cg_gradcheck_report *rep)
 {
     float *orig = malloc((size_t)span * sizeof *orig);
     signed char *v = malloc((size_t)span);
@@ -188,8 +192,7 @@ static void fail(cg_gradcheck_report *rep, const char *why)
  * (malloc'd, also on failure) receives R, *nout the output's size. False +
  * the report failed when f or backward fails. */
 static bool analytic(cg_gradcheck_fn f, void *ctx, cg_tensor *const *inputs,
-                     const cg_gradcheck_opts *o, float **r, int64_t *nout,
-                     cg_gradcheck_report *rep)
+                     const cg_gradcheck_opts *o, float **r, int64_t *nout, cg_gradcheck_report *rep)
 {
     cg_tensor *out = f(ctx, inputs);
     if (!out) {

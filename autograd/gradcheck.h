@@ -23,9 +23,9 @@ extern "C" {
 typedef cg_tensor *(*cg_gradcheck_fn)(void *ctx, cg_tensor *const *inputs);
 
 typedef struct {
-    double eps;   /* finite-difference step (default 1e-3) */
-    double atol;  /* pass if |analytic - numeric| <= atol' + rtol * |numeric| */
-    double rtol;  /* defaults 1e-3 and 1e-2 */
+    double eps;    /* finite-difference step (default 1e-3) */
+    double atol;   /* pass if |analytic - numeric| <= atol' + rtol * |numeric| */
+    double rtol;   /* defaults 1e-3 and 1e-2 */
     uint64_t seed; /* for the output weights R and the directions v */
     /* Projections (PyTorch's fast mode, made strict): per input, the
      * analytic u^T J v against central differences along random +-1
@@ -48,15 +48,15 @@ typedef struct {
 
 typedef struct {
     bool ok;
-    int64_t checked;       /* elements compared */
-    int worst_input;       /* input index of the worst element (-1: none) */
-    int64_t worst_index;   /* storage offset of the worst element in its view */
+    int64_t checked;          /* elements compared */
+    int worst_input;          /* input index of the worst element (-1: none) */
+    int64_t worst_index;      /* storage offset of the worst element in its view */
     double analytic, numeric; /* values at the worst element */
     double abs_err, rel_err;  /* there */
-    double worst_ratio;    /* abs_err / (atol + rtol*|numeric|): > 1 fails */
-    double worst_proj_ratio; /* projections: |error| / tolerance, > 1 fails */
-    int worst_proj_input;  /* where (-1: none checked) */
-    char message[512];     /* human-readable summary */
+    double worst_ratio;       /* abs_err / (atol + rtol*|numeric|): > 1 fails */
+    double worst_proj_ratio;  /* projections: |error| / tolerance, > 1 fails */
+    int worst_proj_input;     /* where (-1: none checked) */
+    char message[512];        /* human-readable summary */
 } cg_gradcheck_report;
 
 cg_gradcheck_opts cg_gradcheck_defaults(void);

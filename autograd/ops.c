@@ -17,8 +17,8 @@
  * on, an input requires grad) and did not, recording failed (out of
  * memory): out is released and NULL returned with the error, never a
  * silently detached result. */
-static cg_tensor *finish(cg_tensor *out, cg_op op, int nin, cg_tensor *const *in,
-                         cg_backward_fn bw, cg_node **node)
+static cg_tensor *finish(cg_tensor *out, cg_op op, int nin, cg_tensor *const *in, cg_backward_fn bw,
+                         cg_node **node)
 {
     cg_node *n = cg_record(out, op, nin, in, bw);
     if (node)
@@ -30,8 +30,7 @@ static cg_tensor *finish(cg_tensor *out, cg_op op, int nin, cg_tensor *const *in
     return out;
 }
 
-static cg_tensor *finish1(cg_tensor *out, cg_op op, cg_tensor *a, cg_backward_fn bw,
-                          cg_node **node)
+static cg_tensor *finish1(cg_tensor *out, cg_op op, cg_tensor *a, cg_backward_fn bw, cg_node **node)
 {
     return finish(out, op, 1, &a, bw, node);
 }
@@ -184,7 +183,10 @@ static bool sqrt_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
     cg_release(t);
     return gin[0] != NULL;
 }
-cg_tensor *cg_sqrt(cg_tensor *a) { return unary_saving_output(cg_k_sqrt(a), CG_OP_SQRT, a, sqrt_bw); }
+cg_tensor *cg_sqrt(cg_tensor *a)
+{
+    return unary_saving_output(cg_k_sqrt(a), CG_OP_SQRT, a, sqrt_bw);
+}
 
 static bool rsqrt_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {
@@ -228,7 +230,10 @@ static bool tanh_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
     cg_release_all(3, y2, d, d1);
     return gin[0] != NULL;
 }
-cg_tensor *cg_tanh(cg_tensor *a) { return unary_saving_output(cg_k_tanh(a), CG_OP_TANH, a, tanh_bw); }
+cg_tensor *cg_tanh(cg_tensor *a)
+{
+    return unary_saving_output(cg_k_tanh(a), CG_OP_TANH, a, tanh_bw);
+}
 
 static bool sigmoid_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {

@@ -19,8 +19,8 @@ cg_tensor *cg_add(cg_tensor *a, cg_tensor *b);
 cg_tensor *cg_sub(cg_tensor *a, cg_tensor *b);
 cg_tensor *cg_mul(cg_tensor *a, cg_tensor *b);
 cg_tensor *cg_div(cg_tensor *a, cg_tensor *b);
-cg_tensor *cg_adds(cg_tensor *a, float s);          /* a + s */
-cg_tensor *cg_muls(cg_tensor *a, float s);          /* a * s */
+cg_tensor *cg_adds(cg_tensor *a, float s); /* a + s */
+cg_tensor *cg_muls(cg_tensor *a, float s); /* a * s */
 cg_tensor *cg_neg(cg_tensor *a);
 cg_tensor *cg_exp(cg_tensor *a);
 cg_tensor *cg_log(cg_tensor *a);
@@ -30,7 +30,7 @@ cg_tensor *cg_pow(cg_tensor *a, float p);
 cg_tensor *cg_tanh(cg_tensor *a);
 cg_tensor *cg_sigmoid(cg_tensor *a);
 cg_tensor *cg_relu(cg_tensor *a);
-cg_tensor *cg_gelu(cg_tensor *a);                   /* tanh form (approximate='tanh') */
+cg_tensor *cg_gelu(cg_tensor *a); /* tanh form (approximate='tanh') */
 /* torch.nn.functional.gelu(a) with its default approximate='none': the
  * exact form 0.5 a (1 + erf(a / sqrt 2)). */
 cg_tensor *cg_gelu_erf(cg_tensor *a);
@@ -49,8 +49,8 @@ cg_tensor *cg_var(cg_tensor *a, int ndims, const int *dims, int correction, bool
 /* Max along dim; the gradient flows to the (first) maximal element.
  * *indices (optional) receives the argmax as floats, without gradient. */
 cg_tensor *cg_max(cg_tensor *a, int dim, bool keepdim, cg_tensor **indices);
-cg_tensor *cg_sum_all(cg_tensor *a);                /* scalar */
-cg_tensor *cg_mean_all(cg_tensor *a);               /* scalar */
+cg_tensor *cg_sum_all(cg_tensor *a);  /* scalar */
+cg_tensor *cg_mean_all(cg_tensor *a); /* scalar */
 
 /* ------------------------------------------------------------ matmul */
 /* PyTorch matmul: 1-D, 2-D and batched with broadcast batch dims. */

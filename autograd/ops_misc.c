@@ -11,8 +11,8 @@
 #define NEEDS(i) cg_node_needs_grad(n, (i))
 
 /* Record a node with the given inputs on out (released on failure). */
-static cg_tensor *record(cg_tensor *out, cg_op op, int nin, cg_tensor *const *in,
-                         cg_backward_fn bw, cg_node **node)
+static cg_tensor *record(cg_tensor *out, cg_op op, int nin, cg_tensor *const *in, cg_backward_fn bw,
+                         cg_node **node)
 {
     cg_node *n = cg_record(out, op, nin, in, bw);
     if (node)
@@ -62,8 +62,8 @@ static bool triangle_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 static cg_tensor *triangle(cg_tensor *a, int64_t diagonal, bool upper)
 {
     cg_node *n;
-    cg_tensor *out = record(cg_k_triangle(a, diagonal, upper), upper ? CG_OP_TRIU : CG_OP_TRIL,
-                            1, &a, triangle_bw, &n);
+    cg_tensor *out = record(cg_k_triangle(a, diagonal, upper), upper ? CG_OP_TRIU : CG_OP_TRIL, 1,
+                            &a, triangle_bw, &n);
     if (n)
         n->p.i[0] = diagonal;
     return out;

@@ -72,8 +72,8 @@ static bool ce_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
     int64_t C = logits->shape[logits->ndim - 1];
     int64_t N = C ? cg_numel(logits) / C : 0;
     cg_tensor *l2 = cg_k_reshape(logits, 2, (int64_t[]){N, C});
-    cg_tensor *d = cg_k_cross_entropy_backward(l2, c->targets, c->n_targets, c->ignore_index, c->smoothing,
-                                               n->saved[0], cg_item(g));
+    cg_tensor *d = cg_k_cross_entropy_backward(l2, c->targets, c->n_targets, c->ignore_index,
+                                               c->smoothing, n->saved[0], cg_item(g));
     cg_release(l2);
     if (!d)
         return false;
@@ -90,15 +90,15 @@ cg_tensor *cg_cross_entropy(cg_tensor *logits, const int64_t *targets, int64_t n
         return NULL;
     }
     if (logits->ndim < 1 || !targets) {
-        cg_set_error("cross_entropy: need logits [..., C] (got %d dims) and targets",
-                     logits->ndim);
+        cg_set_error("cross_entropy: need logits [..., C] (got %d dims) and targets", logits->ndim);
         return NULL;
     }
     int64_t C = logits->shape[logits->ndim - 1];
     int64_t N = C ? cg_numel(logits) / C : 0;
     cg_tensor *l2 = cg_k_reshape(logits, 2, (int64_t[]){N, C});
     cg_tensor *lse = NULL;
-    cg_tensor *out = cg_k_cross_entropy(l2, targets, n_targets, ignore_index, label_smoothing, &lse);
+    cg_tensor *out =
+        cg_k_cross_entropy(l2, targets, n_targets, ignore_index, label_smoothing, &lse);
     cg_release(l2);
     if (!out) {
         cg_release(lse);
@@ -136,9 +136,9 @@ cg_tensor *cg_cross_entropy(cg_tensor *logits, const int64_t *targets, int64_t n
 static bool layer_norm_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {
     cg_tensor *dx = NULL, *dw = NULL, *db = NULL;
-    bool ok = cg_k_layer_norm_backward(IN(0), IN(1), n->saved[0], n->saved[1], g,
-                                       NEEDS(0) ? &dx : NULL, NEEDS(1) ? &dw : NULL,
-                                       NEEDS(2) ? &db : NULL);
+    bool ok =
+        cg_k_layer_norm_backward(IN(0), IN(1), n->saved[0], n->saved[1], g, NEEDS(0) ? &dx : NULL,
+                                 NEEDS(1) ? &dw : NULL, NEEDS(2) ? &db : NULL);
     gin[0] = dx;
     gin[1] = dw;
     gin[2] = db;
@@ -151,7 +151,8 @@ cg_tensor *cg_layer_norm(cg_tensor *x, cg_tensor *w, cg_tensor *b, float eps)
     if (out) {
         cg_tensor *in[3] = {x, w, b};
         cg_node *n = cg_record(out, CG_OP_LAYER_NORM, 3, in, layer_norm_bw);
-        if (cg_record_failed(n, 3, in) || (n && (cg_node_save(n, mean) < 0 || cg_node_save(n, rstd) < 0))) {
+        if (cg_record_failed(n, 3, in) ||
+            (n && (cg_node_save(n, mean) < 0 || cg_node_save(n, rstd) < 0))) {
             cg_release(out);
             out = NULL;
         }
@@ -191,8 +192,8 @@ static bool add_layer_norm_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {
     cg_tensor *dx = NULL, *dw = NULL, *db = NULL;
     bool ok = cg_k_add_layer_norm_backward(IN(0), IN(1), IN(2), n->saved[0], n->saved[1], g,
-                                           NEEDS(0) || NEEDS(1) ? &dx : NULL,
-                                           NEEDS(2) ? &dw : NULL, NEEDS(3) ? &db : NULL);
+                                           NEEDS(0) || NEEDS(1) ? &dx : NULL, NEEDS(2) ? &dw : NULL,
+                                           NEEDS(3) ? &db : NULL);
     gin[0] = NEEDS(0) ? cg_retain(dx) : NULL;
     gin[1] = NEEDS(1) ? cg_retain(dx) : NULL;
     cg_release(dx);
@@ -207,7 +208,8 @@ cg_tensor *cg_add_layer_norm(cg_tensor *x, cg_tensor *y, cg_tensor *w, cg_tensor
     if (out) {
         cg_tensor *in[4] = {x, y, w, b};
         cg_node *n = cg_record(out, CG_OP_ADD_LAYER_NORM, 4, in, add_layer_norm_bw);
-        if (cg_record_failed(n, 4, in) || (n && (cg_node_save(n, mean) < 0 || cg_node_save(n, rstd) < 0))) {
+        if (cg_record_failed(n, 4, in) ||
+            (n && (cg_node_save(n, mean) < 0 || cg_node_save(n, rstd) < 0))) {
             cg_release(out);
             out = NULL;
         }
@@ -220,8 +222,7 @@ static bool add_rms_norm_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {
     cg_tensor *dx = NULL, *dw = NULL;
     bool ok = cg_k_add_rms_norm_backward(IN(0), IN(1), IN(2), n->saved[0], g,
-                                         NEEDS(0) || NEEDS(1) ? &dx : NULL,
-                                         NEEDS(2) ? &dw : NULL);
+                                         NEEDS(0) || NEEDS(1) ? &dx : NULL, NEEDS(2) ? &dw : NULL);
     gin[0] = NEEDS(0) ? cg_retain(dx) : NULL;
     gin[1] = NEEDS(1) ? cg_retain(dx) : NULL;
     cg_release(dx);
@@ -501,10 +502,9 @@ static void attn_ctx_free(void *p)
 static bool attention_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {
     const attn_ctx *c = n->ctx;
-    return cg_k_attention_backward(IN(0), IN(1), IN(2), n->saved[0], n->saved[1], g,
-                                   n->p.i[0] != 0, c ? c->key_pad : NULL,
-                                   NEEDS(0) ? &gin[0] : NULL, NEEDS(1) ? &gin[1] : NULL,
-                                   NEEDS(2) ? &gin[2] : NULL);
+    return cg_k_attention_backward(IN(0), IN(1), IN(2), n->saved[0], n->saved[1], g, n->p.i[0] != 0,
+                                   c ? c->key_pad : NULL, NEEDS(0) ? &gin[0] : NULL,
+                                   NEEDS(1) ? &gin[1] : NULL, NEEDS(2) ? &gin[2] : NULL);
 }
 cg_tensor *cg_attention(cg_tensor *q, cg_tensor *k, cg_tensor *v, bool causal,
                         const uint8_t *key_pad, cg_tensor **weights_out)

@@ -53,8 +53,8 @@
 
 #define HEADER 64
 #define MAP_MIN ((size_t)32 << 10) /* smaller blocks come from malloc */
-#define CLASS_MIN_LOG 15 /* the smallest class: 32 KB */
-#define NCLASS (8 * 40)  /* up to 2^55 bytes */
+#define CLASS_MIN_LOG 15           /* the smallest class: 32 KB */
+#define NCLASS (8 * 40)            /* up to 2^55 bytes */
 #define SLACK_CLASSES 2
 #define BUDGET_SLACK 16 /* fresh mappings up to 1/16 over the peak of live bytes */
 #define BITMAP_WORDS (NCLASS / 64)
@@ -110,8 +110,8 @@ static int nearest_class(int c, int dir)
         uint64_t bits = g_nonempty[w];
         int bit = c % 64;
         if (w == c / 64) /* only the classes strictly beyond c */
-            bits &= dir > 0 ? (bit == 63 ? 0 : ~(uint64_t)0 << (bit + 1))
-                            : (((uint64_t)1 << bit) - 1);
+            bits &=
+                dir > 0 ? (bit == 63 ? 0 : ~(uint64_t)0 << (bit + 1)) : (((uint64_t)1 << bit) - 1);
         if (bits)
             return w * 64 + (dir > 0 ? __builtin_ctzll(bits) : 63 - __builtin_clzll(bits));
     }

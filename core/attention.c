@@ -41,12 +41,11 @@
 #include "core/ops.h"
 #include "core/vmath.h"
 
-#define QB 64  /* query rows per tile; also keys per sub-block of dk/dv (causal) */
-#define KB 512 /* keys per block (a multiple of QB) */
+#define QB 64     /* query rows per tile; also keys per sub-block of dk/dv (causal) */
+#define KB 512    /* keys per block (a multiple of QB) */
 #define PKEEP 256 /* up to this many keys the weights are kept (<= KB) */
 
-static bool check_qkv(const char *op, const cg_tensor *q, const cg_tensor *k,
-                      const cg_tensor *v)
+static bool check_qkv(const char *op, const cg_tensor *q, const cg_tensor *k, const cg_tensor *v)
 {
     if (!q || !k || !v) {
         cg_error_null_input(op);
@@ -55,8 +54,8 @@ static bool check_qkv(const char *op, const cg_tensor *q, const cg_tensor *k,
     if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4 || q->shape[0] != k->shape[0] ||
         q->shape[1] != k->shape[1] || !cg_same_shape(k, v) || q->shape[3] != k->shape[3]) {
         char a[96], b[96], c[96];
-        cg_set_error("%s: expected q [B,H,Tq,dh], k and v [B,H,Tk,dh]; got q %s, k %s, v %s",
-                     op, cg_shape_str(q, a, sizeof a), cg_shape_str(k, b, sizeof b),
+        cg_set_error("%s: expected q [B,H,Tq,dh], k and v [B,H,Tk,dh]; got q %s, k %s, v %s", op,
+                     cg_shape_str(q, a, sizeof a), cg_shape_str(k, b, sizeof b),
                      cg_shape_str(v, c, sizeof c));
         return false;
     }
@@ -174,8 +173,8 @@ EW_CLONES static float online_row(float *s, int64_t ke, int64_t kz, float scale,
 
 /* Recomputed probabilities of one row: s[j] = exp(s[j] / scale - lse)
  * over [0, ke) (masked keys 0, a NaN lse gives NaN), s[ke, kz) = 0. */
-EW_CLONES static void prob_row(float *s, int64_t ke, int64_t kz, float scale,
-                               const uint8_t *kpad, float lse)
+EW_CLONES static void prob_row(float *s, int64_t ke, int64_t kz, float scale, const uint8_t *kpad,
+                               float lse)
 {
     int64_t j;
     if (kpad) /* two loops, so that both vectorise */
@@ -320,8 +319,8 @@ static void fwd_tile(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
     for (int64_t j0 = 0; j0 < kn; j0 += KB) {
         const int64_t j1 = min64(j0 + KB, kn);
         /* S = q k[j0:j1]^T */
-        cg_sgemm(rows, j1 - j0, dh, 1.0f, qp, q->strides[2], q->strides[3],
-                 kp + j0 * k->strides[2], k->strides[3], k->strides[2], 0.0f, S, ld, 1);
+        cg_sgemm(rows, j1 - j0, dh, 1.0f, qp, q->strides[2], q->strides[3], kp + j0 * k->strides[2],
+                 k->strides[3], k->strides[2], 0.0f, S, ld, 1);
         for (int64_t r = 0; r < rows; r++) {
             int64_t ke = min64(key_end(causal, i0 + r, Tk), j1) - j0;
             float alpha = online_row(S + r * ld, ke > 0 ? ke : 0, j1 - j0, scale,
@@ -362,8 +361,8 @@ static cg_tensor *attention_weights(const cg_tensor *q, const cg_tensor *k, bool
         for (int64_t i0 = 0; i0 < Tq; i0 += QB) {
             int64_t i1 = min64(i0 + QB, Tq), kn = key_end(causal, i1 - 1, Tk);
             cg_sgemm(i1 - i0, kn, dh, 1.0f, at4(q, b, h) + i0 * q->strides[2], q->strides[2],
-                     q->strides[3], at4(k, b, h), k->strides[3], k->strides[2], 0.0f,
-                     S + i0 * Tk, Tk, 1);
+                     q->strides[3], at4(k, b, h), k->strides[3], k->strides[2], 0.0f, S + i0 * Tk,
+                     Tk, 1);
             for (int64_t i = i0; i < i1; i++)
                 prob_row(S + i * Tk, key_end(causal, i, Tk), Tk, scale, kpad, lse[bh * Tq + i]);
         }
@@ -371,9 +370,8 @@ static cg_tensor *attention_weights(const cg_tensor *q, const cg_tensor *k, bool
     return P;
 }
 
-cg_tensor *cg_k_attention(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
-                          bool causal, const uint8_t *key_pad, cg_tensor **saved,
-                          cg_tensor **weights)
+cg_tensor *cg_k_attention(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v, bool causal,
+                          const uint8_t *key_pad, cg_tensor **saved, cg_tensor **weights)
 {
     if (weights)
         *weights = NULL;
@@ -415,20 +413,20 @@ cg_tensor *cg_k_attention(const cg_tensor *q, const cg_tensor *k, const cg_tenso
         const int64_t qb = tile_rows(causal, Tq, Tk, BH);
         const int64_t nqb = (Tq + qb - 1) / qb, items = BH * nqb;
         float *lp = cg_data(lse), *pp = keep ? cg_data(P) : NULL;
-#pragma omp parallel for schedule(static) if (items > 1 && BH * Tq * Tk * dh > 32768) num_threads(nt)
+#pragma omp parallel for schedule(static) if (items > 1 && BH * Tq * Tk * dh > 32768) \
+    num_threads(nt)
         for (int64_t it = 0; it < items; it++) {
             const int64_t bh = it / nqb, i0 = it % nqb * qb, b = bh / H;
-            float *S = keep ? pp + (bh * Tq + i0) * Tk
-                            : scratch + (int64_t)omp_get_thread_num() * QB * ld;
+            float *S =
+                keep ? pp + (bh * Tq + i0) * Tk : scratch + (int64_t)omp_get_thread_num() * QB * ld;
             fwd_tile(q, k, v, out, b, bh % H, i0, min64(i0 + qb, Tq), causal,
-                     kmask ? kmask + b * Tk : NULL, scale, S, keep ? Tk : ld, keep,
-                     lp + bh * Tq);
+                     kmask ? kmask + b * Tk : NULL, scale, S, keep ? Tk : ld, keep, lp + bh * Tq);
         }
         cg_free(scratch);
         cg_free(kmask);
     }
     if (weights) {
-        *weights = keep ? cg_retain(P)
+        *weights = keep    ? cg_retain(P)
                    : degen ? cg_full(CG_SHAPE(B, H, Tq, Tk), NAN)
                            : attention_weights(q, k, causal, key_pad, cg_data(lse));
         if (!*weights) {
@@ -446,9 +444,8 @@ cg_tensor *cg_k_attention(const cg_tensor *q, const cg_tensor *k, const cg_tenso
  * Tq x ld scratch each, ld = min(Tk, KB); Dl: Tq floats. Ps: the kept
  * weights [Tq, Tk] (then Tk <= PKEEP = ld; Pb is not used), or NULL to
  * recompute them from lse. */
-static void bwd_head(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
-                     const cg_tensor *o, const float *Ps, const float *lse, const cg_tensor *g,
-                     bool causal,
+static void bwd_head(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v, const cg_tensor *o,
+                     const float *Ps, const float *lse, const cg_tensor *g, bool causal,
                      const uint8_t *kpad, int64_t b, int64_t h, const cg_tensor *gq,
                      const cg_tensor *gk, const cg_tensor *gv, float *Pb, float *Db, int64_t ld,
                      float *Dl, int64_t qb)
@@ -528,8 +525,8 @@ static void bwd_head(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
 
 bool cg_k_attention_backward(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
                              const cg_tensor *out, const cg_tensor *saved, const cg_tensor *g,
-                             bool causal, const uint8_t *key_pad, cg_tensor **dq,
-                             cg_tensor **dk, cg_tensor **dv)
+                             bool causal, const uint8_t *key_pad, cg_tensor **dq, cg_tensor **dk,
+                             cg_tensor **dv)
 {
     if (dq)
         *dq = NULL;
@@ -561,7 +558,7 @@ bool cg_k_attention_backward(const cg_tensor *q, const cg_tensor *k, const cg_te
     cg_tensor *gv = heads_out(B, H, Tk, dh, degen || zero);
     const int64_t BH = B * H, kb = Tk < KB ? Tk : KB;
     const int nt = cg_get_num_threads();
-    const int64_t np = kept ? 0 : Tq * kb;  /* recomputed P tiles (none when kept) */
+    const int64_t np = kept ? 0 : Tq * kb; /* recomputed P tiles (none when kept) */
     const int64_t per = np + Tq * kb + Tq; /* P and dS tiles, D */
     float *scratch = thread_scratch(nt, per);
     if (!gq || !gk || !gv || !scratch) {
@@ -578,9 +575,8 @@ bool cg_k_attention_backward(const cg_tensor *q, const cg_tensor *k, const cg_te
             const int64_t b = bh / H;
             float *w = scratch + (int64_t)omp_get_thread_num() * per;
             bwd_head(q, k, v, out, kept ? sd + bh * Tq * Tk : NULL, kept ? NULL : sd + bh * Tq, g,
-                     causal, key_pad ? key_pad + b * Tk : NULL,
-                     b, bh % H, dq ? gq : NULL, dk ? gk : NULL, dv ? gv : NULL, w,
-                     w + np, kb, w + np + Tq * kb, qb);
+                     causal, key_pad ? key_pad + b * Tk : NULL, b, bh % H, dq ? gq : NULL,
+                     dk ? gk : NULL, dv ? gv : NULL, w, w + np, kb, w + np + Tq * kb, qb);
         }
     }
     cg_free(scratch);

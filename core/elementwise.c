@@ -96,79 +96,79 @@ static inline float f_clamp(float x, float lo, float hi)
 
 /* ------------------------------------------------- segment functions */
 /* In the expressions: X, Y, Z are the operands' elements, P the params. */
-#define EW_UNARY(fname, EXPR)                                                                      \
-    EW_CLONES static void fname(float *const *p, const int64_t *s, int64_t n, void *ctx)                     \
-    {                                                                                              \
-        const ew_params *P = ctx;                                                                  \
-        (void)P;                                                                                   \
-        float *o = p[0];                                                                           \
-        const float *x = p[1];                                                                     \
-        if (s[0] == 1 && s[1] == 1) {                                                              \
-            for (int64_t i = 0; i < n; i++) {                                                      \
-                const float X = x[i];                                                              \
-                o[i] = (EXPR);                                                                     \
-            }                                                                                      \
-        } else {                                                                                   \
-            const int64_t os = s[0], xs = s[1];                                                    \
-            for (int64_t i = 0; i < n; i++) {                                                      \
-                const float X = x[i * xs];                                                         \
-                o[i * os] = (EXPR);                                                                \
-            }                                                                                      \
-        }                                                                                          \
+#define EW_UNARY(fname, EXPR)                                                            \
+    EW_CLONES static void fname(float *const *p, const int64_t *s, int64_t n, void *ctx) \
+    {                                                                                    \
+        const ew_params *P = ctx;                                                        \
+        (void)P;                                                                         \
+        float *o = p[0];                                                                 \
+        const float *x = p[1];                                                           \
+        if (s[0] == 1 && s[1] == 1) {                                                    \
+            for (int64_t i = 0; i < n; i++) {                                            \
+                const float X = x[i];                                                    \
+                o[i] = (EXPR);                                                           \
+            }                                                                            \
+        } else {                                                                         \
+            const int64_t os = s[0], xs = s[1];                                          \
+            for (int64_t i = 0; i < n; i++) {                                            \
+                const float X = x[i * xs];                                               \
+                o[i * os] = (EXPR);                                                      \
+            }                                                                            \
+        }                                                                                \
     }
 
-#define EW_BINARY(fname, EXPR)                                                                     \
-    EW_CLONES static void fname(float *const *p, const int64_t *s, int64_t n, void *ctx)                     \
-    {                                                                                              \
-        const ew_params *P = ctx;                                                                  \
-        (void)P;                                                                                   \
-        float *o = p[0];                                                                           \
-        const float *x = p[1], *y = p[2];                                                          \
-        if (s[0] == 1 && s[1] == 1 && s[2] == 1) {                                                 \
-            for (int64_t i = 0; i < n; i++) {                                                      \
-                const float X = x[i], Y = y[i];                                                    \
-                o[i] = (EXPR);                                                                     \
-            }                                                                                      \
-        } else if (s[0] == 1 && s[1] == 1 && s[2] == 0) {                                          \
-            const float Y = y[0];                                                                  \
-            for (int64_t i = 0; i < n; i++) {                                                      \
-                const float X = x[i];                                                              \
-                o[i] = (EXPR);                                                                     \
-            }                                                                                      \
-        } else if (s[0] == 1 && s[1] == 0 && s[2] == 1) {                                          \
-            const float X = x[0];                                                                  \
-            for (int64_t i = 0; i < n; i++) {                                                      \
-                const float Y = y[i];                                                              \
-                o[i] = (EXPR);                                                                     \
-            }                                                                                      \
-        } else {                                                                                   \
-            const int64_t os = s[0], xs = s[1], ys = s[2];                                         \
-            for (int64_t i = 0; i < n; i++) {                                                      \
-                const float X = x[i * xs], Y = y[i * ys];                                          \
-                o[i * os] = (EXPR);                                                                \
-            }                                                                                      \
-        }                                                                                          \
+#define EW_BINARY(fname, EXPR)                                                           \
+    EW_CLONES static void fname(float *const *p, const int64_t *s, int64_t n, void *ctx) \
+    {                                                                                    \
+        const ew_params *P = ctx;                                                        \
+        (void)P;                                                                         \
+        float *o = p[0];                                                                 \
+        const float *x = p[1], *y = p[2];                                                \
+        if (s[0] == 1 && s[1] == 1 && s[2] == 1) {                                       \
+            for (int64_t i = 0; i < n; i++) {                                            \
+                const float X = x[i], Y = y[i];                                          \
+                o[i] = (EXPR);                                                           \
+            }                                                                            \
+        } else if (s[0] == 1 && s[1] == 1 && s[2] == 0) {                                \
+            const float Y = y[0];                                                        \
+            for (int64_t i = 0; i < n; i++) {                                            \
+                const float X = x[i];                                                    \
+                o[i] = (EXPR);                                                           \
+            }                                                                            \
+        } else if (s[0] == 1 && s[1] == 0 && s[2] == 1) {                                \
+            const float X = x[0];                                                        \
+            for (int64_t i = 0; i < n; i++) {                                            \
+                const float Y = y[i];                                                    \
+                o[i] = (EXPR);                                                           \
+            }                                                                            \
+        } else {                                                                         \
+            const int64_t os = s[0], xs = s[1], ys = s[2];                               \
+            for (int64_t i = 0; i < n; i++) {                                            \
+                const float X = x[i * xs], Y = y[i * ys];                                \
+                o[i * os] = (EXPR);                                                      \
+            }                                                                            \
+        }                                                                                \
     }
 
-#define EW_TERNARY(fname, EXPR)                                                                    \
-    EW_CLONES static void fname(float *const *p, const int64_t *s, int64_t n, void *ctx)                     \
-    {                                                                                              \
-        const ew_params *P = ctx;                                                                  \
-        (void)P;                                                                                   \
-        float *o = p[0];                                                                           \
-        const float *x = p[1], *y = p[2], *z = p[3];                                               \
-        if (s[0] == 1 && s[1] == 1 && s[2] == 1 && s[3] == 1) {                                    \
-            for (int64_t i = 0; i < n; i++) {                                                      \
-                const float X = x[i], Y = y[i], Z = z[i];                                          \
-                o[i] = (EXPR);                                                                     \
-            }                                                                                      \
-        } else {                                                                                   \
-            const int64_t os = s[0], xs = s[1], ys = s[2], zs = s[3];                              \
-            for (int64_t i = 0; i < n; i++) {                                                      \
-                const float X = x[i * xs], Y = y[i * ys], Z = z[i * zs];                           \
-                o[i * os] = (EXPR);                                                                \
-            }                                                                                      \
-        }                                                                                          \
+#define EW_TERNARY(fname, EXPR)                                                          \
+    EW_CLONES static void fname(float *const *p, const int64_t *s, int64_t n, void *ctx) \
+    {                                                                                    \
+        const ew_params *P = ctx;                                                        \
+        (void)P;                                                                         \
+        float *o = p[0];                                                                 \
+        const float *x = p[1], *y = p[2], *z = p[3];                                     \
+        if (s[0] == 1 && s[1] == 1 && s[2] == 1 && s[3] == 1) {                          \
+            for (int64_t i = 0; i < n; i++) {                                            \
+                const float X = x[i], Y = y[i], Z = z[i];                                \
+                o[i] = (EXPR);                                                           \
+            }                                                                            \
+        } else {                                                                         \
+            const int64_t os = s[0], xs = s[1], ys = s[2], zs = s[3];                    \
+            for (int64_t i = 0; i < n; i++) {                                            \
+                const float X = x[i * xs], Y = y[i * ys], Z = z[i * zs];                 \
+                o[i * os] = (EXPR);                                                      \
+            }                                                                            \
+        }                                                                                \
     }
 
 EW_UNARY(seg_neg, -X)
@@ -177,8 +177,8 @@ EW_UNARY(seg_log, logf(X))
 EW_UNARY(seg_sqrt, sqrtf(X))
 EW_UNARY(seg_rsqrt, 1.0f / sqrtf(X))
 EW_UNARY(seg_pow, powf(X, P->a))
-EW_UNARY(seg_pow_sq, X * X)
-EW_UNARY(seg_pow_cube, X * X * X)
+EW_UNARY(seg_pow_sq, X *X)
+EW_UNARY(seg_pow_cube, X *X *X)
 EW_UNARY(seg_pow_recip, 1.0f / X)
 EW_UNARY(seg_pow_rsq, 1.0f / (X * X))
 EW_UNARY(seg_copy, X)
@@ -189,7 +189,7 @@ EW_UNARY(seg_relu, f_relu(X))
 EW_UNARY(seg_gelu, f_gelu(X))
 EW_UNARY(seg_gelu_erf, f_gelu_erf(X))
 EW_UNARY(seg_abs, fabsf(X))
-EW_UNARY(seg_silu, X * f_sigmoid(X))
+EW_UNARY(seg_silu, X *f_sigmoid(X))
 EW_UNARY(seg_sin, sinf(X))
 EW_UNARY(seg_cos, cosf(X))
 EW_UNARY(seg_clamp, f_clamp(X, P->a, P->b))
@@ -198,18 +198,18 @@ EW_UNARY(seg_muls, X * P->a)
 
 EW_BINARY(seg_add, X + Y)
 EW_BINARY(seg_sub, X - Y)
-EW_BINARY(seg_mul, X * Y)
+EW_BINARY(seg_mul, X *Y)
 EW_BINARY(seg_div, X / Y)
 EW_BINARY(seg_axpby, X * P->a + Y * P->b)
 EW_BINARY(seg_masked_fill, Y != 0.0f ? P->a : X)
 /* backward helpers: X is the forward input, Y the upstream gradient */
 EW_BINARY(seg_relu_bwd, X > 0.0f ? Y : 0.0f)
-EW_BINARY(seg_gelu_bwd, Y * f_gelu_grad(X))
-EW_BINARY(seg_gelu_erf_bwd, Y * f_gelu_erf_grad(X))
+EW_BINARY(seg_gelu_bwd, Y *f_gelu_grad(X))
+EW_BINARY(seg_gelu_erf_bwd, Y *f_gelu_erf_grad(X))
 EW_BINARY(seg_clamp_bwd, (X >= P->a && X <= P->b) ? Y : 0.0f)
 EW_BINARY(seg_abs_bwd, X > 0.0f ? Y : (X < 0.0f ? -Y : 0.0f))
 /* d/dx x s(x) = s (1 + x (1 - s)) */
-EW_BINARY(seg_silu_bwd, Y * f_sigmoid(X) * (1.0f + X * (1.0f - f_sigmoid(X))))
+EW_BINARY(seg_silu_bwd, Y *f_sigmoid(X) * (1.0f + X * (1.0f - f_sigmoid(X))))
 
 EW_TERNARY(seg_where, X != 0.0f ? Y : Z)
 
@@ -264,10 +264,22 @@ static cg_tensor *binary(const char *op, const cg_tensor *a, const cg_tensor *b,
 }
 
 /* ----------------------------------------------------------- binary */
-cg_tensor *cg_k_add(const cg_tensor *a, const cg_tensor *b) { return binary("add", a, b, seg_add, 0, 0); }
-cg_tensor *cg_k_sub(const cg_tensor *a, const cg_tensor *b) { return binary("sub", a, b, seg_sub, 0, 0); }
-cg_tensor *cg_k_mul(const cg_tensor *a, const cg_tensor *b) { return binary("mul", a, b, seg_mul, 0, 0); }
-cg_tensor *cg_k_div(const cg_tensor *a, const cg_tensor *b) { return binary("div", a, b, seg_div, 0, 0); }
+cg_tensor *cg_k_add(const cg_tensor *a, const cg_tensor *b)
+{
+    return binary("add", a, b, seg_add, 0, 0);
+}
+cg_tensor *cg_k_sub(const cg_tensor *a, const cg_tensor *b)
+{
+    return binary("sub", a, b, seg_sub, 0, 0);
+}
+cg_tensor *cg_k_mul(const cg_tensor *a, const cg_tensor *b)
+{
+    return binary("mul", a, b, seg_mul, 0, 0);
+}
+cg_tensor *cg_k_div(const cg_tensor *a, const cg_tensor *b)
+{
+    return binary("div", a, b, seg_div, 0, 0);
+}
 
 cg_tensor *cg_k_axpby(const cg_tensor *a, float alpha, const cg_tensor *b, float beta)
 {

@@ -56,8 +56,8 @@ static bool g_own_driver = true;
 static bool g_bf16_native;
 static _Atomic int g_precision = CG_PRECISION_FP32;
 
-
-static void gemm_init(void) {
+static void gemm_init(void)
+{
     bli_init();
     __builtin_cpu_init();
     /* BLIS's own skx test asks for F, DQ, BW and VL; so do we. */
@@ -90,12 +90,14 @@ static void gemm_init(void) {
 
 static void ensure_init(void) { pthread_once(&g_once, gemm_init); }
 
-cg_gemm_path cg_gemm_active_path(void) {
+cg_gemm_path cg_gemm_active_path(void)
+{
     ensure_init();
     return g_active;
 }
 
-const char *cg_gemm_path_name(cg_gemm_path p) {
+const char *cg_gemm_path_name(cg_gemm_path p)
+{
     switch (p) {
     case CG_GEMM_AUTO: return "auto";
     case CG_GEMM_DEFAULT: return "default";
@@ -142,7 +144,8 @@ bool cg_bf16_native(void)
     return g_bf16_native;
 }
 
-bool cg_gemm_path_available(cg_gemm_path p) {
+bool cg_gemm_path_available(cg_gemm_path p)
+{
     ensure_init();
     switch (p) {
     case CG_GEMM_AUTO:
@@ -201,7 +204,8 @@ void *cg_gemm_thread_buffer(size_t bytes)
 
 /* The stride of a size-1 dimension means nothing, but BLIS checks it.
  * Rewrite it so that BLIS sees plain row- or column-major storage. */
-static void normalise_strides(int64_t m, int64_t n, int64_t *rs, int64_t *cs) {
+static void normalise_strides(int64_t m, int64_t n, int64_t *rs, int64_t *cs)
+{
     if (m == 1 && n == 1) {
         *rs = 1;
         *cs = 1;
@@ -215,42 +219,54 @@ static void normalise_strides(int64_t m, int64_t n, int64_t *rs, int64_t *cs) {
 /* BLIS 0.9's bli_check_matrix_strides for m, n >= 1 and non-negative
  * strides: no zero strides; unit rs needs cs >= m; unit cs needs rs >= n;
  * general strides must not overlap along the tilt. */
-static bool blis_strides_ok(int64_t m, int64_t n, int64_t rs, int64_t cs) {
-    if (rs <= 0 || cs <= 0) return false;
+static bool blis_strides_ok(int64_t m, int64_t n, int64_t rs, int64_t cs)
+{
+    if (rs <= 0 || cs <= 0)
+        return false;
     if (rs != 1 && cs != 1) {
-        if (rs == cs) return m == 1 || n == 1;
-        if (rs < cs) return m * rs <= cs;
+        if (rs == cs)
+            return m == 1 || n == 1;
+        if (rs < cs)
+            return m * rs <= cs;
         return n * cs <= rs;
     }
-    if (rs == 1 && cs == 1) return m == 1 || n == 1;
-    if (rs == 1) return cs >= m;
+    if (rs == 1 && cs == 1)
+        return m == 1 || n == 1;
+    if (rs == 1)
+        return cs >= m;
     return rs >= n;
 }
 
 /* Contiguous row-major copy of an m x n strided operand (any strides). */
-static float *copy_rowmajor(int64_t m, int64_t n, const float *p, int64_t rs, int64_t cs) {
+static float *copy_rowmajor(int64_t m, int64_t n, const float *p, int64_t rs, int64_t cs)
+{
     float *q = malloc((size_t)(m * n) * sizeof(float));
-    if (!q) return NULL;
+    if (!q)
+        return NULL;
     for (int64_t i = 0; i < m; i++)
-        for (int64_t j = 0; j < n; j++) q[i * n + j] = p[i * rs + j * cs];
+        for (int64_t j = 0; j < n; j++)
+            q[i * n + j] = p[i * rs + j * cs];
     return q;
 }
 
 /* C that BLIS cannot address (stride 0, overlapping rows): plain loops, each
  * element written in order; only reachable through cg_sgemm's raw API. */
-static void naive_sgemm(int64_t m, int64_t n, int64_t k, float alpha, const float *a,
-                        int64_t rsa, int64_t csa, const float *b, int64_t rsb, int64_t csb,
-                        float beta, float *c, int64_t rsc, int64_t csc) {
+static void naive_sgemm(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t rsa,
+                        int64_t csa, const float *b, int64_t rsb, int64_t csb, float beta, float *c,
+                        int64_t rsc, int64_t csc)
+{
     for (int64_t i = 0; i < m; i++)
         for (int64_t j = 0; j < n; j++) {
             float s = 0.0f;
-            for (int64_t p = 0; p < k; p++) s += a[i * rsa + p * csa] * b[p * rsb + j * csb];
+            for (int64_t p = 0; p < k; p++)
+                s += a[i * rsa + p * csa] * b[p * rsb + j * csb];
             float *cij = &c[i * rsc + j * csc];
             *cij = beta == 0.0f ? alpha * s : alpha * s + beta * *cij;
         }
 }
 
-static void scale_c(int64_t m, int64_t n, float beta, float *c, int64_t rsc, int64_t csc) {
+static void scale_c(int64_t m, int64_t n, float beta, float *c, int64_t rsc, int64_t csc)
+{
     for (int64_t i = 0; i < m; i++)
         for (int64_t j = 0; j < n; j++) {
             float *cij = &c[i * rsc + j * csc];
@@ -272,9 +288,10 @@ static void scale_c(int64_t m, int64_t n, float beta, float *c, int64_t rsc, int
  * x 257 is packed, its halves 300 x 160 and 300 x 151 were not). The packed
  * path reads only what it packs. (BLIS's default path, CG_BLIS_DEFAULT=1,
  * a diagnostic, keeps its own choice.) */
-static bool serial_gemm(cntx_t *cntx, int64_t m, int64_t n, int64_t k, float alpha,
-                        const float *a, int64_t rsa, int64_t csa, const float *b, int64_t rsb,
-                        int64_t csb, float beta, float *c, int64_t rsc, int64_t csc) {
+static bool serial_gemm(cntx_t *cntx, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                        int64_t rsa, int64_t csa, const float *b, int64_t rsb, int64_t csb,
+                        float beta, float *c, int64_t rsc, int64_t csc)
+{
     if (cntx == &g_cntx_skx && g_own_driver &&
         cg_skx_gemm(cntx, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc))
         return true;
@@ -340,9 +357,9 @@ SKINNY_TARGET static inline float sum8(__m256 v)
  * (stride sx) and ny <= 4 vectors y (stride sy), all contiguous along k:
  * 16 values of k at a time in two sums per output, added, their lanes
  * summed, then the last k % 8 in order. */
-SKINNY_TARGET static inline __attribute__((always_inline)) void
-dots(const int ny, int64_t nx, int64_t k, const float *x, int64_t sx, const float *y,
-     int64_t sy, float alpha, float beta, float *out, int64_t ros, int64_t cos)
+SKINNY_TARGET static inline __attribute__((always_inline)) void dots(
+    const int ny, int64_t nx, int64_t k, const float *x, int64_t sx, const float *y, int64_t sy,
+    float alpha, float beta, float *out, int64_t ros, int64_t cos)
 {
     for (int64_t i = 0; i < nx; i++) {
         const float *xi = x + i * sx;
@@ -405,9 +422,11 @@ static void skinny_product(int nthreads, int64_t m, int64_t n, int64_t k, float 
     if (nt <= 0) {
         const double per = 2.0 * (double)m * (double)n * (double)k / MIN_FLOPS_PER_THREAD;
         nt = cg_get_num_threads();
-        if (per < nt) nt = per < 2.0 ? 1 : (int)per;
+        if (per < nt)
+            nt = per < 2.0 ? 1 : (int)per;
     }
-    if (nt < 1 || omp_in_parallel()) nt = 1;
+    if (nt < 1 || omp_in_parallel())
+        nt = 1;
     const int64_t groups = (ny + 3) / 4;
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
     for (int64_t g = 0; g < groups; g++) {
@@ -417,10 +436,11 @@ static void skinny_product(int nthreads, int64_t m, int64_t n, int64_t k, float 
 }
 
 /* cg_sgemm_path and cg_sgemm_bias_path: beta 0 when there is a bias. */
-static bool gemm_run(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int64_t k,
-                     float alpha, const float *a, int64_t rsa, int64_t csa, const float *b,
-                     int64_t rsb, int64_t csb, float beta, const float *bias, int64_t bs,
-                     float *c, int64_t rsc, int64_t csc) {
+static bool gemm_run(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int64_t k, float alpha,
+                     const float *a, int64_t rsa, int64_t csa, const float *b, int64_t rsb,
+                     int64_t csb, float beta, const float *bias, int64_t bs, float *c, int64_t rsc,
+                     int64_t csc)
+{
     ensure_init();
     if (path == CG_GEMM_AUTO && g_precision)
         path = g_bf16_native ? CG_GEMM_BF16 : CG_GEMM_BF16_EMULATED;
@@ -429,26 +449,32 @@ static bool gemm_run(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int6
     gemm_kind g = {NULL, 0};
     switch (path) {
     case CG_GEMM_SKX:
-        if (!g_have_skx) return false;
+        if (!g_have_skx)
+            return false;
         g.cntx = &g_cntx_skx;
         break;
     case CG_GEMM_HASWELL:
-        if (!g_have_haswell) return false;
+        if (!g_have_haswell)
+            return false;
         g.cntx = &g_cntx_haswell;
         break;
     case CG_GEMM_DEFAULT: break;
     case CG_GEMM_BF16:
-        if (!g_bf16_native) return false;
+        if (!g_bf16_native)
+            return false;
         g.bf16 = 1;
         break;
     case CG_GEMM_BF16_EMULATED:
-        if (!g_have_haswell) return false;
+        if (!g_have_haswell)
+            return false;
         g.bf16 = 2;
         break;
     default: return false;
     }
-    if (m < 0 || n < 0 || k < 0) return false;
-    if (m == 0 || n == 0) return true;
+    if (m < 0 || n < 0 || k < 0)
+        return false;
+    if (m == 0 || n == 0)
+        return true;
     normalise_strides(m, n, &rsc, &csc);
     if (bias && !g.bf16) {
         /* fp32: C set to the bias, the product added with beta 1 (the bits
@@ -466,8 +492,8 @@ static bool gemm_run(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int6
     }
     if (!blis_strides_ok(m, n, rsc, csc)) {
         if (g.bf16) /* one thread: tiles are written in order */
-            return serial_product(g, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, bias, bs,
-                                  c, rsc, csc);
+            return serial_product(g, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, bias, bs, c,
+                                  rsc, csc);
         naive_sgemm(m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc);
         return true;
     }
@@ -482,7 +508,8 @@ static bool gemm_run(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int6
     float *acopy = NULL, *bcopy = NULL; /* bf16 packing reads any strides */
     if (!g.bf16 && !blis_strides_ok(m, k, rsa, csa)) {
         acopy = copy_rowmajor(m, k, a, rsa, csa);
-        if (!acopy) return false;
+        if (!acopy)
+            return false;
         a = acopy;
         rsa = k;
         csa = 1;
@@ -520,38 +547,42 @@ static bool gemm_run(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int6
         nt = cg_get_num_threads();
         /* bf16 products run twice as fast: twice the flops for the same time */
         double per = flops / (g.bf16 ? 2.0 * MIN_FLOPS_PER_THREAD : MIN_FLOPS_PER_THREAD);
-        if (per < nt) nt = per < 2.0 ? 1 : (int)per;
+        if (per < nt)
+            nt = per < 2.0 ? 1 : (int)per;
     }
     /* BLIS's own choice is not split: on a CPU it knows (it takes AMD Zen 4
      * for zen3) it chooses between its small-matrix and packed kernels from
      * the sizes it is given, so halves of C could be summed differently and
      * the bits would change with the thread count (seen on 513 x 479 x 611). */
-    if (nt < 1 || omp_in_parallel() || path == CG_GEMM_DEFAULT) nt = 1;
+    if (nt < 1 || omp_in_parallel() || path == CG_GEMM_DEFAULT)
+        nt = 1;
     const bool split_m = m >= n;
     const int64_t dim = split_m ? m : n;
     int64_t csz = (dim + nt - 1) / nt;
     csz = (csz + CHUNK_UNIT - 1) / CHUNK_UNIT * CHUNK_UNIT;
     int64_t nch = (dim + csz - 1) / csz;
-    if (nt > nch) nt = (int)nch;
+    if (nt > nch)
+        nt = (int)nch;
     bool ok = true;
     if (nt > 1 && g.bf16 && cg_bf16_gemm_shares_packing(g.bf16 == 1, m, n, k, rsc, csc, nt)) {
         /* bf16: the threads pack the shared operand once, together */
-        ok = cg_bf16_gemm_parallel(g.bf16 == 1, nt, m, n, k, alpha, a, rsa, csa, b, rsb, csb,
-                                   beta, bias, bs, c, rsc, csc);
+        ok = cg_bf16_gemm_parallel(g.bf16 == 1, nt, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta,
+                                   bias, bs, c, rsc, csc);
     } else if (nt == 1) {
-        ok = serial_product(g, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, bias, bs, c,
-                            rsc, csc);
+        ok = serial_product(g, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, bias, bs, c, rsc,
+                            csc);
     } else {
 #pragma omp parallel for schedule(static) num_threads(nt) reduction(&& : ok)
         for (int64_t ch = 0; ch < nch; ch++) {
             int64_t o0 = ch * csz, len = dim - o0 < csz ? dim - o0 : csz;
             if (split_m)
-                ok = serial_product(g, len, n, k, alpha, a + o0 * rsa, rsa, csa, b, rsb, csb,
-                                    beta, bias, bs, c + o0 * rsc, rsc, csc) && ok;
+                ok = serial_product(g, len, n, k, alpha, a + o0 * rsa, rsa, csa, b, rsb, csb, beta,
+                                    bias, bs, c + o0 * rsc, rsc, csc) &&
+                     ok;
             else
-                ok = serial_product(g, m, len, k, alpha, a, rsa, csa, b + o0 * csb, rsb, csb,
-                                    beta, bias ? bias + o0 * bs : NULL, bs, c + o0 * csc, rsc,
-                                    csc) && ok;
+                ok = serial_product(g, m, len, k, alpha, a, rsa, csa, b + o0 * csb, rsb, csb, beta,
+                                    bias ? bias + o0 * bs : NULL, bs, c + o0 * csc, rsc, csc) &&
+                     ok;
         }
     }
     free(acopy);
@@ -559,24 +590,27 @@ static bool gemm_run(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int6
     return ok;
 }
 
-bool cg_sgemm_path(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int64_t k,
-                   float alpha, const float *a, int64_t rsa, int64_t csa, const float *b,
-                   int64_t rsb, int64_t csb, float beta, float *c, int64_t rsc, int64_t csc) {
-    return gemm_run(path, nthreads, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, NULL, 0, c,
-                    rsc, csc);
+bool cg_sgemm_path(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int64_t k, float alpha,
+                   const float *a, int64_t rsa, int64_t csa, const float *b, int64_t rsb,
+                   int64_t csb, float beta, float *c, int64_t rsc, int64_t csc)
+{
+    return gemm_run(path, nthreads, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, NULL, 0, c, rsc,
+                    csc);
 }
 
 bool cg_sgemm_bias_path(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int64_t k,
                         const float *a, int64_t rsa, int64_t csa, const float *b, int64_t rsb,
                         int64_t csb, const float *bias, int64_t bs, float *c, int64_t rsc,
-                        int64_t csc) {
-    return gemm_run(path, nthreads, m, n, k, 1.0f, a, rsa, csa, b, rsb, csb, 0.0f, bias, bs, c,
-                    rsc, csc);
+                        int64_t csc)
+{
+    return gemm_run(path, nthreads, m, n, k, 1.0f, a, rsa, csa, b, rsb, csb, 0.0f, bias, bs, c, rsc,
+                    csc);
 }
 
 void cg_sgemm_bias(int64_t m, int64_t n, int64_t k, const float *a, int64_t rsa, int64_t csa,
                    const float *b, int64_t rsb, int64_t csb, const float *bias, int64_t bs,
-                   float *c, int64_t rsc, int64_t csc) {
+                   float *c, int64_t rsc, int64_t csc)
+{
     if (!cg_sgemm_bias_path(CG_GEMM_AUTO, 0, m, n, k, a, rsa, csa, b, rsb, csb, bias, bs, c, rsc,
                             csc))
         cg_set_error("sgemm: failed for m=%lld n=%lld k=%lld (bad sizes or out of memory)",
@@ -585,9 +619,10 @@ void cg_sgemm_bias(int64_t m, int64_t n, int64_t k, const float *a, int64_t rsa,
 
 void cg_sgemm(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t rsa,
               int64_t csa, const float *b, int64_t rsb, int64_t csb, float beta, float *c,
-              int64_t rsc, int64_t csc) {
-    if (!cg_sgemm_path(CG_GEMM_AUTO, 0, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, c,
-                       rsc, csc))
+              int64_t rsc, int64_t csc)
+{
+    if (!cg_sgemm_path(CG_GEMM_AUTO, 0, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc,
+                       csc))
         cg_set_error("sgemm: failed for m=%lld n=%lld k=%lld (bad sizes or out of memory)",
                      (long long)m, (long long)n, (long long)k);
 }

@@ -17,11 +17,11 @@ extern "C" {
 #endif
 
 typedef enum {
-    CG_GEMM_AUTO = 0,    /* cpuid choice (or default when forced by env) */
-    CG_GEMM_DEFAULT,     /* BLIS's own choice */
-    CG_GEMM_SKX,         /* AVX-512 context */
-    CG_GEMM_HASWELL,     /* AVX2 + FMA context */
-    CG_GEMM_BF16,        /* bf16 products, fp32 sums: AVX512_BF16 micro-kernel */
+    CG_GEMM_AUTO = 0,      /* cpuid choice (or default when forced by env) */
+    CG_GEMM_DEFAULT,       /* BLIS's own choice */
+    CG_GEMM_SKX,           /* AVX-512 context */
+    CG_GEMM_HASWELL,       /* AVX2 + FMA context */
+    CG_GEMM_BF16,          /* bf16 products, fp32 sums: AVX512_BF16 micro-kernel */
     CG_GEMM_BF16_EMULATED, /* the same bits with AVX2 and FMA */
 } cg_gemm_path;
 
@@ -61,9 +61,9 @@ void cg_sgemm(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int6
               int64_t rsc, int64_t csc);
 /* The same on an explicit path (for benchmarks and tests). Returns false if
  * the path is not available on this CPU. */
-bool cg_sgemm_path(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int64_t k,
-                   float alpha, const float *a, int64_t rsa, int64_t csa, const float *b,
-                   int64_t rsb, int64_t csb, float beta, float *c, int64_t rsc, int64_t csc);
+bool cg_sgemm_path(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int64_t k, float alpha,
+                   const float *a, int64_t rsa, int64_t csa, const float *b, int64_t rsb,
+                   int64_t csb, float beta, float *c, int64_t rsc, int64_t csc);
 /* C[m,n] = A B + bias, bias[j * bs] added to column j of every row (a
  * linear layer's y = x W^T + b): the bits of C set to the bias rows and
  * then cg_sgemm with beta 1; the bf16 path adds the bias as it writes C, so
@@ -92,9 +92,8 @@ bool cg_gemm_path_available(cg_gemm_path p);
 typedef struct cg_bf16_matrix cg_bf16_matrix;
 /* From W's elements w[i * rsw + j * csw]; NULL + error when n or k < 1 or
  * out of memory. */
-cg_bf16_matrix *cg_bf16_matrix_new(int64_t n, int64_t k, const float *w, int64_t rsw,
-                                   int64_t csw);
-void cg_bf16_matrix_free(cg_bf16_matrix *m); /* NULL is a no-op */
+cg_bf16_matrix *cg_bf16_matrix_new(int64_t n, int64_t k, const float *w, int64_t rsw, int64_t csw);
+void cg_bf16_matrix_free(cg_bf16_matrix *m);          /* NULL is a no-op */
 int64_t cg_bf16_matrix_rows(const cg_bf16_matrix *m); /* n */
 int64_t cg_bf16_matrix_cols(const cg_bf16_matrix *m); /* k */
 /* Bytes of the packed W (what one product reads). */

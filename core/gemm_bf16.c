@@ -97,8 +97,8 @@ float cg_bf16_round(float x) { return bf16_value(bf16_bits(x)); }
  * even, its high half when odd; zero for i >= w and past k. Wide (the
  * emulated kernel's B panels): the value as a float at row l ^ 1 of
  * [2 ceil(k / 2)][W] floats, so each pair's odd element comes first. */
-static void pack_panel_scalar(bool wide, int W, int64_t w, int64_t k, const float *src,
-                              int64_t vs, int64_t ls, uint32_t *p)
+static void pack_panel_scalar(bool wide, int W, int64_t w, int64_t k, const float *src, int64_t vs,
+                              int64_t ls, uint32_t *p)
 {
     for (int64_t l = 0; l < k; l += 2)
         for (int i = 0; i < W; i++) {
@@ -116,14 +116,14 @@ static void pack_panel_scalar(bool wide, int W, int64_t w, int64_t k, const floa
 /* The same with the hardware conversion (identical bits), reading whole
  * vectors: along the panel when vs == 1, along k when ls == 1 (16 x 16
  * transposes of pairs in registers). */
-BF16_TARGET static void pack_panel_native(int W, int64_t w, int64_t k, const float *src,
-                                          int64_t vs, int64_t ls, uint32_t *p)
+BF16_TARGET static void pack_panel_native(int W, int64_t w, int64_t k, const float *src, int64_t vs,
+                                          int64_t ls, uint32_t *p)
 {
     if (vs == 1) {
         /* interleave two rows of 16 bf16: lane j <- (x0[j], x1[j]) */
-        const __m512i ilv = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25,
-                                             9, 24, 8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2,
-                                             17, 1, 16, 0);
+        const __m512i ilv =
+            _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7,
+                             22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
         __mmask16 ld[2], st[2];
         for (int q = 0; q < 2; q++) {
             int64_t h = 16 * q, n = w - h < 16 ? (w - h > 0 ? w - h : 0) : 16;
@@ -134,14 +134,16 @@ BF16_TARGET static void pack_panel_native(int W, int64_t w, int64_t k, const flo
         uint32_t *d = p;
         int64_t l = 0;
         for (; l + 1 < k; l += 2, s0 += 2 * ls, d += W) {
-            __m512 a0 = _mm512_maskz_loadu_ps(ld[0], s0), a1 = _mm512_maskz_loadu_ps(ld[0], s0 + ls);
-            _mm512_mask_storeu_epi32(d, st[0], _mm512_permutexvar_epi16(
-                                                   ilv, (__m512i)_mm512_cvtne2ps_pbh(a1, a0)));
+            __m512 a0 = _mm512_maskz_loadu_ps(ld[0], s0),
+                   a1 = _mm512_maskz_loadu_ps(ld[0], s0 + ls);
+            _mm512_mask_storeu_epi32(
+                d, st[0], _mm512_permutexvar_epi16(ilv, (__m512i)_mm512_cvtne2ps_pbh(a1, a0)));
             if (W > 16) {
                 __m512 b0 = _mm512_maskz_loadu_ps(ld[1], s0 + 16);
                 __m512 b1 = _mm512_maskz_loadu_ps(ld[1], s0 + ls + 16);
-                _mm512_mask_storeu_epi32(d + 16, st[1], _mm512_permutexvar_epi16(
-                                                            ilv, (__m512i)_mm512_cvtne2ps_pbh(b1, b0)));
+                _mm512_mask_storeu_epi32(
+                    d + 16, st[1],
+                    _mm512_permutexvar_epi16(ilv, (__m512i)_mm512_cvtne2ps_pbh(b1, b0)));
             }
         }
         if (l < k) /* odd k: a zero partner */
@@ -159,7 +161,7 @@ BF16_TARGET static void pack_panel_native(int W, int64_t w, int64_t k, const flo
         for (int64_t l0 = 0; l0 < k; l0 += 32) {
             const int64_t left = k - l0;
             const __mmask16 m0 = left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1u);
-            const __mmask16 m1 = left >= 32 ? 0xffff
+            const __mmask16 m1 = left >= 32  ? 0xffff
                                  : left > 16 ? (__mmask16)((1u << (left - 16)) - 1u)
                                              : 0;
             const int npairs = left >= 32 ? 16 : (int)((left + 1) / 2);
@@ -167,9 +169,10 @@ BF16_TARGET static void pack_panel_native(int W, int64_t w, int64_t k, const flo
                 __m512 r[16];
                 for (int i = 0; i < 16; i++) {
                     const float *si = src + (h + i) * vs + l0;
-                    r[i] = h + i < w ? (__m512)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(m1, si + 16),
-                                                                  _mm512_maskz_loadu_ps(m0, si))
-                                     : _mm512_setzero_ps();
+                    r[i] = h + i < w
+                               ? (__m512)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(m1, si + 16),
+                                                             _mm512_maskz_loadu_ps(m0, si))
+                               : _mm512_setzero_ps();
                 }
                 cg_transpose16(r); /* r[j]: pair j of rows h..h+15 */
                 __mmask16 st = (__mmask16)((1u << (W - h < 16 ? W - h : 16)) - 1u);
@@ -186,9 +189,9 @@ BF16_TARGET static void pack_panel_native(int W, int64_t w, int64_t k, const flo
 AVX2_TARGET static inline __m256i round8(__m256 x)
 {
     const __m256i u = _mm256_castps_si256(x), expo = _mm256_set1_epi32(0x7f800000);
-    __m256i r = _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff),
-                                                     _mm256_and_si256(_mm256_srli_epi32(u, 16),
-                                                                      _mm256_set1_epi32(1))));
+    __m256i r = _mm256_add_epi32(
+        u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff),
+                            _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1))));
     const __m256i nan =
         _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), expo);
     r = _mm256_blendv_epi8(r, _mm256_or_si256(u, _mm256_set1_epi32(0x00400000)), nan);
@@ -220,7 +223,9 @@ AVX2_TARGET static inline void transpose8(__m256 r[8])
 /* Lanes below n set, for masked loads. */
 AVX2_TARGET static inline __m256i lanes_below(int64_t n)
 {
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n < 0 ? 0 : n > 8 ? 8 : n)),
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n < 0   ? 0
+                                                      : n > 8 ? 8
+                                                              : n)),
                               _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
@@ -235,8 +240,8 @@ AVX2_TARGET static inline void store_lanes(uint32_t *p, int lanes, __m256i v)
 
 /* Two rounded rows lo (value l) and hi (value l + 1) of lanes [h, h + 8)
  * to their places: as one row of k-pairs, or as two wide rows. */
-AVX2_TARGET static inline void emit_pair(bool wide, int W, int h, int64_t l, __m256i lo,
-                                         __m256i hi, uint32_t *p)
+AVX2_TARGET static inline void emit_pair(bool wide, int W, int h, int64_t l, __m256i lo, __m256i hi,
+                                         uint32_t *p)
 {
     const int lanes = W - h < 8 ? W - h : 8;
     if (wide) {
@@ -261,8 +266,8 @@ AVX2_TARGET static void pack_panel_avx2(bool wide, int W, int64_t w, int64_t k, 
             const float *s0 = src + l * ls, *s1 = s0 + ls;
             for (int h = 0; h < W; h += 8) {
                 const bool full = h + 8 <= w; /* plain loads: masked ones are slower */
-                const __m256 x0 = full ? _mm256_loadu_ps(s0 + h)
-                                       : _mm256_maskload_ps(s0 + h, vm[h / 8]);
+                const __m256 x0 =
+                    full ? _mm256_loadu_ps(s0 + h) : _mm256_maskload_ps(s0 + h, vm[h / 8]);
                 const __m256 x1 = l + 1 >= k ? _mm256_setzero_ps() /* zero partner */
                                   : full     ? _mm256_loadu_ps(s1 + h)
                                              : _mm256_maskload_ps(s1 + h, vm[h / 8]);
@@ -354,10 +359,10 @@ static void store_tile(int64_t mr, int64_t nr, const float *t, const tile_out *o
  * C (mr x nr of the tile, nr <= nru). nru is a constant at every call
  * (kernel_native's switch), so the loops over columns unroll; a column's
  * sums are the same whatever nru is. */
-BF16_TARGET static inline __attribute__((always_inline)) void
-kernel_native_n(const int nru, int64_t kp, const uint32_t *a, const uint32_t *b, int64_t mr,
-                int64_t nr, const tile_out *o, float alpha, float beta, const float *bias,
-                int64_t brs, float *c, int64_t rsc, int64_t csc)
+BF16_TARGET static inline __attribute__((always_inline)) void kernel_native_n(
+    const int nru, int64_t kp, const uint32_t *a, const uint32_t *b, int64_t mr, int64_t nr,
+    const tile_out *o, float alpha, float beta, const float *bias, int64_t brs, float *c,
+    int64_t rsc, int64_t csc)
 {
     __m512 acc[NR][2];
 #pragma GCC unroll 12
@@ -407,9 +412,9 @@ kernel_native_n(const int nru, int64_t kp, const uint32_t *a, const uint32_t *b,
 /* kp k-pairs of an A panel times a B panel, into C (mr x nr of the tile):
  * only the nr columns C receives are computed (a matrix-vector product of
  * decoding is one column). */
-BF16_TARGET static void kernel_native(int64_t kp, const uint32_t *a, const uint32_t *b,
-                                      int64_t mr, int64_t nr, const tile_out *o, float *c,
-                                      int64_t rsc, int64_t csc)
+BF16_TARGET static void kernel_native(int64_t kp, const uint32_t *a, const uint32_t *b, int64_t mr,
+                                      int64_t nr, const tile_out *o, float *c, int64_t rsc,
+                                      int64_t csc)
 {
     /* the tile's parameters as scalars: read through o, they cost the
      * accumulators their registers (spilled before the write-out) */
@@ -433,8 +438,9 @@ BF16_TARGET static void kernel_native(int64_t kp, const uint32_t *a, const uint3
 /* 16 rows of an A panel (k-pairs) times ncol <= 4 columns of a wide B
  * panel, kp pairs deep, into t (ld MR). Each sum takes a pair's odd
  * product, then its even one, in fused multiply-adds. */
-AVX2_TARGET static inline __attribute__((always_inline)) void
-block_avx2(const int ncol, int64_t kp, const uint32_t *a, const float *b, float *t)
+AVX2_TARGET static inline __attribute__((always_inline)) void block_avx2(const int ncol, int64_t kp,
+                                                                         const uint32_t *a,
+                                                                         const float *b, float *t)
 {
     __m256 acc[4][2];
     for (int j = 0; j < ncol; j++)
@@ -469,8 +475,9 @@ block_avx2(const int ncol, int64_t kp, const uint32_t *a, const float *b, float 
  * fused multiply-add per value of k (odd element of each pair first): an
  * fp32 kernel, whose 12 sums hide the latency that the two dependent
  * multiply-adds per pair above expose. */
-AVX2_TARGET static inline __attribute__((always_inline)) void
-block_wide(const int ncol, int64_t kp, const float *a, const float *b, float *t)
+AVX2_TARGET static inline __attribute__((always_inline)) void block_wide(const int ncol, int64_t kp,
+                                                                         const float *a,
+                                                                         const float *b, float *t)
 {
     __m256 acc[6][2];
     for (int j = 0; j < ncol; j++)
@@ -494,9 +501,9 @@ block_wide(const int ncol, int64_t kp, const float *a, const float *b, float *t)
  * weight's) times a wide B panel, into C (mr x nr of the tile), in blocks
  * of 16 rows, under flush-to-zero. The sums go through t so that C is
  * written with the caller's MXCSR, as the native kernel writes it. */
-AVX2_TARGET static void kernel_emulated(bool a_pairs, int64_t kp, const uint32_t *a,
-                                        const float *b, int64_t mr, int64_t nr,
-                                        const tile_out *o, float *c, int64_t rsc, int64_t csc)
+AVX2_TARGET static void kernel_emulated(bool a_pairs, int64_t kp, const uint32_t *a, const float *b,
+                                        int64_t mr, int64_t nr, const tile_out *o, float *c,
+                                        int64_t rsc, int64_t csc)
 {
     float t[MR * NR] __attribute__((aligned(32)));
     const unsigned csr = _mm_getcsr();
@@ -563,10 +570,10 @@ typedef struct {
     int64_t rsc, csc;
 } product;
 
-static product product_of(bool native, int64_t m, int64_t n, int64_t k, float alpha,
-                          const float *a, int64_t rsa, int64_t csa, const float *b, int64_t rsb,
-                          int64_t csb, float beta, const float *bias, int64_t bs, float *c,
-                          int64_t rsc, int64_t csc)
+static product product_of(bool native, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                          int64_t rsa, int64_t csa, const float *b, int64_t rsb, int64_t csb,
+                          float beta, const float *bias, int64_t bs, float *c, int64_t rsc,
+                          int64_t csc)
 {
     /* a bias per column of C; per row of the tiles once C is turned over */
     int64_t rsbias = 0, csbias = bs;
@@ -575,8 +582,8 @@ static product product_of(bool native, int64_t m, int64_t n, int64_t k, float al
         csbias = 0;
     }
     cg_gemm_to_column_c(&m, &n, &a, &rsa, &csa, &b, &rsb, &csb, &rsc, &csc);
-    return (product){native, m, n, k, alpha, beta, a, b, bias,
-                     rsa, csa, rsb, csb, rsbias, csbias, c, rsc, csc};
+    return (product){native, m,   n,   k,   alpha,  beta,   a, b,   bias,
+                     rsa,    csa, rsb, csb, rsbias, csbias, c, rsc, csc};
 }
 
 static inline int64_t min64(int64_t x, int64_t y) { return x < y ? x : y; }
@@ -632,21 +639,21 @@ static void rows_times_block(const product *p, int64_t i0, int64_t i1, int64_t j
 static size_t a_block_size(const product *p)
 {
     const int64_t kp = (min64(p->k, KC) + 1) / 2;
-    return (size_t)((min64(p->m, MC) + MR - 1) / MR * MR * kp * ab_words(p->native) + 15) / 16 *
-           16;
+    return (size_t)((min64(p->m, MC) + MR - 1) / MR * MR * kp * ab_words(p->native) + 15) / 16 * 16;
 }
 static size_t b_block_size(const product *p)
 {
     const int64_t kp = (min64(p->k, KC) + 1) / 2;
     return (size_t)((min64(p->n, n_block(p->native)) + NR - 1) / NR * NR * kp *
-                    ab_words(p->native) + 15) / 16 *
-           16;
+                        ab_words(p->native) +
+                    15) /
+           16 * 16;
 }
 
-bool cg_bf16_gemm_serial(bool native, int64_t m, int64_t n, int64_t k, float alpha,
-                         const float *a, int64_t rsa, int64_t csa, const float *b, int64_t rsb,
-                         int64_t csb, float beta, const float *bias, int64_t bs, float *c,
-                         int64_t rsc, int64_t csc)
+bool cg_bf16_gemm_serial(bool native, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                         int64_t rsa, int64_t csa, const float *b, int64_t rsb, int64_t csb,
+                         float beta, const float *bias, int64_t bs, float *c, int64_t rsc,
+                         int64_t csc)
 {
     const product p =
         product_of(native, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, bias, bs, c, rsc, csc);
@@ -696,7 +703,8 @@ bool cg_bf16_gemm_parallel(bool native, int nt, int64_t m, int64_t n, int64_t k,
      * block at a time) and each thread's A block */
     const int64_t nblk = (p.k + KC - 1) / KC, ncmax = min64(p.n, n_block(native));
     const size_t na = a_block_size(&p), nbk = b_block_size(&p);
-    uint32_t *buf = cg_gemm_thread_buffer((na * (size_t)nt + nbk * (size_t)nblk) * sizeof(uint32_t));
+    uint32_t *buf =
+        cg_gemm_thread_buffer((na * (size_t)nt + nbk * (size_t)nblk) * sizeof(uint32_t));
     if (!buf)
         return false;
     uint32_t *pb = buf + na * (size_t)nt;
@@ -717,8 +725,8 @@ bool cg_bf16_gemm_parallel(bool native, int nt, int64_t m, int64_t n, int64_t k,
                     pack_b(&p, jc, nc, pc, min64(p.k - pc, KC), j, j + NR, pb + (q / npb) * nbk);
             }
             for (int64_t pc = 0; pc < p.k; pc += KC)
-                rows_times_block(&p, i0, i1, jc, nc, pc, min64(p.k - pc, KC),
-                                 pb + (pc / KC) * nbk, pa);
+                rows_times_block(&p, i0, i1, jc, nc, pc, min64(p.k - pc, KC), pb + (pc / KC) * nbk,
+                                 pa);
 #pragma omp barrier
         }
     }
@@ -737,8 +745,7 @@ struct cg_bf16_matrix {
     uint32_t *p;
 };
 
-cg_bf16_matrix *cg_bf16_matrix_new(int64_t n, int64_t k, const float *w, int64_t rsw,
-                                   int64_t csw)
+cg_bf16_matrix *cg_bf16_matrix_new(int64_t n, int64_t k, const float *w, int64_t rsw, int64_t csw)
 {
     if (n < 1 || k < 1 || !w) {
         cg_set_error("bf16 matrix: need a [n, k] matrix with n, k >= 1 (got %lld x %lld%s)",
@@ -800,8 +807,7 @@ static void bf16_matrix_panels(const cg_bf16_matrix *w, bool native, int64_t q0,
                                     pc == 0 && bias ? bias + i0 * bs : NULL, bs, 0};
                 const uint32_t *ap = w->p + q * kp * MR + (pc / 2) * MR;
                 if (native)
-                    kernel_native((kc + 1) / 2, ap, bp + (pc / 2) * NR, mr, nr, &o, c, csy,
-                                  rsy);
+                    kernel_native((kc + 1) / 2, ap, bp + (pc / 2) * NR, mr, nr, &o, c, csy, rsy);
                 else
                     kernel_emulated(true, (kc + 1) / 2, ap, (const float *)(bp + pc * NR), mr, nr,
                                     &o, c, csy, rsy);
@@ -829,8 +835,7 @@ bool cg_bf16_matrix_mul(const cg_bf16_matrix *w, cg_gemm_path path, int nthreads
              cg_gemm_path_available(path))
         native = path == CG_GEMM_BF16;
     else {
-        cg_set_error("bf16 matrix product: path '%s' is not available",
-                     cg_gemm_path_name(path));
+        cg_set_error("bf16 matrix product: path '%s' is not available", cg_gemm_path_name(path));
         return false;
     }
     if (m == 0)

@@ -22,10 +22,10 @@ void *cg_gemm_thread_buffer(size_t bytes);
  * C = alpha A B + bias[j * bs] for column j, added as the tiles are
  * written (the bits of C set to the bias first and beta 1). False when out
  * of memory. */
-bool cg_bf16_gemm_serial(bool native, int64_t m, int64_t n, int64_t k, float alpha,
-                         const float *a, int64_t rsa, int64_t csa, const float *b, int64_t rsb,
-                         int64_t csb, float beta, const float *bias, int64_t bs, float *c,
-                         int64_t rsc, int64_t csc);
+bool cg_bf16_gemm_serial(bool native, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                         int64_t rsa, int64_t csa, const float *b, int64_t rsb, int64_t csb,
+                         float beta, const float *bias, int64_t bs, float *c, int64_t rsc,
+                         int64_t csc);
 
 /* The same split among nt threads that pack B once, together: each thread
  * packs a share of B's panels, then multiplies its rows of C (turned over
@@ -54,8 +54,8 @@ static inline int64_t cg_gemm_block_at(int64_t dim, int64_t i, int64_t def, int6
  * swaps m and n, A and B (each transposed by swapping its strides) and C's
  * strides. Other layouts are left as they are. */
 static inline void cg_gemm_to_column_c(int64_t *m, int64_t *n, const float **a, int64_t *rsa,
-                                       int64_t *csa, const float **b, int64_t *rsb,
-                                       int64_t *csb, int64_t *rsc, int64_t *csc)
+                                       int64_t *csa, const float **b, int64_t *rsb, int64_t *csb,
+                                       int64_t *rsc, int64_t *csc)
 {
     if (!(*csc == 1 && *rsc != 1))
         return;

@@ -38,8 +38,8 @@ enum { MR = 32, NR = 12 };
 
 /* Pack a panel of w <= W vectors of length k into p[l * W + i] =
  * src[i * vs + l * ls], zero for i >= w. W is MR (A) or NR (B). */
-AVX512 static void pack_panel(int W, int64_t w, int64_t k, const float *src, int64_t vs,
-                              int64_t ls, float *p)
+AVX512 static void pack_panel(int W, int64_t w, int64_t k, const float *src, int64_t vs, int64_t ls,
+                              float *p)
 {
     if (vs == 1) { /* each l: w contiguous floats */
         for (int64_t l = 0; l < k; l++) {
@@ -60,8 +60,8 @@ AVX512 static void pack_panel(int W, int64_t w, int64_t k, const float *src, int
             for (int h = 0; h < W; h += 16) {
                 __m512 r[16];
                 for (int i = 0; i < 16; i++)
-                    r[i] = h + i < w ? _mm512_loadu_ps(src + (h + i) * vs + l0)
-                                     : _mm512_setzero_ps();
+                    r[i] =
+                        h + i < w ? _mm512_loadu_ps(src + (h + i) * vs + l0) : _mm512_setzero_ps();
                 cg_transpose16(r);
                 __mmask16 st = (__mmask16)((1u << (W - h < 16 ? W - h : 16)) - 1u);
                 for (int j = 0; j < 16; j++)
@@ -140,8 +140,8 @@ bool cg_skx_gemm(cntx_t *cntx, int64_t m, int64_t n, int64_t k, float alpha, con
                         aux.a_next = last_i ? pa : ap + MR * kc;
                         aux.b_next = last_i && jr + NR < nc ? bp + NR * kc : bp;
                         bli_sgemm_skx_asm_32x12_l2(mr, nr, kc, &alpha, ap, bp, &be,
-                                                   c + (ic + ir) * rsc + (jc + jr) * csc, rsc,
-                                                   csc, &aux, cntx);
+                                                   c + (ic + ir) * rsc + (jc + jr) * csc, rsc, csc,
+                                                   &aux, cntx);
                     }
                 }
             }

@@ -41,8 +41,8 @@
 #define CG_ITER_CHUNK 16384
 
 typedef struct cg_iter {
-    int nops;  /* operands */
-    int ndim;  /* >= 1 after cg_iter_init (a scalar iterates as [1]) */
+    int nops; /* operands */
+    int ndim; /* >= 1 after cg_iter_init (a scalar iterates as [1]) */
     int64_t numel;
     int64_t shape[CG_MAX_DIMS];
     int64_t strides[CG_ITER_MAX_OPS][CG_MAX_DIMS];

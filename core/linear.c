@@ -16,8 +16,7 @@
 
 #define PAR_THRESHOLD 32768
 
-static bool check_linear(const char *op, const cg_tensor *x, const cg_tensor *w,
-                         const cg_tensor *b)
+static bool check_linear(const char *op, const cg_tensor *x, const cg_tensor *w, const cg_tensor *b)
 {
     if (w->ndim != 2 || x->ndim < 1 || x->shape[x->ndim - 1] != w->shape[1] ||
         (b && (b->ndim != 1 || b->shape[0] != w->shape[0]))) {
@@ -55,17 +54,16 @@ static const cg_bf16_matrix *packed_of(const cg_tensor *w)
         pw->strides[1] == w->strides[1])
         return pw->m;
     packed_weight *n = malloc(sizeof *n);
-    cg_bf16_matrix *m = n ? cg_bf16_matrix_new(w->shape[0], w->shape[1], cg_data(w),
-                                               w->strides[0], w->strides[1])
-                          : NULL;
+    cg_bf16_matrix *m =
+        n ? cg_bf16_matrix_new(w->shape[0], w->shape[1], cg_data(w), w->strides[0], w->strides[1])
+          : NULL;
     if (!m) {
         free(n);
         if (!cg_has_error())
             cg_set_error("linear (bf16 weights): out of memory");
         return NULL;
     }
-    *n = (packed_weight){m, w->offset, {w->shape[0], w->shape[1]},
-                         {w->strides[0], w->strides[1]}};
+    *n = (packed_weight){m, w->offset, {w->shape[0], w->shape[1]}, {w->strides[0], w->strides[1]}};
     if (s->derived)
         s->derived_free(s->derived);
     s->derived = n;
@@ -101,8 +99,8 @@ static cg_tensor *linear(const cg_tensor *x, const cg_tensor *w, const cg_tensor
     if (in == 0 && !b)
         memset(yp, 0, sizeof(float) * (size_t)(N * out));
     else if (pm)
-        ok = cg_bf16_matrix_mul(pm, CG_GEMM_AUTO, 0, N, cg_data(xc), in, 1,
-                                b ? cg_data(b) : NULL, b ? b->strides[0] : 0, yp, out, 1);
+        ok = cg_bf16_matrix_mul(pm, CG_GEMM_AUTO, 0, N, cg_data(xc), in, 1, b ? cg_data(b) : NULL,
+                                b ? b->strides[0] : 0, yp, out, 1);
     else if (N > 0 && out > 0 && b)
         cg_sgemm_bias(N, out, in, cg_data(xc), in, 1, cg_data(w), w->strides[1], w->strides[0],
                       cg_data(b), b->strides[0], yp, out, 1);

@@ -35,8 +35,8 @@ static bool ce_check(const char *op, const cg_tensor *logits, const int64_t *tar
     }
     if (n_targets != N) {
         cg_set_error("%s: %lld targets for %lld rows of logits (shape %s); need one target "
-                     "per row", op, (long long)n_targets, (long long)N,
-                     cg_shape_str(logits, b, sizeof b));
+                     "per row",
+                     op, (long long)n_targets, (long long)N, cg_shape_str(logits, b, sizeof b));
         return false;
     }
     int64_t k = 0;
@@ -69,9 +69,8 @@ static double row_lse(const float *x, int64_t C)
     return (double)mx + log(s);
 }
 
-cg_tensor *cg_k_cross_entropy(const cg_tensor *logits, const int64_t *targets,
-                              int64_t n_targets, int64_t ignore_index, float label_smoothing,
-                              cg_tensor **lse)
+cg_tensor *cg_k_cross_entropy(const cg_tensor *logits, const int64_t *targets, int64_t n_targets,
+                              int64_t ignore_index, float label_smoothing, cg_tensor **lse)
 {
     if (lse)
         *lse = NULL;
@@ -80,7 +79,8 @@ cg_tensor *cg_k_cross_entropy(const cg_tensor *logits, const int64_t *targets,
         return NULL;
     }
     int64_t kept;
-    if (!ce_check("cross_entropy", logits, targets, n_targets, ignore_index, label_smoothing, &kept))
+    if (!ce_check("cross_entropy", logits, targets, n_targets, ignore_index, label_smoothing,
+                  &kept))
         return NULL;
     int64_t N = logits->shape[0], C = logits->shape[1];
     cg_tensor *x = cg_k_contiguous(logits);
@@ -131,16 +131,15 @@ cg_tensor *cg_k_cross_entropy(const cg_tensor *logits, const int64_t *targets,
 
 cg_tensor *cg_k_cross_entropy_backward(const cg_tensor *logits, const int64_t *targets,
                                        int64_t n_targets, int64_t ignore_index,
-                                       float label_smoothing,
-                                       const cg_tensor *lse, float g)
+                                       float label_smoothing, const cg_tensor *lse, float g)
 {
     if (!logits) {
         cg_error_null_input("cg_k_cross_entropy_backward");
         return NULL;
     }
     int64_t kept;
-    if (!ce_check("cross_entropy_backward", logits, targets, n_targets, ignore_index, label_smoothing,
-                  &kept))
+    if (!ce_check("cross_entropy_backward", logits, targets, n_targets, ignore_index,
+                  label_smoothing, &kept))
         return NULL;
     int64_t N = logits->shape[0], C = logits->shape[1];
     if (lse && cg_numel(lse) != N) {
@@ -207,8 +206,8 @@ cg_tensor *cg_k_nll_loss(const cg_tensor *logp, const int64_t *targets, int64_t 
     return out;
 }
 
-cg_tensor *cg_k_nll_loss_backward(const cg_tensor *logp, const int64_t *targets,
-                                  int64_t n_targets, int64_t ignore_index, float g)
+cg_tensor *cg_k_nll_loss_backward(const cg_tensor *logp, const int64_t *targets, int64_t n_targets,
+                                  int64_t ignore_index, float g)
 {
     if (!logp) {
         cg_error_null_input("cg_k_nll_loss_backward");

@@ -40,7 +40,8 @@ typedef struct {
 
 /* Same rules as core/gemm.c (BLIS 0.9's bli_check_matrix_strides, with the
  * strides of size-1 dims rewritten first). */
-static void normalise_strides(int64_t m, int64_t n, int64_t *rs, int64_t *cs) {
+static void normalise_strides(int64_t m, int64_t n, int64_t *rs, int64_t *cs)
+{
     if (m == 1 && n == 1) {
         *rs = 1;
         *cs = 1;
@@ -51,15 +52,21 @@ static void normalise_strides(int64_t m, int64_t n, int64_t *rs, int64_t *cs) {
     }
 }
 
-static bool blis_strides_ok(int64_t m, int64_t n, int64_t rs, int64_t cs) {
-    if (rs <= 0 || cs <= 0) return false;
+static bool blis_strides_ok(int64_t m, int64_t n, int64_t rs, int64_t cs)
+{
+    if (rs <= 0 || cs <= 0)
+        return false;
     if (rs != 1 && cs != 1) {
-        if (rs == cs) return m == 1 || n == 1;
-        if (rs < cs) return m * rs <= cs;
+        if (rs == cs)
+            return m == 1 || n == 1;
+        if (rs < cs)
+            return m * rs <= cs;
         return n * cs <= rs;
     }
-    if (rs == 1 && cs == 1) return m == 1 || n == 1;
-    if (rs == 1) return cs >= m;
+    if (rs == 1 && cs == 1)
+        return m == 1 || n == 1;
+    if (rs == 1)
+        return cs >= m;
     return rs >= n;
 }
 
@@ -68,8 +75,10 @@ static bool blis_strides_ok(int64_t m, int64_t n, int64_t rs, int64_t cs) {
  * General strides (neither stride 1) are passed as they are: measured with
  * skx against copy + gemm, they were within 10% either way (n = 64..1024,
  * 1 and 2 threads), and they need no extra memory. */
-static bool needs_copy(int64_t rows, int64_t cols, int64_t rs, int64_t cs) {
-    if (rows == 0 || cols == 0) return false;
+static bool needs_copy(int64_t rows, int64_t cols, int64_t rs, int64_t cs)
+{
+    if (rows == 0 || cols == 0)
+        return false;
     normalise_strides(rows, cols, &rs, &cs);
     return !blis_strides_ok(rows, cols, rs, cs);
 }
@@ -78,16 +87,19 @@ static bool needs_copy(int64_t rows, int64_t cols, int64_t rs, int64_t cs) {
  * strides allow it: size-1 dims are ignored, every other dim's stride must
  * be the next inner dim's stride times its size. *stride gets the stride of
  * the merged rows. Fails on zero strides (broadcast rows). */
-static bool collapse_rows(int nbd, const int64_t *bshape, const int64_t *bs, int64_t m,
-                          int64_t rs, int64_t *stride) {
+static bool collapse_rows(int nbd, const int64_t *bshape, const int64_t *bs, int64_t m, int64_t rs,
+                          int64_t *stride)
+{
     bool any = false;
     int64_t expect = 0;
     *stride = 1;
     for (int i = nbd; i >= 0; i--) {
         int64_t size = i == nbd ? m : bshape[i];
         int64_t st = i == nbd ? rs : bs[i];
-        if (size == 1) continue;
-        if (st == 0) return false;
+        if (size == 1)
+            continue;
+        if (st == 0)
+            return false;
         if (!any) {
             *stride = st;
             any = true;
@@ -105,14 +117,17 @@ static bool collapse_rows(int nbd, const int64_t *bshape, const int64_t *bs, int
  * (nbd dims); cbs are C's batch strides. */
 static bool run_batched(const char *op, int nbd, const int64_t *bshape, int64_t m, int64_t n,
                         int64_t k, float alpha, const operand *A, const operand *B, float beta,
-                        float *c, const int64_t *cbs, int64_t rsc, int64_t csc) {
+                        float *c, const int64_t *cbs, int64_t rsc, int64_t csc)
+{
     int64_t nbatch = cg_numel_shape(nbd, bshape);
-    if (nbatch == 0 || m == 0 || n == 0) return true;
+    if (nbatch == 0 || m == 0 || n == 0)
+        return true;
 
     /* One tall gemm when B is shared by all batches and A, C stack rows. */
     bool b_shared = true;
     for (int i = 0; i < nbd; i++)
-        if (bshape[i] != 1 && B->bs[i] != 0) b_shared = false;
+        if (bshape[i] != 1 && B->bs[i] != 0)
+            b_shared = false;
     int64_t rsa_f, rsc_f;
     if (b_shared && collapse_rows(nbd, bshape, A->bs, m, A->rs, &rsa_f) &&
         collapse_rows(nbd, bshape, cbs, m, rsc, &rsc_f)) {
@@ -163,22 +178,25 @@ static bool run_batched(const char *op, int nbd, const int64_t *bshape, int64_t 
 #pragma omp parallel for num_threads(nt) schedule(static) reduction(&& : ok)
         for (int64_t t = 0; t < nbatch; t++)
             ok = cg_sgemm_path(CG_GEMM_AUTO, 1, m, n, k, alpha, A->p + off[3 * t], A->rs, A->cs,
-                               B->p + off[3 * t + 1], B->rs, B->cs, beta, c + off[3 * t + 2],
-                               rsc, csc) && ok;
+                               B->p + off[3 * t + 1], B->rs, B->cs, beta, c + off[3 * t + 2], rsc,
+                               csc) &&
+                 ok;
     } else {
         for (int64_t t = 0; t < nbatch && ok; t++)
             ok = cg_sgemm_path(CG_GEMM_AUTO, 0, m, n, k, alpha, A->p + off[3 * t], A->rs, A->cs,
-                               B->p + off[3 * t + 1], B->rs, B->cs, beta, c + off[3 * t + 2],
-                               rsc, csc);
+                               B->p + off[3 * t + 1], B->rs, B->cs, beta, c + off[3 * t + 2], rsc,
+                               csc);
     }
     free(off);
-    if (!ok) cg_set_error("%s: gemm failed (out of memory?)", op);
+    if (!ok)
+        cg_set_error("%s: gemm failed (out of memory?)", op);
     return ok;
 }
 
 /* Fill an operand from a tensor of ndim >= 2 whose batch dims align to the
  * right of an nbd-dim batch shape (size-1 dims broadcast with stride 0). */
-static void make_operand(operand *o, const cg_tensor *t, int nbd, const int64_t *bshape) {
+static void make_operand(operand *o, const cg_tensor *t, int nbd, const int64_t *bshape)
+{
     int tb = t->ndim - 2;
     o->p = cg_data(t);
     for (int i = 0; i < nbd; i++) {
@@ -191,7 +209,8 @@ static void make_operand(operand *o, const cg_tensor *t, int nbd, const int64_t 
 
 /* If t's matrices (last two dims) have no unit stride, *copy gets a
  * contiguous copy to read instead (else NULL). False if the copy failed. */
-static bool readable(const cg_tensor *t, cg_tensor **copy) {
+static bool readable(const cg_tensor *t, cg_tensor **copy)
+{
     int nd = t->ndim;
     *copy = NULL;
     if (!needs_copy(t->shape[nd - 2], t->shape[nd - 1], t->strides[nd - 2], t->strides[nd - 1]))
@@ -201,7 +220,8 @@ static bool readable(const cg_tensor *t, cg_tensor **copy) {
 }
 
 /* A 1-D tensor as a 2-D view: [1, k] (row) or [k, 1] (column). */
-static cg_tensor as_matrix(const cg_tensor *t, bool row) {
+static cg_tensor as_matrix(const cg_tensor *t, bool row)
+{
     cg_tensor v = *t;
     v.ndim = 2;
     if (row) {
@@ -220,8 +240,10 @@ static cg_tensor as_matrix(const cg_tensor *t, bool row) {
 
 /* ------------------------------------------------------------ public */
 
-cg_tensor *cg_k_matmul(const cg_tensor *a, const cg_tensor *b) {
-    if (!a || !b) return NULL;
+cg_tensor *cg_k_matmul(const cg_tensor *a, const cg_tensor *b)
+{
+    if (!a || !b)
+        return NULL;
     char sa[256], sb[256];
     if (a->ndim == 0 || b->ndim == 0) {
         cg_set_error("matmul: both arguments need at least 1 dimension (shapes %s and %s)",
@@ -264,11 +286,15 @@ cg_tensor *cg_k_matmul(const cg_tensor *a, const cg_tensor *b) {
     /* Output: batch + [m] (unless a was 1-D) + [n] (unless b was 1-D). */
     int64_t oshape[CG_MAX_DIMS];
     int ond = 0;
-    for (int i = 0; i < nbd; i++) oshape[ond++] = bshape[i];
-    if (a->ndim != 1) oshape[ond++] = m;
-    if (b->ndim != 1) oshape[ond++] = n;
+    for (int i = 0; i < nbd; i++)
+        oshape[ond++] = bshape[i];
+    if (a->ndim != 1)
+        oshape[ond++] = m;
+    if (b->ndim != 1)
+        oshape[ond++] = n;
     cg_tensor *out = cg_empty(ond, oshape);
-    if (!out) return NULL;
+    if (!out)
+        return NULL;
 
     cg_tensor *ca, *cb = NULL;
     if (!readable(&a2, &ca) || !readable(&b2, &cb)) {
@@ -285,8 +311,8 @@ cg_tensor *cg_k_matmul(const cg_tensor *a, const cg_tensor *b) {
         cbs[i] = st;
         st *= bshape[i];
     }
-    bool ok = run_batched("matmul", nbd, bshape, m, n, k, 1.0f, &A, &B, 0.0f, cg_data(out), cbs,
-                          n, 1);
+    bool ok =
+        run_batched("matmul", nbd, bshape, m, n, k, 1.0f, &A, &B, 0.0f, cg_data(out), cbs, n, 1);
     cg_release_all(2, ca, cb);
     if (!ok) {
         cg_release(out);
@@ -295,11 +321,12 @@ cg_tensor *cg_k_matmul(const cg_tensor *a, const cg_tensor *b) {
     return out;
 }
 
-bool cg_k_matmul_into(cg_tensor *c, const cg_tensor *a, const cg_tensor *b, float alpha,
-                      float beta) {
-    if (!c || !a || !b) return false;
+bool cg_k_matmul_into(cg_tensor *c, const cg_tensor *a, const cg_tensor *b, float alpha, float beta)
+{
+    if (!c || !a || !b)
+        return false;
     char sa[256], sb[256], sc[256];
-#define SHAPES3                                                                            \
+#define SHAPES3 \
     cg_shape_str(c, sc, sizeof sc), cg_shape_str(a, sa, sizeof sa), cg_shape_str(b, sb, sizeof sb)
     if (a->ndim < 2 || b->ndim < 2 || c->ndim < 2) {
         cg_set_error("matmul_into: operands need at least 2 dimensions (out %s, a %s, b %s)",

@@ -33,8 +33,8 @@
 
 /* One row forward: returns mean (0 for RMS) and rstd, writes y. */
 EW_CLONES static void norm_row_fwd(bool rms, const float *xr, float *yr, const float *wp,
-                                     const float *bp, int64_t D, float eps, float *mean_out,
-                                     float *rstd_out)
+                                   const float *bp, int64_t D, float eps, float *mean_out,
+                                   float *rstd_out)
 {
     double acc[LANES] = {0};
     double mean = 0.0;
@@ -73,10 +73,11 @@ EW_CLONES static void norm_row_fwd(bool rms, const float *xr, float *yr, const f
  * lanes: ag[l] = sum of gw over columns j = l (mod 8), agx the same of
  * gw * xhat. Two rows at once (a, b) hide the additions' latency; each
  * row's sums are the same as alone. */
-static inline __attribute__((always_inline)) void
-dx_sums(int64_t Dl, const float *xa, const float *ga, double ma, double ra, const float *xb,
-        const float *gb, double mb, double rb, const float *wp, v8d *aga, v8d *agxa, v8d *agb,
-        v8d *agxb)
+static inline __attribute__((always_inline)) void dx_sums(int64_t Dl, const float *xa,
+                                                          const float *ga, double ma, double ra,
+                                                          const float *xb, const float *gb,
+                                                          double mb, double rb, const float *wp,
+                                                          v8d *aga, v8d *agxa, v8d *agb, v8d *agxb)
 {
     v8d sa = {0}, sxa = {0}, sb = {0}, sxb = {0};
     for (int64_t j = 0; j < Dl; j += 8) {
@@ -96,10 +97,9 @@ dx_sums(int64_t Dl, const float *xa, const float *ga, double ma, double ra, cons
 
 /* One chunk of rows backward: dx for each row (when dxp), and this chunk's
  * partial dw (cw) and db (cb) sums, each column's in row order. */
-EW_CLONES static void norm_chunk_bwd(bool rms, int64_t r0, int64_t r1, int64_t D,
-                                       const float *xp, const float *gp, const float *mp,
-                                       const float *rp, const float *wp, float *dxp, double *cw,
-                                       double *cb)
+EW_CLONES static void norm_chunk_bwd(bool rms, int64_t r0, int64_t r1, int64_t D, const float *xp,
+                                     const float *gp, const float *mp, const float *rp,
+                                     const float *wp, float *dxp, double *cw, double *cb)
 {
     int64_t Dl = D / LANES * LANES;
     /* dw/db partials: blocks of 32 columns whose sums stay in registers
@@ -146,8 +146,8 @@ EW_CLONES static void norm_chunk_bwd(bool rms, int64_t r0, int64_t r1, int64_t D
         v8d ag[2], agx[2];
         m[0] = mp ? (double)mp[r] : 0.0, rs[0] = rp[r];
         m[1] = mp ? (double)mp[rb] : 0.0, rs[1] = rp[rb];
-        dx_sums(Dl, xp + r * D, gp + r * D, m[0], rs[0], xp + rb * D, gp + rb * D, m[1], rs[1],
-                wp, &ag[0], &agx[0], &ag[1], &agx[1]);
+        dx_sums(Dl, xp + r * D, gp + r * D, m[0], rs[0], xp + rb * D, gp + rb * D, m[1], rs[1], wp,
+                &ag[0], &agx[0], &ag[1], &agx[1]);
         for (int h = 0; h < (rb > r ? 2 : 1); h++) {
             const float *xr = xp + (r + h) * D, *gr = gp + (r + h) * D;
             double a[LANES], ax[LANES];
@@ -223,8 +223,8 @@ static bool check_addend(const char *op, const cg_tensor *x, const cg_tensor *y)
 }
 
 /* Rows [r0, r1) of x + y into s (row r0 first), one float addition each. */
-EW_CLONES static void add_rows(int64_t r0, int64_t r1, int64_t D, const float *xp,
-                               const float *yp, float *s)
+EW_CLONES static void add_rows(int64_t r0, int64_t r1, int64_t D, const float *xp, const float *yp,
+                               float *s)
 {
     const float *xr = xp + r0 * D, *yr = yp + r0 * D;
     for (int64_t i = 0, n = (r1 - r0) * D; i < n; i++)
@@ -364,7 +364,8 @@ static bool norm_backward(const char *op, bool rms, const cg_tensor *x, const cg
         return false;
     }
     bool ok = false;
-    cg_tensor *xc = cg_k_contiguous(x), *ac = a ? cg_k_contiguous(a) : NULL, *gc = cg_k_contiguous(g);
+    cg_tensor *xc = cg_k_contiguous(x), *ac = a ? cg_k_contiguous(a) : NULL,
+              *gc = cg_k_contiguous(g);
     cg_tensor *wc = NULL, *mc = NULL, *rc = cg_k_contiguous(rstd);
     cg_tensor *dxt = NULL, *dwt = NULL, *dbt = NULL;
     int64_t nchunks = (rows + CHUNK - 1) / CHUNK;
@@ -399,8 +400,8 @@ static bool norm_backward(const char *op, bool rms, const cg_tensor *x, const cg
         if (ap) { /* the chunk's x + a, then its rows numbered from 0 */
             float *s = scratch + (int64_t)omp_get_thread_num() * CHUNK * Dp;
             add_rows(r0, r1, D, xp, ap, s);
-            norm_chunk_bwd(rms, 0, r1 - r0, D, s, gp + r0 * D, mp ? mp + r0 : NULL, rp + r0,
-                           wp, dxp ? dxp + r0 * D : NULL, cw, cb);
+            norm_chunk_bwd(rms, 0, r1 - r0, D, s, gp + r0 * D, mp ? mp + r0 : NULL, rp + r0, wp,
+                           dxp ? dxp + r0 * D : NULL, cw, cb);
         } else {
             norm_chunk_bwd(rms, r0, r1, D, xp, gp, mp, rp, wp, dxp, cw, cb);
         }
@@ -454,9 +455,8 @@ bool cg_k_layer_norm_backward(const cg_tensor *x, const cg_tensor *w, const cg_t
 }
 
 bool cg_k_add_layer_norm_backward(const cg_tensor *x, const cg_tensor *y, const cg_tensor *w,
-                                  const cg_tensor *mean, const cg_tensor *rstd,
-                                  const cg_tensor *g, cg_tensor **dx, cg_tensor **dw,
-                                  cg_tensor **db)
+                                  const cg_tensor *mean, const cg_tensor *rstd, const cg_tensor *g,
+                                  cg_tensor **dx, cg_tensor **dw, cg_tensor **db)
 {
     if (!y)
         return cg_error_null_input("cg_k_add_layer_norm_backward");
@@ -491,7 +491,7 @@ bool cg_k_add_rms_norm_backward(const cg_tensor *x, const cg_tensor *y, const cg
 #define DROP_CLONES
 #endif
 DROP_CLONES static void dropout_span(int64_t i0, int64_t i1, uint64_t key, uint64_t base, float p,
-                                   float scale, const float *xp, float *yp, float *mp)
+                                     float scale, const float *xp, float *yp, float *mp)
 {
     if (mp)
         for (int64_t i = i0; i < i1; i++) {
@@ -551,8 +551,8 @@ cg_tensor *cg_k_dropout(const cg_tensor *a, float p, cg_rng *rng, cg_tensor **ma
         const int64_t nb = (n + DROP_BLOCK - 1) / DROP_BLOCK;
 #pragma omp parallel for schedule(static) if (n > PAR_THRESHOLD / 4)
         for (int64_t k = 0; k < nb; k++)
-            dropout_span(k * DROP_BLOCK, k + 1 < nb ? (k + 1) * DROP_BLOCK : n, key, base, p,
-                         scale, xp, yp, mp);
+            dropout_span(k * DROP_BLOCK, k + 1 < nb ? (k + 1) * DROP_BLOCK : n, key, base, p, scale,
+                         xp, yp, mp);
     }
     if (rng)
         rng->counter += (uint64_t)n;

@@ -78,8 +78,7 @@ bool cg_k_relu_(cg_tensor *dst);
 cg_tensor *cg_k_sum(const cg_tensor *a, int ndims, const int *dims, bool keepdim);
 cg_tensor *cg_k_mean(const cg_tensor *a, int ndims, const int *dims, bool keepdim);
 /* Variance with the given correction (0 = biased, 1 = unbiased). */
-cg_tensor *cg_k_var(const cg_tensor *a, int ndims, const int *dims, int correction,
-                    bool keepdim);
+cg_tensor *cg_k_var(const cg_tensor *a, int ndims, const int *dims, int correction, bool keepdim);
 /* Max along one dim; *indices (if not NULL) receives the argmax as a float
  * tensor of the same shape as the result (first maximum wins; NaN counts as
  * the maximum, as in PyTorch). */
@@ -120,30 +119,28 @@ cg_tensor *cg_k_log_softmax_backward(const cg_tensor *y, const cg_tensor *g, int
  *   (0/0 gives NaN, as PyTorch). A target outside [0,C) that is not
  *   ignore_index is an error. Returns a scalar; optionally *lse (if not NULL)
  *   gets the per-row log-sum-exp [N] for the backward. */
-cg_tensor *cg_k_cross_entropy(const cg_tensor *logits, const int64_t *targets,
-                              int64_t n_targets, int64_t ignore_index, float label_smoothing,
-                              cg_tensor **lse);
+cg_tensor *cg_k_cross_entropy(const cg_tensor *logits, const int64_t *targets, int64_t n_targets,
+                              int64_t ignore_index, float label_smoothing, cg_tensor **lse);
 /* torch.nn.functional.nll_loss (reduction mean): logp [N, C] (log
  * probabilities), n_targets == N class ids checked as for cross-entropy;
  * mean over kept rows of -logp[r, y_r] (0/0 = NaN). The backward: -g/K at
  * each kept (r, y_r), zero elsewhere. */
 cg_tensor *cg_k_nll_loss(const cg_tensor *logp, const int64_t *targets, int64_t n_targets,
                          int64_t ignore_index);
-cg_tensor *cg_k_nll_loss_backward(const cg_tensor *logp, const int64_t *targets,
-                                  int64_t n_targets, int64_t ignore_index, float g);
+cg_tensor *cg_k_nll_loss_backward(const cg_tensor *logp, const int64_t *targets, int64_t n_targets,
+                                  int64_t ignore_index, float g);
 /* binary_cross_entropy_with_logits (reduction mean) of x against targets y
  * of the same shape: mean of max(x,0) - x*y + log(1 + exp(-|x|)). */
 cg_tensor *cg_k_bce_with_logits(const cg_tensor *x, const cg_tensor *y);
 /* d(mean loss)/d logits times the scalar upstream gradient g. */
 cg_tensor *cg_k_cross_entropy_backward(const cg_tensor *logits, const int64_t *targets,
                                        int64_t n_targets, int64_t ignore_index,
-                                       float label_smoothing,
-                                       const cg_tensor *lse, float g);
+                                       float label_smoothing, const cg_tensor *lse, float g);
 
 /* Layer norm over the last dim: y = (x - mean) * rstd * w + b, biased var,
  * w/b may be NULL ([D] otherwise). *mean and *rstd ([rows]) are for backward. */
-cg_tensor *cg_k_layer_norm(const cg_tensor *x, const cg_tensor *w, const cg_tensor *b,
-                           float eps, cg_tensor **mean, cg_tensor **rstd);
+cg_tensor *cg_k_layer_norm(const cg_tensor *x, const cg_tensor *w, const cg_tensor *b, float eps,
+                           cg_tensor **mean, cg_tensor **rstd);
 /* Writes dx (may be NULL to skip), dw, db (each NULL to skip) as new tensors. */
 bool cg_k_layer_norm_backward(const cg_tensor *x, const cg_tensor *w, const cg_tensor *mean,
                               const cg_tensor *rstd, const cg_tensor *g, cg_tensor **dx,
@@ -158,9 +155,8 @@ bool cg_k_rms_norm_backward(const cg_tensor *x, const cg_tensor *w, const cg_ten
 cg_tensor *cg_k_add_layer_norm(const cg_tensor *x, const cg_tensor *y, const cg_tensor *w,
                                const cg_tensor *b, float eps, cg_tensor **mean, cg_tensor **rstd);
 bool cg_k_add_layer_norm_backward(const cg_tensor *x, const cg_tensor *y, const cg_tensor *w,
-                                  const cg_tensor *mean, const cg_tensor *rstd,
-                                  const cg_tensor *g, cg_tensor **dx, cg_tensor **dw,
-                                  cg_tensor **db);
+                                  const cg_tensor *mean, const cg_tensor *rstd, const cg_tensor *g,
+                                  cg_tensor **dx, cg_tensor **dw, cg_tensor **db);
 cg_tensor *cg_k_add_rms_norm(const cg_tensor *x, const cg_tensor *y, const cg_tensor *w, float eps,
                              cg_tensor **rstd);
 bool cg_k_add_rms_norm_backward(const cg_tensor *x, const cg_tensor *y, const cg_tensor *w,
@@ -204,9 +200,8 @@ bool cg_k_linear_backward(const cg_tensor *x, const cg_tensor *w, const cg_tenso
  * masked); contiguous either way. *weights (if not NULL) gets the softmax
  * weights [B,H,Tq,Tk] (contiguous, exact zeros where masked), computed
  * only when asked for beyond 256 keys. */
-cg_tensor *cg_k_attention(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
-                          bool causal, const uint8_t *key_pad, cg_tensor **saved,
-                          cg_tensor **weights);
+cg_tensor *cg_k_attention(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v, bool causal,
+                          const uint8_t *key_pad, cg_tensor **saved, cg_tensor **weights);
 /* Gradients of cg_k_attention given its output out, its saved state, the
  * same masks and the output gradient g ([B,H,Tq,dh], any strides); beyond
  * 256 keys the weights are recomputed tile by tile. dq/dk/dv may each be
@@ -214,8 +209,8 @@ cg_tensor *cg_k_attention(const cg_tensor *q, const cg_tensor *k, const cg_tenso
  * storage. */
 bool cg_k_attention_backward(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
                              const cg_tensor *out, const cg_tensor *saved, const cg_tensor *g,
-                             bool causal, const uint8_t *key_pad, cg_tensor **dq,
-                             cg_tensor **dk, cg_tensor **dv);
+                             bool causal, const uint8_t *key_pad, cg_tensor **dq, cg_tensor **dk,
+                             cg_tensor **dv);
 
 /* ---------------------------------------------------------- shape ops */
 cg_tensor *cg_k_concat(cg_tensor *const *ts, int n, int dim);
@@ -227,8 +222,7 @@ bool cg_k_split(const cg_tensor *a, int dim, int n, const int64_t *sizes, cg_ten
  * size n at dim. Every id must be in [0, size). */
 cg_tensor *cg_k_index_select(const cg_tensor *a, int dim, const int64_t *ids, int64_t n);
 /* dst[ids[i]] += src[i] along dim (the backward of index_select). */
-bool cg_k_index_add_(cg_tensor *dst, int dim, const int64_t *ids, int64_t n,
-                     const cg_tensor *src);
+bool cg_k_index_add_(cg_tensor *dst, int dim, const int64_t *ids, int64_t n, const cg_tensor *src);
 /* torch.gather: out[i][j] = a[i][ids[i][j]] along dim; ids has the result's
  * shape given by (ndim, shape), ids contiguous row-major int64. */
 cg_tensor *cg_k_gather(const cg_tensor *a, int dim, const int64_t *ids, int ndim,

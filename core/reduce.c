@@ -92,8 +92,8 @@ static void make_plan(plan *pl, const cg_tensor *a, const bool *mask)
     pl->nk = coalesce(pl->nk, pl->kshape, pl->kstride);
     pl->nr = coalesce(pl->nr, pl->rshape, pl->rstride);
     int64_t ks = llabs(pl->kstride[pl->nk - 1]), rs = llabs(pl->rstride[pl->nr - 1]);
-    pl->columns = !empty && pl->kshape[pl->nk - 1] > 1 && ks != 0 && pl->rshape[pl->nr - 1] > 1 &&
-                  ks < rs;
+    pl->columns =
+        !empty && pl->kshape[pl->nk - 1] > 1 && ks != 0 && pl->rshape[pl->nr - 1] > 1 && ks < rs;
 }
 
 /* Offset of output element o (row-major over the kept dims). */
@@ -378,7 +378,10 @@ cg_tensor *cg_k_var(const cg_tensor *a, int ndims, const int *dims, int correcti
     return reduce_op("var", a, ndims, dims, keepdim, K_VAR, correction);
 }
 
-cg_tensor *cg_k_sum_all(const cg_tensor *a) { return reduce_op("sum_all", a, 0, NULL, false, K_SUM, 0); }
+cg_tensor *cg_k_sum_all(const cg_tensor *a)
+{
+    return reduce_op("sum_all", a, 0, NULL, false, K_SUM, 0);
+}
 
 cg_tensor *cg_k_sum_to_shape(const cg_tensor *a, int ndim, const int64_t *shape)
 {
@@ -548,7 +551,8 @@ cg_tensor *cg_k_max_all(const cg_tensor *a)
         cg_iter_pos pos;
         float *ptr[1];
         int64_t len;
-        cg_iter_seek(&it, &pos, b * RED_BLOCK, b * RED_BLOCK + RED_BLOCK < n ? b * RED_BLOCK + RED_BLOCK : n);
+        cg_iter_seek(&it, &pos, b * RED_BLOCK,
+                     b * RED_BLOCK + RED_BLOCK < n ? b * RED_BLOCK + RED_BLOCK : n);
         float best = -INFINITY;
         bool nan = false;
         while ((len = cg_iter_next(&it, &pos, ptr)) > 0) {

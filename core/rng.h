@@ -33,9 +33,6 @@ static inline uint64_t cg_rng_draw(uint64_t key, uint64_t i)
 /* A draw as a uniform float in [0, 1): its top 24 bits, exact in float
  * (converted from int32, the same value, which vectorises without
  * AVX512DQ's 64-bit conversions). */
-static inline float cg_rng_draw_unit(uint64_t b)
-{
-    return (float)(int32_t)(b >> 40) * 0x1.0p-24f;
-}
+static inline float cg_rng_draw_unit(uint64_t b) { return (float)(int32_t)(b >> 40) * 0x1.0p-24f; }
 
 #endif

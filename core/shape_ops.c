@@ -271,7 +271,8 @@ bool cg_k_index_add_(cg_tensor *dst, int dim, const int64_t *ids, int64_t n, con
         return false;
     }
     int d = cg_norm_dim("index_add_", dim, dst->ndim);
-    if (d < 0 || !check_writable("index_add_", dst) || !check_ids("index_add_", dst, dim, d, ids, n))
+    if (d < 0 || !check_writable("index_add_", dst) ||
+        !check_ids("index_add_", dst, dim, d, ids, n))
         return false;
     cg_tensor_modified(dst);
     bool shape_ok = src->ndim == dst->ndim;
@@ -573,8 +574,8 @@ static bool ids_count(const char *op, int64_t n_ids, int64_t want, const cg_tens
     if (n_ids == want)
         return true;
     char b[96];
-    cg_set_error("%s: %lld indices requested for a result of %lld (input %s)", op,
-                 (long long)n_ids, (long long)want, cg_shape_str(a, b, sizeof b));
+    cg_set_error("%s: %lld indices requested for a result of %lld (input %s)", op, (long long)n_ids,
+                 (long long)want, cg_shape_str(a, b, sizeof b));
     return false;
 }
 
@@ -609,8 +610,8 @@ bool cg_k_topk_ids(const cg_tensor *a, int64_t k, int dim, bool largest, int64_t
             int64_t m = 0; /* insertion into the k best so far (k is small) */
             for (int64_t i = 0; i < n; i++) {
                 float v = row[i * inner];
-                if (m == k && (k == 0 || !topk_before(v, i, row[best[k - 1] * inner],
-                                                      best[k - 1], largest)))
+                if (m == k &&
+                    (k == 0 || !topk_before(v, i, row[best[k - 1] * inner], best[k - 1], largest)))
                     continue;
                 int64_t j = m < k ? m++ : k - 1;
                 while (j > 0 && topk_before(v, i, row[best[j - 1] * inner], best[j - 1], largest)) {

@@ -161,8 +161,8 @@ static cg_tensor *softmax_impl(const char *op, const cg_tensor *a, int dim, bool
     return y;
 }
 
-static cg_tensor *softmax_bwd_impl(const char *op, const cg_tensor *y, const cg_tensor *g,
-                                   int dim, bool logsm)
+static cg_tensor *softmax_bwd_impl(const char *op, const cg_tensor *y, const cg_tensor *g, int dim,
+                                   bool logsm)
 {
     if (!y || !g)
         return NULL;

@@ -523,7 +523,8 @@ static bool check_shape(const char *op, int ndim, const int64_t *shape)
     for (int i = 0; i < ndim; i++) {
         if (shape[i] < 0) {
             char b[96];
-            cg_set_error("%s: negative size in shape %s", op, cg_shape_str_n(ndim, shape, b, sizeof b));
+            cg_set_error("%s: negative size in shape %s", op,
+                         cg_shape_str_n(ndim, shape, b, sizeof b));
             return false;
         }
         if (shape[i] && n > INT64_MAX / 4 / shape[i]) {
@@ -717,8 +718,10 @@ int64_t *cg_randperm(cg_rng *r, int64_t n)
         int64_t rows_ = inner_ ? n_ / inner_ : 0;                                                  \
         uint64_t seed_ = (r)->seed, base_ = (r)->counter;                                          \
         cg_tensor_modified(t);                                                                     \
-        _Pragma("omp parallel for schedule(static) if (n_ > PAR_THRESHOLD)")                      \
-        for (int64_t row = 0; row < rows_; row++) {                                                \
+        _Pragma("omp parallel for schedule(static) if (n_ > PAR_THRESHOLD)") for (int64_t row = 0; \
+                                                                                  row < rows_;     \
+                                                                                  row++)           \
+        {                                                                                          \
             float *p_ = (t)->storage->data + outer_offset((t), row);                               \
             for (int64_t j = 0; j < inner_; j++) {                                                 \
                 uint64_t i_ = base_ + (uint64_t)(row * inner_ + j);                                \
@@ -1042,8 +1045,8 @@ static bool view_strides(const cg_tensor *t, int ndim, const int64_t *shape, int
     int64_t tensor_numel = 1, view_numel = 1;
     for (int td = t->ndim - 1; td >= 0; td--) {
         tensor_numel *= t->shape[td];
-        if (td == 0 || (t->shape[td - 1] != 1 &&
-                        t->strides[td - 1] != tensor_numel * chunk_base_stride)) {
+        if (td == 0 ||
+            (t->shape[td - 1] != 1 && t->strides[td - 1] != tensor_numel * chunk_base_stride)) {
             while (view_d >= 0 && (view_numel < tensor_numel || shape[view_d] == 1)) {
                 strides[view_d] = view_numel * chunk_base_stride;
                 view_numel *= shape[view_d];

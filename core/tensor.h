@@ -41,8 +41,8 @@ extern "C" {
 typedef enum { CG_F32 = 0 } cg_dtype;
 
 typedef struct cg_storage {
-    float *data;      /* 64-byte aligned */
-    int64_t numel;    /* elements allocated */
+    float *data;   /* 64-byte aligned */
+    int64_t numel; /* elements allocated */
     int refcount;
     /* A form derived from the data and kept for reuse (the packed bf16
      * weight of decoding, core/linear.c), or NULL: freed with derived_free
@@ -60,33 +60,35 @@ struct cg_node; /* defined by the autograd layer; opaque here */
 
 typedef struct cg_tensor {
     cg_storage *storage;
-    int64_t offset;               /* in elements */
-    int ndim;                     /* 0 .. CG_MAX_DIMS; 0 is a scalar */
+    int64_t offset; /* in elements */
+    int ndim;       /* 0 .. CG_MAX_DIMS; 0 is a scalar */
     int64_t shape[CG_MAX_DIMS];
     int64_t strides[CG_MAX_DIMS]; /* in elements; 0 = broadcast */
     cg_dtype dtype;
     int refcount;
     /* --- autograd fields: owned by the autograd layer, ignored by core --- */
     bool requires_grad;
-    struct cg_tensor *grad;       /* leaf gradient, owned by this tensor */
-    struct cg_node *node;         /* creator node, owned by this tensor */
+    struct cg_tensor *grad; /* leaf gradient, owned by this tensor */
+    struct cg_node *node;   /* creator node, owned by this tensor */
     /* --- scope bookkeeping (core/tensor.c, see cg_scope_begin) --- */
-    int held;                     /* references held by long-lived owners (cg_hold) */
-    struct cg_scope *scope;       /* the scope that releases its references, or NULL */
-    int64_t scope_idx;            /* position in that scope's list */
-    int scope_base;               /* references (beyond held) that were not the scope's */
-    int scope_internal;           /* scratch: references from nodes of the scope's tensors */
-    bool scope_kept;              /* cg_keep: one reference outlives the scope */
+    int held;               /* references held by long-lived owners (cg_hold) */
+    struct cg_scope *scope; /* the scope that releases its references, or NULL */
+    int64_t scope_idx;      /* position in that scope's list */
+    int scope_base;         /* references (beyond held) that were not the scope's */
+    int scope_internal;     /* scratch: references from nodes of the scope's tensors */
+    bool scope_kept;        /* cg_keep: one reference outlives the scope */
 } cg_tensor;
 
 /* Shape literal helper: cg_zeros(CG_SHAPE(3, 4)) expands to
  * cg_zeros(2, (const int64_t[]){3, 4}). */
-#define CG_SHAPE(...)                                                          \
-    (int)(sizeof((const int64_t[]){__VA_ARGS__}) / sizeof(int64_t)),           \
-        (const int64_t[]){__VA_ARGS__}
+#define CG_SHAPE(...)                                                                  \
+    (int)(sizeof((const int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (const int64_t[]) \
+    {                                                                                  \
+        __VA_ARGS__                                                                    \
+    }
 
 /* ------------------------------------------------------------ lifecycle */
-cg_tensor *cg_retain(cg_tensor *t);   /* returns t */
+cg_tensor *cg_retain(cg_tensor *t); /* returns t */
 void cg_release(cg_tensor *t);
 /* Release several tensors: cg_release_all(3, a, b, c). */
 void cg_release_all(int n, ...);
@@ -154,7 +156,7 @@ cg_tensor *cg_empty(int ndim, const int64_t *shape);
 cg_tensor *cg_zeros(int ndim, const int64_t *shape);
 cg_tensor *cg_ones(int ndim, const int64_t *shape);
 cg_tensor *cg_full(int ndim, const int64_t *shape, float value);
-cg_tensor *cg_scalar(float value);                     /* ndim 0 */
+cg_tensor *cg_scalar(float value); /* ndim 0 */
 /* 1-D [start, start+step, ...) up to (not including) stop; step != 0. */
 cg_tensor *cg_arange(double start, double stop, double step);
 /* Copies numel(shape) floats from data (row-major). */
@@ -253,8 +255,8 @@ char *cg_shape_str_n(int ndim, const int64_t *shape, char *buf, size_t n);
 int cg_norm_dim(const char *op, int dim, int ndim);
 /* Broadcast two shapes by NumPy rules into out (CG_MAX_DIMS); returns the
  * result ndim, or -1 with an error naming op and both shapes. */
-int cg_broadcast_shapes(const char *op, int na, const int64_t *sa, int nb,
-                        const int64_t *sb, int64_t *out);
+int cg_broadcast_shapes(const char *op, int na, const int64_t *sa, int nb, const int64_t *sb,
+                        int64_t *out);
 
 /* ---------------------------------------------- views (no data copied) */
 /* A new header over the same storage with the same layout and no autograd
@@ -266,8 +268,7 @@ cg_tensor *cg_view_permute(const cg_tensor *t, const int *perm);
 cg_tensor *cg_view_transpose(const cg_tensor *t, int d0, int d1);
 /* Elements start, start+step, ... < stop along dim (PyTorch slicing rules:
  * negative start/stop count from the end and are clamped). step >= 1. */
-cg_tensor *cg_view_slice(const cg_tensor *t, int dim, int64_t start, int64_t stop,
-                         int64_t step);
+cg_tensor *cg_view_slice(const cg_tensor *t, int dim, int64_t start, int64_t stop, int64_t step);
 cg_tensor *cg_view_narrow(const cg_tensor *t, int dim, int64_t start, int64_t len);
 /* Removes dim (index may be negative). */
 cg_tensor *cg_view_select(const cg_tensor *t, int dim, int64_t index);

@@ -24,7 +24,8 @@ int cg_num_cpus(void)
     return n;
 }
 
-void cg_set_num_threads(int n) {
+void cg_set_num_threads(int n)
+{
     if (n <= 0) {
         g_num_threads = 0; /* back to the default */
         return;
@@ -33,9 +34,11 @@ void cg_set_num_threads(int n) {
     omp_set_num_threads(n);
 }
 
-int cg_get_num_threads(void) {
+int cg_get_num_threads(void)
+{
     int n = g_num_threads;
-    if (n > 0) return n;
+    if (n > 0)
+        return n;
     n = omp_get_max_threads();
     int cpus = cg_num_cpus();
     return n < 1 ? 1 : n > cpus ? cpus : n;

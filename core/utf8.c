@@ -16,11 +16,17 @@ int cg_utf8_seq(const unsigned char *s, size_t n, uint32_t *cp)
     int len;
     uint32_t v, min;
     if (c >= 0xC2 && c <= 0xDF) {
-        len = 2; v = c & 0x1F; min = 0x80;
+        len = 2;
+        v = c & 0x1F;
+        min = 0x80;
     } else if (c >= 0xE0 && c <= 0xEF) {
-        len = 3; v = c & 0x0F; min = 0x800;
+        len = 3;
+        v = c & 0x0F;
+        min = 0x800;
     } else if (c >= 0xF0 && c <= 0xF4) {
-        len = 4; v = c & 0x07; min = 0x10000;
+        len = 4;
+        v = c & 0x07;
+        min = 0x10000;
     } else {
         return 0;
     }
@@ -100,7 +106,10 @@ uint32_t *cg_utf8_decode_exact(const char *s, size_t len, const char *name, int6
 int cg_utf8_put(uint32_t c, char *buf)
 {
     unsigned char *b = (unsigned char *)buf;
-    if (c < 0x80) { b[0] = (unsigned char)c; return 1; }
+    if (c < 0x80) {
+        b[0] = (unsigned char)c;
+        return 1;
+    }
     if (c < 0x800) {
         b[0] = (unsigned char)(0xC0 | (c >> 6));
         b[1] = (unsigned char)(0x80 | (c & 0x3F));

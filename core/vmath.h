@@ -64,7 +64,6 @@ static inline float ew_expf(float x)
     return bsel(M(x != x), x, res);
 }
 
-
 /* Sum of 8 lane accumulators, pairwise in a fixed order. Kernels keep long
  * sums in 8 interleaved double lanes (element j in lane j % 8): a fixed
  * order, so the same bits for any thread count, with short dependency

@@ -13,7 +13,8 @@ static cg_tensor *spirals(cg_rng *rng, int64_t *labels)
 {
     cg_tensor *x = cg_empty(CG_SHAPE(N * K, 2));
     for (int i = 0; i < N * K; i++) {
-        float r = (float)(i % N) / N, t = (i / N) * 6.2831853f / K + r * 4 + cg_rng_normal(rng) * 0.2f;
+        float r = (float)(i % N) / N,
+              t = (i / N) * 6.2831853f / K + r * 4 + cg_rng_normal(rng) * 0.2f;
         cg_data(x)[2 * i] = r * sinf(t), cg_data(x)[2 * i + 1] = r * cosf(t), labels[i] = i / N;
     }
     return x;
@@ -23,7 +24,8 @@ static void train(cg_module *model, cg_optim *opt, cg_loader *data)
 {
     for (int epoch = 0; epoch < 100; epoch++)
         while (cg_loader_next(data)) /* each batch in its own scope */
-            cg_train_step(opt, cg_cross_entropy(cg_module_forward(model, data->x), data->y, data->n, -100, 0));
+            cg_train_step(opt, cg_cross_entropy(cg_module_forward(model, data->x), data->y, data->n,
+                                                -100, 0));
     cg_optim_free(opt);
 }
 

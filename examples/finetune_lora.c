@@ -12,22 +12,34 @@ enum { B = 8, T = 32, D = 64, H = 4, STEPS = 100 };
 static char chars[64];
 static int64_t V;
 
-typedef struct { cg_module base; cg_embed *tok, *pos; cg_lm_block *block; cg_norm *ln_f; } lm;
+typedef struct {
+    cg_module base;
+    cg_embed *tok, *pos;
+    cg_lm_block *block;
+    cg_norm *ln_f;
+} lm;
 
 static lm *lm_new(cg_rng *r)
 {
-    cg_tf_config cfg = {.d = D, .H = H, .d_ff = 4 * D, .norm = CG_NORM_LAYERNORM, .act = CG_ACT_GELU, .norm_first = true};
+    cg_tf_config cfg = {.d = D,
+                        .H = H,
+                        .d_ff = 4 * D,
+                        .norm = CG_NORM_LAYERNORM,
+                        .act = CG_ACT_GELU,
+                        .norm_first = true};
     lm *m = (lm *)cg_module_alloc(sizeof *m, "LM", NULL);
     m->tok = cg_module_add_child(&m->base, "tok", cg_embed_new(V, D, r));
     m->pos = cg_module_add_child(&m->base, "pos", cg_embed_new(T, D, r));
-    m->block = cg_module_add_child(&m->base, "block", cg_lm_block_new(&cfg, r)); /* ln1, attn, ln2, ff.fc1, ff.fc2 */
+    m->block = cg_module_add_child(&m->base, "block",
+                                   cg_lm_block_new(&cfg, r)); /* ln1, attn, ln2, ff.fc1, ff.fc2 */
     m->ln_f = cg_module_add_child(&m->base, "ln_f", cg_layernorm_new(D));
     return m;
 }
 
 static cg_tensor *lm_forward(lm *m, const int64_t *ids, int64_t b) /* inside a scope */
 {
-    cg_tensor *x = cg_add(cg_embed_forward(m->tok, ids, CG_SHAPE(b, T)), m->pos->weight); /* positions 0..T-1 */
+    cg_tensor *x = cg_add(cg_embed_forward(m->tok, ids, CG_SHAPE(b, T)),
+                          m->pos->weight); /* positions 0..T-1 */
     x = cg_lm_block_forward(m->block, x, &(cg_attn_mask){.causal = true});
     return cg_linear_fn(cg_norm_forward(m->ln_f, x), m->tok->weight, NULL);
 }
@@ -66,7 +78,7 @@ int main(void)
     cg_module_save(CG_MODULE(m), "base.safetensors", 0, NULL);
     const char *targets[] = {"fc1", "fc2"};
     cg_lora_config lora = {.r = 4, .alpha = 8, .n_targets = 2, .targets = targets};
-    cg_lora_attach_all(CG_MODULE(m), &lora, &rng); /* freezes the rest */
+    cg_lora_attach_all(CG_MODULE(m), &lora, &rng);            /* freezes the rest */
     cg_optim *opt = cg_adamw_from_module(CG_MODULE(m), 3e-3); /* the adapters only */
     int64_t trainable = 0;
     for (int i = 0; i < cg_optim_count(opt); i++)
@@ -76,7 +88,8 @@ int main(void)
     bool ok = cg_lora_save(CG_MODULE(m), "adapter.safetensors");
 
     lm *again = lm_new(&rng);
-    ok = ok && cg_module_load_file(CG_MODULE(again), "base.safetensors") && cg_lora_load(CG_MODULE(again), "adapter.safetensors");
+    ok = ok && cg_module_load_file(CG_MODULE(again), "base.safetensors") &&
+         cg_lora_load(CG_MODULE(again), "adapter.safetensors");
     cg_module_train(CG_MODULE(m), false);
     cg_module_train(CG_MODULE(again), false);
     int64_t ids[T];

@@ -11,8 +11,18 @@
 
 enum { B = 8, T = 32, D = 64, H = 4, L = 2, STEPS = 150, ACCUM = 2, WARMUP = 15 };
 
-typedef struct { cg_module base; cg_norm *ln1, *ln2; cg_mha *attn; cg_ff *mlp; } block;
-typedef struct { cg_module base; cg_embed *tok, *pos; block *h[L]; cg_norm *ln_f; } gpt;
+typedef struct {
+    cg_module base;
+    cg_norm *ln1, *ln2;
+    cg_mha *attn;
+    cg_ff *mlp;
+} block;
+typedef struct {
+    cg_module base;
+    cg_embed *tok, *pos;
+    block *h[L];
+    cg_norm *ln_f;
+} gpt;
 
 static block *block_new(cg_rng *r)
 {
@@ -46,7 +56,8 @@ static gpt *gpt_new(int64_t V, cg_rng *r)
 /* ids [b, t] at positions cache->len.. (0 without a cache) -> logits [b, t, V]. */
 static cg_tensor *gpt_forward(gpt *m, const int64_t *ids, int64_t b, int64_t t, cg_kv_cache *c)
 {
-    cg_tensor *x = cg_add(cg_embed_forward(m->tok, ids, CG_SHAPE(b, t)), cg_narrow(m->pos->weight, 0, c ? c->len : 0, t));
+    cg_tensor *x = cg_add(cg_embed_forward(m->tok, ids, CG_SHAPE(b, t)),
+                          cg_narrow(m->pos->weight, 0, c ? c->len : 0, t));
     for (int i = 0; i < L; i++)
         x = block_forward(m->h[i], x, cg_kv_cache_layer(c, i));
     if (c)

@@ -117,8 +117,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "example_mlp: error: %s\n", cg_last_error());
         return 1;
     }
-    printf("SpiralMLP: %lld parameters in %d tensors\n",
-           (long long)cg_module_num_params(m.root), cg_optim_count(opt));
+    printf("SpiralMLP: %lld parameters in %d tensors\n", (long long)cg_module_num_params(m.root),
+           cg_optim_count(opt));
 
     int rc = 0;
     for (long step = 0; step < steps && !rc; step++) {

@@ -39,8 +39,7 @@ static cg_tensor *rope_apply(const cg_tensor *x, double base, double sign)
     cg_tensor *xc = cg_contiguous(x); /* any strides in, contiguous out */
     cg_tensor *out = xc ? cg_empty_like(xc) : NULL;
     if (out)
-        rotate(cg_data(xc), cg_data(out), cg_numel(xc) / (T * D > 0 ? T * D : 1), T, D, base,
-               sign);
+        rotate(cg_data(xc), cg_data(out), cg_numel(xc) / (T * D > 0 ? T * D : 1), T, D, base, sign);
     cg_release(xc);
     return out;
 }
@@ -106,8 +105,14 @@ int main(void)
      * position 1 pair 0 turns by 1 rad and pair 1 by 10000^(-1/2) = 0.01 rad */
     cg_tensor *ones = cg_ones(CG_SHAPE(1, 2, 4));
     cg_tensor *y = rope(ones, base);
-    const float want[8] = {1, 1, 1, 1, (float)(cos(1.0) - sin(1.0)), (float)(sin(1.0) + cos(1.0)),
-                           (float)(cos(0.01) - sin(0.01)), (float)(sin(0.01) + cos(0.01))};
+    const float want[8] = {1,
+                           1,
+                           1,
+                           1,
+                           (float)(cos(1.0) - sin(1.0)),
+                           (float)(sin(1.0) + cos(1.0)),
+                           (float)(cos(0.01) - sin(0.01)),
+                           (float)(sin(0.01) + cos(0.01))};
     bool same = y != NULL;
     for (int i = 0; same && i < 8; i++)
         same = fabsf(cg_data(y)[i] - want[i]) < 1e-6f;

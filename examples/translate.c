@@ -14,7 +14,7 @@
 enum { N = 6, S = 4, T = 5, D = 32, HEADS = 4, FF = 128, LAYERS = 2, EPOCHS = 200, MAXV = 64 };
 enum { PAD, BOS, EOS }; /* word ids 0, 1, 2 */
 static const char *pairs[N][2] = {
-    {"ich mochte ein bier", "i want a beer"},  {"ich mochte ein cola", "i want a coke"},
+    {"ich mochte ein bier", "i want a beer"},    {"ich mochte ein cola", "i want a coke"},
     {"du trinkst ein bier", "you drink a beer"}, {"er trinkt eine cola", "he drinks a coke"},
     {"wir essen ein brot", "we eat some bread"}, {"sie isst eine suppe", "she eats a soup"}};
 static char words[MAXV][16] = {"<pad>", "<s>", "</s>"};
@@ -36,7 +36,11 @@ static void tokenize(const char *s, int64_t *ids)
 }
 
 typedef struct { /* one vocabulary and embedding for both languages */
-    cg_module *root; cg_embed *emb; cg_posenc *pe; cg_enc_stack *enc; cg_dec_stack *dec;
+    cg_module *root;
+    cg_embed *emb;
+    cg_posenc *pe;
+    cg_enc_stack *enc;
+    cg_dec_stack *dec;
     cg_linear *head;
 } model;
 
@@ -66,8 +70,12 @@ int main(void)
         memcpy(tgt_in + i * T + 1, tgt_out + i * T, S * sizeof(int64_t));
     }
     cg_rng rng = cg_rng_new(1);
-    cg_tf_config cfg = {.d = D, .H = HEADS, .d_ff = FF, .norm = CG_NORM_LAYERNORM,
-                        .act = CG_ACT_RELU, .norm_first = false};
+    cg_tf_config cfg = {.d = D,
+                        .H = HEADS,
+                        .d_ff = FF,
+                        .norm = CG_NORM_LAYERNORM,
+                        .act = CG_ACT_RELU,
+                        .norm_first = false};
     model m = {.root = cg_module_new("Translator")};
     m.emb = cg_module_add_child(m.root, "emb", cg_embed_new(MAXV, D, &rng));
     m.pe = cg_module_add_child(m.root, "pe", cg_posenc_new(16, D));

@@ -19,13 +19,12 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 /* abort() with a note on stderr: the input broke an invariant. */
-#define CG_FUZZ_CHECK(cond)                                                              \
-    do {                                                                                 \
-        if (!(cond)) {                                                                   \
-            fprintf(stderr, "fuzz invariant failed: %s (%s:%d)\n", #cond, __FILE__,      \
-                    __LINE__);                                                           \
-            abort();                                                                     \
-        }                                                                                \
+#define CG_FUZZ_CHECK(cond)                                                                    \
+    do {                                                                                       \
+        if (!(cond)) {                                                                         \
+            fprintf(stderr, "fuzz invariant failed: %s (%s:%d)\n", #cond, __FILE__, __LINE__); \
+            abort();                                                                           \
+        }                                                                                      \
     } while (0)
 
 #endif

@@ -45,7 +45,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* every tensor is a parameter or an optimizer slot of one */
     CG_FUZZ_CHECK(cg_ckpt_check_tensors(CG_MODULE(ck.model), ck.file, path));
     /* the optimizer state and the trainer's state, as a resumed run reads them */
-    cg_trainer_model tm = {.module = CG_MODULE(ck.model), .optim = cg_adam_config(0, 0.9, 0.98, 1e-9)};
+    cg_trainer_model tm = {.module = CG_MODULE(ck.model),
+                           .optim = cg_adam_config(0, 0.9, 0.98, 1e-9)};
     cg_stepper st;
     CG_FUZZ_CHECK(cg_stepper_init(&st, &tm, 1, 0));
     cg_clear_error();

@@ -133,8 +133,8 @@ static int s2s_ckpt(const char *dir, const char *name, int damage, bool with_opt
     char path[4096];
     snprintf(path, sizeof path, "%s/seq2seq_checkpoint/%s", dir, name);
     const cg_tokenizer tok = {.kind = CG_TOK_CHAR, .specials = true, .pv = v};
-    bool ok = cg_seq2seq_ckpt_save(path, m, &tok, o, with_optim ? 3 : 0,
-                                   with_optim ? S2S_STATE : NULL);
+    bool ok =
+        cg_seq2seq_ckpt_save(path, m, &tok, o, with_optim ? 3 : 0, with_optim ? S2S_STATE : NULL);
     if (ok && damage) { /* rewrite with an extra tensor or a config of 0 layers */
         cg_st_file *f = cg_st_open(path);
         cg_st_writer *w = cg_st_writer_new();
@@ -230,7 +230,8 @@ int main(int argc, char **argv)
         s2s_ckpt(dir, "zero_layers.safetensors", 2, false))
         return 1;
     const char *lm_state =
-        "{\"steps\":40,\"eval_every\":10,\"seed\":\"3\",\"grad_accum\":1,\"data\":\"/data/tiny.txt\","
+        "{\"steps\":40,\"eval_every\":10,\"seed\":\"3\",\"grad_accum\":1,\"data\":\"/data/"
+        "tiny.txt\","
         "\"data_id\":{\"path\":\"/data/tiny.txt\",\"size\":\"1566\",\"xxh3\":\"fd8acfe1cd267e4f\"},"
         "\"dropout_rng\":{\"seed\":\"5\",\"counter\":\"99\"},\"recent\":[3.1,3.0],"
         "\"history\":{\"step\":[10,20],\"train\":[3.1,2.9],\"val\":[3.2,null],\"dense_every\":10,"
@@ -238,12 +239,14 @@ int main(int argc, char **argv)
         "\"step\":0,\"n\":0}},\"options\":{\"precision\":\"fp32\"},\"model\":{\"batch_size\":4,"
         "\"lr\":\"0.001\",\"label_smoothing\":\"0\",\"batch_rng_seed\":\"3\","
         "\"batch_rng_counter\":\"160\"}}";
-    if (text_seed(dir, "seq2seq_full.json", S2S_STATE) || text_seed(dir, "charlm_full.json", lm_state) ||
+    if (text_seed(dir, "seq2seq_full.json", S2S_STATE) ||
+        text_seed(dir, "charlm_full.json", lm_state) ||
         text_seed(dir, "epoch0.json", subst(S2S_STATE, "\"epoch\":1,", "\"epoch\":0,")) ||
         text_seed(dir, "epoch1e15.json", subst(S2S_STATE, "\"epoch\":1,", "\"epoch\":1e15,")) ||
         text_seed(dir, "huge_int.json", subst(S2S_STATE, "\"pos\":3}", "\"pos\":1e300}")) ||
         text_seed(dir, "bad_id.json", subst(S2S_STATE, "\"size\":\"2070\"", "\"size\":-1")) ||
-        text_seed(dir, "history_mismatch.json", subst(lm_state, "\"val\":[3.2,null]", "\"val\":[3.2]")))
+        text_seed(dir, "history_mismatch.json",
+                  subst(lm_state, "\"val\":[3.2,null]", "\"val\":[3.2]")))
         return 1;
     return 0;
 }

@@ -84,8 +84,7 @@ int main(int argc, char **argv)
         }
         DIR *d = opendir(argv[i]);
         if (!d) {
-            fprintf(stderr, "regress: cannot open directory '%s': %s\n", argv[i],
-                    strerror(errno));
+            fprintf(stderr, "regress: cannot open directory '%s': %s\n", argv[i], strerror(errno));
             failed++;
             continue;
         }

@@ -192,9 +192,8 @@ static cg_tensor *mha_impl(cg_module *mod, cg_tensor *const *in, void *args)
     cg_tensor *mask = a->mask, **weights_out = a->weights_out;
     if (!xq || !xkv)
         return NULL;
-    if (xq->ndim != 3 || xkv->ndim != 3 || xq->shape[0] != xkv->shape[0] ||
-        xq->shape[2] != m->d || xkv->shape[2] != m->d || xq->shape[1] <= 0 ||
-        xkv->shape[1] <= 0 || xq->shape[0] <= 0) {
+    if (xq->ndim != 3 || xkv->ndim != 3 || xq->shape[0] != xkv->shape[0] || xq->shape[2] != m->d ||
+        xkv->shape[2] != m->d || xq->shape[1] <= 0 || xkv->shape[1] <= 0 || xq->shape[0] <= 0) {
         char a[96], b[96];
         cg_set_error("MultiHeadAttention: expected xq [B,Tq,%lld] and xkv [B,Tk,%lld] with "
                      "B, Tq, Tk > 0; got %s and %s",
@@ -268,8 +267,8 @@ cg_tensor *cg_mha_forward(cg_mha *m, cg_tensor *xq, cg_tensor *xkv, bool causal,
     return cg_module_call(&m->base, mha_impl, 2, (cg_tensor *const[]){xq, xkv}, &a);
 }
 
-cg_tensor *cg_mha_forward_masked(cg_mha *m, cg_tensor *xq, cg_tensor *xkv,
-                                 const cg_attn_mask *mask, cg_tensor **weights_out)
+cg_tensor *cg_mha_forward_masked(cg_mha *m, cg_tensor *xq, cg_tensor *xkv, const cg_attn_mask *mask,
+                                 cg_tensor **weights_out)
 {
     if (!mask)
         return cg_mha_forward(m, xq, xkv, false, NULL, NULL, weights_out);
@@ -306,8 +305,7 @@ static cg_tensor *kv_regrow(const cg_tensor *old, const int64_t *rows, int64_t B
     float *dst = cg_data(t);
     for (int64_t b = 0; b < B; b++)
         for (int64_t h = 0; h < H; h++)
-            memcpy(dst + (b * H + h) * cap * dh,
-                   src + ((rows ? rows[b] : b) * H + h) * ocap * dh,
+            memcpy(dst + (b * H + h) * cap * dh, src + ((rows ? rows[b] : b) * H + h) * ocap * dh,
                    (size_t)(len * dh) * sizeof(float));
     return t;
 }

@@ -41,7 +41,7 @@ cg_tensor *cg_scaled_dot_product_attention(cg_tensor *q, cg_tensor *k, cg_tensor
                                            cg_tensor *mask, cg_tensor **weights_out);
 
 typedef struct {
-    cg_module base;            /* type "MultiHeadAttention" */
+    cg_module base; /* type "MultiHeadAttention" */
     int64_t d, H, d_head;
     cg_linear *q_proj, *k_proj, *v_proj, *o_proj; /* [d, d] weights with bias */
     /* When keep_weights is set, each forward replaces `weights` with that
@@ -68,8 +68,8 @@ cg_mha *cg_mha_new(int64_t d, int64_t H, cg_rng *rng);
 cg_tensor *cg_mha_forward(cg_mha *m, cg_tensor *xq, cg_tensor *xkv, bool causal,
                           const uint8_t *key_pad, cg_tensor *mask, cg_tensor **weights_out);
 /* Same with the masks bundled (mask may be NULL). */
-cg_tensor *cg_mha_forward_masked(cg_mha *m, cg_tensor *xq, cg_tensor *xkv,
-                                 const cg_attn_mask *mask, cg_tensor **weights_out);
+cg_tensor *cg_mha_forward_masked(cg_mha *m, cg_tensor *xq, cg_tensor *xkv, const cg_attn_mask *mask,
+                                 cg_tensor **weights_out);
 
 /* ------------------------------------------- incremental decoding */
 /* The keys and values one attention module has seen, for decoding a token

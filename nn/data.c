@@ -84,7 +84,8 @@ cg_loader *cg_loader_new(cg_tensor *x, const int64_t *y, int64_t B, cg_rng *rng)
         return NULL;
     if (x->ndim < 1 || x->shape[0] < 1 || !y || B < 1) {
         cg_set_error("loader: need x of shape [N, ...] with N >= 1, N labels and B >= 1 (got "
-                     "ndim %d, labels %s, B=%lld)", x->ndim, y ? "given" : "NULL", (long long)B);
+                     "ndim %d, labels %s, B=%lld)",
+                     x->ndim, y ? "given" : "NULL", (long long)B);
         return NULL;
     }
     cg_loader *ld = calloc(1, sizeof *ld);
@@ -96,8 +97,13 @@ cg_loader *cg_loader_new(cg_tensor *x, const int64_t *y, int64_t B, cg_rng *rng)
         return NULL;
     }
     memcpy(lab, y, (size_t)N * sizeof *lab);
-    *ld = (cg_loader){.y = yb, .data = cg_hold(cg_retain(x)), .labels = lab, .N = N, .B = B,
-                      .pos = N, .rng = rng};
+    *ld = (cg_loader){.y = yb,
+                      .data = cg_hold(cg_retain(x)),
+                      .labels = lab,
+                      .N = N,
+                      .B = B,
+                      .pos = N,
+                      .rng = rng};
     return ld;
 }
 

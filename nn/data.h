@@ -57,10 +57,10 @@ void cg_batch_iter_free(cg_batch_iter *it); /* NULL is a no-op */
  * x is retained; y is copied. rng is borrowed (NULL: no shuffle, rows in
  * order). */
 typedef struct {
-    cg_tensor *x;   /* this batch: rows of the data, [n, ...] (the loader's) */
-    int64_t *y;     /* this batch's labels (n), valid until the next call */
-    int64_t n;      /* rows in this batch */
-    int64_t epoch;  /* epochs started */
+    cg_tensor *x;  /* this batch: rows of the data, [n, ...] (the loader's) */
+    int64_t *y;    /* this batch's labels (n), valid until the next call */
+    int64_t n;     /* rows in this batch */
+    int64_t epoch; /* epochs started */
     /* private */
     cg_tensor *data;
     int64_t *labels, *perm, N, B, pos;

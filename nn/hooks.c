@@ -49,8 +49,8 @@ oom:
     return none;
 }
 
-cg_hook_handle cg_module_register_forward_pre_hook(cg_module *m, cg_forward_pre_hook fn,
-                                                   void *ctx, void (*free_ctx)(void *ctx))
+cg_hook_handle cg_module_register_forward_pre_hook(cg_module *m, cg_forward_pre_hook fn, void *ctx,
+                                                   void (*free_ctx)(void *ctx))
 {
     return add_hook(m, (hook){.pre = true, .pre_fn = fn, .ctx = ctx, .free_ctx = free_ctx},
                     "register_forward_pre_hook");

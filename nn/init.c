@@ -4,15 +4,9 @@
 #include <math.h>
 #include <string.h>
 
-bool cg_init_zeros_(cg_tensor *t)
-{
-    return t && cg_fill_(t, 0.0f);
-}
+bool cg_init_zeros_(cg_tensor *t) { return t && cg_fill_(t, 0.0f); }
 
-bool cg_init_ones_(cg_tensor *t)
-{
-    return t && cg_fill_(t, 1.0f);
-}
+bool cg_init_ones_(cg_tensor *t) { return t && cg_fill_(t, 1.0f); }
 
 static bool need_rng(const char *op, cg_rng *rng)
 {
@@ -88,7 +82,8 @@ typedef struct {
 
 static bool init_normal(cg_tensor *t, const init_src *src, float std)
 {
-    return src->mt ? cg_normal_torch_(t, src->mt, 0.0f, std) : cg_init_normal_(t, src->rng, 0.0f, std);
+    return src->mt ? cg_normal_torch_(t, src->mt, 0.0f, std)
+                   : cg_init_normal_(t, src->rng, 0.0f, std);
 }
 
 static bool init_tree(cg_module *m, const init_src *src, float std)

@@ -32,8 +32,10 @@ bool cg_act_parse(const char *s, cg_act *out)
 
 const char *cg_act_name(cg_act a)
 {
-    return a == CG_ACT_RELU ? "relu" : a == CG_ACT_GELU ? "gelu" : a == CG_ACT_GELU_ERF ? "gelu_erf"
-                                                                                  : "?";
+    return a == CG_ACT_RELU       ? "relu"
+           : a == CG_ACT_GELU     ? "gelu"
+           : a == CG_ACT_GELU_ERF ? "gelu_erf"
+                                  : "?";
 }
 
 bool cg_norm_kind_parse(const char *s, cg_norm_kind *out)
@@ -60,12 +62,9 @@ cg_tensor *cg_activation(cg_tensor *x, cg_act act)
     if (!x)
         return NULL;
     switch (act) {
-    case CG_ACT_RELU:
-        return cg_relu(x);
-    case CG_ACT_GELU:
-        return cg_gelu(x);
-    case CG_ACT_GELU_ERF:
-        return cg_gelu_erf(x);
+    case CG_ACT_RELU: return cg_relu(x);
+    case CG_ACT_GELU: return cg_gelu(x);
+    case CG_ACT_GELU_ERF: return cg_gelu_erf(x);
     }
     cg_set_error("activation: unknown kind %d", (int)act);
     return NULL;
@@ -285,15 +284,9 @@ cg_norm *cg_norm_new(cg_norm_kind kind, int64_t dim)
     return n;
 }
 
-cg_norm *cg_layernorm_new(int64_t dim)
-{
-    return cg_norm_new(CG_NORM_LAYERNORM, dim);
-}
+cg_norm *cg_layernorm_new(int64_t dim) { return cg_norm_new(CG_NORM_LAYERNORM, dim); }
 
-cg_norm *cg_rmsnorm_new(int64_t dim)
-{
-    return cg_norm_new(CG_NORM_RMSNORM, dim);
-}
+cg_norm *cg_rmsnorm_new(int64_t dim) { return cg_norm_new(CG_NORM_RMSNORM, dim); }
 
 /* x's last dimension is the norm's. */
 static bool norm_input_ok(const cg_norm *n, const cg_tensor *x)
@@ -392,10 +385,7 @@ cg_tensor *cg_sinusoidal_pe(int64_t max_len, int64_t d)
     return pe;
 }
 
-static void posenc_destroy(cg_module *m)
-{
-    cg_release(((cg_posenc *)m)->pe);
-}
+static void posenc_destroy(cg_module *m) { cg_release(((cg_posenc *)m)->pe); }
 
 cg_posenc *cg_posenc_new(int64_t max_len, int64_t dim)
 {
@@ -441,8 +431,8 @@ static cg_tensor *posenc_impl(cg_module *m, cg_tensor *const *in, void *args)
     }
     int64_t T = x->shape[x->ndim - 2];
     if (T > p->max_len) {
-        cg_set_error("PositionalEncoding: sequence length %lld exceeds max_len %lld",
-                     (long long)T, (long long)p->max_len);
+        cg_set_error("PositionalEncoding: sequence length %lld exceeds max_len %lld", (long long)T,
+                     (long long)p->max_len);
         return NULL;
     }
     cg_tensor *rows = cg_posenc_rows(p, 0, T);

@@ -19,7 +19,7 @@
 extern "C" {
 #endif
 
-#define CG_INIT_STD 0.02f  /* models.py init_params default */
+#define CG_INIT_STD 0.02f /* models.py init_params default */
 #define CG_NORM_EPS 1e-5f
 
 /* --------------------------------------------------------- choices */

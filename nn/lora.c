@@ -213,8 +213,8 @@ int cg_lora_attach_all(cg_module *root, const cg_lora_config *cfg, cg_rng *rng)
     if (c.n == 0) {
         char names[256] = "";
         for (int i = 0; i < cfg->n_targets && cfg->targets; i++)
-            snprintf(names + strlen(names), sizeof names - strlen(names), "%s'%s'",
-                     i ? ", " : "", cfg->targets[i] ? cfg->targets[i] : "(null)");
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s'%s'", i ? ", " : "",
+                     cfg->targets[i] ? cfg->targets[i] : "(null)");
         cg_set_error("LoRA: no Linear of the %s matches the target modules %s", root->type,
                      cfg->n_targets ? names : "(none given)");
         free(c.found);
@@ -409,8 +409,7 @@ bool cg_lora_save(const cg_module *root, const char *path)
 }
 
 /* PEFT's adapter config from the file's metadata. targets are malloc'd. */
-static bool read_config(const cg_st_file *f, const char *path, cg_lora_config *c,
-                        char ***targets)
+static bool read_config(const cg_st_file *f, const char *path, cg_lora_config *c, char ***targets)
 {
     const char *js = cg_st_metadata(f, "adapter_config");
     cJSON *j = js ? cJSON_Parse(js) : NULL;

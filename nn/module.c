@@ -42,8 +42,8 @@ static char *dup_str(const char *s)
 static bool check_local_name(const cg_module *m, const char *what, const char *name)
 {
     if (!name || !*name || strchr(name, '.')) {
-        cg_set_error("module %s: %s name '%s' must be non-empty and contain no '.'", m->type,
-                     what, name ? name : "(null)");
+        cg_set_error("module %s: %s name '%s' must be non-empty and contain no '.'", m->type, what,
+                     name ? name : "(null)");
         return false;
     }
     for (int i = 0; i < m->n_params; i++) {
@@ -141,8 +141,8 @@ void *cg_module_add_child(cg_module *m, const char *name, void *child_)
         return NULL;
     }
     char *nm = dup_str(name);
-    if (!nm || !grow((void **)&m->children, &m->cap_children, m->n_children + 1,
-                     sizeof *m->children)) {
+    if (!nm ||
+        !grow((void **)&m->children, &m->cap_children, m->n_children + 1, sizeof *m->children)) {
         free(nm);
         drop_unowned(child);
         cg_set_error("module %s: out of memory adding child '%s'", m->type, name);
@@ -565,8 +565,12 @@ bool cg_module_load_ex(cg_module *m, const cg_st_file *f, const cg_load_options 
             memcpy(&v, raw + e * sizeof v, sizeof v);
             if (!isfinite(v)) {
                 cg_set_error("load %s: tensor '%s' holds %s at element %zu (a damaged or "
-                             "diverged checkpoint)", fname, keys[i],
-                             isnan(v) ? "nan" : v > 0 ? "inf" : "-inf", e);
+                             "diverged checkpoint)",
+                             fname, keys[i],
+                             isnan(v) ? "nan"
+                             : v > 0  ? "inf"
+                                      : "-inf",
+                             e);
                 ok = false;
                 break;
             }

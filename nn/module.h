@@ -64,13 +64,13 @@ typedef struct {
 } cg_named_module;
 
 struct cg_module {
-    const char *type;            /* static string: "Linear", "LayerNorm", ... */
+    const char *type; /* static string: "Linear", "LayerNorm", ... */
     cg_named_tensor *params;
     int n_params, cap_params;
     cg_named_module *children;
     int n_children, cap_children;
-    bool training;               /* train mode (dropout active); default true */
-    int n_owners;                /* parents holding it as a child (sharing) */
+    bool training; /* train mode (dropout active); default true */
+    int n_owners;  /* parents holding it as a child (sharing) */
     /* Frees what the concrete module owns beyond params and children (may
      * be NULL). Called by cg_module_free before the registry is freed;
      * must not free the struct itself. */
@@ -183,8 +183,8 @@ typedef struct {
 
 /* Register a hook; the handle has id 0 + error on failure (NULL module or
  * function, out of memory; free_ctx is then called on ctx). */
-cg_hook_handle cg_module_register_forward_pre_hook(cg_module *m, cg_forward_pre_hook fn,
-                                                   void *ctx, void (*free_ctx)(void *ctx));
+cg_hook_handle cg_module_register_forward_pre_hook(cg_module *m, cg_forward_pre_hook fn, void *ctx,
+                                                   void (*free_ctx)(void *ctx));
 cg_hook_handle cg_module_register_forward_hook(cg_module *m, cg_forward_hook fn, void *ctx,
                                                void (*free_ctx)(void *ctx));
 /* Remove the hook (its free_ctx runs) and zero the handle. False if it is
@@ -247,7 +247,7 @@ bool cg_module_load(cg_module *m, const cg_st_file *f, const char *prefix);
 /* The keys a load did not match (PyTorch's load_state_dict return value):
  * full file names, owned by the struct; free with cg_load_keys_free. */
 typedef struct {
-    char **missing;    /* parameters of m the file lacks (prefix + name) */
+    char **missing; /* parameters of m the file lacks (prefix + name) */
     int n_missing;
     char **unexpected; /* file tensors that are not m's (nor ignored) */
     int n_unexpected;

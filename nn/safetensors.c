@@ -29,55 +29,63 @@ static const struct {
     const char *name;
     size_t size;
 } dtype_table[] = {
-    [CG_ST_BOOL] = {"BOOL", 1},       [CG_ST_U8] = {"U8", 1},
-    [CG_ST_I8] = {"I8", 1},           [CG_ST_F8_E4M3] = {"F8_E4M3", 1},
-    [CG_ST_F8_E5M2] = {"F8_E5M2", 1}, [CG_ST_I16] = {"I16", 2},
-    [CG_ST_U16] = {"U16", 2},         [CG_ST_F16] = {"F16", 2},
-    [CG_ST_BF16] = {"BF16", 2},       [CG_ST_I32] = {"I32", 4},
-    [CG_ST_U32] = {"U32", 4},         [CG_ST_F32] = {"F32", 4},
-    [CG_ST_I64] = {"I64", 8},         [CG_ST_U64] = {"U64", 8},
-    [CG_ST_F64] = {"F64", 8},
+    [CG_ST_BOOL] = {"BOOL", 1},       [CG_ST_U8] = {"U8", 1},           [CG_ST_I8] = {"I8", 1},
+    [CG_ST_F8_E4M3] = {"F8_E4M3", 1}, [CG_ST_F8_E5M2] = {"F8_E5M2", 1}, [CG_ST_I16] = {"I16", 2},
+    [CG_ST_U16] = {"U16", 2},         [CG_ST_F16] = {"F16", 2},         [CG_ST_BF16] = {"BF16", 2},
+    [CG_ST_I32] = {"I32", 4},         [CG_ST_U32] = {"U32", 4},         [CG_ST_F32] = {"F32", 4},
+    [CG_ST_I64] = {"I64", 8},         [CG_ST_U64] = {"U64", 8},         [CG_ST_F64] = {"F64", 8},
 };
 _Static_assert(sizeof dtype_table / sizeof dtype_table[0] == CG_ST_NDTYPES,
                "every cg_st_dtype needs a name and a size");
 
-const char *cg_st_dtype_name(cg_st_dtype dt) {
+const char *cg_st_dtype_name(cg_st_dtype dt)
+{
     return ((unsigned)dt < CG_ST_NDTYPES) ? dtype_table[dt].name : "?";
 }
 
-size_t cg_st_dtype_size(cg_st_dtype dt) {
+size_t cg_st_dtype_size(cg_st_dtype dt)
+{
     return ((unsigned)dt < CG_ST_NDTYPES) ? dtype_table[dt].size : 0;
 }
 
-static int dtype_from_name(const char *s) {
+static int dtype_from_name(const char *s)
+{
     for (int i = 0; i < CG_ST_NDTYPES; i++)
-        if (strcmp(s, dtype_table[i].name) == 0) return i;
+        if (strcmp(s, dtype_table[i].name) == 0)
+            return i;
     return -1;
 }
 
 /* ------------------------------------------------------ byte order helpers */
 
-static bool host_is_little_endian(void) {
+static bool host_is_little_endian(void)
+{
     const uint16_t one = 1;
     unsigned char b;
     memcpy(&b, &one, 1);
     return b == 1;
 }
 
-static uint64_t read_le64(const unsigned char *p) {
+static uint64_t read_le64(const unsigned char *p)
+{
     uint64_t v = 0;
-    for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
     return v;
 }
 
-static void write_le64(unsigned char *p, uint64_t v) {
-    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
+static void write_le64(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
 }
 
 /* Copy n elements of size sz from little-endian src to host order dst (or the
  * reverse: the transformation is its own inverse). */
-static void copy_le(void *dst, const void *src, size_t n, size_t sz) {
-    if (n == 0) return;
+static void copy_le(void *dst, const void *src, size_t n, size_t sz)
+{
+    if (n == 0)
+        return;
     if (host_is_little_endian() || sz == 1) {
         memcpy(dst, src, n * sz);
         return;
@@ -85,7 +93,8 @@ static void copy_le(void *dst, const void *src, size_t n, size_t sz) {
     const unsigned char *s = src;
     unsigned char *d = dst;
     for (size_t i = 0; i < n; i++)
-        for (size_t k = 0; k < sz; k++) d[i * sz + k] = s[i * sz + sz - 1 - k];
+        for (size_t k = 0; k < sz; k++)
+            d[i * sz + k] = s[i * sz + sz - 1 - k];
 }
 
 /* ------------------------------------------------------------- UTF-8 */
@@ -93,19 +102,23 @@ static void copy_le(void *dst, const void *src, size_t n, size_t sz) {
 /* Index of the first byte that makes s[0..n) invalid UTF-8 (overlong forms,
  * surrogates and code points above U+10FFFF are invalid), or n if valid.
  * If json_text, control bytes other than tab/newline/CR are invalid too. */
-static size_t utf8_bad_at(const unsigned char *s, size_t n, bool json_text) {
+static size_t utf8_bad_at(const unsigned char *s, size_t n, bool json_text)
+{
     size_t i = 0;
     while (i < n) {
         uint32_t cp;
         int len = cg_utf8_seq(s + i, n - i, &cp);
-        if (len == 0) return i;
-        if (json_text && cp < 0x20 && cp != '\t' && cp != '\n' && cp != '\r') return i;
+        if (len == 0)
+            return i;
+        if (json_text && cp < 0x20 && cp != '\t' && cp != '\n' && cp != '\r')
+            return i;
         i += (size_t)len;
     }
     return n;
 }
 
-static bool utf8_valid(const char *s) {
+static bool utf8_valid(const char *s)
+{
     size_t n = strlen(s);
     return utf8_bad_at((const unsigned char *)s, n, false) == n;
 }
@@ -134,25 +147,31 @@ struct cg_st_file {
     int nmeta;
 };
 
-static int cmp_entry_name(const void *a, const void *b) {
+static int cmp_entry_name(const void *a, const void *b)
+{
     const st_entry *x = *(const st_entry *const *)a, *y = *(const st_entry *const *)b;
     return strcmp(x->name, y->name);
 }
 
-static int cmp_str_ptr(const void *a, const void *b) {
+static int cmp_str_ptr(const void *a, const void *b)
+{
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
 /* The first key that occurs twice among obj's members (NULL if none). Returns
  * false only when out of memory. */
-static bool find_duplicate_key(const cJSON *obj, const char **dup) {
+static bool find_duplicate_key(const cJSON *obj, const char **dup)
+{
     *dup = NULL;
     int n = cJSON_GetArraySize(obj);
-    if (n < 2) return true;
+    if (n < 2)
+        return true;
     const char **keys = malloc((size_t)n * sizeof *keys);
-    if (!keys) return false;
+    if (!keys)
+        return false;
     int k = 0;
-    for (const cJSON *c = obj->child; c && k < n; c = c->next) keys[k++] = c->string ? c->string : "";
+    for (const cJSON *c = obj->child; c && k < n; c = c->next)
+        keys[k++] = c->string ? c->string : "";
     qsort(keys, (size_t)k, sizeof *keys, cmp_str_ptr);
     for (int i = 1; i < k; i++)
         if (strcmp(keys[i - 1], keys[i]) == 0) {
@@ -164,17 +183,23 @@ static bool find_duplicate_key(const cJSON *obj, const char **dup) {
 }
 
 /* A JSON number that is a non-negative integer below 2^53 (so exact). */
-static bool json_uint(const cJSON *v, uint64_t *out) {
-    if (!cJSON_IsNumber(v)) return false;
+static bool json_uint(const cJSON *v, uint64_t *out)
+{
+    if (!cJSON_IsNumber(v))
+        return false;
     double d = v->valuedouble;
-    if (!(d >= 0.0) || !(d < 9007199254740992.0) || d != floor(d)) return false;
+    if (!(d >= 0.0) || !(d < 9007199254740992.0) || d != floor(d))
+        return false;
     *out = (uint64_t)d;
     return true;
 }
 
-void cg_st_close(cg_st_file *f) {
-    if (!f) return;
-    for (int i = 0; i < f->n; i++) free(f->entries[i].name);
+void cg_st_close(cg_st_file *f)
+{
+    if (!f)
+        return;
+    for (int i = 0; i < f->n; i++)
+        free(f->entries[i].name);
     for (int i = 0; i < f->nmeta; i++) {
         free(f->meta_keys[i]);
         free(f->meta_vals[i]);
@@ -188,16 +213,18 @@ void cg_st_close(cg_st_file *f) {
     free(f);
 }
 
-#define FAIL(...)                                                              \
-    do {                                                                       \
-        cg_set_error(__VA_ARGS__);                                             \
-        goto fail;                                                             \
+#define FAIL(...)                  \
+    do {                           \
+        cg_set_error(__VA_ARGS__); \
+        goto fail;                 \
     } while (0)
 
 /* Parse the metadata object into f. */
-static bool parse_metadata(cg_st_file *f, const cJSON *meta) {
+static bool parse_metadata(cg_st_file *f, const cJSON *meta)
+{
     const char *P = f->path;
-    if (cJSON_IsNull(meta)) return true;
+    if (cJSON_IsNull(meta))
+        return true;
     if (!cJSON_IsObject(meta)) {
         cg_set_error("safetensors: %s: __metadata__ is not a JSON object", P);
         return false;
@@ -224,7 +251,8 @@ static bool parse_metadata(cg_st_file *f, const cJSON *meta) {
                          c->string ? c->string : "");
             return false;
         }
-        if (f->nmeta >= n) break;
+        if (f->nmeta >= n)
+            break;
         f->meta_keys[f->nmeta] = strdup(c->string ? c->string : "");
         f->meta_vals[f->nmeta] = strdup(c->valuestring);
         f->nmeta++;
@@ -237,7 +265,8 @@ static bool parse_metadata(cg_st_file *f, const cJSON *meta) {
 }
 
 /* Validate one tensor entry and fill e (e->name already set). */
-static bool parse_entry(cg_st_file *f, const cJSON *info, st_entry *e) {
+static bool parse_entry(cg_st_file *f, const cJSON *info, st_entry *e)
+{
     const char *P = f->path, *N = e->name;
     if (!cJSON_IsObject(info)) {
         cg_set_error("safetensors: %s: tensor '%s': entry is not a JSON object", P, N);
@@ -291,12 +320,13 @@ static bool parse_entry(cg_st_file *f, const cJSON *info, st_entry *e) {
     for (const cJSON *c = shape->child; c && i < nd; c = c->next, i++) {
         uint64_t d;
         if (!json_uint(c, &d)) {
-            cg_set_error("safetensors: %s: tensor '%s': shape[%d] is not a non-negative integer",
-                         P, N, i);
+            cg_set_error("safetensors: %s: tensor '%s': shape[%d] is not a non-negative integer", P,
+                         N, i);
             return false;
         }
         e->shape[i] = (int64_t)d;
-        if (d == 0) has_zero = true;
+        if (d == 0)
+            has_zero = true;
     }
     /* Element count; the byte count must fit in int64. */
     uint64_t numel = 1;
@@ -308,7 +338,8 @@ static bool parse_entry(cg_st_file *f, const cJSON *info, st_entry *e) {
             uint64_t d = (uint64_t)e->shape[i];
             if (numel > limit / d) {
                 cg_set_error("safetensors: %s: tensor '%s': shape overflows (element count too "
-                             "large at dimension %d)", P, N, i);
+                             "large at dimension %d)",
+                             P, N, i);
                 return false;
             }
             numel *= d;
@@ -330,20 +361,22 @@ static bool parse_entry(cg_st_file *f, const cJSON *info, st_entry *e) {
     }
     if (b > en) {
         cg_set_error("safetensors: %s: tensor '%s': data_offsets begin %" PRIu64
-                     " is after end %" PRIu64, P, N, b, en);
+                     " is after end %" PRIu64,
+                     P, N, b, en);
         return false;
     }
     if (en > f->data_len) {
         cg_set_error("safetensors: %s: tensor '%s': data_offsets end %" PRIu64
-                     " is beyond the data buffer (%zu bytes)", P, N, en, f->data_len);
+                     " is beyond the data buffer (%zu bytes)",
+                     P, N, en, f->data_len);
         return false;
     }
     if (en - b != numel * esize) {
         char sh[160];
         cg_shape_str_n(nd, e->shape, sh, sizeof sh);
         cg_set_error("safetensors: %s: tensor '%s': byte count %" PRIu64 " does not match shape %s"
-                     " %s (%" PRIu64 " bytes)", P, N, en - b, sh, dtype_table[code].name,
-                     numel * esize);
+                     " %s (%" PRIu64 " bytes)",
+                     P, N, en - b, sh, dtype_table[code].name, numel * esize);
         return false;
     }
     e->begin = b;
@@ -351,14 +384,18 @@ static bool parse_entry(cg_st_file *f, const cJSON *info, st_entry *e) {
     return true;
 }
 
-static int cmp_span(const void *a, const void *b) {
+static int cmp_span(const void *a, const void *b)
+{
     const st_entry *x = *(const st_entry *const *)a, *y = *(const st_entry *const *)b;
-    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
-    if (x->end != y->end) return x->end < y->end ? -1 : 1;
+    if (x->begin != y->begin)
+        return x->begin < y->begin ? -1 : 1;
+    if (x->end != y->end)
+        return x->end < y->end ? -1 : 1;
     return 0;
 }
 
-cJSON *cg_st_metadata_json(const cg_st_file *f, const char *key) {
+cJSON *cg_st_metadata_json(const cg_st_file *f, const char *key)
+{
     if (!f || !key) {
         cg_set_error("safetensors: cg_st_metadata_json: NULL %s", !f ? "file" : "key");
         return NULL;
@@ -374,7 +411,8 @@ cJSON *cg_st_metadata_json(const cg_st_file *f, const char *key) {
     return j;
 }
 
-bool cg_st_metadata_number(const cg_st_file *f, const char *key, double *out) {
+bool cg_st_metadata_number(const cg_st_file *f, const char *key, double *out)
+{
     cJSON *j = cg_st_metadata_json(f, key);
     bool ok = j && cJSON_IsNumber(j);
     if (ok && out)
@@ -387,7 +425,8 @@ bool cg_st_metadata_number(const cg_st_file *f, const char *key, double *out) {
 }
 
 /* Takes ownership of buf (len bytes) in all cases. */
-static cg_st_file *parse_buffer(unsigned char *buf, size_t len, const char *path) {
+static cg_st_file *parse_buffer(unsigned char *buf, size_t len, const char *path)
+{
     cJSON *root = NULL;
     st_entry **spans = NULL;
     cg_st_file *f = calloc(1, sizeof *f);
@@ -399,7 +438,8 @@ static cg_st_file *parse_buffer(unsigned char *buf, size_t len, const char *path
     f->buf = buf;
     f->len = len;
     f->path = strdup(path);
-    if (!f->path) FAIL("safetensors: %s: out of memory", path);
+    if (!f->path)
+        FAIL("safetensors: %s: out of memory", path);
     const char *P = f->path;
 
     if (len < 8)
@@ -407,7 +447,8 @@ static cg_st_file *parse_buffer(unsigned char *buf, size_t len, const char *path
     uint64_t hlen = read_le64(buf);
     if (hlen > CG_ST_MAX_HEADER)
         FAIL("safetensors: %s: header length %" PRIu64 " is absurd (limit %" PRIu64
-             " bytes); corrupt file?", P, hlen, CG_ST_MAX_HEADER);
+             " bytes); corrupt file?",
+             P, hlen, CG_ST_MAX_HEADER);
     if (hlen > len - 8)
         FAIL("safetensors: %s: header length %" PRIu64 " does not fit the file (%zu bytes)", P,
              hlen, len);
@@ -418,7 +459,8 @@ static cg_st_file *parse_buffer(unsigned char *buf, size_t len, const char *path
     size_t bad = utf8_bad_at(hdr, (size_t)hlen, true);
     if (bad < hlen)
         FAIL("safetensors: %s: header is not valid JSON text: bad or control byte 0x%02x at "
-             "header byte %zu", P, hdr[bad], bad);
+             "header byte %zu",
+             P, hdr[bad], bad);
 
     if (hlen >= 3 && hdr[0] == 0xEF && hdr[1] == 0xBB && hdr[2] == 0xBF)
         FAIL("safetensors: %s: header is not valid JSON (starts with a UTF-8 byte order mark)", P);
@@ -426,38 +468,48 @@ static cg_st_file *parse_buffer(unsigned char *buf, size_t len, const char *path
     root = cJSON_ParseWithLengthOpts((const char *)hdr, (size_t)hlen, &end, 0);
     if (!root) {
         size_t at = (end && end >= (const char *)hdr && end <= (const char *)hdr + hlen)
-                        ? (size_t)(end - (const char *)hdr) : 0;
-        FAIL("safetensors: %s: header is not valid JSON (near header byte %zu of %" PRIu64 ")",
-             P, at, hlen);
+                        ? (size_t)(end - (const char *)hdr)
+                        : 0;
+        FAIL("safetensors: %s: header is not valid JSON (near header byte %zu of %" PRIu64 ")", P,
+             at, hlen);
     }
     if (end && end >= (const char *)hdr && end <= (const char *)hdr + hlen) {
         for (const char *p = end; p < (const char *)hdr + hlen; p++)
             if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r')
-                FAIL("safetensors: %s: header is not valid JSON (extra data at header byte %zu)",
-                     P, (size_t)(p - (const char *)hdr));
+                FAIL("safetensors: %s: header is not valid JSON (extra data at header byte %zu)", P,
+                     (size_t)(p - (const char *)hdr));
     }
-    if (!cJSON_IsObject(root)) FAIL("safetensors: %s: header is not a JSON object", P);
+    if (!cJSON_IsObject(root))
+        FAIL("safetensors: %s: header is not a JSON object", P);
 
     const char *dup;
-    if (!find_duplicate_key(root, &dup)) FAIL("safetensors: %s: out of memory", P);
-    if (dup) FAIL("safetensors: %s: duplicate name '%s' in the header", P, dup);
+    if (!find_duplicate_key(root, &dup))
+        FAIL("safetensors: %s: out of memory", P);
+    if (dup)
+        FAIL("safetensors: %s: duplicate name '%s' in the header", P, dup);
 
     int members = cJSON_GetArraySize(root);
     f->entries = calloc((size_t)members + 1, sizeof *f->entries);
-    if (!f->entries) FAIL("safetensors: %s: out of memory", P);
+    if (!f->entries)
+        FAIL("safetensors: %s: out of memory", P);
     for (const cJSON *c = root->child; c; c = c->next) {
         const char *name = c->string ? c->string : "";
         if (strcmp(name, "__metadata__") == 0) {
-            if (!parse_metadata(f, c)) goto fail;
+            if (!parse_metadata(f, c))
+                goto fail;
             continue;
         }
-        if (name[0] == '\0') FAIL("safetensors: %s: a tensor has an empty name", P);
-        if (f->n >= members) break;
+        if (name[0] == '\0')
+            FAIL("safetensors: %s: a tensor has an empty name", P);
+        if (f->n >= members)
+            break;
         st_entry *e = &f->entries[f->n];
         e->name = strdup(name);
-        if (!e->name) FAIL("safetensors: %s: out of memory", P);
+        if (!e->name)
+            FAIL("safetensors: %s: out of memory", P);
         f->n++;
-        if (!parse_entry(f, c, e)) goto fail;
+        if (!parse_entry(f, c, e))
+            goto fail;
     }
     cJSON_Delete(root);
     root = NULL;
@@ -465,8 +517,10 @@ static cg_st_file *parse_buffer(unsigned char *buf, size_t len, const char *path
     /* The ranges must tile the data buffer: sort by (begin, end) and walk. */
     spans = malloc(((size_t)f->n + 1) * sizeof *spans);
     f->by_name = malloc(((size_t)f->n + 1) * sizeof *f->by_name);
-    if (!spans || !f->by_name) FAIL("safetensors: %s: out of memory", P);
-    for (int i = 0; i < f->n; i++) spans[i] = f->by_name[i] = &f->entries[i];
+    if (!spans || !f->by_name)
+        FAIL("safetensors: %s: out of memory", P);
+    for (int i = 0; i < f->n; i++)
+        spans[i] = f->by_name[i] = &f->entries[i];
     qsort(spans, (size_t)f->n, sizeof *spans, cmp_span);
     uint64_t pos = 0;
     const st_entry *prev = NULL;
@@ -474,8 +528,9 @@ static cg_st_file *parse_buffer(unsigned char *buf, size_t len, const char *path
         const st_entry *e = spans[i];
         if (e->begin < pos)
             FAIL("safetensors: %s: tensor '%s': data range [%" PRIu64 ", %" PRIu64
-                 ") overlaps tensor '%s' [%" PRIu64 ", %" PRIu64 ")", P, e->name, e->begin,
-                 e->end, prev ? prev->name : "?", prev ? prev->begin : 0, prev ? prev->end : 0);
+                 ") overlaps tensor '%s' [%" PRIu64 ", %" PRIu64 ")",
+                 P, e->name, e->begin, e->end, prev ? prev->name : "?", prev ? prev->begin : 0,
+                 prev ? prev->end : 0);
         if (e->begin > pos)
             FAIL("safetensors: %s: tensor '%s': data range [%" PRIu64 ", %" PRIu64
                  ") leaves a gap of %" PRIu64 " bytes at byte %" PRIu64 " of the data buffer",
@@ -485,8 +540,8 @@ static cg_st_file *parse_buffer(unsigned char *buf, size_t len, const char *path
     }
     if (pos != f->data_len)
         FAIL("safetensors: %s: %" PRIu64 " trailing bytes after the last tensor (data buffer is "
-             "%zu bytes, tensors end at %" PRIu64 ")", P, (uint64_t)f->data_len - pos,
-             f->data_len, pos);
+             "%zu bytes, tensors end at %" PRIu64 ")",
+             P, (uint64_t)f->data_len - pos, f->data_len, pos);
     free(spans);
     spans = NULL;
     /* The top-level duplicate check above already guarantees unique names. */
@@ -500,7 +555,8 @@ fail:
     return NULL;
 }
 
-cg_st_file *cg_st_open(const char *path) {
+cg_st_file *cg_st_open(const char *path)
+{
     if (!path || !path[0]) {
         cg_set_error("safetensors: cg_st_open: %s path", path ? "empty" : "NULL");
         return NULL;
@@ -537,23 +593,27 @@ cg_st_file *cg_st_open(const char *path) {
     size_t got = 0;
     while (got < len) {
         ssize_t r = read(fd, buf + got, len - got);
-        if (r < 0 && errno == EINTR) continue;
+        if (r < 0 && errno == EINTR)
+            continue;
         if (r < 0) {
-            cg_set_error("safetensors: %s: read failed after %zu of %zu bytes: %s", path, got,
-                         len, strerror(errno));
+            cg_set_error("safetensors: %s: read failed after %zu of %zu bytes: %s", path, got, len,
+                         strerror(errno));
             free(buf);
             close(fd);
             return NULL;
         }
-        if (r == 0) break; /* the file shrank: parse what is there */
+        if (r == 0)
+            break; /* the file shrank: parse what is there */
         got += (size_t)r;
     }
     close(fd);
     return parse_buffer(buf, got, path);
 }
 
-cg_st_file *cg_st_open_memory(const void *data, size_t len, const char *name) {
-    if (!name) name = "<memory>";
+cg_st_file *cg_st_open_memory(const void *data, size_t len, const char *name)
+{
+    if (!name)
+        name = "<memory>";
     if (!data && len) {
         cg_set_error("safetensors: %s: NULL buffer of %zu bytes", name, len);
         return NULL;
@@ -563,7 +623,8 @@ cg_st_file *cg_st_open_memory(const void *data, size_t len, const char *name) {
         cg_set_error("safetensors: %s: out of memory (%zu bytes)", name, len);
         return NULL;
     }
-    if (len) memcpy(buf, data, len);
+    if (len)
+        memcpy(buf, data, len);
     return parse_buffer(buf, len, name);
 }
 
@@ -571,7 +632,8 @@ const char *cg_st_path(const cg_st_file *f) { return f ? f->path : NULL; }
 
 int cg_st_count(const cg_st_file *f) { return f ? f->n : 0; }
 
-double cg_st_f32_elements(const cg_st_file *f) {
+double cg_st_f32_elements(const cg_st_file *f)
+{
     double have = 0;
     for (int i = 0; i < cg_st_count(f); i++) {
         cg_st_dtype dt;
@@ -583,8 +645,10 @@ double cg_st_f32_elements(const cg_st_file *f) {
     return have;
 }
 
-const char *cg_st_name(const cg_st_file *f, int i) {
-    if (!f) return NULL;
+const char *cg_st_name(const cg_st_file *f, int i)
+{
+    if (!f)
+        return NULL;
     if (i < 0 || i >= f->n) {
         cg_set_error("safetensors: %s: tensor index %d out of range [0, %d)", f->path, i, f->n);
         return NULL;
@@ -592,8 +656,10 @@ const char *cg_st_name(const cg_st_file *f, int i) {
     return f->entries[i].name;
 }
 
-static const st_entry *lookup(const cg_st_file *f, const char *name) {
-    if (!f || !name || f->n == 0) return NULL;
+static const st_entry *lookup(const cg_st_file *f, const char *name)
+{
+    if (!f || !name || f->n == 0)
+        return NULL;
     st_entry key = {.name = (char *)name};
     const st_entry *kp = &key;
     st_entry **hit = bsearch(&kp, f->by_name, (size_t)f->n, sizeof *f->by_name, cmp_entry_name);
@@ -601,48 +667,63 @@ static const st_entry *lookup(const cg_st_file *f, const char *name) {
 }
 
 /* lookup, recording an error when absent. */
-static const st_entry *need(const cg_st_file *f, const char *name, const char *fn) {
-    if (!f) return NULL;
+static const st_entry *need(const cg_st_file *f, const char *name, const char *fn)
+{
+    if (!f)
+        return NULL;
     if (!name) {
         cg_set_error("safetensors: %s: %s: NULL tensor name", f->path, fn);
         return NULL;
     }
     const st_entry *e = lookup(f, name);
-    if (!e) cg_set_error("safetensors: %s: no tensor named '%s' (%d tensors in file)", f->path,
-                         name, f->n);
+    if (!e)
+        cg_set_error("safetensors: %s: no tensor named '%s' (%d tensors in file)", f->path, name,
+                     f->n);
     return e;
 }
 
 bool cg_st_has(const cg_st_file *f, const char *name) { return lookup(f, name) != NULL; }
 
 bool cg_st_info(const cg_st_file *f, const char *name, cg_st_dtype *dtype, int *ndim,
-                int64_t *shape) {
+                int64_t *shape)
+{
     const st_entry *e = need(f, name, "cg_st_info");
-    if (!e) return false;
-    if (dtype) *dtype = e->dtype;
-    if (ndim) *ndim = e->ndim;
+    if (!e)
+        return false;
+    if (dtype)
+        *dtype = e->dtype;
+    if (ndim)
+        *ndim = e->ndim;
     if (shape)
-        for (int i = 0; i < e->ndim; i++) shape[i] = e->shape[i];
+        for (int i = 0; i < e->ndim; i++)
+            shape[i] = e->shape[i];
     return true;
 }
 
-const void *cg_st_raw(const cg_st_file *f, const char *name, size_t *nbytes) {
+const void *cg_st_raw(const cg_st_file *f, const char *name, size_t *nbytes)
+{
     const st_entry *e = need(f, name, "cg_st_raw");
-    if (!e) return NULL;
-    if (nbytes) *nbytes = (size_t)(e->end - e->begin);
+    if (!e)
+        return NULL;
+    if (nbytes)
+        *nbytes = (size_t)(e->end - e->begin);
     return f->data + e->begin;
 }
 
-static bool need_dtype(const cg_st_file *f, const st_entry *e, cg_st_dtype want) {
-    if (e->dtype == want) return true;
+static bool need_dtype(const cg_st_file *f, const st_entry *e, cg_st_dtype want)
+{
+    if (e->dtype == want)
+        return true;
     cg_set_error("safetensors: %s: tensor '%s' has dtype %s, expected %s", f->path, e->name,
                  cg_st_dtype_name(e->dtype), cg_st_dtype_name(want));
     return false;
 }
 
-cg_tensor *cg_st_get_f32(const cg_st_file *f, const char *name) {
+cg_tensor *cg_st_get_f32(const cg_st_file *f, const char *name)
+{
     const st_entry *e = need(f, name, "cg_st_get_f32");
-    if (!e || !need_dtype(f, e, CG_ST_F32)) return NULL;
+    if (!e || !need_dtype(f, e, CG_ST_F32))
+        return NULL;
     cg_tensor *t = cg_empty(e->ndim, e->shape);
     if (!t) {
         cg_prefix_error("safetensors: %s: tensor '%s': ", f->path, e->name);
@@ -652,56 +733,70 @@ cg_tensor *cg_st_get_f32(const cg_st_file *f, const char *name) {
     return t;
 }
 
-bool cg_st_load_into(const cg_st_file *f, const char *name, cg_tensor *dst) {
+bool cg_st_load_into(const cg_st_file *f, const char *name, cg_tensor *dst)
+{
     if (!dst) {
-        if (!cg_has_error()) cg_set_error("safetensors: cg_st_load_into: NULL destination");
+        if (!cg_has_error())
+            cg_set_error("safetensors: cg_st_load_into: NULL destination");
         return false;
     }
     const st_entry *e = need(f, name, "cg_st_load_into");
-    if (!e || !need_dtype(f, e, CG_ST_F32)) return false;
+    if (!e || !need_dtype(f, e, CG_ST_F32))
+        return false;
     bool same = dst->ndim == e->ndim;
-    for (int i = 0; same && i < e->ndim; i++) same = dst->shape[i] == e->shape[i];
+    for (int i = 0; same && i < e->ndim; i++)
+        same = dst->shape[i] == e->shape[i];
     if (!same) {
         char a[160], b[160];
         cg_shape_str_n(e->ndim, e->shape, a, sizeof a);
         cg_shape_str(dst, b, sizeof b);
-        cg_set_error("safetensors: %s: tensor '%s' has shape %s, destination has shape %s",
-                     f->path, e->name, a, b);
+        cg_set_error("safetensors: %s: tensor '%s' has shape %s, destination has shape %s", f->path,
+                     e->name, a, b);
         return false;
     }
     cg_tensor *src = cg_st_get_f32(f, name);
-    if (!src) return false;
+    if (!src)
+        return false;
     bool ok = cg_k_copy_(dst, src);
     cg_release(src);
     return ok;
 }
 
-int64_t *cg_st_get_i64(const cg_st_file *f, const char *name, int *ndim, int64_t *shape) {
+int64_t *cg_st_get_i64(const cg_st_file *f, const char *name, int *ndim, int64_t *shape)
+{
     const st_entry *e = need(f, name, "cg_st_get_i64");
-    if (!e || !need_dtype(f, e, CG_ST_I64)) return NULL;
+    if (!e || !need_dtype(f, e, CG_ST_I64))
+        return NULL;
     int64_t *out = malloc(e->numel ? (size_t)e->numel * sizeof(int64_t) : 1);
     if (!out) {
         cg_set_error("safetensors: %s: tensor '%s': out of memory", f->path, e->name);
         return NULL;
     }
     copy_le(out, f->data + e->begin, (size_t)e->numel, 8);
-    if (ndim) *ndim = e->ndim;
+    if (ndim)
+        *ndim = e->ndim;
     if (shape)
-        for (int i = 0; i < e->ndim; i++) shape[i] = e->shape[i];
+        for (int i = 0; i < e->ndim; i++)
+            shape[i] = e->shape[i];
     return out;
 }
 
-const char *cg_st_metadata(const cg_st_file *f, const char *key) {
-    if (!f || !key) return NULL;
+const char *cg_st_metadata(const cg_st_file *f, const char *key)
+{
+    if (!f || !key)
+        return NULL;
     for (int i = 0; i < f->nmeta; i++)
-        if (strcmp(f->meta_keys[i], key) == 0) return f->meta_vals[i];
+        if (strcmp(f->meta_keys[i], key) == 0)
+            return f->meta_vals[i];
     return NULL;
 }
 
 int cg_st_metadata_count(const cg_st_file *f) { return f ? f->nmeta : 0; }
 
-const char *cg_st_metadata_key(const cg_st_file *f, int i) {
-    if (!f) return NULL;
+const char *cg_st_metadata_key(const cg_st_file *f, int i)
+{
+    if (!f)
+        return NULL;
     if (i < 0 || i >= f->nmeta) {
         cg_set_error("safetensors: %s: metadata index %d out of range [0, %d)", f->path, i,
                      f->nmeta);
@@ -728,14 +823,18 @@ struct cg_st_writer {
     int nmeta, mcap;
 };
 
-cg_st_writer *cg_st_writer_new(void) {
+cg_st_writer *cg_st_writer_new(void)
+{
     cg_st_writer *w = calloc(1, sizeof *w);
-    if (!w) cg_set_error("safetensors: cg_st_writer_new: out of memory");
+    if (!w)
+        cg_set_error("safetensors: cg_st_writer_new: out of memory");
     return w;
 }
 
-void cg_st_writer_free(cg_st_writer *w) {
-    if (!w) return;
+void cg_st_writer_free(cg_st_writer *w)
+{
+    if (!w)
+        return;
     for (int i = 0; i < w->n; i++) {
         free(w->e[i].name);
         free(w->e[i].bytes);
@@ -752,7 +851,8 @@ void cg_st_writer_free(cg_st_writer *w) {
 
 /* Checks a new tensor's name and shape; returns the element count or -1. */
 static int64_t check_new(cg_st_writer *w, const char *fn, const char *name, int ndim,
-                         const int64_t *shape) {
+                         const int64_t *shape)
+{
     if (!w) {
         cg_set_error("safetensors: %s: NULL writer", fn);
         return -1;
@@ -786,7 +886,8 @@ static int64_t check_new(cg_st_writer *w, const char *fn, const char *name, int 
                          name, shape[i], i);
             return -1;
         }
-        if (shape[i] == 0) numel = 0;
+        if (shape[i] == 0)
+            numel = 0;
     }
     if (numel != 0)
         for (int i = 0; i < ndim; i++) {
@@ -801,21 +902,25 @@ static int64_t check_new(cg_st_writer *w, const char *fn, const char *name, int 
 
 /* Append an entry; takes ownership of bytes (freed on failure). */
 static bool push_entry(cg_st_writer *w, const char *name, cg_st_dtype dt, int ndim,
-                       const int64_t *shape, unsigned char *bytes, size_t nbytes) {
+                       const int64_t *shape, unsigned char *bytes, size_t nbytes)
+{
     if (w->n == w->cap) {
         int cap = w->cap ? 2 * w->cap : 16;
         w_entry *ne = realloc(w->e, (size_t)cap * sizeof *ne);
-        if (!ne) goto oom;
+        if (!ne)
+            goto oom;
         w->e = ne;
         w->cap = cap;
     }
     w_entry *e = &w->e[w->n];
     memset(e, 0, sizeof *e);
     e->name = strdup(name);
-    if (!e->name) goto oom;
+    if (!e->name)
+        goto oom;
     e->dtype = dt;
     e->ndim = ndim;
-    for (int i = 0; i < ndim; i++) e->shape[i] = shape[i];
+    for (int i = 0; i < ndim; i++)
+        e->shape[i] = shape[i];
     e->bytes = bytes;
     e->nbytes = nbytes;
     w->n++;
@@ -827,9 +932,11 @@ oom:
 }
 
 bool cg_st_add_f32_raw(cg_st_writer *w, const char *name, int ndim, const int64_t *shape,
-                       const float *data) {
+                       const float *data)
+{
     int64_t numel = check_new(w, "cg_st_add_f32_raw", name, ndim, shape);
-    if (numel < 0) return false;
+    if (numel < 0)
+        return false;
     if (numel > 0 && !data) {
         cg_set_error("safetensors: cg_st_add_f32_raw: tensor '%s': NULL data", name);
         return false;
@@ -844,7 +951,8 @@ bool cg_st_add_f32_raw(cg_st_writer *w, const char *name, int ndim, const int64_
     return push_entry(w, name, CG_ST_F32, ndim, shape, bytes, nb);
 }
 
-bool cg_st_add_f32(cg_st_writer *w, const char *name, const cg_tensor *t) {
+bool cg_st_add_f32(cg_st_writer *w, const char *name, const cg_tensor *t)
+{
     if (!t) { /* keep the root cause of a failed chain if there is one */
         if (!cg_has_error())
             cg_set_error("safetensors: cg_st_add_f32: tensor '%s' is NULL", name ? name : "(null)");
@@ -855,7 +963,8 @@ bool cg_st_add_f32(cg_st_writer *w, const char *name, const cg_tensor *t) {
         return false;
     }
     int64_t numel = check_new(w, "cg_st_add_f32", name, t->ndim, t->shape);
-    if (numel < 0) return false;
+    if (numel < 0)
+        return false;
     size_t nb = (size_t)numel * 4;
     unsigned char *bytes = malloc(nb ? nb : 1);
     if (!bytes) {
@@ -871,7 +980,8 @@ bool cg_st_add_f32(cg_st_writer *w, const char *name, const cg_tensor *t) {
         } else {
             float *tmp = malloc(nb);
             if (!tmp || !cg_copy_to(t, tmp)) {
-                if (!tmp) cg_set_error("safetensors: tensor '%s': out of memory", name);
+                if (!tmp)
+                    cg_set_error("safetensors: tensor '%s': out of memory", name);
                 free(tmp);
                 free(bytes);
                 return false;
@@ -884,9 +994,11 @@ bool cg_st_add_f32(cg_st_writer *w, const char *name, const cg_tensor *t) {
 }
 
 bool cg_st_add_i64(cg_st_writer *w, const char *name, int ndim, const int64_t *shape,
-                   const int64_t *data) {
+                   const int64_t *data)
+{
     int64_t numel = check_new(w, "cg_st_add_i64", name, ndim, shape);
-    if (numel < 0) return false;
+    if (numel < 0)
+        return false;
     if (numel > 0 && !data) {
         cg_set_error("safetensors: cg_st_add_i64: tensor '%s': NULL data", name);
         return false;
@@ -901,9 +1013,11 @@ bool cg_st_add_i64(cg_st_writer *w, const char *name, int ndim, const int64_t *s
     return push_entry(w, name, CG_ST_I64, ndim, shape, bytes, nb);
 }
 
-bool cg_st_add_u8(cg_st_writer *w, const char *name, int64_t n, const void *data) {
+bool cg_st_add_u8(cg_st_writer *w, const char *name, int64_t n, const void *data)
+{
     int64_t numel = check_new(w, "cg_st_add_u8", name, 1, &n);
-    if (numel < 0) return false;
+    if (numel < 0)
+        return false;
     if (numel > 0 && !data) {
         cg_set_error("safetensors: cg_st_add_u8: tensor '%s': NULL data", name);
         return false;
@@ -913,13 +1027,17 @@ bool cg_st_add_u8(cg_st_writer *w, const char *name, int64_t n, const void *data
         cg_set_error("safetensors: tensor '%s': out of memory", name);
         return false;
     }
-    if (numel > 0) memcpy(bytes, data, (size_t)numel);
+    if (numel > 0)
+        memcpy(bytes, data, (size_t)numel);
     return push_entry(w, name, CG_ST_U8, 1, &n, bytes, (size_t)numel);
 }
 
-bool cg_st_set_metadata(cg_st_writer *w, const char *key, const char *value) {
+bool cg_st_set_metadata(cg_st_writer *w, const char *key, const char *value)
+{
     if (!w || !key || !value) {
-        cg_set_error("safetensors: cg_st_set_metadata: NULL %s", !w ? "writer" : !key ? "key" : "value");
+        cg_set_error("safetensors: cg_st_set_metadata: NULL %s", !w     ? "writer"
+                                                                 : !key ? "key"
+                                                                        : "value");
         return false;
     }
     if (!utf8_valid(key) || !utf8_valid(value)) {
@@ -941,9 +1059,11 @@ bool cg_st_set_metadata(cg_st_writer *w, const char *key, const char *value) {
     if (w->nmeta == w->mcap) {
         int cap = w->mcap ? 2 * w->mcap : 8;
         char **nk = realloc(w->mkey, (size_t)cap * sizeof *nk);
-        if (nk) w->mkey = nk;
+        if (nk)
+            w->mkey = nk;
         char **nv = nk ? realloc(w->mval, (size_t)cap * sizeof *nv) : NULL;
-        if (nv) w->mval = nv;
+        if (nv)
+            w->mval = nv;
         if (!nk || !nv) {
             free(v);
             cg_set_error("safetensors: cg_st_set_metadata: out of memory");
@@ -963,10 +1083,12 @@ bool cg_st_set_metadata(cg_st_writer *w, const char *key, const char *value) {
     return true;
 }
 
-bool cg_st_set_metadata_json(cg_st_writer *w, const char *key, const cJSON *value) {
+bool cg_st_set_metadata_json(cg_st_writer *w, const char *key, const cJSON *value)
+{
     if (!w || !key || !value) {
-        cg_set_error("safetensors: cg_st_set_metadata_json: NULL %s",
-                     !w ? "writer" : !key ? "key" : "value");
+        cg_set_error("safetensors: cg_st_set_metadata_json: NULL %s", !w     ? "writer"
+                                                                      : !key ? "key"
+                                                                             : "value");
         return false;
     }
     if (cJSON_IsInvalid(value) || (cJSON_IsNumber(value) && !isfinite(value->valuedouble))) {
@@ -985,7 +1107,8 @@ bool cg_st_set_metadata_json(cg_st_writer *w, const char *key, const cJSON *valu
     return ok;
 }
 
-bool cg_st_set_metadata_number(cg_st_writer *w, const char *key, double v) {
+bool cg_st_set_metadata_number(cg_st_writer *w, const char *key, double v)
+{
     cJSON *n = cJSON_CreateNumber(v);
     if (!n) {
         cg_set_error("safetensors: metadata '%.64s': out of memory", key ? key : "");
@@ -1003,11 +1126,14 @@ typedef struct {
     bool oom;
 } sbuf;
 
-static void sb_putn(sbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
+static void sb_putn(sbuf *b, const char *s, size_t n)
+{
+    if (b->oom)
+        return;
     if (b->len + n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1) cap *= 2;
+        while (cap < b->len + n + 1)
+            cap *= 2;
         char *ns = realloc(b->s, cap);
         if (!ns) {
             b->oom = true;
@@ -1023,37 +1149,46 @@ static void sb_putn(sbuf *b, const char *s, size_t n) {
 
 static void sb_puts(sbuf *b, const char *s) { sb_putn(b, s, strlen(s)); }
 
-static void sb_putu(sbuf *b, uint64_t v) {
+static void sb_putu(sbuf *b, uint64_t v)
+{
     char tmp[32];
     snprintf(tmp, sizeof tmp, "%" PRIu64, v);
     sb_puts(b, tmp);
 }
 
 /* A JSON string literal (s is valid UTF-8, passed through unescaped). */
-static void sb_json_str(sbuf *b, const char *s) {
+static void sb_json_str(sbuf *b, const char *s)
+{
     sb_putn(b, "\"", 1);
     for (const char *p = s; *p; p++) {
         unsigned char c = (unsigned char)*p;
-        if (c == '"') sb_puts(b, "\\\"");
-        else if (c == '\\') sb_puts(b, "\\\\");
+        if (c == '"')
+            sb_puts(b, "\\\"");
+        else if (c == '\\')
+            sb_puts(b, "\\\\");
         else if (c < 0x20) {
             char tmp[8];
             snprintf(tmp, sizeof tmp, "\\u%04x", c);
             sb_puts(b, tmp);
-        } else sb_putn(b, p, 1);
+        } else
+            sb_putn(b, p, 1);
     }
     sb_putn(b, "\"", 1);
 }
 
-static bool write_all(FILE *fp, const void *p, size_t n) {
+static bool write_all(FILE *fp, const void *p, size_t n)
+{
     return n == 0 || fwrite(p, 1, n, fp) == n;
 }
 
 /* The directory holding path ("." if none); malloc'd. */
-static char *dir_of(const char *path) {
+static char *dir_of(const char *path)
+{
     const char *slash = strrchr(path, '/');
-    if (!slash) return strdup(".");
-    if (slash == path) return strdup("/");
+    if (!slash)
+        return strdup(".");
+    if (slash == path)
+        return strdup("/");
     size_t n = (size_t)(slash - path);
     char *d = malloc(n + 1);
     if (d) {
@@ -1069,39 +1204,48 @@ static char *dir_of(const char *path) {
  * effort: failures are ignored. */
 static void remove_stale_temps(const char *path, const char *dir);
 
-void cg_st_remove_stale_temps(const char *path) {
+void cg_st_remove_stale_temps(const char *path)
+{
     char *dir = dir_of(path);
-    if (!dir) return;
+    if (!dir)
+        return;
     remove_stale_temps(path, dir);
     free(dir);
 }
 
-static void remove_stale_temps(const char *path, const char *dir) {
+static void remove_stale_temps(const char *path, const char *dir)
+{
     const char *slash = strrchr(path, '/');
     const char *base = slash ? slash + 1 : path;
     size_t blen = strlen(base);
     DIR *d = opendir(dir);
-    if (!d) return;
+    if (!d)
+        return;
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
         const char *n = e->d_name;
-        if (strncmp(n, base, blen) != 0 || strncmp(n + blen, ".tmp.", 5) != 0) continue;
+        if (strncmp(n, base, blen) != 0 || strncmp(n + blen, ".tmp.", 5) != 0)
+            continue;
         const char *digits = n + blen + 5;
         char *end;
         errno = 0;
         long pid = strtol(digits, &end, 10);
         if (*end == '.') { /* "<pid>.<n>": one of several temporaries of a process */
             const char *q = end + 1;
-            while (*q >= '0' && *q <= '9') q++;
-            if (q > end + 1 && *q == '\0') end = (char *)q;
+            while (*q >= '0' && *q <= '9')
+                q++;
+            if (q > end + 1 && *q == '\0')
+                end = (char *)q;
         }
         if (*digits < '1' || *digits > '9' || *end != '\0' || errno || pid <= 0 ||
             pid == (long)getpid())
             continue;
-        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* alive, or not ours */
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue; /* alive, or not ours */
         size_t len = strlen(dir) + strlen(n) + 2;
         char *full = malloc(len);
-        if (!full) break;
+        if (!full)
+            break;
         snprintf(full, len, "%s/%s", dir, n);
         (void)unlink(full);
         free(full);
@@ -1109,7 +1253,8 @@ static void remove_stale_temps(const char *path, const char *dir) {
     closedir(d);
 }
 
-bool cg_st_writer_save(cg_st_writer *w, const char *path) {
+bool cg_st_writer_save(cg_st_writer *w, const char *path)
+{
     if (!w) {
         cg_set_error("safetensors: cg_st_writer_save: NULL writer");
         return false;
@@ -1126,7 +1271,8 @@ bool cg_st_writer_save(cg_st_writer *w, const char *path) {
     if (w->nmeta > 0) {
         sb_puts(&h, "\"__metadata__\":{");
         for (int i = 0; i < w->nmeta; i++) {
-            if (i) sb_puts(&h, ",");
+            if (i)
+                sb_puts(&h, ",");
             sb_json_str(&h, w->mkey[i]);
             sb_puts(&h, ":");
             sb_json_str(&h, w->mval[i]);
@@ -1137,14 +1283,16 @@ bool cg_st_writer_save(cg_st_writer *w, const char *path) {
     uint64_t off = 0;
     for (int i = 0; i < w->n; i++) {
         const w_entry *e = &w->e[i];
-        if (!first) sb_puts(&h, ",");
+        if (!first)
+            sb_puts(&h, ",");
         first = false;
         sb_json_str(&h, e->name);
         sb_puts(&h, ":{\"dtype\":");
         sb_json_str(&h, cg_st_dtype_name(e->dtype));
         sb_puts(&h, ",\"shape\":[");
         for (int d = 0; d < e->ndim; d++) {
-            if (d) sb_puts(&h, ",");
+            if (d)
+                sb_puts(&h, ",");
             sb_putu(&h, (uint64_t)e->shape[d]);
         }
         sb_puts(&h, "],\"data_offsets\":[");
@@ -1155,7 +1303,8 @@ bool cg_st_writer_save(cg_st_writer *w, const char *path) {
         sb_puts(&h, "]}");
     }
     sb_puts(&h, "}");
-    while ((8 + h.len) % 8 != 0) sb_puts(&h, " ");
+    while ((8 + h.len) % 8 != 0)
+        sb_puts(&h, " ");
     if (h.oom) {
         free(h.s);
         cg_set_error("safetensors: %s: out of memory building the header", path);
@@ -1163,7 +1312,8 @@ bool cg_st_writer_save(cg_st_writer *w, const char *path) {
     }
     if ((uint64_t)h.len > CG_ST_MAX_HEADER) {
         cg_set_error("safetensors: %s: header would be %zu bytes, over the %" PRIu64
-                     "-byte limit readers accept", path, h.len, CG_ST_MAX_HEADER);
+                     "-byte limit readers accept",
+                     path, h.len, CG_ST_MAX_HEADER);
         free(h.s);
         return false;
     }
@@ -1201,7 +1351,8 @@ bool cg_st_writer_save(cg_st_writer *w, const char *path) {
     unsigned char lenbuf[8];
     write_le64(lenbuf, (uint64_t)h.len);
     bool wok = write_all(fp, lenbuf, 8) && write_all(fp, h.s, h.len);
-    for (int i = 0; wok && i < w->n; i++) wok = write_all(fp, w->e[i].bytes, w->e[i].nbytes);
+    for (int i = 0; wok && i < w->n; i++)
+        wok = write_all(fp, w->e[i].bytes, w->e[i].nbytes);
     if (!wok || fflush(fp) != 0) {
         cg_set_error("safetensors: %s: write to %s failed: %s", path, tmp, strerror(errno));
         fclose(fp);
@@ -1236,7 +1387,8 @@ bool cg_st_writer_save(cg_st_writer *w, const char *path) {
     }
 
 done:
-    if (created) unlink(tmp);
+    if (created)
+        unlink(tmp);
     free(h.s);
     free(tmp);
     free(dir);

@@ -41,10 +41,21 @@ extern "C" {
  * the reader; cgrad converts only F32 (to tensors) and I64 (to int64 arrays);
  * the others are reachable as raw bytes through cg_st_raw(). */
 typedef enum {
-    CG_ST_BOOL, CG_ST_U8, CG_ST_I8, CG_ST_F8_E4M3, CG_ST_F8_E5M2,
-    CG_ST_I16, CG_ST_U16, CG_ST_F16, CG_ST_BF16,
-    CG_ST_I32, CG_ST_U32, CG_ST_F32,
-    CG_ST_I64, CG_ST_U64, CG_ST_F64,
+    CG_ST_BOOL,
+    CG_ST_U8,
+    CG_ST_I8,
+    CG_ST_F8_E4M3,
+    CG_ST_F8_E5M2,
+    CG_ST_I16,
+    CG_ST_U16,
+    CG_ST_F16,
+    CG_ST_BF16,
+    CG_ST_I32,
+    CG_ST_U32,
+    CG_ST_F32,
+    CG_ST_I64,
+    CG_ST_U64,
+    CG_ST_F64,
     CG_ST_NDTYPES
 } cg_st_dtype;
 

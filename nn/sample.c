@@ -102,8 +102,7 @@ int64_t cg_sample(const float *logits, int64_t V, const cg_sample_config *cfg, c
     return id;
 }
 
-bool cg_sample_rows(const cg_tensor *logits, const cg_sample_config *cfg, cg_rng *rng,
-                    int64_t *ids)
+bool cg_sample_rows(const cg_tensor *logits, const cg_sample_config *cfg, cg_rng *rng, int64_t *ids)
 {
     if (!logits || !ids || logits->ndim < 1 || logits->shape[logits->ndim - 1] < 1) {
         if (logits)

@@ -34,8 +34,7 @@ bool cg_tf_config_check(const cg_tf_config *c)
         return false;
     }
     if (!(c->dropout >= 0.0f && c->dropout < 1.0f)) {
-        cg_set_error("transformer config: dropout must be in [0, 1) (got %g)",
-                     (double)c->dropout);
+        cg_set_error("transformer config: dropout must be in [0, 1) (got %g)", (double)c->dropout);
         return false;
     }
     return true;
@@ -60,17 +59,13 @@ typedef struct {
 static cg_tensor *apply_sub(const sublayer *s, cg_tensor *h)
 {
     switch (s->kind) {
-    case SUB_SELF_ATTN:
-        return cg_mha_forward_masked(s->attn, h, h, s->mask, NULL);
-    case SUB_CROSS_ATTN:
-        return cg_mha_forward_masked(s->attn, h, s->memory, s->mask, NULL);
-    case SUB_FF:
-        return cg_ff_forward(s->ff, h);
-    case SUB_SELF_CACHED:
-        return cg_mha_forward_cached(s->attn, h, h, true, NULL, s->kv);
+    case SUB_SELF_ATTN: return cg_mha_forward_masked(s->attn, h, h, s->mask, NULL);
+    case SUB_CROSS_ATTN: return cg_mha_forward_masked(s->attn, h, s->memory, s->mask, NULL);
+    case SUB_FF: return cg_ff_forward(s->ff, h);
+    case SUB_SELF_CACHED: return cg_mha_forward_cached(s->attn, h, h, true, NULL, s->kv);
     case SUB_CROSS_CACHED: /* the memory's keys once, then the cache */
-        return cg_mha_forward_cached(s->attn, h, s->kv->len ? NULL : s->memory, false,
-                                     s->cross_pad, s->kv);
+        return cg_mha_forward_cached(s->attn, h, s->kv->len ? NULL : s->memory, false, s->cross_pad,
+                                     s->kv);
     }
     return NULL;
 }
@@ -120,11 +115,11 @@ static cg_module *layer_alloc(size_t size, const char *type, const cg_tf_config 
     return cg_module_alloc(size, type, NULL);
 }
 
-#define LAYER_SETUP(l, cfgp)                                                                   \
-    do {                                                                                       \
-        (l)->cfg = *(cfgp);                                                                    \
-        (l)->own_rng = cg_rng_new(0);                                                          \
-        (l)->rng = (cfgp)->dropout_rng ? (cfgp)->dropout_rng : &(l)->own_rng;                  \
+#define LAYER_SETUP(l, cfgp)                                                  \
+    do {                                                                      \
+        (l)->cfg = *(cfgp);                                                   \
+        (l)->own_rng = cg_rng_new(0);                                         \
+        (l)->rng = (cfgp)->dropout_rng ? (cfgp)->dropout_rng : &(l)->own_rng; \
     } while (0)
 
 /* ------------------------------------------------ recomputation (flag) */
@@ -217,9 +212,15 @@ static cg_tensor *rc_forward(rc_kind kind, cg_module *layer, cg_rng *rng, cg_ten
     c->kind = kind;
     c->layer = layer;
     cg_tensor *ins[2] = {x, memory};
-    cg_checkpoint_block blk = {.fn = rc_run, .ctx = c, .ctx_free = rc_ctx_free,
-                               .n_inputs = memory ? 2 : 1, .inputs = ins, .n_params = pl.n,
-                               .params = ps, .n_rngs = 1, .rngs = &rng};
+    cg_checkpoint_block blk = {.fn = rc_run,
+                               .ctx = c,
+                               .ctx_free = rc_ctx_free,
+                               .n_inputs = memory ? 2 : 1,
+                               .inputs = ins,
+                               .n_params = pl.n,
+                               .params = ps,
+                               .n_rngs = 1,
+                               .rngs = &rng};
     cg_tensor *y = cg_checkpoint(&blk);
     cg_param_list_free(&pl);
     free(ps);
@@ -307,8 +308,8 @@ static cg_tensor *dec_layer_impl(cg_module *m, cg_tensor *const *in, void *args)
     if (l->recompute && cg_grad_enabled())
         return rc_forward(RC_DEC, &l->base, l->rng, x, memory, self_mask, cross_mask);
     sublayer sa = {.kind = SUB_SELF_ATTN, .attn = l->self_attn, .mask = self_mask};
-    sublayer ca = {.kind = SUB_CROSS_ATTN, .attn = l->cross_attn, .memory = memory,
-                   .mask = cross_mask};
+    sublayer ca = {
+        .kind = SUB_CROSS_ATTN, .attn = l->cross_attn, .memory = memory, .mask = cross_mask};
     sublayer ff = {.kind = SUB_FF, .ff = l->ff};
     cg_tensor *h1 = residual(&l->base, &l->cfg, l->rng, l->ln1, &sa, x);
     cg_tensor *h2 = residual(&l->base, &l->cfg, l->rng, l->ln2, &ca, h1);
@@ -333,8 +334,11 @@ static cg_tensor *dec_layer_cached_impl(cg_module *m, cg_tensor *const *in, void
     cg_dec_layer *l = (cg_dec_layer *)m;
     const fwd_args *a = args;
     sublayer sa = {.kind = SUB_SELF_CACHED, .attn = l->self_attn, .kv = a->kv_self};
-    sublayer ca = {.kind = SUB_CROSS_CACHED, .attn = l->cross_attn, .memory = in[1],
-                   .kv = a->kv_cross, .cross_pad = a->cross_pad};
+    sublayer ca = {.kind = SUB_CROSS_CACHED,
+                   .attn = l->cross_attn,
+                   .memory = in[1],
+                   .kv = a->kv_cross,
+                   .cross_pad = a->cross_pad};
     sublayer ff = {.kind = SUB_FF, .ff = l->ff};
     cg_tensor *h1 = residual(&l->base, &l->cfg, l->rng, l->ln1, &sa, in[0]);
     cg_tensor *h2 = residual(&l->base, &l->cfg, l->rng, l->ln2, &ca, h1);
@@ -394,19 +398,13 @@ cg_tensor *cg_lm_block_forward(cg_lm_block *b, cg_tensor *x, const cg_attn_mask 
 }
 
 /* --------------------------------------------------------------- stacks */
-static void enc_stack_destroy(cg_module *m)
-{
-    free(((cg_enc_stack *)m)->layers);
-}
+static void enc_stack_destroy(cg_module *m) { free(((cg_enc_stack *)m)->layers); }
 
-static void dec_stack_destroy(cg_module *m)
-{
-    free(((cg_dec_stack *)m)->layers);
-}
+static void dec_stack_destroy(cg_module *m) { free(((cg_dec_stack *)m)->layers); }
 
 /* Builds the "layers" list and ln_f of a stack; make() creates one layer. */
-static bool stack_build(cg_module *s, int n, cg_tf_config *cfg, cg_rng *init_rng,
-                        void **layers, cg_norm **ln_f, bool decoder)
+static bool stack_build(cg_module *s, int n, cg_tf_config *cfg, cg_rng *init_rng, void **layers,
+                        cg_norm **ln_f, bool decoder)
 {
     cg_rng local = cg_rng_new(0);
     cg_rng *r = init_rng ? init_rng : &local;
@@ -416,8 +414,8 @@ static bool stack_build(cg_module *s, int n, cg_tf_config *cfg, cg_rng *init_rng
     for (int i = 0; i < n; i++) {
         char name[24];
         snprintf(name, sizeof name, "%d", i);
-        cg_module *l = decoder ? CG_MODULE(cg_dec_layer_new(cfg, r))
-                               : CG_MODULE(cg_enc_layer_new(cfg, r));
+        cg_module *l =
+            decoder ? CG_MODULE(cg_dec_layer_new(cfg, r)) : CG_MODULE(cg_enc_layer_new(cfg, r));
         if (!(layers[i] = ADD(list, name, l)))
             return false;
     }
@@ -449,8 +447,7 @@ cg_enc_stack *cg_enc_stack_new(int n_layers, const cg_tf_config *cfg, cg_rng *in
         return NULL;
     }
     s->n_layers = n_layers;
-    if (!stack_build(&s->base, n_layers, &s->cfg, init_rng, (void **)s->layers, &s->ln_f,
-                     false)) {
+    if (!stack_build(&s->base, n_layers, &s->cfg, init_rng, (void **)s->layers, &s->ln_f, false)) {
         cg_module_free(&s->base);
         return NULL;
     }
@@ -480,8 +477,7 @@ cg_dec_stack *cg_dec_stack_new(int n_layers, const cg_tf_config *cfg, cg_rng *in
         return NULL;
     }
     s->n_layers = n_layers;
-    if (!stack_build(&s->base, n_layers, &s->cfg, init_rng, (void **)s->layers, &s->ln_f,
-                     true)) {
+    if (!stack_build(&s->base, n_layers, &s->cfg, init_rng, (void **)s->layers, &s->ln_f, true)) {
         cg_module_free(&s->base);
         return NULL;
     }
@@ -696,8 +692,7 @@ static cg_tensor *dec_stack_cached_impl(cg_module *m, cg_tensor *const *in, void
     }
     cg_tensor *h = cg_retain(x);
     for (int i = 0; i < s->n_layers && h; i++) {
-        fwd_args la = {.kv_self = &c->self[i], .kv_cross = &c->cross[i],
-                       .cross_pad = c->cross_pad};
+        fwd_args la = {.kv_self = &c->self[i], .kv_cross = &c->cross[i], .cross_pad = c->cross_pad};
         cg_tensor *n = cg_module_call(&s->layers[i]->base, dec_layer_cached_impl, 2,
                                       (cg_tensor *const[]){h, memory}, &la);
         cg_release(h);
@@ -714,8 +709,7 @@ cg_tensor *cg_dec_stack_forward_cached(cg_dec_stack *s, cg_tensor *x, cg_tensor 
     if (!s || !x || !c)
         return NULL;
     fwd_args a = {.mem_pad = mem_pad, .cache = c};
-    return cg_module_call(&s->base, dec_stack_cached_impl, 2, (cg_tensor *const[]){x, memory},
-                          &a);
+    return cg_module_call(&s->base, dec_stack_cached_impl, 2, (cg_tensor *const[]){x, memory}, &a);
 }
 
 cg_tensor *cg_lm_blocks_forward_cached(cg_lm_block *const *blocks, int n_blocks, cg_tensor *x,
@@ -731,8 +725,8 @@ cg_tensor *cg_lm_blocks_forward_cached(cg_lm_block *const *blocks, int n_blocks,
     cg_tensor *h = cg_retain(x);
     for (int i = 0; i < n_blocks && h; i++) {
         fwd_args a = {.kv_self = &c->self[i]};
-        cg_tensor *n = blocks[i] ? cg_module_call(&blocks[i]->base, lm_block_impl, 1, &h, &a)
-                                 : NULL;
+        cg_tensor *n =
+            blocks[i] ? cg_module_call(&blocks[i]->base, lm_block_impl, 1, &h, &a) : NULL;
         cg_release(h);
         h = n;
     }

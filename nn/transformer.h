@@ -21,13 +21,13 @@ extern "C" {
 #endif
 
 typedef struct {
-    int64_t d;          /* model width */
-    int64_t H;          /* heads; d % H == 0 */
-    int64_t d_ff;       /* feed-forward width */
-    cg_norm_kind norm;  /* layernorm | rmsnorm (eps 1e-5) */
-    cg_act act;         /* relu | gelu (tanh form) */
-    bool norm_first;    /* pre-norm (true) or post-norm */
-    float dropout;      /* in [0, 1) */
+    int64_t d;         /* model width */
+    int64_t H;         /* heads; d % H == 0 */
+    int64_t d_ff;      /* feed-forward width */
+    cg_norm_kind norm; /* layernorm | rmsnorm (eps 1e-5) */
+    cg_act act;        /* relu | gelu (tanh form) */
+    bool norm_first;   /* pre-norm (true) or post-norm */
+    float dropout;     /* in [0, 1) */
     /* Generator for every dropout mask of the layer/stack (borrowed: must
      * outlive the module). NULL: the module owns one, seeded with 0. */
     cg_rng *dropout_rng;
@@ -45,7 +45,7 @@ typedef struct {
     cg_norm *ln1;
     cg_ff *ff;
     cg_norm *ln2;
-    bool recompute;       /* see "Recomputation" below */
+    bool recompute; /* see "Recomputation" below */
 } cg_enc_layer;
 
 typedef struct {

@@ -98,10 +98,7 @@ static double global_norm(const char *what, int n, cg_tensor *const *params)
     return sqrt(ss);
 }
 
-double cg_grad_norm(int n, cg_tensor *const *params)
-{
-    return global_norm("grad_norm", n, params);
-}
+double cg_grad_norm(int n, cg_tensor *const *params) { return global_norm("grad_norm", n, params); }
 
 double cg_clip_grad_norm(int n, cg_tensor *const *params, double max_norm)
 {
@@ -165,8 +162,8 @@ double cg_optim_grad_sqsum(const cg_optim *o)
 bool cg_optim_clip_grads_by(cg_optim *o, double total, double max_norm)
 {
     if (!o || !(max_norm >= 0) || !(total >= 0 || isnan(total))) {
-        cg_set_error("optim_clip_grads_by: %s", !o ? "optimizer is NULL"
-                                                    : "max_norm and total must be >= 0");
+        cg_set_error("optim_clip_grads_by: %s",
+                     !o ? "optimizer is NULL" : "max_norm and total must be >= 0");
         return false;
     }
     if (!isfinite(total))
@@ -188,7 +185,8 @@ bool cg_optim_clip_grads_by(cg_optim *o, double total, double max_norm)
         }
         if (!cg_same_shape(g, p) || !cg_is_contiguous(g)) {
             cg_set_error("optim_clip_grads_by: gradient of '%s' is not a contiguous tensor of "
-                         "its parameter's shape", cg_optim_param_name(o, i));
+                         "its parameter's shape",
+                         cg_optim_param_name(o, i));
             return false;
         }
         float *x = cg_data(g);

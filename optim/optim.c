@@ -23,12 +23,12 @@
 
 typedef struct {
     char *name;
-    cg_tensor *p;      /* retained */
+    cg_tensor *p; /* retained */
     double wd;
-    int64_t step;      /* updates this parameter received */
-    int64_t lo, hi;    /* the elements it owns (cg_optim_new_sharded); [0, numel) */
-    cg_tensor *buf1;   /* exp_avg, or SGD's momentum buffer (NULL if unused) */
-    cg_tensor *buf2;   /* exp_avg_sq (NULL if unused) */
+    int64_t step;    /* updates this parameter received */
+    int64_t lo, hi;  /* the elements it owns (cg_optim_new_sharded); [0, numel) */
+    cg_tensor *buf1; /* exp_avg, or SGD's momentum buffer (NULL if unused) */
+    cg_tensor *buf2; /* exp_avg_sq (NULL if unused) */
 } slot;
 
 struct cg_optim {
@@ -48,14 +48,14 @@ const char *cg_optim_type_name(cg_optim_type t)
 
 cg_optim_config cg_sgd_config(double lr, double momentum, bool nesterov)
 {
-    return (cg_optim_config){.type = CG_OPTIM_SGD, .lr = lr, .momentum = momentum,
-                             .nesterov = nesterov};
+    return (cg_optim_config){
+        .type = CG_OPTIM_SGD, .lr = lr, .momentum = momentum, .nesterov = nesterov};
 }
 
 cg_optim_config cg_adam_config(double lr, double beta1, double beta2, double eps)
 {
-    return (cg_optim_config){.type = CG_OPTIM_ADAM, .lr = lr, .beta1 = beta1, .beta2 = beta2,
-                             .eps = eps};
+    return (cg_optim_config){
+        .type = CG_OPTIM_ADAM, .lr = lr, .beta1 = beta1, .beta2 = beta2, .eps = eps};
 }
 
 cg_optim_config cg_adamw_config(double lr, double beta1, double beta2, double eps)
@@ -105,8 +105,8 @@ static bool check_config(const char *what, const cg_optim_config *c)
         return true;
     }
     if (!(c->beta1 >= 0 && c->beta1 < 1) || !(c->beta2 >= 0 && c->beta2 < 1)) {
-        cg_set_error("%s: %s betas (%g, %g) must be in [0, 1)", what, type_names[c->type],
-                     c->beta1, c->beta2);
+        cg_set_error("%s: %s betas (%g, %g) must be in [0, 1)", what, type_names[c->type], c->beta1,
+                     c->beta2);
         return false;
     }
     if (!(c->eps >= 0) || !isfinite(c->eps)) {
@@ -202,8 +202,8 @@ cg_optim *cg_optim_new_sharded(const cg_optim_config *cfg, int n, const cg_optim
         for (int j = 0; j < i; j++) {
             const cg_optim_param *r = &params[j];
             if (strcmp(q->name, r->name) == 0) {
-                cg_set_error("optim_new: parameter name '%s' appears twice (%d and %d)", q->name,
-                             j, i);
+                cg_set_error("optim_new: parameter name '%s' appears twice (%d and %d)", q->name, j,
+                             i);
                 return NULL;
             }
             const cg_tensor *a = q->tensor, *b = r->tensor;
@@ -216,11 +216,12 @@ cg_optim *cg_optim_new_sharded(const cg_optim_config *cfg, int n, const cg_optim
                 return NULL;
             }
         }
-        if (own && !(own[i].lo >= 0 && own[i].lo <= own[i].hi &&
-                     own[i].hi <= cg_numel(q->tensor))) {
+        if (own &&
+            !(own[i].lo >= 0 && own[i].lo <= own[i].hi && own[i].hi <= cg_numel(q->tensor))) {
             cg_set_error("optim_new: parameter '%s' (%lld elements): owned range [%lld, %lld) "
-                         "is not inside it", q->name, (long long)cg_numel(q->tensor),
-                         (long long)own[i].lo, (long long)own[i].hi);
+                         "is not inside it",
+                         q->name, (long long)cg_numel(q->tensor), (long long)own[i].lo,
+                         (long long)own[i].hi);
             return NULL;
         }
     }
@@ -265,8 +266,8 @@ void cg_optim_free(cg_optim *o)
     free(o);
 }
 
-cg_optim *cg_optim_from_module(const cg_optim_config *cfg, const cg_module *m,
-                               double weight_decay, cg_decay_rule rule)
+cg_optim *cg_optim_from_module(const cg_optim_config *cfg, const cg_module *m, double weight_decay,
+                               cg_decay_rule rule)
 {
     if (!cfg || !m) {
         if (!cfg)
@@ -288,8 +289,8 @@ cg_optim *cg_optim_from_module(const cg_optim_config *cfg, const cg_module *m,
             if (!l.items[i].tensor->requires_grad)
                 continue; /* frozen (cg_module_requires_grad): left out */
             bool decay = rule == CG_DECAY_ALL || l.items[i].tensor->ndim >= 2;
-            op[n++] = (cg_optim_param){l.items[i].name, l.items[i].tensor,
-                                       decay ? weight_decay : 0.0};
+            op[n++] =
+                (cg_optim_param){l.items[i].name, l.items[i].tensor, decay ? weight_decay : 0.0};
         }
         o = cg_optim_new(cfg, n, op); /* copies the names */
     }
@@ -340,12 +341,12 @@ static void adam_update(float *restrict p, const float *restrict g0, float *rest
     for (int64_t i = 0; i < n; i++) {
         float g = g0[i];
         if (l2 != 0)
-            g = g + l2 * p[i];           /* Adam: grad.add(param, alpha=wd) */
+            g = g + l2 * p[i]; /* Adam: grad.add(param, alpha=wd) */
         float pi = p[i];
         if (decay != 1)
-            pi = pi * decay;             /* AdamW: param.mul_(1 - lr*wd) */
-        m[i] = m[i] * b1 + a1 * g;       /* exp_avg.mul_(b1).add_(g, alpha=1-b1) */
-        v[i] = v[i] * b2 + a2 * g * g;   /* exp_avg_sq.mul_(b2).addcmul_(g, g, 1-b2) */
+            pi = pi * decay;           /* AdamW: param.mul_(1 - lr*wd) */
+        m[i] = m[i] * b1 + a1 * g;     /* exp_avg.mul_(b1).add_(g, alpha=1-b1) */
+        v[i] = v[i] * b2 + a2 * g * g; /* exp_avg_sq.mul_(b2).addcmul_(g, g, 1-b2) */
         float denom = sqrtf(v[i]) / bc2_sqrt + eps;
         p[i] = pi + neg_step * m[i] / denom; /* param.addcdiv_(m, denom, -step_size) */
     }
@@ -383,8 +384,8 @@ static void run_jobs(const cg_optim_config *c, const update_job *jobs, int njobs
                 sgd_update(u->p + a, u->g + a, u->buf1 ? u->buf1 + a : NULL, b - a, u->wd,
                            (float)c->momentum, u->first, c->nesterov, neg_lr);
             else
-                adam_update(u->p + a, u->g + a, u->buf1 + a, u->buf2 + a, b - a, u->l2,
-                            u->decay, (float)c->beta1, (float)(1 - c->beta1), (float)c->beta2,
+                adam_update(u->p + a, u->g + a, u->buf1 + a, u->buf2 + a, b - a, u->l2, u->decay,
+                            (float)c->beta1, (float)(1 - c->beta1), (float)c->beta2,
                             (float)(1 - c->beta2), u->bc2_sqrt, (float)c->eps, u->neg_step);
         }
     }
@@ -455,7 +456,7 @@ bool cg_optim_step(cg_optim *o)
                 continue; /* no gradient: skipped, as in PyTorch */
             s->step++;
             update_job *u = &jobs[nj++];
-            cg_tensor_modified(s->p); /* the update below writes it */
+            cg_tensor_modified(s->p);     /* the update below writes it */
             u->p = cg_data(s->p) + s->lo; /* the owned run (all of it unsharded) */
             u->g = g[i] + s->lo;
             u->n = s->hi - s->lo;
@@ -505,10 +506,7 @@ void cg_optim_set_lr(cg_optim *o, double lr)
 
 double cg_optim_lr(const cg_optim *o) { return o ? o->cfg.lr : 0.0; }
 
-cg_optim_config cg_optim_get_config(const cg_optim *o)
-{
-    return o ? o->cfg : (cg_optim_config){0};
-}
+cg_optim_config cg_optim_get_config(const cg_optim *o) { return o ? o->cfg : (cg_optim_config){0}; }
 
 int64_t cg_optim_steps(const cg_optim *o) { return o ? o->steps : 0; }
 
@@ -570,8 +568,8 @@ cg_tensor *cg_optim_state(const cg_optim *o, int i, const char *what)
     cg_set_error("optim_state: %s optimizer has no state '%s' (it keeps %s)", type_names[c->type],
                  what ? what : "(null)",
                  c->type != CG_OPTIM_SGD ? "exp_avg, exp_avg_sq"
-                 : s->buf1                ? "momentum_buffer"
-                                          : "no buffers");
+                 : s->buf1               ? "momentum_buffer"
+                                         : "no buffers");
     return NULL;
 }
 
@@ -618,15 +616,16 @@ bool cg_optim_copy_state(cg_optim *dst, const cg_optim *src)
     if (dst->cfg.type != src->cfg.type || dst->n != src->n ||
         uses_buf1(&dst->cfg) != uses_buf1(&src->cfg)) {
         cg_set_error("optim_copy_state: %s optimizer of %d parameters into %s of %d (the type, "
-                     "momentum use and count must agree)", type_names[src->cfg.type], src->n,
-                     type_names[dst->cfg.type], dst->n);
+                     "momentum use and count must agree)",
+                     type_names[src->cfg.type], src->n, type_names[dst->cfg.type], dst->n);
         return false;
     }
     for (int i = 0; i < dst->n; i++)
         if (strcmp(dst->s[i].name, src->s[i].name) != 0 ||
             cg_numel(dst->s[i].p) != cg_numel(src->s[i].p)) {
             cg_set_error("optim_copy_state: parameter %d is '%s' in src, '%s' in dst (or of "
-                         "another size)", i, src->s[i].name, dst->s[i].name);
+                         "another size)",
+                         i, src->s[i].name, dst->s[i].name);
             return false;
         }
     dst->cfg = src->cfg;
@@ -650,8 +649,7 @@ static bool key(char *buf, size_t n, const char *prefix, const char *name, const
     int k = name ? snprintf(buf, n, "%s.%s.%s", prefix, name, suffix)
                  : snprintf(buf, n, "%s.%s", prefix, suffix);
     if (k < 0 || (size_t)k >= n) {
-        cg_set_error("optim state: key '%s.%s.%s' is too long", prefix, name ? name : "",
-                     suffix);
+        cg_set_error("optim state: key '%s.%s.%s' is too long", prefix, name ? name : "", suffix);
         return false;
     }
     return true;
@@ -790,9 +788,9 @@ static bool load_slot(const cg_st_file *f, const char *prefix, const cg_optim_co
             same = shape[d] == s->p->shape[d];
         if (!same) {
             char b1[96], b2[96];
-            cg_set_error("optim_load: %s: '%s' is %s %s, but parameter '%s' is F32 %s", path,
-                         name, cg_st_dtype_name(dt), cg_shape_str_n(nd, shape, b1, sizeof b1),
-                         s->name, cg_shape_str(s->p, b2, sizeof b2));
+            cg_set_error("optim_load: %s: '%s' is %s %s, but parameter '%s' is F32 %s", path, name,
+                         cg_st_dtype_name(dt), cg_shape_str_n(nd, shape, b1, sizeof b1), s->name,
+                         cg_shape_str(s->p, b2, sizeof b2));
             return false;
         }
         cg_tensor *t = zeros_like_param(s->p);
@@ -894,8 +892,8 @@ bool cg_optim_load(cg_optim *o, const cg_st_file *f, const char *prefix)
     errno = 0;
     long long steps = strtoll(step_s, &end, 10);
     if (end == step_s || *end || errno || steps < 0) {
-        cg_set_error("optim_load: %s: metadata '%s.step' = '%s' is not a step count", path,
-                     prefix, step_s);
+        cg_set_error("optim_load: %s: metadata '%s.step' = '%s' is not a step count", path, prefix,
+                     step_s);
         return false;
     }
     if (strcmp(nest_s, "true") != 0 && strcmp(nest_s, "false") != 0) {

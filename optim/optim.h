@@ -52,11 +52,11 @@ const char *cg_optim_type_name(cg_optim_type t);
 
 typedef struct cg_optim_config {
     cg_optim_type type;
-    double lr;            /* initial learning rate (>= 0) */
-    double momentum;      /* SGD: >= 0; 0 = plain SGD */
-    bool nesterov;        /* SGD: needs momentum > 0 */
-    double beta1, beta2;  /* Adam/AdamW: in [0, 1) */
-    double eps;           /* Adam/AdamW: >= 0 */
+    double lr;           /* initial learning rate (>= 0) */
+    double momentum;     /* SGD: >= 0; 0 = plain SGD */
+    bool nesterov;       /* SGD: needs momentum > 0 */
+    double beta1, beta2; /* Adam/AdamW: in [0, 1) */
+    double eps;          /* Adam/AdamW: >= 0 */
 } cg_optim_config;
 
 /* Configs with PyTorch's argument order. */
@@ -96,8 +96,8 @@ void cg_optim_free(cg_optim *o); /* NULL is a no-op */
  * weight_decay on every parameter, or (CG_DECAY_MATRICES) on parameters of
  * 2 or more dims only, as the zoo's recipes do (biases and norms exempt). */
 typedef enum { CG_DECAY_ALL = 0, CG_DECAY_MATRICES } cg_decay_rule;
-cg_optim *cg_optim_from_module(const cg_optim_config *cfg, const cg_module *m,
-                               double weight_decay, cg_decay_rule rule);
+cg_optim *cg_optim_from_module(const cg_optim_config *cfg, const cg_module *m, double weight_decay,
+                               cg_decay_rule rule);
 /* One call, PyTorch's defaults:
  *   cg_adamw_from_module(m, lr) = torch.optim.AdamW(m.parameters(), lr)
  *     (betas (0.9, 0.999), eps 1e-8, weight decay 0.01 on every parameter);

@@ -28,12 +28,12 @@ typedef enum { CG_SCHED_CONSTANT = 0, CG_SCHED_COSINE, CG_SCHED_NOAM } cg_schedu
 /* A schedule as a value, for trainers that choose one from options. */
 typedef struct cg_schedule {
     cg_schedule_kind kind;
-    double lr;        /* constant: the rate; cosine: hi (the peak) */
-    double lr_min;    /* cosine: lo (reached at step == steps) */
-    int64_t warmup;   /* cosine, noam */
-    int64_t steps;    /* cosine: total steps */
-    int64_t d_model;  /* noam */
-    double factor;    /* noam */
+    double lr;       /* constant: the rate; cosine: hi (the peak) */
+    double lr_min;   /* cosine: lo (reached at step == steps) */
+    int64_t warmup;  /* cosine, noam */
+    int64_t steps;   /* cosine: total steps */
+    int64_t d_model; /* noam */
+    double factor;   /* noam */
 } cg_schedule;
 
 cg_schedule cg_schedule_constant(double lr);

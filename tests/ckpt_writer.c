@@ -124,8 +124,8 @@ static int check_version(const char *path, int *version_out)
         }
         for (int64_t i = 0; i < NV; i++)
             if (d[i] != value(version, t, i)) {
-                fprintf(stderr, "ckpt_writer: %s[%" PRId64 "] is not version %c's value\n",
-                        name, i, version ? 'B' : 'A');
+                fprintf(stderr, "ckpt_writer: %s[%" PRId64 "] is not version %c's value\n", name, i,
+                        version ? 'B' : 'A');
                 bad = 1;
                 break;
             }
@@ -294,8 +294,8 @@ static int compare(const char *a, const char *b, double tol)
     if (rc == 0 && tol >= 0) {
         printf("max rel diff %.3g (%s)\n", worst, wname[0] ? wname : "every tensor equal");
         if (!(worst <= tol)) {
-            fprintf(stderr, "ckpt_writer: %s and %s differ by %g relative in '%s' (bound %g)\n",
-                    a, b, worst, wname, tol);
+            fprintf(stderr, "ckpt_writer: %s and %s differ by %g relative in '%s' (bound %g)\n", a,
+                    b, worst, wname, tol);
             rc = 1;
         }
     }

@@ -218,14 +218,17 @@ static bool parse_optimizer(const char *path, const char *json, optim_cfg *o)
     const cJSON *betas = cJSON_GetObjectItemCaseSensitive(opt, "betas");
     const cJSON *eps = cJSON_GetObjectItemCaseSensitive(opt, "eps");
     const cJSON *wd = cJSON_GetObjectItemCaseSensitive(opt, "weight_decay");
-    bool ok = cJSON_IsString(name) && !strcmp(name->valuestring, "AdamW") &&
-              cJSON_IsNumber(lr) && cJSON_IsArray(betas) && cJSON_GetArraySize(betas) == 2 &&
+    bool ok = cJSON_IsString(name) && !strcmp(name->valuestring, "AdamW") && cJSON_IsNumber(lr) &&
+              cJSON_IsArray(betas) && cJSON_GetArraySize(betas) == 2 &&
               cJSON_IsNumber(cJSON_GetArrayItem(betas, 0)) &&
               cJSON_IsNumber(cJSON_GetArrayItem(betas, 1)) && cJSON_IsNumber(eps) &&
               cJSON_IsNumber(wd);
     if (ok)
-        *o = (optim_cfg){"AdamW", lr->valuedouble, cJSON_GetArrayItem(betas, 0)->valuedouble,
-                         cJSON_GetArrayItem(betas, 1)->valuedouble, eps->valuedouble,
+        *o = (optim_cfg){"AdamW",
+                         lr->valuedouble,
+                         cJSON_GetArrayItem(betas, 0)->valuedouble,
+                         cJSON_GetArrayItem(betas, 1)->valuedouble,
+                         eps->valuedouble,
                          wd->valuedouble};
     else
         cg_set_error("%s: config has no valid \"optimizer\" entry (expected {\"name\": "
@@ -319,8 +322,8 @@ static bool check_step1(fixture_result *fr, const cg_st_file *f, const optim_cfg
                      "%lld element%s with |grad| <= 1e-5 x max|grad| (near rounding level; "
                      "AdamW amplifies it up to lr) checked apart: %s AdamW of our own gradient "
                      "(ratio %.3f), |p1 - p0(1-lr*wd)| max %.2e <= lr",
-                     (long long)nskip, nskip == 1 ? "" : "s", sok ? "match" : "MISMATCH with",
-                     wf, wb);
+                     (long long)nskip, nskip == 1 ? "" : "s", sok ? "match" : "MISMATCH with", wf,
+                     wb);
         if (all_noise) {
             char shape[64];
             if (!g_quiet)
@@ -385,9 +388,9 @@ static bool charlm_of(cg_st_file *f, const char *path, const char *config, fixtu
         return false;
     m->model = CG_MODULE(m->lm);
     snprintf(desc, len, "charlm %s %s %s V=%lld d=%lld H=%lld layers=%lld d_ff=%lld B=%lld T=%lld",
-             c.norm_first ? "pre-norm" : "post-norm", cg_norm_kind_name(c.norm),
-             cg_act_name(c.act), (long long)c.vocab, (long long)c.d, (long long)c.H,
-             (long long)c.layers, (long long)c.d_ff, (long long)m->B, (long long)m->T);
+             c.norm_first ? "pre-norm" : "post-norm", cg_norm_kind_name(c.norm), cg_act_name(c.act),
+             (long long)c.vocab, (long long)c.d, (long long)c.H, (long long)c.layers,
+             (long long)c.d_ff, (long long)m->B, (long long)m->T);
     return true;
 }
 
@@ -417,10 +420,10 @@ static bool seq2seq_of(cg_st_file *f, const char *path, const char *config, fixt
     snprintf(desc, len,
              "seq2seq %s %s %s V=%lld d=%lld H=%lld layers=%lld+%lld d_ff=%lld ls=%g "
              "B=%lld S=%lld T=%lld",
-             c.norm_first ? "pre-norm" : "post-norm", cg_norm_kind_name(c.norm),
-             cg_act_name(c.act), (long long)c.vocab, (long long)c.d, (long long)c.H,
-             (long long)c.enc_layers, (long long)c.dec_layers, (long long)c.d_ff,
-             (double)c.label_smoothing, (long long)m->B, (long long)m->S, (long long)m->T);
+             c.norm_first ? "pre-norm" : "post-norm", cg_norm_kind_name(c.norm), cg_act_name(c.act),
+             (long long)c.vocab, (long long)c.d, (long long)c.H, (long long)c.enc_layers,
+             (long long)c.dec_layers, (long long)c.d_ff, (double)c.label_smoothing, (long long)m->B,
+             (long long)m->S, (long long)m->T);
     return true;
 }
 
@@ -531,8 +534,7 @@ static int run_fixture(const char *path)
     const char *model_name = cg_st_metadata(f, "model");
     const char *config = cg_st_metadata(f, "config");
     if (!model_name || !config) {
-        cg_set_error("%s: not a parity fixture (metadata \"model\" and \"config\" missing)",
-                     path);
+        cg_set_error("%s: not a parity fixture (metadata \"model\" and \"config\" missing)", path);
         goto out;
     }
     optim_cfg oc;
@@ -581,8 +583,8 @@ static int run_fixture(const char *path)
         !check_adamw_step(&fr, f, &oc, &params))
         goto out;
     rc = fr.failures ? 1 : 0;
-    printf("%s %s: %d failure%s, worst error %.3g of the tolerance\n", rc ? "FAIL" : "PASS",
-           path, fr.failures, fr.failures == 1 ? "" : "s", fr.worst_ratio);
+    printf("%s %s: %d failure%s, worst error %.3g of the tolerance\n", rc ? "FAIL" : "PASS", path,
+           fr.failures, fr.failures == 1 ? "" : "s", fr.worst_ratio);
 
 out:
     if (rc < 0 && !cg_has_error())

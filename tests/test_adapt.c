@@ -34,8 +34,7 @@ static float max_abs_diff(const cg_tensor *a, const cg_tensor *b)
 static bool bit_equal(const cg_tensor *a, const cg_tensor *b)
 {
     float *x = cg_test_values(a), *y = cg_test_values(b);
-    bool eq = cg_numel(a) == cg_numel(b) &&
-              !memcmp(x, y, (size_t)cg_numel(a) * sizeof(float));
+    bool eq = cg_numel(a) == cg_numel(b) && !memcmp(x, y, (size_t)cg_numel(a) * sizeof(float));
     free(x);
     free(y);
     return eq;
@@ -52,8 +51,7 @@ static void randomize(cg_module *m, uint64_t seed, float std)
 }
 
 /* ---------------------------------------------------------------- hooks */
-static bool double_output(void *ctx, cg_module *m, int n_in, cg_tensor *const *in,
-                          cg_tensor **out)
+static bool double_output(void *ctx, cg_module *m, int n_in, cg_tensor *const *in, cg_tensor **out)
 {
     (void)ctx, (void)m, (void)n_in, (void)in;
     cg_tensor *y = cg_muls(*out, 2.0f);
@@ -92,15 +90,14 @@ START_TEST(test_hook_post_pre_remove)
     cg_tensor *x = cg_randn(&r, CG_SHAPE(2, 3));
     cg_tensor *y0 = cg_linear_forward(l, x);
     freed = 0;
-    cg_hook_handle h = cg_module_register_forward_hook(CG_MODULE(l), double_output, NULL,
-                                                       count_free);
+    cg_hook_handle h =
+        cg_module_register_forward_hook(CG_MODULE(l), double_output, NULL, count_free);
     ck_assert_int_ne(h.id, 0);
     cg_tensor *y1 = cg_linear_forward(l, x), *y0x2 = cg_muls(y0, 2.0f);
     ck_assert(bit_equal(y1, y0x2));
     /* a pre hook runs first: l(-x) * 2 */
     cg_tensor *nx = cg_neg(x), *ln = cg_linear_forward(l, nx), *ln2 = cg_muls(y0, -2.0f);
-    cg_hook_handle p = cg_module_register_forward_pre_hook(CG_MODULE(l), negate_input, NULL,
-                                                           NULL);
+    cg_hook_handle p = cg_module_register_forward_pre_hook(CG_MODULE(l), negate_input, NULL, NULL);
     cg_tensor *y2 = cg_linear_forward(l, x);
     ck_assert(bit_equal(y2, ln)); /* post hook of l(-x) */
     /* removal: the plain layer again; a second removal is refused */
@@ -143,8 +140,7 @@ static void hook_all(cg_module *m, const char *path, counters *c)
     c->m[c->n] = m;
     c->calls[c->n] = 0;
     snprintf(c->path[c->n], sizeof c->path[0], "%s", path);
-    ck_assert_int_ne(
-        cg_module_register_forward_hook(m, count_call, &c->calls[c->n], NULL).id, 0);
+    ck_assert_int_ne(cg_module_register_forward_hook(m, count_call, &c->calls[c->n], NULL).id, 0);
     c->n++;
     for (int i = 0; i < m->n_children; i++) {
         char p[96];
@@ -158,14 +154,19 @@ static void assert_all_called(const counters *c)
     for (int i = 0; i < c->n; i++) /* containers have no forward (PyTorch's ModuleList) */
         if (strcmp(c->m[i]->type, "Model") && strcmp(c->m[i]->type, "ModuleList"))
             ck_assert_msg(c->calls[i] > 0, "the hook of %s (%s) never ran", c->path[i],
-                      c->m[i]->type);
+                          c->m[i]->type);
 }
 
 START_TEST(test_hooks_every_module)
 {
     cg_rng r = cg_rng_new(2);
-    cg_tf_config cfg = {.d = 8, .H = 2, .d_ff = 16, .norm = CG_NORM_LAYERNORM,
-                        .act = CG_ACT_RELU, .norm_first = true, .dropout = 0.1f};
+    cg_tf_config cfg = {.d = 8,
+                        .H = 2,
+                        .d_ff = 16,
+                        .norm = CG_NORM_LAYERNORM,
+                        .act = CG_ACT_RELU,
+                        .norm_first = true,
+                        .dropout = 0.1f};
     cg_module *root = cg_module_new("Model");
     cg_embed *emb = cg_module_add_child(root, "emb", cg_embed_new(5, 8, &r));
     cg_posenc *pe = cg_module_add_child(root, "pe", cg_posenc_new(16, 8));
@@ -287,10 +288,7 @@ START_TEST(test_lora_forward_merge)
 }
 END_TEST
 
-static cg_tensor *lora_fn(void *ctx, cg_tensor *const *in)
-{
-    return cg_linear_forward(ctx, in[0]);
-}
+static cg_tensor *lora_fn(void *ctx, cg_tensor *const *in) { return cg_linear_forward(ctx, in[0]); }
 
 START_TEST(test_lora_gradcheck)
 {
@@ -318,8 +316,12 @@ END_TEST
 static cg_lm_block *make_block(uint64_t seed)
 {
     cg_rng r = cg_rng_new(seed);
-    cg_tf_config cfg = {.d = 8, .H = 2, .d_ff = 16, .norm = CG_NORM_LAYERNORM,
-                        .act = CG_ACT_GELU, .norm_first = true};
+    cg_tf_config cfg = {.d = 8,
+                        .H = 2,
+                        .d_ff = 16,
+                        .norm = CG_NORM_LAYERNORM,
+                        .act = CG_ACT_GELU,
+                        .norm_first = true};
     cg_lm_block *b = cg_lm_block_new(&cfg, &r);
     randomize(CG_MODULE(b), seed + 1, 0.3f);
     return b;
@@ -328,8 +330,8 @@ static cg_lm_block *make_block(uint64_t seed)
 START_TEST(test_lora_targets_save_load)
 {
     const char *targets[] = {"q_proj", "v_proj"};
-    cg_lora_config lc = {.r = 2, .alpha = 4.0f, .dropout = 0.1f, .n_targets = 2,
-                         .targets = targets};
+    cg_lora_config lc = {
+        .r = 2, .alpha = 4.0f, .dropout = 0.1f, .n_targets = 2, .targets = targets};
     cg_lm_block *b = make_block(7);
     cg_rng r = cg_rng_new(8);
     ck_assert_int_eq(cg_lora_attach_all(CG_MODULE(b), &lc, &r), 2);
@@ -491,7 +493,7 @@ START_TEST(test_randperm_batches)
     ck_assert_int_eq(k, 0);
     ck_assert_int_eq(batches, 3);
     for (int i = 0; i < 10; i++)
-        ck_assert_int_le(starts[i], 1); /* no window twice in an epoch */
+        ck_assert_int_le(starts[i], 1);                /* no window twice in an epoch */
     ck_assert_int_eq(cg_batch_iter_next(it, x, y), 1); /* the next epoch */
     ck_assert_int_eq(it->epoch, 2);
     cg_batch_iter_free(it);
@@ -576,8 +578,8 @@ START_TEST(test_mlp_loader_train_step_accuracy)
     cg_module *mlp = cg_mlp(4, (int64_t[]){2, 8, 8, 3}, CG_ACT_RELU, &r1);
     cg_linear *a = cg_linear_new(2, 8, true, &r2), *b = cg_linear_new(8, 8, true, &r2),
               *c = cg_linear_new(8, 3, true, &r2);
-    cg_module *seq = cg_sequential(5, a, cg_activation_new(CG_ACT_RELU), b,
-                                   cg_activation_new(CG_ACT_RELU), c);
+    cg_module *seq =
+        cg_sequential(5, a, cg_activation_new(CG_ACT_RELU), b, cg_activation_new(CG_ACT_RELU), c);
     ck_assert_str_eq(mlp->type, "MLP");
     ck_assert_int_eq(mlp->n_children, 5);
     ck_assert_ptr_nonnull(cg_module_get_param(mlp, "4.bias"));
@@ -644,8 +646,8 @@ START_TEST(test_mlp_loader_train_step_accuracy)
     cg_optim_free(opt);
 
     /* accuracy: argmax against the labels; the module form, without a graph */
-    cg_tensor *logits = cg_from_data(CG_SHAPE(4, 3), (const float[]){0, 1, 0, 2, 0, 0, 0, 0, 3,
-                                                                       1, 0, 0});
+    cg_tensor *logits =
+        cg_from_data(CG_SHAPE(4, 3), (const float[]){0, 1, 0, 2, 0, 0, 0, 0, 3, 1, 0, 0});
     ck_assert(cg_accuracy(logits, (const int64_t[]){1, 0, 2, 2}, 4) == 0.75);
     ck_assert(isnan(cg_accuracy(logits, y, 5)));
     ck_assert_ptr_nonnull(strstr(cg_last_error(), "accuracy: logits [4, 3]"));
@@ -683,8 +685,10 @@ START_TEST(test_sequential_forward_append)
     ck_assert(cg_hook_remove(&hk));
     /* a module without a one-tensor forward is named in the error */
     cg_mha *mha = cg_mha_new(4, 2, &r);
-    CG_ASSERT_FAILS(cg_module_forward(CG_MODULE(mha), x), "MultiHeadAttention: no one-tensor forward");
-    CG_ASSERT_FAILS(cg_sequential(2, cg_activation_new(CG_ACT_RELU), mha), "module 1 (MultiHeadAttention)");
+    CG_ASSERT_FAILS(cg_module_forward(CG_MODULE(mha), x),
+                    "MultiHeadAttention: no one-tensor forward");
+    CG_ASSERT_FAILS(cg_sequential(2, cg_activation_new(CG_ACT_RELU), mha),
+                    "module 1 (MultiHeadAttention)");
     /* append names children by index */
     cg_module *list = cg_module_new("ModuleList");
     cg_linear *a0 = cg_module_append(list, cg_linear_new(2, 2, false, &r));
@@ -696,8 +700,9 @@ START_TEST(test_sequential_forward_append)
     int fd = mkstemp(path);
     close(fd);
     ck_assert(cg_module_save(seq, path, 0, NULL));
-    cg_module *seq2 = cg_sequential(3, cg_linear_new(3, 5, true, NULL), cg_activation_new(CG_ACT_GELU),
-                                    cg_linear_new(5, 2, true, NULL));
+    cg_module *seq2 =
+        cg_sequential(3, cg_linear_new(3, 5, true, NULL), cg_activation_new(CG_ACT_GELU),
+                      cg_linear_new(5, 2, true, NULL));
     ck_assert(cg_module_load_file(seq2, path));
     cg_tensor *y3 = cg_module_forward(seq2, x);
     ck_assert(bit_equal(y3, want));

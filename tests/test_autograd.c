@@ -408,7 +408,8 @@ START_TEST(test_user_op_errors)
     /* a backward that gives no gradient for an input needing one */
     cg_tensor *l = cg_sum(y, 0, NULL, false);
     ck_assert(!cg_backward(l, NULL, false));
-    ck_assert_ptr_nonnull(strstr(cg_last_error(), "backward of twice gave no gradient for input 0"));
+    ck_assert_ptr_nonnull(
+        strstr(cg_last_error(), "backward of twice gave no gradient for input 0"));
     cg_release_all(2, l, y);
     /* a backward failing silently, with an old unrelated error in the slot */
     y = user_op(x, "silent", silent_fail_bw, &st);
@@ -421,7 +422,8 @@ START_TEST(test_user_op_errors)
     y = user_op(x, "badshape", wrong_shape_bw, &st);
     l = cg_sum(y, 0, NULL, false);
     ck_assert(!cg_backward(l, NULL, false));
-    ck_assert_ptr_nonnull(strstr(cg_last_error(), "backward of badshape: gradient 0 has shape [7]"));
+    ck_assert_ptr_nonnull(
+        strstr(cg_last_error(), "backward of badshape: gradient 0 has shape [7]"));
     cg_release_all(2, l, y);
     /* and the name in cg_requires_grad's message */
     y = user_op(x, "named", no_grad_bw, &st);

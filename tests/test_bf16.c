@@ -23,19 +23,22 @@
 #include "optim/optim.h"
 #include "testutil.h"
 
-static float from_bits(uint32_t u) {
+static float from_bits(uint32_t u)
+{
     float x;
     memcpy(&x, &u, sizeof x);
     return x;
 }
 
-static uint32_t to_bits(float x) {
+static uint32_t to_bits(float x)
+{
     uint32_t u;
     memcpy(&u, &x, sizeof u);
     return u;
 }
 
-START_TEST(test_round) {
+START_TEST(test_round)
+{
     ck_assert_float_eq(cg_bf16_round(1.0f), 1.0f);
     /* halfway between 1 and 1 + 2^-7: ties to the even one (1) */
     ck_assert_float_eq(cg_bf16_round(1.0f + 0x1p-8f), 1.0f);
@@ -66,14 +69,15 @@ END_TEST
 /* Sizes on both sides of the micro-tile (32 x 12), the k pair, the k block
  * (384), the m block (96) and the n block (3072). */
 static const int64_t sizes[][3] = {
-    {1, 1, 1},   {1, 1, 2},     {31, 11, 15},  {32, 12, 16},  {33, 13, 17},
-    {64, 24, 31}, {70, 50, 385}, {200, 30, 40}, {97, 14, 3},  {20, 3080, 9}, {3, 40, 769},
+    {1, 1, 1},     {1, 1, 2},     {31, 11, 15}, {32, 12, 16},  {33, 13, 17}, {64, 24, 31},
+    {70, 50, 385}, {200, 30, 40}, {97, 14, 3},  {20, 3080, 9}, {3, 40, 769},
 };
 #define NSIZES ((int)(sizeof sizes / sizeof sizes[0]))
 
 /* Layouts of an r x c operand: 0 row-major, 1 column-major, 2 both strides
  * > 1 (every second element), 3 row-major with padded rows. */
-static void layout(int l, int64_t r, int64_t c, int64_t *rs, int64_t *cs, size_t *len) {
+static void layout(int l, int64_t r, int64_t c, int64_t *rs, int64_t *cs, size_t *len)
+{
     switch (l) {
     case 0: *rs = c, *cs = 1; break;
     case 1: *rs = 1, *cs = r; break;
@@ -83,16 +87,19 @@ static void layout(int l, int64_t r, int64_t c, int64_t *rs, int64_t *cs, size_t
     *len = (size_t)((r - 1) * *rs + (c - 1) * *cs + 1);
 }
 
-static float *rand_buf(cg_rng *rng, size_t n) {
+static float *rand_buf(cg_rng *rng, size_t n)
+{
     float *p = malloc(n * sizeof(float));
-    for (size_t i = 0; i < n; i++) p[i] = 4.0f * (cg_rng_uniform(rng) - 0.5f);
+    for (size_t i = 0; i < n; i++)
+        p[i] = 4.0f * (cg_rng_uniform(rng) - 0.5f);
     return p;
 }
 
-START_TEST(test_against_double) {
+START_TEST(test_against_double)
+{
     cg_rng rng = cg_rng_new(7);
-    const cg_gemm_path path = cg_gemm_path_available(CG_GEMM_BF16) ? CG_GEMM_BF16
-                                                                   : CG_GEMM_BF16_EMULATED;
+    const cg_gemm_path path =
+        cg_gemm_path_available(CG_GEMM_BF16) ? CG_GEMM_BF16 : CG_GEMM_BF16_EMULATED;
     for (int si = 0; si < NSIZES; si++) {
         const int64_t m = sizes[si][0], n = sizes[si][1], k = sizes[si][2];
         for (int la = 0; la < 4; la++)
@@ -107,7 +114,8 @@ START_TEST(test_against_double) {
                     float *c = malloc(nc * sizeof(float));
                     for (int bi = 0; bi < 2; bi++) {
                         const float beta = bi ? 0.5f : 0.0f, alpha = bi ? -1.5f : 1.0f;
-                        for (size_t i = 0; i < nc; i++) c[i] = bi ? (float)(i % 5) : NAN;
+                        for (size_t i = 0; i < nc; i++)
+                            c[i] = bi ? (float)(i % 5) : NAN;
                         float *c0 = malloc(nc * sizeof(float));
                         memcpy(c0, c, nc * sizeof(float));
                         ck_assert(cg_sgemm_path(path, 1, m, n, k, alpha, a, rsa, csa, b, rsb, csb,
@@ -133,11 +141,10 @@ START_TEST(test_against_double) {
                                 if (!(er <= eps * scale) || !(ex <= (0x1p-7 + eps) * scale))
                                     ck_abort_msg("bf16 %lldx%lldx%lld layouts %d%d%d beta %g: "
                                                  "c[%lld,%lld] = %.9g, exact %.9g (rounded "
-                                                 "inputs %.9g)", (long long)m, (long long)n,
-                                                 (long long)k, la, lb, lc, (double)beta,
-                                                 (long long)i, (long long)j, got,
-                                                 alpha * sx + beta * cin,
-                                                 alpha * sr + beta * cin);
+                                                 "inputs %.9g)",
+                                                 (long long)m, (long long)n, (long long)k, la, lb,
+                                                 lc, (double)beta, (long long)i, (long long)j, got,
+                                                 alpha * sx + beta * cin, alpha * sr + beta * cin);
                             }
                         free(c0);
                     }
@@ -152,7 +159,8 @@ END_TEST
 /* Random bit patterns with NaN, Inf, subnormals and values whose products
  * cancel, so the emulation is held to the instruction's rounding and
  * flushing, not only to typical data. */
-static float *nasty_buf(cg_rng *rng, size_t n) {
+static float *nasty_buf(cg_rng *rng, size_t n)
+{
     float *p = malloc(n * sizeof(float));
     for (size_t i = 0; i < n; i++) {
         uint32_t r = (uint32_t)cg_rng_below(rng, 1000);
@@ -177,8 +185,9 @@ static float *nasty_buf(cg_rng *rng, size_t n) {
 static float model_flush(float x) { return fabsf(x) < 0x1p-126f ? copysignf(0.0f, x) : x; }
 
 static void model_gemm(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t rsa,
-                       int64_t csa, const float *b, int64_t rsb, int64_t csb, float beta,
-                       float *c, int64_t rsc, int64_t csc) {
+                       int64_t csa, const float *b, int64_t rsb, int64_t csb, float beta, float *c,
+                       int64_t rsc, int64_t csc)
+{
     for (int64_t i = 0; i < m; i++)
         for (int64_t j = 0; j < n; j++) {
             float *cij = &c[i * rsc + j * csc];
@@ -207,8 +216,10 @@ static void model_gemm(int64_t m, int64_t n, int64_t k, float alpha, const float
  * and those of AVX512_BF16's kernel where the CPU has it: nasty inputs
  * (NaN, Inf, subnormals, tiny and cancelling products), every layout, tile,
  * pair and block edge, alpha and beta. */
-START_TEST(test_emulation_bits) {
-    if (!cg_gemm_path_available(CG_GEMM_BF16_EMULATED)) return; /* no AVX2 + FMA */
+START_TEST(test_emulation_bits)
+{
+    if (!cg_gemm_path_available(CG_GEMM_BF16_EMULATED))
+        return; /* no AVX2 + FMA */
     const bool native = cg_gemm_path_available(CG_GEMM_BF16);
     cg_rng rng = cg_rng_new(11);
     for (int si = 0; si < NSIZES; si++) {
@@ -232,10 +243,11 @@ START_TEST(test_emulation_bits) {
                     float *c[3]; /* emulated, model, native */
                     for (int v = 0; v < 3; v++) {
                         c[v] = malloc(nc * sizeof(float));
-                        for (size_t i = 0; i < nc; i++) c[v][i] = (float)(i % 3) - 1.0f;
+                        for (size_t i = 0; i < nc; i++)
+                            c[v][i] = (float)(i % 3) - 1.0f;
                     }
-                    ck_assert(cg_sgemm_path(CG_GEMM_BF16_EMULATED, 1, m, n, k, alpha, a, rsa,
-                                            csa, b, rsb, csb, beta, c[0], rsc, csc));
+                    ck_assert(cg_sgemm_path(CG_GEMM_BF16_EMULATED, 1, m, n, k, alpha, a, rsa, csa,
+                                            b, rsb, csb, beta, c[0], rsc, csc));
                     model_gemm(m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, c[1], rsc, csc);
                     if (native)
                         ck_assert(cg_sgemm_path(CG_GEMM_BF16, 1, m, n, k, alpha, a, rsa, csa, b,
@@ -245,27 +257,30 @@ START_TEST(test_emulation_bits) {
                             if (to_bits(c[0][i]) != to_bits(c[v][i]) &&
                                 !(isnan(c[0][i]) && isnan(c[v][i])))
                                 ck_abort_msg("bf16 %lldx%lldx%lld layouts %d%d%d: emulated %a, "
-                                             "%s %a at %zu", (long long)m, (long long)n,
-                                             (long long)k, la, lb, lc, (double)c[0][i],
-                                             v == 1 ? "model" : "native", (double)c[v][i], i);
+                                             "%s %a at %zu",
+                                             (long long)m, (long long)n, (long long)k, la, lb, lc,
+                                             (double)c[0][i], v == 1 ? "model" : "native",
+                                             (double)c[v][i], i);
                     free(a);
                     free(b);
-                    for (int v = 0; v < 3; v++) free(c[v]);
+                    for (int v = 0; v < 3; v++)
+                        free(c[v]);
                 }
     }
 }
 END_TEST
 
-
 /* C = A B + bias (cg_sgemm_bias_path) has the bits of C set to the bias
  * and then C = A B + 1 C, on every path (fp32 adds the bias first, the bf16
  * kernels as they write C), for both C layouts, a strided bias, every tile,
  * pair and k block edge, and 1 or 2 threads. */
-START_TEST(test_bias_fused) {
+START_TEST(test_bias_fused)
+{
     cg_rng rng = cg_rng_new(17);
     const cg_gemm_path paths[] = {CG_GEMM_AUTO, CG_GEMM_BF16, CG_GEMM_BF16_EMULATED};
     for (int pi = 0; pi < 3; pi++) {
-        if (!cg_gemm_path_available(paths[pi])) continue;
+        if (!cg_gemm_path_available(paths[pi]))
+            continue;
         for (int si = 0; si < NSIZES; si++) {
             const int64_t m = sizes[si][0], n = sizes[si][1], k = sizes[si][2];
             for (int lc = 0; lc < 2; lc++)
@@ -278,14 +293,16 @@ START_TEST(test_bias_fused) {
                     float *a = rand_buf(&rng, na), *b = rand_buf(&rng, nb);
                     float *bias = rand_buf(&rng, (size_t)(n * bs));
                     float *c1 = malloc(nc * sizeof(float)), *c2 = malloc(nc * sizeof(float));
-                    for (size_t i = 0; i < nc; i++) c1[i] = c2[i] = NAN; /* never read */
+                    for (size_t i = 0; i < nc; i++)
+                        c1[i] = c2[i] = NAN; /* never read */
                     for (int64_t i = 0; i < m; i++)
-                        for (int64_t j = 0; j < n; j++) c1[i * rsc + j * csc] = bias[j * bs];
+                        for (int64_t j = 0; j < n; j++)
+                            c1[i * rsc + j * csc] = bias[j * bs];
                     const int nt = 1 + (si + lc) % 2;
-                    ck_assert(cg_sgemm_path(paths[pi], nt, m, n, k, 1.0f, a, rsa, csa, b, rsb,
-                                            csb, 1.0f, c1, rsc, csc));
-                    ck_assert(cg_sgemm_bias_path(paths[pi], nt, m, n, k, a, rsa, csa, b, rsb,
-                                                 csb, bias, bs, c2, rsc, csc));
+                    ck_assert(cg_sgemm_path(paths[pi], nt, m, n, k, 1.0f, a, rsa, csa, b, rsb, csb,
+                                            1.0f, c1, rsc, csc));
+                    ck_assert(cg_sgemm_bias_path(paths[pi], nt, m, n, k, a, rsa, csa, b, rsb, csb,
+                                                 bias, bs, c2, rsc, csc));
                     for (int64_t i = 0; i < m; i++)
                         for (int64_t j = 0; j < n; j++) {
                             const float x = c1[i * rsc + j * csc], y = c2[i * rsc + j * csc];
@@ -293,8 +310,8 @@ START_TEST(test_bias_fused) {
                                 ck_abort_msg("%s %lldx%lldx%lld C layout %d bias stride %d, %d "
                                              "threads: [%lld, %lld] %a, fused %a",
                                              cg_gemm_path_name(paths[pi]), (long long)m,
-                                             (long long)n, (long long)k, lc, bs, nt,
-                                             (long long)i, (long long)j, (double)x, (double)y);
+                                             (long long)n, (long long)k, lc, bs, nt, (long long)i,
+                                             (long long)j, (double)x, (double)y);
                         }
                     free(a);
                     free(b);
@@ -307,7 +324,8 @@ START_TEST(test_bias_fused) {
 }
 END_TEST
 
-START_TEST(test_threads_bit_identical) {
+START_TEST(test_threads_bit_identical)
+{
     cg_rng rng = cg_rng_new(5);
     /* C split into independent halves or (cg_bf16_gemm_parallel) its rows
      * split over one packing of B shared by both threads, with one or two
@@ -320,13 +338,14 @@ START_TEST(test_threads_bit_identical) {
         float *o1 = malloc((size_t)(m * n) * sizeof(float));
         float *o2 = malloc((size_t)(m * n) * sizeof(float));
         for (int p = 0; p < 2; p++) {
-            if (!cg_gemm_path_available(paths[p]) || (p == 1 && d == 0)) continue;
+            if (!cg_gemm_path_available(paths[p]) || (p == 1 && d == 0))
+                continue;
             for (int lc = 0; lc < 2; lc++) {
                 int64_t rsc = lc ? 1 : n, csc = lc ? m : 1;
-                ck_assert(cg_sgemm_path(paths[p], 1, m, n, k, 1.0f, a, k, 1, b, 1, k, 0.0f, o1,
-                                        rsc, csc));
-                ck_assert(cg_sgemm_path(paths[p], 2, m, n, k, 1.0f, a, k, 1, b, 1, k, 0.0f, o2,
-                                        rsc, csc));
+                ck_assert(cg_sgemm_path(paths[p], 1, m, n, k, 1.0f, a, k, 1, b, 1, k, 0.0f, o1, rsc,
+                                        csc));
+                ck_assert(cg_sgemm_path(paths[p], 2, m, n, k, 1.0f, a, k, 1, b, 1, k, 0.0f, o2, rsc,
+                                        csc));
                 ck_assert_msg(memcmp(o1, o2, (size_t)(m * n) * sizeof(float)) == 0,
                               "%s %lldx%lldx%lld: 1 vs 2 threads differ",
                               cg_gemm_path_name(paths[p]), (long long)m, (long long)n,
@@ -344,7 +363,8 @@ END_TEST
 /* The switch reaches cg_k_matmul (and so every product built on cg_sgemm):
  * under bf16 the result equals the explicit bf16 path and differs from fp32;
  * switching back gives the fp32 bits again. */
-START_TEST(test_precision_switch) {
+START_TEST(test_precision_switch)
+{
     ck_assert_int_eq(cg_get_matmul_precision(), CG_PRECISION_FP32);
     const char *emu = getenv("CG_BF16_EMULATE"); /* the meson test bf16_emulated sets it */
     if (emu && emu[0] && strcmp(emu, "0") != 0) {
@@ -368,8 +388,8 @@ START_TEST(test_precision_switch) {
     cg_tensor *f2 = cg_k_matmul(a, b);
     float *ref = malloc((size_t)(m * n) * sizeof(float));
     const cg_gemm_path path = cg_bf16_native() ? CG_GEMM_BF16 : CG_GEMM_BF16_EMULATED;
-    ck_assert(cg_sgemm_path(path, 1, m, n, k, 1.0f, cg_data(a), k, 1, cg_data(b), n, 1, 0.0f,
-                            ref, n, 1));
+    ck_assert(
+        cg_sgemm_path(path, 1, m, n, k, 1.0f, cg_data(a), k, 1, cg_data(b), n, 1, 0.0f, ref, n, 1));
     ck_assert(memcmp(cg_data(h), ref, (size_t)(m * n) * sizeof(float)) == 0);
     ck_assert(memcmp(cg_data(f1), cg_data(f2), (size_t)(m * n) * sizeof(float)) == 0);
     ck_assert(memcmp(cg_data(f1), cg_data(h), (size_t)(m * n) * sizeof(float)) != 0);
@@ -385,7 +405,8 @@ END_TEST
  * to 2^-8): |g16 - g32| <= 2e-2 max(|g32|, 1e-2 G), G the largest gradient
  * norm of the layer (the key bias's gradient is zero in exact arithmetic,
  * rounding noise in both), and the input's not equal (bf16 really ran). */
-static double norm_diff(const cg_tensor *x, const cg_tensor *y) {
+static double norm_diff(const cg_tensor *x, const cg_tensor *y)
+{
     float *a = cg_test_values(x), *b = y ? cg_test_values(y) : NULL;
     double s = 0.0;
     for (int64_t i = 0; i < cg_numel(x); i++)
@@ -395,11 +416,17 @@ static double norm_diff(const cg_tensor *x, const cg_tensor *y) {
     return sqrt(s);
 }
 
-START_TEST(test_layer_gradients) {
+START_TEST(test_layer_gradients)
+{
     enum { B = 2, T = 13, S = 9, d = 64 };
     for (int nf = 0; nf < 2; nf++) {
-        cg_tf_config cfg = {.d = d, .H = 4, .d_ff = 4 * d, .norm = CG_NORM_LAYERNORM,
-                            .act = CG_ACT_GELU, .norm_first = nf == 1, .dropout = 0.0f};
+        cg_tf_config cfg = {.d = d,
+                            .H = 4,
+                            .d_ff = 4 * d,
+                            .norm = CG_NORM_LAYERNORM,
+                            .act = CG_ACT_GELU,
+                            .norm_first = nf == 1,
+                            .dropout = 0.0f};
         cg_rng rng = cg_rng_new(17);
         cg_dec_layer *layer = cg_dec_layer_new(&cfg, &rng);
         cg_tensor *x = cg_requires_grad(cg_randn(&rng, CG_SHAPE(B, T, d)), true);
@@ -416,7 +443,8 @@ START_TEST(test_layer_gradients) {
         cg_tensor **g32 = calloc((size_t)ng, sizeof *g32);
         for (int pass = 0; pass < 2; pass++) {
             cg_set_matmul_precision(pass ? CG_PRECISION_BF16 : CG_PRECISION_FP32);
-            for (int i = 0; i < pl.n; i++) cg_zero_grad(pl.items[i].tensor);
+            for (int i = 0; i < pl.n; i++)
+                cg_zero_grad(pl.items[i].tensor);
             cg_zero_grad(x);
             cg_zero_grad(mem);
             cg_tensor *y = cg_dec_layer_forward(layer, x, mem, &self_mask, &cross_mask);
@@ -426,7 +454,8 @@ START_TEST(test_layer_gradients) {
             ck_assert(cg_backward(loss, NULL, false));
             cg_set_matmul_precision(CG_PRECISION_FP32);
             double G = 0.0;
-            for (int i = 0; i < ng && pass == 1; i++) G = fmax(G, norm_diff(g32[i], NULL));
+            for (int i = 0; i < ng && pass == 1; i++)
+                G = fmax(G, norm_diff(g32[i], NULL));
             for (int i = 0; i < ng; i++) {
                 cg_tensor *t = i < pl.n ? pl.items[i].tensor : i == pl.n ? x : mem;
                 ck_assert(t->grad != NULL);
@@ -437,14 +466,15 @@ START_TEST(test_layer_gradients) {
                 double diff = norm_diff(t->grad, g32[i]), ref = norm_diff(g32[i], NULL);
                 const char *name = i < pl.n ? pl.items[i].name : i == pl.n ? "x" : "memory";
                 ck_assert_msg(diff <= 2e-2 * fmax(ref, 1e-2 * G),
-                              "%s norm-first %d: bf16 gradient off by %.3g (norm %.3g)", name,
-                              nf, diff, ref);
+                              "%s norm-first %d: bf16 gradient off by %.3g (norm %.3g)", name, nf,
+                              diff, ref);
                 if (i == pl.n) /* x's gradient goes through every product */
                     ck_assert_msg(diff > 0.0, "bf16 gradient of x equals fp32's");
             }
             cg_release_all(3, y, yw, loss);
         }
-        for (int i = 0; i < ng; i++) cg_release(g32[i]);
+        for (int i = 0; i < ng; i++)
+            cg_release(g32[i]);
         free(g32);
         cg_param_list_free(&pl);
         cg_release_all(3, x, mem, w);
@@ -453,7 +483,6 @@ START_TEST(test_layer_gradients) {
 }
 END_TEST
 
-
 /* ------------------------------------------------ prepacked bf16 weights */
 
 /* y = x W^T (+ bias) on a packed W, against cg_sgemm_path on the same path
@@ -461,7 +490,8 @@ END_TEST
  * and against float64 within the bf16 bound; W and x in several layouts,
  * M = 1..8 and beyond a tile, odd N and K across the tile and k block. */
 static void matrix_case(cg_rng *rng, cg_gemm_path path, int64_t M, int64_t N, int64_t K, int lw,
-                        int lx, bool padded_y, bool with_bias) {
+                        int lx, bool padded_y, bool with_bias)
+{
     int64_t rsw, csw, rsx, csx;
     size_t nw, nx;
     layout(lw, N, K, &rsw, &csw, &nw);
@@ -470,17 +500,19 @@ static void matrix_case(cg_rng *rng, cg_gemm_path path, int64_t M, int64_t N, in
     const size_t ny = (size_t)((M - 1) * rsy + N);
     float *w = rand_buf(rng, nw), *x = rand_buf(rng, nx), *bias = rand_buf(rng, (size_t)N);
     float *y = malloc(ny * sizeof(float)), *ref = malloc(ny * sizeof(float));
-    for (size_t i = 0; i < ny; i++) y[i] = ref[i] = NAN; /* gaps must stay untouched */
+    for (size_t i = 0; i < ny; i++)
+        y[i] = ref[i] = NAN; /* gaps must stay untouched */
     cg_bf16_matrix *pw = cg_bf16_matrix_new(N, K, w, rsw, csw);
     ck_assert_ptr_nonnull(pw);
     ck_assert_int_eq(cg_bf16_matrix_rows(pw), N);
     ck_assert_int_eq(cg_bf16_matrix_cols(pw), K);
     ck_assert(cg_bf16_matrix_bytes(pw) >= (size_t)(N * K) * 2);
-    ck_assert(cg_bf16_matrix_mul(pw, path, 1, M, x, rsx, csx, with_bias ? bias : NULL, 1, y, rsy,
-                                 1));
+    ck_assert(
+        cg_bf16_matrix_mul(pw, path, 1, M, x, rsx, csx, with_bias ? bias : NULL, 1, y, rsy, 1));
     if (with_bias)
         for (int64_t i = 0; i < M; i++)
-            for (int64_t j = 0; j < N; j++) ref[i * rsy + j] = bias[j];
+            for (int64_t j = 0; j < N; j++)
+                ref[i * rsy + j] = bias[j];
     ck_assert(cg_sgemm_path(path, 1, M, N, K, 1.0f, x, rsx, csx, w, csw, rsw,
                             with_bias ? 1.0f : 0.0f, ref, rsy, 1));
     for (int64_t i = 0; i < M; i++)
@@ -488,9 +520,10 @@ static void matrix_case(cg_rng *rng, cg_gemm_path path, int64_t M, int64_t N, in
             const float got = y[i * rsy + j];
             if (to_bits(got) != to_bits(ref[i * rsy + j]))
                 ck_abort_msg("%s %lldx%lldx%lld layouts %d%d bias %d: packed %a, gemm %a at "
-                             "[%lld,%lld]", cg_gemm_path_name(path), (long long)M, (long long)N,
-                             (long long)K, lw, lx, (int)with_bias, (double)got,
-                             (double)ref[i * rsy + j], (long long)i, (long long)j);
+                             "[%lld,%lld]",
+                             cg_gemm_path_name(path), (long long)M, (long long)N, (long long)K, lw,
+                             lx, (int)with_bias, (double)got, (double)ref[i * rsy + j],
+                             (long long)i, (long long)j);
             double sx = with_bias ? bias[j] : 0.0, mag = with_bias ? fabs(bias[j]) : 0.0;
             for (int64_t p = 0; p < K; p++) {
                 double t = (double)x[i * rsx + p * csx] * w[j * rsw + p * csw];
@@ -498,13 +531,14 @@ static void matrix_case(cg_rng *rng, cg_gemm_path path, int64_t M, int64_t N, in
                 mag += fabs(t);
             }
             if (!(fabs(got - sx) <= (0x1p-7 + 0x1p-24 * (double)(K + 3)) * mag + 1e-30))
-                ck_abort_msg("packed %lldx%lldx%lld: y[%lld,%lld] = %.9g, exact %.9g",
-                             (long long)M, (long long)N, (long long)K, (long long)i,
-                             (long long)j, (double)got, sx);
+                ck_abort_msg("packed %lldx%lldx%lld: y[%lld,%lld] = %.9g, exact %.9g", (long long)M,
+                             (long long)N, (long long)K, (long long)i, (long long)j, (double)got,
+                             sx);
         }
     if (padded_y) /* the row gaps were not written */
         for (int64_t i = 0; i + 1 < M; i++)
-            for (int64_t j = N; j < rsy; j++) ck_assert(isnan(y[i * rsy + j]));
+            for (int64_t j = N; j < rsy; j++)
+                ck_assert(isnan(y[i * rsy + j]));
     cg_bf16_matrix_free(pw);
     free(w);
     free(x);
@@ -513,10 +547,11 @@ static void matrix_case(cg_rng *rng, cg_gemm_path path, int64_t M, int64_t N, in
     free(ref);
 }
 
-START_TEST(test_matrix_against_gemm) {
+START_TEST(test_matrix_against_gemm)
+{
     cg_rng rng = cg_rng_new(21);
-    const cg_gemm_path path = cg_gemm_path_available(CG_GEMM_BF16) ? CG_GEMM_BF16
-                                                                   : CG_GEMM_BF16_EMULATED;
+    const cg_gemm_path path =
+        cg_gemm_path_available(CG_GEMM_BF16) ? CG_GEMM_BF16 : CG_GEMM_BF16_EMULATED;
     const int64_t nk[][2] = {{1, 1}, {31, 15}, {33, 17}, {97, 385}, {65, 769}, {7, 2}};
     const int64_t ms[] = {1, 2, 3, 4, 5, 6, 7, 8, 13, 25};
     for (size_t a = 0; a < sizeof nk / sizeof nk[0]; a++)
@@ -537,7 +572,8 @@ END_TEST
 
 /* The emulated product gives the native bits (nasty inputs included), and
  * 1 and 2 threads give the same bits on both paths. */
-START_TEST(test_matrix_paths_threads) {
+START_TEST(test_matrix_paths_threads)
+{
     cg_rng rng = cg_rng_new(23);
     const int64_t dims[][3] = {{1, 1536, 384}, {3, 385, 769}, {8, 97, 33}, {1, 4100, 9}};
     const cg_gemm_path paths[] = {CG_GEMM_BF16, CG_GEMM_BF16_EMULATED};
@@ -556,8 +592,8 @@ START_TEST(test_matrix_paths_threads) {
                     memset(y[p][t], 0, (size_t)(M * N) * sizeof(float));
                     continue;
                 }
-                ck_assert(cg_bf16_matrix_mul(pw, paths[p], t + 1, M, x, K, 1, bias, 1, y[p][t],
-                                             N, 1));
+                ck_assert(
+                    cg_bf16_matrix_mul(pw, paths[p], t + 1, M, x, K, 1, bias, 1, y[p][t], N, 1));
             }
         for (int p = 0; p < 2; p++)
             ck_assert_msg(memcmp(y[p][0], y[p][1], (size_t)(M * N) * sizeof(float)) == 0,
@@ -571,7 +607,8 @@ START_TEST(test_matrix_paths_threads) {
                                  (long long)M, (long long)N, (long long)K, (double)y[0][0][i],
                                  (double)y[1][0][i], (long long)i);
         for (int p = 0; p < 2; p++)
-            for (int t = 0; t < 2; t++) free(y[p][t]);
+            for (int t = 0; t < 2; t++)
+                free(y[p][t]);
         cg_bf16_matrix_free(pw);
         free(w);
         free(x);
@@ -583,8 +620,8 @@ START_TEST(test_matrix_paths_threads) {
     ck_assert(!cg_bf16_matrix_mul(NULL, CG_GEMM_AUTO, 0, 1, (float[]){1}, 1, 1, NULL, 1,
                                   (float[]){0}, 1, 1));
     cg_bf16_matrix *one = cg_bf16_matrix_new(1, 1, (float[]){2}, 1, 1);
-    ck_assert(!cg_bf16_matrix_mul(one, CG_GEMM_SKX, 0, 1, (float[]){1}, 1, 1, NULL, 1,
-                                  (float[]){0}, 1, 1));
+    ck_assert(!cg_bf16_matrix_mul(one, CG_GEMM_SKX, 0, 1, (float[]){1}, 1, 1, NULL, 1, (float[]){0},
+                                  1, 1));
     cg_bf16_matrix_free(one);
     cg_bf16_matrix_free(NULL);
 }
@@ -592,7 +629,8 @@ END_TEST
 
 /* The bf16 reference of a linear layer: cg_affine with a graph (grad on),
  * i.e. the bf16 GEMM path, never the packed weight. */
-static float *affine_ref(cg_linear *l, cg_tensor *x) {
+static float *affine_ref(cg_linear *l, cg_tensor *x)
+{
     cg_tensor *y = cg_affine(x, l->weight, l->bias);
     ck_assert_ptr_nonnull(y);
     float *v = cg_test_values(y);
@@ -600,7 +638,8 @@ static float *affine_ref(cg_linear *l, cg_tensor *x) {
     return v;
 }
 
-static float *packed_out(cg_linear *l, cg_tensor *x) {
+static float *packed_out(cg_linear *l, cg_tensor *x)
+{
     cg_no_grad_begin();
     cg_tensor *y = cg_linear_forward(l, x);
     cg_no_grad_end();
@@ -615,7 +654,8 @@ static float *packed_out(cg_linear *l, cg_tensor *x) {
  * only for few rows, and never used after the weight is written (an
  * optimizer step, an in-place op, a write through cg_data() announced with
  * cg_tensor_modified). fp32 never makes one. */
-START_TEST(test_packed_linear_refresh) {
+START_TEST(test_packed_linear_refresh)
+{
     cg_rng rng = cg_rng_new(31);
     const int64_t in = 385, out = 97, M = 3;
     cg_linear *l = cg_linear_new(in, out, true, &rng);
@@ -667,8 +707,7 @@ START_TEST(test_packed_linear_refresh) {
             cg_tensor *r = cg_randn(&rng, CG_SHAPE(out, in));
             ck_assert(cg_copy_(l->weight, r));
             cg_release(r);
-        }
-        else {
+        } else {
             cg_data(l->weight)[5] += 100.0f;
             cg_tensor_modified(l->weight);
         }
@@ -703,7 +742,8 @@ START_TEST(test_packed_linear_refresh) {
 }
 END_TEST
 
-static Suite *bf16_suite(void) {
+static Suite *bf16_suite(void)
+{
     Suite *s = suite_create("bf16");
     TCase *tc = tcase_create("gemm");
     tcase_set_timeout(tc, 300);
@@ -724,7 +764,8 @@ static Suite *bf16_suite(void) {
     return s;
 }
 
-int main(void) {
+int main(void)
+{
     Suite *s = bf16_suite();
     return cg_test_run(&s, 1);
 }

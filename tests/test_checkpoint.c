@@ -27,15 +27,21 @@ typedef struct {
     cg_lm_block *blk[2];
     cg_rng rng; /* the blocks' shared dropout generator */
     cg_attn_mask mask;
-    int mode;   /* 0 plain, 1 each block checkpointed, 2 nested: both in one, each inside */
+    int mode; /* 0 plain, 1 each block checkpointed, 2 nested: both in one, each inside */
 } model;
 
 static void model_init(model *m)
 {
     memset(m, 0, sizeof *m);
     m->rng = cg_rng_new(42);
-    cg_tf_config c = {.d = D, .H = 2, .d_ff = 32, .norm = CG_NORM_LAYERNORM, .act = CG_ACT_GELU,
-                      .norm_first = true, .dropout = 0.2f, .dropout_rng = &m->rng};
+    cg_tf_config c = {.d = D,
+                      .H = 2,
+                      .d_ff = 32,
+                      .norm = CG_NORM_LAYERNORM,
+                      .act = CG_ACT_GELU,
+                      .norm_first = true,
+                      .dropout = 0.2f,
+                      .dropout_rng = &m->rng};
     cg_rng init = cg_rng_new(7);
     for (int i = 0; i < 2; i++) {
         m->blk[i] = cg_lm_block_new(&c, &init);
@@ -71,8 +77,14 @@ static cg_tensor *checkpointed(model *m, int i, cg_tensor *x, block_ctx *ctx)
         ps[k] = l.items[k].tensor;
     *ctx = (block_ctx){m, i};
     cg_rng *r = &m->rng;
-    cg_checkpoint_block cb = {.fn = run_block, .ctx = ctx, .n_inputs = 1, .inputs = &x,
-                              .n_params = l.n, .params = ps, .n_rngs = 1, .rngs = &r};
+    cg_checkpoint_block cb = {.fn = run_block,
+                              .ctx = ctx,
+                              .n_inputs = 1,
+                              .inputs = &x,
+                              .n_params = l.n,
+                              .params = ps,
+                              .n_rngs = 1,
+                              .rngs = &r};
     cg_tensor *y = cg_checkpoint(&cb);
     free(ps);
     cg_param_list_free(&l);
@@ -98,16 +110,22 @@ static cg_tensor *forward(model *m, cg_tensor *x)
         ck_assert(cg_module_params(CG_MODULE(m->blk[0]), &l));
         cg_tensor *p0 = l.items[0].tensor; /* any parameter: the block needs grad */
         cg_rng *r = &m->rng;
-        cg_checkpoint_block cb = {.fn = run_both_nested, .ctx = m, .n_inputs = 1, .inputs = &x,
-                                  .n_params = 1, .params = &p0, .n_rngs = 1, .rngs = &r};
+        cg_checkpoint_block cb = {.fn = run_both_nested,
+                                  .ctx = m,
+                                  .n_inputs = 1,
+                                  .inputs = &x,
+                                  .n_params = 1,
+                                  .params = &p0,
+                                  .n_rngs = 1,
+                                  .rngs = &r};
         cg_tensor *y = cg_checkpoint(&cb);
         cg_param_list_free(&l);
         return y;
     }
     cg_tensor *h = cg_retain(x);
     for (int i = 0; i < 2 && h; i++) {
-        cg_tensor *n = m->mode ? checkpointed(m, i, h, &ctx[i])
-                               : cg_lm_block_forward(m->blk[i], h, &m->mask);
+        cg_tensor *n =
+            m->mode ? checkpointed(m, i, h, &ctx[i]) : cg_lm_block_forward(m->blk[i], h, &m->mask);
         cg_release(h);
         h = n;
     }
@@ -178,8 +196,8 @@ static void result_free(result *r)
 
 static void assert_identical(result *a, result *b, const char *what)
 {
-    ck_assert_msg(memcmp(&a->loss, &b->loss, sizeof a->loss) == 0, "%s: loss %.9g vs %.9g",
-                  what, a->loss, b->loss);
+    ck_assert_msg(memcmp(&a->loss, &b->loss, sizeof a->loss) == 0, "%s: loss %.9g vs %.9g", what,
+                  a->loss, b->loss);
     ck_assert_int_eq(a->n, b->n);
     for (int i = 0; i < a->n; i++) {
         ck_assert_int_eq(a->sizes[i], b->sizes[i]);
@@ -235,8 +253,14 @@ static void seq2seq_grads(bool recompute, float **out, int64_t *n_out)
 {
     int64_t live0 = cg_live_tensors();
     cg_rng drop = cg_rng_new(11);
-    cg_tf_config c = {.d = D, .H = 2, .d_ff = 32, .norm = CG_NORM_LAYERNORM, .act = CG_ACT_RELU,
-                      .norm_first = false, .dropout = 0.25f, .dropout_rng = &drop};
+    cg_tf_config c = {.d = D,
+                      .H = 2,
+                      .d_ff = 32,
+                      .norm = CG_NORM_LAYERNORM,
+                      .act = CG_ACT_RELU,
+                      .norm_first = false,
+                      .dropout = 0.25f,
+                      .dropout_rng = &drop};
     cg_rng init = cg_rng_new(1);
     cg_enc_stack *enc = cg_enc_stack_new(2, &c, &init);
     cg_dec_stack *dec = cg_dec_stack_new(2, &c, &init);
@@ -309,7 +333,8 @@ static float *hooked_block_grad(bool recompute, int *calls)
     model m;
     model_init(&m);
     m.blk[0]->recompute = recompute;
-    cg_hook_handle h = cg_module_register_forward_hook(CG_MODULE(m.blk[0]), double_out, calls, NULL);
+    cg_hook_handle h =
+        cg_module_register_forward_hook(CG_MODULE(m.blk[0]), double_out, calls, NULL);
     ck_assert_msg(h.id != 0, "%s", cg_last_error());
     cg_rng data = cg_rng_new(5);
     cg_tensor *x = cg_requires_grad(cg_randn(&data, CG_SHAPE(B, T, D)), true);
@@ -398,8 +423,8 @@ START_TEST(test_checkpoint_no_grad_and_errors)
     /* no-grad: just the block's result, no node; ctx freed at once */
     g_freed = 0;
     cg_no_grad_begin();
-    cg_checkpoint_block cb = {.fn = tanh_mul, .ctx = &g_freed, .ctx_free = count_free,
-                              .n_inputs = 2, .inputs = in};
+    cg_checkpoint_block cb = {
+        .fn = tanh_mul, .ctx = &g_freed, .ctx_free = count_free, .n_inputs = 2, .inputs = in};
     cg_tensor *y = cg_checkpoint(&cb);
     cg_no_grad_end();
     ck_assert_ptr_nonnull(y);
@@ -528,8 +553,8 @@ START_TEST(test_grad_ready_hook_with_checkpoint)
     memset(&g_ck_log, 0, sizeof g_ck_log);
     ck_assert(cg_grad_ready_hook_add(w, on_ready_ck, NULL));
     /* w, a parameter, used by two checkpointed blocks in a row */
-    cg_checkpoint_block cb = {.fn = tanh_mul_param, .ctx = w, .n_inputs = 1, .inputs = &x,
-                              .n_params = 1, .params = &w};
+    cg_checkpoint_block cb = {
+        .fn = tanh_mul_param, .ctx = w, .n_inputs = 1, .inputs = &x, .n_params = 1, .params = &w};
     cg_tensor *h = cg_checkpoint(&cb);
     cb.inputs = &h;
     cg_tensor *y = cg_checkpoint(&cb);

@@ -149,10 +149,12 @@ START_TEST(test_charlm_equivalence)
         double rel = cg_test_max_rel_diff(CG_MODULE(m), CG_MODULE(ref), worst, sizeof worst);
         cg_charlm *init = cg_charlm_new(&c, 7);
         double moved = cg_test_max_rel_diff(CG_MODULE(init), CG_MODULE(ref), NULL, 0);
-        fprintf(stderr, "charlm: %d ranks vs 1 rank after %d steps: max rel diff %.3g (%s); "
-                "training moved the parameters by %.3g\n", size, STEPS, rel, worst, moved);
-        ck_assert_msg(rel <= TOL, "charlm: %d-rank and 1-rank parameters differ by %g (%s)",
-                      size, rel, worst);
+        fprintf(stderr,
+                "charlm: %d ranks vs 1 rank after %d steps: max rel diff %.3g (%s); "
+                "training moved the parameters by %.3g\n",
+                size, STEPS, rel, worst, moved);
+        ck_assert_msg(rel <= TOL, "charlm: %d-rank and 1-rank parameters differ by %g (%s)", size,
+                      rel, worst);
         ck_assert(moved > 1e-3); /* the test would prove nothing otherwise */
         cg_charlm_free(ref);
         cg_charlm_free(init);
@@ -186,8 +188,8 @@ static void s2s_batch(int s, int64_t *src, int64_t *tin, int64_t *tout)
 {
     cg_rng r = cg_rng_new(5000 + (uint64_t)s);
     for (int b = 0; b < B_GLOBAL; b++) {
-        int ls = 1 + (int)cg_rng_below(&r, S2S_S);       /* 1..S source tokens */
-        int lt = 1 + (int)cg_rng_below(&r, S2S_T - 1);   /* 1..T-1 target tokens */
+        int ls = 1 + (int)cg_rng_below(&r, S2S_S);     /* 1..S source tokens */
+        int lt = 1 + (int)cg_rng_below(&r, S2S_T - 1); /* 1..T-1 target tokens */
         for (int i = 0; i < S2S_S; i++)
             src[b * S2S_S + i] = i < ls ? 3 + (int64_t)cg_rng_below(&r, S2S_V - 3) : CG_PAD;
         int64_t y[S2S_T];
@@ -207,8 +209,8 @@ static void s2s_train(cg_seq2seq *m, int r0, int r1, bool dist)
     for (int s = 0; s < STEPS; s++) {
         s2s_batch(s, src, tin, tout);
         cg_optim_zero_grad(o);
-        cg_tensor *logits = cg_seq2seq_forward(m, src + r0 * S2S_S, r1 - r0, S2S_S,
-                                               tin + r0 * S2S_T, S2S_T);
+        cg_tensor *logits =
+            cg_seq2seq_forward(m, src + r0 * S2S_S, r1 - r0, S2S_S, tin + r0 * S2S_T, S2S_T);
         cg_tensor *loss = cg_seq2seq_loss(m, logits, tout + r0 * S2S_T);
         ck_assert_msg(loss != NULL, "%s", cg_last_error());
         ck_assert_msg(cg_backward(loss, NULL, false), "%s", cg_last_error());
@@ -244,10 +246,12 @@ START_TEST(test_seq2seq_equivalence)
         double rel = cg_test_max_rel_diff(CG_MODULE(m), CG_MODULE(ref), worst, sizeof worst);
         cg_seq2seq *init = cg_seq2seq_new(&c, 11);
         double moved = cg_test_max_rel_diff(CG_MODULE(init), CG_MODULE(ref), NULL, 0);
-        fprintf(stderr, "seq2seq: %d ranks vs 1 rank after %d steps: max rel diff %.3g (%s); "
-                "training moved the parameters by %.3g\n", size, STEPS, rel, worst, moved);
-        ck_assert_msg(rel <= TOL, "seq2seq: %d-rank and 1-rank parameters differ by %g (%s)",
-                      size, rel, worst);
+        fprintf(stderr,
+                "seq2seq: %d ranks vs 1 rank after %d steps: max rel diff %.3g (%s); "
+                "training moved the parameters by %.3g\n",
+                size, STEPS, rel, worst, moved);
+        ck_assert_msg(rel <= TOL, "seq2seq: %d-rank and 1-rank parameters differ by %g (%s)", size,
+                      rel, worst);
         ck_assert(moved > 1e-3);
         cg_seq2seq_free(ref);
         cg_seq2seq_free(init);
@@ -283,8 +287,8 @@ static cg_tensor *accum_loss(void *self, int k)
 {
     accum_ctx *a = self;
     int half = B_GLOBAL / 2, per = half / cg_dist_size(), r0 = k * half + cg_dist_rank() * per;
-    cg_tensor *logits = cg_seq2seq_forward(a->m, a->src + r0 * S2S_S, per, S2S_S,
-                                           a->tin + r0 * S2S_T, S2S_T);
+    cg_tensor *logits =
+        cg_seq2seq_forward(a->m, a->src + r0 * S2S_S, per, S2S_S, a->tin + r0 * S2S_T, S2S_T);
     cg_tensor *loss = cg_seq2seq_loss(a->m, logits, a->tout + r0 * S2S_T);
     cg_release(logits);
     return loss;
@@ -311,10 +315,15 @@ static void accum_run(cg_seq2seq_config *c, int mode, cg_seq2seq **out)
         setenv("CG_DIST_OVERLAP", overlap ? "1" : "0", 1);
         setenv("CG_DIST_BUCKET_MB", "0.004", 1);
     }
-    cg_trainer_model tm = {.module = CG_MODULE(a.m), .dropout_rng = &a.m->dropout_rng,
+    cg_trainer_model tm = {.module = CG_MODULE(a.m),
+                           .dropout_rng = &a.m->dropout_rng,
                            .optim = cg_adamw_config(3e-3, 0.9, 0.999, 1e-8),
-                           .weight_decay_2d = 0.01, .self = &a, .batch = accum_batch,
-                           .loss = accum_loss, .lr = accum_lr, .clip_norm = mode >= 3 ? 0.05 : 0};
+                           .weight_decay_2d = 0.01,
+                           .self = &a,
+                           .batch = accum_batch,
+                           .loss = accum_loss,
+                           .lr = accum_lr,
+                           .clip_norm = mode >= 3 ? 0.05 : 0};
     cg_stepper st;
     ck_assert_msg(cg_stepper_init(&st, &tm, 2, mode == 3), "%s", cg_last_error());
     ck_assert(st.zero == (mode == 3 && cg_dist_size() > 1));
@@ -326,8 +335,7 @@ static void accum_run(cg_seq2seq_config *c, int mode, cg_seq2seq **out)
     }
     for (int s = 1; s <= STEPS; s++) {
         double loss, tokens;
-        ck_assert_msg(cg_stepper_step(&st, s, &loss, &tokens) == CG_STEP_OK, "%s",
-                      cg_last_error());
+        ck_assert_msg(cg_stepper_step(&st, s, &loss, &tokens) == CG_STEP_OK, "%s", cg_last_error());
     }
     cg_stepper_free(&st);
     unsetenv("CG_DIST_OVERLAP");
@@ -348,8 +356,10 @@ START_TEST(test_grad_accum_equivalence)
         s2s_train(ref, 0, B_GLOBAL, false);
         char worst[128] = "";
         double rel = cg_test_max_rel_diff(CG_MODULE(m), CG_MODULE(ref), worst, sizeof worst);
-        fprintf(stderr, "seq2seq: %d ranks x 2 micro-batches vs 1 rank after %d steps: max rel "
-                "diff %.3g (%s)\n", size, STEPS, rel, worst);
+        fprintf(stderr,
+                "seq2seq: %d ranks x 2 micro-batches vs 1 rank after %d steps: max rel "
+                "diff %.3g (%s)\n",
+                size, STEPS, rel, worst);
         ck_assert_msg(rel <= TOL, "grad-accum: parameters differ by %g (%s)", rel, worst);
         cg_seq2seq_free(ref);
     }
@@ -377,8 +387,7 @@ START_TEST(test_api)
     cg_tensor *p[2] = {cg_requires_grad(cg_zeros(CG_SHAPE(3, 5)), true),
                        cg_requires_grad(cg_zeros(CG_SHAPE(2)), true)};
     p[0]->grad = cg_full(CG_SHAPE(3, 5), (float)(cg_dist_rank() + 1));
-    ck_assert_msg(cg_dist_average_grads_tensors(2, p, cg_dist_rank() + 1.0), "%s",
-                  cg_last_error());
+    ck_assert_msg(cg_dist_average_grads_tensors(2, p, cg_dist_rank() + 1.0), "%s", cg_last_error());
     double num = 0, den = 0;
     for (int r = 0; r < cg_dist_size(); r++) {
         num += (r + 1.0) * (r + 1.0);
@@ -411,8 +420,10 @@ START_TEST(test_overlap_recompute_equivalence)
     char worst[128] = "";
     double rel = cg_test_max_rel_diff(CG_MODULE(ov), CG_MODULE(plain), worst, sizeof worst);
     if (cg_dist_rank() == 0)
-        fprintf(stderr, "seq2seq: %d ranks, overlapped + recomputed vs blocking after %d steps: "
-                "max rel diff %.3g (%s)\n", size, STEPS, rel, worst);
+        fprintf(stderr,
+                "seq2seq: %d ranks, overlapped + recomputed vs blocking after %d steps: "
+                "max rel diff %.3g (%s)\n",
+                size, STEPS, rel, worst);
     if (size <= 2)
         ck_assert_msg(rel == 0, "overlapped + recomputed differ from blocking by %g (%s)", rel,
                       worst);
@@ -437,8 +448,10 @@ START_TEST(test_zero_stepper_equivalence)
     char worst[128] = "";
     double rel = cg_test_max_rel_diff(CG_MODULE(z), CG_MODULE(plain), worst, sizeof worst);
     if (cg_dist_rank() == 0)
-        fprintf(stderr, "seq2seq: %d ranks, stepper with ZeRO-1 vs blocking all-reduce after %d "
-                "clipped steps: max rel diff %.3g (%s)\n", cg_dist_size(), STEPS, rel, worst);
+        fprintf(stderr,
+                "seq2seq: %d ranks, stepper with ZeRO-1 vs blocking all-reduce after %d "
+                "clipped steps: max rel diff %.3g (%s)\n",
+                cg_dist_size(), STEPS, rel, worst);
     ck_assert_msg(rel <= TOL, "ZeRO-1 stepper differs by %g (%s)", rel, worst);
     cg_seq2seq_free(z);
     cg_seq2seq_free(plain);
@@ -565,8 +578,8 @@ START_TEST(test_zero_equivalence)
     double mx = bytes[0];
     ck_assert(cg_dist_allreduce_sum(bytes, 1) && cg_dist_allreduce_max(&mx, 1));
     int64_t full_bytes = cg_optim_state_bytes(od);
-    ck_assert_msg(bytes[0] == (double)full_bytes, "shards hold %g bytes, unsharded %lld",
-                  bytes[0], (long long)full_bytes);
+    ck_assert_msg(bytes[0] == (double)full_bytes, "shards hold %g bytes, unsharded %lld", bytes[0],
+                  (long long)full_bytes);
     /* at most one float of rounding per bucket and buffer */
     ck_assert(mx <= (double)full_bytes / size + 8.0 * cg_dist_reducer_buckets(red) + 8);
 
@@ -581,9 +594,11 @@ START_TEST(test_zero_equivalence)
     char path[] = "/tmp/cg_test_zero_XXXXXX";
     if (rank == 0) {
         double srel = state_rel_diff(full, od);
-        fprintf(stderr, "charlm: %d ranks, ZeRO-1 vs all-reduce after %d clipped steps: "
+        fprintf(stderr,
+                "charlm: %d ranks, ZeRO-1 vs all-reduce after %d clipped steps: "
                 "parameters max rel diff %.3g (%s), gathered AdamW state %.3g; state bytes per "
-                "rank %.0f of %lld\n", size, STEPS, rel, worst, srel, mx, (long long)full_bytes);
+                "rank %.0f of %lld\n",
+                size, STEPS, rel, worst, srel, mx, (long long)full_bytes);
         ck_assert_msg(srel <= TOL, "gathered state differs by %g", srel);
         int fd = mkstemp(path);
         ck_assert(fd >= 0);
@@ -622,8 +637,10 @@ START_TEST(test_zero_equivalence)
         cg_optim *oref;
         lm_train_zero(ref, 0, B_GLOBAL, false, false, &oref, NULL);
         double r1 = cg_test_max_rel_diff(CG_MODULE(mz), CG_MODULE(ref), worst, sizeof worst);
-        fprintf(stderr, "charlm: %d ranks ZeRO-1 vs 1 rank after %d clipped steps: max rel diff "
-                "%.3g (%s)\n", size, STEPS, r1, worst);
+        fprintf(stderr,
+                "charlm: %d ranks ZeRO-1 vs 1 rank after %d clipped steps: max rel diff "
+                "%.3g (%s)\n",
+                size, STEPS, r1, worst);
         ck_assert_msg(r1 <= TOL, "ZeRO-1 and 1-rank parameters differ by %g (%s)", r1, worst);
         cg_optim_free(oref);
         cg_charlm_free(ref);

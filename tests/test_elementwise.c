@@ -54,9 +54,9 @@ static float *expect_nary(int n, const cg_tensor **in, int nd, const int64_t *sh
         double v[3];
         for (int i = 0; i < n; i++)
             v[i] = bget(in[i], nd, idx);
-        double r = n == 1 ? ((ref1_fn)ref)(v[0])
-                 : n == 2 ? ((ref2_fn)ref)(v[0], v[1])
-                          : ((ref3_fn)ref)(v[0], v[1], v[2]);
+        double r = n == 1   ? ((ref1_fn)ref)(v[0])
+                   : n == 2 ? ((ref2_fn)ref)(v[0], v[1])
+                            : ((ref3_fn)ref)(v[0], v[1], v[2]);
         e[k] = (float)r;
         next_index(nd, shape, idx);
     }
@@ -109,14 +109,22 @@ static const struct {
     k1_fn k;
     ref1_fn ref;
 } UNARY[] = {
-    {"neg", cg_k_neg, r_neg},       {"exp", cg_k_exp, r_exp},
-    {"log", cg_k_log, r_log},       {"sqrt", cg_k_sqrt, r_sqrt},
-    {"rsqrt", cg_k_rsqrt, r_rsqrt}, {"pow2", k_pow2, r_pow2},
-    {"pow3", k_pow3, r_pow3},       {"pow2.5", k_pow25, r_pow25},
-    {"pow-1.5", k_powm15, r_powm15}, {"tanh", cg_k_tanh, r_tanh},
-    {"sigmoid", cg_k_sigmoid, r_sigmoid}, {"relu", cg_k_relu, r_relu},
-    {"gelu", cg_k_gelu, r_gelu},    {"abs", cg_k_abs, r_abs},
-    {"clamp", k_clamp, r_clamp},    {"adds", k_adds, r_adds},
+    {"neg", cg_k_neg, r_neg},
+    {"exp", cg_k_exp, r_exp},
+    {"log", cg_k_log, r_log},
+    {"sqrt", cg_k_sqrt, r_sqrt},
+    {"rsqrt", cg_k_rsqrt, r_rsqrt},
+    {"pow2", k_pow2, r_pow2},
+    {"pow3", k_pow3, r_pow3},
+    {"pow2.5", k_pow25, r_pow25},
+    {"pow-1.5", k_powm15, r_powm15},
+    {"tanh", cg_k_tanh, r_tanh},
+    {"sigmoid", cg_k_sigmoid, r_sigmoid},
+    {"relu", cg_k_relu, r_relu},
+    {"gelu", cg_k_gelu, r_gelu},
+    {"abs", cg_k_abs, r_abs},
+    {"clamp", k_clamp, r_clamp},
+    {"adds", k_adds, r_adds},
     {"muls", k_muls, r_muls},
 };
 #define N_UNARY (int)(sizeof UNARY / sizeof UNARY[0])
@@ -132,9 +140,18 @@ static double r_clamp_bwd(double x, double g) { return (x >= -0.5 && x <= 0.7) ?
 static double r_abs_bwd(double x, double g) { return x > 0 ? g : (x < 0 ? -g : 0); }
 static double r_masked_fill(double x, double m) { return m != 0 ? -7.0 : x; }
 
-static cg_tensor *k_axpby(const cg_tensor *a, const cg_tensor *b) { return cg_k_axpby(a, 2.5f, b, -0.5f); }
-static cg_tensor *k_clamp_bwd(const cg_tensor *a, const cg_tensor *b) { return cg_k_clamp_backward(a, b, -0.5f, 0.7f); }
-static cg_tensor *k_masked_fill(const cg_tensor *a, const cg_tensor *m) { return cg_k_masked_fill(a, m, -7.0f); }
+static cg_tensor *k_axpby(const cg_tensor *a, const cg_tensor *b)
+{
+    return cg_k_axpby(a, 2.5f, b, -0.5f);
+}
+static cg_tensor *k_clamp_bwd(const cg_tensor *a, const cg_tensor *b)
+{
+    return cg_k_clamp_backward(a, b, -0.5f, 0.7f);
+}
+static cg_tensor *k_masked_fill(const cg_tensor *a, const cg_tensor *m)
+{
+    return cg_k_masked_fill(a, m, -7.0f);
+}
 
 typedef cg_tensor *(*k2_fn)(const cg_tensor *, const cg_tensor *);
 static const struct {
@@ -168,7 +185,8 @@ static void check_unary(int op, const cg_tensor *a)
     cg_release(out);
 }
 
-static void check_binary(int op, const cg_tensor *a, const cg_tensor *b, int nd, const int64_t *shape)
+static void check_binary(int op, const cg_tensor *a, const cg_tensor *b, int nd,
+                         const int64_t *shape)
 {
     cg_tensor *out = BINARY[op].k(a, b);
     ck_assert_msg(out != NULL, "%s: %s", BINARY[op].name, cg_last_error());
@@ -486,16 +504,18 @@ START_TEST(test_exp_accuracy)
         double ref = exp((double)xv[i]);
         float fr = (float)ref;
         if (isinf(fr)) {
-            ck_assert_msg(isinf(ev[i]) && ev[i] > 0, "exp(%.9g) = %.9g, expected inf", xv[i], ev[i]);
+            ck_assert_msg(isinf(ev[i]) && ev[i] > 0, "exp(%.9g) = %.9g, expected inf", xv[i],
+                          ev[i]);
             continue;
         }
         double ulp = fr < 1.17549435e-38f ? 0x1p-149 : ldexp(1.0, ilogb(fr) - 23);
         double err = fabs(ev[i] - ref) / ulp;
         worst = err > worst ? err : worst;
-        ck_assert_msg(err <= 2.0, "exp(%.9g) = %.9g, expected %.9g (%.2f ulp)", xv[i], ev[i], ref, err);
+        ck_assert_msg(err <= 2.0, "exp(%.9g) = %.9g, expected %.9g (%.2f ulp)", xv[i], ev[i], ref,
+                      err);
         double sref = 1.0 / (1.0 + exp(-(double)xv[i]));
-        ck_assert_msg(fabs(sv[i] - sref) <= 3e-7 * sref + 1e-45, "sigmoid(%.9g) = %.9g, expected %.9g",
-                      xv[i], sv[i], sref);
+        ck_assert_msg(fabs(sv[i] - sref) <= 3e-7 * sref + 1e-45,
+                      "sigmoid(%.9g) = %.9g, expected %.9g", xv[i], sv[i], sref);
     }
     ck_assert(worst > 0.0); /* the sweep did compare something */
     free(ev);
@@ -511,10 +531,10 @@ START_TEST(test_exp_accuracy)
         /* u is computed in float: exp(2u) inherits |2u| times its rounding */
         double x = xs[i], u2 = 2.0 * sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x);
         double rt = 1e-6 + 3e-7 * fabs(u2);
-        ck_assert_msg(fabs(y[i] - ref) <= rt * fabs(ref) + 1e-38, "gelu(%.9g) = %.9g, expected %.9g",
-                      xs[i], y[i], ref);
-        ck_assert_msg(fabs(d[i] - dref) <= 2.0 * rt * fabs(dref) + 1e-7, "gelu'(%.9g) = %.9g, expected %.9g",
-                      xs[i], d[i], dref);
+        ck_assert_msg(fabs(y[i] - ref) <= rt * fabs(ref) + 1e-38,
+                      "gelu(%.9g) = %.9g, expected %.9g", xs[i], y[i], ref);
+        ck_assert_msg(fabs(d[i] - dref) <= 2.0 * rt * fabs(dref) + 1e-7,
+                      "gelu'(%.9g) = %.9g, expected %.9g", xs[i], d[i], dref);
     }
     free(xs);
     free(y);
@@ -609,11 +629,16 @@ static Suite *elementwise_suite(void)
         const char *name;
         const TTest *fn;
     } cases[] = {
-        {"unary", test_unary_layouts},     {"binary", test_binary_layouts},
-        {"broadcast", test_binary_broadcast}, {"where", test_where},
-        {"masked_fill", test_masked_fill}, {"inplace", test_inplace},
-        {"special", test_special_values},  {"threads", test_threads_identical},
-        {"errors", test_errors},           {"exp_accuracy", test_exp_accuracy},
+        {"unary", test_unary_layouts},
+        {"binary", test_binary_layouts},
+        {"broadcast", test_binary_broadcast},
+        {"where", test_where},
+        {"masked_fill", test_masked_fill},
+        {"inplace", test_inplace},
+        {"special", test_special_values},
+        {"threads", test_threads_identical},
+        {"errors", test_errors},
+        {"exp_accuracy", test_exp_accuracy},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         TCase *tc = tcase_create(cases[i].name);

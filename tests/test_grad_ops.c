@@ -97,25 +97,44 @@ static cg_tensor *layernorm_nowb(cg_tensor *a) { return cg_layer_norm(a, NULL, N
 static cg_tensor *rmsnorm_now(cg_tensor *a) { return cg_rms_norm(a, NULL, 1e-5f); }
 
 static const unary_case unary_cases[] = {
-    {"neg", cg_neg, DOM_ANY},         {"exp", cg_exp, DOM_ANY},
-    {"log", cg_log, DOM_POS},         {"sqrt", cg_sqrt, DOM_POS},
-    {"rsqrt", cg_rsqrt, DOM_POS},     {"pow3", pow3, DOM_ANY},
-    {"pow0.5", powh, DOM_POS},        {"tanh", cg_tanh, DOM_ANY},
-    {"sigmoid", cg_sigmoid, DOM_ANY}, {"relu", cg_relu, DOM_AWAY0},
-    {"gelu", cg_gelu, DOM_ANY},       {"abs", cg_abs, DOM_AWAY0},
-    {"clamp", clamp_, DOM_ANY},       {"adds", adds_, DOM_ANY},
-    {"muls", muls_, DOM_ANY},         {"softmax(1)", softmax1, DOM_ANY},
-    {"softmax(-1)", softmaxl, DOM_ANY}, {"log_softmax(0)", logsoftmax0, DOM_ANY},
-    {"log_softmax(-1)", logsoftmaxl, DOM_ANY}, {"sum(0,2)", sum01, DOM_ANY},
-    {"sum(-1,keep)", sumk, DOM_ANY},  {"mean(1)", mean1, DOM_ANY},
-    {"mean_all", meanall, DOM_ANY},   {"var(1,unbiased)", var1, DOM_ANY},
-    {"var(0,2,biased)", var0, DOM_ANY}, {"max(1)", max1, DOM_ANY},
-    {"max(-1,keep)", maxk, DOM_ANY},  {"permute", permute_, DOM_ANY},
-    {"transpose", transpose_, DOM_ANY}, {"slice step 2", slice_, DOM_ANY},
-    {"slice negative", slice_neg, DOM_ANY}, {"narrow", narrow_, DOM_ANY},
-    {"select", select_, DOM_ANY},     {"unsqueeze", unsq, DOM_ANY},
-    {"reshape", reshape_, DOM_ANY},   {"contiguous", contig, DOM_ANY},
-    {"expand", expand_, DOM_ANY},     {"layer_norm", layernorm_nowb, DOM_ANY},
+    {"neg", cg_neg, DOM_ANY},
+    {"exp", cg_exp, DOM_ANY},
+    {"log", cg_log, DOM_POS},
+    {"sqrt", cg_sqrt, DOM_POS},
+    {"rsqrt", cg_rsqrt, DOM_POS},
+    {"pow3", pow3, DOM_ANY},
+    {"pow0.5", powh, DOM_POS},
+    {"tanh", cg_tanh, DOM_ANY},
+    {"sigmoid", cg_sigmoid, DOM_ANY},
+    {"relu", cg_relu, DOM_AWAY0},
+    {"gelu", cg_gelu, DOM_ANY},
+    {"abs", cg_abs, DOM_AWAY0},
+    {"clamp", clamp_, DOM_ANY},
+    {"adds", adds_, DOM_ANY},
+    {"muls", muls_, DOM_ANY},
+    {"softmax(1)", softmax1, DOM_ANY},
+    {"softmax(-1)", softmaxl, DOM_ANY},
+    {"log_softmax(0)", logsoftmax0, DOM_ANY},
+    {"log_softmax(-1)", logsoftmaxl, DOM_ANY},
+    {"sum(0,2)", sum01, DOM_ANY},
+    {"sum(-1,keep)", sumk, DOM_ANY},
+    {"mean(1)", mean1, DOM_ANY},
+    {"mean_all", meanall, DOM_ANY},
+    {"var(1,unbiased)", var1, DOM_ANY},
+    {"var(0,2,biased)", var0, DOM_ANY},
+    {"max(1)", max1, DOM_ANY},
+    {"max(-1,keep)", maxk, DOM_ANY},
+    {"permute", permute_, DOM_ANY},
+    {"transpose", transpose_, DOM_ANY},
+    {"slice step 2", slice_, DOM_ANY},
+    {"slice negative", slice_neg, DOM_ANY},
+    {"narrow", narrow_, DOM_ANY},
+    {"select", select_, DOM_ANY},
+    {"unsqueeze", unsq, DOM_ANY},
+    {"reshape", reshape_, DOM_ANY},
+    {"contiguous", contig, DOM_ANY},
+    {"expand", expand_, DOM_ANY},
+    {"layer_norm", layernorm_nowb, DOM_ANY},
     {"rms_norm", rmsnorm_now, DOM_ANY},
 };
 #define N_UNARY (int)(sizeof unary_cases / sizeof unary_cases[0])
@@ -178,7 +197,7 @@ static cg_tensor *where_ab(cg_tensor *a, cg_tensor *b)
 }
 
 static const binary_case binary_cases[] = {
-    {"add", cg_add, DOM_ANY}, {"sub", cg_sub, DOM_ANY}, {"mul", cg_mul, DOM_ANY},
+    {"add", cg_add, DOM_ANY}, {"sub", cg_sub, DOM_ANY},     {"mul", cg_mul, DOM_ANY},
     {"div", cg_div, DOM_POS}, {"where", where_ab, DOM_ANY},
 };
 #define N_BINARY (int)(sizeof binary_cases / sizeof binary_cases[0])
@@ -265,11 +284,11 @@ START_TEST(test_matmul)
     } cases[] = {
         {2, 2, {3, 4}, {4, 5}},
         {3, 3, {2, 3, 4}, {2, 4, 2}},
-        {3, 2, {2, 3, 4}, {4, 5}},         /* broadcast batch */
-        {4, 3, {2, 1, 3, 4}, {3, 4, 2}},   /* broadcast batch both ways */
-        {1, 2, {4}, {4, 3}},               /* vector @ matrix */
-        {2, 1, {3, 4}, {4}},               /* matrix @ vector */
-        {1, 1, {5}, {5}},                  /* dot */
+        {3, 2, {2, 3, 4}, {4, 5}},       /* broadcast batch */
+        {4, 3, {2, 1, 3, 4}, {3, 4, 2}}, /* broadcast batch both ways */
+        {1, 2, {4}, {4, 3}},             /* vector @ matrix */
+        {2, 1, {3, 4}, {4}},             /* matrix @ vector */
+        {1, 1, {5}, {5}},                /* dot */
         {3, 1, {2, 3, 4}, {4}},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
@@ -356,8 +375,8 @@ START_TEST(test_cross_entropy)
 {
     cg_rng r = cg_rng_new(11);
     int64_t targets[6] = {0, 3, 2, 0, 4, 1};
-    ce_case cases[] = {{targets, -100, 0.0f}, {targets, 0, 0.0f}, {targets, 0, 0.1f},
-                       {targets, -100, 0.3f}};
+    ce_case cases[] = {
+        {targets, -100, 0.0f}, {targets, 0, 0.0f}, {targets, 0, 0.1f}, {targets, -100, 0.3f}};
     for (size_t k = 0; k < 4; k++) {
         for (int layout = 0; layout < 3; layout++) {
             cg_tensor *x = input(&r, CG_SHAPE(6, 5), layout, DOM_ANY);
@@ -402,10 +421,7 @@ static cg_tensor *concat_fn(void *ctx, cg_tensor *const *in)
 {
     return cg_concat(in, 3, *(int *)ctx);
 }
-static cg_tensor *stack_fn(void *ctx, cg_tensor *const *in)
-{
-    return cg_stack(in, 3, *(int *)ctx);
-}
+static cg_tensor *stack_fn(void *ctx, cg_tensor *const *in) { return cg_stack(in, 3, *(int *)ctx); }
 static cg_tensor *split_fn(void *ctx, cg_tensor *const *in)
 {
     (void)ctx;
@@ -548,13 +564,13 @@ START_TEST(test_attention_fused)
         bool causal;
         const uint8_t *pad;
     } cases[] = {
-        {2, 2, 5, 5, 3, true, NULL},   {2, 2, 4, 6, 3, false, pad6},
-        {2, 1, 6, 6, 2, true, pad6},   {1, 1, 67, 67, 2, true, NULL},
-        {1, 2, 3, 66, 2, false, NULL}, {2, 1, 5, 37, 2, false, pad37},
-        {2, 1, 37, 37, 2, true, pad37},  {1, 1, 1, 1, 3, true, NULL},
-        {2, 2, 1, 1, 3, false, NULL},   {1, 1, 65, 65, 2, true, NULL},
+        {2, 2, 5, 5, 3, true, NULL},      {2, 2, 4, 6, 3, false, pad6},
+        {2, 1, 6, 6, 2, true, pad6},      {1, 1, 67, 67, 2, true, NULL},
+        {1, 2, 3, 66, 2, false, NULL},    {2, 1, 5, 37, 2, false, pad37},
+        {2, 1, 37, 37, 2, true, pad37},   {1, 1, 1, 1, 3, true, NULL},
+        {2, 2, 1, 1, 3, false, NULL},     {1, 1, 65, 65, 2, true, NULL},
         {2, 1, 2, 530, 2, false, pad530}, {1, 1, 3, 530, 2, true, NULL},
-        {2, 1, 3, 530, 2, true, pad530}, {2, 1, 2, 300, 2, false, pad530},
+        {2, 1, 3, 530, 2, true, pad530},  {2, 1, 2, 300, 2, false, pad530},
         {1, 1, 3, 300, 2, true, NULL},
     };
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {

@@ -75,10 +75,10 @@ static void run_layer(int kind, cg_norm_kind norm, cg_act act, bool norm_first, 
                       int *planted)
 {
     cg_rng r = cg_rng_new(11 + kind);
-    cg_tf_config cfg = {.d = 8, .H = 2, .d_ff = 12, .norm = norm, .act = act,
-                        .norm_first = norm_first};
+    cg_tf_config cfg = {
+        .d = 8, .H = 2, .d_ff = 12, .norm = norm, .act = act, .norm_first = norm_first};
     layer_ctx c = {.kind = kind, .n_in = kind == 2 ? 2 : 1};
-    c.m = kind == 0 ? CG_MODULE(cg_enc_layer_new(&cfg, &r))
+    c.m = kind == 0   ? CG_MODULE(cg_enc_layer_new(&cfg, &r))
           : kind == 1 ? CG_MODULE(cg_lm_block_new(&cfg, &r))
                       : CG_MODULE(cg_dec_layer_new(&cfg, &r));
     ck_assert_ptr_nonnull(c.m);
@@ -100,8 +100,8 @@ static void run_layer(int kind, cg_norm_kind norm, cg_act act, bool norm_first, 
     if (getenv("CG_TEST_VERBOSE"))
         printf("layer %d norm %d act %d pre %d correct: %s\n", kind, norm, act, norm_first,
                rep.message);
-    ck_assert_msg(ok, "layer %d (norm %d, act %d, pre-norm %d), correct gradients: %s", kind,
-                  norm, act, norm_first, rep.message);
+    ck_assert_msg(ok, "layer %d (norm %d, act %d, pre-norm %d), correct gradients: %s", kind, norm,
+                  act, norm_first, rep.message);
 
     /* every node, every input slot with a gradient: a 1% error is caught */
     census cs = {0}; /* the nodes of gradcheck's own backward, in its order */
@@ -126,7 +126,8 @@ static void run_layer(int kind, cg_norm_kind norm, cg_act act, bool norm_first, 
             *caught += visible && !pass;
             if (getenv("CG_TEST_VERBOSE") || (pass && visible))
                 printf("layer %d norm %d act %d pre %d: 1%% in %s (node %d, max |grad| %.3g) %s: "
-                       "%s\n", kind, norm, act, norm_first, p.what, t, p.size,
+                       "%s\n",
+                       kind, norm, act, norm_first, p.what, t, p.size,
                        pass ? "NOT CAUGHT" : "caught", rep.message);
         }
     }
@@ -185,14 +186,15 @@ START_TEST(test_failure_messages)
         {0, 0, false, "gradcheck: analytic backward failed: output does not require grad"},
         {2, 0, true, "gradcheck: the function failed"},
         {3, 0, true, "gradcheck: the function failed while perturbing input 0: boom at call 3"},
-        {0, 3, true, "gradcheck: the function failed while perturbing input 0: gradcheck: the "
-                     "function's output size changed between calls"},
+        {0, 3, true,
+         "gradcheck: the function failed while perturbing input 0: gradcheck: the "
+         "function's output size changed between calls"},
         {0, 0, true, "gradcheck passed: 3 elements;"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int64_t shape[1] = {3};
-        cg_tensor *x = cg_requires_grad(cg_from_data(1, shape, (const float[]){0.5f, -1, 2}),
-                                        cases[i].grad);
+        cg_tensor *x =
+            cg_requires_grad(cg_from_data(1, shape, (const float[]){0.5f, -1, 2}), cases[i].grad);
         cg_tensor *mark = cg_ones(1, shape);
         x->grad = mark;
         flaky c = {0, cases[i].fail_at, cases[i].resize_at};

@@ -31,10 +31,8 @@ START_TEST(test_state_fields)
     uint64_t seed = 0;
     const char *data = NULL;
     const cg_json_field f[] = {
-        {"epoch", CG_JF_I64, &epoch, 0, 1e9, false},
-        {"steps", CG_JF_I64, &steps, 1, 1e9, true},
-        {"lr", CG_JF_F64, &lr, 0, 10, false},
-        {"seed", CG_JF_U64STR, &seed, 0, 0, false},
+        {"epoch", CG_JF_I64, &epoch, 0, 1e9, false}, {"steps", CG_JF_I64, &steps, 1, 1e9, true},
+        {"lr", CG_JF_F64, &lr, 0, 10, false},        {"seed", CG_JF_U64STR, &seed, 0, 0, false},
         {"data", CG_JF_STR, &data, 0, 0, false},
     };
     cJSON *o = cJSON_Parse("{\"epoch\": 3, \"lr\": 0.5, \"seed\": \"18446744073709551615\", "
@@ -53,7 +51,8 @@ START_TEST(test_state_fields)
     ck_assert(lr == 0.1);
     cJSON_Delete(o);
     const char *bad[][2] = {
-        {"{\"epoch\": 1e15, \"lr\": 1, \"seed\": \"1\", \"data\": \"x\"}", "\"epoch\" is 1000000000000000"},
+        {"{\"epoch\": 1e15, \"lr\": 1, \"seed\": \"1\", \"data\": \"x\"}",
+         "\"epoch\" is 1000000000000000"},
         {"{\"epoch\": 1.5, \"lr\": 1, \"seed\": \"1\", \"data\": \"x\"}", "integer"},
         {"{\"epoch\": -1, \"lr\": 1, \"seed\": \"1\", \"data\": \"x\"}", "outside"},
         {"{\"lr\": 1, \"seed\": \"1\", \"data\": \"x\"}", "\"epoch\" is missing"},
@@ -61,7 +60,8 @@ START_TEST(test_state_fields)
         {"{\"epoch\": 1, \"lr\": \"0.5x\", \"seed\": \"1\", \"data\": \"x\"}", "\"lr\""},
         {"{\"epoch\": 1, \"lr\": \"nan\", \"seed\": \"1\", \"data\": \"x\"}", "\"lr\""},
         {"{\"epoch\": 1, \"lr\": 1, \"seed\": \"-1\", \"data\": \"x\"}", "\"seed\""},
-        {"{\"epoch\": 1, \"lr\": 1, \"seed\": \"99999999999999999999\", \"data\": \"x\"}", "64-bit"},
+        {"{\"epoch\": 1, \"lr\": 1, \"seed\": \"99999999999999999999\", \"data\": \"x\"}",
+         "64-bit"},
         {"{\"epoch\": 1, \"lr\": 1, \"seed\": 5, \"data\": \"x\"}", "\"seed\""},
         {"{\"epoch\": 1, \"lr\": 1, \"seed\": \"1\", \"data\": 3}", "\"data\" must be a string"},
         {"[1]", "not a JSON object"},
@@ -89,7 +89,7 @@ END_TEST
 START_TEST(test_position_check)
 {
     /* 9 batches per epoch */
-    ck_assert(cg_train_position_check(0, 9, 9, 0, "x"));  /* nothing drawn yet */
+    ck_assert(cg_train_position_check(0, 9, 9, 0, "x")); /* nothing drawn yet */
     ck_assert(cg_train_position_check(1, 3, 9, 3, "x"));
     ck_assert(cg_train_position_check(1, 9, 9, 9, "x"));
     ck_assert(cg_train_position_check(3, 0, 9, 18, "x"));
@@ -303,7 +303,8 @@ END_TEST
 START_TEST(test_pairs_empty_sides)
 {
     cg_pairs p;
-    CG_ASSERT_FAILS((void *)(intptr_t)cg_pairs_parse("a\tb\n\t\n", 6, "x", &p), "x:2: empty source");
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_pairs_parse("a\tb\n\t\n", 6, "x", &p),
+                    "x:2: empty source");
     CG_ASSERT_FAILS((void *)(intptr_t)cg_pairs_parse("a\t\n", 3, "x", &p), "x:1: empty target");
     CG_ASSERT_FAILS((void *)(intptr_t)cg_pairs_parse("\tb", 2, "x", &p), "x:1: empty source");
     ck_assert(cg_pairs_parse("a\tb\n", 4, "x", &p));
@@ -497,8 +498,8 @@ START_TEST(test_json_line_writer)
         float drop;
         cg_norm_kind norm;
         cg_act act;
-    } c = {64, false, 0.1f, CG_NORM_RMSNORM, CG_ACT_RELU}, back2 = {1, true, 0, CG_NORM_LAYERNORM,
-                                                                     CG_ACT_GELU};
+    } c = {64, false, 0.1f, CG_NORM_RMSNORM, CG_ACT_RELU},
+      back2 = {1, true, 0, CG_NORM_LAYERNORM, CG_ACT_GELU};
     const cg_config_field f[] = {{"d", CG_CF_I64, offsetof(__typeof__(c), d)},
                                  {"norm", CG_CF_NORM, offsetof(__typeof__(c), norm)},
                                  {"act", CG_CF_ACT, offsetof(__typeof__(c), act)},
@@ -579,12 +580,15 @@ START_TEST(test_utf8_codec)
     ck_assert_uint_eq(cp, 0xF6);
     ck_assert_int_eq(cg_utf8_seq((const unsigned char *)"\xf0\x9f\x98\x80", 4, &cp), 4);
     ck_assert_uint_eq(cp, 0x1F600);
-    static const char *const bad[] = {"\xc0\xaf", "\xe0\x80\xaf", "\xed\xa0\x80",
-                                      "\xf4\x90\x80\x80", "\x80", "\xc3"};
+    static const char *const bad[] = {"\xc0\xaf",         "\xe0\x80\xaf", "\xed\xa0\x80",
+                                      "\xf4\x90\x80\x80", "\x80",         "\xc3"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         ck_assert_int_eq(cg_utf8_seq((const unsigned char *)bad[i], strlen(bad[i]), &cp), 0);
     size_t at = 0;
-    ck_assert_int_eq(cg_utf8_count("ab\xc3\xb6" "c", 5, NULL), 4);
+    ck_assert_int_eq(cg_utf8_count("ab\xc3\xb6"
+                                   "c",
+                                   5, NULL),
+                     4);
     ck_assert_int_eq(cg_utf8_count("ab\xed\xa0\x80", 5, &at), -1);
     ck_assert_uint_eq(at, 2);
     int64_t n = 0;

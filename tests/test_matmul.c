@@ -21,8 +21,8 @@
 /* Naive reference for PyTorch matmul semantics, reading elements with
  * cg_get (so it shares no stride logic with the code under test). Returns a
  * malloc'd row-major array; *out_ndim / out_shape get the result shape. */
-static float *ref_matmul(const cg_tensor *a, const cg_tensor *b, int *out_ndim,
-                         int64_t *out_shape) {
+static float *ref_matmul(const cg_tensor *a, const cg_tensor *b, int *out_ndim, int64_t *out_shape)
+{
     int a1 = a->ndim == 1, b1 = b->ndim == 1;
     int64_t m = a1 ? 1 : a->shape[a->ndim - 2];
     int64_t k = a->shape[a->ndim - 1];
@@ -36,12 +36,16 @@ static float *ref_matmul(const cg_tensor *a, const cg_tensor *b, int *out_ndim,
         bsh[i] = da > db ? da : db;
     }
     int nd = 0;
-    for (int i = 0; i < nbd; i++) out_shape[nd++] = bsh[i];
-    if (!a1) out_shape[nd++] = m;
-    if (!b1) out_shape[nd++] = n;
+    for (int i = 0; i < nbd; i++)
+        out_shape[nd++] = bsh[i];
+    if (!a1)
+        out_shape[nd++] = m;
+    if (!b1)
+        out_shape[nd++] = n;
     *out_ndim = nd;
     int64_t nbatch = 1;
-    for (int i = 0; i < nbd; i++) nbatch *= bsh[i];
+    for (int i = 0; i < nbd; i++)
+        nbatch *= bsh[i];
     float *r = malloc((size_t)(nbatch * m * n + 1) * sizeof(float));
     for (int64_t t = 0; t < nbatch; t++) {
         int64_t bi[CG_MAX_DIMS], rem = t;
@@ -83,7 +87,8 @@ static float *ref_matmul(const cg_tensor *a, const cg_tensor *b, int *out_ndim,
 }
 
 /* Checks c = matmul(a, b) against the reference: shape and values. */
-static void check_matmul(const cg_tensor *a, const cg_tensor *b) {
+static void check_matmul(const cg_tensor *a, const cg_tensor *b)
+{
     cg_clear_error();
     cg_tensor *c = cg_k_matmul(a, b);
     char sa[128], sb[128];
@@ -93,20 +98,23 @@ static void check_matmul(const cg_tensor *a, const cg_tensor *b) {
     int64_t shape[CG_MAX_DIMS];
     float *r = ref_matmul(a, b, &nd, shape);
     ck_assert_int_eq(c->ndim, nd);
-    for (int i = 0; i < nd; i++) ck_assert_int_eq(c->shape[i], shape[i]);
+    for (int i = 0; i < nd; i++)
+        ck_assert_int_eq(c->shape[i], shape[i]);
     int64_t k = a->shape[a->ndim - 1];
     CG_ASSERT_TENSOR(c, r, 1e-5 * (double)(k + 1), 1e-4);
     free(r);
     cg_release(c);
 }
 
-static cg_tensor *randn(cg_rng *rng, int nd, const int64_t *shape) {
+static cg_tensor *randn(cg_rng *rng, int nd, const int64_t *shape)
+{
     return cg_randn(rng, nd, shape);
 }
 
 /* ------------------------------------------------------------- 2-D */
 
-START_TEST(test_2d_sizes) {
+START_TEST(test_2d_sizes)
+{
     cg_rng rng = cg_rng_new(1);
     const int64_t sz[] = {1, 7, 33, 129};
     for (int i = 0; i < 4; i++)
@@ -120,7 +128,8 @@ START_TEST(test_2d_sizes) {
 }
 END_TEST
 
-START_TEST(test_2d_known_values) {
+START_TEST(test_2d_known_values)
+{
     /* [[1,2,3],[4,5,6]] @ [[7,8],[9,10],[11,12]] = [[58,64],[139,154]] */
     float av[] = {1, 2, 3, 4, 5, 6}, bv[] = {7, 8, 9, 10, 11, 12};
     float expect[] = {58, 64, 139, 154};
@@ -132,7 +141,8 @@ START_TEST(test_2d_known_values) {
 }
 END_TEST
 
-START_TEST(test_empty_dims) {
+START_TEST(test_empty_dims)
+{
     cg_rng rng = cg_rng_new(2);
     /* k == 0: zeros of [m, n] */
     cg_tensor *a = randn(&rng, CG_SHAPE(3, 0));
@@ -165,7 +175,8 @@ END_TEST
 
 /* ------------------------------------------------------------- 1-D */
 
-START_TEST(test_1d_operands) {
+START_TEST(test_1d_operands)
+{
     cg_rng rng = cg_rng_new(3);
     cg_tensor *v = randn(&rng, CG_SHAPE(33));
     cg_tensor *w = randn(&rng, CG_SHAPE(33));
@@ -205,19 +216,20 @@ END_TEST
 
 /* ------------------------------------------------------------- batched */
 
-START_TEST(test_batched_broadcast) {
+START_TEST(test_batched_broadcast)
+{
     cg_rng rng = cg_rng_new(4);
     struct {
         int na, nb;
         int64_t sa[4], sb[4];
     } cases[] = {
-        {3, 3, {5, 7, 9}, {5, 9, 33}},          /* same batch */
-        {4, 3, {2, 3, 7, 9}, {3, 9, 6}},        /* b broadcast over dim 0 */
-        {4, 4, {2, 1, 7, 9}, {1, 4, 9, 6}},     /* both broadcast -> [2, 4] */
-        {3, 2, {6, 7, 33}, {33, 129}},          /* shared b: one tall gemm */
-        {4, 2, {2, 3, 1, 33}, {33, 7}},         /* shared b, m == 1 */
-        {2, 3, {7, 9}, {6, 9, 5}},              /* shared a */
-        {4, 3, {3, 1, 7, 9}, {1, 9, 6}},        /* size-1 batch dims */
+        {3, 3, {5, 7, 9}, {5, 9, 33}},      /* same batch */
+        {4, 3, {2, 3, 7, 9}, {3, 9, 6}},    /* b broadcast over dim 0 */
+        {4, 4, {2, 1, 7, 9}, {1, 4, 9, 6}}, /* both broadcast -> [2, 4] */
+        {3, 2, {6, 7, 33}, {33, 129}},      /* shared b: one tall gemm */
+        {4, 2, {2, 3, 1, 33}, {33, 7}},     /* shared b, m == 1 */
+        {2, 3, {7, 9}, {6, 9, 5}},          /* shared a */
+        {4, 3, {3, 1, 7, 9}, {1, 9, 6}},    /* size-1 batch dims */
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         cg_tensor *a = randn(&rng, cases[c].na, cases[c].sa);
@@ -230,7 +242,8 @@ END_TEST
 
 /* ------------------------------------------------------------- views */
 
-START_TEST(test_layouts) {
+START_TEST(test_layouts)
+{
     /* every combination of contiguous / transposed / strided / broadcast */
     cg_rng rng = cg_rng_new(5);
     for (int ka = 0; ka < 4; ka++)
@@ -249,7 +262,8 @@ START_TEST(test_layouts) {
 }
 END_TEST
 
-START_TEST(test_views) {
+START_TEST(test_views)
+{
     cg_rng rng = cg_rng_new(6);
     /* transposed operands: x^T @ y and x @ y^T */
     cg_tensor *x = randn(&rng, CG_SHAPE(33, 7));
@@ -269,11 +283,11 @@ START_TEST(test_views) {
 
     /* sliced with steps in both dims (general strides, no unit stride) */
     cg_tensor *big = randn(&rng, CG_SHAPE(40, 70));
-    cg_tensor *s1 = cg_view_slice(big, 0, 1, 40, 3);   /* 13 rows, stride 210 */
-    cg_tensor *s2 = cg_view_slice(s1, 1, 2, 68, 2);    /* 33 cols, stride 2 */
+    cg_tensor *s1 = cg_view_slice(big, 0, 1, 40, 3); /* 13 rows, stride 210 */
+    cg_tensor *s2 = cg_view_slice(s1, 1, 2, 68, 2);  /* 33 cols, stride 2 */
     cg_tensor *w = randn(&rng, CG_SHAPE(33, 7));
     check_matmul(s2, w);
-    cg_tensor *s2t = cg_view_transpose(s2, 0, 1);      /* [33, 13] */
+    cg_tensor *s2t = cg_view_transpose(s2, 0, 1); /* [33, 13] */
     cg_tensor *u = randn(&rng, CG_SHAPE(7, 33));
     check_matmul(u, s2t);
     check_matmul(s2t, s2); /* [33, 13] @ [13, 33], both general strides */
@@ -298,7 +312,8 @@ END_TEST
 
 /* ------------------------------------------------------------- into */
 
-START_TEST(test_matmul_into) {
+START_TEST(test_matmul_into)
+{
     cg_rng rng = cg_rng_new(7);
     /* c = 0.5 a@b + 2 c */
     cg_tensor *a = randn(&rng, CG_SHAPE(33, 7));
@@ -308,7 +323,8 @@ START_TEST(test_matmul_into) {
     int nd;
     int64_t sh[CG_MAX_DIMS];
     float *r = ref_matmul(a, b, &nd, sh);
-    for (int i = 0; i < 33 * 129; i++) r[i] = 0.5f * r[i] + 2.0f * c0[i];
+    for (int i = 0; i < 33 * 129; i++)
+        r[i] = 0.5f * r[i] + 2.0f * c0[i];
     ck_assert(cg_k_matmul_into(c, a, b, 0.5f, 2.0f));
     CG_ASSERT_TENSOR(c, r, 1e-4, 1e-4);
 
@@ -333,7 +349,8 @@ START_TEST(test_matmul_into) {
     float *bv = cg_test_values(buf);
     for (int i = 0; i < 40; i++)
         for (int j = 0; j < 140; j++)
-            if (i < 3 || i >= 36 || j < 5 || j >= 134) ck_assert_float_eq(bv[i * 140 + j], 7.0f);
+            if (i < 3 || i >= 36 || j < 5 || j >= 134)
+                ck_assert_float_eq(bv[i * 140 + j], 7.0f);
     free(bv);
 
     /* batched with a broadcast b, accumulating twice */
@@ -343,7 +360,8 @@ START_TEST(test_matmul_into) {
     float *rb = ref_matmul(ab, bb, &nd, sh);
     ck_assert(cg_k_matmul_into(cb, ab, bb, 1.0f, 1.0f));
     ck_assert(cg_k_matmul_into(cb, ab, bb, 1.0f, 1.0f));
-    for (int i = 0; i < 4 * 9 * 7; i++) rb[i] *= 2.0f;
+    for (int i = 0; i < 4 * 9 * 7; i++)
+        rb[i] *= 2.0f;
     CG_ASSERT_TENSOR(cb, rb, 1e-4, 1e-4);
 
     /* k == 0 scales c by beta */
@@ -365,7 +383,8 @@ END_TEST
 
 /* ------------------------------------------------------------- paths */
 
-START_TEST(test_paths_agree) {
+START_TEST(test_paths_agree)
+{
     cg_rng rng = cg_rng_new(8);
     const int64_t m = 200, n = 150, k = 300;
     cg_tensor *a = randn(&rng, CG_SHAPE(m, k));
@@ -378,11 +397,12 @@ START_TEST(test_paths_agree) {
     const cg_gemm_path paths[] = {CG_GEMM_DEFAULT, CG_GEMM_SKX, CG_GEMM_HASWELL, CG_GEMM_AUTO};
     for (int p = 0; p < 4; p++) {
         if (!cg_gemm_path_available(paths[p])) {
-            ck_assert(!cg_sgemm_path(paths[p], 1, m, n, k, 1.0f, cg_data(a), k, 1, cg_data(b),
-                                     n, 1, 0.0f, c, n, 1));
+            ck_assert(!cg_sgemm_path(paths[p], 1, m, n, k, 1.0f, cg_data(a), k, 1, cg_data(b), n, 1,
+                                     0.0f, c, n, 1));
             continue;
         }
-        for (int64_t i = 0; i < m * n; i++) c[i] = NAN;
+        for (int64_t i = 0; i < m * n; i++)
+            c[i] = NAN;
         ck_assert(cg_sgemm_path(paths[p], 2, m, n, k, 1.0f, cg_data(a), k, 1, cg_data(b), n, 1,
                                 0.0f, c, n, 1));
         CG_ASSERT_CLOSE(c, r, m * n, 2e-4, 1e-4);
@@ -397,7 +417,6 @@ START_TEST(test_paths_agree) {
 }
 END_TEST
 
-
 /* Our blocked driver around the skx micro-kernel against BLIS's own driver
  * with the same context: bit-identical (same kernel, same k blocking) for
  * sizes on both sides of the tile (32 x 12) and block (MC, KC, NC) edges,
@@ -405,12 +424,16 @@ END_TEST
  * neither), beta 0 over NaN and beta 1, and against double loops. */
 void bli_cntx_init_skx(cntx_t *cntx);
 
-static void fill_strided(cg_rng *rng, float *p, int64_t n) {
-    for (int64_t i = 0; i < n; i++) p[i] = cg_rng_uniform(rng) - 0.5f;
+static void fill_strided(cg_rng *rng, float *p, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        p[i] = cg_rng_uniform(rng) - 0.5f;
 }
 
-START_TEST(test_skx_driver) {
-    if (!cg_gemm_path_available(CG_GEMM_SKX)) return; /* no AVX-512 here */
+START_TEST(test_skx_driver)
+{
+    if (!cg_gemm_path_available(CG_GEMM_SKX))
+        return; /* no AVX-512 here */
     static cntx_t cx;
     bli_init();
     bli_cntx_init_skx(&cx);
@@ -418,9 +441,9 @@ START_TEST(test_skx_driver) {
     const int64_t MC = bli_cntx_get_blksz_def_dt(BLIS_FLOAT, BLIS_MC, &cx);
     const int64_t NC = bli_cntx_get_blksz_def_dt(BLIS_FLOAT, BLIS_NC, &cx);
     cg_rng rng = cg_rng_new(21);
-    const int64_t sizes[][3] = {{1, 1, 1},     {31, 11, 15},      {32, 12, 16},
-                                {33, 13, 17},  {64, 24, 100},     {70, 50, KC + 5},
-                                {MC + 40, 30, 40}, {20, NC + 7, 20}, {128, 512, 128},
+    const int64_t sizes[][3] = {{1, 1, 1},           {31, 11, 15},     {32, 12, 16},
+                                {33, 13, 17},        {64, 24, 100},    {70, 50, KC + 5},
+                                {MC + 40, 30, 40},   {20, NC + 7, 20}, {128, 512, 128},
                                 {3, 200, 2 * KC + 1}};
     const int ns = (int)(sizeof sizes / sizeof sizes[0]);
     float one = 1.0f;
@@ -430,8 +453,18 @@ START_TEST(test_skx_driver) {
         for (int la = 0; la < 3; la++)
             for (int lb = 0; lb < 3; lb++)
                 for (int lc = 0; lc < 2; lc++) {
-                    int64_t rsa = la == 0 ? k : la == 1 ? 1 : 2 * k, csa = la == 1 ? m : la == 0 ? 1 : 2;
-                    int64_t rsb = lb == 0 ? n : lb == 1 ? 1 : 2 * n, csb = lb == 1 ? k : lb == 0 ? 1 : 2;
+                    int64_t rsa = la == 0   ? k
+                                  : la == 1 ? 1
+                                            : 2 * k,
+                            csa = la == 1   ? m
+                                  : la == 0 ? 1
+                                            : 2;
+                    int64_t rsb = lb == 0   ? n
+                                  : lb == 1 ? 1
+                                            : 2 * n,
+                            csb = lb == 1   ? k
+                                  : lb == 0 ? 1
+                                            : 2;
                     int64_t rsc = lc == 0 ? n : 1, csc = lc == 0 ? 1 : m;
                     size_t na = (size_t)(2 * m * k + 2), nb = (size_t)(2 * k * n + 2);
                     float *a = malloc(na * sizeof(float)), *b = malloc(nb * sizeof(float));
@@ -451,8 +484,9 @@ START_TEST(test_skx_driver) {
                                      csa, b, rsb, csb, &beta, c2, rsc, csc, &cx, &r);
                         if (memcmp(c1, c2, (size_t)(m * n) * sizeof(float)) != 0)
                             ck_abort_msg("skx driver differs from BLIS: %lldx%lldx%lld layouts "
-                                         "%d%d%d beta %g", (long long)m, (long long)n,
-                                         (long long)k, la, lb, lc, (double)beta);
+                                         "%d%d%d beta %g",
+                                         (long long)m, (long long)n, (long long)k, la, lb, lc,
+                                         (double)beta);
                         /* and is right: spot-check elements against double loops */
                         for (int t = 0; t < 16; t++) {
                             int64_t i = (int64_t)cg_rng_below(&rng, (uint64_t)m);
@@ -473,22 +507,26 @@ START_TEST(test_skx_driver) {
 }
 END_TEST
 
-START_TEST(test_sgemm_strides) {
+START_TEST(test_sgemm_strides)
+{
     /* raw cg_sgemm with column-major C, transposed A, general-stride B and
      * an overlapping (rs = 0) A row that must be copied */
     cg_rng rng = cg_rng_new(9);
     const int64_t m = 37, n = 21, k = 45;
-    float *a = malloc((size_t)(m * k) * sizeof(float));   /* stored k x m (A^T) */
+    float *a = malloc((size_t)(m * k) * sizeof(float)); /* stored k x m (A^T) */
     float *b = malloc((size_t)(3 * k * n * 2) * sizeof(float));
     float *c = malloc((size_t)(m * n) * sizeof(float));
-    for (int64_t i = 0; i < m * k; i++) a[i] = cg_rng_normal(&rng);
-    for (int64_t i = 0; i < 3 * k * n * 2; i++) b[i] = cg_rng_normal(&rng);
+    for (int64_t i = 0; i < m * k; i++)
+        a[i] = cg_rng_normal(&rng);
+    for (int64_t i = 0; i < 3 * k * n * 2; i++)
+        b[i] = cg_rng_normal(&rng);
     /* A[i][p] = a[p*m + i]; B[p][j] = b[p*3n*2 + j*3]... use rs=6n, cs=3 */
     cg_sgemm(m, n, k, 1.0f, a, 1, m, b, 6 * n, 3, 0.0f, c, 1, m);
     for (int64_t i = 0; i < m; i++)
         for (int64_t j = 0; j < n; j++) {
             double s = 0;
-            for (int64_t p = 0; p < k; p++) s += (double)a[p * m + i] * b[p * 6 * n + j * 3];
+            for (int64_t p = 0; p < k; p++)
+                s += (double)a[p * m + i] * b[p * 6 * n + j * 3];
             ck_assert_float_eq_tol(c[j * m + i], (float)s, 1e-4);
         }
     /* rs = 0: every row of A is row 0 */
@@ -496,7 +534,8 @@ START_TEST(test_sgemm_strides) {
     for (int64_t i = 0; i < m; i++)
         for (int64_t j = 0; j < n; j++) {
             double s = 0;
-            for (int64_t p = 0; p < k; p++) s += (double)a[p * m] * b[p * 6 * n + j * 3];
+            for (int64_t p = 0; p < k; p++)
+                s += (double)a[p * m] * b[p * 6 * n + j * 3];
             ck_assert_float_eq_tol(c[i * n + j], (float)s, 1e-4);
         }
     free(a);
@@ -507,21 +546,24 @@ END_TEST
 
 /* ------------------------------------------------------------- threads */
 
-static cg_tensor *matmul_with_threads(int nt, const cg_tensor *a, const cg_tensor *b) {
+static cg_tensor *matmul_with_threads(int nt, const cg_tensor *a, const cg_tensor *b)
+{
     cg_set_num_threads(nt);
     cg_tensor *c = cg_k_matmul(a, b);
     ck_assert_ptr_nonnull(c);
     return c;
 }
 
-static void assert_bit_identical(const cg_tensor *x, const cg_tensor *y) {
+static void assert_bit_identical(const cg_tensor *x, const cg_tensor *y)
+{
     ck_assert_int_eq(cg_numel(x), cg_numel(y));
     ck_assert(cg_is_contiguous(x) && cg_is_contiguous(y));
     ck_assert_msg(memcmp(cg_data(x), cg_data(y), (size_t)cg_numel(x) * sizeof(float)) == 0,
                   "1-thread and 2-thread results differ");
 }
 
-START_TEST(test_threads_bit_identical) {
+START_TEST(test_threads_bit_identical)
+{
     int saved = cg_get_num_threads();
     cg_rng rng = cg_rng_new(10);
     struct {
@@ -562,11 +604,12 @@ START_TEST(test_threads_bit_identical) {
         float *o1 = malloc((size_t)(m * n) * sizeof(float));
         float *o2 = malloc((size_t)(m * n) * sizeof(float));
         for (int p = 0; p < 4; p++) {
-            if (!cg_gemm_path_available(paths[p])) continue;
-            ck_assert(cg_sgemm_path(paths[p], 1, m, n, k, 1.0f, cg_data(a), k, 1, cg_data(b), n,
-                                    1, 0.0f, o1, n, 1));
-            ck_assert(cg_sgemm_path(paths[p], 2, m, n, k, 1.0f, cg_data(a), k, 1, cg_data(b), n,
-                                    1, 0.0f, o2, n, 1));
+            if (!cg_gemm_path_available(paths[p]))
+                continue;
+            ck_assert(cg_sgemm_path(paths[p], 1, m, n, k, 1.0f, cg_data(a), k, 1, cg_data(b), n, 1,
+                                    0.0f, o1, n, 1));
+            ck_assert(cg_sgemm_path(paths[p], 2, m, n, k, 1.0f, cg_data(a), k, 1, cg_data(b), n, 1,
+                                    0.0f, o2, n, 1));
             ck_assert_msg(memcmp(o1, o2, (size_t)(m * n) * sizeof(float)) == 0,
                           "path %s, %lldx%lldx%lld: 1 vs 2 threads differ",
                           cg_gemm_path_name(paths[p]), (long long)m, (long long)n, (long long)k);
@@ -587,14 +630,16 @@ typedef struct {
     float *p;
 } guarded;
 
-static guarded guarded_new(size_t n, cg_rng *rng) {
+static guarded guarded_new(size_t n, cg_rng *rng)
+{
     const size_t page = (size_t)sysconf(_SC_PAGESIZE), bytes = n * sizeof(float);
     const size_t len = (bytes + page - 1) / page * page + page;
     char *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     ck_assert(m != MAP_FAILED);
     ck_assert_int_eq(mprotect(m + len - page, page, PROT_NONE), 0);
     guarded g = {m, len, (float *)(m + len - page - bytes)};
-    for (size_t i = 0; i < n; i++) g.p[i] = cg_rng_normal(rng);
+    for (size_t i = 0; i < n; i++)
+        g.p[i] = cg_rng_normal(rng);
     return g;
 }
 
@@ -602,7 +647,8 @@ static guarded guarded_new(size_t n, cg_rng *rng) {
  * unmapped page, for small and skinny sizes on every operand and C layout
  * (BLIS's small-matrix kernels read up to 256 bytes past an operand; a
  * fault here is a crash in a caller's program). */
-START_TEST(test_no_read_past_operands) {
+START_TEST(test_no_read_past_operands)
+{
     cg_rng rng = cg_rng_new(13);
     const cg_gemm_path paths[] = {CG_GEMM_AUTO,    CG_GEMM_SKX,  CG_GEMM_HASWELL,
                                   CG_GEMM_DEFAULT, CG_GEMM_BF16, CG_GEMM_BF16_EMULATED};
@@ -610,7 +656,8 @@ START_TEST(test_no_read_past_operands) {
                                {40, 1, 29}, {16, 16, 1}, {33, 17, 64},  {70, 9, 31}};
     for (size_t pi = 0; pi < sizeof paths / sizeof paths[0]; pi++) {
         /* BLIS's own choice (a diagnostic, CG_BLIS_DEFAULT=1) keeps its sup kernels */
-        if (paths[pi] == CG_GEMM_DEFAULT || !cg_gemm_path_available(paths[pi])) continue;
+        if (paths[pi] == CG_GEMM_DEFAULT || !cg_gemm_path_available(paths[pi]))
+            continue;
         for (size_t d = 0; d < sizeof dims / sizeof dims[0]; d++)
             for (int lay = 0; lay < 8; lay++) {
                 const int64_t m = dims[d][0], n = dims[d][1], k = dims[d][2];
@@ -630,7 +677,8 @@ START_TEST(test_no_read_past_operands) {
 }
 END_TEST
 
-START_TEST(test_num_threads) {
+START_TEST(test_num_threads)
+{
     int saved = cg_get_num_threads();
     ck_assert_int_ge(saved, 1);
     cg_set_num_threads(3);
@@ -644,7 +692,8 @@ END_TEST
 
 /* OMP_NUM_THREADS above the CPUs (issue 25: 64 ran 3.3x slower, 100000
  * overflowed a stack): the default is capped, a chosen count is kept. */
-START_TEST(test_default_threads_capped) {
+START_TEST(test_default_threads_capped)
+{
     int saved = cg_get_num_threads(), cpus = cg_num_cpus();
     ck_assert_int_ge(cpus, 1);
     cg_set_num_threads(0);
@@ -653,7 +702,7 @@ START_TEST(test_default_threads_capped) {
     ck_assert_int_eq(cg_cap_default_threads(), cpus + 100);
     ck_assert_int_eq(omp_get_max_threads(), cpus);
     ck_assert_int_eq(cg_cap_default_threads(), 0); /* nothing left to lower */
-    cg_set_num_threads(cpus + 1);                 /* chosen: kept, never capped */
+    cg_set_num_threads(cpus + 1);                  /* chosen: kept, never capped */
     ck_assert_int_eq(cg_cap_default_threads(), 0);
     ck_assert_int_eq(cg_get_num_threads(), cpus + 1);
     cg_set_num_threads(saved);
@@ -662,7 +711,8 @@ END_TEST
 
 /* ------------------------------------------------------------- errors */
 
-START_TEST(test_errors) {
+START_TEST(test_errors)
+{
     cg_rng rng = cg_rng_new(11);
     cg_tensor *a = randn(&rng, CG_SHAPE(2, 3));
     cg_tensor *b = randn(&rng, CG_SHAPE(4, 5));
@@ -731,7 +781,8 @@ START_TEST(test_errors) {
 }
 END_TEST
 
-static Suite *matmul_suite(void) {
+static Suite *matmul_suite(void)
+{
     Suite *s = suite_create("matmul");
     TCase *tc = tcase_create("matmul");
     tcase_set_timeout(tc, 120);
@@ -762,7 +813,8 @@ static Suite *matmul_suite(void) {
     return s;
 }
 
-int main(void) {
+int main(void)
+{
     Suite *s = matmul_suite();
     return cg_test_run(&s, 1);
 }

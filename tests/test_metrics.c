@@ -129,7 +129,10 @@ START_TEST(test_tokenize_13a)
      * the next rule only */
     check_tok("a..b", "a . . b");
     /* Unicode whitespace splits as in Python; non-ASCII punctuation does not */
-    check_tok("Gr\xc3\xb6\xc3\x9f" "e\xc2\xa0\xc3\xa4nderte\xe3\x80\x80x", "Gr\xc3\xb6\xc3\x9f" "e \xc3\xa4nderte x");
+    check_tok("Gr\xc3\xb6\xc3\x9f"
+              "e\xc2\xa0\xc3\xa4nderte\xe3\x80\x80x",
+              "Gr\xc3\xb6\xc3\x9f"
+              "e \xc3\xa4nderte x");
     check_tok("\xe2\x80\x9eZitat\xe2\x80\x9c", "\xe2\x80\x9eZitat\xe2\x80\x9c");
     cg_clear_error();
     ck_assert_ptr_null(cg_tokenize_13a(NULL));
@@ -142,7 +145,8 @@ END_TEST
 
 START_TEST(test_bleu_hand)
 {
-    const char *same[] = {"The cat sat on the mat.", "Es gibt sie in allen Gr\xc3\xb6\xc3\x9f" "en."};
+    const char *same[] = {"The cat sat on the mat.", "Es gibt sie in allen Gr\xc3\xb6\xc3\x9f"
+                                                     "en."};
     ck_assert_double_eq_tol(cg_bleu(2, same, same), 100.0, TOL);
 
     /* the reference minus its last word: all precisions 1, brevity 5/6 */
@@ -154,7 +158,8 @@ START_TEST(test_bleu_hand)
      * 0 -> 1/3; 3- and 4-grams no match -> 'exp' smoothing 1/(2*2), 1/(4*1);
      * brevity exp(1 - 6/4). */
     const char *h2[] = {"the cat the cat"}, *r2[] = {"the cat sat on the mat"};
-    double expect = exp(1.0 - 1.5) * exp((log(75.0) + log(100.0 / 3.0) + log(25.0) + log(25.0)) / 4);
+    double expect =
+        exp(1.0 - 1.5) * exp((log(75.0) + log(100.0 / 3.0) + log(25.0) + log(25.0)) / 4);
     ck_assert_double_eq_tol(cg_bleu(1, h2, r2), expect, TOL);
 
     /* corpus statistics are summed before the geometric mean: two sentences,
@@ -181,7 +186,8 @@ END_TEST
 
 START_TEST(test_chrf_hand)
 {
-    const char *same[] = {"The cat sat on the mat.", "Es gibt sie in allen Gr\xc3\xb6\xc3\x9f" "en."};
+    const char *same[] = {"The cat sat on the mat.", "Es gibt sie in allen Gr\xc3\xb6\xc3\x9f"
+                                                     "en."};
     ck_assert_double_eq_tol(cg_chrf(2, same, same), 100.0, TOL);
 
     /* "ab" vs "abc": 1-grams P=2/2 R=2/3, 2-grams P=1/1 R=1/2, 3-grams only
@@ -190,12 +196,18 @@ START_TEST(test_chrf_hand)
     ck_assert_double_eq_tol(cg_chrf(1, h1, r1), 700.0 / 11.0, TOL);
 
     /* whitespace (including U+00A0 and U+3000) is removed before counting */
-    const char *h2[] = {"a b\xc2\xa0" "c\xe3\x80\x80" "d"}, *r2[] = {"abcd"};
+    const char *h2[] = {"a b\xc2\xa0"
+                        "c\xe3\x80\x80"
+                        "d"},
+               *r2[] = {"abcd"};
     ck_assert_double_eq_tol(cg_chrf(1, h2, r2), 100.0, TOL);
 
     /* code points, not bytes: "\xc3\xa4" "b" vs "\xc3\xa4" "c": 1-grams 1/2 both ways, 2-grams 0/1
      * -> P = R = (1/2 + 0)/2 = 1/4 -> F = 25 */
-    const char *h3[] = {"\xc3\xa4" "b"}, *r3[] = {"\xc3\xa4" "c"};
+    const char *h3[] = {"\xc3\xa4"
+                        "b"},
+               *r3[] = {"\xc3\xa4"
+                        "c"};
     ck_assert_double_eq_tol(cg_chrf(1, h3, r3), 25.0, TOL);
 
     /* nothing in common; empty sides */
@@ -231,7 +243,8 @@ START_TEST(test_bad_input)
     ck_assert(cg_has_error());
     cg_clear_error();
     /* invalid UTF-8 is counted byte by byte, never rejected */
-    const char *bad[] = {"ab\xff\xfe" "c"};
+    const char *bad[] = {"ab\xff\xfe"
+                         "c"};
     ck_assert_double_eq_tol(cg_chrf(1, bad, bad), 100.0, TOL);
     ck_assert(!cg_has_error());
 }
@@ -279,10 +292,10 @@ START_TEST(test_reference_scores)
         ck_assert(start >= 0 && count >= 0 && start + count <= cases.n);
         double b = cg_bleu(count, hyps + start, refs + start);
         double c = cg_chrf(count, hyps + start, refs + start);
-        ck_assert_msg(fabs(b - bleu) <= TOL, "BLEU of lines %d..%d: %.17g, reference %.17g", start + 1,
-                      start + count, b, bleu);
-        ck_assert_msg(fabs(c - chrf) <= TOL, "chrF of lines %d..%d: %.17g, reference %.17g", start + 1,
-                      start + count, c, chrf);
+        ck_assert_msg(fabs(b - bleu) <= TOL, "BLEU of lines %d..%d: %.17g, reference %.17g",
+                      start + 1, start + count, b, bleu);
+        ck_assert_msg(fabs(c - chrf) <= TOL, "chrF of lines %d..%d: %.17g, reference %.17g",
+                      start + 1, start + count, c, chrf);
         nonzero_bleu += bleu > 0 && bleu < 100;
         nonzero_chrf += chrf > 0 && chrf < 100;
         perfect += fabs(bleu - 100.0) < 1e-9;
@@ -635,7 +648,8 @@ static int xml_check(const char *s, char *texts, size_t tcap, char *err, size_t 
         }
         bool self = q[-1] == '/';
         if (closing) {
-            if (depth == 0 || strlen(stack[depth - 1]) != k || strncmp(stack[depth - 1], n, k) != 0) {
+            if (depth == 0 || strlen(stack[depth - 1]) != k ||
+                strncmp(stack[depth - 1], n, k) != 0) {
                 snprintf(err, ecap, "</%.*s> does not close <%s>", (int)k, n,
                          depth ? stack[depth - 1] : "(none)");
                 return -1;
@@ -704,7 +718,12 @@ START_TEST(test_svg)
     /* attention of subword tokens: every label is in the picture */
     snprintf(path, sizeof path, "%s/attn.svg", plot_dir);
     const char *src[] = {"\xe2\x96\x81The", "\xe2\x96\x81house", "</s>"};
-    const char *tgt[] = {"<s>", "\xe2\x96\x81" "Das", "\xe2\x96\x81" "Haus", "\xc3\x9f#"};
+    const char *tgt[] = {"<s>",
+                         "\xe2\x96\x81"
+                         "Das",
+                         "\xe2\x96\x81"
+                         "Haus",
+                         "\xc3\x9f#"};
     float w[2 * 3 * 4 * 3];
     for (int i = 0; i < 2 * 3 * 4 * 3; i++)
         w[i] = (float)(i % 7) / 6.0f;

@@ -19,10 +19,7 @@
 #include "tests/testutil.h"
 
 /* ------------------------------------------------------------ helpers */
-static void setup(void)
-{
-    cg_clear_error();
-}
+static void setup(void) { cg_clear_error(); }
 
 static cg_charlm_config small_lm(void)
 {
@@ -45,8 +42,8 @@ static void assert_names(cg_module *m, const char *const *expect, int n)
     ck_assert(cg_module_params(m, &l));
     ck_assert_int_eq(l.n, n);
     for (int i = 0; i < n; i++)
-        ck_assert_msg(!strcmp(l.items[i].name, expect[i]), "parameter %d: '%s', expected '%s'",
-                      i, l.items[i].name, expect[i]);
+        ck_assert_msg(!strcmp(l.items[i].name, expect[i]), "parameter %d: '%s', expected '%s'", i,
+                      l.items[i].name, expect[i]);
     cg_param_list_free(&l);
 }
 
@@ -117,10 +114,9 @@ START_TEST(test_config_json)
     ck_assert_ptr_nonnull(js);
     ck_assert(cg_charlm_config_from_json(js, &back));
     free(js);
-    ck_assert(c.vocab == back.vocab && c.d == back.d && c.H == back.H &&
-              c.layers == back.layers && c.d_ff == back.d_ff && c.max_len == back.max_len &&
-              c.norm == back.norm && c.act == back.act && c.norm_first == back.norm_first &&
-              c.dropout == back.dropout);
+    ck_assert(c.vocab == back.vocab && c.d == back.d && c.H == back.H && c.layers == back.layers &&
+              c.d_ff == back.d_ff && c.max_len == back.max_len && c.norm == back.norm &&
+              c.act == back.act && c.norm_first == back.norm_first && c.dropout == back.dropout);
     /* missing fields keep the models.py defaults; extra keys are ignored */
     ck_assert(cg_charlm_config_from_json("{\"d\": 64, \"seed\": 3, \"init\": {}}", &back));
     ck_assert_int_eq(back.d, 64);
@@ -150,25 +146,41 @@ START_TEST(test_config_json)
 END_TEST
 
 /* ---------------------------------------------------------- CharLM */
-static const char *const lm_names[] = {
-    "tok_emb.weight",
-    "blocks.0.ln1.weight", "blocks.0.ln1.bias",
-    "blocks.0.attn.q_proj.weight", "blocks.0.attn.q_proj.bias",
-    "blocks.0.attn.k_proj.weight", "blocks.0.attn.k_proj.bias",
-    "blocks.0.attn.v_proj.weight", "blocks.0.attn.v_proj.bias",
-    "blocks.0.attn.o_proj.weight", "blocks.0.attn.o_proj.bias",
-    "blocks.0.ln2.weight", "blocks.0.ln2.bias",
-    "blocks.0.ff.fc1.weight", "blocks.0.ff.fc1.bias",
-    "blocks.0.ff.fc2.weight", "blocks.0.ff.fc2.bias",
-    "blocks.1.ln1.weight", "blocks.1.ln1.bias",
-    "blocks.1.attn.q_proj.weight", "blocks.1.attn.q_proj.bias",
-    "blocks.1.attn.k_proj.weight", "blocks.1.attn.k_proj.bias",
-    "blocks.1.attn.v_proj.weight", "blocks.1.attn.v_proj.bias",
-    "blocks.1.attn.o_proj.weight", "blocks.1.attn.o_proj.bias",
-    "blocks.1.ln2.weight", "blocks.1.ln2.bias",
-    "blocks.1.ff.fc1.weight", "blocks.1.ff.fc1.bias",
-    "blocks.1.ff.fc2.weight", "blocks.1.ff.fc2.bias",
-    "ln_f.weight", "ln_f.bias"};
+static const char *const lm_names[] = {"tok_emb.weight",
+                                       "blocks.0.ln1.weight",
+                                       "blocks.0.ln1.bias",
+                                       "blocks.0.attn.q_proj.weight",
+                                       "blocks.0.attn.q_proj.bias",
+                                       "blocks.0.attn.k_proj.weight",
+                                       "blocks.0.attn.k_proj.bias",
+                                       "blocks.0.attn.v_proj.weight",
+                                       "blocks.0.attn.v_proj.bias",
+                                       "blocks.0.attn.o_proj.weight",
+                                       "blocks.0.attn.o_proj.bias",
+                                       "blocks.0.ln2.weight",
+                                       "blocks.0.ln2.bias",
+                                       "blocks.0.ff.fc1.weight",
+                                       "blocks.0.ff.fc1.bias",
+                                       "blocks.0.ff.fc2.weight",
+                                       "blocks.0.ff.fc2.bias",
+                                       "blocks.1.ln1.weight",
+                                       "blocks.1.ln1.bias",
+                                       "blocks.1.attn.q_proj.weight",
+                                       "blocks.1.attn.q_proj.bias",
+                                       "blocks.1.attn.k_proj.weight",
+                                       "blocks.1.attn.k_proj.bias",
+                                       "blocks.1.attn.v_proj.weight",
+                                       "blocks.1.attn.v_proj.bias",
+                                       "blocks.1.attn.o_proj.weight",
+                                       "blocks.1.attn.o_proj.bias",
+                                       "blocks.1.ln2.weight",
+                                       "blocks.1.ln2.bias",
+                                       "blocks.1.ff.fc1.weight",
+                                       "blocks.1.ff.fc1.bias",
+                                       "blocks.1.ff.fc2.weight",
+                                       "blocks.1.ff.fc2.bias",
+                                       "ln_f.weight",
+                                       "ln_f.bias"};
 
 START_TEST(test_charlm_params)
 {
@@ -333,24 +345,49 @@ START_TEST(test_charlm_dropout)
 END_TEST
 
 /* ---------------------------------------------------------- Seq2Seq */
-static const char *const s2s_names_head[] = {
-    "emb.weight",
-    "encoder.layers.0.self_attn.q_proj.weight", "encoder.layers.0.self_attn.q_proj.bias",
-    "encoder.layers.0.self_attn.k_proj.weight", "encoder.layers.0.self_attn.k_proj.bias",
-    "encoder.layers.0.self_attn.v_proj.weight", "encoder.layers.0.self_attn.v_proj.bias",
-    "encoder.layers.0.self_attn.o_proj.weight", "encoder.layers.0.self_attn.o_proj.bias",
-    "encoder.layers.0.ln1.weight", "encoder.layers.0.ln1.bias",
-    "encoder.layers.0.ff.fc1.weight", "encoder.layers.0.ff.fc1.bias",
-    "encoder.layers.0.ff.fc2.weight", "encoder.layers.0.ff.fc2.bias",
-    "encoder.layers.0.ln2.weight", "encoder.layers.0.ln2.bias"};
-static const char *const s2s_dec_layer[] = {
-    "self_attn.q_proj.weight", "self_attn.q_proj.bias", "self_attn.k_proj.weight",
-    "self_attn.k_proj.bias", "self_attn.v_proj.weight", "self_attn.v_proj.bias",
-    "self_attn.o_proj.weight", "self_attn.o_proj.bias", "ln1.weight", "ln1.bias",
-    "cross_attn.q_proj.weight", "cross_attn.q_proj.bias", "cross_attn.k_proj.weight",
-    "cross_attn.k_proj.bias", "cross_attn.v_proj.weight", "cross_attn.v_proj.bias",
-    "cross_attn.o_proj.weight", "cross_attn.o_proj.bias", "ln2.weight", "ln2.bias",
-    "ff.fc1.weight", "ff.fc1.bias", "ff.fc2.weight", "ff.fc2.bias", "ln3.weight", "ln3.bias"};
+static const char *const s2s_names_head[] = {"emb.weight",
+                                             "encoder.layers.0.self_attn.q_proj.weight",
+                                             "encoder.layers.0.self_attn.q_proj.bias",
+                                             "encoder.layers.0.self_attn.k_proj.weight",
+                                             "encoder.layers.0.self_attn.k_proj.bias",
+                                             "encoder.layers.0.self_attn.v_proj.weight",
+                                             "encoder.layers.0.self_attn.v_proj.bias",
+                                             "encoder.layers.0.self_attn.o_proj.weight",
+                                             "encoder.layers.0.self_attn.o_proj.bias",
+                                             "encoder.layers.0.ln1.weight",
+                                             "encoder.layers.0.ln1.bias",
+                                             "encoder.layers.0.ff.fc1.weight",
+                                             "encoder.layers.0.ff.fc1.bias",
+                                             "encoder.layers.0.ff.fc2.weight",
+                                             "encoder.layers.0.ff.fc2.bias",
+                                             "encoder.layers.0.ln2.weight",
+                                             "encoder.layers.0.ln2.bias"};
+static const char *const s2s_dec_layer[] = {"self_attn.q_proj.weight",
+                                            "self_attn.q_proj.bias",
+                                            "self_attn.k_proj.weight",
+                                            "self_attn.k_proj.bias",
+                                            "self_attn.v_proj.weight",
+                                            "self_attn.v_proj.bias",
+                                            "self_attn.o_proj.weight",
+                                            "self_attn.o_proj.bias",
+                                            "ln1.weight",
+                                            "ln1.bias",
+                                            "cross_attn.q_proj.weight",
+                                            "cross_attn.q_proj.bias",
+                                            "cross_attn.k_proj.weight",
+                                            "cross_attn.k_proj.bias",
+                                            "cross_attn.v_proj.weight",
+                                            "cross_attn.v_proj.bias",
+                                            "cross_attn.o_proj.weight",
+                                            "cross_attn.o_proj.bias",
+                                            "ln2.weight",
+                                            "ln2.bias",
+                                            "ff.fc1.weight",
+                                            "ff.fc1.bias",
+                                            "ff.fc2.weight",
+                                            "ff.fc2.bias",
+                                            "ln3.weight",
+                                            "ln3.bias"};
 
 START_TEST(test_seq2seq_params)
 {
@@ -425,7 +462,7 @@ START_TEST(test_seq2seq_forward)
     cg_tensor *l3 = cg_seq2seq_decode(m, tin3, 3, 3, &sel);
     ck_assert_ptr_nonnull(l3);
     float *a = cg_test_values(l2), *b = cg_test_values(l3);
-    CG_ASSERT_CLOSE(b, a + 60, 60, 1e-6, 1e-5);     /* row 0 of l3 = row 1 of l2 */
+    CG_ASSERT_CLOSE(b, a + 60, 60, 1e-6, 1e-5); /* row 0 of l3 = row 1 of l2 */
     CG_ASSERT_CLOSE(b + 60, a + 60, 60, 1e-6, 1e-5);
     CG_ASSERT_CLOSE(b + 120, a, 60, 1e-6, 1e-5);
     free(a);
@@ -550,8 +587,8 @@ START_TEST(test_seq2seq_overfit)
 {
     /* three pairs (reverse the letters), PAD-padded: ids 3.. are letters */
     enum { B = 3, S = 5, T = 5 };
-    const int64_t src[B * S] = {3, 4, 5, 2, 0, /* abc -> cba */
-                                6, 7, 8, 9, 2, /* defg -> gfed */
+    const int64_t src[B * S] = {3,  4, 5, 2, 0,  /* abc -> cba */
+                                6,  7, 8, 9, 2,  /* defg -> gfed */
                                 10, 3, 2, 0, 0}; /* ha -> ah */
     const int64_t tin[B * T] = {1, 5, 4, 3, 0, 1, 9, 8, 7, 6, 1, 3, 10, 0, 0};
     const int64_t tout[B * T] = {5, 4, 3, 2, 0, 9, 8, 7, 6, 2, 3, 10, 2, 0, 0};

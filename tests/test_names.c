@@ -12,7 +12,8 @@
 #include "core/ops.h"
 #include "tests/testutil.h"
 
-static const float X[12] = {-2.0f, -0.5f, 0.0f, 0.25f, 1.0f, 3.0f, -1.5f, 0.75f, 0.5f, -0.25f, 2.0f, -3.0f};
+static const float X[12] = {-2.0f, -0.5f, 0.0f, 0.25f,  1.0f, 3.0f,
+                            -1.5f, 0.75f, 0.5f, -0.25f, 2.0f, -3.0f};
 
 /* x [3, 4] requiring grad, contiguous or (kind 1) a transposed view. */
 static cg_tensor *xin(int kind)
@@ -98,9 +99,10 @@ END_TEST
 static cg_tensor *gc_fn(void *ctx, cg_tensor *const *in)
 {
     int which = *(int *)ctx;
-    cg_tensor *y = which == 0 ? cg_clone(in[0]) : which == 1 ? cg_contiguous(in[0])
-                 : which == 2 ? cg_reshape_copy(in[0], CG_SHAPE(2, 6))
-                              : cg_gelu_erf(in[0]);
+    cg_tensor *y = which == 0   ? cg_clone(in[0])
+                   : which == 1 ? cg_contiguous(in[0])
+                   : which == 2 ? cg_reshape_copy(in[0], CG_SHAPE(2, 6))
+                                : cg_gelu_erf(in[0]);
     /* a nonlinear function of the result, so the check sees every element */
     cg_tensor *t = cg_tanh(y);
     cg_release(y);
@@ -126,8 +128,9 @@ START_TEST(test_gelu_erf_vs_torch)
 {
     cg_tensor *x = cg_from_data(CG_SHAPE(3, 4), X);
     cg_tensor *y = cg_gelu_erf(x);
-    const float want[12] = {-0.0455000997f, -0.154268786f, 0.0f, 0.149676561f, 0.841344714f, 2.99595022f,
-                            -0.10021086f, 0.580029547f, 0.345731199f, -0.100323431f, 1.95449996f, -0.00404986739f};
+    const float want[12] = {-0.0455000997f, -0.154268786f, 0.0f,         0.149676561f,
+                            0.841344714f,   2.99595022f,   -0.10021086f, 0.580029547f,
+                            0.345731199f,   -0.100323431f, 1.95449996f,  -0.00404986739f};
     /* PyTorch's CPU kernel computes 1 + erf, which cancels for negative
      * x (absolute error up to ~2e-7 here); against the formula in double
      * we are within 1e-6 relative everywhere, the tail included */
@@ -138,22 +141,25 @@ START_TEST(test_gelu_erf_vs_torch)
     CG_ASSERT_TENSOR(y, exact, 1e-30, 1e-6);
     cg_tensor *x2 = cg_from_data(CG_SHAPE(6), (const float[]){-6, -4.5f, -1e-3f, 1e-3f, 6, 10});
     cg_tensor *y2 = cg_gelu_erf(x2);
-    CG_ASSERT_TENSOR(y2, ((const float[]){0, -1.52885914e-05f, -0.000499601127f, 0.000500398921f, 6, 10}),
-                     1e-7, 1e-5);
+    CG_ASSERT_TENSOR(
+        y2, ((const float[]){0, -1.52885914e-05f, -0.000499601127f, 0.000500398921f, 6, 10}), 1e-7,
+        1e-5);
     float exact2[6];
     cg_copy_to(x2, exact2);
     for (int i = 0; i < 6; i++)
         exact2[i] = (float)(0.5 * exact2[i] * erfc(-exact2[i] / sqrt(2.0)));
     CG_ASSERT_TENSOR(y2, exact2, 1e-30, 4e-6); /* erfcf: a few ulp in the far tail */
     /* torch's gradient of sum(gelu(x)) at these points */
-    cg_tensor *x3 = cg_from_data(CG_SHAPE(10), (const float[]){-6, -3, -1.5f, -0.5f, -1e-3f, 0, 0.25f, 1, 2, 4.5f});
+    cg_tensor *x3 = cg_from_data(
+        CG_SHAPE(10), (const float[]){-6, -3, -1.5f, -0.5f, -1e-3f, 0, 0.25f, 1, 2, 4.5f});
     cg_requires_grad(x3, true);
     cg_tensor *y3 = cg_gelu_erf(x3), *l = cg_sum_all(y3);
     ck_assert(cg_backward(l, NULL, false));
-    CG_ASSERT_TENSOR(x3->grad, ((const float[]){-2.98023224e-08f, -0.0119456053f, -0.127469152f,
-                                                0.13250491f, 0.499202192f, 0.5f, 0.695373297f,
-                                                1.08331537f, 1.0852319f, 1.00006855f}),
-                     1e-7, 1e-5);
+    CG_ASSERT_TENSOR(
+        x3->grad,
+        ((const float[]){-2.98023224e-08f, -0.0119456053f, -0.127469152f, 0.13250491f, 0.499202192f,
+                         0.5f, 0.695373297f, 1.08331537f, 1.0852319f, 1.00006855f}),
+        1e-7, 1e-5);
     /* the tanh form stays as it was (the zoo's bits): it differs from erf */
     cg_tensor *yt = cg_gelu(x);
     ck_assert(fabsf(cg_data(yt)[0] - want[0]) > 1e-5f);
@@ -164,12 +170,12 @@ END_TEST
 /* No error message is ever empty: an op given a NULL input records
  * "<op>: input is NULL" when nothing else is recorded, and keeps the root
  * cause when something is. */
-#define NULL_CASE(expr)                                                                            \
-    do {                                                                                           \
-        cg_clear_error();                                                                          \
-        ck_assert_ptr_null(expr);                                                                  \
-        ck_assert_msg(cg_last_error()[0] != '\0', "%s: empty error message", #expr);             \
-        ck_assert_ptr_nonnull(strstr(cg_last_error(), "NULL"));                                   \
+#define NULL_CASE(expr)                                                              \
+    do {                                                                             \
+        cg_clear_error();                                                            \
+        ck_assert_ptr_null(expr);                                                    \
+        ck_assert_msg(cg_last_error()[0] != '\0', "%s: empty error message", #expr); \
+        ck_assert_ptr_nonnull(strstr(cg_last_error(), "NULL"));                      \
     } while (0)
 START_TEST(test_null_input_message)
 {

@@ -131,10 +131,10 @@ END_TEST
 START_TEST(test_softmax_extreme)
 {
     const float NI = -INFINITY;
-    float v[] = {1e4f, 1e4f - 1.0f, -1e4f, 0.0f,   /* large scale */
+    float v[] = {1e4f,  1e4f - 1.0f,  -1e4f, 0.0f,  /* large scale */
                  -1e4f, -1e4f + 2.0f, -1e4f, -1e4f, /* large negative */
-                 1.0f, NI, 2.0f, NI,                 /* -inf mask */
-                 NI, NI, NI, NI};                    /* all masked */
+                 1.0f,  NI,           2.0f,  NI,    /* -inf mask */
+                 NI,    NI,           NI,    NI};   /* all masked */
     cg_tensor *x = cg_from_data(CG_SHAPE(4, 4), v);
     double xd[16], y[16];
     for (int i = 0; i < 16; i++)
@@ -350,11 +350,26 @@ static void ce_case(const int64_t *t, int64_t ii, float ls, double loss, const f
 START_TEST(test_ce_plain)
 {
     const int64_t t[] = {0, 3, -100, 1, 2};
-    const float g[] = {-0.243929096f, 0.0184212974f, 0.0558968185f, 0.16961098f,
-                       0.0535479882f, 0.162483788f,  0.00841973393f, -0.22445151f,
-                       0, 0, 0, 0,
-                       9.76839657e-06f, -1.59649895e-05f, 1.535955e-06f, 4.66063794e-06f,
-                       0.0535479882f, 0.162483788f, -0.241580266f, 0.0255484903f};
+    const float g[] = {-0.243929096f,
+                       0.0184212974f,
+                       0.0558968185f,
+                       0.16961098f,
+                       0.0535479882f,
+                       0.162483788f,
+                       0.00841973393f,
+                       -0.22445151f,
+                       0,
+                       0,
+                       0,
+                       0,
+                       9.76839657e-06f,
+                       -1.59649895e-05f,
+                       1.535955e-06f,
+                       4.66063794e-06f,
+                       0.0535479882f,
+                       0.162483788f,
+                       -0.241580266f,
+                       0.0255484903f};
     ce_case(t, -100, 0.0f, 2.3474456739159555, g);
 }
 END_TEST
@@ -362,11 +377,26 @@ END_TEST
 START_TEST(test_ce_label_smoothing)
 {
     const int64_t t[] = {0, 3, -100, 1, 2};
-    const float g[] = {-0.225179096f, 0.0121712974f, 0.0496468185f, 0.16336098f,
-                       0.0472979882f, 0.156233788f, 0.00216973393f, -0.20570151f,
-                       0, 0, 0, 0,
-                       -0.0062402316f, 0.018734035f, -0.00624846405f, -0.00624533936f,
-                       0.0472979882f, 0.156233788f, -0.222830266f, 0.0192984903f};
+    const float g[] = {-0.225179096f,
+                       0.0121712974f,
+                       0.0496468185f,
+                       0.16336098f,
+                       0.0472979882f,
+                       0.156233788f,
+                       0.00216973393f,
+                       -0.20570151f,
+                       0,
+                       0,
+                       0,
+                       0,
+                       -0.0062402316f,
+                       0.018734035f,
+                       -0.00624846405f,
+                       -0.00624533936f,
+                       0.0472979882f,
+                       0.156233788f,
+                       -0.222830266f,
+                       0.0192984903f};
     ce_case(t, -100, 0.1f, 2.4660706739159552, g);
 }
 END_TEST
@@ -375,11 +405,26 @@ START_TEST(test_ce_pad_ignore)
 {
     /* ignore_index 0 (a pad id inside [0, C)): rows with target 0 ignored */
     const int64_t t[] = {0, 3, 0, 1, 2};
-    const float g[] = {0, 0, 0, 0,
-                       0.0630639843f, 0.208311717f, 0.00289297857f, -0.27426868f,
-                       0, 0, 0, 0,
-                       -0.0083203088f, 0.0249787133f, -0.00833128539f, -0.00832711915f,
-                       0.0630639843f, 0.208311717f, -0.297107021f, 0.0257313204f};
+    const float g[] = {0,
+                       0,
+                       0,
+                       0,
+                       0.0630639843f,
+                       0.208311717f,
+                       0.00289297857f,
+                       -0.27426868f,
+                       0,
+                       0,
+                       0,
+                       0,
+                       -0.0083203088f,
+                       0.0249787133f,
+                       -0.00833128539f,
+                       -0.00832711915f,
+                       0.0630639843f,
+                       0.208311717f,
+                       -0.297107021f,
+                       0.0257313204f};
     ce_case(t, 0, 0.1f, 2.1042764140522916, g);
 }
 END_TEST
@@ -396,16 +441,16 @@ END_TEST
 START_TEST(test_ce_extreme)
 {
     /* PyTorch: loss 2502.50341796875, grad [0.5, 0, -0.5, 0.4966536, -0.4966536, 0] */
-    cg_tensor *x = cg_from_data(CG_SHAPE(2, 3), (float[]){1e4f, -1e4f, 0.5e4f, 3.0f, -2.0f,
-                                                          -INFINITY});
+    cg_tensor *x =
+        cg_from_data(CG_SHAPE(2, 3), (float[]){1e4f, -1e4f, 0.5e4f, 3.0f, -2.0f, -INFINITY});
     const int64_t t[] = {2, 1};
     cg_tensor *lse = NULL;
     cg_tensor *l = cg_k_cross_entropy(x, t, 2, -100, 0.0f, &lse);
     ck_assert_float_eq_tol(cg_item(l), 2502.50341796875f, 1e-3f);
     cg_tensor *dx = cg_k_cross_entropy_backward(x, t, 2, -100, 0.0f, lse, 1.0f);
-    CG_ASSERT_TENSOR(dx, ((const float[]){0.5f, 0.0f, -0.5f, 0.49665358662605286f,
-                                          -0.49665358662605286f, 0.0f}),
-                     1e-6, 1e-5);
+    CG_ASSERT_TENSOR(
+        dx, ((const float[]){0.5f, 0.0f, -0.5f, 0.49665358662605286f, -0.49665358662605286f, 0.0f}),
+        1e-6, 1e-5);
     cg_release_all(3, x, lse, l);
     cg_release(dx);
 }
@@ -485,19 +530,20 @@ START_TEST(test_ce_errors)
                     "row 2");
     CG_ASSERT_FAILS(cg_k_cross_entropy(x, (const int64_t[]){0, 1, 4}, 3, -100, 0.0f, NULL),
                     "target 4");
-    CG_ASSERT_FAILS(cg_k_cross_entropy_backward(x, (const int64_t[]){0, 9, 1}, 3, -100, 0.0f, NULL,
-                                                1.0f),
-                    "target 9");
+    CG_ASSERT_FAILS(
+        cg_k_cross_entropy_backward(x, (const int64_t[]){0, 9, 1}, 3, -100, 0.0f, NULL, 1.0f),
+        "target 9");
     CG_ASSERT_FAILS(cg_k_cross_entropy(x, (const int64_t[]){0, 1, 2}, 3, -100, 1.5f, NULL),
                     "label_smoothing");
     cg_tensor *x3 = cg_zeros(CG_SHAPE(2, 3, 4));
-    CG_ASSERT_FAILS(cg_k_cross_entropy(x3, (const int64_t[]){0, 1}, 2, -100, 0.0f, NULL), "[2, 3, 4]");
+    CG_ASSERT_FAILS(cg_k_cross_entropy(x3, (const int64_t[]){0, 1}, 2, -100, 0.0f, NULL),
+                    "[2, 3, 4]");
     /* the count must match the rows: one short or one long is an error */
     CG_ASSERT_FAILS(cg_k_cross_entropy(x, (const int64_t[]){0, 1}, 2, -100, 0.0f, NULL),
                     "2 targets for 3 rows");
-    CG_ASSERT_FAILS(cg_k_cross_entropy_backward(x, (const int64_t[]){0, 1, 2, 3}, 4, -100, 0.0f,
-                                                NULL, 1.0f),
-                    "4 targets for 3 rows");
+    CG_ASSERT_FAILS(
+        cg_k_cross_entropy_backward(x, (const int64_t[]){0, 1, 2, 3}, 4, -100, 0.0f, NULL, 1.0f),
+        "4 targets for 3 rows");
     cg_release_all(2, x, x3);
 }
 END_TEST
@@ -700,8 +746,8 @@ START_TEST(test_add_norm_fused)
                         o[0][0] = cg_k_rms_norm(s, w, 1e-5f, &o[0][2]);
                         ck_assert(cg_k_rms_norm_backward(s, w, o[0][2], g, &o[0][3], &o[0][4]));
                         o[1][0] = cg_k_add_rms_norm(x, y, w, 1e-5f, &o[1][2]);
-                        ck_assert(cg_k_add_rms_norm_backward(x, y, w, o[1][2], g, &o[1][3],
-                                                             &o[1][4]));
+                        ck_assert(
+                            cg_k_add_rms_norm_backward(x, y, w, o[1][2], g, &o[1][3], &o[1][4]));
                     } else {
                         o[0][0] = cg_k_layer_norm(s, w, b, 1e-5f, &o[0][1], &o[0][2]);
                         ck_assert(cg_k_layer_norm_backward(s, w, o[0][1], o[0][2], g, &o[0][3],
@@ -715,8 +761,8 @@ START_TEST(test_add_norm_fused)
                             continue;
                         ck_assert_msg(bit_equal(o[0][j], o[1][j]),
                                       "%s [%lld, %lld] layout %d, %d threads: output %d differs",
-                                      rms ? "rms" : "layer", (long long)R, (long long)D, layout,
-                                      nt, j);
+                                      rms ? "rms" : "layer", (long long)R, (long long)D, layout, nt,
+                                      j);
                     }
                     for (int j = 0; j < 6; j++)
                         cg_release_all(2, o[0][j], o[1][j]);
@@ -831,8 +877,8 @@ START_TEST(test_dropout_draws)
                 for (int64_t i = 0; i < 9000; i++) {
                     float s = cg_rng_uniform(&ref) >= ps[k] ? scale : 0.0f;
                     ck_assert_msg(mv[i] == s && yv[i] == xv[i] * s,
-                                  "seed %d counter %d p %g: element %lld", a, c,
-                                  (double)ps[k], (long long)i);
+                                  "seed %d counter %d p %g: element %lld", a, c, (double)ps[k],
+                                  (long long)i);
                 }
                 ck_assert_uint_eq(d.counter, ref.counter);
                 free(yv);
@@ -938,10 +984,9 @@ START_TEST(test_attention_tiled_vs_double)
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         const attn_case *c = &cases[ci];
         const int64_t B = c->B, H = c->H, Tq = c->Tq, Tk = c->Tk, dh = c->dh;
-        cg_tensor *in[4] = {cg_randn(&r, CG_SHAPE(B, H, Tq, dh)),
-                            cg_randn(&r, CG_SHAPE(B, H, Tk, dh)),
-                            cg_randn(&r, CG_SHAPE(B, H, Tk, dh)),
-                            cg_randn(&r, CG_SHAPE(B, H, Tq, dh))};
+        cg_tensor *in[4] = {
+            cg_randn(&r, CG_SHAPE(B, H, Tq, dh)), cg_randn(&r, CG_SHAPE(B, H, Tk, dh)),
+            cg_randn(&r, CG_SHAPE(B, H, Tk, dh)), cg_randn(&r, CG_SHAPE(B, H, Tq, dh))};
         uint8_t *pad = attn_pad(c);
         cg_tensor *res[6];
         attn_run(c, in, pad, res);

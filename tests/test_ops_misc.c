@@ -12,7 +12,8 @@
 #include "core/ops.h"
 #include "tests/testutil.h"
 
-static const float X[12] = {-2.0f, -0.5f, 0.0f, 0.25f, 1.0f, 3.0f, -1.5f, 0.75f, 0.5f, -0.25f, 2.0f, -3.0f};
+static const float X[12] = {-2.0f, -0.5f, 0.0f, 0.25f,  1.0f, 3.0f,
+                            -1.5f, 0.75f, 0.5f, -0.25f, 2.0f, -3.0f};
 
 static cg_tensor *xin(void) { return cg_from_data(CG_SHAPE(3, 4), X); }
 
@@ -26,29 +27,50 @@ static void expect(cg_tensor *t, const float *want, const char *what)
 START_TEST(test_forward_vs_torch)
 {
     cg_tensor *x = xin();
-    expect(cg_silu(x), (const float[]){-0.23840584f, -0.18877034f, 0.0f, 0.14054413f, 0.7310586f, 2.8577225f, -0.27363828f, 0.50938404f, 0.31122968f, -0.10945588f, 1.7615941f, -0.14227761f}, "silu");
-    expect(cg_sin(x), (const float[]){-0.90929741f, -0.47942555f, 0.0f, 0.24740396f, 0.84147096f, 0.14112f, -0.997495f, 0.68163878f, 0.47942555f, -0.24740396f, 0.90929741f, -0.14112f}, "sin");
-    expect(cg_cos(x), (const float[]){-0.41614684f, 0.87758255f, 1.0f, 0.96891242f, 0.54030234f, -0.9899925f, 0.070737198f, 0.73168886f, 0.87758255f, 0.96891242f, -0.41614684f, -0.9899925f}, "cos");
+    expect(cg_silu(x),
+           (const float[]){-0.23840584f, -0.18877034f, 0.0f, 0.14054413f, 0.7310586f, 2.8577225f,
+                           -0.27363828f, 0.50938404f, 0.31122968f, -0.10945588f, 1.7615941f,
+                           -0.14227761f},
+           "silu");
+    expect(cg_sin(x),
+           (const float[]){-0.90929741f, -0.47942555f, 0.0f, 0.24740396f, 0.84147096f, 0.14112f,
+                           -0.997495f, 0.68163878f, 0.47942555f, -0.24740396f, 0.90929741f,
+                           -0.14112f},
+           "sin");
+    expect(cg_cos(x),
+           (const float[]){-0.41614684f, 0.87758255f, 1.0f, 0.96891242f, 0.54030234f, -0.9899925f,
+                           0.070737198f, 0.73168886f, 0.87758255f, 0.96891242f, -0.41614684f,
+                           -0.9899925f},
+           "cos");
     expect(cg_tril(x, 0), (const float[]){-2, 0, 0, 0, 1, 3, 0, 0, 0.5f, -0.25f, 2, 0}, "tril");
-    expect(cg_triu(x, 1), (const float[]){0, -0.5f, 0, 0.25f, 0, 0, -1.5f, 0.75f, 0, 0, 0, -3}, "triu 1");
+    expect(cg_triu(x, 1), (const float[]){0, -0.5f, 0, 0.25f, 0, 0, -1.5f, 0.75f, 0, 0, 0, -3},
+           "triu 1");
     expect(cg_tril(x, -1), (const float[]){0, 0, 0, 0, 1, 0, 0, 0, 0.5f, -0.25f, 0, 0}, "tril -1");
-    expect(cg_cumsum(x, 1), (const float[]){-2, -2.5f, -2.5f, -2.25f, 1, 4, 2.5f, 3.25f, 0.5f, 0.25f, 2.25f, -0.75f}, "cumsum 1");
-    expect(cg_cumsum(x, -2), (const float[]){-2, -0.5f, 0, 0.25f, -1, 2.5f, -1.5f, 1, -0.5f, 2.25f, 0.5f, -2}, "cumsum 0");
+    expect(cg_cumsum(x, 1),
+           (const float[]){-2, -2.5f, -2.5f, -2.25f, 1, 4, 2.5f, 3.25f, 0.5f, 0.25f, 2.25f, -0.75f},
+           "cumsum 1");
+    expect(cg_cumsum(x, -2),
+           (const float[]){-2, -0.5f, 0, 0.25f, -1, 2.5f, -1.5f, 1, -0.5f, 2.25f, 0.5f, -2},
+           "cumsum 0");
     int64_t ids[8];
     expect(cg_topk(x, 2, 1, true, ids, 6), (const float[]){0.25f, 0, 3, 1, 2, 0.5f}, "topk");
     ck_assert(!memcmp(ids, (int64_t[]){3, 2, 1, 0, 2, 0}, 6 * sizeof(int64_t)));
-    expect(cg_topk(x, 2, 0, false, ids, 8), (const float[]){-2, -0.5f, -1.5f, -3, 0.5f, -0.25f, 0, 0.25f}, "topk smallest");
+    expect(cg_topk(x, 2, 0, false, ids, 8),
+           (const float[]){-2, -0.5f, -1.5f, -3, 0.5f, -0.25f, 0, 0.25f}, "topk smallest");
     ck_assert(!memcmp(ids, (int64_t[]){0, 0, 1, 2, 2, 2, 0, 0}, 8 * sizeof(int64_t)));
     ck_assert(cg_argmax(x, 1, ids, 3));
     ck_assert(!memcmp(ids, (int64_t[]){3, 1, 2}, 3 * sizeof(int64_t)));
     ck_assert(cg_argmax(x, 0, ids, 4));
     ck_assert(!memcmp(ids, (int64_t[]){1, 1, 2, 1}, 4 * sizeof(int64_t)));
-    cg_tensor *y = cg_from_data(CG_SHAPE(3, 4), (const float[]){0.5f, 1, -1, 2, 0, 2.5f, -1, 1, 1, 0, 1.5f, -2});
+    cg_tensor *y = cg_from_data(CG_SHAPE(3, 4),
+                                (const float[]){0.5f, 1, -1, 2, 0, 2.5f, -1, 1, 1, 0, 1.5f, -2});
     expect(cg_mse_loss(x, y), (const float[]){1.3072916269302368f}, "mse_loss");
-    cg_tensor *t = cg_from_data(CG_SHAPE(3, 4), (const float[]){0, 1, 1, 0, 1, 1, 0, 0.5f, 0, 0, 1, 1});
+    cg_tensor *t =
+        cg_from_data(CG_SHAPE(3, 4), (const float[]){0, 1, 1, 0, 1, 1, 0, 0.5f, 0, 0, 1, 1});
     expect(cg_binary_cross_entropy_with_logits(x, t), (const float[]){0.72256303f}, "bce");
     cg_tensor *lp = cg_log_softmax(x, 1);
-    expect(cg_nll_loss(lp, (const int64_t[]){3, 1, -100}, 3, -100), (const float[]){0.5409115f}, "nll");
+    expect(cg_nll_loss(lp, (const int64_t[]){3, 1, -100}, 3, -100), (const float[]){0.5409115f},
+           "nll");
     expect(cg_nll_loss(x, (const int64_t[]){3, 1, 0}, 3, -100), (const float[]){-1.25f}, "nll raw");
     /* errors: counts are checked, names in messages */
     CG_ASSERT_FAILS(cg_topk(x, 2, 1, true, ids, 5), "topk: 5 indices requested for 6 values");
@@ -123,10 +145,11 @@ END_TEST
 START_TEST(test_gradchecks)
 {
     cg_rng r = cg_rng_new(21);
-    const char *names[] = {"silu", "sin", "cos", "tril", "triu", "cumsum", "topk", "mse_loss",
-                           "bce_with_logits", "nll_loss"};
-    gc_case cases[] = {{0, 0, 0}, {1, 0, 0}, {2, 0, 0}, {3, 1, 0}, {4, -1, 0}, {5, 0, 1},
-                       {6, 3, -1}, {7, 0, 0}, {8, 0, 0}, {9, 0, 0}};
+    const char *names[] = {
+        "silu",    "sin", "cos", "tril", "triu", "cumsum", "topk", "mse_loss", "bce_with_logits",
+        "nll_loss"};
+    gc_case cases[] = {{0, 0, 0}, {1, 0, 0},  {2, 0, 0}, {3, 1, 0}, {4, -1, 0},
+                       {5, 0, 1}, {6, 3, -1}, {7, 0, 0}, {8, 0, 0}, {9, 0, 0}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         for (int layout = 0; layout < 2; layout++) { /* contiguous, transposed */
             cg_tensor *in[2] = {cg_test_randn_layout(&r, CG_SHAPE(2, 6, 5), layout),
@@ -155,8 +178,9 @@ START_TEST(test_gradchecks)
             cg_requires_grad(in[0], true);
             cg_requires_grad(in[1], cases[c].which == 7 || cases[c].which == 8);
             cg_gradcheck_report rep;
-            bool ok = cg_gradcheck(gc_fn, &cases[c], cases[c].which >= 7 && cases[c].which <= 8 ? 2 : 1,
-                                   in, NULL, &rep);
+            bool ok =
+                cg_gradcheck(gc_fn, &cases[c], cases[c].which >= 7 && cases[c].which <= 8 ? 2 : 1,
+                             in, NULL, &rep);
             ck_assert_msg(ok, "%s (layout %d): %s", names[c], layout, rep.message);
             cg_release_all(2, in[0], in[1]);
         }

@@ -254,8 +254,8 @@ START_TEST(schedule_noam)
     for (size_t i = 0; i < n; i++) {
         int64_t t = OPT_NOAM_STEPS[i];
         double a = cg_lr_noam(t, 128, 400, 0.25);
-        ck_assert_msg(fabs(a - OPT_NOAM_LR[i]) <= 1e-12 * OPT_NOAM_LR[i], "step %lld: %.17g vs %.17g",
-                      (long long)t, a, OPT_NOAM_LR[i]);
+        ck_assert_msg(fabs(a - OPT_NOAM_LR[i]) <= 1e-12 * OPT_NOAM_LR[i],
+                      "step %lld: %.17g vs %.17g", (long long)t, a, OPT_NOAM_LR[i]);
         ck_assert(cg_schedule_lr(&s, t) == a);
         double b = cg_lr_noam(t, 256, 4000, 1.0);
         ck_assert_msg(fabs(b - OPT_NOAM_LR_BASE[i]) <= 1e-12 * OPT_NOAM_LR_BASE[i],
@@ -307,16 +307,10 @@ static void clip_case(double max_norm, double want_total, const float *want_grad
     release_params(ps);
 }
 
-START_TEST(clip_scales)
-{
-    clip_case(1.0, OPT_CLIP1_TOTAL, OPT_CLIP1_GRADS, true);
-}
+START_TEST(clip_scales) { clip_case(1.0, OPT_CLIP1_TOTAL, OPT_CLIP1_GRADS, true); }
 END_TEST
 
-START_TEST(clip_below_limit)
-{
-    clip_case(100.0, OPT_CLIP100_TOTAL, OPT_CLIP100_GRADS, false);
-}
+START_TEST(clip_below_limit) { clip_case(100.0, OPT_CLIP100_TOTAL, OPT_CLIP100_GRADS, false); }
 END_TEST
 
 /* Through the optimizer, and on a strided gradient. */
@@ -488,8 +482,8 @@ static void resume_case(cg_optim_config cfg, const double *lrs)
     for (int j = 0; j < OPT_NPARAMS; j++) {
         ck_assert_int_eq(cg_optim_param_steps(oa, j), cg_optim_param_steps(ob, j));
         for (int s = 0; s < 2; s++) {
-            const char *what = s == 0 ? (cfg.type == CG_OPTIM_SGD ? "momentum_buffer" : "exp_avg")
-                                      : "exp_avg_sq";
+            const char *what =
+                s == 0 ? (cfg.type == CG_OPTIM_SGD ? "momentum_buffer" : "exp_avg") : "exp_avg_sq";
             if (s == 1 && cfg.type == CG_OPTIM_SGD)
                 continue;
             float x[12], y[12];
@@ -505,22 +499,13 @@ static void resume_case(cg_optim_config cfg, const double *lrs)
     release_params(b);
 }
 
-START_TEST(resume_sgd)
-{
-    resume_case(cg_sgd_config(0.1, 0.9, true), OPT_LR_SGD);
-}
+START_TEST(resume_sgd) { resume_case(cg_sgd_config(0.1, 0.9, true), OPT_LR_SGD); }
 END_TEST
 
-START_TEST(resume_adam)
-{
-    resume_case(cg_adam_config(1e-2, 0.9, 0.98, 1e-9), OPT_LR_ADAM);
-}
+START_TEST(resume_adam) { resume_case(cg_adam_config(1e-2, 0.9, 0.98, 1e-9), OPT_LR_ADAM); }
 END_TEST
 
-START_TEST(resume_adamw)
-{
-    resume_case(cg_adamw_config(1e-2, 0.9, 0.99, 1e-8), OPT_LR_ADAMW);
-}
+START_TEST(resume_adamw) { resume_case(cg_adamw_config(1e-2, 0.9, 0.99, 1e-8), OPT_LR_ADAMW); }
 END_TEST
 
 /* A file with AdamW state for the fixture params, after two steps. */
@@ -541,8 +526,8 @@ static void write_state(const char *path, cg_optim_config cfg)
 
 static void assert_error_has(const char *needle)
 {
-    ck_assert_msg(strstr(cg_last_error(), needle) != NULL, "error '%s' lacks '%s'",
-                  cg_last_error(), needle);
+    ck_assert_msg(strstr(cg_last_error(), needle) != NULL, "error '%s' lacks '%s'", cg_last_error(),
+                  needle);
 }
 
 /* A copy of path with element 0 of F32 tensor `name` set to v (name may be
@@ -898,8 +883,9 @@ static cg_optim_range shard_of(int k, int j)
 {
     int64_t n = cg_numel_shape((int)OPT_SHAPES[j][0], &OPT_SHAPES[j][1]);
     if (j == 1)
-        return k == 0 ? (cg_optim_range){0, n / 2}
-               : k == 1 ? (cg_optim_range){n / 2, n / 2} : (cg_optim_range){n / 2, n};
+        return k == 0   ? (cg_optim_range){0, n / 2}
+               : k == 1 ? (cg_optim_range){n / 2, n / 2}
+                        : (cg_optim_range){n / 2, n};
     return (cg_optim_range){n * k / NSHARD, n * (k + 1) / NSHARD};
 }
 
@@ -938,8 +924,8 @@ static void assert_same_state(cg_optim *a, cg_optim *b, cg_optim_config cfg)
         for (int s = 0; s < 2; s++) {
             if (s == 1 && cfg.type == CG_OPTIM_SGD)
                 continue;
-            const char *what = s == 0 ? (cfg.type == CG_OPTIM_SGD ? "momentum_buffer" : "exp_avg")
-                                      : "exp_avg_sq";
+            const char *what =
+                s == 0 ? (cfg.type == CG_OPTIM_SGD ? "momentum_buffer" : "exp_avg") : "exp_avg_sq";
             float x[12], y[12];
             cg_tensor *ta = cg_optim_state(a, j, what), *tb = cg_optim_state(b, j, what);
             ck_assert_int_eq(cg_numel(ta), cg_numel(tb));
@@ -1018,10 +1004,7 @@ static void sharded_case(cg_optim_config cfg, const double *lrs)
     release_params(a);
 }
 
-START_TEST(sharded_adamw)
-{
-    sharded_case(cg_adamw_config(1e-2, 0.9, 0.99, 1e-8), OPT_LR_ADAMW);
-}
+START_TEST(sharded_adamw) { sharded_case(cg_adamw_config(1e-2, 0.9, 0.99, 1e-8), OPT_LR_ADAMW); }
 END_TEST
 
 START_TEST(sharded_adam_sgd)

@@ -29,26 +29,26 @@ static cg_tensor *leaf(void)
 }
 
 /* op() under the failing calloc: NULL and the recording error. */
-#define ASSERT_OOM(expr)                                                                           \
-    do {                                                                                           \
-        cg_clear_error();                                                                          \
-        fail_nodes = true;                                                                         \
-        cg_tensor *r_ = (expr);                                                                    \
-        fail_nodes = false;                                                                        \
-        ck_assert_msg(!r_, "%s returned a tensor (requires_grad %d) instead of failing", #expr,   \
-                      r_ ? r_->requires_grad : 0);                                                 \
-        ck_assert_msg(strstr(cg_last_error(), "out of memory recording the graph"), "%s: '%s'",   \
-                      #expr, cg_last_error());                                                     \
+#define ASSERT_OOM(expr)                                                                        \
+    do {                                                                                        \
+        cg_clear_error();                                                                       \
+        fail_nodes = true;                                                                      \
+        cg_tensor *r_ = (expr);                                                                 \
+        fail_nodes = false;                                                                     \
+        ck_assert_msg(!r_, "%s returned a tensor (requires_grad %d) instead of failing", #expr, \
+                      r_ ? r_->requires_grad : 0);                                              \
+        ck_assert_msg(strstr(cg_last_error(), "out of memory recording the graph"), "%s: '%s'", \
+                      #expr, cg_last_error());                                                  \
     } while (0)
 
 START_TEST(test_record_failure_is_an_error)
 {
     cg_tensor *a = leaf(), *b = leaf();
     cg_tensor *mask = cg_from_data(CG_SHAPE(2, 3), (const float[]){1, 0, 1, 0, 1, 0});
-    ASSERT_OOM(cg_add(a, b));        /* finish2 */
-    ASSERT_OOM(cg_neg(a));           /* finish1 */
-    ASSERT_OOM(cg_exp(a));           /* an op that saves its output */
-    ASSERT_OOM(cg_sum_all(a));       /* a reduction */
+    ASSERT_OOM(cg_add(a, b));  /* finish2 */
+    ASSERT_OOM(cg_neg(a));     /* finish1 */
+    ASSERT_OOM(cg_exp(a));     /* an op that saves its output */
+    ASSERT_OOM(cg_sum_all(a)); /* a reduction */
     ASSERT_OOM(cg_slice(a, 1, 0, 2, 1));
     ASSERT_OOM(cg_select(a, 0, 1));
     ASSERT_OOM(cg_max(a, 1, false, NULL));
@@ -73,7 +73,8 @@ START_TEST(test_record_failure_nn_ops)
 {
     cg_tensor *a = leaf(), *b = leaf();
     cg_tensor *w = cg_from_data(CG_SHAPE(3), (const float[]){1, 1, 1});
-    cg_tensor *lw = cg_from_data(CG_SHAPE(4, 3), (const float[]){1, 0, 0, 0, 1, 0, 0, 0, 1, 1, 1, 1});
+    cg_tensor *lw =
+        cg_from_data(CG_SHAPE(4, 3), (const float[]){1, 0, 0, 0, 1, 0, 0, 0, 1, 1, 1, 1});
     cg_requires_grad(w, true);
     cg_requires_grad(lw, true);
     cg_tensor *q = cg_reshape(a, CG_SHAPE(1, 1, 2, 3));

@@ -64,8 +64,9 @@ static float *naive_reduce(const cg_tensor *a, const bool *mask, int kind, int c
     float *r = malloc((size_t)(nout ? nout : 1) * sizeof(float));
     for (int64_t o = 0; o < nout; o++) {
         double den = (double)nred - correction;
-        r[o] = (float)(kind == SUM ? s[o] : kind == MEAN ? s[o] / (double)nred
-                                                          : q[o] / (den > 0 ? den : 0.0));
+        r[o] = (float)(kind == SUM    ? s[o]
+                       : kind == MEAN ? s[o] / (double)nred
+                                      : q[o] / (den > 0 ? den : 0.0));
     }
     free(s);
     free(q);
@@ -91,8 +92,8 @@ static const struct {
     int n;
     int d[3];
 } DIMS[] = {
-    {0, {0}}, {1, {0}}, {1, {1}}, {1, {2}}, {1, {-1}}, {2, {0, 2}}, {2, {2, 0}},
-    {2, {1, 2}}, {2, {0, 1}}, {2, {-3, 1}}, {3, {0, 1, 2}},
+    {0, {0}},    {1, {0}},    {1, {1}},    {1, {2}},     {1, {-1}},      {2, {0, 2}},
+    {2, {2, 0}}, {2, {1, 2}}, {2, {0, 1}}, {2, {-3, 1}}, {3, {0, 1, 2}},
 };
 #define N_DIMS (int)(sizeof DIMS / sizeof DIMS[0])
 
@@ -109,8 +110,8 @@ START_TEST(test_sum_mean_var)
                 for (int op = 0; op < 5; op++) {
                     int which = op < 2 ? op : VAR, corr = op < 2 ? 0 : op - 2;
                     cg_tensor *r = op == SUM    ? cg_k_sum(a, DIMS[c].n, DIMS[c].d, keep)
-                                 : op == MEAN ? cg_k_mean(a, DIMS[c].n, DIMS[c].d, keep)
-                                              : cg_k_var(a, DIMS[c].n, DIMS[c].d, corr, keep);
+                                   : op == MEAN ? cg_k_mean(a, DIMS[c].n, DIMS[c].d, keep)
+                                                : cg_k_var(a, DIMS[c].n, DIMS[c].d, corr, keep);
                     ck_assert_msg(r != NULL, "%s", cg_last_error());
                     check_out_shape(r, a, mask, keep);
                     ck_assert(cg_is_contiguous(r));
@@ -244,7 +245,8 @@ START_TEST(test_max_argmax)
                 ck_assert_int_eq(mv->ndim, keep ? 3 : 2);
                 ck_assert(cg_same_shape(mv, idx) && cg_same_shape(mv, am));
                 int64_t nout = 120 / src->shape[d];
-                float *ev = malloc((size_t)nout * sizeof(float)), *ei = malloc((size_t)nout * sizeof(float));
+                float *ev = malloc((size_t)nout * sizeof(float)),
+                      *ei = malloc((size_t)nout * sizeof(float));
                 int64_t o = 0, id[3];
                 for (id[0] = 0; id[0] < 4; id[0]++)
                     for (id[1] = 0; id[1] < 5; id[1]++)
@@ -309,7 +311,8 @@ END_TEST
 START_TEST(test_sum_to_shape)
 {
     cg_rng rng = cg_rng_new(25);
-    const int64_t targets[][4] = {{3, 1, 5}, {5}, {0}, {1, 4, 1}, {2, 3, 4, 5}, {2, 1, 1, 1}, {4, 5}, {1, 1, 1, 1}};
+    const int64_t targets[][4] = {{3, 1, 5},    {5},          {0},    {1, 4, 1},
+                                  {2, 3, 4, 5}, {2, 1, 1, 1}, {4, 5}, {1, 1, 1, 1}};
     const int tnd[] = {3, 1, 0, 3, 4, 4, 2, 4};
     for (int kind = 0; kind < 4; kind++) {
         cg_tensor *a = cg_test_randn_layout(&rng, CG_SHAPE(2, 3, 4, 5), kind);
@@ -499,10 +502,14 @@ static Suite *reduce_suite(void)
         const char *name;
         const TTest *fn;
     } cases[] = {
-        {"sum_mean_var", test_sum_mean_var}, {"sliced_wide", test_sliced_and_wide},
-        {"full", test_full_reductions},      {"max_argmax", test_max_argmax},
-        {"sum_to_shape", test_sum_to_shape}, {"empty_scalar", test_empty_and_scalar},
-        {"errors", test_errors},             {"threads", test_threads_identical},
+        {"sum_mean_var", test_sum_mean_var},
+        {"sliced_wide", test_sliced_and_wide},
+        {"full", test_full_reductions},
+        {"max_argmax", test_max_argmax},
+        {"sum_to_shape", test_sum_to_shape},
+        {"empty_scalar", test_empty_and_scalar},
+        {"errors", test_errors},
+        {"threads", test_threads_identical},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         TCase *tc = tcase_create(cases[i].name);

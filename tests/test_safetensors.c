@@ -30,25 +30,29 @@
 
 static char g_dir[64]; /* a fresh temporary directory per test */
 
-static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
+static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
     (void)sb;
     (void)flag;
     (void)ftw;
     return remove(p);
 }
 
-static void setup(void) {
+static void setup(void)
+{
     cg_clear_error();
     strcpy(g_dir, "/tmp/cg_st_test_XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(g_dir));
 }
 
-static void teardown(void) {
+static void teardown(void)
+{
     chmod(g_dir, 0700);
     nftw(g_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
-static char *in_dir(const char *name) {
+static char *in_dir(const char *name)
+{
     static char buf[4][512];
     static int k;
     k = (k + 1) % 4;
@@ -57,18 +61,21 @@ static char *in_dir(const char *name) {
 }
 
 /* Number of directory entries whose name contains ".tmp." (leftovers). */
-static int count_tmp_files(const char *dir) {
+static int count_tmp_files(const char *dir)
+{
     DIR *d = opendir(dir);
     ck_assert_ptr_nonnull(d);
     int n = 0;
     struct dirent *e;
     while ((e = readdir(d)))
-        if (strstr(e->d_name, ".tmp.")) n++;
+        if (strstr(e->d_name, ".tmp."))
+            n++;
     closedir(d);
     return n;
 }
 
-static unsigned char *read_bytes(const char *path, size_t *len) {
+static unsigned char *read_bytes(const char *path, size_t *len)
+{
     FILE *fp = fopen(path, "rb");
     ck_assert_msg(fp != NULL, "cannot open %s", path);
     fseek(fp, 0, SEEK_END);
@@ -81,7 +88,8 @@ static unsigned char *read_bytes(const char *path, size_t *len) {
     return b;
 }
 
-static void write_bytes(const char *path, const void *b, size_t n) {
+static void write_bytes(const char *path, const void *b, size_t n)
+{
     FILE *fp = fopen(path, "wb");
     ck_assert_ptr_nonnull(fp);
     ck_assert_int_eq(fwrite(b, 1, n, fp), n);
@@ -90,48 +98,58 @@ static void write_bytes(const char *path, const void *b, size_t n) {
 
 /* Where tests/fixtures lives: $CG_FIXTURE_DIR, next to this source file, or
  * relative to the working directory. */
-static const char *fixture(const char *name) {
+static const char *fixture(const char *name)
+{
     static char buf[1024];
     const char *env = getenv("CG_FIXTURE_DIR");
     char here[512];
     snprintf(here, sizeof here, "%s", __FILE__);
     char *slash = strrchr(here, '/');
-    if (slash) *slash = '\0';
-    else strcpy(here, ".");
+    if (slash)
+        *slash = '\0';
+    else
+        strcpy(here, ".");
     const char *dirs[] = {env, here, "tests", "../tests", "../../tests"};
     for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
-        if (!dirs[i]) continue;
+        if (!dirs[i])
+            continue;
         snprintf(buf, sizeof buf, "%s%s%s", dirs[i], i == 0 ? "/" : "/fixtures/", name);
-        if (access(buf, R_OK) == 0) return buf;
+        if (access(buf, R_OK) == 0)
+            return buf;
     }
     ck_abort_msg("fixture %s not found (set CG_FIXTURE_DIR)", name);
     return NULL;
 }
 
-static void assert_floats_exact(const float *got, const float *want, int64_t n) {
+static void assert_floats_exact(const float *got, const float *want, int64_t n)
+{
     for (int64_t i = 0; i < n; i++)
         ck_assert_msg(memcmp(&got[i], &want[i], sizeof(float)) == 0 ||
                           (isnan(got[i]) && isnan(want[i])),
                       "element %lld: got %.9g, want %.9g", (long long)i, got[i], want[i]);
 }
 
-static void assert_tensor_exact(const cg_tensor *t, const float *want) {
+static void assert_tensor_exact(const cg_tensor *t, const float *want)
+{
     ck_assert_msg(t != NULL, "NULL tensor: %s", cg_last_error());
     float *v = cg_test_values(t);
     assert_floats_exact(v, want, cg_numel(t));
     free(v);
 }
 
-static void assert_error_has(const char *needle) {
-    ck_assert_msg(strstr(cg_last_error(), needle) != NULL, "error '%s' lacks '%s'",
-                  cg_last_error(), needle);
+static void assert_error_has(const char *needle)
+{
+    ck_assert_msg(strstr(cg_last_error(), needle) != NULL, "error '%s' lacks '%s'", cg_last_error(),
+                  needle);
 }
 
 /* A file in memory: 8-byte length + header + dlen zero bytes of data. */
-static cg_st_file *open_crafted_n(const char *hdr, size_t hlen, size_t dlen) {
+static cg_st_file *open_crafted_n(const char *hdr, size_t hlen, size_t dlen)
+{
     size_t n = 8 + hlen + dlen;
     unsigned char *b = calloc(1, n);
-    for (int i = 0; i < 8; i++) b[i] = (unsigned char)((uint64_t)hlen >> (8 * i));
+    for (int i = 0; i < 8; i++)
+        b[i] = (unsigned char)((uint64_t)hlen >> (8 * i));
     memcpy(b + 8, hdr, hlen);
     cg_clear_error();
     cg_st_file *f = cg_st_open_memory(b, n, "crafted.safetensors");
@@ -139,26 +157,31 @@ static cg_st_file *open_crafted_n(const char *hdr, size_t hlen, size_t dlen) {
     return f;
 }
 
-static cg_st_file *open_crafted(const char *hdr, size_t dlen) {
+static cg_st_file *open_crafted(const char *hdr, size_t dlen)
+{
     return open_crafted_n(hdr, strlen(hdr), dlen);
 }
 
-static void le64(unsigned char *p, uint64_t v) {
-    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
+static void le64(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
 }
 
 /* ------------------------------------------------- round trips in C */
 
-START_TEST(roundtrip_f32) {
+START_TEST(roundtrip_f32)
+{
     /* base [3,4] = 0.5*i - 1; a transposed view, a step-2 slice, a broadcast
      * view, a scalar and an empty tensor */
     float base_v[12];
-    for (int i = 0; i < 12; i++) base_v[i] = 0.5f * (float)i - 1.0f;
+    for (int i = 0; i < 12; i++)
+        base_v[i] = 0.5f * (float)i - 1.0f;
     cg_tensor *base = cg_from_data(CG_SHAPE(3, 4), base_v);
-    cg_tensor *tr = cg_view_transpose(base, 0, 1);            /* [4,3] */
-    cg_tensor *sl = cg_view_slice(base, 1, 1, 4, 2);          /* [3,2] cols 1,3 */
-    cg_tensor *row = cg_view_select(base, 0, 2);              /* [4] */
-    cg_tensor *ex = cg_view_expand(row, CG_SHAPE(2, 4));      /* stride 0 */
+    cg_tensor *tr = cg_view_transpose(base, 0, 1);       /* [4,3] */
+    cg_tensor *sl = cg_view_slice(base, 1, 1, 4, 2);     /* [3,2] cols 1,3 */
+    cg_tensor *row = cg_view_select(base, 0, 2);         /* [4] */
+    cg_tensor *ex = cg_view_expand(row, CG_SHAPE(2, 4)); /* stride 0 */
     cg_tensor *sc = cg_scalar(-0.0f);
     cg_tensor *em = cg_zeros(CG_SHAPE(0, 5));
     ck_assert(!cg_is_contiguous(tr) && !cg_is_contiguous(sl) && ex->strides[0] == 0);
@@ -182,7 +205,8 @@ START_TEST(roundtrip_f32) {
     ck_assert_msg(f != NULL, "%s", cg_last_error());
     ck_assert_int_eq(cg_st_count(f), 7);
     const char *order[] = {"base", "tr", "sl", "ex", "sc", "em", "raw"};
-    for (int i = 0; i < 7; i++) ck_assert_str_eq(cg_st_name(f, i), order[i]);
+    for (int i = 0; i < 7; i++)
+        ck_assert_str_eq(cg_st_name(f, i), order[i]);
     ck_assert_ptr_null(cg_st_name(f, 7));
     ck_assert_str_eq(cg_st_path(f), path);
 
@@ -243,7 +267,8 @@ START_TEST(roundtrip_f32) {
 }
 END_TEST
 
-START_TEST(roundtrip_i64_metadata) {
+START_TEST(roundtrip_i64_metadata)
+{
     const int64_t ids[6] = {0, -1, INT64_MAX, INT64_MIN, 1LL << 40, 42};
     cg_st_writer *w = cg_st_writer_new();
     ck_assert(cg_st_add_i64(w, "ids", CG_SHAPE(2, 3), ids));
@@ -267,7 +292,8 @@ START_TEST(roundtrip_i64_metadata) {
     int64_t *got = cg_st_get_i64(f, "ids", &nd, shape);
     ck_assert_ptr_nonnull(got);
     ck_assert(nd == 2 && shape[0] == 2 && shape[1] == 3);
-    for (int i = 0; i < 6; i++) ck_assert(got[i] == ids[i]);
+    for (int i = 0; i < 6; i++)
+        ck_assert(got[i] == ids[i]);
     free(got);
     got = cg_st_get_i64(f, "one", &nd, shape);
     ck_assert(got && nd == 0 && got[0] == 42);
@@ -299,7 +325,8 @@ START_TEST(roundtrip_i64_metadata) {
     size_t len;
     unsigned char *b = read_bytes(path, &len);
     uint64_t hlen = 0;
-    for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | b[i];
+    for (int i = 7; i >= 0; i--)
+        hlen = (hlen << 8) | b[i];
     ck_assert_int_eq((8 + hlen) % 8, 0);
     ck_assert(memcmp(b + 8, "{\"__metadata__\":{\"format\":\"cgrad\"", 33) == 0);
     ck_assert_int_eq(len, 8 + hlen + 6 * 8 + 8);
@@ -307,7 +334,8 @@ START_TEST(roundtrip_i64_metadata) {
 }
 END_TEST
 
-START_TEST(writer_rejects_bad_input) {
+START_TEST(writer_rejects_bad_input)
+{
     cg_st_writer *w = cg_st_writer_new();
     const float v[2] = {1, 2};
     ck_assert(cg_st_add_f32_raw(w, "a", CG_SHAPE(2), v));
@@ -352,22 +380,25 @@ END_TEST
 /* ------------------------------------------- the Python reference side */
 
 /* Mirrors fixture_tensors() in tests/fixtures/make_st_fixture.py. */
-START_TEST(reads_python_fixture) {
+START_TEST(reads_python_fixture)
+{
     cg_st_file *f = cg_st_open(fixture("ref.safetensors"));
     ck_assert_msg(f != NULL, "%s", cg_last_error());
     ck_assert_int_eq(cg_st_count(f), 7);
-    const char *order[] = {"blocks.0.attn.q_proj.weight", "special", "scalar", "empty", "ids",
-                           "f64", "caf\xc3\xa9"};
-    for (int i = 0; i < 7; i++) ck_assert_str_eq(cg_st_name(f, i), order[i]);
+    const char *order[] = {
+        "blocks.0.attn.q_proj.weight", "special", "scalar", "empty", "ids", "f64", "caf\xc3\xa9"};
+    for (int i = 0; i < 7; i++)
+        ck_assert_str_eq(cg_st_name(f, i), order[i]);
 
     float w[15];
-    for (int i = 0; i < 15; i++) w[i] = (float)i * 0.25f - 3.0f;
+    for (int i = 0; i < 15; i++)
+        w[i] = (float)i * 0.25f - 3.0f;
     cg_tensor *t = cg_st_get_f32(f, "blocks.0.attn.q_proj.weight");
     ck_assert(t && t->ndim == 2 && t->shape[0] == 3 && t->shape[1] == 5);
     assert_tensor_exact(t, w);
     cg_release(t);
 
-    const float special[8] = {0.0f, -0.0f, 1.0f / 3.0f, 1e-45f, 3.4028234663852886e38f,
+    const float special[8] = {0.0f,     -0.0f,     1.0f / 3.0f, 1e-45f, 3.4028234663852886e38f,
                               INFINITY, -INFINITY, -1.5f};
     t = cg_st_get_f32(f, "special");
     assert_tensor_exact(t, special);
@@ -391,7 +422,8 @@ START_TEST(reads_python_fixture) {
     int64_t *ids = cg_st_get_i64(f, "ids", &nd, shape);
     const int64_t want[8] = {0, 1, -1, 1LL << 62, INT64_MIN, INT64_MAX, 7, -7};
     ck_assert(ids && nd == 2 && shape[0] == 2 && shape[1] == 4);
-    for (int i = 0; i < 8; i++) ck_assert(ids[i] == want[i]);
+    for (int i = 0; i < 8; i++)
+        ck_assert(ids[i] == want[i]);
     free(ids);
 
     /* F64 is accepted and validated, reachable as raw bytes */
@@ -406,19 +438,23 @@ START_TEST(reads_python_fixture) {
     cg_clear_error();
     CG_ASSERT_FAILS(cg_st_get_f32(f, "f64"), "has dtype F64, expected F32");
 
-    ck_assert_str_eq(cg_st_metadata(f, "config"), "{\"d_model\": 32, \"name\": \"tiny \\\"q\\\"\"}");
-    ck_assert_str_eq(cg_st_metadata(f, "note"), "r\xc3\xa9" "f\xc3\xa9rence");
+    ck_assert_str_eq(cg_st_metadata(f, "config"),
+                     "{\"d_model\": 32, \"name\": \"tiny \\\"q\\\"\"}");
+    ck_assert_str_eq(cg_st_metadata(f, "note"), "r\xc3\xa9"
+                                                "f\xc3\xa9rence");
     cg_st_close(f);
 }
 END_TEST
 
 /* Metadata with numbers and nested JSON (issue 22): stored as JSON text in
  * the string map, read back as the same double / the same tree. */
-START_TEST(metadata_numbers_and_json) {
+START_TEST(metadata_numbers_and_json)
+{
     const double nums[] = {3e-4, 64, -1.5e300, 0.1, 1.0 / 3.0, -0.0, 5e-324};
     const char *names[] = {"lr", "d", "big", "tenth", "third", "negzero", "tiny"};
     cg_st_writer *w = cg_st_writer_new();
-    for (int i = 0; i < 7; i++) ck_assert(cg_st_set_metadata_number(w, names[i], nums[i]));
+    for (int i = 0; i < 7; i++)
+        ck_assert(cg_st_set_metadata_number(w, names[i], nums[i]));
     cJSON *cfg = cJSON_Parse("{\"d\": 64, \"layers\": [1, 2.5, \"x\"], \"opt\": {\"betas\": "
                              "[0.9, 0.95], \"fused\": true, \"clip\": null}}");
     ck_assert_ptr_nonnull(cfg);
@@ -450,8 +486,10 @@ START_TEST(metadata_numbers_and_json) {
     double v = 7;
     ck_assert(cg_st_metadata_number(f, "as_text", &v) && v == 42);
     CG_ASSERT_FAILS((void *)(intptr_t)cg_st_metadata_number(f, "text", &v), "'text' is not JSON");
-    CG_ASSERT_FAILS((void *)(intptr_t)cg_st_metadata_number(f, "config", &v), "'config' is not a number");
-    CG_ASSERT_FAILS((void *)(intptr_t)cg_st_metadata_number(f, "nothing", &v), "no metadata 'nothing'");
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_st_metadata_number(f, "config", &v),
+                    "'config' is not a number");
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_st_metadata_number(f, "nothing", &v),
+                    "no metadata 'nothing'");
     ck_assert(v == 42);
     CG_ASSERT_FAILS(cg_st_metadata_json(f, "text"), "is not JSON");
     ck_assert_str_eq(cg_st_metadata(f, "text"), "hello");
@@ -462,20 +500,23 @@ END_TEST
 
 /* Mirrors ours_expected() in make_st_fixture.py, whose --check mode reads the
  * file with the Python reference reader. Skipped without python3 + numpy. */
-START_TEST(python_reads_ours) {
+START_TEST(python_reads_ours)
+{
     if (access("/usr/bin/python3", X_OK) != 0) {
         fprintf(stderr, "python_reads_ours: skipped (no /usr/bin/python3)\n");
         return;
     }
     float a[12];
-    for (int i = 0; i < 12; i++) a[i] = 0.5f * (float)i - 1.0f;
+    for (int i = 0; i < 12; i++)
+        a[i] = 0.5f * (float)i - 1.0f;
     cg_tensor *at = cg_from_data(CG_SHAPE(3, 4), a);
     cg_tensor *tr = cg_view_transpose(at, 0, 1);
     cg_st_writer *w = cg_st_writer_new();
     ck_assert(cg_st_add_f32(w, "a", at));
     ck_assert(cg_st_add_f32(w, "a_t", tr));
     ck_assert(cg_st_add_i64(w, "ids", CG_SHAPE(3), (const int64_t[]){3, -4, 1LL << 40}));
-    ck_assert(cg_st_add_f32_raw(w, "weird \"name\"\\\n\xc3\xa9", CG_SHAPE(1, 1), (const float[]){7}));
+    ck_assert(
+        cg_st_add_f32_raw(w, "weird \"name\"\\\n\xc3\xa9", CG_SHAPE(1, 1), (const float[]){7}));
     ck_assert(cg_st_add_f32_raw(w, "scalar", 0, NULL, (const float[]){-0.125f}));
     ck_assert(cg_st_set_metadata(w, "k", "v"));
     ck_assert(cg_st_set_metadata(w, "json", "{\"x\": [1, 2]}"));
@@ -519,62 +560,87 @@ static const struct {
     {"string header", "\"x\"", 0, "not a JSON object"},
     {"entry not object", "{\"a\":[1]}", 0, "tensor 'a': entry is not a JSON object"},
     {"entry null", "{\"a\":null}", 0, "tensor 'a': entry is not a JSON object"},
-    {"missing dtype", "{\"a\":{\"shape\":[1],\"data_offsets\":[0,4]}}", 4, "tensor 'a': missing dtype"},
-    {"dtype not string", "{\"a\":" E("32", "[1]", "[0,4]") "}", 4, "tensor 'a': dtype is not a string"},
-    {"unknown dtype", "{\"a\":" E("\"F33\"", "[1]", "[0,4]") "}", 4, "tensor 'a': unknown dtype 'F33'"},
+    {"missing dtype", "{\"a\":{\"shape\":[1],\"data_offsets\":[0,4]}}", 4,
+     "tensor 'a': missing dtype"},
+    {"dtype not string", "{\"a\":" E("32", "[1]", "[0,4]") "}", 4,
+     "tensor 'a': dtype is not a string"},
+    {"unknown dtype", "{\"a\":" E("\"F33\"", "[1]", "[0,4]") "}", 4,
+     "tensor 'a': unknown dtype 'F33'"},
     {"lowercase dtype", "{\"a\":" E("\"f32\"", "[1]", "[0,4]") "}", 4, "unknown dtype 'f32'"},
-    {"missing shape", "{\"a\":{\"dtype\":\"F32\",\"data_offsets\":[0,4]}}", 4, "tensor 'a': missing shape"},
+    {"missing shape", "{\"a\":{\"dtype\":\"F32\",\"data_offsets\":[0,4]}}", 4,
+     "tensor 'a': missing shape"},
     {"shape not array", "{\"a\":" E("\"F32\"", "1", "[0,4]") "}", 4, "shape is not an array"},
     {"shape negative", "{\"a\":" E("\"F32\"", "[1,-1]", "[0,4]") "}", 4,
      "tensor 'a': shape[1] is not a non-negative integer"},
-    {"shape fraction", "{\"a\":" E("\"F32\"", "[2.5]", "[0,10]") "}", 10, "shape[0] is not a non-negative integer"},
-    {"shape string", "{\"a\":" E("\"F32\"", "[\"1\"]", "[0,4]") "}", 4, "shape[0] is not a non-negative integer"},
-    {"shape huge dim", "{\"a\":" E("\"F32\"", "[1e300]", "[0,4]") "}", 4, "shape[0] is not a non-negative integer"},
+    {"shape fraction", "{\"a\":" E("\"F32\"", "[2.5]", "[0,10]") "}", 10,
+     "shape[0] is not a non-negative integer"},
+    {"shape string", "{\"a\":" E("\"F32\"", "[\"1\"]", "[0,4]") "}", 4,
+     "shape[0] is not a non-negative integer"},
+    {"shape huge dim", "{\"a\":" E("\"F32\"", "[1e300]", "[0,4]") "}", 4,
+     "shape[0] is not a non-negative integer"},
     {"shape too many dims", "{\"a\":" E("\"F32\"", "[1,1,1,1,1,1,1,1,1]", "[0,4]") "}", 4,
      "shape has 9 dimensions, at most 8"},
     {"shape overflow", "{\"a\":" E("\"F32\"", "[4294967296,4294967296,4294967296]", "[0,4]") "}", 4,
      "tensor 'a': shape overflows"},
     {"shape overflow bytes", "{\"a\":" E("\"I64\"", "[1125899906842624,1024]", "[0,8]") "}", 8,
      "shape overflows"},
-    {"missing offsets", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1]}}", 4, "tensor 'a': missing data_offsets"},
-    {"offsets one", "{\"a\":" E("\"F32\"", "[1]", "[0]") "}", 4, "data_offsets is not two non-negative integers"},
+    {"missing offsets", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1]}}", 4,
+     "tensor 'a': missing data_offsets"},
+    {"offsets one", "{\"a\":" E("\"F32\"", "[1]", "[0]") "}", 4,
+     "data_offsets is not two non-negative integers"},
     {"offsets three", "{\"a\":" E("\"F32\"", "[1]", "[0,4,8]") "}", 4, "data_offsets is not two"},
-    {"offsets negative", "{\"a\":" E("\"F32\"", "[0]", "[-4,-4]") "}", 0, "data_offsets is not two"},
-    {"offsets strings", "{\"a\":" E("\"F32\"", "[1]", "[\"0\",\"4\"]") "}", 4, "data_offsets is not two"},
-    {"offsets object", "{\"a\":" E("\"F32\"", "[1]", "{\"b\":0}") "}", 4, "data_offsets is not two"},
+    {"offsets negative", "{\"a\":" E("\"F32\"", "[0]", "[-4,-4]") "}", 0,
+     "data_offsets is not two"},
+    {"offsets strings", "{\"a\":" E("\"F32\"", "[1]", "[\"0\",\"4\"]") "}", 4,
+     "data_offsets is not two"},
+    {"offsets object", "{\"a\":" E("\"F32\"", "[1]", "{\"b\":0}") "}", 4,
+     "data_offsets is not two"},
     {"offsets reversed", "{\"a\":" E("\"F32\"", "[1]", "[4,0]") "}", 4,
      "tensor 'a': data_offsets begin 4 is after end 0"},
     {"offsets past end", "{\"a\":" E("\"F32\"", "[2]", "[0,8]") "}", 4,
      "tensor 'a': data_offsets end 8 is beyond the data buffer (4 bytes)"},
     {"byte count", "{\"a\":" E("\"F32\"", "[2]", "[0,4]") "}", 4,
      "tensor 'a': byte count 4 does not match shape [2] F32 (8 bytes)"},
-    {"byte count i64", "{\"a\":" E("\"I64\"", "[2,2]", "[0,16]") "}", 16, "does not match shape [2, 2] I64 (32 bytes)"},
-    {"overlap", "{\"a\":" E("\"F32\"", "[2]", "[0,8]") ",\"b\":" E("\"F32\"", "[2]", "[4,12]") "}", 12,
-     "tensor 'b': data range [4, 12) overlaps tensor 'a' [0, 8)"},
-    {"same range twice", "{\"a\":" E("\"F32\"", "[1]", "[0,4]") ",\"b\":" E("\"F32\"", "[1]", "[0,4]") "}", 4,
+    {"byte count i64", "{\"a\":" E("\"I64\"", "[2,2]", "[0,16]") "}", 16,
+     "does not match shape [2, 2] I64 (32 bytes)"},
+    {"overlap", "{\"a\":" E("\"F32\"", "[2]", "[0,8]") ",\"b\":" E("\"F32\"", "[2]", "[4,12]") "}",
+     12, "tensor 'b': data range [4, 12) overlaps tensor 'a' [0, 8)"},
+    {"same range twice",
+     "{\"a\":" E("\"F32\"", "[1]", "[0,4]") ",\"b\":" E("\"F32\"", "[1]", "[0,4]") "}", 4,
      "overlaps"},
     {"gap", "{\"a\":" E("\"F32\"", "[1]", "[0,4]") ",\"b\":" E("\"F32\"", "[1]", "[8,12]") "}", 12,
      "tensor 'b': data range [8, 12) leaves a gap of 4 bytes at byte 4"},
-    {"not starting at 0", "{\"a\":" E("\"F32\"", "[1]", "[4,8]") "}", 8, "leaves a gap of 4 bytes at byte 0"},
-    {"trailing bytes", "{\"a\":" E("\"F32\"", "[1]", "[0,4]") "}", 8, "4 trailing bytes after the last tensor"},
+    {"not starting at 0", "{\"a\":" E("\"F32\"", "[1]", "[4,8]") "}", 8,
+     "leaves a gap of 4 bytes at byte 0"},
+    {"trailing bytes", "{\"a\":" E("\"F32\"", "[1]", "[0,4]") "}", 8,
+     "4 trailing bytes after the last tensor"},
     {"data without tensors", "{}", 1, "1 trailing bytes"},
-    {"duplicate name", "{\"a\":" E("\"F32\"", "[1]", "[0,4]") ",\"a\":" E("\"F32\"", "[1]", "[4,8]") "}", 8,
+    {"duplicate name",
+     "{\"a\":" E("\"F32\"", "[1]", "[0,4]") ",\"a\":" E("\"F32\"", "[1]", "[4,8]") "}", 8,
      "duplicate name 'a' in the header"},
-    {"duplicate via escape", "{\"\\u0061\":" E("\"F32\"", "[1]", "[0,4]") ",\"a\":" E("\"F32\"", "[1]", "[4,8]") "}", 8,
+    {"duplicate via escape",
+     "{\"\\u0061\":" E("\"F32\"", "[1]", "[0,4]") ",\"a\":" E("\"F32\"", "[1]", "[4,8]") "}", 8,
      "duplicate name 'a'"},
-    {"duplicate key in entry", "{\"a\":{\"dtype\":\"F32\",\"dtype\":\"I64\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4,
+    {"duplicate key in entry",
+     "{\"a\":{\"dtype\":\"F32\",\"dtype\":\"I64\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4,
      "tensor 'a': duplicate key 'dtype' in its entry"},
-    {"metadata twice", "{\"__metadata__\":{},\"__metadata__\":{}}", 0, "duplicate name '__metadata__'"},
+    {"metadata twice", "{\"__metadata__\":{},\"__metadata__\":{}}", 0,
+     "duplicate name '__metadata__'"},
     {"metadata not object", "{\"__metadata__\":\"x\"}", 0, "__metadata__ is not a JSON object"},
     {"metadata array", "{\"__metadata__\":[\"x\"]}", 0, "__metadata__ is not a JSON object"},
-    {"metadata value number", "{\"__metadata__\":{\"k\":1}}", 0, "__metadata__ value of 'k' is not a string"},
+    {"metadata value number", "{\"__metadata__\":{\"k\":1}}", 0,
+     "__metadata__ value of 'k' is not a string"},
     {"metadata value null", "{\"__metadata__\":{\"k\":null}}", 0, "value of 'k' is not a string"},
-    {"metadata duplicate key", "{\"__metadata__\":{\"k\":\"1\",\"k\":\"2\"}}", 0, "duplicate __metadata__ key 'k'"},
+    {"metadata duplicate key", "{\"__metadata__\":{\"k\":\"1\",\"k\":\"2\"}}", 0,
+     "duplicate __metadata__ key 'k'"},
     {"empty name", "{\"\":" E("\"F32\"", "[1]", "[0,4]") "}", 4, "a tensor has an empty name"},
     {"escaped NUL name", "{\"\\u0000\":" E("\"F32\"", "[1]", "[0,4]") "}", 4, "empty name"},
-    {"invalid utf8", "{\"a\xff\":" E("\"F32\"", "[1]", "[0,4]") "}", 4, "bad or control byte 0xff at header byte 3"},
-    {"overlong utf8", "{\"\xc0\xaf\":" E("\"F32\"", "[1]", "[0,4]") "}", 4, "bad or control byte 0xc0"},
-    {"surrogate utf8", "{\"\xed\xa0\x80\":" E("\"F32\"", "[1]", "[0,4]") "}", 4, "bad or control byte 0xed"},
+    {"invalid utf8", "{\"a\xff\":" E("\"F32\"", "[1]", "[0,4]") "}", 4,
+     "bad or control byte 0xff at header byte 3"},
+    {"overlong utf8", "{\"\xc0\xaf\":" E("\"F32\"", "[1]", "[0,4]") "}", 4,
+     "bad or control byte 0xc0"},
+    {"surrogate utf8", "{\"\xed\xa0\x80\":" E("\"F32\"", "[1]", "[0,4]") "}", 4,
+     "bad or control byte 0xed"},
     {"cut utf8", "{\"a\":" E("\"F32\"", "[1]", "[0,4]") "}\xe2\x82", 4, "bad or control byte 0xe2"},
     {"control byte", "{\"a\x01\":" E("\"F32\"", "[1]", "[0,4]") "}", 4, "bad or control byte 0x01"},
     {"byte order mark", "\xef\xbb\xbf{}", 0, "byte order mark"},
@@ -582,7 +648,8 @@ static const struct {
 #undef E
 #define N_BAD ((int)(sizeof bad_headers / sizeof bad_headers[0]))
 
-START_TEST(corrupt_header) {
+START_TEST(corrupt_header)
+{
     cg_st_file *f = open_crafted(bad_headers[_i].hdr, bad_headers[_i].dlen);
     ck_assert_msg(f == NULL, "case '%s' was accepted", bad_headers[_i].what);
     ck_assert_msg(strstr(cg_last_error(), bad_headers[_i].needle) != NULL,
@@ -595,7 +662,8 @@ START_TEST(corrupt_header) {
 END_TEST
 
 /* The same kind of file from disk names the path in the message. */
-START_TEST(corrupt_file_names_path) {
+START_TEST(corrupt_file_names_path)
+{
     const char *hdr = "{\"w\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}";
     unsigned char b[8 + 64 + 8] = {0};
     size_t hl = strlen(hdr);
@@ -610,7 +678,8 @@ START_TEST(corrupt_file_names_path) {
 }
 END_TEST
 
-START_TEST(corrupt_too_short) {
+START_TEST(corrupt_too_short)
+{
     const unsigned char b[8] = {2, 0, 0, 0, 0, 0, 0, 0};
     for (size_t n = 0; n < 8; n++) {
         cg_clear_error();
@@ -627,7 +696,8 @@ START_TEST(corrupt_too_short) {
 }
 END_TEST
 
-START_TEST(corrupt_header_length) {
+START_TEST(corrupt_header_length)
+{
     unsigned char b[8 + 8];
     memcpy(b + 8, "{}      ", 8);
     le64(b, 9); /* one more than there is */
@@ -655,7 +725,8 @@ START_TEST(corrupt_header_length) {
 }
 END_TEST
 
-START_TEST(corrupt_deep_nesting) {
+START_TEST(corrupt_deep_nesting)
+{
     size_t n = 20000;
     char *h = malloc(n + 1);
     memset(h, '[', n);
@@ -666,7 +737,8 @@ START_TEST(corrupt_deep_nesting) {
 }
 END_TEST
 
-START_TEST(open_missing_and_directory) {
+START_TEST(open_missing_and_directory)
+{
     cg_clear_error();
     ck_assert_ptr_null(cg_st_open(in_dir("absent.safetensors")));
     assert_error_has("absent.safetensors: cannot open: No such file");
@@ -680,7 +752,8 @@ START_TEST(open_missing_and_directory) {
 END_TEST
 
 /* Valid oddities the format allows. */
-START_TEST(accepts_valid_edge_cases) {
+START_TEST(accepts_valid_edge_cases)
+{
     cg_st_file *f = open_crafted("{}", 0);
     ck_assert_msg(f != NULL, "%s", cg_last_error());
     ck_assert_int_eq(cg_st_count(f), 0);
@@ -688,11 +761,12 @@ START_TEST(accepts_valid_edge_cases) {
     cg_st_close(f);
     /* whitespace padding of every kind, metadata null, unknown keys ignored,
      * two empty tensors at the same offset, integral floats, U8/BF16 dtypes */
-    f = open_crafted(" {\"__metadata__\":null,\n\"e1\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]},"
-                     "\"e2\":{\"dtype\":\"I64\",\"shape\":[3,0],\"data_offsets\":[0,0],\"extra\":[1]},"
-                     "\"b\":{\"dtype\":\"U8\",\"shape\":[3.0],\"data_offsets\":[0,3]},"
-                     "\"h\":{\"dtype\":\"BF16\",\"shape\":[1,1],\"data_offsets\":[3,5]}}\t\r\n  ",
-                     5);
+    f = open_crafted(
+        " {\"__metadata__\":null,\n\"e1\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]},"
+        "\"e2\":{\"dtype\":\"I64\",\"shape\":[3,0],\"data_offsets\":[0,0],\"extra\":[1]},"
+        "\"b\":{\"dtype\":\"U8\",\"shape\":[3.0],\"data_offsets\":[0,3]},"
+        "\"h\":{\"dtype\":\"BF16\",\"shape\":[1,1],\"data_offsets\":[3,5]}}\t\r\n  ",
+        5);
     ck_assert_msg(f != NULL, "%s", cg_last_error());
     ck_assert_int_eq(cg_st_count(f), 4);
     ck_assert_int_eq(cg_st_metadata_count(f), 0);
@@ -711,7 +785,8 @@ START_TEST(accepts_valid_edge_cases) {
 END_TEST
 
 /* A small valid file with metadata, three dtypes worth of entries. */
-static unsigned char *small_valid(size_t *len) {
+static unsigned char *small_valid(size_t *len)
+{
     cg_st_writer *w = cg_st_writer_new();
     ck_assert(cg_st_add_f32_raw(w, "w", CG_SHAPE(2, 3), (const float[]){1, 2, 3, 4, 5, 6}));
     ck_assert(cg_st_add_i64(w, "ids", CG_SHAPE(2), (const int64_t[]){7, -8}));
@@ -723,7 +798,8 @@ static unsigned char *small_valid(size_t *len) {
     return read_bytes(path, len);
 }
 
-START_TEST(truncation_every_length) {
+START_TEST(truncation_every_length)
+{
     size_t len;
     unsigned char *b = small_valid(&len);
     cg_st_file *f = cg_st_open_memory(b, len, "full");
@@ -755,11 +831,13 @@ END_TEST
 /* Overwrite every header byte with a few values: each result either opens
  * (and then every tensor reads back) or fails with a message; never a crash
  * or an out-of-bounds read (run under ASan/valgrind to see the latter). */
-START_TEST(mutation_no_crash) {
+START_TEST(mutation_no_crash)
+{
     size_t len;
     unsigned char *b = small_valid(&len);
     uint64_t hlen = 0;
-    for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | b[i];
+    for (int i = 7; i >= 0; i--)
+        hlen = (hlen << 8) | b[i];
     const unsigned char vals[] = {0x00, '"', '}', ']', ',', '9', '-', 0xff, ' ', '[', '{', 'e'};
     int accepted = 0, rejected = 0;
     for (size_t pos = 0; pos < 8 + hlen; pos++)
@@ -784,8 +862,10 @@ START_TEST(mutation_no_crash) {
                 cg_st_dtype dt;
                 const char *nm = cg_st_name(f, i);
                 ck_assert(cg_st_info(f, nm, &dt, NULL, NULL));
-                if (dt == CG_ST_F32) cg_release(cg_st_get_f32(f, nm));
-                if (dt == CG_ST_I64) free(cg_st_get_i64(f, nm, NULL, NULL));
+                if (dt == CG_ST_F32)
+                    cg_release(cg_st_get_f32(f, nm));
+                if (dt == CG_ST_I64)
+                    free(cg_st_get_i64(f, nm, NULL, NULL));
             }
             cg_st_close(f);
         }
@@ -797,13 +877,15 @@ END_TEST
 
 /* ----------------------------------------------------- atomic save */
 
-static cg_st_writer *writer_with(float v) {
+static cg_st_writer *writer_with(float v)
+{
     cg_st_writer *w = cg_st_writer_new();
     ck_assert(cg_st_add_f32_raw(w, "v", CG_SHAPE(4), (const float[]){v, v, v, v}));
     return w;
 }
 
-static void assert_file_holds(const char *path, float v) {
+static void assert_file_holds(const char *path, float v)
+{
     cg_st_file *f = cg_st_open(path);
     ck_assert_msg(f != NULL, "%s", cg_last_error());
     cg_tensor *t = cg_st_get_f32(f, "v");
@@ -813,7 +895,8 @@ static void assert_file_holds(const char *path, float v) {
     cg_st_close(f);
 }
 
-START_TEST(atomic_overwrite_ok) {
+START_TEST(atomic_overwrite_ok)
+{
     const char *path = in_dir("ckpt.safetensors");
     cg_st_writer *w = writer_with(1.0f);
     ck_assert(cg_st_writer_save(w, path));
@@ -840,7 +923,8 @@ START_TEST(atomic_overwrite_ok) {
 }
 END_TEST
 
-START_TEST(atomic_temp_blocked) {
+START_TEST(atomic_temp_blocked)
+{
     /* the temporary file's name is taken by a directory: creating it fails */
     const char *path = in_dir("ckpt.safetensors");
     cg_st_writer *w = writer_with(1.0f);
@@ -863,7 +947,8 @@ START_TEST(atomic_temp_blocked) {
 }
 END_TEST
 
-START_TEST(atomic_bad_paths) {
+START_TEST(atomic_bad_paths)
+{
     cg_st_writer *w = writer_with(2.0f);
     cg_clear_error();
     ck_assert(!cg_st_writer_save(w, in_dir("no/such/dir/x.safetensors")));
@@ -889,7 +974,8 @@ START_TEST(atomic_bad_paths) {
 }
 END_TEST
 
-START_TEST(atomic_unwritable_dir) {
+START_TEST(atomic_unwritable_dir)
+{
     const char *sub = in_dir("ro");
     ck_assert_int_eq(mkdir(sub, 0700), 0);
     char path[600];
@@ -902,7 +988,8 @@ START_TEST(atomic_unwritable_dir) {
     if (probe >= 0) { /* root ignores the mode: nothing to test here */
         close(probe);
         unlink(in_dir("ro/probe"));
-        fprintf(stderr, "atomic_unwritable_dir: skipped (permissions not enforced for this user)\n");
+        fprintf(stderr,
+                "atomic_unwritable_dir: skipped (permissions not enforced for this user)\n");
         return;
     }
     w = writer_with(2.0f);
@@ -917,7 +1004,8 @@ START_TEST(atomic_unwritable_dir) {
 END_TEST
 
 /* A write that fails half-way (file size limit, as on a full disk). */
-START_TEST(atomic_write_fails) {
+START_TEST(atomic_write_fails)
+{
     const char *path = in_dir("ckpt.safetensors");
     cg_st_writer *w = writer_with(1.0f);
     ck_assert(cg_st_writer_save(w, path));
@@ -948,7 +1036,8 @@ END_TEST
 
 /* ------------------------------------------------------------- suite */
 
-static Suite *safetensors_suite(void) {
+static Suite *safetensors_suite(void)
+{
     Suite *s = suite_create("safetensors");
     TCase *tc = tcase_create("roundtrip");
     tcase_add_checked_fixture(tc, setup, teardown);
@@ -990,7 +1079,8 @@ static Suite *safetensors_suite(void) {
     return s;
 }
 
-int main(void) {
+int main(void)
+{
     Suite *s = safetensors_suite();
     return cg_test_run(&s, 1);
 }

@@ -29,7 +29,7 @@ START_TEST(test_scope_frees_what_it_made)
     cg_release(d); /* an explicit release inside a scope is fine */
     cg_scope_end(s);
     ck_assert_int_eq(cg_live_tensors(), live0 + 1); /* only `outside` */
-    ck_assert_int_eq(outside->refcount, 1);          /* c's reference was given back */
+    ck_assert_int_eq(outside->refcount, 1);         /* c's reference was given back */
     (void)c;
     cg_release(outside);
     ck_assert_int_eq(cg_live_tensors(), live0);

@@ -188,8 +188,7 @@ START_TEST(test_prog_helpers)
     ck_assert_int_eq(t, 1000);
     ck_assert(cg_train_model_fields("{\"test_size\": 3}", "c.st", "seq2seq", fl, 2)); /* old */
     ck_assert_int_eq(t, 3);
-    ck_assert(!cg_train_model_fields("{\"model\": {\"valid_size\": 0}}", "c.st", "seq2seq", fl,
-                                     2));
+    ck_assert(!cg_train_model_fields("{\"model\": {\"valid_size\": 0}}", "c.st", "seq2seq", fl, 2));
     ck_assert_ptr_nonnull(strstr(cg_last_error(), "'c.st': seq2seq training state"));
 
     cg_eval_result e = {0};
@@ -205,7 +204,8 @@ END_TEST
 START_TEST(test_mt_matches_numpy)
 {
     /* numpy.random.RandomState(0).permutation(20), RandomState(1).permutation(7) */
-    const int64_t want0[20] = {18, 1, 19, 8, 10, 17, 6, 13, 4, 2, 5, 14, 9, 7, 16, 11, 3, 0, 15, 12};
+    const int64_t want0[20] = {18, 1,  19, 8, 10, 17, 6, 13, 4,  2,
+                               5,  14, 9,  7, 16, 11, 3, 0,  15, 12};
     const int64_t want1[7] = {6, 2, 1, 0, 4, 3, 5};
     int64_t p[20];
     cg_mt19937 r;
@@ -246,8 +246,8 @@ static void expect_read_error(const char *name, const char *data, size_t n, cons
     cg_pairs p;
     cg_clear_error();
     ck_assert_msg(!cg_pairs_read(path, &p, NULL), "%s should fail", name);
-    ck_assert_msg(strstr(cg_last_error(), needle) != NULL, "error '%s' lacks '%s'",
-                  cg_last_error(), needle);
+    ck_assert_msg(strstr(cg_last_error(), needle) != NULL, "error '%s' lacks '%s'", cg_last_error(),
+                  needle);
     ck_assert_msg(strstr(cg_last_error(), path) != NULL, "error '%s' lacks the path",
                   cg_last_error());
     ck_assert_ptr_null(p.items);
@@ -472,8 +472,8 @@ START_TEST(test_overfit_greedy_exact)
 }
 END_TEST
 
-static const char *const PROBES[] = {"hello.", "good day", "thanks!", "a cat", "yes",
-                                     "a day", "hello cat", "thanks yes", "no", "good."};
+static const char *const PROBES[] = {"hello.", "good day",  "thanks!",    "a cat", "yes",
+                                     "a day",  "hello cat", "thanks yes", "no",    "good."};
 
 START_TEST(test_beam1_equals_greedy)
 {
@@ -501,8 +501,8 @@ START_TEST(test_translate_many)
     ck_assert_int_eq(cg_tokenizer_vocab_size(tok), cg_pair_vocab_size(&g_vocab));
     double bleu, chrf;
     char **h = NULL;
-    ck_assert(cg_translate_score(g_model, tok, &g_pairs, all, NPAIRS, 1, 0.6, true, &bleu, &chrf,
-                                 &h));
+    ck_assert(
+        cg_translate_score(g_model, tok, &g_pairs, all, NPAIRS, 1, 0.6, true, &bleu, &chrf, &h));
     for (int i = 0; i < NPAIRS; i++)
         ck_assert_str_eq(h[i], TGT[i]);
     ck_assert(bleu >= 0); /* no 4-grams in sentences this short: 0 */
@@ -556,8 +556,8 @@ START_TEST(test_translate_many)
     char dir[] = "/tmp/cg_test_attn_XXXXXX";
     ck_assert_ptr_nonnull(mkdtemp(dir));
     FILE *list = tmpfile();
-    ck_assert(cg_seq2seq_attention_of_text(g_model, tok, "a cat", NULL, "--target", true, dir,
-                                           list, NULL));
+    ck_assert(cg_seq2seq_attention_of_text(g_model, tok, "a cat", NULL, "--target", true, dir, list,
+                                           NULL));
     rewind(list);
     lines = cg_read_lines(list, "list", &n);
     fclose(list);
@@ -599,8 +599,8 @@ START_TEST(test_beam_not_worse_than_greedy)
              * "good day", beam 5, the same characters as greedy). The
              * property holds for finished winners. */
             if (fin)
-                ck_assert_msg(bscore >= gscore - 1e-4, "'%s' beam %d: %f < greedy %f",
-                              PROBES[k], beam, bscore, gscore);
+                ck_assert_msg(bscore >= gscore - 1e-4, "'%s' beam %d: %f < greedy %f", PROBES[k],
+                              beam, bscore, gscore);
             else
                 n_unfinished++;
             free(b);
@@ -799,12 +799,12 @@ START_TEST(test_cli_bad_flags)
     expect_cli_error("translate --ckpt /nonexistent.safetensors hi", "nonexistent");
     expect_cli_error("eval --ckpt /nonexistent.safetensors", "nonexistent");
     expect_cli_error("attention --ckpt x", "--text");
-    snprintf(args, sizeof args, "train --tokenizer char --data '%s' --out '%s'", tmp_path("none.tsv"),
-             tmp_path("c.safetensors"));
+    snprintf(args, sizeof args, "train --tokenizer char --data '%s' --out '%s'",
+             tmp_path("none.tsv"), tmp_path("c.safetensors"));
     expect_cli_error(args, "cannot open");
     write_file(tmp_path("bad.tsv"), "a\tb\nc d\n", 8);
-    snprintf(args, sizeof args, "train --tokenizer char --data '%s' --out '%s'", tmp_path("bad.tsv"),
-             tmp_path("c.safetensors"));
+    snprintf(args, sizeof args, "train --tokenizer char --data '%s' --out '%s'",
+             tmp_path("bad.tsv"), tmp_path("c.safetensors"));
     expect_cli_error(args, "missing tab");
     write_file(tmp_path("junk.safetensors"), "not a checkpoint at all", 23);
     snprintf(args, sizeof args, "translate --ckpt '%s' hi", tmp_path("junk.safetensors"));
@@ -838,7 +838,8 @@ START_TEST(test_cli_end_to_end)
     snprintf(small, sizeof small, "%s", tmp_path("small.tsv"));
     char args[3 * PATH_MAX], *out, *err;
     snprintf(args, sizeof args,
-             "train --tokenizer char --data '%s' --out '%s' --steps 5 --stop-at 3 --eval-every 2 --valid-size 4 "
+             "train --tokenizer char --data '%s' --out '%s' --steps 5 --stop-at 3 --eval-every 2 "
+             "--valid-size 4 "
              "--test-size 4 --test-limit 2 --max-tokens 200 --threads 1",
              small, ck);
     int rc = run(args, NULL, &out, &err);
@@ -868,10 +869,11 @@ START_TEST(test_cli_end_to_end)
     free(err);
     /* ... which gives exactly what 5 uninterrupted steps give */
     char *resumed = out, *fresh;
-    snprintf(args, sizeof args,
-             "train --tokenizer char --data '%s' --out '%s' --steps 5 --eval-every 2 --valid-size 4 "
-             "--test-size 4 --test-limit 0 --max-tokens 200 --threads 1",
-             small, tmp_path("fresh.safetensors"));
+    snprintf(
+        args, sizeof args,
+        "train --tokenizer char --data '%s' --out '%s' --steps 5 --eval-every 2 --valid-size 4 "
+        "--test-size 4 --test-limit 0 --max-tokens 200 --threads 1",
+        small, tmp_path("fresh.safetensors"));
     rc = run(args, NULL, &fresh, &err);
     ck_assert_msg(rc == 0, "train failed: %s", err);
     free(err);
@@ -901,10 +903,11 @@ START_TEST(test_cli_end_to_end)
     free(h1);
     free(h2);
     /* --force overwrites an existing checkpoint */
-    snprintf(args, sizeof args,
-             "train --tokenizer char --data '%s' --out '%s' --steps 2 --eval-every 2 --valid-size 4 "
-             "--test-size 4 --test-limit 0 --max-tokens 200 --threads 1 --force",
-             small, tmp_path("fresh.safetensors"));
+    snprintf(
+        args, sizeof args,
+        "train --tokenizer char --data '%s' --out '%s' --steps 2 --eval-every 2 --valid-size 4 "
+        "--test-size 4 --test-limit 0 --max-tokens 200 --threads 1 --force",
+        small, tmp_path("fresh.safetensors"));
     rc = run(args, NULL, &out, &err);
     ck_assert_msg(rc == 0, "train --force failed: %s", err);
     free(out);
@@ -1041,7 +1044,8 @@ START_TEST(test_cli_nonfinite)
     snprintf(ck, sizeof ck, "%s", tmp_path("good.safetensors"));
     snprintf(bad, sizeof bad, "%s", tmp_path("bad.safetensors"));
     snprintf(args, sizeof args,
-             "train --tokenizer char --data '%s' --out '%s' --steps 8 --stop-at 2 --eval-every 4 --valid-size 4 "
+             "train --tokenizer char --data '%s' --out '%s' --steps 8 --stop-at 2 --eval-every 4 "
+             "--valid-size 4 "
              "--test-size 4 --test-limit 0 --max-tokens 200 --threads 1",
              tmp_path("small.tsv"), ck);
     int rc = run(args, NULL, &out, &err);
@@ -1141,16 +1145,20 @@ START_TEST(test_grad_accum_per_token)
     const int64_t start[5] = {0, 1, 2, 3, 5}; /* micro-batches {0} {1} {2} {3, 4} */
     cg_batch micro[4], whole;
     for (int k = 0; k < 4; k++)
-        ck_assert(cg_batch_make(&g_pairs, all + start[k], start[k + 1] - start[k], &g_vocab,
-                                &micro[k]));
+        ck_assert(
+            cg_batch_make(&g_pairs, all + start[k], start[k + 1] - start[k], &g_vocab, &micro[k]));
     ck_assert(cg_batch_make(&g_pairs, all, NPAIRS, &g_vocab, &whole));
     ck_assert(micro[0].n_tokens != micro[3].n_tokens);
     accum_model am[2] = {{m[0], micro}, {m[1], &whole}};
     cg_stepper st[2];
     for (int i = 0; i < 2; i++) {
-        cg_trainer_model tm = {.module = CG_MODULE(m[i]), .dropout_rng = &m[i]->dropout_rng,
-                               .optim = cg_adam_config(0.0, 0.9, 0.98, 1e-9), .clip_norm = 1.0,
-                               .self = &am[i], .batch = accum_batch, .loss = accum_loss,
+        cg_trainer_model tm = {.module = CG_MODULE(m[i]),
+                               .dropout_rng = &m[i]->dropout_rng,
+                               .optim = cg_adam_config(0.0, 0.9, 0.98, 1e-9),
+                               .clip_norm = 1.0,
+                               .self = &am[i],
+                               .batch = accum_batch,
+                               .loss = accum_loss,
                                .lr = accum_lr};
         static cg_trainer_model keep[2];
         keep[i] = tm;
@@ -1237,7 +1245,8 @@ START_TEST(test_cli_resume_and_output_rules)
     snprintf(ck, sizeof ck, "%s", tmp_path("r.safetensors"));
     const char *common = "--valid-size 4 --test-size 4 --test-limit 0 --max-tokens 200 "
                          "--threads 1 --enc-layers 1 --dec-layers 1 --d 32 --H 2 --d-ff 64";
-    snprintf(args, sizeof args, "train --tokenizer char --data '%s' --out '%s' --steps 6 --stop-at 2 %s",
+    snprintf(args, sizeof args,
+             "train --tokenizer char --data '%s' --out '%s' --steps 6 --stop-at 2 %s",
              tmp_path("small.tsv"), ck, common);
     int rc = run(args, NULL, &out, &err);
     ck_assert_msg(rc == 0, "train failed: %s", err);
@@ -1268,8 +1277,8 @@ START_TEST(test_cli_resume_and_output_rules)
     for (int i = 0; i < 64; i++)
         strcat(empty, "\t\n");
     write_file(tmp_path("empty.tsv"), empty, strlen(empty));
-    snprintf(args, sizeof args, "train --tokenizer char --data '%s' --out '%s' %s", tmp_path("empty.tsv"),
-             tmp_path("e.st"), common);
+    snprintf(args, sizeof args, "train --tokenizer char --data '%s' --out '%s' %s",
+             tmp_path("empty.tsv"), tmp_path("e.st"), common);
     expect_cli_error(args, "empty source");
     /* the output, before any training */
     snprintf(args, sizeof args, "train --data '%s' --out '%s/' %s", tmp_path("small.tsv"),
@@ -1279,14 +1288,14 @@ START_TEST(test_cli_resume_and_output_rules)
              tmp_path("small.tsv"), common);
     expect_cli_error(args, "not a directory");
     ck_assert_int_eq(mkfifo(tmp_path("fifo"), 0600), 0);
-    snprintf(args, sizeof args, "train --tokenizer char --data '%s' --out '%s' --force %s", tmp_path("small.tsv"),
-             tmp_path("fifo"), common);
+    snprintf(args, sizeof args, "train --tokenizer char --data '%s' --out '%s' --force %s",
+             tmp_path("small.tsv"), tmp_path("fifo"), common);
     expect_cli_error(args, "a checkpoint replaces only a regular file");
     char longname[300];
     memset(longname, 'x', 250);
     strcpy(longname + 250, ".st");
-    snprintf(args, sizeof args, "train --tokenizer char --data '%s' --out '%s' %s", tmp_path("small.tsv"),
-             tmp_path(longname), common);
+    snprintf(args, sizeof args, "train --tokenizer char --data '%s' --out '%s' %s",
+             tmp_path("small.tsv"), tmp_path(longname), common);
     expect_cli_error(args, "at most");
 }
 END_TEST

@@ -283,7 +283,7 @@ START_TEST(test_index_add)
             bool was_contig = cg_is_contiguous(dst);
             ck_assert_msg(cg_k_index_add_(dst, dim, ids, 7, src), "%s", cg_last_error());
             ck_assert(cg_is_contiguous(dst) == was_contig); /* in place, layout kept */
-            CG_ASSERT_TENSOR(dst, expect, 0, 0); /* same order of additions: exact */
+            CG_ASSERT_TENSOR(dst, expect, 0, 0);            /* same order of additions: exact */
             free(expect);
             free(sv);
             cg_release_all(2, dst, src);

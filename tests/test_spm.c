@@ -27,7 +27,7 @@ enum { VOCAB = 1000 };
 static cg_pairs pairs;
 static const char **sents; /* sources then targets */
 static int64_t n_sents;
-static cg_spm *tok;        /* trained once for the suite */
+static cg_spm *tok; /* trained once for the suite */
 
 static void setup(void)
 {
@@ -57,7 +57,8 @@ static void assert_same_ids(const cg_spm *a, const cg_spm *b)
         ck_assert_ptr_nonnull(ia);
         ck_assert_ptr_nonnull(ib);
         ck_assert_int_eq(na, nb);
-        ck_assert_msg(memcmp(ia, ib, (size_t)na * sizeof *ia) == 0, "ids differ for '%s'", sents[i]);
+        ck_assert_msg(memcmp(ia, ib, (size_t)na * sizeof *ia) == 0, "ids differ for '%s'",
+                      sents[i]);
         free(ia);
         free(ib);
     }
@@ -146,8 +147,8 @@ START_TEST(test_round_trip_corpus)
         free(back);
     }
     /* subwords: far fewer ids than characters */
-    ck_assert_msg(ids_total * 2 < chars_total, "%lld ids for %lld characters",
-                  (long long)ids_total, (long long)chars_total);
+    ck_assert_msg(ids_total * 2 < chars_total, "%lld ids for %lld characters", (long long)ids_total,
+                  (long long)chars_total);
 }
 END_TEST
 
@@ -160,8 +161,8 @@ START_TEST(test_round_trip_unseen)
         " ",
         "  two  spaces, a\ttab and a\nnewline ",
         "Z\xc3\xbcrich \xe2\x80\x94 \xe6\x9d\xb1\xe4\xba\xac \xf0\x9f\x98\x80", /* Zürich — 東京 😀 */
-        "\xef\xbc\xa1", /* FULLWIDTH A: kept, not normalised to "A" */
-        "e\xcc\x81 vs \xc3\xa9",  /* decomposed and composed e-acute stay apart */
+        "\xef\xbc\xa1",          /* FULLWIDTH A: kept, not normalised to "A" */
+        "e\xcc\x81 vs \xc3\xa9", /* decomposed and composed e-acute stay apart */
     };
     for (size_t i = 0; i < sizeof texts / sizeof *texts; i++) {
         int64_t n;
@@ -303,8 +304,11 @@ START_TEST(test_bad_blob)
     struct {
         size_t len;
         const char *needle;
-    } cut[] = {{len - 1, "truncated"}, {len / 2, "truncated"}, {30, "truncated"},
-               {10, "header"}, {0, "header"}};
+    } cut[] = {{len - 1, "truncated"},
+               {len / 2, "truncated"},
+               {30, "truncated"},
+               {10, "header"},
+               {0, "header"}};
     for (size_t i = 0; i < sizeof cut / sizeof *cut; i++) {
         cg_clear_error();
         ck_assert_ptr_null(cg_spm_from_blob(blob, cut[i].len));

@@ -17,9 +17,9 @@
 #include "testutil.h"
 
 static const char *const train_sents[] = {
-    "the house is small.", "das Haus ist klein.", "the house is big.", "das Haus ist gross.",
-    "a small cat sat on the mat.", "eine kleine Katze sass auf der Matte.",
-    "Übermäßig schön!", "house houses housing",
+    "the house is small.", "das Haus ist klein.",         "the house is big.",
+    "das Haus ist gross.", "a small cat sat on the mat.", "eine kleine Katze sass auf der Matte.",
+    "Übermäßig schön!",    "house houses housing",
 };
 enum { N_TRAIN = sizeof train_sents / sizeof train_sents[0] };
 

@@ -48,8 +48,8 @@ static void assert_refused(cg_tensor *loss, cg_tensor *w, const char *needle)
     cg_clear_error();
     ck_assert(!cg_backward(loss, NULL, false));
     const char *msg = cg_last_error();
-    ck_assert_msg(strstr(msg, "modified in place") && strstr(msg, needle),
-                  "unexpected message: %s", msg);
+    ck_assert_msg(strstr(msg, "modified in place") && strstr(msg, needle), "unexpected message: %s",
+                  msg);
     ck_assert_ptr_null(strchr(msg, '\n'));
     ck_assert_ptr_null(w->grad);
 }

@@ -224,7 +224,8 @@ static char g_tmp[1024];
 
 static void make_tmpdir(void)
 {
-    snprintf(g_tmp, sizeof g_tmp, "%s/cgrad_zoo_XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    snprintf(g_tmp, sizeof g_tmp, "%s/cgrad_zoo_XXXXXX",
+             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
     ck_assert_ptr_nonnull(mkdtemp(g_tmp));
 }
 
@@ -283,7 +284,8 @@ END_TEST
 
 START_TEST(test_vocab_and_utf8)
 {
-    const char *s = "b\xC3\xA4" "a\r\nb\rc";
+    const char *s = "b\xC3\xA4"
+                    "a\r\nb\rc";
     int64_t n;
     uint32_t *cps = cg_utf8_decode(s, strlen(s), "s", &n);
     ck_assert_ptr_nonnull(cps);
@@ -309,7 +311,7 @@ START_TEST(test_vocab_and_utf8)
     cg_vocab_free(w);
     CG_ASSERT_FAILS(cg_vocab_from_json("\"ba\""), "increasing");
     CG_ASSERT_FAILS(cg_utf8_decode("a\xC3", 2, "x", &n), "UTF-8");
-    CG_ASSERT_FAILS(cg_utf8_decode("\xC0\x80", 2, "x", &n), "UTF-8");   /* overlong */
+    CG_ASSERT_FAILS(cg_utf8_decode("\xC0\x80", 2, "x", &n), "UTF-8");     /* overlong */
     CG_ASSERT_FAILS(cg_utf8_decode("\xED\xA0\x80", 3, "x", &n), "UTF-8"); /* surrogate */
     uint32_t q[3] = {'a', 'Z', 'b'}, first = 0;
     int64_t ids[3];
@@ -403,7 +405,10 @@ START_TEST(test_flag_table)
 END_TEST
 
 /* ------------------------------------------------------- loss history */
-static double fake_loss(int64_t step) { return 1.0 + 3.0 / (1.0 + 0.01 * (double)step) + 0.1 * sin((double)step); }
+static double fake_loss(int64_t step)
+{
+    return 1.0 + 3.0 / (1.0 + 0.01 * (double)step) + 0.1 * sin((double)step);
+}
 
 /* JSON -> history -> JSON, through cJSON as the trainers keep it */
 static cg_history history_reload(const cg_history *h)
@@ -502,8 +507,8 @@ START_TEST(test_history_json)
     /* a history written before the dense series existed still loads, and
      * the series starts from there */
     cg_history old = {0};
-    ck_assert(cg_history_from_json("{\"step\":[0,250],\"train\":[4.2,2.5],\"val\":[4.2,null]}",
-                                   &old));
+    ck_assert(
+        cg_history_from_json("{\"step\":[0,250],\"train\":[4.2,2.5],\"val\":[4.2,null]}", &old));
     ck_assert_int_eq(old.n, 2);
     ck_assert(isnan(old.val[1]));
     ck_assert_int_eq(old.dn, 0);
@@ -537,8 +542,9 @@ START_TEST(test_history_json)
         size_t cap = 16 * CG_HISTORY_DENSE_MAX + 256, k = 0;
         char *j = malloc(cap);
         ck_assert_ptr_nonnull(j);
-        k += (size_t)snprintf(j + k, cap - k, "{\"step\":[],\"train\":[],\"val\":[],"
-                                              "\"dense_every\":10,\"dense_step\":[");
+        k += (size_t)snprintf(j + k, cap - k,
+                              "{\"step\":[],\"train\":[],\"val\":[],"
+                              "\"dense_every\":10,\"dense_step\":[");
         for (int i = 0; i < CG_HISTORY_DENSE_MAX; i++)
             k += (size_t)snprintf(j + k, cap - k, "%s%d", i ? "," : "", i);
         k += (size_t)snprintf(j + k, cap - k, "],\"dense_loss\":[");
@@ -641,8 +647,9 @@ static void write_corpus(const char *path)
     fclose(f);
 }
 
-#define TINY "--d", "16", "--H", "2", "--layers", "1", "--d-ff", "16", "--block-size", "8", \
-             "--batch-size", "2", "--threads", "1"
+#define TINY                                                                                       \
+    "--d", "16", "--H", "2", "--layers", "1", "--d-ff", "16", "--block-size", "8", "--batch-size", \
+        "2", "--threads", "1"
 
 /* Expect failure: non-zero exit, exactly one stderr line "charlm: error: ..."
  * that contains needle. */
@@ -658,7 +665,6 @@ static void expect_error(const char *const *args, const char *needle)
     ck_assert_msg(strstr(err, needle) != NULL, "expected '%s' in: %s", needle, err);
     free(err);
 }
-
 
 /* Copy checkpoint src to dst with element 0 of tensor `poison` set to 3e38:
  * finite (a NaN weight is refused at load), but the next loss is NaN. */
@@ -699,12 +705,14 @@ START_TEST(test_resume_is_exact)
 {
     make_tmpdir();
     write_corpus(tmp_path("c.txt"));
-    const char *full[] = {"train", TINY, "--data", "c.txt", "--steps", "40", "--eval-every",
-                          "15", "--out", "full.safetensors", NULL};
+    const char *full[] = {"train", TINY,           "--data", "c.txt", "--steps",
+                          "40",    "--eval-every", "15",     "--out", "full.safetensors",
+                          NULL};
     ck_assert_int_eq(run(full), 0);
     /* stopped inside a block of the dense loss series (10 steps a point) */
-    const char *half[] = {"train", TINY, "--data", "c.txt", "--steps", "40", "--eval-every",
-                          "15", "--out", "half.safetensors", "--stop-at", "23", NULL};
+    const char *half[] = {"train",     TINY,           "--data", "c.txt", "--steps",
+                          "40",        "--eval-every", "15",     "--out", "half.safetensors",
+                          "--stop-at", "23",           NULL};
     ck_assert_int_eq(run(half), 0);
     char *out = slurp(tmp_path("stdout"), NULL);
     ck_assert_msg(strstr(out, "\"interrupted\": true") && strstr(out, "\"step\": 23"), "%s", out);
@@ -748,14 +756,16 @@ START_TEST(test_resume_is_exact)
     ck_assert_int_eq(stat(tmp_path("full.loss.png"), &sb), 0);
 
     /* samples: reproducible, and cache == no cache */
-    const char *s1[] = {"sample", "--ckpt", "full.safetensors", "--prompt", "Call", "--length",
-                        "30", "--seed", "5", "--top-k", "4", NULL};
+    const char *s1[] = {"sample",   "--ckpt", "full.safetensors", "--prompt", "Call",
+                        "--length", "30",     "--seed",           "5",        "--top-k",
+                        "4",        NULL};
     ck_assert_int_eq(run(s1), 0);
     char *t1 = slurp(tmp_path("stdout"), NULL);
     ck_assert_int_eq(run(s1), 0);
     char *t2 = slurp(tmp_path("stdout"), NULL);
-    const char *s2[] = {"sample", "--ckpt", "full.safetensors", "--prompt", "Call", "--length",
-                        "30", "--seed", "5", "--top-k", "4", "--no-cache", NULL};
+    const char *s2[] = {
+        "sample", "--ckpt", "full.safetensors", "--prompt", "Call",       "--length", "30",
+        "--seed", "5",      "--top-k",          "4",        "--no-cache", NULL};
     ck_assert_int_eq(run(s2), 0);
     char *t3 = slurp(tmp_path("stdout"), NULL);
     ck_assert_str_eq(t1, t2);
@@ -765,14 +775,15 @@ START_TEST(test_resume_is_exact)
     free(t2);
     free(t3);
     /* unseen prompt characters: a warning, not an error */
-    const char *s3[] = {"sample", "--ckpt", "full.safetensors", "--prompt", "Qx\xE2\x82\xAC",
-                        "--length", "5", NULL};
+    const char *s3[] = {
+        "sample", "--ckpt", "full.safetensors", "--prompt", "Qx\xE2\x82\xAC", "--length",
+        "5",      NULL};
     ck_assert_int_eq(run(s3), 0);
     char *err = slurp(tmp_path("stderr"), NULL);
     ck_assert_msg(strstr(err, "charlm: warning:") && strstr(err, "vocabulary"), "%s", err);
     free(err);
-    const char *s4[] = {"sample", "--ckpt", "full.safetensors", "--length", "12", "--attention",
-                        "attn.png", NULL};
+    const char *s4[] = {"sample", "--ckpt",      "full.safetensors", "--length",
+                        "12",     "--attention", "attn.png",         NULL};
     ck_assert_int_eq(run(s4), 0);
     ck_assert_int_eq(stat(tmp_path("attn.png"), &sb), 0);
     const char *ev[] = {"eval", "--ckpt", "full.safetensors", NULL};
@@ -840,18 +851,19 @@ START_TEST(test_bad_inputs)
     expect_error(b3, "junk.safetensors");
 
     /* a good checkpoint survives failing runs that point at it */
-    const char *t[] = {"train", TINY, "--data", "c.txt", "--steps", "3", "--out",
-                       "good.safetensors", NULL};
+    const char *t[] = {"train", TINY,    "--data",           "c.txt", "--steps",
+                       "3",     "--out", "good.safetensors", NULL};
     ck_assert_int_eq(run(t), 0);
     size_t n0 = 0, n1 = 1;
     char *before = slurp(tmp_path("good.safetensors"), &n0);
     /* an existing --out is not overwritten without --force */
     expect_error(t, "checkpoint good.safetensors exists; continue it with --resume "
                     "good.safetensors, or pass --force to overwrite it");
-    const char *c0[] = {"train", "--resume", "good.safetensors", "--out", "good.safetensors",
-                        "--steps", "2", "--force", NULL}; /* same file: resuming, not a refusal */
+    const char *c0[] = {
+        "train",   "--resume", "good.safetensors", "--out", "good.safetensors",
+        "--steps", "2",        "--force",          NULL}; /* same file: resuming, not a refusal */
     expect_error(c0, "already at step");
-    const char *c1[] = {"train", TINY, "--data", "latin1.txt", "--out", "good.safetensors",
+    const char *c1[] = {"train",   TINY, "--data", "latin1.txt", "--out", "good.safetensors",
                         "--force", NULL};
     expect_error(c1, "UTF-8");
     const char *c2[] = {"train", "--resume", "good.safetensors", "--steps", "2", NULL};
@@ -884,25 +896,27 @@ START_TEST(test_bad_inputs)
     free(before);
     free(after);
     /* resuming into another existing file is refused too; --force overwrites */
-    const char *e1[] = {"train", "--resume", "good.safetensors", "--steps", "5", "--out",
-                        "nan.safetensors", NULL};
+    const char *e1[] = {"train", "--resume", "good.safetensors", "--steps",
+                        "5",     "--out",    "nan.safetensors",  NULL};
     expect_error(e1, "checkpoint nan.safetensors exists");
-    const char *e2[] = {"train", "--resume", "good.safetensors", "--steps", "5", "--out",
-                        "nan.safetensors", "--force", NULL};
+    const char *e2[] = {"train", "--resume",        "good.safetensors", "--steps", "5",
+                        "--out", "nan.safetensors", "--force",          NULL};
     ck_assert_int_eq(run(e2), 0);
     cg_st_file *f = cg_st_open(tmp_path("nan.safetensors"));
     ck_assert_ptr_nonnull(f);
     ck_assert_str_eq(cg_st_metadata(f, "step"), "5");
     cg_st_close(f);
-    const char *e3[] = {"train", TINY, "--data", "c.txt", "--steps", "2", "--out",
-                        "good.safetensors", "--force", NULL};
+    const char *e3[] = {"train", TINY,    "--data",           "c.txt",   "--steps",
+                        "2",     "--out", "good.safetensors", "--force", NULL};
     ck_assert_int_eq(run(e3), 0);
     f = cg_st_open(tmp_path("good.safetensors"));
     ck_assert_ptr_nonnull(f);
     ck_assert_str_eq(cg_st_metadata(f, "step"), "2");
     cg_st_close(f);
     /* --help works for each command */
-    const char *h[][3] = {{"--help", NULL}, {"train", "--help", NULL}, {"sample", "--help", NULL},
+    const char *h[][3] = {{"--help", NULL},
+                          {"train", "--help", NULL},
+                          {"sample", "--help", NULL},
                           {"eval", "--help", NULL}};
     for (int i = 0; i < 4; i++) {
         ck_assert_int_eq(run(h[i]), 0);
@@ -921,8 +935,8 @@ static double ckpt_rel_diff(const char *a, const char *b)
     ck_assert_msg(cg_charlm_ckpt_load(tmp_path(a), &ca), "%s", cg_last_error());
     ck_assert_msg(cg_charlm_ckpt_load(tmp_path(b), &cb), "%s", cg_last_error());
     char worst[128] = "";
-    double rel = cg_test_max_rel_diff(CG_MODULE(ca.model), CG_MODULE(cb.model), worst,
-                                      sizeof worst);
+    double rel =
+        cg_test_max_rel_diff(CG_MODULE(ca.model), CG_MODULE(cb.model), worst, sizeof worst);
     cg_charlm_ckpt_free(&ca);
     cg_charlm_ckpt_free(&cb);
     return rel;
@@ -936,12 +950,13 @@ START_TEST(test_grad_accum_and_metrics)
 {
     make_tmpdir();
     write_corpus(tmp_path("c.txt"));
-#define SHAPE "--d", "16", "--H", "2", "--layers", "1", "--d-ff", "16", "--block-size", "8", \
-              "--threads", "1", "--data", "c.txt", "--steps", "20", "--eval-every", "10"
+#define SHAPE                                                                                   \
+    "--d", "16", "--H", "2", "--layers", "1", "--d-ff", "16", "--block-size", "8", "--threads", \
+        "1", "--data", "c.txt", "--steps", "20", "--eval-every", "10"
     const char *big[] = {"train", SHAPE, "--batch-size", "8", "--out", "big.safetensors", NULL};
     ck_assert_int_eq(run(big), 0);
-    const char *acc[] = {"train", SHAPE, "--batch-size", "2", "--grad-accum", "4", "--out",
-                         "acc.safetensors", NULL};
+    const char *acc[] = {"train", SHAPE,   "--batch-size",    "2", "--grad-accum",
+                         "4",     "--out", "acc.safetensors", NULL};
     ck_assert_int_eq(run(acc), 0);
     const char *small[] = {"train", SHAPE, "--batch-size", "2", "--out", "small.safetensors", NULL};
     ck_assert_int_eq(run(small), 0);
@@ -950,12 +965,13 @@ START_TEST(test_grad_accum_and_metrics)
     ck_assert_msg(ckpt_rel_diff("small.safetensors", "big.safetensors") > 1e-3,
                   "the test cannot tell the batch sizes apart");
     const char *r1[] = {"train", "--resume", "acc.safetensors", "--grad-accum", "2", "--steps",
-                        "30", NULL};
+                        "30",    NULL};
     expect_error(r1, "drop --grad-accum");
 #undef SHAPE
     /* the metrics log: 20 steps logged every step (steps/20) + evaluations at 0, 10, 20 */
-    const char *m1[] = {"train", TINY, "--data", "c.txt", "--steps", "20", "--eval-every", "10",
-                        "--stop-at", "12", "--out", "m.safetensors", NULL};
+    const char *m1[] = {
+        "train", TINY,        "--data", "c.txt", "--steps",       "20", "--eval-every",
+        "10",    "--stop-at", "12",     "--out", "m.safetensors", NULL};
     ck_assert_int_eq(run(m1), 0);
     const char *m2[] = {"train", "--resume", "m.safetensors", "--threads", "1", NULL};
     ck_assert_int_eq(run(m2), 0);

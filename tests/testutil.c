@@ -21,8 +21,8 @@ void cg_assert_close_impl(const float *a, const float *b, int64_t n, double atol
 {
     for (int64_t i = 0; i < n; i++) {
         double x = a[i], y = b[i];
-        bool ok = (isnan(x) && isnan(y)) || (isinf(x) && x == y) ||
-                  fabs(x - y) <= atol + rtol * fabs(y);
+        bool ok =
+            (isnan(x) && isnan(y)) || (isinf(x) && x == y) || fabs(x - y) <= atol + rtol * fabs(y);
         if (!ok)
             ck_assert_msg(0, "%s:%d: element %lld: got %.9g, expected %.9g (atol %g, rtol %g)",
                           file, line, (long long)i, x, y, atol, rtol);

@@ -22,15 +22,18 @@ double cg_test_max_rel_diff(cg_module *a, cg_module *b, char *worst, size_t nw);
 
 /* Max |a[i] - b[i]| / (atol + rtol*|b[i]|) <= 1 over n elements. On failure
  * the message names the first offending index and both values. */
-#define CG_ASSERT_CLOSE(a, b, n, atol, rtol) cg_assert_close_impl((a), (b), (n), (atol), (rtol), __FILE__, __LINE__)
+#define CG_ASSERT_CLOSE(a, b, n, atol, rtol) \
+    cg_assert_close_impl((a), (b), (n), (atol), (rtol), __FILE__, __LINE__)
 void cg_assert_close_impl(const float *a, const float *b, int64_t n, double atol, double rtol,
                           const char *file, int line);
 /* Compare a tensor (any strides) against an array of its numel. */
-#define CG_ASSERT_TENSOR(t, expect, atol, rtol) cg_assert_tensor_impl((t), (expect), (atol), (rtol), __FILE__, __LINE__)
+#define CG_ASSERT_TENSOR(t, expect, atol, rtol) \
+    cg_assert_tensor_impl((t), (expect), (atol), (rtol), __FILE__, __LINE__)
 void cg_assert_tensor_impl(const cg_tensor *t, const float *expect, double atol, double rtol,
                            const char *file, int line);
 /* Assert that the last op failed (got NULL) with a message containing needle. */
-#define CG_ASSERT_FAILS(expr, needle) cg_assert_fails_impl((void *)(expr), (needle), #expr, __FILE__, __LINE__)
+#define CG_ASSERT_FAILS(expr, needle) \
+    cg_assert_fails_impl((void *)(expr), (needle), #expr, __FILE__, __LINE__)
 void cg_assert_fails_impl(void *result, const char *needle, const char *expr, const char *file,
                           int line);
 /* A contiguous copy of t's values (malloc'd; caller frees). */

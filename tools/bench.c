@@ -73,13 +73,12 @@ static int usage(const char *msg)
                 strstr(msg, "(try --help)") ? "" : " (try --help)");
         return 2;
     }
-    fprintf(stdout,
-            "usage: bench [--model charlm|seq2seq] [--preset tiny|base] [--threads N>=1]\n"
-            "             [--steps S>=1] [--warmup W>=0] [--seed K] [--T len] [--d width]\n"
-            "             [--batch-size B] [--precision fp32|bf16] [--recompute]\n"
-            "             [--zero 0|1]\n"
-            "Times S training steps (zero grad, forward, loss, backward, AdamW) after W\n"
-            "untimed ones on random data; prints one JSON line (see torch_peer.py).\n");
+    fprintf(stdout, "usage: bench [--model charlm|seq2seq] [--preset tiny|base] [--threads N>=1]\n"
+                    "             [--steps S>=1] [--warmup W>=0] [--seed K] [--T len] [--d width]\n"
+                    "             [--batch-size B] [--precision fp32|bf16] [--recompute]\n"
+                    "             [--zero 0|1]\n"
+                    "Times S training steps (zero grad, forward, loss, backward, AdamW) after W\n"
+                    "untimed ones on random data; prints one JSON line (see torch_peer.py).\n");
     return 0;
 }
 
@@ -137,8 +136,14 @@ static bool get_preset(bool charlm, const char *name, preset *p)
                : cg_train_preset_find(cg_seq2seq_presets, CG_SEQ2SEQ_N_PRESETS, name);
     if (!t)
         return false;
-    *p = (preset){.B = t->B, .T = t->T, .V = charlm ? 65 : 96, .d = t->d, .d_ff = t->d_ff,
-                  .H = t->H, .layers = t->layers, .enc_layers = t->enc_layers,
+    *p = (preset){.B = t->B,
+                  .T = t->T,
+                  .V = charlm ? 65 : 96,
+                  .d = t->d,
+                  .d_ff = t->d_ff,
+                  .H = t->H,
+                  .layers = t->layers,
+                  .enc_layers = t->enc_layers,
                   .dec_layers = t->dec_layers};
     return true;
 }
@@ -190,8 +195,8 @@ typedef struct {
  * status (0 after --help, 2 on a bad command line). */
 static int parse_args(int argc, char **argv, bench_args *a)
 {
-    *a = (bench_args){.model = "charlm", .preset = "tiny", .precision = "fp32", .steps = 20,
-                      .warmup = 5};
+    *a = (bench_args){
+        .model = "charlm", .preset = "tiny", .precision = "fp32", .steps = 20, .warmup = 5};
     const cg_cli_opt opts[] = {
         {"--model", CG_CLI_STR, &a->model, 0, 0, NULL, 0},
         {"--preset", CG_CLI_STR, &a->preset, 0, 0, NULL, 0},
@@ -204,7 +209,7 @@ static int parse_args(int argc, char **argv, bench_args *a)
         {"--batch-size", CG_CLI_I64, &a->B, 1, 65536, NULL, 0},
         {"--precision", CG_CLI_STR, &a->precision, 0, 0, NULL, 0},
         {"--recompute", CG_CLI_SWITCH, &a->recompute, 0, 0, NULL, 0}, /* as the trainers' */
-        {"--zero", CG_CLI_I64, &a->zero, 0, 1, NULL, 0},               /* as the trainers' */
+        {"--zero", CG_CLI_I64, &a->zero, 0, 1, NULL, 0},              /* as the trainers' */
     };
     bool help;
     char msg[256];
@@ -337,11 +342,11 @@ static double median_of(double *v, long n)
 
 /* warmup + steps steps of st on the batches in turn; false (message printed)
  * when a step fails. */
-static bool time_steps(cg_stepper *st, bench_model *bm, const batches *bt, long warmup,
-                       long steps, timings *tm)
+static bool time_steps(cg_stepper *st, bench_model *bm, const batches *bt, long warmup, long steps,
+                       timings *tm)
 {
     double *times = malloc((size_t)steps * sizeof(double));
-    double *cpu = malloc((size_t)steps * sizeof(double)); /* process CPU time per step */
+    double *cpu = malloc((size_t)steps * sizeof(double));     /* process CPU time per step */
     double *exposed = malloc((size_t)steps * sizeof(double)); /* communication not hidden */
     tm->last_loss = NAN;
     tm->rss10 = NAN, tm->rss_last = NAN;
@@ -386,9 +391,9 @@ static bool time_steps(cg_stepper *st, bench_model *bm, const batches *bt, long 
 
 /* worst: the peak resident set (MB) and the optimizer state (MB), the
  * largest over ranks. */
-static void print_json(const bench_args *a, const preset *p, cg_precision precision,
-                       long threads, int64_t n_params, double flops_step, double peak_gflops,
-                       bool overlap, const timings *tm, const double worst[2])
+static void print_json(const bench_args *a, const preset *p, cg_precision precision, long threads,
+                       int64_t n_params, double flops_step, double peak_gflops, bool overlap,
+                       const timings *tm, const double worst[2])
 {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
@@ -397,7 +402,8 @@ static void print_json(const bench_args *a, const preset *p, cg_precision precis
     const cg_gemm_path gemm_path = precision == CG_PRECISION_FP32 ? cg_gemm_active_path()
                                    : cg_bf16_native()             ? CG_GEMM_BF16
                                                                   : CG_GEMM_BF16_EMULATED;
-    printf("{\"model\": %s, \"preset\": %s, \"precision\": %s, \"threads\": %ld, \"tokens_per_step\": %lld, "
+    printf("{\"model\": %s, \"preset\": %s, \"precision\": %s, \"threads\": %ld, "
+           "\"tokens_per_step\": %lld, "
            "\"step_ms_median\": %s, \"tokens_per_s\": %s, \"params\": %lld, "
            "\"peak_rss_mb\": %s, \"mfu\": %s, \"flops_per_step\": %s, "
            "\"gemm_gflops\": %s, \"gemm_path\": %s, \"T\": %lld, \"B\": %lld, \"d\": %lld, "
@@ -405,9 +411,8 @@ static void print_json(const bench_args *a, const preset *p, cg_precision precis
            "\"rss_mb_last\": %s, \"recompute\": %s, \"ranks\": %d, \"overlap\": %s, "
            "\"comm_exposed_ms_median\": %s, \"zero\": %ld, \"optim_state_mb\": %s, "
            "\"peak_rss_mb_max_rank\": %s}\n",
-           CG_JSON_STR(a->model), CG_JSON_STR(a->preset),
-           CG_JSON_STR(cg_precision_name(precision)), threads, (long long)tokens,
-           CG_JSON_NUM("%.3f", med * 1e3),
+           CG_JSON_STR(a->model), CG_JSON_STR(a->preset), CG_JSON_STR(cg_precision_name(precision)),
+           threads, (long long)tokens, CG_JSON_NUM("%.3f", med * 1e3),
            CG_JSON_NUM("%.1f", (double)tokens / med), (long long)n_params,
            CG_JSON_NUM("%.1f", (double)ru.ru_maxrss / 1024.0), CG_JSON_NUM("%.4f", mfu),
            CG_JSON_NUM("%.4g", flops_step), CG_JSON_NUM("%.1f", peak_gflops),
@@ -448,9 +453,14 @@ static int run(int argc, char **argv)
         fprintf(stderr, "bench: %s\n", cg_last_error());
         return 1;
     }
-    cg_trainer_model tm = {.module = model, .optim = cg_adamw_config(1e-3, 0.9, 0.98, 1e-9),
-                           .weight_decay_2d = 0.01, .weight_decay_1d = 0.01, .self = &bm,
-                           .batch = bm_batch, .loss = bm_loss, .lr = bm_lr};
+    cg_trainer_model tm = {.module = model,
+                           .optim = cg_adamw_config(1e-3, 0.9, 0.98, 1e-9),
+                           .weight_decay_2d = 0.01,
+                           .weight_decay_1d = 0.01,
+                           .self = &bm,
+                           .batch = bm_batch,
+                           .loss = bm_loss,
+                           .lr = bm_lr};
     cg_stepper st;
     if (!cg_stepper_init(&st, &tm, 1, (int)a.zero)) {
         fprintf(stderr, "bench: %s\n", cg_last_error());

@@ -52,8 +52,8 @@ static double median(double *t, int n)
 /* xor of the n 64-bit words of w (n a multiple of 32) in four independent
  * vector accumulators, compiled for AVX-512, AVX2 and the baseline. */
 typedef uint64_t v8u64 __attribute__((vector_size(64), aligned(8)));
-__attribute__((target_clones("avx512f", "avx2", "default"))) static uint64_t
-xor_words(const uint64_t *w, int64_t n)
+__attribute__((target_clones("avx512f", "avx2", "default"))) static uint64_t xor_words(
+    const uint64_t *w, int64_t n)
 {
     v8u64 a = {0}, b = {0}, c = {0}, d = {0};
     const v8u64 *v = (const v8u64 *)w;
@@ -125,9 +125,11 @@ int main(int argc, char **argv)
     int64_t d = 384, dff = 1536, layers = 6, vocab = 65;
     int runs = 9;
     for (int i = 1; i < argc; i++) {
-        int64_t *dst = !strcmp(argv[i], "--d") ? &d : !strcmp(argv[i], "--d-ff") ? &dff
+        int64_t *dst = !strcmp(argv[i], "--d")        ? &d
+                       : !strcmp(argv[i], "--d-ff")   ? &dff
                        : !strcmp(argv[i], "--layers") ? &layers
-                       : !strcmp(argv[i], "--vocab") ? &vocab : NULL;
+                       : !strcmp(argv[i], "--vocab")  ? &vocab
+                                                      : NULL;
         if (i + 1 < argc && (dst || !strcmp(argv[i], "--runs"))) {
             long v = strtol(argv[++i], NULL, 10);
             if (v < 1 || v > (dst ? 1 << 16 : 64)) {
@@ -192,8 +194,8 @@ int main(int argc, char **argv)
                         cg_sgemm(1, ws[i].n, ws[i].k, 1.0f, x, ws[i].k, 1, ws[i].w, 1, ws[i].k,
                                  0.0f, y, ws[i].n, 1);
                     else
-                        cg_bf16_matrix_mul(ws[i].p, CG_GEMM_AUTO, 0, 1, x, ws[i].k, 1, NULL, 0,
-                                           y, ws[i].n, 1);
+                        cg_bf16_matrix_mul(ws[i].p, CG_GEMM_AUTO, 0, 1, x, ws[i].k, 1, NULL, 0, y,
+                                           ws[i].n, 1);
                 }
                 if (r >= 0)
                     (pass ? t16 : t32)[r] = now_s() - t0;
@@ -206,8 +208,7 @@ int main(int argc, char **argv)
                "\"bound_fp32_chars_per_s\": %.0f, \"bound_bf16_chars_per_s\": %.0f}\n",
                nt, rb, cb, fp32_bytes / 1e6, r32, bf16_bytes / 1e6, r16, 1.0 / m32,
                fp32_bytes / m32 / 1e9, 1.0 / m16, bf16_bytes / m16 / 1e9,
-               cg_bf16_native() ? "true" : "false", r32 * 1e9 / fp32_bytes,
-               r16 * 1e9 / bf16_bytes);
+               cg_bf16_native() ? "true" : "false", r32 * 1e9 / fp32_bytes, r16 * 1e9 / bf16_bytes);
         fflush(stdout);
     }
     for (int64_t i = 0; i < nw; i++) {

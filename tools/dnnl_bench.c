@@ -59,20 +59,21 @@
 #include "core/gemm.h"
 #include "core/tensor.h"
 
-#define CK(call)                                                                               \
-    do {                                                                                       \
-        dnnl_status_t st_ = (call);                                                            \
-        if (st_ != dnnl_success) {                                                             \
-            fprintf(stderr, "dnnl_bench: %s failed: %s\n", #call, dnnl_status2str(st_));       \
-            exit(1);                                                                           \
-        }                                                                                      \
+#define CK(call)                                                                         \
+    do {                                                                                 \
+        dnnl_status_t st_ = (call);                                                      \
+        if (st_ != dnnl_success) {                                                       \
+            fprintf(stderr, "dnnl_bench: %s failed: %s\n", #call, dnnl_status2str(st_)); \
+            exit(1);                                                                     \
+        }                                                                                \
     } while (0)
 
 static dnnl_engine_t g_eng;
 static dnnl_stream_t g_strm;
 static int g_runs = 9;
 
-static double clock_s(clockid_t id) {
+static double clock_s(clockid_t id)
+{
     struct timespec ts;
     clock_gettime(id, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
@@ -80,12 +81,14 @@ static double clock_s(clockid_t id) {
 
 static double now_s(void) { return clock_s(CLOCK_MONOTONIC); }
 
-static int cmp_double(const void *x, const void *y) {
+static int cmp_double(const void *x, const void *y)
+{
     double a = *(const double *)x, b = *(const double *)y;
     return (a > b) - (a < b);
 }
 
-static void *xalloc(size_t bytes) {
+static void *xalloc(size_t bytes)
+{
     void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
     if (!p) {
         fprintf(stderr, "dnnl_bench: out of memory (%zu bytes)\n", bytes);
@@ -108,13 +111,15 @@ typedef struct {
 } bufs;
 
 /* Elements spanned by an [r,c] operand with strides rs, cs. */
-static size_t span(int64_t r, int64_t c, int64_t rs, int64_t cs) {
+static size_t span(int64_t r, int64_t c, int64_t rs, int64_t cs)
+{
     return (size_t)((r - 1) * rs + (c - 1) * cs + 1);
 }
 
 /* fp32 A, B, C and bf16 A, B for s, A and B uniform in [-1, 1) (normal with
  * normal = true), the unused elements between strided rows included. */
-static bufs make_bufs(const shape *s, bool normal, uint64_t seed) {
+static bufs make_bufs(const shape *s, bool normal, uint64_t seed)
+{
     size_t na = span(s->m, s->k, s->rsa, s->csa), nb = span(s->k, s->n, s->rsb, s->csb);
     size_t nc = (size_t)(s->m * s->n);
     bufs bf = {xalloc(na * 4), xalloc(nb * 4), xalloc(nc * 4), xalloc(na * 2), xalloc(nb * 2)};
@@ -126,23 +131,27 @@ static bufs make_bufs(const shape *s, bool normal, uint64_t seed) {
     return bf;
 }
 
-static void free_bufs(bufs *bf) {
+static void free_bufs(bufs *bf)
+{
     free(bf->a), free(bf->b), free(bf->c), free(bf->a16), free(bf->b16);
 }
 
 static void md2d(dnnl_memory_desc_t *md, int64_t r, int64_t c, int64_t rs, int64_t cs,
-                 dnnl_data_type_t dt) {
+                 dnnl_data_type_t dt)
+{
     dnnl_dims_t dims = {r, c}, strides = {rs, cs};
     CK(dnnl_memory_desc_init_by_strides(md, 2, dims, dt, strides));
 }
 
-static dnnl_memory_t mem(const dnnl_memory_desc_t *md, void *p) {
+static dnnl_memory_t mem(const dnnl_memory_desc_t *md, void *p)
+{
     dnnl_memory_t m;
     CK(dnnl_memory_create(&m, md, g_eng, p));
     return m;
 }
 
-static const char *impl_of(const_dnnl_primitive_t p) {
+static const char *impl_of(const_dnnl_primitive_t p)
+{
     const_dnnl_primitive_desc_t pd;
     const char *s = NULL;
     CK(dnnl_primitive_get_primitive_desc(p, &pd));
@@ -152,8 +161,8 @@ static const char *impl_of(const_dnnl_primitive_t p) {
 
 /* The matmul primitive for s with the given input type; fpmath selects
  * dnnl_fpmath_mode_bf16. Returns NULL if oneDNN has no implementation. */
-static dnnl_primitive_t make_matmul(const shape *s, dnnl_data_type_t in_dt, bool fpmath,
-                                    bool b_any) {
+static dnnl_primitive_t make_matmul(const shape *s, dnnl_data_type_t in_dt, bool fpmath, bool b_any)
+{
     dnnl_memory_desc_t amd, bmd, cmd;
     md2d(&amd, s->m, s->k, s->rsa, s->csa, in_dt);
     if (b_any) {
@@ -172,8 +181,10 @@ static dnnl_primitive_t make_matmul(const shape *s, dnnl_data_type_t in_dt, bool
     }
     dnnl_primitive_desc_t pd;
     dnnl_status_t st = dnnl_primitive_desc_create(&pd, &d, attr, g_eng, NULL);
-    if (attr) dnnl_primitive_attr_destroy(attr);
-    if (st == dnnl_unimplemented) return NULL;
+    if (attr)
+        dnnl_primitive_attr_destroy(attr);
+    if (st == dnnl_unimplemented)
+        return NULL;
     CK(st);
     dnnl_primitive_t p;
     CK(dnnl_primitive_create(&p, pd));
@@ -183,7 +194,8 @@ static dnnl_primitive_t make_matmul(const shape *s, dnnl_data_type_t in_dt, bool
 
 /* fp32 [r,c] -> bf16 [r,c], same strides, or into the layout dst if given. */
 static dnnl_primitive_t make_reorder(int64_t r, int64_t c, int64_t rs, int64_t cs,
-                                     const dnnl_memory_desc_t *dst) {
+                                     const dnnl_memory_desc_t *dst)
+{
     dnnl_memory_desc_t smd, dmd;
     md2d(&smd, r, c, rs, cs, dnnl_f32);
     md2d(&dmd, r, c, rs, cs, dnnl_bf16);
@@ -206,8 +218,8 @@ typedef enum {
     CFG_OURS_BF16,
     NCFG
 } config;
-static const char *cfg_name[NCFG] = {"bf16",   "cvt+bf16",        "bf16_pkB", "cvt+bf16_pkB",
-                                     "f32",    "f32+fpmath_bf16", "ours_f32", "ours_bf16"};
+static const char *cfg_name[NCFG] = {"bf16", "cvt+bf16",        "bf16_pkB", "cvt+bf16_pkB",
+                                     "f32",  "f32+fpmath_bf16", "ours_f32", "ours_bf16"};
 
 /* The primitives of one configuration (NULL where unused), and for the _pkB
  * configurations the bf16 B in oneDNN's chosen layout (library-allocated). */
@@ -216,7 +228,8 @@ typedef struct {
     dnnl_memory_t bpk;
 } prims;
 
-static prims make_prims(const shape *s, config c) {
+static prims make_prims(const shape *s, config c)
+{
     prims p = {0};
     switch (c) {
     case CFG_CVT_BF16:
@@ -227,7 +240,8 @@ static prims make_prims(const shape *s, config c) {
     case CFG_CVT_BF16_PKB: p.ra = make_reorder(s->m, s->k, s->rsa, s->csa, NULL); /* fall through */
     case CFG_BF16_PKB: {
         p.mm = make_matmul(s, dnnl_bf16, false, true);
-        if (!p.mm) break;
+        if (!p.mm)
+            break;
         const_dnnl_primitive_desc_t pd;
         CK(dnnl_primitive_get_primitive_desc(p.mm, &pd));
         const dnnl_memory_desc_t *wmd = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
@@ -242,11 +256,16 @@ static prims make_prims(const shape *s, config c) {
     return p;
 }
 
-static void destroy_prims(prims *p) {
-    if (p->mm) dnnl_primitive_destroy(p->mm);
-    if (p->ra) dnnl_primitive_destroy(p->ra);
-    if (p->rb) dnnl_primitive_destroy(p->rb);
-    if (p->bpk) dnnl_memory_destroy(p->bpk);
+static void destroy_prims(prims *p)
+{
+    if (p->mm)
+        dnnl_primitive_destroy(p->mm);
+    if (p->ra)
+        dnnl_primitive_destroy(p->ra);
+    if (p->rb)
+        dnnl_primitive_destroy(p->rb);
+    if (p->bpk)
+        dnnl_memory_destroy(p->bpk);
     *p = (prims){0};
 }
 
@@ -255,7 +274,8 @@ typedef struct {
     dnnl_memory_t a, b, c, a16, b16;
 } mems;
 
-static mems make_mems(const shape *s, bufs *bf) {
+static mems make_mems(const shape *s, bufs *bf)
+{
     dnnl_memory_desc_t md;
     mems m;
     md2d(&md, s->m, s->k, s->rsa, s->csa, dnnl_f32);
@@ -271,7 +291,8 @@ static mems make_mems(const shape *s, bufs *bf) {
     return m;
 }
 
-static void destroy_mems(mems *m) {
+static void destroy_mems(mems *m)
+{
     dnnl_memory_destroy(m->a);
     dnnl_memory_destroy(m->b);
     dnnl_memory_destroy(m->c);
@@ -279,18 +300,21 @@ static void destroy_mems(mems *m) {
     dnnl_memory_destroy(m->b16);
 }
 
-static void reorder(dnnl_primitive_t r, dnnl_memory_t from, dnnl_memory_t to) {
+static void reorder(dnnl_primitive_t r, dnnl_memory_t from, dnnl_memory_t to)
+{
     dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
     CK(dnnl_primitive_execute(r, g_strm, 2, args));
 }
 
-static void matmul(dnnl_primitive_t p, dnnl_memory_t a, dnnl_memory_t b, dnnl_memory_t c) {
+static void matmul(dnnl_primitive_t p, dnnl_memory_t a, dnnl_memory_t b, dnnl_memory_t c)
+{
     dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}};
     CK(dnnl_primitive_execute(p, g_strm, 3, args));
 }
 
 static void run_once(const shape *s, config c, const prims *p, const mems *m, const bufs *bf,
-                     int threads) {
+                     int threads)
+{
     switch (c) {
     case CFG_CVT_BF16:
         reorder(p->ra, m->a, m->a16);
@@ -322,7 +346,8 @@ typedef struct {
     double med, min, max;
 } stats;
 
-static stats summarise(double *t, int n) {
+static stats summarise(double *t, int n)
+{
     qsort(t, (size_t)n, sizeof(double), cmp_double);
     return (stats){t[n / 2], t[0], t[n - 1]};
 }
@@ -330,7 +355,8 @@ static stats summarise(double *t, int n) {
 /* Creation time (s) of config c's primitives, median of g_runs; with the
  * primitive cache at capacity 0 (cached = false) or at its default capacity
  * after one creation (cached = true). */
-static double creation_time(const shape *s, config c, bool cached, int default_capacity) {
+static double creation_time(const shape *s, config c, bool cached, int default_capacity)
+{
     double *t = xalloc((size_t)g_runs * sizeof(double));
     CK(dnnl_set_primitive_cache_capacity(cached ? default_capacity : 0));
     prims p = make_prims(s, c);
@@ -349,7 +375,8 @@ static double creation_time(const shape *s, config c, bool cached, int default_c
 
 /* Times every configuration on s, the configurations interleaved run by run
  * (so that a change in the machine's load hits all of them alike). */
-static void bench_shape(const shape *s, int threads, int default_capacity) {
+static void bench_shape(const shape *s, int threads, int default_capacity)
+{
     bufs bf = make_bufs(s, false, 1);
     mems m = make_mems(s, &bf);
     double flop = 2.0 * (double)s->m * (double)s->n * (double)s->k;
@@ -367,28 +394,34 @@ static void bench_shape(const shape *s, int threads, int default_capacity) {
         bool ours = c == CFG_OURS || c == CFG_OURS_BF16;
         ok[c] = ours ? c == CFG_OURS || cg_gemm_path_available(CG_GEMM_BF16) : p[c].mm != NULL;
         snprintf(impl[c], sizeof impl[c], "%s",
-                 c == CFG_OURS ? "cg_sgemm" : c == CFG_OURS_BF16 ? "cg_sgemm bf16"
-                                          : ok[c] ? impl_of(p[c].mm) : "");
+                 c == CFG_OURS        ? "cg_sgemm"
+                 : c == CFG_OURS_BF16 ? "cg_sgemm bf16"
+                 : ok[c]              ? impl_of(p[c].mm)
+                                      : "");
     }
     /* bf16 inputs for CFG_BF16(_PKB) come from a conversion done once */
     prims cv = make_prims(s, CFG_CVT_BF16);
     reorder(cv.ra, m.a, m.a16);
     reorder(cv.rb, m.b, m.b16);
-    if (ok[CFG_BF16_PKB]) reorder(p[CFG_BF16_PKB].rb, m.b, p[CFG_BF16_PKB].bpk);
+    if (ok[CFG_BF16_PKB])
+        reorder(p[CFG_BF16_PKB].rb, m.b, p[CFG_BF16_PKB].bpk);
     CK(dnnl_stream_wait(g_strm));
     destroy_prims(&cv);
     for (int w = 0; w < 2; w++)
         for (int c = 0; c < NCFG; c++)
-            if (ok[c]) run_once(s, (config)c, &p[c], &m, &bf, threads);
+            if (ok[c])
+                run_once(s, (config)c, &p[c], &m, &bf, threads);
     for (int r = 0; r < g_runs; r++)
         for (int c = 0; c < NCFG; c++) {
-            if (!ok[c]) continue;
+            if (!ok[c])
+                continue;
             double t0 = now_s(), c0 = clock_s(cpu_clock);
             run_once(s, (config)c, &p[c], &m, &bf, threads);
             t[c * g_runs + r] = now_s() - t0;
             tc[c * g_runs + r] = clock_s(cpu_clock) - c0;
         }
-    for (int c = 0; c < NCFG; c++) destroy_prims(&p[c]);
+    for (int c = 0; c < NCFG; c++)
+        destroy_prims(&p[c]);
 
     for (int c = 0; c < NCFG; c++) {
         if (!ok[c]) {
@@ -424,15 +457,18 @@ static void bench_shape(const shape *s, int threads, int default_capacity) {
 
 /* ------------------------------------------------------------- numerics */
 
-static uint16_t rne_bf16(float f) {
+static uint16_t rne_bf16(float f)
+{
     uint32_t u;
     memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
     u += 0x7fffu + ((u >> 16) & 1u);
     return (uint16_t)(u >> 16);
 }
 
-static float bf16_to_f32(uint16_t h) {
+static float bf16_to_f32(uint16_t h)
+{
     uint32_t u = (uint32_t)h << 16;
     float f;
     memcpy(&f, &u, 4);
@@ -442,7 +478,8 @@ static float bf16_to_f32(uint16_t h) {
 static bool is_subnormal(float f) { return f != 0.0f && fabsf(f) < 1.17549435e-38f; }
 
 /* fp32 -> bf16 by oneDNN's reorder, n values. */
-static void dnnl_to_bf16(const float *x, uint16_t *y, int64_t n) {
+static void dnnl_to_bf16(const float *x, uint16_t *y, int64_t n)
+{
     dnnl_memory_desc_t smd, dmd;
     md2d(&smd, 1, n, n, 1, dnnl_f32);
     md2d(&dmd, 1, n, n, 1, dnnl_bf16);
@@ -456,23 +493,25 @@ static void dnnl_to_bf16(const float *x, uint16_t *y, int64_t n) {
 }
 
 /* Special and tie values, then random ones. */
-static int64_t rounding_inputs(float *x, int64_t cap) {
+static int64_t rounding_inputs(float *x, int64_t cap)
+{
     static const uint32_t bits[] = {
-        0x3f808000u, /* 1 + 2^-8: tie, even below -> 1.0 */
-        0x3f818000u, /* 1 + 3*2^-8: tie, even above */
-        0x3f808001u, /* just above a tie -> up */
-        0x3f807fffu, /* just below a tie -> down */
-        0xbf818000u, /* negative tie */
-        0x7f7fffffu, /* FLT_MAX -> inf under RNE */
-        0x7f7f7fffu, /* rounds to the largest bf16 */
-        0x7f800000u, 0xff800000u, /* +-inf */
+        0x3f808000u,                           /* 1 + 2^-8: tie, even below -> 1.0 */
+        0x3f818000u,                           /* 1 + 3*2^-8: tie, even above */
+        0x3f808001u,                           /* just above a tie -> up */
+        0x3f807fffu,                           /* just below a tie -> down */
+        0xbf818000u,                           /* negative tie */
+        0x7f7fffffu,                           /* FLT_MAX -> inf under RNE */
+        0x7f7f7fffu,                           /* rounds to the largest bf16 */
+        0x7f800000u, 0xff800000u,              /* +-inf */
         0x7fc00000u, 0x7f800001u, 0xffc00001u, /* NaNs (one signalling) */
         0x00000001u, 0x00400000u, 0x807fffffu, /* subnormals */
-        0x00800000u, /* smallest normal */
+        0x00800000u,                           /* smallest normal */
         0x00000000u, 0x80000000u,
     };
     int64_t n = 0;
-    for (size_t i = 0; i < sizeof bits / sizeof bits[0]; i++) memcpy(&x[n++], &bits[i], 4);
+    for (size_t i = 0; i < sizeof bits / sizeof bits[0]; i++)
+        memcpy(&x[n++], &bits[i], 4);
     cg_rng rng = cg_rng_new(7);
     while (n < cap) {
         uint32_t u = (uint32_t)cg_rng_below(&rng, 1ull << 32);
@@ -487,18 +526,21 @@ typedef struct {
     int64_t n, mismatch, mismatch_nan, mismatch_subnormal, subnormal, subnormal_to_zero;
 } rounding_report;
 
-static rounding_report compare_rne(const float *x, const uint16_t *y, int64_t n) {
+static rounding_report compare_rne(const float *x, const uint16_t *y, int64_t n)
+{
     rounding_report r = {.n = n};
     for (int64_t i = 0; i < n; i++) {
         uint16_t want = rne_bf16(x[i]);
         bool nan = isnan(x[i]);
         if (is_subnormal(x[i])) {
             r.subnormal++;
-            if ((y[i] & 0x7fffu) == 0 && (y[i] >> 15) == (want >> 15)) r.subnormal_to_zero++;
+            if ((y[i] & 0x7fffu) == 0 && (y[i] >> 15) == (want >> 15))
+                r.subnormal_to_zero++;
         }
         if (nan ? !isnan(bf16_to_f32(y[i])) : y[i] != want) {
             r.mismatch++;
-            if (is_subnormal(x[i])) r.mismatch_subnormal++;
+            if (is_subnormal(x[i]))
+                r.mismatch_subnormal++;
         } else if (nan && y[i] != want) {
             r.mismatch_nan++; /* a NaN, but another payload */
         }
@@ -509,7 +551,8 @@ static rounding_report compare_rne(const float *x, const uint16_t *y, int64_t n)
 /* float64 references of A @ B with A and B as given (fp32) or after
  * rounding to bf16 (round = true): r = the sum, q = the sum of squared terms. */
 static void reference(const shape *s, const float *a, const float *b, bool round, double *r,
-                      double *q) {
+                      double *q)
+{
     memset(r, 0, (size_t)(s->m * s->n) * sizeof(double));
     memset(q, 0, (size_t)(s->m * s->n) * sizeof(double));
     for (int64_t i = 0; i < s->m; i++)
@@ -527,16 +570,19 @@ static void reference(const shape *s, const float *a, const float *b, bool round
 }
 
 /* max over (i,j) of |C - R| / ||(a_ip b_pj)_p||_2 */
-static double product_error(int64_t n, const float *c, const double *r, const double *q) {
+static double product_error(int64_t n, const float *c, const double *r, const double *q)
+{
     double e = 0;
     for (int64_t i = 0; i < n; i++) {
         double d = fabs((double)c[i] - r[i]) / sqrt(q[i]);
-        if (d > e) e = d;
+        if (d > e)
+            e = d;
     }
     return e;
 }
 
-static void check_product(const shape *s) {
+static void check_product(const shape *s)
+{
     size_t nc = (size_t)(s->m * s->n);
     bufs bf = make_bufs(s, true, 3);
     mems m = make_mems(s, &bf);
@@ -545,9 +591,11 @@ static void check_product(const shape *s) {
     reference(s, bf.a, bf.b, true, ref + 2 * nc, ref + 3 * nc);
     omp_set_num_threads(2);
     for (int c = CFG_CVT_BF16; c <= CFG_F32_FPMATH; c++) {
-        if (c == CFG_BF16_PKB) continue;
+        if (c == CFG_BF16_PKB)
+            continue;
         prims p = make_prims(s, (config)c);
-        if (!p.mm) continue;
+        if (!p.mm)
+            continue;
         run_once(s, (config)c, &p, &m, &bf, 2);
         printf("{\"bench\": \"dnnl_check\", \"shape\": \"%s\", \"m\": %lld, \"n\": %lld, "
                "\"k\": %lld, \"config\": \"%s\", \"impl\": \"%s\", \"err_vs_fp64\": %.3g, "
@@ -565,7 +613,8 @@ static void check_product(const shape *s) {
 /* Rounding of oneDNN's reorder, and of the fpmath matmul: A [rows, 32] of
  * the rounding inputs (finite, normal ones for the matmul) times the 32x32
  * identity gives back A as the matmul rounded it. */
-static void check_rounding(void) {
+static void check_rounding(void)
+{
     enum { N = 1 << 20 };
     float *x = xalloc(N * 4);
     uint16_t *y = xalloc(N * 2);
@@ -587,7 +636,8 @@ static void check_rounding(void) {
     m = m / 32 * 32;
     shape s = {"identity", m / 32, 32, 32, 32, 1, 32, 1};
     float *eye = xalloc(32 * 32 * 4), *c = xalloc((size_t)m * 4);
-    for (int i = 0; i < 32 * 32; i++) eye[i] = (i / 32 == i % 32) ? 1.0f : 0.0f;
+    for (int i = 0; i < 32 * 32; i++)
+        eye[i] = (i / 32 == i % 32) ? 1.0f : 0.0f;
     bufs bf = {x, eye, c, xalloc((size_t)m * 2), xalloc(32 * 32 * 2)};
     mems mm = make_mems(&s, &bf);
     prims p = make_prims(&s, CFG_F32_FPMATH);
@@ -598,15 +648,17 @@ static void check_rounding(void) {
             uint32_t xb, cb;
             memcpy(&xb, &x[i], 4);
             memcpy(&cb, &c[i], 4);
-            if (cb == xb) unchanged++;
-            if (cb == (uint32_t)rne_bf16(x[i]) << 16) rne++;
-            if (cb == (xb & 0xffff0000u)) trunc++;
+            if (cb == xb)
+                unchanged++;
+            if (cb == (uint32_t)rne_bf16(x[i]) << 16)
+                rne++;
+            if (cb == (xb & 0xffff0000u))
+                trunc++;
         }
         printf("{\"bench\": \"dnnl_rne\", \"what\": \"matmul f32 fpmath_mode=bf16\", \"impl\": "
                "\"%s\", \"values\": %lld, \"exact_f32\": %lld, \"equal_rne_bf16\": %lld, "
                "\"equal_truncated_bf16\": %lld}\n",
-               impl_of(p.mm), (long long)m, (long long)unchanged, (long long)rne,
-               (long long)trunc);
+               impl_of(p.mm), (long long)m, (long long)unchanged, (long long)rne, (long long)trunc);
         destroy_prims(&p);
     }
     destroy_mems(&mm);
@@ -630,7 +682,8 @@ static const preset presets[] = {
 
 /* Y[N,out] = X[N,in] W[out,in]^T and its two backward products. */
 static int linear_shapes(shape *out, const char *pname, const char *lname, int64_t N, int64_t in,
-                         int64_t o) {
+                         int64_t o)
+{
     /* forward: A = X (row-major), B = W^T */
     out[0] = (shape){"", N, o, in, in, 1, 1, in};
     /* dX = dY W: A = dY [N,out] row-major, B = W [out,in] row-major */
@@ -643,7 +696,8 @@ static int linear_shapes(shape *out, const char *pname, const char *lname, int64
     return 3;
 }
 
-static int all_shapes(shape *s) {
+static int all_shapes(shape *s)
+{
     int n = 0;
     s[n++] = (shape){"square1024", 1024, 1024, 1024, 1024, 1, 1024, 1};
     for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
@@ -666,7 +720,8 @@ static int all_shapes(shape *s) {
     return n;
 }
 
-static const char *isa_name(dnnl_cpu_isa_t isa) {
+static const char *isa_name(dnnl_cpu_isa_t isa)
+{
     switch (isa) {
     case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
     case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
@@ -679,19 +734,22 @@ static const char *isa_name(dnnl_cpu_isa_t isa) {
     }
 }
 
-static int usage(int code) {
+static int usage(int code)
+{
     fprintf(code ? stderr : stdout,
             "usage: dnnl_bench [--runs R>=1] [--filter TEXT] [--threads 1,2] [--no-check]\n");
     return code;
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char **argv)
+{
     const char *filter = NULL;
     int threads[8] = {1, 2}, nthreads = 2;
     bool check = true;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "--help")) return usage(0);
+        if (!strcmp(a, "--help"))
+            return usage(0);
         if (!strcmp(a, "--no-check")) {
             check = false;
             continue;
@@ -729,10 +787,13 @@ int main(int argc, char **argv) {
 
     shape shapes[80];
     int ns = all_shapes(shapes), matched = 0;
-    for (int i = 0; i < ns; i++) matched += !filter || strstr(shapes[i].name, filter);
+    for (int i = 0; i < ns; i++)
+        matched += !filter || strstr(shapes[i].name, filter);
     if (!matched) {
-        fprintf(stderr, "dnnl_bench: no shape name contains '%s' (names look like "
-                        "charlm_base.fc1.dw, seq2seq_tiny.attn.qk, square1024)\n", filter);
+        fprintf(stderr,
+                "dnnl_bench: no shape name contains '%s' (names look like "
+                "charlm_base.fc1.dw, seq2seq_tiny.attn.qk, square1024)\n",
+                filter);
         return 2;
     }
 
@@ -742,7 +803,8 @@ int main(int argc, char **argv) {
     CK(dnnl_get_primitive_cache_capacity(&capacity));
     const dnnl_version_t *ver = dnnl_version();
     double load[1] = {0};
-    if (getloadavg(load, 1) != 1) load[0] = -1;
+    if (getloadavg(load, 1) != 1)
+        load[0] = -1;
     printf("{\"bench\": \"dnnl_info\", \"version\": \"%d.%d.%d\", \"effective_isa\": \"%s\", "
            "\"primitive_cache_capacity\": %d, \"omp_max_threads\": %d, \"runs\": %d, "
            "\"loadavg_1min\": %.2f}\n",
@@ -753,12 +815,15 @@ int main(int argc, char **argv) {
         check_rounding();
         shape cs[2] = {{"check1024", 1024, 1024, 1024, 1024, 1, 1024, 1},
                        {"check_odd_bT", 301, 77, 2049, 2049, 1, 1, 2049}};
-        for (int i = 0; i < 2; i++) check_product(&cs[i]);
+        for (int i = 0; i < 2; i++)
+            check_product(&cs[i]);
     }
 
     for (int i = 0; i < ns; i++) {
-        if (filter && !strstr(shapes[i].name, filter)) continue;
-        for (int t = 0; t < nthreads; t++) bench_shape(&shapes[i], threads[t], capacity);
+        if (filter && !strstr(shapes[i].name, filter))
+            continue;
+        for (int t = 0; t < nthreads; t++)
+            bench_shape(&shapes[i], threads[t], capacity);
     }
     dnnl_stream_destroy(g_strm);
     dnnl_engine_destroy(g_eng);

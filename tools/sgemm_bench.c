@@ -23,21 +23,25 @@
 #include "core/gemm.h"
 #include "core/tensor.h"
 
-static double now_s(void) {
+static double now_s(void)
+{
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static int cmp_double(const void *x, const void *y) {
+static int cmp_double(const void *x, const void *y)
+{
     double a = *(const double *)x, b = *(const double *)y;
     return (a > b) - (a < b);
 }
 
 /* Median GFLOP/s, or -1 if the path is not available. */
 static double bench(cg_gemm_path path, int threads, int64_t n, int runs, const float *a,
-                    const float *b, float *c) {
-    if (!cg_gemm_path_available(path)) return -1.0;
+                    const float *b, float *c)
+{
+    if (!cg_gemm_path_available(path))
+        return -1.0;
     double *t = malloc((size_t)runs * sizeof(double));
     cg_sgemm_path(path, threads, n, n, n, 1.0f, a, n, 1, b, n, 1, 0.0f, c, n, 1); /* warm-up */
     for (int r = 0; r < runs; r++) {
@@ -55,9 +59,11 @@ static double bench(cg_gemm_path path, int threads, int64_t n, int runs, const f
  * independent multiply-adds (more than latency x throughput in flight). */
 enum { ITER = 20000000 };
 
-__attribute__((target("avx512f"))) static double fma_round(void) {
+__attribute__((target("avx512f"))) static double fma_round(void)
+{
     __m512 acc[12], x = _mm512_set1_ps(1e-9f);
-    for (int j = 0; j < 12; j++) acc[j] = _mm512_setzero_ps();
+    for (int j = 0; j < 12; j++)
+        acc[j] = _mm512_setzero_ps();
     for (long i = 0; i < ITER; i++)
 #pragma GCC unroll 12
         for (int j = 0; j < 12; j++) {
@@ -65,14 +71,17 @@ __attribute__((target("avx512f"))) static double fma_round(void) {
             __asm__ volatile("" ::"v"(acc[j])); /* keep every chain */
         }
     float s = 0;
-    for (int j = 0; j < 12; j++) s += _mm512_reduce_add_ps(acc[j]);
+    for (int j = 0; j < 12; j++)
+        s += _mm512_reduce_add_ps(acc[j]);
     return s;
 }
 
-__attribute__((target("avx512f,avx512bf16"))) static double dpbf16_round(void) {
+__attribute__((target("avx512f,avx512bf16"))) static double dpbf16_round(void)
+{
     __m512 acc[12];
     const __m512bh x = (__m512bh)_mm512_set1_epi16(0x3000); /* bf16 2^-31 */
-    for (int j = 0; j < 12; j++) acc[j] = _mm512_setzero_ps();
+    for (int j = 0; j < 12; j++)
+        acc[j] = _mm512_setzero_ps();
     for (long i = 0; i < ITER; i++)
 #pragma GCC unroll 12
         for (int j = 0; j < 12; j++) {
@@ -80,13 +89,16 @@ __attribute__((target("avx512f,avx512bf16"))) static double dpbf16_round(void) {
             __asm__ volatile("" ::"v"(acc[j]));
         }
     float s = 0;
-    for (int j = 0; j < 12; j++) s += _mm512_reduce_add_ps(acc[j]);
+    for (int j = 0; j < 12; j++)
+        s += _mm512_reduce_add_ps(acc[j]);
     return s;
 }
 
-__attribute__((target("avx2,fma"))) static double fma256_round(void) {
+__attribute__((target("avx2,fma"))) static double fma256_round(void)
+{
     __m256 acc[12], x = _mm256_set1_ps(1e-9f);
-    for (int j = 0; j < 12; j++) acc[j] = _mm256_setzero_ps();
+    for (int j = 0; j < 12; j++)
+        acc[j] = _mm256_setzero_ps();
     for (long i = 0; i < ITER; i++)
 #pragma GCC unroll 12
         for (int j = 0; j < 12; j++) {
@@ -96,20 +108,23 @@ __attribute__((target("avx2,fma"))) static double fma256_round(void) {
     float s = 0, lanes[8];
     for (int j = 0; j < 12; j++) {
         _mm256_storeu_ps(lanes, acc[j]);
-        for (int q = 0; q < 8; q++) s += lanes[q];
+        for (int q = 0; q < 8; q++)
+            s += lanes[q];
     }
     return s;
 }
 
 /* The widest fp32 FMA the CPU has. */
-static bool has_avx512(void) {
+static bool has_avx512(void)
+{
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512f");
 }
 
 /* bf16: vdpbf16ps, else fp32 FMA (AVX-512, or AVX2); -1 when the CPU lacks
  * the instruction. */
-static double peak(bool bf16, int threads) {
+static double peak(bool bf16, int threads)
+{
     __builtin_cpu_init();
     const bool zmm = has_avx512();
     if (bf16 ? !(zmm && __builtin_cpu_supports("avx512bf16"))
@@ -129,7 +144,8 @@ static double peak(bool bf16, int threads) {
 
 static void fmt(char *buf, size_t n, double g) { snprintf(buf, n, g < 0 ? "null" : "%.1f", g); }
 
-int main(int argc, char **argv) {
+int main(int argc, char **argv)
+{
     int64_t n = argc > 1 ? atoll(argv[1]) : 1024;
     int runs = argc > 2 ? atoi(argv[2]) : 5;
     if (n <= 0 || runs <= 0 || (argc > 1 && !strcmp(argv[1], "--help"))) {
@@ -165,8 +181,8 @@ int main(int argc, char **argv) {
         pk[1][th - 1] = peak(true, th);
     }
 
-    printf("gemm %lldx%lldx%lld, median of %d runs, GFLOP/s\n", (long long)n,
-           (long long)n, (long long)n, runs);
+    printf("gemm %lldx%lldx%lld, median of %d runs, GFLOP/s\n", (long long)n, (long long)n,
+           (long long)n, runs);
     printf("%-22s %10s %10s\n", "path", "1 thread", "2 threads");
     char label[64];
     snprintf(label, sizeof label, "chosen (%s)", cg_gemm_path_name(chosen));
@@ -187,7 +203,8 @@ int main(int argc, char **argv) {
     char b1[32], b2[32], p[4][32];
     fmt(b1, sizeof b1, g[2][0]);
     fmt(b2, sizeof b2, g[2][1]);
-    for (int i = 0; i < 4; i++) fmt(p[i], sizeof p[i], pk[i / 2][i % 2]);
+    for (int i = 0; i < 4; i++)
+        fmt(p[i], sizeof p[i], pk[i / 2][i % 2]);
     printf("{\"bench\": \"sgemm\", \"m\": %lld, \"n\": %lld, \"k\": %lld, \"runs\": %d, "
            "\"path\": \"%s\", \"gflops_1t\": %.1f, \"gflops_2t\": %.1f, "
            "\"default_gflops_1t\": %.1f, \"default_gflops_2t\": %.1f, "

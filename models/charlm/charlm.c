@@ -13,9 +13,16 @@
 /* ---------------------------------------------------------------- config */
 cg_charlm_config cg_charlm_config_default(void)
 {
-    return (cg_charlm_config){.vocab = 65, .d = 128, .H = 4, .layers = 4, .d_ff = 512,
-                              .max_len = 256, .norm = CG_NORM_LAYERNORM, .act = CG_ACT_GELU,
-                              .norm_first = true, .dropout = 0.0f};
+    return (cg_charlm_config){.vocab = 65,
+                              .d = 128,
+                              .H = 4,
+                              .layers = 4,
+                              .d_ff = 512,
+                              .max_len = 256,
+                              .norm = CG_NORM_LAYERNORM,
+                              .act = CG_ACT_GELU,
+                              .norm_first = true,
+                              .dropout = 0.0f};
 }
 
 bool cg_charlm_config_check(const cg_charlm_config *c)
@@ -24,9 +31,11 @@ bool cg_charlm_config_check(const cg_charlm_config *c)
         cg_set_error("charlm config: NULL");
         return false;
     }
-    struct { const char *name; int64_t v, min; } pos[] = {
-        {"vocab", c->vocab, 1}, {"d", c->d, 1}, {"H", c->H, 1}, {"layers", c->layers, 0},
-        {"d_ff", c->d_ff, 1}, {"max_len", c->max_len, 1}};
+    struct {
+        const char *name;
+        int64_t v, min;
+    } pos[] = {{"vocab", c->vocab, 1},   {"d", c->d, 1},       {"H", c->H, 1},
+               {"layers", c->layers, 0}, {"d_ff", c->d_ff, 1}, {"max_len", c->max_len, 1}};
     for (size_t i = 0; i < sizeof pos / sizeof pos[0]; i++)
         if (pos[i].v < pos[i].min) {
             cg_set_error("charlm config: %s must be >= %lld (got %lld)", pos[i].name,
@@ -113,14 +122,20 @@ cg_charlm *cg_charlm_new(const cg_charlm_config *cfg, uint64_t seed)
     m->cfg = *cfg;
     m->dropout_rng = cg_rng_new(seed ^ 0x9e3779b97f4a7c15ULL);
     cg_rng init = cg_rng_new(seed);
-    cg_tf_config tf = {.d = cfg->d, .H = cfg->H, .d_ff = cfg->d_ff, .norm = cfg->norm,
-                       .act = cfg->act, .norm_first = cfg->norm_first,
-                       .dropout = cfg->dropout, .dropout_rng = &m->dropout_rng};
+    cg_tf_config tf = {.d = cfg->d,
+                       .H = cfg->H,
+                       .d_ff = cfg->d_ff,
+                       .norm = cfg->norm,
+                       .act = cfg->act,
+                       .norm_first = cfg->norm_first,
+                       .dropout = cfg->dropout,
+                       .dropout_rng = &m->dropout_rng};
     cg_module *base = CG_MODULE(m);
     bool ok = (m->block = calloc((size_t)cfg->layers + 1, sizeof *m->block)) != NULL;
     if (!ok)
         cg_set_error("charlm: out of memory");
-    ok = ok && (m->pe = cg_hold(cg_sinusoidal_pe(cfg->max_len, cfg->d))) != NULL; /* beyond scopes */
+    ok =
+        ok && (m->pe = cg_hold(cg_sinusoidal_pe(cfg->max_len, cfg->d))) != NULL; /* beyond scopes */
     ok = ok && (m->tok_emb =
                     cg_module_add_child(base, "tok_emb", cg_embed_new(cfg->vocab, cfg->d, &init)));
     ok = ok && (m->blocks = cg_module_add_child(base, "blocks", cg_module_new("ModuleList")));
@@ -142,10 +157,7 @@ cg_charlm *cg_charlm_new(const cg_charlm_config *cfg, uint64_t seed)
     return m;
 }
 
-void cg_charlm_free(cg_charlm *m)
-{
-    cg_module_free(CG_MODULE(m));
-}
+void cg_charlm_free(cg_charlm *m) { cg_module_free(CG_MODULE(m)); }
 
 void cg_charlm_set_recompute(cg_charlm *m, bool on)
 {

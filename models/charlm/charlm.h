@@ -30,16 +30,16 @@ extern "C" {
 #endif
 
 typedef struct {
-    int64_t vocab;      /* V */
-    int64_t d;          /* model width; d % H == 0 */
-    int64_t H;          /* attention heads */
-    int64_t layers;     /* >= 0 */
-    int64_t d_ff;       /* feed-forward width */
-    int64_t max_len;    /* longest sequence (positions table) */
-    cg_norm_kind norm;  /* layernorm | rmsnorm (eps 1e-5) */
-    cg_act act;         /* relu | gelu (tanh form) */
-    bool norm_first;    /* pre-norm (true) or post-norm */
-    float dropout;      /* in [0, 1); after the embedding and each sublayer */
+    int64_t vocab;     /* V */
+    int64_t d;         /* model width; d % H == 0 */
+    int64_t H;         /* attention heads */
+    int64_t layers;    /* >= 0 */
+    int64_t d_ff;      /* feed-forward width */
+    int64_t max_len;   /* longest sequence (positions table) */
+    cg_norm_kind norm; /* layernorm | rmsnorm (eps 1e-5) */
+    cg_act act;        /* relu | gelu (tanh form) */
+    bool norm_first;   /* pre-norm (true) or post-norm */
+    float dropout;     /* in [0, 1); after the embedding and each sublayer */
 } cg_charlm_config;
 
 /* models.py CharLMConfig defaults: V 65, d 128, H 4, 4 layers, d_ff 512,
@@ -56,14 +56,14 @@ bool cg_charlm_config_from_json(const char *json, cg_charlm_config *out);
 char *cg_charlm_config_to_json(const cg_charlm_config *c);
 
 typedef struct {
-    cg_module base;             /* type "CharLM" */
+    cg_module base; /* type "CharLM" */
     cg_charlm_config cfg;
-    cg_embed *tok_emb;          /* child "tok_emb" */
-    cg_module *blocks;          /* child "blocks" with children "0".."layers-1" */
-    cg_lm_block **block;        /* borrowed pointers to the blocks */
-    cg_norm *ln_f;              /* child "ln_f", NULL for post-norm */
-    cg_tensor *pe;              /* [max_len, d] sinusoidal positions, owned */
-    cg_rng dropout_rng;         /* every dropout mask of the model */
+    cg_embed *tok_emb;   /* child "tok_emb" */
+    cg_module *blocks;   /* child "blocks" with children "0".."layers-1" */
+    cg_lm_block **block; /* borrowed pointers to the blocks */
+    cg_norm *ln_f;       /* child "ln_f", NULL for post-norm */
+    cg_tensor *pe;       /* [max_len, d] sinusoidal positions, owned */
+    cg_rng dropout_rng;  /* every dropout mask of the model */
 } cg_charlm;
 
 /* A new model: Linear/Embedding weights ~ N(0, 0.02), biases 0, norm

@@ -14,7 +14,7 @@ bool cg_charlm_ckpt_save(const char *path, const cg_charlm *model, const cg_voca
     /* a character tokenizer borrowing vocab (not freed) */
     const cg_tokenizer tok = {.kind = CG_TOK_CHAR, .cv = (cg_vocab *)vocab};
     return cg_ckpt_save_owned(path, "charlm", cg_charlm_config_to_json(&model->cfg), &tok,
-                      CG_MODULE(model), optim, step, train_json);
+                              CG_MODULE(model), optim, step, train_json);
 }
 
 void cg_charlm_ckpt_free(cg_charlm_ckpt *c)
@@ -41,10 +41,14 @@ static bool shape_differs(const cg_charlm_config *a, const cg_charlm_config *b, 
     const struct {
         const char *name;
         int64_t x, y;
-    } f[] = {{"vocab", a->vocab, b->vocab},          {"d", a->d, b->d},
-             {"H", a->H, b->H},                      {"layers", a->layers, b->layers},
-             {"d_ff", a->d_ff, b->d_ff},             {"max_len", a->max_len, b->max_len},
-             {"norm", a->norm, b->norm},             {"act", a->act, b->act},
+    } f[] = {{"vocab", a->vocab, b->vocab},
+             {"d", a->d, b->d},
+             {"H", a->H, b->H},
+             {"layers", a->layers, b->layers},
+             {"d_ff", a->d_ff, b->d_ff},
+             {"max_len", a->max_len, b->max_len},
+             {"norm", a->norm, b->norm},
+             {"act", a->act, b->act},
              {"norm_first", a->norm_first, b->norm_first}};
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
         if (f[i].x != f[i].y) {
@@ -62,7 +66,8 @@ static bool load_adapter(const char *path, const cg_charlm_load_opts *o, cg_char
     cg_charlm_config cfg;
     if (!out->has_origin) {
         cg_set_error("adapter checkpoint '%s' does not record its base (no \"init_from\"); "
-                     "corrupt file?", path);
+                     "corrupt file?",
+                     path);
         return false;
     }
     if (!cg_charlm_config_from_json(cg_st_metadata(f, "config"), &cfg)) {
@@ -83,12 +88,13 @@ static bool load_adapter(const char *path, const cg_charlm_load_opts *o, cg_char
     bool ok = true;
     if (b.adapter) {
         cg_set_error("'%s', the base of adapter checkpoint '%s', is itself an adapter "
-                     "checkpoint", base, path);
+                     "checkpoint",
+                     base, path);
         ok = false;
     } else if (shape_differs(&b.model->cfg, &cfg, why, sizeof why)) {
         cg_set_error("'%s' is not the base checkpoint of adapter '%s': its %s in the adapter's "
-                     "base; pass --base with the checkpoint it was trained on ('%s')", base, path,
-                     why, out->origin.id.path);
+                     "base; pass --base with the checkpoint it was trained on ('%s')",
+                     base, path, why, out->origin.id.path);
         ok = false;
     } else {
         ok = cg_ft_origin_check(&out->origin, path, base) &&
@@ -113,8 +119,7 @@ bool cg_charlm_ckpt_load(const char *path, cg_charlm_ckpt *out)
     return cg_charlm_ckpt_load_opts(path, NULL, out);
 }
 
-bool cg_charlm_ckpt_load_opts(const char *path, const cg_charlm_load_opts *o,
-                              cg_charlm_ckpt *out)
+bool cg_charlm_ckpt_load_opts(const char *path, const cg_charlm_load_opts *o, cg_charlm_ckpt *out)
 {
     const cg_charlm_load_opts defaults = {.base = NULL, .seed = 0, .dropout = NAN};
     if (!o)

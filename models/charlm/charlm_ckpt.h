@@ -19,16 +19,16 @@ bool cg_charlm_ckpt_save(const char *path, const cg_charlm *model, const cg_voca
                          const cg_optim *optim, int64_t step, const char *train_json);
 
 typedef struct {
-    cg_charlm *model;   /* owned: built from "config", parameters loaded */
-    cg_tokenizer *tok;  /* owned (models/tokenizer.h): char or bpe */
-    cg_vocab *vocab;    /* a char tokenizer's vocabulary (borrowed from tok), else NULL */
-    int64_t step;       /* 0 if absent */
-    cg_st_file *file;   /* owned, open: for cg_optim_load and "train" */
+    cg_charlm *model;  /* owned: built from "config", parameters loaded */
+    cg_tokenizer *tok; /* owned (models/tokenizer.h): char or bpe */
+    cg_vocab *vocab;   /* a char tokenizer's vocabulary (borrowed from tok), else NULL */
+    int64_t step;      /* 0 if absent */
+    cg_st_file *file;  /* owned, open: for cg_optim_load and "train" */
     /* a fine-tuned model (models/train/finetune.h): where it started from */
     cg_ft_origin origin;
     bool has_origin;
-    bool adapter;       /* an adapter checkpoint: model = its base + the adapters */
-    char *base_path;    /* then the base loaded (owned) */
+    bool adapter;    /* an adapter checkpoint: model = its base + the adapters */
+    char *base_path; /* then the base loaded (owned) */
 } cg_charlm_ckpt;
 
 /* How a checkpoint is loaded (cg_charlm_ckpt_load_opts). */
@@ -47,8 +47,7 @@ typedef struct {
 bool cg_charlm_ckpt_load(const char *path, cg_charlm_ckpt *out);
 /* cg_charlm_ckpt_load with options (NULL: the defaults, base NULL, seed 0,
  * dropout NaN). */
-bool cg_charlm_ckpt_load_opts(const char *path, const cg_charlm_load_opts *o,
-                              cg_charlm_ckpt *out);
+bool cg_charlm_ckpt_load_opts(const char *path, const cg_charlm_load_opts *o, cg_charlm_ckpt *out);
 void cg_charlm_ckpt_free(cg_charlm_ckpt *c);
 /* The "train" metadata (borrowed) or NULL. */
 const char *cg_charlm_ckpt_train_json(const cg_charlm_ckpt *c);

@@ -134,7 +134,10 @@ static bool lm_finish(void *self, const cg_trainer *t, cJSON *j)
     return true;
 }
 
-static char *lm_config(void *self) { return cg_charlm_config_to_json(&((lm_run *)self)->model->cfg); }
+static char *lm_config(void *self)
+{
+    return cg_charlm_config_to_json(&((lm_run *)self)->model->cfg);
+}
 static const cg_tokenizer *lm_tokenizer(void *self) { return ((lm_run *)self)->tok; }
 
 /* The char LM's own state: its recipe and the batch stream, written into o
@@ -154,8 +157,8 @@ static bool lm_state(void *self, cJSON *o)
 
 /* The config of a fresh run from the flags (checked before the data is
  * read; the vocabulary size comes later). */
-static int lm_config_from_flags(const cg_cli_args *a, cg_train_recipe *rc,
-                                const char *preset_name, cg_charlm_config *cfg, int64_t *Bout)
+static int lm_config_from_flags(const cg_cli_args *a, cg_train_recipe *rc, const char *preset_name,
+                                cg_charlm_config *cfg, int64_t *Bout)
 {
     const cg_train_preset *pr = cg_train_preset_find(PRESETS, CG_CHARLM_N_PRESETS, preset_name);
     *cfg = cg_charlm_config_default(); /* layernorm, gelu */
@@ -193,7 +196,9 @@ static int lm_check_base(const cg_cli_args *a, const cg_train_recipe *rec,
     const bool by_preset = cg_cli_given(a, preset);
     char bad[512] = "";
     int nbad = 0;
-#define CG_BAD(...)                                                                                  (snprintf(bad + strlen(bad), sizeof bad - strlen(bad), "%s", nbad++ ? ", " : ""),                 snprintf(bad + strlen(bad), sizeof bad - strlen(bad), __VA_ARGS__))
+#define CG_BAD(...)                                                                   \
+    (snprintf(bad + strlen(bad), sizeof bad - strlen(bad), "%s", nbad++ ? ", " : ""), \
+     snprintf(bad + strlen(bad), sizeof bad - strlen(bad), __VA_ARGS__))
     const struct {
         const void *dst;
         int64_t want, have;
@@ -248,8 +253,8 @@ static int lm_init_from(lm_run *r, cg_trainer *t, const cg_train_opts *o,
                         const cg_charlm_config *cfg, const cg_ft_lora *lora)
 {
     const cg_cli_args *a = o->args;
-    cg_charlm_load_opts lo = {
-        .seed = o->seed, .dropout = cg_cli_given(a, &rec->dropout) ? rec->dropout : NAN};
+    cg_charlm_load_opts lo = {.seed = o->seed,
+                              .dropout = cg_cli_given(a, &rec->dropout) ? rec->dropout : NAN};
     cg_charlm_ckpt ck;
     if (!cg_charlm_ckpt_load_opts(o->init_from, &lo, &ck))
         return cg_prog_fail("--init-from: %s", cg_last_error());
@@ -302,7 +307,8 @@ static int lm_train(lm_run *r, cg_trainer *t, cg_train_opts *o, cg_train_recipe 
         if (base && !ck.adapter) {
             cg_charlm_ckpt_free(&ck);
             return cg_prog_fail("--base: '%s' is not a LoRA adapter checkpoint (it holds its "
-                                "whole model)", o->resume);
+                                "whole model)",
+                                o->resume);
         }
         r->model = ck.model;
         r->tok = ck.tok;
@@ -347,8 +353,7 @@ static int lm_train(lm_run *r, cg_trainer *t, cg_train_opts *o, cg_train_recipe 
                             "%lld/%lld, but windows of %lld+1 are needed (use a longer text or "
                             "a smaller --block-size)",
                             o->data, (long long)r->corpus->n, bpe ? "tokens" : "characters",
-                            (long long)r->tr.n,
-                            (long long)r->va.n, (long long)r->T);
+                            (long long)r->tr.n, (long long)r->va.n, (long long)r->T);
     if (!cg_dist_share(r->B, &r->r0, &r->r1))
         return cg_prog_fail("--batch-size %lld is smaller than the %d ranks", (long long)r->B,
                             cg_dist_size());
@@ -366,18 +371,30 @@ static int lm_train(lm_run *r, cg_trainer *t, cg_train_opts *o, cg_train_recipe 
             PROG ": %lld chars%s, vocab %lld, train %lld, val %lld, params %lld; %s d=%lld H=%lld "
                  "layers=%lld d_ff=%lld T=%lld B=%lld, %lld steps, precision %s\n",
             (long long)r->corpus->chars, bpe ? " in bpe tokens" : "",
-            (long long)cg_tokenizer_vocab_size(r->tok), (long long)r->tr.n,
-            (long long)r->va.n, (long long)cg_module_num_params(CG_MODULE(r->model)),
-            o->resume ? "resumed" : o->init_from ? "base" : preset_name, (long long)c->d, (long long)c->H,
-            (long long)c->layers, (long long)c->d_ff, (long long)r->T, (long long)r->B,
-            (long long)o->steps, cg_precision_name(o->precision));
-    cg_trainer_model m = {
-        .name = "charlm", .plot_title = "charlm loss", .module = CG_MODULE(r->model),
-        .dropout_rng = &r->model->dropout_rng, .optim = cg_adamw_config(r->lr, 0.9, 0.99, 1e-8),
-        .weight_decay_2d = WEIGHT_DECAY, .clip_norm = CLIP_NORM, .eval_at_start = true,
-        .self = r, .batch = lm_batch, .loss = lm_loss, .lr = lm_lr, .evaluate = lm_evaluate,
-        .finish = lm_finish, .config_json = lm_config, .tokenizer = lm_tokenizer,
-        .state_save = lm_state};
+            (long long)cg_tokenizer_vocab_size(r->tok), (long long)r->tr.n, (long long)r->va.n,
+            (long long)cg_module_num_params(CG_MODULE(r->model)),
+            o->resume      ? "resumed"
+            : o->init_from ? "base"
+                           : preset_name,
+            (long long)c->d, (long long)c->H, (long long)c->layers, (long long)c->d_ff,
+            (long long)r->T, (long long)r->B, (long long)o->steps, cg_precision_name(o->precision));
+    cg_trainer_model m = {.name = "charlm",
+                          .plot_title = "charlm loss",
+                          .module = CG_MODULE(r->model),
+                          .dropout_rng = &r->model->dropout_rng,
+                          .optim = cg_adamw_config(r->lr, 0.9, 0.99, 1e-8),
+                          .weight_decay_2d = WEIGHT_DECAY,
+                          .clip_norm = CLIP_NORM,
+                          .eval_at_start = true,
+                          .self = r,
+                          .batch = lm_batch,
+                          .loss = lm_loss,
+                          .lr = lm_lr,
+                          .evaluate = lm_evaluate,
+                          .finish = lm_finish,
+                          .config_json = lm_config,
+                          .tokenizer = lm_tokenizer,
+                          .state_save = lm_state};
     return cg_trainer_run(t, &m);
 }
 
@@ -408,26 +425,31 @@ static int cmd_train(int argc, char **argv)
          "  --out " DEFAULT_OUT ", --steps 2000, --eval-every 250, --lr 1e-3,\n"
          "  --dropout 0, --label-smoothing 0, --norm layernorm, --act gelu, --norm-first true,\n"
          "  --tokenizer char\n"
-         "\n", 0},
+         "\n",
+         0},
         {NULL, 0, NULL, 0, 0, "fine-tuning (nanoGPT's init_from; PEFT's LoRA):\n", 0},
         {"--init-from", CG_CLI_STR, &o.init_from, 0, 0,
          "  --init-from FILE   a new run from this checkpoint's weights, on --data: its\n"
          "                     shape and tokenizer, a fresh optimizer, step 0 (the file is\n"
-         "                     only read; the checkpoint records it)\n", CG_CLI_FIXED},
+         "                     only read; the checkpoint records it)\n",
+         CG_CLI_FIXED},
         {"--lora-rank", CG_CLI_I64, &lora.rank, 1, 1 << 16,
          "  --lora-rank R      with --init-from: freeze the model and train LoRA adapters\n"
          "                     of rank R; the checkpoint holds only the adapters (sample and\n"
-         "                     eval load the base with them)\n", CG_CLI_FIXED},
+         "                     eval load the base with them)\n",
+         CG_CLI_FIXED},
         {"--lora-alpha", CG_CLI_F64, &lora.alpha, 1e-6, 1e6,
          "  --lora-alpha A     the adapters' scale is A/R (default 2R)\n", CG_CLI_FIXED},
         {"--lora-dropout", CG_CLI_F64, &lora.dropout, 0, 0.999999,
          "  --lora-dropout P   dropout on the adapters' input (default 0)\n", CG_CLI_FIXED},
         {"--lora-targets", CG_CLI_STR, &lora.targets, 0, 0,
          "  --lora-targets L   the Linears adapted, comma-separated (default\n"
-         "                     " CG_FT_LORA_TARGETS ")\n", CG_CLI_FIXED},
+         "                     " CG_FT_LORA_TARGETS ")\n",
+         CG_CLI_FIXED},
         {"--base", CG_CLI_STR, &base, 0, 0,
          "  --base FILE        with --resume of a LoRA run: its base checkpoint (default:\n"
-         "                     the file it recorded)\n\n", 0},
+         "                     the file it recorded)\n\n",
+         0},
         CG_TRAIN_RECIPE_FLAGS(&rec),
         CG_TRAIN_RUN_FLAGS(&o),
     };
@@ -472,8 +494,7 @@ static const char *SAMPLE_HELP =
     "  --base FILE         a LoRA checkpoint's base (default: the file it recorded)\n"
     "  --prompt TEXT       start of the text (default a newline); characters not in\n"
     "                      the vocabulary are replaced, with a warning\n"
-    "  --length N          characters (bpe: tokens) to generate (default 500)\n"
-    CG_SAMPLE_HELP
+    "  --length N          characters (bpe: tokens) to generate (default 500)\n" CG_SAMPLE_HELP
     "  --no-cache          recompute the whole context at every step\n"
     "  --precision P       fp32 or bf16 matrix products (bf16 weights: about twice\n"
     "                      the speed); default: the checkpoint's training precision\n"
@@ -500,9 +521,11 @@ static bool write_attention_png(cg_charlm *m, const cg_tokenizer *tok, const int
     cg_no_grad_begin();
     cg_tensor *logits = cg_charlm_forward(m, ids, 1, n);
     cg_no_grad_end();
-    bool ok = logits && cg_plot_attention_ids(path, "charlm attention (rows: queries, columns: "
-                                              "keys)", (int)m->cfg.layers, mods, tok, ids, (int)n,
-                                              ids, (int)n);
+    bool ok =
+        logits && cg_plot_attention_ids(path,
+                                        "charlm attention (rows: queries, columns: "
+                                        "keys)",
+                                        (int)m->cfg.layers, mods, tok, ids, (int)n, ids, (int)n);
     cg_release(logits);
     cg_module_keep_attention_weights(CG_MODULE(m), false);
     free(mods);
@@ -528,8 +551,8 @@ static int cmd_sample(int argc, char **argv)
         {"--attention", CG_CLI_STR, &attn_png, 0, 0, NULL, 0},
         {"--threads", CG_CLI_I64, &threads, 1, 1024, NULL, 0},
     };
-    int prc = cg_prog_parse(argc, argv, opts, 9 + cg_sample_cli_opts(&so, &seed, opts + 9),
-                            SAMPLE_HELP);
+    int prc =
+        cg_prog_parse(argc, argv, opts, 9 + cg_sample_cli_opts(&so, &seed, opts + 9), SAMPLE_HELP);
     if (prc >= 0 || (prc = cg_precision_flag(precision, NULL)) >= 0)
         return prc;
     if (attn_png && !cg_out_picture_check(attn_png, force, ckpt, "--ckpt"))
@@ -568,9 +591,9 @@ static int cmd_sample(int argc, char **argv)
     fflush(stdout);
     /* CPU time too: on a shared machine it moves less than the wall time */
     const char *unit = ck.vocab ? "characters" : "tokens";
-    fprintf(stderr, PROG ": %lld %s in %.2f s (%.1f %s/s, %.2f CPU s, %s, %s)\n",
-            (long long)length, unit, t_gen, t_gen > 0 ? (double)length / t_gen : 0.0, unit,
-            c_gen, no_cache ? "full recompute" : "key/value cache", cg_precision_name(prec));
+    fprintf(stderr, PROG ": %lld %s in %.2f s (%.1f %s/s, %.2f CPU s, %s, %s)\n", (long long)length,
+            unit, t_gen, t_gen > 0 ? (double)length / t_gen : 0.0, unit, c_gen,
+            no_cache ? "full recompute" : "key/value cache", cg_precision_name(prec));
     if (attn_png) {
         int64_t total = n + length, w = total < 32 ? total : 32;
         if (w > ck.model->cfg.max_len)
@@ -674,7 +697,7 @@ static const char MAIN_HELP[] =
 
 int main(int argc, char **argv)
 {
-    const cg_prog_command cmds[] = {{"train", cmd_train}, {"sample", cmd_sample},
-                                    {"eval", cmd_eval}};
+    const cg_prog_command cmds[] = {
+        {"train", cmd_train}, {"sample", cmd_sample}, {"eval", cmd_eval}};
     return cg_prog_main(argc, argv, PROG, MAIN_HELP, cmds, 3);
 }

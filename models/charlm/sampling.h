@@ -50,10 +50,10 @@ typedef cg_sample_config cg_sample_opts;
  * their defaults (1, 0 = all, 1 = off, 1); returns 4. CG_SAMPLE_HELP is
  * their help. */
 int cg_sample_cli_opts(cg_sample_opts *o, uint64_t *seed, cg_cli_opt *opts);
-#define CG_SAMPLE_HELP                                                                        \
-    "  --temperature X     softmax temperature (default 1; 0 = greedy)\n"                    \
-    "  --top-k K           keep the K most likely tokens (default 0 = all)\n"                \
-    "  --top-p P           nucleus sampling mass in (0, 1] (default 1 = off)\n"              \
+#define CG_SAMPLE_HELP                                                          \
+    "  --temperature X     softmax temperature (default 1; 0 = greedy)\n"       \
+    "  --top-k K           keep the K most likely tokens (default 0 = all)\n"   \
+    "  --top-p P           nucleus sampling mass in (0, 1] (default 1 = off)\n" \
     "  --seed N            sampling seed (default 1)\n"
 
 /* Called with each new id as it is generated (for printing as it goes);

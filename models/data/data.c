@@ -144,9 +144,8 @@ static cg_tokenizer *train_on_lines(char *text, int64_t vocab_size)
             break;
         p = e + 1;
     }
-    cg_tokenizer *t = n ? cg_tokenizer_train(CG_TOK_BPE, true, (const char *const *)lines, n,
-                                             vocab_size)
-                        : NULL;
+    cg_tokenizer *t =
+        n ? cg_tokenizer_train(CG_TOK_BPE, true, (const char *const *)lines, n, vocab_size) : NULL;
     if (!n)
         cg_set_error("the training split has no text to train a tokenizer on");
     free(lines);
@@ -180,7 +179,8 @@ static cg_corpus *corpus_bpe(const char *path, cg_tokenizer **tok, int64_t vocab
         tr = NULL;
         cg_set_error("--vocab-size %lld is too small for this text: BPE needs at least %lld ids "
                      "(260 + one piece for each character of the training split and for the "
-                     "word boundary)", (long long)vocab_size, (long long)need);
+                     "word boundary)",
+                     (long long)vocab_size, (long long)need);
     }
     if (tr && va && !*tok) {
         char *lines = strdup(tr);
@@ -199,8 +199,8 @@ static cg_corpus *corpus_bpe(const char *path, cg_tokenizer **tok, int64_t vocab
     if (ids) {
         for (int64_t i = 0; i < nt + nv; i++)
             ids[i] = (int32_t)(i < nt ? a[i] : b[i - nt]);
-        *c = (cg_corpus){.n = nt + nv, .ids = ids, .n_train = nt, .chars = n,
-                         .chars_train = n_train};
+        *c = (cg_corpus){
+            .n = nt + nv, .ids = ids, .n_train = nt, .chars = n, .chars_train = n_train};
     } else {
         if (b && !cg_has_error())
             cg_set_error("out of memory");
@@ -251,10 +251,7 @@ double cg_corpus_val_bpc(const cg_corpus *c, double nats)
                            : cg_bits_per_char(nats, (double)tokens, (double)chars);
 }
 
-cg_split_view cg_corpus_train(const cg_corpus *c)
-{
-    return (cg_split_view){c->ids, c->n_train};
-}
+cg_split_view cg_corpus_train(const cg_corpus *c) { return (cg_split_view){c->ids, c->n_train}; }
 
 cg_split_view cg_corpus_val(const cg_corpus *c)
 {

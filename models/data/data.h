@@ -28,10 +28,10 @@ extern "C" {
 #endif
 
 typedef struct {
-    int64_t n;          /* characters */
-    int32_t *ids;       /* n ids (int32: half the memory of int64) */
-    int64_t n_train;    /* int(0.9 * n); train = ids[0, n_train) */
-    int64_t unknown;    /* characters mapped to vocab->unk (0 when the
+    int64_t n;       /* characters */
+    int32_t *ids;    /* n ids (int32: half the memory of int64) */
+    int64_t n_train; /* int(0.9 * n); train = ids[0, n_train) */
+    int64_t unknown; /* characters mapped to vocab->unk (0 when the
                            vocabulary was built from this text) */
     uint32_t first_unknown;
     int64_t chars, chars_train; /* the characters the ids spell, in all and in

@@ -31,8 +31,8 @@ cJSON *cg_data_id_to_json(const cg_data_id *id)
     char h[24], sz[24];
     snprintf(h, sizeof h, "%016" PRIx64, id->hash);
     snprintf(sz, sizeof sz, "%" PRIu64, id->size);
-    if (!o || !cg_json_add_name(o, "path", id->path) ||
-        !cJSON_AddStringToObject(o, "size", sz) || !cJSON_AddStringToObject(o, "xxh3", h)) {
+    if (!o || !cg_json_add_name(o, "path", id->path) || !cJSON_AddStringToObject(o, "size", sz) ||
+        !cJSON_AddStringToObject(o, "xxh3", h)) {
         cJSON_Delete(o);
         cg_set_error("out of memory");
         return NULL;
@@ -48,8 +48,7 @@ bool cg_data_id_from_json(const cJSON *o, const char *what, cg_data_id *out)
     const cJSON *h = cJSON_GetObjectItemCaseSensitive(o, "xxh3");
     char *e1 = NULL, *e2 = NULL;
     bool ok = p && cJSON_IsString(s) && cJSON_IsString(h) && strlen(p) < sizeof out->path &&
-              s->valuestring[0] >= '0' && s->valuestring[0] <= '9' &&
-              strlen(h->valuestring) == 16;
+              s->valuestring[0] >= '0' && s->valuestring[0] <= '9' && strlen(h->valuestring) == 16;
     if (ok) {
         errno = 0;
         out->size = strtoull(s->valuestring, &e1, 10);
@@ -60,7 +59,8 @@ bool cg_data_id_from_json(const cJSON *o, const char *what, cg_data_id *out)
     free(p);
     if (!ok)
         cg_set_error("%s: malformed data identity (expected {\"path\": ..., \"size\": \"N\", "
-                     "\"xxh3\": \"<16 hex digits>\"})", what);
+                     "\"xxh3\": \"<16 hex digits>\"})",
+                     what);
     return ok;
 }
 
@@ -68,15 +68,15 @@ bool cg_data_id_check(const cg_data_id *stored, const cg_data_id *read)
 {
     if (read->size != stored->size) {
         cg_set_error("'%s' is not the data this checkpoint was trained on ('%s'): %" PRIu64
-                     " bytes, the checkpoint's %" PRIu64, read->path, stored->path, read->size,
-                     stored->size);
+                     " bytes, the checkpoint's %" PRIu64,
+                     read->path, stored->path, read->size, stored->size);
         return false;
     }
     if (read->hash != stored->hash) {
         cg_set_error("'%s' is not the data this checkpoint was trained on ('%s'): same size "
                      "(%" PRIu64 " bytes) but a different checksum (xxh3 %016" PRIx64 ", the "
-                     "checkpoint's %016" PRIx64 "; edited?)", read->path, stored->path,
-                     read->size, read->hash, stored->hash);
+                     "checkpoint's %016" PRIx64 "; edited?)",
+                     read->path, stored->path, read->size, read->hash, stored->hash);
         return false;
     }
     return true;

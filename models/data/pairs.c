@@ -139,7 +139,8 @@ bool cg_pairs_parse(const char *text, size_t len, const char *name, cg_pairs *ou
         }
         if (tab == start || tab + 1 == start + llen) {
             cg_set_error("%s:%lld: empty %s (expected \"source<TAB>target\" with text on both "
-                         "sides)", name, (long long)line, tab == start ? "source" : "target");
+                         "sides)",
+                         name, (long long)line, tab == start ? "source" : "target");
             goto fail;
         }
         *tab = '\0';
@@ -192,7 +193,8 @@ bool cg_pairs_split(const cg_pairs *p, int64_t n_valid, int64_t n_test, cg_pair_
     memset(out, 0, sizeof *out);
     if (n_valid < 0 || n_test < 0 || p->n <= n_valid + n_test) {
         cg_set_error("split: %lld pairs are too few for %lld validation + %lld test pairs and "
-                     "a training set", (long long)p->n, (long long)n_valid, (long long)n_test);
+                     "a training set",
+                     (long long)p->n, (long long)n_valid, (long long)n_test);
         return false;
     }
     int64_t *perm = malloc((size_t)p->n * sizeof *perm);

@@ -40,15 +40,15 @@ void cg_mt_permutation(cg_mt19937 *r, int64_t n, int64_t *out);
 
 /* ------------------------------------------------------------ pairs */
 typedef struct {
-    char *src, *tgt;      /* NUL-terminated UTF-8, owned by the set */
-    int32_t src_len;      /* code points */
+    char *src, *tgt; /* NUL-terminated UTF-8, owned by the set */
+    int32_t src_len; /* code points */
     int32_t tgt_len;
 } cg_pair;
 
 typedef struct {
     cg_pair *items;
     int64_t n, cap;
-    char *buf;            /* backing text (NULL for sets of borrowed strings) */
+    char *buf; /* backing text (NULL for sets of borrowed strings) */
 } cg_pairs;
 
 /* Read a pair file. Errors (one clear message each): the file cannot be
@@ -89,8 +89,8 @@ int64_t cg_pairs_warn_unknown(const cg_pairs *p, const int64_t *idx, int64_t n,
 
 /* ---------------------------------------------------------- batches */
 typedef struct {
-    int64_t *idx;         /* pair indices, all batches back to back */
-    int64_t *start;       /* batch b is idx[start[b] .. start[b+1]) */
+    int64_t *idx;   /* pair indices, all batches back to back */
+    int64_t *start; /* batch b is idx[start[b] .. start[b+1]) */
     int64_t n_batches;
 } cg_batches;
 
@@ -106,7 +106,7 @@ void cg_batches_free(cg_batches *b);
 typedef struct {
     int64_t B, S, T;
     int64_t *src, *tgt_in, *tgt_out;
-    int64_t n_tokens;     /* non-pad entries of tgt_out */
+    int64_t n_tokens; /* non-pad entries of tgt_out */
 } cg_batch;
 
 bool cg_batch_make(const cg_pairs *p, const int64_t *idx, int64_t n, const cg_pair_vocab *v,

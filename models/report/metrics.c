@@ -138,9 +138,9 @@ static bool is_13a_punct(uint32_t c)
 }
 
 typedef struct {
-    u32vec cp;      /* the tokenised line as code points */
-    u32vec tmp;     /* scratch */
-    u32vec start;   /* token i is cp.v[start.v[i] .. start.v[i] + len.v[i]) */
+    u32vec cp;    /* the tokenised line as code points */
+    u32vec tmp;   /* scratch */
+    u32vec start; /* token i is cp.v[start.v[i] .. start.v[i] + len.v[i]) */
     u32vec len;
 } tok13a;
 
@@ -175,8 +175,7 @@ static bool pair_rule_matches(int rule, uint32_t a, uint32_t b)
         return !is_digit(a) && (b == '.' || b == ',');
     case RULE_DOT_BEFORE: /* ([\.,])([^0-9]) -> " \1 \2" */
         return (a == '.' || a == ',') && !is_digit(b);
-    default: /* ([0-9])(-) -> "\1 \2 " */
-        return is_digit(a) && b == '-';
+    default: /* ([0-9])(-) -> "\1 \2 " */ return is_digit(a) && b == '-';
     }
 }
 

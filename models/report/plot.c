@@ -29,8 +29,14 @@
 #include "core/utf8.h"
 #include "nn/safetensors.h"
 
-enum { WHITE = 0xFFFFFF, BLACK = 0x000000, TEXT = 0x222222, GRID = 0xE2E2E2, AXIS = 0x555555,
-       NAN_GREY = 0xC8C8C8 };
+enum {
+    WHITE = 0xFFFFFF,
+    BLACK = 0x000000,
+    TEXT = 0x222222,
+    GRID = 0xE2E2E2,
+    AXIS = 0x555555,
+    NAN_GREY = 0xC8C8C8
+};
 
 /* cmap0 slots: fixed colours first, then one per series; FILL is rewritten
  * for every heatmap cell. */
@@ -45,7 +51,7 @@ static const uint32_t PALETTE[] = {0x1F5FBF, 0xE8601C, 0x2CA02C, 0xC62839, 0x8E6
 uint32_t cg_plot_colormap(float t)
 {
     static const float stops[][3] = {
-        {68, 1, 84}, {71, 44, 122}, {59, 81, 139}, {44, 113, 142}, {33, 144, 141},
+        {68, 1, 84},    {71, 44, 122}, {59, 81, 139},  {44, 113, 142}, {33, 144, 141},
         {39, 173, 129}, {92, 200, 99}, {170, 220, 50}, {253, 231, 37},
     };
     const int n = (int)(sizeof stops / sizeof stops[0]);
@@ -180,7 +186,8 @@ static bool pl_begin(pl_out *o, const char *who, const char *path, int W, int H,
     o->H = H;
     const char *dev = ends_with(path, ".png") ? "pngcairo" : ends_with(path, ".svg") ? "svg" : NULL;
     if (!dev) {
-        cg_set_error("%s: %s: unknown picture format (the name must end in .png or .svg)", who, path);
+        cg_set_error("%s: %s: unknown picture format (the name must end in .png or .svg)", who,
+                     path);
         return false;
     }
     pthread_mutex_lock(&pl_lock);
@@ -215,7 +222,7 @@ static bool pl_begin(pl_out *o, const char *who, const char *path, int W, int H,
     plsdev(dev);
     if (crisp && dev[0] == 'p')
         plsetopt("drvopt", "graphics_anti_aliasing=1"); /* CAIRO_ANTIALIAS_NONE */
-    plsfile(mem); /* PLplot closes it in plend1 */
+    plsfile(mem);                                       /* PLplot closes it in plend1 */
     plspage(0, 0, W, H, 0, 0);
     plscmap0n(C_SERIES0 + n_colors + 1);
     set_color(C_BG, WHITE);
@@ -246,7 +253,8 @@ static bool write_atomic(const char *who, const char *path, const char *buf, siz
     snprintf(tmp, lp + 32, "%s.tmp.%ld.%lu", path, (long)getpid(), ++seq);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
-        cg_set_error("%s: cannot create a temporary file next to %s: %s", who, path, strerror(errno));
+        cg_set_error("%s: cannot create a temporary file next to %s: %s", who, path,
+                     strerror(errno));
         free(tmp);
         return false;
     }
@@ -315,8 +323,7 @@ static void vp_px(const pl_out *o, double x0, double y0, double x1, double y1)
 }
 
 /* Text at pixel position (x, y = vertical centre) of the page. */
-static void text_px(const pl_out *o, double x, double y, double just, double size_px,
-                    const char *s)
+static void text_px(const pl_out *o, double x, double y, double just, double size_px, const char *s)
 {
     vp_px(o, 0, 0, o->W, o->H);
     plwind(0, o->W, o->H, 0);
@@ -386,7 +393,10 @@ bool cg_plot_loss_curve(const char *path, const char *title, int n_series,
     return cg_plot_lines(path, &o, n_series, series);
 }
 
-static double series_x(const cg_plot_series *s, int i) { return s->x ? (double)s->x[i] : (double)i; }
+static double series_x(const cg_plot_series *s, int i)
+{
+    return s->x ? (double)s->x[i] : (double)i;
+}
 
 /* Log-axis tick values: 1, 2, 5 times powers of ten within [lo, hi] (log10
  * units) when that gives at least 3 of them, else every multiple 1..9; over
@@ -611,7 +621,8 @@ static void chart_axes(const chart *c, const pl_out *out, const cg_plot_opts *o)
  * point's diamond (4). */
 static void fill_round(const chart *c, double x, double y, double r, int n)
 {
-    double xppx = (c->wx1 - c->wx0) / (c->px1 - c->px0), yppx = (c->wy1 - c->wy0) / (c->py1 - c->py0);
+    double xppx = (c->wx1 - c->wx0) / (c->px1 - c->px0),
+           yppx = (c->wy1 - c->wy0) / (c->py1 - c->py0);
     PLFLT cx[16], cy[16];
     for (int a = 0; a < n; a++) {
         cx[a] = x + r * xppx * cos(a * 2 * M_PI / n);
@@ -624,8 +635,8 @@ static void fill_round(const chart *c, double x, double y, double r, int n)
  * points, a marker (a filled disc of that diameter in pixels) at every
  * point, and a lone point between gaps kept visible. xs, ys: room for S->n
  * points. Returns the line width. */
-static double chart_series(const chart *c, const cg_plot_series *S, int s, uint32_t col,
-                           PLFLT *xs, PLFLT *ys)
+static double chart_series(const chart *c, const cg_plot_series *S, int s, uint32_t col, PLFLT *xs,
+                           PLFLT *ys)
 {
     set_color(C_SERIES0 + s, col);
     plcol0(C_SERIES0 + s);
@@ -720,9 +731,9 @@ static bool legend_draw(const legend *L, double fs)
     font_px(fs);
     pllegend(&lw, &lh, PL_LEGEND_BACKGROUND | PL_LEGEND_BOUNDING_BOX,
              PL_POSITION_TOP | PL_POSITION_RIGHT | PL_POSITION_INSIDE, 0.02, 0.03, 0.08,
-             C_LEGEND_BG, C_AXIS, 1, 0, 0, L->n, L->opt, 1.0, 1.0, 1.8, 0.0, text_colors,
-             L->names, NULL, NULL, NULL, NULL, L->colors, L->styles, L->widths, L->colors,
-             L->sscale, L->nsym, L->syms);
+             C_LEGEND_BG, C_AXIS, 1, 0, 0, L->n, L->opt, 1.0, 1.0, 1.8, 0.0, text_colors, L->names,
+             NULL, NULL, NULL, NULL, L->colors, L->styles, L->widths, L->colors, L->sscale, L->nsym,
+             L->syms);
     free(text_colors);
     return true;
 }
@@ -736,7 +747,8 @@ bool cg_plot_lines(const char *path, const cg_plot_opts *opts, int n_series,
         o = *opts;
     chart c = {0};
     if (!lines_check(who, path, &o, n_series, series, &c.W, &c.H) ||
-        !chart_ranges(&c, who, &o, n_series, series) || !chart_layout(&c, who, &o, n_series, series))
+        !chart_ranges(&c, who, &o, n_series, series) ||
+        !chart_layout(&c, who, &o, n_series, series))
         return false;
 
     pl_out out;
@@ -753,8 +765,9 @@ bool cg_plot_lines(const char *path, const cg_plot_opts *opts, int n_series,
     bool mem_ok = legend_alloc(&L, n_series) && xs && ys;
     for (int s = 0; mem_ok && s < n_series; s++) {
         const cg_plot_series *S = &series[s];
-        uint32_t col = S->color ? S->color
-                                : PALETTE[next_palette++ % (int)(sizeof PALETTE / sizeof PALETTE[0])];
+        uint32_t col = S->color
+                           ? S->color
+                           : PALETTE[next_palette++ % (int)(sizeof PALETTE / sizeof PALETTE[0])];
         double width = chart_series(&c, S, s, col, xs, ys);
         if (S->name && *S->name)
             legend_add(&L, S, s, width, c.fs);
@@ -818,8 +831,8 @@ typedef struct {
     int maxdim, max_rows, max_cols; /* the largest panel side, rows, columns */
     int rlab, clab, tlen;           /* the longest row label, column label, panel title */
     double lo, hi;                  /* the colour scale */
-    int cell, step, step_c;         /* cell side (pixels); a label every step rows, step_c columns */
-    bool col_rotated;               /* column labels read upwards */
+    int cell, step, step_c; /* cell side (pixels); a label every step rows, step_c columns */
+    bool col_rotated;       /* column labels read upwards */
     double fs, rlab_w, clab_h, title_h, slot_w, slot_h, head_h, grid_w;
     int title_chars, W, H;
     char title[TEXT_BUF];
@@ -1052,7 +1065,7 @@ bool cg_plot_attention(const char *path, const char *title, int layers, int head
     }
     int n = layers * heads;
     cg_heatmap_panel *p = calloc((size_t)n, sizeof *p);
-    char (*titles)[40] = calloc((size_t)n, sizeof *titles);
+    char(*titles)[40] = calloc((size_t)n, sizeof *titles);
     if (!p || !titles) {
         free(p);
         free(titles);
@@ -1063,9 +1076,12 @@ bool cg_plot_attention(const char *path, const char *title, int layers, int head
         for (int h = 0; h < heads; h++) {
             int i = l * heads + h;
             snprintf(titles[i], sizeof titles[i], "layer %d head %d", l, h);
-            p[i] = (cg_heatmap_panel){.title = titles[i], .rows = rows, .cols = cols,
+            p[i] = (cg_heatmap_panel){.title = titles[i],
+                                      .rows = rows,
+                                      .cols = cols,
                                       .values = weights + (size_t)i * (size_t)rows * (size_t)cols,
-                                      .row_labels = row_labels, .col_labels = col_labels};
+                                      .row_labels = row_labels,
+                                      .col_labels = col_labels};
         }
     }
     bool ok = cg_plot_heatmaps(path, title, layers, heads, p, 0.0f, 1.0f);
@@ -1096,8 +1112,8 @@ bool cg_plot_attention_of(const char *path, const char *title, int layers, cg_mh
         if (!ok && !cg_has_error())
             cg_set_error("attention weights of layer %d were not recorded", l);
     }
-    ok = ok && cg_plot_attention(path, title, layers, (int)H, rows, cols, w, row_labels,
-                                 col_labels);
+    ok =
+        ok && cg_plot_attention(path, title, layers, (int)H, rows, cols, w, row_labels, col_labels);
     free(w);
     return ok;
 }

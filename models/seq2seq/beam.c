@@ -20,8 +20,8 @@ static cg_tensor *decode_logits(cg_seq2seq *m, const int64_t *ys, int64_t B, int
     return c;
 }
 
-bool cg_greedy_decode(cg_seq2seq *m, const int64_t *src, int64_t B, int64_t S,
-                      int64_t max_steps, int64_t *out, int64_t *lens, bool use_cache)
+bool cg_greedy_decode(cg_seq2seq *m, const int64_t *src, int64_t B, int64_t S, int64_t max_steps,
+                      int64_t *out, int64_t *lens, bool use_cache)
 {
     if (!m || !src || !out || !lens || B < 1 || max_steps < 1) {
         cg_set_error("greedy decode: bad arguments (B=%lld, max_steps=%lld)", (long long)B,
@@ -162,7 +162,7 @@ typedef struct {
     int64_t parent; /* index into the live list */
     int64_t tok;
     double score;
-    int64_t order;  /* generation order, for a stable sort */
+    int64_t order; /* generation order, for a stable sort */
 } cand;
 
 static int cand_cmp(const void *a, const void *b)
@@ -189,11 +189,11 @@ typedef struct {
     int64_t *live, *next, *parents; /* parents[i]: the live row next row i came from */
     double *lscore, *nscore, *lp;   /* lp: one row's log-probabilities */
     cand *cands;
-    int64_t *rows, *flat, *top;     /* rows: zeros (memory copies); flat: the decoder's input */
-    hyp *done;                      /* finished hypotheses (and, at the end, the live ones) */
+    int64_t *rows, *flat, *top; /* rows: zeros (memory copies); flat: the decoder's input */
+    hyp *done;                  /* finished hypotheses (and, at the end, the live ones) */
     int64_t n_done, n_live, T;
-    cg_kv_cache *cache;             /* NULL: every prefix is recomputed */
-    cg_seq2seq_memory mem, sel;     /* the source's memory; sel: n_live copies of it */
+    cg_kv_cache *cache;         /* NULL: every prefix is recomputed */
+    cg_seq2seq_memory mem, sel; /* the source's memory; sel: n_live copies of it */
 } beam_state;
 
 static bool beam_alloc(beam_state *b, cg_seq2seq *m, int beam, int64_t max_steps, bool use_cache)
@@ -244,8 +244,7 @@ static void beam_free(beam_state *b)
 }
 
 /* ids[0..len) joins the finished list with score. */
-static bool beam_finish(beam_state *b, const int64_t *ids, int64_t len, double score,
-                        bool finished)
+static bool beam_finish(beam_state *b, const int64_t *ids, int64_t len, double score, bool finished)
 {
     hyp *hp = &b->done[b->n_done++];
     hp->len = len;
@@ -329,8 +328,8 @@ static bool beam_select(beam_state *b, int64_t nc, double alpha)
 }
 
 bool cg_beam_search(cg_seq2seq *m, const int64_t *src, int64_t S, int beam, double alpha,
-                    int64_t max_steps, int64_t **out, int64_t *len, double *score,
-                    bool *finished, bool use_cache)
+                    int64_t max_steps, int64_t **out, int64_t *len, double *score, bool *finished,
+                    bool use_cache)
 {
     if (!m || !src || !out || !len || beam < 1 || max_steps < 1 || S < 1) {
         cg_set_error("beam search: bad arguments (beam=%d, max_steps=%lld)", beam,

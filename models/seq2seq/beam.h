@@ -21,8 +21,8 @@ extern "C" {
  * it never produced one). max_steps + 1 must not exceed the model's
  * max_len. use_cache: decode with a key/value cache (one position per
  * step; finished rows leave the cache), else recompute every prefix. */
-bool cg_greedy_decode(cg_seq2seq *m, const int64_t *src, int64_t B, int64_t S,
-                      int64_t max_steps, int64_t *out, int64_t *lens, bool use_cache);
+bool cg_greedy_decode(cg_seq2seq *m, const int64_t *src, int64_t B, int64_t S, int64_t max_steps,
+                      int64_t *out, int64_t *lens, bool use_cache);
 
 /* The length penalty ((5 + len) / 6)^alpha. */
 double cg_length_penalty(int64_t len, double alpha);
@@ -41,14 +41,14 @@ double cg_length_penalty(int64_t len, double alpha);
  * surviving hypotheses' parents at every step, else every prefix is
  * recomputed. */
 bool cg_beam_search(cg_seq2seq *m, const int64_t *src, int64_t S, int beam, double alpha,
-                    int64_t max_steps, int64_t **out, int64_t *len, double *score,
-                    bool *finished, bool use_cache);
+                    int64_t max_steps, int64_t **out, int64_t *len, double *score, bool *finished,
+                    bool use_cache);
 
 /* The score beam search gives hypothesis hyp[0..n) of source src: the sum
  * of log-probabilities of hyp (and of EOS after it if with_eos) divided by
  * lp(n + with_eos). NAN + error on failure. */
-double cg_seq2seq_score(cg_seq2seq *m, const int64_t *src, int64_t S, const int64_t *hyp,
-                        int64_t n, bool with_eos, double alpha);
+double cg_seq2seq_score(cg_seq2seq *m, const int64_t *src, int64_t S, const int64_t *hyp, int64_t n,
+                        bool with_eos, double alpha);
 
 #ifdef __cplusplus
 }

@@ -13,10 +13,17 @@
 /* ---------------------------------------------------------------- config */
 cg_seq2seq_config cg_seq2seq_config_default(void)
 {
-    return (cg_seq2seq_config){.vocab = 96, .d = 128, .H = 4, .enc_layers = 2,
-                               .dec_layers = 2, .d_ff = 512, .max_len = 256,
-                               .norm = CG_NORM_LAYERNORM, .act = CG_ACT_RELU,
-                               .norm_first = false, .dropout = 0.0f,
+    return (cg_seq2seq_config){.vocab = 96,
+                               .d = 128,
+                               .H = 4,
+                               .enc_layers = 2,
+                               .dec_layers = 2,
+                               .d_ff = 512,
+                               .max_len = 256,
+                               .norm = CG_NORM_LAYERNORM,
+                               .act = CG_ACT_RELU,
+                               .norm_first = false,
+                               .dropout = 0.0f,
                                .label_smoothing = 0.1f};
 }
 
@@ -26,10 +33,16 @@ bool cg_seq2seq_config_check(const cg_seq2seq_config *c)
         cg_set_error("seq2seq config: NULL");
         return false;
     }
-    struct { const char *name; int64_t v, min; } pos[] = {
-        {"vocab", c->vocab, 4}, {"d", c->d, 1}, {"H", c->H, 1},
-        {"enc_layers", c->enc_layers, 0}, {"dec_layers", c->dec_layers, 0},
-        {"d_ff", c->d_ff, 1}, {"max_len", c->max_len, 1}};
+    struct {
+        const char *name;
+        int64_t v, min;
+    } pos[] = {{"vocab", c->vocab, 4},
+               {"d", c->d, 1},
+               {"H", c->H, 1},
+               {"enc_layers", c->enc_layers, 0},
+               {"dec_layers", c->dec_layers, 0},
+               {"d_ff", c->d_ff, 1},
+               {"max_len", c->max_len, 1}};
     for (size_t i = 0; i < sizeof pos / sizeof pos[0]; i++)
         if (pos[i].v < pos[i].min) {
             cg_set_error("seq2seq config: %s must be >= %lld (got %lld)%s", pos[i].name,
@@ -38,8 +51,8 @@ bool cg_seq2seq_config_check(const cg_seq2seq_config *c)
             return false;
         }
     if (c->enc_layers > 1000000 || c->dec_layers > 1000000) {
-        cg_set_error("seq2seq config: too many layers (%lld + %lld)",
-                     (long long)c->enc_layers, (long long)c->dec_layers);
+        cg_set_error("seq2seq config: too many layers (%lld + %lld)", (long long)c->enc_layers,
+                     (long long)c->dec_layers);
         return false;
     }
     if (c->d % c->H) {
@@ -108,10 +121,7 @@ char *cg_seq2seq_config_to_json(const cg_seq2seq_config *c)
 }
 
 /* ----------------------------------------------------------------- model */
-static void seq2seq_destroy(cg_module *base)
-{
-    cg_release(((cg_seq2seq *)base)->pe);
-}
+static void seq2seq_destroy(cg_module *base) { cg_release(((cg_seq2seq *)base)->pe); }
 
 cg_seq2seq *cg_seq2seq_new(const cg_seq2seq_config *cfg, uint64_t seed)
 {
@@ -123,9 +133,14 @@ cg_seq2seq *cg_seq2seq_new(const cg_seq2seq_config *cfg, uint64_t seed)
     m->cfg = *cfg;
     m->dropout_rng = cg_rng_new(seed ^ 0x9e3779b97f4a7c15ULL);
     cg_rng init = cg_rng_new(seed);
-    cg_tf_config tf = {.d = cfg->d, .H = cfg->H, .d_ff = cfg->d_ff, .norm = cfg->norm,
-                       .act = cfg->act, .norm_first = cfg->norm_first,
-                       .dropout = cfg->dropout, .dropout_rng = &m->dropout_rng};
+    cg_tf_config tf = {.d = cfg->d,
+                       .H = cfg->H,
+                       .d_ff = cfg->d_ff,
+                       .norm = cfg->norm,
+                       .act = cfg->act,
+                       .norm_first = cfg->norm_first,
+                       .dropout = cfg->dropout,
+                       .dropout_rng = &m->dropout_rng};
     cg_module *base = CG_MODULE(m);
     bool ok = (m->pe = cg_hold(cg_sinusoidal_pe(cfg->max_len, cfg->d))) != NULL; /* beyond scopes */
     ok = ok && (m->emb = cg_module_add_child(base, "emb", cg_embed_new(cfg->vocab, cfg->d, &init)));
@@ -141,10 +156,7 @@ cg_seq2seq *cg_seq2seq_new(const cg_seq2seq_config *cfg, uint64_t seed)
     return m;
 }
 
-void cg_seq2seq_free(cg_seq2seq *m)
-{
-    cg_module_free(CG_MODULE(m));
-}
+void cg_seq2seq_free(cg_seq2seq *m) { cg_module_free(CG_MODULE(m)); }
 
 void cg_seq2seq_set_recompute(cg_seq2seq *m, bool on)
 {
@@ -155,8 +167,8 @@ void cg_seq2seq_set_recompute(cg_seq2seq *m, bool on)
 }
 
 /* Check a [B,L] batch of ids: sizes, length, vocabulary. */
-static bool check_ids(const cg_seq2seq *m, const char *op, const char *what,
-                      const int64_t *ids, int64_t B, int64_t L)
+static bool check_ids(const cg_seq2seq *m, const char *op, const char *what, const int64_t *ids,
+                      int64_t B, int64_t L)
 {
     if (!ids) {
         cg_set_error("seq2seq %s: NULL %s", op, what);
@@ -190,7 +202,8 @@ static cg_tensor *embed_at(cg_seq2seq *m, const int64_t *ids, int64_t B, int64_t
     if (!sc)
         return NULL;
     cg_tensor *e = cg_embed_forward(m->emb, ids, 2, (const int64_t[]){B, L});
-    cg_tensor *x = cg_add(cg_muls(e, (float)sqrt((double)m->cfg.d)), cg_view_narrow(m->pe, 0, pos, L));
+    cg_tensor *x =
+        cg_add(cg_muls(e, (float)sqrt((double)m->cfg.d)), cg_view_narrow(m->pe, 0, pos, L));
     cg_tensor *h = cg_keep(cg_dropout(x, m->cfg.dropout, &m->dropout_rng, m->base.training));
     cg_scope_end(sc);
     return h;
@@ -351,15 +364,16 @@ cg_tensor *cg_seq2seq_decode_step(cg_seq2seq *m, const int64_t *ids, int64_t B,
                                   const cg_seq2seq_memory *mem, cg_kv_cache *c)
 {
     if (!m || !c || (c->len == 0 && (!mem || !mem->memory))) {
-        cg_set_error("seq2seq decode step: NULL %s",
-                     !m ? "model" : !c ? "cache" : "memory on the first step");
+        cg_set_error("seq2seq decode step: NULL %s", !m   ? "model"
+                                                     : !c ? "cache"
+                                                          : "memory on the first step");
         return NULL;
     }
     if (!check_ids(m, "decode step", "target", ids, B, 1))
         return NULL;
     if (c->len >= m->cfg.max_len) {
-        cg_set_error("seq2seq decode step: position %lld is beyond max_len %lld",
-                     (long long)c->len, (long long)m->cfg.max_len);
+        cg_set_error("seq2seq decode step: position %lld is beyond max_len %lld", (long long)c->len,
+                     (long long)m->cfg.max_len);
         return NULL;
     }
     if (c->len == 0 && mem->B != B) {

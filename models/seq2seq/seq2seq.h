@@ -36,18 +36,18 @@ extern "C" {
 #define CG_EOS 2
 
 typedef struct {
-    int64_t vocab;          /* V, > 3 (PAD, BOS, EOS are 0, 1, 2) */
-    int64_t d;              /* d % H == 0 */
+    int64_t vocab; /* V, > 3 (PAD, BOS, EOS are 0, 1, 2) */
+    int64_t d;     /* d % H == 0 */
     int64_t H;
-    int64_t enc_layers;     /* >= 0 */
-    int64_t dec_layers;     /* >= 0 */
+    int64_t enc_layers; /* >= 0 */
+    int64_t dec_layers; /* >= 0 */
     int64_t d_ff;
-    int64_t max_len;        /* longest source or target sequence */
+    int64_t max_len; /* longest source or target sequence */
     cg_norm_kind norm;
     cg_act act;
     bool norm_first;
-    float dropout;          /* in [0, 1) */
-    float label_smoothing;  /* in [0, 1) */
+    float dropout;         /* in [0, 1) */
+    float label_smoothing; /* in [0, 1) */
 } cg_seq2seq_config;
 
 /* models.py Seq2SeqConfig defaults: V 96, d 128, H 4, 2+2 layers, d_ff 512,
@@ -61,12 +61,12 @@ bool cg_seq2seq_config_from_json(const char *json, cg_seq2seq_config *out);
 char *cg_seq2seq_config_to_json(const cg_seq2seq_config *c);
 
 typedef struct {
-    cg_module base;            /* type "Seq2Seq" */
+    cg_module base; /* type "Seq2Seq" */
     cg_seq2seq_config cfg;
-    cg_embed *emb;             /* child "emb" (shared, tied head) */
-    cg_enc_stack *encoder;     /* child "encoder" */
-    cg_dec_stack *decoder;     /* child "decoder" */
-    cg_tensor *pe;             /* [max_len, d], owned */
+    cg_embed *emb;         /* child "emb" (shared, tied head) */
+    cg_enc_stack *encoder; /* child "encoder" */
+    cg_dec_stack *decoder; /* child "decoder" */
+    cg_tensor *pe;         /* [max_len, d], owned */
     cg_rng dropout_rng;
 } cg_seq2seq;
 
@@ -80,8 +80,8 @@ void cg_seq2seq_set_recompute(cg_seq2seq *m, bool on);
 
 /* The encoder's output for one batch, kept for any number of decode calls. */
 typedef struct {
-    cg_tensor *memory;   /* [B,S,d], owned (one reference) */
-    uint8_t *src_pad;    /* [B*S], 1 where src == PAD; owned (malloc'd) */
+    cg_tensor *memory; /* [B,S,d], owned (one reference) */
+    uint8_t *src_pad;  /* [B*S], 1 where src == PAD; owned (malloc'd) */
     int64_t B, S;
 } cg_seq2seq_memory;
 

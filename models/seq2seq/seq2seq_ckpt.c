@@ -13,7 +13,7 @@ bool cg_seq2seq_ckpt_save(const char *path, const cg_seq2seq *model, const cg_to
                           const cg_optim *optim, int64_t step, const char *train_json)
 {
     return cg_ckpt_save_owned(path, "seq2seq", cg_seq2seq_config_to_json(&model->cfg), tok,
-                      CG_MODULE(model), optim, step, train_json);
+                              CG_MODULE(model), optim, step, train_json);
 }
 
 void cg_seq2seq_ckpt_free(cg_seq2seq_ckpt *c)
@@ -45,7 +45,8 @@ bool cg_seq2seq_ckpt_load(const char *path, cg_seq2seq_ckpt *out)
         goto fail;
     if (cg_tokenizer_vocab_size(out->tok) != cfg.vocab) {
         cg_set_error("checkpoint '%s': the %s tokenizer has %lld ids but the config's vocab "
-                     "is %lld", path, cg_tokenizer_kind_name(out->tok->kind),
+                     "is %lld",
+                     path, cg_tokenizer_kind_name(out->tok->kind),
                      (long long)cg_tokenizer_vocab_size(out->tok), (long long)cfg.vocab);
         goto fail;
     }

@@ -17,10 +17,10 @@ bool cg_seq2seq_ckpt_save(const char *path, const cg_seq2seq *model, const cg_to
                           const cg_optim *optim, int64_t step, const char *train_json);
 
 typedef struct {
-    cg_seq2seq *model;     /* owned */
-    cg_tokenizer *tok;     /* owned: char (with specials) or bpe */
+    cg_seq2seq *model; /* owned */
+    cg_tokenizer *tok; /* owned: char (with specials) or bpe */
     int64_t step;
-    cg_st_file *file;      /* owned, open */
+    cg_st_file *file; /* owned, open */
 } cg_seq2seq_ckpt;
 
 bool cg_seq2seq_ckpt_load(const char *path, cg_seq2seq_ckpt *out);

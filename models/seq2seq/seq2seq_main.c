@@ -151,7 +151,10 @@ static bool mt_finish(void *self, const cg_trainer *t, cJSON *j)
     return true;
 }
 
-static char *mt_config(void *self) { return cg_seq2seq_config_to_json(&((mt_run *)self)->model->cfg); }
+static char *mt_config(void *self)
+{
+    return cg_seq2seq_config_to_json(&((mt_run *)self)->model->cfg);
+}
 static const cg_tokenizer *mt_tokenizer(void *self) { return ((mt_run *)self)->d.tok; }
 
 /* The translator's own state: its recipe and its place in the batch order,
@@ -228,16 +231,15 @@ static void mt_setup(mt_run *r, cg_train_opts *o, cg_train_recipe *rec, cg_train
     }
     cg_seq2seq_ckpt_free(&ck);
     cg_seq2seq_set_recompute(r->model, rec->recompute);
-    if (!cg_mt_data_order(&r->d, (uint32_t)o->seed, (int)o->grad_accum, o->resume != NULL,
-                          t->start, o->resume))
+    if (!cg_mt_data_order(&r->d, (uint32_t)o->seed, (int)o->grad_accum, o->resume != NULL, t->start,
+                          o->resume))
         cg_prog_die_lib(NULL);
     fprintf(stderr,
             "train %lld pairs in %lld batches, valid %lld, test %lld, %s vocab %lld, params %lld, "
             "precision %s%s\n",
             (long long)r->d.n_train, (long long)r->d.batches.n_batches,
             (long long)r->d.split.n_valid, (long long)r->d.split.n_test,
-            cg_tokenizer_kind_name(r->d.tok->kind),
-            (long long)r->model->cfg.vocab,
+            cg_tokenizer_kind_name(r->d.tok->kind), (long long)r->model->cfg.vocab,
             (long long)cg_module_num_params(CG_MODULE(r->model)), cg_precision_name(o->precision),
             o->resume ? " (resumed)" : "");
 }
@@ -251,9 +253,17 @@ static int cmd_train(int argc, char **argv)
     rec.norm_first = false;
     rec.dropout = 0.3;
     rec.label_smoothing = 0.1;
-    mt_run r = {.preset = "tiny", .max_tokens = 3000, .warmup = 400, .max_len = 256,
-                .valid_size = 500, .test_size = 1000, .test_limit = 1000, .beam = 4,
-                .examples = 3, .factor = 0.25, .alpha = 0.6};
+    mt_run r = {.preset = "tiny",
+                .max_tokens = 3000,
+                .warmup = 400,
+                .max_len = 256,
+                .valid_size = 500,
+                .test_size = 1000,
+                .test_limit = 1000,
+                .beam = 4,
+                .examples = 3,
+                .factor = 0.25,
+                .alpha = 0.6};
     /* seq2seq train's flags, one row each (models/train/options.h: how to add
      * one), then the rows both train commands share */
     const cg_cli_opt opts[] = {
@@ -266,37 +276,30 @@ static int cmd_train(int argc, char **argv)
          CG_CLI_FIXED},
         {"--dec-layers", CG_CLI_I64, &rec.shape.dec_layers, 0, 1 << 10, NULL, CG_CLI_FIXED},
         {"--max-tokens", CG_CLI_I64, &r.max_tokens, 2, 1e9,
-         "  --max-tokens N       padded tokens per batch (default 3000)\n",
-         CG_CLI_FIXED},
+         "  --max-tokens N       padded tokens per batch (default 3000)\n", CG_CLI_FIXED},
         {"--factor", CG_CLI_F64, &r.factor, 1e-12, 1e3,
          "  --factor F           Noam factor (default 0.25; --lr X sets the peak instead:\n"
          "                       factor = X * sqrt(d * warmup))\n",
          CG_CLI_FIXED},
         {"--warmup", CG_CLI_I64, &r.warmup, 1, 1e9,
-         "  --warmup N           Noam warmup steps (default 400)\n",
-         CG_CLI_FIXED},
+         "  --warmup N           Noam warmup steps (default 400)\n", CG_CLI_FIXED},
         {"--max-len", CG_CLI_I64, &r.max_len, 3, 100000,
          "  --max-len N          longest sequence; longer training pairs are dropped (256)\n",
          CG_CLI_FIXED},
         {"--valid-size", CG_CLI_I64, &r.valid_size, 1, 1e9,
-         "  --valid-size N       validation pairs (default 500)\n",
-         CG_CLI_FIXED},
+         "  --valid-size N       validation pairs (default 500)\n", CG_CLI_FIXED},
         {"--test-size", CG_CLI_I64, &r.test_size, 1, 1e9,
-         "  --test-size N        test pairs (default 1000)\n",
-         CG_CLI_FIXED},
+         "  --test-size N        test pairs (default 1000)\n", CG_CLI_FIXED},
         {"--test-limit", CG_CLI_I64, &r.test_limit, 0, 1e9,
          "  --test-limit N       decode only this many test pairs at the end (default\n"
          "                       1000; 0 skips test decoding)\n",
          0},
         {"--beam", CG_CLI_I64, &r.beam, 1, 1000,
-         "  --beam N             beam size for the final test (default 4)\n",
-         0},
+         "  --beam N             beam size for the final test (default 4)\n", 0},
         {"--length-penalty", CG_CLI_F64, &r.alpha, -100, 100,
-         "  --length-penalty A   alpha of ((5+len)/6)^alpha (default 0.6)\n",
-         0},
+         "  --length-penalty A   alpha of ((5+len)/6)^alpha (default 0.6)\n", 0},
         {"--examples", CG_CLI_I64, &r.examples, 0, 1e9,
-         "  --examples N         test examples to print (default 3)\n",
-         0},
+         "  --examples N         test examples to print (default 3)\n", 0},
         {NULL, 0, NULL, 0, 0,
          "  --tokenizer          (shared, below): one vocabulary for source and target\n"
          "  defaults: --data " DEFAULT_DATA ", --out " DEFAULT_CKPT ",\n"
@@ -330,13 +333,21 @@ static int cmd_train(int argc, char **argv)
     if (rc < 0) {
         r.t = &t;
         mt_setup(&r, &o, &rec, &t);
-        cg_trainer_model m = {
-            .name = "seq2seq", .plot_title = "seq2seq: label-smoothed loss",
-            .module = CG_MODULE(r.model), .dropout_rng = &r.model->dropout_rng,
-            .optim = cg_adam_config(0.0, 0.9, 0.98, 1e-9), .clip_norm = 1.0, .self = &r,
-            .batch = mt_batch, .loss = mt_loss, .lr = mt_lr, .evaluate = mt_evaluate,
-            .finish = mt_finish, .config_json = mt_config, .tokenizer = mt_tokenizer,
-            .state_save = mt_state};
+        cg_trainer_model m = {.name = "seq2seq",
+                              .plot_title = "seq2seq: label-smoothed loss",
+                              .module = CG_MODULE(r.model),
+                              .dropout_rng = &r.model->dropout_rng,
+                              .optim = cg_adam_config(0.0, 0.9, 0.98, 1e-9),
+                              .clip_norm = 1.0,
+                              .self = &r,
+                              .batch = mt_batch,
+                              .loss = mt_loss,
+                              .lr = mt_lr,
+                              .evaluate = mt_evaluate,
+                              .finish = mt_finish,
+                              .config_json = mt_config,
+                              .tokenizer = mt_tokenizer,
+                              .state_save = mt_state};
         rc = cg_trainer_run(&t, &m);
     }
     cg_trainer_end(&t);
@@ -389,14 +400,15 @@ static int cmd_translate(int argc, char **argv)
         int64_t k = 0, *ids = NULL;
         if (cg_utf8_count(texts[i], strlen(texts[i]), &bad) < 0)
             cg_prog_warn("%s %lld is not valid UTF-8 (byte %zu): not translated (an empty line "
-                         "stands for it)", what, (long long)i + 1, bad + 1);
+                         "stands for it)",
+                         what, (long long)i + 1, bad + 1);
         else if (!(ids = cg_tokenizer_encode(c.tok, texts[i], &k, NULL)))
             cg_prog_warn("%s %lld: %s: not translated (an empty line stands for it)", what,
                          (long long)i + 1, cg_last_error());
         else if (k + 1 > max_len)
             cg_prog_warn("%s %lld has %lld tokens; the model takes at most %lld: not translated "
-                         "(an empty line stands for it)", what, (long long)i + 1, (long long)k,
-                         (long long)max_len - 1);
+                         "(an empty line stands for it)",
+                         what, (long long)i + 1, (long long)k, (long long)max_len - 1);
         skip[i] = !ids || k + 1 > max_len;
         free(ids);
         nbad += skip[i];
@@ -435,8 +447,8 @@ static const char EVAL_HELP[] =
     "\n"
     "options:\n"
     "  --data FILE          pairs (default: the file the checkpoint was trained on)\n"
-    "  --test-limit N       decode only the first N test pairs (default: all)\n"
-    CG_TRANSLATE_HELP(DEFAULT_CKPT);
+    "  --test-limit N       decode only the first N test pairs (default: all)\n" CG_TRANSLATE_HELP(
+        DEFAULT_CKPT);
 
 static int cmd_eval(int argc, char **argv)
 {
@@ -522,8 +534,7 @@ static int cmd_attention(int argc, char **argv)
         {"--out", CG_CLI_STR, &dir, 0, 0, NULL, 0},
         {"--threads", CG_CLI_I64, &threads, 1, 1024, NULL, 0},
     };
-    int prc = cg_prog_parse(argc, argv, opts, (int)(sizeof opts / sizeof opts[0]),
-                            ATTENTION_HELP);
+    int prc = cg_prog_parse(argc, argv, opts, (int)(sizeof opts / sizeof opts[0]), ATTENTION_HELP);
     if (prc >= 0)
         return prc;
     if (!text)

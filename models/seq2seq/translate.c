@@ -137,8 +137,7 @@ bool cg_mt_data_prepare(cg_mt_data *d, const char *path, int64_t max_len, int64_
     if (d->n_train == 0) {
         cg_set_error("%s: no training pair fits --max-len %lld (both sides at most %lld "
                      "character%s, leaving room for BOS and EOS)",
-                     path, (long long)max_len, (long long)max_len - 2,
-                     max_len - 2 == 1 ? "" : "s");
+                     path, (long long)max_len, (long long)max_len - 2, max_len - 2 == 1 ? "" : "s");
         return false;
     }
     d->valid_chars = 0;
@@ -147,8 +146,7 @@ bool cg_mt_data_prepare(cg_mt_data *d, const char *path, int64_t max_len, int64_
     if (!mt_tokenizer(d, path, kind, vocab_size, resume_tok, resume_path))
         return false;
     if (d->tok->kind == CG_TOK_CHAR) {
-        cg_pairs_warn_unknown(P, sp->valid, sp->n_valid, &d->tok->pv, prog,
-                              "the validation pairs");
+        cg_pairs_warn_unknown(P, sp->valid, sp->n_valid, &d->tok->pv, prog, "the validation pairs");
         cg_pairs_warn_unknown(P, sp->test, sp->n_test, &d->tok->pv, prog, "the test pairs");
     } else if (!cg_pairs_tokenize(&d->pairs, d->tok)) {
         prefix_error(path);
@@ -159,9 +157,9 @@ bool cg_mt_data_prepare(cg_mt_data *d, const char *path, int64_t max_len, int64_
         if (q->src_len + 1 > max_len || q->tgt_len + 1 > max_len) {
             cg_set_error("%s:%lld: the validation pair on line %lld is longer than --max-len "
                          "%lld (%lld and %lld tokens with EOS); raise --max-len or remove the "
-                         "line", path, (long long)sp->valid[i] + 1, (long long)sp->valid[i] + 1,
-                         (long long)max_len, (long long)q->src_len + 1,
-                         (long long)q->tgt_len + 1);
+                         "line",
+                         path, (long long)sp->valid[i] + 1, (long long)sp->valid[i] + 1,
+                         (long long)max_len, (long long)q->src_len + 1, (long long)q->tgt_len + 1);
             return false;
         }
     }
@@ -354,8 +352,7 @@ void cg_strings_free(char **s, int64_t n)
 }
 
 /* out[i] = the text of ids[0..L) (echoed); false + error. */
-static bool put_text(const cg_tokenizer *tok, const int64_t *ids, int64_t L, char **out,
-                     FILE *echo)
+static bool put_text(const cg_tokenizer *tok, const int64_t *ids, int64_t L, char **out, FILE *echo)
 {
     if (!(*out = cg_tokenizer_decode(tok, ids, L)))
         return false;
@@ -365,8 +362,8 @@ static bool put_text(const cg_tokenizer *tok, const int64_t *ids, int64_t L, cha
 }
 
 /* Greedy decoding of sources c0..c0+B at once into out[c0..). */
-static bool greedy_chunk(cg_seq2seq *m, const cg_tokenizer *tok, const cg_sources *src,
-                         int64_t c0, int64_t B, bool use_cache, char **out, FILE *echo)
+static bool greedy_chunk(cg_seq2seq *m, const cg_tokenizer *tok, const cg_sources *src, int64_t c0,
+                         int64_t B, bool use_cache, char **out, FILE *echo)
 {
     int64_t S = 0;
     for (int64_t i = 0; i < B; i++)
@@ -435,8 +432,8 @@ char **cg_translate_all(cg_seq2seq *m, const cg_tokenizer *tok, const cg_sources
     if (beam <= 1) {
         const int64_t chunk = 50;
         for (int64_t c0 = 0; ok && c0 < src->n; c0 += chunk)
-            ok = greedy_chunk(m, tok, src, c0, src->n - c0 < chunk ? src->n - c0 : chunk,
-                              use_cache, out, echo);
+            ok = greedy_chunk(m, tok, src, c0, src->n - c0 < chunk ? src->n - c0 : chunk, use_cache,
+                              out, echo);
     } else {
         for (int64_t i = 0; ok && i < src->n; i++)
             ok = beam_one(m, tok, src, i, beam, alpha, use_cache, out, echo);
@@ -485,8 +482,8 @@ bool cg_translate_score(cg_seq2seq *m, const cg_tokenizer *tok, const cg_pairs *
 
 /* dir/file: the attention of mods[0..layers) over row_ids x col_ids. */
 static bool draw(const char *dir, const char *file, const char *title, int layers,
-                 cg_mha *const *mods, const cg_tokenizer *tok, const int64_t *row_ids,
-                 int64_t Tq, const int64_t *col_ids, int64_t Tk, FILE *list)
+                 cg_mha *const *mods, const cg_tokenizer *tok, const int64_t *row_ids, int64_t Tq,
+                 const int64_t *col_ids, int64_t Tk, FILE *list)
 {
     size_t plen = strlen(dir) + strlen(file) + 2;
     char *path = malloc(plen);
@@ -495,8 +492,8 @@ static bool draw(const char *dir, const char *file, const char *title, int layer
         return false;
     }
     snprintf(path, plen, "%s/%s", dir, file);
-    bool ok = cg_plot_attention_ids(path, title, layers, mods, tok, row_ids, (int)Tq, col_ids,
-                                    (int)Tk);
+    bool ok =
+        cg_plot_attention_ids(path, title, layers, mods, tok, row_ids, (int)Tq, col_ids, (int)Tk);
     if (!ok)
         prefix_error(path);
     else if (list)
@@ -533,14 +530,14 @@ bool cg_seq2seq_draw_attention(cg_seq2seq *m, const cg_tokenizer *tok, const int
     if (ne > 0) {
         for (int i = 0; i < ne; i++)
             mods[i] = m->encoder->layers[i]->self_attn;
-        ok = draw(dir, "encoder_self.png", "encoder self-attention", ne, mods, tok, src, S, src,
-                  S, list);
+        ok = draw(dir, "encoder_self.png", "encoder self-attention", ne, mods, tok, src, S, src, S,
+                  list);
     }
     if (ok && nd > 0) {
         for (int i = 0; i < nd; i++)
             mods[i] = m->decoder->layers[i]->self_attn;
-        ok = draw(dir, "decoder_self.png", "decoder self-attention", nd, mods, tok, tin, T, tin,
-                  T, list);
+        ok = draw(dir, "decoder_self.png", "decoder self-attention", nd, mods, tok, tin, T, tin, T,
+                  list);
         for (int i = 0; ok && i < nd; i++)
             mods[i] = m->decoder->layers[i]->cross_attn;
         ok = ok && draw(dir, "cross.png", "cross-attention (rows: decoder input, columns: source)",
@@ -727,13 +724,15 @@ bool cg_mt_check_ranks(const cg_mt_data *d, int64_t max_tokens, bool resumed)
     if (resumed)
         cg_set_error("a batch of --max-tokens %lld (the checkpoint's) holds %lld pair%s, which "
                      "cannot be split over %d ranks (one pair per rank at least): resume on at "
-                     "most %lld rank%s", (long long)max_tokens, (long long)m, m == 1 ? "" : "s",
-                     R, (long long)m, m == 1 ? "" : "s");
+                     "most %lld rank%s",
+                     (long long)max_tokens, (long long)m, m == 1 ? "" : "s", R, (long long)m,
+                     m == 1 ? "" : "s");
     else if (advice > 0)
         cg_set_error("a batch of --max-tokens %lld holds %lld pair%s, which cannot be split over "
                      "%d ranks (one pair per rank at least): use --max-tokens %lld or more, or "
-                     "at most %lld rank%s", (long long)max_tokens, (long long)m,
-                     m == 1 ? "" : "s", R, (long long)advice, (long long)m, m == 1 ? "" : "s");
+                     "at most %lld rank%s",
+                     (long long)max_tokens, (long long)m, m == 1 ? "" : "s", R, (long long)advice,
+                     (long long)m, m == 1 ? "" : "s");
     else
         cg_set_error("%lld training pairs cannot be split over %d ranks: use at most %lld",
                      (long long)d->n_train, R, (long long)d->n_train);

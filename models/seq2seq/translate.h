@@ -48,7 +48,7 @@ typedef struct {
     int64_t epoch, pos; /* the epochs begun, the batches taken of this one */
     int64_t *perm;      /* this epoch's order */
     cg_mt19937 order;
-    cg_batch *bt;       /* the micro-batches of one optimizer step */
+    cg_batch *bt; /* the micro-batches of one optimizer step */
     int n_bt;
 } cg_mt_data;
 
@@ -183,13 +183,13 @@ typedef struct {
     bool no_cache;
 } cg_translate_opts;
 int cg_translate_cli_opts(cg_translate_opts *o, const char *default_ckpt, cg_cli_opt *opts);
-#define CG_TRANSLATE_HELP(default_ckpt)                                                       \
-    "  --ckpt FILE          checkpoint (default " default_ckpt ")\n"                          \
-    "  --beam N             beam size; 1 = greedy decoding (default 1)\n"                     \
-    "  --length-penalty A   alpha of the beam's ((5+len)/6)^alpha (default 0.6)\n"            \
+#define CG_TRANSLATE_HELP(default_ckpt)                                                      \
+    "  --ckpt FILE          checkpoint (default " default_ckpt ")\n"                         \
+    "  --beam N             beam size; 1 = greedy decoding (default 1)\n"                    \
+    "  --length-penalty A   alpha of the beam's ((5+len)/6)^alpha (default 0.6)\n"           \
     "  --no-cache           recompute the whole prefix at every step (no key/value cache)\n" \
-    "  --precision P        fp32 or bf16 matrix products (default: the checkpoint's\n"        \
-    "                       training precision)\n"                                            \
+    "  --precision P        fp32 or bf16 matrix products (default: the checkpoint's\n"       \
+    "                       training precision)\n"                                           \
     "  --threads N          threads (default 2)\n"
 
 #ifdef __cplusplus

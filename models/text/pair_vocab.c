@@ -98,8 +98,8 @@ char *cg_pair_vocab_to_json(const cg_pair_vocab *v)
 
 int64_t cg_pair_vocab_id(const cg_pair_vocab *v, uint32_t cp)
 {
-    const uint32_t *hit = v->n_chars
-        ? bsearch(&cp, v->chars, (size_t)v->n_chars, sizeof(uint32_t), cmp_u32) : NULL;
+    const uint32_t *hit =
+        v->n_chars ? bsearch(&cp, v->chars, (size_t)v->n_chars, sizeof(uint32_t), cmp_u32) : NULL;
     return hit ? 4 + (int64_t)(hit - v->chars) : CG_PAIR_UNK;
 }
 

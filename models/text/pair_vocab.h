@@ -20,7 +20,7 @@ extern "C" {
 #define CG_PAIR_UNK 3
 
 typedef struct {
-    uint32_t *chars;      /* sorted code points; id = 4 + position */
+    uint32_t *chars; /* sorted code points; id = 4 + position */
     int64_t n_chars;
 } cg_pair_vocab;
 

@@ -28,8 +28,8 @@ struct cg_spm {
     int64_t vocab;
 };
 
-namespace {
-
+namespace
+{
 
 const unsigned char MAGIC[8] = {'C', 'G', 'S', 'P', 'M', 0, 0, 1};
 const size_t HEADER = 24;
@@ -81,7 +81,8 @@ bool load_proto(cg_spm *t, const char *who)
 }
 
 // Sentences from a C array, for the trainer.
-class ArrayIterator : public sentencepiece::SentenceIterator {
+class ArrayIterator : public sentencepiece::SentenceIterator
+{
   public:
     ArrayIterator(const char *const *s, int64_t n) : s_(s), n_(n) { load(); }
     bool done() const override { return i_ >= n_; }
@@ -184,8 +185,8 @@ cg_spm *cg_spm_train(const char *const *sentences, int64_t n, int64_t vocab_size
         long long have = 0, need = 0;
         const std::string msg = st.ToString();
         const char *req = strstr(msg.c_str(), "smaller than required_chars. ");
-        if (!st.ok() && req && sscanf(req, "smaller than required_chars. %lld vs %lld", &have,
-                                      &need) == 2) {
+        if (!st.ok() && req &&
+            sscanf(req, "smaller than required_chars. %lld vs %lld", &have, &need) == 2) {
             /* its message names a flag of its own; ours says what to do */
             cg_set_error("--vocab-size %lld is too small for this text: BPE needs at least %lld "
                          "ids (260 + one piece for each character and for the word boundary)",

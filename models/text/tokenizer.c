@@ -22,10 +22,7 @@ bool cg_tokenizer_kind_parse(const char *s, cg_tokenizer_kind *out)
     return true;
 }
 
-const char *cg_tokenizer_kind_name(cg_tokenizer_kind k)
-{
-    return k == CG_TOK_BPE ? "bpe" : "char";
-}
+const char *cg_tokenizer_kind_name(cg_tokenizer_kind k) { return k == CG_TOK_BPE ? "bpe" : "char"; }
 
 void cg_tokenizer_free(cg_tokenizer *t)
 {
@@ -86,8 +83,7 @@ cg_tokenizer *cg_tokenizer_read(const cg_st_file *f, bool specials)
     const char *kind = cg_st_metadata(f, "tokenizer");
     cg_tokenizer_kind k = CG_TOK_CHAR;
     if (kind && !cg_tokenizer_kind_parse(kind, &k)) {
-        cg_set_error("%s: unknown tokenizer '%.40s' (expected char or bpe)", cg_st_path(f),
-                     kind);
+        cg_set_error("%s: unknown tokenizer '%.40s' (expected char or bpe)", cg_st_path(f), kind);
         return NULL;
     }
     cg_tokenizer *t = tok_new(k, specials);
@@ -100,7 +96,8 @@ cg_tokenizer *cg_tokenizer_read(const cg_st_file *f, bool specials)
         return t;
     }
     const char *json = cg_st_metadata(f, "vocab");
-    bool ok = specials ? cg_pair_vocab_from_json(json, &t->pv) : !!(t->cv = cg_vocab_from_json(json));
+    bool ok =
+        specials ? cg_pair_vocab_from_json(json, &t->pv) : !!(t->cv = cg_vocab_from_json(json));
     if (!ok) {
         cg_prefix_error("%s: ", cg_st_path(f));
         goto fail;
@@ -133,8 +130,7 @@ int64_t cg_tokenizer_vocab_size(const cg_tokenizer *t)
     return t->specials ? cg_pair_vocab_size(&t->pv) : t->cv->n;
 }
 
-int64_t *cg_tokenizer_encode(const cg_tokenizer *t, const char *text, int64_t *n,
-                             int64_t *n_unk)
+int64_t *cg_tokenizer_encode(const cg_tokenizer *t, const char *text, int64_t *n, int64_t *n_unk)
 {
     if (!t || !text)
         return NULL;

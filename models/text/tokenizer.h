@@ -42,10 +42,10 @@ typedef enum { CG_TOK_CHAR = 0, CG_TOK_BPE = 1 } cg_tokenizer_kind;
 
 typedef struct cg_tokenizer {
     cg_tokenizer_kind kind;
-    bool specials;     /* pad/bos/eos/unk = 0..3 (seq2seq); always so for bpe */
-    cg_pair_vocab pv;  /* char with specials */
-    cg_vocab *cv;      /* char without specials */
-    cg_spm *spm;       /* bpe */
+    bool specials;    /* pad/bos/eos/unk = 0..3 (seq2seq); always so for bpe */
+    cg_pair_vocab pv; /* char with specials */
+    cg_vocab *cv;     /* char without specials */
+    cg_spm *spm;      /* bpe */
 } cg_tokenizer;
 
 /* "char" or "bpe" -> *out; false + error naming the choices otherwise. */
@@ -71,8 +71,7 @@ int64_t cg_tokenizer_vocab_size(const cg_tokenizer *t);
 /* Ids of UTF-8 text (malloc'd, *n receives the count) or NULL + error on
  * invalid UTF-8. *n_unk (optional) counts characters read as unknown
  * (always 0 for bpe). */
-int64_t *cg_tokenizer_encode(const cg_tokenizer *t, const char *text, int64_t *n,
-                             int64_t *n_unk);
+int64_t *cg_tokenizer_encode(const cg_tokenizer *t, const char *text, int64_t *n, int64_t *n_unk);
 /* The text of n ids (malloc'd); pad/bos/eos are dropped. NULL + error on an
  * id out of range. */
 char *cg_tokenizer_decode(const cg_tokenizer *t, const int64_t *ids, int64_t n);

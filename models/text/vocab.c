@@ -14,9 +14,11 @@ void cg_warn_unknown_chars(const char *prog, const char *what, int64_t count, ui
     char c[8] = "";
     if (first >= 0x20 && first != 0x7F)
         c[cg_utf8_put(first, c)] = '\0';
-    fprintf(stderr, "%s: warning: %lld character(s) of %s are not in the vocabulary (first "
-            "U+%04X%s%s%s); they are read as %s\n", prog, (long long)count, what,
-            (unsigned)first, c[0] ? " '" : "", c, c[0] ? "'" : "", subst);
+    fprintf(stderr,
+            "%s: warning: %lld character(s) of %s are not in the vocabulary (first "
+            "U+%04X%s%s%s); they are read as %s\n",
+            prog, (long long)count, what, (unsigned)first, c[0] ? " '" : "", c, c[0] ? "'" : "",
+            subst);
 }
 
 void cg_vocab_warn_unknown(const cg_vocab *v, const char *prog, const char *what, int64_t count,
@@ -70,7 +72,8 @@ cg_vocab *cg_vocab_from_codepoints(const uint32_t *cps, int64_t n)
              * load again */
             free(seen);
             cg_set_error("the text has a NUL character (U+0000) at character %lld, which a "
-                         "vocabulary cannot hold (is it a binary file?)", (long long)i);
+                         "vocabulary cannot hold (is it a binary file?)",
+                         (long long)i);
             return NULL;
         }
         if (c >= 0x110000) {

@@ -31,9 +31,9 @@ void cg_warn_unknown_chars(const char *prog, const char *what, int64_t count, ui
                            const char *subst);
 
 typedef struct {
-    int64_t n;        /* vocabulary size V */
-    uint32_t *chars;  /* n code points, strictly increasing */
-    int64_t unk;      /* substitute id for unknown characters */
+    int64_t n;       /* vocabulary size V */
+    uint32_t *chars; /* n code points, strictly increasing */
+    int64_t unk;     /* substitute id for unknown characters */
 } cg_vocab;
 
 /* Build from code points (sorted set). NULL + error on an empty text or one

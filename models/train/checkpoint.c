@@ -19,8 +19,8 @@ cg_st_writer *cg_ckpt_writer(const char *kind, const char *config_json, const cg
     char stepbuf[32];
     snprintf(stepbuf, sizeof stepbuf, "%" PRId64, step);
     bool ok = w && config_json && cg_st_set_metadata(w, "model", kind) &&
-              cg_st_set_metadata(w, "config", config_json) && (!tok || cg_tokenizer_write(tok, w)) &&
-              cg_st_set_metadata(w, "step", stepbuf) &&
+              cg_st_set_metadata(w, "config", config_json) &&
+              (!tok || cg_tokenizer_write(tok, w)) && cg_st_set_metadata(w, "step", stepbuf) &&
               (!train_json || cg_st_set_metadata(w, "train", train_json)) &&
               (!module || cg_module_write(module, w, NULL)) &&
               (!optim || cg_optim_save(optim, w, "optim"));
@@ -113,13 +113,14 @@ bool cg_ckpt_config_fits(double need, int64_t max_len, int64_t d, const cg_st_fi
     double have = cg_st_f32_elements(f);
     if (need > have) {
         cg_set_error("checkpoint '%s': its config needs %.0f parameter values but the file "
-                     "holds %.0f; corrupt file?", path, need, have);
+                     "holds %.0f; corrupt file?",
+                     path, need, have);
         return false;
     }
     if ((double)max_len * (double)d > 4 * have + (double)(1 << 24)) {
         cg_set_error("checkpoint '%s': max_len=%lld with d=%lld is implausibly large for a "
-                     "model of %.0f values; corrupt file?", path, (long long)max_len,
-                     (long long)d, have);
+                     "model of %.0f values; corrupt file?",
+                     path, (long long)max_len, (long long)d, have);
         return false;
     }
     return true;
@@ -169,9 +170,9 @@ static bool check_tensors(const cg_module *m, const cg_st_file *f, const char *p
     for (int i = 0; ok && i < cg_st_count(f); i++) {
         const char *t = cg_st_name(f, i);
         size_t tl = strlen(t);
-        bool known = adapter ? tl > pl && strncmp(t, peft, pl) == 0 &&
-                                   is_param(names, n, t + pl, tl - pl)
-                             : is_param(names, n, t, tl) || strcmp(t, CG_TOKENIZER_TENSOR) == 0;
+        bool known =
+            adapter ? tl > pl && strncmp(t, peft, pl) == 0 && is_param(names, n, t + pl, tl - pl)
+                    : is_param(names, n, t, tl) || strcmp(t, CG_TOKENIZER_TENSOR) == 0;
         if (!known && strncmp(t, "optim.", 6) == 0) {
             for (size_t s = 0; !known && s < sizeof slots / sizeof slots[0]; s++) {
                 size_t sl = strlen(slots[s]);
@@ -181,8 +182,8 @@ static bool check_tensors(const cg_module *m, const cg_st_file *f, const char *p
         }
         if (!known) {
             cg_set_error("checkpoint '%s': tensor '%.200s' is not a%s parameter of the model its "
-                         "config describes (%d parameters); corrupt file?", path, t,
-                         adapter ? "n adapter" : "", n);
+                         "config describes (%d parameters); corrupt file?",
+                         path, t, adapter ? "n adapter" : "", n);
             ok = false;
         }
     }

@@ -71,8 +71,8 @@ bool cg_ckpt_check_tensors(const cg_module *m, const cg_st_file *f, const char *
 /* The load options of a checkpoint's model (cg_module_load_ex, strict):
  * beside the parameters the file holds the optimizer state ("optim.*") and
  * the tokenizer (CG_TOKENIZER_TENSOR), which the model does not take. */
-#define CG_CKPT_LOAD_OPTIONS                                                                       \
-    ((cg_load_options){.n_ignore = 2,                                                              \
+#define CG_CKPT_LOAD_OPTIONS          \
+    ((cg_load_options){.n_ignore = 2, \
                        .ignore = (const char *const[]){"optim.*", CG_TOKENIZER_TENSOR}})
 /* The same for an adapter checkpoint (models/train/finetune.h) over m with
  * its adapters attached: every tensor of f is a trainable parameter of m

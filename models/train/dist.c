@@ -216,10 +216,10 @@ void cg_dist_reducer_free(cg_dist_reducer *r)
 
 #else
 /* ------------------------------------------------------------ MPI */
-static bool g_own_mpi;      /* we called MPI_Init_thread (and so finalize) */
-static bool g_no_mpi;       /* initialised without MPI (not started by a launcher) */
-static float *g_bucket;     /* the packing buffer */
-static int64_t g_bucket_n;  /* its size in floats */
+static bool g_own_mpi;     /* we called MPI_Init_thread (and so finalize) */
+static bool g_no_mpi;      /* initialised without MPI (not started by a launcher) */
+static float *g_bucket;    /* the packing buffer */
+static int64_t g_bucket_n; /* its size in floats */
 
 /* Watchdog: the main thread marks the start and end of each collective; the
  * watchdog thread ends the job if one lasts longer than g_timeout. */
@@ -319,8 +319,7 @@ static bool launched_by_mpi(void)
     const char *force = getenv("CG_DIST_MPI");
     if (force && *force)
         return strcmp(force, "0") != 0;
-    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK",
-                                       "PMI_SIZE"};
+    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE"};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
         if (getenv(vars[i]))
             return true;
@@ -473,7 +472,8 @@ bool cg_dist_quiet_nonroot(void)
             close(log);
         cg_set_error("dist: could not redirect the output of rank %d to a log in '%s' (%s; set "
                      "TMPDIR to a writable directory, or CG_DIST_VERBOSE=1 to keep every rank's "
-                     "output)", g_rank, log < 0 ? path : "/dev/null", strerror(e));
+                     "output)",
+                     g_rank, log < 0 ? path : "/dev/null", strerror(e));
         return false;
     }
     close(null);
@@ -549,8 +549,8 @@ bool cg_dist_broadcast_bytes(void *buf, size_t bytes)
     bool ok = true;
     for (size_t done = 0; ok && done < bytes;) {
         size_t chunk = bytes - done > (1u << 30) ? (1u << 30) : bytes - done;
-        ok = COLLECTIVE("MPI_Bcast", MPI_Bcast((char *)buf + done, (int)chunk, MPI_BYTE, 0,
-                                               MPI_COMM_WORLD));
+        ok = COLLECTIVE("MPI_Bcast",
+                        MPI_Bcast((char *)buf + done, (int)chunk, MPI_BYTE, 0, MPI_COMM_WORLD));
         done += chunk;
     }
     g_comm_s += now_s() - t0;
@@ -565,8 +565,7 @@ bool cg_dist_broadcast_tensors(int n, cg_tensor *const *ts)
     }
     for (int i = 0; i < n; i++) {
         if (!ts[i] || !cg_is_contiguous(ts[i])) {
-            cg_set_error("dist: broadcast: tensor %d is %s", i,
-                         ts[i] ? "not contiguous" : "NULL");
+            cg_set_error("dist: broadcast: tensor %d is %s", i, ts[i] ? "not contiguous" : "NULL");
             return false;
         }
     }
@@ -580,7 +579,8 @@ bool cg_dist_broadcast_tensors(int n, cg_tensor *const *ts)
     for (int i = 0; i < n; i++) {
         sig[1] += (uint64_t)cg_numel(ts[i]);
         for (int d = 0; d < ts[i]->ndim; d++)
-            sig[2] = sig[2] * 1000003u + (uint64_t)ts[i]->shape[d] + 17u * (uint64_t)d + (uint64_t)i;
+            sig[2] =
+                sig[2] * 1000003u + (uint64_t)ts[i]->shape[d] + 17u * (uint64_t)d + (uint64_t)i;
     }
     uint64_t root_sig[3] = {sig[0], sig[1], sig[2]};
     double t0 = now_s();
@@ -670,10 +670,11 @@ bool cg_dist_average_grads_tensors(int n, cg_tensor *const *params, double weigh
     for (int i = 0; i < n; i++)
         mx[2 + i] = params[i]->grad ? 1.0 : 0.0;
     double wsum = weight;
-    bool ok = COLLECTIVE("MPI_Allreduce", MPI_Allreduce(MPI_IN_PLACE, mx, n + 2, MPI_DOUBLE,
-                                                        MPI_MAX, MPI_COMM_WORLD)) &&
-              COLLECTIVE("MPI_Allreduce", MPI_Allreduce(MPI_IN_PLACE, &wsum, 1, MPI_DOUBLE,
-                                                        MPI_SUM, MPI_COMM_WORLD));
+    bool ok =
+        COLLECTIVE("MPI_Allreduce",
+                   MPI_Allreduce(MPI_IN_PLACE, mx, n + 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD)) &&
+        COLLECTIVE("MPI_Allreduce",
+                   MPI_Allreduce(MPI_IN_PLACE, &wsum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
     if (ok && !(wsum > 0)) {
         cg_set_error("dist: average_grads: the weights of all ranks sum to 0");
         ok = false;
@@ -710,8 +711,8 @@ bool cg_dist_average_grads_tensors(int n, cg_tensor *const *params, double weigh
         }
         if (cg_numel(p->grad) != cg_numel(p)) {
             cg_set_error("dist: average_grads: parameter %d has a gradient of %lld elements "
-                         "for %lld values", i, (long long)cg_numel(p->grad),
-                         (long long)cg_numel(p));
+                         "for %lld values",
+                         i, (long long)cg_numel(p->grad), (long long)cg_numel(p));
             ok = false;
             break;
         }
@@ -749,8 +750,8 @@ bool cg_dist_average_grads_tensors(int n, cg_tensor *const *params, double weigh
  * scaled by `post`: the arithmetic of cg_dist_average_grads_tensors (pre,
  * post and the sums over ranks per element are the same). */
 typedef struct {
-    int first, count;  /* parameters r->order[first .. first+count) */
-    int64_t floats;    /* their elements + count flags */
+    int first, count; /* parameters r->order[first .. first+count) */
+    int64_t floats;   /* their elements + count flags */
     float *buf;
     int packed;
     MPI_Request req;
@@ -759,20 +760,20 @@ typedef struct {
 
 struct cg_dist_reducer {
     int n;
-    bool zero;           /* ZeRO-1: reduce-scatter, every rank owns a run of each bucket */
+    bool zero;            /* ZeRO-1: reduce-scatter, every rank owns a run of each bucket */
     int *counts, *displs; /* zero: bucket j's run of rank r at [j * size + r] */
-    float *flags;        /* zero: has-gradient flags (by parameter index) */
-    cg_optim_range *own; /* zero: this rank's range of each parameter */
-    cg_tensor **params;  /* as given */
-    int *order;          /* parameter indices, reverse order */
-    int *bucket_of;      /* by parameter index */
-    int64_t *offset;     /* element offset of each parameter in its bucket */
-    bool *done;          /* packed this step */
-    int nb, next;        /* buckets; the next one to start */
+    float *flags;         /* zero: has-gradient flags (by parameter index) */
+    cg_optim_range *own;  /* zero: this rank's range of each parameter */
+    cg_tensor **params;   /* as given */
+    int *order;           /* parameter indices, reverse order */
+    int *bucket_of;       /* by parameter index */
+    int64_t *offset;      /* element offset of each parameter in its bucket */
+    bool *done;           /* packed this step */
+    int nb, next;         /* buckets; the next one to start */
     rd_bucket *b;
     bool armed;
     float pre, post;
-    double exposed;      /* seconds in finish (waiting for what backward did not hide) */
+    double exposed; /* seconds in finish (waiting for what backward did not hide) */
 };
 
 static int rd_find(const cg_dist_reducer *r, const cg_tensor *t)
@@ -791,8 +792,8 @@ static void rd_start_ready(cg_dist_reducer *r)
         /* zero: in place, this rank's run of sums lands at the buffer's start */
         int rc = r->zero ? MPI_Ireduce_scatter(MPI_IN_PLACE, b->buf, r->counts + j * g_size,
                                                MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &b->req)
-                         : MPI_Iallreduce(MPI_IN_PLACE, b->buf, (int)b->floats, MPI_FLOAT,
-                                          MPI_SUM, MPI_COMM_WORLD, &b->req);
+                         : MPI_Iallreduce(MPI_IN_PLACE, b->buf, (int)b->floats, MPI_FLOAT, MPI_SUM,
+                                          MPI_COMM_WORLD, &b->req);
         b->started = rc == MPI_SUCCESS;
         if (!b->started)
             mpi_ok(rc, r->zero ? "MPI_Ireduce_scatter" : "MPI_Iallreduce");
@@ -855,8 +856,7 @@ static void rd_hook(void *ctx, cg_tensor *t)
     rd_progress(r);
 }
 
-static cg_dist_reducer *reducer_new(int n, cg_tensor *const *params, double bucket_mb,
-                                    bool zero)
+static cg_dist_reducer *reducer_new(int n, cg_tensor *const *params, double bucket_mb, bool zero)
 {
     if (n < 0 || (n && !params) || !(bucket_mb > 0)) {
         cg_set_error("dist: reducer: bad parameter list or bucket size %g MB", bucket_mb);
@@ -961,8 +961,8 @@ cg_dist_reducer *cg_dist_reducer_new_zero(int n, cg_tensor *const *params, doubl
 bool cg_dist_reducer_shards(const cg_dist_reducer *r, cg_optim_range *own)
 {
     if (!r || !own || !r->zero) {
-        cg_set_error("dist: reducer_shards: %s", !r || !own ? "NULL argument"
-                                                            : "not a ZeRO reducer (new_zero)");
+        cg_set_error("dist: reducer_shards: %s",
+                     !r || !own ? "NULL argument" : "not a ZeRO reducer (new_zero)");
         return false;
     }
     memcpy(own, r->own, (size_t)r->n * sizeof *own);
@@ -983,10 +983,10 @@ bool cg_dist_reducer_prepare(cg_dist_reducer *r, double weight)
     if (!check_inited("reducer"))
         return false;
     double mx[2] = {weight, -weight}, wsum = weight, t0 = now_s();
-    bool ok = COLLECTIVE("MPI_Allreduce", MPI_Allreduce(MPI_IN_PLACE, mx, 2, MPI_DOUBLE,
-                                                        MPI_MAX, MPI_COMM_WORLD)) &&
-              COLLECTIVE("MPI_Allreduce", MPI_Allreduce(MPI_IN_PLACE, &wsum, 1, MPI_DOUBLE,
-                                                        MPI_SUM, MPI_COMM_WORLD));
+    bool ok = COLLECTIVE("MPI_Allreduce",
+                         MPI_Allreduce(MPI_IN_PLACE, mx, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD)) &&
+              COLLECTIVE("MPI_Allreduce", MPI_Allreduce(MPI_IN_PLACE, &wsum, 1, MPI_DOUBLE, MPI_SUM,
+                                                        MPI_COMM_WORLD));
     r->exposed = now_s() - t0;
     g_comm_s += r->exposed;
     if (ok && !(wsum > 0)) {
@@ -1030,7 +1030,8 @@ bool cg_dist_reducer_finish(cg_dist_reducer *r)
         ok &= r->b[j].started;
     if (r->zero && r->n > 0) /* which parameters have a gradient on some rank */
         ok = COLLECTIVE("MPI_Allreduce", MPI_Allreduce(MPI_IN_PLACE, r->flags, r->n, MPI_FLOAT,
-                                                       MPI_MAX, MPI_COMM_WORLD)) && ok;
+                                                       MPI_MAX, MPI_COMM_WORLD)) &&
+             ok;
     wd_begin("MPI_Waitall");
     for (int j = 0; j < r->nb; j++) {
         int rc = MPI_Wait(&r->b[j].req, MPI_STATUS_IGNORE);
@@ -1065,8 +1066,7 @@ bool cg_dist_reducer_finish(cg_dist_reducer *r)
             }
             if (r->zero) /* the owned run: its sums sit at the buffer's start */
                 seg_unpack(b->buf + r->offset[i] + r->own[i].lo - r->displs[j * g_size + g_rank],
-                           cg_data(p->grad) + r->own[i].lo, r->own[i].hi - r->own[i].lo,
-                           r->post);
+                           cg_data(p->grad) + r->own[i].lo, r->own[i].hi - r->own[i].lo, r->post);
             else
                 seg_unpack(b->buf + r->offset[i], cg_data(p->grad), cg_numel(p), r->post);
             cg_tensor_modified(p->grad);
@@ -1097,9 +1097,8 @@ bool cg_dist_reducer_gather_params(cg_dist_reducer *r)
                 memcpy(b->buf + r->offset[i] + lo, cg_data(r->params[i]) + lo,
                        (size_t)(hi - lo) * sizeof(float));
         }
-        int rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, b->buf,
-                                 r->counts + j * g_size, r->displs + j * g_size, MPI_FLOAT,
-                                 MPI_COMM_WORLD, &b->req);
+        int rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, b->buf, r->counts + j * g_size,
+                                 r->displs + j * g_size, MPI_FLOAT, MPI_COMM_WORLD, &b->req);
         b->started = rc == MPI_SUCCESS;
         if (!b->started)
             ok = mpi_ok(rc, "MPI_Iallgatherv");
@@ -1154,9 +1153,9 @@ bool cg_dist_gather_optim(const cg_optim *shard, cg_optim *full)
     if (mine)
         mine[2 * n] = ok ? 1 : 0;
     /* every rank's ranges (and whether it is fine) on rank 0 */
-    bool sent = mine && COLLECTIVE("MPI_Gather", MPI_Gather(mine, 2 * n + 1, MPI_INT64_T, all,
-                                                            2 * n + 1, MPI_INT64_T, 0,
-                                                            MPI_COMM_WORLD));
+    bool sent =
+        mine && COLLECTIVE("MPI_Gather", MPI_Gather(mine, 2 * n + 1, MPI_INT64_T, all, 2 * n + 1,
+                                                    MPI_INT64_T, 0, MPI_COMM_WORLD));
     if (g_rank == 0 && sent) {
         if (ok && !full) {
             cg_set_error("dist: gather_optim: rank 0 has no optimizer to gather into");
@@ -1188,7 +1187,8 @@ bool cg_dist_gather_optim(const cg_optim *shard, cg_optim *full)
                 ok = d != NULL;
                 dst = ok ? cg_data(d) : NULL;
                 for (int q = 0; ok && q < g_size; q++) {
-                    int64_t lo = all[q * (2 * n + 1) + 2 * i], hi = all[q * (2 * n + 1) + 2 * i + 1];
+                    int64_t lo = all[q * (2 * n + 1) + 2 * i],
+                            hi = all[q * (2 * n + 1) + 2 * i + 1];
                     displs[q] = (int)lo;
                     counts[q] = (int)(hi - lo);
                 }
@@ -1197,7 +1197,8 @@ bool cg_dist_gather_optim(const cg_optim *shard, cg_optim *full)
             }
             ok = COLLECTIVE("MPI_Gatherv",
                             MPI_Gatherv(cg_data(src), (int)cg_numel(src), MPI_FLOAT, dst, counts,
-                                        displs, MPI_FLOAT, 0, MPI_COMM_WORLD)) && ok;
+                                        displs, MPI_FLOAT, 0, MPI_COMM_WORLD)) &&
+                 ok;
         }
     }
     free(mine);
@@ -1289,8 +1290,8 @@ bool cg_dist_average_grads(cg_module *m, double weight)
 double cg_dist_clip_grad_norm(cg_optim *shard, double max_norm)
 {
     if (!shard || !(max_norm >= 0)) {
-        cg_set_error("dist: clip_grad_norm: %s", !shard ? "optimizer is NULL"
-                                                         : "max_norm must be >= 0");
+        cg_set_error("dist: clip_grad_norm: %s",
+                     !shard ? "optimizer is NULL" : "max_norm must be >= 0");
         return -1;
     }
     double ss = cg_optim_grad_sqsum(shard);

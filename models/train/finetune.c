@@ -41,8 +41,8 @@ bool cg_ft_origin_of(const char *path, const cg_st_file *f, cg_ft_origin *out)
 char *cg_ft_origin_json(const cg_ft_origin *o)
 {
     cJSON *j = cg_data_id_to_json(&o->id);
-    char *s = j && cJSON_AddNumberToObject(j, "step", (double)o->step)
-                  ? cJSON_PrintUnformatted(j) : NULL;
+    char *s =
+        j && cJSON_AddNumberToObject(j, "step", (double)o->step) ? cJSON_PrintUnformatted(j) : NULL;
     cJSON_Delete(j);
     if (!s)
         cg_set_error("out of memory");
@@ -83,9 +83,10 @@ bool cg_ft_origin_check(const cg_ft_origin *want, const char *adapter, const cha
     if (got.size != want->id.size)
         snprintf(why, sizeof why, "it has %" PRIu64 " bytes", got.size);
     else
-        snprintf(why, sizeof why, "same size but a different checksum (xxh3 %016" PRIx64
-                 ", expected %016" PRIx64 "; trained further or replaced?)", got.hash,
-                 want->id.hash);
+        snprintf(why, sizeof why,
+                 "same size but a different checksum (xxh3 %016" PRIx64 ", expected %016" PRIx64
+                 "; trained further or replaced?)",
+                 got.hash, want->id.hash);
     cg_set_error("'%s' is not the base checkpoint of adapter '%s' (it was trained on '%s', "
                  "%" PRIu64 " bytes, step %" PRId64 "): %s; pass --base with that file",
                  base_path, adapter, want->id.path, want->id.size, want->step, why);
@@ -147,8 +148,8 @@ static bool check_adapter(void *vctx, const char *path, cg_lora *a)
     int64_t side = in < out ? in : out;
     if (c->l->rank > side) {
         cg_set_error("--lora-rank %lld is larger than '%s' allows (a %lld x %lld layer: at most "
-                     "%lld)", (long long)c->l->rank, path, (long long)out, (long long)in,
-                     (long long)side);
+                     "%lld)",
+                     (long long)c->l->rank, path, (long long)out, (long long)in, (long long)side);
         return false;
     }
     const char *dot = strrchr(path, '.'), *local = dot ? dot + 1 : path;
@@ -199,8 +200,10 @@ int cg_ft_lora_attach(cg_module *root, const cg_ft_lora *l, cg_rng *rng, cg_rng 
         cg_set_error("--lora-targets: no module names given");
     } else {
         double alpha = isnan(l->alpha) ? 2.0 * (double)l->rank : l->alpha;
-        cg_lora_config cfg = {.r = (int)l->rank, .alpha = (float)alpha,
-                              .dropout = (float)l->dropout, .n_targets = n,
+        cg_lora_config cfg = {.r = (int)l->rank,
+                              .alpha = (float)alpha,
+                              .dropout = (float)l->dropout,
+                              .n_targets = n,
                               .targets = (const char *const *)targets};
         attach_check c = {l, targets, used, n};
         if (l->rank < 1 || l->rank > INT32_MAX)

@@ -45,8 +45,8 @@ extern "C" {
 /* What the trainer needs of a run (rows CG_TRAIN_RUN_FLAGS). */
 typedef struct {
     int64_t steps, eval_every, log_every, stop_at, threads, grad_accum;
-    int64_t zero;              /* --zero: 0 or 1 (ZeRO-1: optimizer state sharded over ranks) */
-    double max_minutes;        /* --max-minutes: wall-time budget, 0 = none */
+    int64_t zero;       /* --zero: 0 or 1 (ZeRO-1: optimizer state sharded over ranks) */
+    double max_minutes; /* --max-minutes: wall-time budget, 0 = none */
     uint64_t seed;
     const char *data, *out, *resume;
     /* --init-from FILE (a program that has the flag: charlm): a new run from
@@ -96,88 +96,186 @@ void cg_train_init(cg_train_opts *o, cg_train_recipe *r, int64_t steps, int64_t 
 #define CG_TRAIN_BIG 1e12
 
 /* The recipe rows of a train command's table (r: cg_train_recipe *). */
-#define CG_TRAIN_RECIPE_FLAGS(r)                                                                 \
+#define CG_TRAIN_RECIPE_FLAGS(r)                                                                  \
     {NULL, 0, NULL, 0, 0, "shared by charlm and seq2seq train (one meaning, one default):\n", 0}, \
-    {"--d", CG_CLI_I64, &(r)->shape.d, 1, 1 << 16,                                               \
-     "  --d N --H N --d-ff N  width, heads (must divide d), feed-forward width\n", CG_CLI_FIXED}, \
-    {"--H", CG_CLI_I64, &(r)->shape.H, 1, 1 << 12, NULL, CG_CLI_FIXED},                          \
-    {"--d-ff", CG_CLI_I64, &(r)->shape.d_ff, 1, 1 << 20, NULL, CG_CLI_FIXED},                    \
-    {"--norm", CG_CLI_STR, &(r)->norm, 0, 0,                                                     \
-     "  --norm layernorm|rmsnorm  --act gelu|relu  --norm-first true|false\n", CG_CLI_FIXED},      \
-    {"--act", CG_CLI_STR, &(r)->act, 0, 0, NULL, CG_CLI_FIXED},                                  \
-    {"--norm-first", CG_CLI_BOOL, &(r)->norm_first, 0, 0, NULL, CG_CLI_FIXED},                   \
-    {"--dropout", CG_CLI_F64, &(r)->dropout, 0, 0.999999,                                        \
-     "  --dropout P          dropout in [0, 1)\n", CG_CLI_FIXED},                                 \
-    {"--label-smoothing", CG_CLI_F64, &(r)->label_smoothing, 0, 0.999999,                       \
-     "  --label-smoothing E  label smoothing of the training loss in [0, 1)\n", CG_CLI_FIXED},    \
-    {"--lr", CG_CLI_F64, &(r)->lr, 1e-12, 10, "  --lr X               peak learning rate\n",     \
-     CG_CLI_FIXED},                                                                              \
-    {"--tokenizer", CG_CLI_STR, &(r)->tokenizer_arg, 0, 0,                                       \
-     "  --tokenizer KIND     char or bpe (default: the program's, above): SentencePiece\n"      \
-     "                       subwords trained on the training split only; the\n"                \
-     "                       checkpoint keeps the tokenizer\n", CG_CLI_FIXED},                  \
-    {"--vocab-size", CG_CLI_I64, &(r)->vocab_size, 1, 1e9,                                       \
-     "  --vocab-size N       ids of the bpe vocabulary, at least 261 (default 4000)\n",          \
-     CG_CLI_FIXED},                                                                              \
-    {"--recompute", CG_CLI_SWITCH, &(r)->recompute, 0, 0,                                        \
-     "  --recompute          keep only each transformer layer's input for backward and\n"      \
-     "                       recompute the rest there (less memory, one more forward\n"        \
-     "                       per layer; the same numbers, bit for bit)\n", 0}
+        {"--d",                                                                                   \
+         CG_CLI_I64,                                                                              \
+         &(r)->shape.d,                                                                           \
+         1,                                                                                       \
+         1 << 16,                                                                                 \
+         "  --d N --H N --d-ff N  width, heads (must divide d), feed-forward width\n",            \
+         CG_CLI_FIXED},                                                                           \
+        {"--H", CG_CLI_I64, &(r)->shape.H, 1, 1 << 12, NULL, CG_CLI_FIXED},                       \
+        {"--d-ff", CG_CLI_I64, &(r)->shape.d_ff, 1, 1 << 20, NULL, CG_CLI_FIXED},                 \
+        {"--norm",    CG_CLI_STR,                                                                 \
+         &(r)->norm,  0,                                                                          \
+         0,           "  --norm layernorm|rmsnorm  --act gelu|relu  --norm-first true|false\n",   \
+         CG_CLI_FIXED},                                                                           \
+        {"--act", CG_CLI_STR, &(r)->act, 0, 0, NULL, CG_CLI_FIXED},                               \
+        {"--norm-first", CG_CLI_BOOL, &(r)->norm_first, 0, 0, NULL, CG_CLI_FIXED},                \
+        {"--dropout", CG_CLI_F64, &(r)->dropout,                                                  \
+         0,           0.999999,   "  --dropout P          dropout in [0, 1)\n",                   \
+         CG_CLI_FIXED},                                                                           \
+        {"--label-smoothing",                                                                     \
+         CG_CLI_F64,                                                                              \
+         &(r)->label_smoothing,                                                                   \
+         0,                                                                                       \
+         0.999999,                                                                                \
+         "  --label-smoothing E  label smoothing of the training loss in [0, 1)\n",               \
+         CG_CLI_FIXED},                                                                           \
+        {"--lr",      CG_CLI_F64, &(r)->lr,                                                       \
+         1e-12,       10,         "  --lr X               peak learning rate\n",                  \
+         CG_CLI_FIXED},                                                                           \
+        {"--tokenizer",                                                                           \
+         CG_CLI_STR,                                                                              \
+         &(r)->tokenizer_arg,                                                                     \
+         0,                                                                                       \
+         0,                                                                                       \
+         "  --tokenizer KIND     char or bpe (default: the program's, above): SentencePiece\n"    \
+         "                       subwords trained on the training split only; the\n"              \
+         "                       checkpoint keeps the tokenizer\n",                               \
+         CG_CLI_FIXED},                                                                           \
+        {"--vocab-size",                                                                          \
+         CG_CLI_I64,                                                                              \
+         &(r)->vocab_size,                                                                        \
+         1,                                                                                       \
+         1e9,                                                                                     \
+         "  --vocab-size N       ids of the bpe vocabulary, at least 261 (default 4000)\n",       \
+         CG_CLI_FIXED},                                                                           \
+    {                                                                                             \
+        "--recompute", CG_CLI_SWITCH, &(r)->recompute, 0, 0,                                      \
+            "  --recompute          keep only each transformer layer's input for backward and\n"  \
+            "                       recompute the rest there (less memory, one more forward\n"    \
+            "                       per layer; the same numbers, bit for bit)\n",                 \
+            0                                                                                     \
+    }
 
 /* The trainer's rows of a train command's table (o: cg_train_opts *). */
-#define CG_TRAIN_RUN_FLAGS(o)                                                                    \
-    {"--seed", CG_CLI_U64, &(o)->seed, 0, 0,                                                     \
-     "  --seed N             initialisation, dropout and batch order (default 1)\n",             \
-     CG_CLI_FIXED},                                                                              \
-    {"--grad-accum", CG_CLI_I64, &(o)->grad_accum, 1, 1 << 16,                                   \
-     "  --grad-accum N       micro-batches per optimizer step (default 1); the loss is\n"        \
-     "                       that of one batch N times larger\n", CG_CLI_FIXED},               \
-    {"--precision", CG_CLI_STR, &(o)->precision_arg, 0, 0,                                       \
-     "  --precision P        matrix products: fp32 (default) or bf16 (bfloat16 operands,\n"     \
-     "                       fp32 accumulation); kept by the checkpoint\n",                     \
-     CG_CLI_FIXED | CG_CLI_SAVED},                                                               \
-    {"--data", CG_CLI_STR, &(o)->data, 0, 0,                                                     \
-     "  --data FILE          training data (with --resume: the checkpoint's unless given)\n",  \
-     0},                                                                                         \
-    {"--steps", CG_CLI_I64, &(o)->steps, 1, CG_TRAIN_BIG,                                        \
-     "  --steps N            optimizer steps (with --resume: the checkpoint's unless given)\n",  \
-     0},                                                                                         \
-    {"--eval-every", CG_CLI_I64, &(o)->eval_every, 1, CG_TRAIN_BIG,                              \
-     "  --eval-every N       evaluate and checkpoint every N steps\n", 0},                       \
-    {"--log-every", CG_CLI_I64, &(o)->log_every, 1, CG_TRAIN_BIG,                                \
-     "  --log-every N        metrics-log line (and progress line, when stderr is not a\n"        \
-     "                       terminal) every N steps (default: steps/20, at most 100)\n", 0},   \
-    {"--threads", CG_CLI_I64, &(o)->threads, 1, 1024,                                            \
-     "  --threads N          threads for kernels (default: all cores)\n", 0},                    \
-    {"--out", CG_CLI_STR, &(o)->out, 0, 0,                                                       \
-     "  --out FILE           checkpoint; FILE.loss.png, FILE.metrics.jsonl and\n"               \
-     "                       FILE.cgrad-lock are written beside it\n", 0},                      \
-    {"--resume", CG_CLI_STR, &(o)->resume, 0, 0,                                                 \
-     "  --resume FILE        continue a run from its checkpoint, exactly (--out\n"               \
-     "                       defaults to FILE); model and recipe flags are refused\n", 0},      \
-    {"--force", CG_CLI_SWITCH, &(o)->force, 0, 0,                                                \
-     "  --force              overwrite an existing --out (refused otherwise)\n", 0},             \
-    {"--stop-at", CG_CLI_I64, &(o)->stop_at, 0, CG_TRAIN_BIG,                                    \
-     "  --stop-at N          save and stop after step N (as if interrupted; 0 saves\n"          \
-     "                       the initial model)\n", 0},                                         \
-    {"--max-minutes", CG_CLI_F64, &(o)->max_minutes, 1e-6, 1e8,                                  \
-     "  --max-minutes M      end the run after M minutes of wall time (M > 0), then\n"          \
-     "                       evaluate, save and report as at the last step; the\n"             \
-     "                       evaluations and saves on the way count, those at the\n"           \
-     "                       end do not; with --resume the budget starts again\n", 0},          \
-    {"--skip-nonfinite", CG_CLI_SWITCH, &(o)->skip_nonfinite, 0, 0,                              \
-     "  --skip-nonfinite     skip a step whose loss or gradient is NaN/Inf (with a\n"           \
-     "                       warning) instead of stopping\n", 0},                               \
-    {"--zero", CG_CLI_I64, &(o)->zero, 0, 1,                                                     \
-     "  --zero 0|1           1: ZeRO-1 under MPI: each of N ranks keeps 1/N of the\n"          \
-     "                       optimizer state (gradients reduce-scattered, parameters\n"       \
-     "                       all-gathered; the same results); checkpoints stay whole,\n"     \
-     "                       so a run resumes with any rank count, with or without it;\n"    \
-     "                       one process: no effect (default 0)\n", 0},                       \
-    {NULL, 0, NULL, 0, 0,                                                                        \
-     "Ctrl-C (SIGINT) or SIGTERM saves a checkpoint and exits 0 (during the final\n"            \
-     "evaluation, after the last save, it ends the program at once). The last stdout\n"        \
-     "line is a JSON summary. Exit status: 0 done, 1 failed, 2 bad command line.\n", 0}
+#define CG_TRAIN_RUN_FLAGS(o)                                                                     \
+    {"--seed",    CG_CLI_U64,                                                                     \
+     &(o)->seed,  0,                                                                              \
+     0,           "  --seed N             initialisation, dropout and batch order (default 1)\n", \
+     CG_CLI_FIXED},                                                                               \
+        {"--grad-accum",                                                                          \
+         CG_CLI_I64,                                                                              \
+         &(o)->grad_accum,                                                                        \
+         1,                                                                                       \
+         1 << 16,                                                                                 \
+         "  --grad-accum N       micro-batches per optimizer step (default 1); the loss is\n"     \
+         "                       that of one batch N times larger\n",                             \
+         CG_CLI_FIXED},                                                                           \
+        {"--precision",                                                                           \
+         CG_CLI_STR,                                                                              \
+         &(o)->precision_arg,                                                                     \
+         0,                                                                                       \
+         0,                                                                                       \
+         "  --precision P        matrix products: fp32 (default) or bf16 (bfloat16 operands,\n"   \
+         "                       fp32 accumulation); kept by the checkpoint\n",                   \
+         CG_CLI_FIXED | CG_CLI_SAVED},                                                            \
+        {"--data",                                                                                \
+         CG_CLI_STR,                                                                              \
+         &(o)->data,                                                                              \
+         0,                                                                                       \
+         0,                                                                                       \
+         "  --data FILE          training data (with --resume: the checkpoint's unless given)\n", \
+         0},                                                                                      \
+        {"--steps",                                                                               \
+         CG_CLI_I64,                                                                              \
+         &(o)->steps,                                                                             \
+         1,                                                                                       \
+         CG_TRAIN_BIG,                                                                            \
+         "  --steps N            optimizer steps (with --resume: the checkpoint's unless "        \
+         "given)\n",                                                                              \
+         0},                                                                                      \
+        {"--eval-every",                                                                          \
+         CG_CLI_I64,                                                                              \
+         &(o)->eval_every,                                                                        \
+         1,                                                                                       \
+         CG_TRAIN_BIG,                                                                            \
+         "  --eval-every N       evaluate and checkpoint every N steps\n",                        \
+         0},                                                                                      \
+        {"--log-every",                                                                           \
+         CG_CLI_I64,                                                                              \
+         &(o)->log_every,                                                                         \
+         1,                                                                                       \
+         CG_TRAIN_BIG,                                                                            \
+         "  --log-every N        metrics-log line (and progress line, when stderr is not a\n"     \
+         "                       terminal) every N steps (default: steps/20, at most 100)\n",     \
+         0},                                                                                      \
+        {"--threads",                                                                             \
+         CG_CLI_I64,                                                                              \
+         &(o)->threads,                                                                           \
+         1,                                                                                       \
+         1024,                                                                                    \
+         "  --threads N          threads for kernels (default: all cores)\n",                     \
+         0},                                                                                      \
+        {"--out",                                                                                 \
+         CG_CLI_STR,                                                                              \
+         &(o)->out,                                                                               \
+         0,                                                                                       \
+         0,                                                                                       \
+         "  --out FILE           checkpoint; FILE.loss.png, FILE.metrics.jsonl and\n"             \
+         "                       FILE.cgrad-lock are written beside it\n",                        \
+         0},                                                                                      \
+        {"--resume",                                                                              \
+         CG_CLI_STR,                                                                              \
+         &(o)->resume,                                                                            \
+         0,                                                                                       \
+         0,                                                                                       \
+         "  --resume FILE        continue a run from its checkpoint, exactly (--out\n"            \
+         "                       defaults to FILE); model and recipe flags are refused\n",        \
+         0},                                                                                      \
+        {"--force",                                                                               \
+         CG_CLI_SWITCH,                                                                           \
+         &(o)->force,                                                                             \
+         0,                                                                                       \
+         0,                                                                                       \
+         "  --force              overwrite an existing --out (refused otherwise)\n",              \
+         0},                                                                                      \
+        {"--stop-at",                                                                             \
+         CG_CLI_I64,                                                                              \
+         &(o)->stop_at,                                                                           \
+         0,                                                                                       \
+         CG_TRAIN_BIG,                                                                            \
+         "  --stop-at N          save and stop after step N (as if interrupted; 0 saves\n"        \
+         "                       the initial model)\n",                                           \
+         0},                                                                                      \
+        {"--max-minutes",                                                                         \
+         CG_CLI_F64,                                                                              \
+         &(o)->max_minutes,                                                                       \
+         1e-6,                                                                                    \
+         1e8,                                                                                     \
+         "  --max-minutes M      end the run after M minutes of wall time (M > 0), then\n"        \
+         "                       evaluate, save and report as at the last step; the\n"            \
+         "                       evaluations and saves on the way count, those at the\n"          \
+         "                       end do not; with --resume the budget starts again\n",            \
+         0},                                                                                      \
+        {"--skip-nonfinite",                                                                      \
+         CG_CLI_SWITCH,                                                                           \
+         &(o)->skip_nonfinite,                                                                    \
+         0,                                                                                       \
+         0,                                                                                       \
+         "  --skip-nonfinite     skip a step whose loss or gradient is NaN/Inf (with a\n"         \
+         "                       warning) instead of stopping\n",                                 \
+         0},                                                                                      \
+        {"--zero",                                                                                \
+         CG_CLI_I64,                                                                              \
+         &(o)->zero,                                                                              \
+         0,                                                                                       \
+         1,                                                                                       \
+         "  --zero 0|1           1: ZeRO-1 under MPI: each of N ranks keeps 1/N of the\n"         \
+         "                       optimizer state (gradients reduce-scattered, parameters\n"       \
+         "                       all-gathered; the same results); checkpoints stay whole,\n"      \
+         "                       so a run resumes with any rank count, with or without it;\n"     \
+         "                       one process: no effect (default 0)\n",                           \
+         0},                                                                                      \
+    {                                                                                             \
+        NULL, 0, NULL, 0, 0,                                                                      \
+            "Ctrl-C (SIGINT) or SIGTERM saves a checkpoint and exits 0 (during the final\n"       \
+            "evaluation, after the last save, it ends the program at once). The last stdout\n"    \
+            "line is a JSON summary. Exit status: 0 done, 1 failed, 2 bad command line.\n",       \
+            0                                                                                     \
+    }
 
 /* Parse a train command's table a->opts[0..a->n) (a->given records what
  * was given; o->args = a). --help prints help, then the table's help lines.

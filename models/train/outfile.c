@@ -37,7 +37,8 @@ bool cg_out_check(const char *path, bool create_dir)
     }
     if (path[n - 1] == '/') {
         cg_set_error("'%s' names a directory; give the checkpoint a file name (e.g. "
-                     "'%smodel.safetensors')", path, path);
+                     "'%smodel.safetensors')",
+                     path, path);
         return false;
     }
     const char *base = strrchr(path, '/');
@@ -48,8 +49,8 @@ bool cg_out_check(const char *path, bool create_dir)
     }
     if (strlen(base) + CG_OUT_SUFFIX_MAX > NAME_MAX) {
         cg_set_error("'%s': the file name is %zu bytes; at most %d fit with the temporary "
-                     "suffix (NAME_MAX %d)", path, strlen(base), NAME_MAX - CG_OUT_SUFFIX_MAX,
-                     NAME_MAX);
+                     "suffix (NAME_MAX %d)",
+                     path, strlen(base), NAME_MAX - CG_OUT_SUFFIX_MAX, NAME_MAX);
         return false;
     }
     if (n + CG_OUT_SUFFIX_MAX >= PATH_MAX) {
@@ -88,7 +89,8 @@ bool cg_out_check(const char *path, bool create_dir)
                                : S_ISLNK(st.st_mode)  ? "a symbolic link to no regular file"
                                                       : "not a regular file";
             cg_set_error("'%s' is %s; a checkpoint replaces only a regular file (even with "
-                         "--force)", path, kind);
+                         "--force)",
+                         path, kind);
             ok = false;
         }
     }
@@ -143,7 +145,8 @@ bool cg_out_lock_take(const char *path, cg_out_lock *lock)
     if (fd < 0) {
         if (errno == ELOOP)
             cg_set_error("the lock file '%s' is a symbolic link (a lock is never followed); "
-                         "remove it", lock->path);
+                         "remove it",
+                         lock->path);
         else
             cg_set_error("cannot create the lock file '%s': %s", lock->path, strerror(errno));
         return false;
@@ -151,7 +154,8 @@ bool cg_out_lock_take(const char *path, cg_out_lock *lock)
     if (!is_our_lock(fd)) {
         close(fd);
         cg_set_error("'%s' exists and is not a lock file of these programs (a lock holds "
-                     "nothing or a process id); remove it or choose another --out", lock->path);
+                     "nothing or a process id); remove it or choose another --out",
+                     lock->path);
         return false;
     }
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
@@ -163,8 +167,8 @@ bool cg_out_lock_take(const char *path, cg_out_lock *lock)
         close(fd);
         if (e == EWOULDBLOCK)
             cg_set_error("'%s' is being written by another run%s%s%s (its lock '%s' is held); "
-                         "wait for it or choose another --out", path, buf[0] ? " (pid " : "",
-                         buf, buf[0] ? ")" : "", lock->path);
+                         "wait for it or choose another --out",
+                         path, buf[0] ? " (pid " : "", buf, buf[0] ? ")" : "", lock->path);
         else
             cg_set_error("cannot lock '%s': %s", lock->path, strerror(e));
         return false;
@@ -224,8 +228,7 @@ bool cg_out_check_reads(const char *out, const char *in, const char *what, bool 
 {
     char *files[4] = {strdup(out), cg_loss_png_path(out), cg_ckpt_sibling(out, ".metrics.jsonl"),
                       cg_ckpt_sibling(out, "")};
-    const char *kinds[4] = {"the checkpoint", "its loss curve", "its metrics log",
-                            "its lock file"};
+    const char *kinds[4] = {"the checkpoint", "its loss curve", "its metrics log", "its lock file"};
     bool ok = files[0] && files[1] && files[2] && files[3];
     if (!ok)
         cg_set_error("out of memory");
@@ -238,7 +241,8 @@ bool cg_out_check_reads(const char *out, const char *in, const char *what, bool 
     for (int i = with_ckpt ? 0 : 1; ok && i < 4; i++)
         if (cg_same_file(files[i], in)) {
             cg_set_error("%s '%s' is the same file as '%s', %s this run writes; choose another "
-                         "--out (nothing was written)", what, in, files[i], kinds[i]);
+                         "--out (nothing was written)",
+                         what, in, files[i], kinds[i]);
             ok = false;
         }
     for (int i = 0; i < 4; i++)
@@ -375,8 +379,7 @@ bool cg_out_picture_check(const char *path, bool force, const char *in, const ch
 {
     struct stat st;
     if (in && cg_same_file(path, in)) {
-        cg_set_error("'%s' is the same file as %s '%s', which this command reads", path, what,
-                     in);
+        cg_set_error("'%s' is the same file as %s '%s', which this command reads", path, what, in);
         return false;
     }
     if (lstat(path, &st) != 0)

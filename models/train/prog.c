@@ -112,7 +112,10 @@ int cg_prog_main(int argc, char **argv, const char *prog, const char *help,
     char names[256] = "";
     for (int i = 0; i < ncmds; i++)
         snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s",
-                 i == 0 ? "" : i + 1 == ncmds ? " or " : ", ", cmds[i].name);
+                 i == 0           ? ""
+                 : i + 1 == ncmds ? " or "
+                                  : ", ",
+                 cmds[i].name);
     int rc;
     if (argc < 2) {
         cg_prog_fail("missing command (%s; try --help)", names);

@@ -40,8 +40,7 @@ typedef struct {
     } extra[4];
 } cg_eval_result;
 /* Append a figure to e->extra (ignored when it is full). */
-void cg_eval_add(cg_eval_result *e, const char *key, const char *name, double value,
-                 int decimals);
+void cg_eval_add(cg_eval_result *e, const char *key, const char *name, double value, int decimals);
 
 /* What a model plugs in. `self` is passed back to every callback. */
 typedef struct cg_trainer_model {
@@ -80,8 +79,8 @@ typedef struct cg_trainer_model {
 } cg_trainer_model;
 
 struct cg_trainer {
-    cg_train_opts *o;      /* with --resume: the checkpoint's recipe filled in */
-    const char *out;       /* the checkpoint written */
+    cg_train_opts *o; /* with --resume: the checkpoint's recipe filled in */
+    const char *out;  /* the checkpoint written */
     /* resuming: the checkpoint (open) and its state */
     cg_st_file *ckpt;
     cJSON *state;
@@ -95,20 +94,20 @@ struct cg_trainer {
     double last_loss;       /* loss of the last step taken */
     int64_t skipped;
     bool interrupted;
-    bool out_of_time;       /* stopped by --max-minutes (a normal end otherwise) */
-    cg_rng dropout_rng;     /* the saved stream (from the checkpoint on resume) */
+    bool out_of_time;   /* stopped by --max-minutes (a normal end otherwise) */
+    cg_rng dropout_rng; /* the saved stream (from the checkpoint on resume) */
     bool dropout_rng_set;
-    cg_data_id data;        /* the data read (models/train/outfile.h), once set */
+    cg_data_id data; /* the data read (models/train/outfile.h), once set */
     bool data_set;
     cg_data_id data_stored; /* resuming: the identity the checkpoint recorded */
     bool data_stored_set;
-    cg_out_lock lock;       /* flock'd FILE.cgrad-lock beside the checkpoint (models/train/outfile.h) */
+    cg_out_lock lock; /* flock'd FILE.cgrad-lock beside the checkpoint (models/train/outfile.h) */
     /* a fine-tuning run (models/train/finetune.h): the checkpoint it started
      * from (recorded in every save as "init_from"), and whether it trains
      * and saves LoRA adapters only */
     cg_ft_origin origin;
     bool from_origin, adapters;
-    FILE *metrics;          /* FILE.metrics.jsonl (rank 0) */
+    FILE *metrics; /* FILE.metrics.jsonl (rank 0) */
 };
 
 #ifdef __cplusplus

@@ -41,8 +41,8 @@ bool cg_train_model_fields(const char *train_json, const char *ckpt_path, const 
     return ok;
 }
 
-bool cg_trainer_model_state(const cg_trainer *t, const char *kind, cJSON *o,
-                            const cg_json_field *f, int n)
+bool cg_trainer_model_state(const cg_trainer *t, const char *kind, cJSON *o, const cg_json_field *f,
+                            int n)
 {
     if (!o)
         return model_fields(t->model_state, t->o->resume, kind, f, n);
@@ -59,8 +59,6 @@ cJSON *cg_train_state_parse(const char *json)
     }
     return o;
 }
-
-
 
 char *cg_train_state_json(const cg_trainer *t, const cg_trainer_model *m)
 {
@@ -166,7 +164,6 @@ bool cg_trainer_restore(cg_trainer *t, const char *train_json, const char *path)
     return state_restore(t, t->o, path);
 }
 
-
 bool cg_train_data_check(const char *train_json, const char *ckpt_path, const cg_data_id *id)
 {
     cJSON *s = train_json ? cJSON_Parse(train_json) : NULL;
@@ -194,4 +191,3 @@ char *cg_train_data_path(const char *train_json, const char *given, const char *
         cg_set_error("out of memory");
     return p;
 }
-

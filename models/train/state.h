@@ -53,8 +53,8 @@ bool cg_state_put_f64(cJSON *o, const char *key, double v);
  * CG_JF_STR as a string) when o is not NULL, else read back from
  * t->model_state (resuming; false + error "'FILE': KIND training state:
  * ..."). */
-bool cg_trainer_model_state(const cg_trainer *t, const char *kind, cJSON *o,
-                            const cg_json_field *f, int n);
+bool cg_trainer_model_state(const cg_trainer *t, const char *kind, cJSON *o, const cg_json_field *f,
+                            int n);
 
 /* Read fields of a model's own state from a checkpoint's "train" metadata
  * (its "model" object; the top level in checkpoints written before the one

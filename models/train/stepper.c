@@ -28,9 +28,9 @@ bool cg_stepper_init(cg_stepper *s, const cg_trainer_model *m, int grad_accum, i
     for (int i = 0; i < s->pl.n; i++) {
         const cg_tensor *p = s->pl.items[i].tensor;
         if (p->requires_grad)
-            s->op[s->n_train++] = (cg_optim_param){
-                s->pl.items[i].name, s->pl.items[i].tensor,
-                p->ndim >= 2 ? m->weight_decay_2d : m->weight_decay_1d};
+            s->op[s->n_train++] =
+                (cg_optim_param){s->pl.items[i].name, s->pl.items[i].tensor,
+                                 p->ndim >= 2 ? m->weight_decay_2d : m->weight_decay_1d};
     }
     if (zero_stage < 0 || zero_stage > 1) {
         cg_set_error("ZeRO stage %d: only 0 and 1 exist", zero_stage);
@@ -160,8 +160,7 @@ cg_step_result cg_stepper_step(cg_stepper *st, int64_t s, double *loss_out, doub
         char culprit[400] = "";
         if (back_ok && !local_grads_finite(st))
             snprintf(culprit, sizeof culprit, " (%s)", cg_last_error());
-        cg_set_error("loss is %s at step %lld%s", isnan(lv) ? "nan" : "inf", (long long)s,
-                     culprit);
+        cg_set_error("loss is %s at step %lld%s", isnan(lv) ? "nan" : "inf", (long long)s, culprit);
         return CG_STEP_NONFINITE;
     }
     if (!back_ok) {
@@ -203,4 +202,3 @@ cg_step_result cg_stepper_step(cg_stepper *st, int64_t s, double *loss_out, doub
         return CG_STEP_FAILED;
     return CG_STEP_OK;
 }
-

@@ -21,10 +21,10 @@ typedef struct cg_trainer_model cg_trainer_model; /* trainer.h */
  * check, clipping, the optimizer. */
 typedef struct {
     const cg_trainer_model *m;
-    cg_optim *opt;          /* over the module's trainable parameters (m->optim);
+    cg_optim *opt; /* over the module's trainable parameters (m->optim);
                              * frozen ones (cg_module_requires_grad, LoRA's
                              * base: models/train/finetune.h) are left out */
-    int n_train;            /* their number */
+    int n_train;   /* their number */
     int grad_accum;
     bool skip_nonfinite;
     cg_param_list pl;

@@ -75,11 +75,14 @@ bool cg_history_push(cg_history *h, int64_t step, double train, double val)
     if (h->n == h->cap) {
         int cap = h->cap ? 2 * h->cap : 16;
         float *s = realloc(h->step, (size_t)cap * sizeof *s);
-        if (s) h->step = s;
+        if (s)
+            h->step = s;
         float *t = realloc(h->train, (size_t)cap * sizeof *t);
-        if (t) h->train = t;
+        if (t)
+            h->train = t;
         float *v = realloc(h->val, (size_t)cap * sizeof *v);
-        if (v) h->val = v;
+        if (v)
+            h->val = v;
         if (!s || !t || !v) {
             cg_set_error("out of memory");
             return false;
@@ -104,9 +107,11 @@ static bool dense_append(cg_history *h, double step, double loss)
         if (cap > CG_HISTORY_DENSE_MAX)
             cap = CG_HISTORY_DENSE_MAX;
         float *s = realloc(h->dstep, (size_t)cap * sizeof *s);
-        if (s) h->dstep = s;
+        if (s)
+            h->dstep = s;
         float *l = realloc(h->dloss, (size_t)cap * sizeof *l);
-        if (l) h->dloss = l;
+        if (l)
+            h->dloss = l;
         if (!s || !l) {
             cg_set_error("out of memory");
             return false;
@@ -273,8 +278,9 @@ bool cg_history_plot(const cg_history *h, const char *path, const char *title)
     /* the training line: evaluations before the first dense point (a history
      * begun without the dense series), the dense points, the block being
      * filled */
-    double first = h->dn > 0 ? h->dstep[0] : h->acc_n > 0 ? (double)h->acc_step / (double)h->acc_n
-                                                          : INFINITY;
+    double first = h->dn > 0      ? h->dstep[0]
+                   : h->acc_n > 0 ? (double)h->acc_step / (double)h->acc_n
+                                  : INFINITY;
     int cap = h->n + h->dn + 1, k = 0;
     float *x = malloc((size_t)cap * sizeof *x), *y = malloc((size_t)cap * sizeof *y);
     if (!x || !y) {
@@ -298,8 +304,13 @@ bool cg_history_plot(const cg_history *h, const char *path, const char *title)
         snprintf(name, sizeof name, "train");
     cg_plot_series s[2] = {
         {.name = name, .x = x, .y = y, .n = k, .color = 0x7DA7E0, .width = 1.0f},
-        {.name = "validation", .x = h->step, .y = h->val, .n = h->n, .color = 0xD9480F,
-         .width = 2.0f, .marker = 6.0f},
+        {.name = "validation",
+         .x = h->step,
+         .y = h->val,
+         .n = h->n,
+         .color = 0xD9480F,
+         .width = 2.0f,
+         .marker = 6.0f},
     };
     bool ok = cg_plot_loss_curve(path, title, 2, s);
     free(x);
@@ -317,8 +328,8 @@ bool cg_train_position_check(int64_t epoch, int64_t pos, int64_t n_batches, int6
         ok = epoch - 1 <= step / n_batches && (epoch - 1) * n_batches + pos == step;
     if (!ok)
         cg_set_error("%s: bad trainer position (epoch %lld, batch %lld of %lld) for step %lld; "
-                     "corrupt checkpoint?", path, (long long)epoch, (long long)pos,
-                     (long long)n_batches, (long long)step);
+                     "corrupt checkpoint?",
+                     path, (long long)epoch, (long long)pos, (long long)n_batches, (long long)step);
     return ok;
 }
 

@@ -41,7 +41,6 @@ void cg_trainer_init(cg_trainer *t, cg_train_opts *o)
     t->last_loss = NAN;
 }
 
-
 int cg_trainer_begin(cg_trainer *t, cg_train_opts *o, const char *kind, const char *default_out)
 {
     cg_trainer_init(t, o);
@@ -72,7 +71,7 @@ int cg_trainer_begin(cg_trainer *t, cg_train_opts *o, const char *kind, const ch
                                 o->resume, (long long)t->start, (long long)o->steps);
     }
     cg_set_matmul_precision(o->precision); /* before the model is built or evaluated */
-    if (cg_dist_is_root()) { /* rank 0 alone writes */
+    if (cg_dist_is_root()) {               /* rank 0 alone writes */
         if (access(t->out, F_OK) == 0 && !o->force &&
             !(o->resume && strcmp(t->out, o->resume) == 0))
             return cg_prog_fail("checkpoint %s exists; continue it with --resume %s, or pass "
@@ -106,9 +105,7 @@ bool cg_trainer_set_data(cg_trainer *t, const cg_data_id *id)
     return true;
 }
 
-
-void cg_eval_add(cg_eval_result *e, const char *key, const char *name, double value,
-                 int decimals)
+void cg_eval_add(cg_eval_result *e, const char *key, const char *name, double value, int decimals)
 {
     int n = (int)(sizeof e->extra / sizeof e->extra[0]);
     if (e->n_extra >= n)
@@ -138,7 +135,6 @@ void cg_trainer_end(cg_trainer *t)
     cg_trainer_init(t, NULL);
 }
 
-
 /* ------------------------------------------------------------ the run */
 typedef struct {
     cg_trainer *t;
@@ -162,8 +158,8 @@ static bool save(run_ctx *c, int64_t step)
     char *from = cfg && c->t->from_origin ? cg_ft_origin_json(&c->t->origin) : NULL;
     cg_ft_save ft = {.init_from = from, .adapters = c->t->adapters};
     bool ok = cfg && (from || !c->t->from_origin) &&
-              cg_ft_ckpt_save(c->t->out, &ft, m->name, cfg, m->tokenizer(m->self), m->module,
-                              opt, step, tj);
+              cg_ft_ckpt_save(c->t->out, &ft, m->name, cfg, m->tokenizer(m->self), m->module, opt,
+                              step, tj);
     cg_optim_free(gathered);
     free(tj);
     free(cfg);
@@ -207,8 +203,8 @@ static int evaluate(run_ctx *c, int64_t step)
         e.train = cg_trainer_recent_loss(t);
     char extra[256] = "";
     for (int i = 0; i < e.n_extra; i++)
-        snprintf(extra + strlen(extra), sizeof extra - strlen(extra), ", %s %.*f",
-                 e.extra[i].name, e.extra[i].decimals, e.extra[i].value);
+        snprintf(extra + strlen(extra), sizeof extra - strlen(extra), ", %s %.*f", e.extra[i].name,
+                 e.extra[i].decimals, e.extra[i].value);
     cg_progress_end();
     fprintf(stderr, "%s: step %lld: train loss %.4f, val loss %.4f%s\n", cg_prog_name(),
             (long long)step, e.train, e.val, extra);
@@ -322,7 +318,7 @@ static bool check_ranks_agree(const cg_trainer *t, const cg_trainer_model *m)
             first = idx;
     }
     if (rf && first < 0 && cJSON_GetArraySize(flat) != cJSON_GetArraySize(rf))
-        first = idx; /* leaves rank 0 does not have */
+        first = idx;                             /* leaves rank 0 does not have */
     double worst = first >= 0 ? 1e9 - first : 0; /* the lowest index over the ranks */
     bool sent = ok && cg_dist_allreduce_max(&worst, 1);
     if (sent && worst > 0) {
@@ -342,8 +338,8 @@ static bool check_ranks_agree(const cg_trainer *t, const cg_trainer_model *m)
                     *p = '-';
         }
         cg_set_error("the ranks were not started with the same run: %s differs between ranks "
-                     "(rank 0: %s = %s); every rank needs the same data and flags", flag, key,
-                     c ? c->valuestring : "?");
+                     "(rank 0: %s = %s); every rank needs the same data and flags",
+                     flag, key, c ? c->valuestring : "?");
         ok = false;
     } else if (!sent) {
         ok = false;
@@ -373,10 +369,11 @@ static int setup(run_ctx *c)
         for (int i = 0; i < c->st.n_train; i++)
             n += cg_numel(c->st.op[i].tensor);
         double whole = (double)n * (m->optim.type == CG_OPTIM_SGD ? 1 : 2) * sizeof(float);
-        fprintf(stderr, "%s: ZeRO-1 over %d rank(s): optimizer state %.2f MB on rank 0 (%.2f MB "
-                "unsharded)%s\n", cg_prog_name(), cg_dist_size(),
-                (double)cg_optim_state_bytes(c->opt) / 1e6, whole / 1e6,
-                cg_dist_size() == 1 ? "; one process: nothing to shard" : "");
+        fprintf(stderr,
+                "%s: ZeRO-1 over %d rank(s): optimizer state %.2f MB on rank 0 (%.2f MB "
+                "unsharded)%s\n",
+                cg_prog_name(), cg_dist_size(), (double)cg_optim_state_bytes(c->opt) / 1e6,
+                whole / 1e6, cg_dist_size() == 1 ? "; one process: nothing to shard" : "");
     }
     if (t->ckpt) {
         if (!cg_optim_load(c->opt, t->ckpt, "optim"))
@@ -440,8 +437,9 @@ static int finish(run_ctx *c)
     cJSON *j = cJSON_CreateObject();
     cg_json_put_int(j, "step", t->step);
     if (t->interrupted) {
-        fprintf(stderr, "%s: stopped at step %lld; checkpoint saved to '%s' (continue with "
-                        "--resume %s)\n",
+        fprintf(stderr,
+                "%s: stopped at step %lld; checkpoint saved to '%s' (continue with "
+                "--resume %s)\n",
                 prog, (long long)t->step, t->out, t->out);
         cg_json_put_bool(j, "interrupted", true);
         double tl = isfinite(t->last_loss) ? t->last_loss
@@ -510,8 +508,7 @@ int cg_trainer_run(cg_trainer *t, const cg_trainer_model *m)
     for (;;) {
         const int64_t step = t->step;
         bool due = step % o->eval_every == 0 || step == o->steps;
-        if (due && (step > 0 || m->eval_at_start) &&
-            !evaluated_at(t, step) &&
+        if (due && (step > 0 || m->eval_at_start) && !evaluated_at(t, step) &&
             (rc = evaluate(&c, step)) >= 0)
             goto done;
         if (due && step > t->start && step < o->steps && !save(&c, step)) {
@@ -533,8 +530,7 @@ int cg_trainer_run(cg_trainer *t, const cg_trainer_model *m)
             t->out_of_time = true;
             fprintf(stderr, "%s: --max-minutes %g reached at step %lld\n", cg_prog_name(),
                     o->max_minutes, (long long)step);
-            if (!evaluated_at(t, step) &&
-                (rc = evaluate(&c, step)) >= 0)
+            if (!evaluated_at(t, step) && (rc = evaluate(&c, step)) >= 0)
                 goto done;
             break;
         }
@@ -580,4 +576,3 @@ done:
     cg_stepper_free(&c.st);
     return rc;
 }
-

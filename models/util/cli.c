@@ -86,8 +86,14 @@ bool cg_cli_parse_bool(const char *flag, const char *s, bool *out)
 {
     static const char *yes[] = {"true", "1", "yes", "on"}, *no[] = {"false", "0", "no", "off"};
     for (int i = 0; s && i < 4; i++) {
-        if (strcasecmp(s, yes[i]) == 0) { *out = true; return true; }
-        if (strcasecmp(s, no[i]) == 0) { *out = false; return true; }
+        if (strcasecmp(s, yes[i]) == 0) {
+            *out = true;
+            return true;
+        }
+        if (strcasecmp(s, no[i]) == 0) {
+            *out = false;
+            return true;
+        }
     }
     cg_set_error("%s: expected true or false, got '%s'", flag, s ? s : "");
     return false;
@@ -132,8 +138,8 @@ static bool parse(int argc, char **argv, const cg_cli_opt *opts, int n, bool *he
         const char *eq = strchr(a, '=');
         size_t len = eq ? (size_t)(eq - a) : strlen(a);
         int j = 0;
-        while (j < n && !(opts[j].name && strlen(opts[j].name) == len &&
-                          strncmp(opts[j].name, a, len) == 0))
+        while (j < n &&
+               !(opts[j].name && strlen(opts[j].name) == len && strncmp(opts[j].name, a, len) == 0))
             j++;
         if (j == n) {
             cg_set_error("unknown option '%.*s' (try --help)", (int)len, a);
@@ -242,8 +248,9 @@ void cg_cli_set_threads(const char *prog, int64_t n)
         cg_set_num_threads((int)cg_cli_threads(prog, n));
     } else if (g_env_threads > 0) {
         int cpus = cg_num_cpus();
-        fprintf(stderr, "%s: warning: OMP_NUM_THREADS=%d is more than the %d CPU%s available; "
-                        "using %d (--threads N sets the count)\n",
+        fprintf(stderr,
+                "%s: warning: OMP_NUM_THREADS=%d is more than the %d CPU%s available; "
+                "using %d (--threads N sets the count)\n",
                 prog ? prog : "cgrad", g_env_threads, cpus, cpus == 1 ? "" : "s", cpus);
         g_env_threads = 0; /* once */
     }

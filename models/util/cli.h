@@ -59,12 +59,12 @@ bool cg_cli_stdout_ok(void);
  * cg_cli_given), not from a variable of its own. A row with name NULL is a
  * line of help text only (a heading between groups of flags). */
 typedef enum {
-    CG_CLI_I64,    /* int64_t, range [lo, hi] */
-    CG_CLI_U64,    /* uint64_t */
-    CG_CLI_F64,    /* double, range [lo, hi] */
-    CG_CLI_BOOL,   /* bool with a value (--norm-first false) */
-    CG_CLI_STR,    /* const char * (points into argv) */
-    CG_CLI_SWITCH  /* bool, no value */
+    CG_CLI_I64,   /* int64_t, range [lo, hi] */
+    CG_CLI_U64,   /* uint64_t */
+    CG_CLI_F64,   /* double, range [lo, hi] */
+    CG_CLI_BOOL,  /* bool with a value (--norm-first false) */
+    CG_CLI_STR,   /* const char * (points into argv) */
+    CG_CLI_SWITCH /* bool, no value */
 } cg_cli_kind;
 
 /* What a training checkpoint does with a flag (cg_cli_opt.flags). */
@@ -75,13 +75,13 @@ enum {
 };
 
 typedef struct {
-    const char *name;  /* "--steps"; NULL: a help line only */
+    const char *name; /* "--steps"; NULL: a help line only */
     cg_cli_kind kind;
     void *dst;
-    double lo, hi;     /* for I64 and F64 */
-    const char *help;  /* its lines in --help ("  --steps N  ...\n"); NULL when
+    double lo, hi;    /* for I64 and F64 */
+    const char *help; /* its lines in --help ("  --steps N  ...\n"); NULL when
                         * another row's lines cover it */
-    unsigned flags;    /* CG_CLI_FIXED | CG_CLI_SAVED */
+    unsigned flags;   /* CG_CLI_FIXED | CG_CLI_SAVED */
 } cg_cli_opt;
 
 /* Parse argv[0..argc) against opts (n entries). Accepts "--flag value" and
@@ -94,8 +94,8 @@ bool cg_cli_parse(int argc, char **argv, const cg_cli_opt *opts, int n, bool *he
 #define CG_CLI_MAX_OPTS 96
 typedef struct {
     const cg_cli_opt *opts;
-    int n;                       /* at most CG_CLI_MAX_OPTS */
-    int given[CG_CLI_MAX_OPTS];  /* 0: not given, else its place (1, 2, ...) among
+    int n;                      /* at most CG_CLI_MAX_OPTS */
+    int given[CG_CLI_MAX_OPTS]; /* 0: not given, else its place (1, 2, ...) among
                                   * the flags given, in command-line order */
 } cg_cli_args;
 

@@ -116,9 +116,7 @@ bool cg_json_write_fields(cJSON *o, const cg_json_field *f, int n)
         case CG_JF_STR:
             ok = cJSON_AddStringToObject(o, f[i].key, *(const char **)f[i].dst) != NULL;
             break;
-        case CG_JF_BOOL:
-            ok = cJSON_AddBoolToObject(o, f[i].key, *(bool *)f[i].dst) != NULL;
-            break;
+        case CG_JF_BOOL: ok = cJSON_AddBoolToObject(o, f[i].key, *(bool *)f[i].dst) != NULL; break;
         }
     }
     if (!ok)
@@ -150,8 +148,7 @@ bool cg_json_read_fields(const cJSON *o, const char *what, const cg_json_field *
                 x = strtod(v->valuestring, &end);
                 num = *end == '\0';
             }
-            if (!num || !isfinite(x) ||
-                (f[i].kind == CG_JF_I64 && x != floor(x))) {
+            if (!num || !isfinite(x) || (f[i].kind == CG_JF_I64 && x != floor(x))) {
                 cg_set_error("%s: \"%s\" must be %s", what, f[i].key,
                              f[i].kind == CG_JF_I64 ? "an integer" : "a finite number");
                 return false;
@@ -438,8 +435,7 @@ bool cg_json_print_line(FILE *f, const cJSON *o)
 
 /* ------------------------------------------------------------ configs */
 #define FIELD(r) ((void *)((char *)cfg + (r).offset))
-bool cg_config_read(const char *json, const char *what, const cg_config_field *f, int n,
-                    void *cfg)
+bool cg_config_read(const char *json, const char *what, const cg_config_field *f, int n, void *cfg)
 {
     cJSON *o = cg_json_parse_object(json, what);
     bool ok = o != NULL;
@@ -481,7 +477,9 @@ char *cg_config_write(const char *model, const cg_config_field *f, int n, const 
         case CG_CF_NORM:
             ok = cg_json_put_str(o, f[i].key, cg_norm_kind_name(*(cg_norm_kind *)FIELD(f[i])));
             break;
-        case CG_CF_ACT: ok = cg_json_put_str(o, f[i].key, cg_act_name(*(cg_act *)FIELD(f[i]))); break;
+        case CG_CF_ACT:
+            ok = cg_json_put_str(o, f[i].key, cg_act_name(*(cg_act *)FIELD(f[i])));
+            break;
         }
     }
     char *s = ok ? cg_json_line(o) : NULL;

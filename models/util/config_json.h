@@ -82,8 +82,7 @@ typedef struct {
     size_t offset; /* of the field in the config struct: int64_t, bool, float,
                     * cg_norm_kind, cg_act */
 } cg_config_field;
-bool cg_config_read(const char *json, const char *what, const cg_config_field *f, int n,
-                    void *cfg);
+bool cg_config_read(const char *json, const char *what, const cg_config_field *f, int n, void *cfg);
 char *cg_config_write(const char *model, const cg_config_field *f, int n, const void *cfg);
 
 /* A table-driven reader for a trainer's state object (the "train"
@@ -102,8 +101,8 @@ typedef struct {
     const char *key;
     cg_json_field_kind kind;
     void *dst;
-    double lo, hi;   /* CG_JF_I64 and CG_JF_F64 */
-    bool optional;   /* absent: *dst left as it is */
+    double lo, hi; /* CG_JF_I64 and CG_JF_F64 */
+    bool optional; /* absent: *dst left as it is */
 } cg_json_field;
 
 /* Read n fields of object o. False + "<what>: ..." naming the first bad or

@@ -147,7 +147,8 @@ char *cg_read_file_once(const char *path, size_t max_bytes, bool text, size_t *l
         free(buf);
         if (strcmp(err, "limit") == 0)
             cg_set_error("'%s' is larger than %s, the input limit (a sixth of the available "
-                         "memory; set CG_MAX_INPUT_MB to change it)", path, big);
+                         "memory; set CG_MAX_INPUT_MB to change it)",
+                         path, big);
         else if (strcmp(err, "read") == 0)
             cg_set_error("cannot read '%s': %s", path, strerror(e));
         return NULL;
