@@ -435,6 +435,19 @@ static void skinny_product(int nthreads, int64_t m, int64_t n, int64_t k, float 
     }
 }
 
+/* The kernel of a path (not AUTO): false when this CPU lacks it. */
+static bool gemm_kind_of(cg_gemm_path path, gemm_kind *g)
+{
+    switch (path) {
+    case CG_GEMM_SKX: g->cntx = &g_cntx_skx; return g_have_skx;
+    case CG_GEMM_HASWELL: g->cntx = &g_cntx_haswell; return g_have_haswell;
+    case CG_GEMM_DEFAULT: return true;
+    case CG_GEMM_BF16: g->bf16 = 1; return g_bf16_native;
+    case CG_GEMM_BF16_EMULATED: g->bf16 = 2; return g_have_haswell;
+    default: return false;
+    }
+}
+
 /* cg_sgemm_path and cg_sgemm_bias_path: beta 0 when there is a bias. */
 static bool gemm_run(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int64_t k, float alpha,
                      const float *a, int64_t rsa, int64_t csa, const float *b, int64_t rsb,
@@ -447,30 +460,8 @@ static bool gemm_run(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int6
     if (path == CG_GEMM_AUTO)
         path = g_active;
     gemm_kind g = {NULL, 0};
-    switch (path) {
-    case CG_GEMM_SKX:
-        if (!g_have_skx)
-            return false;
-        g.cntx = &g_cntx_skx;
-        break;
-    case CG_GEMM_HASWELL:
-        if (!g_have_haswell)
-            return false;
-        g.cntx = &g_cntx_haswell;
-        break;
-    case CG_GEMM_DEFAULT: break;
-    case CG_GEMM_BF16:
-        if (!g_bf16_native)
-            return false;
-        g.bf16 = 1;
-        break;
-    case CG_GEMM_BF16_EMULATED:
-        if (!g_have_haswell)
-            return false;
-        g.bf16 = 2;
-        break;
-    default: return false;
-    }
+    if (!gemm_kind_of(path, &g))
+        return false;
     if (m < 0 || n < 0 || k < 0)
         return false;
     if (m == 0 || n == 0)
