@@ -106,7 +106,7 @@ cg_tensor *cg_cross_entropy(cg_tensor *logits, const int64_t *targets, int64_t n
     }
     cg_node *n = cg_record(out, CG_OP_CROSS_ENTROPY, 1, &logits, ce_bw);
     if (cg_record_failed(n, 1, &logits)) {
-        cg_release(out);
+        cg_release_all(2, lse, out);
         return NULL;
     }
     if (n) {
@@ -517,11 +517,7 @@ cg_tensor *cg_attention(cg_tensor *q, cg_tensor *k, cg_tensor *v, bool causal,
         return NULL;
     cg_tensor *in[3] = {q, k, v};
     cg_node *n = cg_record(out, CG_OP_ATTENTION, 3, in, attention_bw);
-    if (cg_record_failed(n, 3, in)) {
-        cg_release(out);
-        return NULL;
-    }
-    bool ok = true;
+    bool ok = !cg_record_failed(n, 3, in);
     if (n) {
         n->p.i[0] = causal;
         ok = save_alias(n, out) && cg_node_save(n, saved) >= 0;
