@@ -389,9 +389,9 @@ static bool time_steps(cg_stepper *st, bench_model *bm, const batches *bt, long 
     return ok;
 }
 
-/* worst: the peak resident set (MB) and the optimizer state (MB), the
- * largest over ranks. */
-static void print_json(const bench_args *a, const preset *p, cg_precision precision, long threads,
+/* The result line (false: out of memory). worst: the peak resident set
+ * (MB) and the optimizer state (MB), the largest over ranks. */
+static bool print_json(const bench_args *a, const preset *p, cg_precision precision, long threads,
                        int64_t n_params, double flops_step, double peak_gflops, bool overlap,
                        const timings *tm, const double worst[2])
 {
@@ -402,26 +402,38 @@ static void print_json(const bench_args *a, const preset *p, cg_precision precis
     const cg_gemm_path gemm_path = precision == CG_PRECISION_FP32 ? cg_gemm_active_path()
                                    : cg_bf16_native()             ? CG_GEMM_BF16
                                                                   : CG_GEMM_BF16_EMULATED;
-    printf("{\"model\": %s, \"preset\": %s, \"precision\": %s, \"threads\": %ld, "
-           "\"tokens_per_step\": %lld, "
-           "\"step_ms_median\": %s, \"tokens_per_s\": %s, \"params\": %lld, "
-           "\"peak_rss_mb\": %s, \"mfu\": %s, \"flops_per_step\": %s, "
-           "\"gemm_gflops\": %s, \"gemm_path\": %s, \"T\": %lld, \"B\": %lld, \"d\": %lld, "
-           "\"cpu_ms_median\": %s, \"final_loss\": %s, \"rss_mb_step10\": %s, "
-           "\"rss_mb_last\": %s, \"recompute\": %s, \"ranks\": %d, \"overlap\": %s, "
-           "\"comm_exposed_ms_median\": %s, \"zero\": %ld, \"optim_state_mb\": %s, "
-           "\"peak_rss_mb_max_rank\": %s}\n",
-           CG_JSON_STR(a->model), CG_JSON_STR(a->preset), CG_JSON_STR(cg_precision_name(precision)),
-           threads, (long long)tokens, CG_JSON_NUM("%.3f", med * 1e3),
-           CG_JSON_NUM("%.1f", (double)tokens / med), (long long)n_params,
-           CG_JSON_NUM("%.1f", (double)ru.ru_maxrss / 1024.0), CG_JSON_NUM("%.4f", mfu),
-           CG_JSON_NUM("%.4g", flops_step), CG_JSON_NUM("%.1f", peak_gflops),
-           CG_JSON_STR(cg_gemm_path_name(gemm_path)), (long long)p->T, (long long)p->B,
-           (long long)p->d, CG_JSON_NUM("%.3f", tm->cmed * 1e3),
-           CG_JSON_NUM("%.9g", (double)tm->last_loss), CG_JSON_NUM("%.1f", tm->rss10),
-           CG_JSON_NUM("%.1f", tm->rss_last), a->recompute ? "true" : "false", cg_dist_size(),
-           overlap ? "true" : "false", CG_JSON_NUM("%.3f", tm->emed * 1e3), (long)a->zero,
-           CG_JSON_NUM("%.2f", worst[1]), CG_JSON_NUM("%.1f", worst[0]));
+    cJSON *o = cJSON_CreateObject();
+    bool ok =
+        o && cg_json_put_str(o, "model", a->model) && cg_json_put_str(o, "preset", a->preset) &&
+        cg_json_put_str(o, "precision", cg_precision_name(precision)) &&
+        cg_json_put_int(o, "threads", threads) && cg_json_put_int(o, "tokens_per_step", tokens) &&
+        cg_json_put_num(o, "step_ms_median", "%.3f", med * 1e3) &&
+        cg_json_put_num(o, "tokens_per_s", "%.1f", (double)tokens / med) &&
+        cg_json_put_int(o, "params", n_params) &&
+        cg_json_put_num(o, "peak_rss_mb", "%.1f", (double)ru.ru_maxrss / 1024.0) &&
+        cg_json_put_num(o, "mfu", "%.4f", mfu) &&
+        cg_json_put_num(o, "flops_per_step", "%.4g", flops_step) &&
+        cg_json_put_num(o, "gemm_gflops", "%.1f", peak_gflops) &&
+        cg_json_put_str(o, "gemm_path", cg_gemm_path_name(gemm_path)) &&
+        cg_json_put_int(o, "T", p->T) && cg_json_put_int(o, "B", p->B) &&
+        cg_json_put_int(o, "d", p->d) &&
+        cg_json_put_num(o, "cpu_ms_median", "%.3f", tm->cmed * 1e3) &&
+        cg_json_put_num(o, "final_loss", "%.9g", (double)tm->last_loss) &&
+        cg_json_put_num(o, "rss_mb_step10", "%.1f", tm->rss10) &&
+        cg_json_put_num(o, "rss_mb_last", "%.1f", tm->rss_last) &&
+        cg_json_put_bool(o, "recompute", a->recompute) &&
+        cg_json_put_int(o, "ranks", cg_dist_size()) && cg_json_put_bool(o, "overlap", overlap) &&
+        cg_json_put_num(o, "comm_exposed_ms_median", "%.3f", tm->emed * 1e3) &&
+        cg_json_put_int(o, "zero", a->zero) &&
+        cg_json_put_num(o, "optim_state_mb", "%.2f", worst[1]) &&
+        cg_json_put_num(o, "peak_rss_mb_max_rank", "%.1f", worst[0]);
+    char *line = ok ? cg_json_line(o) : NULL;
+    cJSON_Delete(o);
+    if (!line)
+        return false;
+    printf("%s\n", line);
+    free(line);
+    return true;
 }
 
 static int run(int argc, char **argv)
@@ -485,14 +497,16 @@ static int run(int argc, char **argv)
         fprintf(stderr, "bench: %s\n", cg_last_error());
         return 1;
     }
-    print_json(&a, &p, precision, threads, n_params, flops_step, peak_gflops, st.reducer != NULL,
-               &t, worst);
+    bool printed = print_json(&a, &p, precision, threads, n_params, flops_step, peak_gflops,
+                              st.reducer != NULL, &t, worst);
+    if (!printed)
+        fprintf(stderr, "bench: out of memory writing the result line\n");
     for (int b = 0; b < NB; b++)
         free(bt.src[b]), free(bt.tin[b]), free(bt.tout[b]);
     cg_stepper_free(&st);
     cg_module_free(model);
     cg_dist_finalize();
-    return 0;
+    return printed ? 0 : 1;
 }
 
 int main(int argc, char **argv)

@@ -27,14 +27,13 @@ cJSON *cg_json_parse_object(const char *json, const char *what);
 /* The "norm" and "act" strings, when present, parsed into *norm and *act. */
 bool cg_json_norm_act(const cJSON *o, const char *what, cg_norm_kind *norm, cg_act *act);
 
-/* JSON values for printf'd JSON lines (every line printed must parse):
- * cg_json_num formats x with fmt ("%.4f") or writes null when x is NaN or
- * infinite; cg_json_quote writes s as a JSON string literal (quotes and
- * escapes; truncated at a character boundary if buf is too small). Both
- * return buf. The macros give each use its own buffer (a compound literal
- * living to the end of the enclosing block), so several fit in one printf:
- *   printf("{\"loss\": %s, \"ckpt\": %s}\n", CG_JSON_NUM("%.4f", loss),
- *          CG_JSON_STR(path)); */
+/* The values the writer below is made of (lines are written with
+ * cg_json_put_* and cg_json_line, not by hand): cg_json_num formats x with
+ * fmt ("%.4f") or writes null when x is NaN or infinite; cg_json_quote
+ * writes s as a JSON string literal (quotes and escapes; truncated at a
+ * character boundary if buf is too small). Both return buf. The macros
+ * give each use its own buffer (a compound literal living to the end of
+ * the enclosing block). */
 const char *cg_json_num(char *buf, size_t n, const char *fmt, double x);
 const char *cg_json_quote(char *buf, size_t n, const char *s);
 /* Names (file paths) are bytes; JSON strings are UTF-8. cg_json_quote
