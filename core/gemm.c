@@ -202,41 +202,6 @@ void *cg_gemm_thread_buffer(size_t bytes)
 
 /* ------------------------------------------------------------ strides */
 
-/* The stride of a size-1 dimension means nothing, but BLIS checks it.
- * Rewrite it so that BLIS sees plain row- or column-major storage. */
-static void normalise_strides(int64_t m, int64_t n, int64_t *rs, int64_t *cs)
-{
-    if (m == 1 && n == 1) {
-        *rs = 1;
-        *cs = 1;
-    } else if (m == 1) {
-        *rs = *cs == 0 ? 0 : n * *cs; /* keep 0 so the check below rejects it */
-    } else if (n == 1) {
-        *cs = *rs == 0 ? 0 : m * *rs;
-    }
-}
-
-/* BLIS 0.9's bli_check_matrix_strides for m, n >= 1 and non-negative
- * strides: no zero strides; unit rs needs cs >= m; unit cs needs rs >= n;
- * general strides must not overlap along the tilt. */
-static bool blis_strides_ok(int64_t m, int64_t n, int64_t rs, int64_t cs)
-{
-    if (rs <= 0 || cs <= 0)
-        return false;
-    if (rs != 1 && cs != 1) {
-        if (rs == cs)
-            return m == 1 || n == 1;
-        if (rs < cs)
-            return m * rs <= cs;
-        return n * cs <= rs;
-    }
-    if (rs == 1 && cs == 1)
-        return m == 1 || n == 1;
-    if (rs == 1)
-        return cs >= m;
-    return rs >= n;
-}
-
 /* Contiguous row-major copy of an m x n strided operand (any strides). */
 static float *copy_rowmajor(int64_t m, int64_t n, const float *p, int64_t rs, int64_t cs)
 {
@@ -466,7 +431,7 @@ static bool gemm_run(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int6
         return false;
     if (m == 0 || n == 0)
         return true;
-    normalise_strides(m, n, &rsc, &csc);
+    cg_gemm_normalise_strides(m, n, &rsc, &csc);
     if (bias && !g.bf16) {
         /* fp32: C set to the bias, the product added with beta 1 (the bits
          * the bf16 kernels give when they add the bias as they write C) */
@@ -481,7 +446,7 @@ static bool gemm_run(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int6
             scale_c(m, n, beta, c, rsc, csc);
         return true;
     }
-    if (!blis_strides_ok(m, n, rsc, csc)) {
+    if (!cg_gemm_strides_ok(m, n, rsc, csc)) {
         if (g.bf16) /* one thread: tiles are written in order */
             return serial_product(g, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, bias, bs, c,
                                   rsc, csc);
@@ -489,24 +454,24 @@ static bool gemm_run(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int6
         return true;
     }
 
-    normalise_strides(m, k, &rsa, &csa);
-    normalise_strides(k, n, &rsb, &csb);
+    cg_gemm_normalise_strides(m, k, &rsa, &csa);
+    cg_gemm_normalise_strides(k, n, &rsb, &csb);
     if (!g.bf16 && g.cntx && g_have_haswell && (m <= SKINNY || n <= SKINNY) && csa == 1 &&
         rsb == 1) {
         skinny_product(nthreads, m, n, k, alpha, a, rsa, b, csb, beta, c, rsc, csc);
         return true;
     }
     float *acopy = NULL, *bcopy = NULL; /* bf16 packing reads any strides */
-    if (!g.bf16 && !blis_strides_ok(m, k, rsa, csa)) {
+    if (!g.bf16 && !cg_gemm_strides_ok(m, k, rsa, csa)) {
         acopy = copy_rowmajor(m, k, a, rsa, csa);
         if (!acopy)
             return false;
         a = acopy;
         rsa = k;
         csa = 1;
-        normalise_strides(m, k, &rsa, &csa);
+        cg_gemm_normalise_strides(m, k, &rsa, &csa);
     }
-    if (!g.bf16 && !blis_strides_ok(k, n, rsb, csb)) {
+    if (!g.bf16 && !cg_gemm_strides_ok(k, n, rsb, csb)) {
         bcopy = copy_rowmajor(k, n, b, rsb, csb);
         if (!bcopy) {
             free(acopy);
@@ -515,7 +480,7 @@ static bool gemm_run(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int6
         b = bcopy;
         rsb = n;
         csb = 1;
-        normalise_strides(k, n, &rsb, &csb);
+        cg_gemm_normalise_strides(k, n, &rsb, &csb);
     }
 
     /* Threading splits C ourselves into one block of rows (or of columns

@@ -1,6 +1,7 @@
-/* Internal to core/gemm*.c: what the fp32 (gemm_skx.c) and bf16
- * (gemm_bf16.c) drivers share: the per-thread packing buffer, BLIS's
- * block-size rule and a 16 x 16 in-register transpose. */
+/* Internal to core/: what the fp32 (gemm_skx.c) and bf16 (gemm_bf16.c)
+ * drivers share: the per-thread packing buffer, BLIS's stride and
+ * block-size rules and a 16 x 16 in-register transpose; matmul.c asks the
+ * stride rules before it calls into gemm.c. */
 #ifndef CG_GEMM_INTERNAL_H
 #define CG_GEMM_INTERNAL_H
 
@@ -39,6 +40,41 @@ bool cg_bf16_gemm_parallel(bool native, int nt, int64_t m, int64_t n, int64_t k,
                            const float *a, int64_t rsa, int64_t csa, const float *b, int64_t rsb,
                            int64_t csb, float beta, const float *bias, int64_t bs, float *c,
                            int64_t rsc, int64_t csc);
+
+/* The stride of a size-1 dimension means nothing, but BLIS checks it.
+ * Rewrite it so that BLIS sees plain row- or column-major storage. */
+static inline void cg_gemm_normalise_strides(int64_t m, int64_t n, int64_t *rs, int64_t *cs)
+{
+    if (m == 1 && n == 1) {
+        *rs = 1;
+        *cs = 1;
+    } else if (m == 1) {
+        *rs = *cs == 0 ? 0 : n * *cs; /* keep 0 so the check below rejects it */
+    } else if (n == 1) {
+        *cs = *rs == 0 ? 0 : m * *rs;
+    }
+}
+
+/* BLIS 0.9's bli_check_matrix_strides for m, n >= 1 and non-negative
+ * strides: no zero strides; unit rs needs cs >= m; unit cs needs rs >= n;
+ * general strides must not overlap along the tilt. */
+static inline bool cg_gemm_strides_ok(int64_t m, int64_t n, int64_t rs, int64_t cs)
+{
+    if (rs <= 0 || cs <= 0)
+        return false;
+    if (rs != 1 && cs != 1) {
+        if (rs == cs)
+            return m == 1 || n == 1;
+        if (rs < cs)
+            return m * rs <= cs;
+        return n * cs <= rs;
+    }
+    if (rs == 1 && cs == 1)
+        return m == 1 || n == 1;
+    if (rs == 1)
+        return cs >= m;
+    return rs >= n;
+}
 
 /* Size of the block at offset i of dim, as BLIS picks it: the default size,
  * but the whole rest when that fits under the maximum (k = 389 is one block

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "core/gemm.h"
+#include "core/gemm_internal.h"
 #include "core/ops.h"
 #include "core/tensor.h"
 
@@ -38,38 +39,6 @@ typedef struct {
 
 /* -------------------------------------------------------- stride rules */
 
-/* Same rules as core/gemm.c (BLIS 0.9's bli_check_matrix_strides, with the
- * strides of size-1 dims rewritten first). */
-static void normalise_strides(int64_t m, int64_t n, int64_t *rs, int64_t *cs)
-{
-    if (m == 1 && n == 1) {
-        *rs = 1;
-        *cs = 1;
-    } else if (m == 1) {
-        *rs = *cs == 0 ? 0 : n * *cs;
-    } else if (n == 1) {
-        *cs = *rs == 0 ? 0 : m * *rs;
-    }
-}
-
-static bool blis_strides_ok(int64_t m, int64_t n, int64_t rs, int64_t cs)
-{
-    if (rs <= 0 || cs <= 0)
-        return false;
-    if (rs != 1 && cs != 1) {
-        if (rs == cs)
-            return m == 1 || n == 1;
-        if (rs < cs)
-            return m * rs <= cs;
-        return n * cs <= rs;
-    }
-    if (rs == 1 && cs == 1)
-        return m == 1 || n == 1;
-    if (rs == 1)
-        return cs >= m;
-    return rs >= n;
-}
-
 /* True if an input matrix must be made contiguous before the gemm: BLIS
  * rejects zero strides (broadcast rows/columns) and overlapping ones.
  * General strides (neither stride 1) are passed as they are: measured with
@@ -79,8 +48,8 @@ static bool needs_copy(int64_t rows, int64_t cols, int64_t rs, int64_t cs)
 {
     if (rows == 0 || cols == 0)
         return false;
-    normalise_strides(rows, cols, &rs, &cs);
-    return !blis_strides_ok(rows, cols, rs, cs);
+    cg_gemm_normalise_strides(rows, cols, &rs, &cs);
+    return !cg_gemm_strides_ok(rows, cols, rs, cs);
 }
 
 /* Collapse (batch dims..., rows) of an operand into one row dim if their
@@ -366,8 +335,8 @@ bool cg_k_matmul_into(cg_tensor *c, const cg_tensor *a, const cg_tensor *b, floa
     int64_t rsc = c->strides[c->ndim - 2], csc = c->strides[c->ndim - 1];
     if (m > 0 && n > 0) {
         int64_t r = rsc, s = csc;
-        normalise_strides(m, n, &r, &s);
-        if (!blis_strides_ok(m, n, r, s)) {
+        cg_gemm_normalise_strides(m, n, &r, &s);
+        if (!cg_gemm_strides_ok(m, n, r, s)) {
             cg_set_error("matmul_into: output matrices overlap themselves (out %s, strides "
                          "%lld, %lld)",
                          cg_shape_str(c, sc, sizeof sc), (long long)rsc, (long long)csc);
