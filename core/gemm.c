@@ -54,6 +54,8 @@ static cg_gemm_path g_active = CG_GEMM_DEFAULT;
 static bool g_own_driver = true;
 /* bf16: the CPU has AVX512_BF16 (and CG_BF16_EMULATE does not forbid it) */
 static bool g_bf16_native;
+/* bf16 on AMX tiles: the CPU and OS allow them and CG_BF16_AMX is not 0 */
+static bool g_bf16_amx;
 static _Atomic int g_precision = CG_PRECISION_FP32;
 
 static void gemm_init(void)
@@ -74,6 +76,8 @@ static void gemm_init(void)
     g_bf16_native = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                     __builtin_cpu_supports("avx512bf16") &&
                     !(emu && emu[0] && strcmp(emu, "0") != 0);
+    const char *amx = getenv("CG_BF16_AMX");
+    g_bf16_amx = g_bf16_native && !(amx && !strcmp(amx, "0")) && cg_amx_init();
     const char *drv = getenv("CG_BLIS_DRIVER");
     g_own_driver = !(drv && drv[0] && strcmp(drv, "0") != 0);
     const char *env = getenv("CG_BLIS_DEFAULT");
@@ -105,6 +109,7 @@ const char *cg_gemm_path_name(cg_gemm_path p)
     case CG_GEMM_HASWELL: return "haswell";
     case CG_GEMM_BF16: return "bf16";
     case CG_GEMM_BF16_EMULATED: return "bf16-emulated";
+    case CG_GEMM_BF16_AMX: return "bf16-amx";
     }
     return "unknown";
 }
@@ -144,6 +149,12 @@ bool cg_bf16_native(void)
     return g_bf16_native;
 }
 
+cg_gemm_path cg_bf16_auto_path(void)
+{
+    ensure_init();
+    return g_bf16_amx ? CG_GEMM_BF16_AMX : g_bf16_native ? CG_GEMM_BF16 : CG_GEMM_BF16_EMULATED;
+}
+
 bool cg_gemm_path_available(cg_gemm_path p)
 {
     ensure_init();
@@ -154,6 +165,7 @@ bool cg_gemm_path_available(cg_gemm_path p)
     case CG_GEMM_HASWELL: return g_have_haswell;
     case CG_GEMM_BF16: return g_bf16_native;
     case CG_GEMM_BF16_EMULATED: return g_have_haswell; /* AVX2 and FMA */
+    case CG_GEMM_BF16_AMX: return g_bf16_amx;
     }
     return false;
 }
@@ -273,7 +285,7 @@ static bool serial_gemm(cntx_t *cntx, int64_t m, int64_t n, int64_t k, float alp
 /* One thread's share of a product: fp32 on a BLIS context, or bf16. */
 typedef struct {
     cntx_t *cntx; /* fp32: the context (NULL: BLIS's default) */
-    int bf16;     /* 0: fp32; 1: bf16 native; 2: bf16 emulated */
+    int bf16;     /* 0: fp32, else the bf16 kernel (cg_bf16_kind) */
 } gemm_kind;
 
 /* C[i, j] = bias[j * bs]: the start of C = A B + bias on the fp32 paths,
@@ -300,8 +312,8 @@ static bool serial_product(gemm_kind g, int64_t m, int64_t n, int64_t k, float a
                            int64_t rsc, int64_t csc)
 {
     if (g.bf16)
-        return cg_bf16_gemm_serial(g.bf16 == 1, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta,
-                                   bias, bs, c, rsc, csc);
+        return cg_bf16_gemm_serial(g.bf16, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, bias, bs,
+                                   c, rsc, csc);
     return serial_gemm(g.cntx, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc);
 }
 
@@ -407,8 +419,9 @@ static bool gemm_kind_of(cg_gemm_path path, gemm_kind *g)
     case CG_GEMM_SKX: g->cntx = &g_cntx_skx; return g_have_skx;
     case CG_GEMM_HASWELL: g->cntx = &g_cntx_haswell; return g_have_haswell;
     case CG_GEMM_DEFAULT: return true;
-    case CG_GEMM_BF16: g->bf16 = 1; return g_bf16_native;
-    case CG_GEMM_BF16_EMULATED: g->bf16 = 2; return g_have_haswell;
+    case CG_GEMM_BF16: g->bf16 = CG_BF16_NATIVE; return g_bf16_native;
+    case CG_GEMM_BF16_EMULATED: g->bf16 = CG_BF16_EMULATED; return g_have_haswell;
+    case CG_GEMM_BF16_AMX: g->bf16 = CG_BF16_AMX; return g_bf16_amx;
     default: return false;
     }
 }
@@ -421,7 +434,7 @@ static bool gemm_run(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int6
 {
     ensure_init();
     if (path == CG_GEMM_AUTO && g_precision)
-        path = g_bf16_native ? CG_GEMM_BF16 : CG_GEMM_BF16_EMULATED;
+        path = cg_bf16_auto_path();
     if (path == CG_GEMM_AUTO)
         path = g_active;
     gemm_kind g = {NULL, 0};
@@ -520,10 +533,10 @@ static bool gemm_run(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int6
     if (nt > nch)
         nt = (int)nch;
     bool ok = true;
-    if (nt > 1 && g.bf16 && cg_bf16_gemm_shares_packing(g.bf16 == 1, m, n, k, rsc, csc, nt)) {
+    if (nt > 1 && g.bf16 && cg_bf16_gemm_shares_packing(g.bf16, m, n, k, rsc, csc, nt)) {
         /* bf16: the threads pack the shared operand once, together */
-        ok = cg_bf16_gemm_parallel(g.bf16 == 1, nt, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta,
-                                   bias, bs, c, rsc, csc);
+        ok = cg_bf16_gemm_parallel(g.bf16, nt, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, bias,
+                                   bs, c, rsc, csc);
     } else if (nt == 1) {
         ok = serial_product(g, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, bias, bs, c, rsc,
                             csc);

@@ -23,6 +23,7 @@ typedef enum {
     CG_GEMM_HASWELL,       /* AVX2 + FMA context */
     CG_GEMM_BF16,          /* bf16 products, fp32 sums: AVX512_BF16 micro-kernel */
     CG_GEMM_BF16_EMULATED, /* the same bits with AVX2 and FMA */
+    CG_GEMM_BF16_AMX,      /* bf16 products, fp32 sums: AMX tiles (other bits, see below) */
 } cg_gemm_path;
 
 /* Precision of every matrix product the library computes (linear layers,
@@ -33,11 +34,14 @@ typedef enum {
  *                      (round to nearest even) while packed, products
  *                      accumulated in fp32. Tensors, gradients, optimizer
  *                      states and every other op stay fp32.
- * bf16 runs on AVX512_BF16 when the CPU has it and otherwise on an
- * emulation giving the same bits with AVX2 and FMA (CG_BF16_EMULATE=1
- * forces it; about fp32's speed, not bf16's); a CPU with neither has no
- * bf16 (cg_precision_parse refuses it). Set it between steps, not while a
- * product runs. */
+ * bf16 runs on AMX tiles when the CPU has AMX-BF16 (Intel Xeon since
+ * Sapphire Rapids), else on AVX512_BF16 when it has that, and otherwise on
+ * an emulation giving AVX512_BF16's bits with AVX2 and FMA
+ * (CG_BF16_EMULATE=1 forces it; about fp32's speed, not bf16's); a CPU with
+ * none of them has no bf16 (cg_precision_parse refuses it). AMX sums its
+ * products in fp32 with roundings of its own, so its bits differ from the
+ * other two (within the same error bounds); CG_BF16_AMX=0 keeps an AMX CPU
+ * on AVX512_BF16's bits. Set it between steps, not while a product runs. */
 typedef enum { CG_PRECISION_FP32 = 0, CG_PRECISION_BF16 = 1 } cg_precision;
 void cg_set_matmul_precision(cg_precision p);
 cg_precision cg_get_matmul_precision(void);
@@ -46,6 +50,9 @@ const char *cg_precision_name(cg_precision p);
 bool cg_precision_parse(const char *s, cg_precision *out);
 /* Whether bf16 products run on the CPU's bf16 instructions (false: emulated). */
 bool cg_bf16_native(void);
+/* The path bf16 products take: CG_GEMM_BF16_AMX, CG_GEMM_BF16 or
+ * CG_GEMM_BF16_EMULATED (see above). */
+cg_gemm_path cg_bf16_auto_path(void);
 /* x rounded to the nearest bfloat16 (ties to even; subnormals to zero, as
  * the hardware conversion does), returned as a float. */
 float cg_bf16_round(float x);
@@ -76,7 +83,7 @@ bool cg_sgemm_bias_path(cg_gemm_path path, int nthreads, int64_t m, int64_t n, i
                         int64_t csb, const float *bias, int64_t bs, float *c, int64_t rsc,
                         int64_t csc);
 /* The fp32 path cg_sgemm uses, and a name for a path ("skx", "haswell",
- * "default", "bf16", "bf16-emulated"). */
+ * "default", "bf16", "bf16-emulated", "bf16-amx"). */
 cg_gemm_path cg_gemm_active_path(void);
 const char *cg_gemm_path_name(cg_gemm_path p);
 bool cg_gemm_path_available(cg_gemm_path p);
@@ -100,7 +107,7 @@ int64_t cg_bf16_matrix_cols(const cg_bf16_matrix *m); /* k */
 size_t cg_bf16_matrix_bytes(const cg_bf16_matrix *m);
 /* y[i, j] = sum_l x[i, l] W[j, l] (+ bias[j]) for i < m, each operand by
  * pointer and strides in elements (bias may be NULL; y must not overlap x
- * or W). path: CG_GEMM_AUTO (native when the CPU has AVX512_BF16),
+ * or W). path: CG_GEMM_AUTO (cg_bf16_auto_path), CG_GEMM_BF16_AMX,
  * CG_GEMM_BF16 or CG_GEMM_BF16_EMULATED; nthreads <= 0 picks the count from
  * W's size (at most cg_get_num_threads()); threads split W's rows. False +
  * error on a NULL argument, an unavailable path or out of memory. */

@@ -32,7 +32,24 @@
  * [2 kp][NR] floats), so the kernel is an fp32 one over a reordered k; a
  * packed weight (cg_bf16_matrix, the same k-pairs on both paths) is unpacked
  * in the kernel. A CPU without AVX2 and FMA has no bf16 path
- * (cg_precision_parse says so). */
+ * (cg_precision_parse says so).
+ *
+ * AMX (Intel Xeon since Sapphire Rapids; on by default there,
+ * CG_BF16_AMX=0 turns it off): tdpbf16ps multiplies a 16 x 32 bf16 tile by
+ * a 32 x 16 one (as 16 rows of 16 pairs) into a 16 x 16 fp32 tile, 16x the
+ * work of a vdpbf16ps. The A panels are the same k-pairs ([kp][MR]: 16
+ * rows of 16 pairs are a tile's right operand); a B panel holds NR_AMX
+ * columns of B each with its k-pairs in a row ([NR_AMX][kp rounded up to
+ * 16]: the left operand), so the kernel computes C^T's 32 x 32 tile and
+ * stores it as the column-major tile store_tile writes (loading C or the
+ * bias into the tiles and storing them straight into C ran a charlm tiny
+ * bf16 step 15% slower). Its sums are fp32
+ * with roundings of the unit's own (measured: not one rounding per
+ * product, not one per pair, not one per instruction), so its bits differ
+ * from vdpbf16ps's; they are still the same in-order sum over each k block
+ * for any split among threads, and tests/test_bf16.c holds them to the same
+ * error bounds. */
+#include <cpuid.h>
 #include <immintrin.h>
 #include <math.h>
 #include <stdbool.h>
@@ -40,13 +57,15 @@
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "core/error.h"
 #include "core/gemm.h"
 #include "core/gemm_internal.h"
 #include "core/tensor.h"
 
-enum { MR = 32, NR = 12 };
+enum { MR = 32, NR = 12, NR_AMX = 32 };
 /* k block (elements, even), m block (rows of A) and n block (columns of B):
  * an A block of MC x KC bf16 (72 KB) stays in L2, a B micro-panel of
  * NR x KC (9 KB) in L1. Chosen by timing the models' product shapes (one
@@ -59,10 +78,11 @@ enum { KC = 384, MC = 96, NC = 3072 };
  * larger than fp32's (BLIS's 4080 x 256 floats, 4 MB). With NC its peak
  * resident memory was 3 MB above fp32's on charlm base (now equal); 512
  * took 2 MB less still but ran 8-12% slower. */
-static inline int64_t n_block(bool native) { return native ? NC : 1152; }
+static inline int64_t n_block(cg_bf16_kind kind) { return kind == CG_BF16_EMULATED ? 1152 : NC; }
 
 #define BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512bf16")))
 #define AVX2_TARGET __attribute__((target("avx2,fma")))
+#define AMX_TARGET __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512bf16")))
 /* MXCSR's flush-to-zero bit */
 #define MXCSR_FTZ 0x8000u
 
@@ -304,19 +324,66 @@ AVX2_TARGET static void pack_panel_avx2(bool wide, int W, int64_t w, int64_t k, 
     }
 }
 
-/* A panel of W vectors: k-pairs on the native path; on the emulated one,
- * wide for a GEMM's panels, k-pairs for a packed weight's (wide false). */
-static void pack_panel(bool native, bool wide, int W, int64_t w, int64_t k, const float *src,
+/* A panel of W vectors: k-pairs on the native and AMX paths; on the
+ * emulated one, wide for a GEMM's panels, k-pairs for a packed weight's
+ * (wide false). */
+static void pack_panel(cg_bf16_kind kind, bool wide, int W, int64_t w, int64_t k, const float *src,
                        int64_t vs, int64_t ls, uint32_t *p)
 {
-    if (native)
+    if (kind != CG_BF16_EMULATED)
         pack_panel_native(W, w, k, src, vs, ls, p);
     else
         pack_panel_avx2(wide, W, w, k, src, vs, ls, p);
 }
 
-/* 32-bit words of a GEMM's A or B panel per k-pair and row or column */
-static inline int64_t ab_words(bool native) { return native ? 1 : 2; }
+static inline int64_t round16(int64_t x) { return (x + 15) / 16 * 16; }
+
+/* An AMX B panel: w <= NR_AMX vectors of length k (vector i at src + i vs,
+ * its elements ls apart) as NR_AMX rows of ldq k-pairs, zero past k and up
+ * to round16(ceil(k / 2)) (ldq's multiple of 16 at least that). Each k
+ * block is packed as the native panels are ([pairs][NR_AMX]) and turned
+ * over 16 x 16 pairs at a time. */
+BF16_TARGET static void pack_panel_amx(int64_t w, int64_t k, const float *src, int64_t vs,
+                                       int64_t ls, uint32_t *q, int64_t ldq)
+{
+    uint32_t t[(KC / 2) * NR_AMX] __attribute__((aligned(64)));
+    for (int64_t l0 = 0; l0 < k; l0 += KC) {
+        const int64_t kc = k - l0 < KC ? k - l0 : KC, kp = (kc + 1) / 2;
+        pack_panel_native(NR_AMX, w, kc, src + l0 * ls, vs, ls, t);
+        for (int64_t p0 = 0; p0 < round16(kp); p0 += 16)
+            for (int h = 0; h < NR_AMX; h += 16) {
+                __m512 r[16];
+                for (int i = 0; i < 16; i++)
+                    r[i] = p0 + i < kp ? _mm512_load_ps((const float *)(t + (p0 + i) * NR_AMX + h))
+                                       : _mm512_setzero_ps();
+                cg_transpose16(r); /* r[j]: column h + j's 16 pairs */
+                for (int j = 0; j < 16; j++)
+                    _mm512_storeu_ps((float *)(q + (h + j) * ldq + l0 / 2 + p0), r[j]);
+            }
+    }
+}
+
+/* 32-bit words of a GEMM's A panel per k-pair and row */
+static inline int64_t a_words(cg_bf16_kind kind) { return kind == CG_BF16_EMULATED ? 2 : 1; }
+
+/* Columns of a B panel, and its 32-bit words for kp k-pairs: [kp][NR]
+ * pairs (native), [2 kp][NR] floats (emulated), [NR_AMX][round16(kp)]
+ * pairs (AMX). */
+static inline int64_t b_cols(cg_bf16_kind kind) { return kind == CG_BF16_AMX ? NR_AMX : NR; }
+static inline int64_t b_panel_words(cg_bf16_kind kind, int64_t kp)
+{
+    return kind == CG_BF16_AMX ? NR_AMX * round16(kp) : kp * NR * a_words(kind);
+}
+
+/* B panel of w <= b_cols(kind) vectors, k deep (see b_panel_words). */
+static void pack_b_panel(cg_bf16_kind kind, int64_t w, int64_t k, const float *src, int64_t vs,
+                         int64_t ls, uint32_t *p)
+{
+    if (kind == CG_BF16_AMX)
+        pack_panel_amx(w, k, src, vs, ls, p, round16((k + 1) / 2));
+    else
+        pack_panel(kind, true, NR, w, k, src, vs, ls, p);
+}
 
 /* ------------------------------------------------------------ kernels */
 
@@ -558,10 +625,131 @@ AVX2_TARGET static void kernel_emulated(bool a_pairs, int64_t kp, const uint32_t
 
 /* ------------------------------------------------------------ driver */
 
+/* ------------------------------------------------------------ AMX */
+
+/* Linux's arch_prctl request for a dynamically enabled state component,
+ * and AMX's tile data (asm/prctl.h; not in glibc's headers) */
+#define CG_ARCH_REQ_XCOMP_PERM 0x1023
+#define CG_XFEATURE_XTILEDATA 18
+
+bool cg_amx_init(void)
+{
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d))
+        return false;
+    const bool amx_bf16 = d & (1u << 22), amx_tile = d & (1u << 24);
+    if (!amx_bf16 || !amx_tile || !__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27)))
+        return false; /* no AMX, or no OSXSAVE to ask XCR0 */
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    if ((lo & (3u << 17)) != (3u << 17)) /* XTILECFG and XTILEDATA */
+        return false;
+    return syscall(SYS_arch_prctl, CG_ARCH_REQ_XCOMP_PERM, CG_XFEATURE_XTILEDATA) == 0;
+}
+
+/* Each thread configures its tiles once (palette 1: 8 tiles of 16 rows of
+ * 64 bytes) and keeps them; the kernel saves them with the thread. */
+static _Thread_local bool amx_ready;
+
+AMX_TARGET static void amx_configure(void)
+{
+    struct {
+        uint8_t palette, start_row, reserved[14];
+        uint16_t colsb[16];
+        uint8_t rows[16];
+    } cfg;
+    _Static_assert(sizeof cfg == 64, "the tile configuration is 64 bytes");
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 8; t++) {
+        cfg.colsb[t] = 64;
+        cfg.rows[t] = 16;
+    }
+    _tile_loadconfig(&cfg);
+    amx_ready = true;
+}
+
+/* Write a 32 x 32 tile t (column-major, ld MR) into C as store_tile does;
+ * whole tiles of a column-stored C with no bias or one per row of the
+ * tile with vectors (the same two roundings). */
+BF16_TARGET static void store_tile_wide(int64_t mr, int64_t nr, const float *t, const tile_out *o,
+                                        float *c, int64_t rsc, int64_t csc)
+{
+    const float alpha = o->alpha, beta = o->beta, *bias = o->bias;
+    if (mr != MR || rsc != 1 || (bias && o->rs != 1)) {
+        store_tile(mr, nr, t, o, c, rsc, csc);
+        return;
+    }
+    const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+    for (int64_t j = 0; j < nr; j++) {
+        float *cj = c + j * csc;
+        __m512 r0 = _mm512_mul_ps(va, _mm512_load_ps(t + j * MR));
+        __m512 r1 = _mm512_mul_ps(va, _mm512_load_ps(t + j * MR + 16));
+        if (bias) {
+            r0 = _mm512_add_ps(r0, _mm512_loadu_ps(bias));
+            r1 = _mm512_add_ps(r1, _mm512_loadu_ps(bias + 16));
+        } else if (beta != 0.0f) {
+            r0 = _mm512_add_ps(r0, _mm512_mul_ps(vb, _mm512_loadu_ps(cj)));
+            r1 = _mm512_add_ps(r1, _mm512_mul_ps(vb, _mm512_loadu_ps(cj + 16)));
+        }
+        _mm512_storeu_ps(cj, r0);
+        _mm512_storeu_ps(cj + 16, r1);
+    }
+}
+
+/* kp k-pairs of an A panel ([kp][MR]) times an AMX B panel (NR_AMX rows,
+ * ldb pairs apart, zero from kp up to round16(kp)), into C (mr x nr of
+ * the tile). Tiles 0-3 hold C^T's four 16 x 16 quarters; 4-5 the B rows,
+ * 6-7 the A pairs. A pair chunk past the end of the A panel is read from
+ * a zeroed copy (the panel may be followed by other data). Quarters that C
+ * does not receive are not computed. */
+AMX_TARGET static void kernel_amx(int64_t kp, const uint32_t *a, const uint32_t *b, int64_t ldb,
+                                  int64_t mr, int64_t nr, const tile_out *o, float *c, int64_t rsc,
+                                  int64_t csc)
+{
+    if (!amx_ready)
+        amx_configure();
+    uint32_t tail[16 * MR] __attribute__((aligned(64)));
+    float t[NR_AMX * MR] __attribute__((aligned(64)));
+    const bool m2 = mr > 16, n2 = nr > 16;
+    const size_t sb = (size_t)ldb * sizeof(uint32_t), sa = MR * sizeof(uint32_t);
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (int64_t p = 0; p < kp; p += 16) {
+        const uint32_t *ap = a + p * MR;
+        if (kp - p < 16) {
+            memset(tail, 0, sizeof tail);
+            memcpy(tail, ap, (size_t)(kp - p) * MR * sizeof(uint32_t));
+            ap = tail;
+        }
+        _tile_loadd(4, b + p, sb);
+        _tile_loadd(6, ap, sa);
+        _tile_dpbf16ps(0, 4, 6);
+        if (m2) {
+            _tile_loadd(7, ap + 16, sa);
+            _tile_dpbf16ps(1, 4, 7);
+        }
+        if (n2) {
+            _tile_loadd(5, b + 16 * ldb + p, sb);
+            _tile_dpbf16ps(2, 5, 6);
+            if (m2)
+                _tile_dpbf16ps(3, 5, 7);
+        }
+    }
+    /* C^T's row j is column j of the tile: t[j * MR + i] */
+    _tile_stored(0, t, sa);
+    _tile_stored(1, t + 16, sa);
+    _tile_stored(2, t + 16 * MR, sa);
+    _tile_stored(3, t + 16 * MR + 16, sa);
+    store_tile_wide(mr, nr, t, o, c, rsc, csc);
+}
+
 /* A product as the kernels see it: C column-stored (row-stored C turned
  * over, C^T = B^T A^T), the bias per row or per column of C. */
 typedef struct {
-    bool native;
+    cg_bf16_kind kind;
     int64_t m, n, k;
     float alpha, beta;
     const float *a, *b, *bias;
@@ -570,10 +758,10 @@ typedef struct {
     int64_t rsc, csc;
 } product;
 
-static product product_of(bool native, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
-                          int64_t rsa, int64_t csa, const float *b, int64_t rsb, int64_t csb,
-                          float beta, const float *bias, int64_t bs, float *c, int64_t rsc,
-                          int64_t csc)
+static product product_of(cg_bf16_kind kind, int64_t m, int64_t n, int64_t k, float alpha,
+                          const float *a, int64_t rsa, int64_t csa, const float *b, int64_t rsb,
+                          int64_t csb, float beta, const float *bias, int64_t bs, float *c,
+                          int64_t rsc, int64_t csc)
 {
     /* a bias per column of C; per row of the tiles once C is turned over */
     int64_t rsbias = 0, csbias = bs;
@@ -582,22 +770,22 @@ static product product_of(bool native, int64_t m, int64_t n, int64_t k, float al
         csbias = 0;
     }
     cg_gemm_to_column_c(&m, &n, &a, &rsa, &csa, &b, &rsb, &csb, &rsc, &csc);
-    return (product){native, m,   n,   k,   alpha,  beta,   a, b,   bias,
-                     rsa,    csa, rsb, csb, rsbias, csbias, c, rsc, csc};
+    return (product){kind, m,   n,   k,   alpha,  beta,   a, b,   bias,
+                     rsa,  csa, rsb, csb, rsbias, csbias, c, rsc, csc};
 }
 
 static inline int64_t min64(int64_t x, int64_t y) { return x < y ? x : y; }
 
-/* B panels [j0, j1) (multiples of NR) of the block of B at k offset pc (kc
- * deep) and column offset jc (nc wide), into pb: panel j at pb + j kp. */
+/* B panels [j0, j1) (multiples of b_cols) of the block of B at k offset
+ * pc (kc deep) and column offset jc (nc wide), into pb: the panel of
+ * column j at pb + j / b_cols panels. */
 static void pack_b(const product *p, int64_t jc, int64_t nc, int64_t pc, int64_t kc, int64_t j0,
                    int64_t j1, uint32_t *pb)
 {
-    const int64_t kp = (kc + 1) / 2;
-    for (int64_t j = j0; j < j1; j += NR)
-        pack_panel(p->native, true, NR, min64(nc - j, NR), kc,
-                   p->b + pc * p->rsb + (jc + j) * p->csb, p->csb, p->rsb,
-                   pb + j * kp * ab_words(p->native));
+    const int64_t bc = b_cols(p->kind), words = b_panel_words(p->kind, (kc + 1) / 2);
+    for (int64_t j = j0; j < j1; j += bc)
+        pack_b_panel(p->kind, min64(nc - j, bc), kc, p->b + pc * p->rsb + (jc + j) * p->csb, p->csb,
+                     p->rsb, pb + j / bc * words);
 }
 
 /* Rows [i0, i1) of C's block at column offset jc (nc wide) get the k block
@@ -608,26 +796,29 @@ static void pack_b(const product *p, int64_t jc, int64_t nc, int64_t pc, int64_t
 static void rows_times_block(const product *p, int64_t i0, int64_t i1, int64_t jc, int64_t nc,
                              int64_t pc, int64_t kc, const uint32_t *pb, uint32_t *pa)
 {
-    const int64_t kp = (kc + 1) / 2;
+    const int64_t kp = (kc + 1) / 2, bc = b_cols(p->kind), bw = b_panel_words(p->kind, kp);
     const bool first = pc == 0, bias = first && p->bias;
     tile_out o = {p->alpha, first ? (bias ? 0.0f : p->beta) : 1.0f, NULL, p->rsbias, p->csbias};
     for (int64_t ic = i0; ic < i1; ic += MC) {
         const int64_t mc = min64(i1 - ic, MC);
         for (int64_t i = 0; i < mc; i += MR)
-            pack_panel(p->native, true, MR, min64(mc - i, MR), kc,
+            pack_panel(p->kind, true, MR, min64(mc - i, MR), kc,
                        p->a + (ic + i) * p->rsa + pc * p->csa, p->rsa, p->csa,
-                       pa + i * kp * ab_words(p->native));
-        for (int64_t jr = 0; jr < nc; jr += NR) {
-            const int64_t nr = min64(nc - jr, NR);
+                       pa + i * kp * a_words(p->kind));
+        for (int64_t jr = 0; jr < nc; jr += bc) {
+            const int64_t nr = min64(nc - jr, bc);
+            const uint32_t *bp = pb + jr / bc * bw;
             for (int64_t ir = 0; ir < mc; ir += MR) {
                 const int64_t mr = min64(mc - ir, MR);
                 float *cp = p->c + (ic + ir) * p->rsc + (jc + jr) * p->csc;
                 o.bias = bias ? p->bias + (ic + ir) * p->rsbias + (jc + jr) * p->csbias : NULL;
-                if (p->native)
-                    kernel_native(kp, pa + ir * kp, pb + jr * kp, mr, nr, &o, cp, p->rsc, p->csc);
+                if (p->kind == CG_BF16_AMX)
+                    kernel_amx(kp, pa + ir * kp, bp, round16(kp), mr, nr, &o, cp, p->rsc, p->csc);
+                else if (p->kind == CG_BF16_NATIVE)
+                    kernel_native(kp, pa + ir * kp, bp, mr, nr, &o, cp, p->rsc, p->csc);
                 else
-                    kernel_emulated(false, kp, pa + ir * kp * 2, (const float *)(pb + jr * kp * 2),
-                                    mr, nr, &o, cp, p->rsc, p->csc);
+                    kernel_emulated(false, kp, pa + ir * kp * 2, (const float *)bp, mr, nr, &o, cp,
+                                    p->rsc, p->csc);
             }
         }
     }
@@ -639,31 +830,31 @@ static void rows_times_block(const product *p, int64_t i0, int64_t i1, int64_t j
 static size_t a_block_size(const product *p)
 {
     const int64_t kp = (min64(p->k, KC) + 1) / 2;
-    return (size_t)((min64(p->m, MC) + MR - 1) / MR * MR * kp * ab_words(p->native) + 15) / 16 * 16;
+    return (size_t)((min64(p->m, MC) + MR - 1) / MR * MR * kp * a_words(p->kind) + 15) / 16 * 16;
 }
 static size_t b_block_size(const product *p)
 {
     const int64_t kp = (min64(p->k, KC) + 1) / 2;
-    return (size_t)((min64(p->n, n_block(p->native)) + NR - 1) / NR * NR * kp *
-                        ab_words(p->native) +
+    const int64_t bc = b_cols(p->kind);
+    return (size_t)((min64(p->n, n_block(p->kind)) + bc - 1) / bc * b_panel_words(p->kind, kp) +
                     15) /
            16 * 16;
 }
 
-bool cg_bf16_gemm_serial(bool native, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
-                         int64_t rsa, int64_t csa, const float *b, int64_t rsb, int64_t csb,
-                         float beta, const float *bias, int64_t bs, float *c, int64_t rsc,
-                         int64_t csc)
+bool cg_bf16_gemm_serial(cg_bf16_kind kind, int64_t m, int64_t n, int64_t k, float alpha,
+                         const float *a, int64_t rsa, int64_t csa, const float *b, int64_t rsb,
+                         int64_t csb, float beta, const float *bias, int64_t bs, float *c,
+                         int64_t rsc, int64_t csc)
 {
     const product p =
-        product_of(native, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, bias, bs, c, rsc, csc);
+        product_of(kind, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, bias, bs, c, rsc, csc);
     const size_t na = a_block_size(&p);
     uint32_t *pa = cg_gemm_thread_buffer((na + b_block_size(&p)) * sizeof(uint32_t));
     if (!pa)
         return false;
     uint32_t *pb = pa + na;
-    for (int64_t jc = 0; jc < p.n; jc += n_block(native)) {
-        const int64_t nc = min64(p.n - jc, n_block(native));
+    for (int64_t jc = 0; jc < p.n; jc += n_block(kind)) {
+        const int64_t nc = min64(p.n - jc, n_block(kind));
         for (int64_t pc = 0; pc < p.k; pc += KC) {
             const int64_t kc = min64(p.k - pc, KC);
             pack_b(&p, jc, nc, pc, kc, 0, nc, pb);
@@ -679,50 +870,51 @@ bool cg_bf16_gemm_serial(bool native, int64_t m, int64_t n, int64_t k, float alp
  * (a weight gradient's B over 4096 rows took 14 MB more resident memory):
  * otherwise the caller splits C into independent products. */
 #define SHARED_B_MAX_BYTES ((size_t)4 << 20)
-bool cg_bf16_gemm_shares_packing(bool native, int64_t m, int64_t n, int64_t k, int64_t rsc,
+bool cg_bf16_gemm_shares_packing(cg_bf16_kind kind, int64_t m, int64_t n, int64_t k, int64_t rsc,
                                  int64_t csc, int nt)
 {
     const bool turned = csc == 1 && rsc != 1;
     const int64_t rows = turned ? n : m, cols = turned ? m : n; /* C as the kernels store it */
     const int64_t panels = (rows + MR - 1) / MR;
-    const size_t bbytes = (size_t)((min64(cols, n_block(native)) + NR - 1) / NR * NR) *
-                          (size_t)((k + KC - 1) / KC) * (KC / 2) * sizeof(uint32_t) *
-                          (size_t)ab_words(native);
+    const int64_t bc = b_cols(kind);
+    const size_t bbytes = (size_t)((min64(cols, n_block(kind)) + bc - 1) / bc) *
+                          (size_t)b_panel_words(kind, KC / 2) * (size_t)((k + KC - 1) / KC) *
+                          sizeof(uint32_t);
     return nt > 1 && panels >= 2 * nt && (panels % nt == 0 || panels >= 8 * nt) &&
            bbytes <= SHARED_B_MAX_BYTES;
 }
 
-bool cg_bf16_gemm_parallel(bool native, int nt, int64_t m, int64_t n, int64_t k, float alpha,
+bool cg_bf16_gemm_parallel(cg_bf16_kind kind, int nt, int64_t m, int64_t n, int64_t k, float alpha,
                            const float *a, int64_t rsa, int64_t csa, const float *b, int64_t rsb,
                            int64_t csb, float beta, const float *bias, int64_t bs, float *c,
                            int64_t rsc, int64_t csc)
 {
     const product p =
-        product_of(native, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, bias, bs, c, rsc, csc);
+        product_of(kind, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, bias, bs, c, rsc, csc);
     /* the calling thread's buffer holds every k block of B (one column
      * block at a time) and each thread's A block */
-    const int64_t nblk = (p.k + KC - 1) / KC, ncmax = min64(p.n, n_block(native));
+    const int64_t nblk = (p.k + KC - 1) / KC, ncmax = min64(p.n, n_block(kind));
     const size_t na = a_block_size(&p), nbk = b_block_size(&p);
     uint32_t *buf =
         cg_gemm_thread_buffer((na * (size_t)nt + nbk * (size_t)nblk) * sizeof(uint32_t));
     if (!buf)
         return false;
     uint32_t *pb = buf + na * (size_t)nt;
-    const int64_t panels = (p.m + MR - 1) / MR, npb = (ncmax + NR - 1) / NR;
+    const int64_t bc = b_cols(kind), panels = (p.m + MR - 1) / MR, npb = (ncmax + bc - 1) / bc;
 #pragma omp parallel num_threads(nt)
     {
         const int t = omp_get_thread_num(), T = omp_get_num_threads();
         const int64_t i0 = min64(panels * t / T * MR, p.m);
         const int64_t i1 = min64(panels * (t + 1) / T * MR, p.m);
         uint32_t *pa = buf + na * (size_t)t;
-        for (int64_t jc = 0; jc < p.n; jc += n_block(native)) {
-            const int64_t nc = min64(p.n - jc, n_block(native));
+        for (int64_t jc = 0; jc < p.n; jc += n_block(kind)) {
+            const int64_t nc = min64(p.n - jc, n_block(kind));
             /* B's panels of every k block, split among the threads */
 #pragma omp for schedule(static)
             for (int64_t q = 0; q < nblk * npb; q++) {
-                const int64_t pc = q / npb * KC, j = q % npb * NR;
+                const int64_t pc = q / npb * KC, j = q % npb * bc;
                 if (j < nc)
-                    pack_b(&p, jc, nc, pc, min64(p.k - pc, KC), j, j + NR, pb + (q / npb) * nbk);
+                    pack_b(&p, jc, nc, pc, min64(p.k - pc, KC), j, j + bc, pb + (q / npb) * nbk);
             }
             for (int64_t pc = 0; pc < p.k; pc += KC)
                 rows_times_block(&p, i0, i1, jc, nc, pc, min64(p.k - pc, KC), pb + (pc / KC) * nbk,
@@ -762,10 +954,10 @@ cg_bf16_matrix *cg_bf16_matrix_new(int64_t n, int64_t k, const float *w, int64_t
         return NULL;
     }
     *m = (cg_bf16_matrix){n, k, kp, npanel, p};
-    const bool native = cg_bf16_native();
+    const cg_bf16_kind kind = cg_bf16_native() ? CG_BF16_NATIVE : CG_BF16_EMULATED;
 #pragma omp parallel for schedule(static) if (npanel > 1 && (double)n * (double)k > 1e5)
     for (int64_t q = 0; q < npanel; q++)
-        pack_panel(native, false, MR, min64(n - q * MR, MR), k, w + q * MR * rsw, rsw, csw,
+        pack_panel(kind, false, MR, min64(n - q * MR, MR), k, w + q * MR * rsw, rsw, csw,
                    p + q * kp * MR);
     return m;
 }
@@ -786,18 +978,18 @@ size_t cg_bf16_matrix_bytes(const cg_bf16_matrix *m)
     return m ? (size_t)(m->npanel * m->kp * MR) * sizeof(uint32_t) : 0;
 }
 
-/* Panels [q0, q1) of W times every row of x (packed as xp: ceil(m / NR) B
- * panels of kp pairs), into y, plus the bias when given. */
-static void bf16_matrix_panels(const cg_bf16_matrix *w, bool native, int64_t q0, int64_t q1,
+/* Panels [q0, q1) of W times every row of x (packed as xp: ceil(m /
+ * b_cols) B panels of kp pairs), into y, plus the bias when given. */
+static void bf16_matrix_panels(const cg_bf16_matrix *w, cg_bf16_kind kind, int64_t q0, int64_t q1,
                                int64_t m, const uint32_t *xp, const float *bias, int64_t bs,
                                float *y, int64_t rsy, int64_t csy)
 {
-    const int64_t kp = w->kp;
+    const int64_t kp = w->kp, bc = b_cols(kind);
     for (int64_t q = q0; q < q1; q++) {
         const int64_t i0 = q * MR, mr = w->n - i0 < MR ? w->n - i0 : MR;
-        for (int64_t j0 = 0; j0 < m; j0 += NR) {
-            const int64_t nr = m - j0 < NR ? m - j0 : NR;
-            const uint32_t *bp = xp + (j0 / NR) * kp * NR * ab_words(native);
+        for (int64_t j0 = 0; j0 < m; j0 += bc) {
+            const int64_t nr = m - j0 < bc ? m - j0 : bc;
+            const uint32_t *bp = xp + j0 / bc * b_panel_words(kind, kp);
             float *c = y + j0 * rsy + i0 * csy;
             for (int64_t pc = 0; pc < w->k; pc += KC) {
                 const int64_t kc = w->k - pc < KC ? w->k - pc : KC;
@@ -806,7 +998,9 @@ static void bf16_matrix_panels(const cg_bf16_matrix *w, bool native, int64_t q0,
                 const tile_out o = {1.0f, pc == 0 ? 0.0f : 1.0f,
                                     pc == 0 && bias ? bias + i0 * bs : NULL, bs, 0};
                 const uint32_t *ap = w->p + q * kp * MR + (pc / 2) * MR;
-                if (native)
+                if (kind == CG_BF16_AMX)
+                    kernel_amx((kc + 1) / 2, ap, bp + pc / 2, round16(kp), mr, nr, &o, c, csy, rsy);
+                else if (kind == CG_BF16_NATIVE)
                     kernel_native((kc + 1) / 2, ap, bp + (pc / 2) * NR, mr, nr, &o, c, csy, rsy);
                 else
                     kernel_emulated(true, (kc + 1) / 2, ap, (const float *)(bp + pc * NR), mr, nr,
@@ -828,29 +1022,28 @@ bool cg_bf16_matrix_mul(const cg_bf16_matrix *w, cg_gemm_path path, int nthreads
         cg_set_error("bf16 matrix product: NULL argument or negative row count");
         return false;
     }
-    bool native;
     if (path == CG_GEMM_AUTO)
-        native = cg_bf16_native();
-    else if ((path == CG_GEMM_BF16 || path == CG_GEMM_BF16_EMULATED) &&
-             cg_gemm_path_available(path))
-        native = path == CG_GEMM_BF16;
-    else {
+        path = cg_bf16_auto_path();
+    const cg_bf16_kind kind = path == CG_GEMM_BF16_AMX ? CG_BF16_AMX
+                              : path == CG_GEMM_BF16   ? CG_BF16_NATIVE
+                                                       : CG_BF16_EMULATED;
+    if ((path != CG_GEMM_BF16_AMX && path != CG_GEMM_BF16 && path != CG_GEMM_BF16_EMULATED) ||
+        !cg_gemm_path_available(path)) {
         cg_set_error("bf16 matrix product: path '%s' is not available", cg_gemm_path_name(path));
         return false;
     }
     if (m == 0)
         return true;
-    /* x rounded to bf16 once, as B panels of the driver ([kp][NR] pairs) */
-    const int64_t nxp = (m + NR - 1) / NR;
-    const int64_t xw = w->kp * NR * ab_words(native); /* words of a panel of x */
+    /* x rounded to bf16 once, as B panels of the driver */
+    const int64_t bc = b_cols(kind), nxp = (m + bc - 1) / bc;
+    const int64_t xw = b_panel_words(kind, w->kp); /* words of a panel of x */
     uint32_t *xp = cg_gemm_thread_buffer((size_t)(nxp * xw) * sizeof(uint32_t));
     if (!xp) {
         cg_set_error("bf16 matrix product: out of memory");
         return false;
     }
     for (int64_t j = 0; j < nxp; j++)
-        pack_panel(native, true, NR, min64(m - j * NR, NR), w->k, x + j * NR * rsx, rsx, csx,
-                   xp + j * xw);
+        pack_b_panel(kind, min64(m - j * bc, bc), w->k, x + j * bc * rsx, rsx, csx, xp + j * xw);
     /* threads split W's panels into contiguous runs: each element of y is
      * the same kernel's sum over the same k blocks for any split */
     int nt = nthreads > 0 ? nthreads : cg_get_num_threads();
@@ -860,14 +1053,14 @@ bool cg_bf16_matrix_mul(const cg_bf16_matrix *w, cg_gemm_path path, int nthreads
     if (nt > w->npanel)
         nt = (int)w->npanel;
     if (nt <= 1 || omp_in_parallel()) {
-        bf16_matrix_panels(w, native, 0, w->npanel, m, xp, bias, bs, y, rsy, csy);
+        bf16_matrix_panels(w, kind, 0, w->npanel, m, xp, bias, bs, y, rsy, csy);
         return true;
     }
 #pragma omp parallel num_threads(nt)
     {
         const int t = omp_get_thread_num(), T = omp_get_num_threads();
         const int64_t q0 = w->npanel * t / T, q1 = w->npanel * (t + 1) / T;
-        bf16_matrix_panels(w, native, q0, q1, m, xp, bias, bs, y, rsy, csy);
+        bf16_matrix_panels(w, kind, q0, q1, m, xp, bias, bs, y, rsy, csy);
     }
     return true;
 }

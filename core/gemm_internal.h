@@ -17,16 +17,26 @@
  * exit); NULL when out of memory. */
 void *cg_gemm_thread_buffer(size_t bytes);
 
+/* The bf16 kernels of core/gemm_bf16.c: AVX512_BF16's vdpbf16ps, its
+ * emulation with AVX2 and FMA (the same bits), and AMX tiles (tdpbf16ps,
+ * whose fp32 sums round otherwise: other bits, within the same bounds). */
+typedef enum { CG_BF16_NATIVE = 1, CG_BF16_EMULATED = 2, CG_BF16_AMX = 3 } cg_bf16_kind;
+
+/* Whether this process may use AMX tiles: the CPU has AMX-TILE and
+ * AMX-BF16, the OS enables their state and grants it (arch_prctl). Asks
+ * once; call it from one thread before any product. */
+bool cg_amx_init(void);
+
 /* core/gemm_bf16.c: C = alpha A B + beta C on one thread with A and B
- * rounded to bf16 while packed and fp32 sums, on the AVX512_BF16 kernel
- * (native) or its emulation; any strides. With a bias (beta must be 0),
+ * rounded to bf16 while packed and fp32 sums, on the given kernel; any
+ * strides. With a bias (beta must be 0),
  * C = alpha A B + bias[j * bs] for column j, added as the tiles are
  * written (the bits of C set to the bias first and beta 1). False when out
  * of memory. */
-bool cg_bf16_gemm_serial(bool native, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
-                         int64_t rsa, int64_t csa, const float *b, int64_t rsb, int64_t csb,
-                         float beta, const float *bias, int64_t bs, float *c, int64_t rsc,
-                         int64_t csc);
+bool cg_bf16_gemm_serial(cg_bf16_kind kind, int64_t m, int64_t n, int64_t k, float alpha,
+                         const float *a, int64_t rsa, int64_t csa, const float *b, int64_t rsb,
+                         int64_t csb, float beta, const float *bias, int64_t bs, float *c,
+                         int64_t rsc, int64_t csc);
 
 /* The same split among nt threads that pack B once, together: each thread
  * packs a share of B's panels, then multiplies its rows of C (turned over
@@ -34,9 +44,9 @@ bool cg_bf16_gemm_serial(bool native, int64_t m, int64_t n, int64_t k, float alp
  * cg_bf16_gemm_serial. cg_bf16_gemm_shares_packing tells whether C has
  * enough rows for equal shares and B is small enough; call it only then. Not from inside a
  * parallel region. False when out of memory. */
-bool cg_bf16_gemm_shares_packing(bool native, int64_t m, int64_t n, int64_t k, int64_t rsc,
+bool cg_bf16_gemm_shares_packing(cg_bf16_kind kind, int64_t m, int64_t n, int64_t k, int64_t rsc,
                                  int64_t csc, int nt);
-bool cg_bf16_gemm_parallel(bool native, int nt, int64_t m, int64_t n, int64_t k, float alpha,
+bool cg_bf16_gemm_parallel(cg_bf16_kind kind, int nt, int64_t m, int64_t n, int64_t k, float alpha,
                            const float *a, int64_t rsa, int64_t csa, const float *b, int64_t rsb,
                            int64_t csb, float beta, const float *bias, int64_t bs, float *c,
                            int64_t rsc, int64_t csc);

@@ -5,6 +5,8 @@
  *   for every operand layout, tile and block edge and stride;
  * - the emulated kernel (AVX2 + FMA) gives the bits of the AVX512_BF16 one
  *   and of a scalar model of the instruction;
+ * - AMX (other bits) is held to the same bounds, and to the AVX512_BF16
+ *   kernel's NaN, infinities and zeros;
  * - 1 and 2 threads give the same bits;
  * - a bias added as C is written has the bits of C set to the bias first;
  * - the precision switch reaches every product of the library. */
@@ -87,6 +89,10 @@ static void layout(int l, int64_t r, int64_t c, int64_t *rs, int64_t *cs, size_t
     *len = (size_t)((r - 1) * *rs + (c - 1) * *cs + 1);
 }
 
+/* Every bf16 path; a test skips those this CPU lacks. */
+static const cg_gemm_path bf16_paths[] = {CG_GEMM_BF16_AMX, CG_GEMM_BF16, CG_GEMM_BF16_EMULATED};
+#define NPATHS ((int)(sizeof bf16_paths / sizeof bf16_paths[0]))
+
 static float *rand_buf(cg_rng *rng, size_t n)
 {
     float *p = malloc(n * sizeof(float));
@@ -98,8 +104,9 @@ static float *rand_buf(cg_rng *rng, size_t n)
 START_TEST(test_against_double)
 {
     cg_rng rng = cg_rng_new(7);
-    const cg_gemm_path path =
-        cg_gemm_path_available(CG_GEMM_BF16) ? CG_GEMM_BF16 : CG_GEMM_BF16_EMULATED;
+    const cg_gemm_path path = bf16_paths[_i];
+    if (!cg_gemm_path_available(path))
+        return;
     for (int si = 0; si < NSIZES; si++) {
         const int64_t m = sizes[si][0], n = sizes[si][1], k = sizes[si][2];
         for (int la = 0; la < 4; la++)
@@ -139,11 +146,12 @@ START_TEST(test_against_double)
                                 double scale = fabs(alpha) * mag + fabs(beta * cin) + 1e-30;
                                 double eps = 0x1p-24 * (double)(k + 3);
                                 if (!(er <= eps * scale) || !(ex <= (0x1p-7 + eps) * scale))
-                                    ck_abort_msg("bf16 %lldx%lldx%lld layouts %d%d%d beta %g: "
+                                    ck_abort_msg("%s %lldx%lldx%lld layouts %d%d%d beta %g: "
                                                  "c[%lld,%lld] = %.9g, exact %.9g (rounded "
                                                  "inputs %.9g)",
-                                                 (long long)m, (long long)n, (long long)k, la, lb,
-                                                 lc, (double)beta, (long long)i, (long long)j, got,
+                                                 cg_gemm_path_name(path), (long long)m,
+                                                 (long long)n, (long long)k, la, lb, lc,
+                                                 (double)beta, (long long)i, (long long)j, got,
                                                  alpha * sx + beta * cin, alpha * sr + beta * cin);
                             }
                         free(c0);
@@ -277,8 +285,9 @@ END_TEST
 START_TEST(test_bias_fused)
 {
     cg_rng rng = cg_rng_new(17);
-    const cg_gemm_path paths[] = {CG_GEMM_AUTO, CG_GEMM_BF16, CG_GEMM_BF16_EMULATED};
-    for (int pi = 0; pi < 3; pi++) {
+    const cg_gemm_path paths[] = {CG_GEMM_AUTO, CG_GEMM_BF16_AMX, CG_GEMM_BF16,
+                                  CG_GEMM_BF16_EMULATED};
+    for (int pi = 0; pi < 4; pi++) {
         if (!cg_gemm_path_available(paths[pi]))
             continue;
         for (int si = 0; si < NSIZES; si++) {
@@ -324,6 +333,66 @@ START_TEST(test_bias_fused)
 }
 END_TEST
 
+/* AMX's sums round otherwise than vdpbf16ps's but see the same values: on
+ * nasty inputs (NaN, Inf, subnormals, tiny and cancelling products) an
+ * element is NaN, or an infinity of the same sign, exactly where
+ * AVX512_BF16's kernel gives one, and finite elements differ from its by
+ * at most the bound both are held to (k eps32 of the products' sum of
+ * magnitudes, twice over) plus the flushing of sums below 2^-126. */
+START_TEST(test_amx_specials)
+{
+    if (!cg_gemm_path_available(CG_GEMM_BF16_AMX))
+        return; /* no AMX on this CPU: test_against_double skips it too */
+    cg_rng rng = cg_rng_new(13);
+    for (int si = 0; si < NSIZES; si++) {
+        const int64_t m = sizes[si][0], n = sizes[si][1], k = sizes[si][2];
+        for (int la = 0; la < 4; la++)
+            for (int lc = 0; lc < 2; lc++) {
+                const int lb = (la + si) % 4;
+                int64_t rsa, csa, rsb, csb, rsc, csc;
+                size_t na, nb, nc;
+                layout(la, m, k, &rsa, &csa, &na);
+                layout(lb, k, n, &rsb, &csb, &nb);
+                layout(lc, m, n, &rsc, &csc, &nc);
+                float *a = nasty_buf(&rng, na), *b = nasty_buf(&rng, nb);
+                float *c[2]; /* AMX, AVX512_BF16 */
+                const float beta = la % 2 ? 0.0f : 1.0f;
+                for (int v = 0; v < 2; v++) {
+                    c[v] = malloc(nc * sizeof(float));
+                    for (size_t i = 0; i < nc; i++)
+                        c[v][i] = (float)(i % 3) - 1.0f;
+                    ck_assert(cg_sgemm_path(v ? CG_GEMM_BF16 : CG_GEMM_BF16_AMX, 1, m, n, k, 1.0f,
+                                            a, rsa, csa, b, rsb, csb, beta, c[v], rsc, csc));
+                }
+                for (int64_t i = 0; i < m; i++)
+                    for (int64_t j = 0; j < n; j++) {
+                        const size_t at = (size_t)(i * rsc + j * csc);
+                        const float got = c[0][at], ref = c[1][at];
+                        double mag = fabs((double)beta * ((double)(at % 3) - 1.0));
+                        for (int64_t p = 0; p < k; p++)
+                            mag += fabs((double)cg_bf16_round(a[i * rsa + p * csa]) *
+                                        cg_bf16_round(b[p * rsb + j * csb]));
+                        const bool same =
+                            isnan(ref)   ? isnan(got)
+                            : isinf(ref) ? got == ref
+                                         : isfinite(got) && fabs((double)got - ref) <=
+                                                                0x1p-23 * (double)(k + 3) * mag +
+                                                                    0x1p-124 * (double)(k + 1);
+                        if (!same)
+                            ck_abort_msg("AMX %lldx%lldx%lld layouts %d%d%d: [%lld,%lld] %a, "
+                                         "AVX512_BF16 %a",
+                                         (long long)m, (long long)n, (long long)k, la, lb, lc,
+                                         (long long)i, (long long)j, (double)got, (double)ref);
+                    }
+                free(a);
+                free(b);
+                free(c[0]);
+                free(c[1]);
+            }
+    }
+}
+END_TEST
+
 START_TEST(test_threads_bit_identical)
 {
     cg_rng rng = cg_rng_new(5);
@@ -331,25 +400,24 @@ START_TEST(test_threads_bit_identical)
      * split over one packing of B shared by both threads, with one or two
      * column blocks of 3072 */
     const int64_t dims[][3] = {{513, 479, 611}, {64, 1100, 130}, {700, 40, 77}, {3100, 128, 40}};
-    const cg_gemm_path paths[] = {CG_GEMM_BF16, CG_GEMM_BF16_EMULATED};
     for (int d = 0; d < 4; d++) {
         const int64_t m = dims[d][0], n = dims[d][1], k = dims[d][2];
         float *a = rand_buf(&rng, (size_t)(m * k)), *b = rand_buf(&rng, (size_t)(k * n));
         float *o1 = malloc((size_t)(m * n) * sizeof(float));
         float *o2 = malloc((size_t)(m * n) * sizeof(float));
-        for (int p = 0; p < 2; p++) {
-            if (!cg_gemm_path_available(paths[p]) || (p == 1 && d == 0))
+        for (int p = 0; p < NPATHS; p++) {
+            const cg_gemm_path path = bf16_paths[p];
+            if (!cg_gemm_path_available(path) || (path == CG_GEMM_BF16_EMULATED && d == 0))
                 continue;
             for (int lc = 0; lc < 2; lc++) {
                 int64_t rsc = lc ? 1 : n, csc = lc ? m : 1;
-                ck_assert(cg_sgemm_path(paths[p], 1, m, n, k, 1.0f, a, k, 1, b, 1, k, 0.0f, o1, rsc,
-                                        csc));
-                ck_assert(cg_sgemm_path(paths[p], 2, m, n, k, 1.0f, a, k, 1, b, 1, k, 0.0f, o2, rsc,
-                                        csc));
+                ck_assert(
+                    cg_sgemm_path(path, 1, m, n, k, 1.0f, a, k, 1, b, 1, k, 0.0f, o1, rsc, csc));
+                ck_assert(
+                    cg_sgemm_path(path, 2, m, n, k, 1.0f, a, k, 1, b, 1, k, 0.0f, o2, rsc, csc));
                 ck_assert_msg(memcmp(o1, o2, (size_t)(m * n) * sizeof(float)) == 0,
-                              "%s %lldx%lldx%lld: 1 vs 2 threads differ",
-                              cg_gemm_path_name(paths[p]), (long long)m, (long long)n,
-                              (long long)k);
+                              "%s %lldx%lldx%lld: 1 vs 2 threads differ", cg_gemm_path_name(path),
+                              (long long)m, (long long)n, (long long)k);
             }
         }
         free(a);
@@ -387,7 +455,7 @@ START_TEST(test_precision_switch)
     cg_set_matmul_precision(CG_PRECISION_FP32);
     cg_tensor *f2 = cg_k_matmul(a, b);
     float *ref = malloc((size_t)(m * n) * sizeof(float));
-    const cg_gemm_path path = cg_bf16_native() ? CG_GEMM_BF16 : CG_GEMM_BF16_EMULATED;
+    const cg_gemm_path path = cg_bf16_auto_path();
     ck_assert(
         cg_sgemm_path(path, 1, m, n, k, 1.0f, cg_data(a), k, 1, cg_data(b), n, 1, 0.0f, ref, n, 1));
     ck_assert(memcmp(cg_data(h), ref, (size_t)(m * n) * sizeof(float)) == 0);
@@ -550,8 +618,7 @@ static void matrix_case(cg_rng *rng, cg_gemm_path path, int64_t M, int64_t N, in
 START_TEST(test_matrix_against_gemm)
 {
     cg_rng rng = cg_rng_new(21);
-    const cg_gemm_path path =
-        cg_gemm_path_available(CG_GEMM_BF16) ? CG_GEMM_BF16 : CG_GEMM_BF16_EMULATED;
+    const cg_gemm_path path = cg_bf16_auto_path();
     const int64_t nk[][2] = {{1, 1}, {31, 15}, {33, 17}, {97, 385}, {65, 769}, {7, 2}};
     const int64_t ms[] = {1, 2, 3, 4, 5, 6, 7, 8, 13, 25};
     for (size_t a = 0; a < sizeof nk / sizeof nk[0]; a++)
@@ -565,8 +632,13 @@ START_TEST(test_matrix_against_gemm)
     matrix_case(&rng, path, 1, 1536, 384, 0, 0, false, true);
     matrix_case(&rng, path, 2, 384, 1536, 0, 0, false, true);
     matrix_case(&rng, path, 1, 65, 384, 0, 0, false, false);
-    /* the emulation on its own, whatever the CPU */
-    matrix_case(&rng, CG_GEMM_BF16_EMULATED, 3, 97, 385, 1, 2, true, true);
+    /* every other path on its own, whatever the CPU takes */
+    for (int p = 0; p < NPATHS; p++)
+        if (bf16_paths[p] != path && cg_gemm_path_available(bf16_paths[p])) {
+            matrix_case(&rng, bf16_paths[p], 3, 97, 385, 1, 2, true, true);
+            matrix_case(&rng, bf16_paths[p], 1, 33, 17, 0, 3, false, false);
+            matrix_case(&rng, bf16_paths[p], 25, 65, 769, 2, 1, true, true);
+        }
 }
 END_TEST
 
@@ -576,16 +648,16 @@ START_TEST(test_matrix_paths_threads)
 {
     cg_rng rng = cg_rng_new(23);
     const int64_t dims[][3] = {{1, 1536, 384}, {3, 385, 769}, {8, 97, 33}, {1, 4100, 9}};
-    const cg_gemm_path paths[] = {CG_GEMM_BF16, CG_GEMM_BF16_EMULATED};
+    const cg_gemm_path paths[] = {CG_GEMM_BF16, CG_GEMM_BF16_EMULATED, CG_GEMM_BF16_AMX};
     for (int d = 0; d < 4; d++) {
         const int64_t M = dims[d][0], N = dims[d][1], K = dims[d][2];
         float *w = d % 2 ? nasty_buf(&rng, (size_t)(N * K)) : rand_buf(&rng, (size_t)(N * K));
         float *x = d % 2 ? nasty_buf(&rng, (size_t)(M * K)) : rand_buf(&rng, (size_t)(M * K));
         float *bias = rand_buf(&rng, (size_t)N);
-        float *y[2][2];
+        float *y[3][2];
         cg_bf16_matrix *pw = cg_bf16_matrix_new(N, K, w, K, 1);
         ck_assert_ptr_nonnull(pw);
-        for (int p = 0; p < 2; p++)
+        for (int p = 0; p < 3; p++)
             for (int t = 0; t < 2; t++) {
                 y[p][t] = malloc((size_t)(M * N) * sizeof(float));
                 if (!cg_gemm_path_available(paths[p])) {
@@ -595,7 +667,7 @@ START_TEST(test_matrix_paths_threads)
                 ck_assert(
                     cg_bf16_matrix_mul(pw, paths[p], t + 1, M, x, K, 1, bias, 1, y[p][t], N, 1));
             }
-        for (int p = 0; p < 2; p++)
+        for (int p = 0; p < 3; p++)
             ck_assert_msg(memcmp(y[p][0], y[p][1], (size_t)(M * N) * sizeof(float)) == 0,
                           "%s %lldx%lldx%lld: 1 vs 2 threads differ", cg_gemm_path_name(paths[p]),
                           (long long)M, (long long)N, (long long)K);
@@ -606,7 +678,7 @@ START_TEST(test_matrix_paths_threads)
                     ck_abort_msg("packed %lldx%lldx%lld: native %a, emulated %a at %lld",
                                  (long long)M, (long long)N, (long long)K, (double)y[0][0][i],
                                  (double)y[1][0][i], (long long)i);
-        for (int p = 0; p < 2; p++)
+        for (int p = 0; p < 3; p++)
             for (int t = 0; t < 2; t++)
                 free(y[p][t]);
         cg_bf16_matrix_free(pw);
@@ -748,7 +820,8 @@ static Suite *bf16_suite(void)
     TCase *tc = tcase_create("gemm");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_round);
-    tcase_add_test(tc, test_against_double);
+    tcase_add_loop_test(tc, test_against_double, 0, NPATHS);
+    tcase_add_test(tc, test_amx_specials);
     tcase_add_test(tc, test_emulation_bits);
     tcase_add_test(tc, test_threads_bit_identical);
     tcase_add_test(tc, test_bias_fused);

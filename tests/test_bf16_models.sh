@@ -2,9 +2,10 @@
 # bf16 training steps of both zoo models (meson suite 'core'):
 #   1. the emulated bf16 kernel (CG_BF16_EMULATE=1, what a CPU without
 #      AVX512_BF16 runs) gives the same final loss, bit for bit, as the
-#      AVX512_BF16 kernel;
-#   2. 1 and 2 threads give the same bits in bf16;
-#   3. bf16 really differs from fp32, by a little.
+#      AVX512_BF16 kernel (CG_BF16_AMX=0 keeps an AMX CPU on it);
+#   2. 1 and 2 threads give the same bits in bf16, on AMX too;
+#   3. bf16 really differs from fp32, by a little, and AMX (other roundings)
+#      from AVX512_BF16 by less.
 #   test_bf16_models.sh BENCH
 set -euo pipefail
 bench=$1
@@ -13,12 +14,14 @@ field() { sed -n "s/.*\"$1\": \"\{0,1\}\([^,\"}]*\).*/\1/p"; }
 for model in charlm seq2seq; do
   small=(--model "$model" --preset tiny --T 16 --d 32 --steps 3 --warmup 0)
   run() { "$bench" "${small[@]}" "$@" 2>&1 | tail -1; }
-  native=$(run --precision bf16 --threads 2)
+  native=$(CG_BF16_AMX=0 run --precision bf16 --threads 2)
   [ "$(field precision <<<"$native")" = bf16 ] || fail "$model: no bf16 precision in: $native"
+  [ "$(field gemm_path <<<"$native")" != bf16-amx ] ||
+    fail "$model: CG_BF16_AMX=0 did not turn AMX off: $native"
   emulated=$(CG_BF16_EMULATE=1 run --precision bf16 --threads 2)
   [ "$(field gemm_path <<<"$emulated")" = bf16-emulated ] ||
     fail "$model: CG_BF16_EMULATE=1 did not select the emulation: $emulated"
-  one=$(run --precision bf16 --threads 1)
+  one=$(CG_BF16_AMX=0 run --precision bf16 --threads 1)
   fp32=$(run --precision fp32 --threads 2)
   l16=$(field final_loss <<<"$native")
   [ -n "$l16" ] || fail "$model: no final_loss in: $native"
@@ -30,5 +33,16 @@ for model in charlm seq2seq; do
   awk -v a="$l16" -v b="$l32" 'BEGIN { d = a - b; if (d < 0) d = -d;
       exit !(d > 0 && d < 1e-2 * (b < 0 ? -b : b)) }' ||
     fail "$model: bf16 loss $l16 vs fp32 $l32: expected a small nonzero difference"
+  amx2=$(run --precision bf16 --threads 2)
+  if [ "$(field gemm_path <<<"$amx2")" = bf16-amx ]; then
+    amx1=$(run --precision bf16 --threads 1)
+    la=$(field final_loss <<<"$amx2")
+    [ "$(field final_loss <<<"$amx1")" = "$la" ] ||
+      fail "$model: AMX bf16 loss with 1 thread $(field final_loss <<<"$amx1") != 2 threads $la"
+    awk -v a="$la" -v b="$l16" -v c="$l32" 'BEGIN { d = a - b; if (d < 0) d = -d;
+        e = c - b; if (e < 0) e = -e; exit !(d < 1e-2 * (b < 0 ? -b : b) && d <= 4 * e) }' ||
+      fail "$model: AMX bf16 loss $la vs AVX512_BF16 $l16 (fp32 $l32): too far apart"
+    echo "$model: AMX bf16 $la (1 thread = 2 threads)"
+  fi
   echo "$model: bf16 $l16 (native = emulated = 1 thread), fp32 $l32"
 done

@@ -399,9 +399,8 @@ static bool print_json(const bench_args *a, const preset *p, cg_precision precis
     getrusage(RUSAGE_SELF, &ru);
     const int64_t tokens = p->B * p->T;
     const double med = tm->med, mfu = flops_step / med / (peak_gflops * 1e9);
-    const cg_gemm_path gemm_path = precision == CG_PRECISION_FP32 ? cg_gemm_active_path()
-                                   : cg_bf16_native()             ? CG_GEMM_BF16
-                                                                  : CG_GEMM_BF16_EMULATED;
+    const cg_gemm_path gemm_path =
+        precision == CG_PRECISION_FP32 ? cg_gemm_active_path() : cg_bf16_auto_path();
     cJSON *o = cJSON_CreateObject();
     bool ok =
         o && cg_json_put_str(o, "model", a->model) && cg_json_put_str(o, "preset", a->preset) &&

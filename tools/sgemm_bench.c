@@ -166,8 +166,7 @@ int main(int argc, char **argv)
     }
 
     cg_gemm_path chosen = cg_gemm_active_path();
-    const cg_gemm_path bf16 =
-        cg_gemm_path_available(CG_GEMM_BF16) ? CG_GEMM_BF16 : CG_GEMM_BF16_EMULATED;
+    const cg_gemm_path bf16 = cg_bf16_auto_path();
     double g[3][2]; /* [chosen, default, bf16][1 thread, 2 threads] */
     for (int th = 1; th <= 2; th++) {
         g[0][th - 1] = bench(chosen, th, n, runs, a, b, c);
