@@ -340,12 +340,37 @@ static inline int64_t round16(int64_t x) { return (x + 15) / 16 * 16; }
 
 /* An AMX B panel: w <= NR_AMX vectors of length k (vector i at src + i vs,
  * its elements ls apart) as NR_AMX rows of ldq k-pairs, zero past k and up
- * to round16(ceil(k / 2)) (ldq's multiple of 16 at least that). Each k
- * block is packed as the native panels are ([pairs][NR_AMX]) and turned
- * over 16 x 16 pairs at a time. */
+ * to round16(ceil(k / 2)) (ldq's multiple of 16 at least that). A vector
+ * whose k runs contiguously is converted in place; otherwise each k block
+ * is packed as the native panels are ([pairs][NR_AMX]) and turned over 16 x
+ * 16 pairs at a time. */
 BF16_TARGET static void pack_panel_amx(int64_t w, int64_t k, const float *src, int64_t vs,
                                        int64_t ls, uint32_t *q, int64_t ldq)
 {
+    if (ls == 1) { /* k contiguous: 32 values convert to a row's 16 pairs in place */
+        const int64_t words = round16((k + 1) / 2);
+        for (int i = 0; i < NR_AMX; i++) {
+            uint32_t *qi = q + i * ldq;
+            if (i >= w) {
+                memset(qi, 0, (size_t)words * sizeof(uint32_t));
+                continue;
+            }
+            for (int64_t l = 0; l < 2 * words; l += 32) {
+                const int64_t left = k - l;
+                const __mmask16 m0 = left >= 16 ? 0xffff
+                                     : left > 0 ? (__mmask16)((1u << left) - 1u)
+                                                : 0;
+                const __mmask16 m1 = left >= 32  ? 0xffff
+                                     : left > 16 ? (__mmask16)((1u << (left - 16)) - 1u)
+                                                 : 0;
+                const float *si = src + i * vs + l;
+                _mm512_storeu_si512(qi + l / 2,
+                                    (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(m1, si + 16),
+                                                                 _mm512_maskz_loadu_ps(m0, si)));
+            }
+        }
+        return;
+    }
     uint32_t t[(KC / 2) * NR_AMX] __attribute__((aligned(64)));
     for (int64_t l0 = 0; l0 < k; l0 += KC) {
         const int64_t kc = k - l0 < KC ? k - l0 : KC, kp = (kc + 1) / 2;
@@ -738,7 +763,17 @@ AMX_TARGET static void kernel_amx(int64_t kp, const uint32_t *a, const uint32_t 
                 _tile_dpbf16ps(3, 5, 7);
         }
     }
-    /* C^T's row j is column j of the tile: t[j * MR + i] */
+    /* C^T's row j is column j of the tile: t[j * MR + i]; a whole tile of
+     * a column-stored C that is just the sums goes there directly (1024^3:
+     * 646 GFLOP/s against 586 through t) */
+    if (o->alpha == 1.0f && o->beta == 0.0f && !o->bias && mr == MR && nr == NR_AMX && rsc == 1) {
+        const size_t sc = (size_t)csc * sizeof(float);
+        _tile_stored(0, c, sc);
+        _tile_stored(1, c + 16, sc);
+        _tile_stored(2, c + 16 * csc, sc);
+        _tile_stored(3, c + 16 * csc + 16, sc);
+        return;
+    }
     _tile_stored(0, t, sa);
     _tile_stored(1, t + 16, sa);
     _tile_stored(2, t + 16 * MR, sa);
