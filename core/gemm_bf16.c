@@ -648,8 +648,6 @@ AVX2_TARGET static void kernel_emulated(bool a_pairs, int64_t kp, const uint32_t
     store_tile(mr, nr, t, o, c, rsc, csc);
 }
 
-/* ------------------------------------------------------------ driver */
-
 /* ------------------------------------------------------------ AMX */
 
 /* Linux's arch_prctl request for a dynamically enabled state component,
@@ -780,6 +778,8 @@ AMX_TARGET static void kernel_amx(int64_t kp, const uint32_t *a, const uint32_t 
     _tile_stored(3, t + 16 * MR + 16, sa);
     store_tile_wide(mr, nr, t, o, c, rsc, csc);
 }
+
+/* ------------------------------------------------------------ driver */
 
 /* A product as the kernels see it: C column-stored (row-stored C turned
  * over, C^T = B^T A^T), the bias per row or per column of C. */
