@@ -133,6 +133,15 @@ static void pack_panel_scalar(bool wide, int W, int64_t w, int64_t k, const floa
         }
 }
 
+/* Two rows of 16 floats rounded to bf16 and interleaved into 16 k-pairs:
+ * lane j <- (x0[j], x1[j]). */
+BF16_TARGET static inline __m512i pair_rows(__m512 x0, __m512 x1)
+{
+    const __m512i ilv = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24,
+                                         8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    return _mm512_permutexvar_epi16(ilv, (__m512i)_mm512_cvtne2ps_pbh(x1, x0));
+}
+
 /* The same with the hardware conversion (identical bits), reading whole
  * vectors: along the panel when vs == 1, along k when ls == 1 (16 x 16
  * transposes of pairs in registers). */
@@ -140,10 +149,6 @@ BF16_TARGET static void pack_panel_native(int W, int64_t w, int64_t k, const flo
                                           int64_t ls, uint32_t *p)
 {
     if (vs == 1) {
-        /* interleave two rows of 16 bf16: lane j <- (x0[j], x1[j]) */
-        const __m512i ilv =
-            _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7,
-                             22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
         __mmask16 ld[2], st[2];
         for (int q = 0; q < 2; q++) {
             int64_t h = 16 * q, n = w - h < 16 ? (w - h > 0 ? w - h : 0) : 16;
@@ -156,22 +161,18 @@ BF16_TARGET static void pack_panel_native(int W, int64_t w, int64_t k, const flo
         for (; l + 1 < k; l += 2, s0 += 2 * ls, d += W) {
             __m512 a0 = _mm512_maskz_loadu_ps(ld[0], s0),
                    a1 = _mm512_maskz_loadu_ps(ld[0], s0 + ls);
-            _mm512_mask_storeu_epi32(
-                d, st[0], _mm512_permutexvar_epi16(ilv, (__m512i)_mm512_cvtne2ps_pbh(a1, a0)));
+            _mm512_mask_storeu_epi32(d, st[0], pair_rows(a0, a1));
             if (W > 16) {
                 __m512 b0 = _mm512_maskz_loadu_ps(ld[1], s0 + 16);
                 __m512 b1 = _mm512_maskz_loadu_ps(ld[1], s0 + ls + 16);
-                _mm512_mask_storeu_epi32(
-                    d + 16, st[1],
-                    _mm512_permutexvar_epi16(ilv, (__m512i)_mm512_cvtne2ps_pbh(b1, b0)));
+                _mm512_mask_storeu_epi32(d + 16, st[1], pair_rows(b0, b1));
             }
         }
         if (l < k) /* odd k: a zero partner */
-            for (int q = 0; q < (W + 15) / 16; q++) {
-                __m512 x0 = _mm512_maskz_loadu_ps(ld[q], s0 + 16 * q);
-                __m512i v = (__m512i)_mm512_cvtne2ps_pbh(_mm512_setzero_ps(), x0);
-                _mm512_mask_storeu_epi32(d + 16 * q, st[q], _mm512_permutexvar_epi16(ilv, v));
-            }
+            for (int q = 0; q < (W + 15) / 16; q++)
+                _mm512_mask_storeu_epi32(
+                    d + 16 * q, st[q],
+                    pair_rows(_mm512_maskz_loadu_ps(ld[q], s0 + 16 * q), _mm512_setzero_ps()));
         return;
     }
     if (ls == 1) {
@@ -343,7 +344,9 @@ static inline int64_t round16(int64_t x) { return (x + 15) / 16 * 16; }
  * to round16(ceil(k / 2)) (ldq's multiple of 16 at least that). A vector
  * whose k runs contiguously is converted in place; otherwise each k block
  * is packed as the native panels are ([pairs][NR_AMX]) and turned over 16 x
- * 16 pairs at a time. */
+ * 16 pairs at a time (reading vectors side by side as pairs of rows and
+ * turning them without the block in between was no faster: the strided
+ * loads are the cost). */
 BF16_TARGET static void pack_panel_amx(int64_t w, int64_t k, const float *src, int64_t vs,
                                        int64_t ls, uint32_t *q, int64_t ldq)
 {
