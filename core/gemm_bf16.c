@@ -350,9 +350,11 @@ static inline int64_t round16(int64_t x) { return (x + 15) / 16 * 16; }
 BF16_TARGET static void pack_panel_amx(int64_t w, int64_t k, const float *src, int64_t vs,
                                        int64_t ls, uint32_t *q, int64_t ldq)
 {
+    /* rows read: the kernel loads the second 16 only for more than 16 columns */
+    const int rows = w > 16 ? NR_AMX : 16;
     if (ls == 1) { /* k contiguous: 32 values convert to a row's 16 pairs in place */
         const int64_t words = round16((k + 1) / 2);
-        for (int i = 0; i < NR_AMX; i++) {
+        for (int i = 0; i < rows; i++) {
             uint32_t *qi = q + i * ldq;
             if (i >= w) {
                 memset(qi, 0, (size_t)words * sizeof(uint32_t));
@@ -379,7 +381,7 @@ BF16_TARGET static void pack_panel_amx(int64_t w, int64_t k, const float *src, i
         const int64_t kc = k - l0 < KC ? k - l0 : KC, kp = (kc + 1) / 2;
         pack_panel_native(NR_AMX, w, kc, src + l0 * ls, vs, ls, t);
         for (int64_t p0 = 0; p0 < round16(kp); p0 += 16)
-            for (int h = 0; h < NR_AMX; h += 16) {
+            for (int h = 0; h < rows; h += 16) {
                 __m512 r[16];
                 for (int i = 0; i < 16; i++)
                     r[i] = p0 + i < kp ? _mm512_load_ps((const float *)(t + (p0 + i) * NR_AMX + h))
