@@ -777,10 +777,13 @@ AMX_TARGET static void kernel_amx(int64_t kp, const uint32_t *a, const uint32_t 
         _tile_stored(3, c + 16 * csc + 16, sc);
         return;
     }
-    _tile_stored(0, t, sa);
-    _tile_stored(1, t + 16, sa);
-    _tile_stored(2, t + 16 * MR, sa);
-    _tile_stored(3, t + 16 * MR + 16, sa);
+    _tile_stored(0, t, sa); /* the quarters C receives */
+    if (m2)
+        _tile_stored(1, t + 16, sa);
+    if (n2)
+        _tile_stored(2, t + 16 * MR, sa);
+    if (m2 && n2)
+        _tile_stored(3, t + 16 * MR + 16, sa);
     store_tile_wide(mr, nr, t, o, c, rsc, csc);
 }
 
