@@ -452,6 +452,25 @@ static void store_tile(int64_t mr, int64_t nr, const float *t, const tile_out *o
             }
 }
 
+/* Column cj of a whole tile of a column-stored C from its sums v0 (rows
+ * 0-15) and v1 (16-31): alpha v + bias (one per row of the tile) or
+ * alpha v + beta C, rounded twice as store_tile does; C is not read when
+ * beta is 0. */
+BF16_TARGET static inline __attribute__((always_inline)) void store_column(
+    __m512 v0, __m512 v1, __m512 va, __m512 vb, float beta, const float *bias, float *cj)
+{
+    __m512 r0 = _mm512_mul_ps(va, v0), r1 = _mm512_mul_ps(va, v1);
+    if (bias) {
+        r0 = _mm512_add_ps(r0, _mm512_loadu_ps(bias));
+        r1 = _mm512_add_ps(r1, _mm512_loadu_ps(bias + 16));
+    } else if (beta != 0.0f) {
+        r0 = _mm512_add_ps(r0, _mm512_mul_ps(vb, _mm512_loadu_ps(cj)));
+        r1 = _mm512_add_ps(r1, _mm512_mul_ps(vb, _mm512_loadu_ps(cj + 16)));
+    }
+    _mm512_storeu_ps(cj, r0);
+    _mm512_storeu_ps(cj + 16, r1);
+}
+
 /* kp k-pairs of an A panel times the first nru columns of a B panel, into
  * C (mr x nr of the tile, nr <= nru). nru is a constant at every call
  * (kernel_native's switch), so the loops over columns unroll; a column's
@@ -482,18 +501,7 @@ BF16_TARGET static inline __attribute__((always_inline)) void kernel_native_n(
         const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
 #pragma GCC unroll 12
         for (int j = 0; j < nru; j++) {
-            float *cj = c + j * csc;
-            __m512 r0 = _mm512_mul_ps(va, acc[j][0]), r1 = _mm512_mul_ps(va, acc[j][1]);
-            if (bias) {
-                r0 = _mm512_add_ps(r0, _mm512_loadu_ps(bias));
-                r1 = _mm512_add_ps(r1, _mm512_loadu_ps(bias + 16));
-            } else if (beta != 0.0f) {
-                /* v + beta * c, rounded twice as store_tile does */
-                r0 = _mm512_add_ps(r0, _mm512_mul_ps(vb, _mm512_loadu_ps(cj)));
-                r1 = _mm512_add_ps(r1, _mm512_mul_ps(vb, _mm512_loadu_ps(cj + 16)));
-            }
-            _mm512_storeu_ps(cj, r0);
-            _mm512_storeu_ps(cj + 16, r1);
+            store_column(acc[j][0], acc[j][1], va, vb, beta, bias, c + j * csc);
         }
         return;
     }
@@ -709,20 +717,9 @@ BF16_TARGET static void store_tile_wide(int64_t mr, int64_t nr, const float *t, 
         return;
     }
     const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
-    for (int64_t j = 0; j < nr; j++) {
-        float *cj = c + j * csc;
-        __m512 r0 = _mm512_mul_ps(va, _mm512_load_ps(t + j * MR));
-        __m512 r1 = _mm512_mul_ps(va, _mm512_load_ps(t + j * MR + 16));
-        if (bias) {
-            r0 = _mm512_add_ps(r0, _mm512_loadu_ps(bias));
-            r1 = _mm512_add_ps(r1, _mm512_loadu_ps(bias + 16));
-        } else if (beta != 0.0f) {
-            r0 = _mm512_add_ps(r0, _mm512_mul_ps(vb, _mm512_loadu_ps(cj)));
-            r1 = _mm512_add_ps(r1, _mm512_mul_ps(vb, _mm512_loadu_ps(cj + 16)));
-        }
-        _mm512_storeu_ps(cj, r0);
-        _mm512_storeu_ps(cj + 16, r1);
-    }
+    for (int64_t j = 0; j < nr; j++)
+        store_column(_mm512_load_ps(t + j * MR), _mm512_load_ps(t + j * MR + 16), va, vb, beta,
+                     bias, c + j * csc);
 }
 
 /* kp k-pairs of an A panel ([kp][MR]) times an AMX B panel (NR_AMX rows,
