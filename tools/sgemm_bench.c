@@ -1,6 +1,7 @@
 /* GEMM throughput: the chosen fp32 path, BLIS's default path, and bf16
- * products with fp32 accumulation (AVX512_BF16, else its emulation with
- * AVX2 and FMA; "n/a" without either).
+ * products with fp32 accumulation on the path bf16 precision takes (AMX
+ * tiles, else AVX512_BF16, else its emulation with AVX2 and FMA; "n/a"
+ * without any).
  *
  *   sgemm_bench [N [RUNS]]      (default N=1024, RUNS=5)
  *
