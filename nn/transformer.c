@@ -603,6 +603,15 @@ cg_mha_kv *cg_kv_cache_layer(cg_kv_cache *c, int i)
     return &c->self[i];
 }
 
+int64_t cg_kv_cache_len(const cg_kv_cache *c)
+{
+    int64_t len = 0;
+    for (int i = 0; c && i < c->n_layers; i++)
+        if (c->self[i].len > len)
+            len = c->self[i].len;
+    return len;
+}
+
 void cg_kv_cache_free(cg_kv_cache *c)
 {
     if (!c)

@@ -141,25 +141,31 @@ cg_tensor *cg_dec_stack_forward(cg_dec_stack *s, cg_tensor *x, cg_tensor *memory
  *     x = embedding of BOS at position 0, [B,1,d]
  *     for (step = 0; ...; step++) {
  *         h = cg_dec_stack_forward_cached(dec, x, memory, src_pad, c);  [B,1,d]
- *         ... logits, choose tokens, x = their embedding at position c->len
+ *         ... logits, choose tokens, x = their embedding at position
+ *             cg_kv_cache_len(c)
  *         cg_kv_cache_reorder(c, parents, n);     (beam search)
  *     }
  *     cg_kv_cache_free(c);
  *
- * Positions are the caller's (c->len is the next one). Decoding with the
- * cache gives the logits of a full forward over the prefix up to float
- * rounding (tests/test_seq2seq.c and test_zoo.c hold them to 1e-5). */
+ * Positions are the caller's (cg_kv_cache_len(c) is the next one). Decoding
+ * with the cache gives the logits of a full forward over the prefix up to
+ * float rounding (tests/test_seq2seq.c and test_zoo.c hold them to 1e-5). */
 typedef struct {
     int n_layers;
     cg_mha_kv *self;    /* [n_layers] */
     cg_mha_kv *cross;   /* [n_layers]; decoder stacks only */
     uint8_t *cross_pad; /* [B*S] key padding of the memory, or NULL */
     int64_t S;          /* memory length (0 until the first decoder step) */
-    int64_t len;        /* positions decoded */
+    int64_t len;        /* positions decoded by the library's stacks (read cg_kv_cache_len) */
 } cg_kv_cache;
 
 cg_kv_cache *cg_kv_cache_new(int n_layers);
 void cg_kv_cache_free(cg_kv_cache *c); /* NULL is a no-op */
+/* The number of positions the cache holds, which is the position of the next
+ * token: the longest self-attention cache of its layers (layers advance as
+ * they attend, so a model of your own adds nothing after a step). 0 for a
+ * NULL cache (the training forward starts at position 0) or an empty one. */
+int64_t cg_kv_cache_len(const cg_kv_cache *c);
 /* Forget every position and the memory; the buffers are kept for reuse. */
 void cg_kv_cache_reset(cg_kv_cache *c);
 /* Keep batch rows rows[0..n) (repeats allowed) of every layer's keys and
@@ -169,20 +175,20 @@ bool cg_kv_cache_reorder(cg_kv_cache *c, const int64_t *rows, int64_t n);
 /* The self-attention cache of layer i (borrowed), for a model of your own
  * whose blocks call cg_mha_self (nn/attention.h) or cg_mha_forward_cached:
  *
+ *     pos = cg_kv_cache_len(cache);   (0 for a NULL cache: training)
  *     h = my_block_forward(block[i], h, cg_kv_cache_layer(cache, i));
- *     ... after the last block:  if (cache) cache->len += T;
  *
  * NULL for a NULL cache (so one forward serves training, cache NULL, and
  * decoding). A cache made with cg_kv_cache_new(0) grows to i + 1 layers
  * here. NULL + error for i < 0 or out of memory. */
 cg_mha_kv *cg_kv_cache_layer(cg_kv_cache *c, int i);
 
-/* x [B,n,d]: the embeddings of n new positions c->len .. c->len+n-1 ->
+/* x [B,n,d]: the embeddings of n new positions p .. p+n-1 (p = cg_kv_cache_len(c)) ->
  * [B,n,d] (ln_f applied for pre-norm), attending causally to the cached
  * positions. memory [B,S,d] and mem_pad (B*S bytes, nonzero = padding; may
  * be NULL) are read on the first step only (when c holds no memory yet)
  * and may be NULL after it. Eval mode expected (dropout off); no graph is
- * recorded. c->len grows by n. */
+ * recorded. The cache grows by n. */
 cg_tensor *cg_dec_stack_forward_cached(cg_dec_stack *s, cg_tensor *x, cg_tensor *memory,
                                        const uint8_t *mem_pad, cg_kv_cache *c);
 /* The same for n_blocks LM blocks applied in turn (a decoder-only model). */

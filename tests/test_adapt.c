@@ -543,7 +543,11 @@ START_TEST(test_kv_cache_user_block)
     /* decoding: 2 positions, then one at a time, through cg_kv_cache_layer */
     cg_kv_cache *c = cg_kv_cache_new(0);
     const int64_t steps[4][2] = {{0, 2}, {2, 1}, {3, 1}, {4, 2}};
+    ck_assert_int_eq(cg_kv_cache_len(NULL), 0); /* the training forward's position 0 */
+    ck_assert_int_eq(cg_kv_cache_len(c), 0);
     for (int s = 0; s < 4; s++) {
+        /* the cache counts its positions itself: nothing to add after a step */
+        ck_assert_int_eq(cg_kv_cache_len(c), steps[s][0]);
         /* each step in a scope, as a decoding loop writes it: the cache's
          * buffers must outlive it (they were freed with it before) */
         cg_scope *sc = cg_scope_begin();
@@ -553,13 +557,15 @@ START_TEST(test_kv_cache_user_block)
             cg_release(h);
             h = n;
         }
-        c->len += steps[s][1];
         cg_tensor *ref = cg_view_narrow(full, 1, steps[s][0], steps[s][1]);
         ck_assert_msg(max_abs_diff(h, ref) < 1e-5f, "step %d", s);
         cg_scope_end(sc);
     }
     ck_assert_int_eq(c->n_layers, 2);
     ck_assert_int_eq(c->self[1].len, 6);
+    ck_assert_int_eq(cg_kv_cache_len(c), 6);
+    cg_kv_cache_reset(c);
+    ck_assert_int_eq(cg_kv_cache_len(c), 0);
     ck_assert_ptr_null(cg_kv_cache_layer(c, -1));
     cg_kv_cache_free(c);
     cg_release_all(2, x, full);

@@ -644,7 +644,7 @@ START_TEST(test_cache_matches_recompute)
             last[b] = ys[b * TMAX + T - 1];
         cg_tensor *lc = cg_seq2seq_decode_step(g_model, last, B, &mem, c);
         ck_assert_msg(lc != NULL, "%s", cg_last_error());
-        ck_assert_int_eq(c->len, T);
+        ck_assert_int_eq(cg_kv_cache_len(c), T);
         int64_t *flat = malloc((size_t)(B * T) * sizeof *flat);
         for (int64_t b = 0; b < B; b++)
             memcpy(flat + b * T, ys + b * TMAX, (size_t)T * sizeof *flat);

@@ -78,7 +78,7 @@ static void check_cache_matches(cg_charlm *m)
         free(got);
         cg_release(l);
     }
-    ck_assert_int_eq(c->len, T);
+    ck_assert_int_eq(cg_kv_cache_len(c), T);
     /* full: one more position is an error, not a crash */
     CG_ASSERT_FAILS(cg_charlm_forward_cached(m, c, ids, 1, 1), "max_len");
     /* after a reset: 3 positions, then 4 at once (causal among themselves

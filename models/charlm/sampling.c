@@ -28,10 +28,11 @@ cg_tensor *cg_charlm_forward_cached(cg_charlm *m, cg_kv_cache *c, const int64_t 
         cg_set_error("charlm cached forward: the cache was made for another model");
         return NULL;
     }
-    if (B < 1 || n < 1 || c->len + n > cfg->max_len) {
+    const int64_t pos = cg_kv_cache_len(c); /* the first new position */
+    if (B < 1 || n < 1 || pos + n > cfg->max_len) {
         cg_set_error("charlm cached forward: %lld new positions after %lld do not fit max_len %lld "
                      "(or B=%lld < 1)",
-                     (long long)n, (long long)c->len, (long long)cfg->max_len, (long long)B);
+                     (long long)n, (long long)pos, (long long)cfg->max_len, (long long)B);
         return NULL;
     }
     for (int64_t i = 0; i < B * n; i++)
@@ -45,7 +46,7 @@ cg_tensor *cg_charlm_forward_cached(cg_charlm *m, cg_kv_cache *c, const int64_t 
     cg_tensor *e = cg_embed_forward(m->tok_emb, ids, 2, (const int64_t[]){B, n});
     cg_tensor *es = cg_muls(e, (float)sqrt((double)cfg->d));
     cg_release(e);
-    cg_tensor *pe = cg_view_narrow(m->pe, 0, c->len, n);
+    cg_tensor *pe = cg_view_narrow(m->pe, 0, pos, n);
     cg_tensor *x = cg_add(es, pe);
     cg_release_all(2, es, pe);
     cg_tensor *h = x ? cg_lm_blocks_forward_cached(m->block, (int)cfg->layers, x, c) : NULL;
@@ -113,7 +114,7 @@ int64_t *cg_charlm_generate(cg_charlm *m, const int64_t *prompt, int64_t n_promp
         bool ok;
         if (!use_cache) {
             ok = last_logits_full(m, ids + len - w, w, logits);
-        } else if (s > 0 && c->len == w - 1) {
+        } else if (s > 0 && cg_kv_cache_len(c) == w - 1) {
             ok = last_logits_cached(m, c, ids + len - 1, 1, logits);
         } else { /* first step, or the window slid: (re)fill the cache */
             cg_kv_cache_reset(c);

@@ -34,9 +34,9 @@ extern "C" {
 cg_kv_cache *cg_charlm_kv_cache_new(const cg_charlm *m);
 
 /* Logits [B, n, V] (new reference) for n new tokens per row (ids: B*n,
- * row-major) at positions c->len .. c->len+n-1, attending to the cached
- * positions and causally to each other; the cache grows by n. Error if
- * c->len + n > max_len or an id is out of range. Runs without recording a
+ * row-major) at positions p .. p+n-1 (p = cg_kv_cache_len(c)), attending
+ * to the cached positions and causally to each other; the cache grows by
+ * n. Error if p + n > max_len or an id is out of range. Runs without recording a
  * graph. */
 cg_tensor *cg_charlm_forward_cached(cg_charlm *m, cg_kv_cache *c, const int64_t *ids, int64_t B,
                                     int64_t n);

@@ -363,7 +363,8 @@ cg_kv_cache *cg_seq2seq_kv_cache_new(const cg_seq2seq *m)
 cg_tensor *cg_seq2seq_decode_step(cg_seq2seq *m, const int64_t *ids, int64_t B,
                                   const cg_seq2seq_memory *mem, cg_kv_cache *c)
 {
-    if (!m || !c || (c->len == 0 && (!mem || !mem->memory))) {
+    const int64_t pos = cg_kv_cache_len(c); /* the new token's position */
+    if (!m || !c || (pos == 0 && (!mem || !mem->memory))) {
         cg_set_error("seq2seq decode step: NULL %s", !m   ? "model"
                                                      : !c ? "cache"
                                                           : "memory on the first step");
@@ -371,20 +372,20 @@ cg_tensor *cg_seq2seq_decode_step(cg_seq2seq *m, const int64_t *ids, int64_t B,
     }
     if (!check_ids(m, "decode step", "target", ids, B, 1))
         return NULL;
-    if (c->len >= m->cfg.max_len) {
-        cg_set_error("seq2seq decode step: position %lld is beyond max_len %lld", (long long)c->len,
+    if (pos >= m->cfg.max_len) {
+        cg_set_error("seq2seq decode step: position %lld is beyond max_len %lld", (long long)pos,
                      (long long)m->cfg.max_len);
         return NULL;
     }
-    if (c->len == 0 && mem->B != B) {
+    if (pos == 0 && mem->B != B) {
         cg_set_error("seq2seq decode step: target batch %lld differs from the memory's %lld",
                      (long long)B, (long long)mem->B);
         return NULL;
     }
     cg_no_grad_begin();
-    cg_tensor *x = embed_at(m, ids, B, 1, c->len);
-    cg_tensor *h = cg_dec_stack_forward_cached(m->decoder, x, c->len ? NULL : mem->memory,
-                                               c->len ? NULL : mem->src_pad, c);
+    cg_tensor *x = embed_at(m, ids, B, 1, pos);
+    cg_tensor *h = cg_dec_stack_forward_cached(m->decoder, x, pos ? NULL : mem->memory,
+                                               pos ? NULL : mem->src_pad, c);
     cg_release(x);
     cg_tensor *logits = h ? head(m, h, B, 1) : NULL;
     cg_no_grad_end();

@@ -105,7 +105,7 @@ cg_tensor *cg_seq2seq_decode(cg_seq2seq *m, const int64_t *tgt_in, int64_t B, in
                              const cg_seq2seq_memory *mem);
 /* Incremental decoding with nn's key/value cache (nn/transformer.h): an
  * empty cache for the decoder, and one step: ids [B] (one new token per
- * row, BOS on the first step) at position c->len -> logits [B,1,V] equal
+ * row, BOS on the first step) at position cg_kv_cache_len(c) -> logits [B,1,V] equal
  * to the last position of cg_seq2seq_decode over the whole prefix (up to
  * float rounding). mem is read on the first step only (its rows are the
  * cache's rows; the cross-attention keys are computed from it then) and
