@@ -11,35 +11,16 @@
 
 enum { B = 8, T = 32, D = 64, H = 4, L = 2, STEPS = 150, ACCUM = 2, WARMUP = 15 };
 
-typedef struct {
-    cg_module base;
-    cg_norm *ln1, *ln2;
-    cg_mha *attn;
-    cg_ff *mlp;
-} block;
+/* The layers' modules in arrays, one slot a block, as llm.c keeps GPT-2's
+ * parameters; each block is a container "blocks.i", so the parameters are
+ * named as in PyTorch (blocks.0.ln1.weight, ...). */
 typedef struct {
     cg_module base;
     cg_embed *tok, *pos;
-    block *h[L];
-    cg_norm *ln_f;
+    cg_norm *ln1[L], *ln2[L], *ln_f;
+    cg_mha *attn[L];
+    cg_ff *mlp[L];
 } gpt;
-
-static block *block_new(cg_rng *r)
-{
-    block *b = (block *)cg_module_alloc(sizeof *b, "Block", NULL);
-    b->ln1 = cg_module_add_child(&b->base, "ln1", cg_layernorm_new(D));
-    b->attn = cg_module_add_child(&b->base, "attn", cg_mha_new(D, H, r));
-    b->ln2 = cg_module_add_child(&b->base, "ln2", cg_layernorm_new(D));
-    b->mlp = cg_module_add_child(&b->base, "mlp", cg_ff_new(D, 4 * D, CG_ACT_GELU, r));
-    return b;
-}
-
-/* kv: this block's cache when decoding, NULL when training. */
-static cg_tensor *block_forward(block *b, cg_tensor *x, cg_mha_kv *kv)
-{
-    x = cg_add(x, cg_mha_self(b->attn, cg_norm_forward(b->ln1, x), true, kv));
-    return cg_add(x, cg_ff_forward(b->mlp, cg_norm_forward(b->ln2, x)));
-}
 
 static gpt *gpt_new(int64_t V, cg_rng *r)
 {
@@ -47,35 +28,41 @@ static gpt *gpt_new(int64_t V, cg_rng *r)
     m->tok = cg_module_add_child(&m->base, "tok", cg_embed_new(V, D, r));
     m->pos = cg_module_add_child(&m->base, "pos", cg_embed_new(T, D, r));
     cg_module *blocks = cg_module_add_child(&m->base, "blocks", cg_module_new("ModuleList"));
-    for (int i = 0; i < L; i++)
-        m->h[i] = cg_module_append(blocks, block_new(r)); /* named "0", "1", ... */
+    for (int i = 0; i < L; i++) {
+        cg_module *b = cg_module_append(blocks, cg_module_new("Block")); /* named "0", "1", ... */
+        m->ln1[i] = cg_module_add_child(b, "ln1", cg_layernorm_new(D));
+        m->attn[i] = cg_module_add_child(b, "attn", cg_mha_new(D, H, r));
+        m->ln2[i] = cg_module_add_child(b, "ln2", cg_layernorm_new(D));
+        m->mlp[i] = cg_module_add_child(b, "mlp", cg_ff_new(D, 4 * D, CG_ACT_GELU, r));
+    }
     m->ln_f = cg_module_add_child(&m->base, "ln_f", cg_layernorm_new(D));
     return m;
 }
 
-/* ids [b, t] at positions cache->len.. (0 without a cache) -> logits [b, t, V]. */
+/* ids [b, t] -> logits [b, t, V]. Training: no cache. Decoding: the new
+ * tokens only, at the positions after those the cache holds. */
 static cg_tensor *gpt_forward(gpt *m, const int64_t *ids, int64_t b, int64_t t, cg_kv_cache *c)
 {
     cg_tensor *x = cg_add(cg_embed_forward(m->tok, ids, CG_SHAPE(b, t)),
-                          cg_narrow(m->pos->weight, 0, c ? c->len : 0, t));
-    for (int i = 0; i < L; i++)
-        x = block_forward(m->h[i], x, cg_kv_cache_layer(c, i));
-    if (c)
-        c->len += t;
+                          cg_narrow(m->pos->weight, 0, cg_kv_cache_len(c), t));
+    for (int i = 0; i < L; i++) { /* pre-LayerNorm block i, causal */
+        cg_tensor *h = cg_norm_forward(m->ln1[i], x);
+        x = cg_add(x, cg_mha_self(m->attn[i], h, true, cg_kv_cache_layer(c, i)));
+        x = cg_add(x, cg_ff_forward(m->mlp[i], cg_norm_forward(m->ln2[i], x)));
+    }
     return cg_linear_fn(cg_norm_forward(m->ln_f, x), m->tok->weight, NULL); /* tied head */
 }
 
 int main(void)
 {
-    char text[2048] = "", chars[64] = "";
-    for (int i = 0; i < 40; i++)
-        strcat(text, "the quick brown fox jumps over the lazy dog. ");
-    int64_t n = (int64_t)strlen(text), data[2048], V = 0, x[B * T], y[B * T], ids[T];
-    for (int c = 0; c < 128; c++) /* the sorted set of characters */
-        if (strchr(text, c) && c)
+    const char *text = "the quick brown fox jumps over the lazy dog. "; /* 40 times over */
+    int64_t len = strlen(text), n = 40 * len, data[2048], V = 0, x[B * T], y[B * T], ids[T];
+    char chars[128] = "";
+    for (int c = 1; c < 128; c++) /* the sorted set of characters */
+        if (strchr(text, c))
             chars[V++] = (char)c;
     for (int64_t i = 0; i < n; i++)
-        data[i] = strchr(chars, text[i]) - chars;
+        data[i] = strchr(chars, text[i % len]) - chars;
     cg_rng rng = cg_rng_new(1);
     gpt *m = gpt_new(V, &rng);
     cg_optim *opt = cg_adamw_from_module(CG_MODULE(m), 3e-3);

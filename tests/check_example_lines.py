@@ -1,0 +1,65 @@
+#!/usr/bin/env python3
+"""The examples stay short, and the README says how short (issue 22).
+
+Each of examples/gpt.c, finetune_lora.c and classifier.c has a PyTorch twin
+(the same name, .py). Both are counted the same way: lines that are not
+blank and not only a comment (C: /* ... */ and // removed; Python: #
+comments and docstrings removed). A lone brace counts, as cloc counts it.
+
+Fails when
+  - a C example takes more than 1.5 times the lines of its twin, or
+  - the README's table row of an example (| `examples/NAME.c` | C | PY ...)
+    gives other counts than these (the formatting once grew gpt.c from 95
+    to 106 lines while the README still said 95).
+
+usage: check_example_lines.py SOURCE_ROOT
+  exit 0: fine; 1: each problem printed on a line.
+"""
+import os
+import re
+import sys
+
+EXAMPLES = ("gpt", "finetune_lora", "classifier")
+LIMIT = 1.5
+
+
+def c_lines(text):
+    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+    text = re.sub(r"//[^\n]*", "", text)
+    return sum(1 for line in text.splitlines() if line.strip())
+
+
+def py_lines(text):
+    text = re.sub(r'""".*?"""', "", text, flags=re.S)
+    return sum(1 for line in text.splitlines()
+               if line.strip() and not line.strip().startswith("#"))
+
+
+def main(root):
+    with open(os.path.join(root, "README.md"), encoding="utf-8") as f:
+        readme = f.read()
+    problems = []
+    for name in EXAMPLES:
+        with open(os.path.join(root, "examples", name + ".c"), encoding="utf-8") as f:
+            c = c_lines(f.read())
+        with open(os.path.join(root, "examples", name + ".py"), encoding="utf-8") as f:
+            py = py_lines(f.read())
+        if c > LIMIT * py:
+            problems.append(f"examples/{name}.c: {c} lines, {c / py:.2f}x the {py} of "
+                            f"{name}.py (at most {LIMIT}x)")
+        row = re.search(r"^\| `examples/%s\.c` \| (\d+) \| (\d+) " % re.escape(name), readme,
+                        re.M)
+        if not row:
+            problems.append(f"README.md: no table row for examples/{name}.c")
+        elif (int(row.group(1)), int(row.group(2))) != (c, py):
+            problems.append(f"README.md: examples/{name}.c row says {row.group(1)} / "
+                            f"{row.group(2)} lines, the files have {c} / {py}")
+    for p in problems:
+        print(p)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit(__doc__.split("\n\n")[-1])
+    sys.exit(main(sys.argv[1]))
