@@ -100,8 +100,10 @@ static bool ck_backward(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 
 cg_tensor *cg_checkpoint(const cg_checkpoint_block *blk)
 {
-    if (!blk)
+    if (!blk) {
+        cg_error_null_input("cg_checkpoint");
         return NULL;
+    }
     bool bad = !blk->fn || blk->n_inputs < 1 || !blk->inputs || blk->n_params < 0 ||
                (blk->n_params && !blk->params) || blk->n_rngs < 0 || (blk->n_rngs && !blk->rngs);
     for (int i = 0; !bad && i < blk->n_inputs; i++)

@@ -75,8 +75,10 @@ cg_tensor *cg_scaled_dot_product_attention(cg_tensor *q, cg_tensor *k, cg_tensor
 {
     if (weights_out)
         *weights_out = NULL;
-    if (!q || !k || !v)
+    if (!q || !k || !v) {
+        cg_error_null_input("cg_scaled_dot_product_attention");
         return NULL;
+    }
     if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4 || q->shape[0] != k->shape[0] ||
         q->shape[1] != k->shape[1] || !cg_same_shape(k, v) || q->shape[3] != k->shape[3]) {
         char a[96], b[96], c[96];
@@ -261,8 +263,10 @@ cg_tensor *cg_mha_forward(cg_mha *m, cg_tensor *xq, cg_tensor *xkv, bool causal,
 {
     if (weights_out)
         *weights_out = NULL;
-    if (!m || !xq || !xkv)
+    if (!m || !xq || !xkv) {
+        cg_error_null_input("cg_mha_forward");
         return NULL;
+    }
     mha_args a = {causal, key_pad, mask, weights_out, NULL};
     return cg_module_call(&m->base, mha_impl, 2, (cg_tensor *const[]){xq, xkv}, &a);
 }

@@ -7,8 +7,10 @@
 
 cg_tensor *cg_module_forward(cg_module *m, cg_tensor *x)
 {
-    if (!m || !x)
+    if (!m || !x) {
+        cg_error_null_input("cg_module_forward");
         return NULL;
+    }
     if (!m->forward) {
         cg_set_error("%s: no one-tensor forward (call its own forward function)", m->type);
         return NULL;
@@ -106,8 +108,10 @@ cg_module *cg_mlp(int n, const int64_t *sizes, cg_act act, cg_rng *rng)
 
 bool cg_module_load_file(cg_module *m, const char *path)
 {
-    if (!m || !path)
+    if (!m || !path) {
+        cg_error_null_input("cg_module_load_file");
         return false;
+    }
     cg_st_file *f = cg_st_open(path);
     bool ok = f && cg_module_load(m, f, NULL);
     cg_st_close(f);

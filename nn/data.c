@@ -80,8 +80,10 @@ void cg_batch_iter_free(cg_batch_iter *it)
 /* ------------------------------------------------------------ loader */
 cg_loader *cg_loader_new(cg_tensor *x, const int64_t *y, int64_t B, cg_rng *rng)
 {
-    if (!x)
+    if (!x) {
+        cg_error_null_input("cg_loader_new");
         return NULL;
+    }
     if (x->ndim < 1 || x->shape[0] < 1 || !y || B < 1) {
         cg_set_error("loader: need x of shape [N, ...] with N >= 1, N labels and B >= 1 (got "
                      "ndim %d, labels %s, B=%lld)",
@@ -109,8 +111,10 @@ cg_loader *cg_loader_new(cg_tensor *x, const int64_t *y, int64_t B, cg_rng *rng)
 
 bool cg_loader_next(cg_loader *ld)
 {
-    if (!ld)
+    if (!ld) {
+        cg_error_null_input("cg_loader_next");
         return false;
+    }
     if (ld->scope) { /* the previous batch and what was made from it */
         cg_scope_end(ld->scope);
         ld->scope = NULL;

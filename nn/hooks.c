@@ -112,8 +112,10 @@ void cg_module_hooks_free(cg_module *m)
 cg_tensor *cg_module_call(cg_module *m, cg_forward_fn fn, int n_in, cg_tensor *const *in,
                           void *args)
 {
-    if (!m || !fn)
+    if (!m || !fn) {
+        cg_error_null_input("cg_module_call");
         return NULL;
+    }
     if (!m->hooks || m->hooks->n == 0)
         return fn(m, in, args);
     if (n_in < 0 || n_in > CG_MAX_FORWARD_INPUTS) {

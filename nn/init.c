@@ -17,8 +17,10 @@ static bool need_rng(const char *op, cg_rng *rng)
 
 bool cg_init_normal_(cg_tensor *t, cg_rng *rng, float mean, float std)
 {
-    if (!t || !need_rng("init normal", rng))
+    if (!t || !need_rng("init normal", rng)) {
+        cg_error_null_input("cg_init_normal_");
         return false;
+    }
     if (!(std >= 0.0f)) {
         cg_set_error("init normal: std must be >= 0 (got %g)", (double)std);
         return false;
@@ -28,8 +30,10 @@ bool cg_init_normal_(cg_tensor *t, cg_rng *rng, float mean, float std)
 
 bool cg_init_uniform_(cg_tensor *t, cg_rng *rng, float lo, float hi)
 {
-    if (!t || !need_rng("init uniform", rng))
+    if (!t || !need_rng("init uniform", rng)) {
+        cg_error_null_input("cg_init_uniform_");
         return false;
+    }
     if (!(lo <= hi)) {
         cg_set_error("init uniform: need lo <= hi (got %g, %g)", (double)lo, (double)hi);
         return false;
@@ -60,8 +64,10 @@ static bool fans(const char *op, const cg_tensor *t, double *fan_in, double *fan
 bool cg_init_xavier_uniform_(cg_tensor *t, cg_rng *rng, float gain)
 {
     double fi, fo;
-    if (!t || !need_rng("init xavier_uniform", rng) || !fans("init xavier_uniform", t, &fi, &fo))
+    if (!t || !need_rng("init xavier_uniform", rng) || !fans("init xavier_uniform", t, &fi, &fo)) {
+        cg_error_null_input("cg_init_xavier_uniform_");
         return false;
+    }
     float a = (float)(gain * sqrt(6.0 / (fi + fo)));
     return cg_uniform_(t, rng, -a, a);
 }
@@ -69,8 +75,10 @@ bool cg_init_xavier_uniform_(cg_tensor *t, cg_rng *rng, float gain)
 bool cg_init_xavier_normal_(cg_tensor *t, cg_rng *rng, float gain)
 {
     double fi, fo;
-    if (!t || !need_rng("init xavier_normal", rng) || !fans("init xavier_normal", t, &fi, &fo))
+    if (!t || !need_rng("init xavier_normal", rng) || !fans("init xavier_normal", t, &fi, &fo)) {
+        cg_error_null_input("cg_init_xavier_normal_");
         return false;
+    }
     return cg_normal_(t, rng, 0.0f, (float)(gain * sqrt(2.0 / (fi + fo))));
 }
 
@@ -118,8 +126,10 @@ static bool std_ok(float std)
 
 bool cg_module_init_params(cg_module *m, cg_rng *rng, float std)
 {
-    if (!m || !need_rng("module init_params", rng) || !std_ok(std))
+    if (!m || !need_rng("module init_params", rng) || !std_ok(std)) {
+        cg_error_null_input("cg_module_init_params");
         return false;
+    }
     init_src src = {.rng = rng, .mt = NULL};
     return init_tree(m, &src, std);
 }
@@ -151,8 +161,10 @@ static bool skip_construction(cg_module *m, cg_mt19937 *g)
 
 bool cg_module_init_params_torch(cg_module *m, uint64_t seed, float std)
 {
-    if (!m || !std_ok(std))
+    if (!m || !std_ok(std)) {
+        cg_error_null_input("cg_module_init_params_torch");
         return false;
+    }
     cg_mt19937 g;
     cg_mt19937_seed(&g, seed);
     init_src src = {.rng = NULL, .mt = &g};

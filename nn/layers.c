@@ -59,8 +59,10 @@ const char *cg_norm_kind_name(cg_norm_kind k)
 
 cg_tensor *cg_activation(cg_tensor *x, cg_act act)
 {
-    if (!x)
+    if (!x) {
+        cg_error_null_input("cg_activation");
         return NULL;
+    }
     switch (act) {
     case CG_ACT_RELU: return cg_relu(x);
     case CG_ACT_GELU: return cg_gelu(x);
@@ -121,8 +123,10 @@ cg_linear *cg_linear_new(int64_t in_features, int64_t out_features, bool bias, c
 
 cg_tensor *cg_linear_fn(cg_tensor *x, cg_tensor *weight, cg_tensor *bias)
 {
-    if (!x || !weight)
+    if (!x || !weight) {
+        cg_error_null_input("cg_linear_fn");
         return NULL;
+    }
     if (weight->ndim != 2 || x->ndim < 1 || x->shape[x->ndim - 1] != weight->shape[1] ||
         (bias && (bias->ndim != 1 || bias->shape[0] != weight->shape[0]))) {
         char a[96], b[96], c[96];
@@ -163,8 +167,10 @@ static cg_tensor *linear_impl(cg_module *m, cg_tensor *const *in, void *args)
 
 cg_tensor *cg_linear_forward(cg_linear *l, cg_tensor *x)
 {
-    if (!l || !x)
+    if (!l || !x) {
+        cg_error_null_input("cg_linear_forward");
         return NULL;
+    }
     return cg_module_call(&l->base, linear_impl, 1, &x, NULL);
 }
 
@@ -250,8 +256,10 @@ static cg_tensor *embed_impl(cg_module *m, cg_tensor *const *in, void *args)
 
 cg_tensor *cg_embed_forward(cg_embed *e, const int64_t *ids, int ndim, const int64_t *shape)
 {
-    if (!e)
+    if (!e) {
+        cg_error_null_input("cg_embed_forward");
         return NULL;
+    }
     embed_args a = {ids, ndim, shape};
     return cg_module_call(&e->base, embed_impl, 0, NULL, &a);
 }
@@ -314,15 +322,19 @@ static cg_tensor *norm_impl(cg_module *m, cg_tensor *const *in, void *args)
 
 cg_tensor *cg_norm_forward(cg_norm *n, cg_tensor *x)
 {
-    if (!n || !x)
+    if (!n || !x) {
+        cg_error_null_input("cg_norm_forward");
         return NULL;
+    }
     return cg_module_call(&n->base, norm_impl, 1, &x, NULL);
 }
 
 cg_tensor *cg_norm_add_forward(cg_norm *n, cg_tensor *x, cg_tensor *y)
 {
-    if (!n || !x || !y || !norm_input_ok(n, x))
+    if (!n || !x || !y || !norm_input_ok(n, x)) {
+        cg_error_null_input("cg_norm_add_forward");
         return NULL;
+    }
     if (n->base.hooks) { /* the hooks see the norm's input x + y */
         cg_tensor *s = cg_add(x, y);
         cg_tensor *r = cg_norm_forward(n, s);
@@ -360,8 +372,10 @@ static cg_tensor *drop_impl(cg_module *m, cg_tensor *const *in, void *args)
 
 cg_tensor *cg_drop_forward(cg_drop *d, cg_tensor *x)
 {
-    if (!d || !x)
+    if (!d || !x) {
+        cg_error_null_input("cg_drop_forward");
         return NULL;
+    }
     return cg_module_call(&d->base, drop_impl, 1, &x, NULL);
 }
 
@@ -406,8 +420,10 @@ cg_posenc *cg_posenc_new(int64_t max_len, int64_t dim)
 
 cg_tensor *cg_posenc_rows(cg_posenc *p, int64_t start, int64_t len)
 {
-    if (!p)
+    if (!p) {
+        cg_error_null_input("cg_posenc_rows");
         return NULL;
+    }
     if (start < 0 || len < 0 || start + len > p->max_len) {
         cg_set_error("PositionalEncoding: positions [%lld, %lld) exceed max_len %lld",
                      (long long)start, (long long)(start + len), (long long)p->max_len);
@@ -443,8 +459,10 @@ static cg_tensor *posenc_impl(cg_module *m, cg_tensor *const *in, void *args)
 
 cg_tensor *cg_posenc_forward(cg_posenc *p, cg_tensor *x)
 {
-    if (!p || !x)
+    if (!p || !x) {
+        cg_error_null_input("cg_posenc_forward");
         return NULL;
+    }
     return cg_module_call(&p->base, posenc_impl, 1, &x, NULL);
 }
 
@@ -496,7 +514,9 @@ static cg_tensor *ff_impl(cg_module *m, cg_tensor *const *in, void *args)
 
 cg_tensor *cg_ff_forward(cg_ff *f, cg_tensor *x)
 {
-    if (!f || !x)
+    if (!f || !x) {
+        cg_error_null_input("cg_ff_forward");
         return NULL;
+    }
     return cg_module_call(&f->base, ff_impl, 1, &x, NULL);
 }

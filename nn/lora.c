@@ -41,8 +41,10 @@ cg_lora *cg_lora_of(const cg_linear *l)
 
 cg_lora *cg_lora_attach(cg_linear *l, int r, float alpha, float dropout, cg_rng *rng)
 {
-    if (!l)
+    if (!l) {
+        cg_error_null_input("cg_lora_attach");
         return NULL;
+    }
     if (strcmp(l->base.type, "Linear")) {
         cg_set_error("LoRA: a %s is not a Linear", l->base.type);
         return NULL;
@@ -119,8 +121,10 @@ cg_lora *cg_lora_attach(cg_linear *l, int r, float alpha, float dropout, cg_rng 
 
 static bool merge(cg_lora *a, bool in, const char *what)
 {
-    if (!a)
+    if (!a) {
+        cg_set_error("LoRA %s: the adapter is NULL", what);
         return false;
+    }
     if (a->merged == in) {
         cg_set_error("LoRA %s: the adapter is %s merged", what, in ? "already" : "not");
         return false;
@@ -203,8 +207,10 @@ static bool collect_targets(void *vctx, cg_module *m, const char *path, const ch
 
 int cg_lora_attach_all(cg_module *root, const cg_lora_config *cfg, cg_rng *rng)
 {
-    if (!root || !cfg)
+    if (!root || !cfg) {
+        cg_error_null_input("cg_lora_attach_all");
         return -1;
+    }
     attach_ctx c = {cfg, rng, NULL, 0, 0};
     if (!walk(root, "", "", collect_targets, &c)) {
         free(c.found);
@@ -338,8 +344,10 @@ static double short_decimal(float x)
 
 bool cg_lora_write(const cg_module *root, cg_st_writer *w)
 {
-    if (!root || !w)
+    if (!root || !w) {
+        cg_error_null_input("cg_lora_write");
         return false;
+    }
     lora_list l;
     if (!list_loras(root, &l))
         return false;
@@ -397,8 +405,10 @@ bool cg_lora_write(const cg_module *root, cg_st_writer *w)
 
 bool cg_lora_save(const cg_module *root, const char *path)
 {
-    if (!root || !path)
+    if (!root || !path) {
+        cg_error_null_input("cg_lora_save");
         return false;
+    }
     cg_st_writer *w = cg_st_writer_new();
     bool ok = w && cg_lora_write(root, w);
     if (!ok && w)
@@ -509,8 +519,10 @@ bool cg_lora_read(cg_module *root, const cg_st_file *f, const char *path)
 
 bool cg_lora_load(cg_module *root, const char *path)
 {
-    if (!root || !path)
+    if (!root || !path) {
+        cg_error_null_input("cg_lora_load");
         return false;
+    }
     cg_st_file *f = cg_st_open(path);
     bool ok = f && lora_read(root, f, path, true);
     cg_st_close(f);

@@ -78,8 +78,10 @@ static bool grow(void **arr, int *cap, int need, size_t elem)
 
 cg_tensor *cg_module_add_param(cg_module *m, const char *name, cg_tensor *t)
 {
-    if (!m || !t)
+    if (!m || !t) {
+        cg_error_null_input("cg_module_add_param");
         return NULL;
+    }
     if (!check_local_name(m, "parameter", name))
         return NULL;
     if (t->node) {
@@ -126,6 +128,7 @@ void *cg_module_add_child(cg_module *m, const char *name, void *child_)
 {
     cg_module *child = child_;
     if (!m || !child) {
+        cg_error_null_input("cg_module_add_child");
         drop_unowned(child);
         return NULL;
     }
@@ -227,8 +230,10 @@ static bool collect(const cg_module *m, const char *prefix, cg_param_list *out)
 
 bool cg_module_params(const cg_module *m, cg_param_list *out)
 {
-    if (!m || !out)
+    if (!m || !out) {
+        cg_error_null_input("cg_module_params");
         return false;
+    }
     return collect(m, "", out);
 }
 
@@ -364,8 +369,10 @@ static char *join(const char *prefix, const char *name)
 
 bool cg_module_write(const cg_module *m, cg_st_writer *w, const char *prefix)
 {
-    if (!m || !w)
+    if (!m || !w) {
+        cg_error_null_input("cg_module_write");
         return false;
+    }
     cg_param_list l = {0};
     bool ok = cg_module_params(m, &l);
     for (int i = 0; ok && i < l.n; i++) {
@@ -379,8 +386,10 @@ bool cg_module_write(const cg_module *m, cg_st_writer *w, const char *prefix)
 
 bool cg_module_save(const cg_module *m, const char *path, int n_meta, const char *const *meta)
 {
-    if (!m || !path)
+    if (!m || !path) {
+        cg_error_null_input("cg_module_save");
         return false;
+    }
     if (n_meta < 0 || (n_meta > 0 && !meta)) {
         cg_set_error("module save %s: bad metadata (%d pairs, array %p)", path, n_meta,
                      (const void *)meta);
@@ -497,8 +506,10 @@ bool cg_module_load_ex(cg_module *m, const cg_st_file *f, const cg_load_options 
     const cg_load_options *o = opt ? opt : &none;
     if (o->keys)
         memset(o->keys, 0, sizeof *o->keys);
-    if (!m || !f)
+    if (!m || !f) {
+        cg_error_null_input("cg_module_load");
         return false;
+    }
     const char *prefix = o->prefix;
     const char *fname = cg_st_path(f) ? cg_st_path(f) : "(memory)";
     cg_param_list l = {0};

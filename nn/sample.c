@@ -37,6 +37,21 @@ int64_t cg_sample(const float *logits, int64_t V, const cg_sample_config *cfg, c
                                      : "need temperature >= 0, top_k >= 0, 0 < top_p <= 1");
         return -1;
     }
+    /* NaN or +inf (a diverged model) draws nothing meaningful; -inf is a
+     * masked logit, but not every one of them */
+    int64_t masked = 0;
+    for (int64_t i = 0; i < V; i++) {
+        if (isnan(logits[i]) || logits[i] == INFINITY) {
+            cg_set_error("sample: logit %lld of %lld is %s (a diverged model?)", (long long)i,
+                         (long long)V, isnan(logits[i]) ? "NaN" : "+inf");
+            return -1;
+        }
+        masked += logits[i] == -INFINITY;
+    }
+    if (masked == V) {
+        cg_set_error("sample: all %lld logits are -inf: nothing to draw", (long long)V);
+        return -1;
+    }
     /* greedy: temperature 0, and its limit: a temperature so small that
      * logits / temperature overflow (1e-40 is not even a normal float) */
     bool greedy = o->temperature == 0 || !((float)o->temperature >= FLT_MIN);
@@ -107,6 +122,8 @@ bool cg_sample_rows(const cg_tensor *logits, const cg_sample_config *cfg, cg_rng
     if (!logits || !ids || logits->ndim < 1 || logits->shape[logits->ndim - 1] < 1) {
         if (logits)
             cg_set_error("sample: logits must be [..., V] with V >= 1 and ids given");
+        else
+            cg_error_null_input("cg_sample_rows");
         return false;
     }
     int64_t V = logits->shape[logits->ndim - 1], rows = cg_numel(logits) / V;

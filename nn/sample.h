@@ -9,7 +9,8 @@
  * (cg_rng_uniform_double) walks the cumulative sum in descending order
  * (ties: lower id first). Temperature 0 (or one so small that
  * logits / temperature overflow) is greedy: the first largest logit.
- * Errors: -1 / false + cg_set_error. */
+ * Errors: -1 / false + cg_set_error, also for a NaN or +inf logit (a
+ * diverged model) and for logits that are all -inf. */
 #ifndef CG_NN_SAMPLE_H
 #define CG_NN_SAMPLE_H
 

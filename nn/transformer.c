@@ -267,8 +267,10 @@ static cg_tensor *enc_layer_impl(cg_module *m, cg_tensor *const *in, void *args)
 
 cg_tensor *cg_enc_layer_forward(cg_enc_layer *l, cg_tensor *x, const cg_attn_mask *mask)
 {
-    if (!l || !x)
+    if (!l || !x) {
+        cg_error_null_input("cg_enc_layer_forward");
         return NULL;
+    }
     fwd_args a = {.mask = mask};
     return cg_module_call(&l->base, enc_layer_impl, 1, &x, &a);
 }
@@ -322,8 +324,10 @@ static cg_tensor *dec_layer_impl(cg_module *m, cg_tensor *const *in, void *args)
 cg_tensor *cg_dec_layer_forward(cg_dec_layer *l, cg_tensor *x, cg_tensor *memory,
                                 const cg_attn_mask *self_mask, const cg_attn_mask *cross_mask)
 {
-    if (!l || !x || !memory)
+    if (!l || !x || !memory) {
+        cg_error_null_input("cg_dec_layer_forward");
         return NULL;
+    }
     fwd_args a = {.mask = self_mask, .cross_mask = cross_mask};
     return cg_module_call(&l->base, dec_layer_impl, 2, (cg_tensor *const[]){x, memory}, &a);
 }
@@ -391,8 +395,10 @@ static cg_tensor *lm_block_impl(cg_module *m, cg_tensor *const *in, void *args)
 
 cg_tensor *cg_lm_block_forward(cg_lm_block *b, cg_tensor *x, const cg_attn_mask *mask)
 {
-    if (!b || !x)
+    if (!b || !x) {
+        cg_error_null_input("cg_lm_block_forward");
         return NULL;
+    }
     fwd_args a = {.mask = mask};
     return cg_module_call(&b->base, lm_block_impl, 1, &x, &a);
 }
@@ -523,8 +529,10 @@ void cg_dec_stack_set_recompute(cg_dec_stack *s, bool on)
 
 cg_tensor *cg_enc_stack_forward(cg_enc_stack *s, cg_tensor *x, const cg_attn_mask *mask)
 {
-    if (!s || !x)
+    if (!s || !x) {
+        cg_error_null_input("cg_enc_stack_forward");
         return NULL;
+    }
     fwd_args a = {.mask = mask};
     return cg_module_call(&s->base, enc_stack_impl, 1, &x, &a);
 }
@@ -549,8 +557,10 @@ static cg_tensor *dec_stack_impl(cg_module *m, cg_tensor *const *in, void *args)
 cg_tensor *cg_dec_stack_forward(cg_dec_stack *s, cg_tensor *x, cg_tensor *memory,
                                 const cg_attn_mask *self_mask, const cg_attn_mask *cross_mask)
 {
-    if (!s || !x || !memory)
+    if (!s || !x || !memory) {
+        cg_error_null_input("cg_dec_stack_forward");
         return NULL;
+    }
     fwd_args a = {.mask = self_mask, .cross_mask = cross_mask};
     return cg_module_call(&s->base, dec_stack_impl, 2, (cg_tensor *const[]){x, memory}, &a);
 }
@@ -715,8 +725,10 @@ static cg_tensor *dec_stack_cached_impl(cg_module *m, cg_tensor *const *in, void
 cg_tensor *cg_dec_stack_forward_cached(cg_dec_stack *s, cg_tensor *x, cg_tensor *memory,
                                        const uint8_t *mem_pad, cg_kv_cache *c)
 {
-    if (!s || !x || !c)
+    if (!s || !x || !c) {
+        cg_error_null_input("cg_dec_stack_forward_cached");
         return NULL;
+    }
     fwd_args a = {.mem_pad = mem_pad, .cache = c};
     return cg_module_call(&s->base, dec_stack_cached_impl, 2, (cg_tensor *const[]){x, memory}, &a);
 }
@@ -724,8 +736,10 @@ cg_tensor *cg_dec_stack_forward_cached(cg_dec_stack *s, cg_tensor *x, cg_tensor 
 cg_tensor *cg_lm_blocks_forward_cached(cg_lm_block *const *blocks, int n_blocks, cg_tensor *x,
                                        cg_kv_cache *c)
 {
-    if (!blocks || !x || !c || n_blocks < 0)
+    if (!blocks || !x || !c || n_blocks < 0) {
+        cg_error_null_input("cg_lm_blocks_forward_cached");
         return NULL;
+    }
     if (c->n_layers != n_blocks) {
         cg_set_error("LMBlock cached: the cache has %d layers, the model %d", c->n_layers,
                      n_blocks);

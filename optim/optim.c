@@ -272,6 +272,8 @@ cg_optim *cg_optim_from_module(const cg_optim_config *cfg, const cg_module *m, d
     if (!cfg || !m) {
         if (!cfg)
             cg_set_error("optim_from_module: config is NULL");
+        else
+            cg_error_null_input("optim_from_module");
         return NULL;
     }
     cg_param_list l = {0};
@@ -292,7 +294,14 @@ cg_optim *cg_optim_from_module(const cg_optim_config *cfg, const cg_module *m, d
             op[n++] =
                 (cg_optim_param){l.items[i].name, l.items[i].tensor, decay ? weight_decay : 0.0};
         }
-        o = cg_optim_new(cfg, n, op); /* copies the names */
+        if (n == 0 && l.n == 0) /* PyTorch: "optimizer got an empty parameter list" */
+            cg_set_error("optim_from_module: module %s has no parameters", m->type);
+        else if (n == 0)
+            cg_set_error("optim_from_module: all %d parameters of module %s are frozen "
+                         "(cg_module_requires_grad)",
+                         l.n, m->type);
+        else
+            o = cg_optim_new(cfg, n, op); /* copies the names */
     }
     free(op);
     cg_param_list_free(&l);

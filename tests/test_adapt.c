@@ -434,6 +434,20 @@ START_TEST(test_sample)
     c = (cg_sample_config){.temperature = -1, .top_p = 1};
     ck_assert_int_eq(cg_sample(logits, 5, &c, &r1), -1);
     ck_assert_ptr_nonnull(strstr(cg_last_error(), "temperature"));
+    /* a diverged model's logits are refused, greedy or not (PyTorch:
+     * "probability tensor contains either inf, nan or element < 0");
+     * -inf is a masked logit, unless every logit is */
+    const float nasty[3][3] = {{0, NAN, 1}, {0, INFINITY, 1}, {-INFINITY, -INFINITY, -INFINITY}};
+    for (int b = 0; b < 3; b++)
+        for (int greedy = 0; greedy < 2; greedy++) {
+            c = (cg_sample_config){.temperature = greedy ? 0 : 1, .top_p = 1};
+            cg_clear_error();
+            ck_assert_int_eq(cg_sample(nasty[b], 3, &c, &r1), -1);
+            ck_assert_ptr_nonnull(strstr(cg_last_error(), b == 2 ? "-inf" : "logit 1"));
+        }
+    const float masked[3] = {-INFINITY, 2, -INFINITY};
+    c = (cg_sample_config){.temperature = 1, .top_p = 1};
+    ck_assert_int_eq(cg_sample(masked, 3, &c, &r1), 1);
     /* rows of a tensor */
     cg_tensor *t = cg_from_data(CG_SHAPE(1, 5), logits);
     int64_t id;
@@ -721,6 +735,87 @@ START_TEST(test_sequential_forward_append)
 }
 END_TEST
 
+/* ---------------------------------------------------- NULL, never silent */
+/* Issue 22: no error message is ever empty. A module, optimizer or data
+ * call given NULL (a constructor's result nobody checked, a forgotten
+ * initialisation) fails with a message naming the call; the ops already do
+ * (test_names.c). Each case starts with no message recorded. */
+#define EMPTY_CHECK(fails, expr)                                                     \
+    do {                                                                             \
+        cg_clear_error();                                                            \
+        ck_assert_msg(fails, "%s did not fail", #expr);                              \
+        ck_assert_msg(cg_last_error()[0] != '\0', "%s: empty error message", #expr); \
+    } while (0)
+#define NULL_PTR(expr) EMPTY_CHECK((expr) == NULL, expr)
+#define NULL_FALSE(expr) EMPTY_CHECK(!(expr), expr)
+START_TEST(test_null_arguments_say_so)
+{
+    cg_rng rng = cg_rng_new(1);
+    cg_tensor *x = cg_ones(CG_SHAPE(2, 4)), *n = NULL;
+    cg_linear *lin = cg_linear_new(4, 4, true, &rng);
+    cg_norm *ln = cg_layernorm_new(4);
+    cg_mha *mha = cg_mha_new(4, 2, &rng);
+    cg_module *root = cg_module_new("Root"), *none = NULL;
+    int64_t ids[2] = {0, 1};
+    /* modules' forwards: NULL module, NULL input */
+    NULL_PTR(cg_linear_forward(NULL, x));
+    NULL_PTR(cg_linear_forward(lin, n));
+    NULL_PTR(cg_linear_fn(n, lin->weight, NULL));
+    NULL_PTR(cg_norm_forward(NULL, x));
+    NULL_PTR(cg_norm_forward(ln, n));
+    NULL_PTR(cg_norm_add_forward(ln, x, n));
+    NULL_PTR(cg_embed_forward(NULL, ids, CG_SHAPE(2)));
+    NULL_PTR(cg_drop_forward(NULL, x));
+    NULL_PTR(cg_ff_forward(NULL, x));
+    NULL_PTR(cg_posenc_forward(NULL, x));
+    NULL_PTR(cg_posenc_rows(NULL, 0, 1));
+    NULL_PTR(cg_activation(n, CG_ACT_GELU));
+    NULL_PTR(cg_mha_forward(NULL, x, x, true, NULL, NULL, NULL));
+    NULL_PTR(cg_mha_self(mha, n, true, NULL));
+    NULL_PTR(cg_mha_self(NULL, x, true, NULL));
+    NULL_PTR(cg_scaled_dot_product_attention(n, x, x, NULL, NULL));
+    NULL_PTR(cg_module_forward(none, x));
+    NULL_PTR(cg_module_forward(CG_MODULE(lin), n));
+    NULL_PTR(cg_module_call(none, NULL, 0, NULL, NULL));
+    NULL_PTR(cg_enc_layer_forward(NULL, x, NULL));
+    NULL_PTR(cg_dec_stack_forward(NULL, x, x, NULL, NULL));
+    NULL_PTR(cg_lm_block_forward(NULL, x, NULL));
+    NULL_PTR(cg_enc_stack_new(2, NULL, &rng));
+    /* building and loading */
+    NULL_PTR(cg_module_add_child(root, "fc", NULL));
+    NULL_PTR(cg_module_add_child(NULL, "fc", cg_linear_new(2, 2, true, &rng)));
+    NULL_PTR(cg_module_append(root, NULL));
+    NULL_PTR(cg_module_add_param(root, "w", n));
+    NULL_FALSE(cg_module_load_file(none, "x.safetensors"));
+    NULL_FALSE(cg_module_load_file(root, NULL));
+    NULL_FALSE(cg_module_save(none, "/tmp/never_written.safetensors", 0, NULL));
+    NULL_PTR(cg_lora_attach(NULL, 2, 4, 0, &rng));
+    NULL_FALSE(cg_lora_merge(NULL));
+    NULL_FALSE(cg_lora_unmerge(NULL));
+    NULL_FALSE(cg_init_normal_(n, &rng, 0, 1));
+    NULL_FALSE(cg_module_init_params(none, &rng, 0.02f));
+    /* optimizers */
+    NULL_PTR(cg_adamw_from_module(none, 1e-3));
+    NULL_PTR(cg_adamw_from_module(root, 1e-3)); /* no parameters: PyTorch refuses too */
+    cg_module_requires_grad(CG_MODULE(ln), false);
+    NULL_PTR(cg_sgd_from_module(CG_MODULE(ln), 1e-3)); /* all frozen */
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "frozen"));
+    NULL_FALSE(cg_optim_step(NULL));
+    NULL_FALSE(cg_train_step(NULL, x));
+    /* data and sampling */
+    NULL_PTR(cg_loader_new(n, ids, 2, &rng));
+    NULL_FALSE(cg_loader_next(NULL));
+    NULL_FALSE(cg_sample_rows(NULL, NULL, &rng, ids));
+    ck_assert(access("/tmp/never_written.safetensors", F_OK) != 0);
+    cg_clear_error();
+    cg_module_free(CG_MODULE(lin));
+    cg_module_free(CG_MODULE(ln));
+    cg_module_free(CG_MODULE(mha));
+    cg_module_free(root);
+    cg_release(x);
+}
+END_TEST
+
 static Suite *adapt_suite(void)
 {
     Suite *s = suite_create("adapt");
@@ -737,6 +832,7 @@ static Suite *adapt_suite(void)
     tcase_add_test(t, test_kv_cache_user_block);
     tcase_add_test(t, test_sequential_forward_append);
     tcase_add_test(t, test_mlp_loader_train_step_accuracy);
+    tcase_add_test(t, test_null_arguments_say_so);
     suite_add_tcase(s, t);
     return s;
 }
