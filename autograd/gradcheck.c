@@ -181,10 +181,12 @@ out:
     return worst;
 }
 
+/* The report's message, also recorded as the library's last error. */
 static void fail(cg_gradcheck_report *rep, const char *why)
 {
     rep->ok = false;
     snprintf(rep->message, sizeof rep->message, "gradcheck: %s", why);
+    cg_set_error("%s", rep->message);
 }
 
 /* The analytic gradients: out = f(inputs), then backward of sum(out * R)
@@ -194,10 +196,13 @@ static void fail(cg_gradcheck_report *rep, const char *why)
 static bool analytic(cg_gradcheck_fn f, void *ctx, cg_tensor *const *inputs,
                      const cg_gradcheck_opts *o, float **r, int64_t *nout, cg_gradcheck_report *rep)
 {
+    unsigned long serial = cg_error_serial();
     cg_tensor *out = f(ctx, inputs);
     if (!out) {
         char b[400];
-        snprintf(b, sizeof b, "the function failed: %s", cg_last_error());
+        snprintf(b, sizeof b, "the function failed: %s",
+                 cg_error_serial() != serial ? cg_last_error()
+                                             : "it returned NULL and recorded no error");
         fail(rep, b);
         return false;
     }
@@ -351,6 +356,10 @@ bool cg_gradcheck(cg_gradcheck_fn f, void *ctx, int n_inputs, cg_tensor *const *
     rep->worst_input = -1;
     rep->worst_proj_input = -1;
     cg_gradcheck_opts o = opts ? *opts : cg_gradcheck_defaults();
+    if (!f || n_inputs < 1 || !inputs) {
+        fail(rep, !f ? "NULL function" : "no inputs (n_inputs < 1 or a NULL array)");
+        return false;
+    }
 
     /* keep the callers' gradients */
     cg_tensor **old = calloc((size_t)n_inputs, sizeof *old);

@@ -60,7 +60,8 @@ typedef struct {
 } cg_gradcheck_report;
 
 cg_gradcheck_opts cg_gradcheck_defaults(void);
-/* Returns report->ok (false also on errors, with the reason in message).
+/* Returns report->ok (false also on errors, with the reason in message;
+ * a failure also records message as cg_last_error()).
  * opts may be NULL (defaults); report may be NULL. Leaves each input's
  * .grad as it was before the call. */
 bool cg_gradcheck(cg_gradcheck_fn f, void *ctx, int n_inputs, cg_tensor *const *inputs,

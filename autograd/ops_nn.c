@@ -89,8 +89,12 @@ cg_tensor *cg_cross_entropy(cg_tensor *logits, const int64_t *targets, int64_t n
         cg_error_null_input("cg_cross_entropy");
         return NULL;
     }
-    if (logits->ndim < 1 || !targets) {
-        cg_set_error("cross_entropy: need logits [..., C] (got %d dims) and targets", logits->ndim);
+    if (!targets) {
+        cg_set_error("cross_entropy: NULL targets");
+        return NULL;
+    }
+    if (logits->ndim < 1) {
+        cg_set_error("cross_entropy: need logits [..., C] (got %d dims)", logits->ndim);
         return NULL;
     }
     int64_t C = logits->shape[logits->ndim - 1];
@@ -302,7 +306,7 @@ cg_tensor *cg_concat(cg_tensor *const *ts, int n_in, int dim)
 cg_tensor *cg_stack(cg_tensor *const *ts, int n, int dim)
 {
     if (n < 1 || !ts) {
-        cg_set_error("stack: need at least one tensor");
+        cg_set_error(!ts ? "stack: NULL array of tensors" : "stack: need at least one tensor");
         return NULL;
     }
     for (int i = 0; i < n; i++)
@@ -332,6 +336,10 @@ bool cg_split(cg_tensor *a, int dim, int n, const int64_t *sizes, cg_tensor **ou
 {
     if (!a)
         return cg_error_null_input("cg_split");
+    if (!sizes || !out || n < 0) {
+        cg_set_error("split: %s", !sizes ? "NULL sizes" : !out ? "NULL output array" : "n < 0");
+        return false;
+    }
     int d = cg_norm_dim("split", dim, a->ndim);
     if (d < 0)
         return false;
@@ -428,6 +436,10 @@ cg_tensor *cg_embedding(cg_tensor *table, const int64_t *ids, int ndim, const in
 {
     if (!table) {
         cg_error_null_input("cg_embedding");
+        return NULL;
+    }
+    if (!ids) {
+        cg_set_error("embedding: NULL ids");
         return NULL;
     }
     if (table->ndim != 2) {

@@ -391,18 +391,6 @@ cg_tensor *cg_k_abs_backward(const cg_tensor *x, const cg_tensor *g)
 }
 
 /* ---------------------------------------------------------- in place */
-static bool check_writable(const char *op, const cg_tensor *dst)
-{
-    if (cg_iter_has_internal_overlap(dst)) {
-        char b[96];
-        cg_set_error("%s: destination of shape %s has a stride-0 (expanded) dim: several "
-                     "elements share one memory location",
-                     op, cg_shape_str(dst, b, sizeof b));
-        return false;
-    }
-    return true;
-}
-
 bool cg_k_add_(cg_tensor *dst, const cg_tensor *src)
 {
     if (!dst || !src)
@@ -417,7 +405,7 @@ bool cg_k_add_(cg_tensor *dst, const cg_tensor *src)
                      cg_shape_str(src, b1, sizeof b1), cg_shape_str(dst, b2, sizeof b2));
         return false;
     }
-    if (!check_writable("add_", dst))
+    if (!cg_check_writable("add_", dst))
         return false;
     cg_tensor_modified(dst);
     ew_params P = {0, 0};
@@ -431,7 +419,7 @@ bool cg_k_muls_(cg_tensor *dst, float s)
 {
     if (!dst)
         return cg_error_null_input("cg_k_muls_");
-    if (!check_writable("muls_", dst))
+    if (!cg_check_writable("muls_", dst))
         return false;
     cg_tensor_modified(dst);
     ew_params P = {s, 0};
@@ -445,7 +433,7 @@ bool cg_k_relu_(cg_tensor *dst)
 {
     if (!dst)
         return cg_error_null_input("cg_k_relu_");
-    if (!check_writable("relu_", dst))
+    if (!cg_check_writable("relu_", dst))
         return false;
     cg_tensor_modified(dst);
     ew_params P = {0, 0};

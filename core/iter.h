@@ -224,14 +224,4 @@ static inline void cg_iter_run(const cg_iter *it, cg_iter_seg_fn fn, void *ctx)
     }
 }
 
-/* True if some element of t is reachable through two different indices
- * (a stride 0 on a dim of size > 1): such a tensor cannot be written to. */
-static inline bool cg_iter_has_internal_overlap(const cg_tensor *t)
-{
-    for (int i = 0; i < t->ndim; i++)
-        if (t->shape[i] > 1 && t->strides[i] == 0)
-            return true;
-    return false;
-}
-
 #endif

@@ -26,26 +26,14 @@ static void contig_strides(int ndim, const int64_t *shape, int64_t *st)
     }
 }
 
-/* A destination written in place must not have elements sharing memory. */
-static bool check_writable(const char *op, const cg_tensor *t)
-{
-    for (int i = 0; i < t->ndim; i++) {
-        if (t->strides[i] == 0 && t->shape[i] > 1) {
-            char b[96];
-            cg_set_error("%s: destination of shape %s is a broadcast view (stride 0 on dim %d); "
-                         "its elements share memory",
-                         op, cg_shape_str(t, b, sizeof b), i);
-            return false;
-        }
-    }
-    return true;
-}
-
 /* ------------------------------------------------------------- concat */
 cg_tensor *cg_k_concat(cg_tensor *const *ts, int n, int dim)
 {
     if (!ts || n < 1) {
-        cg_set_error("concat: need at least one tensor (got %d)", ts ? n : 0);
+        if (!ts)
+            cg_set_error("concat: NULL array of tensors");
+        else
+            cg_set_error("concat: need at least one tensor (got %d)", n);
         return NULL;
     }
     for (int i = 0; i < n; i++) {
@@ -103,7 +91,10 @@ cg_tensor *cg_k_concat(cg_tensor *const *ts, int n, int dim)
 cg_tensor *cg_k_stack(cg_tensor *const *ts, int n, int dim)
 {
     if (!ts || n < 1) {
-        cg_set_error("stack: need at least one tensor (got %d)", ts ? n : 0);
+        if (!ts)
+            cg_set_error("stack: NULL array of tensors");
+        else
+            cg_set_error("stack: need at least one tensor (got %d)", n);
         return NULL;
     }
     for (int i = 0; i < n; i++)
@@ -271,7 +262,7 @@ bool cg_k_index_add_(cg_tensor *dst, int dim, const int64_t *ids, int64_t n, con
         return false;
     }
     int d = cg_norm_dim("index_add_", dim, dst->ndim);
-    if (d < 0 || !check_writable("index_add_", dst) ||
+    if (d < 0 || !cg_check_writable("index_add_", dst) ||
         !check_ids("index_add_", dst, dim, d, ids, n))
         return false;
     cg_tensor_modified(dst);
@@ -447,7 +438,7 @@ bool cg_k_scatter_add_(cg_tensor *dst, int dim, const int64_t *ids, const cg_ten
     if (!dst || !src)
         return cg_error_null_input("cg_k_scatter_add_");
     int d = gather_dim("scatter_add_", dim, dst->ndim);
-    if (d < 0 || !check_writable("scatter_add_", dst) ||
+    if (d < 0 || !cg_check_writable("scatter_add_", dst) ||
         !check_gather_ids("scatter_add_", dst, dim, d, ids, src->ndim, src->shape))
         return false;
     cg_tensor_modified(dst);

@@ -307,20 +307,42 @@ bool cg_is_contiguous(const cg_tensor *t)
 
 float *cg_data(const cg_tensor *t) { return t->storage->data + t->offset; }
 
-static int64_t offset_of(const cg_tensor *t, const int64_t *idx)
+/* The storage offset of t[idx] (negative indices count from the end), or
+ * -1 + error naming op when an index is out of range. */
+static int64_t offset_of(const char *op, const cg_tensor *t, const int64_t *idx)
 {
+    if (!t || (!idx && t->ndim > 0)) {
+        cg_error_null_input(op);
+        return -1;
+    }
     int64_t off = t->offset;
-    for (int i = 0; i < t->ndim; i++)
-        off += idx[i] * t->strides[i];
+    for (int i = 0; i < t->ndim; i++) {
+        int64_t j = idx[i] < 0 ? idx[i] + t->shape[i] : idx[i];
+        if (j < 0 || j >= t->shape[i]) {
+            char b[96];
+            cg_set_error("%s: index %lld is out of range for dim %d of shape %s", op,
+                         (long long)idx[i], i, cg_shape_str(t, b, sizeof b));
+            return -1;
+        }
+        off += j * t->strides[i];
+    }
     return off;
 }
 
-float cg_get(const cg_tensor *t, const int64_t *idx) { return t->storage->data[offset_of(t, idx)]; }
-
-void cg_set(cg_tensor *t, const int64_t *idx, float v)
+float cg_get(const cg_tensor *t, const int64_t *idx)
 {
+    int64_t off = offset_of("cg_get", t, idx);
+    return off < 0 ? NAN : t->storage->data[off];
+}
+
+bool cg_set(cg_tensor *t, const int64_t *idx, float v)
+{
+    int64_t off = offset_of("cg_set", t, idx);
+    if (off < 0)
+        return false;
     cg_tensor_modified(t);
-    t->storage->data[offset_of(t, idx)] = v;
+    t->storage->data[off] = v;
+    return true;
 }
 
 void cg_tensor_modified(cg_tensor *t)
@@ -458,10 +480,26 @@ bool cg_copy_to(const cg_tensor *t, float *out)
     return true;
 }
 
+bool cg_check_writable(const char *op, const cg_tensor *dst)
+{
+    for (int i = 0; i < dst->ndim; i++) {
+        if (dst->shape[i] > 1 && dst->strides[i] == 0) {
+            char b[96];
+            cg_set_error("%s: destination of shape %s is a broadcast view (stride-0 dim %d): "
+                         "several elements share one memory location",
+                         op, cg_shape_str(dst, b, sizeof b), i);
+            return false;
+        }
+    }
+    return true;
+}
+
 bool cg_k_copy_(cg_tensor *dst, const cg_tensor *src)
 {
     if (!dst || !src)
         return cg_error_null_input("cg_copy_");
+    if (!cg_check_writable("copy_", dst))
+        return false;
     if (!cg_same_shape(dst, src)) {
         char b1[96], b2[96];
         cg_set_error("copy_: destination shape %s differs from source shape %s",

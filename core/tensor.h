@@ -242,9 +242,15 @@ int64_t cg_numel_shape(int ndim, const int64_t *shape);
 bool cg_is_contiguous(const cg_tensor *t);
 /* Pointer to element 0 of the view (storage data + offset). */
 float *cg_data(const cg_tensor *t);
-/* Element at a multi-index (ndim entries); for tests and debugging. */
+/* The check of every kernel that writes dst in place (copy_, add_,
+ * index_add_, ...): false + error naming op when two of dst's elements are
+ * one memory location (a broadcast view: stride 0 on a dim of size > 1),
+ * as PyTorch refuses it. */
+bool cg_check_writable(const char *op, const cg_tensor *dst);
+/* Element at a multi-index (ndim entries), PyTorch's x[i, j]: an index may
+ * be negative (-1 is the last). Out of range: NAN / false + error. */
 float cg_get(const cg_tensor *t, const int64_t *idx);
-void cg_set(cg_tensor *t, const int64_t *idx, float v);
+bool cg_set(cg_tensor *t, const int64_t *idx, float v);
 /* The element of a one-element tensor (any ndim). NAN + error otherwise. */
 float cg_item(const cg_tensor *t);
 bool cg_same_shape(const cg_tensor *a, const cg_tensor *b);

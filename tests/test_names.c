@@ -223,6 +223,56 @@ START_TEST(test_null_input_message)
 }
 END_TEST
 
+/* What a new user's probe of 142 mistakes found crashing or silent
+ * (issue 22): each is refused with a message that says what is wrong. */
+static cg_tensor *returns_null(void *ctx, cg_tensor *const *in)
+{
+    (void)ctx, (void)in;
+    return NULL; /* fails without recording anything */
+}
+#define REFUSED(cond, needle)                                                              \
+    do {                                                                                   \
+        ck_assert_msg(cond, "%s was accepted", #cond);                                     \
+        ck_assert_msg(strstr(cg_last_error(), needle), "%s: message '%s' lacks %s", #cond, \
+                      cg_last_error(), needle);                                            \
+        cg_clear_error();                                                                  \
+    } while (0)
+START_TEST(test_new_user_refusals)
+{
+    cg_clear_error();
+    cg_tensor *a = cg_ones(CG_SHAPE(6)), *o[2] = {NULL, NULL};
+    /* split with no sizes or no output array: crashed */
+    REFUSED(!cg_split(a, 0, 2, (const int64_t[]){3, 3}, NULL), "NULL");
+    REFUSED(!cg_split(a, 0, 2, NULL, o), "NULL");
+    /* cg_get / cg_set out of range: read and wrote outside the tensor */
+    cg_tensor *x = cg_zeros(CG_SHAPE(2, 3));
+    REFUSED(isnan(cg_get(x, (const int64_t[]){5, 7})), "out of range");
+    REFUSED(isnan(cg_get(x, (const int64_t[]){0, -4})), "out of range");
+    REFUSED(!cg_set(x, (const int64_t[]){2, 0}, 42.0f), "out of range");
+    ck_assert(cg_set(x, (const int64_t[]){-1, -1}, 7.0f)); /* PyTorch's x[-1, -1] */
+    ck_assert_float_eq(cg_get(x, (const int64_t[]){1, 2}), 7.0f);
+    ck_assert_float_eq(cg_data(x)[5], 7.0f);
+    /* copy_ into an expanded view: several elements are one location */
+    cg_tensor *row = cg_zeros(CG_SHAPE(1, 3)), *e = cg_expand(row, CG_SHAPE(4, 3));
+    cg_tensor *src = cg_ones(CG_SHAPE(4, 3));
+    REFUSED(!cg_copy_(e, src), "stride-0");
+    /* gradcheck of no function: jumped to address 0; of one that fails
+     * silently: the report ended in "failed: " */
+    cg_tensor *w = cg_requires_grad(cg_ones(CG_SHAPE(2)), true);
+    cg_gradcheck_report rep;
+    REFUSED(!cg_gradcheck(NULL, NULL, 1, &w, NULL, &rep), "NULL");
+    ck_assert(!cg_gradcheck(returns_null, NULL, 1, &w, NULL, &rep));
+    ck_assert_msg(strstr(rep.message, "returned NULL and recorded no error"), "%s", rep.message);
+    cg_clear_error();
+    /* NULL arrays get words that say so */
+    REFUSED(!cg_concat(NULL, 2, 0), "NULL");
+    REFUSED(!cg_stack(NULL, 2, 0), "NULL");
+    REFUSED(!cg_cross_entropy(x, NULL, 2, -100, 0), "NULL targets");
+    REFUSED(!cg_embedding(x, NULL, CG_SHAPE(2)), "NULL ids");
+    cg_release_all(6, a, x, row, e, src, w);
+}
+END_TEST
+
 static Suite *names_suite(void)
 {
     Suite *s = suite_create("names");
@@ -234,6 +284,7 @@ static Suite *names_suite(void)
     tcase_add_test(tc, test_gradchecks);
     tcase_add_test(tc, test_gelu_erf_vs_torch);
     tcase_add_test(tc, test_null_input_message);
+    tcase_add_test(tc, test_new_user_refusals);
     suite_add_tcase(s, tc);
     return s;
 }
