@@ -18,6 +18,7 @@ cg_module *cg_module_alloc(size_t size, const char *type, void (*destroy)(cg_mod
         cg_set_error("module %s: out of memory", type ? type : "?");
         return NULL;
     }
+    m->tag = CG_MODULE_TAG;
     m->type = type ? type : "Module";
     m->training = true;
     m->destroy = destroy;
@@ -127,6 +128,15 @@ static void drop_unowned(cg_module *child)
 void *cg_module_add_child(cg_module *m, const char *name, void *child_)
 {
     cg_module *child = child_;
+    uint32_t tag = CG_MODULE_TAG; /* read as bytes: child may be any object */
+    if (child)
+        memcpy(&tag, child_, sizeof tag);
+    if (tag != CG_MODULE_TAG) {
+        cg_set_error("module %s: child '%s' is not a module (a tensor? that is "
+                     "cg_module_add_param)",
+                     m ? m->type : "(null)", name ? name : "(null)");
+        return NULL; /* not ours to free */
+    }
     if (!m || !child) {
         cg_error_null_input("cg_module_add_child");
         drop_unowned(child);

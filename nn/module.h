@@ -63,7 +63,13 @@ typedef struct {
     cg_module *module; /* owned */
 } cg_named_module;
 
+/* The first word of every module made by cg_module_alloc: how
+ * cg_module_add_child, which takes any module pointer, tells a module from
+ * something else (a tensor meant for cg_module_add_param). */
+#define CG_MODULE_TAG 0x6d676363u /* "ccgm" */
+
 struct cg_module {
+    uint32_t tag;     /* CG_MODULE_TAG (set by cg_module_alloc) */
     const char *type; /* static string: "Linear", "LayerNorm", ... */
     cg_named_tensor *params;
     int n_params, cap_params;
@@ -99,7 +105,8 @@ cg_tensor *cg_module_add_param(cg_module *m, const char *name, cg_tensor *t);
 /* Register a child (takes ownership: on failure a child that has no owner
  * yet is freed). A child that already has an owner is shared (see above).
  * child is any module pointer (a cg_linear *, your own struct whose first
- * member is a cg_module, a cg_module *): no cast needed. Returns the child
+ * member is a cg_module, a cg_module *): no cast needed; anything that was
+ * not made by cg_module_alloc is refused ("not a module"). Returns the child
  * as void *, so it assigns to the child's own type without a cast
  *     m->fc1 = cg_module_add_child(&m->base, "fc1", cg_linear_new(...));
  * or NULL + error. */

@@ -785,6 +785,12 @@ START_TEST(test_null_arguments_say_so)
     NULL_PTR(cg_module_add_child(root, "fc", NULL));
     NULL_PTR(cg_module_add_child(NULL, "fc", cg_linear_new(2, 2, true, &rng)));
     NULL_PTR(cg_module_append(root, NULL));
+    /* add_child takes any module pointer (void *): a tensor meant for
+     * cg_module_add_param was accepted and crashed later */
+    NULL_PTR(cg_module_add_child(root, "w", x));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "not a module"));
+    NULL_PTR(cg_module_append(root, x));
+    ck_assert_int_eq(root->n_children, 0);
     NULL_PTR(cg_module_add_param(root, "w", n));
     NULL_FALSE(cg_module_load_file(none, "x.safetensors"));
     NULL_FALSE(cg_module_load_file(root, NULL));
