@@ -356,8 +356,12 @@ bool cg_gradcheck(cg_gradcheck_fn f, void *ctx, int n_inputs, cg_tensor *const *
     rep->worst_input = -1;
     rep->worst_proj_input = -1;
     cg_gradcheck_opts o = opts ? *opts : cg_gradcheck_defaults();
-    if (!f || n_inputs < 1 || !inputs) {
-        fail(rep, !f ? "NULL function" : "no inputs (n_inputs < 1 or a NULL array)");
+    const char *bad = !f                        ? "NULL function"
+                      : !inputs || n_inputs < 1 ? "no inputs (n_inputs < 1 or a NULL array)"
+                      : !(o.eps > 0 && o.eps < INFINITY) ? "opts.eps must be finite and > 0"
+                                                         : NULL;
+    if (bad) {
+        fail(rep, bad);
         return false;
     }
 

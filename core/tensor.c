@@ -455,7 +455,7 @@ bool cg_copy_to(const cg_tensor *t, float *out)
 {
     if (!t || !out) {
         if (!t)
-            return false;
+            return cg_error_null_input("cg_copy_to");
         cg_set_error("copy_to: NULL destination");
         return false;
     }

@@ -63,6 +63,7 @@ cg_module *cg_sequential(int n, ...)
     }
     va_end(ap);
     if (!ok) {
+        cg_error_null_input("cg_sequential"); /* a NULL module (a failed constructor) */
         cg_module_free(s);
         return NULL;
     }

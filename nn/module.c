@@ -281,8 +281,10 @@ int cg_module_num_param_tensors(const cg_module *m)
 
 cg_module *cg_module_get_child(const cg_module *m, const char *path)
 {
-    if (!m || !path)
+    if (!m || !path) {
+        cg_error_null_input("cg_module_get_child");
         return NULL;
+    }
     const cg_module *cur = m;
     const char *p = path;
     while (*p) {
@@ -308,8 +310,10 @@ cg_module *cg_module_get_child(const cg_module *m, const char *path)
 
 cg_tensor *cg_module_get_param(const cg_module *m, const char *name)
 {
-    if (!m || !name)
+    if (!m || !name) {
+        cg_error_null_input("cg_module_get_param");
         return NULL;
+    }
     const char *dot = strrchr(name, '.');
     const cg_module *owner = m;
     const char *local = name;

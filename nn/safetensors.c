@@ -669,8 +669,10 @@ static const st_entry *lookup(const cg_st_file *f, const char *name)
 /* lookup, recording an error when absent. */
 static const st_entry *need(const cg_st_file *f, const char *name, const char *fn)
 {
-    if (!f)
+    if (!f) {
+        cg_error_null_input(fn);
         return NULL;
+    }
     if (!name) {
         cg_set_error("safetensors: %s: %s: NULL tensor name", f->path, fn);
         return NULL;

@@ -785,6 +785,10 @@ START_TEST(test_null_arguments_say_so)
     NULL_PTR(cg_module_add_child(root, "fc", NULL));
     NULL_PTR(cg_module_add_child(NULL, "fc", cg_linear_new(2, 2, true, &rng)));
     NULL_PTR(cg_module_append(root, NULL));
+    NULL_PTR(cg_module_get_param(none, "fc.weight"));
+    NULL_PTR(cg_module_get_child(none, "fc"));
+    NULL_PTR(cg_sequential(2, cg_linear_new(2, 2, true, &rng), NULL));
+    NULL_PTR(cg_st_get_f32(NULL, "a"));
     /* add_child takes any module pointer (void *): a tensor meant for
      * cg_module_add_param was accepted and crashed later */
     NULL_PTR(cg_module_add_child(root, "w", x));

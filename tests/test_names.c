@@ -261,6 +261,11 @@ START_TEST(test_new_user_refusals)
     cg_tensor *w = cg_requires_grad(cg_ones(CG_SHAPE(2)), true);
     cg_gradcheck_report rep;
     REFUSED(!cg_gradcheck(NULL, NULL, 1, &w, NULL, &rep), "NULL");
+    cg_gradcheck_opts zero_eps = cg_gradcheck_defaults();
+    zero_eps.eps = 0; /* blamed the gradient ("numeric -nan") */
+    REFUSED(!cg_gradcheck(returns_null, NULL, 1, &w, &zero_eps, &rep), "eps must be");
+    float buf[2];
+    REFUSED(!cg_copy_to(NULL, buf), "NULL");
     ck_assert(!cg_gradcheck(returns_null, NULL, 1, &w, NULL, &rep));
     ck_assert_msg(strstr(rep.message, "returned NULL and recorded no error"), "%s", rep.message);
     cg_clear_error();
