@@ -121,6 +121,7 @@ void cg_optim_zero_grad(cg_optim *o);
  * error. */
 bool cg_train_step(cg_optim *o, cg_tensor *loss);
 
+/* A rate that is not finite and >= 0 is refused: the old one stays, + error. */
 void cg_optim_set_lr(cg_optim *o, double lr);
 double cg_optim_lr(const cg_optim *o);
 /* The configuration (lr is the current learning rate). */

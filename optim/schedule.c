@@ -18,6 +18,11 @@ double cg_lr_warmup_cosine(int64_t step, int64_t steps, int64_t warmup, double h
 
 double cg_lr_noam(int64_t step, int64_t d_model, int64_t warmup, double factor)
 {
+    if (d_model < 1 || warmup < 0) {
+        cg_set_error("lr_noam: need d_model >= 1 and warmup >= 0 (got %lld and %lld)",
+                     (long long)d_model, (long long)warmup);
+        return NAN;
+    }
     if (step <= 0)
         return 0.0;
     double s = (double)step;

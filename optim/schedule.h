@@ -21,6 +21,7 @@ extern "C" {
 #endif
 
 double cg_lr_warmup_cosine(int64_t step, int64_t steps, int64_t warmup, double hi, double lo);
+/* NAN + error for d_model < 1 or warmup < 0 (cg_optim_set_lr refuses it). */
 double cg_lr_noam(int64_t step, int64_t d_model, int64_t warmup, double factor);
 
 typedef enum { CG_SCHED_CONSTANT = 0, CG_SCHED_COSINE, CG_SCHED_NOAM } cg_schedule_kind;
