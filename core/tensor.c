@@ -970,9 +970,12 @@ cg_tensor *cg_view_unsqueeze(const cg_tensor *t, int dim)
         cg_set_error("unsqueeze: tensor already has the maximum of %d dims", CG_MAX_DIMS);
         return NULL;
     }
-    int d = cg_norm_dim("unsqueeze", dim, t->ndim + 1);
-    if (d < 0)
+    int d = dim < 0 ? dim + t->ndim + 1 : dim;
+    if (d < 0 || d > t->ndim) { /* a new dim goes anywhere in [0, ndim] */
+        cg_set_error("unsqueeze: dim %d out of range [%d, %d] for a tensor with %d dims", dim,
+                     -t->ndim - 1, t->ndim, t->ndim);
         return NULL;
+    }
     int64_t shape[CG_MAX_DIMS], strides[CG_MAX_DIMS];
     int n = 0;
     for (int k = 0; k <= t->ndim; k++) {

@@ -274,6 +274,11 @@ START_TEST(test_new_user_refusals)
     REFUSED(!cg_stack(NULL, 2, 0), "NULL");
     REFUSED(!cg_cross_entropy(x, NULL, 2, -100, 0), "NULL targets");
     REFUSED(!cg_embedding(x, NULL, CG_SHAPE(2)), "NULL ids");
+    /* said "for a tensor with 3 dims" of a 2-D tensor */
+    REFUSED(!cg_unsqueeze(x, 3), "range [-3, 2] for a tensor with 2 dims");
+    cg_tensor *u = cg_unsqueeze(x, -3); /* [1, 2, 3], as torch.unsqueeze(x, -3) */
+    ck_assert(u && u->ndim == 3 && u->shape[0] == 1);
+    cg_release(u);
     cg_release_all(6, a, x, row, e, src, w);
 }
 END_TEST
