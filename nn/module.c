@@ -131,7 +131,7 @@ void *cg_module_add_child(cg_module *m, const char *name, void *child_)
     uint32_t tag = CG_MODULE_TAG; /* read as bytes: child may be any object */
     if (child)
         memcpy(&tag, child_, sizeof tag);
-    if (tag != CG_MODULE_TAG) {
+    if (tag != CG_MODULE_TAG && tag != 0) { /* 0: a struct the caller zeroed (calloc) */
         cg_set_error("module %s: child '%s' is not a module (a tensor? that is "
                      "cg_module_add_param)",
                      m ? m->type : "(null)", name ? name : "(null)");

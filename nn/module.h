@@ -65,7 +65,7 @@ typedef struct {
 
 /* The first word of every module made by cg_module_alloc: how
  * cg_module_add_child, which takes any module pointer, tells a module from
- * something else (a tensor meant for cg_module_add_param). */
+ * something else (a tensor, whose first word is a pointer, never 0). */
 #define CG_MODULE_TAG 0x6d676363u /* "ccgm" */
 
 struct cg_module {
@@ -105,8 +105,10 @@ cg_tensor *cg_module_add_param(cg_module *m, const char *name, cg_tensor *t);
 /* Register a child (takes ownership: on failure a child that has no owner
  * yet is freed). A child that already has an owner is shared (see above).
  * child is any module pointer (a cg_linear *, your own struct whose first
- * member is a cg_module, a cg_module *): no cast needed; anything that was
- * not made by cg_module_alloc is refused ("not a module"). Returns the child
+ * member is a cg_module, a cg_module *): no cast needed; anything else (a
+ * tensor meant for cg_module_add_param) is refused ("not a module"): a
+ * module's first word is its tag, set by cg_module_alloc (or 0 in a struct
+ * the caller allocated zeroed, as older programs do). Returns the child
  * as void *, so it assigns to the child's own type without a cast
  *     m->fc1 = cg_module_add_child(&m->base, "fc1", cg_linear_new(...));
  * or NULL + error. */

@@ -795,6 +795,11 @@ START_TEST(test_null_arguments_say_so)
     ck_assert_ptr_nonnull(strstr(cg_last_error(), "not a module"));
     NULL_PTR(cg_module_append(root, x));
     ck_assert_int_eq(root->n_children, 0);
+    /* a module struct the caller allocated zeroed, as older programs did */
+    cg_module *own = calloc(1, sizeof *own);
+    own->type = "Own";
+    ck_assert_ptr_eq(cg_module_add_child(root, "own", own), own);
+    ck_assert_int_eq(root->n_children, 1);
     NULL_PTR(cg_module_add_param(root, "w", n));
     NULL_FALSE(cg_module_load_file(none, "x.safetensors"));
     NULL_FALSE(cg_module_load_file(root, NULL));
