@@ -310,8 +310,10 @@ cg_tensor *cg_stack(cg_tensor *const *ts, int n, int dim)
         return NULL;
     }
     for (int i = 0; i < n; i++)
-        if (!ts[i])
+        if (!ts[i]) {
+            cg_error_null_input("cg_stack");
             return NULL;
+        }
     int d = cg_norm_dim("stack", dim, ts[0]->ndim + 1);
     if (d < 0)
         return NULL;

@@ -98,8 +98,10 @@ cg_tensor *cg_k_stack(cg_tensor *const *ts, int n, int dim)
         return NULL;
     }
     for (int i = 0; i < n; i++)
-        if (!ts[i])
+        if (!ts[i]) {
+            cg_error_null_input("stack");
             return NULL;
+        }
     const cg_tensor *t0 = ts[0];
     if (t0->ndim >= CG_MAX_DIMS) {
         cg_set_error("stack: tensors already have the maximum of %d dims", CG_MAX_DIMS);

@@ -48,6 +48,16 @@ void cg_assert_tensor_impl(const cg_tensor *t, const float *expect, double atol,
     free(v);
 }
 
+void cg_assert_refused_impl(bool failed, const char *needle, const char *expr, const char *file,
+                            int line)
+{
+    const char *msg = cg_last_error();
+    ck_assert_msg(failed, "%s:%d: %s was accepted", file, line, expr);
+    ck_assert_msg(msg[0] != '\0', "%s:%d: %s: empty error message", file, line, expr);
+    ck_assert_msg(strstr(msg, needle), "%s:%d: %s failed with '%s', expected '%s' in it", file,
+                  line, expr, msg, needle);
+}
+
 void cg_assert_fails_impl(void *result, const char *needle, const char *expr, const char *file,
                           int line)
 {

@@ -31,6 +31,17 @@ void cg_assert_close_impl(const float *a, const float *b, int64_t n, double atol
     cg_assert_tensor_impl((t), (expect), (atol), (rtol), __FILE__, __LINE__)
 void cg_assert_tensor_impl(const cg_tensor *t, const float *expect, double atol, double rtol,
                            const char *file, int line);
+/* Bad input refused, the library's promise: from a clean error slot, fails
+ * (an expression true when the call failed: (f(..) == NULL), !g(..), ...)
+ * holds, and the message is not empty and contains needle ("" for any). */
+#define CG_ASSERT_REFUSED(fails, needle)                                       \
+    do {                                                                       \
+        cg_clear_error();                                                      \
+        bool failed_ = (fails);                                                \
+        cg_assert_refused_impl(failed_, (needle), #fails, __FILE__, __LINE__); \
+    } while (0)
+void cg_assert_refused_impl(bool failed, const char *needle, const char *expr, const char *file,
+                            int line);
 /* Assert that the last op failed (got NULL) with a message containing needle. */
 #define CG_ASSERT_FAILS(expr, needle) \
     cg_assert_fails_impl((void *)(expr), (needle), #expr, __FILE__, __LINE__)
