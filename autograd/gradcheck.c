@@ -330,7 +330,7 @@ static bool check_input(cg_gradcheck_fn f, void *ctx, cg_tensor *const *inputs, 
         fail(rep, "out of memory");
         return false;
     }
-    float *data = x->storage->data + lo;
+    float *data = (float *)x->storage->data + lo;
     ok = check_elements(f, ctx, inputs, r, nout, o, atol, k, data, lo, ana, used, span, rep);
     if (ok && o->proj_count > 0) {
         double pr = project(f, ctx, inputs, r, nout, o, k, data, ana, used, span, rep);

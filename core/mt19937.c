@@ -89,6 +89,8 @@ bool cg_normal_torch_(cg_tensor *t, cg_mt19937 *g, float mean, float std)
 {
     if (!t || !g)
         return cg_error_null_input("cg_normal_torch_");
+    if (!cg_check_f32("normal_ (PyTorch generator)", "t", t))
+        return false;
     if (!cg_is_contiguous(t)) {
         cg_set_error("normal (PyTorch generator): tensor must be contiguous");
         return false;

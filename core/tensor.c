@@ -10,26 +10,30 @@
 #include "core/error.h"
 #include "core/rng.h"
 
-static cg_storage *storage_new(int64_t numel)
+static cg_storage *storage_new(int64_t numel, cg_dtype dt)
 {
     cg_storage *s = malloc(sizeof *s);
     if (!s) {
         cg_set_error("out of memory allocating a storage header");
         return NULL;
     }
-    size_t n = numel > 0 ? (size_t)numel : 1;
-    if (n > SIZE_MAX / sizeof(float)) {
+    size_t n = numel > 0 ? (size_t)numel : 1, z = cg_dtype_size(dt);
+    if (n > SIZE_MAX / z) {
         free(s);
         cg_set_error("tensor of %lld elements is too large", (long long)numel);
         return NULL;
     }
-    s->data = cg_alloc(n * sizeof(float));
+    s->data = cg_alloc(n * z);
     if (!s->data) {
         free(s);
-        cg_set_error("out of memory allocating %lld floats", (long long)numel);
+        if (dt == CG_F32)
+            cg_set_error("out of memory allocating %lld floats", (long long)numel);
+        else
+            cg_set_error("out of memory allocating %lld elements of %s", (long long)numel,
+                         cg_dtype_name(dt));
         return NULL;
     }
-    s->numel = numel;
+    s->nbytes = n * z;
     s->refcount = 1;
     s->derived = NULL;
     s->derived_free = NULL;
@@ -259,8 +263,8 @@ void cg_release_all(int n, ...)
 }
 
 /* A tensor header over storage s (retained), with the given layout. */
-static cg_tensor *tensor_header(cg_storage *s, int64_t offset, int ndim, const int64_t *shape,
-                                const int64_t *strides)
+static cg_tensor *tensor_header(cg_storage *s, cg_dtype dt, int64_t offset, int ndim,
+                                const int64_t *shape, const int64_t *strides)
 {
     cg_tensor *t = calloc(1, sizeof *t);
     if (!t) {
@@ -275,12 +279,18 @@ static cg_tensor *tensor_header(cg_storage *s, int64_t offset, int ndim, const i
         t->shape[i] = shape[i];
         t->strides[i] = strides[i];
     }
-    t->dtype = CG_F32;
+    t->dtype = dt;
     t->refcount = 1;
     __atomic_add_fetch(&g_live, 1, __ATOMIC_RELAXED);
     if (g_scope)
         scope_add(g_scope, t, 0);
     return t;
+}
+
+/* Byte address of element `off` (in elements) of t's storage. */
+static inline char *cg_elem_ptr(const cg_tensor *t, int64_t off)
+{
+    return (char *)t->storage->data + off * (int64_t)cg_dtype_size(t->dtype);
 }
 
 /* ------------------------------------------------------------- queries */
@@ -305,7 +315,55 @@ bool cg_is_contiguous(const cg_tensor *t)
     return true;
 }
 
-float *cg_data(const cg_tensor *t) { return t->storage->data + t->offset; }
+/* The accessors' check: t has dtype dt (NULL + error otherwise). */
+static void *data_as(const char *fn, const cg_tensor *t, cg_dtype dt)
+{
+    if (!t) {
+        cg_error_null_input(fn);
+        return NULL;
+    }
+    if (t->dtype != dt) {
+        cg_set_error("%s: the tensor is %s, not %s", fn, cg_dtype_name(t->dtype),
+                     cg_dtype_name(dt));
+        return NULL;
+    }
+    return cg_elem_ptr(t, t->offset);
+}
+
+float *cg_data(const cg_tensor *t) { return data_as("cg_data", t, CG_F32); }
+int64_t *cg_data_i64(const cg_tensor *t) { return data_as("cg_data_i64", t, CG_I64); }
+int32_t *cg_data_i32(const cg_tensor *t) { return data_as("cg_data_i32", t, CG_I32); }
+bool *cg_data_bool(const cg_tensor *t) { return data_as("cg_data_bool", t, CG_BOOL); }
+uint16_t *cg_data_bf16(const cg_tensor *t) { return data_as("cg_data_bf16", t, CG_BF16); }
+uint16_t *cg_data_f16(const cg_tensor *t) { return data_as("cg_data_f16", t, CG_F16); }
+
+void *cg_data_ptr(const cg_tensor *t)
+{
+    if (!t) {
+        cg_error_null_input("cg_data_ptr");
+        return NULL;
+    }
+    return cg_elem_ptr(t, t->offset);
+}
+
+bool cg_check_dtype(const char *op, const char *arg, const cg_tensor *t, cg_dtype dt)
+{
+    if (!t) {
+        cg_set_error("%s: argument '%s' is NULL", op, arg);
+        return false;
+    }
+    if (t->dtype != dt) {
+        cg_set_error("%s: argument '%s' is %s, expected %s", op, arg, cg_dtype_name(t->dtype),
+                     cg_dtype_name(dt));
+        return false;
+    }
+    return true;
+}
+
+bool cg_check_f32(const char *op, const char *arg, const cg_tensor *t)
+{
+    return cg_check_dtype(op, arg, t, CG_F32);
+}
 
 /* The storage offset of t[idx] (negative indices count from the end), or
  * -1 + error naming op when an index is out of range. */
@@ -332,7 +390,13 @@ static int64_t offset_of(const char *op, const cg_tensor *t, const int64_t *idx)
 float cg_get(const cg_tensor *t, const int64_t *idx)
 {
     int64_t off = offset_of("cg_get", t, idx);
-    return off < 0 ? NAN : t->storage->data[off];
+    return off < 0 ? NAN : (float)cg_elem_get(t->dtype, cg_elem_ptr(t, off));
+}
+
+int64_t cg_get_i64(const cg_tensor *t, const int64_t *idx)
+{
+    int64_t off = offset_of("cg_get_i64", t, idx);
+    return off < 0 ? 0 : cg_elem_get_i64(t->dtype, cg_elem_ptr(t, off));
 }
 
 bool cg_set(cg_tensor *t, const int64_t *idx, float v)
@@ -341,7 +405,8 @@ bool cg_set(cg_tensor *t, const int64_t *idx, float v)
     if (off < 0)
         return false;
     cg_tensor_modified(t);
-    t->storage->data[off] = v;
+    float src = v;
+    cg_convert_run(t->dtype, cg_elem_ptr(t, off), 1, CG_F32, &src, 1, 1);
     return true;
 }
 
@@ -358,19 +423,31 @@ void cg_tensor_modified(cg_tensor *t)
 
 uint64_t cg_version(const cg_tensor *t) { return t && t->storage ? t->storage->version : 0; }
 
-float cg_item(const cg_tensor *t)
+static bool one_element(const char *fn, const cg_tensor *t)
 {
-    if (!t) {
-        cg_error_null_input("cg_item");
-        return NAN;
-    }
+    if (!t)
+        return cg_error_null_input(fn);
     if (cg_numel(t) != 1) {
         char b[96];
         cg_set_error("item: tensor of shape %s has %lld elements, expected 1",
                      cg_shape_str(t, b, sizeof b), (long long)cg_numel(t));
-        return NAN;
+        return false;
     }
-    return t->storage->data[t->offset];
+    return true;
+}
+
+float cg_item(const cg_tensor *t)
+{
+    if (!one_element("cg_item", t))
+        return NAN;
+    return (float)cg_elem_get(t->dtype, cg_elem_ptr(t, t->offset));
+}
+
+int64_t cg_item_i64(const cg_tensor *t)
+{
+    if (!one_element("cg_item_i64", t))
+        return 0;
+    return cg_elem_get_i64(t->dtype, cg_elem_ptr(t, t->offset));
 }
 
 bool cg_same_shape(const cg_tensor *a, const cg_tensor *b)
@@ -451,6 +528,27 @@ static int64_t outer_offset(const cg_tensor *t, int64_t row)
 
 #define PAR_THRESHOLD 32768
 
+/* Copy t's elements in row-major order into contiguous out of dtype dt,
+ * converting. */
+static void copy_out(const cg_tensor *t, cg_dtype dt, void *out)
+{
+    int64_t n = cg_numel(t);
+    if (n == 0)
+        return;
+    size_t z = cg_dtype_size(dt);
+    if (cg_is_contiguous(t)) {
+        cg_convert_run(dt, out, 1, t->dtype, cg_elem_ptr(t, t->offset), 1, n);
+        return;
+    }
+    int64_t inner = t->ndim ? t->shape[t->ndim - 1] : 1;
+    int64_t is = t->ndim ? t->strides[t->ndim - 1] : 0;
+    int64_t rows = n / inner;
+#pragma omp parallel for schedule(static) if (n > PAR_THRESHOLD)
+    for (int64_t r = 0; r < rows; r++)
+        cg_convert_run(dt, (char *)out + (size_t)(r * inner) * z, 1, t->dtype,
+                       cg_elem_ptr(t, outer_offset(t, r)), is, inner);
+}
+
 bool cg_copy_to(const cg_tensor *t, float *out)
 {
     if (!t || !out) {
@@ -459,24 +557,19 @@ bool cg_copy_to(const cg_tensor *t, float *out)
         cg_set_error("copy_to: NULL destination");
         return false;
     }
-    int64_t n = cg_numel(t);
-    if (n == 0)
-        return true;
-    if (cg_is_contiguous(t)) {
-        memcpy(out, cg_data(t), (size_t)n * sizeof(float));
-        return true;
+    copy_out(t, CG_F32, out);
+    return true;
+}
+
+bool cg_copy_to_array(const cg_tensor *t, void *out)
+{
+    if (!t || !out) {
+        if (!t)
+            return cg_error_null_input("cg_copy_to_array");
+        cg_set_error("copy_to_array: NULL destination");
+        return false;
     }
-    int64_t inner = t->ndim ? t->shape[t->ndim - 1] : 1;
-    int64_t is = t->ndim ? t->strides[t->ndim - 1] : 0;
-    int64_t rows = n / inner;
-    const float *src = t->storage->data;
-#pragma omp parallel for schedule(static) if (n > PAR_THRESHOLD)
-    for (int64_t r = 0; r < rows; r++) {
-        const float *p = src + outer_offset(t, r);
-        float *o = out + r * inner;
-        for (int64_t j = 0; j < inner; j++)
-            o[j] = p[j * is];
-    }
+    copy_out(t, t->dtype, out);
     return true;
 }
 
@@ -510,19 +603,18 @@ bool cg_k_copy_(cg_tensor *dst, const cg_tensor *src)
     int64_t n = cg_numel(dst);
     if (n == 0)
         return true;
-    if (cg_is_contiguous(dst))
-        return cg_copy_to(src, cg_data(dst));
+    if (cg_is_contiguous(dst)) {
+        copy_out(src, dst->dtype, cg_elem_ptr(dst, dst->offset));
+        return true;
+    }
     int64_t inner = dst->ndim ? dst->shape[dst->ndim - 1] : 1;
     int64_t ds = dst->ndim ? dst->strides[dst->ndim - 1] : 0;
     int64_t ss = src->ndim ? src->strides[src->ndim - 1] : 0;
     int64_t rows = n / inner;
 #pragma omp parallel for schedule(static) if (n > PAR_THRESHOLD)
-    for (int64_t r = 0; r < rows; r++) {
-        float *d = dst->storage->data + outer_offset(dst, r);
-        const float *s = src->storage->data + outer_offset(src, r);
-        for (int64_t j = 0; j < inner; j++)
-            d[j * ds] = s[j * ss];
-    }
+    for (int64_t r = 0; r < rows; r++)
+        cg_convert_run(dst->dtype, cg_elem_ptr(dst, outer_offset(dst, r)), ds, src->dtype,
+                       cg_elem_ptr(src, outer_offset(src, r)), ss, inner);
     return true;
 }
 
@@ -537,9 +629,17 @@ bool cg_fill_(cg_tensor *t, float v)
     int64_t inner = t->ndim ? t->shape[t->ndim - 1] : 1;
     int64_t is = t->ndim ? t->strides[t->ndim - 1] : 0;
     int64_t rows = n / inner;
+    if (t->dtype != CG_F32) { /* one converted element, copied (stride 0) */
+        char e[8];
+        cg_convert_run(t->dtype, e, 1, CG_F32, &v, 1, 1);
+#pragma omp parallel for schedule(static) if (n > PAR_THRESHOLD)
+        for (int64_t r = 0; r < rows; r++)
+            cg_convert_run(t->dtype, cg_elem_ptr(t, outer_offset(t, r)), is, t->dtype, e, 0, inner);
+        return true;
+    }
 #pragma omp parallel for schedule(static) if (n > PAR_THRESHOLD)
     for (int64_t r = 0; r < rows; r++) {
-        float *p = t->storage->data + outer_offset(t, r);
+        float *p = (float *)t->storage->data + outer_offset(t, r);
         for (int64_t j = 0; j < inner; j++)
             p[j * is] = v;
     }
@@ -583,18 +683,42 @@ static void contiguous_strides(int ndim, const int64_t *shape, int64_t *strides)
     }
 }
 
-cg_tensor *cg_empty(int ndim, const int64_t *shape)
+cg_tensor *cg_empty_dtype(cg_dtype dt, int ndim, const int64_t *shape)
 {
+    if ((unsigned)dt >= CG_NDTYPES) {
+        cg_set_error("empty: unknown dtype %d", (int)dt);
+        return NULL;
+    }
     if (!check_shape("empty", ndim, shape))
         return NULL;
     int64_t strides[CG_MAX_DIMS];
     contiguous_strides(ndim, shape, strides);
-    cg_storage *s = storage_new(cg_numel_shape(ndim, shape));
+    cg_storage *s = storage_new(cg_numel_shape(ndim, shape), dt);
     if (!s)
         return NULL;
-    cg_tensor *t = tensor_header(s, 0, ndim, shape, strides);
+    cg_tensor *t = tensor_header(s, dt, 0, ndim, shape, strides);
     storage_release(s);
     return t;
+}
+
+cg_tensor *cg_empty(int ndim, const int64_t *shape) { return cg_empty_dtype(CG_F32, ndim, shape); }
+
+cg_tensor *cg_full_dtype(cg_dtype dt, int ndim, const int64_t *shape, double value)
+{
+    if (dt == CG_F32)
+        return cg_full(ndim, shape, (float)value);
+    cg_tensor *t = cg_empty_dtype(dt, ndim, shape);
+    if (!t)
+        return NULL;
+    char e[8];
+    cg_elem_set(dt, e, value);
+    cg_convert_run(dt, t->storage->data, 1, dt, e, 0, cg_numel(t));
+    return t;
+}
+
+cg_tensor *cg_zeros_dtype(cg_dtype dt, int ndim, const int64_t *shape)
+{
+    return cg_full_dtype(dt, ndim, shape, 0.0);
 }
 
 cg_tensor *cg_full(int ndim, const int64_t *shape, float value)
@@ -649,11 +773,13 @@ cg_tensor *cg_from_data(int ndim, const int64_t *shape, const float *data)
 
 cg_tensor *cg_empty_like(const cg_tensor *t)
 {
-    return t ? cg_empty(t->ndim, t->shape) : (cg_error_null_input("cg_empty_like"), NULL);
+    return t ? cg_empty_dtype(t->dtype, t->ndim, t->shape)
+             : (cg_error_null_input("cg_empty_like"), NULL);
 }
 cg_tensor *cg_zeros_like(const cg_tensor *t)
 {
-    return t ? cg_zeros(t->ndim, t->shape) : (cg_error_null_input("cg_zeros_like"), NULL);
+    return t ? cg_zeros_dtype(t->dtype, t->ndim, t->shape)
+             : (cg_error_null_input("cg_zeros_like"), NULL);
 }
 
 cg_tensor *cg_k_clone(const cg_tensor *t)
@@ -663,10 +789,8 @@ cg_tensor *cg_k_clone(const cg_tensor *t)
         return NULL;
     }
     cg_tensor *c = cg_empty_like(t);
-    if (c && !cg_copy_to(t, cg_data(c))) {
-        cg_release(c);
-        return NULL;
-    }
+    if (c)
+        copy_out(t, t->dtype, c->storage->data);
     return c;
 }
 
@@ -679,7 +803,7 @@ cg_tensor *cg_k_contiguous(const cg_tensor *t)
     if (cg_is_contiguous(t)) {
         /* a fresh header over the same storage: callers own a new reference
          * without autograd fields */
-        return tensor_header(t->storage, t->offset, t->ndim, t->shape, t->strides);
+        return tensor_header(t->storage, t->dtype, t->offset, t->ndim, t->shape, t->strides);
     }
     return cg_k_clone(t);
 }
@@ -760,7 +884,7 @@ int64_t *cg_randperm(cg_rng *r, int64_t n)
                                                                                   row < rows_;     \
                                                                                   row++)           \
         {                                                                                          \
-            float *p_ = (t)->storage->data + outer_offset((t), row);                               \
+            float *p_ = (float *)(t)->storage->data + outer_offset((t), row);                      \
             for (int64_t j = 0; j < inner_; j++) {                                                 \
                 uint64_t i_ = base_ + (uint64_t)(row * inner_ + j);                                \
                 p_[j * is_] = (expr);                                                              \
@@ -773,6 +897,8 @@ bool cg_uniform_(cg_tensor *t, cg_rng *r, float lo, float hi)
 {
     if (!t || !r)
         return cg_error_null_input("cg_uniform_");
+    if (!cg_check_f32("uniform_", "t", t))
+        return false;
     RNG_FILL(t, r, lo + (hi - lo) * bits_to_unit(rng_bits(seed_, i_)));
     return true;
 }
@@ -781,6 +907,8 @@ bool cg_normal_(cg_tensor *t, cg_rng *r, float mean, float std)
 {
     if (!t || !r)
         return cg_error_null_input("cg_normal_");
+    if (!cg_check_f32("normal_", "t", t))
+        return false;
     RNG_FILL(t, r, mean + std * normal_from(seed_, i_));
     return true;
 }
@@ -809,7 +937,7 @@ cg_tensor *cg_randn(cg_rng *r, int ndim, const int64_t *shape)
 static cg_tensor *view_of(const cg_tensor *t, int64_t offset, int ndim, const int64_t *shape,
                           const int64_t *strides)
 {
-    return tensor_header(t->storage, offset, ndim, shape, strides);
+    return tensor_header(t->storage, t->dtype, offset, ndim, shape, strides);
 }
 
 cg_tensor *cg_view_alias(const cg_tensor *t)

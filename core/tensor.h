@@ -27,7 +27,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
+#include "core/dtype.h"
 #include "core/error.h"
 
 #ifdef __cplusplus
@@ -36,13 +38,10 @@ extern "C" {
 
 #define CG_MAX_DIMS 8
 
-/* The element type of a storage. float32 is the only compute type today; the
- * field exists so that bf16 storage can be added without an API break. */
-typedef enum { CG_F32 = 0 } cg_dtype;
-
+/* The storage of a tensor and of all its views: bytes, refcounted. */
 typedef struct cg_storage {
-    float *data;   /* 64-byte aligned */
-    int64_t numel; /* elements allocated */
+    void *data;    /* 64-byte aligned */
+    size_t nbytes; /* bytes allocated */
     int refcount;
     /* A form derived from the data and kept for reuse (the packed bf16
      * weight of decoding, core/linear.c), or NULL: freed with derived_free
@@ -150,6 +149,9 @@ typedef void (*cg_node_refs_fn)(struct cg_node *node, void (*visit)(void *ctx, c
                                 void *ctx);
 void cg_set_node_refs_hook(cg_node_refs_fn fn);
 
+/* The dtype of t (CG_F32 for NULL). */
+cg_dtype cg_dtype_of(const cg_tensor *t);
+
 /* ------------------------------------------------------------- creation */
 /* Uninitialised contiguous tensor. ndim 0 gives a scalar (one element). */
 cg_tensor *cg_empty(int ndim, const int64_t *shape);
@@ -161,13 +163,33 @@ cg_tensor *cg_scalar(float value); /* ndim 0 */
 cg_tensor *cg_arange(double start, double stop, double step);
 /* Copies numel(shape) floats from data (row-major). */
 cg_tensor *cg_from_data(int ndim, const int64_t *shape, const float *data);
-/* Same shape, uninitialised / zero-filled, contiguous. */
+/* The same with a dtype (torch.empty(shape, dtype=...)): cg_empty is
+ * cg_empty_dtype(CG_F32, ...). cg_full_dtype converts value as cg_to does;
+ * cg_arange_dtype(CG_I64, 0, n, 1) is torch.arange(n). */
+cg_tensor *cg_empty_dtype(cg_dtype dt, int ndim, const int64_t *shape);
+cg_tensor *cg_zeros_dtype(cg_dtype dt, int ndim, const int64_t *shape);
+cg_tensor *cg_full_dtype(cg_dtype dt, int ndim, const int64_t *shape, double value);
+cg_tensor *cg_arange_dtype(cg_dtype dt, double start, double stop, double step);
+/* From a C array of numel(shape) elements of dt (row-major; bfloat16 and
+ * float16 as their 16-bit patterns; bool bytes other than 0 read as 1).
+ * The typed forms let the compiler check the array's type: an int32_t
+ * array given to cg_from_i64 does not compile silently. */
+cg_tensor *cg_from_array(cg_dtype dt, int ndim, const int64_t *shape, const void *data);
+cg_tensor *cg_from_i64(int ndim, const int64_t *shape, const int64_t *data);
+cg_tensor *cg_from_i32(int ndim, const int64_t *shape, const int32_t *data);
+cg_tensor *cg_from_bool(int ndim, const int64_t *shape, const bool *data);
+cg_tensor *cg_scalar_i64(int64_t value); /* ndim 0, int64 */
+/* Same shape and dtype, uninitialised / zero-filled, contiguous. */
 cg_tensor *cg_empty_like(const cg_tensor *t);
 cg_tensor *cg_zeros_like(const cg_tensor *t);
 /* Copy the elements of t, in row-major order of its shape, to out
- * (cg_numel(t) floats). Returns false (and sets the error) on NULL. */
+ * (cg_numel(t) floats, converted from t's dtype). Returns false (and sets
+ * the error) on NULL. cg_copy_to_array writes them in t's own dtype
+ * (cg_numel(t) * cg_dtype_size elements' bytes). */
 bool cg_copy_to(const cg_tensor *t, float *out);
-/* Copy src's elements into dst (same shape; any strides on both sides), a
+bool cg_copy_to_array(const cg_tensor *t, void *out);
+/* Copy src's elements into dst (same shape; any strides on both sides;
+ * converted to dst's dtype as cg_to converts), a
  * raw kernel that records no graph: the values only, whatever src's
  * autograd state. User code calls cg_copy_ (autograd/ops.h), which refuses
  * a source that requires grad instead of detaching it silently. */
@@ -190,7 +212,14 @@ uint64_t cg_version(const cg_tensor *t);
 /* A deep copy with fresh contiguous storage (no autograd fields: it records
  * nothing). autograd/ops.h has cg_clone, the differentiable one. */
 cg_tensor *cg_k_clone(const cg_tensor *t);
-/* Fill every element of t (any strides) with v. */
+/* t converted to dtype dt (torch's t.to(dt)), a new contiguous tensor; a
+ * new header over t's storage when t already has dtype dt. Floats to
+ * integers truncate toward zero (NaN and values out of range give the
+ * type's minimum, as PyTorch on x86); to bool: nonzero (NaN included) is
+ * true; to bfloat16/float16: round to nearest even. Raw (records nothing):
+ * autograd/ops.h has cg_to, differentiable between float dtypes. */
+cg_tensor *cg_k_to(const cg_tensor *t, cg_dtype dt);
+/* Fill every element of t (any strides, any dtype) with v, converted. */
 bool cg_fill_(cg_tensor *t, float v);
 
 /* ----------------------------------------------------------------- RNG */
@@ -240,19 +269,46 @@ bool cg_normal_torch_(cg_tensor *t, cg_mt19937 *g, float mean, float std);
 int64_t cg_numel(const cg_tensor *t);
 int64_t cg_numel_shape(int ndim, const int64_t *shape);
 bool cg_is_contiguous(const cg_tensor *t);
-/* Pointer to element 0 of the view (storage data + offset). */
+/* Pointer to element 0 of the view (storage data + offset) for a tensor of
+ * the accessor's dtype: cg_data reads float32, cg_data_i64 int64, ... Any
+ * other dtype, or NULL, gives NULL + an error naming both dtypes, so a
+ * bool mask is never read as floats. bfloat16 and float16 elements are
+ * their 16-bit patterns (cg_bf16_to_f32). cg_data_ptr: any dtype. */
 float *cg_data(const cg_tensor *t);
+int64_t *cg_data_i64(const cg_tensor *t);
+int32_t *cg_data_i32(const cg_tensor *t);
+bool *cg_data_bool(const cg_tensor *t);
+uint16_t *cg_data_bf16(const cg_tensor *t);
+uint16_t *cg_data_f16(const cg_tensor *t);
+void *cg_data_ptr(const cg_tensor *t);
+/* The check of every kernel that reads t as float32 (all the float math):
+ * false + error "<op>: argument '<arg>' is int64, expected float32" (or
+ * "... is NULL") unless t is float32. */
+bool cg_check_f32(const char *op, const char *arg, const cg_tensor *t);
+/* The check of every function that reads t as ids or a mask: false +
+ * error naming op, arg and both dtypes unless t has dtype dt. */
+bool cg_check_dtype(const char *op, const char *arg, const cg_tensor *t, cg_dtype dt);
 /* The check of every kernel that writes dst in place (copy_, add_,
  * index_add_, ...): false + error naming op when two of dst's elements are
  * one memory location (a broadcast view: stride 0 on a dim of size > 1),
  * as PyTorch refuses it. */
 bool cg_check_writable(const char *op, const cg_tensor *dst);
 /* Element at a multi-index (ndim entries), PyTorch's x[i, j]: an index may
- * be negative (-1 is the last). Out of range: NAN / false + error. */
+ * be negative (-1 is the last). Out of range: NAN / false + error. Any
+ * dtype, converted to and from float (cg_get_i64: exact for int64; 0 +
+ * error out of range). */
 float cg_get(const cg_tensor *t, const int64_t *idx);
 bool cg_set(cg_tensor *t, const int64_t *idx, float v);
-/* The element of a one-element tensor (any ndim). NAN + error otherwise. */
+int64_t cg_get_i64(const cg_tensor *t, const int64_t *idx);
+/* The element of a one-element tensor (any ndim, any dtype, as a float).
+ * NAN + error otherwise. cg_item_i64: exact for integers (floats truncate
+ * as cg_to does); 0 + error. */
 float cg_item(const cg_tensor *t);
+int64_t cg_item_i64(const cg_tensor *t);
+/* Print t as PyTorch prints it (tensor([[1, 2], [3, 4]], dtype=torch.int64);
+ * rows past 1000 elements summarised with "..."). false + error on NULL. */
+bool cg_print(const cg_tensor *t);
+bool cg_fprint(FILE *f, const cg_tensor *t);
 bool cg_same_shape(const cg_tensor *a, const cg_tensor *b);
 /* Writes e.g. "[3, 4]" into buf (always NUL-terminated); returns buf. */
 char *cg_shape_str(const cg_tensor *t, char *buf, size_t n);

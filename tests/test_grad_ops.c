@@ -21,8 +21,8 @@ typedef enum { DOM_ANY, DOM_POS, DOM_AWAY0 } domain;
 
 static void to_domain(cg_tensor *base, domain d)
 {
-    float *p = base->storage->data;
-    for (int64_t i = 0; i < base->storage->numel; i++) {
+    float *p = (float *)base->storage->data;
+    for (int64_t i = 0; i < (int64_t)(base->storage->nbytes / sizeof(float)); i++) {
         if (d == DOM_POS)
             p[i] = 0.5f + fabsf(p[i]);
         else if (d == DOM_AWAY0)
@@ -147,8 +147,8 @@ static cg_tensor *call_unary(void *ctx, cg_tensor *const *in)
 /* clamp's kinks: keep values away from -0.5 and 0.7 */
 static void away_from(cg_tensor *t, float k)
 {
-    float *p = t->storage->data;
-    for (int64_t i = 0; i < t->storage->numel; i++)
+    float *p = (float *)t->storage->data;
+    for (int64_t i = 0; i < (int64_t)(t->storage->nbytes / sizeof(float)); i++)
         if (fabsf(p[i] - k) < 0.05f)
             p[i] = k + 0.1f;
 }
@@ -166,8 +166,8 @@ START_TEST(test_unary_ops)
         }
         if (c->fn == max1 || c->fn == maxk) {
             /* distinct values so the max is unique even when broadcast */
-            float *p = x->storage->data;
-            for (int64_t i = 0; i < x->storage->numel; i++)
+            float *p = (float *)x->storage->data;
+            for (int64_t i = 0; i < (int64_t)(x->storage->nbytes / sizeof(float)); i++)
                 p[i] += 0.01f * (float)i;
         }
         char what[128];

@@ -231,9 +231,9 @@ START_TEST(test_max_argmax)
         cg_tensor *src = cg_test_randn_layout(&rng, CG_SHAPE(4, 5, 6), kind);
         /* round the storage to a few integers so ties are frequent (the
          * first index must win); the view keeps its layout */
-        for (int64_t i = 0; i < src->storage->numel; i++) {
-            float x = roundf(1.5f * src->storage->data[i]);
-            src->storage->data[i] = x < -2.0f ? -2.0f : (x > 2.0f ? 2.0f : x);
+        for (int64_t i = 0; i < (int64_t)(src->storage->nbytes / sizeof(float)); i++) {
+            float x = roundf(1.5f * ((float *)src->storage->data)[i]);
+            ((float *)src->storage->data)[i] = x < -2.0f ? -2.0f : (x > 2.0f ? 2.0f : x);
         }
         for (int dim = -3; dim < 3; dim++) {
             int d = dim < 0 ? dim + 3 : dim;

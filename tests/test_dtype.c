@@ -1,0 +1,321 @@
+/* Dtypes (issue 31): creation, conversion, promotion, accessors, copies,
+ * element access and printing for every dtype. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/tensor.h"
+#include "testutil.h"
+
+START_TEST(test_names_sizes_promotion)
+{
+    ck_assert_str_eq(cg_dtype_name(CG_F32), "float32");
+    ck_assert_str_eq(cg_dtype_name(CG_BF16), "bfloat16");
+    ck_assert_str_eq(cg_dtype_name(CG_F16), "float16");
+    ck_assert_str_eq(cg_dtype_name(CG_I64), "int64");
+    ck_assert_str_eq(cg_dtype_name(CG_I32), "int32");
+    ck_assert_str_eq(cg_dtype_name(CG_BOOL), "bool");
+    ck_assert_str_eq(cg_dtype_name((cg_dtype)99), "?");
+    ck_assert_uint_eq(cg_dtype_size(CG_F32), 4);
+    ck_assert_uint_eq(cg_dtype_size(CG_BF16), 2);
+    ck_assert_uint_eq(cg_dtype_size(CG_I64), 8);
+    ck_assert_uint_eq(cg_dtype_size(CG_BOOL), 1);
+    ck_assert(cg_dtype_is_float(CG_BF16) && !cg_dtype_is_float(CG_I64));
+    /* torch.promote_types */
+    ck_assert_int_eq(cg_promote_types(CG_F32, CG_BF16), CG_F32);
+    ck_assert_int_eq(cg_promote_types(CG_BF16, CG_BF16), CG_BF16);
+    ck_assert_int_eq(cg_promote_types(CG_BF16, CG_F16), CG_F32);
+    ck_assert_int_eq(cg_promote_types(CG_I64, CG_BF16), CG_BF16);
+    ck_assert_int_eq(cg_promote_types(CG_I32, CG_I64), CG_I64);
+    ck_assert_int_eq(cg_promote_types(CG_BOOL, CG_I32), CG_I32);
+    ck_assert_int_eq(cg_promote_types(CG_BOOL, CG_F16), CG_F16);
+}
+END_TEST
+
+START_TEST(test_scalar_conversions)
+{
+    /* bf16: round to nearest even, as torch's .to(torch.bfloat16) */
+    ck_assert_uint_eq(cg_f32_to_bf16(1.0f), 0x3f80);
+    ck_assert_uint_eq(cg_f32_to_bf16(1.00390625f), 0x3f80); /* tie: to even (down) */
+    ck_assert_uint_eq(cg_f32_to_bf16(1.01171875f), 0x3f82); /* tie: to even (up) */
+    ck_assert_uint_eq(cg_f32_to_bf16(-2.0f), 0xc000);
+    ck_assert_uint_eq(cg_f32_to_bf16(INFINITY), 0x7f80);
+    ck_assert(isnan(cg_bf16_to_f32(cg_f32_to_bf16(NAN))));
+    ck_assert_uint_eq(cg_f32_to_bf16(1e-40f), 0x0001); /* a subnormal is kept */
+    ck_assert(cg_bf16_to_f32(0x3f80) == 1.0f);
+    ck_assert(cg_bf16_to_f32(0x4049) == 3.140625f);
+    /* f16: IEEE half */
+    ck_assert_uint_eq(cg_f32_to_f16(1.0f), 0x3c00);
+    ck_assert_uint_eq(cg_f32_to_f16(-2.5f), 0xc100);
+    ck_assert_uint_eq(cg_f32_to_f16(65504.0f), 0x7bff);
+    ck_assert_uint_eq(cg_f32_to_f16(65520.0f), 0x7c00);        /* rounds up to inf */
+    ck_assert_uint_eq(cg_f32_to_f16(0x1p-24f), 0x0001);        /* smallest subnormal */
+    ck_assert_uint_eq(cg_f32_to_f16(0x1p-26f), 0x0000);        /* below half of it */
+    ck_assert_uint_eq(cg_f32_to_f16(1.0f + 0x1p-11f), 0x3c00); /* tie to even */
+    ck_assert_uint_eq(cg_f32_to_f16(1.0f + 0x3p-11f), 0x3c02);
+    ck_assert(isnan(cg_f16_to_f32(cg_f32_to_f16(NAN))));
+    ck_assert(cg_f16_to_f32(0x3555) == 0.333251953125f);
+    ck_assert(cg_f16_to_f32(0x0001) == 0x1p-24f);
+    ck_assert(cg_f16_to_f32(0xfc00) == -INFINITY);
+    /* every half round-trips exactly */
+    for (uint32_t h = 0; h < 0x10000; h++) {
+        float f = cg_f16_to_f32((uint16_t)h);
+        if (!isnan(f))
+            ck_assert_uint_eq(cg_f32_to_f16(f), h);
+    }
+}
+END_TEST
+
+START_TEST(test_creation_every_dtype)
+{
+    for (cg_dtype dt = 0; dt < CG_NDTYPES; dt++) {
+        cg_tensor *z = cg_zeros_dtype(dt, CG_SHAPE(2, 3));
+        cg_tensor *f = cg_full_dtype(dt, CG_SHAPE(4), 1.0);
+        ck_assert(z && f);
+        ck_assert_int_eq(z->dtype, dt);
+        ck_assert_int_eq(cg_dtype_of(f), dt);
+        for (int64_t i = 0; i < 6; i++)
+            ck_assert(cg_get(z, (int64_t[]){i / 3, i % 3}) == 0.0f);
+        for (int64_t i = 0; i < 4; i++)
+            ck_assert(cg_get(f, (int64_t[]){i}) == 1.0f);
+        cg_tensor *e = cg_empty_like(f), *zl = cg_zeros_like(f);
+        ck_assert_int_eq(e->dtype, dt);
+        ck_assert_int_eq(zl->dtype, dt);
+        cg_release_all(4, z, f, e, zl);
+    }
+    cg_tensor *a = cg_arange_dtype(CG_I64, 0, 5, 1);
+    ck_assert_int_eq(a->dtype, CG_I64);
+    ck_assert_int_eq(cg_numel(a), 5);
+    for (int64_t i = 0; i < 5; i++)
+        ck_assert_int_eq(cg_data_i64(a)[i], i);
+    cg_release(a);
+    a = cg_arange_dtype(CG_I64, 10, 0, -3); /* 10 7 4 1 */
+    ck_assert_int_eq(cg_numel(a), 4);
+    ck_assert_int_eq(cg_data_i64(a)[3], 1);
+    cg_release(a);
+    CG_ASSERT_REFUSED(cg_arange_dtype(CG_I64, 0, 1e300, 1) == NULL, "2^62");
+    CG_ASSERT_REFUSED(cg_empty_dtype((cg_dtype)42, CG_SHAPE(2)) == NULL, "unknown dtype");
+    cg_tensor *s = cg_scalar_i64(INT64_MAX);
+    ck_assert_int_eq(s->ndim, 0);
+    ck_assert_int_eq(cg_item_i64(s), INT64_MAX); /* exact, not through float */
+    cg_release(s);
+}
+END_TEST
+
+START_TEST(test_from_arrays)
+{
+    int64_t ids[] = {3, -1, (int64_t)1 << 60, 7};
+    cg_tensor *t = cg_from_i64(CG_SHAPE(2, 2), ids);
+    ck_assert_int_eq(t->dtype, CG_I64);
+    ck_assert_int_eq(cg_get_i64(t, (int64_t[]){1, 0}), (int64_t)1 << 60);
+    ck_assert_int_eq(cg_get_i64(t, (int64_t[]){-1, -1}), 7);
+    int64_t back[4];
+    ck_assert(cg_copy_to_array(t, back));
+    ck_assert(memcmp(back, ids, sizeof ids) == 0);
+    cg_release(t);
+    bool m[] = {true, false, true};
+    t = cg_from_bool(CG_SHAPE(3), m);
+    ck_assert_int_eq(t->dtype, CG_BOOL);
+    ck_assert(cg_data_bool(t)[0] && !cg_data_bool(t)[1]);
+    cg_release(t);
+    uint8_t bytes[] = {0, 2, 255};
+    t = cg_from_array(CG_BOOL, CG_SHAPE(3), bytes); /* one representation of true */
+    ck_assert_uint_eq(((uint8_t *)cg_data_bool(t))[1], 1);
+    ck_assert_uint_eq(((uint8_t *)cg_data_bool(t))[2], 1);
+    cg_release(t);
+    int32_t i32[] = {1, 2};
+    t = cg_from_i32(CG_SHAPE(2), i32);
+    ck_assert_int_eq(t->dtype, CG_I32);
+    ck_assert_int_eq(cg_data_i32(t)[1], 2);
+    cg_release(t);
+    CG_ASSERT_REFUSED(cg_from_i64(CG_SHAPE(2), NULL) == NULL, "NULL data");
+}
+END_TEST
+
+START_TEST(test_accessors_check_dtype)
+{
+    cg_tensor *i = cg_zeros_dtype(CG_I64, CG_SHAPE(3));
+    cg_tensor *f = cg_zeros(CG_SHAPE(3));
+    CG_ASSERT_REFUSED(cg_data(i) == NULL, "int64, not float32");
+    CG_ASSERT_REFUSED(cg_data_i64(f) == NULL, "float32, not int64");
+    CG_ASSERT_REFUSED(cg_data_bool(i) == NULL, "not bool");
+    CG_ASSERT_REFUSED(cg_data_bf16(f) == NULL, "not bfloat16");
+    CG_ASSERT_REFUSED(cg_data_i32(NULL) == NULL, "NULL");
+    ck_assert_ptr_nonnull(cg_data_ptr(i));
+    ck_assert_ptr_nonnull(cg_data_i64(i));
+    CG_ASSERT_REFUSED(!cg_check_f32("softmax", "x", i),
+                      "softmax: argument 'x' is int64, expected float32");
+    CG_ASSERT_REFUSED(!cg_check_dtype("embedding", "ids", f, CG_I64),
+                      "embedding: argument 'ids' is float32, expected int64");
+    ck_assert(cg_check_dtype("embedding", "ids", i, CG_I64));
+    cg_release_all(2, i, f);
+}
+END_TEST
+
+START_TEST(test_to_every_pair)
+{
+    float vals[] = {-2.75f, -1.0f, 0.0f, 0.5f, 1.5f, 3.0f, 100.25f, -0.0f};
+    cg_tensor *x = cg_from_data(CG_SHAPE(2, 4), vals);
+    for (cg_dtype a = 0; a < CG_NDTYPES; a++) {
+        cg_tensor *xa = cg_k_to(x, a);
+        ck_assert_int_eq(xa->dtype, a);
+        for (cg_dtype b = 0; b < CG_NDTYPES; b++) {
+            cg_tensor *xb = cg_k_to(xa, b);
+            ck_assert_int_eq(xb->dtype, b);
+            for (int i = 0; i < 8; i++) {
+                /* the value after two conversions, computed in C */
+                double v = vals[i];
+                if (a == CG_I64 || a == CG_I32)
+                    v = trunc(v);
+                else if (a == CG_BOOL)
+                    v = v != 0;
+                else if (a == CG_BF16)
+                    v = cg_bf16_to_f32(cg_f32_to_bf16((float)v));
+                else if (a == CG_F16)
+                    v = cg_f16_to_f32(cg_f32_to_f16((float)v));
+                if (b == CG_I64 || b == CG_I32)
+                    v = trunc(v);
+                else if (b == CG_BOOL)
+                    v = v != 0;
+                else if (b == CG_BF16)
+                    v = cg_bf16_to_f32(cg_f32_to_bf16((float)v));
+                else if (b == CG_F16)
+                    v = cg_f16_to_f32(cg_f32_to_f16((float)v));
+                float got = cg_get(xb, (int64_t[]){i / 4, i % 4});
+                ck_assert_msg(got == (float)v, "%s -> %s: element %d is %g, expected %g",
+                              cg_dtype_name(a), cg_dtype_name(b), i, got, v);
+            }
+            cg_release(xb);
+        }
+        cg_release(xa);
+    }
+    cg_release(x);
+    /* to the same dtype: a new header over the same storage */
+    cg_tensor *y = cg_zeros(CG_SHAPE(2));
+    cg_tensor *z = cg_k_to(y, CG_F32);
+    ck_assert_ptr_eq(z->storage, y->storage);
+    cg_release_all(2, y, z);
+}
+END_TEST
+
+START_TEST(test_to_edge_values)
+{
+    float v[] = {NAN, INFINITY, -INFINITY, 1e20f, -1e20f, 2147483647.0f, -2.5f, 0.9999f};
+    cg_tensor *x = cg_from_data(CG_SHAPE(8), v);
+    cg_tensor *l = cg_k_to(x, CG_I64), *i = cg_k_to(x, CG_I32), *b = cg_k_to(x, CG_BOOL);
+    int64_t el[] = {INT64_MIN, INT64_MIN, INT64_MIN, INT64_MIN, INT64_MIN, 2147483648LL, -2, 0};
+    int32_t ei[] = {INT32_MIN, INT32_MIN, INT32_MIN, INT32_MIN, INT32_MIN, INT32_MIN, -2, 0};
+    bool eb[] = {true, true, true, true, true, true, true, true};
+    for (int k = 0; k < 8; k++) {
+        ck_assert_int_eq(cg_data_i64(l)[k], el[k]);
+        ck_assert_int_eq(cg_data_i32(i)[k], ei[k]);
+        ck_assert(cg_data_bool(b)[k] == eb[k]);
+    }
+    /* int64 keeps every bit through int64 copies, wraps into int32 */
+    int64_t big[] = {((int64_t)1 << 53) + 1, ((int64_t)1 << 32) + 5};
+    cg_tensor *g = cg_from_i64(CG_SHAPE(2), big);
+    cg_tensor *g2 = cg_k_clone(g), *g32 = cg_k_to(g, CG_I32);
+    ck_assert_int_eq(cg_data_i64(g2)[0], big[0]);
+    ck_assert_int_eq(cg_data_i32(g32)[1], 5);
+    cg_release_all(7, x, l, i, b, g, g2, g32);
+}
+END_TEST
+
+START_TEST(test_views_copies_fill)
+{
+    int64_t ids[] = {0, 1, 2, 3, 4, 5};
+    cg_tensor *t = cg_from_i64(CG_SHAPE(2, 3), ids);
+    cg_tensor *tr = cg_view_transpose(t, 0, 1); /* [3, 2]: 0 3 1 4 2 5 */
+    ck_assert_int_eq(tr->dtype, CG_I64);
+    ck_assert_int_eq(cg_get_i64(tr, (int64_t[]){0, 1}), 3);
+    cg_tensor *c = cg_k_contiguous(tr);
+    ck_assert_int_eq(c->dtype, CG_I64);
+    int64_t want[] = {0, 3, 1, 4, 2, 5};
+    ck_assert(memcmp(cg_data_i64(c), want, sizeof want) == 0);
+    cg_tensor *r = cg_k_reshape(tr, CG_SHAPE(6)); /* needs a copy */
+    ck_assert_int_eq(r->dtype, CG_I64);
+    ck_assert_int_eq(cg_get_i64(r, (int64_t[]){5}), 5);
+    cg_tensor *sel = cg_view_select(t, 0, 1);
+    ck_assert_int_eq(cg_get_i64(sel, (int64_t[]){2}), 5);
+    /* copy_ converts: floats into an int64 view (strided destination) */
+    cg_tensor *src = cg_from_data(CG_SHAPE(3, 2), (float[]){9.7f, -1.2f, 8, 7, 6, 5});
+    ck_assert(cg_k_copy_(tr, src));
+    ck_assert_int_eq(cg_get_i64(t, (int64_t[]){0, 0}), 9);
+    ck_assert_int_eq(cg_get_i64(t, (int64_t[]){1, 0}), -1);
+    uint64_t v = cg_version(t);
+    ck_assert(cg_fill_(sel, 42));
+    ck_assert_int_eq(cg_get_i64(t, (int64_t[]){1, 2}), 42);
+    ck_assert(cg_version(t) > v);
+    ck_assert(cg_set(t, (int64_t[]){0, 1}, 3.9f));
+    ck_assert_int_eq(cg_get_i64(t, (int64_t[]){0, 1}), 3);
+    float fl[6];
+    ck_assert(cg_copy_to(t, fl)); /* converted to float */
+    ck_assert(fl[0] == 9.0f && fl[5] == 42.0f);
+    /* bf16 fill and item */
+    cg_tensor *h = cg_full_dtype(CG_BF16, CG_SHAPE(1), 3.14159);
+    ck_assert(cg_item(h) == 3.140625f);
+    ck_assert(cg_fill_(h, 1.0f / 3.0f));
+    ck_assert(cg_item(h) == cg_bf16_to_f32(cg_f32_to_bf16(1.0f / 3.0f)));
+    cg_release_all(8, t, tr, c, r, sel, src, h, NULL);
+}
+END_TEST
+
+/* What cg_fprint writes for t. */
+static char *printed(const cg_tensor *t)
+{
+    char *buf = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&buf, &n);
+    ck_assert(cg_fprint(f, t));
+    fclose(f);
+    return buf;
+}
+
+START_TEST(test_printing)
+{
+    cg_tensor *t = cg_from_i64(CG_SHAPE(2, 2), (int64_t[]){1, 2, 3, 4});
+    char *s = printed(t);
+    ck_assert_str_eq(s, "tensor([[1, 2],\n        [3, 4]], dtype=torch.int64)\n");
+    free(s);
+    cg_release(t);
+    t = cg_from_bool(CG_SHAPE(3), (bool[]){true, false, true});
+    s = printed(t);
+    ck_assert_str_eq(s, "tensor([True, False, True], dtype=torch.bool)\n");
+    free(s);
+    cg_release(t);
+    t = cg_from_data(CG_SHAPE(2), (float[]){0.5f, NAN});
+    s = printed(t);
+    ck_assert_str_eq(s, "tensor([0.5000, nan])\n");
+    free(s);
+    cg_release(t);
+    t = cg_arange_dtype(CG_I64, 0, 2000, 1);
+    s = printed(t);
+    ck_assert_str_eq(s, "tensor([0, 1, 2, ..., 1997, 1998, 1999], dtype=torch.int64)\n");
+    free(s);
+    cg_release(t);
+    CG_ASSERT_REFUSED(!cg_print(NULL), "NULL");
+}
+END_TEST
+
+static Suite *dtype_suite(void)
+{
+    Suite *s = suite_create("dtype");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, test_names_sizes_promotion);
+    tcase_add_test(tc, test_scalar_conversions);
+    tcase_add_test(tc, test_creation_every_dtype);
+    tcase_add_test(tc, test_from_arrays);
+    tcase_add_test(tc, test_accessors_check_dtype);
+    tcase_add_test(tc, test_to_every_pair);
+    tcase_add_test(tc, test_to_edge_values);
+    tcase_add_test(tc, test_views_copies_fill);
+    tcase_add_test(tc, test_printing);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    Suite *s[] = {dtype_suite()};
+    return cg_test_run(s, 1);
+}
