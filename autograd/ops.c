@@ -448,28 +448,14 @@ cg_tensor *cg_var(cg_tensor *a, int ndims, const int *dims, int correction, bool
 
 static bool max_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {
-    /* saved[0]: argmax indices with the reduced dim kept (float) */
-    int dim = (int)n->p.i[0];
+    /* saved[0]: argmax indices (int64) with the reduced dim kept */
     const cg_tensor *idx = n->saved[0];
-    int64_t cnt = cg_numel(idx);
-    int64_t *ids = malloc((size_t)(cnt ? cnt : 1) * sizeof *ids);
-    float *fv = malloc((size_t)(cnt ? cnt : 1) * sizeof *fv);
-    cg_tensor *gk = NULL, *z = NULL;
-    bool ok = ids && fv && cg_copy_to(idx, fv);
-    for (int64_t i = 0; ok && i < cnt; i++)
-        ids[i] = (int64_t)fv[i];
-    if (ok) {
-        gk = cg_k_reshape(g, idx->ndim, idx->shape);
-        z = cg_zeros_like(IN(0));
-        ok = gk && z && cg_k_scatter_add_(z, dim, ids, gk);
-    }
-    free(ids);
-    free(fv);
+    cg_tensor *gk = cg_k_reshape(g, idx->ndim, idx->shape);
+    cg_tensor *z = gk ? cg_zeros_like(IN(0)) : NULL;
+    bool ok = z && cg_k_scatter_add_(z, (int)n->p.i[0], idx, gk);
     cg_release(gk);
     if (!ok) {
         cg_release(z);
-        if (!cg_has_error())
-            cg_set_error("max backward: out of memory");
         return false;
     }
     gin[0] = z;

@@ -47,7 +47,7 @@ cg_tensor *cg_sum(cg_tensor *a, int ndims, const int *dims, bool keepdim);
 cg_tensor *cg_mean(cg_tensor *a, int ndims, const int *dims, bool keepdim);
 cg_tensor *cg_var(cg_tensor *a, int ndims, const int *dims, int correction, bool keepdim);
 /* Max along dim; the gradient flows to the (first) maximal element.
- * *indices (optional) receives the argmax as floats, without gradient. */
+ * *indices (optional) receives the argmax as int64, without gradient. */
 cg_tensor *cg_max(cg_tensor *a, int dim, bool keepdim, cg_tensor **indices);
 cg_tensor *cg_sum_all(cg_tensor *a);  /* scalar */
 cg_tensor *cg_mean_all(cg_tensor *a); /* scalar */
@@ -113,11 +113,11 @@ cg_tensor *cg_concat(cg_tensor *const *ts, int n, int dim);
 cg_tensor *cg_stack(cg_tensor *const *ts, int n, int dim);
 /* Views of consecutive pieces along dim (sizes sum to the dim's size). */
 bool cg_split(cg_tensor *a, int dim, int n, const int64_t *sizes, cg_tensor **out);
-/* Rows of a picked along dim by ids[0..n) (an embedding lookup when a is
- * the table and dim 0). Out-of-range ids are an error. */
-cg_tensor *cg_index_select(cg_tensor *a, int dim, const int64_t *ids, int64_t n);
-/* Embedding lookup: table [V, D], ids with shape (ndim, shape) -> [shape..., D]. */
-cg_tensor *cg_embedding(cg_tensor *table, const int64_t *ids, int ndim, const int64_t *shape);
+/* torch.index_select: rows of a picked along dim by index (int64, 0-d or
+ * 1-d; the node keeps it). Out-of-range ids are an error. */
+cg_tensor *cg_index_select(cg_tensor *a, int dim, const cg_tensor *index);
+/* F.embedding: table [V, D], ids int64 of any shape [...] -> [..., D]. */
+cg_tensor *cg_embedding(cg_tensor *table, const cg_tensor *ids);
 /* Affine map (a Linear layer) as one fused op: x [..., in] (any strides),
  * w [out, in], b [out] or NULL -> x w^T + b, [..., out]. */
 cg_tensor *cg_affine(cg_tensor *x, cg_tensor *w, cg_tensor *b);
@@ -136,8 +136,8 @@ cg_tensor *cg_affine_relu(cg_tensor *x, cg_tensor *w, cg_tensor *b);
  * part above the diagonal is never computed. */
 cg_tensor *cg_attention(cg_tensor *q, cg_tensor *k, cg_tensor *v, bool causal,
                         const uint8_t *key_pad, cg_tensor **weights_out);
-/* torch.gather along dim; ids has the result's shape (ndim, shape). */
-cg_tensor *cg_gather(cg_tensor *a, int dim, const int64_t *ids, int ndim, const int64_t *shape);
+/* torch.gather along dim: index int64 with a's ndim, the result's shape. */
+cg_tensor *cg_gather(cg_tensor *a, int dim, const cg_tensor *index);
 
 /* ------------------------------------ more of PyTorch's ops (ops_misc.c) */
 cg_tensor *cg_silu(cg_tensor *a); /* x * sigmoid(x) (swish) */
@@ -149,12 +149,12 @@ cg_tensor *cg_triu(cg_tensor *a, int64_t diagonal);
 /* torch.cumsum along dim. */
 cg_tensor *cg_cumsum(cg_tensor *a, int dim);
 /* torch.topk(a, k, dim, largest, sorted=True): the values (differentiable:
- * the gradient flows to the chosen elements); ids (may be NULL) receives
- * their indices, n_ids = numel(values) int64 (checked). */
-cg_tensor *cg_topk(cg_tensor *a, int64_t k, int dim, bool largest, int64_t *ids, int64_t n_ids);
-/* torch.argmax(a, dim) as integers (core/ops.h cg_k_argmax_ids): n_ids =
- * numel(a) / size(dim) (checked). Not differentiable. */
-bool cg_argmax(const cg_tensor *a, int dim, int64_t *ids, int64_t n_ids);
+ * the gradient flows to the chosen elements); *indices (may be NULL) gets
+ * their indices, an int64 tensor of the values' shape. */
+cg_tensor *cg_topk(cg_tensor *a, int64_t k, int dim, bool largest, cg_tensor **indices);
+/* torch.argmax(a, dim, keepdim): int64 indices (first maximum; NaN counts
+ * as the maximum). Not differentiable. */
+cg_tensor *cg_argmax(const cg_tensor *a, int dim, bool keepdim);
 /* Mean squared error, mean((a - b)^2); a and b of one shape, either may
  * require grad. */
 cg_tensor *cg_mse_loss(cg_tensor *a, cg_tensor *b);

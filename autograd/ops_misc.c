@@ -86,54 +86,31 @@ cg_tensor *cg_cumsum(cg_tensor *a, int dim)
 }
 
 /* ------------------------------------------------------ topk, argmax */
-cg_tensor *cg_topk(cg_tensor *a, int64_t k, int dim, bool largest, int64_t *ids, int64_t n_ids)
+cg_tensor *cg_topk(cg_tensor *a, int64_t k, int dim, bool largest, cg_tensor **indices)
 {
+    if (indices)
+        *indices = NULL;
     if (!a) {
         cg_error_null_input("cg_topk");
         return NULL;
     }
-    int d = cg_norm_dim("topk", dim, a->ndim > 0 ? a->ndim : 1);
-    if (d < 0)
+    cg_tensor *idx = cg_k_topk_indices(a, k, dim, largest);
+    if (!idx)
         return NULL;
-    int64_t shape[CG_MAX_DIMS];
-    memcpy(shape, a->shape, sizeof shape);
-    int nd = a->ndim > 0 ? a->ndim : 1;
-    if (a->ndim == 0)
-        shape[0] = 1;
-    if (k >= 0)
-        shape[d] = k;
-    int64_t count = k >= 0 ? cg_numel_shape(nd, shape) : 0;
-    if (ids && n_ids != count) {
-        char b[96];
-        cg_set_error("topk: %lld indices requested for %lld values (input %s, k %lld)",
-                     (long long)n_ids, (long long)count, cg_shape_str(a, b, sizeof b),
-                     (long long)k);
-        return NULL;
-    }
-    int64_t *idx = malloc((size_t)(count > 0 ? count : 1) * sizeof *idx);
-    if (!idx) {
-        cg_set_error("topk: out of memory");
-        return NULL;
-    }
-    cg_tensor *out = NULL;
-    if (cg_k_topk_ids(a, k, d, largest, idx, count)) {
-        /* the values are a gather: its backward scatters the gradient back */
-        cg_tensor *src = a;
-        cg_tensor *a1 = a->ndim == 0 ? cg_reshape(a, 1, (int64_t[]){1}) : NULL;
-        if (a1)
-            src = a1;
-        out = (a->ndim == 0 && !a1) ? NULL : cg_gather(src, d, idx, nd, shape);
-        cg_release(a1);
-        if (out && ids)
-            memcpy(ids, idx, (size_t)count * sizeof *idx);
-    }
-    free(idx);
+    /* the values are a gather: its backward scatters the gradient back */
+    cg_tensor *src = a->ndim == 0 ? cg_reshape(a, 1, (int64_t[]){1}) : cg_retain(a);
+    cg_tensor *out = src ? cg_gather(src, a->ndim ? dim : 0, idx) : NULL;
+    cg_release(src);
+    if (out && indices)
+        *indices = idx;
+    else
+        cg_release(idx);
     return out;
 }
 
-bool cg_argmax(const cg_tensor *a, int dim, int64_t *ids, int64_t n_ids)
+cg_tensor *cg_argmax(const cg_tensor *a, int dim, bool keepdim)
 {
-    return cg_k_argmax_ids(a, dim, ids, n_ids);
+    return cg_k_argmax(a, dim, keepdim);
 }
 
 /* ----------------------------------------------------------- losses */

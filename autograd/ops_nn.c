@@ -373,60 +373,21 @@ bool cg_split(cg_tensor *a, int dim, int n, const int64_t *sizes, cg_tensor **ou
 }
 
 /* ------------------------------------------------- index select, gather */
-typedef struct {
-    int64_t *ids;
-    int64_t n;
-} ids_ctx;
-
-static void ids_ctx_free(void *p)
+/* The node keeps the index tensor (cg_node_save: retained, and refused at
+ * backward if it was written in place since). */
+static cg_tensor *record_indexed(cg_tensor *out, cg_op op, cg_tensor *a, cg_backward_fn bw,
+                                 const char *name, int dim, const cg_tensor *index)
 {
-    ids_ctx *c = p;
-    free(c->ids);
-    free(c);
-}
-
-static bool attach_ids(cg_node *n, const int64_t *ids, int64_t count)
-{
-    ids_ctx *c = calloc(1, sizeof *c);
-    int64_t *v = malloc((size_t)(count ? count : 1) * sizeof *v);
-    if (!c || !v) {
-        free(c);
-        free(v);
-        cg_set_error("%s: out of memory", cg_op_name(n->op));
-        return false;
-    }
-    memcpy(v, ids, (size_t)count * sizeof *v);
-    c->ids = v;
-    c->n = count;
-    n->ctx = c;
-    n->ctx_free = ids_ctx_free;
-    return true;
-}
-
-static bool index_select_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
-{
-    ids_ctx *c = n->ctx;
-    cg_tensor *z = cg_zeros_like(IN(0));
-    if (!z || !cg_k_index_add_(z, (int)n->p.i[0], c->ids, c->n, g)) {
-        cg_release(z);
-        return false;
-    }
-    gin[0] = z;
-    return true;
-}
-cg_tensor *cg_index_select(cg_tensor *a, int dim, const int64_t *ids, int64_t count)
-{
-    cg_tensor *out = cg_k_index_select(a, dim, ids, count);
     if (!out)
         return NULL;
-    cg_node *n = cg_record(out, CG_OP_INDEX_SELECT, 1, &a, index_select_bw);
+    cg_node *n = cg_record(out, op, 1, &a, bw);
     if (cg_record_failed(n, 1, &a)) {
         cg_release(out);
         return NULL;
     }
     if (n) {
-        n->p.i[0] = cg_norm_dim("index_select", dim, a->ndim);
-        if (!attach_ids(n, ids, count)) {
+        n->p.i[0] = a->ndim ? cg_norm_dim(name, dim, a->ndim) : 0;
+        if (cg_node_save(n, (cg_tensor *)index) < 0) {
             cg_release(out);
             return NULL;
         }
@@ -434,66 +395,69 @@ cg_tensor *cg_index_select(cg_tensor *a, int dim, const int64_t *ids, int64_t co
     return out;
 }
 
-cg_tensor *cg_embedding(cg_tensor *table, const int64_t *ids, int ndim, const int64_t *shape)
+static bool index_select_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    cg_tensor *z = cg_zeros_like(IN(0));
+    if (!z || !cg_k_index_add_(z, (int)n->p.i[0], n->saved[0], g)) {
+        cg_release(z);
+        return false;
+    }
+    gin[0] = z;
+    return true;
+}
+cg_tensor *cg_index_select(cg_tensor *a, int dim, const cg_tensor *index)
+{
+    return record_indexed(cg_k_index_select(a, dim, index), CG_OP_INDEX_SELECT, a, index_select_bw,
+                          "index_select", dim, index);
+}
+
+cg_tensor *cg_embedding(cg_tensor *table, const cg_tensor *ids)
 {
     if (!table) {
         cg_error_null_input("cg_embedding");
         return NULL;
     }
-    if (!ids) {
-        cg_set_error("embedding: NULL ids");
+    if (!cg_check_dtype("embedding", "ids", ids, CG_I64))
         return NULL;
-    }
     if (table->ndim != 2) {
         char b[96];
         cg_set_error("embedding: table must be [V, D], got %s", cg_shape_str(table, b, sizeof b));
         return NULL;
     }
-    if (ndim < 0 || ndim >= CG_MAX_DIMS) {
-        cg_set_error("embedding: ids must have 0..%d dims (got %d)", CG_MAX_DIMS - 1, ndim);
+    if (ids->ndim >= CG_MAX_DIMS) {
+        cg_set_error("embedding: ids must have 0..%d dims (got %d)", CG_MAX_DIMS - 1, ids->ndim);
         return NULL;
     }
-    int64_t count = cg_numel_shape(ndim, shape);
-    cg_tensor *rows = cg_index_select(table, 0, ids, count);
-    if (!rows)
+    int64_t count = cg_numel(ids);
+    cg_tensor *flat = cg_k_reshape(ids, 1, &count);
+    cg_tensor *rows = flat ? cg_index_select(table, 0, flat) : NULL;
+    cg_release(flat);
+    if (!rows) {
+        cg_prefix_error("embedding: ");
         return NULL;
+    }
     int64_t s[CG_MAX_DIMS];
-    memcpy(s, shape, (size_t)ndim * sizeof *s);
-    s[ndim] = table->shape[1];
-    cg_tensor *out = cg_view(rows, ndim + 1, s);
+    memcpy(s, ids->shape, (size_t)ids->ndim * sizeof *s);
+    s[ids->ndim] = table->shape[1];
+    cg_tensor *out = cg_view(rows, ids->ndim + 1, s);
     cg_release(rows);
     return out;
 }
 
 static bool gather_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {
-    ids_ctx *c = n->ctx;
     cg_tensor *z = cg_zeros_like(IN(0));
-    if (!z || !cg_k_scatter_add_(z, (int)n->p.i[0], c->ids, g)) {
+    if (!z || !cg_k_scatter_add_(z, (int)n->p.i[0], n->saved[0], g)) {
         cg_release(z);
         return false;
     }
     gin[0] = z;
     return true;
 }
-cg_tensor *cg_gather(cg_tensor *a, int dim, const int64_t *ids, int ndim, const int64_t *shape)
+cg_tensor *cg_gather(cg_tensor *a, int dim, const cg_tensor *index)
 {
-    cg_tensor *out = cg_k_gather(a, dim, ids, ndim, shape);
-    if (!out)
-        return NULL;
-    cg_node *n = cg_record(out, CG_OP_GATHER, 1, &a, gather_bw);
-    if (cg_record_failed(n, 1, &a)) {
-        cg_release(out);
-        return NULL;
-    }
-    if (n) {
-        n->p.i[0] = cg_norm_dim("gather", dim, a->ndim);
-        if (!attach_ids(n, ids, cg_numel_shape(ndim, shape))) {
-            cg_release(out);
-            return NULL;
-        }
-    }
-    return out;
+    return record_indexed(cg_k_gather(a, dim, index), CG_OP_GATHER, a, gather_bw, "gather", dim,
+                          index);
 }
 
 /* ---------------------------------------------------------- attention */

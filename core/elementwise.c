@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "core/iter.h"
+#include "core/upcast.h"
 #include "core/ops.h"
 
 typedef struct ew_params {
@@ -238,16 +239,23 @@ static cg_tensor *ew_apply(const char *op, int nin, const cg_tensor *const *in, 
     int nd = cg_iter_broadcast(op, nin, in, shape);
     if (nd < 0)
         return NULL;
-    cg_tensor *out = cg_empty(nd, shape);
-    if (!out)
-        return NULL;
-    const cg_tensor *ops[CG_ITER_MAX_OPS] = {out};
-    for (int k = 0; k < nin; k++)
+    const cg_tensor *ops[CG_ITER_MAX_OPS] = {NULL};
+    const cg_tensor **slots[CG_ITER_MAX_OPS];
+    for (int k = 0; k < nin; k++) {
         ops[k + 1] = in[k];
-    cg_iter it;
-    cg_iter_init(&it, nd, shape, nin + 1, ops);
-    cg_iter_run(&it, fn, P);
-    return out;
+        slots[k] = &ops[k + 1];
+    }
+    cg_upcast u;
+    if (!cg_upcast_begin(&u, op, nin, slots))
+        return NULL;
+    cg_tensor *out = cg_empty(nd, shape);
+    if (out) {
+        ops[0] = out;
+        cg_iter it;
+        cg_iter_init(&it, nd, shape, nin + 1, ops);
+        cg_iter_run(&it, fn, P);
+    }
+    return cg_upcast_end(&u, out);
 }
 
 static cg_tensor *unary(const char *op, const cg_tensor *a, cg_iter_seg_fn fn, float pa, float pb)
@@ -338,10 +346,38 @@ cg_tensor *cg_k_clamp(const cg_tensor *a, float lo, float hi)
 }
 
 /* ---------------------------------------------------- select / fill */
+/* A bool condition or mask as float32 0/1 for the float kernels (a new
+ * reference; a float one is retained as it is: nonzero is true). */
+static cg_tensor *mask_as_float(const char *op, const cg_tensor *m)
+{
+    if (m->dtype == CG_BOOL)
+        return cg_k_to(m, CG_F32);
+    if (m->dtype != CG_F32) {
+        cg_set_error("%s: the condition is %s, expected bool (or float32, nonzero = true)", op,
+                     cg_dtype_name(m->dtype));
+        return NULL;
+    }
+    return cg_view_alias(m);
+}
+
 cg_tensor *cg_k_where(const cg_tensor *cond, const cg_tensor *a, const cg_tensor *b)
 {
-    ew_params P = {0, 0};
-    return ew_apply("where", 3, (const cg_tensor *[]){cond, a, b}, seg_where, &P);
+    if (!cond || !a || !b) {
+        cg_error_null_input("where");
+        return NULL;
+    }
+    if (!cg_dtype_is_float(a->dtype) || !cg_dtype_is_float(b->dtype))
+        return cg_typed_where(cond, a, b);
+    cg_upcast u; /* the values' dtypes decide the result's, not the condition's */
+    if (!cg_upcast_begin(&u, "where", 2, (const cg_tensor **[]){&a, &b}))
+        return NULL;
+    cg_tensor *c = mask_as_float("where", cond), *out = NULL;
+    if (c) {
+        ew_params P = {0, 0};
+        out = ew_apply("where", 3, (const cg_tensor *[]){c, a, b}, seg_where, &P);
+        cg_release(c);
+    }
+    return cg_upcast_end(&u, out);
 }
 
 cg_tensor *cg_k_masked_fill(const cg_tensor *a, const cg_tensor *mask, float value)
@@ -360,7 +396,17 @@ cg_tensor *cg_k_masked_fill(const cg_tensor *a, const cg_tensor *mask, float val
                      cg_shape_str(mask, b1, sizeof b1), cg_shape_str(a, b2, sizeof b2));
         return NULL;
     }
-    return binary("masked_fill", a, mask, seg_masked_fill, value, 0);
+    if (!cg_dtype_is_float(a->dtype))
+        return cg_typed_masked_fill(a, mask, value);
+    cg_upcast u;
+    if (!cg_upcast_begin(&u, "masked_fill", 1, (const cg_tensor **[]){&a}))
+        return NULL;
+    cg_tensor *m = mask_as_float("masked_fill", mask), *out = NULL;
+    if (m) {
+        out = binary("masked_fill", a, m, seg_masked_fill, value, 0);
+        cg_release(m);
+    }
+    return cg_upcast_end(&u, out);
 }
 
 /* ---------------------------------------------------------- backward */
@@ -395,6 +441,8 @@ bool cg_k_add_(cg_tensor *dst, const cg_tensor *src)
 {
     if (!dst || !src)
         return cg_error_null_input("cg_k_add_");
+    if (!cg_check_f32("add_", "dst", dst) || !cg_check_f32("add_", "src", src))
+        return false;
     int64_t shape[CG_MAX_DIMS] = {0};
     int nd = cg_iter_broadcast("add_", 2, (const cg_tensor *[]){dst, src}, shape);
     if (nd < 0)
@@ -419,6 +467,8 @@ bool cg_k_muls_(cg_tensor *dst, float s)
 {
     if (!dst)
         return cg_error_null_input("cg_k_muls_");
+    if (!cg_check_f32("muls_", "dst", dst))
+        return false;
     if (!cg_check_writable("muls_", dst))
         return false;
     cg_tensor_modified(dst);
@@ -433,6 +483,8 @@ bool cg_k_relu_(cg_tensor *dst)
 {
     if (!dst)
         return cg_error_null_input("cg_k_relu_");
+    if (!cg_check_f32("relu_", "dst", dst))
+        return false;
     if (!cg_check_writable("relu_", dst))
         return false;
     cg_tensor_modified(dst);

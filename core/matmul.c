@@ -21,6 +21,7 @@
 #include "core/gemm.h"
 #include "core/gemm_internal.h"
 #include "core/ops.h"
+#include "core/upcast.h"
 #include "core/tensor.h"
 
 /* Below this many flops per output matrix, batches are spread over threads
@@ -209,10 +210,8 @@ static cg_tensor as_matrix(const cg_tensor *t, bool row)
 
 /* ------------------------------------------------------------ public */
 
-cg_tensor *cg_k_matmul(const cg_tensor *a, const cg_tensor *b)
+static cg_tensor *matmul_f32(const cg_tensor *a, const cg_tensor *b)
 {
-    if (!a || !b)
-        return NULL;
     char sa[256], sb[256];
     if (a->ndim == 0 || b->ndim == 0) {
         cg_set_error("matmul: both arguments need at least 1 dimension (shapes %s and %s)",
@@ -290,9 +289,19 @@ cg_tensor *cg_k_matmul(const cg_tensor *a, const cg_tensor *b)
     return out;
 }
 
+cg_tensor *cg_k_matmul(const cg_tensor *a, const cg_tensor *b)
+{
+    if (!a || !b)
+        return NULL; /* the cause was recorded where the NULL came from */
+    CG_UPCAST2("matmul", a, b, matmul_f32(a, b));
+}
+
 bool cg_k_matmul_into(cg_tensor *c, const cg_tensor *a, const cg_tensor *b, float alpha, float beta)
 {
     if (!c || !a || !b)
+        return false; /* the cause was recorded where the NULL came from */
+    if (!cg_check_f32("matmul_into", "c", c) || !cg_check_f32("matmul_into", "a", a) ||
+        !cg_check_f32("matmul_into", "b", b))
         return false;
     char sa[256], sb[256], sc[256];
 #define SHAPES3 \

@@ -1,5 +1,14 @@
 /* cgrad core: kernels. Raw math on strided tensors, no graph recording.
  *
+ * Dtypes: the float math computes in float32; bfloat16 and float16 inputs
+ * of the elementwise math, reductions, softmax and matmul are converted to
+ * float32 and the result rounded to their promoted dtype (as PyTorch's CPU
+ * kernels do); the other float kernels take float32 (cg_to first). An
+ * integer or bool tensor given to a float kernel is refused in one line
+ * naming the op, the argument and both dtypes. Shape ops (concat, stack,
+ * split, index_select, where, masked_fill, ...) and comparisons take every
+ * dtype.
+ *
  * Every function here returns a new tensor (caller owns it, see tensor.h)
  * or NULL with an error message naming the op and the shapes. Inputs may
  * have any strides, including 0 (broadcast views); outputs are contiguous.
@@ -50,9 +59,12 @@ cg_tensor *cg_k_silu(const cg_tensor *a);
 cg_tensor *cg_k_sin(const cg_tensor *a);
 cg_tensor *cg_k_cos(const cg_tensor *a);
 cg_tensor *cg_k_clamp(const cg_tensor *a, float lo, float hi);
-/* cond != 0 ? a : b, all three broadcast together. */
+/* cond ? a : b, all three broadcast together; cond is bool (or float32:
+ * nonzero is true); a and b of any dtypes, the result of their promoted
+ * dtype. */
 cg_tensor *cg_k_where(const cg_tensor *cond, const cg_tensor *a, const cg_tensor *b);
-/* mask != 0 ? value : a; mask broadcasts to a's shape. */
+/* mask ? value : a; mask (bool, or float32 nonzero) broadcasts to a's
+ * shape; a of any dtype (value converted to it). */
 cg_tensor *cg_k_masked_fill(const cg_tensor *a, const cg_tensor *mask, float value);
 
 /* Backward helpers: given the input x and upstream gradient g (same shape),
@@ -71,6 +83,29 @@ bool cg_k_muls_(cg_tensor *dst, float s);
 /* dst = relu(dst): the bits of cg_k_relu, written over its input. */
 bool cg_k_relu_(cg_tensor *dst);
 
+/* ------------------------------------- comparisons and logic (any dtype) */
+/* torch.eq, ne, lt, le, gt, ge: a and b broadcast; integers and bool
+ * compare exactly (as int64), anything else as numbers (NaN is unequal to
+ * everything). The _scalar forms compare with one number, as `ids == 0`.
+ * torch.logical_and / or / not: nonzero (NaN included) is true. Every
+ * result is a new bool tensor; nothing here is differentiable (no k_: they
+ * record nothing and need no autograd twin). */
+cg_tensor *cg_eq(const cg_tensor *a, const cg_tensor *b);
+cg_tensor *cg_ne(const cg_tensor *a, const cg_tensor *b);
+cg_tensor *cg_lt(const cg_tensor *a, const cg_tensor *b);
+cg_tensor *cg_le(const cg_tensor *a, const cg_tensor *b);
+cg_tensor *cg_gt(const cg_tensor *a, const cg_tensor *b);
+cg_tensor *cg_ge(const cg_tensor *a, const cg_tensor *b);
+cg_tensor *cg_eq_scalar(const cg_tensor *a, double v);
+cg_tensor *cg_ne_scalar(const cg_tensor *a, double v);
+cg_tensor *cg_lt_scalar(const cg_tensor *a, double v);
+cg_tensor *cg_le_scalar(const cg_tensor *a, double v);
+cg_tensor *cg_gt_scalar(const cg_tensor *a, double v);
+cg_tensor *cg_ge_scalar(const cg_tensor *a, double v);
+cg_tensor *cg_logical_and(const cg_tensor *a, const cg_tensor *b);
+cg_tensor *cg_logical_or(const cg_tensor *a, const cg_tensor *b);
+cg_tensor *cg_logical_not(const cg_tensor *a);
+
 /* --------------------------------------------------------- reductions */
 /* Reduce over ndims dims listed in dims (negative allowed; duplicates are an
  * error). ndims == 0 (dims may be NULL) reduces over all dims. keepdim keeps
@@ -79,9 +114,9 @@ cg_tensor *cg_k_sum(const cg_tensor *a, int ndims, const int *dims, bool keepdim
 cg_tensor *cg_k_mean(const cg_tensor *a, int ndims, const int *dims, bool keepdim);
 /* Variance with the given correction (0 = biased, 1 = unbiased). */
 cg_tensor *cg_k_var(const cg_tensor *a, int ndims, const int *dims, int correction, bool keepdim);
-/* Max along one dim; *indices (if not NULL) receives the argmax as a float
- * tensor of the same shape as the result (first maximum wins; NaN counts as
- * the maximum, as in PyTorch). */
+/* Max along one dim; *indices (if not NULL) receives the argmax as an
+ * int64 tensor of the same shape as the result (first maximum wins; NaN
+ * counts as the maximum, as in PyTorch). cg_k_argmax: those indices. */
 cg_tensor *cg_k_max(const cg_tensor *a, int dim, bool keepdim, cg_tensor **indices);
 cg_tensor *cg_k_argmax(const cg_tensor *a, int dim, bool keepdim);
 /* Full reductions to a scalar (ndim 0). */
@@ -218,16 +253,17 @@ cg_tensor *cg_k_stack(cg_tensor *const *ts, int n, int dim);
 /* Split into pieces of the given sizes along dim (sum must equal the dim
  * size); out[i] receive views. Returns false on error. */
 bool cg_k_split(const cg_tensor *a, int dim, int n, const int64_t *sizes, cg_tensor **out);
-/* Rows of a along dim picked by ids (n of them): result has shape of a with
- * size n at dim. Every id must be in [0, size). */
-cg_tensor *cg_k_index_select(const cg_tensor *a, int dim, const int64_t *ids, int64_t n);
-/* dst[ids[i]] += src[i] along dim (the backward of index_select). */
-bool cg_k_index_add_(cg_tensor *dst, int dim, const int64_t *ids, int64_t n, const cg_tensor *src);
-/* torch.gather: out[i][j] = a[i][ids[i][j]] along dim; ids has the result's
- * shape given by (ndim, shape), ids contiguous row-major int64. */
-cg_tensor *cg_k_gather(const cg_tensor *a, int dim, const int64_t *ids, int ndim,
-                       const int64_t *shape);
-bool cg_k_scatter_add_(cg_tensor *dst, int dim, const int64_t *ids, const cg_tensor *src);
+/* torch.index_select: rows of a (any dtype) along dim picked by index (an
+ * int64 tensor, 0-d or 1-d, any strides): the result has a's shape with
+ * numel(index) at dim. Every id must be in [0, size). */
+cg_tensor *cg_k_index_select(const cg_tensor *a, int dim, const cg_tensor *index);
+/* dst[index[i]] += src[i] along dim (the backward of index_select; float32). */
+bool cg_k_index_add_(cg_tensor *dst, int dim, const cg_tensor *index, const cg_tensor *src);
+/* torch.gather: out[i][j] = a[i][index[i][j]] along dim; index is int64
+ * with a's ndim, fits in a outside dim, and gives the result's shape. */
+cg_tensor *cg_k_gather(const cg_tensor *a, int dim, const cg_tensor *index);
+/* dst[i][index[i][j]] += src[i][j] along dim (index of src's shape). */
+bool cg_k_scatter_add_(cg_tensor *dst, int dim, const cg_tensor *index, const cg_tensor *src);
 
 /* torch.tril (upper false) / torch.triu (upper true) over the last two dims
  * (a needs >= 2): keeps a[..., i, j] where j - i <= diagonal (tril) or
@@ -238,15 +274,8 @@ cg_tensor *cg_k_triangle(const cg_tensor *a, int64_t diagonal, bool upper);
 cg_tensor *cg_k_cumsum(const cg_tensor *a, int dim, bool reverse);
 /* Indices of the k largest (or smallest) elements along dim, in order
  * (largest first, as torch.topk(sorted=True); ties: the lower index first;
- * NaN counts as the largest). ids receives n_ids = numel(a) / size(dim) * k
- * int64 in row-major order of the result shape (a's with size k at dim);
- * n_ids must be exactly that. */
-bool cg_k_topk_ids(const cg_tensor *a, int64_t k, int dim, bool largest, int64_t *ids,
-                   int64_t n_ids);
-/* Integer argmax along dim (first maximum; NaN counts as the maximum):
- * n_ids = numel(a) / size(dim) int64 in row-major order of the reduced
- * shape; n_ids must be exactly that. */
-bool cg_k_argmax_ids(const cg_tensor *a, int dim, int64_t *ids, int64_t n_ids);
+ * NaN counts as the largest): an int64 tensor of a's shape with k at dim. */
+cg_tensor *cg_k_topk_indices(const cg_tensor *a, int64_t k, int dim, bool largest);
 
 #ifdef __cplusplus
 }

@@ -28,6 +28,7 @@
 
 #include "core/iter.h"
 #include "core/ops.h"
+#include "core/upcast.h"
 
 #define RED_BLOCK 4096
 #define RED_CHUNK 256
@@ -337,8 +338,8 @@ static bool reduce_into(const cg_tensor *a, const bool *mask, int kind, int corr
     return ok;
 }
 
-static cg_tensor *reduce_op(const char *op, const cg_tensor *a, int ndims, const int *dims,
-                            bool keepdim, int kind, int correction)
+static cg_tensor *reduce_f32(const char *op, const cg_tensor *a, int ndims, const int *dims,
+                             bool keepdim, int kind, int correction)
 {
     if (!a) {
         cg_error_null_input(op);
@@ -357,6 +358,12 @@ static cg_tensor *reduce_op(const char *op, const cg_tensor *a, int ndims, const
         return NULL;
     }
     return out;
+}
+
+static cg_tensor *reduce_op(const char *op, const cg_tensor *a, int ndims, const int *dims,
+                            bool keepdim, int kind, int correction)
+{
+    CG_UPCAST1(op, a, reduce_f32(op, a, ndims, dims, keepdim, kind, correction));
 }
 
 cg_tensor *cg_k_sum(const cg_tensor *a, int ndims, const int *dims, bool keepdim)
@@ -383,7 +390,7 @@ cg_tensor *cg_k_sum_all(const cg_tensor *a)
     return reduce_op("sum_all", a, 0, NULL, false, K_SUM, 0);
 }
 
-cg_tensor *cg_k_sum_to_shape(const cg_tensor *a, int ndim, const int64_t *shape)
+static cg_tensor *sum_to_shape_f32(const cg_tensor *a, int ndim, const int64_t *shape)
 {
     if (!a) {
         cg_error_null_input("cg_k_sum_to_shape");
@@ -422,12 +429,17 @@ cg_tensor *cg_k_sum_to_shape(const cg_tensor *a, int ndim, const int64_t *shape)
     return out;
 }
 
+cg_tensor *cg_k_sum_to_shape(const cg_tensor *a, int ndim, const int64_t *shape)
+{
+    CG_UPCAST1("sum_to_shape", a, sum_to_shape_f32(a, ndim, shape));
+}
+
 /* ---------------------------------------------------------------- max */
 /* v beats best: larger, or the first NaN (NaN is the maximum, as PyTorch;
  * ties keep the first index). */
 static inline bool max_better(float v, float best) { return v > best || (v != v && best == best); }
 
-cg_tensor *cg_k_max(const cg_tensor *a, int dim, bool keepdim, cg_tensor **indices)
+static cg_tensor *max_f32(const cg_tensor *a, int dim, bool keepdim, cg_tensor **indices)
 {
     if (indices)
         *indices = NULL;
@@ -449,14 +461,15 @@ cg_tensor *cg_k_max(const cg_tensor *a, int dim, bool keepdim, cg_tensor **indic
     int64_t shape[CG_MAX_DIMS] = {0};
     int nd = out_shape(a, mask, keepdim, shape);
     cg_tensor *vals = cg_empty(nd, shape);
-    cg_tensor *idx = indices ? cg_empty(nd, shape) : NULL;
+    cg_tensor *idx = indices ? cg_empty_dtype(CG_I64, nd, shape) : NULL;
     if (!vals || (indices && !idx)) {
         cg_release_all(2, vals, idx);
         return NULL;
     }
     plan pl;
     make_plan(&pl, a, mask);
-    float *ov = cg_data(vals), *oi = idx ? cg_data(idx) : NULL;
+    float *ov = cg_data(vals);
+    int64_t *oi = idx ? cg_data_i64(idx) : NULL;
     /* one reduced dim at most after dropping size 1 */
     int64_t R = pl.rshape[0], rs = pl.rstride[0];
     int64_t L = pl.kshape[pl.nk - 1], ks = pl.kstride[pl.nk - 1];
@@ -478,7 +491,7 @@ cg_tensor *cg_k_max(const cg_tensor *a, int dim, bool keepdim, cg_tensor **indic
             }
             ov[t] = best;
             if (oi)
-                oi[t] = (float)bi;
+                oi[t] = bi;
         } else {
             int64_t outer = t / nch, j0 = (t % nch) * RED_CHUNK;
             int64_t m = L - j0 < RED_CHUNK ? L - j0 : RED_CHUNK;
@@ -503,13 +516,20 @@ cg_tensor *cg_k_max(const cg_tensor *a, int dim, bool keepdim, cg_tensor **indic
             for (int64_t j = 0; j < m; j++) {
                 ov[o0 + j] = best[j];
                 if (oi)
-                    oi[o0 + j] = (float)bi[j];
+                    oi[o0 + j] = bi[j];
             }
         }
     }
     if (indices)
         *indices = idx;
     return vals;
+}
+
+cg_tensor *cg_k_max(const cg_tensor *a, int dim, bool keepdim, cg_tensor **indices)
+{
+    if (indices)
+        *indices = NULL;
+    CG_UPCAST1("max", a, max_f32(a, dim, keepdim, indices));
 }
 
 cg_tensor *cg_k_argmax(const cg_tensor *a, int dim, bool keepdim)
@@ -524,7 +544,7 @@ cg_tensor *cg_k_argmax(const cg_tensor *a, int dim, bool keepdim)
 
 /* Max over every element; NaN if any element is NaN. Blocks of RED_BLOCK
  * in row-major order, block maxima combined in order. */
-cg_tensor *cg_k_max_all(const cg_tensor *a)
+static cg_tensor *max_all_f32(const cg_tensor *a)
 {
     if (!a) {
         cg_error_null_input("cg_k_max_all");
@@ -572,3 +592,5 @@ cg_tensor *cg_k_max_all(const cg_tensor *a)
     free(bm);
     return cg_scalar(best);
 }
+
+cg_tensor *cg_k_max_all(const cg_tensor *a) { CG_UPCAST1("max_all", a, max_all_f32(a)); }

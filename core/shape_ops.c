@@ -26,6 +26,15 @@ static void contig_strides(int ndim, const int64_t *shape, int64_t *st)
     }
 }
 
+/* The dtype of a concatenation: torch.cat promotes its inputs' dtypes. */
+static cg_dtype promoted(cg_tensor *const *ts, int n)
+{
+    cg_dtype dt = ts[0]->dtype;
+    for (int i = 1; i < n; i++)
+        dt = cg_promote_types(dt, ts[i]->dtype);
+    return dt;
+}
+
 /* ------------------------------------------------------------- concat */
 cg_tensor *cg_k_concat(cg_tensor *const *ts, int n, int dim)
 {
@@ -67,7 +76,7 @@ cg_tensor *cg_k_concat(cg_tensor *const *ts, int n, int dim)
         }
         shape[d] += t->shape[d];
     }
-    cg_tensor *out = cg_empty(t0->ndim, shape);
+    cg_tensor *out = cg_empty_dtype(promoted(ts, n), t0->ndim, shape);
     if (!out)
         return NULL;
     int64_t at = 0;
@@ -122,7 +131,7 @@ cg_tensor *cg_k_stack(cg_tensor *const *ts, int n, int dim)
     int64_t shape[CG_MAX_DIMS];
     for (int k = 0, s = 0; k <= t0->ndim; k++)
         shape[k] = k == d ? (int64_t)n : t0->shape[s++];
-    cg_tensor *out = cg_empty(t0->ndim + 1, shape);
+    cg_tensor *out = cg_empty_dtype(promoted(ts, n), t0->ndim + 1, shape);
     if (!out)
         return NULL;
     if (cg_numel(out) == 0)
@@ -186,6 +195,21 @@ bool cg_k_split(const cg_tensor *a, int dim, int n, const int64_t *sizes, cg_ten
     return true;
 }
 
+/* ------------------------------------------------ index tensors */
+/* The index tensor t of op (argument arg) as contiguous int64: a new
+ * reference (release it) whose cg_data_i64 the kernel reads, or NULL +
+ * error naming op, arg and t's dtype when t is not int64. */
+static cg_tensor *index_arg(const char *op, const char *arg, const cg_tensor *t)
+{
+    if (!t) {
+        cg_set_error("%s: argument '%s' is NULL", op, arg);
+        return NULL;
+    }
+    if (!cg_check_dtype(op, arg, t, CG_I64))
+        return NULL;
+    return cg_k_contiguous(t);
+}
+
 /* ------------------------------------------------ index_select / add */
 typedef struct {
     int64_t outer, S, inner;
@@ -201,10 +225,6 @@ static void lines_of(const int64_t *shape, int ndim, int d, lines_t *l)
 static bool check_ids(const char *op, const cg_tensor *a, int dim, int d, const int64_t *ids,
                       int64_t n)
 {
-    if (n < 0 || (n > 0 && !ids)) {
-        cg_set_error("%s: need a non-negative count and ids (got n = %lld)", op, (long long)n);
-        return false;
-    }
     for (int64_t i = 0; i < n; i++) {
         if (ids[i] < 0 || ids[i] >= a->shape[d]) {
             char b[96];
@@ -218,12 +238,39 @@ static bool check_ids(const char *op, const cg_tensor *a, int dim, int d, const 
     return true;
 }
 
-cg_tensor *cg_k_index_select(const cg_tensor *a, int dim, const int64_t *ids, int64_t n)
+/* index_select's and index_add_'s index: int64, 0-d or 1-d (torch's
+ * rule), contiguous (a new reference). */
+static cg_tensor *index_1d(const char *op, const cg_tensor *index)
+{
+    cg_tensor *c = index_arg(op, "index", index);
+    if (c && c->ndim > 1) {
+        char b[96];
+        cg_set_error("%s: index must be 0-d or 1-d, got shape %s", op,
+                     cg_shape_str(c, b, sizeof b));
+        cg_release(c);
+        return NULL;
+    }
+    return c;
+}
+
+static cg_tensor *index_select_ids(const cg_tensor *a, int dim, const int64_t *ids, int64_t n);
+
+cg_tensor *cg_k_index_select(const cg_tensor *a, int dim, const cg_tensor *index)
 {
     if (!a) {
         cg_error_null_input("cg_k_index_select");
         return NULL;
     }
+    cg_tensor *c = index_1d("index_select", index);
+    if (!c)
+        return NULL;
+    cg_tensor *out = index_select_ids(a, dim, cg_data_i64(c), cg_numel(c));
+    cg_release(c);
+    return out;
+}
+
+static cg_tensor *index_select_ids(const cg_tensor *a, int dim, const int64_t *ids, int64_t n)
+{
     if (a->ndim == 0) {
         cg_set_error("index_select: input must have at least 1 dim (shape [])");
         return NULL;
@@ -237,28 +284,44 @@ cg_tensor *cg_k_index_select(const cg_tensor *a, int dim, const int64_t *ids, in
     lines_t l;
     lines_of(a->shape, a->ndim, d, &l);
     cg_tensor *x = cg_k_contiguous(a);
-    cg_tensor *out = x ? cg_empty(a->ndim, shape) : NULL;
+    cg_tensor *out = x ? cg_empty_dtype(a->dtype, a->ndim, shape) : NULL;
     if (!out) {
         cg_release(x);
         return NULL;
     }
-    const float *xp = cg_data(x);
-    float *op = cg_data(out);
+    const char *xp = cg_data_ptr(x); /* any dtype: rows of bytes */
+    char *op = cg_data_ptr(out);
     int64_t rows = l.outer * n;
-    size_t bytes = (size_t)l.inner * sizeof(float);
+    size_t bytes = (size_t)l.inner * cg_dtype_size(a->dtype);
 #pragma omp parallel for schedule(static) if (rows * l.inner > PAR_THRESHOLD)
     for (int64_t r = 0; r < rows; r++) {
         int64_t o = r / n, i = r % n;
-        memcpy(op + r * l.inner, xp + (o * l.S + ids[i]) * l.inner, bytes);
+        memcpy(op + (size_t)r * bytes, xp + (size_t)((o * l.S + ids[i])) * bytes, bytes);
     }
     cg_release(x);
     return out;
 }
 
-bool cg_k_index_add_(cg_tensor *dst, int dim, const int64_t *ids, int64_t n, const cg_tensor *src)
+static bool index_add_ids(cg_tensor *dst, int dim, const int64_t *ids, int64_t n,
+                          const cg_tensor *src);
+
+bool cg_k_index_add_(cg_tensor *dst, int dim, const cg_tensor *index, const cg_tensor *src)
 {
     if (!dst || !src)
         return cg_error_null_input("cg_k_index_add_");
+    cg_tensor *c = index_1d("index_add_", index);
+    if (!c)
+        return false;
+    bool ok = index_add_ids(dst, dim, cg_data_i64(c), cg_numel(c), src);
+    cg_release(c);
+    return ok;
+}
+
+static bool index_add_ids(cg_tensor *dst, int dim, const int64_t *ids, int64_t n,
+                          const cg_tensor *src)
+{
+    if (!cg_check_f32("index_add_", "dst", dst) || !cg_check_f32("index_add_", "src", src))
+        return false;
     if (dst->ndim == 0) {
         cg_set_error("index_add_: destination must have at least 1 dim (shape [])");
         return false;
@@ -384,19 +447,30 @@ static int gather_dim(const char *op, int dim, int ndim)
     return cg_norm_dim(op, dim, ndim);
 }
 
-cg_tensor *cg_k_gather(const cg_tensor *a, int dim, const int64_t *ids, int ndim,
-                       const int64_t *shape)
+static cg_tensor *gather_ids(const cg_tensor *a, int d, const int64_t *ids, int ndim,
+                             const int64_t *shape);
+
+cg_tensor *cg_k_gather(const cg_tensor *a, int dim, const cg_tensor *index)
 {
     if (!a) {
         cg_error_null_input("cg_k_gather");
         return NULL;
     }
-    if (ndim < 0 || ndim > CG_MAX_DIMS || (ndim > 0 && !shape)) {
-        cg_set_error("gather: bad index ndim %d", ndim);
+    cg_tensor *c = index_arg("gather", "index", index);
+    if (!c)
         return NULL;
-    }
     int d = gather_dim("gather", dim, a->ndim);
-    if (d < 0 || !check_gather_ids("gather", a, dim, d, ids, ndim, shape))
+    cg_tensor *out = NULL;
+    if (d >= 0 && check_gather_ids("gather", a, dim, d, cg_data_i64(c), c->ndim, c->shape))
+        out = gather_ids(a, d, cg_data_i64(c), c->ndim, c->shape);
+    cg_release(c);
+    return out;
+}
+
+static cg_tensor *gather_ids(const cg_tensor *a, int d, const int64_t *ids, int ndim,
+                             const int64_t *shape)
+{
+    if (!cg_check_f32("gather", "input", a))
         return NULL;
     cg_tensor *out = cg_empty(ndim, shape);
     if (!out)
@@ -435,13 +509,33 @@ cg_tensor *cg_k_gather(const cg_tensor *a, int dim, const int64_t *ids, int ndim
     return out;
 }
 
-bool cg_k_scatter_add_(cg_tensor *dst, int dim, const int64_t *ids, const cg_tensor *src)
+static bool scatter_add_ids(cg_tensor *dst, int d, const int64_t *ids, const cg_tensor *src);
+
+bool cg_k_scatter_add_(cg_tensor *dst, int dim, const cg_tensor *index, const cg_tensor *src)
 {
     if (!dst || !src)
         return cg_error_null_input("cg_k_scatter_add_");
-    int d = gather_dim("scatter_add_", dim, dst->ndim);
-    if (d < 0 || !cg_check_writable("scatter_add_", dst) ||
-        !check_gather_ids("scatter_add_", dst, dim, d, ids, src->ndim, src->shape))
+    cg_tensor *c = index_arg("scatter_add_", "index", index);
+    if (!c)
+        return false;
+    bool ok = false;
+    if (!cg_same_shape(c, src)) {
+        char b1[96], b2[96];
+        cg_set_error("scatter_add_: index shape %s differs from source shape %s",
+                     cg_shape_str(c, b1, sizeof b1), cg_shape_str(src, b2, sizeof b2));
+    } else {
+        int d = gather_dim("scatter_add_", dim, dst->ndim);
+        ok = d >= 0 && cg_check_writable("scatter_add_", dst) &&
+             check_gather_ids("scatter_add_", dst, dim, d, cg_data_i64(c), src->ndim, src->shape) &&
+             scatter_add_ids(dst, d, cg_data_i64(c), src);
+    }
+    cg_release(c);
+    return ok;
+}
+
+static bool scatter_add_ids(cg_tensor *dst, int d, const int64_t *ids, const cg_tensor *src)
+{
+    if (!cg_check_f32("scatter_add_", "dst", dst) || !cg_check_f32("scatter_add_", "src", src))
         return false;
     cg_tensor_modified(dst);
     int64_t n = cg_numel(src);
@@ -562,41 +656,38 @@ static bool topk_before(float x, int64_t ix, float y, int64_t iy, bool largest)
     return ix < iy;
 }
 
-static bool ids_count(const char *op, int64_t n_ids, int64_t want, const cg_tensor *a)
+cg_tensor *cg_k_topk_indices(const cg_tensor *a, int64_t k, int dim, bool largest)
 {
-    if (n_ids == want)
-        return true;
-    char b[96];
-    cg_set_error("%s: %lld indices requested for a result of %lld (input %s)", op, (long long)n_ids,
-                 (long long)want, cg_shape_str(a, b, sizeof b));
-    return false;
-}
-
-bool cg_k_topk_ids(const cg_tensor *a, int64_t k, int dim, bool largest, int64_t *ids,
-                   int64_t n_ids)
-{
-    if (!a)
-        return cg_error_null_input("cg_k_topk_ids");
+    if (!a) {
+        cg_error_null_input("cg_k_topk_indices");
+        return NULL;
+    }
     int64_t outer, n, inner;
     if (!around_dim("topk", a, &dim, &outer, &n, &inner))
-        return false;
+        return NULL;
     if (k < 0 || k > n) {
         char b[96];
         cg_set_error("topk: k=%lld is out of range [0, %lld] for dim %d of %s", (long long)k,
                      (long long)n, dim, cg_shape_str(a, b, sizeof b));
-        return false;
+        return NULL;
     }
-    if (!ids_count("topk", n_ids, outer * inner * k, a) || (n_ids > 0 && !ids))
-        return false;
-    cg_tensor *c = cg_k_contiguous(a);
-    int64_t *best = c ? malloc((size_t)(k ? k : 1) * sizeof *best) : NULL;
+    int64_t shape[CG_MAX_DIMS] = {1};
+    int nd = a->ndim ? a->ndim : 1;
+    if (a->ndim)
+        memcpy(shape, a->shape, sizeof shape);
+    shape[dim] = k;
+    cg_tensor *c = cg_k_to(a, CG_F32); /* order is kept by the conversion of any dtype */
+    cg_tensor *out = c ? cg_empty_dtype(CG_I64, nd, shape) : NULL;
+    int64_t *best = out ? malloc((size_t)(k ? k : 1) * sizeof *best) : NULL;
     if (!best) {
-        cg_release(c);
-        if (c)
+        if (out)
             cg_set_error("topk: out of memory");
-        return false;
+        cg_release_all(2, c, out);
+        return NULL;
     }
-    const float *x = cg_data(c);
+    cg_tensor *cc = cg_k_contiguous(c);
+    const float *x = cg_data(cc);
+    int64_t *ids = cg_data_i64(out);
     for (int64_t p = 0; p < outer; p++)
         for (int64_t q = 0; q < inner; q++) {
             const float *row = x + p * n * inner + q;
@@ -617,37 +708,6 @@ bool cg_k_topk_ids(const cg_tensor *a, int64_t k, int dim, bool largest, int64_t
                 ids[(p * k + t) * inner + q] = best[t];
         }
     free(best);
-    cg_release(c);
-    return true;
-}
-
-bool cg_k_argmax_ids(const cg_tensor *a, int dim, int64_t *ids, int64_t n_ids)
-{
-    if (!a)
-        return cg_error_null_input("cg_k_argmax_ids");
-    int64_t outer, n, inner;
-    if (!around_dim("argmax", a, &dim, &outer, &n, &inner))
-        return false;
-    if (n == 0) {
-        char b[96];
-        cg_set_error("argmax: dim %d of %s is empty", dim, cg_shape_str(a, b, sizeof b));
-        return false;
-    }
-    if (!ids_count("argmax", n_ids, outer * inner, a) || (n_ids > 0 && !ids))
-        return false;
-    cg_tensor *c = cg_k_contiguous(a);
-    if (!c)
-        return false;
-    const float *x = cg_data(c);
-    for (int64_t p = 0; p < outer; p++)
-        for (int64_t q = 0; q < inner; q++) {
-            const float *row = x + p * n * inner + q;
-            int64_t bi = 0;
-            for (int64_t i = 1; i < n; i++)
-                if (topk_before(row[i * inner], i, row[bi * inner], bi, true))
-                    bi = i;
-            ids[p * inner + q] = bi;
-        }
-    cg_release(c);
-    return true;
+    cg_release_all(2, c, cc);
+    return out;
 }

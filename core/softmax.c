@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "core/ops.h"
+#include "core/upcast.h"
 
 #define PAR_THRESHOLD 32768
 #define BLOCK 64
@@ -206,20 +207,21 @@ static cg_tensor *softmax_bwd_impl(const char *op, const cg_tensor *y, const cg_
 
 cg_tensor *cg_k_softmax(const cg_tensor *a, int dim)
 {
-    return softmax_impl("softmax", a, dim, false);
+    CG_UPCAST1("softmax", a, softmax_impl("softmax", a, dim, false));
 }
 
 cg_tensor *cg_k_log_softmax(const cg_tensor *a, int dim)
 {
-    return softmax_impl("log_softmax", a, dim, true);
+    CG_UPCAST1("log_softmax", a, softmax_impl("log_softmax", a, dim, true));
 }
 
 cg_tensor *cg_k_softmax_backward(const cg_tensor *y, const cg_tensor *g, int dim)
 {
-    return softmax_bwd_impl("softmax_backward", y, g, dim, false);
+    CG_UPCAST2("softmax_backward", y, g, softmax_bwd_impl("softmax_backward", y, g, dim, false));
 }
 
 cg_tensor *cg_k_log_softmax_backward(const cg_tensor *y, const cg_tensor *g, int dim)
 {
-    return softmax_bwd_impl("log_softmax_backward", y, g, dim, true);
+    CG_UPCAST2("log_softmax_backward", y, g,
+               softmax_bwd_impl("log_softmax_backward", y, g, dim, true));
 }

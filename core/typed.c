@@ -171,3 +171,223 @@ bool cg_fprint(FILE *f, const cg_tensor *t)
 }
 
 bool cg_print(const cg_tensor *t) { return cg_fprint(stdout, t); }
+
+/* ------------------------------------------- any dtype, elementwise */
+#define WALK_MAX 4
+
+/* Calls fn(ctx, p) for each element of the broadcast shape (nd, shape) in
+ * row-major order, p[k] pointing at operand k's element. Operands must
+ * broadcast to shape. Sequential: these kernels serve masks and ids. */
+static void walk(int nd, const int64_t *shape, int nops, const cg_tensor *const *ops,
+                 void (*fn)(void *ctx, char *const *p), void *ctx)
+{
+    int64_t n = cg_numel_shape(nd, shape);
+    int64_t st[WALK_MAX][CG_MAX_DIMS], idx[CG_MAX_DIMS] = {0};
+    char *p[WALK_MAX];
+    for (int k = 0; k < nops; k++) {
+        int64_t z = (int64_t)cg_dtype_size(ops[k]->dtype);
+        p[k] = (char *)ops[k]->storage->data + ops[k]->offset * z;
+        for (int i = 0; i < nd; i++) {
+            int j = i - (nd - ops[k]->ndim);
+            st[k][i] = (j < 0 || ops[k]->shape[j] == 1) ? 0 : ops[k]->strides[j] * z;
+        }
+    }
+    for (int64_t e = 0; e < n; e++) {
+        fn(ctx, p);
+        for (int d = nd - 1; d >= 0; d--) { /* next index, carrying */
+            for (int k = 0; k < nops; k++)
+                p[k] += st[k][d];
+            if (++idx[d] < shape[d])
+                break;
+            for (int k = 0; k < nops; k++)
+                p[k] -= st[k][d] * shape[d];
+            idx[d] = 0;
+        }
+    }
+}
+
+/* Broadcast n operands and make the result of dtype dt (NULL + error). */
+static cg_tensor *broadcast_out(const char *op, int n, const cg_tensor *const *in, cg_dtype dt,
+                                int *nd, int64_t *shape)
+{
+    for (int k = 0; k < n; k++) {
+        if (!in[k]) {
+            cg_error_null_input(op);
+            return NULL;
+        }
+    }
+    int m = in[0]->ndim;
+    memcpy(shape, in[0]->shape, sizeof(int64_t) * (size_t)m);
+    for (int k = 1; k < n; k++) {
+        int64_t out[CG_MAX_DIMS];
+        m = cg_broadcast_shapes(op, m, shape, in[k]->ndim, in[k]->shape, out);
+        if (m < 0)
+            return NULL;
+        memcpy(shape, out, sizeof(int64_t) * (size_t)m);
+    }
+    *nd = m;
+    return cg_empty_dtype(dt, m, shape);
+}
+
+static bool truth(cg_dtype dt, const char *p) { return cg_elem_get(dt, p) != 0.0; }
+
+typedef struct {
+    cg_dtype dt[WALK_MAX];
+    size_t z;
+    int op;                             /* compare / logical: a cmp_op */
+    bool ints;                          /* compare as int64, not double */
+    _Alignas(8) unsigned char value[8]; /* masked_fill: the value in the result's dtype */
+} walk_ctx;
+
+static void where_elem(void *ctx, char *const *p)
+{
+    walk_ctx *c = ctx; /* p: out, cond, a, b (a and b already of out's dtype) */
+    memcpy(p[0], truth(c->dt[1], p[1]) ? p[2] : p[3], c->z);
+}
+
+/* A value of dtype dt as a tensor of dtype want (a new reference). */
+static cg_tensor *as_dtype(const cg_tensor *t, cg_dtype want)
+{
+    return t->dtype == want ? cg_view_alias(t) : cg_k_to(t, want);
+}
+
+cg_tensor *cg_typed_where(const cg_tensor *cond, const cg_tensor *a, const cg_tensor *b)
+{
+    if (cond->dtype != CG_BOOL && cond->dtype != CG_F32) {
+        cg_set_error("where: the condition is %s, expected bool", cg_dtype_name(cond->dtype));
+        return NULL;
+    }
+    cg_dtype dt = cg_promote_types(a->dtype, b->dtype);
+    int nd;
+    int64_t shape[CG_MAX_DIMS];
+    cg_tensor *out = broadcast_out("where", 3, (const cg_tensor *[]){cond, a, b}, dt, &nd, shape);
+    cg_tensor *ca = out ? as_dtype(a, dt) : NULL, *cb = ca ? as_dtype(b, dt) : NULL;
+    if (!cb) {
+        cg_release_all(2, out, ca);
+        return NULL;
+    }
+    walk_ctx c = {.dt = {dt, cond->dtype}, .z = cg_dtype_size(dt)};
+    walk(nd, shape, 4, (const cg_tensor *[]){out, cond, ca, cb}, where_elem, &c);
+    cg_release_all(2, ca, cb);
+    return out;
+}
+
+static void fill_elem(void *ctx, char *const *p)
+{
+    walk_ctx *c = ctx; /* p: out, a, mask */
+    memcpy(p[0], truth(c->dt[2], p[2]) ? (const char *)c->value : p[1], c->z);
+}
+
+cg_tensor *cg_typed_masked_fill(const cg_tensor *a, const cg_tensor *mask, float value)
+{
+    if (mask->dtype != CG_BOOL && mask->dtype != CG_F32) {
+        cg_set_error("masked_fill: the mask is %s, expected bool", cg_dtype_name(mask->dtype));
+        return NULL;
+    }
+    cg_tensor *out = cg_empty_like(a);
+    if (!out)
+        return NULL;
+    walk_ctx c = {.dt = {a->dtype, a->dtype, mask->dtype}, .z = cg_dtype_size(a->dtype)};
+    cg_convert_run(a->dtype, c.value, 1, CG_F32, &value, 1, 1);
+    walk(a->ndim, a->shape, 3, (const cg_tensor *[]){out, a, mask}, fill_elem, &c);
+    return out;
+}
+
+/* ------------------------------------------ comparisons and logic */
+enum cmp_op { CMP_EQ, CMP_NE, CMP_LT, CMP_LE, CMP_GT, CMP_GE, LOG_AND, LOG_OR, LOG_NOT };
+
+static bool compare_d(int op, double x, double y)
+{
+    switch (op) {
+    case CMP_EQ: return x == y;
+    case CMP_NE: return x != y; /* NaN != NaN, as torch.ne */
+    case CMP_LT: return x < y;
+    case CMP_LE: return x <= y;
+    case CMP_GT: return x > y;
+    default: return x >= y;
+    }
+}
+
+static bool compare_i(int op, int64_t x, int64_t y)
+{
+    switch (op) {
+    case CMP_EQ: return x == y;
+    case CMP_NE: return x != y;
+    case CMP_LT: return x < y;
+    case CMP_LE: return x <= y;
+    case CMP_GT: return x > y;
+    default: return x >= y;
+    }
+}
+
+static void compare_elem(void *ctx, char *const *p)
+{
+    walk_ctx *c = ctx; /* p: out, a, b */
+    bool r;
+    if (c->op == LOG_NOT)
+        r = !truth(c->dt[1], p[1]);
+    else if (c->op == LOG_AND)
+        r = truth(c->dt[1], p[1]) && truth(c->dt[2], p[2]);
+    else if (c->op == LOG_OR)
+        r = truth(c->dt[1], p[1]) || truth(c->dt[2], p[2]);
+    else if (c->ints)
+        r = compare_i(c->op, cg_elem_get_i64(c->dt[1], p[1]), cg_elem_get_i64(c->dt[2], p[2]));
+    else /* floats exactly: bf16/f16/f32 are exact in double; int64 through float, as torch */
+        r = compare_d(c->op, cg_elem_get(c->dt[1], p[1]), cg_elem_get(c->dt[2], p[2]));
+    *(uint8_t *)p[0] = r;
+}
+
+static const char *const cmp_name[] = {"eq", "ne",          "lt",         "le",         "gt",
+                                       "ge", "logical_and", "logical_or", "logical_not"};
+
+static cg_tensor *compare(int op, const cg_tensor *a, const cg_tensor *b)
+{
+    int nin = op == LOG_NOT ? 1 : 2, nd;
+    int64_t shape[CG_MAX_DIMS];
+    const cg_tensor *in[2] = {a, b};
+    cg_tensor *out = broadcast_out(cmp_name[op], nin, in, CG_BOOL, &nd, shape);
+    if (!out)
+        return NULL;
+    walk_ctx c = {.dt = {CG_BOOL, a->dtype, b ? b->dtype : CG_BOOL}, .op = op};
+    c.ints = !cg_dtype_is_float(a->dtype) && (!b || !cg_dtype_is_float(b->dtype));
+    walk(nd, shape, nin + 1, (const cg_tensor *[]){out, a, b}, compare_elem, &c);
+    return out;
+}
+
+/* The number v as a 0-d tensor that compares with a as torch compares a
+ * tensor with a Python number: int64 when v is an integer and a is not
+ * float, else float32 (torch converts the number to float32 too). */
+static cg_tensor *compare_scalar(int op, const cg_tensor *a, double v)
+{
+    if (!a) {
+        cg_error_null_input(cmp_name[op]);
+        return NULL;
+    }
+    cg_tensor *s;
+    if (!cg_dtype_is_float(a->dtype) && v == floor(v) && fabs(v) < 0x1p62) {
+        s = cg_scalar_i64((int64_t)v);
+    } else {
+        s = cg_scalar((float)v);
+    }
+    if (!s)
+        return NULL;
+    cg_tensor *out = compare(op, a, s);
+    cg_release(s);
+    return out;
+}
+
+cg_tensor *cg_eq(const cg_tensor *a, const cg_tensor *b) { return compare(CMP_EQ, a, b); }
+cg_tensor *cg_ne(const cg_tensor *a, const cg_tensor *b) { return compare(CMP_NE, a, b); }
+cg_tensor *cg_lt(const cg_tensor *a, const cg_tensor *b) { return compare(CMP_LT, a, b); }
+cg_tensor *cg_le(const cg_tensor *a, const cg_tensor *b) { return compare(CMP_LE, a, b); }
+cg_tensor *cg_gt(const cg_tensor *a, const cg_tensor *b) { return compare(CMP_GT, a, b); }
+cg_tensor *cg_ge(const cg_tensor *a, const cg_tensor *b) { return compare(CMP_GE, a, b); }
+cg_tensor *cg_eq_scalar(const cg_tensor *a, double v) { return compare_scalar(CMP_EQ, a, v); }
+cg_tensor *cg_ne_scalar(const cg_tensor *a, double v) { return compare_scalar(CMP_NE, a, v); }
+cg_tensor *cg_lt_scalar(const cg_tensor *a, double v) { return compare_scalar(CMP_LT, a, v); }
+cg_tensor *cg_le_scalar(const cg_tensor *a, double v) { return compare_scalar(CMP_LE, a, v); }
+cg_tensor *cg_gt_scalar(const cg_tensor *a, double v) { return compare_scalar(CMP_GT, a, v); }
+cg_tensor *cg_ge_scalar(const cg_tensor *a, double v) { return compare_scalar(CMP_GE, a, v); }
+cg_tensor *cg_logical_and(const cg_tensor *a, const cg_tensor *b) { return compare(LOG_AND, a, b); }
+cg_tensor *cg_logical_or(const cg_tensor *a, const cg_tensor *b) { return compare(LOG_OR, a, b); }
+cg_tensor *cg_logical_not(const cg_tensor *a) { return compare(LOG_NOT, a, NULL); }

@@ -38,7 +38,7 @@ static lm *lm_new(cg_rng *r)
 
 static cg_tensor *lm_forward(lm *m, const int64_t *ids, int64_t b) /* inside a scope */
 {
-    cg_tensor *x = cg_add(cg_embed_forward(m->tok, ids, CG_SHAPE(b, T)),
+    cg_tensor *x = cg_add(cg_embed_forward(m->tok, cg_from_i64(CG_SHAPE(b, T), ids)),
                           m->pos->weight); /* positions 0..T-1 */
     x = cg_lm_block_forward(m->block, x, &(cg_attn_mask){.causal = true});
     return cg_linear_fn(cg_norm_forward(m->ln_f, x), m->tok->weight, NULL);

@@ -43,7 +43,7 @@ static gpt *gpt_new(int64_t V, cg_rng *r)
  * tokens only, at the positions after those the cache holds. */
 static cg_tensor *gpt_forward(gpt *m, const int64_t *ids, int64_t b, int64_t t, cg_kv_cache *c)
 {
-    cg_tensor *x = cg_add(cg_embed_forward(m->tok, ids, CG_SHAPE(b, t)),
+    cg_tensor *x = cg_add(cg_embed_forward(m->tok, cg_from_i64(CG_SHAPE(b, t), ids)),
                           cg_narrow(m->pos->weight, 0, cg_kv_cache_len(c), t));
     for (int i = 0; i < L; i++) { /* pre-LayerNorm block i, causal */
         cg_tensor *h = cg_norm_forward(m->ln1[i], x);

@@ -46,7 +46,7 @@ typedef struct { /* one vocabulary and embedding for both languages */
 
 static cg_tensor *embed(model *m, const int64_t *ids, int64_t B, int64_t L)
 {
-    cg_tensor *e = cg_embed_forward(m->emb, ids, 2, (int64_t[]){B, L});
+    cg_tensor *e = cg_embed_forward(m->emb, cg_from_i64(CG_SHAPE(B, L), ids));
     return cg_posenc_forward(m->pe, cg_muls(e, sqrtf((float)D)));
 }
 
@@ -107,7 +107,7 @@ int main(void)
             cg_scope *scope = cg_scope_begin();
             cg_tensor *logits = forward(&m, src + i * S, out, 1, len);
             cg_tensor *last = cg_select(cg_select(logits, 0, 0), 0, len - 1);
-            cg_argmax(last, 0, &out[len++], 1);
+            out[len++] = cg_item_i64(cg_argmax(last, 0, false));
             cg_scope_end(scope);
         }
         char text[128] = "";

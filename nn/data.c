@@ -143,7 +143,9 @@ bool cg_loader_next(cg_loader *ld)
         return false;
     for (int64_t j = 0; j < n; j++)
         ld->y[j] = ld->labels[ld->perm[ld->pos + j]];
-    ld->x = cg_index_select(ld->data, 0, ld->perm + ld->pos, n);
+    cg_tensor *rows = cg_from_i64(1, &n, ld->perm + ld->pos);
+    ld->x = rows ? cg_index_select(ld->data, 0, rows) : NULL;
+    cg_release(rows);
     if (!ld->x)
         return false;
     ld->n = n;
@@ -178,16 +180,15 @@ double cg_accuracy(const cg_tensor *logits, const int64_t *y, int64_t n)
                      cg_shape_str(logits, b, sizeof b), (long long)n);
         return NAN;
     }
-    int64_t *pred = malloc((size_t)n * sizeof *pred), hits = 0;
-    if (!pred) {
-        cg_set_error("accuracy: out of memory");
+    cg_tensor *pred = cg_argmax(logits, 1, false);
+    if (!pred)
         return NAN;
-    }
-    bool ok = cg_argmax(logits, 1, pred, n);
-    for (int64_t i = 0; ok && i < n; i++)
-        hits += pred[i] == y[i];
-    free(pred);
-    return ok ? (double)hits / (double)n : NAN;
+    const int64_t *p = cg_data_i64(pred);
+    int64_t hits = 0;
+    for (int64_t i = 0; i < n; i++)
+        hits += p[i] == y[i];
+    cg_release(pred);
+    return (double)hits / (double)n;
 }
 
 double cg_module_accuracy(cg_module *m, cg_tensor *x, const int64_t *y)

@@ -219,49 +219,22 @@ cg_embed *cg_embed_new(int64_t num, int64_t dim, cg_rng *rng)
     return e;
 }
 
-typedef struct {
-    const int64_t *ids;
-    int ndim;
-    const int64_t *shape;
-} embed_args;
-
 static cg_tensor *embed_impl(cg_module *m, cg_tensor *const *in, void *args)
 {
-    (void)in;
-    const embed_args *a = args;
-    cg_embed *e = (cg_embed *)m;
-    const int64_t *ids = a->ids, *shape = a->shape;
-    int ndim = a->ndim;
-    if (ndim < 0 || ndim >= CG_MAX_DIMS || (ndim > 0 && !shape)) {
-        cg_set_error("Embedding: ids must have 0..%d dims (got %d)", CG_MAX_DIMS - 1, ndim);
-        return NULL;
-    }
-    int64_t n = cg_numel_shape(ndim, shape);
-    if (n > 0 && !ids) {
-        cg_set_error("Embedding: ids is NULL");
-        return NULL;
-    }
-    for (int64_t i = 0; i < n; i++) {
-        if (ids[i] < 0 || ids[i] >= e->num) {
-            char b[96];
-            cg_set_error("Embedding: token id %lld at position %lld of ids %s is out of range "
-                         "[0, %lld) (vocabulary size V=%lld)",
-                         (long long)ids[i], (long long)i, cg_shape_str_n(ndim, shape, b, sizeof b),
-                         (long long)e->num, (long long)e->num);
-            return NULL;
-        }
-    }
-    return cg_embedding(e->weight, ids, ndim, shape);
+    (void)args;
+    return cg_embedding(((cg_embed *)m)->weight, in[0]);
 }
 
-cg_tensor *cg_embed_forward(cg_embed *e, const int64_t *ids, int ndim, const int64_t *shape)
+cg_tensor *cg_embed_forward(cg_embed *e, const cg_tensor *ids)
 {
     if (!e) {
         cg_error_null_input("cg_embed_forward");
         return NULL;
     }
-    embed_args a = {ids, ndim, shape};
-    return cg_module_call(&e->base, embed_impl, 0, NULL, &a);
+    if (!cg_check_dtype("Embedding", "ids", ids, CG_I64))
+        return NULL;
+    cg_tensor *in = (cg_tensor *)ids; /* the hooks see the ids, as PyTorch's do */
+    return cg_module_call(&e->base, embed_impl, 1, &in, NULL);
 }
 
 /* -------------------------------------------------- LayerNorm/RMSNorm */

@@ -71,9 +71,9 @@ typedef struct {
 } cg_embed;
 
 cg_embed *cg_embed_new(int64_t num, int64_t dim, cg_rng *rng);
-/* ids: numel(shape) ids (row-major) with the given shape -> [shape..., dim].
- * An id outside [0, num) is an error naming the id, its position and num. */
-cg_tensor *cg_embed_forward(cg_embed *e, const int64_t *ids, int ndim, const int64_t *shape);
+/* ids: an int64 tensor of any shape [...] -> [..., dim]. An id outside
+ * [0, num) is an error naming the id, its position and num. */
+cg_tensor *cg_embed_forward(cg_embed *e, const cg_tensor *ids);
 
 /* ----------------------------------------------- LayerNorm / RMSNorm */
 /* Over the last dim, eps 1e-5.

@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "autograd/ops.h"
+#include "core/ops.h"
 #include "core/tensor.h"
 #include "testutil.h"
 
@@ -297,6 +299,131 @@ START_TEST(test_printing)
 }
 END_TEST
 
+START_TEST(test_comparisons_and_logic)
+{
+    int64_t ids[] = {0, 5, 0, 7};
+    cg_tensor *t = cg_from_i64(CG_SHAPE(2, 2), ids);
+    cg_tensor *pad = cg_eq_scalar(t, 0); /* ids == pad: the padding mask */
+    ck_assert_int_eq(pad->dtype, CG_BOOL);
+    bool want[] = {true, false, true, false};
+    ck_assert(memcmp(cg_data_bool(pad), want, sizeof want) == 0);
+    cg_tensor *big = cg_gt_scalar(t, 5), *nb = cg_logical_not(big), *both = cg_logical_or(pad, big);
+    ck_assert(!cg_data_bool(big)[1] && cg_data_bool(big)[3]);
+    ck_assert(cg_data_bool(nb)[1] && !cg_data_bool(nb)[3]);
+    ck_assert(cg_data_bool(both)[0] && !cg_data_bool(both)[1] && cg_data_bool(both)[3]);
+    /* exact int64 compare beyond float's precision */
+    int64_t a2[] = {((int64_t)1 << 40) + 1}, b2[] = {(int64_t)1 << 40};
+    cg_tensor *x = cg_from_i64(CG_SHAPE(1), a2), *y = cg_from_i64(CG_SHAPE(1), b2);
+    cg_tensor *ne = cg_ne(x, y);
+    ck_assert(cg_data_bool(ne)[0]);
+    /* broadcast, mixed dtypes, NaN */
+    cg_tensor *f = cg_from_data(CG_SHAPE(3), (float[]){1.0f, NAN, -2.0f});
+    cg_tensor *col = cg_from_i64(CG_SHAPE(2, 1), (int64_t[]){1, -2});
+    cg_tensor *e = cg_eq(f, col); /* [2, 3] */
+    ck_assert_int_eq(e->ndim, 2);
+    bool we[] = {true, false, false, false, false, true};
+    ck_assert(memcmp(cg_data_bool(e), we, sizeof we) == 0);
+    cg_tensor *l = cg_le_scalar(f, 1.0);
+    ck_assert(cg_data_bool(l)[0] && !cg_data_bool(l)[1] && cg_data_bool(l)[2]);
+    cg_tensor *z3 = cg_zeros_dtype(CG_I64, CG_SHAPE(3));
+    CG_ASSERT_REFUSED(cg_eq(t, z3) == NULL, "broadcast");
+    cg_release(z3);
+    cg_release_all(11, t, pad, big, nb, both, x, y, ne, f, col, e);
+    cg_release(l);
+}
+END_TEST
+
+START_TEST(test_where_masked_fill_any_dtype)
+{
+    int64_t ids[] = {4, 5, 6};
+    cg_tensor *t = cg_from_i64(CG_SHAPE(3), ids);
+    cg_tensor *m = cg_from_bool(CG_SHAPE(3), (bool[]){false, true, false});
+    cg_tensor *mf = cg_k_masked_fill(t, m, -100); /* ids.masked_fill(mask, -100) */
+    ck_assert_int_eq(mf->dtype, CG_I64);
+    int64_t wm[] = {4, -100, 6};
+    ck_assert(memcmp(cg_data_i64(mf), wm, sizeof wm) == 0);
+    cg_tensor *z = cg_zeros_dtype(CG_I64, CG_SHAPE(1));
+    cg_tensor *w = cg_k_where(m, t, z);
+    int64_t ww[] = {0, 5, 0};
+    ck_assert(memcmp(cg_data_i64(w), ww, sizeof ww) == 0);
+    /* float values with a bool mask: the float kernel */
+    cg_tensor *s = cg_from_data(CG_SHAPE(2, 3), (float[]){1, 2, 3, 4, 5, 6});
+    cg_tensor *sf = cg_k_masked_fill(s, m, -INFINITY);
+    ck_assert(isinf(cg_get(sf, (int64_t[]){1, 1})) && cg_get(sf, (int64_t[]){1, 2}) == 6);
+    cg_tensor *zero = cg_scalar(0);
+    cg_tensor *sw = cg_k_where(m, s, zero); /* bool condition, float values */
+    ck_assert(cg_get(sw, (int64_t[]){0, 1}) == 2 && cg_get(sw, (int64_t[]){0, 0}) == 0);
+    /* an int64 mask is not a mask */
+    CG_ASSERT_REFUSED(cg_k_masked_fill(s, t, 0) == NULL, "the condition is int64, expected bool");
+    cg_release_all(9, t, m, mf, z, w, s, sf, sw, zero);
+}
+END_TEST
+
+START_TEST(test_float_ops_refuse_integers)
+{
+    cg_tensor *f = cg_ones(CG_SHAPE(2, 2));
+    cg_tensor *b = cg_zeros_dtype(CG_BOOL, CG_SHAPE(2, 2));
+    cg_tensor *i = cg_zeros_dtype(CG_I64, CG_SHAPE(2, 2));
+    CG_ASSERT_REFUSED(cg_matmul(b, f) == NULL, "matmul: argument 1 is bool, expected a float");
+    CG_ASSERT_REFUSED(cg_add(f, i) == NULL, "add: argument 2 is int64");
+    CG_ASSERT_REFUSED(cg_exp(i) == NULL, "exp: argument 1 is int64");
+    CG_ASSERT_REFUSED(cg_softmax(b, -1) == NULL, "softmax: argument 1 is bool");
+    CG_ASSERT_REFUSED(cg_sum_all(i) == NULL, "sum: argument 1 is int64");
+    cg_release_all(3, f, b, i);
+}
+END_TEST
+
+START_TEST(test_bf16_math_promotes)
+{
+    cg_tensor *a = cg_from_data(CG_SHAPE(3), (float[]){1.0f, 1.0f / 3, -2.5f});
+    cg_tensor *h = cg_k_to(a, CG_BF16);
+    cg_tensor *hh = cg_add(h, h);
+    ck_assert_int_eq(hh->dtype, CG_BF16); /* bf16 + bf16 stays bf16 */
+    ck_assert(cg_get(hh, (int64_t[]){1}) ==
+              cg_bf16_to_f32(cg_f32_to_bf16(2 * cg_bf16_to_f32(cg_f32_to_bf16(1.0f / 3)))));
+    cg_tensor *hf = cg_mul(h, a);
+    ck_assert_int_eq(hf->dtype, CG_F32); /* bf16 * f32 promotes to f32 */
+    cg_tensor *h32 = cg_k_to(h, CG_F32);
+    cg_tensor *sm = cg_softmax(h, 0), *sm32 = cg_softmax(h32, 0);
+    ck_assert_int_eq(sm->dtype, CG_BF16);
+    for (int64_t k = 0; k < 3; k++)
+        ck_assert(cg_get(sm, &k) == cg_bf16_to_f32(cg_f32_to_bf16(cg_get(sm32, &k))));
+    cg_tensor *r = cg_view_unsqueeze(h, 0), *c = cg_view_unsqueeze(h, 1);
+    cg_tensor *m = cg_matmul(r, c); /* [1, 3] @ [3, 1] */
+    ck_assert_int_eq(m->dtype, CG_BF16);
+    cg_release_all(10, a, h, hh, hf, h32, sm, sm32, r, c, m);
+}
+END_TEST
+
+START_TEST(test_shape_ops_any_dtype)
+{
+    cg_tensor *a = cg_from_i64(CG_SHAPE(2, 2), (int64_t[]){1, 2, 3, 4});
+    cg_tensor *b = cg_from_i64(CG_SHAPE(1, 2), (int64_t[]){5, 6});
+    cg_tensor *c = cg_concat((cg_tensor *[]){a, b}, 2, 0);
+    ck_assert_int_eq(c->dtype, CG_I64);
+    ck_assert_int_eq(cg_get_i64(c, (int64_t[]){2, 1}), 6);
+    cg_tensor *s = cg_stack((cg_tensor *[]){a, a}, 2, 0);
+    ck_assert(s->dtype == CG_I64 && s->ndim == 3);
+    cg_tensor *f = cg_ones(CG_SHAPE(1, 2));
+    cg_tensor *cf = cg_concat((cg_tensor *[]){a, f}, 2, 0); /* torch.cat promotes */
+    ck_assert_int_eq(cf->dtype, CG_F32);
+    cg_tensor *sel = cg_index_select(a, 0, cg_test_ids(3, (int64_t[]){1, 1, 0}));
+    ck_assert_int_eq(sel->dtype, CG_I64);
+    ck_assert_int_eq(cg_get_i64(sel, (int64_t[]){2, 1}), 2);
+    cg_tensor *m = cg_from_bool(CG_SHAPE(2), (bool[]){true, false});
+    cg_tensor *ms = cg_index_select(m, 0, cg_test_ids(2, (int64_t[]){1, 0}));
+    ck_assert(!cg_data_bool(ms)[0] && cg_data_bool(ms)[1]);
+    /* an index must be int64 */
+    CG_ASSERT_REFUSED(cg_index_select(a, 0, f) == NULL,
+                      "index_select: argument 'index' is float32, expected int64");
+    cg_tensor *v = cg_from_data(CG_SHAPE(3), (float[]){1, 9, 2});
+    cg_tensor *am = cg_argmax(v, 0, false);
+    ck_assert(am->dtype == CG_I64 && cg_item_i64(am) == 1);
+    cg_release_all(9, a, b, c, s, f, cf, sel, m, ms);
+    cg_release_all(2, v, am);
+}
+END_TEST
+
 static Suite *dtype_suite(void)
 {
     Suite *s = suite_create("dtype");
@@ -310,6 +437,11 @@ static Suite *dtype_suite(void)
     tcase_add_test(tc, test_to_edge_values);
     tcase_add_test(tc, test_views_copies_fill);
     tcase_add_test(tc, test_printing);
+    tcase_add_test(tc, test_comparisons_and_logic);
+    tcase_add_test(tc, test_where_masked_fill_any_dtype);
+    tcase_add_test(tc, test_float_ops_refuse_integers);
+    tcase_add_test(tc, test_bf16_math_promotes);
+    tcase_add_test(tc, test_shape_ops_any_dtype);
     suite_add_tcase(s, tc);
     return s;
 }

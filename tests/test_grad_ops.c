@@ -468,15 +468,15 @@ END_TEST
 
 static cg_tensor *embedding_fn(void *ctx, cg_tensor *const *in)
 {
-    return cg_embedding(in[0], ctx, CG_SHAPE(2, 3));
+    return cg_embedding(in[0], cg_test_ids_nd(CG_SHAPE(2, 3), ctx));
 }
 static cg_tensor *index_select1_fn(void *ctx, cg_tensor *const *in)
 {
-    return cg_index_select(in[0], 1, ctx, 4);
+    return cg_index_select(in[0], 1, cg_test_ids(4, ctx));
 }
 static cg_tensor *gather_fn(void *ctx, cg_tensor *const *in)
 {
-    return cg_gather(in[0], 1, ctx, CG_SHAPE(3, 2));
+    return cg_gather(in[0], 1, cg_test_ids_nd(CG_SHAPE(3, 2), ctx));
 }
 
 START_TEST(test_index_ops)

@@ -120,7 +120,9 @@ static cg_tensor *fwd(void *ctx, cg_tensor *const *in)
         *c->rng = c->rng0;
     switch (c->kind) {
     case K_LINEAR: return cg_linear_forward((cg_linear *)c->m, in[0]);
-    case K_EMBED: return cg_embed_forward((cg_embed *)c->m, c->ids, c->ids_ndim, c->ids_shape);
+    case K_EMBED:
+        return cg_embed_forward((cg_embed *)c->m,
+                                cg_test_ids_nd(c->ids_ndim, c->ids_shape, c->ids));
     case K_NORM: return cg_norm_forward((cg_norm *)c->m, in[0]);
     case K_NORM_ADD: return cg_norm_add_forward((cg_norm *)c->m, in[0], in[1]);
     case K_DROP: return cg_drop_forward((cg_drop *)c->m, in[0]);
@@ -1022,7 +1024,7 @@ START_TEST(test_embedding_forward)
     cg_embed *e = cg_embed_new(10, 3, NULL);
     float *w = cg_test_values(e->weight);
     const int64_t ids[6] = {0, 9, 3, 3, 7, 1};
-    cg_tensor *y = cg_embed_forward(e, ids, CG_SHAPE(2, 3));
+    cg_tensor *y = cg_embed_forward(e, cg_test_ids_nd(CG_SHAPE(2, 3), ids));
     assert_ok(y);
     ck_assert_int_eq(y->ndim, 3);
     ck_assert_int_eq(y->shape[0], 2);
@@ -1036,11 +1038,16 @@ START_TEST(test_embedding_forward)
     cg_release(y);
 
     const int64_t bad[4] = {1, 2, 10, 0};
-    CG_ASSERT_FAILS(cg_embed_forward(e, bad, CG_SHAPE(4)), "token id 10");
-    ck_assert(strstr(cg_last_error(), "V=10") != NULL);
+    CG_ASSERT_FAILS(cg_embed_forward(e, cg_test_ids(4, bad)), "embedding: index_select: id 10");
+    ck_assert(strstr(cg_last_error(), "[0, 10)") != NULL);
     ck_assert(strstr(cg_last_error(), "position 2") != NULL);
     const int64_t neg[2] = {-1, 0};
-    CG_ASSERT_FAILS(cg_embed_forward(e, neg, CG_SHAPE(1, 2)), "token id -1");
+    CG_ASSERT_FAILS(cg_embed_forward(e, cg_test_ids_nd(CG_SHAPE(1, 2), neg)), "id -1");
+    /* ids of another dtype: refused by name, never read as int64 */
+    int32_t i32[2] = {0, 0};
+    cg_tensor *t32 = cg_from_i32(CG_SHAPE(2), i32);
+    CG_ASSERT_FAILS(cg_embed_forward(e, t32), "Embedding: argument 'ids' is int32, expected int64");
+    cg_release(t32);
     free(w);
     cg_module_free(CG_MODULE(e));
 }

@@ -81,6 +81,7 @@ START_TEST(test_record_failure_nn_ops)
     cg_rng rng = cg_rng_new(1);
     const int64_t t[2] = {0, 2}, ids[2] = {1, 0};
     const int64_t gi[6] = {0, 1, 0, 1, 0, 1};
+    cg_tensor *ti = cg_test_ids(2, ids), *tg = cg_test_ids_nd(CG_SHAPE(2, 3), gi);
     ASSERT_OOM(cg_softmax(a, 1));
     ASSERT_OOM(cg_log_softmax(a, 1));
     ASSERT_OOM(cg_cross_entropy(a, t, 2, -1, 0.0f));
@@ -90,8 +91,8 @@ START_TEST(test_record_failure_nn_ops)
     ASSERT_OOM(cg_add_rms_norm(a, b, w, 1e-5f));
     ASSERT_OOM(cg_dropout(a, 0.5f, &rng, true));
     ASSERT_OOM(cg_concat((cg_tensor *const[]){a, b}, 2, 0));
-    ASSERT_OOM(cg_index_select(a, 0, ids, 2));
-    ASSERT_OOM(cg_gather(a, 1, gi, 2, (const int64_t[]){2, 3}));
+    ASSERT_OOM(cg_index_select(a, 0, ti));
+    ASSERT_OOM(cg_gather(a, 1, tg));
     ASSERT_OOM(cg_affine(a, lw, NULL));
     ASSERT_OOM(cg_affine_relu(a, lw, NULL));
     ASSERT_OOM(cg_attention(q, q, q, true, NULL, NULL));

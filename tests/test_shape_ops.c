@@ -219,7 +219,7 @@ START_TEST(test_index_select)
     const int64_t ids[] = {2, 0, 2, 2, 1, 0};
     for (int dim = -3; dim < 3; dim++) {
         int d = dim < 0 ? dim + 3 : dim;
-        cg_tensor *out = cg_k_index_select(x, dim, ids, 6);
+        cg_tensor *out = cg_k_index_select(x, dim, cg_test_ids(6, ids));
         ck_assert_msg(out != NULL, "%s", cg_last_error());
         ck_assert_int_eq(out->shape[d], 6);
         for (int64_t lin = 0; lin < cg_numel(out); lin++) {
@@ -232,7 +232,7 @@ START_TEST(test_index_select)
         cg_release(out);
     }
     /* no ids: an empty result */
-    cg_tensor *e = cg_k_index_select(x, 0, NULL, 0);
+    cg_tensor *e = cg_k_index_select(x, 0, cg_test_ids(0, NULL));
     ck_assert_ptr_nonnull(e);
     ck_assert_int_eq(cg_numel(e), 0);
     ck_assert_int_eq(e->shape[0], 0);
@@ -243,11 +243,11 @@ END_TEST
 START_TEST(test_index_select_errors)
 {
     cg_tensor *x = cg_zeros(CG_SHAPE(5, 3));
-    CG_ASSERT_FAILS(cg_k_index_select(x, 0, (const int64_t[]){1, 4, 5}, 3), "id 5");
-    CG_ASSERT_FAILS(cg_k_index_select(x, 0, (const int64_t[]){-1}, 1), "id -1");
-    CG_ASSERT_FAILS(cg_k_index_select(x, 1, (const int64_t[]){0, 3}, 2), "[5, 3]");
-    CG_ASSERT_FAILS(cg_k_index_select(x, 2, (const int64_t[]){0}, 1), "dim 2");
-    ck_assert_ptr_null(cg_k_index_select(NULL, 0, (const int64_t[]){0}, 1));
+    CG_ASSERT_FAILS(cg_k_index_select(x, 0, cg_test_ids(3, (const int64_t[]){1, 4, 5})), "id 5");
+    CG_ASSERT_FAILS(cg_k_index_select(x, 0, cg_test_ids(1, (const int64_t[]){-1})), "id -1");
+    CG_ASSERT_FAILS(cg_k_index_select(x, 1, cg_test_ids(2, (const int64_t[]){0, 3})), "[5, 3]");
+    CG_ASSERT_FAILS(cg_k_index_select(x, 2, cg_test_ids(1, (const int64_t[]){0})), "dim 2");
+    ck_assert_ptr_null(cg_k_index_select(NULL, 0, cg_test_ids(1, (const int64_t[]){0})));
     cg_release(x);
 }
 END_TEST
@@ -281,7 +281,8 @@ START_TEST(test_index_add)
             float *expect = cg_test_values(dst), *sv = cg_test_values(src);
             ref_index_add(expect, ds, dim, ids, 7, sv);
             bool was_contig = cg_is_contiguous(dst);
-            ck_assert_msg(cg_k_index_add_(dst, dim, ids, 7, src), "%s", cg_last_error());
+            ck_assert_msg(cg_k_index_add_(dst, dim, cg_test_ids(7, ids), src), "%s",
+                          cg_last_error());
             ck_assert(cg_is_contiguous(dst) == was_contig); /* in place, layout kept */
             CG_ASSERT_TENSOR(dst, expect, 0, 0);            /* same order of additions: exact */
             free(expect);
@@ -310,13 +311,13 @@ START_TEST(test_index_add_embedding_grad)
     for (int k = 0; k < 2; k++) {
         cg_set_num_threads(k + 1);
         g[k] = cg_zeros(CG_SHAPE(50, 96));
-        ck_assert(cg_k_index_add_(g[k], 0, ids, n, src));
+        ck_assert(cg_k_index_add_(g[k], 0, cg_test_ids(n, ids), src));
     }
     cg_set_num_threads(0);
     CG_ASSERT_TENSOR(g[0], expect, 0, 0);
     ck_assert(bit_equal(g[0], g[1]));
     /* index_select back: rows of the table */
-    cg_tensor *sel = cg_k_index_select(g[0], 0, ids, 3);
+    cg_tensor *sel = cg_k_index_select(g[0], 0, cg_test_ids(3, ids));
     for (int i = 0; i < 3; i++)
         for (int j = 0; j < D; j++)
             ck_assert(cg_data(sel)[i * D + j] == expect[ids[i] * D + j]);
@@ -330,17 +331,17 @@ END_TEST
 START_TEST(test_index_add_errors)
 {
     cg_tensor *dst = cg_zeros(CG_SHAPE(4, 3)), *src = cg_ones(CG_SHAPE(2, 3));
-    ck_assert(!cg_k_index_add_(dst, 0, (const int64_t[]){1, 9}, 2, src));
+    ck_assert(!cg_k_index_add_(dst, 0, cg_test_ids(2, (const int64_t[]){1, 9}), src));
     ck_assert_ptr_nonnull(strstr(cg_last_error(), "id 9"));
     float zeros[12] = {0};
     CG_ASSERT_TENSOR(dst, zeros, 0, 0); /* untouched */
-    ck_assert(!cg_k_index_add_(dst, 0, (const int64_t[]){1, 2, 3}, 3, src));
+    ck_assert(!cg_k_index_add_(dst, 0, cg_test_ids(3, (const int64_t[]){1, 2, 3}), src));
     ck_assert_ptr_nonnull(strstr(cg_last_error(), "[2, 3]"));
-    ck_assert(!cg_k_index_add_(dst, 1, (const int64_t[]){0, 1}, 2, src));
+    ck_assert(!cg_k_index_add_(dst, 1, cg_test_ids(2, (const int64_t[]){0, 1}), src));
     ck_assert_ptr_nonnull(strstr(cg_last_error(), "index_add_"));
     cg_tensor *row = cg_zeros(CG_SHAPE(1, 3));
     cg_tensor *bc = cg_view_expand(row, CG_SHAPE(4, 3));
-    ck_assert(!cg_k_index_add_(bc, 0, (const int64_t[]){1, 2}, 2, src));
+    ck_assert(!cg_k_index_add_(bc, 0, cg_test_ids(2, (const int64_t[]){1, 2}), src));
     ck_assert_ptr_nonnull(strstr(cg_last_error(), "broadcast"));
     cg_release_all(4, dst, src, row, bc);
 }
@@ -351,10 +352,10 @@ START_TEST(test_gather)
 {
     /* torch.gather(a, 1, [[0, 0], [1, 0]]) on [[1, 2], [3, 4]] = [[1, 1], [4, 3]] */
     cg_tensor *a = cg_from_data(CG_SHAPE(2, 2), (float[]){1, 2, 3, 4});
-    cg_tensor *o = cg_k_gather(a, 1, (const int64_t[]){0, 0, 1, 0}, CG_SHAPE(2, 2));
+    cg_tensor *o = cg_k_gather(a, 1, cg_test_ids_nd(CG_SHAPE(2, 2), (const int64_t[]){0, 0, 1, 0}));
     CG_ASSERT_TENSOR(o, ((const float[]){1, 1, 4, 3}), 0, 0);
     /* dim 0, index smaller than a outside dim */
-    cg_tensor *o0 = cg_k_gather(a, 0, (const int64_t[]){1, 1, 0}, CG_SHAPE(3, 1));
+    cg_tensor *o0 = cg_k_gather(a, 0, cg_test_ids_nd(CG_SHAPE(3, 1), (const int64_t[]){1, 1, 0}));
     CG_ASSERT_TENSOR(o0, ((const float[]){3, 3, 1}), 0, 0);
     cg_release_all(3, a, o, o0);
 
@@ -368,7 +369,7 @@ START_TEST(test_gather)
         int64_t *ids = malloc((size_t)n * sizeof(int64_t));
         for (int64_t i = 0; i < n; i++)
             ids[i] = (int64_t)cg_rng_below(&r, (uint64_t)x->shape[dim]);
-        cg_tensor *out = cg_k_gather(x, dim - 3, ids, 3, is);
+        cg_tensor *out = cg_k_gather(x, dim - 3, cg_test_ids_nd(3, is, ids));
         ck_assert_msg(out != NULL, "%s", cg_last_error());
         for (int64_t lin = 0; lin < n; lin++) {
             int64_t idx[3];
@@ -389,7 +390,8 @@ START_TEST(test_scatter_add)
      * = [[4, 0, 2], [0, 15, 0]] */
     cg_tensor *dst = cg_zeros(CG_SHAPE(2, 3));
     cg_tensor *src = cg_from_data(CG_SHAPE(2, 3), (float[]){1, 2, 3, 4, 5, 6});
-    ck_assert(cg_k_scatter_add_(dst, 1, (const int64_t[]){0, 2, 0, 1, 1, 1}, src));
+    ck_assert(cg_k_scatter_add_(
+        dst, 1, cg_test_ids_nd(src->ndim, src->shape, (const int64_t[]){0, 2, 0, 1, 1, 1}), src));
     CG_ASSERT_TENSOR(dst, ((const float[]){4, 0, 2, 0, 15, 0}), 0, 0);
     cg_release_all(2, dst, src);
 
@@ -405,10 +407,11 @@ START_TEST(test_scatter_add)
         for (int64_t i = 0; i < n; i++)
             ids[i] = (int64_t)cg_rng_below(&r, (uint64_t)a->shape[dim]);
         cg_tensor *s = nc3(&r, is[0], is[1], is[2], dim + 1);
-        cg_tensor *ga = cg_k_gather(a, dim, ids, 3, is);
+        cg_tensor *ga = cg_k_gather(a, dim, cg_test_ids_nd(3, is, ids));
         cg_tensor *z = nc3(&r, 4, 5, 3, 0);
         cg_fill_(z, 0.0f);
-        ck_assert_msg(cg_k_scatter_add_(z, dim, ids, s), "%s", cg_last_error());
+        ck_assert_msg(cg_k_scatter_add_(z, dim, cg_test_ids_nd(s->ndim, s->shape, ids), s), "%s",
+                      cg_last_error());
         float *gv = cg_test_values(ga), *sv = cg_test_values(s);
         float *av = cg_test_values(a), *zv = cg_test_values(z);
         double l = 0, rr = 0;
@@ -449,7 +452,7 @@ START_TEST(test_scatter_add_threads)
     for (int k = 0; k < 2; k++) {
         cg_set_num_threads(k + 1);
         d[k] = cg_zeros(CG_SHAPE(3000, 40));
-        ck_assert(cg_k_scatter_add_(d[k], 1, ids, s));
+        ck_assert(cg_k_scatter_add_(d[k], 1, cg_test_ids_nd(s->ndim, s->shape, ids), s));
     }
     cg_set_num_threads(0);
     ck_assert(bit_equal(d[0], d[1]));
@@ -462,13 +465,19 @@ END_TEST
 START_TEST(test_gather_errors)
 {
     cg_tensor *a = cg_zeros(CG_SHAPE(2, 3));
-    CG_ASSERT_FAILS(cg_k_gather(a, 1, (const int64_t[]){0, 3}, CG_SHAPE(1, 2)), "id 3");
-    CG_ASSERT_FAILS(cg_k_gather(a, 0, (const int64_t[]){0, -2}, CG_SHAPE(1, 2)), "id -2");
-    CG_ASSERT_FAILS(cg_k_gather(a, 1, (const int64_t[]){0, 0, 0}, CG_SHAPE(3, 1)), "[3, 1]");
-    CG_ASSERT_FAILS(cg_k_gather(a, 1, (const int64_t[]){0, 0}, CG_SHAPE(2)), "gather");
-    CG_ASSERT_FAILS(cg_k_gather(a, 2, (const int64_t[]){0}, CG_SHAPE(1, 1)), "dim 2");
+    CG_ASSERT_FAILS(cg_k_gather(a, 1, cg_test_ids_nd(CG_SHAPE(1, 2), (const int64_t[]){0, 3})),
+                    "id 3");
+    CG_ASSERT_FAILS(cg_k_gather(a, 0, cg_test_ids_nd(CG_SHAPE(1, 2), (const int64_t[]){0, -2})),
+                    "id -2");
+    CG_ASSERT_FAILS(cg_k_gather(a, 1, cg_test_ids_nd(CG_SHAPE(3, 1), (const int64_t[]){0, 0, 0})),
+                    "[3, 1]");
+    CG_ASSERT_FAILS(cg_k_gather(a, 1, cg_test_ids_nd(CG_SHAPE(2), (const int64_t[]){0, 0})),
+                    "gather");
+    CG_ASSERT_FAILS(cg_k_gather(a, 2, cg_test_ids_nd(CG_SHAPE(1, 1), (const int64_t[]){0})),
+                    "dim 2");
     cg_tensor *s = cg_ones(CG_SHAPE(1, 2));
-    ck_assert(!cg_k_scatter_add_(a, 0, (const int64_t[]){0, 5}, s));
+    ck_assert(
+        !cg_k_scatter_add_(a, 0, cg_test_ids_nd(s->ndim, s->shape, (const int64_t[]){0, 5}), s));
     ck_assert_ptr_nonnull(strstr(cg_last_error(), "id 5"));
     float zeros[6] = {0};
     CG_ASSERT_TENSOR(a, zeros, 0, 0);

@@ -5,6 +5,26 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The tensors of cg_test_ids, held until cg_test_run returns. */
+static cg_tensor **g_ids;
+static int64_t g_nids, g_capids;
+
+cg_tensor *cg_test_ids_nd(int ndim, const int64_t *shape, const int64_t *ids)
+{
+    cg_tensor *t = cg_numel_shape(ndim, shape) == 0 || !ids ? cg_zeros_dtype(CG_I64, ndim, shape)
+                                                            : cg_from_i64(ndim, shape, ids);
+    ck_assert_msg(t != NULL, "%s", cg_last_error());
+    if (g_nids == g_capids) {
+        g_capids = g_capids ? 2 * g_capids : 64;
+        g_ids = realloc(g_ids, (size_t)g_capids * sizeof *g_ids);
+        ck_assert(g_ids != NULL);
+    }
+    g_ids[g_nids++] = cg_hold(t); /* no scope of the test releases it */
+    return t;
+}
+
+cg_tensor *cg_test_ids(int64_t n, const int64_t *ids) { return cg_test_ids_nd(1, &n, ids); }
+
 int cg_test_run(Suite **suites, int n)
 {
     SRunner *sr = srunner_create(suites[0]);
@@ -13,6 +33,13 @@ int cg_test_run(Suite **suites, int n)
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);
+    for (int64_t i = 0; i < g_nids; i++) {
+        cg_unhold(g_ids[i]);
+        cg_release(g_ids[i]);
+    }
+    free(g_ids);
+    g_ids = NULL;
+    g_nids = g_capids = 0;
     return failed == 0 ? 0 : 1;
 }
 

@@ -47,6 +47,11 @@ void cg_assert_refused_impl(bool failed, const char *needle, const char *expr, c
     cg_assert_fails_impl((void *)(expr), (needle), #expr, __FILE__, __LINE__)
 void cg_assert_fails_impl(void *result, const char *needle, const char *expr, const char *file,
                           int line);
+/* An int64 tensor of n ids (1-d) / of the given shape, copied from ids
+ * (NULL or no elements: zeros), held by the runner until cg_test_run
+ * returns: tests pass them to functions taking ids without releasing. */
+cg_tensor *cg_test_ids(int64_t n, const int64_t *ids);
+cg_tensor *cg_test_ids_nd(int ndim, const int64_t *shape, const int64_t *ids);
 /* A contiguous copy of t's values (malloc'd; caller frees). */
 float *cg_test_values(const cg_tensor *t);
 /* Non-contiguous test input: a tensor of the given shape whose storage is

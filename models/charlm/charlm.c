@@ -194,7 +194,7 @@ cg_tensor *cg_charlm_forward(cg_charlm *m, const int64_t *ids, int64_t B, int64_
     if (!sc)
         return NULL;
     /* embedding * sqrt(d) + pe[:T], dropout */
-    cg_tensor *e = cg_embed_forward(m->tok_emb, ids, 2, (const int64_t[]){B, T});
+    cg_tensor *e = cg_embed_forward(m->tok_emb, cg_from_i64(CG_SHAPE(B, T), ids));
     cg_tensor *x = cg_add(cg_muls(e, (float)sqrt((double)c->d)), cg_view_narrow(m->pe, 0, 0, T));
     cg_tensor *h = cg_dropout(x, c->dropout, &m->dropout_rng, m->base.training);
     cg_attn_mask mask = {.causal = true};

@@ -43,7 +43,9 @@ cg_tensor *cg_charlm_forward_cached(cg_charlm *m, cg_kv_cache *c, const int64_t 
         }
     cg_module_train(CG_MODULE(m), false);
     cg_no_grad_begin();
-    cg_tensor *e = cg_embed_forward(m->tok_emb, ids, 2, (const int64_t[]){B, n});
+    cg_tensor *idt = cg_from_i64(CG_SHAPE(B, n), ids);
+    cg_tensor *e = cg_embed_forward(m->tok_emb, idt);
+    cg_release(idt);
     cg_tensor *es = cg_muls(e, (float)sqrt((double)cfg->d));
     cg_release(e);
     cg_tensor *pe = cg_view_narrow(m->pe, 0, pos, n);

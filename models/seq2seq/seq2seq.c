@@ -201,7 +201,7 @@ static cg_tensor *embed_at(cg_seq2seq *m, const int64_t *ids, int64_t B, int64_t
     cg_scope *sc = cg_scope_begin(); /* the intermediates die at its end */
     if (!sc)
         return NULL;
-    cg_tensor *e = cg_embed_forward(m->emb, ids, 2, (const int64_t[]){B, L});
+    cg_tensor *e = cg_embed_forward(m->emb, cg_from_i64(CG_SHAPE(B, L), ids));
     cg_tensor *x =
         cg_add(cg_muls(e, (float)sqrt((double)m->cfg.d)), cg_view_narrow(m->pe, 0, pos, L));
     cg_tensor *h = cg_keep(cg_dropout(x, m->cfg.dropout, &m->dropout_rng, m->base.training));
@@ -305,7 +305,9 @@ bool cg_seq2seq_memory_select(const cg_seq2seq_memory *mem, const int64_t *rows,
     }
     for (int64_t i = 0; i < n; i++)
         memcpy(pad + i * mem->S, mem->src_pad + rows[i] * mem->S, (size_t)mem->S);
-    cg_tensor *t = cg_index_select(mem->memory, 0, rows, n);
+    cg_tensor *rt = cg_from_i64(1, &n, rows);
+    cg_tensor *t = rt ? cg_index_select(mem->memory, 0, rt) : NULL;
+    cg_release(rt);
     if (!t) {
         free(pad);
         return false;
