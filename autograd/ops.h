@@ -128,14 +128,15 @@ cg_tensor *cg_affine_relu(cg_tensor *x, cg_tensor *w, cg_tensor *b);
 /* Fused scaled-dot-product attention: q [B,H,Tq,dh], k and v [B,H,Tk,dh]
  * (any strides) -> softmax(q k^T / sqrt(dh), masked) v, [B,H,Tq,dh] (a view
  * of [B,Tq,H,dh] contiguous storage). Key j is masked for query i when
- * (causal && j > i) or key_pad[b*Tk + j] != 0 (key_pad: B*Tk bytes or NULL).
+ * (causal && j > i) or key_pad[b, j] (key_pad: bool [B, Tk], true =
+ * padding, or NULL; checked: another dtype or shape is refused).
  * *weights_out (if not NULL) gets the weights [B,H,Tq,Tk], detached
  * (computed only when asked for). Tiled with an online softmax: the graph
  * keeps the output and one log-sum-exp per row, and the backward
  * recomputes the weights tile by tile, so memory is linear in T; the causal
  * part above the diagonal is never computed. */
 cg_tensor *cg_attention(cg_tensor *q, cg_tensor *k, cg_tensor *v, bool causal,
-                        const uint8_t *key_pad, cg_tensor **weights_out);
+                        const cg_tensor *key_pad, cg_tensor **weights_out);
 /* torch.gather along dim: index int64 with a's ndim, the result's shape. */
 cg_tensor *cg_gather(cg_tensor *a, int dim, const cg_tensor *index);
 

@@ -464,28 +464,17 @@ cg_tensor *cg_gather(cg_tensor *a, int dim, const cg_tensor *index)
 /* Fused scaled-dot-product attention (core/attention.c): the node keeps
  * the output (an alias) and the kernel's saved state: each row's
  * log-sum-exp beyond 256 keys (the backward recomputes the weights tile by
- * tile), the weights up to 256. The backward needs the masks, so the
- * key-padding bytes are copied onto the node. */
-typedef struct {
-    uint8_t *key_pad; /* B*Tk bytes or NULL */
-} attn_ctx;
-
-static void attn_ctx_free(void *p)
-{
-    attn_ctx *c = p;
-    free(c->key_pad);
-    free(c);
-}
-
+ * tile), the weights up to 256. The backward needs the key-padding mask:
+ * the node keeps a copy of it (saved[2]), as PyTorch's backward does not
+ * depend on the caller's mask either. */
 static bool attention_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {
-    const attn_ctx *c = n->ctx;
     return cg_k_attention_backward(IN(0), IN(1), IN(2), n->saved[0], n->saved[1], g, n->p.i[0] != 0,
-                                   c ? c->key_pad : NULL, NEEDS(0) ? &gin[0] : NULL,
+                                   n->saved[2], NEEDS(0) ? &gin[0] : NULL,
                                    NEEDS(1) ? &gin[1] : NULL, NEEDS(2) ? &gin[2] : NULL);
 }
 cg_tensor *cg_attention(cg_tensor *q, cg_tensor *k, cg_tensor *v, bool causal,
-                        const uint8_t *key_pad, cg_tensor **weights_out)
+                        const cg_tensor *key_pad, cg_tensor **weights_out)
 {
     if (weights_out)
         *weights_out = NULL;
@@ -498,23 +487,10 @@ cg_tensor *cg_attention(cg_tensor *q, cg_tensor *k, cg_tensor *v, bool causal,
     bool ok = !cg_record_failed(n, 3, in);
     if (n) {
         n->p.i[0] = causal;
-        ok = save_alias(n, out) && cg_node_save(n, saved) >= 0;
-        if (ok && key_pad) {
-            size_t bytes = (size_t)(k->shape[0] * k->shape[2]);
-            attn_ctx *c = calloc(1, sizeof *c);
-            uint8_t *kp = malloc(bytes ? bytes : 1);
-            if (c && kp) {
-                memcpy(kp, key_pad, bytes);
-                c->key_pad = kp;
-                n->ctx = c;
-                n->ctx_free = attn_ctx_free;
-            } else {
-                free(c);
-                free(kp);
-                cg_set_error("attention: out of memory");
-                ok = false;
-            }
-        }
+        cg_tensor *kp = key_pad ? cg_k_clone(key_pad) : NULL; /* the caller may change theirs */
+        ok = save_alias(n, out) && cg_node_save(n, saved) >= 0 &&
+             (!key_pad || (kp && cg_node_save(n, kp) >= 0));
+        cg_release(kp);
     }
     cg_release(saved);
     if (ok && weights_out && !(*weights_out = cg_detach(w)))

@@ -40,6 +40,7 @@
 #include "core/gemm.h"
 #include "core/ops.h"
 #include "core/vmath.h"
+#include "core/upcast.h"
 
 #define QB 64     /* query rows per tile; also keys per sub-block of dk/dv (causal) */
 #define KB 512    /* keys per block (a multiple of QB) */
@@ -51,6 +52,8 @@ static bool check_qkv(const char *op, const cg_tensor *q, const cg_tensor *k, co
         cg_error_null_input(op);
         return false;
     }
+    if (!cg_f32_args(op, 3, (const cg_tensor *[]){q, k, v}))
+        return false;
     if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4 || q->shape[0] != k->shape[0] ||
         q->shape[1] != k->shape[1] || !cg_same_shape(k, v) || q->shape[3] != k->shape[3]) {
         char a[96], b[96], c[96];
@@ -370,8 +373,35 @@ static cg_tensor *attention_weights(const cg_tensor *q, const cg_tensor *k, bool
     return P;
 }
 
+/* The key-padding mask of op: NULL (none) or bool [B, Tk], true = a
+ * padding key. *bytes gets a contiguous copy or alias of it (release it;
+ * NULL for none). False + error naming the argument, the expected and the
+ * given dtype or shape (PyTorch: "expecting key_padding_mask shape of
+ * (2, 3), but got torch.Size([1, 3])"). */
+static bool key_pad_arg(const char *op, const cg_tensor *key_pad, int64_t B, int64_t Tk,
+                        cg_tensor **bytes)
+{
+    *bytes = NULL;
+    if (!key_pad)
+        return true;
+    if (!cg_check_dtype(op, "key_pad", key_pad, CG_BOOL))
+        return false;
+    if (key_pad->ndim != 2 || key_pad->shape[0] != B || key_pad->shape[1] != Tk) {
+        char a[96], b[96];
+        cg_set_error("%s: argument 'key_pad' has shape %s, expected [B, Tk] = %s", op,
+                     cg_shape_str(key_pad, a, sizeof a),
+                     cg_shape_str_n(2, (const int64_t[]){B, Tk}, b, sizeof b));
+        return false;
+    }
+    return (*bytes = cg_k_contiguous(key_pad)) != NULL;
+}
+
+static cg_tensor *attention_fwd(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
+                                bool causal, const uint8_t *key_pad, cg_tensor **saved,
+                                cg_tensor **weights);
+
 cg_tensor *cg_k_attention(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v, bool causal,
-                          const uint8_t *key_pad, cg_tensor **saved, cg_tensor **weights)
+                          const cg_tensor *key_pad, cg_tensor **saved, cg_tensor **weights)
 {
     if (weights)
         *weights = NULL;
@@ -379,6 +409,19 @@ cg_tensor *cg_k_attention(const cg_tensor *q, const cg_tensor *k, const cg_tenso
         *saved = NULL;
     if (!check_qkv("attention", q, k, v))
         return NULL;
+    cg_tensor *kp;
+    if (!key_pad_arg("attention", key_pad, q->shape[0], k->shape[2], &kp))
+        return NULL;
+    cg_tensor *out = attention_fwd(q, k, v, causal, kp ? (const uint8_t *)cg_data_bool(kp) : NULL,
+                                   saved, weights);
+    cg_release(kp);
+    return out;
+}
+
+static cg_tensor *attention_fwd(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
+                                bool causal, const uint8_t *key_pad, cg_tensor **saved,
+                                cg_tensor **weights)
+{
     const int64_t B = q->shape[0], H = q->shape[1], Tq = q->shape[2], dh = q->shape[3];
     const int64_t Tk = k->shape[2], BH = B * H;
     const bool degen = Tq == 0 || Tk == 0 || dh == 0 || BH == 0;
@@ -523,9 +566,14 @@ static void bwd_head(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
     }
 }
 
+static bool attention_bwd(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
+                          const cg_tensor *out, const cg_tensor *saved, const cg_tensor *g,
+                          bool causal, const uint8_t *key_pad, cg_tensor **dq, cg_tensor **dk,
+                          cg_tensor **dv);
+
 bool cg_k_attention_backward(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
                              const cg_tensor *out, const cg_tensor *saved, const cg_tensor *g,
-                             bool causal, const uint8_t *key_pad, cg_tensor **dq, cg_tensor **dk,
+                             bool causal, const cg_tensor *key_pad, cg_tensor **dq, cg_tensor **dk,
                              cg_tensor **dv)
 {
     if (dq)
@@ -536,6 +584,22 @@ bool cg_k_attention_backward(const cg_tensor *q, const cg_tensor *k, const cg_te
         *dv = NULL;
     if (!check_qkv("attention backward", q, k, v) || !out || !saved || !g)
         return false;
+    if (!cg_f32_args("attention backward", 2, (const cg_tensor *[]){out, g}))
+        return false;
+    cg_tensor *kp;
+    if (!key_pad_arg("attention backward", key_pad, q->shape[0], k->shape[2], &kp))
+        return false;
+    bool ok = attention_bwd(q, k, v, out, saved, g, causal,
+                            kp ? (const uint8_t *)cg_data_bool(kp) : NULL, dq, dk, dv);
+    cg_release(kp);
+    return ok;
+}
+
+static bool attention_bwd(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
+                          const cg_tensor *out, const cg_tensor *saved, const cg_tensor *g,
+                          bool causal, const uint8_t *key_pad, cg_tensor **dq, cg_tensor **dk,
+                          cg_tensor **dv)
+{
     const int64_t B = q->shape[0], H = q->shape[1], Tq = q->shape[2], dh = q->shape[3];
     const int64_t Tk = k->shape[2];
     const bool kept = Tk <= PKEEP; /* saved: the weights [B,H,Tq,Tk], else lse [B,H,Tq] */

@@ -13,6 +13,7 @@
 #include "core/gemm.h"
 #include "core/ops.h"
 #include "core/vmath.h"
+#include "core/upcast.h"
 
 #define PAR_THRESHOLD 32768
 
@@ -77,7 +78,8 @@ static cg_tensor *linear(const cg_tensor *x, const cg_tensor *w, const cg_tensor
 {
     if (!x || !w)
         return NULL;
-    if (!check_linear("linear", x, w, b))
+    if (!cg_f32_args("linear", 3, (const cg_tensor *[]){x, w, b}) ||
+        !check_linear("linear", x, w, b))
         return NULL;
     const int64_t in = w->shape[1], out = w->shape[0];
     const int64_t N = in > 0 ? cg_numel(x) / in : cg_numel_shape(x->ndim - 1, x->shape);
@@ -173,6 +175,8 @@ bool cg_k_linear_backward(const cg_tensor *x, const cg_tensor *w, const cg_tenso
         *db = NULL;
     if (!x || !w || !g)
         return cg_error_null_input("cg_k_linear_backward");
+    if (!cg_f32_args("linear_backward", 3, (const cg_tensor *[]){x, w, g}))
+        return false;
     if (!check_linear("linear backward", x, w, NULL))
         return false;
     const int64_t in = w->shape[1], out = w->shape[0];

@@ -23,6 +23,7 @@
 #include "core/ops.h"
 #include "core/rng.h"
 #include "core/vmath.h"
+#include "core/upcast.h"
 
 #define PAR_THRESHOLD 32768
 #define CHUNK 64
@@ -243,7 +244,8 @@ static cg_tensor *norm_forward(const char *op, bool rms, const cg_tensor *x, con
         *rstd_out = NULL;
     if (!x)
         return cg_error_null_input(op), NULL;
-    if (!check_x(op, x) || !check_addend(op, x, a))
+    if (!cg_f32_args(op, 4, (const cg_tensor *[]){x, a, w, b}) || !check_x(op, x) ||
+        !check_addend(op, x, a))
         return NULL;
     int64_t D = x->shape[x->ndim - 1];
     if (!check_param(op, "weight", w, x, D) || !check_param(op, "bias", b, x, D))
@@ -345,7 +347,9 @@ static bool norm_backward(const char *op, bool rms, const cg_tensor *x, const cg
         *dw = NULL;
     if (db)
         *db = NULL;
-    if (!x || !rstd || !g || (!rms && !mean) || !check_x(op, x) || !check_addend(op, x, a))
+    if (!x || !rstd || !g || (!rms && !mean) ||
+        !cg_f32_args(op, 4, (const cg_tensor *[]){x, a, w, g}) || !check_x(op, x) ||
+        !check_addend(op, x, a))
         return false;
     char b1[96], b2[96];
     if (!cg_same_shape(x, g)) {
@@ -519,6 +523,8 @@ cg_tensor *cg_k_dropout(const cg_tensor *a, float p, cg_rng *rng, cg_tensor **ma
         cg_error_null_input("cg_k_dropout");
         return NULL;
     }
+    if (!cg_f32_args("dropout", 1, &a))
+        return NULL;
     if (!(p >= 0.0f && p <= 1.0f)) {
         char b[96];
         cg_set_error("dropout: p must be in [0, 1] (got %g, input shape %s)", (double)p,

@@ -223,8 +223,9 @@ bool cg_k_linear_backward(const cg_tensor *x, const cg_tensor *w, const cg_tenso
 
 /* Fused scaled-dot-product attention on split heads: q [B,H,Tq,dh], k and
  * v [B,H,Tk,dh] (any strides). softmax(q k^T / sqrt(dh), masked) v with
- * key j masked for query i when (causal && j > i) or key_pad[b*Tk + j]
- * (key_pad: B*Tk bytes, nonzero = padding; may be NULL). A query with every
+ * key j masked for query i when (causal && j > i) or key_pad[b, j]
+ * (key_pad: bool [B, Tk], true = padding, any strides; may be NULL; another
+ * dtype or shape is refused naming both). A query with every
  * key masked gets NaN, as PyTorch. Computed in tiles with an online
  * softmax (memory linear in T; the causal part above the diagonal is never
  * computed). Returns [B,H,Tq,dh] as a VIEW of fresh [B,Tq,H,dh] contiguous
@@ -236,7 +237,7 @@ bool cg_k_linear_backward(const cg_tensor *x, const cg_tensor *w, const cg_tenso
  * weights [B,H,Tq,Tk] (contiguous, exact zeros where masked), computed
  * only when asked for beyond 256 keys. */
 cg_tensor *cg_k_attention(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v, bool causal,
-                          const uint8_t *key_pad, cg_tensor **saved, cg_tensor **weights);
+                          const cg_tensor *key_pad, cg_tensor **saved, cg_tensor **weights);
 /* Gradients of cg_k_attention given its output out, its saved state, the
  * same masks and the output gradient g ([B,H,Tq,dh], any strides); beyond
  * 256 keys the weights are recomputed tile by tile. dq/dk/dv may each be
@@ -244,7 +245,7 @@ cg_tensor *cg_k_attention(const cg_tensor *q, const cg_tensor *k, const cg_tenso
  * storage. */
 bool cg_k_attention_backward(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
                              const cg_tensor *out, const cg_tensor *saved, const cg_tensor *g,
-                             bool causal, const uint8_t *key_pad, cg_tensor **dq, cg_tensor **dk,
+                             bool causal, const cg_tensor *key_pad, cg_tensor **dq, cg_tensor **dk,
                              cg_tensor **dv);
 
 /* ---------------------------------------------------------- shape ops */

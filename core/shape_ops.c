@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "core/ops.h"
+#include "core/upcast.h"
 
 #define PAR_THRESHOLD 32768
 
@@ -576,6 +577,8 @@ cg_tensor *cg_k_triangle(const cg_tensor *a, int64_t diagonal, bool upper)
         cg_error_null_input("cg_k_triangle");
         return NULL;
     }
+    if (!cg_f32_args(upper ? "triu" : "tril", 1, &a))
+        return NULL;
     const char *op = upper ? "triu" : "tril";
     if (a->ndim < 2) {
         char b[96];
@@ -622,6 +625,8 @@ cg_tensor *cg_k_cumsum(const cg_tensor *a, int dim, bool reverse)
         cg_error_null_input("cg_k_cumsum");
         return NULL;
     }
+    if (!cg_f32_args("cumsum", 1, &a))
+        return NULL;
     int64_t outer, n, inner;
     if (!around_dim("cumsum", a, &dim, &outer, &n, &inner))
         return NULL;

@@ -101,6 +101,22 @@ static inline cg_tensor *cg_upcast_end(cg_upcast *u, cg_tensor *out)
     return out;
 }
 
+/* The check of the kernels that take float32 only: each non-NULL argument
+ * is float32, or false + "<op>: argument <k> is bfloat16, expected
+ * float32 (convert with cg_to)". */
+static inline bool cg_f32_args(const char *op, int n, const cg_tensor *const *ts)
+{
+    for (int k = 0; k < n; k++) {
+        if (ts[k] && ts[k]->dtype != CG_F32) {
+            cg_set_error("%s: argument %d is %s, expected float32%s", op, k + 1,
+                         cg_dtype_name(ts[k]->dtype),
+                         cg_dtype_is_float(ts[k]->dtype) ? " (convert with cg_to)" : "");
+            return false;
+        }
+    }
+    return true;
+}
+
 /* where and masked_fill on integer and bool values (core/typed.c): the
  * float kernels hand them over. */
 cg_tensor *cg_typed_where(const cg_tensor *cond, const cg_tensor *a, const cg_tensor *b);

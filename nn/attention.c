@@ -1,5 +1,7 @@
-/* Multi-head attention written out with graph ops: split heads (views),
- * scores = q @ k^T / sqrt(dh), masked_fill(-inf), softmax, @ v, merge. */
+/* Multi-head attention: the projections, the heads split as views, the
+ * fused kernel (cg_attention) for causal and key-padding masks, and the
+ * graph-op path (scores, mask, softmax, @ v) for a general mask; merge and
+ * output projection. Masks are tensors checked here and in the kernel. */
 #include "nn/attention.h"
 
 #include <math.h>
@@ -9,8 +11,35 @@
 #include "core/ops.h"
 
 /* --------------------------------------------------------------- masks */
+/* The user's attention mask as a [B|1, 1|H, Tq, Tk] view (3-d [B, Tq, Tk]
+ * gains the head dim; 2-d [Tq, Tk] and 4-d broadcast as they are), or NULL
+ * + error naming its shape and dtype. */
+static cg_tensor *mask_view(const cg_tensor *mask, const int64_t *full)
+{
+    char a[96], b[96];
+    if (mask->dtype != CG_BOOL && !cg_dtype_is_float(mask->dtype)) {
+        cg_set_error("attention: argument 'mask' is %s, expected bool (true = masked) or a float "
+                     "tensor (added to the scores)",
+                     cg_dtype_name(mask->dtype));
+        return NULL;
+    }
+    cg_tensor *v = mask->ndim == 3 ? cg_view_unsqueeze(mask, 1) : cg_view_alias(mask);
+    int64_t bs[CG_MAX_DIMS];
+    int nd = v && v->ndim >= 2 && v->ndim <= 4
+                 ? cg_broadcast_shapes("attention mask", v->ndim, v->shape, 4, full, bs)
+                 : -1;
+    if (nd != 4 || memcmp(bs, full, 4 * sizeof *bs)) {
+        cg_set_error("attention: argument 'mask' has shape %s, expected [Tq, Tk], [B, Tq, Tk] or "
+                     "a shape that broadcasts to [B, H, Tq, Tk] = %s",
+                     cg_shape_str(mask, a, sizeof a), cg_shape_str_n(4, full, b, sizeof b));
+        cg_release(v);
+        return NULL;
+    }
+    return v;
+}
+
 bool cg_attention_mask(int64_t B, int64_t H, int64_t Tq, int64_t Tk, bool causal,
-                       const uint8_t *key_pad, const cg_tensor *mask, cg_tensor **out)
+                       const cg_tensor *key_pad, const cg_tensor *mask, cg_tensor **out)
 {
     if (!out) {
         cg_set_error("attention mask: out is NULL");
@@ -23,55 +52,56 @@ bool cg_attention_mask(int64_t B, int64_t H, int64_t Tq, int64_t Tk, bool causal
         return false;
     }
     const int64_t full[4] = {B, H, Tq, Tk};
-    if (mask) {
-        int64_t bs[CG_MAX_DIMS];
+    if (key_pad && (!cg_check_dtype("attention", "key_pad", key_pad, CG_BOOL) ||
+                    key_pad->ndim != 2 || key_pad->shape[0] != B || key_pad->shape[1] != Tk)) {
         char a[96], b[96];
-        int nd = mask->ndim <= 4
-                     ? cg_broadcast_shapes("attention mask", mask->ndim, mask->shape, 4, full, bs)
-                     : -1;
-        if (nd != 4 || memcmp(bs, full, sizeof full)) {
-            cg_set_error("attention: mask %s does not broadcast to [B,H,Tq,Tk] = %s",
-                         cg_shape_str(mask, a, sizeof a), cg_shape_str_n(4, full, b, sizeof b));
-            return false;
-        }
+        if (key_pad->dtype == CG_BOOL)
+            cg_set_error("attention: argument 'key_pad' has shape %s, expected [B, Tk] = %s",
+                         cg_shape_str(key_pad, a, sizeof a),
+                         cg_shape_str_n(2, (const int64_t[]){B, Tk}, b, sizeof b));
+        return false;
     }
-    cg_tensor *base = NULL;
+    cg_tensor *um = mask ? mask_view(mask, full) : NULL;
+    if (mask && !um)
+        return false;
+    cg_tensor *base = NULL; /* bool: causal or padding */
     if (key_pad || causal) {
         int64_t nb = key_pad ? B : 1;
-        base = cg_zeros(CG_SHAPE(nb, 1, Tq, Tk));
-        if (!base)
+        base = cg_zeros_dtype(CG_BOOL, CG_SHAPE(nb, 1, Tq, Tk));
+        if (!base) {
+            cg_release(um);
             return false;
-        float *v = cg_data(base);
+        }
+        bool *v = cg_data_bool(base);
         for (int64_t b = 0; b < nb; b++)
             for (int64_t i = 0; i < Tq; i++)
                 for (int64_t j = 0; j < Tk; j++)
                     v[(b * Tq + i) * Tk + j] =
-                        ((causal && j > i) || (key_pad && key_pad[b * Tk + j])) ? 1.0f : 0.0f;
+                        (causal && j > i) || (key_pad && cg_get_i64(key_pad, (int64_t[]){b, j}));
     }
-    if (!mask) {
-        *out = base;
+    if (!um || !base) {
+        *out = um ? um : base;
         return true;
     }
-    cg_tensor *um = cg_clone(mask); /* contiguous copy, normalised to 0/1 */
-    if (!um) {
-        cg_release(base);
-        return false;
+    /* both: "or" of bool masks; a float mask gets -inf where base masks */
+    *out = um->dtype == CG_BOOL ? cg_logical_or(base, um) : cg_k_masked_fill(um, base, -INFINITY);
+    if (um->dtype != CG_BOOL && !*out && !cg_has_error())
+        cg_set_error("attention mask: out of memory");
+    if (um->dtype != CG_BOOL && *out && !cg_same_shape(*out, um)) {
+        /* masked_fill keeps um's shape: broadcast base over it instead */
+        cg_release(*out);
+        cg_tensor *inf = cg_full(CG_SHAPE(1), -INFINITY), *zero = cg_zeros(CG_SHAPE(1));
+        cg_tensor *add = inf && zero ? cg_k_where(base, inf, zero) : NULL;
+        *out = add ? cg_k_add(add, um) : NULL;
+        cg_release_all(3, inf, zero, add);
     }
-    float *u = cg_data(um);
-    for (int64_t i = 0, n = cg_numel(um); i < n; i++)
-        u[i] = u[i] != 0.0f ? 1.0f : 0.0f; /* NaN counts as masked */
-    if (!base) {
-        *out = um;
-        return true;
-    }
-    *out = cg_k_add(base, um); /* nonzero where either masks */
     cg_release_all(2, base, um);
     return *out != NULL;
 }
 
 /* ------------------------------------------------- scaled dot product */
 cg_tensor *cg_scaled_dot_product_attention(cg_tensor *q, cg_tensor *k, cg_tensor *v,
-                                           cg_tensor *mask, cg_tensor **weights_out)
+                                           const cg_tensor *mask, cg_tensor **weights_out)
 {
     if (weights_out)
         *weights_out = NULL;
@@ -90,6 +120,10 @@ cg_tensor *cg_scaled_dot_product_attention(cg_tensor *q, cg_tensor *k, cg_tensor
     }
     if (!mask) /* nothing masked: the fused kernel */
         return cg_attention(q, k, v, false, NULL, weights_out);
+    const int64_t full[4] = {q->shape[0], q->shape[1], q->shape[2], k->shape[2]};
+    cg_tensor *mv = mask_view(mask, full);
+    if (!mv)
+        return NULL;
     /* divide (not multiply by the reciprocal) to round exactly as PyTorch's
      * scores / math.sqrt(d_head) */
     cg_tensor *scale = cg_scalar((float)sqrt((double)q->shape[3]));
@@ -97,11 +131,12 @@ cg_tensor *cg_scaled_dot_product_attention(cg_tensor *q, cg_tensor *k, cg_tensor
     cg_tensor *s = cg_matmul(q, kt);
     cg_tensor *ss = cg_div(s, scale);
     cg_release_all(3, scale, kt, s);
-    if (mask && ss) {
-        cg_tensor *sm = cg_masked_fill(ss, mask, -INFINITY);
+    if (ss) { /* bool: -inf where true; float: added, as PyTorch's attn_mask */
+        cg_tensor *sm = mv->dtype == CG_BOOL ? cg_masked_fill(ss, mv, -INFINITY) : cg_add(ss, mv);
         cg_release(ss);
         ss = sm;
     }
+    cg_release(mv);
     cg_tensor *w = cg_softmax(ss, -1);
     cg_release(ss);
     if (!w)
@@ -178,8 +213,8 @@ static cg_tensor *merge_heads_out(const cg_mha *m, cg_tensor *o)
 
 typedef struct {
     bool causal;
-    const uint8_t *key_pad;
-    cg_tensor *mask;
+    const cg_tensor *key_pad;
+    const cg_tensor *mask;
     cg_tensor **weights_out;
     cg_mha_kv *kv; /* the cached form */
 } mha_args;
@@ -190,8 +225,8 @@ static cg_tensor *mha_impl(cg_module *mod, cg_tensor *const *in, void *args)
     cg_tensor *xq = in[0], *xkv = in[1];
     const mha_args *a = args;
     bool causal = a->causal;
-    const uint8_t *key_pad = a->key_pad;
-    cg_tensor *mask = a->mask, **weights_out = a->weights_out;
+    const cg_tensor *key_pad = a->key_pad, *mask = a->mask;
+    cg_tensor **weights_out = a->weights_out;
     if (!xq || !xkv)
         return NULL;
     if (xq->ndim != 3 || xkv->ndim != 3 || xq->shape[0] != xkv->shape[0] || xq->shape[2] != m->d ||
@@ -259,7 +294,7 @@ static cg_tensor *mha_impl(cg_module *mod, cg_tensor *const *in, void *args)
 }
 
 cg_tensor *cg_mha_forward(cg_mha *m, cg_tensor *xq, cg_tensor *xkv, bool causal,
-                          const uint8_t *key_pad, cg_tensor *mask, cg_tensor **weights_out)
+                          const cg_tensor *key_pad, const cg_tensor *mask, cg_tensor **weights_out)
 {
     if (weights_out)
         *weights_out = NULL;
@@ -297,7 +332,7 @@ void cg_mha_kv_free(cg_mha_kv *kv)
 }
 
 /* A [B,H,cap,dh] buffer holding rows rows[0..B) (or all rows when rows is
- * NULL) of old's first len positions. */
+ * NULL) of old's first len positions (rows checked by the caller). */
 static cg_tensor *kv_regrow(const cg_tensor *old, const int64_t *rows, int64_t B, int64_t H,
                             int64_t cap, int64_t dh, int64_t len)
 {
@@ -333,23 +368,38 @@ static bool kv_replace(cg_mha_kv *kv, const int64_t *rows, int64_t B, int64_t H,
     return true;
 }
 
-bool cg_mha_kv_reorder(cg_mha_kv *kv, const int64_t *rows, int64_t n)
+bool cg_mha_kv_reorder(cg_mha_kv *kv, const cg_tensor *rows)
 {
-    if (!kv || !rows || n < 1) {
-        cg_set_error("kv cache reorder: %s", n < 1 ? "need at least one row" : "NULL argument");
+    if (!kv || !rows) {
+        cg_set_error("kv cache reorder: NULL %s", kv ? "rows" : "cache");
+        return false;
+    }
+    if (!cg_check_dtype("kv cache reorder", "rows", rows, CG_I64))
+        return false;
+    if (rows->ndim != 1 || rows->shape[0] < 1) {
+        char b[96];
+        cg_set_error("kv cache reorder: argument 'rows' has shape %s, expected [n] with n >= 1",
+                     cg_shape_str(rows, b, sizeof b));
         return false;
     }
     if (!kv->k)
         return true; /* empty: nothing to move */
     const int64_t B = kv->k->shape[0], H = kv->k->shape[1], cap = kv->k->shape[2];
-    const int64_t dh = kv->k->shape[3];
-    for (int64_t i = 0; i < n; i++)
-        if (rows[i] < 0 || rows[i] >= B) {
+    const int64_t dh = kv->k->shape[3], n = rows->shape[0];
+    cg_tensor *rc = cg_k_contiguous(rows);
+    if (!rc)
+        return false;
+    const int64_t *r = cg_data_i64(rc);
+    bool ok = true;
+    for (int64_t i = 0; ok && i < n; i++)
+        if (r[i] < 0 || r[i] >= B) {
             cg_set_error("kv cache reorder: row %lld (entry %lld) is outside [0, %lld)",
-                         (long long)rows[i], (long long)i, (long long)B);
-            return false;
+                         (long long)r[i], (long long)i, (long long)B);
+            ok = false;
         }
-    return kv_replace(kv, rows, n, H, cap, dh);
+    ok = ok && kv_replace(kv, r, n, H, cap, dh);
+    cg_release(rc);
+    return ok;
 }
 
 /* Append kh, vh [B,H,n,dh] at position kv->len, growing the buffers. */
@@ -387,7 +437,7 @@ static cg_tensor *mha_cached_impl(cg_module *mod, cg_tensor *const *in, void *ar
     cg_tensor *xq = in[0], *xkv = in[1];
     const mha_args *a = args;
     bool causal = a->causal;
-    const uint8_t *key_pad = a->key_pad;
+    const cg_tensor *key_pad = a->key_pad;
     cg_mha_kv *kv = a->kv;
     if (!xq)
         return NULL;
@@ -436,15 +486,25 @@ static cg_tensor *mha_cached_impl(cg_module *mod, cg_tensor *const *in, void *ar
         /* One new query sees every cached key; new queries from position 0
          * are the kernel's causal case; otherwise an explicit mask. */
         bool offset_causal = causal && n > 1 && past > 0;
-        if (offset_causal && (mask = cg_zeros(CG_SHAPE(key_pad ? B : 1, 1, n, Tk)))) {
-            float *md = cg_data(mask);
+        if (offset_causal && key_pad &&
+            (key_pad->dtype != CG_BOOL || key_pad->ndim != 2 || key_pad->shape[0] != B ||
+             key_pad->shape[1] != Tk)) { /* the kernel's check, for this path too */
+            char a[96], b[96];
+            cg_set_error("attention: argument 'key_pad' (%s %s) is not bool [B, Tk] = %s",
+                         cg_dtype_name(key_pad->dtype), cg_shape_str(key_pad, a, sizeof a),
+                         cg_shape_str_n(2, (const int64_t[]){B, Tk}, b, sizeof b));
+            ok = false;
+        }
+        if (ok && offset_causal &&
+            (mask = cg_zeros_dtype(CG_BOOL, CG_SHAPE(key_pad ? B : 1, 1, n, Tk)))) {
+            bool *md = cg_data_bool(mask);
             for (int64_t b = 0; b < mask->shape[0]; b++)
                 for (int64_t i = 0; i < n; i++)
                     for (int64_t j = 0; j < Tk; j++)
                         md[(b * n + i) * Tk + j] =
-                            j > past + i || (key_pad && key_pad[b * Tk + j]) ? 1.0f : 0.0f;
+                            j > past + i || (key_pad && cg_get_i64(key_pad, (int64_t[]){b, j}));
         }
-        if (qh && K && V && (!offset_causal || mask))
+        if (ok && qh && K && V && (!offset_causal || mask))
             o = offset_causal ? cg_scaled_dot_product_attention(qh, K, V, mask, NULL)
                               : cg_attention(qh, K, V, causal && n > 1, key_pad, NULL);
         y = merge_heads_out(m, o);
@@ -455,7 +515,7 @@ static cg_tensor *mha_cached_impl(cg_module *mod, cg_tensor *const *in, void *ar
 }
 
 cg_tensor *cg_mha_forward_cached(cg_mha *m, cg_tensor *xq, cg_tensor *xkv, bool causal,
-                                 const uint8_t *key_pad, cg_mha_kv *kv)
+                                 const cg_tensor *key_pad, cg_mha_kv *kv)
 {
     if (!m || !xq || !kv) {
         if (m && xq)

@@ -3,10 +3,16 @@
  * Per head: softmax(q @ k^T / sqrt(d_head), masked scores = -inf) @ v;
  * heads concatenated, then o_proj. Masks say where a query may NOT attend:
  *   - causal: key j is masked for query i when j > i (torch.triu(ones, 1));
- *   - key_pad: B*Tk bytes, row-major [B, Tk], nonzero = padding key;
- *   - mask: a float tensor, nonzero = masked, broadcastable to [B,H,Tq,Tk].
- * They combine by "or". A query whose keys are all masked gets NaN weights,
- * as in PyTorch: every sequence needs at least one key it may attend to.
+ *   - key_pad: a bool tensor [B, Tk], true = padding key (PyTorch's
+ *     key_padding_mask);
+ *   - mask: PyTorch's attn_mask: bool (true = masked) or float (added to
+ *     the scores), of shape [Tq, Tk], [B, Tq, Tk] (unlike PyTorch's
+ *     [B*H, Tq, Tk]) or any shape that broadcasts to [B, H, Tq, Tk].
+ * They combine by "or" (a float mask gets -inf where another masks). A
+ * query whose keys are all masked gets NaN weights, as in PyTorch: every
+ * sequence needs at least one key it may attend to. A mask of another
+ * dtype or shape is refused in one line naming it, never read past its
+ * end.
  *
  * Ownership as in nn/layers.h: forward results are new references. */
 #ifndef CG_NN_ATTENTION_H
@@ -22,23 +28,26 @@ extern "C" {
  * layers). All fields may be zero/NULL; a NULL cg_attn_mask* means none. */
 typedef struct {
     bool causal;
-    const uint8_t *key_pad; /* [B*Tk], 1 = padding; borrowed */
-    cg_tensor *mask;        /* nonzero = masked, broadcast to [B,H,Tq,Tk]; borrowed */
+    const cg_tensor *key_pad; /* bool [B, Tk], true = padding; borrowed */
+    const cg_tensor *mask;    /* bool (true = masked) or float (added); borrowed */
 } cg_attn_mask;
 
-/* The combined mask as a float tensor (nonzero = masked) broadcastable to
- * [B,H,Tq,Tk] (new reference), or *out = NULL when nothing is masked. No
- * gradient. False + error when mask does not broadcast to [B,H,Tq,Tk]. */
+/* The combined mask broadcastable to [B,H,Tq,Tk] (new reference): bool
+ * (true = masked) when mask is NULL or bool, else float (mask's values,
+ * -inf where causal or key_pad masks); *out = NULL when nothing is masked.
+ * No gradient. False + error on a key_pad or mask of another dtype or
+ * shape. */
 bool cg_attention_mask(int64_t B, int64_t H, int64_t Tq, int64_t Tk, bool causal,
-                       const uint8_t *key_pad, const cg_tensor *mask, cg_tensor **out);
+                       const cg_tensor *key_pad, const cg_tensor *mask, cg_tensor **out);
 
 /* Scaled dot-product attention on split heads: q [B,H,Tq,dh],
- * k and v [B,H,Tk,dh] (any strides), mask as from cg_attention_mask (may
- * be NULL). Returns [B,H,Tq,dh]; *weights_out (if not NULL) receives the
+ * k and v [B,H,Tk,dh] (any strides), mask as cg_attn_mask's (may be NULL;
+ * note: true = masked, the opposite of F.scaled_dot_product_attention's
+ * bool mask and the same as nn.MultiheadAttention's). Returns [B,H,Tq,dh]; *weights_out (if not NULL) receives the
  * softmax weights [B,H,Tq,Tk], detached (a new reference). This is the
  * boundary a fused attention kernel can replace. */
 cg_tensor *cg_scaled_dot_product_attention(cg_tensor *q, cg_tensor *k, cg_tensor *v,
-                                           cg_tensor *mask, cg_tensor **weights_out);
+                                           const cg_tensor *mask, cg_tensor **weights_out);
 
 typedef struct {
     cg_module base; /* type "MultiHeadAttention" */
@@ -66,7 +75,7 @@ cg_mha *cg_mha_new(int64_t d, int64_t H, cg_rng *rng);
  * key_pad and mask may be NULL; *weights_out (if not NULL) receives the
  * attention weights [B,H,Tq,Tk], detached (new reference). */
 cg_tensor *cg_mha_forward(cg_mha *m, cg_tensor *xq, cg_tensor *xkv, bool causal,
-                          const uint8_t *key_pad, cg_tensor *mask, cg_tensor **weights_out);
+                          const cg_tensor *key_pad, const cg_tensor *mask, cg_tensor **weights_out);
 /* Same with the masks bundled (mask may be NULL). */
 cg_tensor *cg_mha_forward_masked(cg_mha *m, cg_tensor *xq, cg_tensor *xkv, const cg_attn_mask *mask,
                                  cg_tensor **weights_out);
@@ -88,21 +97,22 @@ typedef struct {
 void cg_mha_kv_clear(cg_mha_kv *kv);
 /* Release the buffers; *kv becomes an empty cache. NULL is a no-op. */
 void cg_mha_kv_free(cg_mha_kv *kv);
-/* Keep batch rows rows[0..n) (repeats allowed: row i of the result is old
- * row rows[i]), e.g. the parents of the surviving beam hypotheses, or the
- * sentences still being decoded. False + error on a bad row. */
-bool cg_mha_kv_reorder(cg_mha_kv *kv, const int64_t *rows, int64_t n);
+/* Keep batch rows rows (int64 [n], n >= 1; repeats allowed: row i of the
+ * result is old row rows[i]), e.g. the parents of the surviving beam
+ * hypotheses, or the sentences still being decoded. False + error on a bad
+ * row, dtype or shape. */
+bool cg_mha_kv_reorder(cg_mha_kv *kv, const cg_tensor *rows);
 
 /* Attention of new queries xq [B,n,d] over the cache, without recording a
  * graph. When xkv ([B,m,d]) is not NULL its keys and values are appended
  * first (self-attention: xkv = xq; cross-attention: xkv = the memory, on
  * the first step only, then NULL). causal: new query i, at position
- * kv->len + i before the append, sees keys [0, kv->len + i]. key_pad: B*Tk
- * bytes over all Tk cached keys (after the append), or NULL. Returns
+ * kv->len + i before the append, sees keys [0, kv->len + i]. key_pad: bool
+ * [B, Tk] over all Tk cached keys (after the append), or NULL. Returns
  * [B,n,d] equal to cg_mha_forward over the whole sequence up to float
  * rounding. */
 cg_tensor *cg_mha_forward_cached(cg_mha *m, cg_tensor *xq, cg_tensor *xkv, bool causal,
-                                 const uint8_t *key_pad, cg_mha_kv *kv);
+                                 const cg_tensor *key_pad, cg_mha_kv *kv);
 
 /* Self-attention for a block of your own, one code path for training and
  * decoding: kv NULL is cg_mha_forward(m, x, x, causal, NULL, NULL, NULL)

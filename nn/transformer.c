@@ -52,8 +52,8 @@ typedef struct {
     cg_ff *ff;
     cg_tensor *memory;
     const cg_attn_mask *mask;
-    cg_mha_kv *kv;            /* cached kinds */
-    const uint8_t *cross_pad; /* SUB_CROSS_CACHED */
+    cg_mha_kv *kv;              /* cached kinds */
+    const cg_tensor *cross_pad; /* SUB_CROSS_CACHED */
 } sublayer;
 
 static cg_tensor *apply_sub(const sublayer *s, cg_tensor *h)
@@ -102,8 +102,8 @@ static bool check_input(const char *what, const cg_tf_config *c, const cg_tensor
 typedef struct {
     const cg_attn_mask *mask, *cross_mask;
     cg_mha_kv *kv_self, *kv_cross; /* cached layer steps */
-    const uint8_t *cross_pad;
-    const uint8_t *mem_pad; /* cached stack */
+    const cg_tensor *cross_pad;
+    const cg_tensor *mem_pad; /* cached stack */
     cg_kv_cache *cache;
 } fwd_args;
 
@@ -131,33 +131,34 @@ typedef struct {
     cg_module *layer;
     bool has[2];
     cg_attn_mask m[2];
-    uint8_t *pad[2];
+    cg_tensor *own[2][2]; /* the masks' copies: key_pad, mask */
 } rc_ctx;
 
 static void rc_ctx_free(void *p)
 {
     rc_ctx *c = p;
-    for (int i = 0; i < 2; i++) {
-        cg_release(c->m[i].mask);
-        free(c->pad[i]);
-    }
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 2; j++) {
+            cg_unhold(c->own[i][j]);
+            cg_release(c->own[i][j]);
+        }
     free(c);
 }
 
-static bool rc_mask(rc_ctx *c, int i, const cg_attn_mask *m, int64_t pad_bytes)
+/* Keep copies of the masks for the recomputation (the caller's may change
+ * or die before the backward). */
+static bool rc_mask(rc_ctx *c, int i, const cg_attn_mask *m)
 {
     if (!m)
         return true;
     c->has[i] = true;
     c->m[i] = *m;
-    c->m[i].mask = cg_retain(m->mask);
-    if (m->key_pad) {
-        c->pad[i] = malloc((size_t)pad_bytes);
-        if (!c->pad[i])
+    const cg_tensor *src[2] = {m->key_pad, m->mask};
+    for (int j = 0; j < 2; j++)
+        if (src[j] && !(c->own[i][j] = cg_hold(cg_k_clone(src[j]))))
             return false;
-        memcpy(c->pad[i], m->key_pad, (size_t)pad_bytes);
-        c->m[i].key_pad = c->pad[i];
-    }
+    c->m[i].key_pad = c->own[i][0];
+    c->m[i].mask = c->own[i][1];
     return true;
 }
 
@@ -192,9 +193,7 @@ static cg_tensor *rc_forward(rc_kind kind, cg_module *layer, cg_rng *rng, cg_ten
     rc_ctx *c = calloc(1, sizeof *c);
     cg_param_list pl = {0};
     cg_tensor **ps = NULL;
-    bool ok = c && rc_mask(c, 0, m0, x->shape[0] * x->shape[1]) &&
-              rc_mask(c, 1, m1, memory ? memory->shape[0] * memory->shape[1] : 0) &&
-              cg_module_params(layer, &pl);
+    bool ok = c && rc_mask(c, 0, m0) && rc_mask(c, 1, m1) && cg_module_params(layer, &pl);
     if (ok && pl.n) {
         ps = malloc(sizeof *ps * (size_t)pl.n);
         ok = ps != NULL;
@@ -632,7 +631,8 @@ void cg_kv_cache_free(cg_kv_cache *c)
     }
     free(c->self);
     free(c->cross);
-    free(c->cross_pad);
+    cg_unhold(c->cross_pad);
+    cg_release(c->cross_pad);
     free(c);
 }
 
@@ -644,31 +644,29 @@ void cg_kv_cache_reset(cg_kv_cache *c)
         cg_mha_kv_clear(&c->self[i]);
         cg_mha_kv_clear(&c->cross[i]);
     }
-    free(c->cross_pad);
+    cg_unhold(c->cross_pad);
+    cg_release(c->cross_pad);
     c->cross_pad = NULL;
     c->S = 0;
     c->len = 0;
 }
 
-bool cg_kv_cache_reorder(cg_kv_cache *c, const int64_t *rows, int64_t n)
+bool cg_kv_cache_reorder(cg_kv_cache *c, const cg_tensor *rows)
 {
     if (!c) {
         cg_set_error("kv cache reorder: NULL cache");
         return false;
     }
     for (int i = 0; i < c->n_layers; i++)
-        if (!cg_mha_kv_reorder(&c->self[i], rows, n) || !cg_mha_kv_reorder(&c->cross[i], rows, n))
+        if (!cg_mha_kv_reorder(&c->self[i], rows) || !cg_mha_kv_reorder(&c->cross[i], rows))
             return false;
     if (c->cross_pad) { /* rows were checked against the keys above */
-        uint8_t *p = malloc((size_t)(n * c->S));
-        if (!p) {
-            cg_set_error("kv cache reorder: out of memory");
+        cg_tensor *p = cg_index_select(c->cross_pad, 0, rows); /* bool: no graph */
+        if (!p)
             return false;
-        }
-        for (int64_t i = 0; i < n; i++)
-            memcpy(p + i * c->S, c->cross_pad + rows[i] * c->S, (size_t)c->S);
-        free(c->cross_pad);
-        c->cross_pad = p;
+        cg_unhold(c->cross_pad);
+        cg_release(c->cross_pad);
+        c->cross_pad = cg_hold(p);
     }
     return true;
 }
@@ -678,7 +676,7 @@ static cg_tensor *dec_stack_cached_impl(cg_module *m, cg_tensor *const *in, void
     cg_dec_stack *s = (cg_dec_stack *)m;
     cg_tensor *x = in[0], *memory = in[1];
     const fwd_args *a = args;
-    const uint8_t *mem_pad = a->mem_pad;
+    const cg_tensor *mem_pad = a->mem_pad;
     cg_kv_cache *c = a->cache;
     if (!x || !check_input("TransformerDecoder cached", &s->cfg, x))
         return NULL;
@@ -697,16 +695,15 @@ static cg_tensor *dec_stack_cached_impl(cg_module *m, cg_tensor *const *in, void
                 cg_set_error("TransformerDecoder cached: the first step needs the memory");
             return NULL;
         }
-        free(c->cross_pad);
+        cg_unhold(c->cross_pad);
+        cg_release(c->cross_pad);
         c->cross_pad = NULL;
         c->S = memory->shape[1];
-        if (mem_pad) {
-            size_t bytes = (size_t)(memory->shape[0] * c->S);
-            if (!(c->cross_pad = malloc(bytes))) {
-                cg_set_error("TransformerDecoder cached: out of memory");
+        if (mem_pad) { /* a copy: the caller's mask may change between steps */
+            if (!cg_check_dtype("TransformerDecoder cached", "mem_pad", mem_pad, CG_BOOL))
                 return NULL;
-            }
-            memcpy(c->cross_pad, mem_pad, bytes);
+            if (!(c->cross_pad = cg_hold(cg_k_clone(mem_pad))))
+                return NULL;
         }
     }
     cg_tensor *h = cg_retain(x);
@@ -723,7 +720,7 @@ static cg_tensor *dec_stack_cached_impl(cg_module *m, cg_tensor *const *in, void
 }
 
 cg_tensor *cg_dec_stack_forward_cached(cg_dec_stack *s, cg_tensor *x, cg_tensor *memory,
-                                       const uint8_t *mem_pad, cg_kv_cache *c)
+                                       const cg_tensor *mem_pad, cg_kv_cache *c)
 {
     if (!s || !x || !c) {
         cg_error_null_input("cg_dec_stack_forward_cached");

@@ -152,11 +152,11 @@ cg_tensor *cg_dec_stack_forward(cg_dec_stack *s, cg_tensor *x, cg_tensor *memory
  * float rounding (tests/test_seq2seq.c and test_zoo.c hold them to 1e-5). */
 typedef struct {
     int n_layers;
-    cg_mha_kv *self;    /* [n_layers] */
-    cg_mha_kv *cross;   /* [n_layers]; decoder stacks only */
-    uint8_t *cross_pad; /* [B*S] key padding of the memory, or NULL */
-    int64_t S;          /* memory length (0 until the first decoder step) */
-    int64_t len;        /* positions decoded by the library's stacks (read cg_kv_cache_len) */
+    cg_mha_kv *self;      /* [n_layers] */
+    cg_mha_kv *cross;     /* [n_layers]; decoder stacks only */
+    cg_tensor *cross_pad; /* bool [B, S] key padding of the memory (a copy), or NULL */
+    int64_t S;            /* memory length (0 until the first decoder step) */
+    int64_t len;          /* positions decoded by the library's stacks (read cg_kv_cache_len) */
 } cg_kv_cache;
 
 cg_kv_cache *cg_kv_cache_new(int n_layers);
@@ -168,9 +168,9 @@ void cg_kv_cache_free(cg_kv_cache *c); /* NULL is a no-op */
 int64_t cg_kv_cache_len(const cg_kv_cache *c);
 /* Forget every position and the memory; the buffers are kept for reuse. */
 void cg_kv_cache_reset(cg_kv_cache *c);
-/* Keep batch rows rows[0..n) (repeats allowed) of every layer's keys and
- * values and of the memory's padding. False + error on a bad row. */
-bool cg_kv_cache_reorder(cg_kv_cache *c, const int64_t *rows, int64_t n);
+/* Keep batch rows rows (int64 [n], repeats allowed) of every layer's keys
+ * and values and of the memory's padding. False + error on a bad row. */
+bool cg_kv_cache_reorder(cg_kv_cache *c, const cg_tensor *rows);
 
 /* The self-attention cache of layer i (borrowed), for a model of your own
  * whose blocks call cg_mha_self (nn/attention.h) or cg_mha_forward_cached:
@@ -185,12 +185,12 @@ cg_mha_kv *cg_kv_cache_layer(cg_kv_cache *c, int i);
 
 /* x [B,n,d]: the embeddings of n new positions p .. p+n-1 (p = cg_kv_cache_len(c)) ->
  * [B,n,d] (ln_f applied for pre-norm), attending causally to the cached
- * positions. memory [B,S,d] and mem_pad (B*S bytes, nonzero = padding; may
- * be NULL) are read on the first step only (when c holds no memory yet)
+ * positions. memory [B,S,d] and mem_pad (bool [B, S], true = padding; may
+ * be NULL; copied) are read on the first step only (when c holds no memory yet)
  * and may be NULL after it. Eval mode expected (dropout off); no graph is
  * recorded. The cache grows by n. */
 cg_tensor *cg_dec_stack_forward_cached(cg_dec_stack *s, cg_tensor *x, cg_tensor *memory,
-                                       const uint8_t *mem_pad, cg_kv_cache *c);
+                                       const cg_tensor *mem_pad, cg_kv_cache *c);
 /* The same for n_blocks LM blocks applied in turn (a decoder-only model). */
 cg_tensor *cg_lm_blocks_forward_cached(cg_lm_block *const *blocks, int n_blocks, cg_tensor *x,
                                        cg_kv_cache *c);

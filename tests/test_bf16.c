@@ -503,8 +503,8 @@ START_TEST(test_layer_gradients)
         uint8_t tpad[B * T] = {0}, spad[B * S] = {0};
         tpad[B * T - 1] = tpad[B * T - 2] = 1;
         spad[S - 1] = 1;
-        cg_attn_mask self_mask = {.causal = true, .key_pad = tpad};
-        cg_attn_mask cross_mask = {.key_pad = spad};
+        cg_attn_mask self_mask = {.causal = true, .key_pad = cg_test_mask(CG_SHAPE(B, T), tpad)};
+        cg_attn_mask cross_mask = {.key_pad = cg_test_mask(CG_SHAPE(B, S), spad)};
         cg_param_list pl = {0};
         ck_assert(cg_module_params(CG_MODULE(layer), &pl));
         const int ng = pl.n + 2;

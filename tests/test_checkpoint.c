@@ -273,14 +273,16 @@ static void seq2seq_grads(bool recompute, float **out, int64_t *n_out)
     int64_t sx[3] = {B, 6, D}, sy[3] = {B, T, D};
     cg_tensor *src = cg_requires_grad(cg_randn(&data, 3, sx), true);
     cg_tensor *tgt = cg_requires_grad(cg_randn(&data, 3, sy), true);
-    uint8_t *pad = calloc(B * 6, 1);
-    pad[5] = pad[10] = pad[11] = 1;
+    uint8_t *bytes = calloc(B * 6, 1);
+    bytes[5] = bytes[10] = bytes[11] = 1;
+    cg_tensor *pad = cg_from_array(CG_BOOL, CG_SHAPE(B, 6), bytes);
+    free(bytes);
     cg_attn_mask em = {.key_pad = pad}, sm = {.causal = true}, cm = {.key_pad = pad};
     cg_tensor *mem = cg_enc_stack_forward(enc, src, &em);
     cg_tensor *h = cg_dec_stack_forward(dec, tgt, mem, &sm, &cm);
     ck_assert_msg(h != NULL, "%s", cg_last_error());
-    memset(pad, 0, B * 6); /* the caller's buffer changes, then goes */
-    free(pad);
+    cg_fill_(pad, 0); /* the caller's mask changes, then goes */
+    cg_release(pad);
     cg_tensor *sq = cg_mul(h, h);
     cg_tensor *loss = cg_mean_all(sq);
     ck_assert_msg(cg_backward(loss, NULL, false), "%s", cg_last_error());

@@ -535,7 +535,7 @@ END_TEST
  * forward matches the composite. */
 typedef struct {
     bool causal;
-    const uint8_t *key_pad;
+    const cg_tensor *key_pad;
 } fused_attn_ctx;
 
 static cg_tensor *fused_attention_fn(void *ctx, cg_tensor *const *in)
@@ -582,7 +582,9 @@ START_TEST(test_attention_fused)
                   layouts[(ci + 1) % 3], DOM_ANY),
             input(&r, CG_SHAPE(cases[ci].B, cases[ci].H, cases[ci].Tk, cases[ci].dh),
                   layouts[(ci + 2) % 3], DOM_ANY)};
-        fused_attn_ctx c = {cases[ci].causal, cases[ci].pad};
+        const uint8_t *pad = cases[ci].pad;
+        fused_attn_ctx c = {cases[ci].causal,
+                            pad ? cg_test_mask(CG_SHAPE(cases[ci].B, cases[ci].Tk), pad) : NULL};
         char what[64];
         snprintf(what, sizeof what, "fused attention case %zu", ci);
         check(fused_attention_fn, &c, 3, in, what, 0, 0);
@@ -594,8 +596,7 @@ START_TEST(test_attention_fused)
             for (int64_t i = 0; i < Tq; i++)
                 for (int64_t j = 0; j < Tk; j++)
                     cg_set(mask, (int64_t[]){b, 0, i, j},
-                           (c.causal && j > i) || (c.key_pad && c.key_pad[b * Tk + j]) ? 1.0f
-                                                                                       : 0.0f);
+                           (c.causal && j > i) || (pad && pad[b * Tk + j]) ? 1.0f : 0.0f);
         cg_tensor *scale = cg_scalar((float)sqrt((double)cases[ci].dh));
         cg_tensor *kt = cg_transpose(in[1], -1, -2);
         cg_tensor *s = cg_matmul(in[0], kt);

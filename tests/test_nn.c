@@ -84,8 +84,8 @@ typedef struct {
     int kind;
     /* masks */
     bool causal;
-    const uint8_t *key_pad;
-    cg_tensor *mask;
+    const cg_tensor *key_pad;
+    const cg_tensor *mask;
     cg_attn_mask sm, cm;
     /* embedding ids */
     const int64_t *ids;
@@ -1216,7 +1216,9 @@ START_TEST(test_mha_forward_naive)
     float *xv = cg_test_values(x);
     const uint8_t pad[8] = {0, 0, 0, 0, 0, 0, 0, 1};
     const float mh[8] = {0, 0, 0, 0, 0, 1, 0, 0}; /* head 1 may not see key 1 */
-    cg_tensor *mask = cg_from_data(CG_SHAPE(2, 1, 4), mh);
+    const uint8_t mb[8] = {0, 0, 0, 0, 0, 1, 0, 0};
+    cg_tensor *mask = cg_test_mask(CG_SHAPE(1, 2, 1, 4), mb); /* [1, H, 1, Tk] */
+    const cg_tensor *tpad = cg_test_mask(CG_SHAPE(2, 4), pad);
     double ref[48], wref[64];
     float reff[48], wf[64];
     struct {
@@ -1224,9 +1226,10 @@ START_TEST(test_mha_forward_naive)
         const uint8_t *pad;
         cg_tensor *mask;
     } cases[4] = {{false, NULL, NULL}, {true, NULL, NULL}, {false, pad, NULL}, {true, pad, mask}};
+    const cg_tensor *tpads[4] = {NULL, NULL, tpad, tpad};
     for (int c = 0; c < 4; c++) {
         cg_tensor *w = NULL;
-        cg_tensor *y = cg_mha_forward(m, x, x, cases[c].causal, cases[c].pad, cases[c].mask, &w);
+        cg_tensor *y = cg_mha_forward(m, x, x, cases[c].causal, tpads[c], cases[c].mask, &w);
         assert_ok(y);
         naive_mha(m, xv, xv, B, T, T, cases[c].causal, cases[c].pad, cases[c].mask ? mh : NULL, ref,
                   wref);
@@ -1252,13 +1255,27 @@ START_TEST(test_mha_forward_naive)
 
     /* errors */
     cg_tensor *bad = cg_zeros(CG_SHAPE(2, 3, 1, 4));
-    CG_ASSERT_FAILS(cg_mha_forward(m, x, x, false, NULL, bad, NULL), "does not broadcast");
+    CG_ASSERT_FAILS(cg_mha_forward(m, x, x, false, NULL, bad, NULL),
+                    "broadcasts to [B, H, Tq, Tk] = [2, 2, 4, 4]");
+    /* masks a new user gets wrong (issue 31): a short padding mask, a mask of
+     * the wrong batch, padding given as floats; refused by name, never read
+     * past their end */
+    cg_tensor *short_pad = cg_test_mask(CG_SHAPE(1, 4), NULL);
+    CG_ASSERT_FAILS(cg_mha_forward(m, x, x, false, short_pad, NULL, NULL),
+                    "argument 'key_pad' has shape [1, 4], expected [B, Tk] = [2, 4]");
+    cg_tensor *wrong_b = cg_test_mask(CG_SHAPE(3, 4, 4), NULL);
+    CG_ASSERT_FAILS(cg_mha_forward(m, x, x, true, NULL, wrong_b, NULL),
+                    "argument 'mask' has shape [3, 4, 4]");
+    cg_tensor *fpad = cg_zeros(CG_SHAPE(2, 4));
+    CG_ASSERT_FAILS(cg_mha_forward(m, x, x, false, fpad, NULL, NULL),
+                    "argument 'key_pad' is float32, expected bool");
+    cg_release(fpad);
     cg_tensor *x5 = cg_zeros(CG_SHAPE(2, 4, 5));
     CG_ASSERT_FAILS(cg_mha_forward(m, x5, x5, false, NULL, NULL, NULL), "xq [B,Tq,6]");
     cg_tensor *xb = cg_zeros(CG_SHAPE(3, 4, 6));
     CG_ASSERT_FAILS(cg_mha_forward(m, x, xb, false, NULL, NULL, NULL), "[3, 4, 6]");
     free(xv);
-    cg_release_all(5, x, mask, bad, x5, xb);
+    cg_release_all(4, x, bad, x5, xb);
     cg_module_free(CG_MODULE(m));
 }
 END_TEST
@@ -1273,7 +1290,8 @@ START_TEST(test_mha_forward_torch)
     const uint8_t src_pad[8] = {0, 0, 0, 0, 0, 0, 1, 1};
     cg_module_keep_attention_weights(CG_MODULE(m), true);
     cg_tensor *w = NULL;
-    cg_tensor *y = cg_mha_forward(m, xq, xkv, false, src_pad, NULL, &w);
+    cg_tensor *y =
+        cg_mha_forward(m, xq, xkv, false, cg_test_mask(CG_SHAPE(2, 4), src_pad), NULL, &w);
     CG_ASSERT_TENSOR(y, ref_mha_cross, 1e-5, 1e-4);
     CG_ASSERT_TENSOR(w, ref_mha_cross_w, 1e-6, 1e-4);
     CG_ASSERT_TENSOR(m->weights, ref_mha_cross_w, 1e-6, 1e-4);
@@ -1294,10 +1312,12 @@ START_TEST(test_transformer_torch)
     cg_tensor *mem = formula_input(CG_SHAPE(2, 4, 6), 0.7, 0.1, true);
     const uint8_t src_pad[8] = {0, 0, 0, 0, 0, 0, 1, 1};
     const uint8_t tgt_pad[6] = {0, 0, 0, 0, 0, 1};
-    cg_attn_mask tgt_pad_only = {.key_pad = tgt_pad};
+    const cg_tensor *tp = cg_test_mask(CG_SHAPE(2, 3), tgt_pad);
+    const cg_tensor *sp = cg_test_mask(CG_SHAPE(2, 4), src_pad);
+    cg_attn_mask tgt_pad_only = {.key_pad = tp};
     cg_attn_mask causal = {.causal = true};
-    cg_attn_mask tgt = {.causal = true, .key_pad = tgt_pad};
-    cg_attn_mask src = {.key_pad = src_pad};
+    cg_attn_mask tgt = {.causal = true, .key_pad = tp};
+    cg_attn_mask src = {.key_pad = sp};
 
     cg_tf_config c = small_cfg(CG_NORM_LAYERNORM, CG_ACT_RELU, false);
     cg_enc_layer *e = cg_enc_layer_new(&c, NULL);
@@ -1586,8 +1606,8 @@ START_TEST(test_grad_mha)
 {
     cg_rng r = cg_rng_new(35);
     const uint8_t pad3[6] = {0, 0, 1, 0, 0, 0}; /* B=2, Tk=3: batch 0 key 2 padded */
-    const float mh[6] = {0, 1, 0, 0, 0, 0};     /* [H=2,1,Tk=3]: head 0 skips key 1 */
-    cg_tensor *hmask = cg_from_data(CG_SHAPE(2, 1, 3), mh);
+    const uint8_t mh[6] = {0, 1, 0, 0, 0, 0};   /* [1,H=2,1,Tk=3]: head 0 skips key 1 */
+    cg_tensor *hmask = cg_test_mask(CG_SHAPE(1, 2, 1, 3), mh);
     struct {
         int64_t d, H, B, Tq, Tk;
         bool cross, causal;
@@ -1605,7 +1625,9 @@ START_TEST(test_grad_mha)
         fctx c = {.m = CG_MODULE(m),
                   .kind = cases[i].cross ? K_MHA_CROSS : K_MHA_SELF,
                   .causal = cases[i].causal,
-                  .key_pad = cases[i].pad,
+                  .key_pad = cases[i].pad
+                                 ? cg_test_mask(CG_SHAPE(cases[i].B, cases[i].Tk), cases[i].pad)
+                                 : NULL,
                   .mask = cases[i].mask};
         cg_tensor *in[2];
         in[0] = randn_leaf(&r, CG_SHAPE(cases[i].B, cases[i].Tq, cases[i].d));
@@ -1614,7 +1636,6 @@ START_TEST(test_grad_mha)
         cg_release_all(2, in[0], in[1]);
         cg_module_free(CG_MODULE(m));
     }
-    cg_release(hmask);
 }
 END_TEST
 
@@ -1705,9 +1726,10 @@ START_TEST(test_grad_enc_layer)
                                      v & 2 ? CG_ACT_RELU : CG_ACT_GELU, nf);
         cg_enc_layer *e = cg_enc_layer_new(&cfg, NULL);
         randomize(CG_MODULE(e), 50 + v, 0.5f);
-        fctx c = {.m = CG_MODULE(e),
-                  .kind = K_ENC,
-                  .sm = {.causal = v == 1, .key_pad = v >= 2 ? pad : NULL}};
+        fctx c = {
+            .m = CG_MODULE(e),
+            .kind = K_ENC,
+            .sm = {.causal = v == 1, .key_pad = v >= 2 ? cg_test_mask(CG_SHAPE(2, 3), pad) : NULL}};
         cg_tensor *x = randn_leaf(&r, CG_SHAPE(2, 3, 6));
         gradcheck_module(&c, 1, &x, 2e-3, 2e-2);
         cg_release(x);
@@ -1727,10 +1749,11 @@ START_TEST(test_grad_dec_layer)
                                      v & 2 ? CG_ACT_GELU : CG_ACT_RELU, nf);
         cg_dec_layer *d = cg_dec_layer_new(&cfg, NULL);
         randomize(CG_MODULE(d), 60 + v, 0.5f);
-        fctx c = {.m = CG_MODULE(d),
-                  .kind = K_DEC,
-                  .sm = {.causal = true, .key_pad = v >= 2 ? tpad : NULL},
-                  .cm = {.key_pad = v >= 1 ? spad : NULL}};
+        fctx c = {
+            .m = CG_MODULE(d),
+            .kind = K_DEC,
+            .sm = {.causal = true, .key_pad = v >= 2 ? cg_test_mask(CG_SHAPE(2, 2), tpad) : NULL},
+            .cm = {.key_pad = v >= 1 ? cg_test_mask(CG_SHAPE(2, 3), spad) : NULL}};
         cg_tensor *in[2] = {randn_leaf(&r, CG_SHAPE(2, 2, 6)), randn_leaf(&r, CG_SHAPE(2, 3, 6))};
         gradcheck_module(&c, 2, in, 2e-3, 2e-2);
         cg_release_all(2, in[0], in[1]);
@@ -1755,7 +1778,8 @@ START_TEST(test_grad_block_and_stacks)
     cg_enc_stack *es = cg_enc_stack_new(2, &ec, NULL);
     randomize(CG_MODULE(es), 71, 0.5f);
     const uint8_t spad[3] = {0, 0, 1};
-    fctx c2 = {.m = CG_MODULE(es), .kind = K_ENC_STACK, .sm = {.key_pad = spad}};
+    const cg_tensor *spt = cg_test_mask(CG_SHAPE(1, 3), spad);
+    fctx c2 = {.m = CG_MODULE(es), .kind = K_ENC_STACK, .sm = {.key_pad = spt}};
     cg_tensor *src = randn_leaf(&r, CG_SHAPE(1, 3, 6));
     gradcheck_module(&c2, 1, &src, 2e-3, 2e-2);
     cg_module_free(CG_MODULE(es));
@@ -1764,7 +1788,7 @@ START_TEST(test_grad_block_and_stacks)
     cg_dec_stack *ds = cg_dec_stack_new(2, &dc, NULL);
     randomize(CG_MODULE(ds), 72, 0.5f);
     fctx c3 = {
-        .m = CG_MODULE(ds), .kind = K_DEC_STACK, .sm = {.causal = true}, .cm = {.key_pad = spad}};
+        .m = CG_MODULE(ds), .kind = K_DEC_STACK, .sm = {.causal = true}, .cm = {.key_pad = spt}};
     cg_tensor *in[2] = {x, src};
     gradcheck_module(&c3, 2, in, 2e-3, 2e-2);
     cg_module_free(CG_MODULE(ds));

@@ -962,9 +962,10 @@ static uint8_t *attn_pad(const attn_case *c)
 static void attn_run(const attn_case *c, cg_tensor *const *in, const uint8_t *pad,
                      cg_tensor **res /* out, lse, w, dq, dk, dv */)
 {
-    res[0] = cg_k_attention(in[0], in[1], in[2], c->causal, pad, &res[1], &res[2]);
+    cg_tensor *kp = pad ? cg_test_mask(CG_SHAPE(c->B, c->Tk), pad) : NULL;
+    res[0] = cg_k_attention(in[0], in[1], in[2], c->causal, kp, &res[1], &res[2]);
     ck_assert_ptr_nonnull(res[0]);
-    ck_assert(cg_k_attention_backward(in[0], in[1], in[2], res[0], res[1], in[3], c->causal, pad,
+    ck_assert(cg_k_attention_backward(in[0], in[1], in[2], res[0], res[1], in[3], c->causal, kp,
                                       &res[3], &res[4], &res[5]));
 }
 

@@ -665,7 +665,7 @@ START_TEST(test_cache_matches_recompute)
         cg_release_all(2, lc, lf);
         if (T == 4) { /* rows as beam search would: repeats and drops */
             const int64_t rows[4] = {2, 0, 0, 4};
-            ck_assert(cg_kv_cache_reorder(c, rows, 4));
+            ck_assert(cg_kv_cache_reorder(c, cg_test_ids(4, rows)));
             ck_assert(cg_seq2seq_memory_select(&mem, rows, 4, &sel));
             cur = &sel;
             memcpy(prev, ys, sizeof ys);

@@ -97,14 +97,14 @@ static void check_cache_matches(cg_charlm *m)
     cg_kv_cache_reset(c);
     l = cg_charlm_forward_cached(m, c, two, 2, 1);
     cg_release(l);
-    ck_assert(cg_kv_cache_reorder(c, (const int64_t[]){1}, 1));
+    ck_assert(cg_kv_cache_reorder(c, cg_test_ids(1, (const int64_t[]){1})));
     l = cg_charlm_forward_cached(m, c, ids + 1, 1, 1);
     ck_assert_msg(l != NULL, "%s", cg_last_error());
     got = cg_test_values(l);
     CG_ASSERT_CLOSE(got, want + V, V, 1e-5, 1e-4);
     free(got);
     cg_release(l);
-    CG_ASSERT_FAILS(cg_kv_cache_reorder(c, (const int64_t[]){1}, 1), "outside");
+    CG_ASSERT_FAILS(cg_kv_cache_reorder(c, cg_test_ids(1, (const int64_t[]){1})), "outside");
     cg_kv_cache_free(c);
     free(want);
 }

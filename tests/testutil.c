@@ -25,6 +25,18 @@ cg_tensor *cg_test_ids_nd(int ndim, const int64_t *shape, const int64_t *ids)
 
 cg_tensor *cg_test_ids(int64_t n, const int64_t *ids) { return cg_test_ids_nd(1, &n, ids); }
 
+cg_tensor *cg_test_mask(int ndim, const int64_t *shape, const uint8_t *bytes)
+{
+    cg_tensor *ids = cg_test_ids_nd(ndim, shape, NULL); /* held: gives the slot */
+    cg_tensor *t =
+        bytes ? cg_from_array(CG_BOOL, ndim, shape, bytes) : cg_zeros_dtype(CG_BOOL, ndim, shape);
+    ck_assert_msg(t != NULL, "%s", cg_last_error());
+    cg_unhold(ids);
+    cg_release(ids);
+    g_ids[g_nids - 1] = cg_hold(t);
+    return t;
+}
+
 int cg_test_run(Suite **suites, int n)
 {
     SRunner *sr = srunner_create(suites[0]);

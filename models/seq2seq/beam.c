@@ -7,6 +7,15 @@
 
 #include "core/error.h"
 
+/* Keep rows[0..n) of the cache's batch (the library takes them as a tensor). */
+static bool reorder(cg_kv_cache *c, const int64_t *rows, int64_t n)
+{
+    cg_tensor *r = cg_from_i64(1, &n, rows);
+    bool ok = r && cg_kv_cache_reorder(c, r);
+    cg_release(r);
+    return ok;
+}
+
 /* Logits of the last position of every row: a contiguous [B,T,V] tensor
  * (new reference) from which row b's last step is at b*T*V + (T-1)*V. */
 static cg_tensor *decode_logits(cg_seq2seq *m, const int64_t *ys, int64_t B, int64_t T,
@@ -94,7 +103,7 @@ bool cg_greedy_decode(cg_seq2seq *m, const int64_t *src, int64_t B, int64_t S, i
         cg_release(l);
         T++;
         if (kept != n_alive && kept > 0 && cache) {
-            if (!cg_kv_cache_reorder(cache, keep, kept))
+            if (!reorder(cache, keep, kept))
                 goto out;
         } else if (kept != n_alive && kept > 0) {
             cg_seq2seq_memory_free(&sel);
@@ -355,7 +364,7 @@ bool cg_beam_search(cg_seq2seq *m, const int64_t *src, int64_t S, int beam, doub
             goto out;
         if (b.n_done >= beam || b.n_live == 0)
             break;
-        if (b.cache && !cg_kv_cache_reorder(b.cache, b.parents, b.n_live))
+        if (b.cache && !reorder(b.cache, b.parents, b.n_live))
             goto out;
     }
     /* the live ones join, scored without EOS */

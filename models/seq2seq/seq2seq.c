@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/ops.h"
 #include "models/util/config_json.h"
 
 /* ---------------------------------------------------------------- config */
@@ -233,6 +234,15 @@ static cg_tensor *head(cg_seq2seq *m, cg_tensor *h, int64_t B, int64_t T)
     return logits;
 }
 
+/* ids == PAD: the key-padding mask, bool [B, T] (a new reference). */
+static cg_tensor *pad_mask(const int64_t *ids, int64_t B, int64_t T)
+{
+    cg_tensor *t = cg_from_i64(CG_SHAPE(B, T), ids);
+    cg_tensor *pad = t ? cg_eq_scalar(t, CG_PAD) : NULL;
+    cg_release(t);
+    return pad;
+}
+
 bool cg_seq2seq_encode(cg_seq2seq *m, const int64_t *src, int64_t B, int64_t S,
                        cg_seq2seq_memory *out)
 {
@@ -243,22 +253,19 @@ bool cg_seq2seq_encode(cg_seq2seq *m, const int64_t *src, int64_t B, int64_t S,
     memset(out, 0, sizeof *out);
     if (!check_ids(m, "encode", "source", src, B, S))
         return false;
-    uint8_t *pad = malloc((size_t)(B * S));
-    if (!pad) {
-        cg_set_error("seq2seq encode: out of memory");
+    cg_tensor *pad = pad_mask(src, B, S);
+    if (!pad)
         return false;
-    }
+    const bool *pp = cg_data_bool(pad);
     for (int64_t b = 0; b < B; b++) {
         bool any = false;
-        for (int64_t s = 0; s < S; s++) {
-            pad[b * S + s] = src[b * S + s] == CG_PAD;
-            any |= !pad[b * S + s];
-        }
+        for (int64_t s = 0; s < S; s++)
+            any |= !pp[b * S + s];
         if (!any) {
             cg_set_error("seq2seq encode: source row %lld is all padding (every sequence "
                          "needs a non-PAD token)",
                          (long long)b);
-            free(pad);
+            cg_release(pad);
             return false;
         }
     }
@@ -267,7 +274,7 @@ bool cg_seq2seq_encode(cg_seq2seq *m, const int64_t *src, int64_t B, int64_t S,
     cg_tensor *mem = cg_enc_stack_forward(m->encoder, x, &mask);
     cg_release(x);
     if (!mem) {
-        free(pad);
+        cg_release(pad);
         return false;
     }
     *out = (cg_seq2seq_memory){.memory = mem, .src_pad = pad, .B = B, .S = S};
@@ -279,7 +286,7 @@ void cg_seq2seq_memory_free(cg_seq2seq_memory *mem)
     if (!mem)
         return;
     cg_release(mem->memory);
-    free(mem->src_pad);
+    cg_release(mem->src_pad);
     memset(mem, 0, sizeof *mem);
 }
 
@@ -298,18 +305,12 @@ bool cg_seq2seq_memory_select(const cg_seq2seq_memory *mem, const int64_t *rows,
                          (long long)rows[i], (long long)i, (long long)mem->B);
             return false;
         }
-    uint8_t *pad = malloc((size_t)(n * mem->S));
-    if (!pad) {
-        cg_set_error("seq2seq memory select: out of memory");
-        return false;
-    }
-    for (int64_t i = 0; i < n; i++)
-        memcpy(pad + i * mem->S, mem->src_pad + rows[i] * mem->S, (size_t)mem->S);
     cg_tensor *rt = cg_from_i64(1, &n, rows);
     cg_tensor *t = rt ? cg_index_select(mem->memory, 0, rt) : NULL;
+    cg_tensor *pad = t ? cg_index_select(mem->src_pad, 0, rt) : NULL;
     cg_release(rt);
-    if (!t) {
-        free(pad);
+    if (!pad) {
+        cg_release(t);
         return false;
     }
     *out = (cg_seq2seq_memory){.memory = t, .src_pad = pad, .B = n, .S = mem->S};
@@ -337,19 +338,14 @@ cg_tensor *cg_seq2seq_decode(cg_seq2seq *m, const int64_t *tgt_in, int64_t B, in
                          (long long)b);
             return NULL;
         }
-    uint8_t *pad = malloc((size_t)(B * T));
-    if (!pad) {
-        cg_set_error("seq2seq decode: out of memory");
+    cg_tensor *pad = pad_mask(tgt_in, B, T);
+    if (!pad)
         return NULL;
-    }
-    for (int64_t i = 0; i < B * T; i++)
-        pad[i] = tgt_in[i] == CG_PAD;
     cg_tensor *x = embed(m, tgt_in, B, T);
     cg_attn_mask self_mask = {.causal = true, .key_pad = pad};
     cg_attn_mask cross_mask = {.key_pad = mem->src_pad};
     cg_tensor *h = cg_dec_stack_forward(m->decoder, x, mem->memory, &self_mask, &cross_mask);
-    cg_release(x);
-    free(pad);
+    cg_release_all(2, x, pad);
     return head(m, h, B, T); /* tied: [B*T, d] @ emb.weight^T [d, V] */
 }
 

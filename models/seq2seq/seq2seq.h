@@ -80,8 +80,8 @@ void cg_seq2seq_set_recompute(cg_seq2seq *m, bool on);
 
 /* The encoder's output for one batch, kept for any number of decode calls. */
 typedef struct {
-    cg_tensor *memory; /* [B,S,d], owned (one reference) */
-    uint8_t *src_pad;  /* [B*S], 1 where src == PAD; owned (malloc'd) */
+    cg_tensor *memory;  /* [B,S,d], owned (one reference) */
+    cg_tensor *src_pad; /* bool [B, S], true where src == PAD; owned (one reference) */
     int64_t B, S;
 } cg_seq2seq_memory;
 
