@@ -94,11 +94,14 @@ cg_tensor *cg_reshape_copy(const cg_tensor *a, int ndim, const int64_t *shape);
 /* -------------------------------------------------------- nn building blocks */
 cg_tensor *cg_softmax(cg_tensor *a, int dim);
 cg_tensor *cg_log_softmax(cg_tensor *a, int dim);
-/* Mean cross-entropy of logits [..., C] against n_targets class ids, PyTorch
- * semantics (ignore_index, label_smoothing). n_targets must be numel/C (one
- * per row; an error otherwise, never a read past the array). A scalar. */
-cg_tensor *cg_cross_entropy(cg_tensor *logits, const int64_t *targets, int64_t n_targets,
-                            int64_t ignore_index, float label_smoothing);
+/* Mean cross-entropy of logits [..., C] against targets, an int64 tensor
+ * of the logits' shape without the class dim ([N] for [N, C], [B, T] for
+ * [B, T, C]), PyTorch semantics (ignore_index, label_smoothing; note the
+ * class dim is last here, not dim 1 as in F.cross_entropy). Targets of
+ * another dtype or shape are refused naming both. The node keeps the
+ * targets: writing them in place before backward is refused. A scalar. */
+cg_tensor *cg_cross_entropy(cg_tensor *logits, const cg_tensor *targets, int64_t ignore_index,
+                            float label_smoothing);
 /* Over the last dim; w and b may be NULL. */
 cg_tensor *cg_layer_norm(cg_tensor *x, cg_tensor *w, cg_tensor *b, float eps);
 cg_tensor *cg_rms_norm(cg_tensor *x, cg_tensor *w, float eps);
@@ -162,12 +165,11 @@ cg_tensor *cg_mse_loss(cg_tensor *a, cg_tensor *b);
 /* Mean binary cross-entropy of logits x against targets y (same shape,
  * values in [0, 1]), computed stably: max(x,0) - x*y + log(1+exp(-|x|)). */
 cg_tensor *cg_binary_cross_entropy_with_logits(cg_tensor *x, cg_tensor *y);
-/* torch.nn.functional.nll_loss: log-probabilities [..., C] against
- * n_targets class ids (numel/C of them, checked), ignore_index, mean over
- * the kept rows. cg_nll_loss(cg_log_softmax(x, -1), ...) equals
+/* torch.nn.functional.nll_loss: log-probabilities [..., C] against int64
+ * targets (the shape without the class dim, checked), ignore_index, mean
+ * over the kept rows. cg_nll_loss(cg_log_softmax(x, -1), ...) equals
  * cg_cross_entropy(x, ...). */
-cg_tensor *cg_nll_loss(cg_tensor *logp, const int64_t *targets, int64_t n_targets,
-                       int64_t ignore_index);
+cg_tensor *cg_nll_loss(cg_tensor *logp, const cg_tensor *targets, int64_t ignore_index);
 
 #ifdef __cplusplus
 }

@@ -1,6 +1,6 @@
 /* More of the ops a PyTorch user reaches for first: silu, sin, cos, tril,
- * triu, cumsum, topk, argmax, mse_loss, binary_cross_entropy_with_logits,
- * nll_loss. Forward and backward side by side, as in ops.c. */
+ * triu, cumsum, topk, argmax, mse_loss, binary_cross_entropy_with_logits.
+ * Forward and backward side by side, as in ops.c. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -152,64 +152,6 @@ cg_tensor *cg_binary_cross_entropy_with_logits(cg_tensor *x, cg_tensor *y)
 {
     cg_tensor *in[2] = {x, y};
     return record(cg_k_bce_with_logits(x, y), CG_OP_BCE_WITH_LOGITS, 2, in, bce_bw, NULL);
-}
-
-typedef struct {
-    int64_t *targets, n, ignore;
-} nll_ctx;
-
-static void nll_ctx_free(void *p)
-{
-    nll_ctx *c = p;
-    free(c->targets);
-    free(c);
-}
-
-static bool nll_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
-{
-    nll_ctx *c = n->ctx;
-    cg_tensor *lp = IN(0);
-    cg_tensor *d = cg_k_nll_loss_backward(n->saved[0], c->targets, c->n, c->ignore, cg_item(g));
-    gin[0] = d ? cg_k_reshape(d, lp->ndim, lp->shape) : NULL;
-    cg_release(d);
-    return gin[0] != NULL;
-}
-
-cg_tensor *cg_nll_loss(cg_tensor *logp, const int64_t *targets, int64_t n_targets,
-                       int64_t ignore_index)
-{
-    if (!logp) {
-        cg_error_null_input("cg_nll_loss");
-        return NULL;
-    }
-    if (logp->ndim < 1) {
-        cg_set_error("nll_loss: log-probabilities need a class dim (got a scalar)");
-        return NULL;
-    }
-    int64_t C = logp->shape[logp->ndim - 1];
-    int64_t N = C ? cg_numel(logp) / C : 0;
-    cg_tensor *l2 = cg_k_reshape(logp, 2, (int64_t[]){N, C});
-    cg_tensor *out = l2 ? cg_k_nll_loss(l2, targets, n_targets, ignore_index) : NULL;
-    cg_node *n = NULL;
-    if (out)
-        out = record(out, CG_OP_NLL_LOSS, 1, &logp, nll_bw, &n);
-    if (n) {
-        nll_ctx *c = calloc(1, sizeof *c);
-        int64_t *t = malloc((size_t)(N ? N : 1) * sizeof *t);
-        if (!c || !t || cg_node_save(n, l2) < 0) {
-            free(c);
-            free(t);
-            cg_release_all(2, out, l2);
-            cg_set_error("nll_loss: out of memory");
-            return NULL;
-        }
-        memcpy(t, targets, (size_t)N * sizeof *t);
-        *c = (nll_ctx){t, N, ignore_index};
-        n->ctx = c;
-        n->ctx_free = nll_ctx_free;
-    }
-    cg_release(l2);
-    return out;
 }
 
 /* ------------------------------------------------------------- copy_ */

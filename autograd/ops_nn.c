@@ -50,30 +50,59 @@ static cg_tensor *softmax_like(cg_tensor *a, int dim, bool log)
 cg_tensor *cg_softmax(cg_tensor *a, int dim) { return softmax_like(a, dim, false); }
 cg_tensor *cg_log_softmax(cg_tensor *a, int dim) { return softmax_like(a, dim, true); }
 
-/* ------------------------------------------------------ cross-entropy */
-typedef struct {
-    int64_t *targets;
-    int64_t n_targets;
-    int64_t ignore_index;
-    float smoothing;
-} ce_ctx;
-
-static void ce_ctx_free(void *p)
+/* ------------------------------------------ cross-entropy, nll_loss */
+/* The class losses' inputs as the kernels take them: x [..., C] viewed as
+ * [N, C] and targets (int64, x's shape without the class dim) as [N]. */
+static bool class_loss_args(const char *op, cg_tensor *x, const cg_tensor *targets, cg_tensor **x2,
+                            cg_tensor **t1)
 {
-    ce_ctx *c = p;
-    free(c->targets);
-    free(c);
+    *x2 = *t1 = NULL;
+    if (!x) {
+        cg_error_null_input(op);
+        return false;
+    }
+    if (!targets) {
+        cg_set_error("%s: argument 'targets' is NULL", op);
+        return false;
+    }
+    if (!cg_check_dtype(op, "targets", targets, CG_I64))
+        return false;
+    if (x->ndim < 1) {
+        cg_set_error("%s: need inputs [..., C] with a class dim (got a scalar)", op);
+        return false;
+    }
+    bool ok = targets->ndim == x->ndim - 1;
+    for (int i = 0; ok && i < targets->ndim; i++)
+        ok = targets->shape[i] == x->shape[i];
+    if (!ok) {
+        char a[96], b[96];
+        cg_set_error("%s: argument 'targets' has shape %s, expected the input's %s without its "
+                     "class dim",
+                     op, cg_shape_str(targets, a, sizeof a), cg_shape_str(x, b, sizeof b));
+        return false;
+    }
+    int64_t C = x->shape[x->ndim - 1];
+    int64_t N = cg_numel(targets);
+    *x2 = cg_k_reshape(x, 2, (int64_t[]){N, C});
+    *t1 = *x2 ? cg_k_reshape(targets, 1, &N) : NULL;
+    if (!*t1) {
+        cg_release(*x2);
+        *x2 = NULL;
+        return false;
+    }
+    return true;
 }
 
+/* saved[0]: the targets [N] (the backward is refused if they were written
+ * in place since, as PyTorch refuses it); saved[1]: each row's lse. */
 static bool ce_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {
-    ce_ctx *c = n->ctx;
     cg_tensor *logits = IN(0);
     int64_t C = logits->shape[logits->ndim - 1];
     int64_t N = C ? cg_numel(logits) / C : 0;
     cg_tensor *l2 = cg_k_reshape(logits, 2, (int64_t[]){N, C});
-    cg_tensor *d = cg_k_cross_entropy_backward(l2, c->targets, c->n_targets, c->ignore_index,
-                                               c->smoothing, n->saved[0], cg_item(g));
+    cg_tensor *d =
+        cg_k_cross_entropy_backward(l2, n->saved[0], n->p.i[0], n->p.f[2], n->saved[1], cg_item(g));
     cg_release(l2);
     if (!d)
         return false;
@@ -82,56 +111,54 @@ static bool ce_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
     return gin[0] != NULL;
 }
 
-cg_tensor *cg_cross_entropy(cg_tensor *logits, const int64_t *targets, int64_t n_targets,
-                            int64_t ignore_index, float label_smoothing)
+cg_tensor *cg_cross_entropy(cg_tensor *logits, const cg_tensor *targets, int64_t ignore_index,
+                            float label_smoothing)
 {
-    if (!logits) {
-        cg_error_null_input("cg_cross_entropy");
+    cg_tensor *l2, *t1;
+    if (!class_loss_args("cross_entropy", logits, targets, &l2, &t1))
         return NULL;
-    }
-    if (!targets) {
-        cg_set_error("cross_entropy: NULL targets");
-        return NULL;
-    }
-    if (logits->ndim < 1) {
-        cg_set_error("cross_entropy: need logits [..., C] (got %d dims)", logits->ndim);
-        return NULL;
-    }
-    int64_t C = logits->shape[logits->ndim - 1];
-    int64_t N = C ? cg_numel(logits) / C : 0;
-    cg_tensor *l2 = cg_k_reshape(logits, 2, (int64_t[]){N, C});
     cg_tensor *lse = NULL;
-    cg_tensor *out =
-        cg_k_cross_entropy(l2, targets, n_targets, ignore_index, label_smoothing, &lse);
+    cg_tensor *out = cg_k_cross_entropy(l2, t1, ignore_index, label_smoothing, &lse);
     cg_release(l2);
-    if (!out) {
-        cg_release(lse);
+    cg_node *n = out ? cg_record(out, CG_OP_CROSS_ENTROPY, 1, &logits, ce_bw) : NULL;
+    if (out && (cg_record_failed(n, 1, &logits) ||
+                (n && (cg_node_save(n, t1) < 0 || cg_node_save(n, lse) < 0)))) {
+        cg_release(out);
+        out = NULL;
+    }
+    if (n) { /* p is a union: f[2] lies beside i[0], in i[1] */
+        n->p.i[0] = ignore_index;
+        n->p.f[2] = label_smoothing;
+    }
+    cg_release_all(2, lse, t1);
+    return out;
+}
+
+/* saved[0]: the log-probabilities as [N, C]; saved[1]: the targets [N]. */
+static bool nll_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    cg_tensor *lp = IN(0);
+    cg_tensor *d = cg_k_nll_loss_backward(n->saved[0], n->saved[1], n->p.i[0], cg_item(g));
+    gin[0] = d ? cg_k_reshape(d, lp->ndim, lp->shape) : NULL;
+    cg_release(d);
+    return gin[0] != NULL;
+}
+
+cg_tensor *cg_nll_loss(cg_tensor *logp, const cg_tensor *targets, int64_t ignore_index)
+{
+    cg_tensor *l2, *t1;
+    if (!class_loss_args("nll_loss", logp, targets, &l2, &t1))
         return NULL;
+    cg_tensor *out = cg_k_nll_loss(l2, t1, ignore_index);
+    cg_node *n = out ? cg_record(out, CG_OP_NLL_LOSS, 1, &logp, nll_bw) : NULL;
+    if (out && (cg_record_failed(n, 1, &logp) ||
+                (n && (cg_node_save(n, l2) < 0 || cg_node_save(n, t1) < 0)))) {
+        cg_release(out);
+        out = NULL;
     }
-    cg_node *n = cg_record(out, CG_OP_CROSS_ENTROPY, 1, &logits, ce_bw);
-    if (cg_record_failed(n, 1, &logits)) {
-        cg_release_all(2, lse, out);
-        return NULL;
-    }
-    if (n) {
-        ce_ctx *c = calloc(1, sizeof *c);
-        int64_t *t = malloc((size_t)(N ? N : 1) * sizeof *t);
-        if (!c || !t || cg_node_save(n, lse) < 0) {
-            free(c);
-            free(t);
-            cg_release_all(2, lse, out);
-            cg_set_error("cross_entropy: out of memory");
-            return NULL;
-        }
-        memcpy(t, targets, (size_t)N * sizeof *t);
-        c->targets = t;
-        c->n_targets = N;
-        c->ignore_index = ignore_index;
-        c->smoothing = label_smoothing;
-        n->ctx = c;
-        n->ctx_free = ce_ctx_free;
-    }
-    cg_release(lse);
+    if (n)
+        n->p.i[0] = ignore_index;
+    cg_release_all(2, l2, t1);
     return out;
 }
 

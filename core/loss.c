@@ -10,14 +10,26 @@
 #include <stdlib.h>
 
 #include "core/ops.h"
+#include "core/upcast.h"
 
 #define PAR_THRESHOLD 32768
 
-/* Check the logits shape and the targets; count kept rows. */
-static bool ce_check(const char *op, const cg_tensor *logits, const int64_t *targets,
-                     int64_t n_targets, int64_t ignore_index, float ls, int64_t *kept)
+/* Check the logits shape and the targets (int64 [N]); count kept rows.
+ * *held gets a contiguous reference to the targets (release it) whose
+ * data the kernel reads. */
+static bool ce_check(const char *op, const cg_tensor *logits, const cg_tensor *target_t,
+                     int64_t ignore_index, float ls, int64_t *kept, cg_tensor **held)
 {
-    char b[96];
+    char b[96], b2[96];
+    *held = NULL;
+    if (!cg_f32_args(op, 1, &logits))
+        return false;
+    if (!target_t) {
+        cg_set_error("%s: argument 'targets' is NULL", op);
+        return false;
+    }
+    if (!cg_check_dtype(op, "targets", target_t, CG_I64))
+        return false;
     if (logits->ndim != 2) {
         cg_set_error("%s: logits must be 2-D [N, C] (shape %s)", op,
                      cg_shape_str(logits, b, sizeof b));
@@ -28,17 +40,17 @@ static bool ce_check(const char *op, const cg_tensor *logits, const int64_t *tar
         cg_set_error("%s: label_smoothing must be in [0, 1] (got %g)", op, (double)ls);
         return false;
     }
-    if (N > 0 && !targets) {
-        cg_set_error("%s: NULL targets for logits of shape %s", op,
+    if (target_t->ndim != 1 || target_t->shape[0] != N) {
+        cg_set_error("%s: argument 'targets' has shape %s, expected [N] = [%lld] for logits of "
+                     "shape %s (one target per row)",
+                     op, cg_shape_str(target_t, b2, sizeof b2), (long long)N,
                      cg_shape_str(logits, b, sizeof b));
         return false;
     }
-    if (n_targets != N) {
-        cg_set_error("%s: %lld targets for %lld rows of logits (shape %s); need one target "
-                     "per row",
-                     op, (long long)n_targets, (long long)N, cg_shape_str(logits, b, sizeof b));
+    cg_tensor *tc = cg_k_contiguous(target_t);
+    if (!tc)
         return false;
-    }
+    const int64_t *targets = cg_data_i64(tc);
     int64_t k = 0;
     for (int64_t r = 0; r < N; r++) {
         int64_t t = targets[r];
@@ -49,11 +61,13 @@ static bool ce_check(const char *op, const cg_tensor *logits, const int64_t *tar
                          "(logits shape %s, ignore_index %lld)",
                          op, (long long)t, (long long)r, (long long)C,
                          cg_shape_str(logits, b, sizeof b), (long long)ignore_index);
+            cg_release(tc);
             return false;
         }
         k++;
     }
     *kept = k;
+    *held = tc;
     return true;
 }
 
@@ -69,7 +83,7 @@ static double row_lse(const float *x, int64_t C)
     return (double)mx + log(s);
 }
 
-cg_tensor *cg_k_cross_entropy(const cg_tensor *logits, const int64_t *targets, int64_t n_targets,
+cg_tensor *cg_k_cross_entropy(const cg_tensor *logits, const cg_tensor *target_t,
                               int64_t ignore_index, float label_smoothing, cg_tensor **lse)
 {
     if (lse)
@@ -79,9 +93,10 @@ cg_tensor *cg_k_cross_entropy(const cg_tensor *logits, const int64_t *targets, i
         return NULL;
     }
     int64_t kept;
-    if (!ce_check("cross_entropy", logits, targets, n_targets, ignore_index, label_smoothing,
-                  &kept))
+    cg_tensor *tc;
+    if (!ce_check("cross_entropy", logits, target_t, ignore_index, label_smoothing, &kept, &tc))
         return NULL;
+    const int64_t *targets = cg_data_i64(tc);
     int64_t N = logits->shape[0], C = logits->shape[1];
     cg_tensor *x = cg_k_contiguous(logits);
     cg_tensor *lt = x ? cg_empty(1, &N) : NULL;
@@ -91,7 +106,7 @@ cg_tensor *cg_k_cross_entropy(const cg_tensor *logits, const int64_t *targets, i
         if (lt && !row)
             cg_set_error("cross_entropy: out of memory");
         free(row);
-        cg_release_all(2, x, lt);
+        cg_release_all(3, x, lt, tc);
         return NULL;
     }
     const float *xp = cg_data(x);
@@ -121,7 +136,7 @@ cg_tensor *cg_k_cross_entropy(const cg_tensor *logits, const int64_t *targets, i
         total += row[r];
     cg_data(out)[0] = (float)(total / (double)kept); /* 0/0 = NaN, as PyTorch */
     free(row);
-    cg_release(x);
+    cg_release_all(2, x, tc);
     if (lse)
         *lse = lt;
     else
@@ -129,30 +144,33 @@ cg_tensor *cg_k_cross_entropy(const cg_tensor *logits, const int64_t *targets, i
     return out;
 }
 
-cg_tensor *cg_k_cross_entropy_backward(const cg_tensor *logits, const int64_t *targets,
-                                       int64_t n_targets, int64_t ignore_index,
-                                       float label_smoothing, const cg_tensor *lse, float g)
+cg_tensor *cg_k_cross_entropy_backward(const cg_tensor *logits, const cg_tensor *target_t,
+                                       int64_t ignore_index, float label_smoothing,
+                                       const cg_tensor *lse, float g)
 {
     if (!logits) {
         cg_error_null_input("cg_k_cross_entropy_backward");
         return NULL;
     }
     int64_t kept;
-    if (!ce_check("cross_entropy_backward", logits, targets, n_targets, ignore_index,
-                  label_smoothing, &kept))
+    cg_tensor *tc;
+    if (!ce_check("cross_entropy_backward", logits, target_t, ignore_index, label_smoothing, &kept,
+                  &tc))
         return NULL;
+    const int64_t *targets = cg_data_i64(tc);
     int64_t N = logits->shape[0], C = logits->shape[1];
     if (lse && cg_numel(lse) != N) {
         char b1[96], b2[96];
         cg_set_error("cross_entropy_backward: lse must have N elements (shapes %s and %s)",
                      cg_shape_str(logits, b1, sizeof b1), cg_shape_str(lse, b2, sizeof b2));
+        cg_release(tc);
         return NULL;
     }
     cg_tensor *x = cg_k_contiguous(logits);
     cg_tensor *lc = (x && lse) ? cg_k_contiguous(lse) : NULL;
     cg_tensor *dx = (x && (lc || !lse)) ? cg_empty(2, logits->shape) : NULL;
     if (!dx) {
-        cg_release_all(2, x, lc);
+        cg_release_all(3, x, lc, tc);
         return NULL;
     }
     const float *xp = cg_data(x);
@@ -178,35 +196,39 @@ cg_tensor *cg_k_cross_entropy_backward(const cg_tensor *logits, const int64_t *t
             dr[j] = (float)(scale * d);
         }
     }
-    cg_release_all(2, x, lc);
+    cg_release_all(3, x, lc, tc);
     return dx;
 }
 
 /* ------------------------------------------------------------- nll loss */
-cg_tensor *cg_k_nll_loss(const cg_tensor *logp, const int64_t *targets, int64_t n_targets,
-                         int64_t ignore_index)
+cg_tensor *cg_k_nll_loss(const cg_tensor *logp, const cg_tensor *target_t, int64_t ignore_index)
 {
     if (!logp) {
         cg_error_null_input("cg_k_nll_loss");
         return NULL;
     }
     int64_t kept;
-    if (!ce_check("nll_loss", logp, targets, n_targets, ignore_index, 0.0f, &kept))
+    cg_tensor *tc;
+    if (!ce_check("nll_loss", logp, target_t, ignore_index, 0.0f, &kept, &tc))
         return NULL;
+    const int64_t *targets = cg_data_i64(tc);
     int64_t N = logp->shape[0];
     cg_tensor *out = cg_empty(0, NULL);
-    if (!out)
+    if (!out) {
+        cg_release(tc);
         return NULL;
+    }
     const float *p = cg_data(logp); /* targets were checked: read them directly */
     double s = 0.0;
     for (int64_t r = 0; r < N; r++)
         if (targets[r] != ignore_index)
             s -= p[r * logp->strides[0] + targets[r] * logp->strides[1]];
     cg_data(out)[0] = (float)(s / (double)kept); /* 0/0 = NaN, as PyTorch */
+    cg_release(tc);
     return out;
 }
 
-cg_tensor *cg_k_nll_loss_backward(const cg_tensor *logp, const int64_t *targets, int64_t n_targets,
+cg_tensor *cg_k_nll_loss_backward(const cg_tensor *logp, const cg_tensor *target_t,
                                   int64_t ignore_index, float g)
 {
     if (!logp) {
@@ -214,16 +236,19 @@ cg_tensor *cg_k_nll_loss_backward(const cg_tensor *logp, const int64_t *targets,
         return NULL;
     }
     int64_t kept;
-    if (!ce_check("nll_loss_backward", logp, targets, n_targets, ignore_index, 0.0f, &kept))
+    cg_tensor *tc;
+    if (!ce_check("nll_loss_backward", logp, target_t, ignore_index, 0.0f, &kept, &tc))
         return NULL;
+    const int64_t *targets = cg_data_i64(tc);
     cg_tensor *d = cg_zeros(2, logp->shape);
-    if (!d || kept == 0)
-        return d;
-    int64_t N = logp->shape[0], C = logp->shape[1];
-    float v = (float)(-(double)g / (double)kept);
-    for (int64_t r = 0; r < N; r++)
-        if (targets[r] != ignore_index)
-            cg_data(d)[r * C + targets[r]] = v;
+    if (d && kept > 0) {
+        int64_t N = logp->shape[0], C = logp->shape[1];
+        float v = (float)(-(double)g / (double)kept);
+        for (int64_t r = 0; r < N; r++)
+            if (targets[r] != ignore_index)
+                cg_data(d)[r * C + targets[r]] = v;
+    }
+    cg_release(tc);
     return d;
 }
 

@@ -146,31 +146,30 @@ cg_tensor *cg_k_softmax_backward(const cg_tensor *y, const cg_tensor *g, int dim
 /* Given y = log_softmax(x) and g: dL/dx = g - exp(y) * sum(g, dim). */
 cg_tensor *cg_k_log_softmax_backward(const cg_tensor *y, const cg_tensor *g, int dim);
 
-/* Cross-entropy with PyTorch semantics (reduction mean):
- *   logits [N, C], targets: n_targets class ids (int64), which must equal N
- *   (an error otherwise: the array is never read past n_targets),
- *   ignore_index (e.g. -100 or pad), label_smoothing in [0,1]. Per kept row:
+/* Cross-entropy with PyTorch semantics (reduction mean): logits [N, C]
+ * (float32), targets an int64 tensor [N] of class ids (another dtype or
+ * shape is refused naming both), ignore_index (e.g. -100 or pad),
+ * label_smoothing in [0,1]. Per kept row:
  *   (1-ls) * -log p[y] + ls * mean_j(-log p[j]); the mean over kept rows
  *   (0/0 gives NaN, as PyTorch). A target outside [0,C) that is not
  *   ignore_index is an error. Returns a scalar; optionally *lse (if not NULL)
  *   gets the per-row log-sum-exp [N] for the backward. */
-cg_tensor *cg_k_cross_entropy(const cg_tensor *logits, const int64_t *targets, int64_t n_targets,
+cg_tensor *cg_k_cross_entropy(const cg_tensor *logits, const cg_tensor *targets,
                               int64_t ignore_index, float label_smoothing, cg_tensor **lse);
 /* torch.nn.functional.nll_loss (reduction mean): logp [N, C] (log
- * probabilities), n_targets == N class ids checked as for cross-entropy;
- * mean over kept rows of -logp[r, y_r] (0/0 = NaN). The backward: -g/K at
- * each kept (r, y_r), zero elsewhere. */
-cg_tensor *cg_k_nll_loss(const cg_tensor *logp, const int64_t *targets, int64_t n_targets,
-                         int64_t ignore_index);
-cg_tensor *cg_k_nll_loss_backward(const cg_tensor *logp, const int64_t *targets, int64_t n_targets,
+ * probabilities), targets int64 [N] checked as for cross-entropy; mean over
+ * kept rows of -logp[r, y_r] (0/0 = NaN). The backward: -g/K at each kept
+ * (r, y_r), zero elsewhere. */
+cg_tensor *cg_k_nll_loss(const cg_tensor *logp, const cg_tensor *targets, int64_t ignore_index);
+cg_tensor *cg_k_nll_loss_backward(const cg_tensor *logp, const cg_tensor *targets,
                                   int64_t ignore_index, float g);
 /* binary_cross_entropy_with_logits (reduction mean) of x against targets y
  * of the same shape: mean of max(x,0) - x*y + log(1 + exp(-|x|)). */
 cg_tensor *cg_k_bce_with_logits(const cg_tensor *x, const cg_tensor *y);
 /* d(mean loss)/d logits times the scalar upstream gradient g. */
-cg_tensor *cg_k_cross_entropy_backward(const cg_tensor *logits, const int64_t *targets,
-                                       int64_t n_targets, int64_t ignore_index,
-                                       float label_smoothing, const cg_tensor *lse, float g);
+cg_tensor *cg_k_cross_entropy_backward(const cg_tensor *logits, const cg_tensor *targets,
+                                       int64_t ignore_index, float label_smoothing,
+                                       const cg_tensor *lse, float g);
 
 /* Layer norm over the last dim: y = (x - mean) * rstd * w + b, biased var,
  * w/b may be NULL ([D] otherwise). *mean and *rstd ([rows]) are for backward. */

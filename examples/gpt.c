@@ -72,7 +72,8 @@ int main(void)
         cg_scope *s = cg_scope_begin();
         for (int a = 0; a < ACCUM; a++) {
             cg_random_batch(data, n, B, T, &rng, x, y);
-            cg_tensor *l = cg_cross_entropy(gpt_forward(m, x, B, T, NULL), y, B * T, -100, 0);
+            cg_tensor *l = cg_cross_entropy(gpt_forward(m, x, B, T, NULL),
+                                            cg_from_i64(CG_SHAPE(B, T), y), -100, 0);
             if (!cg_backward(cg_muls(l, 1.0f / ACCUM), NULL, false))
                 return fprintf(stderr, "error: %s\n", cg_last_error()), 1;
             loss = cg_item(l);

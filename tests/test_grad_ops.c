@@ -363,12 +363,12 @@ typedef struct {
     float ls;
 } ce_case;
 
-enum { CE_TARGETS = 6 };
-
 static cg_tensor *ce_fn(void *ctx, cg_tensor *const *in)
 {
     ce_case *c = ctx;
-    return cg_cross_entropy(in[0], c->targets, CE_TARGETS, c->ignore, c->ls);
+    /* targets of the logits' shape without the class dim: [6] or [2, 3] */
+    cg_tensor *t = cg_test_ids_nd(in[0]->ndim - 1, in[0]->shape, c->targets);
+    return cg_cross_entropy(in[0], t, c->ignore, c->ls);
 }
 
 START_TEST(test_cross_entropy)
@@ -393,7 +393,14 @@ START_TEST(test_cross_entropy)
     cg_tensor *lg = cg_requires_grad(cg_zeros(CG_SHAPE(1, 4, 3)), true);
     int64_t *three = malloc(3 * sizeof *three);
     three[0] = 0, three[1] = 1, three[2] = 2;
-    CG_ASSERT_FAILS(cg_cross_entropy(lg, three, 3, -100, 0.0f), "3 targets for 4 rows");
+    CG_ASSERT_FAILS(cg_cross_entropy(lg, cg_test_ids(3, three), -100, 0.0f),
+                    "argument 'targets' has shape [3], expected the input's [1, 4, 3] without its "
+                    "class dim");
+    /* targets of another dtype: refused by name (PyTorch: expected scalar type Long) */
+    cg_tensor *ft = cg_zeros(CG_SHAPE(4));
+    CG_ASSERT_FAILS(cg_cross_entropy(lg, ft, -100, 0.0f),
+                    "cross_entropy: argument 'targets' is float32, expected int64");
+    cg_release(ft);
     free(three);
     cg_release(lg);
 }

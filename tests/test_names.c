@@ -186,7 +186,7 @@ START_TEST(test_null_input_message)
     NULL_CASE(cg_reshape(n, CG_SHAPE(6)));
     NULL_CASE(cg_softmax(n, -1));
     NULL_CASE(cg_layer_norm(n, NULL, NULL, 1e-5f));
-    NULL_CASE(cg_cross_entropy(n, (const int64_t[]){0, 1}, 2, -100, 0));
+    NULL_CASE(cg_cross_entropy(n, cg_test_ids(2, (const int64_t[]){0, 1}), -100, 0));
     NULL_CASE(cg_clone(n));
     NULL_CASE(cg_contiguous(n));
     NULL_CASE(cg_k_clone(n));
@@ -261,7 +261,7 @@ START_TEST(test_new_user_refusals)
     /* NULL arrays get words that say so */
     CG_ASSERT_REFUSED(!cg_concat(NULL, 2, 0), "NULL");
     CG_ASSERT_REFUSED(!cg_stack(NULL, 2, 0), "NULL");
-    CG_ASSERT_REFUSED(!cg_cross_entropy(x, NULL, 2, -100, 0), "NULL targets");
+    CG_ASSERT_REFUSED(!cg_cross_entropy(x, NULL, -100, 0), "'targets' is NULL");
     CG_ASSERT_REFUSED(!cg_embedding(x, NULL), "'ids' is NULL");
     /* said "for a tensor with 3 dims" of a 2-D tensor */
     CG_ASSERT_REFUSED(!cg_unsqueeze(x, 3), "range [-3, 2] for a tensor with 2 dims");

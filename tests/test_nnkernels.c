@@ -324,7 +324,7 @@ static void ce_case(const int64_t *t, int64_t ii, float ls, double loss, const f
     for (int k = 0; k < 2; k++) {
         const cg_tensor *in = k ? xv : x;
         cg_tensor *lse = NULL;
-        cg_tensor *l = cg_k_cross_entropy(in, t, 5, ii, ls, &lse);
+        cg_tensor *l = cg_k_cross_entropy(in, cg_test_ids(5, t), ii, ls, &lse);
         ck_assert_ptr_nonnull(l);
         ck_assert_int_eq(l->ndim, 0);
         ck_assert_ptr_nonnull(lse);
@@ -335,9 +335,9 @@ static void ce_case(const int64_t *t, int64_t ii, float ls, double loss, const f
         else
             ck_assert_msg(fabs(got - loss) <= 1e-6 * fabs(loss) + 1e-6, "loss %.9g vs %.9g", got,
                           loss);
-        cg_tensor *dx = cg_k_cross_entropy_backward(in, t, 5, ii, ls, lse, 1.0f);
+        cg_tensor *dx = cg_k_cross_entropy_backward(in, cg_test_ids(5, t), ii, ls, lse, 1.0f);
         CG_ASSERT_TENSOR(dx, grad, 1e-6, 1e-5);
-        cg_tensor *dx2 = cg_k_cross_entropy_backward(in, t, 5, ii, ls, NULL, 2.0f);
+        cg_tensor *dx2 = cg_k_cross_entropy_backward(in, cg_test_ids(5, t), ii, ls, NULL, 2.0f);
         float g2[20];
         for (int i = 0; i < 20; i++)
             g2[i] = 2 * grad[i];
@@ -445,9 +445,9 @@ START_TEST(test_ce_extreme)
         cg_from_data(CG_SHAPE(2, 3), (float[]){1e4f, -1e4f, 0.5e4f, 3.0f, -2.0f, -INFINITY});
     const int64_t t[] = {2, 1};
     cg_tensor *lse = NULL;
-    cg_tensor *l = cg_k_cross_entropy(x, t, 2, -100, 0.0f, &lse);
+    cg_tensor *l = cg_k_cross_entropy(x, cg_test_ids(2, t), -100, 0.0f, &lse);
     ck_assert_float_eq_tol(cg_item(l), 2502.50341796875f, 1e-3f);
-    cg_tensor *dx = cg_k_cross_entropy_backward(x, t, 2, -100, 0.0f, lse, 1.0f);
+    cg_tensor *dx = cg_k_cross_entropy_backward(x, cg_test_ids(2, t), -100, 0.0f, lse, 1.0f);
     CG_ASSERT_TENSOR(
         dx, ((const float[]){0.5f, 0.0f, -0.5f, 0.49665358662605286f, -0.49665358662605286f, 0.0f}),
         1e-6, 1e-5);
@@ -488,9 +488,9 @@ START_TEST(test_ce_vs_double)
         for (int j = 0; j < C; j++)
             grad[i * C + j] = (exp(xr[j] - lse) - ls / C - (j == t[i] ? 1 - ls : 0)) / kept;
     }
-    cg_tensor *l = cg_k_cross_entropy(x, t, N, -1, (float)ls, NULL);
+    cg_tensor *l = cg_k_cross_entropy(x, cg_test_ids(N, t), -1, (float)ls, NULL);
     ck_assert_float_eq_tol(cg_item(l), tot / kept, 1e-5);
-    cg_tensor *dx = cg_k_cross_entropy_backward(x, t, N, -1, (float)ls, NULL, 1.0f);
+    cg_tensor *dx = cg_k_cross_entropy_backward(x, cg_test_ids(N, t), -1, (float)ls, NULL, 1.0f);
     assert_close_d(dx, grad, 1e-7, 1e-5);
     free(xv);
     cg_release_all(3, x, l, dx);
@@ -508,8 +508,8 @@ START_TEST(test_ce_threads)
     cg_tensor *l[2], *dx[2];
     for (int k = 0; k < 2; k++) {
         cg_set_num_threads(k + 1);
-        l[k] = cg_k_cross_entropy(x, t, N, -100, 0.1f, NULL);
-        dx[k] = cg_k_cross_entropy_backward(x, t, N, -100, 0.1f, NULL, 1.0f);
+        l[k] = cg_k_cross_entropy(x, cg_test_ids(N, t), -100, 0.1f, NULL);
+        dx[k] = cg_k_cross_entropy_backward(x, cg_test_ids(N, t), -100, 0.1f, NULL, 1.0f);
     }
     cg_set_num_threads(0);
     ck_assert(bit_equal(l[0], l[1]));
@@ -523,27 +523,33 @@ START_TEST(test_ce_errors)
 {
     cg_tensor *x = cg_zeros(CG_SHAPE(3, 4));
     cg_tensor *lse = (cg_tensor *)1; /* must be reset to NULL on failure */
-    CG_ASSERT_FAILS(cg_k_cross_entropy(x, (const int64_t[]){0, 7, 1}, 3, -100, 0.0f, &lse),
-                    "target 7 at row 1");
+    CG_ASSERT_FAILS(
+        cg_k_cross_entropy(x, cg_test_ids(3, (const int64_t[]){0, 7, 1}), -100, 0.0f, &lse),
+        "target 7 at row 1");
     ck_assert_ptr_null(lse);
-    CG_ASSERT_FAILS(cg_k_cross_entropy(x, (const int64_t[]){0, 1, -5}, 3, -100, 0.0f, NULL),
-                    "row 2");
-    CG_ASSERT_FAILS(cg_k_cross_entropy(x, (const int64_t[]){0, 1, 4}, 3, -100, 0.0f, NULL),
-                    "target 4");
     CG_ASSERT_FAILS(
-        cg_k_cross_entropy_backward(x, (const int64_t[]){0, 9, 1}, 3, -100, 0.0f, NULL, 1.0f),
-        "target 9");
-    CG_ASSERT_FAILS(cg_k_cross_entropy(x, (const int64_t[]){0, 1, 2}, 3, -100, 1.5f, NULL),
-                    "label_smoothing");
+        cg_k_cross_entropy(x, cg_test_ids(3, (const int64_t[]){0, 1, -5}), -100, 0.0f, NULL),
+        "row 2");
+    CG_ASSERT_FAILS(
+        cg_k_cross_entropy(x, cg_test_ids(3, (const int64_t[]){0, 1, 4}), -100, 0.0f, NULL),
+        "target 4");
+    CG_ASSERT_FAILS(cg_k_cross_entropy_backward(x, cg_test_ids(3, (const int64_t[]){0, 9, 1}), -100,
+                                                0.0f, NULL, 1.0f),
+                    "target 9");
+    CG_ASSERT_FAILS(
+        cg_k_cross_entropy(x, cg_test_ids(3, (const int64_t[]){0, 1, 2}), -100, 1.5f, NULL),
+        "label_smoothing");
     cg_tensor *x3 = cg_zeros(CG_SHAPE(2, 3, 4));
-    CG_ASSERT_FAILS(cg_k_cross_entropy(x3, (const int64_t[]){0, 1}, 2, -100, 0.0f, NULL),
-                    "[2, 3, 4]");
-    /* the count must match the rows: one short or one long is an error */
-    CG_ASSERT_FAILS(cg_k_cross_entropy(x, (const int64_t[]){0, 1}, 2, -100, 0.0f, NULL),
-                    "2 targets for 3 rows");
     CG_ASSERT_FAILS(
-        cg_k_cross_entropy_backward(x, (const int64_t[]){0, 1, 2, 3}, 4, -100, 0.0f, NULL, 1.0f),
-        "4 targets for 3 rows");
+        cg_k_cross_entropy(x3, cg_test_ids(2, (const int64_t[]){0, 1}), -100, 0.0f, NULL),
+        "[2, 3, 4]");
+    /* the count must match the rows: one short or one long is an error */
+    CG_ASSERT_FAILS(
+        cg_k_cross_entropy(x, cg_test_ids(2, (const int64_t[]){0, 1}), -100, 0.0f, NULL),
+        "argument 'targets' has shape [2], expected [N] = [3]");
+    CG_ASSERT_FAILS(cg_k_cross_entropy_backward(x, cg_test_ids(4, (const int64_t[]){0, 1, 2, 3}),
+                                                -100, 0.0f, NULL, 1.0f),
+                    "argument 'targets' has shape [4], expected [N] = [3]");
     cg_release_all(2, x, x3);
 }
 END_TEST

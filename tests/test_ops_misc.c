@@ -77,13 +77,15 @@ START_TEST(test_forward_vs_torch)
         cg_from_data(CG_SHAPE(3, 4), (const float[]){0, 1, 1, 0, 1, 1, 0, 0.5f, 0, 0, 1, 1});
     expect(cg_binary_cross_entropy_with_logits(x, t), (const float[]){0.72256303f}, "bce");
     cg_tensor *lp = cg_log_softmax(x, 1);
-    expect(cg_nll_loss(lp, (const int64_t[]){3, 1, -100}, 3, -100), (const float[]){0.5409115f},
-           "nll");
-    expect(cg_nll_loss(x, (const int64_t[]){3, 1, 0}, 3, -100), (const float[]){-1.25f}, "nll raw");
+    expect(cg_nll_loss(lp, cg_test_ids(3, (const int64_t[]){3, 1, -100}), -100),
+           (const float[]){0.5409115f}, "nll");
+    expect(cg_nll_loss(x, cg_test_ids(3, (const int64_t[]){3, 1, 0}), -100),
+           (const float[]){-1.25f}, "nll raw");
     /* errors: counts are checked, names in messages */
     CG_ASSERT_FAILS(cg_topk(x, 5, 1, true, NULL), "k=5 is out of range");
     CG_ASSERT_FAILS(cg_argmax(x, 2, false), "dim 2");
-    CG_ASSERT_FAILS(cg_nll_loss(lp, (const int64_t[]){3, 1}, 2, -100), "2 targets for 3 rows");
+    CG_ASSERT_FAILS(cg_nll_loss(lp, cg_test_ids(2, (const int64_t[]){3, 1}), -100),
+                    "argument 'targets' has shape [2], expected the input's [3, 4]");
     cg_tensor *yt = cg_view_transpose(y, 0, 1), *row = cg_view_select(x, 0, 0);
     CG_ASSERT_FAILS(cg_mse_loss(x, yt), "differ in shape");
     CG_ASSERT_FAILS(cg_tril(row, 0), "tril: needs at least 2 dims");
@@ -115,7 +117,7 @@ static cg_tensor *gc_fn(void *ctx, cg_tensor *const *in)
     case 8: return cg_binary_cross_entropy_with_logits(in[0], in[1]);
     case 9: {
         cg_tensor *lp = cg_log_softmax(in[0], -1);
-        cg_tensor *l = cg_nll_loss(lp, TGT, 6, -100);
+        cg_tensor *l = cg_nll_loss(lp, cg_test_ids(6, TGT), -100);
         cg_release(lp);
         return l;
     }

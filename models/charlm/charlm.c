@@ -223,8 +223,11 @@ cg_tensor *cg_charlm_loss(cg_charlm *m, cg_tensor *logits, const int64_t *target
                      cg_shape_str(logits, s, sizeof s), (long long)m->cfg.vocab);
         return NULL;
     }
-    /* the zoo's batches are [B, T] logits over [B, T] targets */
-    return cg_cross_entropy(logits, targets, cg_numel(logits) / m->cfg.vocab, -100, 0.0f);
+    /* the zoo's batches are [B, T, V] logits over [B, T] targets */
+    cg_tensor *t = cg_from_i64(logits->ndim - 1, logits->shape, targets);
+    cg_tensor *loss = t ? cg_cross_entropy(logits, t, -100, 0.0f) : NULL;
+    cg_release(t);
+    return loss;
 }
 
 /* ------------------------------------------------------------ evaluation */

@@ -90,11 +90,11 @@ static cg_tensor *lm_loss(void *self, int k)
     lm_run *r = self;
     int64_t off = k * r->B * r->T + r->r0 * r->T;
     cg_tensor *logits = cg_charlm_forward(r->model, r->x + off, r->r1 - r->r0, r->T);
+    cg_tensor *y = cg_from_i64(CG_SHAPE(r->r1 - r->r0, r->T), r->y + off);
     cg_tensor *loss = r->label_smoothing > 0
-                          ? cg_cross_entropy(logits, r->y + off, (r->r1 - r->r0) * r->T, -100,
-                                             (float)r->label_smoothing)
+                          ? cg_cross_entropy(logits, y, -100, (float)r->label_smoothing)
                           : cg_charlm_loss(r->model, logits, r->y + off);
-    cg_release(logits);
+    cg_release_all(2, logits, y);
     return loss;
 }
 

@@ -414,6 +414,8 @@ cg_tensor *cg_seq2seq_loss(cg_seq2seq *m, cg_tensor *logits, const int64_t *tgt_
                      cg_shape_str(logits, s, sizeof s), (long long)m->cfg.vocab);
         return NULL;
     }
-    return cg_cross_entropy(logits, tgt_out, cg_numel(logits) / m->cfg.vocab, CG_PAD,
-                            m->cfg.label_smoothing);
+    cg_tensor *t = cg_from_i64(logits->ndim - 1, logits->shape, tgt_out);
+    cg_tensor *loss = t ? cg_cross_entropy(logits, t, CG_PAD, m->cfg.label_smoothing) : NULL;
+    cg_release(t);
+    return loss;
 }
