@@ -36,29 +36,34 @@ static lm *lm_new(cg_rng *r)
     return m;
 }
 
-static cg_tensor *lm_forward(lm *m, const int64_t *ids, int64_t b) /* inside a scope */
+static cg_tensor *lm_forward(lm *m, cg_tensor *ids) /* ids [b, T], inside a scope */
 {
-    cg_tensor *x = cg_add(cg_embed_forward(m->tok, cg_from_i64(CG_SHAPE(b, T), ids)),
-                          m->pos->weight); /* positions 0..T-1 */
+    cg_tensor *x = cg_add(cg_embed_forward(m->tok, ids), m->pos->weight); /* positions 0..T-1 */
     x = cg_lm_block_forward(m->block, x, &(cg_attn_mask){.causal = true});
     return cg_linear_fn(cg_norm_forward(m->ln_f, x), m->tok->weight, NULL);
 }
 
+static cg_tensor *encode(const char *text, int ndim, const int64_t *shape) /* ids of the chars */
+{
+    int64_t ids[2048], n = cg_numel_shape(ndim, shape);
+    for (int64_t i = 0; i < n; i++)
+        ids[i] = strchr(chars, text[i]) - chars;
+    return cg_from_i64(ndim, shape, ids);
+}
+
 static float train(lm *m, const char *text, cg_optim *opt, cg_rng *rng)
 {
-    int64_t data[2048], n = (int64_t)strlen(text), x[B * T], y[B * T];
+    cg_tensor *data = encode(text, CG_SHAPE((int64_t)strlen(text))), *x, *y;
     float loss = 0;
-    for (int64_t i = 0; i < n; i++)
-        data[i] = strchr(chars, text[i]) - chars;
     for (int step = 0; step < STEPS; step++) {
         cg_scope *s = cg_scope_begin();
-        cg_random_batch(data, n, B, T, rng, x, y);
-        cg_tensor *l =
-            cg_cross_entropy(lm_forward(m, x, B), cg_from_i64(CG_SHAPE(B, T), y), -100, 0);
+        cg_random_batch(data, B, T, rng, &x, &y);
+        cg_tensor *l = cg_cross_entropy(lm_forward(m, x), y, -100, 0);
         loss = cg_item(l);
         cg_train_step(opt, l);
         cg_scope_end(s);
     }
+    cg_release(data);
     cg_optim_free(opt);
     return loss;
 }
@@ -93,12 +98,10 @@ int main(void)
          cg_lora_load(CG_MODULE(again), "adapter.safetensors");
     cg_module_train(CG_MODULE(m), false);
     cg_module_train(CG_MODULE(again), false);
-    int64_t ids[T];
-    for (int i = 0; i < T; i++)
-        ids[i] = strchr(chars, new_text[i]) - chars;
     cg_no_grad_begin();
     cg_scope *s = cg_scope_begin();
-    cg_tensor *a = lm_forward(m, ids, 1), *b = lm_forward(again, ids, 1);
+    cg_tensor *ids = encode(new_text, CG_SHAPE(1, T)), *a = lm_forward(m, ids),
+              *b = lm_forward(again, ids);
     ok = ok && !memcmp(cg_data(a), cg_data(b), sizeof(float) * (size_t)cg_numel(a));
     cg_scope_end(s);
     cg_no_grad_end();

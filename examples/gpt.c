@@ -41,10 +41,10 @@ static gpt *gpt_new(int64_t V, cg_rng *r)
 
 /* ids [b, t] -> logits [b, t, V]. Training: no cache. Decoding: the new
  * tokens only, at the positions after those the cache holds. */
-static cg_tensor *gpt_forward(gpt *m, const int64_t *ids, int64_t b, int64_t t, cg_kv_cache *c)
+static cg_tensor *gpt_forward(gpt *m, cg_tensor *ids, cg_kv_cache *c)
 {
-    cg_tensor *x = cg_add(cg_embed_forward(m->tok, cg_from_i64(CG_SHAPE(b, t), ids)),
-                          cg_narrow(m->pos->weight, 0, cg_kv_cache_len(c), t));
+    cg_tensor *x = cg_add(cg_embed_forward(m->tok, ids),
+                          cg_narrow(m->pos->weight, 0, cg_kv_cache_len(c), ids->shape[1]));
     for (int i = 0; i < L; i++) { /* pre-LayerNorm block i, causal */
         cg_tensor *h = cg_norm_forward(m->ln1[i], x);
         x = cg_add(x, cg_mha_self(m->attn[i], h, true, cg_kv_cache_layer(c, i)));
@@ -56,13 +56,14 @@ static cg_tensor *gpt_forward(gpt *m, const int64_t *ids, int64_t b, int64_t t, 
 int main(void)
 {
     const char *text = "the quick brown fox jumps over the lazy dog. "; /* 40 times over */
-    int64_t len = strlen(text), n = 40 * len, data[2048], V = 0, x[B * T], y[B * T], ids[T];
+    int64_t len = strlen(text), n = 40 * len, ids[2048], V = 0;
     char chars[128] = "";
     for (int c = 1; c < 128; c++) /* the sorted set of characters */
         if (strchr(text, c))
             chars[V++] = (char)c;
     for (int64_t i = 0; i < n; i++)
-        data[i] = strchr(chars, text[i % len]) - chars;
+        ids[i] = strchr(chars, text[i % len]) - chars;
+    cg_tensor *data = cg_from_i64(1, &n, ids), *x, *y;
     cg_rng rng = cg_rng_new(1);
     gpt *m = gpt_new(V, &rng);
     cg_optim *opt = cg_adamw_from_module(CG_MODULE(m), 3e-3);
@@ -70,10 +71,8 @@ int main(void)
     for (int step = 0; step < STEPS && opt; step++) {
         cg_optim_set_lr(opt, cg_lr_warmup_cosine(step, STEPS, WARMUP, 3e-3, 3e-4));
         cg_scope *s = cg_scope_begin();
-        for (int a = 0; a < ACCUM; a++) {
-            cg_random_batch(data, n, B, T, &rng, x, y);
-            cg_tensor *l = cg_cross_entropy(gpt_forward(m, x, B, T, NULL),
-                                            cg_from_i64(CG_SHAPE(B, T), y), -100, 0);
+        for (int a = 0; a < ACCUM && cg_random_batch(data, B, T, &rng, &x, &y); a++) {
+            cg_tensor *l = cg_cross_entropy(gpt_forward(m, x, NULL), y, -100, 0);
             if (!cg_backward(cg_muls(l, 1.0f / ACCUM), NULL, false))
                 return fprintf(stderr, "error: %s\n", cg_last_error()), 1;
             loss = cg_item(l);
@@ -89,16 +88,19 @@ int main(void)
     cg_scope *s = cg_scope_begin();
     cg_kv_cache *cache = cg_kv_cache_new(0);
     cg_sample_config sc = {.temperature = 0.8, .top_k = 10, .top_p = 1};
-    ids[0] = strchr(chars, 't') - chars;
-    for (int i = 1; i < T; i++) /* one new token a step, the cache holds the rest */
-        cg_sample_rows(gpt_forward(m, ids + i - 1, 1, 1, cache), &sc, &rng, ids + i);
+    cg_tensor *idx = cg_from_i64(CG_SHAPE(1, 1), (int64_t[]){strchr(chars, 't') - chars});
+    while (idx->shape[1] < T) { /* one new token a step, the cache holds the rest */
+        cg_tensor *last = cg_narrow(idx, 1, idx->shape[1] - 1, 1);
+        idx = cg_concat(
+            (cg_tensor *[]){idx, cg_sample_rows(gpt_forward(m, last, cache), &sc, &rng)}, 2, 1);
+    }
     printf("sample: ");
     for (int i = 0; i < T; i++)
-        putchar(chars[ids[i]]);
+        putchar(chars[cg_data_i64(idx)[i]]);
     cg_module_save(CG_MODULE(m), "gpt.safetensors", 0, NULL);
     gpt *again = gpt_new(V, &rng);
     bool ok = cg_module_load_file(CG_MODULE(again), "gpt.safetensors");
-    cg_tensor *a = gpt_forward(m, ids, 1, T, NULL), *b = gpt_forward(again, ids, 1, T, NULL);
+    cg_tensor *a = gpt_forward(m, idx, NULL), *b = gpt_forward(again, idx, NULL);
     ok = ok && !memcmp(cg_data(a), cg_data(b), sizeof(float) * (size_t)cg_numel(a));
     printf("\nreloaded logits identical: %s\n", ok ? "True" : "False");
     cg_scope_end(s);
@@ -107,5 +109,6 @@ int main(void)
     cg_optim_free(opt);
     cg_module_free(CG_MODULE(m));
     cg_module_free(CG_MODULE(again));
+    cg_release(data);
     return ok && loss < 1.0f ? 0 : 1;
 }

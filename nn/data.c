@@ -1,4 +1,4 @@
-/* Batches of token ids (nn/data.h). */
+/* Batches of token ids, padding and loaders on tensors (nn/data.h). */
 #include "nn/data.h"
 
 #include <math.h>
@@ -7,52 +7,108 @@
 
 #include "autograd/ops.h"
 #include "core/error.h"
+#include "core/ops.h"
 #include "nn/module.h"
 
-static void window(const int64_t *tokens, int64_t start, int64_t T, int64_t *x, int64_t *y)
+/* tokens must be an int64 vector of at least `need` tokens. */
+static bool check_tokens(const char *who, const cg_tensor *tokens, int64_t need,
+                         const char *need_text, int64_t B, int64_t T)
 {
-    memcpy(x, tokens + start, (size_t)T * sizeof *x);
-    memcpy(y, tokens + start + 1, (size_t)T * sizeof *y);
-}
-
-bool cg_random_batch(const int64_t *tokens, int64_t n, int64_t B, int64_t T, cg_rng *rng,
-                     int64_t *x, int64_t *y)
-{
-    if (!tokens || !rng || !x || !y || B < 1 || T < 1 || n < T + 1) {
-        cg_set_error("random_batch: need tokens, rng, x, y, B >= 1, T >= 1 and n >= T + 1 tokens "
-                     "(got B=%lld, T=%lld, n=%lld)",
-                     (long long)B, (long long)T, (long long)n);
+    if (!cg_check_dtype(who, "tokens", tokens, CG_I64))
+        return false;
+    if (tokens->ndim != 1 || B < 1 || T < 1 || tokens->shape[0] < need) {
+        char b[96];
+        cg_set_error("%s: need tokens of shape [n] with n >= %s, B >= 1 and T >= 1 (got tokens "
+                     "%s, B=%lld, T=%lld)",
+                     who, need_text, cg_shape_str(tokens, b, sizeof b), (long long)B, (long long)T);
         return false;
     }
-    for (int64_t b = 0; b < B; b++) /* torch.randint(len(data) - block_size, (B,)) */
-        window(tokens, (int64_t)cg_rng_below(rng, (uint64_t)(n - T)), T, x + b * T, y + b * T);
     return true;
 }
 
-cg_batch_iter *cg_batch_iter_new(const int64_t *tokens, int64_t n, int64_t B, int64_t T,
-                                 cg_rng *rng)
+/* Row b of x and y: the window of T+1 tokens at start. */
+static bool window(const cg_tensor *tokens, int64_t start, int64_t T, cg_tensor *x, cg_tensor *y,
+                   int64_t b)
 {
-    if (!tokens || !rng || B < 1 || T < 1 || n < B * T + 1) {
-        cg_set_error("batch iterator: need tokens, rng, B >= 1, T >= 1 and n >= B*T + 1 tokens "
-                     "(got B=%lld, T=%lld, n=%lld)",
-                     (long long)B, (long long)T, (long long)n);
+    cg_tensor *views[4] = {cg_view_select(x, 0, b), cg_view_narrow(tokens, 0, start, T),
+                           cg_view_select(y, 0, b), cg_view_narrow(tokens, 0, start + 1, T)};
+    bool ok = views[0] && views[1] && views[2] && views[3] && cg_k_copy_(views[0], views[1]) &&
+              cg_k_copy_(views[2], views[3]);
+    cg_release_all(4, views[0], views[1], views[2], views[3]);
+    return ok;
+}
+
+static bool new_batch(int64_t B, int64_t T, cg_tensor **x, cg_tensor **y)
+{
+    int64_t shape[2] = {B, T};
+    *x = cg_empty_dtype(CG_I64, 2, shape);
+    *y = cg_empty_dtype(CG_I64, 2, shape);
+    if (*x && *y)
+        return true;
+    cg_release_all(2, *x, *y);
+    *x = *y = NULL;
+    return false;
+}
+
+bool cg_random_batch(const cg_tensor *tokens, int64_t B, int64_t T, cg_rng *rng, cg_tensor **x,
+                     cg_tensor **y)
+{
+    if (!x || !y || !rng) {
+        cg_set_error("cg_random_batch: %s is NULL", !rng ? "rng" : "an output pointer");
+        return false;
+    }
+    *x = *y = NULL;
+    if (!check_tokens("cg_random_batch", tokens, T + 1, "T + 1", B, T))
+        return false;
+    if (!new_batch(B, T, x, y))
+        return false;
+    int64_t n = tokens->shape[0];
+    for (int64_t b = 0; b < B; b++) /* torch.randint(len(data) - block_size, (B,)) */
+        if (!window(tokens, (int64_t)cg_rng_below(rng, (uint64_t)(n - T)), T, *x, *y, b)) {
+            cg_release_all(2, *x, *y);
+            *x = *y = NULL;
+            return false;
+        }
+    return true;
+}
+
+struct cg_batch_iter {
+    cg_tensor *tokens; /* a reference of the iterator's */
+    int64_t B, T;
+    int64_t n_windows; /* (n - 1) / T */
+    int64_t *perm;     /* this epoch's order of the windows */
+    int64_t pos;       /* windows used in this epoch */
+    int64_t epoch;     /* epochs started */
+    cg_rng *rng;       /* borrowed */
+};
+
+cg_batch_iter *cg_batch_iter_new(const cg_tensor *tokens, int64_t B, int64_t T, cg_rng *rng)
+{
+    if (!rng) {
+        cg_set_error("cg_batch_iter_new: rng is NULL");
         return NULL;
     }
+    if (!check_tokens("cg_batch_iter_new", tokens,
+                      B >= 1 && T >= 1 && B <= (INT64_MAX - 1) / T ? B * T + 1 : INT64_MAX,
+                      "B*T + 1", B, T))
+        return NULL;
     cg_batch_iter *it = calloc(1, sizeof *it);
     if (!it) {
-        cg_set_error("batch iterator: out of memory");
+        cg_set_error("cg_batch_iter_new: out of memory");
         return NULL;
     }
-    *it = (cg_batch_iter){tokens, n, B, T, (n - 1) / T, NULL, 0, 0, rng};
+    cg_tensor *own = cg_hold(cg_retain((cg_tensor *)tokens));
+    *it = (cg_batch_iter){own, B, T, (tokens->shape[0] - 1) / T, NULL, 0, 0, rng};
     return it;
 }
 
-int cg_batch_iter_next(cg_batch_iter *it, int64_t *x, int64_t *y)
+int cg_batch_iter_next(cg_batch_iter *it, cg_tensor **x, cg_tensor **y)
 {
     if (!it || !x || !y) {
-        cg_set_error("batch iterator: NULL argument");
+        cg_set_error("cg_batch_iter_next: %s is NULL", !it ? "the iterator" : "an output pointer");
         return -1;
     }
+    *x = *y = NULL;
     if (!it->perm) { /* a new epoch */
         if (!(it->perm = cg_randperm(it->rng, it->n_windows)))
             return -1;
@@ -64,49 +120,200 @@ int cg_batch_iter_next(cg_batch_iter *it, int64_t *x, int64_t *y)
         it->perm = NULL;
         return 0;
     }
+    if (!new_batch(it->B, it->T, x, y))
+        return -1;
     for (int64_t b = 0; b < it->B; b++)
-        window(it->tokens, it->perm[it->pos++] * it->T, it->T, x + b * it->T, y + b * it->T);
+        if (!window(it->tokens, it->perm[it->pos++] * it->T, it->T, *x, *y, b)) {
+            cg_release_all(2, *x, *y);
+            *x = *y = NULL;
+            return -1;
+        }
     return 1;
 }
+
+int64_t cg_batch_iter_epoch(const cg_batch_iter *it) { return it ? it->epoch : 0; }
 
 void cg_batch_iter_free(cg_batch_iter *it)
 {
     if (!it)
         return;
+    cg_unhold(it->tokens);
+    cg_release(it->tokens);
     free(it->perm);
     free(it);
 }
 
+/* ------------------------------------------------------------ padding */
+/* The sequences are one dtype, with one trailing shape; *T: the longest. */
+static bool check_seqs(const char *who, int64_t n, cg_tensor *const *seqs, int64_t *T)
+{
+    if (n < 1 || !seqs) {
+        cg_set_error("%s: need at least one sequence (got %lld)", who, (long long)n);
+        return false;
+    }
+    *T = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const cg_tensor *s = seqs[i], *s0 = seqs[0];
+        char b0[96], b[96];
+        if (!s) {
+            cg_set_error("%s: sequence %lld is NULL", who, (long long)i);
+            return false;
+        }
+        if (s->dtype != s0->dtype) {
+            cg_set_error("%s: sequence %lld is %s, sequence 0 is %s (one dtype expected)", who,
+                         (long long)i, cg_dtype_name(s->dtype), cg_dtype_name(s0->dtype));
+            return false;
+        }
+        if (s->ndim < 1 || s->ndim != s0->ndim ||
+            memcmp(s->shape + 1, s0->shape + 1, (size_t)(s->ndim - 1) * sizeof *s->shape)) {
+            cg_set_error("%s: sequence %lld has shape %s, sequence 0 %s (expected [L, ...] with "
+                         "one trailing shape)",
+                         who, (long long)i, cg_shape_str(s, b, sizeof b),
+                         cg_shape_str(s0, b0, sizeof b0));
+            return false;
+        }
+        *T = s->shape[0] > *T ? s->shape[0] : *T;
+    }
+    return true;
+}
+
+/* Row i of out (and of mask) takes seq: its first L positions. */
+static bool pad_row(cg_tensor *out, cg_tensor *mask, int64_t i, const cg_tensor *seq)
+{
+    int64_t L = seq->shape[0];
+    if (L == 0)
+        return true;
+    cg_tensor *row = cg_view_select(out, 0, i), *dst = row ? cg_view_narrow(row, 0, 0, L) : NULL;
+    bool ok = dst && cg_k_copy_(dst, seq);
+    cg_release_all(2, row, dst);
+    if (ok && mask) {
+        row = cg_view_select(mask, 0, i);
+        dst = row ? cg_view_narrow(row, 0, 0, L) : NULL;
+        ok = dst && cg_fill_(dst, 0.0f);
+        cg_release_all(2, row, dst);
+    }
+    return ok;
+}
+
+cg_tensor *cg_pad_sequence(int64_t n, cg_tensor *const *seqs, double pad, cg_tensor **pad_mask)
+{
+    int64_t T;
+    if (pad_mask)
+        *pad_mask = NULL;
+    if (!check_seqs("cg_pad_sequence", n, seqs, &T))
+        return NULL;
+    int64_t shape[CG_MAX_DIMS + 1] = {n, T}, mshape[2] = {n, T};
+    memcpy(shape + 2, seqs[0]->shape + 1, (size_t)(seqs[0]->ndim - 1) * sizeof *shape);
+    cg_tensor *out = cg_full_dtype(seqs[0]->dtype, seqs[0]->ndim + 1, shape, pad);
+    cg_tensor *mask = pad_mask ? cg_full_dtype(CG_BOOL, 2, mshape, 1.0) : NULL;
+    bool ok = out && (mask || !pad_mask);
+    for (int64_t i = 0; ok && i < n; i++)
+        ok = pad_row(out, mask, i, seqs[i]);
+    if (!ok) {
+        cg_release_all(2, out, mask);
+        return NULL;
+    }
+    if (pad_mask)
+        *pad_mask = mask;
+    return out;
+}
+
 /* ------------------------------------------------------------ loader */
-cg_loader *cg_loader_new(cg_tensor *x, const int64_t *y, int64_t B, cg_rng *rng)
+/* A loader over N rows: the labels y [N, ...] retained and held. */
+static cg_loader *loader_new(const char *who, int64_t N, cg_tensor *y, int64_t B, cg_rng *rng)
+{
+    if (!y) {
+        cg_error_null_input(who);
+        return NULL;
+    }
+    if (y->ndim < 1 || y->shape[0] != N || B < 1) {
+        char b[96];
+        cg_set_error("%s: need %lld labels y [N, ...] and B >= 1 (got y %s, B=%lld)", who,
+                     (long long)N, cg_shape_str(y, b, sizeof b), (long long)B);
+        return NULL;
+    }
+    cg_loader *ld = calloc(1, sizeof *ld);
+    if (!ld) {
+        cg_set_error("%s: out of memory", who);
+        return NULL;
+    }
+    *ld = (cg_loader){.labels = cg_hold(cg_retain(y)), .N = N, .B = B, .pos = N, .rng = rng};
+    return ld;
+}
+
+cg_loader *cg_loader_new(cg_tensor *x, cg_tensor *y, int64_t B, cg_rng *rng)
 {
     if (!x) {
         cg_error_null_input("cg_loader_new");
         return NULL;
     }
-    if (x->ndim < 1 || x->shape[0] < 1 || !y || B < 1) {
-        cg_set_error("loader: need x of shape [N, ...] with N >= 1, N labels and B >= 1 (got "
-                     "ndim %d, labels %s, B=%lld)",
-                     x->ndim, y ? "given" : "NULL", (long long)B);
+    if (x->ndim < 1 || x->shape[0] < 1) {
+        char b[96];
+        cg_set_error("cg_loader_new: need x of shape [N, ...] with N >= 1 (got %s)",
+                     cg_shape_str(x, b, sizeof b));
         return NULL;
     }
-    cg_loader *ld = calloc(1, sizeof *ld);
-    int64_t N = x->shape[0];
-    int64_t *lab = malloc((size_t)N * sizeof *lab), *yb = malloc((size_t)N * sizeof *yb);
-    if (!ld || !lab || !yb) {
-        free(ld), free(lab), free(yb);
-        cg_set_error("loader: out of memory");
-        return NULL;
-    }
-    memcpy(lab, y, (size_t)N * sizeof *lab);
-    *ld = (cg_loader){.y = yb,
-                      .data = cg_hold(cg_retain(x)),
-                      .labels = lab,
-                      .N = N,
-                      .B = B,
-                      .pos = N,
-                      .rng = rng};
+    cg_loader *ld = loader_new("cg_loader_new", x->shape[0], y, B, rng);
+    if (ld)
+        ld->data = cg_hold(cg_retain(x));
     return ld;
+}
+
+cg_loader *cg_loader_new_seqs(int64_t N, cg_tensor *const *seqs, cg_tensor *y, double pad,
+                              int64_t B, cg_rng *rng)
+{
+    int64_t T;
+    if (!check_seqs("cg_loader_new_seqs", N, seqs, &T))
+        return NULL;
+    cg_loader *ld = loader_new("cg_loader_new_seqs", N, y, B, rng);
+    if (!ld)
+        return NULL;
+    if (!(ld->seqs = malloc((size_t)N * sizeof *ld->seqs))) {
+        cg_set_error("cg_loader_new_seqs: out of memory");
+        cg_loader_free(ld);
+        return NULL;
+    }
+    for (int64_t i = 0; i < N; i++)
+        ld->seqs[i] = cg_hold(cg_retain(seqs[i]));
+    ld->pad = pad;
+    return ld;
+}
+
+/* Start an epoch: a new order of the rows. */
+static bool new_epoch(cg_loader *ld)
+{
+    ld->perm = ld->rng ? cg_randperm(ld->rng, ld->N) : malloc((size_t)ld->N * sizeof(int64_t));
+    if (!ld->perm) {
+        if (!cg_has_error())
+            cg_set_error("cg_loader_next: out of memory");
+        return false;
+    }
+    for (int64_t i = 0; !ld->rng && i < ld->N; i++)
+        ld->perm[i] = i;
+    ld->pos = 0;
+    ld->epoch++;
+    return true;
+}
+
+/* The batch of the n rows at perm[pos..pos+n), in the loader's scope. */
+static bool collate(cg_loader *ld, int64_t n)
+{
+    const int64_t *order = ld->perm + ld->pos;
+    cg_tensor *rows = cg_from_i64(1, &n, order);
+    ld->y = rows ? cg_index_select(ld->labels, 0, rows) : NULL;
+    if (ld->data) {
+        ld->x = rows ? cg_index_select(ld->data, 0, rows) : NULL;
+    } else {
+        cg_tensor **batch = malloc((size_t)n * sizeof *batch);
+        for (int64_t j = 0; batch && j < n; j++)
+            batch[j] = ld->seqs[order[j]];
+        ld->x = batch ? cg_pad_sequence(n, batch, ld->pad, &ld->mask) : NULL;
+        if (!batch)
+            cg_set_error("cg_loader_next: out of memory");
+        free(batch);
+    }
+    cg_release(rows);
+    return ld->x && ld->y;
 }
 
 bool cg_loader_next(cg_loader *ld)
@@ -119,34 +326,19 @@ bool cg_loader_next(cg_loader *ld)
         cg_scope_end(ld->scope);
         ld->scope = NULL;
     }
-    ld->x = NULL;
+    ld->x = ld->y = ld->mask = NULL;
     ld->n = 0;
     if (ld->pos >= ld->N && ld->perm) { /* end of an epoch */
         free(ld->perm);
         ld->perm = NULL;
         return false;
     }
-    if (!ld->perm) { /* a new epoch */
-        ld->perm = ld->rng ? cg_randperm(ld->rng, ld->N) : malloc((size_t)ld->N * sizeof(int64_t));
-        if (!ld->perm) {
-            if (!cg_has_error())
-                cg_set_error("loader: out of memory");
-            return false;
-        }
-        for (int64_t i = 0; !ld->rng && i < ld->N; i++)
-            ld->perm[i] = i;
-        ld->pos = 0;
-        ld->epoch++;
-    }
+    if (!ld->perm && !new_epoch(ld))
+        return false;
     int64_t n = ld->N - ld->pos < ld->B ? ld->N - ld->pos : ld->B;
     if (!(ld->scope = cg_scope_begin()))
         return false;
-    for (int64_t j = 0; j < n; j++)
-        ld->y[j] = ld->labels[ld->perm[ld->pos + j]];
-    cg_tensor *rows = cg_from_i64(1, &n, ld->perm + ld->pos);
-    ld->x = rows ? cg_index_select(ld->data, 0, rows) : NULL;
-    cg_release(rows);
-    if (!ld->x)
+    if (!collate(ld, n))
         return false;
     ld->n = n;
     ld->pos += n;
@@ -159,48 +351,57 @@ void cg_loader_free(cg_loader *ld)
         return;
     if (ld->scope)
         cg_scope_end(ld->scope);
-    cg_unhold(ld->data);
-    cg_release(ld->data);
-    free(ld->labels);
-    free(ld->y);
+    for (int64_t i = 0; ld->seqs && i < ld->N; i++) {
+        cg_unhold(ld->seqs[i]);
+        cg_release(ld->seqs[i]);
+    }
+    cg_tensor *own[2] = {ld->data, ld->labels};
+    for (int k = 0; k < 2; k++) {
+        cg_unhold(own[k]);
+        cg_release(own[k]);
+    }
+    free(ld->seqs);
     free(ld->perm);
     free(ld);
 }
 
-double cg_accuracy(const cg_tensor *logits, const int64_t *y, int64_t n)
+/* ------------------------------------------------------------ accuracy */
+double cg_accuracy(const cg_tensor *logits, const cg_tensor *y)
 {
     if (!logits || !y) {
         if (!cg_has_error())
-            cg_set_error("accuracy: %s is NULL", logits ? "y" : "logits");
+            cg_set_error("cg_accuracy: %s is NULL", logits ? "y" : "logits");
         return NAN;
     }
-    if (logits->ndim != 2 || logits->shape[0] != n || n < 1) {
-        char b[96];
-        cg_set_error("accuracy: logits %s do not hold %lld rows of class scores [n, C]",
-                     cg_shape_str(logits, b, sizeof b), (long long)n);
+    if (!cg_check_dtype("cg_accuracy", "y", y, CG_I64))
+        return NAN;
+    if (logits->ndim != 2 || y->ndim != 1 || y->shape[0] != logits->shape[0] || y->shape[0] < 1) {
+        char b[96], c[96];
+        cg_set_error("cg_accuracy: logits %s and y %s are not [n, C] and [n] with n >= 1",
+                     cg_shape_str(logits, b, sizeof b), cg_shape_str(y, c, sizeof c));
         return NAN;
     }
     cg_tensor *pred = cg_argmax(logits, 1, false);
-    if (!pred)
-        return NAN;
-    const int64_t *p = cg_data_i64(pred);
-    int64_t hits = 0;
-    for (int64_t i = 0; i < n; i++)
-        hits += p[i] == y[i];
-    cg_release(pred);
-    return (double)hits / (double)n;
+    cg_tensor *hit = pred ? cg_eq(pred, y) : NULL;
+    cg_tensor *dense = hit ? cg_contiguous(hit) : NULL;
+    const bool *h = dense ? cg_data_bool(dense) : NULL;
+    int64_t hits = 0, n = y->shape[0];
+    for (int64_t i = 0; h && i < n; i++)
+        hits += h[i];
+    cg_release_all(3, pred, hit, dense);
+    return h ? (double)hits / (double)n : NAN;
 }
 
-double cg_module_accuracy(cg_module *m, cg_tensor *x, const int64_t *y)
+double cg_module_accuracy(cg_module *m, cg_tensor *x, const cg_tensor *y)
 {
     if (!m || !x) {
         if (!cg_has_error())
-            cg_set_error("accuracy: %s is NULL", m ? "x" : "module");
+            cg_set_error("cg_module_accuracy: %s is NULL", m ? "x" : "module");
         return NAN;
     }
     cg_no_grad_begin();
     cg_scope *s = cg_scope_begin();
-    double acc = s ? cg_accuracy(cg_module_forward(m, x), y, x->ndim ? x->shape[0] : 0) : NAN;
+    double acc = s ? cg_accuracy(cg_module_forward(m, x), y) : NAN;
     cg_scope_end(s);
     cg_no_grad_end();
     return acc;

@@ -1,14 +1,19 @@
-/* cgrad nn: data for training: batches of token ids for language models,
- * a shuffling loader over a labelled data set (PyTorch's DataLoader over a
- * TensorDataset), and classification accuracy.
+/* cgrad nn: data for training, on tensors: batches of token ids for
+ * language models, padding variable-length sequences into a batch
+ * (PyTorch's pad_sequence), a shuffling loader over a labelled data set of
+ * fixed-size rows (DataLoader over a TensorDataset) or of variable-length
+ * sequences (DataLoader with a padding collate_fn), and classification
+ * accuracy.
  *
  * cg_random_batch is nanoGPT's get_batch: B windows of T+1 tokens at random
  * starts; x holds each window's first T tokens, y the same shifted by one
  * (the next-token targets). cg_batch_iter goes through an epoch instead:
- * the token array cut into windows of T+1 tokens starting every T tokens
+ * the tokens cut into windows of T+1 tokens starting every T tokens
  * (0, T, 2T, ...), visited in the order of a random permutation
  * (cg_randperm), B per batch, the last incomplete batch dropped; the next
- * epoch draws a new permutation. Errors: false/-1/NULL + cg_set_error. */
+ * epoch draws a new permutation. Tokens are an int64 tensor [n]; batches
+ * are new int64 tensors [B, T] (the caller's references).
+ * Errors: false/-1/NULL/NAN + cg_set_error. */
 #ifndef CG_NN_DATA_H
 #define CG_NN_DATA_H
 
@@ -21,71 +26,84 @@
 extern "C" {
 #endif
 
-/* x and y: B*T ids each ([B, T] row-major). Needs n >= T + 1 tokens. */
-bool cg_random_batch(const int64_t *tokens, int64_t n, int64_t B, int64_t T, cg_rng *rng,
-                     int64_t *x, int64_t *y);
+/* tokens: int64 [n] with n >= T + 1. *x and *y: new int64 [B, T]. */
+bool cg_random_batch(const cg_tensor *tokens, int64_t B, int64_t T, cg_rng *rng, cg_tensor **x,
+                     cg_tensor **y);
 
-typedef struct {
-    const int64_t *tokens; /* borrowed: must outlive the iterator */
-    int64_t n, B, T;
-    int64_t n_windows; /* (n - 1) / T */
-    int64_t *perm;     /* this epoch's order of the windows */
-    int64_t pos;       /* windows used in this epoch */
-    int64_t epoch;     /* epochs started (1 after the first batch) */
-    cg_rng *rng;       /* borrowed */
-} cg_batch_iter;
-
-/* Needs at least B windows: n >= B*T + 1. Free with cg_batch_iter_free. */
-cg_batch_iter *cg_batch_iter_new(const int64_t *tokens, int64_t n, int64_t B, int64_t T,
-                                 cg_rng *rng);
-/* The next batch into x and y (B*T ids each): 1, or 0 at the end of an
- * epoch (no error; the next call starts a new one), or -1 + error. */
-int cg_batch_iter_next(cg_batch_iter *it, int64_t *x, int64_t *y);
+typedef struct cg_batch_iter cg_batch_iter;
+/* tokens: int64 [n] with n >= B*T + 1 (retained: the iterator keeps a
+ * reference). rng is borrowed. Free with cg_batch_iter_free. */
+cg_batch_iter *cg_batch_iter_new(const cg_tensor *tokens, int64_t B, int64_t T, cg_rng *rng);
+/* The next batch as new int64 tensors *x, *y [B, T]: 1, or 0 at the end of
+ * an epoch (no error, *x = *y = NULL; the next call starts a new one), or
+ * -1 + error. */
+int cg_batch_iter_next(cg_batch_iter *it, cg_tensor **x, cg_tensor **y);
+/* Epochs started (1 after the first batch). */
+int64_t cg_batch_iter_epoch(const cg_batch_iter *it);
 void cg_batch_iter_free(cg_batch_iter *it); /* NULL is a no-op */
 
+/* torch.nn.utils.rnn.pad_sequence(seqs, batch_first=True,
+ * padding_value=pad): n sequences [L_i, ...] of one dtype and the same
+ * trailing shape (L_i >= 0) into a new tensor [n, max L_i, ...], row i's
+ * positions L_i.. filled with pad (converted to the dtype). pad_mask, if
+ * not NULL, receives a new bool [n, max L_i]: true at padding, the
+ * convention of a key-padding mask (cg_mha_forward's key_pad). */
+cg_tensor *cg_pad_sequence(int64_t n, cg_tensor *const *seqs, double pad, cg_tensor **pad_mask);
+
 /* PyTorch's DataLoader(TensorDataset(x, y), batch_size=B, shuffle=True):
- * the rows of x ([N, ...]) with their labels y[0..N), B per batch in the
- * order of a random permutation (cg_randperm(rng, N), drawn at the first
- * batch of each epoch), the last batch smaller when B does not divide N.
+ * the rows of x ([N, ...], any dtype) with the rows of y ([N, ...], any
+ * dtype: int64 class labels, float targets, ...), B per batch in the order
+ * of a random permutation (cg_randperm(rng, N), drawn at the first batch
+ * of each epoch), the last batch smaller when B does not divide N.
  *     for (int epoch = 0; epoch < E; epoch++)
  *         while (cg_loader_next(ld))
- *             cg_train_step(opt, cg_cross_entropy(model_fwd(ld->x), ld->y, ld->n, -100, 0));
+ *             cg_train_step(opt, cg_cross_entropy(model_fwd(ld->x), ld->y, -100, 0));
  * Each batch runs in its own scope (core/tensor.h): cg_loader_next ends
- * the previous batch's scope, so ld->x and every tensor made for that
- * batch die at the next call (cg_keep one to pass it on), and opens a new
- * one. Leaving the loop early (break): cg_loader_free ends the scope.
- * x is retained; y is copied. rng is borrowed (NULL: no shuffle, rows in
- * order). */
+ * the previous batch's scope, so ld->x, ld->y, ld->mask and every tensor
+ * made for that batch die at the next call (cg_keep one to pass it on),
+ * and opens a new one. Leaving the loop early (break): cg_loader_free ends
+ * the scope. The data are retained, not copied. rng is borrowed (NULL: no
+ * shuffle, rows in order). */
 typedef struct {
-    cg_tensor *x;  /* this batch: rows of the data, [n, ...] (the loader's) */
-    int64_t *y;    /* this batch's labels (n), valid until the next call */
-    int64_t n;     /* rows in this batch */
-    int64_t epoch; /* epochs started */
+    cg_tensor *x;    /* this batch's inputs: [n, ...] */
+    cg_tensor *y;    /* this batch's labels: [n, ...] */
+    cg_tensor *mask; /* sequences: bool [n, T], true = padding; else NULL */
+    int64_t n;       /* rows in this batch */
+    int64_t epoch;   /* epochs started */
     /* private */
-    cg_tensor *data;
-    int64_t *labels, *perm, N, B, pos;
+    cg_tensor *data, *labels, **seqs;
+    double pad;
+    int64_t *perm, N, B, pos;
     cg_rng *rng;
     cg_scope *scope;
 } cg_loader;
 
-/* x: [N, ...] with N >= 1, y: N labels, B >= 1. NULL + error. */
-cg_loader *cg_loader_new(cg_tensor *x, const int64_t *y, int64_t B, cg_rng *rng);
-/* Next batch of this epoch into ld->x, ld->y, ld->n: true; false at the
- * end of the epoch (no error; the next call starts a new epoch) or on an
- * error (cg_has_error). */
+/* x: [N, ...] with N >= 1, y: [N, ...], B >= 1. NULL + error. */
+cg_loader *cg_loader_new(cg_tensor *x, cg_tensor *y, int64_t B, cg_rng *rng);
+/* A loader over N variable-length sequences seqs[i] ([L_i, ...], one dtype,
+ * usually int64 ids) with labels y [N, ...]: each batch's ld->x is the
+ * batch's sequences padded with pad to the longest of the batch
+ * (cg_pad_sequence), ld->mask the bool padding mask [n, T] and ld->y the
+ * labels. Each sequence is retained. NULL + error. */
+cg_loader *cg_loader_new_seqs(int64_t N, cg_tensor *const *seqs, cg_tensor *y, double pad,
+                              int64_t B, cg_rng *rng);
+/* Next batch of this epoch into ld->x, ld->y, ld->mask, ld->n: true; false
+ * at the end of the epoch (no error; the next call starts a new epoch) or
+ * on an error (cg_has_error). */
 bool cg_loader_next(cg_loader *ld);
 void cg_loader_free(cg_loader *ld); /* NULL is a no-op */
 
 /* The fraction of rows of logits [n, C] whose largest entry is at the
- * target's index ((logits.argmax(1) == y).float().mean()). NAN + error. */
-double cg_accuracy(const cg_tensor *logits, const int64_t *y, int64_t n);
+ * target's index, y int64 [n]: (logits.argmax(1) == y).float().mean().
+ * NAN + error. */
+double cg_accuracy(const cg_tensor *logits, const cg_tensor *y);
 /* The accuracy of a classifier m (a module with a one-tensor forward,
- * cg_module_forward) on the rows of x with labels y[0..x->shape[0]),
- * evaluated without a graph (no-grad, its own scope): PyTorch's
+ * cg_module_forward) on the rows of x with labels y (int64 [N]), evaluated
+ * without a graph (no-grad, its own scope): PyTorch's
  *     with torch.no_grad(): (m(x).argmax(1) == y).float().mean()
  * NAN + error. */
 struct cg_module;
-double cg_module_accuracy(struct cg_module *m, cg_tensor *x, const int64_t *y);
+double cg_module_accuracy(struct cg_module *m, cg_tensor *x, const cg_tensor *y);
 
 #ifdef __cplusplus
 }

@@ -117,26 +117,35 @@ int64_t cg_sample(const float *logits, int64_t V, const cg_sample_config *cfg, c
     return id;
 }
 
-bool cg_sample_rows(const cg_tensor *logits, const cg_sample_config *cfg, cg_rng *rng, int64_t *ids)
+cg_tensor *cg_sample_rows(const cg_tensor *logits, const cg_sample_config *cfg, cg_rng *rng)
 {
-    if (!logits || !ids || logits->ndim < 1 || logits->shape[logits->ndim - 1] < 1) {
-        if (logits)
-            cg_set_error("sample: logits must be [..., V] with V >= 1 and ids given");
-        else
-            cg_error_null_input("cg_sample_rows");
-        return false;
+    if (!logits) {
+        cg_error_null_input("cg_sample_rows");
+        return NULL;
+    }
+    if (!cg_dtype_is_float(logits->dtype) || logits->ndim < 1 ||
+        logits->shape[logits->ndim - 1] < 1) {
+        char b[96];
+        cg_set_error("cg_sample_rows: logits must be a float tensor [..., V] with V >= 1 (got %s "
+                     "%s)",
+                     cg_dtype_name(logits->dtype), cg_shape_str(logits, b, sizeof b));
+        return NULL;
     }
     int64_t V = logits->shape[logits->ndim - 1], rows = cg_numel(logits) / V;
     float *buf = malloc((size_t)cg_numel(logits) * sizeof *buf);
-    if (!buf) {
-        cg_set_error("sample: out of memory");
-        return false;
-    }
-    bool ok = cg_copy_to(logits, buf);
+    cg_tensor *ids = cg_empty_dtype(CG_I64, logits->ndim - 1, logits->shape);
+    int64_t *id = ids ? cg_data_i64(ids) : NULL;
+    bool ok = buf && id && cg_copy_to(logits, buf);
+    if (!buf)
+        cg_set_error("cg_sample_rows: out of memory");
     for (int64_t r = 0; ok && r < rows; r++)
-        ok = (ids[r] = cg_sample(buf + r * V, V, cfg, rng)) >= 0;
+        ok = (id[r] = cg_sample(buf + r * V, V, cfg, rng)) >= 0;
     free(buf);
-    return ok;
+    if (!ok) {
+        cg_release(ids);
+        return NULL;
+    }
+    return ids;
 }
 
 int64_t cg_multinomial(const float *probs, int64_t n, cg_rng *rng)

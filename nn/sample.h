@@ -34,10 +34,10 @@ cg_sample_config cg_sample_default(void);
 
 /* One id in [0, V) drawn from logits[0..V) (cfg NULL: the default). */
 int64_t cg_sample(const float *logits, int64_t V, const cg_sample_config *cfg, cg_rng *rng);
-/* One id per row of logits [..., V] (any strides, no graph), written to
- * ids[0..numel/V) in row-major order of the leading dims. */
-bool cg_sample_rows(const cg_tensor *logits, const cg_sample_config *cfg, cg_rng *rng,
-                    int64_t *ids);
+/* One id per row of logits [..., V] (any float dtype, any strides, no
+ * graph): a new int64 tensor of the leading dims [...] (a scalar for
+ * logits [V]). NULL + error. */
+cg_tensor *cg_sample_rows(const cg_tensor *logits, const cg_sample_config *cfg, cg_rng *rng);
 /* torch.multinomial(probs, 1): one index drawn with probability
  * proportional to probs[i] (>= 0, finite, not all 0; need not sum to 1),
  * by one uniform draw against the cumulative sum in index order. */

@@ -450,11 +450,18 @@ START_TEST(test_sample)
     ck_assert_int_eq(cg_sample(masked, 3, &c, &r1), 1);
     /* rows of a tensor */
     cg_tensor *t = cg_from_data(CG_SHAPE(1, 5), logits);
-    int64_t id;
     c = (cg_sample_config){.temperature = 0, .top_p = 1};
-    ck_assert(cg_sample_rows(t, &c, &r1, &id));
-    ck_assert_int_eq(id, 1);
-    cg_release(t);
+    cg_tensor *id = cg_sample_rows(t, &c, &r1);
+    ck_assert(id && id->dtype == CG_I64 && id->ndim == 1 && id->shape[0] == 1);
+    ck_assert_int_eq(cg_item_i64(id), 1);
+    cg_release(id);
+    cg_tensor *tb = cg_k_to(t, CG_BF16); /* bf16 logits: the same greedy pick */
+    id = cg_sample_rows(tb, &c, &r1);
+    ck_assert_int_eq(cg_item_i64(id), 1);
+    cg_release_all(3, id, tb, t);
+    CG_ASSERT_FAILS(
+        cg_sample_rows(cg_test_ids(2, (const int64_t[]){0, 1}), &c, &r1),
+        "cg_sample_rows: logits must be a float tensor [..., V] with V >= 1 (got int64 [2])");
     /* multinomial: proportional to the weights, zero weight never drawn */
     const float w[3] = {1.0f, 0.0f, 3.0f};
     int mc[3] = {0};
@@ -483,35 +490,45 @@ START_TEST(test_randperm_batches)
     free(s);
     ck_assert_ptr_null(cg_randperm(&r, -1));
 
-    int64_t tok[41], x[12], y[12];
-    for (int i = 0; i < 41; i++)
-        tok[i] = 100 + i;
-    ck_assert(cg_random_batch(tok, 41, 3, 4, &r, x, y));
+    cg_tensor *tok = cg_arange_dtype(CG_I64, 100, 141, 1), *x, *y;
+    ck_assert(cg_random_batch(tok, 3, 4, &r, &x, &y));
+    ck_assert(x->dtype == CG_I64 && x->ndim == 2 && x->shape[0] == 3 && x->shape[1] == 4);
+    const int64_t *xs = cg_data_i64(x), *ys = cg_data_i64(y);
     for (int b = 0; b < 3; b++)
         for (int t = 0; t < 4; t++) {
-            ck_assert_int_eq(y[b * 4 + t], x[b * 4 + t] + 1); /* next tokens */
-            ck_assert(x[b * 4 + t] >= 100 && y[b * 4 + t] <= 140);
+            ck_assert_int_eq(ys[b * 4 + t], xs[b * 4 + t] + 1); /* next tokens */
+            ck_assert(xs[b * 4 + t] >= 100 && ys[b * 4 + t] <= 140);
         }
-    ck_assert(!cg_random_batch(tok, 4, 3, 4, &r, x, y));
+    cg_release_all(2, x, y);
+    cg_tensor *few = cg_view_narrow(tok, 0, 0, 4);
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_random_batch(few, 3, 4, &r, &x, &y),
+                    "cg_random_batch: need tokens of shape [n] with n >= T + 1");
+    ck_assert_ptr_null(x);
     /* an epoch: 10 windows of 4+1 starting every 4, 3 per batch, 3 batches */
-    cg_batch_iter *it = cg_batch_iter_new(tok, 41, 3, 4, &r);
+    cg_batch_iter *it = cg_batch_iter_new(tok, 3, 4, &r);
     int starts[10] = {0}, batches = 0, k;
-    while ((k = cg_batch_iter_next(it, x, y)) == 1) {
+    while ((k = cg_batch_iter_next(it, &x, &y)) == 1) {
         batches++;
+        xs = cg_data_i64(x), ys = cg_data_i64(y);
         for (int b = 0; b < 3; b++) {
-            ck_assert_int_eq((x[b * 4] - 100) % 4, 0);
-            starts[(x[b * 4] - 100) / 4]++;
-            ck_assert_int_eq(y[b * 4 + 3], x[b * 4] + 4);
+            ck_assert_int_eq((xs[b * 4] - 100) % 4, 0);
+            starts[(xs[b * 4] - 100) / 4]++;
+            ck_assert_int_eq(ys[b * 4 + 3], xs[b * 4] + 4);
         }
+        cg_release_all(2, x, y);
     }
     ck_assert_int_eq(k, 0);
+    ck_assert_ptr_null(x);
     ck_assert_int_eq(batches, 3);
     for (int i = 0; i < 10; i++)
-        ck_assert_int_le(starts[i], 1);                /* no window twice in an epoch */
-    ck_assert_int_eq(cg_batch_iter_next(it, x, y), 1); /* the next epoch */
-    ck_assert_int_eq(it->epoch, 2);
+        ck_assert_int_le(starts[i], 1);                  /* no window twice in an epoch */
+    ck_assert_int_eq(cg_batch_iter_next(it, &x, &y), 1); /* the next epoch */
+    ck_assert_int_eq(cg_batch_iter_epoch(it), 2);
+    cg_release_all(2, x, y);
     cg_batch_iter_free(it);
-    ck_assert_ptr_null(cg_batch_iter_new(tok, 12, 3, 4, &r));
+    few = (cg_release(few), cg_view_narrow(tok, 0, 0, 12));
+    CG_ASSERT_FAILS(cg_batch_iter_new(few, 3, 4, &r), "n >= B*T + 1");
+    cg_release_all(2, few, tok);
 }
 END_TEST
 
@@ -618,8 +635,9 @@ START_TEST(test_mlp_loader_train_step_accuracy)
     int64_t y[10];
     for (int i = 0; i < 10; i++)
         y[i] = i % 3;
+    cg_tensor *yt = cg_from_i64(1, (int64_t[]){10}, y);
     cg_rng rl = cg_rng_new(7), rp = cg_rng_new(7);
-    cg_loader *ld = cg_loader_new(x, y, 4, &rl);
+    cg_loader *ld = cg_loader_new(x, yt, 4, &rl);
     ck_assert_ptr_nonnull(ld);
     cg_clear_error();
     for (int epoch = 1; epoch <= 2; epoch++) {
@@ -627,10 +645,11 @@ START_TEST(test_mlp_loader_train_step_accuracy)
         int64_t live = cg_live_tensors();
         while (cg_loader_next(ld)) {
             ck_assert_int_eq(ld->epoch, epoch);
-            ck_assert_int_le(cg_live_tensors(), live + 1); /* the last batch died */
+            ck_assert_int_le(cg_live_tensors(), live + 2); /* the last batch died */
+            ck_assert(ld->y->dtype == CG_I64 && ld->y->shape[0] == ld->n && !ld->mask);
             sizes[nb++] = ld->n;
             for (int64_t j = 0; j < ld->n; j++, seen++) {
-                ck_assert_int_eq(ld->y[j], y[perm[seen]]);
+                ck_assert_int_eq(cg_data_i64(ld->y)[j], y[perm[seen]]);
                 ck_assert_float_eq(cg_data(ld->x)[2 * j + 1], cg_data(x)[2 * perm[seen] + 1]);
             }
             cg_tensor *junk = cg_muls(ld->x, 2.0f); /* dies with the batch's scope */
@@ -645,7 +664,10 @@ START_TEST(test_mlp_loader_train_step_accuracy)
     }
     ck_assert(cg_loader_next(ld)); /* break out of an epoch: free ends the scope */
     cg_loader_free(ld);
-    CG_ASSERT_FAILS(cg_loader_new(x, NULL, 4, NULL), "N labels");
+    CG_ASSERT_FAILS(cg_loader_new(x, NULL, 4, NULL), "cg_loader_new: input is NULL");
+    cg_tensor *short_y = cg_view_narrow(yt, 0, 0, 9);
+    CG_ASSERT_FAILS(cg_loader_new(x, short_y, 4, NULL), "need 10 labels y [N, ...]");
+    cg_release(short_y);
 
     /* cg_train_step = backward, step, zero_grad; the loss goes down */
     cg_optim *opt = cg_adam_from_module(mlp, 1e-2);
@@ -668,9 +690,12 @@ START_TEST(test_mlp_loader_train_step_accuracy)
     /* accuracy: argmax against the labels; the module form, without a graph */
     cg_tensor *logits =
         cg_from_data(CG_SHAPE(4, 3), (const float[]){0, 1, 0, 2, 0, 0, 0, 0, 3, 1, 0, 0});
-    ck_assert(cg_accuracy(logits, (const int64_t[]){1, 0, 2, 2}, 4) == 0.75);
-    ck_assert(isnan(cg_accuracy(logits, y, 5)));
-    ck_assert_ptr_nonnull(strstr(cg_last_error(), "accuracy: logits [4, 3]"));
+    ck_assert(cg_accuracy(logits, cg_test_ids(4, (const int64_t[]){1, 0, 2, 2})) == 0.75);
+    ck_assert(isnan(cg_accuracy(logits, yt)));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "cg_accuracy: logits [4, 3] and y [10]"));
+    ck_assert(isnan(cg_accuracy(logits, cg_test_mask(1, (int64_t[]){4}, (const uint8_t[4]){0}))));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "cg_accuracy"));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "bool"));
     cg_tensor *out = cg_module_forward(mlp, x);
     cg_tensor *pt = cg_argmax(out, 1, false);
     const int64_t *pred = cg_data_i64(pt);
@@ -679,10 +704,10 @@ START_TEST(test_mlp_loader_train_step_accuracy)
         hits += pred[i] == y[i];
     cg_release(pt);
     int64_t live = cg_live_tensors();
-    ck_assert(cg_module_accuracy(mlp, x, y) == (double)hits / 10);
+    ck_assert(cg_module_accuracy(mlp, x, yt) == (double)hits / 10);
     ck_assert_int_eq(cg_live_tensors(), live);
     ck_assert(cg_grad_enabled());
-    cg_release_all(3, logits, out, x);
+    cg_release_all(4, logits, out, x, yt);
     cg_module_free(mlp);
     cg_module_free(seq);
 }
@@ -814,9 +839,9 @@ START_TEST(test_null_arguments_say_so)
     NULL_FALSE(cg_optim_step(NULL));
     NULL_FALSE(cg_train_step(NULL, x));
     /* data and sampling */
-    NULL_PTR(cg_loader_new(n, ids, 2, &rng));
+    NULL_PTR(cg_loader_new(n, cg_test_ids(2, ids), 2, &rng));
     NULL_FALSE(cg_loader_next(NULL));
-    NULL_FALSE(cg_sample_rows(NULL, NULL, &rng, ids));
+    NULL_PTR(cg_sample_rows(NULL, NULL, &rng));
     ck_assert(access("/tmp/never_written.safetensors", F_OK) != 0);
     cg_clear_error();
     cg_module_free(CG_MODULE(lin));
