@@ -105,7 +105,8 @@ extern "C" {
     X(CUSTOM, "custom", 0, CG_IN_ALL, 0) /* cg_record_op: see below */       \
     X(CLONE, "clone", 1, 0, 0)                                                \
     X(GELU_ERF, "gelu_erf", 1, CG_IN(0), 0)                                   \
-    X(CHECKPOINT, "checkpoint", 0, CG_IN_ALL, 0) /* autograd/checkpoint.h */
+    X(CHECKPOINT, "checkpoint", 0, CG_IN_ALL, 0) /* autograd/checkpoint.h */ \
+    X(TO, "to", 1, 0, 0)
 /* clang-format on */
 
 typedef enum {

@@ -129,8 +129,8 @@ static cg_record_status record(cg_tensor *out, cg_op op, const char *name, int n
 {
     const char *opn = name ? name : cg_op_name(op);
     *node_out = NULL;
-    if (!out || !cg_grad_enabled())
-        return CG_RECORD_NONE;
+    if (!out || !cg_grad_enabled() || !cg_dtype_is_float(out->dtype))
+        return CG_RECORD_NONE; /* an int64 or bool result has no gradient */
     if (n_inputs < 0 || (n_inputs > 0 && !inputs) || !backward || (unsigned)op >= CG_OP_COUNT ||
         (op_max_inputs[op] && n_inputs > op_max_inputs[op])) {
         cg_set_error("%s: recording needs inputs (at most %d) and a backward function (%d "
@@ -299,6 +299,12 @@ cg_tensor *cg_requires_grad(cg_tensor *t, bool on)
         cg_set_error("requires_grad: only leaf tensors can change requires_grad "
                      "(this one was produced by %s)",
                      cg_node_name(t->node));
+        return NULL;
+    }
+    if (on && !cg_dtype_is_float(t->dtype)) { /* PyTorch's rule: ids and masks have no gradient */
+        cg_set_error("requires_grad: only tensors of a float dtype can require gradients (this "
+                     "one is %s)",
+                     cg_dtype_name(t->dtype));
         return NULL;
     }
     t->requires_grad = on;
@@ -546,6 +552,18 @@ static cg_tensor *fit_to_shape(cg_node *n, int idx, cg_tensor *g, const cg_tenso
     return r;
 }
 
+/* A gradient has its input's dtype (PyTorch's validate_outputs): a
+ * backward computed in float32 for a bfloat16 input is rounded to
+ * bfloat16 here, and cg_to's backward is the identity. g is consumed. */
+static cg_tensor *to_input_dtype(cg_tensor *g, const cg_tensor *input)
+{
+    if (!g || g->dtype == input->dtype)
+        return g;
+    cg_tensor *r = cg_k_to(g, input->dtype);
+    cg_release(g);
+    return r;
+}
+
 /* *slot += g (g consumed). Adds in place only into a contiguous tensor whose
  * storage nobody else shares. A leaf's .grad (private = true) must own its
  * storage outright, because optimizers and clipping update it in place; a
@@ -658,7 +676,8 @@ static bool backward_impl(cg_tensor *root, const cg_tensor *grad_root, bool reta
                          cg_shape_str(grad_root, b1, sizeof b1), cg_shape_str(root, b2, sizeof b2));
             return false;
         }
-        g0 = cg_k_clone(grad_root);
+        g0 = grad_root->dtype == root->dtype ? cg_k_clone(grad_root)
+                                             : cg_k_to(grad_root, root->dtype);
     } else {
         if (cg_numel(root) != 1) {
             char b[96];
@@ -667,7 +686,7 @@ static bool backward_impl(cg_tensor *root, const cg_tensor *grad_root, bool reta
                          cg_shape_str(root, b, sizeof b));
             return false;
         }
-        g0 = cg_ones(root->ndim, root->shape);
+        g0 = cg_full_dtype(root->dtype, root->ndim, root->shape, 1.0);
     }
     if (!g0)
         return false;
@@ -735,7 +754,7 @@ static bool backward_impl(cg_tensor *root, const cg_tensor *grad_root, bool reta
                 cg_release(g);
                 continue;
             }
-            g = fit_to_shape(n, i, g, in);
+            g = to_input_dtype(fit_to_shape(n, i, g, in), in);
             if (!g) {
                 ok = false;
                 continue;

@@ -20,6 +20,10 @@
 static cg_tensor *finish(cg_tensor *out, cg_op op, int nin, cg_tensor *const *in, cg_backward_fn bw,
                          cg_node **node)
 {
+    if (node)
+        *node = NULL;
+    if (out && !cg_dtype_is_float(out->dtype))
+        return out; /* int64 or bool: no gradient, whatever the inputs */
     cg_node *n = cg_record(out, op, nin, in, bw);
     if (node)
         *node = n;
@@ -724,6 +728,13 @@ cg_tensor *cg_contiguous(const cg_tensor *a)
     return finish1(cg_k_clone(a), CG_OP_CONTIGUOUS, (cg_tensor *)a, identity_bw, NULL);
 }
 cg_tensor *cg_to_contiguous(cg_tensor *a) { return cg_contiguous(a); }
+
+cg_tensor *cg_to(const cg_tensor *a, cg_dtype dt)
+{
+    if (a && a->dtype == dt)
+        return cg_retain((cg_tensor *)a); /* a itself, as PyTorch's .to */
+    return finish1(cg_k_to(a, dt), CG_OP_TO, (cg_tensor *)a, identity_bw, NULL);
+}
 
 cg_tensor *cg_clone(const cg_tensor *a)
 {

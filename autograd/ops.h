@@ -77,6 +77,12 @@ cg_tensor *cg_view(cg_tensor *a, int ndim, const int64_t *shape);
 cg_tensor *cg_contiguous(const cg_tensor *a);
 /* The same function under its older name. */
 cg_tensor *cg_to_contiguous(cg_tensor *a);
+/* torch.Tensor.to(dtype): a itself (a new reference) when it already has
+ * dtype dt, else a converted copy (core/dtype.h's conversions: float to
+ * bfloat16 rounds to nearest even, float to int truncates toward zero).
+ * Differentiable between float dtypes: the gradient comes back converted
+ * to a's dtype. A result of an int or bool dtype has no gradient. */
+cg_tensor *cg_to(const cg_tensor *a, cg_dtype dt);
 /* torch.clone: a copy with fresh contiguous storage; differentiable (the
  * gradient passes to a unchanged). For a copy outside the graph, clone
  * under cg_no_grad_begin(), or cg_k_clone (core/tensor.h). */

@@ -441,8 +441,10 @@ bool cg_k_add_(cg_tensor *dst, const cg_tensor *src)
 {
     if (!dst || !src)
         return cg_error_null_input("cg_k_add_");
-    if (!cg_check_f32("add_", "dst", dst) || !cg_check_f32("add_", "src", src))
-        return false;
+    const cg_tensor *args[2] = {dst, src};
+    for (int k = 0; k < 2; k++)
+        if (!cg_dtype_is_float(args[k]->dtype))
+            return cg_upcast_refuse("add_", k, args[k]);
     int64_t shape[CG_MAX_DIMS] = {0};
     int nd = cg_iter_broadcast("add_", 2, (const cg_tensor *[]){dst, src}, shape);
     if (nd < 0)
@@ -455,6 +457,12 @@ bool cg_k_add_(cg_tensor *dst, const cg_tensor *src)
     }
     if (!cg_check_writable("add_", dst))
         return false;
+    if (dst->dtype != CG_F32 || src->dtype != CG_F32) { /* in float32, rounded into dst */
+        cg_tensor *sum = cg_k_add(dst, src);
+        bool ok = sum && cg_k_copy_(dst, sum);
+        cg_release(sum);
+        return ok;
+    }
     cg_tensor_modified(dst);
     ew_params P = {0, 0};
     cg_iter it;

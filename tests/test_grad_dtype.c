@@ -1,0 +1,136 @@
+/* How gradients treat dtypes (issue 31): only float tensors require
+ * gradients, an int64 or bool result has none, cg_to is differentiable
+ * between float dtypes, and every gradient has its input's dtype. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "autograd/gradcheck.h"
+#include "autograd/ops.h"
+#include "core/ops.h"
+#include "testutil.h"
+
+START_TEST(test_ints_never_require_grad)
+{
+    cg_tensor *ids = cg_test_ids(3, (const int64_t[]){0, 1, 2});
+    CG_ASSERT_FAILS(cg_requires_grad(ids, true),
+                    "requires_grad: only tensors of a float dtype can require gradients (this one "
+                    "is int64)");
+    cg_tensor *m = cg_test_mask(1, (int64_t[]){2}, (const uint8_t[]){1, 0});
+    CG_ASSERT_FAILS(cg_requires_grad(m, true), "(this one is bool)");
+    ck_assert_ptr_eq(cg_requires_grad(ids, false), ids); /* switching off is always fine */
+    /* results of an int dtype carry no graph, whatever their inputs */
+    cg_tensor *x = cg_requires_grad(cg_full(CG_SHAPE(2, 3), 1.0f), true);
+    cg_tensor *am = cg_argmax(x, 1, false), *xi = cg_to(x, CG_I64);
+    cg_tensor *xs = cg_concat((cg_tensor *[]){xi, xi}, 2, 0);
+    ck_assert(!am->requires_grad && !am->node && !xi->requires_grad && !xi->node);
+    ck_assert(xs && !xs->requires_grad && xs->dtype == CG_I64);
+    cg_tensor *fx = cg_to(xi, CG_F32); /* back to float: still outside the graph */
+    ck_assert(fx && !fx->requires_grad);
+    cg_release_all(5, x, am, xi, xs, fx);
+    cg_clear_error();
+}
+END_TEST
+
+/* cg_to(x, bf16) then back: x*x + w in bfloat16, the gradient flowing to
+ * the float32 leaves. */
+static cg_tensor *through_bf16(void *ctx, cg_tensor *const *in)
+{
+    (void)ctx;
+    cg_tensor *b = cg_to(in[0], CG_BF16), *sq = cg_mul(b, b), *w = cg_to(in[1], CG_BF16);
+    cg_tensor *sum = cg_add(sq, w), *out = cg_to(sum, CG_F32);
+    cg_release_all(4, b, sq, w, sum);
+    return out;
+}
+
+/* cg_to(x, f32) of a bfloat16 leaf. */
+static cg_tensor *from_bf16(void *ctx, cg_tensor *const *in)
+{
+    (void)ctx;
+    cg_tensor *f = cg_to(in[0], CG_F32), *out = cg_tanh(f);
+    cg_release(f);
+    return out;
+}
+
+/* Gradcheck of f32 -> bf16 -> f32. bfloat16 keeps 8 significant bits, so
+ * a finite difference of rounded values is mostly rounding noise. Here the
+ * inputs are multiples of 1/8 up to 10/8 and the step is 1/8: x*x + w
+ * stays exactly representable at x and x +- h, the central difference of
+ * a quadratic is exact, and the check keeps gradcheck's float32
+ * tolerances. Only the analytic side rounds (the output's gradient R
+ * becomes bfloat16: 2^-9 relative), well within rtol 1e-2. */
+START_TEST(test_gradcheck_to_bf16)
+{
+    cg_tensor *x = cg_empty(CG_SHAPE(3, 4)), *w = cg_empty(CG_SHAPE(3, 4));
+    for (int i = 0; i < 12; i++) {
+        cg_data(x)[i] = (float)((i * 7) % 21 - 10) / 8;
+        cg_data(w)[i] = (float)((i * 5) % 25 - 12) / 8;
+    }
+    cg_requires_grad(x, true), cg_requires_grad(w, true);
+    cg_gradcheck_opts o = cg_gradcheck_defaults();
+    o.eps = 0.125, o.proj_count = 0;
+    cg_gradcheck_report rep;
+    ck_assert_msg(cg_gradcheck(through_bf16, NULL, 2, (cg_tensor *[]){x, w}, &o, &rep), "%s",
+                  rep.message);
+    ck_assert_int_eq(rep.checked, 24);
+    /* the gradients are float32, as the leaves */
+    cg_tensor *out = through_bf16(NULL, (cg_tensor *[]){x, w});
+    cg_tensor *loss = cg_sum_all(out);
+    ck_assert(loss->dtype == CG_F32 && cg_backward(loss, NULL, false));
+    ck_assert(x->grad->dtype == CG_F32 && w->grad->dtype == CG_F32);
+    for (int i = 0; i < 12; i++) {
+        ck_assert_float_eq(cg_data(x->grad)[i], 2 * cg_data(x)[i]);
+        ck_assert_float_eq(cg_data(w->grad)[i], 1.0f);
+    }
+    cg_release_all(4, out, loss, x, w);
+}
+END_TEST
+
+/* A bfloat16 leaf: its gradient is bfloat16, the exact one rounded. */
+START_TEST(test_bf16_leaf_gets_bf16_grad)
+{
+    const float v[4] = {0.5f, -1.25f, 2.0f, 0.1f};
+    cg_tensor *x32 = cg_from_data(CG_SHAPE(4), v),
+              *x = cg_requires_grad(cg_k_to(x32, CG_BF16), true);
+    cg_tensor *y = from_bf16(NULL, &x), *loss = cg_sum_all(y);
+    ck_assert(cg_backward(loss, NULL, false));
+    ck_assert(x->grad && x->grad->dtype == CG_BF16);
+    for (int i = 0; i < 4; i++) {
+        float xi = cg_bf16_to_f32(cg_f32_to_bf16(v[i])), t = tanhf(xi);
+        float want = cg_bf16_to_f32(cg_f32_to_bf16(1 - t * t));
+        ck_assert_float_eq(cg_get(x->grad, (int64_t[]){i}), want);
+    }
+    cg_release_all(2, y, loss);
+    /* bf16 all the way: the loss is bf16, its default gradient too */
+    cg_zero_grad(x);
+    cg_tensor *sq = cg_mul(x, x), *l2 = cg_sum_all(sq);
+    ck_assert(l2->dtype == CG_BF16 && cg_backward(l2, NULL, false));
+    ck_assert(x->grad->dtype == CG_BF16);
+    for (int i = 0; i < 4; i++) /* 2x, exact in bf16 for these x */
+        ck_assert_float_eq(cg_get(x->grad, (int64_t[]){i}),
+                           2 * cg_bf16_to_f32(cg_f32_to_bf16(v[i])));
+    /* an explicit float32 gradient for a bf16 root is converted */
+    cg_zero_grad(x);
+    cg_tensor *g = cg_full(CG_SHAPE(4), 3.0f), *id = cg_muls(x, 1.0f);
+    ck_assert(cg_backward(id, g, false));
+    ck_assert(x->grad->dtype == CG_BF16 && cg_get(x->grad, (int64_t[]){0}) == 3.0f);
+    cg_release_all(6, sq, l2, g, id, x, x32);
+}
+END_TEST
+
+static Suite *grad_dtype_suite(void)
+{
+    Suite *s = suite_create("grad_dtype");
+    TCase *tc = tcase_create("autograd");
+    tcase_add_test(tc, test_ints_never_require_grad);
+    tcase_add_test(tc, test_gradcheck_to_bf16);
+    tcase_add_test(tc, test_bf16_leaf_gets_bf16_grad);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    Suite *s[] = {grad_dtype_suite()};
+    return cg_test_run(s, 1);
+}
