@@ -19,7 +19,7 @@ import os
 import re
 import sys
 
-EXAMPLES = ("gpt", "finetune_lora", "classifier")
+EXAMPLES = ("gpt", "finetune_lora", "classifier", "bert_classifier")
 LIMIT = 1.5
 
 
