@@ -11,6 +11,7 @@
 
 #include "core/ops.h"
 #include "core/upcast.h"
+#include "core/vmath.h"
 
 #define PAR_THRESHOLD 32768
 
@@ -71,16 +72,60 @@ static bool ce_check(const char *op, const cg_tensor *logits, const cg_tensor *t
     return true;
 }
 
-/* log-sum-exp of one contiguous row (max subtracted; double accumulation). */
-static double row_lse(const float *x, int64_t C)
+/* ---------------------------------------------------------- row kernels */
+/* One contiguous row of C logits. Vectorised for AVX-512, AVX2 or SSE2
+ * (EW_CLONES, chosen at load time) with the same IEEE operations in every
+ * clone and in 8 lanes of a fixed order, so the bits depend on neither the
+ * CPU nor the thread count. exp is ew_expf (core/vmath.h, ~1.5 ulp), never
+ * libm's scalar expf. */
+
+/* The row's max (NaN skipped: it reaches the loss through the sum). */
+static inline float row_max(const float *x, int64_t C)
 {
-    float mx = -INFINITY;
+    float m8[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY,
+                   -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    int64_t j = 0;
+    for (; j + 8 <= C; j += 8)
+        for (int l = 0; l < 8; l++)
+            m8[l] = x[j + l] > m8[l] ? x[j + l] : m8[l];
+    for (; j < C; j++)
+        m8[j % 8] = x[j] > m8[j % 8] ? x[j] : m8[j % 8];
+    float mx = m8[0];
+    for (int l = 1; l < 8; l++)
+        mx = m8[l] > mx ? m8[l] : mx;
+    return mx;
+}
+
+/* log sum_j exp(x_j) (max subtracted, double lanes); *sx: sum_j x_j when
+ * sx is not NULL (label smoothing). */
+EW_CLONES static double row_lse(const float *x, int64_t C, double *sx)
+{
+    float mx = row_max(x, C);
+    double acc[8] = {0}, xs[8] = {0};
+    int64_t j = 0;
+    for (; j + 8 <= C; j += 8)
+        for (int l = 0; l < 8; l++) {
+            acc[l] += (double)ew_expf(x[j + l] - mx);
+            xs[l] += (double)x[j + l];
+        }
+    for (; j < C; j++) {
+        acc[j % 8] += (double)ew_expf(x[j] - mx);
+        xs[j % 8] += (double)x[j];
+    }
+    if (sx)
+        *sx = lanes8_total(xs);
+    return (double)mx + log(lanes8_total(acc));
+}
+
+/* The gradient of one kept row: scale * (softmax(x) - ls/C - (1-ls) at t),
+ * in double as the scalar code was (gradient accumulation over
+ * micro-batches then matches the whole batch to float32's rounding). */
+EW_CLONES static void row_grad(const float *x, int64_t C, float lse, int64_t t, double scale,
+                               double smooth, double hit, float *d)
+{
     for (int64_t j = 0; j < C; j++)
-        mx = x[j] > mx ? x[j] : mx;
-    double s = 0.0;
-    for (int64_t j = 0; j < C; j++)
-        s += expf(x[j] - mx);
-    return (double)mx + log(s);
+        d[j] = (float)(scale * ((double)ew_expf(x[j] - lse) - smooth));
+    d[t] = (float)(scale * ((double)ew_expf(x[t] - lse) - smooth - hit));
 }
 
 cg_tensor *cg_k_cross_entropy(const cg_tensor *logits, const cg_tensor *target_t,
@@ -115,7 +160,7 @@ cg_tensor *cg_k_cross_entropy(const cg_tensor *logits, const cg_tensor *target_t
 #pragma omp parallel for schedule(static) if (N * C > PAR_THRESHOLD)
     for (int64_t r = 0; r < N; r++) {
         const float *xr = xp + r * C;
-        double l = row_lse(xr, C);
+        double sx = 0.0, l = row_lse(xr, C, &sx);
         lp[r] = (float)l;
         int64_t t = targets[r];
         if (t == ignore_index) {
@@ -123,12 +168,8 @@ cg_tensor *cg_k_cross_entropy(const cg_tensor *logits, const cg_tensor *target_t
             continue;
         }
         double v = (1.0 - ls) * (l - (double)xr[t]);
-        if (ls != 0.0) {
-            double sx = 0.0;
-            for (int64_t j = 0; j < C; j++)
-                sx += xr[j];
+        if (ls != 0.0)
             v += ls * (l - sx / (double)C);
-        }
         row[r] = v;
     }
     double total = 0.0;
@@ -189,12 +230,8 @@ cg_tensor *cg_k_cross_entropy_backward(const cg_tensor *logits, const cg_tensor 
                 dr[j] = 0.0f;
             continue;
         }
-        float l = lp ? lp[r] : (float)row_lse(xr, C);
-        for (int64_t j = 0; j < C; j++) {
-            double p = expf(xr[j] - l);
-            double d = p - smooth - (j == t ? 1.0 - ls : 0.0);
-            dr[j] = (float)(scale * d);
-        }
+        float l = lp ? lp[r] : (float)row_lse(xr, C, NULL);
+        row_grad(xr, C, l, t, scale, smooth, 1.0 - ls, dr);
     }
     cg_release_all(3, x, lc, tc);
     return dx;
