@@ -34,13 +34,20 @@ void cg_set_num_threads(int n)
     omp_set_num_threads(n);
 }
 
+/* The CPU count of cg_get_num_threads, asked once: every product asks for
+ * the thread count, and sched_getaffinity per call took 3.4% of the
+ * translator's step (issue 37). 0 = not asked yet. */
+static _Atomic int g_cpus_cached = 0;
+
 int cg_get_num_threads(void)
 {
     int n = g_num_threads;
     if (n > 0)
         return n;
     n = omp_get_max_threads();
-    int cpus = cg_num_cpus();
+    int cpus = g_cpus_cached;
+    if (cpus < 1)
+        g_cpus_cached = cpus = cg_num_cpus();
     return n < 1 ? 1 : n > cpus ? cpus : n;
 }
 
