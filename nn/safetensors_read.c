@@ -1,4 +1,4 @@
-/* cgrad nn: safetensors reader and atomic writer. See nn/safetensors.h.
+/* cgrad nn: the safetensors reader. See nn/safetensors.h.
  *
  * Reading keeps the whole file in one buffer. cg_st_open validates every
  * byte of the header and every range before it returns, so the accessors
@@ -6,8 +6,6 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include "nn/safetensors.h"
-
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -16,111 +14,25 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <dirent.h>
-#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/utf8.h"
+#include "nn/safetensors_impl.h"
 
-/* ---------------------------------------------------------------- dtypes */
-
-static const struct {
-    const char *name;
-    size_t size;
-} dtype_table[] = {
-    [CG_ST_BOOL] = {"BOOL", 1},       [CG_ST_U8] = {"U8", 1},           [CG_ST_I8] = {"I8", 1},
-    [CG_ST_F8_E4M3] = {"F8_E4M3", 1}, [CG_ST_F8_E5M2] = {"F8_E5M2", 1}, [CG_ST_I16] = {"I16", 2},
-    [CG_ST_U16] = {"U16", 2},         [CG_ST_F16] = {"F16", 2},         [CG_ST_BF16] = {"BF16", 2},
-    [CG_ST_I32] = {"I32", 4},         [CG_ST_U32] = {"U32", 4},         [CG_ST_F32] = {"F32", 4},
-    [CG_ST_I64] = {"I64", 8},         [CG_ST_U64] = {"U64", 8},         [CG_ST_F64] = {"F64", 8},
-};
-_Static_assert(sizeof dtype_table / sizeof dtype_table[0] == CG_ST_NDTYPES,
-               "every cg_st_dtype needs a name and a size");
-
-const char *cg_st_dtype_name(cg_st_dtype dt)
-{
-    return ((unsigned)dt < CG_ST_NDTYPES) ? dtype_table[dt].name : "?";
-}
-
-size_t cg_st_dtype_size(cg_st_dtype dt)
-{
-    return ((unsigned)dt < CG_ST_NDTYPES) ? dtype_table[dt].size : 0;
-}
-
+/* ------------------------------------------------------------ format */
 static int dtype_from_name(const char *s)
 {
     for (int i = 0; i < CG_ST_NDTYPES; i++)
-        if (strcmp(s, dtype_table[i].name) == 0)
+        if (strcmp(s, cg_st_dtype_name((cg_st_dtype)i)) == 0)
             return i;
     return -1;
 }
-
-/* ------------------------------------------------------ byte order helpers */
-
-static bool host_is_little_endian(void)
-{
-    const uint16_t one = 1;
-    unsigned char b;
-    memcpy(&b, &one, 1);
-    return b == 1;
-}
-
 static uint64_t read_le64(const unsigned char *p)
 {
     uint64_t v = 0;
     for (int i = 7; i >= 0; i--)
         v = (v << 8) | p[i];
     return v;
-}
-
-static void write_le64(unsigned char *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
-
-/* Copy n elements of size sz from little-endian src to host order dst (or the
- * reverse: the transformation is its own inverse). */
-static void copy_le(void *dst, const void *src, size_t n, size_t sz)
-{
-    if (n == 0)
-        return;
-    if (host_is_little_endian() || sz == 1) {
-        memcpy(dst, src, n * sz);
-        return;
-    }
-    const unsigned char *s = src;
-    unsigned char *d = dst;
-    for (size_t i = 0; i < n; i++)
-        for (size_t k = 0; k < sz; k++)
-            d[i * sz + k] = s[i * sz + sz - 1 - k];
-}
-
-/* ------------------------------------------------------------- UTF-8 */
-
-/* Index of the first byte that makes s[0..n) invalid UTF-8 (overlong forms,
- * surrogates and code points above U+10FFFF are invalid), or n if valid.
- * If json_text, control bytes other than tab/newline/CR are invalid too. */
-static size_t utf8_bad_at(const unsigned char *s, size_t n, bool json_text)
-{
-    size_t i = 0;
-    while (i < n) {
-        uint32_t cp;
-        int len = cg_utf8_seq(s + i, n - i, &cp);
-        if (len == 0)
-            return i;
-        if (json_text && cp < 0x20 && cp != '\t' && cp != '\n' && cp != '\r')
-            return i;
-        i += (size_t)len;
-    }
-    return n;
-}
-
-static bool utf8_valid(const char *s)
-{
-    size_t n = strlen(s);
-    return utf8_bad_at((const unsigned char *)s, n, false) == n;
 }
 
 /* ================================================================ reading */
@@ -297,7 +209,7 @@ static bool parse_entry(cg_st_file *f, const cJSON *info, st_entry *e)
         return false;
     }
     e->dtype = (cg_st_dtype)code;
-    size_t esize = dtype_table[code].size;
+    size_t esize = cg_st_dtype_size((cg_st_dtype)code);
 
     const cJSON *shape = cJSON_GetObjectItemCaseSensitive(info, "shape");
     if (!shape) {
@@ -376,7 +288,7 @@ static bool parse_entry(cg_st_file *f, const cJSON *info, st_entry *e)
         cg_shape_str_n(nd, e->shape, sh, sizeof sh);
         cg_set_error("safetensors: %s: tensor '%s': byte count %" PRIu64 " does not match shape %s"
                      " %s (%" PRIu64 " bytes)",
-                     P, N, en - b, sh, dtype_table[code].name, numel * esize);
+                     P, N, en - b, sh, cg_st_dtype_name((cg_st_dtype)code), numel * esize);
         return false;
     }
     e->begin = b;
@@ -456,7 +368,7 @@ static cg_st_file *parse_buffer(unsigned char *buf, size_t len, const char *path
     f->data = buf + 8 + hlen;
     f->data_len = len - 8 - (size_t)hlen;
 
-    size_t bad = utf8_bad_at(hdr, (size_t)hlen, true);
+    size_t bad = cg_st_utf8_bad_at(hdr, (size_t)hlen, true);
     if (bad < hlen)
         FAIL("safetensors: %s: header is not valid JSON text: bad or control byte 0x%02x at "
              "header byte %zu",
@@ -731,7 +643,7 @@ cg_tensor *cg_st_get_f32(const cg_st_file *f, const char *name)
         cg_prefix_error("safetensors: %s: tensor '%s': ", f->path, e->name);
         return NULL;
     }
-    copy_le(cg_data(t), f->data + e->begin, (size_t)e->numel, 4);
+    cg_st_copy_le(cg_data(t), f->data + e->begin, (size_t)e->numel, 4);
     return t;
 }
 
@@ -774,7 +686,7 @@ int64_t *cg_st_get_i64(const cg_st_file *f, const char *name, int *ndim, int64_t
         cg_set_error("safetensors: %s: tensor '%s': out of memory", f->path, e->name);
         return NULL;
     }
-    copy_le(out, f->data + e->begin, (size_t)e->numel, 8);
+    cg_st_copy_le(out, f->data + e->begin, (size_t)e->numel, 8);
     if (ndim)
         *ndim = e->ndim;
     if (shape)
@@ -805,594 +717,4 @@ const char *cg_st_metadata_key(const cg_st_file *f, int i)
         return NULL;
     }
     return f->meta_keys[i];
-}
-
-/* ================================================================ writing */
-
-typedef struct {
-    char *name;
-    cg_st_dtype dtype;
-    int ndim;
-    int64_t shape[CG_MAX_DIMS];
-    unsigned char *bytes; /* little-endian */
-    size_t nbytes;
-} w_entry;
-
-struct cg_st_writer {
-    w_entry *e;
-    int n, cap;
-    char **mkey, **mval;
-    int nmeta, mcap;
-};
-
-cg_st_writer *cg_st_writer_new(void)
-{
-    cg_st_writer *w = calloc(1, sizeof *w);
-    if (!w)
-        cg_set_error("safetensors: cg_st_writer_new: out of memory");
-    return w;
-}
-
-void cg_st_writer_free(cg_st_writer *w)
-{
-    if (!w)
-        return;
-    for (int i = 0; i < w->n; i++) {
-        free(w->e[i].name);
-        free(w->e[i].bytes);
-    }
-    for (int i = 0; i < w->nmeta; i++) {
-        free(w->mkey[i]);
-        free(w->mval[i]);
-    }
-    free(w->e);
-    free(w->mkey);
-    free(w->mval);
-    free(w);
-}
-
-/* Checks a new tensor's name and shape; returns the element count or -1. */
-static int64_t check_new(cg_st_writer *w, const char *fn, const char *name, int ndim,
-                         const int64_t *shape)
-{
-    if (!w) {
-        cg_set_error("safetensors: %s: NULL writer", fn);
-        return -1;
-    }
-    if (!name || !name[0]) {
-        cg_set_error("safetensors: %s: %s tensor name", fn, name ? "empty" : "NULL");
-        return -1;
-    }
-    if (strcmp(name, "__metadata__") == 0) {
-        cg_set_error("safetensors: %s: '__metadata__' is reserved, not a tensor name", fn);
-        return -1;
-    }
-    if (!utf8_valid(name)) {
-        cg_set_error("safetensors: %s: tensor name is not valid UTF-8", fn);
-        return -1;
-    }
-    for (int i = 0; i < w->n; i++)
-        if (strcmp(w->e[i].name, name) == 0) {
-            cg_set_error("safetensors: %s: tensor '%s' was already added", fn, name);
-            return -1;
-        }
-    if (ndim < 0 || ndim > CG_MAX_DIMS || (ndim > 0 && !shape)) {
-        cg_set_error("safetensors: %s: tensor '%s': ndim %d out of range [0, %d]", fn, name, ndim,
-                     CG_MAX_DIMS);
-        return -1;
-    }
-    int64_t numel = 1;
-    for (int i = 0; i < ndim; i++) {
-        if (shape[i] < 0) {
-            cg_set_error("safetensors: %s: tensor '%s': negative size %" PRId64 " at dim %d", fn,
-                         name, shape[i], i);
-            return -1;
-        }
-        if (shape[i] == 0)
-            numel = 0;
-    }
-    if (numel != 0)
-        for (int i = 0; i < ndim; i++) {
-            if (numel > (INT64_MAX / 8) / shape[i]) {
-                cg_set_error("safetensors: %s: tensor '%s': shape too large", fn, name);
-                return -1;
-            }
-            numel *= shape[i];
-        }
-    return numel;
-}
-
-/* Append an entry; takes ownership of bytes (freed on failure). */
-static bool push_entry(cg_st_writer *w, const char *name, cg_st_dtype dt, int ndim,
-                       const int64_t *shape, unsigned char *bytes, size_t nbytes)
-{
-    if (w->n == w->cap) {
-        int cap = w->cap ? 2 * w->cap : 16;
-        w_entry *ne = realloc(w->e, (size_t)cap * sizeof *ne);
-        if (!ne)
-            goto oom;
-        w->e = ne;
-        w->cap = cap;
-    }
-    w_entry *e = &w->e[w->n];
-    memset(e, 0, sizeof *e);
-    e->name = strdup(name);
-    if (!e->name)
-        goto oom;
-    e->dtype = dt;
-    e->ndim = ndim;
-    for (int i = 0; i < ndim; i++)
-        e->shape[i] = shape[i];
-    e->bytes = bytes;
-    e->nbytes = nbytes;
-    w->n++;
-    return true;
-oom:
-    free(bytes);
-    cg_set_error("safetensors: tensor '%s': out of memory", name);
-    return false;
-}
-
-bool cg_st_add_f32_raw(cg_st_writer *w, const char *name, int ndim, const int64_t *shape,
-                       const float *data)
-{
-    int64_t numel = check_new(w, "cg_st_add_f32_raw", name, ndim, shape);
-    if (numel < 0)
-        return false;
-    if (numel > 0 && !data) {
-        cg_set_error("safetensors: cg_st_add_f32_raw: tensor '%s': NULL data", name);
-        return false;
-    }
-    size_t nb = (size_t)numel * 4;
-    unsigned char *bytes = malloc(nb ? nb : 1);
-    if (!bytes) {
-        cg_set_error("safetensors: tensor '%s': out of memory", name);
-        return false;
-    }
-    copy_le(bytes, data, (size_t)numel, 4);
-    return push_entry(w, name, CG_ST_F32, ndim, shape, bytes, nb);
-}
-
-bool cg_st_add_f32(cg_st_writer *w, const char *name, const cg_tensor *t)
-{
-    if (!t) { /* keep the root cause of a failed chain if there is one */
-        if (!cg_has_error())
-            cg_set_error("safetensors: cg_st_add_f32: tensor '%s' is NULL", name ? name : "(null)");
-        return false;
-    }
-    if (t->dtype != CG_F32) {
-        cg_set_error("safetensors: cg_st_add_f32: tensor '%s' is not float32", name ? name : "");
-        return false;
-    }
-    int64_t numel = check_new(w, "cg_st_add_f32", name, t->ndim, t->shape);
-    if (numel < 0)
-        return false;
-    size_t nb = (size_t)numel * 4;
-    unsigned char *bytes = malloc(nb ? nb : 1);
-    if (!bytes) {
-        cg_set_error("safetensors: tensor '%s': out of memory", name);
-        return false;
-    }
-    if (numel > 0) {
-        if (host_is_little_endian()) {
-            if (!cg_copy_to(t, (float *)(void *)bytes)) {
-                free(bytes);
-                return false;
-            }
-        } else {
-            float *tmp = malloc(nb);
-            if (!tmp || !cg_copy_to(t, tmp)) {
-                if (!tmp)
-                    cg_set_error("safetensors: tensor '%s': out of memory", name);
-                free(tmp);
-                free(bytes);
-                return false;
-            }
-            copy_le(bytes, tmp, (size_t)numel, 4);
-            free(tmp);
-        }
-    }
-    return push_entry(w, name, CG_ST_F32, t->ndim, t->shape, bytes, nb);
-}
-
-bool cg_st_add_i64(cg_st_writer *w, const char *name, int ndim, const int64_t *shape,
-                   const int64_t *data)
-{
-    int64_t numel = check_new(w, "cg_st_add_i64", name, ndim, shape);
-    if (numel < 0)
-        return false;
-    if (numel > 0 && !data) {
-        cg_set_error("safetensors: cg_st_add_i64: tensor '%s': NULL data", name);
-        return false;
-    }
-    size_t nb = (size_t)numel * 8;
-    unsigned char *bytes = malloc(nb ? nb : 1);
-    if (!bytes) {
-        cg_set_error("safetensors: tensor '%s': out of memory", name);
-        return false;
-    }
-    copy_le(bytes, data, (size_t)numel, 8);
-    return push_entry(w, name, CG_ST_I64, ndim, shape, bytes, nb);
-}
-
-bool cg_st_add_u8(cg_st_writer *w, const char *name, int64_t n, const void *data)
-{
-    int64_t numel = check_new(w, "cg_st_add_u8", name, 1, &n);
-    if (numel < 0)
-        return false;
-    if (numel > 0 && !data) {
-        cg_set_error("safetensors: cg_st_add_u8: tensor '%s': NULL data", name);
-        return false;
-    }
-    unsigned char *bytes = malloc(numel ? (size_t)numel : 1);
-    if (!bytes) {
-        cg_set_error("safetensors: tensor '%s': out of memory", name);
-        return false;
-    }
-    if (numel > 0)
-        memcpy(bytes, data, (size_t)numel);
-    return push_entry(w, name, CG_ST_U8, 1, &n, bytes, (size_t)numel);
-}
-
-bool cg_st_set_metadata(cg_st_writer *w, const char *key, const char *value)
-{
-    if (!w || !key || !value) {
-        cg_set_error("safetensors: cg_st_set_metadata: NULL %s", !w     ? "writer"
-                                                                 : !key ? "key"
-                                                                        : "value");
-        return false;
-    }
-    if (!utf8_valid(key) || !utf8_valid(value)) {
-        cg_set_error("safetensors: cg_st_set_metadata: key or value of '%.64s' is not valid UTF-8",
-                     key);
-        return false;
-    }
-    char *v = strdup(value);
-    if (!v) {
-        cg_set_error("safetensors: cg_st_set_metadata: out of memory");
-        return false;
-    }
-    for (int i = 0; i < w->nmeta; i++)
-        if (strcmp(w->mkey[i], key) == 0) {
-            free(w->mval[i]);
-            w->mval[i] = v;
-            return true;
-        }
-    if (w->nmeta == w->mcap) {
-        int cap = w->mcap ? 2 * w->mcap : 8;
-        char **nk = realloc(w->mkey, (size_t)cap * sizeof *nk);
-        if (nk)
-            w->mkey = nk;
-        char **nv = nk ? realloc(w->mval, (size_t)cap * sizeof *nv) : NULL;
-        if (nv)
-            w->mval = nv;
-        if (!nk || !nv) {
-            free(v);
-            cg_set_error("safetensors: cg_st_set_metadata: out of memory");
-            return false;
-        }
-        w->mcap = cap;
-    }
-    char *k = strdup(key);
-    if (!k) {
-        free(v);
-        cg_set_error("safetensors: cg_st_set_metadata: out of memory");
-        return false;
-    }
-    w->mkey[w->nmeta] = k;
-    w->mval[w->nmeta] = v;
-    w->nmeta++;
-    return true;
-}
-
-bool cg_st_set_metadata_json(cg_st_writer *w, const char *key, const cJSON *value)
-{
-    if (!w || !key || !value) {
-        cg_set_error("safetensors: cg_st_set_metadata_json: NULL %s", !w     ? "writer"
-                                                                      : !key ? "key"
-                                                                             : "value");
-        return false;
-    }
-    if (cJSON_IsInvalid(value) || (cJSON_IsNumber(value) && !isfinite(value->valuedouble))) {
-        cg_set_error("safetensors: metadata '%.64s': %s", key,
-                     cJSON_IsInvalid(value) ? "not a JSON value"
-                                            : "a number must be finite (JSON has no nan or inf)");
-        return false;
-    }
-    char *text = cJSON_PrintUnformatted(value);
-    if (!text) {
-        cg_set_error("safetensors: metadata '%.64s': out of memory", key);
-        return false;
-    }
-    bool ok = cg_st_set_metadata(w, key, text);
-    cJSON_free(text);
-    return ok;
-}
-
-bool cg_st_set_metadata_number(cg_st_writer *w, const char *key, double v)
-{
-    cJSON *n = cJSON_CreateNumber(v);
-    if (!n) {
-        cg_set_error("safetensors: metadata '%.64s': out of memory", key ? key : "");
-        return false;
-    }
-    bool ok = cg_st_set_metadata_json(w, key, n);
-    cJSON_Delete(n);
-    return ok;
-}
-
-/* --- a growable string for the header */
-typedef struct {
-    char *s;
-    size_t len, cap;
-    bool oom;
-} sbuf;
-
-static void sb_putn(sbuf *b, const char *s, size_t n)
-{
-    if (b->oom)
-        return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *ns = realloc(b->s, cap);
-        if (!ns) {
-            b->oom = true;
-            return;
-        }
-        b->s = ns;
-        b->cap = cap;
-    }
-    memcpy(b->s + b->len, s, n);
-    b->len += n;
-    b->s[b->len] = '\0';
-}
-
-static void sb_puts(sbuf *b, const char *s) { sb_putn(b, s, strlen(s)); }
-
-static void sb_putu(sbuf *b, uint64_t v)
-{
-    char tmp[32];
-    snprintf(tmp, sizeof tmp, "%" PRIu64, v);
-    sb_puts(b, tmp);
-}
-
-/* A JSON string literal (s is valid UTF-8, passed through unescaped). */
-static void sb_json_str(sbuf *b, const char *s)
-{
-    sb_putn(b, "\"", 1);
-    for (const char *p = s; *p; p++) {
-        unsigned char c = (unsigned char)*p;
-        if (c == '"')
-            sb_puts(b, "\\\"");
-        else if (c == '\\')
-            sb_puts(b, "\\\\");
-        else if (c < 0x20) {
-            char tmp[8];
-            snprintf(tmp, sizeof tmp, "\\u%04x", c);
-            sb_puts(b, tmp);
-        } else
-            sb_putn(b, p, 1);
-    }
-    sb_putn(b, "\"", 1);
-}
-
-static bool write_all(FILE *fp, const void *p, size_t n)
-{
-    return n == 0 || fwrite(p, 1, n, fp) == n;
-}
-
-/* The directory holding path ("." if none); malloc'd. */
-static char *dir_of(const char *path)
-{
-    const char *slash = strrchr(path, '/');
-    if (!slash)
-        return strdup(".");
-    if (slash == path)
-        return strdup("/");
-    size_t n = (size_t)(slash - path);
-    char *d = malloc(n + 1);
-    if (d) {
-        memcpy(d, path, n);
-        d[n] = '\0';
-    }
-    return d;
-}
-
-/* Remove "<path>.tmp.<pid>" (or "<path>.tmp.<pid>.<n>") files left by writers that died mid-save
- * (SIGKILL, power loss): those whose process no longer exists. A file of a
- * live process (another writer of the same path) is left alone. Best
- * effort: failures are ignored. */
-static void remove_stale_temps(const char *path, const char *dir);
-
-void cg_st_remove_stale_temps(const char *path)
-{
-    char *dir = dir_of(path);
-    if (!dir)
-        return;
-    remove_stale_temps(path, dir);
-    free(dir);
-}
-
-static void remove_stale_temps(const char *path, const char *dir)
-{
-    const char *slash = strrchr(path, '/');
-    const char *base = slash ? slash + 1 : path;
-    size_t blen = strlen(base);
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        const char *n = e->d_name;
-        if (strncmp(n, base, blen) != 0 || strncmp(n + blen, ".tmp.", 5) != 0)
-            continue;
-        const char *digits = n + blen + 5;
-        char *end;
-        errno = 0;
-        long pid = strtol(digits, &end, 10);
-        if (*end == '.') { /* "<pid>.<n>": one of several temporaries of a process */
-            const char *q = end + 1;
-            while (*q >= '0' && *q <= '9')
-                q++;
-            if (q > end + 1 && *q == '\0')
-                end = (char *)q;
-        }
-        if (*digits < '1' || *digits > '9' || *end != '\0' || errno || pid <= 0 ||
-            pid == (long)getpid())
-            continue;
-        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
-            continue; /* alive, or not ours */
-        size_t len = strlen(dir) + strlen(n) + 2;
-        char *full = malloc(len);
-        if (!full)
-            break;
-        snprintf(full, len, "%s/%s", dir, n);
-        (void)unlink(full);
-        free(full);
-    }
-    closedir(d);
-}
-
-bool cg_st_writer_save(cg_st_writer *w, const char *path)
-{
-    if (!w) {
-        cg_set_error("safetensors: cg_st_writer_save: NULL writer");
-        return false;
-    }
-    if (!path || !path[0]) {
-        cg_set_error("safetensors: cg_st_writer_save: %s path", path ? "empty" : "NULL");
-        return false;
-    }
-
-    /* Header: metadata first, then tensors in the order added. */
-    sbuf h = {0};
-    sb_puts(&h, "{");
-    bool first = true;
-    if (w->nmeta > 0) {
-        sb_puts(&h, "\"__metadata__\":{");
-        for (int i = 0; i < w->nmeta; i++) {
-            if (i)
-                sb_puts(&h, ",");
-            sb_json_str(&h, w->mkey[i]);
-            sb_puts(&h, ":");
-            sb_json_str(&h, w->mval[i]);
-        }
-        sb_puts(&h, "}");
-        first = false;
-    }
-    uint64_t off = 0;
-    for (int i = 0; i < w->n; i++) {
-        const w_entry *e = &w->e[i];
-        if (!first)
-            sb_puts(&h, ",");
-        first = false;
-        sb_json_str(&h, e->name);
-        sb_puts(&h, ":{\"dtype\":");
-        sb_json_str(&h, cg_st_dtype_name(e->dtype));
-        sb_puts(&h, ",\"shape\":[");
-        for (int d = 0; d < e->ndim; d++) {
-            if (d)
-                sb_puts(&h, ",");
-            sb_putu(&h, (uint64_t)e->shape[d]);
-        }
-        sb_puts(&h, "],\"data_offsets\":[");
-        sb_putu(&h, off);
-        sb_puts(&h, ",");
-        off += e->nbytes;
-        sb_putu(&h, off);
-        sb_puts(&h, "]}");
-    }
-    sb_puts(&h, "}");
-    while ((8 + h.len) % 8 != 0)
-        sb_puts(&h, " ");
-    if (h.oom) {
-        free(h.s);
-        cg_set_error("safetensors: %s: out of memory building the header", path);
-        return false;
-    }
-    if ((uint64_t)h.len > CG_ST_MAX_HEADER) {
-        cg_set_error("safetensors: %s: header would be %zu bytes, over the %" PRIu64
-                     "-byte limit readers accept",
-                     path, h.len, CG_ST_MAX_HEADER);
-        free(h.s);
-        return false;
-    }
-
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + 32);
-    char *dir = dir_of(path);
-    if (!tmp || !dir) {
-        free(h.s);
-        free(tmp);
-        free(dir);
-        cg_set_error("safetensors: %s: out of memory", path);
-        return false;
-    }
-    snprintf(tmp, plen + 32, "%s.tmp.%ld", path, (long)getpid());
-
-    bool ok = false, created = false;
-    FILE *fp = NULL;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-    if (fd < 0) {
-        cg_set_error("safetensors: %s: cannot create temporary file %s: %s", path, tmp,
-                     strerror(errno));
-        goto done;
-    }
-    created = true;
-    struct stat old;
-    if (stat(path, &old) == 0 && S_ISREG(old.st_mode))
-        (void)fchmod(fd, old.st_mode & 07777); /* keep the old file's permissions */
-    fp = fdopen(fd, "wb");
-    if (!fp) {
-        cg_set_error("safetensors: %s: fdopen failed: %s", tmp, strerror(errno));
-        close(fd);
-        goto done;
-    }
-    unsigned char lenbuf[8];
-    write_le64(lenbuf, (uint64_t)h.len);
-    bool wok = write_all(fp, lenbuf, 8) && write_all(fp, h.s, h.len);
-    for (int i = 0; wok && i < w->n; i++)
-        wok = write_all(fp, w->e[i].bytes, w->e[i].nbytes);
-    if (!wok || fflush(fp) != 0) {
-        cg_set_error("safetensors: %s: write to %s failed: %s", path, tmp, strerror(errno));
-        fclose(fp);
-        goto done;
-    }
-    if (fsync(fileno(fp)) != 0) {
-        cg_set_error("safetensors: %s: fsync of %s failed: %s", path, tmp, strerror(errno));
-        fclose(fp);
-        goto done;
-    }
-    if (fclose(fp) != 0) {
-        cg_set_error("safetensors: %s: closing %s failed: %s", path, tmp, strerror(errno));
-        goto done;
-    }
-    if (rename(tmp, path) != 0) {
-        cg_set_error("safetensors: %s: cannot rename %s over it: %s", path, tmp, strerror(errno));
-        goto done;
-    }
-    created = false; /* the temporary file is now the target */
-    ok = true;
-    remove_stale_temps(path, dir);
-    /* Make the rename durable. A directory we cannot open or a file system
-     * without directory fsync is tolerated; a real I/O error is reported. */
-    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-        if (fsync(dfd) != 0 && errno != EINVAL && errno != ENOTSUP && errno != EROFS) {
-            cg_set_error("safetensors: %s: written, but fsync of directory %s failed: %s", path,
-                         dir, strerror(errno));
-            ok = false;
-        }
-        close(dfd);
-    }
-
-done:
-    if (created)
-        unlink(tmp);
-    free(h.s);
-    free(tmp);
-    free(dir);
-    return ok;
 }

@@ -1,0 +1,25 @@
+/* cgrad nn, INTERNAL: what the safetensors reader (safetensors_read.c) and
+ * writer (safetensors_write.c) share: the format's byte order and its
+ * UTF-8 rule (safetensors_format.c). Not installed. */
+#ifndef CG_NN_SAFETENSORS_IMPL_H
+#define CG_NN_SAFETENSORS_IMPL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nn/safetensors.h"
+
+/* True on a little-endian host (the file's byte order). */
+bool cg_st_host_is_le(void);
+/* Copy n elements of size sz from little-endian src to host order dst (or
+ * the reverse: the transformation is its own inverse). */
+void cg_st_copy_le(void *dst, const void *src, size_t n, size_t sz);
+/* Index of the first byte that makes s[0..n) invalid UTF-8 (overlong forms,
+ * surrogates and code points above U+10FFFF are invalid), or n if valid.
+ * If json_text, control bytes other than tab/newline/CR are invalid too. */
+size_t cg_st_utf8_bad_at(const unsigned char *s, size_t n, bool json_text);
+/* A NUL-terminated string that is valid UTF-8. */
+bool cg_st_utf8_valid(const char *s);
+
+#endif
