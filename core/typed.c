@@ -37,15 +37,17 @@ cg_tensor *cg_k_to(const cg_tensor *t, cg_dtype dt)
 
 cg_tensor *cg_from_array(cg_dtype dt, int ndim, const int64_t *shape, const void *data)
 {
-    if (!data) {
-        cg_set_error("from_array: NULL data");
-        return NULL;
-    }
     cg_tensor *t = cg_empty_dtype(dt, ndim, shape);
     if (!t)
         return NULL;
     size_t n = (size_t)cg_numel(t);
-    memcpy(t->storage->data, data, n * cg_dtype_size(dt));
+    if (!data && n > 0) { /* no elements need no data */
+        cg_set_error("from_array: NULL data for %zu elements", n);
+        cg_release(t);
+        return NULL;
+    }
+    if (n > 0)
+        memcpy(t->storage->data, data, n * cg_dtype_size(dt));
     if (dt == CG_BOOL) { /* one representation of true */
         uint8_t *b = t->storage->data;
         for (size_t i = 0; i < n; i++)

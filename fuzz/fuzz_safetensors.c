@@ -46,10 +46,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             }
             cg_release(t);
         } else if (dt == CG_ST_I64) {
-            int64_t *v = cg_st_get_i64(f, name, NULL, NULL);
-            CG_FUZZ_CHECK(v && memcmp(v, raw, nb) == 0);
-            CG_FUZZ_CHECK(cg_st_add_i64(w, name, nd, shape, v));
-            free(v);
+            cg_tensor *v = cg_st_get_i64(f, name);
+            CG_FUZZ_CHECK(v && memcmp(cg_data_i64(v), raw, nb) == 0);
+            CG_FUZZ_CHECK(cg_st_add(w, name, v));
+            cg_release(v);
         } else {
             CG_FUZZ_CHECK(cg_st_get_f32(f, name) == NULL && cg_has_error());
         }

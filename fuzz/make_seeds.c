@@ -157,9 +157,9 @@ static int s2s_ckpt(const char *dir, const char *name, int damage, bool with_opt
             int64_t shape[CG_MAX_DIMS];
             ok = cg_st_info(f, tn, &dt, &nd, shape);
             if (ok && dt == CG_ST_I64) {
-                int64_t *iv = cg_st_get_i64(f, tn, NULL, NULL);
-                ok = iv && cg_st_add_i64(w, tn, nd, shape, iv);
-                free(iv);
+                cg_tensor *iv = cg_st_get_i64(f, tn);
+                ok = iv && cg_st_add(w, tn, iv);
+                cg_release(iv);
             } else if (ok) {
                 cg_tensor *t = cg_st_get_f32(f, tn);
                 ok = t && cg_st_add_f32(w, tn, t);

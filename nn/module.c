@@ -381,7 +381,7 @@ static char *join(const char *prefix, const char *name)
     return s;
 }
 
-bool cg_module_write(const cg_module *m, cg_st_writer *w, const char *prefix)
+bool cg_module_write_as(const cg_module *m, cg_st_writer *w, const char *prefix, cg_dtype dt)
 {
     if (!m || !w) {
         cg_error_null_input("cg_module_write");
@@ -391,14 +391,20 @@ bool cg_module_write(const cg_module *m, cg_st_writer *w, const char *prefix)
     bool ok = cg_module_params(m, &l);
     for (int i = 0; ok && i < l.n; i++) {
         char *key = join(prefix, l.items[i].name);
-        ok = key && cg_st_add_f32(w, key, l.items[i].tensor);
+        ok = key && cg_st_add_as(w, key, l.items[i].tensor, dt);
         free(key);
     }
     cg_param_list_free(&l);
     return ok;
 }
 
-bool cg_module_save(const cg_module *m, const char *path, int n_meta, const char *const *meta)
+bool cg_module_write(const cg_module *m, cg_st_writer *w, const char *prefix)
+{
+    return cg_module_write_as(m, w, prefix, CG_F32);
+}
+
+bool cg_module_save_as(const cg_module *m, const char *path, cg_dtype dt, int n_meta,
+                       const char *const *meta)
 {
     if (!m || !path) {
         cg_error_null_input("cg_module_save");
@@ -413,9 +419,14 @@ bool cg_module_save(const cg_module *m, const char *path, int n_meta, const char
     bool ok = w != NULL;
     for (int i = 0; ok && i < n_meta; i++)
         ok = cg_st_set_metadata(w, meta[2 * i], meta[2 * i + 1]);
-    ok = ok && cg_module_write(m, w, NULL) && cg_st_writer_save(w, path);
+    ok = ok && cg_module_write_as(m, w, NULL, dt) && cg_st_writer_save(w, path);
     cg_st_writer_free(w);
     return ok;
+}
+
+bool cg_module_save(const cg_module *m, const char *path, int n_meta, const char *const *meta)
+{
+    return cg_module_save_as(m, path, CG_F32, n_meta, meta);
 }
 
 void cg_load_keys_free(cg_load_keys *k)
@@ -514,6 +525,28 @@ bool cg_module_load(cg_module *m, const cg_st_file *f, const char *prefix)
     return cg_module_load_ex(m, f, &o);
 }
 
+/* A NaN or Inf weight makes every later result NaN (or a sampler print one
+ * character forever): refused at load, naming it. Reads the file's floats
+ * as float32 (a BF16 or F16 tensor widened exactly). */
+static bool all_finite(const cg_st_file *f, const char *fname, const char *key)
+{
+    cg_tensor *v = cg_st_get_f32(f, key);
+    const float *x = v ? cg_data(v) : NULL;
+    int64_t n = v ? cg_numel(v) : 0, bad = -1;
+    for (int64_t e = 0; x && e < n && bad < 0; e++)
+        bad = isfinite(x[e]) ? -1 : e;
+    if (bad >= 0)
+        cg_set_error("load %s: tensor '%s' holds %s at element %lld (a damaged or diverged "
+                     "checkpoint)",
+                     fname, key,
+                     isnan(x[bad]) ? "nan"
+                     : x[bad] > 0  ? "inf"
+                                   : "-inf",
+                     (long long)bad);
+    cg_release(v);
+    return x && bad < 0;
+}
+
 bool cg_module_load_ex(cg_module *m, const cg_st_file *f, const cg_load_options *opt)
 {
     cg_load_options none = {0};
@@ -564,9 +597,9 @@ bool cg_module_load_ex(cg_module *m, const cg_st_file *f, const cg_load_options 
             break;
         }
         const cg_tensor *t = l.items[i].tensor;
-        if (dt != CG_ST_F32) {
-            cg_set_error("load %s: tensor '%s' has dtype %s, expected F32", fname, keys[i],
-                         cg_st_dtype_name(dt));
+        if (dt != CG_ST_F32 && dt != CG_ST_BF16 && dt != CG_ST_F16) {
+            cg_set_error("load %s: tensor '%s' has dtype %s, expected F32, BF16 or F16", fname,
+                         keys[i], cg_st_dtype_name(dt));
             ok = false;
             break;
         }
@@ -581,25 +614,7 @@ bool cg_module_load_ex(cg_module *m, const cg_st_file *f, const cg_load_options 
             ok = false;
             break;
         }
-        /* a NaN or Inf weight makes every later result NaN (or a sampler
-         * print one character forever): refused here, naming it */
-        size_t nbytes;
-        const unsigned char *raw = cg_st_raw(f, keys[i], &nbytes);
-        for (size_t e = 0; raw && e < nbytes / sizeof(float); e++) {
-            float v;
-            memcpy(&v, raw + e * sizeof v, sizeof v);
-            if (!isfinite(v)) {
-                cg_set_error("load %s: tensor '%s' holds %s at element %zu (a damaged or "
-                             "diverged checkpoint)",
-                             fname, keys[i],
-                             isnan(v) ? "nan"
-                             : v > 0  ? "inf"
-                                      : "-inf",
-                             e);
-                ok = false;
-                break;
-            }
-        }
+        ok = all_finite(f, fname, keys[i]);
     }
     /* pass 2: copy */
     for (int i = 0; ok && i < l.n; i++)

@@ -232,12 +232,19 @@ bool cg_module_load_file(cg_module *m, const char *path);
 
 /* ---------------------------------------------------- save and load */
 /* Add every parameter to w as F32 under prefix + full name (prefix may be
- * NULL). The values are copied now. */
+ * NULL). The values are copied now. cg_module_write_as: as the float dtype
+ * dt instead (CG_BF16 or CG_F16 halve the file; PyTorch's
+ * model.to(torch.bfloat16) before save_file). */
 bool cg_module_write(const cg_module *m, cg_st_writer *w, const char *prefix);
+bool cg_module_write_as(const cg_module *m, cg_st_writer *w, const char *prefix, cg_dtype dt);
 /* Write m's parameters to a safetensors file (atomically). meta holds
  * n_meta (key, value) pairs as 2*n_meta strings: key0, value0, key1, ...
- * (meta may be NULL when n_meta is 0). */
+ * (meta may be NULL when n_meta is 0). cg_module_save_as: in dt (F32 for
+ * cg_module_save); a file of any float dtype loads into float32 parameters
+ * (cg_module_load converts). */
 bool cg_module_save(const cg_module *m, const char *path, int n_meta, const char *const *meta);
+bool cg_module_save_as(const cg_module *m, const char *path, cg_dtype dt, int n_meta,
+                       const char *const *meta);
 /* PyTorch's model.load_state_dict(sd) (strict): copy the values of
  * prefix + name for every parameter of m from f into the existing tensors.
  * Strict: the file must hold every parameter of m, and every tensor of the

@@ -63,6 +63,13 @@ typedef enum {
 const char *cg_st_dtype_name(cg_st_dtype dt);
 /* Bytes per element (0 for an out-of-range value). */
 size_t cg_st_dtype_size(cg_st_dtype dt);
+/* The file dtypes cgrad's tensors have: F32, BF16, F16, I64, I32 and BOOL
+ * are float32, bfloat16, float16, int64, int32 and bool (core/dtype.h).
+ * cg_st_dtype_cg: false for the others (U8, I8, F64, ...: raw bytes through
+ * cg_st_raw). cg_st_dtype_of: CG_ST_NDTYPES for a cg_dtype with no file
+ * dtype. */
+bool cg_st_dtype_cg(cg_st_dtype st, cg_dtype *out);
+cg_st_dtype cg_st_dtype_of(cg_dtype dt);
 
 /* Headers longer than this are rejected as corrupt (same as the reference). */
 #define CG_ST_MAX_HEADER ((uint64_t)100 << 20)
@@ -101,19 +108,24 @@ bool cg_st_info(const cg_st_file *f, const char *name, cg_st_dtype *dtype, int *
  * present tensor with zero bytes gives a non-NULL pointer). */
 const void *cg_st_raw(const cg_st_file *f, const char *name, size_t *nbytes);
 
-/* A new contiguous float32 tensor (owned by the caller) holding the tensor's
- * values. NULL + error if the name is absent or its dtype is not F32. */
+/* A new contiguous tensor (owned by the caller) of the file's dtype and
+ * shape, as PyTorch's safetensors.torch.load_file reads it: F32, BF16, F16,
+ * I64, I32 or BOOL (a BOOL byte other than 0 or 1 is refused). NULL +
+ * error if the name is absent or its dtype is another (cg_st_raw reads
+ * those). */
+cg_tensor *cg_st_get(const cg_st_file *f, const char *name);
+/* A new float32 tensor of an F32, BF16 or F16 tensor (the narrower floats
+ * widen exactly). NULL + error for any other dtype. */
 cg_tensor *cg_st_get_f32(const cg_st_file *f, const char *name);
+/* A new int64 tensor of an I64 tensor. NULL + error for any other dtype. */
+cg_tensor *cg_st_get_i64(const cg_st_file *f, const char *name);
 
-/* Copy an F32 tensor into dst (any strides), which must have exactly its
- * shape. False + error naming the tensor and both shapes otherwise. */
+/* Copy the tensor `name` into dst (any strides), which must have exactly its
+ * shape: a float tensor (F32, BF16, F16) into a float dst of any width
+ * (bfloat16 into a float32 parameter widens; float32 into bfloat16 rounds
+ * to nearest even), an int or bool one into a dst of its dtype. False +
+ * error naming the tensor and both shapes or dtypes otherwise. */
 bool cg_st_load_into(const cg_st_file *f, const char *name, cg_tensor *dst);
-
-/* A malloc'd copy of an I64 tensor's values (caller frees with free()); *ndim
- * and shape[CG_MAX_DIMS] receive its shape (either may be NULL). For a tensor
- * with no elements a valid 1-byte allocation is returned. NULL + error if
- * absent or not I64. */
-int64_t *cg_st_get_i64(const cg_st_file *f, const char *name, int *ndim, int64_t *shape);
 
 /* Metadata ("__metadata__" string map). Values and keys are borrowed from f.
  * cg_st_metadata returns NULL (and records no error) when key is absent. */
@@ -147,12 +159,17 @@ void cg_st_writer_free(cg_st_writer *w); /* NULL is a no-op */
 
 /* Add a tensor. The values are copied now (row-major, whatever t's strides),
  * so the source may change or die afterwards. Names must be non-empty, valid
- * UTF-8, not "__metadata__", and unique within the writer. False + error. */
+ * UTF-8, not "__metadata__", and unique within the writer. False + error.
+ *   cg_st_add: in t's own dtype (any of cg_st_dtype_cg's);
+ *   cg_st_add_as: converted to dt first, between float dtypes only
+ *     (cg_st_add_as(w, name, weight, CG_BF16) halves a float32 weight);
+ *   cg_st_add_f32: as float32 (a bfloat16 or float16 t widens);
+ *   cg_st_add_f32_raw: ndim/shape float32 values from a C array. */
+bool cg_st_add(cg_st_writer *w, const char *name, const cg_tensor *t);
+bool cg_st_add_as(cg_st_writer *w, const char *name, const cg_tensor *t, cg_dtype dt);
 bool cg_st_add_f32(cg_st_writer *w, const char *name, const cg_tensor *t);
 bool cg_st_add_f32_raw(cg_st_writer *w, const char *name, int ndim, const int64_t *shape,
                        const float *data);
-bool cg_st_add_i64(cg_st_writer *w, const char *name, int ndim, const int64_t *shape,
-                   const int64_t *data);
 /* A 1-D U8 tensor of n bytes (opaque data such as a serialized tokenizer;
  * read it back with cg_st_raw). */
 bool cg_st_add_u8(cg_st_writer *w, const char *name, int64_t n, const void *data);

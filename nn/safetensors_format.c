@@ -75,3 +75,29 @@ bool cg_st_utf8_valid(const char *s)
     size_t n = strlen(s);
     return cg_st_utf8_bad_at((const unsigned char *)s, n, false) == n;
 }
+
+/* The file's dtypes that cgrad's tensors have, both ways. */
+static const struct {
+    cg_st_dtype st;
+    cg_dtype dt;
+} dtype_pairs[] = {{CG_ST_F32, CG_F32}, {CG_ST_BF16, CG_BF16}, {CG_ST_F16, CG_F16},
+                   {CG_ST_I64, CG_I64}, {CG_ST_I32, CG_I32},   {CG_ST_BOOL, CG_BOOL}};
+
+bool cg_st_dtype_cg(cg_st_dtype st, cg_dtype *out)
+{
+    for (size_t i = 0; i < sizeof dtype_pairs / sizeof dtype_pairs[0]; i++)
+        if (dtype_pairs[i].st == st) {
+            if (out)
+                *out = dtype_pairs[i].dt;
+            return true;
+        }
+    return false;
+}
+
+cg_st_dtype cg_st_dtype_of(cg_dtype dt)
+{
+    for (size_t i = 0; i < sizeof dtype_pairs / sizeof dtype_pairs[0]; i++)
+        if (dtype_pairs[i].dt == dt)
+            return dtype_pairs[i].st;
+    return CG_ST_NDTYPES;
+}

@@ -633,18 +633,68 @@ static bool need_dtype(const cg_st_file *f, const st_entry *e, cg_st_dtype want)
     return false;
 }
 
-cg_tensor *cg_st_get_f32(const cg_st_file *f, const char *name)
+/* A BOOL tensor holds bytes 0 and 1 only. */
+static bool bools_valid(const cg_st_file *f, const st_entry *e, const cg_tensor *t)
 {
-    const st_entry *e = need(f, name, "cg_st_get_f32");
-    if (!e || !need_dtype(f, e, CG_ST_F32))
+    const unsigned char *b = (const unsigned char *)cg_data_ptr(t);
+    for (uint64_t i = 0; i < e->numel; i++)
+        if (b[i] > 1) {
+            cg_set_error("safetensors: %s: tensor '%s' (BOOL) holds byte %u at element %" PRIu64
+                         " (a bool is 0 or 1)",
+                         f->path, e->name, b[i], i);
+            return false;
+        }
+    return true;
+}
+
+/* The tensor `name` in its own dtype, as cg_st_get; fn names the caller. */
+static cg_tensor *get_as_is(const cg_st_file *f, const char *name, const char *fn)
+{
+    const st_entry *e = need(f, name, fn);
+    if (!e)
         return NULL;
-    cg_tensor *t = cg_empty(e->ndim, e->shape);
+    cg_dtype dt;
+    if (!cg_st_dtype_cg(e->dtype, &dt)) {
+        cg_set_error("safetensors: %s: tensor '%s' has dtype %s, which cgrad's tensors do not "
+                     "have (float32, bfloat16, float16, int64, int32, bool; read its bytes with "
+                     "cg_st_raw)",
+                     f->path, e->name, cg_st_dtype_name(e->dtype));
+        return NULL;
+    }
+    cg_tensor *t = cg_empty_dtype(dt, e->ndim, e->shape);
     if (!t) {
         cg_prefix_error("safetensors: %s: tensor '%s': ", f->path, e->name);
         return NULL;
     }
-    cg_st_copy_le(cg_data(t), f->data + e->begin, (size_t)e->numel, 4);
+    cg_st_copy_le(cg_data_ptr(t), f->data + e->begin, (size_t)e->numel, cg_dtype_size(dt));
+    if (dt == CG_BOOL && !bools_valid(f, e, t)) {
+        cg_release(t);
+        return NULL;
+    }
     return t;
+}
+
+cg_tensor *cg_st_get(const cg_st_file *f, const char *name)
+{
+    return get_as_is(f, name, "cg_st_get");
+}
+
+cg_tensor *cg_st_get_f32(const cg_st_file *f, const char *name)
+{
+    const st_entry *e = need(f, name, "cg_st_get_f32");
+    if (!e)
+        return NULL;
+    if (e->dtype != CG_ST_F32 && e->dtype != CG_ST_BF16 && e->dtype != CG_ST_F16) {
+        cg_set_error("safetensors: %s: tensor '%s' has dtype %s, expected F32, BF16 or F16",
+                     f->path, e->name, cg_st_dtype_name(e->dtype));
+        return NULL;
+    }
+    cg_tensor *t = get_as_is(f, name, "cg_st_get_f32");
+    if (!t || t->dtype == CG_F32)
+        return t;
+    cg_tensor *c = cg_k_to(t, CG_F32); /* bfloat16 and float16 widen exactly */
+    cg_release(t);
+    return c;
 }
 
 bool cg_st_load_into(const cg_st_file *f, const char *name, cg_tensor *dst)
@@ -655,7 +705,7 @@ bool cg_st_load_into(const cg_st_file *f, const char *name, cg_tensor *dst)
         return false;
     }
     const st_entry *e = need(f, name, "cg_st_load_into");
-    if (!e || !need_dtype(f, e, CG_ST_F32))
+    if (!e)
         return false;
     bool same = dst->ndim == e->ndim;
     for (int i = 0; same && i < e->ndim; i++)
@@ -668,31 +718,26 @@ bool cg_st_load_into(const cg_st_file *f, const char *name, cg_tensor *dst)
                      e->name, a, b);
         return false;
     }
-    cg_tensor *src = cg_st_get_f32(f, name);
+    cg_tensor *src = get_as_is(f, name, "cg_st_load_into");
     if (!src)
         return false;
-    bool ok = cg_k_copy_(dst, src);
+    bool ok = src->dtype == dst->dtype ||
+              (cg_dtype_is_float(src->dtype) && cg_dtype_is_float(dst->dtype));
+    if (!ok)
+        cg_set_error("safetensors: %s: tensor '%s' is %s, the destination is %s (floats convert; "
+                     "other dtypes must match)",
+                     f->path, e->name, cg_dtype_name(src->dtype), cg_dtype_name(dst->dtype));
+    ok = ok && cg_k_copy_(dst, src); /* a float of another width rounds as cg_to */
     cg_release(src);
     return ok;
 }
 
-int64_t *cg_st_get_i64(const cg_st_file *f, const char *name, int *ndim, int64_t *shape)
+cg_tensor *cg_st_get_i64(const cg_st_file *f, const char *name)
 {
     const st_entry *e = need(f, name, "cg_st_get_i64");
     if (!e || !need_dtype(f, e, CG_ST_I64))
         return NULL;
-    int64_t *out = malloc(e->numel ? (size_t)e->numel * sizeof(int64_t) : 1);
-    if (!out) {
-        cg_set_error("safetensors: %s: tensor '%s': out of memory", f->path, e->name);
-        return NULL;
-    }
-    cg_st_copy_le(out, f->data + e->begin, (size_t)e->numel, 8);
-    if (ndim)
-        *ndim = e->ndim;
-    if (shape)
-        for (int i = 0; i < e->ndim; i++)
-            shape[i] = e->shape[i];
-    return out;
+    return get_as_is(f, name, "cg_st_get_i64");
 }
 
 const char *cg_st_metadata(const cg_st_file *f, const char *key)

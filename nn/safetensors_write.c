@@ -171,66 +171,47 @@ bool cg_st_add_f32_raw(cg_st_writer *w, const char *name, int ndim, const int64_
     return push_entry(w, name, CG_ST_F32, ndim, shape, bytes, nb);
 }
 
-bool cg_st_add_f32(cg_st_writer *w, const char *name, const cg_tensor *t)
+bool cg_st_add_as(cg_st_writer *w, const char *name, const cg_tensor *t, cg_dtype dt)
 {
     if (!t) { /* keep the root cause of a failed chain if there is one */
         if (!cg_has_error())
-            cg_set_error("safetensors: cg_st_add_f32: tensor '%s' is NULL", name ? name : "(null)");
+            cg_set_error("safetensors: cg_st_add: tensor '%s' is NULL", name ? name : "(null)");
         return false;
     }
-    if (t->dtype != CG_F32) {
-        cg_set_error("safetensors: cg_st_add_f32: tensor '%s' is not float32", name ? name : "");
+    cg_st_dtype sdt = cg_st_dtype_of(dt);
+    if (sdt == CG_ST_NDTYPES ||
+        (t->dtype != dt && !(cg_dtype_is_float(t->dtype) && cg_dtype_is_float(dt)))) {
+        cg_set_error("safetensors: cg_st_add: tensor '%s' is %s and cannot be saved as %s (floats "
+                     "convert among float32, bfloat16 and float16; other dtypes are saved as they "
+                     "are)",
+                     name ? name : "", cg_dtype_name(t->dtype), cg_dtype_name(dt));
         return false;
     }
-    int64_t numel = check_new(w, "cg_st_add_f32", name, t->ndim, t->shape);
+    int64_t numel = check_new(w, "cg_st_add", name, t->ndim, t->shape);
     if (numel < 0)
         return false;
-    size_t nb = (size_t)numel * 4;
-    unsigned char *bytes = malloc(nb ? nb : 1);
+    cg_tensor *c = t->dtype == dt ? cg_k_contiguous(t) : cg_k_to(t, dt);
+    size_t esize = cg_dtype_size(dt), nb = (size_t)numel * esize;
+    unsigned char *bytes = c ? malloc(nb ? nb : 1) : NULL;
     if (!bytes) {
-        cg_set_error("safetensors: tensor '%s': out of memory", name);
+        if (c)
+            cg_set_error("safetensors: tensor '%s': out of memory", name);
+        cg_release(c);
         return false;
     }
-    if (numel > 0) {
-        if (cg_st_host_is_le()) {
-            if (!cg_copy_to(t, (float *)(void *)bytes)) {
-                free(bytes);
-                return false;
-            }
-        } else {
-            float *tmp = malloc(nb);
-            if (!tmp || !cg_copy_to(t, tmp)) {
-                if (!tmp)
-                    cg_set_error("safetensors: tensor '%s': out of memory", name);
-                free(tmp);
-                free(bytes);
-                return false;
-            }
-            cg_st_copy_le(bytes, tmp, (size_t)numel, 4);
-            free(tmp);
-        }
-    }
-    return push_entry(w, name, CG_ST_F32, t->ndim, t->shape, bytes, nb);
+    cg_st_copy_le(bytes, cg_data_ptr(c), (size_t)numel, esize);
+    cg_release(c);
+    return push_entry(w, name, sdt, t->ndim, t->shape, bytes, nb);
 }
 
-bool cg_st_add_i64(cg_st_writer *w, const char *name, int ndim, const int64_t *shape,
-                   const int64_t *data)
+bool cg_st_add(cg_st_writer *w, const char *name, const cg_tensor *t)
 {
-    int64_t numel = check_new(w, "cg_st_add_i64", name, ndim, shape);
-    if (numel < 0)
-        return false;
-    if (numel > 0 && !data) {
-        cg_set_error("safetensors: cg_st_add_i64: tensor '%s': NULL data", name);
-        return false;
-    }
-    size_t nb = (size_t)numel * 8;
-    unsigned char *bytes = malloc(nb ? nb : 1);
-    if (!bytes) {
-        cg_set_error("safetensors: tensor '%s': out of memory", name);
-        return false;
-    }
-    cg_st_copy_le(bytes, data, (size_t)numel, 8);
-    return push_entry(w, name, CG_ST_I64, ndim, shape, bytes, nb);
+    return cg_st_add_as(w, name, t, t ? t->dtype : CG_F32);
+}
+
+bool cg_st_add_f32(cg_st_writer *w, const char *name, const cg_tensor *t)
+{
+    return cg_st_add_as(w, name, t, CG_F32);
 }
 
 bool cg_st_add_u8(cg_st_writer *w, const char *name, int64_t n, const void *data)

@@ -710,9 +710,9 @@ bool cg_optim_save(const cg_optim *o, cg_st_writer *w, const char *prefix)
     for (int i = 0; ok && i < o->n; i++) {
         const slot *s = &o->s[i];
         char name[1024];
-        const int64_t shape0[1] = {0};
-        ok = key(name, sizeof name, prefix, s->name, "step") &&
-             cg_st_add_i64(w, name, 0, shape0, &s->step);
+        cg_tensor *step = cg_scalar_i64(s->step);
+        ok = key(name, sizeof name, prefix, s->name, "step") && cg_st_add(w, name, step);
+        cg_release(step);
         if (ok && s->buf1)
             ok = key(name, sizeof name, prefix, s->name, buf1_name(c)) &&
                  cg_st_add_f32(w, name, s->buf1);
@@ -776,11 +776,11 @@ static bool load_slot(const cg_st_file *f, const char *prefix, const cg_optim_co
                      cg_st_dtype_name(dt), cg_shape_str_n(nd, shape, b, sizeof b));
         return false;
     }
-    int64_t *st = cg_st_get_i64(f, name, NULL, NULL);
+    cg_tensor *st = cg_st_get_i64(f, name);
     if (!st)
         return false;
-    ns->step = st[0];
-    free(st);
+    ns->step = cg_data_i64(st)[0];
+    cg_release(st);
     if (ns->step < 0) {
         cg_set_error("optim_load: %s: '%s' = %" PRId64 " is negative", path, name, ns->step);
         return false;

@@ -81,7 +81,9 @@ static cg_st_writer *make_version(int version, float *buf)
         ok = cg_st_add_f32_raw(w, name, 2, shape, buf);
     }
     int64_t step = version ? 2000 : 1000, s1[1] = {1};
-    ok = ok && cg_st_add_i64(w, "step", 1, s1, &step);
+    cg_tensor *st = cg_from_i64(1, s1, &step);
+    ok = ok && cg_st_add(w, "step", st);
+    cg_release(st);
     if (!ok) {
         cg_st_writer_free(w);
         return NULL;
@@ -340,9 +342,9 @@ static int rewrite(const char *path, const char *mode, const char *target, const
             ok = t && cg_st_add_f32(w, name, t);
             cg_release(t);
         } else if (ok && dt == CG_ST_I64) {
-            int64_t *v = cg_st_get_i64(f, name, NULL, NULL);
-            ok = v && cg_st_add_i64(w, name, nd, shape, v);
-            free(v);
+            cg_tensor *v = cg_st_get(f, name);
+            ok = v && cg_st_add(w, name, v);
+            cg_release(v);
         } else if (ok && dt == CG_ST_U8 && nd == 1) {
             size_t len;
             const unsigned char *raw = cg_st_raw(f, name, &len);

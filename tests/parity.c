@@ -247,18 +247,19 @@ static bool is_param_key(const char *k)
 /* An I64 input of the expected rank 2; *B and *L receive its shape. */
 static int64_t *get_ids(const cg_st_file *f, const char *name, int64_t *B, int64_t *L)
 {
-    int nd;
-    int64_t shape[CG_MAX_DIMS];
-    int64_t *ids = cg_st_get_i64(f, name, &nd, shape);
-    if (ids && nd != 2) {
-        cg_set_error("%s: %s must be 2-D [B, T] (has %d dims)", cg_st_path(f), name, nd);
-        free(ids);
+    cg_tensor *t = cg_st_get_i64(f, name);
+    if (t && t->ndim != 2) {
+        cg_set_error("%s: %s must be 2-D [B, T] (has %d dims)", cg_st_path(f), name, t->ndim);
+        cg_release(t);
         return NULL;
     }
+    int64_t *ids = t ? malloc((size_t)(cg_numel(t) ? cg_numel(t) : 1) * sizeof *ids) : NULL;
     if (ids) {
-        *B = shape[0];
-        *L = shape[1];
+        memcpy(ids, cg_data_i64(t), (size_t)cg_numel(t) * sizeof *ids);
+        *B = t->shape[0];
+        *L = t->shape[1];
     }
+    cg_release(t);
     return ids;
 }
 

@@ -551,11 +551,9 @@ static void write_edited(const char *path, const char *out, const char *name, fl
             ck_assert(cg_st_add_f32(w, n, t));
             cg_release(t);
         } else {
-            int nd;
-            int64_t shape[CG_MAX_DIMS];
-            int64_t *iv = cg_st_get_i64(f, n, &nd, shape);
-            ck_assert(cg_st_add_i64(w, n, nd, shape, iv));
-            free(iv);
+            cg_tensor *iv = cg_st_get(f, n);
+            ck_assert(cg_st_add(w, n, iv));
+            cg_release(iv);
         }
     }
     for (int i = 0; i < cg_st_metadata_count(f); i++) {

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "core/tensor.h"
+#include "nn/nn.h"
 #include "nn/safetensors.h"
 #include "tests/testutil.h"
 
@@ -170,6 +171,16 @@ static void le64(unsigned char *p, uint64_t v)
 
 /* ------------------------------------------------- round trips in C */
 
+/* An int64 tensor of the given shape from a C array, added to w. */
+static bool add_i64(cg_st_writer *w, const char *name, int ndim, const int64_t *shape,
+                    const int64_t *data)
+{
+    cg_tensor *t = cg_from_i64(ndim, shape, data);
+    bool ok = cg_st_add(w, name, t);
+    cg_release(t);
+    return ok;
+}
+
 START_TEST(roundtrip_f32)
 {
     /* base [3,4] = 0.5*i - 1; a transposed view, a step-2 slice, a broadcast
@@ -271,9 +282,9 @@ START_TEST(roundtrip_i64_metadata)
 {
     const int64_t ids[6] = {0, -1, INT64_MAX, INT64_MIN, 1LL << 40, 42};
     cg_st_writer *w = cg_st_writer_new();
-    ck_assert(cg_st_add_i64(w, "ids", CG_SHAPE(2, 3), ids));
-    ck_assert(cg_st_add_i64(w, "one", 0, NULL, &ids[5]));
-    ck_assert(cg_st_add_i64(w, "none", CG_SHAPE(0), NULL));
+    ck_assert(add_i64(w, "ids", CG_SHAPE(2, 3), ids));
+    ck_assert(add_i64(w, "one", 0, NULL, &ids[5]));
+    ck_assert(add_i64(w, "none", CG_SHAPE(0), NULL));
     ck_assert(cg_st_set_metadata(w, "format", "pt"));
     ck_assert(cg_st_set_metadata(w, "config", "{\"d\": 32, \"s\": \"a\\\\b\"}"));
     ck_assert(cg_st_set_metadata(w, "format", "cgrad")); /* replaces */
@@ -287,20 +298,18 @@ START_TEST(roundtrip_i64_metadata)
 
     cg_st_file *f = cg_st_open(path);
     ck_assert_msg(f != NULL, "%s", cg_last_error());
-    int nd = -1;
-    int64_t shape[CG_MAX_DIMS] = {0};
-    int64_t *got = cg_st_get_i64(f, "ids", &nd, shape);
+    cg_tensor *got = cg_st_get_i64(f, "ids");
     ck_assert_ptr_nonnull(got);
-    ck_assert(nd == 2 && shape[0] == 2 && shape[1] == 3);
+    ck_assert(got->dtype == CG_I64 && got->ndim == 2 && got->shape[0] == 2 && got->shape[1] == 3);
     for (int i = 0; i < 6; i++)
-        ck_assert(got[i] == ids[i]);
-    free(got);
-    got = cg_st_get_i64(f, "one", &nd, shape);
-    ck_assert(got && nd == 0 && got[0] == 42);
-    free(got);
-    got = cg_st_get_i64(f, "none", &nd, shape);
-    ck_assert(got && nd == 1 && shape[0] == 0);
-    free(got);
+        ck_assert(cg_data_i64(got)[i] == ids[i]);
+    cg_release(got);
+    got = cg_st_get_i64(f, "one");
+    ck_assert(got && got->ndim == 0 && cg_item_i64(got) == 42);
+    cg_release(got);
+    got = cg_st_get_i64(f, "none");
+    ck_assert(got && got->ndim == 1 && got->shape[0] == 0);
+    cg_release(got);
 
     ck_assert_int_eq(cg_st_metadata_count(f), 4);
     ck_assert_str_eq(cg_st_metadata_key(f, 0), "format");
@@ -419,12 +428,12 @@ START_TEST(reads_python_fixture)
 
     int nd;
     int64_t shape[CG_MAX_DIMS];
-    int64_t *ids = cg_st_get_i64(f, "ids", &nd, shape);
+    cg_tensor *ids = cg_st_get_i64(f, "ids");
     const int64_t want[8] = {0, 1, -1, 1LL << 62, INT64_MIN, INT64_MAX, 7, -7};
-    ck_assert(ids && nd == 2 && shape[0] == 2 && shape[1] == 4);
+    ck_assert(ids && ids->ndim == 2 && ids->shape[0] == 2 && ids->shape[1] == 4);
     for (int i = 0; i < 8; i++)
-        ck_assert(ids[i] == want[i]);
-    free(ids);
+        ck_assert(cg_data_i64(ids)[i] == want[i]);
+    cg_release(ids);
 
     /* F64 is accepted and validated, reachable as raw bytes */
     cg_st_dtype dt;
@@ -514,7 +523,7 @@ START_TEST(python_reads_ours)
     cg_st_writer *w = cg_st_writer_new();
     ck_assert(cg_st_add_f32(w, "a", at));
     ck_assert(cg_st_add_f32(w, "a_t", tr));
-    ck_assert(cg_st_add_i64(w, "ids", CG_SHAPE(3), (const int64_t[]){3, -4, 1LL << 40}));
+    ck_assert(add_i64(w, "ids", CG_SHAPE(3), (const int64_t[]){3, -4, 1LL << 40}));
     ck_assert(
         cg_st_add_f32_raw(w, "weird \"name\"\\\n\xc3\xa9", CG_SHAPE(1, 1), (const float[]){7}));
     ck_assert(cg_st_add_f32_raw(w, "scalar", 0, NULL, (const float[]){-0.125f}));
@@ -777,9 +786,9 @@ START_TEST(accepts_valid_edge_cases)
     ck_assert_str_eq(cg_st_dtype_name(dt), "BF16");
     ck_assert_int_eq(cg_st_dtype_size(dt), 2);
     ck_assert(cg_st_info(f, "b", &dt, &nd, shape) && dt == CG_ST_U8 && shape[0] == 3);
-    int64_t *e2 = cg_st_get_i64(f, "e2", &nd, shape);
-    ck_assert(e2 && nd == 2 && shape[0] == 3 && shape[1] == 0);
-    free(e2);
+    cg_tensor *e2 = cg_st_get_i64(f, "e2");
+    ck_assert(e2 && e2->ndim == 2 && e2->shape[0] == 3 && e2->shape[1] == 0);
+    cg_release(e2);
     cg_st_close(f);
 }
 END_TEST
@@ -789,7 +798,7 @@ static unsigned char *small_valid(size_t *len)
 {
     cg_st_writer *w = cg_st_writer_new();
     ck_assert(cg_st_add_f32_raw(w, "w", CG_SHAPE(2, 3), (const float[]){1, 2, 3, 4, 5, 6}));
-    ck_assert(cg_st_add_i64(w, "ids", CG_SHAPE(2), (const int64_t[]){7, -8}));
+    ck_assert(add_i64(w, "ids", CG_SHAPE(2), (const int64_t[]){7, -8}));
     ck_assert(cg_st_add_f32_raw(w, "s", 0, NULL, (const float[]){0.5f}));
     ck_assert(cg_st_set_metadata(w, "note", "small"));
     const char *path = in_dir("small.safetensors");
@@ -864,8 +873,7 @@ START_TEST(mutation_no_crash)
                 ck_assert(cg_st_info(f, nm, &dt, NULL, NULL));
                 if (dt == CG_ST_F32)
                     cg_release(cg_st_get_f32(f, nm));
-                if (dt == CG_ST_I64)
-                    free(cg_st_get_i64(f, nm, NULL, NULL));
+                cg_release(cg_st_get(f, nm)); /* every dtype cgrad has */
             }
             cg_st_close(f);
         }
@@ -1036,6 +1044,117 @@ END_TEST
 
 /* ------------------------------------------------------------- suite */
 
+/* Every dtype cgrad has goes in and comes back as it was (issue 31). */
+START_TEST(roundtrip_every_dtype)
+{
+    const float v[6] = {1.0f / 3, -2.5f, 0.0f, -0.0f, 3e38f, 1e-30f};
+    cg_tensor *f32 = cg_from_data(CG_SHAPE(2, 3), v);
+    cg_tensor *ts[6] = {f32,
+                        cg_k_to(f32, CG_BF16),
+                        cg_k_to(f32, CG_F16),
+                        cg_from_i64(CG_SHAPE(3), (const int64_t[]){INT64_MIN, 0, INT64_MAX}),
+                        cg_from_i32(CG_SHAPE(2), (const int32_t[]){INT32_MIN, 7}),
+                        cg_from_bool(CG_SHAPE(2, 2), (const bool[]){1, 0, 0, 1})};
+    const char *names[6] = {"f32", "bf16", "f16", "i64", "i32", "bool"};
+    const cg_st_dtype want[6] = {CG_ST_F32, CG_ST_BF16, CG_ST_F16,
+                                 CG_ST_I64, CG_ST_I32,  CG_ST_BOOL};
+    cg_st_writer *w = cg_st_writer_new();
+    for (int i = 0; i < 6; i++)
+        ck_assert_msg(cg_st_add(w, names[i], ts[i]), "%s", cg_last_error());
+    const char *path = in_dir("dtypes.safetensors");
+    ck_assert_msg(cg_st_writer_save(w, path), "%s", cg_last_error());
+    cg_st_writer_free(w);
+    cg_st_file *f = cg_st_open(path);
+    ck_assert_msg(f, "%s", cg_last_error());
+    for (int i = 0; i < 6; i++) {
+        cg_st_dtype dt;
+        ck_assert(cg_st_info(f, names[i], &dt, NULL, NULL) && dt == want[i]);
+        cg_tensor *back = cg_st_get(f, names[i]);
+        ck_assert(back && back->dtype == ts[i]->dtype && cg_same_shape(back, ts[i]));
+        ck_assert(!memcmp(cg_data_ptr(back), cg_data_ptr(ts[i]),
+                          (size_t)cg_numel(back) * cg_dtype_size(back->dtype)));
+        cg_release(back);
+    }
+    /* bf16 into a float32 parameter widens exactly; float32 into bf16 rounds */
+    cg_tensor *p = cg_zeros(CG_SHAPE(2, 3)), *q = cg_zeros_dtype(CG_BF16, CG_SHAPE(2, 3));
+    ck_assert(cg_st_load_into(f, "bf16", p) && cg_st_load_into(f, "f32", q));
+    cg_tensor *wide = cg_k_to(ts[1], CG_F32);
+    ck_assert(!memcmp(cg_data(p), cg_data(wide), 6 * sizeof(float)));
+    ck_assert(!memcmp(cg_data_bf16(q), cg_data_bf16(ts[1]), 6 * sizeof(uint16_t)));
+    cg_tensor *g = cg_st_get_f32(f, "f16");
+    ck_assert(g && g->dtype == CG_F32);
+    /* what does not convert is refused by name */
+    CG_ASSERT_FAILS(cg_st_get_f32(f, "i64"),
+                    "tensor 'i64' has dtype I64, expected F32, BF16 or F16");
+    CG_ASSERT_FAILS(cg_st_get_i64(f, "i32"), "I32");
+    cg_tensor *ip = cg_zeros_dtype(CG_I64, CG_SHAPE(2, 3));
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_st_load_into(f, "f32", ip),
+                    "tensor 'f32' is float32, the destination is int64");
+    w = cg_st_writer_new();
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_st_add_as(w, "x", ts[3], CG_BF16),
+                    "tensor 'x' is int64 and cannot be saved as bfloat16");
+    cg_st_writer_free(w);
+    cg_release_all(4, p, q, wide, g);
+    cg_release(ip);
+    for (int i = 0; i < 6; i++)
+        cg_release(ts[i]);
+    cg_st_close(f);
+    cg_clear_error();
+}
+END_TEST
+
+/* A BOOL byte other than 0 or 1 is refused where it is read. */
+START_TEST(bool_bytes_checked)
+{
+    cg_st_writer *w = cg_st_writer_new();
+    cg_tensor *b = cg_from_bool(CG_SHAPE(3), (const bool[]){1, 0, 1});
+    ck_assert(cg_st_add(w, "mask", b));
+    const char *path = in_dir("bool.safetensors");
+    ck_assert(cg_st_writer_save(w, path));
+    cg_st_writer_free(w);
+    size_t len;
+    unsigned char *bytes = read_bytes(path, &len);
+    ck_assert(bytes[len - 2] == 0);
+    bytes[len - 2] = 2; /* the middle element */
+    write_bytes(path, bytes, len);
+    free(bytes);
+    cg_st_file *f = cg_st_open(path);
+    ck_assert_msg(f, "%s", cg_last_error());
+    CG_ASSERT_FAILS(cg_st_get(f, "mask"), "tensor 'mask' (BOOL) holds byte 2 at element 1");
+    cg_st_close(f);
+    cg_release(b);
+    cg_clear_error();
+}
+END_TEST
+
+/* A model saved in bfloat16 is half the file, and loads into float32
+ * parameters with the bf16-rounded values; a NaN in it is refused. */
+START_TEST(module_saved_as_bf16)
+{
+    cg_rng r = cg_rng_new(3);
+    cg_linear *a = cg_linear_new(64, 32, true, &r), *b = cg_linear_new(64, 32, true, &r);
+    const char *p32 = in_dir("m32.safetensors"), *p16 = in_dir("m16.safetensors");
+    ck_assert(cg_module_save(CG_MODULE(a), p32, 0, NULL));
+    ck_assert(cg_module_save_as(CG_MODULE(a), p16, CG_BF16, 0, NULL));
+    size_t n32, n16;
+    free(read_bytes(p32, &n32));
+    free(read_bytes(p16, &n16));
+    ck_assert_msg(n16 * 2 < n32 + 512 && n16 * 2 > n32 - 512, "%zu vs %zu bytes", n16, n32);
+    ck_assert_msg(cg_module_load_file(CG_MODULE(b), p16), "%s", cg_last_error());
+    cg_tensor *want = cg_k_to(a->weight, CG_BF16), *wide = cg_k_to(want, CG_F32);
+    ck_assert(b->weight->dtype == CG_F32);
+    ck_assert(!memcmp(cg_data(b->weight), cg_data(wide), 64 * 32 * sizeof(float)));
+    cg_release_all(2, want, wide);
+    cg_data(a->weight)[5] = NAN;
+    ck_assert(cg_module_save_as(CG_MODULE(a), p16, CG_BF16, 0, NULL));
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_module_load_file(CG_MODULE(b), p16),
+                    "tensor 'weight' holds nan at element 5");
+    cg_module_free(CG_MODULE(a));
+    cg_module_free(CG_MODULE(b));
+    cg_clear_error();
+}
+END_TEST
+
 static Suite *safetensors_suite(void)
 {
     Suite *s = suite_create("safetensors");
@@ -1043,6 +1162,9 @@ static Suite *safetensors_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, roundtrip_f32);
     tcase_add_test(tc, roundtrip_i64_metadata);
+    tcase_add_test(tc, roundtrip_every_dtype);
+    tcase_add_test(tc, bool_bytes_checked);
+    tcase_add_test(tc, module_saved_as_bf16);
     tcase_add_test(tc, writer_rejects_bad_input);
     tcase_add_test(tc, accepts_valid_edge_cases);
     suite_add_tcase(s, tc);

@@ -996,10 +996,10 @@ static void poison_copy(const char *src, const char *dst, const char *poison)
             ck_assert(cg_st_add_f32(w, name, t));
             cg_release(t);
         } else {
-            int64_t *v = cg_st_get_i64(f, name, NULL, NULL);
+            cg_tensor *v = cg_st_get(f, name);
             ck_assert_ptr_nonnull(v);
-            ck_assert(cg_st_add_i64(w, name, nd, shape, v));
-            free(v);
+            ck_assert(cg_st_add(w, name, v));
+            cg_release(v);
         }
     }
     ck_assert_msg(found, "no tensor '%s'", poison);
@@ -1218,9 +1218,9 @@ static void edit_state_copy(const char *src, const char *dst, const char *key, d
             ck_assert(t && cg_st_add_f32(w, name, t));
             cg_release(t);
         } else {
-            int64_t *v = cg_st_get_i64(f, name, NULL, NULL);
-            ck_assert(v && cg_st_add_i64(w, name, nd, shape, v));
-            free(v);
+            cg_tensor *v = cg_st_get(f, name);
+            ck_assert(v && cg_st_add(w, name, v));
+            cg_release(v);
         }
     }
     ck_assert(cg_st_writer_save(w, dst));

@@ -24,8 +24,11 @@ static bool write_file(cg_module *m, const char *path, const char *model, char *
 {
     cg_st_writer *w = cg_st_writer_new();
     bool ok = w && cg_module_write(m, w, NULL);
-    for (int i = 0; ok && i < n_inputs; i++)
-        ok = cg_st_add_i64(w, names[i], 2, shapes[i], ids[i]);
+    for (int i = 0; ok && i < n_inputs; i++) {
+        cg_tensor *t = cg_from_i64(2, shapes[i], ids[i]);
+        ok = cg_st_add(w, names[i], t);
+        cg_release(t);
+    }
     ok = ok && cg_st_add_f32(w, "expect.logits", logits) && cg_st_set_metadata(w, "model", model) &&
          cg_st_set_metadata(w, "config", config) && cg_st_writer_save(w, path);
     cg_st_writer_free(w);
