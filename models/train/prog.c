@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/parse.h"
 #include "models/train/dist.h"
 #include "models/train/train_common.h"
 
@@ -106,7 +107,11 @@ int cg_prog_main(int argc, char **argv, const char *prog, const char *help,
                  const cg_prog_command *cmds, int ncmds)
 {
     cg_prog_set_name(prog);
-    cg_cli_start(); /* fds 0-2 taken, OMP_NUM_THREADS capped: before anything else */
+    cg_cli_start();        /* fds 0-2 taken, OMP_NUM_THREADS capped: before anything else */
+    if (!cg_env_check()) { /* a malformed CG_ variable, as a malformed flag */
+        cg_prog_fail_lib(NULL);
+        return CG_EXIT_USAGE;
+    }
     if (!cg_dist_init(&argc, &argv) || !cg_dist_quiet_nonroot())
         return cg_prog_fail_lib("MPI");
     char names[256] = "";

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/parse.h"
 #include "core/utf8.h"
 
 static double meminfo_available(void)
@@ -34,13 +35,9 @@ static double meminfo_available(void)
 
 size_t cg_input_limit(void)
 {
-    const char *env = getenv("CG_MAX_INPUT_MB");
-    if (env && *env) {
-        char *end;
-        unsigned long long mb = strtoull(env, &end, 10);
-        if (*end == '\0' && mb > 0 && mb < (1ULL << 40))
-            return (size_t)(mb << 20);
-    }
+    double mb = 0; /* a malformed value: refused at start by the programs (cg_env_check) */
+    if (cg_env_number("CG_MAX_INPUT_MB", &mb) && mb >= 1)
+        return (size_t)mb << 20;
     double avail = meminfo_available();
     struct rlimit rl;
     if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
