@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <unistd.h>
 #include <math.h>
@@ -145,6 +146,11 @@ void cg_cli_start(void)
                 close(k);
             }
         }
+    /* A file-size limit (ulimit -f) raises SIGXFSZ, whose default action
+     * ends the process with no message and a temporary file left behind:
+     * ignored, the write fails with EFBIG instead and is reported as a full
+     * disk is (the temporary file removed, the old checkpoint kept). */
+    signal(SIGXFSZ, SIG_IGN);
     g_env_threads = cg_cap_default_threads();
 }
 
