@@ -16,8 +16,10 @@
 extern "C" {
 #endif
 
-/* SIGINT and SIGTERM set a flag (the first time; a second signal gets the
- * default action). The trainer polls it between steps. */
+/* SIGINT, SIGTERM, SIGUSR1 (mpirun forwards it to every rank) and SIGXCPU
+ * (ulimit -t) set a flag (the first time; a second SIGINT, SIGTERM or
+ * SIGUSR1 gets the default action, SIGXCPU is ignored from then on). The
+ * trainer polls it between steps. */
 void cg_train_catch_signals(void);
 bool cg_train_interrupted(void);
 

@@ -492,6 +492,7 @@ static int finish(run_ctx *c)
          * short at once: everything is saved */
         signal(SIGINT, SIG_DFL);
         signal(SIGTERM, SIG_DFL);
+        signal(SIGUSR1, SIG_DFL);
         if (!m->finish(m->self, t, j)) {
             cJSON_Delete(j);
             return cg_prog_fail_lib(NULL);
