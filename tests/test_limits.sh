@@ -9,6 +9,8 @@
 #  - an address-space limit (ulimit -v) that breaks the loss curve's drawing
 #    (pango, fontconfig) is a warning, the run ends well (skipped under ASan,
 #    which cannot run under ulimit -v);
+#  - the soft CPU-time limit (ulimit -S -t): training saves and stops, the
+#    other commands end with one line;
 #  - every CG_ environment variable is parsed as strictly as the flags;
 #  - translate reads each stdin line on its own: a NUL byte or a line over
 #    1 MiB is an empty output line and a warning.
@@ -87,6 +89,20 @@ if [ $rc -eq 1 ] && grep -q "^charlm: error: cannot write the metrics log: File 
 else fail "the metrics log over ulimit -f: exit $rc: $(tail -c 300 err.txt)"; fi
 jsonl_ok "the metrics log over ulimit -f" m.st.metrics.jsonl
 no_temps "the metrics log over ulimit -f"
+
+# ---- the soft CPU-time limit (ulimit -S -t, SIGXCPU): training saves and
+# stops; another command says so in one line
+rc=0
+(ulimit -S -t 2; exec "$charlm" train --data c.txt "${TINY[@]}" --eval-every 100000 --steps 100000000 \
+  --out t.st) >out.txt 2>err.txt || rc=$?
+if [ $rc -eq 0 ] && grep -q "^charlm: stopped at step [0-9]*; checkpoint saved to 't.st'" err.txt; then
+  echo "ok: ulimit -S -t 2: $(tail -1 err.txt)"
+  loads "ulimit -S -t 2" t.st "$(sed -n 's/.*stopped at step \([0-9]*\);.*/\1/p' err.txt)"
+else fail "ulimit -S -t 2: exit $rc: $(tail -c 300 err.txt)"; fi
+rc=0
+(ulimit -S -t 1; exec "$charlm" sample --ckpt a.st --length 10000000) >/dev/null 2>err.txt || rc=$?
+[ $rc -eq 1 ] && grep -q "^charlm: error: the CPU time limit (ulimit -t) was reached" err.txt &&
+  echo "ok: ulimit -S -t 1, sample: $(tail -1 err.txt)" || fail "ulimit -S -t 1, sample: exit $rc: $(tail -c 300 err.txt)"
 
 # ---- 6. a disk filled by the metrics log
 mkdir full
