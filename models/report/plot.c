@@ -33,6 +33,7 @@
 
 #include "core/error.h"
 #include "core/utf8.h"
+#include "models/util/files.h"
 #include "nn/safetensors.h"
 
 enum {
@@ -260,18 +261,7 @@ static bool write_atomic(const char *who, const char *path, const char *buf, siz
         free(tmp);
         return false;
     }
-    size_t done = 0;
-    int err = 0;
-    while (done < len) {
-        ssize_t w = write(fd, buf + done, len - done);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0) {
-            err = w < 0 ? errno : EIO;
-            break;
-        }
-        done += (size_t)w;
-    }
+    int err = cg_write_all(fd, buf, len) < len ? errno : 0;
     if (!err && fsync(fd) != 0)
         err = errno;
     if (close(fd) != 0 && !err)

@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "nn/safetensors.h"
 #include "models/train/train_common.h"
+#include "models/util/files.h"
 
 /* ------------------------------------------------------------ output check */
 /* The directory part of path ("." when there is none), malloc'd. */
@@ -404,18 +405,8 @@ bool cg_metrics_log_append(FILE *f, const char *line, uint64_t reserve)
             return false;
         }
     }
-    size_t done = 0;
-    int e = 0;
-    while (done < len) {
-        ssize_t k = write(fd, buf + done, len - done);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0) {
-            e = k < 0 ? errno : EIO;
-            break;
-        }
-        done += (size_t)k;
-    }
+    size_t done = cg_write_all(fd, buf, len);
+    int e = done < len ? errno : 0;
     free(buf);
     if (!e)
         return true;

@@ -311,6 +311,23 @@ char **cg_read_lines(FILE *f, const char *name, int64_t *n, char ***why)
     return lines;
 }
 
+size_t cg_write_all(int fd, const void *buf, size_t len)
+{
+    size_t done = 0;
+    while (done < len) {
+        ssize_t k = write(fd, (const char *)buf + done, len - done);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0) {
+            if (k == 0)
+                errno = EIO;
+            break;
+        }
+        done += (size_t)k;
+    }
+    return done;
+}
+
 uint32_t *cg_read_text_file(const char *path, int64_t *n)
 {
     size_t len;

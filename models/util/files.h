@@ -53,6 +53,11 @@ long long cg_read_line(char **buf, size_t *cap, FILE *f, const char *name, size_
  * bad one. */
 char **cg_read_lines(FILE *f, const char *name, int64_t *n, char ***why);
 
+/* Write len bytes of buf to fd, going on after EINTR and short writes.
+ * Returns the bytes written: len, or fewer with errno set (EIO for a write
+ * that wrote nothing). */
+size_t cg_write_all(int fd, const void *buf, size_t len);
+
 /* Read a whole file as UTF-8 code points (malloc'd). NULL + error if it is
  * missing, unreadable, empty, too large, or not valid UTF-8. */
 uint32_t *cg_read_text_file(const char *path, int64_t *n);
