@@ -13,7 +13,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "core/error.h"
@@ -450,6 +453,38 @@ static int distinct_colors(const image_t *im)
     return n;
 }
 
+/* Every picture is drawn in a child process (plot.c): an error the child
+ * records comes back as the message; a child that dies (here SIGXFSZ,
+ * under a file-size limit, in a process of this test's own) is an error
+ * naming the signal, its temporary file removed, and the caller lives on. */
+START_TEST(test_plot_apart)
+{
+    float y[4] = {4, 3, 2, 1};
+    cg_plot_series s = {"train", NULL, y, 4, 0, 0, 0};
+    char path[512];
+    snprintf(path, sizeof path, "%s/no/such/dir/loss.png", plot_dir);
+    cg_clear_error();
+    ck_assert(!cg_plot_loss_curve(path, "t", 1, &s));
+    ck_assert_msg(strstr(cg_last_error(), "cannot create a temporary file next to"), "%s",
+                  cg_last_error());
+    snprintf(path, sizeof path, "%s/small.png", plot_dir);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        struct rlimit rl = {4096, 4096}; /* the PNG is about 20 KB */
+        signal(SIGXFSZ, SIG_DFL);
+        setrlimit(RLIMIT_FSIZE, &rl);
+        bool ok = cg_plot_loss_curve(path, "t", 1, &s);
+        bool named = strstr(cg_last_error(), "died of signal 25") != NULL;
+        _exit(!ok && named && dir_entries() == 0 ? 0 : 1);
+    }
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %d", status);
+    ck_assert_int_eq(dir_entries(), 0);
+}
+END_TEST
+
 START_TEST(test_loss_curve_png)
 {
     char path[512];
@@ -885,6 +920,7 @@ static Suite *plot_suite(void)
     tcase_add_checked_fixture(tc, plot_setup, plot_teardown);
     tcase_add_test(tc, test_colormap);
     tcase_add_test(tc, test_plot_repeated_quiet); /* first: PLplot's start-up is quiet too */
+    tcase_add_test(tc, test_plot_apart);
     tcase_add_test(tc, test_loss_curve_png);
     tcase_add_test(tc, test_heatmap_png);
     tcase_add_test(tc, test_svg);

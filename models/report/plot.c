@@ -26,9 +26,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/error.h"
@@ -307,6 +309,44 @@ static bool pl_end(pl_out *o, const char *who)
     return ok;
 }
 
+/* Read the drawing child's output (its pipe fd) into out (cap bytes: the
+ * first ones are kept) until the child closes it. False when that takes
+ * more than DRAW_SECONDS: the child is killed then (a picture takes well
+ * under a second; a child that hangs must not hang the caller). */
+enum { DRAW_SECONDS = 300 };
+static bool read_child(int fd, pid_t pid, char *out, size_t cap)
+{
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    size_t n = 0;
+    char skip[512];
+    bool in_time = true;
+    for (;;) {
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        double left =
+            DRAW_SECONDS - (double)(t.tv_sec - t0.tv_sec) - 1e-9 * (double)(t.tv_nsec - t0.tv_nsec);
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
+        int r = left > 0 ? poll(&pf, 1, (int)(left * 1000) + 1) : 0;
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r == 0) {
+            kill(pid, SIGKILL);
+            in_time = false;
+            break;
+        }
+        ssize_t k =
+            r > 0 ? read(fd, n < cap - 1 ? out + n : skip, n < cap - 1 ? cap - 1 - n : sizeof skip)
+                  : -1;
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            break;
+        n += n < cap - 1 ? (size_t)k : 0;
+    }
+    out[n] = '\0';
+    return in_time;
+}
+
 /* Run draw(arg) in a child process, which writes the picture `path` and
  * exits; the caller holds pl_lock meanwhile. The child's stdout goes to
  * /dev/null and its stderr (where GLib and fontconfig complain) into a
@@ -335,19 +375,8 @@ static bool draw_apart(const char *who, const char *path, bool (*draw)(void *), 
     }
     int fork_err = errno;
     close(p[1]);
-    char out[2048];
-    size_t n = 0;
-    for (char skip[512];;) { /* keep the first bytes, read to the end */
-        ssize_t k = pid > 0 ? read(p[0], n < sizeof out - 1 ? out + n : skip,
-                                   n < sizeof out - 1 ? sizeof out - 1 - n : sizeof skip)
-                            : 0;
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            break;
-        n += n < sizeof out - 1 ? (size_t)k : 0;
-    }
-    out[n] = '\0';
+    char out[2048] = "";
+    bool in_time = pid < 0 || read_child(p[0], pid, out, sizeof out);
     close(p[0]);
     int status = 0;
     pid_t w = pid;
@@ -371,7 +400,9 @@ static bool draw_apart(const char *who, const char *path, bool (*draw)(void *), 
     char *line = out + strspn(out, "\n ");
     line[strcspn(line, "\n")] = '\0';
     char how[64];
-    if (w != pid)
+    if (!in_time)
+        snprintf(how, sizeof how, "did not finish within %d s", (int)DRAW_SECONDS);
+    else if (w != pid)
         snprintf(how, sizeof how, "was lost (%s)", strerror(errno));
     else if (WIFSIGNALED(status))
         snprintf(how, sizeof how, "died of signal %d (%s)", WTERMSIG(status),
