@@ -174,9 +174,10 @@ void cg_data_default_hint(const char *path, const char *default_path)
     }
 }
 
-/* The rest of a bad line read and dropped: true at its end ('\n' or the end
- * of input), false + error after a read error or `limit` bytes without one. */
-static bool skip_line(FILE *f, const char *name, size_t limit)
+/* The rest of a bad line (`why` it is bad) read and dropped: true at its end
+ * ('\n' or the end of input), false + error after a read error or `limit`
+ * bytes without one. */
+static bool skip_line(FILE *f, const char *name, const char *why, size_t limit)
 {
     for (size_t k = 0; k <= limit; k++) {
         int c = getc(f);
@@ -191,7 +192,7 @@ static bool skip_line(FILE *f, const char *name, size_t limit)
             return false;
         }
     }
-    cg_set_error("%s: no end of line within %zu bytes: not text", name, limit);
+    cg_set_error("%s: %s, and no end of line within %zu bytes", name, why, limit);
     return false;
 }
 
@@ -220,7 +221,7 @@ long long cg_read_line(char **buf, size_t *cap, FILE *f, const char *name, size_
                 snprintf(why, sizeof why, "a NUL byte at byte %zu (not text)", n + 1);
             else
                 snprintf(why, sizeof why, "longer than %zu bytes", max_len);
-            if (!skip_line(f, name, CG_LINE_SKIP_MAX(max_len)))
+            if (!skip_line(f, name, why, CG_LINE_SKIP_MAX(max_len)))
                 return -2;
             cg_set_error("%s", why);
             return -3;
