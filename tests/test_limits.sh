@@ -10,7 +10,8 @@
 #    (pango, fontconfig) is a warning, the run ends well (skipped under ASan,
 #    which cannot run under ulimit -v);
 #  - the soft CPU-time limit (ulimit -S -t): training saves and stops, the
-#    other commands end with one line;
+#    other commands end with one line; SIGHUP stops training with a
+#    checkpoint, a closed pipe (SIGPIPE) does not end it;
 #  - every CG_ environment variable is parsed as strictly as the flags;
 #  - translate reads each stdin line on its own: a NUL byte or a line over
 #    1 MiB is an empty output line and a warning.
@@ -96,6 +97,28 @@ rc=0
 (ulimit -S -t 1; exec "$charlm" sample --ckpt a.st --length 10000000) >/dev/null 2>err.txt || rc=$?
 [ $rc -eq 1 ] && grep -q "^charlm: error: the CPU time limit (ulimit -t) was reached" err.txt &&
   echo "ok: ulimit -S -t 1, sample: $(tail -1 err.txt)" || fail "ulimit -S -t 1, sample: exit $rc: $(tail -c 300 err.txt)"
+
+# ---- a reader that goes away (SIGPIPE) does not end a run; a hangup
+# (SIGHUP) stops it with a checkpoint
+rm -f p.st p.st.*
+"$charlm" train --data c.txt "${TINY[@]}" --eval-every 1000 --steps 1500 --log-every 1 \
+  --out p.st 2>&1 | head -c 100 >/dev/null
+rc=${PIPESTATUS[0]}
+[ "$rc" -eq 1 ] && echo "ok: train | head: exit 1 (the result line is lost), not SIGPIPE" ||
+  fail "train | head: exit $rc"
+loads "train | head" p.st 1500
+"$charlm" train --data c.txt "${TINY[@]}" --eval-every 100000 --steps 100000000 --out h.st \
+  >out.txt 2>err.txt &
+pid=$!
+for ((w = 0; w < 100; w++)); do grep -q "step 0:" err.txt && break; sleep 0.1; done
+sleep 0.5
+kill -HUP $pid
+rc=0
+wait $pid || rc=$?
+if [ $rc -eq 0 ] && grep -q "^charlm: stopped at step [0-9]*; checkpoint saved to 'h.st'" err.txt; then
+  echo "ok: SIGHUP: $(tail -1 err.txt)"
+  loads "SIGHUP" h.st "$(sed -n 's/.*stopped at step \([0-9]*\);.*/\1/p' err.txt)"
+else fail "SIGHUP: exit $rc: $(tail -c 300 err.txt)"; fi
 
 # ---- 6. a disk filled by the metrics log
 mkdir full

@@ -34,10 +34,15 @@ void cg_train_catch_signals(void)
     sigemptyset(&sa.sa_mask);
     /* SIGUSR1: what mpirun forwards to every rank without ending the job
      * (its own SIGINT/SIGTERM handling exits 1 and sends SIGKILL a second
-     * later); SIGXCPU: the soft CPU-time limit (ulimit -t) */
-    static const int sigs[] = {SIGINT, SIGTERM, SIGUSR1, SIGXCPU};
+     * later); SIGXCPU: the soft CPU-time limit (ulimit -t); SIGHUP: the
+     * terminal is gone (a dropped ssh session) */
+    static const int sigs[] = {SIGINT, SIGTERM, SIGUSR1, SIGXCPU, SIGHUP};
     for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
         sigaction(sigs[i], &sa, NULL);
+    /* a reader of the progress lines that went away (`| head`, a killed
+     * tee) must not end the run: the writes fail instead, the run goes on
+     * to its checkpoint, and a lost result line is exit 1 at the end */
+    signal(SIGPIPE, SIG_IGN);
 }
 
 bool cg_train_interrupted(void) { return g_interrupted != 0; }
