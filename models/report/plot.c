@@ -347,6 +347,16 @@ static bool read_child(int fd, pid_t pid, char *out, size_t cap)
     return in_time;
 }
 
+/* PLplot's plexit (a driver it cannot load under a memory limit, ...)
+ * calls exit(), which in the child would run the caller's atexit handlers
+ * and library destructors: the child reports the message and _exits. */
+static const char *g_child_who = "cg_plot";
+static int child_plexit(PLCHAR_VECTOR msg)
+{
+    dprintf(STDERR_FILENO, "\x1e%s: PLplot: %s", g_child_who, msg ? msg : "");
+    _exit(1);
+}
+
 /* Run draw(arg) in a child process, which writes the picture `path` and
  * exits; the caller holds pl_lock meanwhile. The child's stdout goes to
  * /dev/null and its stderr (where GLib and fontconfig complain) into a
@@ -368,6 +378,8 @@ static bool draw_apart(const char *who, const char *path, bool (*draw)(void *), 
         if (null < 0 || dup2(null, STDOUT_FILENO) < 0 || dup2(p[1], STDERR_FILENO) < 0)
             _exit(1);
         close(p[0]);
+        g_child_who = who;
+        plsexit(child_plexit);
         bool ok = draw(arg);
         if (!ok)
             dprintf(STDERR_FILENO, "\x1e%s", cg_last_error());
