@@ -474,6 +474,8 @@ static int finish(run_ctx *c)
                                   "(continue with --resume %s once there is room)",
                                   c->log_full, (long long)t->step, t->out, t->out)
                    : 0;
+    if (c->log_full[0]) /* at the last step: the run is complete all the same */
+        cg_prog_warn("%s; its last line is missing", c->log_full);
     cJSON *j = cJSON_CreateObject();
     cg_json_put_int(j, "step", t->step);
     if (t->interrupted) {
@@ -493,6 +495,7 @@ static int finish(run_ctx *c)
         signal(SIGINT, SIG_DFL);
         signal(SIGTERM, SIG_DFL);
         signal(SIGUSR1, SIG_DFL);
+        signal(SIGHUP, SIG_DFL);
         if (!m->finish(m->self, t, j)) {
             cJSON_Delete(j);
             return cg_prog_fail_lib(NULL);
