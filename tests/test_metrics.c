@@ -781,16 +781,24 @@ END_TEST
 /* PLplot keeps global state: many pictures in one process (more than its
  * 100 streams), the caller's stream left current, nothing printed on
  * stdout or stderr, and two threads drawing at once. */
+static char draw_err[2][512]; /* each thread's message on failure */
+/* Both threads start drawing once both exist: a fork while a thread is
+ * being created leaves ASan's (GCC 12) thread registry locked in the
+ * child, which then hangs creating pango's thread. */
+static pthread_barrier_t draw_start;
 static void *draw_some(void *arg)
 {
-    const char *dir = arg;
+    const char *dir = plot_dir;
+    pthread_barrier_wait(&draw_start);
     char path[512];
     float y[3] = {1, 2, 3};
     cg_plot_series s = {"s", NULL, y, 3, 0, 0, 0};
     for (int i = 0; i < 8; i++) {
         snprintf(path, sizeof path, "%s/t%d.%s", dir, i % 2, i % 2 ? "svg" : "png");
-        if (!cg_plot_loss_curve(path, "t", 1, &s))
+        if (!cg_plot_loss_curve(path, "t", 1, &s)) {
+            snprintf(arg, sizeof draw_err[0], "%s", cg_last_error());
             return (void *)1;
+        }
     }
     return NULL;
 }
@@ -820,10 +828,13 @@ START_TEST(test_plot_repeated_quiet)
     plgstrm(&after);
     pthread_t th[2];
     void *r0, *r1;
-    pthread_create(&th[0], NULL, draw_some, plot_dir);
-    pthread_create(&th[1], NULL, draw_some, plot_dir);
+    pthread_barrier_init(&draw_start, NULL, 3);
+    pthread_create(&th[0], NULL, draw_some, draw_err[0]);
+    pthread_create(&th[1], NULL, draw_some, draw_err[1]);
+    pthread_barrier_wait(&draw_start);
     pthread_join(th[0], &r0);
     pthread_join(th[1], &r1);
+    pthread_barrier_destroy(&draw_start);
     fflush(stdout);
     fflush(stderr);
     dup2(keep1, 1);
@@ -832,7 +843,7 @@ START_TEST(test_plot_repeated_quiet)
     close(keep2);
     fclose(lf);
     ck_assert_msg(ok, "%s", cg_last_error());
-    ck_assert(r0 == NULL && r1 == NULL);
+    ck_assert_msg(r0 == NULL && r1 == NULL, "%s / %s", draw_err[0], draw_err[1]);
     ck_assert_int_eq(before, after);
     struct stat st;
     ck_assert_int_eq(stat(log, &st), 0);

@@ -7,8 +7,10 @@
  * and exits: PLplot, cairo, pango and fontconfig never run in the caller's
  * process, so their failures (a GLib abort creating a thread, a segfault in
  * fontconfig under an address-space limit) end the child only, and come
- * back as an error. The caller takes one mutex around each child (PLplot's
- * streams are not shared between threads). In the child the picture is a
+ * back as an error. Each picture is made under one mutex, the checks and
+ * the layout in the caller included: no thread of cgrad's allocates while
+ * another forks (a sanitizer's allocator without fork handlers, GCC 12's
+ * ASan, could leave its lock taken in the child). In the child the picture is a
  * stream of its own (plmkstrm ... plend1). The driver writes into a memory stream
  * (open_memstream), which PLplot closes at plend1; the bytes are then written
  * to a temporary file next to the target, fsync'd and renamed over it.
@@ -358,7 +360,7 @@ static int child_plexit(PLCHAR_VECTOR msg)
 }
 
 /* Run draw(arg) in a child process, which writes the picture `path` and
- * exits; the caller holds pl_lock meanwhile. The child's stdout goes to
+ * exits; the caller holds pl_lock. The child's stdout goes to
  * /dev/null and its stderr (where GLib and fontconfig complain) into a
  * pipe, with the child's error message last, after a 0x1e byte. A child
  * that fails or dies leaves no file: its temporary file is removed. */
@@ -369,7 +371,6 @@ static bool draw_apart(const char *who, const char *path, bool (*draw)(void *), 
         cg_set_error("%s: cannot draw %s: pipe: %s", who, path, strerror(errno));
         return false;
     }
-    pthread_mutex_lock(&pl_lock);
     pid_t pid = fork();
     if (pid == 0) {               /* the child: one thread, a copy of the caller's memory */
         signal(SIGINT, SIG_IGN);  /* Ctrl-C reaches the whole group: the caller */
@@ -394,7 +395,6 @@ static bool draw_apart(const char *who, const char *path, bool (*draw)(void *), 
     pid_t w = pid;
     while (pid > 0 && (w = waitpid(pid, &status, 0)) < 0 && errno == EINTR) {
     }
-    pthread_mutex_unlock(&pl_lock);
     if (pid < 0) {
         cg_set_error("%s: cannot start the process that draws %s: %s", who, path,
                      strerror(fork_err));
@@ -856,8 +856,21 @@ typedef struct {
 } lines_job;
 static bool lines_draw(void *arg);
 
+static bool lines_plot(const char *path, const cg_plot_opts *opts, int n_series,
+                       const cg_plot_series *series);
 bool cg_plot_lines(const char *path, const cg_plot_opts *opts, int n_series,
                    const cg_plot_series *series)
+{
+    pthread_mutex_lock(&pl_lock);
+    bool ok = lines_plot(path, opts, n_series, series);
+    pthread_mutex_unlock(&pl_lock);
+    return ok;
+}
+
+/* cg_plot_lines under pl_lock: the input checked and laid out here, drawn
+ * in a child process. */
+static bool lines_plot(const char *path, const cg_plot_opts *opts, int n_series,
+                       const cg_plot_series *series)
 {
     static const char who[] = "cg_plot_lines";
     cg_plot_opts o = {0};
@@ -1141,7 +1154,20 @@ typedef struct {
 } heat_job;
 static bool heat_draw(void *arg);
 
+static bool heat_plot(const char *path, const char *title, int grid_rows, int grid_cols,
+                      const cg_heatmap_panel *panels, float vmin, float vmax);
 bool cg_plot_heatmaps(const char *path, const char *title, int grid_rows, int grid_cols,
+                      const cg_heatmap_panel *panels, float vmin, float vmax)
+{
+    pthread_mutex_lock(&pl_lock);
+    bool ok = heat_plot(path, title, grid_rows, grid_cols, panels, vmin, vmax);
+    pthread_mutex_unlock(&pl_lock);
+    return ok;
+}
+
+/* cg_plot_heatmaps under pl_lock: checked and laid out here, drawn in a
+ * child process. */
+static bool heat_plot(const char *path, const char *title, int grid_rows, int grid_cols,
                       const cg_heatmap_panel *panels, float vmin, float vmax)
 {
     static const char who[] = "cg_plot_heatmaps";
