@@ -12,6 +12,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/ops.h"
+#include "core/parse.h"
 #include "core/tensor.h"
 #include "nn/nn.h"
 #include "optim/optim.h"

@@ -41,6 +41,7 @@
  * malloc'd block), so the memory returned is 64-byte aligned. Under
  * AddressSanitizer a cached block and the unused tail of a block are
  * poisoned, so use after free and overruns are still reported. */
+#include "core/parse.h"
 #include "core/tensor.h"
 
 #include <malloc.h>
@@ -183,11 +184,14 @@ static block *fit_block(block *b, size_t bytes)
 
 static void alloc_init(void)
 {
-    const char *e = getenv("CG_MALLOC_DEFAULT");
-    g_malloc_only = e && *e && *e != '0';
-    const char *lim = getenv("CG_ALLOC_CACHE_MB");
-    if (lim && *lim)
-        g_cache_limit = (size_t)strtoull(lim, NULL, 10) << 20;
+    /* a malformed value keeps the default (the programs refuse it at start:
+     * cg_env_check) */
+    bool malloc_only = false;
+    double mb = -1;
+    if (cg_env_flag("CG_MALLOC_DEFAULT", &malloc_only))
+        g_malloc_only = malloc_only;
+    if (cg_env_number("CG_ALLOC_CACHE_MB", &mb) && mb >= 0)
+        g_cache_limit = (size_t)mb << 20;
     if (g_malloc_only)
         return;
     /* The other mallocs (autograd's nodes, copies of strided operands): keep

@@ -24,6 +24,7 @@
 
 #include "core/gemm_internal.h"
 #include "core/gemm_skx.h"
+#include "core/parse.h"
 #include "core/tensor.h"
 
 /* Exported by the static libblis.a only (not declared in blis.h). */
@@ -72,16 +73,17 @@ static void gemm_init(void)
         bli_cntx_init_haswell(&g_cntx_haswell);
         g_have_haswell = true;
     }
-    const char *emu = getenv("CG_BF16_EMULATE");
+    /* switches (core/parse.h); a malformed one keeps its default (the
+     * programs refuse it at start: cg_env_check) */
+    bool emu = false, amx = true, drv = false, force_default = false;
+    cg_env_flag("CG_BF16_EMULATE", &emu);
+    cg_env_flag("CG_BF16_AMX", &amx);
+    cg_env_flag("CG_BLIS_DRIVER", &drv);
+    cg_env_flag("CG_BLIS_DEFAULT", &force_default);
     g_bf16_native = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                    __builtin_cpu_supports("avx512bf16") &&
-                    !(emu && emu[0] && strcmp(emu, "0") != 0);
-    const char *amx = getenv("CG_BF16_AMX");
-    g_bf16_amx = g_bf16_native && !(amx && !strcmp(amx, "0")) && cg_amx_init();
-    const char *drv = getenv("CG_BLIS_DRIVER");
-    g_own_driver = !(drv && drv[0] && strcmp(drv, "0") != 0);
-    const char *env = getenv("CG_BLIS_DEFAULT");
-    bool force_default = env && env[0] && strcmp(env, "0") != 0;
+                    __builtin_cpu_supports("avx512bf16") && !emu;
+    g_bf16_amx = g_bf16_native && amx && cg_amx_init();
+    g_own_driver = !drv;
     if (force_default)
         g_active = CG_GEMM_DEFAULT;
     else if (g_have_skx)

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/parse.h"
 #include "fuzz/fuzz.h"
 #include "models/util/cli.h"
 
@@ -69,12 +70,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     double f64;
     bool b;
     cg_clear_error();
-    if (cg_cli_parse_i64("--x", argv[0], -5, 5, &i64))
+    if (cg_parse_i64("--x", argv[0], -5, 5, &i64))
         CG_FUZZ_CHECK(i64 >= -5 && i64 <= 5);
     else
         CG_FUZZ_CHECK(cg_has_error());
     cg_clear_error();
-    if (cg_cli_parse_i64("--x", argv[0], INT64_MIN, INT64_MAX, &i64)) {
+    if (cg_parse_i64("--x", argv[0], INT64_MIN, INT64_MAX, &i64)) {
         char back[32];
         snprintf(back, sizeof back, "%lld", (long long)i64);
         (void)back;
@@ -82,15 +83,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         CG_FUZZ_CHECK(cg_has_error());
     }
     cg_clear_error();
-    if (!cg_cli_parse_u64("--x", argv[0], &u64))
+    if (!cg_parse_u64("--x", argv[0], &u64))
         CG_FUZZ_CHECK(cg_has_error());
     cg_clear_error();
-    if (cg_cli_parse_f64("--x", argv[0], -1.0, 1.0, &f64))
+    if (cg_parse_f64("--x", argv[0], -1.0, 1.0, &f64))
         CG_FUZZ_CHECK(f64 >= -1.0 && f64 <= 1.0);
     else
         CG_FUZZ_CHECK(cg_has_error());
     cg_clear_error();
-    if (!cg_cli_parse_bool("--x", argv[0], &b))
+    if (!cg_parse_bool("--x", argv[0], &b))
         CG_FUZZ_CHECK(cg_has_error());
     free(buf);
     return 0;

@@ -28,6 +28,7 @@
 #   --hostfile (cgns-h0 .. cgns-hN-1, 1 slot each unless CG_NETNS_SLOTS)
 #   --mca plm_rsh_agent scripts/netns_agent.sh  (ip netns exec in place of ssh)
 #   --mca btl tcp,self  --mca btl_tcp_if_include cgeth0  --mca oob_tcp_if_include cgeth0
+#   --mca oob_tcp_keepalive_time 5 --mca oob_tcp_keepalive_intvl 1 --mca oob_tcp_keepalive_probes 3
 #   --allow-run-as-root
 # so ranks on different hosts talk over TCP on the veths only.
 #
@@ -131,6 +132,13 @@ mpirun|exec) ;;
 *) die "unknown command '$MODE' (mpirun, exec or down)" ;;
 esac
 
+# mpirun's connections to its daemons probed after 5 s of silence, every
+# second, 3 times: a host cut off ends the job about 8 s later (Open MPI's
+# default, 300 s + 9 x 20 s, left mpirun waiting for the lost daemon long
+# after CG_DIST_TIMEOUT had ended the ranks). A daemon that is busy but
+# alive answers the probes from its kernel.
+KEEPALIVE="--mca oob_tcp_keepalive_time 5 --mca oob_tcp_keepalive_intvl 1 \
+ --mca oob_tcp_keepalive_probes 3"
 WORK= CHILD=
 trap 'teardown' EXIT
 trap 'exit 130' INT
@@ -141,7 +149,7 @@ setup "$HOSTS"
 
 CG_NETNS_MPIRUN="mpirun --hostfile $WORK/hostfile --allow-run-as-root \
  --mca plm_rsh_agent $AGENT --mca btl tcp,self --mca btl_tcp_if_include cgeth0 \
- --mca oob_tcp_if_include cgeth0"
+ --mca oob_tcp_if_include cgeth0 $KEEPALIVE"
 export CG_NETNS_MPIRUN CG_NETNS_HOSTS=$HOSTS
 
 # In the background and waited for, so that INT and TERM run the traps at

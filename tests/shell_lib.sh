@@ -22,6 +22,9 @@
 #   jsonl_ok NAME FILE         every line of FILE is a JSON object
 #   zoo_data                   c.txt (a 3 KB text of 14 words) and p.tsv (400
 #                              pairs), the small data of the zoo's tests
+#   zoo_ckpts                  zoo_data, the flags TINY (a charlm 16 wide, one
+#                              layer) and S2S (a seq2seq as small), and a.st
+#                              and s.st: 4 steps of each ($charlm, $seq2seq)
 #   finish                     exit 1 after failures, else 0
 dir=$(mktemp -d "${TMPDIR:-/tmp}/cg_$1.XXXXXX")
 trap 'rm -rf "$dir"' EXIT
@@ -83,6 +86,16 @@ zoo_data() {
   local words=(the a whale sea ship captain ahab white call me ishmael some years ago) i
   for ((i = 0; i < 600; i++)); do printf '%s ' "${words[$(((i * 7 + i / 3) % ${#words[@]}))]}"; done >c.txt
   for ((i = 0; i < 400; i++)); do printf 'the cat %d sat\tdie katze %d sass\n' $i $i; done >p.tsv
+}
+zoo_ckpts() {
+  zoo_data
+  TINY=(--d 16 --H 2 --layers 1 --d-ff 32 --T 16 --batch-size 4 --threads 1 --eval-every 4)
+  S2S=(--tokenizer char --d 16 --H 2 --enc-layers 1 --dec-layers 1 --d-ff 32 --max-tokens 200
+       --valid-size 20 --test-size 20 --test-limit 2 --threads 1 --eval-every 4)
+  "$charlm" train --data c.txt "${TINY[@]}" --steps 4 --out a.st >/dev/null 2>a.log ||
+    { echo "charlm training failed: $(tail -1 a.log)" >&2; exit 1; }
+  "$seq2seq" train --data p.tsv "${S2S[@]}" --steps 4 --out s.st >/dev/null 2>s.log ||
+    { echo "seq2seq training failed: $(tail -1 s.log)" >&2; exit 1; }
 }
 skip_if_no_bpe() {
   if [ "$1" -eq 1 ] && grep -q "unavailable" "$2"; then

@@ -239,8 +239,17 @@ START_TEST(test_read_line)
     fclose(f);
     f = fopen(tmp("l.txt"), "rb");
     cg_clear_error();
-    ck_assert_int_eq(cg_read_line(&buf, &cap, f, "l", 2), -2);
+    /* a bad line is read to its end and dropped: the next line follows */
+    ck_assert_int_eq(cg_read_line(&buf, &cap, f, "l", 2), -3);
     ck_assert(strstr(cg_last_error(), "longer than 2 bytes"));
+    ck_assert_int_eq(cg_read_line(&buf, &cap, f, "l", 2), 0);
+    fclose(f);
+    write_file(tmp("l.txt"), "a\0b\nok\n", 7);
+    f = fopen(tmp("l.txt"), "rb");
+    ck_assert_int_eq(cg_read_line(&buf, &cap, f, "l", 100), -3);
+    ck_assert(strstr(cg_last_error(), "NUL byte at byte 2"));
+    ck_assert_int_eq(cg_read_line(&buf, &cap, f, "l", 100), 2);
+    ck_assert_str_eq(buf, "ok");
     fclose(f);
     /* stdin redirected from a directory: a read error, not the end */
     f = fopen(tmpdir, "rb");

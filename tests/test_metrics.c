@@ -13,7 +13,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "core/error.h"
@@ -450,6 +453,38 @@ static int distinct_colors(const image_t *im)
     return n;
 }
 
+/* Every picture is drawn in a child process (plot.c): an error the child
+ * records comes back as the message; a child that dies (here SIGXFSZ,
+ * under a file-size limit, in a process of this test's own) is an error
+ * naming the signal, its temporary file removed, and the caller lives on. */
+START_TEST(test_plot_apart)
+{
+    float y[4] = {4, 3, 2, 1};
+    cg_plot_series s = {"train", NULL, y, 4, 0, 0, 0};
+    char path[512];
+    snprintf(path, sizeof path, "%s/no/such/dir/loss.png", plot_dir);
+    cg_clear_error();
+    ck_assert(!cg_plot_loss_curve(path, "t", 1, &s));
+    ck_assert_msg(strstr(cg_last_error(), "cannot create a temporary file next to"), "%s",
+                  cg_last_error());
+    snprintf(path, sizeof path, "%s/small.png", plot_dir);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        struct rlimit rl = {4096, 4096}; /* the PNG is about 20 KB */
+        signal(SIGXFSZ, SIG_DFL);
+        setrlimit(RLIMIT_FSIZE, &rl);
+        bool ok = cg_plot_loss_curve(path, "t", 1, &s);
+        bool named = strstr(cg_last_error(), "died of signal 25") != NULL;
+        _exit(!ok && named && dir_entries() == 0 ? 0 : 1);
+    }
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %d", status);
+    ck_assert_int_eq(dir_entries(), 0);
+}
+END_TEST
+
 START_TEST(test_loss_curve_png)
 {
     char path[512];
@@ -746,16 +781,24 @@ END_TEST
 /* PLplot keeps global state: many pictures in one process (more than its
  * 100 streams), the caller's stream left current, nothing printed on
  * stdout or stderr, and two threads drawing at once. */
+static char draw_err[2][512]; /* each thread's message on failure */
+/* Both threads start drawing once both exist: a fork while a thread is
+ * being created leaves ASan's (GCC 12) thread registry locked in the
+ * child, which then hangs creating pango's thread. */
+static pthread_barrier_t draw_start;
 static void *draw_some(void *arg)
 {
-    const char *dir = arg;
+    const char *dir = plot_dir;
+    pthread_barrier_wait(&draw_start);
     char path[512];
     float y[3] = {1, 2, 3};
     cg_plot_series s = {"s", NULL, y, 3, 0, 0, 0};
     for (int i = 0; i < 8; i++) {
         snprintf(path, sizeof path, "%s/t%d.%s", dir, i % 2, i % 2 ? "svg" : "png");
-        if (!cg_plot_loss_curve(path, "t", 1, &s))
+        if (!cg_plot_loss_curve(path, "t", 1, &s)) {
+            snprintf(arg, sizeof draw_err[0], "%s", cg_last_error());
             return (void *)1;
+        }
     }
     return NULL;
 }
@@ -785,10 +828,13 @@ START_TEST(test_plot_repeated_quiet)
     plgstrm(&after);
     pthread_t th[2];
     void *r0, *r1;
-    pthread_create(&th[0], NULL, draw_some, plot_dir);
-    pthread_create(&th[1], NULL, draw_some, plot_dir);
+    pthread_barrier_init(&draw_start, NULL, 3);
+    pthread_create(&th[0], NULL, draw_some, draw_err[0]);
+    pthread_create(&th[1], NULL, draw_some, draw_err[1]);
+    pthread_barrier_wait(&draw_start);
     pthread_join(th[0], &r0);
     pthread_join(th[1], &r1);
+    pthread_barrier_destroy(&draw_start);
     fflush(stdout);
     fflush(stderr);
     dup2(keep1, 1);
@@ -797,7 +843,7 @@ START_TEST(test_plot_repeated_quiet)
     close(keep2);
     fclose(lf);
     ck_assert_msg(ok, "%s", cg_last_error());
-    ck_assert(r0 == NULL && r1 == NULL);
+    ck_assert_msg(r0 == NULL && r1 == NULL, "%s / %s", draw_err[0], draw_err[1]);
     ck_assert_int_eq(before, after);
     struct stat st;
     ck_assert_int_eq(stat(log, &st), 0);
@@ -885,6 +931,7 @@ static Suite *plot_suite(void)
     tcase_add_checked_fixture(tc, plot_setup, plot_teardown);
     tcase_add_test(tc, test_colormap);
     tcase_add_test(tc, test_plot_repeated_quiet); /* first: PLplot's start-up is quiet too */
+    tcase_add_test(tc, test_plot_apart);
     tcase_add_test(tc, test_loss_curve_png);
     tcase_add_test(tc, test_heatmap_png);
     tcase_add_test(tc, test_svg);

@@ -165,7 +165,7 @@ START_TEST(test_prog_helpers)
     write_file(path, "a\r\nb\n\nlast", 10);
     FILE *f = fopen(path, "rb");
     int64_t n = 0;
-    char **lines = cg_read_lines(f, "lines", &n);
+    char **lines = cg_read_lines(f, "lines", &n, NULL);
     fclose(f);
     ck_assert_ptr_nonnull(lines);
     ck_assert_int_eq(n, 4);
@@ -176,7 +176,7 @@ START_TEST(test_prog_helpers)
     cg_strings_free(lines, n);
     write_file(path, "a\0b\n", 4);
     f = fopen(path, "rb");
-    ck_assert_ptr_null(cg_read_lines(f, "lines", &n));
+    ck_assert_ptr_null(cg_read_lines(f, "lines", &n, NULL));
     fclose(f);
 
     int64_t v = 500, t = 1000;
@@ -517,7 +517,7 @@ START_TEST(test_translate_many)
     ck_assert_ptr_nonnull(h);
     rewind(echo);
     int64_t n = 0;
-    char **lines = cg_read_lines(echo, "echo", &n);
+    char **lines = cg_read_lines(echo, "echo", &n, NULL);
     fclose(echo);
     ck_assert_int_eq(n, 10);
     for (int k = 0; k < 10; k++) {
@@ -559,7 +559,7 @@ START_TEST(test_translate_many)
     ck_assert(cg_seq2seq_attention_of_text(g_model, tok, "a cat", NULL, "--target", true, dir, list,
                                            NULL));
     rewind(list);
-    lines = cg_read_lines(list, "list", &n);
+    lines = cg_read_lines(list, "list", &n, NULL);
     fclose(list);
     ck_assert_int_eq(n, 3);
     struct stat st;

@@ -14,14 +14,7 @@ seq2seq=$2
 tool=$3
 . "$(dirname "$0")/shell_lib.sh" setup
 
-zoo_data
-TINY=(--d 16 --H 2 --layers 1 --d-ff 32 --T 16 --batch-size 4 --threads 1 --eval-every 4)
-S2S=(--tokenizer char --d 16 --H 2 --enc-layers 1 --dec-layers 1 --d-ff 32 --max-tokens 200
-     --valid-size 20 --test-size 20 --test-limit 2 --threads 1 --eval-every 4)
-"$charlm" train --data c.txt "${TINY[@]}" --steps 4 --out a.st >/dev/null 2>a.log ||
-  { echo "charlm training failed: $(tail -1 a.log)" >&2; exit 1; }
-"$seq2seq" train --data p.tsv "${S2S[@]}" --steps 4 --out s.st >/dev/null 2>s.log ||
-  { echo "seq2seq training failed: $(tail -1 s.log)" >&2; exit 1; }
+zoo_ckpts
 # no_file NAME FILE: FILE was not written
 no_file() { [ ! -e "$2" ] && echo "ok: $1: no $2" || fail "$1: $2 was written"; }
 

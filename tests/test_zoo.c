@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "core/gemm.h"
+#include "core/parse.h"
 #include "models/charlm/charlm.h"
 #include "models/charlm/charlm_ckpt.h"
 #include "models/util/cli.h"
@@ -322,13 +323,13 @@ START_TEST(test_vocab_and_utf8)
     free(cps);
     int64_t i64;
     double f;
-    ck_assert(!cg_cli_parse_i64("--steps", "12x", 0, 100, &i64));
-    ck_assert(!cg_cli_parse_i64("--steps", "-1", 0, 100, &i64));
-    ck_assert(!cg_cli_parse_i64("--steps", "", 0, 100, &i64));
-    ck_assert(cg_cli_parse_i64("--steps", "100", 0, 100, &i64) && i64 == 100);
-    ck_assert(!cg_cli_parse_f64("--lr", "nan", 0, 1, &f));
-    ck_assert(!cg_cli_parse_f64("--lr", "1e-3e", 0, 1, &f));
-    ck_assert(cg_cli_parse_f64("--lr", "1e-3", 0, 1, &f) && f == 1e-3);
+    ck_assert(!cg_parse_i64("--steps", "12x", 0, 100, &i64));
+    ck_assert(!cg_parse_i64("--steps", "-1", 0, 100, &i64));
+    ck_assert(!cg_parse_i64("--steps", "", 0, 100, &i64));
+    ck_assert(cg_parse_i64("--steps", "100", 0, 100, &i64) && i64 == 100);
+    ck_assert(!cg_parse_f64("--lr", "nan", 0, 1, &f));
+    ck_assert(!cg_parse_f64("--lr", "1e-3e", 0, 1, &f));
+    ck_assert(cg_parse_f64("--lr", "1e-3", 0, 1, &f) && f == 1e-3);
 }
 END_TEST
 

@@ -47,6 +47,7 @@
 
 #include "autograd/ops.h"
 #include "core/gemm.h"
+#include "core/parse.h"
 #include "models/charlm/charlm.h"
 #include "models/charlm/charlm_presets.h"
 #include "models/util/cli.h"
@@ -511,6 +512,10 @@ static int run(int argc, char **argv)
 int main(int argc, char **argv)
 {
     cg_cli_start();
+    if (!cg_env_check()) { /* a malformed CG_ variable, as a malformed flag */
+        fprintf(stderr, "bench: error: %s\n", cg_last_error());
+        return 2;
+    }
     int rc = run(argc, argv);
     if (rc == 0 && !cg_cli_stdout_ok()) { /* the JSON line is lost */
         fprintf(stderr, "bench: error: %s\n", cg_last_error());

@@ -3,9 +3,15 @@
  * the system's fonts) for PNG, its own "svg" driver (text kept as <text>
  * elements) for SVG.
  *
- * PLplot keeps global state, so every picture is drawn under one mutex in a
- * stream of its own (plmkstrm ... plend1) and the caller's current stream is
- * restored afterwards. The driver writes into a memory stream
+ * Every picture is drawn in a child process (fork), which writes the file
+ * and exits: PLplot, cairo, pango and fontconfig never run in the caller's
+ * process, so their failures (a GLib abort creating a thread, a segfault in
+ * fontconfig under an address-space limit) end the child only, and come
+ * back as an error. Each picture is made under one mutex, the checks and
+ * the layout in the caller included: no thread of cgrad's allocates while
+ * another forks (a sanitizer's allocator without fork handlers, GCC 12's
+ * ASan, could leave its lock taken in the child). In the child the picture is a
+ * stream of its own (plmkstrm ... plend1). The driver writes into a memory stream
  * (open_memstream), which PLplot closes at plend1; the bytes are then written
  * to a temporary file next to the target, fsync'd and renamed over it.
  * PLplot's own error reports (plabort) go to a buffer through plsError, and
@@ -22,11 +28,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <poll.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/error.h"
 #include "core/utf8.h"
+#include "models/util/files.h"
 #include "nn/safetensors.h"
 
 enum {
@@ -173,10 +184,10 @@ static void use_color(uint32_t rgb)
 /* Character height in pixels (the drivers work at 72 dpi: 1 pt = 1 px). */
 static void font_px(double px) { plschr(px * 25.4 / 72.0, 1.0); }
 
-/* Take the lock and start a page of W x H pixels; the format comes from the
- * file name. crisp: no anti-aliasing of shapes in PNG (heatmaps, whose
- * cells lie on whole pixels: faster, and sharp cell edges; text stays
- * anti-aliased). On failure: false + error, lock released. */
+/* Start a page of W x H pixels (in the drawing process); the format comes
+ * from the file name. crisp: no anti-aliasing of shapes in PNG (heatmaps,
+ * whose cells lie on whole pixels: faster, and sharp cell edges; text stays
+ * anti-aliased). On failure: false + error. */
 static bool pl_begin(pl_out *o, const char *who, const char *path, int W, int H, int n_colors,
                      bool crisp)
 {
@@ -190,20 +201,17 @@ static bool pl_begin(pl_out *o, const char *who, const char *path, int W, int H,
                      path);
         return false;
     }
-    pthread_mutex_lock(&pl_lock);
     static int have[2] = {-1, -1}; /* pngcairo, svg: unknown / no / yes */
     int *h = &have[dev[0] == 's'];
     if (*h < 0)
         *h = device_available(dev);
     if (!*h) {
-        pthread_mutex_unlock(&pl_lock);
         cg_set_error("%s: PLplot's %s driver is not installed (apt-get install %s)", who, dev,
                      dev[0] == 'p' ? "plplot-driver-cairo" : "libplplot17");
         return false;
     }
     FILE *mem = open_memstream(&o->buf, &o->len);
     if (!mem) {
-        pthread_mutex_unlock(&pl_lock);
         cg_set_error("%s: out of memory", who);
         return false;
     }
@@ -214,7 +222,6 @@ static bool pl_begin(pl_out *o, const char *who, const char *path, int W, int H,
         fclose(mem);
         free(o->buf);
         plsstrm(o->prev_stream);
-        pthread_mutex_unlock(&pl_lock);
         cg_set_error("%s: PLplot has no free stream", who);
         return false;
     }
@@ -258,18 +265,7 @@ static bool write_atomic(const char *who, const char *path, const char *buf, siz
         free(tmp);
         return false;
     }
-    size_t done = 0;
-    int err = 0;
-    while (done < len) {
-        ssize_t w = write(fd, buf + done, len - done);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0) {
-            err = w < 0 ? errno : EIO;
-            break;
-        }
-        done += (size_t)w;
-    }
+    int err = cg_write_all(fd, buf, len) < len ? errno : 0;
     if (!err && fsync(fd) != 0)
         err = errno;
     if (close(fd) != 0 && !err)
@@ -291,7 +287,7 @@ static bool write_atomic(const char *who, const char *path, const char *buf, siz
     return true;
 }
 
-/* End the page, give the stream back, release the lock and write the file. */
+/* End the page, give the stream back and write the file. */
 static bool pl_end(pl_out *o, const char *who)
 {
     PLINT code = o->errcode;
@@ -299,7 +295,6 @@ static bool pl_end(pl_out *o, const char *who)
     snprintf(msg, sizeof msg, "%.255s", o->errmsg);
     plend1(); /* closes the memory stream: o->buf, o->len are final */
     plsstrm(o->prev_stream);
-    pthread_mutex_unlock(&pl_lock);
     bool ok = true;
     if (code) {
         size_t k = strlen(msg);
@@ -314,6 +309,120 @@ static bool pl_end(pl_out *o, const char *who)
     ok = ok && write_atomic(who, o->path, o->buf, o->len);
     free(o->buf);
     return ok;
+}
+
+/* Read the drawing child's output (its pipe fd) into out (cap bytes: the
+ * first ones are kept) until the child closes it. False when that takes
+ * more than DRAW_SECONDS: the child is killed then (a picture takes well
+ * under a second; a child that hangs must not hang the caller). */
+enum { DRAW_SECONDS = 300 };
+static bool read_child(int fd, pid_t pid, char *out, size_t cap)
+{
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    size_t n = 0;
+    char skip[512];
+    bool in_time = true;
+    for (;;) {
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        double left =
+            DRAW_SECONDS - (double)(t.tv_sec - t0.tv_sec) - 1e-9 * (double)(t.tv_nsec - t0.tv_nsec);
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
+        int r = left > 0 ? poll(&pf, 1, (int)(left * 1000) + 1) : 0;
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r == 0) {
+            kill(pid, SIGKILL);
+            in_time = false;
+            break;
+        }
+        ssize_t k =
+            r > 0 ? read(fd, n < cap - 1 ? out + n : skip, n < cap - 1 ? cap - 1 - n : sizeof skip)
+                  : -1;
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            break;
+        n += n < cap - 1 ? (size_t)k : 0;
+    }
+    out[n] = '\0';
+    return in_time;
+}
+
+/* PLplot's plexit (a driver it cannot load under a memory limit, ...)
+ * calls exit(), which in the child would run the caller's atexit handlers
+ * and library destructors: the child reports the message and _exits. */
+static const char *g_child_who = "cg_plot";
+static int child_plexit(PLCHAR_VECTOR msg)
+{
+    dprintf(STDERR_FILENO, "\x1e%s: PLplot: %s", g_child_who, msg ? msg : "");
+    _exit(1);
+}
+
+/* Run draw(arg) in a child process, which writes the picture `path` and
+ * exits; the caller holds pl_lock. The child's stdout goes to
+ * /dev/null and its stderr (where GLib and fontconfig complain) into a
+ * pipe, with the child's error message last, after a 0x1e byte. A child
+ * that fails or dies leaves no file: its temporary file is removed. */
+static bool draw_apart(const char *who, const char *path, bool (*draw)(void *), void *arg)
+{
+    int p[2];
+    if (pipe(p) != 0) {
+        cg_set_error("%s: cannot draw %s: pipe: %s", who, path, strerror(errno));
+        return false;
+    }
+    pid_t pid = fork();
+    if (pid == 0) {               /* the child: one thread, a copy of the caller's memory */
+        signal(SIGINT, SIG_IGN);  /* Ctrl-C reaches the whole group: the caller */
+        signal(SIGTERM, SIG_IGN); /* decides, and waits for the picture */
+        int null = open("/dev/null", O_WRONLY);
+        if (null < 0 || dup2(null, STDOUT_FILENO) < 0 || dup2(p[1], STDERR_FILENO) < 0)
+            _exit(1);
+        close(p[0]);
+        g_child_who = who;
+        plsexit(child_plexit);
+        bool ok = draw(arg);
+        if (!ok)
+            dprintf(STDERR_FILENO, "\x1e%s", cg_last_error());
+        _exit(ok ? 0 : 1);
+    }
+    int fork_err = errno;
+    close(p[1]);
+    char out[2048] = "";
+    bool in_time = pid < 0 || read_child(p[0], pid, out, sizeof out);
+    close(p[0]);
+    int status = 0;
+    pid_t w = pid;
+    while (pid > 0 && (w = waitpid(pid, &status, 0)) < 0 && errno == EINTR) {
+    }
+    if (pid < 0) {
+        cg_set_error("%s: cannot start the process that draws %s: %s", who, path,
+                     strerror(fork_err));
+        return false;
+    }
+    if (w == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        return true;
+    cg_st_remove_stale_temps(path); /* the child's, if it died writing it */
+    char *msg = strrchr(out, '\x1e');
+    if (w == pid && WIFEXITED(status) && msg) {
+        cg_set_error("%s", msg + 1);
+        return false;
+    }
+    /* its first line of complaint, if any ("GLib-ERROR **: ... creating thread ...") */
+    char *line = out + strspn(out, "\n ");
+    line[strcspn(line, "\n")] = '\0';
+    char how[64];
+    if (!in_time)
+        snprintf(how, sizeof how, "did not finish within %d s", (int)DRAW_SECONDS);
+    else if (w != pid)
+        snprintf(how, sizeof how, "was lost (%s)", strerror(errno));
+    else if (WIFSIGNALED(status))
+        snprintf(how, sizeof how, "died of signal %d (%s)", WTERMSIG(status),
+                 strsignal(WTERMSIG(status)));
+    else
+        snprintf(how, sizeof how, "exited with status %d", WEXITSTATUS(status));
+    cg_set_error("%s: the process drawing %s %s%s%s", who, path, how, *line ? ": " : "", line);
+    return false;
 }
 
 /* Viewport from a pixel rectangle (x0, y0 top-left; x1, y1 bottom-right). */
@@ -738,8 +847,30 @@ static bool legend_draw(const legend *L, double fs)
     return true;
 }
 
+typedef struct {
+    const char *path;
+    const cg_plot_opts *o;
+    int n_series;
+    const cg_plot_series *series;
+    const chart *c;
+} lines_job;
+static bool lines_draw(void *arg);
+
+static bool lines_plot(const char *path, const cg_plot_opts *opts, int n_series,
+                       const cg_plot_series *series);
 bool cg_plot_lines(const char *path, const cg_plot_opts *opts, int n_series,
                    const cg_plot_series *series)
+{
+    pthread_mutex_lock(&pl_lock);
+    bool ok = lines_plot(path, opts, n_series, series);
+    pthread_mutex_unlock(&pl_lock);
+    return ok;
+}
+
+/* cg_plot_lines under pl_lock: the input checked and laid out here, drawn
+ * in a child process. */
+static bool lines_plot(const char *path, const cg_plot_opts *opts, int n_series,
+                       const cg_plot_series *series)
 {
     static const char who[] = "cg_plot_lines";
     cg_plot_opts o = {0};
@@ -750,9 +881,21 @@ bool cg_plot_lines(const char *path, const cg_plot_opts *opts, int n_series,
         !chart_ranges(&c, who, &o, n_series, series) ||
         !chart_layout(&c, who, &o, n_series, series))
         return false;
+    lines_job job = {path, &o, n_series, series, &c};
+    return draw_apart(who, path, lines_draw, &job);
+}
 
+/* The chart drawn and written (in the drawing process). */
+static bool lines_draw(void *arg)
+{
+    static const char who[] = "cg_plot_lines";
+    const lines_job *job = arg;
+    const chart c = *job->c;
+    const cg_plot_opts o = *job->o;
+    const int n_series = job->n_series;
+    const cg_plot_series *series = job->series;
     pl_out out;
-    if (!pl_begin(&out, who, path, c.W, c.H, n_series, false))
+    if (!pl_begin(&out, who, job->path, c.W, c.H, n_series, false))
         return false;
     chart_axes(&c, &out, &o);
 
@@ -1003,7 +1146,28 @@ static void heat_colorbar(const heat *h, const pl_out *out, int grid_rows)
     }
 }
 
+typedef struct {
+    const char *path;
+    const heat *h;
+    int grid_rows, grid_cols;
+    const cg_heatmap_panel *panels;
+} heat_job;
+static bool heat_draw(void *arg);
+
+static bool heat_plot(const char *path, const char *title, int grid_rows, int grid_cols,
+                      const cg_heatmap_panel *panels, float vmin, float vmax);
 bool cg_plot_heatmaps(const char *path, const char *title, int grid_rows, int grid_cols,
+                      const cg_heatmap_panel *panels, float vmin, float vmax)
+{
+    pthread_mutex_lock(&pl_lock);
+    bool ok = heat_plot(path, title, grid_rows, grid_cols, panels, vmin, vmax);
+    pthread_mutex_unlock(&pl_lock);
+    return ok;
+}
+
+/* cg_plot_heatmaps under pl_lock: checked and laid out here, drawn in a
+ * child process. */
+static bool heat_plot(const char *path, const char *title, int grid_rows, int grid_cols,
                       const cg_heatmap_panel *panels, float vmin, float vmax)
 {
     static const char who[] = "cg_plot_heatmaps";
@@ -1030,9 +1194,20 @@ bool cg_plot_heatmaps(const char *path, const char *title, int grid_rows, int gr
     }
     if (!heat_layout(&h, who, title, grid_rows, grid_cols))
         return false;
+    heat_job job = {path, &h, grid_rows, grid_cols, panels};
+    return draw_apart(who, path, heat_draw, &job);
+}
 
+/* The heatmaps drawn and written (in the drawing process). */
+static bool heat_draw(void *arg)
+{
+    static const char who[] = "cg_plot_heatmaps";
+    const heat_job *job = arg;
+    const heat h = *job->h;
+    const int grid_rows = job->grid_rows, grid_cols = job->grid_cols;
+    const cg_heatmap_panel *panels = job->panels;
     pl_out out;
-    if (!pl_begin(&out, who, path, h.W, h.H, 0, true))
+    if (!pl_begin(&out, who, job->path, h.W, h.H, 0, true))
         return false;
     if (h.title_chars > 0) {
         plcol0(C_TEXT);

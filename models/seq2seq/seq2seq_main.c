@@ -383,12 +383,13 @@ static int cmd_translate(int argc, char **argv)
         cg_prog_die_lib(NULL);
     /* the sentences: the arguments, else the lines of stdin */
     int64_t n = np;
-    char **texts = np > 0 ? argv : cg_read_lines(stdin, "stdin", &n);
+    char **why = NULL; /* stdin: the reason a line could not be read, or NULL */
+    char **texts = np > 0 ? argv : cg_read_lines(stdin, "stdin", &n, &why);
     if (!texts)
         cg_prog_die_lib(NULL);
-    /* a sentence that cannot be translated (not UTF-8, longer than the
-     * model takes) is reported and stands as an empty line; the others are
-     * translated */
+    /* a sentence that cannot be translated (a NUL byte or over CG_LINE_MAX
+     * bytes, not UTF-8, longer than the model takes) is reported and stands
+     * as an empty line; the others are translated */
     const char *what = np > 0 ? "sentence" : "line";
     const char **good = malloc((size_t)(n ? n : 1) * sizeof *good);
     bool *skip = calloc((size_t)(n ? n : 1), sizeof *skip);
@@ -398,7 +399,10 @@ static int cmd_translate(int argc, char **argv)
     for (int64_t i = 0; i < n; i++) {
         size_t bad;
         int64_t k = 0, *ids = NULL;
-        if (cg_utf8_count(texts[i], strlen(texts[i]), &bad) < 0)
+        if (why && why[i])
+            cg_prog_warn("%s %lld: %s: not translated (an empty line stands for it)", what,
+                         (long long)i + 1, why[i]);
+        else if (cg_utf8_count(texts[i], strlen(texts[i]), &bad) < 0)
             cg_prog_warn("%s %lld is not valid UTF-8 (byte %zu): not translated (an empty line "
                          "stands for it)",
                          what, (long long)i + 1, bad + 1);
@@ -432,8 +436,12 @@ static int cmd_translate(int argc, char **argv)
     cg_sources_free(&s);
     free(good);
     free(skip);
-    if (np == 0)
+    if (np == 0) {
         cg_strings_free(texts, n);
+        for (int64_t i = 0; i < n; i++)
+            free(why[i]);
+        free(why);
+    }
     cg_seq2seq_ckpt_free(&c);
     return 0;
 }

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "core/error.h"
+#include "core/parse.h"
 
 #ifdef CG_HAVE_MPI
 #include <mpi.h>
@@ -316,9 +317,10 @@ static void dump_log_at_exit(void);
  * second per run. CG_DIST_MPI=1 forces MPI on, CG_DIST_MPI=0 off. */
 static bool launched_by_mpi(void)
 {
-    const char *force = getenv("CG_DIST_MPI");
-    if (force && *force)
-        return strcmp(force, "0") != 0;
+    const char *f = getenv("CG_DIST_MPI");
+    bool force = false;
+    if (f && *f && cg_env_flag("CG_DIST_MPI", &force))
+        return force;
     static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE"};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
         if (getenv(vars[i]))
@@ -351,24 +353,14 @@ bool cg_dist_init(int *argc, char ***argv)
         !mpi_ok(MPI_Comm_size(MPI_COMM_WORLD, &g_size), "MPI_Comm_size"))
         return false;
 
-    const char *mb = getenv("CG_DIST_BUCKET_MB");
-    double bucket_mb = mb && *mb ? atof(mb) : 4.0;
-    if (!(bucket_mb > 0) || bucket_mb > 1024)
-        bucket_mb = 4.0;
+    double bucket_mb = 4.0;
+    if (!cg_env_number("CG_DIST_BUCKET_MB", &bucket_mb) ||
+        !cg_env_number("CG_DIST_TIMEOUT", &g_timeout))
+        return false;
     g_bucket_n = (int64_t)(bucket_mb * 1024 * 1024 / sizeof(float));
     if (g_bucket_n < 1024)
         g_bucket_n = 1024;
 
-    const char *to = getenv("CG_DIST_TIMEOUT");
-    if (to && *to) {
-        char *end = NULL;
-        double v = strtod(to, &end);
-        if (end == to || v < 0 || !isfinite(v)) {
-            cg_set_error("dist: CG_DIST_TIMEOUT='%s' is not a number of seconds >= 0", to);
-            return false;
-        }
-        g_timeout = v;
-    }
     if (g_size > 1 && g_timeout > 0) {
         g_wd_stop = false;
         if (pthread_create(&g_wd_thread, NULL, watchdog_main, NULL) == 0)
@@ -448,8 +440,10 @@ bool cg_dist_quiet_nonroot(void)
 {
     if (g_rank == 0 || g_size == 1 || g_err_fd != 2)
         return true;
-    const char *v = getenv("CG_DIST_VERBOSE");
-    if (v && *v && strcmp(v, "0") != 0)
+    bool verbose = false;
+    if (!cg_env_flag("CG_DIST_VERBOSE", &verbose))
+        return false;
+    if (verbose)
         return true;
     fflush(stdout);
     fflush(stderr);

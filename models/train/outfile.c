@@ -10,11 +10,13 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "core/error.h"
 #include "nn/safetensors.h"
 #include "models/train/train_common.h"
+#include "models/util/files.h"
 
 /* ------------------------------------------------------------ output check */
 /* The directory part of path ("." when there is none), malloc'd. */
@@ -373,6 +375,46 @@ FILE *cg_metrics_log_open(const char *path, int64_t resume_step, int64_t *droppe
     free(tmp);
     free(keep);
     return f;
+}
+
+bool cg_metrics_log_append(FILE *f, const char *line, uint64_t reserve)
+{
+    int fd = fileno(f);
+    size_t len = strlen(line) + 1;
+    char *buf = malloc(len);
+    off_t at = fd >= 0 ? lseek(fd, 0, SEEK_END) : -1;
+    struct statvfs v;
+    if (!buf || at < 0) {
+        int e = buf ? errno : ENOMEM;
+        free(buf);
+        cg_set_error("cannot write the metrics log: %s", strerror(e));
+        errno = e;
+        return false;
+    }
+    memcpy(buf, line, len - 1);
+    buf[len - 1] = '\n';
+    /* free space (root may use the blocks kept back from other users) */
+    if (reserve > 0 && fstatvfs(fd, &v) == 0 && v.f_blocks > 0) {
+        uint64_t free_b = (uint64_t)(geteuid() == 0 ? v.f_bfree : v.f_bavail) * v.f_frsize;
+        if (free_b < reserve + len) {
+            free(buf);
+            cg_set_error("cannot write the metrics log: %s (%" PRIu64 " bytes free, the "
+                         "checkpoint needs about %" PRIu64 ")",
+                         strerror(ENOSPC), free_b, reserve);
+            errno = ENOSPC;
+            return false;
+        }
+    }
+    size_t done = cg_write_all(fd, buf, len);
+    int e = done < len ? errno : 0;
+    free(buf);
+    if (!e)
+        return true;
+    bool cut = done == 0 || ftruncate(fd, at) == 0; /* a torn line: cut it off */
+    cg_set_error("cannot write the metrics log: %s%s", strerror(e),
+                 cut ? "" : " (its last line is torn)");
+    errno = e;
+    return false;
 }
 
 bool cg_out_picture_check(const char *path, bool force, const char *in, const char *what)

@@ -103,6 +103,15 @@ char *cg_metrics_log_keep(const char *bytes, size_t len, int64_t step, size_t *o
  * (O_EXCL) renamed over the old name. NULL + error when it cannot be
  * written. */
 FILE *cg_metrics_log_open(const char *path, int64_t resume_step, int64_t *dropped);
+/* Append `line` and a newline to the metrics log f (opened by
+ * cg_metrics_log_open; never written through stdio) in one piece, or not at
+ * all: a write that fails part-way is cut off again, so that every line of
+ * the log parses. `reserve` is the room the disk must keep beside the line
+ * (the checkpoint still to be saved): with less free space the line is not
+ * written and the call fails as a full disk does. False + error ("...: No
+ * space left on device"), errno kept (ENOSPC, EDQUOT, EFBIG under a
+ * file-size limit, ...). */
+bool cg_metrics_log_append(FILE *f, const char *line, uint64_t reserve);
 
 #ifdef __cplusplus
 }

@@ -1,12 +1,15 @@
 /* cgrad zoo: program plumbing (see prog.h). */
 #include "models/train/prog.h"
 
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/error.h"
+#include "core/parse.h"
 #include "models/train/dist.h"
 #include "models/train/train_common.h"
 
@@ -102,11 +105,31 @@ int cg_prog_parse_pos(int argc, char **argv, const cg_cli_opt *opts, int n, cons
     return rc;
 }
 
+/* SIGXCPU (past the soft CPU-time limit, ulimit -t) outside training,
+ * whose default action ends the process with a core dump and no message:
+ * one line and exit 1 (training saves and stops instead:
+ * cg_train_catch_signals). */
+static char g_xcpu_msg[160];
+static void on_xcpu(int sig)
+{
+    (void)sig;
+    ssize_t k = write(STDERR_FILENO, g_xcpu_msg, strlen(g_xcpu_msg));
+    (void)k;
+    _exit(CG_EXIT_FAIL);
+}
+
 int cg_prog_main(int argc, char **argv, const char *prog, const char *help,
                  const cg_prog_command *cmds, int ncmds)
 {
     cg_prog_set_name(prog);
-    cg_cli_start(); /* fds 0-2 taken, OMP_NUM_THREADS capped: before anything else */
+    snprintf(g_xcpu_msg, sizeof g_xcpu_msg,
+             "%s: error: the CPU time limit (ulimit -t) was reached; stopping\n", prog);
+    signal(SIGXCPU, on_xcpu);
+    cg_cli_start();        /* fds 0-2 taken, OMP_NUM_THREADS capped: before anything else */
+    if (!cg_env_check()) { /* a malformed CG_ variable, as a malformed flag */
+        cg_prog_fail_lib(NULL);
+        return CG_EXIT_USAGE;
+    }
     if (!cg_dist_init(&argc, &argv) || !cg_dist_quiet_nonroot())
         return cg_prog_fail_lib("MPI");
     char names[256] = "";

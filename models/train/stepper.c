@@ -8,6 +8,7 @@
 
 #include "autograd/ops.h"
 #include "core/error.h"
+#include "core/parse.h"
 #include "models/train/run.h"
 
 /* ------------------------------------------------------------ the step */
@@ -37,10 +38,12 @@ bool cg_stepper_init(cg_stepper *s, const cg_trainer_model *m, int grad_accum, i
         return false;
     }
     s->zero = zero_stage == 1 && cg_dist_size() > 1;
-    const char *ov = getenv("CG_DIST_OVERLAP");
-    if (cg_dist_size() > 1 && (s->zero || !(ov && !strcmp(ov, "0")))) {
-        const char *mb = getenv("CG_DIST_BUCKET_MB");
-        double bucket_mb = mb ? atof(mb) : 4.0;
+    bool overlap = true;
+    double bucket_mb = 4.0;
+    if (!cg_env_flag("CG_DIST_OVERLAP", &overlap) ||
+        !cg_env_number("CG_DIST_BUCKET_MB", &bucket_mb))
+        return false;
+    if (cg_dist_size() > 1 && (s->zero || overlap)) {
         cg_tensor **ps = malloc(sizeof *ps * (size_t)(s->n_train ? s->n_train : 1));
         cg_optim_range *own = calloc((size_t)s->n_train + 1, sizeof *own);
         if (!ps || !own) {
@@ -51,7 +54,6 @@ bool cg_stepper_init(cg_stepper *s, const cg_trainer_model *m, int grad_accum, i
         }
         for (int i = 0; i < s->n_train; i++)
             ps[i] = s->op[i].tensor;
-        bucket_mb = bucket_mb > 0 ? bucket_mb : 4.0;
         s->reducer = s->zero ? cg_dist_reducer_new_zero(s->n_train, ps, bucket_mb)
                              : cg_dist_reducer_new(s->n_train, ps, bucket_mb);
         if (s->reducer && s->zero && cg_dist_reducer_shards(s->reducer, own))

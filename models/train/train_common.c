@@ -20,7 +20,10 @@ static volatile sig_atomic_t g_interrupted = 0;
 static void on_signal(int sig)
 {
     g_interrupted = 1;
-    signal(sig, SIG_DFL); /* a second signal ends the process */
+    /* a second SIGINT or SIGTERM ends the process; SIGXCPU comes again
+     * every second past the soft CPU limit (the hard one sends SIGKILL):
+     * ignored while the checkpoint is saved */
+    signal(sig, sig == SIGXCPU ? SIG_IGN : SIG_DFL);
 }
 
 void cg_train_catch_signals(void)
@@ -29,8 +32,17 @@ void cg_train_catch_signals(void)
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    /* SIGUSR1: what mpirun forwards to every rank without ending the job
+     * (its own SIGINT/SIGTERM handling exits 1 and sends SIGKILL a second
+     * later); SIGXCPU: the soft CPU-time limit (ulimit -t); SIGHUP: the
+     * terminal is gone (a dropped ssh session) */
+    static const int sigs[] = {SIGINT, SIGTERM, SIGUSR1, SIGXCPU, SIGHUP};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
+        sigaction(sigs[i], &sa, NULL);
+    /* a reader of the progress lines that went away (`| head`, a killed
+     * tee) must not end the run: the writes fail instead, the run goes on
+     * to its checkpoint, and a lost result line is exit 1 at the end */
+    signal(SIGPIPE, SIG_IGN);
 }
 
 bool cg_train_interrupted(void) { return g_interrupted != 0; }

@@ -142,6 +142,12 @@ typedef struct {
     cg_stepper st;
     cg_optim *opt; /* st.opt */
     char *png;
+    /* the metrics log: the room a checkpoint needs (kept free beside it),
+     * and why it could not be written when the disk is full or a file-size
+     * limit is reached (rank 0; the run then saves and stops) */
+    uint64_t reserve;
+    char log_full[300];
+    bool log_stop; /* stopped for it (every rank) */
 } run_ctx;
 
 static bool save(run_ctx *c, int64_t step)
@@ -167,6 +173,9 @@ static bool save(run_ctx *c, int64_t step)
     if (ok && c->png && (c->t->hist.n > 0 || c->t->hist.dn > 0) &&
         !cg_history_plot(&c->t->hist, c->png, m->plot_title))
         cg_prog_warn("could not write the loss curve: %s", cg_last_error());
+    struct stat st;
+    if (ok && stat(c->t->out, &st) == 0) /* what the next save needs */
+        c->reserve = (uint64_t)st.st_size + (c->png && stat(c->png, &st) == 0 ? st.st_size : 0);
     return ok;
 }
 
@@ -178,14 +187,21 @@ static void put_fixed(cJSON *j, const char *key, double v, int decimals)
     cg_json_put_num(j, key, fmt, v);
 }
 
-/* Write j (deleted) as a line of the metrics log. */
+/* Write j (deleted) as a line of the metrics log: whole or not at all. A
+ * full disk (or one with less room than the checkpoint needs) or a
+ * file-size limit stops the run while the checkpoint can still be saved
+ * (c->log_full); another failure is a warning and the run goes on without
+ * the log. */
 static void metrics_line(run_ctx *c, cJSON *j)
 {
     char *s = c->t->metrics ? cg_json_line(j) : NULL;
-    if (s && (fputs(s, c->t->metrics) < 0 || fputc('\n', c->t->metrics) < 0 ||
-              fflush(c->t->metrics) != 0)) {
-        cg_prog_warn("cannot write the metrics log (%s); training goes on without it",
-                     strerror(errno));
+    if (s && !cg_metrics_log_append(c->t->metrics, s, c->reserve)) {
+        int e = errno;
+        if (e == ENOSPC || e == EDQUOT || e == EFBIG)
+            snprintf(c->log_full, sizeof c->log_full, "%s%s", cg_last_error(),
+                     e == EFBIG ? " (the file-size limit, ulimit -f)" : "");
+        else
+            cg_prog_warn("%s; training goes on without it", cg_last_error());
         fclose(c->t->metrics);
         c->t->metrics = NULL;
     }
@@ -356,6 +372,23 @@ static bool check_ranks_agree(const cg_trainer *t, const cg_trainer_model *m)
     return ok;
 }
 
+/* The room the next checkpoint and loss curve need until a save measures
+ * it: those of --out when it exists (a resumed run), else the saved
+ * parameters and the optimizer state in fp32 and 64 KiB for the rest. */
+static uint64_t first_reserve(const run_ctx *c)
+{
+    struct stat st;
+    uint64_t r = 64 << 10;
+    if (stat(c->t->out, &st) == 0 && S_ISREG(st.st_mode))
+        return r + (uint64_t)st.st_size;
+    int64_t trainable = 0;
+    for (int i = 0; i < c->st.n_train; i++)
+        trainable += cg_numel(c->st.op[i].tensor);
+    int64_t saved = c->t->adapters ? trainable : cg_module_num_params(c->m->module);
+    int64_t state = cg_optim_state_bytes(c->opt) * (c->st.zero ? cg_dist_size() : 1);
+    return r + (uint64_t)saved * 4 + (uint64_t)(state > 0 ? state : 0);
+}
+
 static int setup(run_ctx *c)
 {
     cg_trainer *t = c->t;
@@ -364,6 +397,7 @@ static int setup(run_ctx *c)
         return cg_prog_fail_lib("optimizer");
     c->st.skip_nonfinite = t->o->skip_nonfinite;
     c->opt = c->st.opt;
+    c->reserve = first_reserve(c);
     if (t->o->zero && cg_dist_is_root()) {
         int64_t n = 0;
         for (int i = 0; i < c->st.n_train; i++)
@@ -434,6 +468,14 @@ static int finish(run_ctx *c)
     if (!save(c, t->step))
         return cg_prog_fail("could not save the checkpoint at step %lld: %s", (long long)t->step,
                             cg_last_error());
+    if (c->log_stop) /* rank 0 ends the job with the reason */
+        return cg_dist_is_root()
+                   ? cg_prog_fail("%s; stopped at step %lld and saved the checkpoint '%s' "
+                                  "(continue with --resume %s once there is room)",
+                                  c->log_full, (long long)t->step, t->out, t->out)
+                   : 0;
+    if (c->log_full[0]) /* at the last step: the run is complete all the same */
+        cg_prog_warn("%s; its last line is missing", c->log_full);
     cJSON *j = cJSON_CreateObject();
     cg_json_put_int(j, "step", t->step);
     if (t->interrupted) {
@@ -452,6 +494,8 @@ static int finish(run_ctx *c)
          * short at once: everything is saved */
         signal(SIGINT, SIG_DFL);
         signal(SIGTERM, SIG_DFL);
+        signal(SIGUSR1, SIG_DFL);
+        signal(SIGHUP, SIG_DFL);
         if (!m->finish(m->self, t, j)) {
             cJSON_Delete(j);
             return cg_prog_fail_lib(NULL);
@@ -518,10 +562,16 @@ int cg_trainer_run(cg_trainer *t, const cg_trainer_model *m)
         }
         if (step >= o->steps)
             break;
-        /* every rank stops at the same step: [interrupted, out of time] */
-        double stop[2] = {cg_train_interrupted(),
-                          o->max_minutes > 0 && cg_now() - t_begin >= 60 * o->max_minutes};
-        cg_dist_allreduce_max(stop, 2);
+        /* every rank stops at the same step: [interrupted, out of time,
+         * the metrics log cannot be written] */
+        double stop[3] = {cg_train_interrupted(),
+                          o->max_minutes > 0 && cg_now() - t_begin >= 60 * o->max_minutes,
+                          c.log_full[0] != 0};
+        cg_dist_allreduce_max(stop, 3);
+        if (stop[2] > 0) {
+            t->interrupted = c.log_stop = true;
+            break;
+        }
         if (stop[0] > 0 || (o->stop_at >= 0 && step >= o->stop_at)) {
             t->interrupted = true;
             break;

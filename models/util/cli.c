@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <unistd.h>
 #include <math.h>
@@ -11,102 +12,17 @@
 #include <strings.h>
 
 #include "core/error.h"
+#include "core/parse.h"
 #include "core/tensor.h"
-
-static bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
-
-bool cg_cli_parse_i64(const char *flag, const char *s, int64_t lo, int64_t hi, int64_t *out)
-{
-    if (!s || !*s || is_space(*s)) {
-        cg_set_error("%s: expected an integer, got '%s'", flag, s ? s : "");
-        return false;
-    }
-    char *end = NULL;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (*end != '\0') {
-        cg_set_error("%s: '%s' is not an integer", flag, s);
-        return false;
-    }
-    if (errno == ERANGE || v < lo || v > hi) {
-        cg_set_error("%s: %s is out of range [%lld, %lld]", flag, s, (long long)lo, (long long)hi);
-        return false;
-    }
-    *out = (int64_t)v;
-    return true;
-}
-
-bool cg_cli_parse_u64(const char *flag, const char *s, uint64_t *out)
-{
-    if (!s || !*s || is_space(*s) || *s == '-' || *s == '+') {
-        cg_set_error("%s: expected a non-negative integer, got '%s'", flag, s ? s : "");
-        return false;
-    }
-    char *end = NULL;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (*end != '\0') {
-        cg_set_error("%s: '%s' is not a non-negative integer", flag, s);
-        return false;
-    }
-    if (errno == ERANGE) {
-        cg_set_error("%s: %s is too large (at most 18446744073709551615)", flag, s);
-        return false;
-    }
-    *out = (uint64_t)v;
-    return true;
-}
-
-bool cg_cli_parse_f64(const char *flag, const char *s, double lo, double hi, double *out)
-{
-    if (!s || !*s || is_space(*s)) {
-        cg_set_error("%s: expected a number, got '%s'", flag, s ? s : "");
-        return false;
-    }
-    char *end = NULL;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (*end != '\0') {
-        cg_set_error("%s: '%s' is not a number", flag, s);
-        return false;
-    }
-    if (errno == ERANGE || !isfinite(v)) {
-        cg_set_error("%s: '%s' is not a finite number", flag, s);
-        return false;
-    }
-    if (v < lo || v > hi) {
-        cg_set_error("%s: %s is out of range [%g, %g]", flag, s, lo, hi);
-        return false;
-    }
-    *out = v;
-    return true;
-}
-
-bool cg_cli_parse_bool(const char *flag, const char *s, bool *out)
-{
-    static const char *yes[] = {"true", "1", "yes", "on"}, *no[] = {"false", "0", "no", "off"};
-    for (int i = 0; s && i < 4; i++) {
-        if (strcasecmp(s, yes[i]) == 0) {
-            *out = true;
-            return true;
-        }
-        if (strcasecmp(s, no[i]) == 0) {
-            *out = false;
-            return true;
-        }
-    }
-    cg_set_error("%s: expected true or false, got '%s'", flag, s ? s : "");
-    return false;
-}
 
 static bool set_value(const cg_cli_opt *o, const char *v)
 {
     switch (o->kind) {
     case CG_CLI_I64:
-        return cg_cli_parse_i64(o->name, v, (int64_t)o->lo, (int64_t)o->hi, (int64_t *)o->dst);
-    case CG_CLI_U64: return cg_cli_parse_u64(o->name, v, (uint64_t *)o->dst);
-    case CG_CLI_F64: return cg_cli_parse_f64(o->name, v, o->lo, o->hi, (double *)o->dst);
-    case CG_CLI_BOOL: return cg_cli_parse_bool(o->name, v, (bool *)o->dst);
+        return cg_parse_i64(o->name, v, (int64_t)o->lo, (int64_t)o->hi, (int64_t *)o->dst);
+    case CG_CLI_U64: return cg_parse_u64(o->name, v, (uint64_t *)o->dst);
+    case CG_CLI_F64: return cg_parse_f64(o->name, v, o->lo, o->hi, (double *)o->dst);
+    case CG_CLI_BOOL: return cg_parse_bool(o->name, v, (bool *)o->dst);
     case CG_CLI_STR:
         if (!*v) {
             cg_set_error("%s: empty value", o->name);
@@ -230,6 +146,11 @@ void cg_cli_start(void)
                 close(k);
             }
         }
+    /* A file-size limit (ulimit -f) raises SIGXFSZ, whose default action
+     * ends the process with no message and a temporary file left behind:
+     * ignored, the write fails with EFBIG instead and is reported as a full
+     * disk is (the temporary file removed, the old checkpoint kept). */
+    signal(SIGXFSZ, SIG_IGN);
     g_env_threads = cg_cap_default_threads();
 }
 

@@ -1,10 +1,8 @@
-/* cgrad zoo: small helpers for the command-line programs: strict number
- * parsing and a flag table.
- *
- * Numbers are parsed whole ("12x", "", " 3", "1e999" and out-of-range values
- * are errors). Every parser returns false and records a message
- * (cg_set_error) naming the flag and the bad text; the programs print that
- * message as their one error line. */
+/* cgrad zoo: small helpers for the command-line programs: a flag table
+ * whose values are read by core's strict parsers (core/parse.h: "12x", "",
+ * " 3", "0x10", "1e999" and out-of-range values are errors, with a message
+ * naming the flag and the bad text, which the programs print as their one
+ * error line). */
 #ifndef CG_MODELS_CLI_H
 #define CG_MODELS_CLI_H
 
@@ -16,15 +14,6 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* Decimal integer in [lo, hi]. flag names the option in the message. */
-bool cg_cli_parse_i64(const char *flag, const char *s, int64_t lo, int64_t hi, int64_t *out);
-/* Non-negative decimal integer (up to 2^64-1), e.g. a seed. */
-bool cg_cli_parse_u64(const char *flag, const char *s, uint64_t *out);
-/* Finite number in [lo, hi]. */
-bool cg_cli_parse_f64(const char *flag, const char *s, double lo, double hi, double *out);
-/* "true/false/1/0/yes/no/on/off". */
-bool cg_cli_parse_bool(const char *flag, const char *s, bool *out);
 
 /* The thread count to use for --threads N: at most the CPUs this process
  * may run on (sched_getaffinity), since more threads only compete for them

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/parse.h"
 #include "core/utf8.h"
 
 static double meminfo_available(void)
@@ -34,13 +35,9 @@ static double meminfo_available(void)
 
 size_t cg_input_limit(void)
 {
-    const char *env = getenv("CG_MAX_INPUT_MB");
-    if (env && *env) {
-        char *end;
-        unsigned long long mb = strtoull(env, &end, 10);
-        if (*end == '\0' && mb > 0 && mb < (1ULL << 40))
-            return (size_t)(mb << 20);
-    }
+    double mb = 0; /* a malformed value: refused at start by the programs (cg_env_check) */
+    if (cg_env_number("CG_MAX_INPUT_MB", &mb) && mb >= 1)
+        return (size_t)mb << 20;
     double avail = meminfo_available();
     struct rlimit rl;
     if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
@@ -177,6 +174,28 @@ void cg_data_default_hint(const char *path, const char *default_path)
     }
 }
 
+/* The rest of a bad line (`why` it is bad) read and dropped: true at its end
+ * ('\n' or the end of input), false + error after a read error or `limit`
+ * bytes without one. */
+static bool skip_line(FILE *f, const char *name, const char *why, size_t limit)
+{
+    for (size_t k = 0; k <= limit; k++) {
+        int c = getc(f);
+        if (c == '\n' || (c == EOF && !ferror(f)))
+            return true;
+        if (c == EOF && errno == EINTR) {
+            clearerr(f);
+            continue;
+        }
+        if (c == EOF) {
+            cg_set_error("%s: read error: %s", name, strerror(errno));
+            return false;
+        }
+    }
+    cg_set_error("%s: %s, and no end of line within %zu bytes", name, why, limit);
+    return false;
+}
+
 long long cg_read_line(char **buf, size_t *cap, FILE *f, const char *name, size_t max_len)
 {
     int c;
@@ -196,13 +215,16 @@ long long cg_read_line(char **buf, size_t *cap, FILE *f, const char *name, size_
         }
         if (c == '\n')
             break;
-        if (c == '\0') {
-            cg_set_error("%s: NUL byte in a line: not text", name);
-            return -2;
-        }
-        if (n >= max_len) {
-            cg_set_error("%s: a line is longer than %zu bytes", name, max_len);
-            return -2;
+        if (c == '\0' || n >= max_len) { /* a bad line: dropped up to its end */
+            char why[96];
+            if (c == '\0')
+                snprintf(why, sizeof why, "a NUL byte at byte %zu (not text)", n + 1);
+            else
+                snprintf(why, sizeof why, "longer than %zu bytes", max_len);
+            if (!skip_line(f, name, why, CG_LINE_SKIP_MAX(max_len)))
+                return -2;
+            cg_set_error("%s", why);
+            return -3;
         }
         if (n + 2 > *cap) {
             size_t nc = *cap ? *cap * 2 : 256;
@@ -230,40 +252,81 @@ long long cg_read_line(char **buf, size_t *cap, FILE *f, const char *name, size_
     return (long long)n;
 }
 
-char **cg_read_lines(FILE *f, const char *name, int64_t *n)
+char **cg_read_lines(FILE *f, const char *name, int64_t *n, char ***why)
 {
-    char **lines = NULL, *line = NULL;
+    char **lines = NULL, **bad = NULL, *line = NULL;
     size_t lcap = 0;
     int64_t cap = 0;
     long long k = 0;
     bool ok = true;
+    int64_t half = 0; /* 1: entry *n stored in part when memory ran out */
     *n = 0;
-    while (ok && (k = cg_read_line(&line, &lcap, f, name, CG_LINE_MAX)) >= 0) {
+    while (ok && (k = cg_read_line(&line, &lcap, f, name, CG_LINE_MAX)) != -1 && k != -2) {
+        if (k == -3 && !why) {
+            cg_prefix_error("%s: line %lld: ", name, (long long)*n + 1);
+            k = -2;
+            break;
+        }
         while (k > 0 && (line[k - 1] == '\n' || line[k - 1] == '\r'))
             line[--k] = '\0';
         if (*n == cap) {
             cap = cap ? 2 * cap : 64;
             char **t = realloc(lines, (size_t)cap * sizeof *t);
-            if (!(ok = t != NULL))
+            lines = t ? t : lines;
+            char **u = t && why ? realloc(bad, (size_t)cap * sizeof *u) : NULL;
+            bad = u ? u : bad;
+            if (!(ok = t && (u || !why)))
                 break;
-            lines = t;
         }
-        if (!(ok = (lines[*n] = strdup(line)) != NULL))
+        if (why)
+            bad[*n] = k == -3 ? strdup(cg_last_error()) : NULL;
+        lines[*n] = strdup(k == -3 ? "" : line);
+        half = 1;
+        if (!(ok = lines[*n] && (k != -3 || bad[*n])))
             break;
+        half = 0;
         (*n)++;
     }
     free(line);
     if (!ok)
         cg_set_error("out of memory");
+    if (ok && k != -2 && !lines) {
+        lines = malloc(sizeof *lines);
+        bad = why ? malloc(sizeof *bad) : NULL;
+        ok = lines && (bad || !why);
+        if (!ok)
+            cg_set_error("out of memory");
+    }
     if (!ok || k == -2) {
-        for (int64_t i = 0; i < *n; i++)
+        int64_t m = *n + half;
+        for (int64_t i = 0; i < m && lines; i++)
             free(lines[i]);
+        for (int64_t i = 0; i < m && bad; i++)
+            free(bad[i]);
         free(lines);
+        free(bad);
         return NULL;
     }
-    if (!lines && !(lines = malloc(sizeof *lines)))
-        cg_set_error("out of memory");
+    if (why)
+        *why = bad;
     return lines;
+}
+
+size_t cg_write_all(int fd, const void *buf, size_t len)
+{
+    size_t done = 0;
+    while (done < len) {
+        ssize_t k = write(fd, (const char *)buf + done, len - done);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0) {
+            if (k == 0)
+                errno = EIO;
+            break;
+        }
+        done += (size_t)k;
+    }
+    return done;
 }
 
 uint32_t *cg_read_text_file(const char *path, int64_t *n)

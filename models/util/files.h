@@ -36,15 +36,27 @@ char *cg_read_file_once(const char *path, size_t max_bytes, bool text, size_t *l
 void cg_data_default_hint(const char *path, const char *default_path);
 
 /* One line of f, like getline(3) (*buf grown as needed, *cap its size) but
- * without the "\n": returns its length, -1 at the end of input, -2 + error
- * ("name: read error: ...", a line longer than max_len bytes, a NUL byte):
- * a read error is never taken for the end of input. */
+ * without the "\n": returns its length, -1 at the end of input, -3 + error
+ * for a bad line ("a NUL byte at byte 5 (not text)", "longer than max_len
+ * bytes"), which is read to its end and dropped so that the next call
+ * reads the next line, -2 + error ("name: read error: ...", out of memory,
+ * or a bad line with no end within CG_LINE_SKIP_MAX(max_len) bytes, as
+ * /dev/zero): a read error is never taken for the end of input. */
 #define CG_LINE_MAX ((size_t)1 << 20)
+#define CG_LINE_SKIP_MAX(max_len) ((max_len)*64)
 long long cg_read_line(char **buf, size_t *cap, FILE *f, const char *name, size_t max_len);
 /* Every line of f (cg_read_line with CG_LINE_MAX, a trailing "\r" cut too)
  * as n malloc'd strings in a malloc'd array (free each and the array), or
- * NULL + error. */
-char **cg_read_lines(FILE *f, const char *name, int64_t *n);
+ * NULL + error. why NULL: a bad line fails the whole input ("name: line 3:
+ * a NUL byte ..."); else a bad line is "" in the array and *why receives n
+ * entries (malloc'd, as the lines): NULL for a good line, the reason for a
+ * bad one. */
+char **cg_read_lines(FILE *f, const char *name, int64_t *n, char ***why);
+
+/* Write len bytes of buf to fd, going on after EINTR and short writes.
+ * Returns the bytes written: len, or fewer with errno set (EIO for a write
+ * that wrote nothing). */
+size_t cg_write_all(int fd, const void *buf, size_t len);
 
 /* Read a whole file as UTF-8 code points (malloc'd). NULL + error if it is
  * missing, unreadable, empty, too large, or not valid UTF-8. */
