@@ -190,7 +190,7 @@ static cg_record_status record(cg_tensor *out, cg_op op, const char *name, int n
     n->in_version = vers;
     for (int i = 0; i < n_inputs; i++) {
         ins[i] = cg_retain(inputs[i]);
-        vers[i] = cg_version(inputs[i]);
+        vers[i] = inputs[i] ? cg_version(inputs[i]) : 0;
     }
     /* Which inputs the backward reads (op table); a product reads each
      * input only for the other's gradient. A user-defined op: all of them

@@ -302,10 +302,17 @@ int64_t cg_numel_shape(int ndim, const int64_t *shape)
     return n;
 }
 
-int64_t cg_numel(const cg_tensor *t) { return t ? cg_numel_shape(t->ndim, t->shape) : 0; }
+int64_t cg_numel(const cg_tensor *t)
+{
+    if (!t)
+        return cg_error_null_input("cg_numel");
+    return cg_numel_shape(t->ndim, t->shape);
+}
 
 bool cg_is_contiguous(const cg_tensor *t)
 {
+    if (!t)
+        return cg_error_null_input("cg_is_contiguous");
     int64_t expect = 1;
     for (int i = t->ndim - 1; i >= 0; i--) {
         if (t->shape[i] != 1 && t->strides[i] != expect)
@@ -421,7 +428,12 @@ void cg_tensor_modified(cg_tensor *t)
     }
 }
 
-uint64_t cg_version(const cg_tensor *t) { return t && t->storage ? t->storage->version : 0; }
+uint64_t cg_version(const cg_tensor *t)
+{
+    if (!t)
+        return cg_error_null_input("cg_version");
+    return t->storage ? t->storage->version : 0;
+}
 
 static bool one_element(const char *fn, const cg_tensor *t)
 {
@@ -452,6 +464,8 @@ int64_t cg_item_i64(const cg_tensor *t)
 
 bool cg_same_shape(const cg_tensor *a, const cg_tensor *b)
 {
+    if (!a || !b)
+        return cg_error_null_input("cg_same_shape");
     if (a->ndim != b->ndim)
         return false;
     for (int i = 0; i < a->ndim; i++)
@@ -575,6 +589,8 @@ bool cg_copy_to_array(const cg_tensor *t, void *out)
 
 bool cg_check_writable(const char *op, const cg_tensor *dst)
 {
+    if (!dst)
+        return cg_error_null_input(op);
     for (int i = 0; i < dst->ndim; i++) {
         if (dst->shape[i] > 1 && dst->strides[i] == 0) {
             char b[96];

@@ -37,6 +37,11 @@ int64_t cg_sample(const float *logits, int64_t V, const cg_sample_config *cfg, c
                                      : "need temperature >= 0, top_k >= 0, 0 < top_p <= 1");
         return -1;
     }
+    if (o->top_k > V) { /* torch.topk: "selected index k out of range" */
+        cg_set_error("sample: top_k %lld is more than the %lld logits", (long long)o->top_k,
+                     (long long)V);
+        return -1;
+    }
     /* NaN or +inf (a diverged model) draws nothing meaningful; -inf is a
      * masked logit, but not every one of them */
     int64_t masked = 0;

@@ -25,7 +25,7 @@ extern "C" {
 
 typedef struct {
     double temperature; /* >= 0; 0 = greedy (argmax) */
-    int64_t top_k;      /* 0 = off; else keep the k largest logits */
+    int64_t top_k;      /* 0 = off; else keep the k largest logits (k <= V) */
     double top_p;       /* in (0, 1]; 1 = off */
 } cg_sample_config;
 

@@ -426,6 +426,10 @@ START_TEST(test_sample)
         int64_t a = cg_sample(logits, 5, &c, &r1);
         ck_assert(a == 1 || a == 3);
     }
+    c.top_k = 6; /* more than V: refused, as torch.topk refuses k > size */
+    CG_ASSERT_REFUSED(cg_sample(logits, 5, &c, &r1) == -1, "top_k 6");
+    c.top_k = 5; /* all of them: fine */
+    ck_assert(cg_sample(logits, 5, &c, &r1) >= 0);
     c = (cg_sample_config){.temperature = 1, .top_k = 0, .top_p = 0.3}; /* the top id alone */
     for (int i = 0; i < 50; i++)
         ck_assert_int_eq(cg_sample(logits, 5, &c, &r1), 1);

@@ -349,6 +349,25 @@ START_TEST(test_refcounts)
 }
 END_TEST
 
+/* Every accessor follows the NULL rule: NULL in, NULL/0/false out and a
+ * message naming the call (issue 33: cg_data(cg_grad(w)) after zero_grad). */
+START_TEST(test_accessors_null)
+{
+    cg_tensor *t = cg_ones(CG_SHAPE(2));
+    CG_ASSERT_REFUSED(cg_data(NULL) == NULL, "cg_data");
+    CG_ASSERT_REFUSED(cg_data(cg_grad(t)) == NULL, "cg_data");
+    CG_ASSERT_REFUSED(!cg_is_contiguous(NULL), "cg_is_contiguous");
+    CG_ASSERT_REFUSED(!cg_same_shape(NULL, t), "cg_same_shape");
+    CG_ASSERT_REFUSED(!cg_same_shape(t, NULL), "cg_same_shape");
+    CG_ASSERT_REFUSED(!cg_check_writable("myop", NULL), "myop");
+    CG_ASSERT_REFUSED(cg_numel(NULL) == 0, "cg_numel");
+    CG_ASSERT_REFUSED(cg_version(NULL) == 0, "cg_version");
+    CG_ASSERT_REFUSED(isnan(cg_item(NULL)), "cg_item");
+    CG_ASSERT_REFUSED(isnan(cg_get(NULL, (int64_t[]){0})), "cg_get");
+    cg_release(t);
+}
+END_TEST
+
 START_TEST(test_shape_str)
 {
     char b[64];
@@ -377,6 +396,7 @@ static Suite *tensor_suite(void)
     tcase_add_test(tc, test_rng_torch_compatible);
     tcase_add_test(tc, test_refcounts);
     tcase_add_test(tc, test_shape_str);
+    tcase_add_test(tc, test_accessors_null);
     suite_add_tcase(s, tc);
     return s;
 }
