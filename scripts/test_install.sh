@@ -40,10 +40,47 @@ awk '/^```c$/ {c = 1; next} c && /^```$/ {exit} c {print}' "$root/docs/own_modul
   > "$work/own_module.c"
 [ -s "$work/own_module.c" ] || { echo "test_install: no C example in docs/own_module.md" >&2; exit 1; }
 
+# A program that uses the cJSON trees of the public API (cg_st_metadata_json):
+# `pkg-config --libs cgrad` must link libcjson itself (Requires: libcjson),
+# or the link fails with "DSO missing from command line".
+cat > "$work/metadata_json.c" <<'PROG'
+#include <stdio.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "cgrad.h"
+
+int main(void)
+{
+    cg_st_writer *w = cg_st_writer_new();
+    cJSON *cfg = cJSON_CreateObject();
+    cJSON_AddNumberToObject(cfg, "d", 64);
+    cg_tensor *t = cg_ones(CG_SHAPE(2));
+    bool ok = w && cfg && t && cg_st_add_f32(w, "t", t) && cg_st_set_metadata_json(w, "config", cfg) &&
+              cg_st_writer_save(w, "meta.safetensors");
+    cJSON_Delete(cfg);
+    cg_st_writer_free(w);
+    cg_release(t);
+    cg_st_file *f = ok ? cg_st_open("meta.safetensors") : NULL;
+    cJSON *back = f ? cg_st_metadata_json(f, "config") : NULL;
+    const cJSON *d = cJSON_GetObjectItemCaseSensitive(back, "d");
+    if (!cJSON_IsNumber(d) || d->valuedouble != 64) {
+        fprintf(stderr, "metadata_json: %s\n", cg_last_error());
+        return 1;
+    }
+    printf("config.d = %g\n", d->valuedouble);
+    cJSON_Delete(back);
+    cg_st_close(f);
+    return 0;
+}
+PROG
+
 # Every example: the README's, the docs', examples/*.c, in
 # a directory of their own (no include path into the source tree).
 cc=${CC:-cc}
-for src in "$work/readme_example.c" "$work/own_module.c" "$root"/examples/*.c; do
+for src in "$work/readme_example.c" "$work/own_module.c" "$work/metadata_json.c" \
+           "$root"/examples/*.c; do
   [ -f "$src" ] || continue
   name=$(basename "$src" .c)
   [ "$src" = "$work/$name.c" ] || cp "$src" "$work/$name.c"
