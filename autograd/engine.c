@@ -49,10 +49,10 @@ static void node_drop_refs(cg_node *n)
         return;
     n->freed = true;
     for (int i = 0; i < n->n_inputs; i++)
-        cg_release(n->inputs[i]);
+        cg_release_held(n->inputs[i]);
     n->n_inputs = 0;
     for (int i = 0; i < CG_NODE_MAX_SAVED; i++) {
-        cg_release(n->saved[i]);
+        cg_release_held(n->saved[i]);
         n->saved[i] = NULL;
     }
     if (n->ctx && n->ctx_free)
@@ -96,26 +96,11 @@ static void node_free_hook(cg_node *n)
     g_cappending = 0;
 }
 
-/* The references a node holds, for cg_scope_end (core/tensor.c). */
-static void node_refs(cg_node *n, void (*visit)(void *ctx, cg_tensor *t), void *ctx)
-{
-    if (n->freed)
-        return;
-    for (int i = 0; i < n->n_inputs; i++)
-        visit(ctx, n->inputs[i]);
-    for (int i = 0; i < CG_NODE_MAX_SAVED; i++)
-        if (n->saved[i])
-            visit(ctx, n->saved[i]);
-    if (n->grad)
-        visit(ctx, n->grad);
-}
-
 static void ensure_hook(void)
 {
     static bool done;
     if (!done) {
         cg_set_node_release_hook(node_free_hook);
-        cg_set_node_refs_hook(node_refs);
         done = true;
     }
 }
@@ -189,7 +174,7 @@ static cg_record_status record(cg_tensor *out, cg_op op, const char *name, int n
     n->inputs = ins;
     n->in_version = vers;
     for (int i = 0; i < n_inputs; i++) {
-        ins[i] = cg_retain(inputs[i]);
+        ins[i] = cg_retain_held(inputs[i]); /* the node's, never a scope's */
         vers[i] = inputs[i] ? cg_version(inputs[i]) : 0;
     }
     /* Which inputs the backward reads (op table); a product reads each
@@ -270,7 +255,7 @@ int cg_node_save(cg_node *n, cg_tensor *t)
 {
     for (int i = 0; i < CG_NODE_MAX_SAVED; i++) {
         if (!n->saved[i]) {
-            n->saved[i] = cg_retain(t);
+            n->saved[i] = cg_retain_held(t);
             n->saved_version[i] = cg_version(t);
             return i;
         }
@@ -316,7 +301,7 @@ cg_tensor *cg_detach(const cg_tensor *t) { return cg_alias(t); }
 void cg_zero_grad(cg_tensor *t)
 {
     if (t) {
-        cg_release(t->grad);
+        cg_release_held(t->grad);
         t->grad = NULL;
     }
 }

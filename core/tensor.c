@@ -10,6 +10,14 @@
 #include "core/error.h"
 #include "core/rng.h"
 
+/* Reference counts (PyTorch's intrusive_ptr): a new reference is made from
+ * an existing one, so the increment needs no ordering; the decrement is
+ * acquire-release, so that the thread that frees sees every write made
+ * through the other references. */
+static inline void ref_inc(int *c) { __atomic_add_fetch(c, 1, __ATOMIC_RELAXED); }
+static inline int ref_dec(int *c) { return __atomic_sub_fetch(c, 1, __ATOMIC_ACQ_REL); }
+static inline int ref_get(const int *c) { return __atomic_load_n(c, __ATOMIC_RELAXED); }
+
 static cg_storage *storage_new(int64_t numel, cg_dtype dt)
 {
     cg_storage *s = malloc(sizeof *s);
@@ -43,7 +51,7 @@ static cg_storage *storage_new(int64_t numel, cg_dtype dt)
 
 static void storage_release(cg_storage *s)
 {
-    if (s && --s->refcount == 0) {
+    if (s && ref_dec(&s->refcount) == 0) {
         if (s->derived)
             s->derived_free(s->derived);
         cg_free(s->data);
@@ -52,27 +60,38 @@ static void storage_release(cg_storage *s)
 }
 
 /* ---------------------------------------------------------------- scopes */
-/* A scope lists the tensors it gives references back for. A tensor made
- * while it is open joins with scope_base 0 (its first reference is the
- * scope's); an older tensor joins at its first new reference (cg_retain),
- * with scope_base = the references it had. At the end, the scope's share of
- * a tensor's references is
- *     refcount - held - scope_base - (references from nodes of the scope's tensors)
- * and that many are released (one fewer when kept). */
+/* A scope gives back two kinds of references:
+ *   - those of the tensors made while it is open (list v; the tensor's
+ *     scope field points at the scope): every reference to such a tensor
+ *     that is not held (cg_hold, cg_retain_held: containers and graph
+ *     nodes) is the scope's, so at the end it releases refcount - held
+ *     (one fewer when kept);
+ *   - new references (cg_retain) to older tensors (list x, one entry per
+ *     reference): released one each at the end; an explicit cg_release or
+ *     cg_hold of such a tensor takes one entry back.
+ * Graph nodes hold their references (cg_retain_held), so no count depends
+ * on which scope a node's tensor belongs to, and a tensor shared between
+ * threads (a parameter) is never written by a scope: only its atomic
+ * counts change. */
+typedef struct {
+    cg_tensor *t;
+    bool kept;
+} scope_ref;
+
 struct cg_scope {
     cg_tensor **v;
     int64_t n, cap;
+    scope_ref *x;
+    int64_t nx, capx;
     cg_scope *parent;
 };
 
 static _Thread_local cg_scope *g_scope;
 static int64_t g_live; /* atomic */
-static cg_node_refs_fn g_node_refs;
 
-void cg_set_node_refs_hook(cg_node_refs_fn fn) { g_node_refs = fn; }
 int64_t cg_live_tensors(void) { return __atomic_load_n(&g_live, __ATOMIC_RELAXED); }
 
-static bool scope_add(cg_scope *s, cg_tensor *t, int base)
+static bool scope_add(cg_scope *s, cg_tensor *t)
 {
     if (s->n == s->cap) {
         int64_t cap = s->cap ? 2 * s->cap : 256;
@@ -84,7 +103,6 @@ static bool scope_add(cg_scope *s, cg_tensor *t, int base)
     }
     t->scope = s;
     t->scope_idx = s->n;
-    t->scope_base = base;
     t->scope_kept = false;
     s->v[s->n++] = t;
     return true;
@@ -97,6 +115,50 @@ static void scope_remove(cg_tensor *t)
     s->v[t->scope_idx] = last;
     last->scope_idx = t->scope_idx;
     t->scope = NULL;
+}
+
+static bool xref_add(cg_scope *s, cg_tensor *t, bool kept)
+{
+    if (s->nx == s->capx) {
+        int64_t cap = s->capx ? 2 * s->capx : 64;
+        scope_ref *x = realloc(s->x, (size_t)cap * sizeof *x);
+        if (!x)
+            return false; /* not tracked: the reference stays the caller's */
+        s->x = x;
+        s->capx = cap;
+    }
+    s->x[s->nx++] = (scope_ref){t, kept};
+    return true;
+}
+
+/* Take back one entry for t from the open scopes (innermost first, newest
+ * first, an entry not kept before a kept one); false if there is none. */
+static bool xref_take(cg_tensor *t)
+{
+    for (cg_scope *s = g_scope; s; s = s->parent) {
+        int64_t found = -1;
+        for (int64_t i = s->nx; i-- > 0;) {
+            if (s->x[i].t == t) {
+                found = i;
+                if (!s->x[i].kept)
+                    break;
+            }
+        }
+        if (found >= 0) {
+            s->x[found] = s->x[--s->nx];
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Whether t was made in one of this thread's open scopes. */
+static bool scope_is_mine(const cg_tensor *t)
+{
+    for (const cg_scope *s = g_scope; s && t->scope; s = s->parent)
+        if (s == t->scope)
+            return true;
+    return false;
 }
 
 cg_scope *cg_scope_begin(void)
@@ -113,38 +175,45 @@ cg_scope *cg_scope_begin(void)
 
 cg_tensor *cg_keep(cg_tensor *t)
 {
-    if (t && t->scope && t->scope == g_scope)
+    if (!t || !g_scope)
+        return t;
+    if (t->scope == g_scope) {
         t->scope_kept = true;
+        return t;
+    }
+    int64_t found = -1; /* a reference of this scope to an older tensor */
+    for (int64_t i = 0; i < g_scope->nx; i++) {
+        if (g_scope->x[i].t == t) {
+            if (g_scope->x[i].kept)
+                return t; /* one reference survives already */
+            found = i;
+        }
+    }
+    if (found >= 0)
+        g_scope->x[found].kept = true;
     return t;
 }
 
 cg_tensor *cg_hold(cg_tensor *t)
 {
-    if (t)
-        t->held++;
+    if (t) {
+        ref_inc(&t->held);
+        if (g_scope && !scope_is_mine(t))
+            xref_take(t); /* the reference just handed out is now held */
+    }
     return t;
 }
 
 void cg_unhold(cg_tensor *t)
 {
-    if (t && t->held > 0)
-        t->held--;
+    if (t && ref_get(&t->held) > 0)
+        ref_dec(&t->held);
 }
 
-static void count_internal(void *ctx, cg_tensor *t)
-{
-    if (t && t->scope == ctx)
-        t->scope_internal++;
-}
+static void release_ref(cg_tensor *t);
 
 static void scope_close(cg_scope *s)
 {
-    /* the scope's share of each tensor, before anything is released */
-    for (int64_t i = 0; i < s->n; i++)
-        s->v[i]->scope_internal = 0;
-    for (int64_t i = 0; g_node_refs && i < s->n; i++)
-        if (s->v[i]->node)
-            g_node_refs(s->v[i]->node, count_internal, s);
     int64_t n = s->n, k = 0, nk = 0;
     cg_tensor **rel = malloc((size_t)(n ? n : 1) * sizeof *rel);
     cg_tensor **kept = malloc((size_t)(n ? n : 1) * sizeof *kept);
@@ -155,11 +224,13 @@ static void scope_close(cg_scope *s)
         free(cnt);
         while (s->n)
             scope_remove(s->v[s->n - 1]);
+        s->nx = 0;
         return;
     }
+    /* the scope's share of each tensor it made, before anything is released */
     for (int64_t i = s->n; i-- > 0;) {
         cg_tensor *t = s->v[i];
-        int share = t->refcount - t->held - t->scope_base - t->scope_internal;
+        int share = ref_get(&t->refcount) - ref_get(&t->held);
         bool keep = t->scope_kept && share > 0;
         scope_remove(t);
         t->scope_kept = false;
@@ -172,30 +243,24 @@ static void scope_close(cg_scope *s)
             cnt[k++] = share;
         }
     }
+    /* Kept tensors join the enclosing scope before anything is released
+     * (a release never finds them in a closed scope's list). */
+    cg_scope *up = s->parent;
+    for (int64_t i = 0; up && i < nk; i++)
+        scope_add(up, kept[i]);
+    for (int64_t i = 0; i < s->nx; i++)
+        if (s->x[i].kept && up)
+            xref_add(up, s->x[i].t, false);
     /* Each tensor in rel keeps at least one reference until its own turn
-     * (and a kept one keeps its kept reference), so releasing in any order
-     * never touches a freed tensor. */
+     * (and a kept one its kept reference); references to older tensors are
+     * released last, so the graphs of this scope's tensors go first. */
     for (int64_t i = 0; i < k; i++)
         for (int c = 0; c < cnt[i]; c++)
-            cg_release(rel[i]);
-    /* Kept tensors join the enclosing scope owning one reference each; the
-     * references their nodes hold on each other are counted there again. */
-    cg_scope *up = s->parent;
-    if (up && nk) {
-        cg_scope moved = {0};
-        for (int64_t i = 0; i < nk; i++) {
-            kept[i]->scope = &moved;
-            kept[i]->scope_internal = 0;
-        }
-        for (int64_t i = 0; g_node_refs && i < nk; i++)
-            if (kept[i]->node)
-                g_node_refs(kept[i]->node, count_internal, &moved);
-        for (int64_t i = 0; i < nk; i++) {
-            cg_tensor *t = kept[i];
-            t->scope = NULL;
-            scope_add(up, t, t->refcount - t->held - 1 - t->scope_internal);
-        }
-    }
+            release_ref(rel[i]);
+    for (int64_t i = 0; i < s->nx; i++)
+        if (!s->x[i].kept)
+            release_ref(s->x[i].t);
+    s->nx = 0;
     free(rel);
     free(kept);
     free(cnt);
@@ -215,9 +280,10 @@ void cg_scope_end(cg_scope *s)
     cg_scope *stop = s->parent;
     while (g_scope != stop) { /* inner scopes left open end first */
         cg_scope *c = g_scope;
+        g_scope = c->parent; /* releases from here on are not the closing scope's */
         scope_close(c);
-        g_scope = c->parent;
         free(c->v);
+        free(c->x);
         free(c);
     }
 }
@@ -230,16 +296,25 @@ void cg_set_node_release_hook(cg_node_release_fn fn) { g_node_release = fn; }
 cg_tensor *cg_retain(cg_tensor *t)
 {
     if (t) {
-        if (g_scope && !t->scope)
-            scope_add(g_scope, t, t->refcount - t->held);
-        t->refcount++;
+        ref_inc(&t->refcount);
+        if (g_scope && !scope_is_mine(t))
+            xref_add(g_scope, t, false);
     }
     return t;
 }
 
-void cg_release(cg_tensor *t)
+cg_tensor *cg_retain_held(cg_tensor *t)
 {
-    if (!t || --t->refcount > 0)
+    if (t) {
+        ref_inc(&t->refcount);
+        ref_inc(&t->held);
+    }
+    return t;
+}
+
+static void release_ref(cg_tensor *t)
+{
+    if (ref_dec(&t->refcount) > 0)
         return;
     struct cg_node *node = t->node;
     cg_tensor *grad = t->grad;
@@ -248,9 +323,26 @@ void cg_release(cg_tensor *t)
     __atomic_sub_fetch(&g_live, 1, __ATOMIC_RELAXED);
     storage_release(t->storage);
     free(t);
-    cg_release(grad); /* a leaf gradient has no node and no grad: depth 1 */
+    cg_release_held(grad); /* a leaf gradient has no node and no grad: depth 1 */
     if (node && g_node_release)
         g_node_release(node); /* iterative in autograd: no deep recursion */
+}
+
+void cg_release(cg_tensor *t)
+{
+    if (!t)
+        return;
+    if (g_scope && !scope_is_mine(t))
+        xref_take(t); /* a reference a scope would have given back */
+    release_ref(t);
+}
+
+void cg_release_held(cg_tensor *t)
+{
+    if (!t)
+        return;
+    cg_unhold(t);
+    release_ref(t);
 }
 
 void cg_release_all(int n, ...)
@@ -271,7 +363,7 @@ static cg_tensor *tensor_header(cg_storage *s, cg_dtype dt, int64_t offset, int 
         cg_set_error("out of memory allocating a tensor header");
         return NULL;
     }
-    s->refcount++;
+    ref_inc(&s->refcount);
     t->storage = s;
     t->offset = offset;
     t->ndim = ndim;
@@ -283,7 +375,7 @@ static cg_tensor *tensor_header(cg_storage *s, cg_dtype dt, int64_t offset, int 
     t->refcount = 1;
     __atomic_add_fetch(&g_live, 1, __ATOMIC_RELAXED);
     if (g_scope)
-        scope_add(g_scope, t, 0);
+        scope_add(g_scope, t);
     return t;
 }
 

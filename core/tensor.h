@@ -70,11 +70,9 @@ typedef struct cg_tensor {
     struct cg_tensor *grad; /* leaf gradient, owned by this tensor */
     struct cg_node *node;   /* creator node, owned by this tensor */
     /* --- scope bookkeeping (core/tensor.c, see cg_scope_begin) --- */
-    int held;               /* references held by long-lived owners (cg_hold) */
-    struct cg_scope *scope; /* the scope that releases its references, or NULL */
+    int held;               /* references held by long-lived owners and graph nodes */
+    struct cg_scope *scope; /* the scope this tensor was made in (while open), or NULL */
     int64_t scope_idx;      /* position in that scope's list */
-    int scope_base;         /* references (beyond held) that were not the scope's */
-    int scope_internal;     /* scratch: references from nodes of the scope's tensors */
     bool scope_kept;        /* cg_keep: one reference outlives the scope */
 } cg_tensor;
 
@@ -111,13 +109,18 @@ void cg_set_node_release_hook(cg_node_release_fn fn);
  * Rules:
  *   - Every reference handed out while a scope is open (a tensor created,
  *     or any function's new reference to an existing tensor, cg_retain
- *     included) is given back by cg_scope_end of the innermost open scope.
- *     References held by a graph node of another tensor of the scope stay
- *     with that node: a tensor used by a kept result lives as long as it.
+ *     included) is given back by cg_scope_end: a new tensor's by the scope
+ *     it was made in (or the one its kept result passed to), a new
+ *     reference to an older tensor by the innermost open scope.
+ *     References held by graph nodes stay with the node whatever scope the
+ *     node's tensor belongs to: a tensor used by a kept result lives as
+ *     long as it, and a graph may cross any number of scopes.
  *   - cg_keep(t): one reference to t survives the scope; it passes to the
  *     enclosing scope, or to the caller when none is open (who then
  *     cg_release-s it). Return values of a function with its own scope:
  *     `return cg_keep(y);` before cg_scope_end. Kept graphs stay whole.
+ *     To return a tensor the function did not make (an argument, or a
+ *     tensor of an outer scope), keep a new reference: cg_keep(cg_retain(x)).
  *   - cg_release inside a scope still works (code written with explicit
  *     releases runs unchanged inside a scope); just never release a
  *     reference twice.
@@ -127,7 +130,10 @@ void cg_set_node_release_hook(cg_node_release_fn fn);
  *     optimizers and data may be built inside or outside a scope.
  * Scopes nest and are per thread; cg_scope_end must get the innermost
  * open scope (ending an outer one ends the inner ones first). Refcounting
- * without scopes stays as it was. */
+ * without scopes stays as it was. A tensor made in a scope belongs to its
+ * thread until the scope ends; tensors made outside every scope (a
+ * model's parameters) may be used by ops on several threads at once, each
+ * inside its own scopes: their counts are atomic and no scope writes them. */
 typedef struct cg_scope cg_scope;
 /* Open a scope (NULL + error when out of memory). */
 cg_scope *cg_scope_begin(void);
@@ -142,12 +148,13 @@ void cg_unhold(cg_tensor *t);
 /* Tensors alive in this process (headers not yet freed): for leak tests. */
 int64_t cg_live_tensors(void);
 
-/* Called by cg_scope_end for each graph node of the scope's tensors: calls
- * visit(ctx, t) once per tensor reference the node holds. The autograd
- * layer registers it with its node release hook. */
-typedef void (*cg_node_refs_fn)(struct cg_node *node, void (*visit)(void *ctx, cg_tensor *t),
-                                void *ctx);
-void cg_set_node_refs_hook(cg_node_refs_fn fn);
+/* A new reference held by a long-lived owner from the start: cg_hold(
+ * cg_retain(t)) without the scope's bookkeeping. Graph nodes hold their
+ * inputs and saved tensors this way, so a scope never counts a node's
+ * reference as its own, whichever scope the node's tensor belongs to.
+ * cg_release_held gives such a reference back (cg_unhold + cg_release). */
+cg_tensor *cg_retain_held(cg_tensor *t);
+void cg_release_held(cg_tensor *t);
 
 /* The dtype of t (CG_F32 for NULL). */
 cg_dtype cg_dtype_of(const cg_tensor *t);

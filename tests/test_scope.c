@@ -84,6 +84,136 @@ START_TEST(test_scope_keep_and_nesting)
 }
 END_TEST
 
+/* The documented pattern (issue 33): a function with its own scope returns
+ * a kept result whose graph holds a tensor of the caller's scope. */
+static cg_tensor *relu2x(cg_tensor *x)
+{
+    cg_scope *s = cg_scope_begin();
+    cg_tensor *y = cg_keep(cg_relu(cg_muls(x, 2.0f)));
+    cg_scope_end(s);
+    return y;
+}
+
+/* Two levels: relu2x inside another function's scope. */
+static cg_tensor *relu2x_sq(cg_tensor *x)
+{
+    cg_scope *s = cg_scope_begin();
+    cg_tensor *y = relu2x(x);
+    cg_tensor *z = cg_keep(cg_mul(y, y));
+    cg_scope_end(s);
+    return z;
+}
+
+static const float g_xs[3] = {0.5f, -1.0f, 1.5f};
+
+/* x's gradient must be want[i] * 1 for each i. */
+static void check_grad(cg_tensor *x, const float *want)
+{
+    ck_assert_ptr_nonnull(cg_grad(x));
+    for (int i = 0; i < 3; i++)
+        ck_assert_float_eq_tol(cg_data(cg_grad(x))[i], want[i], 1e-6);
+}
+
+/* Every shape of nesting, with graphs that cross scopes; run under ASan
+ * (meson test -C build-asan test_scope): each case frees exactly once. */
+START_TEST(test_scope_nested_graphs)
+{
+    int64_t live0 = cg_live_tensors();
+    const float d1[3] = {2, 0, 2}, d2[3] = {4, 0, 12}; /* d relu(2x), d relu(2x)^2 */
+    /* 1. an outer leaf used in an inner op; the kept result used in an outer
+     * op; backward after the inner scope ended, inside the outer one */
+    cg_scope *outer = cg_scope_begin();
+    cg_tensor *x = cg_requires_grad(cg_from_data(CG_SHAPE(3), g_xs), true);
+    cg_tensor *y = relu2x(x);
+    cg_tensor *loss = cg_sum(cg_muls(y, 1.0f), 0, NULL, false);
+    ck_assert(cg_backward(loss, NULL, false));
+    check_grad(x, d1);
+    cg_scope_end(outer); /* freed x twice before */
+    ck_assert_int_eq(cg_live_tensors(), live0);
+
+    /* 2. the same, backward after the outer scope too (the loss kept) */
+    outer = cg_scope_begin();
+    x = cg_keep(cg_requires_grad(cg_from_data(CG_SHAPE(3), g_xs), true));
+    loss = cg_keep(cg_sum(relu2x(x), 0, NULL, false));
+    cg_scope_end(outer);
+    ck_assert(cg_backward(loss, NULL, false));
+    check_grad(x, d1);
+    cg_release_all(2, loss, x);
+    ck_assert_int_eq(cg_live_tensors(), live0);
+
+    /* 3. double nesting, the leaf made outside every scope */
+    x = cg_requires_grad(cg_from_data(CG_SHAPE(3), g_xs), true);
+    outer = cg_scope_begin();
+    loss = cg_sum(relu2x_sq(x), 0, NULL, false);
+    ck_assert(cg_backward(loss, NULL, false));
+    check_grad(x, d2);
+    cg_scope_end(outer);
+    ck_assert_int_eq(x->refcount, 1);
+    cg_zero_grad(x);
+    /* ... and with no outer scope: the caller owns the result */
+    loss = relu2x_sq(x);
+    ck_assert_int_eq(cg_graph_size(loss), 3);
+    cg_release(loss);
+    ck_assert_int_eq(x->refcount, 1);
+
+    /* 4. keep of a tensor made in an outer scope, and of an outside one:
+     * each a new reference (cg_retain) kept out of the inner scope */
+    outer = cg_scope_begin();
+    cg_tensor *a = cg_muls(x, 3.0f);
+    cg_scope *inner = cg_scope_begin();
+    cg_tensor *ka = cg_keep(cg_retain(a));
+    cg_tensor *kx = cg_keep(cg_contiguous(x)); /* x itself, retained */
+    cg_scope_end(inner);
+    ck_assert_ptr_eq(ka, a);
+    ck_assert_ptr_eq(kx, x);
+    ck_assert_int_eq(x->refcount, 3); /* mine, a's node, the outer scope's */
+    cg_scope_end(outer);
+    ck_assert_int_eq(x->refcount, 1);
+
+    /* 5. releases inside: of a retained outside tensor, of an inner
+     * intermediate a kept graph still uses, of the outer tensor's retain */
+    outer = cg_scope_begin();
+    a = cg_muls(x, 3.0f);
+    inner = cg_scope_begin();
+    cg_release(cg_retain(x));
+    cg_release(cg_retain(a));
+    cg_tensor *m = cg_muls(a, 2.0f);
+    y = cg_keep(cg_relu(m));
+    cg_release(m);
+    cg_scope_end(inner);
+    loss = cg_sum(y, 0, NULL, false);
+    ck_assert(cg_backward(loss, NULL, false));
+    const float d5[3] = {6, 0, 6};
+    check_grad(x, d5);
+    cg_scope_end(outer);
+    ck_assert_int_eq(x->refcount, 1);
+    cg_release(x);
+    ck_assert_int_eq(cg_live_tensors(), live0);
+}
+END_TEST
+
+/* A module whose forward opens its own scope, applied twice in a step to
+ * a parameter of another module (a graph through two scopes and a
+ * container): parameters survive, the step leaves nothing. */
+START_TEST(test_scope_nested_module_forward)
+{
+    int64_t live0 = cg_live_tensors();
+    cg_rng rng = cg_rng_new(5);
+    cg_linear *lin = cg_linear_new(3, 3, true, &rng);
+    for (int step = 0; step < 3; step++) {
+        cg_scope *s = cg_scope_begin();
+        cg_tensor *h = relu2x(cg_linear_forward(lin, lin->weight));
+        cg_tensor *loss = cg_sum(relu2x_sq(h), 0, NULL, false);
+        ck_assert(cg_backward(loss, NULL, false));
+        ck_assert_ptr_nonnull(cg_grad(lin->weight));
+        cg_scope_end(s);
+    }
+    ck_assert_int_eq(lin->weight->refcount, 1);
+    cg_module_free(CG_MODULE(lin));
+    ck_assert_int_eq(cg_live_tensors(), live0);
+}
+END_TEST
+
 /* Models and optimizers built inside a scope outlive it (their tensors are
  * held), and the gradients a backward leaves on parameters too. */
 START_TEST(test_scope_containers_survive)
@@ -216,6 +346,8 @@ static Suite *scope_suite(void)
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_scope_frees_what_it_made);
     tcase_add_test(tc, test_scope_keep_and_nesting);
+    tcase_add_test(tc, test_scope_nested_graphs);
+    tcase_add_test(tc, test_scope_nested_module_forward);
     tcase_add_test(tc, test_scope_containers_survive);
     tcase_add_test(tc, test_scope_training_flat);
     tcase_add_test(tc, test_scope_zoo_model);
