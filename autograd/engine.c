@@ -3,6 +3,7 @@
 #include "autograd/autograd.h"
 
 #include <assert.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,13 +97,12 @@ static void node_free_hook(cg_node *n)
     g_cappending = 0;
 }
 
-static void ensure_hook(void)
+static void set_hook(void) { cg_set_node_release_hook(node_free_hook); }
+
+static void ensure_hook(void) /* once, whichever thread records first */
 {
-    static bool done;
-    if (!done) {
-        cg_set_node_release_hook(node_free_hook);
-        done = true;
-    }
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, set_hook);
 }
 
 /* ---------------------------------------------------------- recording */
@@ -319,7 +319,7 @@ void cg_set_backward_hook(cg_backward_hook_fn fn, void *ctx)
 }
 
 /* ---------------------------------------------------- topological order */
-static uint64_t g_epoch; /* marks are epochs: no clearing pass needed */
+static uint64_t g_epoch; /* atomic; marks are epochs: no clearing pass needed */
 
 typedef struct {
     cg_node **v;
@@ -453,7 +453,7 @@ static void ready_node_done(const cg_node *n)
  * encoded as two parallel vectors. */
 static bool topo_sort(cg_node *root, node_vec *order)
 {
-    uint64_t epoch = ++g_epoch;
+    uint64_t epoch = __atomic_add_fetch(&g_epoch, 1, __ATOMIC_RELAXED);
     node_vec stack = {0};
     size_t *next = NULL, next_cap = 0;
     bool ok = true;
@@ -554,7 +554,7 @@ static cg_tensor *to_input_dtype(cg_tensor *g, const cg_tensor *input)
  * storage outright, because optimizers and clipping update it in place; a
  * node's gradient is internal to the engine and may share storage (the two
  * inputs of an add receive the same tensor), which saves a copy per use. */
-static bool accumulate(cg_tensor **slot, cg_tensor *g, bool private)
+static bool accumulate_unlocked(cg_tensor **slot, cg_tensor *g, bool private)
 {
     if (!*slot) {
         bool owned =
@@ -586,6 +586,32 @@ static bool accumulate(cg_tensor **slot, cg_tensor *g, bool private)
         }
     }
     cg_release(g);
+    return ok;
+}
+
+/* A leaf's .grad may be shared by threads that run backwards through one
+ * model at once (Hogwild-style): accumulation into it is locked, as
+ * PyTorch's AccumulateGrad locks. One of 64 mutexes, picked by the slot's
+ * address; a node's gradient is private to its backward and needs none. */
+enum { GRAD_LOCKS = 64 };
+static pthread_mutex_t g_grad_locks[GRAD_LOCKS];
+static pthread_once_t g_grad_locks_once = PTHREAD_ONCE_INIT;
+
+static void grad_locks_init(void)
+{
+    for (int i = 0; i < GRAD_LOCKS; i++)
+        pthread_mutex_init(&g_grad_locks[i], NULL);
+}
+
+static bool accumulate(cg_tensor **slot, cg_tensor *g, bool private)
+{
+    if (!private)
+        return accumulate_unlocked(slot, g, false);
+    pthread_once(&g_grad_locks_once, grad_locks_init);
+    pthread_mutex_t *mu = &g_grad_locks[((uintptr_t)slot >> 4) % GRAD_LOCKS];
+    pthread_mutex_lock(mu);
+    bool ok = accumulate_unlocked(slot, g, true);
+    pthread_mutex_unlock(mu);
     return ok;
 }
 

@@ -3,6 +3,8 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 static _Thread_local char g_msg[1024];
 static _Thread_local bool g_set;
@@ -50,4 +52,25 @@ bool cg_error_null_input(const char *fn)
     if (!g_set)
         cg_set_error("%s: input is NULL", fn ? fn : "?");
     return false;
+}
+
+static bool g_debug;
+
+__attribute__((constructor)) static void debug_init(void)
+{
+    const char *e = getenv("CG_DEBUG");
+    g_debug = e && *e && strcmp(e, "0") != 0;
+}
+
+bool cg_debug_enabled(void) { return g_debug; }
+
+void cg_debug_report(const char *fmt, ...)
+{
+    char line[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    cg_set_error("%s", line);
+    fprintf(stderr, "cgrad: CG_DEBUG: %s\n", line);
 }

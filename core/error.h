@@ -37,6 +37,20 @@ unsigned long cg_error_serial(void);
  * stays), so that an error message is never empty. Returns false. */
 bool cg_error_null_input(const char *fn);
 
+/* The checked mode (CG_DEBUG=1 in the environment, read once at load):
+ * lifetime mistakes (releasing a tensor already freed, by a scope or an
+ * earlier release; releasing a reference held by a module, an optimizer or
+ * a graph, such as ->weight or cg_grad(w); freeing a module or an optimizer
+ * twice) are reported by the call that makes them, as one line on stderr
+ * ("cgrad: CG_DEBUG: ...", also recorded as the error), and the call does
+ * nothing. Freed tensor headers, modules and optimizers are kept (poisoned,
+ * not reused) so that a later call can name them: memory grows with every
+ * free, which is fine for a debugging run. Off: no check costs more than
+ * one predictable branch. */
+bool cg_debug_enabled(void);
+/* Records the message (cg_set_error) and prints it as one line on stderr. */
+void cg_debug_report(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,145 @@
+/* One model shared by several threads (issue 33): each thread runs forward
+ * and backward steps, in its own scopes, on its own batches, and every
+ * gradient accumulates into the shared parameters' .grad (Hogwild-style, as
+ * PyTorch allows: reference counts are atomic, and gradient accumulation
+ * into a leaf is locked). The gradient sums must equal those of the same
+ * work done under a lock. The data and weights are small integers, so
+ * every sum is exact in float32 and its order does not matter.
+ * Run under ThreadSanitizer too (a meson setup with -Db_sanitize=thread;
+ * OpenMP at one thread, since libgomp is not instrumented). */
+#include <pthread.h>
+#include <string.h>
+
+#include "nn/nn.h"
+#include "tests/testutil.h"
+
+enum { IN = 6, HID = 8, OUT = 3, ROWS = 4, STEPS = 12, MAX_THREADS = 8 };
+
+typedef struct {
+    cg_module *root;
+    cg_linear *fc1, *fc2;
+} model;
+
+/* Integer weights in [-2, 2]. */
+static void fill_ints(cg_tensor *t, int seed)
+{
+    float *p = cg_data(t);
+    for (int64_t i = 0; i < cg_numel(t); i++)
+        p[i] = (float)((i * 7 + seed * 3) % 5 - 2);
+    cg_tensor_modified(t);
+}
+
+static model model_new(void)
+{
+    cg_rng rng = cg_rng_new(1);
+    model m;
+    m.root = cg_module_new("Shared");
+    m.fc1 = cg_module_add_child(m.root, "fc1", cg_linear_new(IN, HID, true, &rng));
+    m.fc2 = cg_module_add_child(m.root, "fc2", cg_linear_new(HID, OUT, true, &rng));
+    fill_ints(m.fc1->weight, 1);
+    fill_ints(m.fc1->bias, 2);
+    fill_ints(m.fc2->weight, 3);
+    fill_ints(m.fc2->bias, 4);
+    return m;
+}
+
+typedef struct {
+    model *m;
+    int id;
+    pthread_mutex_t *lock; /* NULL: no lock (the concurrent run) */
+    bool ok;
+} worker;
+
+/* One step: sum(fc2(relu(fc1(x)))) with x of small integers depending on
+ * the thread and the step; its own scope, no release. */
+static bool step(model *m, int id, int s)
+{
+    float xs[ROWS * IN];
+    for (int i = 0; i < ROWS * IN; i++)
+        xs[i] = (float)((i * 5 + id * 11 + s * 3) % 7 - 3);
+    cg_scope *sc = cg_scope_begin();
+    cg_tensor *x = cg_from_data(CG_SHAPE(ROWS, IN), xs);
+    cg_tensor *h = cg_relu(cg_linear_forward(m->fc1, x));
+    cg_tensor *loss = cg_sum(cg_linear_forward(m->fc2, h), 0, NULL, false);
+    bool ok = loss && cg_backward(loss, NULL, false);
+    cg_scope_end(sc);
+    return ok;
+}
+
+static void *work(void *arg)
+{
+    worker *w = arg;
+    w->ok = true;
+    for (int s = 0; s < STEPS; s++) {
+        if (w->lock)
+            pthread_mutex_lock(w->lock);
+        w->ok &= step(w->m, w->id, s);
+        if (w->lock)
+            pthread_mutex_unlock(w->lock);
+    }
+    return NULL;
+}
+
+/* Runs n threads on a fresh model; copies its four gradients into g. */
+static void run(int n, bool locked, float *g, int64_t cap)
+{
+    model m = model_new();
+    pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    pthread_t th[MAX_THREADS];
+    worker w[MAX_THREADS];
+    for (int i = 0; i < n; i++) {
+        w[i] = (worker){&m, i, locked ? &lock : NULL, false};
+        ck_assert_int_eq(pthread_create(&th[i], NULL, work, &w[i]), 0);
+    }
+    for (int i = 0; i < n; i++) {
+        ck_assert_int_eq(pthread_join(th[i], NULL), 0);
+        ck_assert_msg(w[i].ok, "thread %d: %s", i, cg_last_error());
+    }
+    const cg_tensor *p[4] = {m.fc1->weight, m.fc1->bias, m.fc2->weight, m.fc2->bias};
+    int64_t off = 0;
+    for (int i = 0; i < 4; i++) {
+        ck_assert_ptr_nonnull(cg_grad(p[i]));
+        ck_assert_int_le(off + cg_numel(p[i]), cap);
+        ck_assert(cg_copy_to(cg_grad(p[i]), g + off));
+        off += cg_numel(p[i]);
+        ck_assert_int_eq(p[i]->refcount, 1); /* every node's reference given back */
+    }
+    cg_module_free(m.root);
+}
+
+START_TEST(test_threads_share_one_model)
+{
+    int64_t live0 = cg_live_tensors();
+    enum { NG = HID * IN + HID + OUT * HID + OUT };
+    static float free_run[NG], locked_run[NG];
+    const int counts[3] = {2, 4, 8};
+    for (int c = 0; c < 3; c++) {
+        int n = counts[c];
+        run(n, false, free_run, NG);
+        run(n, true, locked_run, NG);
+        ck_assert_msg(memcmp(free_run, locked_run, sizeof free_run) == 0,
+                      "%d threads: the gradient sums differ from the locked run's", n);
+        bool nonzero = false;
+        for (int i = 0; i < NG; i++)
+            nonzero |= free_run[i] != 0;
+        ck_assert(nonzero);
+    }
+    ck_assert_int_eq(cg_live_tensors(), live0);
+}
+END_TEST
+
+static Suite *threads_suite(void)
+{
+    Suite *s = suite_create("threads");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, test_threads_share_one_model);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    Suite *s[] = {threads_suite()};
+    return cg_test_run(s, 1);
+}
