@@ -795,6 +795,7 @@ START_TEST(test_cli_bad_flags)
     expect_cli_error("train --preset huge --out /nonexistent/x", "preset");
     expect_cli_error("train --resume /nonexistent.safetensors", "nonexistent");
     expect_cli_error("train --steps", "needs a value");
+    expect_cli_error("train --data --steps 4", "--data needs a value, got the option '--steps'");
     expect_cli_error("translate --beam -2 hi", "--beam");
     expect_cli_error("translate --ckpt /nonexistent.safetensors hi", "nonexistent");
     expect_cli_error("eval --ckpt /nonexistent.safetensors", "nonexistent");

@@ -833,6 +833,9 @@ START_TEST(test_bad_inputs)
     expect_error(a13, "missing.safetensors");
     const char *a14[] = {"train", "--steps", NULL};
     expect_error(a14, "needs a value");
+    /* issue 34, finding 14: the missing value is named, not the next word */
+    const char *a14b[] = {"train", "--data", "--steps", "4", NULL};
+    expect_error(a14b, "--data needs a value, got the option '--steps'");
     const char *a15[] = {"train", "--dropout", "1.5", NULL};
     expect_error(a15, "--dropout");
 

@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include <math.h>
 #include <stdlib.h>
+#include <ctype.h>
 #include <string.h>
 #include <strings.h>
 
@@ -77,6 +78,12 @@ static bool parse(int argc, char **argv, const cg_cli_opt *opts, int n, bool *he
                 return false;
             }
             v = argv[++i];
+            if (strncmp(v, "--", 2) == 0 && isalpha((unsigned char)v[2])) { /* argparse's rule */
+                cg_set_error("%s needs a value, got the option '%s' (a value that starts with "
+                             "-- is written %s=VALUE)",
+                             o->name, v, o->name);
+                return false;
+            }
         }
         if (!set_value(o, v))
             return false;
