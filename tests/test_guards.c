@@ -316,6 +316,11 @@ START_TEST(test_pairs_empty_sides)
                     "x:2: empty source");
     CG_ASSERT_FAILS((void *)(intptr_t)cg_pairs_parse("a\t\n", 3, "x", &p), "x:1: empty target");
     CG_ASSERT_FAILS((void *)(intptr_t)cg_pairs_parse("\tb", 2, "x", &p), "x:1: empty source");
+    /* issue 34, finding 12: only spaces is no text either */
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_pairs_parse("a\tb\nc\t   \n", 11, "x", &p),
+                    "x:2: the target holds only spaces");
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_pairs_parse("  \tb\n", 5, "x", &p),
+                    "x:1: the source holds only spaces");
     ck_assert(cg_pairs_parse("a\tb\n", 4, "x", &p));
     cg_pairs_free(&p);
     CG_ASSERT_FAILS((void *)(intptr_t)cg_pairs_read("/dev/zero", &p, NULL), "NUL byte");

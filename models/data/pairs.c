@@ -75,6 +75,15 @@ static bool pairs_push(cg_pairs *p, char *src, char *tgt, int64_t sl, int64_t tl
     return true;
 }
 
+/* s[0..n) holds only ASCII white space (a side that tokenizes to nothing). */
+static bool blank(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!strchr(" \r\v\f", s[i]) || !s[i])
+            return false;
+    return true;
+}
+
 bool cg_pairs_parse(const char *text, size_t len, const char *name, cg_pairs *out)
 {
     memset(out, 0, sizeof *out);
@@ -141,6 +150,13 @@ bool cg_pairs_parse(const char *text, size_t len, const char *name, cg_pairs *ou
             cg_set_error("%s:%lld: empty %s (expected \"source<TAB>target\" with text on both "
                          "sides)",
                          name, (long long)line, tab == start ? "source" : "target");
+            goto fail;
+        }
+        bool blank_src = blank(start, (size_t)(tab - start));
+        if (blank_src || blank(tab + 1, llen - (size_t)(tab + 1 - start))) {
+            cg_set_error("%s:%lld: the %s holds only spaces (expected \"source<TAB>target\" with "
+                         "text on both sides)",
+                         name, (long long)line, blank_src ? "source" : "target");
             goto fail;
         }
         *tab = '\0';
