@@ -150,6 +150,9 @@ refused "lora: another base of the same shape" "is not the base checkpoint of ad
   "${run[@]}" --out wide.st >/dev/null 2>&1 || fail "wide base"
 refused "lora: a base of another shape" "d=32 against 16" "$charlm" sample --ckpt lora.st --base wide.st --length 5
 refused "lora: an adapter as the base" "is itself an adapter" "$charlm" sample --ckpt lora.st --base lorad.st --length 5
+# issue 34, finding 9: --base with a full checkpoint is refused, never ignored
+refused "full: sample --base" "is a full checkpoint" "$charlm" sample --ckpt full.st --base /nonexistent --length 5
+refused "full: eval --base" "is a full checkpoint" "$charlm" eval --ckpt full.st --base wide.st
 # damaged adapter checkpoints
 cp lora.st bad.st && "$tool" setmeta bad.st adapter_config '{"r": 2}' >/dev/null
 refused "lora: a damaged adapter_config" "adapter config lacks r" "$charlm" sample --ckpt bad.st --length 5

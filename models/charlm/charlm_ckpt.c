@@ -135,6 +135,12 @@ bool cg_charlm_ckpt_load_opts(const char *path, const cg_charlm_load_opts *o, cg
             goto fail;
         return true;
     }
+    if (o->base) { /* never ignored: the user meant some other file */
+        cg_set_error("--base %s names the base of a LoRA adapter checkpoint, but '%s' is a full "
+                     "checkpoint (it holds every weight; drop --base)",
+                     o->base, path);
+        goto fail;
+    }
     cg_charlm_config cfg;
     if (!cg_charlm_config_from_json(cg_st_metadata(f, "config"), &cfg)) {
         cg_prefix_error("checkpoint '%s': bad config: ", path);
