@@ -418,6 +418,36 @@ bool cg_lora_save(const cg_module *root, const char *path)
     return ok;
 }
 
+/* The config's r is a whole number the file's lora_A tensors have as rows,
+ * and lora_alpha is finite: checked before anything is allocated for it
+ * (issue 34: "r": 2.5 was read as 2, "r": 1e300 allocated first). */
+static bool rank_matches(const cg_st_file *f, const char *path, const cJSON *r, const cJSON *al)
+{
+    double v = r->valuedouble;
+    if (!(v >= 1 && v <= (double)(1 << 20)) || v != floor(v) || !isfinite(al->valuedouble)) {
+        cg_set_error("LoRA load %s: the adapter config's %s is %g (r must be a whole number "
+                     "in [1, 2^20], lora_alpha finite)",
+                     path, isfinite(al->valuedouble) ? "r" : "lora_alpha",
+                     isfinite(al->valuedouble) ? v : al->valuedouble);
+        return false;
+    }
+    const char *suffix = ".lora_A.weight";
+    for (int i = 0; i < cg_st_count(f); i++) {
+        const char *n = cg_st_name(f, i);
+        size_t ln = strlen(n), ls = strlen(suffix);
+        int nd;
+        int64_t shape[CG_MAX_DIMS];
+        if (ln < ls || strcmp(n + ln - ls, suffix) || !cg_st_info(f, n, NULL, &nd, shape))
+            continue;
+        if (nd != 2 || shape[0] != (int64_t)v) {
+            cg_set_error("LoRA load %s: the adapter config's r is %lld but '%s' has %lld rows",
+                         path, (long long)v, n, nd >= 1 ? (long long)shape[0] : 0LL);
+            return false;
+        }
+    }
+    return true;
+}
+
 /* PEFT's adapter config from the file's metadata. targets are malloc'd. */
 static bool read_config(const cg_st_file *f, const char *path, cg_lora_config *c, char ***targets)
 {
@@ -436,13 +466,15 @@ static bool read_config(const cg_st_file *f, const char *path, cg_lora_config *c
     for (const cJSON *t = tm ? tm->child : NULL; ok && t; t = t->next, k++) {
         ok = cJSON_IsString(t) && ((*targets)[k] = strdup(t->valuestring));
     }
+    bool rank_bad = ok && !rank_matches(f, path, r, al); /* its message is set */
+    ok = ok && !rank_bad;
     if (ok)
         *c = (cg_lora_config){.r = r->valueint,
                               .alpha = (float)al->valuedouble,
                               .dropout = cJSON_IsNumber(dr) ? (float)dr->valuedouble : 0.0f,
                               .n_targets = n,
                               .targets = (const char *const *)*targets};
-    else
+    else if (!rank_bad)
         cg_set_error("LoRA load %s: %s", path,
                      !js  ? "no 'adapter_config' in the metadata (not a LoRA adapter file)"
                      : !j ? "the 'adapter_config' metadata is not JSON"

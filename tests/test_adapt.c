@@ -327,6 +327,27 @@ static cg_lm_block *make_block(uint64_t seed)
     return b;
 }
 
+/* path rewritten with its adapter config's `from` replaced by `to`. */
+static void rewrite_config(const char *path, const char *from, const char *to)
+{
+    cg_st_file *f = cg_st_open(path);
+    cg_st_writer *w = cg_st_writer_new();
+    ck_assert(f && w);
+    for (int i = 0; i < cg_st_count(f); i++) {
+        cg_tensor *t = cg_st_get(f, cg_st_name(f, i));
+        ck_assert(cg_st_add(w, cg_st_name(f, i), t));
+        cg_release(t);
+    }
+    char js[1024];
+    const char *old = cg_st_metadata(f, "adapter_config"), *at = strstr(old, from);
+    ck_assert_ptr_nonnull(at);
+    snprintf(js, sizeof js, "%.*s%s%s", (int)(at - old), old, to, at + strlen(from));
+    ck_assert(cg_st_set_metadata(w, "adapter_config", js));
+    cg_st_close(f);
+    ck_assert(cg_st_writer_save(w, path));
+    cg_st_writer_free(w);
+}
+
 START_TEST(test_lora_targets_save_load)
 {
     const char *targets[] = {"q_proj", "v_proj"};
@@ -390,6 +411,20 @@ START_TEST(test_lora_targets_save_load)
     cg_linear *other = cg_linear_new(8, 8, true, NULL);
     ck_assert(!cg_lora_load(CG_MODULE(other), path));
     ck_assert_ptr_nonnull(strstr(cg_last_error(), "matches the target modules"));
+    /* issue 34, finding 8: r is checked against the tensors, before any
+     * allocation, naming the config */
+    const char *bad_r[3][2] = {
+        {"\"r\":2", "\"r\":2.5"}, {"\"r\":2.5", "\"r\":1e300"}, {"\"r\":1e300", "\"r\":3"}};
+    const char *says[3] = {"the adapter config's r is 2.5", "the adapter config's r is 1e+300",
+                           "the adapter config's r is 3 but 'base_model.model.attn."};
+    for (int k = 0; k < 3; k++) {
+        rewrite_config(path, bad_r[k][0], bad_r[k][1]);
+        cg_lm_block *bk = make_block(7);
+        ck_assert(!cg_lora_load(CG_MODULE(bk), path));
+        ck_assert_msg(strstr(cg_last_error(), says[k]), "%s", cg_last_error());
+        ck_assert_ptr_null(cg_lora_of(bk->attn->q_proj)); /* nothing attached */
+        cg_module_free(CG_MODULE(bk));
+    }
     /* a file that is not an adapter */
     ck_assert(cg_module_save(CG_MODULE(other), path, 0, NULL));
     cg_lm_block *b3 = make_block(7);
