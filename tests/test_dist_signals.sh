@@ -7,7 +7,7 @@
 #  - SIGTERM to one rank: the same;
 #  - SIGTERM to mpirun: Open MPI 4.1 forwards it, sends SIGKILL a second
 #    later and exits 1 whatever the ranks do; a small checkpoint is saved
-#    in that second (the exit status is Open MPI's, and said in the README);
+#    in that second (the exit status is Open MPI's, and said in docs/zoo.md);
 #  - a host whose link is cut (scripts/netns_hosts.sh, 2 hosts): the job
 #    ends within 30 s, nothing of it left on either host, not exit 0, and
 #    the last checkpoint loads. mpirun notices the lost host by its OOB
