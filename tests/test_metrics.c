@@ -786,7 +786,7 @@ static char draw_err[2][512]; /* each thread's message on failure */
  * being created leaves ASan's (GCC 12) thread registry locked in the
  * child, which then hangs creating pango's thread. */
 static pthread_barrier_t draw_start;
-static void *draw_some(void *arg)
+__attribute__((unused)) static void *draw_some(void *arg)
 {
     const char *dir = plot_dir;
     pthread_barrier_wait(&draw_start);
