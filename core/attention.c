@@ -72,11 +72,6 @@ static inline int64_t key_end(bool causal, int64_t i, int64_t Tk)
 }
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-/* 16 floats (GCC/clang vector extension): one AVX-512 register, two AVX2
- * or four SSE ones, as the clone compiles it. */
-typedef float v16f __attribute__((vector_size(64)));
-typedef int32_t v16i __attribute__((vector_size(64)));
-
 /* s[j] = s[j] / scale, or -inf where kmask[j] (0 or ~0: the key-padding
  * bytes widened once per call, see key_masks; widening 16 bytes here cost
  * GCC a byte-by-byte gather, and masking doubled this pass), over [0, ke);
@@ -121,7 +116,14 @@ EW_CLONES static float scale_mask_max(float *s, int64_t ke, float scale, const i
  * that each vectorises at its own width. */
 EW_CLONES static double exp_sum(float *s, int64_t ke, float mx)
 {
-    for (int64_t j = 0; j < ke; j++)
+    int64_t j = 0;
+    for (; j + 16 <= ke; j += 16) { /* whole AVX-512 registers, ew_expf's bits */
+        v16f v;
+        memcpy(&v, s + j, sizeof v);
+        v = ew_expf16(v - mx);
+        memcpy(s + j, &v, sizeof v);
+    }
+    for (; j < ke; j++)
         s[j] = ew_expf(s[j] - mx);
     return sum_lanes(s, NULL, ke);
 }
@@ -202,12 +204,22 @@ EW_CLONES static void prob_dsoft_row(float *s, float *d, int64_t ke, int64_t kz,
             s[j] = p;
             d[j] = p * (d[j] - D) / scale;
         }
-    else
-        for (j = 0; j < ke; j++) {
+    else {
+        for (j = 0; j + 16 <= ke; j += 16) { /* as the scalar tail, 16 lanes */
+            v16f v, g;
+            memcpy(&v, s + j, sizeof v);
+            memcpy(&g, d + j, sizeof g);
+            v = ew_expf16(v / scale - lse);
+            g = v * (g - D) / scale;
+            memcpy(s + j, &v, sizeof v);
+            memcpy(d + j, &g, sizeof g);
+        }
+        for (; j < ke; j++) {
             float p = ew_expf(s[j] / scale - lse);
             s[j] = p;
             d[j] = p * (d[j] - D) / scale;
         }
+    }
     for (j = ke; j < kz; j++)
         s[j] = d[j] = 0.0f;
 }

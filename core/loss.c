@@ -8,6 +8,7 @@
  * Rows are computed in parallel, then summed in row order (deterministic). */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/ops.h"
 #include "core/upcast.h"
@@ -79,42 +80,48 @@ static bool ce_check(const char *op, const cg_tensor *logits, const cg_tensor *t
  * CPU nor the thread count. exp is ew_expf (core/vmath.h, ~1.5 ulp), never
  * libm's scalar expf. */
 
-/* The row's max (NaN skipped: it reaches the loss through the sum). */
-static inline float row_max(const float *x, int64_t C)
+/* The two halves of 16 lanes, widened to double. */
+static inline __attribute__((always_inline)) void halves(v16f v, v8d *lo, v8d *hi)
 {
-    float m8[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY,
-                   -INFINITY, -INFINITY, -INFINITY, -INFINITY};
-    int64_t j = 0;
-    for (; j + 8 <= C; j += 8)
-        for (int l = 0; l < 8; l++)
-            m8[l] = x[j + l] > m8[l] ? x[j + l] : m8[l];
-    for (; j < C; j++)
-        m8[j % 8] = x[j] > m8[j % 8] ? x[j] : m8[j % 8];
-    float mx = m8[0];
-    for (int l = 1; l < 8; l++)
-        mx = m8[l] > mx ? m8[l] : mx;
-    return mx;
+    v8f h[2];
+    memcpy(h, &v, sizeof h);
+    *lo = __builtin_convertvector(h[0], v8d);
+    *hi = __builtin_convertvector(h[1], v8d);
 }
 
-/* log sum_j exp(x_j) (max subtracted, double lanes); *sx: sum_j x_j when
- * sx is not NULL (label smoothing). */
+/* log sum_j exp(x_j) (max subtracted, double lanes: element j in lane
+ * j % 8); *sx: sum_j x_j when sx is not NULL (label smoothing). The
+ * exponentials run 16 at a time (ew_expf16), each half added to the lanes
+ * in element order: the bits of one element at a time. */
 EW_CLONES static double row_lse(const float *x, int64_t C, double *sx)
 {
-    float mx = row_max(x, C);
-    double acc[8] = {0}, xs[8] = {0};
+    float mx = max16(x, C);
+    v8d acc = {0}, xs = {0}, lo, hi;
     int64_t j = 0;
-    for (; j + 8 <= C; j += 8)
-        for (int l = 0; l < 8; l++) {
-            acc[l] += (double)ew_expf(x[j + l] - mx);
-            xs[l] += (double)x[j + l];
+    for (; j + 16 <= C; j += 16) {
+        v16f v;
+        memcpy(&v, x + j, sizeof v);
+        halves(ew_expf16(v - mx), &lo, &hi);
+        acc += lo;
+        acc += hi;
+        if (sx) {
+            halves(v, &lo, &hi);
+            xs += lo;
+            xs += hi;
         }
-    for (; j < C; j++) {
-        acc[j % 8] += (double)ew_expf(x[j] - mx);
-        xs[j % 8] += (double)x[j];
+    }
+    double a[8], b[8];
+    for (int l = 0; l < 8; l++) {
+        a[l] = acc[l];
+        b[l] = xs[l];
+    }
+    for (int64_t j0 = j; j < C; j++) {
+        a[(j - j0) % 8] += (double)ew_expf(x[j] - mx);
+        b[(j - j0) % 8] += (double)x[j];
     }
     if (sx)
-        *sx = lanes8_total(xs);
-    return (double)mx + log(lanes8_total(acc));
+        *sx = lanes8_total(b);
+    return (double)mx + log(lanes8_total(a));
 }
 
 /* The gradient of one kept row: scale * (softmax(x) - ls/C - (1-ls) at t),
@@ -123,7 +130,17 @@ EW_CLONES static double row_lse(const float *x, int64_t C, double *sx)
 EW_CLONES static void row_grad(const float *x, int64_t C, float lse, int64_t t, double scale,
                                double smooth, double hit, float *d)
 {
-    for (int64_t j = 0; j < C; j++)
+    int64_t j = 0;
+    for (; j + 16 <= C; j += 16) {
+        v16f v;
+        v8d lo, hi;
+        memcpy(&v, x + j, sizeof v);
+        halves(ew_expf16(v - lse), &lo, &hi);
+        v8f o[2] = {__builtin_convertvector(scale * (lo - smooth), v8f),
+                    __builtin_convertvector(scale * (hi - smooth), v8f)};
+        memcpy(d + j, o, sizeof o);
+    }
+    for (; j < C; j++)
         d[j] = (float)(scale * ((double)ew_expf(x[j] - lse) - smooth));
     d[t] = (float)(scale * ((double)ew_expf(x[t] - lse) - smooth - hit));
 }

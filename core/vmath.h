@@ -3,6 +3,7 @@
 #ifndef CG_VMATH_H
 #define CG_VMATH_H
 
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -64,6 +65,62 @@ static inline float ew_expf(float x)
     return bsel(M(x != x), x, res);
 }
 
+#pragma GCC diagnostic ignored "-Wpsabi"
+/* 16 floats (GCC/clang vector extension): one AVX-512 register, two AVX2
+ * or four SSE ones, as the clone compiles it. */
+typedef float v16f __attribute__((vector_size(64)));
+typedef int32_t v16i __attribute__((vector_size(64)));
+
+/* ew_expf on 16 lanes: the same IEEE operations in the same order in each
+ * lane, so every lane's bits equal ew_expf's. GCC keeps a loop of scalar
+ * ew_expf at the clone's preferred width (8 lanes for AVX-512); this runs
+ * whole AVX-512 registers. */
+static inline __attribute__((always_inline)) v16f ew_expf16(v16f x)
+{
+    const v16f lo = (v16f){0} - 104.0f, hi = (v16f){0} + 89.0f, zero = {0};
+    v16i m = x < lo;
+    v16f xc = (v16f)((m & (v16i)lo) | (~m & (v16i)x));
+    m = xc > hi;
+    xc = (v16f)((m & (v16i)hi) | (~m & (v16i)xc));
+    v16i nan = x != x;
+    xc = (v16f)(~nan & (v16i)xc); /* NaN: 0 here, patched at the end */
+    v16f t = xc * 1.44269504088896341f + 12582912.0f;
+    v16f kf = t - 12582912.0f;
+    v16f r = xc - kf * 0.693359375f;
+    r = r - kf * -2.12194440e-4f;
+    v16f p = zero + 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * (r * r) + r + 1.0f;
+    v16i k = (v16i)t - 0x4B400000;
+    v16i k1 = k / 2, k2 = k - k1;
+    v16f res = p * (v16f)((k1 + 127) << 23) * (v16f)((k2 + 127) << 23);
+    return (v16f)((nan & (v16i)x) | (~nan & (v16i)res));
+}
+
+/* The maximum of x[0, n) (a NaN never wins: it reaches results through the
+ * sums), taken in 16 lanes; a maximum does not depend on its order. */
+static inline __attribute__((always_inline)) float max16(const float *x, int64_t n)
+{
+    v16f lanes = (v16f){0} - INFINITY;
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+        v16f v;
+        memcpy(&v, x + j, sizeof v);
+        v16i gt = v > lanes;
+        lanes = (v16f)((gt & (v16i)v) | (~gt & (v16i)lanes));
+    }
+    float mx = -INFINITY;
+    for (int l = 0; l < 16; l++)
+        mx = lanes[l] > mx ? lanes[l] : mx;
+    for (; j < n; j++)
+        mx = x[j] > mx ? x[j] : mx;
+    return mx;
+}
+
 /* Sum of 8 lane accumulators, pairwise in a fixed order. Kernels keep long
  * sums in 8 interleaved double lanes (element j in lane j % 8): a fixed
  * order, so the same bits for any thread count, with short dependency
@@ -74,7 +131,6 @@ static inline float ew_expf(float x)
  * no FMA contraction under -std=c11). They never cross a call (always
  * inlined), so GCC's note that the non-AVX-512 clones pass them differently,
  * reported at a file's end, does not apply. */
-#pragma GCC diagnostic ignored "-Wpsabi"
 typedef double v8d __attribute__((vector_size(64)));
 typedef float v8f __attribute__((vector_size(32)));
 

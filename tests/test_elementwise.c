@@ -6,6 +6,7 @@
 #include <omp.h>
 
 #include "core/ops.h"
+#include "core/vmath.h"
 #include "tests/testutil.h"
 
 /* ------------------------------------------------------------ helpers */
@@ -622,6 +623,33 @@ START_TEST(test_errors)
 }
 END_TEST
 
+/* ew_expf16 (the 16-lane exp of the loss and attention kernels) gives
+ * ew_expf's bits in every lane: a sweep of float bit patterns over the
+ * range exp reaches, each in a different lane, and the special values. */
+START_TEST(test_exp16_bits)
+{
+    const float special[] = {NAN,   -NAN,  INFINITY, -INFINITY, 0.0f,    -0.0f,    -104.0f, -104.5f,
+                             89.0f, 88.7f, 89.5f,    1e-45f,    -87.33f, -103.97f, 0.5f,    -0.5f};
+    int64_t checked = 0;
+    for (int64_t i = 0; i < (1 << 20) + 16; i += 16) {
+        v16f v;
+        for (int l = 0; l < 16; l++) {
+            /* bit patterns spread over [-110, 95] and its negatives */
+            float x = -110.0f + 205.0f * (float)(i + l) / (float)(1 << 20);
+            v[l] = i < (1 << 20) ? x : special[l];
+        }
+        v16f e = ew_expf16(v);
+        for (int l = 0; l < 16; l++) {
+            float a = ew_expf(v[l]), b = e[l];
+            ck_assert_msg(memcmp(&a, &b, sizeof a) == 0 || (isnan(a) && isnan(b)),
+                          "ew_expf16(%.9g) = %.9g, ew_expf gives %.9g", v[l], b, a);
+            checked++;
+        }
+    }
+    ck_assert_int_eq(checked, (1 << 20) + 16);
+}
+END_TEST
+
 static Suite *elementwise_suite(void)
 {
     Suite *s = suite_create("elementwise");
@@ -639,6 +667,7 @@ static Suite *elementwise_suite(void)
         {"threads", test_threads_identical},
         {"errors", test_errors},
         {"exp_accuracy", test_exp_accuracy},
+        {"exp16_bits", test_exp16_bits},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         TCase *tc = tcase_create(cases[i].name);
