@@ -11,7 +11,8 @@
  * full-length sequences (dropout 0; S = T for seq2seq). W untimed steps, then
  * S timed ones; prints one JSON line:
  *   model, preset, precision, threads, tokens_per_step (B*T; target tokens for seq2seq),
- *   step_ms_median, tokens_per_s (tokens_per_step / median), params,
+ *   step_ms_median, tokens_per_s (tokens_per_step / median), params, B and T
+ *   (the means over the timed steps),
  *   peak_rss_mb (getrusage ru_maxrss, MiB), mfu, plus flops_per_step,
  *   gemm_gflops, cpu_ms_median (process CPU time per step: a load-robust
  *   measure on a shared machine), final_loss (thread counts must agree), and
@@ -36,7 +37,19 @@
  * heads of 32) for scaling curves. libgomp's default wait policy (spin briefly, then sleep) is kept, as
  * in the trainers: on an idle machine it is 15% faster at 2 threads than
  * OMP_WAIT_POLICY=passive, which wakes a sleeping thread for every region.
- * On a machine shared with other work, passive can be much faster. */
+ * On a machine shared with other work, passive can be much faster.
+ *
+ * --preset real (seq2seq only) times the translator's default recipe instead
+ * of random batches: the pairs of --data split as `seq2seq train` splits
+ * them, its BPE tokenizer of 4000 ids, its length-sorted batches of at most
+ * 3000 padded tokens in the seed's epoch order (every step a new shape),
+ * dropout 0.3, label smoothing 0.1, the tiny shape with the tokenizer's
+ * vocabulary. tokens_per_step is then the mean of the steps' target tokens
+ * (non-pad: the tokens the loss is taken over, the trainers' meaning),
+ * tokens_per_s all of them over all the steps' time, and MFU counts each
+ * batch's padded B x T. --dump-batches FILE writes the batches taken
+ * (src.N, tgt_in.N, tgt_out.N, int64) and the model's shape for
+ * tools/real_peer.py, PyTorch's step on the same batches. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,10 +67,19 @@
 #include "models/util/config_json.h"
 #include "models/seq2seq/seq2seq.h"
 #include "models/seq2seq/seq2seq_presets.h"
+#include "models/seq2seq/translate.h"
+#include "nn/safetensors.h"
 #include "models/train/dist.h"
 #include "models/train/train_common.h"
 #include "models/train/trainer.h"
 #include "optim/optim.h"
+
+/* --preset real: the translator's default recipe (seq2seq_main.c's
+ * defaults: BPE 4000, --max-tokens 3000, --max-len 256, validation 500,
+ * test 1000, dropout 0.3). */
+#define REAL_DATA "data/en_de_ding.tsv"
+enum { REAL_VOCAB = 4000, REAL_MAX_TOKENS = 3000, REAL_MAX_LEN = 256 };
+#define REAL_DROPOUT 0.3
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -74,12 +96,22 @@ static int usage(const char *msg)
                 strstr(msg, "(try --help)") ? "" : " (try --help)");
         return 2;
     }
-    fprintf(stdout, "usage: bench [--model charlm|seq2seq] [--preset tiny|base] [--threads N>=1]\n"
-                    "             [--steps S>=1] [--warmup W>=0] [--seed K] [--T len] [--d width]\n"
-                    "             [--batch-size B] [--precision fp32|bf16] [--recompute]\n"
-                    "             [--zero 0|1]\n"
-                    "Times S training steps (zero grad, forward, loss, backward, AdamW) after W\n"
-                    "untimed ones on random data; prints one JSON line (see torch_peer.py).\n");
+    fprintf(stdout,
+            "usage: bench [--model charlm|seq2seq] [--preset tiny|base|real] [--threads N>=1]\n"
+            "             [--steps S>=1] [--warmup W>=0] [--seed K] [--T len] [--d width]\n"
+            "             [--batch-size B] [--precision fp32|bf16] [--recompute]\n"
+            "             [--zero 0|1] [--data FILE] [--dump-batches FILE] [--vocab-size N]\n"
+            "Times S training steps (zero grad, forward, loss, backward, AdamW) after W\n"
+            "untimed ones on random data; prints one JSON line (see torch_peer.py).\n"
+            "--preset real (seq2seq): the translator's default recipe instead: BPE of\n"
+            "--vocab-size ids (default 4000) trained on the training split of --data\n"
+            "(default %s), length-sorted batches of at most 3000 padded\n"
+            "tokens in the seed's order, dropout 0.3, label smoothing 0.1, the tiny\n"
+            "shape; --dump-batches FILE writes the batches it took for\n"
+            "tools/real_peer.py (PyTorch's step on the same batches).\n"
+            "tokens_per_s counts target tokens (those the loss is taken over; no padding)\n"
+            "per second of steps: with --preset real, all of them over all the time.\n",
+            REAL_DATA);
     return 0;
 }
 
@@ -154,14 +186,54 @@ static bool get_preset(bool charlm, const char *name, preset *p)
 typedef struct {
     cg_charlm *lm;
     cg_seq2seq *s2s;
-    int64_t B, T, *src, *tin, *tout;
+    int64_t B, S, T, *src, *tin, *tout;
+    cg_mt_data *real;   /* --preset real: the batches of the recipe */
+    cg_st_writer *dump; /* --dump-batches: every batch taken */
+    int64_t taken;
 } bench_model;
 
+/* The batch's target ids as the loss sees them. */
+static int64_t target_tokens(const int64_t *tout, int64_t n)
+{
+    int64_t c = 0;
+    for (int64_t i = 0; i < n; i++)
+        c += tout[i] != CG_PAD;
+    return c;
+}
+
+/* One batch into the dump: src.N [B, S], tgt_in.N and tgt_out.N [B, T]. */
+static bool dump_batch(bench_model *b)
+{
+    const int64_t *arr[3] = {b->src, b->tin, b->tout};
+    const char *names[3] = {"src", "tgt_in", "tgt_out"};
+    bool ok = true;
+    for (int i = 0; i < 3 && ok; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "%s.%06lld", names[i], (long long)b->taken);
+        cg_tensor *t = cg_from_i64(2, (int64_t[]){b->B, i ? b->T : b->S}, arr[i]);
+        ok = t && cg_st_add(b->dump, name, t);
+        cg_release(t);
+    }
+    return ok;
+}
+
+/* The random batch was set by time_steps; a real one is the recipe's next. */
 static bool bm_batch(void *self, int k, double *weight, double *tokens)
 {
-    (void)self, (void)k;
-    *weight = 1;
-    *tokens = 0;
+    bench_model *b = self;
+    if (b->real) {
+        if (!cg_mt_data_next(b->real, k, weight, tokens))
+            return false;
+        const cg_batch *bt = &b->real->bt[k];
+        b->B = bt->B, b->S = bt->S, b->T = bt->T;
+        b->src = bt->src, b->tin = bt->tgt_in, b->tout = bt->tgt_out;
+        if (b->dump && !dump_batch(b))
+            return false;
+        b->taken++;
+    }
+    if (!b->real)
+        *weight = 1;
+    *tokens = b->real ? (double)target_tokens(b->tout, b->B * b->T) : (double)(b->B * b->T);
     return true;
 }
 
@@ -170,7 +242,7 @@ static cg_tensor *bm_loss(void *self, int k)
     (void)k;
     bench_model *b = self;
     cg_tensor *logits = b->lm ? cg_charlm_forward(b->lm, b->tin, b->B, b->T)
-                              : cg_seq2seq_forward(b->s2s, b->src, b->B, b->T, b->tin, b->T);
+                              : cg_seq2seq_forward(b->s2s, b->src, b->B, b->S, b->tin, b->T);
     cg_tensor *loss = !logits ? NULL
                       : b->lm ? cg_charlm_loss(b->lm, logits, b->tout)
                               : cg_seq2seq_loss(b->s2s, logits, b->tout);
@@ -186,9 +258,10 @@ static double bm_lr(void *self, int64_t step)
 
 /* The command line (flag table: models/util/cli.h). */
 typedef struct {
-    const char *model, *preset, *precision;
+    const char *model, *preset, *precision, *data, *dump;
     int64_t threads, steps, warmup, seed, T, d, B; /* T, d, B: 0 = the preset's */
     int64_t zero;                                  /* ZeRO stage: 0 or 1 */
+    int64_t vocab_size;                            /* --preset real's BPE */
     bool recompute;
 } bench_args;
 
@@ -196,8 +269,13 @@ typedef struct {
  * status (0 after --help, 2 on a bad command line). */
 static int parse_args(int argc, char **argv, bench_args *a)
 {
-    *a = (bench_args){
-        .model = "charlm", .preset = "tiny", .precision = "fp32", .steps = 20, .warmup = 5};
+    *a = (bench_args){.model = "charlm",
+                      .preset = "tiny",
+                      .precision = "fp32",
+                      .data = REAL_DATA,
+                      .steps = 20,
+                      .warmup = 5,
+                      .vocab_size = REAL_VOCAB};
     const cg_cli_opt opts[] = {
         {"--model", CG_CLI_STR, &a->model, 0, 0, NULL, 0},
         {"--preset", CG_CLI_STR, &a->preset, 0, 0, NULL, 0},
@@ -211,6 +289,9 @@ static int parse_args(int argc, char **argv, bench_args *a)
         {"--precision", CG_CLI_STR, &a->precision, 0, 0, NULL, 0},
         {"--recompute", CG_CLI_SWITCH, &a->recompute, 0, 0, NULL, 0}, /* as the trainers' */
         {"--zero", CG_CLI_I64, &a->zero, 0, 1, NULL, 0},              /* as the trainers' */
+        {"--data", CG_CLI_STR, &a->data, 0, 0, NULL, 0},
+        {"--dump-batches", CG_CLI_STR, &a->dump, 0, 0, NULL, 0},
+        {"--vocab-size", CG_CLI_I64, &a->vocab_size, 261, 1 << 20, NULL, 0},
     };
     bool help;
     char msg[256];
@@ -222,10 +303,17 @@ static int parse_args(int argc, char **argv, bench_args *a)
         snprintf(msg, sizeof msg, "unknown model '%s' (have: charlm, seq2seq)", a->model);
         return usage(msg);
     }
-    if (strcmp(a->preset, "tiny") && strcmp(a->preset, "base")) {
-        snprintf(msg, sizeof msg, "unknown preset '%s' (have: tiny, base)", a->preset);
+    bool real = !strcmp(a->preset, "real");
+    if (strcmp(a->preset, "tiny") && strcmp(a->preset, "base") && !real) {
+        snprintf(msg, sizeof msg, "unknown preset '%s' (have: tiny, base, real)", a->preset);
         return usage(msg);
     }
+    if (real && strcmp(a->model, "seq2seq"))
+        return usage("--preset real is the translator's recipe: use it with --model seq2seq");
+    if (real && (a->T || a->B || a->d))
+        return usage("--preset real takes its shapes from the data: no --T, --batch-size or --d");
+    if (a->dump && !real)
+        return usage("--dump-batches needs --preset real (the other presets' batches are random)");
     if (a->d % 32 && a->d >= 32)
         return usage("--d must be a multiple of 32");
     return -1;
@@ -236,7 +324,7 @@ static int parse_args(int argc, char **argv, bench_args *a)
 static preset bench_preset(const bench_args *a, bool charlm)
 {
     preset p;
-    get_preset(charlm, a->preset, &p);
+    get_preset(charlm, strcmp(a->preset, "real") ? a->preset : "tiny", &p);
     if (a->T)
         p.T = a->T;
     if (a->B)
@@ -265,15 +353,25 @@ static cg_module *new_model(const bench_args *a, const preset *p, bench_model *b
     c.vocab = p->V, c.d = p->d, c.H = p->H, c.enc_layers = p->enc_layers,
     c.dec_layers = p->dec_layers, c.d_ff = p->d_ff, c.max_len = p->T;
     c.norm = CG_NORM_LAYERNORM, c.act = CG_ACT_RELU, c.norm_first = false;
-    c.dropout = 0.0f, c.label_smoothing = 0.1f;
+    c.dropout = bm->real ? (float)REAL_DROPOUT : 0.0f, c.label_smoothing = 0.1f;
     bm->s2s = cg_seq2seq_new(&c, (uint64_t)a->seed);
     cg_seq2seq_set_recompute(bm->s2s, a->recompute);
     return CG_MODULE(bm->s2s);
 }
 
-/* Model FLOPs per step (see the top of the file); *n_params: every
+/* Model FLOPs of a step over B x T tokens (see the top of the file) */
+typedef struct {
+    double n_mm, n_attn, d;
+} flops_model;
+static double flops_of(const flops_model *f, int64_t B, int64_t T)
+{
+    const double tokens = (double)(B * T);
+    return 6.0 * f->n_mm * tokens + 12.0 * f->n_attn * (double)T * f->d * tokens;
+}
+
+/* The FLOP counts of the model (see the top of the file); *n_params: every
  * parameter's elements. */
-static double step_flops(const cg_stepper *st, const preset *p, bool charlm, int64_t *n_params)
+static flops_model step_flops(const cg_stepper *st, const preset *p, bool charlm, int64_t *n_params)
 {
     int64_t n_mm = 0;
     *n_params = 0;
@@ -286,9 +384,7 @@ static double step_flops(const cg_stepper *st, const preset *p, bool charlm, int
     }
     n_mm += p->V * p->d; /* tied output head */
     int64_t n_attn = charlm ? p->layers : p->enc_layers + 2 * p->dec_layers;
-    const int64_t tokens = p->B * p->T;
-    return 6.0 * (double)n_mm * (double)tokens +
-           12.0 * (double)n_attn * (double)p->T * (double)p->d * (double)tokens;
+    return (flops_model){(double)n_mm, (double)n_attn, (double)p->d};
 }
 
 /* four random batches, used in turn (as the peer) */
@@ -332,6 +428,7 @@ static void random_batches(batches *bt, const preset *p, bool charlm, int64_t se
  * 10th step (warm-up included) and after the last. */
 typedef struct {
     double med, cmed, emed, rss10, rss_last;
+    double tokens, seconds, flops, rows, cols; /* summed over the timed steps */
     float last_loss;
 } timings;
 
@@ -343,18 +440,21 @@ static double median_of(double *v, long n)
 
 /* warmup + steps steps of st on the batches in turn; false (message printed)
  * when a step fails. */
-static bool time_steps(cg_stepper *st, bench_model *bm, const batches *bt, long warmup, long steps,
-                       timings *tm)
+static bool time_steps(cg_stepper *st, bench_model *bm, const batches *bt, const flops_model *fm,
+                       long warmup, long steps, timings *tm)
 {
     double *times = malloc((size_t)steps * sizeof(double));
     double *cpu = malloc((size_t)steps * sizeof(double));     /* process CPU time per step */
     double *exposed = malloc((size_t)steps * sizeof(double)); /* communication not hidden */
     tm->last_loss = NAN;
     tm->rss10 = NAN, tm->rss_last = NAN;
+    tm->tokens = tm->seconds = tm->flops = tm->rows = tm->cols = 0;
     long i;
     for (i = 0; i < warmup + steps; i++) {
-        int b = (int)(i % NB);
-        bm->src = bt->src[b], bm->tin = bt->tin[b], bm->tout = bt->tout[b];
+        if (!bm->real) {
+            int b = (int)(i % NB);
+            bm->src = bt->src[b], bm->tin = bt->tin[b], bm->tout = bt->tout[b];
+        }
         double t0 = cg_now(), c0 = cg_cpu_now(), comm0 = cg_dist_comm_seconds(), loss, ntok;
         cg_step_result r = cg_stepper_step(st, i + 1, &loss, &ntok);
         tm->last_loss = (float)loss;
@@ -372,6 +472,11 @@ static bool time_steps(cg_stepper *st, bench_model *bm, const batches *bt, long 
             cpu[i - warmup] = cg_cpu_now() - c0;
             exposed[i - warmup] = st->reducer ? cg_dist_reducer_exposed_seconds(st->reducer)
                                               : cg_dist_comm_seconds() - comm0;
+            tm->tokens += ntok; /* every rank's */
+            tm->seconds += dt;
+            tm->flops += flops_of(fm, bm->B, bm->T);
+            tm->rows += (double)bm->B;
+            tm->cols += (double)bm->T;
         }
     }
     bool ok = i == warmup + steps;
@@ -393,29 +498,35 @@ static bool time_steps(cg_stepper *st, bench_model *bm, const batches *bt, long 
 /* The result line (false: out of memory). worst: the peak resident set
  * (MB) and the optimizer state (MB), the largest over ranks. */
 static bool print_json(const bench_args *a, const preset *p, cg_precision precision, long threads,
-                       int64_t n_params, double flops_step, double peak_gflops, bool overlap,
-                       const timings *tm, const double worst[2])
+                       int64_t n_params, double peak_gflops, bool overlap, const timings *tm,
+                       const double worst[2], long steps)
 {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    const int64_t tokens = p->B * p->T;
-    const double med = tm->med, mfu = flops_step / med / (peak_gflops * 1e9);
+    /* the fixed presets: one rank's B x T tokens over the median step, as
+     * torch_peer.py; real batches: every target token over all the time */
+    const bool real = !strcmp(a->preset, "real");
+    const double med = tm->med, tokens = real ? tm->tokens / (double)steps : (double)(p->B * p->T);
+    const double tps = real ? tm->tokens / tm->seconds : tokens / med;
+    const double flops_step = tm->flops / (double)steps,
+                 mfu = tm->flops / tm->seconds / (peak_gflops * 1e9);
     const cg_gemm_path gemm_path =
         precision == CG_PRECISION_FP32 ? cg_gemm_active_path() : cg_bf16_auto_path();
     cJSON *o = cJSON_CreateObject();
     bool ok =
         o && cg_json_put_str(o, "model", a->model) && cg_json_put_str(o, "preset", a->preset) &&
         cg_json_put_str(o, "precision", cg_precision_name(precision)) &&
-        cg_json_put_int(o, "threads", threads) && cg_json_put_int(o, "tokens_per_step", tokens) &&
+        cg_json_put_int(o, "threads", threads) &&
+        cg_json_put_num(o, "tokens_per_step", "%.1f", tokens) &&
         cg_json_put_num(o, "step_ms_median", "%.3f", med * 1e3) &&
-        cg_json_put_num(o, "tokens_per_s", "%.1f", (double)tokens / med) &&
-        cg_json_put_int(o, "params", n_params) &&
+        cg_json_put_num(o, "tokens_per_s", "%.1f", tps) && cg_json_put_int(o, "params", n_params) &&
         cg_json_put_num(o, "peak_rss_mb", "%.1f", (double)ru.ru_maxrss / 1024.0) &&
         cg_json_put_num(o, "mfu", "%.4f", mfu) &&
         cg_json_put_num(o, "flops_per_step", "%.4g", flops_step) &&
         cg_json_put_num(o, "gemm_gflops", "%.1f", peak_gflops) &&
         cg_json_put_str(o, "gemm_path", cg_gemm_path_name(gemm_path)) &&
-        cg_json_put_int(o, "T", p->T) && cg_json_put_int(o, "B", p->B) &&
+        cg_json_put_num(o, "T", "%.1f", tm->cols / (double)steps) &&
+        cg_json_put_num(o, "B", "%.1f", tm->rows / (double)steps) &&
         cg_json_put_int(o, "d", p->d) &&
         cg_json_put_num(o, "cpu_ms_median", "%.3f", tm->cmed * 1e3) &&
         cg_json_put_num(o, "final_loss", "%.9g", (double)tm->last_loss) &&
@@ -434,6 +545,50 @@ static bool print_json(const bench_args *a, const preset *p, cg_precision precis
     printf("%s\n", line);
     free(line);
     return true;
+}
+
+/* --preset real: the recipe's data, tokenizer and batch order into d, the
+ * vocabulary and the longest sequence into p (false: error recorded). */
+static bool real_setup(const bench_args *a, cg_mt_data *d, preset *p)
+{
+    if (a->seed < 0 || a->seed >= (int64_t)1 << 32) {
+        cg_set_error("--seed must be below 2^32 with --preset real (numpy RandomState)");
+        return false;
+    }
+    if (!cg_mt_data_load(d, a->data, REAL_DATA, 500, 1000, NULL) ||
+        !cg_mt_data_prepare(d, a->data, REAL_MAX_LEN, REAL_MAX_TOKENS, CG_TOK_BPE, a->vocab_size,
+                            NULL, NULL, "bench") ||
+        !cg_mt_check_ranks(d, REAL_MAX_TOKENS, false) ||
+        !cg_mt_data_order(d, (uint32_t)a->seed, 1, false, 0, NULL))
+        return false;
+    p->V = cg_tokenizer_vocab_size(d->tok);
+    p->T = REAL_MAX_LEN;
+    return true;
+}
+
+/* The batches taken, with what tools/real_peer.py needs to build the same
+ * model, to the --dump-batches file. */
+static bool dump_save(const bench_args *a, const preset *p, bench_model *bm)
+{
+    const struct {
+        const char *key;
+        double v;
+    } meta[] = {{"vocab", (double)p->V},
+                {"d", (double)p->d},
+                {"H", (double)p->H},
+                {"enc_layers", (double)p->enc_layers},
+                {"dec_layers", (double)p->dec_layers},
+                {"d_ff", (double)p->d_ff},
+                {"max_len", (double)p->T},
+                {"dropout", REAL_DROPOUT},
+                {"label_smoothing", 0.1},
+                {"warmup", (double)a->warmup},
+                {"steps", (double)a->steps},
+                {"seed", (double)a->seed}};
+    bool ok = true;
+    for (size_t i = 0; i < sizeof meta / sizeof meta[0] && ok; i++)
+        ok = cg_st_set_metadata_number(bm->dump, meta[i].key, meta[i].v);
+    return ok && cg_st_writer_save(bm->dump, a->dump);
 }
 
 static int run(int argc, char **argv)
@@ -458,8 +613,17 @@ static int run(int argc, char **argv)
 
     bool charlm = !strcmp(a.model, "charlm");
     preset p = bench_preset(&a, charlm);
+    cg_mt_data real = {0};
+    bench_model bm = {.B = p.B, .S = p.T, .T = p.T};
+    if (!strcmp(a.preset, "real")) {
+        bm.real = &real;
+        bm.dump = a.dump ? cg_st_writer_new() : NULL;
+        if (!real_setup(&a, &real, &p) || (a.dump && !bm.dump)) {
+            fprintf(stderr, "bench: %s\n", cg_last_error());
+            return 1;
+        }
+    }
     double peak_gflops = gemm_gflops();
-    bench_model bm = {.B = p.B, .T = p.T};
     cg_module *model = new_model(&a, &p, &bm);
     if (!model) {
         fprintf(stderr, "bench: %s\n", cg_last_error());
@@ -479,7 +643,7 @@ static int run(int argc, char **argv)
         return 1;
     }
     int64_t n_params;
-    double flops_step = step_flops(&st, &p, charlm, &n_params);
+    flops_model fm = step_flops(&st, &p, charlm, &n_params);
     batches bt;
     random_batches(&bt, &p, charlm, a.seed);
     if (!cg_dist_broadcast_module(model)) {
@@ -487,8 +651,12 @@ static int run(int argc, char **argv)
         return 1;
     }
     timings t;
-    if (!time_steps(&st, &bm, &bt, (long)a.warmup, (long)a.steps, &t))
+    if (!time_steps(&st, &bm, &bt, &fm, (long)a.warmup, (long)a.steps, &t))
         return 1;
+    if (bm.dump && !dump_save(&a, &p, &bm)) {
+        fprintf(stderr, "bench: %s\n", cg_last_error());
+        return 1;
+    }
     /* the largest over ranks (collective: every rank reaches it) */
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
@@ -497,12 +665,14 @@ static int run(int argc, char **argv)
         fprintf(stderr, "bench: %s\n", cg_last_error());
         return 1;
     }
-    bool printed = print_json(&a, &p, precision, threads, n_params, flops_step, peak_gflops,
-                              st.reducer != NULL, &t, worst);
+    bool printed = print_json(&a, &p, precision, threads, n_params, peak_gflops, st.reducer != NULL,
+                              &t, worst, (long)a.steps);
     if (!printed)
         fprintf(stderr, "bench: out of memory writing the result line\n");
     for (int b = 0; b < NB; b++)
         free(bt.src[b]), free(bt.tin[b]), free(bt.tout[b]);
+    cg_st_writer_free(bm.dump);
+    cg_mt_data_free(&real);
     cg_stepper_free(&st);
     cg_module_free(model);
     cg_dist_finalize();

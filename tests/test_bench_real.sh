@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# bench --preset real (issue 37): the translator's default recipe on real
+# pairs, every step a new batch shape.
+#   - its JSON line parses; tokens_per_step is the mean of the timed batches'
+#     non-pad target tokens (counted again here from the --dump-batches file:
+#     one meaning of tokens); the batches change shape and are the recipe's
+#     (tgt_in is BOS then tgt_out shifted; sources end in EOS);
+#   - the file has warmup + steps batches and the model's shape; the PyTorch
+#     twin (tools/real_peer.py) reads it and counts the same tokens when
+#     python3-torch and shared/reference are there (else that part is skipped);
+#   - the refusals: another model, --dump-batches or --T without it.
+#   test_bench_real.sh BENCH PAIRS SOURCE_ROOT
+set -uo pipefail
+bench=$1
+pairs=$2
+root=$3
+. "$(dirname "$0")/shell_lib.sh" bench_real
+
+# 3,200 pairs (8 numbered copies of the sample): room for the recipe's 500
+# validation and 1,000 test pairs
+for k in 1 2 3 4 5 6 7 8; do
+  awk -F'\t' -v k="$k" '{ printf "%s %d\t%s %d\n", $1, k * NR, $2, k * NR }' "$pairs"
+done >p.tsv
+
+rc=0
+"$bench" --model seq2seq --preset real --data p.tsv --vocab-size 500 --steps 6 --warmup 2 \
+  --threads 2 --dump-batches b.st >r.out 2>r.err || rc=$?
+skip_if_no_bpe "$rc" r.err
+if [ "$rc" -ne 0 ]; then
+  fail "bench --preset real: exit $rc: $(tail -c 300 r.err)"
+  finish
+fi
+json_ok "bench --preset real" r.out
+python3 - "$(tail -1 r.out)" b.st <<'PY' || fail "bench --preset real: the checks above"
+import json, struct, sys
+r = json.loads(sys.argv[1])
+raw = open(sys.argv[2], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+head = json.loads(raw[8:8 + n])
+meta = head.pop("__metadata__")
+data = raw[8 + n:]
+def ids(name):
+    h = head[name]
+    assert h["dtype"] == "I64", h
+    b, e = h["data_offsets"]
+    v = struct.unpack(f"<{(e - b) // 8}q", data[b:e])
+    rows, cols = h["shape"]
+    return [list(v[i * cols:(i + 1) * cols]) for i in range(rows)]
+warmup, steps = int(float(meta["warmup"])), int(float(meta["steps"]))
+assert (warmup, steps) == (2, 6), meta
+assert int(float(meta["vocab"])) == 500 and float(meta["dropout"]) == 0.3, meta
+assert len(head) == 3 * (warmup + steps), sorted(head)
+counts, shapes = [], set()
+for i in range(warmup + steps):
+    src, tin, tout = (ids(f"{s}.{i:06d}") for s in ("src", "tgt_in", "tgt_out"))
+    shapes.add((len(src), len(src[0]), len(tout[0])))
+    for s, a, b in zip(src, tin, tout):
+        assert a[0] == 1 and a[1:] == [x if x != 2 else 0 for x in b[:-1]] or a[1:] == b[:-1], (a, b)
+        assert 2 in b and 2 in s, (s, b)           # EOS ends both sides
+        assert all(0 <= x < 500 for x in s + a + b)
+    if i >= warmup:
+        counts.append(sum(x != 0 for row in tout for x in row))
+mean = sum(counts) / len(counts)
+assert abs(r["tokens_per_step"] - mean) < 0.06, (r["tokens_per_step"], mean)
+assert r["preset"] == "real" and r["tokens_per_s"] > 0 and r["final_loss"] > 0, r
+assert len(shapes) > 1, shapes                     # the shapes change
+print(f"ok: bench --preset real: {len(shapes)} batch shapes, {mean:.1f} target tokens a step")
+PY
+
+# the PyTorch twin on the same batches (needs python3-torch and shared/)
+ref="$root/../shared/reference"
+if /usr/bin/python3 -c "import torch, numpy" 2>/dev/null && [ -f "$ref/models.py" ]; then
+  if /usr/bin/python3 "$root/tools/real_peer.py" b.st --threads 2 --reference "$ref" >t.out 2>t.err; then
+    json_ok "real_peer.py" t.out
+    python3 - "$(tail -1 r.out)" "$(tail -1 t.out)" <<'PY' || fail "real_peer.py: not the same batches"
+import json, sys
+c, t = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+assert c["tokens_per_step"] == t["tokens_per_step"], (c, t)
+assert c["params"] == t["params"], (c["params"], t["params"])
+print(f"ok: real_peer.py: the same {t['tokens_per_step']} tokens a step, {t['params']} parameters")
+PY
+  else
+    fail "real_peer.py: $(tail -c 300 t.err)"
+  fi
+  expect "real_peer.py on a JSON line" 1 "real_peer: r.out: " \
+    /usr/bin/python3 "$root/tools/real_peer.py" r.out --reference "$ref"
+else
+  echo "skip: real_peer.py (no python3-torch or no $ref)"
+fi
+
+expect "--preset real with charlm" 2 "use it with --model seq2seq" \
+  "$bench" --model charlm --preset real --data p.tsv
+expect "--dump-batches without real" 2 "needs --preset real" \
+  "$bench" --model seq2seq --preset tiny --dump-batches x.st
+expect "--T with real" 2 "takes its shapes from the data" \
+  "$bench" --model seq2seq --preset real --T 8 --data p.tsv
+expect "--preset real, missing data" 1 "no-such.tsv" \
+  "$bench" --model seq2seq --preset real --data no-such.tsv
+[ -e x.st ] && fail "--dump-batches without real wrote x.st"
+finish
