@@ -99,7 +99,7 @@ START_TEST(test_mt_data_order)
         double w, t;
         ck_assert(cg_mt_data_next(&a, i % ACC, &w, &t));
         ck_assert_double_eq(w, (double)a.bt[i % ACC].n_tokens);
-        ck_assert_double_eq(t, w); /* tokens/s counts target tokens, as bench */
+        ck_assert_double_eq(t, w);  /* tokens/s counts target tokens, as bench */
         if (i == STEPS * ACC - 1) { /* the state a checkpoint after STEPS steps keeps */
             cg_mt_data b = {0};
             b.epoch = a.epoch;
@@ -138,6 +138,48 @@ START_TEST(test_mt_data_order)
     ck_assert_ptr_nonnull(strstr(cg_last_error(), path));
     cg_mt_data_free(&c);
     cg_mt_data_free(&a);
+}
+END_TEST
+
+/* An encoder that must not be called: the pairs were tokenized once. */
+static int64_t *no_encode(const void *ctx, const char *s, int64_t *n, int64_t *n_unk)
+{
+    (void)ctx, (void)s, (void)n, (void)n_unk;
+    cg_set_error("encoded again");
+    return NULL;
+}
+
+/* cg_pairs_tokenize keeps the ids: batches copy them (an encoder that
+ * fails is never called) and equal the batches that encode the text, the
+ * wrong-source pairs included (their sides come from two pairs). */
+START_TEST(test_tokenize_once)
+{
+    const char text[] = "ab\tuvw\nhello\tworld\nc\txy\nlonger one\tz\n";
+    cg_pairs p = {0};
+    ck_assert(cg_pairs_parse(text, strlen(text), "t.tsv", &p));
+    const char *sents[8];
+    for (int64_t i = 0; i < p.n; i++)
+        sents[2 * i] = p.items[i].src, sents[2 * i + 1] = p.items[i].tgt;
+    cg_tokenizer *tok = cg_tokenizer_train(CG_TOK_CHAR, true, sents, 2 * p.n, 0);
+    ck_assert_ptr_nonnull(tok);
+    const int64_t idx[4] = {3, 0, 2, 1};
+    cg_batch want, got;
+    ck_assert(cg_batch_make_tok(&p, idx, 4, tok, &want));
+    ck_assert_ptr_null(p.ids);
+    ck_assert(!cg_batch_make_with(&p, idx, 4, no_encode, NULL, &got));
+    ck_assert(cg_pairs_tokenize(&p, tok));
+    ck_assert_ptr_nonnull(p.ids);
+    ck_assert(cg_pairs_tokenize(&p, tok)); /* again: replaces, no leak */
+    ck_assert(cg_batch_make_with(&p, idx, 4, no_encode, NULL, &got));
+    ck_assert(got.B == want.B && got.S == want.S && got.T == want.T);
+    ck_assert_int_eq(got.n_tokens, want.n_tokens);
+    ck_assert_mem_eq(got.src, want.src, (size_t)(got.B * got.S) * sizeof(int64_t));
+    ck_assert_mem_eq(got.tgt_in, want.tgt_in, (size_t)(got.B * got.T) * sizeof(int64_t));
+    ck_assert_mem_eq(got.tgt_out, want.tgt_out, (size_t)(got.B * got.T) * sizeof(int64_t));
+    cg_batch_free(&got);
+    cg_batch_free(&want);
+    cg_tokenizer_free(tok);
+    cg_pairs_free(&p);
 }
 END_TEST
 
@@ -1311,6 +1353,7 @@ static Suite *seq2seq_suite(void)
     tcase_add_test(tc, test_pairs_read_errors);
     tcase_add_test(tc, test_split_and_batches);
     tcase_add_test(tc, test_mt_data_order);
+    tcase_add_test(tc, test_tokenize_once);
     tcase_add_test(tc, test_prog_helpers);
     suite_add_tcase(s, tc);
     tc = tcase_create("decode");

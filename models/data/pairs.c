@@ -56,6 +56,7 @@ void cg_pairs_free(cg_pairs *p)
         return;
     free(p->items);
     free(p->buf);
+    free(p->ids);
     memset(p, 0, sizeof *p);
 }
 
@@ -71,7 +72,7 @@ static bool pairs_push(cg_pairs *p, char *src, char *tgt, int64_t sl, int64_t tl
         p->items = it;
         p->cap = cap;
     }
-    p->items[p->n++] = (cg_pair){src, tgt, (int32_t)sl, (int32_t)tl};
+    p->items[p->n++] = (cg_pair){src, tgt, (int32_t)sl, (int32_t)tl, NULL, NULL};
     return true;
 }
 
@@ -404,11 +405,23 @@ bool cg_batch_make(const cg_pairs *p, const int64_t *idx, int64_t n, const cg_pa
     return cg_batch_make_with(p, idx, n, pair_vocab_encode, v, out);
 }
 
-/* ids of one side, at most room of them (else an error) */
-static int64_t *encode_side(cg_encode_fn enc, const void *ctx, const char *s, int64_t room,
-                            int64_t *k)
+/* ids of one side, at most room of them (else an error): the stored ones
+ * (a copy, len of them) or the text encoded */
+static int64_t *encode_side(cg_encode_fn enc, const void *ctx, const char *s, const int64_t *stored,
+                            int64_t len, int64_t room, int64_t *k)
 {
-    int64_t *ids = enc(ctx, s, k, NULL);
+    int64_t *ids;
+    if (stored) {
+        ids = malloc((size_t)(len > 0 ? len : 1) * sizeof *ids);
+        if (!ids) {
+            cg_set_error("batch: out of memory");
+            return NULL;
+        }
+        if (len > 0)
+            memcpy(ids, stored, (size_t)len * sizeof *ids);
+        *k = len;
+    } else
+        ids = enc(ctx, s, k, NULL);
     if (ids && *k > room) {
         cg_set_error("batch: a sentence encodes to %lld ids, more than its recorded length %lld",
                      (long long)*k, (long long)room);
@@ -447,7 +460,7 @@ bool cg_batch_make_with(const cg_pairs *p, const int64_t *idx, int64_t n, cg_enc
     }
     for (int64_t i = 0; i < n; i++) {
         const cg_pair *q = &p->items[idx[i]];
-        int64_t k, *ids = encode_side(enc, ctx, q->src, S - 1, &k);
+        int64_t k, *ids = encode_side(enc, ctx, q->src, q->src_ids, q->src_len, S - 1, &k);
         if (!ids) {
             cg_batch_free(out);
             return false;
@@ -455,7 +468,7 @@ bool cg_batch_make_with(const cg_pairs *p, const int64_t *idx, int64_t n, cg_enc
         memcpy(out->src + i * S, ids, (size_t)k * sizeof(int64_t));
         out->src[i * S + k] = CG_PAIR_EOS;
         free(ids);
-        ids = encode_side(enc, ctx, q->tgt, T - 1, &k);
+        ids = encode_side(enc, ctx, q->tgt, q->tgt_ids, q->tgt_len, T - 1, &k);
         if (!ids) {
             cg_batch_free(out);
             return false;

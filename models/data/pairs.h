@@ -41,14 +41,19 @@ void cg_mt_permutation(cg_mt19937 *r, int64_t n, int64_t *out);
 /* ------------------------------------------------------------ pairs */
 typedef struct {
     char *src, *tgt; /* NUL-terminated UTF-8, owned by the set */
-    int32_t src_len; /* code points */
+    int32_t src_len; /* code points (after tokenizing: ids) */
     int32_t tgt_len;
+    /* The sides' ids once tokenized (models/seq2seq/translate.h
+     * cg_pairs_tokenize; src_len and tgt_len of them), else NULL: batches
+     * then copy them instead of encoding the text again. */
+    const int64_t *src_ids, *tgt_ids;
 } cg_pair;
 
 typedef struct {
     cg_pair *items;
     int64_t n, cap;
-    char *buf; /* backing text (NULL for sets of borrowed strings) */
+    char *buf;    /* backing text (NULL for sets of borrowed strings) */
+    int64_t *ids; /* backing ids of the items' src_ids/tgt_ids (owned; NULL) */
 } cg_pairs;
 
 /* Read a pair file. Errors (one clear message each): the file cannot be
@@ -114,7 +119,8 @@ bool cg_batch_make(const cg_pairs *p, const int64_t *idx, int64_t n, const cg_pa
 /* The same with any encoder of the ids (cg_pair_vocab_encode's shape; ctx
  * is passed back; models/text/tokenizer.h for subwords). The pairs' src_len and
  * tgt_len must then be the encodings' lengths in ids (S and T are cut from
- * them; a longer encoding is an error). */
+ * them; a longer encoding is an error). A pair whose ids are stored
+ * (src_ids, tgt_ids) is not encoded again. */
 typedef int64_t *(*cg_encode_fn)(const void *ctx, const char *text, int64_t *n, int64_t *n_unk);
 bool cg_batch_make_with(const cg_pairs *p, const int64_t *idx, int64_t n, cg_encode_fn enc,
                         const void *ctx, cg_batch *out);

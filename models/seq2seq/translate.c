@@ -54,19 +54,51 @@ cg_tokenizer *cg_pairs_train_tokenizer(const cg_pairs *p, const int64_t *idx, in
     return t;
 }
 
+/* Append n ids to the growing array *buf (*len used, *cap allocated). */
+static bool ids_append(int64_t **buf, int64_t *len, int64_t *cap, const int64_t *ids, int64_t n)
+{
+    if (*len + n > *cap) {
+        int64_t c = *cap ? *cap : 4096;
+        while (c < *len + n)
+            c *= 2;
+        int64_t *nb = realloc(*buf, (size_t)c * sizeof *nb);
+        if (!nb) {
+            cg_set_error("out of memory");
+            return false;
+        }
+        *buf = nb, *cap = c;
+    }
+    if (n > 0)
+        memcpy(*buf + *len, ids, (size_t)n * sizeof **buf);
+    *len += n;
+    return true;
+}
+
 bool cg_pairs_tokenize(cg_pairs *p, const cg_tokenizer *tok)
 {
+    int64_t *buf = NULL, len = 0, cap = 0;
     for (int64_t i = 0; i < p->n; i++) {
         cg_pair *q = &p->items[i];
         int64_t ns, nt;
         int64_t *a = cg_tokenizer_encode(tok, q->src, &ns, NULL);
         int64_t *b = a ? cg_tokenizer_encode(tok, q->tgt, &nt, NULL) : NULL;
+        bool ok = b && ids_append(&buf, &len, &cap, a, ns) && ids_append(&buf, &len, &cap, b, nt);
         free(a);
         free(b);
-        if (!b)
+        if (!ok) {
+            free(buf);
             return false;
+        }
         q->src_len = (int32_t)ns;
         q->tgt_len = (int32_t)nt;
+    }
+    free(p->ids); /* a second tokenizing replaces the first */
+    p->ids = buf;
+    for (int64_t i = 0, off = 0; i < p->n; i++) { /* the array has its final place now */
+        cg_pair *q = &p->items[i];
+        q->src_ids = buf + off;
+        q->tgt_ids = buf + off + q->src_len;
+        off += q->src_len + q->tgt_len;
     }
     return true;
 }
@@ -286,7 +318,7 @@ bool cg_seq2seq_wrong_source_nll(cg_seq2seq *m, const cg_pairs *p, const int64_t
     }
     for (int64_t i = 0; i < n; i++) {
         const cg_pair *a = &p->items[idx[(i + 1) % n]], *b = &p->items[idx[i]];
-        wp.items[i] = (cg_pair){a->src, b->tgt, a->src_len, b->tgt_len};
+        wp.items[i] = (cg_pair){a->src, b->tgt, a->src_len, b->tgt_len, a->src_ids, b->tgt_ids};
     }
     cg_batches wb;
     double ls;

@@ -30,7 +30,9 @@ bool cg_batch_make_tok(const cg_pairs *p, const int64_t *idx, int64_t n, const c
 cg_tokenizer *cg_pairs_train_tokenizer(const cg_pairs *p, const int64_t *idx, int64_t n,
                                        cg_tokenizer_kind kind, int64_t vocab_size);
 /* Set every pair's src_len/tgt_len to its length in tok's ids (subwords:
- * --max-len, the batches and the padding then count tokens). */
+ * --max-len, the batches and the padding then count tokens), and keep the
+ * ids (src_ids/tgt_ids, owned by p): the pairs are encoded once, not again
+ * for each batch. */
 bool cg_pairs_tokenize(cg_pairs *p, const cg_tokenizer *tok);
 
 /* The data of a translator's training run (the reference's recipe): the
