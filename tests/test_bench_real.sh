@@ -8,6 +8,8 @@
 #   - the file has warmup + steps batches and the model's shape; the PyTorch
 #     twin (tools/real_peer.py) reads it and counts the same tokens when
 #     python3-torch and shared/reference are there (else that part is skipped);
+#   - the gpt2 and paper presets (at a small width) have their batch, layers
+#     and vocabulary;
 #   - the refusals: another model, --dump-batches or --T without it.
 #   test_bench_real.sh BENCH PAIRS SOURCE_ROOT
 set -uo pipefail
@@ -88,6 +90,29 @@ else
   echo "skip: real_peer.py (no python3-torch or no $ref)"
 fi
 
+# the bf16 issue's presets at a small width (--d 64): their batch, layers
+# and vocabulary (GPT-2's 50,257, the paper's 37,000) reach the model
+for spec in "charlm gpt2 4 256 50257 12" "seq2seq paper 16 64 37000 12"; do
+  set -- $spec
+  if "$bench" --model "$1" --preset "$2" --d 64 --steps 1 --warmup 0 --threads 2 >p.out 2>p.err; then
+    python3 - "$(tail -1 p.out)" "$3" "$4" "$5" "$6" <<'PY' || fail "bench --preset $2: $(tail -1 p.out)"
+import json, sys
+r = json.loads(sys.argv[1])
+B, T, V, layers = (int(x) for x in sys.argv[2:])
+d, ff = 64, 256
+# every layer holds at least its attention (4 d x d) and feed-forward (2 d x ff)
+assert (r["B"], r["T"], r["tokens_per_step"]) == (B, T, B * T), r
+assert r["params"] >= V * d + layers * (4 * d * d + 2 * d * ff), r["params"]
+assert r["params"] < V * d + 2 * layers * (4 * d * d + 2 * d * ff), r["params"]
+print(f"ok: bench --preset {r['preset']}: B {B}, T {T}, {r['params']} parameters")
+PY
+  else
+    fail "bench --model $1 --preset $2: $(tail -c 300 p.err)"
+  fi
+done
+
+expect "--preset paper with charlm" 2 "unknown preset 'paper' for charlm" \
+  "$bench" --model charlm --preset paper
 expect "--preset real with charlm" 2 "use it with --model seq2seq" \
   "$bench" --model charlm --preset real --data p.tsv
 expect "--dump-batches without real" 2 "needs --preset real" \

@@ -97,7 +97,8 @@ static int usage(const char *msg)
         return 2;
     }
     fprintf(stdout,
-            "usage: bench [--model charlm|seq2seq] [--preset tiny|base|real] [--threads N>=1]\n"
+            "usage: bench [--model charlm|seq2seq] [--preset tiny|base|gpt2|paper|real]\n"
+            "             [--threads N>=1]\n"
             "             [--steps S>=1] [--warmup W>=0] [--seed K] [--T len] [--d width]\n"
             "             [--batch-size B] [--precision fp32|bf16] [--recompute]\n"
             "             [--zero 0|1] [--data FILE] [--dump-batches FILE] [--vocab-size N]\n"
@@ -160,7 +161,9 @@ typedef struct {
 } preset;
 
 /* The model's preset (models/charlm/charlm_presets.h, seq2seq_presets.h)
- * with the peer's vocabulary: 65 characters (charlm), 96 ids (seq2seq). */
+ * with the peer's vocabulary: 65 characters (charlm tiny and base), 96 ids
+ * (seq2seq tiny and base), GPT-2's 50,257 (charlm gpt2) and the paper's
+ * 37,000 (seq2seq paper). */
 static bool get_preset(bool charlm, const char *name, preset *p)
 {
     memset(p, 0, sizeof *p);
@@ -171,7 +174,7 @@ static bool get_preset(bool charlm, const char *name, preset *p)
         return false;
     *p = (preset){.B = t->B,
                   .T = t->T,
-                  .V = charlm ? 65 : 96,
+                  .V = t->V,
                   .d = t->d,
                   .d_ff = t->d_ff,
                   .H = t->H,
@@ -303,9 +306,11 @@ static int parse_args(int argc, char **argv, bench_args *a)
         snprintf(msg, sizeof msg, "unknown model '%s' (have: charlm, seq2seq)", a->model);
         return usage(msg);
     }
-    bool real = !strcmp(a->preset, "real");
-    if (strcmp(a->preset, "tiny") && strcmp(a->preset, "base") && !real) {
-        snprintf(msg, sizeof msg, "unknown preset '%s' (have: tiny, base, real)", a->preset);
+    bool real = !strcmp(a->preset, "real"), charlm = !strcmp(a->model, "charlm");
+    preset p;
+    if (!real && !get_preset(charlm, a->preset, &p)) {
+        snprintf(msg, sizeof msg, "unknown preset '%s' for %s (have: tiny, base, %s)", a->preset,
+                 a->model, charlm ? "gpt2" : "paper, real");
         return usage(msg);
     }
     if (real && strcmp(a->model, "seq2seq"))

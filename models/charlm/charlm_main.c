@@ -410,8 +410,10 @@ static int cmd_train(int argc, char **argv)
      * one), then the rows both train commands share */
     const cg_cli_opt opts[] = {
         {"--preset", CG_CLI_STR, &preset_name, 0, 0,
-         "  --preset NAME      tiny (d 128, H 4, 4 layers, d_ff 512, T 64, B 12; default)\n"
-         "                     or base (d 384, H 6, 6 layers, d_ff 1536, T 256, B 16)\n",
+         "  --preset NAME      tiny (d 128, H 4, 4 layers, d_ff 512, T 64, B 12; default),\n"
+         "                     base (d 384, H 6, 6 layers, d_ff 1536, T 256, B 16) or\n"
+         "                     gpt2 (GPT-2 small: d 768, H 12, 12 layers, d_ff 3072, T 256,\n"
+         "                     B 4)\n",
          CG_CLI_FIXED},
         {"--layers", CG_CLI_I64, &rec.shape.layers, 0, 1 << 10,
          "  --layers N         transformer blocks (default from the preset)\n", CG_CLI_FIXED},

@@ -9,7 +9,7 @@
 extern "C" {
 #endif
 
-#define CG_CHARLM_N_PRESETS 2
+#define CG_CHARLM_N_PRESETS 3
 extern const cg_train_preset cg_charlm_presets[CG_CHARLM_N_PRESETS];
 
 #ifdef __cplusplus

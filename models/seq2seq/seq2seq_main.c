@@ -268,8 +268,9 @@ static int cmd_train(int argc, char **argv)
      * one), then the rows both train commands share */
     const cg_cli_opt opts[] = {
         {"--preset", CG_CLI_STR, &r.preset, 0, 0,
-         "  --preset NAME        tiny (d 128, 4 heads, 2+2 layers, d_ff 512; default) or\n"
-         "                       base (d 256, 8 heads, 3+3 layers, d_ff 1024)\n",
+         "  --preset NAME        tiny (d 128, 4 heads, 2+2 layers, d_ff 512; default),\n"
+         "                       base (d 256, 8 heads, 3+3 layers, d_ff 1024) or paper\n"
+         "                       (the Transformer base: d 512, 8 heads, 6+6 layers, d_ff 2048)\n",
          CG_CLI_FIXED},
         {"--enc-layers", CG_CLI_I64, &rec.shape.enc_layers, 0, 1 << 10,
          "  --enc-layers N --dec-layers N   encoder and decoder layers (from the preset)\n",

@@ -9,7 +9,7 @@
 extern "C" {
 #endif
 
-#define CG_SEQ2SEQ_N_PRESETS 2
+#define CG_SEQ2SEQ_N_PRESETS 3
 extern const cg_train_preset cg_seq2seq_presets[CG_SEQ2SEQ_N_PRESETS];
 
 #ifdef __cplusplus

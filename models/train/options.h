@@ -60,10 +60,12 @@ typedef struct {
     const cg_cli_args *args;
 } cg_train_opts;
 
-/* A model's named shape (--preset); a model uses the fields it has. */
+/* A model's named shape (--preset); a model uses the fields it has. V is
+ * the vocabulary of tools/bench's random batches (shared/bench/torch_peer.py's);
+ * the programs take theirs from the data. */
 typedef struct {
     const char *name;
-    int64_t d, H, layers, enc_layers, dec_layers, d_ff, T, B;
+    int64_t d, H, layers, enc_layers, dec_layers, d_ff, T, B, V;
 } cg_train_preset;
 
 /* The recipe flags both models share (rows CG_TRAIN_RECIPE_FLAGS); a model
