@@ -11,9 +11,10 @@
 #      dropout in the adapters) is bit-identical; a moved BASE is found
 #      with --base, a missing, different or other-shaped one is refused
 #   3. bad combinations: one line, exit 2 (command line) or 1 (a file)
-#   4. issue 34, finding 2: an adapter whose base is itself, or two that
-#      name each other, are one line and exit 1 for sample, eval and train
-#      --resume (was SIGSEGV)
+#   4. issue 34, findings 1 and 2: no run writes the base an adapter reads
+#      (--resume of a LoRA run with --out BASE, --force or not), and an
+#      adapter whose base is itself, or two that name each other, are one
+#      line and exit 1 for sample, eval and train --resume (was SIGSEGV)
 #   BASE is never modified.
 #   test_charlm_finetune.sh CHARLM CKPT_WRITER
 set -uo pipefail
@@ -209,6 +210,18 @@ expect "new characters" 1 "outside the checkpoint's vocabulary" \
 intact "refusals" base.st base.orig
 
 # ---------------------------------------------------------------- 4. issue 34
+# finding 1: the base a LoRA resume reads is never a file the run writes
+expect "resume of a LoRA run --out its base" 1 "the base of --resume '.*base.st' is the same file as 'base.st', the checkpoint" \
+  "$charlm" train --resume lorar.st --steps 30 --out base.st --force
+intact "resume --out base" base.st base.orig
+ln -sf base.st base.link
+expect "resume of a LoRA run --out a link to its base" 1 "the base of --resume .* is the same file as 'base.link'" \
+  "$charlm" train --resume lorar.st --steps 30 --out base.link --force
+intact "resume --out a link to the base" base.st base.orig
+cp base.st moved/b.st
+expect "resume of a LoRA run --base B --out B" 1 "^charlm: error: --base 'moved/b.st' is the same file as 'moved/./b.st'" \
+  "$charlm" train --resume lorar.st --base moved/b.st --steps 30 --out moved/./b.st --force
+cmp -s moved/b.st base.orig && echo "ok: --base B --out B: 'moved/b.st' intact" || fail "--base B --out B: moved/b.st changed"
 # finding 2: an adapter that is its own base (renamed over it), two that name
 # each other, a base overwritten by a copy of its adapter: one line, exit 1
 mkdir -p cyc && cp base.st cyc/b.st

@@ -33,6 +33,20 @@ static int check_output(cg_trainer *t, const char *out)
     return -1;
 }
 
+/* The base a LoRA checkpoint given to --resume loads (--base, else the one
+ * it records; models/train/finetune.h) is read by the run like --resume:
+ * no file the run writes may be it. It must hold every weight, so no other
+ * file is followed from it. */
+static bool check_base_read(const cg_trainer *t)
+{
+    const cg_train_opts *o = t->o;
+    if (!o->resume || !t->adapters || !t->from_origin)
+        return true; /* (an adapter without "init_from" is refused at its load) */
+    const char *base = cg_ft_base_path(o->resume, &t->origin, o->base);
+    return base &&
+           cg_out_check_reads(t->out, base, o->base ? "--base" : "the base of --resume", true);
+}
+
 void cg_trainer_init(cg_trainer *t, cg_train_opts *o)
 {
     memset(t, 0, sizeof *t);
@@ -80,7 +94,8 @@ int cg_trainer_begin(cg_trainer *t, cg_train_opts *o, const char *kind, const ch
         /* no file written is a file read (with --force too) */
         if ((o->data && !cg_out_check_reads(t->out, o->data, "--data", true)) ||
             (o->resume && !cg_out_check_reads(t->out, o->resume, "--resume", false)) ||
-            (o->init_from && !cg_out_check_reads(t->out, o->init_from, "--init-from", true)))
+            (o->init_from && !cg_out_check_reads(t->out, o->init_from, "--init-from", true)) ||
+            !check_base_read(t))
             return cg_prog_fail_lib(NULL);
         rc = check_output(t, t->out);
         if (rc >= 0)
