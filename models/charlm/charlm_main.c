@@ -487,6 +487,18 @@ static int cmd_train(int argc, char **argv)
 }
 
 /* ----------------------------------------------------------------- sample */
+/* sample's and eval's checkpoint, loaded; standard output (their result) is
+ * neither it nor the base it loads. False + error. */
+static bool load_for_stdout(const char *ckpt, const cg_charlm_load_opts *lo, cg_charlm_ckpt *ck)
+{
+    if (!cg_out_check_stdout(ckpt, "--ckpt") || !cg_charlm_ckpt_load_opts(ckpt, lo, ck))
+        return false;
+    if (!ck->base_path || cg_out_check_stdout(ck->base_path, "its base"))
+        return true;
+    cg_charlm_ckpt_free(ck);
+    return false;
+}
+
 static const char *SAMPLE_HELP =
     "usage: charlm sample [options]\n"
     "Generate text from a trained checkpoint (key/value-cached decoding).\n"
@@ -561,8 +573,14 @@ static int cmd_sample(int argc, char **argv)
     cg_precision prec;
     cg_charlm_ckpt ck;
     const cg_charlm_load_opts lo = {.base = base, .seed = 0, .dropout = NAN};
-    if (!cg_charlm_ckpt_load_opts(ckpt, &lo, &ck))
+    if (!load_for_stdout(ckpt, &lo, &ck))
         return cg_prog_fail_lib(NULL);
+    /* the picture is no base the adapter loaded either (its other checks: above) */
+    if (attn_png && ck.base_path &&
+        !cg_out_picture_check(attn_png, true, ck.base_path, "its base")) {
+        cg_charlm_ckpt_free(&ck);
+        return cg_prog_fail("--attention: %s", cg_last_error());
+    }
     if (!cg_decode_precision(precision, cg_charlm_ckpt_train_json(&ck), ckpt, &prec)) {
         cg_charlm_ckpt_free(&ck);
         return cg_prog_fail_lib(NULL);
@@ -641,7 +659,7 @@ static int cmd_eval(int argc, char **argv)
     cg_cli_set_threads(PROG, threads);
     cg_charlm_ckpt ck;
     const cg_charlm_load_opts lo = {.base = base, .seed = 0, .dropout = NAN};
-    if (!cg_charlm_ckpt_load_opts(ckpt, &lo, &ck))
+    if (!load_for_stdout(ckpt, &lo, &ck))
         return cg_prog_fail_lib(NULL);
     const char *tj = cg_charlm_ckpt_train_json(&ck);
     cg_precision prec; /* the products as trained */
@@ -650,7 +668,7 @@ static int cmd_eval(int argc, char **argv)
     cg_data_id id;
     double loss;
     int64_t nwin, T = ck.model->cfg.max_len;
-    int rc = path && cg_train_precision(tj, ckpt, &prec) &&
+    int rc = path && cg_out_check_stdout(path, "--data") && cg_train_precision(tj, ckpt, &prec) &&
                      (corpus = read_corpus(path, &ck.tok, ck.tok->kind, 0, &id)) &&
                      cg_train_data_check(tj, ckpt, &id)
                  ? -1
