@@ -9,7 +9,8 @@
 #    to the corpus; now one line, exit 1, the file as it was (GNU cat's
 #    "input file is output file");
 #  - the base a LoRA checkpoint loads counts as read, for sample's result
-#    and its --attention picture.
+#    and its --attention picture;
+#  - CG_DEBUG is parsed as the other variables are ('no' turned it on).
 #   test_files_read.sh CHARLM SEQ2SEQ
 set -uo pipefail
 charlm=$1
@@ -57,4 +58,11 @@ intact "sample --attention <the base>" base.png base.orig
 "$charlm" eval --ckpt l.st >>res.txt 2>err.txt && "$seq2seq" translate --ckpt s.st <in.txt >>res.txt 2>>err.txt &&
   [ "$(wc -l <res.txt)" = 3 ] && echo "ok: results appended to another file" || fail "appending elsewhere: $(tail -1 err.txt)"
 
+# ---- CG_DEBUG: a switch like the others
+expect "CG_DEBUG=maybe" 2 "environment variable CG_DEBUG: expected true or false, got 'maybe'" \
+  env CG_DEBUG=maybe "$charlm" eval --ckpt a.st
+for v in 0 1 false yes ''; do
+  env CG_DEBUG="$v" "$charlm" eval --ckpt a.st >/dev/null 2>err.txt && echo "ok: CG_DEBUG='$v' accepted" ||
+    fail "CG_DEBUG='$v': $(tail -1 err.txt)"
+done
 finish
