@@ -54,16 +54,6 @@ bool cg_error_null_input(const char *fn)
     return false;
 }
 
-static bool g_debug;
-
-__attribute__((constructor)) static void debug_init(void)
-{
-    const char *e = getenv("CG_DEBUG");
-    g_debug = e && *e && strcmp(e, "0") != 0;
-}
-
-bool cg_debug_enabled(void) { return g_debug; }
-
 void cg_debug_report(const char *fmt, ...)
 {
     char line[768];

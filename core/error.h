@@ -37,7 +37,8 @@ unsigned long cg_error_serial(void);
  * stays), so that an error message is never empty. Returns false. */
 bool cg_error_null_input(const char *fn);
 
-/* The checked mode (CG_DEBUG=1 in the environment, read once at load):
+/* The checked mode (CG_DEBUG=1 in the environment, read once at load as a
+ * switch of core/parse.h; core/debug.c):
  * lifetime mistakes (releasing a tensor already freed, by a scope or an
  * earlier release; releasing a reference held by a module, an optimizer or
  * a graph, such as ->weight or cg_grad(w); freeing a module or an optimizer

@@ -111,13 +111,19 @@ static const struct {
     int kind;
     double lo, hi;
 } ENV[] = {
-    {"CG_MALLOC_DEFAULT", ENV_FLAG, 0, 0},      {"CG_ALLOC_CACHE_MB", ENV_INT, 0, 1 << 30},
-    {"CG_BF16_EMULATE", ENV_FLAG, 0, 0},        {"CG_BF16_AMX", ENV_FLAG, 0, 0},
-    {"CG_BLIS_DRIVER", ENV_FLAG, 0, 0},         {"CG_BLIS_DEFAULT", ENV_FLAG, 0, 0},
-    {"CG_MAX_INPUT_MB", ENV_INT, 1, 1 << 30},   {"CG_DIST_MPI", ENV_FLAG, 0, 0},
+    {"CG_MALLOC_DEFAULT", ENV_FLAG, 0, 0},
+    {"CG_ALLOC_CACHE_MB", ENV_INT, 0, 1 << 30},
+    {"CG_BF16_EMULATE", ENV_FLAG, 0, 0},
+    {"CG_BF16_AMX", ENV_FLAG, 0, 0},
+    {"CG_BLIS_DRIVER", ENV_FLAG, 0, 0},
+    {"CG_BLIS_DEFAULT", ENV_FLAG, 0, 0},
+    {"CG_MAX_INPUT_MB", ENV_INT, 1, 1 << 30},
+    {"CG_DIST_MPI", ENV_FLAG, 0, 0},
     {"CG_DIST_TIMEOUT", ENV_NUM, 0, 1e6},       /* seconds; 0: no watchdog */
     {"CG_DIST_BUCKET_MB", ENV_NUM, 1e-3, 1024}, /* megabytes */
-    {"CG_DIST_OVERLAP", ENV_FLAG, 0, 0},        {"CG_DIST_VERBOSE", ENV_FLAG, 0, 0},
+    {"CG_DEBUG", ENV_FLAG, 0, 0},               /* core/debug.c */
+    {"CG_DIST_OVERLAP", ENV_FLAG, 0, 0},
+    {"CG_DIST_VERBOSE", ENV_FLAG, 0, 0},
 };
 enum { N_ENV = sizeof ENV / sizeof ENV[0] };
 

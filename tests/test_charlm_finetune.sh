@@ -11,6 +11,10 @@
 #      dropout in the adapters) is bit-identical; a moved BASE is found
 #      with --base, a missing, different or other-shaped one is refused
 #   3. bad combinations: one line, exit 2 (command line) or 1 (a file)
+#   4. issue 34, findings 1 and 2: no run writes the base an adapter reads
+#      (--resume of a LoRA run with --out BASE, --force or not), and an
+#      adapter whose base is itself, or two that name each other, are one
+#      line and exit 1 for sample, eval and train --resume (was SIGSEGV)
 #   BASE is never modified.
 #   test_charlm_finetune.sh CHARLM CKPT_WRITER
 set -uo pipefail
@@ -204,4 +208,53 @@ expect "new characters" 1 "outside the checkpoint's vocabulary" \
   "$charlm" train --init-from base.st --data c.txt --steps 2 --out x.st
 [ -e x.st ] && fail "a refused run wrote x.st"
 intact "refusals" base.st base.orig
+
+# ---------------------------------------------------------------- 4. issue 34
+# finding 1: the base a LoRA resume reads is never a file the run writes
+expect "resume of a LoRA run --out its base" 1 "the base of --resume '.*base.st' is the same file as 'base.st', the checkpoint" \
+  "$charlm" train --resume lorar.st --steps 30 --out base.st --force
+intact "resume --out base" base.st base.orig
+ln -sf base.st base.link
+expect "resume of a LoRA run --out a link to its base" 1 "the base of --resume .* is the same file as 'base.link'" \
+  "$charlm" train --resume lorar.st --steps 30 --out base.link --force
+intact "resume --out a link to the base" base.st base.orig
+cp base.st moved/b.st
+expect "resume of a LoRA run --base B --out B" 1 "^charlm: error: --base 'moved/b.st' is the same file as 'moved/./b.st'" \
+  "$charlm" train --resume lorar.st --base moved/b.st --steps 30 --out moved/./b.st --force
+cmp -s moved/b.st base.orig && echo "ok: --base B --out B: 'moved/b.st' intact" || fail "--base B --out B: moved/b.st changed"
+# finding 2: an adapter that is its own base (renamed over it), two that name
+# each other, a base overwritten by a copy of its adapter: one line, exit 1
+mkdir -p cyc && cp base.st cyc/b.st
+"$charlm" train --init-from cyc/b.st --data b.txt "${run[@]}" --lora-rank 2 --steps 10 --stop-at 5 \
+  --out cyc/x.st >/dev/null 2>cyc.log || fail "cyc: $(tail -1 cyc.log)"
+cp cyc/x.st cyc/x.orig
+mv cyc/x.st cyc/b.st # the adapter renamed over its base: it names itself
+expect "an adapter renamed over its base: sample" 1 "adapter checkpoint 'cyc/b.st' names itself as its base" \
+  "$charlm" sample --ckpt cyc/b.st --length 5
+expect "an adapter renamed over its base: eval" 1 "names itself as its base" "$charlm" eval --ckpt cyc/b.st
+expect "an adapter renamed over its base: train --resume" 1 "names itself as its base" \
+  "$charlm" train --resume cyc/b.st --steps 10
+expect "an adapter renamed over its base: --init-from" 1 "names itself as its base" \
+  "$charlm" train --init-from cyc/b.st --data b.txt --steps 2 --out cyc/y.st
+expect "an adapter as its own --base" 1 "names itself as its base" \
+  "$charlm" sample --ckpt lora.st --base lora.st --length 5
+cp cyc/x.orig cyc/x.st # now cyc/x.st's base is an adapter whose base is itself
+expect "a base overwritten by a copy of its adapter: sample" 1 "'.*cyc/b.st', the base of adapter checkpoint 'cyc/x.st', is itself an adapter checkpoint that names itself" \
+  "$charlm" sample --ckpt cyc/x.st --length 5
+expect "a base overwritten by a copy of its adapter: train --resume" 1 "is itself an adapter" \
+  "$charlm" train --resume cyc/x.st --steps 10
+expect "--base naming such a file" 1 "is itself an adapter" \
+  "$charlm" sample --ckpt lora.st --base cyc/b.st --length 5
+# two adapters naming each other (by path: a hard link is the same file)
+cp lora.st cyc/p.st && cp lora.st cyc/q.st
+"$tool" setmeta cyc/p.st init_from "{\"path\": \"$PWD/cyc/q.st\", \"size\": \"1\", \"xxh3\": \"0000000000000001\", \"step\": 1}" >/dev/null
+"$tool" setmeta cyc/q.st init_from "{\"path\": \"$PWD/cyc/p.st\", \"size\": \"1\", \"xxh3\": \"0000000000000001\", \"step\": 1}" >/dev/null
+expect "two adapters naming each other: sample" 1 "'.*cyc/q.st', the base of adapter checkpoint 'cyc/p.st', is itself an adapter checkpoint whose base is 'cyc/p.st'" \
+  "$charlm" sample --ckpt cyc/p.st --length 5
+expect "two adapters naming each other: eval" 1 "is itself an adapter" "$charlm" eval --ckpt cyc/q.st
+ln cyc/p.st cyc/p.hard
+"$tool" setmeta cyc/q.st init_from "{\"path\": \"$PWD/cyc/p.hard\", \"size\": \"1\", \"xxh3\": \"0000000000000001\", \"step\": 1}" >/dev/null
+expect "two adapters naming each other through a hard link" 1 "whose base is 'cyc/p.st'" \
+  "$charlm" sample --ckpt cyc/p.st --length 5
+intact "issue 34" base.st base.orig
 finish

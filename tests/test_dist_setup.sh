@@ -3,7 +3,8 @@
 # neighbours; meson suite 'reliability'), 2 ranks under mpirun:
 #  - every batch of every epoch can be split over the ranks, or the run is
 #    refused before step 1 with advice that can be followed;
-#  - every rank trains on the same data with the same recipe;
+#  - every rank trains on the same data with the same recipe, and
+#    fine-tunes the same base (issue 34, finding 11: --init-from's content);
 #  - the rank logs go to $TMPDIR when /tmp is read-only, and an error names
 #    the path and the reason.
 #   test_dist_setup.sh CHARLM SEQ2SEQ MPIRUN   (skipped without MPIRUN)
@@ -47,6 +48,27 @@ no_steps "ranks given different --batch-size" d3.st
 refused "ranks given different --steps" "steps" \
   "${mpi[@]}" -np 1 "$charlm" train --data c.txt "${TINY[@]}" --steps 4 --out d4.st : \
   -np 1 "$charlm" train --data c.txt "${TINY[@]}" --steps 6 --out d4.st
+# issue 34, finding 11: the same base on every rank (its content; the path
+# may differ between machines), full fine-tuning and LoRA
+"$charlm" train --data c.txt "${TINY[@]}" --steps 4 --seed 1 --out base1.st >/dev/null 2>&1 &&
+  "$charlm" train --data c.txt "${TINY[@]}" --steps 4 --seed 2 --out base2.st >/dev/null 2>&1 &&
+  cp base1.st base1copy.st || fail "the bases: $(tail -1 err.txt)"
+FT=(--data c.txt --threads 1 --eval-every 4 --steps 4)
+refused "ranks given different --init-from bases" "the ranks were not started with the same run: --init-from (the base checkpoint's content) differs" \
+  "${mpi[@]}" -np 1 "$charlm" train --init-from base1.st "${FT[@]}" --out i1.st : \
+  -np 1 "$charlm" train --init-from base2.st "${FT[@]}" --out i1.st
+no_steps "ranks given different --init-from bases" i1.st
+refused "ranks given different --init-from bases (LoRA)" "--init-from (the base checkpoint's content) differs" \
+  "${mpi[@]}" -np 1 "$charlm" train --init-from base1.st --lora-rank 2 "${FT[@]}" --out i2.st : \
+  -np 1 "$charlm" train --init-from base2.st --lora-rank 2 "${FT[@]}" --out i2.st
+no_steps "ranks given different --init-from bases (LoRA)" i2.st
+refused "rank 0 from scratch, rank 1 from a base" "--init-from (the base checkpoint's content) differs between ranks (rank 0: init_from = \"none\")" \
+  "${mpi[@]}" -np 1 "$charlm" train "${TINY[@]}" --data c.txt --steps 4 --out i4.st : \
+  -np 1 "$charlm" train --init-from base1.st "${FT[@]}" --batch-size 4 --out i4.st
+timeout 300 "${mpi[@]}" -np 1 "$charlm" train --init-from base1.st --lora-rank 2 "${FT[@]}" --out i3.st : \
+  -np 1 "$charlm" train --init-from base1copy.st --lora-rank 2 "${FT[@]}" --out i3.st >/dev/null 2>err.txt &&
+  echo "ok: the same base under another path on each rank trains" ||
+  fail "the same base under another path: $(grep -m1 error err.txt)"
 # the shape message names both ranks once each
 "${mpi[@]}" -np 1 "$charlm" train --data c.txt "${TINY[@]}" --steps 4 --out d5.st : \
   -np 1 "$charlm" train --data c.txt "${TINY[@]}" --d 32 --steps 4 --out d5.st >/dev/null 2>err.txt

@@ -59,7 +59,13 @@ static bool shape_differs(const cg_charlm_config *a, const cg_charlm_config *b, 
     return false;
 }
 
-/* An adapter checkpoint (f, open): its base loaded, checked and adapted. */
+static int load_at(const char *path, const cg_charlm_load_opts *o, const char *adapter,
+                   cg_charlm_ckpt *out);
+
+/* An adapter checkpoint (f, open): its base loaded, checked and adapted.
+ * The base is loaded as a base (load_at with `adapter` set), which
+ * refuses an adapter before following its "init_from": one level, never
+ * a recursion that cycles (finetune.h cg_ft_base_path, cg_ft_base_is_full). */
 static bool load_adapter(const char *path, const cg_charlm_load_opts *o, cg_charlm_ckpt *out)
 {
     cg_st_file *f = out->file;
@@ -74,24 +80,23 @@ static bool load_adapter(const char *path, const cg_charlm_load_opts *o, cg_char
         cg_prefix_error("checkpoint '%s': bad config: ", path);
         return false;
     }
-    const char *base = o->base ? o->base : out->origin.id.path;
+    const char *base = cg_ft_base_path(path, &out->origin, o->base);
+    if (!base)
+        return false;
     cg_charlm_load_opts bo = {.base = NULL, .seed = o->seed, .dropout = cfg.dropout};
     cg_charlm_ckpt b;
     char why[160];
-    if (!cg_charlm_ckpt_load_opts(base, &bo, &b)) {
+    int got = load_at(base, &bo, path, &b);
+    if (got <= 0) {
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", cg_last_error());
-        cg_set_error("adapter checkpoint '%s' needs its base: %s%s", path, msg,
-                     o->base ? "" : " (pass --base FILE if it moved)");
+        if (got == 0) /* (-1: the base is an adapter, said in full) */
+            cg_set_error("adapter checkpoint '%s' needs its base: %s%s", path, msg,
+                         o->base ? "" : " (pass --base FILE if it moved)");
         return false;
     }
     bool ok = true;
-    if (b.adapter) {
-        cg_set_error("'%s', the base of adapter checkpoint '%s', is itself an adapter "
-                     "checkpoint",
-                     base, path);
-        ok = false;
-    } else if (shape_differs(&b.model->cfg, &cfg, why, sizeof why)) {
+    if (shape_differs(&b.model->cfg, &cfg, why, sizeof why)) {
         cg_set_error("'%s' is not the base checkpoint of adapter '%s': its %s in the adapter's "
                      "base; pass --base with the checkpoint it was trained on ('%s')",
                      base, path, why, out->origin.id.path);
@@ -122,18 +127,29 @@ bool cg_charlm_ckpt_load(const char *path, cg_charlm_ckpt *out)
 bool cg_charlm_ckpt_load_opts(const char *path, const cg_charlm_load_opts *o, cg_charlm_ckpt *out)
 {
     const cg_charlm_load_opts defaults = {.base = NULL, .seed = 0, .dropout = NAN};
-    if (!o)
-        o = &defaults;
+    return load_at(path, o ? o : &defaults, NULL, out) > 0;
+}
+
+/* Load the checkpoint at path; `adapter`: the adapter checkpoint whose base
+ * it is (then it must be a full checkpoint), or NULL. 1: loaded; 0: failed;
+ * -1: refused as the base of `adapter` for being an adapter itself. */
+static int load_at(const char *path, const cg_charlm_load_opts *o, const char *adapter,
+                   cg_charlm_ckpt *out)
+{
     memset(out, 0, sizeof *out);
     cg_st_file *f = out->file = cg_ckpt_open_at(path, "charlm", &out->step);
     if (!f)
-        return false;
+        return 0;
+    if (adapter && !cg_ft_base_is_full(f, path, adapter)) {
+        cg_charlm_ckpt_free(out);
+        return -1;
+    }
     if (!cg_ft_origin_read(f, path, &out->origin, &out->has_origin))
         goto fail;
     if ((out->adapter = cg_ft_is_adapter(f))) {
         if (!load_adapter(path, o, out))
             goto fail;
-        return true;
+        return 1;
     }
     if (o->base) { /* never ignored: the user meant some other file */
         cg_set_error("--base %s names the base of a LoRA adapter checkpoint, but '%s' is a full "
@@ -174,8 +190,8 @@ bool cg_charlm_ckpt_load_opts(const char *path, const cg_charlm_load_opts *o, cg
     out->model = cg_charlm_new(&cfg, o->seed);
     if (!cg_ckpt_load_params(CG_MODULE(out->model), f, path))
         goto fail;
-    return true;
+    return 1;
 fail:
     cg_charlm_ckpt_free(out);
-    return false;
+    return 0;
 }

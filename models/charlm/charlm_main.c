@@ -287,7 +287,7 @@ static int lm_init_from(lm_run *r, cg_trainer *t, const cg_train_opts *o,
 }
 
 static int lm_train(lm_run *r, cg_trainer *t, cg_train_opts *o, cg_train_recipe *rec,
-                    const char *const *preset, const cg_ft_lora *lora, const char *base)
+                    const char *const *preset, const cg_ft_lora *lora)
 {
     const char *preset_name = *preset;
     cg_charlm_config cfg;
@@ -301,10 +301,10 @@ static int lm_train(lm_run *r, cg_trainer *t, cg_train_opts *o, cg_train_recipe 
     cg_data_id id;
     if (o->resume) {
         cg_charlm_ckpt ck;
-        const cg_charlm_load_opts lo = {.base = base, .seed = 0, .dropout = NAN};
+        const cg_charlm_load_opts lo = {.base = o->base, .seed = 0, .dropout = NAN};
         if (!cg_charlm_ckpt_load_opts(o->resume, &lo, &ck))
             return cg_prog_fail_lib(NULL);
-        if (base && !ck.adapter) {
+        if (o->base && !ck.adapter) {
             cg_charlm_ckpt_free(&ck);
             return cg_prog_fail("--base: '%s' is not a LoRA adapter checkpoint (it holds its "
                                 "whole model)",
@@ -404,7 +404,7 @@ static int cmd_train(int argc, char **argv)
     cg_train_recipe rec;
     cg_train_init(&o, &rec, 2000, 250);
     rec.lr = 1e-3;
-    const char *preset_name = "tiny", *base = NULL;
+    const char *preset_name = "tiny";
     cg_ft_lora lora = {.rank = 0, .alpha = NAN, .dropout = 0, .targets = NULL};
     /* charlm train's flags, one row each (models/train/options.h: how to add
      * one), then the rows both train commands share */
@@ -448,7 +448,7 @@ static int cmd_train(int argc, char **argv)
          "  --lora-targets L   the Linears adapted, comma-separated (default\n"
          "                     " CG_FT_LORA_TARGETS ")\n",
          CG_CLI_FIXED},
-        {"--base", CG_CLI_STR, &base, 0, 0,
+        {"--base", CG_CLI_STR, &o.base, 0, 0,
          "  --base FILE        with --resume of a LoRA run: its base checkpoint (default:\n"
          "                     the file it recorded)\n\n",
          0},
@@ -469,7 +469,7 @@ static int cmd_train(int argc, char **argv)
         cg_prog_fail("--lora-rank needs --init-from (adapters fine-tune a trained checkpoint)");
         return CG_EXIT_USAGE;
     }
-    if (base && !o.resume) {
+    if (o.base && !o.resume) {
         cg_prog_fail("--base names the base of a LoRA checkpoint given to --resume (--init-from "
                      "names the checkpoint a new run starts from)");
         return CG_EXIT_USAGE;
@@ -478,7 +478,7 @@ static int cmd_train(int argc, char **argv)
     lm_run r = {.t = &t};
     rc = cg_trainer_begin(&t, &o, "charlm", DEFAULT_OUT);
     if (rc < 0)
-        rc = lm_train(&r, &t, &o, &rec, &preset_name, &lora, base);
+        rc = lm_train(&r, &t, &o, &rec, &preset_name, &lora);
     cg_trainer_end(&t);
     cg_charlm_free(r.model);
     cg_tokenizer_free(r.tok);
@@ -489,6 +489,18 @@ static int cmd_train(int argc, char **argv)
 }
 
 /* ----------------------------------------------------------------- sample */
+/* sample's and eval's checkpoint, loaded; standard output (their result) is
+ * neither it nor the base it loads. False + error. */
+static bool load_for_stdout(const char *ckpt, const cg_charlm_load_opts *lo, cg_charlm_ckpt *ck)
+{
+    if (!cg_out_check_stdout(ckpt, "--ckpt") || !cg_charlm_ckpt_load_opts(ckpt, lo, ck))
+        return false;
+    if (!ck->base_path || cg_out_check_stdout(ck->base_path, "its base"))
+        return true;
+    cg_charlm_ckpt_free(ck);
+    return false;
+}
+
 static const char *SAMPLE_HELP =
     "usage: charlm sample [options]\n"
     "Generate text from a trained checkpoint (key/value-cached decoding).\n"
@@ -563,8 +575,14 @@ static int cmd_sample(int argc, char **argv)
     cg_precision prec;
     cg_charlm_ckpt ck;
     const cg_charlm_load_opts lo = {.base = base, .seed = 0, .dropout = NAN};
-    if (!cg_charlm_ckpt_load_opts(ckpt, &lo, &ck))
+    if (!load_for_stdout(ckpt, &lo, &ck))
         return cg_prog_fail_lib(NULL);
+    /* the picture is no base the adapter loaded either (its other checks: above) */
+    if (attn_png && ck.base_path &&
+        !cg_out_picture_check(attn_png, true, ck.base_path, "its base")) {
+        cg_charlm_ckpt_free(&ck);
+        return cg_prog_fail("--attention: %s", cg_last_error());
+    }
     if (!cg_decode_precision(precision, cg_charlm_ckpt_train_json(&ck), ckpt, &prec)) {
         cg_charlm_ckpt_free(&ck);
         return cg_prog_fail_lib(NULL);
@@ -643,7 +661,7 @@ static int cmd_eval(int argc, char **argv)
     cg_cli_set_threads(PROG, threads);
     cg_charlm_ckpt ck;
     const cg_charlm_load_opts lo = {.base = base, .seed = 0, .dropout = NAN};
-    if (!cg_charlm_ckpt_load_opts(ckpt, &lo, &ck))
+    if (!load_for_stdout(ckpt, &lo, &ck))
         return cg_prog_fail_lib(NULL);
     const char *tj = cg_charlm_ckpt_train_json(&ck);
     cg_precision prec; /* the products as trained */
@@ -652,7 +670,7 @@ static int cmd_eval(int argc, char **argv)
     cg_data_id id;
     double loss;
     int64_t nwin, T = ck.model->cfg.max_len;
-    int rc = path && cg_train_precision(tj, ckpt, &prec) &&
+    int rc = path && cg_out_check_stdout(path, "--data") && cg_train_precision(tj, ckpt, &prec) &&
                      (corpus = read_corpus(path, &ck.tok, ck.tok->kind, 0, &id)) &&
                      cg_train_data_check(tj, ckpt, &id)
                  ? -1

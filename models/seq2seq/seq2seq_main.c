@@ -42,7 +42,7 @@
 /* ------------------------------------------------------------ checkpoints */
 static void ckpt_load(const char *path, cg_seq2seq_ckpt *c)
 {
-    if (!cg_seq2seq_ckpt_load(path, c))
+    if (!cg_out_check_stdout(path, "--ckpt") || !cg_seq2seq_ckpt_load(path, c))
         cg_prog_die_lib(NULL);
 }
 
@@ -385,6 +385,8 @@ static int cmd_translate(int argc, char **argv)
     /* the sentences: the arguments, else the lines of stdin */
     int64_t n = np;
     char **why = NULL; /* stdin: the reason a line could not be read, or NULL */
+    if (np == 0 && !cg_out_check_stdout("/dev/stdin", "standard input"))
+        cg_prog_die_lib(NULL);
     char **texts = np > 0 ? argv : cg_read_lines(stdin, "stdin", &n, &why);
     if (!texts)
         cg_prog_die_lib(NULL);
@@ -484,7 +486,8 @@ static int cmd_eval(int argc, char **argv)
         cg_prog_die_lib(NULL);
     int64_t nt = limit > 0 && limit < ds.split.n_test ? limit : ds.split.n_test;
     char *dp = cg_train_data_path(tj, data, DEFAULT_DATA); /* for the message */
-    bool fits = cg_mt_check_test(&ds, c.tok, nt, c.model->cfg.max_len, dp ? dp : "the data");
+    bool fits = cg_out_check_stdout(dp, "--data") &&
+                cg_mt_check_test(&ds, c.tok, nt, c.model->cfg.max_len, dp ? dp : "the data");
     free(dp);
     if (!fits)
         cg_prog_die_lib(NULL);

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "models/train/checkpoint.h"
+#include "models/train/outfile.h"
 #include "models/util/files.h"
 #include "nn/lora.h"
 
@@ -90,6 +91,37 @@ bool cg_ft_origin_check(const cg_ft_origin *want, const char *adapter, const cha
     cg_set_error("'%s' is not the base checkpoint of adapter '%s' (it was trained on '%s', "
                  "%" PRIu64 " bytes, step %" PRId64 "): %s; pass --base with that file",
                  base_path, adapter, want->id.path, want->id.size, want->step, why);
+    return false;
+}
+
+const char *cg_ft_base_path(const char *path, const cg_ft_origin *o, const char *base)
+{
+    const char *b = base ? base : o->id.path;
+    if (!cg_same_file(b, path))
+        return b;
+    cg_set_error("adapter checkpoint '%s' names itself as its base ('%s'; renamed over its base, "
+                 "or the base overwritten by a copy of it?); pass --base with the checkpoint it "
+                 "was trained on (%" PRIu64 " bytes, step %" PRId64 ")",
+                 path, b, o->id.size, o->step);
+    return NULL;
+}
+
+bool cg_ft_base_is_full(const cg_st_file *bf, const char *base_path, const char *path)
+{
+    if (!cg_ft_is_adapter(bf))
+        return true;
+    cg_ft_origin o;
+    bool has = false;
+    char back[700] = "";
+    if (cg_ft_origin_read(bf, base_path, &o, &has) && has && cg_same_file(o.id.path, path))
+        snprintf(back, sizeof back, " whose base is '%.500s' (the two name each other)", path);
+    else if (has && cg_same_file(o.id.path, base_path))
+        snprintf(back, sizeof back, " that names itself as its base");
+    cg_clear_error();
+    cg_set_error("'%s', the base of adapter checkpoint '%s', is itself an adapter checkpoint%s; "
+                 "a base must hold every weight: pass --base with the full checkpoint it was "
+                 "trained on",
+                 base_path, path, back);
     return false;
 }
 

@@ -22,7 +22,9 @@
  * --resume) loads the base first, from the recorded path or the one given
  * (--base), checks that it is that file (size and XXH3 checksum:
  * cg_ft_origin_check), then attaches the adapters and fills them
- * (cg_ft_read_adapters). The base file is only ever read.
+ * (cg_ft_read_adapters). The base file is only ever read, and must be a
+ * full checkpoint (cg_ft_base_path, cg_ft_base_is_full): no load follows
+ * "init_from" further than one file.
  *
  * Errors: false/NULL/-1 + cg_set_error (core/error.h), one line. */
 #ifndef CG_MODELS_TRAIN_FINETUNE_H
@@ -68,6 +70,21 @@ bool cg_ft_origin_read(const cg_st_file *f, const char *path, cg_ft_origin *out,
  * False + error "'B' is not the base checkpoint of adapter 'A' (it was
  * trained on 'B0', N bytes): ..." otherwise. */
 bool cg_ft_origin_check(const cg_ft_origin *want, const char *adapter, const char *base_path);
+
+/* The base that loading adapter checkpoint `path` (its "init_from" in o)
+ * reads: `base` when given (--base), else the path o records. NULL + error
+ * when that is `path` itself (the same device and inode, or the same name
+ * once directories are resolved: an adapter renamed over its base, or a
+ * base overwritten by a copy of its adapter), which no load could end:
+ * "adapter checkpoint 'b.st' names itself as its base ('/d/b.st'); ...". */
+const char *cg_ft_base_path(const char *path, const cg_ft_origin *o, const char *base);
+/* Whether bf (opened from base_path), the base of adapter checkpoint
+ * `path`, holds every weight. A base is loaded only then: following
+ * "init_from" never goes past one file, so a chain of adapters, or two
+ * naming each other, ends here. False + error "'B', the base of adapter
+ * checkpoint 'A', is itself an adapter checkpoint [whose base is 'A' (the
+ * two name each other)]; ..." otherwise. */
+bool cg_ft_base_is_full(const cg_st_file *bf, const char *base_path, const char *path);
 
 /* LoRA options (train --lora-rank, --lora-alpha, --lora-dropout,
  * --lora-targets). */

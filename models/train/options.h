@@ -52,6 +52,9 @@ typedef struct {
     /* --init-from FILE (a program that has the flag: charlm): a new run from
      * that checkpoint's weights (models/train/finetune.h) */
     const char *init_from;
+    /* --base FILE (charlm): the base of the LoRA checkpoint given to
+     * --resume, instead of the one it records */
+    const char *base;
     bool force, skip_nonfinite;
     const char *precision_arg; /* --precision fp32|bf16 ("fp32"; saved in "options") */
     cg_precision precision;    /* of the matrix products (core/gemm.h), parsed */

@@ -226,8 +226,22 @@ bool cg_same_file(const char *written, const char *read)
     return same;
 }
 
+bool cg_out_check_stdout(const char *in, const char *what)
+{
+    struct stat o, r;
+    if (!in || fstat(STDOUT_FILENO, &o) != 0 || !S_ISREG(o.st_mode) || stat(in, &r) != 0 ||
+        o.st_dev != r.st_dev || o.st_ino != r.st_ino)
+        return true;
+    cg_set_error("standard output is %s '%s', which this command reads; send the output "
+                 "elsewhere (nothing was written)",
+                 what, in);
+    return false;
+}
+
 bool cg_out_check_reads(const char *out, const char *in, const char *what, bool with_ckpt)
 {
+    if (!cg_out_check_stdout(in, what))
+        return false;
     char *files[4] = {strdup(out), cg_loss_png_path(out), cg_ckpt_sibling(out, ".metrics.jsonl"),
                       cg_ckpt_sibling(out, "")};
     const char *kinds[4] = {"the checkpoint", "its loss curve", "its metrics log", "its lock file"};

@@ -73,10 +73,19 @@ void cg_out_lock_release(cg_out_lock *lock);
  * regular file (a stream). */
 bool cg_same_file(const char *written, const char *read);
 /* Check every file a run with checkpoint `out` writes (the checkpoint when
- * with_ckpt, its loss curve, metrics log and lock) against the file `in`
+ * with_ckpt, its loss curve, metrics log and lock, and standard output:
+ * cg_out_check_stdout) against the file `in`
  * it reads (`what` names it: "--data"): false + error "--data 'x' is the
  * same file as 'y', the checkpoint this run writes; ..." */
 bool cg_out_check_reads(const char *out, const char *in, const char *what, bool with_ckpt);
+
+/* Standard output is no file the command reads: false + error "standard
+ * output is --ckpt 'x', which this command reads; ..." when fd 1 is the
+ * regular file `in` (same device and inode: `eval --ckpt m.st >> m.st`
+ * appended the result to the checkpoint, `translate < f >> f` its output to
+ * its input, as GNU cat refuses). `in` "/dev/stdin": standard input.
+ * cg_out_check_reads checks it too: a run's result line is a file written. */
+bool cg_out_check_stdout(const char *in, const char *what);
 
 /* A picture a command writes (sample --attention, seq2seq attention):
  * refused when it is the file `in` the command reads (`what` names it:

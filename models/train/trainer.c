@@ -33,6 +33,20 @@ static int check_output(cg_trainer *t, const char *out)
     return -1;
 }
 
+/* The base a LoRA checkpoint given to --resume loads (--base, else the one
+ * it records; models/train/finetune.h) is read by the run like --resume:
+ * no file the run writes may be it. It must hold every weight, so no other
+ * file is followed from it. */
+static bool check_base_read(const cg_trainer *t)
+{
+    const cg_train_opts *o = t->o;
+    if (!o->resume || !t->adapters || !t->from_origin)
+        return true; /* (an adapter without "init_from" is refused at its load) */
+    const char *base = cg_ft_base_path(o->resume, &t->origin, o->base);
+    return base &&
+           cg_out_check_reads(t->out, base, o->base ? "--base" : "the base of --resume", true);
+}
+
 void cg_trainer_init(cg_trainer *t, cg_train_opts *o)
 {
     memset(t, 0, sizeof *t);
@@ -80,7 +94,8 @@ int cg_trainer_begin(cg_trainer *t, cg_train_opts *o, const char *kind, const ch
         /* no file written is a file read (with --force too) */
         if ((o->data && !cg_out_check_reads(t->out, o->data, "--data", true)) ||
             (o->resume && !cg_out_check_reads(t->out, o->resume, "--resume", false)) ||
-            (o->init_from && !cg_out_check_reads(t->out, o->init_from, "--init-from", true)))
+            (o->init_from && !cg_out_check_reads(t->out, o->init_from, "--init-from", true)) ||
+            !check_base_read(t))
             return cg_prog_fail_lib(NULL);
         rc = check_output(t, t->out);
         if (rc >= 0)
@@ -290,10 +305,49 @@ static bool flatten(const cJSON *o, const char *prefix, cJSON *flat)
     return ok;
 }
 
-/* Every rank was started with the same run: the same data (size and
- * checksum; its path may differ between machines), model, recipe and
- * per-run flags as rank 0. A difference is an error naming the flag, on
- * every rank, before anything is trained. */
+/* A file's identity (cg_data_id_to_json) without its path, which is per
+ * machine. */
+static void drop_path(cJSON *id)
+{
+    cJSON_DeleteItemFromObjectCaseSensitive(id, "path");
+    cJSON_DeleteItemFromObjectCaseSensitive(id, "path_hex");
+}
+
+/* The error for rank 0's leaf c ("key": its JSON text) that differs on
+ * some rank (NULL: a rank has a leaf rank 0 has not), naming the flag. */
+static void ranks_differ(const cJSON *c)
+{
+    const char *why = "every rank needs the same data and flags";
+    if (!c) {
+        cg_set_error("the ranks were not started with the same run: a rank was given a setting "
+                     "rank 0 was not; %s",
+                     why);
+        return;
+    }
+    const char *key = c->string, *leaf = strrchr(key, '.');
+    leaf = leaf ? leaf + 1 : key;
+    char flag[256];
+    if (!strncmp(key, "data_id.", 8))
+        snprintf(flag, sizeof flag, "--data (the file's content)");
+    else if (!strncmp(key, "init_from", 9))
+        snprintf(flag, sizeof flag, "--init-from (the base checkpoint's content)");
+    else if (!strncmp(key, "history.", 8) || !strcmp(key, "recent"))
+        snprintf(flag, sizeof flag, "the checkpoint resumed");
+    else {
+        snprintf(flag, sizeof flag, "--%s", leaf);
+        for (char *p = flag; *p; p++)
+            if (*p == '_')
+                *p = '-';
+    }
+    cg_set_error("the ranks were not started with the same run: %s differs between ranks "
+                 "(rank 0: %s = %s); %s",
+                 flag, key, c->valuestring, why);
+}
+
+/* Every rank was started with the same run: the same data and the same
+ * --init-from base (size and checksum; their paths may differ between
+ * machines), model, recipe and per-run flags as rank 0. A difference is an
+ * error naming the flag, on every rank, before anything is trained. */
 static bool check_ranks_agree(const cg_trainer *t, const cg_trainer_model *m)
 {
     if (cg_dist_size() <= 1)
@@ -307,15 +361,17 @@ static bool check_ranks_agree(const cg_trainer *t, const cg_trainer_model *m)
     if (ok) {
         cJSON_DeleteItemFromObjectCaseSensitive(s, "data"); /* paths: per machine */
         cJSON_DeleteItemFromObjectCaseSensitive(s, "data_hex");
-        cJSON *id = cJSON_GetObjectItemCaseSensitive(s, "data_id");
-        cJSON_DeleteItemFromObjectCaseSensitive(id, "path");
-        cJSON_DeleteItemFromObjectCaseSensitive(id, "path_hex");
+        drop_path(cJSON_GetObjectItemCaseSensitive(s, "data_id"));
         const cg_train_opts *o = t->o;
         cJSON_AddNumberToObject(run, "stop_at", (double)o->stop_at);
         cJSON_AddNumberToObject(run, "max_minutes", o->max_minutes);
         cJSON_AddBoolToObject(run, "skip_nonfinite", o->skip_nonfinite);
         cJSON_AddNumberToObject(run, "zero", (double)o->zero);
-        ok = flatten(s, "", flat) && flatten(cfg, "config.", flat) && flatten(run, "", flat);
+        /* the base's content (its path is per machine too), "none" without */
+        cJSON *b = t->from_origin ? cg_data_id_to_json(&t->origin.id) : cJSON_CreateString("none");
+        drop_path(b);
+        ok = b && cJSON_AddItemToObject(run, "init_from", b);
+        ok = ok && flatten(s, "", flat) && flatten(cfg, "config.", flat) && flatten(run, "", flat);
     }
     /* rank 0's list to every rank: its length, then its bytes */
     char *mine = ok ? cJSON_PrintUnformatted(flat) : NULL;
@@ -338,24 +394,7 @@ static bool check_ranks_agree(const cg_trainer *t, const cg_trainer_model *m)
     double worst = first >= 0 ? 1e9 - first : 0; /* the lowest index over the ranks */
     bool sent = ok && cg_dist_allreduce_max(&worst, 1);
     if (sent && worst > 0) {
-        int at = (int)(1e9 - worst);
-        const cJSON *c = rf ? cJSON_GetArrayItem(rf, at) : NULL;
-        const char *key = c ? c->string : "a value", *leaf = strrchr(key, '.');
-        leaf = leaf ? leaf + 1 : key;
-        char flag[256];
-        if (!strncmp(key, "data_id.", 8))
-            snprintf(flag, sizeof flag, "--data (the file's content)");
-        else if (!strncmp(key, "history.", 8) || !strcmp(key, "recent"))
-            snprintf(flag, sizeof flag, "the checkpoint resumed");
-        else {
-            snprintf(flag, sizeof flag, "--%s", leaf);
-            for (char *p = flag; *p; p++)
-                if (*p == '_')
-                    *p = '-';
-        }
-        cg_set_error("the ranks were not started with the same run: %s differs between ranks "
-                     "(rank 0: %s = %s); every rank needs the same data and flags",
-                     flag, key, c ? c->valuestring : "?");
+        ranks_differ(rf ? cJSON_GetArrayItem(rf, (int)(1e9 - worst)) : NULL);
         ok = false;
     } else if (!sent) {
         ok = false;
