@@ -159,6 +159,17 @@ static void assert_key(const cJSON *o, const char *key, const char *json)
     cJSON_Delete(want);
 }
 
+/* The facts of both models (post-norm: no final norm). */
+static void assert_facts(const cJSON *o)
+{
+    const char *facts[][2] = {{"emb_scale", "\"sqrt_d\""}, {"pos_enc", "\"sinusoidal\""},
+                              {"tied_head", "true"},       {"bias", "true"},
+                              {"norm_eps", "1e-05"},       {"gelu_approximate", "\"tanh\""},
+                              {"final_norm", "false"}};
+    for (size_t i = 0; i < sizeof facts / sizeof facts[0]; i++)
+        assert_key(o, facts[i][0], facts[i][1]);
+}
+
 START_TEST(test_config_arch_facts)
 {
     cg_charlm_config c = small_lm(), back;
@@ -166,13 +177,7 @@ START_TEST(test_config_arch_facts)
     char *js = cg_charlm_config_to_json(&c);
     cJSON *o = cJSON_Parse(js);
     ck_assert_ptr_nonnull(o);
-    assert_key(o, "emb_scale", "\"sqrt_d\"");
-    assert_key(o, "pos_enc", "\"sinusoidal\"");
-    assert_key(o, "tied_head", "true");
-    assert_key(o, "bias", "true");
-    assert_key(o, "norm_eps", "1e-05");
-    assert_key(o, "gelu_approximate", "\"tanh\"");
-    assert_key(o, "final_norm", "false");
+    assert_facts(o);
     assert_key(o, "norm_first", "false");
     assert_key(o, "vocab", "20");
     assert_key(o, "layers", "2");
@@ -212,14 +217,8 @@ START_TEST(test_config_arch_facts)
     cg_seq2seq_config s = small_s2s(), sback;
     js = cg_seq2seq_config_to_json(&s);
     o = cJSON_Parse(js);
-    assert_key(o, "emb_scale", "\"sqrt_d\"");
-    assert_key(o, "pos_enc", "\"sinusoidal\"");
-    assert_key(o, "tied_head", "true");
+    assert_facts(o);
     assert_key(o, "shared_emb", "true");
-    assert_key(o, "bias", "true");
-    assert_key(o, "norm_eps", "1e-05");
-    assert_key(o, "gelu_approximate", "\"tanh\"");
-    assert_key(o, "final_norm", "false");
     assert_key(o, "pad_id", "0");
     assert_key(o, "bos_id", "1");
     assert_key(o, "eos_id", "2");
