@@ -8,6 +8,7 @@ Every folder of the library and of the zoo is a layer; a file's
     models/util < models/text < models/data
     models/util < models/report
     models/data, models/report < models/train < models/charlm, models/seq2seq
+    models/charlm, models/seq2seq < models/zoo    (the models as a library)
 
 Every zoo layer may use the whole library (core, autograd, nn, optim).
 charlm and seq2seq never include each other. A file directly in models/
@@ -37,6 +38,8 @@ ALLOWED = {
                             "models/train", "models/charlm"],
     "models/seq2seq": LIB + ["models/util", "models/text", "models/data", "models/report",
                              "models/train", "models/seq2seq"],
+    "models/zoo": LIB + ["models/util", "models/text", "models/data", "models/report",
+                         "models/train", "models/charlm", "models/seq2seq", "models/zoo"],
 }
 SOURCE = (".c", ".h", ".cc")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)

@@ -514,11 +514,11 @@ START_TEST(test_json_line_writer)
         cg_act act;
     } c = {64, false, 0.1f, CG_NORM_RMSNORM, CG_ACT_RELU},
       back2 = {1, true, 0, CG_NORM_LAYERNORM, CG_ACT_GELU};
-    const cg_config_field f[] = {{"d", CG_CF_I64, offsetof(__typeof__(c), d)},
-                                 {"norm", CG_CF_NORM, offsetof(__typeof__(c), norm)},
-                                 {"act", CG_CF_ACT, offsetof(__typeof__(c), act)},
-                                 {"norm_first", CG_CF_BOOL, offsetof(__typeof__(c), nf)},
-                                 {"dropout", CG_CF_F32, offsetof(__typeof__(c), drop)}};
+    const cg_config_field f[] = {{"d", CG_CF_I64, offsetof(__typeof__(c), d), NULL},
+                                 {"norm", CG_CF_NORM, offsetof(__typeof__(c), norm), NULL},
+                                 {"act", CG_CF_ACT, offsetof(__typeof__(c), act), NULL},
+                                 {"norm_first", CG_CF_BOOL, offsetof(__typeof__(c), nf), NULL},
+                                 {"dropout", CG_CF_F32, offsetof(__typeof__(c), drop), NULL}};
     char *cfg = cg_config_write("m", f, 5, &c);
     ck_assert_str_eq(cfg, "{\"model\": \"m\", \"d\": 64, \"norm\": \"rmsnorm\", \"act\": "
                           "\"relu\", \"norm_first\": false, \"dropout\": 0.100000001}");

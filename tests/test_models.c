@@ -7,6 +7,7 @@
  * repeated string, a seq2seq on three pairs) that must reach loss < 0.1.
  * Numerical parity with PyTorch is tests/parity.c's job. */
 #include <check.h>
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -142,6 +143,98 @@ START_TEST(test_config_json)
     ck_assert(cg_seq2seq_config_from_json("{\"norm_first\": 1, \"act\": \"gelu\"}", &sback));
     ck_assert(sback.norm_first && sback.act == CG_ACT_GELU && sback.label_smoothing == 0.1f);
     ck_assert(!cg_seq2seq_config_from_json("{\"vocab\": 2.5}", &sback));
+}
+END_TEST
+
+/* Issue 33: every architectural fact is in the config, so a checkpoint can
+ * be rebuilt without guessing (docs/architectures.md). */
+static void assert_key(const cJSON *o, const char *key, const char *json)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    cJSON *want = cJSON_Parse(json);
+    char *got = v ? cJSON_PrintUnformatted(v) : NULL;
+    ck_assert_msg(v && want && cJSON_Compare(v, want, true), "\"%s\" is %s, expected %s", key,
+                  got ? got : "absent", json);
+    free(got);
+    cJSON_Delete(want);
+}
+
+/* The facts of both models (post-norm: no final norm). */
+static void assert_facts(const cJSON *o)
+{
+    const char *facts[][2] = {{"emb_scale", "\"sqrt_d\""}, {"pos_enc", "\"sinusoidal\""},
+                              {"tied_head", "true"},       {"bias", "true"},
+                              {"norm_eps", "1e-05"},       {"gelu_approximate", "\"tanh\""},
+                              {"final_norm", "false"}};
+    for (size_t i = 0; i < sizeof facts / sizeof facts[0]; i++)
+        assert_key(o, facts[i][0], facts[i][1]);
+}
+
+START_TEST(test_config_arch_facts)
+{
+    cg_charlm_config c = small_lm(), back;
+    c.norm_first = false;
+    char *js = cg_charlm_config_to_json(&c);
+    cJSON *o = cJSON_Parse(js);
+    ck_assert_ptr_nonnull(o);
+    assert_facts(o);
+    assert_key(o, "norm_first", "false");
+    assert_key(o, "vocab", "20");
+    assert_key(o, "layers", "2");
+    cJSON_Delete(o);
+    ck_assert(cg_charlm_config_from_json(js, &back));
+    free(js);
+    ck_assert(back.d == c.d && back.norm_first == c.norm_first && back.vocab == c.vocab);
+    c.norm_first = true; /* pre-norm has the final norm ln_f */
+    js = cg_charlm_config_to_json(&c);
+    o = cJSON_Parse(js);
+    assert_key(o, "final_norm", "true");
+    cJSON_Delete(o);
+    free(js);
+    /* a checkpoint written before these keys (388f5e0's writer) loads with
+     * today's meaning */
+    ck_assert(cg_charlm_config_from_json(
+        "{\"model\": \"charlm\", \"vocab\": 20, \"d\": 16, \"H\": 2, \"layers\": 2, \"d_ff\": "
+        "32, \"max_len\": 16, \"norm\": \"layernorm\", \"act\": \"gelu\", \"norm_first\": "
+        "true, \"dropout\": 0}",
+        &back));
+    ck_assert(back.d == 16 && back.norm_first && back.act == CG_ACT_GELU && back.layers == 2);
+    /* a config that says the model is another one is refused, naming the key */
+    const char *bad[] = {"{\"pos_enc\": \"learned\"}",
+                         "{\"emb_scale\": 1}",
+                         "{\"tied_head\": false}",
+                         "{\"norm_eps\": 1e-6}",
+                         "{\"gelu_approximate\": \"none\"}",
+                         "{\"bias\": false}",
+                         "{\"norm_first\": true, \"final_norm\": false}"};
+    const char *key[] = {"pos_enc",          "emb_scale", "tied_head", "norm_eps",
+                         "gelu_approximate", "bias",      "final_norm"};
+    for (int i = 0; i < 7; i++) {
+        ck_assert_msg(!cg_charlm_config_from_json(bad[i], &back), "%s was accepted", bad[i]);
+        ck_assert_msg(strstr(cg_last_error(), key[i]), "%s: %s", bad[i], cg_last_error());
+    }
+
+    cg_seq2seq_config s = small_s2s(), sback;
+    js = cg_seq2seq_config_to_json(&s);
+    o = cJSON_Parse(js);
+    assert_facts(o);
+    assert_key(o, "shared_emb", "true");
+    assert_key(o, "pad_id", "0");
+    assert_key(o, "bos_id", "1");
+    assert_key(o, "eos_id", "2");
+    cJSON_Delete(o);
+    ck_assert(cg_seq2seq_config_from_json(js, &sback));
+    free(js);
+    ck_assert(cg_seq2seq_config_from_json(
+        "{\"model\": \"seq2seq\", \"vocab\": 20, \"d\": 16, \"H\": 2, \"enc_layers\": 1, "
+        "\"dec_layers\": 2, \"d_ff\": 32, \"max_len\": 16, \"norm\": \"layernorm\", \"act\": "
+        "\"relu\", \"norm_first\": false, \"dropout\": 0, \"label_smoothing\": 0.1}",
+        &sback));
+    ck_assert(sback.dec_layers == 2 && !sback.norm_first && sback.act == CG_ACT_RELU);
+    ck_assert(!cg_seq2seq_config_from_json("{\"eos_id\": 3}", &sback));
+    ck_assert(strstr(cg_last_error(), "eos_id"));
+    ck_assert(!cg_seq2seq_config_from_json("{\"shared_emb\": false}", &sback));
+    ck_assert(strstr(cg_last_error(), "shared_emb"));
 }
 END_TEST
 
@@ -638,6 +731,7 @@ static Suite *models_suite(void)
     tcase_add_test(tc, test_charlm_bad_config);
     tcase_add_test(tc, test_seq2seq_bad_config);
     tcase_add_test(tc, test_config_json);
+    tcase_add_test(tc, test_config_arch_facts);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("charlm");

@@ -71,16 +71,17 @@ static const char CONFIG[] = "charlm config";
 
 /* The config's JSON fields, in the order they are written. */
 static const cg_config_field FIELDS[] = {
-    {"vocab", CG_CF_I64, offsetof(cg_charlm_config, vocab)},
-    {"d", CG_CF_I64, offsetof(cg_charlm_config, d)},
-    {"H", CG_CF_I64, offsetof(cg_charlm_config, H)},
-    {"layers", CG_CF_I64, offsetof(cg_charlm_config, layers)},
-    {"d_ff", CG_CF_I64, offsetof(cg_charlm_config, d_ff)},
-    {"max_len", CG_CF_I64, offsetof(cg_charlm_config, max_len)},
-    {"norm", CG_CF_NORM, offsetof(cg_charlm_config, norm)},
-    {"act", CG_CF_ACT, offsetof(cg_charlm_config, act)},
-    {"norm_first", CG_CF_BOOL, offsetof(cg_charlm_config, norm_first)},
-    {"dropout", CG_CF_F32, offsetof(cg_charlm_config, dropout)},
+    {"vocab", CG_CF_I64, offsetof(cg_charlm_config, vocab), NULL},
+    {"d", CG_CF_I64, offsetof(cg_charlm_config, d), NULL},
+    {"H", CG_CF_I64, offsetof(cg_charlm_config, H), NULL},
+    {"layers", CG_CF_I64, offsetof(cg_charlm_config, layers), NULL},
+    {"d_ff", CG_CF_I64, offsetof(cg_charlm_config, d_ff), NULL},
+    {"max_len", CG_CF_I64, offsetof(cg_charlm_config, max_len), NULL},
+    {"norm", CG_CF_NORM, offsetof(cg_charlm_config, norm), NULL},
+    {"act", CG_CF_ACT, offsetof(cg_charlm_config, act), NULL},
+    {"norm_first", CG_CF_BOOL, offsetof(cg_charlm_config, norm_first), NULL},
+    {"dropout", CG_CF_F32, offsetof(cg_charlm_config, dropout), NULL},
+    CG_CONFIG_ZOO_FACTS(cg_charlm_config),
 };
 enum { N_FIELDS = (int)(sizeof FIELDS / sizeof FIELDS[0]) };
 

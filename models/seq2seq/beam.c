@@ -2,6 +2,7 @@
 #include "models/seq2seq/beam.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -447,4 +448,158 @@ out:
     free(lp);
     cg_no_grad_end();
     return result;
+}
+
+/* ------------------------------------------------ sentences of text */
+/* Set "WHAT: <the error recorded>" ("unknown error" when none is). */
+void cg_seq2seq_prefix_error(const char *what)
+{
+    if (!*cg_last_error())
+        cg_set_error("unknown error");
+    cg_prefix_error("%s: ", what);
+}
+
+void cg_sources_free(cg_sources *s)
+{
+    for (int64_t i = 0; s->ids && i < s->n; i++)
+        free(s->ids[i]);
+    free(s->ids);
+    free(s->len);
+    memset(s, 0, sizeof *s);
+}
+
+bool cg_sources_encode(const cg_tokenizer *tok, const char *const *texts, int64_t n,
+                       int64_t max_len, cg_sources *out)
+{
+    out->n = 0;
+    out->ids = calloc((size_t)(n ? n : 1), sizeof *out->ids);
+    out->len = calloc((size_t)(n ? n : 1), sizeof *out->len);
+    if (!out->ids || !out->len) {
+        cg_sources_free(out);
+        cg_set_error("out of memory");
+        return false;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        int64_t k;
+        int64_t *ids = cg_tokenizer_encode(tok, texts[i], &k, NULL);
+        char what[48];
+        snprintf(what, sizeof what, "sentence %lld", (long long)i + 1);
+        if (!ids)
+            cg_seq2seq_prefix_error(what);
+        else if (k + 1 > max_len)
+            cg_set_error("sentence %lld has %lld tokens; the model takes at most %lld",
+                         (long long)i + 1, (long long)k, (long long)max_len - 1);
+        if (!ids || k + 1 > max_len) {
+            free(ids);
+            cg_sources_free(out);
+            return false;
+        }
+        out->ids[i] = ids;
+        out->len[i] = k;
+        out->n++;
+    }
+    return true;
+}
+
+void cg_strings_free(char **s, int64_t n)
+{
+    if (!s)
+        return;
+    for (int64_t i = 0; i < n; i++)
+        free(s[i]);
+    free(s);
+}
+
+/* out[i] = the text of ids[0..L) (echoed); false + error. */
+static bool put_text(const cg_tokenizer *tok, const int64_t *ids, int64_t L, char **out, FILE *echo)
+{
+    if (!(*out = cg_tokenizer_decode(tok, ids, L)))
+        return false;
+    if (echo)
+        fprintf(echo, "%s\n", *out), fflush(echo);
+    return true;
+}
+
+/* Greedy decoding of sources c0..c0+B at once into out[c0..). */
+static bool greedy_chunk(cg_seq2seq *m, const cg_tokenizer *tok, const cg_sources *src, int64_t c0,
+                         int64_t B, bool use_cache, char **out, FILE *echo)
+{
+    int64_t S = 0;
+    for (int64_t i = 0; i < B; i++)
+        if (src->len[c0 + i] + 1 > S)
+            S = src->len[c0 + i] + 1;
+    int64_t steps = S - 1 + 50;
+    if (steps > m->cfg.max_len)
+        steps = m->cfg.max_len;
+    int64_t *ids = calloc((size_t)(B * S), sizeof *ids);
+    int64_t *res = malloc((size_t)(B * steps) * sizeof *res);
+    int64_t *lens = malloc((size_t)B * sizeof *lens);
+    bool ok = ids && res && lens;
+    if (!ok)
+        cg_set_error("out of memory");
+    for (int64_t i = 0; ok && i < B; i++) {
+        memcpy(ids + i * S, src->ids[c0 + i], (size_t)src->len[c0 + i] * sizeof *ids);
+        ids[i * S + src->len[c0 + i]] = CG_EOS;
+    }
+    if (ok && !(ok = cg_greedy_decode(m, ids, B, S, steps, res, lens, use_cache)))
+        cg_seq2seq_prefix_error("greedy decoding");
+    for (int64_t i = 0; ok && i < B; i++) {
+        int64_t lim = src->len[c0 + i] + 50, L = lens[i] < lim ? lens[i] : lim;
+        ok = put_text(tok, res + i * steps, L, &out[c0 + i], echo);
+    }
+    free(ids);
+    free(res);
+    free(lens);
+    return ok;
+}
+
+/* Beam search of source i into out[i]. */
+static bool beam_one(cg_seq2seq *m, const cg_tokenizer *tok, const cg_sources *src, int64_t i,
+                     int beam, double alpha, bool use_cache, char **out, FILE *echo)
+{
+    int64_t S = src->len[i] + 1;
+    int64_t *ids = malloc((size_t)S * sizeof *ids);
+    if (!ids) {
+        cg_set_error("out of memory");
+        return false;
+    }
+    memcpy(ids, src->ids[i], (size_t)src->len[i] * sizeof *ids);
+    ids[S - 1] = CG_EOS;
+    int64_t steps = src->len[i] + 50, *res = NULL, L = 0;
+    if (steps > m->cfg.max_len)
+        steps = m->cfg.max_len;
+    bool ok = cg_beam_search(m, ids, S, beam, alpha, steps, &res, &L, NULL, NULL, use_cache);
+    if (!ok)
+        cg_seq2seq_prefix_error("beam search");
+    else
+        ok = put_text(tok, res, L, &out[i], echo);
+    free(res);
+    free(ids);
+    return ok;
+}
+
+char **cg_translate_all(cg_seq2seq *m, const cg_tokenizer *tok, const cg_sources *src, int beam,
+                        double alpha, bool use_cache, FILE *echo)
+{
+    cg_module_train(CG_MODULE(m), false);
+    char **out = calloc((size_t)(src->n ? src->n : 1), sizeof *out);
+    if (!out) {
+        cg_set_error("out of memory");
+        return NULL;
+    }
+    bool ok = true;
+    if (beam <= 1) {
+        const int64_t chunk = 50;
+        for (int64_t c0 = 0; ok && c0 < src->n; c0 += chunk)
+            ok = greedy_chunk(m, tok, src, c0, src->n - c0 < chunk ? src->n - c0 : chunk, use_cache,
+                              out, echo);
+    } else {
+        for (int64_t i = 0; ok && i < src->n; i++)
+            ok = beam_one(m, tok, src, i, beam, alpha, use_cache, out, echo);
+    }
+    if (!ok) {
+        cg_strings_free(out, src->n);
+        return NULL;
+    }
+    return out;
 }

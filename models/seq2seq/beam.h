@@ -7,7 +7,10 @@
 #ifndef CG_MODELS_BEAM_H
 #define CG_MODELS_BEAM_H
 
+#include <stdio.h>
+
 #include "models/seq2seq/seq2seq.h"
+#include "models/text/tokenizer.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -49,6 +52,35 @@ bool cg_beam_search(cg_seq2seq *m, const int64_t *src, int64_t S, int beam, doub
  * lp(n + with_eos). NAN + error on failure. */
 double cg_seq2seq_score(cg_seq2seq *m, const int64_t *src, int64_t S, const int64_t *hyp, int64_t n,
                         bool with_eos, double alpha);
+
+/* ------------------------------------------------ sentences of text
+ * (seq2seq translate, and the library's cg_zoo_translate: models/zoo/zoo.h) */
+
+/* Set "WHAT: <the error recorded>" ("unknown error" when none is). */
+void cg_seq2seq_prefix_error(const char *what);
+
+/* Sources: the ids of n sentences, without EOS. */
+typedef struct {
+    int64_t **ids;
+    int64_t *len;
+    int64_t n;
+} cg_sources;
+/* Encode texts[0..n); a sentence of max_len tokens or more (room for EOS)
+ * is an error ("sentence K has N tokens; the model takes at most M"). */
+bool cg_sources_encode(const cg_tokenizer *tok, const char *const *texts, int64_t n,
+                       int64_t max_len, cg_sources *out);
+void cg_sources_free(cg_sources *s);
+
+/* Translate every source: beam <= 1 greedy in chunks of 50 (reference
+ * `greedy`), else beam search (alpha: its length penalty) one sentence at a
+ * time. Each output is cut at its source's length + 50 tokens (and at the
+ * model's max_len). Returns n malloc'd UTF-8 strings (cg_strings_free);
+ * echo (may be NULL) gets each line as soon as it is decoded. use_cache:
+ * with the key/value cache (else every prefix is recomputed). */
+char **cg_translate_all(cg_seq2seq *m, const cg_tokenizer *tok, const cg_sources *src, int beam,
+                        double alpha, bool use_cache, FILE *echo);
+/* Free s[0..n) and s (NULL is a no-op). */
+void cg_strings_free(char **s, int64_t n);
 
 #ifdef __cplusplus
 }

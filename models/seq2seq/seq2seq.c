@@ -86,18 +86,24 @@ static const char CONFIG[] = "seq2seq config";
 
 /* The config's JSON fields, in the order they are written. */
 static const cg_config_field FIELDS[] = {
-    {"vocab", CG_CF_I64, offsetof(cg_seq2seq_config, vocab)},
-    {"d", CG_CF_I64, offsetof(cg_seq2seq_config, d)},
-    {"H", CG_CF_I64, offsetof(cg_seq2seq_config, H)},
-    {"enc_layers", CG_CF_I64, offsetof(cg_seq2seq_config, enc_layers)},
-    {"dec_layers", CG_CF_I64, offsetof(cg_seq2seq_config, dec_layers)},
-    {"d_ff", CG_CF_I64, offsetof(cg_seq2seq_config, d_ff)},
-    {"max_len", CG_CF_I64, offsetof(cg_seq2seq_config, max_len)},
-    {"norm", CG_CF_NORM, offsetof(cg_seq2seq_config, norm)},
-    {"act", CG_CF_ACT, offsetof(cg_seq2seq_config, act)},
-    {"norm_first", CG_CF_BOOL, offsetof(cg_seq2seq_config, norm_first)},
-    {"dropout", CG_CF_F32, offsetof(cg_seq2seq_config, dropout)},
-    {"label_smoothing", CG_CF_F32, offsetof(cg_seq2seq_config, label_smoothing)},
+    {"vocab", CG_CF_I64, offsetof(cg_seq2seq_config, vocab), NULL},
+    {"d", CG_CF_I64, offsetof(cg_seq2seq_config, d), NULL},
+    {"H", CG_CF_I64, offsetof(cg_seq2seq_config, H), NULL},
+    {"enc_layers", CG_CF_I64, offsetof(cg_seq2seq_config, enc_layers), NULL},
+    {"dec_layers", CG_CF_I64, offsetof(cg_seq2seq_config, dec_layers), NULL},
+    {"d_ff", CG_CF_I64, offsetof(cg_seq2seq_config, d_ff), NULL},
+    {"max_len", CG_CF_I64, offsetof(cg_seq2seq_config, max_len), NULL},
+    {"norm", CG_CF_NORM, offsetof(cg_seq2seq_config, norm), NULL},
+    {"act", CG_CF_ACT, offsetof(cg_seq2seq_config, act), NULL},
+    {"norm_first", CG_CF_BOOL, offsetof(cg_seq2seq_config, norm_first), NULL},
+    {"dropout", CG_CF_F32, offsetof(cg_seq2seq_config, dropout), NULL},
+    {"label_smoothing", CG_CF_F32, offsetof(cg_seq2seq_config, label_smoothing), NULL},
+    CG_CONFIG_ZOO_FACTS(cg_seq2seq_config),
+    /* one embedding for the encoder's input, the decoder's and the head */
+    {"shared_emb", CG_CF_CONST, 0, "true"},
+    {"pad_id", CG_CF_CONST, 0, "0"},
+    {"bos_id", CG_CF_CONST, 0, "1"},
+    {"eos_id", CG_CF_CONST, 0, "2"},
 };
 enum { N_FIELDS = (int)(sizeof FIELDS / sizeof FIELDS[0]) };
 

@@ -29,14 +29,6 @@ bool cg_batch_make_tok(const cg_pairs *p, const int64_t *idx, int64_t n, const c
     return cg_batch_make_with(p, idx, n, tok_encode, tok, out);
 }
 
-/* Set "WHAT: <the error recorded>" ("unknown error" when none is). */
-static void prefix_error(const char *what)
-{
-    if (!*cg_last_error())
-        cg_set_error("unknown error");
-    cg_prefix_error("%s: ", what);
-}
-
 cg_tokenizer *cg_pairs_train_tokenizer(const cg_pairs *p, const int64_t *idx, int64_t n,
                                        cg_tokenizer_kind kind, int64_t vocab_size)
 {
@@ -146,7 +138,7 @@ static bool mt_tokenizer(cg_mt_data *d, const char *path, cg_tokenizer_kind kind
                 (long long)vocab_size, (long long)d->n_train);
     d->tok = cg_pairs_train_tokenizer(&d->pairs, d->split.train, d->n_train, kind, vocab_size);
     if (!d->tok) {
-        prefix_error(path);
+        cg_seq2seq_prefix_error(path);
         return false;
     }
     if (!resume_tok)
@@ -181,7 +173,7 @@ bool cg_mt_data_prepare(cg_mt_data *d, const char *path, int64_t max_len, int64_
         cg_pairs_warn_unknown(P, sp->valid, sp->n_valid, &d->tok->pv, prog, "the validation pairs");
         cg_pairs_warn_unknown(P, sp->test, sp->n_test, &d->tok->pv, prog, "the test pairs");
     } else if (!cg_pairs_tokenize(&d->pairs, d->tok)) {
-        prefix_error(path);
+        cg_seq2seq_prefix_error(path);
         return false;
     }
     for (int64_t i = 0; i < sp->n_valid; i++) {
@@ -274,7 +266,7 @@ bool cg_seq2seq_valid_loss(cg_seq2seq *m, const cg_pairs *p, const cg_batches *b
         cg_batch bt;
         if (!cg_batch_make_tok(p, bs->idx + bs->start[b], bs->start[b + 1] - bs->start[b], tok,
                                &bt)) {
-            prefix_error("validation batch");
+            cg_seq2seq_prefix_error("validation batch");
             ok = false;
             break;
         }
@@ -284,7 +276,7 @@ bool cg_seq2seq_valid_loss(cg_seq2seq *m, const cg_pairs *p, const cg_batches *b
         cg_tensor *l2 = yt ? cg_cross_entropy(logits, yt, CG_PAD, 0.0f) : NULL;
         cg_release(yt);
         if (!l1 || !l2) {
-            prefix_error("validation");
+            cg_seq2seq_prefix_error("validation");
             ok = false;
         } else {
             double n = (double)bt.n_tokens;
@@ -331,151 +323,6 @@ bool cg_seq2seq_wrong_source_nll(cg_seq2seq *m, const cg_pairs *p, const int64_t
     return ok;
 }
 
-void cg_sources_free(cg_sources *s)
-{
-    for (int64_t i = 0; s->ids && i < s->n; i++)
-        free(s->ids[i]);
-    free(s->ids);
-    free(s->len);
-    memset(s, 0, sizeof *s);
-}
-
-bool cg_sources_encode(const cg_tokenizer *tok, const char *const *texts, int64_t n,
-                       int64_t max_len, cg_sources *out)
-{
-    out->n = 0;
-    out->ids = calloc((size_t)(n ? n : 1), sizeof *out->ids);
-    out->len = calloc((size_t)(n ? n : 1), sizeof *out->len);
-    if (!out->ids || !out->len) {
-        cg_sources_free(out);
-        cg_set_error("out of memory");
-        return false;
-    }
-    for (int64_t i = 0; i < n; i++) {
-        int64_t k;
-        int64_t *ids = cg_tokenizer_encode(tok, texts[i], &k, NULL);
-        char what[48];
-        snprintf(what, sizeof what, "sentence %lld", (long long)i + 1);
-        if (!ids)
-            prefix_error(what);
-        else if (k + 1 > max_len)
-            cg_set_error("sentence %lld has %lld tokens; the model takes at most %lld",
-                         (long long)i + 1, (long long)k, (long long)max_len - 1);
-        if (!ids || k + 1 > max_len) {
-            free(ids);
-            cg_sources_free(out);
-            return false;
-        }
-        out->ids[i] = ids;
-        out->len[i] = k;
-        out->n++;
-    }
-    return true;
-}
-
-void cg_strings_free(char **s, int64_t n)
-{
-    if (!s)
-        return;
-    for (int64_t i = 0; i < n; i++)
-        free(s[i]);
-    free(s);
-}
-
-/* out[i] = the text of ids[0..L) (echoed); false + error. */
-static bool put_text(const cg_tokenizer *tok, const int64_t *ids, int64_t L, char **out, FILE *echo)
-{
-    if (!(*out = cg_tokenizer_decode(tok, ids, L)))
-        return false;
-    if (echo)
-        fprintf(echo, "%s\n", *out), fflush(echo);
-    return true;
-}
-
-/* Greedy decoding of sources c0..c0+B at once into out[c0..). */
-static bool greedy_chunk(cg_seq2seq *m, const cg_tokenizer *tok, const cg_sources *src, int64_t c0,
-                         int64_t B, bool use_cache, char **out, FILE *echo)
-{
-    int64_t S = 0;
-    for (int64_t i = 0; i < B; i++)
-        if (src->len[c0 + i] + 1 > S)
-            S = src->len[c0 + i] + 1;
-    int64_t steps = S - 1 + 50;
-    if (steps > m->cfg.max_len)
-        steps = m->cfg.max_len;
-    int64_t *ids = calloc((size_t)(B * S), sizeof *ids);
-    int64_t *res = malloc((size_t)(B * steps) * sizeof *res);
-    int64_t *lens = malloc((size_t)B * sizeof *lens);
-    bool ok = ids && res && lens;
-    if (!ok)
-        cg_set_error("out of memory");
-    for (int64_t i = 0; ok && i < B; i++) {
-        memcpy(ids + i * S, src->ids[c0 + i], (size_t)src->len[c0 + i] * sizeof *ids);
-        ids[i * S + src->len[c0 + i]] = CG_EOS;
-    }
-    if (ok && !(ok = cg_greedy_decode(m, ids, B, S, steps, res, lens, use_cache)))
-        prefix_error("greedy decoding");
-    for (int64_t i = 0; ok && i < B; i++) {
-        int64_t lim = src->len[c0 + i] + 50, L = lens[i] < lim ? lens[i] : lim;
-        ok = put_text(tok, res + i * steps, L, &out[c0 + i], echo);
-    }
-    free(ids);
-    free(res);
-    free(lens);
-    return ok;
-}
-
-/* Beam search of source i into out[i]. */
-static bool beam_one(cg_seq2seq *m, const cg_tokenizer *tok, const cg_sources *src, int64_t i,
-                     int beam, double alpha, bool use_cache, char **out, FILE *echo)
-{
-    int64_t S = src->len[i] + 1;
-    int64_t *ids = malloc((size_t)S * sizeof *ids);
-    if (!ids) {
-        cg_set_error("out of memory");
-        return false;
-    }
-    memcpy(ids, src->ids[i], (size_t)src->len[i] * sizeof *ids);
-    ids[S - 1] = CG_EOS;
-    int64_t steps = src->len[i] + 50, *res = NULL, L = 0;
-    if (steps > m->cfg.max_len)
-        steps = m->cfg.max_len;
-    bool ok = cg_beam_search(m, ids, S, beam, alpha, steps, &res, &L, NULL, NULL, use_cache);
-    if (!ok)
-        prefix_error("beam search");
-    else
-        ok = put_text(tok, res, L, &out[i], echo);
-    free(res);
-    free(ids);
-    return ok;
-}
-
-char **cg_translate_all(cg_seq2seq *m, const cg_tokenizer *tok, const cg_sources *src, int beam,
-                        double alpha, bool use_cache, FILE *echo)
-{
-    cg_module_train(CG_MODULE(m), false);
-    char **out = calloc((size_t)(src->n ? src->n : 1), sizeof *out);
-    if (!out) {
-        cg_set_error("out of memory");
-        return NULL;
-    }
-    bool ok = true;
-    if (beam <= 1) {
-        const int64_t chunk = 50;
-        for (int64_t c0 = 0; ok && c0 < src->n; c0 += chunk)
-            ok = greedy_chunk(m, tok, src, c0, src->n - c0 < chunk ? src->n - c0 : chunk, use_cache,
-                              out, echo);
-    } else {
-        for (int64_t i = 0; ok && i < src->n; i++)
-            ok = beam_one(m, tok, src, i, beam, alpha, use_cache, out, echo);
-    }
-    if (!ok) {
-        cg_strings_free(out, src->n);
-        return NULL;
-    }
-    return out;
-}
-
 bool cg_translate_score(cg_seq2seq *m, const cg_tokenizer *tok, const cg_pairs *p,
                         const int64_t *idx, int64_t n, int beam, double alpha, bool use_cache,
                         double *bleu, double *chrf, char ***hyps)
@@ -497,7 +344,7 @@ bool cg_translate_score(cg_seq2seq *m, const cg_tokenizer *tok, const cg_pairs *
         *bleu = cg_bleu((int)n, (const char *const *)h, refs);
         *chrf = cg_chrf((int)n, (const char *const *)h, refs);
         if (*bleu < 0 || *chrf < 0) {
-            prefix_error("metrics");
+            cg_seq2seq_prefix_error("metrics");
             ok = false;
         }
     }
@@ -526,7 +373,7 @@ static bool draw(const char *dir, const char *file, const char *title, int layer
     bool ok =
         cg_plot_attention_ids(path, title, layers, mods, tok, row_ids, (int)Tq, col_ids, (int)Tk);
     if (!ok)
-        prefix_error(path);
+        cg_seq2seq_prefix_error(path);
     else if (list)
         fprintf(list, "%s\n", path);
     free(path);
@@ -547,7 +394,7 @@ bool cg_seq2seq_draw_attention(cg_seq2seq *m, const cg_tokenizer *tok, const int
     cg_tensor *logits = cg_seq2seq_forward(m, src, 1, S, tin, T);
     cg_no_grad_end();
     if (!logits) {
-        prefix_error("forward");
+        cg_seq2seq_prefix_error("forward");
         return false;
     }
     cg_release(logits);
@@ -608,7 +455,7 @@ static int64_t *attention_target(cg_seq2seq *m, const cg_tokenizer *tok, const i
         if (cg_utf8_count(target, strlen(target), NULL) < 0)
             cg_set_error("%s is not valid UTF-8", target_name);
         else if (!(ids = cg_tokenizer_encode(tok, target, L, NULL)))
-            prefix_error(target_name);
+            cg_seq2seq_prefix_error(target_name);
         return ids;
     }
     int64_t steps = S - 1 + 50 < m->cfg.max_len - 1 ? S - 1 + 50 : m->cfg.max_len - 1;
@@ -616,7 +463,7 @@ static int64_t *attention_target(cg_seq2seq *m, const cg_tokenizer *tok, const i
     if (!ids)
         cg_set_error("out of memory");
     if (!ids || !cg_greedy_decode(m, src, 1, S, steps, ids, L, use_cache)) {
-        prefix_error("greedy decoding");
+        cg_seq2seq_prefix_error("greedy decoding");
         free(ids);
         return NULL;
     }

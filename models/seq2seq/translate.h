@@ -14,6 +14,7 @@
 
 #include "models/util/cli.h"
 #include "models/data/pairs.h"
+#include "models/seq2seq/beam.h"
 #include "models/seq2seq/seq2seq.h"
 #include "models/text/tokenizer.h"
 
@@ -112,29 +113,6 @@ bool cg_seq2seq_valid_loss(cg_seq2seq *m, const cg_pairs *p, const cg_batches *b
  * batches of max_tokens. */
 bool cg_seq2seq_wrong_source_nll(cg_seq2seq *m, const cg_pairs *p, const int64_t *idx, int64_t n,
                                  int64_t max_tokens, const cg_tokenizer *tok, double *nll);
-
-/* Sources: the ids of n sentences, without EOS. */
-typedef struct {
-    int64_t **ids;
-    int64_t *len;
-    int64_t n;
-} cg_sources;
-/* Encode texts[0..n); a sentence of max_len tokens or more (room for EOS)
- * is an error ("sentence K has N tokens; the model takes at most M"). */
-bool cg_sources_encode(const cg_tokenizer *tok, const char *const *texts, int64_t n,
-                       int64_t max_len, cg_sources *out);
-void cg_sources_free(cg_sources *s);
-
-/* Translate every source: beam <= 1 greedy in chunks of 50 (reference
- * `greedy`), else beam search (alpha: its length penalty) one sentence at a
- * time. Each output is cut at its source's length + 50 tokens (and at the
- * model's max_len). Returns n malloc'd UTF-8 strings (cg_strings_free);
- * echo (may be NULL) gets each line as soon as it is decoded. use_cache:
- * with the key/value cache (else every prefix is recomputed). */
-char **cg_translate_all(cg_seq2seq *m, const cg_tokenizer *tok, const cg_sources *src, int beam,
-                        double alpha, bool use_cache, FILE *echo);
-/* Free s[0..n) and s (NULL is a no-op). */
-void cg_strings_free(char **s, int64_t n);
 
 /* Translate the sources of pairs idx[0..n) (n >= 1; cg_translate_all) and
  * score them against their targets: *bleu and *chrf (sacreBLEU defaults);

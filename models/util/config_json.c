@@ -435,6 +435,35 @@ bool cg_json_print_line(FILE *f, const cJSON *o)
 
 /* ------------------------------------------------------------ configs */
 #define FIELD(r) ((void *)((char *)cfg + (r).offset))
+
+/* A fact of the table (CG_CF_CONST or CG_CF_SAME, after the fields are
+ * read): absent is fine, another value is refused. */
+static bool config_fact(const cJSON *o, const char *what, const cg_config_field *f, const void *cfg)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, f->key);
+    if (!v)
+        return true;
+    if (f->kind == CG_CF_SAME) {
+        bool want = *(const bool *)((const char *)cfg + f->offset), got = want;
+        if (!cg_json_bool(o, what, f->key, &got))
+            return false;
+        if (got != want)
+            cg_set_error("%s: \"%s\" is %s, but the rest of the config says %s", what, f->key,
+                         got ? "true" : "false", want ? "true" : "false");
+        return got == want;
+    }
+    cJSON *want = cJSON_Parse(f->value);
+    bool same = want && cJSON_Compare(v, want, true);
+    if (!same) {
+        char *got = cJSON_PrintUnformatted(v);
+        cg_set_error("%s: \"%s\" is %s, but the zoo's model has only %s (docs/architectures.md)",
+                     what, f->key, got ? got : "?", f->value);
+        free(got);
+    }
+    cJSON_Delete(want);
+    return same;
+}
+
 bool cg_config_read(const char *json, const char *what, const cg_config_field *f, int n, void *cfg)
 {
     cJSON *o = cg_json_parse_object(json, what);
@@ -448,8 +477,13 @@ bool cg_config_read(const char *json, const char *what, const cg_config_field *f
         case CG_CF_F32: ok = cg_json_float(o, what, f[i].key, FIELD(f[i])); break;
         case CG_CF_NORM: norm = FIELD(f[i]); break;
         case CG_CF_ACT: act = FIELD(f[i]); break;
+        case CG_CF_CONST:
+        case CG_CF_SAME: break; /* below, once the fields are read */
         }
     }
+    for (int i = 0; ok && i < n; i++)
+        if (f[i].kind == CG_CF_CONST || f[i].kind == CG_CF_SAME)
+            ok = config_fact(o, what, &f[i], cfg);
     if (ok && (norm || act)) {
         cg_norm_kind nk = norm ? *norm : CG_NORM_LAYERNORM;
         cg_act ak = act ? *act : CG_ACT_GELU;
@@ -480,6 +514,8 @@ char *cg_config_write(const char *model, const cg_config_field *f, int n, const 
         case CG_CF_ACT:
             ok = cg_json_put_str(o, f[i].key, cg_act_name(*(cg_act *)FIELD(f[i])));
             break;
+        case CG_CF_CONST: ok = put_raw(o, f[i].key, f[i].value); break;
+        case CG_CF_SAME: ok = cg_json_put_bool(o, f[i].key, *(bool *)FIELD(f[i])); break;
         }
     }
     char *s = ok ? cg_json_line(o) : NULL;

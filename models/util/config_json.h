@@ -73,14 +73,49 @@ bool cg_json_print_line(FILE *f, const cJSON *o);
  * cg_config_read fills the fields of *cfg present in json (the others keep
  * what they hold; "norm" and "act" by name), false + "<what>: ..." for a
  * bad one; cg_config_write gives {"model": "NAME", "key": value, ...} in
- * table order (floats as "%.9g"), malloc'd, or NULL + error. */
-typedef enum { CG_CF_I64, CG_CF_BOOL, CG_CF_F32, CG_CF_NORM, CG_CF_ACT } cg_config_kind;
+ * table order (floats as "%.9g"), malloc'd, or NULL + error.
+ *
+ * Two kinds record facts of the architecture that are not fields
+ * (docs/architectures.md), so that a checkpoint says what it holds:
+ *   CG_CF_CONST  a fact every model of the kind has (the JSON literal
+ *                `value`, e.g. "\"sinusoidal\"", "true", "1e-05"): written
+ *                as it is; read, it may be absent (older files: the same
+ *                meaning) but any other value is refused, naming the key;
+ *   CG_CF_SAME   a bool that follows the bool field at offset (ln_f exists
+ *                exactly when norm_first): written as that field; read, it
+ *                must agree with it. */
+typedef enum {
+    CG_CF_I64,
+    CG_CF_BOOL,
+    CG_CF_F32,
+    CG_CF_NORM,
+    CG_CF_ACT,
+    CG_CF_CONST,
+    CG_CF_SAME
+} cg_config_kind;
 typedef struct {
     const char *key;
     cg_config_kind kind;
-    size_t offset; /* of the field in the config struct: int64_t, bool, float,
-                    * cg_norm_kind, cg_act */
+    size_t offset;     /* of the field in the config struct: int64_t, bool, float,
+                        * cg_norm_kind, cg_act (CG_CF_SAME: the bool it follows) */
+    const char *value; /* CG_CF_CONST: the JSON literal */
 } cg_config_field;
+/* The facts both zoo models share (docs/architectures.md), as entries of a
+ * table over the config struct `type`: norms with eps 1e-5; GELU in its
+ * tanh form (PyTorch's nn.GELU(approximate="tanh")); a final norm ln_f
+ * exactly when pre-norm; token embeddings times sqrt(d) plus sinusoidal
+ * positions (not learnt, not stored); the output head tied to the
+ * embedding; biases in every Linear. */
+/* clang-format off */
+#define CG_CONFIG_ZOO_FACTS(type)                                      \
+    {"norm_eps", CG_CF_CONST, 0, "1e-05"},                             \
+    {"gelu_approximate", CG_CF_CONST, 0, "\"tanh\""},                  \
+    {"final_norm", CG_CF_SAME, offsetof(type, norm_first), NULL},      \
+    {"emb_scale", CG_CF_CONST, 0, "\"sqrt_d\""},                       \
+    {"pos_enc", CG_CF_CONST, 0, "\"sinusoidal\""},                     \
+    {"tied_head", CG_CF_CONST, 0, "true"},                             \
+    {"bias", CG_CF_CONST, 0, "true"}
+/* clang-format on */
 bool cg_config_read(const char *json, const char *what, const cg_config_field *f, int n, void *cfg);
 char *cg_config_write(const char *model, const cg_config_field *f, int n, const void *cfg);
 

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# The zoo's models as library models (issue 33; meson suite 'models'): the
+# examples written on the installed API (libcgrad-zoo, models/zoo/zoo.h)
+# print, byte for byte, what the programs print:
+#   1. examples/zoo_generate.c = `charlm sample` with the same flags (the
+#      defaults; a prompt, top-k, temperature and seed; greedy; top-p; past
+#      max_len, where the window slides), char and BPE checkpoints;
+#   2. examples/zoo_translate.c = `seq2seq translate` (greedy and beam 4)
+#      on a few sentences, one with characters the vocabulary lacks;
+#   3. a checkpoint of the other model, a missing file: one line, exit 1.
+#   test_zoo_lib.sh CHARLM SEQ2SEQ ZOO_GENERATE ZOO_TRANSLATE
+set -uo pipefail
+charlm=$1
+seq2seq=$2
+gen=$3
+tr=$4
+. "$(dirname "$0")/shell_lib.sh" zoo_lib
+zoo_ckpts # a.st (charlm), s.st (seq2seq) and the flags TINY
+# a text with newlines: the default prompt (a newline) is in its vocabulary
+# (a prompt character outside it is read as a substitute, which
+# zoo_generate prints and `charlm sample` does not)
+fold -w 60 -s c.txt >t.txt
+"$charlm" train --data t.txt "${TINY[@]}" --steps 40 --out a.st --force >/dev/null 2>a.log ||
+  { echo "charlm training failed: $(tail -1 a.log)" >&2; exit 1; }
+
+# same NAME CMD1... -- CMD2...: both succeed with the same stdout
+same() {
+  local name=$1 a=() rc1=0 rc2=0
+  shift
+  while [ "$1" != "--" ]; do a+=("$1"); shift; done
+  shift
+  timeout 120 "${a[@]}" >one.out 2>one.err || rc1=$?
+  timeout 120 "$@" >two.out 2>two.err || rc2=$?
+  if [ $rc1 -ne 0 ] || [ $rc2 -ne 0 ]; then
+    fail "$name: exit $rc1 / $rc2: $(tail -c 300 one.err) / $(tail -c 300 two.err)"
+  elif ! cmp -s one.out two.out; then
+    fail "$name: different output: $(diff one.out two.out | head -c 400)"
+  elif [ ! -s one.out ]; then
+    fail "$name: no output"
+  else
+    echo "ok: $name: $(wc -c <one.out) bytes, $(head -c 60 one.out | tr '\n' '|')"
+  fi
+}
+
+for flags in "" "--prompt|the whale |--length|200|--top-k|5|--temperature|0.8|--seed|7" \
+             "--prompt|call me|--length|100|--temperature|0" \
+             "--length|50|--top-p|0.9|--seed|3"; do
+  IFS='|' read -r -a f <<<"$flags"
+  same "generate ${flags:-(defaults)}" "$charlm" sample --ckpt a.st --threads 1 "${f[@]}" -- \
+    "$gen" --ckpt a.st "${f[@]}"
+done
+
+# a BPE checkpoint (skipped without SentencePiece)
+rc=0
+"$charlm" train --data t.txt "${TINY[@]}" --tokenizer bpe --vocab-size 300 --steps 10 \
+  --out b.st >/dev/null 2>b.err || rc=$?
+if [ $rc -eq 1 ] && grep -q unavailable b.err; then
+  echo "skip: BPE: $(tail -1 b.err)"
+elif [ $rc -ne 0 ]; then
+  fail "bpe training: exit $rc: $(tail -c 300 b.err)"
+else
+  for flags in "--prompt|the sea|--length|60|--top-k|8|--seed|2" "--length|40|--temperature|0"; do
+    IFS='|' read -r -a f <<<"$flags"
+    same "generate bpe $flags" "$charlm" sample --ckpt b.st --threads 1 "${f[@]}" -- \
+      "$gen" --ckpt b.st "${f[@]}"
+  done
+fi
+
+sentences=("the cat 5 sat" "the cat 123 sat" "the cat 399 sat" "a dog sat")
+same "translate greedy" "$seq2seq" translate --ckpt s.st --threads 1 "${sentences[@]}" -- \
+  "$tr" --ckpt s.st "${sentences[@]}"
+same "translate beam 4" "$seq2seq" translate --ckpt s.st --threads 1 --beam 4 \
+  --length-penalty 0.8 "${sentences[@]}" -- \
+  "$tr" --ckpt s.st --beam 4 --length-penalty 0.8 "${sentences[@]}"
+
+expect "generate from a seq2seq checkpoint" 1 "a seq2seq model has no generate" \
+  "$gen" --ckpt s.st
+expect "translate with a charlm checkpoint" 1 "a charlm model has no translate" \
+  "$tr" --ckpt a.st "the cat"
+expect "a missing checkpoint" 1 "nothere.st" "$gen" --ckpt nothere.st
+finish

@@ -1,0 +1,249 @@
+/* Check suite "zoolib": the zoo's models as library models (models/zoo/zoo.h,
+ * issue 33). Checkpoints are written here with the programs' own savers
+ * (tiny random models), then read through the library only:
+ *   - the config holds every architectural fact, also for a checkpoint
+ *     written before the facts were recorded;
+ *   - the tokenizer round trip, and unknown characters counted;
+ *   - score against independent computations (the forward's cross-entropy
+ *     per window; beam search's sum of log-probabilities);
+ *   - greedy generation against the argmax of the forward, step by step;
+ *   - refusals: another model's call, float ids, a file that is no zoo
+ *     checkpoint, NULL in. The programs' equality (charlm sample, seq2seq
+ *     translate) is tests/test_zoo_lib.sh's. */
+#include <check.h>
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "autograd/ops.h"
+#include "models/charlm/charlm_ckpt.h"
+#include "models/seq2seq/beam.h"
+#include "models/seq2seq/seq2seq_ckpt.h"
+#include "models/zoo/zoo.h"
+#include "tests/testutil.h"
+
+static char lm_path[64], s2s_path[64], old_path[64];
+static const char TEXT[] = "the whale and the sea, the ship and the captain";
+
+static void setup(void) { cg_clear_error(); }
+
+/* A charlm (max_len 8, so scores and generation slide) and a seq2seq,
+ * saved with random weights. */
+static void make_ckpts(void)
+{
+    snprintf(lm_path, sizeof lm_path, "zoolib_lm_%d.st", (int)getpid());
+    snprintf(s2s_path, sizeof s2s_path, "zoolib_s2s_%d.st", (int)getpid());
+    snprintf(old_path, sizeof old_path, "zoolib_old_%d.st", (int)getpid());
+    uint32_t cps[sizeof TEXT];
+    int64_t n = 0;
+    for (const char *p = TEXT; *p; p++)
+        cps[n++] = (uint32_t)*p;
+    cg_vocab *v = cg_vocab_from_codepoints(cps, n);
+    cg_charlm_config c = cg_charlm_config_default();
+    c.vocab = v->n, c.d = 16, c.H = 2, c.layers = 2, c.d_ff = 32, c.max_len = 8;
+    cg_charlm *lm = cg_charlm_new(&c, 3);
+    ck_assert(cg_charlm_ckpt_save(lm_path, lm, v, NULL, 0, NULL));
+    /* as 388f5e0 wrote it: the config without the architectural facts */
+    const cg_tokenizer tok = {.kind = CG_TOK_CHAR, .cv = v};
+    char old_cfg[256];
+    snprintf(old_cfg, sizeof old_cfg,
+             "{\"model\": \"charlm\", \"vocab\": %lld, \"d\": 16, \"H\": 2, \"layers\": 2, "
+             "\"d_ff\": 32, \"max_len\": 8, \"norm\": \"layernorm\", \"act\": \"gelu\", "
+             "\"norm_first\": true, \"dropout\": 0}",
+             (long long)v->n);
+    ck_assert(cg_ckpt_save(old_path, "charlm", old_cfg, &tok, CG_MODULE(lm), NULL, 0, NULL));
+    cg_charlm_free(lm);
+    cg_vocab_free(v);
+
+    const char *sents[] = {"the cat sat", "die katze sass", "a dog", "ein hund"};
+    cg_tokenizer *st = cg_tokenizer_train(CG_TOK_CHAR, true, sents, 4, 0);
+    cg_seq2seq_config s = cg_seq2seq_config_default();
+    s.vocab = cg_tokenizer_vocab_size(st), s.d = 16, s.H = 2, s.d_ff = 32, s.max_len = 32;
+    cg_seq2seq *sm = cg_seq2seq_new(&s, 4);
+    ck_assert(cg_seq2seq_ckpt_save(s2s_path, sm, st, NULL, 0, NULL));
+    cg_seq2seq_free(sm);
+    cg_tokenizer_free(st);
+}
+
+static void remove_ckpts(void)
+{
+    remove(lm_path);
+    remove(s2s_path);
+    remove(old_path);
+}
+
+START_TEST(test_load_config)
+{
+    const char *paths[] = {lm_path, old_path, s2s_path};
+    for (int i = 0; i < 3; i++) {
+        cg_zoo_model *m = cg_zoo_load(paths[i]);
+        ck_assert_msg(m, "%s: %s", paths[i], cg_last_error());
+        ck_assert_str_eq(cg_zoo_kind(m), i < 2 ? "charlm" : "seq2seq");
+        cJSON *o = cJSON_Parse(cg_zoo_config(m));
+        const char *facts[][2] = {
+            {"emb_scale", "sqrt_d"}, {"pos_enc", "sinusoidal"}, {"gelu_approximate", "tanh"}};
+        for (int k = 0; k < 3; k++)
+            ck_assert_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(o, facts[k][0])),
+                             facts[k][1]);
+        ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(o, "tied_head")));
+        ck_assert(cJSON_GetObjectItem(o, "final_norm")->type ==
+                  cJSON_GetObjectItem(o, "norm_first")->type);
+        ck_assert_double_eq(cJSON_GetObjectItem(o, "vocab")->valuedouble,
+                            (double)cg_zoo_vocab_size(m));
+        cJSON_Delete(o);
+        ck_assert(!cg_zoo_module(m)->training); /* loaded in eval mode */
+        cg_zoo_free(m);
+    }
+}
+END_TEST
+
+START_TEST(test_tokenizer)
+{
+    cg_zoo_model *m = cg_zoo_load(lm_path);
+    int64_t unk = -1;
+    cg_tensor *ids = cg_zoo_encode(m, "the sea", &unk);
+    ck_assert_int_eq(cg_numel(ids), 7);
+    ck_assert_int_eq(unk, 0);
+    char *back = cg_zoo_decode(m, ids);
+    ck_assert_str_eq(back, "the sea");
+    free(back);
+    cg_release(ids);
+    ids = cg_zoo_encode(m, "the zoo", &unk); /* z and o are not in the text */
+    ck_assert_int_eq(unk, 3);
+    cg_release(ids);
+    CG_ASSERT_FAILS(cg_zoo_encode(m, "bad \xff byte", NULL), "UTF-8");
+    cg_zoo_free(m);
+    m = cg_zoo_load(s2s_path); /* specials: pad, bos, eos dropped by decode */
+    ids = cg_from_i64(CG_SHAPE(4), ((const int64_t[]){1, 2, 0, 2}));
+    back = cg_zoo_decode(m, ids);
+    ck_assert_str_eq(back, "");
+    free(back);
+    cg_release(ids);
+    cg_zoo_free(m);
+}
+END_TEST
+
+/* The mean cross-entropy of ids[0..n) -> ids[1..n] by one forward. */
+static double window_loss(cg_zoo_model *m, const int64_t *ids, int64_t n)
+{
+    cg_tensor *x = cg_from_i64(CG_SHAPE(1, n - 1), ids);
+    cg_tensor *y = cg_from_i64(CG_SHAPE(1, n - 1), ids + 1);
+    cg_tensor *l = cg_zoo_forward(m, x, NULL);
+    cg_tensor *ce = cg_cross_entropy(l, y, -100, 0.0f);
+    double v = cg_item(ce);
+    cg_release_all(4, x, y, l, ce);
+    return v;
+}
+
+START_TEST(test_score)
+{
+    cg_zoo_model *m = cg_zoo_load(lm_path);
+    cg_tensor *ids = cg_zoo_encode(m, "the ship and", NULL); /* 12 ids, max_len 8 */
+    const int64_t *v = cg_data_i64(ids);
+    /* one window of 5 */
+    cg_tensor *few = cg_from_i64(CG_SHAPE(6), v);
+    ck_assert_double_eq_tol(cg_zoo_score(m, few, NULL), window_loss(m, v, 6), 1e-6);
+    /* 11 predictions: one window of 8, the 3 left over are left out (eval's rule) */
+    ck_assert_double_eq_tol(cg_zoo_score(m, ids, NULL), window_loss(m, v, 9), 1e-6);
+    ck_assert(isnan(cg_zoo_score(m, ids, ids)));
+    ck_assert(strstr(cg_last_error(), "y = NULL"));
+    cg_release_all(2, ids, few);
+    cg_zoo_free(m);
+
+    m = cg_zoo_load(s2s_path);
+    cg_tensor *src = cg_zoo_encode(m, "the cat sat", NULL),
+              *tgt = cg_zoo_encode(m, "die katze", NULL);
+    int64_t S = cg_numel(src), T = cg_numel(tgt);
+    int64_t *se = malloc((size_t)(S + 1) * sizeof *se);
+    memcpy(se, cg_data_i64(src), (size_t)S * sizeof *se);
+    se[S] = 2; /* EOS */
+    cg_seq2seq *sm = (cg_seq2seq *)cg_zoo_module(m);
+    double sum = cg_seq2seq_score(sm, se, S + 1, cg_data_i64(tgt), T, true, 0.0);
+    ck_assert_double_eq_tol(cg_zoo_score(m, src, tgt), -sum / (double)(T + 1), 1e-5);
+    free(se);
+    cg_release_all(2, src, tgt);
+    cg_zoo_free(m);
+}
+END_TEST
+
+START_TEST(test_generate_greedy)
+{
+    cg_zoo_model *m = cg_zoo_load(lm_path);
+    cg_tensor *p = cg_zoo_encode(m, "the", NULL);
+    cg_sample_config g = {.temperature = 0, .top_k = 0, .top_p = 1};
+    cg_tensor *out = cg_zoo_generate(m, p, 4, &g, 99);
+    ck_assert_int_eq(cg_numel(out), 7);
+    const int64_t *o = cg_data_i64(out);
+    for (int64_t len = 3; len < 7; len++) { /* within max_len: the whole prefix */
+        cg_tensor *x = cg_from_i64(CG_SHAPE(1, len), o);
+        cg_tensor *l = cg_zoo_forward(m, x, NULL);
+        cg_tensor *last = cg_view_select(cg_view_select(l, 0, 0), 0, len - 1);
+        cg_tensor *am = cg_argmax(last, 0, false);
+        ck_assert_int_eq(cg_item_i64(am), o[len]);
+        cg_release_all(4, x, l, last, am);
+    }
+    ck_assert_int_eq(memcmp(o, cg_data_i64(p), 3 * sizeof *o), 0); /* the prompt first */
+    cg_release_all(2, p, out);
+    cg_zoo_free(m);
+}
+END_TEST
+
+START_TEST(test_refusals)
+{
+    cg_zoo_model *lm = cg_zoo_load(lm_path), *s = cg_zoo_load(s2s_path);
+    const char *texts[] = {"the cat"};
+    CG_ASSERT_FAILS(cg_zoo_translate(lm, texts, 1, 1, 0.6), "a charlm model has no translate");
+    cg_tensor *p = cg_zoo_encode(s, "the", NULL);
+    CG_ASSERT_FAILS(cg_zoo_generate(s, p, 3, NULL, 1), "a seq2seq model has no generate");
+    cg_tensor *f = cg_ones(CG_SHAPE(3));
+    CG_ASSERT_FAILS(cg_zoo_generate(lm, f, 3, NULL, 1), "float32");
+    cg_tensor *x = cg_reshape(p, 2, (const int64_t[]){1, cg_numel(p)});
+    CG_ASSERT_FAILS(cg_zoo_forward(lm, x, x), "takes no tgt_in");
+    CG_ASSERT_FAILS(cg_zoo_forward(lm, p, NULL), "x must be [B, T]");
+    cg_release(x);
+    CG_ASSERT_FAILS(cg_zoo_generate(lm, p, -1, NULL, 1), "n_new");
+    /* NULL in, NULL out (the first error kept) */
+    cg_clear_error();
+    CG_ASSERT_FAILS(cg_zoo_load(NULL), "NULL path");
+    ck_assert_ptr_null(cg_zoo_encode(NULL, "x", NULL));
+    ck_assert_str_eq(cg_last_error(), "zoo load: NULL path");
+    ck_assert_int_eq(cg_zoo_vocab_size(NULL), -1);
+    cg_zoo_free(NULL);
+    /* a safetensors file of another kind */
+    char path[64];
+    snprintf(path, sizeof path, "zoolib_plain_%d.st", (int)getpid());
+    ck_assert(cg_module_save(cg_zoo_module(lm), path, 0, NULL));
+    CG_ASSERT_FAILS(cg_zoo_load(path), "is not a zoo checkpoint");
+    remove(path);
+    char **two = cg_zoo_translate(s, (const char *[]){"the cat", "a dog"}, 2, 2, 0.6);
+    ck_assert(two && two[0] && two[1]);
+    cg_zoo_strings_free(two, 2);
+    cg_release_all(2, p, f);
+    cg_zoo_free(lm);
+    cg_zoo_free(s);
+}
+END_TEST
+
+static Suite *zoolib_suite(void)
+{
+    Suite *s = suite_create("zoolib");
+    TCase *tc = tcase_create("zoolib");
+    tcase_add_unchecked_fixture(tc, make_ckpts, remove_ckpts);
+    tcase_add_checked_fixture(tc, setup, NULL);
+    tcase_add_test(tc, test_load_config);
+    tcase_add_test(tc, test_tokenizer);
+    tcase_add_test(tc, test_score);
+    tcase_add_test(tc, test_generate_greedy);
+    tcase_add_test(tc, test_refusals);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    Suite *s[] = {zoolib_suite()};
+    return cg_test_run(s, 1);
+}
