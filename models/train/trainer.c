@@ -33,6 +33,15 @@ static int check_output(cg_trainer *t, const char *out)
     return -1;
 }
 
+/* Does the command's flag table have the flag name? */
+static bool has_flag(const cg_cli_args *a, const char *name)
+{
+    for (int i = 0; a && i < a->n; i++)
+        if (a->opts[i].name && strcmp(a->opts[i].name, name) == 0)
+            return true;
+    return false;
+}
+
 void cg_trainer_init(cg_trainer *t, cg_train_opts *o)
 {
     memset(t, 0, sizeof *t);
@@ -61,6 +70,13 @@ int cg_trainer_begin(cg_trainer *t, cg_train_opts *o, const char *kind, const ch
         t->ckpt = cg_ckpt_open(o->resume, kind);
         if (!t->ckpt)
             return cg_prog_fail_lib(NULL);
+        if (cg_st_metadata(t->ckpt, "averaged")) /* models/train/average.h */
+            return cg_prog_fail("'%s' is an average of checkpoints: weights only, no optimizer "
+                                "state, so --resume cannot continue it%s",
+                                o->resume,
+                                has_flag(o->args, "--init-from")
+                                    ? " (start a new run from its weights with --init-from)"
+                                    : "; use it to decode and evaluate");
         t->start = cg_ckpt_step(t->ckpt);
         if (!cg_trainer_restore(t, cg_st_metadata(t->ckpt, "train"), o->resume) ||
             !cg_ft_origin_read(t->ckpt, o->resume, &t->origin, &t->from_origin))
