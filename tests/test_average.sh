@@ -15,6 +15,11 @@
 #      architecture (width, activation, layers), another tokenizer, other
 #      tensors, a LoRA adapter, --out naming an input (also through a hard
 #      or symbolic link), an existing --out without --force
+#   5. train --keep-last N (both programs): exactly the last N evaluation
+#      checkpoints beside --out (full training checkpoints), continued by
+#      --resume; a resume into another --out leaves the first run's files;
+#      a file of that name the run did not write is refused (kept with
+#      --force), and the run never writes over a file it reads
 #   test_average.sh CHARLM SEQ2SEQ CKPT_WRITER
 set -uo pipefail
 charlm=$1
@@ -224,4 +229,49 @@ refused_avg "an existing --out" 1 "'avg.st' exists; pass --force to overwrite it
 intact "an existing --out" avg.st avg.orig
 "$charlm" average --out avg.st --force a1.st a2.st >/dev/null 2>f.log && st mean avg.st a1.st a2.st >/dev/null &&
   echo "ok: --force replaces --out with the new mean" || fail "--force: $(tail -1 f.log)"
+# ---------------------------------------------------------------- 5. --keep-last
+kept() { (shopt -s nullglob; f=("$1".step*.safetensors); echo "${f[*]}"); }
+"$charlm" train --data c.txt "${TINY[@]}" --steps 20 --keep-last 3 --out k.st >k.json 2>k.log ||
+  fail "--keep-last: $(tail -1 k.log)"
+json_ok "--keep-last: JSON line" k.json
+[ "$(kept k.st)" = "k.st.step00000012.safetensors k.st.step00000016.safetensors k.st.step00000020.safetensors" ] &&
+  echo "ok: --keep-last 3: $(kept k.st)" || fail "--keep-last 3 left: $(kept k.st)"
+"$tool" same k.st k.st.step00000020.safetensors >/dev/null && [ "$(st optim k.st.step00000016.safetensors)" -gt 0 ] &&
+  echo "ok: --keep-last: the last one is the final checkpoint, each a training checkpoint" ||
+  fail "--keep-last: the kept checkpoints are not the run's"
+"$charlm" average --out kavg.st k.st.step*.safetensors >/dev/null 2>ka.log &&
+  st mean kavg.st k.st.step00000012.safetensors k.st.step00000016.safetensors k.st.step00000020.safetensors >/dev/null &&
+  echo "ok: --keep-last: the kept checkpoints average" || fail "average of the kept: $(tail -1 ka.log)"
+"$charlm" train --resume k.st --steps 32 >/dev/null 2>k2.log || fail "--keep-last resume: $(tail -1 k2.log)"
+[ "$(kept k.st)" = "k.st.step00000024.safetensors k.st.step00000028.safetensors k.st.step00000032.safetensors" ] &&
+  echo "ok: --keep-last: --resume continues: $(kept k.st)" || fail "--keep-last resume left: $(kept k.st)"
+"$charlm" train --resume k.st --steps 44 --keep-last 1 --out j.st >/dev/null 2>k3.log || fail "resume --out: $(tail -1 k3.log)"
+[ "$(kept j.st)" = "j.st.step00000044.safetensors" ] && [ "$(kept k.st | wc -w)" = 3 ] &&
+  echo "ok: --keep-last: a resume into another --out keeps its own, leaves the first run's" ||
+  fail "resume into another --out: $(kept j.st) / $(kept k.st)"
+"$charlm" train --data c.txt "${TINY[@]}" --steps 8 --out n.st >/dev/null 2>&1 && [ -z "$(kept n.st)" ] &&
+  echo "ok: no --keep-last: no kept checkpoints" || fail "without --keep-last: $(kept n.st)"
+echo mine >m.st.step00000008.safetensors
+echo mine >m.st.step00000006.safetensors
+refused_kept() {
+  local name=$1 pat=$2
+  shift 2
+  refused "$name" "$pat" "$@"
+  [ "$(grep -c . err.txt)" = 1 ] || fail "$name: not one line: $(cat err.txt)"
+  [ ! -e m.st ] && [ ! -e m.st.cgrad-lock ] || fail "$name: m.st written"
+}
+refused_kept "--keep-last: a file it did not write" \
+  "'m.st.step00000008.safetensors' exists: an evaluation checkpoint this run did not write" \
+  "$charlm" train --data c.txt "${TINY[@]}" --steps 8 --keep-last 2 --out m.st
+[ "$(cat m.st.step00000008.safetensors)" = mine ] || fail "--keep-last: the file was changed"
+refused_kept "--keep-last: --init-from a name it would write" "--init-from 'm.st.step00000008.safetensors' is the evaluation checkpoint" \
+  "$charlm" train --init-from m.st.step00000008.safetensors --data c.txt --steps 8 --keep-last 2 --out m.st --force
+"$charlm" train --data c.txt "${TINY[@]}" --steps 12 --keep-last 1 --out m.st --force >/dev/null 2>m.log &&
+  [ "$(cat m.st.step00000006.safetensors)" = mine ] && [ ! -e m.st.step00000008.safetensors ] &&
+  [ -e m.st.step00000012.safetensors ] && echo "ok: --keep-last --force: overwrites its names, keeps other files" ||
+  fail "--keep-last --force: $(tail -1 m.log) $(kept m.st)"
+"$seq2seq" train --data p.tsv "${S2S[@]}" --steps 12 --keep-last 2 --out q.st >/dev/null 2>q.log ||
+  fail "seq2seq --keep-last: $(tail -1 q.log)"
+[ "$(kept q.st)" = "q.st.step00000008.safetensors q.st.step00000012.safetensors" ] &&
+  echo "ok: seq2seq --keep-last 2: $(kept q.st)" || fail "seq2seq --keep-last left: $(kept q.st)"
 finish
