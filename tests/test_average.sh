@@ -27,17 +27,9 @@ seq2seq=$2
 tool=$3
 . "$(dirname "$0")/shell_lib.sh" average
 
-# safetensors files read and written with the standard library only
+# safetensors files read (shell_lib.sh st_py) and written with the standard library only
 st() {
-  python3 - "$@" <<'EOF'
-import json, struct, sys
-def load(p):
-    b = open(p, 'rb').read()
-    n = struct.unpack('<Q', b[:8])[0]
-    h = json.loads(b[8:8 + n])
-    meta = h.pop('__metadata__', {})
-    return {k: (v['dtype'], v['shape'], b[8 + n + v['data_offsets'][0]:8 + n + v['data_offsets'][1]])
-            for k, v in h.items()}, meta
+  st_py "$@" <<'EOF'
 def save(p, t, meta):
     h, off, data = {'__metadata__': meta}, 0, b''
     for k, (dt, shape, raw) in t.items():
