@@ -203,8 +203,10 @@ static bool keep_at(cg_trainer *t, int64_t step, int64_t *drop, int *ndrop)
     return true;
 }
 
-/* Save to path, and also to the kept checkpoint of step (cg_kept_path)
- * when keep. */
+/* Save to t->out, then also to the kept checkpoint of step (cg_kept_path)
+ * when keep (in this order: a run killed in between has recorded a kept
+ * checkpoint it lacks, which is harmless, rather than left one that its
+ * checkpoint does not know and a resume would refuse). */
 static bool save_files(const cg_trainer *t, const cg_trainer_model *m, const cg_optim *opt,
                        int64_t step, bool keep, const char *tj)
 {
@@ -214,8 +216,8 @@ static bool save_files(const cg_trainer *t, const cg_trainer_model *m, const cg_
     cg_ft_save ft = {.init_from = from, .adapters = t->adapters};
     const cg_tokenizer *tok = m->tokenizer(m->self);
     bool ok = cfg && (from || !t->from_origin) && (kp || !keep) &&
-              (!kp || cg_ft_ckpt_save(kp, &ft, m->name, cfg, tok, m->module, opt, step, tj)) &&
-              cg_ft_ckpt_save(t->out, &ft, m->name, cfg, tok, m->module, opt, step, tj);
+              cg_ft_ckpt_save(t->out, &ft, m->name, cfg, tok, m->module, opt, step, tj) &&
+              (!kp || cg_ft_ckpt_save(kp, &ft, m->name, cfg, tok, m->module, opt, step, tj));
     free(cfg);
     free(from);
     free(kp);
