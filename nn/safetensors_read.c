@@ -551,7 +551,8 @@ double cg_st_f32_elements(const cg_st_file *f)
         cg_st_dtype dt;
         int nd;
         int64_t shape[CG_MAX_DIMS];
-        if (cg_st_info(f, cg_st_name(f, i), &dt, &nd, shape) && dt == CG_ST_F32)
+        if (cg_st_info(f, cg_st_name(f, i), &dt, &nd, shape) &&
+            (dt == CG_ST_F32 || dt == CG_ST_BF16 || dt == CG_ST_F16))
             have += (double)cg_numel_shape(nd, shape);
     }
     return have;

@@ -25,6 +25,10 @@
 #   zoo_ckpts                  zoo_data, the flags TINY (a charlm 16 wide, one
 #                              layer) and S2S (a seq2seq as small), and a.st
 #                              and s.st: 4 steps of each ($charlm, $seq2seq)
+#   st_py ARGS... <<'EOF'      python3 runs the script on stdin (sys.argv[1:]
+#                              = ARGS) after load(PATH) -> ({name: (dtype,
+#                              shape, bytes)}, metadata): a safetensors file
+#                              read with the standard library only
 #   finish                     exit 1 after failures, else 0
 dir=$(mktemp -d "${TMPDIR:-/tmp}/cg_$1.XXXXXX")
 trap 'rm -rf "$dir"' EXIT
@@ -115,6 +119,21 @@ train_ok() {
   else
     fail "$name: exit $rc: $line $(tail -c 300 b.err)"
   fi
+}
+st_py() {
+  local prelude
+  prelude=$(cat <<'PY'
+import json, struct, sys
+def load(p):
+    b = open(p, 'rb').read()
+    n = struct.unpack('<Q', b[:8])[0]
+    h = json.loads(b[8:8 + n])
+    meta = h.pop('__metadata__', {})
+    return {k: (v['dtype'], v['shape'], b[8 + n + v['data_offsets'][0]:8 + n + v['data_offsets'][1]])
+            for k, v in h.items()}, meta
+PY
+)
+  python3 -c "$prelude"$'\n'"$(cat)" "$@"
 }
 finish() {
   [ "$failures" -eq 0 ] || { echo "$failures failure(s)" >&2; exit 1; }

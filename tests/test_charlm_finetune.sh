@@ -24,14 +24,7 @@ tool=$2
 
 # safetensors files read with the standard library only
 st() {
-  python3 - "$@" <<'EOF'
-import json, struct, sys
-def load(p):
-    b = open(p, 'rb').read()
-    n = struct.unpack('<Q', b[:8])[0]
-    h = json.loads(b[8:8 + n])
-    meta = h.pop('__metadata__', {})
-    return {k: b[8 + n + v['data_offsets'][0]:8 + n + v['data_offsets'][1]] for k, v in h.items()}, meta
+  st_py "$@" <<'EOF'
 cmd, a = sys.argv[1], sys.argv[2]
 t, meta = load(a)
 if cmd == 'names':  # the tensor names, one a line
@@ -42,7 +35,7 @@ elif cmd == 'params-same':  # the parameters (not optim.*) of a and b are the sa
     pb = {k: v for k, v in u.items() if not k.startswith('optim.')}
     sys.exit(0 if pa == pb else 1)
 elif cmd == 'optim-zero':  # every optimizer tensor is zero (a fresh optimizer after 0 steps)
-    sys.exit(0 if all(not any(v) for k, v in t.items() if k.startswith('optim.')) else 1)
+    sys.exit(0 if all(not any(v[2]) for k, v in t.items() if k.startswith('optim.')) else 1)
 elif cmd == 'meta':  # a field of a JSON metadata value: meta FILE KEY FIELD
     print(json.loads(meta[sys.argv[3]])[sys.argv[4]])
 elif cmd == 'history-steps':  # the evaluation steps of the training state's history

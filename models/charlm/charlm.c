@@ -98,6 +98,13 @@ bool cg_charlm_config_from_json(const char *json, cg_charlm_config *out)
     return true;
 }
 
+bool cg_charlm_config_same_arch(const char *json_a, const char *json_b)
+{
+    cg_charlm_config a, b;
+    return cg_charlm_config_from_json(json_a, &a) && cg_charlm_config_from_json(json_b, &b) &&
+           cg_config_same_arch(FIELDS, N_FIELDS, &a, &b);
+}
+
 char *cg_charlm_config_to_json(const cg_charlm_config *c)
 {
     if (!cg_charlm_config_check(c))

@@ -54,6 +54,10 @@ bool cg_charlm_config_check(const cg_charlm_config *c);
 bool cg_charlm_config_from_json(const char *json, cg_charlm_config *out);
 /* The config as a JSON object string (malloc'd; caller frees), or NULL. */
 char *cg_charlm_config_to_json(const cg_charlm_config *c);
+/* Do two checkpoints' "config" JSON texts describe one architecture (every
+ * field but the training recipe's dropout)? False + error
+ * naming the first field that differs, or the bad config. */
+bool cg_charlm_config_same_arch(const char *json_a, const char *json_b);
 
 typedef struct {
     cg_module base; /* type "CharLM" */

@@ -22,6 +22,7 @@
 #include "models/train/dist.h"
 #include "models/report/plot.h"
 #include "models/charlm/sampling.h"
+#include "models/train/average.h"
 #include "models/train/trainer.h"
 #include "models/text/vocab.h"
 #include "optim/optim.h"
@@ -705,6 +706,21 @@ static int cmd_eval(int argc, char **argv)
     return rc < 0 ? 0 : rc;
 }
 
+/* ---------------------------------------------------------------- average */
+static bool lm_loads(const char *path)
+{
+    cg_charlm_ckpt ck;
+    bool ok = cg_charlm_ckpt_load(path, &ck);
+    cg_charlm_ckpt_free(&ck);
+    return ok;
+}
+
+static int cmd_average(int argc, char **argv)
+{
+    const cg_avg_model m = {"charlm", cg_charlm_config_same_arch, lm_loads};
+    return cg_average_command(argc, argv, &m); /* models/train/average.h */
+}
+
 /* ------------------------------------------------------------------- main */
 static const char MAIN_HELP[] =
     "usage: charlm COMMAND [options]\n"
@@ -712,12 +728,13 @@ static const char MAIN_HELP[] =
     "  train    train a model on a text (default " DEFAULT_DATA ")\n"
     "  sample   generate text from a checkpoint\n"
     "  eval     validation loss, perplexity and bits per character\n"
+    "  average  average the weights of checkpoints (e.g. those of train --keep-last)\n"
     "Run 'charlm COMMAND --help' for a command's options. Exit status: 0 done,\n"
     "1 failed, 2 bad command line.\n";
 
 int main(int argc, char **argv)
 {
     const cg_prog_command cmds[] = {
-        {"train", cmd_train}, {"sample", cmd_sample}, {"eval", cmd_eval}};
-    return cg_prog_main(argc, argv, PROG, MAIN_HELP, cmds, 3);
+        {"train", cmd_train}, {"sample", cmd_sample}, {"eval", cmd_eval}, {"average", cmd_average}};
+    return cg_prog_main(argc, argv, PROG, MAIN_HELP, cmds, 4);
 }

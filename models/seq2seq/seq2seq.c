@@ -120,6 +120,13 @@ bool cg_seq2seq_config_from_json(const char *json, cg_seq2seq_config *out)
     return true;
 }
 
+bool cg_seq2seq_config_same_arch(const char *json_a, const char *json_b)
+{
+    cg_seq2seq_config a, b;
+    return cg_seq2seq_config_from_json(json_a, &a) && cg_seq2seq_config_from_json(json_b, &b) &&
+           cg_config_same_arch(FIELDS, N_FIELDS, &a, &b);
+}
+
 char *cg_seq2seq_config_to_json(const cg_seq2seq_config *c)
 {
     if (!cg_seq2seq_config_check(c))

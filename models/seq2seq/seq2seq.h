@@ -59,6 +59,10 @@ bool cg_seq2seq_config_check(const cg_seq2seq_config *c);
 bool cg_seq2seq_config_from_json(const char *json, cg_seq2seq_config *out);
 /* malloc'd JSON object string (caller frees), or NULL + error. */
 char *cg_seq2seq_config_to_json(const cg_seq2seq_config *c);
+/* Do two checkpoints' "config" JSON texts describe one architecture (every
+ * field but the training recipe's dropout and label smoothing)? False + error
+ * naming the first field that differs, or the bad config. */
+bool cg_seq2seq_config_same_arch(const char *json_a, const char *json_b);
 
 typedef struct {
     cg_module base; /* type "Seq2Seq" */

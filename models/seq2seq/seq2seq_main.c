@@ -5,6 +5,7 @@
  *   seq2seq translate  --ckpt F [--beam N --length-penalty A --no-cache] [sentences...]
  *   seq2seq eval       --ckpt F [--beam N] [--no-cache]
  *   seq2seq attention  --ckpt F --text S [--out DIR]
+ *   seq2seq average    --out F CKPT CKPT...
  *
  * The training recipe is shared/reference/train_seq2seq.py (see its
  * docstring); the data split and batch order use numpy's RandomState
@@ -24,6 +25,7 @@
 #include "models/data/pairs.h"
 #include "models/seq2seq/seq2seq.h"
 #include "models/text/tokenizer.h"
+#include "models/train/average.h"
 #include "models/train/trainer.h"
 #include "models/seq2seq/translate.h"
 #include "optim/optim.h"
@@ -569,6 +571,21 @@ static int cmd_attention(int argc, char **argv)
     return 0;
 }
 
+/* ============================================================ average */
+static bool mt_loads(const char *path)
+{
+    cg_seq2seq_ckpt c;
+    bool ok = cg_seq2seq_ckpt_load(path, &c);
+    cg_seq2seq_ckpt_free(&c);
+    return ok;
+}
+
+static int cmd_average(int argc, char **argv)
+{
+    const cg_avg_model m = {"seq2seq", cg_seq2seq_config_same_arch, mt_loads};
+    return cg_average_command(argc, argv, &m); /* models/train/average.h */
+}
+
 /* ============================================================ main */
 static const char MAIN_HELP[] =
     "usage: seq2seq <command> [options]   (seq2seq <command> --help for each)\n"
@@ -581,6 +598,7 @@ static const char MAIN_HELP[] =
     "  translate  translate sentences (arguments or stdin lines)\n"
     "  eval       BLEU and chrF on the test split, one JSON line\n"
     "  attention  PNG heatmaps of every attention layer and head for one sentence\n"
+    "  average    average the weights of checkpoints (e.g. those of train --keep-last)\n"
     "Exit status: 0 done, 1 failed, 2 bad command line.\n";
 
 int main(int argc, char **argv)
@@ -588,6 +606,7 @@ int main(int argc, char **argv)
     const cg_prog_command cmds[] = {{"train", cmd_train},
                                     {"translate", cmd_translate},
                                     {"eval", cmd_eval},
-                                    {"attention", cmd_attention}};
-    return cg_prog_main(argc, argv, PROG, MAIN_HELP, cmds, 4);
+                                    {"attention", cmd_attention},
+                                    {"average", cmd_average}};
+    return cg_prog_main(argc, argv, PROG, MAIN_HELP, cmds, 5);
 }

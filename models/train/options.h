@@ -47,6 +47,7 @@ typedef struct {
     int64_t steps, eval_every, log_every, stop_at, threads, grad_accum;
     int64_t zero;       /* --zero: 0 or 1 (ZeRO-1: optimizer state sharded over ranks) */
     double max_minutes; /* --max-minutes: wall-time budget, 0 = none */
+    int64_t keep_last;  /* --keep-last N: the last N evaluation checkpoints kept (0: none) */
     uint64_t seed;
     const char *data, *out, *resume;
     /* --init-from FILE (a program that has the flag: charlm): a new run from
@@ -99,6 +100,7 @@ void cg_train_recipe_init(cg_train_recipe *r);
 void cg_train_init(cg_train_opts *o, cg_train_recipe *r, int64_t steps, int64_t eval_every);
 
 #define CG_TRAIN_BIG 1e12
+#define CG_TRAIN_KEEP_MAX 1000 /* --keep-last at most */
 
 /* The recipe rows of a train command's table (r: cg_train_recipe *). */
 #define CG_TRAIN_RECIPE_FLAGS(r)                                                                  \
@@ -254,6 +256,17 @@ void cg_train_init(cg_train_opts *o, cg_train_recipe *r, int64_t steps, int64_t 
          "                       evaluate, save and report as at the last step; the\n"            \
          "                       evaluations and saves on the way count, those at the\n"          \
          "                       end do not; with --resume the budget starts again\n",            \
+         0},                                                                                      \
+        {"--keep-last",                                                                           \
+         CG_CLI_I64,                                                                              \
+         &(o)->keep_last,                                                                         \
+         0,                                                                                       \
+         CG_TRAIN_KEEP_MAX,                                                                       \
+         "  --keep-last N        also keep each evaluation checkpoint beside --out as\n"          \
+         "                       OUT.stepNNNNNNNN.safetensors (OUT: --out without\n"              \
+         "                       .safetensors), the last N of them, to average (the older\n"      \
+         "                       ones this run wrote are removed; default 0: none; with\n"        \
+         "                       --resume: the checkpoint's unless given)\n",                     \
          0},                                                                                      \
         {"--skip-nonfinite",                                                                      \
          CG_CLI_SWITCH,                                                                           \

@@ -2,6 +2,7 @@
 #include "models/train/outfile.h"
 
 #include <errno.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -263,6 +264,85 @@ bool cg_out_check_reads(const char *out, const char *in, const char *what, bool 
         }
     for (int i = 0; i < 4; i++)
         free(files[i]);
+    return ok;
+}
+
+/* ------------------------------------------------------------ kept checkpoints */
+#define KEPT_TAG ".step"
+#define KEPT_EXT ".safetensors"
+
+char *cg_kept_path(const char *out, int64_t step)
+{
+    char suffix[64];
+    snprintf(suffix, sizeof suffix, KEPT_TAG "%08lld" KEPT_EXT, (long long)step);
+    return cg_ckpt_sibling(out, suffix);
+}
+
+char *cg_out_resolved(const char *path)
+{
+    char *r = resolved_name(path);
+    if (!r)
+        cg_set_error("cannot resolve the directory of '%s': %s", path, strerror(errno));
+    return r;
+}
+
+/* The step of a kept checkpoint called name (a file name) beside the
+ * checkpoint whose name without ".safetensors" is stem; -1 for another. */
+static int64_t kept_step(const char *name, const char *stem)
+{
+    size_t n = strlen(stem), t = strlen(KEPT_TAG), e = strlen(KEPT_EXT), len = strlen(name);
+    if (len <= n + t + e || strncmp(name, stem, n) != 0 || strncmp(name + n, KEPT_TAG, t) != 0 ||
+        strcmp(name + len - e, KEPT_EXT) != 0)
+        return -1;
+    int64_t step = 0;
+    for (size_t i = n + t; i < len - e; i++) {
+        if (name[i] < '0' || name[i] > '9' || step > 100000000000000LL)
+            return -1;
+        step = step * 10 + (name[i] - '0');
+    }
+    return step;
+}
+
+bool cg_kept_check(const char *out, const int64_t *kept, int n, bool force,
+                   const char *const *reads, const char *const *what, int nr)
+{
+    char *stem_path = cg_ckpt_sibling(out, ""), *dir = dir_part(out);
+    const char *stem = stem_path ? strrchr(stem_path, '/') : NULL;
+    stem = stem ? stem + 1 : stem_path;
+    DIR *d = stem && dir ? opendir(dir) : NULL;
+    bool ok = d != NULL || (stem && dir && errno == ENOENT); /* no directory yet: none there */
+    if (!ok)
+        cg_set_error("cannot list the directory of '%s': %s", out, strerror(errno));
+    for (struct dirent *e; ok && d && (e = readdir(d));) {
+        int64_t step = kept_step(e->d_name, stem);
+        char *p = step >= 0 ? cg_kept_path(out, step) : NULL;
+        const char *base = p && strrchr(p, '/') ? strrchr(p, '/') + 1 : p;
+        if (p && strcmp(base, e->d_name) != 0) { /* "step0250": not a name we write */
+            free(p);
+            p = NULL;
+        }
+        bool ours = false;
+        for (int i = 0; i < n; i++)
+            ours = ours || kept[i] == step;
+        for (int i = 0; p && i < nr; i++)
+            if (reads[i] && cg_same_file(p, reads[i])) {
+                cg_set_error("%s '%s' is the evaluation checkpoint '%s' that --keep-last would "
+                             "write; choose another --out (nothing was written)",
+                             what[i], reads[i], p);
+                ok = false;
+            }
+        if (ok && p && !force && !ours) {
+            cg_set_error("'%s' exists: an evaluation checkpoint this run did not write; pass "
+                         "--force to overwrite it, or choose another --out",
+                         p);
+            ok = false;
+        }
+        free(p);
+    }
+    if (d)
+        closedir(d);
+    free(stem_path);
+    free(dir);
     return ok;
 }
 

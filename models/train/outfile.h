@@ -93,6 +93,26 @@ bool cg_out_check_stdout(const char *in, const char *what);
  * force is false ("'x' exists; pass --force to overwrite it"). */
 bool cg_out_picture_check(const char *path, bool force, const char *in, const char *what);
 
+/* ------------------------------------------------------------ kept checkpoints */
+/* train --keep-last N keeps each evaluation checkpoint also as
+ * "<out without .safetensors>.step<step, 8 digits or more>.safetensors"
+ * beside out ("out/charlm.step00000250.safetensors"), malloc'd, or NULL +
+ * error. */
+char *cg_kept_path(const char *out, int64_t step);
+/* path with its directory resolved ("/abs/dir/name"; the file need not
+ * exist), malloc'd, or NULL + error when the directory does not resolve. */
+char *cg_out_resolved(const char *path);
+/* Before a run that keeps its evaluation checkpoints beside out: every
+ * kept checkpoint of out that exists (found by name in out's directory)
+ * must be one of kept[0..n) (the steps the run being resumed wrote), or
+ * force given ("'x' exists: an evaluation checkpoint this run did not
+ * write; pass --force to overwrite it, or choose another --out"); none may
+ * be a file the run reads (reads[0..nr), NULL entries skipped; what[i]
+ * names each: "--data"), even with force. Nothing there (no directory
+ * yet) is fine. False + error. */
+bool cg_kept_check(const char *out, const int64_t *kept, int n, bool force,
+                   const char *const *reads, const char *const *what, int nr);
+
 /* ------------------------------------------------------------ metrics log */
 /* The part of a metrics log (one JSON object per line, each with an
  * integral "step") that a run resumed at `step` keeps, so that the log

@@ -108,6 +108,12 @@ struct cg_trainer {
     cg_ft_origin origin;
     bool from_origin, adapters;
     FILE *metrics; /* FILE.metrics.jsonl (rank 0) */
+    /* --keep-last: the steps of the evaluation checkpoints this run (with
+     * the runs it resumes) wrote beside out and keeps, oldest first
+     * (models/train/outfile.h cg_kept_path); kept in the checkpoint with
+     * the resolved out they were written beside */
+    int64_t kept[CG_TRAIN_KEEP_MAX + 1];
+    int n_kept;
 };
 
 #ifdef __cplusplus

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "models/train/dist.h"
 #include "models/train/run.h"
 #include "models/util/config_json.h"
 
@@ -84,6 +85,15 @@ char *cg_train_state_json(const cg_trainer *t, const cg_trainer_model *m)
     if (h)
         cJSON_AddItemToObject(j, "history", h);
     ok = ok && cg_train_options_save(o->args, cJSON_AddObjectToObject(j, "options"));
+    if ((o->keep_last > 0 || t->n_kept > 0) && cg_dist_is_root()) { /* --keep-last */
+        char *ro = cg_out_resolved(t->out);
+        cJSON *k = cJSON_AddArrayToObject(j, "kept");
+        for (int i = 0; k && i < t->n_kept; i++)
+            cJSON_AddItemToArray(k, cJSON_CreateNumber((double)t->kept[i]));
+        ok = ok && ro && k && cJSON_AddNumberToObject(j, "keep_last", (double)o->keep_last) &&
+             cg_json_add_name(j, "kept_out", ro);
+        free(ro);
+    }
     cJSON *ms = cJSON_AddObjectToObject(j, "model");
     ok = ok && ms && (!m->state_save || m->state_save(m->self, ms));
     char *s = ok ? cJSON_PrintUnformatted(j) : NULL;
@@ -91,6 +101,33 @@ char *cg_train_state_json(const cg_trainer *t, const cg_trainer_model *m)
     if (!s && !cg_has_error())
         cg_set_error("out of memory");
     return s;
+}
+
+/* --keep-last of the checkpoint's run: N unless given, and the steps of
+ * the evaluation checkpoints it kept, when they were written beside the
+ * out of this run (else they are another run's: never removed). */
+static bool kept_restore(cg_trainer *t, cg_train_opts *o, const char *what)
+{
+    int64_t keep = 0;
+    const cg_json_field f = {"keep_last", CG_JF_I64, &keep, 0, CG_TRAIN_KEEP_MAX, true};
+    double steps[CG_TRAIN_KEEP_MAX];
+    int n = 0;
+    if (!cg_json_read_fields(t->state, what, &f, 1) ||
+        !cg_json_f64_array(t->state, what, "kept", steps, CG_TRAIN_KEEP_MAX, &n) ||
+        !cg_json_name_decode(t->state, "kept_out", what))
+        return false;
+    if (!cg_cli_given(o->args, &o->keep_last))
+        o->keep_last = keep;
+    const cJSON *ko = cJSON_GetObjectItemCaseSensitive(t->state, "kept_out");
+    char *ro = n > 0 ? cg_out_resolved(t->out) : NULL;
+    t->n_kept = 0;
+    for (int i = 0; ro && cJSON_IsString(ko) && strcmp(ko->valuestring, ro) == 0 && i < n; i++)
+        if (steps[i] >= 0 && steps[i] <= 1e15 && steps[i] == (double)(int64_t)steps[i])
+            t->kept[t->n_kept++] = (int64_t)steps[i];
+    if (n > 0 && !ro) /* out's directory is not there yet: nothing of ours beside it */
+        cg_clear_error();
+    free(ro);
+    return true;
 }
 
 /* Restore the shared state of a checkpoint into t and o: every field type-
@@ -141,6 +178,8 @@ static bool state_restore(cg_trainer *t, cg_train_opts *o, const char *path)
         cg_prefix_error("'%s': ", path);
         return false;
     }
+    if (!kept_restore(t, o, what))
+        return false;
     t->dropout_rng_set = true;
     o->seed = seed;
     o->grad_accum = accum;

@@ -47,6 +47,25 @@ static bool check_base_read(const cg_trainer *t)
            cg_out_check_reads(t->out, base, o->base ? "--base" : "the base of --resume", true);
 }
 
+/* Does the command's flag table have the flag name? */
+static bool has_flag(const cg_cli_args *a, const char *name)
+{
+    for (int i = 0; a && i < a->n; i++)
+        if (a->opts[i].name && strcmp(a->opts[i].name, name) == 0)
+            return true;
+    return false;
+}
+
+/* --keep-last: the kept checkpoints already there are this run's (or
+ * --force), never a file the run reads (models/train/outfile.h
+ * cg_kept_check). */
+static bool check_kept(const cg_trainer *t)
+{
+    const cg_train_opts *o = t->o;
+    const char *reads[] = {o->data, o->init_from}, *what[] = {"--data", "--init-from"};
+    return cg_kept_check(t->out, t->kept, t->n_kept, o->force, reads, what, 2);
+}
+
 void cg_trainer_init(cg_trainer *t, cg_train_opts *o)
 {
     memset(t, 0, sizeof *t);
@@ -75,6 +94,13 @@ int cg_trainer_begin(cg_trainer *t, cg_train_opts *o, const char *kind, const ch
         t->ckpt = cg_ckpt_open(o->resume, kind);
         if (!t->ckpt)
             return cg_prog_fail_lib(NULL);
+        if (cg_st_metadata(t->ckpt, "averaged")) /* models/train/average.h */
+            return cg_prog_fail("'%s' is an average of checkpoints: weights only, no optimizer "
+                                "state, so --resume cannot continue it%s",
+                                o->resume,
+                                has_flag(o->args, "--init-from")
+                                    ? " (start a new run from its weights with --init-from)"
+                                    : "; use it to decode and evaluate");
         t->start = cg_ckpt_step(t->ckpt);
         if (!cg_trainer_restore(t, cg_st_metadata(t->ckpt, "train"), o->resume) ||
             !cg_ft_origin_read(t->ckpt, o->resume, &t->origin, &t->from_origin))
@@ -97,9 +123,16 @@ int cg_trainer_begin(cg_trainer *t, cg_train_opts *o, const char *kind, const ch
             (o->init_from && !cg_out_check_reads(t->out, o->init_from, "--init-from", true)) ||
             !check_base_read(t))
             return cg_prog_fail_lib(NULL);
+        if (o->keep_last > 0 && !check_kept(t))
+            return cg_prog_fail_lib(NULL);
         rc = check_output(t, t->out);
         if (rc >= 0)
             return rc;
+        char *last = o->keep_last > 0 ? cg_kept_path(t->out, o->steps) : NULL;
+        bool fits = !last || cg_out_check(last, false); /* its name fits */
+        free(last);
+        if (!fits || (o->keep_last > 0 && !last))
+            return cg_prog_fail_lib(NULL);
     }
     t->step = t->start;
     return -1;
@@ -165,6 +198,47 @@ typedef struct {
     bool log_stop; /* stopped for it (every rank) */
 } run_ctx;
 
+static bool evaluated_at(const cg_trainer *t, int64_t step);
+
+/* --keep-last: is the checkpoint saved at step an evaluation checkpoint to
+ * keep (not yet kept)? Then it joins t->kept, and *ndrop of the oldest
+ * leave it for drop[]: their files are removed once the saves are done. */
+static bool keep_at(cg_trainer *t, int64_t step, int64_t *drop, int *ndrop)
+{
+    int64_t n = t->o->keep_last;
+    *ndrop = 0;
+    if (n <= 0 || step <= t->start || !evaluated_at(t, step) ||
+        (t->n_kept > 0 && t->kept[t->n_kept - 1] == step))
+        return false;
+    t->kept[t->n_kept++] = step;
+    while (t->n_kept > n) {
+        drop[(*ndrop)++] = t->kept[0];
+        memmove(t->kept, t->kept + 1, (size_t)--t->n_kept * sizeof *t->kept);
+    }
+    return true;
+}
+
+/* Save to t->out, then also to the kept checkpoint of step (cg_kept_path)
+ * when keep (in this order: a run killed in between has recorded a kept
+ * checkpoint it lacks, which is harmless, rather than left one that its
+ * checkpoint does not know and a resume would refuse). */
+static bool save_files(const cg_trainer *t, const cg_trainer_model *m, const cg_optim *opt,
+                       int64_t step, bool keep, const char *tj)
+{
+    char *cfg = m->config_json(m->self);
+    char *from = cfg && t->from_origin ? cg_ft_origin_json(&t->origin) : NULL;
+    char *kp = keep ? cg_kept_path(t->out, step) : NULL;
+    cg_ft_save ft = {.init_from = from, .adapters = t->adapters};
+    const cg_tokenizer *tok = m->tokenizer(m->self);
+    bool ok = cfg && (from || !t->from_origin) && (kp || !keep) &&
+              cg_ft_ckpt_save(t->out, &ft, m->name, cfg, tok, m->module, opt, step, tj) &&
+              (!kp || cg_ft_ckpt_save(kp, &ft, m->name, cfg, tok, m->module, opt, step, tj));
+    free(cfg);
+    free(from);
+    free(kp);
+    return ok;
+}
+
 static bool save(run_ctx *c, int64_t step)
 {
     /* ZeRO: every rank sends its shard of the state to rank 0, which saves
@@ -174,17 +248,20 @@ static bool save(run_ctx *c, int64_t step)
     if (!cg_dist_is_root())
         return true;
     const cg_trainer_model *m = c->m;
+    int64_t drop[CG_TRAIN_KEEP_MAX + 1];
+    int ndrop;
+    bool keep = keep_at(c->t, step, drop, &ndrop);
     char *tj = opt ? cg_train_state_json(c->t, m) : NULL;
-    char *cfg = tj ? m->config_json(m->self) : NULL;
-    char *from = cfg && c->t->from_origin ? cg_ft_origin_json(&c->t->origin) : NULL;
-    cg_ft_save ft = {.init_from = from, .adapters = c->t->adapters};
-    bool ok = cfg && (from || !c->t->from_origin) &&
-              cg_ft_ckpt_save(c->t->out, &ft, m->name, cfg, m->tokenizer(m->self), m->module, opt,
-                              step, tj);
+    bool ok = tj && save_files(c->t, m, opt, step, keep, tj);
     cg_optim_free(gathered);
     free(tj);
-    free(cfg);
-    free(from);
+    for (int i = 0; ok && i < ndrop; i++) { /* kept checkpoints of this run, now too old */
+        char *p = cg_kept_path(c->t->out, drop[i]);
+        if (p && unlink(p) != 0 && errno != ENOENT)
+            cg_prog_warn("cannot remove the old evaluation checkpoint '%s': %s", p,
+                         strerror(errno));
+        free(p);
+    }
     if (ok && c->png && (c->t->hist.n > 0 || c->t->hist.dn > 0) &&
         !cg_history_plot(&c->t->hist, c->png, m->plot_title))
         cg_prog_warn("could not write the loss curve: %s", cg_last_error());
@@ -362,6 +439,8 @@ static bool check_ranks_agree(const cg_trainer *t, const cg_trainer_model *m)
         cJSON_DeleteItemFromObjectCaseSensitive(s, "data"); /* paths: per machine */
         cJSON_DeleteItemFromObjectCaseSensitive(s, "data_hex");
         drop_path(cJSON_GetObjectItemCaseSensitive(s, "data_id"));
+        cJSON_DeleteItemFromObjectCaseSensitive(s, "kept_out"); /* rank 0's alone */
+        cJSON_DeleteItemFromObjectCaseSensitive(s, "kept_out_hex");
         const cg_train_opts *o = t->o;
         cJSON_AddNumberToObject(run, "stop_at", (double)o->stop_at);
         cJSON_AddNumberToObject(run, "max_minutes", o->max_minutes);

@@ -522,3 +522,31 @@ char *cg_config_write(const char *model, const cg_config_field *f, int n, const 
     cJSON_Delete(o);
     return s;
 }
+
+/* The value of field r of cfg as text ("128", "rmsnorm", "true"). */
+static const char *field_text(const cg_config_field *r, const void *cfg, char *buf, size_t n)
+{
+    switch (r->kind) {
+    case CG_CF_I64: snprintf(buf, n, "%lld", (long long)*(const int64_t *)FIELD(*r)); break;
+    case CG_CF_BOOL: snprintf(buf, n, "%s", *(const bool *)FIELD(*r) ? "true" : "false"); break;
+    case CG_CF_F32: snprintf(buf, n, "%.9g", (double)*(const float *)FIELD(*r)); break;
+    case CG_CF_NORM:
+        snprintf(buf, n, "%s", cg_norm_kind_name(*(const cg_norm_kind *)FIELD(*r)));
+        break;
+    case CG_CF_ACT: snprintf(buf, n, "%s", cg_act_name(*(const cg_act *)FIELD(*r))); break;
+    }
+    return buf;
+}
+
+bool cg_config_same_arch(const cg_config_field *f, int n, const void *a, const void *b)
+{
+    for (int i = 0; i < n; i++) {
+        char ta[64], tb[64];
+        if (f[i].kind == CG_CF_F32 ||
+            strcmp(field_text(&f[i], a, ta, sizeof ta), field_text(&f[i], b, tb, sizeof tb)) == 0)
+            continue;
+        cg_set_error("%s is %s in one and %s in the other", f[i].key, ta, tb);
+        return false;
+    }
+    return true;
+}

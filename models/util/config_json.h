@@ -118,6 +118,12 @@ typedef struct {
 /* clang-format on */
 bool cg_config_read(const char *json, const char *what, const cg_config_field *f, int n, void *cfg);
 char *cg_config_write(const char *model, const cg_config_field *f, int n, const void *cfg);
+/* Do the configs *a and *b (of one table) describe one architecture, so
+ * that their parameters mean the same (checkpoint averaging)? Every field
+ * is compared except the floats (CG_CF_F32: dropout, label smoothing, the
+ * training recipe). False + error naming the first field that differs
+ * ("d is 128 in one and 64 in the other") otherwise. */
+bool cg_config_same_arch(const cg_config_field *f, int n, const void *a, const void *b);
 
 /* A table-driven reader for a trainer's state object (the "train"
  * metadata of a checkpoint): every field is type- and range-checked before

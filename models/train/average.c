@@ -1,0 +1,340 @@
+/* cgrad zoo: checkpoint averaging (see average.h). */
+#include "models/train/average.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "models/train/checkpoint.h"
+#include "models/train/finetune.h"
+#include "models/train/outfile.h"
+#include "models/train/prog.h"
+#include "models/util/config_json.h"
+
+/* One parameter being averaged: its place in the first file, and the sum
+ * of its values over the files read so far. */
+typedef struct {
+    const char *name; /* borrowed from the first file */
+    cg_st_dtype dtype;
+    int ndim;
+    int64_t shape[CG_MAX_DIMS];
+    int64_t numel;
+    double *sum;
+} avg_param;
+
+typedef struct {
+    const cg_avg_model *m;
+    const char *first_path;
+    cg_st_file *first; /* open until the output is written */
+    avg_param *p;
+    int np;
+    cJSON *files; /* the identities of the files averaged */
+} avg_run;
+
+/* A parameter: neither optimizer state nor the tokenizer. */
+static bool is_param(const char *name)
+{
+    return strncmp(name, "optim.", 6) != 0 && strcmp(name, CG_TOKENIZER_TENSOR) != 0;
+}
+
+static bool same_str(const char *a, const char *b)
+{
+    return (!a && !b) || (a && b && strcmp(a, b) == 0);
+}
+
+/* Open an input: a checkpoint of the model that loads, not an adapter;
+ * its identity goes into r->files. NULL + error. */
+static cg_st_file *open_input(avg_run *r, const char *path)
+{
+    cg_st_file *f = cg_ckpt_open(path, r->m->kind);
+    if (!f)
+        return NULL;
+    cg_ft_origin o;
+    char *js = NULL;
+    cJSON *id = NULL;
+    if (cg_ft_is_adapter(f)) {
+        cg_set_error("'%s' is a LoRA adapter checkpoint (only the adapters of its base); "
+                     "average full checkpoints",
+                     path);
+    } else if (r->m->loads(path) && cg_ft_origin_of(path, f, &o) && (js = cg_ft_origin_json(&o)) &&
+               (id = cJSON_Parse(js))) {
+        cJSON_AddItemToArray(r->files, id);
+        free(js);
+        return f;
+    }
+    if (js && !id)
+        cg_set_error("out of memory");
+    free(js);
+    cg_st_close(f);
+    return NULL;
+}
+
+/* Add the parameters of f (checked against the first file's) to the sums. */
+static bool accumulate(avg_run *r, const cg_st_file *f, const char *path)
+{
+    for (int k = 0; k < r->np; k++) {
+        cg_tensor *t = cg_st_get_f32(f, r->p[k].name);
+        if (!t) {
+            cg_prefix_error("'%s': ", path);
+            return false;
+        }
+        const float *v = cg_data(t);
+        for (int64_t i = 0; i < r->p[k].numel; i++)
+            r->p[k].sum[i] += (double)v[i];
+        cg_release(t);
+    }
+    return true;
+}
+
+/* The first file's parameters (float dtypes only) and their sums. */
+static bool take_first(avg_run *r)
+{
+    const cg_st_file *f = r->first;
+    int n = cg_st_count(f);
+    r->p = calloc((size_t)(n ? n : 1), sizeof *r->p);
+    if (!r->p) {
+        cg_set_error("out of memory");
+        return false;
+    }
+    for (int i = 0; i < n; i++) {
+        const char *name = cg_st_name(f, i);
+        if (!is_param(name))
+            continue;
+        avg_param *p = &r->p[r->np++];
+        p->name = name;
+        cg_st_info(f, name, &p->dtype, &p->ndim, p->shape);
+        if (p->dtype != CG_ST_F32 && p->dtype != CG_ST_BF16 && p->dtype != CG_ST_F16) {
+            cg_set_error("'%s': tensor '%s' is %s; only float parameters (F32, BF16, F16) are "
+                         "averaged",
+                         r->first_path, name, cg_st_dtype_name(p->dtype));
+            return false;
+        }
+        p->numel = 1;
+        for (int d = 0; d < p->ndim; d++)
+            p->numel *= p->shape[d];
+        if (!(p->sum = calloc((size_t)(p->numel ? p->numel : 1), sizeof *p->sum))) {
+            cg_set_error("out of memory");
+            return false;
+        }
+    }
+    return accumulate(r, f, r->first_path);
+}
+
+/* f (path) has the first file's architecture, tokenizer and parameter
+ * names and shapes. False + error naming both files. */
+static bool same_model(const avg_run *r, const cg_st_file *f, const char *path)
+{
+    const cg_st_file *a = r->first;
+    const char *pa = r->first_path;
+    if (!r->m->same_arch(cg_st_metadata(a, "config"), cg_st_metadata(f, "config"))) {
+        cg_prefix_error("'%s' and '%s' are not one architecture: ", pa, path);
+        return false;
+    }
+    size_t na = 0, nb = 0;
+    const void *ta =
+        cg_st_has(a, CG_TOKENIZER_TENSOR) ? cg_st_raw(a, CG_TOKENIZER_TENSOR, &na) : NULL;
+    const void *tb =
+        cg_st_has(f, CG_TOKENIZER_TENSOR) ? cg_st_raw(f, CG_TOKENIZER_TENSOR, &nb) : NULL;
+    if (!same_str(cg_st_metadata(a, "tokenizer"), cg_st_metadata(f, "tokenizer")) ||
+        !same_str(cg_st_metadata(a, "vocab"), cg_st_metadata(f, "vocab")) || !ta != !tb ||
+        na != nb || (ta && memcmp(ta, tb, na) != 0)) {
+        cg_set_error("'%s' and '%s' have different tokenizers (%s); averaging needs one "
+                     "tokenizer",
+                     pa, path,
+                     !same_str(cg_st_metadata(a, "tokenizer"), cg_st_metadata(f, "tokenizer"))
+                         ? "one char, one bpe"
+                     : ta ? "their BPE models differ"
+                          : "their vocabularies differ");
+        return false;
+    }
+    int nf = 0;
+    for (int i = 0; i < cg_st_count(f); i++)
+        nf += is_param(cg_st_name(f, i));
+    for (int k = 0; k < r->np; k++) {
+        const avg_param *p = &r->p[k];
+        int nd = 0;
+        int64_t sh[CG_MAX_DIMS];
+        if (!cg_st_has(f, p->name)) {
+            cg_set_error("'%s' has no tensor '%s', which '%s' has", path, p->name, pa);
+            return false;
+        }
+        cg_st_info(f, p->name, NULL, &nd, sh);
+        if (nd != p->ndim || memcmp(sh, p->shape, (size_t)nd * sizeof *sh) != 0) {
+            cg_set_error("tensor '%s' has another shape in '%s' than in '%s'", p->name, path, pa);
+            return false;
+        }
+    }
+    if (nf != r->np) {
+        cg_set_error("'%s' has %d parameter tensors and '%s' %d", path, nf, pa, r->np);
+        return false;
+    }
+    return true;
+}
+
+/* x rounded to float by round-to-odd (toward zero, the last bit set when
+ * inexact): rounding that float once more to a narrower float (bf16, f16)
+ * to nearest even gives x correctly rounded, as one rounding would. */
+static float round_to_odd(double x)
+{
+    float f = (float)x;
+    if (!isfinite(f) || (double)f == x)
+        return f;
+    if (fabs((double)f) > fabs(x))
+        f = nextafterf(f, 0.0f);
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    u |= 1u;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* The output: the first file's metadata and tokenizer, "averaged", and
+ * each parameter's mean in the first file's dtype, in its order. */
+static cg_st_writer *write_mean(const avg_run *r, int n)
+{
+    const cg_st_file *a = r->first;
+    cg_st_writer *w = cg_st_writer_new();
+    bool ok = w != NULL;
+    for (int i = 0; ok && i < cg_st_metadata_count(a); i++) {
+        const char *key = cg_st_metadata_key(a, i);
+        ok = cg_st_set_metadata(w, key, cg_st_metadata(a, key));
+    }
+    cJSON *avg = cJSON_CreateObject();
+    ok = ok && avg && cJSON_AddItemReferenceToObject(avg, "files", r->files) &&
+         cg_st_set_metadata_json(w, "averaged", avg);
+    cJSON_Delete(avg);
+    for (int i = 0, k = 0; ok && i < cg_st_count(a); i++) {
+        const char *name = cg_st_name(a, i);
+        size_t nb;
+        if (strcmp(name, CG_TOKENIZER_TENSOR) == 0) {
+            const void *raw = cg_st_raw(a, name, &nb);
+            ok = raw && cg_st_add_u8(w, name, (int64_t)nb, raw);
+        }
+        if (!is_param(name))
+            continue;
+        const avg_param *p = &r->p[k++];
+        cg_tensor *t = cg_empty(p->ndim, p->shape);
+        cg_dtype dt = CG_F32;
+        ok = t && cg_st_dtype_cg(p->dtype, &dt);
+        for (int64_t e = 0; ok && e < p->numel; e++) {
+            double mean = p->sum[e] / n;
+            cg_data(t)[e] = p->dtype == CG_ST_F32 ? (float)mean : round_to_odd(mean);
+        }
+        ok = ok && cg_st_add_as(w, name, t, dt);
+        cg_release(t);
+    }
+    if (!ok) {
+        if (!cg_has_error())
+            cg_set_error("out of memory");
+        cg_st_writer_free(w);
+        return NULL;
+    }
+    return w;
+}
+
+/* The output rules, before any input is read. */
+static bool check_out(const char *const *inputs, int n, const char *out, bool force)
+{
+    if (n < 2) {
+        cg_set_error("averaging needs at least 2 checkpoints (got %d)", n);
+        return false;
+    }
+    if (!cg_out_check(out, false))
+        return false;
+    for (int i = 0; i < n; i++)
+        if (cg_same_file(out, inputs[i])) {
+            cg_set_error("--out '%s' is the same file as the checkpoint '%s' it averages; "
+                         "choose another --out (nothing was written)",
+                         out, inputs[i]);
+            return false;
+        }
+    if (access(out, F_OK) == 0 && !force) {
+        cg_set_error("'%s' exists; pass --force to overwrite it", out);
+        return false;
+    }
+    return true;
+}
+
+bool cg_ckpt_average(const cg_avg_model *m, const char *const *inputs, int n, const char *out,
+                     bool force, long long *params)
+{
+    if (!check_out(inputs, n, out, force))
+        return false;
+    avg_run r = {.m = m, .first_path = inputs[0], .files = cJSON_CreateArray()};
+    bool ok = r.files && (r.first = open_input(&r, inputs[0])) && take_first(&r);
+    for (int i = 1; ok && i < n; i++) {
+        cg_st_file *f = open_input(&r, inputs[i]);
+        ok = f && same_model(&r, f, inputs[i]) && accumulate(&r, f, inputs[i]);
+        cg_st_close(f);
+    }
+    cg_st_writer *w = ok ? write_mean(&r, n) : NULL;
+    cg_out_lock lock;
+    ok = w && cg_out_lock_take(out, &lock);
+    if (ok) {
+        ok = cg_st_writer_save(w, out);
+        cg_out_lock_release(&lock);
+    }
+    long long count = 0;
+    for (int k = 0; k < r.np; k++) {
+        count += r.p[k].numel;
+        free(r.p[k].sum);
+    }
+    if (params)
+        *params = count;
+    cg_st_writer_free(w);
+    free(r.p);
+    cJSON_Delete(r.files);
+    cg_st_close(r.first);
+    if (!ok && !cg_has_error())
+        cg_set_error("out of memory");
+    return ok;
+}
+
+int cg_average_command(int argc, char **argv, const cg_avg_model *m)
+{
+    const char *prog = cg_prog_name(), *out = NULL;
+    bool force = false;
+    char help[1600];
+    snprintf(help, sizeof help,
+             "usage: %s average --out FILE [--force] CKPT CKPT [CKPT...]\n"
+             "Average the parameters of two or more %s checkpoints of one architecture and\n"
+             "one tokenizer, element by element (fairseq's average_checkpoints.py; e.g. the\n"
+             "last evaluation checkpoints kept by train --keep-last N), into a weights-only\n"
+             "checkpoint that the other commands read as any other. It keeps the first\n"
+             "checkpoint's config, tokenizer and metadata and records the files averaged;\n"
+             "values are summed in double and rounded once to the stored dtype (a bf16\n"
+             "checkpoint stays bf16). It has no optimizer state: train --resume refuses it\n"
+             "(charlm train --init-from starts a new run from its weights).\n"
+             "  --out FILE   the checkpoint written (never one of the inputs)\n"
+             "  --force      overwrite an existing --out (refused otherwise)\n"
+             "Refused, nothing written: another model's checkpoint, another architecture or\n"
+             "tokenizer, other parameters, a LoRA adapter checkpoint. Prints one JSON line.\n",
+             prog, m->kind);
+    const cg_cli_opt opts[] = {
+        {"--out", CG_CLI_STR, &out, 0, 0, NULL, 0},
+        {"--force", CG_CLI_SWITCH, &force, 0, 0, NULL, 0},
+    };
+    int np, rc = cg_prog_parse_pos(argc, argv, opts, 2, help, &np);
+    if (rc >= 0)
+        return rc;
+    if (!out || np < 2) {
+        if (!out)
+            cg_prog_fail("average needs --out FILE (try --help)");
+        else
+            cg_prog_fail("average needs at least 2 checkpoints (got %d; try --help)", np);
+        return CG_EXIT_USAGE;
+    }
+    long long params = 0;
+    if (!cg_ckpt_average(m, (const char *const *)argv, np, out, force, &params))
+        return cg_prog_fail_lib(NULL);
+    cJSON *j = cJSON_CreateObject();
+    bool ok = j && cg_json_put_str(j, "checkpoint", out) && cg_json_put_int(j, "averaged", np) &&
+              cg_json_put_int(j, "params", params) && cg_json_print_line(stdout, j);
+    cJSON_Delete(j);
+    fprintf(stderr, "%s: the mean of %d checkpoints written to '%s'\n", prog, np, out);
+    return ok ? 0 : cg_prog_fail("out of memory");
+}

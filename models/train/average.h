@@ -1,0 +1,63 @@
+/* cgrad zoo, train layer: checkpoint averaging (fairseq's
+ * scripts/average_checkpoints.py; the Transformer paper averages its last
+ * checkpoints), one implementation behind `charlm average` and `seq2seq
+ * average`, driven by each model's config comparison.
+ *
+ * cg_ckpt_average averages the parameters of two or more checkpoints of
+ * one model, one architecture and one tokenizer, element by element: every
+ * value is widened to double, summed, divided by the count and rounded
+ * once to the dtype the first checkpoint stores it in (a bf16-stored
+ * checkpoint stays bf16). The result is a weights-only checkpoint
+ * (models/train/checkpoint.h): the parameters, the first checkpoint's
+ * metadata (model, config, tokenizer, step, training state) and its
+ * tokenizer tensor, plus the metadata
+ *   "averaged": {"files": [{"path" (absolute), "size", "xxh3", "step"}, ...]}
+ * naming the files averaged, in the order given. No optimizer state is
+ * written: `train --resume` refuses such a checkpoint (the trainer), and a
+ * new run starts from its weights with `charlm train --init-from`.
+ *
+ * Refused (false + one line of error, nothing written): fewer than 2
+ * inputs; a file that is not a checkpoint of the model (or does not load as
+ * one); a LoRA adapter checkpoint; a config of another architecture; another
+ * tokenizer (its metadata and bytes compared); other parameter names or
+ * shapes; --out naming one of the inputs (the same file: device and inode,
+ * or the same resolved name), an --out that exists unless force, or one
+ * that is no regular file (models/train/outfile.h cg_out_check). The output
+ * is written atomically (temporary file + rename) under the writer's lock
+ * (FILE.cgrad-lock, as training takes it). */
+#ifndef CG_MODELS_TRAIN_AVERAGE_H
+#define CG_MODELS_TRAIN_AVERAGE_H
+
+#include <stdbool.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* What averaging needs of a model. */
+typedef struct {
+    const char *kind; /* the checkpoints' "model": "charlm", "seq2seq" */
+    /* Do two "config" JSON texts describe one architecture? False + error
+     * naming the first field that differs (cg_charlm_config_same_arch). */
+    bool (*same_arch)(const char *config_a, const char *config_b);
+    /* Does the checkpoint at path load as this model (its parameters those
+     * its config describes)? False + error. */
+    bool (*loads)(const char *path);
+} cg_avg_model;
+
+/* Average inputs[0..n) into the checkpoint out (see above). force: an
+ * existing out may be replaced. On success *params (may be NULL) gets the
+ * number of values averaged. False + error, nothing written. */
+bool cg_ckpt_average(const cg_avg_model *m, const char *const *inputs, int n, const char *out,
+                     bool force, long long *params);
+
+/* A zoo program's `average` command: `PROG average --out FILE [--force]
+ * CKPT CKPT...`; prints one JSON line ({"checkpoint", "averaged",
+ * "params"}) and returns the exit code (2 for a bad command line: no
+ * --out, fewer than 2 checkpoints; 1 for a refusal). */
+int cg_average_command(int argc, char **argv, const cg_avg_model *m);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,269 @@
+#!/usr/bin/env bash
+# Checkpoint averaging (issue 38; meson suite 'models'): `charlm average`
+# and `seq2seq average` (models/train/average.h).
+#   1. the mean of known weights: 3 charlm checkpoints (seeds 1-3) averaged
+#      equal, tensor by tensor, the mean of their values rounded once to
+#      float32; the metadata keeps the first's config and tokenizer and
+#      names the files; no optimizer state; sample, eval and train
+#      --init-from read it; --resume refuses it in one line
+#   2. bf16-stored checkpoints stay bf16, each value the mean rounded once
+#      (a value just above a bf16 tie, which rounding through float32 would
+#      get wrong)
+#   3. seq2seq: the mean of 2 checkpoints translates and evaluates
+#   4. refusals, one line each, exit 2 (command line) or 1, nothing written:
+#      fewer than 2 inputs, no --out, another model's checkpoint, another
+#      architecture (width, activation, layers), another tokenizer, other
+#      tensors, a LoRA adapter, --out naming an input (also through a hard
+#      or symbolic link), an existing --out without --force
+#   5. train --keep-last N (both programs): exactly the last N evaluation
+#      checkpoints beside --out (full training checkpoints), continued by
+#      --resume; a resume into another --out leaves the first run's files;
+#      a file of that name the run did not write is refused (kept with
+#      --force), and the run never writes over a file it reads
+#   test_average.sh CHARLM SEQ2SEQ CKPT_WRITER
+set -uo pipefail
+charlm=$1
+seq2seq=$2
+tool=$3
+. "$(dirname "$0")/shell_lib.sh" average
+
+# safetensors files read (shell_lib.sh st_py) and written with the standard library only
+st() {
+  st_py "$@" <<'EOF'
+def save(p, t, meta):
+    h, off, data = {'__metadata__': meta}, 0, b''
+    for k, (dt, shape, raw) in t.items():
+        h[k] = {'dtype': dt, 'shape': shape, 'data_offsets': [off, off + len(raw)]}
+        off += len(raw)
+        data += raw
+    hb = json.dumps(h).encode()
+    hb += b' ' * (-len(hb) % 8)
+    open(p, 'wb').write(struct.pack('<Q', len(hb)) + hb + data)
+def values(dt, raw):  # as Python floats (exact)
+    if dt == 'F32':
+        return list(struct.unpack('<%df' % (len(raw) // 4), raw))
+    assert dt == 'BF16', dt
+    h = struct.unpack('<%dH' % (len(raw) // 2), raw)
+    return [struct.unpack('<f', struct.pack('<I', x << 16))[0] for x in h]
+def to_f32(x):  # the double x rounded once to float32 (nearest even)
+    return struct.unpack('<f', struct.pack('<f', x))[0]
+def to_bf16(x):  # the double x rounded once to bfloat16 (nearest even)
+    from fractions import Fraction
+    import math
+    if x == 0:
+        return 0.0
+    e = math.frexp(abs(x))[1] - 1           # 2^e <= |x| < 2^(e+1)
+    ulp = Fraction(2) ** (max(e, -126) - 7)  # 8 significant bits
+    return float(round(Fraction(x) / ulp) * ulp)
+params = lambda t: {k: v for k, v in t.items() if not k.startswith('optim.') and k != 'tokenizer.spm'}
+cmd = sys.argv[1]
+if cmd == 'mean':  # mean OUT IN...: every parameter of OUT is the mean of the INs, rounded once
+    out, _ = load(sys.argv[2])
+    ins = [params(load(p)[0]) for p in sys.argv[3:]]
+    assert set(params(out)) == set(ins[0]), 'another tensor set'
+    n, bad = 0, []
+    for k, (dt, shape, raw) in params(out).items():
+        assert dt == ins[0][k][0], '%s: %s, not %s' % (k, dt, ins[0][k][0])
+        got = values(dt, raw)
+        src = [values(*t[k][::2]) for t in ins]
+        for i, g in enumerate(got):
+            s = 0.0
+            for v in src:
+                s += v[i]
+            want = (to_f32 if dt == 'F32' else to_bf16)(s / len(src))
+            n += 1
+            if g != want:
+                bad.append('%s[%d] = %r, not %r' % (k, i, g, want))
+    if bad:
+        sys.exit('%d of %d values differ: %s' % (len(bad), n, '; '.join(bad[:3])))
+    print('%d values of %d tensors' % (n, len(params(out))))
+elif cmd == 'bf16':  # bf16 IN OUT [X]: IN's parameters stored as bf16 (truncated), element 0 of tok_emb X
+    t, meta = load(sys.argv[2])
+    for k, (dt, shape, raw) in list(t.items()):
+        if k in params(t):
+            h = struct.unpack('<%dI' % (len(raw) // 4), raw)
+            h = [x >> 16 for x in h]
+            if k == 'tok_emb.weight' and len(sys.argv) > 4:
+                h[0] = struct.unpack('<I', struct.pack('<f', float(sys.argv[4])))[0] >> 16
+            t[k] = ('BF16', shape, struct.pack('<%dH' % len(h), *h))
+        elif k.startswith('optim.'):
+            del t[k]
+    save(sys.argv[3], t, meta)
+elif cmd == 'value':  # value FILE NAME I: element I of tensor NAME
+    t, _ = load(sys.argv[2])
+    print(repr(values(t[sys.argv[3]][0], t[sys.argv[3]][2])[int(sys.argv[4])]))
+elif cmd == 'dtype':
+    print(load(sys.argv[2])[0][sys.argv[3]][0])
+elif cmd == 'optim':  # the number of optimizer tensors
+    print(sum(k.startswith('optim.') for k in load(sys.argv[2])[0]))
+elif cmd == 'meta':  # meta FILE KEY: a metadata value
+    print(load(sys.argv[2])[1].get(sys.argv[3], ''))
+elif cmd == 'averaged':  # the paths and steps the "averaged" metadata names
+    a = json.loads(load(sys.argv[2])[1]['averaged'])
+    print(' '.join('%s@%d' % (f['path'], f['step']) for f in a['files']))
+EOF
+}
+
+zoo_data
+TINY=(--d 16 --H 2 --layers 1 --d-ff 32 --T 16 --batch-size 4 --threads 1 --eval-every 4)
+S2S=(--tokenizer char --d 16 --H 2 --enc-layers 1 --dec-layers 1 --d-ff 32 --max-tokens 200
+  --valid-size 20 --test-size 20 --test-limit 2 --threads 1 --eval-every 4)
+for s in 1 2 3; do
+  "$charlm" train --data c.txt "${TINY[@]}" --steps $((2 + s)) --seed $s --out a$s.st >/dev/null 2>a.log ||
+    fail "charlm seed $s: $(tail -1 a.log)"
+done
+
+# ---------------------------------------------------------------- 1. charlm
+"$charlm" average --out avg.st a1.st a2.st a3.st >avg.json 2>avg.log || fail "average: $(tail -1 avg.log)"
+json_ok "average: JSON line" avg.json
+grep -q '"averaged": 3' avg.json || fail "average: $(tail -1 avg.json)"
+m=$(st mean avg.st a1.st a2.st a3.st) && echo "ok: charlm: the mean of 3 checkpoints ($m)" ||
+  fail "charlm: not the mean: $m"
+[ "$(st meta avg.st config)" = "$(st meta a1.st config)" ] && [ "$(st meta avg.st vocab)" = "$(st meta a1.st vocab)" ] &&
+  [ "$(st meta avg.st step)" = 3 ] && echo "ok: charlm: the first's config, vocabulary and step" ||
+  fail "charlm: config/vocab/step not the first's"
+[ "$(st averaged avg.st)" = "$PWD/a1.st@3 $PWD/a2.st@4 $PWD/a3.st@5" ] &&
+  echo "ok: charlm: \"averaged\" names the files: $(st averaged avg.st)" ||
+  fail "charlm: averaged metadata: $(st averaged avg.st)"
+[ "$(st optim avg.st)" = 0 ] && echo "ok: charlm: no optimizer state" || fail "charlm: optimizer state in the average"
+"$charlm" sample --ckpt avg.st --length 20 --seed 1 >sample.txt 2>sample.log && [ -s sample.txt ] &&
+  echo "ok: charlm: sample reads the average" || fail "sample: $(tail -1 sample.log)"
+"$charlm" eval --ckpt avg.st >eval.json 2>eval.log || fail "eval: $(tail -1 eval.log)"
+json_ok "charlm: eval of the average" eval.json
+"$charlm" train --init-from avg.st --data c.txt --threads 1 --steps 2 --out ft.st >ft.json 2>ft.log ||
+  fail "--init-from the average: $(tail -1 ft.log)"
+json_ok "charlm: train --init-from the average" ft.json
+cp avg.st avg.orig
+refused "charlm: --resume of an average" "is an average of checkpoints: weights only, no optimizer state" \
+  "$charlm" train --resume avg.st --steps 9
+refused "charlm: --resume of an average, into another --out" "cannot continue it" \
+  "$charlm" train --resume avg.st --steps 9 --out r.st
+[ ! -e r.st ] || fail "--resume of an average wrote r.st"
+intact "charlm: the refused resume" avg.st avg.orig
+
+# ---------------------------------------------------------------- 2. bf16
+# element 0 of tok_emb: 1, 1, 2^-7, 2^-30 (each exact in bf16); the mean
+# 0.5 + 2^-9 + 2^-32 is just above a tie of bf16: once rounded it is
+# 0.50390625, rounded through float32 (where it is the tie) 0.5
+st bf16 a1.st b1.st 1 && st bf16 a2.st b2.st 1 && st bf16 a3.st b3.st 0.0078125 &&
+  st bf16 a1.st b4.st 9.313225746154785e-10 || fail "bf16 inputs"
+"$charlm" average --out bavg.st b1.st b2.st b3.st b4.st >/dev/null 2>bavg.log || fail "bf16 average: $(tail -1 bavg.log)"
+[ "$(st dtype bavg.st tok_emb.weight)" = BF16 ] && echo "ok: bf16: stays bf16" || fail "bf16: stored as $(st dtype bavg.st tok_emb.weight)"
+m=$(st mean bavg.st b1.st b2.st b3.st b4.st) && echo "ok: bf16: the mean rounded once ($m)" || fail "bf16: $m"
+[ "$(st value bavg.st tok_emb.weight 0)" = 0.50390625 ] && echo "ok: bf16: rounded once above a tie" ||
+  fail "bf16: element 0 is $(st value bavg.st tok_emb.weight 0), not 0.50390625"
+"$charlm" sample --ckpt bavg.st --length 10 >/dev/null 2>bs.log && echo "ok: bf16: sample reads it" ||
+  fail "bf16 sample: $(tail -1 bs.log)"
+
+# ---------------------------------------------------------------- 3. seq2seq
+for s in 1 2; do
+  "$seq2seq" train --data p.tsv "${S2S[@]}" --steps 4 --seed $s --out s$s.st >/dev/null 2>s.log ||
+    fail "seq2seq seed $s: $(tail -1 s.log)"
+done
+"$seq2seq" average --out savg.st s1.st s2.st >savg.json 2>savg.log || fail "seq2seq average: $(tail -1 savg.log)"
+json_ok "seq2seq: average JSON line" savg.json
+m=$(st mean savg.st s1.st s2.st) && echo "ok: seq2seq: the mean of 2 checkpoints ($m)" || fail "seq2seq: $m"
+"$seq2seq" translate --ckpt savg.st "the cat 3 sat" >tr.txt 2>tr.log && [ "$(wc -l <tr.txt)" = 1 ] &&
+  echo "ok: seq2seq: translate reads the average: $(cat tr.txt)" || fail "translate: $(tail -1 tr.log)"
+"$seq2seq" eval --ckpt savg.st --test-limit 2 >se.json 2>se.log || fail "seq2seq eval: $(tail -1 se.log)"
+json_ok "seq2seq: eval of the average" se.json
+refused "seq2seq: --resume of an average" "use it to decode and evaluate" \
+  "$seq2seq" train --resume savg.st --steps 9
+
+# ---------------------------------------------------------------- 4. refusals
+# (each: nothing written)
+refused_avg() {
+  local name=$1 want=$2 pat=$3
+  shift 3
+  rm -f o.st
+  if [ "$want" = 1 ]; then refused "$name" "$pat" "$@"; else expect "$name" "$want" "$pat" "$@"; fi
+  [ "$(grep -c . err.txt)" = 1 ] || fail "$name: not one line: $(cat err.txt)"
+  [ ! -e o.st ] && [ ! -e o.st.cgrad-lock ] || fail "$name: o.st written"
+}
+refused_avg "one checkpoint" 2 "at least 2 checkpoints (got 1" "$charlm" average --out o.st a1.st
+refused_avg "no --out" 2 "average needs --out" "$charlm" average a1.st a2.st
+refused_avg "a seq2seq checkpoint to charlm" 1 "'s1.st' is not a charlm checkpoint (its model is 'seq2seq')" \
+  "$charlm" average --out o.st a1.st s1.st
+refused_avg "a charlm checkpoint to seq2seq" 1 "'a1.st' is not a seq2seq checkpoint" \
+  "$seq2seq" average --out o.st s1.st a1.st
+"$charlm" train --data c.txt "${TINY[@]}" --d 32 --steps 2 --out w.st >/dev/null 2>&1 || fail "w.st"
+refused_avg "another width" 1 "'a1.st' and 'w.st' are not one architecture: d is 16 in one and 32 in the other" \
+  "$charlm" average --out o.st a1.st a2.st w.st
+"$charlm" train --data c.txt "${TINY[@]}" --act relu --steps 2 --out r.st >/dev/null 2>&1 || fail "r.st"
+refused_avg "another activation" 1 "not one architecture: act is gelu in one and relu in the other" \
+  "$charlm" average --out o.st a1.st r.st
+"$seq2seq" train --data p.tsv "${S2S[@]}" --enc-layers 2 --steps 2 --out s3.st >/dev/null 2>&1 || fail "s3.st"
+refused_avg "seq2seq: another depth" 1 "not one architecture: enc_layers is 1 in one and 2 in the other" \
+  "$seq2seq" average --out o.st s1.st s3.st
+tr w z <c.txt >z.txt # the same number of characters, one of them another
+"$charlm" train --data z.txt "${TINY[@]}" --steps 2 --out z.st >/dev/null 2>&1 || fail "z.st"
+refused_avg "another vocabulary" 1 "'a1.st' and 'z.st' have different tokenizers (their vocabularies differ)" \
+  "$charlm" average --out o.st a1.st z.st
+cp a2.st x.st && "$tool" addtensor x.st extra.weight >/dev/null || fail "addtensor"
+refused_avg "another tensor set" 1 "tensor 'extra.weight' is not a parameter" "$charlm" average --out o.st a1.st x.st
+"$charlm" train --init-from a1.st --data c.txt --threads 1 --steps 2 --lora-rank 2 --out l.st >/dev/null 2>&1 ||
+  fail "l.st"
+refused_avg "a LoRA adapter" 1 "'l.st' is a LoRA adapter checkpoint" "$charlm" average --out o.st a1.st l.st
+cp a1.st a1.orig
+refused_avg "--out naming an input" 1 "--out 'a1.st' is the same file as the checkpoint 'a1.st'" \
+  "$charlm" average --out a1.st a1.st a2.st
+ln a1.st hard.st && ln -s a1.st soft.st
+refused_avg "--out a hard link of an input" 1 "is the same file as the checkpoint" \
+  "$charlm" average --out hard.st a1.st a2.st
+refused_avg "--out a symbolic link to an input" 1 "is the same file as the checkpoint" \
+  "$charlm" average --out soft.st a2.st a1.st
+refused_avg "--out the input's path spelled otherwise" 1 "is the same file as the checkpoint" \
+  "$charlm" average --out ./a1.st a2.st "$PWD/a1.st"
+intact "the refusals" a1.st a1.orig
+cp avg.st avg.orig
+refused_avg "an existing --out" 1 "'avg.st' exists; pass --force to overwrite it" \
+  "$charlm" average --out avg.st a1.st a2.st
+intact "an existing --out" avg.st avg.orig
+"$charlm" average --out avg.st --force a1.st a2.st >/dev/null 2>f.log && st mean avg.st a1.st a2.st >/dev/null &&
+  echo "ok: --force replaces --out with the new mean" || fail "--force: $(tail -1 f.log)"
+# ---------------------------------------------------------------- 5. --keep-last
+kept() { (shopt -s nullglob; f=("$1".step*.safetensors); echo "${f[*]}"); }
+"$charlm" train --data c.txt "${TINY[@]}" --steps 20 --keep-last 3 --out k.st >k.json 2>k.log ||
+  fail "--keep-last: $(tail -1 k.log)"
+json_ok "--keep-last: JSON line" k.json
+[ "$(kept k.st)" = "k.st.step00000012.safetensors k.st.step00000016.safetensors k.st.step00000020.safetensors" ] &&
+  echo "ok: --keep-last 3: $(kept k.st)" || fail "--keep-last 3 left: $(kept k.st)"
+"$tool" same k.st k.st.step00000020.safetensors >/dev/null && [ "$(st optim k.st.step00000016.safetensors)" -gt 0 ] &&
+  echo "ok: --keep-last: the last one is the final checkpoint, each a training checkpoint" ||
+  fail "--keep-last: the kept checkpoints are not the run's"
+"$charlm" average --out kavg.st k.st.step*.safetensors >/dev/null 2>ka.log &&
+  st mean kavg.st k.st.step00000012.safetensors k.st.step00000016.safetensors k.st.step00000020.safetensors >/dev/null &&
+  echo "ok: --keep-last: the kept checkpoints average" || fail "average of the kept: $(tail -1 ka.log)"
+"$charlm" train --resume k.st --steps 32 >/dev/null 2>k2.log || fail "--keep-last resume: $(tail -1 k2.log)"
+[ "$(kept k.st)" = "k.st.step00000024.safetensors k.st.step00000028.safetensors k.st.step00000032.safetensors" ] &&
+  echo "ok: --keep-last: --resume continues: $(kept k.st)" || fail "--keep-last resume left: $(kept k.st)"
+"$charlm" train --resume k.st --steps 44 --keep-last 1 --out j.st >/dev/null 2>k3.log || fail "resume --out: $(tail -1 k3.log)"
+[ "$(kept j.st)" = "j.st.step00000044.safetensors" ] && [ "$(kept k.st | wc -w)" = 3 ] &&
+  echo "ok: --keep-last: a resume into another --out keeps its own, leaves the first run's" ||
+  fail "resume into another --out: $(kept j.st) / $(kept k.st)"
+"$charlm" train --data c.txt "${TINY[@]}" --steps 8 --out n.st >/dev/null 2>&1 && [ -z "$(kept n.st)" ] &&
+  echo "ok: no --keep-last: no kept checkpoints" || fail "without --keep-last: $(kept n.st)"
+echo mine >m.st.step00000008.safetensors
+echo mine >m.st.step00000006.safetensors
+refused_kept() {
+  local name=$1 pat=$2
+  shift 2
+  refused "$name" "$pat" "$@"
+  [ "$(grep -c . err.txt)" = 1 ] || fail "$name: not one line: $(cat err.txt)"
+  [ ! -e m.st ] && [ ! -e m.st.cgrad-lock ] || fail "$name: m.st written"
+}
+refused_kept "--keep-last: a file it did not write" \
+  "'m.st.step00000008.safetensors' exists: an evaluation checkpoint this run did not write" \
+  "$charlm" train --data c.txt "${TINY[@]}" --steps 8 --keep-last 2 --out m.st
+[ "$(cat m.st.step00000008.safetensors)" = mine ] || fail "--keep-last: the file was changed"
+refused_kept "--keep-last: --init-from a name it would write" "--init-from 'm.st.step00000008.safetensors' is the evaluation checkpoint" \
+  "$charlm" train --init-from m.st.step00000008.safetensors --data c.txt --steps 8 --keep-last 2 --out m.st --force
+"$charlm" train --data c.txt "${TINY[@]}" --steps 12 --keep-last 1 --out m.st --force >/dev/null 2>m.log &&
+  [ "$(cat m.st.step00000006.safetensors)" = mine ] && [ ! -e m.st.step00000008.safetensors ] &&
+  [ -e m.st.step00000012.safetensors ] && echo "ok: --keep-last --force: overwrites its names, keeps other files" ||
+  fail "--keep-last --force: $(tail -1 m.log) $(kept m.st)"
+"$seq2seq" train --data p.tsv "${S2S[@]}" --steps 12 --keep-last 2 --out q.st >/dev/null 2>q.log ||
+  fail "seq2seq --keep-last: $(tail -1 q.log)"
+[ "$(kept q.st)" = "q.st.step00000008.safetensors q.st.step00000012.safetensors" ] &&
+  echo "ok: seq2seq --keep-last 2: $(kept q.st)" || fail "seq2seq --keep-last left: $(kept q.st)"
+finish
