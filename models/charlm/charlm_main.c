@@ -297,8 +297,6 @@ static int lm_train(lm_run *r, cg_trainer *t, cg_train_opts *o, cg_train_recipe 
         rc = lm_init_from(r, t, o, rec, preset, &cfg, lora);
     if (rc >= 0)
         return rc;
-    if (!o->data)
-        o->data = DEFAULT_DATA;
     cg_data_id id;
     if (o->resume) {
         cg_charlm_ckpt ck;
@@ -475,6 +473,8 @@ static int cmd_train(int argc, char **argv)
                      "names the checkpoint a new run starts from)");
         return CG_EXIT_USAGE;
     }
+    if (!o.data) /* before the output checks: the default is a file read too */
+        o.data = DEFAULT_DATA;
     cg_trainer t;
     lm_run r = {.t = &t};
     rc = cg_trainer_begin(&t, &o, "charlm", DEFAULT_OUT);

@@ -20,16 +20,6 @@
 #include "models/util/files.h"
 
 /* ------------------------------------------------------------ output check */
-/* The directory part of path ("." when there is none), malloc'd. */
-static char *dir_part(const char *path)
-{
-    const char *slash = strrchr(path, '/');
-    if (!slash)
-        return strdup(".");
-    if (slash == path)
-        return strdup("/");
-    return strndup(path, (size_t)(slash - path));
-}
 
 bool cg_out_check(const char *path, bool create_dir)
 {
@@ -62,7 +52,7 @@ bool cg_out_check(const char *path, bool create_dir)
     }
     if (create_dir && !cg_ensure_parent_dir(path))
         return false;
-    char *dir = dir_part(path);
+    char *dir = cg_dir_part(path);
     if (!dir) {
         cg_set_error("out of memory");
         return false;
@@ -195,37 +185,6 @@ void cg_out_lock_release(cg_out_lock *lock)
 }
 
 /* ------------------------------------------------------------ same file */
-/* path with its directory resolved (the file itself need not exist):
- * "<realpath(dir)>/<name>", malloc'd; NULL when the directory does not
- * resolve. */
-static char *resolved_name(const char *path)
-{
-    char *dir = dir_part(path);
-    char *rd = dir ? realpath(dir, NULL) : NULL;
-    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
-    char *out = rd ? malloc(strlen(rd) + strlen(base) + 2) : NULL;
-    if (out)
-        sprintf(out, "%s/%s", strcmp(rd, "/") == 0 ? "" : rd, base);
-    free(dir);
-    free(rd);
-    return out;
-}
-
-bool cg_same_file(const char *written, const char *read)
-{
-    struct stat a, b;
-    if (!written || !read || stat(read, &b) != 0 || !S_ISREG(b.st_mode))
-        return false; /* a stream (--data -) or nothing: nothing to destroy */
-    if (stat(written, &a) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
-        return true;
-    /* not yet there (or replaced by a rename): the same name once resolved */
-    char *w = resolved_name(written), *r = realpath(read, NULL), *rn = resolved_name(read);
-    bool same = w && ((r && strcmp(w, r) == 0) || (rn && strcmp(w, rn) == 0));
-    free(w);
-    free(r);
-    free(rn);
-    return same;
-}
 
 bool cg_out_check_stdout(const char *in, const char *what)
 {
@@ -280,7 +239,7 @@ char *cg_kept_path(const char *out, int64_t step)
 
 char *cg_out_resolved(const char *path)
 {
-    char *r = resolved_name(path);
+    char *r = cg_resolved_name(path);
     if (!r)
         cg_set_error("cannot resolve the directory of '%s': %s", path, strerror(errno));
     return r;
@@ -306,7 +265,7 @@ static int64_t kept_step(const char *name, const char *stem)
 bool cg_kept_check(const char *out, const int64_t *kept, int n, bool force,
                    const char *const *reads, const char *const *what, int nr)
 {
-    char *stem_path = cg_ckpt_sibling(out, ""), *dir = dir_part(out);
+    char *stem_path = cg_ckpt_sibling(out, ""), *dir = cg_dir_part(out);
     const char *stem = stem_path ? strrchr(stem_path, '/') : NULL;
     stem = stem ? stem + 1 : stem_path;
     DIR *d = stem && dir ? opendir(dir) : NULL;

@@ -28,6 +28,7 @@
 #include <stdio.h>
 
 #include "models/data/data_id.h"
+#include "models/util/files.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -67,11 +68,7 @@ bool cg_out_lock_take(const char *path, cg_out_lock *lock);
 void cg_out_lock_release(cg_out_lock *lock);
 
 /* ------------------------------------------------------------ same file */
-/* True when writing `written` (which may not exist yet) could change the
- * regular file `read`: the same inode (links followed), or the same name
- * once both directories are resolved. False for a read path that is no
- * regular file (a stream). */
-bool cg_same_file(const char *written, const char *read);
+/* (cg_same_file: models/util/files.h) */
 /* Check every file a run with checkpoint `out` writes (the checkpoint when
  * with_ckpt, its loss curve, metrics log and lock, and standard output:
  * cg_out_check_stdout) against the file `in`

@@ -534,6 +534,8 @@ static const char *field_text(const cg_config_field *r, const void *cfg, char *b
         snprintf(buf, n, "%s", cg_norm_kind_name(*(const cg_norm_kind *)FIELD(*r)));
         break;
     case CG_CF_ACT: snprintf(buf, n, "%s", cg_act_name(*(const cg_act *)FIELD(*r))); break;
+    case CG_CF_CONST: snprintf(buf, n, "%s", r->value); break; /* the kind's fact */
+    case CG_CF_SAME: snprintf(buf, n, "%s", *(const bool *)FIELD(*r) ? "true" : "false"); break;
     }
     return buf;
 }

@@ -367,3 +367,45 @@ bool cg_ensure_parent_dir(const char *path)
     free(dir);
     return ok;
 }
+
+char *cg_dir_part(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        return strdup(".");
+    if (slash == path)
+        return strdup("/");
+    return strndup(path, (size_t)(slash - path));
+}
+
+/* path with its directory resolved (the file itself need not exist):
+ * "<realpath(dir)>/<name>", malloc'd; NULL when the directory does not
+ * resolve. */
+char *cg_resolved_name(const char *path)
+{
+    char *dir = cg_dir_part(path);
+    char *rd = dir ? realpath(dir, NULL) : NULL;
+    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    char *out = rd ? malloc(strlen(rd) + strlen(base) + 2) : NULL;
+    if (out)
+        sprintf(out, "%s/%s", strcmp(rd, "/") == 0 ? "" : rd, base);
+    free(dir);
+    free(rd);
+    return out;
+}
+
+bool cg_same_file(const char *written, const char *read)
+{
+    struct stat a, b;
+    if (!written || !read || stat(read, &b) != 0 || !S_ISREG(b.st_mode))
+        return false; /* a stream (--data -) or nothing: nothing to destroy */
+    if (stat(written, &a) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+        return true;
+    /* not yet there (or replaced by a rename): the same name once resolved */
+    char *w = cg_resolved_name(written), *r = realpath(read, NULL), *rn = cg_resolved_name(read);
+    bool same = w && ((r && strcmp(w, r) == 0) || (rn && strcmp(w, rn) == 0));
+    free(w);
+    free(r);
+    free(rn);
+    return same;
+}

@@ -65,6 +65,19 @@ uint32_t *cg_read_text_file(const char *path, int64_t *n);
 /* Create the parent directory of path if it is missing (one level). */
 bool cg_ensure_parent_dir(const char *path);
 
+/* The directory part of path ("." when there is none), malloc'd (NULL: out
+ * of memory). */
+char *cg_dir_part(const char *path);
+/* path with its directory resolved (the file itself need not exist):
+ * "<realpath(dir)>/<name>", malloc'd; NULL when the directory does not
+ * resolve. */
+char *cg_resolved_name(const char *path);
+/* True when writing `written` (which may not exist yet) could change the
+ * regular file `read`: the same inode (links followed), or the same name
+ * once both directories are resolved. False for a read path that is no
+ * regular file (a stream). */
+bool cg_same_file(const char *written, const char *read);
+
 #ifdef __cplusplus
 }
 #endif
