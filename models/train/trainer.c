@@ -267,7 +267,8 @@ static bool save(run_ctx *c, int64_t step)
         cg_prog_warn("could not write the loss curve: %s", cg_last_error());
     struct stat st;
     if (ok && stat(c->t->out, &st) == 0) /* what the next save needs */
-        c->reserve = (uint64_t)st.st_size + (c->png && stat(c->png, &st) == 0 ? st.st_size : 0);
+        c->reserve = (uint64_t)st.st_size * (c->t->o->keep_last > 0 ? 2 : 1) + /* + its copy */
+                     (c->png && stat(c->png, &st) == 0 ? st.st_size : 0);
     return ok;
 }
 
@@ -515,7 +516,7 @@ static int setup(run_ctx *c)
         return cg_prog_fail_lib("optimizer");
     c->st.skip_nonfinite = t->o->skip_nonfinite;
     c->opt = c->st.opt;
-    c->reserve = first_reserve(c);
+    c->reserve = first_reserve(c) * (t->o->keep_last > 0 ? 2 : 1); /* --keep-last: a copy too */
     if (t->o->zero && cg_dist_is_root()) {
         int64_t n = 0;
         for (int i = 0; i < c->st.n_train; i++)
