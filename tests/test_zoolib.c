@@ -180,10 +180,10 @@ START_TEST(test_generate_greedy)
     for (int64_t len = 3; len < 7; len++) { /* within max_len: the whole prefix */
         cg_tensor *x = cg_from_i64(CG_SHAPE(1, len), o);
         cg_tensor *l = cg_zoo_forward(m, x, NULL);
-        cg_tensor *last = cg_view_select(cg_view_select(l, 0, 0), 0, len - 1);
+        cg_tensor *row = cg_view_select(l, 0, 0), *last = cg_view_select(row, 0, len - 1);
         cg_tensor *am = cg_argmax(last, 0, false);
         ck_assert_int_eq(cg_item_i64(am), o[len]);
-        cg_release_all(4, x, l, last, am);
+        cg_release_all(5, x, l, row, last, am);
     }
     ck_assert_int_eq(memcmp(o, cg_data_i64(p), 3 * sizeof *o), 0); /* the prompt first */
     cg_release_all(2, p, out);
