@@ -42,7 +42,9 @@ typedef struct {
  * not a "charlm" checkpoint, or its config, vocabulary or parameters do not
  * agree. An adapter checkpoint loads its base (the file it recorded) with
  * the adapters attached; an error names the base when it is missing,
- * damaged, of another shape or not the same file. On success free with
+ * damaged, of another shape or not the same file, and when it is the
+ * adapter itself or another adapter (a load follows "init_from" one file
+ * at most: models/train/finetune.h cg_ft_base_path). On success free with
  * cg_charlm_ckpt_free. */
 bool cg_charlm_ckpt_load(const char *path, cg_charlm_ckpt *out);
 /* cg_charlm_ckpt_load with options (NULL: the defaults, base NULL, seed 0,
