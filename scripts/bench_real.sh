@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The translator's real recipe against PyTorch on the same batches (issue
+# 37): build/tools/bench --model seq2seq --preset real writes the batches it
+# takes (--dump-batches), tools/real_peer.py runs PyTorch's step on them;
+# R alternating rounds of cgrad and PyTorch, fp32 then bf16 (PyTorch's
+# autocast), then the medians and their ratio. Needs /usr/bin/python3 with
+# torch and ../shared/reference (or CG_REFERENCE=dir). Run on an idle machine
+# from the repository root after building:
+#   scripts/bench_real.sh [threads [rounds [steps]]]
+set -euo pipefail
+threads=${1:-2}
+rounds=${2:-3}
+steps=${3:-40}
+bench=build/tools/bench
+ref=${CG_REFERENCE:-../shared/reference}
+[ -x "$bench" ] || { echo "bench_real: build first (ninja -C build)" >&2; exit 1; }
+[ -f "$ref/models.py" ] || { echo "bench_real: no $ref/models.py (set CG_REFERENCE)" >&2; exit 1; }
+/usr/bin/python3 -c 'import torch' 2>/dev/null ||
+  { echo "bench_real: /usr/bin/python3 has no torch (apt-get install python3-torch)" >&2; exit 1; }
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+grep -m1 "model name" /proc/cpuinfo
+"$bench" --model seq2seq --preset real --steps "$steps" --warmup 5 --threads "$threads" \
+  --dump-batches "$dir/b.st" >/dev/null
+for r in $(seq "$rounds"); do
+  for prec in fp32 bf16; do
+    amp=off
+    [ "$prec" = bf16 ] && amp=bf16
+    "$bench" --model seq2seq --preset real --steps "$steps" --warmup 5 --threads "$threads" \
+      --precision "$prec" | sed "s/^{/{\"who\": \"cgrad\", /" >>"$dir/r.jsonl"
+    /usr/bin/python3 tools/real_peer.py "$dir/b.st" --threads "$threads" --amp "$amp" \
+      --reference "$ref" | sed "s/^{/{\"who\": \"torch\", /" >>"$dir/r.jsonl"
+  done
+done
+/usr/bin/python3 - "$dir/r.jsonl" <<'PY'
+import json, statistics, sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+for prec in ("fp32", "bf16"):
+    got = {w: [r["tokens_per_s"] for r in rows if r["who"] == w and r["precision"] == prec]
+           for w in ("cgrad", "torch")}
+    c, t = statistics.median(got["cgrad"]), statistics.median(got["torch"])
+    pairs = ", ".join(f"{a / b:.2f}" for a, b in zip(got["cgrad"], got["torch"]))
+    print(f"{prec}: PyTorch {t:,.0f}, cgrad {c:,.0f} target tokens/s: {c / t:.2f}x ({pairs})")
+PY
