@@ -36,6 +36,28 @@ static inline float i2f(int32_t i)
 /* m ? a : b for m in {0, ~0}; both sides are evaluated */
 static inline float bsel(int32_t m, float a, float b) { return i2f((m & f2i(a)) | (~m & f2i(b))); }
 
+/* The heart of ew_expf for xc (clamped, no NaN) of type T, float or v16f:
+ * t = 1.5 * 2^23 + round(xc / ln2), whose low mantissa bits hold k, and
+ * p = e^r for r = xc - k ln2 (Cody-Waite: the high part of ln2 times k is
+ * exact, then the low part), a degree-7 polynomial (Cephes' expf
+ * coefficients). One text for the scalar and the 16-lane exp, so that their
+ * bits agree. */
+#define EW_EXP_POLY(T, xc, t, p)                   \
+    T t = (xc)*1.44269504088896341f + 12582912.0f; \
+    T p;                                           \
+    {                                              \
+        T kf_ = t - 12582912.0f;                   \
+        T r_ = (xc)-kf_ * 0.693359375f;            \
+        r_ = r_ - kf_ * -2.12194440e-4f;           \
+        p = (T){0} + 1.9875691500e-4f;             \
+        p = p * r_ + 1.3981999507e-3f;             \
+        p = p * r_ + 8.3334519073e-3f;             \
+        p = p * r_ + 4.1665795894e-2f;             \
+        p = p * r_ + 1.6666665459e-1f;             \
+        p = p * r_ + 5.0000001201e-1f;             \
+        p = p * (r_ * r_) + r_ + 1.0f;             \
+    }
+
 /* exp(x) for float, written so that loops over it vectorise (no libm call,
  * no branches): Cody-Waite reduction x = k ln2 + r, |r| <= ln2/2, a
  * degree-7 polynomial for e^r (Cephes' expf coefficients), and 2^k applied
@@ -47,18 +69,7 @@ static inline float ew_expf(float x)
     float xc = bsel(M(x < -104.0f), -104.0f, x); /* exp underflows to 0 below */
     xc = bsel(M(xc > 89.0f), 89.0f, xc);         /* and overflows to inf above */
     xc = bsel(M(xc != xc), 0.0f, xc);            /* NaN: patched at the end */
-    /* t = 1.5 * 2^23 + round(x / ln2): its low mantissa bits hold k */
-    float t = xc * 1.44269504088896341f + 12582912.0f;
-    float kf = t - 12582912.0f;
-    float r = xc - kf * 0.693359375f; /* ln2 high part: kf * it is exact */
-    r = r - kf * -2.12194440e-4f;     /* ln2 low part */
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * (r * r) + r + 1.0f;
+    EW_EXP_POLY(float, xc, t, p);
     int32_t k = f2i(t) - 0x4B400000; /* in [-150, 129] */
     int32_t k1 = k / 2, k2 = k - k1; /* each a normal exponent */
     float res = p * i2f((k1 + 127) * (1 << 23)) * i2f((k2 + 127) * (1 << 23));
@@ -77,24 +88,14 @@ typedef int32_t v16i __attribute__((vector_size(64)));
  * whole AVX-512 registers. */
 static inline __attribute__((always_inline)) v16f ew_expf16(v16f x)
 {
-    const v16f lo = (v16f){0} - 104.0f, hi = (v16f){0} + 89.0f, zero = {0};
+    const v16f lo = (v16f){0} - 104.0f, hi = (v16f){0} + 89.0f;
     v16i m = x < lo;
     v16f xc = (v16f)((m & (v16i)lo) | (~m & (v16i)x));
     m = xc > hi;
     xc = (v16f)((m & (v16i)hi) | (~m & (v16i)xc));
     v16i nan = x != x;
     xc = (v16f)(~nan & (v16i)xc); /* NaN: 0 here, patched at the end */
-    v16f t = xc * 1.44269504088896341f + 12582912.0f;
-    v16f kf = t - 12582912.0f;
-    v16f r = xc - kf * 0.693359375f;
-    r = r - kf * -2.12194440e-4f;
-    v16f p = zero + 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * (r * r) + r + 1.0f;
+    EW_EXP_POLY(v16f, xc, t, p);
     v16i k = (v16i)t - 0x4B400000;
     v16i k1 = k / 2, k2 = k - k1;
     v16f res = p * (v16f)((k1 + 127) << 23) * (v16f)((k2 + 127) << 23);
