@@ -65,7 +65,7 @@ typedef struct {
     const cg_trainer *t;
     const char *preset;
     int64_t max_tokens, warmup, max_len, valid_size, test_size, test_limit, beam, examples;
-    double factor, alpha;
+    double factor, alpha, word_dropout;
     cg_mt_data d;
     cg_seq2seq *model;
 } mt_run;
@@ -223,6 +223,7 @@ static void mt_setup(mt_run *r, cg_train_opts *o, cg_train_recipe *rec, cg_train
         cfg.norm_first = rec->norm_first;
         cfg.dropout = (float)rec->dropout;
         cfg.label_smoothing = (float)rec->label_smoothing;
+        cfg.word_dropout = (float)r->word_dropout;
         if (!cg_seq2seq_config_check(&cfg))
             cg_prog_die_lib(NULL);
         if (cg_cli_given(o->args, &rec->lr)) /* the Noam peak (at step warmup) is X */
@@ -286,6 +287,10 @@ static int cmd_train(int argc, char **argv)
          CG_CLI_FIXED},
         {"--warmup", CG_CLI_I64, &r.warmup, 1, 1e9,
          "  --warmup N           Noam warmup steps (default 400)\n", CG_CLI_FIXED},
+        {"--word-dropout", CG_CLI_F64, &r.word_dropout, 0, 0.999999,
+         "  --word-dropout P     in training, zero each source and target token's\n"
+         "                       embedding with probability P (default 0)\n",
+         CG_CLI_FIXED},
         {"--max-len", CG_CLI_I64, &r.max_len, 3, 100000,
          "  --max-len N          longest sequence; longer training pairs are dropped (256)\n",
          CG_CLI_FIXED},
