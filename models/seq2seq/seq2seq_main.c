@@ -468,8 +468,8 @@ static const char EVAL_HELP[] =
     "  --data FILE          pairs (default: the file the checkpoint was trained on)\n"
     "  --split S            test (default) or valid: the validation pairs, to tune\n"
     "                       decoding (--beam, --length-penalty) without the test set\n"
-    "  --test-limit N       decode only the first N pairs of the split (default: all)\n" CG_TRANSLATE_HELP(
-        DEFAULT_CKPT);
+    "  --test-limit N       decode only the first N pairs of the split (default: "
+    "all)\n" CG_TRANSLATE_HELP(DEFAULT_CKPT);
 
 static int cmd_eval(int argc, char **argv)
 {
@@ -504,9 +504,9 @@ static int cmd_eval(int argc, char **argv)
     int64_t have = valid ? ds.split.n_valid : ds.split.n_test;
     int64_t nt = limit > 0 && limit < have ? limit : have;
     char *dp = cg_train_data_path(tj, data, DEFAULT_DATA); /* for the message */
-    bool fits = cg_out_check_stdout(dp, "--data") &&
-                cg_mt_check_split(&ds, c.tok, valid, nt, c.model->cfg.max_len,
-                                  dp ? dp : "the data");
+    bool fits =
+        cg_out_check_stdout(dp, "--data") &&
+        cg_mt_check_split(&ds, c.tok, valid, nt, c.model->cfg.max_len, dp ? dp : "the data");
     free(dp);
     if (!fits)
         cg_prog_die_lib(NULL);
@@ -514,8 +514,8 @@ static int cmd_eval(int argc, char **argv)
         cg_pairs_warn_unknown(&ds.pairs, idx, nt, &c.tok->pv, PROG,
                               valid ? "the validation pairs" : "the test pairs");
     double bleu, chrf, t0 = cg_now();
-    if (!cg_translate_score(c.model, c.tok, &ds.pairs, idx, nt, (int)t.beam, t.alpha,
-                            !t.no_cache, &bleu, &chrf, NULL))
+    if (!cg_translate_score(c.model, c.tok, &ds.pairs, idx, nt, (int)t.beam, t.alpha, !t.no_cache,
+                            &bleu, &chrf, NULL))
         cg_prog_die_lib(NULL);
     double dt = cg_now() - t0;
     cJSON *j = cJSON_CreateObject();
