@@ -1176,6 +1176,65 @@ static double accum_lr(void *self, int64_t step)
     return 1e-3 * (double)(step < 10 ? step + 1 : 10) / 10.0;
 }
 
+/* The loss of batch b in training mode, from the model's dropout stream as
+ * it is at *rng0 (so that two calls draw the same masks). */
+static float loss_from(cg_seq2seq *m, const cg_batch *b, const int64_t *src, cg_rng rng0)
+{
+    m->dropout_rng = rng0;
+    cg_tensor *logits = cg_seq2seq_forward(m, src, b->B, b->S, b->tgt_in, b->T);
+    cg_tensor *loss = cg_seq2seq_loss(m, logits, b->tgt_out);
+    ck_assert(loss);
+    float v = cg_data(loss)[0];
+    cg_release(logits);
+    cg_release(loss);
+    return v;
+}
+
+/* --word-dropout: a dropped token's embedding is zero (only its position
+ * reaches the model), on both sides, in training only; 0 draws nothing. */
+START_TEST(test_word_dropout)
+{
+    cg_seq2seq_config c = cg_seq2seq_config_default();
+    c.vocab = cg_pair_vocab_size(&g_vocab);
+    c.d = 32, c.H = 2, c.enc_layers = 1, c.dec_layers = 1, c.d_ff = 64, c.max_len = 64;
+    c.dropout = 0.0f, c.word_dropout = 0.999999f;
+    cg_seq2seq *m = cg_seq2seq_new(&c, 5);
+    ck_assert(m);
+    int64_t all[NPAIRS] = {0, 1, 2, 3, 4};
+    cg_batch b;
+    ck_assert(cg_batch_make(&g_pairs, all, NPAIRS, &g_vocab, &b));
+    int64_t *other = malloc((size_t)(b.B * b.S) * sizeof *other); /* another source, same pads */
+    ck_assert(other);
+    for (int64_t i = 0; i < b.B * b.S; i++)
+        other[i] = b.src[i] == CG_PAD ? CG_PAD : 3 + (b.src[i] + 1) % (c.vocab - 3);
+    cg_rng rng0 = m->dropout_rng;
+    cg_module_train(CG_MODULE(m), true);
+    /* every token dropped: the loss cannot tell the sources apart */
+    ck_assert_float_eq(loss_from(m, &b, b.src, rng0), loss_from(m, &b, other, rng0));
+    ck_assert(m->dropout_rng.counter != rng0.counter);
+    /* in evaluation nothing is dropped */
+    cg_module_train(CG_MODULE(m), false);
+    ck_assert_float_ne(loss_from(m, &b, b.src, rng0), loss_from(m, &b, other, rng0));
+    /* off: the sources differ again, and the stream is not touched */
+    cg_module_train(CG_MODULE(m), true);
+    m->cfg.word_dropout = 0.0f;
+    ck_assert_float_ne(loss_from(m, &b, b.src, rng0), loss_from(m, &b, other, rng0));
+    ck_assert_uint_eq(m->dropout_rng.counter, rng0.counter);
+    /* the config keeps it, and refuses 1 */
+    char *js = cg_seq2seq_config_to_json(&c);
+    cg_seq2seq_config back;
+    ck_assert(js && cg_seq2seq_config_from_json(js, &back));
+    ck_assert_float_eq(back.word_dropout, c.word_dropout);
+    free(js);
+    c.word_dropout = 1.0f;
+    ck_assert(!cg_seq2seq_config_check(&c));
+    ck_assert_str_eq(cg_last_error(), "seq2seq config: word_dropout must be in [0, 1) (got 1)");
+    free(other);
+    cg_batch_free(&b);
+    cg_module_free(CG_MODULE(m));
+}
+END_TEST
+
 START_TEST(test_grad_accum_per_token)
 {
     cg_seq2seq_config c = cg_seq2seq_config_default();
@@ -1366,6 +1425,7 @@ static Suite *seq2seq_suite(void)
     tcase_add_test(tc, test_cache_matches_recompute);
     tcase_add_test(tc, test_decode_bad_input);
     tcase_add_test(tc, test_grad_accum_per_token);
+    tcase_add_test(tc, test_word_dropout);
     suite_add_tcase(s, tc);
     tc = tcase_create("cli");
     tcase_set_timeout(tc, 600);

@@ -57,6 +57,16 @@ if "$seq2seq" eval --ckpt b.st --test-limit 3 --beam 2 >e.out 2>e.err &&
 else
   fail "bpe eval: $(tail -c 300 e.err)"
 fi
+# decoding tuned on the validation split (issue 38): eval --split valid
+if "$seq2seq" eval --ckpt b.st --split valid --test-limit 3 --beam 2 --length-penalty 1.2 \
+     >v.out 2>v.err && grep -q '"split": "valid", "valid_pairs": 3' v.out &&
+   grep -q '"length_penalty": 1.2' v.out; then
+  echo "ok: eval --split valid: $(cat v.out)"
+else
+  fail "eval --split valid: $(cat v.out) $(tail -c 300 v.err)"
+fi
+expect "eval --split train" 2 "--split must be test or valid" \
+  "$seq2seq" eval --ckpt b.st --split train
 text='Schöne Grüße aus Köln — 5 € für Ähren!'
 expect "bpe attention round trip" 0 "translation: $text" \
   "$seq2seq" attention --ckpt b.st --text "The house." --target "$text" --out att

@@ -74,6 +74,11 @@ bool cg_seq2seq_config_check(const cg_seq2seq_config *c)
         cg_set_error("seq2seq config: dropout must be in [0, 1) (got %g)", (double)c->dropout);
         return false;
     }
+    if (!(c->word_dropout >= 0.0f && c->word_dropout < 1.0f)) {
+        cg_set_error("seq2seq config: word_dropout must be in [0, 1) (got %g)",
+                     (double)c->word_dropout);
+        return false;
+    }
     if (!(c->label_smoothing >= 0.0f && c->label_smoothing < 1.0f)) {
         cg_set_error("seq2seq config: label_smoothing must be in [0, 1) (got %g)",
                      (double)c->label_smoothing);
@@ -98,6 +103,7 @@ static const cg_config_field FIELDS[] = {
     {"norm_first", CG_CF_BOOL, offsetof(cg_seq2seq_config, norm_first), NULL},
     {"dropout", CG_CF_F32, offsetof(cg_seq2seq_config, dropout), NULL},
     {"label_smoothing", CG_CF_F32, offsetof(cg_seq2seq_config, label_smoothing), NULL},
+    {"word_dropout", CG_CF_F32, offsetof(cg_seq2seq_config, word_dropout), NULL},
     CG_CONFIG_ZOO_FACTS(cg_seq2seq_config),
     /* one embedding for the encoder's input, the decoder's and the head */
     {"shared_emb", CG_CF_CONST, 0, "true"},
@@ -209,13 +215,23 @@ static bool check_ids(const cg_seq2seq *m, const char *op, const char *what, con
     return true;
 }
 
-/* drop(emb[ids] * sqrt(d) + pe[pos:pos+L]) -> [B,L,d] */
+/* Word dropout of e [B,L,d]: one dropout draw per token, broadcast over its
+ * d features (a [B,L,1] mask of 0 and 1/(1-p)). */
+static cg_tensor *drop_words(cg_seq2seq *m, cg_tensor *e, int64_t B, int64_t L)
+{
+    float p = m->cfg.word_dropout;
+    if (!m->base.training || p == 0.0f)
+        return e;
+    return cg_mul(e, cg_dropout(cg_ones(CG_SHAPE(B, L, 1)), p, &m->dropout_rng, true));
+}
+
+/* drop(wdrop(emb[ids]) * sqrt(d) + pe[pos:pos+L]) -> [B,L,d] */
 static cg_tensor *embed_at(cg_seq2seq *m, const int64_t *ids, int64_t B, int64_t L, int64_t pos)
 {
     cg_scope *sc = cg_scope_begin(); /* the intermediates die at its end */
     if (!sc)
         return NULL;
-    cg_tensor *e = cg_embed_forward(m->emb, cg_from_i64(CG_SHAPE(B, L), ids));
+    cg_tensor *e = drop_words(m, cg_embed_forward(m->emb, cg_from_i64(CG_SHAPE(B, L), ids)), B, L);
     cg_tensor *x =
         cg_add(cg_muls(e, (float)sqrt((double)m->cfg.d)), cg_view_narrow(m->pe, 0, pos, L));
     cg_tensor *h = cg_keep(cg_dropout(x, m->cfg.dropout, &m->dropout_rng, m->base.training));

@@ -48,6 +48,11 @@ typedef struct {
     bool norm_first;
     float dropout;         /* in [0, 1) */
     float label_smoothing; /* in [0, 1) */
+    /* word dropout in [0, 1): in training, each source and target token's
+     * embedding is zeroed with this probability (the others scaled by
+     * 1/(1-p), as dropout), before the positions are added (Sennrich and
+     * Zhang 2019, for small data); 0 draws nothing */
+    float word_dropout;
 } cg_seq2seq_config;
 
 /* models.py Seq2SeqConfig defaults: V 96, d 128, H 4, 2+2 layers, d_ff 512,

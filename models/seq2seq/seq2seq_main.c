@@ -65,7 +65,7 @@ typedef struct {
     const cg_trainer *t;
     const char *preset;
     int64_t max_tokens, warmup, max_len, valid_size, test_size, test_limit, beam, examples;
-    double factor, alpha;
+    double factor, alpha, word_dropout;
     cg_mt_data d;
     cg_seq2seq *model;
 } mt_run;
@@ -199,7 +199,7 @@ static void mt_setup(mt_run *r, cg_train_opts *o, cg_train_recipe *rec, cg_train
         !cg_mt_data_prepare(&r->d, o->data, r->max_len, r->max_tokens, rec->tokenizer,
                             rec->vocab_size, o->resume ? &ck.tok : NULL, o->resume, PROG) ||
         /* what decoding at the end and every rank's share need, known now */
-        !cg_mt_check_test(&r->d, r->d.tok, r->test_limit, r->max_len, o->data) ||
+        !cg_mt_check_split(&r->d, r->d.tok, false, r->test_limit, r->max_len, o->data) ||
         !cg_mt_check_ranks(&r->d, r->max_tokens, o->resume != NULL))
         cg_prog_die_lib(NULL);
     if (o->resume) {
@@ -223,6 +223,7 @@ static void mt_setup(mt_run *r, cg_train_opts *o, cg_train_recipe *rec, cg_train
         cfg.norm_first = rec->norm_first;
         cfg.dropout = (float)rec->dropout;
         cfg.label_smoothing = (float)rec->label_smoothing;
+        cfg.word_dropout = (float)r->word_dropout;
         if (!cg_seq2seq_config_check(&cfg))
             cg_prog_die_lib(NULL);
         if (cg_cli_given(o->args, &rec->lr)) /* the Noam peak (at step warmup) is X */
@@ -286,6 +287,10 @@ static int cmd_train(int argc, char **argv)
          CG_CLI_FIXED},
         {"--warmup", CG_CLI_I64, &r.warmup, 1, 1e9,
          "  --warmup N           Noam warmup steps (default 400)\n", CG_CLI_FIXED},
+        {"--word-dropout", CG_CLI_F64, &r.word_dropout, 0, 0.999999,
+         "  --word-dropout P     in training, zero each source and target token's\n"
+         "                       embedding with probability P (default 0)\n",
+         CG_CLI_FIXED},
         {"--max-len", CG_CLI_I64, &r.max_len, 3, 100000,
          "  --max-len N          longest sequence; longer training pairs are dropped (256)\n",
          CG_CLI_FIXED},
@@ -457,26 +462,34 @@ static const char EVAL_HELP[] =
     "usage: seq2seq eval --ckpt FILE [options]\n"
     "\n"
     "Corpus BLEU and chrF (sacreBLEU defaults) of the model's translations of the\n"
-    "test split, as one JSON line.\n"
+    "test split (or the validation split), as one JSON line.\n"
     "\n"
     "options:\n"
     "  --data FILE          pairs (default: the file the checkpoint was trained on)\n"
-    "  --test-limit N       decode only the first N test pairs (default: all)\n" CG_TRANSLATE_HELP(
-        DEFAULT_CKPT);
+    "  --split S            test (default) or valid: the validation pairs, to tune\n"
+    "                       decoding (--beam, --length-penalty) without the test set\n"
+    "  --test-limit N       decode only the first N pairs of the split (default: "
+    "all)\n" CG_TRANSLATE_HELP(DEFAULT_CKPT);
 
 static int cmd_eval(int argc, char **argv)
 {
-    const char *data = NULL;
+    const char *data = NULL, *split = "test";
     int64_t limit = -1;
     cg_translate_opts t;
-    cg_cli_opt opts[8] = {
+    cg_cli_opt opts[9] = {
         {"--data", CG_CLI_STR, &data, 0, 0, NULL, 0},
         {"--test-limit", CG_CLI_I64, &limit, 1, 1e9, NULL, 0},
+        {"--split", CG_CLI_STR, &split, 0, 0, NULL, 0},
     };
-    int prc = cg_prog_parse(argc, argv, opts, 2 + cg_translate_cli_opts(&t, DEFAULT_CKPT, opts + 2),
+    int prc = cg_prog_parse(argc, argv, opts, 3 + cg_translate_cli_opts(&t, DEFAULT_CKPT, opts + 3),
                             EVAL_HELP);
     if (prc >= 0 || (prc = cg_precision_flag(t.precision, NULL)) >= 0)
         return prc;
+    bool valid = strcmp(split, "valid") == 0;
+    if (!valid && strcmp(split, "test") != 0) {
+        fprintf(stderr, "%s: --split must be test or valid (got '%s')\n", PROG, split);
+        return 2;
+    }
     cg_cli_set_threads(PROG, t.threads);
     const char *ck = t.ckpt;
     cg_seq2seq_ckpt c;
@@ -487,25 +500,31 @@ static int cmd_eval(int argc, char **argv)
     if (!cg_decode_precision(t.precision, tj, ck, &prec) ||
         !cg_mt_data_load_ckpt(&ds, tj, ck, data, DEFAULT_DATA))
         cg_prog_die_lib(NULL);
-    int64_t nt = limit > 0 && limit < ds.split.n_test ? limit : ds.split.n_test;
+    const int64_t *idx = valid ? ds.split.valid : ds.split.test;
+    int64_t have = valid ? ds.split.n_valid : ds.split.n_test;
+    int64_t nt = limit > 0 && limit < have ? limit : have;
     char *dp = cg_train_data_path(tj, data, DEFAULT_DATA); /* for the message */
-    bool fits = cg_out_check_stdout(dp, "--data") &&
-                cg_mt_check_test(&ds, c.tok, nt, c.model->cfg.max_len, dp ? dp : "the data");
+    bool fits =
+        cg_out_check_stdout(dp, "--data") &&
+        cg_mt_check_split(&ds, c.tok, valid, nt, c.model->cfg.max_len, dp ? dp : "the data");
     free(dp);
     if (!fits)
         cg_prog_die_lib(NULL);
     if (c.tok->kind == CG_TOK_CHAR)
-        cg_pairs_warn_unknown(&ds.pairs, ds.split.test, nt, &c.tok->pv, PROG, "the test pairs");
+        cg_pairs_warn_unknown(&ds.pairs, idx, nt, &c.tok->pv, PROG,
+                              valid ? "the validation pairs" : "the test pairs");
     double bleu, chrf, t0 = cg_now();
-    if (!cg_translate_score(c.model, c.tok, &ds.pairs, ds.split.test, nt, (int)t.beam, t.alpha,
-                            !t.no_cache, &bleu, &chrf, NULL))
+    if (!cg_translate_score(c.model, c.tok, &ds.pairs, idx, nt, (int)t.beam, t.alpha, !t.no_cache,
+                            &bleu, &chrf, NULL))
         cg_prog_die_lib(NULL);
     double dt = cg_now() - t0;
     cJSON *j = cJSON_CreateObject();
     cg_json_put_num(j, "bleu", "%.2f", bleu);
     cg_json_put_num(j, "chrf", "%.2f", chrf);
     cg_json_put_int(j, "beam", t.beam);
-    cg_json_put_int(j, "test_pairs", nt);
+    cg_json_put_num(j, "length_penalty", "%g", t.alpha);
+    cg_json_put_str(j, "split", split);
+    cg_json_put_int(j, valid ? "valid_pairs" : "test_pairs", nt);
     cg_json_put_num(j, "decode_s", "%.1f", dt);
     cg_json_put_int(j, "step", c.step);
     cg_json_put_str(j, "precision", cg_precision_name(prec));

@@ -523,24 +523,27 @@ int cg_translate_cli_opts(cg_translate_opts *o, const char *default_ckpt, cg_cli
     return 6;
 }
 
-bool cg_mt_check_test(const cg_mt_data *d, const cg_tokenizer *tok, int64_t n, int64_t max_len,
-                      const char *path)
+bool cg_mt_check_split(const cg_mt_data *d, const cg_tokenizer *tok, bool valid, int64_t n,
+                       int64_t max_len, const char *path)
 {
-    for (int64_t i = 0; i < n && i < d->split.n_test; i++) {
-        int64_t line = d->split.test[i] + 1, k;
-        int64_t *ids = cg_tokenizer_encode(tok, d->pairs.items[d->split.test[i]].src, &k, NULL);
+    const int64_t *idx = valid ? d->split.valid : d->split.test;
+    const char *what = valid ? "validation" : "test";
+    int64_t have = valid ? d->split.n_valid : d->split.n_test;
+    for (int64_t i = 0; i < n && i < have; i++) {
+        int64_t line = idx[i] + 1, k;
+        int64_t *ids = cg_tokenizer_encode(tok, d->pairs.items[idx[i]].src, &k, NULL);
         free(ids);
         if (!ids) {
             char msg[512];
             snprintf(msg, sizeof msg, "%s", cg_last_error());
-            cg_set_error("%s:%lld: test pair: %s", path, (long long)line, msg);
+            cg_set_error("%s:%lld: %s pair: %s", path, (long long)line, what, msg);
             return false;
         }
         if (k + 1 > max_len) {
-            cg_set_error("%s:%lld: the test pair on line %lld has a source of %lld tokens; the "
+            cg_set_error("%s:%lld: the %s pair on line %lld has a source of %lld tokens; the "
                          "model takes at most %lld (--max-len %lld): raise --max-len, remove "
                          "the line, or decode fewer with --test-limit",
-                         path, (long long)line, (long long)line, (long long)k,
+                         path, (long long)line, what, (long long)line, (long long)k,
                          (long long)max_len - 1, (long long)max_len);
             return false;
         }

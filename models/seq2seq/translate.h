@@ -76,12 +76,13 @@ bool cg_mt_data_load_ckpt(cg_mt_data *d, const char *train_json, const char *ckp
  * tokens); the batches. prog: the warnings' program (unknown characters of
  * the validation and test pairs); path and resume_path name the files in
  * the errors, which name --max-len. */
-/* The first n test pairs fit the model: each source encodes (tok) to at
- * most max_len - 1 tokens (EOS makes max_len). Checked at setup by train
- * and eval, so that decoding never fails after training; false + error
- * "PATH:LINE: the test pair on line LINE has a source of K tokens; ...". */
-bool cg_mt_check_test(const cg_mt_data *d, const cg_tokenizer *tok, int64_t n, int64_t max_len,
-                      const char *path);
+/* The first n test pairs (valid: validation pairs) fit the model: each
+ * source encodes (tok) to at most max_len - 1 tokens (EOS makes max_len).
+ * Checked at setup by train and eval, so that decoding never fails after
+ * training; false + error "PATH:LINE: the test pair on line LINE has a
+ * source of K tokens; ...". */
+bool cg_mt_check_split(const cg_mt_data *d, const cg_tokenizer *tok, bool valid, int64_t n,
+                       int64_t max_len, const char *path);
 /* Every training batch can be split over the MPI ranks (at least one pair
  * per rank), checked at setup for every batch of every epoch (the batches
  * are fixed; only their order changes). False + error with advice that can
