@@ -17,5 +17,6 @@
 #include "nn/nn.h"
 #include "optim/optim.h"
 #include "optim/schedule.h"
+#include "optim/train_state.h"
 
 #endif

@@ -271,6 +271,12 @@ void cg_mt19937_seed(cg_mt19937 *g, uint64_t seed);
 uint32_t cg_mt19937_next(cg_mt19937 *g);
 /* Contiguous t only (false with an error otherwise). */
 bool cg_normal_torch_(cg_tensor *t, cg_mt19937 *g, float mean, float std);
+/* PyTorch's uniform_(lo, hi) on the CPU: per element, in order, one 32-bit
+ * draw u, x = (u & (2^24 - 1)) * 2^-24 and x * (hi - lo) + lo in float
+ * with one rounding (a fused multiply-add, as PyTorch's vectorised build
+ * computes it): the same bits as torch.empty(n).uniform_(lo, hi) after
+ * the same draws. Contiguous float32 t only; lo <= hi. */
+bool cg_uniform_torch_(cg_tensor *t, cg_mt19937 *g, float lo, float hi);
 
 /* --------------------------------------------------------------- queries */
 int64_t cg_numel(const cg_tensor *t);

@@ -61,6 +61,17 @@ static bool fans(const char *op, const cg_tensor *t, double *fan_in, double *fan
     return true;
 }
 
+/* The bounds as torch.nn.init computes them in Python (doubles). */
+static double xavier_bound(double fan_in, double fan_out, double gain)
+{
+    return sqrt(3.0) * (gain * sqrt(2.0 / (fan_in + fan_out)));
+}
+
+static double kaiming_bound(double fan_in, double a)
+{
+    return sqrt(3.0) * (sqrt(2.0 / (1 + pow(a, 2))) / sqrt(fan_in));
+}
+
 bool cg_init_xavier_uniform_(cg_tensor *t, cg_rng *rng, float gain)
 {
     double fi, fo;
@@ -68,8 +79,24 @@ bool cg_init_xavier_uniform_(cg_tensor *t, cg_rng *rng, float gain)
         cg_error_null_input("cg_init_xavier_uniform_");
         return false;
     }
-    float a = (float)(gain * sqrt(6.0 / (fi + fo)));
-    return cg_uniform_(t, rng, -a, a);
+    double a = xavier_bound(fi, fo, gain);
+    return cg_uniform_(t, rng, (float)-a, (float)a);
+}
+
+bool cg_init_kaiming_uniform_(cg_tensor *t, cg_rng *rng, double a)
+{
+    double fi, fo;
+    if (!t || !need_rng("init kaiming_uniform", rng) ||
+        !fans("init kaiming_uniform", t, &fi, &fo)) {
+        cg_error_null_input("cg_init_kaiming_uniform_");
+        return false;
+    }
+    if (!(fi > 0) || !isfinite(a)) {
+        cg_set_error("init kaiming_uniform: needs fan_in > 0 and a finite a (got %g, %g)", fi, a);
+        return false;
+    }
+    double b = kaiming_bound(fi, a);
+    return cg_uniform_(t, rng, (float)-b, (float)b);
 }
 
 bool cg_init_xavier_normal_(cg_tensor *t, cg_rng *rng, float gain)
@@ -92,6 +119,14 @@ static bool init_normal(cg_tensor *t, const init_src *src, float std)
 {
     return src->mt ? cg_normal_torch_(t, src->mt, 0.0f, std)
                    : cg_init_normal_(t, src->rng, 0.0f, std);
+}
+
+/* U(-bound, bound) with the bound rounded to float as PyTorch's uniform_
+ * takes it. */
+static bool init_uniform(cg_tensor *t, const init_src *src, double bound)
+{
+    float lo = (float)-bound, hi = (float)bound;
+    return src->mt ? cg_uniform_torch_(t, src->mt, lo, hi) : cg_init_uniform_(t, src->rng, lo, hi);
 }
 
 static bool init_tree(cg_module *m, const init_src *src, float std)
@@ -169,4 +204,137 @@ bool cg_module_init_params_torch(cg_module *m, uint64_t seed, float std)
     cg_mt19937_seed(&g, seed);
     init_src src = {.rng = NULL, .mt = &g};
     return skip_construction(m, &g) && init_tree(m, &src, std);
+}
+
+/* ------------------------------------------- PyTorch's defaults */
+
+static cg_tensor *param(const cg_module *m, const char *name)
+{
+    for (int i = 0; m && i < m->n_params; i++)
+        if (!strcmp(m->params[i].name, name))
+            return m->params[i].tensor;
+    return NULL;
+}
+
+static cg_module *child(const cg_module *m, const char *name)
+{
+    for (int i = 0; m && i < m->n_children; i++)
+        if (!strcmp(m->children[i].name, name))
+            return m->children[i].module;
+    return NULL;
+}
+
+static bool reset_tree(cg_module *m, const init_src *src);
+
+/* nn.Linear.reset_parameters: kaiming_uniform_(weight, a=sqrt(5)), then the
+ * bias U(-1/sqrt(fan_in), 1/sqrt(fan_in)). */
+static bool reset_linear(cg_module *m, const init_src *src)
+{
+    cg_tensor *w = param(m, "weight"), *b = param(m, "bias");
+    if (!w || w->ndim != 2)
+        return true;
+    double fan_in = (double)w->shape[1];
+    return init_uniform(w, src, kaiming_bound(fan_in, sqrt(5.0))) &&
+           (!b || init_uniform(b, src, 1.0 / sqrt(fan_in)));
+}
+
+/* nn.MultiheadAttention: out_proj (a Linear, built first), then
+ * xavier_uniform_ of the packed [3d, d] in_proj_weight, drawn row after
+ * row: q's rows, k's, v's; every bias 0. */
+static bool reset_mha(cg_module *m, const init_src *src)
+{
+    static const char *const names[4] = {"q_proj", "k_proj", "v_proj", "o_proj"};
+    cg_module *p[4];
+    for (int i = 0; i < 4; i++)
+        if (!(p[i] = child(m, names[i])) || !param(p[i], "weight")) {
+            cg_set_error("reset_parameters: MultiHeadAttention without '%s'", names[i]);
+            return false;
+        }
+    const cg_tensor *wq = param(p[0], "weight");
+    double d_in = (double)wq->shape[1], d_out = (double)wq->shape[0];
+    bool ok = reset_linear(p[3], src);
+    for (int i = 0; ok && i < 3; i++)
+        ok = init_uniform(param(p[i], "weight"), src, xavier_bound(d_in, 3 * d_out, 1.0));
+    for (int i = 0; ok && i < 4; i++)
+        ok = !param(p[i], "bias") || cg_init_zeros_(param(p[i], "bias"));
+    for (int i = 0; ok && i < 4; i++) /* adapters on the projections */
+        for (int c = 0; ok && c < p[i]->n_children; c++)
+            ok = reset_tree(p[i]->children[c].module, src);
+    return ok;
+}
+
+/* nn.TransformerEncoder / Decoder: copies of one initialised layer. */
+static bool reset_stack(cg_module *m, const init_src *src)
+{
+    cg_module *list = child(m, "layers");
+    bool ok = true;
+    for (int i = 0; ok && i < m->n_children; i++) {
+        cg_module *c = m->children[i].module;
+        if (c != list || !list->n_children) {
+            ok = reset_tree(c, src);
+            continue;
+        }
+        cg_module *first = list->children[0].module;
+        cg_param_list a = {0}, b = {0};
+        ok = reset_tree(first, src) && cg_module_params(first, &a);
+        for (int j = 1; ok && j < list->n_children; j++) {
+            cg_param_list_free(&b);
+            ok = cg_module_params(list->children[j].module, &b);
+            if (ok && b.n != a.n) {
+                cg_set_error("reset_parameters: %s layer %d has %d parameters, layer 0 %d", m->type,
+                             j, b.n, a.n);
+                ok = false;
+            }
+            for (int k = 0; ok && k < a.n; k++)
+                ok = cg_k_copy_(b.items[k].tensor, a.items[k].tensor);
+        }
+        cg_param_list_free(&a);
+        cg_param_list_free(&b);
+    }
+    return ok;
+}
+
+static bool reset_tree(cg_module *m, const init_src *src)
+{
+    const char *t = m->type;
+    if (!strcmp(t, "MultiHeadAttention"))
+        return reset_mha(m, src);
+    if (!strcmp(t, "TransformerEncoder") || !strcmp(t, "TransformerDecoder"))
+        return reset_stack(m, src);
+    bool ok = true;
+    if (!strcmp(t, "Linear"))
+        ok = reset_linear(m, src);
+    else if (!strcmp(t, "Embedding") && param(m, "weight"))
+        ok = init_normal(param(m, "weight"), src, 1.0f);
+    else if (!strcmp(t, "LayerNorm") || !strcmp(t, "RMSNorm"))
+        ok = (!param(m, "weight") || cg_init_ones_(param(m, "weight"))) &&
+             (!param(m, "bias") || cg_init_zeros_(param(m, "bias")));
+    for (int i = 0; ok && i < m->n_children; i++) {
+        cg_module *c = m->children[i].module;
+        bool lora_b = !strcmp(t, "Linear") && !strcmp(m->children[i].name, "lora_B");
+        ok = lora_b ? cg_init_zeros_(param(c, "weight")) : reset_tree(c, src);
+    }
+    return ok;
+}
+
+bool cg_module_reset_parameters(cg_module *m, cg_rng *rng)
+{
+    if (!m || !need_rng("module reset_parameters", rng)) {
+        cg_error_null_input("cg_module_reset_parameters");
+        return false;
+    }
+    init_src src = {.rng = rng, .mt = NULL};
+    return reset_tree(m, &src);
+}
+
+bool cg_module_reset_parameters_torch(cg_module *m, cg_mt19937 *g)
+{
+    if (!m || !g) {
+        if (!g && m)
+            cg_set_error("module reset_parameters_torch: generator is NULL");
+        cg_error_null_input("cg_module_reset_parameters_torch");
+        return false;
+    }
+    init_src src = {.rng = NULL, .mt = g};
+    return reset_tree(m, &src);
 }

@@ -18,13 +18,59 @@ bool cg_init_ones_(cg_tensor *t);
 bool cg_init_normal_(cg_tensor *t, cg_rng *rng, float mean, float std);
 /* U[lo, hi) */
 bool cg_init_uniform_(cg_tensor *t, cg_rng *rng, float lo, float hi);
-/* Xavier/Glorot uniform: U(-a, a), a = gain * sqrt(6 / (fan_in + fan_out)),
+/* Xavier/Glorot uniform: U(-a, a), a = sqrt(3) * gain * sqrt(2 / (fan_in +
+ * fan_out)) (computed in double as torch.nn.init.xavier_uniform_ does),
  * with fan_in = shape[1] * r and fan_out = shape[0] * r, r the product of
  * shape[2:] (PyTorch's convention; a Linear weight [out, in] has fan_in =
  * in). Needs ndim >= 2. */
 bool cg_init_xavier_uniform_(cg_tensor *t, cg_rng *rng, float gain);
 /* Xavier normal: N(0, gain * sqrt(2 / (fan_in + fan_out))). */
 bool cg_init_xavier_normal_(cg_tensor *t, cg_rng *rng, float gain);
+/* torch.nn.init.kaiming_uniform_(t, a) (fan_in mode, leaky_relu): U(-b, b),
+ * b = sqrt(3) * sqrt(2 / (1 + a^2)) / sqrt(fan_in), computed in double as
+ * PyTorch does. a = sqrt(5) is nn.Linear's weight: b = 1/sqrt(fan_in).
+ * Needs ndim >= 2. */
+bool cg_init_kaiming_uniform_(cg_tensor *t, cg_rng *rng, double a);
+
+/* Two initialisations of a whole module tree, not to be confused:
+ *
+ *   cg_module_reset_parameters[_torch]: PyTorch's defaults, what its
+ *     constructors (each module's reset_parameters) give;
+ *   cg_module_init_params[_torch]: the zoo's, models.py init_params,
+ *     N(0, std) for every Linear and Embedding weight (std 0.02), which
+ *     the zoo's models and the nn constructors (cg_linear_new, ...) use.
+ *
+ * cg_module_reset_parameters: PyTorch's default initialisation of every
+ * module of the tree, visited depth first in registration order (a
+ * module's own parameters, then its children), each drawing in PyTorch's
+ * order:
+ *   Linear           weight kaiming_uniform_(a = sqrt(5)), i.e.
+ *                    U(-1/sqrt(in), 1/sqrt(in)); bias U(-1/sqrt(in),
+ *                    1/sqrt(in)) (nn.Linear.reset_parameters);
+ *   Embedding        weight N(0, 1);
+ *   LayerNorm        weight 1, bias 0; RMSNorm weight 1;
+ *   MultiHeadAttention  as nn.MultiheadAttention: o_proj as a Linear
+ *                    (out_proj is built first), then q, k and v weights
+ *                    as one xavier_uniform_ of the packed in_proj_weight
+ *                    [3d, d] (fan_in d, fan_out 3d), every bias 0;
+ *   TransformerEncoder, TransformerDecoder  layer 0 initialised, the
+ *                    others copies of it (nn.TransformerEncoder deep-copies
+ *                    the layer it is given: every layer starts equal);
+ *   a LoRA adapter   lora_A as a Linear weight (PEFT's kaiming_uniform_),
+ *                    lora_B 0.
+ * Other parameters (a module of your own) are left as they are; the
+ * containers (FeedForward, the encoder and decoder layers, LMBlock, ...)
+ * initialise their children. The draws come from rng: the same
+ * distributions as PyTorch, not its numbers. */
+bool cg_module_reset_parameters(cg_module *m, cg_rng *rng);
+/* The same with PyTorch's generator g (seeded by cg_mt19937_seed(g, s) as
+ * torch.manual_seed(s); it advances, so further modules continue the
+ * stream): the values `torch.manual_seed(s); nn.Linear(...)` (Embedding,
+ * LayerNorm, MultiheadAttention, TransformerEncoderLayer, ...) gives,
+ * when the PyTorch modules are built in the order of the tree. Uniform
+ * draws are PyTorch's bits; normal ones (Embedding) may differ in the last
+ * bit (core/tensor.h, cg_normal_torch_). Parameters must be contiguous. */
+bool cg_module_reset_parameters_torch(cg_module *m, cg_mt19937 *g);
 
 /* models.py init_params semantics over a module tree, visited depth first
  * in registration order: every Linear and Embedding weight ~ N(0, std);

@@ -7,7 +7,7 @@
  *   nn/lora.h         LoRA adapters on Linear layers (PEFT-compatible files)
  *   nn/sample.h       sampling from logits (temperature, top-k, top-p)
  *   nn/data.h         batches of token ids (get_batch, epochs)
- *   nn/init.h         initialisers (normal, Xavier, models.py init_params)
+ *   nn/init.h         initialisers (normal, Xavier, Kaiming; PyTorch's defaults, models.py init_params)
  *   nn/safetensors.h  the checkpoint file format */
 #ifndef CG_NN_H
 #define CG_NN_H

@@ -664,19 +664,108 @@ START_TEST(test_zero_grad_and_train_mode)
 END_TEST
 
 /* ============================================================ init */
+/* t's values have mean 0 and standard deviation sd, both within tol. */
+static void assert_mean_std(const cg_tensor *t, double sd, double tol)
+{
+    float *v = cg_test_values(t);
+    int64_t n = cg_numel(t);
+    double s = 0, s2 = 0;
+    for (int64_t i = 0; i < n; i++) {
+        s += v[i];
+        s2 += (double)v[i] * v[i];
+    }
+    double mean = s / (double)n, got = sqrt(s2 / (double)n - mean * mean);
+    ck_assert_msg(fabs(mean) < tol && fabs(got - sd) < tol, "mean %g std %g", mean, got);
+    free(v);
+}
+
+/* Every |value| of t below bound, the largest above 0.9 * bound (a uniform
+ * sample over the whole range), none NaN. */
+static void assert_uniform(const cg_tensor *t, double bound)
+{
+    float *v = cg_test_values(t), mx = 0;
+    for (int64_t i = 0; i < cg_numel(t); i++) {
+        ck_assert_msg(fabsf(v[i]) <= (float)bound, "%g outside +-%g", (double)v[i], bound);
+        mx = fabsf(v[i]) > mx ? fabsf(v[i]) : mx;
+    }
+    ck_assert_msg(mx > 0.9 * bound, "largest %g of bound %g", (double)mx, bound);
+    free(v);
+}
+
+static void assert_all(const cg_tensor *t, float x)
+{
+    float *v = cg_test_values(t);
+    for (int64_t i = 0; i < cg_numel(t); i++)
+        ck_assert_float_eq(v[i], x);
+    free(v);
+}
+
+/* PyTorch's defaults from our generator: the distributions, not PyTorch's
+ * numbers (the meson test torch_init checks those, from cg_mt19937). */
+START_TEST(test_reset_parameters)
+{
+    cg_rng r = cg_rng_new(3);
+    cg_tf_config c = small_cfg(CG_NORM_LAYERNORM, CG_ACT_RELU, true);
+    cg_module *root = cg_module_new("Root");
+    cg_linear *lin = cg_module_add_child(root, "lin", cg_linear_new(50, 40, true, &r));
+    cg_embed *emb = cg_module_add_child(root, "emb", cg_embed_new(100, 64, &r));
+    cg_norm *ln = cg_module_add_child(root, "ln", cg_layernorm_new(8));
+    cg_mha *mha = cg_module_add_child(root, "mha", cg_mha_new(16, 4, &r));
+    cg_enc_stack *st = cg_module_add_child(root, "stack", cg_enc_stack_new(2, &c, &r));
+    cg_linear *ad = cg_module_add_child(root, "ad", cg_linear_new(12, 10, true, &r));
+    ck_assert_ptr_nonnull(st);
+    cg_lora *lo = cg_lora_attach(ad, 4, 8.0f, 0.0f, &r);
+    ck_assert_ptr_nonnull(lo);
+    randomize(root, 9, 1.0f);
+    ck_assert(cg_module_reset_parameters(root, &r));
+
+    assert_uniform(lin->weight, 1 / sqrt(50.0)); /* kaiming_uniform_(a=sqrt(5)) */
+    assert_uniform(lin->bias, 1 / sqrt(50.0));
+    assert_mean_std(emb->weight, 1.0, 0.05); /* N(0, 1) */
+    assert_all(ln->weight, 1.0f);
+    assert_all(ln->bias, 0.0f);
+    /* MultiheadAttention: xavier over the packed [3d, d], out_proj a Linear */
+    assert_uniform(mha->q_proj->weight, sqrt(6.0 / (16 + 48)));
+    assert_uniform(mha->v_proj->weight, sqrt(6.0 / (16 + 48)));
+    assert_uniform(mha->o_proj->weight, 1 / sqrt(16.0));
+    assert_all(mha->q_proj->bias, 0.0f);
+    assert_all(mha->o_proj->bias, 0.0f);
+    /* nn.TransformerEncoder: every layer a copy of the first */
+    cg_param_list a = {0}, b = {0};
+    ck_assert(cg_module_params(CG_MODULE(st->layers[0]), &a));
+    ck_assert(cg_module_params(CG_MODULE(st->layers[1]), &b));
+    ck_assert_int_eq(a.n, b.n);
+    for (int i = 0; i < a.n; i++)
+        ck_assert(!memcmp(cg_data(a.items[i].tensor), cg_data(b.items[i].tensor),
+                          (size_t)cg_numel(a.items[i].tensor) * sizeof(float)));
+    cg_param_list_free(&a);
+    cg_param_list_free(&b);
+    assert_uniform(st->layers[0]->ff->fc1->weight, 1 / sqrt(6.0));
+    assert_all(st->ln_f->weight, 1.0f);
+    /* LoRA as PEFT: A kaiming, B zero */
+    assert_uniform(ad->weight, 1 / sqrt(12.0));
+    assert_uniform(lo->lora_A->weight, 1 / sqrt(12.0));
+    assert_all(lo->lora_B->weight, 0.0f);
+
+    CG_ASSERT_REFUSED(!cg_module_reset_parameters(root, NULL), "rng is NULL");
+    CG_ASSERT_REFUSED(!cg_module_reset_parameters_torch(root, NULL), "generator is NULL");
+    CG_ASSERT_REFUSED(!cg_init_kaiming_uniform_(lin->bias, &r, sqrt(5.0)), "at least 2 dims");
+    cg_mt19937 g;
+    cg_mt19937_seed(&g, 1);
+    cg_tensor *tr = cg_transpose(lin->weight, 0, 1);
+    CG_ASSERT_REFUSED(!cg_uniform_torch_(tr, &g, -1.0f, 1.0f), "must be contiguous");
+    CG_ASSERT_REFUSED(!cg_uniform_torch_(lin->bias, &g, 1.0f, -1.0f), "need lo <= hi");
+    cg_release(tr);
+    cg_module_free(root);
+}
+END_TEST
+
 START_TEST(test_init)
 {
     cg_rng r = cg_rng_new(11);
     cg_linear *l = cg_linear_new(200, 100, true, &r);
-    float *w = cg_test_values(l->weight);
-    double s = 0, s2 = 0;
-    for (int i = 0; i < 20000; i++) {
-        s += w[i];
-        s2 += (double)w[i] * w[i];
-    }
-    double mean = s / 20000, sd = sqrt(s2 / 20000 - mean * mean);
-    ck_assert_msg(fabs(mean) < 0.001 && fabs(sd - 0.02) < 0.001, "mean %g std %g", mean, sd);
-    free(w);
+    assert_mean_std(l->weight, 0.02, 0.001);
+    float *w;
     float *b = cg_test_values(l->bias);
     for (int i = 0; i < 100; i++)
         ck_assert_float_eq(b[i], 0.0f);
@@ -1826,6 +1915,7 @@ static Suite *nn_suite(void)
     tcase_add_test(reg, test_shared_modules);
     tcase_add_test(reg, test_zero_grad_and_train_mode);
     tcase_add_test(reg, test_init);
+    tcase_add_test(reg, test_reset_parameters);
     tcase_add_test(reg, test_save_load);
     tcase_add_test(reg, test_load_strict);
     suite_add_tcase(s, reg);

@@ -1,0 +1,87 @@
+/* PyTorch's default initialisation reproduced from PyTorch's generator
+ * (tests/interop/make_torch_init.py writes what PyTorch gives):
+ *     check_torch_init DIR     exit 0: every parameter as PyTorch's; 1: not
+ * The modules of the script are built in its order under one root, then
+ * cg_module_reset_parameters_torch draws them from cg_mt19937 seeded as
+ * torch.manual_seed(1234). Uniform draws (Linear, MultiheadAttention's
+ * in_proj, the layers' projections) must be PyTorch's bits; normal ones
+ * (Embedding) within 2e-6 (log, cos and sin may differ in the last bit:
+ * core/mt19937.c); the 5 uniforms drawn after must be PyTorch's too (the
+ * stream advanced by exactly as many draws). */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cgrad.h"
+
+enum { SEED = 1234 };
+
+static cg_module *build(void)
+{
+    cg_tf_config post = {.d = 8, .H = 2, .d_ff = 16, .norm = CG_NORM_LAYERNORM, .act = CG_ACT_RELU};
+    cg_tf_config pre = post;
+    pre.norm_first = true;
+    cg_module *root = cg_module_new("Root");
+    bool ok = root && cg_module_add_child(root, "lin", cg_linear_new(5, 7, true, NULL)) &&
+              cg_module_add_child(root, "lin_nobias", cg_linear_new(6, 3, false, NULL)) &&
+              cg_module_add_child(root, "emb", cg_embed_new(11, 6, NULL)) &&
+              cg_module_add_child(root, "emb_small", cg_embed_new(3, 5, NULL)) &&
+              cg_module_add_child(root, "ln", cg_layernorm_new(6)) &&
+              cg_module_add_child(root, "mha", cg_mha_new(8, 2, NULL)) &&
+              cg_module_add_child(root, "enc", cg_enc_layer_new(&post, NULL)) &&
+              cg_module_add_child(root, "dec", cg_dec_layer_new(&post, NULL)) &&
+              cg_module_add_child(root, "stack", cg_enc_stack_new(2, &pre, NULL));
+    if (!ok) {
+        cg_module_free(root);
+        return NULL;
+    }
+    return root;
+}
+
+/* 0 when t equals the file's tensor: bit for bit, or within tol. */
+static int check(const cg_st_file *f, const char *name, const cg_tensor *t, double tol)
+{
+    cg_tensor *w = cg_st_get_f32(f, name);
+    bool ok = w && cg_same_shape(w, t);
+    double worst = 0;
+    for (int64_t i = 0; ok && i < cg_numel(t); i++) {
+        double d = fabs((double)cg_data((cg_tensor *)t)[i] - (double)cg_data(w)[i]);
+        worst = d > worst ? d : worst;
+        ok = tol > 0 ? d <= tol : cg_data((cg_tensor *)t)[i] == cg_data(w)[i];
+    }
+    printf("%-36s %s", name, ok ? "equal" : "DIFFERENT");
+    if (tol > 0)
+        printf(" (largest difference %.2g)", worst);
+    printf("\n");
+    if (!w)
+        printf("  error: %s\n", cg_last_error());
+    cg_release(w);
+    return ok ? 0 : 1;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2)
+        return fprintf(stderr, "usage: check_torch_init DIR\n"), 2;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/torch_init.safetensors", argv[1]);
+    cg_st_file *f = cg_st_open(path);
+    cg_module *root = build();
+    cg_mt19937 g;
+    cg_mt19937_seed(&g, SEED);
+    if (!f || !root || !cg_module_reset_parameters_torch(root, &g))
+        return fprintf(stderr, "check_torch_init: %s\n", cg_last_error()), 1;
+    cg_param_list l = {0};
+    int bad = cg_module_params(root, &l) && l.n + 1 == cg_st_count(f) ? 0 : 1;
+    for (int i = 0; i < l.n; i++)
+        bad += check(f, l.items[i].name, l.items[i].tensor,
+                     strncmp(l.items[i].name, "emb", 3) ? 0 : 2e-6);
+    cg_tensor *after = cg_empty(CG_SHAPE(5));
+    bad += !cg_uniform_torch_(after, &g, 0.0f, 1.0f) || check(f, "after", after, 0);
+    printf("check_torch_init: %d parameters and the draws after, %d different\n", l.n, bad);
+    cg_release(after);
+    cg_param_list_free(&l);
+    cg_module_free(root);
+    cg_st_close(f);
+    return bad ? 1 : 0;
+}
