@@ -94,16 +94,28 @@ static bool class_loss_args(const char *op, cg_tensor *x, const cg_tensor *targe
 }
 
 /* saved[0]: the targets [N] (the backward is refused if they were written
- * in place since, as PyTorch refuses it); saved[1]: each row's lse. */
+ * in place since, as PyTorch refuses it); saved[1]: each row's lse;
+ * saved[2]: the gradient for g = 1, computed by the forward while each row
+ * was in cache. The first backward with g = 1 (the loss as the graph's end)
+ * takes it over, so that it dies once used; any other g, or a second
+ * backward through a retained graph, computes the rows again (the same
+ * bits: one expression, core/loss.c). */
 static bool ce_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {
     cg_tensor *logits = IN(0);
-    int64_t C = logits->shape[logits->ndim - 1];
-    int64_t N = C ? cg_numel(logits) / C : 0;
-    cg_tensor *l2 = cg_k_reshape(logits, 2, (int64_t[]){N, C});
-    cg_tensor *d =
-        cg_k_cross_entropy_backward(l2, n->saved[0], n->p.i[0], n->p.f[2], n->saved[1], cg_item(g));
-    cg_release(l2);
+    cg_tensor *d = NULL;
+    if (n->saved[2] && cg_item(g) == 1.0f) {
+        d = cg_retain(n->saved[2]);
+        cg_release_held(n->saved[2]);
+        n->saved[2] = NULL;
+    } else {
+        int64_t C = logits->shape[logits->ndim - 1];
+        int64_t N = C ? cg_numel(logits) / C : 0;
+        cg_tensor *l2 = cg_k_reshape(logits, 2, (int64_t[]){N, C});
+        d = cg_k_cross_entropy_backward(l2, n->saved[0], n->p.i[0], n->p.f[2], n->saved[1],
+                                        cg_item(g));
+        cg_release(l2);
+    }
     if (!d)
         return false;
     gin[0] = cg_k_reshape(d, logits->ndim, logits->shape);
@@ -117,12 +129,15 @@ cg_tensor *cg_cross_entropy(cg_tensor *logits, const cg_tensor *targets, int64_t
     cg_tensor *l2, *t1;
     if (!class_loss_args("cross_entropy", logits, targets, &l2, &t1))
         return NULL;
-    cg_tensor *lse = NULL;
-    cg_tensor *out = cg_k_cross_entropy(l2, t1, ignore_index, label_smoothing, &lse);
+    cg_tensor *lse = NULL, *d = NULL;
+    bool grad = cg_grad_enabled() && logits->requires_grad;
+    cg_tensor *out =
+        cg_k_cross_entropy(l2, t1, ignore_index, label_smoothing, &lse, grad ? &d : NULL);
     cg_release(l2);
     cg_node *n = out ? cg_record(out, CG_OP_CROSS_ENTROPY, 1, &logits, ce_bw) : NULL;
     if (out && (cg_record_failed(n, 1, &logits) ||
-                (n && (cg_node_save(n, t1) < 0 || cg_node_save(n, lse) < 0)))) {
+                (n && (cg_node_save(n, t1) < 0 || cg_node_save(n, lse) < 0 ||
+                       (d && cg_node_save(n, d) < 0))))) {
         cg_release(out);
         out = NULL;
     }
@@ -130,7 +145,7 @@ cg_tensor *cg_cross_entropy(cg_tensor *logits, const cg_tensor *targets, int64_t
         n->p.i[0] = ignore_index;
         n->p.f[2] = label_smoothing;
     }
-    cg_release_all(2, lse, t1);
+    cg_release_all(3, lse, t1, d);
     return out;
 }
 

@@ -388,6 +388,38 @@ START_TEST(test_cross_entropy)
         check(ce_fn, &cases[k], 1, &x, "cross_entropy [2,3,5]", 0, 0);
         cg_release(x);
     }
+    /* The gradient the forward computed (g = 1) is what backward gives, with
+     * the bits of the backward kernel; g != 1 and a second backward through
+     * a retained graph compute it again, with the same bits. */
+    for (size_t k = 0; k < 4; k++) {
+        cg_tensor *x = cg_requires_grad(cg_randn(&r, CG_SHAPE(6, 37)), true);
+        cg_tensor *t = cg_test_ids(6, cases[k].targets);
+        const float gs[] = {1.0f, 0.25f, 1.0f};
+        for (int j = 0; j < 3; j++) {
+            cg_tensor *loss = cg_cross_entropy(x, t, cases[k].ignore, cases[k].ls);
+            cg_tensor *root = j == 1 ? cg_muls(loss, gs[j]) : loss;
+            ck_assert(cg_backward(root, NULL, j == 2));
+            if (j == 2) { /* the retained graph's second backward: x->grad doubles */
+                cg_tensor *first = cg_k_clone(x->grad);
+                ck_assert(cg_backward(root, NULL, false));
+                cg_tensor *twice = cg_k_add(first, first);
+                ck_assert(memcmp(cg_data(twice), cg_data(x->grad), 6 * 37 * sizeof(float)) == 0);
+                cg_release_all(2, first, twice);
+            } else {
+                cg_tensor *lse = NULL;
+                cg_tensor *l = cg_k_cross_entropy(x, t, cases[k].ignore, cases[k].ls, &lse, NULL);
+                cg_tensor *want =
+                    cg_k_cross_entropy_backward(x, t, cases[k].ignore, cases[k].ls, lse, gs[j]);
+                ck_assert(memcmp(cg_data(want), cg_data(x->grad), 6 * 37 * sizeof(float)) == 0);
+                cg_release_all(3, l, lse, want);
+            }
+            if (root != loss)
+                cg_release(root);
+            cg_release(loss);
+            cg_zero_grad(x);
+        }
+        cg_release(x);
+    }
     /* the shifted-LM off-by-one: logits [1, 4, 3] and 3 targets is an error,
      * never a read past the array (ASan would see one) */
     cg_tensor *lg = cg_requires_grad(cg_zeros(CG_SHAPE(1, 4, 3)), true);
