@@ -64,7 +64,7 @@ static const char TRAIN_HELP[] =
 typedef struct {
     const cg_trainer *t;
     const char *preset;
-    int64_t max_tokens, warmup, max_len, valid_size, test_size, test_limit, beam, examples;
+    int64_t max_tokens, pad_to, warmup, max_len, valid_size, test_size, test_limit, beam, examples;
     double factor, alpha;
     cg_mt_data d;
     cg_seq2seq *model;
@@ -168,6 +168,7 @@ static bool mt_state(void *self, cJSON *o)
         {"preset", CG_JF_STR, &r->preset, 0, 0, false},
         {"factor", CG_JF_F64, &r->factor, 1e-12, 1e3, false},
         {"max_tokens", CG_JF_I64, &r->max_tokens, 2, 1e9, false},
+        {"pad_to_multiple", CG_JF_I64, &r->pad_to, 1, 1e6, true}, /* absent before: 1 */
         {"warmup", CG_JF_I64, &r->warmup, 1, 1e9, false},
         {"max_len", CG_JF_I64, &r->max_len, 3, 100000, false},
         {"valid_size", CG_JF_I64, &r->valid_size, 1, 1e9, false},
@@ -232,6 +233,8 @@ static void mt_setup(mt_run *r, cg_train_opts *o, cg_train_recipe *rec, cg_train
             cg_prog_die_lib("model");
     }
     cg_seq2seq_ckpt_free(&ck);
+    r->d.pad_to = r->pad_to;
+    r->d.pad_limit = r->max_len;
     cg_seq2seq_set_recompute(r->model, rec->recompute);
     if (!cg_mt_data_order(&r->d, (uint32_t)o->seed, (int)o->grad_accum, o->resume != NULL, t->start,
                           o->resume))
@@ -257,6 +260,7 @@ static int cmd_train(int argc, char **argv)
     rec.label_smoothing = 0.1;
     mt_run r = {.preset = "tiny",
                 .max_tokens = 3000,
+                .pad_to = 1,
                 .warmup = 400,
                 .max_len = 256,
                 .valid_size = 500,
@@ -280,6 +284,10 @@ static int cmd_train(int argc, char **argv)
         {"--dec-layers", CG_CLI_I64, &rec.shape.dec_layers, 0, 1 << 10, NULL, CG_CLI_FIXED},
         {"--max-tokens", CG_CLI_I64, &r.max_tokens, 2, 1e9,
          "  --max-tokens N       padded tokens per batch (default 3000)\n", CG_CLI_FIXED},
+        {"--pad-to-multiple", CG_CLI_I64, &r.pad_to, 1, 1e6,
+         "  --pad-to-multiple N  pad each training batch's lengths up to a multiple of N\n"
+         "                       (at most --max-len; fewer shapes; default 1: as they are)\n",
+         CG_CLI_FIXED},
         {"--factor", CG_CLI_F64, &r.factor, 1e-12, 1e3,
          "  --factor F           Noam factor (default 0.25; --lr X sets the peak instead:\n"
          "                       factor = X * sqrt(d * warmup))\n",
