@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/gemm.h"
 #include "core/ops.h"
 #include "core/upcast.h"
 #include "core/vmath.h"
@@ -299,6 +300,157 @@ cg_tensor *cg_k_cross_entropy_backward(const cg_tensor *logits, const cg_tensor 
     }
     cg_release_all(3, x, lc, tc);
     return dx;
+}
+
+/* ------------------------------------- fused linear + cross-entropy */
+/* Liger-Kernel's fused linear cross-entropy, our own for the CPU: the rows
+ * of h go through in chunks; each chunk's logits [rows, V] = h W^T + b are
+ * made, turned into their gradient in place (the rows of
+ * cg_k_cross_entropy for g = 1), and used at once for dh = dL W,
+ * dW += dL^T h and db += column sums of dL. At most [chunk, V] logits
+ * exist at a time. The products go through cg_sgemm, so they follow the
+ * matrix precision (bf16 rounds their operands, the logits' gradient
+ * included). */
+
+typedef struct {
+    const float *h, *w, *b; /* h [N, d], w [V, d], b [V] or NULL; contiguous */
+    int64_t N, d, V, kept, chunk;
+    const int64_t *targets;
+    int64_t ignore_index;
+    double ls;
+    float *dh, *dw, *db; /* NULL where not wanted */
+} lce_args;
+
+/* One chunk of rows [r0, r0 + m): their losses into row[], their gradient
+ * products into dh, dw, db (dw and db added to unless first). */
+static void lce_chunk(const lce_args *a, int64_t r0, int64_t m, float *L, double *row, bool first)
+{
+    int64_t V = a->V, d = a->d;
+    const float *hc = a->h + r0 * d;
+    if (a->b)
+        cg_sgemm_bias(m, V, d, hc, d, 1, a->w, 1, d, a->b, 1, L, V, 1);
+    else
+        cg_sgemm(m, V, d, 1.0f, hc, d, 1, a->w, 1, d, 0.0f, L, V, 1);
+    bool grads = a->dh || a->dw || a->db;
+    double scale = a->kept > 0 ? 1.0 / (double)a->kept : 0.0;
+#pragma omp parallel for schedule(static) if (m * V > PAR_THRESHOLD)
+    for (int64_t r = 0; r < m; r++) {
+        float *xr = L + r * V, lse;
+        int64_t t = a->targets[r0 + r];
+        row[r0 + r] = ce_row_loss(xr, V, t, a->ignore_index, a->ls, &lse);
+        if (grads)
+            ce_grad_row(xr, V, lse, t, a->ignore_index, a->kept, scale, a->ls, xr);
+    }
+    if (a->dh)
+        cg_sgemm(m, d, V, 1.0f, L, V, 1, a->w, d, 1, 0.0f, a->dh + r0 * d, d, 1);
+    if (a->dw)
+        cg_sgemm(V, d, m, 1.0f, L, 1, V, hc, d, 1, first ? 0.0f : 1.0f, a->dw, d, 1);
+    if (a->db) {
+        float *db = a->db;
+#pragma omp parallel for schedule(static) if (m * V > PAR_THRESHOLD)
+        for (int64_t j = 0; j < V; j++) {
+            float s = first ? 0.0f : db[j];
+            for (int64_t r = 0; r < m; r++) /* row order: any thread count */
+                s += L[r * V + j];
+            db[j] = s;
+        }
+    }
+}
+
+/* h, w, b: the shapes of a linear layer's input, weight and bias. */
+static bool lce_check(const cg_tensor *h, const cg_tensor *w, const cg_tensor *b, int64_t chunk)
+{
+    char b1[96], b2[96], b3[96];
+    const cg_tensor *in[3] = {h, w, b};
+    if (!cg_f32_args("linear_cross_entropy", b ? 3 : 2, in))
+        return false;
+    if (h->ndim != 2 || w->ndim != 2 || h->shape[1] != w->shape[1] ||
+        (b && (b->ndim != 1 || b->shape[0] != w->shape[0]))) {
+        cg_set_error("linear_cross_entropy: need h [N, d], weight [V, d] and bias [V] (shapes "
+                     "%s, %s, %s)",
+                     cg_shape_str(h, b1, sizeof b1), cg_shape_str(w, b2, sizeof b2),
+                     b ? cg_shape_str(b, b3, sizeof b3) : "none");
+        return false;
+    }
+    if (chunk < 1) {
+        cg_set_error("linear_cross_entropy: chunk must be 1 or more rows (got %lld)",
+                     (long long)chunk);
+        return false;
+    }
+    return true;
+}
+
+cg_tensor *cg_k_linear_cross_entropy(const cg_tensor *h, const cg_tensor *w, const cg_tensor *b,
+                                     const cg_tensor *target_t, int64_t ignore_index,
+                                     float label_smoothing, int64_t chunk, cg_tensor **dh,
+                                     cg_tensor **dw, cg_tensor **db)
+{
+    cg_tensor **outs[3] = {dh, dw, db};
+    for (int i = 0; i < 3; i++)
+        if (outs[i])
+            *outs[i] = NULL;
+    if (!h || !w) {
+        cg_error_null_input("cg_k_linear_cross_entropy");
+        return NULL;
+    }
+    if (!lce_check(h, w, b, chunk))
+        return NULL;
+    int64_t N = h->shape[0], d = h->shape[1], V = w->shape[0], kept;
+    char shape[96]; /* the targets are checked as for logits [N, V] */
+    cg_shape_str_n(2, (int64_t[]){N, V}, shape, sizeof shape);
+    cg_tensor *tc = NULL;
+    if (!ls_check("linear_cross_entropy", label_smoothing) ||
+        !ce_targets("linear_cross_entropy", N, V, shape, target_t, ignore_index, &kept, &tc))
+        return NULL;
+    bool ok;
+    int64_t m = chunk < N ? chunk : N;
+    cg_tensor *hc = cg_k_contiguous(h), *wc = cg_k_contiguous(w),
+              *bc = b ? cg_k_contiguous(b) : NULL;
+    cg_tensor *L = cg_empty(2, (int64_t[]){m > 0 ? m : 1, V});
+    cg_tensor *g[3] = {dh ? cg_zeros(2, h->shape) : NULL, dw ? cg_zeros(2, w->shape) : NULL,
+                       db ? cg_zeros(1, &V) : NULL};
+    double *row = malloc((size_t)(N > 0 ? N : 1) * sizeof(double));
+    cg_tensor *out = cg_empty(0, NULL);
+    ok = hc && wc && (bc || !b) && L && row && out;
+    for (int i = 0; i < 3; i++)
+        ok = ok && (g[i] || !outs[i]);
+    if (ok) {
+        lce_args a = {cg_data(hc),
+                      cg_data(wc),
+                      bc ? cg_data(bc) : NULL,
+                      N,
+                      d,
+                      V,
+                      kept,
+                      chunk,
+                      cg_data_i64(tc),
+                      ignore_index,
+                      label_smoothing,
+                      g[0] ? cg_data(g[0]) : NULL,
+                      g[1] ? cg_data(g[1]) : NULL,
+                      g[2] ? cg_data(g[2]) : NULL};
+        for (int64_t r0 = 0; r0 < N; r0 += chunk)
+            lce_chunk(&a, r0, N - r0 < chunk ? N - r0 : chunk, cg_data(L), row, r0 == 0);
+        double total = 0.0;
+        for (int64_t r = 0; r < N; r++)
+            total += row[r];
+        cg_data(out)[0] = (float)(total / (double)kept); /* 0/0 = NaN, as PyTorch */
+    } else if (!row) {
+        cg_set_error("linear_cross_entropy: out of memory");
+    }
+    free(row);
+    cg_release_all(5, hc, wc, bc, L, tc);
+    for (int i = 0; i < 3; i++) {
+        if (ok && outs[i])
+            *outs[i] = g[i];
+        else
+            cg_release(g[i]);
+    }
+    if (!ok) {
+        cg_release(out);
+        return NULL;
+    }
+    return out;
 }
 
 /* ------------------------------------------------------------- nll loss */
