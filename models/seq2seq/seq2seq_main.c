@@ -80,10 +80,7 @@ static cg_tensor *mt_loss(void *self, int k)
 {
     mt_run *r = self;
     const cg_batch *b = &r->d.bt[k];
-    cg_tensor *logits = cg_seq2seq_forward(r->model, b->src, b->B, b->S, b->tgt_in, b->T);
-    cg_tensor *loss = cg_seq2seq_loss(r->model, logits, b->tgt_out);
-    cg_release(logits);
-    return loss;
+    return cg_seq2seq_forward_loss(r->model, b->src, b->B, b->S, b->tgt_in, b->T, b->tgt_out);
 }
 
 static double mt_lr(void *self, int64_t step)
@@ -210,6 +207,7 @@ static void mt_setup(mt_run *r, cg_train_opts *o, cg_train_recipe *rec, cg_train
     } else {
         cg_seq2seq_config cfg = cg_seq2seq_config_default();
         cfg.vocab = cg_tokenizer_vocab_size(r->d.tok);
+        cfg.loss_chunk = cg_train_loss_chunk(cfg.vocab);
         cfg.norm = CG_NORM_LAYERNORM;
         cfg.act = CG_ACT_RELU;
         if (!cg_train_shape(o->args, pr, rec, &cfg.norm, &cfg.act))
