@@ -106,7 +106,8 @@ extern "C" {
     X(CLONE, "clone", 1, 0, 0)                                                \
     X(GELU_ERF, "gelu_erf", 1, CG_IN(0), 0)                                   \
     X(CHECKPOINT, "checkpoint", 0, CG_IN_ALL, 0) /* autograd/checkpoint.h */ \
-    X(TO, "to", 1, 0, 0)
+    X(TO, "to", 1, 0, 0)                                                      \
+    X(LINEAR_CROSS_ENTROPY, "linear_cross_entropy", 3, CG_IN_ALL, 0) /* h, w, b */
 /* clang-format on */
 
 typedef enum {

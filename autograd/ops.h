@@ -171,6 +171,16 @@ cg_tensor *cg_mse_loss(cg_tensor *a, cg_tensor *b);
 /* Mean binary cross-entropy of logits x against targets y (same shape,
  * values in [0, 1]), computed stably: max(x,0) - x*y + log(1+exp(-|x|)). */
 cg_tensor *cg_binary_cross_entropy_with_logits(cg_tensor *x, cg_tensor *y);
+/* F.cross_entropy(h @ w.T + b, targets, ignore_index=, label_smoothing=)
+ * with the output projection fused in (core/ops.h
+ * cg_k_linear_cross_entropy): h [..., d], w [V, d], b [V] or NULL, targets
+ * int64 of h's shape without its last dim. The logits are made `chunk`
+ * rows at a time and never kept: the gradients are computed by the forward
+ * (for the inputs that require grad) and scaled by the upstream gradient in
+ * backward. */
+cg_tensor *cg_linear_cross_entropy(cg_tensor *h, cg_tensor *w, cg_tensor *b,
+                                   const cg_tensor *targets, int64_t ignore_index,
+                                   float label_smoothing, int64_t chunk);
 /* torch.nn.functional.nll_loss: log-probabilities [..., C] against int64
  * targets (the shape without the class dim, checked), ignore_index, mean
  * over the kept rows. cg_nll_loss(cg_log_softmax(x, -1), ...) equals

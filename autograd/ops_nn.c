@@ -94,16 +94,28 @@ static bool class_loss_args(const char *op, cg_tensor *x, const cg_tensor *targe
 }
 
 /* saved[0]: the targets [N] (the backward is refused if they were written
- * in place since, as PyTorch refuses it); saved[1]: each row's lse. */
+ * in place since, as PyTorch refuses it); saved[1]: each row's lse;
+ * saved[2]: the gradient for g = 1, computed by the forward while each row
+ * was in cache. The first backward with g = 1 (the loss as the graph's end)
+ * takes it over, so that it dies once used; any other g, or a second
+ * backward through a retained graph, computes the rows again (the same
+ * bits: one expression, core/loss.c). */
 static bool ce_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {
     cg_tensor *logits = IN(0);
-    int64_t C = logits->shape[logits->ndim - 1];
-    int64_t N = C ? cg_numel(logits) / C : 0;
-    cg_tensor *l2 = cg_k_reshape(logits, 2, (int64_t[]){N, C});
-    cg_tensor *d =
-        cg_k_cross_entropy_backward(l2, n->saved[0], n->p.i[0], n->p.f[2], n->saved[1], cg_item(g));
-    cg_release(l2);
+    cg_tensor *d = NULL;
+    if (n->saved[2] && cg_item(g) == 1.0f) {
+        d = cg_retain(n->saved[2]);
+        cg_release_held(n->saved[2]);
+        n->saved[2] = NULL;
+    } else {
+        int64_t C = logits->shape[logits->ndim - 1];
+        int64_t N = C ? cg_numel(logits) / C : 0;
+        cg_tensor *l2 = cg_k_reshape(logits, 2, (int64_t[]){N, C});
+        d = cg_k_cross_entropy_backward(l2, n->saved[0], n->p.i[0], n->p.f[2], n->saved[1],
+                                        cg_item(g));
+        cg_release(l2);
+    }
     if (!d)
         return false;
     gin[0] = cg_k_reshape(d, logits->ndim, logits->shape);
@@ -117,12 +129,15 @@ cg_tensor *cg_cross_entropy(cg_tensor *logits, const cg_tensor *targets, int64_t
     cg_tensor *l2, *t1;
     if (!class_loss_args("cross_entropy", logits, targets, &l2, &t1))
         return NULL;
-    cg_tensor *lse = NULL;
-    cg_tensor *out = cg_k_cross_entropy(l2, t1, ignore_index, label_smoothing, &lse);
+    cg_tensor *lse = NULL, *d = NULL;
+    bool grad = cg_grad_enabled() && logits->requires_grad;
+    cg_tensor *out =
+        cg_k_cross_entropy(l2, t1, ignore_index, label_smoothing, &lse, grad ? &d : NULL);
     cg_release(l2);
     cg_node *n = out ? cg_record(out, CG_OP_CROSS_ENTROPY, 1, &logits, ce_bw) : NULL;
     if (out && (cg_record_failed(n, 1, &logits) ||
-                (n && (cg_node_save(n, t1) < 0 || cg_node_save(n, lse) < 0)))) {
+                (n && (cg_node_save(n, t1) < 0 || cg_node_save(n, lse) < 0 ||
+                       (d && cg_node_save(n, d) < 0))))) {
         cg_release(out);
         out = NULL;
     }
@@ -130,7 +145,96 @@ cg_tensor *cg_cross_entropy(cg_tensor *logits, const cg_tensor *targets, int64_t
         n->p.i[0] = ignore_index;
         n->p.f[2] = label_smoothing;
     }
-    cg_release_all(2, lse, t1);
+    cg_release_all(3, lse, t1, d);
+    return out;
+}
+
+/* ----------------------------------- linear + cross-entropy, fused */
+/* inputs: h [..., d], w [V, d], b [V] (may be absent); saved[0]: the
+ * targets [N]; p: i[0] ignore_index, f[2] (in i[1]) label smoothing, i[2]
+ * the chunk, i[3 + k] the saved slot of input k's gradient (-1: none). The
+ * forward computed the gradients for g = 1; the first backward takes them
+ * over (scaled when g != 1), so that they die once used; a second backward
+ * through a retained graph computes them again. */
+static bool lce_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    int ni = n->n_inputs;
+    cg_tensor *gr[3] = {NULL, NULL, NULL};
+    bool have = true;
+    for (int k = 0; k < ni; k++)
+        have = have && (!NEEDS(k) || (n->p.i[3 + k] >= 0 && n->saved[n->p.i[3 + k]]));
+    for (int k = 0; have && k < ni; k++) {
+        int64_t slot = n->p.i[3 + k];
+        if (!NEEDS(k) || slot < 0)
+            continue;
+        gr[k] = cg_retain(n->saved[slot]);
+        cg_release_held(n->saved[slot]);
+        n->saved[slot] = NULL;
+    }
+    if (!have) {
+        cg_tensor *h = IN(0);
+        int64_t d = h->shape[h->ndim - 1], N = d ? cg_numel(h) / d : 0;
+        cg_tensor *h2 = cg_k_reshape(h, 2, (int64_t[]){N, d});
+        cg_tensor *l = h2 ? cg_k_linear_cross_entropy(
+                                h2, IN(1), ni > 2 ? IN(2) : NULL, n->saved[0], n->p.i[0], n->p.f[2],
+                                n->p.i[2], NEEDS(0) ? &gr[0] : NULL, NEEDS(1) ? &gr[1] : NULL,
+                                ni > 2 && NEEDS(2) ? &gr[2] : NULL)
+                          : NULL;
+        cg_release(h2);
+        if (!l)
+            return false;
+        cg_release(l);
+    }
+    float gv = cg_item(g);
+    bool ok = true;
+    for (int k = 0; k < ni; k++) {
+        if (!gr[k])
+            continue;
+        cg_tensor *t = gv == 1.0f ? cg_retain(gr[k]) : cg_k_muls(gr[k], gv);
+        gin[k] = t && k == 0 ? cg_k_reshape(t, IN(0)->ndim, IN(0)->shape) : t;
+        if (k == 0)
+            cg_release(t);
+        ok = ok && gin[k];
+        cg_release(gr[k]);
+    }
+    return ok;
+}
+
+cg_tensor *cg_linear_cross_entropy(cg_tensor *h, cg_tensor *w, cg_tensor *b,
+                                   const cg_tensor *targets, int64_t ignore_index,
+                                   float label_smoothing, int64_t chunk)
+{
+    if (!w) {
+        cg_error_null_input("linear_cross_entropy");
+        return NULL;
+    }
+    cg_tensor *h2, *t1;
+    if (!class_loss_args("linear_cross_entropy", h, targets, &h2, &t1))
+        return NULL;
+    bool gm = cg_grad_enabled();
+    cg_tensor *gr[3] = {NULL, NULL, NULL};
+    cg_tensor *out = cg_k_linear_cross_entropy(
+        h2, w, b, t1, ignore_index, label_smoothing, chunk, gm && h->requires_grad ? &gr[0] : NULL,
+        gm && w->requires_grad ? &gr[1] : NULL, b && gm && b->requires_grad ? &gr[2] : NULL);
+    cg_release(h2);
+    cg_tensor *in[3] = {h, w, b};
+    int ni = b ? 3 : 2;
+    cg_node *n = out ? cg_record(out, CG_OP_LINEAR_CROSS_ENTROPY, ni, in, lce_bw) : NULL;
+    bool ok = out && !cg_record_failed(n, ni, in) && (!n || cg_node_save(n, t1) >= 0);
+    if (ok && n) {
+        n->p.i[0] = ignore_index;
+        n->p.f[2] = label_smoothing; /* p is a union: f[2] lies in i[1] */
+        n->p.i[2] = chunk;
+        for (int k = 0; k < 3; k++) {
+            n->p.i[3 + k] = gr[k] ? cg_node_save(n, gr[k]) : -1;
+            ok = ok && (!gr[k] || n->p.i[3 + k] >= 0);
+        }
+    }
+    if (!ok) {
+        cg_release(out);
+        out = NULL;
+    }
+    cg_release_all(4, t1, gr[0], gr[1], gr[2]);
     return out;
 }
 

@@ -10,43 +10,33 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/gemm.h"
 #include "core/ops.h"
 #include "core/upcast.h"
 #include "core/vmath.h"
 
 #define PAR_THRESHOLD 32768
 
-/* Check the logits shape and the targets (int64 [N]); count kept rows.
- * *held gets a contiguous reference to the targets (release it) whose
- * data the kernel reads. */
-static bool ce_check(const char *op, const cg_tensor *logits, const cg_tensor *target_t,
-                     int64_t ignore_index, float ls, int64_t *kept, cg_tensor **held)
+/* Check the targets (int64 [N], each in [0, C) or ignore_index) of logits
+ * [N, C] (shape: their shape for messages); count kept rows. *held gets a
+ * contiguous reference to the targets (release it) whose data the kernel
+ * reads. */
+static bool ce_targets(const char *op, int64_t N, int64_t C, const char *shape,
+                       const cg_tensor *target_t, int64_t ignore_index, int64_t *kept,
+                       cg_tensor **held)
 {
-    char b[96], b2[96];
+    char b2[96];
     *held = NULL;
-    if (!cg_f32_args(op, 1, &logits))
-        return false;
     if (!target_t) {
         cg_set_error("%s: argument 'targets' is NULL", op);
         return false;
     }
     if (!cg_check_dtype(op, "targets", target_t, CG_I64))
         return false;
-    if (logits->ndim != 2) {
-        cg_set_error("%s: logits must be 2-D [N, C] (shape %s)", op,
-                     cg_shape_str(logits, b, sizeof b));
-        return false;
-    }
-    int64_t N = logits->shape[0], C = logits->shape[1];
-    if (!(ls >= 0.0f && ls <= 1.0f)) {
-        cg_set_error("%s: label_smoothing must be in [0, 1] (got %g)", op, (double)ls);
-        return false;
-    }
     if (target_t->ndim != 1 || target_t->shape[0] != N) {
         cg_set_error("%s: argument 'targets' has shape %s, expected [N] = [%lld] for logits of "
                      "shape %s (one target per row)",
-                     op, cg_shape_str(target_t, b2, sizeof b2), (long long)N,
-                     cg_shape_str(logits, b, sizeof b));
+                     op, cg_shape_str(target_t, b2, sizeof b2), (long long)N, shape);
         return false;
     }
     cg_tensor *tc = cg_k_contiguous(target_t);
@@ -61,8 +51,8 @@ static bool ce_check(const char *op, const cg_tensor *logits, const cg_tensor *t
         if (t < 0 || t >= C) {
             cg_set_error("%s: target %lld at row %lld is out of range [0, %lld) "
                          "(logits shape %s, ignore_index %lld)",
-                         op, (long long)t, (long long)r, (long long)C,
-                         cg_shape_str(logits, b, sizeof b), (long long)ignore_index);
+                         op, (long long)t, (long long)r, (long long)C, shape,
+                         (long long)ignore_index);
             cg_release(tc);
             return false;
         }
@@ -71,6 +61,40 @@ static bool ce_check(const char *op, const cg_tensor *logits, const cg_tensor *t
     *kept = k;
     *held = tc;
     return true;
+}
+
+static bool ls_check(const char *op, float ls)
+{
+    if (!(ls >= 0.0f && ls <= 1.0f)) {
+        cg_set_error("%s: label_smoothing must be in [0, 1] (got %g)", op, (double)ls);
+        return false;
+    }
+    return true;
+}
+
+/* Check the logits shape and the targets (ce_targets). */
+static bool ce_check(const char *op, const cg_tensor *logits, const cg_tensor *target_t,
+                     int64_t ignore_index, float ls, int64_t *kept, cg_tensor **held)
+{
+    char b[96];
+    *held = NULL;
+    if (!cg_f32_args(op, 1, &logits))
+        return false;
+    if (!target_t) {
+        cg_set_error("%s: argument 'targets' is NULL", op);
+        return false;
+    }
+    if (!cg_check_dtype(op, "targets", target_t, CG_I64))
+        return false;
+    if (logits->ndim != 2) {
+        cg_set_error("%s: logits must be 2-D [N, C] (shape %s)", op,
+                     cg_shape_str(logits, b, sizeof b));
+        return false;
+    }
+    if (!ls_check(op, ls))
+        return false;
+    return ce_targets(op, logits->shape[0], logits->shape[1], cg_shape_str(logits, b, sizeof b),
+                      target_t, ignore_index, kept, held);
 }
 
 /* ---------------------------------------------------------- row kernels */
@@ -130,6 +154,7 @@ EW_CLONES static double row_lse(const float *x, int64_t C, double *sx)
 EW_CLONES static void row_grad(const float *x, int64_t C, float lse, int64_t t, double scale,
                                double smooth, double hit, float *d)
 {
+    float xt = x[t]; /* d may be x itself (the fused kernel's rows) */
     int64_t j = 0;
     for (; j + 16 <= C; j += 16) {
         v16f v;
@@ -142,14 +167,46 @@ EW_CLONES static void row_grad(const float *x, int64_t C, float lse, int64_t t, 
     }
     for (; j < C; j++)
         d[j] = (float)(scale * ((double)ew_expf(x[j] - lse) - smooth));
-    d[t] = (float)(scale * ((double)ew_expf(x[t] - lse) - smooth - hit));
+    d[t] = (float)(scale * ((double)ew_expf(xt - lse) - smooth - hit));
+}
+
+/* One row's loss (0 for an ignored row); *lse gets its log-sum-exp
+ * rounded to float, as the backward reads it. */
+static double ce_row_loss(const float *xr, int64_t C, int64_t t, int64_t ignore_index, double ls,
+                          float *lse)
+{
+    double sx = 0.0, l = row_lse(xr, C, &sx);
+    *lse = (float)l;
+    if (t == ignore_index)
+        return 0.0;
+    double v = (1.0 - ls) * (l - (double)xr[t]);
+    if (ls != 0.0)
+        v += ls * (l - sx / (double)C);
+    return v;
+}
+
+/* Row r's gradient for the upstream gradient g: scale = g / kept, zero
+ * for an ignored row or when no row is kept. l is the row's lse rounded to
+ * float, as saved for the backward. One text for the forward (g = 1) and
+ * the backward, so that their bits agree. */
+static void ce_grad_row(const float *xr, int64_t C, float l, int64_t t, int64_t ignore_index,
+                        int64_t kept, double scale, double ls, float *dr)
+{
+    if (t == ignore_index || kept == 0) {
+        memset(dr, 0, (size_t)C * sizeof *dr);
+        return;
+    }
+    row_grad(xr, C, l, t, scale, ls / (double)C, 1.0 - ls, dr);
 }
 
 cg_tensor *cg_k_cross_entropy(const cg_tensor *logits, const cg_tensor *target_t,
-                              int64_t ignore_index, float label_smoothing, cg_tensor **lse)
+                              int64_t ignore_index, float label_smoothing, cg_tensor **lse,
+                              cg_tensor **grad)
 {
     if (lse)
         *lse = NULL;
+    if (grad)
+        *grad = NULL;
     if (!logits) {
         cg_error_null_input("cg_k_cross_entropy");
         return NULL;
@@ -162,32 +219,26 @@ cg_tensor *cg_k_cross_entropy(const cg_tensor *logits, const cg_tensor *target_t
     int64_t N = logits->shape[0], C = logits->shape[1];
     cg_tensor *x = cg_k_contiguous(logits);
     cg_tensor *lt = x ? cg_empty(1, &N) : NULL;
-    double *row = lt ? malloc((size_t)(N > 0 ? N : 1) * sizeof(double)) : NULL;
+    cg_tensor *dx = lt && grad ? cg_empty(2, logits->shape) : NULL;
+    double *row = lt && (dx || !grad) ? malloc((size_t)(N > 0 ? N : 1) * sizeof(double)) : NULL;
     cg_tensor *out = row ? cg_empty(0, NULL) : NULL;
     if (!out) {
-        if (lt && !row)
+        if (lt && (dx || !grad) && !row)
             cg_set_error("cross_entropy: out of memory");
         free(row);
-        cg_release_all(3, x, lt, tc);
+        cg_release_all(4, x, lt, dx, tc);
         return NULL;
     }
     const float *xp = cg_data(x);
     float *lp = cg_data(lt);
-    double ls = label_smoothing;
+    float *dp = dx ? cg_data(dx) : NULL;
+    double ls = label_smoothing, scale = kept > 0 ? 1.0 / (double)kept : 0.0;
 #pragma omp parallel for schedule(static) if (N * C > PAR_THRESHOLD)
     for (int64_t r = 0; r < N; r++) {
         const float *xr = xp + r * C;
-        double sx = 0.0, l = row_lse(xr, C, &sx);
-        lp[r] = (float)l;
-        int64_t t = targets[r];
-        if (t == ignore_index) {
-            row[r] = 0.0;
-            continue;
-        }
-        double v = (1.0 - ls) * (l - (double)xr[t]);
-        if (ls != 0.0)
-            v += ls * (l - sx / (double)C);
-        row[r] = v;
+        row[r] = ce_row_loss(xr, C, targets[r], ignore_index, ls, &lp[r]);
+        if (dp) /* while the row is in cache: the backward for g = 1 */
+            ce_grad_row(xr, C, lp[r], targets[r], ignore_index, kept, scale, ls, dp + r * C);
     }
     double total = 0.0;
     for (int64_t r = 0; r < N; r++)
@@ -199,6 +250,8 @@ cg_tensor *cg_k_cross_entropy(const cg_tensor *logits, const cg_tensor *target_t
         *lse = lt;
     else
         cg_release(lt);
+    if (grad)
+        *grad = dx;
     return out;
 }
 
@@ -236,22 +289,168 @@ cg_tensor *cg_k_cross_entropy_backward(const cg_tensor *logits, const cg_tensor 
     float *dp = cg_data(dx);
     /* With no kept row PyTorch's gradient is zero (ignored rows get none). */
     double scale = kept > 0 ? (double)g / (double)kept : 0.0;
-    double ls = label_smoothing, smooth = ls / (double)C;
+    double ls = label_smoothing;
 #pragma omp parallel for schedule(static) if (N * C > PAR_THRESHOLD)
     for (int64_t r = 0; r < N; r++) {
         const float *xr = xp + r * C;
-        float *dr = dp + r * C;
         int64_t t = targets[r];
-        if (t == ignore_index || kept == 0) {
-            for (int64_t j = 0; j < C; j++)
-                dr[j] = 0.0f;
-            continue;
-        }
-        float l = lp ? lp[r] : (float)row_lse(xr, C, NULL);
-        row_grad(xr, C, l, t, scale, smooth, 1.0 - ls, dr);
+        bool skip = t == ignore_index || kept == 0;
+        float l = skip ? 0.0f : lp ? lp[r] : (float)row_lse(xr, C, NULL);
+        ce_grad_row(xr, C, l, t, ignore_index, kept, scale, ls, dp + r * C);
     }
     cg_release_all(3, x, lc, tc);
     return dx;
+}
+
+/* ------------------------------------- fused linear + cross-entropy */
+/* Liger-Kernel's fused linear cross-entropy, our own for the CPU: the rows
+ * of h go through in chunks; each chunk's logits [rows, V] = h W^T + b are
+ * made, turned into their gradient in place (the rows of
+ * cg_k_cross_entropy for g = 1), and used at once for dh = dL W,
+ * dW += dL^T h and db += column sums of dL. At most [chunk, V] logits
+ * exist at a time. The products go through cg_sgemm, so they follow the
+ * matrix precision (bf16 rounds their operands, the logits' gradient
+ * included). */
+
+typedef struct {
+    const float *h, *w, *b; /* h [N, d], w [V, d], b [V] or NULL; contiguous */
+    int64_t N, d, V, kept, chunk;
+    const int64_t *targets;
+    int64_t ignore_index;
+    double ls;
+    float *dh, *dw, *db; /* NULL where not wanted */
+} lce_args;
+
+/* One chunk of rows [r0, r0 + m): their losses into row[], their gradient
+ * products into dh, dw, db (dw and db added to unless first). */
+static void lce_chunk(const lce_args *a, int64_t r0, int64_t m, float *L, double *row, bool first)
+{
+    int64_t V = a->V, d = a->d;
+    const float *hc = a->h + r0 * d;
+    if (a->b)
+        cg_sgemm_bias(m, V, d, hc, d, 1, a->w, 1, d, a->b, 1, L, V, 1);
+    else
+        cg_sgemm(m, V, d, 1.0f, hc, d, 1, a->w, 1, d, 0.0f, L, V, 1);
+    bool grads = a->dh || a->dw || a->db;
+    double scale = a->kept > 0 ? 1.0 / (double)a->kept : 0.0;
+#pragma omp parallel for schedule(static) if (m * V > PAR_THRESHOLD)
+    for (int64_t r = 0; r < m; r++) {
+        float *xr = L + r * V, lse;
+        int64_t t = a->targets[r0 + r];
+        row[r0 + r] = ce_row_loss(xr, V, t, a->ignore_index, a->ls, &lse);
+        if (grads)
+            ce_grad_row(xr, V, lse, t, a->ignore_index, a->kept, scale, a->ls, xr);
+    }
+    if (a->dh)
+        cg_sgemm(m, d, V, 1.0f, L, V, 1, a->w, d, 1, 0.0f, a->dh + r0 * d, d, 1);
+    if (a->dw)
+        cg_sgemm(V, d, m, 1.0f, L, 1, V, hc, d, 1, first ? 0.0f : 1.0f, a->dw, d, 1);
+    if (a->db) {
+        float *db = a->db;
+#pragma omp parallel for schedule(static) if (m * V > PAR_THRESHOLD)
+        for (int64_t j = 0; j < V; j++) {
+            float s = first ? 0.0f : db[j];
+            for (int64_t r = 0; r < m; r++) /* row order: any thread count */
+                s += L[r * V + j];
+            db[j] = s;
+        }
+    }
+}
+
+/* h, w, b: the shapes of a linear layer's input, weight and bias. */
+static bool lce_check(const cg_tensor *h, const cg_tensor *w, const cg_tensor *b, int64_t chunk)
+{
+    char b1[96], b2[96], b3[96];
+    const cg_tensor *in[3] = {h, w, b};
+    if (!cg_f32_args("linear_cross_entropy", b ? 3 : 2, in))
+        return false;
+    if (h->ndim != 2 || w->ndim != 2 || h->shape[1] != w->shape[1] ||
+        (b && (b->ndim != 1 || b->shape[0] != w->shape[0]))) {
+        cg_set_error("linear_cross_entropy: need h [N, d], weight [V, d] and bias [V] (shapes "
+                     "%s, %s, %s)",
+                     cg_shape_str(h, b1, sizeof b1), cg_shape_str(w, b2, sizeof b2),
+                     b ? cg_shape_str(b, b3, sizeof b3) : "none");
+        return false;
+    }
+    if (chunk < 1) {
+        cg_set_error("linear_cross_entropy: chunk must be 1 or more rows (got %lld)",
+                     (long long)chunk);
+        return false;
+    }
+    return true;
+}
+
+cg_tensor *cg_k_linear_cross_entropy(const cg_tensor *h, const cg_tensor *w, const cg_tensor *b,
+                                     const cg_tensor *target_t, int64_t ignore_index,
+                                     float label_smoothing, int64_t chunk, cg_tensor **dh,
+                                     cg_tensor **dw, cg_tensor **db)
+{
+    cg_tensor **outs[3] = {dh, dw, db};
+    for (int i = 0; i < 3; i++)
+        if (outs[i])
+            *outs[i] = NULL;
+    if (!h || !w) {
+        cg_error_null_input("cg_k_linear_cross_entropy");
+        return NULL;
+    }
+    if (!lce_check(h, w, b, chunk))
+        return NULL;
+    int64_t N = h->shape[0], d = h->shape[1], V = w->shape[0], kept;
+    char shape[96]; /* the targets are checked as for logits [N, V] */
+    cg_shape_str_n(2, (int64_t[]){N, V}, shape, sizeof shape);
+    cg_tensor *tc = NULL;
+    if (!ls_check("linear_cross_entropy", label_smoothing) ||
+        !ce_targets("linear_cross_entropy", N, V, shape, target_t, ignore_index, &kept, &tc))
+        return NULL;
+    bool ok;
+    int64_t m = chunk < N ? chunk : N;
+    cg_tensor *hc = cg_k_contiguous(h), *wc = cg_k_contiguous(w),
+              *bc = b ? cg_k_contiguous(b) : NULL;
+    cg_tensor *L = cg_empty(2, (int64_t[]){m > 0 ? m : 1, V});
+    cg_tensor *g[3] = {dh ? cg_zeros(2, h->shape) : NULL, dw ? cg_zeros(2, w->shape) : NULL,
+                       db ? cg_zeros(1, &V) : NULL};
+    double *row = malloc((size_t)(N > 0 ? N : 1) * sizeof(double));
+    cg_tensor *out = cg_empty(0, NULL);
+    ok = hc && wc && (bc || !b) && L && row && out;
+    for (int i = 0; i < 3; i++)
+        ok = ok && (g[i] || !outs[i]);
+    if (ok) {
+        lce_args a = {cg_data(hc),
+                      cg_data(wc),
+                      bc ? cg_data(bc) : NULL,
+                      N,
+                      d,
+                      V,
+                      kept,
+                      chunk,
+                      cg_data_i64(tc),
+                      ignore_index,
+                      label_smoothing,
+                      g[0] ? cg_data(g[0]) : NULL,
+                      g[1] ? cg_data(g[1]) : NULL,
+                      g[2] ? cg_data(g[2]) : NULL};
+        for (int64_t r0 = 0; r0 < N; r0 += chunk)
+            lce_chunk(&a, r0, N - r0 < chunk ? N - r0 : chunk, cg_data(L), row, r0 == 0);
+        double total = 0.0;
+        for (int64_t r = 0; r < N; r++)
+            total += row[r];
+        cg_data(out)[0] = (float)(total / (double)kept); /* 0/0 = NaN, as PyTorch */
+    } else if (!row) {
+        cg_set_error("linear_cross_entropy: out of memory");
+    }
+    free(row);
+    cg_release_all(5, hc, wc, bc, L, tc);
+    for (int i = 0; i < 3; i++) {
+        if (ok && outs[i])
+            *outs[i] = g[i];
+        else
+            cg_release(g[i]);
+    }
+    if (!ok) {
+        cg_release(out);
+        return NULL;
+    }
+    return out;
 }
 
 /* ------------------------------------------------------------- nll loss */

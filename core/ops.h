@@ -153,9 +153,25 @@ cg_tensor *cg_k_log_softmax_backward(const cg_tensor *y, const cg_tensor *g, int
  *   (1-ls) * -log p[y] + ls * mean_j(-log p[j]); the mean over kept rows
  *   (0/0 gives NaN, as PyTorch). A target outside [0,C) that is not
  *   ignore_index is an error. Returns a scalar; optionally *lse (if not NULL)
- *   gets the per-row log-sum-exp [N] for the backward. */
+ *   gets the per-row log-sum-exp [N] for the backward, and *grad (if not
+ *   NULL) the gradient for an upstream gradient of 1 ([N, C], the bits of
+ *   cg_k_cross_entropy_backward(..., g = 1)), computed while each row is in
+ *   cache so that the backward need not read the logits again. */
 cg_tensor *cg_k_cross_entropy(const cg_tensor *logits, const cg_tensor *targets,
-                              int64_t ignore_index, float label_smoothing, cg_tensor **lse);
+                              int64_t ignore_index, float label_smoothing, cg_tensor **lse,
+                              cg_tensor **grad);
+/* The output projection fused with cross-entropy (Liger-Kernel's fused
+ * linear cross-entropy): the loss of cg_k_cross_entropy(h w^T + b, ...)
+ * with h [N, d], w [V, d], b [V] (or NULL), computed in chunks of `chunk`
+ * rows so that the [N, V] logits never exist (at most [chunk, V]). *dh,
+ * *dw, *db (each may be NULL: not computed) get the gradients for an
+ * upstream gradient of 1 ([N, d], [V, d], [V]). The products follow the
+ * matrix precision (core/gemm.h); in fp32 the bits depend on the chunk but
+ * not on the thread count. */
+cg_tensor *cg_k_linear_cross_entropy(const cg_tensor *h, const cg_tensor *w, const cg_tensor *b,
+                                     const cg_tensor *targets, int64_t ignore_index,
+                                     float label_smoothing, int64_t chunk, cg_tensor **dh,
+                                     cg_tensor **dw, cg_tensor **db);
 /* torch.nn.functional.nll_loss (reduction mean): logp [N, C] (log
  * probabilities), targets int64 [N] checked as for cross-entropy; mean over
  * kept rows of -logp[r, y_r] (0/0 = NaN). The backward: -g/K at each kept

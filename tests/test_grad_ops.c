@@ -371,6 +371,76 @@ static cg_tensor *ce_fn(void *ctx, cg_tensor *const *in)
     return cg_cross_entropy(in[0], t, c->ignore, c->ls);
 }
 
+/* The fused linear + cross-entropy: in[0] h, in[1] w, in[2] b (when given). */
+typedef struct {
+    const int64_t *targets;
+    int64_t ignore;
+    float ls;
+    int64_t chunk;
+    bool bias;
+} lce_case;
+
+static cg_tensor *lce_fn(void *ctx, cg_tensor *const *in)
+{
+    lce_case *c = ctx;
+    cg_tensor *t = cg_test_ids_nd(in[0]->ndim - 1, in[0]->shape, c->targets);
+    return cg_linear_cross_entropy(in[0], in[1], c->bias ? in[2] : NULL, t, c->ignore, c->ls,
+                                   c->chunk);
+}
+
+START_TEST(test_linear_cross_entropy)
+{
+    cg_rng r = cg_rng_new(12);
+    int64_t targets[6] = {0, 6, 2, 0, 4, 1};
+    lce_case cases[] = {{targets, -100, 0.0f, 6, true},
+                        {targets, 0, 0.0f, 2, true},
+                        {targets, 0, 0.1f, 4, false},
+                        {targets, -100, 0.3f, 1, true}};
+    for (size_t k = 0; k < 4; k++) {
+        for (int layout = 0; layout < 3; layout++) {
+            cg_tensor *in[3] = {input(&r, CG_SHAPE(6, 5), layout, DOM_ANY),
+                                input(&r, CG_SHAPE(7, 5), LAYOUT_CONTIG, DOM_ANY),
+                                input(&r, CG_SHAPE(7), LAYOUT_CONTIG, DOM_ANY)};
+            check(lce_fn, &cases[k], cases[k].bias ? 3 : 2, in, "linear_cross_entropy [6,5]", 0, 0);
+            cg_release_all(3, in[0], in[1], in[2]);
+        }
+        /* h [2, 3, 5]: targets [2, 3] */
+        cg_tensor *in[3] = {input(&r, CG_SHAPE(2, 3, 5), LAYOUT_CONTIG, DOM_ANY),
+                            input(&r, CG_SHAPE(7, 5), LAYOUT_CONTIG, DOM_ANY),
+                            input(&r, CG_SHAPE(7), LAYOUT_CONTIG, DOM_ANY)};
+        check(lce_fn, &cases[k], cases[k].bias ? 3 : 2, in, "linear_cross_entropy [2,3,5]", 0, 0);
+        /* g != 1, and a second backward through a retained graph: the same
+         * gradients as the first (computed again) */
+        cg_tensor *t = cg_test_ids_nd(2, in[0]->shape, targets);
+        for (int i = 0; i < 3; i++)
+            cg_zero_grad(in[i]);
+        cg_tensor *loss = cg_linear_cross_entropy(in[0], in[1], in[2], t, -100, 0.1f, 4);
+        cg_tensor *half = cg_muls(loss, 0.5f);
+        ck_assert(cg_backward(half, NULL, true));
+        cg_tensor *first = cg_k_clone(in[1]->grad);
+        ck_assert(cg_backward(half, NULL, false));
+        cg_tensor *twice = cg_k_add(first, first);
+        for (int64_t i = 0; i < cg_numel(twice); i++)
+            ck_assert_float_eq_tol(cg_data(in[1]->grad)[i], cg_data(twice)[i], 1e-6f);
+        cg_release_all(7, in[0], in[1], in[2], loss, half, first, twice);
+    }
+    /* refusals, each one line */
+    cg_tensor *h = cg_zeros(CG_SHAPE(3, 4)), *w = cg_zeros(CG_SHAPE(5, 3));
+    cg_tensor *t3 = cg_test_ids(3, (const int64_t[]){0, 1, 2});
+    CG_ASSERT_FAILS(cg_linear_cross_entropy(h, w, NULL, t3, -100, 0.0f, 2),
+                    "need h [N, d], weight [V, d]");
+    cg_release(w);
+    w = cg_zeros(CG_SHAPE(5, 4));
+    CG_ASSERT_FAILS(cg_linear_cross_entropy(h, w, NULL, t3, -100, 0.0f, 0), "chunk must be 1");
+    CG_ASSERT_FAILS(cg_linear_cross_entropy(h, w, NULL, cg_test_ids(3, (const int64_t[]){0, 5, 1}),
+                                            -100, 0.0f, 2),
+                    "target 5 at row 1 is out of range [0, 5) (logits shape [3, 5]");
+    CG_ASSERT_FAILS(cg_linear_cross_entropy(NULL, w, NULL, t3, -100, 0.0f, 2),
+                    "linear_cross_entropy");
+    cg_release_all(2, h, w);
+}
+END_TEST
+
 START_TEST(test_cross_entropy)
 {
     cg_rng r = cg_rng_new(11);
@@ -386,6 +456,38 @@ START_TEST(test_cross_entropy)
         /* 3-D logits [B, T, V] */
         cg_tensor *x = input(&r, CG_SHAPE(2, 3, 5), LAYOUT_CONTIG, DOM_ANY);
         check(ce_fn, &cases[k], 1, &x, "cross_entropy [2,3,5]", 0, 0);
+        cg_release(x);
+    }
+    /* The gradient the forward computed (g = 1) is what backward gives, with
+     * the bits of the backward kernel; g != 1 and a second backward through
+     * a retained graph compute it again, with the same bits. */
+    for (size_t k = 0; k < 4; k++) {
+        cg_tensor *x = cg_requires_grad(cg_randn(&r, CG_SHAPE(6, 37)), true);
+        cg_tensor *t = cg_test_ids(6, cases[k].targets);
+        const float gs[] = {1.0f, 0.25f, 1.0f};
+        for (int j = 0; j < 3; j++) {
+            cg_tensor *loss = cg_cross_entropy(x, t, cases[k].ignore, cases[k].ls);
+            cg_tensor *root = j == 1 ? cg_muls(loss, gs[j]) : loss;
+            ck_assert(cg_backward(root, NULL, j == 2));
+            if (j == 2) { /* the retained graph's second backward: x->grad doubles */
+                cg_tensor *first = cg_k_clone(x->grad);
+                ck_assert(cg_backward(root, NULL, false));
+                cg_tensor *twice = cg_k_add(first, first);
+                ck_assert(memcmp(cg_data(twice), cg_data(x->grad), 6 * 37 * sizeof(float)) == 0);
+                cg_release_all(2, first, twice);
+            } else {
+                cg_tensor *lse = NULL;
+                cg_tensor *l = cg_k_cross_entropy(x, t, cases[k].ignore, cases[k].ls, &lse, NULL);
+                cg_tensor *want =
+                    cg_k_cross_entropy_backward(x, t, cases[k].ignore, cases[k].ls, lse, gs[j]);
+                ck_assert(memcmp(cg_data(want), cg_data(x->grad), 6 * 37 * sizeof(float)) == 0);
+                cg_release_all(3, l, lse, want);
+            }
+            if (root != loss)
+                cg_release(root);
+            cg_release(loss);
+            cg_zero_grad(x);
+        }
         cg_release(x);
     }
     /* the shifted-LM off-by-one: logits [1, 4, 3] and 3 targets is an error,
@@ -741,6 +843,7 @@ static Suite *grad_ops_suite(void)
     tcase_add_test(tc, test_norms_with_params);
     tcase_add_test(tc, test_add_norms);
     tcase_add_test(tc, test_cross_entropy);
+    tcase_add_test(tc, test_linear_cross_entropy);
     tcase_add_test(tc, test_dropout);
     tcase_add_test(tc, test_concat_stack_split);
     tcase_add_test(tc, test_index_ops);

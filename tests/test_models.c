@@ -16,6 +16,7 @@
 #include "core/ops.h"
 #include "models/charlm/charlm.h"
 #include "models/seq2seq/seq2seq.h"
+#include "models/train/options.h"
 #include "optim/optim.h"
 #include "tests/testutil.h"
 
@@ -569,6 +570,81 @@ START_TEST(test_seq2seq_forward)
 }
 END_TEST
 
+/* The head fused with the loss (cfg.loss_chunk > 0, issue 37): the loss
+ * and the gradients of the unfused head, for both models; the config
+ * records the chunk (absent in older files: 0); the rule picks it from the
+ * vocabulary (the default recipe's 4,000 ids keep the unfused head). */
+static void grads_close(cg_module *a, cg_module *b)
+{
+    cg_param_list pa = {0}, pb = {0};
+    ck_assert(cg_module_params(a, &pa) && cg_module_params(b, &pb));
+    ck_assert_int_eq(pa.n, pb.n);
+    for (int i = 0; i < pa.n; i++) {
+        const cg_tensor *ga = cg_grad(pa.items[i].tensor), *gb = cg_grad(pb.items[i].tensor);
+        ck_assert_msg(ga && gb, "%s has no gradient", pa.items[i].name);
+        float *x = cg_test_values(ga), *y = cg_test_values(gb);
+        CG_ASSERT_CLOSE(x, y, cg_numel(ga), 1e-6, 1e-4);
+        free(x);
+        free(y);
+    }
+    cg_param_list_free(&pa);
+    cg_param_list_free(&pb);
+}
+
+START_TEST(test_fused_head)
+{
+    ck_assert_int_eq(cg_train_loss_chunk(4000), 0);
+    ck_assert_int_eq(cg_train_loss_chunk(37000), CG_FUSED_HEAD_CHUNK);
+    ck_assert_int_eq(cg_train_loss_chunk(50257), CG_FUSED_HEAD_CHUNK);
+    int64_t src[2 * 4] = {5, 6, 7, 2, 8, 2, 0, 0};
+    int64_t tin[2 * 3] = {1, 9, 10, 1, 11, 0}, tout[2 * 3] = {9, 10, 2, 11, 2, 0};
+    cg_seq2seq *sm[2];
+    cg_charlm *lm[2];
+    float sl[2], ll[2];
+    for (int k = 0; k < 2; k++) {
+        cg_seq2seq_config c = small_s2s();
+        cg_charlm_config lc = small_lm();
+        c.loss_chunk = lc.loss_chunk = k ? 2 : 0; /* chunks of 2 rows: 3 of them */
+        sm[k] = cg_seq2seq_new(&c, 2);
+        lm[k] = cg_charlm_new(&lc, 2);
+        cg_tensor *l = cg_seq2seq_forward_loss(sm[k], src, 2, 4, tin, 3, tout);
+        ck_assert_msg(l && cg_backward(l, NULL, false), "%s", cg_last_error());
+        sl[k] = cg_item(l);
+        cg_release(l);
+        l = cg_charlm_forward_loss(lm[k], tin, 2, 3, tout, 0.1f);
+        ck_assert_msg(l && cg_backward(l, NULL, false), "%s", cg_last_error());
+        ll[k] = cg_item(l);
+        cg_release(l);
+    }
+    ck_assert_float_eq_tol(sl[1], sl[0], 1e-6f * fabsf(sl[0]));
+    ck_assert_float_eq_tol(ll[1], ll[0], 1e-6f * fabsf(ll[0]));
+    grads_close(CG_MODULE(sm[0]), CG_MODULE(sm[1]));
+    grads_close(CG_MODULE(lm[0]), CG_MODULE(lm[1]));
+    /* recorded, and read back; a config without it (older files) means 0 */
+    char *j = cg_seq2seq_config_to_json(&sm[1]->cfg);
+    ck_assert_ptr_nonnull(strstr(j, "\"loss_chunk\": 2"));
+    cg_seq2seq_config back;
+    ck_assert(cg_seq2seq_config_from_json(j, &back) && back.loss_chunk == 2);
+    free(j);
+    j = cg_charlm_config_to_json(&lm[0]->cfg);
+    cJSON *o = cJSON_Parse(j);
+    cJSON_DeleteItemFromObject(o, "loss_chunk");
+    char *old = cJSON_PrintUnformatted(o);
+    cg_charlm_config lback;
+    ck_assert(cg_charlm_config_from_json(old, &lback) && lback.loss_chunk == 0);
+    cg_charlm_config bad = small_lm();
+    bad.loss_chunk = -1;
+    CG_ASSERT_FAILS(cg_charlm_new(&bad, 0), "loss_chunk");
+    free(old);
+    free(j);
+    cJSON_Delete(o);
+    for (int k = 0; k < 2; k++) {
+        cg_seq2seq_free(sm[k]);
+        cg_charlm_free(lm[k]);
+    }
+}
+END_TEST
+
 /* Padding is invisible: more PAD at the end of the source, or of the
  * target, changes no logit of the real positions. */
 START_TEST(test_seq2seq_padding)
@@ -750,6 +826,7 @@ static Suite *models_suite(void)
     tcase_add_test(tc, test_seq2seq_forward);
     tcase_add_test(tc, test_seq2seq_padding);
     tcase_add_test(tc, test_seq2seq_errors);
+    tcase_add_test(tc, test_fused_head);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("overfit");

@@ -324,7 +324,7 @@ static void ce_case(const int64_t *t, int64_t ii, float ls, double loss, const f
     for (int k = 0; k < 2; k++) {
         const cg_tensor *in = k ? xv : x;
         cg_tensor *lse = NULL;
-        cg_tensor *l = cg_k_cross_entropy(in, cg_test_ids(5, t), ii, ls, &lse);
+        cg_tensor *l = cg_k_cross_entropy(in, cg_test_ids(5, t), ii, ls, &lse, NULL);
         ck_assert_ptr_nonnull(l);
         ck_assert_int_eq(l->ndim, 0);
         ck_assert_ptr_nonnull(lse);
@@ -445,7 +445,7 @@ START_TEST(test_ce_extreme)
         cg_from_data(CG_SHAPE(2, 3), (float[]){1e4f, -1e4f, 0.5e4f, 3.0f, -2.0f, -INFINITY});
     const int64_t t[] = {2, 1};
     cg_tensor *lse = NULL;
-    cg_tensor *l = cg_k_cross_entropy(x, cg_test_ids(2, t), -100, 0.0f, &lse);
+    cg_tensor *l = cg_k_cross_entropy(x, cg_test_ids(2, t), -100, 0.0f, &lse, NULL);
     ck_assert_float_eq_tol(cg_item(l), 2502.50341796875f, 1e-3f);
     cg_tensor *dx = cg_k_cross_entropy_backward(x, cg_test_ids(2, t), -100, 0.0f, lse, 1.0f);
     CG_ASSERT_TENSOR(
@@ -488,7 +488,7 @@ START_TEST(test_ce_vs_double)
         for (int j = 0; j < C; j++)
             grad[i * C + j] = (exp(xr[j] - lse) - ls / C - (j == t[i] ? 1 - ls : 0)) / kept;
     }
-    cg_tensor *l = cg_k_cross_entropy(x, cg_test_ids(N, t), -1, (float)ls, NULL);
+    cg_tensor *l = cg_k_cross_entropy(x, cg_test_ids(N, t), -1, (float)ls, NULL, NULL);
     ck_assert_float_eq_tol(cg_item(l), tot / kept, 1e-5);
     cg_tensor *dx = cg_k_cross_entropy_backward(x, cg_test_ids(N, t), -1, (float)ls, NULL, 1.0f);
     assert_close_d(dx, grad, 1e-7, 1e-5);
@@ -508,7 +508,7 @@ START_TEST(test_ce_threads)
     cg_tensor *l[2], *dx[2];
     for (int k = 0; k < 2; k++) {
         cg_set_num_threads(k + 1);
-        l[k] = cg_k_cross_entropy(x, cg_test_ids(N, t), -100, 0.1f, NULL);
+        l[k] = cg_k_cross_entropy(x, cg_test_ids(N, t), -100, 0.1f, NULL, NULL);
         dx[k] = cg_k_cross_entropy_backward(x, cg_test_ids(N, t), -100, 0.1f, NULL, 1.0f);
     }
     cg_set_num_threads(0);
@@ -519,33 +519,70 @@ START_TEST(test_ce_threads)
 }
 END_TEST
 
+/* The forward's gradient for g = 1 (computed while each row is in cache)
+ * has the backward's bits: whole 16-lane blocks and tails, ignored rows,
+ * label smoothing, no row kept, 1 and 2 threads. */
+START_TEST(test_ce_grad_in_forward)
+{
+    cg_rng r = cg_rng_new(8);
+    const int64_t shapes[][2] = {{40, 4000}, {700, 53}, {3, 16}, {5, 7}};
+    const float lss[] = {0.0f, 0.1f};
+    for (size_t s = 0; s < 4; s++) {
+        int64_t N = shapes[s][0], C = shapes[s][1];
+        cg_tensor *x = cg_randn(&r, CG_SHAPE(N, C));
+        int64_t *t = malloc((size_t)N * sizeof(int64_t));
+        for (int all_ignored = 0; all_ignored < 2; all_ignored++) {
+            for (int64_t i = 0; i < N; i++)
+                t[i] = all_ignored || i % 5 == 2 ? -100 : (int64_t)cg_rng_below(&r, (uint64_t)C);
+            for (int k = 0; k < 2; k++) {
+                for (int th = 1; th <= 2; th++) {
+                    cg_set_num_threads(th);
+                    cg_tensor *lse = NULL, *g = NULL;
+                    cg_tensor *l = cg_k_cross_entropy(x, cg_test_ids(N, t), -100, lss[k], &lse, &g);
+                    cg_tensor *dx =
+                        cg_k_cross_entropy_backward(x, cg_test_ids(N, t), -100, lss[k], lse, 1.0f);
+                    ck_assert_ptr_nonnull(l);
+                    ck_assert_ptr_nonnull(g);
+                    ck_assert_msg(bit_equal(g, dx), "shape [%lld, %lld] ls %g ignored %d",
+                                  (long long)N, (long long)C, (double)lss[k], all_ignored);
+                    cg_release_all(4, l, lse, g, dx);
+                }
+            }
+        }
+        cg_set_num_threads(0);
+        free(t);
+        cg_release(x);
+    }
+}
+END_TEST
+
 START_TEST(test_ce_errors)
 {
     cg_tensor *x = cg_zeros(CG_SHAPE(3, 4));
     cg_tensor *lse = (cg_tensor *)1; /* must be reset to NULL on failure */
     CG_ASSERT_FAILS(
-        cg_k_cross_entropy(x, cg_test_ids(3, (const int64_t[]){0, 7, 1}), -100, 0.0f, &lse),
+        cg_k_cross_entropy(x, cg_test_ids(3, (const int64_t[]){0, 7, 1}), -100, 0.0f, &lse, NULL),
         "target 7 at row 1");
     ck_assert_ptr_null(lse);
     CG_ASSERT_FAILS(
-        cg_k_cross_entropy(x, cg_test_ids(3, (const int64_t[]){0, 1, -5}), -100, 0.0f, NULL),
+        cg_k_cross_entropy(x, cg_test_ids(3, (const int64_t[]){0, 1, -5}), -100, 0.0f, NULL, NULL),
         "row 2");
     CG_ASSERT_FAILS(
-        cg_k_cross_entropy(x, cg_test_ids(3, (const int64_t[]){0, 1, 4}), -100, 0.0f, NULL),
+        cg_k_cross_entropy(x, cg_test_ids(3, (const int64_t[]){0, 1, 4}), -100, 0.0f, NULL, NULL),
         "target 4");
     CG_ASSERT_FAILS(cg_k_cross_entropy_backward(x, cg_test_ids(3, (const int64_t[]){0, 9, 1}), -100,
                                                 0.0f, NULL, 1.0f),
                     "target 9");
     CG_ASSERT_FAILS(
-        cg_k_cross_entropy(x, cg_test_ids(3, (const int64_t[]){0, 1, 2}), -100, 1.5f, NULL),
+        cg_k_cross_entropy(x, cg_test_ids(3, (const int64_t[]){0, 1, 2}), -100, 1.5f, NULL, NULL),
         "label_smoothing");
     cg_tensor *x3 = cg_zeros(CG_SHAPE(2, 3, 4));
     CG_ASSERT_FAILS(
-        cg_k_cross_entropy(x3, cg_test_ids(2, (const int64_t[]){0, 1}), -100, 0.0f, NULL),
+        cg_k_cross_entropy(x3, cg_test_ids(2, (const int64_t[]){0, 1}), -100, 0.0f, NULL, NULL),
         "[2, 3, 4]");
     /* the count must match the rows: one short or one long is an error */
     CG_ASSERT_FAILS(
-        cg_k_cross_entropy(x, cg_test_ids(2, (const int64_t[]){0, 1}), -100, 0.0f, NULL),
+        cg_k_cross_entropy(x, cg_test_ids(2, (const int64_t[]){0, 1}), -100, 0.0f, NULL, NULL),
         "argument 'targets' has shape [2], expected [N] = [3]");
     CG_ASSERT_FAILS(cg_k_cross_entropy_backward(x, cg_test_ids(4, (const int64_t[]){0, 1, 2, 3}),
                                                 -100, 0.0f, NULL, 1.0f),
@@ -1098,6 +1135,7 @@ static Suite *nnkernels_suite(void)
     tcase_add_test(tc, test_ce_extreme);
     tcase_add_test(tc, test_ce_vs_double);
     tcase_add_test(tc, test_ce_threads);
+    tcase_add_test(tc, test_ce_grad_in_forward);
     tcase_add_test(tc, test_ce_errors);
     suite_add_tcase(s, tc);
     tc = tcase_create("norm");

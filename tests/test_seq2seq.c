@@ -1176,6 +1176,66 @@ static double accum_lr(void *self, int64_t step)
     return 1e-3 * (double)(step < 10 ? step + 1 : 10) / 10.0;
 }
 
+/* Bucketed shapes: a batch padded to multiples of 8 (and to the model's
+ * longest sequence) keeps its ids, pads the rest, and gives the loss and
+ * the gradients of the unpadded batch: the padding is masked exactly. */
+START_TEST(test_pad_to_multiple)
+{
+    cg_seq2seq_config c = cg_seq2seq_config_default();
+    c.vocab = cg_pair_vocab_size(&g_vocab);
+    c.d = 32, c.H = 2, c.enc_layers = 1, c.dec_layers = 1, c.d_ff = 64, c.max_len = 64;
+    c.dropout = 0.0f, c.label_smoothing = 0.1f;
+    cg_seq2seq *m = cg_seq2seq_new(&c, 11);
+    ck_assert_ptr_nonnull(m);
+    int64_t all[NPAIRS] = {0, 1, 2, 3, 4};
+    cg_batch b[3];
+    for (int k = 0; k < 3; k++)
+        ck_assert(cg_batch_make(&g_pairs, all, NPAIRS, &g_vocab, &b[k]));
+    ck_assert(b[0].S % 8 != 0 || b[0].T % 8 != 0);
+    CG_ASSERT_FAILS(cg_batch_pad_to(&b[1], 0, 0), "pad to a multiple of 0");
+    ck_assert(cg_batch_pad_to(&b[1], 8, 0));
+    ck_assert(cg_batch_pad_to(&b[2], 1000, c.max_len)); /* not past the longest sequence */
+    ck_assert(b[2].S == c.max_len && b[2].T == c.max_len);
+    ck_assert(b[1].S % 8 == 0 && b[1].T % 8 == 0 && b[1].S >= b[0].S && b[1].T >= b[0].T);
+    float *grad[3] = {0};
+    float loss[3];
+    for (int k = 0; k < 3; k++) {
+        ck_assert(b[k].B == b[0].B && b[k].n_tokens == b[0].n_tokens);
+        for (int64_t i = 0; i < b[0].B; i++) {
+            for (int64_t j = 0; j < b[k].S; j++)
+                ck_assert(b[k].src[i * b[k].S + j] ==
+                          (j < b[0].S ? b[0].src[i * b[0].S + j] : CG_PAIR_PAD));
+            for (int64_t j = 0; j < b[k].T; j++) {
+                ck_assert(b[k].tgt_in[i * b[k].T + j] ==
+                          (j < b[0].T ? b[0].tgt_in[i * b[0].T + j] : CG_PAIR_PAD));
+                ck_assert(b[k].tgt_out[i * b[k].T + j] ==
+                          (j < b[0].T ? b[0].tgt_out[i * b[0].T + j] : CG_PAIR_PAD));
+            }
+        }
+        cg_module_zero_grad(CG_MODULE(m));
+        cg_tensor *logits = cg_seq2seq_forward(m, b[k].src, b[k].B, b[k].S, b[k].tgt_in, b[k].T);
+        cg_tensor *l = cg_seq2seq_loss(m, logits, b[k].tgt_out);
+        ck_assert_msg(l && cg_backward(l, NULL, false), "%s", cg_last_error());
+        loss[k] = cg_item(l);
+        cg_tensor *g = m->emb->weight->grad;
+        grad[k] = cg_test_values(g);
+        if (k > 0) {
+            ck_assert_msg(loss[k] == loss[0], "padded loss %.9g, unpadded %.9g", loss[k], loss[0]);
+            for (int64_t i = 0; i < cg_numel(g); i++)
+                ck_assert_msg(fabsf(grad[k][i] - grad[0][i]) <= 1e-6f + 1e-5f * fabsf(grad[0][i]),
+                              "embedding gradient %lld: %g vs %g", (long long)i, grad[k][i],
+                              grad[0][i]);
+        }
+        cg_release_all(2, logits, l);
+    }
+    for (int k = 0; k < 3; k++) {
+        free(grad[k]);
+        cg_batch_free(&b[k]);
+    }
+    cg_seq2seq_free(m);
+}
+END_TEST
+
 /* The loss of batch b in training mode, from the model's dropout stream as
  * it is at *rng0 (so that two calls draw the same masks). */
 static float loss_from(cg_seq2seq *m, const cg_batch *b, const int64_t *src, cg_rng rng0)
@@ -1360,6 +1420,42 @@ START_TEST(test_cli_resume_and_output_rules)
              ck);
     expect_cli_error(args, "drop --preset, --max-tokens, --seed, --factor, --warmup, --max-len, "
                            "--valid-size, --test-size, --lr, --d");
+    /* --pad-to-multiple is recorded (absent in older checkpoints: 1) and
+     * resumed: 2 + 4 steps equal 6 straight (dropout's draws follow the
+     * padded shapes, so a resume without it would differ) */
+    char pk[PATH_MAX], pstraight[PATH_MAX];
+    snprintf(pk, sizeof pk, "%s", tmp_path("p.safetensors"));
+    snprintf(pstraight, sizeof pstraight, "%s", tmp_path("p6.safetensors"));
+    for (int k = 0; k < 2; k++) {
+        snprintf(
+            args, sizeof args,
+            "train --tokenizer char --data '%s' --out '%s' --steps 6 %s --pad-to-multiple 8 %s",
+            tmp_path("small.tsv"), k ? pstraight : pk, k ? "" : "--stop-at 2", common);
+        rc = run(args, NULL, &out, &err);
+        ck_assert_msg(rc == 0, "train failed: %s", err);
+        free(out);
+        free(err);
+    }
+    cg_st_file *pf = cg_st_open(pk);
+    ck_assert(pf);
+    cJSON *tj = cJSON_Parse(cg_st_metadata(pf, "train"));
+    cJSON *pm = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(tj, "model"),
+                                                 "pad_to_multiple");
+    ck_assert(cJSON_IsNumber(pm) && pm->valuedouble == 8);
+    cJSON_Delete(tj);
+    cg_st_close(pf);
+    snprintf(args, sizeof args, "train --resume '%s' --pad-to-multiple 4", pk);
+    expect_cli_error(args, "drop --pad-to-multiple");
+    snprintf(args, sizeof args, "train --resume '%s' --test-limit 0 --threads 1", pk);
+    rc = run(args, NULL, &out, &err);
+    ck_assert_msg(rc == 0, "resume failed: %s", err);
+    free(out);
+    free(err);
+    ck_assert(same_params(pk, pstraight));
+    snprintf(args, sizeof args,
+             "train --tokenizer char --data '%s' --out '%s' --pad-to-multiple 0 %s",
+             tmp_path("small.tsv"), tmp_path("p0.st"), common);
+    expect_cli_error(args, "--pad-to-multiple");
     /* damaged positions */
     const struct {
         const char *key;
@@ -1425,6 +1521,7 @@ static Suite *seq2seq_suite(void)
     tcase_add_test(tc, test_cache_matches_recompute);
     tcase_add_test(tc, test_decode_bad_input);
     tcase_add_test(tc, test_grad_accum_per_token);
+    tcase_add_test(tc, test_pad_to_multiple);
     tcase_add_test(tc, test_word_dropout);
     suite_add_tcase(s, tc);
     tc = tcase_create("cli");

@@ -244,13 +244,8 @@ static cg_tensor *bm_loss(void *self, int k)
 {
     (void)k;
     bench_model *b = self;
-    cg_tensor *logits = b->lm ? cg_charlm_forward(b->lm, b->tin, b->B, b->T)
-                              : cg_seq2seq_forward(b->s2s, b->src, b->B, b->S, b->tin, b->T);
-    cg_tensor *loss = !logits ? NULL
-                      : b->lm ? cg_charlm_loss(b->lm, logits, b->tout)
-                              : cg_seq2seq_loss(b->s2s, logits, b->tout);
-    cg_release(logits);
-    return loss;
+    return b->lm ? cg_charlm_forward_loss(b->lm, b->tin, b->B, b->T, b->tout, 0.0f)
+                 : cg_seq2seq_forward_loss(b->s2s, b->src, b->B, b->S, b->tin, b->T, b->tout);
 }
 
 static double bm_lr(void *self, int64_t step)
@@ -349,7 +344,7 @@ static cg_module *new_model(const bench_args *a, const preset *p, bench_model *b
         cg_charlm_config c = cg_charlm_config_default();
         c.vocab = p->V, c.d = p->d, c.H = p->H, c.layers = p->layers, c.d_ff = p->d_ff;
         c.max_len = p->T, c.norm = CG_NORM_LAYERNORM, c.act = CG_ACT_GELU, c.norm_first = true;
-        c.dropout = 0.0f;
+        c.dropout = 0.0f, c.loss_chunk = cg_train_loss_chunk(c.vocab);
         bm->lm = cg_charlm_new(&c, (uint64_t)a->seed);
         cg_charlm_set_recompute(bm->lm, a->recompute);
         return CG_MODULE(bm->lm);
@@ -359,6 +354,7 @@ static cg_module *new_model(const bench_args *a, const preset *p, bench_model *b
     c.dec_layers = p->dec_layers, c.d_ff = p->d_ff, c.max_len = p->T;
     c.norm = CG_NORM_LAYERNORM, c.act = CG_ACT_RELU, c.norm_first = false;
     c.dropout = bm->real ? (float)REAL_DROPOUT : 0.0f, c.label_smoothing = 0.1f;
+    c.loss_chunk = cg_train_loss_chunk(c.vocab);
     bm->s2s = cg_seq2seq_new(&c, (uint64_t)a->seed);
     cg_seq2seq_set_recompute(bm->s2s, a->recompute);
     return CG_MODULE(bm->s2s);

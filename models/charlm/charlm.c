@@ -34,8 +34,9 @@ bool cg_charlm_config_check(const cg_charlm_config *c)
     struct {
         const char *name;
         int64_t v, min;
-    } pos[] = {{"vocab", c->vocab, 1},   {"d", c->d, 1},       {"H", c->H, 1},
-               {"layers", c->layers, 0}, {"d_ff", c->d_ff, 1}, {"max_len", c->max_len, 1}};
+    } pos[] = {{"vocab", c->vocab, 1},          {"d", c->d, 1},       {"H", c->H, 1},
+               {"layers", c->layers, 0},        {"d_ff", c->d_ff, 1}, {"max_len", c->max_len, 1},
+               {"loss_chunk", c->loss_chunk, 0}};
     for (size_t i = 0; i < sizeof pos / sizeof pos[0]; i++)
         if (pos[i].v < pos[i].min) {
             cg_set_error("charlm config: %s must be >= %lld (got %lld)", pos[i].name,
@@ -81,6 +82,7 @@ static const cg_config_field FIELDS[] = {
     {"act", CG_CF_ACT, offsetof(cg_charlm_config, act), NULL},
     {"norm_first", CG_CF_BOOL, offsetof(cg_charlm_config, norm_first), NULL},
     {"dropout", CG_CF_F32, offsetof(cg_charlm_config, dropout), NULL},
+    {"loss_chunk", CG_CF_I64, offsetof(cg_charlm_config, loss_chunk), NULL},
     CG_CONFIG_ZOO_FACTS(cg_charlm_config),
 };
 enum { N_FIELDS = (int)(sizeof FIELDS / sizeof FIELDS[0]) };
@@ -173,7 +175,9 @@ void cg_charlm_set_recompute(cg_charlm *m, bool on)
         m->block[i]->recompute = on;
 }
 
-cg_tensor *cg_charlm_forward(cg_charlm *m, const int64_t *ids, int64_t B, int64_t T)
+/* The final hidden states as [B*T, d] (a new reference, outside the
+ * caller's scope), or NULL + error. */
+static cg_tensor *charlm_hidden(cg_charlm *m, const int64_t *ids, int64_t B, int64_t T)
 {
     if (!m || !ids) {
         cg_set_error("charlm forward: NULL %s", m ? "ids" : "model");
@@ -210,12 +214,44 @@ cg_tensor *cg_charlm_forward(cg_charlm *m, const int64_t *ids, int64_t B, int64_
         h = cg_lm_block_forward(m->block[i], h, &mask);
     if (m->ln_f && h)
         h = cg_norm_forward(m->ln_f, h);
-    /* tied head: [B*T, d] @ tok_emb.weight^T [d, V] */
-    cg_tensor *l2 = cg_matmul(cg_reshape(h, 2, (const int64_t[]){B * T, c->d}),
-                              cg_transpose(m->tok_emb->weight, 0, 1));
-    cg_tensor *logits = cg_keep(cg_reshape(l2, 3, (const int64_t[]){B, T, c->vocab}));
+    cg_tensor *h2 = cg_keep(cg_reshape(h, 2, (const int64_t[]){B * T, c->d}));
     cg_scope_end(sc);
+    return h2;
+}
+
+cg_tensor *cg_charlm_forward(cg_charlm *m, const int64_t *ids, int64_t B, int64_t T)
+{
+    cg_tensor *h2 = charlm_hidden(m, ids, B, T);
+    cg_scope *sc = h2 ? cg_scope_begin() : NULL;
+    if (!sc) {
+        cg_release(h2);
+        return NULL;
+    }
+    /* tied head: [B*T, d] @ tok_emb.weight^T [d, V] */
+    cg_tensor *l2 = cg_matmul(h2, cg_transpose(m->tok_emb->weight, 0, 1));
+    cg_tensor *logits = cg_keep(cg_reshape(l2, 3, (const int64_t[]){B, T, m->cfg.vocab}));
+    cg_scope_end(sc);
+    cg_release(h2);
     return logits;
+}
+
+cg_tensor *cg_charlm_forward_loss(cg_charlm *m, const int64_t *ids, int64_t B, int64_t T,
+                                  const int64_t *targets, float ls)
+{
+    if (!targets) {
+        cg_set_error("charlm loss: NULL targets");
+        return NULL;
+    }
+    bool fused = m && m->cfg.loss_chunk > 0;
+    cg_tensor *x = fused ? charlm_hidden(m, ids, B, T) : cg_charlm_forward(m, ids, B, T);
+    cg_tensor *t =
+        x ? cg_from_i64(fused ? 1 : 2, (const int64_t[]){fused ? B * T : B, T}, targets) : NULL;
+    cg_tensor *loss = !t      ? NULL
+                      : fused ? cg_linear_cross_entropy(x, m->tok_emb->weight, NULL, t, -100, ls,
+                                                        m->cfg.loss_chunk)
+                              : cg_cross_entropy(x, t, -100, ls);
+    cg_release_all(2, x, t);
+    return loss;
 }
 
 cg_tensor *cg_charlm_loss(cg_charlm *m, cg_tensor *logits, const int64_t *targets)

@@ -40,6 +40,10 @@ typedef struct {
     cg_act act;        /* relu | gelu (tanh form) */
     bool norm_first;   /* pre-norm (true) or post-norm */
     float dropout;     /* in [0, 1); after the embedding and each sublayer */
+    /* the training loss (cg_charlm_forward_loss): 0 = logits, then
+     * cross-entropy; > 0 = the head fused with the loss in chunks of this
+     * many rows (models/train/options.h cg_train_loss_chunk) */
+    int64_t loss_chunk;
 } cg_charlm_config;
 
 /* models.py CharLMConfig defaults: V 65, d 128, H 4, 4 layers, d_ff 512,
@@ -87,6 +91,12 @@ cg_tensor *cg_charlm_forward(cg_charlm *m, const int64_t *ids, int64_t B, int64_
 /* Mean cross-entropy of logits [B,T,V] (or [N,V]) against numel/V targets
  * (every target in [0, V)). Returns a scalar (new reference). */
 cg_tensor *cg_charlm_loss(cg_charlm *m, cg_tensor *logits, const int64_t *targets);
+/* The training loss of ids [B,T] against targets [B,T] (ignore_index -100)
+ * with label smoothing ls: cg_cross_entropy of cg_charlm_forward's logits,
+ * or, when cfg.loss_chunk > 0, the head fused with the loss
+ * (cg_linear_cross_entropy), which never keeps the [B*T, V] logits. */
+cg_tensor *cg_charlm_forward_loss(cg_charlm *m, const int64_t *ids, int64_t B, int64_t T,
+                                  const int64_t *targets, float ls);
 
 /* ------------------------------------------------------------ evaluation
  * The reference's (shared/reference/train_charlm.py) two validation

@@ -90,13 +90,8 @@ static cg_tensor *lm_loss(void *self, int k)
 {
     lm_run *r = self;
     int64_t off = k * r->B * r->T + r->r0 * r->T;
-    cg_tensor *logits = cg_charlm_forward(r->model, r->x + off, r->r1 - r->r0, r->T);
-    cg_tensor *y = cg_from_i64(CG_SHAPE(r->r1 - r->r0, r->T), r->y + off);
-    cg_tensor *loss = r->label_smoothing > 0
-                          ? cg_cross_entropy(logits, y, -100, (float)r->label_smoothing)
-                          : cg_charlm_loss(r->model, logits, r->y + off);
-    cg_release_all(2, logits, y);
-    return loss;
+    return cg_charlm_forward_loss(r->model, r->x + off, r->r1 - r->r0, r->T, r->y + off,
+                                  (float)r->label_smoothing);
 }
 
 static double lm_lr(void *self, int64_t step)
@@ -323,6 +318,7 @@ static int lm_train(lm_run *r, cg_trainer *t, cg_train_opts *o, cg_train_recipe 
     } else {
         if (!o->init_from) { /* a new model (--init-from: the base's) */
             cfg.vocab = cg_tokenizer_vocab_size(r->tok);
+            cfg.loss_chunk = cg_train_loss_chunk(cfg.vocab);
             cg_train_vocab_warn(r->tok, rec->vocab_size);
             if (!cg_charlm_config_check(&cfg))
                 rc = cg_prog_fail("%s", cg_last_error());

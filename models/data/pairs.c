@@ -394,6 +394,52 @@ void cg_batch_free(cg_batch *b)
     memset(b, 0, sizeof *b);
 }
 
+/* rows [B, from] of ids widened to [B, to] with pad after each row's ids */
+static int64_t *pad_rows(const int64_t *ids, int64_t B, int64_t from, int64_t to)
+{
+    int64_t *w = calloc((size_t)(B * to > 0 ? B * to : 1), sizeof *w);
+    if (w) /* calloc's zeros are CG_PAIR_PAD */
+        for (int64_t i = 0; i < B; i++)
+            memcpy(w + i * to, ids + i * from, (size_t)from * sizeof *w);
+    return w;
+}
+
+static int64_t round_up(int64_t n, int64_t multiple, int64_t limit)
+{
+    int64_t r = (n + multiple - 1) / multiple * multiple;
+    return limit > 0 && r > limit ? (n > limit ? n : limit) : r;
+}
+
+bool cg_batch_pad_to(cg_batch *b, int64_t multiple, int64_t limit)
+{
+    if (multiple < 1) {
+        cg_set_error("batch: pad to a multiple of %lld (need 1 or more)", (long long)multiple);
+        return false;
+    }
+    int64_t S = round_up(b->S, multiple, limit), T = round_up(b->T, multiple, limit);
+    if (S == b->S && T == b->T)
+        return true;
+    int64_t *src = pad_rows(b->src, b->B, b->S, S);
+    int64_t *ti = pad_rows(b->tgt_in, b->B, b->T, T);
+    int64_t *to = pad_rows(b->tgt_out, b->B, b->T, T);
+    if (!src || !ti || !to) {
+        free(src);
+        free(ti);
+        free(to);
+        cg_set_error("batch: out of memory");
+        return false;
+    }
+    free(b->src);
+    free(b->tgt_in);
+    free(b->tgt_out);
+    b->src = src;
+    b->tgt_in = ti;
+    b->tgt_out = to;
+    b->S = S;
+    b->T = T;
+    return true;
+}
+
 static int64_t *pair_vocab_encode(const void *v, const char *s, int64_t *n, int64_t *n_unk)
 {
     return cg_pair_vocab_encode(v, s, n, n_unk);

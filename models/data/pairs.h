@@ -125,6 +125,13 @@ typedef int64_t *(*cg_encode_fn)(const void *ctx, const char *text, int64_t *n, 
 bool cg_batch_make_with(const cg_pairs *p, const int64_t *idx, int64_t n, cg_encode_fn enc,
                         const void *ctx, cg_batch *out);
 void cg_batch_free(cg_batch *b);
+/* Bucketed shapes (fairseq's --pad-to-multiple): S and T rounded up to a
+ * multiple of `multiple` (1 leaves the batch as it is) but not past limit
+ * (the model's longest sequence; 0: no limit), the new positions
+ * padding (CG_PAIR_PAD in src, tgt_in and tgt_out, so masks and the loss's
+ * ignore_index skip them); n_tokens is unchanged. False + error when
+ * multiple < 1 or out of memory (the batch is then unchanged). */
+bool cg_batch_pad_to(cg_batch *b, int64_t multiple, int64_t limit);
 
 #ifdef __cplusplus
 }

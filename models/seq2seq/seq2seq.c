@@ -43,7 +43,8 @@ bool cg_seq2seq_config_check(const cg_seq2seq_config *c)
                {"enc_layers", c->enc_layers, 0},
                {"dec_layers", c->dec_layers, 0},
                {"d_ff", c->d_ff, 1},
-               {"max_len", c->max_len, 1}};
+               {"max_len", c->max_len, 1},
+               {"loss_chunk", c->loss_chunk, 0}};
     for (size_t i = 0; i < sizeof pos / sizeof pos[0]; i++)
         if (pos[i].v < pos[i].min) {
             cg_set_error("seq2seq config: %s must be >= %lld (got %lld)%s", pos[i].name,
@@ -104,6 +105,7 @@ static const cg_config_field FIELDS[] = {
     {"dropout", CG_CF_F32, offsetof(cg_seq2seq_config, dropout), NULL},
     {"label_smoothing", CG_CF_F32, offsetof(cg_seq2seq_config, label_smoothing), NULL},
     {"word_dropout", CG_CF_F32, offsetof(cg_seq2seq_config, word_dropout), NULL},
+    {"loss_chunk", CG_CF_I64, offsetof(cg_seq2seq_config, loss_chunk), NULL},
     CG_CONFIG_ZOO_FACTS(cg_seq2seq_config),
     /* one embedding for the encoder's input, the decoder's and the head */
     {"shared_emb", CG_CF_CONST, 0, "true"},
@@ -346,8 +348,9 @@ bool cg_seq2seq_memory_select(const cg_seq2seq_memory *mem, const int64_t *rows,
     return true;
 }
 
-cg_tensor *cg_seq2seq_decode(cg_seq2seq *m, const int64_t *tgt_in, int64_t B, int64_t T,
-                             const cg_seq2seq_memory *mem)
+/* The decoder's output h [B, T, d] (new reference) for tgt_in over mem. */
+static cg_tensor *decode_hidden(cg_seq2seq *m, const int64_t *tgt_in, int64_t B, int64_t T,
+                                const cg_seq2seq_memory *mem)
 {
     if (!m || !mem || !mem->memory || !mem->src_pad) {
         cg_set_error("seq2seq decode: NULL %s", m ? "memory" : "model");
@@ -375,7 +378,14 @@ cg_tensor *cg_seq2seq_decode(cg_seq2seq *m, const int64_t *tgt_in, int64_t B, in
     cg_attn_mask cross_mask = {.key_pad = mem->src_pad};
     cg_tensor *h = cg_dec_stack_forward(m->decoder, x, mem->memory, &self_mask, &cross_mask);
     cg_release_all(2, x, pad);
-    return head(m, h, B, T); /* tied: [B*T, d] @ emb.weight^T [d, V] */
+    return h;
+}
+
+cg_tensor *cg_seq2seq_decode(cg_seq2seq *m, const int64_t *tgt_in, int64_t B, int64_t T,
+                             const cg_seq2seq_memory *mem)
+{
+    cg_tensor *h = decode_hidden(m, tgt_in, B, T, mem);
+    return h ? head(m, h, B, T) : NULL; /* tied: [B*T, d] @ emb.weight^T [d, V] */
 }
 
 cg_kv_cache *cg_seq2seq_kv_cache_new(const cg_seq2seq *m)
@@ -446,5 +456,31 @@ cg_tensor *cg_seq2seq_loss(cg_seq2seq *m, cg_tensor *logits, const int64_t *tgt_
     cg_tensor *t = cg_from_i64(logits->ndim - 1, logits->shape, tgt_out);
     cg_tensor *loss = t ? cg_cross_entropy(logits, t, CG_PAD, m->cfg.label_smoothing) : NULL;
     cg_release(t);
+    return loss;
+}
+
+cg_tensor *cg_seq2seq_forward_loss(cg_seq2seq *m, const int64_t *src, int64_t B, int64_t S,
+                                   const int64_t *tgt_in, int64_t T, const int64_t *tgt_out)
+{
+    if (!m || m->cfg.loss_chunk == 0) {
+        cg_tensor *logits = cg_seq2seq_forward(m, src, B, S, tgt_in, T);
+        cg_tensor *loss = logits ? cg_seq2seq_loss(m, logits, tgt_out) : NULL;
+        cg_release(logits);
+        return loss;
+    }
+    if (!tgt_out) {
+        cg_set_error("seq2seq loss: NULL targets");
+        return NULL;
+    }
+    cg_seq2seq_memory mem;
+    if (!cg_seq2seq_encode(m, src, B, S, &mem))
+        return NULL;
+    cg_tensor *h = decode_hidden(m, tgt_in, B, T, &mem);
+    cg_seq2seq_memory_free(&mem);
+    cg_tensor *t = h ? cg_from_i64(CG_SHAPE(B, T), tgt_out) : NULL; /* h [B, T, d] */
+    cg_tensor *loss = t ? cg_linear_cross_entropy(h, m->emb->weight, NULL, t, CG_PAD,
+                                                  m->cfg.label_smoothing, m->cfg.loss_chunk)
+                        : NULL;
+    cg_release_all(2, h, t);
     return loss;
 }

@@ -64,7 +64,7 @@ static const char TRAIN_HELP[] =
 typedef struct {
     const cg_trainer *t;
     const char *preset;
-    int64_t max_tokens, warmup, max_len, valid_size, test_size, test_limit, beam, examples;
+    int64_t max_tokens, pad_to, warmup, max_len, valid_size, test_size, test_limit, beam, examples;
     double factor, alpha, word_dropout;
     cg_mt_data d;
     cg_seq2seq *model;
@@ -80,10 +80,7 @@ static cg_tensor *mt_loss(void *self, int k)
 {
     mt_run *r = self;
     const cg_batch *b = &r->d.bt[k];
-    cg_tensor *logits = cg_seq2seq_forward(r->model, b->src, b->B, b->S, b->tgt_in, b->T);
-    cg_tensor *loss = cg_seq2seq_loss(r->model, logits, b->tgt_out);
-    cg_release(logits);
-    return loss;
+    return cg_seq2seq_forward_loss(r->model, b->src, b->B, b->S, b->tgt_in, b->T, b->tgt_out);
 }
 
 static double mt_lr(void *self, int64_t step)
@@ -168,6 +165,7 @@ static bool mt_state(void *self, cJSON *o)
         {"preset", CG_JF_STR, &r->preset, 0, 0, false},
         {"factor", CG_JF_F64, &r->factor, 1e-12, 1e3, false},
         {"max_tokens", CG_JF_I64, &r->max_tokens, 2, 1e9, false},
+        {"pad_to_multiple", CG_JF_I64, &r->pad_to, 1, 1e6, true}, /* absent before: 1 */
         {"warmup", CG_JF_I64, &r->warmup, 1, 1e9, false},
         {"max_len", CG_JF_I64, &r->max_len, 3, 100000, false},
         {"valid_size", CG_JF_I64, &r->valid_size, 1, 1e9, false},
@@ -209,6 +207,7 @@ static void mt_setup(mt_run *r, cg_train_opts *o, cg_train_recipe *rec, cg_train
     } else {
         cg_seq2seq_config cfg = cg_seq2seq_config_default();
         cfg.vocab = cg_tokenizer_vocab_size(r->d.tok);
+        cfg.loss_chunk = cg_train_loss_chunk(cfg.vocab);
         cfg.norm = CG_NORM_LAYERNORM;
         cfg.act = CG_ACT_RELU;
         if (!cg_train_shape(o->args, pr, rec, &cfg.norm, &cfg.act))
@@ -233,6 +232,8 @@ static void mt_setup(mt_run *r, cg_train_opts *o, cg_train_recipe *rec, cg_train
             cg_prog_die_lib("model");
     }
     cg_seq2seq_ckpt_free(&ck);
+    r->d.pad_to = r->pad_to;
+    r->d.pad_limit = r->max_len;
     cg_seq2seq_set_recompute(r->model, rec->recompute);
     if (!cg_mt_data_order(&r->d, (uint32_t)o->seed, (int)o->grad_accum, o->resume != NULL, t->start,
                           o->resume))
@@ -258,6 +259,7 @@ static int cmd_train(int argc, char **argv)
     rec.label_smoothing = 0.1;
     mt_run r = {.preset = "tiny",
                 .max_tokens = 3000,
+                .pad_to = 1,
                 .warmup = 400,
                 .max_len = 256,
                 .valid_size = 500,
@@ -281,6 +283,10 @@ static int cmd_train(int argc, char **argv)
         {"--dec-layers", CG_CLI_I64, &rec.shape.dec_layers, 0, 1 << 10, NULL, CG_CLI_FIXED},
         {"--max-tokens", CG_CLI_I64, &r.max_tokens, 2, 1e9,
          "  --max-tokens N       padded tokens per batch (default 3000)\n", CG_CLI_FIXED},
+        {"--pad-to-multiple", CG_CLI_I64, &r.pad_to, 1, 1e6,
+         "  --pad-to-multiple N  pad each training batch's lengths up to a multiple of N\n"
+         "                       (at most --max-len; fewer shapes; default 1: as they are)\n",
+         CG_CLI_FIXED},
         {"--factor", CG_CLI_F64, &r.factor, 1e-12, 1e3,
          "  --factor F           Noam factor (default 0.25; --lr X sets the peak instead:\n"
          "                       factor = X * sqrt(d * warmup))\n",

@@ -233,7 +233,8 @@ bool cg_mt_data_next(cg_mt_data *d, int k, double *weight, double *tokens)
     }
     cg_batch_free(out);
     if (!cg_batch_make_tok(&d->pairs, d->batches.idx + d->batches.start[bi] + b0, b1 - b0, d->tok,
-                           out))
+                           out) ||
+        (d->pad_to > 1 && !cg_batch_pad_to(out, d->pad_to, d->pad_limit)))
         return false;
     *weight = (double)out->n_tokens;
     *tokens = (double)out->n_tokens; /* tokens/s counts target tokens, as bench */

@@ -53,6 +53,9 @@ typedef struct {
     cg_mt19937 order;
     cg_batch *bt; /* the micro-batches of one optimizer step */
     int n_bt;
+    /* training batches' S and T rounded up to a multiple of pad_to, at
+     * most pad_limit (cg_batch_pad_to; pad_to 0 or 1: as they are) */
+    int64_t pad_to, pad_limit;
 } cg_mt_data;
 
 /* Read and split the pairs of path (cg_pairs_load) into d, zeroed by the

@@ -77,6 +77,11 @@ const cg_train_preset *cg_train_preset_find(const cg_train_preset *p, int n, con
     return NULL;
 }
 
+int64_t cg_train_loss_chunk(int64_t vocab)
+{
+    return vocab >= CG_FUSED_HEAD_MIN_VOCAB ? CG_FUSED_HEAD_CHUNK : 0;
+}
+
 bool cg_train_shape(const cg_cli_args *a, const cg_train_preset *p, cg_train_recipe *r,
                     cg_norm_kind *norm, cg_act *act)
 {

@@ -305,6 +305,16 @@ int cg_train_parse(int argc, char **argv, cg_cli_args *a, const char *help, cg_t
 /* The preset called name among p[0..n), or NULL + error ("--preset:
  * unknown preset 'x' (choices: tiny, base)"). */
 const cg_train_preset *cg_train_preset_find(const cg_train_preset *p, int n, const char *name);
+/* The training loss's chunk for a new model of vocabulary V (the configs'
+ * loss_chunk, which a checkpoint records): from CG_FUSED_HEAD_MIN_VOCAB ids
+ * on, the output projection is fused with the loss (autograd/ops.h
+ * cg_linear_cross_entropy) in chunks of CG_FUSED_HEAD_CHUNK rows, so that
+ * the [tokens, V] logits are never kept; below it, 0: logits, then
+ * cross-entropy (the small presets and the default recipe keep their bits).
+ * Chosen on Zen 5 (docs/performance.md, issue 37). */
+#define CG_FUSED_HEAD_MIN_VOCAB 16384
+#define CG_FUSED_HEAD_CHUNK 256
+int64_t cg_train_loss_chunk(int64_t vocab);
 /* r->shape's fields whose flags were not given (a) taken from the preset p,
  * and --norm/--act, when given, parsed into *norm and *act (which hold the
  * model's defaults). False + error naming the flag. */

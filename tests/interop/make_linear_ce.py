@@ -1,0 +1,71 @@
+"""PyTorch's F.cross_entropy(h @ w.T + b, targets, ignore_index=,
+label_smoothing=) and its gradients, for tests/interop/check_linear_ce.c
+(cgrad's fused linear cross-entropy, cg_linear_cross_entropy):
+
+    /usr/bin/python3 make_linear_ce.py DIR   (exit 0: written; 77: no torch)
+
+DIR/linear_ce.safetensors holds, for each case K: the inputs K.h, K.w, K.b
+(absent: no bias), K.t (int64 targets), K.ls and K.ignore (one element
+each); PyTorch's float32 loss and gradients K.loss32, K.dh32, K.dw32,
+K.db32; and the same in float64, rounded to float32 once (K.loss64, ...),
+the reference the bf16 products are bounded against. Written with
+make_dtype_files.save (the safetensors format itself).
+"""
+import os
+import sys
+
+try:
+    import torch
+except ImportError:
+    print("make_linear_ce: torch not available, skipped")
+    sys.exit(77)
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_dtype_files import save  # noqa: E402
+
+# name: h's shape (d last), V, bias, label smoothing, ignore_index, ignored rows
+CASES = {
+    "plain": ((29, 24), 203, True, 0.0, -100, False),
+    "smooth_ignored": ((29, 24), 203, True, 0.1, 0, True),
+    "nobias_3d": ((3, 11, 40), 517, False, 0.1, -100, True),
+    "smooth_only": ((16, 32), 64, True, 0.2, -100, False),
+}
+
+
+def run(h, w, b, t, ls, ignore, dtype):
+    h, w = (x.detach().to(dtype).clone().requires_grad_() for x in (h, w))
+    b = b.detach().to(dtype).clone().requires_grad_() if b is not None else None
+    logits = h @ w.T + (b if b is not None else 0)
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, w.shape[0]), t.reshape(-1),
+                                             ignore_index=ignore, label_smoothing=ls)
+    loss.backward()
+    out = {"loss": loss.detach().reshape(1), "dh": h.grad, "dw": w.grad}
+    if b is not None:
+        out["db"] = b.grad
+    return out
+
+
+def main(out):
+    torch.manual_seed(0)
+    tensors = {}
+    for name, (hs, V, bias, ls, ignore, ignored) in CASES.items():
+        h = torch.randn(hs)
+        w = torch.randn(V, hs[-1]) * 0.3
+        b = torch.randn(V) * 0.5 if bias else None
+        t = torch.randint(0, V, hs[:-1], dtype=torch.int64)
+        if ignored:
+            t.view(-1)[::4] = ignore
+        tensors.update({f"{name}.h": h, f"{name}.w": w, f"{name}.t": t,
+                        f"{name}.ls": torch.tensor([ls]), f"{name}.ignore":
+                        torch.tensor([ignore], dtype=torch.int64)})
+        if b is not None:
+            tensors[f"{name}.b"] = b
+        for bits, dtype in (("32", torch.float32), ("64", torch.float64)):
+            for k, v in run(h, w, b, t, ls, ignore, dtype).items():
+                tensors[f"{name}.{k}{bits}"] = v.detach().float().contiguous()
+    save(f"{out}/linear_ce.safetensors", tensors)
+    print(f"make_linear_ce: {len(CASES)} cases")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
