@@ -23,16 +23,9 @@ bool cg_tf_config_check(const cg_tf_config *c)
         cg_set_error("transformer config: d_ff must be positive (got %lld)", (long long)c->d_ff);
         return false;
     }
-    if (c->norm != CG_NORM_LAYERNORM && c->norm != CG_NORM_RMSNORM) {
-        cg_set_error("transformer config: unknown norm %d (expected layernorm or rmsnorm)",
-                     (int)c->norm);
+    if (!cg_norm_info_of(c->norm, "transformer config") ||
+        !cg_act_info_of(c->act, "transformer config"))
         return false;
-    }
-    if (c->act != CG_ACT_RELU && c->act != CG_ACT_GELU && c->act != CG_ACT_GELU_ERF) {
-        cg_set_error("transformer config: unknown act %d (expected relu, gelu or gelu_erf)",
-                     (int)c->act);
-        return false;
-    }
     if (!(c->dropout >= 0.0f && c->dropout < 1.0f)) {
         cg_set_error("transformer config: dropout must be in [0, 1) (got %g)", (double)c->dropout);
         return false;

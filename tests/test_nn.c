@@ -558,6 +558,83 @@ START_TEST(test_registry_lookup_and_errors)
 }
 END_TEST
 
+/* Issue 35: one table of activations and one of norms. Every row is
+ * accepted by every module that takes the choice, by name and by value,
+ * and computes the row's function; an unknown name or value is refused
+ * naming every row. */
+static bool lists_every(const char *msg, const char *const *names, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (!strstr(msg, names[i]))
+            return false;
+    return true;
+}
+
+START_TEST(test_act_norm_tables)
+{
+    cg_rng rng = cg_rng_new(5);
+    cg_tensor *x = cg_randn(&rng, CG_SHAPE(3, 4));
+    const char *acts[CG_N_ACTS], *norms[CG_N_NORMS];
+    for (int i = 0; i < CG_N_ACTS; i++) {
+        const cg_act_info *r = cg_act_info_of((cg_act)i, "t");
+        ck_assert_ptr_nonnull(r);
+        acts[i] = r->name;
+        cg_act back;
+        ck_assert(cg_act_parse(r->name, &back) && back == (cg_act)i);
+        ck_assert_str_eq(cg_act_name((cg_act)i), r->name);
+        cg_tensor *want = r->forward(x), *got = cg_activation(x, (cg_act)i);
+        cg_module *m = cg_activation_new((cg_act)i);
+        ck_assert_msg(m, "%s: %s", r->name, cg_last_error());
+        ck_assert_str_eq(m->type, r->type);
+        cg_tensor *mod = cg_module_forward(m, x);
+        ck_assert(!memcmp(cg_data(got), cg_data(want), 12 * sizeof(float)));
+        ck_assert(!memcmp(cg_data(mod), cg_data(want), 12 * sizeof(float)));
+        cg_ff *ff = cg_ff_new(4, 8, (cg_act)i, &rng);
+        cg_tf_config c = {.d = 4, .H = 2, .d_ff = 8, .act = (cg_act)i};
+        ck_assert(ff && cg_tf_config_check(&c));
+        cg_module_free(CG_MODULE(ff));
+        cg_module_free(m);
+        cg_release_all(3, want, got, mod);
+    }
+    ck_assert_str_eq(cg_act_info_of(CG_ACT_GELU_ERF, NULL)->gelu_approximate, "none");
+    ck_assert_str_eq(cg_act_info_of(CG_ACT_GELU, NULL)->gelu_approximate, "tanh");
+    for (int i = 0; i < CG_N_NORMS; i++) {
+        const cg_norm_info *r = cg_norm_info_of((cg_norm_kind)i, "t");
+        ck_assert_ptr_nonnull(r);
+        norms[i] = r->name;
+        cg_norm_kind back;
+        ck_assert(cg_norm_kind_parse(r->name, &back) && back == (cg_norm_kind)i);
+        cg_norm *n = cg_norm_new((cg_norm_kind)i, 4);
+        ck_assert_str_eq(n->base.type, r->type);
+        ck_assert(r->bias == (n->bias != NULL));
+        cg_module_free(CG_MODULE(n));
+    }
+    char buf[64];
+    ck_assert_str_eq(cg_act_names(buf, sizeof buf, "|"), "relu|gelu|gelu_erf");
+    ck_assert_str_eq(cg_norm_names(buf, sizeof buf, ", "), "layernorm, rmsnorm");
+    ck_assert_str_eq(cg_act_names(buf, 7, "|"), "relu|g"); /* truncated to fit */
+    cg_act a;
+    cg_norm_kind nk;
+    ck_assert(!cg_act_parse("swish", &a));
+    ck_assert_str_eq(cg_last_error(), "unknown activation 'swish' (choices: relu, gelu, gelu_erf)");
+    ck_assert(!cg_norm_kind_parse("batchnorm", &nk));
+    ck_assert(lists_every(cg_last_error(), norms, CG_N_NORMS));
+    /* an unknown value, in every place that takes one */
+    CG_ASSERT_FAILS(cg_ff_new(4, 8, CG_N_ACTS, NULL), "FeedForward: unknown activation 3");
+    ck_assert(lists_every(cg_last_error(), acts, CG_N_ACTS));
+    CG_ASSERT_FAILS(cg_activation_new(CG_N_ACTS), "activation: unknown activation 3");
+    ck_assert(lists_every(cg_last_error(), acts, CG_N_ACTS));
+    CG_ASSERT_FAILS(cg_activation(x, (cg_act)-1), "unknown activation -1");
+    CG_ASSERT_FAILS(cg_norm_new(CG_N_NORMS, 4), "norm: unknown norm 2");
+    ck_assert(lists_every(cg_last_error(), norms, CG_N_NORMS));
+    cg_tf_config c = {.d = 4, .H = 2, .d_ff = 8, .norm = CG_N_NORMS};
+    ck_assert(!cg_tf_config_check(&c));
+    ck_assert(lists_every(cg_last_error(), norms, CG_N_NORMS));
+    ck_assert_str_eq(cg_act_name(CG_N_ACTS), "?");
+    cg_release(x);
+}
+END_TEST
+
 /* A module added twice (two names, two parents) is shared: freed once, its
  * parameters listed, optimised and saved once; the same module twice under
  * one name and cycles are refused. Under ASan any double free shows. */
@@ -1823,6 +1900,7 @@ static Suite *nn_suite(void)
     tcase_add_test(reg, test_names_basic);
     tcase_add_test(reg, test_names_transformer);
     tcase_add_test(reg, test_registry_lookup_and_errors);
+    tcase_add_test(reg, test_act_norm_tables);
     tcase_add_test(reg, test_shared_modules);
     tcase_add_test(reg, test_zero_grad_and_train_mode);
     tcase_add_test(reg, test_init);

@@ -51,15 +51,8 @@ bool cg_charlm_config_check(const cg_charlm_config *c)
                      (long long)c->H);
         return false;
     }
-    if (c->norm != CG_NORM_LAYERNORM && c->norm != CG_NORM_RMSNORM) {
-        cg_set_error("charlm config: unknown norm %d (expected layernorm or rmsnorm)",
-                     (int)c->norm);
+    if (!cg_norm_info_of(c->norm, "charlm config") || !cg_act_info_of(c->act, "charlm config"))
         return false;
-    }
-    if (c->act != CG_ACT_RELU && c->act != CG_ACT_GELU) {
-        cg_set_error("charlm config: unknown act %d (expected relu or gelu)", (int)c->act);
-        return false;
-    }
     if (!(c->dropout >= 0.0f && c->dropout < 1.0f)) {
         cg_set_error("charlm config: dropout must be in [0, 1) (got %g)", (double)c->dropout);
         return false;

@@ -436,8 +436,23 @@ bool cg_json_print_line(FILE *f, const cJSON *o)
 /* ------------------------------------------------------------ configs */
 #define FIELD(r) ((void *)((char *)cfg + (r).offset))
 
-/* A fact of the table (CG_CF_CONST or CG_CF_SAME, after the fields are
- * read): absent is fine, another value is refused. */
+/* The JSON text of a fact of cfg (CG_CF_CONST, CG_CF_SAME, CG_CF_GELU) in
+ * buf. */
+static const char *fact_text(const cg_config_field *f, const void *cfg, char *buf, size_t n)
+{
+    if (f->kind == CG_CF_CONST)
+        return f->value;
+    if (f->kind == CG_CF_SAME)
+        return *(const bool *)FIELD(*f) ? "true" : "false";
+    /* CG_CF_GELU: the row's form; a model without a GELU records the form
+     * the name "gelu" has, as every config before gelu_erf did */
+    const cg_act_info *r = cg_act_info_of(*(const cg_act *)FIELD(*f), NULL);
+    snprintf(buf, n, "\"%s\"", r && r->gelu_approximate ? r->gelu_approximate : "tanh");
+    return buf;
+}
+
+/* A fact of the table (after the fields are read): absent is fine, another
+ * value than cfg's is refused. */
 static bool config_fact(const cJSON *o, const char *what, const cg_config_field *f, const void *cfg)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, f->key);
@@ -452,16 +467,28 @@ static bool config_fact(const cJSON *o, const char *what, const cg_config_field 
                          got ? "true" : "false", want ? "true" : "false");
         return got == want;
     }
-    cJSON *want = cJSON_Parse(f->value);
+    char buf[64];
+    const char *text = fact_text(f, cfg, buf, sizeof buf);
+    cJSON *want = cJSON_Parse(text);
     bool same = want && cJSON_Compare(v, want, true);
     if (!same) {
         char *got = cJSON_PrintUnformatted(v);
-        cg_set_error("%s: \"%s\" is %s, but the zoo's model has only %s (docs/architectures.md)",
-                     what, f->key, got ? got : "?", f->value);
+        if (f->kind == CG_CF_GELU)
+            cg_set_error("%s: \"%s\" is %s, but act %s has %s (docs/architectures.md)", what,
+                         f->key, got ? got : "?", cg_act_name(*(const cg_act *)FIELD(*f)), text);
+        else
+            cg_set_error("%s: \"%s\" is %s, but the zoo's model has only %s "
+                         "(docs/architectures.md)",
+                         what, f->key, got ? got : "?", text);
         free(got);
     }
     cJSON_Delete(want);
     return same;
+}
+
+static bool is_fact(cg_config_kind k)
+{
+    return k == CG_CF_CONST || k == CG_CF_SAME || k == CG_CF_GELU;
 }
 
 bool cg_config_read(const char *json, const char *what, const cg_config_field *f, int n, void *cfg)
@@ -478,12 +505,10 @@ bool cg_config_read(const char *json, const char *what, const cg_config_field *f
         case CG_CF_NORM: norm = FIELD(f[i]); break;
         case CG_CF_ACT: act = FIELD(f[i]); break;
         case CG_CF_CONST:
-        case CG_CF_SAME: break; /* below, once the fields are read */
+        case CG_CF_SAME:
+        case CG_CF_GELU: break; /* below, once the fields are read */
         }
     }
-    for (int i = 0; ok && i < n; i++)
-        if (f[i].kind == CG_CF_CONST || f[i].kind == CG_CF_SAME)
-            ok = config_fact(o, what, &f[i], cfg);
     if (ok && (norm || act)) {
         cg_norm_kind nk = norm ? *norm : CG_NORM_LAYERNORM;
         cg_act ak = act ? *act : CG_ACT_GELU;
@@ -493,6 +518,9 @@ bool cg_config_read(const char *json, const char *what, const cg_config_field *f
         if (ok && act)
             *act = ak;
     }
+    for (int i = 0; ok && i < n; i++)
+        if (is_fact(f[i].kind))
+            ok = config_fact(o, what, &f[i], cfg);
     cJSON_Delete(o);
     return ok;
 }
@@ -501,6 +529,7 @@ char *cg_config_write(const char *model, const cg_config_field *f, int n, const 
 {
     cJSON *o = cJSON_CreateObject();
     bool ok = cg_json_put_str(o, "model", model);
+    char fact[64];
     for (int i = 0; ok && i < n; i++) {
         switch (f[i].kind) {
         case CG_CF_I64: ok = cg_json_put_int(o, f[i].key, *(int64_t *)FIELD(f[i])); break;
@@ -514,8 +543,9 @@ char *cg_config_write(const char *model, const cg_config_field *f, int n, const 
         case CG_CF_ACT:
             ok = cg_json_put_str(o, f[i].key, cg_act_name(*(cg_act *)FIELD(f[i])));
             break;
-        case CG_CF_CONST: ok = put_raw(o, f[i].key, f[i].value); break;
-        case CG_CF_SAME: ok = cg_json_put_bool(o, f[i].key, *(bool *)FIELD(f[i])); break;
+        case CG_CF_CONST:
+        case CG_CF_SAME:
+        case CG_CF_GELU: ok = put_raw(o, f[i].key, fact_text(&f[i], cfg, fact, sizeof fact)); break;
         }
     }
     char *s = ok ? cg_json_line(o) : NULL;
@@ -534,8 +564,13 @@ static const char *field_text(const cg_config_field *r, const void *cfg, char *b
         snprintf(buf, n, "%s", cg_norm_kind_name(*(const cg_norm_kind *)FIELD(*r)));
         break;
     case CG_CF_ACT: snprintf(buf, n, "%s", cg_act_name(*(const cg_act *)FIELD(*r))); break;
-    case CG_CF_CONST: snprintf(buf, n, "%s", r->value); break; /* the kind's fact */
-    case CG_CF_SAME: snprintf(buf, n, "%s", *(const bool *)FIELD(*r) ? "true" : "false"); break;
+    case CG_CF_CONST:
+    case CG_CF_SAME:
+    case CG_CF_GELU: { /* the kind's facts */
+        char fact[64];
+        snprintf(buf, n, "%s", fact_text(r, cfg, fact, sizeof fact));
+        break;
+    }
     }
     return buf;
 }

@@ -83,7 +83,11 @@ bool cg_json_print_line(FILE *f, const cJSON *o);
  *                meaning) but any other value is refused, naming the key;
  *   CG_CF_SAME   a bool that follows the bool field at offset (ln_f exists
  *                exactly when norm_first): written as that field; read, it
- *                must agree with it. */
+ *                must agree with it;
+ *   CG_CF_GELU   PyTorch's approximate= of the GELU of the cg_act field at
+ *                offset (nn/layers.h's table: "tanh" for gelu, "none" for
+ *                gelu_erf; "tanh" for relu, as configs before gelu_erf
+ *                wrote it): written so; read, it must agree with act. */
 typedef enum {
     CG_CF_I64,
     CG_CF_BOOL,
@@ -91,25 +95,28 @@ typedef enum {
     CG_CF_NORM,
     CG_CF_ACT,
     CG_CF_CONST,
-    CG_CF_SAME
+    CG_CF_SAME,
+    CG_CF_GELU
 } cg_config_kind;
 typedef struct {
     const char *key;
     cg_config_kind kind;
     size_t offset;     /* of the field in the config struct: int64_t, bool, float,
-                        * cg_norm_kind, cg_act (CG_CF_SAME: the bool it follows) */
+                        * cg_norm_kind, cg_act (CG_CF_SAME, CG_CF_GELU: the field
+                        * it follows) */
     const char *value; /* CG_CF_CONST: the JSON literal */
 } cg_config_field;
 /* The facts both zoo models share (docs/architectures.md), as entries of a
- * table over the config struct `type`: norms with eps 1e-5; GELU in its
- * tanh form (PyTorch's nn.GELU(approximate="tanh")); a final norm ln_f
+ * table over the config struct `type`: norms with eps 1e-5; the form of
+ * the GELU act names (gelu: PyTorch's nn.GELU(approximate="tanh"),
+ * gelu_erf: nn.GELU(), approximate="none"); a final norm ln_f
  * exactly when pre-norm; token embeddings times sqrt(d) plus sinusoidal
  * positions (not learnt, not stored); the output head tied to the
  * embedding; biases in every Linear. */
 /* clang-format off */
 #define CG_CONFIG_ZOO_FACTS(type)                                      \
     {"norm_eps", CG_CF_CONST, 0, "1e-05"},                             \
-    {"gelu_approximate", CG_CF_CONST, 0, "\"tanh\""},                  \
+    {"gelu_approximate", CG_CF_GELU, offsetof(type, act), NULL},       \
     {"final_norm", CG_CF_SAME, offsetof(type, norm_first), NULL},      \
     {"emb_scale", CG_CF_CONST, 0, "\"sqrt_d\""},                       \
     {"pos_enc", CG_CF_CONST, 0, "\"sinusoidal\""},                     \
