@@ -4,7 +4,8 @@
 #   1. --act gelu_erf trains in both programs; the checkpoint records it
 #      (act "gelu_erf", gelu_approximate "none": PyTorch's exact nn.GELU()),
 #      and sample / translate / eval / --resume read it; its weights differ
-#      from those of --act gelu (another function, not another name)
+#      from those of --act gelu (another function, not another name); a
+#      gelu model's config is the text fed2817 wrote
 #   2. an unknown --act or --norm is refused in one line (exit 2) naming
 #      every entry of the table; --help lists them
 #   3. checkpoints written by fed2817's programs (tests/fixtures/fed2817:
@@ -81,6 +82,15 @@ config_has "charlm gelu_erf" erf.st 'act="gelu_erf"' 'gelu_approximate="none"'
   fail "charlm train --act gelu"
 config_has "charlm gelu" tanh.st 'act="gelu"' 'gelu_approximate="tanh"'
 weights_differ "charlm gelu_erf is not gelu" erf.st tanh.st
+# a gelu model's config is written as fed2817 wrote it, byte for byte
+if st_py tanh.st lm_gelu.st <<'EOF'; then
+a, b = load(sys.argv[1])[1]['config'], load(sys.argv[2])[1]['config']
+assert a == b, a + ' / ' + b
+EOF
+  echo "ok: charlm gelu: fed2817's config text"
+else
+  fail "charlm gelu: the config differs from fed2817's"
+fi
 expect "charlm sample gelu_erf" 0 "" "$charlm" sample --ckpt erf.st --length 20 --threads 1
 [ "$(wc -c <out.txt)" -ge 20 ] || fail "charlm sample gelu_erf: $(cat out.txt)"
 expect "charlm eval gelu_erf" 0 "" "$charlm" eval --ckpt erf.st --threads 1

@@ -587,3 +587,96 @@ bool cg_config_same_arch(const cg_config_field *f, int n, const void *a, const v
     }
     return true;
 }
+
+/* ------------------------------------------------------------ a model's config */
+static const cg_config_field *field_by_key(const cg_config_field *f, int n, const char *key)
+{
+    for (int i = 0; i < n; i++)
+        if (!strcmp(f[i].key, key))
+            return &f[i];
+    return NULL;
+}
+
+/* Row r's rule on cfg; false + "<what>: ..." */
+static bool field_ok(const cg_config_model *m, const char *what, const cg_config_field *r,
+                     const void *cfg)
+{
+    switch (r->kind) {
+    case CG_CF_I64: {
+        long long v = (long long)*(const int64_t *)FIELD(*r);
+        if (r->hi > r->lo && !(v >= r->lo && v <= r->hi)) {
+            cg_set_error("%s: %s must be %s %lld (got %lld)%s", what, r->key,
+                         v < r->lo ? ">=" : "<=", (long long)(v < r->lo ? r->lo : r->hi), v,
+                         r->note ? r->note : "");
+            return false;
+        }
+        const cg_config_field *num = r->divides ? field_by_key(m->fields, m->n, r->divides) : NULL;
+        long long d = num ? (long long)*(const int64_t *)FIELD(*num) : 0;
+        if (num && v && d % v) {
+            cg_set_error("%s: %s=%lld is not divisible by %s=%lld", what, num->key, d, r->key, v);
+            return false;
+        }
+        return true;
+    }
+    case CG_CF_F32: {
+        double v = (double)*(const float *)FIELD(*r);
+        if (r->hi > r->lo && !(v >= r->lo && v < r->hi)) {
+            cg_set_error("%s: %s must be in [%g, %g) (got %g)", what, r->key, r->lo, r->hi, v);
+            return false;
+        }
+        return true;
+    }
+    case CG_CF_NORM: return cg_norm_info_of(*(const cg_norm_kind *)FIELD(*r), what) != NULL;
+    case CG_CF_ACT: return cg_act_info_of(*(const cg_act *)FIELD(*r), what) != NULL;
+    default: return true;
+    }
+}
+
+bool cg_config_check(const cg_config_model *m, const void *cfg)
+{
+    char what[64];
+    snprintf(what, sizeof what, "%s config", m->model);
+    if (!cfg) {
+        cg_set_error("%s: NULL", what);
+        return false;
+    }
+    for (int i = 0; i < m->n; i++)
+        if (!field_ok(m, what, &m->fields[i], cfg))
+            return false;
+    return true;
+}
+
+bool cg_config_parse(const cg_config_model *m, const char *json, void *out)
+{
+    char what[64];
+    snprintf(what, sizeof what, "%s config", m->model);
+    void *c = out ? malloc(m->size) : NULL;
+    if (!c) {
+        cg_set_error("%s: %s", what, out ? "out of memory" : "NULL argument");
+        return false;
+    }
+    memcpy(c, m->defaults, m->size);
+    bool ok = cg_config_read(json, what, m->fields, m->n, c) && cg_config_check(m, c);
+    if (ok)
+        memcpy(out, c, m->size);
+    free(c);
+    return ok;
+}
+
+char *cg_config_to_json(const cg_config_model *m, const void *cfg)
+{
+    return cg_config_check(m, cfg) ? cg_config_write(m->model, m->fields, m->n, cfg) : NULL;
+}
+
+bool cg_config_same_arch_json(const cg_config_model *m, const char *json_a, const char *json_b)
+{
+    void *a = malloc(m->size), *b = malloc(m->size);
+    bool ok = a && b;
+    if (!ok)
+        cg_set_error("%s config: out of memory", m->model);
+    ok = ok && cg_config_parse(m, json_a, a) && cg_config_parse(m, json_b, b) &&
+         cg_config_same_arch(m->fields, m->n, a, b);
+    free(a);
+    free(b);
+    return ok;
+}
