@@ -558,6 +558,51 @@ START_TEST(test_registry_lookup_and_errors)
 }
 END_TEST
 
+/* Issue 35: the encoder's and the decoder's stack have one constructor.
+ * Either one is its layers made one after another from the generator (then
+ * ln_f when pre-norm), with the names and the values of layers made by
+ * hand: the order of the draws, on which the bench's bits and every
+ * checkpoint's resume depend, is kept. */
+START_TEST(test_stacks_draw_order)
+{
+    for (int dec = 0; dec < 2; dec++)
+        for (int pre = 0; pre < 2; pre++) {
+            cg_tf_config c = small_cfg(CG_NORM_LAYERNORM, CG_ACT_GELU, pre);
+            cg_rng r1 = cg_rng_new(11), r2 = cg_rng_new(11);
+            cg_module *s = dec ? CG_MODULE(cg_dec_stack_new(3, &c, &r1))
+                               : CG_MODULE(cg_enc_stack_new(3, &c, &r1));
+            ck_assert_str_eq(s->type, dec ? "TransformerDecoder" : "TransformerEncoder");
+            cg_module *hand = cg_module_new("Hand"), *list = cg_module_new("ModuleList");
+            assert_ok(cg_module_add_child(hand, "layers", list));
+            for (int i = 0; i < 3; i++) {
+                char name[8];
+                snprintf(name, sizeof name, "%d", i);
+                void *l =
+                    dec ? (void *)cg_dec_layer_new(&c, &r2) : (void *)cg_enc_layer_new(&c, &r2);
+                assert_ok(cg_module_add_child(list, name, l));
+            }
+            if (pre)
+                assert_ok(cg_module_add_child(hand, "ln_f", cg_norm_new(c.norm, c.d)));
+            cg_param_list a = {0}, b = {0};
+            ck_assert(cg_module_params(s, &a) && cg_module_params(hand, &b));
+            ck_assert_int_eq(a.n, b.n);
+            for (int i = 0; i < a.n; i++) {
+                ck_assert_str_eq(a.items[i].name, b.items[i].name);
+                ck_assert(!memcmp(cg_data(a.items[i].tensor), cg_data(b.items[i].tensor),
+                                  sizeof(float) * (size_t)cg_numel(a.items[i].tensor)));
+            }
+            ck_assert(r1.counter == r2.counter && r1.seed == r2.seed);
+            cg_param_list_free(&a);
+            cg_param_list_free(&b);
+            cg_module_free(s);
+            cg_module_free(hand);
+        }
+    cg_tf_config c = small_cfg(CG_NORM_LAYERNORM, CG_ACT_GELU, true);
+    CG_ASSERT_FAILS(cg_dec_stack_new(-1, &c, NULL), "TransformerDecoder: n_layers must be >= 0");
+    CG_ASSERT_FAILS(cg_enc_stack_new(-2, &c, NULL), "TransformerEncoder: n_layers must be >= 0");
+}
+END_TEST
+
 /* Issue 35: one table of activations and one of norms. Every row is
  * accepted by every module that takes the choice, by name and by value,
  * and computes the row's function; an unknown name or value is refused
@@ -1901,6 +1946,7 @@ static Suite *nn_suite(void)
     tcase_add_test(reg, test_names_transformer);
     tcase_add_test(reg, test_registry_lookup_and_errors);
     tcase_add_test(reg, test_act_norm_tables);
+    tcase_add_test(reg, test_stacks_draw_order);
     tcase_add_test(reg, test_shared_modules);
     tcase_add_test(reg, test_zero_grad_and_train_mode);
     tcase_add_test(reg, test_init);
