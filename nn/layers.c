@@ -1,5 +1,9 @@
-/* Basic layers: Linear, Embedding, LayerNorm/RMSNorm, Dropout, sinusoidal
- * positions, FeedForward. Forward passes use only autograd ops. */
+/* Basic layers: the activation and norm tables, Linear, Embedding,
+ * LayerNorm/RMSNorm, Dropout, sinusoidal positions, FeedForward. Forward
+ * passes are autograd ops (fused where it pays: cg_affine, cg_affine_relu,
+ * a norm with its residual add); without a graph, a bf16 Linear reads the
+ * weight's packed copy and FeedForward's ReLU runs in place (core
+ * kernels). */
 #include "nn/layers.h"
 
 #include <math.h>

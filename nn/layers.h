@@ -1,4 +1,6 @@
-/* cgrad nn: basic layers, built only from autograd ops (autograd/ops.h).
+/* cgrad nn: the tables of activations and norms, and the basic layers,
+ * built from autograd ops (autograd/ops.h; without a graph some run core's
+ * kernels directly, with the same bits).
  *
  * Each layer is a struct whose first member is a cg_module (see
  * nn/module.h): free it with cg_module_free(CG_MODULE(layer)). The tensor

@@ -1,4 +1,5 @@
-/* The decoder-only character LM (models.py CharLM). */
+/* The decoder-only character LM (models.py CharLM): its config (a field
+ * table, models/util/config_json.h), the model and its evaluation. */
 #include "models/charlm/charlm.h"
 
 #include <cjson/cJSON.h>

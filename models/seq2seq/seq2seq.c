@@ -1,4 +1,6 @@
-/* The encoder-decoder character model (models.py Seq2Seq). */
+/* The encoder-decoder character model (models.py Seq2Seq): its config (a
+ * field table, models/util/config_json.h), encoding, decoding (whole or a
+ * step with the key/value cache) and the loss. */
 #include "models/seq2seq/seq2seq.h"
 
 #include <cjson/cJSON.h>

@@ -1,4 +1,6 @@
-/* Typed readers for model config JSON fields (see config_json.h). */
+/* JSON for the zoo (see config_json.h): typed readers, the one writer of
+ * the programs' JSON lines, names as bytes, the trainer's state fields,
+ * and a model's config read, written and checked from its field table. */
 #include "models/util/config_json.h"
 
 #include <errno.h>

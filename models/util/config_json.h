@@ -1,4 +1,6 @@
-/* cgrad zoo: typed readers for the fields of a model config JSON object.
+/* cgrad zoo: JSON: typed readers for the fields of an object, the one
+ * writer of the programs' JSON lines, and a model's config as one field
+ * table (read, written and checked from it).
  *
  * Each reader leaves *out unchanged when the key is absent (the default
  * stays) and records an error "<what>: \"key\" must be ..." when the value
