@@ -1,7 +1,10 @@
-/* Multi-head attention: the projections, the heads split as views, the
- * fused kernel (cg_attention) for causal and key-padding masks, and the
- * graph-op path (scores, mask, softmax, @ v) for a general mask; merge and
- * output projection. Masks are tensors checked here and in the kernel. */
+/* Multi-head attention: the q/k/v projections, the heads split as views
+ * (and the user's q/k hook), then the product: the fused kernel
+ * cg_attention (one op with its own backward) for no mask, causal and
+ * key-padding masks; graph ops (scores, mask, softmax, @ v) only for a
+ * general attn_mask tensor; heads merged, output projection. Incremental
+ * decoding keeps each layer's keys and values (cg_mha_kv) and calls the
+ * same kernel. Masks are tensors checked here and in the kernel. */
 #include "nn/attention.h"
 
 #include <math.h>

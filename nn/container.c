@@ -70,22 +70,26 @@ cg_module *cg_sequential(int n, ...)
     return s;
 }
 
+typedef struct {
+    cg_module base;
+    cg_act act;
+} act_module;
+
 static cg_tensor *act_impl(cg_module *m, cg_tensor *const *in, void *args)
 {
     (void)args;
-    return cg_activation(in[0], m->type[0] == 'R' ? CG_ACT_RELU : CG_ACT_GELU);
+    return cg_activation(in[0], ((act_module *)m)->act);
 }
 
 cg_module *cg_activation_new(cg_act act)
 {
-    if (act != CG_ACT_RELU && act != CG_ACT_GELU) {
-        cg_set_error("activation: unknown kind %d (expected relu or gelu)", (int)act);
+    const cg_act_info *r = cg_act_info_of(act, "activation");
+    act_module *a = r ? (act_module *)cg_module_alloc(sizeof *a, r->type, NULL) : NULL;
+    if (!a)
         return NULL;
-    }
-    cg_module *m = cg_module_new(act == CG_ACT_RELU ? "ReLU" : "GELU");
-    if (m)
-        m->forward = act_impl;
-    return m;
+    a->act = act;
+    a->base.forward = act_impl;
+    return &a->base;
 }
 
 cg_module *cg_mlp(int n, const int64_t *sizes, cg_act act, cg_rng *rng)

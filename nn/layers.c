@@ -1,5 +1,9 @@
-/* Basic layers: Linear, Embedding, LayerNorm/RMSNorm, Dropout, sinusoidal
- * positions, FeedForward. Forward passes use only autograd ops. */
+/* Basic layers: the activation and norm tables, Linear, Embedding,
+ * LayerNorm/RMSNorm, Dropout, sinusoidal positions, FeedForward. Forward
+ * passes are autograd ops (fused where it pays: cg_affine, cg_affine_relu,
+ * a norm with its residual add); without a graph, a bf16 Linear reads the
+ * weight's packed copy and FeedForward's ReLU runs in place (core
+ * kernels). */
 #include "nn/layers.h"
 
 #include <math.h>
@@ -12,49 +16,113 @@
 #include "nn/init.h"
 
 /* ----------------------------------------------------------- choices */
-bool cg_act_parse(const char *s, cg_act *out)
+static cg_tensor *rms_norm3(cg_tensor *x, cg_tensor *w, cg_tensor *b, float eps)
 {
-    if (s && !strcmp(s, "relu")) {
-        *out = CG_ACT_RELU;
-        return true;
+    (void)b;
+    return cg_rms_norm(x, w, eps);
+}
+
+static cg_tensor *add_rms_norm3(cg_tensor *x, cg_tensor *y, cg_tensor *w, cg_tensor *b, float eps)
+{
+    (void)b;
+    return cg_add_rms_norm(x, y, w, eps);
+}
+
+static const cg_act_info ACTS[] = {
+    [CG_ACT_RELU] = {"relu", cg_relu, "ReLU", NULL},
+    [CG_ACT_GELU] = {"gelu", cg_gelu, "GELU", "tanh"},
+    [CG_ACT_GELU_ERF] = {"gelu_erf", cg_gelu_erf, "GELU", "none"},
+};
+static const cg_norm_info NORMS[] = {
+    [CG_NORM_LAYERNORM] = {"layernorm", "LayerNorm", true, cg_layer_norm, cg_add_layer_norm},
+    [CG_NORM_RMSNORM] = {"rmsnorm", "RMSNorm", false, rms_norm3, add_rms_norm3},
+};
+_Static_assert(sizeof ACTS / sizeof ACTS[0] == CG_N_ACTS, "a row for every cg_act");
+_Static_assert(sizeof NORMS / sizeof NORMS[0] == CG_N_NORMS, "a row for every cg_norm_kind");
+
+/* A table's n rows of `size` bytes each begin with their name. */
+#define ROW_NAME(rows, size, i) \
+    (*(const char *const *)((const char *)(rows) + (size_t)(i) * (size)))
+
+/* The names of the rows joined by sep. */
+static const char *names(const void *rows, size_t size, int n, char *buf, size_t cap,
+                         const char *sep)
+{
+    size_t k = 0;
+    if (cap)
+        buf[0] = '\0';
+    for (int i = 0; i < n && k < cap; i++) {
+        int w = snprintf(buf + k, cap - k, "%s%s", i ? sep : "", ROW_NAME(rows, size, i));
+        k += w > 0 ? (size_t)w : 0;
     }
-    if (s && !strcmp(s, "gelu")) {
-        *out = CG_ACT_GELU;
+    return buf;
+}
+
+const char *cg_act_names(char *buf, size_t n, const char *sep)
+{
+    return names(ACTS, sizeof ACTS[0], CG_N_ACTS, buf, n, sep);
+}
+
+const char *cg_norm_names(char *buf, size_t n, const char *sep)
+{
+    return names(NORMS, sizeof NORMS[0], CG_N_NORMS, buf, n, sep);
+}
+
+/* The row called s, or -1 + "unknown KIND 's' (choices: ...)". */
+static int by_name(const void *rows, size_t size, int n, const char *kind, const char *s)
+{
+    for (int i = 0; s && i < n; i++)
+        if (!strcmp(s, ROW_NAME(rows, size, i)))
+            return i;
+    char list[160];
+    cg_set_error("unknown %s '%s' (choices: %s)", kind, s ? s : "(null)",
+                 names(rows, size, n, list, sizeof list, ", "));
+    return -1;
+}
+
+/* Is i a row? Else false + "WHAT: unknown KIND i (choices: ...)". */
+static bool in_table(const void *rows, size_t size, int n, const char *kind, int i,
+                     const char *what)
+{
+    if (i >= 0 && i < n)
         return true;
-    }
-    if (s && !strcmp(s, "gelu_erf")) {
-        *out = CG_ACT_GELU_ERF;
-        return true;
-    }
-    cg_set_error("unknown activation '%s' (expected relu, gelu or gelu_erf)", s ? s : "(null)");
+    char list[160];
+    cg_set_error("%s%sunknown %s %d (choices: %s)", what ? what : "", what ? ": " : "", kind, i,
+                 names(rows, size, n, list, sizeof list, ", "));
     return false;
 }
 
-const char *cg_act_name(cg_act a)
+const cg_act_info *cg_act_info_of(cg_act a, const char *what)
 {
-    return a == CG_ACT_RELU       ? "relu"
-           : a == CG_ACT_GELU     ? "gelu"
-           : a == CG_ACT_GELU_ERF ? "gelu_erf"
-                                  : "?";
+    return in_table(ACTS, sizeof ACTS[0], CG_N_ACTS, "activation", (int)a, what) ? &ACTS[a] : NULL;
+}
+
+const cg_norm_info *cg_norm_info_of(cg_norm_kind k, const char *what)
+{
+    return in_table(NORMS, sizeof NORMS[0], CG_N_NORMS, "norm", (int)k, what) ? &NORMS[k] : NULL;
+}
+
+bool cg_act_parse(const char *s, cg_act *out)
+{
+    int i = by_name(ACTS, sizeof ACTS[0], CG_N_ACTS, "activation", s);
+    if (i >= 0)
+        *out = (cg_act)i;
+    return i >= 0;
 }
 
 bool cg_norm_kind_parse(const char *s, cg_norm_kind *out)
 {
-    if (s && !strcmp(s, "layernorm")) {
-        *out = CG_NORM_LAYERNORM;
-        return true;
-    }
-    if (s && !strcmp(s, "rmsnorm")) {
-        *out = CG_NORM_RMSNORM;
-        return true;
-    }
-    cg_set_error("unknown norm '%s' (expected layernorm or rmsnorm)", s ? s : "(null)");
-    return false;
+    int i = by_name(NORMS, sizeof NORMS[0], CG_N_NORMS, "norm", s);
+    if (i >= 0)
+        *out = (cg_norm_kind)i;
+    return i >= 0;
 }
+
+const char *cg_act_name(cg_act a) { return (int)a >= 0 && a < CG_N_ACTS ? ACTS[a].name : "?"; }
 
 const char *cg_norm_kind_name(cg_norm_kind k)
 {
-    return k == CG_NORM_LAYERNORM ? "layernorm" : k == CG_NORM_RMSNORM ? "rmsnorm" : "?";
+    return (int)k >= 0 && k < CG_N_NORMS ? NORMS[k].name : "?";
 }
 
 cg_tensor *cg_activation(cg_tensor *x, cg_act act)
@@ -63,13 +131,8 @@ cg_tensor *cg_activation(cg_tensor *x, cg_act act)
         cg_error_null_input("cg_activation");
         return NULL;
     }
-    switch (act) {
-    case CG_ACT_RELU: return cg_relu(x);
-    case CG_ACT_GELU: return cg_gelu(x);
-    case CG_ACT_GELU_ERF: return cg_gelu_erf(x);
-    }
-    cg_set_error("activation: unknown kind %d", (int)act);
-    return NULL;
+    const cg_act_info *r = cg_act_info_of(act, "activation");
+    return r ? r->forward(x) : NULL;
 }
 
 /* The one-tensor forwards (cg_module.forward), defined with each layer. */
@@ -240,11 +303,10 @@ cg_tensor *cg_embed_forward(cg_embed *e, const cg_tensor *ids)
 /* -------------------------------------------------- LayerNorm/RMSNorm */
 cg_norm *cg_norm_new(cg_norm_kind kind, int64_t dim)
 {
-    if (kind != CG_NORM_LAYERNORM && kind != CG_NORM_RMSNORM) {
-        cg_set_error("norm: unknown kind %d (expected layernorm or rmsnorm)", (int)kind);
+    const cg_norm_info *r = cg_norm_info_of(kind, "norm");
+    if (!r)
         return NULL;
-    }
-    const char *type = kind == CG_NORM_LAYERNORM ? "LayerNorm" : "RMSNorm";
+    const char *type = r->type;
     if (!positive(type, "dim", dim))
         return NULL;
     cg_norm *n = (cg_norm *)cg_module_alloc(sizeof *n, type, NULL);
@@ -256,7 +318,7 @@ cg_norm *cg_norm_new(cg_norm_kind kind, int64_t dim)
     n->eps = CG_NORM_EPS;
     n->weight = new_param(&n->base, "weight", CG_SHAPE(dim));
     bool ok = n->weight && cg_init_ones_(n->weight);
-    if (ok && kind == CG_NORM_LAYERNORM)
+    if (ok && r->bias)
         ok = (n->bias = new_param(&n->base, "bias", CG_SHAPE(dim))) != NULL;
     if (!ok) {
         cg_module_free(&n->base);
@@ -288,9 +350,7 @@ static cg_tensor *norm_impl(cg_module *m, cg_tensor *const *in, void *args)
     cg_tensor *x = in[0];
     if (!x || !norm_input_ok(n, x))
         return NULL;
-    if (n->kind == CG_NORM_LAYERNORM)
-        return cg_layer_norm(x, n->weight, n->bias, n->eps);
-    return cg_rms_norm(x, n->weight, n->eps);
+    return cg_norm_info_of(n->kind, NULL)->forward(x, n->weight, n->bias, n->eps);
 }
 
 cg_tensor *cg_norm_forward(cg_norm *n, cg_tensor *x)
@@ -314,9 +374,7 @@ cg_tensor *cg_norm_add_forward(cg_norm *n, cg_tensor *x, cg_tensor *y)
         cg_release(s);
         return r;
     }
-    if (n->kind == CG_NORM_LAYERNORM)
-        return cg_add_layer_norm(x, y, n->weight, n->bias, n->eps);
-    return cg_add_rms_norm(x, y, n->weight, n->eps);
+    return cg_norm_info_of(n->kind, NULL)->add_forward(x, y, n->weight, n->bias, n->eps);
 }
 
 /* ----------------------------------------------------------- Dropout */
@@ -442,11 +500,8 @@ cg_tensor *cg_posenc_forward(cg_posenc *p, cg_tensor *x)
 /* ------------------------------------------------------- FeedForward */
 cg_ff *cg_ff_new(int64_t d, int64_t d_ff, cg_act act, cg_rng *rng)
 {
-    if (act != CG_ACT_RELU && act != CG_ACT_GELU && act != CG_ACT_GELU_ERF) {
-        cg_set_error("FeedForward: unknown activation %d (expected relu, gelu or gelu_erf)",
-                     (int)act);
+    if (!cg_act_info_of(act, "FeedForward"))
         return NULL;
-    }
     if (!positive("FeedForward", "d", d) || !positive("FeedForward", "d_ff", d_ff))
         return NULL;
     cg_rng local = cg_rng_new(0);

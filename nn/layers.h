@@ -1,4 +1,6 @@
-/* cgrad nn: basic layers, built only from autograd ops (autograd/ops.h).
+/* cgrad nn: the tables of activations and norms, and the basic layers,
+ * built from autograd ops (autograd/ops.h; without a graph some run core's
+ * kernels directly, with the same bits).
  *
  * Each layer is a struct whose first member is a cg_module (see
  * nn/module.h): free it with cg_module_free(CG_MODULE(layer)). The tensor
@@ -22,21 +24,55 @@ extern "C" {
 #define CG_INIT_STD 0.02f /* models.py init_params default */
 #define CG_NORM_EPS 1e-5f
 
-/* --------------------------------------------------------- choices */
+/* --------------------------------------------------------- choices
+ * The activations and the norms, one table each (nn/layers.c): the one
+ * list that nn's modules, the zoo's models, their configs and the
+ * programs' flags and --help read. Every module that takes a cg_act
+ * (FeedForward, the transformer layers, cg_activation_new, cg_mlp) or a
+ * cg_norm_kind (cg_norm_new, the transformer layers) accepts every row.
+ * A new activation is an enum value and a row. */
 /* GELU: tanh form (the zoo's); GELU_ERF: exact, PyTorch's nn.GELU() default */
-typedef enum { CG_ACT_RELU = 0, CG_ACT_GELU, CG_ACT_GELU_ERF } cg_act;
-typedef enum { CG_NORM_LAYERNORM = 0, CG_NORM_RMSNORM } cg_norm_kind;
+typedef enum { CG_ACT_RELU = 0, CG_ACT_GELU, CG_ACT_GELU_ERF, CG_N_ACTS } cg_act;
+typedef enum { CG_NORM_LAYERNORM = 0, CG_NORM_RMSNORM, CG_N_NORMS } cg_norm_kind;
 
-/* "relu"/"gelu"/"gelu_erf" and "layernorm"/"rmsnorm". Parse: false + error naming the
- * string and the choices. Name: static string ("?" if out of range). */
+typedef struct {
+    const char *name;                    /* in flags and configs: "gelu" */
+    cg_tensor *(*forward)(cg_tensor *x); /* cg_gelu */
+    const char *type;                    /* the module's type: "GELU" (cg_activation_new) */
+    /* PyTorch's nn.GELU(approximate=...) for a GELU ("tanh", "none"), NULL
+     * for another function */
+    const char *gelu_approximate;
+} cg_act_info;
+
+typedef struct {
+    const char *name; /* "layernorm" */
+    const char *type; /* the module's type: "LayerNorm" */
+    bool bias;        /* has a bias parameter */
+    /* norm(x) and norm(x + y) over the last dim (bias NULL without one) */
+    cg_tensor *(*forward)(cg_tensor *x, cg_tensor *w, cg_tensor *b, float eps);
+    cg_tensor *(*add_forward)(cg_tensor *x, cg_tensor *y, cg_tensor *w, cg_tensor *b, float eps);
+} cg_norm_info;
+
+/* The row of a, or NULL + "<what>: unknown activation 7 (choices: relu,
+ * gelu, gelu_erf)" (what NULL: no prefix); the same for norms. */
+const cg_act_info *cg_act_info_of(cg_act a, const char *what);
+const cg_norm_info *cg_norm_info_of(cg_norm_kind k, const char *what);
+/* A name of the table: false + "unknown activation 'x' (choices: relu,
+ * gelu, gelu_erf)" (norms: "unknown norm 'x' (choices: ...)"). */
 bool cg_act_parse(const char *s, cg_act *out);
-const char *cg_act_name(cg_act a);
 bool cg_norm_kind_parse(const char *s, cg_norm_kind *out);
+/* The row's name, "?" out of range. */
+const char *cg_act_name(cg_act a);
 const char *cg_norm_kind_name(cg_norm_kind k);
-/* relu(x), gelu_tanh(x) or gelu_erf(x). */
+/* Every name of the table, in table order, joined by sep ("relu|gelu|gelu_erf")
+ * into buf (n bytes; truncated to fit). Returns buf. */
+const char *cg_act_names(char *buf, size_t n, const char *sep);
+const char *cg_norm_names(char *buf, size_t n, const char *sep);
+/* The row's forward of x: relu(x), gelu_tanh(x) or gelu_erf(x). */
 cg_tensor *cg_activation(cg_tensor *x, cg_act act);
-/* The activation as a module without parameters (type "ReLU" or "GELU"),
- * for cg_sequential: nn.ReLU(), nn.GELU(approximate="tanh"). */
+/* The activation as a module without parameters (the row's type: "ReLU",
+ * "GELU"), for cg_sequential: nn.ReLU(), nn.GELU(approximate="tanh"),
+ * nn.GELU() for gelu_erf. */
 cg_module *cg_activation_new(cg_act act);
 /* A multilayer perceptron: cg_sequential of Linear(sizes[0], sizes[1]),
  * act, Linear(sizes[1], sizes[2]), act, ..., Linear(sizes[n-2], sizes[n-1])

@@ -1,4 +1,6 @@
-/* Transformer encoder/decoder layers, the CharLM block, and stacks. */
+/* Transformer encoder/decoder layers, the CharLM block, the encoder and
+ * decoder stacks (one constructor), recomputation in backward
+ * (cg_checkpoint) and the key/value cache of incremental decoding. */
 #include "nn/transformer.h"
 
 #include <stdio.h>
@@ -23,16 +25,9 @@ bool cg_tf_config_check(const cg_tf_config *c)
         cg_set_error("transformer config: d_ff must be positive (got %lld)", (long long)c->d_ff);
         return false;
     }
-    if (c->norm != CG_NORM_LAYERNORM && c->norm != CG_NORM_RMSNORM) {
-        cg_set_error("transformer config: unknown norm %d (expected layernorm or rmsnorm)",
-                     (int)c->norm);
+    if (!cg_norm_info_of(c->norm, "transformer config") ||
+        !cg_act_info_of(c->act, "transformer config"))
         return false;
-    }
-    if (c->act != CG_ACT_RELU && c->act != CG_ACT_GELU && c->act != CG_ACT_GELU_ERF) {
-        cg_set_error("transformer config: unknown act %d (expected relu, gelu or gelu_erf)",
-                     (int)c->act);
-        return false;
-    }
     if (!(c->dropout >= 0.0f && c->dropout < 1.0f)) {
         cg_set_error("transformer config: dropout must be in [0, 1) (got %g)", (double)c->dropout);
         return false;
@@ -407,86 +402,73 @@ static void enc_stack_destroy(cg_module *m) { free(((cg_enc_stack *)m)->layers);
 
 static void dec_stack_destroy(cg_module *m) { free(((cg_dec_stack *)m)->layers); }
 
-/* Builds the "layers" list and ln_f of a stack; make() creates one layer. */
-static bool stack_build(cg_module *s, int n, cg_tf_config *cfg, cg_rng *init_rng, void **layers,
-                        cg_norm **ln_f, bool decoder)
+/* The fields of either stack (the two structs differ only in their layers'
+ * type). */
+typedef struct {
+    cg_tf_config *cfg;
+    cg_rng *own_rng;
+    int *n_layers;
+    void ***layers;
+    cg_norm **ln_f;
+} stack_parts;
+
+/* The one constructor of both stacks: n layers (decoder or encoder) in a
+ * child "layers" ("0".."n-1"), then "ln_f" when pre-norm; the layers draw
+ * their initial values from init_rng in that order. */
+static cg_module *stack_new(bool decoder, int n, const cg_tf_config *cfg, cg_rng *init_rng)
 {
+    const char *type = decoder ? "TransformerDecoder" : "TransformerEncoder";
+    if (!cg_tf_config_check(cfg))
+        return NULL;
+    if (n < 0) {
+        cg_set_error("%s: n_layers must be >= 0 (got %d)", type, n);
+        return NULL;
+    }
+    cg_module *s = decoder ? cg_module_alloc(sizeof(cg_dec_stack), type, dec_stack_destroy)
+                           : cg_module_alloc(sizeof(cg_enc_stack), type, enc_stack_destroy);
+    if (!s)
+        return NULL;
+    cg_dec_stack *d = (cg_dec_stack *)s;
+    cg_enc_stack *e = (cg_enc_stack *)s;
+    stack_parts p =
+        decoder ? (stack_parts){&d->cfg, &d->own_rng, &d->n_layers, (void ***)&d->layers, &d->ln_f}
+                : (stack_parts){&e->cfg, &e->own_rng, &e->n_layers, (void ***)&e->layers, &e->ln_f};
+    *p.cfg = *cfg;
+    *p.own_rng = cg_rng_new(0);
+    if (!p.cfg->dropout_rng)
+        p.cfg->dropout_rng = p.own_rng;
     cg_rng local = cg_rng_new(0);
     cg_rng *r = init_rng ? init_rng : &local;
-    cg_module *list = ADD(s, "layers", cg_module_new("ModuleList"));
-    if (!list)
-        return false;
-    for (int i = 0; i < n; i++) {
+    *p.layers = calloc((size_t)(n ? n : 1), sizeof(void *));
+    cg_module *list = *p.layers ? ADD(s, "layers", cg_module_new("ModuleList")) : NULL;
+    if (!*p.layers)
+        cg_set_error("%s: out of memory", type);
+    *p.n_layers = n;
+    bool ok = list != NULL;
+    for (int i = 0; ok && i < n; i++) {
         char name[24];
         snprintf(name, sizeof name, "%d", i);
         cg_module *l =
-            decoder ? CG_MODULE(cg_dec_layer_new(cfg, r)) : CG_MODULE(cg_enc_layer_new(cfg, r));
-        if (!(layers[i] = ADD(list, name, l)))
-            return false;
+            decoder ? CG_MODULE(cg_dec_layer_new(p.cfg, r)) : CG_MODULE(cg_enc_layer_new(p.cfg, r));
+        ok = ((*p.layers)[i] = ADD(list, name, l)) != NULL;
     }
-    if (cfg->norm_first && !(*ln_f = ADD(s, "ln_f", cg_norm_new(cfg->norm, cfg->d))))
-        return false;
-    return true;
+    if (ok && cfg->norm_first)
+        ok = (*p.ln_f = ADD(s, "ln_f", cg_norm_new(cfg->norm, cfg->d))) != NULL;
+    if (!ok) {
+        cg_module_free(s);
+        return NULL;
+    }
+    return s;
 }
 
 cg_enc_stack *cg_enc_stack_new(int n_layers, const cg_tf_config *cfg, cg_rng *init_rng)
 {
-    if (!cg_tf_config_check(cfg))
-        return NULL;
-    if (n_layers < 0) {
-        cg_set_error("TransformerEncoder: n_layers must be >= 0 (got %d)", n_layers);
-        return NULL;
-    }
-    cg_enc_stack *s =
-        (cg_enc_stack *)cg_module_alloc(sizeof *s, "TransformerEncoder", enc_stack_destroy);
-    if (!s)
-        return NULL;
-    s->cfg = *cfg;
-    s->own_rng = cg_rng_new(0);
-    if (!s->cfg.dropout_rng)
-        s->cfg.dropout_rng = &s->own_rng;
-    s->layers = calloc((size_t)(n_layers ? n_layers : 1), sizeof *s->layers);
-    if (!s->layers) {
-        cg_set_error("TransformerEncoder: out of memory");
-        cg_module_free(&s->base);
-        return NULL;
-    }
-    s->n_layers = n_layers;
-    if (!stack_build(&s->base, n_layers, &s->cfg, init_rng, (void **)s->layers, &s->ln_f, false)) {
-        cg_module_free(&s->base);
-        return NULL;
-    }
-    return s;
+    return (cg_enc_stack *)stack_new(false, n_layers, cfg, init_rng);
 }
 
 cg_dec_stack *cg_dec_stack_new(int n_layers, const cg_tf_config *cfg, cg_rng *init_rng)
 {
-    if (!cg_tf_config_check(cfg))
-        return NULL;
-    if (n_layers < 0) {
-        cg_set_error("TransformerDecoder: n_layers must be >= 0 (got %d)", n_layers);
-        return NULL;
-    }
-    cg_dec_stack *s =
-        (cg_dec_stack *)cg_module_alloc(sizeof *s, "TransformerDecoder", dec_stack_destroy);
-    if (!s)
-        return NULL;
-    s->cfg = *cfg;
-    s->own_rng = cg_rng_new(0);
-    if (!s->cfg.dropout_rng)
-        s->cfg.dropout_rng = &s->own_rng;
-    s->layers = calloc((size_t)(n_layers ? n_layers : 1), sizeof *s->layers);
-    if (!s->layers) {
-        cg_set_error("TransformerDecoder: out of memory");
-        cg_module_free(&s->base);
-        return NULL;
-    }
-    s->n_layers = n_layers;
-    if (!stack_build(&s->base, n_layers, &s->cfg, init_rng, (void **)s->layers, &s->ln_f, true)) {
-        cg_module_free(&s->base);
-        return NULL;
-    }
-    return s;
+    return (cg_dec_stack *)stack_new(true, n_layers, cfg, init_rng);
 }
 
 static cg_tensor *final_norm(cg_norm *ln_f, cg_tensor *h)

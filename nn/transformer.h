@@ -24,8 +24,8 @@ typedef struct {
     int64_t d;         /* model width */
     int64_t H;         /* heads; d % H == 0 */
     int64_t d_ff;      /* feed-forward width */
-    cg_norm_kind norm; /* layernorm | rmsnorm (eps 1e-5) */
-    cg_act act;        /* relu | gelu (tanh form) */
+    cg_norm_kind norm; /* layernorm | rmsnorm (eps 1e-5; nn/layers.h's table) */
+    cg_act act;        /* a row of nn/layers.h's table: relu, gelu (tanh form), gelu_erf */
     bool norm_first;   /* pre-norm (true) or post-norm */
     float dropout;     /* in [0, 1) */
     /* Generator for every dropout mask of the layer/stack (borrowed: must

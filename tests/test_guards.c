@@ -514,11 +514,13 @@ START_TEST(test_json_line_writer)
         cg_act act;
     } c = {64, false, 0.1f, CG_NORM_RMSNORM, CG_ACT_RELU},
       back2 = {1, true, 0, CG_NORM_LAYERNORM, CG_ACT_GELU};
-    const cg_config_field f[] = {{"d", CG_CF_I64, offsetof(__typeof__(c), d), NULL},
-                                 {"norm", CG_CF_NORM, offsetof(__typeof__(c), norm), NULL},
-                                 {"act", CG_CF_ACT, offsetof(__typeof__(c), act), NULL},
-                                 {"norm_first", CG_CF_BOOL, offsetof(__typeof__(c), nf), NULL},
-                                 {"dropout", CG_CF_F32, offsetof(__typeof__(c), drop), NULL}};
+    typedef __typeof__(c) conf;
+    const cg_config_field f[] = {
+        CG_CF_INT(conf, d, 2, 100),
+        {"norm", CG_CF_NORM, offsetof(conf, norm), NULL, 0, 0, NULL, NULL},
+        {"act", CG_CF_ACT, offsetof(conf, act), NULL, 0, 0, NULL, NULL},
+        {"norm_first", CG_CF_BOOL, offsetof(conf, nf), NULL, 0, 0, NULL, NULL},
+        {"dropout", CG_CF_F32, offsetof(conf, drop), NULL, 0, 0.5, NULL, NULL}};
     char *cfg = cg_config_write("m", f, 5, &c);
     ck_assert_str_eq(cfg, "{\"model\": \"m\", \"d\": 64, \"norm\": \"rmsnorm\", \"act\": "
                           "\"relu\", \"norm_first\": false, \"dropout\": 0.100000001}");
@@ -529,6 +531,27 @@ START_TEST(test_json_line_writer)
     ck_assert(!cg_config_read("{\"d\": 1.5}", "m config", f, 5, &back2));
     ck_assert_msg(strstr(cg_last_error(), "m config: \"d\" must be an integer"), "%s",
                   cg_last_error());
+    /* issue 35: the table is also the config's check, and with its name and
+     * defaults, the whole reader, writer and checker */
+    const conf defaults = {8, true, 0, CG_NORM_LAYERNORM, CG_ACT_GELU};
+    const cg_config_model m = {"m", f, 5, sizeof(conf), &defaults};
+    ck_assert(cg_config_check(&m, &c));
+    ck_assert(cg_config_parse(&m, "{\"d\": 10}", &back2));
+    ck_assert(back2.d == 10 && back2.nf && back2.act == CG_ACT_GELU && back2.drop == 0);
+    const char *bad[][2] = {
+        {"{\"d\": 1}", "m config: d must be >= 2 (got 1)"},
+        {"{\"d\": 101}", "m config: d must be <= 100 (got 101)"},
+        {"{\"dropout\": 0.5}", "m config: dropout must be in [0, 0.5) (got 0.5)"},
+        {"{\"act\": \"tanh\"}", "unknown activation 'tanh' (choices: "}};
+    for (int i = 0; i < 4; i++) {
+        ck_assert_msg(!cg_config_parse(&m, bad[i][0], &back2), "%s", bad[i][0]);
+        ck_assert_msg(strstr(cg_last_error(), bad[i][1]), "%s: %s", bad[i][0], cg_last_error());
+    }
+    ck_assert(back2.d == 10); /* unchanged by a refused config */
+    c.act = CG_N_ACTS;
+    ck_assert(!cg_config_to_json(&m, &c));
+    ck_assert_msg(strstr(cg_last_error(), "m config: unknown activation 3"), "%s", cg_last_error());
+    ck_assert(!cg_config_parse(&m, "{}", NULL));
 }
 END_TEST
 

@@ -239,6 +239,64 @@ START_TEST(test_config_arch_facts)
 }
 END_TEST
 
+/* Issue 35: every activation of nn's table builds both models; the config
+ * records it with PyTorch's GELU form (gelu_erf: "none"), and a form that
+ * disagrees with act is refused. Configs of relu and gelu models are
+ * written as before (gelu_approximate "tanh"). */
+START_TEST(test_config_every_act)
+{
+    const char *form[CG_N_ACTS] = {
+        [CG_ACT_RELU] = "\"tanh\"", [CG_ACT_GELU] = "\"tanh\"", [CG_ACT_GELU_ERF] = "\"none\""};
+    int64_t ids[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    cg_tensor *logits[CG_N_ACTS];
+    for (int i = 0; i < CG_N_ACTS; i++) {
+        cg_charlm_config c = small_lm(), back;
+        c.act = (cg_act)i;
+        char *js = cg_charlm_config_to_json(&c);
+        cJSON *o = cJSON_Parse(js);
+        assert_key(o, "act", (const char *[]){"\"relu\"", "\"gelu\"", "\"gelu_erf\""}[i]);
+        assert_key(o, "gelu_approximate", form[i]);
+        cJSON_Delete(o);
+        ck_assert(cg_charlm_config_from_json(js, &back) && back.act == c.act);
+        free(js);
+        cg_charlm *m = cg_charlm_new(&c, 7);
+        ck_assert_msg(m, "%s", cg_last_error());
+        logits[i] = cg_charlm_forward(m, ids, 1, 8);
+        cg_charlm_free(m);
+        cg_seq2seq_config s = small_s2s(), sback;
+        s.act = (cg_act)i;
+        js = cg_seq2seq_config_to_json(&s);
+        ck_assert(cg_seq2seq_config_from_json(js, &sback) && sback.act == s.act);
+        free(js);
+        cg_seq2seq *sm = cg_seq2seq_new(&s, 7);
+        ck_assert_msg(sm, "%s", cg_last_error());
+        cg_seq2seq_free(sm);
+    }
+    /* the same weights (one seed), another function: other logits */
+    ck_assert(memcmp(cg_data(logits[CG_ACT_GELU]), cg_data(logits[CG_ACT_GELU_ERF]),
+                     sizeof(float) * 8 * 20) != 0);
+    cg_release_all(3, logits[0], logits[1], logits[2]);
+    cg_charlm_config back;
+    ck_assert(
+        cg_charlm_config_from_json("{\"act\": \"relu\", \"gelu_approximate\": \"tanh\"}", &back));
+    ck_assert(!cg_charlm_config_from_json("{\"act\": \"gelu_erf\", \"gelu_approximate\": \"tanh\"}",
+                                          &back));
+    ck_assert_msg(strstr(cg_last_error(), "gelu_approximate") &&
+                      strstr(cg_last_error(), "gelu_erf"),
+                  "%s", cg_last_error());
+    cg_seq2seq_config sback;
+    ck_assert(!cg_seq2seq_config_from_json("{\"act\": \"gelu\", \"gelu_approximate\": \"none\"}",
+                                           &sback));
+    ck_assert(strstr(cg_last_error(), "gelu_approximate"));
+    ck_assert(!cg_seq2seq_config_from_json("{\"act\": \"swish\"}", &sback));
+    ck_assert_msg(strstr(cg_last_error(), "(choices: relu, gelu, gelu_erf)"), "%s",
+                  cg_last_error());
+    cg_charlm_config bad = small_lm();
+    bad.act = CG_N_ACTS;
+    CG_ASSERT_FAILS(cg_charlm_new(&bad, 0), "charlm config: unknown activation 3");
+}
+END_TEST
+
 /* ---------------------------------------------------------- CharLM */
 static const char *const lm_names[] = {"tok_emb.weight",
                                        "blocks.0.ln1.weight",
@@ -808,6 +866,7 @@ static Suite *models_suite(void)
     tcase_add_test(tc, test_seq2seq_bad_config);
     tcase_add_test(tc, test_config_json);
     tcase_add_test(tc, test_config_arch_facts);
+    tcase_add_test(tc, test_config_every_act);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("charlm");

@@ -558,6 +558,128 @@ START_TEST(test_registry_lookup_and_errors)
 }
 END_TEST
 
+/* Issue 35: the encoder's and the decoder's stack have one constructor.
+ * Either one is its layers made one after another from the generator (then
+ * ln_f when pre-norm), with the names and the values of layers made by
+ * hand: the order of the draws, on which the bench's bits and every
+ * checkpoint's resume depend, is kept. */
+START_TEST(test_stacks_draw_order)
+{
+    for (int dec = 0; dec < 2; dec++)
+        for (int pre = 0; pre < 2; pre++) {
+            cg_tf_config c = small_cfg(CG_NORM_LAYERNORM, CG_ACT_GELU, pre);
+            cg_rng r1 = cg_rng_new(11), r2 = cg_rng_new(11);
+            cg_module *s = dec ? CG_MODULE(cg_dec_stack_new(3, &c, &r1))
+                               : CG_MODULE(cg_enc_stack_new(3, &c, &r1));
+            ck_assert_str_eq(s->type, dec ? "TransformerDecoder" : "TransformerEncoder");
+            cg_module *hand = cg_module_new("Hand"), *list = cg_module_new("ModuleList");
+            assert_ok(cg_module_add_child(hand, "layers", list));
+            for (int i = 0; i < 3; i++) {
+                char name[8];
+                snprintf(name, sizeof name, "%d", i);
+                void *l =
+                    dec ? (void *)cg_dec_layer_new(&c, &r2) : (void *)cg_enc_layer_new(&c, &r2);
+                assert_ok(cg_module_add_child(list, name, l));
+            }
+            if (pre)
+                assert_ok(cg_module_add_child(hand, "ln_f", cg_norm_new(c.norm, c.d)));
+            cg_param_list a = {0}, b = {0};
+            ck_assert(cg_module_params(s, &a) && cg_module_params(hand, &b));
+            ck_assert_int_eq(a.n, b.n);
+            for (int i = 0; i < a.n; i++) {
+                ck_assert_str_eq(a.items[i].name, b.items[i].name);
+                ck_assert(!memcmp(cg_data(a.items[i].tensor), cg_data(b.items[i].tensor),
+                                  sizeof(float) * (size_t)cg_numel(a.items[i].tensor)));
+            }
+            ck_assert(r1.counter == r2.counter && r1.seed == r2.seed);
+            cg_param_list_free(&a);
+            cg_param_list_free(&b);
+            cg_module_free(s);
+            cg_module_free(hand);
+        }
+    cg_tf_config c = small_cfg(CG_NORM_LAYERNORM, CG_ACT_GELU, true);
+    CG_ASSERT_FAILS(cg_dec_stack_new(-1, &c, NULL), "TransformerDecoder: n_layers must be >= 0");
+    CG_ASSERT_FAILS(cg_enc_stack_new(-2, &c, NULL), "TransformerEncoder: n_layers must be >= 0");
+}
+END_TEST
+
+/* Issue 35: one table of activations and one of norms. Every row is
+ * accepted by every module that takes the choice, by name and by value,
+ * and computes the row's function; an unknown name or value is refused
+ * naming every row. */
+static bool lists_every(const char *msg, const char *const *names, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (!strstr(msg, names[i]))
+            return false;
+    return true;
+}
+
+START_TEST(test_act_norm_tables)
+{
+    cg_rng rng = cg_rng_new(5);
+    cg_tensor *x = cg_randn(&rng, CG_SHAPE(3, 4));
+    const char *acts[CG_N_ACTS], *norms[CG_N_NORMS];
+    for (int i = 0; i < CG_N_ACTS; i++) {
+        const cg_act_info *r = cg_act_info_of((cg_act)i, "t");
+        ck_assert_ptr_nonnull(r);
+        acts[i] = r->name;
+        cg_act back;
+        ck_assert(cg_act_parse(r->name, &back) && back == (cg_act)i);
+        ck_assert_str_eq(cg_act_name((cg_act)i), r->name);
+        cg_tensor *want = r->forward(x), *got = cg_activation(x, (cg_act)i);
+        cg_module *m = cg_activation_new((cg_act)i);
+        ck_assert_msg(m, "%s: %s", r->name, cg_last_error());
+        ck_assert_str_eq(m->type, r->type);
+        cg_tensor *mod = cg_module_forward(m, x);
+        ck_assert(!memcmp(cg_data(got), cg_data(want), 12 * sizeof(float)));
+        ck_assert(!memcmp(cg_data(mod), cg_data(want), 12 * sizeof(float)));
+        cg_ff *ff = cg_ff_new(4, 8, (cg_act)i, &rng);
+        cg_tf_config c = {.d = 4, .H = 2, .d_ff = 8, .act = (cg_act)i};
+        ck_assert(ff && cg_tf_config_check(&c));
+        cg_module_free(CG_MODULE(ff));
+        cg_module_free(m);
+        cg_release_all(3, want, got, mod);
+    }
+    ck_assert_str_eq(cg_act_info_of(CG_ACT_GELU_ERF, NULL)->gelu_approximate, "none");
+    ck_assert_str_eq(cg_act_info_of(CG_ACT_GELU, NULL)->gelu_approximate, "tanh");
+    for (int i = 0; i < CG_N_NORMS; i++) {
+        const cg_norm_info *r = cg_norm_info_of((cg_norm_kind)i, "t");
+        ck_assert_ptr_nonnull(r);
+        norms[i] = r->name;
+        cg_norm_kind back;
+        ck_assert(cg_norm_kind_parse(r->name, &back) && back == (cg_norm_kind)i);
+        cg_norm *n = cg_norm_new((cg_norm_kind)i, 4);
+        ck_assert_str_eq(n->base.type, r->type);
+        ck_assert(r->bias == (n->bias != NULL));
+        cg_module_free(CG_MODULE(n));
+    }
+    char buf[64];
+    ck_assert_str_eq(cg_act_names(buf, sizeof buf, "|"), "relu|gelu|gelu_erf");
+    ck_assert_str_eq(cg_norm_names(buf, sizeof buf, ", "), "layernorm, rmsnorm");
+    ck_assert_str_eq(cg_act_names(buf, 7, "|"), "relu|g"); /* truncated to fit */
+    cg_act a;
+    cg_norm_kind nk;
+    ck_assert(!cg_act_parse("swish", &a));
+    ck_assert_str_eq(cg_last_error(), "unknown activation 'swish' (choices: relu, gelu, gelu_erf)");
+    ck_assert(!cg_norm_kind_parse("batchnorm", &nk));
+    ck_assert(lists_every(cg_last_error(), norms, CG_N_NORMS));
+    /* an unknown value, in every place that takes one */
+    CG_ASSERT_FAILS(cg_ff_new(4, 8, CG_N_ACTS, NULL), "FeedForward: unknown activation 3");
+    ck_assert(lists_every(cg_last_error(), acts, CG_N_ACTS));
+    CG_ASSERT_FAILS(cg_activation_new(CG_N_ACTS), "activation: unknown activation 3");
+    ck_assert(lists_every(cg_last_error(), acts, CG_N_ACTS));
+    CG_ASSERT_FAILS(cg_activation(x, (cg_act)-1), "unknown activation -1");
+    CG_ASSERT_FAILS(cg_norm_new(CG_N_NORMS, 4), "norm: unknown norm 2");
+    ck_assert(lists_every(cg_last_error(), norms, CG_N_NORMS));
+    cg_tf_config c = {.d = 4, .H = 2, .d_ff = 8, .norm = CG_N_NORMS};
+    ck_assert(!cg_tf_config_check(&c));
+    ck_assert(lists_every(cg_last_error(), norms, CG_N_NORMS));
+    ck_assert_str_eq(cg_act_name(CG_N_ACTS), "?");
+    cg_release(x);
+}
+END_TEST
+
 /* A module added twice (two names, two parents) is shared: freed once, its
  * parameters listed, optimised and saved once; the same module twice under
  * one name and cycles are refused. Under ASan any double free shows. */
@@ -1912,6 +2034,8 @@ static Suite *nn_suite(void)
     tcase_add_test(reg, test_names_basic);
     tcase_add_test(reg, test_names_transformer);
     tcase_add_test(reg, test_registry_lookup_and_errors);
+    tcase_add_test(reg, test_act_norm_tables);
+    tcase_add_test(reg, test_stacks_draw_order);
     tcase_add_test(reg, test_shared_modules);
     tcase_add_test(reg, test_zero_grad_and_train_mode);
     tcase_add_test(reg, test_init);

@@ -1,4 +1,5 @@
-/* The decoder-only character LM (models.py CharLM). */
+/* The decoder-only character LM (models.py CharLM): its config (a field
+ * table, models/util/config_json.h), the model and its evaluation. */
 #include "models/charlm/charlm.h"
 
 #include <cjson/cJSON.h>
@@ -11,108 +12,44 @@
 #include "models/util/config_json.h"
 
 /* ---------------------------------------------------------------- config */
-cg_charlm_config cg_charlm_config_default(void)
-{
-    return (cg_charlm_config){.vocab = 65,
-                              .d = 128,
-                              .H = 4,
-                              .layers = 4,
-                              .d_ff = 512,
-                              .max_len = 256,
-                              .norm = CG_NORM_LAYERNORM,
-                              .act = CG_ACT_GELU,
-                              .norm_first = true,
-                              .dropout = 0.0f};
-}
+static const cg_charlm_config DEFAULTS = {.vocab = 65,
+                                          .d = 128,
+                                          .H = 4,
+                                          .layers = 4,
+                                          .d_ff = 512,
+                                          .max_len = 256,
+                                          .norm = CG_NORM_LAYERNORM,
+                                          .act = CG_ACT_GELU,
+                                          .norm_first = true,
+                                          .dropout = 0.0f};
 
-bool cg_charlm_config_check(const cg_charlm_config *c)
-{
-    if (!c) {
-        cg_set_error("charlm config: NULL");
-        return false;
-    }
-    struct {
-        const char *name;
-        int64_t v, min;
-    } pos[] = {{"vocab", c->vocab, 1},          {"d", c->d, 1},       {"H", c->H, 1},
-               {"layers", c->layers, 0},        {"d_ff", c->d_ff, 1}, {"max_len", c->max_len, 1},
-               {"loss_chunk", c->loss_chunk, 0}};
-    for (size_t i = 0; i < sizeof pos / sizeof pos[0]; i++)
-        if (pos[i].v < pos[i].min) {
-            cg_set_error("charlm config: %s must be >= %lld (got %lld)", pos[i].name,
-                         (long long)pos[i].min, (long long)pos[i].v);
-            return false;
-        }
-    if (c->layers > 1000000) {
-        cg_set_error("charlm config: layers=%lld is too large", (long long)c->layers);
-        return false;
-    }
-    if (c->d % c->H) {
-        cg_set_error("charlm config: d=%lld is not divisible by H=%lld", (long long)c->d,
-                     (long long)c->H);
-        return false;
-    }
-    if (c->norm != CG_NORM_LAYERNORM && c->norm != CG_NORM_RMSNORM) {
-        cg_set_error("charlm config: unknown norm %d (expected layernorm or rmsnorm)",
-                     (int)c->norm);
-        return false;
-    }
-    if (c->act != CG_ACT_RELU && c->act != CG_ACT_GELU) {
-        cg_set_error("charlm config: unknown act %d (expected relu or gelu)", (int)c->act);
-        return false;
-    }
-    if (!(c->dropout >= 0.0f && c->dropout < 1.0f)) {
-        cg_set_error("charlm config: dropout must be in [0, 1) (got %g)", (double)c->dropout);
-        return false;
-    }
-    return true;
-}
-
-static const char CONFIG[] = "charlm config";
-
-/* The config's JSON fields, in the order they are written. */
+/* The config's JSON fields and their rules, in the order they are written. */
 static const cg_config_field FIELDS[] = {
-    {"vocab", CG_CF_I64, offsetof(cg_charlm_config, vocab), NULL},
-    {"d", CG_CF_I64, offsetof(cg_charlm_config, d), NULL},
-    {"H", CG_CF_I64, offsetof(cg_charlm_config, H), NULL},
-    {"layers", CG_CF_I64, offsetof(cg_charlm_config, layers), NULL},
-    {"d_ff", CG_CF_I64, offsetof(cg_charlm_config, d_ff), NULL},
-    {"max_len", CG_CF_I64, offsetof(cg_charlm_config, max_len), NULL},
-    {"norm", CG_CF_NORM, offsetof(cg_charlm_config, norm), NULL},
-    {"act", CG_CF_ACT, offsetof(cg_charlm_config, act), NULL},
-    {"norm_first", CG_CF_BOOL, offsetof(cg_charlm_config, norm_first), NULL},
-    {"dropout", CG_CF_F32, offsetof(cg_charlm_config, dropout), NULL},
-    {"loss_chunk", CG_CF_I64, offsetof(cg_charlm_config, loss_chunk), NULL},
+    CG_CF_INT(cg_charlm_config, vocab, 1, CG_CF_NO_MAX),
+    CG_CONFIG_ZOO_WIDTH(cg_charlm_config),
+    CG_CF_INT(cg_charlm_config, layers, 0, 1000000),
+    CG_CONFIG_ZOO_BLOCK(cg_charlm_config),
+    CG_CF_INT(cg_charlm_config, loss_chunk, 0, CG_CF_NO_MAX),
     CG_CONFIG_ZOO_FACTS(cg_charlm_config),
 };
-enum { N_FIELDS = (int)(sizeof FIELDS / sizeof FIELDS[0]) };
+static const cg_config_model CONFIG = {"charlm", FIELDS, (int)(sizeof FIELDS / sizeof FIELDS[0]),
+                                       sizeof(cg_charlm_config), &DEFAULTS};
+
+cg_charlm_config cg_charlm_config_default(void) { return DEFAULTS; }
+
+bool cg_charlm_config_check(const cg_charlm_config *c) { return cg_config_check(&CONFIG, c); }
 
 bool cg_charlm_config_from_json(const char *json, cg_charlm_config *out)
 {
-    if (!out) {
-        cg_set_error("charlm config: NULL argument");
-        return false;
-    }
-    cg_charlm_config c = cg_charlm_config_default();
-    if (!cg_config_read(json, CONFIG, FIELDS, N_FIELDS, &c) || !cg_charlm_config_check(&c))
-        return false;
-    *out = c;
-    return true;
+    return cg_config_parse(&CONFIG, json, out);
 }
 
 bool cg_charlm_config_same_arch(const char *json_a, const char *json_b)
 {
-    cg_charlm_config a, b;
-    return cg_charlm_config_from_json(json_a, &a) && cg_charlm_config_from_json(json_b, &b) &&
-           cg_config_same_arch(FIELDS, N_FIELDS, &a, &b);
+    return cg_config_same_arch_json(&CONFIG, json_a, json_b);
 }
 
-char *cg_charlm_config_to_json(const cg_charlm_config *c)
-{
-    if (!cg_charlm_config_check(c))
-        return NULL;
-    return cg_config_write("charlm", FIELDS, N_FIELDS, c);
-}
+char *cg_charlm_config_to_json(const cg_charlm_config *c) { return cg_config_to_json(&CONFIG, c); }
 
 /* ----------------------------------------------------------------- model */
 static void charlm_destroy(cg_module *base)

@@ -36,8 +36,8 @@ typedef struct {
     int64_t layers;    /* >= 0 */
     int64_t d_ff;      /* feed-forward width */
     int64_t max_len;   /* longest sequence (positions table) */
-    cg_norm_kind norm; /* layernorm | rmsnorm (eps 1e-5) */
-    cg_act act;        /* relu | gelu (tanh form) */
+    cg_norm_kind norm; /* layernorm | rmsnorm (eps 1e-5; nn/layers.h's table) */
+    cg_act act;        /* a row of nn/layers.h's table: relu, gelu (tanh form), gelu_erf */
     bool norm_first;   /* pre-norm (true) or post-norm */
     float dropout;     /* in [0, 1); after the embedding and each sublayer */
     /* the training loss (cg_charlm_forward_loss): 0 = logits, then

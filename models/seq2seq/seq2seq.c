@@ -1,4 +1,6 @@
-/* The encoder-decoder character model (models.py Seq2Seq). */
+/* The encoder-decoder character model (models.py Seq2Seq): its config (a
+ * field table, models/util/config_json.h), encoding, decoding (whole or a
+ * step with the key/value cache) and the loss. */
 #include "models/seq2seq/seq2seq.h"
 
 #include <cjson/cJSON.h>
@@ -12,134 +14,57 @@
 #include "models/util/config_json.h"
 
 /* ---------------------------------------------------------------- config */
-cg_seq2seq_config cg_seq2seq_config_default(void)
-{
-    return (cg_seq2seq_config){.vocab = 96,
-                               .d = 128,
-                               .H = 4,
-                               .enc_layers = 2,
-                               .dec_layers = 2,
-                               .d_ff = 512,
-                               .max_len = 256,
-                               .norm = CG_NORM_LAYERNORM,
-                               .act = CG_ACT_RELU,
-                               .norm_first = false,
-                               .dropout = 0.0f,
-                               .label_smoothing = 0.1f};
-}
+static const cg_seq2seq_config DEFAULTS = {.vocab = 96,
+                                           .d = 128,
+                                           .H = 4,
+                                           .enc_layers = 2,
+                                           .dec_layers = 2,
+                                           .d_ff = 512,
+                                           .max_len = 256,
+                                           .norm = CG_NORM_LAYERNORM,
+                                           .act = CG_ACT_RELU,
+                                           .norm_first = false,
+                                           .dropout = 0.0f,
+                                           .label_smoothing = 0.1f};
 
-bool cg_seq2seq_config_check(const cg_seq2seq_config *c)
-{
-    if (!c) {
-        cg_set_error("seq2seq config: NULL");
-        return false;
-    }
-    struct {
-        const char *name;
-        int64_t v, min;
-    } pos[] = {{"vocab", c->vocab, 4},
-               {"d", c->d, 1},
-               {"H", c->H, 1},
-               {"enc_layers", c->enc_layers, 0},
-               {"dec_layers", c->dec_layers, 0},
-               {"d_ff", c->d_ff, 1},
-               {"max_len", c->max_len, 1},
-               {"loss_chunk", c->loss_chunk, 0}};
-    for (size_t i = 0; i < sizeof pos / sizeof pos[0]; i++)
-        if (pos[i].v < pos[i].min) {
-            cg_set_error("seq2seq config: %s must be >= %lld (got %lld)%s", pos[i].name,
-                         (long long)pos[i].min, (long long)pos[i].v,
-                         i == 0 ? " (PAD, BOS, EOS are ids 0, 1, 2)" : "");
-            return false;
-        }
-    if (c->enc_layers > 1000000 || c->dec_layers > 1000000) {
-        cg_set_error("seq2seq config: too many layers (%lld + %lld)", (long long)c->enc_layers,
-                     (long long)c->dec_layers);
-        return false;
-    }
-    if (c->d % c->H) {
-        cg_set_error("seq2seq config: d=%lld is not divisible by H=%lld", (long long)c->d,
-                     (long long)c->H);
-        return false;
-    }
-    if (c->norm != CG_NORM_LAYERNORM && c->norm != CG_NORM_RMSNORM) {
-        cg_set_error("seq2seq config: unknown norm %d (expected layernorm or rmsnorm)",
-                     (int)c->norm);
-        return false;
-    }
-    if (c->act != CG_ACT_RELU && c->act != CG_ACT_GELU) {
-        cg_set_error("seq2seq config: unknown act %d (expected relu or gelu)", (int)c->act);
-        return false;
-    }
-    if (!(c->dropout >= 0.0f && c->dropout < 1.0f)) {
-        cg_set_error("seq2seq config: dropout must be in [0, 1) (got %g)", (double)c->dropout);
-        return false;
-    }
-    if (!(c->word_dropout >= 0.0f && c->word_dropout < 1.0f)) {
-        cg_set_error("seq2seq config: word_dropout must be in [0, 1) (got %g)",
-                     (double)c->word_dropout);
-        return false;
-    }
-    if (!(c->label_smoothing >= 0.0f && c->label_smoothing < 1.0f)) {
-        cg_set_error("seq2seq config: label_smoothing must be in [0, 1) (got %g)",
-                     (double)c->label_smoothing);
-        return false;
-    }
-    return true;
-}
-
-static const char CONFIG[] = "seq2seq config";
-
-/* The config's JSON fields, in the order they are written. */
+/* The config's JSON fields and their rules, in the order they are written. */
 static const cg_config_field FIELDS[] = {
-    {"vocab", CG_CF_I64, offsetof(cg_seq2seq_config, vocab), NULL},
-    {"d", CG_CF_I64, offsetof(cg_seq2seq_config, d), NULL},
-    {"H", CG_CF_I64, offsetof(cg_seq2seq_config, H), NULL},
-    {"enc_layers", CG_CF_I64, offsetof(cg_seq2seq_config, enc_layers), NULL},
-    {"dec_layers", CG_CF_I64, offsetof(cg_seq2seq_config, dec_layers), NULL},
-    {"d_ff", CG_CF_I64, offsetof(cg_seq2seq_config, d_ff), NULL},
-    {"max_len", CG_CF_I64, offsetof(cg_seq2seq_config, max_len), NULL},
-    {"norm", CG_CF_NORM, offsetof(cg_seq2seq_config, norm), NULL},
-    {"act", CG_CF_ACT, offsetof(cg_seq2seq_config, act), NULL},
-    {"norm_first", CG_CF_BOOL, offsetof(cg_seq2seq_config, norm_first), NULL},
-    {"dropout", CG_CF_F32, offsetof(cg_seq2seq_config, dropout), NULL},
-    {"label_smoothing", CG_CF_F32, offsetof(cg_seq2seq_config, label_smoothing), NULL},
-    {"word_dropout", CG_CF_F32, offsetof(cg_seq2seq_config, word_dropout), NULL},
-    {"loss_chunk", CG_CF_I64, offsetof(cg_seq2seq_config, loss_chunk), NULL},
+    {"vocab", CG_CF_I64, offsetof(cg_seq2seq_config, vocab), NULL, 4, CG_CF_NO_MAX,
+     " (PAD, BOS, EOS are ids 0, 1, 2)", NULL},
+    CG_CONFIG_ZOO_WIDTH(cg_seq2seq_config),
+    CG_CF_INT(cg_seq2seq_config, enc_layers, 0, 1000000),
+    CG_CF_INT(cg_seq2seq_config, dec_layers, 0, 1000000),
+    CG_CONFIG_ZOO_BLOCK(cg_seq2seq_config),
+    CG_CF_FLOAT(cg_seq2seq_config, label_smoothing, 0, 1),
+    CG_CF_FLOAT(cg_seq2seq_config, word_dropout, 0, 1),
+    CG_CF_INT(cg_seq2seq_config, loss_chunk, 0, CG_CF_NO_MAX),
     CG_CONFIG_ZOO_FACTS(cg_seq2seq_config),
     /* one embedding for the encoder's input, the decoder's and the head */
-    {"shared_emb", CG_CF_CONST, 0, "true"},
-    {"pad_id", CG_CF_CONST, 0, "0"},
-    {"bos_id", CG_CF_CONST, 0, "1"},
-    {"eos_id", CG_CF_CONST, 0, "2"},
+    CG_CF_FACT("shared_emb", "true"),
+    CG_CF_FACT("pad_id", "0"),
+    CG_CF_FACT("bos_id", "1"),
+    CG_CF_FACT("eos_id", "2"),
 };
-enum { N_FIELDS = (int)(sizeof FIELDS / sizeof FIELDS[0]) };
+static const cg_config_model CONFIG = {"seq2seq", FIELDS, (int)(sizeof FIELDS / sizeof FIELDS[0]),
+                                       sizeof(cg_seq2seq_config), &DEFAULTS};
+
+cg_seq2seq_config cg_seq2seq_config_default(void) { return DEFAULTS; }
+
+bool cg_seq2seq_config_check(const cg_seq2seq_config *c) { return cg_config_check(&CONFIG, c); }
 
 bool cg_seq2seq_config_from_json(const char *json, cg_seq2seq_config *out)
 {
-    if (!out) {
-        cg_set_error("seq2seq config: NULL argument");
-        return false;
-    }
-    cg_seq2seq_config c = cg_seq2seq_config_default();
-    if (!cg_config_read(json, CONFIG, FIELDS, N_FIELDS, &c) || !cg_seq2seq_config_check(&c))
-        return false;
-    *out = c;
-    return true;
+    return cg_config_parse(&CONFIG, json, out);
 }
 
 bool cg_seq2seq_config_same_arch(const char *json_a, const char *json_b)
 {
-    cg_seq2seq_config a, b;
-    return cg_seq2seq_config_from_json(json_a, &a) && cg_seq2seq_config_from_json(json_b, &b) &&
-           cg_config_same_arch(FIELDS, N_FIELDS, &a, &b);
+    return cg_config_same_arch_json(&CONFIG, json_a, json_b);
 }
 
 char *cg_seq2seq_config_to_json(const cg_seq2seq_config *c)
 {
-    if (!cg_seq2seq_config_check(c))
-        return NULL;
-    return cg_config_write("seq2seq", FIELDS, N_FIELDS, c);
+    return cg_config_to_json(&CONFIG, c);
 }
 
 /* ----------------------------------------------------------------- model */

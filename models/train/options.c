@@ -38,6 +38,29 @@ void cg_train_init(cg_train_opts *o, cg_train_recipe *r, int64_t steps, int64_t 
     o->seed = 1;
 }
 
+const char *cg_train_arch_help(cg_train_recipe *r)
+{
+    char norms[64], acts[64];
+    snprintf(r->arch_help, sizeof r->arch_help, "  --norm %s  --act %s  --norm-first true|false\n",
+             cg_norm_names(norms, sizeof norms, "|"), cg_act_names(acts, sizeof acts, "|"));
+    return r->arch_help;
+}
+
+/* --norm and --act, when given, parsed into *norm and *act (names of nn's
+ * tables); false + error naming the flag. */
+static bool parse_arch(const cg_train_recipe *r, cg_norm_kind *norm, cg_act *act)
+{
+    if (r->norm && !cg_norm_kind_parse(r->norm, norm)) {
+        cg_prefix_error("--norm: ");
+        return false;
+    }
+    if (r->act && !cg_act_parse(r->act, act)) {
+        cg_prefix_error("--act: ");
+        return false;
+    }
+    return true;
+}
+
 int cg_train_parse(int argc, char **argv, cg_cli_args *a, const char *help, cg_train_opts *o,
                    cg_train_recipe *r)
 {
@@ -55,6 +78,12 @@ int cg_train_parse(int argc, char **argv, cg_cli_args *a, const char *help, cg_t
     int rc = cg_precision_flag(o->precision_arg, &o->precision);
     if (rc >= 0)
         return rc;
+    cg_norm_kind norm;
+    cg_act act;
+    if (!parse_arch(r, &norm, &act)) { /* refused before any file is read */
+        cg_prog_fail("%s", cg_last_error());
+        return CG_EXIT_USAGE;
+    }
     rc = o->resume || o->init_from /* the checkpoint's tokenizer */
              ? -1
              : cg_train_tokenizer_flags(r->tokenizer_arg, cg_cli_given(a, &r->vocab_size),
@@ -95,15 +124,7 @@ bool cg_train_shape(const cg_cli_args *a, const cg_train_preset *p, cg_train_rec
         if (!cg_cli_given(a, field[i]))
             *field[i] = *from[i];
     s->name = p->name;
-    if (r->norm && !cg_norm_kind_parse(r->norm, norm)) {
-        cg_prefix_error("--norm: ");
-        return false;
-    }
-    if (r->act && !cg_act_parse(r->act, act)) {
-        cg_prefix_error("--act: ");
-        return false;
-    }
-    return true;
+    return parse_arch(r, norm, act);
 }
 
 int cg_train_tokenizer_flags(const char *name, bool seen, int64_t vocab_size,

@@ -80,6 +80,7 @@ typedef struct {
      * given from the preset */
     cg_train_preset shape;
     const char *norm, *act; /* as given (NULL: the model's default) */
+    char arch_help[160];    /* their --help line (cg_train_arch_help) */
     bool norm_first;
     double dropout, label_smoothing, lr;
     /* The tokenizer of a fresh run (a checkpoint keeps its own): --tokenizer
@@ -114,10 +115,7 @@ void cg_train_init(cg_train_opts *o, cg_train_recipe *r, int64_t steps, int64_t 
          CG_CLI_FIXED},                                                                           \
         {"--H", CG_CLI_I64, &(r)->shape.H, 1, 1 << 12, NULL, CG_CLI_FIXED},                       \
         {"--d-ff", CG_CLI_I64, &(r)->shape.d_ff, 1, 1 << 20, NULL, CG_CLI_FIXED},                 \
-        {"--norm",    CG_CLI_STR,                                                                 \
-         &(r)->norm,  0,                                                                          \
-         0,           "  --norm layernorm|rmsnorm  --act gelu|relu  --norm-first true|false\n",   \
-         CG_CLI_FIXED},                                                                           \
+        {"--norm", CG_CLI_STR, &(r)->norm, 0, 0, cg_train_arch_help(r), CG_CLI_FIXED},            \
         {"--act", CG_CLI_STR, &(r)->act, 0, 0, NULL, CG_CLI_FIXED},                               \
         {"--norm-first", CG_CLI_BOOL, &(r)->norm_first, 0, 0, NULL, CG_CLI_FIXED},                \
         {"--dropout", CG_CLI_F64, &(r)->dropout,                                                  \
@@ -295,10 +293,16 @@ void cg_train_init(cg_train_opts *o, cg_train_recipe *r, int64_t steps, int64_t 
             0                                                                                     \
     }
 
+/* The --help line of --norm, --act and --norm-first, with the names of
+ * nn/layers.h's tables ("  --norm layernorm|rmsnorm  --act relu|gelu|..."),
+ * written into r->arch_help. Returns it. */
+const char *cg_train_arch_help(cg_train_recipe *r);
+
 /* Parse a train command's table a->opts[0..a->n) (a->given records what
  * was given; o->args = a). --help prints help, then the table's help lines.
- * Then --precision and, for a fresh run, --tokenizer/--vocab-size are
- * checked. Returns -1 to go on, else the exit code (the error printed). */
+ * Then --precision, --norm and --act (names of nn/layers.h's tables) and,
+ * for a fresh run, --tokenizer/--vocab-size are checked. Returns -1 to go
+ * on, else the exit code (the error printed). */
 int cg_train_parse(int argc, char **argv, cg_cli_args *a, const char *help, cg_train_opts *o,
                    cg_train_recipe *r);
 

@@ -1,4 +1,6 @@
-/* Typed readers for model config JSON fields (see config_json.h). */
+/* JSON for the zoo (see config_json.h): typed readers, the one writer of
+ * the programs' JSON lines, names as bytes, the trainer's state fields,
+ * and a model's config read, written and checked from its field table. */
 #include "models/util/config_json.h"
 
 #include <errno.h>
@@ -436,8 +438,23 @@ bool cg_json_print_line(FILE *f, const cJSON *o)
 /* ------------------------------------------------------------ configs */
 #define FIELD(r) ((void *)((char *)cfg + (r).offset))
 
-/* A fact of the table (CG_CF_CONST or CG_CF_SAME, after the fields are
- * read): absent is fine, another value is refused. */
+/* The JSON text of a fact of cfg (CG_CF_CONST, CG_CF_SAME, CG_CF_GELU) in
+ * buf. */
+static const char *fact_text(const cg_config_field *f, const void *cfg, char *buf, size_t n)
+{
+    if (f->kind == CG_CF_CONST)
+        return f->value;
+    if (f->kind == CG_CF_SAME)
+        return *(const bool *)FIELD(*f) ? "true" : "false";
+    /* CG_CF_GELU: the row's form; a model without a GELU records the form
+     * the name "gelu" has, as every config before gelu_erf did */
+    const cg_act_info *r = cg_act_info_of(*(const cg_act *)FIELD(*f), NULL);
+    snprintf(buf, n, "\"%s\"", r && r->gelu_approximate ? r->gelu_approximate : "tanh");
+    return buf;
+}
+
+/* A fact of the table (after the fields are read): absent is fine, another
+ * value than cfg's is refused. */
 static bool config_fact(const cJSON *o, const char *what, const cg_config_field *f, const void *cfg)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, f->key);
@@ -452,16 +469,28 @@ static bool config_fact(const cJSON *o, const char *what, const cg_config_field 
                          got ? "true" : "false", want ? "true" : "false");
         return got == want;
     }
-    cJSON *want = cJSON_Parse(f->value);
+    char buf[64];
+    const char *text = fact_text(f, cfg, buf, sizeof buf);
+    cJSON *want = cJSON_Parse(text);
     bool same = want && cJSON_Compare(v, want, true);
     if (!same) {
         char *got = cJSON_PrintUnformatted(v);
-        cg_set_error("%s: \"%s\" is %s, but the zoo's model has only %s (docs/architectures.md)",
-                     what, f->key, got ? got : "?", f->value);
+        if (f->kind == CG_CF_GELU)
+            cg_set_error("%s: \"%s\" is %s, but act %s has %s (docs/architectures.md)", what,
+                         f->key, got ? got : "?", cg_act_name(*(const cg_act *)FIELD(*f)), text);
+        else
+            cg_set_error("%s: \"%s\" is %s, but the zoo's model has only %s "
+                         "(docs/architectures.md)",
+                         what, f->key, got ? got : "?", text);
         free(got);
     }
     cJSON_Delete(want);
     return same;
+}
+
+static bool is_fact(cg_config_kind k)
+{
+    return k == CG_CF_CONST || k == CG_CF_SAME || k == CG_CF_GELU;
 }
 
 bool cg_config_read(const char *json, const char *what, const cg_config_field *f, int n, void *cfg)
@@ -478,12 +507,10 @@ bool cg_config_read(const char *json, const char *what, const cg_config_field *f
         case CG_CF_NORM: norm = FIELD(f[i]); break;
         case CG_CF_ACT: act = FIELD(f[i]); break;
         case CG_CF_CONST:
-        case CG_CF_SAME: break; /* below, once the fields are read */
+        case CG_CF_SAME:
+        case CG_CF_GELU: break; /* below, once the fields are read */
         }
     }
-    for (int i = 0; ok && i < n; i++)
-        if (f[i].kind == CG_CF_CONST || f[i].kind == CG_CF_SAME)
-            ok = config_fact(o, what, &f[i], cfg);
     if (ok && (norm || act)) {
         cg_norm_kind nk = norm ? *norm : CG_NORM_LAYERNORM;
         cg_act ak = act ? *act : CG_ACT_GELU;
@@ -493,6 +520,9 @@ bool cg_config_read(const char *json, const char *what, const cg_config_field *f
         if (ok && act)
             *act = ak;
     }
+    for (int i = 0; ok && i < n; i++)
+        if (is_fact(f[i].kind))
+            ok = config_fact(o, what, &f[i], cfg);
     cJSON_Delete(o);
     return ok;
 }
@@ -501,6 +531,7 @@ char *cg_config_write(const char *model, const cg_config_field *f, int n, const 
 {
     cJSON *o = cJSON_CreateObject();
     bool ok = cg_json_put_str(o, "model", model);
+    char fact[64];
     for (int i = 0; ok && i < n; i++) {
         switch (f[i].kind) {
         case CG_CF_I64: ok = cg_json_put_int(o, f[i].key, *(int64_t *)FIELD(f[i])); break;
@@ -514,8 +545,9 @@ char *cg_config_write(const char *model, const cg_config_field *f, int n, const 
         case CG_CF_ACT:
             ok = cg_json_put_str(o, f[i].key, cg_act_name(*(cg_act *)FIELD(f[i])));
             break;
-        case CG_CF_CONST: ok = put_raw(o, f[i].key, f[i].value); break;
-        case CG_CF_SAME: ok = cg_json_put_bool(o, f[i].key, *(bool *)FIELD(f[i])); break;
+        case CG_CF_CONST:
+        case CG_CF_SAME:
+        case CG_CF_GELU: ok = put_raw(o, f[i].key, fact_text(&f[i], cfg, fact, sizeof fact)); break;
         }
     }
     char *s = ok ? cg_json_line(o) : NULL;
@@ -534,8 +566,13 @@ static const char *field_text(const cg_config_field *r, const void *cfg, char *b
         snprintf(buf, n, "%s", cg_norm_kind_name(*(const cg_norm_kind *)FIELD(*r)));
         break;
     case CG_CF_ACT: snprintf(buf, n, "%s", cg_act_name(*(const cg_act *)FIELD(*r))); break;
-    case CG_CF_CONST: snprintf(buf, n, "%s", r->value); break; /* the kind's fact */
-    case CG_CF_SAME: snprintf(buf, n, "%s", *(const bool *)FIELD(*r) ? "true" : "false"); break;
+    case CG_CF_CONST:
+    case CG_CF_SAME:
+    case CG_CF_GELU: { /* the kind's facts */
+        char fact[64];
+        snprintf(buf, n, "%s", fact_text(r, cfg, fact, sizeof fact));
+        break;
+    }
     }
     return buf;
 }
@@ -551,4 +588,97 @@ bool cg_config_same_arch(const cg_config_field *f, int n, const void *a, const v
         return false;
     }
     return true;
+}
+
+/* ------------------------------------------------------------ a model's config */
+static const cg_config_field *field_by_key(const cg_config_field *f, int n, const char *key)
+{
+    for (int i = 0; i < n; i++)
+        if (!strcmp(f[i].key, key))
+            return &f[i];
+    return NULL;
+}
+
+/* Row r's rule on cfg; false + "<what>: ..." */
+static bool field_ok(const cg_config_model *m, const char *what, const cg_config_field *r,
+                     const void *cfg)
+{
+    switch (r->kind) {
+    case CG_CF_I64: {
+        long long v = (long long)*(const int64_t *)FIELD(*r);
+        if (r->hi > r->lo && !(v >= r->lo && v <= r->hi)) {
+            cg_set_error("%s: %s must be %s %lld (got %lld)%s", what, r->key,
+                         v < r->lo ? ">=" : "<=", (long long)(v < r->lo ? r->lo : r->hi), v,
+                         r->note ? r->note : "");
+            return false;
+        }
+        const cg_config_field *num = r->divides ? field_by_key(m->fields, m->n, r->divides) : NULL;
+        long long d = num ? (long long)*(const int64_t *)FIELD(*num) : 0;
+        if (num && v && d % v) {
+            cg_set_error("%s: %s=%lld is not divisible by %s=%lld", what, num->key, d, r->key, v);
+            return false;
+        }
+        return true;
+    }
+    case CG_CF_F32: {
+        double v = (double)*(const float *)FIELD(*r);
+        if (r->hi > r->lo && !(v >= r->lo && v < r->hi)) {
+            cg_set_error("%s: %s must be in [%g, %g) (got %g)", what, r->key, r->lo, r->hi, v);
+            return false;
+        }
+        return true;
+    }
+    case CG_CF_NORM: return cg_norm_info_of(*(const cg_norm_kind *)FIELD(*r), what) != NULL;
+    case CG_CF_ACT: return cg_act_info_of(*(const cg_act *)FIELD(*r), what) != NULL;
+    default: return true;
+    }
+}
+
+bool cg_config_check(const cg_config_model *m, const void *cfg)
+{
+    char what[64];
+    snprintf(what, sizeof what, "%s config", m->model);
+    if (!cfg) {
+        cg_set_error("%s: NULL", what);
+        return false;
+    }
+    for (int i = 0; i < m->n; i++)
+        if (!field_ok(m, what, &m->fields[i], cfg))
+            return false;
+    return true;
+}
+
+bool cg_config_parse(const cg_config_model *m, const char *json, void *out)
+{
+    char what[64];
+    snprintf(what, sizeof what, "%s config", m->model);
+    void *c = out ? malloc(m->size) : NULL;
+    if (!c) {
+        cg_set_error("%s: %s", what, out ? "out of memory" : "NULL argument");
+        return false;
+    }
+    memcpy(c, m->defaults, m->size);
+    bool ok = cg_config_read(json, what, m->fields, m->n, c) && cg_config_check(m, c);
+    if (ok)
+        memcpy(out, c, m->size);
+    free(c);
+    return ok;
+}
+
+char *cg_config_to_json(const cg_config_model *m, const void *cfg)
+{
+    return cg_config_check(m, cfg) ? cg_config_write(m->model, m->fields, m->n, cfg) : NULL;
+}
+
+bool cg_config_same_arch_json(const cg_config_model *m, const char *json_a, const char *json_b)
+{
+    void *a = malloc(m->size), *b = malloc(m->size);
+    bool ok = a && b;
+    if (!ok)
+        cg_set_error("%s config: out of memory", m->model);
+    ok = ok && cg_config_parse(m, json_a, a) && cg_config_parse(m, json_b, b) &&
+         cg_config_same_arch(m->fields, m->n, a, b);
+    free(a);
+    free(b);
+    return ok;
 }

@@ -1,4 +1,6 @@
-/* cgrad zoo: typed readers for the fields of a model config JSON object.
+/* cgrad zoo: JSON: typed readers for the fields of an object, the one
+ * writer of the programs' JSON lines, and a model's config as one field
+ * table (read, written and checked from it).
  *
  * Each reader leaves *out unchanged when the key is absent (the default
  * stays) and records an error "<what>: \"key\" must be ..." when the value
@@ -83,7 +85,11 @@ bool cg_json_print_line(FILE *f, const cJSON *o);
  *                meaning) but any other value is refused, naming the key;
  *   CG_CF_SAME   a bool that follows the bool field at offset (ln_f exists
  *                exactly when norm_first): written as that field; read, it
- *                must agree with it. */
+ *                must agree with it;
+ *   CG_CF_GELU   PyTorch's approximate= of the GELU of the cg_act field at
+ *                offset (nn/layers.h's table: "tanh" for gelu, "none" for
+ *                gelu_erf; "tanh" for relu, as configs before gelu_erf
+ *                wrote it): written so; read, it must agree with act. */
 typedef enum {
     CG_CF_I64,
     CG_CF_BOOL,
@@ -91,30 +97,64 @@ typedef enum {
     CG_CF_NORM,
     CG_CF_ACT,
     CG_CF_CONST,
-    CG_CF_SAME
+    CG_CF_SAME,
+    CG_CF_GELU
 } cg_config_kind;
 typedef struct {
     const char *key;
     cg_config_kind kind;
     size_t offset;     /* of the field in the config struct: int64_t, bool, float,
-                        * cg_norm_kind, cg_act (CG_CF_SAME: the bool it follows) */
+                        * cg_norm_kind, cg_act (CG_CF_SAME, CG_CF_GELU: the field
+                        * it follows) */
     const char *value; /* CG_CF_CONST: the JSON literal */
+    /* cg_config_check's rules: a range where hi > lo (CG_CF_I64 in [lo, hi],
+     * CG_CF_F32 in [lo, hi)), note added to its message; divides: the key
+     * of the CG_CF_I64 field this one must divide ("H" divides "d") */
+    double lo, hi;
+    const char *note, *divides;
 } cg_config_field;
+#define CG_CF_NO_MAX 9e15
+/* Rows: an integer field f of `type` in [lo, hi]; a float in [lo, hi). */
+#define CG_CF_INT(type, f, lo, hi)                                     \
+    {                                                                  \
+#f, CG_CF_I64, offsetof(type, f), NULL, (lo), (hi), NULL, NULL \
+    }
+#define CG_CF_FLOAT(type, f, lo, hi)                                   \
+    {                                                                  \
+#f, CG_CF_F32, offsetof(type, f), NULL, (lo), (hi), NULL, NULL \
+    }
+/* The fields both zoo models have, in the order they are written: the
+ * width and heads (after vocab), then the rest of the block (after the
+ * layer counts). */
+/* clang-format off */
+#define CG_CONFIG_ZOO_WIDTH(type)                                              \
+    CG_CF_INT(type, d, 1, CG_CF_NO_MAX),                                       \
+    {"H", CG_CF_I64, offsetof(type, H), NULL, 1, CG_CF_NO_MAX, NULL, "d"}
+#define CG_CONFIG_ZOO_BLOCK(type)                                              \
+    CG_CF_INT(type, d_ff, 1, CG_CF_NO_MAX),                                    \
+    CG_CF_INT(type, max_len, 1, CG_CF_NO_MAX),                                 \
+    {"norm", CG_CF_NORM, offsetof(type, norm), NULL, 0, 0, NULL, NULL},        \
+    {"act", CG_CF_ACT, offsetof(type, act), NULL, 0, 0, NULL, NULL},           \
+    {"norm_first", CG_CF_BOOL, offsetof(type, norm_first), NULL, 0, 0, NULL, NULL}, \
+    CG_CF_FLOAT(type, dropout, 0, 1)
+/* clang-format on */
 /* The facts both zoo models share (docs/architectures.md), as entries of a
- * table over the config struct `type`: norms with eps 1e-5; GELU in its
- * tanh form (PyTorch's nn.GELU(approximate="tanh")); a final norm ln_f
+ * table over the config struct `type`: norms with eps 1e-5; the form of
+ * the GELU act names (gelu: PyTorch's nn.GELU(approximate="tanh"),
+ * gelu_erf: nn.GELU(), approximate="none"); a final norm ln_f
  * exactly when pre-norm; token embeddings times sqrt(d) plus sinusoidal
  * positions (not learnt, not stored); the output head tied to the
  * embedding; biases in every Linear. */
 /* clang-format off */
-#define CG_CONFIG_ZOO_FACTS(type)                                      \
-    {"norm_eps", CG_CF_CONST, 0, "1e-05"},                             \
-    {"gelu_approximate", CG_CF_CONST, 0, "\"tanh\""},                  \
-    {"final_norm", CG_CF_SAME, offsetof(type, norm_first), NULL},      \
-    {"emb_scale", CG_CF_CONST, 0, "\"sqrt_d\""},                       \
-    {"pos_enc", CG_CF_CONST, 0, "\"sinusoidal\""},                     \
-    {"tied_head", CG_CF_CONST, 0, "true"},                             \
-    {"bias", CG_CF_CONST, 0, "true"}
+#define CG_CF_FACT(key, json) {(key), CG_CF_CONST, 0, (json), 0, 0, NULL, NULL}
+#define CG_CONFIG_ZOO_FACTS(type)                                                      \
+    CG_CF_FACT("norm_eps", "1e-05"),                                                   \
+    {"gelu_approximate", CG_CF_GELU, offsetof(type, act), NULL, 0, 0, NULL, NULL},     \
+    {"final_norm", CG_CF_SAME, offsetof(type, norm_first), NULL, 0, 0, NULL, NULL},    \
+    CG_CF_FACT("emb_scale", "\"sqrt_d\""),                                             \
+    CG_CF_FACT("pos_enc", "\"sinusoidal\""),                                           \
+    CG_CF_FACT("tied_head", "true"),                                                   \
+    CG_CF_FACT("bias", "true")
 /* clang-format on */
 bool cg_config_read(const char *json, const char *what, const cg_config_field *f, int n, void *cfg);
 char *cg_config_write(const char *model, const cg_config_field *f, int n, const void *cfg);
@@ -124,6 +164,29 @@ char *cg_config_write(const char *model, const cg_config_field *f, int n, const 
  * training recipe). False + error naming the first field that differs
  * ("d is 128 in one and 64 in the other") otherwise. */
 bool cg_config_same_arch(const cg_config_field *f, int n, const void *a, const void *b);
+
+/* A model's config as a whole: its name ("charlm": the JSON "model" and
+ * messages "charlm config: ..."), its field table, the size of its struct
+ * and its defaults. What each model's cg_X_config_check, _from_json,
+ * _to_json and _same_arch are made of:
+ *   cg_config_check     every rule of the table, in table order (ranges,
+ *                       divides, a norm and act of nn's tables): false +
+ *                       "charlm config: d=30 is not divisible by H=4";
+ *   cg_config_parse     the defaults, then the fields present in json, then
+ *                       the check, into *out (unchanged on failure);
+ *   cg_config_to_json   checked, then written (cg_config_write);
+ *   cg_config_same_arch_json  both parsed, then cg_config_same_arch. */
+typedef struct {
+    const char *model;
+    const cg_config_field *fields;
+    int n;
+    size_t size;
+    const void *defaults;
+} cg_config_model;
+bool cg_config_check(const cg_config_model *m, const void *cfg);
+bool cg_config_parse(const cg_config_model *m, const char *json, void *out);
+char *cg_config_to_json(const cg_config_model *m, const void *cfg);
+bool cg_config_same_arch_json(const cg_config_model *m, const char *json_a, const char *json_b);
 
 /* A table-driven reader for a trainer's state object (the "train"
  * metadata of a checkpoint): every field is type- and range-checked before

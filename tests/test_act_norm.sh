@@ -1,0 +1,161 @@
+#!/usr/bin/env bash
+# One list of activations and one of norms (issue 35, "one source for each
+# list"; meson suite 'models'):
+#   1. --act gelu_erf trains in both programs; the checkpoint records it
+#      (act "gelu_erf", gelu_approximate "none": PyTorch's exact nn.GELU()),
+#      and sample / translate / eval / --resume read it; its weights differ
+#      from those of --act gelu (another function, not another name); a
+#      gelu model's config is the text fed2817 wrote
+#   2. an unknown --act or --norm is refused in one line (exit 2) naming
+#      every entry of the table; --help lists them
+#   3. checkpoints written by fed2817's programs (tests/fixtures/fed2817:
+#      relu and gelu, layernorm and rmsnorm, pre- and post-norm, both
+#      models) load with the same meaning: the same sample or translation,
+#      the same evaluation, and --resume continues them
+#   test_act_norm.sh CHARLM SEQ2SEQ FIXTURES
+set -uo pipefail
+charlm=$1
+seq2seq=$2
+fx=$3
+. "$(dirname "$0")/shell_lib.sh" act_norm
+cp "$fx"/*.st "$fx"/c.txt "$fx"/p.tsv .
+TINY=(--d 16 --H 2 --layers 1 --d-ff 32 --T 16 --batch-size 4 --threads 1 --eval-every 4)
+S2S=(--tokenizer char --d 16 --H 2 --enc-layers 1 --dec-layers 1 --d-ff 32 --max-tokens 200
+     --valid-size 20 --test-size 20 --test-limit 2 --threads 1 --eval-every 4)
+
+# The config a checkpoint holds has KEY=VALUE (JSON) for each argument.
+config_has() {
+  local name=$1 file=$2
+  shift 2
+  if st_py "$file" "$@" <<'EOF'; then
+c = json.loads(load(sys.argv[1])[1]['config'])
+for kv in sys.argv[2:]:
+    k, v = kv.split('=', 1)
+    assert c.get(k) == json.loads(v), '%s is %r, not %s' % (k, c.get(k), v)
+EOF
+    echo "ok: $name: config has $*"
+  else
+    fail "$name: config of $file"
+  fi
+}
+# Two checkpoints' fc1 weights (the first Linear after the activation's
+# input) differ after training: the activation changed the gradients.
+weights_differ() {
+  if st_py "$2" "$3" <<'EOF'; then
+a, b = load(sys.argv[1])[0], load(sys.argv[2])[0]
+k = [n for n in a if n.endswith('ff.fc1.weight')][0]
+assert a[k][2] != b[k][2], k + ' is the same'
+EOF
+    echo "ok: $1: $2 and $3 differ"
+  else
+    fail "$1: $2 and $3 hold the same weights"
+  fi
+}
+# A JSON line of B has A's fields (but those named after the files), the
+# numbers within tol.
+same_json() {
+  local name=$1 a=$2 b=$3 tol=$4
+  shift 4
+  if python3 - "$a" "$b" "$tol" "$@" <<'EOF'; then
+import json, sys
+a = json.loads(open(sys.argv[1]).read().splitlines()[-1])
+b = json.loads(open(sys.argv[2]).read().splitlines()[-1])
+tol, skip = float(sys.argv[3]), set(sys.argv[4:])
+for k, v in a.items():
+    if k in skip:
+        continue
+    w = b.get(k)
+    ok = abs(w - v) <= tol if isinstance(v, float) and isinstance(w, (int, float)) else w == v
+    assert ok, '%s: %r, fed2817 %r' % (k, w, v)
+EOF
+    echo "ok: $name: $(tail -1 "$b")"
+  else
+    fail "$name: $(tail -1 "$b")"
+  fi
+}
+
+echo "== 1. --act gelu_erf in both programs"
+train_ok "charlm train --act gelu_erf" '"step": 4' \
+  "$charlm" train --data c.txt "${TINY[@]}" --steps 4 --act gelu_erf --out erf.st
+config_has "charlm gelu_erf" erf.st 'act="gelu_erf"' 'gelu_approximate="none"'
+"$charlm" train --data c.txt "${TINY[@]}" --steps 4 --act gelu --out tanh.st >/dev/null 2>&1 ||
+  fail "charlm train --act gelu"
+config_has "charlm gelu" tanh.st 'act="gelu"' 'gelu_approximate="tanh"'
+weights_differ "charlm gelu_erf is not gelu" erf.st tanh.st
+# a gelu model's config is written as fed2817 wrote it, byte for byte
+if st_py tanh.st lm_gelu.st <<'EOF'; then
+a, b = load(sys.argv[1])[1]['config'], load(sys.argv[2])[1]['config']
+assert a == b, a + ' / ' + b
+EOF
+  echo "ok: charlm gelu: fed2817's config text"
+else
+  fail "charlm gelu: the config differs from fed2817's"
+fi
+expect "charlm sample gelu_erf" 0 "" "$charlm" sample --ckpt erf.st --length 20 --threads 1
+[ "$(wc -c <out.txt)" -ge 20 ] || fail "charlm sample gelu_erf: $(cat out.txt)"
+expect "charlm eval gelu_erf" 0 "" "$charlm" eval --ckpt erf.st --threads 1
+json_ok "charlm eval gelu_erf" out.txt
+train_ok "charlm resume gelu_erf" '"step": 6' "$charlm" train --resume erf.st --steps 6
+config_has "charlm resumed gelu_erf" erf.st 'act="gelu_erf"'
+
+train_ok "seq2seq train --act gelu_erf" '"step": 4' \
+  "$seq2seq" train --data p.tsv "${S2S[@]}" --steps 4 --act gelu_erf --out serf.st
+config_has "seq2seq gelu_erf" serf.st 'act="gelu_erf"' 'gelu_approximate="none"'
+"$seq2seq" train --data p.tsv "${S2S[@]}" --steps 4 --act gelu --out stanh.st >/dev/null 2>&1 ||
+  fail "seq2seq train --act gelu"
+weights_differ "seq2seq gelu_erf is not gelu" serf.st stanh.st
+expect "seq2seq translate gelu_erf" 0 "" "$seq2seq" translate --ckpt serf.st --threads 1 "the cat 7 sat"
+[ "$(wc -l <out.txt)" -eq 1 ] || fail "seq2seq translate gelu_erf: $(cat out.txt)"
+expect "seq2seq eval gelu_erf" 0 "" "$seq2seq" eval --ckpt serf.st --test-limit 2 --threads 1
+json_ok "seq2seq eval gelu_erf" out.txt
+train_ok "seq2seq resume gelu_erf" '"step": 6' "$seq2seq" train --resume serf.st --steps 6
+config_has "seq2seq resumed gelu_erf" serf.st 'act="gelu_erf"'
+
+echo "== 2. unknown names, and --help, list the tables"
+for p in "$charlm" "$seq2seq"; do
+  n=$(basename "$p")
+  expect "$n --act swish" 2 "--act: unknown activation 'swish' (choices: relu, gelu, gelu_erf)$" \
+    "$p" train --act swish --steps 1
+  [ "$(wc -l <err.txt)" -eq 1 ] || fail "$n --act swish: more than one line"
+  expect "$n --norm batchnorm" 2 "--norm: unknown norm 'batchnorm' (choices: layernorm, rmsnorm)$" \
+    "$p" train --norm batchnorm --steps 1
+  "$p" train --help >help.txt 2>&1 || fail "$n train --help"
+  if grep -q -- "--norm layernorm|rmsnorm  --act relu|gelu|gelu_erf" help.txt; then
+    echo "ok: $n train --help lists the norms and activations"
+  else
+    fail "$n train --help: $(grep -- --act help.txt)"
+  fi
+done
+
+echo "== 3. fed2817's checkpoints: the same meaning"
+for m in lm_gelu lm_relu; do
+  expect "charlm sample $m" 0 "" "$charlm" sample --ckpt $m.st --length 40 --seed 3 --threads 1
+  if cmp -s out.txt "$fx/$m.sample"; then
+    echo "ok: charlm sample $m: fed2817's text"
+  else
+    fail "charlm sample $m: '$(cat out.txt)', fed2817 '$(cat "$fx/$m.sample")'"
+  fi
+  expect "charlm eval $m" 0 "" "$charlm" eval --ckpt $m.st --data c.txt --threads 1
+  same_json "charlm eval $m" "$fx/$m.eval" out.txt 2e-4
+done
+for m in s2s_relu s2s_gelu; do
+  expect "seq2seq translate $m" 0 "" "$seq2seq" translate --ckpt $m.st --threads 1 \
+    "the cat 7 sat" "the cat 123 sat"
+  if cmp -s out.txt "$fx/$m.tr"; then
+    echo "ok: seq2seq translate $m: fed2817's translations"
+  else
+    fail "seq2seq translate $m: '$(cat out.txt)', fed2817 '$(cat "$fx/$m.tr")'"
+  fi
+  expect "seq2seq eval $m" 0 "" "$seq2seq" eval --ckpt $m.st --data p.tsv --test-limit 2 --threads 1
+  same_json "seq2seq eval $m" "$fx/$m.eval" out.txt 2e-4 decode_s
+done
+# --resume: the step and the losses of fed2817's resumed run (within 2e-3:
+# a change of the loss's bits, issue 37, is not a change of meaning)
+for m in lm_gelu lm_relu s2s_relu s2s_gelu; do
+  p=$charlm data=c.txt
+  [ "${m#s2s}" != "$m" ] && p=$seq2seq data=p.tsv
+  train_ok "resume $m" '"step": 6' "$p" train --resume $m.st --data $data --steps 6 --threads 1
+  same_json "resume $m" "$fx/$m.resumed" b.out 2e-3 tokens_per_s elapsed_s decode_s bleu_greedy \
+    bleu_beam chrf_greedy chrf_beam
+done
+finish
