@@ -368,6 +368,18 @@ int cg_num_cpus(void);
  * first parallel region (programs do it at start). Returns the count that
  * was asked for when it was lowered (for a warning), else 0. */
 int cg_cap_default_threads(void);
+/* libgomp spins a waiting thread for about 300,000 rounds before it
+ * sleeps, so that on a 2-CPU machine where another process holds a CPU a
+ * 2-thread step ran 5-30x slower than 1 thread (docs/performance.md, issue
+ * 33). libgomp reads its policy from the environment when it loads, before
+ * main, so this function, called first in main (the programs call it),
+ * starts the program again (exec of /proc/self/exe with the same
+ * arguments) with OMP_WAIT_POLICY=passive, which its children inherit. It
+ * returns without doing anything when OMP_WAIT_POLICY or GOMP_SPINCOUNT is
+ * set (yours are kept: OMP_WAIT_POLICY=active brings the spinning back),
+ * for one thread (OMP_NUM_THREADS=1, one CPU), under valgrind, or when the
+ * exec fails. */
+void cg_omp_passive_wait(void);
 
 /* ----------------------------------------------------------- utilities */
 /* The allocator of tensor buffers (core/alloc.c): 64-byte aligned memory
