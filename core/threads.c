@@ -125,14 +125,14 @@ static char **own_argv(void)
     return argv;
 }
 
-void cg_omp_passive_wait(void)
+void cg_omp_short_spin(void)
 {
     if (!spins_by_default())
         return;
     char **argv = own_argv();
-    if (argv && setenv("OMP_WAIT_POLICY", "passive", 1) == 0) {
+    if (argv && setenv("GOMP_SPINCOUNT", CG_OMP_SPINCOUNT, 1) == 0) {
         execv("/proc/self/exe", argv);
-        unsetenv("OMP_WAIT_POLICY"); /* no exec: carry on as started */
+        unsetenv("GOMP_SPINCOUNT"); /* no exec: carry on as started */
     }
     free(argv);
 }

@@ -30,9 +30,9 @@ void cg_cli_set_threads(const char *prog, int64_t n);
 
 /* What every program does first: a closed fd 0, 1 or 2 is opened on
  * /dev/null (stdin write-only, stdout and stderr read-only, so that using a
- * closed stream still fails) before any file is opened, OpenMP's wait
- * policy is made passive (cg_omp_passive_wait: the program starts again
- * with OMP_WAIT_POLICY=passive unless the environment chose a policy), and
+ * closed stream still fails) before any file is opened, OpenMP's waiting
+ * threads spin briefly (cg_omp_short_spin: the program starts again with
+ * GOMP_SPINCOUNT=1000 unless the environment chose a policy), and
  * OpenMP's default thread count is capped at the CPUs. */
 void cg_cli_start(void);
 /* Flush stdout and check every write to it: false + "cannot write the
