@@ -374,6 +374,21 @@ int cg_num_cpus(void);
  * first parallel region (programs do it at start). Returns the count that
  * was asked for when it was lowered (for a warning), else 0. */
 int cg_cap_default_threads(void);
+/* libgomp spins a waiting thread 300,000 rounds (about 6 ms on Zen 5)
+ * before it sleeps, so that on a 2-CPU machine where other processes hold
+ * a CPU a 2-thread step ran 5-30x slower than 1 thread (docs/performance.md,
+ * issue 33). libgomp reads GOMP_SPINCOUNT when it loads, before main, so
+ * this function, called first in main (the programs call it), starts the
+ * program again (exec of /proc/self/exe with the same arguments) with
+ * GOMP_SPINCOUNT=CG_OMP_SPINCOUNT (1000 rounds, about 20 us: the gap
+ * between most parallel regions of a step, and libgomp's own count when
+ * threads outnumber CPUs), which its children inherit. It returns without
+ * doing anything when OMP_WAIT_POLICY or GOMP_SPINCOUNT is set (yours are
+ * kept: OMP_WAIT_POLICY=active or GOMP_SPINCOUNT=300000 brings libgomp's
+ * spinning back, OMP_WAIT_POLICY=passive never spins), for one thread
+ * (OMP_NUM_THREADS=1, one CPU), under valgrind, or when the exec fails. */
+#define CG_OMP_SPINCOUNT "1000"
+void cg_omp_short_spin(void);
 
 /* ----------------------------------------------------------- utilities */
 /* The allocator of tensor buffers (core/alloc.c): 64-byte aligned memory

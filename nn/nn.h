@@ -5,6 +5,7 @@
  *   nn/attention.h    MultiHeadAttention, masks, scaled dot-product attention
  *   nn/transformer.h  encoder/decoder layers, CharLM block, stacks
  *   nn/lora.h         LoRA adapters on Linear layers (PEFT-compatible files)
+ *   nn/torch_names.h  PyTorch's nn.Transformer* state-dict names (in_proj)
  *   nn/sample.h       sampling from logits (temperature, top-k, top-p)
  *   nn/data.h         batches of token ids (get_batch, epochs)
  *   nn/init.h         initialisers (normal, Xavier, Kaiming; PyTorch's defaults, models.py init_params)
@@ -22,6 +23,7 @@
 #include "nn/sample.h"
 #include "nn/module.h"
 #include "nn/safetensors.h"
+#include "nn/torch_names.h"
 #include "nn/transformer.h"
 
 #endif

@@ -158,6 +158,7 @@ void cg_cli_start(void)
      * ignored, the write fails with EFBIG instead and is reported as a full
      * disk is (the temporary file removed, the old checkpoint kept). */
     signal(SIGXFSZ, SIG_IGN);
+    cg_omp_short_spin(); /* before any file is touched: the program may start again */
     g_env_threads = cg_cap_default_threads();
 }
 

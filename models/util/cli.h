@@ -30,8 +30,10 @@ void cg_cli_set_threads(const char *prog, int64_t n);
 
 /* What every program does first: a closed fd 0, 1 or 2 is opened on
  * /dev/null (stdin write-only, stdout and stderr read-only, so that using a
- * closed stream still fails) before any file is opened, and OpenMP's
- * default thread count is capped at the CPUs. */
+ * closed stream still fails) before any file is opened, OpenMP's waiting
+ * threads spin briefly (cg_omp_short_spin: the program starts again with
+ * GOMP_SPINCOUNT=1000 unless the environment chose a policy), and
+ * OpenMP's default thread count is capped at the CPUs. */
 void cg_cli_start(void);
 /* Flush stdout and check every write to it: false + "cannot write the
  * output: <reason>" (a full disk, a closed stdout). A program whose result

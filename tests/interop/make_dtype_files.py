@@ -34,8 +34,9 @@ def raw_bytes(t):
     return t.numpy().tobytes()
 
 
-def save(path, tensors):
-    header, blobs, off = {}, [], 0
+def save(path, tensors, metadata=None):
+    """metadata: a dict of strings, or None."""
+    header, blobs, off = ({"__metadata__": metadata} if metadata else {}), [], 0
     for name, t in tensors.items():
         b = raw_bytes(t)
         header[name] = {"dtype": CODES[t.dtype], "shape": list(t.shape),
@@ -46,6 +47,21 @@ def save(path, tensors):
     h += b" " * (-len(h) % 8)
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+def load(path):
+    """The tensors of a safetensors file of CODES' dtypes, as a dict of torch tensors."""
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header, data = json.loads(f.read(n)), f.read()
+    dtypes = {code: dt for dt, code in CODES.items()}
+    out = {}
+    for name, v in header.items():
+        if name != "__metadata__":
+            b, e = v["data_offsets"]
+            t = torch.frombuffer(bytearray(data[b:e]), dtype=torch.uint8) if e > b else torch.empty(0)
+            out[name] = t.view(dtypes[v["dtype"]]).reshape(v["shape"])
+    return out
 
 
 def main(out):

@@ -1,0 +1,19 @@
+/* For tests/test_omp_policy.sh: calls cg_omp_short_spin (core/tensor.h)
+ * first, as the programs do, then prints its arguments (one a line, in
+ * brackets, so that a re-executed program shows it kept them) and
+ * libgomp's settings in effect (omp_display_env on stderr: GOMP_SPINCOUNT
+ * is '1000' for cgrad's, '300000' for libgomp's default). */
+#include <omp.h>
+#include <stdio.h>
+
+#include "cgrad.h"
+
+int main(int argc, char **argv)
+{
+    cg_omp_short_spin();
+    for (int i = 1; i < argc; i++)
+        printf("[%s]\n", argv[i]);
+    fflush(stdout);
+    omp_display_env(1);
+    return 0;
+}

@@ -1,0 +1,34 @@
+#!/bin/sh
+# meson test: OpenMP's wait policy (issue 33, finding 7). A program that
+# calls cg_omp_short_spin first (as charlm, seq2seq and bench do) runs
+# with a short spin (GOMP_SPINCOUNT 1000) unless the environment
+# chose one: the user's OMP_WAIT_POLICY or GOMP_SPINCOUNT is kept, and one
+# thread keeps libgomp's default. The arguments survive the re-exec.
+#   test_omp_policy.sh OMP_POLICY_EXE CHARLM_EXE
+set -u
+exe=$1; charlm=$2
+fails=0
+spin() { grep "GOMP_SPINCOUNT" | tail -n 1 | sed "s/.*= '\(.*\)'/\1/"; }
+expect() { # name, wanted spin count, got
+    if [ "$3" = "$2" ]; then echo "ok: $1: GOMP_SPINCOUNT $3"
+    else echo "FAIL: $1: GOMP_SPINCOUNT '$3', expected '$2'"; fails=$((fails + 1)); fi
+}
+unset OMP_WAIT_POLICY GOMP_SPINCOUNT OMP_DISPLAY_ENV
+short=1000
+[ "$(nproc)" -gt 1 ] || short=300000  # one CPU: nothing to change
+out=$(OMP_NUM_THREADS=2 "$exe" "a b" "" "c" 2>&1)
+expect "default" "$short" "$(printf '%s\n' "$out" | spin)"
+args=$(printf '%s\n' "$out" | grep '^\[' | tr '\n' ' ')
+if [ "$args" = "[a b] [] [c] " ]; then echo "ok: arguments kept"
+else echo "FAIL: arguments after the re-exec: $args"; fails=$((fails + 1)); fi
+expect "OMP_WAIT_POLICY=active (the user's)" 30000000000 \
+    "$(OMP_NUM_THREADS=2 OMP_WAIT_POLICY=active "$exe" 2>&1 | spin)"
+expect "GOMP_SPINCOUNT=5000 (the user's)" 5000 \
+    "$(OMP_NUM_THREADS=2 GOMP_SPINCOUNT=5000 "$exe" 2>&1 | spin)"
+expect "OMP_WAIT_POLICY=passive (the user's)" 0 \
+    "$(OMP_NUM_THREADS=2 OMP_WAIT_POLICY=passive "$exe" 2>&1 | spin)"
+expect "OMP_NUM_THREADS=1" 300000 "$(OMP_NUM_THREADS=1 "$exe" 2>&1 | spin)"
+# charlm itself (through cg_cli_start): libgomp's display of the last start
+expect "charlm --help" "$short" \
+    "$(OMP_NUM_THREADS=2 OMP_DISPLAY_ENV=verbose "$charlm" --help 2>&1 | spin)"
+[ $fails -eq 0 ]

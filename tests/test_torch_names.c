@@ -1,0 +1,147 @@
+/* PyTorch's nn.Transformer* names (nn/torch_names.h): the name table, a
+ * save/load round trip, and the refusals. tests/interop/torch_names.py
+ * checks the files against PyTorch itself (meson test torch_names). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "nn/lora.h"
+#include "nn/torch_names.h"
+#include "tests/testutil.h"
+
+static cg_tf_config config(bool norm_first)
+{
+    cg_torch_layer_args a = {
+        .d_model = 8, .nhead = 2, .dim_feedforward = 12, .norm_first = norm_first};
+    cg_tf_config c;
+    ck_assert(cg_tf_config_from_torch(&a, &c));
+    return c;
+}
+
+/* nn.TransformerEncoder(TransformerEncoderLayer(8, 2, 12, norm_first=True),
+ * 1, norm=LayerNorm(8)).state_dict().keys(), in cgrad's order. */
+START_TEST(test_encoder_names)
+{
+    static const char *const want[] = {"layers.0.self_attn.in_proj_weight",
+                                       "layers.0.self_attn.in_proj_bias",
+                                       "layers.0.self_attn.out_proj.weight",
+                                       "layers.0.self_attn.out_proj.bias",
+                                       "layers.0.norm1.weight",
+                                       "layers.0.norm1.bias",
+                                       "layers.0.linear1.weight",
+                                       "layers.0.linear1.bias",
+                                       "layers.0.linear2.weight",
+                                       "layers.0.linear2.bias",
+                                       "layers.0.norm2.weight",
+                                       "layers.0.norm2.bias",
+                                       "norm.weight",
+                                       "norm.bias"};
+    cg_tf_config c = config(true);
+    cg_enc_stack *s = cg_enc_stack_new(1, &c, NULL);
+    cg_torch_names l = {0};
+    ck_assert(cg_torch_names_of(CG_MODULE(s), &l));
+    ck_assert_int_eq(l.n, 14);
+    for (int i = 0; i < l.n; i++)
+        ck_assert_str_eq(l.items[i].torch_name, want[i]);
+    ck_assert_int_eq(l.items[0].n_parts, 3);
+    ck_assert_str_eq(l.items[0].names[1], "layers.0.self_attn.k_proj.weight");
+    cg_torch_names_free(&l);
+    cg_module_free(CG_MODULE(s));
+}
+END_TEST
+
+/* A decoder layer: multihead_attn and norm3; an LM block: a norm_first
+ * encoder layer's names. */
+START_TEST(test_decoder_and_block_names)
+{
+    cg_tf_config c = config(false);
+    cg_dec_layer *d = cg_dec_layer_new(&c, NULL);
+    cg_lm_block *b = cg_lm_block_new(&c, NULL);
+    cg_torch_names l = {0}, m = {0};
+    ck_assert(cg_torch_names_of(CG_MODULE(d), &l) && cg_torch_names_of(CG_MODULE(b), &m));
+    ck_assert_int_eq(l.n, 4 + 2 + 4 + 2 + 4 + 2);
+    ck_assert_str_eq(l.items[6].torch_name, "multihead_attn.in_proj_weight");
+    ck_assert_str_eq(l.items[16].torch_name, "norm3.weight");
+    ck_assert_str_eq(m.items[0].torch_name, "norm1.weight");
+    ck_assert_str_eq(m.items[2].torch_name, "self_attn.in_proj_weight");
+    cg_torch_names_free(&l);
+    cg_torch_names_free(&m);
+    cg_module_free(CG_MODULE(d));
+    cg_module_free(CG_MODULE(b));
+}
+END_TEST
+
+/* Saved under PyTorch's names and loaded into another layer: the same
+ * values (q, k, v unpacked), frozen parameters stay frozen, and a file of
+ * another shape changes nothing. */
+START_TEST(test_round_trip)
+{
+    char path[] = "/tmp/cg_torch_names_XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert(fd >= 0);
+    close(fd);
+    cg_tf_config c = config(false);
+    cg_rng r1 = cg_rng_new(1), r2 = cg_rng_new(2);
+    cg_enc_layer *a = cg_enc_layer_new(&c, &r1), *b = cg_enc_layer_new(&c, &r2);
+    cg_module_requires_grad(CG_MODULE(b->ff), false);
+    ck_assert(cg_torch_save(CG_MODULE(a), path));
+    ck_assert(cg_torch_load_file(CG_MODULE(b), path));
+    ck_assert_float_eq(cg_test_max_rel_diff(CG_MODULE(a), CG_MODULE(b), NULL, 0), 0.0);
+    ck_assert(!b->ff->fc1->weight->requires_grad && b->self_attn->q_proj->weight->requires_grad);
+    cg_tf_config wide = c;
+    wide.d_ff = 16;
+    cg_enc_layer *w = cg_enc_layer_new(&wide, &r2);
+    float before = cg_data(w->self_attn->k_proj->weight)[0];
+    CG_ASSERT_REFUSED(!cg_torch_load_file(CG_MODULE(w), path),
+                      "'linear1.weight' has shape [12, 8]");
+    ck_assert_float_eq(cg_data(w->self_attn->k_proj->weight)[0], before);
+    remove(path);
+    cg_module_free(CG_MODULE(a));
+    cg_module_free(CG_MODULE(b));
+    cg_module_free(CG_MODULE(w));
+}
+END_TEST
+
+START_TEST(test_refusals)
+{
+    cg_tf_config c = config(true), out;
+    c.norm = CG_NORM_RMSNORM;
+    cg_enc_layer *l = cg_enc_layer_new(&c, NULL);
+    cg_torch_names n = {0};
+    CG_ASSERT_REFUSED(!cg_torch_names_of(CG_MODULE(l), &n), "'ln1' is an RMSNorm");
+    cg_module_free(CG_MODULE(l));
+    c.norm = CG_NORM_LAYERNORM;
+    l = cg_enc_layer_new(&c, NULL);
+    ck_assert(cg_lora_attach(l->self_attn->q_proj, 2, 4.0f, 0.0f, NULL));
+    CG_ASSERT_REFUSED(!cg_torch_save(CG_MODULE(l), "/nonexistent/x.safetensors"),
+                      "'self_attn.q_proj.lora_A.weight' is below an attention projection");
+    cg_module_free(CG_MODULE(l));
+    cg_torch_layer_args a = {.d_model = 8, .nhead = 2, .dim_feedforward = 12};
+    a.no_bias = true;
+    CG_ASSERT_REFUSED(!cg_tf_config_from_torch(&a, &out), "bias=False has no equivalent");
+    a.no_bias = false;
+    a.layer_norm_eps = 1e-6;
+    CG_ASSERT_REFUSED(!cg_tf_config_from_torch(&a, &out), "layer_norm_eps=1e-06");
+    a.layer_norm_eps = 0;
+    a.activation = "silu";
+    CG_ASSERT_REFUSED(!cg_tf_config_from_torch(&a, &out), "activation 'silu'");
+    a.activation = "gelu";
+    ck_assert(cg_tf_config_from_torch(&a, &out) && out.act == CG_ACT_GELU_ERF);
+    a.nhead = 3;
+    CG_ASSERT_REFUSED(!cg_tf_config_from_torch(&a, &out), "");
+    CG_ASSERT_REFUSED(!cg_torch_names_of(NULL, &n), "");
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("torch_names");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, test_encoder_names);
+    tcase_add_test(tc, test_decoder_and_block_names);
+    tcase_add_test(tc, test_round_trip);
+    tcase_add_test(tc, test_refusals);
+    suite_add_tcase(s, tc);
+    return cg_test_run(&s, 1);
+}
