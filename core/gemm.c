@@ -57,7 +57,9 @@ static bool g_own_driver = true;
 static bool g_bf16_native;
 /* bf16 on AMX tiles: the CPU and OS allow them and CG_BF16_AMX is not 0 */
 static bool g_bf16_amx;
-static _Atomic int g_precision = CG_PRECISION_FP32;
+/* The calling thread's precision policy (cg_set_matmul_precision); a new
+ * thread starts in fp32 */
+static _Thread_local int tl_precision = CG_PRECISION_FP32;
 
 static void gemm_init(void)
 {
@@ -116,11 +118,26 @@ const char *cg_gemm_path_name(cg_gemm_path p)
     return "unknown";
 }
 
-void cg_set_matmul_precision(cg_precision p) { g_precision = p == CG_PRECISION_BF16; }
+void cg_set_matmul_precision(cg_precision p) { tl_precision = p == CG_PRECISION_BF16; }
 
 cg_precision cg_get_matmul_precision(void)
 {
-    return g_precision ? CG_PRECISION_BF16 : CG_PRECISION_FP32;
+    return tl_precision ? CG_PRECISION_BF16 : CG_PRECISION_FP32;
+}
+
+cg_precision cg_autocast_begin(cg_precision p)
+{
+    const cg_precision prev = cg_get_matmul_precision();
+    cg_set_matmul_precision(p);
+    return prev;
+}
+
+void cg_autocast_end(cg_precision prev) { cg_set_matmul_precision(prev); }
+
+cg_gemm_path cg_precision_path(cg_precision p)
+{
+    ensure_init();
+    return p == CG_PRECISION_BF16 ? cg_bf16_auto_path() : g_active;
 }
 
 const char *cg_precision_name(cg_precision p) { return p == CG_PRECISION_BF16 ? "bf16" : "fp32"; }
@@ -434,11 +451,8 @@ static bool gemm_run(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int6
                      int64_t csb, float beta, const float *bias, int64_t bs, float *c, int64_t rsc,
                      int64_t csc)
 {
-    ensure_init();
-    if (path == CG_GEMM_AUTO && g_precision)
-        path = cg_bf16_auto_path();
-    if (path == CG_GEMM_AUTO)
-        path = g_active;
+    if (path == CG_GEMM_AUTO) /* the calling thread's policy */
+        path = cg_precision_path(cg_get_matmul_precision());
     gemm_kind g = {NULL, 0};
     if (!gemm_kind_of(path, &g))
         return false;

@@ -12,6 +12,7 @@
  * - the precision switch reaches every product of the library. */
 #include <check.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -466,6 +467,102 @@ START_TEST(test_precision_switch)
 }
 END_TEST
 
+/* The policy is per thread (core/gemm.h): two threads, one in fp32 and one
+ * in bf16 (cg_autocast_begin), run at the same time a linear layer, a
+ * batched product of many small matrices (spread over OpenMP's worker
+ * threads) and an attention forward and backward (products inside
+ * parallel regions), with 2 OpenMP threads each. Each thread's results
+ * equal bit for bit those of the same ops run on one thread under its
+ * policy, and the two differ. */
+enum { POL_OPS = 6, POL_REPS = 3 };
+typedef struct {
+    cg_precision p;
+    pthread_barrier_t *start; /* both policies set before either computes */
+    const cg_tensor *x, *w, *q, *k, *v, *g;
+    cg_tensor *out[POL_OPS];
+    bool scope_restored;
+} policy_job;
+
+static bool policy_ops(const policy_job *j, cg_tensor **out)
+{
+    cg_tensor *kt = cg_view_transpose(j->k, 2, 3), *saved = NULL;
+    out[0] = cg_k_linear(j->x, j->w, NULL);
+    out[1] = cg_k_matmul(j->q, kt);
+    out[2] = cg_k_attention(j->q, j->k, j->v, true, NULL, &saved, NULL);
+    bool ok = out[2] && cg_k_attention_backward(j->q, j->k, j->v, out[2], saved, j->g, true, NULL,
+                                                &out[3], &out[4], &out[5]);
+    cg_release_all(2, kt, saved);
+    return ok && out[0] && out[1];
+}
+
+static void *policy_thread(void *arg)
+{
+    policy_job *j = arg;
+    const cg_precision prev = cg_autocast_begin(j->p);
+    pthread_barrier_wait(j->start);
+    for (int r = 0; r < POL_REPS; r++) { /* keep the last results */
+        for (int i = 0; i < POL_OPS; i++)
+            cg_release(j->out[i]);
+        memset(j->out, 0, sizeof j->out);
+        if (!policy_ops(j, j->out))
+            break;
+    }
+    cg_autocast_end(prev);
+    j->scope_restored = prev == CG_PRECISION_FP32 && cg_get_matmul_precision() == prev;
+    return NULL;
+}
+
+START_TEST(test_precision_per_thread)
+{
+    cg_rng rng = cg_rng_new(23);
+    enum { B = 2, H = 4, T = 64, dh = 16, N = 96, K = 80, O = 64 };
+    cg_tensor *x = cg_randn(&rng, CG_SHAPE(N, K)), *w = cg_randn(&rng, CG_SHAPE(O, K));
+    cg_tensor *q = cg_randn(&rng, CG_SHAPE(B, H, T, dh)),
+              *k = cg_randn(&rng, CG_SHAPE(B, H, T, dh));
+    cg_tensor *v = cg_randn(&rng, CG_SHAPE(B, H, T, dh)),
+              *g = cg_randn(&rng, CG_SHAPE(B, H, T, dh));
+    policy_job jobs[2] = {{.p = CG_PRECISION_FP32}, {.p = CG_PRECISION_BF16}};
+    cg_tensor *ref[2][POL_OPS] = {{NULL}};
+    cg_set_num_threads(1); /* the references: one thread, each policy */
+    for (int t = 0; t < 2; t++) {
+        jobs[t] = (policy_job){.p = jobs[t].p, .x = x, .w = w, .q = q, .k = k, .v = v, .g = g};
+        const cg_precision prev = cg_autocast_begin(jobs[t].p);
+        ck_assert_msg(policy_ops(&jobs[t], ref[t]), "%s", cg_last_error());
+        cg_autocast_end(prev);
+    }
+    ck_assert_int_eq(cg_get_matmul_precision(), CG_PRECISION_FP32);
+    cg_set_num_threads(2);
+    pthread_barrier_t start;
+    pthread_barrier_init(&start, NULL, 2);
+    pthread_t th[2];
+    for (int t = 0; t < 2; t++) {
+        jobs[t].start = &start;
+        ck_assert(pthread_create(&th[t], NULL, policy_thread, &jobs[t]) == 0);
+    }
+    for (int t = 0; t < 2; t++)
+        pthread_join(th[t], NULL);
+    pthread_barrier_destroy(&start);
+    cg_set_num_threads(0);
+    for (int t = 0; t < 2; t++) {
+        ck_assert(jobs[t].scope_restored);
+        for (int i = 0; i < POL_OPS; i++) {
+            ck_assert_msg(jobs[t].out[i] != NULL, "%s op %d failed", cg_precision_name(jobs[t].p),
+                          i);
+            const size_t bytes = (size_t)cg_numel(ref[t][i]) * sizeof(float);
+            ck_assert_msg(memcmp(cg_data(jobs[t].out[i]), cg_data(ref[t][i]), bytes) == 0,
+                          "%s, op %d: not the bits of one thread in that policy",
+                          cg_precision_name(jobs[t].p), i);
+            ck_assert_msg(memcmp(cg_data(ref[0][i]), cg_data(ref[1][i]), bytes) != 0,
+                          "op %d: fp32 and bf16 give the same bits", i);
+        }
+    }
+    for (int t = 0; t < 2; t++)
+        for (int i = 0; i < POL_OPS; i++)
+            cg_release_all(2, jobs[t].out[i], ref[t][i]);
+    cg_release_all(6, x, w, q, k, v, g);
+}
+END_TEST
+
 /* Gradients of a whole decoder layer (causal self-attention with key
  * padding, cross-attention, feed-forward, norms; pre- and post-norm) in bf16
  * against fp32: every parameter's and input's gradient within bf16
@@ -826,6 +923,7 @@ static Suite *bf16_suite(void)
     tcase_add_test(tc, test_threads_bit_identical);
     tcase_add_test(tc, test_bias_fused);
     tcase_add_test(tc, test_precision_switch);
+    tcase_add_test(tc, test_precision_per_thread);
     tcase_add_test(tc, test_layer_gradients);
     suite_add_tcase(s, tc);
     TCase *tm = tcase_create("matrix");
