@@ -28,8 +28,10 @@
  *
  * Causal attention never computes tiles above the diagonal: a query tile
  * ending at row i1 reads keys [0, i1) only, and a key block starting at j0
- * is met only by rows >= j0. Every product goes through cg_sgemm. Each work
- * item is computed by one thread from start to end (cg_sgemm runs
+ * is met only by rows >= j0. Every product goes through cg_sgemm_path, on
+ * the path of the calling thread's precision (captured before the parallel
+ * regions, whose worker threads do not see that thread's policy). Each work
+ * item is computed by one thread from start to end (the product runs
  * single-threaded inside the region), so results are bit-identical for any
  * thread count. */
 #include <math.h>
@@ -293,6 +295,19 @@ static int32_t *key_masks(const uint8_t *key_pad, int64_t n)
     return km;
 }
 
+/* A product on `path`: the precision of the thread that called the
+ * attention, captured before its parallel region (the worker threads do
+ * not see the caller's policy, core/gemm.h); single-threaded inside the
+ * region. */
+static void mm(cg_gemm_path path, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+               int64_t rsa, int64_t csa, const float *b, int64_t rsb, int64_t csb, float beta,
+               float *c, int64_t rsc, int64_t csc)
+{
+    if (!cg_sgemm_path(path, 0, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc))
+        cg_set_error("attention: a product of %lld x %lld x %lld failed (out of memory)",
+                     (long long)m, (long long)n, (long long)k);
+}
+
 /* Scratch of n floats for each of nt threads (one allocation). */
 static float *thread_scratch(int nt, int64_t n)
 {
@@ -303,7 +318,7 @@ static float *thread_scratch(int nt, int64_t n)
  * the batch's key masks (key_masks) or NULL. S is a QB x ld scratch,
  * ld = min(Tk, KB), or (keep) the tile's rows of the kept weights, ld = Tk,
  * whose rows are then completed with zeros to Tk. */
-static void fwd_tile(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
+static void fwd_tile(cg_gemm_path path, const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
                      const cg_tensor *out, int64_t b, int64_t h, int64_t i0, int64_t i1,
                      bool causal, const int32_t *kmask, float scale, float *S, int64_t ld,
                      bool keep, float *lse)
@@ -314,13 +329,13 @@ static void fwd_tile(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
     const int64_t rows = i1 - i0, ors = out->strides[2], ocs = out->strides[3];
     const int64_t kn = key_end(causal, i1 - 1, Tk); /* keys the tile reads */
     if (kn <= KB) { /* one block: the plain softmax, normalised before P v */
-        cg_sgemm(rows, kn, dh, 1.0f, qp, q->strides[2], q->strides[3], kp, k->strides[3],
-                 k->strides[2], 0.0f, S, ld, 1);
+        mm(path, rows, kn, dh, 1.0f, qp, q->strides[2], q->strides[3], kp, k->strides[3],
+           k->strides[2], 0.0f, S, ld, 1);
         for (int64_t i = i0; i < i1; i++)
             lse[i] = softmax_row(S + (i - i0) * ld, key_end(causal, i, Tk), keep ? Tk : kn, scale,
                                  kmask);
-        cg_sgemm(rows, dh, kn, 1.0f, S, ld, 1, vp, v->strides[2], v->strides[3], 0.0f, op, ors,
-                 ocs);
+        mm(path, rows, dh, kn, 1.0f, S, ld, 1, vp, v->strides[2], v->strides[3], 0.0f, op, ors,
+           ocs);
         return;
     }
     float m[QB];
@@ -334,8 +349,8 @@ static void fwd_tile(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
     for (int64_t j0 = 0; j0 < kn; j0 += KB) {
         const int64_t j1 = min64(j0 + KB, kn);
         /* S = q k[j0:j1]^T */
-        cg_sgemm(rows, j1 - j0, dh, 1.0f, qp, q->strides[2], q->strides[3], kp + j0 * k->strides[2],
-                 k->strides[3], k->strides[2], 0.0f, S, ld, 1);
+        mm(path, rows, j1 - j0, dh, 1.0f, qp, q->strides[2], q->strides[3], kp + j0 * k->strides[2],
+           k->strides[3], k->strides[2], 0.0f, S, ld, 1);
         for (int64_t r = 0; r < rows; r++) {
             int64_t ke = min64(key_end(causal, i0 + r, Tk), j1) - j0;
             float alpha = online_row(S + r * ld, ke > 0 ? ke : 0, j1 - j0, scale,
@@ -345,8 +360,8 @@ static void fwd_tile(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
                     op[r * ors + c * ocs] *= alpha;
         }
         /* out += P v[j0:j1] */
-        cg_sgemm(rows, dh, j1 - j0, 1.0f, S, ld, 1, vp + j0 * v->strides[2], v->strides[2],
-                 v->strides[3], 1.0f, op, ors, ocs);
+        mm(path, rows, dh, j1 - j0, 1.0f, S, ld, 1, vp + j0 * v->strides[2], v->strides[2],
+           v->strides[3], 1.0f, op, ors, ocs);
     }
     for (int64_t r = 0; r < rows; r++) {
         double inv = 1.0 / l[r]; /* every key masked: 0 * inf = NaN, as PyTorch */
@@ -367,6 +382,7 @@ static cg_tensor *attention_weights(const cg_tensor *q, const cg_tensor *k, bool
     if (!P)
         return NULL;
     const float scale = (float)sqrt((double)dh);
+    const cg_gemm_path path = cg_precision_path(cg_get_matmul_precision());
     float *pd = cg_data(P);
 #pragma omp parallel for schedule(static) if (BH > 1 && BH * Tq * Tk * dh > 32768)
     for (int64_t bh = 0; bh < BH; bh++) {
@@ -375,9 +391,8 @@ static cg_tensor *attention_weights(const cg_tensor *q, const cg_tensor *k, bool
         float *S = pd + bh * Tq * Tk;
         for (int64_t i0 = 0; i0 < Tq; i0 += QB) {
             int64_t i1 = min64(i0 + QB, Tq), kn = key_end(causal, i1 - 1, Tk);
-            cg_sgemm(i1 - i0, kn, dh, 1.0f, at4(q, b, h) + i0 * q->strides[2], q->strides[2],
-                     q->strides[3], at4(k, b, h), k->strides[3], k->strides[2], 0.0f, S + i0 * Tk,
-                     Tk, 1);
+            mm(path, i1 - i0, kn, dh, 1.0f, at4(q, b, h) + i0 * q->strides[2], q->strides[2],
+               q->strides[3], at4(k, b, h), k->strides[3], k->strides[2], 0.0f, S + i0 * Tk, Tk, 1);
             for (int64_t i = i0; i < i1; i++)
                 prob_row(S + i * Tk, key_end(causal, i, Tk), Tk, scale, kpad, lse[bh * Tq + i]);
         }
@@ -454,6 +469,7 @@ static cg_tensor *attention_fwd(const cg_tensor *q, const cg_tensor *k, const cg
     } else {
         /* divide (not multiply by the reciprocal) to round as scores / sqrt(dh) */
         const float scale = (float)sqrt((double)dh);
+        const cg_gemm_path path = cg_precision_path(cg_get_matmul_precision());
         const int nt = cg_get_num_threads();
         const int64_t ld = Tk < KB ? Tk : KB;
         float *scratch = keep ? NULL : thread_scratch(nt, QB * ld);
@@ -474,7 +490,7 @@ static cg_tensor *attention_fwd(const cg_tensor *q, const cg_tensor *k, const cg
             const int64_t bh = it / nqb, i0 = it % nqb * qb, b = bh / H;
             float *S =
                 keep ? pp + (bh * Tq + i0) * Tk : scratch + (int64_t)omp_get_thread_num() * QB * ld;
-            fwd_tile(q, k, v, out, b, bh % H, i0, min64(i0 + qb, Tq), causal,
+            fwd_tile(path, q, k, v, out, b, bh % H, i0, min64(i0 + qb, Tq), causal,
                      kmask ? kmask + b * Tk : NULL, scale, S, keep ? Tk : ld, keep, lp + bh * Tq);
         }
         cg_free(scratch);
@@ -499,9 +515,9 @@ static cg_tensor *attention_fwd(const cg_tensor *q, const cg_tensor *k, const cg
  * Tq x ld scratch each, ld = min(Tk, KB); Dl: Tq floats. Ps: the kept
  * weights [Tq, Tk] (then Tk <= PKEEP = ld; Pb is not used), or NULL to
  * recompute them from lse. */
-static void bwd_head(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v, const cg_tensor *o,
-                     const float *Ps, const float *lse, const cg_tensor *g, bool causal,
-                     const uint8_t *kpad, int64_t b, int64_t h, const cg_tensor *gq,
+static void bwd_head(cg_gemm_path path, const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
+                     const cg_tensor *o, const float *Ps, const float *lse, const cg_tensor *g,
+                     bool causal, const uint8_t *kpad, int64_t b, int64_t h, const cg_tensor *gq,
                      const cg_tensor *gk, const cg_tensor *gv, float *Pb, float *Db, int64_t ld,
                      float *Dl, int64_t qb)
 {
@@ -539,10 +555,10 @@ static void bwd_head(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
             float *P = Pb + (i0 - is) * ld, *D = Db + (i0 - is) * ld;
             /* S = q k^T (unless kept), dP = dO v^T over the tile */
             if (!Ps)
-                cg_sgemm(rows, ke1, dh, 1.0f, qp + i0 * qr, qr, qc, kp + j0 * kr, kc, kr, 0.0f, P,
-                         ld, 1);
-            cg_sgemm(rows, ke1, dh, 1.0f, gp + i0 * gr, gr, gc, vp + j0 * vr, vc, vr, 0.0f, D, ld,
-                     1);
+                mm(path, rows, ke1, dh, 1.0f, qp + i0 * qr, qr, qc, kp + j0 * kr, kc, kr, 0.0f, P,
+                   ld, 1);
+            mm(path, rows, ke1, dh, 1.0f, gp + i0 * gr, gr, gc, vp + j0 * vr, vc, vr, 0.0f, D, ld,
+               1);
             for (int64_t i = i0; i < i1; i++) {
                 int64_t ke = min64(key_end(causal, i, Tk), j1) - j0;
                 float *dr = D + (i - i0) * ld;
@@ -556,8 +572,8 @@ static void bwd_head(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
             }
             /* dq[i0:i1] (+)= dS k[j0:j0+ke1] */
             if (dqp)
-                cg_sgemm(rows, dh, ke1, 1.0f, D, ld, 1, kp + j0 * kr, kr, kc, j0 ? 1.0f : 0.0f,
-                         dqp + i0 * gq->strides[2], gq->strides[2], gq->strides[3]);
+                mm(path, rows, dh, ke1, 1.0f, D, ld, 1, kp + j0 * kr, kr, kc, j0 ? 1.0f : 0.0f,
+                   dqp + i0 * gq->strides[2], gq->strides[2], gq->strides[3]);
         }
         /* keys in sub-blocks: key j gets rows i >= j (causal) or all rows */
         const int64_t sb = causal ? QB : kn;
@@ -569,11 +585,11 @@ static void bwd_head(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
             const float *D = Db + (r0 - is) * ld + (s0 - j0);
             /* dv[s0:s1] = P^T dO[r0:], dk[s0:s1] = dS^T q[r0:] */
             if (dvp)
-                cg_sgemm(s1 - s0, dh, Tq - r0, 1.0f, P, 1, ld, gp + r0 * gr, gr, gc, 0.0f,
-                         dvp + s0 * gv->strides[2], gv->strides[2], gv->strides[3]);
+                mm(path, s1 - s0, dh, Tq - r0, 1.0f, P, 1, ld, gp + r0 * gr, gr, gc, 0.0f,
+                   dvp + s0 * gv->strides[2], gv->strides[2], gv->strides[3]);
             if (dkp)
-                cg_sgemm(s1 - s0, dh, Tq - r0, 1.0f, D, 1, ld, qp + r0 * qr, qr, qc, 0.0f,
-                         dkp + s0 * gk->strides[2], gk->strides[2], gk->strides[3]);
+                mm(path, s1 - s0, dh, Tq - r0, 1.0f, D, 1, ld, qp + r0 * qr, qr, qc, 0.0f,
+                   dkp + s0 * gk->strides[2], gk->strides[2], gk->strides[3]);
         }
     }
 }
@@ -646,13 +662,15 @@ static bool attention_bwd(const cg_tensor *q, const cg_tensor *k, const cg_tenso
     if (!degen) {
         const float *sd = cg_data(saved);
         const int64_t qb = tile_rows(causal, Tq, Tk, BH);
+        const cg_gemm_path path = cg_precision_path(cg_get_matmul_precision());
 #pragma omp parallel for schedule(static) if (BH > 1 && BH * Tq * Tk * dh > 32768) num_threads(nt)
         for (int64_t bh = 0; bh < BH; bh++) {
             const int64_t b = bh / H;
             float *w = scratch + (int64_t)omp_get_thread_num() * per;
-            bwd_head(q, k, v, out, kept ? sd + bh * Tq * Tk : NULL, kept ? NULL : sd + bh * Tq, g,
-                     causal, key_pad ? key_pad + b * Tk : NULL, b, bh % H, dq ? gq : NULL,
-                     dk ? gk : NULL, dv ? gv : NULL, w, w + np, kb, w + np + Tq * kb, qb);
+            bwd_head(path, q, k, v, out, kept ? sd + bh * Tq * Tk : NULL,
+                     kept ? NULL : sd + bh * Tq, g, causal, key_pad ? key_pad + b * Tk : NULL, b,
+                     bh % H, dq ? gq : NULL, dk ? gk : NULL, dv ? gv : NULL, w, w + np, kb,
+                     w + np + Tq * kb, qb);
         }
     }
     cg_free(scratch);

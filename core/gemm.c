@@ -57,7 +57,9 @@ static bool g_own_driver = true;
 static bool g_bf16_native;
 /* bf16 on AMX tiles: the CPU and OS allow them and CG_BF16_AMX is not 0 */
 static bool g_bf16_amx;
-static _Atomic int g_precision = CG_PRECISION_FP32;
+/* The calling thread's precision policy (cg_set_matmul_precision); a new
+ * thread starts in fp32 */
+static _Thread_local int tl_precision = CG_PRECISION_FP32;
 
 static void gemm_init(void)
 {
@@ -116,11 +118,26 @@ const char *cg_gemm_path_name(cg_gemm_path p)
     return "unknown";
 }
 
-void cg_set_matmul_precision(cg_precision p) { g_precision = p == CG_PRECISION_BF16; }
+void cg_set_matmul_precision(cg_precision p) { tl_precision = p == CG_PRECISION_BF16; }
 
 cg_precision cg_get_matmul_precision(void)
 {
-    return g_precision ? CG_PRECISION_BF16 : CG_PRECISION_FP32;
+    return tl_precision ? CG_PRECISION_BF16 : CG_PRECISION_FP32;
+}
+
+cg_precision cg_autocast_begin(cg_precision p)
+{
+    const cg_precision prev = cg_get_matmul_precision();
+    cg_set_matmul_precision(p);
+    return prev;
+}
+
+void cg_autocast_end(cg_precision prev) { cg_set_matmul_precision(prev); }
+
+cg_gemm_path cg_precision_path(cg_precision p)
+{
+    ensure_init();
+    return p == CG_PRECISION_BF16 ? cg_bf16_auto_path() : g_active;
 }
 
 const char *cg_precision_name(cg_precision p) { return p == CG_PRECISION_BF16 ? "bf16" : "fp32"; }
@@ -311,11 +328,11 @@ static void fill_bias(int64_t m, int64_t n, const float *bias, int64_t bs, float
 static bool serial_product(gemm_kind g, int64_t m, int64_t n, int64_t k, float alpha,
                            const float *a, int64_t rsa, int64_t csa, const float *b, int64_t rsb,
                            int64_t csb, float beta, const float *bias, int64_t bs, float *c,
-                           int64_t rsc, int64_t csc)
+                           int64_t rsc, int64_t csc, const cg_bf16_prepacked *pre)
 {
     if (g.bf16)
         return cg_bf16_gemm_serial(g.bf16, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, bias, bs,
-                                   c, rsc, csc);
+                                   c, rsc, csc, pre);
     return serial_gemm(g.cntx, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc);
 }
 
@@ -428,19 +445,18 @@ static bool gemm_kind_of(cg_gemm_path path, gemm_kind *g)
     }
 }
 
-/* cg_sgemm_path and cg_sgemm_bias_path: beta 0 when there is a bias. */
+/* cg_sgemm_path and cg_sgemm_bias_path: beta 0 when there is a bias.
+ * pre (bf16 only, C row-stored): B's transpose already packed, B unread.
+ * size: the product's checks and dispatch, one decision after another. */
 static bool gemm_run(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int64_t k, float alpha,
                      const float *a, int64_t rsa, int64_t csa, const float *b, int64_t rsb,
                      int64_t csb, float beta, const float *bias, int64_t bs, float *c, int64_t rsc,
-                     int64_t csc)
+                     int64_t csc, const cg_bf16_prepacked *pre)
 {
-    ensure_init();
-    if (path == CG_GEMM_AUTO && g_precision)
-        path = cg_bf16_auto_path();
-    if (path == CG_GEMM_AUTO)
-        path = g_active;
+    if (path == CG_GEMM_AUTO) /* the calling thread's policy */
+        path = cg_precision_path(cg_get_matmul_precision());
     gemm_kind g = {NULL, 0};
-    if (!gemm_kind_of(path, &g))
+    if (!gemm_kind_of(path, &g) || (pre && !g.bf16))
         return false;
     if (m < 0 || n < 0 || k < 0)
         return false;
@@ -464,7 +480,7 @@ static bool gemm_run(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int6
     if (!cg_gemm_strides_ok(m, n, rsc, csc)) {
         if (g.bf16) /* one thread: tiles are written in order */
             return serial_product(g, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, bias, bs, c,
-                                  rsc, csc);
+                                  rsc, csc, pre);
         naive_sgemm(m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc);
         return true;
     }
@@ -530,7 +546,9 @@ static bool gemm_run(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int6
     const bool split_m = m >= n;
     const int64_t dim = split_m ? m : n;
     int64_t csz = (dim + nt - 1) / nt;
-    csz = (csz + CHUNK_UNIT - 1) / CHUNK_UNIT * CHUNK_UNIT;
+    /* a prepacked operand is cut at its panels (the same bits either way) */
+    const int64_t unit = pre && !split_m ? CG_BF16_MR : CHUNK_UNIT;
+    csz = (csz + unit - 1) / unit * unit;
     int64_t nch = (dim + csz - 1) / csz;
     if (nt > nch)
         nt = (int)nch;
@@ -538,21 +556,25 @@ static bool gemm_run(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int6
     if (nt > 1 && g.bf16 && cg_bf16_gemm_shares_packing(g.bf16, m, n, k, rsc, csc, nt)) {
         /* bf16: the threads pack the shared operand once, together */
         ok = cg_bf16_gemm_parallel(g.bf16, nt, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, bias,
-                                   bs, c, rsc, csc);
+                                   bs, c, rsc, csc, pre);
     } else if (nt == 1) {
         ok = serial_product(g, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, bias, bs, c, rsc,
-                            csc);
+                            csc, pre);
     } else {
 #pragma omp parallel for schedule(static) num_threads(nt) reduction(&& : ok)
         for (int64_t ch = 0; ch < nch; ch++) {
             int64_t o0 = ch * csz, len = dim - o0 < csz ? dim - o0 : csz;
+            /* split along n: the prepacked panels from o0 on */
+            const cg_bf16_prepacked part = {
+                pre ? pre->p + o0 / CG_BF16_MR * pre->kp * CG_BF16_MR : NULL, pre ? pre->kp : 0};
             if (split_m)
                 ok = serial_product(g, len, n, k, alpha, a + o0 * rsa, rsa, csa, b, rsb, csb, beta,
-                                    bias, bs, c + o0 * rsc, rsc, csc) &&
+                                    bias, bs, c + o0 * rsc, rsc, csc, pre) &&
                      ok;
             else
-                ok = serial_product(g, m, len, k, alpha, a, rsa, csa, b + o0 * csb, rsb, csb, beta,
-                                    bias ? bias + o0 * bs : NULL, bs, c + o0 * csc, rsc, csc) &&
+                ok = serial_product(g, m, len, k, alpha, a, rsa, csa, b ? b + o0 * csb : NULL, rsb,
+                                    csb, beta, bias ? bias + o0 * bs : NULL, bs, c + o0 * csc, rsc,
+                                    csc, pre ? &part : NULL) &&
                      ok;
         }
     }
@@ -566,7 +588,7 @@ bool cg_sgemm_path(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int64_
                    int64_t csb, float beta, float *c, int64_t rsc, int64_t csc)
 {
     return gemm_run(path, nthreads, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, NULL, 0, c, rsc,
-                    csc);
+                    csc, NULL);
 }
 
 bool cg_sgemm_bias_path(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int64_t k,
@@ -575,7 +597,17 @@ bool cg_sgemm_bias_path(cg_gemm_path path, int nthreads, int64_t m, int64_t n, i
                         int64_t csc)
 {
     return gemm_run(path, nthreads, m, n, k, 1.0f, a, rsa, csa, b, rsb, csb, 0.0f, bias, bs, c, rsc,
-                    csc);
+                    csc, NULL);
+}
+
+bool cg_gemm_prepacked(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int64_t k,
+                       const float *x, int64_t rsx, int64_t csx, const cg_bf16_prepacked *w,
+                       const float *bias, int64_t bs, float *c, int64_t rsc, int64_t csc)
+{
+    if (!w || !w->p || m < 2 || n < 2 || csc != 1 || rsc < n)
+        return false; /* C would not be turned over: A would not be W */
+    return gemm_run(path, nthreads, m, n, k, 1.0f, x, rsx, csx, NULL, 1, k, 0.0f, bias, bs, c, rsc,
+                    csc, w);
 }
 
 void cg_sgemm_bias(int64_t m, int64_t n, int64_t k, const float *a, int64_t rsa, int64_t csa,

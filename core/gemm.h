@@ -16,7 +16,7 @@
 extern "C" {
 #endif
 
-typedef enum {
+typedef enum cg_gemm_path {
     CG_GEMM_AUTO = 0,      /* cpuid choice (or default when forced by env) */
     CG_GEMM_DEFAULT,       /* BLIS's own choice */
     CG_GEMM_SKX,           /* AVX-512 context */
@@ -26,9 +26,10 @@ typedef enum {
     CG_GEMM_BF16_AMX,      /* bf16 products, fp32 sums: AMX tiles (other bits, see below) */
 } cg_gemm_path;
 
-/* Precision of every matrix product the library computes (linear layers,
- * attention, matmul), process-wide, like PyTorch's
- * torch.set_float32_matmul_precision:
+/* Precision of the matrix products the library computes (linear layers,
+ * attention, matmul), a policy of the calling thread, as PyTorch's
+ * torch.autocast("cpu", dtype=torch.bfloat16) is (a new thread starts in
+ * fp32; docs/bf16.md says which ops compute in bf16 and which stay fp32):
  *   CG_PRECISION_FP32  fp32 products (the default);
  *   CG_PRECISION_BF16  mixed precision: both operands rounded to bfloat16
  *                      (round to nearest even) while packed, products
@@ -41,10 +42,31 @@ typedef enum {
  * none of them has no bf16 (cg_precision_parse refuses it). AMX sums its
  * products in fp32 with roundings of its own, so its bits differ from the
  * other two (within the same error bounds); CG_BF16_AMX=0 keeps an AMX CPU
- * on AVX512_BF16's bits. Set it between steps, not while a product runs. */
+ * on AVX512_BF16's bits.
+ *
+ * The policy is read on the thread that calls an op, never inside the
+ * OpenMP regions the op opens (their worker threads have policies of their
+ * own): a caller that runs products from inside its own parallel region
+ * captures cg_precision_path(cg_get_matmul_precision()) before it and
+ * passes the path to cg_sgemm_path. Backward runs each product in the
+ * policy of the thread that runs the backward: keep the policy for the
+ * forward and the backward of a step.
+ *
+ * cg_set_matmul_precision sets this thread's policy; cg_autocast_begin sets
+ * it and returns the one it replaces, which cg_autocast_end restores
+ * (scopes nest, as `with torch.autocast(...)` blocks do):
+ *     cg_precision prev = cg_autocast_begin(CG_PRECISION_BF16);
+ *     ... forward, backward ...
+ *     cg_autocast_end(prev); */
 typedef enum { CG_PRECISION_FP32 = 0, CG_PRECISION_BF16 = 1 } cg_precision;
 void cg_set_matmul_precision(cg_precision p);
 cg_precision cg_get_matmul_precision(void);
+cg_precision cg_autocast_begin(cg_precision p);
+void cg_autocast_end(cg_precision prev);
+/* The path a product takes in precision p (cg_bf16_auto_path() for bf16,
+ * cg_gemm_active_path() for fp32): what CG_GEMM_AUTO means on a thread
+ * whose policy is p. */
+cg_gemm_path cg_precision_path(cg_precision p);
 /* "fp32" / "bf16"; parse returns false (and records an error) otherwise. */
 const char *cg_precision_name(cg_precision p);
 bool cg_precision_parse(const char *s, cg_precision *out);
@@ -60,14 +82,16 @@ float cg_bf16_round(float x);
 /* C[m,n] = alpha * A[m,k] @ B[k,n] + beta * C, each operand given by a
  * pointer and row/column strides in elements (any sign-free strides BLIS
  * accepts; a transposed operand is just swapped strides). beta == 0 means C
- * is not read (may hold garbage/NaN). Uses cg_get_num_threads() threads;
- * must not be called from inside an OpenMP parallel region with >1 thread
- * (it then runs single-threaded). */
+ * is not read (may hold garbage/NaN). In the calling thread's precision.
+ * Uses cg_get_num_threads() threads; must not be called from inside an
+ * OpenMP parallel region with >1 thread (it then runs single-threaded, in
+ * the worker thread's policy: use cg_sgemm_path there, see above). */
 void cg_sgemm(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t rsa,
               int64_t csa, const float *b, int64_t rsb, int64_t csb, float beta, float *c,
               int64_t rsc, int64_t csc);
-/* The same on an explicit path (for benchmarks and tests). Returns false if
- * the path is not available on this CPU. */
+/* The same on an explicit path (CG_GEMM_AUTO: the calling thread's
+ * policy's) and thread count (<= 0: from the size). Returns false if the
+ * path is not available on this CPU. */
 bool cg_sgemm_path(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int64_t k, float alpha,
                    const float *a, int64_t rsa, int64_t csa, const float *b, int64_t rsb,
                    int64_t csb, float beta, float *c, int64_t rsc, int64_t csc);

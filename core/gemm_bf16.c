@@ -65,7 +65,7 @@
 #include "core/gemm_internal.h"
 #include "core/tensor.h"
 
-enum { MR = 32, NR = 12, NR_AMX = 32 };
+enum { MR = CG_BF16_MR, NR = 12, NR_AMX = 32 };
 /* k block (elements, even), m block (rows of A) and n block (columns of B):
  * an A block of MC x KC bf16 (72 KB) stays in L2, a B micro-panel of
  * NR x KC (9 KB) in L1. Chosen by timing the models' product shapes (one
@@ -796,12 +796,13 @@ typedef struct {
     int64_t rsa, csa, rsb, csb, rsbias, csbias;
     float *c;
     int64_t rsc, csc;
+    cg_bf16_prepacked pre; /* A already packed (pre.p), or pre.p NULL */
 } product;
 
 static product product_of(cg_bf16_kind kind, int64_t m, int64_t n, int64_t k, float alpha,
                           const float *a, int64_t rsa, int64_t csa, const float *b, int64_t rsb,
                           int64_t csb, float beta, const float *bias, int64_t bs, float *c,
-                          int64_t rsc, int64_t csc)
+                          int64_t rsc, int64_t csc, const cg_bf16_prepacked *pre)
 {
     /* a bias per column of C; per row of the tiles once C is turned over */
     int64_t rsbias = 0, csbias = bs;
@@ -810,8 +811,25 @@ static product product_of(cg_bf16_kind kind, int64_t m, int64_t n, int64_t k, fl
         csbias = 0;
     }
     cg_gemm_to_column_c(&m, &n, &a, &rsa, &csa, &b, &rsb, &csb, &rsc, &csc);
-    return (product){kind, m,   n,   k,   alpha,  beta,   a, b,   bias,
-                     rsa,  csa, rsb, csb, rsbias, csbias, c, rsc, csc};
+    return (product){kind,
+                     m,
+                     n,
+                     k,
+                     alpha,
+                     beta,
+                     a,
+                     b,
+                     bias,
+                     rsa,
+                     csa,
+                     rsb,
+                     csb,
+                     rsbias,
+                     csbias,
+                     c,
+                     rsc,
+                     csc,
+                     pre ? *pre : (cg_bf16_prepacked){NULL, 0}};
 }
 
 static inline int64_t min64(int64_t x, int64_t y) { return x < y ? x : y; }
@@ -841,7 +859,7 @@ static void rows_times_block(const product *p, int64_t i0, int64_t i1, int64_t j
     tile_out o = {p->alpha, first ? (bias ? 0.0f : p->beta) : 1.0f, NULL, p->rsbias, p->csbias};
     for (int64_t ic = i0; ic < i1; ic += MC) {
         const int64_t mc = min64(i1 - ic, MC);
-        for (int64_t i = 0; i < mc; i += MR)
+        for (int64_t i = 0; i < mc && !p->pre.p; i += MR)
             pack_panel(p->kind, true, MR, min64(mc - i, MR), kc,
                        p->a + (ic + i) * p->rsa + pc * p->csa, p->rsa, p->csa,
                        pa + i * kp * a_words(p->kind));
@@ -852,12 +870,17 @@ static void rows_times_block(const product *p, int64_t i0, int64_t i1, int64_t j
                 const int64_t mr = min64(mc - ir, MR);
                 float *cp = p->c + (ic + ir) * p->rsc + (jc + jr) * p->csc;
                 o.bias = bias ? p->bias + (ic + ir) * p->rsbias + (jc + jr) * p->csbias : NULL;
+                /* the A panel: packed above, or the prepacked one's k block
+                 * (k-pairs on every path: the emulated kernel unpacks them) */
+                const uint32_t *ap = p->pre.p
+                                         ? p->pre.p + (ic + ir) / MR * p->pre.kp * MR + pc / 2 * MR
+                                         : pa + ir * kp * a_words(p->kind);
                 if (p->kind == CG_BF16_AMX)
-                    kernel_amx(kp, pa + ir * kp, bp, round16(kp), mr, nr, &o, cp, p->rsc, p->csc);
+                    kernel_amx(kp, ap, bp, round16(kp), mr, nr, &o, cp, p->rsc, p->csc);
                 else if (p->kind == CG_BF16_NATIVE)
-                    kernel_native(kp, pa + ir * kp, bp, mr, nr, &o, cp, p->rsc, p->csc);
+                    kernel_native(kp, ap, bp, mr, nr, &o, cp, p->rsc, p->csc);
                 else
-                    kernel_emulated(false, kp, pa + ir * kp * 2, (const float *)bp, mr, nr, &o, cp,
+                    kernel_emulated(p->pre.p != NULL, kp, ap, (const float *)bp, mr, nr, &o, cp,
                                     p->rsc, p->csc);
             }
         }
@@ -884,11 +907,11 @@ static size_t b_block_size(const product *p)
 bool cg_bf16_gemm_serial(cg_bf16_kind kind, int64_t m, int64_t n, int64_t k, float alpha,
                          const float *a, int64_t rsa, int64_t csa, const float *b, int64_t rsb,
                          int64_t csb, float beta, const float *bias, int64_t bs, float *c,
-                         int64_t rsc, int64_t csc)
+                         int64_t rsc, int64_t csc, const cg_bf16_prepacked *pre)
 {
-    const product p =
-        product_of(kind, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, bias, bs, c, rsc, csc);
-    const size_t na = a_block_size(&p);
+    const product p = product_of(kind, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, bias, bs, c,
+                                 rsc, csc, pre);
+    const size_t na = p.pre.p ? 0 : a_block_size(&p);
     uint32_t *pa = cg_gemm_thread_buffer((na + b_block_size(&p)) * sizeof(uint32_t));
     if (!pa)
         return false;
@@ -927,14 +950,14 @@ bool cg_bf16_gemm_shares_packing(cg_bf16_kind kind, int64_t m, int64_t n, int64_
 bool cg_bf16_gemm_parallel(cg_bf16_kind kind, int nt, int64_t m, int64_t n, int64_t k, float alpha,
                            const float *a, int64_t rsa, int64_t csa, const float *b, int64_t rsb,
                            int64_t csb, float beta, const float *bias, int64_t bs, float *c,
-                           int64_t rsc, int64_t csc)
+                           int64_t rsc, int64_t csc, const cg_bf16_prepacked *pre)
 {
-    const product p =
-        product_of(kind, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, bias, bs, c, rsc, csc);
+    const product p = product_of(kind, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, bias, bs, c,
+                                 rsc, csc, pre);
     /* the calling thread's buffer holds every k block of B (one column
-     * block at a time) and each thread's A block */
+     * block at a time) and each thread's A block (none when prepacked) */
     const int64_t nblk = (p.k + KC - 1) / KC, ncmax = min64(p.n, n_block(kind));
-    const size_t na = a_block_size(&p), nbk = b_block_size(&p);
+    const size_t na = p.pre.p ? 0 : a_block_size(&p), nbk = b_block_size(&p);
     uint32_t *buf =
         cg_gemm_thread_buffer((na * (size_t)nt + nbk * (size_t)nblk) * sizeof(uint32_t));
     if (!buf)
@@ -1050,6 +1073,11 @@ static void bf16_matrix_panels(const cg_bf16_matrix *w, cg_bf16_kind kind, int64
     }
 }
 
+/* Rows of x up to which a product multiplies W's panels by all of x
+ * packed at once, W's panels split among threads (decoding); above, the
+ * GEMM driver's blocking. */
+#define MATRIX_PANEL_MAX_ROWS 64
+
 /* Bytes of W below which a product runs on one thread: waking the second
  * thread (a few microseconds) costs more than it saves. */
 #define MATRIX_MIN_BYTES_PER_THREAD (512 * 1024)
@@ -1074,6 +1102,16 @@ bool cg_bf16_matrix_mul(const cg_bf16_matrix *w, cg_gemm_path path, int nthreads
     }
     if (m == 0)
         return true;
+    if (m > MATRIX_PANEL_MAX_ROWS && w->n >= 2 && csy == 1 && rsy >= w->n) {
+        /* many rows (training): the GEMM driver's blocking and threads,
+         * with W's panels in place of the ones it would pack */
+        const cg_bf16_prepacked pre = {w->p, w->kp};
+        if (cg_gemm_prepacked(path, nthreads, m, w->n, w->k, x, rsx, csx, &pre, bias, bs, y, rsy,
+                              csy))
+            return true;
+        cg_set_error("bf16 matrix product: out of memory");
+        return false;
+    }
     /* x rounded to bf16 once, as B panels of the driver */
     const int64_t bc = b_cols(kind), nxp = (m + bc - 1) / bc;
     const int64_t xw = b_panel_words(kind, w->kp); /* words of a panel of x */

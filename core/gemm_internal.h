@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/gemm.h"
+
 #define CG_AVX512 __attribute__((target("avx512f")))
 
 /* This thread's packing buffer of at least `bytes` bytes, 64-byte aligned,
@@ -27,6 +29,26 @@ typedef enum { CG_BF16_NATIVE = 1, CG_BF16_EMULATED = 2, CG_BF16_AMX = 3 } cg_bf
  * once; call it from one thread before any product. */
 bool cg_amx_init(void);
 
+/* A product's A operand already rounded and packed (a cg_bf16_matrix's
+ * panels, A being the weight W after a row-stored C is turned over,
+ * C^T = W x^T): panel q (rows CG_BF16_MR q ...) at p + q kp CG_BF16_MR
+ * words, kp = ceil(k / 2) k-pairs deep. NULL where A is packed as the
+ * product runs. */
+#define CG_BF16_MR 32
+typedef struct {
+    const uint32_t *p;
+    int64_t kp;
+} cg_bf16_prepacked;
+
+/* C[m, n] = x[m, k] W^T (+ bias[j * bs]) for W given as prepacked panels
+ * (W itself is not read), through the GEMM driver with its blocking and
+ * threading (core/gemm.c): the bits of cg_sgemm_bias / cg_sgemm on the
+ * same bf16 path. C must be row-stored (csc 1, rsc >= n, m and n >= 2).
+ * False when out of memory or the path is not a bf16 one. */
+bool cg_gemm_prepacked(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int64_t k,
+                       const float *x, int64_t rsx, int64_t csx, const cg_bf16_prepacked *w,
+                       const float *bias, int64_t bs, float *c, int64_t rsc, int64_t csc);
+
 /* core/gemm_bf16.c: C = alpha A B + beta C on one thread with A and B
  * rounded to bf16 while packed and fp32 sums, on the given kernel; any
  * strides. With a bias (beta must be 0),
@@ -36,7 +58,10 @@ bool cg_amx_init(void);
 bool cg_bf16_gemm_serial(cg_bf16_kind kind, int64_t m, int64_t n, int64_t k, float alpha,
                          const float *a, int64_t rsa, int64_t csa, const float *b, int64_t rsb,
                          int64_t csb, float beta, const float *bias, int64_t bs, float *c,
-                         int64_t rsc, int64_t csc);
+                         int64_t rsc, int64_t csc, const cg_bf16_prepacked *pre);
+
+/* pre (or NULL): C's turned-over A operand (B's transpose here, the
+ * weight) already packed; C must then be row-stored. */
 
 /* The same split among nt threads that pack B once, together: each thread
  * packs a share of B's panels, then multiplies its rows of C (turned over
@@ -49,7 +74,7 @@ bool cg_bf16_gemm_shares_packing(cg_bf16_kind kind, int64_t m, int64_t n, int64_
 bool cg_bf16_gemm_parallel(cg_bf16_kind kind, int nt, int64_t m, int64_t n, int64_t k, float alpha,
                            const float *a, int64_t rsa, int64_t csa, const float *b, int64_t rsb,
                            int64_t csb, float beta, const float *bias, int64_t bs, float *c,
-                           int64_t rsc, int64_t csc);
+                           int64_t rsc, int64_t csc, const cg_bf16_prepacked *pre);
 
 /* The stride of a size-1 dimension means nothing, but BLIS checks it.
  * Rewrite it so that BLIS sees plain row- or column-major storage. */

@@ -31,49 +31,9 @@ static bool check_linear(const char *op, const cg_tensor *x, const cg_tensor *w,
     return true;
 }
 
-/* The packed bf16 copy of a weight view, kept in its storage's slot. */
-typedef struct {
-    cg_bf16_matrix *m;
-    int64_t offset, shape[2], strides[2];
-} packed_weight;
-
-static void packed_weight_free(void *p)
-{
-    packed_weight *pw = p;
-    cg_bf16_matrix_free(pw->m);
-    free(pw);
-}
-
-/* W's packed copy: the kept one when it was made from this very view,
- * else a new one replacing it. NULL + error when out of memory. */
-static const cg_bf16_matrix *packed_of(const cg_tensor *w)
-{
-    cg_storage *s = w->storage;
-    packed_weight *pw = s->derived_free == packed_weight_free ? s->derived : NULL;
-    if (pw && pw->offset == w->offset && pw->shape[0] == w->shape[0] &&
-        pw->shape[1] == w->shape[1] && pw->strides[0] == w->strides[0] &&
-        pw->strides[1] == w->strides[1])
-        return pw->m;
-    packed_weight *n = malloc(sizeof *n);
-    cg_bf16_matrix *m =
-        n ? cg_bf16_matrix_new(w->shape[0], w->shape[1], cg_data(w), w->strides[0], w->strides[1])
-          : NULL;
-    if (!m) {
-        free(n);
-        if (!cg_has_error())
-            cg_set_error("linear (bf16 weights): out of memory");
-        return NULL;
-    }
-    *n = (packed_weight){m, w->offset, {w->shape[0], w->shape[1]}, {w->strides[0], w->strides[1]}};
-    if (s->derived)
-        s->derived_free(s->derived);
-    s->derived = n;
-    s->derived_free = packed_weight_free;
-    return m;
-}
-
-/* y = x W^T + b on the GEMM, or (packed) on W's packed bf16 copy, which
- * sets y's rows to the bias itself. */
+/* y = x W^T + b on the GEMM, or in bf16 (the thread's policy, or packed)
+ * on W's cached bf16 copy (core/weight_cache.c), which sets y's rows to the
+ * bias itself. */
 static cg_tensor *linear(const cg_tensor *x, const cg_tensor *w, const cg_tensor *b, bool packed)
 {
     if (!x || !w)
@@ -83,9 +43,9 @@ static cg_tensor *linear(const cg_tensor *x, const cg_tensor *w, const cg_tensor
         return NULL;
     const int64_t in = w->shape[1], out = w->shape[0];
     const int64_t N = in > 0 ? cg_numel(x) / in : cg_numel_shape(x->ndim - 1, x->shape);
-    const cg_bf16_matrix *pm = NULL;
-    if (packed && N <= CG_LINEAR_PACKED_MAX_ROWS && N > 0 && in > 0 && out > 0 &&
-        !(pm = packed_of(w)))
+    cg_bf16_weight *pw = NULL;
+    if ((packed || cg_get_matmul_precision() == CG_PRECISION_BF16) && N > 0 && in > 0 && out > 0 &&
+        !(pw = cg_bf16_weight_get(w, false)))
         return NULL;
     int64_t shp[CG_MAX_DIMS];
     memcpy(shp, x->shape, sizeof(int64_t) * (size_t)x->ndim);
@@ -94,15 +54,16 @@ static cg_tensor *linear(const cg_tensor *x, const cg_tensor *w, const cg_tensor
     cg_tensor *xc = cg_k_contiguous(x);
     if (!y || !xc) {
         cg_release_all(2, y, xc);
+        cg_bf16_weight_release(pw);
         return NULL;
     }
     float *yp = cg_data(y);
     bool ok = true;
     if (in == 0 && !b)
         memset(yp, 0, sizeof(float) * (size_t)(N * out));
-    else if (pm)
-        ok = cg_bf16_matrix_mul(pm, CG_GEMM_AUTO, 0, N, cg_data(xc), in, 1, b ? cg_data(b) : NULL,
-                                b ? b->strides[0] : 0, yp, out, 1);
+    else if (pw)
+        ok = cg_bf16_matrix_mul(cg_bf16_weight_matrix(pw), CG_GEMM_AUTO, 0, N, cg_data(xc), in, 1,
+                                b ? cg_data(b) : NULL, b ? b->strides[0] : 0, yp, out, 1);
     else if (N > 0 && out > 0 && b)
         cg_sgemm_bias(N, out, in, cg_data(xc), in, 1, cg_data(w), w->strides[1], w->strides[0],
                       cg_data(b), b->strides[0], yp, out, 1);
@@ -110,6 +71,7 @@ static cg_tensor *linear(const cg_tensor *x, const cg_tensor *w, const cg_tensor
         cg_sgemm(N, out, in, 1.0f, cg_data(xc), in, 1, cg_data(w), w->strides[1], w->strides[0],
                  0.0f, yp, out, 1);
     cg_release(xc);
+    cg_bf16_weight_release(pw);
     if (!ok) {
         cg_release(y);
         return NULL;
@@ -202,9 +164,17 @@ bool cg_k_linear_backward(const cg_tensor *x, const cg_tensor *w, const cg_tenso
         return false;
     }
     const float *gp = cg_data(gc);
-    if (gx && !empty) /* dx [N,in] = g [N,out] W [out,in] */
+    bool ok = true;
+    if (gx && !empty && cg_get_matmul_precision() == CG_PRECISION_BF16) {
+        /* dx [N,in] = g [N,out] W [out,in] on W^T's cached bf16 copy */
+        cg_bf16_weight *pw = cg_bf16_weight_get(w, true);
+        ok = pw && cg_bf16_matrix_mul(cg_bf16_weight_matrix(pw), CG_GEMM_AUTO, 0, N, gp, out, 1,
+                                      NULL, 0, cg_data(gx), in, 1);
+        cg_bf16_weight_release(pw);
+    } else if (gx && !empty) { /* dx [N,in] = g [N,out] W [out,in] */
         cg_sgemm(N, in, out, 1.0f, gp, out, 1, cg_data(w), w->strides[0], w->strides[1], 0.0f,
                  cg_data(gx), in, 1);
+    }
     if (gw && !empty) /* dW [out,in] = g^T [out,N] x [N,in] */
         cg_sgemm(out, in, N, 1.0f, gp, 1, out, cg_data(xc), in, 1, 0.0f, cg_data(gw), in, 1);
     if (gb) {
@@ -219,6 +189,10 @@ bool cg_k_linear_backward(const cg_tensor *x, const cg_tensor *w, const cg_tenso
         }
     }
     cg_release_all(2, gc, xc);
+    if (!ok) {
+        cg_release_all(3, gx, gw, gb);
+        return false;
+    }
     if (dx)
         *dx = gx;
     if (dw)

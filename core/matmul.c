@@ -92,6 +92,9 @@ static bool run_batched(const char *op, int nbd, const int64_t *bshape, int64_t 
     int64_t nbatch = cg_numel_shape(nbd, bshape);
     if (nbatch == 0 || m == 0 || n == 0)
         return true;
+    /* the calling thread's precision, for the products run by the worker
+     * threads below too (core/gemm.h) */
+    const cg_gemm_path path = cg_precision_path(cg_get_matmul_precision());
 
     /* One tall gemm when B is shared by all batches and A, C stack rows. */
     bool b_shared = true;
@@ -101,8 +104,8 @@ static bool run_batched(const char *op, int nbd, const int64_t *bshape, int64_t 
     int64_t rsa_f, rsc_f;
     if (b_shared && collapse_rows(nbd, bshape, A->bs, m, A->rs, &rsa_f) &&
         collapse_rows(nbd, bshape, cbs, m, rsc, &rsc_f)) {
-        if (!cg_sgemm_path(CG_GEMM_AUTO, 0, nbatch * m, n, k, alpha, A->p, rsa_f, A->cs, B->p,
-                           B->rs, B->cs, beta, c, rsc_f, csc)) {
+        if (!cg_sgemm_path(path, 0, nbatch * m, n, k, alpha, A->p, rsa_f, A->cs, B->p, B->rs, B->cs,
+                           beta, c, rsc_f, csc)) {
             cg_set_error("%s: gemm failed (out of memory?)", op);
             return false;
         }
@@ -147,13 +150,13 @@ static bool run_batched(const char *op, int nbd, const int64_t *bshape, int64_t 
     if (spread) {
 #pragma omp parallel for num_threads(nt) schedule(static) reduction(&& : ok)
         for (int64_t t = 0; t < nbatch; t++)
-            ok = cg_sgemm_path(CG_GEMM_AUTO, 1, m, n, k, alpha, A->p + off[3 * t], A->rs, A->cs,
+            ok = cg_sgemm_path(path, 1, m, n, k, alpha, A->p + off[3 * t], A->rs, A->cs,
                                B->p + off[3 * t + 1], B->rs, B->cs, beta, c + off[3 * t + 2], rsc,
                                csc) &&
                  ok;
     } else {
         for (int64_t t = 0; t < nbatch && ok; t++)
-            ok = cg_sgemm_path(CG_GEMM_AUTO, 0, m, n, k, alpha, A->p + off[3 * t], A->rs, A->cs,
+            ok = cg_sgemm_path(path, 0, m, n, k, alpha, A->p + off[3 * t], A->rs, A->cs,
                                B->p + off[3 * t + 1], B->rs, B->cs, beta, c + off[3 * t + 2], rsc,
                                csc);
     }

@@ -24,6 +24,7 @@
 #ifndef CG_OPS_H
 #define CG_OPS_H
 
+#include "core/gemm.h"
 #include "core/tensor.h"
 
 #ifdef __cplusplus
@@ -223,14 +224,40 @@ cg_tensor *cg_k_dropout(const cg_tensor *a, float p, cg_rng *rng, cg_tensor **ma
 cg_tensor *cg_k_linear(const cg_tensor *x, const cg_tensor *w, const cg_tensor *b);
 /* The same in bf16 precision with W read from a bf16 copy of it
  * (cg_bf16_matrix) packed at the first call and kept with W's storage
- * until the storage dies or is written (cg_tensor_modified): a product
- * with few rows of x (decoding) reads half the bytes and packs nothing.
- * The result has the bits cg_k_linear gives in bf16 precision. Above
- * CG_LINEAR_PACKED_MAX_ROWS rows of x it is cg_k_linear (no copy is made).
- * A storage keeps one packed view: alternating views of one storage
- * repack. Not for concurrent calls on one W from several threads. */
-#define CG_LINEAR_PACKED_MAX_ROWS 64
+ * until the storage dies or is written (cg_tensor_modified): the bf16
+ * weight cache below. A product with few rows of x (decoding) reads half
+ * the bytes and packs nothing. The result has the bits cg_k_linear gives
+ * in bf16 precision, which takes the same cached copy. */
 cg_tensor *cg_k_linear_bf16_packed(const cg_tensor *x, const cg_tensor *w, const cg_tensor *b);
+
+/* The bf16 weight cache (PyTorch autocast's weight cache; core/weight_cache.c):
+ * the linear layers' products in bf16 precision (cg_k_linear forward,
+ * cg_k_linear_backward's dx) read a weight rounded to bf16 and packed into
+ * the GEMM's panels once per version of its data, not once per product.
+ * cg_bf16_weight_get gives W [n, k] (transposed: W^T [k, n], the dx = dy W
+ * orientation) packed: the copy kept with W's storage when it was made
+ * from the same view at W's current version, else a new one, kept
+ * (replacing that orientation's old copy) while the cache holds at most
+ * its limit of bytes. Any write through the library frees a storage's
+ * copies (cg_tensor_modified, which optimizer steps call), and a version
+ * change is a miss, so a stale copy is never read; they also die with the
+ * storage. Thread-safe; release what get returns. NULL + error when w is
+ * not a float32 [n >= 1, k >= 1] matrix or out of memory. */
+typedef struct cg_bf16_weight cg_bf16_weight;
+cg_bf16_weight *cg_bf16_weight_get(const cg_tensor *w, bool transposed);
+const cg_bf16_matrix *cg_bf16_weight_matrix(const cg_bf16_weight *e);
+void cg_bf16_weight_release(cg_bf16_weight *e); /* NULL is a no-op */
+/* packs: weights converted and packed (misses), hits: products served
+ * from a kept copy, bytes: held by the cache now, limit: its bound
+ * (default 1 GiB; 0 keeps nothing: every product packs its own, with the
+ * same bits). */
+typedef struct {
+    uint64_t packs, hits;
+    size_t bytes, limit;
+} cg_bf16_cache_stats;
+cg_bf16_cache_stats cg_bf16_weight_cache_stats(void);
+void cg_bf16_weight_cache_limit(size_t bytes);
+
 /* Its gradients given g [..., out]: dx [..., in], dW [out, in], db [out]
  * (each may be NULL to skip). */
 bool cg_k_linear_backward(const cg_tensor *x, const cg_tensor *w, const cg_tensor *g,

@@ -12,6 +12,7 @@
  * - the precision switch reaches every product of the library. */
 #include <check.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -466,6 +467,102 @@ START_TEST(test_precision_switch)
 }
 END_TEST
 
+/* The policy is per thread (core/gemm.h): two threads, one in fp32 and one
+ * in bf16 (cg_autocast_begin), run at the same time a linear layer, a
+ * batched product of many small matrices (spread over OpenMP's worker
+ * threads) and an attention forward and backward (products inside
+ * parallel regions), with 2 OpenMP threads each. Each thread's results
+ * equal bit for bit those of the same ops run on one thread under its
+ * policy, and the two differ. */
+enum { POL_OPS = 6, POL_REPS = 3 };
+typedef struct {
+    cg_precision p;
+    pthread_barrier_t *start; /* both policies set before either computes */
+    const cg_tensor *x, *w, *q, *k, *v, *g;
+    cg_tensor *out[POL_OPS];
+    bool scope_restored;
+} policy_job;
+
+static bool policy_ops(const policy_job *j, cg_tensor **out)
+{
+    cg_tensor *kt = cg_view_transpose(j->k, 2, 3), *saved = NULL;
+    out[0] = cg_k_linear(j->x, j->w, NULL);
+    out[1] = cg_k_matmul(j->q, kt);
+    out[2] = cg_k_attention(j->q, j->k, j->v, true, NULL, &saved, NULL);
+    bool ok = out[2] && cg_k_attention_backward(j->q, j->k, j->v, out[2], saved, j->g, true, NULL,
+                                                &out[3], &out[4], &out[5]);
+    cg_release_all(2, kt, saved);
+    return ok && out[0] && out[1];
+}
+
+static void *policy_thread(void *arg)
+{
+    policy_job *j = arg;
+    const cg_precision prev = cg_autocast_begin(j->p);
+    pthread_barrier_wait(j->start);
+    for (int r = 0; r < POL_REPS; r++) { /* keep the last results */
+        for (int i = 0; i < POL_OPS; i++)
+            cg_release(j->out[i]);
+        memset(j->out, 0, sizeof j->out);
+        if (!policy_ops(j, j->out))
+            break;
+    }
+    cg_autocast_end(prev);
+    j->scope_restored = prev == CG_PRECISION_FP32 && cg_get_matmul_precision() == prev;
+    return NULL;
+}
+
+START_TEST(test_precision_per_thread)
+{
+    cg_rng rng = cg_rng_new(23);
+    enum { B = 2, H = 4, T = 64, dh = 16, N = 96, K = 80, O = 64 };
+    cg_tensor *x = cg_randn(&rng, CG_SHAPE(N, K)), *w = cg_randn(&rng, CG_SHAPE(O, K));
+    cg_tensor *q = cg_randn(&rng, CG_SHAPE(B, H, T, dh)),
+              *k = cg_randn(&rng, CG_SHAPE(B, H, T, dh));
+    cg_tensor *v = cg_randn(&rng, CG_SHAPE(B, H, T, dh)),
+              *g = cg_randn(&rng, CG_SHAPE(B, H, T, dh));
+    policy_job jobs[2] = {{.p = CG_PRECISION_FP32}, {.p = CG_PRECISION_BF16}};
+    cg_tensor *ref[2][POL_OPS] = {{NULL}};
+    cg_set_num_threads(1); /* the references: one thread, each policy */
+    for (int t = 0; t < 2; t++) {
+        jobs[t] = (policy_job){.p = jobs[t].p, .x = x, .w = w, .q = q, .k = k, .v = v, .g = g};
+        const cg_precision prev = cg_autocast_begin(jobs[t].p);
+        ck_assert_msg(policy_ops(&jobs[t], ref[t]), "%s", cg_last_error());
+        cg_autocast_end(prev);
+    }
+    ck_assert_int_eq(cg_get_matmul_precision(), CG_PRECISION_FP32);
+    cg_set_num_threads(2);
+    pthread_barrier_t start;
+    pthread_barrier_init(&start, NULL, 2);
+    pthread_t th[2];
+    for (int t = 0; t < 2; t++) {
+        jobs[t].start = &start;
+        ck_assert(pthread_create(&th[t], NULL, policy_thread, &jobs[t]) == 0);
+    }
+    for (int t = 0; t < 2; t++)
+        pthread_join(th[t], NULL);
+    pthread_barrier_destroy(&start);
+    cg_set_num_threads(0);
+    for (int t = 0; t < 2; t++) {
+        ck_assert(jobs[t].scope_restored);
+        for (int i = 0; i < POL_OPS; i++) {
+            ck_assert_msg(jobs[t].out[i] != NULL, "%s op %d failed", cg_precision_name(jobs[t].p),
+                          i);
+            const size_t bytes = (size_t)cg_numel(ref[t][i]) * sizeof(float);
+            ck_assert_msg(memcmp(cg_data(jobs[t].out[i]), cg_data(ref[t][i]), bytes) == 0,
+                          "%s, op %d: not the bits of one thread in that policy",
+                          cg_precision_name(jobs[t].p), i);
+            ck_assert_msg(memcmp(cg_data(ref[0][i]), cg_data(ref[1][i]), bytes) != 0,
+                          "op %d: fp32 and bf16 give the same bits", i);
+        }
+    }
+    for (int t = 0; t < 2; t++)
+        for (int i = 0; i < POL_OPS; i++)
+            cg_release_all(2, jobs[t].out[i], ref[t][i]);
+    cg_release_all(6, x, w, q, k, v, g);
+}
+END_TEST
+
 /* Gradients of a whole decoder layer (causal self-attention with key
  * padding, cross-attention, feed-forward, norms; pre- and post-norm) in bf16
  * against fp32: every parameter's and input's gradient within bf16
@@ -703,10 +800,14 @@ END_TEST
  * i.e. the bf16 GEMM path, never the packed weight. */
 static float *affine_ref(cg_linear *l, cg_tensor *x)
 {
-    cg_tensor *y = cg_affine(x, l->weight, l->bias);
-    ck_assert_ptr_nonnull(y);
-    float *v = cg_test_values(y);
-    cg_release(y);
+    cg_tensor *xc = cg_contiguous(x);
+    const cg_tensor *w = l->weight;
+    const int64_t in = w->shape[1], out = w->shape[0], M = cg_numel(xc) / in;
+    float *v = malloc((size_t)(M * out) * sizeof(float));
+    ck_assert(cg_sgemm_bias_path(cg_bf16_auto_path(), 0, M, out, in, cg_data(xc), in, 1, cg_data(w),
+                                 w->strides[1], w->strides[0], cg_data(l->bias),
+                                 l->bias->strides[0], v, out, 1));
+    cg_release(xc);
     return v;
 }
 
@@ -721,11 +822,99 @@ static float *packed_out(cg_linear *l, cg_tensor *x)
     return v;
 }
 
-/* nn's inference path in bf16 reads a packed bf16 copy of the weight: the
- * same bits as the graph's bf16 product; made once, only without a graph,
- * only for few rows, and never used after the weight is written (an
- * optimizer step, an in-place op, a write through cg_data() announced with
- * cg_tensor_modified). fp32 never makes one. */
+/* The bf16 weight cache: an MLP of three Linear layers trained in bf16, two
+ * micro-batches a step, converts and packs each weight once per step and
+ * orientation (forward W, dx's W^T: 6 a step), the second micro-batch
+ * reading the kept copies, and frees them at the optimizer step; its losses
+ * and weights equal bit for bit a run with the cache off (limit 0, where
+ * every product packs its own: 12 a step) and keep nothing. After a write
+ * through cg_data() announced with cg_tensor_modified, the input gradient
+ * (dx = dy W, W^T's copy) uses the new W: the bits of the bf16 GEMM on it. */
+static void cache_run(size_t limit, float *losses, float *wts, uint64_t *packs)
+{
+    cg_bf16_weight_cache_limit(limit);
+    cg_rng rng = cg_rng_new(41);
+    cg_linear *l[3] = {cg_linear_new(70, 96, true, &rng), cg_linear_new(96, 80, true, &rng),
+                       cg_linear_new(80, 33, true, &rng)};
+    cg_module *root = cg_module_new("mlp");
+    cg_module_add_child(root, "a", l[0]);
+    cg_module_add_child(root, "b", l[1]);
+    cg_module_add_child(root, "c", l[2]);
+    cg_optim *opt = cg_adamw_from_module(root, 1e-2);
+    const cg_precision prev = cg_autocast_begin(CG_PRECISION_BF16);
+    for (int step = 0; step < 3; step++) {
+        const uint64_t p0 = cg_bf16_weight_cache_stats().packs;
+        for (int mb = 0; mb < 2; mb++) {
+            cg_scope *sc = cg_scope_begin();
+            cg_tensor *x = cg_requires_grad(cg_randn(&rng, CG_SHAPE(150, 70)), true);
+            cg_tensor *h = cg_gelu(cg_linear_forward(l[0], x));
+            h = cg_gelu(cg_linear_forward(l[1], h));
+            cg_tensor *loss =
+                cg_sum_all(cg_mul(cg_linear_forward(l[2], h), cg_linear_forward(l[2], h)));
+            ck_assert_msg(loss && cg_backward(loss, NULL, false), "%s", cg_last_error());
+            losses[2 * step + mb] = cg_item(loss);
+            cg_scope_end(sc);
+        }
+        packs[step] = cg_bf16_weight_cache_stats().packs - p0;
+        ck_assert(cg_optim_step(opt));
+        cg_optim_zero_grad(opt);
+        ck_assert_uint_eq(cg_bf16_weight_cache_stats().bytes, 0); /* the step freed them */
+    }
+    for (int i = 0; i < 3; i++)
+        memcpy(wts + i * 96 * 80, cg_data(l[i]->weight),
+               (size_t)cg_numel(l[i]->weight) * sizeof(float));
+    cg_autocast_end(prev);
+    cg_optim_free(opt);
+    cg_module_free(root);
+    cg_bf16_weight_cache_limit((size_t)1 << 30);
+}
+
+START_TEST(test_weight_cache)
+{
+    float loss[2][6],
+        *w[2] = {calloc(3 * 96 * 80, sizeof(float)), calloc(3 * 96 * 80, sizeof(float))};
+    uint64_t packs[2][3];
+    cache_run((size_t)1 << 30, loss[0], w[0], packs[0]);
+    cache_run(0, loss[1], w[1], packs[1]);
+    for (int s = 0; s < 3; s++) {
+        /* the third layer is used twice a micro-batch: still once a step */
+        ck_assert_uint_eq(packs[0][s], 6);
+        ck_assert_uint_eq(packs[1][s], 2 * (4 + 4));
+    }
+    ck_assert_mem_eq(loss[0], loss[1], sizeof loss[0]);
+    ck_assert_mem_eq(w[0], w[1], 3 * 96 * 80 * sizeof(float));
+    free(w[0]);
+    free(w[1]);
+
+    /* a raw write announced: the backward's W^T copy is remade */
+    cg_rng rng = cg_rng_new(43);
+    enum { N = 130, IN = 70, OUT = 45 };
+    cg_tensor *wt = cg_randn(&rng, CG_SHAPE(OUT, IN)), *x = cg_randn(&rng, CG_SHAPE(N, IN));
+    cg_tensor *g = cg_randn(&rng, CG_SHAPE(N, OUT));
+    float *ref = malloc(N * IN * sizeof(float));
+    const cg_precision prev = cg_autocast_begin(CG_PRECISION_BF16);
+    for (int pass = 0; pass < 3; pass++) {
+        cg_tensor *dx = NULL;
+        ck_assert(cg_k_linear_backward(x, wt, g, &dx, NULL, NULL));
+        ck_assert(cg_sgemm_path(cg_bf16_auto_path(), 0, N, IN, OUT, 1.0f, cg_data(g), OUT, 1,
+                                cg_data(wt), IN, 1, 0.0f, ref, IN, 1));
+        ck_assert_mem_eq(cg_data(dx), ref, N * IN * sizeof(float));
+        cg_release(dx);
+        cg_data(wt)[7 + pass] += 3.0f;
+        cg_tensor_modified(wt);
+    }
+    cg_autocast_end(prev);
+    free(ref);
+    cg_release_all(3, wt, x, g);
+}
+END_TEST
+
+/* nn's inference path in bf16 reads a packed bf16 copy of the weight (the
+ * bf16 weight cache, which the graph's products share): the bits of the
+ * bf16 GEMM on the fp32 weight, for few rows and many; made once, and never
+ * used after the weight is written (an optimizer step, an in-place op, a
+ * write through cg_data() announced with cg_tensor_modified). fp32 never
+ * makes one. */
 START_TEST(test_packed_linear_refresh)
 {
     cg_rng rng = cg_rng_new(31);
@@ -734,7 +923,7 @@ START_TEST(test_packed_linear_refresh)
     ck_assert_ptr_nonnull(l);
     ck_assert(cg_normal_(l->bias, &rng, 0.0f, 1.0f));
     cg_tensor *x = cg_randn(&rng, CG_SHAPE(1, M, in));
-    cg_tensor *big = cg_randn(&rng, CG_SHAPE(CG_LINEAR_PACKED_MAX_ROWS + 1, in));
+    cg_tensor *big = cg_randn(&rng, CG_SHAPE(200, in));
     cg_storage *ws = l->weight->storage;
     const size_t bytes = (size_t)(M * out) * sizeof(float);
 
@@ -743,10 +932,13 @@ START_TEST(test_packed_linear_refresh)
     free(y);
     cg_set_matmul_precision(CG_PRECISION_BF16);
     float *ref = affine_ref(l, x);
-    ck_assert_ptr_null(ws->derived); /* a graph: the GEMM, no copy */
-    y = packed_out(l, big);
-    ck_assert_ptr_null(ws->derived); /* many rows: the GEMM, no copy */
+    ck_assert_ptr_null(ws->derived);
+    float *refbig = affine_ref(l, big);
+    y = packed_out(l, big); /* many rows: the GEMM's driver on the copy */
+    ck_assert_ptr_nonnull(ws->derived);
+    ck_assert_mem_eq(y, refbig, (size_t)((200) * out) * sizeof(float));
     free(y);
+    free(refbig);
     y = packed_out(l, x);
     ck_assert_ptr_nonnull(ws->derived);
     ck_assert_mem_eq(y, ref, bytes);
@@ -826,6 +1018,7 @@ static Suite *bf16_suite(void)
     tcase_add_test(tc, test_threads_bit_identical);
     tcase_add_test(tc, test_bias_fused);
     tcase_add_test(tc, test_precision_switch);
+    tcase_add_test(tc, test_precision_per_thread);
     tcase_add_test(tc, test_layer_gradients);
     suite_add_tcase(s, tc);
     TCase *tm = tcase_create("matrix");
@@ -833,6 +1026,7 @@ static Suite *bf16_suite(void)
     tcase_add_test(tm, test_matrix_against_gemm);
     tcase_add_test(tm, test_matrix_paths_threads);
     tcase_add_test(tm, test_packed_linear_refresh);
+    tcase_add_test(tm, test_weight_cache);
     suite_add_tcase(s, tm);
     return s;
 }

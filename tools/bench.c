@@ -610,7 +610,8 @@ static int run(int argc, char **argv)
         return rc;
     cg_cli_set_threads("bench", a.threads);
     long threads = cg_get_num_threads();
-    cg_set_matmul_precision(precision); /* before the peak is measured: MFU against bf16's */
+    /* this thread's policy, before the peak is measured (MFU against bf16's) */
+    const cg_precision outer = cg_autocast_begin(precision);
 
     bool charlm = !strcmp(a.model, "charlm");
     preset p = bench_preset(&a, charlm);
@@ -676,6 +677,7 @@ static int run(int argc, char **argv)
     cg_mt_data_free(&real);
     cg_stepper_free(&st);
     cg_module_free(model);
+    cg_autocast_end(outer);
     cg_dist_finalize();
     return printed ? 0 : 1;
 }

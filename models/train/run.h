@@ -108,6 +108,10 @@ struct cg_trainer {
     cg_ft_origin origin;
     bool from_origin, adapters;
     FILE *metrics; /* FILE.metrics.jsonl (rank 0) */
+    /* --precision as this thread's policy from cg_trainer_begin to
+     * cg_trainer_end (cg_autocast_begin), and the policy it replaced */
+    bool autocast;
+    cg_precision outer_precision;
     /* --keep-last: the steps of the evaluation checkpoints this run (with
      * the runs it resumes) wrote beside out and keeps, oldest first
      * (models/train/outfile.h cg_kept_path); kept in the checkpoint with

@@ -110,8 +110,10 @@ int cg_trainer_begin(cg_trainer *t, cg_train_opts *o, const char *kind, const ch
             return cg_prog_fail("'%s' is already at step %lld of %lld; pass a larger --steps",
                                 o->resume, (long long)t->start, (long long)o->steps);
     }
-    cg_set_matmul_precision(o->precision); /* before the model is built or evaluated */
-    if (cg_dist_is_root()) {               /* rank 0 alone writes */
+    /* before the model is built or evaluated; cg_trainer_end restores it */
+    t->outer_precision = cg_autocast_begin(o->precision);
+    t->autocast = true;
+    if (cg_dist_is_root()) { /* rank 0 alone writes */
         if (access(t->out, F_OK) == 0 && !o->force &&
             !(o->resume && strcmp(t->out, o->resume) == 0))
             return cg_prog_fail("checkpoint %s exists; continue it with --resume %s, or pass "
@@ -180,6 +182,8 @@ void cg_trainer_end(cg_trainer *t)
     if (t->metrics && fclose(t->metrics) != 0) /* its last lines may be lost */
         cg_prog_warn("cannot write the metrics log: %s", strerror(errno));
     cg_out_lock_release(&t->lock);
+    if (t->autocast)
+        cg_autocast_end(t->outer_precision);
     cg_trainer_init(t, NULL);
 }
 

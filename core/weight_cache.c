@@ -1,0 +1,170 @@
+/* The bf16 weight cache (PyTorch autocast's cached casts): a weight used by
+ * bf16 products is rounded to bf16 and packed into the GEMM's panels once
+ * per version of its data, not once per product.
+ *
+ * A cached form lives in its storage's derived slot (core/tensor.h): a
+ * slot holds one entry per orientation (W as the products y = x W^T read
+ * it, and W^T as dx = dy W reads it), each keyed by the view it was made
+ * from (offset, shape, strides) and the storage's version. Any write
+ * through the library (cg_tensor_modified: optimizer steps, copies, fills,
+ * loads) frees the slot, and a version that moved on without that is a
+ * miss too, so a stale copy is never read. The slot dies with its storage.
+ *
+ * Thread-safe: one mutex guards the slots and the byte count; an entry is
+ * reference counted, so a product that holds one can finish while another
+ * thread replaces it. The cache holds at most g_limit bytes; beyond that
+ * a weight is packed for its caller alone and freed after the product (the
+ * same bits, no saving). */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "core/gemm.h"
+#include "core/ops.h"
+#include "core/tensor.h"
+
+struct cg_bf16_weight {
+    cg_bf16_matrix *m;
+    atomic_int refs;
+    bool cached; /* counted in g_bytes while in a slot */
+    size_t bytes;
+    int64_t offset, shape[2], strides[2];
+    uint64_t version;
+};
+
+/* a storage's entries: [0] W, [1] W^T */
+typedef struct {
+    cg_bf16_weight *e[2];
+} weight_slot;
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static size_t g_bytes;                   /* held by slots (under g_lock) */
+static size_t g_limit = (size_t)1 << 30; /* 1 GiB */
+static atomic_uint_fast64_t g_packs, g_hits;
+
+void cg_bf16_weight_release(cg_bf16_weight *e)
+{
+    if (e && atomic_fetch_sub(&e->refs, 1) == 1) {
+        cg_bf16_matrix_free(e->m);
+        free(e);
+    }
+}
+
+/* Take e out of its slot (under g_lock). */
+static void unslot(cg_bf16_weight *e)
+{
+    if (!e)
+        return;
+    g_bytes -= e->bytes;
+    e->cached = false;
+    cg_bf16_weight_release(e);
+}
+
+static void slot_free(void *p)
+{
+    weight_slot *s = p;
+    pthread_mutex_lock(&g_lock);
+    unslot(s->e[0]);
+    unslot(s->e[1]);
+    pthread_mutex_unlock(&g_lock);
+    free(s);
+}
+
+/* The dimensions of the packed matrix: W [n, k], or W^T [k, n]. */
+static void oriented(const cg_tensor *w, bool tr, int64_t shape[2], int64_t strides[2])
+{
+    shape[0] = w->shape[tr];
+    shape[1] = w->shape[!tr];
+    strides[0] = w->strides[tr];
+    strides[1] = w->strides[!tr];
+}
+
+static bool same_key(const cg_bf16_weight *e, const cg_tensor *w, bool tr)
+{
+    int64_t sh[2], st[2];
+    oriented(w, tr, sh, st);
+    return e && e->offset == w->offset && e->shape[0] == sh[0] && e->shape[1] == sh[1] &&
+           e->strides[0] == st[0] && e->strides[1] == st[1] && e->version == w->storage->version;
+}
+
+/* w's slot, made when make is set and the derived slot is free (under
+ * g_lock); NULL when another kind of form holds the slot. */
+static weight_slot *slot_of(cg_storage *s, bool make)
+{
+    if (s->derived) /* cg_tensor_modified leaves derived_free set */
+        return s->derived_free == slot_free ? s->derived : NULL;
+    if (!make)
+        return NULL;
+    weight_slot *ws = calloc(1, sizeof *ws);
+    if (ws) {
+        s->derived = ws;
+        s->derived_free = slot_free;
+    }
+    return ws;
+}
+
+cg_bf16_weight *cg_bf16_weight_get(const cg_tensor *w, bool transposed)
+{
+    if (!w || w->ndim != 2 || w->dtype != CG_F32 || w->shape[0] < 1 || w->shape[1] < 1) {
+        cg_set_error("bf16 weight: need a float32 [n, k] matrix with n, k >= 1");
+        return NULL;
+    }
+    const int tr = transposed;
+    pthread_mutex_lock(&g_lock);
+    weight_slot *ws = slot_of(w->storage, false);
+    cg_bf16_weight *e = ws && same_key(ws->e[tr], w, tr) ? ws->e[tr] : NULL;
+    if (e)
+        atomic_fetch_add(&e->refs, 1);
+    pthread_mutex_unlock(&g_lock);
+    if (e) {
+        atomic_fetch_add(&g_hits, 1);
+        return e;
+    }
+    int64_t sh[2], st[2];
+    oriented(w, tr, sh, st);
+    e = malloc(sizeof *e);
+    cg_bf16_matrix *m = e ? cg_bf16_matrix_new(sh[0], sh[1], cg_data(w), st[0], st[1]) : NULL;
+    if (!m) {
+        free(e);
+        cg_set_error("bf16 weight: out of memory packing a %lld x %lld weight", (long long)sh[0],
+                     (long long)sh[1]);
+        return NULL;
+    }
+    atomic_fetch_add(&g_packs, 1);
+    *e = (cg_bf16_weight){.m = m,
+                          .bytes = cg_bf16_matrix_bytes(m),
+                          .offset = w->offset,
+                          .shape = {sh[0], sh[1]},
+                          .strides = {st[0], st[1]},
+                          .version = w->storage->version};
+    atomic_init(&e->refs, 1);
+    pthread_mutex_lock(&g_lock);
+    ws = slot_of(w->storage, false);
+    const size_t old = ws && ws->e[tr] ? ws->e[tr]->bytes : 0;
+    if (g_bytes - old + e->bytes <= g_limit && (ws = slot_of(w->storage, true))) {
+        unslot(ws->e[tr]);
+        atomic_fetch_add(&e->refs, 1); /* the slot's reference */
+        e->cached = true;
+        g_bytes += e->bytes;
+        ws->e[tr] = e;
+    }
+    pthread_mutex_unlock(&g_lock);
+    return e;
+}
+
+const cg_bf16_matrix *cg_bf16_weight_matrix(const cg_bf16_weight *e) { return e ? e->m : NULL; }
+
+cg_bf16_cache_stats cg_bf16_weight_cache_stats(void)
+{
+    pthread_mutex_lock(&g_lock);
+    cg_bf16_cache_stats s = {atomic_load(&g_packs), atomic_load(&g_hits), g_bytes, g_limit};
+    pthread_mutex_unlock(&g_lock);
+    return s;
+}
+
+void cg_bf16_weight_cache_limit(size_t bytes)
+{
+    pthread_mutex_lock(&g_lock);
+    g_limit = bytes;
+    pthread_mutex_unlock(&g_lock);
+}
