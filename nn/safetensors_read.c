@@ -65,47 +65,6 @@ static int cmp_entry_name(const void *a, const void *b)
     return strcmp(x->name, y->name);
 }
 
-static int cmp_str_ptr(const void *a, const void *b)
-{
-    return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
-
-/* The first key that occurs twice among obj's members (NULL if none). Returns
- * false only when out of memory. */
-static bool find_duplicate_key(const cJSON *obj, const char **dup)
-{
-    *dup = NULL;
-    int n = cJSON_GetArraySize(obj);
-    if (n < 2)
-        return true;
-    const char **keys = malloc((size_t)n * sizeof *keys);
-    if (!keys)
-        return false;
-    int k = 0;
-    for (const cJSON *c = obj->child; c && k < n; c = c->next)
-        keys[k++] = c->string ? c->string : "";
-    qsort(keys, (size_t)k, sizeof *keys, cmp_str_ptr);
-    for (int i = 1; i < k; i++)
-        if (strcmp(keys[i - 1], keys[i]) == 0) {
-            *dup = keys[i];
-            break;
-        }
-    free(keys);
-    return true;
-}
-
-/* A JSON number that is a non-negative integer below 2^53 (so exact). */
-static bool json_uint(const cJSON *v, uint64_t *out)
-{
-    if (!cJSON_IsNumber(v))
-        return false;
-    double d = v->valuedouble;
-    if (!(d >= 0.0) || !(d < 9007199254740992.0) || d != floor(d))
-        return false;
-    *out = (uint64_t)d;
-    return true;
-}
-
 void cg_st_close(cg_st_file *f)
 {
     if (!f)
@@ -142,7 +101,7 @@ static bool parse_metadata(cg_st_file *f, const cJSON *meta)
         return false;
     }
     const char *dup;
-    if (!find_duplicate_key(meta, &dup)) {
+    if (!cg_st_find_duplicate_key(meta, &dup)) {
         cg_set_error("safetensors: %s: out of memory", P);
         return false;
     }
@@ -224,7 +183,7 @@ static bool entry_shape(const cg_st_file *f, const cJSON *info, st_entry *e)
     int i = 0;
     for (const cJSON *c = shape->child; c && i < nd; c = c->next, i++) {
         uint64_t d;
-        if (!json_uint(c, &d)) {
+        if (!cg_st_json_uint(c, &d)) {
             cg_set_error("safetensors: %s: tensor '%s': shape[%d] is not a non-negative integer", P,
                          N, i);
             return false;
@@ -266,8 +225,8 @@ static bool entry_offsets(const cg_st_file *f, const cJSON *info, st_entry *e)
         return false;
     }
     uint64_t b, en;
-    if (!cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2 || !json_uint(offs->child, &b) ||
-        !json_uint(offs->child->next, &en)) {
+    if (!cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2 ||
+        !cg_st_json_uint(offs->child, &b) || !cg_st_json_uint(offs->child->next, &en)) {
         cg_set_error("safetensors: %s: tensor '%s': data_offsets is not two non-negative integers",
                      P, N);
         return false;
@@ -306,7 +265,7 @@ static bool parse_entry(cg_st_file *f, const cJSON *info, st_entry *e)
         return false;
     }
     const char *dup;
-    if (!find_duplicate_key(info, &dup)) {
+    if (!cg_st_find_duplicate_key(info, &dup)) {
         cg_set_error("safetensors: %s: out of memory", P);
         return false;
     }
@@ -414,7 +373,7 @@ static cJSON *parse_header(const cg_st_file *f, const unsigned char *hdr, uint64
         FAIL("safetensors: %s: header is not a JSON object", P);
 
     const char *dup;
-    if (!find_duplicate_key(root, &dup))
+    if (!cg_st_find_duplicate_key(root, &dup))
         FAIL("safetensors: %s: out of memory", P);
     if (dup)
         FAIL("safetensors: %s: duplicate name '%s' in the header", P, dup);
