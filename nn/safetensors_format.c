@@ -5,6 +5,11 @@
 #include "core/utf8.h"
 #include "nn/safetensors_impl.h"
 
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
 static const struct {
     const char *name;
     size_t size;
@@ -100,4 +105,45 @@ cg_st_dtype cg_st_dtype_of(cg_dtype dt)
         if (dtype_pairs[i].dt == dt)
             return dtype_pairs[i].st;
     return CG_ST_NDTYPES;
+}
+
+static int cmp_str_ptr(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The first key that occurs twice among obj's members (NULL if none). Returns
+ * false only when out of memory. */
+bool cg_st_find_duplicate_key(const cJSON *obj, const char **dup)
+{
+    *dup = NULL;
+    int n = cJSON_GetArraySize(obj);
+    if (n < 2)
+        return true;
+    const char **keys = malloc((size_t)n * sizeof *keys);
+    if (!keys)
+        return false;
+    int k = 0;
+    for (const cJSON *c = obj->child; c && k < n; c = c->next)
+        keys[k++] = c->string ? c->string : "";
+    qsort(keys, (size_t)k, sizeof *keys, cmp_str_ptr);
+    for (int i = 1; i < k; i++)
+        if (strcmp(keys[i - 1], keys[i]) == 0) {
+            *dup = keys[i];
+            break;
+        }
+    free(keys);
+    return true;
+}
+
+/* A JSON number that is a non-negative integer below 2^53 (so exact). */
+bool cg_st_json_uint(const cJSON *v, uint64_t *out)
+{
+    if (!cJSON_IsNumber(v))
+        return false;
+    double d = v->valuedouble;
+    if (!(d >= 0.0) || !(d < 9007199254740992.0) || d != floor(d))
+        return false;
+    *out = (uint64_t)d;
+    return true;
 }

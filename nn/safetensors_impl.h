@@ -21,5 +21,11 @@ void cg_st_copy_le(void *dst, const void *src, size_t n, size_t sz);
 size_t cg_st_utf8_bad_at(const unsigned char *s, size_t n, bool json_text);
 /* A NUL-terminated string that is valid UTF-8. */
 bool cg_st_utf8_valid(const char *s);
+/* A JSON object's first duplicate member name in *dup (NULL if none); false
+ * when out of memory. */
+struct cJSON;
+bool cg_st_find_duplicate_key(const struct cJSON *obj, const char **dup);
+/* A JSON number that is a non-negative integer, exactly, into *out. */
+bool cg_st_json_uint(const struct cJSON *v, uint64_t *out);
 
 #endif

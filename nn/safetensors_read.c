@@ -65,47 +65,6 @@ static int cmp_entry_name(const void *a, const void *b)
     return strcmp(x->name, y->name);
 }
 
-static int cmp_str_ptr(const void *a, const void *b)
-{
-    return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
-
-/* The first key that occurs twice among obj's members (NULL if none). Returns
- * false only when out of memory. */
-static bool find_duplicate_key(const cJSON *obj, const char **dup)
-{
-    *dup = NULL;
-    int n = cJSON_GetArraySize(obj);
-    if (n < 2)
-        return true;
-    const char **keys = malloc((size_t)n * sizeof *keys);
-    if (!keys)
-        return false;
-    int k = 0;
-    for (const cJSON *c = obj->child; c && k < n; c = c->next)
-        keys[k++] = c->string ? c->string : "";
-    qsort(keys, (size_t)k, sizeof *keys, cmp_str_ptr);
-    for (int i = 1; i < k; i++)
-        if (strcmp(keys[i - 1], keys[i]) == 0) {
-            *dup = keys[i];
-            break;
-        }
-    free(keys);
-    return true;
-}
-
-/* A JSON number that is a non-negative integer below 2^53 (so exact). */
-static bool json_uint(const cJSON *v, uint64_t *out)
-{
-    if (!cJSON_IsNumber(v))
-        return false;
-    double d = v->valuedouble;
-    if (!(d >= 0.0) || !(d < 9007199254740992.0) || d != floor(d))
-        return false;
-    *out = (uint64_t)d;
-    return true;
-}
-
 void cg_st_close(cg_st_file *f)
 {
     if (!f)
@@ -142,7 +101,7 @@ static bool parse_metadata(cg_st_file *f, const cJSON *meta)
         return false;
     }
     const char *dup;
-    if (!find_duplicate_key(meta, &dup)) {
+    if (!cg_st_find_duplicate_key(meta, &dup)) {
         cg_set_error("safetensors: %s: out of memory", P);
         return false;
     }
@@ -176,24 +135,10 @@ static bool parse_metadata(cg_st_file *f, const cJSON *meta)
     return true;
 }
 
-/* Validate one tensor entry and fill e (e->name already set). */
-static bool parse_entry(cg_st_file *f, const cJSON *info, st_entry *e)
+/* The entry's dtype into e->dtype. */
+static bool entry_dtype(const cg_st_file *f, const cJSON *info, st_entry *e)
 {
     const char *P = f->path, *N = e->name;
-    if (!cJSON_IsObject(info)) {
-        cg_set_error("safetensors: %s: tensor '%s': entry is not a JSON object", P, N);
-        return false;
-    }
-    const char *dup;
-    if (!find_duplicate_key(info, &dup)) {
-        cg_set_error("safetensors: %s: out of memory", P);
-        return false;
-    }
-    if (dup) {
-        cg_set_error("safetensors: %s: tensor '%s': duplicate key '%s' in its entry", P, N, dup);
-        return false;
-    }
-
     const cJSON *dt = cJSON_GetObjectItemCaseSensitive(info, "dtype");
     if (!dt) {
         cg_set_error("safetensors: %s: tensor '%s': missing dtype", P, N);
@@ -209,8 +154,15 @@ static bool parse_entry(cg_st_file *f, const cJSON *info, st_entry *e)
         return false;
     }
     e->dtype = (cg_st_dtype)code;
-    size_t esize = cg_st_dtype_size((cg_st_dtype)code);
+    return true;
+}
 
+/* The entry's shape into e->ndim, e->shape and e->numel (whose byte count
+ * must fit in int64). */
+static bool entry_shape(const cg_st_file *f, const cJSON *info, st_entry *e)
+{
+    const char *P = f->path, *N = e->name;
+    size_t esize = cg_st_dtype_size(e->dtype);
     const cJSON *shape = cJSON_GetObjectItemCaseSensitive(info, "shape");
     if (!shape) {
         cg_set_error("safetensors: %s: tensor '%s': missing shape", P, N);
@@ -231,7 +183,7 @@ static bool parse_entry(cg_st_file *f, const cJSON *info, st_entry *e)
     int i = 0;
     for (const cJSON *c = shape->child; c && i < nd; c = c->next, i++) {
         uint64_t d;
-        if (!json_uint(c, &d)) {
+        if (!cg_st_json_uint(c, &d)) {
             cg_set_error("safetensors: %s: tensor '%s': shape[%d] is not a non-negative integer", P,
                          N, i);
             return false;
@@ -258,15 +210,23 @@ static bool parse_entry(cg_st_file *f, const cJSON *info, st_entry *e)
         }
     }
     e->numel = numel;
+    return true;
+}
 
+/* The entry's data_offsets into e->begin and e->end: inside the data buffer,
+ * and as many bytes as its shape and dtype take. */
+static bool entry_offsets(const cg_st_file *f, const cJSON *info, st_entry *e)
+{
+    const char *P = f->path, *N = e->name;
+    size_t esize = cg_st_dtype_size(e->dtype);
     const cJSON *offs = cJSON_GetObjectItemCaseSensitive(info, "data_offsets");
     if (!offs) {
         cg_set_error("safetensors: %s: tensor '%s': missing data_offsets", P, N);
         return false;
     }
     uint64_t b, en;
-    if (!cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2 || !json_uint(offs->child, &b) ||
-        !json_uint(offs->child->next, &en)) {
+    if (!cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2 ||
+        !cg_st_json_uint(offs->child, &b) || !cg_st_json_uint(offs->child->next, &en)) {
         cg_set_error("safetensors: %s: tensor '%s': data_offsets is not two non-negative integers",
                      P, N);
         return false;
@@ -283,17 +243,37 @@ static bool parse_entry(cg_st_file *f, const cJSON *info, st_entry *e)
                      P, N, en, f->data_len);
         return false;
     }
-    if (en - b != numel * esize) {
+    if (en - b != e->numel * esize) {
         char sh[160];
-        cg_shape_str_n(nd, e->shape, sh, sizeof sh);
+        cg_shape_str_n(e->ndim, e->shape, sh, sizeof sh);
         cg_set_error("safetensors: %s: tensor '%s': byte count %" PRIu64 " does not match shape %s"
                      " %s (%" PRIu64 " bytes)",
-                     P, N, en - b, sh, cg_st_dtype_name((cg_st_dtype)code), numel * esize);
+                     P, N, en - b, sh, cg_st_dtype_name(e->dtype), e->numel * esize);
         return false;
     }
     e->begin = b;
     e->end = en;
     return true;
+}
+
+/* Validate one tensor entry and fill e (e->name already set). */
+static bool parse_entry(cg_st_file *f, const cJSON *info, st_entry *e)
+{
+    const char *P = f->path, *N = e->name;
+    if (!cJSON_IsObject(info)) {
+        cg_set_error("safetensors: %s: tensor '%s': entry is not a JSON object", P, N);
+        return false;
+    }
+    const char *dup;
+    if (!cg_st_find_duplicate_key(info, &dup)) {
+        cg_set_error("safetensors: %s: out of memory", P);
+        return false;
+    }
+    if (dup) {
+        cg_set_error("safetensors: %s: tensor '%s': duplicate key '%s' in its entry", P, N, dup);
+        return false;
+    }
+    return entry_dtype(f, info, e) && entry_shape(f, info, e) && entry_offsets(f, info, e);
 }
 
 static int cmp_span(const void *a, const void *b)
@@ -336,27 +316,15 @@ bool cg_st_metadata_number(const cg_st_file *f, const char *key, double *out)
     return ok;
 }
 
-/* Takes ownership of buf (len bytes) in all cases. */
-static cg_st_file *parse_buffer(unsigned char *buf, size_t len, const char *path)
+/* The 8-byte header length, checked against the file; sets f->data and
+ * f->data_len and gives the header's length in *hlen. */
+static bool split_header(cg_st_file *f, uint64_t *hlen_out)
 {
-    cJSON *root = NULL;
-    st_entry **spans = NULL;
-    cg_st_file *f = calloc(1, sizeof *f);
-    if (!f) {
-        free(buf);
-        cg_set_error("safetensors: %s: out of memory", path);
-        return NULL;
-    }
-    f->buf = buf;
-    f->len = len;
-    f->path = strdup(path);
-    if (!f->path)
-        FAIL("safetensors: %s: out of memory", path);
     const char *P = f->path;
-
+    size_t len = f->len;
     if (len < 8)
         FAIL("safetensors: %s: file is %zu bytes, too short for the 8-byte header length", P, len);
-    uint64_t hlen = read_le64(buf);
+    uint64_t hlen = read_le64(f->buf);
     if (hlen > CG_ST_MAX_HEADER)
         FAIL("safetensors: %s: header length %" PRIu64 " is absurd (limit %" PRIu64
              " bytes); corrupt file?",
@@ -364,10 +332,20 @@ static cg_st_file *parse_buffer(unsigned char *buf, size_t len, const char *path
     if (hlen > len - 8)
         FAIL("safetensors: %s: header length %" PRIu64 " does not fit the file (%zu bytes)", P,
              hlen, len);
-    const unsigned char *hdr = buf + 8;
-    f->data = buf + 8 + hlen;
+    f->data = f->buf + 8 + hlen;
     f->data_len = len - 8 - (size_t)hlen;
+    *hlen_out = hlen;
+    return true;
+fail:
+    return false;
+}
 
+/* The header hdr[0, hlen) as a JSON object: valid UTF-8 JSON text, no byte
+ * order mark, nothing after the value, no duplicate name. NULL + error. */
+static cJSON *parse_header(const cg_st_file *f, const unsigned char *hdr, uint64_t hlen)
+{
+    const char *P = f->path;
+    cJSON *root = NULL;
     size_t bad = cg_st_utf8_bad_at(hdr, (size_t)hlen, true);
     if (bad < hlen)
         FAIL("safetensors: %s: header is not valid JSON text: bad or control byte 0x%02x at "
@@ -395,11 +373,21 @@ static cg_st_file *parse_buffer(unsigned char *buf, size_t len, const char *path
         FAIL("safetensors: %s: header is not a JSON object", P);
 
     const char *dup;
-    if (!find_duplicate_key(root, &dup))
+    if (!cg_st_find_duplicate_key(root, &dup))
         FAIL("safetensors: %s: out of memory", P);
     if (dup)
         FAIL("safetensors: %s: duplicate name '%s' in the header", P, dup);
+    return root;
+fail:
+    cJSON_Delete(root);
+    return NULL;
+}
 
+/* The header's members into f->entries (each checked by parse_entry) and
+ * its __metadata__ into f's metadata. */
+static bool read_entries(cg_st_file *f, const cJSON *root)
+{
+    const char *P = f->path;
     int members = cJSON_GetArraySize(root);
     f->entries = calloc((size_t)members + 1, sizeof *f->entries);
     if (!f->entries)
@@ -423,11 +411,17 @@ static cg_st_file *parse_buffer(unsigned char *buf, size_t len, const char *path
         if (!parse_entry(f, c, e))
             goto fail;
     }
-    cJSON_Delete(root);
-    root = NULL;
+    return true;
+fail:
+    return false;
+}
 
-    /* The ranges must tile the data buffer: sort by (begin, end) and walk. */
-    spans = malloc(((size_t)f->n + 1) * sizeof *spans);
+/* The ranges must tile the data buffer: sort by (begin, end) and walk. Then
+ * f->by_name, sorted by name. */
+static bool check_tiling(cg_st_file *f)
+{
+    const char *P = f->path;
+    st_entry **spans = malloc(((size_t)f->n + 1) * sizeof *spans);
     f->by_name = malloc(((size_t)f->n + 1) * sizeof *f->by_name);
     if (!spans || !f->by_name)
         FAIL("safetensors: %s: out of memory", P);
@@ -455,16 +449,40 @@ static cg_st_file *parse_buffer(unsigned char *buf, size_t len, const char *path
              "%zu bytes, tensors end at %" PRIu64 ")",
              P, (uint64_t)f->data_len - pos, f->data_len, pos);
     free(spans);
-    spans = NULL;
-    /* The top-level duplicate check above already guarantees unique names. */
+    /* The top-level duplicate check already guarantees unique names. */
     qsort(f->by_name, (size_t)f->n, sizeof *f->by_name, cmp_entry_name);
-    return f;
-
+    return true;
 fail:
-    cJSON_Delete(root);
     free(spans);
-    cg_st_close(f);
-    return NULL;
+    return false;
+}
+
+/* Takes ownership of buf (len bytes) in all cases. */
+static cg_st_file *parse_buffer(unsigned char *buf, size_t len, const char *path)
+{
+    cg_st_file *f = calloc(1, sizeof *f);
+    if (!f) {
+        free(buf);
+        cg_set_error("safetensors: %s: out of memory", path);
+        return NULL;
+    }
+    f->buf = buf;
+    f->len = len;
+    f->path = strdup(path);
+    if (!f->path) {
+        cg_set_error("safetensors: %s: out of memory", path);
+        cg_st_close(f);
+        return NULL;
+    }
+    uint64_t hlen = 0;
+    cJSON *root = split_header(f, &hlen) ? parse_header(f, buf + 8, hlen) : NULL;
+    bool ok = root && read_entries(f, root);
+    cJSON_Delete(root);
+    if (!ok || !check_tiling(f)) {
+        cg_st_close(f);
+        return NULL;
+    }
+    return f;
 }
 
 cg_st_file *cg_st_open(const char *path)

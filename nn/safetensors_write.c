@@ -454,6 +454,126 @@ static void remove_stale_temps(const char *path, const char *dir)
     closedir(d);
 }
 
+/* The header: metadata first, then tensors in the order added, padded so
+ * that the data starts at a multiple of 8. False + error (h freed). */
+static bool build_header(const cg_st_writer *w, const char *path, sbuf *h)
+{
+    sb_puts(h, "{");
+    bool first = true;
+    if (w->nmeta > 0) {
+        sb_puts(h, "\"__metadata__\":{");
+        for (int i = 0; i < w->nmeta; i++) {
+            if (i)
+                sb_puts(h, ",");
+            sb_json_str(h, w->mkey[i]);
+            sb_puts(h, ":");
+            sb_json_str(h, w->mval[i]);
+        }
+        sb_puts(h, "}");
+        first = false;
+    }
+    uint64_t off = 0;
+    for (int i = 0; i < w->n; i++) {
+        const w_entry *e = &w->e[i];
+        if (!first)
+            sb_puts(h, ",");
+        first = false;
+        sb_json_str(h, e->name);
+        sb_puts(h, ":{\"dtype\":");
+        sb_json_str(h, cg_st_dtype_name(e->dtype));
+        sb_puts(h, ",\"shape\":[");
+        for (int d = 0; d < e->ndim; d++) {
+            if (d)
+                sb_puts(h, ",");
+            sb_putu(h, (uint64_t)e->shape[d]);
+        }
+        sb_puts(h, "],\"data_offsets\":[");
+        sb_putu(h, off);
+        sb_puts(h, ",");
+        off += e->nbytes;
+        sb_putu(h, off);
+        sb_puts(h, "]}");
+    }
+    sb_puts(h, "}");
+    while ((8 + h->len) % 8 != 0)
+        sb_puts(h, " ");
+    if (h->oom) {
+        free(h->s);
+        cg_set_error("safetensors: %s: out of memory building the header", path);
+        return false;
+    }
+    if ((uint64_t)h->len > CG_ST_MAX_HEADER) {
+        cg_set_error("safetensors: %s: header would be %zu bytes, over the %" PRIu64
+                     "-byte limit readers accept",
+                     path, h->len, CG_ST_MAX_HEADER);
+        free(h->s);
+        return false;
+    }
+    return true;
+}
+
+/* The length, the header and the tensors' bytes into the new file tmp (with
+ * the permissions of an existing path), flushed, fsync'd and closed.
+ * *created: tmp exists. False + error. */
+static bool write_temp(const cg_st_writer *w, const char *path, const char *tmp, const sbuf *h,
+                       bool *created)
+{
+    FILE *fp = NULL;
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    if (fd < 0) {
+        cg_set_error("safetensors: %s: cannot create temporary file %s: %s", path, tmp,
+                     strerror(errno));
+        return false;
+    }
+    *created = true;
+    struct stat old;
+    if (stat(path, &old) == 0 && S_ISREG(old.st_mode))
+        (void)fchmod(fd, old.st_mode & 07777); /* keep the old file's permissions */
+    fp = fdopen(fd, "wb");
+    if (!fp) {
+        cg_set_error("safetensors: %s: fdopen failed: %s", tmp, strerror(errno));
+        close(fd);
+        return false;
+    }
+    unsigned char lenbuf[8];
+    write_le64(lenbuf, (uint64_t)h->len);
+    bool wok = write_all(fp, lenbuf, 8) && write_all(fp, h->s, h->len);
+    for (int i = 0; wok && i < w->n; i++)
+        wok = write_all(fp, w->e[i].bytes, w->e[i].nbytes);
+    if (!wok || fflush(fp) != 0) {
+        cg_set_error("safetensors: %s: write to %s failed: %s", path, tmp, strerror(errno));
+        fclose(fp);
+        return false;
+    }
+    if (fsync(fileno(fp)) != 0) {
+        cg_set_error("safetensors: %s: fsync of %s failed: %s", path, tmp, strerror(errno));
+        fclose(fp);
+        return false;
+    }
+    if (fclose(fp) != 0) {
+        cg_set_error("safetensors: %s: closing %s failed: %s", path, tmp, strerror(errno));
+        return false;
+    }
+    return true;
+}
+
+/* Make the rename durable. A directory we cannot open or a file system
+ * without directory fsync is tolerated; a real I/O error is reported. */
+static bool sync_dir(const char *path, const char *dir)
+{
+    bool ok = true;
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        if (fsync(dfd) != 0 && errno != EINVAL && errno != ENOTSUP && errno != EROFS) {
+            cg_set_error("safetensors: %s: written, but fsync of directory %s failed: %s", path,
+                         dir, strerror(errno));
+            ok = false;
+        }
+        close(dfd);
+    }
+    return ok;
+}
+
 bool cg_st_writer_save(cg_st_writer *w, const char *path)
 {
     if (!w) {
@@ -464,61 +584,9 @@ bool cg_st_writer_save(cg_st_writer *w, const char *path)
         cg_set_error("safetensors: cg_st_writer_save: %s path", path ? "empty" : "NULL");
         return false;
     }
-
-    /* Header: metadata first, then tensors in the order added. */
     sbuf h = {0};
-    sb_puts(&h, "{");
-    bool first = true;
-    if (w->nmeta > 0) {
-        sb_puts(&h, "\"__metadata__\":{");
-        for (int i = 0; i < w->nmeta; i++) {
-            if (i)
-                sb_puts(&h, ",");
-            sb_json_str(&h, w->mkey[i]);
-            sb_puts(&h, ":");
-            sb_json_str(&h, w->mval[i]);
-        }
-        sb_puts(&h, "}");
-        first = false;
-    }
-    uint64_t off = 0;
-    for (int i = 0; i < w->n; i++) {
-        const w_entry *e = &w->e[i];
-        if (!first)
-            sb_puts(&h, ",");
-        first = false;
-        sb_json_str(&h, e->name);
-        sb_puts(&h, ":{\"dtype\":");
-        sb_json_str(&h, cg_st_dtype_name(e->dtype));
-        sb_puts(&h, ",\"shape\":[");
-        for (int d = 0; d < e->ndim; d++) {
-            if (d)
-                sb_puts(&h, ",");
-            sb_putu(&h, (uint64_t)e->shape[d]);
-        }
-        sb_puts(&h, "],\"data_offsets\":[");
-        sb_putu(&h, off);
-        sb_puts(&h, ",");
-        off += e->nbytes;
-        sb_putu(&h, off);
-        sb_puts(&h, "]}");
-    }
-    sb_puts(&h, "}");
-    while ((8 + h.len) % 8 != 0)
-        sb_puts(&h, " ");
-    if (h.oom) {
-        free(h.s);
-        cg_set_error("safetensors: %s: out of memory building the header", path);
+    if (!build_header(w, path, &h))
         return false;
-    }
-    if ((uint64_t)h.len > CG_ST_MAX_HEADER) {
-        cg_set_error("safetensors: %s: header would be %zu bytes, over the %" PRIu64
-                     "-byte limit readers accept",
-                     path, h.len, CG_ST_MAX_HEADER);
-        free(h.s);
-        return false;
-    }
-
     size_t plen = strlen(path);
     char *tmp = malloc(plen + 32);
     char *dir = dir_of(path);
@@ -532,62 +600,16 @@ bool cg_st_writer_save(cg_st_writer *w, const char *path)
     snprintf(tmp, plen + 32, "%s.tmp.%ld", path, (long)getpid());
 
     bool ok = false, created = false;
-    FILE *fp = NULL;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-    if (fd < 0) {
-        cg_set_error("safetensors: %s: cannot create temporary file %s: %s", path, tmp,
-                     strerror(errno));
-        goto done;
-    }
-    created = true;
-    struct stat old;
-    if (stat(path, &old) == 0 && S_ISREG(old.st_mode))
-        (void)fchmod(fd, old.st_mode & 07777); /* keep the old file's permissions */
-    fp = fdopen(fd, "wb");
-    if (!fp) {
-        cg_set_error("safetensors: %s: fdopen failed: %s", tmp, strerror(errno));
-        close(fd);
-        goto done;
-    }
-    unsigned char lenbuf[8];
-    write_le64(lenbuf, (uint64_t)h.len);
-    bool wok = write_all(fp, lenbuf, 8) && write_all(fp, h.s, h.len);
-    for (int i = 0; wok && i < w->n; i++)
-        wok = write_all(fp, w->e[i].bytes, w->e[i].nbytes);
-    if (!wok || fflush(fp) != 0) {
-        cg_set_error("safetensors: %s: write to %s failed: %s", path, tmp, strerror(errno));
-        fclose(fp);
-        goto done;
-    }
-    if (fsync(fileno(fp)) != 0) {
-        cg_set_error("safetensors: %s: fsync of %s failed: %s", path, tmp, strerror(errno));
-        fclose(fp);
-        goto done;
-    }
-    if (fclose(fp) != 0) {
-        cg_set_error("safetensors: %s: closing %s failed: %s", path, tmp, strerror(errno));
-        goto done;
-    }
-    if (rename(tmp, path) != 0) {
-        cg_set_error("safetensors: %s: cannot rename %s over it: %s", path, tmp, strerror(errno));
-        goto done;
-    }
-    created = false; /* the temporary file is now the target */
-    ok = true;
-    remove_stale_temps(path, dir);
-    /* Make the rename durable. A directory we cannot open or a file system
-     * without directory fsync is tolerated; a real I/O error is reported. */
-    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-        if (fsync(dfd) != 0 && errno != EINVAL && errno != ENOTSUP && errno != EROFS) {
-            cg_set_error("safetensors: %s: written, but fsync of directory %s failed: %s", path,
-                         dir, strerror(errno));
-            ok = false;
+    if (write_temp(w, path, tmp, &h, &created)) {
+        if (rename(tmp, path) != 0) {
+            cg_set_error("safetensors: %s: cannot rename %s over it: %s", path, tmp,
+                         strerror(errno));
+        } else {
+            created = false; /* the temporary file is now the target */
+            remove_stale_temps(path, dir);
+            ok = sync_dir(path, dir);
         }
-        close(dfd);
     }
-
-done:
     if (created)
         unlink(tmp);
     free(h.s);

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Functions of a readable size, checked (meson test 'sizes', suite 'layers').
+"""Functions and files of a readable size, checked (meson test 'sizes', suite 'layers').
 
 Every function body in the tree's C and C++ sources (.c, .h, .cc; build
 folders skipped) is measured in lines, from the first line of its signature
@@ -15,6 +15,12 @@ to its closing brace. Two limits (issue 23):
 
 The marker does not lift the 120-line limit of models/.
 
+And a file: no .c file of the library or the zoo (core/, autograd/, nn/,
+optim/, models/) may have more than 800 lines (issue 35), except the GEMM
+kernels (core/gemm*.c), which stay whole. Split a longer one along a real
+seam, with a private header (name_impl.h) for what the halves share. The
+test suites, tools and examples are outside this rule.
+
 usage: check_sizes.py SOURCE_ROOT [--list N]
   exit 0: clean; 1: each offender printed (file:line: name: N lines, limit L).
   --list N prints every function of N lines or more, longest first, and exits 0.
@@ -26,6 +32,9 @@ import sys
 
 MODELS_LIMIT = 120
 TREE_LIMIT = 150
+FILE_LIMIT = 800
+FILE_DIRS = ("core/", "autograd/", "nn/", "optim/", "models/")
+FILE_EXEMPT = re.compile(r"^core/gemm[^/]*\.c$")
 SOURCE = (".c", ".h", ".cc")
 MARKER = re.compile(r"^\s*(?:/\*+|\*+|//)?\s*size:\s*\S", re.M)
 
@@ -190,6 +199,20 @@ def sources(root):
                 yield os.path.normpath(os.path.join(rel, f)).replace(os.sep, "/")
 
 
+def long_files(root):
+    """(path, lines) of every .c file in FILE_DIRS over FILE_LIMIT lines,
+    outside FILE_EXEMPT."""
+    out = []
+    for rel in sources(root):
+        if not rel.endswith(".c") or not rel.startswith(FILE_DIRS) or FILE_EXEMPT.match(rel):
+            continue
+        with open(os.path.join(root, rel), encoding="utf-8", errors="replace") as f:
+            lines = sum(1 for _ in f)
+        if lines > FILE_LIMIT:
+            out.append((rel, lines))
+    return out
+
+
 def measure(root):
     """(path, name, first line, lines, justified) of every function."""
     out = []
@@ -223,9 +246,14 @@ def main(argv):
             continue
         why = "" if in_models else " (or a 'size: <reason>' line in its leading comment)"
         errors.append("%s:%d: %s: %d lines, limit %d%s" % (rel, first, name, lines, limit, why))
+    n_func_errors = len(errors)
+    for rel, lines in long_files(root):
+        errors.append("%s: %d lines, limit %d for a .c file (split it along a seam)"
+                      % (rel, lines, FILE_LIMIT))
     for e in errors:
         print(e)
-    print("%d functions measured, %d over the limits" % (len(funcs), len(errors)))
+    print("%d functions measured, %d over the limits; %d .c files over %d lines"
+          % (len(funcs), n_func_errors, len(errors) - n_func_errors, FILE_LIMIT))
     return 1 if errors else 0
 
 

@@ -1,0 +1,437 @@
+/* Tensors: creation (empty, full, zeros, arange, from data, clones), strided
+ * copies and fills, the counter-based RNG and random tensors. The storage and
+ * lifecycle are tensor.c. */
+#include "core/tensor.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "core/tensor_impl.h"
+
+/* -------------------------------------------------- strided iteration */
+/* Calls a row kernel over every innermost row of t (row-major order of the
+ * outer dims). Rows are independent, so callers may parallelise. */
+static int64_t outer_offset(const cg_tensor *t, int64_t row)
+{
+    int64_t off = t->offset;
+    for (int d = t->ndim - 2; d >= 0; d--) {
+        int64_t i = row % t->shape[d];
+        row /= t->shape[d];
+        off += i * t->strides[d];
+    }
+    return off;
+}
+
+#define PAR_THRESHOLD 32768
+
+/* Copy t's elements in row-major order into contiguous out of dtype dt,
+ * converting. */
+static void copy_out(const cg_tensor *t, cg_dtype dt, void *out)
+{
+    int64_t n = cg_numel(t);
+    if (n == 0)
+        return;
+    size_t z = cg_dtype_size(dt);
+    if (cg_is_contiguous(t)) {
+        cg_convert_run(dt, out, 1, t->dtype, cg_elem_ptr(t, t->offset), 1, n);
+        return;
+    }
+    int64_t inner = t->ndim ? t->shape[t->ndim - 1] : 1;
+    int64_t is = t->ndim ? t->strides[t->ndim - 1] : 0;
+    int64_t rows = n / inner;
+#pragma omp parallel for schedule(static) if (n > PAR_THRESHOLD)
+    for (int64_t r = 0; r < rows; r++)
+        cg_convert_run(dt, (char *)out + (size_t)(r * inner) * z, 1, t->dtype,
+                       cg_elem_ptr(t, outer_offset(t, r)), is, inner);
+}
+
+bool cg_copy_to(const cg_tensor *t, float *out)
+{
+    if (!t || !out) {
+        if (!t)
+            return cg_error_null_input("cg_copy_to");
+        cg_set_error("copy_to: NULL destination");
+        return false;
+    }
+    copy_out(t, CG_F32, out);
+    return true;
+}
+
+bool cg_copy_to_array(const cg_tensor *t, void *out)
+{
+    if (!t || !out) {
+        if (!t)
+            return cg_error_null_input("cg_copy_to_array");
+        cg_set_error("copy_to_array: NULL destination");
+        return false;
+    }
+    copy_out(t, t->dtype, out);
+    return true;
+}
+
+bool cg_check_writable(const char *op, const cg_tensor *dst)
+{
+    if (!dst)
+        return cg_error_null_input(op);
+    for (int i = 0; i < dst->ndim; i++) {
+        if (dst->shape[i] > 1 && dst->strides[i] == 0) {
+            char b[96];
+            cg_set_error("%s: destination of shape %s is a broadcast view (stride-0 dim %d): "
+                         "several elements share one memory location",
+                         op, cg_shape_str(dst, b, sizeof b), i);
+            return false;
+        }
+    }
+    return true;
+}
+
+bool cg_k_copy_(cg_tensor *dst, const cg_tensor *src)
+{
+    if (!dst || !src)
+        return cg_error_null_input("cg_copy_");
+    if (!cg_check_writable("copy_", dst))
+        return false;
+    if (!cg_same_shape(dst, src)) {
+        char b1[96], b2[96];
+        cg_set_error("copy_: destination shape %s differs from source shape %s",
+                     cg_shape_str(dst, b1, sizeof b1), cg_shape_str(src, b2, sizeof b2));
+        return false;
+    }
+    cg_tensor_modified(dst);
+    int64_t n = cg_numel(dst);
+    if (n == 0)
+        return true;
+    if (cg_is_contiguous(dst)) {
+        copy_out(src, dst->dtype, cg_elem_ptr(dst, dst->offset));
+        return true;
+    }
+    int64_t inner = dst->ndim ? dst->shape[dst->ndim - 1] : 1;
+    int64_t ds = dst->ndim ? dst->strides[dst->ndim - 1] : 0;
+    int64_t ss = src->ndim ? src->strides[src->ndim - 1] : 0;
+    int64_t rows = n / inner;
+#pragma omp parallel for schedule(static) if (n > PAR_THRESHOLD)
+    for (int64_t r = 0; r < rows; r++)
+        cg_convert_run(dst->dtype, cg_elem_ptr(dst, outer_offset(dst, r)), ds, src->dtype,
+                       cg_elem_ptr(src, outer_offset(src, r)), ss, inner);
+    return true;
+}
+
+bool cg_fill_(cg_tensor *t, float v)
+{
+    if (!t)
+        return cg_error_null_input("cg_fill_");
+    cg_tensor_modified(t);
+    int64_t n = cg_numel(t);
+    if (n == 0)
+        return true;
+    int64_t inner = t->ndim ? t->shape[t->ndim - 1] : 1;
+    int64_t is = t->ndim ? t->strides[t->ndim - 1] : 0;
+    int64_t rows = n / inner;
+    if (t->dtype != CG_F32) { /* one converted element, copied (stride 0) */
+        char e[8];
+        cg_convert_run(t->dtype, e, 1, CG_F32, &v, 1, 1);
+#pragma omp parallel for schedule(static) if (n > PAR_THRESHOLD)
+        for (int64_t r = 0; r < rows; r++)
+            cg_convert_run(t->dtype, cg_elem_ptr(t, outer_offset(t, r)), is, t->dtype, e, 0, inner);
+        return true;
+    }
+#pragma omp parallel for schedule(static) if (n > PAR_THRESHOLD)
+    for (int64_t r = 0; r < rows; r++) {
+        float *p = (float *)t->storage->data + outer_offset(t, r);
+        for (int64_t j = 0; j < inner; j++)
+            p[j * is] = v;
+    }
+    return true;
+}
+
+/* ------------------------------------------------------------- creation */
+static bool check_shape(const char *op, int ndim, const int64_t *shape)
+{
+    if (ndim < 0 || ndim > CG_MAX_DIMS) {
+        cg_set_error("%s: ndim %d out of range [0, %d]", op, ndim, CG_MAX_DIMS);
+        return false;
+    }
+    if (ndim > 0 && !shape) {
+        cg_set_error("%s: NULL shape", op);
+        return false;
+    }
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 0) {
+            char b[96];
+            cg_set_error("%s: negative size in shape %s", op,
+                         cg_shape_str_n(ndim, shape, b, sizeof b));
+            return false;
+        }
+        if (shape[i] && n > INT64_MAX / 4 / shape[i]) {
+            cg_set_error("%s: shape too large", op);
+            return false;
+        }
+        n *= shape[i];
+    }
+    return true;
+}
+
+void cg_contiguous_strides(int ndim, const int64_t *shape, int64_t *strides)
+{
+    int64_t s = 1;
+    for (int i = ndim - 1; i >= 0; i--) {
+        strides[i] = s;
+        s *= shape[i];
+    }
+}
+
+cg_tensor *cg_empty_dtype(cg_dtype dt, int ndim, const int64_t *shape)
+{
+    if ((unsigned)dt >= CG_NDTYPES) {
+        cg_set_error("empty: unknown dtype %d", (int)dt);
+        return NULL;
+    }
+    if (!check_shape("empty", ndim, shape))
+        return NULL;
+    int64_t strides[CG_MAX_DIMS];
+    cg_contiguous_strides(ndim, shape, strides);
+    cg_storage *s = cg_storage_new(cg_numel_shape(ndim, shape), dt);
+    if (!s)
+        return NULL;
+    cg_tensor *t = cg_tensor_header(s, dt, 0, ndim, shape, strides);
+    cg_storage_release(s);
+    return t;
+}
+
+cg_tensor *cg_empty(int ndim, const int64_t *shape) { return cg_empty_dtype(CG_F32, ndim, shape); }
+
+cg_tensor *cg_full_dtype(cg_dtype dt, int ndim, const int64_t *shape, double value)
+{
+    if (dt == CG_F32)
+        return cg_full(ndim, shape, (float)value);
+    cg_tensor *t = cg_empty_dtype(dt, ndim, shape);
+    if (!t)
+        return NULL;
+    char e[8];
+    cg_elem_set(dt, e, value);
+    cg_convert_run(dt, t->storage->data, 1, dt, e, 0, cg_numel(t));
+    return t;
+}
+
+cg_tensor *cg_zeros_dtype(cg_dtype dt, int ndim, const int64_t *shape)
+{
+    return cg_full_dtype(dt, ndim, shape, 0.0);
+}
+
+cg_tensor *cg_full(int ndim, const int64_t *shape, float value)
+{
+    cg_tensor *t = cg_empty(ndim, shape);
+    if (!t)
+        return NULL;
+    float *p = cg_data(t);
+    int64_t n = cg_numel(t);
+    if (value == 0.0f && !signbit(value)) {
+        memset(p, 0, (size_t)n * sizeof(float));
+    } else {
+        for (int64_t i = 0; i < n; i++)
+            p[i] = value;
+    }
+    return t;
+}
+
+cg_tensor *cg_zeros(int ndim, const int64_t *shape) { return cg_full(ndim, shape, 0.0f); }
+cg_tensor *cg_ones(int ndim, const int64_t *shape) { return cg_full(ndim, shape, 1.0f); }
+cg_tensor *cg_scalar(float value) { return cg_full(0, NULL, value); }
+
+cg_tensor *cg_arange(double start, double stop, double step)
+{
+    if (step == 0 || !isfinite(start) || !isfinite(stop) || !isfinite(step)) {
+        cg_set_error("arange: need finite start/stop and a non-zero step (got %g, %g, %g)", start,
+                     stop, step);
+        return NULL;
+    }
+    double count = ceil((stop - start) / step);
+    int64_t n = count > 0 ? (int64_t)count : 0;
+    cg_tensor *t = cg_empty(1, &n);
+    if (!t)
+        return NULL;
+    float *p = cg_data(t);
+    for (int64_t i = 0; i < n; i++)
+        p[i] = (float)(start + (double)i * step);
+    return t;
+}
+
+cg_tensor *cg_from_data(int ndim, const int64_t *shape, const float *data)
+{
+    if (!data) {
+        cg_set_error("from_data: NULL data");
+        return NULL;
+    }
+    cg_tensor *t = cg_empty(ndim, shape);
+    if (t)
+        memcpy(cg_data(t), data, (size_t)cg_numel(t) * sizeof(float));
+    return t;
+}
+
+cg_tensor *cg_empty_like(const cg_tensor *t)
+{
+    return t ? cg_empty_dtype(t->dtype, t->ndim, t->shape)
+             : (cg_error_null_input("cg_empty_like"), NULL);
+}
+cg_tensor *cg_zeros_like(const cg_tensor *t)
+{
+    return t ? cg_zeros_dtype(t->dtype, t->ndim, t->shape)
+             : (cg_error_null_input("cg_zeros_like"), NULL);
+}
+
+cg_tensor *cg_k_clone(const cg_tensor *t)
+{
+    if (!t) {
+        cg_error_null_input("cg_clone");
+        return NULL;
+    }
+    cg_tensor *c = cg_empty_like(t);
+    if (c)
+        copy_out(t, t->dtype, c->storage->data);
+    return c;
+}
+
+cg_tensor *cg_k_contiguous(const cg_tensor *t)
+{
+    if (!t) {
+        cg_error_null_input("cg_k_contiguous");
+        return NULL;
+    }
+    if (cg_is_contiguous(t)) {
+        /* a fresh header over the same storage: callers own a new reference
+         * without autograd fields */
+        return cg_tensor_header(t->storage, t->dtype, t->offset, t->ndim, t->shape, t->strides);
+    }
+    return cg_k_clone(t);
+}
+
+/* ----------------------------------------------------------------- RNG */
+/* The generator's arithmetic is core/rng.h's (kernels draw with it too). */
+static inline uint64_t rng_bits(uint64_t seed, uint64_t i)
+{
+    return cg_rng_draw(cg_rng_key(seed), i);
+}
+
+static inline float bits_to_unit(uint64_t b) { return cg_rng_draw_unit(b); }
+
+static inline double bits_to_unit_d(uint64_t b) { return (double)(b >> 11) * 0x1.0p-53; }
+
+/* Standard normal from the draw i (uses one 64-bit draw: two 32-bit halves). */
+static inline float normal_from(uint64_t seed, uint64_t i)
+{
+    uint64_t b = rng_bits(seed, i);
+    double u1 = ((double)(b >> 32) + 1.0) * 0x1.0p-32; /* (0, 1] */
+    double u2 = (double)(b & 0xffffffffu) * 0x1.0p-32; /* [0, 1) */
+    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+cg_rng cg_rng_new(uint64_t seed) { return (cg_rng){.seed = seed, .counter = 0}; }
+
+float cg_rng_uniform(cg_rng *r) { return bits_to_unit(rng_bits(r->seed, r->counter++)); }
+
+double cg_rng_uniform_double(cg_rng *r) { return bits_to_unit_d(rng_bits(r->seed, r->counter++)); }
+
+float cg_rng_normal(cg_rng *r) { return normal_from(r->seed, r->counter++); }
+
+uint64_t cg_rng_below(cg_rng *r, uint64_t n)
+{
+    if (n == 0)
+        return 0;
+    /* rejection sampling: unbiased */
+    uint64_t limit = UINT64_MAX - UINT64_MAX % n;
+    for (;;) {
+        uint64_t b = rng_bits(r->seed, r->counter++);
+        if (b < limit)
+            return b % n;
+    }
+}
+
+int64_t *cg_randperm(cg_rng *r, int64_t n)
+{
+    if (!r || n < 0) {
+        cg_set_error("randperm: %s", r ? "n must be >= 0" : "NULL generator");
+        return NULL;
+    }
+    int64_t *p = malloc((size_t)(n ? n : 1) * sizeof *p);
+    if (!p) {
+        cg_set_error("randperm: out of memory for %lld ids", (long long)n);
+        return NULL;
+    }
+    for (int64_t i = 0; i < n; i++)
+        p[i] = i;
+    for (int64_t i = n - 1; i > 0; i--) { /* Fisher-Yates */
+        int64_t j = (int64_t)cg_rng_below(r, (uint64_t)(i + 1));
+        int64_t t = p[i];
+        p[i] = p[j];
+        p[j] = t;
+    }
+    return p;
+}
+
+/* Fill with f(seed, base + row-major index): thread-count independent. */
+#define RNG_FILL(t, r, expr)                                                                       \
+    do {                                                                                           \
+        int64_t n_ = cg_numel(t);                                                                  \
+        int64_t inner_ = (t)->ndim ? (t)->shape[(t)->ndim - 1] : 1;                                \
+        int64_t is_ = (t)->ndim ? (t)->strides[(t)->ndim - 1] : 0;                                 \
+        int64_t rows_ = inner_ ? n_ / inner_ : 0;                                                  \
+        uint64_t seed_ = (r)->seed, base_ = (r)->counter;                                          \
+        cg_tensor_modified(t);                                                                     \
+        _Pragma("omp parallel for schedule(static) if (n_ > PAR_THRESHOLD)") for (int64_t row = 0; \
+                                                                                  row < rows_;     \
+                                                                                  row++)           \
+        {                                                                                          \
+            float *p_ = (float *)(t)->storage->data + outer_offset((t), row);                      \
+            for (int64_t j = 0; j < inner_; j++) {                                                 \
+                uint64_t i_ = base_ + (uint64_t)(row * inner_ + j);                                \
+                p_[j * is_] = (expr);                                                              \
+            }                                                                                      \
+        }                                                                                          \
+        (r)->counter += (uint64_t)n_;                                                              \
+    } while (0)
+
+bool cg_uniform_(cg_tensor *t, cg_rng *r, float lo, float hi)
+{
+    if (!t || !r)
+        return cg_error_null_input("cg_uniform_");
+    if (!cg_check_f32("uniform_", "t", t))
+        return false;
+    RNG_FILL(t, r, lo + (hi - lo) * bits_to_unit(rng_bits(seed_, i_)));
+    return true;
+}
+
+bool cg_normal_(cg_tensor *t, cg_rng *r, float mean, float std)
+{
+    if (!t || !r)
+        return cg_error_null_input("cg_normal_");
+    if (!cg_check_f32("normal_", "t", t))
+        return false;
+    RNG_FILL(t, r, mean + std * normal_from(seed_, i_));
+    return true;
+}
+
+cg_tensor *cg_rand(cg_rng *r, int ndim, const int64_t *shape)
+{
+    cg_tensor *t = cg_empty(ndim, shape);
+    if (t && !cg_uniform_(t, r, 0.0f, 1.0f)) {
+        cg_release(t);
+        return NULL;
+    }
+    return t;
+}
+
+cg_tensor *cg_randn(cg_rng *r, int ndim, const int64_t *shape)
+{
+    cg_tensor *t = cg_empty(ndim, shape);
+    if (t && !cg_normal_(t, r, 0.0f, 1.0f)) {
+        cg_release(t);
+        return NULL;
+    }
+    return t;
+}

@@ -1,0 +1,26 @@
+/* cgrad core, INTERNAL: what tensor.c (storage, lifecycle), tensor_create.c
+ * (creation, copies, RNG) and tensor_views.c (views) share. Not installed.
+ * Include it after core/tensor.h (it does not include it: a module never
+ * uses itself round a circle, tests/check_layers.py). */
+#ifndef CG_CORE_TENSOR_IMPL_H
+#define CG_CORE_TENSOR_IMPL_H
+
+#include <stdint.h>
+
+/* A storage of numel elements of dt, refcount 1; NULL + error. */
+cg_storage *cg_storage_new(int64_t numel, cg_dtype dt);
+/* Drop one reference to s (NULL is fine); the last one frees it. */
+void cg_storage_release(cg_storage *s);
+/* A tensor header over storage s (retained), with the given layout. */
+cg_tensor *cg_tensor_header(cg_storage *s, cg_dtype dt, int64_t offset, int ndim,
+                            const int64_t *shape, const int64_t *strides);
+/* Row-major strides of a shape. */
+void cg_contiguous_strides(int ndim, const int64_t *shape, int64_t *strides);
+
+/* Byte address of element `off` (in elements) of t's storage. */
+static inline char *cg_elem_ptr(const cg_tensor *t, int64_t off)
+{
+    return (char *)t->storage->data + off * (int64_t)cg_dtype_size(t->dtype);
+}
+
+#endif

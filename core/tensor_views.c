@@ -1,0 +1,353 @@
+/* Tensors: views (permute, transpose, slice, narrow, select, squeeze,
+ * unsqueeze, expand, reshape): new headers over the same storage, no copy.
+ * The storage and lifecycle are tensor.c. */
+#include "core/tensor.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "core/tensor_impl.h"
+
+/* ---------------------------------------------------------------- views */
+static cg_tensor *view_of(const cg_tensor *t, int64_t offset, int ndim, const int64_t *shape,
+                          const int64_t *strides)
+{
+    return cg_tensor_header(t->storage, t->dtype, offset, ndim, shape, strides);
+}
+
+cg_tensor *cg_view_alias(const cg_tensor *t)
+{
+    return t ? view_of(t, t->offset, t->ndim, t->shape, t->strides) : NULL;
+}
+
+cg_tensor *cg_view_permute(const cg_tensor *t, const int *perm)
+{
+    if (!t) {
+        cg_error_null_input("cg_view_permute");
+        return NULL;
+    }
+    if (!perm && t->ndim) {
+        cg_set_error("permute: NULL permutation");
+        return NULL;
+    }
+    int64_t shape[CG_MAX_DIMS], strides[CG_MAX_DIMS];
+    bool seen[CG_MAX_DIMS] = {0};
+    for (int i = 0; i < t->ndim; i++) {
+        int d = perm[i] < 0 ? perm[i] + t->ndim : perm[i];
+        if (d < 0 || d >= t->ndim || seen[d]) {
+            char b[96];
+            cg_set_error("permute: invalid permutation for shape %s (entry %d = %d)",
+                         cg_shape_str(t, b, sizeof b), i, perm[i]);
+            return NULL;
+        }
+        seen[d] = true;
+        shape[i] = t->shape[d];
+        strides[i] = t->strides[d];
+    }
+    return view_of(t, t->offset, t->ndim, shape, strides);
+}
+
+cg_tensor *cg_view_transpose(const cg_tensor *t, int d0, int d1)
+{
+    if (!t) {
+        cg_error_null_input("cg_view_transpose");
+        return NULL;
+    }
+    int a = cg_norm_dim("transpose", d0, t->ndim), b = cg_norm_dim("transpose", d1, t->ndim);
+    if (a < 0 || b < 0)
+        return NULL;
+    int perm[CG_MAX_DIMS];
+    for (int i = 0; i < t->ndim; i++)
+        perm[i] = i;
+    perm[a] = b;
+    perm[b] = a;
+    return cg_view_permute(t, perm);
+}
+
+cg_tensor *cg_view_slice(const cg_tensor *t, int dim, int64_t start, int64_t stop, int64_t step)
+{
+    if (!t) {
+        cg_error_null_input("cg_view_slice");
+        return NULL;
+    }
+    int d = cg_norm_dim("slice", dim, t->ndim);
+    if (d < 0)
+        return NULL;
+    if (step < 1) {
+        cg_set_error("slice: step must be >= 1 (got %lld)", (long long)step);
+        return NULL;
+    }
+    int64_t size = t->shape[d];
+    if (start < 0)
+        start += size;
+    if (stop < 0)
+        stop += size;
+    if (start < 0)
+        start = 0;
+    if (start > size)
+        start = size;
+    if (stop > size)
+        stop = size;
+    if (stop < start)
+        stop = start;
+    int64_t shape[CG_MAX_DIMS], strides[CG_MAX_DIMS];
+    memcpy(shape, t->shape, sizeof shape);
+    memcpy(strides, t->strides, sizeof strides);
+    shape[d] = (stop - start + step - 1) / step;
+    strides[d] = t->strides[d] * step;
+    return view_of(t, t->offset + start * t->strides[d], t->ndim, shape, strides);
+}
+
+cg_tensor *cg_view_narrow(const cg_tensor *t, int dim, int64_t start, int64_t len)
+{
+    if (!t) {
+        cg_error_null_input("cg_view_narrow");
+        return NULL;
+    }
+    int d = cg_norm_dim("narrow", dim, t->ndim);
+    if (d < 0)
+        return NULL;
+    if (start < 0)
+        start += t->shape[d];
+    if (start < 0 || len < 0 || start + len > t->shape[d]) {
+        char b[96];
+        cg_set_error("narrow: range [%lld, %lld) out of bounds for dim %d of shape %s",
+                     (long long)start, (long long)(start + len), dim, cg_shape_str(t, b, sizeof b));
+        return NULL;
+    }
+    return cg_view_slice(t, d, start, start + len, 1);
+}
+
+cg_tensor *cg_view_select(const cg_tensor *t, int dim, int64_t index)
+{
+    if (!t) {
+        cg_error_null_input("cg_view_select");
+        return NULL;
+    }
+    int d = cg_norm_dim("select", dim, t->ndim);
+    if (d < 0)
+        return NULL;
+    int64_t i = index < 0 ? index + t->shape[d] : index;
+    if (i < 0 || i >= t->shape[d]) {
+        char b[96];
+        cg_set_error("select: index %lld out of range for dim %d of shape %s", (long long)index,
+                     dim, cg_shape_str(t, b, sizeof b));
+        return NULL;
+    }
+    int64_t shape[CG_MAX_DIMS], strides[CG_MAX_DIMS];
+    int n = 0;
+    for (int k = 0; k < t->ndim; k++) {
+        if (k == d)
+            continue;
+        shape[n] = t->shape[k];
+        strides[n++] = t->strides[k];
+    }
+    return view_of(t, t->offset + i * t->strides[d], n, shape, strides);
+}
+
+cg_tensor *cg_view_squeeze(const cg_tensor *t, int dim)
+{
+    if (!t) {
+        cg_error_null_input("cg_view_squeeze");
+        return NULL;
+    }
+    int d = cg_norm_dim("squeeze", dim, t->ndim);
+    if (d < 0)
+        return NULL;
+    if (t->shape[d] != 1) {
+        char b[96];
+        cg_set_error("squeeze: dim %d of shape %s has size %lld, not 1", dim,
+                     cg_shape_str(t, b, sizeof b), (long long)t->shape[d]);
+        return NULL;
+    }
+    return cg_view_select(t, d, 0);
+}
+
+cg_tensor *cg_view_unsqueeze(const cg_tensor *t, int dim)
+{
+    if (!t) {
+        cg_error_null_input("cg_view_unsqueeze");
+        return NULL;
+    }
+    if (t->ndim >= CG_MAX_DIMS) {
+        cg_set_error("unsqueeze: tensor already has the maximum of %d dims", CG_MAX_DIMS);
+        return NULL;
+    }
+    int d = dim < 0 ? dim + t->ndim + 1 : dim;
+    if (d < 0 || d > t->ndim) { /* a new dim goes anywhere in [0, ndim] */
+        cg_set_error("unsqueeze: dim %d out of range [%d, %d] for a tensor with %d dims", dim,
+                     -t->ndim - 1, t->ndim, t->ndim);
+        return NULL;
+    }
+    int64_t shape[CG_MAX_DIMS], strides[CG_MAX_DIMS];
+    int n = 0;
+    for (int k = 0; k <= t->ndim; k++) {
+        if (k == d) {
+            shape[n] = 1;
+            strides[n++] = k < t->ndim ? t->strides[k] * t->shape[k] : 1;
+        }
+        if (k < t->ndim) {
+            shape[n] = t->shape[k];
+            strides[n++] = t->strides[k];
+        }
+    }
+    return view_of(t, t->offset, t->ndim + 1, shape, strides);
+}
+
+cg_tensor *cg_view_expand(const cg_tensor *t, int ndim, const int64_t *shape)
+{
+    if (!t) {
+        cg_error_null_input("cg_view_expand");
+        return NULL;
+    }
+    if (ndim < t->ndim || ndim > CG_MAX_DIMS) {
+        char b1[96], b2[96];
+        cg_set_error("expand: cannot expand shape %s to %s", cg_shape_str(t, b1, sizeof b1),
+                     cg_shape_str_n(ndim, shape, b2, sizeof b2));
+        return NULL;
+    }
+    int64_t strides[CG_MAX_DIMS];
+    int lead = ndim - t->ndim;
+    for (int i = 0; i < ndim; i++) {
+        int k = i - lead;
+        if (k < 0) {
+            strides[i] = 0;
+            continue;
+        }
+        if (t->shape[k] == shape[i]) {
+            strides[i] = t->strides[k];
+        } else if (t->shape[k] == 1 && shape[i] >= 0) {
+            strides[i] = 0;
+        } else {
+            char b1[96], b2[96];
+            cg_set_error("expand: cannot expand shape %s to %s (dim %d: %lld vs %lld)",
+                         cg_shape_str(t, b1, sizeof b1), cg_shape_str_n(ndim, shape, b2, sizeof b2),
+                         i, (long long)t->shape[k], (long long)shape[i]);
+            return NULL;
+        }
+    }
+    return view_of(t, t->offset, ndim, shape, strides);
+}
+
+/* Resolve a -1 entry and check the element count. */
+static bool infer_shape(const char *op, const cg_tensor *t, int ndim, const int64_t *shape,
+                        int64_t *out)
+{
+    if (ndim < 0 || ndim > CG_MAX_DIMS || (ndim && !shape)) {
+        cg_set_error("%s: bad target ndim %d", op, ndim);
+        return false;
+    }
+    int infer = -1;
+    int64_t known = 1;
+    for (int i = 0; i < ndim; i++) {
+        out[i] = shape[i];
+        if (shape[i] == -1) {
+            if (infer >= 0) {
+                cg_set_error("%s: only one dimension can be -1", op);
+                return false;
+            }
+            infer = i;
+        } else if (shape[i] < 0) {
+            cg_set_error("%s: negative size %lld", op, (long long)shape[i]);
+            return false;
+        } else {
+            known *= shape[i];
+        }
+    }
+    int64_t n = cg_numel(t);
+    if (infer >= 0) {
+        if (known == 0 || n % known) {
+            char b1[96], b2[96];
+            cg_set_error("%s: cannot reshape %s into %s", op, cg_shape_str(t, b1, sizeof b1),
+                         cg_shape_str_n(ndim, shape, b2, sizeof b2));
+            return false;
+        }
+        out[infer] = n / known;
+        known *= out[infer];
+    }
+    if (known != n) {
+        char b1[96], b2[96];
+        cg_set_error("%s: cannot reshape %s (%lld elements) into %s", op,
+                     cg_shape_str(t, b1, sizeof b1), (long long)n,
+                     cg_shape_str_n(ndim, shape, b2, sizeof b2));
+        return false;
+    }
+    return true;
+}
+
+/* Strides for viewing t with a new shape without a copy (PyTorch's rule:
+ * each run of old dims that is contiguous in memory may be re-split). */
+static bool view_strides(const cg_tensor *t, int ndim, const int64_t *shape, int64_t *strides)
+{
+    int64_t n = cg_numel(t);
+    if (n == 0 || t->ndim == 0) {
+        cg_contiguous_strides(ndim, shape, strides);
+        return true;
+    }
+    int view_d = ndim - 1;
+    int64_t chunk_base_stride = t->strides[t->ndim - 1];
+    int64_t tensor_numel = 1, view_numel = 1;
+    for (int td = t->ndim - 1; td >= 0; td--) {
+        tensor_numel *= t->shape[td];
+        if (td == 0 ||
+            (t->shape[td - 1] != 1 && t->strides[td - 1] != tensor_numel * chunk_base_stride)) {
+            while (view_d >= 0 && (view_numel < tensor_numel || shape[view_d] == 1)) {
+                strides[view_d] = view_numel * chunk_base_stride;
+                view_numel *= shape[view_d];
+                view_d--;
+            }
+            if (view_numel != tensor_numel)
+                return false;
+            if (td > 0) {
+                chunk_base_stride = t->strides[td - 1];
+                tensor_numel = 1;
+                view_numel = 1;
+            }
+        }
+    }
+    return view_d == -1;
+}
+
+cg_tensor *cg_view_reshape(const cg_tensor *t, int ndim, const int64_t *shape)
+{
+    if (!t) {
+        cg_error_null_input("cg_view_reshape");
+        return NULL;
+    }
+    int64_t s[CG_MAX_DIMS], st[CG_MAX_DIMS];
+    if (!infer_shape("view", t, ndim, shape, s))
+        return NULL;
+    if (!view_strides(t, ndim, s, st)) {
+        char b1[96], b2[96];
+        cg_set_error("view: shape %s with these strides cannot be viewed as %s without a copy "
+                     "(use reshape)",
+                     cg_shape_str(t, b1, sizeof b1), cg_shape_str_n(ndim, s, b2, sizeof b2));
+        return NULL;
+    }
+    return view_of(t, t->offset, ndim, s, st);
+}
+
+cg_tensor *cg_k_reshape(const cg_tensor *t, int ndim, const int64_t *shape)
+{
+    if (!t) {
+        cg_error_null_input("cg_k_reshape");
+        return NULL;
+    }
+    int64_t s[CG_MAX_DIMS], st[CG_MAX_DIMS];
+    if (!infer_shape("reshape", t, ndim, shape, s))
+        return NULL;
+    if (view_strides(t, ndim, s, st))
+        return view_of(t, t->offset, ndim, s, st);
+    cg_tensor *c = cg_k_clone(t);
+    if (!c)
+        return NULL;
+    cg_contiguous_strides(ndim, s, st);
+    cg_tensor *v = view_of(c, 0, ndim, s, st);
+    cg_release(c);
+    return v;
+}

@@ -1,0 +1,150 @@
+/* Data-parallel training built without MPI (meson -Dmpi=disabled, or no MPI
+ * found): one process, rank 0 of 1; the collectives check their arguments
+ * and do nothing. The common part is dist.c. See dist.h. */
+#include "models/train/dist.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/error.h"
+#include "core/parse.h"
+
+bool cg_dist_compiled_with_mpi(void) { return false; }
+int cg_dist_rank(void) { return 0; }
+int cg_dist_size(void) { return 1; }
+double cg_dist_comm_seconds(void) { return 0; }
+int64_t cg_dist_comm_bytes(void) { return 0; }
+void cg_dist_reset_stats(void) {}
+
+/* ------------------------------------------------ single process */
+bool cg_dist_init(int *argc, char ***argv)
+{
+    (void)argc;
+    (void)argv;
+    return true;
+}
+void cg_dist_finalize(void) {}
+bool cg_dist_broadcast_tensors(int n, cg_tensor *const *ts)
+{
+    for (int i = 0; i < n; i++)
+        if (!ts || !ts[i]) {
+            cg_set_error("dist: broadcast: tensor %d is NULL", i);
+            return false;
+        }
+    return true;
+}
+bool cg_dist_broadcast_bytes(void *buf, size_t bytes)
+{
+    (void)buf;
+    (void)bytes;
+    return true;
+}
+bool cg_dist_average_grads_tensors(int n, cg_tensor *const *params, double weight)
+{
+    if (!(weight >= 0) || !isfinite(weight)) {
+        cg_set_error("dist: average_grads: weight %g must be finite and >= 0", weight);
+        return false;
+    }
+    for (int i = 0; i < n; i++)
+        if (!params || !params[i]) {
+            cg_set_error("dist: average_grads: parameter %d is NULL", i);
+            return false;
+        }
+    return true;
+}
+bool cg_dist_allreduce_sum(double *v, int n)
+{
+    (void)v;
+    (void)n;
+    return true;
+}
+bool cg_dist_allreduce_max(double *v, int n)
+{
+    (void)v;
+    (void)n;
+    return true;
+}
+bool cg_dist_barrier(void) { return true; }
+bool cg_dist_quiet_nonroot(void) { return true; }
+_Noreturn void cg_dist_abort(int code, const char *msg)
+{
+    fprintf(stderr, "cgrad dist: rank 0: %s\n", msg ? msg : "aborting");
+    exit(code);
+}
+
+struct cg_dist_reducer {
+    int n;
+    int64_t *numel; /* of each parameter: a shard is all of it */
+};
+cg_dist_reducer *cg_dist_reducer_new(int n, cg_tensor *const *params, double bucket_mb)
+{
+    (void)bucket_mb;
+    if (n < 0 || (n && !params)) {
+        cg_set_error("dist: reducer: bad parameter list");
+        return NULL;
+    }
+    cg_dist_reducer *r = calloc(1, sizeof *r);
+    int64_t *numel = malloc((size_t)(n ? n : 1) * sizeof *numel);
+    if (!r || !numel) {
+        free(r);
+        free(numel);
+        cg_set_error("dist: out of memory");
+        return NULL;
+    }
+    for (int i = 0; i < n; i++) {
+        if (!params[i]) {
+            free(r);
+            free(numel);
+            cg_set_error("dist: reducer: parameter %d is NULL", i);
+            return NULL;
+        }
+        numel[i] = cg_numel(params[i]);
+    }
+    r->n = n;
+    r->numel = numel;
+    return r;
+}
+cg_dist_reducer *cg_dist_reducer_new_zero(int n, cg_tensor *const *params, double bucket_mb)
+{
+    return cg_dist_reducer_new(n, params, bucket_mb);
+}
+bool cg_dist_reducer_shards(const cg_dist_reducer *r, cg_optim_range *own)
+{
+    if (!r || !own) {
+        cg_set_error("dist: reducer_shards: NULL argument");
+        return false;
+    }
+    for (int i = 0; i < r->n; i++)
+        own[i] = (cg_optim_range){0, r->numel[i]};
+    return true;
+}
+bool cg_dist_reducer_gather_params(cg_dist_reducer *r) { return r != NULL; }
+bool cg_dist_gather_optim(const cg_optim *shard, cg_optim *full)
+{
+    return cg_optim_copy_state(full, shard);
+}
+bool cg_dist_reducer_prepare(cg_dist_reducer *r, double weight)
+{
+    (void)weight;
+    return r != NULL;
+}
+bool cg_dist_reducer_finish(cg_dist_reducer *r) { return r != NULL; }
+double cg_dist_reducer_exposed_seconds(const cg_dist_reducer *r)
+{
+    (void)r;
+    return 0;
+}
+int cg_dist_reducer_buckets(const cg_dist_reducer *r)
+{
+    (void)r;
+    return 0;
+}
+void cg_dist_reducer_free(cg_dist_reducer *r)
+{
+    if (r)
+        free(r->numel);
+    free(r);
+}

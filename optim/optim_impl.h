@@ -1,0 +1,54 @@
+/* cgrad optim, INTERNAL: what optim.c (construction, updates, queries) and
+ * optim_state.c (sharded state, save and load) share: the optimizer's
+ * layout and its small helpers. Not installed. Include it after
+ * optim/optim.h (it does not include it: a module never uses itself round a
+ * circle, tests/check_layers.py). */
+#ifndef CG_OPTIM_IMPL_H
+#define CG_OPTIM_IMPL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct {
+    char *name;
+    cg_tensor *p; /* retained */
+    double wd;
+    int64_t step;    /* updates this parameter received */
+    int64_t lo, hi;  /* the elements it owns (cg_optim_new_sharded); [0, numel) */
+    cg_tensor *buf1; /* exp_avg, or SGD's momentum buffer (NULL if unused) */
+    cg_tensor *buf2; /* exp_avg_sq (NULL if unused) */
+} slot;
+
+struct cg_optim {
+    cg_optim_config cfg;
+    int n;
+    slot *s;
+    int64_t steps;
+    bool sharded; /* some slot owns less than its whole parameter */
+};
+
+static const char *const type_names[CG_OPTIM_NTYPES] = {"sgd", "adam", "adamw"};
+
+/* ------------------------------------------------------------ helpers */
+
+static inline bool uses_buf1(const cg_optim_config *c)
+{
+    return c->type != CG_OPTIM_SGD || c->momentum != 0;
+}
+
+static inline bool uses_buf2(const cg_optim_config *c) { return c->type != CG_OPTIM_SGD; }
+
+static inline const char *buf1_name(const cg_optim_config *c)
+{
+    return c->type == CG_OPTIM_SGD ? "momentum_buffer" : "exp_avg";
+}
+
+/* False + error (prefixed by what) if c is not a valid configuration. */
+bool cg_optim_check_config(const char *what, const cg_optim_config *c);
+/* The slot of parameter i, or NULL + error. */
+const slot *cg_optim_get_slot(const cg_optim *o, int i, const char *what);
+/* Zeros held by the optimizer: of p's shape; of a slot's owned run. */
+cg_tensor *cg_optim_zeros_like_param(const cg_tensor *p);
+cg_tensor *cg_optim_zeros_state(const slot *s);
+
+#endif

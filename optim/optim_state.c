@@ -1,0 +1,383 @@
+/* cgrad optim: an optimizer's state across ranks and files: the sharded
+ * state (ZeRO-1) and copies between layouts, and its save and load with
+ * safetensors (checkpoints). The update rules are optim.c. */
+#include "optim/optim.h"
+
+#include "autograd/autograd.h"
+#include "optim/optim_impl.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------ sharded state */
+
+bool cg_optim_is_sharded(const cg_optim *o) { return o && o->sharded; }
+
+bool cg_optim_shard_range(const cg_optim *o, int i, int64_t *lo, int64_t *hi)
+{
+    const slot *s = cg_optim_get_slot(o, i, "optim_shard_range");
+    if (!s)
+        return false;
+    *lo = s->lo;
+    *hi = s->hi;
+    return true;
+}
+
+int64_t cg_optim_state_bytes(const cg_optim *o)
+{
+    int64_t b = 0;
+    for (int i = 0; o && i < o->n; i++)
+        b += (int64_t)sizeof(float) * ((o->s[i].buf1 ? cg_numel(o->s[i].buf1) : 0) +
+                                       (o->s[i].buf2 ? cg_numel(o->s[i].buf2) : 0));
+    return b;
+}
+
+/* Copy the elements of [max(lo), min(hi)) of one buffer pair. */
+static void copy_overlap(const slot *d, cg_tensor *db, const slot *s, const cg_tensor *sb)
+{
+    int64_t a = d->lo > s->lo ? d->lo : s->lo, b = d->hi < s->hi ? d->hi : s->hi;
+    if (!db || !sb || a >= b)
+        return;
+    memcpy(cg_data(db) + (a - d->lo), cg_data((cg_tensor *)sb) + (a - s->lo),
+           (size_t)(b - a) * sizeof(float));
+    cg_tensor_modified(db);
+}
+
+bool cg_optim_copy_state(cg_optim *dst, const cg_optim *src)
+{
+    if (!dst || !src) {
+        cg_set_error("optim_copy_state: %s is NULL", !dst ? "dst" : "src");
+        return false;
+    }
+    if (dst->cfg.type != src->cfg.type || dst->n != src->n ||
+        uses_buf1(&dst->cfg) != uses_buf1(&src->cfg)) {
+        cg_set_error("optim_copy_state: %s optimizer of %d parameters into %s of %d (the type, "
+                     "momentum use and count must agree)",
+                     type_names[src->cfg.type], src->n, type_names[dst->cfg.type], dst->n);
+        return false;
+    }
+    for (int i = 0; i < dst->n; i++)
+        if (strcmp(dst->s[i].name, src->s[i].name) != 0 ||
+            cg_numel(dst->s[i].p) != cg_numel(src->s[i].p)) {
+            cg_set_error("optim_copy_state: parameter %d is '%s' in src, '%s' in dst (or of "
+                         "another size)",
+                         i, src->s[i].name, dst->s[i].name);
+            return false;
+        }
+    dst->cfg = src->cfg;
+    dst->steps = src->steps;
+    for (int i = 0; i < dst->n; i++) {
+        slot *d = &dst->s[i];
+        const slot *s = &src->s[i];
+        d->step = s->step;
+        copy_overlap(d, d->buf1, s, s->buf1);
+        copy_overlap(d, d->buf2, s, s->buf2);
+    }
+    return true;
+}
+
+/* ------------------------------------------------- checkpoint state */
+
+static const char *const state_suffixes[] = {"step", "exp_avg", "exp_avg_sq", "momentum_buffer"};
+
+static bool key(char *buf, size_t n, const char *prefix, const char *name, const char *suffix)
+{
+    int k = name ? snprintf(buf, n, "%s.%s.%s", prefix, name, suffix)
+                 : snprintf(buf, n, "%s.%s", prefix, suffix);
+    if (k < 0 || (size_t)k >= n) {
+        cg_set_error("optim state: key '%s.%s.%s' is too long", prefix, name ? name : "", suffix);
+        return false;
+    }
+    return true;
+}
+
+static bool set_meta(cg_st_writer *w, const char *prefix, const char *k, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static bool set_meta(cg_st_writer *w, const char *prefix, const char *k, const char *fmt, ...)
+{
+    char name[256], value[64];
+    if (!key(name, sizeof name, prefix, NULL, k))
+        return false;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(value, sizeof value, fmt, ap);
+    va_end(ap);
+    return cg_st_set_metadata(w, name, value);
+}
+
+bool cg_optim_save(const cg_optim *o, cg_st_writer *w, const char *prefix)
+{
+    if (!o || !w) {
+        cg_set_error("optim_save: %s is NULL", !o ? "optimizer" : "writer");
+        return false;
+    }
+    if (!prefix)
+        prefix = "optim";
+    if (o->sharded) {
+        cg_set_error("optim_save: the optimizer holds a shard of the state only: gather the "
+                     "shards into an unsharded optimizer first (cg_optim_copy_state)");
+        return false;
+    }
+    const cg_optim_config *c = &o->cfg;
+    bool ok = set_meta(w, prefix, "type", "%s", type_names[c->type]) &&
+              set_meta(w, prefix, "step", "%" PRId64, o->steps) &&
+              set_meta(w, prefix, "lr", "%.17g", c->lr) &&
+              set_meta(w, prefix, "momentum", "%.17g", c->momentum) &&
+              set_meta(w, prefix, "nesterov", "%s", c->nesterov ? "true" : "false") &&
+              set_meta(w, prefix, "beta1", "%.17g", c->beta1) &&
+              set_meta(w, prefix, "beta2", "%.17g", c->beta2) &&
+              set_meta(w, prefix, "eps", "%.17g", c->eps);
+    for (int i = 0; ok && i < o->n; i++) {
+        const slot *s = &o->s[i];
+        char name[1024];
+        cg_tensor *step = cg_scalar_i64(s->step);
+        ok = key(name, sizeof name, prefix, s->name, "step") && cg_st_add(w, name, step);
+        cg_release(step);
+        if (ok && s->buf1)
+            ok = key(name, sizeof name, prefix, s->name, buf1_name(c)) &&
+                 cg_st_add_f32(w, name, s->buf1);
+        if (ok && s->buf2)
+            ok = key(name, sizeof name, prefix, s->name, "exp_avg_sq") &&
+                 cg_st_add_f32(w, name, s->buf2);
+    }
+    return ok;
+}
+
+/* Metadata "<prefix>.<k>" of f, or NULL + error if absent. */
+static const char *get_meta(const cg_st_file *f, const char *prefix, const char *k)
+{
+    char name[256];
+    if (!key(name, sizeof name, prefix, NULL, k))
+        return NULL;
+    const char *v = cg_st_metadata(f, name);
+    if (!v)
+        cg_set_error("optim_load: %s: metadata '%s' is missing", cg_st_path(f), name);
+    return v;
+}
+
+static bool meta_double(const cg_st_file *f, const char *prefix, const char *k, double *out)
+{
+    const char *v = get_meta(f, prefix, k);
+    if (!v)
+        return false;
+    char *end;
+    errno = 0;
+    double d = strtod(v, &end);
+    if (end == v || *end || errno == ERANGE || !isfinite(d)) {
+        cg_set_error("optim_load: %s: metadata '%s.%s' = '%s' is not a finite number",
+                     cg_st_path(f), prefix, k, v);
+        return false;
+    }
+    *out = d;
+    return true;
+}
+
+/* The state of one parameter read from f into fresh buffers of ns. */
+static bool load_slot(const cg_st_file *f, const char *prefix, const cg_optim_config *c,
+                      const slot *s, slot *ns)
+{
+    char name[1024];
+    cg_st_dtype dt;
+    int nd;
+    int64_t shape[CG_MAX_DIMS];
+    const char *path = cg_st_path(f);
+    if (!key(name, sizeof name, prefix, s->name, "step"))
+        return false;
+    if (!cg_st_has(f, name)) {
+        cg_set_error("optim_load: %s has no '%s' (no state for parameter '%s')", path, name,
+                     s->name);
+        return false;
+    }
+    if (!cg_st_info(f, name, &dt, &nd, shape))
+        return false;
+    if (dt != CG_ST_I64 || cg_numel_shape(nd, shape) != 1) {
+        char b[96];
+        cg_set_error("optim_load: %s: '%s' is %s %s, expected one I64", path, name,
+                     cg_st_dtype_name(dt), cg_shape_str_n(nd, shape, b, sizeof b));
+        return false;
+    }
+    cg_tensor *st = cg_st_get_i64(f, name);
+    if (!st)
+        return false;
+    ns->step = cg_data_i64(st)[0];
+    cg_release(st);
+    if (ns->step < 0) {
+        cg_set_error("optim_load: %s: '%s' = %" PRId64 " is negative", path, name, ns->step);
+        return false;
+    }
+    for (int b = 0; b < 2; b++) {
+        if (b == 0 ? !uses_buf1(c) : !uses_buf2(c))
+            continue;
+        const char *suffix = b == 0 ? buf1_name(c) : "exp_avg_sq";
+        if (!key(name, sizeof name, prefix, s->name, suffix))
+            return false;
+        if (!cg_st_has(f, name)) {
+            cg_set_error("optim_load: %s has no '%s' (%s state of parameter '%s')", path, name,
+                         type_names[c->type], s->name);
+            return false;
+        }
+        if (!cg_st_info(f, name, &dt, &nd, shape))
+            return false;
+        bool same = dt == CG_ST_F32 && nd == s->p->ndim;
+        for (int d = 0; same && d < nd; d++)
+            same = shape[d] == s->p->shape[d];
+        if (!same) {
+            char b1[96], b2[96];
+            cg_set_error("optim_load: %s: '%s' is %s %s, but parameter '%s' is F32 %s", path, name,
+                         cg_st_dtype_name(dt), cg_shape_str_n(nd, shape, b1, sizeof b1), s->name,
+                         cg_shape_str(s->p, b2, sizeof b2));
+            return false;
+        }
+        cg_tensor *t = cg_optim_zeros_like_param(s->p);
+        if (!t || !cg_st_load_into(f, name, t)) {
+            cg_release(t);
+            return false;
+        }
+        /* a damaged value fails here, naming its entry, not as a NaN
+         * gradient of another parameter steps later (a second moment is
+         * never negative) */
+        const float *v = cg_data(t);
+        for (int64_t e = 0, n = cg_numel(t); e < n; e++)
+            if (!isfinite(v[e]) || (b == 1 && v[e] < 0)) {
+                cg_set_error("optim_load: %s: '%s' holds %g at element %lld (%s)", path, name,
+                             (double)v[e], (long long)e,
+                             isfinite(v[e]) ? "a second moment is at least 0" : "not finite");
+                cg_release(t);
+                return false;
+            }
+        if (s->lo != 0 || s->hi != cg_numel(s->p)) { /* sharded: keep the owned run */
+            cg_tensor *part = cg_optim_zeros_state(s);
+            if (part)
+                memcpy(cg_data(part), v + s->lo, (size_t)(s->hi - s->lo) * sizeof *v);
+            cg_release(t);
+            if (!part)
+                return false;
+            t = part;
+        }
+        if (b == 0)
+            ns->buf1 = t;
+        else
+            ns->buf2 = t;
+    }
+    return true;
+}
+
+/* Every "<prefix>.*" tensor of f must be the state of one of o's parameters. */
+static bool check_no_strays(const cg_optim *o, const cg_st_file *f, const char *prefix,
+                            const cg_optim_config *c)
+{
+    size_t lp = strlen(prefix);
+    for (int i = 0; i < cg_st_count(f); i++) {
+        const char *t = cg_st_name(f, i);
+        if (strncmp(t, prefix, lp) != 0 || t[lp] != '.')
+            continue;
+        const char *rest = t + lp + 1;
+        size_t lr = strlen(rest);
+        bool known = false;
+        for (size_t k = 0; !known && k < sizeof state_suffixes / sizeof *state_suffixes; k++) {
+            const char *suf = state_suffixes[k];
+            size_t ls = strlen(suf);
+            if (lr <= ls + 1 || rest[lr - ls - 1] != '.' || strcmp(rest + lr - ls, suf) != 0)
+                continue;
+            bool wanted = k == 0 || (k == 1 && uses_buf2(c)) || (k == 2 && uses_buf2(c)) ||
+                          (k == 3 && c->type == CG_OPTIM_SGD && uses_buf1(c));
+            if (!wanted)
+                continue;
+            for (int j = 0; !known && j < o->n; j++)
+                known = strlen(o->s[j].name) == lr - ls - 1 &&
+                        strncmp(o->s[j].name, rest, lr - ls - 1) == 0;
+        }
+        if (!known) {
+            cg_set_error("optim_load: %s: '%s' is not the %s state of any parameter of the "
+                         "optimizer",
+                         cg_st_path(f), t, type_names[c->type]);
+            return false;
+        }
+    }
+    return true;
+}
+
+bool cg_optim_load(cg_optim *o, const cg_st_file *f, const char *prefix)
+{
+    if (!o || !f) {
+        cg_set_error("optim_load: %s is NULL", !o ? "optimizer" : "file");
+        return false;
+    }
+    if (!prefix)
+        prefix = "optim";
+    const char *path = cg_st_path(f);
+    const char *type = get_meta(f, prefix, "type");
+    if (!type) {
+        cg_set_error("optim_load: %s holds no optimizer state under '%s' (metadata '%s.type' is "
+                     "missing)",
+                     path, prefix, prefix);
+        return false;
+    }
+    cg_optim_config c = o->cfg;
+    if (strcmp(type, type_names[c.type]) != 0) {
+        cg_set_error("optim_load: %s holds %s state, the optimizer is %s", path, type,
+                     type_names[c.type]);
+        return false;
+    }
+    const char *step_s = get_meta(f, prefix, "step");
+    const char *nest_s = get_meta(f, prefix, "nesterov");
+    if (!step_s || !nest_s)
+        return false;
+    char *end;
+    errno = 0;
+    long long steps = strtoll(step_s, &end, 10);
+    if (end == step_s || *end || errno || steps < 0) {
+        cg_set_error("optim_load: %s: metadata '%s.step' = '%s' is not a step count", path, prefix,
+                     step_s);
+        return false;
+    }
+    if (strcmp(nest_s, "true") != 0 && strcmp(nest_s, "false") != 0) {
+        cg_set_error("optim_load: %s: metadata '%s.nesterov' = '%s' is not true/false", path,
+                     prefix, nest_s);
+        return false;
+    }
+    c.nesterov = strcmp(nest_s, "true") == 0;
+    if (!meta_double(f, prefix, "lr", &c.lr) || !meta_double(f, prefix, "momentum", &c.momentum) ||
+        !meta_double(f, prefix, "beta1", &c.beta1) || !meta_double(f, prefix, "beta2", &c.beta2) ||
+        !meta_double(f, prefix, "eps", &c.eps))
+        return false;
+    char what[512];
+    snprintf(what, sizeof what, "optim_load: %s", path);
+    if (!cg_optim_check_config(what, &c) || !check_no_strays(o, f, prefix, &c))
+        return false;
+
+    slot *ns = calloc((size_t)(o->n > 0 ? o->n : 1), sizeof *ns);
+    if (!ns) {
+        cg_set_error("optim_load: out of memory");
+        return false;
+    }
+    bool ok = true;
+    for (int i = 0; ok && i < o->n; i++)
+        ok = load_slot(f, prefix, &c, &o->s[i], &ns[i]);
+    if (ok) { /* commit: swap the new state in */
+        for (int i = 0; i < o->n; i++) {
+            slot *s = &o->s[i];
+            cg_release(s->buf1);
+            cg_release(s->buf2);
+            s->buf1 = ns[i].buf1;
+            s->buf2 = ns[i].buf2;
+            s->step = ns[i].step;
+            ns[i].buf1 = ns[i].buf2 = NULL;
+        }
+        o->cfg = c;
+        o->steps = steps;
+    }
+    for (int i = 0; i < o->n; i++) {
+        cg_release(ns[i].buf1);
+        cg_release(ns[i].buf2);
+    }
+    free(ns);
+    return ok;
+}
