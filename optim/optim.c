@@ -7,6 +7,7 @@
 #include "optim/optim.h"
 
 #include "autograd/autograd.h"
+#include "core/lifetime.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -31,7 +32,13 @@ typedef struct {
     cg_tensor *buf2; /* exp_avg_sq (NULL if unused) */
 } slot;
 
+/* An optimizer's first word while it lives; a freed one in the checked
+ * mode (CG_DEBUG=1) is kept with OPTIM_FREED, so a second free is named. */
+#define OPTIM_TAG 0x6f706763u
+#define OPTIM_FREED 0x6f646564u
+
 struct cg_optim {
+    uint32_t tag;
     cg_optim_config cfg;
     int n;
     slot *s;
@@ -136,8 +143,8 @@ static void free_slots(slot *s, int n)
         free(s[i].name);
         cg_unhold(s[i].p);
         cg_release(s[i].p);
-        cg_release(s[i].buf1);
-        cg_release(s[i].buf2);
+        cg_release_held(s[i].buf1);
+        cg_release_held(s[i].buf2);
     }
     free(s);
 }
@@ -234,6 +241,7 @@ cg_optim *cg_optim_new_sharded(const cg_optim_config *cfg, int n, const cg_optim
         cg_set_error("optim_new: out of memory");
         return NULL;
     }
+    o->tag = OPTIM_TAG;
     o->cfg = *cfg;
     o->s = s;
     for (int i = 0; i < n; i++) {
@@ -262,8 +270,27 @@ void cg_optim_free(cg_optim *o)
 {
     if (!o)
         return;
+    if (!cg_debug_enabled()) {
+        free_slots(o->s, o->n);
+        free(o);
+        return;
+    }
+    if (o->tag != OPTIM_TAG) { /* the checked mode: named and refused */
+        if (o->tag == OPTIM_FREED)
+            cg_debug_report("cg_optim_free: optimizer %s over %d parameters was already freed "
+                            "(by cg_optim_free)",
+                            cg_optim_type_name(o->cfg.type), o->n);
+        else
+            cg_debug_report("cg_optim_free: %p is not an optimizer (its first word is 0x%08x)",
+                            (void *)o, (unsigned)o->tag);
+        return;
+    }
+    const char *prev = cg_lifetime_enter("cg_optim_free");
     free_slots(o->s, o->n);
-    free(o);
+    cg_lifetime_leave(prev);
+    o->tag = OPTIM_FREED; /* poisoned and kept: never reused */
+    o->s = NULL;
+    cg_lifetime_quarantine(o);
 }
 
 cg_optim *cg_optim_from_module(const cg_optim_config *cfg, const cg_module *m, double weight_decay,
@@ -810,7 +837,7 @@ static bool load_slot(const cg_st_file *f, const char *prefix, const cg_optim_co
         }
         cg_tensor *t = zeros_like_param(s->p);
         if (!t || !cg_st_load_into(f, name, t)) {
-            cg_release(t);
+            cg_release_held(t);
             return false;
         }
         /* a damaged value fails here, naming its entry, not as a NaN
@@ -822,14 +849,14 @@ static bool load_slot(const cg_st_file *f, const char *prefix, const cg_optim_co
                 cg_set_error("optim_load: %s: '%s' holds %g at element %lld (%s)", path, name,
                              (double)v[e], (long long)e,
                              isfinite(v[e]) ? "a second moment is at least 0" : "not finite");
-                cg_release(t);
+                cg_release_held(t);
                 return false;
             }
         if (s->lo != 0 || s->hi != cg_numel(s->p)) { /* sharded: keep the owned run */
             cg_tensor *part = zeros_state(s);
             if (part)
                 memcpy(cg_data(part), v + s->lo, (size_t)(s->hi - s->lo) * sizeof *v);
-            cg_release(t);
+            cg_release_held(t);
             if (!part)
                 return false;
             t = part;
@@ -937,8 +964,8 @@ bool cg_optim_load(cg_optim *o, const cg_st_file *f, const char *prefix)
     if (ok) { /* commit: swap the new state in */
         for (int i = 0; i < o->n; i++) {
             slot *s = &o->s[i];
-            cg_release(s->buf1);
-            cg_release(s->buf2);
+            cg_release_held(s->buf1);
+            cg_release_held(s->buf2);
             s->buf1 = ns[i].buf1;
             s->buf2 = ns[i].buf2;
             s->step = ns[i].step;
@@ -948,8 +975,8 @@ bool cg_optim_load(cg_optim *o, const cg_st_file *f, const char *prefix)
         o->steps = steps;
     }
     for (int i = 0; i < o->n; i++) {
-        cg_release(ns[i].buf1);
-        cg_release(ns[i].buf2);
+        cg_release_held(ns[i].buf1);
+        cg_release_held(ns[i].buf2);
     }
     free(ns);
     return ok;
