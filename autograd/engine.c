@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/lifetime.h"
 #include "core/ops.h"
 
 /* Columns of the op table (autograd.h, CG_OP_TABLE). */
@@ -306,7 +307,12 @@ void cg_zero_grad(cg_tensor *t)
     }
 }
 
-const cg_tensor *cg_grad(const cg_tensor *t) { return t ? t->grad : NULL; }
+const cg_tensor *cg_grad(const cg_tensor *t)
+{
+    if (t && t->grad && cg_debug_enabled())
+        cg_lifetime_borrowed_grad(t->grad, t); /* named, should it be released by mistake */
+    return t ? t->grad : NULL;
+}
 
 /* -------------------------------------------------------- backward hook */
 static _Thread_local cg_backward_hook_fn g_bw_hook;

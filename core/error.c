@@ -9,6 +9,7 @@
 static _Thread_local char g_msg[1024];
 static _Thread_local bool g_set;
 static _Thread_local unsigned long g_serial;
+static unsigned long g_reports; /* cg_debug_report calls, all threads */
 
 unsigned long cg_error_serial(void) { return g_serial; }
 
@@ -63,4 +64,7 @@ void cg_debug_report(const char *fmt, ...)
     va_end(ap);
     cg_set_error("%s", line);
     fprintf(stderr, "cgrad: CG_DEBUG: %s\n", line);
+    __atomic_add_fetch(&g_reports, 1, __ATOMIC_RELAXED);
 }
+
+unsigned long cg_debug_reports(void) { return __atomic_load_n(&g_reports, __ATOMIC_RELAXED); }

@@ -51,6 +51,9 @@ bool cg_error_null_input(const char *fn);
 bool cg_debug_enabled(void);
 /* Records the message (cg_set_error) and prints it as one line on stderr. */
 void cg_debug_report(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* How many mistakes the checked mode has reported in this process (all
+ * threads): a test asserts 0 at its end. */
+unsigned long cg_debug_reports(void);
 
 #ifdef __cplusplus
 }

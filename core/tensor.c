@@ -281,6 +281,7 @@ void cg_scope_end(cg_scope *s)
         cg_set_error("scope_end: the scope is not open on this thread");
         return;
     }
+    const char *prev = cg_debug_enabled() ? cg_lifetime_enter("cg_scope_end") : NULL;
     cg_scope *stop = s->parent;
     while (g_scope != stop) { /* inner scopes left open end first */
         cg_scope *c = g_scope;
@@ -290,6 +291,8 @@ void cg_scope_end(cg_scope *s)
         free(c->x);
         free(c);
     }
+    if (cg_debug_enabled())
+        cg_lifetime_leave(prev);
 }
 
 /* ------------------------------------------------------------- lifecycle */
@@ -318,6 +321,8 @@ cg_tensor *cg_retain_held(cg_tensor *t)
 
 static void release_ref(cg_tensor *t)
 {
+    if (cg_debug_enabled() && !cg_lifetime_release_ok(t, NULL, false))
+        return; /* a freed header: reported, nothing to give back */
     if (ref_dec(&t->refcount) > 0)
         return;
     struct cg_node *node = t->node;
@@ -326,27 +331,45 @@ static void release_ref(cg_tensor *t)
         scope_remove(t);
     __atomic_sub_fetch(&g_live, 1, __ATOMIC_RELAXED);
     cg_storage_release(t->storage);
-    free(t);
+    if (cg_debug_enabled())
+        cg_lifetime_retire(t); /* poisoned and kept, never reused */
+    else
+        free(t);
     cg_release_held(grad); /* a leaf gradient has no node and no grad: depth 1 */
     if (node && g_node_release)
         g_node_release(node); /* iterative in autograd: no deep recursion */
+}
+
+static void release_owned(cg_tensor *t)
+{
+    if (g_scope && !scope_is_mine(t))
+        xref_take(t); /* a reference a scope would have given back */
+    release_ref(t);
 }
 
 void cg_release(cg_tensor *t)
 {
     if (!t)
         return;
-    if (g_scope && !scope_is_mine(t))
-        xref_take(t); /* a reference a scope would have given back */
-    release_ref(t);
+    if (!cg_debug_enabled()) {
+        release_owned(t);
+        return;
+    }
+    const char *prev = cg_lifetime_enter("cg_release");
+    if (cg_lifetime_release_ok(t, prev ? prev : "cg_release", true))
+        release_owned(t);
+    cg_lifetime_leave(prev);
 }
 
 void cg_release_held(cg_tensor *t)
 {
     if (!t)
         return;
+    const char *prev = cg_debug_enabled() ? cg_lifetime_enter("cg_release_held") : NULL;
     cg_unhold(t);
     release_ref(t);
+    if (cg_debug_enabled())
+        cg_lifetime_leave(prev);
 }
 
 void cg_release_all(int n, ...)
@@ -377,6 +400,7 @@ cg_tensor *cg_tensor_header(cg_storage *s, cg_dtype dt, int64_t offset, int ndim
     }
     t->dtype = dt;
     t->refcount = 1;
+    t->magic = CG_TENSOR_LIVE;
     __atomic_add_fetch(&g_live, 1, __ATOMIC_RELAXED);
     if (g_scope)
         scope_add(g_scope, t);

@@ -74,6 +74,9 @@ typedef struct cg_tensor {
     struct cg_scope *scope; /* the scope this tensor was made in (while open), or NULL */
     int64_t scope_idx;      /* position in that scope's list */
     bool scope_kept;        /* cg_keep: one reference outlives the scope */
+    /* --- the checked mode (CG_DEBUG=1, core/lifetime.h) --- */
+    uint32_t magic;                /* a live header's word; poisoned once freed */
+    struct cg_tensor_debug *debug; /* its name and who freed it (checked mode only) */
 } cg_tensor;
 
 /* Shape literal helper: cg_zeros(CG_SHAPE(3, 4)) expands to
@@ -89,6 +92,21 @@ cg_tensor *cg_retain(cg_tensor *t); /* returns t */
 void cg_release(cg_tensor *t);
 /* Release several tensors: cg_release_all(3, a, b, c). */
 void cg_release_all(int n, ...);
+
+/* The checked mode's hooks (CG_DEBUG=1; library-internal, defined in
+ * core/lifetime.c, see core/lifetime.h), called only when
+ * cg_debug_enabled(). enter/leave bracket the outermost freeing call of the
+ * thread (cg_release, cg_scope_end, cg_module_free, ...), which a header
+ * freed inside it records. release_ok: whether call (NULL: that outermost
+ * call) may release a reference to t; false (reported) for a freed header
+ * or not a tensor and, with owned (the user's cg_release), when every
+ * reference is held by an owner (borrowed). retire: poison a freed header
+ * and keep it, instead of free. */
+#define CG_TENSOR_LIVE 0x726e7374u /* the magic word of a live header */
+const char *cg_lifetime_enter(const char *call);
+void cg_lifetime_leave(const char *prev);
+bool cg_lifetime_release_ok(const cg_tensor *t, const char *call, bool owned);
+void cg_lifetime_retire(cg_tensor *t);
 
 /* Called with t->node when a tensor that still has a node is freed. */
 typedef void (*cg_node_release_fn)(struct cg_node *node);

@@ -544,7 +544,7 @@ void cg_module_keep_attention_weights(cg_module *m, bool on)
         cg_mha *a = (cg_mha *)m;
         a->keep_weights = on;
         if (!on) {
-            cg_release(a->weights);
+            cg_release_held(a->weights);
             a->weights = NULL;
         }
     }

@@ -430,7 +430,7 @@ cg_tensor *cg_sinusoidal_pe(int64_t max_len, int64_t d)
     return pe;
 }
 
-static void posenc_destroy(cg_module *m) { cg_release(((cg_posenc *)m)->pe); }
+static void posenc_destroy(cg_module *m) { cg_release_held(((cg_posenc *)m)->pe); }
 
 cg_posenc *cg_posenc_new(int64_t max_len, int64_t dim)
 {

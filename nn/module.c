@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/lifetime.h"
+
 /* ------------------------------------------------------------ building */
 cg_module *cg_module_alloc(size_t size, const char *type, void (*destroy)(cg_module *m))
 {
@@ -103,6 +105,8 @@ cg_tensor *cg_module_add_param(cg_module *m, const char *name, cg_tensor *t)
     m->params[m->n_params].name = nm;
     m->params[m->n_params].tensor = cg_hold(cg_retain(t)); /* beyond any scope */
     m->n_params++;
+    if (cg_debug_enabled())
+        cg_lifetime_set_name(t, name, false); /* a tied tensor keeps its first name */
     return t;
 }
 
@@ -116,6 +120,24 @@ static bool module_contains(const cg_module *m, const cg_module *target)
         if (module_contains(m->children[i].module, target))
             return true;
     return false;
+}
+
+/* The checked mode names each parameter of child by its dotted path from
+ * child's new parent (its first name there, as cg_module_params lists it). */
+static void name_params(const cg_module *child, const char *name)
+{
+    cg_param_list l = {0};
+    unsigned long serial = cg_error_serial();
+    if (cg_module_params(child, &l)) {
+        for (int i = 0; i < l.n; i++) {
+            char full[512];
+            snprintf(full, sizeof full, "%s.%s", name, l.items[i].name);
+            cg_lifetime_set_name(l.items[i].tensor, full, true);
+        }
+    } else if (cg_error_serial() != serial) {
+        cg_clear_error(); /* out of memory for names only: the add succeeded */
+    }
+    cg_param_list_free(&l);
 }
 
 /* A failed add frees the child only when nobody owns it yet. */
@@ -164,23 +186,27 @@ void *cg_module_add_child(cg_module *m, const char *name, void *child_)
     m->children[m->n_children].name = nm;
     m->children[m->n_children].module = child;
     m->n_children++;
-    child->n_owners++;
+    if (child->n_owners++ == 0)
+        child->parent = m;
+    if (cg_debug_enabled())
+        name_params(child, name);
     return child;
 }
 
-void cg_module_free(cg_module *m)
+/* m's reference given back by from (its parent, or NULL: the caller). */
+static void module_drop(cg_module *m, const cg_module *from)
 {
-    if (!m)
-        return;
     if (m->n_owners > 1) { /* shared: another parent still holds it */
         m->n_owners--;
+        if (m->parent == from)
+            m->parent = NULL;
         return;
     }
     if (m->destroy)
         m->destroy(m);
     cg_module_hooks_free(m);
     for (int i = 0; i < m->n_children; i++) {
-        cg_module_free(m->children[i].module);
+        module_drop(m->children[i].module, m);
         free(m->children[i].name);
     }
     for (int i = 0; i < m->n_params; i++) {
@@ -190,7 +216,59 @@ void cg_module_free(cg_module *m)
     }
     free(m->children);
     free(m->params);
-    free(m);
+    if (!cg_debug_enabled()) {
+        free(m);
+        return;
+    }
+    /* the checked mode: poisoned and kept, so that a second free is named */
+    *m = (cg_module){.tag = CG_MODULE_FREED, .type = m->type};
+    cg_lifetime_quarantine(m);
+}
+
+/* The checked mode's test before the caller frees m: false (reported) for
+ * a module freed already, something else than a module, or a child that a
+ * parent holds and frees. */
+static bool module_free_ok(const cg_module *m)
+{
+    if (m->tag == CG_MODULE_FREED) {
+        cg_debug_report("cg_module_free: module %s was already freed (by cg_module_free)", m->type);
+        return false;
+    }
+    if (m->tag != CG_MODULE_TAG && m->tag != 0) {
+        cg_debug_report("cg_module_free: %p is not a module (its first word is 0x%08x)",
+                        (const void *)m, (unsigned)m->tag);
+        return false;
+    }
+    if (m->n_owners == 0)
+        return true;
+    const cg_module *p = m->parent;
+    for (int i = 0; p && i < p->n_children; i++) {
+        if (p->children[i].module == m) {
+            cg_debug_report("cg_module_free: module %s is child '%s' of module %s, which owns it "
+                            "and frees it with itself; free the parent only",
+                            m->type, p->children[i].name, p->type);
+            return false;
+        }
+    }
+    cg_debug_report("cg_module_free: module %s is held by %d parent module%s, which free it; "
+                    "free the parents only",
+                    m->type, m->n_owners, m->n_owners == 1 ? "" : "s");
+    return false;
+}
+
+void cg_module_free(cg_module *m)
+{
+    if (!m)
+        return;
+    if (!cg_debug_enabled()) {
+        module_drop(m, NULL);
+        return;
+    }
+    if (!module_free_ok(m))
+        return;
+    const char *prev = cg_lifetime_enter("cg_module_free");
+    module_drop(m, NULL);
+    cg_lifetime_leave(prev);
 }
 
 /* ------------------------------------------------------------- queries */

@@ -67,6 +67,9 @@ typedef struct {
  * cg_module_add_child, which takes any module pointer, tells a module from
  * something else (a tensor, whose first word is a pointer, never 0). */
 #define CG_MODULE_TAG 0x6d676363u /* "ccgm" */
+/* The tag of a freed module in the checked mode (CG_DEBUG=1), whose struct
+ * is kept, poisoned, so that freeing it again is named, not corruption. */
+#define CG_MODULE_FREED 0x6d646564u
 
 struct cg_module {
     uint32_t tag;     /* CG_MODULE_TAG (set by cg_module_alloc) */
@@ -77,6 +80,8 @@ struct cg_module {
     int n_children, cap_children;
     bool training; /* train mode (dropout active); default true */
     int n_owners;  /* parents holding it as a child (sharing) */
+    /* The first parent that holds it (the checked mode names it). */
+    struct cg_module *parent;
     /* Frees what the concrete module owns beyond params and children (may
      * be NULL). Called by cg_module_free before the registry is freed;
      * must not free the struct itself. */
@@ -115,7 +120,9 @@ cg_tensor *cg_module_add_param(cg_module *m, const char *name, cg_tensor *t);
 void *cg_module_add_child(cg_module *m, const char *name, void *child);
 /* Frees the module, its children and its references to its parameters;
  * a module held by more than one parent is only released by one of them.
- * NULL is a no-op. */
+ * NULL is a no-op. Only a module no parent holds is yours to free: with
+ * CG_DEBUG=1, freeing a child its parent holds, or a module twice, is
+ * named in one line and refused (core/error.h). */
 void cg_module_free(cg_module *m);
 
 /* ---------------------------------------------------------- queries */

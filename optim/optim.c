@@ -8,6 +8,7 @@
 #include "optim/optim.h"
 
 #include "autograd/autograd.h"
+#include "core/lifetime.h"
 #include "optim/optim_impl.h"
 
 #include <errno.h>
@@ -106,8 +107,8 @@ static void free_slots(slot *s, int n)
         free(s[i].name);
         cg_unhold(s[i].p);
         cg_release(s[i].p);
-        cg_release(s[i].buf1);
-        cg_release(s[i].buf2);
+        cg_release_held(s[i].buf1);
+        cg_release_held(s[i].buf2);
     }
     free(s);
 }
@@ -204,6 +205,7 @@ cg_optim *cg_optim_new_sharded(const cg_optim_config *cfg, int n, const cg_optim
         cg_set_error("optim_new: out of memory");
         return NULL;
     }
+    o->tag = OPTIM_TAG;
     o->cfg = *cfg;
     o->s = s;
     for (int i = 0; i < n; i++) {
@@ -232,8 +234,27 @@ void cg_optim_free(cg_optim *o)
 {
     if (!o)
         return;
+    if (!cg_debug_enabled()) {
+        free_slots(o->s, o->n);
+        free(o);
+        return;
+    }
+    if (o->tag != OPTIM_TAG) { /* the checked mode: named and refused */
+        if (o->tag == OPTIM_FREED)
+            cg_debug_report("cg_optim_free: optimizer %s over %d parameters was already freed "
+                            "(by cg_optim_free)",
+                            cg_optim_type_name(o->cfg.type), o->n);
+        else
+            cg_debug_report("cg_optim_free: %p is not an optimizer (its first word is 0x%08x)",
+                            (void *)o, (unsigned)o->tag);
+        return;
+    }
+    const char *prev = cg_lifetime_enter("cg_optim_free");
     free_slots(o->s, o->n);
-    free(o);
+    cg_lifetime_leave(prev);
+    o->tag = OPTIM_FREED; /* poisoned and kept: never reused */
+    o->s = NULL;
+    cg_lifetime_quarantine(o);
 }
 
 cg_optim *cg_optim_from_module(const cg_optim_config *cfg, const cg_module *m, double weight_decay,

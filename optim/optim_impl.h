@@ -19,7 +19,13 @@ typedef struct {
     cg_tensor *buf2; /* exp_avg_sq (NULL if unused) */
 } slot;
 
+/* An optimizer's first word while it lives; a freed one in the checked
+ * mode (CG_DEBUG=1) is kept with OPTIM_FREED, so a second free is named. */
+#define OPTIM_TAG 0x6f706763u
+#define OPTIM_FREED 0x6f646564u
+
 struct cg_optim {
+    uint32_t tag;
     cg_optim_config cfg;
     int n;
     slot *s;

@@ -237,7 +237,7 @@ static bool load_slot(const cg_st_file *f, const char *prefix, const cg_optim_co
         }
         cg_tensor *t = cg_optim_zeros_like_param(s->p);
         if (!t || !cg_st_load_into(f, name, t)) {
-            cg_release(t);
+            cg_release_held(t);
             return false;
         }
         /* a damaged value fails here, naming its entry, not as a NaN
@@ -249,14 +249,14 @@ static bool load_slot(const cg_st_file *f, const char *prefix, const cg_optim_co
                 cg_set_error("optim_load: %s: '%s' holds %g at element %lld (%s)", path, name,
                              (double)v[e], (long long)e,
                              isfinite(v[e]) ? "a second moment is at least 0" : "not finite");
-                cg_release(t);
+                cg_release_held(t);
                 return false;
             }
         if (s->lo != 0 || s->hi != cg_numel(s->p)) { /* sharded: keep the owned run */
             cg_tensor *part = cg_optim_zeros_state(s);
             if (part)
                 memcpy(cg_data(part), v + s->lo, (size_t)(s->hi - s->lo) * sizeof *v);
-            cg_release(t);
+            cg_release_held(t);
             if (!part)
                 return false;
             t = part;
@@ -364,8 +364,8 @@ bool cg_optim_load(cg_optim *o, const cg_st_file *f, const char *prefix)
     if (ok) { /* commit: swap the new state in */
         for (int i = 0; i < o->n; i++) {
             slot *s = &o->s[i];
-            cg_release(s->buf1);
-            cg_release(s->buf2);
+            cg_release_held(s->buf1);
+            cg_release_held(s->buf2);
             s->buf1 = ns[i].buf1;
             s->buf2 = ns[i].buf2;
             s->step = ns[i].step;
@@ -375,8 +375,8 @@ bool cg_optim_load(cg_optim *o, const cg_st_file *f, const char *prefix)
         o->steps = steps;
     }
     for (int i = 0; i < o->n; i++) {
-        cg_release(ns[i].buf1);
-        cg_release(ns[i].buf2);
+        cg_release_held(ns[i].buf1);
+        cg_release_held(ns[i].buf2);
     }
     free(ns);
     return ok;

@@ -52,6 +52,11 @@ int cg_test_run(Suite **suites, int n)
     free(g_ids);
     g_ids = NULL;
     g_nids = g_capids = 0;
+    if (cg_debug_reports() > 0) { /* CG_DEBUG=1 runs: no lifetime mistake anywhere */
+        fprintf(stderr, "the checked mode (CG_DEBUG) reported %lu lifetime mistake(s)\n",
+                cg_debug_reports());
+        return 1;
+    }
     return failed == 0 ? 0 : 1;
 }
 

@@ -56,7 +56,7 @@ static void charlm_destroy(cg_module *base)
 {
     cg_charlm *m = (cg_charlm *)base;
     free(m->block);
-    cg_release(m->pe);
+    cg_release_held(m->pe);
 }
 
 cg_charlm *cg_charlm_new(const cg_charlm_config *cfg, uint64_t seed)

@@ -68,7 +68,7 @@ char *cg_seq2seq_config_to_json(const cg_seq2seq_config *c)
 }
 
 /* ----------------------------------------------------------------- model */
-static void seq2seq_destroy(cg_module *base) { cg_release(((cg_seq2seq *)base)->pe); }
+static void seq2seq_destroy(cg_module *base) { cg_release_held(((cg_seq2seq *)base)->pe); }
 
 cg_seq2seq *cg_seq2seq_new(const cg_seq2seq_config *cfg, uint64_t seed)
 {
