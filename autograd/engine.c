@@ -30,11 +30,7 @@ const char *cg_op_name(cg_op op) { return (unsigned)op < CG_OP_COUNT ? op_names[
 static _Thread_local int g_no_grad_depth;
 
 void cg_no_grad_begin(void) { g_no_grad_depth++; }
-void cg_no_grad_end(void)
-{
-    if (g_no_grad_depth > 0)
-        g_no_grad_depth--;
-}
+void cg_no_grad_end(void) { g_no_grad_depth -= g_no_grad_depth > 0; } /* never below 0 */
 bool cg_grad_enabled(void) { return g_no_grad_depth == 0; }
 
 /* -------------------------------------------------- freeing, iteratively */

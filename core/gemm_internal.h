@@ -10,8 +10,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/gemm.h"
-
 #define CG_AVX512 __attribute__((target("avx512f")))
 
 /* This thread's packing buffer of at least `bytes` bytes, 64-byte aligned,
@@ -44,8 +42,9 @@ typedef struct {
  * (W itself is not read), through the GEMM driver with its blocking and
  * threading (core/gemm.c): the bits of cg_sgemm_bias / cg_sgemm on the
  * same bf16 path. C must be row-stored (csc 1, rsc >= n, m and n >= 2).
- * False when out of memory or the path is not a bf16 one. */
-bool cg_gemm_prepacked(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int64_t k,
+ * False when out of memory or the path is not a bf16 one. path is a
+ * cg_gemm_path (an int here: core/gemm.h is the gemm module's own header). */
+bool cg_gemm_prepacked(int path, int nthreads, int64_t m, int64_t n, int64_t k,
                        const float *x, int64_t rsx, int64_t csx, const cg_bf16_prepacked *w,
                        const float *bias, int64_t bs, float *c, int64_t rsc, int64_t csc);
 

@@ -284,8 +284,7 @@ static int cmd_train(int argc, char **argv)
         {"--max-tokens", CG_CLI_I64, &r.max_tokens, 2, 1e9,
          "  --max-tokens N       padded tokens per batch (default 3000)\n", CG_CLI_FIXED},
         {"--pad-to-multiple", CG_CLI_I64, &r.pad_to, 1, 1e6,
-         "  --pad-to-multiple N  pad each training batch's lengths up to a multiple of N\n"
-         "                       (at most --max-len; fewer shapes; default 1: as they are)\n",
+         "  --pad-to-multiple N  pad batch lengths up to a multiple of N (at most --max-len)\n",
          CG_CLI_FIXED},
         {"--factor", CG_CLI_F64, &r.factor, 1e-12, 1e3,
          "  --factor F           Noam factor (default 0.25; --lr X sets the peak instead:\n"
@@ -294,8 +293,7 @@ static int cmd_train(int argc, char **argv)
         {"--warmup", CG_CLI_I64, &r.warmup, 1, 1e9,
          "  --warmup N           Noam warmup steps (default 400)\n", CG_CLI_FIXED},
         {"--word-dropout", CG_CLI_F64, &r.word_dropout, 0, 0.999999,
-         "  --word-dropout P     in training, zero each source and target token's\n"
-         "                       embedding with probability P (default 0)\n",
+         "  --word-dropout P     zero each token's embedding in training with probability P\n",
          CG_CLI_FIXED},
         {"--max-len", CG_CLI_I64, &r.max_len, 3, 100000,
          "  --max-len N          longest sequence; longer training pairs are dropped (256)\n",
