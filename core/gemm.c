@@ -600,9 +600,9 @@ bool cg_sgemm_bias_path(cg_gemm_path path, int nthreads, int64_t m, int64_t n, i
                     csc, NULL);
 }
 
-bool cg_gemm_prepacked(int path, int nthreads, int64_t m, int64_t n, int64_t k,
-                       const float *x, int64_t rsx, int64_t csx, const cg_bf16_prepacked *w,
-                       const float *bias, int64_t bs, float *c, int64_t rsc, int64_t csc)
+bool cg_gemm_prepacked(int path, int nthreads, int64_t m, int64_t n, int64_t k, const float *x,
+                       int64_t rsx, int64_t csx, const cg_bf16_prepacked *w, const float *bias,
+                       int64_t bs, float *c, int64_t rsc, int64_t csc)
 {
     if (!w || !w->p || m < 2 || n < 2 || csc != 1 || rsc < n)
         return false; /* C would not be turned over: A would not be W */

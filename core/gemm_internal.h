@@ -44,9 +44,9 @@ typedef struct {
  * same bf16 path. C must be row-stored (csc 1, rsc >= n, m and n >= 2).
  * False when out of memory or the path is not a bf16 one. path is a
  * cg_gemm_path (an int here: core/gemm.h is the gemm module's own header). */
-bool cg_gemm_prepacked(int path, int nthreads, int64_t m, int64_t n, int64_t k,
-                       const float *x, int64_t rsx, int64_t csx, const cg_bf16_prepacked *w,
-                       const float *bias, int64_t bs, float *c, int64_t rsc, int64_t csc);
+bool cg_gemm_prepacked(int path, int nthreads, int64_t m, int64_t n, int64_t k, const float *x,
+                       int64_t rsx, int64_t csx, const cg_bf16_prepacked *w, const float *bias,
+                       int64_t bs, float *c, int64_t rsc, int64_t csc);
 
 /* core/gemm_bf16.c: C = alpha A B + beta C on one thread with A and B
  * rounded to bf16 while packed and fp32 sums, on the given kernel; any

@@ -25,12 +25,9 @@ static const cg_charlm_config DEFAULTS = {.vocab = 65,
 
 /* The config's JSON fields and their rules, in the order they are written. */
 static const cg_config_field FIELDS[] = {
-    CG_CF_INT(cg_charlm_config, vocab, 1, CG_CF_NO_MAX),
-    CG_CONFIG_ZOO_WIDTH(cg_charlm_config),
-    CG_CF_INT(cg_charlm_config, layers, 0, 1000000),
-    CG_CONFIG_ZOO_BLOCK(cg_charlm_config),
-    CG_CF_INT(cg_charlm_config, loss_chunk, 0, CG_CF_NO_MAX),
-    CG_CONFIG_ZOO_FACTS(cg_charlm_config),
+    CG_CF_INT(cg_charlm_config, vocab, 1, CG_CF_NO_MAX),      CG_CONFIG_ZOO_WIDTH(cg_charlm_config),
+    CG_CF_INT(cg_charlm_config, layers, 0, 1000000),          CG_CONFIG_ZOO_BLOCK(cg_charlm_config),
+    CG_CF_INT(cg_charlm_config, loss_chunk, 0, CG_CF_NO_MAX), CG_CONFIG_ZOO_FACTS(cg_charlm_config),
 };
 static const cg_config_model CONFIG = {"charlm", FIELDS, (int)(sizeof FIELDS / sizeof FIELDS[0]),
                                        sizeof(cg_charlm_config), &DEFAULTS};
