@@ -85,6 +85,78 @@ static bool blank(const char *s, size_t n)
     return true;
 }
 
+/* A malloc'd copy of text[0..*len) as Python's text mode reads it: "\r\n"
+ * and a lone "\r" become "\n". *len becomes the copy's length, and a NUL
+ * follows it. NULL: out of memory. */
+static char *text_mode_copy(const char *text, size_t *len)
+{
+    char *buf = malloc(*len + 1);
+    if (!buf)
+        return NULL;
+    size_t w = 0;
+    for (size_t i = 0; i < *len; i++) {
+        if (text[i] == '\r') {
+            buf[w++] = '\n';
+            if (i + 1 < *len && text[i + 1] == '\n')
+                i++;
+        } else {
+            buf[w++] = text[i];
+        }
+    }
+    *len = w;
+    buf[w] = '\0';
+    return buf;
+}
+
+/* Line `line` of name, start[0..llen) (a NUL after it), checked and cut at
+ * its tab into a pair appended to out. False + error naming the line. */
+static bool parse_pair_line(cg_pairs *out, char *start, size_t llen, const char *name, int64_t line)
+{
+    if (memchr(start, '\0', llen)) {
+        cg_set_error("%s:%lld: NUL byte in line", name, (long long)line);
+        return false;
+    }
+    size_t bad;
+    if (cg_utf8_count(start, llen, &bad) < 0) {
+        cg_set_error("%s:%lld: not valid UTF-8 (byte 0x%02x at column %zu)", name, (long long)line,
+                     (unsigned)(unsigned char)start[bad], bad + 1);
+        return false;
+    }
+    char *tab = memchr(start, '\t', llen);
+    if (!tab) {
+        cg_set_error("%s:%lld: missing tab (expected \"source<TAB>target\")", name,
+                     (long long)line);
+        return false;
+    }
+    if (memchr(tab + 1, '\t', llen - (size_t)(tab + 1 - start))) {
+        cg_set_error("%s:%lld: more than one tab (expected \"source<TAB>target\")", name,
+                     (long long)line);
+        return false;
+    }
+    if (tab == start || tab + 1 == start + llen) {
+        cg_set_error("%s:%lld: empty %s (expected \"source<TAB>target\" with text on both "
+                     "sides)",
+                     name, (long long)line, tab == start ? "source" : "target");
+        return false;
+    }
+    bool blank_src = blank(start, (size_t)(tab - start));
+    if (blank_src || blank(tab + 1, llen - (size_t)(tab + 1 - start))) {
+        cg_set_error("%s:%lld: the %s holds only spaces (expected \"source<TAB>target\" with "
+                     "text on both sides)",
+                     name, (long long)line, blank_src ? "source" : "target");
+        return false;
+    }
+    *tab = '\0';
+    char *tgt = tab + 1;
+    int64_t sl = cg_utf8_count(start, (size_t)(tab - start), NULL);
+    int64_t tl = cg_utf8_count(tgt, strlen(tgt), NULL);
+    if (sl > INT32_MAX || tl > INT32_MAX) {
+        cg_set_error("%s:%lld: line too long", name, (long long)line);
+        return false;
+    }
+    return pairs_push(out, start, tgt, sl, tl);
+}
+
 bool cg_pairs_parse(const char *text, size_t len, const char *name, cg_pairs *out)
 {
     memset(out, 0, sizeof *out);
@@ -98,24 +170,11 @@ bool cg_pairs_parse(const char *text, size_t len, const char *name, cg_pairs *ou
         cg_set_error("%s: empty file (expected lines \"source<TAB>target\")", name);
         return false;
     }
-    char *buf = malloc(len + 1);
+    char *buf = text_mode_copy(text, &len);
     if (!buf) {
         cg_set_error("%s: out of memory", name);
         return false;
     }
-    /* Python's text mode: "\r\n" and a lone "\r" read as "\n" */
-    size_t w = 0;
-    for (size_t i = 0; i < len; i++) {
-        if (text[i] == '\r') {
-            buf[w++] = '\n';
-            if (i + 1 < len && text[i + 1] == '\n')
-                i++;
-        } else {
-            buf[w++] = text[i];
-        }
-    }
-    len = w;
-    buf[len] = '\0';
     out->buf = buf;
     size_t pos = 0;
     int64_t line = 0;
@@ -126,49 +185,7 @@ bool cg_pairs_parse(const char *text, size_t len, const char *name, cg_pairs *ou
         size_t llen = nl ? (size_t)(nl - start) : len - pos;
         pos += llen + (nl ? 1 : 0);
         start[llen] = '\0';
-        if (memchr(start, '\0', llen)) {
-            cg_set_error("%s:%lld: NUL byte in line", name, (long long)line);
-            goto fail;
-        }
-        size_t bad;
-        if (cg_utf8_count(start, llen, &bad) < 0) {
-            cg_set_error("%s:%lld: not valid UTF-8 (byte 0x%02x at column %zu)", name,
-                         (long long)line, (unsigned)(unsigned char)start[bad], bad + 1);
-            goto fail;
-        }
-        char *tab = memchr(start, '\t', llen);
-        if (!tab) {
-            cg_set_error("%s:%lld: missing tab (expected \"source<TAB>target\")", name,
-                         (long long)line);
-            goto fail;
-        }
-        if (memchr(tab + 1, '\t', llen - (size_t)(tab + 1 - start))) {
-            cg_set_error("%s:%lld: more than one tab (expected \"source<TAB>target\")", name,
-                         (long long)line);
-            goto fail;
-        }
-        if (tab == start || tab + 1 == start + llen) {
-            cg_set_error("%s:%lld: empty %s (expected \"source<TAB>target\" with text on both "
-                         "sides)",
-                         name, (long long)line, tab == start ? "source" : "target");
-            goto fail;
-        }
-        bool blank_src = blank(start, (size_t)(tab - start));
-        if (blank_src || blank(tab + 1, llen - (size_t)(tab + 1 - start))) {
-            cg_set_error("%s:%lld: the %s holds only spaces (expected \"source<TAB>target\" with "
-                         "text on both sides)",
-                         name, (long long)line, blank_src ? "source" : "target");
-            goto fail;
-        }
-        *tab = '\0';
-        char *tgt = tab + 1;
-        int64_t sl = cg_utf8_count(start, (size_t)(tab - start), NULL);
-        int64_t tl = cg_utf8_count(tgt, strlen(tgt), NULL);
-        if (sl > INT32_MAX || tl > INT32_MAX) {
-            cg_set_error("%s:%lld: line too long", name, (long long)line);
-            goto fail;
-        }
-        if (!pairs_push(out, start, tgt, sl, tl))
+        if (!parse_pair_line(out, start, llen, name, line))
             goto fail;
     }
     if (out->n == 0) {

@@ -30,6 +30,104 @@ static cg_tensor *decode_logits(cg_seq2seq *m, const int64_t *ys, int64_t B, int
     return c;
 }
 
+/* Greedy decoding's working state. Row b's tokens so far (BOS first) are
+ * ys[b*W ..], all of length T; alive[0..n_alive) are the rows still
+ * decoding, keep[k] the place of alive[k] in the previous step's batch;
+ * tmp is the decoder's input. out and lens are the caller's results. */
+typedef struct {
+    int64_t W, max_steps, n_alive, T;
+    int64_t *ys, *tmp, *alive, *keep;
+    int64_t *out, *lens;
+    cg_kv_cache *cache;           /* NULL: every prefix is recomputed */
+    cg_seq2seq_memory mem, sel;   /* the sources' memory; sel: the alive rows' */
+    const cg_seq2seq_memory *cur; /* the memory the alive rows decode against */
+} greedy_state;
+
+static bool greedy_alloc(greedy_state *g, cg_seq2seq *m, int64_t B, int64_t max_steps, int64_t *out,
+                         int64_t *lens, bool use_cache)
+{
+    const int64_t W = max_steps + 1;
+    *g = (greedy_state){
+        .W = W, .max_steps = max_steps, .n_alive = B, .T = 1, .out = out, .lens = lens};
+    g->cur = &g->mem;
+    g->ys = malloc((size_t)(B * W) * sizeof *g->ys);
+    g->tmp = malloc((size_t)(B * W) * sizeof *g->tmp);
+    g->alive = malloc((size_t)B * sizeof *g->alive);
+    g->keep = malloc((size_t)B * sizeof *g->keep);
+    g->cache = use_cache ? cg_seq2seq_kv_cache_new(m) : NULL;
+    if (!g->ys || !g->tmp || !g->alive || !g->keep || (use_cache && !g->cache)) {
+        if (!cg_has_error())
+            cg_set_error("greedy decode: out of memory");
+        return false;
+    }
+    return true;
+}
+
+static void greedy_free(greedy_state *g)
+{
+    cg_seq2seq_memory_free(&g->mem);
+    cg_seq2seq_memory_free(&g->sel);
+    free(g->ys);
+    free(g->tmp);
+    free(g->alive);
+    free(g->keep);
+    cg_kv_cache_free(g->cache);
+}
+
+/* The index of the largest of V logits (the first one on a tie). */
+static int64_t argmax_row(const float *row, int64_t V)
+{
+    int64_t best = 0;
+    for (int64_t v = 1; v < V; v++)
+        if (row[v] > row[best])
+            best = v;
+    return best;
+}
+
+/* One step: every alive row's argmax token appended (and written to out);
+ * a row that produced EOS gets its length and leaves the batch, and the
+ * cache or the memory copies follow the rows that stay. */
+static bool greedy_step(greedy_state *g, cg_seq2seq *m, int64_t step)
+{
+    const int64_t V = m->cfg.vocab, W = g->W, T = g->T;
+    /* with the cache: each row's last token at position T-1; without:
+     * the whole prefix */
+    const int64_t Tl = g->cache ? 1 : T;
+    for (int64_t k = 0; k < g->n_alive; k++)
+        memcpy(g->tmp + k * Tl, g->ys + g->alive[k] * W + T - Tl, (size_t)Tl * sizeof *g->tmp);
+    cg_tensor *l = g->cache ? cg_seq2seq_decode_step(m, g->tmp, g->n_alive, g->cur, g->cache)
+                            : decode_logits(m, g->tmp, g->n_alive, T, g->cur);
+    if (!l)
+        return false;
+    const float *d = cg_data(l);
+    int64_t kept = 0;
+    for (int64_t k = 0; k < g->n_alive; k++) {
+        int64_t b = g->alive[k];
+        int64_t best = argmax_row(d + (k * Tl + Tl - 1) * V, V);
+        g->ys[b * W + T] = best;
+        g->out[b * g->max_steps + step] = best;
+        if (best == CG_EOS) {
+            g->lens[b] = step;
+        } else {
+            g->keep[kept] = k;
+            g->alive[kept++] = b;
+        }
+    }
+    cg_release(l);
+    g->T++;
+    if (kept != g->n_alive && kept > 0 && g->cache) {
+        if (!reorder(g->cache, g->keep, kept))
+            return false;
+    } else if (kept != g->n_alive && kept > 0) {
+        cg_seq2seq_memory_free(&g->sel);
+        if (!cg_seq2seq_memory_select(&g->mem, g->alive, kept, &g->sel))
+            return false;
+        g->cur = &g->sel;
+    }
+    g->n_alive = kept;
+    return true;
+}
+
 bool cg_greedy_decode(cg_seq2seq *m, const int64_t *src, int64_t B, int64_t S, int64_t max_steps,
                       int64_t *out, int64_t *lens, bool use_cache)
 {
@@ -43,86 +141,28 @@ bool cg_greedy_decode(cg_seq2seq *m, const int64_t *src, int64_t B, int64_t S, i
                      (long long)max_steps, (long long)max_steps, (long long)m->cfg.max_len);
         return false;
     }
-    const int64_t V = m->cfg.vocab;
     bool ok = false;
     cg_no_grad_begin();
-    cg_seq2seq_memory mem = {0}, sel = {0};
-    int64_t W = max_steps + 1;
-    int64_t *ys = malloc((size_t)(B * W) * sizeof *ys);
-    int64_t *tmp = malloc((size_t)(B * W) * sizeof *tmp);
-    int64_t *alive = malloc((size_t)B * sizeof *alive);
-    int64_t *keep = malloc((size_t)B * sizeof *keep);
-    cg_kv_cache *cache = use_cache ? cg_seq2seq_kv_cache_new(m) : NULL;
-    if (!ys || !tmp || !alive || !keep || (use_cache && !cache)) {
-        if (!cg_has_error())
-            cg_set_error("greedy decode: out of memory");
+    greedy_state g;
+    if (!greedy_alloc(&g, m, B, max_steps, out, lens, use_cache) ||
+        !cg_seq2seq_encode(m, src, B, S, &g.mem))
         goto out;
-    }
-    if (!cg_seq2seq_encode(m, src, B, S, &mem))
-        goto out;
-    int64_t n_alive = B;
     for (int64_t b = 0; b < B; b++) {
-        ys[b * W] = CG_BOS;
+        g.ys[b * g.W] = CG_BOS;
         lens[b] = max_steps;
-        alive[b] = b;
+        g.alive[b] = b;
     }
     for (int64_t i = 0; i < B * max_steps; i++)
         out[i] = CG_PAD;
     /* Rows are independent (padding is masked), so a finished row is simply
      * dropped from the batch: its remaining outputs are PAD, as in the
      * reference, without being computed. */
-    const cg_seq2seq_memory *cur = &mem;
-    int64_t T = 1;
-    for (int64_t step = 0; step < max_steps && n_alive > 0; step++) {
-        /* with the cache: each row's last token at position T-1; without:
-         * the whole prefix */
-        const int64_t Tl = cache ? 1 : T;
-        for (int64_t k = 0; k < n_alive; k++)
-            memcpy(tmp + k * Tl, ys + alive[k] * W + T - Tl, (size_t)Tl * sizeof *tmp);
-        cg_tensor *l = cache ? cg_seq2seq_decode_step(m, tmp, n_alive, cur, cache)
-                             : decode_logits(m, tmp, n_alive, T, cur);
-        if (!l)
+    for (int64_t step = 0; step < max_steps && g.n_alive > 0; step++)
+        if (!greedy_step(&g, m, step))
             goto out;
-        const float *d = cg_data(l);
-        int64_t kept = 0;
-        for (int64_t k = 0; k < n_alive; k++) {
-            int64_t b = alive[k];
-            const float *row = d + (k * Tl + Tl - 1) * V;
-            int64_t best = 0;
-            for (int64_t v = 1; v < V; v++)
-                if (row[v] > row[best])
-                    best = v;
-            ys[b * W + T] = best;
-            out[b * max_steps + step] = best;
-            if (best == CG_EOS) {
-                lens[b] = step;
-            } else {
-                keep[kept] = k;
-                alive[kept++] = b;
-            }
-        }
-        cg_release(l);
-        T++;
-        if (kept != n_alive && kept > 0 && cache) {
-            if (!reorder(cache, keep, kept))
-                goto out;
-        } else if (kept != n_alive && kept > 0) {
-            cg_seq2seq_memory_free(&sel);
-            if (!cg_seq2seq_memory_select(&mem, alive, kept, &sel))
-                goto out;
-            cur = &sel;
-        }
-        n_alive = kept;
-    }
     ok = true;
 out:
-    cg_seq2seq_memory_free(&mem);
-    cg_seq2seq_memory_free(&sel);
-    free(ys);
-    free(tmp);
-    free(alive);
-    free(keep);
-    cg_kv_cache_free(cache);
+    greedy_free(&g);
     cg_no_grad_end();
     return ok;
 }

@@ -122,6 +122,30 @@ static void set_error_from_exception(const char *who)
     }
 }
 
+/* Each of the n sentences given to the trainer is one line of UTF-8 text:
+ * false + error naming `who` and the first that is not. */
+static bool sentences_ok(const char *who, const char *const *sentences, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        if (!sentences[i]) {
+            cg_set_error("%s: sentence %lld is NULL", who, (long long)i);
+            return false;
+        }
+        size_t len = strlen(sentences[i]), bad = 0;
+        if (cg_utf8_count(sentences[i], len, &bad) < 0) {
+            cg_set_error("%s: sentence %lld is not valid UTF-8 (bad byte at offset %zu)", who,
+                         (long long)i, bad);
+            return false;
+        }
+        if (memchr(sentences[i], '\n', len)) {
+            cg_set_error("%s: sentence %lld holds a newline (give one sentence per entry)", who,
+                         (long long)i);
+            return false;
+        }
+    }
+    return true;
+}
+
 extern "C" {
 
 bool cg_spm_available(void) { return true; }
@@ -139,23 +163,8 @@ cg_spm *cg_spm_train(const char *const *sentences, int64_t n, int64_t vocab_size
                      who, (long long)vocab_size, CG_SPM_MIN_VOCAB);
         return nullptr;
     }
-    for (int64_t i = 0; i < n; i++) {
-        if (!sentences[i]) {
-            cg_set_error("%s: sentence %lld is NULL", who, (long long)i);
-            return nullptr;
-        }
-        size_t len = strlen(sentences[i]), bad = 0;
-        if (cg_utf8_count(sentences[i], len, &bad) < 0) {
-            cg_set_error("%s: sentence %lld is not valid UTF-8 (bad byte at offset %zu)", who,
-                         (long long)i, bad);
-            return nullptr;
-        }
-        if (memchr(sentences[i], '\n', len)) {
-            cg_set_error("%s: sentence %lld holds a newline (give one sentence per entry)", who,
-                         (long long)i);
-            return nullptr;
-        }
-    }
+    if (!sentences_ok(who, sentences, n))
+        return nullptr;
     cg_spm *t = nullptr;
     try {
         std::unordered_map<std::string, std::string> kw = {

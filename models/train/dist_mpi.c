@@ -456,6 +456,76 @@ bool cg_dist_broadcast_tensors(int n, cg_tensor *const *ts)
     return ok;
 }
 
+/* What every rank agrees on before averaging: mx[2 + i] becomes 1 when
+ * parameter i has a gradient on some rank (mx: n + 2 doubles), and the
+ * scales: equal weights sum, then scale by 1/size (*pre 1, *post 1/size);
+ * otherwise each rank's gradient is scaled by its weight, summed, then
+ * divided by the total weight. False + error (a failed collective, or
+ * weights that sum to 0). */
+static bool agree_weights(int n, cg_tensor *const *params, double weight, double *mx, float *pre,
+                          float *post)
+{
+    mx[0] = weight;
+    mx[1] = -weight;
+    for (int i = 0; i < n; i++)
+        mx[2 + i] = params[i]->grad ? 1.0 : 0.0;
+    double wsum = weight;
+    if (!COLLECTIVE("MPI_Allreduce",
+                    MPI_Allreduce(MPI_IN_PLACE, mx, n + 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD)) ||
+        !COLLECTIVE("MPI_Allreduce",
+                    MPI_Allreduce(MPI_IN_PLACE, &wsum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD)))
+        return false;
+    if (!(wsum > 0)) {
+        cg_set_error("dist: average_grads: the weights of all ranks sum to 0");
+        return false;
+    }
+    bool equal = mx[0] == -mx[1];
+    *pre = equal ? 1.0f : (float)weight;
+    *post = equal ? (float)(1.0 / g_size) : (float)(1.0 / wsum);
+    return true;
+}
+
+/* Every parameter whose gradient exists on some rank (has[i] != 0) gets a
+ * contiguous gradient of its own to reduce in place (zeros where this rank
+ * has none); bufs[i] and len[i] say where it is (NULL and 0 for the
+ * others), *total adds their elements. False + error. */
+static bool own_grads(int n, cg_tensor *const *params, const double *has, float **bufs,
+                      int64_t *len, int64_t *total)
+{
+    for (int i = 0; i < n; i++) {
+        cg_tensor *p = params[i];
+        bufs[i] = NULL;
+        len[i] = 0;
+        if (has[i] == 0)
+            continue; /* no gradient on any rank: stays NULL */
+        cg_tensor *g = p->grad;
+        if (!g) {
+            g = cg_zeros_like(p);
+        } else if (!cg_is_contiguous(g) || g->storage->refcount != 1 || g->refcount != 1 ||
+                   g->node) {
+            g = cg_k_clone(g); /* own a contiguous copy before writing in place */
+        } else {
+            g = NULL;
+        }
+        if (g) {
+            cg_release(p->grad);
+            p->grad = g;
+        }
+        if (!p->grad)
+            return false;
+        if (cg_numel(p->grad) != cg_numel(p)) {
+            cg_set_error("dist: average_grads: parameter %d has a gradient of %lld elements "
+                         "for %lld values",
+                         i, (long long)cg_numel(p->grad), (long long)cg_numel(p));
+            return false;
+        }
+        bufs[i] = cg_data(p->grad);
+        len[i] = cg_numel(p->grad);
+        *total += len[i];
+    }
+    return true;
+}
+
 bool cg_dist_average_grads_tensors(int n, cg_tensor *const *params, double weight)
 {
     if (n < 0 || (n > 0 && !params)) {
@@ -488,61 +558,10 @@ bool cg_dist_average_grads_tensors(int n, cg_tensor *const *params, double weigh
         cg_set_error("dist: out of memory");
         return false;
     }
-    mx[0] = weight;
-    mx[1] = -weight;
-    for (int i = 0; i < n; i++)
-        mx[2 + i] = params[i]->grad ? 1.0 : 0.0;
-    double wsum = weight;
-    bool ok =
-        COLLECTIVE("MPI_Allreduce",
-                   MPI_Allreduce(MPI_IN_PLACE, mx, n + 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD)) &&
-        COLLECTIVE("MPI_Allreduce",
-                   MPI_Allreduce(MPI_IN_PLACE, &wsum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
-    if (ok && !(wsum > 0)) {
-        cg_set_error("dist: average_grads: the weights of all ranks sum to 0");
-        ok = false;
-    }
-    /* Equal weights: sum, then scale by 1/size. Otherwise scale each rank's
-     * gradient by its weight, sum, then divide by the total weight. */
-    bool equal = ok && mx[0] == -mx[1];
-    float pre = equal ? 1.0f : (float)weight;
-    float post = equal ? (float)(1.0 / g_size) : (float)(1.0 / wsum);
-
+    float pre = 1.0f, post = 1.0f;
     int64_t total = 0;
-    for (int i = 0; ok && i < n; i++) {
-        cg_tensor *p = params[i];
-        bufs[i] = NULL;
-        len[i] = 0;
-        if (mx[2 + i] == 0)
-            continue; /* no gradient on any rank: stays NULL */
-        cg_tensor *g = p->grad;
-        if (!g) {
-            g = cg_zeros_like(p);
-        } else if (!cg_is_contiguous(g) || g->storage->refcount != 1 || g->refcount != 1 ||
-                   g->node) {
-            g = cg_k_clone(g); /* own a contiguous copy before writing in place */
-        } else {
-            g = NULL;
-        }
-        if (g) {
-            cg_release(p->grad);
-            p->grad = g;
-        }
-        if (!p->grad) {
-            ok = false;
-            break;
-        }
-        if (cg_numel(p->grad) != cg_numel(p)) {
-            cg_set_error("dist: average_grads: parameter %d has a gradient of %lld elements "
-                         "for %lld values",
-                         i, (long long)cg_numel(p->grad), (long long)cg_numel(p));
-            ok = false;
-            break;
-        }
-        bufs[i] = cg_data(p->grad);
-        len[i] = cg_numel(p->grad);
-        total += len[i];
-    }
+    bool ok = agree_weights(n, params, weight, mx, &pre, &post) &&
+              own_grads(n, params, mx + 2, bufs, len, &total);
     for (int64_t lo = 0; ok && lo < total; lo += g_bucket_n) {
         int64_t hi = lo + g_bucket_n < total ? lo + g_bucket_n : total;
         for_segments(n, bufs, len, lo, hi, cg_dist_seg_pack, pre);

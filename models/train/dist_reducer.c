@@ -136,12 +136,10 @@ static void rd_hook(void *ctx, cg_tensor *t)
     rd_progress(r);
 }
 
-static cg_dist_reducer *reducer_new(int n, cg_tensor *const *params, double bucket_mb, bool zero)
+/* A reducer of n parameters with its tables allocated (with zero, ZeRO's
+ * too) and no bucket yet; NULL + error when memory runs out. */
+static cg_dist_reducer *rd_alloc(int n, bool zero)
 {
-    if (n < 0 || (n && !params) || !(bucket_mb > 0)) {
-        cg_set_error("dist: reducer: bad parameter list or bucket size %g MB", bucket_mb);
-        return NULL;
-    }
     cg_dist_reducer *r = calloc(1, sizeof *r);
     size_t m = (size_t)(n ? n : 1);
     if (r) {
@@ -166,13 +164,19 @@ static cg_dist_reducer *reducer_new(int n, cg_tensor *const *params, double buck
         cg_set_error("dist: out of memory");
         return NULL;
     }
-    int64_t cap = (int64_t)(bucket_mb * 1024 * 1024 / sizeof(float));
-    for (int k = 0; k < n; k++) {
-        int i = n - 1 - k;
+    return r;
+}
+
+/* The parameters, in reverse order, laid out in buckets of whole
+ * parameters: a new bucket when the next one would take a non-empty bucket
+ * past cap floats. False + error on a NULL parameter. */
+static bool rd_fill_buckets(cg_dist_reducer *r, cg_tensor *const *params, int64_t cap)
+{
+    for (int k = 0; k < r->n; k++) {
+        int i = r->n - 1 - k;
         if (!params[i]) {
-            cg_dist_reducer_free(r);
             cg_set_error("dist: reducer: parameter %d is NULL", i);
-            return NULL;
+            return false;
         }
         r->params[i] = params[i];
         r->order[k] = i;
@@ -187,41 +191,71 @@ static cg_dist_reducer *reducer_new(int n, cg_tensor *const *params, double buck
         b->floats += len;
         b->count++;
     }
+    return true;
+}
+
+/* Every bucket's buffer: its parameters and, without zero, their
+ * has-gradient flags after them (zero keeps the flags apart, and its
+ * reduce-scatter counts a bucket in an int). False + error. */
+static bool rd_alloc_buffers(cg_dist_reducer *r)
+{
     for (int j = 0; j < r->nb; j++) {
-        if (!zero)
+        if (!r->zero)
             r->b[j].floats += r->b[j].count; /* the has-gradient flags */
         else if (r->b[j].floats > INT32_MAX) {
-            cg_dist_reducer_free(r);
             cg_set_error("dist: reducer: a bucket of %lld floats is too large for MPI",
                          (long long)r->b[j].floats);
-            return NULL;
+            return false;
         }
         r->b[j].buf = cg_alloc((size_t)r->b[j].floats * sizeof(float));
         r->b[j].req = MPI_REQUEST_NULL;
         if (!r->b[j].buf) {
-            cg_dist_reducer_free(r);
             cg_set_error("dist: out of memory for the gradient buckets");
-            return NULL;
+            return false;
         }
     }
-    for (int j = 0; zero && j < r->nb; j++) { /* equal runs of each bucket */
+    return true;
+}
+
+/* zero: each bucket cut into equal runs, one per rank (counts, displs),
+ * and this rank's range of each parameter: the part its run covers. */
+static void rd_split_runs(cg_dist_reducer *r)
+{
+    const int size = cg_dist_size(), rank = cg_dist_rank();
+    for (int j = 0; j < r->nb; j++) {
         int64_t f = r->b[j].floats;
-        for (int q = 0; q < cg_dist_size(); q++) {
-            r->displs[j * cg_dist_size() + q] = (int)(f * q / cg_dist_size());
-            r->counts[j * cg_dist_size() + q] =
-                (int)(f * (q + 1) / cg_dist_size() - f * q / cg_dist_size());
+        for (int q = 0; q < size; q++) {
+            r->displs[j * size + q] = (int)(f * q / size);
+            r->counts[j * size + q] = (int)(f * (q + 1) / size - f * q / size);
         }
-        int64_t a = f * cg_dist_rank() / cg_dist_size(),
-                z = f * (cg_dist_rank() + 1) / cg_dist_size();
+        int64_t a = f * rank / size, z = f * (rank + 1) / size;
         for (int s = 0; s < r->b[j].count; s++) {
             int i = r->order[r->b[j].first + s];
-            int64_t o = r->offset[i], len = cg_numel(params[i]);
+            int64_t o = r->offset[i], len = cg_numel(r->params[i]);
             int64_t lo = a > o ? a - o : 0, hi = z < o + len ? z - o : len;
             if (lo > len)
                 lo = len;
             r->own[i] = (cg_optim_range){lo, hi > lo ? hi : lo};
         }
     }
+}
+
+static cg_dist_reducer *reducer_new(int n, cg_tensor *const *params, double bucket_mb, bool zero)
+{
+    if (n < 0 || (n && !params) || !(bucket_mb > 0)) {
+        cg_set_error("dist: reducer: bad parameter list or bucket size %g MB", bucket_mb);
+        return NULL;
+    }
+    cg_dist_reducer *r = rd_alloc(n, zero);
+    if (!r)
+        return NULL;
+    int64_t cap = (int64_t)(bucket_mb * 1024 * 1024 / sizeof(float));
+    if (!rd_fill_buckets(r, params, cap) || !rd_alloc_buffers(r)) {
+        cg_dist_reducer_free(r);
+        return NULL;
+    }
+    if (zero)
+        rd_split_runs(r);
     for (int i = 0; i < n; i++)
         if (!cg_grad_ready_hook_add(params[i], rd_hook, r)) {
             cg_dist_reducer_free(r);

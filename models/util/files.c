@@ -65,104 +65,134 @@ static void fmt_bytes(double b, char *buf, size_t n)
         snprintf(buf, n, "%.1f MB", b / 1e6);
 }
 
+/* The error for an input larger than max_bytes. */
+static void set_limit_error(const char *path, size_t max_bytes)
+{
+    char big[32];
+    fmt_bytes((double)max_bytes, big, sizeof big);
+    cg_set_error("'%s' is larger than %s, the input limit (a sixth of the available "
+                 "memory; set CG_MAX_INPUT_MB to change it)",
+                 path, big);
+}
+
+/* Opens path ("-": stdin) and refuses a directory: the descriptor, or -1 +
+ * error. *st receives what fstat said. */
+static int open_input(const char *path, bool std_in, struct stat *st)
+{
+    int fd = std_in ? STDIN_FILENO : open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        cg_set_error("cannot open '%s': %s", path, strerror(errno));
+        return -1;
+    }
+    if (fstat(fd, st) == 0 && S_ISDIR(st->st_mode)) {
+        if (!std_in)
+            close(fd);
+        cg_set_error("'%s' is a directory, not a file", path);
+        return -1;
+    }
+    return fd;
+}
+
+/* A file being read whole: its n bytes so far in buf, room for cap (and a
+ * NUL after them). */
+typedef struct {
+    char *buf;
+    size_t cap, n;
+} read_buf;
+
+/* Makes room in a full r: cap grown by half, up to max_bytes + 1. False +
+ * error when the input is already past the limit or memory runs out (r->buf
+ * is then still r's, to free). */
+static bool grow_read_buf(read_buf *r, const char *path, size_t max_bytes)
+{
+    if (r->cap > max_bytes) {
+        set_limit_error(path, max_bytes);
+        return false;
+    }
+    size_t nc = r->cap + r->cap / 2;
+    if (nc > max_bytes + 1)
+        nc = max_bytes + 1;
+    char *nb = realloc(r->buf, nc + 1);
+    if (!nb) {
+        cg_set_error("out of memory reading '%s' (%zu bytes read)", path, r->n);
+        return false;
+    }
+    r->buf = nb;
+    r->cap = nc;
+    return true;
+}
+
+/* Reads fd to its end into r (r->buf allocated here with r->cap, then
+ * grown). False + error on a read error, past max_bytes, out of memory, or
+ * (text) at the first NUL byte; r->buf is then still r's, to free. */
+static bool read_to_end(int fd, const char *path, size_t max_bytes, bool text, read_buf *r)
+{
+    r->buf = malloc(r->cap + 1);
+    if (!r->buf) {
+        cg_set_error("out of memory reading '%s' (%zu bytes read)", path, r->n);
+        return false;
+    }
+    for (;;) {
+        if (r->n == r->cap && !grow_read_buf(r, path, max_bytes))
+            return false;
+        ssize_t got = read(fd, r->buf + r->n, r->cap - r->n);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0) {
+            cg_set_error("cannot read '%s': %s", path, strerror(errno));
+            return false;
+        }
+        if (got == 0)
+            return true;
+        const char *nul = text ? memchr(r->buf + r->n, '\0', (size_t)got) : NULL;
+        if (nul) {
+            size_t at = r->n + (size_t)(nul - (r->buf + r->n));
+            cg_set_error("'%s' holds a NUL byte at offset %zu: not a text file", path, at);
+            return false;
+        }
+        r->n += (size_t)got;
+        if (r->n > max_bytes) {
+            set_limit_error(path, max_bytes);
+            return false;
+        }
+    }
+}
+
 char *cg_read_file_once(const char *path, size_t max_bytes, bool text, size_t *len)
 {
     *len = 0;
     if (max_bytes == 0)
         max_bytes = cg_input_limit();
     bool std_in = strcmp(path, "-") == 0;
-    int fd = std_in ? STDIN_FILENO : open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        cg_set_error("cannot open '%s': %s", path, strerror(errno));
-        return NULL;
-    }
     struct stat st;
-    if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
-        if (!std_in)
-            close(fd);
-        cg_set_error("'%s' is a directory, not a file", path);
+    int fd = open_input(path, std_in, &st);
+    if (fd < 0)
         return NULL;
-    }
     /* a regular file: one exact allocation; a stream: grow by half */
-    size_t cap = S_ISREG(st.st_mode) && st.st_size >= 0 && (uint64_t)st.st_size < max_bytes
-                     ? (size_t)st.st_size + 1
-                     : (size_t)1 << 16;
-    char *buf = malloc(cap + 1);
-    size_t n = 0;
-    const char *err = NULL;
-    int e = 0;
-    char big[32];
-    while (buf) {
-        if (n == cap) {
-            if (cap > max_bytes) {
-                fmt_bytes((double)max_bytes, big, sizeof big);
-                err = "limit";
-                break;
-            }
-            size_t nc = cap + cap / 2;
-            if (nc > max_bytes + 1)
-                nc = max_bytes + 1;
-            char *nb = realloc(buf, nc + 1);
-            if (!nb) {
-                err = "oom";
-                break;
-            }
-            buf = nb;
-            cap = nc;
-        }
-        ssize_t got = read(fd, buf + n, cap - n);
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got < 0) {
-            e = errno;
-            err = "read";
-            break;
-        }
-        if (got == 0)
-            break;
-        if (text && memchr(buf + n, '\0', (size_t)got)) {
-            size_t at = n + (size_t)((char *)memchr(buf + n, '\0', (size_t)got) - (buf + n));
-            cg_set_error("'%s' holds a NUL byte at offset %zu: not a text file", path, at);
-            err = "set";
-            break;
-        }
-        n += (size_t)got;
-        if (n > max_bytes) {
-            fmt_bytes((double)max_bytes, big, sizeof big);
-            err = "limit";
-            break;
-        }
-    }
+    read_buf r = {.buf = NULL, .n = 0};
+    r.cap = S_ISREG(st.st_mode) && st.st_size >= 0 && (uint64_t)st.st_size < max_bytes
+                ? (size_t)st.st_size + 1
+                : (size_t)1 << 16;
+    bool ok = read_to_end(fd, path, max_bytes, text, &r);
     if (!std_in)
         close(fd);
-    if (!buf || (err && strcmp(err, "oom") == 0)) {
-        free(buf);
-        cg_set_error("out of memory reading '%s' (%zu bytes read)", path, n);
+    if (!ok) {
+        free(r.buf);
         return NULL;
     }
-    if (err) {
-        free(buf);
-        if (strcmp(err, "limit") == 0)
-            cg_set_error("'%s' is larger than %s, the input limit (a sixth of the available "
-                         "memory; set CG_MAX_INPUT_MB to change it)",
-                         path, big);
-        else if (strcmp(err, "read") == 0)
-            cg_set_error("cannot read '%s': %s", path, strerror(e));
-        return NULL;
-    }
-    if (text && n == 0) {
-        free(buf);
+    if (text && r.n == 0) {
+        free(r.buf);
         cg_set_error("'%s' is empty", path);
         return NULL;
     }
-    if (n + 1 < cap) { /* give back what a stream's growth left over */
-        char *nb = realloc(buf, n + 1);
+    if (r.n + 1 < r.cap) { /* give back what a stream's growth left over */
+        char *nb = realloc(r.buf, r.n + 1);
         if (nb)
-            buf = nb;
+            r.buf = nb;
     }
-    buf[n] = '\0';
-    *len = n;
-    return buf;
+    r.buf[r.n] = '\0';
+    *len = r.n;
+    return r.buf;
 }
 
 void cg_data_default_hint(const char *path, const char *default_path)
