@@ -4,14 +4,15 @@
 # start and at the end, a checkpoint, the loss curve, the full validation
 # loss), peaks within 1.3x of the bench's training steps of the same shape.
 # Before the fix the full validation loss forwarded 64 windows at once and
-# kept every layer's activations for all of them: 4.2x here (337 MB against
-# the bench's 79), 5.2x on base at T 1024 (2,305 MB against 445).
+# kept every layer's activations for all of them: 4.2x here (329 MB against
+# the bench's 78), 5.2x on base at T 1024 (2,305 MB against 445).
 #
 # The shape: tiny at T 512, batch 2, long enough for that pass (64 windows
 # of 512 are 16 times the batch's tokens) and small enough for seconds. At
 # this size the program's fixed costs (the corpus, the plot, the JSON) are a
 # larger share than at base, so the bound is, if anything, stricter here
-# (measured on AMD EPYC Zen 5: 91 MB against 79, 1.14x).
+# (AMD EPYC Zen 5, 2026-11-25: 72 MB against 77 after the fix; base at
+# T 1024: 433 MB against 445).
 #   test_peak_rss.sh CHARLM BENCH
 set -uo pipefail
 charlm=$1
