@@ -32,7 +32,11 @@ typedef struct {
     cg_st_dtype dtype;
     int ndim;
     int64_t shape[CG_MAX_DIMS];
-    unsigned char *bytes; /* little-endian */
+    /* little-endian, from the tensors' allocator (core/alloc.c): a
+     * checkpoint copies the model and its optimizer state, and the copies
+     * reuse the blocks a training step's activations left cached instead of
+     * adding as much to the resident set (issue 35) */
+    unsigned char *bytes;
     size_t nbytes;
 } w_entry;
 
@@ -57,7 +61,7 @@ void cg_st_writer_free(cg_st_writer *w)
         return;
     for (int i = 0; i < w->n; i++) {
         free(w->e[i].name);
-        free(w->e[i].bytes);
+        cg_free(w->e[i].bytes);
     }
     for (int i = 0; i < w->nmeta; i++) {
         free(w->mkey[i]);
@@ -146,7 +150,7 @@ static bool push_entry(cg_st_writer *w, const char *name, cg_st_dtype dt, int nd
     w->n++;
     return true;
 oom:
-    free(bytes);
+    cg_free(bytes);
     cg_set_error("safetensors: tensor '%s': out of memory", name);
     return false;
 }
@@ -162,7 +166,7 @@ bool cg_st_add_f32_raw(cg_st_writer *w, const char *name, int ndim, const int64_
         return false;
     }
     size_t nb = (size_t)numel * 4;
-    unsigned char *bytes = malloc(nb ? nb : 1);
+    unsigned char *bytes = cg_alloc(nb);
     if (!bytes) {
         cg_set_error("safetensors: tensor '%s': out of memory", name);
         return false;
@@ -192,7 +196,7 @@ bool cg_st_add_as(cg_st_writer *w, const char *name, const cg_tensor *t, cg_dtyp
         return false;
     cg_tensor *c = t->dtype == dt ? cg_k_contiguous(t) : cg_k_to(t, dt);
     size_t esize = cg_dtype_size(dt), nb = (size_t)numel * esize;
-    unsigned char *bytes = c ? malloc(nb ? nb : 1) : NULL;
+    unsigned char *bytes = c ? cg_alloc(nb) : NULL;
     if (!bytes) {
         if (c)
             cg_set_error("safetensors: tensor '%s': out of memory", name);
@@ -223,7 +227,7 @@ bool cg_st_add_u8(cg_st_writer *w, const char *name, int64_t n, const void *data
         cg_set_error("safetensors: cg_st_add_u8: tensor '%s': NULL data", name);
         return false;
     }
-    unsigned char *bytes = malloc(numel ? (size_t)numel : 1);
+    unsigned char *bytes = cg_alloc((size_t)numel);
     if (!bytes) {
         cg_set_error("safetensors: tensor '%s': out of memory", name);
         return false;

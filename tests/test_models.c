@@ -478,6 +478,49 @@ START_TEST(test_charlm_causal)
 }
 END_TEST
 
+/* The full validation loss forwards at most 4096 tokens at a time (issue
+ * 35: one pass over 64 windows of 1024 set the program's peak memory), and
+ * gives the same bits as the reference's one pass per chunk of 64 windows:
+ * at T 128 a chunk takes two passes of 32 windows. */
+START_TEST(test_charlm_full_loss_passes)
+{
+    cg_charlm_config c = small_lm();
+    c.max_len = 128;
+    cg_charlm *m = cg_charlm_new(&c, 7);
+    enum { T = 128, NWIN = 70 };
+    int32_t *ids = malloc(sizeof *ids * (NWIN * T + 1));
+    for (int i = 0; i < NWIN * T + 1; i++)
+        ids[i] = (int32_t)((i * 7 + i / 13) % 20);
+    cg_split_view s = {ids, NWIN * T + 1};
+    double got;
+    int64_t nwin;
+    ck_assert_msg(cg_charlm_full_loss(m, s, T, &got, &nwin), "%s", cg_last_error());
+    ck_assert_int_eq(nwin, NWIN);
+    /* the reference's full_split_loss: one forward per chunk of 64 windows */
+    int64_t *x = malloc(sizeof *x * 64 * T), *y = malloc(sizeof *y * 64 * T);
+    cg_module_train(CG_MODULE(m), false);
+    cg_no_grad_begin();
+    double total = 0;
+    for (int64_t st = 0; st < NWIN; st += 64) {
+        int64_t b = NWIN - st < 64 ? NWIN - st : 64;
+        for (int64_t i = 0; i < b; i++)
+            cg_split_window(s, (st + i) * T, T, x + i * T, y + i * T);
+        cg_tensor *logits = cg_charlm_forward(m, x, b, T);
+        cg_tensor *loss = cg_charlm_loss(m, logits, y);
+        ck_assert_ptr_nonnull(loss);
+        total += (double)cg_item(loss) * (double)b;
+        cg_release_all(2, logits, loss);
+    }
+    cg_no_grad_end();
+    double want = total / NWIN;
+    ck_assert_msg(got == want, "full loss %.17g, one pass per chunk %.17g", got, want);
+    free(x);
+    free(y);
+    free(ids);
+    cg_charlm_free(m);
+}
+END_TEST
+
 /* Dropout acts in train mode only and is seeded. */
 START_TEST(test_charlm_dropout)
 {
@@ -877,6 +920,7 @@ static Suite *models_suite(void)
     tcase_add_test(tc, test_charlm_errors);
     tcase_add_test(tc, test_charlm_causal);
     tcase_add_test(tc, test_charlm_dropout);
+    tcase_add_test(tc, test_charlm_full_loss_passes);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("seq2seq");

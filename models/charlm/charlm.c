@@ -144,10 +144,19 @@ static cg_tensor *charlm_hidden(cg_charlm *m, const int64_t *ids, int64_t B, int
     cg_tensor *x = cg_add(cg_muls(e, (float)sqrt((double)c->d)), cg_view_narrow(m->pe, 0, 0, T));
     cg_tensor *h = cg_dropout(x, c->dropout, &m->dropout_rng, m->base.training);
     cg_attn_mask mask = {.causal = true};
-    for (int64_t i = 0; i < c->layers && h; i++)
-        h = cg_lm_block_forward(m->block[i], h, &mask);
-    if (m->ln_f && h)
-        h = cg_norm_forward(m->ln_f, h);
+    /* each layer's input is released once the layer has run: without a
+     * graph (evaluation) only one layer's tensors are alive at a time; with
+     * one, the graph keeps what backward needs */
+    for (int64_t i = 0; i < c->layers && h; i++) {
+        cg_tensor *next = cg_lm_block_forward(m->block[i], h, &mask);
+        cg_release(h);
+        h = next;
+    }
+    if (m->ln_f && h) {
+        cg_tensor *next = cg_norm_forward(m->ln_f, h);
+        cg_release(h);
+        h = next;
+    }
     cg_tensor *h2 = cg_keep(cg_reshape(h, 2, (const int64_t[]){B * T, c->d}));
     cg_scope_end(sc);
     return h2;
@@ -209,11 +218,43 @@ cg_tensor *cg_charlm_loss(cg_charlm *m, cg_tensor *logits, const int64_t *target
 }
 
 /* ------------------------------------------------------------ evaluation */
-/* The mean loss of B windows x -> y of T. */
-static bool windows_loss(cg_charlm *m, const int64_t *x, const int64_t *y, int64_t B, int64_t T,
-                         double *out)
+/* Tokens per forward pass of the full loss: the base preset's training
+ * batch (16 x 256). One pass over its 64 windows of 1024 kept every layer's
+ * activations for all of them at once and set the program's peak memory,
+ * far above the training step's (issue 35). */
+#define FULL_LOSS_TOKENS 4096
+
+/* The logits [B,T,V] of B windows of T (a new reference), computed `per`
+ * windows at a time. A row's logits do not depend on the other rows of its
+ * pass (a window attends to itself only, the norms are per row, and a
+ * product of more than 4 rows sums each element over k in one fixed order:
+ * core/gemm.c), so the loss over the whole is the same bits as one pass. */
+static cg_tensor *windows_logits(cg_charlm *m, const int64_t *x, int64_t B, int64_t T, int64_t per)
 {
-    cg_tensor *logits = cg_charlm_forward(m, x, B, T);
+    if (B <= per)
+        return cg_charlm_forward(m, x, B, T);
+    cg_tensor *all = cg_empty(CG_SHAPE(B, T, m->cfg.vocab));
+    bool ok = all != NULL;
+    for (int64_t b0 = 0; ok && b0 < B; b0 += per) {
+        int64_t n = B - b0 < per ? B - b0 : per;
+        cg_tensor *part = cg_charlm_forward(m, x + b0 * T, n, T);
+        cg_tensor *dst = part ? cg_view_narrow(all, 0, b0, n) : NULL;
+        ok = dst && cg_copy_(dst, part);
+        cg_release_all(2, dst, part);
+    }
+    if (!ok) {
+        cg_release(all);
+        return NULL;
+    }
+    return all;
+}
+
+/* The mean loss of B windows x -> y of T, forwarded `per` windows at a
+ * time. */
+static bool windows_loss(cg_charlm *m, const int64_t *x, const int64_t *y, int64_t B, int64_t T,
+                         int64_t per, double *out)
+{
+    cg_tensor *logits = windows_logits(m, x, B, T, per);
     cg_tensor *loss = cg_charlm_loss(m, logits, y);
     cg_release(logits);
     if (loss)
@@ -236,7 +277,7 @@ bool cg_charlm_sampled_loss(cg_charlm *m, cg_split_view s, int64_t B, int64_t T,
     double total = 0;
     for (int i = 0; ok && i < n_batches; i++) {
         double v;
-        ok = cg_get_batch(s, B, T, &gen, x, y) && windows_loss(m, x, y, B, T, &v);
+        ok = cg_get_batch(s, B, T, &gen, x, y) && windows_loss(m, x, y, B, T, B, &v);
         total += ok ? v : 0;
     }
     cg_no_grad_end();
@@ -249,7 +290,10 @@ bool cg_charlm_sampled_loss(cg_charlm *m, cg_split_view s, int64_t B, int64_t T,
 
 bool cg_charlm_full_loss(cg_charlm *m, cg_split_view s, int64_t T, double *out, int64_t *nwin)
 {
-    const int64_t chunk = 64;
+    const int64_t chunk = 64; /* windows per loss, as the reference's */
+    /* windows per forward pass; a chunk is split only when T > 4096 / 64,
+     * so every pass has more than 4 rows */
+    const int64_t per = FULL_LOSS_TOKENS / T > 1 ? FULL_LOSS_TOKENS / T : 1;
     int64_t n = (s.n - 1) / T;
     if (n < 1) {
         cg_set_error("the validation split (%lld characters) is shorter than one window of %lld+1",
@@ -274,7 +318,7 @@ bool cg_charlm_full_loss(cg_charlm *m, cg_split_view s, int64_t T, double *out, 
         for (int64_t i = 0; i < b; i++)
             cg_split_window(s, (st + i) * T, T, x + i * T, y + i * T);
         double v;
-        ok = windows_loss(m, x, y, b, T, &v);
+        ok = windows_loss(m, x, y, b, T, per, &v);
         total += ok ? v * (double)b : 0;
     }
     cg_no_grad_end();

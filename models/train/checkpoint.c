@@ -9,12 +9,21 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/tensor.h"
 #include "models/train/train_common.h"
 
 cg_st_writer *cg_ckpt_writer(const char *kind, const char *config_json, const cg_tokenizer *tok,
                              const cg_module *module, const cg_optim *optim, int64_t step,
                              const char *train_json)
 {
+    /* The writer copies the parameters and the optimizer state. The
+     * allocator's cache holds the training step's activations, idle until
+     * the next step: released first, the copies take their place instead of
+     * adding as much to the program's peak memory (issue 35); the next step
+     * maps them again (page faults, once per checkpoint).
+     * cg_ckpt_writer_save releases the copies' blocks in turn. */
+    if (module || optim)
+        cg_alloc_trim();
     cg_st_writer *w = cg_st_writer_new();
     char stepbuf[32];
     snprintf(stepbuf, sizeof stepbuf, "%" PRId64, step);
@@ -39,6 +48,11 @@ bool cg_ckpt_writer_save(cg_st_writer *w, const char *path)
     if (!ok && !cg_has_error())
         cg_set_error("cannot save checkpoint '%s'", path);
     cg_st_writer_free(w);
+    /* the copies' blocks, cached by the allocator in sizes that only the
+     * next checkpoint asks for: released, so that what follows (evaluation,
+     * the next step) maps the sizes it needs within the allocator's budget
+     * rather than growing them out of these (issue 35) */
+    cg_alloc_trim();
     return ok;
 }
 

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The program's peak memory follows the training step's (issue 35): charlm
+# train with --recompute, through everything a run does (evaluation at the
+# start and at the end, a checkpoint, the loss curve, the full validation
+# loss), peaks within 1.3x of the bench's training steps of the same shape.
+# Before the fix the full validation loss forwarded 64 windows at once and
+# kept every layer's activations for all of them: 4.2x here (329 MB against
+# the bench's 78), 5.2x on base at T 1024 (2,305 MB against 445).
+#
+# The shape: tiny at T 512, batch 2, long enough for that pass (64 windows
+# of 512 are 16 times the batch's tokens) and small enough for seconds. At
+# this size the program's fixed costs (the corpus, the plot, the JSON) are a
+# larger share than at base, so the bound is, if anything, stricter here
+# (AMD EPYC Zen 5, 2026-11-25: 72 MB against 77 after the fix; base at
+# T 1024: 433 MB against 445).
+#   test_peak_rss.sh CHARLM BENCH
+set -uo pipefail
+charlm=$1
+bench=$2
+. "$(dirname "$0")/shell_lib.sh" peak_rss
+
+# 400 KB of text: a validation split (10%) of 79 windows of 512
+awk 'BEGIN {
+  split("the a whale sea ship captain ahab white call me ishmael some years ago", w, " ")
+  for (i = 0; n < 400000; i++) {
+    s = w[(i * 7 + int(i / 3)) % 14 + 1]
+    printf "%s%s", s, (i % 11 == 10 ? ".\n" : " ")
+    n += length(s) + 1
+  }
+}' >c.txt
+
+# peak_mb OUT ERR CMD...: CMD's peak resident set in MiB (getrusage of the
+# child, as /usr/bin/time -v reports it), or nothing when CMD failed
+peak_mb() {
+  local out=$1 err=$2
+  shift 2
+  python3 -c '
+import resource, subprocess, sys
+with open(sys.argv[1], "wb") as o, open(sys.argv[2], "wb") as e:
+    rc = subprocess.run(sys.argv[3:], stdout=o, stderr=e).returncode
+if rc == 0:
+    print("%.1f" % (resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024))' "$out" "$err" "$@"
+}
+
+shape=(--preset tiny --T 512 --batch-size 2 --recompute --threads 2)
+prog=$(peak_mb t.out t.err "$charlm" train "${shape[@]}" --steps 2 --eval-every 2 --data c.txt \
+  --out o/c.safetensors)
+[ -n "$prog" ] || fail "charlm train: failed: $(tail -c 300 t.err)"
+grep -q "full validation split: 79 windows of 512" t.err ||
+  fail "charlm train: no full validation loss: $(tail -c 300 t.err)"
+[ -s o/c.safetensors ] || fail "charlm train: no checkpoint"
+ref=$(peak_mb b.out b.err "$bench" --model charlm "${shape[@]}" --steps 2 --warmup 1)
+[ -n "$ref" ] || fail "bench: failed: $(tail -c 300 b.err)"
+if [ -n "$prog" ] && [ -n "$ref" ]; then
+  if python3 -c 'import sys; sys.exit(not float(sys.argv[1]) <= 1.3 * float(sys.argv[2]))' \
+    "$prog" "$ref"; then
+    echo "ok: charlm train peaks at $prog MB, the bench's step at $ref MB (at most 1.3x)"
+  else
+    fail "charlm train peaks at $prog MB, over 1.3x the bench's $ref MB for the same shape"
+  fi
+fi
+finish
