@@ -186,13 +186,6 @@ EW_UNARY(seg_copy, X)
 EW_UNARY(seg_one, ((void)X, 1.0f))
 EW_UNARY(seg_tanh, tanhf(X))
 EW_UNARY(seg_sigmoid, f_sigmoid(X))
-EW_UNARY(seg_relu, f_relu(X))
-EW_UNARY(seg_gelu, f_gelu(X))
-EW_UNARY(seg_gelu_erf, f_gelu_erf(X))
-EW_UNARY(seg_abs, fabsf(X))
-EW_UNARY(seg_silu, X *f_sigmoid(X))
-EW_UNARY(seg_sin, sinf(X))
-EW_UNARY(seg_cos, cosf(X))
 EW_UNARY(seg_clamp, f_clamp(X, P->a, P->b))
 EW_UNARY(seg_adds, X + P->a)
 EW_UNARY(seg_muls, X * P->a)
@@ -203,14 +196,8 @@ EW_BINARY(seg_mul, X *Y)
 EW_BINARY(seg_div, X / Y)
 EW_BINARY(seg_axpby, X * P->a + Y * P->b)
 EW_BINARY(seg_masked_fill, Y != 0.0f ? P->a : X)
-/* backward helpers: X is the forward input, Y the upstream gradient */
-EW_BINARY(seg_relu_bwd, X > 0.0f ? Y : 0.0f)
-EW_BINARY(seg_gelu_bwd, Y *f_gelu_grad(X))
-EW_BINARY(seg_gelu_erf_bwd, Y *f_gelu_erf_grad(X))
+/* backward helper: X is the forward input, Y the upstream gradient */
 EW_BINARY(seg_clamp_bwd, (X >= P->a && X <= P->b) ? Y : 0.0f)
-EW_BINARY(seg_abs_bwd, X > 0.0f ? Y : (X < 0.0f ? -Y : 0.0f))
-/* d/dx x s(x) = s (1 + x (1 - s)) */
-EW_BINARY(seg_silu_bwd, Y *f_sigmoid(X) * (1.0f + X * (1.0f - f_sigmoid(X))))
 
 EW_TERNARY(seg_where, X != 0.0f ? Y : Z)
 
@@ -271,6 +258,20 @@ static cg_tensor *binary(const char *op, const cg_tensor *a, const cg_tensor *b,
     return ew_apply(op, 2, (const cg_tensor *[]){a, b}, fn, &P);
 }
 
+/* ------------------------------------------ the rows of CG_UNARY_OPS */
+/* Each row of core/ops.h's table: its forward and backward segment
+ * kernels (seg_<name>, seg_<name>_bwd) and the two kernels over tensors. */
+#define EW_UNARY_OP_(A, E, name, fwd, bwd)                                                   \
+    EW_UNARY(seg_##name, fwd)                                                                \
+    EW_BINARY(seg_##name##_bwd, bwd)                                                         \
+    cg_tensor *cg_k_##name(const cg_tensor *a) { return unary(#name, a, seg_##name, 0, 0); } \
+    cg_tensor *cg_k_##name##_backward(const cg_tensor *x, const cg_tensor *g)                \
+    {                                                                                        \
+        return binary(#name "_backward", x, g, seg_##name##_bwd, 0, 0);                      \
+    }
+CG_UNARY_OPS(EW_UNARY_OP_, ~)
+#undef EW_UNARY_OP_
+
 /* ----------------------------------------------------------- binary */
 cg_tensor *cg_k_add(const cg_tensor *a, const cg_tensor *b)
 {
@@ -305,17 +306,6 @@ cg_tensor *cg_k_sqrt(const cg_tensor *a) { return unary("sqrt", a, seg_sqrt, 0, 
 cg_tensor *cg_k_rsqrt(const cg_tensor *a) { return unary("rsqrt", a, seg_rsqrt, 0, 0); }
 cg_tensor *cg_k_tanh(const cg_tensor *a) { return unary("tanh", a, seg_tanh, 0, 0); }
 cg_tensor *cg_k_sigmoid(const cg_tensor *a) { return unary("sigmoid", a, seg_sigmoid, 0, 0); }
-cg_tensor *cg_k_relu(const cg_tensor *a) { return unary("relu", a, seg_relu, 0, 0); }
-cg_tensor *cg_k_gelu(const cg_tensor *a) { return unary("gelu", a, seg_gelu, 0, 0); }
-cg_tensor *cg_k_gelu_erf(const cg_tensor *a) { return unary("gelu_erf", a, seg_gelu_erf, 0, 0); }
-cg_tensor *cg_k_abs(const cg_tensor *a) { return unary("abs", a, seg_abs, 0, 0); }
-cg_tensor *cg_k_silu(const cg_tensor *a) { return unary("silu", a, seg_silu, 0, 0); }
-cg_tensor *cg_k_sin(const cg_tensor *a) { return unary("sin", a, seg_sin, 0, 0); }
-cg_tensor *cg_k_cos(const cg_tensor *a) { return unary("cos", a, seg_cos, 0, 0); }
-cg_tensor *cg_k_silu_backward(const cg_tensor *x, const cg_tensor *g)
-{
-    return binary("silu_backward", x, g, seg_silu_bwd, 0, 0);
-}
 
 cg_tensor *cg_k_pow(const cg_tensor *a, float p)
 {
@@ -410,30 +400,10 @@ cg_tensor *cg_k_masked_fill(const cg_tensor *a, const cg_tensor *mask, float val
 }
 
 /* ---------------------------------------------------------- backward */
-cg_tensor *cg_k_relu_backward(const cg_tensor *x, const cg_tensor *g)
-{
-    return binary("relu_backward", x, g, seg_relu_bwd, 0, 0);
-}
-
-cg_tensor *cg_k_gelu_backward(const cg_tensor *x, const cg_tensor *g)
-{
-    return binary("gelu_backward", x, g, seg_gelu_bwd, 0, 0);
-}
-
-cg_tensor *cg_k_gelu_erf_backward(const cg_tensor *x, const cg_tensor *g)
-{
-    return binary("gelu_erf_backward", x, g, seg_gelu_erf_bwd, 0, 0);
-}
-
 cg_tensor *cg_k_clamp_backward(const cg_tensor *x, const cg_tensor *g, float lo, float hi)
 {
     /* PyTorch's mask: (x >= lo) & (x <= hi): the gradient passes at the bounds */
     return binary("clamp_backward", x, g, seg_clamp_bwd, lo, hi);
-}
-
-cg_tensor *cg_k_abs_backward(const cg_tensor *x, const cg_tensor *g)
-{
-    return binary("abs_backward", x, g, seg_abs_bwd, 0, 0);
 }
 
 /* ---------------------------------------------------------- in place */
