@@ -28,9 +28,14 @@ typedef struct ew_params {
 
 #include "core/vmath.h"
 
+/* The scalar helpers of the segment kernels are always inlined: a call
+ * left in a loop (GCC stops inlining once the file has grown by its limit)
+ * would keep the loop from vectorising. */
+#define EW_INLINE static inline __attribute__((always_inline))
+
 /* sigma = 1/(1+exp(-z)) and 1 - sigma, both without cancellation and
  * without overflow: only exp(-|z|) is ever taken. */
-static inline void ew_sigmoid2(float z, float *sig, float *one_minus)
+EW_INLINE void ew_sigmoid2(float z, float *sig, float *one_minus)
 {
     float e = ew_expf(-fabsf(z));
     float s = 1.0f / (1.0f + e);
@@ -39,7 +44,7 @@ static inline void ew_sigmoid2(float z, float *sig, float *one_minus)
     *one_minus = bsel(pos, e * s, s);
 }
 
-static inline float f_sigmoid(float x)
+EW_INLINE float f_sigmoid(float x)
 {
     float s, m;
     ew_sigmoid2(x, &s, &m);
@@ -49,7 +54,7 @@ static inline float f_sigmoid(float x)
 /* GELU, tanh form. 0.5 x (1 + tanh(u)) = x * sigmoid(2u) exactly
  * (1 + tanh(u) = 2 sigmoid(2u)); the sigmoid form is evaluated because it
  * does not cancel for negative x and vectorises. */
-static inline float f_gelu(float x)
+EW_INLINE float f_gelu(float x)
 {
     float x3 = x * x * x;
     float u = GELU_K * (x + GELU_C * x3);
@@ -60,7 +65,7 @@ static inline float f_gelu(float x)
 
 /* d/dx of the above: s + 2 x s (1-s) K (1 + 3 C x^2) with s = sigmoid(2u)
  * (the same as 0.5 (1+t) + 0.5 x (1-t^2) K (1 + 3 C x^2), t = tanh u). */
-static inline float f_gelu_grad(float x)
+EW_INLINE float f_gelu_grad(float x)
 {
     float x2 = x * x;
     float u = GELU_K * (x + GELU_C * x2 * x);
@@ -78,17 +83,17 @@ static inline float f_gelu_grad(float x)
  * x * 0.5 * erfc(-x / sqrt 2), which does not cancel for negative x (where
  * 1 + erf loses every digit; PyTorch's own kernel has ~1e-6 absolute error
  * there). The derivative is Phi(x) + x phi(x), phi(x) = exp(-x^2/2)/sqrt(2 pi). */
-static inline float f_gelu_erf(float x) { return x * 0.5f * erfcf(-x * 0.70710678118654752f); }
-static inline float f_gelu_erf_grad(float x)
+EW_INLINE float f_gelu_erf(float x) { return x * 0.5f * erfcf(-x * 0.70710678118654752f); }
+EW_INLINE float f_gelu_erf_grad(float x)
 {
     float cdf = 0.5f * erfcf(-x * 0.70710678118654752f);
     float pdf = 0.39894228040143268f * expf(-0.5f * x * x);
     return cdf + x * pdf;
 }
 
-static inline float f_relu(float x) { return (x > 0.0f || x != x) ? x : 0.0f; }
+EW_INLINE float f_relu(float x) { return (x > 0.0f || x != x) ? x : 0.0f; }
 
-static inline float f_clamp(float x, float lo, float hi)
+EW_INLINE float f_clamp(float x, float lo, float hi)
 {
     /* min(max(x, lo), hi): NaN propagates; lo > hi gives hi (as PyTorch) */
     float v = x < lo ? lo : x;
