@@ -203,7 +203,7 @@ static const op_check op_checks[CG_OP_COUNT] = {
     [CG_OP_ADD_LAYER_NORM] = {.by = "test_add_norms"},
     [CG_OP_ADD_RMS_NORM] = {.by = "test_add_norms"},
     [CG_OP_LINEAR_RELU] = {.by = "test_affine_relu"},
-    [CG_OP_CUSTOM] = {.by = "examples/rope.c (the test 'rope'): a user-defined op"},
+    [CG_OP_CUSTOM] = {.by = "examples/rope.c (the test example_rope): a user-defined op"},
     [CG_OP_CLONE] = {.by = "test_names.c: test_gradchecks"},
     [CG_OP_CHECKPOINT] = {.by = "test_checkpoint.c: test_checkpoint_gradcheck"},
     [CG_OP_TO] = {.by = "test_grad_dtype.c: test_gradcheck_to_bf16"},
