@@ -19,6 +19,7 @@
 #ifndef CG_AUTOGRAD_H
 #define CG_AUTOGRAD_H
 
+#include "core/ops.h"
 #include "core/tensor.h"
 
 #ifdef __cplusplus
@@ -43,7 +44,10 @@ extern "C" {
  *               input 1 when input 0 does (a product: d(ab)/da = b).
  * Saved tensors (cg_node_save) are always checked. A new op: one row here,
  * its forward and backward side by side in ops*.c, its declaration in
- * ops.h, and a gradcheck test. */
+ * ops.h, and its entry in the gradcheck table (tests/test_grad_ops.c,
+ * op_checks); a unary elementwise op whose derivative is a function of its
+ * input is one row of core/ops.h's CG_UNARY_OPS instead, which makes all
+ * of these but the gradcheck (docs/autograd.md, "Adding an op"). */
 #define CG_IN(i) (1u << (i))
 #define CG_IN_ALL 0x7fffffffu /* every input, however many */
 /* clang-format off */
@@ -62,9 +66,7 @@ extern "C" {
     X(POW, "pow", 1, CG_IN(0), 0)                                             \
     X(TANH, "tanh", 1, 0, 0)            /* saved output */                    \
     X(SIGMOID, "sigmoid", 1, 0, 0)      /* saved output */                    \
-    X(RELU, "relu", 1, CG_IN(0), 0)                                           \
-    X(GELU, "gelu", 1, CG_IN(0), 0)                                           \
-    X(ABS, "abs", 1, CG_IN(0), 0)                                             \
+    CG_UNARY_OPS(CG_OP_UNARY_ROW_, X) /* relu, gelu, ...: core/ops.h */       \
     X(CLAMP, "clamp", 1, CG_IN(0), 0)                                         \
     X(WHERE, "where", 3, CG_IN(0), 0)   /* cond, a, b */                      \
     X(MASKED_FILL, "masked_fill", 2, CG_IN(1), 0)                             \
@@ -90,9 +92,6 @@ extern "C" {
     X(GATHER, "gather", 1, 0, 0)                                              \
     X(ATTENTION, "attention", 3, CG_IN(0) | CG_IN(1) | CG_IN(2), 0)           \
     X(LINEAR, "linear", 3, 0, 1)        /* x, w, b */                         \
-    X(SILU, "silu", 1, CG_IN(0), 0)                                           \
-    X(SIN, "sin", 1, CG_IN(0), 0)                                             \
-    X(COS, "cos", 1, CG_IN(0), 0)                                             \
     X(TRIL, "tril", 1, 0, 0)                                                  \
     X(TRIU, "triu", 1, 0, 0)                                                  \
     X(CUMSUM, "cumsum", 1, 0, 0)                                              \
@@ -104,11 +103,13 @@ extern "C" {
     X(LINEAR_RELU, "linear_relu", 3, 0, 1) /* + saved output */               \
     X(CUSTOM, "custom", 0, CG_IN_ALL, 0) /* cg_record_op: see below */       \
     X(CLONE, "clone", 1, 0, 0)                                                \
-    X(GELU_ERF, "gelu_erf", 1, CG_IN(0), 0)                                   \
     X(CHECKPOINT, "checkpoint", 0, CG_IN_ALL, 0) /* autograd/checkpoint.h */ \
     X(TO, "to", 1, 0, 0)                                                      \
     X(LINEAR_CROSS_ENTROPY, "linear_cross_entropy", 3, CG_IN_ALL, 0) /* h, w, b */
 /* clang-format on */
+/* A row of core/ops.h's CG_UNARY_OPS as a row of this table: one input,
+ * which the backward reads. */
+#define CG_OP_UNARY_ROW_(X, E, name, fwd, bwd) X(E, #name, 1, CG_IN(0), 0)
 
 typedef enum {
 #define CG_OP_ENUM_(e, name, nin, reads, cross) CG_OP_##e,

@@ -255,33 +255,6 @@ cg_tensor *cg_sigmoid(cg_tensor *a)
     return unary_saving_output(cg_k_sigmoid(a), CG_OP_SIGMOID, a, sigmoid_bw);
 }
 
-static bool relu_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
-{
-    return (gin[0] = cg_k_relu_backward(IN(0), g)) != NULL;
-}
-cg_tensor *cg_relu(cg_tensor *a) { return finish1(cg_k_relu(a), CG_OP_RELU, a, relu_bw, NULL); }
-
-static bool gelu_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
-{
-    return (gin[0] = cg_k_gelu_backward(IN(0), g)) != NULL;
-}
-cg_tensor *cg_gelu(cg_tensor *a) { return finish1(cg_k_gelu(a), CG_OP_GELU, a, gelu_bw, NULL); }
-
-static bool gelu_erf_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
-{
-    return (gin[0] = cg_k_gelu_erf_backward(IN(0), g)) != NULL;
-}
-cg_tensor *cg_gelu_erf(cg_tensor *a)
-{
-    return finish1(cg_k_gelu_erf(a), CG_OP_GELU_ERF, a, gelu_erf_bw, NULL);
-}
-
-static bool abs_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
-{
-    return (gin[0] = cg_k_abs_backward(IN(0), g)) != NULL;
-}
-cg_tensor *cg_abs(cg_tensor *a) { return finish1(cg_k_abs(a), CG_OP_ABS, a, abs_bw, NULL); }
-
 static bool clamp_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {
     return (gin[0] = cg_k_clamp_backward(IN(0), g, n->p.f[0], n->p.f[1])) != NULL;

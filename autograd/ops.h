@@ -29,12 +29,12 @@ cg_tensor *cg_rsqrt(cg_tensor *a);
 cg_tensor *cg_pow(cg_tensor *a, float p);
 cg_tensor *cg_tanh(cg_tensor *a);
 cg_tensor *cg_sigmoid(cg_tensor *a);
-cg_tensor *cg_relu(cg_tensor *a);
-cg_tensor *cg_gelu(cg_tensor *a); /* tanh form (approximate='tanh') */
-/* torch.nn.functional.gelu(a) with its default approximate='none': the
- * exact form 0.5 a (1 + erf(a / sqrt 2)). */
-cg_tensor *cg_gelu_erf(cg_tensor *a);
-cg_tensor *cg_abs(cg_tensor *a);
+/* One per row of core/ops.h's CG_UNARY_OPS, where each is defined: cg_relu,
+ * cg_gelu (tanh form, approximate='tanh'), cg_gelu_erf
+ * (torch.nn.functional.gelu's default approximate='none': 0.5 a (1 +
+ * erf(a / sqrt 2))), cg_abs, cg_silu (x sigmoid(x), swish), cg_sin, cg_cos. */
+#define CG_UNARY_DECLARE_(A, E, name, fwd, bwd) cg_tensor *cg_##name(cg_tensor *a);
+CG_UNARY_OPS(CG_UNARY_DECLARE_, ~)
 cg_tensor *cg_clamp(cg_tensor *a, float lo, float hi);
 /* cond != 0 ? a : b (no gradient flows to cond). */
 cg_tensor *cg_where(cg_tensor *cond, cg_tensor *a, cg_tensor *b);
@@ -150,9 +150,6 @@ cg_tensor *cg_attention(cg_tensor *q, cg_tensor *k, cg_tensor *v, bool causal,
 cg_tensor *cg_gather(cg_tensor *a, int dim, const cg_tensor *index);
 
 /* ------------------------------------ more of PyTorch's ops (ops_misc.c) */
-cg_tensor *cg_silu(cg_tensor *a); /* x * sigmoid(x) (swish) */
-cg_tensor *cg_sin(cg_tensor *a);
-cg_tensor *cg_cos(cg_tensor *a);
 /* torch.tril / torch.triu over the last two dims (diagonal 0 = the main). */
 cg_tensor *cg_tril(cg_tensor *a, int64_t diagonal);
 cg_tensor *cg_triu(cg_tensor *a, int64_t diagonal);

@@ -1,6 +1,7 @@
-/* More of the ops a PyTorch user reaches for first: silu, sin, cos, tril,
- * triu, cumsum, topk, argmax, mse_loss, binary_cross_entropy_with_logits.
- * Forward and backward side by side, as in ops.c. */
+/* The unary ops of core/ops.h's CG_UNARY_OPS (relu, gelu, silu, sin, ...),
+ * and more of the ops a PyTorch user reaches for first: tril, triu, cumsum,
+ * topk, argmax, mse_loss, binary_cross_entropy_with_logits. Forward and
+ * backward side by side, as in ops.c. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,31 +29,19 @@ static cg_tensor *record(cg_tensor *out, cg_op op, int nin, cg_tensor *const *in
     return out;
 }
 
-/* ----------------------------------------------------- elementwise */
-static bool silu_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
-{
-    return (gin[0] = cg_k_silu_backward(IN(0), g)) != NULL;
-}
-cg_tensor *cg_silu(cg_tensor *a) { return record(cg_k_silu(a), CG_OP_SILU, 1, &a, silu_bw, NULL); }
-
-static bool sin_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
-{
-    cg_tensor *c = cg_k_cos(IN(0));
-    gin[0] = cg_k_mul(g, c);
-    cg_release(c);
-    return gin[0] != NULL;
-}
-cg_tensor *cg_sin(cg_tensor *a) { return record(cg_k_sin(a), CG_OP_SIN, 1, &a, sin_bw, NULL); }
-
-static bool cos_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
-{
-    cg_tensor *s = cg_k_sin(IN(0));
-    cg_tensor *m = s ? cg_k_mul(g, s) : NULL;
-    gin[0] = m ? cg_k_neg(m) : NULL;
-    cg_release_all(2, s, m);
-    return gin[0] != NULL;
-}
-cg_tensor *cg_cos(cg_tensor *a) { return record(cg_k_cos(a), CG_OP_COS, 1, &a, cos_bw, NULL); }
+/* --------------------------------------- the rows of CG_UNARY_OPS */
+/* Each row's backward (its kernel of x and g) and its forward. */
+#define UNARY_OP_(A, E, name, fwd, bwd)                                    \
+    static bool name##_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin) \
+    {                                                                      \
+        return (gin[0] = cg_k_##name##_backward(IN(0), g)) != NULL;        \
+    }                                                                      \
+    cg_tensor *cg_##name(cg_tensor *a)                                     \
+    {                                                                      \
+        return record(cg_k_##name(a), CG_OP_##E, 1, &a, name##_bw, NULL);  \
+    }
+CG_UNARY_OPS(UNARY_OP_, ~)
+#undef UNARY_OP_
 
 /* -------------------------------------------------------- triangles */
 static bool triangle_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)

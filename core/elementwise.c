@@ -28,9 +28,14 @@ typedef struct ew_params {
 
 #include "core/vmath.h"
 
+/* The scalar helpers of the segment kernels are always inlined: a call
+ * left in a loop (GCC stops inlining once the file has grown by its limit)
+ * would keep the loop from vectorising. */
+#define EW_INLINE static inline __attribute__((always_inline))
+
 /* sigma = 1/(1+exp(-z)) and 1 - sigma, both without cancellation and
  * without overflow: only exp(-|z|) is ever taken. */
-static inline void ew_sigmoid2(float z, float *sig, float *one_minus)
+EW_INLINE void ew_sigmoid2(float z, float *sig, float *one_minus)
 {
     float e = ew_expf(-fabsf(z));
     float s = 1.0f / (1.0f + e);
@@ -39,7 +44,7 @@ static inline void ew_sigmoid2(float z, float *sig, float *one_minus)
     *one_minus = bsel(pos, e * s, s);
 }
 
-static inline float f_sigmoid(float x)
+EW_INLINE float f_sigmoid(float x)
 {
     float s, m;
     ew_sigmoid2(x, &s, &m);
@@ -49,7 +54,7 @@ static inline float f_sigmoid(float x)
 /* GELU, tanh form. 0.5 x (1 + tanh(u)) = x * sigmoid(2u) exactly
  * (1 + tanh(u) = 2 sigmoid(2u)); the sigmoid form is evaluated because it
  * does not cancel for negative x and vectorises. */
-static inline float f_gelu(float x)
+EW_INLINE float f_gelu(float x)
 {
     float x3 = x * x * x;
     float u = GELU_K * (x + GELU_C * x3);
@@ -60,7 +65,7 @@ static inline float f_gelu(float x)
 
 /* d/dx of the above: s + 2 x s (1-s) K (1 + 3 C x^2) with s = sigmoid(2u)
  * (the same as 0.5 (1+t) + 0.5 x (1-t^2) K (1 + 3 C x^2), t = tanh u). */
-static inline float f_gelu_grad(float x)
+EW_INLINE float f_gelu_grad(float x)
 {
     float x2 = x * x;
     float u = GELU_K * (x + GELU_C * x2 * x);
@@ -78,17 +83,17 @@ static inline float f_gelu_grad(float x)
  * x * 0.5 * erfc(-x / sqrt 2), which does not cancel for negative x (where
  * 1 + erf loses every digit; PyTorch's own kernel has ~1e-6 absolute error
  * there). The derivative is Phi(x) + x phi(x), phi(x) = exp(-x^2/2)/sqrt(2 pi). */
-static inline float f_gelu_erf(float x) { return x * 0.5f * erfcf(-x * 0.70710678118654752f); }
-static inline float f_gelu_erf_grad(float x)
+EW_INLINE float f_gelu_erf(float x) { return x * 0.5f * erfcf(-x * 0.70710678118654752f); }
+EW_INLINE float f_gelu_erf_grad(float x)
 {
     float cdf = 0.5f * erfcf(-x * 0.70710678118654752f);
     float pdf = 0.39894228040143268f * expf(-0.5f * x * x);
     return cdf + x * pdf;
 }
 
-static inline float f_relu(float x) { return (x > 0.0f || x != x) ? x : 0.0f; }
+EW_INLINE float f_relu(float x) { return (x > 0.0f || x != x) ? x : 0.0f; }
 
-static inline float f_clamp(float x, float lo, float hi)
+EW_INLINE float f_clamp(float x, float lo, float hi)
 {
     /* min(max(x, lo), hi): NaN propagates; lo > hi gives hi (as PyTorch) */
     float v = x < lo ? lo : x;
@@ -186,13 +191,6 @@ EW_UNARY(seg_copy, X)
 EW_UNARY(seg_one, ((void)X, 1.0f))
 EW_UNARY(seg_tanh, tanhf(X))
 EW_UNARY(seg_sigmoid, f_sigmoid(X))
-EW_UNARY(seg_relu, f_relu(X))
-EW_UNARY(seg_gelu, f_gelu(X))
-EW_UNARY(seg_gelu_erf, f_gelu_erf(X))
-EW_UNARY(seg_abs, fabsf(X))
-EW_UNARY(seg_silu, X *f_sigmoid(X))
-EW_UNARY(seg_sin, sinf(X))
-EW_UNARY(seg_cos, cosf(X))
 EW_UNARY(seg_clamp, f_clamp(X, P->a, P->b))
 EW_UNARY(seg_adds, X + P->a)
 EW_UNARY(seg_muls, X * P->a)
@@ -203,14 +201,8 @@ EW_BINARY(seg_mul, X *Y)
 EW_BINARY(seg_div, X / Y)
 EW_BINARY(seg_axpby, X * P->a + Y * P->b)
 EW_BINARY(seg_masked_fill, Y != 0.0f ? P->a : X)
-/* backward helpers: X is the forward input, Y the upstream gradient */
-EW_BINARY(seg_relu_bwd, X > 0.0f ? Y : 0.0f)
-EW_BINARY(seg_gelu_bwd, Y *f_gelu_grad(X))
-EW_BINARY(seg_gelu_erf_bwd, Y *f_gelu_erf_grad(X))
+/* backward helper: X is the forward input, Y the upstream gradient */
 EW_BINARY(seg_clamp_bwd, (X >= P->a && X <= P->b) ? Y : 0.0f)
-EW_BINARY(seg_abs_bwd, X > 0.0f ? Y : (X < 0.0f ? -Y : 0.0f))
-/* d/dx x s(x) = s (1 + x (1 - s)) */
-EW_BINARY(seg_silu_bwd, Y *f_sigmoid(X) * (1.0f + X * (1.0f - f_sigmoid(X))))
 
 EW_TERNARY(seg_where, X != 0.0f ? Y : Z)
 
@@ -271,6 +263,20 @@ static cg_tensor *binary(const char *op, const cg_tensor *a, const cg_tensor *b,
     return ew_apply(op, 2, (const cg_tensor *[]){a, b}, fn, &P);
 }
 
+/* ------------------------------------------ the rows of CG_UNARY_OPS */
+/* Each row of core/ops.h's table: its forward and backward segment
+ * kernels (seg_<name>, seg_<name>_bwd) and the two kernels over tensors. */
+#define EW_UNARY_OP_(A, E, name, fwd, bwd)                                                   \
+    EW_UNARY(seg_##name, fwd)                                                                \
+    EW_BINARY(seg_##name##_bwd, bwd)                                                         \
+    cg_tensor *cg_k_##name(const cg_tensor *a) { return unary(#name, a, seg_##name, 0, 0); } \
+    cg_tensor *cg_k_##name##_backward(const cg_tensor *x, const cg_tensor *g)                \
+    {                                                                                        \
+        return binary(#name "_backward", x, g, seg_##name##_bwd, 0, 0);                      \
+    }
+CG_UNARY_OPS(EW_UNARY_OP_, ~)
+#undef EW_UNARY_OP_
+
 /* ----------------------------------------------------------- binary */
 cg_tensor *cg_k_add(const cg_tensor *a, const cg_tensor *b)
 {
@@ -305,17 +311,6 @@ cg_tensor *cg_k_sqrt(const cg_tensor *a) { return unary("sqrt", a, seg_sqrt, 0, 
 cg_tensor *cg_k_rsqrt(const cg_tensor *a) { return unary("rsqrt", a, seg_rsqrt, 0, 0); }
 cg_tensor *cg_k_tanh(const cg_tensor *a) { return unary("tanh", a, seg_tanh, 0, 0); }
 cg_tensor *cg_k_sigmoid(const cg_tensor *a) { return unary("sigmoid", a, seg_sigmoid, 0, 0); }
-cg_tensor *cg_k_relu(const cg_tensor *a) { return unary("relu", a, seg_relu, 0, 0); }
-cg_tensor *cg_k_gelu(const cg_tensor *a) { return unary("gelu", a, seg_gelu, 0, 0); }
-cg_tensor *cg_k_gelu_erf(const cg_tensor *a) { return unary("gelu_erf", a, seg_gelu_erf, 0, 0); }
-cg_tensor *cg_k_abs(const cg_tensor *a) { return unary("abs", a, seg_abs, 0, 0); }
-cg_tensor *cg_k_silu(const cg_tensor *a) { return unary("silu", a, seg_silu, 0, 0); }
-cg_tensor *cg_k_sin(const cg_tensor *a) { return unary("sin", a, seg_sin, 0, 0); }
-cg_tensor *cg_k_cos(const cg_tensor *a) { return unary("cos", a, seg_cos, 0, 0); }
-cg_tensor *cg_k_silu_backward(const cg_tensor *x, const cg_tensor *g)
-{
-    return binary("silu_backward", x, g, seg_silu_bwd, 0, 0);
-}
 
 cg_tensor *cg_k_pow(const cg_tensor *a, float p)
 {
@@ -410,30 +405,10 @@ cg_tensor *cg_k_masked_fill(const cg_tensor *a, const cg_tensor *mask, float val
 }
 
 /* ---------------------------------------------------------- backward */
-cg_tensor *cg_k_relu_backward(const cg_tensor *x, const cg_tensor *g)
-{
-    return binary("relu_backward", x, g, seg_relu_bwd, 0, 0);
-}
-
-cg_tensor *cg_k_gelu_backward(const cg_tensor *x, const cg_tensor *g)
-{
-    return binary("gelu_backward", x, g, seg_gelu_bwd, 0, 0);
-}
-
-cg_tensor *cg_k_gelu_erf_backward(const cg_tensor *x, const cg_tensor *g)
-{
-    return binary("gelu_erf_backward", x, g, seg_gelu_erf_bwd, 0, 0);
-}
-
 cg_tensor *cg_k_clamp_backward(const cg_tensor *x, const cg_tensor *g, float lo, float hi)
 {
     /* PyTorch's mask: (x >= lo) & (x <= hi): the gradient passes at the bounds */
     return binary("clamp_backward", x, g, seg_clamp_bwd, lo, hi);
-}
-
-cg_tensor *cg_k_abs_backward(const cg_tensor *x, const cg_tensor *g)
-{
-    return binary("abs_backward", x, g, seg_abs_bwd, 0, 0);
 }
 
 /* ---------------------------------------------------------- in place */

@@ -31,6 +31,47 @@
 extern "C" {
 #endif
 
+/* ------------------------------------------------ unary ops, one row each */
+/* The elementwise unary ops whose derivative is a function of the input:
+ * one row each, from which everything mechanical is made (the kernels and
+ * their declarations here, the op-table row in autograd/autograd.h, the
+ * differentiable op and its backward in autograd/ops_misc.c and its
+ * declaration in autograd/ops.h). A row
+ *   OP(A, ENUM, name, forward, backward)
+ * gives cg_k_<name>(x) and cg_k_<name>_backward(x, g) (core/elementwise.c),
+ * cg_<name>(x) and the op CG_OP_<ENUM> (autograd), whose backward reads x.
+ *   forward   the output element: a float expression of X, the input element
+ *   backward  dL/dx: a float expression of X and Y, the upstream gradient
+ * The expressions may call the helpers of core/elementwise.c (f_sigmoid,
+ * f_gelu, ...) and of core/vmath.h; they are compiled into the vectorised
+ * segment kernels there (EW_UNARY, EW_BINARY). A is passed through to OP
+ * untouched (for a table that nests this one). A new row also needs its
+ * value test (tests/test_elementwise.c, UNARY_REF) and its gradcheck
+ * (tests/test_grad_ops.c, op_checks): both tables are indexed by the op and
+ * a test fails, naming it, where its entry is missing. docs/autograd.md,
+ * "Adding an op". */
+/* clang-format off */
+#define CG_UNARY_OPS(OP, A)                                                      \
+    /* max(x, 0); the gradient at 0 is 0, as PyTorch's */                        \
+    OP(A, RELU, relu, f_relu(X), X > 0.0f ? Y : 0.0f)                            \
+    /* GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */       \
+    OP(A, GELU, gelu, f_gelu(X), Y * f_gelu_grad(X))                             \
+    /* GELU, exact: x Phi(x), PyTorch's default (approximate='none') */          \
+    OP(A, GELU_ERF, gelu_erf, f_gelu_erf(X), Y * f_gelu_erf_grad(X))             \
+    OP(A, ABS, abs, fabsf(X), X > 0.0f ? Y : (X < 0.0f ? -Y : 0.0f))             \
+    /* SiLU (swish): x sigmoid(x); d/dx = s (1 + x (1 - s)) */                   \
+    OP(A, SILU, silu, X * f_sigmoid(X),                                          \
+       Y * f_sigmoid(X) * (1.0f + X * (1.0f - f_sigmoid(X))))                    \
+    OP(A, SIN, sin, sinf(X), Y * cosf(X))                                        \
+    OP(A, COS, cos, cosf(X), -(Y * sinf(X)))                                     \
+    /* log(1 + e^x), x above 20: torch's softplus(x, beta=1, threshold=20) */    \
+    OP(A, SOFTPLUS, softplus, X > 20.0f ? X : log1pf(expf(X)),                   \
+       X > 20.0f ? Y : Y * expf(X) / (expf(X) + 1.0f))
+/* clang-format on */
+#define CG_UNARY_DECLARE_K_(A, E, name, fwd, bwd) \
+    cg_tensor *cg_k_##name(const cg_tensor *a);   \
+    cg_tensor *cg_k_##name##_backward(const cg_tensor *x, const cg_tensor *g);
+
 /* -------------------------------------------------------- elementwise */
 cg_tensor *cg_k_add(const cg_tensor *a, const cg_tensor *b);
 cg_tensor *cg_k_sub(const cg_tensor *a, const cg_tensor *b);
@@ -50,15 +91,9 @@ cg_tensor *cg_k_rsqrt(const cg_tensor *a);
 cg_tensor *cg_k_pow(const cg_tensor *a, float p);
 cg_tensor *cg_k_tanh(const cg_tensor *a);
 cg_tensor *cg_k_sigmoid(const cg_tensor *a);
-cg_tensor *cg_k_relu(const cg_tensor *a);
-/* GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
-cg_tensor *cg_k_gelu(const cg_tensor *a);
-cg_tensor *cg_k_gelu_erf(const cg_tensor *a); /* exact: x * Phi(x), PyTorch's default */
-cg_tensor *cg_k_abs(const cg_tensor *a);
-/* SiLU (swish): x * sigmoid(x) */
-cg_tensor *cg_k_silu(const cg_tensor *a);
-cg_tensor *cg_k_sin(const cg_tensor *a);
-cg_tensor *cg_k_cos(const cg_tensor *a);
+/* The unary ops of CG_UNARY_OPS (below): cg_k_relu, cg_k_gelu, ... and
+ * their cg_k_relu_backward, ... */
+CG_UNARY_OPS(CG_UNARY_DECLARE_K_, ~)
 cg_tensor *cg_k_clamp(const cg_tensor *a, float lo, float hi);
 /* cond ? a : b, all three broadcast together; cond is bool (or float32:
  * nonzero is true); a and b of any dtypes, the result of their promoted
@@ -68,14 +103,9 @@ cg_tensor *cg_k_where(const cg_tensor *cond, const cg_tensor *a, const cg_tensor
  * shape; a of any dtype (value converted to it). */
 cg_tensor *cg_k_masked_fill(const cg_tensor *a, const cg_tensor *mask, float value);
 
-/* Backward helpers: given the input x and upstream gradient g (same shape),
+/* Backward helper: given the input x and upstream gradient g (same shape),
  * return dL/dx. */
-cg_tensor *cg_k_relu_backward(const cg_tensor *x, const cg_tensor *g);
-cg_tensor *cg_k_gelu_backward(const cg_tensor *x, const cg_tensor *g);
-cg_tensor *cg_k_gelu_erf_backward(const cg_tensor *x, const cg_tensor *g);
 cg_tensor *cg_k_clamp_backward(const cg_tensor *x, const cg_tensor *g, float lo, float hi);
-cg_tensor *cg_k_abs_backward(const cg_tensor *x, const cg_tensor *g);
-cg_tensor *cg_k_silu_backward(const cg_tensor *x, const cg_tensor *g);
 
 /* dst += src (src broadcasts to dst's shape). */
 bool cg_k_add_(cg_tensor *dst, const cg_tensor *src);

@@ -45,8 +45,11 @@ typedef double (*ref1_fn)(double x);
 typedef double (*ref2_fn)(double x, double y);
 typedef double (*ref3_fn)(double c, double x, double y);
 
-/* Expected values of an n-ary op over the broadcast shape. */
-static float *expect_nary(int n, const cg_tensor **in, int nd, const int64_t *shape, void *ref)
+/* Expected values of an n-ary op over the broadcast shape: ref of the
+ * operands, or for a backward of two (x, g), g * deriv(x) when deriv is
+ * given. */
+static float *expect_nary_d(int n, const cg_tensor **in, int nd, const int64_t *shape, void *ref,
+                            ref1_fn deriv)
 {
     int64_t total = cg_numel_shape(nd, shape);
     float *e = malloc((size_t)(total ? total : 1) * sizeof(float));
@@ -55,13 +58,19 @@ static float *expect_nary(int n, const cg_tensor **in, int nd, const int64_t *sh
         double v[3];
         for (int i = 0; i < n; i++)
             v[i] = bget(in[i], nd, idx);
-        double r = n == 1   ? ((ref1_fn)ref)(v[0])
+        double r = deriv    ? v[1] * deriv(v[0])
+                   : n == 1 ? ((ref1_fn)ref)(v[0])
                    : n == 2 ? ((ref2_fn)ref)(v[0], v[1])
                             : ((ref3_fn)ref)(v[0], v[1], v[2]);
         e[k] = (float)r;
         next_index(nd, shape, idx);
     }
     return e;
+}
+
+static float *expect_nary(int n, const cg_tensor **in, int nd, const int64_t *shape, void *ref)
+{
+    return expect_nary_d(n, in, nd, shape, ref, NULL);
 }
 
 /* ---------------------------------------------------- reference math */
@@ -76,7 +85,6 @@ static double r_pow25(double x) { return pow(x, 2.5); }
 static double r_powm15(double x) { return pow(x, -1.5); }
 static double r_tanh(double x) { return tanh(x); }
 static double r_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
-static double r_relu(double x) { return x > 0 ? x : 0; }
 /* tanh-form GELU in double, as x * sigmoid(2u) (0.5 (1 + tanh u) =
  * sigmoid(2u)), which keeps relative accuracy for negative x */
 static double r_gelu(double x)
@@ -91,7 +99,6 @@ static double r_gelu_grad(double x)
     /* = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 c x^2), t = tanh u */
     return s + 2.0 * x * s * (1.0 - s) * k * (1.0 + 3.0 * 0.044715 * x * x);
 }
-static double r_abs(double x) { return fabs(x); }
 static double r_clamp(double x) { return x < -0.5 ? -0.5 : (x > 0.7 ? 0.7 : x); }
 static double r_adds(double x) { return x + 1.25; }
 static double r_muls(double x) { return x * -3.0; }
@@ -105,11 +112,12 @@ static cg_tensor *k_adds(const cg_tensor *a) { return cg_k_adds(a, 1.25f); }
 static cg_tensor *k_muls(const cg_tensor *a) { return cg_k_muls(a, -3.0f); }
 
 typedef cg_tensor *(*k1_fn)(const cg_tensor *);
-static const struct {
+typedef struct {
     const char *name;
     k1_fn k;
     ref1_fn ref;
-} UNARY[] = {
+} unary_k;
+static const unary_k UNARY[] = {
     {"neg", cg_k_neg, r_neg},
     {"exp", cg_k_exp, r_exp},
     {"log", cg_k_log, r_log},
@@ -121,9 +129,6 @@ static const struct {
     {"pow-1.5", k_powm15, r_powm15},
     {"tanh", cg_k_tanh, r_tanh},
     {"sigmoid", cg_k_sigmoid, r_sigmoid},
-    {"relu", cg_k_relu, r_relu},
-    {"gelu", cg_k_gelu, r_gelu},
-    {"abs", cg_k_abs, r_abs},
     {"clamp", k_clamp, r_clamp},
     {"adds", k_adds, r_adds},
     {"muls", k_muls, r_muls},
@@ -135,10 +140,7 @@ static double r_sub(double x, double y) { return x - y; }
 static double r_mul(double x, double y) { return x * y; }
 static double r_div(double x, double y) { return x / y; }
 static double r_axpby(double x, double y) { return 2.5 * x - 0.5 * y; }
-static double r_relu_bwd(double x, double g) { return x > 0 ? g : 0; }
-static double r_gelu_bwd(double x, double g) { return g * r_gelu_grad(x); }
 static double r_clamp_bwd(double x, double g) { return (x >= -0.5 && x <= 0.7) ? g : 0; }
-static double r_abs_bwd(double x, double g) { return x > 0 ? g : (x < 0 ? -g : 0); }
 static double r_masked_fill(double x, double m) { return m != 0 ? -7.0 : x; }
 
 static cg_tensor *k_axpby(const cg_tensor *a, const cg_tensor *b)
@@ -155,32 +157,100 @@ static cg_tensor *k_masked_fill(const cg_tensor *a, const cg_tensor *m)
 }
 
 typedef cg_tensor *(*k2_fn)(const cg_tensor *, const cg_tensor *);
-static const struct {
+typedef struct {
     const char *name;
     k2_fn k;
     ref2_fn ref;
-} BINARY[] = {
-    {"add", cg_k_add, r_add},
-    {"sub", cg_k_sub, r_sub},
-    {"mul", cg_k_mul, r_mul},
-    {"div", cg_k_div, r_div},
-    {"axpby", k_axpby, r_axpby},
-    {"relu_backward", cg_k_relu_backward, r_relu_bwd},
-    {"gelu_backward", cg_k_gelu_backward, r_gelu_bwd},
-    {"clamp_backward", k_clamp_bwd, r_clamp_bwd},
-    {"abs_backward", cg_k_abs_backward, r_abs_bwd},
+    ref1_fn deriv; /* a backward kernel (x, g): g * deriv(x), instead of ref */
+} binary_k;
+static const binary_k BINARY[] = {
+    {"add", cg_k_add, r_add, NULL},    {"sub", cg_k_sub, r_sub, NULL},
+    {"mul", cg_k_mul, r_mul, NULL},    {"div", cg_k_div, r_div, NULL},
+    {"axpby", k_axpby, r_axpby, NULL}, {"clamp_backward", k_clamp_bwd, r_clamp_bwd, NULL},
 };
 #define N_BINARY (int)(sizeof BINARY / sizeof BINARY[0])
+
+/* ------------------------------------------- the rows of CG_UNARY_OPS */
+/* Each row of core/ops.h's table has its reference here, in double: the
+ * function and its derivative, indexed by the row. A row without one fails
+ * test_unary_rows, naming it; with one, its two kernels run through every
+ * test of the unary ops and of the backward kernels below. */
+static double r_relu(double x) { return x > 0 ? x : 0; }
+static double d_relu(double x) { return x > 0 ? 1 : 0; }
+static double r_gelu_erf(double x) { return x * 0.5 * erfc(-x / sqrt(2.0)); }
+static double d_gelu_erf(double x)
+{
+    return 0.5 * erfc(-x / sqrt(2.0)) + x * exp(-0.5 * x * x) / sqrt(2.0 * M_PI);
+}
+static double r_abs(double x) { return fabs(x); }
+static double d_abs(double x) { return x > 0 ? 1 : (x < 0 ? -1 : 0); }
+static double r_silu(double x) { return x * r_sigmoid(x); }
+static double d_silu(double x) { return r_sigmoid(x) * (1.0 + x * (1.0 - r_sigmoid(x))); }
+static double d_sin(double x) { return cos(x); }
+static double d_cos(double x) { return -sin(x); }
+static double r_softplus(double x) { return x > 20 ? x : log1p(exp(x)); }
+static double d_softplus(double x) { return x > 20 ? 1 : r_sigmoid(x); }
+
+#define ROW_ENUM_(A, E, name, fwd, bwd) ROW_##E,
+enum { CG_UNARY_OPS(ROW_ENUM_, ~) N_ROWS };
+#define ROW_KERNELS_(A, E, name, fwd, bwd) \
+    {#name, #name "_backward", cg_k_##name, cg_k_##name##_backward},
+static const struct {
+    const char *name, *bname;
+    k1_fn k;
+    k2_fn backward;
+} ROW_K[N_ROWS] = {CG_UNARY_OPS(ROW_KERNELS_, ~)};
+static const struct {
+    ref1_fn f, df;
+} ROW_REF[N_ROWS] = {
+    [ROW_RELU] = {r_relu, d_relu},
+    [ROW_GELU] = {r_gelu, r_gelu_grad},
+    [ROW_GELU_ERF] = {r_gelu_erf, d_gelu_erf},
+    [ROW_ABS] = {r_abs, d_abs},
+    [ROW_SILU] = {r_silu, d_silu},
+    [ROW_SIN] = {sin, d_sin},
+    [ROW_COS] = {cos, d_cos},
+    [ROW_SOFTPLUS] = {r_softplus, d_softplus},
+};
+
+static void assert_row_ref(int j)
+{
+    ck_assert_msg(ROW_REF[j].f && ROW_REF[j].df,
+                  "%s (a row of CG_UNARY_OPS, core/ops.h) has no reference in ROW_REF "
+                  "(tests/test_elementwise.c)",
+                  ROW_K[j].name);
+}
+
+/* Unary op i of the tests: UNARY's, then the rows'. */
+#define N_UNARY_ALL (N_UNARY + N_ROWS)
+static unary_k unary_at(int i)
+{
+    if (i < N_UNARY)
+        return UNARY[i];
+    assert_row_ref(i - N_UNARY);
+    return (unary_k){ROW_K[i - N_UNARY].name, ROW_K[i - N_UNARY].k, ROW_REF[i - N_UNARY].f};
+}
+/* Binary kernel i: BINARY's, then the rows' backward kernels. */
+#define N_BINARY_ALL (N_BINARY + N_ROWS)
+static binary_k binary_at(int i)
+{
+    if (i < N_BINARY)
+        return BINARY[i];
+    assert_row_ref(i - N_BINARY);
+    return (binary_k){ROW_K[i - N_BINARY].bname, ROW_K[i - N_BINARY].backward, NULL,
+                      ROW_REF[i - N_BINARY].df};
+}
 
 #define ATOL 1e-6
 #define RTOL 2e-6
 
 static void check_unary(int op, const cg_tensor *a)
 {
-    cg_tensor *out = UNARY[op].k(a);
-    ck_assert_msg(out != NULL, "%s: %s", UNARY[op].name, cg_last_error());
+    unary_k c = unary_at(op);
+    cg_tensor *out = c.k(a);
+    ck_assert_msg(out != NULL, "%s: %s", c.name, cg_last_error());
     assert_shape(out, a->ndim, a->shape);
-    float *e = expect_nary(1, (const cg_tensor *[]){a}, a->ndim, a->shape, (void *)UNARY[op].ref);
+    float *e = expect_nary(1, (const cg_tensor *[]){a}, a->ndim, a->shape, (void *)c.ref);
     CG_ASSERT_TENSOR(out, e, ATOL, RTOL);
     free(e);
     cg_release(out);
@@ -189,20 +259,30 @@ static void check_unary(int op, const cg_tensor *a)
 static void check_binary(int op, const cg_tensor *a, const cg_tensor *b, int nd,
                          const int64_t *shape)
 {
-    cg_tensor *out = BINARY[op].k(a, b);
-    ck_assert_msg(out != NULL, "%s: %s", BINARY[op].name, cg_last_error());
+    binary_k c = binary_at(op);
+    cg_tensor *out = c.k(a, b);
+    ck_assert_msg(out != NULL, "%s: %s", c.name, cg_last_error());
     assert_shape(out, nd, shape);
-    float *e = expect_nary(2, (const cg_tensor *[]){a, b}, nd, shape, (void *)BINARY[op].ref);
+    float *e = expect_nary_d(2, (const cg_tensor *[]){a, b}, nd, shape, (void *)c.ref, c.deriv);
     CG_ASSERT_TENSOR(out, e, ATOL, RTOL);
     free(e);
     cg_release(out);
 }
 
+/* Every row of CG_UNARY_OPS has its reference (a new row without one fails
+ * here, naming it). */
+START_TEST(test_unary_rows)
+{
+    for (int i = 0; i < N_ROWS; i++)
+        assert_row_ref(i);
+}
+END_TEST
+
 /* -------------------------------------------------------------- tests */
 START_TEST(test_unary_layouts)
 {
     cg_rng rng = cg_rng_new(11);
-    for (int op = 0; op < N_UNARY; op++) {
+    for (int op = 0; op < N_UNARY_ALL; op++) {
         for (int kind = 0; kind < 4; kind++) {
             cg_tensor *a = cg_test_randn_layout(&rng, CG_SHAPE(3, 4, 5), kind);
             check_unary(op, a);
@@ -215,7 +295,7 @@ START_TEST(test_unary_layouts)
         cg_tensor *sl = cg_view_slice(base, 0, 1, 17, 3);
         check_unary(op, sl);
         cg_tensor *z = cg_zeros(CG_SHAPE(0, 4));
-        cg_tensor *zo = UNARY[op].k(z);
+        cg_tensor *zo = unary_at(op).k(z);
         assert_shape(zo, 2, (int64_t[]){0, 4});
         cg_release_all(5, s, base, sl, z, zo);
     }
@@ -225,7 +305,7 @@ END_TEST
 START_TEST(test_binary_layouts)
 {
     cg_rng rng = cg_rng_new(12);
-    for (int op = 0; op < N_BINARY; op++) {
+    for (int op = 0; op < N_BINARY_ALL; op++) {
         for (int ka = 0; ka < 4; ka++) {
             for (int kb = 0; kb < 4; kb++) {
                 cg_tensor *a = cg_test_randn_layout(&rng, CG_SHAPE(3, 4, 6), ka);
@@ -241,7 +321,7 @@ END_TEST
 START_TEST(test_binary_broadcast)
 {
     cg_rng rng = cg_rng_new(13);
-    for (int op = 0; op < N_BINARY; op++) {
+    for (int op = 0; op < N_BINARY_ALL; op++) {
         for (int ka = 0; ka < 4; ka++) {
             for (int kb = 0; kb < 4; kb++) {
                 /* [3,1,5] with [4,1] -> [3,4,5], both ways round */
@@ -268,7 +348,7 @@ START_TEST(test_binary_broadcast)
         check_binary(op, col, row, 2, (int64_t[]){6, 7});
         /* empty broadcasting: [0,1] with [1,4] -> [0,4] */
         cg_tensor *z = cg_zeros(CG_SHAPE(0, 1)), *w = cg_ones(CG_SHAPE(1, 4));
-        cg_tensor *zo = BINARY[op].k(z, w);
+        cg_tensor *zo = binary_at(op).k(z, w);
         assert_shape(zo, 2, (int64_t[]){0, 4});
         cg_release_all(11, s, t, s2, one, base, sl, col, row, z, w, zo);
     }
@@ -473,6 +553,18 @@ START_TEST(test_special_values)
     cg_tensor *gb = cg_k_gelu_backward(gx, gg);
     CG_ASSERT_TENSOR(gb, ((float[]){1, 0, 1, 0}), 0, 0);
     cg_release_all(3, gx, gg, gb);
+    /* softplus: x itself above the threshold 20 (torch's), no overflow */
+    ck_assert_float_eq(item_of(cg_k_softplus, 20.5f), 20.5f);
+    ck_assert_float_eq(item_of(cg_k_softplus, 1e30f), 1e30f);
+    ck_assert_float_eq(item_of(cg_k_softplus, INFINITY), INFINITY);
+    ck_assert_float_eq(item_of(cg_k_softplus, -INFINITY), 0.0f);
+    ck_assert(isnan(item_of(cg_k_softplus, NAN)));
+    float sp = item_of(cg_k_softplus, -100.0f); /* e^-100, a subnormal */
+    ck_assert(sp > 0.0f && sp < 1e-40f);
+    cg_tensor *sx = cg_from_data(CG_SHAPE(4), (float[]){25.0f, 1e30f, -INFINITY, 0.0f});
+    cg_tensor *sg = cg_full(CG_SHAPE(4), 3.0f), *sb = cg_k_softplus_backward(sx, sg);
+    CG_ASSERT_TENSOR(sb, ((float[]){3, 3, 0, 1.5f}), 0, 0);
+    cg_release_all(3, sx, sg, sb);
     /* clamp: NaN propagates, lo > hi gives hi */
     cg_tensor *cx = cg_from_data(CG_SHAPE(3), (float[]){NAN, -5.0f, 5.0f});
     cg_tensor *c1 = cg_k_clamp(cx, -1.0f, 1.0f), *c2 = cg_k_clamp(cx, 2.0f, 1.0f);
@@ -657,6 +749,7 @@ static Suite *elementwise_suite(void)
         const char *name;
         const TTest *fn;
     } cases[] = {
+        {"unary_rows", test_unary_rows},
         {"unary", test_unary_layouts},
         {"binary", test_binary_layouts},
         {"broadcast", test_binary_broadcast},

@@ -39,6 +39,15 @@ static cg_tensor *input(cg_rng *r, int ndim, const int64_t *shape, int layout, d
     return t;
 }
 
+/* The ops whose backward ran inside a check below (main reads it). */
+static bool seen[CG_OP_COUNT];
+static void mark_seen(void *ctx, cg_node *n, cg_tensor **gin)
+{
+    (void)ctx, (void)gin;
+    if ((unsigned)n->op < CG_OP_COUNT)
+        seen[n->op] = true;
+}
+
 static void check(cg_gradcheck_fn f, void *ctx, int n, cg_tensor *const *in, const char *what,
                   double atol, double rtol)
 {
@@ -48,7 +57,9 @@ static void check(cg_gradcheck_fn f, void *ctx, int n, cg_tensor *const *in, con
     if (rtol > 0)
         o.rtol = rtol;
     cg_gradcheck_report rep;
+    cg_set_backward_hook(mark_seen, NULL);
     bool ok = cg_gradcheck(f, ctx, n, in, &o, &rep);
+    cg_set_backward_hook(NULL, NULL);
     ck_assert_msg(ok, "%s: %s", what, rep.message);
     ck_assert_msg(rep.checked > 0, "%s: nothing was checked", what);
 }
@@ -95,90 +106,10 @@ static cg_tensor *expand_(cg_tensor *a)
 }
 static cg_tensor *layernorm_nowb(cg_tensor *a) { return cg_layer_norm(a, NULL, NULL, 1e-5f); }
 static cg_tensor *rmsnorm_now(cg_tensor *a) { return cg_rms_norm(a, NULL, 1e-5f); }
+static cg_tensor *tril1(cg_tensor *a) { return cg_tril(a, 1); }
+static cg_tensor *triu_1(cg_tensor *a) { return cg_triu(a, -1); }
+static cg_tensor *cumsum1(cg_tensor *a) { return cg_cumsum(a, 1); }
 
-static const unary_case unary_cases[] = {
-    {"neg", cg_neg, DOM_ANY},
-    {"exp", cg_exp, DOM_ANY},
-    {"log", cg_log, DOM_POS},
-    {"sqrt", cg_sqrt, DOM_POS},
-    {"rsqrt", cg_rsqrt, DOM_POS},
-    {"pow3", pow3, DOM_ANY},
-    {"pow0.5", powh, DOM_POS},
-    {"tanh", cg_tanh, DOM_ANY},
-    {"sigmoid", cg_sigmoid, DOM_ANY},
-    {"relu", cg_relu, DOM_AWAY0},
-    {"gelu", cg_gelu, DOM_ANY},
-    {"abs", cg_abs, DOM_AWAY0},
-    {"clamp", clamp_, DOM_ANY},
-    {"adds", adds_, DOM_ANY},
-    {"muls", muls_, DOM_ANY},
-    {"softmax(1)", softmax1, DOM_ANY},
-    {"softmax(-1)", softmaxl, DOM_ANY},
-    {"log_softmax(0)", logsoftmax0, DOM_ANY},
-    {"log_softmax(-1)", logsoftmaxl, DOM_ANY},
-    {"sum(0,2)", sum01, DOM_ANY},
-    {"sum(-1,keep)", sumk, DOM_ANY},
-    {"mean(1)", mean1, DOM_ANY},
-    {"mean_all", meanall, DOM_ANY},
-    {"var(1,unbiased)", var1, DOM_ANY},
-    {"var(0,2,biased)", var0, DOM_ANY},
-    {"max(1)", max1, DOM_ANY},
-    {"max(-1,keep)", maxk, DOM_ANY},
-    {"permute", permute_, DOM_ANY},
-    {"transpose", transpose_, DOM_ANY},
-    {"slice step 2", slice_, DOM_ANY},
-    {"slice negative", slice_neg, DOM_ANY},
-    {"narrow", narrow_, DOM_ANY},
-    {"select", select_, DOM_ANY},
-    {"unsqueeze", unsq, DOM_ANY},
-    {"reshape", reshape_, DOM_ANY},
-    {"contiguous", contig, DOM_ANY},
-    {"expand", expand_, DOM_ANY},
-    {"layer_norm", layernorm_nowb, DOM_ANY},
-    {"rms_norm", rmsnorm_now, DOM_ANY},
-};
-#define N_UNARY (int)(sizeof unary_cases / sizeof unary_cases[0])
-
-static cg_tensor *call_unary(void *ctx, cg_tensor *const *in)
-{
-    return ((const unary_case *)ctx)->fn(in[0]);
-}
-
-/* clamp's kinks: keep values away from -0.5 and 0.7 */
-static void away_from(cg_tensor *t, float k)
-{
-    float *p = (float *)t->storage->data;
-    for (int64_t i = 0; i < (int64_t)(t->storage->nbytes / sizeof(float)); i++)
-        if (fabsf(p[i] - k) < 0.05f)
-            p[i] = k + 0.1f;
-}
-
-START_TEST(test_unary_ops)
-{
-    /* _i is the loop index: one op per iteration, all four layouts */
-    const unary_case *c = &unary_cases[_i];
-    cg_rng r = cg_rng_new(100 + (uint64_t)_i);
-    for (int layout = 0; layout < N_LAYOUTS; layout++) {
-        cg_tensor *x = input(&r, CG_SHAPE(3, 5, 4), layout, c->dom);
-        if (c->fn == clamp_) {
-            away_from(x, -0.5f);
-            away_from(x, 0.7f);
-        }
-        if (c->fn == max1 || c->fn == maxk) {
-            /* distinct values so the max is unique even when broadcast */
-            float *p = (float *)x->storage->data;
-            for (int64_t i = 0; i < (int64_t)(x->storage->nbytes / sizeof(float)); i++)
-                p[i] += 0.01f * (float)i;
-        }
-        char what[128];
-        snprintf(what, sizeof what, "%s on %s input", c->name, layout_name[layout]);
-        check(call_unary, (void *)c, 1, &x, what, 0, 0);
-        cg_release(x);
-    }
-}
-END_TEST
-
-/* ------------------------------------------------------ binary ops */
 typedef struct {
     const char *name;
     cg_tensor *(*fn)(cg_tensor *, cg_tensor *);
@@ -196,11 +127,148 @@ static cg_tensor *where_ab(cg_tensor *a, cg_tensor *b)
     return w;
 }
 
-static const binary_case binary_cases[] = {
-    {"add", cg_add, DOM_ANY}, {"sub", cg_sub, DOM_ANY},     {"mul", cg_mul, DOM_ANY},
-    {"div", cg_div, DOM_POS}, {"where", where_ab, DOM_ANY},
+/* ------------------------------------------------- the gradcheck table */
+/* One entry per op of CG_OP_TABLE (autograd/autograd.h), indexed by the op:
+ * its gradchecks as functions of one tensor (run by test_unary_ops on every
+ * layout; name NULL: the op's name) or of two (test_binary_ops, with
+ * broadcasting), or `by`: the test that gradchecks it, in this file or
+ * ("file: test") another. test_every_op_checked fails, naming the op, on
+ * an entry with none of them: an op added to the table without its
+ * gradcheck fails here. And main fails when an entry of this file ran no
+ * gradcheck through its op's backward. */
+enum { MAX_UNARY = 3 };
+typedef struct {
+    unary_case unary[MAX_UNARY];
+    binary_case binary;
+    const char *by;
+} op_check;
+
+static const op_check op_checks[CG_OP_COUNT] = {
+    [CG_OP_ADD] = {.binary = {"add", cg_add, DOM_ANY}},
+    [CG_OP_SUB] = {.binary = {"sub", cg_sub, DOM_ANY}},
+    [CG_OP_MUL] = {.binary = {"mul", cg_mul, DOM_ANY}}, /* and test_mul_same_input */
+    [CG_OP_DIV] = {.binary = {"div", cg_div, DOM_POS}},
+    [CG_OP_ADDS] = {{{"adds", adds_, DOM_ANY}}},
+    [CG_OP_MULS] = {{{"muls", muls_, DOM_ANY}}},
+    [CG_OP_NEG] = {{{NULL, cg_neg, DOM_ANY}}},
+    [CG_OP_EXP] = {{{NULL, cg_exp, DOM_ANY}}},
+    [CG_OP_LOG] = {{{NULL, cg_log, DOM_POS}}},
+    [CG_OP_SQRT] = {{{NULL, cg_sqrt, DOM_POS}}},
+    [CG_OP_RSQRT] = {{{NULL, cg_rsqrt, DOM_POS}}},
+    [CG_OP_POW] = {{{"pow3", pow3, DOM_ANY}, {"pow0.5", powh, DOM_POS}}},
+    [CG_OP_TANH] = {{{NULL, cg_tanh, DOM_ANY}}},
+    [CG_OP_SIGMOID] = {{{NULL, cg_sigmoid, DOM_ANY}}},
+    /* the rows of CG_UNARY_OPS (core/ops.h) */
+    [CG_OP_RELU] = {{{NULL, cg_relu, DOM_AWAY0}}},
+    [CG_OP_GELU] = {{{NULL, cg_gelu, DOM_ANY}}},
+    [CG_OP_GELU_ERF] = {{{NULL, cg_gelu_erf, DOM_ANY}}}, /* and test_names */
+    [CG_OP_ABS] = {{{NULL, cg_abs, DOM_AWAY0}}},
+    [CG_OP_SILU] = {{{NULL, cg_silu, DOM_ANY}}},
+    [CG_OP_SIN] = {{{NULL, cg_sin, DOM_ANY}}},
+    [CG_OP_COS] = {{{NULL, cg_cos, DOM_ANY}}},
+    [CG_OP_SOFTPLUS] = {{{NULL, cg_softplus, DOM_ANY}}},
+    [CG_OP_CLAMP] = {{{"clamp", clamp_, DOM_ANY}}},
+    [CG_OP_WHERE] = {.binary = {"where", where_ab, DOM_ANY}},
+    [CG_OP_MASKED_FILL] = {.by = "test_masked_fill"},
+    [CG_OP_SUM] = {{{"sum(0,2)", sum01, DOM_ANY}, {"sum(-1,keep)", sumk, DOM_ANY}}},
+    [CG_OP_MEAN] = {{{"mean(1)", mean1, DOM_ANY}, {"mean_all", meanall, DOM_ANY}}},
+    [CG_OP_VAR] = {{{"var(1,unbiased)", var1, DOM_ANY}, {"var(0,2,biased)", var0, DOM_ANY}}},
+    [CG_OP_MAX] = {{{"max(1)", max1, DOM_ANY}, {"max(-1,keep)", maxk, DOM_ANY}}},
+    [CG_OP_MATMUL] = {.by = "test_matmul"},
+    [CG_OP_PERMUTE] = {{{"permute", permute_, DOM_ANY}, {"transpose", transpose_, DOM_ANY}}},
+    [CG_OP_SLICE] = {{{"slice step 2", slice_, DOM_ANY},
+                      {"slice negative", slice_neg, DOM_ANY},
+                      {"narrow", narrow_, DOM_ANY}}},
+    [CG_OP_SELECT] = {{{"select", select_, DOM_ANY}}},
+    [CG_OP_EXPAND] = {{{"expand", expand_, DOM_ANY}}},
+    [CG_OP_RESHAPE] = {{{"unsqueeze", unsq, DOM_ANY}, {"reshape", reshape_, DOM_ANY}}},
+    [CG_OP_CONTIGUOUS] = {{{"contiguous", contig, DOM_ANY}}},
+    [CG_OP_SOFTMAX] = {{{"softmax(1)", softmax1, DOM_ANY}, {"softmax(-1)", softmaxl, DOM_ANY}}},
+    [CG_OP_LOG_SOFTMAX] = {{{"log_softmax(0)", logsoftmax0, DOM_ANY},
+                            {"log_softmax(-1)", logsoftmaxl, DOM_ANY}}},
+    [CG_OP_CROSS_ENTROPY] = {.by = "test_cross_entropy"},
+    [CG_OP_LAYER_NORM] = {{{"layer_norm", layernorm_nowb, DOM_ANY}}}, /* test_norms_with_params */
+    [CG_OP_RMS_NORM] = {{{"rms_norm", rmsnorm_now, DOM_ANY}}},
+    [CG_OP_DROPOUT] = {.by = "test_dropout"},
+    [CG_OP_CONCAT] = {.by = "test_concat_stack_split"},
+    [CG_OP_INDEX_SELECT] = {.by = "test_index_ops"},
+    [CG_OP_GATHER] = {.by = "test_index_ops"}, /* and topk: test_ops_misc.c */
+    [CG_OP_ATTENTION] = {.by = "test_attention_fused"},
+    [CG_OP_LINEAR] = {.by = "test_affine"},
+    [CG_OP_TRIL] = {{{"tril(1)", tril1, DOM_ANY}}},
+    [CG_OP_TRIU] = {{{"triu(-1)", triu_1, DOM_ANY}}},
+    [CG_OP_CUMSUM] = {{{"cumsum(1)", cumsum1, DOM_ANY}}},
+    [CG_OP_NLL_LOSS] = {.by = "test_ops_misc.c: test_gradchecks"},
+    [CG_OP_BCE_WITH_LOGITS] = {.by = "test_ops_misc.c: test_gradchecks"},
+    [CG_OP_ADD_LAYER_NORM] = {.by = "test_add_norms"},
+    [CG_OP_ADD_RMS_NORM] = {.by = "test_add_norms"},
+    [CG_OP_LINEAR_RELU] = {.by = "test_affine_relu"},
+    [CG_OP_CUSTOM] = {.by = "examples/rope.c (the test example_rope): a user-defined op"},
+    [CG_OP_CLONE] = {.by = "test_names.c: test_gradchecks"},
+    [CG_OP_CHECKPOINT] = {.by = "test_checkpoint.c: test_checkpoint_gradcheck"},
+    [CG_OP_TO] = {.by = "test_grad_dtype.c: test_gradcheck_to_bf16"},
+    [CG_OP_LINEAR_CROSS_ENTROPY] = {.by = "test_linear_cross_entropy"},
 };
-#define N_BINARY (int)(sizeof binary_cases / sizeof binary_cases[0])
+
+/* Checked here (not only named): its cases, or a test of this file. */
+static bool checked_here(const op_check *c)
+{
+    return c->unary[0].fn || c->binary.fn || (c->by && !strstr(c->by, ".c"));
+}
+
+START_TEST(test_every_op_checked)
+{
+    for (int op = 0; op < CG_OP_COUNT; op++) {
+        const op_check *c = &op_checks[op];
+        ck_assert_msg(c->unary[0].fn || c->binary.fn || c->by,
+                      "op '%s' (CG_OP_TABLE) has no gradcheck: give it its entry in op_checks "
+                      "(tests/test_grad_ops.c)",
+                      cg_op_name((cg_op)op));
+    }
+}
+END_TEST
+
+static cg_tensor *call_unary(void *ctx, cg_tensor *const *in)
+{
+    return ((const unary_case *)ctx)->fn(in[0]);
+}
+
+/* clamp's kinks: keep values away from -0.5 and 0.7 */
+static void away_from(cg_tensor *t, float k)
+{
+    float *p = (float *)t->storage->data;
+    for (int64_t i = 0; i < (int64_t)(t->storage->nbytes / sizeof(float)); i++)
+        if (fabsf(p[i] - k) < 0.05f)
+            p[i] = k + 0.1f;
+}
+
+START_TEST(test_unary_ops)
+{
+    /* _i is the loop index: one case of one op per iteration, all four layouts */
+    const unary_case *c = &op_checks[_i / MAX_UNARY].unary[_i % MAX_UNARY];
+    if (!c->fn)
+        return;
+    const char *name = c->name ? c->name : cg_op_name((cg_op)(_i / MAX_UNARY));
+    cg_rng r = cg_rng_new(100 + (uint64_t)_i);
+    for (int layout = 0; layout < N_LAYOUTS; layout++) {
+        cg_tensor *x = input(&r, CG_SHAPE(3, 5, 4), layout, c->dom);
+        if (c->fn == clamp_) {
+            away_from(x, -0.5f);
+            away_from(x, 0.7f);
+        }
+        if (c->fn == max1 || c->fn == maxk) {
+            /* distinct values so the max is unique even when broadcast */
+            float *p = (float *)x->storage->data;
+            for (int64_t i = 0; i < (int64_t)(x->storage->nbytes / sizeof(float)); i++)
+                p[i] += 0.01f * (float)i;
+        }
+        char what[128];
+        snprintf(what, sizeof what, "%s on %s input", name, layout_name[layout]);
+        check(call_unary, (void *)c, 1, &x, what, 0, 0);
+        cg_release(x);
+    }
+}
+END_TEST
 
 static cg_tensor *call_binary(void *ctx, cg_tensor *const *in)
 {
@@ -209,7 +277,9 @@ static cg_tensor *call_binary(void *ctx, cg_tensor *const *in)
 
 START_TEST(test_binary_ops)
 {
-    const binary_case *c = &binary_cases[_i];
+    const binary_case *c = &op_checks[_i].binary;
+    if (!c->fn)
+        return;
     cg_rng r = cg_rng_new(200 + (uint64_t)_i);
     /* same shapes in every layout, then broadcasting shapes */
     for (int layout = 0; layout < N_LAYOUTS; layout++) {
@@ -835,8 +905,9 @@ static Suite *grad_ops_suite(void)
     Suite *s = suite_create("grad_ops");
     TCase *tc = tcase_create("gradcheck");
     tcase_set_timeout(tc, 300);
-    tcase_add_loop_test(tc, test_unary_ops, 0, N_UNARY);
-    tcase_add_loop_test(tc, test_binary_ops, 0, N_BINARY);
+    tcase_add_test(tc, test_every_op_checked);
+    tcase_add_loop_test(tc, test_unary_ops, 0, CG_OP_COUNT * MAX_UNARY);
+    tcase_add_loop_test(tc, test_binary_ops, 0, CG_OP_COUNT);
     tcase_add_test(tc, test_mul_same_input);
     tcase_add_test(tc, test_masked_fill);
     tcase_add_test(tc, test_matmul);
@@ -858,5 +929,17 @@ static Suite *grad_ops_suite(void)
 int main(void)
 {
     Suite *s[] = {grad_ops_suite()};
-    return cg_test_run(s, 1);
+    int failed = cg_test_run(s, 1);
+    /* run in this process (CK_FORK=no, as meson runs it): every entry
+     * checked here ran a gradcheck through its op's backward */
+    const char *fork = getenv("CK_FORK");
+    for (int op = 0; fork && !strcmp(fork, "no") && op < CG_OP_COUNT; op++) {
+        if (checked_here(&op_checks[op]) && !seen[op]) {
+            fprintf(stderr,
+                    "op '%s': its entry in op_checks ran no gradcheck through its backward\n",
+                    cg_op_name((cg_op)op));
+            failed = 1;
+        }
+    }
+    return failed;
 }
