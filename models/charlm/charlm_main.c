@@ -579,91 +579,96 @@ static bool write_attention_png(cg_charlm *m, const cg_tokenizer *tok, const int
     return ok;
 }
 
-static int cmd_sample(int argc, char **argv)
-{
-    const char *ckpt = DEFAULT_OUT, *prompt = "\n", *attn_png = NULL, *base = NULL;
-    int64_t length = 500, threads = 0;
+/* sample's flags. */
+typedef struct {
+    const char *ckpt, *prompt, *attn_png, *base, *precision;
+    int64_t length, threads;
     uint64_t seed;
-    const char *precision = NULL;
-    bool no_cache = false, force = false;
+    bool no_cache, force;
     cg_sample_opts so;
-    cg_cli_opt opts[16] = {
-        {"--force", CG_CLI_SWITCH, &force, 0, 0, NULL, 0},
-        {"--base", CG_CLI_STR, &base, 0, 0, NULL, 0},
-        {"--ckpt", CG_CLI_STR, &ckpt, 0, 0, NULL, 0},
-        {"--prompt", CG_CLI_STR, &prompt, 0, 0, NULL, 0},
-        {"--precision", CG_CLI_STR, &precision, 0, 0, NULL, 0},
-        {"--length", CG_CLI_I64, &length, 0, 10000000, NULL, 0},
-        {"--no-cache", CG_CLI_SWITCH, &no_cache, 0, 0, NULL, 0},
-        {"--attention", CG_CLI_STR, &attn_png, 0, 0, NULL, 0},
-        {"--threads", CG_CLI_I64, &threads, 1, 1024, NULL, 0},
-    };
-    int prc =
-        cg_prog_parse(argc, argv, opts, 9 + cg_sample_cli_opts(&so, &seed, opts + 9), SAMPLE_HELP);
-    if (prc >= 0 || (prc = cg_precision_flag(precision, NULL)) >= 0)
-        return prc;
-    if (attn_png && !cg_out_picture_check(attn_png, force, ckpt, "--ckpt"))
-        return cg_prog_fail("--attention: %s", cg_last_error());
-    cg_cli_set_threads(PROG, threads);
-    cg_precision prec;
-    cg_charlm_ckpt ck;
-    const cg_charlm_load_opts lo = {.base = base, .seed = 0, .dropout = NAN};
-    if (!load_for_stdout(ckpt, &lo, &ck))
-        return cg_prog_fail_lib(NULL);
-    /* the picture is no base the adapter loaded either (its other checks: above) */
-    if (attn_png && ck.base_path &&
-        !cg_out_picture_check(attn_png, true, ck.base_path, "its base")) {
-        cg_charlm_ckpt_free(&ck);
-        return cg_prog_fail("--attention: %s", cg_last_error());
-    }
-    if (!cg_decode_precision(precision, cg_charlm_ckpt_train_json(&ck), ckpt, &prec)) {
-        cg_charlm_ckpt_free(&ck);
-        return cg_prog_fail_lib(NULL);
-    }
-    int rc = 1;
-    int64_t n = 0, *outp = NULL, unknown = 0;
+} sample_args;
+
+/* Print the prompt, then each piece as it is generated from ck, the speed
+ * line, and the attention picture when asked for: -1 or the exit code. */
+static int generate(cg_charlm_ckpt *ck, const sample_args *a, cg_precision prec)
+{
+    int rc = -1;
+    int64_t n = 0, *outp = NULL, unknown = 0, length = a->length;
     uint32_t first = 0;
-    int64_t *ids = ck.vocab
-                       ? cg_vocab_encode_text(ck.vocab, prompt, "--prompt", &n, &unknown, &first)
-                       : cg_tokenizer_encode(ck.tok, prompt, &n, NULL);
-    if (ck.vocab)
-        cg_vocab_warn_unknown(ck.vocab, PROG, "the prompt", unknown, first);
-    cg_rng rng = cg_rng_new(seed);
+    int64_t *ids =
+        ck->vocab ? cg_vocab_encode_text(ck->vocab, a->prompt, "--prompt", &n, &unknown, &first)
+                  : cg_tokenizer_encode(ck->tok, a->prompt, &n, NULL);
+    if (ck->vocab)
+        cg_vocab_warn_unknown(ck->vocab, PROG, "the prompt", unknown, first);
+    cg_rng rng = cg_rng_new(a->seed);
     double t_gen = cg_now(), c_gen = cg_cpu_now();
-    /* print the prompt as given, then each piece as it is generated */
-    fputs(prompt, stdout);
+    fputs(a->prompt, stdout); /* the prompt as given */
     fflush(stdout);
-    if (!ids || !(outp = cg_charlm_generate_text(ck.model, ck.tok, ids, n, length, &so, &rng,
-                                                 !no_cache, stdout))) {
+    if (!ids || !(outp = cg_charlm_generate_text(ck->model, ck->tok, ids, n, length, &a->so, &rng,
+                                                 !a->no_cache, stdout)))
         rc = cg_prog_fail_lib(NULL);
-        goto done;
-    }
     t_gen = cg_now() - t_gen;
     c_gen = cg_cpu_now() - c_gen;
-    fputc('\n', stdout); /* end the sample's line before the speed line on stderr */
-    fflush(stdout);
-    /* CPU time too: on a shared machine it moves less than the wall time */
-    const char *unit = ck.vocab ? "characters" : "tokens";
-    fprintf(stderr, PROG ": %lld %s in %.2f s (%.1f %s/s, %.2f CPU s, %s, %s)\n", (long long)length,
-            unit, t_gen, t_gen > 0 ? (double)length / t_gen : 0.0, unit, c_gen,
-            no_cache ? "full recompute" : "key/value cache", cg_precision_name(prec));
-    if (attn_png) {
-        int64_t total = n + length, w = total < 32 ? total : 32;
-        if (w > ck.model->cfg.max_len)
-            w = ck.model->cfg.max_len;
-        if (!write_attention_png(ck.model, ck.tok, outp + total - w, w, attn_png)) {
-            rc = cg_prog_fail("--attention: %s", cg_last_error());
-            goto done;
-        }
-        fprintf(stderr, PROG ": attention heatmaps written to '%s'\n", attn_png);
+    const char *unit = ck->vocab ? "characters" : "tokens";
+    if (rc < 0) {
+        fputc('\n', stdout); /* end the sample's line before the speed line on stderr */
+        fflush(stdout);
+        /* CPU time too: on a shared machine it moves less than the wall time */
+        fprintf(stderr, PROG ": %lld %s in %.2f s (%.1f %s/s, %.2f CPU s, %s, %s)\n",
+                (long long)length, unit, t_gen, t_gen > 0 ? (double)length / t_gen : 0.0, unit,
+                c_gen, a->no_cache ? "full recompute" : "key/value cache", cg_precision_name(prec));
     }
-    rc = 0;
-done:
+    if (rc < 0 && a->attn_png) {
+        int64_t total = n + length, w = total < 32 ? total : 32;
+        if (w > ck->model->cfg.max_len)
+            w = ck->model->cfg.max_len;
+        if (!write_attention_png(ck->model, ck->tok, outp + total - w, w, a->attn_png))
+            rc = cg_prog_fail("--attention: %s", cg_last_error());
+        else
+            fprintf(stderr, PROG ": attention heatmaps written to '%s'\n", a->attn_png);
+    }
     fflush(stdout);
     free(ids);
     free(outp);
-    cg_charlm_ckpt_free(&ck);
     return rc;
+}
+
+static int cmd_sample(int argc, char **argv)
+{
+    sample_args a = {.ckpt = DEFAULT_OUT, .prompt = "\n", .length = 500};
+    cg_cli_opt opts[16] = {
+        {"--force", CG_CLI_SWITCH, &a.force, 0, 0, NULL, 0},
+        {"--base", CG_CLI_STR, &a.base, 0, 0, NULL, 0},
+        {"--ckpt", CG_CLI_STR, &a.ckpt, 0, 0, NULL, 0},
+        {"--prompt", CG_CLI_STR, &a.prompt, 0, 0, NULL, 0},
+        {"--precision", CG_CLI_STR, &a.precision, 0, 0, NULL, 0},
+        {"--length", CG_CLI_I64, &a.length, 0, 10000000, NULL, 0},
+        {"--no-cache", CG_CLI_SWITCH, &a.no_cache, 0, 0, NULL, 0},
+        {"--attention", CG_CLI_STR, &a.attn_png, 0, 0, NULL, 0},
+        {"--threads", CG_CLI_I64, &a.threads, 1, 1024, NULL, 0},
+    };
+    int rc = cg_prog_parse(argc, argv, opts, 9 + cg_sample_cli_opts(&a.so, &a.seed, opts + 9),
+                           SAMPLE_HELP);
+    if (rc >= 0 || (rc = cg_precision_flag(a.precision, NULL)) >= 0)
+        return rc;
+    if (a.attn_png && !cg_out_picture_check(a.attn_png, a.force, a.ckpt, "--ckpt"))
+        return cg_prog_fail("--attention: %s", cg_last_error());
+    cg_cli_set_threads(PROG, a.threads);
+    cg_precision prec;
+    cg_charlm_ckpt ck;
+    const cg_charlm_load_opts lo = {.base = a.base, .seed = 0, .dropout = NAN};
+    if (!load_for_stdout(a.ckpt, &lo, &ck))
+        return cg_prog_fail_lib(NULL);
+    /* the picture is no base the adapter loaded either (its other checks: above) */
+    if (a.attn_png && ck.base_path &&
+        !cg_out_picture_check(a.attn_png, true, ck.base_path, "its base"))
+        rc = cg_prog_fail("--attention: %s", cg_last_error());
+    else if (!cg_decode_precision(a.precision, cg_charlm_ckpt_train_json(&ck), a.ckpt, &prec))
+        rc = cg_prog_fail_lib(NULL);
+    else
+        rc = generate(&ck, &a, prec);
+    cg_charlm_ckpt_free(&ck);
+    return rc < 0 ? 0 : rc;
 }
 
 /* ------------------------------------------------------------------- eval */
