@@ -173,73 +173,24 @@ static int lm_config_from_flags(const cg_cli_args *a, cg_train_recipe *rc, const
     return -1;
 }
 
-/* The name of the given flag that writes to dst (--block-size or --T). */
-static const char *given_name(const cg_cli_args *a, const void *dst)
+/* A char LM's architecture as --init-from compares it. */
+static cg_train_arch lm_arch(const cg_charlm_config *c)
 {
-    for (int i = 0; i < a->n; i++)
-        if (a->opts[i].dst == dst && a->given[i])
-            return a->opts[i].name;
-    return "?";
+    return (cg_train_arch){
+        .shape = {.d = c->d, .H = c->H, .layers = c->layers, .d_ff = c->d_ff, .T = c->max_len},
+        .norm = c->norm,
+        .act = c->act,
+        .norm_first = c->norm_first};
 }
 
-/* --init-from: the shape and tokenizer flags given (cfg: the config they
- * and the preset make) must agree with the base's; one message names
- * every one that does not. */
+/* --init-from: the flags given (cfg: the config they and the preset make)
+ * against the base ck at path (models/train/options.h). */
 static int lm_check_base(const cg_cli_args *a, const cg_train_recipe *rec,
                          const char *const *preset, const cg_charlm_config *cfg,
                          const cg_charlm_ckpt *ck, const char *path)
 {
-    const cg_charlm_config *b = &ck->model->cfg;
-    const bool by_preset = cg_cli_given(a, preset);
-    char bad[512] = "";
-    int nbad = 0;
-#define CG_BAD(...)                                                                   \
-    (snprintf(bad + strlen(bad), sizeof bad - strlen(bad), "%s", nbad++ ? ", " : ""), \
-     snprintf(bad + strlen(bad), sizeof bad - strlen(bad), __VA_ARGS__))
-    const struct {
-        const void *dst;
-        int64_t want, have;
-    } num[] = {{&rec->shape.d, cfg->d, b->d},
-               {&rec->shape.H, cfg->H, b->H},
-               {&rec->shape.layers, cfg->layers, b->layers},
-               {&rec->shape.d_ff, cfg->d_ff, b->d_ff},
-               {&rec->shape.T, cfg->max_len, b->max_len}};
-    bool preset_bad = false;
-    for (size_t i = 0; i < sizeof num / sizeof num[0]; i++) {
-        if (num[i].want == num[i].have)
-            continue;
-        if (cg_cli_given(a, num[i].dst))
-            CG_BAD("%s %lld", given_name(a, num[i].dst), (long long)num[i].want);
-        else
-            preset_bad = by_preset;
-    }
-    if (preset_bad)
-        CG_BAD("--preset %s", *preset);
-    if (rec->norm && cfg->norm != b->norm)
-        CG_BAD("--norm %s", rec->norm);
-    if (rec->act && cfg->act != b->act)
-        CG_BAD("--act %s", rec->act);
-    if (cg_cli_given(a, &rec->norm_first) && cfg->norm_first != b->norm_first)
-        CG_BAD("--norm-first %s", cfg->norm_first ? "true" : "false");
-    cg_tokenizer_kind kind = ck->tok->kind;
-    if (rec->tokenizer_arg && !cg_tokenizer_kind_parse(rec->tokenizer_arg, &kind)) {
-        cg_prog_fail("--tokenizer: %s", cg_last_error());
-        return CG_EXIT_USAGE;
-    }
-    if (kind != ck->tok->kind)
-        CG_BAD("--tokenizer %s", rec->tokenizer_arg);
-    if (cg_cli_given(a, &rec->vocab_size) && rec->vocab_size != cg_tokenizer_vocab_size(ck->tok))
-        CG_BAD("--vocab-size %lld", (long long)rec->vocab_size);
-#undef CG_BAD
-    if (nbad == 0)
-        return -1;
-    return cg_prog_fail("'%s' fixes the model's shape and tokenizer (d=%lld H=%lld layers=%lld "
-                        "d_ff=%lld T=%lld, %s, %lld ids); %s contradict%s it (drop %s)",
-                        path, (long long)b->d, (long long)b->H, (long long)b->layers,
-                        (long long)b->d_ff, (long long)b->max_len,
-                        cg_tokenizer_kind_name(ck->tok->kind),
-                        (long long)cg_tokenizer_vocab_size(ck->tok), bad, nbad > 1 ? "" : "s",
-                        nbad > 1 ? "them" : "it");
+    cg_train_arch want = lm_arch(cfg), have = lm_arch(&ck->model->cfg);
+    return cg_train_check_base(a, rec, preset, &want, &have, ck->tok, path);
 }
 
 /* --init-from: the model and tokenizer from the base checkpoint (dropout
@@ -433,7 +384,7 @@ static int lm_check(void *self, const cg_train_opts *o, const cg_train_recipe *r
     const void *lora_opts[] = {&lora->alpha, &lora->dropout, &lora->targets};
     for (int i = 0; i < 3 && !o->resume; i++)
         if (cg_cli_given(a, lora_opts[i]) && !cg_cli_given(a, &lora->rank)) {
-            cg_prog_fail("%s needs --lora-rank", given_name(a, lora_opts[i]));
+            cg_prog_fail("%s needs --lora-rank", cg_train_given_name(a, lora_opts[i]));
             return CG_EXIT_USAGE;
         }
     if (cg_cli_given(a, &lora->rank) && !o->init_from && !o->resume) {
