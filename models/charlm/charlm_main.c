@@ -135,7 +135,6 @@ static char *lm_config(void *self)
 {
     return cg_charlm_config_to_json(&((lm_run *)self)->model->cfg);
 }
-static const cg_tokenizer *lm_tokenizer(void *self) { return ((lm_run *)self)->tok; }
 
 /* The char LM's own state: its recipe and the batch stream, written into o
  * or (o NULL) read back when resuming. */
@@ -370,7 +369,7 @@ static int lm_setup(void *self, cg_trainer *t, cg_train_opts *o, cg_train_recipe
                             .evaluate = lm_evaluate,
                             .finish = lm_finish,
                             .config_json = lm_config,
-                            .tokenizer = lm_tokenizer,
+                            .tok = r->tok,
                             .state_save = lm_state};
     return -1;
 }

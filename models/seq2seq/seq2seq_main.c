@@ -150,7 +150,6 @@ static char *mt_config(void *self)
 {
     return cg_seq2seq_config_to_json(&((mt_run *)self)->model->cfg);
 }
-static const cg_tokenizer *mt_tokenizer(void *self) { return ((mt_run *)self)->d.tok; }
 
 /* The translator's own state: its recipe and its place in the batch order,
  * written into o or (o NULL) read back when resuming. */
@@ -273,7 +272,7 @@ static int mt_setup(void *self, cg_trainer *t, cg_train_opts *o, cg_train_recipe
                             .evaluate = mt_evaluate,
                             .finish = mt_finish,
                             .config_json = mt_config,
-                            .tokenizer = mt_tokenizer,
+                            .tok = r->d.tok,
                             .state_save = mt_state};
     return -1;
 }

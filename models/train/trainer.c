@@ -241,7 +241,7 @@ static bool save_files(const cg_trainer *t, const cg_trainer_model *m, const cg_
     char *from = cfg && t->from_origin ? cg_ft_origin_json(&t->origin) : NULL;
     char *kp = keep ? cg_kept_path(t->out, step) : NULL;
     cg_ft_save ft = {.init_from = from, .adapters = t->adapters};
-    const cg_tokenizer *tok = m->tokenizer(m->self);
+    const cg_tokenizer *tok = m->tok;
     bool ok = cfg && (from || !t->from_origin) && (kp || !keep) &&
               cg_ft_ckpt_save(t->out, &ft, m->name, cfg, tok, m->module, opt, step, tj) &&
               (!kp || cg_ft_ckpt_save(kp, &ft, m->name, cfg, tok, m->module, opt, step, tj));
