@@ -22,8 +22,7 @@
 #include "models/train/dist.h"
 #include "models/report/plot.h"
 #include "models/charlm/sampling.h"
-#include "models/train/average.h"
-#include "models/train/trainer.h"
+#include "models/train/program.h"
 #include "models/text/vocab.h"
 #include "optim/optim.h"
 #include "optim/schedule.h"
@@ -64,6 +63,8 @@ static const char TRAIN_HELP[] =
 /* The char LM as the trainer sees it. */
 typedef struct {
     cg_trainer *t;
+    const char *preset; /* --preset */
+    cg_ft_lora lora;    /* --lora-rank and its kin */
     cg_charlm *model;
     cg_tokenizer *tok;
     cg_corpus *corpus;
@@ -134,7 +135,6 @@ static char *lm_config(void *self)
 {
     return cg_charlm_config_to_json(&((lm_run *)self)->model->cfg);
 }
-static const cg_tokenizer *lm_tokenizer(void *self) { return ((lm_run *)self)->tok; }
 
 /* The char LM's own state: its recipe and the batch stream, written into o
  * or (o NULL) read back when resuming. */
@@ -172,82 +172,33 @@ static int lm_config_from_flags(const cg_cli_args *a, cg_train_recipe *rc, const
     return -1;
 }
 
-/* The name of the given flag that writes to dst (--block-size or --T). */
-static const char *given_name(const cg_cli_args *a, const void *dst)
+/* A char LM's architecture as --init-from compares it. */
+static cg_train_arch lm_arch(const cg_charlm_config *c)
 {
-    for (int i = 0; i < a->n; i++)
-        if (a->opts[i].dst == dst && a->given[i])
-            return a->opts[i].name;
-    return "?";
+    return (cg_train_arch){
+        .shape = {.d = c->d, .H = c->H, .layers = c->layers, .d_ff = c->d_ff, .T = c->max_len},
+        .norm = c->norm,
+        .act = c->act,
+        .norm_first = c->norm_first};
 }
 
-/* --init-from: the shape and tokenizer flags given (cfg: the config they
- * and the preset make) must agree with the base's; one message names
- * every one that does not. */
+/* --init-from: the flags given (cfg: the config they and the preset make)
+ * against the base ck at path (models/train/options.h). */
 static int lm_check_base(const cg_cli_args *a, const cg_train_recipe *rec,
                          const char *const *preset, const cg_charlm_config *cfg,
                          const cg_charlm_ckpt *ck, const char *path)
 {
-    const cg_charlm_config *b = &ck->model->cfg;
-    const bool by_preset = cg_cli_given(a, preset);
-    char bad[512] = "";
-    int nbad = 0;
-#define CG_BAD(...)                                                                   \
-    (snprintf(bad + strlen(bad), sizeof bad - strlen(bad), "%s", nbad++ ? ", " : ""), \
-     snprintf(bad + strlen(bad), sizeof bad - strlen(bad), __VA_ARGS__))
-    const struct {
-        const void *dst;
-        int64_t want, have;
-    } num[] = {{&rec->shape.d, cfg->d, b->d},
-               {&rec->shape.H, cfg->H, b->H},
-               {&rec->shape.layers, cfg->layers, b->layers},
-               {&rec->shape.d_ff, cfg->d_ff, b->d_ff},
-               {&rec->shape.T, cfg->max_len, b->max_len}};
-    bool preset_bad = false;
-    for (size_t i = 0; i < sizeof num / sizeof num[0]; i++) {
-        if (num[i].want == num[i].have)
-            continue;
-        if (cg_cli_given(a, num[i].dst))
-            CG_BAD("%s %lld", given_name(a, num[i].dst), (long long)num[i].want);
-        else
-            preset_bad = by_preset;
-    }
-    if (preset_bad)
-        CG_BAD("--preset %s", *preset);
-    if (rec->norm && cfg->norm != b->norm)
-        CG_BAD("--norm %s", rec->norm);
-    if (rec->act && cfg->act != b->act)
-        CG_BAD("--act %s", rec->act);
-    if (cg_cli_given(a, &rec->norm_first) && cfg->norm_first != b->norm_first)
-        CG_BAD("--norm-first %s", cfg->norm_first ? "true" : "false");
-    cg_tokenizer_kind kind = ck->tok->kind;
-    if (rec->tokenizer_arg && !cg_tokenizer_kind_parse(rec->tokenizer_arg, &kind)) {
-        cg_prog_fail("--tokenizer: %s", cg_last_error());
-        return CG_EXIT_USAGE;
-    }
-    if (kind != ck->tok->kind)
-        CG_BAD("--tokenizer %s", rec->tokenizer_arg);
-    if (cg_cli_given(a, &rec->vocab_size) && rec->vocab_size != cg_tokenizer_vocab_size(ck->tok))
-        CG_BAD("--vocab-size %lld", (long long)rec->vocab_size);
-#undef CG_BAD
-    if (nbad == 0)
-        return -1;
-    return cg_prog_fail("'%s' fixes the model's shape and tokenizer (d=%lld H=%lld layers=%lld "
-                        "d_ff=%lld T=%lld, %s, %lld ids); %s contradict%s it (drop %s)",
-                        path, (long long)b->d, (long long)b->H, (long long)b->layers,
-                        (long long)b->d_ff, (long long)b->max_len,
-                        cg_tokenizer_kind_name(ck->tok->kind),
-                        (long long)cg_tokenizer_vocab_size(ck->tok), bad, nbad > 1 ? "" : "s",
-                        nbad > 1 ? "them" : "it");
+    cg_train_arch want = lm_arch(cfg), have = lm_arch(&ck->model->cfg);
+    return cg_train_check_base(a, rec, preset, &want, &have, ck->tok, path);
 }
 
 /* --init-from: the model and tokenizer from the base checkpoint (dropout
  * from --dropout when given, masks from --seed), the flags checked against
  * it, LoRA adapters attached when asked for, and the trainer told. */
 static int lm_init_from(lm_run *r, cg_trainer *t, const cg_train_opts *o,
-                        const cg_train_recipe *rec, const char *const *preset,
-                        const cg_charlm_config *cfg, const cg_ft_lora *lora)
+                        const cg_train_recipe *rec, const cg_charlm_config *cfg)
 {
+    const cg_ft_lora *lora = &r->lora;
     const cg_cli_args *a = o->args;
     cg_charlm_load_opts lo = {.seed = o->seed,
                               .dropout = cg_cli_given(a, &rec->dropout) ? rec->dropout : NAN};
@@ -260,7 +211,7 @@ static int lm_init_from(lm_run *r, cg_trainer *t, const cg_train_opts *o,
                           "start from a full checkpoint: its base, or a full fine-tune",
                           o->init_from, ck.base_path);
     else
-        rc = lm_check_base(a, rec, preset, cfg, &ck, o->init_from);
+        rc = lm_check_base(a, rec, &r->preset, cfg, &ck, o->init_from);
     /* the batch size: given, else the base's, else the preset's */
     const cg_json_field fb = {"batch_size", CG_JF_I64, &r->B, 1, 1 << 20, true};
     if (rc < 0 && !cg_cli_given(a, &rec->shape.B) &&
@@ -282,59 +233,63 @@ static int lm_init_from(lm_run *r, cg_trainer *t, const cg_train_opts *o,
     return rc;
 }
 
-static int lm_train(lm_run *r, cg_trainer *t, cg_train_opts *o, cg_train_recipe *rec,
-                    const char *const *preset, const cg_ft_lora *lora)
+/* --resume: the model and tokenizer from the checkpoint (a LoRA one's
+ * base: --base, else the one it records) and the run's state. */
+static int lm_resume(lm_run *r, const cg_train_opts *o)
 {
-    const char *preset_name = *preset;
-    cg_charlm_config cfg;
-    int rc = o->resume ? -1 : lm_config_from_flags(o->args, rec, preset_name, &cfg, &r->B);
-    if (rc < 0 && o->init_from)
-        rc = lm_init_from(r, t, o, rec, preset, &cfg, lora);
-    if (rc >= 0)
-        return rc;
-    cg_data_id id;
-    if (o->resume) {
-        cg_charlm_ckpt ck;
-        const cg_charlm_load_opts lo = {.base = o->base, .seed = 0, .dropout = NAN};
-        if (!cg_charlm_ckpt_load_opts(o->resume, &lo, &ck))
-            return cg_prog_fail_lib(NULL);
-        if (o->base && !ck.adapter) {
-            cg_charlm_ckpt_free(&ck);
-            return cg_prog_fail("--base: '%s' is not a LoRA adapter checkpoint (it holds its "
-                                "whole model)",
-                                o->resume);
-        }
-        r->model = ck.model;
-        r->tok = ck.tok;
-        ck.model = NULL;
-        ck.tok = NULL;
-        cg_charlm_ckpt_free(&ck);
-        if (!lm_state(r, NULL))
-            rc = cg_prog_fail_lib(NULL);
-        else if (!(r->corpus = read_corpus(o->data, &r->tok, CG_TOK_CHAR, 0, &id)))
-            rc = cg_prog_fail_lib(NULL);
-    } else if (!(r->corpus = read_corpus(o->data, &r->tok, rec->tokenizer, rec->vocab_size, &id))) {
-        rc = cg_prog_fail_lib(NULL);
-    } else {
-        if (!o->init_from) { /* a new model (--init-from: the base's) */
-            cfg.vocab = cg_tokenizer_vocab_size(r->tok);
-            cfg.loss_chunk = cg_train_loss_chunk(cfg.vocab);
-            cg_train_vocab_warn(r->tok, rec->vocab_size);
-            if (!cg_charlm_config_check(&cfg))
-                rc = cg_prog_fail("%s", cg_last_error());
-            else if (!(r->model = cg_charlm_new(&cfg, o->seed)))
-                rc = cg_prog_fail_lib(NULL);
-        }
-        r->lr = rec->lr;
-        r->label_smoothing = rec->label_smoothing;
-        r->batch_rng = cg_rng_new(o->seed ^ BATCH_SEED_MIX);
-    }
-    if (rc >= 0)
-        return rc;
-    if (!cg_trainer_set_data(t, &id))
+    cg_charlm_ckpt ck;
+    const cg_charlm_load_opts lo = {.base = o->base, .seed = 0, .dropout = NAN};
+    if (!cg_charlm_ckpt_load_opts(o->resume, &lo, &ck))
         return cg_prog_fail_lib(NULL);
-    r->T = r->model->cfg.max_len;
-    cg_charlm_set_recompute(r->model, rec->recompute);
+    if (o->base && !ck.adapter) {
+        cg_charlm_ckpt_free(&ck);
+        return cg_prog_fail("--base: '%s' is not a LoRA adapter checkpoint (it holds its "
+                            "whole model)",
+                            o->resume);
+    }
+    r->model = ck.model;
+    r->tok = ck.tok;
+    ck.model = NULL;
+    ck.tok = NULL;
+    cg_charlm_ckpt_free(&ck);
+    return lm_state(r, NULL) ? -1 : cg_prog_fail_lib(NULL);
+}
+
+/* The corpus (*id: its identity) and the model: resumed, from --init-from's
+ * base, or new from the flags. */
+static int lm_data_model(lm_run *r, cg_trainer *t, const cg_train_opts *o, cg_train_recipe *rec,
+                         cg_data_id *id)
+{
+    cg_charlm_config cfg;
+    int rc = o->resume ? -1 : lm_config_from_flags(o->args, rec, r->preset, &cfg, &r->B);
+    if (rc < 0 && o->init_from)
+        rc = lm_init_from(r, t, o, rec, &cfg);
+    if (rc < 0 && o->resume)
+        rc = lm_resume(r, o);
+    if (rc >= 0)
+        return rc;
+    if (o->resume)
+        return (r->corpus = read_corpus(o->data, &r->tok, CG_TOK_CHAR, 0, id))
+                   ? -1
+                   : cg_prog_fail_lib(NULL);
+    if (!(r->corpus = read_corpus(o->data, &r->tok, rec->tokenizer, rec->vocab_size, id)))
+        return cg_prog_fail_lib(NULL);
+    r->lr = rec->lr;
+    r->label_smoothing = rec->label_smoothing;
+    r->batch_rng = cg_rng_new(o->seed ^ BATCH_SEED_MIX);
+    if (o->init_from) /* the base's model */
+        return -1;
+    cfg.vocab = cg_tokenizer_vocab_size(r->tok);
+    cfg.loss_chunk = cg_train_loss_chunk(cfg.vocab);
+    cg_train_vocab_warn(r->tok, rec->vocab_size);
+    if (!cg_charlm_config_check(&cfg))
+        return cg_prog_fail("%s", cg_last_error());
+    return (r->model = cg_charlm_new(&cfg, o->seed)) ? -1 : cg_prog_fail_lib(NULL);
+}
+/* The data's checks against the model, its windows and each rank's share
+ * of the batch; the batches' memory. */
+static int lm_data_checks(lm_run *r, const cg_train_opts *o)
+{
     r->tr = cg_corpus_train(r->corpus);
     r->va = cg_corpus_val(r->corpus);
     if (r->corpus->unknown > 0)
@@ -358,6 +313,12 @@ static int lm_train(lm_run *r, cg_trainer *t, cg_train_opts *o, cg_train_recipe 
     if (!r->x || !r->y)
         return cg_prog_fail("out of memory for batches of %lld x %lld", (long long)r->B,
                             (long long)r->T);
+    return -1;
+}
+
+/* The run's lines on stderr before training. */
+static void lm_announce(const lm_run *r, const cg_trainer *t, const cg_train_opts *o)
+{
     const cg_charlm_config *c = &r->model->cfg;
     if (t->from_origin)
         fprintf(stderr, PROG ": fine-tuning '%s' (step %lld)%s\n", t->origin.id.path,
@@ -365,33 +326,94 @@ static int lm_train(lm_run *r, cg_trainer *t, cg_train_opts *o, cg_train_recipe 
     fprintf(stderr,
             PROG ": %lld chars%s, vocab %lld, train %lld, val %lld, params %lld; %s d=%lld H=%lld "
                  "layers=%lld d_ff=%lld T=%lld B=%lld, %lld steps, precision %s\n",
-            (long long)r->corpus->chars, bpe ? " in bpe tokens" : "",
+            (long long)r->corpus->chars, r->tok->kind == CG_TOK_BPE ? " in bpe tokens" : "",
             (long long)cg_tokenizer_vocab_size(r->tok), (long long)r->tr.n, (long long)r->va.n,
             (long long)cg_module_num_params(CG_MODULE(r->model)),
             o->resume      ? "resumed"
             : o->init_from ? "base"
-                           : preset_name,
+                           : r->preset,
             (long long)c->d, (long long)c->H, (long long)c->layers, (long long)c->d_ff,
             (long long)r->T, (long long)r->B, (long long)o->steps, cg_precision_name(o->precision));
-    cg_trainer_model m = {.name = "charlm",
-                          .plot_title = "charlm loss",
-                          .module = CG_MODULE(r->model),
-                          .dropout_rng = &r->model->dropout_rng,
-                          .optim = cg_adamw_config(r->lr, 0.9, 0.99, 1e-8),
-                          .weight_decay_2d = WEIGHT_DECAY,
-                          .clip_norm = CLIP_NORM,
-                          .eval_at_start = true,
-                          .self = r,
-                          .batch = lm_batch,
-                          .loss = lm_loss,
-                          .lr = lm_lr,
-                          .evaluate = lm_evaluate,
-                          .finish = lm_finish,
-                          .config_json = lm_config,
-                          .tokenizer = lm_tokenizer,
-                          .state_save = lm_state};
-    return cg_trainer_run(t, &m);
 }
+
+/* Corpus, tokenizer and model (fresh, resumed or from a base), checked,
+ * and the char LM as the trainer sees it. */
+static int lm_setup(void *self, cg_trainer *t, cg_train_opts *o, cg_train_recipe *rec,
+                    cg_trainer_model *m)
+{
+    lm_run *r = self;
+    r->t = t;
+    cg_data_id id;
+    int rc = lm_data_model(r, t, o, rec, &id);
+    if (rc >= 0)
+        return rc;
+    if (!cg_trainer_set_data(t, &id))
+        return cg_prog_fail_lib(NULL);
+    r->T = r->model->cfg.max_len;
+    cg_charlm_set_recompute(r->model, rec->recompute);
+    if ((rc = lm_data_checks(r, o)) >= 0)
+        return rc;
+    lm_announce(r, t, o);
+    *m = (cg_trainer_model){.name = "charlm",
+                            .plot_title = "charlm loss",
+                            .module = CG_MODULE(r->model),
+                            .dropout_rng = &r->model->dropout_rng,
+                            .optim = cg_adamw_config(r->lr, 0.9, 0.99, 1e-8),
+                            .weight_decay_2d = WEIGHT_DECAY,
+                            .clip_norm = CLIP_NORM,
+                            .eval_at_start = true,
+                            .self = r,
+                            .batch = lm_batch,
+                            .loss = lm_loss,
+                            .lr = lm_lr,
+                            .evaluate = lm_evaluate,
+                            .finish = lm_finish,
+                            .config_json = lm_config,
+                            .tok = r->tok,
+                            .state_save = lm_state};
+    return -1;
+}
+
+/* charlm train's checks of its flags: the LoRA flags and --base. */
+static int lm_check(void *self, const cg_train_opts *o, const cg_train_recipe *rec)
+{
+    (void)rec;
+    const cg_ft_lora *lora = &((lm_run *)self)->lora;
+    const cg_cli_args *a = o->args;
+    const void *lora_opts[] = {&lora->alpha, &lora->dropout, &lora->targets};
+    for (int i = 0; i < 3 && !o->resume; i++)
+        if (cg_cli_given(a, lora_opts[i]) && !cg_cli_given(a, &lora->rank)) {
+            cg_prog_fail("%s needs --lora-rank", cg_train_given_name(a, lora_opts[i]));
+            return CG_EXIT_USAGE;
+        }
+    if (cg_cli_given(a, &lora->rank) && !o->init_from && !o->resume) {
+        cg_prog_fail("--lora-rank needs --init-from (adapters fine-tune a trained checkpoint)");
+        return CG_EXIT_USAGE;
+    }
+    if (o->base && !o->resume) {
+        cg_prog_fail("--base names the base of a LoRA checkpoint given to --resume (--init-from "
+                     "names the checkpoint a new run starts from)");
+        return CG_EXIT_USAGE;
+    }
+    return -1;
+}
+
+static void lm_cleanup(void *self)
+{
+    lm_run *r = self;
+    cg_charlm_free(r->model);
+    cg_tokenizer_free(r->tok);
+    cg_corpus_free(r->corpus);
+    free(r->x);
+    free(r->y);
+}
+
+static const char TRAIN_NOTES[] =
+    "  defaults: --data " DEFAULT_DATA " (made by scripts/prepare_data.sh),\n"
+    "  --out " DEFAULT_OUT ", --steps 2000, --eval-every 250, --lr 1e-3,\n"
+    "  --dropout 0, --label-smoothing 0, --norm layernorm, --act gelu, --norm-first true,\n"
+    "  --tokenizer char\n"
+    "\n";
 
 static int cmd_train(int argc, char **argv)
 {
@@ -399,12 +421,11 @@ static int cmd_train(int argc, char **argv)
     cg_train_recipe rec;
     cg_train_init(&o, &rec, 2000, 250);
     rec.lr = 1e-3;
-    const char *preset_name = "tiny";
-    cg_ft_lora lora = {.rank = 0, .alpha = NAN, .dropout = 0, .targets = NULL};
+    lm_run r = {.preset = "tiny", .lora = {.rank = 0, .alpha = NAN, .dropout = 0, .targets = NULL}};
     /* charlm train's flags, one row each (models/train/options.h: how to add
      * one), then the rows both train commands share */
     const cg_cli_opt opts[] = {
-        {"--preset", CG_CLI_STR, &preset_name, 0, 0,
+        {"--preset", CG_CLI_STR, &r.preset, 0, 0,
          "  --preset NAME      tiny (d 128, H 4, 4 layers, d_ff 512, T 64, B 12; default),\n"
          "                     base (d 384, H 6, 6 layers, d_ff 1536, T 256, B 16) or\n"
          "                     gpt2 (GPT-2 small: d 768, H 12, 12 layers, d_ff 3072, T 256,\n"
@@ -417,29 +438,23 @@ static int cmd_train(int argc, char **argv)
         {"--T", CG_CLI_I64, &rec.shape.T, 1, 1 << 16, NULL, CG_CLI_FIXED},
         {"--batch-size", CG_CLI_I64, &rec.shape.B, 1, 1 << 20,
          "  --batch-size N     windows per batch B (default from the preset)\n", CG_CLI_FIXED},
-        {NULL, 0, NULL, 0, 0,
-         "  defaults: --data " DEFAULT_DATA " (made by scripts/prepare_data.sh),\n"
-         "  --out " DEFAULT_OUT ", --steps 2000, --eval-every 250, --lr 1e-3,\n"
-         "  --dropout 0, --label-smoothing 0, --norm layernorm, --act gelu, --norm-first true,\n"
-         "  --tokenizer char\n"
-         "\n",
-         0},
+        {NULL, 0, NULL, 0, 0, TRAIN_NOTES, 0},
         {NULL, 0, NULL, 0, 0, "fine-tuning (nanoGPT's init_from; PEFT's LoRA):\n", 0},
         {"--init-from", CG_CLI_STR, &o.init_from, 0, 0,
          "  --init-from FILE   a new run from this checkpoint's weights, on --data: its\n"
          "                     shape and tokenizer, a fresh optimizer, step 0 (the file is\n"
          "                     only read; the checkpoint records it)\n",
          CG_CLI_FIXED},
-        {"--lora-rank", CG_CLI_I64, &lora.rank, 1, 1 << 16,
+        {"--lora-rank", CG_CLI_I64, &r.lora.rank, 1, 1 << 16,
          "  --lora-rank R      with --init-from: freeze the model and train LoRA adapters\n"
          "                     of rank R; the checkpoint holds only the adapters (sample and\n"
          "                     eval load the base with them)\n",
          CG_CLI_FIXED},
-        {"--lora-alpha", CG_CLI_F64, &lora.alpha, 1e-6, 1e6,
+        {"--lora-alpha", CG_CLI_F64, &r.lora.alpha, 1e-6, 1e6,
          "  --lora-alpha A     the adapters' scale is A/R (default 2R)\n", CG_CLI_FIXED},
-        {"--lora-dropout", CG_CLI_F64, &lora.dropout, 0, 0.999999,
+        {"--lora-dropout", CG_CLI_F64, &r.lora.dropout, 0, 0.999999,
          "  --lora-dropout P   dropout on the adapters' input (default 0)\n", CG_CLI_FIXED},
-        {"--lora-targets", CG_CLI_STR, &lora.targets, 0, 0,
+        {"--lora-targets", CG_CLI_STR, &r.lora.targets, 0, 0,
          "  --lora-targets L   the Linears adapted, comma-separated (default\n"
          "                     " CG_FT_LORA_TARGETS ")\n",
          CG_CLI_FIXED},
@@ -451,38 +466,9 @@ static int cmd_train(int argc, char **argv)
         CG_TRAIN_RUN_FLAGS(&o),
     };
     cg_cli_args args = {.opts = opts, .n = (int)(sizeof opts / sizeof opts[0])};
-    int rc = cg_train_parse(argc, argv, &args, TRAIN_HELP, &o, &rec);
-    if (rc >= 0)
-        return rc;
-    const void *lora_opts[] = {&lora.alpha, &lora.dropout, &lora.targets};
-    for (int i = 0; i < 3 && !o.resume; i++)
-        if (cg_cli_given(&args, lora_opts[i]) && !cg_cli_given(&args, &lora.rank)) {
-            cg_prog_fail("%s needs --lora-rank", given_name(&args, lora_opts[i]));
-            return CG_EXIT_USAGE;
-        }
-    if (cg_cli_given(&args, &lora.rank) && !o.init_from && !o.resume) {
-        cg_prog_fail("--lora-rank needs --init-from (adapters fine-tune a trained checkpoint)");
-        return CG_EXIT_USAGE;
-    }
-    if (o.base && !o.resume) {
-        cg_prog_fail("--base names the base of a LoRA checkpoint given to --resume (--init-from "
-                     "names the checkpoint a new run starts from)");
-        return CG_EXIT_USAGE;
-    }
-    if (!o.data) /* before the output checks: the default is a file read too */
-        o.data = DEFAULT_DATA;
-    cg_trainer t;
-    lm_run r = {.t = &t};
-    rc = cg_trainer_begin(&t, &o, "charlm", DEFAULT_OUT);
-    if (rc < 0)
-        rc = lm_train(&r, &t, &o, &rec, &preset_name, &lora);
-    cg_trainer_end(&t);
-    cg_charlm_free(r.model);
-    cg_tokenizer_free(r.tok);
-    cg_corpus_free(r.corpus);
-    free(r.x);
-    free(r.y);
-    return rc;
+    const cg_train_program p = {"charlm", TRAIN_HELP, DEFAULT_OUT, DEFAULT_DATA,
+                                lm_check, lm_setup,   lm_cleanup};
+    return cg_train_command(argc, argv, &args, &o, &rec, &p, &r);
 }
 
 /* ----------------------------------------------------------------- sample */
@@ -543,91 +529,96 @@ static bool write_attention_png(cg_charlm *m, const cg_tokenizer *tok, const int
     return ok;
 }
 
-static int cmd_sample(int argc, char **argv)
-{
-    const char *ckpt = DEFAULT_OUT, *prompt = "\n", *attn_png = NULL, *base = NULL;
-    int64_t length = 500, threads = 0;
+/* sample's flags. */
+typedef struct {
+    const char *ckpt, *prompt, *attn_png, *base, *precision;
+    int64_t length, threads;
     uint64_t seed;
-    const char *precision = NULL;
-    bool no_cache = false, force = false;
+    bool no_cache, force;
     cg_sample_opts so;
-    cg_cli_opt opts[16] = {
-        {"--force", CG_CLI_SWITCH, &force, 0, 0, NULL, 0},
-        {"--base", CG_CLI_STR, &base, 0, 0, NULL, 0},
-        {"--ckpt", CG_CLI_STR, &ckpt, 0, 0, NULL, 0},
-        {"--prompt", CG_CLI_STR, &prompt, 0, 0, NULL, 0},
-        {"--precision", CG_CLI_STR, &precision, 0, 0, NULL, 0},
-        {"--length", CG_CLI_I64, &length, 0, 10000000, NULL, 0},
-        {"--no-cache", CG_CLI_SWITCH, &no_cache, 0, 0, NULL, 0},
-        {"--attention", CG_CLI_STR, &attn_png, 0, 0, NULL, 0},
-        {"--threads", CG_CLI_I64, &threads, 1, 1024, NULL, 0},
-    };
-    int prc =
-        cg_prog_parse(argc, argv, opts, 9 + cg_sample_cli_opts(&so, &seed, opts + 9), SAMPLE_HELP);
-    if (prc >= 0 || (prc = cg_precision_flag(precision, NULL)) >= 0)
-        return prc;
-    if (attn_png && !cg_out_picture_check(attn_png, force, ckpt, "--ckpt"))
-        return cg_prog_fail("--attention: %s", cg_last_error());
-    cg_cli_set_threads(PROG, threads);
-    cg_precision prec;
-    cg_charlm_ckpt ck;
-    const cg_charlm_load_opts lo = {.base = base, .seed = 0, .dropout = NAN};
-    if (!load_for_stdout(ckpt, &lo, &ck))
-        return cg_prog_fail_lib(NULL);
-    /* the picture is no base the adapter loaded either (its other checks: above) */
-    if (attn_png && ck.base_path &&
-        !cg_out_picture_check(attn_png, true, ck.base_path, "its base")) {
-        cg_charlm_ckpt_free(&ck);
-        return cg_prog_fail("--attention: %s", cg_last_error());
-    }
-    if (!cg_decode_precision(precision, cg_charlm_ckpt_train_json(&ck), ckpt, &prec)) {
-        cg_charlm_ckpt_free(&ck);
-        return cg_prog_fail_lib(NULL);
-    }
-    int rc = 1;
-    int64_t n = 0, *outp = NULL, unknown = 0;
+} sample_args;
+
+/* Print the prompt, then each piece as it is generated from ck, the speed
+ * line, and the attention picture when asked for: -1 or the exit code. */
+static int generate(cg_charlm_ckpt *ck, const sample_args *a, cg_precision prec)
+{
+    int rc = -1;
+    int64_t n = 0, *outp = NULL, unknown = 0, length = a->length;
     uint32_t first = 0;
-    int64_t *ids = ck.vocab
-                       ? cg_vocab_encode_text(ck.vocab, prompt, "--prompt", &n, &unknown, &first)
-                       : cg_tokenizer_encode(ck.tok, prompt, &n, NULL);
-    if (ck.vocab)
-        cg_vocab_warn_unknown(ck.vocab, PROG, "the prompt", unknown, first);
-    cg_rng rng = cg_rng_new(seed);
+    int64_t *ids =
+        ck->vocab ? cg_vocab_encode_text(ck->vocab, a->prompt, "--prompt", &n, &unknown, &first)
+                  : cg_tokenizer_encode(ck->tok, a->prompt, &n, NULL);
+    if (ck->vocab)
+        cg_vocab_warn_unknown(ck->vocab, PROG, "the prompt", unknown, first);
+    cg_rng rng = cg_rng_new(a->seed);
     double t_gen = cg_now(), c_gen = cg_cpu_now();
-    /* print the prompt as given, then each piece as it is generated */
-    fputs(prompt, stdout);
+    fputs(a->prompt, stdout); /* the prompt as given */
     fflush(stdout);
-    if (!ids || !(outp = cg_charlm_generate_text(ck.model, ck.tok, ids, n, length, &so, &rng,
-                                                 !no_cache, stdout))) {
+    if (!ids || !(outp = cg_charlm_generate_text(ck->model, ck->tok, ids, n, length, &a->so, &rng,
+                                                 !a->no_cache, stdout)))
         rc = cg_prog_fail_lib(NULL);
-        goto done;
-    }
     t_gen = cg_now() - t_gen;
     c_gen = cg_cpu_now() - c_gen;
-    fputc('\n', stdout); /* end the sample's line before the speed line on stderr */
-    fflush(stdout);
-    /* CPU time too: on a shared machine it moves less than the wall time */
-    const char *unit = ck.vocab ? "characters" : "tokens";
-    fprintf(stderr, PROG ": %lld %s in %.2f s (%.1f %s/s, %.2f CPU s, %s, %s)\n", (long long)length,
-            unit, t_gen, t_gen > 0 ? (double)length / t_gen : 0.0, unit, c_gen,
-            no_cache ? "full recompute" : "key/value cache", cg_precision_name(prec));
-    if (attn_png) {
-        int64_t total = n + length, w = total < 32 ? total : 32;
-        if (w > ck.model->cfg.max_len)
-            w = ck.model->cfg.max_len;
-        if (!write_attention_png(ck.model, ck.tok, outp + total - w, w, attn_png)) {
-            rc = cg_prog_fail("--attention: %s", cg_last_error());
-            goto done;
-        }
-        fprintf(stderr, PROG ": attention heatmaps written to '%s'\n", attn_png);
+    const char *unit = ck->vocab ? "characters" : "tokens";
+    if (rc < 0) {
+        fputc('\n', stdout); /* end the sample's line before the speed line on stderr */
+        fflush(stdout);
+        /* CPU time too: on a shared machine it moves less than the wall time */
+        fprintf(stderr, PROG ": %lld %s in %.2f s (%.1f %s/s, %.2f CPU s, %s, %s)\n",
+                (long long)length, unit, t_gen, t_gen > 0 ? (double)length / t_gen : 0.0, unit,
+                c_gen, a->no_cache ? "full recompute" : "key/value cache", cg_precision_name(prec));
     }
-    rc = 0;
-done:
+    if (rc < 0 && a->attn_png) {
+        int64_t total = n + length, w = total < 32 ? total : 32;
+        if (w > ck->model->cfg.max_len)
+            w = ck->model->cfg.max_len;
+        if (!write_attention_png(ck->model, ck->tok, outp + total - w, w, a->attn_png))
+            rc = cg_prog_fail("--attention: %s", cg_last_error());
+        else
+            fprintf(stderr, PROG ": attention heatmaps written to '%s'\n", a->attn_png);
+    }
     fflush(stdout);
     free(ids);
     free(outp);
-    cg_charlm_ckpt_free(&ck);
     return rc;
+}
+
+static int cmd_sample(int argc, char **argv)
+{
+    sample_args a = {.ckpt = DEFAULT_OUT, .prompt = "\n", .length = 500};
+    cg_cli_opt opts[16] = {
+        {"--force", CG_CLI_SWITCH, &a.force, 0, 0, NULL, 0},
+        {"--base", CG_CLI_STR, &a.base, 0, 0, NULL, 0},
+        {"--ckpt", CG_CLI_STR, &a.ckpt, 0, 0, NULL, 0},
+        {"--prompt", CG_CLI_STR, &a.prompt, 0, 0, NULL, 0},
+        {"--precision", CG_CLI_STR, &a.precision, 0, 0, NULL, 0},
+        {"--length", CG_CLI_I64, &a.length, 0, 10000000, NULL, 0},
+        {"--no-cache", CG_CLI_SWITCH, &a.no_cache, 0, 0, NULL, 0},
+        {"--attention", CG_CLI_STR, &a.attn_png, 0, 0, NULL, 0},
+        {"--threads", CG_CLI_I64, &a.threads, 1, 1024, NULL, 0},
+    };
+    int rc = cg_prog_parse(argc, argv, opts, 9 + cg_sample_cli_opts(&a.so, &a.seed, opts + 9),
+                           SAMPLE_HELP);
+    if (rc >= 0 || (rc = cg_precision_flag(a.precision, NULL)) >= 0)
+        return rc;
+    if (a.attn_png && !cg_out_picture_check(a.attn_png, a.force, a.ckpt, "--ckpt"))
+        return cg_prog_fail("--attention: %s", cg_last_error());
+    cg_cli_set_threads(PROG, a.threads);
+    cg_precision prec;
+    cg_charlm_ckpt ck;
+    const cg_charlm_load_opts lo = {.base = a.base, .seed = 0, .dropout = NAN};
+    if (!load_for_stdout(a.ckpt, &lo, &ck))
+        return cg_prog_fail_lib(NULL);
+    /* the picture is no base the adapter loaded either (its other checks: above) */
+    if (a.attn_png && ck.base_path &&
+        !cg_out_picture_check(a.attn_png, true, ck.base_path, "its base"))
+        rc = cg_prog_fail("--attention: %s", cg_last_error());
+    else if (!cg_decode_precision(a.precision, cg_charlm_ckpt_train_json(&ck), a.ckpt, &prec))
+        rc = cg_prog_fail_lib(NULL);
+    else
+        rc = generate(&ck, &a, prec);
+    cg_charlm_ckpt_free(&ck);
+    return rc < 0 ? 0 : rc;
 }
 
 /* ------------------------------------------------------------------- eval */
@@ -703,18 +694,13 @@ static int cmd_eval(int argc, char **argv)
 }
 
 /* ---------------------------------------------------------------- average */
+/* Does the checkpoint at path load as a char LM? (average's check) */
 static bool lm_loads(const char *path)
 {
     cg_charlm_ckpt ck;
     bool ok = cg_charlm_ckpt_load(path, &ck);
     cg_charlm_ckpt_free(&ck);
     return ok;
-}
-
-static int cmd_average(int argc, char **argv)
-{
-    const cg_avg_model m = {"charlm", cg_charlm_config_same_arch, lm_loads};
-    return cg_average_command(argc, argv, &m); /* models/train/average.h */
 }
 
 /* ------------------------------------------------------------------- main */
@@ -730,7 +716,9 @@ static const char MAIN_HELP[] =
 
 int main(int argc, char **argv)
 {
-    const cg_prog_command cmds[] = {
-        {"train", cmd_train}, {"sample", cmd_sample}, {"eval", cmd_eval}, {"average", cmd_average}};
-    return cg_prog_main(argc, argv, PROG, MAIN_HELP, cmds, 4);
+    static const cg_prog_command cmds[] = {
+        {"train", cmd_train}, {"sample", cmd_sample}, {"eval", cmd_eval}};
+    static const cg_program p = {
+        PROG, MAIN_HELP, cmds, 3, {"charlm", cg_charlm_config_same_arch, lm_loads}};
+    return cg_program_main(argc, argv, &p);
 }

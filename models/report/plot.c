@@ -329,6 +329,7 @@ static bool read_child(int fd, pid_t pid, char *out, size_t cap)
  * calls exit(), which in the child would run the caller's atexit handlers
  * and library destructors: the child reports the message and _exits. */
 static const char *g_child_who = "cg_plot";
+/* exit: the forked drawing child ends here, never the caller. */
 static int child_plexit(PLCHAR_VECTOR msg)
 {
     dprintf(STDERR_FILENO, "\x1e%s: PLplot: %s", g_child_who, msg ? msg : "");
@@ -353,14 +354,14 @@ bool cg_plot_draw_apart(const char *who, const char *path, bool (*draw)(void *),
         signal(SIGTERM, SIG_IGN); /* decides, and waits for the picture */
         int null = open("/dev/null", O_WRONLY);
         if (null < 0 || dup2(null, STDOUT_FILENO) < 0 || dup2(p[1], STDERR_FILENO) < 0)
-            _exit(1);
+            _exit(1); /* exit: the forked child, never the caller */
         close(p[0]);
         g_child_who = who;
         plsexit(child_plexit);
         bool ok = draw(arg);
         if (!ok)
             dprintf(STDERR_FILENO, "\x1e%s", cg_last_error());
-        _exit(ok ? 0 : 1);
+        _exit(ok ? 0 : 1); /* exit: the forked child, never the caller */
     }
     int fork_err = errno;
     close(p[1]);

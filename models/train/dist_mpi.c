@@ -92,8 +92,9 @@ static void *watchdog_main(void *arg)
                     "another rank probably died, hangs or took a different code path; "
                     "aborting the job\n",
                     g_rank, g_wd_what, g_timeout);
+            /* exit: a rank is stuck in a collective; only ending the whole job frees the others */
             MPI_Abort(MPI_COMM_WORLD, 124);
-            _exit(124);
+            _exit(124); /* exit: MPI_Abort returned: this rank ends all the same */
         }
     }
     pthread_mutex_unlock(&g_wd_mu);
@@ -229,6 +230,8 @@ void cg_dist_finalize(void)
     g_size = 1;
 }
 
+/* exit: a program's last resort under MPI (prog.c): the other ranks would
+ * wait forever in their next collective, so the whole job ends here. */
 _Noreturn void cg_dist_abort(int code, const char *msg)
 {
     fflush(stdout);

@@ -69,6 +69,8 @@ bool cg_dist_allreduce_max(double *v, int n)
 }
 bool cg_dist_barrier(void) { return true; }
 bool cg_dist_quiet_nonroot(void) { return true; }
+/* exit: the one-process twin of dist_mpi.c's cg_dist_abort (its callers
+ * reach it only with more than one rank). */
 _Noreturn void cg_dist_abort(int code, const char *msg)
 {
     fprintf(stderr, "cgrad dist: rank 0: %s\n", msg ? msg : "aborting");

@@ -1,6 +1,7 @@
 /* cgrad zoo: the flags of the train commands (see options.h). */
 #include "models/train/options.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -232,4 +233,96 @@ bool cg_decode_precision(const char *arg, const char *train_json, const char *ck
     if (ok)
         cg_set_matmul_precision(*out);
     return ok;
+}
+
+const char *cg_train_given_name(const cg_cli_args *a, const void *dst)
+{
+    for (int i = 0; i < a->n; i++)
+        if (a->opts[i].dst == dst && a->given[i])
+            return a->opts[i].name;
+    return "?";
+}
+
+/* Append ", " (after the first) and the formatted text to bad. */
+static void add_bad(char *bad, size_t cap, int *nbad, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void add_bad(char *bad, size_t cap, int *nbad, const char *fmt, ...)
+{
+    size_t n = strlen(bad);
+    snprintf(bad + n, cap - n, "%s", (*nbad)++ ? ", " : "");
+    n = strlen(bad);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(bad + n, cap - n, fmt, ap);
+    va_end(ap);
+}
+
+/* The shape flags that differ from the base's, into bad; a difference no
+ * flag given explains is --preset's when it was given. */
+static void shape_bad(const cg_cli_args *a, const cg_train_recipe *rec, const char *const *preset,
+                      const cg_train_arch *want, const cg_train_arch *have, char *bad, size_t cap,
+                      int *nbad)
+{
+    const cg_train_preset *w = &want->shape, *h = &have->shape, *r = &rec->shape;
+    const struct {
+        const void *dst;
+        int64_t want, have;
+    } num[] = {{&r->d, w->d, h->d},
+               {&r->H, w->H, h->H},
+               {&r->layers, w->layers, h->layers},
+               {&r->enc_layers, w->enc_layers, h->enc_layers},
+               {&r->dec_layers, w->dec_layers, h->dec_layers},
+               {&r->d_ff, w->d_ff, h->d_ff},
+               {&r->T, w->T, h->T}};
+    bool preset_bad = false;
+    for (size_t i = 0; i < sizeof num / sizeof num[0]; i++) {
+        if (num[i].want == num[i].have)
+            continue;
+        if (cg_cli_given(a, num[i].dst))
+            add_bad(bad, cap, nbad, "%s %lld", cg_train_given_name(a, num[i].dst),
+                    (long long)num[i].want);
+        else
+            preset_bad = cg_cli_given(a, preset);
+    }
+    if (preset_bad)
+        add_bad(bad, cap, nbad, "--preset %s", *preset);
+}
+
+int cg_train_check_base(const cg_cli_args *a, const cg_train_recipe *rec, const char *const *preset,
+                        const cg_train_arch *want, const cg_train_arch *have,
+                        const cg_tokenizer *tok, const char *path)
+{
+    char bad[512] = "";
+    int nbad = 0;
+    shape_bad(a, rec, preset, want, have, bad, sizeof bad, &nbad);
+    if (rec->norm && want->norm != have->norm)
+        add_bad(bad, sizeof bad, &nbad, "--norm %s", rec->norm);
+    if (rec->act && want->act != have->act)
+        add_bad(bad, sizeof bad, &nbad, "--act %s", rec->act);
+    if (cg_cli_given(a, &rec->norm_first) && want->norm_first != have->norm_first)
+        add_bad(bad, sizeof bad, &nbad, "--norm-first %s", want->norm_first ? "true" : "false");
+    cg_tokenizer_kind kind = tok->kind;
+    if (rec->tokenizer_arg && !cg_tokenizer_kind_parse(rec->tokenizer_arg, &kind)) {
+        cg_prog_fail("--tokenizer: %s", cg_last_error());
+        return CG_EXIT_USAGE;
+    }
+    if (kind != tok->kind)
+        add_bad(bad, sizeof bad, &nbad, "--tokenizer %s", rec->tokenizer_arg);
+    if (cg_cli_given(a, &rec->vocab_size) && rec->vocab_size != cg_tokenizer_vocab_size(tok))
+        add_bad(bad, sizeof bad, &nbad, "--vocab-size %lld", (long long)rec->vocab_size);
+    if (nbad == 0)
+        return -1;
+    const cg_train_preset *h = &have->shape;
+    char layers[64];
+    if (h->enc_layers || h->dec_layers)
+        snprintf(layers, sizeof layers, "enc_layers=%lld dec_layers=%lld", (long long)h->enc_layers,
+                 (long long)h->dec_layers);
+    else
+        snprintf(layers, sizeof layers, "layers=%lld", (long long)h->layers);
+    return cg_prog_fail("'%s' fixes the model's shape and tokenizer (d=%lld H=%lld %s "
+                        "d_ff=%lld T=%lld, %s, %lld ids); %s contradict%s it (drop %s)",
+                        path, (long long)h->d, (long long)h->H, layers, (long long)h->d_ff,
+                        (long long)h->T, cg_tokenizer_kind_name(tok->kind),
+                        (long long)cg_tokenizer_vocab_size(tok), bad, nbad > 1 ? "" : "s",
+                        nbad > 1 ? "them" : "it");
 }

@@ -332,6 +332,28 @@ bool cg_train_shape(const cg_cli_args *a, const cg_train_preset *p, cg_train_rec
 int cg_train_tokenizer_flags(const char *name, bool seen, int64_t vocab_size,
                              cg_tokenizer_kind *kind);
 
+/* The name of the given flag of a that writes to dst ("--block-size" or
+ * its alias "--T"), or "?". */
+const char *cg_train_given_name(const cg_cli_args *a, const void *dst);
+
+/* A model's architecture as --init-from compares it with its base's: the
+ * shape (d, H, layers or enc_layers and dec_layers, d_ff, T), norm,
+ * activation, pre- or post-norm. */
+typedef struct {
+    cg_train_preset shape;
+    cg_norm_kind norm;
+    cg_act act;
+    bool norm_first;
+} cg_train_arch;
+/* --init-from: the shape, architecture and tokenizer flags given (a, rec;
+ * preset: the variable of --preset) with the preset make `want`, which
+ * must agree with `have`, the base checkpoint's at path, whose tokenizer
+ * is tok; one message names every flag that does not ("drop ..."). -1
+ * when they agree, else the exit code (the error printed). */
+int cg_train_check_base(const cg_cli_args *a, const cg_train_recipe *rec, const char *const *preset,
+                        const cg_train_arch *want, const cg_train_arch *have,
+                        const cg_tokenizer *tok, const char *path);
+
 /* The checkpoint's "options": the CG_CLI_SAVED rows of a (none when a is
  * NULL), written into j, or read back from j (NULL: a checkpoint written
  * before options; an absent key keeps the default). False + error. */

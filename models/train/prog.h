@@ -1,11 +1,14 @@
 /* cgrad zoo: what every zoo program shares: its name in messages, the one-line
- * errors and warnings, flag parsing, and main() with the command dispatch.
+ * errors and warnings, and flag parsing (main() and the command dispatch:
+ * program.h).
  *
  * Exit codes of every zoo program: 0 success (also a run stopped by
  * SIGINT/SIGTERM or --stop-at, which saves); 1 a failure (bad input, bad
  * data or checkpoint, a NaN, a failed save); 2 a bad command line (missing
  * or unknown command, unknown flag, bad flag value). Every error is one
- * line "PROG: error: ..." on stderr; under MPI an error ends every rank. */
+ * line "PROG: error: ..." on stderr, printed where it happens; the code goes
+ * back up to main (nothing below main exits: program.h); under MPI an error
+ * ends every rank. */
 #ifndef CG_MODELS_TRAIN_PROG_H
 #define CG_MODELS_TRAIN_PROG_H
 
@@ -23,13 +26,9 @@ const char *cg_prog_name(void);
 /* "PROG: error: <msg>" (one line: newlines become spaces) on stderr;
  * returns CG_EXIT_FAIL. */
 int cg_prog_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* cg_prog_fail with the library's last error message. */
+/* cg_prog_fail with the library's last error message ("what: message"
+ * when what is not NULL); returns CG_EXIT_FAIL. */
 int cg_prog_fail_lib(const char *what);
-/* Print like cg_prog_fail and end the process with code (every MPI rank). */
-_Noreturn void cg_prog_die(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* cg_prog_die(CG_EXIT_FAIL) with the library's last error message
- * ("what: message" when what is not NULL). */
-_Noreturn void cg_prog_die_lib(const char *what);
 void cg_prog_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Parse a command's flags. Returns -1 to go on, else the exit code to
@@ -42,17 +41,6 @@ int cg_prog_parse(int argc, char **argv, const cg_cli_opt *opts, int n, const ch
  * moved, in order, to argv[0..*np). */
 int cg_prog_parse_pos(int argc, char **argv, const cg_cli_opt *opts, int n, const char *help,
                       int *np);
-typedef struct {
-    const char *name;
-    int (*run)(int argc, char **argv); /* argv after the command name */
-} cg_prog_command;
-
-/* A zoo program's main(): MPI set-up (models/train/dist.h), the command
- * dispatch (a missing or unknown command exits CG_EXIT_USAGE), and an
- * MPI abort of every rank when a command fails. */
-int cg_prog_main(int argc, char **argv, const char *prog, const char *help,
-                 const cg_prog_command *cmds, int ncmds);
-
 #ifdef __cplusplus
 }
 #endif

@@ -71,11 +71,11 @@ typedef struct cg_trainer_model {
      * evaluation; adds its fields to the JSON line (models/util/config_json.h
      * cg_json_put_num and the others). */
     bool (*finish)(void *self, const cg_trainer *t, cJSON *j);
-    /* The checkpoint's "config" (malloc'd), its tokenizer (borrowed;
-     * models/text/tokenizer.h) and the model's own trainer state, added to o. */
+    /* The checkpoint's "config" (malloc'd) and the model's own trainer
+     * state, added to o. */
     char *(*config_json)(void *self);
-    const cg_tokenizer *(*tokenizer)(void *self);
     bool (*state_save)(void *self, cJSON *o);
+    const cg_tokenizer *tok; /* the checkpoint's tokenizer (borrowed; models/text/tokenizer.h) */
 } cg_trainer_model;
 
 struct cg_trainer {

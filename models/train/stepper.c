@@ -115,87 +115,146 @@ void cg_stepper_free(cg_stepper *s)
     memset(s, 0, sizeof *s);
 }
 
-cg_step_result cg_stepper_step(cg_stepper *st, int64_t s, double *loss_out, double *tokens_out)
+/* The step's micro-batches: st->w[k] and st->tok[k], their sums *W and
+ * *tok. False + error. */
+static bool make_batches(cg_stepper *st, double *W, double *tok)
+{
+    const cg_trainer_model *m = st->m;
+    *W = *tok = 0;
+    for (int k = 0; k < st->grad_accum; k++) {
+        if (!m->batch(m->self, k, &st->w[k], &st->tok[k]))
+            return false;
+        *W += st->w[k];
+        *tok += st->tok[k];
+    }
+    return true;
+}
+
+/* Forward + loss and backward of each micro-batch, gradients accumulated:
+ * each loss weighted by its share w[k]/W of the step (one micro-batch: as
+ * it is); the reducer, if any, is told before the last backward, which
+ * starts the reduction over the ranks. *lv: the step's loss on this rank;
+ * *back_ok: every backward succeeded. False + error when a loss or the
+ * reducer fails. */
+static bool forward_backward(cg_stepper *st, double W, double *lv, bool *back_ok)
 {
     const cg_trainer_model *m = st->m;
     const int N = st->grad_accum;
-    double W = 0, tok = 0;
-    *loss_out = NAN;
-    *tokens_out = 0;
-    for (int k = 0; k < N; k++) {
-        if (!m->batch(m->self, k, &st->w[k], &st->tok[k]))
-            return CG_STEP_FAILED;
-        W += st->w[k];
-        tok += st->tok[k];
-    }
-    cg_optim_set_lr(st->opt, m->lr(m->self, s));
-    cg_optim_zero_grad(st->opt);
-    double lsum = 0, lv = NAN;
-    bool back_ok = true;
+    double lsum = 0;
+    *lv = NAN;
+    *back_ok = true;
     for (int k = 0; k < N; k++) {
         /* every tensor of the micro-batch's graph dies at the scope's end */
         cg_scope *sc = cg_scope_begin();
         cg_tensor *loss = sc ? m->loss(m->self, k) : NULL;
         if (!loss) {
             cg_scope_end(sc);
-            return CG_STEP_FAILED;
+            return false;
         }
         double l = cg_item(loss);
         lsum += l * st->w[k];
         if (k == N - 1 && st->reducer && !cg_dist_reducer_prepare(st->reducer, W)) {
             cg_scope_end(sc);
-            return CG_STEP_FAILED;
+            return false;
         }
         if (N == 1) {
-            lv = l;
-            back_ok = cg_backward(loss, NULL, false);
+            *lv = l;
+            *back_ok = cg_backward(loss, NULL, false);
         } else { /* the mean over all N micro-batches' units */
             cg_tensor *scaled = cg_muls(loss, (float)(st->w[k] / W));
-            back_ok = back_ok && scaled && cg_backward(scaled, NULL, false);
+            *back_ok = *back_ok && scaled && cg_backward(scaled, NULL, false);
         }
         cg_scope_end(sc);
     }
     if (N > 1)
-        lv = lsum / W;
-    *loss_out = lv;
-    if (!isfinite(lv) && !st->skip_nonfinite) {
-        char culprit[400] = "";
-        if (back_ok && !local_grads_finite(st))
-            snprintf(culprit, sizeof culprit, " (%s)", cg_last_error());
-        cg_set_error("loss is %s at step %lld%s", isnan(lv) ? "nan" : "inf", (long long)s, culprit);
+        *lv = lsum / W;
+    return true;
+}
+
+/* A non-finite loss on this rank at step s: the error, naming the first
+ * parameter with a non-finite gradient when backward ran. */
+static cg_step_result nonfinite_loss(const cg_stepper *st, int64_t s, double lv, bool back_ok)
+{
+    char culprit[400] = "";
+    if (back_ok && !local_grads_finite(st))
+        snprintf(culprit, sizeof culprit, " (%s)", cg_last_error());
+    cg_set_error("loss is %s at step %lld%s", isnan(lv) ? "nan" : "inf", (long long)s, culprit);
+    return CG_STEP_NONFINITE;
+}
+
+/* Every rank's loss, weight and tokens summed (*lv: the step's loss over
+ * every rank, *tokens: their tokens) and the gradients averaged, each rank
+ * weighted by W (the reducer finishes what the last backward began). From
+ * here on every rank takes the same decisions. False + error. */
+static bool reduce_ranks(cg_stepper *st, double W, double tok, double *lv, double *tokens)
+{
+    double red[3] = {*lv * W, W, tok};
+    if (!cg_dist_allreduce_sum(red, 3) || !(st->reducer ? cg_dist_reducer_finish(st->reducer)
+                                                        : cg_dist_average_grads(st->m->module, W)))
+        return false;
+    *lv = red[0] / red[1];
+    *tokens = red[2];
+    return true;
+}
+
+/* Clipping to m->clip_norm (0: none): the gradients' norm before it, under
+ * ZeRO the global norm of every rank's shard (collective: every rank takes
+ * this alike). Negative + error when it fails. */
+static double clip(cg_stepper *st)
+{
+    double max_norm = st->m->clip_norm;
+    return max_norm <= 0 ? 0.0
+           : st->zero    ? cg_dist_clip_grad_norm(st->opt, max_norm)
+                         : cg_optim_clip_grad_norm(st->opt, max_norm);
+}
+
+/* A non-finite loss or gradient norm over the ranks at step s: stop, or
+ * with skip_nonfinite skip the step (gradients zeroed), with the error. */
+static cg_step_result nonfinite_step(cg_stepper *st, int64_t s, double lv)
+{
+    if (st->zero ? cg_dist_grads_finite(st->opt) : cg_optim_grads_finite(st->opt, NULL))
+        cg_set_error("gradient norm is not finite");
+    if (!st->skip_nonfinite) {
+        cg_prefix_error("step %lld: ", (long long)s);
         return CG_STEP_NONFINITE;
     }
+    cg_prefix_error("loss %g, ", lv);
+    cg_optim_zero_grad(st->opt);
+    return CG_STEP_SKIPPED;
+}
+
+/* The optimizer step, in order: the step's batches, the schedule's learning
+ * rate, forward + loss and backward of each micro-batch (gradient
+ * accumulation), the reduction over the ranks, clipping, the optimizer
+ * (and ZeRO's gathering of the parameters). */
+cg_step_result cg_stepper_step(cg_stepper *st, int64_t s, double *loss_out, double *tokens_out)
+{
+    const cg_trainer_model *m = st->m;
+    double W, tok, lv;
+    bool back_ok;
+    *loss_out = NAN;
+    *tokens_out = 0;
+    if (!make_batches(st, &W, &tok))
+        return CG_STEP_FAILED;
+    cg_optim_set_lr(st->opt, m->lr(m->self, s));
+    cg_optim_zero_grad(st->opt);
+    if (!forward_backward(st, W, &lv, &back_ok))
+        return CG_STEP_FAILED;
+    *loss_out = lv;
+    if (!isfinite(lv) && !st->skip_nonfinite)
+        return nonfinite_loss(st, s, lv, back_ok);
     if (!back_ok) {
         cg_prefix_error("backward: ");
         return CG_STEP_FAILED;
     }
-    /* loss, weight and tokens of every rank: from here on every rank takes
-     * the same decisions */
-    double red[3] = {lv * W, W, tok};
-    if (!cg_dist_allreduce_sum(red, 3) ||
-        !(st->reducer ? cg_dist_reducer_finish(st->reducer) : cg_dist_average_grads(m->module, W)))
+    if (!reduce_ranks(st, W, tok, &lv, tokens_out))
         return CG_STEP_FAILED;
-    lv = red[0] / red[1];
     *loss_out = lv;
-    *tokens_out = red[2];
-    /* under ZeRO the global norm of every rank's shard (collective: every
-     * rank takes these branches alike, lv and the norm being global) */
-    double norm = m->clip_norm <= 0 ? 0.0
-                  : st->zero        ? cg_dist_clip_grad_norm(st->opt, m->clip_norm)
-                                    : cg_optim_clip_grad_norm(st->opt, m->clip_norm);
+    double norm = clip(st);
     if (norm < 0)
         return CG_STEP_FAILED;
-    if (!isfinite(lv) || !isfinite(norm)) {
-        if (st->zero ? cg_dist_grads_finite(st->opt) : cg_optim_grads_finite(st->opt, NULL))
-            cg_set_error("gradient norm is not finite");
-        if (!st->skip_nonfinite) {
-            cg_prefix_error("step %lld: ", (long long)s);
-            return CG_STEP_NONFINITE;
-        }
-        cg_prefix_error("loss %g, ", lv);
-        cg_optim_zero_grad(st->opt);
-        return CG_STEP_SKIPPED;
-    }
+    if (!isfinite(lv) || !isfinite(norm))
+        return nonfinite_step(st, s, lv);
     if (!cg_optim_step(st->opt)) {
         cg_prefix_error("optimizer: ");
         return CG_STEP_FAILED;

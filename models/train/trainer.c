@@ -17,6 +17,7 @@
 
 #include "autograd/ops.h"
 #include "core/error.h"
+#include "models/train/agree.h"
 #include "models/train/checkpoint.h"
 #include "models/util/config_json.h"
 #include "models/train/dist.h"
@@ -200,7 +201,14 @@ typedef struct {
     uint64_t reserve;
     char log_full[300];
     bool log_stop; /* stopped for it (every rank) */
+    /* the loop's clock: its start, the steps taken by this process, the
+     * last progress line, and the window of the tokens/s figure */
+    bool tty;
+    int64_t log_every, done_steps;
+    double t_begin, last_print, win_tok, win_time;
 } run_ctx;
+
+enum { GO_ON = -1, STOP = -2 }; /* what an iteration of the loop returns, besides exit codes */
 
 static bool evaluated_at(const cg_trainer *t, int64_t step);
 
@@ -233,7 +241,7 @@ static bool save_files(const cg_trainer *t, const cg_trainer_model *m, const cg_
     char *from = cfg && t->from_origin ? cg_ft_origin_json(&t->origin) : NULL;
     char *kp = keep ? cg_kept_path(t->out, step) : NULL;
     cg_ft_save ft = {.init_from = from, .adapters = t->adapters};
-    const cg_tokenizer *tok = m->tokenizer(m->self);
+    const cg_tokenizer *tok = m->tok;
     bool ok = cfg && (from || !t->from_origin) && (kp || !keep) &&
               cg_ft_ckpt_save(t->out, &ft, m->name, cfg, tok, m->module, opt, step, tj) &&
               (!kp || cg_ft_ckpt_save(kp, &ft, m->name, cfg, tok, m->module, opt, step, tj));
@@ -367,134 +375,6 @@ static int train_step(run_ctx *c, bool *skipped, double *tokens)
     return -1;
 }
 
-/* The leaves of o as flat["a.b.c"] = the leaf's JSON text. */
-static bool flatten(const cJSON *o, const char *prefix, cJSON *flat)
-{
-    bool ok = true;
-    for (const cJSON *c = o ? o->child : NULL; ok && c; c = c->next) {
-        char key[512];
-        snprintf(key, sizeof key, "%s%s", prefix, c->string ? c->string : "?");
-        if (cJSON_IsObject(c)) {
-            char sub[520];
-            snprintf(sub, sizeof sub, "%s.", key);
-            ok = flatten(c, sub, flat);
-        } else {
-            char *v = cJSON_PrintUnformatted(c);
-            ok = v && cJSON_AddStringToObject(flat, key, v);
-            free(v);
-        }
-    }
-    return ok;
-}
-
-/* A file's identity (cg_data_id_to_json) without its path, which is per
- * machine. */
-static void drop_path(cJSON *id)
-{
-    cJSON_DeleteItemFromObjectCaseSensitive(id, "path");
-    cJSON_DeleteItemFromObjectCaseSensitive(id, "path_hex");
-}
-
-/* The error for rank 0's leaf c ("key": its JSON text) that differs on
- * some rank (NULL: a rank has a leaf rank 0 has not), naming the flag. */
-static void ranks_differ(const cJSON *c)
-{
-    const char *why = "every rank needs the same data and flags";
-    if (!c) {
-        cg_set_error("the ranks were not started with the same run: a rank was given a setting "
-                     "rank 0 was not; %s",
-                     why);
-        return;
-    }
-    const char *key = c->string, *leaf = strrchr(key, '.');
-    leaf = leaf ? leaf + 1 : key;
-    char flag[256];
-    if (!strncmp(key, "data_id.", 8))
-        snprintf(flag, sizeof flag, "--data (the file's content)");
-    else if (!strncmp(key, "init_from", 9))
-        snprintf(flag, sizeof flag, "--init-from (the base checkpoint's content)");
-    else if (!strncmp(key, "history.", 8) || !strcmp(key, "recent"))
-        snprintf(flag, sizeof flag, "the checkpoint resumed");
-    else {
-        snprintf(flag, sizeof flag, "--%s", leaf);
-        for (char *p = flag; *p; p++)
-            if (*p == '_')
-                *p = '-';
-    }
-    cg_set_error("the ranks were not started with the same run: %s differs between ranks "
-                 "(rank 0: %s = %s); %s",
-                 flag, key, c->valuestring, why);
-}
-
-/* Every rank was started with the same run: the same data and the same
- * --init-from base (size and checksum; their paths may differ between
- * machines), model, recipe and per-run flags as rank 0. A difference is an
- * error naming the flag, on every rank, before anything is trained. */
-static bool check_ranks_agree(const cg_trainer *t, const cg_trainer_model *m)
-{
-    if (cg_dist_size() <= 1)
-        return true;
-    char *sj = cg_train_state_json(t, m), *cj = sj ? m->config_json(m->self) : NULL;
-    cJSON *s = cj ? cJSON_Parse(sj) : NULL, *cfg = s ? cJSON_Parse(cj) : NULL;
-    cJSON *flat = cfg ? cJSON_CreateObject() : NULL, *run = flat ? cJSON_CreateObject() : NULL;
-    free(sj);
-    free(cj);
-    bool ok = run != NULL;
-    if (ok) {
-        cJSON_DeleteItemFromObjectCaseSensitive(s, "data"); /* paths: per machine */
-        cJSON_DeleteItemFromObjectCaseSensitive(s, "data_hex");
-        drop_path(cJSON_GetObjectItemCaseSensitive(s, "data_id"));
-        cJSON_DeleteItemFromObjectCaseSensitive(s, "kept_out"); /* rank 0's alone */
-        cJSON_DeleteItemFromObjectCaseSensitive(s, "kept_out_hex");
-        const cg_train_opts *o = t->o;
-        cJSON_AddNumberToObject(run, "stop_at", (double)o->stop_at);
-        cJSON_AddNumberToObject(run, "max_minutes", o->max_minutes);
-        cJSON_AddBoolToObject(run, "skip_nonfinite", o->skip_nonfinite);
-        cJSON_AddNumberToObject(run, "zero", (double)o->zero);
-        /* the base's content (its path is per machine too), "none" without */
-        cJSON *b = t->from_origin ? cg_data_id_to_json(&t->origin.id) : cJSON_CreateString("none");
-        drop_path(b);
-        ok = b && cJSON_AddItemToObject(run, "init_from", b);
-        ok = ok && flatten(s, "", flat) && flatten(cfg, "config.", flat) && flatten(run, "", flat);
-    }
-    /* rank 0's list to every rank: its length, then its bytes */
-    char *mine = ok ? cJSON_PrintUnformatted(flat) : NULL;
-    uint64_t len = mine ? strlen(mine) + 1 : 0;
-    ok = mine && cg_dist_broadcast_bytes(&len, sizeof len);
-    char *root = ok ? malloc(len) : NULL;
-    if (root && cg_dist_is_root())
-        memcpy(root, mine, len);
-    ok = root && cg_dist_broadcast_bytes(root, len);
-    cJSON *rf = ok ? cJSON_Parse(root) : NULL;
-    /* the first of rank 0's leaves that differs here */
-    int idx = 0, first = -1;
-    for (const cJSON *c = rf ? rf->child : NULL; c && first < 0; c = c->next, idx++) {
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(flat, c->string);
-        if (!cJSON_IsString(v) || strcmp(v->valuestring, c->valuestring) != 0)
-            first = idx;
-    }
-    if (rf && first < 0 && cJSON_GetArraySize(flat) != cJSON_GetArraySize(rf))
-        first = idx;                             /* leaves rank 0 does not have */
-    double worst = first >= 0 ? 1e9 - first : 0; /* the lowest index over the ranks */
-    bool sent = ok && cg_dist_allreduce_max(&worst, 1);
-    if (sent && worst > 0) {
-        ranks_differ(rf ? cJSON_GetArrayItem(rf, (int)(1e9 - worst)) : NULL);
-        ok = false;
-    } else if (!sent) {
-        ok = false;
-    }
-    free(mine);
-    free(root);
-    cJSON_Delete(rf);
-    cJSON_Delete(s);
-    cJSON_Delete(cfg);
-    cJSON_Delete(flat);
-    cJSON_Delete(run);
-    if (!ok && !cg_has_error())
-        cg_set_error("out of memory");
-    return ok;
-}
-
 /* The room the next checkpoint and loss curve need until a save measures
  * it: those of --out when it exists (a resumed run), else the saved
  * parameters and the optimizer state in fp32 and 64 KiB for the rest. */
@@ -543,7 +423,7 @@ static int setup(run_ctx *c)
     /* Data parallel (models/train/dist.h): every rank starts from rank 0's
      * parameters and trains on its share of every global batch; dropout is
      * seeded per rank (rank 0 keeps the checkpoint's stream). */
-    if (!check_ranks_agree(t, m))
+    if (!cg_trainer_ranks_agree(t, m))
         return cg_prog_fail_lib(NULL);
     if (!cg_dist_broadcast_module(m->module))
         return cg_prog_fail_lib("broadcasting the parameters");
@@ -654,96 +534,136 @@ static bool evaluated_at(const cg_trainer *t, int64_t step)
     return t->hist.n > 0 && t->hist.step[t->hist.n - 1] == (float)step;
 }
 
+/* At step: the evaluation and the checkpoint (with the loss curve) when
+ * due. -1 or the exit code. */
+static int eval_and_save(run_ctx *c, int64_t step)
+{
+    const cg_trainer *t = c->t;
+    const cg_train_opts *o = t->o;
+    int rc;
+    bool due = step % o->eval_every == 0 || step == o->steps;
+    if (due && (step > 0 || c->m->eval_at_start) && !evaluated_at(t, step) &&
+        (rc = evaluate(c, step)) >= 0)
+        return rc;
+    if (due && step > t->start && step < o->steps && !save(c, step))
+        return cg_prog_fail("could not save the checkpoint at step %lld: %s", (long long)step,
+                            cg_last_error());
+    return -1;
+}
+
+/* Stop before step? Every rank stops at the same step: a signal, a metrics
+ * log that cannot be written, --stop-at, --max-minutes (which ends the run
+ * as at the last step, evaluated). GO_ON, STOP or the exit code. */
+static int stop_before(run_ctx *c, int64_t step)
+{
+    cg_trainer *t = c->t;
+    const cg_train_opts *o = t->o;
+    double stop[3] = {cg_train_interrupted(),
+                      o->max_minutes > 0 && cg_now() - c->t_begin >= 60 * o->max_minutes,
+                      c->log_full[0] != 0};
+    cg_dist_allreduce_max(stop, 3);
+    if (stop[2] > 0) {
+        t->interrupted = c->log_stop = true;
+        return STOP;
+    }
+    if (stop[0] > 0 || (o->stop_at >= 0 && step >= o->stop_at)) {
+        t->interrupted = true;
+        return STOP;
+    }
+    if (stop[1] == 0)
+        return GO_ON;
+    t->out_of_time = true;
+    fprintf(stderr, "%s: --max-minutes %g reached at step %lld\n", cg_prog_name(), o->max_minutes,
+            (long long)step);
+    int rc = evaluated_at(t, step) ? -1 : evaluate(c, step);
+    return rc >= 0 ? rc : STOP;
+}
+
+/* After a step taken in dt seconds over tokens: the clock and the counts,
+ * then the progress line (a terminal: 4 times a second; else every
+ * log_every steps) and the metrics log's line (every log_every steps). */
+static void report_step(run_ctx *c, double dt, double tokens, bool skipped)
+{
+    cg_trainer *t = c->t;
+    const cg_train_opts *o = t->o;
+    t->step++;
+    t->elapsed += dt;
+    t->tokens += tokens;
+    c->win_tok += tokens;
+    c->win_time += dt;
+    c->done_steps++;
+    bool last = t->step == o->steps, logged = t->step % c->log_every == 0 || last;
+    if (skipped)
+        return;
+    double tps = c->win_time > 0 ? c->win_tok / c->win_time : 0;
+    double lr = cg_optim_lr(c->opt), loss = cg_trainer_recent_loss(t);
+    if (c->tty ? (cg_now() - c->last_print > 0.25 || last) : logged) {
+        double eta = (double)(o->steps - t->step) * t->elapsed / (double)c->done_steps;
+        if (o->max_minutes > 0) /* the budget's end comes first */
+            eta = fmin(eta, fmax(0.0, 60 * o->max_minutes - (cg_now() - c->t_begin)));
+        cg_progress(cg_prog_name(), t->step, o->steps, loss, lr, tps, eta);
+        c->last_print = cg_now();
+    }
+    if (logged) { /* the metrics log */
+        cJSON *j = cJSON_CreateObject();
+        cg_json_put_int(j, "step", t->step);
+        cg_json_put_num(j, "loss", "%.6f", t->last_loss);
+        cg_json_put_num(j, "loss_avg", "%.6f", loss);
+        cg_json_put_num(j, "lr", "%.10f", lr);
+        cg_json_put_num(j, "tokens_per_s", "%.0f", tps);
+        cg_json_put_num(j, "elapsed_s", "%.2f", t->elapsed);
+        metrics_line(c, j);
+        c->win_tok = c->win_time = 0;
+    }
+}
+
+/* One iteration of the training loop, in order, as nanoGPT's loop reads:
+ *   1. at an evaluation step: evaluate, save the checkpoint and loss curve;
+ *   2. stop at --steps, or here on a signal, --stop-at, --max-minutes;
+ *   3. the optimizer step (stepper.c cg_stepper_step, itself in order:
+ *      the micro-batches of --grad-accum, forward + loss and backward of
+ *      each, the gradients reduced over the ranks, clipping, the
+ *      schedule's learning rate, the optimizer), its loss recorded;
+ *   4. the clock, the progress line and the metrics log.
+ * Returns GO_ON, STOP (the run ends: save and report) or the exit code. */
+static int iteration(run_ctx *c)
+{
+    const int64_t step = c->t->step;
+    int rc = eval_and_save(c, step);
+    if (rc >= 0)
+        return rc;
+    if (step >= c->t->o->steps)
+        return STOP;
+    if ((rc = stop_before(c, step)) != GO_ON)
+        return rc;
+    double t0 = cg_now(), tokens = 0;
+    bool skipped;
+    if ((rc = train_step(c, &skipped, &tokens)) >= 0)
+        return rc;
+    report_step(c, cg_now() - t0, tokens, skipped);
+    return GO_ON;
+}
+
 int cg_trainer_run(cg_trainer *t, const cg_trainer_model *m)
 {
     run_ctx c = {.t = t, .m = m};
     const cg_train_opts *o = t->o;
     int rc = setup(&c);
-    if (rc >= 0)
-        goto done;
-    cg_train_catch_signals();
-    const bool tty = cg_progress_is_tty();
-    int64_t log_every = o->log_every;
-    if (log_every <= 0) {
-        log_every = o->steps / 20 > 0 ? o->steps / 20 : 1;
-        if (log_every > 100)
-            log_every = 100;
+    if (rc < 0) {
+        cg_train_catch_signals();
+        c.tty = cg_progress_is_tty();
+        c.log_every = o->log_every;
+        if (c.log_every <= 0) {
+            c.log_every = o->steps / 20 > 0 ? o->steps / 20 : 1;
+            if (c.log_every > 100)
+                c.log_every = 100;
+        }
+        c.t_begin = cg_now();
+        while ((rc = iteration(&c)) == GO_ON)
+            ;
+        if (rc == STOP)
+            rc = finish(&c);
     }
-    double last_print = 0, win_tok = 0, win_time = 0;
-    const double t_begin = cg_now();
-    int64_t done_steps = 0;
-    for (;;) {
-        const int64_t step = t->step;
-        bool due = step % o->eval_every == 0 || step == o->steps;
-        if (due && (step > 0 || m->eval_at_start) && !evaluated_at(t, step) &&
-            (rc = evaluate(&c, step)) >= 0)
-            goto done;
-        if (due && step > t->start && step < o->steps && !save(&c, step)) {
-            rc = cg_prog_fail("could not save the checkpoint at step %lld: %s", (long long)step,
-                              cg_last_error());
-            goto done;
-        }
-        if (step >= o->steps)
-            break;
-        /* every rank stops at the same step: [interrupted, out of time,
-         * the metrics log cannot be written] */
-        double stop[3] = {cg_train_interrupted(),
-                          o->max_minutes > 0 && cg_now() - t_begin >= 60 * o->max_minutes,
-                          c.log_full[0] != 0};
-        cg_dist_allreduce_max(stop, 3);
-        if (stop[2] > 0) {
-            t->interrupted = c.log_stop = true;
-            break;
-        }
-        if (stop[0] > 0 || (o->stop_at >= 0 && step >= o->stop_at)) {
-            t->interrupted = true;
-            break;
-        }
-        if (stop[1] > 0) { /* --max-minutes: end here as at the last step */
-            t->out_of_time = true;
-            fprintf(stderr, "%s: --max-minutes %g reached at step %lld\n", cg_prog_name(),
-                    o->max_minutes, (long long)step);
-            if (!evaluated_at(t, step) && (rc = evaluate(&c, step)) >= 0)
-                goto done;
-            break;
-        }
-        double t0 = cg_now(), tokens = 0;
-        bool skipped;
-        if ((rc = train_step(&c, &skipped, &tokens)) >= 0)
-            goto done;
-        double dt = cg_now() - t0;
-        t->step++;
-        t->elapsed += dt;
-        t->tokens += tokens;
-        win_tok += tokens;
-        win_time += dt;
-        done_steps++;
-        bool last = t->step == o->steps, logged = t->step % log_every == 0 || last;
-        if (skipped)
-            continue;
-        double tps = win_time > 0 ? win_tok / win_time : 0;
-        double lr = cg_optim_lr(c.opt), loss = cg_trainer_recent_loss(t);
-        if (tty ? (cg_now() - last_print > 0.25 || last) : logged) {
-            double eta = (double)(o->steps - t->step) * t->elapsed / (double)done_steps;
-            if (o->max_minutes > 0) /* the budget's end comes first */
-                eta = fmin(eta, fmax(0.0, 60 * o->max_minutes - (cg_now() - t_begin)));
-            cg_progress(cg_prog_name(), t->step, o->steps, loss, lr, tps, eta);
-            last_print = cg_now();
-        }
-        if (logged) { /* the metrics log */
-            cJSON *j = cJSON_CreateObject();
-            cg_json_put_int(j, "step", t->step);
-            cg_json_put_num(j, "loss", "%.6f", t->last_loss);
-            cg_json_put_num(j, "loss_avg", "%.6f", loss);
-            cg_json_put_num(j, "lr", "%.10f", lr);
-            cg_json_put_num(j, "tokens_per_s", "%.0f", tps);
-            cg_json_put_num(j, "elapsed_s", "%.2f", t->elapsed);
-            metrics_line(&c, j);
-            win_tok = win_time = 0;
-        }
-    }
-    rc = finish(&c);
-done:
     cg_progress_end();
     free(c.png);
     cg_stepper_free(&c.st);

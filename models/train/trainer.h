@@ -22,14 +22,17 @@
  * A model plugs in what is its own through cg_trainer_model: its batches
  * and loss, its evaluation, its learning rate, and the state it saves.
  *
- * The parts, one concern each (this header includes them all):
- *   prog.h     program plumbing: messages, exit codes, flag parsing, main()
+ * The parts, one concern each (this header includes them all but the first):
+ *   program.h  the program's shape: main(), the command dispatch, a train
+ *              command (parse, check, set up, run, report, clean up)
+ *   prog.h     program plumbing: messages, exit codes, flag parsing
  *   options.h  the train commands' flags: run options, shared recipe rows,
  *              what a checkpoint fixes and saves (how to add a flag: there)
  *   state.h    the trainer's state in a checkpoint, saved and restored
- *   stepper.h  one optimizer step
+ *   stepper.h  one optimizer step, in order (cg_stepper_step)
  *   run.h      what a model plugs in, and the trainer's record of a run
- *   trainer.c  the loop (this header). */
+ *   agree.h    every MPI rank started with the same run
+ *   trainer.c  the loop (this header); one iteration, in order: iteration(). */
 #ifndef CG_MODELS_TRAINER_H
 #define CG_MODELS_TRAINER_H
 
