@@ -489,7 +489,8 @@ bool cg_k_add_rms_norm_backward(const cg_tensor *x, const cg_tensor *y, const cg
  * vectorise (the select by masks), with AVX512DQ's 64-bit products where the
  * CPU has them (x86-64-v4). Integer arithmetic and one float product: the
  * same bits in every clone. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(CG_NO_CLONES)
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(CG_NO_CLONES) && \
+    !defined(__SANITIZE_THREAD__)
 #define DROP_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx512f", "avx2", "default")))
 #else
 #define DROP_CLONES

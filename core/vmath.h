@@ -15,8 +15,11 @@
 /* The segment kernels below are compiled for AVX-512, AVX2 and the SSE2
  * baseline, chosen at load time by the CPU (GCC's target_clones, an ifunc).
  * The arithmetic is the same IEEE float operations in every clone (no FMA
- * contraction under -std=c11), so results do not depend on the CPU. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(CG_NO_CLONES)
+ * contraction under -std=c11), so results do not depend on the CPU. Not
+ * under ThreadSanitizer: an ifunc resolver runs before TSan's runtime is
+ * set up, and TSan's instrumentation of it crashes the program at load. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(CG_NO_CLONES) && \
+    !defined(__SANITIZE_THREAD__)
 #define EW_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define EW_CLONES
