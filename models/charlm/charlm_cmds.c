@@ -1,0 +1,99 @@
+/* The work of charlm's sample and eval commands, whose flags and help
+ * stay in charlm_main.c: their checkpoint loaded (never standard output),
+ * and sample's generation, printed as it comes, with its speed line and the
+ * attention heatmaps when asked for. Moved here from charlm_main.c (issue 35). */
+#include "models/charlm/charlm_cmds.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "core/error.h"
+#include "models/charlm/charlm_train.h" /* PROG */
+#include "models/report/plot.h"
+#include "models/text/vocab.h"
+#include "models/train/program.h"
+
+/* sample's and eval's checkpoint, loaded; standard output (their result) is
+ * neither it nor the base it loads. False + error. */
+bool load_for_stdout(const char *ckpt, const cg_charlm_load_opts *lo, cg_charlm_ckpt *ck)
+{
+    if (!cg_out_check_stdout(ckpt, "--ckpt") || !cg_charlm_ckpt_load_opts(ckpt, lo, ck))
+        return false;
+    if (!ck->base_path || cg_out_check_stdout(ck->base_path, "its base"))
+        return true;
+    cg_charlm_ckpt_free(ck);
+    return false;
+}
+
+/* Attention heatmaps (layer x head) of a full forward over ids[0..n),
+ * labelled with the tokenizer's pieces. */
+static bool write_attention_png(cg_charlm *m, const cg_tokenizer *tok, const int64_t *ids,
+                                int64_t n, const char *path)
+{
+    cg_mha **mods = malloc((size_t)(m->cfg.layers + 1) * sizeof *mods);
+    if (!mods) {
+        cg_set_error("out of memory");
+        return false;
+    }
+    for (int64_t l = 0; l < m->cfg.layers; l++)
+        mods[l] = m->block[l]->attn;
+    cg_module_keep_attention_weights(CG_MODULE(m), true);
+    cg_module_train(CG_MODULE(m), false);
+    cg_no_grad_begin();
+    cg_tensor *logits = cg_charlm_forward(m, ids, 1, n);
+    cg_no_grad_end();
+    bool ok =
+        logits && cg_plot_attention_ids(path,
+                                        "charlm attention (rows: queries, columns: "
+                                        "keys)",
+                                        (int)m->cfg.layers, mods, tok, ids, (int)n, ids, (int)n);
+    cg_release(logits);
+    cg_module_keep_attention_weights(CG_MODULE(m), false);
+    free(mods);
+    return ok;
+}
+
+/* Print the prompt, then each piece as it is generated from ck, the speed
+ * line, and the attention picture when asked for: -1 or the exit code. */
+int generate(cg_charlm_ckpt *ck, const sample_args *a, cg_precision prec)
+{
+    int rc = -1;
+    int64_t n = 0, *outp = NULL, unknown = 0, length = a->length;
+    uint32_t first = 0;
+    int64_t *ids =
+        ck->vocab ? cg_vocab_encode_text(ck->vocab, a->prompt, "--prompt", &n, &unknown, &first)
+                  : cg_tokenizer_encode(ck->tok, a->prompt, &n, NULL);
+    if (ck->vocab)
+        cg_vocab_warn_unknown(ck->vocab, PROG, "the prompt", unknown, first);
+    cg_rng rng = cg_rng_new(a->seed);
+    double t_gen = cg_now(), c_gen = cg_cpu_now();
+    fputs(a->prompt, stdout); /* the prompt as given */
+    fflush(stdout);
+    if (!ids || !(outp = cg_charlm_generate_text(ck->model, ck->tok, ids, n, length, &a->so, &rng,
+                                                 !a->no_cache, stdout)))
+        rc = cg_prog_fail_lib(NULL);
+    t_gen = cg_now() - t_gen;
+    c_gen = cg_cpu_now() - c_gen;
+    const char *unit = ck->vocab ? "characters" : "tokens";
+    if (rc < 0) {
+        fputc('\n', stdout); /* end the sample's line before the speed line on stderr */
+        fflush(stdout);
+        /* CPU time too: on a shared machine it moves less than the wall time */
+        fprintf(stderr, PROG ": %lld %s in %.2f s (%.1f %s/s, %.2f CPU s, %s, %s)\n",
+                (long long)length, unit, t_gen, t_gen > 0 ? (double)length / t_gen : 0.0, unit,
+                c_gen, a->no_cache ? "full recompute" : "key/value cache", cg_precision_name(prec));
+    }
+    if (rc < 0 && a->attn_png) {
+        int64_t total = n + length, w = total < 32 ? total : 32;
+        if (w > ck->model->cfg.max_len)
+            w = ck->model->cfg.max_len;
+        if (!write_attention_png(ck->model, ck->tok, outp + total - w, w, a->attn_png))
+            rc = cg_prog_fail("--attention: %s", cg_last_error());
+        else
+            fprintf(stderr, PROG ": attention heatmaps written to '%s'\n", a->attn_png);
+    }
+    fflush(stdout);
+    free(ids);
+    free(outp);
+    return rc;
+}

@@ -1,0 +1,27 @@
+/* The work of charlm's sample and eval commands, private to the charlm
+ * program: loading their checkpoint, and sample's generation (sample_args:
+ * its flags, which charlm_main.c's table writes). */
+#ifndef CG_MODELS_CHARLM_CMDS_H
+#define CG_MODELS_CHARLM_CMDS_H
+
+#include "models/charlm/charlm_ckpt.h"
+#include "models/charlm/sampling.h"
+
+/* sample's and eval's checkpoint, loaded; standard output (their result) is
+ * neither it nor the base it loads. False + error. */
+bool load_for_stdout(const char *ckpt, const cg_charlm_load_opts *lo, cg_charlm_ckpt *ck);
+
+/* sample's flags. */
+typedef struct {
+    const char *ckpt, *prompt, *attn_png, *base, *precision;
+    int64_t length, threads;
+    uint64_t seed;
+    bool no_cache, force;
+    cg_sample_opts so;
+} sample_args;
+
+/* Print the prompt, then each piece as it is generated from ck, the speed
+ * line, and the attention picture when asked for: -1 or the exit code. */
+int generate(cg_charlm_ckpt *ck, const sample_args *a, cg_precision prec);
+
+#endif

@@ -1,0 +1,123 @@
+/* The work of seq2seq's translate and eval commands, whose flags and help
+ * stay in seq2seq_main.c: translate's sentences checked (one that cannot be
+ * translated is reported and stands as an empty line) and translated in
+ * order, and eval's scores of a split as one JSON line. Moved here from
+ * seq2seq_main.c (issue 35). */
+#include "models/seq2seq/seq2seq_cmds.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "models/data/pairs.h"
+#include "models/seq2seq/seq2seq_train.h" /* PROG, DEFAULT_DATA */
+#include "models/text/tokenizer.h"
+#include "models/util/config_json.h"
+
+/* Can sentence i (text; why: the reason stdin's line could not be read,
+ * or NULL) be translated? A sentence that cannot (a NUL byte or over
+ * CG_LINE_MAX bytes, not UTF-8, longer than the model takes) is reported
+ * and stands as an empty line. */
+static bool translatable(const cg_seq2seq_ckpt *c, const char *text, const char *why,
+                         const char *what, int64_t i)
+{
+    size_t bad;
+    int64_t k = 0, *ids = NULL, max_len = c->model->cfg.max_len;
+    if (why)
+        cg_prog_warn("%s %lld: %s: not translated (an empty line stands for it)", what,
+                     (long long)i + 1, why);
+    else if (cg_utf8_count(text, strlen(text), &bad) < 0)
+        cg_prog_warn("%s %lld is not valid UTF-8 (byte %zu): not translated (an empty line "
+                     "stands for it)",
+                     what, (long long)i + 1, bad + 1);
+    else if (!(ids = cg_tokenizer_encode(c->tok, text, &k, NULL)))
+        cg_prog_warn("%s %lld: %s: not translated (an empty line stands for it)", what,
+                     (long long)i + 1, cg_last_error());
+    else if (k + 1 > max_len)
+        cg_prog_warn("%s %lld has %lld tokens; the model takes at most %lld: not translated "
+                     "(an empty line stands for it)",
+                     what, (long long)i + 1, (long long)k, (long long)max_len - 1);
+    bool ok = ids && k + 1 <= max_len;
+    free(ids);
+    if (ok && c->tok->kind == CG_TOK_CHAR)
+        cg_pair_vocab_warn_unknown(&c->tok->pv, text, PROG, what, i + 1);
+    return ok;
+}
+
+/* Translate texts[0..n) (why: as translatable's, per line, or NULL) and
+ * print one line each, in order. -1 or the exit code. */
+int translate_texts(const cg_seq2seq_ckpt *c, const cg_translate_opts *t, char *const *texts,
+                    char *const *why, int64_t n, const char *what)
+{
+    const char **good = malloc((size_t)(n ? n : 1) * sizeof *good);
+    bool *skip = calloc((size_t)(n ? n : 1), sizeof *skip);
+    int rc = good && skip ? -1 : cg_prog_fail("out of memory");
+    int64_t ngood = 0, nbad = 0;
+    for (int64_t i = 0; rc < 0 && i < n; i++) {
+        skip[i] = !translatable(c, texts[i], why ? why[i] : NULL, what, i);
+        nbad += skip[i];
+        if (!skip[i])
+            good[ngood++] = texts[i];
+    }
+    cg_sources s = {0};
+    char **hyps = NULL;
+    if (rc < 0 && (!cg_sources_encode(c->tok, good, ngood, c->model->cfg.max_len, &s) ||
+                   !(hyps = cg_translate_all(c->model, c->tok, &s, (int)t->beam, t->alpha,
+                                             !t->no_cache, nbad ? NULL : stdout))))
+        rc = cg_prog_fail_lib(NULL);
+    for (int64_t i = 0, j = 0; rc < 0 && nbad && i < n; i++) /* in order, with the empty lines */
+        printf("%s\n", skip[i] ? "" : hyps[j++]);
+    if (rc < 0 && nbad)
+        cg_prog_warn("%lld of %lld %ss not translated", (long long)nbad, (long long)n, what);
+    cg_strings_free(hyps, ngood);
+    cg_sources_free(&s);
+    free(good);
+    free(skip);
+    return rc;
+}
+
+/* eval's scores of c on the split (valid, else test) of its data (the
+ * file data, else the one it recorded), as one JSON line: -1 or the exit
+ * code. */
+int eval_split(const cg_seq2seq_ckpt *c, const cg_translate_opts *t, cg_mt_data *ds,
+               const char *data, bool valid, int64_t limit)
+{
+    const char *ck = t->ckpt, *tj = cg_st_metadata(c->file, "train");
+    cg_precision prec; /* the products as trained, or as --precision says */
+    if (!cg_decode_precision(t->precision, tj, ck, &prec) ||
+        !cg_mt_data_load_ckpt(ds, tj, ck, data, DEFAULT_DATA))
+        return cg_prog_fail_lib(NULL);
+    const int64_t *idx = valid ? ds->split.valid : ds->split.test;
+    int64_t have = valid ? ds->split.n_valid : ds->split.n_test;
+    int64_t nt = limit > 0 && limit < have ? limit : have;
+    char *dp = cg_train_data_path(tj, data, DEFAULT_DATA); /* for the message */
+    bool fits =
+        cg_out_check_stdout(dp, "--data") &&
+        cg_mt_check_split(ds, c->tok, valid, nt, c->model->cfg.max_len, dp ? dp : "the data");
+    free(dp);
+    if (!fits)
+        return cg_prog_fail_lib(NULL);
+    if (c->tok->kind == CG_TOK_CHAR)
+        cg_pairs_warn_unknown(&ds->pairs, idx, nt, &c->tok->pv, PROG,
+                              valid ? "the validation pairs" : "the test pairs");
+    double bleu, chrf, t0 = cg_now();
+    if (!cg_translate_score(c->model, c->tok, &ds->pairs, idx, nt, (int)t->beam, t->alpha,
+                            !t->no_cache, &bleu, &chrf, NULL))
+        return cg_prog_fail_lib(NULL);
+    double dt = cg_now() - t0;
+    cJSON *j = cJSON_CreateObject();
+    cg_json_put_num(j, "bleu", "%.2f", bleu);
+    cg_json_put_num(j, "chrf", "%.2f", chrf);
+    cg_json_put_int(j, "beam", t->beam);
+    cg_json_put_num(j, "length_penalty", "%g", t->alpha);
+    cg_json_put_str(j, "split", valid ? "valid" : "test");
+    cg_json_put_int(j, valid ? "valid_pairs" : "test_pairs", nt);
+    cg_json_put_num(j, "decode_s", "%.1f", dt);
+    cg_json_put_int(j, "step", c->step);
+    cg_json_put_str(j, "precision", cg_precision_name(prec));
+    int rc = cg_json_print_line(stdout, j) ? -1 : cg_prog_fail_lib(NULL);
+    cJSON_Delete(j);
+    return rc;
+}

@@ -1,0 +1,261 @@
+/* seq2seq's training glue: what the seq2seq program's `train` command
+ * plugs into the trainer (models/train/program.h cg_train_command). The
+ * translator as the trainer sees it (token-bounded batches in the epoch
+ * order, the loss, the Noam schedule, the validation losses, the final
+ * evaluation with test decoding, the state a checkpoint keeps), and its
+ * set-up: data, vocabulary and model, fresh from --preset and the flags or
+ * from --resume's checkpoint, and the batch order. Moved here from
+ * seq2seq_main.c (issue 35), which keeps the flag tables, the help texts
+ * and the commands. */
+#include "models/seq2seq/seq2seq_train.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "models/seq2seq/seq2seq_presets.h"
+#include "models/util/config_json.h"
+#include "models/data/data.h"
+#include "models/data/pairs.h"
+#include "models/text/tokenizer.h"
+#include "optim/optim.h"
+#include "optim/schedule.h"
+
+#define PRESETS cg_seq2seq_presets
+
+/* A checkpoint that translate, eval or attention reads (never standard
+ * output, their result). False + error (*c freed either way). */
+bool ckpt_load(const char *path, cg_seq2seq_ckpt *c)
+{
+    memset(c, 0, sizeof *c);
+    return cg_out_check_stdout(path, "--ckpt") && cg_seq2seq_ckpt_load(path, c);
+}
+
+static bool mt_batch(void *self, int k, double *weight, double *tokens)
+{
+    mt_run *r = self;
+    return cg_mt_data_next(&r->d, k, weight, tokens);
+}
+
+static cg_tensor *mt_loss(void *self, int k)
+{
+    mt_run *r = self;
+    const cg_batch *b = &r->d.bt[k];
+    return cg_seq2seq_forward_loss(r->model, b->src, b->B, b->S, b->tgt_in, b->T, b->tgt_out);
+}
+
+static double mt_lr(void *self, int64_t step)
+{
+    mt_run *r = self;
+    return cg_lr_noam(step, r->model->cfg.d, r->warmup, r->factor);
+}
+
+static bool mt_evaluate(void *self, int64_t step, cg_eval_result *e)
+{
+    (void)step;
+    mt_run *r = self;
+    double nll, ntok;
+    if (!cg_seq2seq_valid_loss(r->model, &r->d.pairs, &r->d.vbatches, r->d.tok, &e->val, &nll,
+                               &ntok))
+        return false;
+    cg_eval_add(e, "val_nll", "nll", nll, 4);
+    cg_eval_add(e, "val_bpc", "bits/char", cg_bits_per_char(nll, ntok, r->d.valid_chars), 4);
+    cg_eval_add(e, "epoch", "epoch", (double)r->d.epoch, 0);
+    return true;
+}
+
+/* The final evaluation: validation losses (also with every target paired
+ * with the next pair's source: does the model translate from its source?)
+ * and the test split decoded greedily and with beam search. */
+static bool mt_finish(void *self, const cg_trainer *t, cJSON *j)
+{
+    mt_run *r = self;
+    const cg_pairs *P = &r->d.pairs;
+    const cg_pair_split *sp = &r->d.split;
+    double val_loss, val_nll, val_ntok, wrong_nll;
+    if (!cg_seq2seq_valid_loss(r->model, P, &r->d.vbatches, r->d.tok, &val_loss, &val_nll,
+                               &val_ntok) ||
+        !cg_seq2seq_wrong_source_nll(r->model, P, sp->valid, sp->n_valid, r->max_tokens, r->d.tok,
+                                     &wrong_nll))
+        return false;
+    fprintf(stderr, "valid nll %.4f, with mismatched sources %.4f\n", val_nll, wrong_nll);
+
+    int64_t nt = r->test_limit < sp->n_test ? r->test_limit : sp->n_test;
+    cg_translate_test_result tr = {NAN, NAN, NAN, NAN, 0};
+    if (nt > 0) {
+        fprintf(stderr, "decoding %lld test pairs (greedy, then beam %lld)...\n", (long long)nt,
+                (long long)r->beam);
+        if (!cg_translate_test(r->model, r->d.tok, P, sp->test, nt, (int)r->beam, r->alpha,
+                               r->examples, stdout, &tr))
+            return false;
+    }
+    cg_json_put_int(j, "epochs", r->d.epoch);
+    cg_json_put_num(j, "train_loss", "%.4f", cg_trainer_recent_loss(t));
+    cg_json_put_num(j, "val_loss", "%.4f", val_loss);
+    cg_json_put_num(j, "val_nll", "%.4f", val_nll);
+    cg_json_put_num(j, "val_bpc", "%.4f", cg_bits_per_char(val_nll, val_ntok, r->d.valid_chars));
+    cg_json_put_num(j, "val_nll_wrong_src", "%.4f", wrong_nll);
+    if (nt > 0) {
+        cg_json_put_num(j, "bleu_greedy", "%.2f", tr.bleu_greedy);
+        cg_json_put_num(j, "bleu_beam", "%.2f", tr.bleu_beam);
+        cg_json_put_num(j, "chrf_greedy", "%.2f", tr.chrf_greedy);
+        cg_json_put_num(j, "chrf_beam", "%.2f", tr.chrf_beam);
+    }
+    cg_json_put_num(j, "decode_s", "%.1f", tr.seconds);
+    cg_json_put_num(j, "factor", "%.4f", r->factor);
+    cg_json_put_str(j, "preset", r->preset);
+    cg_json_put_str(j, "tokenizer", cg_tokenizer_kind_name(r->d.tok->kind));
+    cg_json_put_int(j, "vocab", cg_tokenizer_vocab_size(r->d.tok));
+    cg_json_put_int(j, "test_pairs", nt);
+    cg_json_put_int(j, "beam", r->beam);
+    return true;
+}
+
+static char *mt_config(void *self)
+{
+    return cg_seq2seq_config_to_json(&((mt_run *)self)->model->cfg);
+}
+
+/* The translator's own state: its recipe and its place in the batch order,
+ * written into o or (o NULL) read back when resuming. */
+static bool mt_state(void *self, cJSON *o)
+{
+    mt_run *r = self;
+    const cg_json_field f[] = {
+        {"preset", CG_JF_STR, &r->preset, 0, 0, false},
+        {"factor", CG_JF_F64, &r->factor, 1e-12, 1e3, false},
+        {"max_tokens", CG_JF_I64, &r->max_tokens, 2, 1e9, false},
+        {"pad_to_multiple", CG_JF_I64, &r->pad_to, 1, 1e6, true}, /* absent before: 1 */
+        {"warmup", CG_JF_I64, &r->warmup, 1, 1e9, false},
+        {"max_len", CG_JF_I64, &r->max_len, 3, 100000, false},
+        {"valid_size", CG_JF_I64, &r->valid_size, 1, 1e9, false},
+        {"test_size", CG_JF_I64, &r->test_size, 1, 1e9, false},
+        /* wide: the batch position is checked against the step (mt_setup) */
+        {"epoch", CG_JF_I64, &r->d.epoch, 0, 1e15, false},
+        {"pos", CG_JF_I64, &r->d.pos, 0, 1e15, false},
+    };
+    return cg_trainer_model_state(r->t, "seq2seq", o, f, (int)(sizeof f / sizeof f[0]));
+}
+
+/* A new model from the preset pr and the flags (seq2seq's defaults:
+ * layernorm, relu); --lr sets the Noam factor. -1 or the exit code. */
+static int mt_new_model(mt_run *r, const cg_train_opts *o, cg_train_recipe *rec,
+                        const cg_train_preset *pr)
+{
+    cg_seq2seq_config cfg = cg_seq2seq_config_default();
+    cfg.vocab = cg_tokenizer_vocab_size(r->d.tok);
+    cfg.loss_chunk = cg_train_loss_chunk(cfg.vocab);
+    cfg.norm = CG_NORM_LAYERNORM;
+    cfg.act = CG_ACT_RELU;
+    if (!cg_train_shape(o->args, pr, rec, &cfg.norm, &cfg.act))
+        return cg_prog_fail_lib(NULL);
+    const cg_train_preset *p = &rec->shape;
+    cfg.d = p->d;
+    cfg.H = p->H;
+    cfg.enc_layers = p->enc_layers;
+    cfg.dec_layers = p->dec_layers;
+    cfg.d_ff = p->d_ff;
+    cfg.max_len = r->max_len;
+    cfg.norm_first = rec->norm_first;
+    cfg.dropout = (float)rec->dropout;
+    cfg.label_smoothing = (float)rec->label_smoothing;
+    cfg.word_dropout = (float)r->word_dropout;
+    if (!cg_seq2seq_config_check(&cfg))
+        return cg_prog_fail_lib(NULL);
+    if (cg_cli_given(o->args, &rec->lr)) /* the Noam peak (at step warmup) is X */
+        r->factor = rec->lr * sqrt((double)cfg.d * (double)r->warmup);
+    r->model = cg_seq2seq_new(&cfg, o->seed);
+    return r->model ? -1 : cg_prog_fail_lib("model");
+}
+
+/* The data and vocabulary (resuming: ck, the checkpoint, and the run's
+ * state read back from it), then the model, fresh or resumed. */
+static int mt_data_model(mt_run *r, cg_trainer *t, cg_train_opts *o, cg_train_recipe *rec)
+{
+    cg_seq2seq_ckpt ck = {0};
+    if (o->resume && (!ckpt_load(o->resume, &ck) || !mt_state(r, NULL)))
+        return cg_prog_fail_lib(NULL);
+    const cg_train_preset *pr = cg_train_preset_find(PRESETS, CG_SEQ2SEQ_N_PRESETS, r->preset);
+    int rc = pr ? -1 : cg_prog_fail_lib(NULL);
+    if (rc < 0 && o->seed > 0xffffffffULL)
+        rc = cg_prog_fail("--seed must be below 2^32 (numpy RandomState)");
+    cg_data_id id;
+    if (rc < 0 &&
+        (!cg_mt_data_load(&r->d, o->data, DEFAULT_DATA, r->valid_size, r->test_size, &id) ||
+         !cg_trainer_set_data(t, &id) || /* resuming: the checkpoint's data */
+         !cg_mt_data_prepare(&r->d, o->data, r->max_len, r->max_tokens, rec->tokenizer,
+                             rec->vocab_size, o->resume ? &ck.tok : NULL, o->resume, PROG) ||
+         /* what decoding at the end and every rank's share need, known now */
+         !cg_mt_check_split(&r->d, r->d.tok, false, r->test_limit, r->max_len, o->data) ||
+         !cg_mt_check_ranks(&r->d, r->max_tokens, o->resume != NULL)))
+        rc = cg_prog_fail_lib(NULL);
+    if (rc < 0 && o->resume) {
+        r->model = ck.model;
+        ck.model = NULL;
+        cg_module_train(CG_MODULE(r->model), true);
+    } else if (rc < 0) {
+        rc = mt_new_model(r, o, rec, pr);
+    }
+    cg_seq2seq_ckpt_free(&ck);
+    return rc;
+}
+
+/* Data, vocabulary, model, batches and batch order (fresh or resumed), and
+ * the translator as the trainer sees it. */
+int mt_setup(void *self, cg_trainer *t, cg_train_opts *o, cg_train_recipe *rec, cg_trainer_model *m)
+{
+    mt_run *r = self;
+    r->t = t;
+    int rc = mt_data_model(r, t, o, rec);
+    if (rc >= 0)
+        return rc;
+    r->d.pad_to = r->pad_to;
+    r->d.pad_limit = r->max_len;
+    cg_seq2seq_set_recompute(r->model, rec->recompute);
+    if (!cg_mt_data_order(&r->d, (uint32_t)o->seed, (int)o->grad_accum, o->resume != NULL, t->start,
+                          o->resume))
+        return cg_prog_fail_lib(NULL);
+    fprintf(stderr,
+            "train %lld pairs in %lld batches, valid %lld, test %lld, %s vocab %lld, params %lld, "
+            "precision %s%s\n",
+            (long long)r->d.n_train, (long long)r->d.batches.n_batches,
+            (long long)r->d.split.n_valid, (long long)r->d.split.n_test,
+            cg_tokenizer_kind_name(r->d.tok->kind), (long long)r->model->cfg.vocab,
+            (long long)cg_module_num_params(CG_MODULE(r->model)), cg_precision_name(o->precision),
+            o->resume ? " (resumed)" : "");
+    *m = (cg_trainer_model){.name = "seq2seq",
+                            .plot_title = "seq2seq: label-smoothed loss",
+                            .module = CG_MODULE(r->model),
+                            .dropout_rng = &r->model->dropout_rng,
+                            .optim = cg_adam_config(0.0, 0.9, 0.98, 1e-9),
+                            .clip_norm = 1.0,
+                            .self = r,
+                            .batch = mt_batch,
+                            .loss = mt_loss,
+                            .lr = mt_lr,
+                            .evaluate = mt_evaluate,
+                            .finish = mt_finish,
+                            .config_json = mt_config,
+                            .tok = r->d.tok,
+                            .state_save = mt_state};
+    return -1;
+}
+
+/* seq2seq train's checks of its flags (before any file is read). */
+int mt_check(void *self, const cg_train_opts *o, const cg_train_recipe *rec)
+{
+    mt_run *r = self;
+    if (!o->resume && cg_cli_given(o->args, &rec->lr) && cg_cli_given(o->args, &r->factor))
+        return cg_prog_fail("--lr and --factor both set the learning rate; give one");
+    if (!o->resume && !cg_train_preset_find(PRESETS, CG_SEQ2SEQ_N_PRESETS, r->preset))
+        return cg_prog_fail_lib(NULL);
+    return -1;
+}
+
+void mt_cleanup(void *self)
+{
+    mt_run *r = self;
+    cg_seq2seq_free(r->model);
+    cg_mt_data_free(&r->d);
+}

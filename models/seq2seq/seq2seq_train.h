@@ -1,0 +1,42 @@
+/* seq2seq's training glue, private to the seq2seq program (seq2seq_main.c,
+ * seq2seq_train.c, seq2seq_cmds.c): the program's name and default files,
+ * the run the `train` flags write into (mt_run), and the three callbacks
+ * cg_train_command takes (models/train/program.h): the checks of seq2seq's
+ * own flags, the set-up of data, vocabulary, model and batch order, and the
+ * clean-up. ckpt_load is how train (--resume) and the commands read a
+ * checkpoint. */
+#ifndef CG_MODELS_SEQ2SEQ_TRAIN_H
+#define CG_MODELS_SEQ2SEQ_TRAIN_H
+
+#include "models/seq2seq/seq2seq.h"
+#include "models/seq2seq/seq2seq_ckpt.h"
+#include "models/seq2seq/translate.h"
+#include "models/train/program.h"
+
+#define PROG "seq2seq"
+#define DEFAULT_DATA "data/en_de_ding.tsv"
+#define DEFAULT_CKPT "seq2seq.safetensors"
+
+/* A checkpoint that translate, eval or attention reads (never standard
+ * output, their result). False + error (*c freed either way). */
+bool ckpt_load(const char *path, cg_seq2seq_ckpt *c);
+
+/* The translator as the trainer sees it. */
+typedef struct {
+    const cg_trainer *t;
+    const char *preset;
+    int64_t max_tokens, pad_to, warmup, max_len, valid_size, test_size, test_limit, beam, examples;
+    double factor, alpha, word_dropout;
+    cg_mt_data d;
+    cg_seq2seq *model;
+} mt_run;
+
+/* seq2seq train's checks of its flags (before any file is read). */
+int mt_check(void *self, const cg_train_opts *o, const cg_train_recipe *rec);
+/* Data, vocabulary, model, batches and batch order (fresh or resumed), and
+ * the translator as the trainer sees it. */
+int mt_setup(void *self, cg_trainer *t, cg_train_opts *o, cg_train_recipe *rec,
+             cg_trainer_model *m);
+void mt_cleanup(void *self);
+
+#endif
