@@ -174,8 +174,10 @@ static int mt_new_model(mt_run *r, const cg_train_opts *o, cg_train_recipe *rec,
 static int mt_data_model(mt_run *r, cg_trainer *t, cg_train_opts *o, cg_train_recipe *rec)
 {
     cg_seq2seq_ckpt ck = {0};
-    if (o->resume && (!ckpt_load(o->resume, &ck) || !mt_state(r, NULL)))
+    if (o->resume && (!ckpt_load(o->resume, &ck) || !mt_state(r, NULL))) {
+        cg_seq2seq_ckpt_free(&ck); /* loaded, then its state refused */
         return cg_prog_fail_lib(NULL);
+    }
     const cg_train_preset *pr = cg_train_preset_find(PRESETS, CG_SEQ2SEQ_N_PRESETS, r->preset);
     int rc = pr ? -1 : cg_prog_fail_lib(NULL);
     if (rc < 0 && o->seed > 0xffffffffULL)
