@@ -20,11 +20,15 @@
 #      --resume; a resume into another --out leaves the first run's files;
 #      a file of that name the run did not write is refused (kept with
 #      --force), and the run never writes over a file it reads
+#   6. scripts/recipe_run.sh (2 seeds of a small seq2seq: 8 JSON lines, the
+#      last 5 checkpoints kept and averaged) and scripts/recipe_table.py's
+#      mean of the 2 seeds
 #   test_average.sh CHARLM SEQ2SEQ CKPT_WRITER
 set -uo pipefail
 charlm=$1
 seq2seq=$2
 tool=$3
+root=$(cd "$(dirname "$0")/.." && pwd) # scripts/recipe_run.sh (section 6)
 . "$(dirname "$0")/shell_lib.sh" average
 
 # safetensors files read (shell_lib.sh st_py) and written with the standard library only
@@ -266,4 +270,21 @@ refused_kept "--keep-last: --init-from a name it would write" "--init-from 'm.st
   fail "seq2seq --keep-last: $(tail -1 q.log)"
 [ "$(kept q.st)" = "q.st.step00000008.safetensors q.st.step00000012.safetensors" ] &&
   echo "ok: seq2seq --keep-last 2: $(kept q.st)" || fail "seq2seq --keep-last left: $(kept q.st)"
+
+# ------------------------------------- 6. scripts/recipe_run.sh and its table
+RR=(--tokenizer char --d 16 --H 2 --enc-layers 1 --dec-layers 1 --d-ff 32 --max-tokens 200
+  --valid-size 20 --test-size 20)
+for s in 1 2; do
+  SEQ2SEQ=$seq2seq DATA=p.tsv EVAL_EVERY=2 "$root/scripts/recipe_run.sh" rr r_s$s $s 10 "${RR[@]}" \
+    >rr.out 2>&1 || fail "recipe_run.sh seed $s: $(tail -1 rr.out)"
+done
+jsonl_ok "recipe_run.sh: results.jsonl" rr/results.jsonl
+[ "$(wc -l <rr/results.jsonl)" = 8 ] && [ -e rr/r_s2.avg.safetensors ] &&
+  [ "$(ls rr/r_s1.step*.safetensors | wc -l)" = 5 ] &&
+  echo "ok: recipe_run.sh: 2 seeds, last and averaged, valid and test" ||
+  fail "recipe_run.sh: $(wc -l <rr/results.jsonl) lines, $(ls rr)"
+python3 "$root/scripts/recipe_table.py" rr >rr.md 2>rr.err &&
+  grep -q '^| `--tokenizer char .*` | last | 1, 2 | [0-9.]* (' rr.md &&
+  grep -q '| average of last 5 | 1, 2 |' rr.md && echo "ok: recipe_table.py: the mean of 2 seeds" ||
+  fail "recipe_table.py: $(cat rr.err rr.md)"
 finish

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# One run of the translator's recipe ablation (issue 38; docs/zoo.md "The
+# translator's recipe at 15 minutes"): train NAME with SEED for STEPS steps and
+# the given train flags, keeping the last 5 evaluation checkpoints; average
+# them; then score the last and the averaged checkpoint on the validation and
+# the test split (beam 4). Each score is one JSON line appended to
+# OUTDIR/results.jsonl; scripts/recipe_table.py makes the table from them.
+#   scripts/recipe_run.sh OUTDIR NAME SEED STEPS [train flags...]
+# e.g. scripts/recipe_run.sh runs default_s1 1 11000
+#      scripts/recipe_run.sh runs d01_s2 2 11000 --dropout 0.1
+# One thread a run (1 and 2 threads give the same bits), so two runs can go
+# side by side on 2 cores. SEQ2SEQ names the binary (default
+# build/models/seq2seq/seq2seq), DATA the pairs (default data/en_de_ding.tsv),
+# EVAL_EVERY the evaluation interval (default 500).
+set -euo pipefail
+[ $# -ge 4 ] || { sed -n 2,16p "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+out=$1 name=$2 seed=$3 steps=$4
+shift 4
+case $name in */* | '' | .*) echo "recipe_run: NAME '$name' must be a plain file name" >&2; exit 2 ;; esac
+root=$(cd "$(dirname "$0")/.." && pwd)
+s2s=${SEQ2SEQ:-$root/build/models/seq2seq/seq2seq}
+data=${DATA:-$root/data/en_de_ding.tsv}
+[ -x "$s2s" ] || { echo "recipe_run: $s2s not built (ninja -C build)" >&2; exit 1; }
+[ -f "$data" ] || { echo "recipe_run: no data file '$data' (scripts/prepare_data.sh)" >&2; exit 1; }
+data=$(cd "$(dirname "$data")" && pwd)/$(basename "$data") # the runs start in OUTDIR
+mkdir -p "$out"
+cd "$out"
+"$s2s" train --data "$data" --out "$name.safetensors" --force --steps "$steps" \
+  --eval-every "${EVAL_EVERY:-500}" --keep-last 5 --test-limit 0 --threads 1 --seed "$seed" "$@" \
+  >"$name.log" 2>"$name.err"
+mapfile -t kept < <(ls "$name".step*.safetensors | sort | tail -5)
+"$s2s" average --force --out "$name.avg.safetensors" "${kept[@]}" >>"$name.err" 2>&1
+flags=$*
+flags=${flags//\\/\\\\}
+flags=${flags//\"/\\\"}
+for ck in "$name" "$name.avg"; do
+  for split in valid test; do
+    e=$("$s2s" eval --ckpt "$ck.safetensors" --split "$split" --beam 4 --threads 1 2>>"$name.err")
+    printf '{"ckpt": "%s", "run": "%s", "seed": %s, "flags": "%s", "split": "%s", "eval": %s}\n' \
+      "$ck" "$name" "$seed" "$flags" "$split" "$e" >>results.jsonl
+  done
+done
