@@ -310,6 +310,70 @@ START_TEST(test_pairs_read_errors)
 }
 END_TEST
 
+/* --extra-data's pairs (cg_pairs_add_extra): 10 pairs split 5/2/3 by
+ * RandomState(0).permutation(10) = [2 8 4 9 1 | 6 7 | 3 0 5] */
+START_TEST(test_pairs_add_extra)
+{
+    char text[1024] = "";
+    for (int i = 0; i < 10; i++) {
+        char line[64];
+        snprintf(line, sizeof line, "en %d\tde %d\n", i, i);
+        strcat(text, line);
+    }
+    const char *extra = "en 3\tneu\n"    /* the source of test pair 3: held out */
+                        "neu 1\tde 6\n"  /* the target of validation pair 6: held out */
+                        "de 0\tx\n"      /* test pair 0's target as a source: held out */
+                        "en 2\tandere\n" /* a training pair's source: duplicate */
+                        "neu 2\tde 2\n"  /* a training pair's target only: used */
+                        "neu 3\ty\n"     /* used */
+                        "neu 3\tz\n";    /* an earlier extra pair's source: duplicate */
+    cg_pairs p, x;
+    cg_pair_split s;
+    ck_assert(cg_pairs_parse(text, strlen(text), "t", &p));
+    ck_assert(cg_pairs_parse(extra, strlen(extra), "x", &x));
+    ck_assert(cg_pairs_split(&p, 2, 3, &s));
+    int64_t valid[2], test[3];
+    memcpy(valid, s.valid, sizeof valid);
+    memcpy(test, s.test, sizeof test);
+    cg_pairs_extra c;
+    ck_assert(cg_pairs_add_extra(&p, &s, &x, &c));
+    cg_pairs_free(&x); /* the text was copied */
+    ck_assert_int_eq(c.read, 7);
+    ck_assert_int_eq(c.held_out, 3);
+    ck_assert_int_eq(c.duplicates, 2);
+    ck_assert_int_eq(c.used, 2);
+    ck_assert_int_eq(p.n, 12);
+    ck_assert_int_eq(s.n_train, 7);
+    const int64_t train[7] = {2, 8, 4, 9, 1, 10, 11};
+    for (int i = 0; i < 7; i++)
+        ck_assert_int_eq(s.train[i], train[i]);
+    ck_assert_int_eq(s.n_valid, 2);
+    ck_assert_int_eq(s.n_test, 3);
+    ck_assert(!memcmp(valid, s.valid, sizeof valid) && !memcmp(test, s.test, sizeof test));
+    for (int i = 0; i < 10; i++) { /* the file's pairs keep their place and text */
+        char src[16], tgt[16];
+        snprintf(src, sizeof src, "en %d", i);
+        snprintf(tgt, sizeof tgt, "de %d", i);
+        ck_assert_str_eq(p.items[i].src, src);
+        ck_assert_str_eq(p.items[i].tgt, tgt);
+    }
+    ck_assert_str_eq(p.items[10].src, "neu 2");
+    ck_assert_str_eq(p.items[10].tgt, "de 2");
+    ck_assert_str_eq(p.items[11].src, "neu 3");
+    ck_assert_str_eq(p.items[11].tgt, "y");
+    ck_assert_int_eq(p.items[11].src_len, 5);
+    ck_assert_int_eq(p.items[11].tgt_len, 1);
+    /* a file all of whose pairs are dropped leaves the set as it was */
+    ck_assert(cg_pairs_parse("en 0\tq\nen 2\tq\n", 14, "y", &x));
+    ck_assert(cg_pairs_add_extra(&p, &s, &x, &c));
+    ck_assert(c.read == 2 && c.held_out == 1 && c.duplicates == 1 && c.used == 0);
+    ck_assert(p.n == 12 && s.n_train == 7);
+    cg_pairs_free(&x);
+    cg_pair_split_free(&s);
+    cg_pairs_free(&p);
+}
+END_TEST
+
 START_TEST(test_split_and_batches)
 {
     /* 10 pairs of known lengths */
@@ -1507,6 +1571,7 @@ static Suite *seq2seq_suite(void)
     tcase_add_test(tc, test_pairs_parse_ok);
     tcase_add_test(tc, test_pairs_read_errors);
     tcase_add_test(tc, test_split_and_batches);
+    tcase_add_test(tc, test_pairs_add_extra);
     tcase_add_test(tc, test_mt_data_order);
     tcase_add_test(tc, test_tokenize_once);
     tcase_add_test(tc, test_prog_helpers);

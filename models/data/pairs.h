@@ -84,6 +84,27 @@ bool cg_pairs_load(const char *path, int64_t n_valid, int64_t n_test, cg_pairs *
  * (in place); returns the new count. */
 int64_t cg_pairs_filter(const cg_pairs *p, int64_t *idx, int64_t n, int64_t max_chars);
 
+/* ---------------------------------------------- extra training pairs */
+/* What cg_pairs_add_extra did with the pairs of another file. */
+typedef struct {
+    int64_t read;       /* the file's pairs */
+    int64_t held_out;   /* dropped: a side equals a side of a validation or test pair */
+    int64_t duplicates; /* dropped: the source equals a training pair's (first wins) */
+    int64_t used;       /* joined the training split */
+} cg_pairs_extra;
+
+/* Extra training pairs (seq2seq train --extra-data): the pairs of x join
+ * p's training split (their text copied into p, their indices appended to
+ * split->train in x's order), except a pair whose source or target equals
+ * either side of a validation or test pair of split (held out: no extra
+ * pair repeats a held-out sentence), and a pair whose source equals that
+ * of a training pair or of an earlier extra pair (a duplicate). Sides
+ * compare as bytes, as cg_pairs_parse left them. The validation and test
+ * splits and the indices of p's own pairs are unchanged. Call it before
+ * the pairs are tokenized. *c: the counts. False + error (out of memory;
+ * p and split are then as they were). */
+bool cg_pairs_add_extra(cg_pairs *p, cg_pair_split *split, const cg_pairs *x, cg_pairs_extra *c);
+
 /* ------------------------------------------------------------ vocab */
 /* The code points of the given pairs (both sides) (models/text/pair_vocab.h). */
 bool cg_pair_vocab_build(const cg_pairs *p, const int64_t *idx, int64_t n, cg_pair_vocab *out);

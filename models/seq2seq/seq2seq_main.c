@@ -103,6 +103,10 @@ static int cmd_train(int argc, char **argv)
         {"--max-len", CG_CLI_I64, &r.max_len, 3, 100000,
          "  --max-len N          longest sequence; longer training pairs are dropped (256)\n",
          CG_CLI_FIXED},
+        {"--extra-data", CG_CLI_STR, &r.extra_data, 0, 0,
+         "  --extra-data FILE    more training pairs (--data's format); a pair sharing a\n"
+         "                       sentence with a validation or test pair is dropped\n",
+         0},
         {"--valid-size", CG_CLI_I64, &r.valid_size, 1, 1e9,
          "  --valid-size N       validation pairs (default 500)\n", CG_CLI_FIXED},
         {"--test-size", CG_CLI_I64, &r.test_size, 1, 1e9,

@@ -135,7 +135,39 @@ static bool mt_state(void *self, cJSON *o)
         {"epoch", CG_JF_I64, &r->d.epoch, 0, 1e15, false},
         {"pos", CG_JF_I64, &r->d.pos, 0, 1e15, false},
     };
-    return cg_trainer_model_state(r->t, "seq2seq", o, f, (int)(sizeof f / sizeof f[0]));
+    if (!cg_trainer_model_state(r->t, "seq2seq", o, f, (int)(sizeof f / sizeof f[0])))
+        return false;
+    cJSON *x = o && r->extra_data ? cg_data_id_to_json(&r->extra_id) : NULL;
+    return !o || !r->extra_data || (x && cJSON_AddItemToObject(o, "extra_data_id", x));
+}
+
+/* --extra-data's pairs join the training split; resuming, the checkpoint
+ * must have been trained with the same file, or without one as this run. */
+static bool mt_extra(mt_run *r, const cg_trainer *t, const char *resume)
+{
+    const char *what = "training state: \"extra_data_id\"";
+    const cJSON *s =
+        resume ? cJSON_GetObjectItemCaseSensitive(t->model_state, "extra_data_id") : NULL;
+    cg_data_id stored;
+    if (s && !cg_data_id_from_json(s, what, &stored))
+        return false;
+    if (resume && !s != !r->extra_data) {
+        if (s)
+            cg_set_error("'%s' was trained with --extra-data '%s'; give it again to resume", resume,
+                         stored.path);
+        else
+            cg_set_error("'%s' was trained without --extra-data; drop --extra-data to resume",
+                         resume);
+        return false;
+    }
+    if (!r->extra_data)
+        return true;
+    if (!cg_mt_data_add_extra(&r->d, r->extra_data, &r->extra_id, &r->extra) ||
+        (s && !cg_data_id_check(&stored, &r->extra_id))) {
+        cg_prefix_error("--extra-data: ");
+        return false;
+    }
+    return true;
 }
 
 /* A new model from the preset pr and the flags (seq2seq's defaults:
@@ -186,6 +218,7 @@ static int mt_data_model(mt_run *r, cg_trainer *t, cg_train_opts *o, cg_train_re
     if (rc < 0 &&
         (!cg_mt_data_load(&r->d, o->data, DEFAULT_DATA, r->valid_size, r->test_size, &id) ||
          !cg_trainer_set_data(t, &id) || /* resuming: the checkpoint's data */
+         !mt_extra(r, t, o->resume) ||
          !cg_mt_data_prepare(&r->d, o->data, r->max_len, r->max_tokens, rec->tokenizer,
                              rec->vocab_size, o->resume ? &ck.tok : NULL, o->resume, PROG) ||
          /* what decoding at the end and every rank's share need, known now */
@@ -218,14 +251,22 @@ int mt_setup(void *self, cg_trainer *t, cg_train_opts *o, cg_train_recipe *rec, 
     if (!cg_mt_data_order(&r->d, (uint32_t)o->seed, (int)o->grad_accum, o->resume != NULL, t->start,
                           o->resume))
         return cg_prog_fail_lib(NULL);
-    fprintf(stderr,
-            "train %lld pairs in %lld batches, valid %lld, test %lld, %s vocab %lld, params %lld, "
-            "precision %s%s\n",
-            (long long)r->d.n_train, (long long)r->d.batches.n_batches,
-            (long long)r->d.split.n_valid, (long long)r->d.split.n_test,
-            cg_tokenizer_kind_name(r->d.tok->kind), (long long)r->model->cfg.vocab,
-            (long long)cg_module_num_params(CG_MODULE(r->model)), cg_precision_name(o->precision),
-            o->resume ? " (resumed)" : "");
+    char extra[160] = "";
+    if (r->extra_data)
+        snprintf(extra, sizeof extra,
+                 " (extra pairs: %lld read, %lld dropped as held-out, %lld dropped as "
+                 "duplicates, %lld used)",
+                 (long long)r->extra.read, (long long)r->extra.held_out,
+                 (long long)r->extra.duplicates, (long long)r->extra.used);
+    fprintf(
+        stderr,
+        "train %lld pairs%s in %lld batches, valid %lld, test %lld, %s vocab %lld, params %lld, "
+        "precision %s%s\n",
+        (long long)r->d.n_train, extra, (long long)r->d.batches.n_batches,
+        (long long)r->d.split.n_valid, (long long)r->d.split.n_test,
+        cg_tokenizer_kind_name(r->d.tok->kind), (long long)r->model->cfg.vocab,
+        (long long)cg_module_num_params(CG_MODULE(r->model)), cg_precision_name(o->precision),
+        o->resume ? " (resumed)" : "");
     *m = (cg_trainer_model){.name = "seq2seq",
                             .plot_title = "seq2seq: label-smoothed loss",
                             .module = CG_MODULE(r->model),

@@ -104,6 +104,14 @@ bool cg_mt_data_load(cg_mt_data *d, const char *path, const char *default_data, 
     return false;
 }
 
+bool cg_mt_data_add_extra(cg_mt_data *d, const char *path, cg_data_id *id, cg_pairs_extra *c)
+{
+    cg_pairs x;
+    bool ok = cg_pairs_read(path, &x, id) && cg_pairs_add_extra(&d->pairs, &d->split, &x, c);
+    cg_pairs_free(&x);
+    return ok;
+}
+
 bool cg_mt_data_load_ckpt(cg_mt_data *d, const char *train_json, const char *ckpt_path,
                           const char *given, const char *default_data)
 {

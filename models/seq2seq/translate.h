@@ -63,6 +63,10 @@ typedef struct {
  * default_data gets the hint of models/data/data.h cg_data_default_hint. */
 bool cg_mt_data_load(cg_mt_data *d, const char *path, const char *default_data, int64_t n_valid,
                      int64_t n_test, cg_data_id *id);
+/* Then (before cg_mt_data_prepare): the pairs of the file path (read as
+ * cg_pairs_read reads --data; id gets its identity) join the training
+ * split only (models/data/pairs.h cg_pairs_add_extra; *c: the counts). */
+bool cg_mt_data_add_extra(cg_mt_data *d, const char *path, cg_data_id *id, cg_pairs_extra *c);
 /* The data a checkpoint's translator was trained on, for an evaluation:
  * split with the sizes of its "train" metadata (500 and 1000 when it has
  * none), from the file `given`, else the one it recorded, else

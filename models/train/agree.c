@@ -55,6 +55,8 @@ static void ranks_differ(const cJSON *c)
     char flag[256];
     if (!strncmp(key, "data_id.", 8))
         snprintf(flag, sizeof flag, "--data (the file's content)");
+    else if (!strncmp(key, "model.extra_data_id.", 20))
+        snprintf(flag, sizeof flag, "--extra-data (the file's content)");
     else if (!strncmp(key, "init_from", 9))
         snprintf(flag, sizeof flag, "--init-from (the base checkpoint's content)");
     else if (!strncmp(key, "history.", 8) || !strcmp(key, "recent"))
@@ -84,7 +86,9 @@ bool cg_trainer_ranks_agree(const cg_trainer *t, const cg_trainer_model *m)
         cJSON_DeleteItemFromObjectCaseSensitive(s, "data"); /* paths: per machine */
         cJSON_DeleteItemFromObjectCaseSensitive(s, "data_hex");
         drop_path(cJSON_GetObjectItemCaseSensitive(s, "data_id"));
-        cJSON_DeleteItemFromObjectCaseSensitive(s, "kept_out"); /* rank 0's alone */
+        drop_path(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(s, "model"),
+                                                   "extra_data_id")); /* seq2seq --extra-data */
+        cJSON_DeleteItemFromObjectCaseSensitive(s, "kept_out");       /* rank 0's alone */
         cJSON_DeleteItemFromObjectCaseSensitive(s, "kept_out_hex");
         const cg_train_opts *o = t->o;
         cJSON_AddNumberToObject(run, "stop_at", (double)o->stop_at);
