@@ -218,14 +218,15 @@ int mt_setup(void *self, cg_trainer *t, cg_train_opts *o, cg_train_recipe *rec, 
     if (!cg_mt_data_order(&r->d, (uint32_t)o->seed, (int)o->grad_accum, o->resume != NULL, t->start,
                           o->resume))
         return cg_prog_fail_lib(NULL);
+    char note[128];
     fprintf(stderr,
             "train %lld pairs in %lld batches, valid %lld, test %lld, %s vocab %lld, params %lld, "
-            "precision %s%s\n",
+            "precision %s%s%s\n",
             (long long)r->d.n_train, (long long)r->d.batches.n_batches,
             (long long)r->d.split.n_valid, (long long)r->d.split.n_test,
             cg_tokenizer_kind_name(r->d.tok->kind), (long long)r->model->cfg.vocab,
             (long long)cg_module_num_params(CG_MODULE(r->model)), cg_precision_name(o->precision),
-            o->resume ? " (resumed)" : "");
+            cg_train_precision_note(o, note, sizeof note), o->resume ? " (resumed)" : "");
     *m = (cg_trainer_model){.name = "seq2seq",
                             .plot_title = "seq2seq: label-smoothed loss",
                             .module = CG_MODULE(r->model),
