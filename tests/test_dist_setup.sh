@@ -56,8 +56,14 @@ if grep -m1 '^flags' /proc/cpuinfo | grep -qw avx512_bf16; then
   refused "ranks whose auto chose other precisions" \
     "\-\-precision differs between ranks.*give every rank --precision fp32 or bf16" \
     "${mpi[@]}" -np 1 env CG_BF16_EMULATE=1 "$charlm" train --data c.txt "${TINY[@]}" --steps 4 \
-    --out d6.st : -np 1 "$charlm" train --data c.txt "${TINY[@]}" --steps 4 --out d6.st
+    --out d6.st : -np 1 env -u CG_BF16_EMULATE "$charlm" train --data c.txt "${TINY[@]}" --steps 4 \
+    --out d6.st
   no_steps "ranks whose auto chose other precisions" d6.st
+  timeout 300 "${mpi[@]}" -np 1 env CG_BF16_EMULATE=1 "$charlm" train --data c.txt "${TINY[@]}" \
+    --steps 4 --precision fp32 --out d7.st : -np 1 env -u CG_BF16_EMULATE "$charlm" train \
+    --data c.txt "${TINY[@]}" --steps 4 --precision fp32 --out d7.st >/dev/null 2>err.txt &&
+    echo "ok: the same ranks given --precision fp32 train" ||
+    fail "the same ranks given --precision fp32: $(grep -m1 error err.txt)"
 else
   echo "skip: ranks whose auto chose other precisions: this CPU has no AVX512_BF16"
 fi
