@@ -36,7 +36,9 @@ echo "charlm base sampling, 255 new characters after a 1-character prompt (they 
 echo "256-character window without sliding), $threads threads (untrained weights: speed only)"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-"$charlm" train --preset base --steps 1 --eval-every 1 --threads "$threads" --out "$tmp/base.safetensors" >/dev/null 2>&1
+# an fp32 checkpoint: sample decodes in its precision unless --precision says (bf16 below)
+"$charlm" train --preset base --steps 1 --eval-every 1 --threads "$threads" --precision fp32 \
+    --out "$tmp/base.safetensors" >/dev/null 2>&1
 for mode in cache no-cache bf16; do
   extra=""; [ "$mode" = no-cache ] && extra="--no-cache"
   [ "$mode" = bf16 ] && extra="--precision bf16"   # packed bf16 weights, cached

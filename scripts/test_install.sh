@@ -124,11 +124,13 @@ for ((i = 0; i < 600; i++)); do
   ((i % 10 == 9)) && printf '\n'
 done >"$work/lm.txt"
 for ((i = 0; i < 400; i++)); do printf 'the cat %d sat\tdie katze %d sass\n' $i $i; done >"$work/pairs.tsv"
+# --precision fp32: the programs decode in the checkpoint's precision, the
+# examples in the library's default, fp32 (train's auto is bf16 on some CPUs)
 (cd "$work" && "$bin/cgrad-charlm" train --data lm.txt --d 16 --H 2 --layers 1 --d-ff 32 --T 16 \
-   --batch-size 4 --steps 20 --eval-every 10 --threads 1 --out lm.st >/dev/null 2>lm.log &&
+   --batch-size 4 --steps 20 --eval-every 10 --threads 1 --precision fp32 --out lm.st >/dev/null 2>lm.log &&
  "$bin/cgrad-seq2seq" train --data pairs.tsv --tokenizer char --d 16 --H 2 --enc-layers 1 \
    --dec-layers 1 --d-ff 32 --max-tokens 200 --valid-size 20 --test-size 20 --test-limit 2 \
-   --steps 20 --eval-every 10 --threads 1 --out s2s.st >/dev/null 2>s2s.log) ||
+   --steps 20 --eval-every 10 --threads 1 --precision fp32 --out s2s.st >/dev/null 2>s2s.log) ||
   { echo "test_install: training the zoo's checkpoints failed: $(tail -n 2 "$work"/*.log)" >&2; exit 1; }
 gen_flags=(--prompt "the whale" --length 120 --top-k 5 --temperature 0.8 --seed 3)
 sentences=("the cat 7 sat" "the cat 250 sat")

@@ -22,9 +22,10 @@
 #   jsonl_ok NAME FILE         every line of FILE is a JSON object
 #   zoo_data                   c.txt (a 3 KB text of 14 words) and p.tsv (400
 #                              pairs), the small data of the zoo's tests
-#   zoo_ckpts                  zoo_data, the flags TINY (a charlm 16 wide, one
+#   zoo_ckpts [FLAGS...]       zoo_data, the flags TINY (a charlm 16 wide, one
 #                              layer) and S2S (a seq2seq as small), and a.st
-#                              and s.st: 4 steps of each ($charlm, $seq2seq)
+#                              and s.st: 4 steps of each ($charlm, $seq2seq;
+#                              FLAGS added to both train commands)
 #   st_py ARGS... <<'EOF'      python3 runs the script on stdin (sys.argv[1:]
 #                              = ARGS) after load(PATH) -> ({name: (dtype,
 #                              shape, bytes)}, metadata): a safetensors file
@@ -96,9 +97,9 @@ zoo_ckpts() {
   TINY=(--d 16 --H 2 --layers 1 --d-ff 32 --T 16 --batch-size 4 --threads 1 --eval-every 4)
   S2S=(--tokenizer char --d 16 --H 2 --enc-layers 1 --dec-layers 1 --d-ff 32 --max-tokens 200
        --valid-size 20 --test-size 20 --test-limit 2 --threads 1 --eval-every 4)
-  "$charlm" train --data c.txt "${TINY[@]}" --steps 4 --out a.st >/dev/null 2>a.log ||
+  "$charlm" train --data c.txt "${TINY[@]}" --steps 4 "$@" --out a.st >/dev/null 2>a.log ||
     { echo "charlm training failed: $(tail -1 a.log)" >&2; exit 1; }
-  "$seq2seq" train --data p.tsv "${S2S[@]}" --steps 4 --out s.st >/dev/null 2>s.log ||
+  "$seq2seq" train --data p.tsv "${S2S[@]}" --steps 4 "$@" --out s.st >/dev/null 2>s.log ||
     { echo "seq2seq training failed: $(tail -1 s.log)" >&2; exit 1; }
 }
 skip_if_no_bpe() {

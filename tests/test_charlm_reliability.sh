@@ -125,7 +125,7 @@ cp bf_half.st bf_half20.st
 "$tool" same bf_full.st bf_half.st || fail "bf16: 40 steps != 20 steps + resume to 40"
 echo "bf16 resume: 40 steps == 20 + 20 resumed (bit-identical parameters and optimizer state)"
 
-"$charlm" train "${model[@]}" --steps 40 --out bf_fp32.st >bf_fp32.json 2>bf_fp32.log ||
+"$charlm" train "${model[@]}" --precision fp32 --steps 40 --out bf_fp32.st >bf_fp32.json 2>bf_fp32.log ||
   fail "fp32 training failed: $(tail -1 bf_fp32.log)"
 [ "$(field precision bf_fp32.json)" = fp32 ] || fail "fp32 run: $(cat bf_fp32.json)"
 if "$tool" same bf_full.st bf_fp32.st 2>/dev/null; then fail "a bf16 run equals the fp32 run"; fi

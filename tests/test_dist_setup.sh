@@ -3,8 +3,9 @@
 # neighbours; meson suite 'reliability'), 2 ranks under mpirun:
 #  - every batch of every epoch can be split over the ranks, or the run is
 #    refused before step 1 with advice that can be followed;
-#  - every rank trains on the same data with the same recipe, and
-#    fine-tunes the same base (issue 34, finding 11: --init-from's content);
+#  - every rank trains on the same data with the same recipe and precision
+#    (issue 32: what --precision auto chose on its CPU), and fine-tunes the
+#    same base (issue 34, finding 11: --init-from's content);
 #  - the rank logs go to $TMPDIR when /tmp is read-only, and an error names
 #    the path and the reason.
 #   test_dist_setup.sh CHARLM SEQ2SEQ MPIRUN   (skipped without MPIRUN)
@@ -48,6 +49,24 @@ no_steps "ranks given different --batch-size" d3.st
 refused "ranks given different --steps" "steps" \
   "${mpi[@]}" -np 1 "$charlm" train --data c.txt "${TINY[@]}" --steps 4 --out d4.st : \
   -np 1 "$charlm" train --data c.txt "${TINY[@]}" --steps 6 --out d4.st
+# issue 32: --precision auto chooses by each rank's CPU; ranks that chose
+# differently (here CG_BF16_EMULATE=1 on rank 0, a CPU without native bf16
+# as far as auto knows) are refused, and told how to agree
+if grep -m1 '^flags' /proc/cpuinfo | grep -qw avx512_bf16; then
+  refused "ranks whose auto chose other precisions" \
+    "\-\-precision differs between ranks.*give every rank --precision fp32 or bf16" \
+    "${mpi[@]}" -np 1 env CG_BF16_EMULATE=1 "$charlm" train --data c.txt "${TINY[@]}" --steps 4 \
+    --out d6.st : -np 1 env -u CG_BF16_EMULATE "$charlm" train --data c.txt "${TINY[@]}" --steps 4 \
+    --out d6.st
+  no_steps "ranks whose auto chose other precisions" d6.st
+  timeout 300 "${mpi[@]}" -np 1 env CG_BF16_EMULATE=1 "$charlm" train --data c.txt "${TINY[@]}" \
+    --steps 4 --precision fp32 --out d7.st : -np 1 env -u CG_BF16_EMULATE "$charlm" train \
+    --data c.txt "${TINY[@]}" --steps 4 --precision fp32 --out d7.st >/dev/null 2>err.txt &&
+    echo "ok: the same ranks given --precision fp32 train" ||
+    fail "the same ranks given --precision fp32: $(grep -m1 error err.txt)"
+else
+  echo "skip: ranks whose auto chose other precisions: this CPU has no AVX512_BF16"
+fi
 # issue 34, finding 11: the same base on every rank (its content; the path
 # may differ between machines), full fine-tuning and LoRA
 "$charlm" train --data c.txt "${TINY[@]}" --steps 4 --seed 1 --out base1.st >/dev/null 2>&1 &&

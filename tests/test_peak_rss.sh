@@ -42,7 +42,8 @@ if rc == 0:
     print("%.1f" % (resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024))' "$out" "$err" "$@"
 }
 
-shape=(--preset tiny --T 512 --batch-size 2 --recompute --threads 2)
+# fp32 for both (the bench's default; train's auto may choose bf16)
+shape=(--preset tiny --T 512 --batch-size 2 --recompute --threads 2 --precision fp32)
 prog=$(peak_mb t.out t.err "$charlm" train "${shape[@]}" --steps 2 --eval-every 2 --data c.txt \
   --out o/c.safetensors)
 [ -n "$prog" ] || fail "charlm train: failed: $(tail -c 300 t.err)"

@@ -15,7 +15,10 @@ seq2seq=$2
 gen=$3
 tr=$4
 . "$(dirname "$0")/shell_lib.sh" zoo_lib
-zoo_ckpts # a.st (charlm), s.st (seq2seq) and the flags TINY
+# fp32 checkpoints: the programs decode in the checkpoint's precision, the
+# examples in the library's default, fp32 (train's auto is bf16 on some CPUs)
+zoo_ckpts --precision fp32 # a.st (charlm), s.st (seq2seq) and the flags TINY
+TINY+=(--precision fp32)
 # a text with newlines: the default prompt (a newline) is in its vocabulary
 # (a prompt character outside it is read as a substitute, which
 # zoo_generate prints and `charlm sample` does not)

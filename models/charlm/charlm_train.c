@@ -290,9 +290,10 @@ static void lm_announce(const lm_run *r, const cg_trainer *t, const cg_train_opt
     if (t->from_origin)
         fprintf(stderr, PROG ": fine-tuning '%s' (step %lld)%s\n", t->origin.id.path,
                 (long long)t->origin.step, t->adapters ? " with LoRA adapters" : "");
+    char note[128];
     fprintf(stderr,
             PROG ": %lld chars%s, vocab %lld, train %lld, val %lld, params %lld; %s d=%lld H=%lld "
-                 "layers=%lld d_ff=%lld T=%lld B=%lld, %lld steps, precision %s\n",
+                 "layers=%lld d_ff=%lld T=%lld B=%lld, %lld steps, precision %s%s\n",
             (long long)r->corpus->chars, r->tok->kind == CG_TOK_BPE ? " in bpe tokens" : "",
             (long long)cg_tokenizer_vocab_size(r->tok), (long long)r->tr.n, (long long)r->va.n,
             (long long)cg_module_num_params(CG_MODULE(r->model)),
@@ -300,7 +301,8 @@ static void lm_announce(const lm_run *r, const cg_trainer *t, const cg_train_opt
             : o->init_from ? "base"
                            : r->preset,
             (long long)c->d, (long long)c->H, (long long)c->layers, (long long)c->d_ff,
-            (long long)r->T, (long long)r->B, (long long)o->steps, cg_precision_name(o->precision));
+            (long long)r->T, (long long)r->B, (long long)o->steps, cg_precision_name(o->precision),
+            cg_train_precision_note(o, note, sizeof note));
 }
 
 /* Corpus, tokenizer and model (fresh, resumed or from a base), checked,

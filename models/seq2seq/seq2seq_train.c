@@ -251,7 +251,7 @@ int mt_setup(void *self, cg_trainer *t, cg_train_opts *o, cg_train_recipe *rec, 
     if (!cg_mt_data_order(&r->d, (uint32_t)o->seed, (int)o->grad_accum, o->resume != NULL, t->start,
                           o->resume))
         return cg_prog_fail_lib(NULL);
-    char extra[160] = "";
+    char extra[160] = "", note[128];
     if (r->extra_data)
         snprintf(extra, sizeof extra,
                  " (extra pairs: %lld read, %lld dropped as held-out, %lld dropped as "
@@ -261,12 +261,12 @@ int mt_setup(void *self, cg_trainer *t, cg_train_opts *o, cg_train_recipe *rec, 
     fprintf(
         stderr,
         "train %lld pairs%s in %lld batches, valid %lld, test %lld, %s vocab %lld, params %lld, "
-        "precision %s%s\n",
+        "precision %s%s%s\n",
         (long long)r->d.n_train, extra, (long long)r->d.batches.n_batches,
         (long long)r->d.split.n_valid, (long long)r->d.split.n_test,
         cg_tokenizer_kind_name(r->d.tok->kind), (long long)r->model->cfg.vocab,
         (long long)cg_module_num_params(CG_MODULE(r->model)), cg_precision_name(o->precision),
-        o->resume ? " (resumed)" : "");
+        cg_train_precision_note(o, note, sizeof note), o->resume ? " (resumed)" : "");
     *m = (cg_trainer_model){.name = "seq2seq",
                             .plot_title = "seq2seq: label-smoothed loss",
                             .module = CG_MODULE(r->model),

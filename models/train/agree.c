@@ -67,6 +67,9 @@ static void ranks_differ(const cJSON *c)
             if (*p == '_')
                 *p = '-';
     }
+    if (!strcmp(key, "options.precision"))
+        why = "--precision auto chooses by each rank's CPU: give every rank --precision fp32 or "
+              "bf16";
     cg_set_error("the ranks were not started with the same run: %s differs between ranks "
                  "(rank 0: %s = %s); %s",
                  flag, key, c->valuestring, why);

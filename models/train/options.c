@@ -15,8 +15,9 @@ void cg_train_opts_init(cg_train_opts *o)
 {
     o->stop_at = -1;
     o->log_every = 0;
-    o->precision_arg = "fp32";
+    o->precision_arg = "auto";
     o->precision = CG_PRECISION_FP32;
+    o->precision_auto = NULL;
     o->threads = 0;
     o->grad_accum = 1;
 }
@@ -62,6 +63,41 @@ static bool parse_arch(const cg_train_recipe *r, cg_norm_kind *norm, cg_act *act
     return true;
 }
 
+/* --precision into o->precision (see cg_train_parse); a given "auto" is
+ * marked not given in a (--resume refuses the flags the checkpoint fixes).
+ * -1, or the exit code after the error line. */
+static int train_precision(cg_cli_args *a, cg_train_opts *o)
+{
+    o->precision_auto = NULL;
+    if (strcmp(o->precision_arg, "auto") != 0) {
+        if (!strcmp(o->precision_arg, "fp32") || !strcmp(o->precision_arg, "bf16"))
+            return cg_precision_flag(o->precision_arg, &o->precision);
+        cg_prog_fail("--precision: '%s' is not one of auto, fp32, bf16", o->precision_arg);
+        return CG_EXIT_USAGE;
+    }
+    for (int i = 0; i < a->n; i++)
+        if (a->opts[i].dst == &o->precision_arg)
+            a->given[i] = 0;
+    /* emulated bf16 is exact but no faster than fp32: never chosen (on
+     * --resume, the checkpoint's precision replaces this: state.c) */
+    const bool native = cg_bf16_native();
+    o->precision = native ? CG_PRECISION_BF16 : CG_PRECISION_FP32;
+    o->precision_arg = cg_precision_name(o->precision);
+    o->precision_auto = !native                                   ? "no native bf16 on this CPU"
+                        : cg_bf16_auto_path() == CG_GEMM_BF16_AMX ? "the CPU has AMX"
+                                                                  : "the CPU has AVX512_BF16";
+    return -1;
+}
+
+const char *cg_train_precision_note(const cg_train_opts *o, char *buf, size_t cap)
+{
+    if (!o->precision_auto)
+        return "";
+    snprintf(buf, cap, " (auto: %s%s)", o->precision_auto,
+             o->precision == CG_PRECISION_BF16 ? "; --precision fp32 to opt out" : "");
+    return buf;
+}
+
 int cg_train_parse(int argc, char **argv, cg_cli_args *a, const char *help, cg_train_opts *o,
                    cg_train_recipe *r)
 {
@@ -76,7 +112,7 @@ int cg_train_parse(int argc, char **argv, cg_cli_args *a, const char *help, cg_t
         return 0;
     }
     o->args = a;
-    int rc = cg_precision_flag(o->precision_arg, &o->precision);
+    int rc = train_precision(a, o);
     if (rc >= 0)
         return rc;
     cg_norm_kind norm;

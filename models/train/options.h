@@ -57,8 +57,14 @@ typedef struct {
      * --resume, instead of the one it records */
     const char *base;
     bool force, skip_nonfinite;
-    const char *precision_arg; /* --precision fp32|bf16 ("fp32"; saved in "options") */
-    cg_precision precision;    /* of the matrix products (core/gemm.h), parsed */
+    /* --precision auto|fp32|bf16 ("auto"): cg_train_parse resolves auto to
+     * "fp32" or "bf16", the name saved in "options" (on --resume, to the
+     * checkpoint's, restored from it) */
+    const char *precision_arg;
+    cg_precision precision; /* of the matrix products (core/gemm.h), parsed */
+    /* why auto chose it ("the CPU has AVX512_BF16", "no native bf16 on this
+     * CPU"); NULL when --precision named it or --resume's checkpoint did */
+    const char *precision_auto;
     /* The parsed command line (cg_train_parse): which flags were given,
      * which are fixed or saved by a checkpoint. NULL: none given. */
     const cg_cli_args *args;
@@ -92,7 +98,8 @@ typedef struct {
 } cg_train_recipe;
 
 /* Defaults: stop_at -1 (off), log_every 0 (auto), threads 0 (all cores),
- * grad_accum 1, precision fp32; the rest 0. */
+ * grad_accum 1, precision_arg "auto" (precision fp32 until resolved); the
+ * rest 0. */
 void cg_train_opts_init(cg_train_opts *o);
 /* Defaults: norm_first true, vocab_size 4000, tokenizer char; the rest 0. */
 void cg_train_recipe_init(cg_train_recipe *r);
@@ -174,8 +181,8 @@ void cg_train_init(cg_train_opts *o, cg_train_recipe *r, int64_t steps, int64_t 
          &(o)->precision_arg,                                                                     \
          0,                                                                                       \
          0,                                                                                       \
-         "  --precision P        matrix products: fp32 (default) or bf16 (bfloat16 operands,\n"   \
-         "                       fp32 accumulation); kept by the checkpoint\n",                   \
+         "  --precision P        matrix products: auto (default: bf16 on a native bf16 CPU,\n"    \
+         "                       else fp32), fp32 or bf16; kept by the checkpoint\n",             \
          CG_CLI_FIXED | CG_CLI_SAVED},                                                            \
         {"--data",                                                                                \
          CG_CLI_STR,                                                                              \
@@ -300,7 +307,10 @@ const char *cg_train_arch_help(cg_train_recipe *r);
 
 /* Parse a train command's table a->opts[0..a->n) (a->given records what
  * was given; o->args = a). --help prints help, then the table's help lines.
- * Then --precision, --norm and --act (names of nn/layers.h's tables) and,
+ * Then --precision (auto resolved: bf16 when cg_bf16_native(), never the
+ * emulation, else fp32; with --resume, the checkpoint's, and a given
+ * "auto" counts as not given), --norm and --act (names of nn/layers.h's
+ * tables) and,
  * for a fresh run, --tokenizer/--vocab-size are checked. Returns -1 to go
  * on, else the exit code (the error printed). */
 int cg_train_parse(int argc, char **argv, cg_cli_args *a, const char *help, cg_train_opts *o,
@@ -360,6 +370,10 @@ int cg_train_check_base(const cg_cli_args *a, const cg_train_recipe *rec, const 
 bool cg_train_options_save(const cg_cli_args *a, cJSON *j);
 bool cg_train_options_restore(const cg_cli_args *a, const cJSON *j, const char *what);
 
+/* What a train command's start-up line says after "precision bf16": " (auto:
+ * the CPU has AVX512_BF16; --precision fp32 to opt out)" or " (auto: no
+ * native bf16 on this CPU)" when auto chose, else "". In buf (cap bytes). */
+const char *cg_train_precision_note(const cg_train_opts *o, char *buf, size_t cap);
 /* The matrix-product precision a checkpoint's "train" metadata recorded
  * (fp32 when it recorded none); false + error when it is malformed. */
 bool cg_train_precision(const char *train_json, const char *ckpt_path, cg_precision *out);

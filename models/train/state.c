@@ -163,6 +163,10 @@ static bool state_restore(cg_trainer *t, cg_train_opts *o, const char *path)
         !cg_json_f64_array(s, what, "recent", t->recent, CG_TRAIN_RECENT, &t->n_recent))
         return false;
     const cJSON *opts = cJSON_GetObjectItemCaseSensitive(s, "options");
+    /* --resume keeps the checkpoint's precision, whatever auto would choose
+     * here (a checkpoint that records none was trained in fp32) */
+    o->precision_arg = "fp32";
+    o->precision_auto = NULL;
     if (!cJSON_IsObject(t->model_state) || (opts && !cJSON_IsObject(opts)) ||
         !cg_train_options_restore(o->args, opts, what) ||
         (o->precision_arg && !cg_precision_parse(o->precision_arg, &o->precision))) {
