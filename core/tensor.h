@@ -398,14 +398,27 @@ int cg_cap_default_threads(void);
  * issue 33). libgomp reads GOMP_SPINCOUNT when it loads, before main, so
  * this function, called first in main (the programs call it), starts the
  * program again (exec of /proc/self/exe with the same arguments) with
- * GOMP_SPINCOUNT=CG_OMP_SPINCOUNT (1000 rounds, about 20 us: the gap
- * between most parallel regions of a step, and libgomp's own count when
- * threads outnumber CPUs), which its children inherit. It returns without
- * doing anything when OMP_WAIT_POLICY or GOMP_SPINCOUNT is set (yours are
- * kept: OMP_WAIT_POLICY=active or GOMP_SPINCOUNT=300000 brings libgomp's
+ * GOMP_SPINCOUNT=cg_omp_spin_count(), which its children inherit: rounds
+ * worth about CG_OMP_SPIN_US microseconds on this CPU. A round is one
+ * `pause`, whose cost differs from CPU to CPU (about 11 ns on the Intel
+ * Xeon family 6 model 0xA7, 20 on Zen 5), so a fixed count is a different
+ * wait on each: 1000 rounds (11 us) made a 2-thread seq2seq tiny bf16 step
+ * on the Xeon 20% slower than libgomp's default on an idle machine (the
+ * worker slept between most regions and paid a wake-up at each), while
+ * 50 us keeps a loaded machine's step within noise of 1000's and 10 us
+ * more than that already cost it (docs/performance.md, Intel Xeon,
+ * 2026-11-25 18:10). It returns without doing anything when
+ * OMP_WAIT_POLICY or GOMP_SPINCOUNT is set (yours are kept:
+ * OMP_WAIT_POLICY=active or GOMP_SPINCOUNT=300000 brings libgomp's
  * spinning back, OMP_WAIT_POLICY=passive never spins), for one thread
  * (OMP_NUM_THREADS=1, one CPU), under valgrind, or when the exec fails. */
-#define CG_OMP_SPINCOUNT "1000"
+#define CG_OMP_SPIN_US 50
+/* The spin count worth CG_OMP_SPIN_US on this CPU, from the fastest of a
+ * few timed runs of `pause` (under a millisecond), within
+ * [CG_OMP_SPIN_MIN, CG_OMP_SPIN_MAX]. */
+#define CG_OMP_SPIN_MIN 1000
+#define CG_OMP_SPIN_MAX 20000
+long cg_omp_spin_count(void);
 void cg_omp_short_spin(void);
 
 /* ----------------------------------------------------------- utilities */

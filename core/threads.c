@@ -6,7 +6,9 @@
 #include <omp.h>
 #include <sched.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/tensor.h"
@@ -125,12 +127,52 @@ static char **own_argv(void)
     return argv;
 }
 
+/* One round of libgomp's spin loop (its cpu_relax: `pause` on x86). */
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#else
+    __asm__ volatile("" ::: "memory");
+#endif
+}
+
+/* Nanoseconds one `pause` takes: the fastest of a few timed runs (a run
+ * the scheduler interrupted only takes longer). */
+static double pause_ns(void)
+{
+    enum { ROUNDS = 4096, RUNS = 5 };
+    double best = 0.0;
+    for (int r = 0; r < RUNS; r++) {
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        for (int i = 0; i < ROUNDS; i++)
+            cpu_relax();
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double ns =
+            ((double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec)) / ROUNDS;
+        if (r == 0 || ns < best)
+            best = ns;
+    }
+    return best;
+}
+
+long cg_omp_spin_count(void)
+{
+    double ns = pause_ns(), want = CG_OMP_SPIN_US * 1000.0;
+    if (!(ns > 0.0) || want / ns > CG_OMP_SPIN_MAX)
+        return CG_OMP_SPIN_MAX;
+    return want / ns < CG_OMP_SPIN_MIN ? CG_OMP_SPIN_MIN : (long)(want / ns);
+}
+
 void cg_omp_short_spin(void)
 {
     if (!spins_by_default())
         return;
     char **argv = own_argv();
-    if (argv && setenv("GOMP_SPINCOUNT", CG_OMP_SPINCOUNT, 1) == 0) {
+    char count[24];
+    snprintf(count, sizeof count, "%ld", cg_omp_spin_count());
+    if (argv && setenv("GOMP_SPINCOUNT", count, 1) == 0) {
         execv("/proc/self/exe", argv);
         unsetenv("GOMP_SPINCOUNT"); /* no exec: carry on as started */
     }

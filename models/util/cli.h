@@ -32,7 +32,8 @@ void cg_cli_set_threads(const char *prog, int64_t n);
  * /dev/null (stdin write-only, stdout and stderr read-only, so that using a
  * closed stream still fails) before any file is opened, OpenMP's waiting
  * threads spin briefly (cg_omp_short_spin: the program starts again with
- * GOMP_SPINCOUNT=1000 unless the environment chose a policy), and
+ * GOMP_SPINCOUNT worth about 50 us on this CPU, cg_omp_spin_count,
+ * unless the environment chose a policy), and
  * OpenMP's default thread count is capped at the CPUs. */
 void cg_cli_start(void);
 /* Flush stdout and check every write to it: false + "cannot write the
