@@ -486,7 +486,10 @@ cg_tensor *cg_k_linear_cross_entropy(const cg_tensor *h, const cg_tensor *w, con
     cg_tensor *hc = cg_k_contiguous(h), *wc = cg_k_contiguous(w),
               *bc = b ? cg_k_contiguous(b) : NULL;
     cg_tensor *L = cg_empty(2, (int64_t[]){m + (exact ? CG_GEMM_SKINNY + 1 : 0), V});
-    cg_tensor *g3[3] = {dh ? cg_zeros(2, h->shape) : NULL, dw ? cg_zeros(2, w->shape) : NULL,
+    /* every row of dh and dW is written by a product with beta 0 (the
+     * first chunk's, for dW) unless there are no rows */
+    cg_tensor *(*make)(int, const int64_t *) = N > 0 && d > 0 ? cg_empty : cg_zeros;
+    cg_tensor *g3[3] = {dh ? make(2, h->shape) : NULL, dw ? make(2, w->shape) : NULL,
                         db ? cg_empty(1, &V) : NULL};
     double *row = malloc((size_t)(N > 0 ? N : 1) * sizeof(double));
     double *dbs = db ? calloc((size_t)(V > 0 ? V : 1), sizeof(double)) : NULL;
