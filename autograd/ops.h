@@ -171,10 +171,15 @@ cg_tensor *cg_binary_cross_entropy_with_logits(cg_tensor *x, cg_tensor *y);
 /* F.cross_entropy(h @ w.T + b, targets, ignore_index=, label_smoothing=)
  * with the output projection fused in (core/ops.h
  * cg_k_linear_cross_entropy): h [..., d], w [V, d], b [V] or NULL, targets
- * int64 of h's shape without its last dim. The logits are made `chunk`
+ * int64 of h's shape without its last dim. The logits are made a chunk of
  * rows at a time and never kept: the gradients are computed by the forward
- * (for the inputs that require grad) and scaled by the upstream gradient in
- * backward. */
+ * (for the inputs that require grad) and used by the backward. chunk: rows
+ * per chunk (the weight's gradient then depends on it; an upstream
+ * gradient g != 1 scales the gradients), or CG_LCE_EXACT: chunks on the
+ * weight gradient's k blocks, so that the loss and every gradient have the
+ * bits of cross-entropy over cg_matmul(h, cg_transpose(w, 0, 1)) (+ b, as
+ * cg_linear_fn adds it), g included (a backward with g != 1 computes the
+ * chunks again with the logits' gradient scaled by g). */
 cg_tensor *cg_linear_cross_entropy(cg_tensor *h, cg_tensor *w, cg_tensor *b,
                                    const cg_tensor *targets, int64_t ignore_index,
                                    float label_smoothing, int64_t chunk);

@@ -154,21 +154,26 @@ cg_tensor *cg_cross_entropy(cg_tensor *logits, const cg_tensor *targets, int64_t
  * targets [N]; p: i[0] ignore_index, f[2] (in i[1]) label smoothing, i[2]
  * the chunk, i[3 + k] the saved slot of input k's gradient (-1: none). The
  * forward computed the gradients for g = 1; the first backward takes them
- * over (scaled when g != 1), so that they die once used; a second backward
- * through a retained graph computes them again. */
+ * over, so that they die once used; a second backward through a retained
+ * graph computes them again. Another g: with fixed chunks the gradients
+ * are scaled by g; with CG_LCE_EXACT they are computed again with the
+ * logits' gradient scaled by g, as the unfused loss scales it (its bits). */
 static bool lce_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {
     int ni = n->n_inputs;
+    float gv = cg_item(g);
+    bool again = n->p.i[2] == CG_LCE_EXACT && gv != 1.0f; /* recompute with g */
     cg_tensor *gr[3] = {NULL, NULL, NULL};
-    bool have = true;
+    bool have = !again;
     for (int k = 0; k < ni; k++)
         have = have && (!NEEDS(k) || (n->p.i[3 + k] >= 0 && n->saved[n->p.i[3 + k]]));
-    for (int k = 0; have && k < ni; k++) {
+    for (int k = 0; k < ni; k++) {
         int64_t slot = n->p.i[3 + k];
-        if (!NEEDS(k) || slot < 0)
+        if (slot < 0 || !n->saved[slot])
             continue;
-        gr[k] = cg_retain(n->saved[slot]);
-        cg_release_held(n->saved[slot]);
+        if (have && NEEDS(k))
+            gr[k] = cg_retain(n->saved[slot]);
+        cg_release_held(n->saved[slot]); /* used, or not of use */
         n->saved[slot] = NULL;
     }
     if (!have) {
@@ -177,20 +182,19 @@ static bool lce_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
         cg_tensor *h2 = cg_k_reshape(h, 2, (int64_t[]){N, d});
         cg_tensor *l = h2 ? cg_k_linear_cross_entropy(
                                 h2, IN(1), ni > 2 ? IN(2) : NULL, n->saved[0], n->p.i[0], n->p.f[2],
-                                n->p.i[2], NEEDS(0) ? &gr[0] : NULL, NEEDS(1) ? &gr[1] : NULL,
-                                ni > 2 && NEEDS(2) ? &gr[2] : NULL)
+                                n->p.i[2], again ? gv : 1.0f, NEEDS(0) ? &gr[0] : NULL,
+                                NEEDS(1) ? &gr[1] : NULL, ni > 2 && NEEDS(2) ? &gr[2] : NULL)
                           : NULL;
         cg_release(h2);
         if (!l)
             return false;
         cg_release(l);
     }
-    float gv = cg_item(g);
     bool ok = true;
     for (int k = 0; k < ni; k++) {
         if (!gr[k])
             continue;
-        cg_tensor *t = gv == 1.0f ? cg_retain(gr[k]) : cg_k_muls(gr[k], gv);
+        cg_tensor *t = gv == 1.0f || again ? cg_retain(gr[k]) : cg_k_muls(gr[k], gv);
         gin[k] = t && k == 0 ? cg_k_reshape(t, IN(0)->ndim, IN(0)->shape) : t;
         if (k == 0)
             cg_release(t);
@@ -213,9 +217,10 @@ cg_tensor *cg_linear_cross_entropy(cg_tensor *h, cg_tensor *w, cg_tensor *b,
         return NULL;
     bool gm = cg_grad_enabled();
     cg_tensor *gr[3] = {NULL, NULL, NULL};
-    cg_tensor *out = cg_k_linear_cross_entropy(
-        h2, w, b, t1, ignore_index, label_smoothing, chunk, gm && h->requires_grad ? &gr[0] : NULL,
-        gm && w->requires_grad ? &gr[1] : NULL, b && gm && b->requires_grad ? &gr[2] : NULL);
+    cg_tensor *out = cg_k_linear_cross_entropy(h2, w, b, t1, ignore_index, label_smoothing, chunk,
+                                               1.0f, gm && h->requires_grad ? &gr[0] : NULL,
+                                               gm && w->requires_grad ? &gr[1] : NULL,
+                                               b && gm && b->requires_grad ? &gr[2] : NULL);
     cg_release(h2);
     cg_tensor *in[3] = {h, w, b};
     int ni = b ? 3 : 2;

@@ -37,7 +37,7 @@ void bli_cntx_init_haswell(cntx_t *cntx);
  * run along k contiguously go to skinny_product (Zen 3, 1 thread, x 1536
  * x 384: 65 / 122 / 177 / 234 us for 2 / 4 / 6 / 8 rows, BLIS's packed
  * driver 174 / 175 / 166 / 245). */
-#define SKINNY 4
+#define SKINNY CG_GEMM_SKINNY
 /* Threading: blocks of C are a multiple of this many rows or columns. Any
  * cut gives the same bits (every element is one kernel's in-order sum over
  * k, a partial micro-tile is computed in full and copied out); 16 keeps the
@@ -443,6 +443,23 @@ static bool gemm_kind_of(cg_gemm_path path, gemm_kind *g)
     case CG_GEMM_BF16_AMX: g->bf16 = CG_BF16_AMX; return g_bf16_amx;
     default: return false;
     }
+}
+
+int64_t cg_gemm_k_block(cg_gemm_path path, int64_t k, int64_t i)
+{
+    ensure_init();
+    if (path == CG_GEMM_AUTO)
+        path = cg_precision_path(cg_get_matmul_precision());
+    gemm_kind g = {NULL, 0};
+    if (i < 0 || i >= k || path == CG_GEMM_DEFAULT || !gemm_kind_of(path, &g))
+        return 0;
+    if (g.bf16)
+        return k - i < CG_BF16_KC ? k - i : CG_BF16_KC;
+    /* skx (our driver or BLIS's) and haswell (BLIS's driver, its packed
+     * path): the context's KC, the last block stretched to its maximum as
+     * BLIS's bli_determine_blocksize_f_sub and gemm_skx.c stretch it */
+    return cg_gemm_block_at(k, i, bli_cntx_get_blksz_def_dt(BLIS_FLOAT, BLIS_KC, g.cntx),
+                            bli_cntx_get_blksz_max_dt(BLIS_FLOAT, BLIS_KC, g.cntx));
 }
 
 /* cg_sgemm_path and cg_sgemm_bias_path: beta 0 when there is a bias.

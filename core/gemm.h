@@ -106,6 +106,27 @@ bool cg_sgemm_bias_path(cg_gemm_path path, int nthreads, int64_t m, int64_t n, i
                         const float *a, int64_t rsa, int64_t csa, const float *b, int64_t rsb,
                         int64_t csb, const float *bias, int64_t bs, float *c, int64_t rsc,
                         int64_t csc);
+/* Products with at most this many rows or columns of C whose A rows and
+ * B columns both run along k contiguously (a row of x times a weight, in
+ * decoding) are fp32 dot products on AVX2 CPUs, summed in lanes of their
+ * own: other bits than the packed kernels give the same elements of a
+ * larger product. */
+#define CG_GEMM_SKINNY 4
+
+/* The k blocks of a product on a path (CG_GEMM_AUTO: the calling thread's
+ * policy's). A packed product sums each element of C = A B over k one
+ * block after another, each block one micro-kernel sum in k order added to
+ * C (with beta 1 from the second block on); the block that starts at
+ * offset i of a sum over k has cg_gemm_k_block(path, k, i) elements
+ * (0 <= i < k): BLIS's KC of the fp32 context, the whole rest when that fits
+ * under its maximum, and the bf16 kernels' KC. So the products of A's
+ * columns and B's rows block by block, added into C with beta 1 (the first
+ * with the caller's beta), give the whole product's bits, for any thread
+ * count, when neither C is skinny (above) nor the split changes that.
+ * 0 (no promise) on BLIS's default path (CG_BLIS_DEFAULT=1), which picks
+ * its kernels from the sizes it is given, and for an unavailable path. */
+int64_t cg_gemm_k_block(cg_gemm_path path, int64_t k, int64_t i);
+
 /* The fp32 path cg_sgemm uses, and a name for a path ("skx", "haswell",
  * "default", "bf16", "bf16-emulated", "bf16-amx"). */
 cg_gemm_path cg_gemm_active_path(void);

@@ -71,7 +71,7 @@ enum { MR = CG_BF16_MR, NR = 12, NR_AMX = 32 };
  * NR x KC (9 KB) in L1. Chosen by timing the models' product shapes (one
  * thread, CPU time) against 512 x 192, 512 x 96, 512 x 64, 1024 x 96 and
  * 256 x 128. */
-enum { KC = 384, MC = 96, NC = 3072 };
+enum { KC = CG_BF16_KC, MC = 96, NC = 3072 };
 
 /* The n block of a product: narrower for the emulated kernel, whose B
  * panels take twice the bytes, so that its largest B block (3.4 MB) is no

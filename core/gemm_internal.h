@@ -33,6 +33,9 @@ bool cg_amx_init(void);
  * words, kp = ceil(k / 2) k-pairs deep. NULL where A is packed as the
  * product runs. */
 #define CG_BF16_MR 32
+/* The bf16 kernels' k block (elements, even): a sum over k runs in blocks
+ * of CG_BF16_KC, the last one the rest (core/gemm.h cg_gemm_k_block). */
+#define CG_BF16_KC 384
 typedef struct {
     const uint32_t *p;
     int64_t kp;

@@ -193,15 +193,27 @@ cg_tensor *cg_k_cross_entropy(const cg_tensor *logits, const cg_tensor *targets,
                               cg_tensor **grad);
 /* The output projection fused with cross-entropy (Liger-Kernel's fused
  * linear cross-entropy): the loss of cg_k_cross_entropy(h w^T + b, ...)
- * with h [N, d], w [V, d], b [V] (or NULL), computed in chunks of `chunk`
- * rows so that the [N, V] logits never exist (at most [chunk, V]). *dh,
- * *dw, *db (each may be NULL: not computed) get the gradients for an
- * upstream gradient of 1 ([N, d], [V, d], [V]). The products follow the
- * matrix precision (core/gemm.h); in fp32 the bits depend on the chunk but
- * not on the thread count. */
+ * with h [N, d], w [V, d], b [V] (or NULL), computed in chunks of rows so
+ * that the [N, V] logits never exist. *dh, *dw, *db (each may be NULL: not
+ * computed) get the gradients ([N, d], [V, d], [V]) for an upstream
+ * gradient g, by which the logits' gradient is scaled before the products
+ * (as cg_k_cross_entropy_backward scales it). The products follow the
+ * matrix precision (core/gemm.h); the bits do not depend on the thread
+ * count. chunk:
+ *   N >= 1         chunks of N rows (at most [N, V] logits at a time); the
+ *                  weight's gradient is summed chunk by chunk, so its bits
+ *                  depend on the chunk;
+ *   CG_LCE_EXACT   chunks on the k blocks of the weight gradient's product
+ *                  (core/gemm.h cg_gemm_k_block; at most [384, V] or
+ *                  [480, V] logits), so every result has the bits of the
+ *                  unfused head: the products and cg_k_cross_entropy
+ *                  (bias: cg_k_linear_backward's column sums), for d and V
+ *                  above 1. (On BLIS's default path, which promises no k
+ *                  blocks: one chunk of all N rows.) */
+#define CG_LCE_EXACT (-1)
 cg_tensor *cg_k_linear_cross_entropy(const cg_tensor *h, const cg_tensor *w, const cg_tensor *b,
                                      const cg_tensor *targets, int64_t ignore_index,
-                                     float label_smoothing, int64_t chunk, cg_tensor **dh,
+                                     float label_smoothing, int64_t chunk, float g, cg_tensor **dh,
                                      cg_tensor **dw, cg_tensor **db);
 /* torch.nn.functional.nll_loss (reduction mean): logp [N, C] (log
  * probabilities), targets int64 [N] checked as for cross-entropy; mean over

@@ -511,6 +511,101 @@ START_TEST(test_linear_cross_entropy)
 }
 END_TEST
 
+/* CG_LCE_EXACT (issue 37): the fused head's loss and gradients have the
+ * bits of the unfused head, cross-entropy over cg_matmul(h, w^T) (with a
+ * bias: over cg_affine), for token counts around the products' k blocks
+ * (core/gemm.h cg_gemm_k_block), in fp32 and bf16, with and without label
+ * smoothing and ignored rows, upstream gradient 1 or not, 1 and 2 threads,
+ * and with w tied to an embedding of the same graph (its gradients added by
+ * the engine). */
+enum { LCE_D = 40, LCE_V = 131, LCE_IGNORE = -100 };
+
+typedef struct {
+    bool bias, tie, ignore;
+    float ls, g;
+} lce_variant;
+
+/* The loss's bits and the gradients of h, w (and b), flattened into out. */
+static void lce_exact_run(bool fused, int64_t N, const lce_variant *v, const float *hv,
+                          const float *wv, const int64_t *tg, const int64_t *ids, float *out)
+{
+    cg_scope *sc = cg_scope_begin();
+    cg_tensor *h = cg_requires_grad(cg_from_data(CG_SHAPE(N, LCE_D), hv), true);
+    cg_tensor *w = cg_requires_grad(cg_from_data(CG_SHAPE(LCE_V, LCE_D), wv), true);
+    cg_tensor *b = v->bias ? cg_requires_grad(cg_from_data(CG_SHAPE(LCE_V), wv), true) : NULL;
+    cg_tensor *t = cg_test_ids(N, tg);
+    cg_tensor *x = v->tie ? cg_add(h, cg_embedding(w, cg_test_ids(N, ids))) : h;
+    cg_tensor *loss =
+        fused ? cg_linear_cross_entropy(x, w, b, t, LCE_IGNORE, v->ls, CG_LCE_EXACT)
+        : b   ? cg_cross_entropy(cg_affine(x, w, b), t, LCE_IGNORE, v->ls)
+              : cg_cross_entropy(cg_matmul(x, cg_transpose(w, 0, 1)), t, LCE_IGNORE, v->ls);
+    ck_assert_msg(loss, "%s", cg_last_error());
+    cg_tensor *top = v->g == 1.0f ? loss : cg_muls(loss, v->g);
+    ck_assert_msg(cg_backward(top, NULL, false), "%s", cg_last_error());
+    out[0] = cg_item(loss);
+    cg_copy_to(cg_grad(h), out + 1);
+    cg_copy_to(cg_grad(w), out + 1 + N * LCE_D);
+    if (b)
+        cg_copy_to(cg_grad(b), out + 1 + N * LCE_D + LCE_V * LCE_D);
+    cg_scope_end(sc);
+}
+
+START_TEST(test_linear_cross_entropy_exact)
+{
+    const int64_t Ns[] = {1,   3,   4,   5,   6,   64,  69,  70,  383, 384,
+                          385, 389, 479, 480, 481, 768, 769, 773, 865, 1157};
+    const lce_variant vs[] = {{false, false, false, 0.0f, 1.0f}, {false, false, true, 0.1f, 1.0f},
+                              {true, false, true, 0.0f, 1.0f},   {false, true, false, 0.1f, 1.0f},
+                              {false, false, true, 0.0f, 0.37f}, {false, true, true, 0.1f, 2.5f}};
+    const int64_t nmax = 1157;
+    cg_rng r = cg_rng_new(37);
+    float *hv = malloc(sizeof(float) * nmax * LCE_D), *wv = malloc(sizeof(float) * LCE_V * LCE_D);
+    int64_t *tg = malloc(sizeof(int64_t) * nmax), *ids = malloc(sizeof(int64_t) * nmax);
+    const size_t nout = (size_t)(1 + nmax * LCE_D + LCE_V * LCE_D + LCE_V);
+    float *ref = malloc(sizeof(float) * nout), *got = malloc(sizeof(float) * nout);
+    for (int64_t i = 0; i < nmax * LCE_D; i++)
+        hv[i] = 2.0f * cg_rng_normal(&r);
+    for (int64_t i = 0; i < LCE_V * LCE_D; i++)
+        wv[i] = 0.5f * cg_rng_normal(&r);
+    for (size_t ni = 0; ni < sizeof Ns / sizeof Ns[0]; ni++) {
+        const int64_t N = Ns[ni];
+        for (size_t vi = 0; vi < sizeof vs / sizeof vs[0]; vi++) {
+            const lce_variant *v = &vs[vi];
+            for (int64_t i = 0; i < N; i++) {
+                tg[i] = v->ignore && (i % 7 == 3 || N == 3) ? LCE_IGNORE
+                                                            : (int64_t)cg_rng_below(&r, LCE_V);
+                ids[i] = (int64_t)cg_rng_below(&r, LCE_V);
+            }
+            const size_t n = (size_t)(1 + N * LCE_D + LCE_V * LCE_D + (v->bias ? LCE_V : 0));
+            for (int prec = 0; prec < 2; prec++) {
+                cg_set_matmul_precision(prec ? CG_PRECISION_BF16 : CG_PRECISION_FP32);
+                cg_set_num_threads(1);
+                lce_exact_run(false, N, v, hv, wv, tg, ids, ref);
+                for (int nt = 1; nt <= 2; nt++) {
+                    cg_set_num_threads(nt);
+                    for (int fused = 0; fused < 2; fused++) {
+                        lce_exact_run(fused, N, v, hv, wv, tg, ids, got);
+                        if (memcmp(ref, got, n * sizeof(float)) != 0)
+                            ck_abort_msg("N = %lld, variant %zu, %s, %d threads, %s: not the "
+                                         "unfused head's bits",
+                                         (long long)N, vi, prec ? "bf16" : "fp32", nt,
+                                         fused ? "fused" : "unfused");
+                    }
+                }
+            }
+        }
+    }
+    cg_set_matmul_precision(CG_PRECISION_FP32);
+    cg_set_num_threads(0);
+    free(hv);
+    free(wv);
+    free(tg);
+    free(ids);
+    free(ref);
+    free(got);
+}
+END_TEST
+
 START_TEST(test_cross_entropy)
 {
     cg_rng r = cg_rng_new(11);
@@ -915,6 +1010,7 @@ static Suite *grad_ops_suite(void)
     tcase_add_test(tc, test_add_norms);
     tcase_add_test(tc, test_cross_entropy);
     tcase_add_test(tc, test_linear_cross_entropy);
+    tcase_add_test(tc, test_linear_cross_entropy_exact);
     tcase_add_test(tc, test_dropout);
     tcase_add_test(tc, test_concat_stack_split);
     tcase_add_test(tc, test_index_ops);

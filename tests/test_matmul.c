@@ -507,6 +507,66 @@ START_TEST(test_skx_driver)
 }
 END_TEST
 
+/* cg_gemm_k_block (issue 37): a product over k equals, bit for bit, its
+ * k blocks' products added one after another with beta 1, on every path
+ * this CPU has, for C row- or column-stored, A stored as its transpose
+ * (the fused loss's dL^T) or not, 1 and 2 threads; the blocks cover k;
+ * BLIS's default path promises none. */
+START_TEST(test_k_blocks)
+{
+    const cg_gemm_path paths[] = {CG_GEMM_SKX, CG_GEMM_HASWELL, CG_GEMM_BF16, CG_GEMM_BF16_EMULATED,
+                                  CG_GEMM_BF16_AMX};
+    const int64_t ks[] = {1,   2,   5,   255, 256, 257, 383, 384, 385,  389,  479, 480,
+                          481, 511, 512, 513, 767, 768, 769, 865, 1000, 1157, 1421};
+    const int64_t m = 45, n = 37;
+    cg_rng rng = cg_rng_new(37);
+    ck_assert_int_eq(cg_gemm_k_block(CG_GEMM_DEFAULT, 100, 0), 0);
+    ck_assert_int_eq(cg_gemm_k_block(CG_GEMM_SKX, 100, 100), 0);
+    for (size_t pi = 0; pi < sizeof paths / sizeof paths[0]; pi++) {
+        if (!cg_gemm_path_available(paths[pi]))
+            continue;
+        for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
+            const int64_t k = ks[ki];
+            float *a = malloc((size_t)(m * k) * sizeof(float));
+            float *b = malloc((size_t)(k * n) * sizeof(float));
+            float *c1 = malloc((size_t)(m * n) * sizeof(float));
+            float *c2 = malloc((size_t)(m * n) * sizeof(float));
+            fill_strided(&rng, a, m * k);
+            fill_strided(&rng, b, k * n);
+            int64_t sum = 0;
+            for (int64_t i = 0, kb; i < k; i += kb) {
+                kb = cg_gemm_k_block(paths[pi], k, i);
+                ck_assert_int_gt(kb, 0);
+                sum += kb;
+            }
+            ck_assert_int_eq(sum, k);
+            for (int lay = 0; lay < 4; lay++) {
+                /* A row-major [m, k] or stored as [k, m]; C row- or column-stored */
+                const int64_t rsa = lay & 1 ? 1 : k, csa = lay & 1 ? m : 1;
+                const int64_t rsc = lay & 2 ? 1 : n, csc = lay & 2 ? m : 1;
+                for (int nt = 1; nt <= 2; nt++) {
+                    ck_assert(cg_sgemm_path(paths[pi], nt, m, n, k, 1.0f, a, rsa, csa, b, n, 1,
+                                            0.0f, c1, rsc, csc));
+                    for (int64_t i = 0, kb; i < k; i += kb) {
+                        kb = cg_gemm_k_block(paths[pi], k, i);
+                        ck_assert(cg_sgemm_path(paths[pi], nt, m, n, kb, 1.0f, a + i * csa, rsa,
+                                                csa, b + i * n, n, 1, i ? 1.0f : 0.0f, c2, rsc,
+                                                csc));
+                    }
+                    if (memcmp(c1, c2, (size_t)(m * n) * sizeof(float)) != 0)
+                        ck_abort_msg("%s: k = %lld in blocks differs (layout %d, %d threads)",
+                                     cg_gemm_path_name(paths[pi]), (long long)k, lay, nt);
+                }
+            }
+            free(a);
+            free(b);
+            free(c1);
+            free(c2);
+        }
+    }
+}
+END_TEST
+
 START_TEST(test_sgemm_strides)
 {
     /* raw cg_sgemm with column-major C, transposed A, general-stride B and
@@ -802,6 +862,7 @@ static Suite *matmul_suite(void)
     tcase_add_test(tg, test_paths_agree);
     tcase_add_test(tg, test_sgemm_strides);
     tcase_add_test(tg, test_skx_driver);
+    tcase_add_test(tg, test_k_blocks);
     tcase_add_test(tg, test_threads_bit_identical);
     tcase_add_test(tg, test_num_threads);
     tcase_add_test(tg, test_default_threads_capped);

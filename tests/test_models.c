@@ -671,11 +671,13 @@ START_TEST(test_seq2seq_forward)
 }
 END_TEST
 
-/* The head fused with the loss (cfg.loss_chunk > 0, issue 37): the loss
- * and the gradients of the unfused head, for both models; the config
- * records the chunk (absent in older files: 0); the rule picks it from the
- * vocabulary (the default recipe's 4,000 ids keep the unfused head). */
-static void grads_close(cg_module *a, cg_module *b)
+/* The head fused with the loss (cfg.loss_chunk != 0, issue 37): the loss
+ * and the gradients of the unfused head, for both models (chunks of rows:
+ * close; CG_LCE_EXACT: the same bits); the config records the chunk (absent
+ * in older files: 0); the rule picks it from the vocabulary (the presets'
+ * 96 ids keep the unfused head, the default recipe's 4,000 fuse it
+ * exactly). */
+static void grads_close(cg_module *a, cg_module *b, bool same_bits)
 {
     cg_param_list pa = {0}, pb = {0};
     ck_assert(cg_module_params(a, &pa) && cg_module_params(b, &pb));
@@ -685,6 +687,8 @@ static void grads_close(cg_module *a, cg_module *b)
         ck_assert_msg(ga && gb, "%s has no gradient", pa.items[i].name);
         float *x = cg_test_values(ga), *y = cg_test_values(gb);
         CG_ASSERT_CLOSE(x, y, cg_numel(ga), 1e-6, 1e-4);
+        ck_assert_msg(!same_bits || memcmp(x, y, sizeof(float) * (size_t)cg_numel(ga)) == 0,
+                      "%s: not the unfused head's bits", pa.items[i].name);
         free(x);
         free(y);
     }
@@ -694,18 +698,21 @@ static void grads_close(cg_module *a, cg_module *b)
 
 START_TEST(test_fused_head)
 {
-    ck_assert_int_eq(cg_train_loss_chunk(4000), 0);
-    ck_assert_int_eq(cg_train_loss_chunk(37000), CG_FUSED_HEAD_CHUNK);
-    ck_assert_int_eq(cg_train_loss_chunk(50257), CG_FUSED_HEAD_CHUNK);
+    ck_assert_int_eq(cg_train_loss_chunk(96), 0);
+    ck_assert_int_eq(cg_train_loss_chunk(CG_FUSED_HEAD_MIN_VOCAB - 1), 0);
+    ck_assert_int_eq(cg_train_loss_chunk(4000), CG_LCE_EXACT);
+    ck_assert_int_eq(cg_train_loss_chunk(37000), CG_LCE_EXACT);
+    ck_assert_int_eq(cg_train_loss_chunk(50257), CG_LCE_EXACT);
     int64_t src[2 * 4] = {5, 6, 7, 2, 8, 2, 0, 0};
     int64_t tin[2 * 3] = {1, 9, 10, 1, 11, 0}, tout[2 * 3] = {9, 10, 2, 11, 2, 0};
-    cg_seq2seq *sm[2];
-    cg_charlm *lm[2];
-    float sl[2], ll[2];
-    for (int k = 0; k < 2; k++) {
+    cg_seq2seq *sm[3];
+    cg_charlm *lm[3];
+    float sl[3], ll[3];
+    for (int k = 0; k < 3; k++) {
         cg_seq2seq_config c = small_s2s();
         cg_charlm_config lc = small_lm();
-        c.loss_chunk = lc.loss_chunk = k ? 2 : 0; /* chunks of 2 rows: 3 of them */
+        /* chunks of 2 rows: 3 of them; or on the k blocks */
+        c.loss_chunk = lc.loss_chunk = k == 1 ? 2 : k == 2 ? CG_LCE_EXACT : 0;
         sm[k] = cg_seq2seq_new(&c, 2);
         lm[k] = cg_charlm_new(&lc, 2);
         cg_tensor *l = cg_seq2seq_forward_loss(sm[k], src, 2, 4, tin, 3, tout);
@@ -719,8 +726,12 @@ START_TEST(test_fused_head)
     }
     ck_assert_float_eq_tol(sl[1], sl[0], 1e-6f * fabsf(sl[0]));
     ck_assert_float_eq_tol(ll[1], ll[0], 1e-6f * fabsf(ll[0]));
-    grads_close(CG_MODULE(sm[0]), CG_MODULE(sm[1]));
-    grads_close(CG_MODULE(lm[0]), CG_MODULE(lm[1]));
+    ck_assert(memcmp(&sl[2], &sl[0], sizeof sl[0]) == 0 &&
+              memcmp(&ll[2], &ll[0], sizeof ll[0]) == 0);
+    for (int k = 1; k < 3; k++) {
+        grads_close(CG_MODULE(sm[0]), CG_MODULE(sm[k]), k == 2);
+        grads_close(CG_MODULE(lm[0]), CG_MODULE(lm[k]), k == 2);
+    }
     /* recorded, and read back; a config without it (older files) means 0 */
     char *j = cg_seq2seq_config_to_json(&sm[1]->cfg);
     ck_assert_ptr_nonnull(strstr(j, "\"loss_chunk\": 2"));
@@ -734,12 +745,12 @@ START_TEST(test_fused_head)
     cg_charlm_config lback;
     ck_assert(cg_charlm_config_from_json(old, &lback) && lback.loss_chunk == 0);
     cg_charlm_config bad = small_lm();
-    bad.loss_chunk = -1;
+    bad.loss_chunk = -2;
     CG_ASSERT_FAILS(cg_charlm_new(&bad, 0), "loss_chunk");
     free(old);
     free(j);
     cJSON_Delete(o);
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < 3; k++) {
         cg_seq2seq_free(sm[k]);
         cg_charlm_free(lm[k]);
     }

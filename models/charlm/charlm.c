@@ -25,9 +25,13 @@ static const cg_charlm_config DEFAULTS = {.vocab = 65,
 
 /* The config's JSON fields and their rules, in the order they are written. */
 static const cg_config_field FIELDS[] = {
-    CG_CF_INT(cg_charlm_config, vocab, 1, CG_CF_NO_MAX),      CG_CONFIG_ZOO_WIDTH(cg_charlm_config),
-    CG_CF_INT(cg_charlm_config, layers, 0, 1000000),          CG_CONFIG_ZOO_BLOCK(cg_charlm_config),
-    CG_CF_INT(cg_charlm_config, loss_chunk, 0, CG_CF_NO_MAX), CG_CONFIG_ZOO_FACTS(cg_charlm_config),
+    CG_CF_INT(cg_charlm_config, vocab, 1, CG_CF_NO_MAX),
+    CG_CONFIG_ZOO_WIDTH(cg_charlm_config),
+    CG_CF_INT(cg_charlm_config, layers, 0, 1000000),
+    CG_CONFIG_ZOO_BLOCK(cg_charlm_config),
+    {"loss_chunk", CG_CF_I64, offsetof(cg_charlm_config, loss_chunk), NULL, -1, CG_CF_NO_MAX,
+     " (-1: chunks on the head product's k blocks, 0: no chunks)", NULL},
+    CG_CONFIG_ZOO_FACTS(cg_charlm_config),
 };
 static const cg_config_model CONFIG = {"charlm", FIELDS, (int)(sizeof FIELDS / sizeof FIELDS[0]),
                                        sizeof(cg_charlm_config), &DEFAULTS};
@@ -185,7 +189,7 @@ cg_tensor *cg_charlm_forward_loss(cg_charlm *m, const int64_t *ids, int64_t B, i
         cg_set_error("charlm loss: NULL targets");
         return NULL;
     }
-    bool fused = m && m->cfg.loss_chunk > 0;
+    bool fused = m && m->cfg.loss_chunk != 0;
     cg_tensor *x = fused ? charlm_hidden(m, ids, B, T) : cg_charlm_forward(m, ids, B, T);
     cg_tensor *t =
         x ? cg_from_i64(fused ? 1 : 2, (const int64_t[]){fused ? B * T : B, T}, targets) : NULL;

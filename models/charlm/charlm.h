@@ -41,8 +41,10 @@ typedef struct {
     bool norm_first;   /* pre-norm (true) or post-norm */
     float dropout;     /* in [0, 1); after the embedding and each sublayer */
     /* the training loss (cg_charlm_forward_loss): 0 = logits, then
-     * cross-entropy; > 0 = the head fused with the loss in chunks of this
-     * many rows (models/train/options.h cg_train_loss_chunk) */
+     * cross-entropy; -1 (CG_LCE_EXACT) = the head fused with the loss in
+     * chunks on its product's k blocks, the same bits; > 0 = fused in
+     * chunks of this many rows, bits of their own (models/train/options.h
+     * cg_train_loss_chunk) */
     int64_t loss_chunk;
 } cg_charlm_config;
 
@@ -93,7 +95,7 @@ cg_tensor *cg_charlm_forward(cg_charlm *m, const int64_t *ids, int64_t B, int64_
 cg_tensor *cg_charlm_loss(cg_charlm *m, cg_tensor *logits, const int64_t *targets);
 /* The training loss of ids [B,T] against targets [B,T] (ignore_index -100)
  * with label smoothing ls: cg_cross_entropy of cg_charlm_forward's logits,
- * or, when cfg.loss_chunk > 0, the head fused with the loss
+ * or, when cfg.loss_chunk != 0, the head fused with the loss
  * (cg_linear_cross_entropy), which never keeps the [B*T, V] logits. */
 cg_tensor *cg_charlm_forward_loss(cg_charlm *m, const int64_t *ids, int64_t B, int64_t T,
                                   const int64_t *targets, float ls);

@@ -37,7 +37,8 @@ static const cg_config_field FIELDS[] = {
     CG_CONFIG_ZOO_BLOCK(cg_seq2seq_config),
     CG_CF_FLOAT(cg_seq2seq_config, label_smoothing, 0, 1),
     CG_CF_FLOAT(cg_seq2seq_config, word_dropout, 0, 1),
-    CG_CF_INT(cg_seq2seq_config, loss_chunk, 0, CG_CF_NO_MAX),
+    {"loss_chunk", CG_CF_I64, offsetof(cg_seq2seq_config, loss_chunk), NULL, -1, CG_CF_NO_MAX,
+     " (-1: chunks on the head product's k blocks, 0: no chunks)", NULL},
     CG_CONFIG_ZOO_FACTS(cg_seq2seq_config),
     /* one embedding for the encoder's input, the decoder's and the head */
     CG_CF_FACT("shared_emb", "true"),

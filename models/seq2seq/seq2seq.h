@@ -54,8 +54,10 @@ typedef struct {
      * Zhang 2019, for small data); 0 draws nothing */
     float word_dropout;
     /* the training loss (cg_seq2seq_forward_loss): 0 = logits, then
-     * cross-entropy; > 0 = the head fused with the loss in chunks of this
-     * many rows (models/train/options.h cg_train_loss_chunk) */
+     * cross-entropy; -1 (CG_LCE_EXACT) = the head fused with the loss in
+     * chunks on its product's k blocks, the same bits; > 0 = fused in
+     * chunks of this many rows, bits of their own (models/train/options.h
+     * cg_train_loss_chunk) */
     int64_t loss_chunk;
 } cg_seq2seq_config;
 
@@ -134,7 +136,7 @@ cg_tensor *cg_seq2seq_forward(cg_seq2seq *m, const int64_t *src, int64_t B, int6
  * PAD targets ignored (all PAD gives NaN, as PyTorch). Scalar. */
 cg_tensor *cg_seq2seq_loss(cg_seq2seq *m, cg_tensor *logits, const int64_t *tgt_out);
 /* The training loss: cg_seq2seq_loss of cg_seq2seq_forward's logits, or,
- * when cfg.loss_chunk > 0, the head fused with the loss
+ * when cfg.loss_chunk != 0, the head fused with the loss
  * (cg_linear_cross_entropy), which never keeps the [B*T, V] logits. */
 cg_tensor *cg_seq2seq_forward_loss(cg_seq2seq *m, const int64_t *src, int64_t B, int64_t S,
                                    const int64_t *tgt_in, int64_t T, const int64_t *tgt_out);

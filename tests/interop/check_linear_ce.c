@@ -111,8 +111,8 @@ int main(int argc, char **argv)
     cg_precision bf16;
     bool has_bf16 = cg_precision_parse("bf16", &bf16);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        const int64_t chunks[] = {3, 1000};
-        for (int k = 0; k < 2; k++) {
+        const int64_t chunks[] = {3, 1000, CG_LCE_EXACT};
+        for (int k = 0; k < 3; k++) {
             int64_t chunk = chunks[k];
             run_case(f, cases[i], chunk, "32", false, 1e-4, "fp32");
             if (has_bf16) {
