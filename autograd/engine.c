@@ -116,11 +116,6 @@ void cg_grad_ready_hook_remove(const cg_tensor *t)
     }
 }
 
-static bool is_leaf_input(const cg_tensor *in)
-{
-    return in && in->requires_grad && !(in->node && !in->node->freed);
-}
-
 /* Before the walk: how many nodes of order pass each hooked leaf a
  * gradient (only the outermost backward fires hooks). */
 static bool ready_count(const node_vec *order)
@@ -132,7 +127,7 @@ static bool ready_count(const node_vec *order)
     for (size_t k = 0; k < order->n; k++) {
         cg_node *n = order->v[k];
         for (int i = 0; i < n->n_inputs; i++) {
-            ready_hook *h = is_leaf_input(n->inputs[i]) ? ready_find(n->inputs[i]) : NULL;
+            ready_hook *h = cg_is_leaf_input(n->inputs[i]) ? ready_find(n->inputs[i]) : NULL;
             if (h)
                 h->pending++;
         }
@@ -145,7 +140,7 @@ static void ready_node_done(const cg_node *n)
 {
     for (int i = 0; i < n->n_inputs; i++) {
         cg_tensor *in = n->inputs[i];
-        ready_hook *h = is_leaf_input(in) ? ready_find(in) : NULL;
+        ready_hook *h = cg_is_leaf_input(in) ? ready_find(in) : NULL;
         if (h && --h->pending == 0 && in->grad)
             h->fn(h->ctx, in);
     }

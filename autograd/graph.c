@@ -95,7 +95,16 @@ static void node_free_hook(cg_node *n)
     g_cappending = 0;
 }
 
-static void set_hook(void) { cg_set_node_release_hook(node_free_hook); }
+/* A reference to n is given back: by its output tensor when it dies, or by
+ * the header of an input that a user's node kept (node_input_ref). The
+ * last one frees it. */
+static void node_unref(cg_node *n)
+{
+    if (__atomic_sub_fetch(&n->refs, 1, __ATOMIC_ACQ_REL) == 0)
+        node_free_hook(n);
+}
+
+static void set_hook(void) { cg_set_node_release_hook(node_unref); }
 
 static void ensure_hook(void) /* once, whichever thread records first */
 {
@@ -105,6 +114,28 @@ static void ensure_hook(void) /* once, whichever thread records first */
 
 /* ---------------------------------------------------------- recording */
 static bool tensor_needs_grad(const cg_tensor *t) { return t && t->requires_grad; }
+
+/* What a node keeps of input in (docs/autograd.md, "What a node keeps"):
+ * in itself (a new held reference) when the backward reads its values or
+ * it is a leaf whose .grad the engine writes; otherwise a header without
+ * storage (cg_meta_held) with everything else the engine and the backward
+ * use (shape, strides, dtype, requires_grad) that holds the node which
+ * made in, where in's gradient goes. So in's memory dies with its other
+ * owners, not with the graph. Out of memory for the header: in itself. */
+static cg_tensor *node_input_ref(cg_tensor *in, bool read)
+{
+    if (!in || read || !in->storage || cg_is_leaf_input(in))
+        return cg_retain_held(in);
+    cg_tensor *m = cg_meta_held(in);
+    if (!m)
+        return cg_retain_held(in);
+    m->requires_grad = in->requires_grad;
+    if (in->node) { /* a live one: in is no leaf */
+        __atomic_add_fetch(&in->node->refs, 1, __ATOMIC_RELAXED);
+        m->node = in->node;
+    }
+    return m;
+}
 
 static cg_record_status record(cg_tensor *out, cg_op op, const char *name, int n_inputs,
                                cg_tensor *const *inputs, cg_backward_fn backward,
@@ -171,10 +202,7 @@ static cg_record_status record(cg_tensor *out, cg_op op, const char *name, int n
     n->n_inputs = n_inputs;
     n->inputs = ins;
     n->in_version = vers;
-    for (int i = 0; i < n_inputs; i++) {
-        ins[i] = cg_retain_held(inputs[i]); /* the node's, never a scope's */
-        vers[i] = inputs[i] ? cg_version(inputs[i]) : 0;
-    }
+    n->refs = 1; /* out's */
     /* Which inputs the backward reads (op table); a product reads each
      * input only for the other's gradient. A user-defined op: all of them
      * until it says otherwise (cg_node_set_reads). */
@@ -186,6 +214,10 @@ static cg_record_status record(cg_tensor *out, cg_op op, const char *name, int n
             n->reads |= tensor_needs_grad(inputs[1]) ? 1u : 0u;
             n->reads |= tensor_needs_grad(inputs[0]) ? 2u : 0u;
         }
+    }
+    for (int i = 0; i < n_inputs; i++) { /* the node's references, never a scope's */
+        vers[i] = inputs[i] ? cg_version(inputs[i]) : 0;
+        ins[i] = node_input_ref(inputs[i], cg_node_reads(n, i));
     }
     n->out_ndim = out->ndim;
     memcpy(n->out_shape, out->shape, sizeof n->out_shape);
@@ -236,10 +268,20 @@ void cg_node_set_reads(cg_node *n, int i, bool reads)
 {
     if (!n || i < 0 || i >= n->n_inputs || i >= 63)
         return; /* inputs from 63 on share bit 63: they stay as they are */
-    if (reads)
+    cg_tensor *in = n->inputs[i];
+    if (reads && in && !in->storage) {
+        cg_set_error("%s: input %d cannot be read by the backward again: the node let its "
+                     "values go when it was marked unread (cg_node_set_reads)",
+                     cg_node_name(n), i);
+        return;
+    }
+    if (reads) {
         n->reads |= (uint64_t)1 << i;
-    else
-        n->reads &= ~((uint64_t)1 << i);
+        return;
+    }
+    n->reads &= ~((uint64_t)1 << i);
+    n->inputs[i] = node_input_ref(in, false);
+    cg_release_held(in);
 }
 
 bool cg_node_needs_grad(const cg_node *n, int i)

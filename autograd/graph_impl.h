@@ -12,8 +12,16 @@ static inline bool cg_node_reads(const cg_node *n, int i)
     return (n->reads >> (i < 63 ? i : 63)) & 1u;
 }
 
+/* A leaf that requires grad, or a tensor whose graph an earlier backward
+ * freed (the engine treats it as one): the engine writes its .grad. */
+static inline bool cg_is_leaf_input(const cg_tensor *in)
+{
+    return in && in->requires_grad && !(in->node && !in->node->freed);
+}
+
 /* Release what n holds (inputs, saved tensors, ctx, its gradient) and
- * mark it freed; the struct stays until its output tensor dies. */
+ * mark it freed; the struct stays while a reference to it does (its
+ * output tensor, headers of inputs that other nodes kept: n->refs). */
 void cg_node_drop_refs(cg_node *n);
 
 #endif
