@@ -184,9 +184,10 @@ double cg_test_max_rel_diff(cg_module *a, cg_module *b, char *worst, size_t nw)
 typedef cg_tensor *(*unread_fn)(void *, cg_tensor *const *);
 enum { UNREAD_MAX = 8 };
 
-/* f(args), args released after the forward, then a backward with a fixed
- * upstream gradient; got[k]: a copy of leaves[k]'s gradient (NULL: none),
- * which is then cleared. False when f gave nothing to differentiate. */
+/* f(args), args released after the forward, then two backwards with a
+ * fixed upstream gradient; got[k]: a copy of leaves[k]'s gradient (NULL:
+ * none), which is then cleared. False when f gave nothing to
+ * differentiate. */
 static bool unread_run(unread_fn f, void *ctx, int n, cg_tensor **args, cg_tensor *const *leaves,
                        cg_tensor **got, const char *what)
 {
@@ -200,7 +201,10 @@ static bool unread_run(unread_fn f, void *ctx, int n, cg_tensor **args, cg_tenso
         float *p = cg_data(g);
         for (int64_t i = 0; i < cg_numel(g); i++)
             p[i] = 0.25f * (float)(i % 7) - 0.625f;
-        ck_assert_msg(cg_backward(y, g, false), "%s: %s", what, cg_last_error());
+        /* twice through the retained graph: a fused op's second backward
+         * recomputes from its inputs what its first took from the forward */
+        ck_assert_msg(cg_backward(y, g, true) && cg_backward(y, g, false), "%s: %s", what,
+                      cg_last_error());
         cg_release(g);
     }
     cg_release(y);

@@ -71,7 +71,8 @@ cg_tensor *cg_test_randn_layout(cg_rng *rng, int ndim, const int64_t *shape, int
  * with every input that requires grad passed as a non-leaf view of itself
  * (an identity permute), and once per such input k with only k passed so
  * and the others detached (constants, which a node also lets go when
- * unread); the views are released before each backward. The gradients
+ * unread); the views are released before the backwards, two through the
+ * retained graph (a fused op's second one reads its inputs). The gradients
  * must match the leaves' run (what: the case, for messages). A backward
  * that reads an input its op declares unread faults here (no storage). */
 void cg_test_check_unread(cg_tensor *(*f)(void *, cg_tensor *const *), void *ctx, int n,
