@@ -68,7 +68,7 @@ typedef struct cg_tensor {
     /* --- autograd fields: owned by the autograd layer, ignored by core --- */
     bool requires_grad;
     struct cg_tensor *grad; /* leaf gradient, owned by this tensor */
-    struct cg_node *node;   /* creator node, owned by this tensor */
+    struct cg_node *node;   /* creator node: a reference (autograd counts them) */
     /* --- scope bookkeeping (core/tensor.c, see cg_scope_begin) --- */
     int held;               /* references held by long-lived owners and graph nodes */
     struct cg_scope *scope; /* the scope this tensor was made in (while open), or NULL */
