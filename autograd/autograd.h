@@ -1,11 +1,17 @@
 /* cgrad autograd: the reverse-mode graph over core tensors.
  *
  * An op given an input that requires grad (while grad mode is on) records a
- * node on its output: the op, its inputs (retained), what it saved for the
- * backward, and the backward function. The output tensor owns its node; a
- * node never references its own output, so there are no cycles and dropping
- * the last reference to a loss frees its whole graph (iteratively: a graph
- * of 100,000 nodes does not touch the stack).
+ * node on its output: the op, its inputs, what it saved for the backward,
+ * and the backward function. A node holds each input its backward reads
+ * (and each leaf that needs a gradient) itself; of any other input it keeps
+ * a header without storage: its shape, strides, dtype, requires_grad and
+ * the node that made it (where its gradient goes), so that the input's
+ * memory dies with its last user, not with the graph (docs/autograd.md,
+ * "What a node keeps"). The output tensor holds its node, and so does
+ * every such header: a node lives while either does. A node never
+ * references its own output, so there are no cycles and dropping the last
+ * reference to a loss frees its whole graph (iteratively: a graph of
+ * 100,000 nodes does not touch the stack).
  *
  * cg_backward(loss) walks the nodes reachable from loss in reverse
  * topological order (iteratively), accumulates gradients where a tensor is
@@ -39,7 +45,11 @@ extern "C" {
  *               is not read.
  *               Their version counters are checked by cg_backward, so a
  *               tensor the backward does not read (x in x + 1) may change
- *               in place after the forward without complaint.
+ *               in place after the forward without complaint. And the node
+ *               keeps no storage of an input it does not read (unless a
+ *               leaf that needs a gradient): n->inputs[i] is then a header
+ *               without data, so a backward reading it would fault. A
+ *               mask must never leave out an input the backward reads.
  *   cross       1: also input 0 is read when input 1 needs a gradient and
  *               input 1 when input 0 does (a product: d(ab)/da = b).
  * Saved tensors (cg_node_save) are always checked. A new op: one row here,
@@ -136,7 +146,11 @@ struct cg_node {
     char *name; /* a user-defined op's name (owned), else NULL */
     cg_backward_fn backward;
     int n_inputs;
-    cg_tensor **inputs;                  /* retained */
+    /* Retained. An input the backward does not read (bit i of reads off)
+     * and that is not a leaf needing a gradient is a header without
+     * storage (core/tensor.h cg_meta_held): its shape, strides, dtype and
+     * requires_grad, and the node that made it (held). */
+    cg_tensor **inputs;
     cg_tensor *saved[CG_NODE_MAX_SAVED]; /* retained; NULL where unused */
     union {                              /* small op parameters */
         float f[4];
@@ -156,6 +170,9 @@ struct cg_node {
     uint64_t reads;
     uint64_t *in_version; /* n_inputs entries (owned) */
     uint64_t saved_version[CG_NODE_MAX_SAVED];
+    /* References to the node (atomic): its output tensor's, and one per
+     * header of an input that the nodes of its users keep. */
+    int refs;
 };
 
 /* Record a node on out if grad mode is on and any input requires grad.
@@ -203,7 +220,12 @@ const char *cg_node_name(const cg_node *n);
  * cg_backward refuses to run when an input it reads, or a tensor saved with
  * cg_node_save, was written in place after it was recorded (its version
  * counter moved, core/tensor.h cg_version): say off for inputs your
- * backward does not read, so that changing them afterwards stays legal. */
+ * backward does not read, so that changing them afterwards stays legal.
+ * Off also lets the input's memory go: the node keeps only its shape,
+ * strides, dtype, requires_grad and where its gradient goes (a leaf that
+ * needs a gradient stays whole), so the backward must not read its data.
+ * It cannot be turned on again once the values are gone: that is refused
+ * (an error is recorded, the bit stays off). */
 void cg_node_set_reads(cg_node *n, int i, bool reads);
 /* Whether input i of n needs a gradient. */
 bool cg_node_needs_grad(const cg_node *n, int i);

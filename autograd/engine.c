@@ -1,314 +1,15 @@
-/* The backward engine: recording, topological order, gradient
- * accumulation, graph freeing, grad mode. */
+/* The backward engine: topological order, gradient accumulation, the
+ * version check, gradient-ready hooks. Recording and freeing nodes are
+ * graph.c. */
 #include "autograd/autograd.h"
 
-#include <assert.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/lifetime.h"
+#include "autograd/graph_impl.h"
 #include "core/ops.h"
-
-/* Columns of the op table (autograd.h, CG_OP_TABLE). */
-#define OP_NAME_(e, name, nin, reads, cross) name,
-static const char *const op_names[] = {CG_OP_TABLE(OP_NAME_)};
-#undef OP_NAME_
-#define OP_NIN_(e, name, nin, reads, cross) nin,
-static const int op_max_inputs[] = {CG_OP_TABLE(OP_NIN_)};
-#undef OP_NIN_
-#define OP_READS_(e, name, nin, reads, cross) (reads) | ((cross) ? OP_CROSS : 0u),
-#define OP_CROSS 0x80000000u
-static const uint32_t op_reads[] = {CG_OP_TABLE(OP_READS_)};
-#undef OP_READS_
-static_assert(sizeof op_names / sizeof op_names[0] == CG_OP_COUNT, "one name per op");
-
-const char *cg_op_name(cg_op op) { return (unsigned)op < CG_OP_COUNT ? op_names[op] : "?"; }
-
-/* ---------------------------------------------------------- grad mode */
-static _Thread_local int g_no_grad_depth;
-
-void cg_no_grad_begin(void) { g_no_grad_depth++; }
-void cg_no_grad_end(void) { g_no_grad_depth -= g_no_grad_depth > 0; } /* never below 0 */
-bool cg_grad_enabled(void) { return g_no_grad_depth == 0; }
-
-/* -------------------------------------------------- freeing, iteratively */
-/* Releasing a node's inputs may free tensors that own nodes, whose inputs
- * may free more: a chain as long as the graph. Nodes to free go on a
- * worklist and are freed in a loop, never by recursion. */
-static _Thread_local cg_node **g_pending;
-static _Thread_local size_t g_npending, g_cappending;
-static _Thread_local bool g_draining;
-
-static void node_drop_refs(cg_node *n)
-{
-    if (n->freed)
-        return;
-    n->freed = true;
-    for (int i = 0; i < n->n_inputs; i++)
-        cg_release_held(n->inputs[i]);
-    n->n_inputs = 0;
-    for (int i = 0; i < CG_NODE_MAX_SAVED; i++) {
-        cg_release_held(n->saved[i]);
-        n->saved[i] = NULL;
-    }
-    if (n->ctx && n->ctx_free)
-        n->ctx_free(n->ctx);
-    n->ctx = NULL;
-    cg_release(n->grad);
-    n->grad = NULL;
-}
-
-static void node_free_hook(cg_node *n)
-{
-    if (g_npending == g_cappending) {
-        size_t cap = g_cappending ? 2 * g_cappending : 256;
-        cg_node **p = realloc(g_pending, cap * sizeof *p);
-        if (!p) { /* out of memory: free this one directly (may recurse) */
-            node_drop_refs(n);
-            free(n->inputs);
-            free(n->in_version);
-            free(n->name);
-            free(n);
-            return;
-        }
-        g_pending = p;
-        g_cappending = cap;
-    }
-    g_pending[g_npending++] = n;
-    if (g_draining)
-        return;
-    g_draining = true;
-    while (g_npending) {
-        cg_node *m = g_pending[--g_npending];
-        node_drop_refs(m);
-        free(m->inputs);
-        free(m->in_version);
-        free(m->name);
-        free(m);
-    }
-    g_draining = false;
-    free(g_pending);
-    g_pending = NULL;
-    g_cappending = 0;
-}
-
-static void set_hook(void) { cg_set_node_release_hook(node_free_hook); }
-
-static void ensure_hook(void) /* once, whichever thread records first */
-{
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, set_hook);
-}
-
-/* ---------------------------------------------------------- recording */
-static bool tensor_needs_grad(const cg_tensor *t) { return t && t->requires_grad; }
-
-static cg_record_status record(cg_tensor *out, cg_op op, const char *name, int n_inputs,
-                               cg_tensor *const *inputs, cg_backward_fn backward,
-                               cg_node **node_out)
-{
-    const char *opn = name ? name : cg_op_name(op);
-    *node_out = NULL;
-    if (!out || !cg_grad_enabled() || !cg_dtype_is_float(out->dtype))
-        return CG_RECORD_NONE; /* an int64 or bool result has no gradient */
-    if (n_inputs < 0 || (n_inputs > 0 && !inputs) || !backward || (unsigned)op >= CG_OP_COUNT ||
-        (op_max_inputs[op] && n_inputs > op_max_inputs[op])) {
-        cg_set_error("%s: recording needs inputs (at most %d) and a backward function (%d "
-                     "inputs, backward %s)",
-                     opn, (unsigned)op < CG_OP_COUNT ? op_max_inputs[op] : 0, n_inputs,
-                     backward ? "set" : "NULL");
-        return CG_RECORD_FAILED;
-    }
-    bool any = false;
-    for (int i = 0; i < n_inputs; i++) {
-        any |= tensor_needs_grad(inputs[i]);
-        if (inputs[i] == out) {
-            cg_set_error("%s: the output is also input %d; an op records on a tensor it has "
-                         "just made (in-place ops cannot be recorded)",
-                         opn, i);
-            return CG_RECORD_FAILED;
-        }
-    }
-    if (!any)
-        return CG_RECORD_NONE;
-    if (out->node) { /* an op must record on a fresh output */
-        cg_set_error("%s: the output tensor already has a graph node (made by %s); an op "
-                     "records on a tensor it has just made, e.g. from cg_empty_like",
-                     opn, cg_node_name(out->node));
-        return CG_RECORD_FAILED;
-    }
-    if (out->requires_grad) {
-        cg_set_error("%s: the output tensor is a leaf that requires grad (a parameter?); an op "
-                     "records on a tensor it has just made",
-                     opn);
-        return CG_RECORD_FAILED;
-    }
-    ensure_hook();
-    cg_node *n = calloc(1, sizeof *n);
-    cg_tensor **ins = calloc((size_t)(n_inputs ? n_inputs : 1), sizeof *ins);
-    uint64_t *vers = malloc((size_t)(n_inputs ? n_inputs : 1) * sizeof *vers);
-    char *nm = NULL;
-    if (name) {
-        size_t len = strlen(name) + 1;
-        nm = malloc(len);
-        if (nm)
-            memcpy(nm, name, len);
-    }
-    if (!n || !ins || !vers || (name && !nm)) {
-        free(n);
-        free(ins);
-        free(vers);
-        free(nm);
-        cg_set_error("%s: out of memory recording the graph", opn);
-        return CG_RECORD_FAILED;
-    }
-    n->op = op;
-    n->name = nm;
-    n->backward = backward;
-    n->n_inputs = n_inputs;
-    n->inputs = ins;
-    n->in_version = vers;
-    for (int i = 0; i < n_inputs; i++) {
-        ins[i] = cg_retain_held(inputs[i]); /* the node's, never a scope's */
-        vers[i] = inputs[i] ? cg_version(inputs[i]) : 0;
-    }
-    /* Which inputs the backward reads (op table); a product reads each
-     * input only for the other's gradient. A user-defined op: all of them
-     * until it says otherwise (cg_node_set_reads). */
-    if ((op_reads[op] & ~OP_CROSS) == CG_IN_ALL) {
-        n->reads = ~(uint64_t)0;
-    } else {
-        n->reads = op_reads[op] & ~OP_CROSS;
-        if ((op_reads[op] & OP_CROSS) && n_inputs >= 2) {
-            n->reads |= tensor_needs_grad(inputs[1]) ? 1u : 0u;
-            n->reads |= tensor_needs_grad(inputs[0]) ? 2u : 0u;
-        }
-    }
-    n->out_ndim = out->ndim;
-    memcpy(n->out_shape, out->shape, sizeof n->out_shape);
-    out->node = n;
-    out->requires_grad = true;
-    *node_out = n;
-    return CG_RECORD_OK;
-}
-
-cg_node *cg_record(cg_tensor *out, cg_op op, int n_inputs, cg_tensor *const *inputs,
-                   cg_backward_fn backward)
-{
-    cg_node *n;
-    record(out, op, NULL, n_inputs, inputs, backward, &n);
-    return n;
-}
-
-bool cg_record_failed(const cg_node *n, int n_inputs, cg_tensor *const *inputs)
-{
-    if (n || !cg_grad_enabled() || !inputs)
-        return false;
-    for (int i = 0; i < n_inputs; i++)
-        if (tensor_needs_grad(inputs[i]))
-            return true;
-    return false;
-}
-
-cg_record_status cg_record_op(cg_tensor *out, const char *name, int n_inputs,
-                              cg_tensor *const *inputs, cg_backward_fn backward, cg_node **node_out)
-{
-    cg_node *dummy;
-    if (!node_out)
-        node_out = &dummy;
-    if (!name || !*name) {
-        *node_out = NULL;
-        cg_set_error("record_op: a user-defined op needs a name (it appears in errors)");
-        return CG_RECORD_FAILED;
-    }
-    return record(out, CG_OP_CUSTOM, name, n_inputs, inputs, backward, node_out);
-}
-
-const char *cg_node_name(const cg_node *n)
-{
-    return !n ? "?" : n->name ? n->name : cg_op_name(n->op);
-}
-
-static bool node_reads(const cg_node *n, int i) { return (n->reads >> (i < 63 ? i : 63)) & 1u; }
-
-void cg_node_set_reads(cg_node *n, int i, bool reads)
-{
-    if (!n || i < 0 || i >= n->n_inputs || i >= 63)
-        return; /* inputs from 63 on share bit 63: they stay as they are */
-    if (reads)
-        n->reads |= (uint64_t)1 << i;
-    else
-        n->reads &= ~((uint64_t)1 << i);
-}
-
-bool cg_node_needs_grad(const cg_node *n, int i)
-{
-    return i >= 0 && i < n->n_inputs && tensor_needs_grad(n->inputs[i]);
-}
-
-int cg_node_save(cg_node *n, cg_tensor *t)
-{
-    for (int i = 0; i < CG_NODE_MAX_SAVED; i++) {
-        if (!n->saved[i]) {
-            n->saved[i] = cg_retain_held(t);
-            n->saved_version[i] = cg_version(t);
-            return i;
-        }
-    }
-    cg_set_error("%s: too many saved tensors (at most %d)", cg_node_name(n), CG_NODE_MAX_SAVED);
-    return -1;
-}
-
-cg_tensor *cg_alias(const cg_tensor *t)
-{
-    if (!t) {
-        cg_error_null_input("cg_alias");
-        return NULL;
-    }
-    return cg_view_alias(t);
-}
-
-/* ----------------------------------------------------------- leaf API */
-cg_tensor *cg_requires_grad(cg_tensor *t, bool on)
-{
-    if (!t) {
-        cg_error_null_input("cg_requires_grad");
-        return NULL;
-    }
-    if (t->node) {
-        cg_set_error("requires_grad: only leaf tensors can change requires_grad "
-                     "(this one was produced by %s)",
-                     cg_node_name(t->node));
-        return NULL;
-    }
-    if (on && !cg_dtype_is_float(t->dtype)) { /* PyTorch's rule: ids and masks have no gradient */
-        cg_set_error("requires_grad: only tensors of a float dtype can require gradients (this "
-                     "one is %s)",
-                     cg_dtype_name(t->dtype));
-        return NULL;
-    }
-    t->requires_grad = on;
-    return t;
-}
-
-cg_tensor *cg_detach(const cg_tensor *t) { return cg_alias(t); }
-
-void cg_zero_grad(cg_tensor *t)
-{
-    if (t) {
-        cg_release_held(t->grad);
-        t->grad = NULL;
-    }
-}
-
-const cg_tensor *cg_grad(const cg_tensor *t)
-{
-    if (t && t->grad && cg_debug_enabled())
-        cg_lifetime_borrowed_grad(t->grad, t); /* named, should it be released by mistake */
-    return t ? t->grad : NULL;
-}
 
 /* -------------------------------------------------------- backward hook */
 static _Thread_local cg_backward_hook_fn g_bw_hook;
@@ -415,11 +116,6 @@ void cg_grad_ready_hook_remove(const cg_tensor *t)
     }
 }
 
-static bool is_leaf_input(const cg_tensor *in)
-{
-    return in && in->requires_grad && !(in->node && !in->node->freed);
-}
-
 /* Before the walk: how many nodes of order pass each hooked leaf a
  * gradient (only the outermost backward fires hooks). */
 static bool ready_count(const node_vec *order)
@@ -431,7 +127,7 @@ static bool ready_count(const node_vec *order)
     for (size_t k = 0; k < order->n; k++) {
         cg_node *n = order->v[k];
         for (int i = 0; i < n->n_inputs; i++) {
-            ready_hook *h = is_leaf_input(n->inputs[i]) ? ready_find(n->inputs[i]) : NULL;
+            ready_hook *h = cg_is_leaf_input(n->inputs[i]) ? ready_find(n->inputs[i]) : NULL;
             if (h)
                 h->pending++;
         }
@@ -444,7 +140,7 @@ static void ready_node_done(const cg_node *n)
 {
     for (int i = 0; i < n->n_inputs; i++) {
         cg_tensor *in = n->inputs[i];
-        ready_hook *h = is_leaf_input(in) ? ready_find(in) : NULL;
+        ready_hook *h = cg_is_leaf_input(in) ? ready_find(in) : NULL;
         if (h && --h->pending == 0 && in->grad)
             h->fn(h->ctx, in);
     }
@@ -629,7 +325,8 @@ static bool versions_unchanged(const node_vec *order)
         int idx = -1;
         uint64_t saved_at = 0;
         for (int i = 0; i < n->n_inputs && !t; i++) {
-            if (n->inputs[i] && node_reads(n, i) && cg_version(n->inputs[i]) != n->in_version[i]) {
+            if (n->inputs[i] && cg_node_reads(n, i) &&
+                cg_version(n->inputs[i]) != n->in_version[i]) {
                 t = n->inputs[i];
                 idx = i;
                 saved_at = n->in_version[i];
@@ -791,7 +488,7 @@ static bool backward_impl(cg_tensor *root, const cg_tensor *grad_root, bool reta
         cg_release(n->grad);
         n->grad = NULL;
         if (!retain_graph)
-            node_drop_refs(n);
+            cg_node_drop_refs(n);
     }
     free(order.v);
     return ok;

@@ -407,6 +407,25 @@ cg_tensor *cg_tensor_header(cg_storage *s, cg_dtype dt, int64_t offset, int ndim
     return t;
 }
 
+cg_tensor *cg_meta_held(const cg_tensor *t)
+{
+    cg_tensor *m = t ? calloc(1, sizeof *m) : NULL;
+    if (!m)
+        return NULL;
+    m->offset = t->offset;
+    m->ndim = t->ndim;
+    for (int i = 0; i < t->ndim; i++) {
+        m->shape[i] = t->shape[i];
+        m->strides[i] = t->strides[i];
+    }
+    m->dtype = t->dtype;
+    m->refcount = 1;
+    m->held = 1;
+    m->magic = CG_TENSOR_LIVE;
+    __atomic_add_fetch(&g_live, 1, __ATOMIC_RELAXED);
+    return m;
+}
+
 /* ------------------------------------------------------------- queries */
 int64_t cg_numel_shape(int ndim, const int64_t *shape)
 {

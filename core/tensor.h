@@ -68,7 +68,7 @@ typedef struct cg_tensor {
     /* --- autograd fields: owned by the autograd layer, ignored by core --- */
     bool requires_grad;
     struct cg_tensor *grad; /* leaf gradient, owned by this tensor */
-    struct cg_node *node;   /* creator node, owned by this tensor */
+    struct cg_node *node;   /* creator node: a reference (autograd counts them) */
     /* --- scope bookkeeping (core/tensor.c, see cg_scope_begin) --- */
     int held;               /* references held by long-lived owners and graph nodes */
     struct cg_scope *scope; /* the scope this tensor was made in (while open), or NULL */
@@ -173,6 +173,16 @@ int64_t cg_live_tensors(void);
  * cg_release_held gives such a reference back (cg_unhold + cg_release). */
 cg_tensor *cg_retain_held(cg_tensor *t);
 void cg_release_held(cg_tensor *t);
+/* A header with t's dtype, shape, strides and offset and no storage
+ * (storage NULL, cg_version 0): what an owner keeps of a tensor whose
+ * values it never reads, so that it holds none of its memory. autograd's
+ * nodes keep one for each input their backward reads only for its shape
+ * (autograd/autograd.h). Its data must not be read. The reference is held
+ * from the start, as cg_retain_held's (give it back with cg_release_held);
+ * no scope counts it. The autograd fields are the caller's to set. NULL
+ * for a NULL t or when out of memory, recording no error: the caller then
+ * keeps t itself. */
+cg_tensor *cg_meta_held(const cg_tensor *t);
 
 /* The dtype of t (CG_F32 for NULL). */
 cg_dtype cg_dtype_of(const cg_tensor *t);

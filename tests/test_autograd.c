@@ -432,6 +432,136 @@ START_TEST(test_user_op_errors)
 }
 END_TEST
 
+/* ------------------------------------------------ what a node keeps */
+/* Issue 32: a node keeps no storage of an input its backward does not
+ * read (unless a leaf that needs a gradient). y, big and z below are read
+ * by no backward (add, sum): each dies when its owner releases it though
+ * the graph lives, and the gradients are those of the graph that kept
+ * them, bit for bit. */
+START_TEST(test_unread_inputs_let_go)
+{
+    enum { N = 1 << 18 }; /* 1 MiB of floats: from the allocator's mappings, counted */
+    cg_rng r = cg_rng_new(3);
+    cg_tensor *x = cg_randn(&r, CG_SHAPE(N)), *w = cg_randn(&r, CG_SHAPE(N));
+    cg_requires_grad(x, true);
+    cg_requires_grad(w, true);
+    float *gx[2], *gw[2];
+    for (int let_go = 0; let_go < 2; let_go++) {
+        cg_tensor *y = cg_mul(x, w);       /* reads x and w (leaves: kept anyway) */
+        cg_tensor *big = cg_muls(x, 3.0f); /* reads no input */
+        cg_tensor *z = cg_add(y, big);     /* reads neither */
+        cg_tensor *loss = cg_sum_all(z);   /* nor z */
+        ck_assert_int_eq(y->refcount, 1);  /* no node holds them ... */
+        ck_assert_int_eq(big->refcount, 1);
+        ck_assert_int_eq(z->refcount, 1);
+        ck_assert_int_eq(x->refcount, 3); /* ... but the leaves: mul's and muls's nodes */
+        ck_assert_int_eq(w->refcount, 2);
+        ck_assert_int_eq(cg_graph_size(loss), 4);
+        size_t live = cg_alloc_get_stats().live_bytes;
+        if (let_go) {
+            cg_release_all(3, y, big, z);
+            y = big = z = NULL;
+            size_t after = cg_alloc_get_stats().live_bytes;
+            ck_assert_msg(live == 0 || live - after >= 3 * (size_t)N * sizeof(float),
+                          "releasing three [%d] intermediates freed %zu bytes", N, live - after);
+        }
+        ck_assert(cg_backward(loss, NULL, false));
+        gx[let_go] = cg_test_values(cg_grad(x));
+        gw[let_go] = cg_test_values(cg_grad(w));
+        cg_zero_grad(x);
+        cg_zero_grad(w);
+        cg_release_all(4, y, big, z, loss);
+    }
+    ck_assert(memcmp(gx[0], gx[1], N * sizeof(float)) == 0);
+    ck_assert(memcmp(gw[0], gw[1], N * sizeof(float)) == 0);
+    float *xv = cg_test_values(x), *wv = cg_test_values(w);
+    for (int i = 0; i < N; i++) /* d/dx = w + 3, d/dw = x */
+        ck_assert(gx[1][i] == wv[i] + 3.0f && gw[1][i] == xv[i]);
+    for (int i = 0; i < 2; i++) {
+        free(gx[i]);
+        free(gw[i]);
+    }
+    free(xv);
+    free(wv);
+    cg_release_all(2, x, w);
+}
+END_TEST
+
+/* The gradient of a let-go input still reaches the node that made it:
+ * through a view and a broadcast add whose inputs all died before the
+ * backward, with a constant (no grad) that the add let go too, twice
+ * through a retained graph. */
+START_TEST(test_unread_routes_gradients)
+{
+    cg_tensor *x = leaf(CG_SHAPE(2, 3), (float[]){1, 2, 3, 4, 5, 6});
+    cg_tensor *c = cg_ones(CG_SHAPE(2));
+    cg_tensor *h = cg_mul(x, x);                  /* reads x */
+    cg_tensor *v = cg_reshape(h, CG_SHAPE(3, 2)); /* does not read h */
+    cg_tensor *s = cg_add(v, c);                  /* reads neither v nor c */
+    cg_tensor *loss = cg_sum_all(s);
+    ck_assert_int_eq(c->refcount, 1);
+    ck_assert_int_eq(h->refcount, 1);
+    ck_assert_int_eq(h->storage->refcount, 2); /* h's and its view v's */
+    cg_release_all(4, c, h, v, s);
+    ck_assert_int_eq(cg_graph_size(loss), 4); /* mul, reshape, add, sum */
+    for (int k = 1; k <= 2; k++) {
+        ck_assert(cg_backward(loss, NULL, k == 1));
+        float want[6];
+        for (int i = 0; i < 6; i++)
+            want[i] = (float)k * 2.0f * (float)(i + 1);
+        CG_ASSERT_TENSOR(cg_grad(x), want, 0, 0);
+    }
+    ck_assert_int_eq(cg_graph_size(loss), 0);
+    cg_release_all(2, loss, x);
+}
+END_TEST
+
+/* A user-defined op that says an input is unread lets it go: its shape
+ * stays for the engine's checks and messages, and reading it back on is
+ * refused. And cg_to's node (whose backward reads nothing) lets a float32
+ * activation go once it is in bfloat16. */
+static bool wrong_shape_unread_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    (void)g;
+    ck_assert_ptr_null(n->inputs[0]->storage);
+    ck_assert_int_eq(n->inputs[0]->ndim, 2);
+    gin[0] = cg_zeros(CG_SHAPE(4));
+    return gin[0] != NULL;
+}
+START_TEST(test_unread_user_op_and_to)
+{
+    cg_tensor *x = leaf(CG_SHAPE(2, 3), (float[]){1, 2, 3, 4, 5, 6});
+    cg_tensor *h = cg_muls(x, 2.0f);
+    cg_tensor *y = cg_k_muls(h, 2.0f);
+    cg_node *n;
+    ck_assert_int_eq(cg_record_op(y, "shapeonly", 1, &h, wrong_shape_unread_bw, &n), CG_RECORD_OK);
+    ck_assert_int_eq(h->refcount, 2); /* a user-defined op reads its inputs ... */
+    cg_node_set_reads(n, 0, false);   /* ... until it says otherwise */
+    ck_assert_int_eq(h->refcount, 1);
+    cg_clear_error();
+    cg_node_set_reads(n, 0, true);
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "shapeonly: input 0 cannot be read"));
+    cg_release(h);
+    cg_tensor *l = cg_sum_all(y);
+    ck_assert(!cg_backward(l, NULL, false));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "backward of shapeonly: gradient 0 has shape "
+                                                  "[4], which does not reduce to the input "
+                                                  "shape [2, 3]"));
+    cg_release_all(2, l, y);
+
+    h = cg_muls(x, 2.0f);
+    cg_tensor *b = cg_to(h, CG_BF16);
+    ck_assert_int_eq(h->refcount, 1);
+    cg_release(h);
+    l = cg_sum_all(b);
+    cg_zero_grad(x);
+    ck_assert(cg_backward(l, NULL, false));
+    ck_assert(cg_grad(x)->dtype == CG_F32);
+    CG_ASSERT_TENSOR(cg_grad(x), ((float[]){2, 2, 2, 2, 2, 2}), 0, 0);
+    cg_release_all(3, l, b, x);
+}
+END_TEST
+
 static Suite *autograd_suite(void)
 {
     Suite *s = suite_create("autograd");
@@ -451,6 +581,9 @@ static Suite *autograd_suite(void)
     tcase_add_test(tc, test_memory_flat);
     tcase_add_test(tc, test_gradcheck_detects_errors);
     tcase_add_test(tc, test_user_op_errors);
+    tcase_add_test(tc, test_unread_inputs_let_go);
+    tcase_add_test(tc, test_unread_routes_gradients);
+    tcase_add_test(tc, test_unread_user_op_and_to);
     suite_add_tcase(s, tc);
     return s;
 }

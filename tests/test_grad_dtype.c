@@ -73,6 +73,7 @@ START_TEST(test_gradcheck_to_bf16)
     ck_assert_msg(cg_gradcheck(through_bf16, NULL, 2, (cg_tensor *[]){x, w}, &o, &rep), "%s",
                   rep.message);
     ck_assert_int_eq(rep.checked, 24);
+    cg_test_check_unread(through_bf16, NULL, 2, (cg_tensor *[]){x, w}, "to bf16");
     /* the gradients are float32, as the leaves */
     cg_tensor *out = through_bf16(NULL, (cg_tensor *[]){x, w});
     cg_tensor *loss = cg_sum_all(out);

@@ -62,6 +62,7 @@ static void check(cg_gradcheck_fn f, void *ctx, int n, cg_tensor *const *in, con
     cg_set_backward_hook(NULL, NULL);
     ck_assert_msg(ok, "%s: %s", what, rep.message);
     ck_assert_msg(rep.checked > 0, "%s: nothing was checked", what);
+    cg_test_check_unread(f, ctx, n, in, what); /* the reads masks of CG_OP_TABLE */
 }
 
 /* ------------------------------------------------------- unary ops */

@@ -118,6 +118,7 @@ START_TEST(test_gradchecks)
             cg_gradcheck_report rep;
             bool ok = cg_gradcheck(gc_fn, &which, 1, &x, NULL, &rep);
             ck_assert_msg(ok, "%s (layout %d): %s", names[which], kind, rep.message);
+            cg_test_check_unread(gc_fn, &which, 1, &x, names[which]);
             cg_release(x);
         }
     }

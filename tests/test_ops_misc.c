@@ -183,6 +183,7 @@ START_TEST(test_gradchecks)
             cg_gradcheck_report rep;
             bool ok = cg_gradcheck(gc_fn, &cases[c], two ? 2 : 1, in, NULL, &rep);
             ck_assert_msg(ok, "%s (layout %d): %s", names[c], layout, rep.message);
+            cg_test_check_unread(gc_fn, &cases[c], two ? 2 : 1, in, names[c]);
             cg_release_all(2, in[0], in[1]);
         }
     }

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "autograd/ops.h"
+
 /* The tensors of cg_test_ids, held until cg_test_run returns. */
 static cg_tensor **g_ids;
 static int64_t g_nids, g_capids;
@@ -176,4 +178,91 @@ double cg_test_max_rel_diff(cg_module *a, cg_module *b, char *worst, size_t nw)
     cg_param_list_free(&la);
     cg_param_list_free(&lb);
     return worst_rel;
+}
+
+/* ------------------------------------------------ what a node keeps */
+typedef cg_tensor *(*unread_fn)(void *, cg_tensor *const *);
+enum { UNREAD_MAX = 8 };
+
+/* f(args), args released after the forward, then two backwards with a
+ * fixed upstream gradient; got[k]: a copy of leaves[k]'s gradient (NULL:
+ * none), which is then cleared. False when f gave nothing to
+ * differentiate. */
+static bool unread_run(unread_fn f, void *ctx, int n, cg_tensor **args, cg_tensor *const *leaves,
+                       cg_tensor **got, const char *what)
+{
+    cg_tensor *y = f(ctx, args);
+    for (int k = 0; k < n; k++)
+        cg_release(args[k]);
+    ck_assert_msg(y != NULL, "%s: %s", what, cg_last_error());
+    bool run = y->requires_grad && y->dtype == CG_F32;
+    if (run) {
+        cg_tensor *g = cg_empty(y->ndim, y->shape);
+        float *p = cg_data(g);
+        for (int64_t i = 0; i < cg_numel(g); i++)
+            p[i] = 0.25f * (float)(i % 7) - 0.625f;
+        /* twice through the retained graph: a fused op's second backward
+         * recomputes from its inputs what its first took from the forward */
+        ck_assert_msg(cg_backward(y, g, true) && cg_backward(y, g, false), "%s: %s", what,
+                      cg_last_error());
+        cg_release(g);
+    }
+    cg_release(y);
+    for (int k = 0; k < n; k++) {
+        got[k] = leaves[k] && leaves[k]->grad ? cg_k_clone(leaves[k]->grad) : NULL;
+        if (leaves[k])
+            cg_zero_grad(leaves[k]);
+    }
+    return run;
+}
+
+/* A non-leaf view of x with x's layout (an identity permute). */
+static cg_tensor *unread_view(cg_tensor *x)
+{
+    int perm[CG_MAX_DIMS];
+    for (int i = 0; i < x->ndim; i++)
+        perm[i] = i;
+    cg_tensor *v = cg_permute(x, perm);
+    ck_assert_msg(v && v->node, "permute: %s", cg_last_error());
+    return v;
+}
+
+void cg_test_check_unread(unread_fn f, void *ctx, int n, cg_tensor *const *in, const char *what)
+{
+    ck_assert(n >= 1 && n <= UNREAD_MAX);
+    cg_tensor *old[UNREAD_MAX], *ref[UNREAD_MAX], *got[UNREAD_MAX], *args[UNREAD_MAX];
+    for (int k = 0; k < n; k++) {
+        old[k] = in[k] ? in[k]->grad : NULL;
+        if (in[k])
+            in[k]->grad = NULL;
+        args[k] = cg_retain(in[k]);
+    }
+    bool run = unread_run(f, ctx, n, args, in, ref, what);
+    for (int only = -1; run && only < n; only++) {
+        if (only >= 0 && !(in[only] && in[only]->requires_grad))
+            continue;
+        for (int k = 0; k < n; k++) {
+            bool grad = in[k] && in[k]->requires_grad;
+            args[k] = !grad                   ? cg_retain(in[k])
+                      : only < 0 || only == k ? unread_view(in[k])
+                                              : cg_detach(in[k]);
+        }
+        unread_run(f, ctx, n, args, in, got, what);
+        for (int k = 0; k < n; k++) {
+            if ((only < 0 || only == k) && ref[k]) {
+                ck_assert_msg(got[k], "%s: no gradient for input %d (%s)", what, k,
+                              only < 0 ? "every input a non-leaf" : "only it needing one");
+                float *a = cg_test_values(got[k]), *b = cg_test_values(ref[k]);
+                cg_assert_close_impl(a, b, cg_numel(ref[k]), 1e-6, 1e-5, what, k);
+                free(a);
+                free(b);
+            }
+            cg_release(got[k]);
+        }
+    }
+    for (int k = n; k-- > 0;) { /* backwards: an input given twice gets its first slot's */
+        cg_release(ref[k]);
+        if (in[k])
+            in[k]->grad = old[k];
+    }
 }

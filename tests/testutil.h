@@ -64,4 +64,18 @@ float *cg_test_values(const cg_tensor *t);
  * shape[0] copies of one row). */
 cg_tensor *cg_test_randn_layout(cg_rng *rng, int ndim, const int64_t *shape, int kind);
 
+/* What a node keeps (issue 32): of an input its backward does not read
+ * (CG_OP_TABLE's reads, autograd/autograd.h), a node keeps a header
+ * without storage unless the input is a leaf needing a gradient. Runs f
+ * (a cg_gradcheck_fn) on in with a fixed upstream gradient, then again
+ * with every input that requires grad passed as a non-leaf view of itself
+ * (an identity permute), and once per such input k with only k passed so
+ * and the others detached (constants, which a node also lets go when
+ * unread); the views are released before the backwards, two through the
+ * retained graph (a fused op's second one reads its inputs). The gradients
+ * must match the leaves' run (what: the case, for messages). A backward
+ * that reads an input its op declares unread faults here (no storage). */
+void cg_test_check_unread(cg_tensor *(*f)(void *, cg_tensor *const *), void *ctx, int n,
+                          cg_tensor *const *in, const char *what);
+
 #endif

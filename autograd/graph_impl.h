@@ -1,0 +1,27 @@
+/* cgrad autograd, INTERNAL: what graph.c (recording, node lifetime) and
+ * engine.c (the backward walk) share. Not installed. */
+#ifndef CG_AUTOGRAD_GRAPH_IMPL_H
+#define CG_AUTOGRAD_GRAPH_IMPL_H
+
+#include "autograd/autograd.h"
+
+/* Whether n's backward reads input i's values (bit i of n->reads; inputs
+ * from 63 on share bit 63). */
+static inline bool cg_node_reads(const cg_node *n, int i)
+{
+    return (n->reads >> (i < 63 ? i : 63)) & 1u;
+}
+
+/* A leaf that requires grad, or a tensor whose graph an earlier backward
+ * freed (the engine treats it as one): the engine writes its .grad. */
+static inline bool cg_is_leaf_input(const cg_tensor *in)
+{
+    return in && in->requires_grad && !(in->node && !in->node->freed);
+}
+
+/* Release what n holds (inputs, saved tensors, ctx, its gradient) and
+ * mark it freed; the struct stays while a reference to it does (its
+ * output tensor, headers of inputs that other nodes kept: n->refs). */
+void cg_node_drop_refs(cg_node *n);
+
+#endif
