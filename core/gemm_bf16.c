@@ -338,6 +338,7 @@ static void pack_panel(cg_bf16_kind kind, bool wide, int W, int64_t w, int64_t k
 }
 
 static inline int64_t round16(int64_t x) { return (x + 15) / 16 * 16; }
+static inline int64_t min64(int64_t x, int64_t y) { return x < y ? x : y; }
 
 /* An AMX B panel: w <= NR_AMX vectors of length k (vector i at src + i vs,
  * its elements ls apart) as NR_AMX rows of ldq k-pairs, zero past k and up
@@ -391,6 +392,42 @@ BF16_TARGET static void pack_panel_amx(int64_t w, int64_t k, const float *src, i
                     _mm512_storeu_ps((float *)(q + (h + j) * ldq + l0 / 2 + p0), r[j]);
             }
     }
+}
+
+/* AMX B panels of the columns [j0, j1) (j0 a multiple of NR_AMX) of a
+ * k x nc block of B whose columns are adjacent (vs 1) and whose k runs ls
+ * apart (a weight gradient's dy), into pb (the panel of column j at pb +
+ * j / NR_AMX panels of `words`, rows ldq = round16(ceil(k / 2)) pairs
+ * apart), with pack_panel_amx's contents: 32 values of k (16 pairs) of 16
+ * columns are read as 32 row pieces, paired and turned over 16 x 16 pairs
+ * in registers, straight to the panels' rows. The panels are swept side by
+ * side, 32 rows of B at a time, so each row is read in order (a panel at a
+ * time read 128 bytes of each of kc rows ls apart, into a copy turned
+ * afterwards). */
+BF16_TARGET static void pack_amx_strided(int64_t nc, int64_t k, const float *src, int64_t ls,
+                                         int64_t j0, int64_t j1, uint32_t *pb, int64_t words)
+{
+    const int64_t ldq = round16((k + 1) / 2), jend = min64(j1, nc);
+    for (int64_t p0 = 0; p0 < ldq; p0 += 16)
+        for (int64_t j = j0; j < jend; j += 16) {
+            const int64_t n = min64(jend - j, 16);
+            const __mmask16 m = (__mmask16)((1u << n) - 1u);
+            const float *s = src + j;
+            __m512 r[16];
+            for (int i = 0; i < 16; i++) { /* zeros past k: an odd k's partner */
+                const int64_t l = 2 * (p0 + i);
+                __m512 x0 = _mm512_setzero_ps(), x1 = x0;
+                if (l < k)
+                    x0 = _mm512_maskz_loadu_ps(m, s + l * ls);
+                if (l + 1 < k)
+                    x1 = _mm512_maskz_loadu_ps(m, s + (l + 1) * ls);
+                r[i] = (__m512)pair_rows(x0, x1);
+            }
+            cg_transpose16(r); /* r[c]: column j + c's 16 pairs */
+            uint32_t *q = pb + j / NR_AMX * words + (j % NR_AMX) * ldq + p0;
+            for (int c = 0; c < 16; c++)
+                _mm512_storeu_ps((float *)(q + c * ldq), r[c]);
+        }
 }
 
 /* 32-bit words of a GEMM's A panel per k-pair and row */
@@ -832,8 +869,6 @@ static product product_of(cg_bf16_kind kind, int64_t m, int64_t n, int64_t k, fl
                      pre ? *pre : (cg_bf16_prepacked){NULL, 0}};
 }
 
-static inline int64_t min64(int64_t x, int64_t y) { return x < y ? x : y; }
-
 /* B panels [j0, j1) (multiples of b_cols) of the block of B at k offset
  * pc (kc deep) and column offset jc (nc wide), into pb: the panel of
  * column j at pb + j / b_cols panels. */
@@ -841,6 +876,10 @@ static void pack_b(const product *p, int64_t jc, int64_t nc, int64_t pc, int64_t
                    int64_t j1, uint32_t *pb)
 {
     const int64_t bc = b_cols(p->kind), words = b_panel_words(p->kind, (kc + 1) / 2);
+    if (p->kind == CG_BF16_AMX && p->csb == 1 && p->rsb != 1) {
+        pack_amx_strided(nc, kc, p->b + pc * p->rsb + jc, p->rsb, j0, j1, pb, words);
+        return;
+    }
     for (int64_t j = j0; j < j1; j += bc)
         pack_b_panel(p->kind, min64(nc - j, bc), kc, p->b + pc * p->rsb + (jc + j) * p->csb, p->csb,
                      p->rsb, pb + j / bc * words);
@@ -972,13 +1011,19 @@ bool cg_bf16_gemm_parallel(cg_bf16_kind kind, int nt, int64_t m, int64_t n, int6
         uint32_t *pa = buf + na * (size_t)t;
         for (int64_t jc = 0; jc < p.n; jc += n_block(kind)) {
             const int64_t nc = min64(p.n - jc, n_block(kind));
-            /* B's panels of every k block, split among the threads */
-#pragma omp for schedule(static)
-            for (int64_t q = 0; q < nblk * npb; q++) {
-                const int64_t pc = q / npb * KC, j = q % npb * bc;
-                if (j < nc)
-                    pack_b(&p, jc, nc, pc, min64(p.k - pc, KC), j, j + bc, pb + (q / npb) * nbk);
+            /* B's panels of every k block, split among the threads in
+             * runs of adjacent panels (one call a k block: the strided AMX
+             * packing reads B's rows in order across a run) */
+            const int64_t nq = nblk * npb, q1 = nq * (t + 1) / T;
+            for (int64_t q = nq * t / T; q < q1;) {
+                const int64_t blk = q / npb, j = q % npb, jn = min64(npb, j + q1 - q);
+                const int64_t pc = blk * KC;
+                if (j * bc < nc)
+                    pack_b(&p, jc, nc, pc, min64(p.k - pc, KC), j * bc, min64(jn * bc, nc),
+                           pb + blk * nbk);
+                q += jn - j;
             }
+#pragma omp barrier
             for (int64_t pc = 0; pc < p.k; pc += KC)
                 rows_times_block(&p, i0, i1, jc, nc, pc, min64(p.k - pc, KC), pb + (pc / KC) * nbk,
                                  pa);
