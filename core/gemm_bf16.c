@@ -742,21 +742,73 @@ AMX_TARGET static void amx_configure(void)
     amx_ready = true;
 }
 
+/* x + y, rounded once; where both are NaN, x's NaN (x86 returns its first
+ * source's). The order is pinned, not left to the compiler, because it
+ * decides which NaN C keeps: store_tile's edge tiles took the sums' NaN
+ * over C's, the vector path of whole tiles C's over the sums'. */
+BF16_TARGET static inline __m512 add_first(__m512 x, __m512 y)
+{
+    __m512 r;
+    __asm__("vaddps %2, %1, %0" : "=v"(r) : "v"(x), "v"(y));
+    return r;
+}
+
+/* Columns [0, nr) of a tile t (column-major, ld MR) into a column-stored
+ * C, rows under the masks m0 (0-15) and m1 (16-31): alpha t + bias (one
+ * per row of the tile), alpha t, or alpha t + beta C, each product and sum
+ * rounded as store_tile rounds them; c_first: C's NaN over the sums' (a
+ * whole tile). one: alpha is 1 (alpha t is t, NaN and -0 included, so the
+ * product is left out); so is beta C for beta 1. C's rows outside the
+ * masks are neither read nor written. */
+BF16_TARGET static inline __attribute__((always_inline)) void store_columns(
+    bool one, bool c_first, int64_t nr, const float *t, __mmask16 m0, __mmask16 m1, float alpha,
+    float beta, const float *bias, float *c, int64_t csc)
+{
+    const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+    const __m512 b0 = bias ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();
+    const __m512 b1 = bias ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
+    for (int64_t j = 0; j < nr; j++) {
+        float *cj = c + j * csc;
+        __m512 r0 = _mm512_maskz_load_ps(m0, t + j * MR);
+        __m512 r1 = _mm512_maskz_load_ps(m1, t + j * MR + 16);
+        if (!one) {
+            r0 = _mm512_mul_ps(va, r0);
+            r1 = _mm512_mul_ps(va, r1);
+        }
+        if (bias) {
+            r0 = add_first(r0, b0);
+            r1 = add_first(r1, b1);
+        } else if (beta != 0.0f) {
+            __m512 c0 = _mm512_maskz_loadu_ps(m0, cj), c1 = _mm512_maskz_loadu_ps(m1, cj + 16);
+            if (beta != 1.0f) {
+                c0 = _mm512_mul_ps(vb, c0);
+                c1 = _mm512_mul_ps(vb, c1);
+            }
+            r0 = c_first ? add_first(c0, r0) : add_first(r0, c0);
+            r1 = c_first ? add_first(c1, r1) : add_first(r1, c1);
+        }
+        _mm512_mask_storeu_ps(cj, m0, r0);
+        _mm512_mask_storeu_ps(cj + 16, m1, r1);
+    }
+}
+
 /* Write a 32 x 32 tile t (column-major, ld MR) into C as store_tile does;
- * whole tiles of a column-stored C with no bias or one per row of the
- * tile with vectors (the same two roundings). */
+ * a column-stored C with no bias or one per row of the tile with vectors
+ * (the same two roundings), an edge tile (m not a multiple of 32: 65
+ * characters) under masks. */
 BF16_TARGET static void store_tile_wide(int64_t mr, int64_t nr, const float *t, const tile_out *o,
                                         float *c, int64_t rsc, int64_t csc)
 {
-    const float alpha = o->alpha, beta = o->beta, *bias = o->bias;
-    if (mr != MR || rsc != 1 || (bias && o->rs != 1)) {
+    if (rsc != 1 || (o->bias && o->rs != 1)) {
         store_tile(mr, nr, t, o, c, rsc, csc);
         return;
     }
-    const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
-    for (int64_t j = 0; j < nr; j++)
-        store_column(_mm512_load_ps(t + j * MR), _mm512_load_ps(t + j * MR + 16), va, vb, beta,
-                     bias, c + j * csc);
+    const __mmask16 m0 = (__mmask16)(mr >= 16 ? 0xffffu : (1u << mr) - 1u);
+    const __mmask16 m1 = (__mmask16)(mr >= 32 ? 0xffffu : mr <= 16 ? 0u : (1u << (mr - 16)) - 1u);
+    if (o->alpha == 1.0f)
+        store_columns(true, mr == MR, nr, t, m0, m1, 1.0f, o->beta, o->bias, c, csc);
+    else
+        store_columns(false, mr == MR, nr, t, m0, m1, o->alpha, o->beta, o->bias, c, csc);
 }
 
 /* kp k-pairs of an A panel ([kp][MR]) times an AMX B panel (NR_AMX rows,
