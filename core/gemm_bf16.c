@@ -43,8 +43,9 @@
  * 16]: the left operand), so the kernel computes C^T's 32 x 32 tile and
  * stores it as the column-major tile store_tile writes (loading C or the
  * bias into the tiles and storing them straight into C ran a charlm tiny
- * bf16 step 15% slower). Its sums are fp32
- * with roundings of the unit's own (measured: not one rounding per
+ * bf16 step 15% slower). With A prepacked (a weight) or short, each B
+ * panel is packed just before the tiles use it (cg_bf16_gemm_serial). Its
+ * sums are fp32 with roundings of the unit's own (measured: not one rounding per
  * product, not one per pair, not one per instruction), so its bits differ
  * from vdpbf16ps's; they are still the same in-order sum over each k block
  * for any split among threads, and tests/test_bf16.c holds them to the same
@@ -79,6 +80,12 @@ enum { KC = 384, MC = 96, NC = 3072 };
  * resident memory was 3 MB above fp32's on charlm base (now equal); 512
  * took 2 MB less still but ran 8-12% slower. */
 static inline int64_t n_block(cg_bf16_kind kind) { return kind == CG_BF16_EMULATED ? 1152 : NC; }
+
+/* AMX: rows of A (C turned over as the kernels store it) up to which a
+ * product packs all of A's k block at once and then each B panel just
+ * before its use (see cg_bf16_gemm_serial). Above, the m blocks of MC: a
+ * 1024-row A block (768 KB) multiplied slower than blocks of 96. */
+enum { AMX_FUSE_ROWS = 384 };
 
 #define BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512bf16")))
 #define AVX2_TARGET __attribute__((target("avx2,fma")))
@@ -937,55 +944,71 @@ static void pack_b(const product *p, int64_t jc, int64_t nc, int64_t pc, int64_t
                      p->rsb, pb + j / bc * words);
 }
 
+/* The m block of A at row ic (mc rows) and k offset pc (kc deep) as the
+ * kernels' A panels, into pa (panel i / MR at pa + i / MR panels). */
+static void pack_a(const product *p, int64_t ic, int64_t mc, int64_t pc, int64_t kc, uint32_t *pa)
+{
+    const int64_t kp = (kc + 1) / 2;
+    for (int64_t i = 0; i < mc; i += MR)
+        pack_panel(p->kind, true, MR, min64(mc - i, MR), kc, p->a + (ic + i) * p->rsa + pc * p->csa,
+                   p->rsa, p->csa, pa + i * kp * a_words(p->kind));
+}
+
+/* One packed B panel bp (C's columns [j, j + nr)) times the row panels of
+ * A's rows [ic, ic + mc) (packed at pa, or the prepacked ones), the k
+ * block at pc (kc deep): each tile of C gets the block's sums, the first
+ * block adding beta C or the bias. */
+static void panel_times_rows(const product *p, int64_t ic, int64_t mc, int64_t j, int64_t nr,
+                             int64_t pc, int64_t kc, const uint32_t *bp, const uint32_t *pa)
+{
+    const int64_t kp = (kc + 1) / 2;
+    const bool first = pc == 0, bias = first && p->bias;
+    tile_out o = {p->alpha, first ? (bias ? 0.0f : p->beta) : 1.0f, NULL, p->rsbias, p->csbias};
+    for (int64_t ir = 0; ir < mc; ir += MR) {
+        const int64_t mr = min64(mc - ir, MR);
+        float *cp = p->c + (ic + ir) * p->rsc + j * p->csc;
+        o.bias = bias ? p->bias + (ic + ir) * p->rsbias + j * p->csbias : NULL;
+        /* the A panel: packed, or the prepacked one's k block (k-pairs on
+         * every path: the emulated kernel unpacks them) */
+        const uint32_t *ap = p->pre.p ? p->pre.p + (ic + ir) / MR * p->pre.kp * MR + pc / 2 * MR
+                                      : pa + ir * kp * a_words(p->kind);
+        if (p->kind == CG_BF16_AMX)
+            kernel_amx(kp, ap, bp, round16(kp), mr, nr, &o, cp, p->rsc, p->csc);
+        else if (p->kind == CG_BF16_NATIVE)
+            kernel_native(kp, ap, bp, mr, nr, &o, cp, p->rsc, p->csc);
+        else
+            kernel_emulated(p->pre.p != NULL, kp, ap, (const float *)bp, mr, nr, &o, cp, p->rsc,
+                            p->csc);
+    }
+}
+
 /* Rows [i0, i1) of C's block at column offset jc (nc wide) get the k block
  * at pc (kc deep) of their products with B's packed block pb: A is packed
- * MC rows at a time into pa, and the tiles are computed in the same order
- * for any [i0, i1), so an element's sums do not depend on the rows that
- * share its call. The first k block adds beta C or the bias. */
+ * an m block at a time into pa, and the tiles are computed in the same
+ * order for any [i0, i1), so an element's sums do not depend on the rows
+ * that share its call. */
 static void rows_times_block(const product *p, int64_t i0, int64_t i1, int64_t jc, int64_t nc,
                              int64_t pc, int64_t kc, const uint32_t *pb, uint32_t *pa)
 {
-    const int64_t kp = (kc + 1) / 2, bc = b_cols(p->kind), bw = b_panel_words(p->kind, kp);
-    const bool first = pc == 0, bias = first && p->bias;
-    tile_out o = {p->alpha, first ? (bias ? 0.0f : p->beta) : 1.0f, NULL, p->rsbias, p->csbias};
+    const int64_t bc = b_cols(p->kind), bw = b_panel_words(p->kind, (kc + 1) / 2);
     for (int64_t ic = i0; ic < i1; ic += MC) {
         const int64_t mc = min64(i1 - ic, MC);
-        for (int64_t i = 0; i < mc && !p->pre.p; i += MR)
-            pack_panel(p->kind, true, MR, min64(mc - i, MR), kc,
-                       p->a + (ic + i) * p->rsa + pc * p->csa, p->rsa, p->csa,
-                       pa + i * kp * a_words(p->kind));
-        for (int64_t jr = 0; jr < nc; jr += bc) {
-            const int64_t nr = min64(nc - jr, bc);
-            const uint32_t *bp = pb + jr / bc * bw;
-            for (int64_t ir = 0; ir < mc; ir += MR) {
-                const int64_t mr = min64(mc - ir, MR);
-                float *cp = p->c + (ic + ir) * p->rsc + (jc + jr) * p->csc;
-                o.bias = bias ? p->bias + (ic + ir) * p->rsbias + (jc + jr) * p->csbias : NULL;
-                /* the A panel: packed above, or the prepacked one's k block
-                 * (k-pairs on every path: the emulated kernel unpacks them) */
-                const uint32_t *ap = p->pre.p
-                                         ? p->pre.p + (ic + ir) / MR * p->pre.kp * MR + pc / 2 * MR
-                                         : pa + ir * kp * a_words(p->kind);
-                if (p->kind == CG_BF16_AMX)
-                    kernel_amx(kp, ap, bp, round16(kp), mr, nr, &o, cp, p->rsc, p->csc);
-                else if (p->kind == CG_BF16_NATIVE)
-                    kernel_native(kp, ap, bp, mr, nr, &o, cp, p->rsc, p->csc);
-                else
-                    kernel_emulated(p->pre.p != NULL, kp, ap, (const float *)bp, mr, nr, &o, cp,
-                                    p->rsc, p->csc);
-            }
-        }
+        if (!p->pre.p)
+            pack_a(p, ic, mc, pc, kc, pa);
+        for (int64_t jr = 0; jr < nc; jr += bc)
+            panel_times_rows(p, ic, mc, jc + jr, min64(nc - jr, bc), pc, kc, pb + jr / bc * bw, pa);
     }
 }
 
 /* Elements of one packed A block and of one packed B block of p, sized to
  * p (a block sized for the largest product put B 72 KB after A: both at
  * the same L1 sets, and small products, attention's, ran 15% slower). */
-static size_t a_block_size(const product *p)
+static size_t a_rows_size(const product *p, int64_t rows)
 {
     const int64_t kp = (min64(p->k, KC) + 1) / 2;
-    return (size_t)((min64(p->m, MC) + MR - 1) / MR * MR * kp * a_words(p->kind) + 15) / 16 * 16;
+    return (size_t)((rows + MR - 1) / MR * MR * kp * a_words(p->kind) + 15) / 16 * 16;
 }
+static size_t a_block_size(const product *p) { return a_rows_size(p, min64(p->m, MC)); }
 static size_t b_block_size(const product *p)
 {
     const int64_t kp = (min64(p->k, KC) + 1) / 2;
@@ -1002,17 +1025,35 @@ bool cg_bf16_gemm_serial(cg_bf16_kind kind, int64_t m, int64_t n, int64_t k, flo
 {
     const product p = product_of(kind, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, bias, bs, c,
                                  rsc, csc, pre);
-    const size_t na = p.pre.p ? 0 : a_block_size(&p);
-    uint32_t *pa = cg_gemm_thread_buffer((na + b_block_size(&p)) * sizeof(uint32_t));
+    /* AMX, with A prepacked (the weight) or in one m block: each B panel
+     * is packed just before every row panel of C multiplies it, into one
+     * buffer that stays in L1 (packing a whole block first, then reading it
+     * back once per m block, went through L2 and L3) */
+    const bool fused = kind == CG_BF16_AMX && (p.pre.p || p.m <= AMX_FUSE_ROWS);
+    const size_t na = p.pre.p ? 0 : fused ? a_rows_size(&p, p.m) : a_block_size(&p);
+    const size_t nb =
+        fused ? (size_t)b_panel_words(kind, (min64(p.k, KC) + 1) / 2) : b_block_size(&p);
+    uint32_t *pa = cg_gemm_thread_buffer((na + nb) * sizeof(uint32_t));
     if (!pa)
         return false;
     uint32_t *pb = pa + na;
+    const int64_t bc = b_cols(kind);
     for (int64_t jc = 0; jc < p.n; jc += n_block(kind)) {
         const int64_t nc = min64(p.n - jc, n_block(kind));
         for (int64_t pc = 0; pc < p.k; pc += KC) {
             const int64_t kc = min64(p.k - pc, KC);
-            pack_b(&p, jc, nc, pc, kc, 0, nc, pb);
-            rows_times_block(&p, 0, p.m, jc, nc, pc, kc, pb, pa);
+            if (!fused) {
+                pack_b(&p, jc, nc, pc, kc, 0, nc, pb);
+                rows_times_block(&p, 0, p.m, jc, nc, pc, kc, pb, pa);
+                continue;
+            }
+            if (!p.pre.p)
+                pack_a(&p, 0, p.m, pc, kc, pa);
+            for (int64_t jr = 0; jr < nc; jr += bc) {
+                const int64_t nr = min64(nc - jr, bc);
+                pack_b(&p, jc + jr, nc - jr, pc, kc, 0, nr, pb);
+                panel_times_rows(&p, 0, p.m, jc + jr, nr, pc, kc, pb, pa);
+            }
         }
     }
     return true;

@@ -736,6 +736,12 @@ START_TEST(test_matrix_against_gemm)
     matrix_case(&rng, path, 1, 1536, 384, 0, 0, false, true);
     matrix_case(&rng, path, 2, 384, 1536, 0, 0, false, true);
     matrix_case(&rng, path, 1, 65, 384, 0, 0, false, false);
+    /* more than 64 rows of x: the GEMM driver with W's panels as A (on AMX
+     * each panel of x packed just before its use), n, k and m off every
+     * tile, pair and block edge */
+    matrix_case(&rng, path, 100, 65, 769, 0, 1, true, true);
+    matrix_case(&rng, path, 130, 97, 385, 1, 3, false, false);
+    matrix_case(&rng, path, 3100, 33, 17, 2, 0, true, true);
     /* every other path on its own, whatever the CPU takes */
     for (int p = 0; p < NPATHS; p++)
         if (bf16_paths[p] != path && cg_gemm_path_available(bf16_paths[p])) {
@@ -751,9 +757,10 @@ END_TEST
 START_TEST(test_matrix_paths_threads)
 {
     cg_rng rng = cg_rng_new(23);
-    const int64_t dims[][3] = {{1, 1536, 384}, {3, 385, 769}, {8, 97, 33}, {1, 4100, 9}};
+    const int64_t dims[][3] = {
+        {1, 1536, 384}, {3, 385, 769}, {8, 97, 33}, {1, 4100, 9}, {200, 97, 385}};
     const cg_gemm_path paths[] = {CG_GEMM_BF16, CG_GEMM_BF16_EMULATED, CG_GEMM_BF16_AMX};
-    for (int d = 0; d < 4; d++) {
+    for (int d = 0; d < 5; d++) {
         const int64_t M = dims[d][0], N = dims[d][1], K = dims[d][2];
         float *w = d % 2 ? nasty_buf(&rng, (size_t)(N * K)) : rand_buf(&rng, (size_t)(N * K));
         float *x = d % 2 ? nasty_buf(&rng, (size_t)(M * K)) : rand_buf(&rng, (size_t)(M * K));
