@@ -570,7 +570,12 @@ static bool gemm_run(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int6
     if (nt > nch)
         nt = (int)nch;
     bool ok = true;
-    if (nt > 1 && g.bf16 && cg_bf16_gemm_shares_packing(g.bf16, m, n, k, rsc, csc, nt)) {
+    /* (on AMX a prepacked weight's product split by rows of x shares
+     * nothing worth packing once: each thread packs its own rows of x, a
+     * panel at a time, and reads W's panels; sharing x's panels instead
+     * made a 3072 x 256 x 256 forward twice as slow on 2 threads) */
+    if (nt > 1 && g.bf16 && !(pre && split_m && g.bf16 == CG_BF16_AMX) &&
+        cg_bf16_gemm_shares_packing(g.bf16, m, n, k, rsc, csc, nt)) {
         /* bf16: the threads pack the shared operand once, together */
         ok = cg_bf16_gemm_parallel(g.bf16, nt, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, bias,
                                    bs, c, rsc, csc, pre);

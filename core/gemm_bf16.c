@@ -43,8 +43,9 @@
  * 16]: the left operand), so the kernel computes C^T's 32 x 32 tile and
  * stores it as the column-major tile store_tile writes (loading C or the
  * bias into the tiles and storing them straight into C ran a charlm tiny
- * bf16 step 15% slower). Its sums are fp32
- * with roundings of the unit's own (measured: not one rounding per
+ * bf16 step 15% slower). With A prepacked (a weight) or short, each B
+ * panel is packed just before the tiles use it (cg_bf16_gemm_serial). Its
+ * sums are fp32 with roundings of the unit's own (measured: not one rounding per
  * product, not one per pair, not one per instruction), so its bits differ
  * from vdpbf16ps's; they are still the same in-order sum over each k block
  * for any split among threads, and tests/test_bf16.c holds them to the same
@@ -79,6 +80,12 @@ enum { KC = CG_BF16_KC, MC = 96, NC = 3072 };
  * resident memory was 3 MB above fp32's on charlm base (now equal); 512
  * took 2 MB less still but ran 8-12% slower. */
 static inline int64_t n_block(cg_bf16_kind kind) { return kind == CG_BF16_EMULATED ? 1152 : NC; }
+
+/* AMX: rows of A (C turned over as the kernels store it) up to which a
+ * product packs all of A's k block at once and then each B panel just
+ * before its use (see cg_bf16_gemm_serial). Above, the m blocks of MC: a
+ * 1024-row A block (768 KB) multiplied slower than blocks of 96. */
+enum { AMX_FUSE_ROWS = 384 };
 
 #define BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512bf16")))
 #define AVX2_TARGET __attribute__((target("avx2,fma")))
@@ -338,6 +345,7 @@ static void pack_panel(cg_bf16_kind kind, bool wide, int W, int64_t w, int64_t k
 }
 
 static inline int64_t round16(int64_t x) { return (x + 15) / 16 * 16; }
+static inline int64_t min64(int64_t x, int64_t y) { return x < y ? x : y; }
 
 /* An AMX B panel: w <= NR_AMX vectors of length k (vector i at src + i vs,
  * its elements ls apart) as NR_AMX rows of ldq k-pairs, zero past k and up
@@ -391,6 +399,42 @@ BF16_TARGET static void pack_panel_amx(int64_t w, int64_t k, const float *src, i
                     _mm512_storeu_ps((float *)(q + (h + j) * ldq + l0 / 2 + p0), r[j]);
             }
     }
+}
+
+/* AMX B panels of the columns [j0, j1) (j0 a multiple of NR_AMX) of a
+ * k x nc block of B whose columns are adjacent (vs 1) and whose k runs ls
+ * apart (a weight gradient's dy), into pb (the panel of column j at pb +
+ * j / NR_AMX panels of `words`, rows ldq = round16(ceil(k / 2)) pairs
+ * apart), with pack_panel_amx's contents: 32 values of k (16 pairs) of 16
+ * columns are read as 32 row pieces, paired and turned over 16 x 16 pairs
+ * in registers, straight to the panels' rows. The panels are swept side by
+ * side, 32 rows of B at a time, so each row is read in order (a panel at a
+ * time read 128 bytes of each of kc rows ls apart, into a copy turned
+ * afterwards). */
+BF16_TARGET static void pack_amx_strided(int64_t nc, int64_t k, const float *src, int64_t ls,
+                                         int64_t j0, int64_t j1, uint32_t *pb, int64_t words)
+{
+    const int64_t ldq = round16((k + 1) / 2), jend = min64(j1, nc);
+    for (int64_t p0 = 0; p0 < ldq; p0 += 16)
+        for (int64_t j = j0; j < jend; j += 16) {
+            const int64_t n = min64(jend - j, 16);
+            const __mmask16 m = (__mmask16)((1u << n) - 1u);
+            const float *s = src + j;
+            __m512 r[16];
+            for (int i = 0; i < 16; i++) { /* zeros past k: an odd k's partner */
+                const int64_t l = 2 * (p0 + i);
+                __m512 x0 = _mm512_setzero_ps(), x1 = x0;
+                if (l < k)
+                    x0 = _mm512_maskz_loadu_ps(m, s + l * ls);
+                if (l + 1 < k)
+                    x1 = _mm512_maskz_loadu_ps(m, s + (l + 1) * ls);
+                r[i] = (__m512)pair_rows(x0, x1);
+            }
+            cg_transpose16(r); /* r[c]: column j + c's 16 pairs */
+            uint32_t *q = pb + j / NR_AMX * words + (j % NR_AMX) * ldq + p0;
+            for (int c = 0; c < 16; c++)
+                _mm512_storeu_ps((float *)(q + c * ldq), r[c]);
+        }
 }
 
 /* 32-bit words of a GEMM's A panel per k-pair and row */
@@ -705,21 +749,73 @@ AMX_TARGET static void amx_configure(void)
     amx_ready = true;
 }
 
+/* x + y, rounded once; where both are NaN, x's NaN (x86 returns its first
+ * source's). The order is pinned, not left to the compiler, because it
+ * decides which NaN C keeps: store_tile's edge tiles took the sums' NaN
+ * over C's, the vector path of whole tiles C's over the sums'. */
+BF16_TARGET static inline __m512 add_first(__m512 x, __m512 y)
+{
+    __m512 r;
+    __asm__("vaddps %2, %1, %0" : "=v"(r) : "v"(x), "v"(y));
+    return r;
+}
+
+/* Columns [0, nr) of a tile t (column-major, ld MR) into a column-stored
+ * C, rows under the masks m0 (0-15) and m1 (16-31): alpha t + bias (one
+ * per row of the tile), alpha t, or alpha t + beta C, each product and sum
+ * rounded as store_tile rounds them; c_first: C's NaN over the sums' (a
+ * whole tile). one: alpha is 1 (alpha t is t, NaN and -0 included, so the
+ * product is left out); so is beta C for beta 1. C's rows outside the
+ * masks are neither read nor written. */
+BF16_TARGET static inline __attribute__((always_inline)) void store_columns(
+    bool one, bool c_first, int64_t nr, const float *t, __mmask16 m0, __mmask16 m1, float alpha,
+    float beta, const float *bias, float *c, int64_t csc)
+{
+    const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+    const __m512 b0 = bias ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();
+    const __m512 b1 = bias ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
+    for (int64_t j = 0; j < nr; j++) {
+        float *cj = c + j * csc;
+        __m512 r0 = _mm512_maskz_load_ps(m0, t + j * MR);
+        __m512 r1 = _mm512_maskz_load_ps(m1, t + j * MR + 16);
+        if (!one) {
+            r0 = _mm512_mul_ps(va, r0);
+            r1 = _mm512_mul_ps(va, r1);
+        }
+        if (bias) {
+            r0 = add_first(r0, b0);
+            r1 = add_first(r1, b1);
+        } else if (beta != 0.0f) {
+            __m512 c0 = _mm512_maskz_loadu_ps(m0, cj), c1 = _mm512_maskz_loadu_ps(m1, cj + 16);
+            if (beta != 1.0f) {
+                c0 = _mm512_mul_ps(vb, c0);
+                c1 = _mm512_mul_ps(vb, c1);
+            }
+            r0 = c_first ? add_first(c0, r0) : add_first(r0, c0);
+            r1 = c_first ? add_first(c1, r1) : add_first(r1, c1);
+        }
+        _mm512_mask_storeu_ps(cj, m0, r0);
+        _mm512_mask_storeu_ps(cj + 16, m1, r1);
+    }
+}
+
 /* Write a 32 x 32 tile t (column-major, ld MR) into C as store_tile does;
- * whole tiles of a column-stored C with no bias or one per row of the
- * tile with vectors (the same two roundings). */
+ * a column-stored C with no bias or one per row of the tile with vectors
+ * (the same two roundings), an edge tile (m not a multiple of 32: 65
+ * characters) under masks. */
 BF16_TARGET static void store_tile_wide(int64_t mr, int64_t nr, const float *t, const tile_out *o,
                                         float *c, int64_t rsc, int64_t csc)
 {
-    const float alpha = o->alpha, beta = o->beta, *bias = o->bias;
-    if (mr != MR || rsc != 1 || (bias && o->rs != 1)) {
+    if (rsc != 1 || (o->bias && o->rs != 1)) {
         store_tile(mr, nr, t, o, c, rsc, csc);
         return;
     }
-    const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
-    for (int64_t j = 0; j < nr; j++)
-        store_column(_mm512_load_ps(t + j * MR), _mm512_load_ps(t + j * MR + 16), va, vb, beta,
-                     bias, c + j * csc);
+    const __mmask16 m0 = (__mmask16)(mr >= 16 ? 0xffffu : (1u << mr) - 1u);
+    const __mmask16 m1 = (__mmask16)(mr >= 32 ? 0xffffu : mr <= 16 ? 0u : (1u << (mr - 16)) - 1u);
+    if (o->alpha == 1.0f)
+        store_columns(true, mr == MR, nr, t, m0, m1, 1.0f, o->beta, o->bias, c, csc);
+    else
+        store_columns(false, mr == MR, nr, t, m0, m1, o->alpha, o->beta, o->bias, c, csc);
 }
 
 /* kp k-pairs of an A panel ([kp][MR]) times an AMX B panel (NR_AMX rows,
@@ -832,8 +928,6 @@ static product product_of(cg_bf16_kind kind, int64_t m, int64_t n, int64_t k, fl
                      pre ? *pre : (cg_bf16_prepacked){NULL, 0}};
 }
 
-static inline int64_t min64(int64_t x, int64_t y) { return x < y ? x : y; }
-
 /* B panels [j0, j1) (multiples of b_cols) of the block of B at k offset
  * pc (kc deep) and column offset jc (nc wide), into pb: the panel of
  * column j at pb + j / b_cols panels. */
@@ -841,60 +935,80 @@ static void pack_b(const product *p, int64_t jc, int64_t nc, int64_t pc, int64_t
                    int64_t j1, uint32_t *pb)
 {
     const int64_t bc = b_cols(p->kind), words = b_panel_words(p->kind, (kc + 1) / 2);
+    if (p->kind == CG_BF16_AMX && p->csb == 1 && p->rsb != 1) {
+        pack_amx_strided(nc, kc, p->b + pc * p->rsb + jc, p->rsb, j0, j1, pb, words);
+        return;
+    }
     for (int64_t j = j0; j < j1; j += bc)
         pack_b_panel(p->kind, min64(nc - j, bc), kc, p->b + pc * p->rsb + (jc + j) * p->csb, p->csb,
                      p->rsb, pb + j / bc * words);
 }
 
+/* The m block of A at row ic (mc rows) and k offset pc (kc deep) as the
+ * kernels' A panels, into pa (panel i / MR at pa + i / MR panels). */
+static void pack_a(const product *p, int64_t ic, int64_t mc, int64_t pc, int64_t kc, uint32_t *pa)
+{
+    const int64_t kp = (kc + 1) / 2;
+    for (int64_t i = 0; i < mc; i += MR)
+        pack_panel(p->kind, true, MR, min64(mc - i, MR), kc, p->a + (ic + i) * p->rsa + pc * p->csa,
+                   p->rsa, p->csa, pa + i * kp * a_words(p->kind));
+}
+
+/* One packed B panel bp (C's columns [j, j + nr)) times the row panels of
+ * A's rows [ic, ic + mc) (packed at pa, or the prepacked ones), the k
+ * block at pc (kc deep): each tile of C gets the block's sums, the first
+ * block adding beta C or the bias. */
+static void panel_times_rows(const product *p, int64_t ic, int64_t mc, int64_t j, int64_t nr,
+                             int64_t pc, int64_t kc, const uint32_t *bp, const uint32_t *pa)
+{
+    const int64_t kp = (kc + 1) / 2;
+    const bool first = pc == 0, bias = first && p->bias;
+    tile_out o = {p->alpha, first ? (bias ? 0.0f : p->beta) : 1.0f, NULL, p->rsbias, p->csbias};
+    for (int64_t ir = 0; ir < mc; ir += MR) {
+        const int64_t mr = min64(mc - ir, MR);
+        float *cp = p->c + (ic + ir) * p->rsc + j * p->csc;
+        o.bias = bias ? p->bias + (ic + ir) * p->rsbias + j * p->csbias : NULL;
+        /* the A panel: packed, or the prepacked one's k block (k-pairs on
+         * every path: the emulated kernel unpacks them) */
+        const uint32_t *ap = p->pre.p ? p->pre.p + (ic + ir) / MR * p->pre.kp * MR + pc / 2 * MR
+                                      : pa + ir * kp * a_words(p->kind);
+        if (p->kind == CG_BF16_AMX)
+            kernel_amx(kp, ap, bp, round16(kp), mr, nr, &o, cp, p->rsc, p->csc);
+        else if (p->kind == CG_BF16_NATIVE)
+            kernel_native(kp, ap, bp, mr, nr, &o, cp, p->rsc, p->csc);
+        else
+            kernel_emulated(p->pre.p != NULL, kp, ap, (const float *)bp, mr, nr, &o, cp, p->rsc,
+                            p->csc);
+    }
+}
+
 /* Rows [i0, i1) of C's block at column offset jc (nc wide) get the k block
  * at pc (kc deep) of their products with B's packed block pb: A is packed
- * MC rows at a time into pa, and the tiles are computed in the same order
- * for any [i0, i1), so an element's sums do not depend on the rows that
- * share its call. The first k block adds beta C or the bias. */
+ * an m block at a time into pa, and the tiles are computed in the same
+ * order for any [i0, i1), so an element's sums do not depend on the rows
+ * that share its call. */
 static void rows_times_block(const product *p, int64_t i0, int64_t i1, int64_t jc, int64_t nc,
                              int64_t pc, int64_t kc, const uint32_t *pb, uint32_t *pa)
 {
-    const int64_t kp = (kc + 1) / 2, bc = b_cols(p->kind), bw = b_panel_words(p->kind, kp);
-    const bool first = pc == 0, bias = first && p->bias;
-    tile_out o = {p->alpha, first ? (bias ? 0.0f : p->beta) : 1.0f, NULL, p->rsbias, p->csbias};
+    const int64_t bc = b_cols(p->kind), bw = b_panel_words(p->kind, (kc + 1) / 2);
     for (int64_t ic = i0; ic < i1; ic += MC) {
         const int64_t mc = min64(i1 - ic, MC);
-        for (int64_t i = 0; i < mc && !p->pre.p; i += MR)
-            pack_panel(p->kind, true, MR, min64(mc - i, MR), kc,
-                       p->a + (ic + i) * p->rsa + pc * p->csa, p->rsa, p->csa,
-                       pa + i * kp * a_words(p->kind));
-        for (int64_t jr = 0; jr < nc; jr += bc) {
-            const int64_t nr = min64(nc - jr, bc);
-            const uint32_t *bp = pb + jr / bc * bw;
-            for (int64_t ir = 0; ir < mc; ir += MR) {
-                const int64_t mr = min64(mc - ir, MR);
-                float *cp = p->c + (ic + ir) * p->rsc + (jc + jr) * p->csc;
-                o.bias = bias ? p->bias + (ic + ir) * p->rsbias + (jc + jr) * p->csbias : NULL;
-                /* the A panel: packed above, or the prepacked one's k block
-                 * (k-pairs on every path: the emulated kernel unpacks them) */
-                const uint32_t *ap = p->pre.p
-                                         ? p->pre.p + (ic + ir) / MR * p->pre.kp * MR + pc / 2 * MR
-                                         : pa + ir * kp * a_words(p->kind);
-                if (p->kind == CG_BF16_AMX)
-                    kernel_amx(kp, ap, bp, round16(kp), mr, nr, &o, cp, p->rsc, p->csc);
-                else if (p->kind == CG_BF16_NATIVE)
-                    kernel_native(kp, ap, bp, mr, nr, &o, cp, p->rsc, p->csc);
-                else
-                    kernel_emulated(p->pre.p != NULL, kp, ap, (const float *)bp, mr, nr, &o, cp,
-                                    p->rsc, p->csc);
-            }
-        }
+        if (!p->pre.p)
+            pack_a(p, ic, mc, pc, kc, pa);
+        for (int64_t jr = 0; jr < nc; jr += bc)
+            panel_times_rows(p, ic, mc, jc + jr, min64(nc - jr, bc), pc, kc, pb + jr / bc * bw, pa);
     }
 }
 
 /* Elements of one packed A block and of one packed B block of p, sized to
  * p (a block sized for the largest product put B 72 KB after A: both at
  * the same L1 sets, and small products, attention's, ran 15% slower). */
-static size_t a_block_size(const product *p)
+static size_t a_rows_size(const product *p, int64_t rows)
 {
     const int64_t kp = (min64(p->k, KC) + 1) / 2;
-    return (size_t)((min64(p->m, MC) + MR - 1) / MR * MR * kp * a_words(p->kind) + 15) / 16 * 16;
+    return (size_t)((rows + MR - 1) / MR * MR * kp * a_words(p->kind) + 15) / 16 * 16;
 }
+static size_t a_block_size(const product *p) { return a_rows_size(p, min64(p->m, MC)); }
 static size_t b_block_size(const product *p)
 {
     const int64_t kp = (min64(p->k, KC) + 1) / 2;
@@ -911,17 +1025,35 @@ bool cg_bf16_gemm_serial(cg_bf16_kind kind, int64_t m, int64_t n, int64_t k, flo
 {
     const product p = product_of(kind, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, bias, bs, c,
                                  rsc, csc, pre);
-    const size_t na = p.pre.p ? 0 : a_block_size(&p);
-    uint32_t *pa = cg_gemm_thread_buffer((na + b_block_size(&p)) * sizeof(uint32_t));
+    /* AMX, with A prepacked (the weight) or in one m block: each B panel
+     * is packed just before every row panel of C multiplies it, into one
+     * buffer that stays in L1 (packing a whole block first, then reading it
+     * back once per m block, went through L2 and L3) */
+    const bool fused = kind == CG_BF16_AMX && (p.pre.p || p.m <= AMX_FUSE_ROWS);
+    const size_t na = p.pre.p ? 0 : fused ? a_rows_size(&p, p.m) : a_block_size(&p);
+    const size_t nb =
+        fused ? (size_t)b_panel_words(kind, (min64(p.k, KC) + 1) / 2) : b_block_size(&p);
+    uint32_t *pa = cg_gemm_thread_buffer((na + nb) * sizeof(uint32_t));
     if (!pa)
         return false;
     uint32_t *pb = pa + na;
+    const int64_t bc = b_cols(kind);
     for (int64_t jc = 0; jc < p.n; jc += n_block(kind)) {
         const int64_t nc = min64(p.n - jc, n_block(kind));
         for (int64_t pc = 0; pc < p.k; pc += KC) {
             const int64_t kc = min64(p.k - pc, KC);
-            pack_b(&p, jc, nc, pc, kc, 0, nc, pb);
-            rows_times_block(&p, 0, p.m, jc, nc, pc, kc, pb, pa);
+            if (!fused) {
+                pack_b(&p, jc, nc, pc, kc, 0, nc, pb);
+                rows_times_block(&p, 0, p.m, jc, nc, pc, kc, pb, pa);
+                continue;
+            }
+            if (!p.pre.p)
+                pack_a(&p, 0, p.m, pc, kc, pa);
+            for (int64_t jr = 0; jr < nc; jr += bc) {
+                const int64_t nr = min64(nc - jr, bc);
+                pack_b(&p, jc + jr, nc - jr, pc, kc, 0, nr, pb);
+                panel_times_rows(&p, 0, p.m, jc + jr, nr, pc, kc, pb, pa);
+            }
         }
     }
     return true;
@@ -972,13 +1104,19 @@ bool cg_bf16_gemm_parallel(cg_bf16_kind kind, int nt, int64_t m, int64_t n, int6
         uint32_t *pa = buf + na * (size_t)t;
         for (int64_t jc = 0; jc < p.n; jc += n_block(kind)) {
             const int64_t nc = min64(p.n - jc, n_block(kind));
-            /* B's panels of every k block, split among the threads */
-#pragma omp for schedule(static)
-            for (int64_t q = 0; q < nblk * npb; q++) {
-                const int64_t pc = q / npb * KC, j = q % npb * bc;
-                if (j < nc)
-                    pack_b(&p, jc, nc, pc, min64(p.k - pc, KC), j, j + bc, pb + (q / npb) * nbk);
+            /* B's panels of every k block, split among the threads in
+             * runs of adjacent panels (one call a k block: the strided AMX
+             * packing reads B's rows in order across a run) */
+            const int64_t nq = nblk * npb, q1 = nq * (t + 1) / T;
+            for (int64_t q = nq * t / T; q < q1;) {
+                const int64_t blk = q / npb, j = q % npb, jn = min64(npb, j + q1 - q);
+                const int64_t pc = blk * KC;
+                if (j * bc < nc)
+                    pack_b(&p, jc, nc, pc, min64(p.k - pc, KC), j * bc, min64(jn * bc, nc),
+                           pb + blk * nbk);
+                q += jn - j;
             }
+#pragma omp barrier
             for (int64_t pc = 0; pc < p.k; pc += KC)
                 rows_times_block(&p, i0, i1, jc, nc, pc, min64(p.k - pc, KC), pb + (pc / KC) * nbk,
                                  pa);

@@ -400,8 +400,9 @@ START_TEST(test_threads_bit_identical)
     /* C split into independent halves or (cg_bf16_gemm_parallel) its rows
      * split over one packing of B shared by both threads, with one or two
      * column blocks of 3072 */
-    const int64_t dims[][3] = {{513, 479, 611}, {64, 1100, 130}, {700, 40, 77}, {3100, 128, 40}};
-    for (int d = 0; d < 4; d++) {
+    const int64_t dims[][3] = {
+        {513, 479, 611}, {64, 1100, 130}, {700, 40, 77}, {3100, 128, 40}, {256, 256, 1000}};
+    for (int d = 0; d < 5; d++) {
         const int64_t m = dims[d][0], n = dims[d][1], k = dims[d][2];
         float *a = rand_buf(&rng, (size_t)(m * k)), *b = rand_buf(&rng, (size_t)(k * n));
         float *o1 = malloc((size_t)(m * n) * sizeof(float));
@@ -410,15 +411,21 @@ START_TEST(test_threads_bit_identical)
             const cg_gemm_path path = bf16_paths[p];
             if (!cg_gemm_path_available(path) || (path == CG_GEMM_BF16_EMULATED && d == 0))
                 continue;
-            for (int lc = 0; lc < 2; lc++) {
-                int64_t rsc = lc ? 1 : n, csc = lc ? m : 1;
-                ck_assert(
-                    cg_sgemm_path(path, 1, m, n, k, 1.0f, a, k, 1, b, 1, k, 0.0f, o1, rsc, csc));
-                ck_assert(
-                    cg_sgemm_path(path, 2, m, n, k, 1.0f, a, k, 1, b, 1, k, 0.0f, o2, rsc, csc));
+            /* A row- or column-major, B column- or row-major (a weight
+             * gradient's: the strided packings of B and A), C both ways */
+            for (int l = 0; l < 8; l++) {
+                const int lc = l & 1, la = l >> 1 & 1, lb = l >> 2;
+                const int64_t rsc = lc ? 1 : n, csc = lc ? m : 1;
+                const int64_t rsa = la ? 1 : k, csa = la ? m : 1;
+                const int64_t rsb = lb ? n : 1, csb = lb ? 1 : k;
+                ck_assert(cg_sgemm_path(path, 1, m, n, k, 1.0f, a, rsa, csa, b, rsb, csb, 0.0f, o1,
+                                        rsc, csc));
+                ck_assert(cg_sgemm_path(path, 2, m, n, k, 1.0f, a, rsa, csa, b, rsb, csb, 0.0f, o2,
+                                        rsc, csc));
                 ck_assert_msg(memcmp(o1, o2, (size_t)(m * n) * sizeof(float)) == 0,
-                              "%s %lldx%lldx%lld: 1 vs 2 threads differ", cg_gemm_path_name(path),
-                              (long long)m, (long long)n, (long long)k);
+                              "%s %lldx%lldx%lld layouts %d%d%d: 1 vs 2 threads differ",
+                              cg_gemm_path_name(path), (long long)m, (long long)n, (long long)k, la,
+                              lb, lc);
             }
         }
         free(a);
@@ -729,6 +736,12 @@ START_TEST(test_matrix_against_gemm)
     matrix_case(&rng, path, 1, 1536, 384, 0, 0, false, true);
     matrix_case(&rng, path, 2, 384, 1536, 0, 0, false, true);
     matrix_case(&rng, path, 1, 65, 384, 0, 0, false, false);
+    /* more than 64 rows of x: the GEMM driver with W's panels as A (on AMX
+     * each panel of x packed just before its use), n, k and m off every
+     * tile, pair and block edge */
+    matrix_case(&rng, path, 100, 65, 769, 0, 1, true, true);
+    matrix_case(&rng, path, 130, 97, 385, 1, 3, false, false);
+    matrix_case(&rng, path, 3100, 33, 17, 2, 0, true, true);
     /* every other path on its own, whatever the CPU takes */
     for (int p = 0; p < NPATHS; p++)
         if (bf16_paths[p] != path && cg_gemm_path_available(bf16_paths[p])) {
@@ -744,9 +757,10 @@ END_TEST
 START_TEST(test_matrix_paths_threads)
 {
     cg_rng rng = cg_rng_new(23);
-    const int64_t dims[][3] = {{1, 1536, 384}, {3, 385, 769}, {8, 97, 33}, {1, 4100, 9}};
+    const int64_t dims[][3] = {
+        {1, 1536, 384}, {3, 385, 769}, {8, 97, 33}, {1, 4100, 9}, {200, 97, 385}};
     const cg_gemm_path paths[] = {CG_GEMM_BF16, CG_GEMM_BF16_EMULATED, CG_GEMM_BF16_AMX};
-    for (int d = 0; d < 4; d++) {
+    for (int d = 0; d < 5; d++) {
         const int64_t M = dims[d][0], N = dims[d][1], K = dims[d][2];
         float *w = d % 2 ? nasty_buf(&rng, (size_t)(N * K)) : rand_buf(&rng, (size_t)(N * K));
         float *x = d % 2 ? nasty_buf(&rng, (size_t)(M * K)) : rand_buf(&rng, (size_t)(M * K));
