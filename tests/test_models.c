@@ -701,8 +701,10 @@ START_TEST(test_fused_head)
     ck_assert_int_eq(cg_train_loss_chunk(96), 0);
     ck_assert_int_eq(cg_train_loss_chunk(CG_FUSED_HEAD_MIN_VOCAB - 1), 0);
     ck_assert_int_eq(cg_train_loss_chunk(4000), CG_LCE_EXACT);
-    ck_assert_int_eq(cg_train_loss_chunk(37000), CG_LCE_EXACT);
-    ck_assert_int_eq(cg_train_loss_chunk(50257), CG_LCE_EXACT);
+    ck_assert_int_eq(cg_train_loss_chunk(CG_FUSED_HEAD_ROWS_VOCAB - 1), CG_LCE_EXACT);
+    ck_assert_int_eq(cg_train_loss_chunk(CG_FUSED_HEAD_ROWS_VOCAB), CG_FUSED_HEAD_CHUNK);
+    ck_assert_int_eq(cg_train_loss_chunk(37000), CG_FUSED_HEAD_CHUNK);
+    ck_assert_int_eq(cg_train_loss_chunk(50257), CG_FUSED_HEAD_CHUNK);
     int64_t src[2 * 4] = {5, 6, 7, 2, 8, 2, 0, 0};
     int64_t tin[2 * 3] = {1, 9, 10, 1, 11, 0}, tout[2 * 3] = {9, 10, 2, 11, 2, 0};
     cg_seq2seq *sm[3];

@@ -321,15 +321,20 @@ int cg_train_parse(int argc, char **argv, cg_cli_args *a, const char *help, cg_t
 const cg_train_preset *cg_train_preset_find(const cg_train_preset *p, int n, const char *name);
 /* The training loss's chunk for a new model of vocabulary V (the configs'
  * loss_chunk, which a checkpoint records): from CG_FUSED_HEAD_MIN_VOCAB ids
- * on, CG_LCE_EXACT: the output projection fused with the loss
- * (autograd/ops.h cg_linear_cross_entropy) in chunks on the k blocks of the
- * weight gradient's product, so that the [tokens, V] logits are never kept
- * and every bit is the unfused head's; below it, 0: logits, then
+ * on, the output projection fused with the loss (autograd/ops.h
+ * cg_linear_cross_entropy), so that the [tokens, V] logits are never kept:
+ * below CG_FUSED_HEAD_ROWS_VOCAB in CG_LCE_EXACT chunks, on the k blocks of
+ * the weight gradient's product, every bit the unfused head's; from it on
+ * in chunks of CG_FUSED_HEAD_CHUNK rows, whose weight gradient is summed
+ * chunk by chunk (bits of their own), since there the exact chunks' 384
+ * rows of logits cost the gpt2 preset 94 MB and 4-11% of its bf16 speed on
+ * the Intel Xeon 0xA7. Below CG_FUSED_HEAD_MIN_VOCAB, 0: logits, then
  * cross-entropy. A checkpoint's recorded chunk is kept: 0 and CG_LCE_EXACT
- * give the same bits; N > 0 (chunks of N rows, the 16,384-id models of
- * 59cf18e) sums the weight's gradient chunk by chunk, its own bits.
- * Chosen on the Intel Xeon (docs/performance.md, issue 37). */
+ * give the same bits. Chosen on the Intel Xeon (docs/performance.md, issue
+ * 37). */
 #define CG_FUSED_HEAD_MIN_VOCAB 4000
+#define CG_FUSED_HEAD_ROWS_VOCAB 16384
+#define CG_FUSED_HEAD_CHUNK 256
 int64_t cg_train_loss_chunk(int64_t vocab);
 /* r->shape's fields whose flags were not given (a) taken from the preset p,
  * and --norm/--act, when given, parsed into *norm and *act (which hold the
