@@ -50,6 +50,17 @@ static char *tmp_path(const char *name)
     return p;
 }
 
+/* text (cap bytes) = n lines of fmt, whose two %d are the line's number:
+ * the tab-separated numbered pairs several tests train or split on */
+static void numbered_pairs(char *text, size_t cap, int n, const char *fmt)
+{
+    size_t len = 0;
+    text[0] = 0;
+    for (int i = 0; i < n && len < cap; i++)
+        len += (size_t)snprintf(text + len, cap - len, fmt, i, i);
+    ck_assert_uint_lt(len, cap);
+}
+
 static void write_file(const char *path, const char *data, size_t n)
 {
     FILE *f = fopen(path, "wb");
@@ -314,12 +325,8 @@ END_TEST
  * RandomState(0).permutation(10) = [2 8 4 9 1 | 6 7 | 3 0 5] */
 START_TEST(test_pairs_add_extra)
 {
-    char text[1024] = "";
-    for (int i = 0; i < 10; i++) {
-        char line[64];
-        snprintf(line, sizeof line, "en %d\tde %d\n", i, i);
-        strcat(text, line);
-    }
+    char text[1024];
+    numbered_pairs(text, sizeof text, 10, "en %d\tde %d\n");
     const char *extra = "en 3\tneu\n"    /* the source of test pair 3: held out */
                         "neu 1\tde 6\n"  /* the target of validation pair 6: held out */
                         "de 0\tx\n"      /* test pair 0's target as a source: held out */
@@ -1140,12 +1147,8 @@ static bool same_params(const char *a, const char *b)
  * each (as charlm train does) */
 START_TEST(test_cli_nonfinite)
 {
-    char data[4096] = "";
-    for (int i = 0; i < 30; i++) {
-        char line[128];
-        snprintf(line, sizeof line, "a small %d.\tein kleines %d.\n", i, i);
-        strcat(data, line);
-    }
+    char data[4096];
+    numbered_pairs(data, sizeof data, 30, "a small %d.\tein kleines %d.\n");
     write_file(tmp_path("small.tsv"), data, strlen(data));
     char ck[PATH_MAX], bad[PATH_MAX], args[3 * PATH_MAX], *out, *err;
     snprintf(ck, sizeof ck, "%s", tmp_path("good.safetensors"));
@@ -1460,12 +1463,8 @@ static void edit_state_copy(const char *src, const char *dst, const char *key, d
  * is checked before any training. */
 START_TEST(test_cli_resume_and_output_rules)
 {
-    char data[4096] = "";
-    for (int i = 0; i < 30; i++) {
-        char line[128];
-        snprintf(line, sizeof line, "a small %d.\tein kleines %d.\n", i, i);
-        strcat(data, line);
-    }
+    char data[4096];
+    numbered_pairs(data, sizeof data, 30, "a small %d.\tein kleines %d.\n");
     write_file(tmp_path("small.tsv"), data, strlen(data));
     char ck[PATH_MAX], args[3 * PATH_MAX], *out, *err;
     snprintf(ck, sizeof ck, "%s", tmp_path("r.safetensors"));
