@@ -170,33 +170,64 @@ EW_CLONES static void row_grad(const float *x, int64_t C, float lse, int64_t t, 
     d[t] = (float)(scale * ((double)ew_expf(xt - lse) - smooth - hit));
 }
 
-/* One row's loss (0 for an ignored row); *lse gets its log-sum-exp
- * rounded to float, as the backward reads it. */
-static double ce_row_loss(const float *xr, int64_t C, int64_t t, int64_t ignore_index, double ls,
-                          float *lse)
+/* ------------------------------------------------------------ one row */
+/* What the rows of one call share. */
+typedef struct {
+    int64_t C, ignore_index, kept;
+    double ls, scale; /* scale: g / kept, 0 when no row is kept */
+} ce_rows;
+
+static ce_rows ce_rows_for(int64_t C, int64_t ignore_index, int64_t kept, float ls, float g)
 {
-    double sx = 0.0, l = row_lse(xr, C, &sx);
-    *lse = (float)l;
-    if (t == ignore_index)
-        return 0.0;
-    double v = (1.0 - ls) * (l - (double)xr[t]);
-    if (ls != 0.0)
-        v += ls * (l - sx / (double)C);
+    return (ce_rows){.C = C,
+                     .ignore_index = ignore_index,
+                     .kept = kept,
+                     .ls = ls,
+                     .scale = kept > 0 ? (double)g / (double)kept : 0.0};
+}
+
+/* A kept row's loss from its lse l (double), x_t and sum_j x_j. */
+static double ce_loss_of(const ce_rows *c, double l, float xt, double sx)
+{
+    double v = (1.0 - c->ls) * (l - (double)xt);
+    if (c->ls != 0.0)
+        v += c->ls * (l - sx / (double)c->C);
     return v;
 }
 
-/* Row r's gradient for the upstream gradient g: scale = g / kept, zero
- * for an ignored row or when no row is kept. l is the row's lse rounded to
- * float, as saved for the backward. One text for the forward (g = 1) and
- * the backward, so that their bits agree. */
-static void ce_grad_row(const float *xr, int64_t C, float l, int64_t t, int64_t ignore_index,
-                        int64_t kept, double scale, double ls, float *dr)
+/* Row xr's gradient for the upstream gradient g of c->scale into dr (may
+ * be xr), zero when ignored, from its lse rounded to float (lse NULL:
+ * computed again). */
+static void ce_row_backward(const ce_rows *c, const float *xr, int64_t t, const float *lse,
+                            float *dr)
 {
-    if (t == ignore_index || kept == 0) {
+    int64_t C = c->C;
+    if (t == c->ignore_index)
         memset(dr, 0, (size_t)C * sizeof *dr);
-        return;
+    else
+        row_grad(xr, C, lse ? *lse : (float)row_lse(xr, C, NULL), t, c->scale, c->ls / (double)C,
+                 1.0 - c->ls, dr);
+}
+
+/* Row xr's loss (0 when ignored); *lse (when not NULL) its log-sum-exp
+ * rounded to float; dr (when not NULL) its gradient, ce_row_backward's
+ * (the same bits, as the forward computes it for g = 1). An ignored row
+ * whose lse is not asked for costs nothing. */
+static double ce_row(const ce_rows *c, const float *xr, int64_t t, float *lse, float *dr)
+{
+    bool ignored = t == c->ignore_index;
+    if (ignored && !lse) {
+        if (dr)
+            memset(dr, 0, (size_t)c->C * sizeof *dr);
+        return 0.0;
     }
-    row_grad(xr, C, l, t, scale, ls / (double)C, 1.0 - ls, dr);
+    double sx = 0.0, l = row_lse(xr, c->C, &sx);
+    float lf = (float)l, xt = ignored ? 0.0f : xr[t]; /* read before dr (may be xr) */
+    if (lse)
+        *lse = lf;
+    if (dr)
+        ce_row_backward(c, xr, t, &lf, dr);
+    return ignored ? 0.0 : ce_loss_of(c, l, xt, sx);
 }
 
 cg_tensor *cg_k_cross_entropy(const cg_tensor *logits, const cg_tensor *target_t,
@@ -232,14 +263,11 @@ cg_tensor *cg_k_cross_entropy(const cg_tensor *logits, const cg_tensor *target_t
     const float *xp = cg_data(x);
     float *lp = cg_data(lt);
     float *dp = dx ? cg_data(dx) : NULL;
-    double ls = label_smoothing, scale = kept > 0 ? 1.0 / (double)kept : 0.0;
+    ce_rows c = ce_rows_for(C, ignore_index, kept, label_smoothing, 1.0f);
+    /* the gradient while the row is in cache: the backward's for g = 1 */
 #pragma omp parallel for schedule(static) if (N * C > PAR_THRESHOLD)
-    for (int64_t r = 0; r < N; r++) {
-        const float *xr = xp + r * C;
-        row[r] = ce_row_loss(xr, C, targets[r], ignore_index, ls, &lp[r]);
-        if (dp) /* while the row is in cache: the backward for g = 1 */
-            ce_grad_row(xr, C, lp[r], targets[r], ignore_index, kept, scale, ls, dp + r * C);
-    }
+    for (int64_t r = 0; r < N; r++)
+        row[r] = ce_row(&c, xp + r * C, targets[r], &lp[r], dp ? dp + r * C : NULL);
     double total = 0.0;
     for (int64_t r = 0; r < N; r++)
         total += row[r];
@@ -288,16 +316,10 @@ cg_tensor *cg_k_cross_entropy_backward(const cg_tensor *logits, const cg_tensor 
     const float *lp = lc ? cg_data(lc) : NULL;
     float *dp = cg_data(dx);
     /* With no kept row PyTorch's gradient is zero (ignored rows get none). */
-    double scale = kept > 0 ? (double)g / (double)kept : 0.0;
-    double ls = label_smoothing;
+    ce_rows c = ce_rows_for(C, ignore_index, kept, label_smoothing, g);
 #pragma omp parallel for schedule(static) if (N * C > PAR_THRESHOLD)
-    for (int64_t r = 0; r < N; r++) {
-        const float *xr = xp + r * C;
-        int64_t t = targets[r];
-        bool skip = t == ignore_index || kept == 0;
-        float l = skip ? 0.0f : lp ? lp[r] : (float)row_lse(xr, C, NULL);
-        ce_grad_row(xr, C, l, t, ignore_index, kept, scale, ls, dp + r * C);
-    }
+    for (int64_t r = 0; r < N; r++)
+        ce_row_backward(&c, xp + r * C, targets[r], lp ? lp + r : NULL, dp + r * C);
     cg_release_all(3, x, lc, tc);
     return dx;
 }
@@ -326,14 +348,13 @@ cg_tensor *cg_k_cross_entropy_backward(const cg_tensor *logits, const cg_tensor 
 
 typedef struct {
     const float *h, *w, *b; /* h [N, d], w [V, d], b [V] or NULL; contiguous */
-    int64_t N, d, V, kept;
+    int64_t N, d, V;
     const int64_t *targets;
-    int64_t ignore_index;
-    double ls, scale; /* scale: g / kept, 0 when no row is kept */
-    bool exact;       /* chunks on the k blocks (CG_LCE_EXACT on a path with them) */
-    float *dh, *dw;   /* NULL where not wanted */
-    double *db;       /* the bias's gradient in double (NULL: not wanted) */
-    float *spare;     /* exact: [CG_GEMM_SKINNY + 1, V] */
+    ce_rows rows;   /* V classes; scale g / kept */
+    bool exact;     /* chunks on the k blocks (CG_LCE_EXACT on a path with them) */
+    float *dh, *dw; /* NULL where not wanted */
+    double *db;     /* the bias's gradient in double (NULL: not wanted) */
+    float *spare;   /* exact: [CG_GEMM_SKINNY + 1, V] */
     /* bf16: W and W^T rounded and packed once (the weight cache, as linear
      * layers read them: the bits of cg_sgemm in bf16), else NULL */
     const cg_bf16_matrix *pw, *pwt;
@@ -373,13 +394,9 @@ static void lce_rows(lce_args *a, int64_t r0, int64_t m, float *L, double *row)
     lce_logits(a, r0, m, L);
     bool grads = a->dh || a->dw || a->db;
 #pragma omp parallel for schedule(static) if (m * V > PAR_THRESHOLD)
-    for (int64_t r = 0; r < m; r++) {
-        float *xr = L + r * V, lse;
-        int64_t t = a->targets[r0 + r];
-        row[r0 + r] = ce_row_loss(xr, V, t, a->ignore_index, a->ls, &lse);
-        if (grads)
-            ce_grad_row(xr, V, lse, t, a->ignore_index, a->kept, a->scale, a->ls, xr);
-    }
+    for (int64_t r = 0; r < m; r++)
+        row[r0 + r] =
+            ce_row(&a->rows, L + r * V, a->targets[r0 + r], NULL, grads ? L + r * V : NULL);
     if (a->dh && a->pwt)
         a->failed |=
             !cg_bf16_matrix_mul(a->pwt, CG_GEMM_AUTO, 0, m, L, V, 1, NULL, 0, a->dh + r0 * d, d, 1);
@@ -452,7 +469,7 @@ static void lce_run(lce_args *a, int64_t chunk, float *L, double *row, float *ou
     double total = 0.0;
     for (int64_t r = 0; r < a->N; r++)
         total += row[r];
-    *out = (float)(total / (double)a->kept); /* 0/0 = NaN, as PyTorch */
+    *out = (float)(total / (double)a->rows.kept); /* 0/0 = NaN, as PyTorch */
 }
 
 cg_tensor *cg_k_linear_cross_entropy(const cg_tensor *h, const cg_tensor *w, const cg_tensor *b,
@@ -509,11 +526,8 @@ cg_tensor *cg_k_linear_cross_entropy(const cg_tensor *h, const cg_tensor *w, con
                       .N = N,
                       .d = d,
                       .V = V,
-                      .kept = kept,
                       .targets = cg_data_i64(tc),
-                      .ignore_index = ignore_index,
-                      .ls = label_smoothing,
-                      .scale = kept > 0 ? (double)g / (double)kept : 0.0,
+                      .rows = ce_rows_for(V, ignore_index, kept, label_smoothing, g),
                       .exact = exact,
                       .dh = g3[0] ? cg_data(g3[0]) : NULL,
                       .dw = g3[1] ? cg_data(g3[1]) : NULL,
