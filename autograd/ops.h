@@ -105,7 +105,10 @@ cg_tensor *cg_log_softmax(cg_tensor *a, int dim);
  * [B, T, C]), PyTorch semantics (ignore_index, label_smoothing; note the
  * class dim is last here, not dim 1 as in F.cross_entropy). Targets of
  * another dtype or shape are refused naming both. The node keeps the
- * targets: writing them in place before backward is refused. A scalar. */
+ * targets: writing them in place before backward is refused. A scalar.
+ * Computed in fp32 in both precision policies; under bf16 autocast in
+ * float lanes with one exponential an element, as PyTorch's autocast does
+ * (core/ops.h cg_k_cross_entropy: the bits differ from fp32's). */
 cg_tensor *cg_cross_entropy(cg_tensor *logits, const cg_tensor *targets, int64_t ignore_index,
                             float label_smoothing);
 /* Over the last dim; w and b may be NULL. */

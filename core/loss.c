@@ -5,7 +5,13 @@
  *   loss_r = (1-ls) * (lse - x_y) + ls * (lse - mean_j x_j)
  * (the smoothing term is ls * mean over all C classes of -log p_j). The loss
  * is sum_r loss_r / K over the K kept rows; K = 0 gives 0/0 = NaN.
- * Rows are computed in parallel, then summed in row order (deterministic). */
+ * Rows are computed in parallel, then summed in row order (deterministic).
+ *
+ * The precision policy (the calling thread's, core/gemm.h): in fp32 a row
+ * takes two exponentials an element in double lanes (row_lse, row_grad),
+ * bits pinned since issue 37; under bf16 autocast it is computed as
+ * PyTorch's autocast computes it, in float lanes with one exponential an
+ * element (ce_row_autocast). One row loop serves both (ce_row). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -170,11 +176,76 @@ EW_CLONES static void row_grad(const float *x, int64_t C, float lse, int64_t t, 
     d[t] = (float)(scale * ((double)ew_expf(xt - lse) - smooth - hit));
 }
 
+/* ---------------------------------------------- bf16 autocast's rows */
+/* Under bf16 autocast the loss computes as PyTorch's autocast does (its
+ * float log-softmax): float lanes, and one exponential an element. Element
+ * j goes to lane j % 16 of 16 float sums, added pairwise at the end (a
+ * fixed order: the same bits for any thread count and every clone). */
+
+/* The sum of 16 float lanes, pairwise in a fixed order. */
+static inline float lanes16_total(const float *a)
+{
+    float s[8];
+    for (int l = 0; l < 8; l++)
+        s[l] = a[l] + a[l + 8];
+    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+
+/* sum_j exp(x_j - mx) over a row of C logits, mx = max_j x_j (into *max),
+ * each exponential also written to e[j] when e is not NULL (e may be x:
+ * x[j] is read first); *sx: sum_j x_j. */
+EW_CLONES static float row_exp_sum(const float *x, int64_t C, float *e, float *max, float *sx)
+{
+    float mx = *max = max16(x, C); /* in the clone: max16 is vector code there */
+    v16f acc = {0}, xs = {0};
+    int64_t j = 0;
+    for (; j + 16 <= C; j += 16) {
+        v16f v;
+        memcpy(&v, x + j, sizeof v);
+        v16f ev = ew_expf16(v - mx);
+        if (e)
+            memcpy(e + j, &ev, sizeof ev);
+        acc += ev;
+        xs += v;
+    }
+    float a[16], b[16];
+    memcpy(a, &acc, sizeof a);
+    memcpy(b, &xs, sizeof b);
+    for (int64_t j0 = j; j < C; j++) {
+        float xj = x[j], ej = ew_expf(xj - mx);
+        if (e)
+            e[j] = ej;
+        a[j - j0] += ej;
+        b[j - j0] += xj;
+    }
+    *sx = lanes16_total(b);
+    return lanes16_total(a);
+}
+
+/* d[j] = d[j] * a - c over a row of C, then d[t] -= hit: the exponentials
+ * row_exp_sum wrote, turned into the gradient in place. */
+EW_CLONES static void row_scale(float *d, int64_t C, float a, float c, int64_t t, float hit)
+{
+    int64_t j = 0;
+    for (; j + 16 <= C; j += 16) {
+        v16f v;
+        memcpy(&v, d + j, sizeof v);
+        v = v * a - c;
+        memcpy(d + j, &v, sizeof v);
+    }
+    for (; j < C; j++)
+        d[j] = d[j] * a - c;
+    d[t] -= hit;
+}
+
 /* ------------------------------------------------------------ one row */
-/* What the rows of one call share. */
+/* What the rows of one call share. autocast: the thread's matrix precision
+ * is bf16 (core/gemm.h), and the rows take bf16 autocast's kernel above;
+ * in fp32 they take the double-lane kernel (its bits are pinned). */
 typedef struct {
     int64_t C, ignore_index, kept;
     double ls, scale; /* scale: g / kept, 0 when no row is kept */
+    bool autocast;
 } ce_rows;
 
 static ce_rows ce_rows_for(int64_t C, int64_t ignore_index, int64_t kept, float ls, float g)
@@ -183,7 +254,8 @@ static ce_rows ce_rows_for(int64_t C, int64_t ignore_index, int64_t kept, float 
                      .ignore_index = ignore_index,
                      .kept = kept,
                      .ls = ls,
-                     .scale = kept > 0 ? (double)g / (double)kept : 0.0};
+                     .scale = kept > 0 ? (double)g / (double)kept : 0.0,
+                     .autocast = cg_get_matmul_precision() == CG_PRECISION_BF16};
 }
 
 /* A kept row's loss from its lse l (double), x_t and sum_j x_j. */
@@ -195,15 +267,38 @@ static double ce_loss_of(const ce_rows *c, double l, float xt, double sx)
     return v;
 }
 
+/* bf16 autocast's row: e_j = exp(x_j - max) once, written into dr while
+ * summed, then scaled there to scale * (e_j / s - ls/C), less scale (1-ls)
+ * at t. */
+static double ce_row_autocast(const ce_rows *c, const float *xr, int64_t t, float *lse, float *dr)
+{
+    int64_t C = c->C;
+    bool ignored = t == c->ignore_index, grad = dr && !ignored;
+    float xt = ignored ? 0.0f : xr[t]; /* dr may be xr */
+    float mx, sx, s = row_exp_sum(xr, C, grad ? dr : NULL, &mx, &sx);
+    double l = (double)mx + log((double)s);
+    if (lse)
+        *lse = (float)l;
+    if (dr && !grad)
+        memset(dr, 0, (size_t)C * sizeof *dr);
+    if (grad)
+        row_scale(dr, C, (float)(c->scale / (double)s), (float)(c->scale * c->ls / (double)C), t,
+                  (float)(c->scale * (1.0 - c->ls)));
+    return ignored ? 0.0 : ce_loss_of(c, l, xt, sx);
+}
+
 /* Row xr's gradient for the upstream gradient g of c->scale into dr (may
  * be xr), zero when ignored, from its lse rounded to float (lse NULL:
- * computed again). */
+ * computed again). bf16 autocast reads no lse: it computes the row again
+ * as its forward did (the forward's bits for g = 1). */
 static void ce_row_backward(const ce_rows *c, const float *xr, int64_t t, const float *lse,
                             float *dr)
 {
     int64_t C = c->C;
     if (t == c->ignore_index)
         memset(dr, 0, (size_t)C * sizeof *dr);
+    else if (c->autocast)
+        ce_row_autocast(c, xr, t, NULL, dr);
     else
         row_grad(xr, C, lse ? *lse : (float)row_lse(xr, C, NULL), t, c->scale, c->ls / (double)C,
                  1.0 - c->ls, dr);
@@ -221,6 +316,8 @@ static double ce_row(const ce_rows *c, const float *xr, int64_t t, float *lse, f
             memset(dr, 0, (size_t)c->C * sizeof *dr);
         return 0.0;
     }
+    if (c->autocast)
+        return ce_row_autocast(c, xr, t, lse, dr);
     double sx = 0.0, l = row_lse(xr, c->C, &sx);
     float lf = (float)l, xt = ignored ? 0.0f : xr[t]; /* read before dr (may be xr) */
     if (lse)

@@ -187,7 +187,15 @@ cg_tensor *cg_k_log_softmax_backward(const cg_tensor *y, const cg_tensor *g, int
  *   gets the per-row log-sum-exp [N] for the backward, and *grad (if not
  *   NULL) the gradient for an upstream gradient of 1 ([N, C], the bits of
  *   cg_k_cross_entropy_backward(..., g = 1)), computed while each row is in
- *   cache so that the backward need not read the logits again. */
+ *   cache so that the backward need not read the logits again.
+ * Precision (the calling thread's policy, core/gemm.h): in fp32 a row sums
+ * in double lanes, with one exponential for the log-sum-exp and another
+ * for the gradient (bits pinned); under bf16 autocast, as PyTorch's
+ * autocast computes the loss (its float log-softmax), in float lanes with
+ * one exponential an element, exp(x - max) written into the gradient while
+ * summed and then scaled in place (its bits differ from fp32's by float
+ * rounding: about 1e-6 of the loss). The backward under bf16 reads no lse
+ * and computes its rows again as the forward did. */
 cg_tensor *cg_k_cross_entropy(const cg_tensor *logits, const cg_tensor *targets,
                               int64_t ignore_index, float label_smoothing, cg_tensor **lse,
                               cg_tensor **grad);
@@ -198,8 +206,8 @@ cg_tensor *cg_k_cross_entropy(const cg_tensor *logits, const cg_tensor *targets,
  * computed) get the gradients ([N, d], [V, d], [V]) for an upstream
  * gradient g, by which the logits' gradient is scaled before the products
  * (as cg_k_cross_entropy_backward scales it). The products follow the
- * matrix precision (core/gemm.h); the bits do not depend on the thread
- * count. chunk:
+ * matrix precision (core/gemm.h), and so do the loss's rows (the policy of
+ * cg_k_cross_entropy); the bits do not depend on the thread count. chunk:
  *   N >= 1         chunks of N rows (at most [N, V] logits at a time); the
  *                  weight's gradient is summed chunk by chunk, so its bits
  *                  depend on the chunk;

@@ -607,8 +607,11 @@ START_TEST(test_linear_cross_entropy_exact)
 }
 END_TEST
 
+/* In both of the loss's precision policies (core/loss.c): _i = 0 fp32,
+ * 1 bf16 autocast (float lanes, one exponential an element). */
 START_TEST(test_cross_entropy)
 {
+    cg_set_matmul_precision(_i ? CG_PRECISION_BF16 : CG_PRECISION_FP32);
     cg_rng r = cg_rng_new(11);
     int64_t targets[6] = {0, 3, 2, 0, 4, 1};
     ce_case cases[] = {
@@ -671,6 +674,7 @@ START_TEST(test_cross_entropy)
     cg_release(ft);
     free(three);
     cg_release(lg);
+    cg_set_matmul_precision(CG_PRECISION_FP32);
 }
 END_TEST
 
@@ -1009,7 +1013,7 @@ static Suite *grad_ops_suite(void)
     tcase_add_test(tc, test_matmul);
     tcase_add_test(tc, test_norms_with_params);
     tcase_add_test(tc, test_add_norms);
-    tcase_add_test(tc, test_cross_entropy);
+    tcase_add_loop_test(tc, test_cross_entropy, 0, 2);
     tcase_add_test(tc, test_linear_cross_entropy);
     tcase_add_test(tc, test_linear_cross_entropy_exact);
     tcase_add_test(tc, test_dropout);

@@ -301,6 +301,12 @@ START_TEST(test_softmax_errors)
 END_TEST
 
 /* ---------------------------------------------------- cross-entropy */
+/* Each test runs in both of the loss's precision policies (core/loss.c):
+ * _i = 0 fp32 (double lanes, pinned bits), 1 bf16 autocast (float lanes,
+ * one exponential an element); the same bounds hold for both. */
+static void ce_policy(int i) { cg_set_matmul_precision(i ? CG_PRECISION_BF16 : CG_PRECISION_FP32); }
+static void ce_fp32(void) { ce_policy(0); }
+
 /* Logits and expected values computed once with PyTorch 1.13
  * (F.cross_entropy, float64), see the report of this suite. */
 static cg_tensor *ce_logits(void)
@@ -349,6 +355,7 @@ static void ce_case(const int64_t *t, int64_t ii, float ls, double loss, const f
 
 START_TEST(test_ce_plain)
 {
+    ce_policy(_i);
     const int64_t t[] = {0, 3, -100, 1, 2};
     const float g[] = {-0.243929096f,
                        0.0184212974f,
@@ -376,6 +383,7 @@ END_TEST
 
 START_TEST(test_ce_label_smoothing)
 {
+    ce_policy(_i);
     const int64_t t[] = {0, 3, -100, 1, 2};
     const float g[] = {-0.225179096f,
                        0.0121712974f,
@@ -403,6 +411,7 @@ END_TEST
 
 START_TEST(test_ce_pad_ignore)
 {
+    ce_policy(_i);
     /* ignore_index 0 (a pad id inside [0, C)): rows with target 0 ignored */
     const int64_t t[] = {0, 3, 0, 1, 2};
     const float g[] = {0,
@@ -431,6 +440,7 @@ END_TEST
 
 START_TEST(test_ce_all_ignored)
 {
+    ce_policy(_i);
     const int64_t t[] = {-100, -100, -100, -100, -100};
     const float g[20] = {0};
     ce_case(t, -100, 0.1f, NAN, g);
@@ -440,6 +450,7 @@ END_TEST
 
 START_TEST(test_ce_extreme)
 {
+    ce_policy(_i);
     /* PyTorch: loss 2502.50341796875, grad [0.5, 0, -0.5, 0.4966536, -0.4966536, 0] */
     cg_tensor *x =
         cg_from_data(CG_SHAPE(2, 3), (float[]){1e4f, -1e4f, 0.5e4f, 3.0f, -2.0f, -INFINITY});
@@ -458,47 +469,58 @@ END_TEST
 
 START_TEST(test_ce_vs_double)
 {
-    /* random [37, 11] with smoothing: loss and grad vs a double reference */
+    ce_policy(_i);
+    /* random logits with smoothing and ignored rows: loss and gradient
+     * within float32's bounds of a double reference, for a few classes
+     * and for the translator's 4,000 (whole 16-lane blocks and a tail) */
+    const int64_t shapes[][2] = {{37, 11}, {23, 4000}, {9, 4003}};
     cg_rng r = cg_rng_new(5);
-    const int64_t N = 37, C = 11;
-    cg_tensor *x = cg_test_randn_layout(&r, CG_SHAPE(37, 11), 1);
-    float *xv = cg_test_values(x);
-    int64_t t[37];
-    for (int i = 0; i < N; i++)
-        t[i] = i % 5 == 0 ? -1 : (int64_t)cg_rng_below(&r, (uint64_t)C);
-    double ls = 0.25, tot = 0, grad[37 * 11];
-    int kept = 0;
-    for (int i = 0; i < N; i++)
-        kept += t[i] != -1;
-    for (int i = 0; i < N; i++) {
-        const float *xr = xv + i * C;
-        double mx = -INFINITY, s = 0, sx = 0;
-        for (int j = 0; j < C; j++)
-            mx = fmax(mx, xr[j]);
-        for (int j = 0; j < C; j++) {
-            s += exp(xr[j] - mx);
-            sx += xr[j];
+    for (size_t s = 0; s < 3; s++) {
+        const int64_t N = shapes[s][0], C = shapes[s][1];
+        cg_tensor *x = cg_test_randn_layout(&r, CG_SHAPE(N, C), 1);
+        float *xv = cg_test_values(x);
+        int64_t *t = malloc((size_t)N * sizeof *t);
+        double *grad = malloc((size_t)(N * C) * sizeof *grad);
+        for (int64_t i = 0; i < N; i++)
+            t[i] = i % 5 == 0 ? -1 : (int64_t)cg_rng_below(&r, (uint64_t)C);
+        double ls = 0.25, tot = 0;
+        int kept = 0;
+        for (int64_t i = 0; i < N; i++)
+            kept += t[i] != -1;
+        for (int64_t i = 0; i < N; i++) {
+            const float *xr = xv + i * C;
+            double mx = -INFINITY, sm = 0, sx = 0;
+            for (int64_t j = 0; j < C; j++)
+                mx = fmax(mx, xr[j]);
+            for (int64_t j = 0; j < C; j++) {
+                sm += exp(xr[j] - mx);
+                sx += xr[j];
+            }
+            double lse = mx + log(sm);
+            for (int64_t j = 0; j < C; j++)
+                grad[i * C + j] = 0;
+            if (t[i] == -1)
+                continue;
+            tot += (1 - ls) * (lse - xr[t[i]]) + ls * (lse - sx / C);
+            for (int64_t j = 0; j < C; j++)
+                grad[i * C + j] = (exp(xr[j] - lse) - ls / C - (j == t[i] ? 1 - ls : 0)) / kept;
         }
-        double lse = mx + log(s);
-        for (int j = 0; j < C; j++)
-            grad[i * C + j] = 0;
-        if (t[i] == -1)
-            continue;
-        tot += (1 - ls) * (lse - xr[t[i]]) + ls * (lse - sx / C);
-        for (int j = 0; j < C; j++)
-            grad[i * C + j] = (exp(xr[j] - lse) - ls / C - (j == t[i] ? 1 - ls : 0)) / kept;
+        cg_tensor *l = cg_k_cross_entropy(x, cg_test_ids(N, t), -1, (float)ls, NULL, NULL);
+        ck_assert_float_eq_tol(cg_item(l), tot / kept, 1e-5);
+        cg_tensor *dx =
+            cg_k_cross_entropy_backward(x, cg_test_ids(N, t), -1, (float)ls, NULL, 1.0f);
+        assert_close_d(dx, grad, 1e-9, 1e-5);
+        free(xv);
+        free(t);
+        free(grad);
+        cg_release_all(3, x, l, dx);
     }
-    cg_tensor *l = cg_k_cross_entropy(x, cg_test_ids(N, t), -1, (float)ls, NULL, NULL);
-    ck_assert_float_eq_tol(cg_item(l), tot / kept, 1e-5);
-    cg_tensor *dx = cg_k_cross_entropy_backward(x, cg_test_ids(N, t), -1, (float)ls, NULL, 1.0f);
-    assert_close_d(dx, grad, 1e-7, 1e-5);
-    free(xv);
-    cg_release_all(3, x, l, dx);
 }
 END_TEST
 
 START_TEST(test_ce_threads)
 {
+    ce_policy(_i);
     cg_rng r = cg_rng_new(6);
     const int64_t N = 3000, C = 50;
     cg_tensor *x = cg_randn(&r, CG_SHAPE(3000, 50));
@@ -524,6 +546,7 @@ END_TEST
  * label smoothing, no row kept, 1 and 2 threads. */
 START_TEST(test_ce_grad_in_forward)
 {
+    ce_policy(_i);
     cg_rng r = cg_rng_new(8);
     const int64_t shapes[][2] = {{40, 4000}, {700, 53}, {3, 16}, {5, 7}};
     const float lss[] = {0.0f, 0.1f};
@@ -1128,14 +1151,15 @@ static Suite *nnkernels_suite(void)
     tcase_add_test(tc, test_softmax_errors);
     suite_add_tcase(s, tc);
     tc = tcase_create("cross_entropy");
-    tcase_add_test(tc, test_ce_plain);
-    tcase_add_test(tc, test_ce_label_smoothing);
-    tcase_add_test(tc, test_ce_pad_ignore);
-    tcase_add_test(tc, test_ce_all_ignored);
-    tcase_add_test(tc, test_ce_extreme);
-    tcase_add_test(tc, test_ce_vs_double);
-    tcase_add_test(tc, test_ce_threads);
-    tcase_add_test(tc, test_ce_grad_in_forward);
+    tcase_add_checked_fixture(tc, NULL, ce_fp32);
+    tcase_add_loop_test(tc, test_ce_plain, 0, 2);
+    tcase_add_loop_test(tc, test_ce_label_smoothing, 0, 2);
+    tcase_add_loop_test(tc, test_ce_pad_ignore, 0, 2);
+    tcase_add_loop_test(tc, test_ce_all_ignored, 0, 2);
+    tcase_add_loop_test(tc, test_ce_extreme, 0, 2);
+    tcase_add_loop_test(tc, test_ce_vs_double, 0, 2);
+    tcase_add_loop_test(tc, test_ce_threads, 0, 2);
+    tcase_add_loop_test(tc, test_ce_grad_in_forward, 0, 2);
     tcase_add_test(tc, test_ce_errors);
     suite_add_tcase(s, tc);
     tc = tcase_create("norm");

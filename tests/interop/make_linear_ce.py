@@ -8,8 +8,11 @@ DIR/linear_ce.safetensors holds, for each case K: the inputs K.h, K.w, K.b
 (absent: no bias), K.t (int64 targets), K.ls and K.ignore (one element
 each); PyTorch's float32 loss and gradients K.loss32, K.dh32, K.dw32,
 K.db32; and the same in float64, rounded to float32 once (K.loss64, ...),
-the reference the bf16 products are bounded against. Written with
-make_dtype_files.save (the safetensors format itself).
+the reference the bf16 products are bounded against. The loss alone:
+K.x, the float32 logits [N, V] (h @ w.T + b), and F.cross_entropy of
+them, K.ce32 and its gradient K.dx32 in float32, K.ce64 and K.dx64 in
+float64. Written with make_dtype_files.save (the safetensors format
+itself).
 """
 import os
 import sys
@@ -45,6 +48,14 @@ def run(h, w, b, t, ls, ignore, dtype):
     return out
 
 
+def run_ce(x, t, ls, ignore, dtype):
+    x = x.detach().to(dtype).clone().requires_grad_()
+    loss = torch.nn.functional.cross_entropy(x, t.reshape(-1), ignore_index=ignore,
+                                             label_smoothing=ls)
+    loss.backward()
+    return {"ce": loss.detach().reshape(1), "dx": x.grad}
+
+
 def main(out):
     torch.manual_seed(0)
     tensors = {}
@@ -60,8 +71,12 @@ def main(out):
                         torch.tensor([ignore], dtype=torch.int64)})
         if b is not None:
             tensors[f"{name}.b"] = b
+        x = (h @ w.T + (b if b is not None else 0)).reshape(-1, V)
+        tensors[f"{name}.x"] = x
         for bits, dtype in (("32", torch.float32), ("64", torch.float64)):
-            for k, v in run(h, w, b, t, ls, ignore, dtype).items():
+            outs = run(h, w, b, t, ls, ignore, dtype)
+            outs.update(run_ce(x, t, ls, ignore, dtype))
+            for k, v in outs.items():
                 tensors[f"{name}.{k}{bits}"] = v.detach().float().contiguous()
     save(f"{out}/linear_ce.safetensors", tensors)
     print(f"make_linear_ce: {len(CASES)} cases")
