@@ -3,7 +3,7 @@
  *     cc zoo_translate.c $(pkg-config --cflags --libs cgrad-zoo)
  *     ./zoo_translate --ckpt seq2seq.safetensors --beam 4 "Where is the station?"
  * One translation a line, as `seq2seq translate` prints them (greedy by
- * default; --beam N with --length-penalty A, default 0.6). */
+ * default; --beam N with --length-penalty A, default CG_ZOO_LENGTH_PENALTY). */
 #include <stdio.h>
 #include <string.h>
 
@@ -14,7 +14,7 @@ int main(int argc, char **argv)
 {
     const char *ckpt = NULL;
     int64_t beam = 1;
-    double alpha = 0.6;
+    double alpha = CG_ZOO_LENGTH_PENALTY;
     int first = 1; /* the first sentence */
     bool ok = true;
     for (; ok && first + 1 < argc && !strncmp(argv[first], "--", 2); first += 2) {

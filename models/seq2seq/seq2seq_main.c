@@ -73,7 +73,7 @@ static int cmd_train(int argc, char **argv)
                 .beam = 4,
                 .examples = 3,
                 .factor = 0.25,
-                .alpha = 0.6};
+                .alpha = CG_BEAM_ALPHA};
     /* seq2seq train's flags, one row each (models/train/options.h: how to add
      * one), then the rows both train commands share */
     const cg_cli_opt opts[] = {
@@ -118,7 +118,7 @@ static int cmd_train(int argc, char **argv)
         {"--beam", CG_CLI_I64, &r.beam, 1, 1000,
          "  --beam N             beam size for the final test (default 4)\n", 0},
         {"--length-penalty", CG_CLI_F64, &r.alpha, -100, 100,
-         "  --length-penalty A   alpha of ((5+len)/6)^alpha (default 0.6)\n", 0},
+         "  --length-penalty A   alpha of ((5+len)/6)^alpha (default " CG_BEAM_ALPHA_TEXT ")\n", 0},
         {"--examples", CG_CLI_I64, &r.examples, 0, 1e9,
          "  --examples N         test examples to print (default 3)\n", 0},
         {NULL, 0, NULL, 0, 0, TRAIN_NOTES, 0},

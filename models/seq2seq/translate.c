@@ -522,7 +522,7 @@ bool cg_seq2seq_attention_of_text(cg_seq2seq *m, const cg_tokenizer *tok, const 
 
 int cg_translate_cli_opts(cg_translate_opts *o, const char *default_ckpt, cg_cli_opt *opts)
 {
-    *o = (cg_translate_opts){.ckpt = default_ckpt, .beam = 1, .threads = 2, .alpha = 0.6};
+    *o = (cg_translate_opts){.ckpt = default_ckpt, .beam = 1, .threads = 2, .alpha = CG_BEAM_ALPHA};
     opts[0] = (cg_cli_opt){"--ckpt", CG_CLI_STR, &o->ckpt, 0, 0, NULL, 0};
     opts[1] = (cg_cli_opt){"--beam", CG_CLI_I64, &o->beam, 1, 1000, NULL, 0};
     opts[2] = (cg_cli_opt){"--length-penalty", CG_CLI_F64, &o->alpha, -100, 100, NULL, 0};

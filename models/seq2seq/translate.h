@@ -162,7 +162,7 @@ bool cg_seq2seq_attention_of_text(cg_seq2seq *m, const cg_tokenizer *tok, const 
 
 /* The flags of the commands that translate from a checkpoint (--ckpt --beam
  * --length-penalty --no-cache --precision --threads) with their defaults
- * (default_ckpt, 1, 0.6, off, the checkpoint's, 2) appended to opts;
+ * (default_ckpt, 1, CG_BEAM_ALPHA, off, the checkpoint's, 2) appended to opts;
  * returns 6. CG_TRANSLATE_HELP(default_ckpt) is their help. */
 typedef struct {
     const char *ckpt, *precision;
@@ -174,7 +174,8 @@ int cg_translate_cli_opts(cg_translate_opts *o, const char *default_ckpt, cg_cli
 #define CG_TRANSLATE_HELP(default_ckpt)                                                      \
     "  --ckpt FILE          checkpoint (default " default_ckpt ")\n"                         \
     "  --beam N             beam size; 1 = greedy decoding (default 1)\n"                    \
-    "  --length-penalty A   alpha of the beam's ((5+len)/6)^alpha (default 0.6)\n"           \
+    "  --length-penalty A   alpha of the beam's ((5+len)/6)^alpha (default "                \
+    CG_BEAM_ALPHA_TEXT ")\n"                                                                \
     "  --no-cache           recompute the whole prefix at every step (no key/value cache)\n" \
     "  --precision P        fp32 or bf16 matrix products (default: the checkpoint's\n"       \
     "                       training precision)\n"                                           \
