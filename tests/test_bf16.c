@@ -1020,6 +1020,155 @@ START_TEST(test_packed_linear_refresh)
 }
 END_TEST
 
+/* An operand as the bf16 products round it (cg_bf16_round_run), element
+ * for element of a strided buffer of n floats. */
+static uint16_t *rounded_copy(const float *x, size_t n)
+{
+    uint16_t *h = malloc(n * sizeof(uint16_t));
+    cg_bf16_round_run((int64_t)n, x, h);
+    return h;
+}
+
+/* cg_bf16_round_run gives cg_bf16_round's bits (the GEMM's packing),
+ * NaN, infinities and subnormals included, on runs of every length
+ * around the vector width. */
+START_TEST(test_round_run)
+{
+    cg_rng rng = cg_rng_new(41);
+    for (size_t n = 0; n < 70; n++) {
+        float *x = nasty_buf(&rng, n + 1);
+        uint16_t *h = rounded_copy(x, n);
+        for (size_t i = 0; i < n; i++) {
+            const uint32_t want = to_bits(cg_bf16_round(x[i]));
+            ck_assert_msg(want == (uint32_t)h[i] << 16, "%zu of %zu: %a gives %04x, not %08x", i, n,
+                          (double)x[i], h[i], want);
+        }
+        free(x);
+        free(h);
+    }
+}
+END_TEST
+
+/* A product given bf16 operands (cg_gemm_mixed_path: A, B or both) has the
+ * bits of the product of the floats they were rounded from, on every bf16
+ * path, every layout of A, B and C, 1 and 2 threads, NaN, infinities and
+ * subnormals included; on an fp32 path the bits of the product of the
+ * widened values. */
+START_TEST(test_bf16_operands)
+{
+    cg_rng rng = cg_rng_new(43);
+    const int64_t more[][3] = {{384, 256, 1000}, {64, 1100, 130}, {700, 40, 77}};
+    const int nall = NSIZES + 3;
+    for (int si = 0; si < nall; si++) {
+        const int64_t *d = si < NSIZES ? sizes[si] : more[si - NSIZES];
+        const int64_t m = d[0], n = d[1], k = d[2];
+        for (int l = 0; l < 32; l++) {
+            const int la = l & 3, lb = l >> 2 & 3, lc = l >> 4;
+            if (si >= NSIZES && (la > 1 || lb > 1)) /* the larger ones row- or column-major */
+                continue;
+            int64_t rsa, csa, rsb, csb, rsc, csc;
+            size_t na, nb, nc;
+            layout(la, m, k, &rsa, &csa, &na);
+            layout(lb, k, n, &rsb, &csb, &nb);
+            layout(lc, m, n, &rsc, &csc, &nc);
+            float *a = l % 3 ? rand_buf(&rng, na) : nasty_buf(&rng, na);
+            float *b = l % 3 ? rand_buf(&rng, nb) : nasty_buf(&rng, nb);
+            uint16_t *ah = rounded_copy(a, na), *bh = rounded_copy(b, nb);
+            float *ref = malloc(nc * sizeof(float)), *got = malloc(nc * sizeof(float));
+            for (int p = 0; p <= NPATHS; p++) {
+                /* the bf16 paths, then fp32 (on the values as floats) */
+                const cg_gemm_path path = p < NPATHS ? bf16_paths[p] : cg_gemm_active_path();
+                if (!cg_gemm_path_available(path) || (p == NPATHS && si >= NSIZES))
+                    continue;
+                float *aw = a, *bw = b;
+                if (p == NPATHS) { /* fp32: the reference is the product of the bf16 values */
+                    aw = malloc(na * sizeof(float));
+                    bw = malloc(nb * sizeof(float));
+                    for (size_t i = 0; i < na; i++)
+                        aw[i] = cg_bf16_round(a[i]);
+                    for (size_t i = 0; i < nb; i++)
+                        bw[i] = cg_bf16_round(b[i]);
+                }
+                for (int nt = 1; nt <= 2; nt++) {
+                    for (size_t i = 0; i < nc; i++)
+                        ref[i] = (float)(i % 3) - 1.0f;
+                    ck_assert(cg_sgemm_path(path, nt, m, n, k, 0.5f, aw, rsa, csa, bw, rsb, csb,
+                                            1.0f, ref, rsc, csc));
+                    for (unsigned bf = 1; bf <= 3; bf++) {
+                        for (size_t i = 0; i < nc; i++)
+                            got[i] = (float)(i % 3) - 1.0f;
+                        const void *ap = bf & CG_GEMM_A_BF16 ? (const void *)ah : aw;
+                        const void *bp = bf & CG_GEMM_B_BF16 ? (const void *)bh : bw;
+                        ck_assert(cg_gemm_mixed_path(path, nt, m, n, k, 0.5f, ap, rsa, csa, bp, rsb,
+                                                     csb, bf, 1.0f, got, rsc, csc));
+                        for (size_t i = 0; i < nc; i++)
+                            if (to_bits(got[i]) != to_bits(ref[i]) &&
+                                !(p == NPATHS && isnan(got[i]) && isnan(ref[i])))
+                                ck_abort_msg("%s %lldx%lldx%lld layouts %d%d%d bf16 %u, %d "
+                                             "threads: %a, from floats %a at %zu",
+                                             cg_gemm_path_name(path), (long long)m, (long long)n,
+                                             (long long)k, la, lb, lc, bf, nt, (double)got[i],
+                                             (double)ref[i], i);
+                    }
+                }
+                if (p == NPATHS) {
+                    free(aw);
+                    free(bw);
+                }
+            }
+            free(a);
+            free(b);
+            free(ah);
+            free(bh);
+            free(ref);
+            free(got);
+        }
+    }
+}
+END_TEST
+
+/* A packed weight times a bf16 x (cg_bf16_matrix_mul_bf16) has the bits
+ * of the same product of the floats x was rounded from, for few and many
+ * rows of x (the driver with prepacked panels), with and without a bias,
+ * on every bf16 path and 1 and 2 threads. */
+START_TEST(test_matrix_bf16_x)
+{
+    cg_rng rng = cg_rng_new(47);
+    const int64_t dims[][3] = {{1, 33, 17},    {5, 97, 385},   {64, 65, 769},
+                               {100, 65, 769}, {3100, 33, 17}, {300, 384, 384}};
+    for (int d = 0; d < 6; d++) {
+        const int64_t M = dims[d][0], N = dims[d][1], K = dims[d][2];
+        float *w = rand_buf(&rng, (size_t)(N * K)), *bias = rand_buf(&rng, (size_t)N);
+        float *x = d % 2 ? nasty_buf(&rng, (size_t)(M * K)) : rand_buf(&rng, (size_t)(M * K));
+        uint16_t *xh = rounded_copy(x, (size_t)(M * K));
+        float *y = malloc((size_t)(M * N) * sizeof(float));
+        float *ref = malloc((size_t)(M * N) * sizeof(float));
+        cg_bf16_matrix *pw = cg_bf16_matrix_new(N, K, w, K, 1);
+        for (int p = 0; p < NPATHS; p++)
+            for (int v = 0; v < 4; v++) {
+                if (!cg_gemm_path_available(bf16_paths[p]))
+                    continue;
+                const float *bs = v & 1 ? bias : NULL;
+                const int nt = 1 + (v >> 1);
+                ck_assert(cg_bf16_matrix_mul(pw, bf16_paths[p], nt, M, x, K, 1, bs, 1, ref, N, 1));
+                ck_assert(
+                    cg_bf16_matrix_mul_bf16(pw, bf16_paths[p], nt, M, xh, K, 1, bs, 1, y, N, 1));
+                ck_assert_msg(memcmp(y, ref, (size_t)(M * N) * sizeof(float)) == 0,
+                              "%s %lldx%lldx%lld bias %d, %d threads: bf16 x differs",
+                              cg_gemm_path_name(bf16_paths[p]), (long long)M, (long long)N,
+                              (long long)K, v & 1, nt);
+            }
+        cg_bf16_matrix_free(pw);
+        free(w);
+        free(bias);
+        free(x);
+        free(xh);
+        free(y);
+        free(ref);
+    }
+}
+END_TEST
+
 static Suite *bf16_suite(void)
 {
     Suite *s = suite_create("bf16");
@@ -1042,6 +1191,12 @@ static Suite *bf16_suite(void)
     tcase_add_test(tm, test_packed_linear_refresh);
     tcase_add_test(tm, test_weight_cache);
     suite_add_tcase(s, tm);
+    TCase *to = tcase_create("operands");
+    tcase_set_timeout(to, 300);
+    tcase_add_test(to, test_round_run);
+    tcase_add_test(to, test_bf16_operands);
+    tcase_add_test(to, test_matrix_bf16_x);
+    suite_add_tcase(s, to);
     return s;
 }
 
