@@ -1169,6 +1169,127 @@ START_TEST(test_matrix_bf16_x)
 }
 END_TEST
 
+/* ------------------------------------------- saved activations in bf16 */
+
+static bool same_bits(const cg_tensor *a, const cg_tensor *b)
+{
+    float *x = cg_test_values(a), *y = cg_test_values(b);
+    const bool same =
+        cg_numel(a) == cg_numel(b) && !memcmp(x, y, (size_t)cg_numel(a) * sizeof(float));
+    free(x);
+    free(y);
+    return same;
+}
+
+/* In bf16 precision cg_affine and cg_affine_relu keep x's bf16 copy
+ * (cg_k_bf16_operand, x's rounding by the products) and not x, and
+ * cg_affine_relu a bool mask and not its output; x's memory goes, one copy
+ * serves every layer reading x; output and gradients have the bits of the
+ * kernels on the float x (forward, then cg_k_relu_backward and
+ * cg_k_linear_backward), for x contiguous or a transposed view. */
+START_TEST(test_affine_saves_bf16)
+{
+    cg_rng rng = cg_rng_new(53);
+    for (int v = 0; v < 4; v++) {
+        const bool relu = v & 1, view = v & 2;
+        cg_tensor *w = cg_requires_grad(cg_randn(&rng, CG_SHAPE(45, 70)), true);
+        cg_tensor *w2 = cg_requires_grad(cg_randn(&rng, CG_SHAPE(9, 70)), true);
+        cg_tensor *b = cg_requires_grad(cg_randn(&rng, CG_SHAPE(45)), true);
+        cg_tensor *x0 = cg_requires_grad(
+            view ? cg_randn(&rng, CG_SHAPE(70, 37)) : cg_randn(&rng, CG_SHAPE(37, 70)), true);
+        cg_tensor *g = cg_randn(&rng, CG_SHAPE(37, 45));
+        cg_set_matmul_precision(CG_PRECISION_BF16);
+        cg_tensor *x1 = cg_muls(x0, 2.0f); /* a non-leaf x, let go by the nodes */
+        cg_tensor *x = view ? cg_transpose(x1, 0, 1) : cg_retain(x1);
+        cg_tensor *y = relu ? cg_affine_relu(x, w, b) : cg_affine(x, w, b);
+        cg_tensor *y2 = cg_affine(x, w2, NULL);
+        ck_assert_msg(y && y2, "%s", cg_last_error());
+        /* the references, from the float x */
+        cg_tensor *ref = cg_k_linear(x, w, b);
+        if (relu)
+            ck_assert(cg_k_relu_(ref));
+        ck_assert(same_bits(y, ref));
+        const cg_node *n = y->node;
+        const cg_tensor *xb = n->saved[n->p.i[0] - 1];
+        ck_assert_int_eq(xb->dtype, CG_BF16);
+        ck_assert_ptr_null(n->inputs[0]->storage);                   /* x itself is not kept */
+        ck_assert_ptr_eq(y2->node->saved[y2->node->p.i[0] - 1], xb); /* one copy for both */
+        if (relu)
+            ck_assert_int_eq(n->saved[0]->dtype, CG_BOOL);
+        cg_tensor *gh = relu ? cg_k_relu_backward(ref, g) : cg_retain(g);
+        cg_tensor *dx, *dw, *db;
+        ck_assert(cg_k_linear_backward(x, w, gh, &dx, &dw, &db));
+        cg_tensor *s = cg_mul(y, g), *loss = cg_sum_all(s);
+        cg_release_all(4, x1, x, y2, s); /* the graph keeps what it reads */
+        ck_assert(cg_backward(loss, NULL, false));
+        cg_set_matmul_precision(CG_PRECISION_FP32);
+        cg_tensor *dx0 = view ? cg_transpose(dx, 0, 1) : cg_retain(dx);
+        cg_tensor *dx2 = cg_muls(dx0, 2.0f);
+        ck_assert(same_bits(w->grad, dw) && same_bits(b->grad, db));
+        ck_assert(same_bits(x0->grad, dx2));
+        cg_release_all(14, w, w2, b, x0, g, y, ref, gh, dx, dw, db, loss, dx0, dx2);
+    }
+}
+END_TEST
+
+/* cg_k_bf16_operand: cg_bf16_round's bits, contiguous, for a strided view;
+ * the same tensor again for the same view at the same version, a new one
+ * after a write (the copy follows the data) or for another view. */
+START_TEST(test_bf16_operand_copy)
+{
+    cg_rng rng = cg_rng_new(59);
+    cg_tensor *x = cg_randn(&rng, CG_SHAPE(50, 40));
+    cg_data(x)[3] = from_bits(0x00400000u); /* subnormal: to zero */
+    cg_data(x)[4] = NAN;
+    cg_tensor *xt = cg_transpose(x, 0, 1);
+    cg_tensor *a = cg_k_bf16_operand(xt), *a2 = cg_k_bf16_operand(xt);
+    ck_assert_ptr_eq(a, a2);
+    ck_assert_int_eq(a->dtype, CG_BF16);
+    ck_assert(cg_is_contiguous(a));
+    for (int64_t i = 0; i < 40; i++)
+        for (int64_t j = 0; j < 50; j++)
+            ck_assert_uint_eq((uint32_t)cg_data_bf16(a)[i * 50 + j] << 16,
+                              to_bits(cg_bf16_round(cg_data(x)[j * 40 + i])));
+    cg_tensor *c = cg_k_bf16_operand(x); /* another view */
+    ck_assert_ptr_ne(c, a);
+    cg_tensor *c2 = cg_k_bf16_operand(x);
+    ck_assert_ptr_eq(c, c2);
+    cg_data(x)[0] = 1.0f;
+    cg_tensor_modified(x);
+    cg_tensor *d = cg_k_bf16_operand(x);
+    ck_assert_ptr_ne(d, c);
+    ck_assert_uint_eq(cg_data_bf16(d)[0], 0x3f80u);
+    cg_release_all(7, x, xt, a, a2, c, c2, d);
+    ck_assert_ptr_null(cg_k_bf16_operand(NULL));
+    cg_tensor *i64 = cg_empty_dtype(CG_I64, CG_SHAPE(3));
+    ck_assert_ptr_null(cg_k_bf16_operand(i64));
+    cg_release(i64);
+}
+END_TEST
+
+/* cg_k_relu_mask and its backward: cg_k_relu_backward's bits (NaN, -0, +0,
+ * infinities; a strided input), a byte an element; wrong dtypes and shapes
+ * refused. */
+START_TEST(test_relu_mask)
+{
+    cg_rng rng = cg_rng_new(61);
+    cg_tensor *a0 = cg_randn(&rng, CG_SHAPE(70, 300));
+    const float special[] = {NAN, -0.0f, 0.0f, INFINITY, -INFINITY, 0x1p-140f, -0x1p-140f};
+    for (int i = 0; i < 7; i++)
+        cg_data(a0)[i * 301] = special[i];
+    cg_tensor *a = cg_transpose(a0, 0, 1), *g = cg_randn(&rng, CG_SHAPE(300, 70));
+    cg_data(g)[5] = NAN; /* masked out where a <= 0: zero, as relu's backward */
+    cg_tensor *m = cg_k_relu_mask(a);
+    ck_assert_int_eq(m->dtype, CG_BOOL);
+    cg_tensor *got = cg_k_relu_mask_backward(m, g), *want = cg_k_relu_backward(a, g);
+    ck_assert(same_bits(got, want));
+    cg_tensor *short_g = cg_randn(&rng, CG_SHAPE(300, 69));
+    ck_assert_ptr_null(cg_k_relu_mask_backward(m, short_g));
+    ck_assert_ptr_null(cg_k_relu_mask_backward(g, g));
+    cg_release_all(7, a0, a, g, m, got, want, short_g);
+}
+END_TEST
+
 static Suite *bf16_suite(void)
 {
     Suite *s = suite_create("bf16");
@@ -1196,6 +1317,9 @@ static Suite *bf16_suite(void)
     tcase_add_test(to, test_round_run);
     tcase_add_test(to, test_bf16_operands);
     tcase_add_test(to, test_matrix_bf16_x);
+    tcase_add_test(to, test_affine_saves_bf16);
+    tcase_add_test(to, test_bf16_operand_copy);
+    tcase_add_test(to, test_relu_mask);
     suite_add_tcase(s, to);
     return s;
 }
