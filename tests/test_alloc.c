@@ -69,8 +69,8 @@ END_TEST
 /* A request whose class is empty takes a cached block less than 2x larger
  * as is (a bf16 copy of an activation, half its bytes, does not take the
  * fp32 block the activation freed); failing that, when a fresh mapping would take the mapped total past
- * the budget (1/16 over the peak of live bytes), a larger cached block as is
- * or a smaller one grown. A block is never shrunk (issue 37: shapes that
+ * the budget (1/16 over the peak of live bytes), a cached block less than 4x
+ * larger as is or a smaller one grown. A block is never shrunk (issue 37: shapes that
  * change every step then fault nothing). The blocks are mostly never
  * touched: virtual only. */
 START_TEST(test_resize)
@@ -120,6 +120,29 @@ START_TEST(test_resize)
     ck_assert_ptr_ne(e, d);
     ck_assert_uint_eq(cg_alloc_get_stats().cached_bytes, s.live_bytes - live0);
     cg_free(e);
+    cg_alloc_trim();
+}
+END_TEST
+
+/* Over the budget a request takes a cached block less than 4x larger as
+ * is, but not one 4x larger or more (with no smaller block: a fresh one),
+ * which would count four times the request's bytes live. */
+START_TEST(test_over_budget_reach)
+{
+    if (!caching())
+        return;
+    cg_alloc_trim();
+    size_t big = 2 * cg_alloc_get_stats().peak_live_bytes + (64 << 20);
+    char *a = cg_alloc(big), *b = cg_alloc(big); /* the peak: about 2 big */
+    a[0] = b[0] = 1;
+    cg_free(a);
+    char *c = cg_alloc(big / 5); /* over the budget; a is 5x larger: fresh */
+    ck_assert_ptr_ne(c, a);
+    char *d = cg_alloc(big / 3); /* over the budget; a is 3x larger: a as is */
+    ck_assert_ptr_eq(d, a);
+    cg_free(b);
+    cg_free(c);
+    cg_free(d);
     cg_alloc_trim();
 }
 END_TEST
@@ -269,6 +292,7 @@ static Suite *alloc_suite(void)
     tcase_add_test(tc, test_aligned_distinct);
     tcase_add_test(tc, test_reuse);
     tcase_add_test(tc, test_resize);
+    tcase_add_test(tc, test_over_budget_reach);
     tcase_add_test(tc, test_changing_shapes_steady);
     tcase_add_test(tc, test_trim);
     tcase_add_test(tc, test_malloc_default);
