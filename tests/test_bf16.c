@@ -1290,6 +1290,54 @@ START_TEST(test_relu_mask)
 }
 END_TEST
 
+/* GELU (both forms) in bf16 precision keeps its input rounded to bf16
+ * (the products' rounding) and not the input: the gradient is the kernel's
+ * on the rounded input, bit for bit (in runs of 65,536 elements: 90,300
+ * here), and within 2% of |g| of the exact derivative at the float input
+ * (float64). In fp32 precision the input itself is read, as before. */
+static double gelu_grad64(double x, bool erf_form)
+{
+    if (erf_form)
+        return 0.5 * (1.0 + erf(x / sqrt(2.0))) + x * exp(-0.5 * x * x) / sqrt(2.0 * M_PI);
+    const double c = sqrt(2.0 / M_PI), u = c * (x + 0.044715 * x * x * x), t = tanh(u);
+    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * c * (1.0 + 3.0 * 0.044715 * x * x);
+}
+
+START_TEST(test_gelu_saves_bf16)
+{
+    cg_rng rng = cg_rng_new(67);
+    for (int v = 0; v < 4; v++) {
+        const bool erf_form = v & 1, bf16 = v & 2;
+        cg_tensor *x0 = cg_requires_grad(cg_randn(&rng, CG_SHAPE(300, 301)), true);
+        cg_tensor *g = cg_randn(&rng, CG_SHAPE(300, 301));
+        cg_set_matmul_precision(bf16 ? CG_PRECISION_BF16 : CG_PRECISION_FP32);
+        cg_tensor *x = cg_muls(x0, 2.0f);
+        cg_tensor *y = erf_form ? cg_gelu_erf(x) : cg_gelu(x);
+        cg_set_matmul_precision(CG_PRECISION_FP32);
+        const cg_node *n = y->node;
+        cg_tensor *xr = bf16 ? cg_k_to(n->saved[0], CG_F32) : cg_retain(x);
+        ck_assert(bf16 ? n->saved[0]->dtype == CG_BF16 && !n->inputs[0]->storage
+                       : n->saved[0] == NULL && n->inputs[0]->storage);
+        cg_tensor *want = erf_form ? cg_k_gelu_erf_backward(xr, g) : cg_k_gelu_backward(xr, g);
+        cg_tensor *s = cg_mul(y, g), *loss = cg_sum_all(s);
+        ck_assert(cg_backward(loss, NULL, false));
+        cg_tensor *got = cg_muls(want, 2.0f); /* x = 2 x0 */
+        ck_assert(same_bits(x0->grad, got));
+        float *gx = cg_test_values(x0->grad), *xv = cg_test_values(x), *gv = cg_test_values(g);
+        for (int64_t i = 0; i < cg_numel(x); i++) {
+            const double exact = 2.0 * gv[i] * gelu_grad64(xv[i], erf_form);
+            ck_assert_msg(fabs(gx[i] - exact) <= 0.02 * fabs(gv[i]) + 1e-6,
+                          "gelu%s %lld: %.9g, exact %.9g", erf_form ? "_erf" : "", (long long)i,
+                          (double)gx[i], exact);
+        }
+        free(gx);
+        free(xv);
+        free(gv);
+        cg_release_all(9, x0, g, x, y, xr, want, s, loss, got);
+    }
+}
+END_TEST
+
 static Suite *bf16_suite(void)
 {
     Suite *s = suite_create("bf16");
@@ -1320,6 +1368,7 @@ static Suite *bf16_suite(void)
     tcase_add_test(to, test_affine_saves_bf16);
     tcase_add_test(to, test_bf16_operand_copy);
     tcase_add_test(to, test_relu_mask);
+    tcase_add_test(to, test_gelu_saves_bf16);
     suite_add_tcase(s, to);
     return s;
 }
