@@ -480,8 +480,9 @@ bool cg_k_relu_(cg_tensor *dst)
 }
 
 /* ReLU's mask and its backward from the mask (one byte an element instead
- * of the four of its input or output), in runs split among threads. */
-#define MASK_RUN 16384
+ * of the four of its input or output), and conversions like the mask's
+ * (cg_k_map_runs), in runs split among threads. */
+#define MAP_RUN 16384
 EW_CLONES static void mask_run(int64_t n, const float *a, uint8_t *m)
 {
     for (int64_t i = 0; i < n; i++)
@@ -493,25 +494,35 @@ EW_CLONES static void mask_grad_run(int64_t n, const uint8_t *m, const float *g,
         out[i] = m[i] ? g[i] : 0.0f;
 }
 
+cg_tensor *cg_k_map_runs(const cg_tensor *x, cg_dtype dt,
+                         void (*conv)(int64_t n, const float *x, void *y))
+{
+    cg_tensor *xc = cg_k_contiguous(x);
+    cg_tensor *y = xc ? cg_empty_dtype(dt, x->ndim, x->shape) : NULL;
+    if (y) {
+        const int64_t n = cg_numel(x), runs = (n + MAP_RUN - 1) / MAP_RUN;
+        const size_t es = cg_dtype_size(dt);
+        const float *src = cg_data(xc);
+        char *dst = cg_data_ptr(y);
+#pragma omp parallel for schedule(static) if (runs > 1 && !omp_in_parallel())
+        for (int64_t r = 0; r < runs; r++) {
+            const int64_t i = r * MAP_RUN;
+            conv(n - i < MAP_RUN ? n - i : MAP_RUN, src + i, dst + (size_t)i * es);
+        }
+    }
+    cg_release(xc);
+    return y;
+}
+
+static void mask_of(int64_t n, const float *a, void *m) { mask_run(n, a, m); }
+
 cg_tensor *cg_k_relu_mask(const cg_tensor *a)
 {
     if (!a)
         return cg_error_null_input("cg_k_relu_mask"), NULL;
     if (!cg_check_f32("relu_mask", "a", a))
         return NULL;
-    cg_tensor *ac = cg_k_contiguous(a);
-    cg_tensor *m = ac ? cg_empty_dtype(CG_BOOL, a->ndim, a->shape) : NULL;
-    if (m) {
-        const int64_t n = cg_numel(a), runs = (n + MASK_RUN - 1) / MASK_RUN;
-        const float *src = cg_data(ac);
-        uint8_t *dst = cg_data_ptr(m);
-#pragma omp parallel for schedule(static) if (runs > 1 && !omp_in_parallel())
-        for (int64_t r = 0; r < runs; r++)
-            mask_run(n - r * MASK_RUN < MASK_RUN ? n - r * MASK_RUN : MASK_RUN, src + r * MASK_RUN,
-                     dst + r * MASK_RUN);
-    }
-    cg_release(ac);
-    return m;
+    return cg_k_map_runs(a, CG_BOOL, mask_of);
 }
 
 cg_tensor *cg_k_relu_mask_backward(const cg_tensor *mask, const cg_tensor *g)
@@ -531,14 +542,14 @@ cg_tensor *cg_k_relu_mask_backward(const cg_tensor *mask, const cg_tensor *g)
     cg_tensor *mc = cg_k_contiguous(mask), *gc = cg_k_contiguous(g);
     cg_tensor *out = mc && gc ? cg_empty(g->ndim, g->shape) : NULL;
     if (out) {
-        const int64_t n = cg_numel(g), runs = (n + MASK_RUN - 1) / MASK_RUN;
+        const int64_t n = cg_numel(g), runs = (n + MAP_RUN - 1) / MAP_RUN;
         const uint8_t *m = cg_data_ptr(mc);
         const float *gp = cg_data(gc);
         float *op = cg_data(out);
 #pragma omp parallel for schedule(static) if (runs > 1 && !omp_in_parallel())
         for (int64_t r = 0; r < runs; r++)
-            mask_grad_run(n - r * MASK_RUN < MASK_RUN ? n - r * MASK_RUN : MASK_RUN,
-                          m + r * MASK_RUN, gp + r * MASK_RUN, op + r * MASK_RUN);
+            mask_grad_run(n - r * MAP_RUN < MAP_RUN ? n - r * MAP_RUN : MAP_RUN,
+                          m + r * MAP_RUN, gp + r * MAP_RUN, op + r * MAP_RUN);
     }
     cg_release_all(2, mc, gc);
     return out;

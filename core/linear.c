@@ -32,26 +32,9 @@ static bool check_linear(const char *op, const cg_tensor *x, const cg_tensor *w,
     return true;
 }
 
-/* x rounded as the bf16 products round it, contiguous, in runs of whole
- * cache lines split among threads (the same bits for any split). */
-#define ROUND_RUN 16384
-static cg_tensor *round_copy(const cg_tensor *x)
-{
-    cg_tensor *xc = cg_k_contiguous(x);
-    cg_tensor *y = xc ? cg_empty_dtype(CG_BF16, x->ndim, x->shape) : NULL;
-    if (y) {
-        const int64_t n = cg_numel(x), runs = (n + ROUND_RUN - 1) / ROUND_RUN;
-        const float *src = cg_data(xc);
-        uint16_t *dst = cg_data_bf16(y);
-#pragma omp parallel for schedule(static) if (runs > 1 && !omp_in_parallel())
-        for (int64_t r = 0; r < runs; r++) {
-            const int64_t i = r * ROUND_RUN;
-            cg_bf16_round_run(n - i < ROUND_RUN ? n - i : ROUND_RUN, src + i, dst + i);
-        }
-    }
-    cg_release(xc);
-    return y;
-}
+/* x rounded as the bf16 products round it, contiguous. */
+static void round_of(int64_t n, const float *x, void *y) { cg_bf16_round_run(n, x, y); }
+static cg_tensor *round_copy(const cg_tensor *x) { return cg_k_map_runs(x, CG_BF16, round_of); }
 
 /* The copy is kept in x's storage's derived slot (core/tensor.h), keyed by
  * the view and the version, so that the products that read one activation
