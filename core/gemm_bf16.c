@@ -3,9 +3,10 @@
  * C = alpha A B + beta C where every element of A and B is rounded to
  * bfloat16 (round to nearest even; fp32 subnormals become zero, NaN stays
  * NaN) while it is packed, and the products are accumulated in fp32 by
- * AVX512_BF16's vdpbf16ps. No bf16 copy of any operand outlives the call:
- * the fp32 weights and activations are the only copies, and the packing a
- * GEMM does anyway does the rounding.
+ * AVX512_BF16's vdpbf16ps. The packing a GEMM does anyway does the
+ * rounding; an operand given in bf16 (the copies of activations that bf16
+ * training keeps for backward, cg_bf16_round_run's) is read as it is and
+ * packs into the same panels (see "operands" below).
  *
  * Layout. vdpbf16ps multiplies pairs: each 32-bit lane holds two bf16
  * values adjacent in k, and the lane's fp32 sum gets a[k+1]b[k+1] and then
