@@ -601,13 +601,38 @@ cg_tensor *cg_gather(cg_tensor *a, int dim, const cg_tensor *index)
  * the output (an alias) and the kernel's saved state: each row's
  * log-sum-exp beyond 256 keys (the backward recomputes the weights tile by
  * tile), the weights up to 256. The backward needs the key-padding mask:
- * the node keeps a copy of it (saved[2]), as PyTorch's backward does not
- * depend on the caller's mask either. */
+ * the node keeps a copy of it (saved[2]; p.i[2] says there is one), as
+ * PyTorch's backward does not depend on the caller's mask either. In bf16
+ * precision q, k and v are read only by the backward's products, which
+ * round them to bf16: the node keeps their bf16 copies
+ * (cg_k_bf16_operand, from slot p.i[1] - 1 on) instead of them, with the
+ * same bits. */
 static bool attention_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {
-    return cg_k_attention_backward(IN(0), IN(1), IN(2), n->saved[0], n->saved[1], g, n->p.i[0] != 0,
-                                   n->saved[2], NEEDS(0) ? &gin[0] : NULL,
+    const int64_t c = n->p.i[1];
+    const cg_tensor *q = c ? n->saved[c - 1] : IN(0), *k = c ? n->saved[c] : IN(1);
+    const cg_tensor *v = c ? n->saved[c + 1] : IN(2);
+    return cg_k_attention_backward(q, k, v, n->saved[0], n->saved[1], g, n->p.i[0] != 0,
+                                   n->p.i[2] ? n->saved[2] : NULL, NEEDS(0) ? &gin[0] : NULL,
                                    NEEDS(1) ? &gin[1] : NULL, NEEDS(2) ? &gin[2] : NULL);
+}
+/* In bf16 precision, keep q, k and v's bf16 copies on n instead of them. */
+static bool keep_bf16_qkv(cg_node *n, cg_tensor *const *in)
+{
+    if (cg_get_matmul_precision() != CG_PRECISION_BF16)
+        return true;
+    for (int i = 0; i < 3; i++) {
+        cg_tensor *c = cg_k_bf16_operand(in[i]);
+        const int slot = c ? cg_node_save(n, c) : -1;
+        cg_release(c);
+        if (slot < 0)
+            return false;
+        if (i == 0)
+            n->p.i[1] = slot + 1;
+    }
+    for (int i = 0; i < 3; i++)
+        cg_node_set_reads(n, i, false);
+    return true;
 }
 cg_tensor *cg_attention(cg_tensor *q, cg_tensor *k, cg_tensor *v, bool causal,
                         const cg_tensor *key_pad, cg_tensor **weights_out)
@@ -623,9 +648,10 @@ cg_tensor *cg_attention(cg_tensor *q, cg_tensor *k, cg_tensor *v, bool causal,
     bool ok = !cg_record_failed(n, 3, in);
     if (n) {
         n->p.i[0] = causal;
+        n->p.i[2] = key_pad != NULL;
         cg_tensor *kp = key_pad ? cg_k_clone(key_pad) : NULL; /* the caller may change theirs */
         ok = save_alias(n, out) && cg_node_save(n, saved) >= 0 &&
-             (!key_pad || (kp && cg_node_save(n, kp) >= 0));
+             (!key_pad || (kp && cg_node_save(n, kp) >= 0)) && keep_bf16_qkv(n, in);
         cg_release(kp);
     }
     cg_release(saved);

@@ -1338,6 +1338,48 @@ START_TEST(test_gelu_saves_bf16)
 }
 END_TEST
 
+/* Attention in bf16 precision keeps q, k and v's bf16 copies instead of
+ * them (its backward reads them only in products, which round them): the
+ * gradients have the bits of cg_k_attention_backward on the float q, k, v,
+ * with kept weights (40 keys) and recomputed ones (300 keys: S = q k^T
+ * from the copies), causal with key padding and not. */
+START_TEST(test_attention_saves_bf16)
+{
+    cg_rng rng = cg_rng_new(71);
+    const int64_t Ts[2] = {40, 300};
+    for (int v = 0; v < 4; v++) {
+        const int64_t T = Ts[v & 1];
+        const bool causal = v & 2;
+        cg_tensor *q0 = cg_requires_grad(cg_randn(&rng, CG_SHAPE(2, 2, T, 8)), true);
+        cg_tensor *k0 = cg_requires_grad(cg_randn(&rng, CG_SHAPE(2, 2, T, 8)), true);
+        cg_tensor *v0 = cg_requires_grad(cg_randn(&rng, CG_SHAPE(2, 2, T, 8)), true);
+        cg_tensor *g = cg_randn(&rng, CG_SHAPE(2, 2, T, 8));
+        uint8_t pad[2 * 300] = {0};
+        pad[T - 1] = pad[2 * T - 1] = pad[2 * T - 2] = 1;
+        cg_tensor *kpad = causal ? NULL : cg_test_mask(CG_SHAPE(2, T), pad);
+        cg_set_matmul_precision(CG_PRECISION_BF16);
+        cg_tensor *q = cg_muls(q0, 1.0f), *k = cg_muls(k0, 1.0f), *vv = cg_muls(v0, 1.0f);
+        cg_tensor *y = cg_attention(q, k, vv, causal, kpad, NULL);
+        ck_assert_msg(y != NULL, "%s", cg_last_error());
+        const cg_node *n = y->node;
+        for (int i = 0; i < 3; i++) {
+            ck_assert_ptr_null(n->inputs[i]->storage);
+            ck_assert_int_eq(n->saved[n->p.i[1] - 1 + i]->dtype, CG_BF16);
+        }
+        cg_tensor *saved = NULL, *dq, *dk, *dv;
+        cg_tensor *ref = cg_k_attention(q, k, vv, causal, kpad, &saved, NULL);
+        ck_assert(same_bits(y, ref));
+        ck_assert(cg_k_attention_backward(q, k, vv, ref, saved, g, causal, kpad, &dq, &dk, &dv));
+        cg_tensor *s = cg_mul(y, g), *loss = cg_sum_all(s);
+        cg_release_all(4, q, k, vv, s);
+        ck_assert(cg_backward(loss, NULL, false));
+        cg_set_matmul_precision(CG_PRECISION_FP32);
+        ck_assert(same_bits(q0->grad, dq) && same_bits(k0->grad, dk) && same_bits(v0->grad, dv));
+        cg_release_all(12, q0, k0, v0, g, y, ref, saved, dq, dk, dv, loss, NULL);
+    }
+}
+END_TEST
+
 static Suite *bf16_suite(void)
 {
     Suite *s = suite_create("bf16");
@@ -1369,6 +1411,7 @@ static Suite *bf16_suite(void)
     tcase_add_test(to, test_bf16_operand_copy);
     tcase_add_test(to, test_relu_mask);
     tcase_add_test(to, test_gelu_saves_bf16);
+    tcase_add_test(to, test_attention_saves_bf16);
     suite_add_tcase(s, to);
     return s;
 }
