@@ -30,15 +30,72 @@ static cg_tensor *record(cg_tensor *out, cg_op op, int nin, cg_tensor *const *in
 }
 
 /* --------------------------------------- the rows of CG_UNARY_OPS */
+/* In bf16 precision GELU (the feed-forward's activation, both forms) keeps
+ * its input rounded to bf16 (cg_k_bf16_operand, in saved[0]) instead of
+ * the input itself, as autocast keeps the feed-forward's activations in
+ * bf16: half the bytes, and the backward takes the derivative at the
+ * rounded input (other bits than fp32's input gave: docs/autograd.md). */
+static bool keeps_bf16_input(cg_op op, const cg_tensor *a)
+{
+    return (op == CG_OP_GELU || op == CG_OP_GELU_ERF) && a->dtype == CG_F32 &&
+           cg_get_matmul_precision() == CG_PRECISION_BF16;
+}
+static cg_tensor *unary_record(cg_tensor *out, cg_op op, cg_tensor *a, cg_backward_fn bw)
+{
+    cg_node *n;
+    out = record(out, op, 1, &a, bw, &n);
+    if (!n || !keeps_bf16_input(op, a))
+        return out;
+    cg_tensor *ab = cg_k_bf16_operand(a);
+    const bool ok = ab && cg_node_save(n, ab) >= 0;
+    cg_release(ab);
+    if (!ok) {
+        cg_release(out);
+        return NULL;
+    }
+    cg_node_set_reads(n, 0, false);
+    return out;
+}
+/* A row's backward from its input kept in bf16: the kernel over runs of
+ * BW_RUN elements, each run's input widened by the kernel on its own, so
+ * that no float copy of the whole input exists at once (it would take the
+ * memory the bf16 copy saves: backward is where a step's memory peaks).
+ * An element's value does not depend on the run it is in. */
+#define BW_RUN 65536
+static cg_tensor *bw_in_runs(cg_tensor *(*kernel)(const cg_tensor *, const cg_tensor *),
+                             const cg_tensor *xb, const cg_tensor *g)
+{
+    const int64_t n = cg_numel(g);
+    cg_tensor *gc = cg_k_contiguous(g), *out = cg_empty(g->ndim, g->shape);
+    cg_tensor *xf = cg_view_reshape(xb, 1, &n), *gf = gc ? cg_view_reshape(gc, 1, &n) : NULL;
+    cg_tensor *of = out ? cg_view_reshape(out, 1, &n) : NULL;
+    bool ok = xf && gf && of;
+    for (int64_t i = 0; ok && i < n; i += BW_RUN) {
+        const int64_t len = n - i < BW_RUN ? n - i : BW_RUN;
+        cg_tensor *xr = cg_view_narrow(xf, 0, i, len), *gr = cg_view_narrow(gf, 0, i, len);
+        cg_tensor *r = xr && gr ? kernel(xr, gr) : NULL;
+        if ((ok = r != NULL))
+            memcpy(cg_data(of) + i, cg_data(r), (size_t)len * sizeof(float));
+        cg_release_all(3, xr, gr, r);
+    }
+    cg_release_all(4, gc, xf, gf, of);
+    if (!ok) {
+        cg_release(out);
+        return NULL;
+    }
+    return out;
+}
 /* Each row's backward (its kernel of x and g) and its forward. */
-#define UNARY_OP_(A, E, name, fwd, bwd)                                    \
-    static bool name##_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin) \
-    {                                                                      \
-        return (gin[0] = cg_k_##name##_backward(IN(0), g)) != NULL;        \
-    }                                                                      \
-    cg_tensor *cg_##name(cg_tensor *a)                                     \
-    {                                                                      \
-        return record(cg_k_##name(a), CG_OP_##E, 1, &a, name##_bw, NULL);  \
+#define UNARY_OP_(A, E, name, fwd, bwd)                                                    \
+    static bool name##_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)                 \
+    {                                                                                      \
+        gin[0] = n->saved[0] ? bw_in_runs(cg_k_##name##_backward, n->saved[0], g)          \
+                             : cg_k_##name##_backward(IN(0), g);                           \
+        return gin[0] != NULL;                                                             \
+    }                                                                                      \
+    cg_tensor *cg_##name(cg_tensor *a)                                                     \
+    {                                                                                      \
+        return a ? unary_record(cg_k_##name(a), CG_OP_##E, a, name##_bw) : cg_k_##name(a); \
     }
 CG_UNARY_OPS(UNARY_OP_, ~)
 #undef UNARY_OP_

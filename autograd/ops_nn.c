@@ -601,13 +601,38 @@ cg_tensor *cg_gather(cg_tensor *a, int dim, const cg_tensor *index)
  * the output (an alias) and the kernel's saved state: each row's
  * log-sum-exp beyond 256 keys (the backward recomputes the weights tile by
  * tile), the weights up to 256. The backward needs the key-padding mask:
- * the node keeps a copy of it (saved[2]), as PyTorch's backward does not
- * depend on the caller's mask either. */
+ * the node keeps a copy of it (saved[2]; p.i[2] says there is one), as
+ * PyTorch's backward does not depend on the caller's mask either. In bf16
+ * precision q, k and v are read only by the backward's products, which
+ * round them to bf16: the node keeps their bf16 copies
+ * (cg_k_bf16_operand, from slot p.i[1] - 1 on) instead of them, with the
+ * same bits. */
 static bool attention_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {
-    return cg_k_attention_backward(IN(0), IN(1), IN(2), n->saved[0], n->saved[1], g, n->p.i[0] != 0,
-                                   n->saved[2], NEEDS(0) ? &gin[0] : NULL,
+    const int64_t c = n->p.i[1];
+    const cg_tensor *q = c ? n->saved[c - 1] : IN(0), *k = c ? n->saved[c] : IN(1);
+    const cg_tensor *v = c ? n->saved[c + 1] : IN(2);
+    return cg_k_attention_backward(q, k, v, n->saved[0], n->saved[1], g, n->p.i[0] != 0,
+                                   n->p.i[2] ? n->saved[2] : NULL, NEEDS(0) ? &gin[0] : NULL,
                                    NEEDS(1) ? &gin[1] : NULL, NEEDS(2) ? &gin[2] : NULL);
+}
+/* In bf16 precision, keep q, k and v's bf16 copies on n instead of them. */
+static bool keep_bf16_qkv(cg_node *n, cg_tensor *const *in)
+{
+    if (cg_get_matmul_precision() != CG_PRECISION_BF16)
+        return true;
+    for (int i = 0; i < 3; i++) {
+        cg_tensor *c = cg_k_bf16_operand(in[i]);
+        const int slot = c ? cg_node_save(n, c) : -1;
+        cg_release(c);
+        if (slot < 0)
+            return false;
+        if (i == 0)
+            n->p.i[1] = slot + 1;
+    }
+    for (int i = 0; i < 3; i++)
+        cg_node_set_reads(n, i, false);
+    return true;
 }
 cg_tensor *cg_attention(cg_tensor *q, cg_tensor *k, cg_tensor *v, bool causal,
                         const cg_tensor *key_pad, cg_tensor **weights_out)
@@ -623,9 +648,10 @@ cg_tensor *cg_attention(cg_tensor *q, cg_tensor *k, cg_tensor *v, bool causal,
     bool ok = !cg_record_failed(n, 3, in);
     if (n) {
         n->p.i[0] = causal;
+        n->p.i[2] = key_pad != NULL;
         cg_tensor *kp = key_pad ? cg_k_clone(key_pad) : NULL; /* the caller may change theirs */
         ok = save_alias(n, out) && cg_node_save(n, saved) >= 0 &&
-             (!key_pad || (kp && cg_node_save(n, kp) >= 0));
+             (!key_pad || (kp && cg_node_save(n, kp) >= 0)) && keep_bf16_qkv(n, in);
         cg_release(kp);
     }
     cg_release(saved);
@@ -640,11 +666,54 @@ cg_tensor *cg_attention(cg_tensor *q, cg_tensor *k, cg_tensor *v, bool causal,
 }
 
 /* ------------------------------------------------------------- linear */
+/* In bf16 precision a linear layer whose weight needs a gradient keeps x
+ * rounded to bf16 as its products round it (cg_k_bf16_operand), not x:
+ * half the bytes, and dW = g^T x reads it as it is, with the bits the
+ * float x gave (autocast's saved activations, docs/autograd.md). The
+ * forward's product reads the same copy. The node then does not read x
+ * (it keeps a header: x's memory goes with its other owners), and
+ * p.i[0] is the copy's slot + 1 (0: x itself is read). */
+static bool wants_bf16_copy(const cg_tensor *x, const cg_tensor *w)
+{
+    return cg_get_matmul_precision() == CG_PRECISION_BF16 && cg_grad_enabled() &&
+           w->requires_grad && x->dtype == CG_F32;
+}
+static bool keep_bf16_copy(cg_node *n, cg_tensor *xb)
+{
+    const int slot = cg_node_save(n, xb);
+    if (slot < 0)
+        return false;
+    n->p.i[0] = slot + 1;
+    cg_node_set_reads(n, 0, false);
+    return true;
+}
+static const cg_tensor *linear_x(const cg_node *n)
+{
+    return n->p.i[0] ? n->saved[n->p.i[0] - 1] : IN(0);
+}
 static bool linear_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {
-    return cg_k_linear_backward(IN(0), IN(1), g, NEEDS(0) ? &gin[0] : NULL,
+    return cg_k_linear_backward(linear_x(n), IN(1), g, NEEDS(0) ? &gin[0] : NULL,
                                 NEEDS(1) ? &gin[1] : NULL,
                                 n->n_inputs > 2 && NEEDS(2) ? &gin[2] : NULL);
+}
+/* cg_affine and cg_affine_relu: the product (from x's bf16 copy when one
+ * is kept), ReLU applied when relu, the node recorded; *xb the copy (a new
+ * reference) or NULL. NULL + error on failure. */
+static cg_tensor *affine_forward(cg_tensor *x, cg_tensor *w, cg_tensor *b, bool relu,
+                                 cg_tensor **xb)
+{
+    *xb = NULL;
+    if (wants_bf16_copy(x, w) && !(*xb = cg_k_bf16_operand(x)))
+        return NULL;
+    cg_tensor *out = cg_k_linear(*xb ? *xb : x, w, b);
+    if (!out || (relu && !cg_k_relu_(out))) {
+        cg_release(out);
+        cg_release(*xb);
+        *xb = NULL;
+        return NULL;
+    }
+    return out;
 }
 cg_tensor *cg_affine(cg_tensor *x, cg_tensor *w, cg_tensor *b)
 {
@@ -652,24 +721,30 @@ cg_tensor *cg_affine(cg_tensor *x, cg_tensor *w, cg_tensor *b)
         cg_error_null_input("cg_affine");
         return NULL;
     }
-    cg_tensor *out = cg_k_linear(x, w, b);
+    cg_tensor *xb, *out = affine_forward(x, w, b, false, &xb);
     if (!out)
         return NULL;
     cg_tensor *in[3] = {x, w, b};
     cg_node *n = cg_record(out, CG_OP_LINEAR, b ? 3 : 2, in, linear_bw);
-    if (cg_record_failed(n, b ? 3 : 2, in)) {
+    const bool ok = !cg_record_failed(n, b ? 3 : 2, in) && (!n || !xb || keep_bf16_copy(n, xb));
+    cg_release(xb);
+    if (!ok) {
         cg_release(out);
         return NULL;
     }
     return out;
 }
 
-/* inputs: x, w, b (may be absent); saved: the output a = relu(h). The
- * backward masks g where a > 0, which is where h > 0 (h NaN or <= 0 gives
- * a = NaN or 0, masked both ways): cg_relu's backward without h. */
+/* inputs: x, w, b (may be absent); saved: the output a = relu(h), or in
+ * bf16 precision its mask a > 0 (a bool tensor: the output itself then
+ * goes with its other owners, the next layer keeping its own bf16 copy),
+ * and x's bf16 copy (see above). The backward masks g where a > 0, which
+ * is where h > 0 (h NaN or <= 0 gives a = NaN or 0, masked both ways):
+ * cg_relu's backward without h, the same bits from the mask. */
 static bool linear_relu_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {
-    cg_tensor *gh = cg_k_relu_backward(n->saved[0], g);
+    const cg_tensor *a = n->saved[0];
+    cg_tensor *gh = a->dtype == CG_BOOL ? cg_k_relu_mask_backward(a, g) : cg_k_relu_backward(a, g);
     bool ok = gh && linear_bw(n, gh, gin);
     cg_release(gh);
     return ok;
@@ -680,14 +755,22 @@ cg_tensor *cg_affine_relu(cg_tensor *x, cg_tensor *w, cg_tensor *b)
         cg_error_null_input("cg_affine_relu");
         return NULL;
     }
-    cg_tensor *out = cg_k_linear(x, w, b);
-    if (!out || !cg_k_relu_(out)) {
-        cg_release(out);
+    cg_tensor *xb, *out = affine_forward(x, w, b, true, &xb);
+    if (!out)
         return NULL;
-    }
     cg_tensor *in[3] = {x, w, b};
     cg_node *n = cg_record(out, CG_OP_LINEAR_RELU, b ? 3 : 2, in, linear_relu_bw);
-    if (cg_record_failed(n, b ? 3 : 2, in) || (n && !save_alias(n, out))) {
+    bool ok = !cg_record_failed(n, b ? 3 : 2, in);
+    if (ok && n && cg_get_matmul_precision() == CG_PRECISION_BF16) {
+        cg_tensor *mask = cg_k_relu_mask(out);
+        ok = mask && cg_node_save(n, mask) >= 0;
+        cg_release(mask);
+    } else if (ok && n) {
+        ok = save_alias(n, out);
+    }
+    ok = ok && (!n || !xb || keep_bf16_copy(n, xb));
+    cg_release(xb);
+    if (!ok) {
         cg_release(out);
         return NULL;
     }

@@ -12,14 +12,15 @@
  * still resident, so the next step reuses them without faulting. A request
  * takes, in order:
  *   1. a block of its own class;
- *   2. the nearest larger cached block at most SLACK_CLASSES classes (32x)
- *      larger, as is;
+ *   2. the nearest larger cached block less than 2x larger (at most
+ *      SLACK_CLASSES classes), as is;
  *   3. a fresh mapping, if the mapped total (live + cached) stays within
  *      1/16 of the peak of live bytes;
- *   4. the nearest larger cached block, as is, or else the nearest smaller
- *      one, grown with mremap (its pages move with it, only the new tail is
- *      faulted in);
- *   5. a fresh mapping (the cache is empty).
+ *   4. the nearest larger cached block less than 4x larger (OVER_CLASSES),
+ *      as is, or else the nearest smaller one, grown with mremap (its pages
+ *      move with it, only the new tail is faulted in);
+ *   5. a fresh mapping (the cache is empty, or holds only blocks 4x larger
+ *      or more).
  * A block is never shrunk. Batches whose shapes change every step (the
  * translator's length-sorted batches) then reach a steady state with no
  * system call and no page fault: each request finds a resident block of
@@ -62,8 +63,20 @@
 #define MAP_MIN ((size_t)32 << 10) /* smaller blocks come from malloc */
 #define CLASS_MIN_LOG 15           /* the smallest class: 32 KB */
 #define NCLASS (8 * 40)            /* up to 2^55 bytes */
-#define SLACK_CLASSES 40           /* step 2: 32x, five powers of two */
-#define BUDGET_SLACK 16            /* fresh mappings up to 1/16 over the peak of live bytes */
+/* Step 2's reach: under 2x. It was 32x (five powers of two); then the
+ * bf16 copies of activations that bf16 training keeps for backward (half
+ * the bytes) and ReLU's bool masks (a quarter) took the fp32 blocks the
+ * activations had freed, as they were, and saved nothing (issue 32: bf16
+ * peak RSS of charlm base 1,099 -> 1,001 MB with this change, of fp32
+ * 1,048 -> 1,005; the translator's real recipe faults no more pages: 58k
+ * in 45 steps either way). */
+#define SLACK_CLASSES 7
+/* Step 4's reach: under 4x. Unbounded, the first training step of bf16
+ * charlm base (whose cache then holds little more than the 26 MiB blocks
+ * of the feed-forward's activations) served seven 6.5 MiB requests with
+ * 26 MiB blocks, 136 MiB of its peak (issue 32). */
+#define OVER_CLASSES 16
+#define BUDGET_SLACK 16 /* fresh mappings up to 1/16 over the peak of live bytes */
 #define BITMAP_WORDS (NCLASS / 64)
 
 typedef struct block {
@@ -137,8 +150,9 @@ static block *cache_take(int c)
     size_t mapped = g_stats.live_bytes + g_stats.cached_bytes + class_bytes(c);
     if (mapped <= g_stats.peak_live_bytes + g_stats.peak_live_bytes / BUDGET_SLACK)
         return NULL;
-    if (from < 0)
-        from = nearest_class(c, -1);
+    if (from >= 0 && from - c < OVER_CLASSES)
+        return list_pop(from);
+    from = nearest_class(c, -1);
     return from < 0 ? NULL : list_pop(from);
 }
 

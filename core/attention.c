@@ -48,13 +48,19 @@
 #define KB 512    /* keys per block (a multiple of QB) */
 #define PKEEP 256 /* up to this many keys the weights are kept (<= KB) */
 
-static bool check_qkv(const char *op, const cg_tensor *q, const cg_tensor *k, const cg_tensor *v)
+/* bf16: q, k and v may also be bfloat16 (the backward's: the copies bf16
+ * training keeps, read only by its products) */
+static bool check_qkv(const char *op, const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
+                      bool bf16)
 {
     if (!q || !k || !v) {
         cg_error_null_input(op);
         return false;
     }
-    if (!cg_f32_args(op, 3, (const cg_tensor *[]){q, k, v}))
+    const cg_tensor *f[3] = {q, k, v};
+    for (int i = 0; bf16 && i < 3; i++)
+        f[i] = f[i]->dtype == CG_BF16 ? NULL : f[i];
+    if (!cg_f32_args(op, 3, f))
         return false;
     if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4 || q->shape[0] != k->shape[0] ||
         q->shape[1] != k->shape[1] || !cg_same_shape(k, v) || q->shape[3] != k->shape[3]) {
@@ -295,6 +301,26 @@ static int32_t *key_masks(const uint8_t *key_pad, int64_t n)
     return km;
 }
 
+/* q, k or v of one (batch, head) as a product's operand: floats, or
+ * bf16 elements (the backward's copies) */
+typedef struct {
+    const void *p;
+    bool bf;
+} head_op;
+static inline head_op head_at(const cg_tensor *t, int64_t b, int64_t h)
+{
+    const int64_t off = b * t->strides[0] + h * t->strides[1];
+    if (t->dtype == CG_BF16)
+        return (head_op){cg_data_bf16(t) + off, true};
+    return (head_op){cg_data(t) + off, false};
+}
+/* the operand from element i on */
+static inline const void *from(head_op o, int64_t i)
+{
+    return o.bf ? (const void *)((const uint16_t *)o.p + i)
+                : (const void *)((const float *)o.p + i);
+}
+
 /* A product on `path`: the precision of the thread that called the
  * attention, captured before its parallel region (the worker threads do
  * not see the caller's policy, core/gemm.h); single-threaded inside the
@@ -304,6 +330,18 @@ static void mm(cg_gemm_path path, int64_t m, int64_t n, int64_t k, float alpha, 
                float *c, int64_t rsc, int64_t csc)
 {
     if (!cg_sgemm_path(path, 0, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc))
+        cg_set_error("attention: a product of %lld x %lld x %lld failed (out of memory)",
+                     (long long)m, (long long)n, (long long)k);
+}
+/* The same (alpha 1) with A and/or B given as head operands, floats or
+ * bf16: the bits of the product of the floats they were rounded from */
+static void mm_heads(cg_gemm_path path, int64_t m, int64_t n, int64_t k, const void *a, bool abf,
+                     int64_t rsa, int64_t csa, const void *b, bool bbf, int64_t rsb, int64_t csb,
+                     float beta, float *c, int64_t rsc, int64_t csc)
+{
+    const unsigned bf = (abf ? CG_GEMM_A_BF16 : 0) | (bbf ? CG_GEMM_B_BF16 : 0);
+    if (!cg_gemm_mixed_path(path, 0, m, n, k, 1.0f, a, rsa, csa, b, rsb, csb, bf, beta, c, rsc,
+                            csc))
         cg_set_error("attention: a product of %lld x %lld x %lld failed (out of memory)",
                      (long long)m, (long long)n, (long long)k);
 }
@@ -434,7 +472,7 @@ cg_tensor *cg_k_attention(const cg_tensor *q, const cg_tensor *k, const cg_tenso
         *weights = NULL;
     if (saved)
         *saved = NULL;
-    if (!check_qkv("attention", q, k, v))
+    if (!check_qkv("attention", q, k, v, false))
         return NULL;
     cg_tensor *kp;
     if (!key_pad_arg("attention", key_pad, q->shape[0], k->shape[2], &kp))
@@ -523,7 +561,7 @@ static void bwd_head(cg_gemm_path path, const cg_tensor *q, const cg_tensor *k, 
 {
     const int64_t Tq = q->shape[2], dh = q->shape[3], Tk = k->shape[2];
     const float scale = (float)sqrt((double)dh);
-    const float *qp = at4(q, b, h), *kp = at4(k, b, h), *vp = at4(v, b, h);
+    const head_op qa = head_at(q, b, h), ka = head_at(k, b, h), va = head_at(v, b, h);
     const float *gp = at4(g, b, h), *opp = at4(o, b, h);
     float *dqp = gq ? at4(gq, b, h) : NULL, *dkp = gk ? at4(gk, b, h) : NULL;
     float *dvp = gv ? at4(gv, b, h) : NULL;
@@ -555,10 +593,10 @@ static void bwd_head(cg_gemm_path path, const cg_tensor *q, const cg_tensor *k, 
             float *P = Pb + (i0 - is) * ld, *D = Db + (i0 - is) * ld;
             /* S = q k^T (unless kept), dP = dO v^T over the tile */
             if (!Ps)
-                mm(path, rows, ke1, dh, 1.0f, qp + i0 * qr, qr, qc, kp + j0 * kr, kc, kr, 0.0f, P,
-                   ld, 1);
-            mm(path, rows, ke1, dh, 1.0f, gp + i0 * gr, gr, gc, vp + j0 * vr, vc, vr, 0.0f, D, ld,
-               1);
+                mm_heads(path, rows, ke1, dh, from(qa, i0 * qr), qa.bf, qr, qc, from(ka, j0 * kr),
+                         ka.bf, kc, kr, 0.0f, P, ld, 1);
+            mm_heads(path, rows, ke1, dh, gp + i0 * gr, false, gr, gc, from(va, j0 * vr), va.bf, vc,
+                     vr, 0.0f, D, ld, 1);
             for (int64_t i = i0; i < i1; i++) {
                 int64_t ke = min64(key_end(causal, i, Tk), j1) - j0;
                 float *dr = D + (i - i0) * ld;
@@ -572,8 +610,9 @@ static void bwd_head(cg_gemm_path path, const cg_tensor *q, const cg_tensor *k, 
             }
             /* dq[i0:i1] (+)= dS k[j0:j0+ke1] */
             if (dqp)
-                mm(path, rows, dh, ke1, 1.0f, D, ld, 1, kp + j0 * kr, kr, kc, j0 ? 1.0f : 0.0f,
-                   dqp + i0 * gq->strides[2], gq->strides[2], gq->strides[3]);
+                mm_heads(path, rows, dh, ke1, D, false, ld, 1, from(ka, j0 * kr), ka.bf, kr, kc,
+                         j0 ? 1.0f : 0.0f, dqp + i0 * gq->strides[2], gq->strides[2],
+                         gq->strides[3]);
         }
         /* keys in sub-blocks: key j gets rows i >= j (causal) or all rows */
         const int64_t sb = causal ? QB : kn;
@@ -588,8 +627,8 @@ static void bwd_head(cg_gemm_path path, const cg_tensor *q, const cg_tensor *k, 
                 mm(path, s1 - s0, dh, Tq - r0, 1.0f, P, 1, ld, gp + r0 * gr, gr, gc, 0.0f,
                    dvp + s0 * gv->strides[2], gv->strides[2], gv->strides[3]);
             if (dkp)
-                mm(path, s1 - s0, dh, Tq - r0, 1.0f, D, 1, ld, qp + r0 * qr, qr, qc, 0.0f,
-                   dkp + s0 * gk->strides[2], gk->strides[2], gk->strides[3]);
+                mm_heads(path, s1 - s0, dh, Tq - r0, D, false, 1, ld, from(qa, r0 * qr), qa.bf, qr,
+                         qc, 0.0f, dkp + s0 * gk->strides[2], gk->strides[2], gk->strides[3]);
         }
     }
 }
@@ -610,7 +649,7 @@ bool cg_k_attention_backward(const cg_tensor *q, const cg_tensor *k, const cg_te
         *dk = NULL;
     if (dv)
         *dv = NULL;
-    if (!check_qkv("attention backward", q, k, v) || !out || !saved || !g)
+    if (!check_qkv("attention backward", q, k, v, true) || !out || !saved || !g)
         return false;
     if (!cg_f32_args("attention backward", 2, (const cg_tensor *[]){out, g}))
         return false;

@@ -10,6 +10,7 @@
  * overlap (stride 0 on a dim of size > 1). Each element is written by one
  * thread, so results are identical for any thread count. */
 #include <math.h>
+#include <omp.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -476,4 +477,80 @@ bool cg_k_relu_(cg_tensor *dst)
     cg_iter_init(&it, dst->ndim, dst->shape, 2, (const cg_tensor *[]){dst, dst});
     cg_iter_run(&it, seg_relu, &P);
     return true;
+}
+
+/* ReLU's mask and its backward from the mask (one byte an element instead
+ * of the four of its input or output), and conversions like the mask's
+ * (cg_k_map_runs), in runs split among threads. */
+#define MAP_RUN 16384
+EW_CLONES static void mask_run(int64_t n, const float *a, uint8_t *m)
+{
+    for (int64_t i = 0; i < n; i++)
+        m[i] = a[i] > 0.0f;
+}
+EW_CLONES static void mask_grad_run(int64_t n, const uint8_t *m, const float *g, float *out)
+{
+    for (int64_t i = 0; i < n; i++)
+        out[i] = m[i] ? g[i] : 0.0f;
+}
+
+cg_tensor *cg_k_map_runs(const cg_tensor *x, cg_dtype dt,
+                         void (*conv)(int64_t n, const float *x, void *y))
+{
+    cg_tensor *xc = cg_k_contiguous(x);
+    cg_tensor *y = xc ? cg_empty_dtype(dt, x->ndim, x->shape) : NULL;
+    if (y) {
+        const int64_t n = cg_numel(x), runs = (n + MAP_RUN - 1) / MAP_RUN;
+        const size_t es = cg_dtype_size(dt);
+        const float *src = cg_data(xc);
+        char *dst = cg_data_ptr(y);
+#pragma omp parallel for schedule(static) if (runs > 1 && !omp_in_parallel())
+        for (int64_t r = 0; r < runs; r++) {
+            const int64_t i = r * MAP_RUN;
+            conv(n - i < MAP_RUN ? n - i : MAP_RUN, src + i, dst + (size_t)i * es);
+        }
+    }
+    cg_release(xc);
+    return y;
+}
+
+static void mask_of(int64_t n, const float *a, void *m) { mask_run(n, a, m); }
+
+cg_tensor *cg_k_relu_mask(const cg_tensor *a)
+{
+    if (!a)
+        return cg_error_null_input("cg_k_relu_mask"), NULL;
+    if (!cg_check_f32("relu_mask", "a", a))
+        return NULL;
+    return cg_k_map_runs(a, CG_BOOL, mask_of);
+}
+
+cg_tensor *cg_k_relu_mask_backward(const cg_tensor *mask, const cg_tensor *g)
+{
+    if (!mask || !g)
+        return cg_error_null_input("cg_k_relu_mask_backward"), NULL;
+    if (!cg_check_f32("relu_mask_backward", "g", g))
+        return NULL;
+    if (mask->dtype != CG_BOOL || !cg_same_shape(mask, g)) {
+        char b1[96], b2[96];
+        cg_set_error("relu_mask_backward: need a bool mask and a float32 gradient of one "
+                     "shape, got %s %s and %s",
+                     cg_dtype_name(mask->dtype), cg_shape_str(mask, b1, sizeof b1),
+                     cg_shape_str(g, b2, sizeof b2));
+        return NULL;
+    }
+    cg_tensor *mc = cg_k_contiguous(mask), *gc = cg_k_contiguous(g);
+    cg_tensor *out = mc && gc ? cg_empty(g->ndim, g->shape) : NULL;
+    if (out) {
+        const int64_t n = cg_numel(g), runs = (n + MAP_RUN - 1) / MAP_RUN;
+        const uint8_t *m = cg_data_ptr(mc);
+        const float *gp = cg_data(gc);
+        float *op = cg_data(out);
+#pragma omp parallel for schedule(static) if (runs > 1 && !omp_in_parallel())
+        for (int64_t r = 0; r < runs; r++)
+            mask_grad_run(n - r * MAP_RUN < MAP_RUN ? n - r * MAP_RUN : MAP_RUN,
+                          m + r * MAP_RUN, gp + r * MAP_RUN, op + r * MAP_RUN);
+    }
+    cg_release_all(2, mc, gc);
+    return out;
 }

@@ -22,6 +22,7 @@
 
 #include <blis.h>
 
+#include "core/dtype.h"
 #include "core/gemm_internal.h"
 #include "core/gemm_skx.h"
 #include "core/parse.h"
@@ -245,6 +246,27 @@ static float *copy_rowmajor(int64_t m, int64_t n, const float *p, int64_t rs, in
     return q;
 }
 
+/* An m x n operand of bf16 elements (bit patterns) widened to floats
+ * (exact) at the same strides (the span between them is left
+ * uninitialised), so that the product takes the kernels its layout would
+ * take with floats. */
+static float *widen(int64_t m, int64_t n, const uint16_t *p, int64_t rs, int64_t cs)
+{
+    float *q = malloc((size_t)((m - 1) * rs + (n - 1) * cs + 1) * sizeof(float));
+    if (!q)
+        return NULL;
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++)
+            q[i * rs + j * cs] = cg_bf16_to_f32(p[i * rs + j * cs]);
+    return q;
+}
+
+/* Element i of an operand of floats, or of bf16 elements when bf. */
+static inline const void *elem_at(const void *p, bool bf, int64_t i)
+{
+    return bf ? (const void *)((const uint16_t *)p + i) : (const void *)((const float *)p + i);
+}
+
 /* C that BLIS cannot address (stride 0, overlapping rows): plain loops, each
  * element written in order; only reachable through cg_sgemm's raw API. */
 static void naive_sgemm(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t rsa,
@@ -325,14 +347,14 @@ static void fill_bias(int64_t m, int64_t n, const float *bias, int64_t bs, float
 
 /* With a bias (bf16 only), beta is 0 and C = alpha A B + bias, added as
  * the kernels write C. */
-static bool serial_product(gemm_kind g, int64_t m, int64_t n, int64_t k, float alpha,
-                           const float *a, int64_t rsa, int64_t csa, const float *b, int64_t rsb,
-                           int64_t csb, float beta, const float *bias, int64_t bs, float *c,
+static bool serial_product(gemm_kind g, int64_t m, int64_t n, int64_t k, float alpha, const void *a,
+                           int64_t rsa, int64_t csa, const void *b, int64_t rsb, int64_t csb,
+                           unsigned bf, float beta, const float *bias, int64_t bs, float *c,
                            int64_t rsc, int64_t csc, const cg_bf16_prepacked *pre)
 {
     if (g.bf16)
-        return cg_bf16_gemm_serial(g.bf16, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, bias, bs,
-                                   c, rsc, csc, pre);
+        return cg_bf16_gemm_serial(g.bf16, m, n, k, alpha, a, rsa, csa, b, rsb, csb, bf, beta, bias,
+                                   bs, c, rsc, csc, pre);
     return serial_gemm(g.cntx, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc);
 }
 
@@ -466,9 +488,9 @@ int64_t cg_gemm_k_block(cg_gemm_path path, int64_t k, int64_t i)
  * pre (bf16 only, C row-stored): B's transpose already packed, B unread.
  * size: the product's checks and dispatch, one decision after another. */
 static bool gemm_run(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int64_t k, float alpha,
-                     const float *a, int64_t rsa, int64_t csa, const float *b, int64_t rsb,
-                     int64_t csb, float beta, const float *bias, int64_t bs, float *c, int64_t rsc,
-                     int64_t csc, const cg_bf16_prepacked *pre)
+                     const void *a, int64_t rsa, int64_t csa, const void *b, int64_t rsb,
+                     int64_t csb, unsigned bf, float beta, const float *bias, int64_t bs, float *c,
+                     int64_t rsc, int64_t csc, const cg_bf16_prepacked *pre)
 {
     if (path == CG_GEMM_AUTO) /* the calling thread's policy */
         path = cg_precision_path(cg_get_matmul_precision());
@@ -494,12 +516,26 @@ static bool gemm_run(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int6
             scale_c(m, n, beta, c, rsc, csc);
         return true;
     }
+    float *acopy = NULL, *bcopy = NULL; /* bf16 packing reads any strides */
+    if (!g.bf16 && bf) {                /* fp32 products of bf16 operands: their floats */
+        if ((bf & CG_GEMM_A_BF16) && !(a = acopy = widen(m, k, a, rsa, csa)))
+            return false;
+        if ((bf & CG_GEMM_B_BF16) && !(b = bcopy = widen(k, n, b, rsb, csb))) {
+            free(acopy);
+            return false;
+        }
+        bf = 0;
+    }
+    bool ok = true;
     if (!cg_gemm_strides_ok(m, n, rsc, csc)) {
         if (g.bf16) /* one thread: tiles are written in order */
-            return serial_product(g, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, bias, bs, c,
-                                  rsc, csc, pre);
-        naive_sgemm(m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc);
-        return true;
+            ok = serial_product(g, m, n, k, alpha, a, rsa, csa, b, rsb, csb, bf, beta, bias, bs, c,
+                                rsc, csc, pre);
+        else
+            naive_sgemm(m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc);
+        free(acopy);
+        free(bcopy);
+        return ok;
     }
 
     cg_gemm_normalise_strides(m, k, &rsa, &csa);
@@ -507,21 +543,26 @@ static bool gemm_run(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int6
     if (!g.bf16 && g.cntx && g_have_haswell && (m <= SKINNY || n <= SKINNY) && csa == 1 &&
         rsb == 1) {
         skinny_product(nthreads, m, n, k, alpha, a, rsa, b, csb, beta, c, rsc, csc);
+        free(acopy);
+        free(bcopy);
         return true;
     }
-    float *acopy = NULL, *bcopy = NULL; /* bf16 packing reads any strides */
     if (!g.bf16 && !cg_gemm_strides_ok(m, k, rsa, csa)) {
-        acopy = copy_rowmajor(m, k, a, rsa, csa);
-        if (!acopy)
+        float *t = copy_rowmajor(m, k, a, rsa, csa);
+        free(acopy);
+        if (!(acopy = t)) {
+            free(bcopy);
             return false;
+        }
         a = acopy;
         rsa = k;
         csa = 1;
         cg_gemm_normalise_strides(m, k, &rsa, &csa);
     }
     if (!g.bf16 && !cg_gemm_strides_ok(k, n, rsb, csb)) {
-        bcopy = copy_rowmajor(k, n, b, rsb, csb);
-        if (!bcopy) {
+        float *t = copy_rowmajor(k, n, b, rsb, csb);
+        free(bcopy);
+        if (!(bcopy = t)) {
             free(acopy);
             return false;
         }
@@ -569,7 +610,6 @@ static bool gemm_run(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int6
     int64_t nch = (dim + csz - 1) / csz;
     if (nt > nch)
         nt = (int)nch;
-    bool ok = true;
     /* (on AMX a prepacked weight's product split by rows of x shares
      * nothing worth packing once: each thread packs its own rows of x, a
      * panel at a time, and reads W's panels; sharing x's panels instead
@@ -577,10 +617,10 @@ static bool gemm_run(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int6
     if (nt > 1 && g.bf16 && !(pre && split_m && g.bf16 == CG_BF16_AMX) &&
         cg_bf16_gemm_shares_packing(g.bf16, m, n, k, rsc, csc, nt)) {
         /* bf16: the threads pack the shared operand once, together */
-        ok = cg_bf16_gemm_parallel(g.bf16, nt, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, bias,
-                                   bs, c, rsc, csc, pre);
+        ok = cg_bf16_gemm_parallel(g.bf16, nt, m, n, k, alpha, a, rsa, csa, b, rsb, csb, bf, beta,
+                                   bias, bs, c, rsc, csc, pre);
     } else if (nt == 1) {
-        ok = serial_product(g, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, bias, bs, c, rsc,
+        ok = serial_product(g, m, n, k, alpha, a, rsa, csa, b, rsb, csb, bf, beta, bias, bs, c, rsc,
                             csc, pre);
     } else {
 #pragma omp parallel for schedule(static) num_threads(nt) reduction(&& : ok)
@@ -590,12 +630,14 @@ static bool gemm_run(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int6
             const cg_bf16_prepacked part = {
                 pre ? pre->p + o0 / CG_BF16_MR * pre->kp * CG_BF16_MR : NULL, pre ? pre->kp : 0};
             if (split_m)
-                ok = serial_product(g, len, n, k, alpha, a + o0 * rsa, rsa, csa, b, rsb, csb, beta,
-                                    bias, bs, c + o0 * rsc, rsc, csc, pre) &&
+                ok = serial_product(g, len, n, k, alpha, elem_at(a, bf & CG_GEMM_A_BF16, o0 * rsa),
+                                    rsa, csa, b, rsb, csb, bf, beta, bias, bs, c + o0 * rsc, rsc,
+                                    csc, pre) &&
                      ok;
             else
-                ok = serial_product(g, m, len, k, alpha, a, rsa, csa, b ? b + o0 * csb : NULL, rsb,
-                                    csb, beta, bias ? bias + o0 * bs : NULL, bs, c + o0 * csc, rsc,
+                ok = serial_product(g, m, len, k, alpha, a, rsa, csa,
+                                    b ? elem_at(b, bf & CG_GEMM_B_BF16, o0 * csb) : NULL, rsb, csb,
+                                    bf, beta, bias ? bias + o0 * bs : NULL, bs, c + o0 * csc, rsc,
                                     csc, pre ? &part : NULL) &&
                      ok;
         }
@@ -609,8 +651,17 @@ bool cg_sgemm_path(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int64_
                    const float *a, int64_t rsa, int64_t csa, const float *b, int64_t rsb,
                    int64_t csb, float beta, float *c, int64_t rsc, int64_t csc)
 {
-    return gemm_run(path, nthreads, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, NULL, 0, c, rsc,
-                    csc, NULL);
+    return gemm_run(path, nthreads, m, n, k, alpha, a, rsa, csa, b, rsb, csb, 0, beta, NULL, 0, c,
+                    rsc, csc, NULL);
+}
+
+bool cg_gemm_mixed_path(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int64_t k,
+                        float alpha, const void *a, int64_t rsa, int64_t csa, const void *b,
+                        int64_t rsb, int64_t csb, unsigned bf, float beta, float *c, int64_t rsc,
+                        int64_t csc)
+{
+    return gemm_run(path, nthreads, m, n, k, alpha, a, rsa, csa, b, rsb, csb,
+                    bf & (CG_GEMM_A_BF16 | CG_GEMM_B_BF16), beta, NULL, 0, c, rsc, csc, NULL);
 }
 
 bool cg_sgemm_bias_path(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int64_t k,
@@ -618,18 +669,18 @@ bool cg_sgemm_bias_path(cg_gemm_path path, int nthreads, int64_t m, int64_t n, i
                         int64_t csb, const float *bias, int64_t bs, float *c, int64_t rsc,
                         int64_t csc)
 {
-    return gemm_run(path, nthreads, m, n, k, 1.0f, a, rsa, csa, b, rsb, csb, 0.0f, bias, bs, c, rsc,
-                    csc, NULL);
+    return gemm_run(path, nthreads, m, n, k, 1.0f, a, rsa, csa, b, rsb, csb, 0, 0.0f, bias, bs, c,
+                    rsc, csc, NULL);
 }
 
-bool cg_gemm_prepacked(int path, int nthreads, int64_t m, int64_t n, int64_t k, const float *x,
-                       int64_t rsx, int64_t csx, const cg_bf16_prepacked *w, const float *bias,
-                       int64_t bs, float *c, int64_t rsc, int64_t csc)
+bool cg_gemm_prepacked(int path, int nthreads, int64_t m, int64_t n, int64_t k, const void *x,
+                       bool xbf, int64_t rsx, int64_t csx, const cg_bf16_prepacked *w,
+                       const float *bias, int64_t bs, float *c, int64_t rsc, int64_t csc)
 {
     if (!w || !w->p || m < 2 || n < 2 || csc != 1 || rsc < n)
         return false; /* C would not be turned over: A would not be W */
-    return gemm_run(path, nthreads, m, n, k, 1.0f, x, rsx, csx, NULL, 1, k, 0.0f, bias, bs, c, rsc,
-                    csc, w);
+    return gemm_run(path, nthreads, m, n, k, 1.0f, x, rsx, csx, NULL, 1, k,
+                    xbf ? CG_GEMM_A_BF16 : 0, 0.0f, bias, bs, c, rsc, csc, w);
 }
 
 void cg_sgemm_bias(int64_t m, int64_t n, int64_t k, const float *a, int64_t rsa, int64_t csa,

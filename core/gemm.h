@@ -78,6 +78,11 @@ cg_gemm_path cg_bf16_auto_path(void);
 /* x rounded to the nearest bfloat16 (ties to even; subnormals to zero, as
  * the hardware conversion does), returned as a float. */
 float cg_bf16_round(float x);
+/* y[i] = the bf16 bits of x[i] rounded as cg_bf16_round rounds it (and as
+ * the bf16 products round their operands while they pack them), i < n. A
+ * product given such bf16 operands (cg_gemm_mixed_path) has the bits it
+ * gives for the floats they were rounded from. */
+void cg_bf16_round_run(int64_t n, const float *x, uint16_t *y);
 
 /* C[m,n] = alpha * A[m,k] @ B[k,n] + beta * C, each operand given by a
  * pointer and row/column strides in elements (any sign-free strides BLIS
@@ -95,6 +100,18 @@ void cg_sgemm(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int6
 bool cg_sgemm_path(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int64_t k, float alpha,
                    const float *a, int64_t rsa, int64_t csa, const float *b, int64_t rsb,
                    int64_t csb, float beta, float *c, int64_t rsc, int64_t csc);
+/* cg_sgemm_path with A and/or B given as bf16 bit patterns: a and b point
+ * at floats, or at uint16_t where bf has CG_GEMM_A_BF16 / CG_GEMM_B_BF16
+ * (strides count elements). On a bf16 path the packing reads the bf16
+ * elements as they are (half the bytes of floats) and the product has the
+ * bits of cg_sgemm_path on their values as floats; on an fp32 path the bf16
+ * operands are widened into float copies first (exact). */
+#define CG_GEMM_A_BF16 1u
+#define CG_GEMM_B_BF16 2u
+bool cg_gemm_mixed_path(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int64_t k,
+                        float alpha, const void *a, int64_t rsa, int64_t csa, const void *b,
+                        int64_t rsb, int64_t csb, unsigned bf, float beta, float *c, int64_t rsc,
+                        int64_t csc);
 /* C[m,n] = A B + bias, bias[j * bs] added to column j of every row (a
  * linear layer's y = x W^T + b): the bits of C set to the bias rows and
  * then cg_sgemm with beta 1; the bf16 path adds the bias as it writes C, so
@@ -159,6 +176,12 @@ size_t cg_bf16_matrix_bytes(const cg_bf16_matrix *m);
 bool cg_bf16_matrix_mul(const cg_bf16_matrix *w, cg_gemm_path path, int nthreads, int64_t m,
                         const float *x, int64_t rsx, int64_t csx, const float *bias, int64_t bs,
                         float *y, int64_t rsy, int64_t csy);
+/* The same with x given as bf16 bit patterns (cg_bf16_round_run's): the
+ * bits cg_bf16_matrix_mul gives for the floats x was rounded from, x read
+ * as it is. */
+bool cg_bf16_matrix_mul_bf16(const cg_bf16_matrix *w, cg_gemm_path path, int nthreads, int64_t m,
+                             const uint16_t *x, int64_t rsx, int64_t csx, const float *bias,
+                             int64_t bs, float *y, int64_t rsy, int64_t csy);
 
 #ifdef __cplusplus
 }

@@ -3,9 +3,10 @@
  * C = alpha A B + beta C where every element of A and B is rounded to
  * bfloat16 (round to nearest even; fp32 subnormals become zero, NaN stays
  * NaN) while it is packed, and the products are accumulated in fp32 by
- * AVX512_BF16's vdpbf16ps. No bf16 copy of any operand outlives the call:
- * the fp32 weights and activations are the only copies, and the packing a
- * GEMM does anyway does the rounding.
+ * AVX512_BF16's vdpbf16ps. The packing a GEMM does anyway does the
+ * rounding; an operand given in bf16 (the copies of activations that bf16
+ * training keeps for backward, cg_bf16_round_run's) is read as it is and
+ * packs into the same panels (see "operands" below).
  *
  * Layout. vdpbf16ps multiplies pairs: each 32-bit lane holds two bf16
  * values adjacent in k, and the lane's fp32 sum gets a[k+1]b[k+1] and then
@@ -117,6 +118,72 @@ static inline float bf16_value(uint16_t h)
 
 float cg_bf16_round(float x) { return bf16_value(bf16_bits(x)); }
 
+/* ------------------------------------------------------------ operands */
+
+/* An operand's elements are floats, or bf16 bit patterns when bf (the
+ * products' own rounding of floats, cg_bf16_round_run: rounding such a
+ * value again is the identity, NaN included, and none is subnormal, so a
+ * bf16 operand packs into the panels its floats would give). The packing
+ * reads them directly, 16 to a vector, and widens them in registers. */
+static inline const void *elem_at(const void *p, bool bf, int64_t i)
+{
+    return bf ? (const void *)((const uint16_t *)p + i) : (const void *)((const float *)p + i);
+}
+static inline float elem(const void *p, bool bf, int64_t i)
+{
+    return bf ? bf16_value(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
+/* 16 elements from p (lanes outside m zero, and not read) */
+BF16_TARGET static inline __m512 load16(bool bf, __mmask16 m, const void *p)
+{
+    if (!bf)
+        return _mm512_maskz_loadu_ps(m, p);
+    const __m256i h = _mm512_castsi512_si256(_mm512_maskz_loadu_epi16((__mmask32)m, p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+/* 8 elements from p, the first n (0-8) of them (the others zero, and not
+ * read); AVX2 */
+AVX2_TARGET static inline __m256 load8(bool bf, int64_t n, const void *p)
+{
+    const __m256i below = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n < 0   ? 0
+                                                                     : n > 8 ? 8
+                                                                             : n)),
+                                             _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    if (!bf)
+        return n >= 8 ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, below);
+    __m128i h;
+    if (n >= 8) {
+        h = _mm_loadu_si128(p);
+    } else {
+        uint16_t t[8] = {0};
+        for (int64_t i = 0; i < n; i++)
+            t[i] = ((const uint16_t *)p)[i];
+        h = _mm_loadu_si128((const __m128i *)t);
+    }
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/* y[i] = x[i] rounded as the products round their operands (bf16_bits). */
+BF16_TARGET static void round_run_native(int64_t n, const float *x, uint16_t *y)
+{
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm256_storeu_si256((__m256i *)(y + i),
+                            (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(x + i)));
+    for (; i < n; i++)
+        y[i] = bf16_bits(x[i]);
+}
+
+void cg_bf16_round_run(int64_t n, const float *x, uint16_t *y)
+{
+    if (cg_bf16_native()) {
+        round_run_native(n, x, y);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++)
+        y[i] = bf16_bits(x[i]);
+}
+
 /* ------------------------------------------------------------ packing */
 
 /* Scalar packing of a panel of w <= W vectors of length k into k-pairs:
@@ -124,13 +191,13 @@ float cg_bf16_round(float x) { return bf16_value(bf16_bits(x)); }
  * even, its high half when odd; zero for i >= w and past k. Wide (the
  * emulated kernel's B panels): the value as a float at row l ^ 1 of
  * [2 ceil(k / 2)][W] floats, so each pair's odd element comes first. */
-static void pack_panel_scalar(bool wide, int W, int64_t w, int64_t k, const float *src, int64_t vs,
-                              int64_t ls, uint32_t *p)
+static void pack_panel_scalar(bool wide, int W, int64_t w, int64_t k, const void *src, bool bf,
+                              int64_t vs, int64_t ls, uint32_t *p)
 {
     for (int64_t l = 0; l < k; l += 2)
         for (int i = 0; i < W; i++) {
-            uint32_t lo = i < w ? bf16_bits(src[i * vs + l * ls]) : 0;
-            uint32_t hi = i < w && l + 1 < k ? bf16_bits(src[i * vs + (l + 1) * ls]) : 0;
+            uint32_t lo = i < w ? bf16_bits(elem(src, bf, i * vs + l * ls)) : 0;
+            uint32_t hi = i < w && l + 1 < k ? bf16_bits(elem(src, bf, i * vs + (l + 1) * ls)) : 0;
             if (wide) {
                 p[l * W + i] = hi << 16;
                 p[(l + 1) * W + i] = lo << 16;
@@ -152,8 +219,8 @@ BF16_TARGET static inline __m512i pair_rows(__m512 x0, __m512 x1)
 /* The same with the hardware conversion (identical bits), reading whole
  * vectors: along the panel when vs == 1, along k when ls == 1 (16 x 16
  * transposes of pairs in registers). */
-BF16_TARGET static void pack_panel_native(int W, int64_t w, int64_t k, const float *src, int64_t vs,
-                                          int64_t ls, uint32_t *p)
+BF16_TARGET static inline __attribute__((always_inline)) void pack_panel_native_of(
+    int W, int64_t w, int64_t k, const void *src, bool bf, int64_t vs, int64_t ls, uint32_t *p)
 {
     if (vs == 1) {
         __mmask16 ld[2], st[2];
@@ -162,16 +229,15 @@ BF16_TARGET static void pack_panel_native(int W, int64_t w, int64_t k, const flo
             ld[q] = (__mmask16)((1u << n) - 1u);
             st[q] = (__mmask16)(W - h <= 0 ? 0u : (1u << (W - h < 16 ? W - h : 16)) - 1u);
         }
-        const float *s0 = src;
         uint32_t *d = p;
         int64_t l = 0;
-        for (; l + 1 < k; l += 2, s0 += 2 * ls, d += W) {
-            __m512 a0 = _mm512_maskz_loadu_ps(ld[0], s0),
-                   a1 = _mm512_maskz_loadu_ps(ld[0], s0 + ls);
+        for (; l + 1 < k; l += 2, d += W) {
+            const void *s0 = elem_at(src, bf, l * ls), *s1 = elem_at(src, bf, (l + 1) * ls);
+            __m512 a0 = load16(bf, ld[0], s0), a1 = load16(bf, ld[0], s1);
             _mm512_mask_storeu_epi32(d, st[0], pair_rows(a0, a1));
             if (W > 16) {
-                __m512 b0 = _mm512_maskz_loadu_ps(ld[1], s0 + 16);
-                __m512 b1 = _mm512_maskz_loadu_ps(ld[1], s0 + ls + 16);
+                __m512 b0 = load16(bf, ld[1], elem_at(s0, bf, 16));
+                __m512 b1 = load16(bf, ld[1], elem_at(s1, bf, 16));
                 _mm512_mask_storeu_epi32(d + 16, st[1], pair_rows(b0, b1));
             }
         }
@@ -179,7 +245,8 @@ BF16_TARGET static void pack_panel_native(int W, int64_t w, int64_t k, const flo
             for (int q = 0; q < (W + 15) / 16; q++)
                 _mm512_mask_storeu_epi32(
                     d + 16 * q, st[q],
-                    pair_rows(_mm512_maskz_loadu_ps(ld[q], s0 + 16 * q), _mm512_setzero_ps()));
+                    pair_rows(load16(bf, ld[q], elem_at(src, bf, l * ls + 16 * q)),
+                              _mm512_setzero_ps()));
         return;
     }
     if (ls == 1) {
@@ -196,11 +263,12 @@ BF16_TARGET static void pack_panel_native(int W, int64_t w, int64_t k, const flo
             for (int h = 0; h < W; h += 16) {
                 __m512 r[16];
                 for (int i = 0; i < 16; i++) {
-                    const float *si = src + (h + i) * vs + l0;
-                    r[i] = h + i < w
-                               ? (__m512)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(m1, si + 16),
-                                                             _mm512_maskz_loadu_ps(m0, si))
-                               : _mm512_setzero_ps();
+                    const int64_t si = (h + i) * vs + l0;
+                    r[i] =
+                        h + i < w
+                            ? (__m512)_mm512_cvtne2ps_pbh(load16(bf, m1, elem_at(src, bf, si + 16)),
+                                                          load16(bf, m0, elem_at(src, bf, si)))
+                            : _mm512_setzero_ps();
                 }
                 cg_transpose16(r); /* r[j]: pair j of rows h..h+15 */
                 __mmask16 st = (__mmask16)((1u << (W - h < 16 ? W - h : 16)) - 1u);
@@ -210,7 +278,17 @@ BF16_TARGET static void pack_panel_native(int W, int64_t w, int64_t k, const flo
         }
         return;
     }
-    pack_panel_scalar(false, W, w, k, src, vs, ls, p);
+    pack_panel_scalar(false, W, w, k, src, bf, vs, ls, p);
+}
+
+/* pack_panel_native_of for floats and for bf16 elements, each compiled on its own */
+BF16_TARGET static void pack_panel_native(int W, int64_t w, int64_t k, const void *src, bool bf,
+                                          int64_t vs, int64_t ls, uint32_t *p)
+{
+    if (bf)
+        pack_panel_native_of(W, w, k, src, true, vs, ls, p);
+    else
+        pack_panel_native_of(W, w, k, src, false, vs, ls, p);
 }
 
 /* bf16_bits on 8 lanes, as floats (low halves zero) */
@@ -283,29 +361,24 @@ AVX2_TARGET static inline void emit_pair(bool wide, int W, int h, int64_t l, __m
 /* pack_panel_scalar's layouts (k-pairs, or wide) with AVX2: along the
  * panel when vs == 1 (two values of k at a time), along k when ls == 1 (8
  * vectors' 8 values of k at a time, turned in registers). W is 32 or 12. */
-AVX2_TARGET static void pack_panel_avx2(bool wide, int W, int64_t w, int64_t k, const float *src,
-                                        int64_t vs, int64_t ls, uint32_t *p)
+AVX2_TARGET static void pack_panel_avx2(bool wide, int W, int64_t w, int64_t k, const void *src,
+                                        bool bf, int64_t vs, int64_t ls, uint32_t *p)
 {
     if (vs == 1) {
-        __m256i vm[4];
-        for (int h = 0; h < W; h += 8)
-            vm[h / 8] = lanes_below(w - h);
         for (int64_t l = 0; l < k; l += 2) {
-            const float *s0 = src + l * ls, *s1 = s0 + ls;
+            const void *s0 = elem_at(src, bf, l * ls), *s1 = elem_at(src, bf, (l + 1) * ls);
             for (int h = 0; h < W; h += 8) {
-                const bool full = h + 8 <= w; /* plain loads: masked ones are slower */
-                const __m256 x0 =
-                    full ? _mm256_loadu_ps(s0 + h) : _mm256_maskload_ps(s0 + h, vm[h / 8]);
+                /* plain loads for whole vectors: masked ones are slower */
+                const __m256 x0 = load8(bf, w - h, elem_at(s0, bf, h));
                 const __m256 x1 = l + 1 >= k ? _mm256_setzero_ps() /* zero partner */
-                                  : full     ? _mm256_loadu_ps(s1 + h)
-                                             : _mm256_maskload_ps(s1 + h, vm[h / 8]);
+                                             : load8(bf, w - h, elem_at(s1, bf, h));
                 emit_pair(wide, W, h, l, round8(x0), round8(x1), p);
             }
         }
         return;
     }
     if (ls != 1) {
-        pack_panel_scalar(wide, W, w, k, src, vs, ls, p);
+        pack_panel_scalar(wide, W, w, k, src, bf, vs, ls, p);
         return;
     }
     for (int64_t l0 = 0; l0 < k; l0 += 8) {
@@ -313,13 +386,18 @@ AVX2_TARGET static void pack_panel_avx2(bool wide, int W, int64_t w, int64_t k, 
         const int64_t kk = k - l0 >= 8 ? 8 : (k - l0 + 1) & ~(int64_t)1;
         for (int h = 0; h < W; h += 8) {
             __m256 r[8];
-            const float *sh = src + h * vs + l0;
-            if (kk == 8 && k - l0 >= 8 && h + 8 <= w)
+            const int64_t sh = h * vs + l0;
+            if (bf)
+                for (int i = 0; i < 8; i++)
+                    r[i] = h + i < w ? load8(bf, k - l0, elem_at(src, bf, sh + i * vs))
+                                     : _mm256_setzero_ps();
+            else if (kk == 8 && k - l0 >= 8 && h + 8 <= w)
                 for (int i = 0; i < 8; i++) /* plain loads: masked ones are slower */
-                    r[i] = _mm256_loadu_ps(sh + i * vs);
+                    r[i] = _mm256_loadu_ps((const float *)src + sh + i * vs);
             else
                 for (int i = 0; i < 8; i++)
-                    r[i] = h + i < w ? _mm256_maskload_ps(sh + i * vs, km) : _mm256_setzero_ps();
+                    r[i] = h + i < w ? _mm256_maskload_ps((const float *)src + sh + i * vs, km)
+                                     : _mm256_setzero_ps();
             transpose8(r); /* r[j]: value l0 + j of vectors h .. h + 7 */
             if (kk == 8) {
                 for (int j = 0; j < 8; j += 2)
@@ -335,13 +413,13 @@ AVX2_TARGET static void pack_panel_avx2(bool wide, int W, int64_t w, int64_t k, 
 /* A panel of W vectors: k-pairs on the native and AMX paths; on the
  * emulated one, wide for a GEMM's panels, k-pairs for a packed weight's
  * (wide false). */
-static void pack_panel(cg_bf16_kind kind, bool wide, int W, int64_t w, int64_t k, const float *src,
-                       int64_t vs, int64_t ls, uint32_t *p)
+static void pack_panel(cg_bf16_kind kind, bool wide, int W, int64_t w, int64_t k, const void *src,
+                       bool bf, int64_t vs, int64_t ls, uint32_t *p)
 {
     if (kind != CG_BF16_EMULATED)
-        pack_panel_native(W, w, k, src, vs, ls, p);
+        pack_panel_native(W, w, k, src, bf, vs, ls, p);
     else
-        pack_panel_avx2(wide, W, w, k, src, vs, ls, p);
+        pack_panel_avx2(wide, W, w, k, src, bf, vs, ls, p);
 }
 
 static inline int64_t round16(int64_t x) { return (x + 15) / 16 * 16; }
@@ -355,8 +433,9 @@ static inline int64_t min64(int64_t x, int64_t y) { return x < y ? x : y; }
  * 16 pairs at a time (reading vectors side by side as pairs of rows and
  * turning them without the block in between was no faster: the strided
  * loads are the cost). */
-BF16_TARGET static void pack_panel_amx(int64_t w, int64_t k, const float *src, int64_t vs,
-                                       int64_t ls, uint32_t *q, int64_t ldq)
+BF16_TARGET static inline __attribute__((always_inline)) void pack_panel_amx_of(
+    int64_t w, int64_t k, const void *src, bool bf, int64_t vs, int64_t ls, uint32_t *q,
+    int64_t ldq)
 {
     /* rows read: the kernel loads the second 16 only for more than 16 columns */
     const int rows = w > 16 ? NR_AMX : 16;
@@ -376,10 +455,10 @@ BF16_TARGET static void pack_panel_amx(int64_t w, int64_t k, const float *src, i
                 const __mmask16 m1 = left >= 32  ? 0xffff
                                      : left > 16 ? (__mmask16)((1u << (left - 16)) - 1u)
                                                  : 0;
-                const float *si = src + i * vs + l;
-                _mm512_storeu_si512(qi + l / 2,
-                                    (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(m1, si + 16),
-                                                                 _mm512_maskz_loadu_ps(m0, si)));
+                const int64_t si = i * vs + l;
+                _mm512_storeu_si512(qi + l / 2, (__m512i)_mm512_cvtne2ps_pbh(
+                                                    load16(bf, m1, elem_at(src, bf, si + 16)),
+                                                    load16(bf, m0, elem_at(src, bf, si))));
             }
         }
         return;
@@ -387,7 +466,7 @@ BF16_TARGET static void pack_panel_amx(int64_t w, int64_t k, const float *src, i
     uint32_t t[(KC / 2) * NR_AMX] __attribute__((aligned(64)));
     for (int64_t l0 = 0; l0 < k; l0 += KC) {
         const int64_t kc = k - l0 < KC ? k - l0 : KC, kp = (kc + 1) / 2;
-        pack_panel_native(NR_AMX, w, kc, src + l0 * ls, vs, ls, t);
+        pack_panel_native(NR_AMX, w, kc, elem_at(src, bf, l0 * ls), bf, vs, ls, t);
         for (int64_t p0 = 0; p0 < round16(kp); p0 += 16)
             for (int h = 0; h < rows; h += 16) {
                 __m512 r[16];
@@ -401,6 +480,16 @@ BF16_TARGET static void pack_panel_amx(int64_t w, int64_t k, const float *src, i
     }
 }
 
+/* pack_panel_amx_of for floats and for bf16 elements, each compiled on its own */
+BF16_TARGET static void pack_panel_amx(int64_t w, int64_t k, const void *src, bool bf, int64_t vs,
+                                       int64_t ls, uint32_t *q, int64_t ldq)
+{
+    if (bf)
+        pack_panel_amx_of(w, k, src, true, vs, ls, q, ldq);
+    else
+        pack_panel_amx_of(w, k, src, false, vs, ls, q, ldq);
+}
+
 /* AMX B panels of the columns [j0, j1) (j0 a multiple of NR_AMX) of a
  * k x nc block of B whose columns are adjacent (vs 1) and whose k runs ls
  * apart (a weight gradient's dy), into pb (the panel of column j at pb +
@@ -411,23 +500,23 @@ BF16_TARGET static void pack_panel_amx(int64_t w, int64_t k, const float *src, i
  * side, 32 rows of B at a time, so each row is read in order (a panel at a
  * time read 128 bytes of each of kc rows ls apart, into a copy turned
  * afterwards). */
-BF16_TARGET static void pack_amx_strided(int64_t nc, int64_t k, const float *src, int64_t ls,
-                                         int64_t j0, int64_t j1, uint32_t *pb, int64_t words)
+BF16_TARGET static inline __attribute__((always_inline)) void pack_amx_strided_of(
+    int64_t nc, int64_t k, const void *src, bool bf, int64_t ls, int64_t j0, int64_t j1,
+    uint32_t *pb, int64_t words)
 {
     const int64_t ldq = round16((k + 1) / 2), jend = min64(j1, nc);
     for (int64_t p0 = 0; p0 < ldq; p0 += 16)
         for (int64_t j = j0; j < jend; j += 16) {
             const int64_t n = min64(jend - j, 16);
             const __mmask16 m = (__mmask16)((1u << n) - 1u);
-            const float *s = src + j;
             __m512 r[16];
             for (int i = 0; i < 16; i++) { /* zeros past k: an odd k's partner */
                 const int64_t l = 2 * (p0 + i);
                 __m512 x0 = _mm512_setzero_ps(), x1 = x0;
                 if (l < k)
-                    x0 = _mm512_maskz_loadu_ps(m, s + l * ls);
+                    x0 = load16(bf, m, elem_at(src, bf, j + l * ls));
                 if (l + 1 < k)
-                    x1 = _mm512_maskz_loadu_ps(m, s + (l + 1) * ls);
+                    x1 = load16(bf, m, elem_at(src, bf, j + (l + 1) * ls));
                 r[i] = (__m512)pair_rows(x0, x1);
             }
             cg_transpose16(r); /* r[c]: column j + c's 16 pairs */
@@ -435,6 +524,17 @@ BF16_TARGET static void pack_amx_strided(int64_t nc, int64_t k, const float *src
             for (int c = 0; c < 16; c++)
                 _mm512_storeu_ps((float *)(q + c * ldq), r[c]);
         }
+}
+
+/* pack_amx_strided_of for floats and for bf16 elements, each compiled on its own */
+BF16_TARGET static void pack_amx_strided(int64_t nc, int64_t k, const void *src, bool bf,
+                                         int64_t ls, int64_t j0, int64_t j1, uint32_t *pb,
+                                         int64_t words)
+{
+    if (bf)
+        pack_amx_strided_of(nc, k, src, true, ls, j0, j1, pb, words);
+    else
+        pack_amx_strided_of(nc, k, src, false, ls, j0, j1, pb, words);
 }
 
 /* 32-bit words of a GEMM's A panel per k-pair and row */
@@ -450,13 +550,13 @@ static inline int64_t b_panel_words(cg_bf16_kind kind, int64_t kp)
 }
 
 /* B panel of w <= b_cols(kind) vectors, k deep (see b_panel_words). */
-static void pack_b_panel(cg_bf16_kind kind, int64_t w, int64_t k, const float *src, int64_t vs,
-                         int64_t ls, uint32_t *p)
+static void pack_b_panel(cg_bf16_kind kind, int64_t w, int64_t k, const void *src, bool bf,
+                         int64_t vs, int64_t ls, uint32_t *p)
 {
     if (kind == CG_BF16_AMX)
-        pack_panel_amx(w, k, src, vs, ls, p, round16((k + 1) / 2));
+        pack_panel_amx(w, k, src, bf, vs, ls, p, round16((k + 1) / 2));
     else
-        pack_panel(kind, true, NR, w, k, src, vs, ls, p);
+        pack_panel(kind, true, NR, w, k, src, bf, vs, ls, p);
 }
 
 /* ------------------------------------------------------------ kernels */
@@ -888,7 +988,9 @@ typedef struct {
     cg_bf16_kind kind;
     int64_t m, n, k;
     float alpha, beta;
-    const float *a, *b, *bias;
+    const void *a, *b; /* floats, or bf16 where abf, bbf */
+    bool abf, bbf;
+    const float *bias;
     int64_t rsa, csa, rsb, csb, rsbias, csbias;
     float *c;
     int64_t rsc, csc;
@@ -896,36 +998,31 @@ typedef struct {
 } product;
 
 static product product_of(cg_bf16_kind kind, int64_t m, int64_t n, int64_t k, float alpha,
-                          const float *a, int64_t rsa, int64_t csa, const float *b, int64_t rsb,
-                          int64_t csb, float beta, const float *bias, int64_t bs, float *c,
-                          int64_t rsc, int64_t csc, const cg_bf16_prepacked *pre)
+                          const void *a, int64_t rsa, int64_t csa, const void *b, int64_t rsb,
+                          int64_t csb, unsigned bf, float beta, const float *bias, int64_t bs,
+                          float *c, int64_t rsc, int64_t csc, const cg_bf16_prepacked *pre)
 {
     /* a bias per column of C; per row of the tiles once C is turned over */
     int64_t rsbias = 0, csbias = bs;
+    bool abf = bf & CG_GEMM_A_BF16, bbf = bf & CG_GEMM_B_BF16;
     if (bias && csc == 1 && rsc != 1) {
         rsbias = bs;
         csbias = 0;
     }
-    cg_gemm_to_column_c(&m, &n, &a, &rsa, &csa, &b, &rsb, &csb, &rsc, &csc);
-    return (product){kind,
-                     m,
-                     n,
-                     k,
-                     alpha,
-                     beta,
-                     a,
-                     b,
-                     bias,
-                     rsa,
-                     csa,
-                     rsb,
-                     csb,
-                     rsbias,
-                     csbias,
-                     c,
-                     rsc,
-                     csc,
-                     pre ? *pre : (cg_bf16_prepacked){NULL, 0}};
+    if (csc == 1 && rsc != 1) { /* turned over below: A and B swap */
+        const void *t = a;
+        a = b;
+        b = t;
+        const bool tb = abf;
+        abf = bbf;
+        bbf = tb;
+    }
+    const float *fa = NULL, *fb = NULL; /* (a and b swapped above) */
+    cg_gemm_to_column_c(&m, &n, &fa, &rsa, &csa, &fb, &rsb, &csb, &rsc, &csc);
+    return (product){
+        kind, m,      n,      k,    alpha, beta, a,
+        b,    abf,    bbf,    bias, rsa,   csa,  rsb,
+        csb,  rsbias, csbias, c,    rsc,   csc,  pre ? *pre : (cg_bf16_prepacked){NULL, 0}};
 }
 
 /* B panels [j0, j1) (multiples of b_cols) of the block of B at k offset
@@ -936,12 +1033,14 @@ static void pack_b(const product *p, int64_t jc, int64_t nc, int64_t pc, int64_t
 {
     const int64_t bc = b_cols(p->kind), words = b_panel_words(p->kind, (kc + 1) / 2);
     if (p->kind == CG_BF16_AMX && p->csb == 1 && p->rsb != 1) {
-        pack_amx_strided(nc, kc, p->b + pc * p->rsb + jc, p->rsb, j0, j1, pb, words);
+        pack_amx_strided(nc, kc, elem_at(p->b, p->bbf, pc * p->rsb + jc), p->bbf, p->rsb, j0, j1,
+                         pb, words);
         return;
     }
     for (int64_t j = j0; j < j1; j += bc)
-        pack_b_panel(p->kind, min64(nc - j, bc), kc, p->b + pc * p->rsb + (jc + j) * p->csb, p->csb,
-                     p->rsb, pb + j / bc * words);
+        pack_b_panel(p->kind, min64(nc - j, bc), kc,
+                     elem_at(p->b, p->bbf, pc * p->rsb + (jc + j) * p->csb), p->bbf, p->csb, p->rsb,
+                     pb + j / bc * words);
 }
 
 /* The m block of A at row ic (mc rows) and k offset pc (kc deep) as the
@@ -950,8 +1049,9 @@ static void pack_a(const product *p, int64_t ic, int64_t mc, int64_t pc, int64_t
 {
     const int64_t kp = (kc + 1) / 2;
     for (int64_t i = 0; i < mc; i += MR)
-        pack_panel(p->kind, true, MR, min64(mc - i, MR), kc, p->a + (ic + i) * p->rsa + pc * p->csa,
-                   p->rsa, p->csa, pa + i * kp * a_words(p->kind));
+        pack_panel(p->kind, true, MR, min64(mc - i, MR), kc,
+                   elem_at(p->a, p->abf, (ic + i) * p->rsa + pc * p->csa), p->abf, p->rsa, p->csa,
+                   pa + i * kp * a_words(p->kind));
 }
 
 /* One packed B panel bp (C's columns [j, j + nr)) times the row panels of
@@ -1019,12 +1119,12 @@ static size_t b_block_size(const product *p)
 }
 
 bool cg_bf16_gemm_serial(cg_bf16_kind kind, int64_t m, int64_t n, int64_t k, float alpha,
-                         const float *a, int64_t rsa, int64_t csa, const float *b, int64_t rsb,
-                         int64_t csb, float beta, const float *bias, int64_t bs, float *c,
-                         int64_t rsc, int64_t csc, const cg_bf16_prepacked *pre)
+                         const void *a, int64_t rsa, int64_t csa, const void *b, int64_t rsb,
+                         int64_t csb, unsigned bf, float beta, const float *bias, int64_t bs,
+                         float *c, int64_t rsc, int64_t csc, const cg_bf16_prepacked *pre)
 {
-    const product p = product_of(kind, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, bias, bs, c,
-                                 rsc, csc, pre);
+    const product p = product_of(kind, m, n, k, alpha, a, rsa, csa, b, rsb, csb, bf, beta, bias, bs,
+                                 c, rsc, csc, pre);
     /* AMX, with A prepacked (the weight) or in one m block: each B panel
      * is packed just before every row panel of C multiplies it, into one
      * buffer that stays in L1 (packing a whole block first, then reading it
@@ -1080,12 +1180,12 @@ bool cg_bf16_gemm_shares_packing(cg_bf16_kind kind, int64_t m, int64_t n, int64_
 }
 
 bool cg_bf16_gemm_parallel(cg_bf16_kind kind, int nt, int64_t m, int64_t n, int64_t k, float alpha,
-                           const float *a, int64_t rsa, int64_t csa, const float *b, int64_t rsb,
-                           int64_t csb, float beta, const float *bias, int64_t bs, float *c,
-                           int64_t rsc, int64_t csc, const cg_bf16_prepacked *pre)
+                           const void *a, int64_t rsa, int64_t csa, const void *b, int64_t rsb,
+                           int64_t csb, unsigned bf, float beta, const float *bias, int64_t bs,
+                           float *c, int64_t rsc, int64_t csc, const cg_bf16_prepacked *pre)
 {
-    const product p = product_of(kind, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, bias, bs, c,
-                                 rsc, csc, pre);
+    const product p = product_of(kind, m, n, k, alpha, a, rsa, csa, b, rsb, csb, bf, beta, bias, bs,
+                                 c, rsc, csc, pre);
     /* the calling thread's buffer holds every k block of B (one column
      * block at a time) and each thread's A block (none when prepacked) */
     const int64_t nblk = (p.k + KC - 1) / KC, ncmax = min64(p.n, n_block(kind));
@@ -1158,7 +1258,7 @@ cg_bf16_matrix *cg_bf16_matrix_new(int64_t n, int64_t k, const float *w, int64_t
     const cg_bf16_kind kind = cg_bf16_native() ? CG_BF16_NATIVE : CG_BF16_EMULATED;
 #pragma omp parallel for schedule(static) if (npanel > 1 && (double)n * (double)k > 1e5)
     for (int64_t q = 0; q < npanel; q++)
-        pack_panel(kind, false, MR, min64(n - q * MR, MR), k, w + q * MR * rsw, rsw, csw,
+        pack_panel(kind, false, MR, min64(n - q * MR, MR), k, w + q * MR * rsw, false, rsw, csw,
                    p + q * kp * MR);
     return m;
 }
@@ -1220,9 +1320,10 @@ static void bf16_matrix_panels(const cg_bf16_matrix *w, cg_bf16_kind kind, int64
  * thread (a few microseconds) costs more than it saves. */
 #define MATRIX_MIN_BYTES_PER_THREAD (512 * 1024)
 
-bool cg_bf16_matrix_mul(const cg_bf16_matrix *w, cg_gemm_path path, int nthreads, int64_t m,
-                        const float *x, int64_t rsx, int64_t csx, const float *bias, int64_t bs,
-                        float *y, int64_t rsy, int64_t csy)
+/* cg_bf16_matrix_mul with x's elements floats, or bf16 when xbf */
+static bool matrix_mul(const cg_bf16_matrix *w, cg_gemm_path path, int nthreads, int64_t m,
+                       const void *x, bool xbf, int64_t rsx, int64_t csx, const float *bias,
+                       int64_t bs, float *y, int64_t rsy, int64_t csy)
 {
     if (!w || (m > 0 && (!x || !y)) || m < 0) {
         cg_set_error("bf16 matrix product: NULL argument or negative row count");
@@ -1244,8 +1345,8 @@ bool cg_bf16_matrix_mul(const cg_bf16_matrix *w, cg_gemm_path path, int nthreads
         /* many rows (training): the GEMM driver's blocking and threads,
          * with W's panels in place of the ones it would pack */
         const cg_bf16_prepacked pre = {w->p, w->kp};
-        if (cg_gemm_prepacked(path, nthreads, m, w->n, w->k, x, rsx, csx, &pre, bias, bs, y, rsy,
-                              csy))
+        if (cg_gemm_prepacked(path, nthreads, m, w->n, w->k, x, xbf, rsx, csx, &pre, bias, bs, y,
+                              rsy, csy))
             return true;
         cg_set_error("bf16 matrix product: out of memory");
         return false;
@@ -1259,7 +1360,8 @@ bool cg_bf16_matrix_mul(const cg_bf16_matrix *w, cg_gemm_path path, int nthreads
         return false;
     }
     for (int64_t j = 0; j < nxp; j++)
-        pack_b_panel(kind, min64(m - j * bc, bc), w->k, x + j * bc * rsx, rsx, csx, xp + j * xw);
+        pack_b_panel(kind, min64(m - j * bc, bc), w->k, elem_at(x, xbf, j * bc * rsx), xbf, rsx,
+                     csx, xp + j * xw);
     /* threads split W's panels into contiguous runs: each element of y is
      * the same kernel's sum over the same k blocks for any split */
     int nt = nthreads > 0 ? nthreads : cg_get_num_threads();
@@ -1279,4 +1381,18 @@ bool cg_bf16_matrix_mul(const cg_bf16_matrix *w, cg_gemm_path path, int nthreads
         bf16_matrix_panels(w, kind, q0, q1, m, xp, bias, bs, y, rsy, csy);
     }
     return true;
+}
+
+bool cg_bf16_matrix_mul(const cg_bf16_matrix *w, cg_gemm_path path, int nthreads, int64_t m,
+                        const float *x, int64_t rsx, int64_t csx, const float *bias, int64_t bs,
+                        float *y, int64_t rsy, int64_t csy)
+{
+    return matrix_mul(w, path, nthreads, m, x, false, rsx, csx, bias, bs, y, rsy, csy);
+}
+
+bool cg_bf16_matrix_mul_bf16(const cg_bf16_matrix *w, cg_gemm_path path, int nthreads, int64_t m,
+                             const uint16_t *x, int64_t rsx, int64_t csx, const float *bias,
+                             int64_t bs, float *y, int64_t rsy, int64_t csy)
+{
+    return matrix_mul(w, path, nthreads, m, x, true, rsx, csx, bias, bs, y, rsy, csy);
 }

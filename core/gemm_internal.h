@@ -47,20 +47,21 @@ typedef struct {
  * same bf16 path. C must be row-stored (csc 1, rsc >= n, m and n >= 2).
  * False when out of memory or the path is not a bf16 one. path is a
  * cg_gemm_path (an int here: core/gemm.h is the gemm module's own header). */
-bool cg_gemm_prepacked(int path, int nthreads, int64_t m, int64_t n, int64_t k, const float *x,
-                       int64_t rsx, int64_t csx, const cg_bf16_prepacked *w, const float *bias,
-                       int64_t bs, float *c, int64_t rsc, int64_t csc);
+bool cg_gemm_prepacked(int path, int nthreads, int64_t m, int64_t n, int64_t k, const void *x,
+                       bool xbf, int64_t rsx, int64_t csx, const cg_bf16_prepacked *w,
+                       const float *bias, int64_t bs, float *c, int64_t rsc, int64_t csc);
 
 /* core/gemm_bf16.c: C = alpha A B + beta C on one thread with A and B
  * rounded to bf16 while packed and fp32 sums, on the given kernel; any
- * strides. With a bias (beta must be 0),
- * C = alpha A B + bias[j * bs] for column j, added as the tiles are
- * written (the bits of C set to the bias first and beta 1). False when out
- * of memory. */
+ * strides. a and b point at floats, or at bf16 bit patterns where bf has
+ * CG_GEMM_A_BF16 / CG_GEMM_B_BF16 (core/gemm.h; strides count elements).
+ * With a bias (beta must be 0), C = alpha A B + bias[j * bs] for column j,
+ * added as the tiles are written (the bits of C set to the bias first and
+ * beta 1). False when out of memory. */
 bool cg_bf16_gemm_serial(cg_bf16_kind kind, int64_t m, int64_t n, int64_t k, float alpha,
-                         const float *a, int64_t rsa, int64_t csa, const float *b, int64_t rsb,
-                         int64_t csb, float beta, const float *bias, int64_t bs, float *c,
-                         int64_t rsc, int64_t csc, const cg_bf16_prepacked *pre);
+                         const void *a, int64_t rsa, int64_t csa, const void *b, int64_t rsb,
+                         int64_t csb, unsigned bf, float beta, const float *bias, int64_t bs,
+                         float *c, int64_t rsc, int64_t csc, const cg_bf16_prepacked *pre);
 
 /* pre (or NULL): C's turned-over A operand (B's transpose here, the
  * weight) already packed; C must then be row-stored. */
@@ -74,9 +75,9 @@ bool cg_bf16_gemm_serial(cg_bf16_kind kind, int64_t m, int64_t n, int64_t k, flo
 bool cg_bf16_gemm_shares_packing(cg_bf16_kind kind, int64_t m, int64_t n, int64_t k, int64_t rsc,
                                  int64_t csc, int nt);
 bool cg_bf16_gemm_parallel(cg_bf16_kind kind, int nt, int64_t m, int64_t n, int64_t k, float alpha,
-                           const float *a, int64_t rsa, int64_t csa, const float *b, int64_t rsb,
-                           int64_t csb, float beta, const float *bias, int64_t bs, float *c,
-                           int64_t rsc, int64_t csc, const cg_bf16_prepacked *pre);
+                           const void *a, int64_t rsa, int64_t csa, const void *b, int64_t rsb,
+                           int64_t csb, unsigned bf, float beta, const float *bias, int64_t bs,
+                           float *c, int64_t rsc, int64_t csc, const cg_bf16_prepacked *pre);
 
 /* The stride of a size-1 dimension means nothing, but BLIS checks it.
  * Rewrite it so that BLIS sees plain row- or column-major storage. */

@@ -7,6 +7,7 @@
  * by one thread in row order (in double), so results do not depend on the
  * thread count. */
 #include <omp.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,14 +32,83 @@ static bool check_linear(const char *op, const cg_tensor *x, const cg_tensor *w,
     return true;
 }
 
+/* x rounded as the bf16 products round it, contiguous. */
+static void round_of(int64_t n, const float *x, void *y) { cg_bf16_round_run(n, x, y); }
+static cg_tensor *round_copy(const cg_tensor *x) { return cg_k_map_runs(x, CG_BF16, round_of); }
+
+/* The copy is kept in x's storage's derived slot (core/tensor.h), keyed by
+ * the view and the version, so that the products that read one activation
+ * (q, k and v of one input; a decoder's cross-attention reading the
+ * encoder's output) keep one copy between them. The slot holds a
+ * reference (held: no scope gives it back), dropped when the storage dies
+ * or is written. */
+typedef struct {
+    cg_tensor *copy;
+    int64_t offset;
+    int ndim;
+    int64_t shape[CG_MAX_DIMS], strides[CG_MAX_DIMS];
+    uint64_t version;
+} operand_slot;
+
+static pthread_mutex_t g_operand_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void operand_slot_free(void *p)
+{
+    operand_slot *o = p;
+    if (o)
+        cg_release_held(o->copy);
+    free(o);
+}
+
+static bool same_view(const operand_slot *o, const cg_tensor *x)
+{
+    return o->offset == x->offset && o->ndim == x->ndim && o->version == x->storage->version &&
+           !memcmp(o->shape, x->shape, sizeof(int64_t) * (size_t)x->ndim) &&
+           !memcmp(o->strides, x->strides, sizeof(int64_t) * (size_t)x->ndim);
+}
+
+cg_tensor *cg_k_bf16_operand(const cg_tensor *x)
+{
+    if (!x)
+        return cg_error_null_input("cg_k_bf16_operand"), NULL;
+    if (!cg_f32_args("bf16_operand", 1, &x))
+        return NULL;
+    cg_storage *s = x->storage;
+    cg_tensor *y = NULL;
+    pthread_mutex_lock(&g_operand_lock);
+    if (s->derived && s->derived_free == operand_slot_free && same_view(s->derived, x))
+        y = cg_retain(((operand_slot *)s->derived)->copy);
+    pthread_mutex_unlock(&g_operand_lock);
+    if (y || !(y = round_copy(x)))
+        return y;
+    operand_slot *o = malloc(sizeof *o);
+    if (!o)
+        return y; /* kept by its caller alone */
+    *o = (operand_slot){cg_retain_held(y), x->offset, x->ndim, {0}, {0}, s->version};
+    memcpy(o->shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
+    memcpy(o->strides, x->strides, sizeof(int64_t) * (size_t)x->ndim);
+    pthread_mutex_lock(&g_operand_lock);
+    /* a slot of this kind is replaced; another kind's (a weight's) stays */
+    const bool mine = !s->derived || s->derived_free == operand_slot_free;
+    void *old = mine ? s->derived : NULL;
+    if (mine) {
+        s->derived = o;
+        s->derived_free = operand_slot_free;
+    }
+    pthread_mutex_unlock(&g_operand_lock);
+    operand_slot_free(mine ? old : o);
+    return y;
+}
+
 /* y = x W^T + b on the GEMM, or in bf16 (the thread's policy, or packed)
  * on W's cached bf16 copy (core/weight_cache.c), which sets y's rows to the
- * bias itself. */
+ * bias itself. A bfloat16 x (cg_k_bf16_operand's) is read as it is by the
+ * bf16 products and widened (exactly) for fp32 ones. */
 static cg_tensor *linear(const cg_tensor *x, const cg_tensor *w, const cg_tensor *b, bool packed)
 {
     if (!x || !w)
         return NULL;
-    if (!cg_f32_args("linear", 3, (const cg_tensor *[]){x, w, b}) ||
+    if (!cg_f32_args("linear", 3, (const cg_tensor *[]){x->dtype == CG_BF16 ? NULL : x, w, b}) ||
         !check_linear("linear", x, w, b))
         return NULL;
     const int64_t in = w->shape[1], out = w->shape[0];
@@ -51,7 +121,8 @@ static cg_tensor *linear(const cg_tensor *x, const cg_tensor *w, const cg_tensor
     memcpy(shp, x->shape, sizeof(int64_t) * (size_t)x->ndim);
     shp[x->ndim - 1] = out;
     cg_tensor *y = cg_empty(x->ndim, shp);
-    cg_tensor *xc = cg_k_contiguous(x);
+    /* fp32 products of a bfloat16 x: its values as floats */
+    cg_tensor *xc = x->dtype == CG_BF16 && !pw ? cg_k_to(x, CG_F32) : cg_k_contiguous(x);
     if (!y || !xc) {
         cg_release_all(2, y, xc);
         cg_bf16_weight_release(pw);
@@ -61,6 +132,10 @@ static cg_tensor *linear(const cg_tensor *x, const cg_tensor *w, const cg_tensor
     bool ok = true;
     if (in == 0 && !b)
         memset(yp, 0, sizeof(float) * (size_t)(N * out));
+    else if (pw && xc->dtype == CG_BF16)
+        ok = cg_bf16_matrix_mul_bf16(cg_bf16_weight_matrix(pw), CG_GEMM_AUTO, 0, N,
+                                     cg_data_bf16(xc), in, 1, b ? cg_data(b) : NULL,
+                                     b ? b->strides[0] : 0, yp, out, 1);
     else if (pw)
         ok = cg_bf16_matrix_mul(cg_bf16_weight_matrix(pw), CG_GEMM_AUTO, 0, N, cg_data(xc), in, 1,
                                 b ? cg_data(b) : NULL, b ? b->strides[0] : 0, yp, out, 1);
@@ -137,7 +212,8 @@ bool cg_k_linear_backward(const cg_tensor *x, const cg_tensor *w, const cg_tenso
         *db = NULL;
     if (!x || !w || !g)
         return cg_error_null_input("cg_k_linear_backward");
-    if (!cg_f32_args("linear_backward", 3, (const cg_tensor *[]){x, w, g}))
+    if (!cg_f32_args("linear_backward", 3,
+                     (const cg_tensor *[]){x->dtype == CG_BF16 ? NULL : x, w, g}))
         return false;
     if (!check_linear("linear backward", x, w, NULL))
         return false;
@@ -175,8 +251,12 @@ bool cg_k_linear_backward(const cg_tensor *x, const cg_tensor *w, const cg_tenso
         cg_sgemm(N, in, out, 1.0f, gp, out, 1, cg_data(w), w->strides[0], w->strides[1], 0.0f,
                  cg_data(gx), in, 1);
     }
-    if (gw && !empty) /* dW [out,in] = g^T [out,N] x [N,in] */
-        cg_sgemm(out, in, N, 1.0f, gp, 1, out, cg_data(xc), in, 1, 0.0f, cg_data(gw), in, 1);
+    if (gw && !empty && ok && /* dW [out,in] = g^T [out,N] x [N,in] (x bf16: read as it is) */
+        !cg_gemm_mixed_path(CG_GEMM_AUTO, 0, out, in, N, 1.0f, gp, 1, out, cg_data_ptr(xc), in, 1,
+                            xc->dtype == CG_BF16 ? CG_GEMM_B_BF16 : 0, 0.0f, cg_data(gw), in, 1)) {
+        cg_set_error("linear backward: the weight's gradient failed (out of memory)");
+        ok = false;
+    }
     if (gb) {
         /* column sums, each thread a run of whole blocks of CB columns */
         const int64_t nblk = (out + CB - 1) / CB;

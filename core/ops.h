@@ -113,6 +113,18 @@ bool cg_k_add_(cg_tensor *dst, const cg_tensor *src);
 bool cg_k_muls_(cg_tensor *dst, float s);
 /* dst = relu(dst): the bits of cg_k_relu, written over its input. */
 bool cg_k_relu_(cg_tensor *dst);
+/* ReLU's mask, a > 0 (NaN and -0 false), as a bool tensor (a float32, any
+ * strides), and the gradient g where the mask holds, 0 elsewhere (same
+ * shapes): cg_k_relu_backward(a, g)'s bits, from a byte an element. */
+cg_tensor *cg_k_relu_mask(const cg_tensor *a);
+/* A new contiguous tensor of dtype dt made from x (float32, any strides)
+ * by conv(n, x, y) over runs of 16,384 elements (y: the run's first
+ * element of the result), the runs split among threads: for conversions
+ * whose elements do not depend on the run (the mask above, the bf16
+ * copies of cg_k_bf16_operand). */
+cg_tensor *cg_k_map_runs(const cg_tensor *x, cg_dtype dt,
+                         void (*conv)(int64_t n, const float *x, void *y));
+cg_tensor *cg_k_relu_mask_backward(const cg_tensor *mask, const cg_tensor *g);
 
 /* ------------------------------------- comparisons and logic (any dtype) */
 /* torch.eq, ne, lt, le, gt, ge: a and b broadcast; integers and bool
@@ -270,8 +282,18 @@ bool cg_k_add_rms_norm_backward(const cg_tensor *x, const cg_tensor *y, const cg
 cg_tensor *cg_k_dropout(const cg_tensor *a, float p, cg_rng *rng, cg_tensor **mask);
 
 /* Linear layer: y = x W^T + b, x [..., in] (any strides), W [out, in], b
- * [out] or NULL -> [..., out]. One GEMM with the bias pre-written into y. */
+ * [out] or NULL -> [..., out]. One GEMM with the bias pre-written into y.
+ * x may be bfloat16 (cg_k_bf16_operand's): bf16 products read it as it is
+ * (the bits they give for the floats it was rounded from), fp32 ones
+ * widen it. */
 cg_tensor *cg_k_linear(const cg_tensor *x, const cg_tensor *w, const cg_tensor *b);
+/* x (float32, any strides) as a contiguous bfloat16 tensor rounded as the
+ * bf16 products round their operands (core/gemm.h cg_bf16_round_run: ties
+ * to even, subnormals to signed zero, NaN made quiet; cg_k_to keeps
+ * subnormals, as PyTorch does). What the linear layers save for their
+ * backward in bf16 precision (autograd's cg_affine): half the bytes, and
+ * the products' bits. */
+cg_tensor *cg_k_bf16_operand(const cg_tensor *x);
 /* The same in bf16 precision with W read from a bf16 copy of it
  * (cg_bf16_matrix) packed at the first call and kept with W's storage
  * until the storage dies or is written (cg_tensor_modified): the bf16
@@ -309,7 +331,8 @@ cg_bf16_cache_stats cg_bf16_weight_cache_stats(void);
 void cg_bf16_weight_cache_limit(size_t bytes);
 
 /* Its gradients given g [..., out]: dx [..., in], dW [out, in], db [out]
- * (each may be NULL to skip). */
+ * (each may be NULL to skip). x may be bfloat16 (only dW reads it), as
+ * for cg_k_linear. */
 bool cg_k_linear_backward(const cg_tensor *x, const cg_tensor *w, const cg_tensor *g,
                           cg_tensor **dx, cg_tensor **dw, cg_tensor **db);
 

@@ -1020,6 +1020,366 @@ START_TEST(test_packed_linear_refresh)
 }
 END_TEST
 
+/* An operand as the bf16 products round it (cg_bf16_round_run), element
+ * for element of a strided buffer of n floats. */
+static uint16_t *rounded_copy(const float *x, size_t n)
+{
+    uint16_t *h = malloc(n * sizeof(uint16_t));
+    cg_bf16_round_run((int64_t)n, x, h);
+    return h;
+}
+
+/* cg_bf16_round_run gives cg_bf16_round's bits (the GEMM's packing),
+ * NaN, infinities and subnormals included, on runs of every length
+ * around the vector width. */
+START_TEST(test_round_run)
+{
+    cg_rng rng = cg_rng_new(41);
+    for (size_t n = 0; n < 70; n++) {
+        float *x = nasty_buf(&rng, n + 1);
+        uint16_t *h = rounded_copy(x, n);
+        for (size_t i = 0; i < n; i++) {
+            const uint32_t want = to_bits(cg_bf16_round(x[i]));
+            ck_assert_msg(want == (uint32_t)h[i] << 16, "%zu of %zu: %a gives %04x, not %08x", i, n,
+                          (double)x[i], h[i], want);
+        }
+        free(x);
+        free(h);
+    }
+}
+END_TEST
+
+/* A product given bf16 operands (cg_gemm_mixed_path: A, B or both) has the
+ * bits of the product of the floats they were rounded from, on every bf16
+ * path, every layout of A, B and C, 1 and 2 threads, NaN, infinities and
+ * subnormals included; on an fp32 path the bits of the product of the
+ * widened values. */
+START_TEST(test_bf16_operands)
+{
+    cg_rng rng = cg_rng_new(43);
+    const int64_t more[][3] = {{384, 256, 1000}, {64, 1100, 130}, {700, 40, 77}};
+    const int nall = NSIZES + 3;
+    for (int si = 0; si < nall; si++) {
+        const int64_t *d = si < NSIZES ? sizes[si] : more[si - NSIZES];
+        const int64_t m = d[0], n = d[1], k = d[2];
+        for (int l = 0; l < 32; l++) {
+            const int la = l & 3, lb = l >> 2 & 3, lc = l >> 4;
+            if (si >= NSIZES && (la > 1 || lb > 1)) /* the larger ones row- or column-major */
+                continue;
+            int64_t rsa, csa, rsb, csb, rsc, csc;
+            size_t na, nb, nc;
+            layout(la, m, k, &rsa, &csa, &na);
+            layout(lb, k, n, &rsb, &csb, &nb);
+            layout(lc, m, n, &rsc, &csc, &nc);
+            float *a = l % 3 ? rand_buf(&rng, na) : nasty_buf(&rng, na);
+            float *b = l % 3 ? rand_buf(&rng, nb) : nasty_buf(&rng, nb);
+            uint16_t *ah = rounded_copy(a, na), *bh = rounded_copy(b, nb);
+            float *ref = malloc(nc * sizeof(float)), *got = malloc(nc * sizeof(float));
+            for (int p = 0; p <= NPATHS; p++) {
+                /* the bf16 paths, then fp32 (on the values as floats) */
+                const cg_gemm_path path = p < NPATHS ? bf16_paths[p] : cg_gemm_active_path();
+                if (!cg_gemm_path_available(path) || (p == NPATHS && si >= NSIZES))
+                    continue;
+                float *aw = a, *bw = b;
+                if (p == NPATHS) { /* fp32: the reference is the product of the bf16 values */
+                    aw = malloc(na * sizeof(float));
+                    bw = malloc(nb * sizeof(float));
+                    for (size_t i = 0; i < na; i++)
+                        aw[i] = cg_bf16_round(a[i]);
+                    for (size_t i = 0; i < nb; i++)
+                        bw[i] = cg_bf16_round(b[i]);
+                }
+                for (int nt = 1; nt <= 2; nt++) {
+                    for (size_t i = 0; i < nc; i++)
+                        ref[i] = (float)(i % 3) - 1.0f;
+                    ck_assert(cg_sgemm_path(path, nt, m, n, k, 0.5f, aw, rsa, csa, bw, rsb, csb,
+                                            1.0f, ref, rsc, csc));
+                    for (unsigned bf = 1; bf <= 3; bf++) {
+                        for (size_t i = 0; i < nc; i++)
+                            got[i] = (float)(i % 3) - 1.0f;
+                        const void *ap = bf & CG_GEMM_A_BF16 ? (const void *)ah : aw;
+                        const void *bp = bf & CG_GEMM_B_BF16 ? (const void *)bh : bw;
+                        ck_assert(cg_gemm_mixed_path(path, nt, m, n, k, 0.5f, ap, rsa, csa, bp, rsb,
+                                                     csb, bf, 1.0f, got, rsc, csc));
+                        for (size_t i = 0; i < nc; i++)
+                            if (to_bits(got[i]) != to_bits(ref[i]) &&
+                                !(p == NPATHS && isnan(got[i]) && isnan(ref[i])))
+                                ck_abort_msg("%s %lldx%lldx%lld layouts %d%d%d bf16 %u, %d "
+                                             "threads: %a, from floats %a at %zu",
+                                             cg_gemm_path_name(path), (long long)m, (long long)n,
+                                             (long long)k, la, lb, lc, bf, nt, (double)got[i],
+                                             (double)ref[i], i);
+                    }
+                }
+                if (p == NPATHS) {
+                    free(aw);
+                    free(bw);
+                }
+            }
+            free(a);
+            free(b);
+            free(ah);
+            free(bh);
+            free(ref);
+            free(got);
+        }
+    }
+}
+END_TEST
+
+/* A packed weight times a bf16 x (cg_bf16_matrix_mul_bf16) has the bits
+ * of the same product of the floats x was rounded from, for few and many
+ * rows of x (the driver with prepacked panels), with and without a bias,
+ * on every bf16 path and 1 and 2 threads. */
+START_TEST(test_matrix_bf16_x)
+{
+    cg_rng rng = cg_rng_new(47);
+    const int64_t dims[][3] = {{1, 33, 17},    {5, 97, 385},   {64, 65, 769},
+                               {100, 65, 769}, {3100, 33, 17}, {300, 384, 384}};
+    for (int d = 0; d < 6; d++) {
+        const int64_t M = dims[d][0], N = dims[d][1], K = dims[d][2];
+        float *w = rand_buf(&rng, (size_t)(N * K)), *bias = rand_buf(&rng, (size_t)N);
+        float *x = d % 2 ? nasty_buf(&rng, (size_t)(M * K)) : rand_buf(&rng, (size_t)(M * K));
+        uint16_t *xh = rounded_copy(x, (size_t)(M * K));
+        float *y = malloc((size_t)(M * N) * sizeof(float));
+        float *ref = malloc((size_t)(M * N) * sizeof(float));
+        cg_bf16_matrix *pw = cg_bf16_matrix_new(N, K, w, K, 1);
+        for (int p = 0; p < NPATHS; p++)
+            for (int v = 0; v < 4; v++) {
+                if (!cg_gemm_path_available(bf16_paths[p]))
+                    continue;
+                const float *bs = v & 1 ? bias : NULL;
+                const int nt = 1 + (v >> 1);
+                ck_assert(cg_bf16_matrix_mul(pw, bf16_paths[p], nt, M, x, K, 1, bs, 1, ref, N, 1));
+                ck_assert(
+                    cg_bf16_matrix_mul_bf16(pw, bf16_paths[p], nt, M, xh, K, 1, bs, 1, y, N, 1));
+                ck_assert_msg(memcmp(y, ref, (size_t)(M * N) * sizeof(float)) == 0,
+                              "%s %lldx%lldx%lld bias %d, %d threads: bf16 x differs",
+                              cg_gemm_path_name(bf16_paths[p]), (long long)M, (long long)N,
+                              (long long)K, v & 1, nt);
+            }
+        cg_bf16_matrix_free(pw);
+        free(w);
+        free(bias);
+        free(x);
+        free(xh);
+        free(y);
+        free(ref);
+    }
+}
+END_TEST
+
+/* ------------------------------------------- saved activations in bf16 */
+
+static bool same_bits(const cg_tensor *a, const cg_tensor *b)
+{
+    float *x = cg_test_values(a), *y = cg_test_values(b);
+    const bool same =
+        cg_numel(a) == cg_numel(b) && !memcmp(x, y, (size_t)cg_numel(a) * sizeof(float));
+    free(x);
+    free(y);
+    return same;
+}
+
+/* In bf16 precision cg_affine and cg_affine_relu keep x's bf16 copy
+ * (cg_k_bf16_operand, x's rounding by the products) and not x, and
+ * cg_affine_relu a bool mask and not its output; x's memory goes, one copy
+ * serves every layer reading x; output and gradients have the bits of the
+ * kernels on the float x (forward, then cg_k_relu_backward and
+ * cg_k_linear_backward), for x contiguous or a transposed view. */
+START_TEST(test_affine_saves_bf16)
+{
+    cg_rng rng = cg_rng_new(53);
+    for (int v = 0; v < 4; v++) {
+        const bool relu = v & 1, view = v & 2;
+        cg_tensor *w = cg_requires_grad(cg_randn(&rng, CG_SHAPE(45, 70)), true);
+        cg_tensor *w2 = cg_requires_grad(cg_randn(&rng, CG_SHAPE(9, 70)), true);
+        cg_tensor *b = cg_requires_grad(cg_randn(&rng, CG_SHAPE(45)), true);
+        cg_tensor *x0 = cg_requires_grad(
+            view ? cg_randn(&rng, CG_SHAPE(70, 37)) : cg_randn(&rng, CG_SHAPE(37, 70)), true);
+        cg_tensor *g = cg_randn(&rng, CG_SHAPE(37, 45));
+        cg_set_matmul_precision(CG_PRECISION_BF16);
+        cg_tensor *x1 = cg_muls(x0, 2.0f); /* a non-leaf x, let go by the nodes */
+        cg_tensor *x = view ? cg_transpose(x1, 0, 1) : cg_retain(x1);
+        cg_tensor *y = relu ? cg_affine_relu(x, w, b) : cg_affine(x, w, b);
+        cg_tensor *y2 = cg_affine(x, w2, NULL);
+        ck_assert_msg(y && y2, "%s", cg_last_error());
+        /* the references, from the float x */
+        cg_tensor *ref = cg_k_linear(x, w, b);
+        if (relu)
+            ck_assert(cg_k_relu_(ref));
+        ck_assert(same_bits(y, ref));
+        const cg_node *n = y->node;
+        const cg_tensor *xb = n->saved[n->p.i[0] - 1];
+        ck_assert_int_eq(xb->dtype, CG_BF16);
+        ck_assert_ptr_null(n->inputs[0]->storage);                   /* x itself is not kept */
+        ck_assert_ptr_eq(y2->node->saved[y2->node->p.i[0] - 1], xb); /* one copy for both */
+        if (relu)
+            ck_assert_int_eq(n->saved[0]->dtype, CG_BOOL);
+        cg_tensor *gh = relu ? cg_k_relu_backward(ref, g) : cg_retain(g);
+        cg_tensor *dx, *dw, *db;
+        ck_assert(cg_k_linear_backward(x, w, gh, &dx, &dw, &db));
+        cg_tensor *s = cg_mul(y, g), *loss = cg_sum_all(s);
+        cg_release_all(4, x1, x, y2, s); /* the graph keeps what it reads */
+        ck_assert(cg_backward(loss, NULL, false));
+        cg_set_matmul_precision(CG_PRECISION_FP32);
+        cg_tensor *dx0 = view ? cg_transpose(dx, 0, 1) : cg_retain(dx);
+        cg_tensor *dx2 = cg_muls(dx0, 2.0f);
+        ck_assert(same_bits(w->grad, dw) && same_bits(b->grad, db));
+        ck_assert(same_bits(x0->grad, dx2));
+        cg_release_all(14, w, w2, b, x0, g, y, ref, gh, dx, dw, db, loss, dx0, dx2);
+    }
+}
+END_TEST
+
+/* cg_k_bf16_operand: cg_bf16_round's bits, contiguous, for a strided view;
+ * the same tensor again for the same view at the same version, a new one
+ * after a write (the copy follows the data) or for another view. */
+START_TEST(test_bf16_operand_copy)
+{
+    cg_rng rng = cg_rng_new(59);
+    cg_tensor *x = cg_randn(&rng, CG_SHAPE(50, 40));
+    cg_data(x)[3] = from_bits(0x00400000u); /* subnormal: to zero */
+    cg_data(x)[4] = NAN;
+    cg_tensor *xt = cg_transpose(x, 0, 1);
+    cg_tensor *a = cg_k_bf16_operand(xt), *a2 = cg_k_bf16_operand(xt);
+    ck_assert_ptr_eq(a, a2);
+    ck_assert_int_eq(a->dtype, CG_BF16);
+    ck_assert(cg_is_contiguous(a));
+    for (int64_t i = 0; i < 40; i++)
+        for (int64_t j = 0; j < 50; j++)
+            ck_assert_uint_eq((uint32_t)cg_data_bf16(a)[i * 50 + j] << 16,
+                              to_bits(cg_bf16_round(cg_data(x)[j * 40 + i])));
+    cg_tensor *c = cg_k_bf16_operand(x); /* another view */
+    ck_assert_ptr_ne(c, a);
+    cg_tensor *c2 = cg_k_bf16_operand(x);
+    ck_assert_ptr_eq(c, c2);
+    cg_data(x)[0] = 1.0f;
+    cg_tensor_modified(x);
+    cg_tensor *d = cg_k_bf16_operand(x);
+    ck_assert_ptr_ne(d, c);
+    ck_assert_uint_eq(cg_data_bf16(d)[0], 0x3f80u);
+    cg_release_all(7, x, xt, a, a2, c, c2, d);
+    ck_assert_ptr_null(cg_k_bf16_operand(NULL));
+    cg_tensor *i64 = cg_empty_dtype(CG_I64, CG_SHAPE(3));
+    ck_assert_ptr_null(cg_k_bf16_operand(i64));
+    cg_release(i64);
+}
+END_TEST
+
+/* cg_k_relu_mask and its backward: cg_k_relu_backward's bits (NaN, -0, +0,
+ * infinities; a strided input), a byte an element; wrong dtypes and shapes
+ * refused. */
+START_TEST(test_relu_mask)
+{
+    cg_rng rng = cg_rng_new(61);
+    cg_tensor *a0 = cg_randn(&rng, CG_SHAPE(70, 300));
+    const float special[] = {NAN, -0.0f, 0.0f, INFINITY, -INFINITY, 0x1p-140f, -0x1p-140f};
+    for (int i = 0; i < 7; i++)
+        cg_data(a0)[i * 301] = special[i];
+    cg_tensor *a = cg_transpose(a0, 0, 1), *g = cg_randn(&rng, CG_SHAPE(300, 70));
+    cg_data(g)[5] = NAN; /* masked out where a <= 0: zero, as relu's backward */
+    cg_tensor *m = cg_k_relu_mask(a);
+    ck_assert_int_eq(m->dtype, CG_BOOL);
+    cg_tensor *got = cg_k_relu_mask_backward(m, g), *want = cg_k_relu_backward(a, g);
+    ck_assert(same_bits(got, want));
+    cg_tensor *short_g = cg_randn(&rng, CG_SHAPE(300, 69));
+    ck_assert_ptr_null(cg_k_relu_mask_backward(m, short_g));
+    ck_assert_ptr_null(cg_k_relu_mask_backward(g, g));
+    cg_release_all(7, a0, a, g, m, got, want, short_g);
+}
+END_TEST
+
+/* GELU (both forms) in bf16 precision keeps its input rounded to bf16
+ * (the products' rounding) and not the input: the gradient is the kernel's
+ * on the rounded input, bit for bit (in runs of 65,536 elements: 90,300
+ * here), and within 2% of |g| of the exact derivative at the float input
+ * (float64). In fp32 precision the input itself is read, as before. */
+static double gelu_grad64(double x, bool erf_form)
+{
+    if (erf_form)
+        return 0.5 * (1.0 + erf(x / sqrt(2.0))) + x * exp(-0.5 * x * x) / sqrt(2.0 * M_PI);
+    const double c = sqrt(2.0 / M_PI), u = c * (x + 0.044715 * x * x * x), t = tanh(u);
+    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * c * (1.0 + 3.0 * 0.044715 * x * x);
+}
+
+START_TEST(test_gelu_saves_bf16)
+{
+    cg_rng rng = cg_rng_new(67);
+    for (int v = 0; v < 4; v++) {
+        const bool erf_form = v & 1, bf16 = v & 2;
+        cg_tensor *x0 = cg_requires_grad(cg_randn(&rng, CG_SHAPE(300, 301)), true);
+        cg_tensor *g = cg_randn(&rng, CG_SHAPE(300, 301));
+        cg_set_matmul_precision(bf16 ? CG_PRECISION_BF16 : CG_PRECISION_FP32);
+        cg_tensor *x = cg_muls(x0, 2.0f);
+        cg_tensor *y = erf_form ? cg_gelu_erf(x) : cg_gelu(x);
+        cg_set_matmul_precision(CG_PRECISION_FP32);
+        const cg_node *n = y->node;
+        cg_tensor *xr = bf16 ? cg_k_to(n->saved[0], CG_F32) : cg_retain(x);
+        ck_assert(bf16 ? n->saved[0]->dtype == CG_BF16 && !n->inputs[0]->storage
+                       : n->saved[0] == NULL && n->inputs[0]->storage);
+        cg_tensor *want = erf_form ? cg_k_gelu_erf_backward(xr, g) : cg_k_gelu_backward(xr, g);
+        cg_tensor *s = cg_mul(y, g), *loss = cg_sum_all(s);
+        ck_assert(cg_backward(loss, NULL, false));
+        cg_tensor *got = cg_muls(want, 2.0f); /* x = 2 x0 */
+        ck_assert(same_bits(x0->grad, got));
+        float *gx = cg_test_values(x0->grad), *xv = cg_test_values(x), *gv = cg_test_values(g);
+        for (int64_t i = 0; i < cg_numel(x); i++) {
+            const double exact = 2.0 * gv[i] * gelu_grad64(xv[i], erf_form);
+            ck_assert_msg(fabs(gx[i] - exact) <= 0.02 * fabs(gv[i]) + 1e-6,
+                          "gelu%s %lld: %.9g, exact %.9g", erf_form ? "_erf" : "", (long long)i,
+                          (double)gx[i], exact);
+        }
+        free(gx);
+        free(xv);
+        free(gv);
+        cg_release_all(9, x0, g, x, y, xr, want, s, loss, got);
+    }
+}
+END_TEST
+
+/* Attention in bf16 precision keeps q, k and v's bf16 copies instead of
+ * them (its backward reads them only in products, which round them): the
+ * gradients have the bits of cg_k_attention_backward on the float q, k, v,
+ * with kept weights (40 keys) and recomputed ones (300 keys: S = q k^T
+ * from the copies), causal with key padding and not. */
+START_TEST(test_attention_saves_bf16)
+{
+    cg_rng rng = cg_rng_new(71);
+    const int64_t Ts[2] = {40, 300};
+    for (int v = 0; v < 4; v++) {
+        const int64_t T = Ts[v & 1];
+        const bool causal = v & 2;
+        cg_tensor *q0 = cg_requires_grad(cg_randn(&rng, CG_SHAPE(2, 2, T, 8)), true);
+        cg_tensor *k0 = cg_requires_grad(cg_randn(&rng, CG_SHAPE(2, 2, T, 8)), true);
+        cg_tensor *v0 = cg_requires_grad(cg_randn(&rng, CG_SHAPE(2, 2, T, 8)), true);
+        cg_tensor *g = cg_randn(&rng, CG_SHAPE(2, 2, T, 8));
+        uint8_t pad[2 * 300] = {0};
+        pad[T - 1] = pad[2 * T - 1] = pad[2 * T - 2] = 1;
+        cg_tensor *kpad = causal ? NULL : cg_test_mask(CG_SHAPE(2, T), pad);
+        cg_set_matmul_precision(CG_PRECISION_BF16);
+        cg_tensor *q = cg_muls(q0, 1.0f), *k = cg_muls(k0, 1.0f), *vv = cg_muls(v0, 1.0f);
+        cg_tensor *y = cg_attention(q, k, vv, causal, kpad, NULL);
+        ck_assert_msg(y != NULL, "%s", cg_last_error());
+        const cg_node *n = y->node;
+        for (int i = 0; i < 3; i++) {
+            ck_assert_ptr_null(n->inputs[i]->storage);
+            ck_assert_int_eq(n->saved[n->p.i[1] - 1 + i]->dtype, CG_BF16);
+        }
+        cg_tensor *saved = NULL, *dq, *dk, *dv;
+        cg_tensor *ref = cg_k_attention(q, k, vv, causal, kpad, &saved, NULL);
+        ck_assert(same_bits(y, ref));
+        ck_assert(cg_k_attention_backward(q, k, vv, ref, saved, g, causal, kpad, &dq, &dk, &dv));
+        cg_tensor *s = cg_mul(y, g), *loss = cg_sum_all(s);
+        cg_release_all(4, q, k, vv, s);
+        ck_assert(cg_backward(loss, NULL, false));
+        cg_set_matmul_precision(CG_PRECISION_FP32);
+        ck_assert(same_bits(q0->grad, dq) && same_bits(k0->grad, dk) && same_bits(v0->grad, dv));
+        cg_release_all(12, q0, k0, v0, g, y, ref, saved, dq, dk, dv, loss, NULL);
+    }
+}
+END_TEST
+
 static Suite *bf16_suite(void)
 {
     Suite *s = suite_create("bf16");
@@ -1042,6 +1402,17 @@ static Suite *bf16_suite(void)
     tcase_add_test(tm, test_packed_linear_refresh);
     tcase_add_test(tm, test_weight_cache);
     suite_add_tcase(s, tm);
+    TCase *to = tcase_create("operands");
+    tcase_set_timeout(to, 300);
+    tcase_add_test(to, test_round_run);
+    tcase_add_test(to, test_bf16_operands);
+    tcase_add_test(to, test_matrix_bf16_x);
+    tcase_add_test(to, test_affine_saves_bf16);
+    tcase_add_test(to, test_bf16_operand_copy);
+    tcase_add_test(to, test_relu_mask);
+    tcase_add_test(to, test_gelu_saves_bf16);
+    tcase_add_test(to, test_attention_saves_bf16);
+    suite_add_tcase(s, to);
     return s;
 }
 

@@ -2,7 +2,8 @@
 # The program's peak memory follows the training step's (issue 35): charlm
 # train with --recompute, through everything a run does (evaluation at the
 # start and at the end, a checkpoint, the loss curve, the full validation
-# loss), peaks within 1.3x of the bench's training steps of the same shape.
+# loss), peaks within 1.3x of the bench's training steps of the same shape,
+# plus 8 MB.
 # Before the fix the full validation loss forwarded 64 windows at once and
 # kept every layer's activations for all of them: 4.2x here (329 MB against
 # the bench's 78), 5.2x on base at T 1024 (2,305 MB against 445).
@@ -12,7 +13,11 @@
 # this size the program's fixed costs (the corpus, the plot, the JSON) are a
 # larger share than at base, so the bound is, if anything, stricter here
 # (AMD EPYC Zen 5, 2026-11-25: 72 MB against 77 after the fix; base at
-# T 1024: 433 MB against 445).
+# T 1024: 433 MB against 445). The 8 MB: once the caching allocator stopped
+# serving requests with blocks 4x larger (issue 32, a06b66e), the bench's
+# step here fell from 61.5 to 50.9 MB and the program's peak went from 67.2
+# to 69.2 MB (Intel Xeon 0xA7): its fixed costs, about 18 MB, no longer fit
+# in 30% of the step.
 #   test_peak_rss.sh CHARLM BENCH
 set -uo pipefail
 charlm=$1
@@ -53,11 +58,11 @@ grep -q "full validation split: 79 windows of 512" t.err ||
 ref=$(peak_mb b.out b.err "$bench" --model charlm "${shape[@]}" --steps 2 --warmup 1)
 [ -n "$ref" ] || fail "bench: failed: $(tail -c 300 b.err)"
 if [ -n "$prog" ] && [ -n "$ref" ]; then
-  if python3 -c 'import sys; sys.exit(not float(sys.argv[1]) <= 1.3 * float(sys.argv[2]))' \
+  if python3 -c 'import sys; sys.exit(not float(sys.argv[1]) <= 1.3 * float(sys.argv[2]) + 8)' \
     "$prog" "$ref"; then
-    echo "ok: charlm train peaks at $prog MB, the bench's step at $ref MB (at most 1.3x)"
+    echo "ok: charlm train peaks at $prog MB, the bench's step at $ref MB (at most 1.3x + 8 MB)"
   else
-    fail "charlm train peaks at $prog MB, over 1.3x the bench's $ref MB for the same shape"
+    fail "charlm train peaks at $prog MB, over 1.3x the bench's $ref MB + 8 MB for the same shape"
   fi
 fi
 finish
