@@ -548,8 +548,8 @@ cg_tensor *cg_k_relu_mask_backward(const cg_tensor *mask, const cg_tensor *g)
         float *op = cg_data(out);
 #pragma omp parallel for schedule(static) if (runs > 1 && !omp_in_parallel())
         for (int64_t r = 0; r < runs; r++)
-            mask_grad_run(n - r * MAP_RUN < MAP_RUN ? n - r * MAP_RUN : MAP_RUN,
-                          m + r * MAP_RUN, gp + r * MAP_RUN, op + r * MAP_RUN);
+            mask_grad_run(n - r * MAP_RUN < MAP_RUN ? n - r * MAP_RUN : MAP_RUN, m + r * MAP_RUN,
+                          gp + r * MAP_RUN, op + r * MAP_RUN);
     }
     cg_release_all(2, mc, gc);
     return out;

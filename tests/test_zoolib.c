@@ -218,8 +218,8 @@ START_TEST(test_refusals)
     ck_assert(cg_module_save(cg_zoo_module(lm), path, 0, NULL));
     CG_ASSERT_FAILS(cg_zoo_load(path), "is not a zoo checkpoint");
     remove(path);
-    char **two = cg_zoo_translate(s, (const char *[]){"the cat", "a dog"}, 2, 2,
-                                  CG_ZOO_LENGTH_PENALTY);
+    char **two =
+        cg_zoo_translate(s, (const char *[]){"the cat", "a dog"}, 2, 2, CG_ZOO_LENGTH_PENALTY);
     ck_assert(two && two[0] && two[1]);
     cg_zoo_strings_free(two, 2);
     /* the library's default alpha is the program's (two headers, one value) */

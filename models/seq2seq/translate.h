@@ -174,8 +174,8 @@ int cg_translate_cli_opts(cg_translate_opts *o, const char *default_ckpt, cg_cli
 #define CG_TRANSLATE_HELP(default_ckpt)                                                      \
     "  --ckpt FILE          checkpoint (default " default_ckpt ")\n"                         \
     "  --beam N             beam size; 1 = greedy decoding (default 1)\n"                    \
-    "  --length-penalty A   alpha of the beam's ((5+len)/6)^alpha (default "                \
-    CG_BEAM_ALPHA_TEXT ")\n"                                                                \
+    "  --length-penalty A   alpha of the beam's ((5+len)/6)^alpha\n"                         \
+    "                       (default " CG_BEAM_ALPHA_TEXT ")\n"                              \
     "  --no-cache           recompute the whole prefix at every step (no key/value cache)\n" \
     "  --precision P        fp32 or bf16 matrix products (default: the checkpoint's\n"       \
     "                       training precision)\n"                                           \
