@@ -44,7 +44,7 @@ static const char TRAIN_NOTES[] =
     "  equal wall time; the reference's recipe is --tokenizer char --dropout 0.1\n"
     "  --factor 0.25 --steps 5000), --factor 0.5 (learns faster than 0.25 here),\n"
     "  --steps 11000 (13-15 minutes of steps on 2 threads of an AMD EPYC Zen 5 in\n"
-    "  fp32, 12.5 on an Intel Xeon with AMX in bf16, then the test decoding; the\n"
+    "  fp32, 11 on an Intel Xeon with AMX in bf16, then the test decoding; the\n"
     "  progress line estimates it on yours), --eval-every 1000,\n"
     "  --label-smoothing 0.1, --norm layernorm, --act relu, --norm-first false\n"
     "The final JSON line has val_nll (plain cross-entropy over non-pad validation\n"
