@@ -56,41 +56,13 @@ static cg_tensor *unary_record(cg_tensor *out, cg_op op, cg_tensor *a, cg_backwa
     cg_node_set_reads(n, 0, false);
     return out;
 }
-/* A row's backward from its input kept in bf16: the kernel over runs of
- * BW_RUN elements, each run's input widened by the kernel on its own, so
- * that no float copy of the whole input exists at once (it would take the
- * memory the bf16 copy saves: backward is where a step's memory peaks).
- * An element's value does not depend on the run it is in. */
-#define BW_RUN 65536
-static cg_tensor *bw_in_runs(cg_tensor *(*kernel)(const cg_tensor *, const cg_tensor *),
-                             const cg_tensor *xb, const cg_tensor *g)
-{
-    const int64_t n = cg_numel(g);
-    cg_tensor *gc = cg_k_contiguous(g), *out = cg_empty(g->ndim, g->shape);
-    cg_tensor *xf = cg_view_reshape(xb, 1, &n), *gf = gc ? cg_view_reshape(gc, 1, &n) : NULL;
-    cg_tensor *of = out ? cg_view_reshape(out, 1, &n) : NULL;
-    bool ok = xf && gf && of;
-    for (int64_t i = 0; ok && i < n; i += BW_RUN) {
-        const int64_t len = n - i < BW_RUN ? n - i : BW_RUN;
-        cg_tensor *xr = cg_view_narrow(xf, 0, i, len), *gr = cg_view_narrow(gf, 0, i, len);
-        cg_tensor *r = xr && gr ? kernel(xr, gr) : NULL;
-        if ((ok = r != NULL))
-            memcpy(cg_data(of) + i, cg_data(r), (size_t)len * sizeof(float));
-        cg_release_all(3, xr, gr, r);
-    }
-    cg_release_all(4, gc, xf, gf, of);
-    if (!ok) {
-        cg_release(out);
-        return NULL;
-    }
-    return out;
-}
-/* Each row's backward (its kernel of x and g) and its forward. */
+/* Each row's backward (its kernel of x, or of x's bf16 copy, and g: the
+ * kernel widens a bf16 x a run at a time, so no float copy of the whole
+ * input is made while backward peaks) and its forward. */
 #define UNARY_OP_(A, E, name, fwd, bwd)                                                    \
     static bool name##_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)                 \
     {                                                                                      \
-        gin[0] = n->saved[0] ? bw_in_runs(cg_k_##name##_backward, n->saved[0], g)          \
-                             : cg_k_##name##_backward(IN(0), g);                           \
+        gin[0] = cg_k_##name##_backward(n->saved[0] ? n->saved[0] : IN(0), g);             \
         return gin[0] != NULL;                                                             \
     }                                                                                      \
     cg_tensor *cg_##name(cg_tensor *a)                                                     \

@@ -218,6 +218,64 @@ static bool shape_is(int nd, const int64_t *shape, const cg_tensor *t)
     return true;
 }
 
+/* bfloat16 inputs beside a float32 one, every input contiguous and of the
+ * output's shape (a backward from a saved bf16 copy: GELU's): the result is
+ * float32, and each thread widens its run of the bf16 inputs EW_WIDE
+ * elements at a time into buffers on its stack and applies fn there, so no
+ * float copy of a whole input is made and the output is written once. An
+ * element's value is fn's on the same floats as cg_upcast's copies give. */
+#define EW_RUN 16384
+#define EW_WIDE 2048
+EW_CLONES static void widen_run(int64_t n, const uint16_t *h, float *f)
+{
+    for (int64_t i = 0; i < n; i++) {
+        const uint32_t u = (uint32_t)h[i] << 16;
+        memcpy(f + i, &u, sizeof u);
+    }
+}
+static bool ew_widens(int nin, const cg_tensor *const *in, int nd, const int64_t *shape)
+{
+    bool bf = false, f32 = false;
+    for (int k = 0; k < nin; k++) {
+        if (!shape_is(nd, shape, in[k]) || !cg_is_contiguous(in[k]))
+            return false;
+        bf |= in[k]->dtype == CG_BF16;
+        f32 |= in[k]->dtype == CG_F32;
+        if (in[k]->dtype != CG_BF16 && in[k]->dtype != CG_F32)
+            return false;
+    }
+    return bf && f32;
+}
+static cg_tensor *ew_widening(int nin, const cg_tensor *const *in, int nd, const int64_t *shape,
+                              cg_iter_seg_fn fn, ew_params *P)
+{
+    cg_tensor *out = cg_empty(nd, shape);
+    if (!out)
+        return NULL;
+    const int64_t n = cg_numel(out), runs = (n + EW_RUN - 1) / EW_RUN;
+    float *o = cg_data(out);
+#pragma omp parallel for schedule(static) if (runs > 1 && !omp_in_parallel())
+    for (int64_t r = 0; r < runs; r++) {
+        float buf[CG_ITER_MAX_OPS - 1][EW_WIDE];
+        const int64_t end = n - r * EW_RUN < EW_RUN ? n : (r + 1) * EW_RUN;
+        for (int64_t i = r * EW_RUN; i < end; i += EW_WIDE) {
+            const int64_t len = end - i < EW_WIDE ? end - i : EW_WIDE;
+            float *p[CG_ITER_MAX_OPS] = {o + i};
+            int64_t s[CG_ITER_MAX_OPS] = {1, 1, 1, 1};
+            for (int k = 0; k < nin; k++) {
+                if (in[k]->dtype == CG_BF16) {
+                    widen_run(len, (const uint16_t *)cg_data_ptr(in[k]) + i, buf[k]);
+                    p[k + 1] = buf[k];
+                } else {
+                    p[k + 1] = cg_data((cg_tensor *)in[k]) + i;
+                }
+            }
+            fn(p, s, len, P);
+        }
+    }
+    return out;
+}
+
 /* Broadcast nin inputs, allocate the output, apply fn. */
 static cg_tensor *ew_apply(const char *op, int nin, const cg_tensor *const *in, cg_iter_seg_fn fn,
                            ew_params *P)
@@ -232,6 +290,8 @@ static cg_tensor *ew_apply(const char *op, int nin, const cg_tensor *const *in, 
     int nd = cg_iter_broadcast(op, nin, in, shape);
     if (nd < 0)
         return NULL;
+    if (ew_widens(nin, in, nd, shape))
+        return ew_widening(nin, in, nd, shape, fn, P);
     const cg_tensor *ops[CG_ITER_MAX_OPS] = {NULL};
     const cg_tensor **slots[CG_ITER_MAX_OPS];
     for (int k = 0; k < nin; k++) {

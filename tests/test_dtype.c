@@ -200,6 +200,39 @@ START_TEST(test_to_every_pair)
 }
 END_TEST
 
+/* A bfloat16 input beside a float32 one (GELU's backward from its saved
+ * bf16 copy): contiguous operands of one shape are widened a run at a time
+ * inside the kernel; the bits equal those of the float32 copy's, over
+ * several runs with a tail, and so do a broadcast and a strided operand
+ * (the whole-copy path). */
+START_TEST(test_mixed_bf16_inputs)
+{
+    cg_rng rng = cg_rng_new(7), *r = &rng;
+    const int64_t n = 3 * 16384 + 2048 + 37; /* three runs, a wide chunk, a tail */
+    cg_tensor *x = cg_randn(r, CG_SHAPE(n)), *g = cg_randn(r, CG_SHAPE(n));
+    cg_tensor *xb = cg_k_to(x, CG_BF16), *xf = cg_k_to(xb, CG_F32);
+    cg_tensor *got[] = {cg_k_gelu_backward(xb, g), cg_k_mul(g, xb), cg_k_add(xb, g)};
+    cg_tensor *want[] = {cg_k_gelu_backward(xf, g), cg_k_mul(g, xf), cg_k_add(xf, g)};
+    for (int k = 0; k < 3; k++) {
+        ck_assert_int_eq(got[k]->dtype, CG_F32);
+        ck_assert(memcmp(cg_data(got[k]), cg_data(want[k]), (size_t)n * sizeof(float)) == 0);
+    }
+    /* strided and broadcast bf16 operands */
+    cg_tensor *m = cg_randn(r, CG_SHAPE(64, 48)), *mb = cg_k_to(m, CG_BF16);
+    cg_tensor *mt = cg_view_transpose(mb, 0, 1), *row = cg_view_narrow(mb, 0, 0, 1);
+    cg_tensor *h = cg_randn(r, CG_SHAPE(48, 64)), *h2 = cg_randn(r, CG_SHAPE(64, 48));
+    cg_tensor *mtf = cg_k_to(mt, CG_F32), *rowf = cg_k_to(row, CG_F32);
+    cg_tensor *a1 = cg_k_mul(mt, h), *b1 = cg_k_mul(mtf, h);
+    cg_tensor *a2 = cg_k_add(h2, row), *b2 = cg_k_add(h2, rowf);
+    ck_assert(memcmp(cg_data(a1), cg_data(b1), 48 * 64 * sizeof(float)) == 0);
+    ck_assert(memcmp(cg_data(a2), cg_data(b2), 64 * 48 * sizeof(float)) == 0);
+    cg_release_all(4, x, g, xb, xf);
+    for (int k = 0; k < 3; k++)
+        cg_release_all(2, got[k], want[k]);
+    cg_release_all(12, m, mb, mt, row, h, h2, mtf, rowf, a1, b1, a2, b2);
+}
+END_TEST
+
 START_TEST(test_to_edge_values)
 {
     float v[] = {NAN, INFINITY, -INFINITY, 1e20f, -1e20f, 2147483647.0f, -2.5f, 0.9999f};
@@ -435,6 +468,7 @@ static Suite *dtype_suite(void)
     tcase_add_test(tc, test_accessors_check_dtype);
     tcase_add_test(tc, test_to_every_pair);
     tcase_add_test(tc, test_to_edge_values);
+    tcase_add_test(tc, test_mixed_bf16_inputs);
     tcase_add_test(tc, test_views_copies_fill);
     tcase_add_test(tc, test_printing);
     tcase_add_test(tc, test_comparisons_and_logic);
