@@ -557,8 +557,10 @@ EW_CLONES static void mask_grad_run(int64_t n, const uint8_t *m, const float *g,
 cg_tensor *cg_k_map_runs(const cg_tensor *x, cg_dtype dt,
                          void (*conv)(int64_t n, const float *x, void *y))
 {
-    cg_tensor *xc = cg_k_contiguous(x);
-    cg_tensor *y = xc ? cg_empty_dtype(dt, x->ndim, x->shape) : NULL;
+    /* a dense x (split attention heads) is mapped as its run of storage
+     * into a result of its strides: no contiguous copy first */
+    cg_tensor *xc = cg_is_dense(x) ? cg_retain((cg_tensor *)x) : cg_k_contiguous(x);
+    cg_tensor *y = xc ? cg_empty_dense_like(xc, dt) : NULL;
     if (y) {
         const int64_t n = cg_numel(x), runs = (n + MAP_RUN - 1) / MAP_RUN;
         const size_t es = cg_dtype_size(dt);

@@ -117,11 +117,13 @@ bool cg_k_relu_(cg_tensor *dst);
  * strides), and the gradient g where the mask holds, 0 elsewhere (same
  * shapes): cg_k_relu_backward(a, g)'s bits, from a byte an element. */
 cg_tensor *cg_k_relu_mask(const cg_tensor *a);
-/* A new contiguous tensor of dtype dt made from x (float32, any strides)
- * by conv(n, x, y) over runs of 16,384 elements (y: the run's first
- * element of the result), the runs split among threads: for conversions
- * whose elements do not depend on the run (the mask above, the bf16
- * copies of cg_k_bf16_operand). */
+/* A new tensor of dtype dt made from x (float32, any strides) by conv(n,
+ * x, y) over runs of 16,384 elements (y: the run's first element of the
+ * result), the runs split among threads: for conversions whose elements do
+ * not depend on the run (the mask above, the bf16 copies of
+ * cg_k_bf16_operand). The result has x's strides when x is dense
+ * (cg_is_dense: split attention heads are read in place), and is
+ * contiguous otherwise. */
 cg_tensor *cg_k_map_runs(const cg_tensor *x, cg_dtype dt,
                          void (*conv)(int64_t n, const float *x, void *y));
 cg_tensor *cg_k_relu_mask_backward(const cg_tensor *mask, const cg_tensor *g);

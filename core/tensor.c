@@ -455,6 +455,36 @@ bool cg_is_contiguous(const cg_tensor *t)
     return true;
 }
 
+bool cg_is_dense(const cg_tensor *t)
+{
+    if (!t)
+        return cg_error_null_input("cg_is_dense");
+    /* the dims of more than one element, by stride: each stride the
+     * product of the sizes below it */
+    int64_t st[CG_MAX_DIMS], sz[CG_MAX_DIMS];
+    int n = 0;
+    for (int i = 0; i < t->ndim; i++) {
+        if (t->shape[i] == 1)
+            continue;
+        if (t->strides[i] <= 0)
+            return t->shape[i] == 0;
+        int j = n++;
+        for (; j > 0 && st[j - 1] > t->strides[i]; j--) {
+            st[j] = st[j - 1];
+            sz[j] = sz[j - 1];
+        }
+        st[j] = t->strides[i];
+        sz[j] = t->shape[i];
+    }
+    int64_t expect = 1;
+    for (int i = 0; i < n; i++) {
+        if (st[i] != expect)
+            return false;
+        expect *= sz[i];
+    }
+    return true;
+}
+
 /* The accessors' check: t has dtype dt (NULL + error otherwise). */
 static void *data_as(const char *fn, const cg_tensor *t, cg_dtype dt)
 {

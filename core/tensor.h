@@ -217,6 +217,11 @@ cg_tensor *cg_scalar_i64(int64_t value); /* ndim 0, int64 */
 /* Same shape and dtype, uninitialised / zero-filled, contiguous. */
 cg_tensor *cg_empty_like(const cg_tensor *t);
 cg_tensor *cg_zeros_like(const cg_tensor *t);
+/* Uninitialised, t's shape in dtype dt, with t's strides when t is dense
+ * (cg_is_dense; torch.empty_like's preserve_format), so that element i of
+ * t's run of storage from its offset is element i of the result's;
+ * contiguous otherwise. */
+cg_tensor *cg_empty_dense_like(const cg_tensor *t, cg_dtype dt);
 /* Copy the elements of t, in row-major order of its shape, to out
  * (cg_numel(t) floats, converted from t's dtype). Returns false (and sets
  * the error) on NULL. cg_copy_to_array writes them in t's own dtype
@@ -310,6 +315,10 @@ bool cg_uniform_torch_(cg_tensor *t, cg_mt19937 *g, float lo, float hi);
 int64_t cg_numel(const cg_tensor *t);
 int64_t cg_numel_shape(int ndim, const int64_t *shape);
 bool cg_is_contiguous(const cg_tensor *t);
+/* t's elements fill numel consecutive elements of its storage from its
+ * offset, in some order of its dims (a contiguous tensor, or a transposed
+ * or permuted view of one: split attention heads); no two share one. */
+bool cg_is_dense(const cg_tensor *t);
 /* Pointer to element 0 of the view (storage data + offset) for a tensor of
  * the accessor's dtype: cg_data reads float32, cg_data_i64 int64, ... Any
  * other dtype, or NULL, gives NULL + an error naming both dtypes, so a

@@ -279,6 +279,23 @@ cg_tensor *cg_empty_like(const cg_tensor *t)
     return t ? cg_empty_dtype(t->dtype, t->ndim, t->shape)
              : (cg_error_null_input("cg_empty_like"), NULL);
 }
+cg_tensor *cg_empty_dense_like(const cg_tensor *t, cg_dtype dt)
+{
+    if (!t)
+        return cg_error_null_input("cg_empty_dense_like"), NULL;
+    if (!cg_is_dense(t) || cg_is_contiguous(t))
+        return cg_empty_dtype(dt, t->ndim, t->shape);
+    if ((unsigned)dt >= CG_NDTYPES) {
+        cg_set_error("empty_dense_like: unknown dtype %d", (int)dt);
+        return NULL;
+    }
+    cg_storage *s = cg_storage_new(cg_numel(t), dt);
+    if (!s)
+        return NULL;
+    cg_tensor *y = cg_tensor_header(s, dt, 0, t->ndim, t->shape, t->strides);
+    cg_storage_release(s);
+    return y;
+}
 cg_tensor *cg_zeros_like(const cg_tensor *t)
 {
     return t ? cg_zeros_dtype(t->dtype, t->ndim, t->shape)

@@ -1232,7 +1232,8 @@ START_TEST(test_affine_saves_bf16)
 }
 END_TEST
 
-/* cg_k_bf16_operand: cg_bf16_round's bits, contiguous, for a strided view;
+/* cg_k_bf16_operand: cg_bf16_round's bits for a transposed view, in its
+ * layout (it is dense: cg_is_dense), and contiguous for a view that is not;
  * the same tensor again for the same view at the same version, a new one
  * after a write (the copy follows the data) or for another view. */
 START_TEST(test_bf16_operand_copy)
@@ -1245,11 +1246,18 @@ START_TEST(test_bf16_operand_copy)
     cg_tensor *a = cg_k_bf16_operand(xt), *a2 = cg_k_bf16_operand(xt);
     ck_assert_ptr_eq(a, a2);
     ck_assert_int_eq(a->dtype, CG_BF16);
-    ck_assert(cg_is_contiguous(a));
-    for (int64_t i = 0; i < 40; i++)
+    ck_assert(a->strides[0] == 1 && a->strides[1] == 40);
+    for (int64_t i = 0; i < 40; i++) /* element (i, j) of xt is x's (j, i) */
         for (int64_t j = 0; j < 50; j++)
-            ck_assert_uint_eq((uint32_t)cg_data_bf16(a)[i * 50 + j] << 16,
+            ck_assert_uint_eq((uint32_t)cg_data_bf16(a)[j * 40 + i] << 16,
                               to_bits(cg_bf16_round(cg_data(x)[j * 40 + i])));
+    cg_tensor *xs = cg_view_narrow(xt, 0, 5, 20), *as = cg_k_bf16_operand(xs); /* not dense */
+    ck_assert(cg_is_contiguous(as));
+    for (int64_t i = 0; i < 20; i++)
+        for (int64_t j = 0; j < 50; j++)
+            ck_assert_uint_eq((uint32_t)cg_data_bf16(as)[i * 50 + j] << 16,
+                              to_bits(cg_bf16_round(cg_data(x)[j * 40 + i + 5])));
+    cg_release_all(2, xs, as);
     cg_tensor *c = cg_k_bf16_operand(x); /* another view */
     ck_assert_ptr_ne(c, a);
     cg_tensor *c2 = cg_k_bf16_operand(x);

@@ -233,6 +233,41 @@ START_TEST(test_mixed_bf16_inputs)
 }
 END_TEST
 
+/* Dense views (a permuted contiguous block, as split attention heads
+ * are) are recognised, and their bf16 copies keep their strides, read in
+ * place; a strided slice and an expanded view are not dense. */
+START_TEST(test_dense_views)
+{
+    cg_rng rng = cg_rng_new(3);
+    cg_tensor *x = cg_randn(&rng, CG_SHAPE(2, 5, 3, 4)); /* [B,T,H,dh] */
+    cg_tensor *h = cg_view_transpose(x, 1, 2);           /* [B,H,T,dh] */
+    cg_tensor *s = cg_view_narrow(x, 1, 1, 3), *one = cg_view_narrow(x, 1, 2, 1);
+    cg_tensor *row = cg_view_narrow(x, 0, 0, 1);
+    cg_tensor *e = cg_view_expand(row, CG_SHAPE(2, 5, 3, 4));
+    ck_assert(cg_is_dense(x) && cg_is_dense(h) && cg_is_dense(row));
+    ck_assert(!cg_is_contiguous(h));
+    ck_assert(!cg_is_dense(s) && !cg_is_dense(e));
+    ck_assert(!cg_is_dense(one)); /* a gap between the batches */
+    cg_tensor *hb = cg_k_bf16_operand(h), *sb = cg_k_bf16_operand(s);
+    ck_assert_int_eq(hb->dtype, CG_BF16);
+    for (int d = 0; d < 4; d++)
+        ck_assert_int_eq(hb->strides[d], h->strides[d]);
+    ck_assert(cg_is_contiguous(sb));
+    for (int64_t b = 0; b < 2; b++)
+        for (int64_t i = 0; i < 3; i++)
+            for (int64_t t = 0; t < 5; t++)
+                for (int64_t d = 0; d < 4; d++) {
+                    const int64_t at[] = {b, i, t, d}, as[] = {b, t < 3 ? t : 0, i, d};
+                    ck_assert(cg_get(hb, at) == cg_bf16_to_f32(cg_f32_to_bf16(cg_get(h, at))));
+                    ck_assert(cg_get(sb, as) == cg_bf16_to_f32(cg_f32_to_bf16(cg_get(s, as))));
+                }
+    cg_tensor *el = cg_empty_dense_like(h, CG_BOOL), *ec = cg_empty_dense_like(s, CG_F32);
+    ck_assert_int_eq(el->strides[1], h->strides[1]);
+    ck_assert(cg_is_contiguous(ec));
+    cg_release_all(10, x, h, s, one, row, e, hb, sb, el, ec);
+}
+END_TEST
+
 START_TEST(test_to_edge_values)
 {
     float v[] = {NAN, INFINITY, -INFINITY, 1e20f, -1e20f, 2147483647.0f, -2.5f, 0.9999f};
@@ -469,6 +504,7 @@ static Suite *dtype_suite(void)
     tcase_add_test(tc, test_to_every_pair);
     tcase_add_test(tc, test_to_edge_values);
     tcase_add_test(tc, test_mixed_bf16_inputs);
+    tcase_add_test(tc, test_dense_views);
     tcase_add_test(tc, test_views_copies_fill);
     tcase_add_test(tc, test_printing);
     tcase_add_test(tc, test_comparisons_and_logic);
