@@ -240,23 +240,35 @@ bool cg_k_linear_backward(const cg_tensor *x, const cg_tensor *w, const cg_tenso
         return false;
     }
     const float *gp = cg_data(gc);
-    bool ok = true;
-    if (gx && !empty && cg_get_matmul_precision() == CG_PRECISION_BF16) {
+    const bool bf16 = cg_get_matmul_precision() == CG_PRECISION_BF16;
+    /* both products in bf16 read g rounded as their packing rounds it:
+     * rounded once, read as it is by each (the same bits) */
+    cg_tensor *g16 = bf16 && gx && gw && !empty ? round_copy(gc) : NULL;
+    bool ok = !(bf16 && gx && gw && !empty && !g16);
+    if (ok && gx && !empty && bf16) {
         /* dx [N,in] = g [N,out] W [out,in] on W^T's cached bf16 copy */
         cg_bf16_weight *pw = cg_bf16_weight_get(w, true);
-        ok = pw && cg_bf16_matrix_mul(cg_bf16_weight_matrix(pw), CG_GEMM_AUTO, 0, N, gp, out, 1,
-                                      NULL, 0, cg_data(gx), in, 1);
+        const cg_bf16_matrix *wm = pw ? cg_bf16_weight_matrix(pw) : NULL;
+        ok = pw && (g16 ? cg_bf16_matrix_mul_bf16(wm, CG_GEMM_AUTO, 0, N, cg_data_bf16(g16), out, 1,
+                                                  NULL, 0, cg_data(gx), in, 1)
+                        : cg_bf16_matrix_mul(wm, CG_GEMM_AUTO, 0, N, gp, out, 1, NULL, 0,
+                                             cg_data(gx), in, 1));
         cg_bf16_weight_release(pw);
     } else if (gx && !empty) { /* dx [N,in] = g [N,out] W [out,in] */
         cg_sgemm(N, in, out, 1.0f, gp, out, 1, cg_data(w), w->strides[0], w->strides[1], 0.0f,
                  cg_data(gx), in, 1);
     }
-    if (gw && !empty && ok && /* dW [out,in] = g^T [out,N] x [N,in] (x bf16: read as it is) */
-        !cg_gemm_mixed_path(CG_GEMM_AUTO, 0, out, in, N, 1.0f, gp, 1, out, cg_data_ptr(xc), in, 1,
-                            xc->dtype == CG_BF16 ? CG_GEMM_B_BF16 : 0, 0.0f, cg_data(gw), in, 1)) {
+    /* dW [out,in] = g^T [out,N] x [N,in] (bf16 operands read as they are) */
+    const unsigned bf =
+        (g16 ? CG_GEMM_A_BF16 : 0) | (xc && xc->dtype == CG_BF16 ? CG_GEMM_B_BF16 : 0);
+    if (gw && !empty && ok &&
+        !cg_gemm_mixed_path(CG_GEMM_AUTO, 0, out, in, N, 1.0f,
+                            g16 ? cg_data_ptr(g16) : (const void *)gp, 1, out, cg_data_ptr(xc), in,
+                            1, bf, 0.0f, cg_data(gw), in, 1)) {
         cg_set_error("linear backward: the weight's gradient failed (out of memory)");
         ok = false;
     }
+    cg_release(g16);
     if (gb) {
         /* column sums, each thread a run of whole blocks of CB columns */
         const int64_t nblk = (out + CB - 1) / CB;
