@@ -598,23 +598,38 @@ cg_tensor *cg_gather(cg_tensor *a, int dim, const cg_tensor *index)
 
 /* ---------------------------------------------------------- attention */
 /* Fused scaled-dot-product attention (core/attention.c): the node keeps
- * the output (an alias) and the kernel's saved state: each row's
- * log-sum-exp beyond 256 keys (the backward recomputes the weights tile by
- * tile), the weights up to 256. The backward needs the key-padding mask:
- * the node keeps a copy of it (saved[2]; p.i[2] says there is one), as
- * PyTorch's backward does not depend on the caller's mask either. In bf16
- * precision q, k and v are read only by the backward's products, which
- * round them to bf16: the node keeps their bf16 copies
- * (cg_k_bf16_operand, from slot p.i[1] - 1 on) instead of them, with the
- * same bits. */
+ * the kernel's saved state (saved[0]): the weights up to 256 keys, each
+ * row's log-sum-exp beyond (the backward then recomputes the weights tile
+ * by tile, and needs the output too: an alias of it, in slot p.i[3] - 1;
+ * with the weights kept the output is not read, so its memory goes with
+ * its other owners: in bf16 precision the output projection keeps a bf16
+ * copy instead). The backward needs the key-padding mask: the node keeps a
+ * copy of it (slot p.i[2] - 1), as PyTorch's backward does not depend on
+ * the caller's mask either. In bf16 precision q, k and v are read only by
+ * the backward's products, which round them to bf16: the node keeps their
+ * bf16 copies (cg_k_bf16_operand, from slot p.i[1] - 1 on) instead of
+ * them, with the same bits. */
+static const cg_tensor *slot_or_null(const cg_node *n, int64_t s1)
+{
+    return s1 ? n->saved[s1 - 1] : NULL;
+}
 static bool attention_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {
     const int64_t c = n->p.i[1];
     const cg_tensor *q = c ? n->saved[c - 1] : IN(0), *k = c ? n->saved[c] : IN(1);
     const cg_tensor *v = c ? n->saved[c + 1] : IN(2);
-    return cg_k_attention_backward(q, k, v, n->saved[0], n->saved[1], g, n->p.i[0] != 0,
-                                   n->p.i[2] ? n->saved[2] : NULL, NEEDS(0) ? &gin[0] : NULL,
-                                   NEEDS(1) ? &gin[1] : NULL, NEEDS(2) ? &gin[2] : NULL);
+    return cg_k_attention_backward(q, k, v, slot_or_null(n, n->p.i[3]), n->saved[0], g,
+                                   n->p.i[0] != 0, slot_or_null(n, n->p.i[2]),
+                                   NEEDS(0) ? &gin[0] : NULL, NEEDS(1) ? &gin[1] : NULL,
+                                   NEEDS(2) ? &gin[2] : NULL);
+}
+/* Save t on n, its slot + 1 in *slot1; false + error. */
+static bool save_slot(cg_node *n, cg_tensor *t, int64_t *slot1)
+{
+    const int s = t ? cg_node_save(n, t) : -1;
+    if (s >= 0)
+        *slot1 = s + 1;
+    return s >= 0;
 }
 /* In bf16 precision, keep q, k and v's bf16 copies on n instead of them. */
 static bool keep_bf16_qkv(cg_node *n, cg_tensor *const *in)
@@ -648,11 +663,11 @@ cg_tensor *cg_attention(cg_tensor *q, cg_tensor *k, cg_tensor *v, bool causal,
     bool ok = !cg_record_failed(n, 3, in);
     if (n) {
         n->p.i[0] = causal;
-        n->p.i[2] = key_pad != NULL;
-        cg_tensor *kp = key_pad ? cg_k_clone(key_pad) : NULL; /* the caller may change theirs */
-        ok = save_alias(n, out) && cg_node_save(n, saved) >= 0 &&
-             (!key_pad || (kp && cg_node_save(n, kp) >= 0)) && keep_bf16_qkv(n, in);
-        cg_release(kp);
+        cg_tensor *kp = key_pad ? cg_k_clone(key_pad) : NULL;    /* the caller may change theirs */
+        cg_tensor *al = saved->ndim == 4 ? NULL : cg_alias(out); /* the weights: no output */
+        ok = cg_node_save(n, saved) == 0 && (saved->ndim == 4 || save_slot(n, al, &n->p.i[3])) &&
+             (!key_pad || save_slot(n, kp, &n->p.i[2])) && keep_bf16_qkv(n, in);
+        cg_release_all(2, kp, al);
     }
     cg_release(saved);
     if (ok && weights_out && !(*weights_out = cg_detach(w)))

@@ -562,7 +562,7 @@ static void bwd_head(cg_gemm_path path, const cg_tensor *q, const cg_tensor *k, 
     const int64_t Tq = q->shape[2], dh = q->shape[3], Tk = k->shape[2];
     const float scale = (float)sqrt((double)dh);
     const head_op qa = head_at(q, b, h), ka = head_at(k, b, h), va = head_at(v, b, h);
-    const float *gp = at4(g, b, h), *opp = at4(o, b, h);
+    const float *gp = at4(g, b, h), *opp = o ? at4(o, b, h) : NULL;
     float *dqp = gq ? at4(gq, b, h) : NULL, *dkp = gk ? at4(gk, b, h) : NULL;
     float *dvp = gv ? at4(gv, b, h) : NULL;
     const int64_t qr = q->strides[2], qc = q->strides[3], kr = k->strides[2], kc = k->strides[3];
@@ -649,8 +649,10 @@ bool cg_k_attention_backward(const cg_tensor *q, const cg_tensor *k, const cg_te
         *dk = NULL;
     if (dv)
         *dv = NULL;
-    if (!check_qkv("attention backward", q, k, v, true) || !out || !saved || !g)
+    if (!check_qkv("attention backward", q, k, v, true))
         return false;
+    if (!saved || !g || (!out && saved->ndim != 4))
+        return cg_error_null_input("cg_k_attention_backward");
     if (!cg_f32_args("attention backward", 2, (const cg_tensor *[]){out, g}))
         return false;
     cg_tensor *kp;
@@ -670,7 +672,7 @@ static bool attention_bwd(const cg_tensor *q, const cg_tensor *k, const cg_tenso
     const int64_t B = q->shape[0], H = q->shape[1], Tq = q->shape[2], dh = q->shape[3];
     const int64_t Tk = k->shape[2];
     const bool kept = Tk <= PKEEP; /* saved: the weights [B,H,Tq,Tk], else lse [B,H,Tq] */
-    if (!cg_same_shape(g, q) || !cg_same_shape(out, q) || saved->ndim != (kept ? 4 : 3) ||
+    if (!cg_same_shape(g, q) || (out && !cg_same_shape(out, q)) || saved->ndim != (kept ? 4 : 3) ||
         saved->shape[0] != B || saved->shape[1] != H || saved->shape[2] != Tq ||
         (kept && saved->shape[3] != Tk) || !cg_is_contiguous(saved)) {
         char a[96], b[96], c[96];

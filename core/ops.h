@@ -357,7 +357,8 @@ cg_tensor *cg_k_attention(const cg_tensor *q, const cg_tensor *k, const cg_tenso
                           const cg_tensor *key_pad, cg_tensor **saved, cg_tensor **weights);
 /* Gradients of cg_k_attention given its output out, its saved state, the
  * same masks and the output gradient g ([B,H,Tq,dh], any strides); beyond
- * 256 keys the weights are recomputed tile by tile. dq/dk/dv may each be
+ * 256 keys the weights are recomputed tile by tile. With the weights
+ * saved (up to 256 keys) out is not read and may be NULL. dq/dk/dv may each be
  * NULL to skip; results are [B,H,T,dh] views of [B,T,H,dh] contiguous
  * storage. */
 bool cg_k_attention_backward(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,

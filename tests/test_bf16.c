@@ -1347,7 +1347,8 @@ START_TEST(test_gelu_saves_bf16)
 END_TEST
 
 /* Attention in bf16 precision keeps q, k and v's bf16 copies instead of
- * them (its backward reads them only in products, which round them): the
+ * them (its backward reads them only in products, which round them), and
+ * its output only where it recomputes the weights: the
  * gradients have the bits of cg_k_attention_backward on the float q, k, v,
  * with kept weights (40 keys) and recomputed ones (300 keys: S = q k^T
  * from the copies), causal with key padding and not. */
@@ -1374,6 +1375,11 @@ START_TEST(test_attention_saves_bf16)
             ck_assert_ptr_null(n->inputs[i]->storage);
             ck_assert_int_eq(n->saved[n->p.i[1] - 1 + i]->dtype, CG_BF16);
         }
+        /* the output only where the weights are recomputed (T > 256) */
+        bool keeps_out = false;
+        for (int i = 0; i < CG_NODE_MAX_SAVED; i++)
+            keeps_out |= n->saved[i] && n->saved[i]->storage == y->storage;
+        ck_assert(keeps_out == (T > 256));
         cg_tensor *saved = NULL, *dq, *dk, *dv;
         cg_tensor *ref = cg_k_attention(q, k, vv, causal, kpad, &saved, NULL);
         ck_assert(same_bits(y, ref));
