@@ -759,7 +759,11 @@ cg_tensor *cg_affine(cg_tensor *x, cg_tensor *w, cg_tensor *b)
 static bool linear_relu_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {
     const cg_tensor *a = n->saved[0];
-    cg_tensor *gh = a->dtype == CG_BOOL ? cg_k_relu_mask_backward(a, g) : cg_k_relu_backward(a, g);
+    if (a->dtype == CG_BOOL)
+        return cg_k_linear_relu_backward(linear_x(n), IN(1), a, g, NEEDS(0) ? &gin[0] : NULL,
+                                         NEEDS(1) ? &gin[1] : NULL,
+                                         n->n_inputs > 2 && NEEDS(2) ? &gin[2] : NULL);
+    cg_tensor *gh = cg_k_relu_backward(a, g);
     bool ok = gh && linear_bw(n, gh, gin);
     cg_release(gh);
     return ok;

@@ -201,8 +201,41 @@ EW_CLONES static void colsum_cols(const float *g, int64_t N, int64_t ld, int64_t
     }
 }
 
-bool cg_k_linear_backward(const cg_tensor *x, const cg_tensor *w, const cg_tensor *g,
-                          cg_tensor **dx, cg_tensor **dw, cg_tensor **db)
+/* Columns [j0, j1) of g's rows (masked: mask ? g : 0, when mask is not
+ * NULL) rounded into g16 as the bf16 products round them, and, when b is
+ * not NULL, their sums into b: each column's chain in row order from 0 in
+ * double, colsum_cols's bits. One pass over g where the masked gradient,
+ * its rounding and its column sums took three. */
+EW_CLONES static void round_cols(const float *g, const uint8_t *mask, int64_t N, int64_t ld,
+                                 int64_t j0, int64_t j1, uint16_t *g16, float *b)
+{
+    double acc[JB];
+    float buf[JB];
+    for (int64_t c0 = j0; c0 < j1; c0 += JB) {
+        const int64_t w = j1 - c0 < JB ? j1 - c0 : JB;
+        memset(acc, 0, sizeof(double) * (size_t)w);
+        for (int64_t r = 0; r < N; r++) {
+            const float *src = g + r * ld + c0;
+            if (mask) {
+                const uint8_t *m = mask + r * ld + c0;
+                for (int64_t j = 0; j < w; j++)
+                    buf[j] = m[j] ? src[j] : 0.0f;
+                src = buf;
+            }
+            cg_bf16_round_run(w, src, g16 + r * ld + c0);
+            if (b)
+                for (int64_t j = 0; j < w; j++)
+                    acc[j] += (double)src[j];
+        }
+        if (b)
+            for (int64_t j = 0; j < w; j++)
+                b[c0 + j] = (float)acc[j];
+    }
+}
+
+static bool linear_backward(const char *op, const cg_tensor *x, const cg_tensor *w,
+                            const cg_tensor *mask, const cg_tensor *g, cg_tensor **dx,
+                            cg_tensor **dw, cg_tensor **db)
 {
     if (dx)
         *dx = NULL;
@@ -210,42 +243,69 @@ bool cg_k_linear_backward(const cg_tensor *x, const cg_tensor *w, const cg_tenso
         *dw = NULL;
     if (db)
         *db = NULL;
-    if (!x || !w || !g)
-        return cg_error_null_input("cg_k_linear_backward");
-    if (!cg_f32_args("linear_backward", 3,
-                     (const cg_tensor *[]){x->dtype == CG_BF16 ? NULL : x, w, g}))
+    if (!cg_f32_args(op, 3, (const cg_tensor *[]){x->dtype == CG_BF16 ? NULL : x, w, g}))
         return false;
-    if (!check_linear("linear backward", x, w, NULL))
+    if (!check_linear(op, x, w, NULL))
         return false;
     const int64_t in = w->shape[1], out = w->shape[0];
     const int64_t N = cg_numel_shape(x->ndim - 1, x->shape);
     if (g->ndim != x->ndim || cg_numel_shape(g->ndim - 1, g->shape) != N ||
         g->shape[g->ndim - 1] != out) {
         char s1[96], s2[96];
-        cg_set_error("linear backward: gradient %s does not match input %s",
-                     cg_shape_str(g, s1, sizeof s1), cg_shape_str(x, s2, sizeof s2));
+        cg_set_error("%s: gradient %s does not match input %s", op, cg_shape_str(g, s1, sizeof s1),
+                     cg_shape_str(x, s2, sizeof s2));
+        return false;
+    }
+    const bool empty = N == 0 || in == 0 || out == 0;
+    const bool bf16 = cg_get_matmul_precision() == CG_PRECISION_BF16;
+    /* both products in bf16 read g rounded as their packing rounds it:
+     * rounded once (with the mask and the bias's sums: round_cols), read as
+     * it is by each (the same bits) */
+    const bool fused = bf16 && dx && dw && !empty;
+    if (mask && !fused) { /* the masked gradient, then as without a mask */
+        cg_tensor *gm = cg_k_relu_mask_backward(mask, g);
+        const bool ok = gm && linear_backward(op, x, w, NULL, gm, dx, dw, db);
+        cg_release(gm);
+        return ok;
+    }
+    if (mask && (mask->dtype != CG_BOOL || !cg_same_shape(mask, g))) {
+        char s1[96], s2[96];
+        cg_set_error("%s: need a bool mask of the gradient's shape, got %s %s and %s", op,
+                     cg_dtype_name(mask->dtype), cg_shape_str(mask, s1, sizeof s1),
+                     cg_shape_str(g, s2, sizeof s2));
         return false;
     }
     cg_tensor *gc = cg_k_contiguous(g);
+    cg_tensor *mc = mask ? cg_k_contiguous(mask) : NULL;
     cg_tensor *xc = dw ? cg_k_contiguous(x) : NULL;
     /* beta = 0: the products write every element, so no zero-fill unless a
      * product is skipped for an empty dimension */
-    const bool empty = N == 0 || in == 0 || out == 0;
     cg_tensor *gx = dx ? (empty ? cg_zeros(x->ndim, x->shape) : cg_empty(x->ndim, x->shape)) : NULL;
     cg_tensor *gw = dw ? (empty ? cg_zeros(CG_SHAPE(out, in)) : cg_empty(CG_SHAPE(out, in))) : NULL;
     cg_tensor *gb = db ? cg_empty(CG_SHAPE(out)) : NULL;
-    if (!gc || (dw && (!xc || !gw)) || (dx && !gx) || (db && !gb)) {
-        cg_release_all(5, gc, xc, gx, gw, gb);
-        cg_set_error("linear backward: out of memory");
+    cg_tensor *g16 = fused ? cg_empty_dtype(CG_BF16, g->ndim, g->shape) : NULL;
+    if (!gc || (mask && !mc) || (dw && (!xc || !gw)) || (dx && !gx) || (db && !gb) ||
+        (fused && !g16)) {
+        cg_release_all(7, gc, mc, xc, gx, gw, gb, g16);
+        cg_set_error("%s: out of memory", op);
         return false;
     }
     const float *gp = cg_data(gc);
-    const bool bf16 = cg_get_matmul_precision() == CG_PRECISION_BF16;
-    /* both products in bf16 read g rounded as their packing rounds it:
-     * rounded once, read as it is by each (the same bits) */
-    cg_tensor *g16 = bf16 && gx && gw && !empty ? round_copy(gc) : NULL;
-    bool ok = !(bf16 && gx && gw && !empty && !g16);
-    if (ok && gx && !empty && bf16) {
+    /* column blocks of CB for the threads (round_cols, colsum_cols) */
+    const int64_t nblk = (out + CB - 1) / CB;
+    if (fused) {
+        const uint8_t *mp = mc ? (const uint8_t *)cg_data_bool(mc) : NULL;
+        uint16_t *hp = cg_data_bf16(g16);
+        float *bp = gb ? cg_data(gb) : NULL;
+#pragma omp parallel if (N * out > PAR_THRESHOLD && nblk > 1)
+        {
+            const int t = omp_get_thread_num(), T = omp_get_num_threads();
+            const int64_t j0 = nblk * t / T * CB, j1 = nblk * (t + 1) / T * CB;
+            round_cols(gp, mp, N, out, j0, j1 < out ? j1 : out, hp, bp);
+        }
+    }
+    bool ok = true;
+    if (gx && !empty && bf16) {
         /* dx [N,in] = g [N,out] W [out,in] on W^T's cached bf16 copy */
         cg_bf16_weight *pw = cg_bf16_weight_get(w, true);
         const cg_bf16_matrix *wm = pw ? cg_bf16_weight_matrix(pw) : NULL;
@@ -269,9 +329,8 @@ bool cg_k_linear_backward(const cg_tensor *x, const cg_tensor *w, const cg_tenso
         ok = false;
     }
     cg_release(g16);
-    if (gb) {
+    if (gb && !fused) {
         /* column sums, each thread a run of whole blocks of CB columns */
-        const int64_t nblk = (out + CB - 1) / CB;
         float *bp = cg_data(gb);
 #pragma omp parallel if (N * out > PAR_THRESHOLD && nblk > 1)
         {
@@ -280,7 +339,7 @@ bool cg_k_linear_backward(const cg_tensor *x, const cg_tensor *w, const cg_tenso
             colsum_cols(gp, N, out, j0, j1 < out ? j1 : out, bp);
         }
     }
-    cg_release_all(2, gc, xc);
+    cg_release_all(3, gc, mc, xc);
     if (!ok) {
         cg_release_all(3, gx, gw, gb);
         return false;
@@ -292,4 +351,20 @@ bool cg_k_linear_backward(const cg_tensor *x, const cg_tensor *w, const cg_tenso
     if (db)
         *db = gb;
     return true;
+}
+
+bool cg_k_linear_backward(const cg_tensor *x, const cg_tensor *w, const cg_tensor *g,
+                          cg_tensor **dx, cg_tensor **dw, cg_tensor **db)
+{
+    if (!x || !w || !g)
+        return cg_error_null_input("cg_k_linear_backward");
+    return linear_backward("linear backward", x, w, NULL, g, dx, dw, db);
+}
+
+bool cg_k_linear_relu_backward(const cg_tensor *x, const cg_tensor *w, const cg_tensor *mask,
+                               const cg_tensor *g, cg_tensor **dx, cg_tensor **dw, cg_tensor **db)
+{
+    if (!x || !w || !mask || !g)
+        return cg_error_null_input("cg_k_linear_relu_backward");
+    return linear_backward("linear_relu backward", x, w, mask, g, dx, dw, db);
 }

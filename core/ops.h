@@ -337,6 +337,13 @@ void cg_bf16_weight_cache_limit(size_t bytes);
  * for cg_k_linear. */
 bool cg_k_linear_backward(const cg_tensor *x, const cg_tensor *w, const cg_tensor *g,
                           cg_tensor **dx, cg_tensor **dw, cg_tensor **db);
+/* The same for y = relu(x W^T + b) given its mask (bool, y > 0:
+ * cg_k_relu_mask) and g: the bits of cg_k_relu_mask_backward(mask, g)
+ * given to cg_k_linear_backward. In bf16 precision, with dx and dW both
+ * asked for, one pass over g masks it, rounds it for both products and
+ * sums the bias's gradient (no masked float gradient is made). */
+bool cg_k_linear_relu_backward(const cg_tensor *x, const cg_tensor *w, const cg_tensor *mask,
+                               const cg_tensor *g, cg_tensor **dx, cg_tensor **dw, cg_tensor **db);
 
 /* Fused scaled-dot-product attention on split heads: q [B,H,Tq,dh], k and
  * v [B,H,Tk,dh] (any strides). softmax(q k^T / sqrt(dh), masked) v with

@@ -1298,6 +1298,48 @@ START_TEST(test_relu_mask)
 }
 END_TEST
 
+/* cg_k_linear_relu_backward: the bits of the masked gradient given to
+ * cg_k_linear_backward, in fp32 and in bf16 precision (where dx and dW
+ * together take the fused pass: the mask, the rounding and the bias's
+ * sums at once, over the threads' column blocks), with and without the
+ * bias, with only some gradients asked for, for a strided g; a mask of
+ * another shape or dtype refused. */
+START_TEST(test_linear_relu_backward)
+{
+    cg_rng rng = cg_rng_new(63);
+    cg_tensor *x = cg_randn(&rng, CG_SHAPE(3, 100, 96)), *w = cg_randn(&rng, CG_SHAPE(530, 96));
+    cg_tensor *h = cg_randn(&rng, CG_SHAPE(3, 100, 530)), *m = cg_k_relu_mask(h);
+    cg_tensor *g0 = cg_randn(&rng, CG_SHAPE(3, 530, 100)), *g = cg_transpose(g0, 1, 2);
+    cg_data(g0)[7] = NAN; /* masked out or not: as the masked gradient has it */
+    for (int v = 0; v < 8; v++) {
+        const bool bf16 = v & 1, all = v & 2, bias = v & 4;
+        cg_set_matmul_precision(bf16 ? CG_PRECISION_BF16 : CG_PRECISION_FP32);
+        cg_tensor *got[3] = {NULL, NULL, NULL}, *want[3] = {NULL, NULL, NULL};
+        cg_tensor *gm = cg_k_relu_mask_backward(m, g);
+        ck_assert(cg_k_linear_relu_backward(x, w, m, g, &got[0], all ? &got[1] : NULL,
+                                            bias ? &got[2] : NULL));
+        ck_assert(cg_k_linear_backward(x, w, gm, &want[0], all ? &want[1] : NULL,
+                                       bias ? &want[2] : NULL));
+        cg_set_matmul_precision(CG_PRECISION_FP32);
+        for (int i = 0; i < 3; i++) {
+            ck_assert((got[i] == NULL) == (want[i] == NULL));
+            ck_assert(!got[i] || same_bits(got[i], want[i]));
+        }
+        cg_release_all(7, gm, got[0], got[1], got[2], want[0], want[1], want[2]);
+    }
+    cg_tensor *dx = NULL, *dw = NULL;
+    cg_tensor *h2 = cg_randn(&rng, CG_SHAPE(3, 100, 529)), *m2 = cg_k_relu_mask(h2);
+    cg_set_matmul_precision(CG_PRECISION_BF16);
+    ck_assert(!cg_k_linear_relu_backward(x, w, m2, g, &dx, &dw, NULL));
+    ck_assert(!cg_k_linear_relu_backward(x, w, h, g, &dx, &dw, NULL));
+    ck_assert(strstr(cg_last_error(), "bool mask") != NULL);
+    ck_assert(!cg_k_linear_relu_backward(x, w, NULL, g, &dx, &dw, NULL));
+    cg_set_matmul_precision(CG_PRECISION_FP32);
+    ck_assert(dx == NULL && dw == NULL);
+    cg_release_all(8, x, w, h, m, g0, g, h2, m2);
+}
+END_TEST
+
 /* GELU (both forms) in bf16 precision keeps its input rounded to bf16
  * (the products' rounding) and not the input: the gradient is the kernel's
  * on the rounded input, bit for bit (in runs of 65,536 elements: 90,300
@@ -1424,6 +1466,7 @@ static Suite *bf16_suite(void)
     tcase_add_test(to, test_affine_saves_bf16);
     tcase_add_test(to, test_bf16_operand_copy);
     tcase_add_test(to, test_relu_mask);
+    tcase_add_test(to, test_linear_relu_backward);
     tcase_add_test(to, test_gelu_saves_bf16);
     tcase_add_test(to, test_attention_saves_bf16);
     suite_add_tcase(s, to);
