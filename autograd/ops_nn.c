@@ -326,14 +326,27 @@ cg_tensor *cg_rms_norm(cg_tensor *x, cg_tensor *w, float eps)
     return out;
 }
 
-/* inputs: x, y, w (may be NULL), b (may be NULL); saved: mean, rstd. The
- * gradient of x + y goes to both x and y, one tensor, as add's backward. */
+/* Whether an op of these inputs records a node (cg_record's test). */
+static bool records(int n, cg_tensor *const *in)
+{
+    bool any = false;
+    for (int i = 0; i < n; i++)
+        any |= in[i] && in[i]->requires_grad;
+    return any && cg_grad_enabled();
+}
+
+/* inputs: x, y, w (may be NULL), b (may be NULL); saved: mean, rstd and
+ * the sum x + y (the kernel's, as the norm read it), which is all the
+ * backward reads of x and y: one tensor kept where x and y were two (the
+ * sublayer's output y has no other owner, and in bf16 precision the next
+ * layers keep bf16 copies of x), the same bits. The gradient of x + y goes
+ * to both x and y, one tensor, as add's backward. */
 static bool add_layer_norm_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {
     cg_tensor *dx = NULL, *dw = NULL, *db = NULL;
-    bool ok = cg_k_add_layer_norm_backward(IN(0), IN(1), IN(2), n->saved[0], n->saved[1], g,
-                                           NEEDS(0) || NEEDS(1) ? &dx : NULL, NEEDS(2) ? &dw : NULL,
-                                           NEEDS(3) ? &db : NULL);
+    bool ok = cg_k_layer_norm_backward(n->saved[2], IN(2), n->saved[0], n->saved[1], g,
+                                       NEEDS(0) || NEEDS(1) ? &dx : NULL, NEEDS(2) ? &dw : NULL,
+                                       NEEDS(3) ? &db : NULL);
     gin[0] = NEEDS(0) ? cg_retain(dx) : NULL;
     gin[1] = NEEDS(1) ? cg_retain(dx) : NULL;
     cg_release(dx);
@@ -343,26 +356,29 @@ static bool add_layer_norm_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 }
 cg_tensor *cg_add_layer_norm(cg_tensor *x, cg_tensor *y, cg_tensor *w, cg_tensor *b, float eps)
 {
-    cg_tensor *mean = NULL, *rstd = NULL;
-    cg_tensor *out = cg_k_add_layer_norm(x, y, w, b, eps, &mean, &rstd);
+    cg_tensor *mean = NULL, *rstd = NULL, *sum = NULL;
+    cg_tensor *in[4] = {x, y, w, b};
+    cg_tensor *out =
+        cg_k_add_layer_norm(x, y, w, b, eps, &mean, &rstd, records(4, in) ? &sum : NULL);
     if (out) {
-        cg_tensor *in[4] = {x, y, w, b};
         cg_node *n = cg_record(out, CG_OP_ADD_LAYER_NORM, 4, in, add_layer_norm_bw);
         if (cg_record_failed(n, 4, in) ||
-            (n && (cg_node_save(n, mean) < 0 || cg_node_save(n, rstd) < 0))) {
+            (n && (!sum || cg_node_save(n, mean) < 0 || cg_node_save(n, rstd) < 0 ||
+                   cg_node_save(n, sum) < 0))) {
             cg_release(out);
             out = NULL;
         }
     }
-    cg_release_all(2, mean, rstd);
+    cg_release_all(3, mean, rstd, sum);
     return out;
 }
 
+/* inputs: x, y, w (may be NULL); saved: rstd and the sum x + y (as above) */
 static bool add_rms_norm_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {
     cg_tensor *dx = NULL, *dw = NULL;
-    bool ok = cg_k_add_rms_norm_backward(IN(0), IN(1), IN(2), n->saved[0], g,
-                                         NEEDS(0) || NEEDS(1) ? &dx : NULL, NEEDS(2) ? &dw : NULL);
+    bool ok = cg_k_rms_norm_backward(n->saved[1], IN(2), n->saved[0], g,
+                                     NEEDS(0) || NEEDS(1) ? &dx : NULL, NEEDS(2) ? &dw : NULL);
     gin[0] = NEEDS(0) ? cg_retain(dx) : NULL;
     gin[1] = NEEDS(1) ? cg_retain(dx) : NULL;
     cg_release(dx);
@@ -371,17 +387,18 @@ static bool add_rms_norm_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 }
 cg_tensor *cg_add_rms_norm(cg_tensor *x, cg_tensor *y, cg_tensor *w, float eps)
 {
-    cg_tensor *rstd = NULL;
-    cg_tensor *out = cg_k_add_rms_norm(x, y, w, eps, &rstd);
+    cg_tensor *rstd = NULL, *sum = NULL;
+    cg_tensor *in[3] = {x, y, w};
+    cg_tensor *out = cg_k_add_rms_norm(x, y, w, eps, &rstd, records(3, in) ? &sum : NULL);
     if (out) {
-        cg_tensor *in[3] = {x, y, w};
         cg_node *n = cg_record(out, CG_OP_ADD_RMS_NORM, 3, in, add_rms_norm_bw);
-        if (cg_record_failed(n, 3, in) || (n && cg_node_save(n, rstd) < 0)) {
+        if (cg_record_failed(n, 3, in) ||
+            (n && (!sum || cg_node_save(n, rstd) < 0 || cg_node_save(n, sum) < 0))) {
             cg_release(out);
             out = NULL;
         }
     }
-    cg_release(rstd);
+    cg_release_all(2, rstd, sum);
     return out;
 }
 

@@ -236,12 +236,14 @@ EW_CLONES static void add_rows(int64_t r0, int64_t r1, int64_t D, const float *x
 /* norm(x) or, with an addend y, norm(x + y). */
 static cg_tensor *norm_forward(const char *op, bool rms, const cg_tensor *x, const cg_tensor *a,
                                const cg_tensor *w, const cg_tensor *b, float eps,
-                               cg_tensor **mean_out, cg_tensor **rstd_out)
+                               cg_tensor **mean_out, cg_tensor **rstd_out, cg_tensor **sum_out)
 {
     if (mean_out)
         *mean_out = NULL;
     if (rstd_out)
         *rstd_out = NULL;
+    if (sum_out)
+        *sum_out = NULL;
     if (!x)
         return cg_error_null_input(op), NULL;
     if (!cg_f32_args(op, 4, (const cg_tensor *[]){x, a, w, b}) || !check_x(op, x) ||
@@ -253,28 +255,30 @@ static cg_tensor *norm_forward(const char *op, bool rms, const cg_tensor *x, con
     int64_t n = cg_numel(x), rows = cg_numel_shape(x->ndim - 1, x->shape);
     const int nt = cg_get_num_threads();
     cg_tensor *xc = cg_k_contiguous(x), *ac = a ? cg_k_contiguous(a) : NULL, *wc = NULL, *bc = NULL;
-    cg_tensor *y = NULL, *mt = NULL, *rt = NULL;
-    float *scratch = NULL; /* one row per thread for x + a */
+    cg_tensor *y = NULL, *mt = NULL, *rt = NULL, *st = NULL;
+    float *scratch = NULL; /* one row per thread for x + a, unless the sum is kept */
     if (!xc || (a && !ac) || !opt_contig(w, &wc) || !opt_contig(b, &bc))
         goto fail;
     y = cg_empty(x->ndim, x->shape);
     mt = rms ? NULL : cg_empty(1, &rows);
     rt = cg_empty(1, &rows);
-    if (!y || (!rms && !mt) || !rt)
+    st = a && sum_out ? cg_empty(x->ndim, x->shape) : NULL;
+    if (!y || (!rms && !mt) || !rt || (a && sum_out && !st))
         goto fail;
-    if (a && !(scratch = cg_alloc((size_t)nt * (size_t)(D > 0 ? D : 1) * sizeof(float)))) {
+    if (a && !st && !(scratch = cg_alloc((size_t)nt * (size_t)(D > 0 ? D : 1) * sizeof(float)))) {
         cg_set_error("%s: out of memory", op);
         goto fail;
     }
     const float *xp = cg_data(xc), *ap = ac ? cg_data(ac) : NULL;
     const float *wp = wc ? cg_data(wc) : NULL, *bp = bc ? cg_data(bc) : NULL;
     float *yp = cg_data(y), *mp = mt ? cg_data(mt) : NULL, *rp = cg_data(rt);
+    float *sp = st ? cg_data(st) : NULL;
 #pragma omp parallel for schedule(static) if (n > PAR_THRESHOLD) num_threads(nt)
     for (int64_t r = 0; r < rows; r++) {
         float mf, rs;
         const float *xr = xp + r * D;
         if (ap) {
-            float *s = scratch + (int64_t)omp_get_thread_num() * D;
+            float *s = sp ? sp + r * D : scratch + (int64_t)omp_get_thread_num() * D;
             add_rows(r, r + 1, D, xp, ap, s);
             xr = s;
         }
@@ -293,53 +297,55 @@ static cg_tensor *norm_forward(const char *op, bool rms, const cg_tensor *x, con
         *rstd_out = rt;
     else
         cg_release(rt);
+    if (sum_out)
+        *sum_out = st;
     return y;
 fail:
     cg_free(scratch);
-    cg_release_all(7, xc, ac, wc, bc, y, mt, rt);
+    cg_release_all(8, xc, ac, wc, bc, y, mt, rt, st);
     return NULL;
 }
 
 cg_tensor *cg_k_layer_norm(const cg_tensor *x, const cg_tensor *w, const cg_tensor *b, float eps,
                            cg_tensor **mean, cg_tensor **rstd)
 {
-    return norm_forward("layer_norm", false, x, NULL, w, b, eps, mean, rstd);
+    return norm_forward("layer_norm", false, x, NULL, w, b, eps, mean, rstd, NULL);
 }
 
 cg_tensor *cg_k_rms_norm(const cg_tensor *x, const cg_tensor *w, float eps, cg_tensor **rstd)
 {
-    return norm_forward("rms_norm", true, x, NULL, w, NULL, eps, NULL, rstd);
+    return norm_forward("rms_norm", true, x, NULL, w, NULL, eps, NULL, rstd, NULL);
 }
 
 cg_tensor *cg_k_add_layer_norm(const cg_tensor *x, const cg_tensor *y, const cg_tensor *w,
-                               const cg_tensor *b, float eps, cg_tensor **mean, cg_tensor **rstd)
+                               const cg_tensor *b, float eps, cg_tensor **mean, cg_tensor **rstd,
+                               cg_tensor **sum)
 {
     if (!y) {
         cg_error_null_input("cg_k_add_layer_norm");
         return NULL;
     }
-    return norm_forward("add_layer_norm", false, x, y, w, b, eps, mean, rstd);
+    return norm_forward("add_layer_norm", false, x, y, w, b, eps, mean, rstd, sum);
 }
 
 cg_tensor *cg_k_add_rms_norm(const cg_tensor *x, const cg_tensor *y, const cg_tensor *w, float eps,
-                             cg_tensor **rstd)
+                             cg_tensor **rstd, cg_tensor **sum)
 {
     if (!y) {
         cg_error_null_input("cg_k_add_rms_norm");
         return NULL;
     }
-    return norm_forward("add_rms_norm", true, x, y, w, NULL, eps, NULL, rstd);
+    return norm_forward("add_rms_norm", true, x, y, w, NULL, eps, NULL, rstd, sum);
 }
 
 /* ----------------------------------------------------------- backward */
 /* xhat = (x - mean) * rstd (mean = 0 for RMS norm), gw = g * w:
  *   layer norm: dx = rstd * (gw - mean(gw) - xhat * mean(gw * xhat))
  *   rms norm:   dx = rstd * (gw - xhat * mean(gw * xhat))
- *   dw = sum_rows g * xhat, db = sum_rows g.
- * With an addend a, x + a takes x's place (added again chunk by chunk). */
-static bool norm_backward(const char *op, bool rms, const cg_tensor *x, const cg_tensor *a,
-                          const cg_tensor *w, const cg_tensor *mean, const cg_tensor *rstd,
-                          const cg_tensor *g, cg_tensor **dx, cg_tensor **dw, cg_tensor **db)
+ *   dw = sum_rows g * xhat, db = sum_rows g. */
+static bool norm_backward(const char *op, bool rms, const cg_tensor *x, const cg_tensor *w,
+                          const cg_tensor *mean, const cg_tensor *rstd, const cg_tensor *g,
+                          cg_tensor **dx, cg_tensor **dw, cg_tensor **db)
 {
     if (dx)
         *dx = NULL;
@@ -348,8 +354,7 @@ static bool norm_backward(const char *op, bool rms, const cg_tensor *x, const cg
     if (db)
         *db = NULL;
     if (!x || !rstd || !g || (!rms && !mean) ||
-        !cg_f32_args(op, 4, (const cg_tensor *[]){x, a, w, g}) || !check_x(op, x) ||
-        !check_addend(op, x, a))
+        !cg_f32_args(op, 3, (const cg_tensor *[]){x, w, g}) || !check_x(op, x))
         return false;
     char b1[96], b2[96];
     if (!cg_same_shape(x, g)) {
@@ -368,8 +373,7 @@ static bool norm_backward(const char *op, bool rms, const cg_tensor *x, const cg
         return false;
     }
     bool ok = false;
-    cg_tensor *xc = cg_k_contiguous(x), *ac = a ? cg_k_contiguous(a) : NULL,
-              *gc = cg_k_contiguous(g);
+    cg_tensor *xc = cg_k_contiguous(x), *gc = cg_k_contiguous(g);
     cg_tensor *wc = NULL, *mc = NULL, *rc = cg_k_contiguous(rstd);
     cg_tensor *dxt = NULL, *dwt = NULL, *dbt = NULL;
     int64_t nchunks = (rows + CHUNK - 1) / CHUNK;
@@ -377,9 +381,7 @@ static bool norm_backward(const char *op, bool rms, const cg_tensor *x, const cg
     bool want_w = dw != NULL, want_b = db != NULL && !rms;
     double *pw = NULL, *pb = NULL;
     const int nt = cg_get_num_threads();
-    float *scratch = NULL; /* a chunk of x + a per thread */
-    if (!xc || (a && !ac) || !gc || !rc || !opt_contig(w, &wc) ||
-        !opt_contig(rms ? NULL : mean, &mc))
+    if (!xc || !gc || !rc || !opt_contig(w, &wc) || !opt_contig(rms ? NULL : mean, &mc))
         goto done;
     if (dx && !(dxt = cg_empty(x->ndim, x->shape)))
         goto done;
@@ -391,9 +393,7 @@ static bool norm_backward(const char *op, bool rms, const cg_tensor *x, const cg
         goto oom;
     if (want_b && !(pb = calloc((size_t)(nchunks ? nchunks : 1) * (size_t)Dp, sizeof(double))))
         goto oom;
-    if (a && !(scratch = cg_alloc((size_t)nt * CHUNK * (size_t)Dp * sizeof(float))))
-        goto oom;
-    const float *xp = cg_data(xc), *ap = ac ? cg_data(ac) : NULL;
+    const float *xp = cg_data(xc);
     const float *gp = cg_data(gc), *rp = cg_data(rc);
     const float *mp = mc ? cg_data(mc) : NULL, *wp = wc ? cg_data(wc) : NULL;
     float *dxp = dxt ? cg_data(dxt) : NULL;
@@ -401,14 +401,7 @@ static bool norm_backward(const char *op, bool rms, const cg_tensor *x, const cg
     for (int64_t c = 0; c < nchunks; c++) {
         int64_t r0 = c * CHUNK, r1 = (c + 1) * CHUNK < rows ? (c + 1) * CHUNK : rows;
         double *cw = pw ? pw + c * Dp : NULL, *cb = pb ? pb + c * Dp : NULL;
-        if (ap) { /* the chunk's x + a, then its rows numbered from 0 */
-            float *s = scratch + (int64_t)omp_get_thread_num() * CHUNK * Dp;
-            add_rows(r0, r1, D, xp, ap, s);
-            norm_chunk_bwd(rms, 0, r1 - r0, D, s, gp + r0 * D, mp ? mp + r0 : NULL, rp + r0, wp,
-                           dxp ? dxp + r0 * D : NULL, cw, cb);
-        } else {
-            norm_chunk_bwd(rms, r0, r1, D, xp, gp, mp, rp, wp, dxp, cw, cb);
-        }
+        norm_chunk_bwd(rms, r0, r1, D, xp, gp, mp, rp, wp, dxp, cw, cb);
     }
     /* Sum the chunk partials in chunk order, parallel over columns. */
     if (dwt || dbt) {
@@ -436,8 +429,7 @@ oom:
 done:
     free(pw);
     free(pb);
-    cg_free(scratch);
-    cg_release_all(6, xc, ac, gc, wc, mc, rc);
+    cg_release_all(5, xc, gc, wc, mc, rc);
     if (!ok) {
         cg_release_all(3, dxt, dwt, dbt);
         return false;
@@ -455,31 +447,13 @@ bool cg_k_layer_norm_backward(const cg_tensor *x, const cg_tensor *w, const cg_t
                               const cg_tensor *rstd, const cg_tensor *g, cg_tensor **dx,
                               cg_tensor **dw, cg_tensor **db)
 {
-    return norm_backward("layer_norm_backward", false, x, NULL, w, mean, rstd, g, dx, dw, db);
-}
-
-bool cg_k_add_layer_norm_backward(const cg_tensor *x, const cg_tensor *y, const cg_tensor *w,
-                                  const cg_tensor *mean, const cg_tensor *rstd, const cg_tensor *g,
-                                  cg_tensor **dx, cg_tensor **dw, cg_tensor **db)
-{
-    if (!y)
-        return cg_error_null_input("cg_k_add_layer_norm_backward");
-    return norm_backward("add_layer_norm_backward", false, x, y, w, mean, rstd, g, dx, dw, db);
+    return norm_backward("layer_norm_backward", false, x, w, mean, rstd, g, dx, dw, db);
 }
 
 bool cg_k_rms_norm_backward(const cg_tensor *x, const cg_tensor *w, const cg_tensor *rstd,
                             const cg_tensor *g, cg_tensor **dx, cg_tensor **dw)
 {
-    return norm_backward("rms_norm_backward", true, x, NULL, w, NULL, rstd, g, dx, dw, NULL);
-}
-
-bool cg_k_add_rms_norm_backward(const cg_tensor *x, const cg_tensor *y, const cg_tensor *w,
-                                const cg_tensor *rstd, const cg_tensor *g, cg_tensor **dx,
-                                cg_tensor **dw)
-{
-    if (!y)
-        return cg_error_null_input("cg_k_add_rms_norm_backward");
-    return norm_backward("add_rms_norm_backward", true, x, y, w, NULL, rstd, g, dx, dw, NULL);
+    return norm_backward("rms_norm_backward", true, x, w, NULL, rstd, g, dx, dw, NULL);
 }
 
 /* ------------------------------------------------------------ dropout */

@@ -265,18 +265,15 @@ cg_tensor *cg_k_rms_norm(const cg_tensor *x, const cg_tensor *w, float eps, cg_t
 bool cg_k_rms_norm_backward(const cg_tensor *x, const cg_tensor *w, const cg_tensor *rstd,
                             const cg_tensor *g, cg_tensor **dx, cg_tensor **dw);
 /* The same of the sum x + y (y of x's shape), the residual add of a post-norm
- * block, without storing the sum: bit for bit the norm of cg_k_add(x, y).
- * The backward adds x + y again; its dx is the gradient of both x and y. */
+ * block: bit for bit the norm of cg_k_add(x, y). *sum (NULL to skip) gets
+ * x + y, written as the norm reads it: the input its backward takes
+ * (cg_k_layer_norm_backward or cg_k_rms_norm_backward of the sum, whose dx
+ * is the gradient of both x and y). Without it no sum is stored. */
 cg_tensor *cg_k_add_layer_norm(const cg_tensor *x, const cg_tensor *y, const cg_tensor *w,
-                               const cg_tensor *b, float eps, cg_tensor **mean, cg_tensor **rstd);
-bool cg_k_add_layer_norm_backward(const cg_tensor *x, const cg_tensor *y, const cg_tensor *w,
-                                  const cg_tensor *mean, const cg_tensor *rstd, const cg_tensor *g,
-                                  cg_tensor **dx, cg_tensor **dw, cg_tensor **db);
+                               const cg_tensor *b, float eps, cg_tensor **mean, cg_tensor **rstd,
+                               cg_tensor **sum);
 cg_tensor *cg_k_add_rms_norm(const cg_tensor *x, const cg_tensor *y, const cg_tensor *w, float eps,
-                             cg_tensor **rstd);
-bool cg_k_add_rms_norm_backward(const cg_tensor *x, const cg_tensor *y, const cg_tensor *w,
-                                const cg_tensor *rstd, const cg_tensor *g, cg_tensor **dx,
-                                cg_tensor **dw);
+                             cg_tensor **rstd, cg_tensor **sum);
 
 /* Inverted dropout: keep with prob 1-p, scale kept by 1/(1-p). *mask (if not
  * NULL) gets the scale per element (0 or 1/(1-p)). p in [0,1). Seeded and

@@ -425,6 +425,20 @@ START_TEST(test_add_norms)
         check(add_rms_norm_fn, NULL, 3, in, "add_rms_norm(x, y, w)", 0, 0);
         cg_release_all(4, in[0], in[1], in[2], in[3]);
     }
+    /* the node keeps the sum x + y, not x and y (headers without storage) */
+    cg_tensor *x0 = cg_requires_grad(cg_randn(&r, CG_SHAPE(4, 6)), true);
+    cg_tensor *y0 = cg_requires_grad(cg_randn(&r, CG_SHAPE(4, 6)), true);
+    cg_tensor *x = cg_muls(x0, 2.0f), *y = cg_muls(y0, 3.0f), *s = cg_k_add(x, y);
+    for (int rms = 0; rms < 2; rms++) {
+        cg_tensor *o =
+            rms ? cg_add_rms_norm(x, y, NULL, 1e-5f) : cg_add_layer_norm(x, y, NULL, NULL, 1e-5f);
+        const cg_node *n = o->node;
+        ck_assert(n->inputs[0]->storage == NULL && n->inputs[1]->storage == NULL);
+        const cg_tensor *kept = n->saved[rms ? 1 : 2];
+        ck_assert(!memcmp(cg_data(kept), cg_data(s), 24 * sizeof(float)));
+        cg_release(o);
+    }
+    cg_release_all(5, x0, y0, x, y, s);
 }
 END_TEST
 
