@@ -403,9 +403,10 @@ cg_tensor *cg_add_rms_norm(cg_tensor *x, cg_tensor *y, cg_tensor *w, float eps)
 }
 
 /* ------------------------------------------------------------ dropout */
+/* saved: which elements were kept (bool); p.f[0]: p */
 static bool dropout_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {
-    return (gin[0] = cg_k_mul(g, n->saved[0])) != NULL;
+    return (gin[0] = cg_k_dropout_backward(n->saved[0], g, n->p.f[0])) != NULL;
 }
 cg_tensor *cg_dropout(cg_tensor *a, float p, cg_rng *rng, bool training)
 {
@@ -416,10 +417,12 @@ cg_tensor *cg_dropout(cg_tensor *a, float p, cg_rng *rng, bool training)
     if (!training || p == 0.0f)
         return cg_retain(a);
     cg_tensor *mask = NULL;
-    cg_tensor *out = cg_k_dropout(a, p, rng, &mask);
+    cg_tensor *out = cg_k_dropout(a, p, rng, records(1, &a) ? &mask : NULL);
     if (out) {
         cg_node *n = cg_record(out, CG_OP_DROPOUT, 1, &a, dropout_bw);
-        if (cg_record_failed(n, 1, &a) || (n && cg_node_save(n, mask) < 0)) {
+        if (n)
+            n->p.f[0] = p;
+        if (cg_record_failed(n, 1, &a) || (n && (!mask || cg_node_save(n, mask) < 0))) {
             cg_release(out);
             out = NULL;
         }

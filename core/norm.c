@@ -458,7 +458,7 @@ bool cg_k_rms_norm_backward(const cg_tensor *x, const cg_tensor *w, const cg_ten
 
 /* ------------------------------------------------------------ dropout */
 /* Elements [i0, i1): y = x * s, s = scale where draw (base + i) >= p, else 0
- * (and the mask m = s when m is not NULL). The draws inline (core/rng.h),
+ * (and the mask m = 1 where kept, 0 where dropped, when m is not NULL). The draws inline (core/rng.h),
  * the same bits as cg_rng_uniform's, without a call per element; the loops
  * vectorise (the select by masks), with AVX512DQ's 64-bit products where the
  * CPU has them (x86-64-v4). Integer arithmetic and one float product: the
@@ -470,14 +470,13 @@ bool cg_k_rms_norm_backward(const cg_tensor *x, const cg_tensor *w, const cg_ten
 #define DROP_CLONES
 #endif
 DROP_CLONES static void dropout_span(int64_t i0, int64_t i1, uint64_t key, uint64_t base, float p,
-                                     float scale, const float *xp, float *yp, float *mp)
+                                     float scale, const float *xp, float *yp, uint8_t *mp)
 {
     if (mp)
         for (int64_t i = i0; i < i1; i++) {
             float u = cg_rng_draw_unit(cg_rng_draw(key, base + (uint64_t)i));
-            float s = bsel(M(u >= p), scale, 0.0f);
-            yp[i] = xp[i] * s;
-            mp[i] = s;
+            yp[i] = xp[i] * bsel(M(u >= p), scale, 0.0f);
+            mp[i] = u >= p;
         }
     else
         for (int64_t i = i0; i < i1; i++) {
@@ -487,6 +486,51 @@ DROP_CLONES static void dropout_span(int64_t i0, int64_t i1, uint64_t key, uint6
 }
 
 #define DROP_BLOCK 4096
+
+/* The kept elements' factor 1/(1-p); p == 1 drops everything (PyTorch gives
+ * zeros). */
+static float dropout_scale(float p) { return p < 1.0f ? (float)(1.0 / (1.0 - (double)p)) : 0.0f; }
+
+/* g times each element's factor: scale where kept, 0 where dropped (a
+ * NaN or infinite g gives NaN there, as g * 0 does). */
+EW_CLONES static void dropout_grad_run(int64_t n, const uint8_t *m, const float *g, float scale,
+                                       float *out)
+{
+    for (int64_t i = 0; i < n; i++)
+        out[i] = g[i] * (m[i] ? scale : 0.0f);
+}
+
+cg_tensor *cg_k_dropout_backward(const cg_tensor *mask, const cg_tensor *g, float p)
+{
+    if (!mask || !g)
+        return cg_error_null_input("cg_k_dropout_backward"), NULL;
+    if (!cg_check_f32("dropout_backward", "g", g))
+        return NULL;
+    if (mask->dtype != CG_BOOL || !cg_same_shape(mask, g) || !(p >= 0.0f && p <= 1.0f)) {
+        char b1[96], b2[96];
+        cg_set_error("dropout_backward: need a bool mask of the gradient's shape and p in [0, "
+                     "1], got %s %s, %s and p %g",
+                     cg_dtype_name(mask->dtype), cg_shape_str(mask, b1, sizeof b1),
+                     cg_shape_str(g, b2, sizeof b2), (double)p);
+        return NULL;
+    }
+    cg_tensor *mc = cg_k_contiguous(mask), *gc = cg_k_contiguous(g);
+    cg_tensor *out = mc && gc ? cg_empty(g->ndim, g->shape) : NULL;
+    if (out) {
+        const int64_t n = cg_numel(g), nb = (n + DROP_BLOCK - 1) / DROP_BLOCK;
+        const uint8_t *mp = (const uint8_t *)cg_data_bool(mc);
+        const float *gp = cg_data(gc), scale = dropout_scale(p);
+        float *op = cg_data(out);
+#pragma omp parallel for schedule(static) if (n > PAR_THRESHOLD)
+        for (int64_t k = 0; k < nb; k++) {
+            const int64_t i = k * DROP_BLOCK;
+            dropout_grad_run(n - i < DROP_BLOCK ? n - i : DROP_BLOCK, mp + i, gp + i, scale,
+                             op + i);
+        }
+    }
+    cg_release_all(2, mc, gc);
+    return out;
+}
 
 /* Element i (row-major) is kept iff draw (counter + i) >= p; the counter then
  * advances by numel, so the mask does not depend on the thread count. */
@@ -513,20 +557,19 @@ cg_tensor *cg_k_dropout(const cg_tensor *a, float p, cg_rng *rng, cg_tensor **ma
     int64_t n = cg_numel(a);
     cg_tensor *x = cg_k_contiguous(a);
     cg_tensor *y = x ? cg_empty(a->ndim, a->shape) : NULL;
-    cg_tensor *m = (y && mask) ? cg_empty(a->ndim, a->shape) : NULL;
+    cg_tensor *m = (y && mask) ? cg_empty_dtype(CG_BOOL, a->ndim, a->shape) : NULL;
     if (!y || (mask && !m)) {
         cg_release_all(3, x, y, m);
         return NULL;
     }
     const float *xp = cg_data(x);
-    float *yp = cg_data(y), *mp = m ? cg_data(m) : NULL;
-    /* p == 1 drops everything (PyTorch gives zeros). */
-    float scale = p < 1.0f ? (float)(1.0 / (1.0 - (double)p)) : 0.0f;
+    float *yp = cg_data(y);
+    uint8_t *mp = m ? (uint8_t *)cg_data_bool(m) : NULL;
+    const float scale = dropout_scale(p);
     if (p == 0.0f) {
         memcpy(yp, xp, (size_t)n * sizeof(float));
         if (mp)
-            for (int64_t i = 0; i < n; i++)
-                mp[i] = 1.0f;
+            memset(mp, 1, (size_t)n);
     } else {
         const uint64_t key = cg_rng_key(rng->seed), base = rng->counter;
         const int64_t nb = (n + DROP_BLOCK - 1) / DROP_BLOCK;

@@ -276,9 +276,13 @@ cg_tensor *cg_k_add_rms_norm(const cg_tensor *x, const cg_tensor *y, const cg_te
                              cg_tensor **rstd, cg_tensor **sum);
 
 /* Inverted dropout: keep with prob 1-p, scale kept by 1/(1-p). *mask (if not
- * NULL) gets the scale per element (0 or 1/(1-p)). p in [0,1). Seeded and
- * thread-count independent. */
+ * NULL) gets which elements were kept (bool, a byte an element, as
+ * PyTorch's native_dropout keeps). p in [0,1]. Seeded and thread-count
+ * independent. */
 cg_tensor *cg_k_dropout(const cg_tensor *a, float p, cg_rng *rng, cg_tensor **mask);
+/* Its backward: g times 1/(1-p) where mask is true and times 0 where it is
+ * false (NaN stays NaN), the bits of g times the factor. */
+cg_tensor *cg_k_dropout_backward(const cg_tensor *mask, const cg_tensor *g, float p);
 
 /* Linear layer: y = x W^T + b, x [..., in] (any strides), W [out, in], b
  * [out] or NULL -> [..., out]. One GEMM with the bias pre-written into y.

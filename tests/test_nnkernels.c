@@ -888,10 +888,9 @@ START_TEST(test_dropout_identity)
     cg_tensor *mask = NULL;
     cg_tensor *y = cg_k_dropout(x, 0.0f, &d, &mask);
     CG_ASSERT_TENSOR(y, xv, 0, 0);
-    float ones[24];
+    ck_assert_int_eq(mask->dtype, CG_BOOL);
     for (int i = 0; i < 24; i++)
-        ones[i] = 1;
-    CG_ASSERT_TENSOR(mask, ones, 0, 0);
+        ck_assert(cg_data_bool(mask)[i]);
     ck_assert_uint_eq(d.counter, 24);
     free(xv);
     cg_release_all(3, x, y, mask);
@@ -909,8 +908,8 @@ START_TEST(test_dropout_stats)
     int64_t kept = 0;
     float scale = (float)(1.0 / 0.7);
     for (int64_t i = 0; i < n; i++) {
-        ck_assert(mv[i] == 0.0f || mv[i] == scale);
-        ck_assert(yv[i] == mv[i]);
+        ck_assert(mv[i] == 0.0f || mv[i] == 1.0f);
+        ck_assert(yv[i] == mv[i] * scale);
         kept += mv[i] != 0.0f;
     }
     double frac = (double)kept / (double)n;
@@ -943,7 +942,7 @@ START_TEST(test_dropout_draws)
                 float scale = (float)(1.0 / (1.0 - (double)ps[k]));
                 for (int64_t i = 0; i < 9000; i++) {
                     float s = cg_rng_uniform(&ref) >= ps[k] ? scale : 0.0f;
-                    ck_assert_msg(mv[i] == s && yv[i] == xv[i] * s,
+                    ck_assert_msg(mv[i] == (s != 0.0f) && yv[i] == xv[i] * s,
                                   "seed %d counter %d p %g: element %lld", a, c, (double)ps[k],
                                   (long long)i);
                 }
@@ -983,6 +982,39 @@ START_TEST(test_dropout_determinism)
     ck_assert(bit_equal(p, q));
     cg_release_all(11, x, y[0], y[1], y[2], m[0], m[1], m[2], a, b, xt, xtc);
     cg_release_all(2, p, q);
+}
+END_TEST
+
+/* The backward from the bool mask: the bits of g times the float mask
+ * (scale where kept, 0 where dropped: a NaN or infinite g gives NaN
+ * there), for a strided g over several blocks, p = 0 and p = 1; a mask of
+ * another dtype or shape, or p outside [0, 1], refused. */
+START_TEST(test_dropout_backward)
+{
+    cg_rng r = cg_rng_new(10);
+    cg_tensor *x = cg_randn(&r, CG_SHAPE(90, 100));
+    cg_tensor *g0 = cg_randn(&r, CG_SHAPE(100, 90)), *g = cg_view_transpose(g0, 0, 1);
+    cg_data(g0)[3] = NAN;
+    cg_data(g0)[4] = INFINITY;
+    cg_data(g0)[5] = -INFINITY;
+    const float ps[3] = {0.3f, 0.0f, 1.0f};
+    for (int k = 0; k < 3; k++) {
+        cg_rng d = cg_rng_new(77);
+        cg_tensor *m = NULL, *y = cg_k_dropout(x, ps[k], &d, &m);
+        const float scale = ps[k] < 1.0f ? (float)(1.0 / (1.0 - (double)ps[k])) : 0.0f;
+        cg_tensor *f = cg_k_to(m, CG_F32), *fm = cg_k_muls(f, scale);
+        cg_tensor *got = cg_k_dropout_backward(m, g, ps[k]), *want = cg_k_mul(g, fm);
+        ck_assert(bit_equal(got, want));
+        cg_release_all(6, m, y, f, fm, got, want);
+    }
+    cg_tensor *fl = cg_ones(CG_SHAPE(90, 100)), *o2 = cg_ones(CG_SHAPE(90, 99));
+    cg_tensor *m2 = cg_k_relu_mask(o2);
+    CG_ASSERT_FAILS(cg_k_dropout_backward(fl, g, 0.5f), "bool mask");
+    CG_ASSERT_FAILS(cg_k_dropout_backward(m2, g, 0.5f), "bool mask");
+    cg_tensor *m3 = cg_k_relu_mask(x);
+    CG_ASSERT_FAILS(cg_k_dropout_backward(m3, g, 1.5f), "p in [0, 1]");
+    CG_ASSERT_FAILS(cg_k_dropout_backward(NULL, g, 0.5f), "dropout_backward");
+    cg_release_all(7, x, g0, g, fl, o2, m2, m3);
 }
 END_TEST
 
@@ -1190,6 +1222,7 @@ static Suite *nnkernels_suite(void)
     tcase_add_test(tc, test_dropout_stats);
     tcase_add_test(tc, test_dropout_draws);
     tcase_add_test(tc, test_dropout_determinism);
+    tcase_add_test(tc, test_dropout_backward);
     tcase_add_test(tc, test_dropout_errors);
     suite_add_tcase(s, tc);
     tc = tcase_create("attention");
