@@ -1,0 +1,215 @@
+/* Differentiable layers on the fused kernels: attention, and the linear
+ * layers (cg_affine, cg_affine_relu), with what each node keeps for its
+ * backward: in bf16 precision the bf16 copies the products read
+ * (docs/autograd.md, "Saved in bf16"). Forward and backward side by side,
+ * as in ops_nn.c. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "autograd/ops.h"
+#include "core/ops.h"
+
+#define NEEDS(i) cg_node_needs_grad(n, (i))
+#define IN(i) (n->inputs[(i)])
+
+/* ---------------------------------------------------------- attention */
+/* Fused scaled-dot-product attention (core/attention.c): the node keeps
+ * the kernel's saved state (saved[0]): the weights up to 256 keys, each
+ * row's log-sum-exp beyond (the backward then recomputes the weights tile
+ * by tile, and needs the output too: an alias of it, in slot p.i[3] - 1;
+ * with the weights kept the output is not read, so its memory goes with
+ * its other owners: in bf16 precision the output projection keeps a bf16
+ * copy instead). The backward needs the key-padding mask: the node keeps a
+ * copy of it (slot p.i[2] - 1), as PyTorch's backward does not depend on
+ * the caller's mask either. In bf16 precision q, k and v are read only by
+ * the backward's products, which round them to bf16: the node keeps their
+ * bf16 copies (cg_k_bf16_operand, from slot p.i[1] - 1 on) instead of
+ * them, with the same bits. */
+static const cg_tensor *slot_or_null(const cg_node *n, int64_t s1)
+{
+    return s1 ? n->saved[s1 - 1] : NULL;
+}
+static bool attention_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    const int64_t c = n->p.i[1];
+    const cg_tensor *q = c ? n->saved[c - 1] : IN(0), *k = c ? n->saved[c] : IN(1);
+    const cg_tensor *v = c ? n->saved[c + 1] : IN(2);
+    return cg_k_attention_backward(q, k, v, slot_or_null(n, n->p.i[3]), n->saved[0], g,
+                                   n->p.i[0] != 0, slot_or_null(n, n->p.i[2]),
+                                   NEEDS(0) ? &gin[0] : NULL, NEEDS(1) ? &gin[1] : NULL,
+                                   NEEDS(2) ? &gin[2] : NULL);
+}
+/* Save t on n, its slot + 1 in *slot1; false + error. */
+static bool save_slot(cg_node *n, cg_tensor *t, int64_t *slot1)
+{
+    const int s = t ? cg_node_save(n, t) : -1;
+    if (s >= 0)
+        *slot1 = s + 1;
+    return s >= 0;
+}
+/* In bf16 precision, keep q, k and v's bf16 copies on n instead of them. */
+static bool keep_bf16_qkv(cg_node *n, cg_tensor *const *in)
+{
+    if (cg_get_matmul_precision() != CG_PRECISION_BF16)
+        return true;
+    for (int i = 0; i < 3; i++) {
+        cg_tensor *c = cg_k_bf16_operand(in[i]);
+        const int slot = c ? cg_node_save(n, c) : -1;
+        cg_release(c);
+        if (slot < 0)
+            return false;
+        if (i == 0)
+            n->p.i[1] = slot + 1;
+    }
+    for (int i = 0; i < 3; i++)
+        cg_node_set_reads(n, i, false);
+    return true;
+}
+cg_tensor *cg_attention(cg_tensor *q, cg_tensor *k, cg_tensor *v, bool causal,
+                        const cg_tensor *key_pad, cg_tensor **weights_out)
+{
+    if (weights_out)
+        *weights_out = NULL;
+    cg_tensor *saved = NULL, *w = NULL;
+    cg_tensor *out = cg_k_attention(q, k, v, causal, key_pad, &saved, weights_out ? &w : NULL);
+    if (!out)
+        return NULL;
+    cg_tensor *in[3] = {q, k, v};
+    cg_node *n = cg_record(out, CG_OP_ATTENTION, 3, in, attention_bw);
+    bool ok = !cg_record_failed(n, 3, in);
+    if (n) {
+        n->p.i[0] = causal;
+        cg_tensor *kp = key_pad ? cg_k_clone(key_pad) : NULL;    /* the caller may change theirs */
+        cg_tensor *al = saved->ndim == 4 ? NULL : cg_alias(out); /* the weights: no output */
+        ok = cg_node_save(n, saved) == 0 && (saved->ndim == 4 || save_slot(n, al, &n->p.i[3])) &&
+             (!key_pad || save_slot(n, kp, &n->p.i[2])) && keep_bf16_qkv(n, in);
+        cg_release_all(2, kp, al);
+    }
+    cg_release(saved);
+    if (ok && weights_out && !(*weights_out = cg_detach(w)))
+        ok = false;
+    cg_release(w);
+    if (!ok) {
+        cg_release(out);
+        return NULL;
+    }
+    return out;
+}
+
+/* ------------------------------------------------------------- linear */
+/* In bf16 precision a linear layer whose weight needs a gradient keeps x
+ * rounded to bf16 as its products round it (cg_k_bf16_operand), not x:
+ * half the bytes, and dW = g^T x reads it as it is, with the bits the
+ * float x gave (autocast's saved activations, docs/autograd.md). The
+ * forward's product reads the same copy. The node then does not read x
+ * (it keeps a header: x's memory goes with its other owners), and
+ * p.i[0] is the copy's slot + 1 (0: x itself is read). */
+static bool wants_bf16_copy(const cg_tensor *x, const cg_tensor *w)
+{
+    return cg_get_matmul_precision() == CG_PRECISION_BF16 && cg_grad_enabled() &&
+           w->requires_grad && x->dtype == CG_F32;
+}
+static bool keep_bf16_copy(cg_node *n, cg_tensor *xb)
+{
+    const int slot = cg_node_save(n, xb);
+    if (slot < 0)
+        return false;
+    n->p.i[0] = slot + 1;
+    cg_node_set_reads(n, 0, false);
+    return true;
+}
+static const cg_tensor *linear_x(const cg_node *n)
+{
+    return n->p.i[0] ? n->saved[n->p.i[0] - 1] : IN(0);
+}
+static bool linear_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    return cg_k_linear_backward(linear_x(n), IN(1), g, NEEDS(0) ? &gin[0] : NULL,
+                                NEEDS(1) ? &gin[1] : NULL,
+                                n->n_inputs > 2 && NEEDS(2) ? &gin[2] : NULL);
+}
+/* cg_affine and cg_affine_relu: the product (from x's bf16 copy when one
+ * is kept), ReLU applied when relu, the node recorded; *xb the copy (a new
+ * reference) or NULL. NULL + error on failure. */
+static cg_tensor *affine_forward(cg_tensor *x, cg_tensor *w, cg_tensor *b, bool relu,
+                                 cg_tensor **xb)
+{
+    *xb = NULL;
+    if (wants_bf16_copy(x, w) && !(*xb = cg_k_bf16_operand(x)))
+        return NULL;
+    cg_tensor *out = cg_k_linear(*xb ? *xb : x, w, b);
+    if (!out || (relu && !cg_k_relu_(out))) {
+        cg_release(out);
+        cg_release(*xb);
+        *xb = NULL;
+        return NULL;
+    }
+    return out;
+}
+cg_tensor *cg_affine(cg_tensor *x, cg_tensor *w, cg_tensor *b)
+{
+    if (!x || !w) {
+        cg_error_null_input("cg_affine");
+        return NULL;
+    }
+    cg_tensor *xb, *out = affine_forward(x, w, b, false, &xb);
+    if (!out)
+        return NULL;
+    cg_tensor *in[3] = {x, w, b};
+    cg_node *n = cg_record(out, CG_OP_LINEAR, b ? 3 : 2, in, linear_bw);
+    const bool ok = !cg_record_failed(n, b ? 3 : 2, in) && (!n || !xb || keep_bf16_copy(n, xb));
+    cg_release(xb);
+    if (!ok) {
+        cg_release(out);
+        return NULL;
+    }
+    return out;
+}
+
+/* inputs: x, w, b (may be absent); saved: the output a = relu(h), or in
+ * bf16 precision its mask a > 0 (a bool tensor: the output itself then
+ * goes with its other owners, the next layer keeping its own bf16 copy),
+ * and x's bf16 copy (see above). The backward masks g where a > 0, which
+ * is where h > 0 (h NaN or <= 0 gives a = NaN or 0, masked both ways):
+ * cg_relu's backward without h, the same bits from the mask. */
+static bool linear_relu_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    const cg_tensor *a = n->saved[0];
+    if (a->dtype == CG_BOOL)
+        return cg_k_linear_relu_backward(linear_x(n), IN(1), a, g, NEEDS(0) ? &gin[0] : NULL,
+                                         NEEDS(1) ? &gin[1] : NULL,
+                                         n->n_inputs > 2 && NEEDS(2) ? &gin[2] : NULL);
+    cg_tensor *gh = cg_k_relu_backward(a, g);
+    bool ok = gh && linear_bw(n, gh, gin);
+    cg_release(gh);
+    return ok;
+}
+cg_tensor *cg_affine_relu(cg_tensor *x, cg_tensor *w, cg_tensor *b)
+{
+    if (!x || !w) {
+        cg_error_null_input("cg_affine_relu");
+        return NULL;
+    }
+    cg_tensor *xb, *out = affine_forward(x, w, b, true, &xb);
+    if (!out)
+        return NULL;
+    cg_tensor *in[3] = {x, w, b};
+    cg_node *n = cg_record(out, CG_OP_LINEAR_RELU, b ? 3 : 2, in, linear_relu_bw);
+    bool ok = !cg_record_failed(n, b ? 3 : 2, in);
+    if (ok && n && cg_get_matmul_precision() == CG_PRECISION_BF16) {
+        cg_tensor *mask = cg_k_relu_mask(out);
+        ok = mask && cg_node_save(n, mask) >= 0;
+        cg_release(mask);
+    } else if (ok && n) { /* the output, as an alias (no cycle through it) */
+        cg_tensor *al = cg_alias(out);
+        ok = al && cg_node_save(n, al) >= 0;
+        cg_release(al);
+    }
+    ok = ok && (!n || !xb || keep_bf16_copy(n, xb));
+    cg_release(xb);
+    if (!ok) {
+        cg_release(out);
+        return NULL;
+    }
+    return out;
+}
