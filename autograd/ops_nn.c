@@ -166,7 +166,8 @@ static bool lce_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
     int ni = n->n_inputs;
     float gv = cg_item(g);
     bool exact = n->p.i[2] == CG_LCE_EXACT;
-    bool again = exact && gv != n->p.f[3]; /* recompute with g */
+    /* recompute with g unless g has the bits of the forward's (-0 is not 0) */
+    bool again = exact && memcmp(&gv, &n->p.f[3], sizeof gv) != 0;
     cg_tensor *gr[3] = {NULL, NULL, NULL};
     bool have = !again;
     for (int k = 0; k < ni; k++)
