@@ -181,11 +181,18 @@ cg_tensor *cg_binary_cross_entropy_with_logits(cg_tensor *x, cg_tensor *y);
  * gradient g != 1 scales the gradients), or CG_LCE_EXACT: chunks on the
  * weight gradient's k blocks, so that the loss and every gradient have the
  * bits of cross-entropy over cg_matmul(h, cg_transpose(w, 0, 1)) (+ b, as
- * cg_linear_fn adds it), g included (a backward with g != 1 computes the
- * chunks again with the logits' gradient scaled by g). */
+ * cg_linear_fn adds it), g included.
+ * grad_scale: the gradient g the backward will bring to the loss (1 when
+ * the backward starts from it; s when it starts from cg_muls(loss, s), as
+ * the trainer's gradient accumulation does). With CG_LCE_EXACT the forward
+ * computes the gradients for that g, and a backward that brings it uses
+ * them: the chunks are computed once. A backward that brings another g
+ * computes them again for it (the same bits, twice the time), so any value
+ * gives the right gradients; with fixed chunks it is not read. The loss
+ * returned is never scaled. */
 cg_tensor *cg_linear_cross_entropy(cg_tensor *h, cg_tensor *w, cg_tensor *b,
                                    const cg_tensor *targets, int64_t ignore_index,
-                                   float label_smoothing, int64_t chunk);
+                                   float label_smoothing, int64_t chunk, float grad_scale);
 /* torch.nn.functional.nll_loss: log-probabilities [..., C] against int64
  * targets (the shape without the class dim, checked), ignore_index, mean
  * over the kept rows. cg_nll_loss(cg_log_softmax(x, -1), ...) equals

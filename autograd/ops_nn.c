@@ -151,18 +151,23 @@ cg_tensor *cg_cross_entropy(cg_tensor *logits, const cg_tensor *targets, int64_t
 
 /* ----------------------------------- linear + cross-entropy, fused */
 /* inputs: h [..., d], w [V, d], b [V] (may be absent); saved[0]: the
- * targets [N]; p: i[0] ignore_index, f[2] (in i[1]) label smoothing, i[2]
- * the chunk, i[3 + k] the saved slot of input k's gradient (-1: none). The
- * forward computed the gradients for g = 1; the first backward takes them
- * over, so that they die once used; a second backward through a retained
- * graph computes them again. Another g: with fixed chunks the gradients
- * are scaled by g; with CG_LCE_EXACT they are computed again with the
- * logits' gradient scaled by g, as the unfused loss scales it (its bits). */
+ * targets [N]; p: i[0] ignore_index, f[2] and f[3] (in i[1]) the label
+ * smoothing and the g the forward computed the gradients for, i[2] the
+ * chunk, i[3 + k] the saved slot of input k's gradient (-1: none). The
+ * first backward takes the forward's gradients over, so that they die
+ * once used; a second backward through a retained graph computes them
+ * again. With CG_LCE_EXACT the forward computed them for g = grad_scale,
+ * and a backward bringing another g computes them again with the logits'
+ * gradient scaled by that g, as the unfused loss scales it (its bits).
+ * With fixed chunks the forward computed them for g = 1, and a backward
+ * scales them by its g. */
 static bool lce_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {
     int ni = n->n_inputs;
     float gv = cg_item(g);
-    bool again = n->p.i[2] == CG_LCE_EXACT && gv != 1.0f; /* recompute with g */
+    bool exact = n->p.i[2] == CG_LCE_EXACT;
+    /* recompute with g unless g has the bits of the forward's (-0 is not 0) */
+    bool again = exact && memcmp(&gv, &n->p.f[3], sizeof gv) != 0;
     cg_tensor *gr[3] = {NULL, NULL, NULL};
     bool have = !again;
     for (int k = 0; k < ni; k++)
@@ -182,7 +187,7 @@ static bool lce_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
         cg_tensor *h2 = cg_k_reshape(h, 2, (int64_t[]){N, d});
         cg_tensor *l = h2 ? cg_k_linear_cross_entropy(
                                 h2, IN(1), ni > 2 ? IN(2) : NULL, n->saved[0], n->p.i[0], n->p.f[2],
-                                n->p.i[2], again ? gv : 1.0f, NEEDS(0) ? &gr[0] : NULL,
+                                n->p.i[2], exact ? gv : 1.0f, NEEDS(0) ? &gr[0] : NULL,
                                 NEEDS(1) ? &gr[1] : NULL, ni > 2 && NEEDS(2) ? &gr[2] : NULL)
                           : NULL;
         cg_release(h2);
@@ -194,7 +199,7 @@ static bool lce_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
     for (int k = 0; k < ni; k++) {
         if (!gr[k])
             continue;
-        cg_tensor *t = gv == 1.0f || again ? cg_retain(gr[k]) : cg_k_muls(gr[k], gv);
+        cg_tensor *t = exact || gv == 1.0f ? cg_retain(gr[k]) : cg_k_muls(gr[k], gv);
         gin[k] = t && k == 0 ? cg_k_reshape(t, IN(0)->ndim, IN(0)->shape) : t;
         if (k == 0)
             cg_release(t);
@@ -206,7 +211,7 @@ static bool lce_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 
 cg_tensor *cg_linear_cross_entropy(cg_tensor *h, cg_tensor *w, cg_tensor *b,
                                    const cg_tensor *targets, int64_t ignore_index,
-                                   float label_smoothing, int64_t chunk)
+                                   float label_smoothing, int64_t chunk, float grad_scale)
 {
     if (!w) {
         cg_error_null_input("linear_cross_entropy");
@@ -216,9 +221,10 @@ cg_tensor *cg_linear_cross_entropy(cg_tensor *h, cg_tensor *w, cg_tensor *b,
     if (!class_loss_args("linear_cross_entropy", h, targets, &h2, &t1))
         return NULL;
     bool gm = cg_grad_enabled();
+    float g = chunk == CG_LCE_EXACT ? grad_scale : 1.0f; /* what the gradients are for */
     cg_tensor *gr[3] = {NULL, NULL, NULL};
     cg_tensor *out = cg_k_linear_cross_entropy(h2, w, b, t1, ignore_index, label_smoothing, chunk,
-                                               1.0f, gm && h->requires_grad ? &gr[0] : NULL,
+                                               g, gm && h->requires_grad ? &gr[0] : NULL,
                                                gm && w->requires_grad ? &gr[1] : NULL,
                                                b && gm && b->requires_grad ? &gr[2] : NULL);
     cg_release(h2);
@@ -228,7 +234,8 @@ cg_tensor *cg_linear_cross_entropy(cg_tensor *h, cg_tensor *w, cg_tensor *b,
     bool ok = out && !cg_record_failed(n, ni, in) && (!n || cg_node_save(n, t1) >= 0);
     if (ok && n) {
         n->p.i[0] = ignore_index;
-        n->p.f[2] = label_smoothing; /* p is a union: f[2] lies in i[1] */
+        n->p.f[2] = label_smoothing; /* p is a union: f[2] and f[3] lie in i[1] */
+        n->p.f[3] = g;
         n->p.i[2] = chunk;
         for (int k = 0; k < 3; k++) {
             n->p.i[3 + k] = gr[k] ? cg_node_save(n, gr[k]) : -1;

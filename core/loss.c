@@ -13,6 +13,7 @@
  * PyTorch's autocast computes it, in float lanes with one exponential an
  * element (ce_row_autocast). One row loop serves both (ce_row). */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -556,9 +557,14 @@ static bool lce_check(const cg_tensor *h, const cg_tensor *w, const cg_tensor *b
     return true;
 }
 
+static atomic_uint_fast64_t g_lce_runs; /* cg_k_linear_cross_entropy_runs */
+
+uint64_t cg_k_linear_cross_entropy_runs(void) { return atomic_load(&g_lce_runs); }
+
 /* All chunks of a->N rows through L; the mean loss into *out. */
 static void lce_run(lce_args *a, int64_t chunk, float *L, double *row, float *out)
 {
+    atomic_fetch_add(&g_lce_runs, 1);
     for (int64_t r0 = 0, m; r0 < a->N; r0 += m) {
         m = lce_chunk_at(chunk, a->exact, a->N, r0);
         lce_chunk(a, r0, m, L, row, r0 == 0);

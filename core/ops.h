@@ -237,6 +237,10 @@ cg_tensor *cg_k_linear_cross_entropy(const cg_tensor *h, const cg_tensor *w, con
                                      const cg_tensor *targets, int64_t ignore_index,
                                      float label_smoothing, int64_t chunk, float g, cg_tensor **dh,
                                      cg_tensor **dw, cg_tensor **db);
+/* How many times cg_k_linear_cross_entropy has run its chunks in this
+ * process (every thread; calls refused by its checks are not counted): for
+ * tests that a step computes the fused head once. */
+uint64_t cg_k_linear_cross_entropy_runs(void);
 /* torch.nn.functional.nll_loss (reduction mean): logp [N, C] (log
  * probabilities), targets int64 [N] checked as for cross-entropy; mean over
  * kept rows of -logp[r, y_r] (0/0 = NaN). The backward: -g/K at each kept

@@ -290,15 +290,12 @@ static bool accum_batch(void *self, int k, double *weight, double *tokens)
     return true;
 }
 
-static cg_tensor *accum_loss(void *self, int k)
+static cg_tensor *accum_loss(void *self, int k, float grad_scale)
 {
     accum_ctx *a = self;
     int half = B_GLOBAL / 2, per = half / cg_dist_size(), r0 = k * half + cg_dist_rank() * per;
-    cg_tensor *logits =
-        cg_seq2seq_forward(a->m, a->src + r0 * S2S_S, per, S2S_S, a->tin + r0 * S2S_T, S2S_T);
-    cg_tensor *loss = cg_seq2seq_loss(a->m, logits, a->tout + r0 * S2S_T);
-    cg_release(logits);
-    return loss;
+    return cg_seq2seq_forward_loss(a->m, a->src + r0 * S2S_S, per, S2S_S, a->tin + r0 * S2S_T,
+                                   S2S_T, a->tout + r0 * S2S_T, grad_scale);
 }
 
 static double accum_lr(void *self, int64_t step)

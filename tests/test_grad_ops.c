@@ -456,13 +456,16 @@ static cg_tensor *ce_fn(void *ctx, cg_tensor *const *in)
     return cg_cross_entropy(in[0], t, c->ignore, c->ls);
 }
 
-/* The fused linear + cross-entropy: in[0] h, in[1] w, in[2] b (when given). */
+/* The fused linear + cross-entropy: in[0] h, in[1] w, in[2] b (when given).
+ * grad_scale: not the gradcheck's upstream gradient (a random weight), so
+ * that the exact head's backward computes its chunks again. */
 typedef struct {
     const int64_t *targets;
     int64_t ignore;
     float ls;
     int64_t chunk;
     bool bias;
+    float grad_scale;
 } lce_case;
 
 static cg_tensor *lce_fn(void *ctx, cg_tensor *const *in)
@@ -470,18 +473,20 @@ static cg_tensor *lce_fn(void *ctx, cg_tensor *const *in)
     lce_case *c = ctx;
     cg_tensor *t = cg_test_ids_nd(in[0]->ndim - 1, in[0]->shape, c->targets);
     return cg_linear_cross_entropy(in[0], in[1], c->bias ? in[2] : NULL, t, c->ignore, c->ls,
-                                   c->chunk);
+                                   c->chunk, c->grad_scale);
 }
 
 START_TEST(test_linear_cross_entropy)
 {
     cg_rng r = cg_rng_new(12);
     int64_t targets[6] = {0, 6, 2, 0, 4, 1};
-    lce_case cases[] = {{targets, -100, 0.0f, 6, true},
-                        {targets, 0, 0.0f, 2, true},
-                        {targets, 0, 0.1f, 4, false},
-                        {targets, -100, 0.3f, 1, true}};
-    for (size_t k = 0; k < 4; k++) {
+    lce_case cases[] = {{targets, -100, 0.0f, 6, true, 1.0f},
+                        {targets, 0, 0.0f, 2, true, 1.0f},
+                        {targets, 0, 0.1f, 4, false, 0.5f},
+                        {targets, -100, 0.3f, 1, true, 1.0f},
+                        {targets, -100, 0.1f, CG_LCE_EXACT, true, 1.0f},
+                        {targets, 0, 0.0f, CG_LCE_EXACT, false, 0.37f}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         for (int layout = 0; layout < 3; layout++) {
             cg_tensor *in[3] = {input(&r, CG_SHAPE(6, 5), layout, DOM_ANY),
                                 input(&r, CG_SHAPE(7, 5), LAYOUT_CONTIG, DOM_ANY),
@@ -499,7 +504,7 @@ START_TEST(test_linear_cross_entropy)
         cg_tensor *t = cg_test_ids_nd(2, in[0]->shape, targets);
         for (int i = 0; i < 3; i++)
             cg_zero_grad(in[i]);
-        cg_tensor *loss = cg_linear_cross_entropy(in[0], in[1], in[2], t, -100, 0.1f, 4);
+        cg_tensor *loss = cg_linear_cross_entropy(in[0], in[1], in[2], t, -100, 0.1f, 4, 0.5f);
         cg_tensor *half = cg_muls(loss, 0.5f);
         ck_assert(cg_backward(half, NULL, true));
         cg_tensor *first = cg_k_clone(in[1]->grad);
@@ -512,15 +517,16 @@ START_TEST(test_linear_cross_entropy)
     /* refusals, each one line */
     cg_tensor *h = cg_zeros(CG_SHAPE(3, 4)), *w = cg_zeros(CG_SHAPE(5, 3));
     cg_tensor *t3 = cg_test_ids(3, (const int64_t[]){0, 1, 2});
-    CG_ASSERT_FAILS(cg_linear_cross_entropy(h, w, NULL, t3, -100, 0.0f, 2),
+    CG_ASSERT_FAILS(cg_linear_cross_entropy(h, w, NULL, t3, -100, 0.0f, 2, 1.0f),
                     "need h [N, d], weight [V, d]");
     cg_release(w);
     w = cg_zeros(CG_SHAPE(5, 4));
-    CG_ASSERT_FAILS(cg_linear_cross_entropy(h, w, NULL, t3, -100, 0.0f, 0), "chunk must be 1");
+    CG_ASSERT_FAILS(cg_linear_cross_entropy(h, w, NULL, t3, -100, 0.0f, 0, 1.0f),
+                    "chunk must be 1");
     CG_ASSERT_FAILS(cg_linear_cross_entropy(h, w, NULL, cg_test_ids(3, (const int64_t[]){0, 5, 1}),
-                                            -100, 0.0f, 2),
+                                            -100, 0.0f, 2, 1.0f),
                     "target 5 at row 1 is out of range [0, 5) (logits shape [3, 5]");
-    CG_ASSERT_FAILS(cg_linear_cross_entropy(NULL, w, NULL, t3, -100, 0.0f, 2),
+    CG_ASSERT_FAILS(cg_linear_cross_entropy(NULL, w, NULL, t3, -100, 0.0f, 2, 1.0f),
                     "linear_cross_entropy");
     cg_release_all(2, h, w);
 }
@@ -532,7 +538,9 @@ END_TEST
  * (core/gemm.h cg_gemm_k_block), in fp32 and bf16, with and without label
  * smoothing and ignored rows, upstream gradient 1 or not, 1 and 2 threads,
  * and with w tied to an embedding of the same graph (its gradients added by
- * the engine). */
+ * the engine). The fused head told the upstream gradient (grad_scale, as
+ * the trainer's gradient accumulation tells it) computes its chunks once
+ * (the kernel's run count), told another one twice: the same bits. */
 enum { LCE_D = 40, LCE_V = 131, LCE_IGNORE = -100 };
 
 typedef struct {
@@ -540,10 +548,12 @@ typedef struct {
     float ls, g;
 } lce_variant;
 
-/* The loss's bits and the gradients of h, w (and b), flattened into out. */
-static void lce_exact_run(bool fused, int64_t N, const lce_variant *v, const float *hv,
+/* The loss's bits and the gradients of h, w (and b), flattened into out.
+ * mode 0: unfused; 1: fused, grad_scale 1; 2: fused, grad_scale v->g. */
+static void lce_exact_run(int mode, int64_t N, const lce_variant *v, const float *hv,
                           const float *wv, const int64_t *tg, const int64_t *ids, float *out)
 {
+    const uint64_t runs = cg_k_linear_cross_entropy_runs();
     cg_scope *sc = cg_scope_begin();
     cg_tensor *h = cg_requires_grad(cg_from_data(CG_SHAPE(N, LCE_D), hv), true);
     cg_tensor *w = cg_requires_grad(cg_from_data(CG_SHAPE(LCE_V, LCE_D), wv), true);
@@ -551,9 +561,10 @@ static void lce_exact_run(bool fused, int64_t N, const lce_variant *v, const flo
     cg_tensor *t = cg_test_ids(N, tg);
     cg_tensor *x = v->tie ? cg_add(h, cg_embedding(w, cg_test_ids(N, ids))) : h;
     cg_tensor *loss =
-        fused ? cg_linear_cross_entropy(x, w, b, t, LCE_IGNORE, v->ls, CG_LCE_EXACT)
-        : b   ? cg_cross_entropy(cg_affine(x, w, b), t, LCE_IGNORE, v->ls)
-              : cg_cross_entropy(cg_matmul(x, cg_transpose(w, 0, 1)), t, LCE_IGNORE, v->ls);
+        mode ? cg_linear_cross_entropy(x, w, b, t, LCE_IGNORE, v->ls, CG_LCE_EXACT,
+                                       mode == 2 ? v->g : 1.0f)
+        : b  ? cg_cross_entropy(cg_affine(x, w, b), t, LCE_IGNORE, v->ls)
+             : cg_cross_entropy(cg_matmul(x, cg_transpose(w, 0, 1)), t, LCE_IGNORE, v->ls);
     ck_assert_msg(loss, "%s", cg_last_error());
     cg_tensor *top = v->g == 1.0f ? loss : cg_muls(loss, v->g);
     ck_assert_msg(cg_backward(top, NULL, false), "%s", cg_last_error());
@@ -563,6 +574,8 @@ static void lce_exact_run(bool fused, int64_t N, const lce_variant *v, const flo
     if (b)
         cg_copy_to(cg_grad(b), out + 1 + N * LCE_D + LCE_V * LCE_D);
     cg_scope_end(sc);
+    const uint64_t want = mode == 0 ? 0 : mode == 2 || v->g == 1.0f ? 1 : 2;
+    ck_assert_uint_eq(cg_k_linear_cross_entropy_runs() - runs, want);
 }
 
 START_TEST(test_linear_cross_entropy_exact)
@@ -595,16 +608,18 @@ START_TEST(test_linear_cross_entropy_exact)
             for (int prec = 0; prec < 2; prec++) {
                 cg_set_matmul_precision(prec ? CG_PRECISION_BF16 : CG_PRECISION_FP32);
                 cg_set_num_threads(1);
-                lce_exact_run(false, N, v, hv, wv, tg, ids, ref);
+                lce_exact_run(0, N, v, hv, wv, tg, ids, ref);
                 for (int nt = 1; nt <= 2; nt++) {
                     cg_set_num_threads(nt);
-                    for (int fused = 0; fused < 2; fused++) {
-                        lce_exact_run(fused, N, v, hv, wv, tg, ids, got);
+                    for (int mode = 0; mode < 3; mode++) {
+                        lce_exact_run(mode, N, v, hv, wv, tg, ids, got);
                         if (memcmp(ref, got, n * sizeof(float)) != 0)
                             ck_abort_msg("N = %lld, variant %zu, %s, %d threads, %s: not the "
                                          "unfused head's bits",
                                          (long long)N, vi, prec ? "bf16" : "fp32", nt,
-                                         fused ? "fused" : "unfused");
+                                         mode == 2 ? "fused, told g"
+                                         : mode    ? "fused"
+                                                   : "unfused");
                     }
                 }
             }

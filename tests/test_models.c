@@ -717,11 +717,11 @@ START_TEST(test_fused_head)
         c.loss_chunk = lc.loss_chunk = k == 1 ? 2 : k == 2 ? CG_LCE_EXACT : 0;
         sm[k] = cg_seq2seq_new(&c, 2);
         lm[k] = cg_charlm_new(&lc, 2);
-        cg_tensor *l = cg_seq2seq_forward_loss(sm[k], src, 2, 4, tin, 3, tout);
+        cg_tensor *l = cg_seq2seq_forward_loss(sm[k], src, 2, 4, tin, 3, tout, 1.0f);
         ck_assert_msg(l && cg_backward(l, NULL, false), "%s", cg_last_error());
         sl[k] = cg_item(l);
         cg_release(l);
-        l = cg_charlm_forward_loss(lm[k], tin, 2, 3, tout, 0.1f);
+        l = cg_charlm_forward_loss(lm[k], tin, 2, 3, tout, 0.1f, 1.0f);
         ck_assert_msg(l && cg_backward(l, NULL, false), "%s", cg_last_error());
         ll[k] = cg_item(l);
         cg_release(l);

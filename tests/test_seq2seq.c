@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "autograd/ops.h"
+#include "core/ops.h"
 #include "models/seq2seq/beam.h"
 #include "models/data/pairs.h"
 #include "models/seq2seq/seq2seq.h"
@@ -1217,6 +1218,7 @@ END_TEST
 typedef struct {
     cg_seq2seq *m;
     cg_batch *bt;
+    bool untold; /* the loss is not told its grad_scale (the fused head computes twice) */
 } accum_model;
 
 static bool accum_batch(void *self, int k, double *weight, double *tokens)
@@ -1227,14 +1229,12 @@ static bool accum_batch(void *self, int k, double *weight, double *tokens)
     return true;
 }
 
-static cg_tensor *accum_loss(void *self, int k)
+static cg_tensor *accum_loss(void *self, int k, float grad_scale)
 {
     accum_model *a = self;
     const cg_batch *b = &a->bt[k];
-    cg_tensor *logits = cg_seq2seq_forward(a->m, b->src, b->B, b->S, b->tgt_in, b->T);
-    cg_tensor *loss = cg_seq2seq_loss(a->m, logits, b->tgt_out);
-    cg_release(logits);
-    return loss;
+    return cg_seq2seq_forward_loss(a->m, b->src, b->B, b->S, b->tgt_in, b->T, b->tgt_out,
+                                   a->untold ? 1.0f : grad_scale);
 }
 
 static double accum_lr(void *self, int64_t step)
@@ -1378,7 +1378,7 @@ START_TEST(test_grad_accum_per_token)
             cg_batch_make(&g_pairs, all + start[k], start[k + 1] - start[k], &g_vocab, &micro[k]));
     ck_assert(cg_batch_make(&g_pairs, all, NPAIRS, &g_vocab, &whole));
     ck_assert(micro[0].n_tokens != micro[3].n_tokens);
-    accum_model am[2] = {{m[0], micro}, {m[1], &whole}};
+    accum_model am[2] = {{m[0], micro, false}, {m[1], &whole, false}};
     cg_stepper st[2];
     for (int i = 0; i < 2; i++) {
         cg_trainer_model tm = {.module = CG_MODULE(m[i]),
@@ -1412,6 +1412,86 @@ START_TEST(test_grad_accum_per_token)
     for (int k = 0; k < 4; k++)
         cg_batch_free(&micro[k]);
     cg_batch_free(&whole);
+}
+END_TEST
+
+/* --grad-accum with the exact fused head (issue 37): the trainer tells
+ * each micro-batch's loss its share of the step (grad_scale), so the head
+ * computes its chunks once a micro-batch (the kernel's run count: 4 a step,
+ * against 8 for a loss not told, whose backward computes them again), with
+ * the same bits: loss, every gradient and the parameters after 3 steps, in
+ * fp32 and bf16. */
+static void same_bits(cg_module *a, cg_module *b, bool grads)
+{
+    cg_param_list pa = {0}, pb = {0};
+    ck_assert(cg_module_params(a, &pa) && cg_module_params(b, &pb) && pa.n == pb.n);
+    for (int i = 0; i < pa.n; i++) {
+        const cg_tensor *ta = pa.items[i].tensor, *tb = pb.items[i].tensor;
+        if (grads)
+            ta = cg_grad(ta), tb = cg_grad(tb);
+        ck_assert_msg(ta && tb, "%s has no gradient", pa.items[i].name);
+        float *x = cg_test_values(ta), *y = cg_test_values(tb);
+        ck_assert_msg(memcmp(x, y, sizeof(float) * (size_t)cg_numel(ta)) == 0, "%s: %s differ",
+                      pa.items[i].name, grads ? "the gradients" : "the values");
+        free(x);
+        free(y);
+    }
+    cg_param_list_free(&pa);
+    cg_param_list_free(&pb);
+}
+
+START_TEST(test_grad_accum_fused_head_once)
+{
+    cg_seq2seq_config c = cg_seq2seq_config_default();
+    c.vocab = cg_pair_vocab_size(&g_vocab);
+    c.d = 32, c.H = 2, c.enc_layers = 1, c.dec_layers = 1, c.d_ff = 64, c.max_len = 64;
+    c.dropout = 0.0f, c.label_smoothing = 0.1f, c.loss_chunk = CG_LCE_EXACT;
+    int64_t all[NPAIRS] = {0, 1, 2, 3, 4};
+    const int64_t start[5] = {0, 1, 2, 3, 5}; /* micro-batches {0} {1} {2} {3, 4} */
+    cg_batch micro[4];
+    for (int k = 0; k < 4; k++)
+        ck_assert(
+            cg_batch_make(&g_pairs, all + start[k], start[k + 1] - start[k], &g_vocab, &micro[k]));
+    for (int prec = 0; prec < 2; prec++) {
+        cg_set_matmul_precision(prec ? CG_PRECISION_BF16 : CG_PRECISION_FP32);
+        cg_seq2seq *m[2] = {cg_seq2seq_new(&c, 11), cg_seq2seq_new(&c, 11)};
+        ck_assert(m[0] && m[1]);
+        accum_model am[2] = {{m[0], micro, false}, {m[1], micro, true}};
+        static cg_trainer_model tm[2];
+        cg_stepper st[2];
+        for (int i = 0; i < 2; i++) {
+            tm[i] = (cg_trainer_model){.module = CG_MODULE(m[i]),
+                                       .dropout_rng = &m[i]->dropout_rng,
+                                       .optim = cg_adam_config(0.0, 0.9, 0.98, 1e-9),
+                                       .clip_norm = 1.0,
+                                       .self = &am[i],
+                                       .batch = accum_batch,
+                                       .loss = accum_loss,
+                                       .lr = accum_lr};
+            ck_assert_msg(cg_stepper_init(&st[i], &tm[i], 4, 0), "%s", cg_last_error());
+        }
+        for (int64_t s = 1; s <= 3; s++) {
+            double l[2], tok[2];
+            for (int i = 0; i < 2; i++) {
+                uint64_t runs = cg_k_linear_cross_entropy_runs();
+                ck_assert_msg(cg_stepper_step(&st[i], s, &l[i], &tok[i]) == CG_STEP_OK, "%s",
+                              cg_last_error());
+                const uint64_t want = i == 0 ? 4 : 8; /* a micro-batch: once, or twice */
+                ck_assert_uint_eq(cg_k_linear_cross_entropy_runs() - runs, want);
+            }
+            ck_assert_msg(memcmp(&l[0], &l[1], sizeof l[0]) == 0, "step %lld: loss %.9g vs %.9g",
+                          (long long)s, l[0], l[1]);
+            same_bits(CG_MODULE(m[0]), CG_MODULE(m[1]), true);
+        }
+        same_bits(CG_MODULE(m[0]), CG_MODULE(m[1]), false);
+        for (int i = 0; i < 2; i++) {
+            cg_stepper_free(&st[i]);
+            cg_seq2seq_free(m[i]);
+        }
+    }
+    cg_set_matmul_precision(CG_PRECISION_FP32);
+    for (int k = 0; k < 4; k++)
+        cg_batch_free(&micro[k]);
 }
 END_TEST
 
@@ -1585,6 +1665,7 @@ static Suite *seq2seq_suite(void)
     tcase_add_test(tc, test_cache_matches_recompute);
     tcase_add_test(tc, test_decode_bad_input);
     tcase_add_test(tc, test_grad_accum_per_token);
+    tcase_add_test(tc, test_grad_accum_fused_head_once);
     tcase_add_test(tc, test_pad_to_multiple);
     tcase_add_test(tc, test_word_dropout);
     suite_add_tcase(s, tc);

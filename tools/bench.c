@@ -240,12 +240,13 @@ static bool bm_batch(void *self, int k, double *weight, double *tokens)
     return true;
 }
 
-static cg_tensor *bm_loss(void *self, int k)
+static cg_tensor *bm_loss(void *self, int k, float grad_scale)
 {
     (void)k;
     bench_model *b = self;
-    return b->lm ? cg_charlm_forward_loss(b->lm, b->tin, b->B, b->T, b->tout, 0.0f)
-                 : cg_seq2seq_forward_loss(b->s2s, b->src, b->B, b->S, b->tin, b->T, b->tout);
+    return b->lm ? cg_charlm_forward_loss(b->lm, b->tin, b->B, b->T, b->tout, 0.0f, grad_scale)
+                 : cg_seq2seq_forward_loss(b->s2s, b->src, b->B, b->S, b->tin, b->T, b->tout,
+                                           grad_scale);
 }
 
 static double bm_lr(void *self, int64_t step)

@@ -183,7 +183,7 @@ cg_tensor *cg_charlm_forward(cg_charlm *m, const int64_t *ids, int64_t B, int64_
 }
 
 cg_tensor *cg_charlm_forward_loss(cg_charlm *m, const int64_t *ids, int64_t B, int64_t T,
-                                  const int64_t *targets, float ls)
+                                  const int64_t *targets, float ls, float grad_scale)
 {
     if (!targets) {
         cg_set_error("charlm loss: NULL targets");
@@ -195,7 +195,7 @@ cg_tensor *cg_charlm_forward_loss(cg_charlm *m, const int64_t *ids, int64_t B, i
         x ? cg_from_i64(fused ? 1 : 2, (const int64_t[]){fused ? B * T : B, T}, targets) : NULL;
     cg_tensor *loss = !t      ? NULL
                       : fused ? cg_linear_cross_entropy(x, m->tok_emb->weight, NULL, t, -100, ls,
-                                                        m->cfg.loss_chunk)
+                                                        m->cfg.loss_chunk, grad_scale)
                               : cg_cross_entropy(x, t, -100, ls);
     cg_release_all(2, x, t);
     return loss;

@@ -96,9 +96,12 @@ cg_tensor *cg_charlm_loss(cg_charlm *m, cg_tensor *logits, const int64_t *target
 /* The training loss of ids [B,T] against targets [B,T] (ignore_index -100)
  * with label smoothing ls: cg_cross_entropy of cg_charlm_forward's logits,
  * or, when cfg.loss_chunk != 0, the head fused with the loss
- * (cg_linear_cross_entropy), which never keeps the [B*T, V] logits. */
+ * (cg_linear_cross_entropy), which never keeps the [B*T, V] logits.
+ * grad_scale: the gradient the backward will bring to the loss (1 when it
+ * starts there), given to the fused head (cg_linear_cross_entropy), whose
+ * forward then computes the gradients once for it. */
 cg_tensor *cg_charlm_forward_loss(cg_charlm *m, const int64_t *ids, int64_t B, int64_t T,
-                                  const int64_t *targets, float ls);
+                                  const int64_t *targets, float ls, float grad_scale);
 
 /* ------------------------------------------------------------ evaluation
  * The reference's (shared/reference/train_charlm.py) two validation

@@ -54,12 +54,12 @@ static bool lm_batch(void *self, int k, double *weight, double *tokens)
     return true;
 }
 
-static cg_tensor *lm_loss(void *self, int k)
+static cg_tensor *lm_loss(void *self, int k, float grad_scale)
 {
     lm_run *r = self;
     int64_t off = k * r->B * r->T + r->r0 * r->T;
     return cg_charlm_forward_loss(r->model, r->x + off, r->r1 - r->r0, r->T, r->y + off,
-                                  (float)r->label_smoothing);
+                                  (float)r->label_smoothing, grad_scale);
 }
 
 static double lm_lr(void *self, int64_t step)

@@ -386,7 +386,8 @@ cg_tensor *cg_seq2seq_loss(cg_seq2seq *m, cg_tensor *logits, const int64_t *tgt_
 }
 
 cg_tensor *cg_seq2seq_forward_loss(cg_seq2seq *m, const int64_t *src, int64_t B, int64_t S,
-                                   const int64_t *tgt_in, int64_t T, const int64_t *tgt_out)
+                                   const int64_t *tgt_in, int64_t T, const int64_t *tgt_out,
+                                   float grad_scale)
 {
     if (!m || m->cfg.loss_chunk == 0) {
         cg_tensor *logits = cg_seq2seq_forward(m, src, B, S, tgt_in, T);
@@ -404,9 +405,10 @@ cg_tensor *cg_seq2seq_forward_loss(cg_seq2seq *m, const int64_t *src, int64_t B,
     cg_tensor *h = decode_hidden(m, tgt_in, B, T, &mem);
     cg_seq2seq_memory_free(&mem);
     cg_tensor *t = h ? cg_from_i64(CG_SHAPE(B, T), tgt_out) : NULL; /* h [B, T, d] */
-    cg_tensor *loss = t ? cg_linear_cross_entropy(h, m->emb->weight, NULL, t, CG_PAD,
-                                                  m->cfg.label_smoothing, m->cfg.loss_chunk)
-                        : NULL;
+    cg_tensor *loss =
+        t ? cg_linear_cross_entropy(h, m->emb->weight, NULL, t, CG_PAD, m->cfg.label_smoothing,
+                                    m->cfg.loss_chunk, grad_scale)
+          : NULL;
     cg_release_all(2, h, t);
     return loss;
 }

@@ -137,9 +137,13 @@ cg_tensor *cg_seq2seq_forward(cg_seq2seq *m, const int64_t *src, int64_t B, int6
 cg_tensor *cg_seq2seq_loss(cg_seq2seq *m, cg_tensor *logits, const int64_t *tgt_out);
 /* The training loss: cg_seq2seq_loss of cg_seq2seq_forward's logits, or,
  * when cfg.loss_chunk != 0, the head fused with the loss
- * (cg_linear_cross_entropy), which never keeps the [B*T, V] logits. */
+ * (cg_linear_cross_entropy), which never keeps the [B*T, V] logits.
+ * grad_scale: the gradient the backward will bring to the loss (1 when it
+ * starts there), given to the fused head (cg_linear_cross_entropy), whose
+ * forward then computes the gradients once for it. */
 cg_tensor *cg_seq2seq_forward_loss(cg_seq2seq *m, const int64_t *src, int64_t B, int64_t S,
-                                   const int64_t *tgt_in, int64_t T, const int64_t *tgt_out);
+                                   const int64_t *tgt_in, int64_t T, const int64_t *tgt_out,
+                                   float grad_scale);
 
 #ifdef __cplusplus
 }

@@ -38,11 +38,12 @@ static bool mt_batch(void *self, int k, double *weight, double *tokens)
     return cg_mt_data_next(&r->d, k, weight, tokens);
 }
 
-static cg_tensor *mt_loss(void *self, int k)
+static cg_tensor *mt_loss(void *self, int k, float grad_scale)
 {
     mt_run *r = self;
     const cg_batch *b = &r->d.bt[k];
-    return cg_seq2seq_forward_loss(r->model, b->src, b->B, b->S, b->tgt_in, b->T, b->tgt_out);
+    return cg_seq2seq_forward_loss(r->model, b->src, b->B, b->S, b->tgt_in, b->T, b->tgt_out,
+                                   grad_scale);
 }
 
 static double mt_lr(void *self, int64_t step)

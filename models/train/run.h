@@ -58,8 +58,13 @@ typedef struct cg_trainer_model {
      * this rank's share. *weight: what the model's loss is a mean over on
      * this rank (rows, target tokens); *tokens: tokens processed here. */
     bool (*batch)(void *self, int k, double *weight, double *tokens);
-    /* The mean loss of micro-batch k (a graph to backpropagate). */
-    cg_tensor *(*loss)(void *self, int k);
+    /* The mean loss of micro-batch k (a graph to backpropagate). The
+     * trainer backpropagates it scaled by grad_scale, the micro-batch's
+     * share w/W of the step's units (1 with one micro-batch): give it to
+     * the model's fused head (cg_linear_cross_entropy's grad_scale), whose
+     * forward then computes the gradients the backward uses, once. The
+     * loss returned is not scaled. */
+    cg_tensor *(*loss)(void *self, int k, float grad_scale);
     /* Learning rate of the optimizer step that brings the model to step
      * `step` (1-based). */
     double (*lr)(void *self, int64_t step);

@@ -144,9 +144,11 @@ static bool forward_backward(cg_stepper *st, double W, double *lv, bool *back_ok
     *lv = NAN;
     *back_ok = true;
     for (int k = 0; k < N; k++) {
+        /* the mean over all N micro-batches' units: loss times its share */
+        float share = N == 1 ? 1.0f : (float)(st->w[k] / W);
         /* every tensor of the micro-batch's graph dies at the scope's end */
         cg_scope *sc = cg_scope_begin();
-        cg_tensor *loss = sc ? m->loss(m->self, k) : NULL;
+        cg_tensor *loss = sc ? m->loss(m->self, k, share) : NULL;
         if (!loss) {
             cg_scope_end(sc);
             return false;
@@ -160,8 +162,8 @@ static bool forward_backward(cg_stepper *st, double W, double *lv, bool *back_ok
         if (N == 1) {
             *lv = l;
             *back_ok = cg_backward(loss, NULL, false);
-        } else { /* the mean over all N micro-batches' units */
-            cg_tensor *scaled = cg_muls(loss, (float)(st->w[k] / W));
+        } else {
+            cg_tensor *scaled = cg_muls(loss, share);
             *back_ok = *back_ok && scaled && cg_backward(scaled, NULL, false);
         }
         cg_scope_end(sc);

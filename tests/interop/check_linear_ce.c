@@ -67,7 +67,7 @@ static void run_case(const cg_st_file *f, const char *c, int64_t chunk, const ch
     if (b)
         cg_requires_grad(b, true);
     cg_tensor *loss =
-        cg_linear_cross_entropy(h, w, b, t, cg_data_i64(ig)[0], cg_data(ls)[0], chunk);
+        cg_linear_cross_entropy(h, w, b, t, cg_data_i64(ig)[0], cg_data(ls)[0], chunk, 1.0f);
     if (!loss || !cg_backward(loss, NULL, false)) {
         printf("%s: %s\n", c, cg_last_error());
         g_fail = 1;
@@ -91,7 +91,8 @@ static void run_unfused(const cg_st_file *f, const char *c)
 {
     cg_tensor *h = get(f, c, "h"), *w = get(f, c, "w"), *b = get(f, c, "b"), *t = get(f, c, "t");
     cg_tensor *ls = get(f, c, "ls"), *ig = get(f, c, "ignore");
-    cg_tensor *fused = cg_linear_cross_entropy(h, w, b, t, cg_data_i64(ig)[0], cg_data(ls)[0], 7);
+    cg_tensor *fused =
+        cg_linear_cross_entropy(h, w, b, t, cg_data_i64(ig)[0], cg_data(ls)[0], 7, 1.0f);
     cg_tensor *logits = cg_affine(h, w, b);
     cg_tensor *plain = cg_cross_entropy(logits, t, cg_data_i64(ig)[0], cg_data(ls)[0]);
     char what[96];
