@@ -45,7 +45,14 @@
  * stores it as the column-major tile store_tile writes (loading C or the
  * bias into the tiles and storing them straight into C ran a charlm tiny
  * bf16 step 15% slower). With A prepacked (a weight) or short, each B
- * panel is packed just before the tiles use it (cg_bf16_gemm_serial). Its
+ * panel is packed just before the tiles use it (cg_bf16_gemm_serial). A
+ * bf16 B whose k runs contiguously (the bf16 copy of a linear layer's x
+ * in its forward, q in attention's backward) is not packed: its columns
+ * hold the k-pairs a panel's rows hold, so the tiles load whole panels
+ * from B itself with the column pitch as the stride, and only a k block's
+ * partial last chunk of 16 pairs goes through a zeroed copy (b_in_place;
+ * a 4096 x 384 x 1536 forward 15% faster, one of 3072 x 1024 x 256 with
+ * rows off cache lines 5% slower). Its
  * sums are fp32 with roundings of the unit's own (measured: not one rounding per
  * product, not one per pair, not one per instruction), so its bits differ
  * from vdpbf16ps's; they are still the same in-order sum over each k block
@@ -918,22 +925,34 @@ BF16_TARGET static void store_tile_wide(int64_t mr, int64_t nr, const float *t, 
         store_columns(false, mr == MR, nr, t, m0, m1, o->alpha, o->beta, o->bias, c, csc);
 }
 
-/* kp k-pairs of an A panel ([kp][MR]) times an AMX B panel (NR_AMX rows,
- * ldb pairs apart, zero from kp up to round16(kp)), into C (mr x nr of
- * the tile). Tiles 0-3 hold C^T's four 16 x 16 quarters; 4-5 the B rows,
- * 6-7 the A pairs. A pair chunk past the end of the A panel is read from
- * a zeroed copy (the panel may be followed by other data). Quarters that C
- * does not receive are not computed. */
-AMX_TARGET static void kernel_amx(int64_t kp, const uint32_t *a, const uint32_t *b, int64_t ldb,
-                                  int64_t mr, int64_t nr, const tile_out *o, float *c, int64_t rsc,
-                                  int64_t csc)
+/* An AMX B operand as kernel_amx reads it: NR_AMX rows (16 when the
+ * kernel loads only 16), row i's k-pair q at p + i sb + 4 q bytes for q
+ * below `direct` (a multiple of 16), and the chunk of 16 pairs from there
+ * in `tail` (rows of 64 bytes), if any. A packed panel is all direct (zero
+ * from kp up to round16(kp)); a bf16 B read in place (b_in_place) has its
+ * last partial chunk copied to `tail`, zero past k. */
+typedef struct {
+    const void *p;
+    size_t sb;
+    int64_t direct;
+    const uint32_t *tail;
+} amx_b;
+
+/* kp k-pairs of an A panel ([kp][MR]) times an AMX B operand b (zero from
+ * kp up to round16(kp)), into C (mr x nr of the tile). Tiles 0-3 hold
+ * C^T's four 16 x 16 quarters; 4-5 the B rows, 6-7 the A pairs. A pair
+ * chunk past the end of the A panel is read from a zeroed copy (the panel
+ * may be followed by other data). Quarters that C does not receive are not
+ * computed. */
+AMX_TARGET static void kernel_amx(int64_t kp, const uint32_t *a, const amx_b *b, int64_t mr,
+                                  int64_t nr, const tile_out *o, float *c, int64_t rsc, int64_t csc)
 {
     if (!amx_ready)
         amx_configure();
     uint32_t tail[16 * MR] __attribute__((aligned(64)));
     float t[NR_AMX * MR] __attribute__((aligned(64)));
     const bool m2 = mr > 16, n2 = nr > 16;
-    const size_t sb = (size_t)ldb * sizeof(uint32_t), sa = MR * sizeof(uint32_t);
+    const size_t sa = MR * sizeof(uint32_t);
     _tile_zero(0);
     _tile_zero(1);
     _tile_zero(2);
@@ -945,7 +964,13 @@ AMX_TARGET static void kernel_amx(int64_t kp, const uint32_t *a, const uint32_t 
             memcpy(tail, ap, (size_t)(kp - p) * MR * sizeof(uint32_t));
             ap = tail;
         }
-        _tile_loadd(4, b + p, sb);
+        const char *bp = (const char *)b->p + p * (int64_t)sizeof(uint32_t);
+        size_t sb = b->sb;
+        if (p >= b->direct) {
+            bp = (const char *)b->tail;
+            sb = 16 * sizeof(uint32_t);
+        }
+        _tile_loadd(4, bp, sb);
         _tile_loadd(6, ap, sa);
         _tile_dpbf16ps(0, 4, 6);
         if (m2) {
@@ -953,7 +978,7 @@ AMX_TARGET static void kernel_amx(int64_t kp, const uint32_t *a, const uint32_t 
             _tile_dpbf16ps(1, 4, 7);
         }
         if (n2) {
-            _tile_loadd(5, b + 16 * ldb + p, sb);
+            _tile_loadd(5, bp + 16 * sb, sb);
             _tile_dpbf16ps(2, 5, 6);
             if (m2)
                 _tile_dpbf16ps(3, 5, 7);
@@ -1025,9 +1050,21 @@ static product product_of(cg_bf16_kind kind, int64_t m, int64_t n, int64_t k, fl
         csb,  rsbias, csbias, c,    rsc,   csc,  pre ? *pre : (cg_bf16_prepacked){NULL, 0}};
 }
 
+/* Whether the AMX kernel reads the B panel of nr columns in place, not
+ * packed: B's elements are bf16 (the products' own rounding: packing them
+ * is the identity), each column's k runs contiguously, so that it holds
+ * the k-pairs a packed panel's row holds, and the panel has every row the
+ * kernel loads (16, or NR_AMX for more than 16 columns). */
+static inline bool b_in_place(const product *p, int64_t nr)
+{
+    return p->kind == CG_BF16_AMX && p->bbf && p->rsb == 1 && p->csb > 0 &&
+           (nr == NR_AMX || nr == 16);
+}
+
 /* B panels [j0, j1) (multiples of b_cols) of the block of B at k offset
  * pc (kc deep) and column offset jc (nc wide), into pb: the panel of
- * column j at pb + j / b_cols panels. */
+ * column j at pb + j / b_cols panels; none for a panel read in place
+ * (b_in_place). */
 static void pack_b(const product *p, int64_t jc, int64_t nc, int64_t pc, int64_t kc, int64_t j0,
                    int64_t j1, uint32_t *pb)
 {
@@ -1038,9 +1075,10 @@ static void pack_b(const product *p, int64_t jc, int64_t nc, int64_t pc, int64_t
         return;
     }
     for (int64_t j = j0; j < j1; j += bc)
-        pack_b_panel(p->kind, min64(nc - j, bc), kc,
-                     elem_at(p->b, p->bbf, pc * p->rsb + (jc + j) * p->csb), p->bbf, p->csb, p->rsb,
-                     pb + j / bc * words);
+        if (!b_in_place(p, min64(nc - j, bc)))
+            pack_b_panel(p->kind, min64(nc - j, bc), kc,
+                         elem_at(p->b, p->bbf, pc * p->rsb + (jc + j) * p->csb), p->bbf, p->csb,
+                         p->rsb, pb + j / bc * words);
 }
 
 /* The m block of A at row ic (mc rows) and k offset pc (kc deep) as the
@@ -1054,16 +1092,40 @@ static void pack_a(const product *p, int64_t ic, int64_t mc, int64_t pc, int64_t
                    pa + i * kp * a_words(p->kind));
 }
 
-/* One packed B panel bp (C's columns [j, j + nr)) times the row panels of
- * A's rows [ic, ic + mc) (packed at pa, or the prepacked ones), the k
- * block at pc (kc deep): each tile of C gets the block's sums, the first
- * block adding beta C or the bias. */
+/* The B panel of C's columns [j, j + nr) in B's k block at pc (kc deep)
+ * as kernel_amx reads it in place: whole chunks of 16 pairs from B's
+ * columns, the last partial one (kc not a multiple of 32) copied to tail
+ * (NR_AMX rows of 16 pairs) with zeros past kc, an odd kc's partner
+ * included, so that no element past the k block is read. */
+static amx_b b_amx_in_place(const product *p, int64_t j, int64_t nr, int64_t pc, int64_t kc,
+                            uint32_t *tail)
+{
+    const uint16_t *src = (const uint16_t *)p->b + pc + j * p->csb;
+    const size_t sb = (size_t)p->csb * sizeof(uint16_t);
+    const int64_t whole = kc / 32 * 32, left = kc - whole;
+    if (left) {
+        memset(tail, 0, (size_t)nr * 16 * sizeof(uint32_t));
+        for (int64_t i = 0; i < nr; i++)
+            memcpy(tail + i * 16, src + i * p->csb + whole, (size_t)left * sizeof(uint16_t));
+    }
+    return (amx_b){src, sb, whole / 2, tail};
+}
+
+/* One B panel (C's columns [j, j + nr)), packed at bp or, where bp is
+ * NULL, read in place (b_in_place), times the row panels of A's rows
+ * [ic, ic + mc) (packed at pa, or the prepacked ones), the k block at pc
+ * (kc deep): each tile of C gets the block's sums, the first block adding
+ * beta C or the bias. */
 static void panel_times_rows(const product *p, int64_t ic, int64_t mc, int64_t j, int64_t nr,
                              int64_t pc, int64_t kc, const uint32_t *bp, const uint32_t *pa)
 {
     const int64_t kp = (kc + 1) / 2;
     const bool first = pc == 0, bias = first && p->bias;
     tile_out o = {p->alpha, first ? (bias ? 0.0f : p->beta) : 1.0f, NULL, p->rsbias, p->csbias};
+    uint32_t tail[NR_AMX * 16] __attribute__((aligned(64)));
+    amx_b b = {bp, (size_t)round16(kp) * sizeof(uint32_t), INT64_MAX, NULL};
+    if (!bp)
+        b = b_amx_in_place(p, j, nr, pc, kc, tail);
     for (int64_t ir = 0; ir < mc; ir += MR) {
         const int64_t mr = min64(mc - ir, MR);
         float *cp = p->c + (ic + ir) * p->rsc + j * p->csc;
@@ -1073,7 +1135,7 @@ static void panel_times_rows(const product *p, int64_t ic, int64_t mc, int64_t j
         const uint32_t *ap = p->pre.p ? p->pre.p + (ic + ir) / MR * p->pre.kp * MR + pc / 2 * MR
                                       : pa + ir * kp * a_words(p->kind);
         if (p->kind == CG_BF16_AMX)
-            kernel_amx(kp, ap, bp, round16(kp), mr, nr, &o, cp, p->rsc, p->csc);
+            kernel_amx(kp, ap, &b, mr, nr, &o, cp, p->rsc, p->csc);
         else if (p->kind == CG_BF16_NATIVE)
             kernel_native(kp, ap, bp, mr, nr, &o, cp, p->rsc, p->csc);
         else
@@ -1083,10 +1145,11 @@ static void panel_times_rows(const product *p, int64_t ic, int64_t mc, int64_t j
 }
 
 /* Rows [i0, i1) of C's block at column offset jc (nc wide) get the k block
- * at pc (kc deep) of their products with B's packed block pb: A is packed
- * an m block at a time into pa, and the tiles are computed in the same
- * order for any [i0, i1), so an element's sums do not depend on the rows
- * that share its call. */
+ * at pc (kc deep) of their products with B's packed block pb (a panel read
+ * in place is not packed there: b_in_place): A is packed an m block at a
+ * time into pa, and the tiles are computed in the same order for any
+ * [i0, i1), so an element's sums do not depend on the rows that share its
+ * call. */
 static void rows_times_block(const product *p, int64_t i0, int64_t i1, int64_t jc, int64_t nc,
                              int64_t pc, int64_t kc, const uint32_t *pb, uint32_t *pa)
 {
@@ -1095,8 +1158,11 @@ static void rows_times_block(const product *p, int64_t i0, int64_t i1, int64_t j
         const int64_t mc = min64(i1 - ic, MC);
         if (!p->pre.p)
             pack_a(p, ic, mc, pc, kc, pa);
-        for (int64_t jr = 0; jr < nc; jr += bc)
-            panel_times_rows(p, ic, mc, jc + jr, min64(nc - jr, bc), pc, kc, pb + jr / bc * bw, pa);
+        for (int64_t jr = 0; jr < nc; jr += bc) {
+            const int64_t nr = min64(nc - jr, bc);
+            panel_times_rows(p, ic, mc, jc + jr, nr, pc, kc,
+                             b_in_place(p, nr) ? NULL : pb + jr / bc * bw, pa);
+        }
     }
 }
 
@@ -1151,8 +1217,10 @@ bool cg_bf16_gemm_serial(cg_bf16_kind kind, int64_t m, int64_t n, int64_t k, flo
                 pack_a(&p, 0, p.m, pc, kc, pa);
             for (int64_t jr = 0; jr < nc; jr += bc) {
                 const int64_t nr = min64(nc - jr, bc);
-                pack_b(&p, jc + jr, nc - jr, pc, kc, 0, nr, pb);
-                panel_times_rows(&p, 0, p.m, jc + jr, nr, pc, kc, pb, pa);
+                const bool in_place = b_in_place(&p, nr);
+                if (!in_place)
+                    pack_b(&p, jc + jr, nc - jr, pc, kc, 0, nr, pb);
+                panel_times_rows(&p, 0, p.m, jc + jr, nr, pc, kc, in_place ? NULL : pb, pa);
             }
         }
     }
@@ -1206,7 +1274,9 @@ bool cg_bf16_gemm_parallel(cg_bf16_kind kind, int nt, int64_t m, int64_t n, int6
             const int64_t nc = min64(p.n - jc, n_block(kind));
             /* B's panels of every k block, split among the threads in
              * runs of adjacent panels (one call a k block: the strided AMX
-             * packing reads B's rows in order across a run) */
+             * packing reads B's rows in order across a run); panels read
+             * in place (b_in_place) are not packed, and every thread's
+             * tiles load them from B */
             const int64_t nq = nblk * npb, q1 = nq * (t + 1) / T;
             for (int64_t q = nq * t / T; q < q1;) {
                 const int64_t blk = q / npb, j = q % npb, jn = min64(npb, j + q1 - q);
@@ -1300,7 +1370,10 @@ static void bf16_matrix_panels(const cg_bf16_matrix *w, cg_bf16_kind kind, int64
                                     pc == 0 && bias ? bias + i0 * bs : NULL, bs, 0};
                 const uint32_t *ap = w->p + q * kp * MR + (pc / 2) * MR;
                 if (kind == CG_BF16_AMX)
-                    kernel_amx((kc + 1) / 2, ap, bp + pc / 2, round16(kp), mr, nr, &o, c, csy, rsy);
+                    kernel_amx(
+                        (kc + 1) / 2, ap,
+                        &(amx_b){bp + pc / 2, round16(kp) * sizeof(uint32_t), INT64_MAX, NULL}, mr,
+                        nr, &o, c, csy, rsy);
                 else if (kind == CG_BF16_NATIVE)
                     kernel_native((kc + 1) / 2, ap, bp + (pc / 2) * NR, mr, nr, &o, c, csy, rsy);
                 else

@@ -9,12 +9,16 @@
  *   kernel's NaN, infinities and zeros;
  * - 1 and 2 threads give the same bits;
  * - a bias added as C is written has the bits of C set to the bias first;
+ * - a bf16 operand AMX reads in place gives the bits of its floats, and
+ *   nothing past its k values or its end is read;
  * - the precision switch reaches every product of the library. */
 #include <check.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "autograd/autograd.h"
 #include "autograd/ops.h"
@@ -1169,6 +1173,114 @@ START_TEST(test_matrix_bf16_x)
 }
 END_TEST
 
+/* n vectors of k bf16 values ld >= k apart, ending right before an
+ * unreadable page, so that a read past the last vector faults; the
+ * elements between one vector's k values and the next vector are NaN and
+ * infinities, so that a read past k gives NaN. The values are cg_rng's
+ * finite ones, rounded; *f gets them as floats with the same layout (its
+ * gaps NaN too). Free with guarded_free(p, n, ld, k). */
+static size_t guarded_bytes(int64_t n, int64_t ld, int64_t k)
+{
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    const size_t bytes = (size_t)((n - 1) * ld + k) * sizeof(uint16_t);
+    return (bytes + page - 1) / page * page + page;
+}
+static uint16_t *guarded_operand(cg_rng *rng, int64_t n, int64_t ld, int64_t k, float **f)
+{
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE), len = guarded_bytes(n, ld, k);
+    const size_t elems = (size_t)((n - 1) * ld + k);
+    char *map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ck_assert(map != MAP_FAILED);
+    ck_assert_int_eq(mprotect(map + len - page, page, PROT_NONE), 0);
+    uint16_t *h = (uint16_t *)(map + len - page) - elems;
+    *f = malloc(elems * sizeof(float));
+    const uint16_t junk[] = {0x7fc0u, 0x7f80u, 0xff80u, 0xffc1u}; /* NaN, +Inf, -Inf, NaN */
+    for (size_t i = 0; i < elems; i++) {
+        const int64_t l = (int64_t)i % ld;
+        h[i] = l < k ? (uint16_t)(to_bits(cg_bf16_round(4.0f * (cg_rng_uniform(rng) - 0.5f))) >> 16)
+                     : junk[(size_t)l % 4];
+        (*f)[i] = from_bits((uint32_t)h[i] << 16);
+    }
+    return h;
+}
+static void guarded_free(uint16_t *h, int64_t n, int64_t ld, int64_t k)
+{
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE), len = guarded_bytes(n, ld, k);
+    char *end = (char *)(h + (n - 1) * ld + k); /* the unreadable page */
+    munmap(end + page - len, len);
+}
+
+/* A bf16 operand whose k runs contiguously (AMX reads whole panels of it
+ * in place, core/gemm_bf16.c b_in_place) gives the bits of the same
+ * product of its values as floats (always packed), and reads nothing past
+ * k or past the operand: k not a multiple of 32 (the last chunk copied)
+ * and odd (its partner zero), a k block and a half, vectors of the
+ * operand not a multiple of 32 (edge panels packed), the operand as A of a
+ * row-stored C, as B of a column-stored one and as x of a packed weight
+ * (few rows: x packed once; many: the driver), 1 and 2 threads, every bf16
+ * path. Between the vectors NaN and infinities: any of them read gives
+ * NaN where every output is finite. */
+START_TEST(test_bf16_operand_in_place)
+{
+    cg_rng rng = cg_rng_new(67);
+    const int64_t ks[] = {1, 16, 31, 32, 33, 64, 95, 384, 417, 769};
+    /* vectors of the bf16 operand, and columns (rows of W) of the other */
+    const int64_t dims[][2] = {{16, 40}, {32, 33}, {48, 97}, {97, 16}, {200, 64}, {70, 700}};
+    for (int ki = 0; ki < 10; ki++)
+        for (int d = 0; d < 6; d++) {
+            const int64_t k = ks[ki], v = dims[d][0], w = dims[d][1];
+            const int64_t ld = k + 1 + (k + d) % 7; /* odd pitches too */
+            if (k > 100 && (d + ki) % 2)            /* half of the large ones */
+                continue;
+            float *xf;
+            uint16_t *x = guarded_operand(&rng, v, ld, k, &xf);
+            float *o = rand_buf(&rng, (size_t)(k * w)); /* [k, w] row-major; as W: [w, k] */
+            float *ref = malloc((size_t)(v * w) * sizeof(float));
+            float *got = malloc((size_t)(v * w) * sizeof(float));
+            cg_bf16_matrix *pw = cg_bf16_matrix_new(w, k, o, k, 1);
+            for (int p = 0; p < NPATHS; p++) {
+                const cg_gemm_path path = bf16_paths[p];
+                if (!cg_gemm_path_available(path))
+                    continue;
+                for (int r = 0; r < 6; r++) {
+                    const int nt = 1 + r % 2, route = r / 2;
+                    float *y[2] = {ref, got};
+                    for (int bf = 0; bf < 2; bf++) { /* floats, then bf16 */
+                        const void *xp = bf ? (const void *)x : xf;
+                        bool ok;
+                        if (route == 0) /* C [v, w] row-stored = x [v, k] o [k, w] */
+                            ok = cg_gemm_mixed_path(path, nt, v, w, k, 1.0f, xp, ld, 1, o, w, 1,
+                                                    bf ? CG_GEMM_A_BF16 : 0, 0.0f, y[bf], w, 1);
+                        else if (route == 1) /* C [w, v] column-stored = o^T [w, k] x^T */
+                            ok = cg_gemm_mixed_path(path, nt, w, v, k, 1.0f, o, 1, w, xp, 1, ld,
+                                                    bf ? CG_GEMM_B_BF16 : 0, 0.0f, y[bf], 1, w);
+                        else if (bf)
+                            ok = cg_bf16_matrix_mul_bf16(pw, path, nt, v, x, ld, 1, NULL, 0, y[bf],
+                                                         w, 1);
+                        else
+                            ok = cg_bf16_matrix_mul(pw, path, nt, v, xf, ld, 1, NULL, 0, y[bf], w,
+                                                    1);
+                        ck_assert(ok);
+                    }
+                    for (int64_t i = 0; i < v * w; i++)
+                        if (to_bits(got[i]) != to_bits(ref[i]) || !isfinite(got[i]))
+                            ck_abort_msg("%s k %lld, %lld x %lld (pitch %lld), route %d, %d "
+                                         "threads: %a at %lld, from floats %a",
+                                         cg_gemm_path_name(path), (long long)k, (long long)v,
+                                         (long long)w, (long long)ld, route, nt, (double)got[i],
+                                         (long long)i, (double)ref[i]);
+                }
+            }
+            cg_bf16_matrix_free(pw);
+            guarded_free(x, v, ld, k);
+            free(xf);
+            free(o);
+            free(ref);
+            free(got);
+        }
+}
+END_TEST
+
 /* ------------------------------------------- saved activations in bf16 */
 
 static bool same_bits(const cg_tensor *a, const cg_tensor *b)
@@ -1463,6 +1575,7 @@ static Suite *bf16_suite(void)
     tcase_add_test(to, test_round_run);
     tcase_add_test(to, test_bf16_operands);
     tcase_add_test(to, test_matrix_bf16_x);
+    tcase_add_test(to, test_bf16_operand_in_place);
     tcase_add_test(to, test_affine_saves_bf16);
     tcase_add_test(to, test_bf16_operand_copy);
     tcase_add_test(to, test_relu_mask);
