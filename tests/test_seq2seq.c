@@ -1243,6 +1243,19 @@ static double accum_lr(void *self, int64_t step)
     return 1e-3 * (double)(step < 10 ? step + 1 : 10) / 10.0;
 }
 
+/* The trainer's view of an accumulation test's model: Adam, clipping at 1. */
+static cg_trainer_model accum_trainer(cg_seq2seq *m, accum_model *am)
+{
+    return (cg_trainer_model){.module = CG_MODULE(m),
+                              .dropout_rng = &m->dropout_rng,
+                              .optim = cg_adam_config(0.0, 0.9, 0.98, 1e-9),
+                              .clip_norm = 1.0,
+                              .self = am,
+                              .batch = accum_batch,
+                              .loss = accum_loss,
+                              .lr = accum_lr};
+}
+
 /* Bucketed shapes: a batch padded to multiples of 8 (and to the model's
  * longest sequence) keeps its ids, pads the rest, and gives the loss and
  * the gradients of the unpadded batch: the padding is masked exactly. */
@@ -1381,16 +1394,8 @@ START_TEST(test_grad_accum_per_token)
     accum_model am[2] = {{m[0], micro, false}, {m[1], &whole, false}};
     cg_stepper st[2];
     for (int i = 0; i < 2; i++) {
-        cg_trainer_model tm = {.module = CG_MODULE(m[i]),
-                               .dropout_rng = &m[i]->dropout_rng,
-                               .optim = cg_adam_config(0.0, 0.9, 0.98, 1e-9),
-                               .clip_norm = 1.0,
-                               .self = &am[i],
-                               .batch = accum_batch,
-                               .loss = accum_loss,
-                               .lr = accum_lr};
         static cg_trainer_model keep[2];
-        keep[i] = tm;
+        keep[i] = accum_trainer(m[i], &am[i]);
         ck_assert_msg(cg_stepper_init(&st[i], &keep[i], i == 0 ? 4 : 1, 0), "%s", cg_last_error());
     }
     for (int64_t s = 1; s <= 20; s++) {
@@ -1460,14 +1465,7 @@ START_TEST(test_grad_accum_fused_head_once)
         static cg_trainer_model tm[2];
         cg_stepper st[2];
         for (int i = 0; i < 2; i++) {
-            tm[i] = (cg_trainer_model){.module = CG_MODULE(m[i]),
-                                       .dropout_rng = &m[i]->dropout_rng,
-                                       .optim = cg_adam_config(0.0, 0.9, 0.98, 1e-9),
-                                       .clip_norm = 1.0,
-                                       .self = &am[i],
-                                       .batch = accum_batch,
-                                       .loss = accum_loss,
-                                       .lr = accum_lr};
+            tm[i] = accum_trainer(m[i], &am[i]);
             ck_assert_msg(cg_stepper_init(&st[i], &tm[i], 4, 0), "%s", cg_last_error());
         }
         for (int64_t s = 1; s <= 3; s++) {
