@@ -4,6 +4,7 @@
 #define CG_VMATH_H
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -105,23 +106,108 @@ static inline __attribute__((always_inline)) v16f ew_expf16(v16f x)
     return (v16f)((nan & (v16i)x) | (~nan & (v16i)res));
 }
 
+/* ew_expf16 for lanes all in [EW_EXP_NORMAL_MIN, 0] (no NaN): the same
+ * bits without the clamps and NaN patch, and with 2^k added to p's exponent
+ * field. That is exact, as ew_expf16's two power-of-two factors are, because
+ * every result is normal here (p in [0.70, 1.42], k in [-124, 0]). The
+ * caller checks the range once for a row (max16_min). */
+#define EW_EXP_NORMAL_MIN (-86.0f)
+static inline __attribute__((always_inline)) v16f ew_expf16_normal(v16f x)
+{
+    EW_EXP_POLY(v16f, x, t, p);
+    v16i k = (v16i)t - 0x4B400000;
+    return (v16f)((v16i)p + (k << 23));
+}
+
+/* The lane-wise maximum of a and b, a kept unless b > a (a NaN in b never
+ * wins). */
+static inline __attribute__((always_inline)) v16f max16_lanes(v16f a, v16f b)
+{
+    v16i gt = b > a;
+    return (v16f)((gt & (v16i)b) | (~gt & (v16i)a));
+}
+
 /* The maximum of x[0, n) (a NaN never wins: it reaches results through the
- * sums), taken in 16 lanes; a maximum does not depend on its order. */
+ * sums), taken in 16 lanes; a maximum does not depend on its order. Four
+ * sets of lanes over blocks of 64, so that the compare-and-select chain is
+ * not the loop's latency. */
 static inline __attribute__((always_inline)) float max16(const float *x, int64_t n)
 {
-    v16f lanes = (v16f){0} - INFINITY;
+    v16f lanes = (v16f){0} - INFINITY, l1 = lanes, l2 = lanes, l3 = lanes;
     int64_t j = 0;
+    for (; j + 64 <= n; j += 64) {
+        v16f v[4];
+        memcpy(v, x + j, sizeof v);
+        lanes = max16_lanes(lanes, v[0]);
+        l1 = max16_lanes(l1, v[1]);
+        l2 = max16_lanes(l2, v[2]);
+        l3 = max16_lanes(l3, v[3]);
+    }
+    lanes = max16_lanes(max16_lanes(lanes, l1), max16_lanes(l2, l3));
     for (; j + 16 <= n; j += 16) {
         v16f v;
         memcpy(&v, x + j, sizeof v);
-        v16i gt = v > lanes;
-        lanes = (v16f)((gt & (v16i)v) | (~gt & (v16i)lanes));
+        lanes = max16_lanes(lanes, v);
     }
     float mx = -INFINITY;
     for (int l = 0; l < 16; l++)
         mx = lanes[l] > mx ? lanes[l] : mx;
     for (; j < n; j++)
         mx = x[j] > mx ? x[j] : mx;
+    return mx;
+}
+
+/* The lane-wise minimum of a and b, a kept unless b < a. */
+static inline __attribute__((always_inline)) v16f min16_lanes(v16f a, v16f b)
+{
+    v16i lt = b < a;
+    return (v16f)((lt & (v16i)b) | (~lt & (v16i)a));
+}
+
+/* max16(x, n), with the minimum into *mn (a NaN never wins either) and
+ * whether an element is a NaN or infinite into *bad (x - x is NaN there,
+ * 0 elsewhere): whether x - max is in the range of ew_expf16_normal
+ * everywhere. */
+static inline __attribute__((always_inline)) float max16_min(const float *x, int64_t n, float *mn,
+                                                            bool *bad)
+{
+    v16f hi0 = (v16f){0} - INFINITY, hi1 = hi0, lo0 = (v16f){0} + INFINITY, lo1 = lo0;
+    v16f z0 = {0}, z1 = {0};
+    int64_t j = 0;
+    for (; j + 32 <= n; j += 32) {
+        v16f a, b;
+        memcpy(&a, x + j, sizeof a);
+        memcpy(&b, x + j + 16, sizeof b);
+        hi0 = max16_lanes(hi0, a);
+        hi1 = max16_lanes(hi1, b);
+        lo0 = min16_lanes(lo0, a);
+        lo1 = min16_lanes(lo1, b);
+        z0 += a - a;
+        z1 += b - b;
+    }
+    hi0 = max16_lanes(hi0, hi1);
+    lo0 = min16_lanes(lo0, lo1);
+    z0 += z1;
+    for (; j + 16 <= n; j += 16) {
+        v16f v;
+        memcpy(&v, x + j, sizeof v);
+        hi0 = max16_lanes(hi0, v);
+        lo0 = min16_lanes(lo0, v);
+        z0 += v - v;
+    }
+    float mx = -INFINITY, mi = INFINITY, z = 0.0f;
+    for (int l = 0; l < 16; l++) {
+        mx = hi0[l] > mx ? hi0[l] : mx;
+        mi = lo0[l] < mi ? lo0[l] : mi;
+        z += z0[l];
+    }
+    for (; j < n; j++) {
+        mx = x[j] > mx ? x[j] : mx;
+        mi = x[j] < mi ? x[j] : mi;
+        z += x[j] - x[j];
+    }
+    *mn = mi;
+    *bad = z != 0.0f;
     return mx;
 }
 
@@ -138,12 +224,30 @@ static inline __attribute__((always_inline)) float max16(const float *x, int64_t
 typedef double v8d __attribute__((vector_size(64)));
 typedef float v8f __attribute__((vector_size(32)));
 
+/* 16 doubles: two AVX-512 registers. */
+typedef double v16d __attribute__((vector_size(128)));
+
+/* 8 floats widened to double. GCC 12 lowers __builtin_convertvector from
+ * 8 floats to 8 doubles as two 4-lane conversions, extracts and an insert,
+ * even for AVX-512; from 16 floats to 16 doubles it emits one vcvtps2pd a
+ * register. So f goes in the low half of 16 lanes (the high half left
+ * undefined, never read) and the low 8 doubles are kept: the same values,
+ * one instruction in the AVX-512 clone. */
+static inline __attribute__((always_inline)) v8d widen8(v8f f)
+{
+    v16f t = __builtin_shufflevector(f, f, 0, 1, 2, 3, 4, 5, 6, 7, -1, -1, -1, -1, -1, -1, -1, -1);
+    v16d w = __builtin_convertvector(t, v16d);
+    v8d lo;
+    memcpy(&lo, &w, sizeof lo);
+    return lo;
+}
+
 /* 8 floats from p, widened to double */
 static inline __attribute__((always_inline)) v8d ld8(const float *p)
 {
     v8f f;
     memcpy(&f, p, sizeof f);
-    return __builtin_convertvector(f, v8d);
+    return widen8(f);
 }
 
 static inline double lanes8_total(const double *a)

@@ -742,6 +742,33 @@ START_TEST(test_exp16_bits)
 }
 END_TEST
 
+/* ew_expf16_normal (the loss's exp for rows whose spread it covers) gives
+ * ew_expf16's bits over its whole range [EW_EXP_NORMAL_MIN, 0]: every
+ * 61st float bit pattern from -0 down to the range's end, and the ends. */
+START_TEST(test_exp16_normal_bits)
+{
+    uint32_t lo, hi;
+    float end = EW_EXP_NORMAL_MIN, nz = -0.0f;
+    memcpy(&lo, &nz, sizeof lo);
+    memcpy(&hi, &end, sizeof hi);
+    int64_t checked = 0;
+    for (uint64_t b = lo; b <= hi + 16ull * 61; b += 16 * 61) {
+        v16f v;
+        for (int l = 0; l < 16; l++) {
+            uint32_t u = (uint32_t)(b + (uint64_t)l * 61);
+            u = u > hi ? hi - (uint32_t)l : u; /* the last block: the range's end */
+            memcpy(&v[l], &u, sizeof u);
+        }
+        if (b == lo)
+            v[1] = 0.0f, v[2] = -1e-45f, v[3] = -85.99999f;
+        v16f a = ew_expf16(v), e = ew_expf16_normal(v);
+        ck_assert_msg(memcmp(&a, &e, sizeof a) == 0, "ew_expf16_normal differs near %.9g", v[0]);
+        checked += 16;
+    }
+    ck_assert_int_gt(checked, 18000000);
+}
+END_TEST
+
 static Suite *elementwise_suite(void)
 {
     Suite *s = suite_create("elementwise");
@@ -761,6 +788,7 @@ static Suite *elementwise_suite(void)
         {"errors", test_errors},
         {"exp_accuracy", test_exp_accuracy},
         {"exp16_bits", test_exp16_bits},
+        {"exp16_normal_bits", test_exp16_normal_bits},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         TCase *tc = tcase_create(cases[i].name);

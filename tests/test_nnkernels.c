@@ -541,6 +541,47 @@ START_TEST(test_ce_threads)
 }
 END_TEST
 
+/* Rows whose spread is at the edge of the fast exponential's range (86
+ * below the row's maximum, core/vmath.h ew_expf16_normal), far beyond it,
+ * with -inf or a NaN: the fp32 forward's gradient (which knows the row's
+ * minimum) has the backward's bits (which takes the general path), and a
+ * NaN still reaches the loss and the row's gradient. */
+START_TEST(test_ce_exp_range)
+{
+    ce_policy(_i);
+    const float spread[] = {85.9f, 85.99999f, 86.0f, 86.00001f, 86.1f, 150.0f, INFINITY, NAN};
+    const int64_t N = 8, C = 37;
+    float v[8 * 37];
+    for (int64_t r = 0; r < N; r++)
+        for (int64_t j = 0; j < C; j++)
+            v[r * C + j] = 3.0f - (float)((j * 7) % C) / (float)(C - 1) * 2.0f;
+    for (int64_t r = 0; r < N; r++) /* one element at the spread's end, in a tail or a block */
+        v[r * C + (r % 2 ? 35 : 4)] = isnan(spread[r]) ? NAN : 3.0f - spread[r];
+    cg_tensor *x = cg_from_data(CG_SHAPE(8, 37), v);
+    int64_t t[8];
+    for (int64_t r = 0; r < N; r++)
+        t[r] = r % C;
+    for (int th = 1; th <= 2; th++) {
+        cg_set_num_threads(th);
+        cg_tensor *lse = NULL, *g = NULL;
+        cg_tensor *l = cg_k_cross_entropy(x, cg_test_ids(N, t), -100, 0.1f, &lse, &g);
+        cg_tensor *dx = cg_k_cross_entropy_backward(x, cg_test_ids(N, t), -100, 0.1f, lse, 1.0f);
+        ck_assert(bit_equal(g, dx));
+        ck_assert(isnan(cg_item(l)));
+        for (int64_t r = 0; r < N; r++) {
+            bool row_nan = false;
+            for (int64_t j = 0; j < C; j++)
+                row_nan |= isnan(cg_data(g)[r * C + j]);
+            ck_assert_msg(row_nan == (r == 7), "row %lld: NaN in its gradient %d", (long long)r,
+                          row_nan);
+        }
+        cg_release_all(4, l, lse, g, dx);
+    }
+    cg_set_num_threads(0);
+    cg_release(x);
+}
+END_TEST
+
 /* The forward's gradient for g = 1 (computed while each row is in cache)
  * has the backward's bits: whole 16-lane blocks and tails, ignored rows,
  * label smoothing, no row kept, 1 and 2 threads. */
@@ -1206,6 +1247,7 @@ static Suite *nnkernels_suite(void)
     tcase_add_loop_test(tc, test_ce_vs_double, 0, 2);
     tcase_add_loop_test(tc, test_ce_threads, 0, 2);
     tcase_add_loop_test(tc, test_ce_grad_in_forward, 0, 2);
+    tcase_add_loop_test(tc, test_ce_exp_range, 0, 2);
     tcase_add_test(tc, test_ce_errors);
     suite_add_tcase(s, tc);
     tc = tcase_create("norm");

@@ -1,0 +1,42 @@
+/* cgrad core, INTERNAL: the cross-entropy rows that core/loss.c's
+ * cross-entropy and core/loss_linear.c's fused head share (not a public
+ * header; only those two files include it). */
+#ifndef CG_LOSS_ROWS_H
+#define CG_LOSS_ROWS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/tensor.h"
+
+/* A call runs its rows on one thread below this many elements. */
+#define CG_CE_PAR_THRESHOLD 32768
+
+/* What the rows of one call share. autocast: the thread's matrix precision
+ * is bf16 (core/gemm.h), and the rows take bf16 autocast's kernel (core/loss.c);
+ * in fp32 they take the double-lane kernel (its bits are pinned). */
+typedef struct {
+    int64_t C, ignore_index, kept;
+    double ls, scale; /* scale: g / kept, 0 when no row is kept */
+    bool autocast;
+} cg_ce_rows;
+
+/* The rows of one call: C classes, the loss's g / kept as scale, and the
+ * calling thread's precision policy. */
+cg_ce_rows cg_ce_rows_for(int64_t C, int64_t ignore_index, int64_t kept, float ls, float g);
+
+/* Row xr's loss (0 when ignored); *lse (when not NULL) its log-sum-exp
+ * rounded to float; dr (when not NULL, may be xr) its gradient for g. */
+double cg_ce_row(const cg_ce_rows *c, const float *xr, int64_t t, float *lse, float *dr);
+
+/* Check the targets (int64 [N], each in [0, C) or ignore_index) of logits
+ * [N, C] (shape: their shape for messages) and count the kept rows; *held
+ * gets a contiguous reference to them (release it). op names the caller. */
+bool cg_ce_targets(const char *op, int64_t N, int64_t C, const char *shape,
+                   const cg_tensor *target_t, int64_t ignore_index, int64_t *kept,
+                   cg_tensor **held);
+
+/* label_smoothing in [0, 1], else an error naming op. */
+bool cg_ce_ls_check(const char *op, float ls);
+
+#endif
