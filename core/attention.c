@@ -131,8 +131,8 @@ EW_CLONES static double exp_sum(float *s, int64_t ke, float mx)
         v = ew_expf16(v - mx);
         memcpy(s + j, &v, sizeof v);
     }
-    for (; j < ke; j++)
-        s[j] = ew_expf(s[j] - mx);
+    if (j < ke) /* the last partial block in 16 lanes too (short rows are common) */
+        store_part16(s + j, ke - j, ew_expf16(load_part16(s + j, ke - j, 0.0f) - mx));
     return sum_lanes(s, NULL, ke);
 }
 
@@ -193,9 +193,16 @@ EW_CLONES static void prob_row(float *s, int64_t ke, int64_t kz, float scale, co
     if (kpad) /* two loops, so that both vectorise */
         for (j = 0; j < ke; j++)
             s[j] = ew_expf(bsel(M(kpad[j] != 0), -INFINITY, s[j] / scale) - lse);
-    else
-        for (j = 0; j < ke; j++)
-            s[j] = ew_expf(s[j] / scale - lse);
+    else {
+        for (j = 0; j + 16 <= ke; j += 16) { /* ew_expf's bits in 16 lanes */
+            v16f v;
+            memcpy(&v, s + j, sizeof v);
+            v = ew_expf16(v / scale - lse);
+            memcpy(s + j, &v, sizeof v);
+        }
+        if (j < ke)
+            store_part16(s + j, ke - j, ew_expf16(load_part16(s + j, ke - j, 0.0f) / scale - lse));
+    }
     for (j = ke; j < kz; j++)
         s[j] = 0.0f;
 }
@@ -222,10 +229,12 @@ EW_CLONES static void prob_dsoft_row(float *s, float *d, int64_t ke, int64_t kz,
             memcpy(s + j, &v, sizeof v);
             memcpy(d + j, &g, sizeof g);
         }
-        for (; j < ke; j++) {
-            float p = ew_expf(s[j] / scale - lse);
-            s[j] = p;
-            d[j] = p * (d[j] - D) / scale;
+        if (j < ke) { /* the last partial block: the same operations in 16 lanes */
+            v16f v = ew_expf16(load_part16(s + j, ke - j, 0.0f) / scale - lse);
+            v16f g = v * (load_part16(d + j, ke - j, 0.0f) - D) / scale;
+            store_part16(s + j, ke - j, v);
+            store_part16(d + j, ke - j, g);
+            j = ke;
         }
     }
     for (j = ke; j < kz; j++)

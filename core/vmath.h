@@ -106,6 +106,26 @@ static inline __attribute__((always_inline)) v16f ew_expf16(v16f x)
     return (v16f)((nan & (v16i)x) | (~nan & (v16i)res));
 }
 
+/* The first n (< 16) floats of x in 16 lanes, the others fill; and back:
+ * a row's last partial block through the 16-lane kernels (each lane's bits
+ * are the scalar code's), not element by element. */
+static inline __attribute__((always_inline)) v16f load_part16(const float *x, int64_t n, float fill)
+{
+    float b[16];
+    for (int l = 0; l < 16; l++)
+        b[l] = l < n ? x[l] : fill;
+    v16f v;
+    memcpy(&v, b, sizeof v);
+    return v;
+}
+static inline __attribute__((always_inline)) void store_part16(float *x, int64_t n, v16f v)
+{
+    float b[16];
+    memcpy(b, &v, sizeof b);
+    for (int64_t l = 0; l < n; l++)
+        x[l] = b[l];
+}
+
 /* ew_expf16 for lanes all in [EW_EXP_NORMAL_MIN, 0] (no NaN): the same
  * bits without the clamps and NaN patch, and with 2^k added to p's exponent
  * field. That is exact, as ew_expf16's two power-of-two factors are, because
@@ -169,7 +189,7 @@ static inline __attribute__((always_inline)) v16f min16_lanes(v16f a, v16f b)
  * 0 elsewhere): whether x - max is in the range of ew_expf16_normal
  * everywhere. */
 static inline __attribute__((always_inline)) float max16_min(const float *x, int64_t n, float *mn,
-                                                            bool *bad)
+                                                             bool *bad)
 {
     v16f hi0 = (v16f){0} - INFINITY, hi1 = hi0, lo0 = (v16f){0} + INFINITY, lo1 = lo0;
     v16f z0 = {0}, z1 = {0};
