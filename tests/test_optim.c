@@ -345,7 +345,10 @@ START_TEST(clip_optim_and_strided_grad)
 }
 END_TEST
 
-/* The norm of a large gradient is the same for 1 and 4 threads. */
+/* The norm of a large gradient is the same for 1 and 4 threads, and has
+ * the bits of optim/clip.c's order: blocks of 16,384 elements each summed
+ * in order (in double), then the blocks in order (300,001 elements: two
+ * groups of 8 blocks summed side by side, 2 more whole blocks, a part). */
 START_TEST(clip_norm_thread_independent)
 {
     cg_rng rng = cg_rng_new(5);
@@ -363,6 +366,14 @@ START_TEST(clip_norm_thread_independent)
     for (int64_t i = 0; i < 300001; i++)
         ref += (double)g[i] * g[i];
     ck_assert(fabs(a - sqrt(ref)) <= 1e-12 * a);
+    double blocked = 0;
+    for (int64_t b = 0; b < 300001; b += 16384) {
+        double sb = 0;
+        for (int64_t i = b; i < b + 16384 && i < 300001; i++)
+            sb += (double)g[i] * g[i];
+        blocked += sb;
+    }
+    ck_assert(a == sqrt(blocked));
     cg_release(p);
 }
 END_TEST
