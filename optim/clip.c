@@ -2,7 +2,7 @@
  *
  * The sum of squares is accumulated in double over fixed blocks of
  * CLIP_BLOCK elements (blocks in parallel, then added in order), so the
- * total is the same for any thread count. */
+ * total is the same for any thread count (sq_blocks). */
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
@@ -12,63 +12,123 @@
 
 #define CLIP_BLOCK 16384
 
-/* The sum of squares of block b of x (n elements), in double, element
- * by element. */
-static double block_squares(const float *x, int64_t n, int64_t b)
+/* The gradients whose squares are summed: each tensor's floats cut into
+ * blocks of CLIP_BLOCK (at least one a tensor), every block's sum in
+ * double element by element, a tensor's sum its blocks' in order from 0,
+ * the total the tensors' in order. The blocks are summed GROUP at a time
+ * side by side, from whichever tensors they come: each keeps its own order
+ * (the same bits), but the GROUP chains of additions run at once instead
+ * of one after another (a double add's latency bound the single chain: 3%
+ * of the translator's step, whose tensors are mostly one or a few blocks). */
+#define GROUP 8
+typedef struct {
+    int nt, nb, cap;  /* tensors, blocks, capacity in blocks */
+    const float **p;  /* block starts */
+    int64_t *n;       /* block lengths */
+    int *last;        /* last[t]: tensor t's blocks end before it */
+    cg_tensor **held; /* the contiguous copies the blocks point into */
+} sq_blocks;
+
+static void sq_free(sq_blocks *q)
 {
-    double s = 0;
-    int64_t e = b * CLIP_BLOCK + CLIP_BLOCK < n ? b * CLIP_BLOCK + CLIP_BLOCK : n;
-    for (int64_t i = b * CLIP_BLOCK; i < e; i++)
-        s += (double)x[i] * x[i];
-    return s;
+    for (int t = 0; t < q->nt; t++)
+        cg_release(q->held[t]);
+    free(q->p);
+    free(q->n);
+    free(q->last);
+    free(q->held);
 }
 
-/* The sums of squares of the GROUP whole blocks from block b into part[b,
- * b + GROUP): each block's sum in its own order, as block_squares adds it
- * (the same bits), but the blocks side by side, so that the additions are
- * GROUP independent chains instead of one (a double add's latency bound
- * the single chain: 3% of the translator's step). */
-#define GROUP 8
-static void group_squares(const float *x, int64_t b, double *part)
+/* Tensor c's floats [lo, hi) (c is kept until sq_free); false + error when
+ * out of memory (c released). */
+static bool sq_add(sq_blocks *q, cg_tensor *c, int64_t lo, int64_t hi, int max_tensors)
+{
+    int64_t nb = hi - lo > CLIP_BLOCK ? (hi - lo + CLIP_BLOCK - 1) / CLIP_BLOCK : 1;
+    if (!q->last && (!(q->last = malloc((size_t)max_tensors * sizeof *q->last)) ||
+                     !(q->held = malloc((size_t)max_tensors * sizeof *q->held)))) {
+        cg_release(c);
+        cg_set_error("grad_norm: out of memory");
+        return false;
+    }
+    if (q->nb + nb > q->cap) {
+        int cap = (int)(q->nb + nb) * 2;
+        const float **p = realloc(q->p, (size_t)cap * sizeof *p);
+        if (p)
+            q->p = p;
+        int64_t *n = p ? realloc(q->n, (size_t)cap * sizeof *n) : NULL;
+        if (!n) {
+            cg_release(c);
+            cg_set_error("grad_norm: out of memory");
+            return false;
+        }
+        q->n = n;
+        q->cap = cap;
+    }
+    const float *x = cg_data(c) + lo;
+    for (int64_t b = 0; b < nb; b++) {
+        q->p[q->nb] = x + b * CLIP_BLOCK;
+        q->n[q->nb++] = b + 1 < nb ? CLIP_BLOCK : hi - lo - b * CLIP_BLOCK;
+    }
+    q->held[q->nt] = c;
+    q->last[q->nt++] = q->nb;
+    return true;
+}
+
+/* The sums of squares of k <= GROUP blocks into out[]: side by side up to
+ * the shortest, then each on to its end. */
+static void group_squares(const float *const *p, const int64_t *n, int k, double *out)
 {
     double s[GROUP] = {0};
-    const float *x0 = x + b * CLIP_BLOCK;
-    for (int64_t i = 0; i < CLIP_BLOCK; i++)
-        for (int g = 0; g < GROUP; g++) {
-            double v = x0[g * CLIP_BLOCK + i];
+    int64_t m = n[0];
+    for (int g = 1; g < k; g++)
+        m = n[g] < m ? n[g] : m;
+    if (k == GROUP) /* a fixed count: unrolled */
+        for (int64_t i = 0; i < m; i++)
+            for (int g = 0; g < GROUP; g++) {
+                double v = p[g][i];
+                s[g] += v * v;
+            }
+    else
+        for (int64_t i = 0; i < m; i++)
+            for (int g = 0; g < k; g++) {
+                double v = p[g][i];
+                s[g] += v * v;
+            }
+    for (int g = 0; g < k; g++) {
+        for (int64_t i = m; i < n[g]; i++) {
+            double v = p[g][i];
             s[g] += v * v;
         }
-    for (int g = 0; g < GROUP; g++)
-        part[b + g] = s[g];
+        out[g] = s[g];
+    }
 }
 
-/* Sum of squares of n floats, in double, deterministic: fixed blocks of
- * CLIP_BLOCK elements, each summed in order, then the blocks in order. */
-static double sum_squares(const float *x, int64_t n)
+/* The total of the blocks' squares (above); -1 + error when out of memory. */
+static double sq_total(const sq_blocks *q)
 {
-    int64_t nb = (n + CLIP_BLOCK - 1) / CLIP_BLOCK;
-    if (nb <= 1)
-        return block_squares(x, n, 0);
-    double *part = malloc((size_t)nb * sizeof *part);
-    if (!part) { /* serial, same block order */
-        double s = 0;
-        for (int64_t b = 0; b < nb; b++)
-            s += block_squares(x, n, b);
-        return s;
+    double *part = malloc((size_t)(q->nb > 0 ? q->nb : 1) * sizeof *part);
+    if (!part) {
+        cg_set_error("grad_norm: out of memory");
+        return -1;
     }
-    const int64_t whole = n / CLIP_BLOCK, ng = whole / GROUP; /* groups of whole blocks */
-#pragma omp parallel for schedule(static) if (n >= 4 * CLIP_BLOCK)
-    for (int64_t q = 0; q < ng + (nb - ng * GROUP); q++) {
-        if (q < ng)
-            group_squares(x, q * GROUP, part);
-        else
-            part[ng * GROUP + (q - ng)] = block_squares(x, n, ng * GROUP + (q - ng));
+    int64_t elements = 0;
+    for (int b = 0; b < q->nb; b++)
+        elements += q->n[b];
+    const int ng = (q->nb + GROUP - 1) / GROUP;
+#pragma omp parallel for schedule(static) if (elements >= 4 * CLIP_BLOCK)
+    for (int g = 0; g < ng; g++) {
+        const int k = q->nb - g * GROUP < GROUP ? q->nb - g * GROUP : GROUP;
+        group_squares(q->p + g * GROUP, q->n + g * GROUP, k, part + g * GROUP);
     }
-    double s = 0;
-    for (int64_t b = 0; b < nb; b++)
-        s += part[b];
+    double ss = 0;
+    for (int t = 0, b = 0; t < q->nt; t++) {
+        double st = 0;
+        for (; b < q->last[t]; b++)
+            st += part[b];
+        ss += st;
+    }
     free(part);
-    return s;
+    return ss;
 }
 
 /* Checks params[i] and its grad; false + error naming what is wrong. */
@@ -106,18 +166,16 @@ static double global_norm(const char *what, int n, cg_tensor *const *params)
     for (int i = 0; i < n; i++)
         if (!check_grad(what, params, i))
             return -1;
-    double ss = 0;
-    for (int i = 0; i < n; i++) {
+    sq_blocks q = {0};
+    bool ok = true;
+    for (int i = 0; ok && i < n; i++) {
         const cg_tensor *g = params[i]->grad;
-        if (!g)
-            continue;
-        cg_tensor *c = cg_k_contiguous(g);
-        if (!c)
-            return -1;
-        ss += sum_squares(cg_data(c), cg_numel(c));
-        cg_release(c);
+        cg_tensor *c = g ? cg_k_contiguous(g) : NULL;
+        ok = !g || (c && sq_add(&q, c, 0, cg_numel(c), n));
     }
-    return sqrt(ss);
+    double ss = ok ? sq_total(&q) : -1;
+    sq_free(&q);
+    return ss < 0 ? -1 : sqrt(ss);
 }
 
 double cg_grad_norm(int n, cg_tensor *const *params) { return global_norm("grad_norm", n, params); }
@@ -168,16 +226,16 @@ double cg_optim_grad_sqsum(const cg_optim *o)
         cg_set_error("optim_grad_sqsum: optimizer is NULL");
         return -1;
     }
-    double ss = 0;
-    for (int i = 0; i < cg_optim_count(o); i++) {
+    sq_blocks q = {0};
+    bool ok = true;
+    for (int i = 0; ok && i < cg_optim_count(o); i++) {
         cg_tensor *c;
         int64_t lo, hi;
-        if (!owned_grad(o, i, "optim_grad_sqsum", &c, &lo, &hi))
-            return -1;
-        if (c)
-            ss += sum_squares(cg_data(c) + lo, hi - lo);
-        cg_release(c);
+        ok = owned_grad(o, i, "optim_grad_sqsum", &c, &lo, &hi) &&
+             (!c || sq_add(&q, c, lo, hi, cg_optim_count(o)));
     }
+    double ss = ok ? sq_total(&q) : -1;
+    sq_free(&q);
     return ss;
 }
 

@@ -378,6 +378,42 @@ START_TEST(clip_norm_thread_independent)
 }
 END_TEST
 
+/* The order of blocks (above) holds over several tensors, whichever blocks
+ * are summed side by side: each tensor's blocks from 0 in order, the
+ * tensors in order; sizes of no, one and several blocks, with parts, and
+ * a tensor without a gradient; 1 and 2 threads. */
+START_TEST(clip_norm_blocks_across_tensors)
+{
+    const int64_t sizes[] = {5, 16384, 0, 16385, 70000, 7, 300001, 33000, 1};
+    enum { NT = sizeof sizes / sizeof sizes[0] };
+    cg_rng rng = cg_rng_new(9);
+    cg_tensor *p[NT];
+    double want = 0;
+    for (int t = 0; t < NT; t++) {
+        p[t] = cg_randn(&rng, CG_SHAPE(sizes[t]));
+        if (t == 5)
+            continue; /* no gradient */
+        p[t]->grad = cg_randn(&rng, CG_SHAPE(sizes[t]));
+        const float *g = cg_data(p[t]->grad);
+        double st = 0;
+        for (int64_t b = 0; b < sizes[t] || b == 0; b += 16384) {
+            double sb = 0;
+            for (int64_t i = b; i < b + 16384 && i < sizes[t]; i++)
+                sb += (double)g[i] * g[i];
+            st += sb;
+        }
+        want += st;
+    }
+    for (int th = 1; th <= 2; th++) {
+        cg_set_num_threads(th);
+        ck_assert(cg_grad_norm(NT, p) == sqrt(want));
+    }
+    cg_set_num_threads(0);
+    for (int t = 0; t < NT; t++)
+        cg_release(p[t]);
+}
+END_TEST
+
 /* A parameter big enough for the OpenMP path: same bits for 1 and 4 threads. */
 START_TEST(step_thread_independent)
 {
@@ -1126,6 +1162,7 @@ static Suite *optim_suite(void)
     tcase_add_test(tc, clip_below_limit);
     tcase_add_test(tc, clip_optim_and_strided_grad);
     tcase_add_test(tc, clip_norm_thread_independent);
+    tcase_add_test(tc, clip_norm_blocks_across_tensors);
     tcase_add_test(tc, nonfinite_grads_named);
     suite_add_tcase(s, tc);
 
