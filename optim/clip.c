@@ -103,23 +103,55 @@ static void group_squares(const float *const *p, const int64_t *n, int k, double
     }
 }
 
-/* The total of the blocks' squares (above); -1 + error when out of memory. */
+/* Blocks by length, longest first (qsort; the index breaks ties). */
+typedef struct {
+    int64_t n;
+    int b;
+} sq_order;
+static int sq_longer(const void *x, const void *y)
+{
+    const sq_order *a = x, *b = y;
+    return a->n != b->n ? (a->n < b->n ? 1 : -1) : (a->b > b->b) - (a->b < b->b);
+}
+
+/* The total of the blocks' squares (above); -1 + error when out of memory.
+ * The groups take the blocks longest first, so that the blocks side by
+ * side have about one length (a bias beside whole blocks left them to run
+ * one after another past its end). */
 static double sq_total(const sq_blocks *q)
 {
-    double *part = malloc((size_t)(q->nb > 0 ? q->nb : 1) * sizeof *part);
-    if (!part) {
+    const int nb = q->nb > 0 ? q->nb : 1;
+    double *part = malloc((size_t)nb * 2 * sizeof *part);
+    sq_order *ord = malloc((size_t)nb * sizeof *ord);
+    const float **p = malloc((size_t)nb * sizeof *p);
+    int64_t *n = malloc((size_t)nb * sizeof *n);
+    if (!part || !ord || !p || !n) {
+        free(part);
+        free(ord);
+        free(p);
+        free(n);
         cg_set_error("grad_norm: out of memory");
         return -1;
     }
     int64_t elements = 0;
-    for (int b = 0; b < q->nb; b++)
+    for (int b = 0; b < q->nb; b++) {
+        ord[b] = (sq_order){q->n[b], b};
         elements += q->n[b];
+    }
+    qsort(ord, (size_t)q->nb, sizeof *ord, sq_longer);
+    for (int i = 0; i < q->nb; i++) {
+        p[i] = q->p[ord[i].b];
+        n[i] = ord[i].n;
+    }
+    double *sorted = part + nb; /* sums in ord's order */
     const int ng = (q->nb + GROUP - 1) / GROUP;
 #pragma omp parallel for schedule(static) if (elements >= 4 * CLIP_BLOCK)
     for (int g = 0; g < ng; g++) {
         const int k = q->nb - g * GROUP < GROUP ? q->nb - g * GROUP : GROUP;
-        group_squares(q->p + g * GROUP, q->n + g * GROUP, k, part + g * GROUP);
+        group_squares(p + g * GROUP, n + g * GROUP, k, sorted + g * GROUP);
     }
+    for (int i = 0; i < q->nb; i++)
+        part[ord[i].b] = sorted[i];
     double ss = 0;
     for (int t = 0, b = 0; t < q->nt; t++) {
         double st = 0;
@@ -128,6 +160,9 @@ static double sq_total(const sq_blocks *q)
         ss += st;
     }
     free(part);
+    free(ord);
+    free(p);
+    free(n);
     return ss;
 }
 
