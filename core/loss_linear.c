@@ -37,20 +37,14 @@ typedef struct {
     const float *h, *w, *b; /* h [N, d], w [V, d], b [V] or NULL; contiguous */
     int64_t N, d, V;
     const int64_t *targets;
-    cg_ce_rows rows; /* V classes; scale g / kept */
-    bool exact;      /* chunks on the k blocks (CG_LCE_EXACT on a path with them) */
-    float *dh, *dw;  /* NULL where not wanted */
-    double *db;      /* the bias's gradient in double (NULL: not wanted) */
-    float *spare;    /* exact: [CG_GEMM_SKINNY + 1, V] */
+    cg_ce_rows rows;   /* V classes; scale g / kept */
+    bool exact;     /* chunks on the k blocks (CG_LCE_EXACT on a path with them) */
+    float *dh, *dw; /* NULL where not wanted */
+    double *db;     /* the bias's gradient in double (NULL: not wanted) */
+    float *spare;   /* exact: [CG_GEMM_SKINNY + 1, V] */
     /* bf16: W and W^T rounded and packed once (the weight cache, as linear
-     * layers read them: the bits of cg_sgemm in bf16), else NULL; h rounded
-     * once (hb [N, d]) and the gradient rows of a chunk rounded as they are
-     * made (Lb, as L): the products read them as they are (the bits of the
-     * floats they were rounded from, core/gemm.h cg_bf16_round_run), so
-     * nothing is converted again, and AMX reads hb and Lb's rows in place */
+     * layers read them: the bits of cg_sgemm in bf16), else NULL */
     const cg_bf16_matrix *pw, *pwt;
-    const uint16_t *hb;
-    uint16_t *Lb;
     bool failed; /* a product ran out of memory */
 } lce_args;
 
@@ -69,8 +63,7 @@ static void lce_logits(lce_args *a, int64_t r0, int64_t m, float *L)
     }
     const float *hc = a->h + s * d;
     if (a->pw)
-        a->failed |= !cg_bf16_matrix_mul_bf16(a->pw, CG_GEMM_AUTO, 0, n, a->hb + s * d, d, 1, a->b,
-                                              1, out, V, 1);
+        a->failed |= !cg_bf16_matrix_mul(a->pw, CG_GEMM_AUTO, 0, n, hc, d, 1, a->b, 1, out, V, 1);
     else if (a->b)
         cg_sgemm_bias(n, V, d, hc, d, 1, a->w, 1, d, a->b, 1, out, V, 1);
     else
@@ -80,23 +73,20 @@ static void lce_logits(lce_args *a, int64_t r0, int64_t m, float *L)
 }
 
 /* Rows [r0, r0 + m): their logits into L, their losses into row[], their
- * gradient in place of the logits (when any gradient is wanted; in bf16
- * also rounded into Lb, each row while it is in cache) and dh's rows. */
-static void lce_rows(lce_args *a, int64_t r0, int64_t m, float *L, uint16_t *Lb, double *row)
+ * gradient in place of the logits (when any gradient is wanted) and dh's
+ * rows. */
+static void lce_rows(lce_args *a, int64_t r0, int64_t m, float *L, double *row)
 {
     int64_t V = a->V, d = a->d;
     lce_logits(a, r0, m, L);
     bool grads = a->dh || a->dw || a->db;
 #pragma omp parallel for schedule(static) if (m * V > CG_CE_PAR_THRESHOLD)
-    for (int64_t r = 0; r < m; r++) {
+    for (int64_t r = 0; r < m; r++)
         row[r0 + r] =
             cg_ce_row(&a->rows, L + r * V, a->targets[r0 + r], NULL, grads ? L + r * V : NULL);
-        if (grads && Lb)
-            cg_bf16_round_run(V, L + r * V, Lb + r * V);
-    }
     if (a->dh && a->pwt)
-        a->failed |= !cg_bf16_matrix_mul_bf16(a->pwt, CG_GEMM_AUTO, 0, m, Lb, V, 1, NULL, 0,
-                                              a->dh + r0 * d, d, 1);
+        a->failed |=
+            !cg_bf16_matrix_mul(a->pwt, CG_GEMM_AUTO, 0, m, L, V, 1, NULL, 0, a->dh + r0 * d, d, 1);
     else if (a->dh)
         cg_sgemm(m, d, V, 1.0f, L, V, 1, a->w, d, 1, 0.0f, a->dh + r0 * d, d, 1);
 }
@@ -108,13 +98,9 @@ static void lce_chunk(lce_args *a, int64_t r0, int64_t m, float *L, double *row,
     int64_t V = a->V, d = a->d, step = a->exact && a->pw ? LCE_ROWS : m;
     for (int64_t i = 0, n; i < m; i += n) {
         n = m - i <= step + CG_GEMM_SKINNY ? m - i : step; /* no short run last */
-        lce_rows(a, r0 + i, n, L + i * V, a->Lb ? a->Lb + i * V : NULL, row);
+        lce_rows(a, r0 + i, n, L + i * V, row);
     }
-    if (a->dw && a->Lb)
-        a->failed |=
-            !cg_gemm_mixed_path(CG_GEMM_AUTO, 0, V, d, m, 1.0f, a->Lb, 1, V, a->hb + r0 * d, d, 1,
-                                CG_GEMM_A_BF16 | CG_GEMM_B_BF16, first ? 0.0f : 1.0f, a->dw, d, 1);
-    else if (a->dw)
+    if (a->dw)
         cg_sgemm(V, d, m, 1.0f, L, 1, V, a->h + r0 * d, d, 1, first ? 0.0f : 1.0f, a->dw, d, 1);
     if (a->db) {
         double *db = a->db;
@@ -221,11 +207,8 @@ cg_tensor *cg_k_linear_cross_entropy(const cg_tensor *h, const cg_tensor *w, con
     bool bf16 = cg_get_matmul_precision() == CG_PRECISION_BF16 && N > 0 && d > 0 && V > 0;
     cg_bf16_weight *pw = bf16 && wc ? cg_bf16_weight_get(wc, false) : NULL;
     cg_bf16_weight *pwt = bf16 && wc && dh ? cg_bf16_weight_get(wc, true) : NULL;
-    /* bf16: h and a chunk's gradient rows in bf16 (lce_args) */
-    uint16_t *hb = bf16 ? malloc((size_t)(N * d) * sizeof(uint16_t)) : NULL;
-    uint16_t *Lb = bf16 && (dh || dw) ? malloc((size_t)(m * V) * sizeof(uint16_t)) : NULL;
     bool ok = hc && wc && (bc || !b) && L && row && (dbs || !db) && out && (pw || !bf16) &&
-              (pwt || !bf16 || !dh) && (hb || !bf16) && (Lb || !bf16 || !(dh || dw));
+              (pwt || !bf16 || !dh);
     for (int i = 0; i < 3; i++)
         ok = ok && (g3[i] || !outs[i]);
     if (ok) {
@@ -243,20 +226,14 @@ cg_tensor *cg_k_linear_cross_entropy(const cg_tensor *h, const cg_tensor *w, con
                       .db = dbs,
                       .spare = cg_data(L) + m * V,
                       .pw = pw ? cg_bf16_weight_matrix(pw) : NULL,
-                      .pwt = pwt ? cg_bf16_weight_matrix(pwt) : NULL,
-                      .hb = hb,
-                      .Lb = Lb};
-        if (hb)
-            cg_bf16_round_run(N * d, a.h, hb);
+                      .pwt = pwt ? cg_bf16_weight_matrix(pwt) : NULL};
         lce_run(&a, chunk, cg_data(L), row, cg_data(out));
         ok = !a.failed;
         for (int64_t j = 0; dbs && j < V; j++) /* cg_k_linear_backward's rounding */
             cg_data(g3[2])[j] = (float)dbs[j];
-    } else if (!row || (db && !dbs) || (bf16 && (!hb || (!Lb && (dh || dw))))) {
+    } else if (!row || (db && !dbs)) {
         cg_set_error("linear_cross_entropy: out of memory");
     }
-    free(hb);
-    free(Lb);
     free(row);
     free(dbs);
     cg_bf16_weight_release(pw);
