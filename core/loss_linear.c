@@ -37,11 +37,11 @@ typedef struct {
     const float *h, *w, *b; /* h [N, d], w [V, d], b [V] or NULL; contiguous */
     int64_t N, d, V;
     const int64_t *targets;
-    cg_ce_rows rows;   /* V classes; scale g / kept */
-    bool exact;     /* chunks on the k blocks (CG_LCE_EXACT on a path with them) */
-    float *dh, *dw; /* NULL where not wanted */
-    double *db;     /* the bias's gradient in double (NULL: not wanted) */
-    float *spare;   /* exact: [CG_GEMM_SKINNY + 1, V] */
+    cg_ce_rows rows; /* V classes; scale g / kept */
+    bool exact;      /* chunks on the k blocks (CG_LCE_EXACT on a path with them) */
+    float *dh, *dw;  /* NULL where not wanted */
+    double *db;      /* the bias's gradient in double (NULL: not wanted) */
+    float *spare;    /* exact: [CG_GEMM_SKINNY + 1, V] */
     /* bf16: W and W^T rounded and packed once (the weight cache, as linear
      * layers read them: the bits of cg_sgemm in bf16), else NULL */
     const cg_bf16_matrix *pw, *pwt;
