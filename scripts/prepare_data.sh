@@ -1,7 +1,7 @@
 #!/bin/sh
-# Obtain and prepare the zoo's corpora (two; a third with --wesnoth).
+# Obtain and prepare the zoo's corpora (two; more with --wesnoth and --dict).
 #
-#   scripts/prepare_data.sh [--force] [--wesnoth] [OUTDIR]
+#   scripts/prepare_data.sh [--force] [--wesnoth] [--dict] [OUTDIR]
 #                                   (OUTDIR defaults to data/ at the top of the project)
 #
 #   OUTDIR/moby_dick.txt   Moby-Dick, chapters 1-135 and the Epilogue, from the
@@ -14,6 +14,10 @@
 #                          pairs of the game Battle for Wesnoth (GPL-2+) from
 #                          Debian's wesnoth-1.16-data and campaign packages
 #                          1:1.16.9-1, for seq2seq train --extra-data.
+#   OUTDIR/en_de_dict.tsv  (only with --dict) English<TAB>German words and
+#                          two-word phrases of the same Ding dictionary whose
+#                          English words are common in Moby-Dick, for
+#                          seq2seq train --extra-data.
 #
 # Needs: sh, coreutils, tar, dpkg-deb and apt-get (any Debian), npm and
 # python3 (standard library only), and for --wesnoth gettext's msgunfmt.
@@ -39,6 +43,7 @@ wesnoth-1.16-httt wesnoth-1.16-l wesnoth-1.16-low wesnoth-1.16-nr wesnoth-1.16-s
 wesnoth-1.16-sota wesnoth-1.16-sotbe wesnoth-1.16-thot wesnoth-1.16-trow wesnoth-1.16-tsg
 wesnoth-1.16-ttb wesnoth-1.16-utbs"
 WESNOTH_CATALOGS=25
+DICT_SHA256=0c892791c43a84289f9630a9157c0f058f1db3e83cf34f3ec9478e8c0f5434d0
 
 prog=$(basename "$0")
 die() { echo "$prog: error: $*" >&2; exit 1; }
@@ -46,14 +51,16 @@ note() { echo "$prog: $*" >&2; }
 
 force=0
 wesnoth=0
+dict=0
 outdir=
 for arg in "$@"; do
     case $arg in
         -h|--help)
-            sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'
+            sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'
             exit 0 ;;
         -f|--force) force=1 ;;
         --wesnoth) wesnoth=1 ;;
+        --dict) dict=1 ;;
         -*) die "unknown option '$arg' (try --help)" ;;
         *) [ -z "$outdir" ] || die "only one OUTDIR may be given"
            outdir=$arg ;;
@@ -109,11 +116,13 @@ finish() {
 moby=$outdir/moby_dick.txt
 ding=$outdir/en_de_ding.tsv
 wes=$outdir/en_de_wesnoth.tsv
-build_moby=0; build_ding=0; build_wes=0
+dic=$outdir/en_de_dict.tsv
+build_moby=0; build_ding=0; build_wes=0; build_dict=0
 need "$moby" "$MOBY_SHA256" && build_moby=1
 need "$ding" "$DING_SHA256" && build_ding=1
 [ "$wesnoth" = 1 ] && need "$wes" "$WESNOTH_SHA256" && build_wes=1
-[ "$build_moby" = 1 ] || [ "$build_ding" = 1 ] || [ "$build_wes" = 1 ] || exit 0
+[ "$dict" = 1 ] && need "$dic" "$DICT_SHA256" && build_dict=1
+[ "$build_moby" = 1 ] || [ "$build_ding" = 1 ] || [ "$build_wes" = 1 ] || [ "$build_dict" = 1 ] || exit 0
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/cgrad-data.XXXXXX") || die "cannot create a temporary directory"
 trap 'rm -rf "$work"' EXIT
@@ -138,7 +147,7 @@ if [ "$build_moby" = 1 ]; then
 fi
 
 # ------------------------------------------------------- Ding (trans-de-en)
-if [ "$build_ding" = 1 ]; then
+if [ "$build_ding" = 1 ] || [ "$build_dict" = 1 ]; then
     command -v apt-get >/dev/null 2>&1 || die "apt-get not found: the Ding dictionary comes from Debian's archive"
     command -v dpkg-deb >/dev/null 2>&1 || die "dpkg-deb not found"
     if [ -x /usr/bin/python3 ]; then py=/usr/bin/python3; else install_tool python3 python3; py=python3; fi
@@ -156,6 +165,8 @@ if [ "$build_ding" = 1 ]; then
     dpkg-deb -x "$deb" "$work/deb" || die "cannot extract $deb"
     src=$work/deb/usr/share/trans/de-en
     [ -f "$src" ] || die "$deb has no usr/share/trans/de-en"
+fi
+if [ "$build_ding" = 1 ]; then
 
     # Each line is "German :: English"; each side holds sub-entries separated by
     # " | ", paired in order. A pair is kept when
@@ -207,6 +218,53 @@ with open(sys.argv[1], encoding="utf-8") as f:
             out.write(e + "\t" + d + "\n")
 EOF
     finish "$outdir/.en_de_ding.tsv.tmp" "$ding" "$DING_SHA256"
+fi
+
+# ------------------------------------------------------- dictionary (--dict only)
+if [ "$build_dict" = 1 ]; then
+    # Each line of the dictionary is "German :: English". Only its head entry
+    # (before the first " | ") is read, and on each side only the first of the
+    # synonyms separated by ";". With {...}, [...], (...) and /.../
+    # annotations removed and blanks squeezed, a pair is kept when
+    #   - each side is one or two words of letters only;
+    #   - each English word, lower-cased, occurs at least 5 times in
+    #     moby_dick.txt (lower-cased, as runs of the letters a-z);
+    #   - its English side was not seen before (first occurrence wins).
+    "$py" - "$src" "$moby" > "$outdir/.en_de_dict.tsv.tmp" <<'EOF' || die "reading the Ding dictionary's words failed"
+import collections
+import re
+import sys
+
+ANNOT = re.compile(r"\{[^}]*\}|\[[^\]]*\]|\([^)]*\)|/[^/]*/")
+ENGLISH = re.compile(r"[A-Za-z]+")
+
+with open(sys.argv[2], encoding="utf-8") as f:
+    common = collections.Counter(re.findall(r"[a-z]+", f.read().lower()))
+
+
+def head(side):
+    """The first synonym of a side's head entry, annotations removed."""
+    return " ".join(ANNOT.sub("", side.split(" | ", 1)[0].split(";", 1)[0]).split())
+
+
+seen = set()
+with open(sys.argv[1], encoding="utf-8") as f:
+    for line in f:
+        line = line.rstrip("\n")
+        if line.startswith("#") or " :: " not in line:
+            continue
+        de, en = (head(x) for x in line.split(" :: ", 1))
+        dw, ew = de.split(), en.split()
+        if not (1 <= len(dw) <= 2 and 1 <= len(ew) <= 2) or en in seen:
+            continue
+        if not all(w.isalpha() for w in dw):
+            continue
+        if not all(ENGLISH.fullmatch(w) and common[w.lower()] >= 5 for w in ew):
+            continue
+        seen.add(en)
+        sys.stdout.write(en + "\t" + de + "\n")
+EOF
+    finish "$outdir/.en_de_dict.tsv.tmp" "$dic" "$DICT_SHA256"
 fi
 
 # ------------------------------------------------ Wesnoth (--wesnoth only)
