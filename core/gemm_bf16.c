@@ -95,6 +95,10 @@ static inline int64_t n_block(cg_bf16_kind kind) { return kind == CG_BF16_EMULAT
  * 1024-row A block (768 KB) multiplied slower than blocks of 96. */
 enum { AMX_FUSE_ROWS = 384 };
 
+/* Rows ahead that pack_a_across prefetches (its loads missed the
+ * caches: a weight gradient's x comes from the forward pass, in memory). */
+enum { PF_ROWS = 16 };
+
 #define BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512bf16")))
 #define AVX2_TARGET __attribute__((target("avx2,fma")))
 #define AMX_TARGET __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512bf16")))
@@ -223,12 +227,46 @@ BF16_TARGET static inline __m512i pair_rows(__m512 x0, __m512 x1)
     return _mm512_permutexvar_epi16(ilv, (__m512i)_mm512_cvtne2ps_pbh(x1, x0));
 }
 
+/* Two rows of 32 bf16 elements (x0 low halves, x1 high) interleaved into
+ * k-pairs, with no conversion (a bf16 operand packs as it is, above): *lo
+ * gets lanes 0-15's pairs, *hi lanes 16-31's; pair_rows's words. */
+BF16_TARGET static inline void pair_rows_bf(__m512i x0, __m512i x1, __m512i *lo, __m512i *hi)
+{
+    const __m512i il = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40,
+                                        8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+    *lo = _mm512_permutex2var_epi16(x0, il, x1);
+    if (hi)
+        *hi = _mm512_permutex2var_epi16(x0, _mm512_add_epi16(il, _mm512_set1_epi16(16)), x1);
+}
+/* lanes below n (0-32) set */
+static inline __mmask32 mask32(int64_t n)
+{
+    return n >= 32 ? 0xffffffffu : n <= 0 ? 0 : (__mmask32)((1u << n) - 1u);
+}
+
 /* The same with the hardware conversion (identical bits), reading whole
  * vectors: along the panel when vs == 1, along k when ls == 1 (16 x 16
  * transposes of pairs in registers). */
 BF16_TARGET static inline __attribute__((always_inline)) void pack_panel_native_of(
     int W, int64_t w, int64_t k, const void *src, bool bf, int64_t vs, int64_t ls, uint32_t *p)
 {
+    if (vs == 1 && bf) { /* 32 lanes of two rows of k at a time, paired as they are */
+        const __mmask32 ld = mask32(w);
+        const __mmask16 st0 = (__mmask16)mask32(W), st1 = (__mmask16)mask32(W - 16);
+        uint32_t *d = p;
+        for (int64_t l = 0; l < k; l += 2, d += W) {
+            const __m512i x0 = _mm512_maskz_loadu_epi16(ld, elem_at(src, bf, l * ls));
+            const __m512i x1 = l + 1 < k
+                                   ? _mm512_maskz_loadu_epi16(ld, elem_at(src, bf, (l + 1) * ls))
+                                   : _mm512_setzero_si512(); /* odd k: a zero partner */
+            __m512i lo, hi;
+            pair_rows_bf(x0, x1, &lo, W > 16 ? &hi : NULL);
+            _mm512_mask_storeu_epi32(d, st0, lo);
+            if (W > 16)
+                _mm512_mask_storeu_epi32(d + 16, st1, hi);
+        }
+        return;
+    }
     if (vs == 1) {
         __mmask16 ld[2], st[2];
         for (int q = 0; q < 2; q++) {
@@ -271,6 +309,12 @@ BF16_TARGET static inline __attribute__((always_inline)) void pack_panel_native_
                 __m512 r[16];
                 for (int i = 0; i < 16; i++) {
                     const int64_t si = (h + i) * vs + l0;
+                    if (bf) { /* 32 bf16 values are 16 pairs as they are */
+                        r[i] = h + i < w ? _mm512_castsi512_ps(_mm512_maskz_loadu_epi16(
+                                               (__mmask32)m1 << 16 | m0, elem_at(src, bf, si)))
+                                         : _mm512_setzero_ps();
+                        continue;
+                    }
                     r[i] =
                         h + i < w
                             ? (__m512)_mm512_cvtne2ps_pbh(load16(bf, m1, elem_at(src, bf, si + 16)),
@@ -463,6 +507,12 @@ BF16_TARGET static inline __attribute__((always_inline)) void pack_panel_amx_of(
                                      : left > 16 ? (__mmask16)((1u << (left - 16)) - 1u)
                                                  : 0;
                 const int64_t si = i * vs + l;
+                if (bf) { /* a copy */
+                    _mm512_storeu_si512(
+                        qi + l / 2,
+                        _mm512_maskz_loadu_epi16((__mmask32)m1 << 16 | m0, elem_at(src, bf, si)));
+                    continue;
+                }
                 _mm512_storeu_si512(qi + l / 2, (__m512i)_mm512_cvtne2ps_pbh(
                                                     load16(bf, m1, elem_at(src, bf, si + 16)),
                                                     load16(bf, m0, elem_at(src, bf, si))));
@@ -517,7 +567,17 @@ BF16_TARGET static inline __attribute__((always_inline)) void pack_amx_strided_o
             const int64_t n = min64(jend - j, 16);
             const __mmask16 m = (__mmask16)((1u << n) - 1u);
             __m512 r[16];
-            for (int i = 0; i < 16; i++) { /* zeros past k: an odd k's partner */
+            for (int i = 0; bf && i < 16; i++) { /* bf16: paired as they are */
+                const int64_t l = 2 * (p0 + i);
+                __m512i x0 = _mm512_setzero_si512(), x1 = x0, lo;
+                if (l < k)
+                    x0 = _mm512_maskz_loadu_epi16(m, elem_at(src, bf, j + l * ls));
+                if (l + 1 < k)
+                    x1 = _mm512_maskz_loadu_epi16(m, elem_at(src, bf, j + (l + 1) * ls));
+                pair_rows_bf(x0, x1, &lo, NULL);
+                r[i] = _mm512_castsi512_ps(lo);
+            }
+            for (int i = 0; !bf && i < 16; i++) { /* zeros past k: an odd k's partner */
                 const int64_t l = 2 * (p0 + i);
                 __m512 x0 = _mm512_setzero_ps(), x1 = x0;
                 if (l < k)
@@ -1081,11 +1141,64 @@ static void pack_b(const product *p, int64_t jc, int64_t nc, int64_t pc, int64_t
                          p->rsb, pb + j / bc * words);
 }
 
+/* pack_a's panels of mc rows of an A whose rows are adjacent (a weight
+ * gradient's x^T: each k holds the rows side by side, ls apart): a k-pair
+ * at a time across all the panels, so that each k row is read in order (a
+ * panel at a time read 64 or 128 bytes of each of kc rows ls apart, bound
+ * by the misses), with the next rows prefetched. pack_panel_native's
+ * panels. */
+BF16_TARGET static inline __attribute__((always_inline)) void pack_a_across_of(
+    int64_t mc, int64_t kc, const void *src, bool bf, int64_t ls, uint32_t *pa)
+{
+    const int64_t kp = (kc + 1) / 2;
+    for (int64_t l = 0; l < kc; l += 2) {
+        const void *s0 = elem_at(src, bf, l * ls);
+        const void *s1 = l + 1 < kc ? elem_at(src, bf, (l + 1) * ls) : NULL;
+        for (int64_t i = 0; i < mc; i += MR) {
+            for (int64_t r = l + PF_ROWS; r < l + PF_ROWS + 2 && r < kc; r++)
+                for (int64_t e = 0; e < (bf ? 1 : 2); e++)
+                    _mm_prefetch(elem_at(src, bf, r * ls + i + 16 * e), _MM_HINT_T0);
+            uint32_t *d = pa + i * kp + l / 2 * MR;
+            if (bf) {
+                const __mmask32 ld = mask32(mc - i);
+                const __m512i x0 = _mm512_maskz_loadu_epi16(ld, elem_at(s0, bf, i));
+                const __m512i x1 = s1 ? _mm512_maskz_loadu_epi16(ld, elem_at(s1, bf, i))
+                                      : _mm512_setzero_si512(); /* odd k: a zero partner */
+                __m512i lo, hi;
+                pair_rows_bf(x0, x1, &lo, &hi);
+                _mm512_storeu_si512(d, lo);
+                _mm512_storeu_si512(d + 16, hi);
+                continue;
+            }
+            for (int h = 0; h < MR; h += 16) {
+                const __mmask16 ld = (__mmask16)mask32(mc - i - h);
+                const __m512 x0 = load16(bf, ld, elem_at(s0, bf, i + h));
+                const __m512 x1 = s1 ? load16(bf, ld, elem_at(s1, bf, i + h)) : _mm512_setzero_ps();
+                _mm512_storeu_si512(d + h, pair_rows(x0, x1));
+            }
+        }
+    }
+}
+
+/* pack_a_across_of for floats and for bf16 elements, each compiled on its own */
+BF16_TARGET static void pack_a_across(int64_t mc, int64_t kc, const void *src, bool bf, int64_t ls,
+                                      uint32_t *pa)
+{
+    if (bf)
+        pack_a_across_of(mc, kc, src, true, ls, pa);
+    else
+        pack_a_across_of(mc, kc, src, false, ls, pa);
+}
+
 /* The m block of A at row ic (mc rows) and k offset pc (kc deep) as the
  * kernels' A panels, into pa (panel i / MR at pa + i / MR panels). */
 static void pack_a(const product *p, int64_t ic, int64_t mc, int64_t pc, int64_t kc, uint32_t *pa)
 {
     const int64_t kp = (kc + 1) / 2;
+    if (p->kind != CG_BF16_EMULATED && p->rsa == 1) {
+        pack_a_across(mc, kc, elem_at(p->a, p->abf, ic + pc * p->csa), p->abf, p->csa, pa);
+        return;
+    }
     for (int64_t i = 0; i < mc; i += MR)
         pack_panel(p->kind, true, MR, min64(mc - i, MR), kc,
                    elem_at(p->a, p->abf, (ic + i) * p->rsa + pc * p->csa), p->abf, p->rsa, p->csa,
