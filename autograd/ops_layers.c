@@ -190,23 +190,29 @@ cg_tensor *cg_affine_relu(cg_tensor *x, cg_tensor *w, cg_tensor *b)
         cg_error_null_input("cg_affine_relu");
         return NULL;
     }
-    cg_tensor *xb, *out = affine_forward(x, w, b, true, &xb);
+    /* in bf16 precision with a node to record: the ReLU, its mask and the
+     * output's bf16 copy (what the next product reads) in one pass */
+    const bool fused = cg_get_matmul_precision() == CG_PRECISION_BF16 && cg_grad_enabled() &&
+                       (x->requires_grad || w->requires_grad || (b && b->requires_grad));
+    cg_tensor *xb, *mask = NULL, *out = affine_forward(x, w, b, !fused, &xb);
+    if (out && fused && !(mask = cg_k_relu_mask_bf16_(out))) {
+        cg_release_all(2, out, xb);
+        return NULL;
+    }
     if (!out)
         return NULL;
     cg_tensor *in[3] = {x, w, b};
     cg_node *n = cg_record(out, CG_OP_LINEAR_RELU, b ? 3 : 2, in, linear_relu_bw);
     bool ok = !cg_record_failed(n, b ? 3 : 2, in);
-    if (ok && n && cg_get_matmul_precision() == CG_PRECISION_BF16) {
-        cg_tensor *mask = cg_k_relu_mask(out);
-        ok = mask && cg_node_save(n, mask) >= 0;
-        cg_release(mask);
+    if (ok && n && fused) {
+        ok = cg_node_save(n, mask) >= 0;
     } else if (ok && n) { /* the output, as an alias (no cycle through it) */
         cg_tensor *al = cg_alias(out);
         ok = al && cg_node_save(n, al) >= 0;
         cg_release(al);
     }
     ok = ok && (!n || !xb || keep_bf16_copy(n, xb));
-    cg_release(xb);
+    cg_release_all(2, xb, mask);
     if (!ok) {
         cg_release(out);
         return NULL;

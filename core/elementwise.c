@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/gemm.h"
 #include "core/iter.h"
 #include "core/upcast.h"
 #include "core/ops.h"
@@ -585,6 +586,54 @@ cg_tensor *cg_k_relu_mask(const cg_tensor *a)
     if (!cg_check_f32("relu_mask", "a", a))
         return NULL;
     return cg_k_map_runs(a, CG_BOOL, mask_of);
+}
+
+/* relu, its mask and its bf16 rounding of n elements, 1,024 at a time
+ * (rounded while in L1) */
+EW_CLONES static void relu_mask_round_run(int64_t n, float *restrict y, uint8_t *restrict m,
+                                          uint16_t *restrict c)
+{
+    for (int64_t i0 = 0; i0 < n; i0 += 1024) {
+        const int64_t b = n - i0 < 1024 ? n - i0 : 1024;
+        for (int64_t i = i0; i < i0 + b; i++) { /* f_relu, with no branch */
+            const float v = y[i];
+            const bool pos = v > 0.0f;
+            y[i] = pos | (v != v) ? v : 0.0f;
+            m[i] = pos;
+        }
+        cg_bf16_round_run(b, y + i0, c + i0);
+    }
+}
+
+cg_tensor *cg_k_relu_mask_bf16_(cg_tensor *dst)
+{
+    if (!dst)
+        return cg_error_null_input("cg_k_relu_mask_bf16_"), NULL;
+    if (!cg_check_f32("relu_mask_bf16_", "dst", dst) || !cg_check_writable("relu_mask_bf16_", dst))
+        return NULL;
+    if (!cg_is_contiguous(dst)) {
+        cg_set_error("relu_mask_bf16_: dst must be contiguous");
+        return NULL;
+    }
+    cg_tensor *m = cg_empty_dtype(CG_BOOL, dst->ndim, dst->shape);
+    cg_tensor *c = m ? cg_empty_dtype(CG_BF16, dst->ndim, dst->shape) : NULL;
+    if (!c) {
+        cg_release(m);
+        return NULL;
+    }
+    cg_tensor_modified(dst);
+    const int64_t n = cg_numel(dst), runs = (n + MAP_RUN - 1) / MAP_RUN;
+    float *y = cg_data(dst);
+    uint8_t *mp = (uint8_t *)cg_data_bool(m);
+    uint16_t *cp = cg_data_bf16(c);
+#pragma omp parallel for schedule(static) if (runs > 1 && !omp_in_parallel())
+    for (int64_t r = 0; r < runs; r++) {
+        const int64_t i = r * MAP_RUN;
+        relu_mask_round_run(n - i < MAP_RUN ? n - i : MAP_RUN, y + i, mp + i, cp + i);
+    }
+    cg_k_bf16_operand_keep(dst, c);
+    cg_release(c);
+    return m;
 }
 
 cg_tensor *cg_k_relu_mask_backward(const cg_tensor *mask, const cg_tensor *g)

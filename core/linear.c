@@ -81,9 +81,16 @@ cg_tensor *cg_k_bf16_operand(const cg_tensor *x)
     pthread_mutex_unlock(&g_operand_lock);
     if (y || !(y = round_copy(x)))
         return y;
+    cg_k_bf16_operand_keep(x, y);
+    return y;
+}
+
+void cg_k_bf16_operand_keep(const cg_tensor *x, cg_tensor *y)
+{
+    cg_storage *s = x->storage;
     operand_slot *o = malloc(sizeof *o);
     if (!o)
-        return y; /* kept by its caller alone */
+        return; /* kept by its caller alone */
     *o = (operand_slot){cg_retain_held(y), x->offset, x->ndim, {0}, {0}, s->version};
     memcpy(o->shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
     memcpy(o->strides, x->strides, sizeof(int64_t) * (size_t)x->ndim);
@@ -97,7 +104,6 @@ cg_tensor *cg_k_bf16_operand(const cg_tensor *x)
     }
     pthread_mutex_unlock(&g_operand_lock);
     operand_slot_free(mine ? old : o);
-    return y;
 }
 
 /* y = x W^T + b on the GEMM, or in bf16 (the thread's policy, or packed)

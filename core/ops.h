@@ -301,6 +301,17 @@ cg_tensor *cg_k_linear(const cg_tensor *x, const cg_tensor *w, const cg_tensor *
  * backward in bf16 precision (autograd's cg_affine): half the bytes, and
  * the products' bits. */
 cg_tensor *cg_k_bf16_operand(const cg_tensor *x);
+/* Keep y, x rounded as cg_k_bf16_operand rounds it (made by its caller
+ * with the same bits), as x's copy: cg_k_bf16_operand(x) returns it while x
+ * is not written. On failure nothing is kept (the copy is made again when
+ * asked for). */
+void cg_k_bf16_operand_keep(const cg_tensor *x, cg_tensor *y);
+/* dst = relu(dst) (cg_k_relu_'s bits) and its mask (cg_k_relu_mask's),
+ * returned, in one pass over dst (float32, contiguous) that also rounds the
+ * result to bf16 and keeps that as dst's bf16 operand
+ * (cg_k_bf16_operand_keep): a linear-ReLU layer in bf16 precision, where
+ * three passes read its output. NULL + error on failure. */
+cg_tensor *cg_k_relu_mask_bf16_(cg_tensor *dst);
 /* The same in bf16 precision with W read from a bf16 copy of it
  * (cg_bf16_matrix) packed at the first call and kept with W's storage
  * until the storage dies or is written (cg_tensor_modified): the bf16

@@ -1410,6 +1410,62 @@ START_TEST(test_relu_mask)
 }
 END_TEST
 
+/* cg_k_relu_mask_bf16_: in one pass, cg_k_relu_'s output, cg_k_relu_mask's
+ * mask and cg_k_bf16_operand's copy of the output, bit for bit (NaN, -0,
+ * +0, infinities, subnormals; sizes over a thread's run and a partial
+ * block), with the copy kept for cg_k_bf16_operand until the output is
+ * written; a strided dst and other dtypes refused. */
+START_TEST(test_relu_mask_bf16)
+{
+    cg_rng rng = cg_rng_new(67);
+    const float special[] = {NAN,
+                             -0.0f,
+                             0.0f,
+                             INFINITY,
+                             -INFINITY,
+                             0x1p-140f,
+                             -0x1p-140f,
+                             from_bits(0x7f800001u),
+                             0x1.fffffep+127f,
+                             -0x1.00ff01p+0f};
+    const int64_t rows[] = {1, 3, 70, 301};
+    for (int r = 0; r < 4; r++)
+        for (int nt = 1; nt <= 2; nt++) {
+            cg_set_num_threads(nt);
+            cg_tensor *y = cg_randn(&rng, CG_SHAPE(rows[r], 213));
+            for (int i = 0; i < 10; i++)
+                cg_data(y)[(i * 97) % cg_numel(y)] = special[i];
+            cg_tensor *want = cg_k_clone(y);
+            ck_assert(cg_k_relu_(want));
+            cg_tensor *want_m = cg_k_relu_mask(want), *want_c = cg_k_bf16_operand(want);
+            cg_tensor *m = cg_k_relu_mask_bf16_(y);
+            ck_assert_ptr_nonnull(m);
+            ck_assert(same_bits(y, want));
+            ck_assert_int_eq(m->dtype, CG_BOOL);
+            ck_assert(!memcmp(cg_data_bool(m), cg_data_bool(want_m), (size_t)cg_numel(y)));
+            cg_tensor *c = cg_k_bf16_operand(y), *c2 = cg_k_bf16_operand(y);
+            ck_assert_ptr_eq(c, c2); /* the kept copy */
+            ck_assert_int_eq(c->dtype, CG_BF16);
+            ck_assert(!memcmp(cg_data_bf16(c), cg_data_bf16(want_c),
+                              sizeof(uint16_t) * (size_t)cg_numel(y)));
+            cg_data(y)[0] = 2.0f; /* written: a new copy */
+            cg_tensor_modified(y);
+            cg_tensor *d = cg_k_bf16_operand(y);
+            ck_assert_ptr_ne(d, c);
+            ck_assert_uint_eq(cg_data_bf16(d)[0], 0x4000u);
+            cg_release_all(8, y, want, want_m, want_c, m, c, c2, d);
+        }
+    cg_set_num_threads(0);
+    cg_tensor *y = cg_randn(&rng, CG_SHAPE(4, 6)), *yt = cg_transpose(y, 0, 1);
+    ck_assert_ptr_null(cg_k_relu_mask_bf16_(yt));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "contiguous"));
+    cg_tensor *i64 = cg_empty_dtype(CG_I64, CG_SHAPE(3));
+    ck_assert_ptr_null(cg_k_relu_mask_bf16_(i64));
+    ck_assert_ptr_null(cg_k_relu_mask_bf16_(NULL));
+    cg_release_all(3, y, yt, i64);
+}
+END_TEST
+
 /* cg_k_linear_relu_backward: the bits of the masked gradient given to
  * cg_k_linear_backward, in fp32 and in bf16 precision (where dx and dW
  * together take the fused pass: the mask, the rounding and the bias's
@@ -1579,6 +1635,7 @@ static Suite *bf16_suite(void)
     tcase_add_test(to, test_affine_saves_bf16);
     tcase_add_test(to, test_bf16_operand_copy);
     tcase_add_test(to, test_relu_mask);
+    tcase_add_test(to, test_relu_mask_bf16);
     tcase_add_test(to, test_linear_relu_backward);
     tcase_add_test(to, test_gelu_saves_bf16);
     tcase_add_test(to, test_attention_saves_bf16);
