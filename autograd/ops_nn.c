@@ -279,6 +279,21 @@ cg_tensor *cg_nll_loss(cg_tensor *logp, const cg_tensor *targets, int64_t ignore
 }
 
 /* -------------------------------------------------------------- norms */
+/* Whether an op of these inputs records a node (cg_record's test). */
+static bool records(int n, cg_tensor *const *in)
+{
+    bool any = false;
+    for (int i = 0; i < n; i++)
+        any |= in[i] && in[i]->requires_grad;
+    return any && cg_grad_enabled();
+}
+/* In bf16 precision a recorded norm keeps its output's bf16 copy, made as
+ * the rows are written (cg_k_norm): the next products read it (and their
+ * nodes keep it, cg_affine), where a pass over the output made it. */
+static bool norm_bf16_copy(int n, cg_tensor *const *in)
+{
+    return cg_get_matmul_precision() == CG_PRECISION_BF16 && records(n, in);
+}
 /* inputs: x, w (may be NULL), b (may be NULL); saved: mean, rstd */
 static bool layer_norm_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {
@@ -294,9 +309,10 @@ static bool layer_norm_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 cg_tensor *cg_layer_norm(cg_tensor *x, cg_tensor *w, cg_tensor *b, float eps)
 {
     cg_tensor *mean = NULL, *rstd = NULL;
-    cg_tensor *out = cg_k_layer_norm(x, w, b, eps, &mean, &rstd);
+    cg_tensor *in[3] = {x, w, b};
+    cg_tensor *out =
+        cg_k_norm(false, x, NULL, w, b, eps, norm_bf16_copy(3, in), &mean, &rstd, NULL);
     if (out) {
-        cg_tensor *in[3] = {x, w, b};
         cg_node *n = cg_record(out, CG_OP_LAYER_NORM, 3, in, layer_norm_bw);
         if (cg_record_failed(n, 3, in) ||
             (n && (cg_node_save(n, mean) < 0 || cg_node_save(n, rstd) < 0))) {
@@ -320,9 +336,10 @@ static bool rms_norm_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 cg_tensor *cg_rms_norm(cg_tensor *x, cg_tensor *w, float eps)
 {
     cg_tensor *rstd = NULL;
-    cg_tensor *out = cg_k_rms_norm(x, w, eps, &rstd);
+    cg_tensor *in[2] = {x, w};
+    cg_tensor *out =
+        cg_k_norm(true, x, NULL, w, NULL, eps, norm_bf16_copy(2, in), NULL, &rstd, NULL);
     if (out) {
-        cg_tensor *in[2] = {x, w};
         cg_node *n = cg_record(out, CG_OP_RMS_NORM, 2, in, rms_norm_bw);
         if (cg_record_failed(n, 2, in) || (n && cg_node_save(n, rstd) < 0)) {
             cg_release(out);
@@ -331,15 +348,6 @@ cg_tensor *cg_rms_norm(cg_tensor *x, cg_tensor *w, float eps)
     }
     cg_release(rstd);
     return out;
-}
-
-/* Whether an op of these inputs records a node (cg_record's test). */
-static bool records(int n, cg_tensor *const *in)
-{
-    bool any = false;
-    for (int i = 0; i < n; i++)
-        any |= in[i] && in[i]->requires_grad;
-    return any && cg_grad_enabled();
 }
 
 /* inputs: x, y, w (may be NULL), b (may be NULL); saved: mean, rstd and
@@ -365,8 +373,12 @@ cg_tensor *cg_add_layer_norm(cg_tensor *x, cg_tensor *y, cg_tensor *w, cg_tensor
 {
     cg_tensor *mean = NULL, *rstd = NULL, *sum = NULL;
     cg_tensor *in[4] = {x, y, w, b};
-    cg_tensor *out =
-        cg_k_add_layer_norm(x, y, w, b, eps, &mean, &rstd, records(4, in) ? &sum : NULL);
+    if (!y) {
+        cg_error_null_input("cg_add_layer_norm");
+        return NULL;
+    }
+    cg_tensor *out = cg_k_norm(false, x, y, w, b, eps, norm_bf16_copy(4, in), &mean, &rstd,
+                               records(4, in) ? &sum : NULL);
     if (out) {
         cg_node *n = cg_record(out, CG_OP_ADD_LAYER_NORM, 4, in, add_layer_norm_bw);
         if (cg_record_failed(n, 4, in) ||
@@ -396,7 +408,12 @@ cg_tensor *cg_add_rms_norm(cg_tensor *x, cg_tensor *y, cg_tensor *w, float eps)
 {
     cg_tensor *rstd = NULL, *sum = NULL;
     cg_tensor *in[3] = {x, y, w};
-    cg_tensor *out = cg_k_add_rms_norm(x, y, w, eps, &rstd, records(3, in) ? &sum : NULL);
+    if (!y) {
+        cg_error_null_input("cg_add_rms_norm");
+        return NULL;
+    }
+    cg_tensor *out = cg_k_norm(true, x, y, w, NULL, eps, norm_bf16_copy(3, in), NULL, &rstd,
+                               records(3, in) ? &sum : NULL);
     if (out) {
         cg_node *n = cg_record(out, CG_OP_ADD_RMS_NORM, 3, in, add_rms_norm_bw);
         if (cg_record_failed(n, 3, in) ||

@@ -31,6 +31,7 @@
 /* Row sums in 8 interleaved double lanes (core/vmath.h); the per-row
  * helpers are compiled per ISA like the elementwise kernels. */
 #define LANES 8
+typedef double v8d_u __attribute__((vector_size(64), aligned(8))); /* v8d at any double */
 
 /* One row forward: returns mean (0 for RMS) and rstd, writes y. */
 EW_CLONES static void norm_row_fwd(bool rms, const float *xr, float *yr, const float *wp,
@@ -96,57 +97,57 @@ static inline __attribute__((always_inline)) void dx_sums(int64_t Dl, const floa
     *aga = sa, *agxa = sxa, *agb = sb, *agxb = sxb;
 }
 
+/* Row r's terms of the dw and db sums, added to cw and cb (each column's
+ * chain in row order, from the chunk's zeros). */
+static inline __attribute__((always_inline)) void dwb_row(int64_t D, const float *xr,
+                                                          const float *gr, double m, double rs,
+                                                          double *cw, double *cb)
+{
+    int64_t j = 0;
+    for (; j + 8 <= D; j += 8) {
+        v8d g = ld8(gr + j);
+        if (cw) {
+            v8d t = *(v8d_u *)(cw + j) + g * ((ld8(xr + j) - m) * rs);
+            *(v8d_u *)(cw + j) = t;
+        }
+        if (cb)
+            *(v8d_u *)(cb + j) = *(v8d_u *)(cb + j) + g;
+    }
+    for (; j < D; j++) {
+        double g = gr[j];
+        if (cw)
+            cw[j] += g * (((double)xr[j] - m) * rs);
+        if (cb)
+            cb[j] += g;
+    }
+}
+
 /* One chunk of rows backward: dx for each row (when dxp), and this chunk's
- * partial dw (cw) and db (cb) sums, each column's in row order. */
+ * partial dw (cw) and db (cb) sums, each column's in row order from zero
+ * (cw and cb come zeroed). One pass over the rows: each row's terms are
+ * added to cw and cb (in L1) as it is read for dx (a pass down each block
+ * of columns first read the chunk's rows apart, bound by the misses). */
 EW_CLONES static void norm_chunk_bwd(bool rms, int64_t r0, int64_t r1, int64_t D, const float *xp,
                                      const float *gp, const float *mp, const float *rp,
                                      const float *wp, float *dxp, double *cw, double *cb)
 {
     int64_t Dl = D / LANES * LANES;
-    /* dw/db partials: blocks of 32 columns whose sums stay in registers
-     * over the chunk's rows, then the columns left one by one */
-    int64_t jv = 0;
-    if (cw || cb)
-        for (; jv + 32 <= D; jv += 32) {
-            v8d aw[4] = {{0}}, ab[4] = {{0}};
-            for (int64_t r = r0; r < r1; r++) {
-                const float *xr = xp + r * D + jv, *gr = gp + r * D + jv;
-                double m = mp ? (double)mp[r] : 0.0, rs = rp[r];
-                for (int q = 0; q < 4; q++) {
-                    v8d g = ld8(gr + 8 * q);
-                    aw[q] += g * ((ld8(xr + 8 * q) - m) * rs);
-                    ab[q] += g;
-                }
-            }
-            for (int q = 0; q < 4; q++)
-                for (int l = 0; l < 8; l++) {
-                    if (cw)
-                        cw[jv + 8 * q + l] += aw[q][l];
-                    if (cb)
-                        cb[jv + 8 * q + l] += ab[q][l];
-                }
-        }
-    if (cw || cb)
-        for (int64_t j = jv; j < D; j++) {
-            double aw = 0.0, ab = 0.0;
-            for (int64_t r = r0; r < r1; r++) {
-                double g = gp[r * D + j], m = mp ? (double)mp[r] : 0.0, rs = rp[r];
-                aw += g * (((double)xp[r * D + j] - m) * rs);
-                ab += g;
-            }
-            if (cw)
-                cw[j] += aw;
-            if (cb)
-                cb[j] += ab;
-        }
-    if (!dxp)
+    if (!dxp) {
+        for (int64_t r = r0; r < r1 && (cw || cb); r++)
+            dwb_row(D, xp + r * D, gp + r * D, mp ? (double)mp[r] : 0.0, rp[r], cw, cb);
         return;
+    }
     for (int64_t r = r0; r < r1; r += 2) {
         const int64_t rb = r + 1 < r1 ? r + 1 : r; /* an odd last row pairs with itself */
         double m[2], rs[2], mg[2], mgx[2];
         v8d ag[2], agx[2];
         m[0] = mp ? (double)mp[r] : 0.0, rs[0] = rp[r];
         m[1] = mp ? (double)mp[rb] : 0.0, rs[1] = rp[rb];
+        if (cw || cb) {
+            dwb_row(D, xp + r * D, gp + r * D, m[0], rs[0], cw, cb);
+            if (rb > r)
+                dwb_row(D, xp + rb * D, gp + rb * D, m[1], rs[1], cw, cb);
+        }
         dx_sums(Dl, xp + r * D, gp + r * D, m[0], rs[0], xp + rb * D, gp + rb * D, m[1], rs[1], wp,
                 &ag[0], &agx[0], &ag[1], &agx[1]);
         for (int h = 0; h < (rb > r ? 2 : 1); h++) {
@@ -235,7 +236,7 @@ EW_CLONES static void add_rows(int64_t r0, int64_t r1, int64_t D, const float *x
 /* ------------------------------------------------------------ forward */
 /* norm(x) or, with an addend y, norm(x + y). */
 static cg_tensor *norm_forward(const char *op, bool rms, const cg_tensor *x, const cg_tensor *a,
-                               const cg_tensor *w, const cg_tensor *b, float eps,
+                               const cg_tensor *w, const cg_tensor *b, float eps, bool bf16_copy,
                                cg_tensor **mean_out, cg_tensor **rstd_out, cg_tensor **sum_out)
 {
     if (mean_out)
@@ -255,7 +256,7 @@ static cg_tensor *norm_forward(const char *op, bool rms, const cg_tensor *x, con
     int64_t n = cg_numel(x), rows = cg_numel_shape(x->ndim - 1, x->shape);
     const int nt = cg_get_num_threads();
     cg_tensor *xc = cg_k_contiguous(x), *ac = a ? cg_k_contiguous(a) : NULL, *wc = NULL, *bc = NULL;
-    cg_tensor *y = NULL, *mt = NULL, *rt = NULL, *st = NULL;
+    cg_tensor *y = NULL, *mt = NULL, *rt = NULL, *st = NULL, *yb = NULL;
     float *scratch = NULL; /* one row per thread for x + a, unless the sum is kept */
     if (!xc || (a && !ac) || !opt_contig(w, &wc) || !opt_contig(b, &bc))
         goto fail;
@@ -263,7 +264,8 @@ static cg_tensor *norm_forward(const char *op, bool rms, const cg_tensor *x, con
     mt = rms ? NULL : cg_empty(1, &rows);
     rt = cg_empty(1, &rows);
     st = a && sum_out ? cg_empty(x->ndim, x->shape) : NULL;
-    if (!y || (!rms && !mt) || !rt || (a && sum_out && !st))
+    yb = bf16_copy ? cg_empty_dtype(CG_BF16, x->ndim, x->shape) : NULL;
+    if (!y || (!rms && !mt) || !rt || (a && sum_out && !st) || (bf16_copy && !yb))
         goto fail;
     if (a && !st && !(scratch = cg_alloc((size_t)nt * (size_t)(D > 0 ? D : 1) * sizeof(float)))) {
         cg_set_error("%s: out of memory", op);
@@ -273,6 +275,7 @@ static cg_tensor *norm_forward(const char *op, bool rms, const cg_tensor *x, con
     const float *wp = wc ? cg_data(wc) : NULL, *bp = bc ? cg_data(bc) : NULL;
     float *yp = cg_data(y), *mp = mt ? cg_data(mt) : NULL, *rp = cg_data(rt);
     float *sp = st ? cg_data(st) : NULL;
+    uint16_t *yh = yb ? cg_data_bf16(yb) : NULL;
 #pragma omp parallel for schedule(static) if (n > PAR_THRESHOLD) num_threads(nt)
     for (int64_t r = 0; r < rows; r++) {
         float mf, rs;
@@ -283,12 +286,17 @@ static cg_tensor *norm_forward(const char *op, bool rms, const cg_tensor *x, con
             xr = s;
         }
         norm_row_fwd(rms, xr, yp + r * D, wp, bp, D, eps, &mf, &rs);
+        if (yh) /* the row rounded while in L1 */
+            cg_bf16_round_run(D, yp + r * D, yh + r * D);
         if (mp)
             mp[r] = mf;
         rp[r] = rs;
     }
     cg_free(scratch);
     cg_release_all(4, xc, ac, wc, bc);
+    if (yb)
+        cg_k_bf16_operand_keep(y, yb);
+    cg_release(yb);
     if (mean_out)
         *mean_out = mt;
     else
@@ -302,19 +310,19 @@ static cg_tensor *norm_forward(const char *op, bool rms, const cg_tensor *x, con
     return y;
 fail:
     cg_free(scratch);
-    cg_release_all(8, xc, ac, wc, bc, y, mt, rt, st);
+    cg_release_all(9, xc, ac, wc, bc, y, mt, rt, st, yb);
     return NULL;
 }
 
 cg_tensor *cg_k_layer_norm(const cg_tensor *x, const cg_tensor *w, const cg_tensor *b, float eps,
                            cg_tensor **mean, cg_tensor **rstd)
 {
-    return norm_forward("layer_norm", false, x, NULL, w, b, eps, mean, rstd, NULL);
+    return norm_forward("layer_norm", false, x, NULL, w, b, eps, false, mean, rstd, NULL);
 }
 
 cg_tensor *cg_k_rms_norm(const cg_tensor *x, const cg_tensor *w, float eps, cg_tensor **rstd)
 {
-    return norm_forward("rms_norm", true, x, NULL, w, NULL, eps, NULL, rstd, NULL);
+    return norm_forward("rms_norm", true, x, NULL, w, NULL, eps, false, NULL, rstd, NULL);
 }
 
 cg_tensor *cg_k_add_layer_norm(const cg_tensor *x, const cg_tensor *y, const cg_tensor *w,
@@ -325,7 +333,7 @@ cg_tensor *cg_k_add_layer_norm(const cg_tensor *x, const cg_tensor *y, const cg_
         cg_error_null_input("cg_k_add_layer_norm");
         return NULL;
     }
-    return norm_forward("add_layer_norm", false, x, y, w, b, eps, mean, rstd, sum);
+    return norm_forward("add_layer_norm", false, x, y, w, b, eps, false, mean, rstd, sum);
 }
 
 cg_tensor *cg_k_add_rms_norm(const cg_tensor *x, const cg_tensor *y, const cg_tensor *w, float eps,
@@ -335,7 +343,19 @@ cg_tensor *cg_k_add_rms_norm(const cg_tensor *x, const cg_tensor *y, const cg_te
         cg_error_null_input("cg_k_add_rms_norm");
         return NULL;
     }
-    return norm_forward("add_rms_norm", true, x, y, w, NULL, eps, NULL, rstd, sum);
+    return norm_forward("add_rms_norm", true, x, y, w, NULL, eps, false, NULL, rstd, sum);
+}
+
+cg_tensor *cg_k_norm(bool rms, const cg_tensor *x, const cg_tensor *y, const cg_tensor *w,
+                     const cg_tensor *b, float eps, bool bf16_copy, cg_tensor **mean,
+                     cg_tensor **rstd, cg_tensor **sum)
+{
+    const char *op = rms ? (y ? "add_rms_norm" : "rms_norm") : y ? "add_layer_norm" : "layer_norm";
+    if (rms && (b || mean)) {
+        cg_set_error("%s: RMS norm has no bias and no mean", op);
+        return NULL;
+    }
+    return norm_forward(op, rms, x, y, w, b, eps, bf16_copy, mean, rstd, y ? sum : NULL);
 }
 
 /* ----------------------------------------------------------- backward */

@@ -278,6 +278,14 @@ cg_tensor *cg_k_add_layer_norm(const cg_tensor *x, const cg_tensor *y, const cg_
                                cg_tensor **sum);
 cg_tensor *cg_k_add_rms_norm(const cg_tensor *x, const cg_tensor *y, const cg_tensor *w, float eps,
                              cg_tensor **rstd, cg_tensor **sum);
+/* The four norms above in one call: RMS norm when rms (no b, no mean),
+ * of x + y when y is not NULL (sum as above; ignored without y). With
+ * bf16_copy the output's bf16 copy is kept as its operand
+ * (cg_k_bf16_operand_keep), each row rounded as it is written: what bf16
+ * training's next products read, without another pass over the output. */
+cg_tensor *cg_k_norm(bool rms, const cg_tensor *x, const cg_tensor *y, const cg_tensor *w,
+                     const cg_tensor *b, float eps, bool bf16_copy, cg_tensor **mean,
+                     cg_tensor **rstd, cg_tensor **sum);
 
 /* Inverted dropout: keep with prob 1-p, scale kept by 1/(1-p). *mask (if not
  * NULL) gets which elements were kept (bool, a byte an element, as

@@ -1466,6 +1466,45 @@ START_TEST(test_relu_mask_bf16)
 }
 END_TEST
 
+/* cg_k_norm with bf16_copy: the four norms' outputs, statistics and sums
+ * are those of cg_k_layer_norm and the rest, bit for bit, and the output's
+ * bf16 copy, kept for cg_k_bf16_operand, is the one it would make (rows of
+ * 70 columns: a partial vector; NaN and large values); an RMS norm with a
+ * bias refused. */
+START_TEST(test_norm_bf16_copy)
+{
+    cg_rng rng = cg_rng_new(71);
+    cg_tensor *x = cg_randn(&rng, CG_SHAPE(3, 37, 70)), *a = cg_randn(&rng, CG_SHAPE(3, 37, 70));
+    cg_tensor *w = cg_randn(&rng, CG_SHAPE(70)), *b = cg_randn(&rng, CG_SHAPE(70));
+    cg_data(x)[75] = NAN;
+    cg_data(x)[500] = 3e38f;
+    for (int v = 0; v < 4; v++) {
+        const bool rms = v & 1, add = v & 2;
+        cg_tensor *m0 = NULL, *r0 = NULL, *s0 = NULL, *m1 = NULL, *r1 = NULL, *s1 = NULL;
+        cg_tensor *want = rms ? (add ? cg_k_add_rms_norm(x, a, w, 1e-5f, &r0, &s0)
+                                     : cg_k_rms_norm(x, w, 1e-5f, &r0))
+                              : (add ? cg_k_add_layer_norm(x, a, w, b, 1e-5f, &m0, &r0, &s0)
+                                     : cg_k_layer_norm(x, w, b, 1e-5f, &m0, &r0));
+        cg_tensor *got = cg_k_norm(rms, x, add ? a : NULL, w, rms ? NULL : b, 1e-5f, true,
+                                   rms ? NULL : &m1, &r1, add ? &s1 : NULL);
+        ck_assert_ptr_nonnull(got);
+        ck_assert(same_bits(got, want) && same_bits(r1, r0));
+        ck_assert(rms || same_bits(m1, m0));
+        ck_assert(!add || same_bits(s1, s0));
+        cg_tensor *c = cg_k_bf16_operand(got), *c2 = cg_k_bf16_operand(got);
+        cg_tensor *fresh = cg_k_bf16_operand(want);
+        ck_assert_ptr_eq(c, c2); /* the kept copy */
+        ck_assert(!memcmp(cg_data_bf16(c), cg_data_bf16(fresh),
+                          sizeof(uint16_t) * (size_t)cg_numel(got)));
+        cg_release_all(11, m0, r0, s0, m1, r1, s1, want, got, c, c2, fresh);
+    }
+    cg_tensor *r = NULL;
+    ck_assert_ptr_null(cg_k_norm(true, x, NULL, w, b, 1e-5f, true, NULL, &r, NULL));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "no bias"));
+    cg_release_all(4, x, a, w, b);
+}
+END_TEST
+
 /* cg_k_linear_relu_backward: the bits of the masked gradient given to
  * cg_k_linear_backward, in fp32 and in bf16 precision (where dx and dW
  * together take the fused pass: the mask, the rounding and the bias's
@@ -1636,6 +1675,7 @@ static Suite *bf16_suite(void)
     tcase_add_test(to, test_bf16_operand_copy);
     tcase_add_test(to, test_relu_mask);
     tcase_add_test(to, test_relu_mask_bf16);
+    tcase_add_test(to, test_norm_bf16_copy);
     tcase_add_test(to, test_linear_relu_backward);
     tcase_add_test(to, test_gelu_saves_bf16);
     tcase_add_test(to, test_attention_saves_bf16);
