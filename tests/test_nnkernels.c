@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/ops.h"
+#include "core/vmath.h"
 #include "tests/testutil.h"
 
 /* ---------------------------------------------------------- helpers */
@@ -1224,6 +1225,84 @@ START_TEST(test_attention_tiled_vs_double)
 }
 END_TEST
 
+static uint32_t bits_of(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+
+/* The kept weights of the fused attention are the softmax of the scaled
+ * scores bit for bit as the scalar code defines it: ew_expf of s / scale
+ * minus the row's maximum, masked keys 0, the sum in 8 double lanes
+ * (sum_lanes), each weight times the sum's reciprocal. Integer q and k
+ * make every score exact on any product path. Rows within
+ * EW_EXP_NORMAL_MIN of their maximum take the exponential's faster kernel,
+ * rows spread wider (q scaled up) the general one; with key padding,
+ * causal masks, rows of under and over 16 keys and a fully masked row
+ * (NaN, as PyTorch). */
+START_TEST(test_attention_weights_bits)
+{
+    const int64_t B = 2, H = 2, dh = 16;
+    const int64_t Ts[] = {13, 40};
+    cg_rng r = cg_rng_new(37);
+    for (int ti = 0; ti < 2; ti++)
+        for (int causal = 0; causal < 2; causal++) {
+            const int64_t T = Ts[ti];
+            cg_tensor *q = cg_empty(CG_SHAPE(B, H, T, dh)), *k = cg_empty(CG_SHAPE(B, H, T, dh));
+            cg_tensor *v = cg_randn(&r, CG_SHAPE(B, H, T, dh));
+            float *qp = cg_data(q), *kp = cg_data(k);
+            for (int64_t i = 0; i < cg_numel(q); i++) {
+                const int64_t row = i / dh;
+                qp[i] = (float)((int64_t)(cg_rng_uniform(&r) * 7.0f) - 3) * (row % 3 ? 1 : 8);
+                kp[i] = (float)((int64_t)(cg_rng_uniform(&r) * 7.0f) - 3);
+            }
+            uint8_t *pad = calloc((size_t)(B * T), 1);
+            for (int64_t j = 0; j < T; j++) /* batch 1: keys 2, 7, ... padded; batch 0 none */
+                pad[T + j] = j % 5 == 2 || (causal && j == 0);
+            cg_tensor *kpad = cg_test_mask(CG_SHAPE(B, T), pad);
+            cg_tensor *saved = NULL, *w = NULL;
+            cg_tensor *o = cg_k_attention(q, k, v, causal, kpad, &saved, &w);
+            ck_assert_ptr_nonnull(o);
+            const float *wp = cg_data(w);
+            const float scale = 4.0f; /* sqrt(dh) */
+            int normal_rows = 0, wide_rows = 0;
+            for (int64_t bh = 0; bh < B * H; bh++)
+                for (int64_t i = 0; i < T; i++) {
+                    const int64_t b = bh / H, ke = causal ? i + 1 : T;
+                    float x[64], e[64], mx = -INFINITY, mn = INFINITY;
+                    for (int64_t j = 0; j < ke; j++) {
+                        float sc = 0.0f;
+                        for (int64_t c = 0; c < dh; c++)
+                            sc += qp[(bh * T + i) * dh + c] * kp[(bh * T + j) * dh + c];
+                        x[j] = pad[b * T + j] ? -INFINITY : sc / scale;
+                        mx = x[j] > mx ? x[j] : mx;
+                        mn = pad[b * T + j] || x[j] > mn ? mn : x[j];
+                    }
+                    if (mx != -INFINITY && mn - mx >= EW_EXP_NORMAL_MIN)
+                        normal_rows++;
+                    else if (mx != -INFINITY)
+                        wide_rows++;
+                    for (int64_t j = 0; j < ke; j++)
+                        e[j] = ew_expf(x[j] - mx);
+                    const double inv = 1.0 / sum_lanes(e, NULL, ke);
+                    for (int64_t j = 0; j < T; j++) {
+                        const float want = j < ke ? (float)(e[j] * inv) : 0.0f;
+                        const float got = wp[(bh * T + i) * T + j];
+                        if (!(isnan(want) && isnan(got)))
+                            ck_assert_msg(bits_of(got) == bits_of(want),
+                                          "T %lld causal %d (%lld,%lld) key %lld: %a, want %a",
+                                          (long long)T, causal, (long long)bh, (long long)i,
+                                          (long long)j, (double)got, (double)want);
+                    }
+                }
+            ck_assert(normal_rows > 0 && wide_rows > 0);
+            free(pad);
+            cg_release_all(7, q, k, v, kpad, saved, w, o);
+        }
+}
+END_TEST
+
 static Suite *nnkernels_suite(void)
 {
     Suite *s = suite_create("nnkernels");
@@ -1270,6 +1349,7 @@ static Suite *nnkernels_suite(void)
     tc = tcase_create("attention");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_attention_tiled_vs_double);
+    tcase_add_test(tc, test_attention_weights_bits);
     suite_add_tcase(s, tc);
     return s;
 }
