@@ -22,9 +22,14 @@
  * of the translator's step, whose tensors are mostly one or a few blocks). */
 #define GROUP 8
 typedef struct {
+    const float *p; /* the block's floats */
+    int64_t n;      /* their count */
+    int b;          /* its index among the blocks (the order of the sums) */
+} sq_block;
+typedef struct {
+    const char *what; /* the caller, for errors */
     int nt, nb, cap;  /* tensors, blocks, capacity in blocks */
-    const float **p;  /* block starts */
-    int64_t *n;       /* block lengths */
+    sq_block *blk;
     int *last;        /* last[t]: tensor t's blocks end before it */
     cg_tensor **held; /* the contiguous copies the blocks point into */
 } sq_blocks;
@@ -33,8 +38,7 @@ static void sq_free(sq_blocks *q)
 {
     for (int t = 0; t < q->nt; t++)
         cg_release(q->held[t]);
-    free(q->p);
-    free(q->n);
+    free(q->blk);
     free(q->last);
     free(q->held);
 }
@@ -44,31 +48,25 @@ static void sq_free(sq_blocks *q)
 static bool sq_add(sq_blocks *q, cg_tensor *c, int64_t lo, int64_t hi, int max_tensors)
 {
     int64_t nb = hi - lo > CLIP_BLOCK ? (hi - lo + CLIP_BLOCK - 1) / CLIP_BLOCK : 1;
-    if (!q->last && (!(q->last = malloc((size_t)max_tensors * sizeof *q->last)) ||
-                     !(q->held = malloc((size_t)max_tensors * sizeof *q->held)))) {
+    bool ok = q->last || ((q->last = malloc((size_t)max_tensors * sizeof *q->last)) &&
+                          (q->held = malloc((size_t)max_tensors * sizeof *q->held)));
+    if (ok && q->nb + nb > q->cap) {
+        int cap = (int)(q->nb + nb) * 2;
+        sq_block *blk = realloc(q->blk, (size_t)cap * sizeof *blk);
+        if ((ok = blk != NULL)) {
+            q->blk = blk;
+            q->cap = cap;
+        }
+    }
+    if (!ok) {
         cg_release(c);
-        cg_set_error("grad_norm: out of memory");
+        cg_set_error("%s: out of memory", q->what);
         return false;
     }
-    if (q->nb + nb > q->cap) {
-        int cap = (int)(q->nb + nb) * 2;
-        const float **p = realloc(q->p, (size_t)cap * sizeof *p);
-        if (p)
-            q->p = p;
-        int64_t *n = p ? realloc(q->n, (size_t)cap * sizeof *n) : NULL;
-        if (!n) {
-            cg_release(c);
-            cg_set_error("grad_norm: out of memory");
-            return false;
-        }
-        q->n = n;
-        q->cap = cap;
-    }
     const float *x = cg_data(c) + lo;
-    for (int64_t b = 0; b < nb; b++) {
-        q->p[q->nb] = x + b * CLIP_BLOCK;
-        q->n[q->nb++] = b + 1 < nb ? CLIP_BLOCK : hi - lo - b * CLIP_BLOCK;
-    }
+    for (int64_t b = 0; b < nb; b++, q->nb++)
+        q->blk[q->nb] = (sq_block){x + b * CLIP_BLOCK,
+                                   b + 1 < nb ? CLIP_BLOCK : hi - lo - b * CLIP_BLOCK, q->nb};
     q->held[q->nt] = c;
     q->last[q->nt++] = q->nb;
     return true;
@@ -76,27 +74,27 @@ static bool sq_add(sq_blocks *q, cg_tensor *c, int64_t lo, int64_t hi, int max_t
 
 /* The sums of squares of k <= GROUP blocks into out[]: side by side up to
  * the shortest, then each on to its end. */
-static void group_squares(const float *const *p, const int64_t *n, int k, double *out)
+static void group_squares(const sq_block *blk, int k, double *out)
 {
     double s[GROUP] = {0};
-    int64_t m = n[0];
+    int64_t m = blk[0].n;
     for (int g = 1; g < k; g++)
-        m = n[g] < m ? n[g] : m;
+        m = blk[g].n < m ? blk[g].n : m;
     if (k == GROUP) /* a fixed count: unrolled */
         for (int64_t i = 0; i < m; i++)
             for (int g = 0; g < GROUP; g++) {
-                double v = p[g][i];
+                double v = blk[g].p[i];
                 s[g] += v * v;
             }
     else
         for (int64_t i = 0; i < m; i++)
             for (int g = 0; g < k; g++) {
-                double v = p[g][i];
+                double v = blk[g].p[i];
                 s[g] += v * v;
             }
     for (int g = 0; g < k; g++) {
-        for (int64_t i = m; i < n[g]; i++) {
-            double v = p[g][i];
+        for (int64_t i = m; i < blk[g].n; i++) {
+            double v = blk[g].p[i];
             s[g] += v * v;
         }
         out[g] = s[g];
@@ -104,13 +102,9 @@ static void group_squares(const float *const *p, const int64_t *n, int k, double
 }
 
 /* Blocks by length, longest first (qsort; the index breaks ties). */
-typedef struct {
-    int64_t n;
-    int b;
-} sq_order;
 static int sq_longer(const void *x, const void *y)
 {
-    const sq_order *a = x, *b = y;
+    const sq_block *a = x, *b = y;
     return a->n != b->n ? (a->n < b->n ? 1 : -1) : (a->b > b->b) - (a->b < b->b);
 }
 
@@ -122,33 +116,25 @@ static double sq_total(const sq_blocks *q)
 {
     const int nb = q->nb > 0 ? q->nb : 1;
     double *part = malloc((size_t)nb * 2 * sizeof *part);
-    sq_order *ord = malloc((size_t)nb * sizeof *ord);
-    const float **p = malloc((size_t)nb * sizeof *p);
-    int64_t *n = malloc((size_t)nb * sizeof *n);
-    if (!part || !ord || !p || !n) {
+    sq_block *ord = malloc((size_t)nb * sizeof *ord);
+    if (!part || !ord) {
         free(part);
         free(ord);
-        free(p);
-        free(n);
-        cg_set_error("grad_norm: out of memory");
+        cg_set_error("%s: out of memory", q->what);
         return -1;
     }
     int64_t elements = 0;
     for (int b = 0; b < q->nb; b++) {
-        ord[b] = (sq_order){q->n[b], b};
-        elements += q->n[b];
+        ord[b] = q->blk[b];
+        elements += q->blk[b].n;
     }
     qsort(ord, (size_t)q->nb, sizeof *ord, sq_longer);
-    for (int i = 0; i < q->nb; i++) {
-        p[i] = q->p[ord[i].b];
-        n[i] = ord[i].n;
-    }
     double *sorted = part + nb; /* sums in ord's order */
     const int ng = (q->nb + GROUP - 1) / GROUP;
 #pragma omp parallel for schedule(static) if (elements >= 4 * CLIP_BLOCK)
     for (int g = 0; g < ng; g++) {
         const int k = q->nb - g * GROUP < GROUP ? q->nb - g * GROUP : GROUP;
-        group_squares(p + g * GROUP, n + g * GROUP, k, sorted + g * GROUP);
+        group_squares(ord + g * GROUP, k, sorted + g * GROUP);
     }
     for (int i = 0; i < q->nb; i++)
         part[ord[i].b] = sorted[i];
@@ -161,8 +147,6 @@ static double sq_total(const sq_blocks *q)
     }
     free(part);
     free(ord);
-    free(p);
-    free(n);
     return ss;
 }
 
@@ -201,7 +185,7 @@ static double global_norm(const char *what, int n, cg_tensor *const *params)
     for (int i = 0; i < n; i++)
         if (!check_grad(what, params, i))
             return -1;
-    sq_blocks q = {0};
+    sq_blocks q = {.what = what};
     bool ok = true;
     for (int i = 0; ok && i < n; i++) {
         const cg_tensor *g = params[i]->grad;
@@ -261,7 +245,7 @@ double cg_optim_grad_sqsum(const cg_optim *o)
         cg_set_error("optim_grad_sqsum: optimizer is NULL");
         return -1;
     }
-    sq_blocks q = {0};
+    sq_blocks q = {.what = "optim_grad_sqsum"};
     bool ok = true;
     for (int i = 0; ok && i < cg_optim_count(o); i++) {
         cg_tensor *c;
