@@ -244,54 +244,43 @@ static inline __mmask32 mask32(int64_t n)
     return n >= 32 ? 0xffffffffu : n <= 0 ? 0 : (__mmask32)((1u << n) - 1u);
 }
 
+/* One k-pair of w <= W <= 32 adjacent vectors (their elements at s0, the
+ * next k's at s1; s1 NULL: an odd k's zero partner) as W words at d, zero
+ * past w: bf16 elements paired as they are, floats rounded (pair_rows). */
+BF16_TARGET static inline __attribute__((always_inline)) void pack_pair(int W, int64_t w,
+                                                                        const void *s0,
+                                                                        const void *s1, bool bf,
+                                                                        uint32_t *d)
+{
+    if (bf) {
+        const __mmask32 ld = mask32(w);
+        const __m512i x0 = _mm512_maskz_loadu_epi16(ld, s0);
+        const __m512i x1 = s1 ? _mm512_maskz_loadu_epi16(ld, s1) : _mm512_setzero_si512();
+        __m512i lo, hi;
+        pair_rows_bf(x0, x1, &lo, W > 16 ? &hi : NULL);
+        _mm512_mask_storeu_epi32(d, (__mmask16)mask32(W), lo);
+        if (W > 16)
+            _mm512_mask_storeu_epi32(d + 16, (__mmask16)mask32(W - 16), hi);
+        return;
+    }
+    for (int h = 0; h < W; h += 16) {
+        const __mmask16 ld = (__mmask16)mask32(w - h);
+        const __m512 x0 = load16(bf, ld, elem_at(s0, bf, h));
+        const __m512 x1 = s1 ? load16(bf, ld, elem_at(s1, bf, h)) : _mm512_setzero_ps();
+        _mm512_mask_storeu_epi32(d + h, (__mmask16)mask32(W - h), pair_rows(x0, x1));
+    }
+}
+
 /* The same with the hardware conversion (identical bits), reading whole
  * vectors: along the panel when vs == 1, along k when ls == 1 (16 x 16
  * transposes of pairs in registers). */
 BF16_TARGET static inline __attribute__((always_inline)) void pack_panel_native_of(
     int W, int64_t w, int64_t k, const void *src, bool bf, int64_t vs, int64_t ls, uint32_t *p)
 {
-    if (vs == 1 && bf) { /* 32 lanes of two rows of k at a time, paired as they are */
-        const __mmask32 ld = mask32(w);
-        const __mmask16 st0 = (__mmask16)mask32(W), st1 = (__mmask16)mask32(W - 16);
-        uint32_t *d = p;
-        for (int64_t l = 0; l < k; l += 2, d += W) {
-            const __m512i x0 = _mm512_maskz_loadu_epi16(ld, elem_at(src, bf, l * ls));
-            const __m512i x1 = l + 1 < k
-                                   ? _mm512_maskz_loadu_epi16(ld, elem_at(src, bf, (l + 1) * ls))
-                                   : _mm512_setzero_si512(); /* odd k: a zero partner */
-            __m512i lo, hi;
-            pair_rows_bf(x0, x1, &lo, W > 16 ? &hi : NULL);
-            _mm512_mask_storeu_epi32(d, st0, lo);
-            if (W > 16)
-                _mm512_mask_storeu_epi32(d + 16, st1, hi);
-        }
-        return;
-    }
-    if (vs == 1) {
-        __mmask16 ld[2], st[2];
-        for (int q = 0; q < 2; q++) {
-            int64_t h = 16 * q, n = w - h < 16 ? (w - h > 0 ? w - h : 0) : 16;
-            ld[q] = (__mmask16)((1u << n) - 1u);
-            st[q] = (__mmask16)(W - h <= 0 ? 0u : (1u << (W - h < 16 ? W - h : 16)) - 1u);
-        }
-        uint32_t *d = p;
-        int64_t l = 0;
-        for (; l + 1 < k; l += 2, d += W) {
-            const void *s0 = elem_at(src, bf, l * ls), *s1 = elem_at(src, bf, (l + 1) * ls);
-            __m512 a0 = load16(bf, ld[0], s0), a1 = load16(bf, ld[0], s1);
-            _mm512_mask_storeu_epi32(d, st[0], pair_rows(a0, a1));
-            if (W > 16) {
-                __m512 b0 = load16(bf, ld[1], elem_at(s0, bf, 16));
-                __m512 b1 = load16(bf, ld[1], elem_at(s1, bf, 16));
-                _mm512_mask_storeu_epi32(d + 16, st[1], pair_rows(b0, b1));
-            }
-        }
-        if (l < k) /* odd k: a zero partner */
-            for (int q = 0; q < (W + 15) / 16; q++)
-                _mm512_mask_storeu_epi32(
-                    d + 16 * q, st[q],
-                    pair_rows(load16(bf, ld[q], elem_at(src, bf, l * ls + 16 * q)),
-                              _mm512_setzero_ps()));
+    if (vs == 1) { /* the panel's vectors side by side: a k-pair at a time */
+        for (int64_t l = 0; l < k; l += 2)
+            pack_pair(W, w, elem_at(src, bf, l * ls),
+                      l + 1 < k ? elem_at(src, bf, (l + 1) * ls) : NULL, bf, p + l / 2 * W);
         return;
     }
     if (ls == 1) {
@@ -1158,24 +1147,8 @@ BF16_TARGET static inline __attribute__((always_inline)) void pack_a_across_of(
             for (int64_t r = l + PF_ROWS; r < l + PF_ROWS + 2 && r < kc; r++)
                 for (int64_t e = 0; e < (bf ? 1 : 2); e++)
                     _mm_prefetch(elem_at(src, bf, r * ls + i + 16 * e), _MM_HINT_T0);
-            uint32_t *d = pa + i * kp + l / 2 * MR;
-            if (bf) {
-                const __mmask32 ld = mask32(mc - i);
-                const __m512i x0 = _mm512_maskz_loadu_epi16(ld, elem_at(s0, bf, i));
-                const __m512i x1 = s1 ? _mm512_maskz_loadu_epi16(ld, elem_at(s1, bf, i))
-                                      : _mm512_setzero_si512(); /* odd k: a zero partner */
-                __m512i lo, hi;
-                pair_rows_bf(x0, x1, &lo, &hi);
-                _mm512_storeu_si512(d, lo);
-                _mm512_storeu_si512(d + 16, hi);
-                continue;
-            }
-            for (int h = 0; h < MR; h += 16) {
-                const __mmask16 ld = (__mmask16)mask32(mc - i - h);
-                const __m512 x0 = load16(bf, ld, elem_at(s0, bf, i + h));
-                const __m512 x1 = s1 ? load16(bf, ld, elem_at(s1, bf, i + h)) : _mm512_setzero_ps();
-                _mm512_storeu_si512(d + h, pair_rows(x0, x1));
-            }
+            pack_pair(MR, mc - i, elem_at(s0, bf, i), s1 ? elem_at(s1, bf, i) : NULL, bf,
+                      pa + i * kp + l / 2 * MR);
         }
     }
 }
