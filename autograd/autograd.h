@@ -111,6 +111,7 @@ extern "C" {
     X(ADD_LAYER_NORM, "add_layer_norm", 4, CG_IN(2), 0) /* saves x + y */      \
     X(ADD_RMS_NORM, "add_rms_norm", 3, CG_IN(2), 0)                           \
     X(LINEAR_RELU, "linear_relu", 3, 0, 1) /* + saved output */               \
+    X(LINEAR_GELU, "linear_gelu", 3, 0, 1) /* + saved pre-activation */       \
     X(CUSTOM, "custom", 0, CG_IN_ALL, 0) /* cg_record_op: see below */       \
     X(CLONE, "clone", 1, 0, 0)                                                \
     X(CHECKPOINT, "checkpoint", 0, CG_IN_ALL, 0) /* autograd/checkpoint.h */ \

@@ -137,6 +137,13 @@ cg_tensor *cg_affine(cg_tensor *x, cg_tensor *w, cg_tensor *b);
  * ReLU runs over the product's fresh output, so the pre-activation is never
  * kept for the backward (a relu node would hold it). */
 cg_tensor *cg_affine_relu(cg_tensor *x, cg_tensor *w, cg_tensor *b);
+/* gelu(x w^T + b) as one op, tanh form or (exact) the erf form: the bits
+ * of cg_gelu(cg_affine(x, w, b)) or cg_gelu_erf(...). The node keeps the
+ * pre-activation, as a gelu node would; in bf16 precision the GELU is
+ * applied as the product writes each block of its output, and the
+ * backward takes the gradient through it in the pass that rounds it for
+ * its products (core/linear.c, cg_k_linear_act). */
+cg_tensor *cg_affine_gelu(cg_tensor *x, cg_tensor *w, cg_tensor *b, bool exact);
 /* Fused scaled-dot-product attention: q [B,H,Tq,dh], k and v [B,H,Tk,dh]
  * (any strides) -> softmax(q k^T / sqrt(dh), masked) v, [B,H,Tq,dh] (a view
  * of [B,Tq,H,dh] contiguous storage). Key j is masked for query i when

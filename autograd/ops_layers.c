@@ -166,56 +166,68 @@ cg_tensor *cg_affine(cg_tensor *x, cg_tensor *w, cg_tensor *b)
     return out;
 }
 
-/* inputs: x, w, b (may be absent); saved: the output a = relu(h), or in
- * bf16 precision its mask a > 0 (a bool tensor: the output itself then
- * goes with its other owners, the next layer keeping its own bf16 copy),
- * and x's bf16 copy (see above). The backward masks g where a > 0, which
- * is where h > 0 (h NaN or <= 0 gives a = NaN or 0, masked both ways):
- * cg_relu's backward without h, the same bits from the mask. */
-static bool linear_relu_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+/* cg_affine_relu and cg_affine_gelu. inputs: x, w, b (may be absent);
+ * saved[0]: for relu the output a = relu(h) (an alias), or in bf16
+ * precision its mask a > 0 (a bool tensor: the output itself then goes
+ * with its other owners, the next layer keeping its own bf16 copy); for
+ * the GELUs the pre-activation h. Then x's bf16 copy (see above). p.i[1]:
+ * the activation (cg_k_act). relu's backward masks g where a > 0, which is
+ * where h > 0 (h NaN or <= 0 gives a = NaN or 0, masked both ways):
+ * cg_relu's backward without h. */
+static bool linear_act_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {
-    const cg_tensor *a = n->saved[0];
-    if (a->dtype == CG_BOOL)
-        return cg_k_linear_relu_backward(linear_x(n), IN(1), a, g, NEEDS(0) ? &gin[0] : NULL,
-                                         NEEDS(1) ? &gin[1] : NULL,
-                                         n->n_inputs > 2 && NEEDS(2) ? &gin[2] : NULL);
-    cg_tensor *gh = cg_k_relu_backward(a, g);
-    bool ok = gh && linear_bw(n, gh, gin);
-    cg_release(gh);
-    return ok;
+    return cg_k_linear_act_backward(linear_x(n), IN(1), (cg_k_act)n->p.i[1], n->saved[0], g,
+                                    NEEDS(0) ? &gin[0] : NULL, NEEDS(1) ? &gin[1] : NULL,
+                                    n->n_inputs > 2 && NEEDS(2) ? &gin[2] : NULL);
 }
-cg_tensor *cg_affine_relu(cg_tensor *x, cg_tensor *w, cg_tensor *b)
+static cg_tensor *affine_act(const char *name, cg_tensor *x, cg_tensor *w, cg_tensor *b,
+                             cg_k_act act)
 {
     if (!x || !w) {
-        cg_error_null_input("cg_affine_relu");
+        cg_error_null_input(name);
         return NULL;
     }
-    /* in bf16 precision with a node to record: the ReLU, its mask and the
-     * output's bf16 copy (what the next product reads) in one pass */
-    const bool fused = cg_get_matmul_precision() == CG_PRECISION_BF16 && cg_grad_enabled() &&
-                       (x->requires_grad || w->requires_grad || (b && b->requires_grad));
-    cg_tensor *xb, *mask = NULL, *out = affine_forward(x, w, b, !fused, &xb);
-    if (out && fused && !(mask = cg_k_relu_mask_bf16_(out))) {
-        cg_release_all(2, out, xb);
+    /* in bf16 precision with a node to record: the activation (relu's
+     * mask) and the output's bf16 copy (what the next product reads) made
+     * as the product writes its output */
+    const bool grad =
+        cg_grad_enabled() && (x->requires_grad || w->requires_grad || (b && b->requires_grad));
+    const bool fused = cg_get_matmul_precision() == CG_PRECISION_BF16 && grad;
+    cg_tensor *xb = NULL, *saved = NULL, *out;
+    if (fused && wants_bf16_copy(x, w) && !(xb = cg_k_bf16_operand(x)))
+        return NULL;
+    if (fused || act != CG_K_ACT_RELU) {
+        out = cg_k_linear_act(xb ? xb : x, w, b, act, &saved);
+    } else { /* relu in place over the output, saved as an alias below */
+        out = affine_forward(x, w, b, true, &xb);
+    }
+    if (!out) {
+        cg_release(xb);
         return NULL;
     }
-    if (!out)
-        return NULL;
     cg_tensor *in[3] = {x, w, b};
-    cg_node *n = cg_record(out, CG_OP_LINEAR_RELU, b ? 3 : 2, in, linear_relu_bw);
+    cg_node *n = cg_record(out, act == CG_K_ACT_RELU ? CG_OP_LINEAR_RELU : CG_OP_LINEAR_GELU,
+                           b ? 3 : 2, in, linear_act_bw);
     bool ok = !cg_record_failed(n, b ? 3 : 2, in);
-    if (ok && n && fused) {
-        ok = cg_node_save(n, mask) >= 0;
-    } else if (ok && n) { /* the output, as an alias (no cycle through it) */
-        cg_tensor *al = cg_alias(out);
-        ok = al && cg_node_save(n, al) >= 0;
-        cg_release(al);
+    if (ok && n) {
+        n->p.i[1] = act;
+        if (!saved) /* relu's output, as an alias (no cycle through it) */
+            saved = cg_alias(out);
+        ok = saved && cg_node_save(n, saved) >= 0;
     }
     ok = ok && (!n || !xb || keep_bf16_copy(n, xb));
-    cg_release_all(2, xb, mask);
+    cg_release_all(2, xb, saved);
     if (!ok) {
         cg_release(out);
         return NULL;
     }
     return out;
+}
+cg_tensor *cg_affine_relu(cg_tensor *x, cg_tensor *w, cg_tensor *b)
+{
+    return affine_act("cg_affine_relu", x, w, b, CG_K_ACT_RELU);
+}
+cg_tensor *cg_affine_gelu(cg_tensor *x, cg_tensor *w, cg_tensor *b, bool exact)
+{
+    return affine_act("cg_affine_gelu", x, w, b, exact ? CG_K_ACT_GELU_ERF : CG_K_ACT_GELU);
 }

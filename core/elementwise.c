@@ -549,11 +549,6 @@ EW_CLONES static void mask_run(int64_t n, const float *a, uint8_t *m)
     for (int64_t i = 0; i < n; i++)
         m[i] = a[i] > 0.0f;
 }
-EW_CLONES static void mask_grad_run(int64_t n, const uint8_t *m, const float *g, float *out)
-{
-    for (int64_t i = 0; i < n; i++)
-        out[i] = m[i] ? g[i] : 0.0f;
-}
 
 cg_tensor *cg_k_map_runs(const cg_tensor *x, cg_dtype dt,
                          void (*conv)(int64_t n, const float *x, void *y))
@@ -588,52 +583,76 @@ cg_tensor *cg_k_relu_mask(const cg_tensor *a)
     return cg_k_map_runs(a, CG_BOOL, mask_of);
 }
 
-/* relu, its mask and its bf16 rounding of n elements, 1,024 at a time
- * (rounded while in L1) */
-EW_CLONES static void relu_mask_round_run(int64_t n, float *restrict y, uint8_t *restrict m,
-                                          uint16_t *restrict c)
+/* A linear layer's activation over `runs` runs of n of its outputs, ld
+ * apart (core/linear.c runs it on each tile of the product as the tile is
+ * written, while it is in L1): h16 (if not NULL) gets h rounded as the
+ * bf16 products round it; then relu: h = relu(h) in place
+ * (cg_k_relu_'s bits) and m its mask (cg_k_relu_mask's); the GELUs: a =
+ * act(h) (cg_k_gelu's, cg_k_gelu_erf's bits), in place when a is NULL;
+ * then a16 (if not NULL) the output rounded. */
+EW_CLONES void cg_k_act_run(cg_k_act act, int64_t n, int64_t runs, int64_t ld, float *h, float *a,
+                            uint8_t *m, uint16_t *h16, uint16_t *a16)
 {
-    for (int64_t i0 = 0; i0 < n; i0 += 1024) {
-        const int64_t b = n - i0 < 1024 ? n - i0 : 1024;
-        for (int64_t i = i0; i < i0 + b; i++) { /* f_relu, with no branch */
-            const float v = y[i];
-            const bool pos = v > 0.0f;
-            y[i] = pos | (v != v) ? v : 0.0f;
-            m[i] = pos;
+    if (h16)
+        cg_bf16_round_runs(n, runs, ld, h, ld, h16);
+    for (int64_t r = 0; r < runs; r++) {
+        float *restrict hr = h + r * ld;
+        if (act == CG_K_ACT_RELU) {
+            uint8_t *restrict mr = m + r * ld;
+            for (int64_t i = 0; i < n; i++) { /* f_relu, with no branch */
+                const float v = hr[i];
+                const bool pos = v > 0.0f;
+                hr[i] = pos | (v != v) ? v : 0.0f;
+                mr[i] = pos;
+            }
+        } else if (!a) {
+            if (act == CG_K_ACT_GELU)
+                for (int64_t i = 0; i < n; i++)
+                    hr[i] = f_gelu(hr[i]);
+            else
+                for (int64_t i = 0; i < n; i++)
+                    hr[i] = f_gelu_erf(hr[i]);
+        } else {
+            float *restrict out = a + r * ld;
+            if (act == CG_K_ACT_GELU)
+                for (int64_t i = 0; i < n; i++)
+                    out[i] = f_gelu(hr[i]);
+            else
+                for (int64_t i = 0; i < n; i++)
+                    out[i] = f_gelu_erf(hr[i]);
         }
-        cg_bf16_round_run(b, y + i0, c + i0);
     }
+    if (a16)
+        cg_bf16_round_runs(n, runs, ld, a ? a : h, ld, a16);
 }
 
-cg_tensor *cg_k_relu_mask_bf16_(cg_tensor *dst)
+/* The gradient through the activation of n outputs: out = g act'(h)
+ * (cg_k_<act>_backward's bits), h floats or (hbf) bf16 elements widened;
+ * relu from its mask m (h unread). */
+EW_CLONES void cg_k_act_grad_run(cg_k_act act, int64_t n, const void *h, bool hbf,
+                                 const uint8_t *restrict m, const float *restrict g,
+                                 float *restrict out)
 {
-    if (!dst)
-        return cg_error_null_input("cg_k_relu_mask_bf16_"), NULL;
-    if (!cg_check_f32("relu_mask_bf16_", "dst", dst) || !cg_check_writable("relu_mask_bf16_", dst))
-        return NULL;
-    if (!cg_is_contiguous(dst)) {
-        cg_set_error("relu_mask_bf16_: dst must be contiguous");
-        return NULL;
+    if (act == CG_K_ACT_RELU) {
+        for (int64_t i = 0; i < n; i++)
+            out[i] = m[i] ? g[i] : 0.0f;
+        return;
     }
-    cg_tensor *m = cg_empty_dtype(CG_BOOL, dst->ndim, dst->shape);
-    cg_tensor *c = m ? cg_empty_dtype(CG_BF16, dst->ndim, dst->shape) : NULL;
-    if (!c) {
-        cg_release(m);
-        return NULL;
+    float wide[256];
+    for (int64_t i0 = 0; i0 < n; i0 += 256) {
+        const int64_t b = n - i0 < 256 ? n - i0 : 256;
+        const float *x = (const float *)h + i0;
+        if (hbf) {
+            widen_run(b, (const uint16_t *)h + i0, wide);
+            x = wide;
+        }
+        if (act == CG_K_ACT_GELU)
+            for (int64_t i = 0; i < b; i++)
+                out[i0 + i] = g[i0 + i] * f_gelu_grad(x[i]);
+        else
+            for (int64_t i = 0; i < b; i++)
+                out[i0 + i] = g[i0 + i] * f_gelu_erf_grad(x[i]);
     }
-    cg_tensor_modified(dst);
-    const int64_t n = cg_numel(dst), runs = (n + MAP_RUN - 1) / MAP_RUN;
-    float *y = cg_data(dst);
-    uint8_t *mp = (uint8_t *)cg_data_bool(m);
-    uint16_t *cp = cg_data_bf16(c);
-#pragma omp parallel for schedule(static) if (runs > 1 && !omp_in_parallel())
-    for (int64_t r = 0; r < runs; r++) {
-        const int64_t i = r * MAP_RUN;
-        relu_mask_round_run(n - i < MAP_RUN ? n - i : MAP_RUN, y + i, mp + i, cp + i);
-    }
-    cg_k_bf16_operand_keep(dst, c);
-    cg_release(c);
-    return m;
 }
 
 cg_tensor *cg_k_relu_mask_backward(const cg_tensor *mask, const cg_tensor *g)
@@ -659,8 +678,8 @@ cg_tensor *cg_k_relu_mask_backward(const cg_tensor *mask, const cg_tensor *g)
         float *op = cg_data(out);
 #pragma omp parallel for schedule(static) if (runs > 1 && !omp_in_parallel())
         for (int64_t r = 0; r < runs; r++)
-            mask_grad_run(n - r * MAP_RUN < MAP_RUN ? n - r * MAP_RUN : MAP_RUN, m + r * MAP_RUN,
-                          gp + r * MAP_RUN, op + r * MAP_RUN);
+            cg_k_act_grad_run(CG_K_ACT_RELU, n - r * MAP_RUN < MAP_RUN ? n - r * MAP_RUN : MAP_RUN,
+                              NULL, false, m + r * MAP_RUN, gp + r * MAP_RUN, op + r * MAP_RUN);
     }
     cg_release_all(2, mc, gc);
     return out;

@@ -627,8 +627,9 @@ static bool gemm_run(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int6
         for (int64_t ch = 0; ch < nch; ch++) {
             int64_t o0 = ch * csz, len = dim - o0 < csz ? dim - o0 : csz;
             /* split along n: the prepacked panels from o0 on */
-            const cg_bf16_prepacked part = {
-                pre ? pre->p + o0 / CG_BF16_MR * pre->kp * CG_BF16_MR : NULL, pre ? pre->kp : 0};
+            const cg_bf16_prepacked part = {pre ? pre->p + o0 / CG_BF16_MR * pre->kp * CG_BF16_MR
+                                                : NULL,
+                                            pre ? pre->kp : 0, pre ? pre->epi : NULL};
             if (split_m)
                 ok = serial_product(g, len, n, k, alpha, elem_at(a, bf & CG_GEMM_A_BF16, o0 * rsa),
                                     rsa, csa, b, rsb, csb, bf, beta, bias, bs, c + o0 * rsc, rsc,

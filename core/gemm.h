@@ -83,6 +83,9 @@ float cg_bf16_round(float x);
  * product given such bf16 operands (cg_gemm_mixed_path) has the bits it
  * gives for the floats they were rounded from. */
 void cg_bf16_round_run(int64_t n, const float *x, uint16_t *y);
+/* The same over `runs` runs of n, x's run r at x + r ldx, y's at y + r ldy. */
+void cg_bf16_round_runs(int64_t n, int64_t runs, int64_t ldx, const float *x, int64_t ldy,
+                        uint16_t *y);
 
 /* C[m,n] = alpha * A[m,k] @ B[k,n] + beta * C, each operand given by a
  * pointer and row/column strides in elements (any sign-free strides BLIS

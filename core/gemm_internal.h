@@ -36,9 +36,23 @@ bool cg_amx_init(void);
 /* The bf16 kernels' k block (elements, even): a sum over k runs in blocks
  * of CG_BF16_KC, the last one the rest (core/gemm.h cg_gemm_k_block). */
 #define CG_BF16_KC 384
+/* What a product does to each block of C once the block is final (its
+ * last k block added), while the block is in cache: fn(e, c, rows, cols,
+ * rsc, csc) for the elements c[i * rsc + j * csc], i < rows, j < cols, C as
+ * the kernels store it (turned over: cg_gemm_to_column_c). Blocks come in
+ * any order and from any thread, each once: elementwise work only. c0 is
+ * C's origin, from which fn finds an element's offset (the outputs it
+ * writes beside C share C's layout). */
+typedef struct cg_gemm_epilogue cg_gemm_epilogue;
+struct cg_gemm_epilogue {
+    void (*fn)(const cg_gemm_epilogue *e, float *c, int64_t rows, int64_t cols, int64_t rsc,
+               int64_t csc);
+    const float *c0;
+};
 typedef struct {
     const uint32_t *p;
     int64_t kp;
+    const cg_gemm_epilogue *epi; /* run on C's final blocks, or NULL */
 } cg_bf16_prepacked;
 
 /* C[m, n] = x[m, k] W^T (+ bias[j * bs]) for W given as prepacked panels
@@ -50,6 +64,16 @@ typedef struct {
 bool cg_gemm_prepacked(int path, int nthreads, int64_t m, int64_t n, int64_t k, const void *x,
                        bool xbf, int64_t rsx, int64_t csx, const cg_bf16_prepacked *w,
                        const float *bias, int64_t bs, float *c, int64_t rsc, int64_t csc);
+
+/* cg_bf16_matrix_mul (core/gemm.h) with x's elements floats, or bf16 bit
+ * patterns when xbf, and epi (or NULL) run on every block of y once it is
+ * final: the whole of y, in blocks, whatever the path (y is then as the
+ * product leaves it plus what epi does; core/linear.c's activations). */
+struct cg_bf16_matrix;
+bool cg_bf16_matrix_mul_epi(const struct cg_bf16_matrix *w, int path, int nthreads, int64_t m,
+                            const void *x, bool xbf, int64_t rsx, int64_t csx, const float *bias,
+                            int64_t bs, float *y, int64_t rsy, int64_t csy,
+                            const cg_gemm_epilogue *epi);
 
 /* core/gemm_bf16.c: C = alpha A B + beta C on one thread with A and B
  * rounded to bf16 while packed and fp32 sums, on the given kernel; any

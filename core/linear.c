@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "core/gemm.h"
+#include "core/gemm_internal.h"
 #include "core/ops.h"
 #include "core/vmath.h"
 #include "core/upcast.h"
@@ -106,11 +107,63 @@ void cg_k_bf16_operand_keep(const cg_tensor *x, cg_tensor *y)
     operand_slot_free(mine ? old : o);
 }
 
+/* A linear layer's activation (cg_k_linear_act) as the product's
+ * epilogue: its outputs, laid out as y, whose data e.c0 is. */
+typedef struct {
+    cg_gemm_epilogue e; /* first: the driver hands &e back to act_block */
+    cg_k_act act;
+    /* the output when not y itself (a GELU in fp32), relu's mask, and in
+     * bf16 the pre-activation (the GELUs) and the output rounded */
+    cg_tensor *a, *m, *h16, *a16;
+} act_out;
+
+static void *data_or_null(const cg_tensor *t) { return t ? cg_data_ptr(t) : NULL; }
+
+/* The activation over a block of y (as the kernels store it: see
+ * cg_gemm_epilogue), in runs along whichever of its dims is contiguous. */
+static void act_block(const cg_gemm_epilogue *e, float *c, int64_t rows, int64_t cols, int64_t rsc,
+                      int64_t csc)
+{
+    const act_out *o = (const act_out *)e;
+    const bool down = rsc == 1, along = !down && csc == 1; /* runs down the columns, along rows */
+    const int64_t len = down ? rows : along ? cols : 1, ld = down ? csc : rsc;
+    float *a = data_or_null(o->a);
+    uint8_t *m = data_or_null(o->m);
+    uint16_t *h16 = data_or_null(o->h16), *a16 = data_or_null(o->a16);
+    for (int64_t j = 0; j < (down || along ? 1 : cols); j++) { /* general strides: by element */
+        const ptrdiff_t off = (c + j * csc) - o->e.c0;
+        cg_k_act_run(o->act, len, down ? cols : rows, ld, c + j * csc, a ? a + off : NULL,
+                     m ? m + off : NULL, h16 ? h16 + off : NULL, a16 ? a16 + off : NULL);
+    }
+}
+
+/* The outputs of ao beside y (contiguous): in bf16 the rounded ones and
+ * the activation in place, in fp32 a GELU's own output (y is kept). */
+static bool act_outputs(act_out *ao, const cg_tensor *y, bool bf16)
+{
+    const bool relu = ao->act == CG_K_ACT_RELU;
+    ao->e = (cg_gemm_epilogue){act_block, cg_data(y)};
+    ao->a = !relu && !bf16 ? cg_empty(y->ndim, y->shape) : NULL;
+    ao->m = relu ? cg_empty_dtype(CG_BOOL, y->ndim, y->shape) : NULL;
+    ao->h16 = !relu && bf16 ? cg_empty_dtype(CG_BF16, y->ndim, y->shape) : NULL;
+    ao->a16 = bf16 ? cg_empty_dtype(CG_BF16, y->ndim, y->shape) : NULL;
+    if ((!relu && !bf16 && !ao->a) || (relu && !ao->m) || (!relu && bf16 && !ao->h16) ||
+        (bf16 && !ao->a16)) {
+        cg_release_all(4, ao->a, ao->m, ao->h16, ao->a16);
+        ao->a = ao->m = ao->h16 = ao->a16 = NULL;
+        return false;
+    }
+    return true;
+}
+
 /* y = x W^T + b on the GEMM, or in bf16 (the thread's policy, or packed)
  * on W's cached bf16 copy (core/weight_cache.c), which sets y's rows to the
  * bias itself. A bfloat16 x (cg_k_bf16_operand's) is read as it is by the
- * bf16 products and widened (exactly) for fp32 ones. */
-static cg_tensor *linear(const cg_tensor *x, const cg_tensor *w, const cg_tensor *b, bool packed)
+ * bf16 products and widened (exactly) for fp32 ones. With ao, its
+ * activation too: the bf16 products run it on each finished block of y,
+ * otherwise a pass over y after the product. */
+static cg_tensor *linear(const cg_tensor *x, const cg_tensor *w, const cg_tensor *b, bool packed,
+                         act_out *ao)
 {
     if (!x || !w)
         return NULL;
@@ -129,22 +182,20 @@ static cg_tensor *linear(const cg_tensor *x, const cg_tensor *w, const cg_tensor
     cg_tensor *y = cg_empty(x->ndim, shp);
     /* fp32 products of a bfloat16 x: its values as floats */
     cg_tensor *xc = x->dtype == CG_BF16 && !pw ? cg_k_to(x, CG_F32) : cg_k_contiguous(x);
-    if (!y || !xc) {
+    if (!y || !xc || (ao && !act_outputs(ao, y, pw != NULL))) {
         cg_release_all(2, y, xc);
         cg_bf16_weight_release(pw);
         return NULL;
     }
+    const cg_gemm_epilogue *epi = ao ? &ao->e : NULL;
     float *yp = cg_data(y);
     bool ok = true;
     if (in == 0 && !b)
         memset(yp, 0, sizeof(float) * (size_t)(N * out));
-    else if (pw && xc->dtype == CG_BF16)
-        ok = cg_bf16_matrix_mul_bf16(cg_bf16_weight_matrix(pw), CG_GEMM_AUTO, 0, N,
-                                     cg_data_bf16(xc), in, 1, b ? cg_data(b) : NULL,
-                                     b ? b->strides[0] : 0, yp, out, 1);
     else if (pw)
-        ok = cg_bf16_matrix_mul(cg_bf16_weight_matrix(pw), CG_GEMM_AUTO, 0, N, cg_data(xc), in, 1,
-                                b ? cg_data(b) : NULL, b ? b->strides[0] : 0, yp, out, 1);
+        ok = cg_bf16_matrix_mul_epi(cg_bf16_weight_matrix(pw), CG_GEMM_AUTO, 0, N, cg_data_ptr(xc),
+                                    xc->dtype == CG_BF16, in, 1, b ? cg_data(b) : NULL,
+                                    b ? b->strides[0] : 0, yp, out, 1, epi);
     else if (N > 0 && out > 0 && b)
         cg_sgemm_bias(N, out, in, cg_data(xc), in, 1, cg_data(w), w->strides[1], w->strides[0],
                       cg_data(b), b->strides[0], yp, out, 1);
@@ -153,7 +204,15 @@ static cg_tensor *linear(const cg_tensor *x, const cg_tensor *w, const cg_tensor
                  0.0f, yp, out, 1);
     cg_release(xc);
     cg_bf16_weight_release(pw);
+    if (ok && ao && !pw) { /* no product ran the epilogue: over y, in blocks of rows */
+        const int64_t rb = 64, nb = (N + rb - 1) / rb;
+#pragma omp parallel for schedule(static) if (nb > 1 && N * out > PAR_THRESHOLD)
+        for (int64_t i = 0; i < nb; i++)
+            act_block(epi, yp + i * rb * out, out, N - i * rb < rb ? N - i * rb : rb, 1, out);
+    }
     if (!ok) {
+        if (ao)
+            cg_release_all(4, ao->a, ao->m, ao->h16, ao->a16);
         cg_release(y);
         return NULL;
     }
@@ -162,12 +221,35 @@ static cg_tensor *linear(const cg_tensor *x, const cg_tensor *w, const cg_tensor
 
 cg_tensor *cg_k_linear(const cg_tensor *x, const cg_tensor *w, const cg_tensor *b)
 {
-    return linear(x, w, b, false);
+    return linear(x, w, b, false, NULL);
 }
 
 cg_tensor *cg_k_linear_bf16_packed(const cg_tensor *x, const cg_tensor *w, const cg_tensor *b)
 {
-    return linear(x, w, b, true);
+    return linear(x, w, b, true, NULL);
+}
+
+cg_tensor *cg_k_linear_act(const cg_tensor *x, const cg_tensor *w, const cg_tensor *b, cg_k_act act,
+                           cg_tensor **saved)
+{
+    if (saved)
+        *saved = NULL;
+    if (!saved)
+        return cg_error_null_input("cg_k_linear_act"), NULL;
+    if (act != CG_K_ACT_RELU && act != CG_K_ACT_GELU && act != CG_K_ACT_GELU_ERF) {
+        cg_set_error("linear_act: unknown activation %d", (int)act);
+        return NULL;
+    }
+    act_out ao = {.act = act};
+    cg_tensor *y = linear(x, w, b, false, &ao);
+    if (!y)
+        return NULL;
+    cg_tensor *out = ao.a ? ao.a : y; /* y activated in place, or y = h kept */
+    if (ao.a16)
+        cg_k_bf16_operand_keep(out, ao.a16);
+    cg_release(ao.a16);
+    *saved = act == CG_K_ACT_RELU ? ao.m : ao.h16 ? ao.h16 : y;
+    return out;
 }
 
 /* Bias gradient: b[j] = sum over rows of g[r, j] for j in [j0, j1), rows in
@@ -207,13 +289,23 @@ EW_CLONES static void colsum_cols(const float *g, int64_t N, int64_t ld, int64_t
     }
 }
 
-/* Columns [j0, j1) of g's rows (masked: mask ? g : 0, when mask is not
- * NULL) rounded into g16 as the bf16 products round them, and, when b is
- * not NULL, their sums into b: each column's chain in row order from 0 in
- * double, colsum_cols's bits. One pass over g where the masked gradient,
- * its rounding and its column sums took three. */
-EW_CLONES static void round_cols(const float *g, const uint8_t *mask, int64_t N, int64_t ld,
-                                 int64_t j0, int64_t j1, uint16_t *g16, float *b)
+/* What a layer's gradient goes through before its products: its
+ * activation (act) and what the forward saved for it (t: relu's mask,
+ * the GELUs' pre-activation), or nothing (t NULL). */
+typedef struct {
+    cg_k_act act;
+    const cg_tensor *t;
+} act_grad;
+
+/* Columns [j0, j1) of g's rows, taken through the activation when t (the
+ * data of act_grad's t, contiguous like g; tbf: bf16 elements) is not
+ * NULL, rounded into g16
+ * as the bf16 products round them, and, when b is not NULL, their sums
+ * into b: each column's chain in row order from 0 in double, colsum_cols's
+ * bits. One pass over g where the gradient of the pre-activation, its
+ * rounding and its column sums took three. */
+EW_CLONES static void round_cols(const float *g, cg_k_act act, const void *t, bool tbf, int64_t N,
+                                 int64_t ld, int64_t j0, int64_t j1, uint16_t *g16, float *b)
 {
     double acc[JB];
     float buf[JB];
@@ -222,10 +314,16 @@ EW_CLONES static void round_cols(const float *g, const uint8_t *mask, int64_t N,
         memset(acc, 0, sizeof(double) * (size_t)w);
         for (int64_t r = 0; r < N; r++) {
             const float *src = g + r * ld + c0;
-            if (mask) {
-                const uint8_t *m = mask + r * ld + c0;
+            if (t && act == CG_K_ACT_RELU) { /* the mask, here (a call a row cost 1%) */
+                const uint8_t *m = (const uint8_t *)t + r * ld + c0;
                 for (int64_t j = 0; j < w; j++)
                     buf[j] = m[j] ? src[j] : 0.0f;
+                src = buf;
+            } else if (t) {
+                const int64_t at = r * ld + c0;
+                const void *tr = tbf ? (const void *)((const uint16_t *)t + at)
+                                     : (const void *)((const float *)t + at);
+                cg_k_act_grad_run(act, w, tr, tbf, NULL, src, buf);
                 src = buf;
             }
             cg_bf16_round_run(w, src, g16 + r * ld + c0);
@@ -239,9 +337,20 @@ EW_CLONES static void round_cols(const float *g, const uint8_t *mask, int64_t N,
     }
 }
 
+/* The gradient of the pre-activation as its own tensor: the unfused ops'
+ * bits (cg_k_relu_mask_backward, cg_k_relu_backward, cg_k_<gelu>_backward). */
+static cg_tensor *act_backward(const act_grad *ag, const cg_tensor *g)
+{
+    if (ag->act == CG_K_ACT_RELU)
+        return ag->t->dtype == CG_BOOL ? cg_k_relu_mask_backward(ag->t, g)
+                                       : cg_k_relu_backward(ag->t, g);
+    return ag->act == CG_K_ACT_GELU ? cg_k_gelu_backward(ag->t, g)
+                                    : cg_k_gelu_erf_backward(ag->t, g);
+}
+
 static bool linear_backward(const char *op, const cg_tensor *x, const cg_tensor *w,
-                            const cg_tensor *mask, const cg_tensor *g, cg_tensor **dx,
-                            cg_tensor **dw, cg_tensor **db)
+                            const act_grad *ag, const cg_tensor *g, cg_tensor **dx, cg_tensor **dw,
+                            cg_tensor **db)
 {
     if (dx)
         *dx = NULL;
@@ -262,27 +371,39 @@ static bool linear_backward(const char *op, const cg_tensor *x, const cg_tensor 
                      cg_shape_str(x, s2, sizeof s2));
         return false;
     }
+    if (ag) { /* relu: a bool mask or the float output; the GELUs: the input */
+        const cg_tensor *t = ag->t;
+        const bool relu = ag->act == CG_K_ACT_RELU;
+        if ((!relu && ag->act != CG_K_ACT_GELU && ag->act != CG_K_ACT_GELU_ERF) ||
+            !cg_same_shape(t, g) ||
+            !(t->dtype == CG_F32 || (relu ? t->dtype == CG_BOOL : t->dtype == CG_BF16))) {
+            char s1[96], s2[96];
+            cg_set_error("%s: need %s of the gradient's shape, got %s %s and %s", op,
+                         relu ? "a bool mask or a float32 output"
+                              : "a float32 or bfloat16 pre-activation",
+                         cg_dtype_name(t->dtype), cg_shape_str(t, s1, sizeof s1),
+                         cg_shape_str(g, s2, sizeof s2));
+            return false;
+        }
+    }
     const bool empty = N == 0 || in == 0 || out == 0;
     const bool bf16 = cg_get_matmul_precision() == CG_PRECISION_BF16;
     /* both products in bf16 read g rounded as their packing rounds it:
-     * rounded once (with the mask and the bias's sums: round_cols), read as
-     * it is by each (the same bits) */
+     * rounded once (through the activation, with the bias's sums:
+     * round_cols), read as it is by each (the same bits) */
     const bool fused = bf16 && dx && dw && !empty;
-    if (mask && !fused) { /* the masked gradient, then as without a mask */
-        cg_tensor *gm = cg_k_relu_mask_backward(mask, g);
-        const bool ok = gm && linear_backward(op, x, w, NULL, gm, dx, dw, db);
+    if (ag && (!fused || (ag->act == CG_K_ACT_RELU && ag->t->dtype != CG_BOOL))) {
+        /* the pre-activation's gradient, then as without an activation
+         * (relu's float output: its mask first) */
+        cg_tensor *gm = fused ? cg_k_relu_mask(ag->t) : act_backward(ag, g);
+        const bool ok =
+            gm && (fused ? linear_backward(op, x, w, &(act_grad){ag->act, gm}, g, dx, dw, db)
+                         : linear_backward(op, x, w, NULL, gm, dx, dw, db));
         cg_release(gm);
         return ok;
     }
-    if (mask && (mask->dtype != CG_BOOL || !cg_same_shape(mask, g))) {
-        char s1[96], s2[96];
-        cg_set_error("%s: need a bool mask of the gradient's shape, got %s %s and %s", op,
-                     cg_dtype_name(mask->dtype), cg_shape_str(mask, s1, sizeof s1),
-                     cg_shape_str(g, s2, sizeof s2));
-        return false;
-    }
     cg_tensor *gc = cg_k_contiguous(g);
-    cg_tensor *mc = mask ? cg_k_contiguous(mask) : NULL;
+    cg_tensor *mc = ag ? cg_k_contiguous(ag->t) : NULL;
     cg_tensor *xc = dw ? cg_k_contiguous(x) : NULL;
     /* beta = 0: the products write every element, so no zero-fill unless a
      * product is skipped for an empty dimension */
@@ -290,7 +411,7 @@ static bool linear_backward(const char *op, const cg_tensor *x, const cg_tensor 
     cg_tensor *gw = dw ? (empty ? cg_zeros(CG_SHAPE(out, in)) : cg_empty(CG_SHAPE(out, in))) : NULL;
     cg_tensor *gb = db ? cg_empty(CG_SHAPE(out)) : NULL;
     cg_tensor *g16 = fused ? cg_empty_dtype(CG_BF16, g->ndim, g->shape) : NULL;
-    if (!gc || (mask && !mc) || (dw && (!xc || !gw)) || (dx && !gx) || (db && !gb) ||
+    if (!gc || (ag && !mc) || (dw && (!xc || !gw)) || (dx && !gx) || (db && !gb) ||
         (fused && !g16)) {
         cg_release_all(7, gc, mc, xc, gx, gw, gb, g16);
         cg_set_error("%s: out of memory", op);
@@ -300,14 +421,16 @@ static bool linear_backward(const char *op, const cg_tensor *x, const cg_tensor 
     /* column blocks of CB for the threads (round_cols, colsum_cols) */
     const int64_t nblk = (out + CB - 1) / CB;
     if (fused) {
-        const uint8_t *mp = mc ? (const uint8_t *)cg_data_bool(mc) : NULL;
+        const void *tp = mc ? cg_data_ptr(mc) : NULL;
+        const cg_k_act act = ag ? ag->act : CG_K_ACT_RELU;
         uint16_t *hp = cg_data_bf16(g16);
         float *bp = gb ? cg_data(gb) : NULL;
 #pragma omp parallel if (N * out > PAR_THRESHOLD && nblk > 1)
         {
             const int t = omp_get_thread_num(), T = omp_get_num_threads();
             const int64_t j0 = nblk * t / T * CB, j1 = nblk * (t + 1) / T * CB;
-            round_cols(gp, mp, N, out, j0, j1 < out ? j1 : out, hp, bp);
+            round_cols(gp, act, tp, mc && mc->dtype == CG_BF16, N, out, j0, j1 < out ? j1 : out, hp,
+                       bp);
         }
     }
     bool ok = true;
@@ -367,10 +490,11 @@ bool cg_k_linear_backward(const cg_tensor *x, const cg_tensor *w, const cg_tenso
     return linear_backward("linear backward", x, w, NULL, g, dx, dw, db);
 }
 
-bool cg_k_linear_relu_backward(const cg_tensor *x, const cg_tensor *w, const cg_tensor *mask,
-                               const cg_tensor *g, cg_tensor **dx, cg_tensor **dw, cg_tensor **db)
+bool cg_k_linear_act_backward(const cg_tensor *x, const cg_tensor *w, cg_k_act act,
+                              const cg_tensor *saved, const cg_tensor *g, cg_tensor **dx,
+                              cg_tensor **dw, cg_tensor **db)
 {
-    if (!x || !w || !mask || !g)
-        return cg_error_null_input("cg_k_linear_relu_backward");
-    return linear_backward("linear_relu backward", x, w, mask, g, dx, dw, db);
+    if (!x || !w || !saved || !g)
+        return cg_error_null_input("cg_k_linear_act_backward");
+    return linear_backward("linear_act backward", x, w, &(act_grad){act, saved}, g, dx, dw, db);
 }

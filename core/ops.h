@@ -314,12 +314,6 @@ cg_tensor *cg_k_bf16_operand(const cg_tensor *x);
  * is not written. On failure nothing is kept (the copy is made again when
  * asked for). */
 void cg_k_bf16_operand_keep(const cg_tensor *x, cg_tensor *y);
-/* dst = relu(dst) (cg_k_relu_'s bits) and its mask (cg_k_relu_mask's),
- * returned, in one pass over dst (float32, contiguous) that also rounds the
- * result to bf16 and keeps that as dst's bf16 operand
- * (cg_k_bf16_operand_keep): a linear-ReLU layer in bf16 precision, where
- * three passes read its output. NULL + error on failure. */
-cg_tensor *cg_k_relu_mask_bf16_(cg_tensor *dst);
 /* The same in bf16 precision with W read from a bf16 copy of it
  * (cg_bf16_matrix) packed at the first call and kept with W's storage
  * until the storage dies or is written (cg_tensor_modified): the bf16
@@ -327,6 +321,34 @@ cg_tensor *cg_k_relu_mask_bf16_(cg_tensor *dst);
  * the bytes and packs nothing. The result has the bits cg_k_linear gives
  * in bf16 precision, which takes the same cached copy. */
 cg_tensor *cg_k_linear_bf16_packed(const cg_tensor *x, const cg_tensor *w, const cg_tensor *b);
+/* The activations a linear layer applies as its product writes its
+ * output (cg_k_linear_act). */
+typedef enum { CG_K_ACT_RELU, CG_K_ACT_GELU, CG_K_ACT_GELU_ERF } cg_k_act;
+/* act(x W^T + b), the bits of cg_k_<act>(cg_k_linear(x, w, b)). In bf16
+ * precision (on W's cached bf16 copy, as above) the activation is applied to
+ * each block of the product's output as the block is finished, while it
+ * is in cache, and the output's bf16 rounding made in the same pass is
+ * kept as its operand (cg_k_bf16_operand_keep: the next layer's product
+ * reads it); in fp32 it is one pass after the product. *saved gets what
+ * the backward reads (cg_k_linear_act_backward): for relu the mask (bool,
+ * y > 0); for the GELUs the pre-activation h = x W^T + b, in bf16
+ * precision rounded to bf16 (cg_k_bf16_operand's bits: the GELU node's
+ * saved input, autograd's cg_gelu). The output is the product's own
+ * buffer, activated in place, except for a GELU in fp32 (h is kept). NULL
+ * + error on failure. */
+cg_tensor *cg_k_linear_act(const cg_tensor *x, const cg_tensor *w, const cg_tensor *b, cg_k_act act,
+                           cg_tensor **saved);
+/* runs of n outputs of such a layer, run r at r * ld in every array: h16
+ * (if not NULL) = h rounded as the bf16 products round it; relu: h =
+ * relu(h) in place and m its mask; the GELUs: a = act(h), in place when a
+ * is NULL; then a16 (if not NULL) the output rounded. */
+void cg_k_act_run(cg_k_act act, int64_t n, int64_t runs, int64_t ld, float *h, float *a, uint8_t *m,
+                  uint16_t *h16, uint16_t *a16);
+/* out = g act'(h) for n elements, cg_k_<act>_backward's bits, h floats or
+ * (hbf) bf16 elements; relu from its mask m (h unread; the GELUs do not
+ * read m). */
+void cg_k_act_grad_run(cg_k_act act, int64_t n, const void *h, bool hbf, const uint8_t *m,
+                       const float *g, float *out);
 
 /* The bf16 weight cache (PyTorch autocast's weight cache; core/weight_cache.c):
  * the linear layers' products in bf16 precision (cg_k_linear forward,
@@ -361,13 +383,18 @@ void cg_bf16_weight_cache_limit(size_t bytes);
  * for cg_k_linear. */
 bool cg_k_linear_backward(const cg_tensor *x, const cg_tensor *w, const cg_tensor *g,
                           cg_tensor **dx, cg_tensor **dw, cg_tensor **db);
-/* The same for y = relu(x W^T + b) given its mask (bool, y > 0:
- * cg_k_relu_mask) and g: the bits of cg_k_relu_mask_backward(mask, g)
- * given to cg_k_linear_backward. In bf16 precision, with dx and dW both
- * asked for, one pass over g masks it, rounds it for both products and
- * sums the bias's gradient (no masked float gradient is made). */
-bool cg_k_linear_relu_backward(const cg_tensor *x, const cg_tensor *w, const cg_tensor *mask,
-                               const cg_tensor *g, cg_tensor **dx, cg_tensor **dw, cg_tensor **db);
+/* The same for y = act(x W^T + b) given what the forward saved: for relu
+ * its mask (bool, y > 0: cg_k_relu_mask, cg_k_linear_act's) or y itself
+ * (float32), for the GELUs the pre-activation h (float32, or bf16: then
+ * the derivative is taken at its rounded values). The bits of
+ * cg_k_linear_backward given cg_k_relu_mask_backward(mask, g),
+ * cg_k_relu_backward(y, g) or cg_k_<act>_backward(h, g). In bf16 precision,
+ * with dx and dW both asked for, one pass over g takes it through the
+ * activation, rounds it for both products and sums the bias's gradient (no
+ * float gradient of the pre-activation is made). */
+bool cg_k_linear_act_backward(const cg_tensor *x, const cg_tensor *w, cg_k_act act,
+                              const cg_tensor *saved, const cg_tensor *g, cg_tensor **dx,
+                              cg_tensor **dw, cg_tensor **db);
 
 /* Fused scaled-dot-product attention on split heads: q [B,H,Tq,dh], k and
  * v [B,H,Tk,dh] (any strides). softmax(q k^T / sqrt(dh), masked) v with

@@ -28,10 +28,19 @@ static cg_tensor *add_rms_norm3(cg_tensor *x, cg_tensor *y, cg_tensor *w, cg_ten
     return cg_add_rms_norm(x, y, w, eps);
 }
 
+static cg_tensor *affine_gelu_tanh(cg_tensor *x, cg_tensor *w, cg_tensor *b)
+{
+    return cg_affine_gelu(x, w, b, false);
+}
+static cg_tensor *affine_gelu_erf(cg_tensor *x, cg_tensor *w, cg_tensor *b)
+{
+    return cg_affine_gelu(x, w, b, true);
+}
+
 static const cg_act_info ACTS[] = {
-    [CG_ACT_RELU] = {"relu", cg_relu, "ReLU", NULL},
-    [CG_ACT_GELU] = {"gelu", cg_gelu, "GELU", "tanh"},
-    [CG_ACT_GELU_ERF] = {"gelu_erf", cg_gelu_erf, "GELU", "none"},
+    [CG_ACT_RELU] = {"relu", cg_relu, "ReLU", NULL, cg_affine_relu},
+    [CG_ACT_GELU] = {"gelu", cg_gelu, "GELU", "tanh", affine_gelu_tanh},
+    [CG_ACT_GELU_ERF] = {"gelu_erf", cg_gelu_erf, "GELU", "none", affine_gelu_erf},
 };
 static const cg_norm_info NORMS[] = {
     [CG_NORM_LAYERNORM] = {"layernorm", "LayerNorm", true, cg_layer_norm, cg_add_layer_norm},
@@ -237,22 +246,27 @@ cg_tensor *cg_linear_forward(cg_linear *l, cg_tensor *x)
     return cg_module_call(&l->base, linear_impl, 1, &x, NULL);
 }
 
-/* relu(l(x)), the bits of cg_relu(cg_linear_forward(l, x)): one op while
- * gradients are recorded (cg_affine_relu keeps no pre-activation), without
- * a graph the ReLU over the layer's fresh output in place (bf16 inference
- * keeps its packed weights). */
-static cg_tensor *linear_relu(cg_linear *l, cg_tensor *x)
+/* act(l(x)), the bits of cg_activation(cg_linear_forward(l, x), act): one
+ * op while gradients are recorded (the row's affine: cg_affine_relu keeps
+ * no pre-activation; in bf16 the activation runs as the product writes),
+ * without a graph relu over the layer's fresh output in place (bf16
+ * inference keeps its packed weights). */
+static cg_tensor *linear_act(cg_linear *l, cg_tensor *x, cg_act act)
 {
-    if (l && l->base.hooks) { /* the hooks see the layer's own output */
+    const cg_act_info *r = cg_act_info_of(act, "activation");
+    if (!r)
+        return NULL;
+    if ((l && l->base.hooks) || (!cg_grad_enabled() && act != CG_ACT_RELU)) {
+        /* the hooks see the layer's own output */
         cg_tensor *h = cg_linear_forward(l, x);
-        cg_tensor *y = cg_relu(h);
+        cg_tensor *y = h ? r->forward(h) : NULL;
         cg_release(h);
         return y;
     }
     if (!l || !x || !linear_input_ok(l, x))
         return NULL;
     if (cg_grad_enabled())
-        return cg_affine_relu(x, l->weight, l->bias);
+        return r->affine(x, l->weight, l->bias);
     cg_tensor *h = cg_linear_fn(x, l->weight, l->bias);
     if (h && !cg_k_relu_(h)) {
         cg_release(h);
@@ -527,14 +541,7 @@ static cg_tensor *ff_impl(cg_module *m, cg_tensor *const *in, void *args)
     (void)args;
     cg_ff *f = (cg_ff *)m;
     cg_tensor *x = in[0];
-    cg_tensor *a;
-    if (f->act == CG_ACT_RELU) { /* the pre-activation is not kept */
-        a = linear_relu(f->fc1, x);
-    } else {
-        cg_tensor *h = cg_linear_forward(f->fc1, x);
-        a = cg_activation(h, f->act);
-        cg_release(h);
-    }
+    cg_tensor *a = linear_act(f->fc1, x, f->act);
     cg_tensor *y = cg_linear_forward(f->fc2, a);
     cg_release(a);
     return y;

@@ -42,6 +42,9 @@ typedef struct {
     /* PyTorch's nn.GELU(approximate=...) for a GELU ("tanh", "none"), NULL
      * for another function */
     const char *gelu_approximate;
+    /* act(x w^T + b) as one op (cg_affine_relu, cg_affine_gelu): what a
+     * linear layer followed by this activation records */
+    cg_tensor *(*affine)(cg_tensor *x, cg_tensor *w, cg_tensor *b);
 } cg_act_info;
 
 typedef struct {

@@ -23,6 +23,7 @@
 #include "autograd/autograd.h"
 #include "autograd/ops.h"
 #include "core/gemm.h"
+#include "core/gemm_internal.h"
 #include "core/ops.h"
 #include "core/tensor.h"
 #include "nn/module.h"
@@ -1410,12 +1411,82 @@ START_TEST(test_relu_mask)
 }
 END_TEST
 
-/* cg_k_relu_mask_bf16_: in one pass, cg_k_relu_'s output, cg_k_relu_mask's
- * mask and cg_k_bf16_operand's copy of the output, bit for bit (NaN, -0,
- * +0, infinities, subnormals; sizes over a thread's run and a partial
- * block), with the copy kept for cg_k_bf16_operand until the output is
- * written; a strided dst and other dtypes refused. */
-START_TEST(test_relu_mask_bf16)
+/* A product's epilogue (cg_bf16_matrix_mul_epi) runs once on every
+ * element of y, after its last k block: the values it sees are the
+ * product's final bits (those of cg_bf16_matrix_mul), on every path, 1 and
+ * 2 threads, for few rows (the panel path), many (the driver: fused AMX
+ * panels, m blocks, shared packing), several k blocks and edge tiles. */
+typedef struct {
+    cg_gemm_epilogue e;
+    float *seen;
+    uint8_t *count;
+} seen_epi;
+static void record_block(const cg_gemm_epilogue *e, float *c, int64_t rows, int64_t cols,
+                         int64_t rsc, int64_t csc)
+{
+    const seen_epi *s = (const seen_epi *)e;
+    for (int64_t j = 0; j < cols; j++)
+        for (int64_t i = 0; i < rows; i++) {
+            const ptrdiff_t off = (c + i * rsc + j * csc) - e->c0;
+            s->seen[off] = c[i * rsc + j * csc];
+            s->count[off]++;
+        }
+}
+
+START_TEST(test_matrix_epilogue)
+{
+    cg_rng rng = cg_rng_new(71);
+    const int64_t dims[][3] = {{1, 97, 33},     {40, 213, 96},  {65, 97, 33},
+                               {300, 213, 400}, {1000, 64, 40}, {130, 1536, 800}};
+    for (int d = 0; d < 6; d++) {
+        const int64_t M = dims[d][0], N = dims[d][1], K = dims[d][2];
+        float *w = nasty_buf(&rng, (size_t)(N * K)), *x = rand_buf(&rng, (size_t)(M * K));
+        float *bias = rand_buf(&rng, (size_t)N);
+        float *want = malloc((size_t)(M * N) * sizeof(float));
+        float *y = malloc((size_t)(M * N) * sizeof(float));
+        float *seen = malloc((size_t)(M * N) * sizeof(float));
+        uint8_t *count = malloc((size_t)(M * N));
+        cg_bf16_matrix *pw = cg_bf16_matrix_new(N, K, w, K, 1);
+        ck_assert_ptr_nonnull(pw);
+        for (int p = 0; p < NPATHS; p++) {
+            if (!cg_gemm_path_available(bf16_paths[p]))
+                continue;
+            ck_assert(cg_bf16_matrix_mul(pw, bf16_paths[p], 1, M, x, K, 1, bias, 1, want, N, 1));
+            for (int nt = 1; nt <= 2; nt++) {
+                memset(count, 0, (size_t)(M * N));
+                const seen_epi e = {{record_block, y}, seen, count};
+                ck_assert(cg_bf16_matrix_mul_epi(pw, bf16_paths[p], nt, M, x, false, K, 1, bias, 1,
+                                                 y, N, 1, &e.e));
+                for (int64_t i = 0; i < M * N; i++)
+                    ck_assert_msg(count[i] == 1 && to_bits(seen[i]) == to_bits(want[i]) &&
+                                      to_bits(y[i]) == to_bits(want[i]),
+                                  "%s %lldx%lldx%lld, %d threads, element %lld: seen %d times, "
+                                  "%a of %a",
+                                  cg_gemm_path_name(bf16_paths[p]), (long long)M, (long long)N,
+                                  (long long)K, nt, (long long)i, count[i], (double)seen[i],
+                                  (double)want[i]);
+            }
+        }
+        cg_bf16_matrix_free(pw);
+        free(w);
+        free(x);
+        free(bias);
+        free(want);
+        free(y);
+        free(seen);
+        free(count);
+    }
+}
+END_TEST
+
+/* cg_k_linear_act: the bits of the activation over cg_k_linear's output
+ * (relu, both GELUs; NaN, infinities, huge and subnormal pre-activations
+ * through the bias), what it saves (relu's mask; a GELU's pre-activation,
+ * rounded in bf16 as cg_k_bf16_operand rounds it), its output in place
+ * over the product where it says so, and in bf16 the output's copy kept
+ * for cg_k_bf16_operand; fp32 and bf16, 1 and 2 threads, rows of the
+ * panel path and of the driver, several k blocks. Bad arguments refused. */
+START_TEST(test_linear_act)
 {
     cg_rng rng = cg_rng_new(67);
     const float special[] = {NAN,
@@ -1427,42 +1498,55 @@ START_TEST(test_relu_mask_bf16)
                              -0x1p-140f,
                              from_bits(0x7f800001u),
                              0x1.fffffep+127f,
-                             -0x1.00ff01p+0f};
-    const int64_t rows[] = {1, 3, 70, 301};
-    for (int r = 0; r < 4; r++)
-        for (int nt = 1; nt <= 2; nt++) {
-            cg_set_num_threads(nt);
-            cg_tensor *y = cg_randn(&rng, CG_SHAPE(rows[r], 213));
-            for (int i = 0; i < 10; i++)
-                cg_data(y)[(i * 97) % cg_numel(y)] = special[i];
-            cg_tensor *want = cg_k_clone(y);
-            ck_assert(cg_k_relu_(want));
-            cg_tensor *want_m = cg_k_relu_mask(want), *want_c = cg_k_bf16_operand(want);
-            cg_tensor *m = cg_k_relu_mask_bf16_(y);
-            ck_assert_ptr_nonnull(m);
-            ck_assert(same_bits(y, want));
-            ck_assert_int_eq(m->dtype, CG_BOOL);
-            ck_assert(!memcmp(cg_data_bool(m), cg_data_bool(want_m), (size_t)cg_numel(y)));
-            cg_tensor *c = cg_k_bf16_operand(y), *c2 = cg_k_bf16_operand(y);
-            ck_assert_ptr_eq(c, c2); /* the kept copy */
-            ck_assert_int_eq(c->dtype, CG_BF16);
-            ck_assert(!memcmp(cg_data_bf16(c), cg_data_bf16(want_c),
+                             -0x1.00ff01p+0f,
+                             30.0f,
+                             -30.0f};
+    const int64_t rows[] = {3, 70, 301}, ins[] = {96, 400};
+    cg_tensor *(*const ref[])(const cg_tensor *) = {cg_k_relu, cg_k_gelu, cg_k_gelu_erf};
+    for (int v = 0; v < 3 * 2 * 3 * 2 * 2; v++) {
+        const int act = v % 3, bf16 = v / 3 % 2, r = v / 6 % 3, in = v / 18 % 2,
+                  nt = 1 + v / 36 % 2;
+        cg_set_num_threads(nt);
+        cg_set_matmul_precision(bf16 ? CG_PRECISION_BF16 : CG_PRECISION_FP32);
+        cg_tensor *x = cg_randn(&rng, CG_SHAPE(rows[r], ins[in]));
+        cg_tensor *w = cg_randn(&rng, CG_SHAPE(213, ins[in])), *b = cg_randn(&rng, CG_SHAPE(213));
+        for (int i = 0; i < 12; i++)
+            cg_data(b)[i * 17] = special[i];
+        cg_tensor *h = cg_k_linear(x, w, b), *want = ref[act](h), *saved = NULL;
+        cg_tensor *want_c = cg_k_bf16_operand(want), *want_h = cg_k_bf16_operand(h);
+        cg_tensor *y = cg_k_linear_act(x, w, b, (cg_k_act)act, &saved);
+        ck_assert_ptr_nonnull(y);
+        ck_assert_msg(same_bits(y, want), "act %d, %s, %lld x %lld, %d threads", act,
+                      bf16 ? "bf16" : "fp32", (long long)rows[r], (long long)ins[in], nt);
+        if (act == 0) {
+            cg_tensor *want_m = cg_k_relu_mask(want);
+            ck_assert_int_eq(saved->dtype, CG_BOOL);
+            ck_assert(!memcmp(cg_data_bool(saved), cg_data_bool(want_m), (size_t)cg_numel(y)));
+            cg_release(want_m);
+        } else if (bf16) {
+            ck_assert_int_eq(saved->dtype, CG_BF16);
+            ck_assert(!memcmp(cg_data_bf16(saved), cg_data_bf16(want_h),
                               sizeof(uint16_t) * (size_t)cg_numel(y)));
-            cg_data(y)[0] = 2.0f; /* written: a new copy */
-            cg_tensor_modified(y);
-            cg_tensor *d = cg_k_bf16_operand(y);
-            ck_assert_ptr_ne(d, c);
-            ck_assert_uint_eq(cg_data_bf16(d)[0], 0x4000u);
-            cg_release_all(8, y, want, want_m, want_c, m, c, c2, d);
+        } else {
+            ck_assert(saved->dtype == CG_F32 && same_bits(saved, h) && saved != y);
         }
+        cg_tensor *c = cg_k_bf16_operand(y), *c2 = cg_k_bf16_operand(y);
+        ck_assert(
+            !memcmp(cg_data_bf16(c), cg_data_bf16(want_c), sizeof(uint16_t) * (size_t)cg_numel(y)));
+        ck_assert(!bf16 || c == c2); /* bf16: the copy the product's pass kept */
+        cg_release_all(11, x, w, b, h, want, want_c, want_h, y, saved, c, c2);
+    }
     cg_set_num_threads(0);
-    cg_tensor *y = cg_randn(&rng, CG_SHAPE(4, 6)), *yt = cg_transpose(y, 0, 1);
-    ck_assert_ptr_null(cg_k_relu_mask_bf16_(yt));
-    ck_assert_ptr_nonnull(strstr(cg_last_error(), "contiguous"));
-    cg_tensor *i64 = cg_empty_dtype(CG_I64, CG_SHAPE(3));
-    ck_assert_ptr_null(cg_k_relu_mask_bf16_(i64));
-    ck_assert_ptr_null(cg_k_relu_mask_bf16_(NULL));
-    cg_release_all(3, y, yt, i64);
+    cg_set_matmul_precision(CG_PRECISION_BF16);
+    cg_tensor *x = cg_randn(&rng, CG_SHAPE(4, 6)), *w = cg_randn(&rng, CG_SHAPE(5, 6)), *s = NULL;
+    ck_assert_ptr_null(cg_k_linear_act(x, w, NULL, (cg_k_act)7, &s));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "activation"));
+    ck_assert_ptr_null(cg_k_linear_act(x, w, NULL, CG_K_ACT_GELU, NULL));
+    cg_tensor *w7 = cg_randn(&rng, CG_SHAPE(5, 7));
+    ck_assert_ptr_null(cg_k_linear_act(x, w7, NULL, CG_K_ACT_GELU, &s)); /* shapes */
+    ck_assert_ptr_null(s);
+    cg_set_matmul_precision(CG_PRECISION_FP32);
+    cg_release_all(3, x, w, w7);
 }
 END_TEST
 
@@ -1505,45 +1589,63 @@ START_TEST(test_norm_bf16_copy)
 }
 END_TEST
 
-/* cg_k_linear_relu_backward: the bits of the masked gradient given to
- * cg_k_linear_backward, in fp32 and in bf16 precision (where dx and dW
- * together take the fused pass: the mask, the rounding and the bias's
- * sums at once, over the threads' column blocks), with and without the
- * bias, with only some gradients asked for, for a strided g; a mask of
- * another shape or dtype refused. */
-START_TEST(test_linear_relu_backward)
+/* cg_k_linear_act_backward: the bits of the gradient through the
+ * activation given to cg_k_linear_backward, in fp32 and in bf16 precision
+ * (where dx and dW together take the fused pass: the activation, the
+ * rounding and the bias's sums at once, over the threads' column blocks),
+ * for relu from its mask or its output and for the GELUs from a float or
+ * a bf16 pre-activation, with and without the bias, with only some
+ * gradients asked for, for a strided g; saved state of another shape or
+ * dtype refused. */
+START_TEST(test_linear_act_backward)
 {
     cg_rng rng = cg_rng_new(63);
     cg_tensor *x = cg_randn(&rng, CG_SHAPE(3, 100, 96)), *w = cg_randn(&rng, CG_SHAPE(530, 96));
-    cg_tensor *h = cg_randn(&rng, CG_SHAPE(3, 100, 530)), *m = cg_k_relu_mask(h);
+    cg_tensor *h = cg_randn(&rng, CG_SHAPE(3, 100, 530));
+    cg_tensor *hb = cg_k_bf16_operand(h), *a = cg_k_relu(h), *m = cg_k_relu_mask(h);
     cg_tensor *g0 = cg_randn(&rng, CG_SHAPE(3, 530, 100)), *g = cg_transpose(g0, 1, 2);
-    cg_data(g0)[7] = NAN; /* masked out or not: as the masked gradient has it */
-    for (int v = 0; v < 8; v++) {
-        const bool bf16 = v & 1, all = v & 2, bias = v & 4;
-        cg_set_matmul_precision(bf16 ? CG_PRECISION_BF16 : CG_PRECISION_FP32);
-        cg_tensor *got[3] = {NULL, NULL, NULL}, *want[3] = {NULL, NULL, NULL};
-        cg_tensor *gm = cg_k_relu_mask_backward(m, g);
-        ck_assert(cg_k_linear_relu_backward(x, w, m, g, &got[0], all ? &got[1] : NULL,
-                                            bias ? &got[2] : NULL));
-        ck_assert(cg_k_linear_backward(x, w, gm, &want[0], all ? &want[1] : NULL,
-                                       bias ? &want[2] : NULL));
-        cg_set_matmul_precision(CG_PRECISION_FP32);
-        for (int i = 0; i < 3; i++) {
-            ck_assert((got[i] == NULL) == (want[i] == NULL));
-            ck_assert(!got[i] || same_bits(got[i], want[i]));
+    cg_data(g0)[7] = NAN; /* masked out or not: as the unfused gradient has it */
+    const struct {
+        cg_k_act act;
+        const cg_tensor *saved;
+    } cases[] = {{CG_K_ACT_RELU, m},  {CG_K_ACT_RELU, a},     {CG_K_ACT_GELU, h},
+                 {CG_K_ACT_GELU, hb}, {CG_K_ACT_GELU_ERF, h}, {CG_K_ACT_GELU_ERF, hb}};
+    for (int k = 0; k < 6; k++)
+        for (int v = 0; v < 8; v++) {
+            const bool bf16 = v & 1, all = v & 2, bias = v & 4;
+            const cg_tensor *sv = cases[k].saved;
+            cg_set_matmul_precision(bf16 ? CG_PRECISION_BF16 : CG_PRECISION_FP32);
+            cg_tensor *got[3] = {NULL, NULL, NULL}, *want[3] = {NULL, NULL, NULL};
+            cg_tensor *gm = cases[k].act == CG_K_ACT_RELU ? (sv == m ? cg_k_relu_mask_backward(m, g)
+                                                                     : cg_k_relu_backward(a, g))
+                            : cases[k].act == CG_K_ACT_GELU ? cg_k_gelu_backward(sv, g)
+                                                            : cg_k_gelu_erf_backward(sv, g);
+            ck_assert(cg_k_linear_act_backward(x, w, cases[k].act, sv, g, &got[0],
+                                               all ? &got[1] : NULL, bias ? &got[2] : NULL));
+            ck_assert(cg_k_linear_backward(x, w, gm, &want[0], all ? &want[1] : NULL,
+                                           bias ? &want[2] : NULL));
+            cg_set_matmul_precision(CG_PRECISION_FP32);
+            for (int i = 0; i < 3; i++) {
+                ck_assert((got[i] == NULL) == (want[i] == NULL));
+                ck_assert_msg(!got[i] || same_bits(got[i], want[i]), "case %d, variant %d, %d", k,
+                              v, i);
+            }
+            cg_release_all(7, gm, got[0], got[1], got[2], want[0], want[1], want[2]);
         }
-        cg_release_all(7, gm, got[0], got[1], got[2], want[0], want[1], want[2]);
-    }
     cg_tensor *dx = NULL, *dw = NULL;
     cg_tensor *h2 = cg_randn(&rng, CG_SHAPE(3, 100, 529)), *m2 = cg_k_relu_mask(h2);
     cg_set_matmul_precision(CG_PRECISION_BF16);
-    ck_assert(!cg_k_linear_relu_backward(x, w, m2, g, &dx, &dw, NULL));
-    ck_assert(!cg_k_linear_relu_backward(x, w, h, g, &dx, &dw, NULL));
+    ck_assert(!cg_k_linear_act_backward(x, w, CG_K_ACT_RELU, m2, g, &dx, &dw, NULL));
+    ck_assert(!cg_k_linear_act_backward(x, w, CG_K_ACT_RELU, hb, g, &dx, &dw, NULL));
     ck_assert(strstr(cg_last_error(), "bool mask") != NULL);
-    ck_assert(!cg_k_linear_relu_backward(x, w, NULL, g, &dx, &dw, NULL));
+    ck_assert(!cg_k_linear_act_backward(x, w, CG_K_ACT_GELU, m, g, &dx, &dw, NULL));
+    ck_assert(strstr(cg_last_error(), "pre-activation") != NULL);
+    ck_assert(!cg_k_linear_act_backward(x, w, (cg_k_act)9, h, g, &dx, &dw, NULL));
+    ck_assert(!cg_k_linear_act_backward(x, w, CG_K_ACT_RELU, NULL, g, &dx, &dw, NULL));
     cg_set_matmul_precision(CG_PRECISION_FP32);
     ck_assert(dx == NULL && dw == NULL);
-    cg_release_all(8, x, w, h, m, g0, g, h2, m2);
+    cg_release_all(9, x, w, h, hb, a, m, g0, g, h2);
+    cg_release(m2);
 }
 END_TEST
 
@@ -1662,6 +1764,7 @@ static Suite *bf16_suite(void)
     tcase_set_timeout(tm, 300);
     tcase_add_test(tm, test_matrix_against_gemm);
     tcase_add_test(tm, test_matrix_paths_threads);
+    tcase_add_test(tm, test_matrix_epilogue);
     tcase_add_test(tm, test_packed_linear_refresh);
     tcase_add_test(tm, test_weight_cache);
     suite_add_tcase(s, tm);
@@ -1674,9 +1777,9 @@ static Suite *bf16_suite(void)
     tcase_add_test(to, test_affine_saves_bf16);
     tcase_add_test(to, test_bf16_operand_copy);
     tcase_add_test(to, test_relu_mask);
-    tcase_add_test(to, test_relu_mask_bf16);
+    tcase_add_test(to, test_linear_act);
     tcase_add_test(to, test_norm_bf16_copy);
-    tcase_add_test(to, test_linear_relu_backward);
+    tcase_add_test(to, test_linear_act_backward);
     tcase_add_test(to, test_gelu_saves_bf16);
     tcase_add_test(to, test_attention_saves_bf16);
     suite_add_tcase(s, to);

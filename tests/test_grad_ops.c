@@ -203,7 +203,8 @@ static const op_check op_checks[CG_OP_COUNT] = {
     [CG_OP_BCE_WITH_LOGITS] = {.by = "test_ops_misc.c: test_gradchecks"},
     [CG_OP_ADD_LAYER_NORM] = {.by = "test_add_norms"},
     [CG_OP_ADD_RMS_NORM] = {.by = "test_add_norms"},
-    [CG_OP_LINEAR_RELU] = {.by = "test_affine_relu"},
+    [CG_OP_LINEAR_RELU] = {.by = "test_affine_act"},
+    [CG_OP_LINEAR_GELU] = {.by = "test_affine_act"},
     [CG_OP_CUSTOM] = {.by = "examples/rope.c (the test example_rope): a user-defined op"},
     [CG_OP_CLONE] = {.by = "test_names.c: test_gradchecks"},
     [CG_OP_CHECKPOINT] = {.by = "test_checkpoint.c: test_checkpoint_gradcheck"},
@@ -969,16 +970,30 @@ START_TEST(test_affine)
 }
 END_TEST
 
-/* cg_affine_relu: gradcheck with the pre-activations held away from the
- * kink (a bias of +-3, checked), and output and gradients bit for bit those
- * of cg_relu(cg_affine(...)), in fp32 and bf16 products. */
+/* cg_affine_relu and cg_affine_gelu (both forms): gradcheck with the
+ * pre-activations held away from ReLU's kink (a bias of +-3, checked), and
+ * output and gradients bit for bit those of the activation over
+ * cg_affine(...), in fp32 and bf16 products. */
 static cg_tensor *affine_relu_fn(void *ctx, cg_tensor *const *in)
 {
     return cg_affine_relu(in[0], in[1], ctx ? in[2] : NULL);
 }
-
-START_TEST(test_affine_relu)
+static cg_tensor *affine_gelu_fn(void *ctx, cg_tensor *const *in)
 {
+    return cg_affine_gelu(in[0], in[1], ctx ? in[2] : NULL, false);
+}
+static cg_tensor *affine_gelu_erf_fn(void *ctx, cg_tensor *const *in)
+{
+    return cg_affine_gelu(in[0], in[1], ctx ? in[2] : NULL, true);
+}
+
+START_TEST(test_affine_act)
+{
+    const int act = _i; /* relu, gelu, gelu_erf */
+    cg_tensor *(*const fused_fn[])(void *, cg_tensor *const *) = {affine_relu_fn, affine_gelu_fn,
+                                                                  affine_gelu_erf_fn};
+    cg_tensor *(*const act_fn[])(cg_tensor *) = {cg_relu, cg_gelu, cg_gelu_erf};
+    const char *names[] = {"affine_relu", "affine_gelu", "affine_gelu (exact)"};
     cg_rng r = cg_rng_new(18);
     for (int layout = 0; layout < N_LAYOUTS; layout++) {
         cg_tensor *in[3] = {input(&r, CG_SHAPE(2, 3, 4), layout, DOM_ANY),
@@ -992,7 +1007,8 @@ START_TEST(test_affine_relu)
             ck_assert_msg(fabsf(hv[i]) > 0.1f, "pre-activation %d = %g is near the kink", i,
                           (double)hv[i]);
         cg_release(h);
-        check(affine_relu_fn, in, 3, in, "affine_relu with bias", 0, 0);
+        check(fused_fn[act], in, 3, in, names[act], 0, 0);
+        check(fused_fn[act], NULL, 2, in, names[act], 0, 0);
 
         for (int prec = 0; prec < 2; prec++) {
             cg_set_matmul_precision(prec ? CG_PRECISION_BF16 : CG_PRECISION_FP32);
@@ -1002,9 +1018,11 @@ START_TEST(test_affine_relu)
                     for (int i = 0; i < 3; i++)
                         cg_zero_grad(in[i]);
                     cg_tensor *b = bias ? in[2] : NULL, *lin = NULL;
-                    cg_tensor *y = fused ? cg_affine_relu(in[0], in[1], b)
-                                         : cg_relu(lin = cg_affine(in[0], in[1], b));
+                    cg_tensor *y = fused ? fused_fn[act](bias ? in : NULL, in)
+                                         : act_fn[act](lin = cg_affine(in[0], in[1], b));
                     ck_assert_ptr_nonnull(y);
+                    ck_assert(!fused ||
+                              y->node->op == (act ? CG_OP_LINEAR_GELU : CG_OP_LINEAR_RELU));
                     cg_tensor *g = cg_full(CG_SHAPE(2, 3, 5), 0.5f);
                     cg_data(g)[7] = -2.0f;
                     ck_assert(cg_backward(y, g, false));
@@ -1023,7 +1041,7 @@ START_TEST(test_affine_relu)
         cg_release_all(3, in[0], in[1], in[2]);
     }
     cg_tensor *x = cg_zeros(CG_SHAPE(2, 3)), *w = cg_zeros(CG_SHAPE(4, 2));
-    ck_assert_ptr_null(cg_affine_relu(x, w, NULL));
+    ck_assert_ptr_null(fused_fn[act](NULL, (cg_tensor *[]){x, w}));
     ck_assert(cg_has_error());
     cg_release_all(2, x, w);
 }
@@ -1051,7 +1069,7 @@ static Suite *grad_ops_suite(void)
     tcase_add_test(tc, test_attention_composite);
     tcase_add_test(tc, test_attention_fused);
     tcase_add_test(tc, test_affine);
-    tcase_add_test(tc, test_affine_relu);
+    tcase_add_loop_test(tc, test_affine_act, 0, 3);
     suite_add_tcase(s, tc);
     return s;
 }
