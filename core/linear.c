@@ -299,11 +299,10 @@ typedef struct {
 
 /* Columns [j0, j1) of g's rows, taken through the activation when t (the
  * data of act_grad's t, contiguous like g; tbf: bf16 elements) is not
- * NULL, rounded into g16
- * as the bf16 products round them, and, when b is not NULL, their sums
- * into b: each column's chain in row order from 0 in double, colsum_cols's
- * bits. One pass over g where the gradient of the pre-activation, its
- * rounding and its column sums took three. */
+ * NULL, rounded into g16 as the bf16 products round them, and, when b is
+ * not NULL, their sums into b: each column's chain in row order from 0 in
+ * double, colsum_cols's bits. One pass over g where the gradient of the
+ * pre-activation, its rounding and its column sums took three. */
 EW_CLONES static void round_cols(const float *g, cg_k_act act, const void *t, bool tbf, int64_t N,
                                  int64_t ld, int64_t j0, int64_t j1, uint16_t *g16, float *b)
 {
@@ -374,8 +373,11 @@ static bool linear_backward(const char *op, const cg_tensor *x, const cg_tensor 
     if (ag) { /* relu: a bool mask or the float output; the GELUs: the input */
         const cg_tensor *t = ag->t;
         const bool relu = ag->act == CG_K_ACT_RELU;
-        if ((!relu && ag->act != CG_K_ACT_GELU && ag->act != CG_K_ACT_GELU_ERF) ||
-            !cg_same_shape(t, g) ||
+        if (!relu && ag->act != CG_K_ACT_GELU && ag->act != CG_K_ACT_GELU_ERF) {
+            cg_set_error("%s: unknown activation %d", op, (int)ag->act);
+            return false;
+        }
+        if (!cg_same_shape(t, g) ||
             !(t->dtype == CG_F32 || (relu ? t->dtype == CG_BOOL : t->dtype == CG_BF16))) {
             char s1[96], s2[96];
             cg_set_error("%s: need %s of the gradient's shape, got %s %s and %s", op,

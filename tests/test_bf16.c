@@ -1645,6 +1645,7 @@ START_TEST(test_linear_act_backward)
     ck_assert(!cg_k_linear_act_backward(x, w, CG_K_ACT_GELU, m, g, &dx, &dw, NULL));
     ck_assert(strstr(cg_last_error(), "pre-activation") != NULL);
     ck_assert(!cg_k_linear_act_backward(x, w, (cg_k_act)9, h, g, &dx, &dw, NULL));
+    ck_assert(strstr(cg_last_error(), "unknown activation 9") != NULL);
     ck_assert(!cg_k_linear_act_backward(x, w, CG_K_ACT_RELU, NULL, g, &dx, &dw, NULL));
     cg_set_matmul_precision(CG_PRECISION_FP32);
     ck_assert(dx == NULL && dw == NULL);
