@@ -584,9 +584,9 @@ cg_tensor *cg_k_relu_mask(const cg_tensor *a)
 }
 
 /* A linear layer's activation over `runs` runs of n of its outputs, ld
- * apart (core/linear.c runs it on each tile of the product as the tile is
- * written, while it is in L1): h16 (if not NULL) gets h rounded as the
- * bf16 products round it; then relu: h = relu(h) in place
+ * apart (core/linear.c runs it on each block of the product once the
+ * block is final, while it is in cache): h16 (if not NULL) gets h rounded
+ * as the bf16 products round it; then relu: h = relu(h) in place
  * (cg_k_relu_'s bits) and m its mask (cg_k_relu_mask's); the GELUs: a =
  * act(h) (cg_k_gelu's, cg_k_gelu_erf's bits), in place when a is NULL;
  * then a16 (if not NULL) the output rounded. */
