@@ -83,15 +83,17 @@ static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 /* s[j] = s[j] / scale, or -inf where kmask[j] (0 or ~0: the key-padding
  * bytes widened once per call, see key_masks; widening 16 bytes here cost
  * GCC a byte-by-byte gather, and masking doubled this pass), over [0, ke);
- * returns the maximum. The maximum is taken in 16 lanes (element j in lane
- * j % 16) so the pass runs on whole vectors; a maximum does not depend on
- * its order. */
-EW_CLONES static float scale_mask_max(float *s, int64_t ke, float scale, const int32_t *kmask)
+ * returns the maximum, and in *mn the minimum of the elements other than
+ * -inf (+inf when there are none; NaN when any element is NaN), for
+ * exp_sum's range check. Maximum and minimum are taken in 16 lanes
+ * (element j in lane j % 16) so the pass runs on whole vectors; neither
+ * depends on its order. */
+EW_CLONES static float scale_mask_max(float *s, int64_t ke, float scale, const int32_t *kmask,
+                                      float *mn)
 {
-    v16f lanes;
-    for (int l = 0; l < 16; l++)
-        lanes[l] = -INFINITY;
-    const v16f ninf = lanes;
+    const v16f ninf = (v16f){0} - INFINITY, pinf = (v16f){0} + INFINITY;
+    v16f hi = ninf, lo = pinf;
+    v16i nan = {0};
     int64_t j0 = 0;
     for (; j0 + 16 <= ke; j0 += 16) {
         v16f x;
@@ -103,37 +105,89 @@ EW_CLONES static float scale_mask_max(float *s, int64_t ke, float scale, const i
             x = (v16f)((pad & (v16i)ninf) | (~pad & (v16i)x));
         }
         memcpy(s + j0, &x, sizeof x);
-        v16i gt = x > lanes; /* lane-wise max; a NaN x keeps the lane */
-        lanes = (v16f)((gt & (v16i)x) | (~gt & (v16i)lanes));
+        hi = max16_lanes(hi, x); /* a NaN x keeps the lane */
+        v16i fin = x != ninf;    /* -inf (a masked key) is not in the minimum */
+        lo = min16_lanes(lo, (v16f)((fin & (v16i)x) | (~fin & (v16i)pinf)));
+        nan |= x != x;
     }
-    float mx = -INFINITY;
-    for (int l = 0; l < 16; l++)
-        mx = lanes[l] > mx ? lanes[l] : mx;
+    float mx = -INFINITY, mi = INFINITY;
+    bool bad = false;
+    for (int l = 0; l < 16; l++) {
+        mx = hi[l] > mx ? hi[l] : mx;
+        mi = lo[l] < mi ? lo[l] : mi;
+        bad |= nan[l] != 0;
+    }
     for (; j0 < ke; j0++) {
         float x = s[j0] / scale;
         if (kmask && kmask[j0])
             x = -INFINITY;
         s[j0] = x;
         mx = x > mx ? x : mx;
+        mi = x != -INFINITY && x < mi ? x : mi;
+        bad |= x != x;
     }
+    *mn = bad ? NAN : mi;
     return mx;
 }
 
-/* s[j] = exp(s[j] - mx) over [0, ke); returns their sum (8 double lanes:
- * element j in lane j % 8). The exponentials and the sum are two loops, so
- * that each vectorises at its own width. */
-EW_CLONES static double exp_sum(float *s, int64_t ke, float mx)
+/* Whether exp(x - m) is in ew_expf16_normal's range for every x of a row
+ * whose minimum (other than -inf) is mn, m finite and at least its
+ * maximum: then exp_sum takes the faster exponentials (the same bits). */
+static inline bool exp_normal(float mn, float m)
 {
+    return m > -INFINITY && m < INFINITY && mn - m >= EW_EXP_NORMAL_MIN;
+}
+
+/* exp(x - mx) in 16 lanes: ew_expf16's bits; normal (exp_normal): by its
+ * faster twin, -inf lanes (masked keys) set to exp(-inf) = 0 after. */
+static inline __attribute__((always_inline)) v16f exp16_from(v16f x, float mx, bool normal)
+{
+    if (!normal)
+        return ew_expf16(x - mx);
+    v16i fin = x != ((v16f){0} - INFINITY);
+    return (v16f)(fin & (v16i)ew_expf16_normal(x - mx));
+}
+
+/* exp_sum's loop; normal as exp16_from. Each vector's halves go into the
+ * 8 double lanes as they are made (lanes past ke get +0.0, which changes
+ * no sum of exponentials): sum_lanes's order, so its bits, without a
+ * second pass over the row. */
+static inline __attribute__((always_inline)) double exp_sum_of(float *s, int64_t ke, float mx,
+                                                              bool normal)
+{
+    v8d acc = {0}, lo, hi;
     int64_t j = 0;
-    for (; j + 16 <= ke; j += 16) { /* whole AVX-512 registers, ew_expf's bits */
+    for (; j + 16 <= ke; j += 16) {
         v16f v;
         memcpy(&v, s + j, sizeof v);
-        v = ew_expf16(v - mx);
+        v = exp16_from(v, mx, normal);
         memcpy(s + j, &v, sizeof v);
+        widen16(v, &lo, &hi);
+        acc += lo;
+        acc += hi;
     }
-    if (j < ke) /* the last partial block in 16 lanes too (short rows are common) */
-        store_part16(s + j, ke - j, ew_expf16(load_part16(s + j, ke - j, 0.0f) - mx));
-    return sum_lanes(s, NULL, ke);
+    if (j < ke) { /* the last partial block in 16 lanes too (short rows are common) */
+        v16i live;
+        for (int l = 0; l < 16; l++)
+            live[l] = -(int32_t)(l < ke - j);
+        v16f v = exp16_from(load_part16(s + j, ke - j, 0.0f), mx, normal);
+        store_part16(s + j, ke - j, v);
+        widen16((v16f)(live & (v16i)v), &lo, &hi);
+        acc += lo;
+        acc += hi;
+    }
+    double lanes[8];
+    for (int l = 0; l < 8; l++)
+        lanes[l] = acc[l];
+    return lanes8_total(lanes);
+}
+
+/* s[j] = exp(s[j] - mx) over [0, ke); returns their sum (8 double lanes:
+ * element j in lane j % 8). mn: the row's minimum as scale_mask_max gives
+ * it; in range (exp_normal), the faster exponentials. */
+EW_CLONES static double exp_sum(float *s, int64_t ke, float mx, float mn)
+{
+    return exp_normal(mn, mx) ? exp_sum_of(s, ke, mx, true) : exp_sum_of(s, ke, mx, false);
 }
 
 /* The log-sum-exp of a row from its maximum and sum; NaN when every key
@@ -144,12 +198,12 @@ static inline float row_lse(float mx, double sum)
 }
 
 /* One row of scaled, masked softmax in place over s[0, ke); s[ke, Tk) = 0.
- * Returns the row's log-sum-exp. */
-EW_CLONES static float softmax_row(float *s, int64_t ke, int64_t Tk, float scale,
-                                   const int32_t *kmask)
+ * *lse (unless NULL: kept weights need none) gets the row's log-sum-exp. */
+EW_CLONES static void softmax_row(float *s, int64_t ke, int64_t Tk, float scale,
+                                  const int32_t *kmask, float *lse)
 {
-    float mx = scale_mask_max(s, ke, scale, kmask);
-    double sum = exp_sum(s, ke, mx);
+    float mn, mx = scale_mask_max(s, ke, scale, kmask, &mn);
+    double sum = exp_sum(s, ke, mx, mn);
     /* every key masked: -inf - -inf gives NaN, as PyTorch */
     double inv = 1.0 / sum;
     int64_t j;
@@ -157,7 +211,8 @@ EW_CLONES static float softmax_row(float *s, int64_t ke, int64_t Tk, float scale
         s[j] = (float)(s[j] * inv);
     for (j = ke; j < Tk; j++)
         s[j] = 0.0f;
-    return row_lse(mx, sum);
+    if (lse)
+        *lse = row_lse(mx, sum);
 }
 
 /* One row of one key block in the online softmax: s[0, ke) becomes
@@ -167,7 +222,7 @@ EW_CLONES static float softmax_row(float *s, int64_t ke, int64_t Tk, float scale
 EW_CLONES static float online_row(float *s, int64_t ke, int64_t kz, float scale,
                                   const int32_t *kmask, float *m, double *l)
 {
-    float bmx = scale_mask_max(s, ke, scale, kmask);
+    float mn, bmx = scale_mask_max(s, ke, scale, kmask, &mn);
     float mnew = bmx > *m ? bmx : *m;
     float alpha = 1.0f;
     if (mnew == -INFINITY) { /* nothing visible yet: the block adds nothing */
@@ -175,7 +230,7 @@ EW_CLONES static float online_row(float *s, int64_t ke, int64_t kz, float scale,
             s[j] = 0.0f;
     } else {
         alpha = ew_expf(*m - mnew); /* 0 when *m is -inf */
-        double sum = exp_sum(s, ke, mnew);
+        double sum = exp_sum(s, ke, mnew, mn);
         *l = *l * (double)alpha + sum;
         *m = mnew;
     }
@@ -361,10 +416,10 @@ static float *thread_scratch(int nt, int64_t n)
     return cg_alloc((size_t)(n > 0 ? n : 1) * sizeof(float) * (size_t)(nt > 0 ? nt : 1));
 }
 
-/* One query tile [i0, i1) of one (batch, head): out rows and lse; kmask:
- * the batch's key masks (key_masks) or NULL. S is a QB x ld scratch,
- * ld = min(Tk, KB), or (keep) the tile's rows of the kept weights, ld = Tk,
- * whose rows are then completed with zeros to Tk. */
+/* One query tile [i0, i1) of one (batch, head): out rows and (unless
+ * keep) lse; kmask: the batch's key masks (key_masks) or NULL. S is a QB x
+ * ld scratch, ld = min(Tk, KB), or (keep) the tile's rows of the kept
+ * weights, ld = Tk, whose rows are then completed with zeros to Tk. */
 static void fwd_tile(cg_gemm_path path, const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
                      const cg_tensor *out, int64_t b, int64_t h, int64_t i0, int64_t i1,
                      bool causal, const int32_t *kmask, float scale, float *S, int64_t ld,
@@ -379,8 +434,8 @@ static void fwd_tile(cg_gemm_path path, const cg_tensor *q, const cg_tensor *k, 
         mm(path, rows, kn, dh, 1.0f, qp, q->strides[2], q->strides[3], kp, k->strides[3],
            k->strides[2], 0.0f, S, ld, 1);
         for (int64_t i = i0; i < i1; i++)
-            lse[i] = softmax_row(S + (i - i0) * ld, key_end(causal, i, Tk), keep ? Tk : kn, scale,
-                                 kmask);
+            softmax_row(S + (i - i0) * ld, key_end(causal, i, Tk), keep ? Tk : kn, scale, kmask,
+                        keep ? NULL : lse + i);
         mm(path, rows, dh, kn, 1.0f, S, ld, 1, vp, v->strides[2], v->strides[3], 0.0f, op, ors,
            ocs);
         return;
@@ -501,15 +556,18 @@ static cg_tensor *attention_fwd(const cg_tensor *q, const cg_tensor *k, const cg
     const bool degen = Tq == 0 || Tk == 0 || dh == 0 || BH == 0;
     const bool keep = Tk <= PKEEP;
     cg_tensor *out = heads_out(B, H, Tq, dh, false);
-    cg_tensor *lse = cg_empty(CG_SHAPE(B, H, Tq));
+    /* the log-sum-exps, unless the weights are kept (the backward and
+     * the weights then need none) */
+    cg_tensor *lse = keep ? NULL : cg_empty(CG_SHAPE(B, H, Tq));
     cg_tensor *P = keep ? cg_empty(CG_SHAPE(B, H, Tq, Tk)) : NULL;
-    if (!out || !lse || (keep && !P)) {
+    if (!out || (!keep && !lse) || (keep && !P)) {
         cg_release_all(3, out, lse, P);
         return NULL;
     }
     if (degen) {
         /* degenerate: no keys gives NaN rows (softmax of nothing), as PyTorch */
-        cg_fill_(lse, NAN);
+        if (lse)
+            cg_fill_(lse, NAN);
         cg_fill_(out, Tk == 0 ? NAN : 0.0f);
         if (P)
             cg_fill_(P, NAN);
@@ -530,7 +588,7 @@ static cg_tensor *attention_fwd(const cg_tensor *q, const cg_tensor *k, const cg
         }
         const int64_t qb = tile_rows(causal, Tq, Tk, BH);
         const int64_t nqb = (Tq + qb - 1) / qb, items = BH * nqb;
-        float *lp = cg_data(lse), *pp = keep ? cg_data(P) : NULL;
+        float *lp = keep ? NULL : cg_data(lse), *pp = keep ? cg_data(P) : NULL;
 #pragma omp parallel for schedule(static) if (items > 1 && BH * Tq * Tk * dh > 32768) \
     num_threads(nt)
         for (int64_t it = 0; it < items; it++) {
@@ -538,7 +596,8 @@ static cg_tensor *attention_fwd(const cg_tensor *q, const cg_tensor *k, const cg
             float *S =
                 keep ? pp + (bh * Tq + i0) * Tk : scratch + (int64_t)omp_get_thread_num() * QB * ld;
             fwd_tile(path, q, k, v, out, b, bh % H, i0, min64(i0 + qb, Tq), causal,
-                     kmask ? kmask + b * Tk : NULL, scale, S, keep ? Tk : ld, keep, lp + bh * Tq);
+                     kmask ? kmask + b * Tk : NULL, scale, S, keep ? Tk : ld, keep,
+                     keep ? NULL : lp + bh * Tq);
         }
         cg_free(scratch);
         cg_free(kmask);

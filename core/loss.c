@@ -108,15 +108,6 @@ static bool ce_check(const char *op, const cg_tensor *logits, const cg_tensor *t
  * CPU nor the thread count. exp is ew_expf (core/vmath.h, ~1.5 ulp), never
  * libm's scalar expf. */
 
-/* The two halves of 16 lanes, widened to double (16 at once: one
- * vcvtps2pd a half in the AVX-512 clone, see widen8). */
-static inline __attribute__((always_inline)) void halves(v16f v, v8d *lo, v8d *hi)
-{
-    v16d w = __builtin_convertvector(v, v16d);
-    memcpy(lo, &w, sizeof *lo);
-    memcpy(hi, (const char *)&w + sizeof *lo, sizeof *hi);
-}
-
 /* The exponentials of x - sub in 16 lanes: ew_expf16, or its faster twin
  * where the caller has checked that every x - sub is in its range (normal:
  * the same bits). */
@@ -135,11 +126,11 @@ static inline __attribute__((always_inline)) void lse_sums(const float *x, int64
     for (; j + 16 <= C; j += 16) {
         v16f v;
         memcpy(&v, x + j, sizeof v);
-        halves(exp16_less(v, mx, normal), &lo, &hi);
+        widen16(exp16_less(v, mx, normal), &lo, &hi);
         acc += lo;
         acc += hi;
         if (sx) {
-            halves(v, &lo, &hi);
+            widen16(v, &lo, &hi);
             xs += lo;
             xs += hi;
         }
@@ -187,7 +178,7 @@ static inline __attribute__((always_inline)) void grad_lanes(const float *x, int
         v16f v;
         v8d lo, hi;
         memcpy(&v, x + j, sizeof v);
-        halves(exp16_less(v, lse, normal), &lo, &hi);
+        widen16(exp16_less(v, lse, normal), &lo, &hi);
         /* each half stored by itself: an array of the two went through
          * the stack, and its 64-byte reload stalled on the two stores */
         v8f o0 = __builtin_convertvector(scale * (lo - smooth), v8f),

@@ -270,6 +270,15 @@ static inline __attribute__((always_inline)) v8d ld8(const float *p)
     return widen8(f);
 }
 
+/* The two halves of 16 lanes, widened to double (16 at once: one
+ * vcvtps2pd a half in the AVX-512 clone, see widen8). */
+static inline __attribute__((always_inline)) void widen16(v16f v, v8d *lo, v8d *hi)
+{
+    v16d w = __builtin_convertvector(v, v16d);
+    memcpy(lo, &w, sizeof *lo);
+    memcpy(hi, (const char *)&w + sizeof *lo, sizeof *hi);
+}
+
 static inline double lanes8_total(const double *a)
 {
     return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
