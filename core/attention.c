@@ -153,7 +153,7 @@ static inline __attribute__((always_inline)) v16f exp16_from(v16f x, float mx, b
  * no sum of exponentials): sum_lanes's order, so its bits, without a
  * second pass over the row. */
 static inline __attribute__((always_inline)) double exp_sum_of(float *s, int64_t ke, float mx,
-                                                              bool normal)
+                                                               bool normal)
 {
     v8d acc = {0}, lo, hi;
     int64_t j = 0;
