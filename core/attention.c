@@ -33,15 +33,16 @@
  * regions, whose worker threads do not see that thread's policy). Each work
  * item is computed by one thread from start to end (the product runs
  * single-threaded inside the region), so results are bit-identical for any
- * thread count. */
+ * thread count. The row kernels (softmax, online softmax, recomputed
+ * weights, the softmax's backward) are core/attention_rows.c's. */
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/gemm.h"
+#include "core/attention_rows.h"
 #include "core/ops.h"
-#include "core/vmath.h"
 #include "core/upcast.h"
 
 #define QB 64     /* query rows per tile; also keys per sub-block of dk/dv (causal) */
@@ -79,241 +80,6 @@ static inline int64_t key_end(bool causal, int64_t i, int64_t Tk)
     return causal ? (i + 1 < Tk ? i + 1 : Tk) : Tk;
 }
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-
-/* s[j] = s[j] / scale, or -inf where kmask[j] (0 or ~0: the key-padding
- * bytes widened once per call, see key_masks; widening 16 bytes here cost
- * GCC a byte-by-byte gather, and masking doubled this pass), over [0, ke);
- * returns the maximum, and in *mn the minimum of the elements other than
- * -inf (+inf when there are none; NaN when any element is NaN), for
- * exp_sum's range check. Maximum and minimum are taken in 16 lanes
- * (element j in lane j % 16) so the pass runs on whole vectors; neither
- * depends on its order. */
-EW_CLONES static float scale_mask_max(float *s, int64_t ke, float scale, const int32_t *kmask,
-                                      float *mn)
-{
-    const v16f ninf = (v16f){0} - INFINITY, pinf = (v16f){0} + INFINITY;
-    v16f hi = ninf, lo = pinf;
-    v16i nan = {0};
-    int64_t j0 = 0;
-    for (; j0 + 16 <= ke; j0 += 16) {
-        v16f x;
-        memcpy(&x, s + j0, sizeof x);
-        x = x / scale;
-        if (kmask) {
-            v16i pad;
-            memcpy(&pad, kmask + j0, sizeof pad);
-            x = (v16f)((pad & (v16i)ninf) | (~pad & (v16i)x));
-        }
-        memcpy(s + j0, &x, sizeof x);
-        hi = max16_lanes(hi, x); /* a NaN x keeps the lane */
-        v16i fin = x != ninf;    /* -inf (a masked key) is not in the minimum */
-        lo = min16_lanes(lo, (v16f)((fin & (v16i)x) | (~fin & (v16i)pinf)));
-        nan |= x != x;
-    }
-    float mx = -INFINITY, mi = INFINITY;
-    bool bad = false;
-    for (int l = 0; l < 16; l++) {
-        mx = hi[l] > mx ? hi[l] : mx;
-        mi = lo[l] < mi ? lo[l] : mi;
-        bad |= nan[l] != 0;
-    }
-    for (; j0 < ke; j0++) {
-        float x = s[j0] / scale;
-        if (kmask && kmask[j0])
-            x = -INFINITY;
-        s[j0] = x;
-        mx = x > mx ? x : mx;
-        mi = x != -INFINITY && x < mi ? x : mi;
-        bad |= x != x;
-    }
-    *mn = bad ? NAN : mi;
-    return mx;
-}
-
-/* Whether exp(x - m) is in ew_expf16_normal's range for every x of a row
- * whose minimum (other than -inf) is mn, m finite and at least its
- * maximum: then exp_sum takes the faster exponentials (the same bits). */
-static inline bool exp_normal(float mn, float m)
-{
-    return m > -INFINITY && m < INFINITY && mn - m >= EW_EXP_NORMAL_MIN;
-}
-
-/* exp(x - mx) in 16 lanes: ew_expf16's bits; normal (exp_normal): by its
- * faster twin, -inf lanes (masked keys) set to exp(-inf) = 0 after. */
-static inline __attribute__((always_inline)) v16f exp16_from(v16f x, float mx, bool normal)
-{
-    if (!normal)
-        return ew_expf16(x - mx);
-    v16i fin = x != ((v16f){0} - INFINITY);
-    return (v16f)(fin & (v16i)ew_expf16_normal(x - mx));
-}
-
-/* exp_sum's loop; normal as exp16_from. Each vector's halves go into the
- * 8 double lanes as they are made (lanes past ke get +0.0, which changes
- * no sum of exponentials): sum_lanes's order, so its bits, without a
- * second pass over the row. */
-static inline __attribute__((always_inline)) double exp_sum_of(float *s, int64_t ke, float mx,
-                                                               bool normal)
-{
-    v8d acc = {0}, lo, hi;
-    int64_t j = 0;
-    for (; j + 16 <= ke; j += 16) {
-        v16f v;
-        memcpy(&v, s + j, sizeof v);
-        v = exp16_from(v, mx, normal);
-        memcpy(s + j, &v, sizeof v);
-        widen16(v, &lo, &hi);
-        acc += lo;
-        acc += hi;
-    }
-    if (j < ke) { /* the last partial block in 16 lanes too (short rows are common) */
-        v16i live;
-        for (int l = 0; l < 16; l++)
-            live[l] = -(int32_t)(l < ke - j);
-        v16f v = exp16_from(load_part16(s + j, ke - j, 0.0f), mx, normal);
-        store_part16(s + j, ke - j, v);
-        widen16((v16f)(live & (v16i)v), &lo, &hi);
-        acc += lo;
-        acc += hi;
-    }
-    double lanes[8];
-    for (int l = 0; l < 8; l++)
-        lanes[l] = acc[l];
-    return lanes8_total(lanes);
-}
-
-/* s[j] = exp(s[j] - mx) over [0, ke); returns their sum (8 double lanes:
- * element j in lane j % 8). mn: the row's minimum as scale_mask_max gives
- * it; in range (exp_normal), the faster exponentials. */
-EW_CLONES static double exp_sum(float *s, int64_t ke, float mx, float mn)
-{
-    return exp_normal(mn, mx) ? exp_sum_of(s, ke, mx, true) : exp_sum_of(s, ke, mx, false);
-}
-
-/* The log-sum-exp of a row from its maximum and sum; NaN when every key
- * was masked (the row's output is NaN then, as PyTorch's). */
-static inline float row_lse(float mx, double sum)
-{
-    return sum > 0.0 ? (float)((double)mx + log(sum)) : NAN;
-}
-
-/* One row of scaled, masked softmax in place over s[0, ke); s[ke, Tk) = 0.
- * *lse (unless NULL: kept weights need none) gets the row's log-sum-exp. */
-EW_CLONES static void softmax_row(float *s, int64_t ke, int64_t Tk, float scale,
-                                  const int32_t *kmask, float *lse)
-{
-    float mn, mx = scale_mask_max(s, ke, scale, kmask, &mn);
-    double sum = exp_sum(s, ke, mx, mn);
-    /* every key masked: -inf - -inf gives NaN, as PyTorch */
-    double inv = 1.0 / sum;
-    int64_t j;
-    for (j = 0; j < ke; j++)
-        s[j] = (float)(s[j] * inv);
-    for (j = ke; j < Tk; j++)
-        s[j] = 0.0f;
-    if (lse)
-        *lse = row_lse(mx, sum);
-}
-
-/* One row of one key block in the online softmax: s[0, ke) becomes
- * exp(s / scale - m_new) (masked keys 0), s[ke, kz) = 0; the running
- * maximum *m and sum *l are updated. Returns the factor exp(m_old - m_new)
- * by which the row's earlier output must be scaled. */
-EW_CLONES static float online_row(float *s, int64_t ke, int64_t kz, float scale,
-                                  const int32_t *kmask, float *m, double *l)
-{
-    float mn, bmx = scale_mask_max(s, ke, scale, kmask, &mn);
-    float mnew = bmx > *m ? bmx : *m;
-    float alpha = 1.0f;
-    if (mnew == -INFINITY) { /* nothing visible yet: the block adds nothing */
-        for (int64_t j = 0; j < ke; j++)
-            s[j] = 0.0f;
-    } else {
-        alpha = ew_expf(*m - mnew); /* 0 when *m is -inf */
-        double sum = exp_sum(s, ke, mnew, mn);
-        *l = *l * (double)alpha + sum;
-        *m = mnew;
-    }
-    for (int64_t j = ke; j < kz; j++)
-        s[j] = 0.0f;
-    return alpha;
-}
-
-/* Recomputed probabilities of one row: s[j] = exp(s[j] / scale - lse)
- * over [0, ke) (masked keys 0, a NaN lse gives NaN), s[ke, kz) = 0. */
-EW_CLONES static void prob_row(float *s, int64_t ke, int64_t kz, float scale, const uint8_t *kpad,
-                               float lse)
-{
-    int64_t j;
-    if (kpad) /* two loops, so that both vectorise */
-        for (j = 0; j < ke; j++)
-            s[j] = ew_expf(bsel(M(kpad[j] != 0), -INFINITY, s[j] / scale) - lse);
-    else {
-        for (j = 0; j + 16 <= ke; j += 16) { /* ew_expf's bits in 16 lanes */
-            v16f v;
-            memcpy(&v, s + j, sizeof v);
-            v = ew_expf16(v / scale - lse);
-            memcpy(s + j, &v, sizeof v);
-        }
-        if (j < ke)
-            store_part16(s + j, ke - j, ew_expf16(load_part16(s + j, ke - j, 0.0f) / scale - lse));
-    }
-    for (j = ke; j < kz; j++)
-        s[j] = 0.0f;
-}
-
-/* prob_row and dsoft_row in one pass: p = exp(s / scale - lse) into s,
- * d = p (d - D) / scale, over [0, ke); both zero over [ke, kz). */
-EW_CLONES static void prob_dsoft_row(float *s, float *d, int64_t ke, int64_t kz, float scale,
-                                     const uint8_t *kpad, float lse, float D)
-{
-    int64_t j;
-    if (kpad)
-        for (j = 0; j < ke; j++) {
-            float p = ew_expf(bsel(M(kpad[j] != 0), -INFINITY, s[j] / scale) - lse);
-            s[j] = p;
-            d[j] = p * (d[j] - D) / scale;
-        }
-    else {
-        for (j = 0; j + 16 <= ke; j += 16) { /* as the scalar tail, 16 lanes */
-            v16f v, g;
-            memcpy(&v, s + j, sizeof v);
-            memcpy(&g, d + j, sizeof g);
-            v = ew_expf16(v / scale - lse);
-            g = v * (g - D) / scale;
-            memcpy(s + j, &v, sizeof v);
-            memcpy(d + j, &g, sizeof g);
-        }
-        if (j < ke) { /* the last partial block: the same operations in 16 lanes */
-            v16f v = ew_expf16(load_part16(s + j, ke - j, 0.0f) / scale - lse);
-            v16f g = v * (load_part16(d + j, ke - j, 0.0f) - D) / scale;
-            store_part16(s + j, ke - j, v);
-            store_part16(d + j, ke - j, g);
-            j = ke;
-        }
-    }
-    for (j = ke; j < kz; j++)
-        s[j] = d[j] = 0.0f;
-}
-
-/* <a, b> over [0, n) in 8 double lanes (element j in lane j % 8). */
-EW_CLONES static float dot_lanes(const float *a, const float *b, int64_t n)
-{
-    return (float)sum_lanes(a, b, n);
-}
-
-/* Softmax backward of one row given its probabilities p and dP in d:
- * d = p (d - D) / scale over [0, ke), d[ke, kz) = 0, where D = <p, dP> =
- * <dO, O>. */
-EW_CLONES static void dsoft_row(const float *p, float *d, int64_t ke, int64_t kz, float D,
-                                float scale)
-{
-    int64_t j = 0;
-    for (; j < ke; j++)
-        d[j] = p[j] * (d[j] - D) / scale;
-    for (; j < kz; j++)
-        d[j] = 0.0f;
-}
 
 /* A [B,H,T,dh] view over fresh [B,T,H,dh] contiguous storage: the layout
  * the heads merge into without a copy. */
@@ -434,8 +200,8 @@ static void fwd_tile(cg_gemm_path path, const cg_tensor *q, const cg_tensor *k, 
         mm(path, rows, kn, dh, 1.0f, qp, q->strides[2], q->strides[3], kp, k->strides[3],
            k->strides[2], 0.0f, S, ld, 1);
         for (int64_t i = i0; i < i1; i++)
-            softmax_row(S + (i - i0) * ld, key_end(causal, i, Tk), keep ? Tk : kn, scale, kmask,
-                        keep ? NULL : lse + i);
+            cg_attn_softmax_row(S + (i - i0) * ld, key_end(causal, i, Tk), keep ? Tk : kn, scale,
+                                kmask, keep ? NULL : lse + i);
         mm(path, rows, dh, kn, 1.0f, S, ld, 1, vp, v->strides[2], v->strides[3], 0.0f, op, ors,
            ocs);
         return;
@@ -455,8 +221,8 @@ static void fwd_tile(cg_gemm_path path, const cg_tensor *q, const cg_tensor *k, 
            k->strides[3], k->strides[2], 0.0f, S, ld, 1);
         for (int64_t r = 0; r < rows; r++) {
             int64_t ke = min64(key_end(causal, i0 + r, Tk), j1) - j0;
-            float alpha = online_row(S + r * ld, ke > 0 ? ke : 0, j1 - j0, scale,
-                                     kmask ? kmask + j0 : NULL, &m[r], &l[r]);
+            float alpha = cg_attn_online_row(S + r * ld, ke > 0 ? ke : 0, j1 - j0, scale,
+                                             kmask ? kmask + j0 : NULL, &m[r], &l[r]);
             if (alpha != 1.0f)
                 for (int64_t c = 0; c < dh; c++)
                     op[r * ors + c * ocs] *= alpha;
@@ -469,7 +235,7 @@ static void fwd_tile(cg_gemm_path path, const cg_tensor *q, const cg_tensor *k, 
         double inv = 1.0 / l[r]; /* every key masked: 0 * inf = NaN, as PyTorch */
         for (int64_t c = 0; c < dh; c++)
             op[r * ors + c * ocs] = (float)(op[r * ors + c * ocs] * inv);
-        lse[i0 + r] = row_lse(m[r], l[r]);
+        lse[i0 + r] = cg_attn_row_lse(m[r], l[r]);
     }
 }
 
@@ -496,7 +262,8 @@ static cg_tensor *attention_weights(const cg_tensor *q, const cg_tensor *k, bool
             mm(path, i1 - i0, kn, dh, 1.0f, at4(q, b, h) + i0 * q->strides[2], q->strides[2],
                q->strides[3], at4(k, b, h), k->strides[3], k->strides[2], 0.0f, S + i0 * Tk, Tk, 1);
             for (int64_t i = i0; i < i1; i++)
-                prob_row(S + i * Tk, key_end(causal, i, Tk), Tk, scale, kpad, lse[bh * Tq + i]);
+                cg_attn_prob_row(S + i * Tk, key_end(causal, i, Tk), Tk, scale, kpad,
+                                 lse[bh * Tq + i]);
         }
     }
     return P;
@@ -620,12 +387,15 @@ static cg_tensor *attention_fwd(const cg_tensor *q, const cg_tensor *k, const cg
 /* dq, dk, dv of one (batch, head), in tiles of qb query rows. Pb and Db:
  * Tq x ld scratch each, ld = min(Tk, KB); Dl: Tq floats. Ps: the kept
  * weights [Tq, Tk] (then Tk <= PKEEP = ld; Pb is not used), or NULL to
- * recompute them from lse. */
+ * recompute them from lse. bf (bf16 products; NULL in fp32): Tq x dh + Tq
+ * x ld bf16 scratch, where dO and dS are rounded once each for the two
+ * products that read them (each product would round its own copy while
+ * packing, from twice the bytes: the same bits). */
 static void bwd_head(cg_gemm_path path, const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
                      const cg_tensor *o, const float *Ps, const float *lse, const cg_tensor *g,
                      bool causal, const uint8_t *kpad, int64_t b, int64_t h, const cg_tensor *gq,
                      const cg_tensor *gk, const cg_tensor *gv, float *Pb, float *Db, int64_t ld,
-                     float *Dl, int64_t qb)
+                     float *Dl, int64_t qb, uint16_t *bf)
 {
     const int64_t Tq = q->shape[2], dh = q->shape[3], Tk = k->shape[2];
     const float scale = (float)sqrt((double)dh);
@@ -635,11 +405,22 @@ static void bwd_head(cg_gemm_path path, const cg_tensor *q, const cg_tensor *k, 
     float *dvp = gv ? at4(gv, b, h) : NULL;
     const int64_t qr = q->strides[2], qc = q->strides[3], kr = k->strides[2], kc = k->strides[3];
     const int64_t vr = v->strides[2], vc = v->strides[3], gr = g->strides[2], gc = g->strides[3];
+    /* dO as the products read it: g, or its bf16 copy (rows dh apart) */
+    head_op go = {gp, false};
+    int64_t gor = gr, goc = gc;
+    uint16_t *dbf = NULL; /* dS's bf16 copy (rows ld apart) */
+    if (bf && gc == 1) {
+        cg_bf16_round_runs(dh, Tq, gr, gp, dh, bf);
+        go = (head_op){bf, true};
+        gor = dh;
+        goc = 1;
+        dbf = bf + Tq * dh;
+    }
     /* D_i = <dO_i, O_i> (with kept weights: <P_i, dP_i>, below) */
     for (int64_t i = 0; !Ps && i < Tq; i++) {
         const float *oi = opp + i * o->strides[2];
         if (gc == 1 && o->strides[3] == 1) {
-            Dl[i] = dot_lanes(gp + i * gr, oi, dh);
+            Dl[i] = cg_attn_dot(gp + i * gr, oi, dh);
         } else {
             double acc = 0.0;
             for (int64_t c = 0; c < dh; c++)
@@ -663,24 +444,27 @@ static void bwd_head(cg_gemm_path path, const cg_tensor *q, const cg_tensor *k, 
             if (!Ps)
                 mm_heads(path, rows, ke1, dh, from(qa, i0 * qr), qa.bf, qr, qc, from(ka, j0 * kr),
                          ka.bf, kc, kr, 0.0f, P, ld, 1);
-            mm_heads(path, rows, ke1, dh, gp + i0 * gr, false, gr, gc, from(va, j0 * vr), va.bf, vc,
-                     vr, 0.0f, D, ld, 1);
+            mm_heads(path, rows, ke1, dh, from(go, i0 * gor), go.bf, gor, goc, from(va, j0 * vr),
+                     va.bf, vc, vr, 0.0f, D, ld, 1);
             for (int64_t i = i0; i < i1; i++) {
                 int64_t ke = min64(key_end(causal, i, Tk), j1) - j0;
                 float *dr = D + (i - i0) * ld;
                 if (Ps) {
                     const float *pr = Ps + i * ld;
-                    dsoft_row(pr, dr, ke, kz, dot_lanes(pr, dr, ke), scale);
+                    cg_attn_dsoft_row(pr, dr, ke, kz, cg_attn_dot(pr, dr, ke), scale);
                 } else {
-                    prob_dsoft_row(P + (i - i0) * ld, dr, ke, kz, scale, kpad ? kpad + j0 : NULL,
-                                   lse[i], Dl[i]);
+                    cg_attn_prob_dsoft_row(P + (i - i0) * ld, dr, ke, kz, scale,
+                                           kpad ? kpad + j0 : NULL, lse[i], Dl[i]);
                 }
             }
+            /* the columns the products below read, [0, kz), rounded once */
+            if (dbf)
+                cg_bf16_round_runs(kz, rows, ld, D, ld, dbf + (i0 - is) * ld);
             /* dq[i0:i1] (+)= dS k[j0:j0+ke1] */
             if (dqp)
-                mm_heads(path, rows, dh, ke1, D, false, ld, 1, from(ka, j0 * kr), ka.bf, kr, kc,
-                         j0 ? 1.0f : 0.0f, dqp + i0 * gq->strides[2], gq->strides[2],
-                         gq->strides[3]);
+                mm_heads(path, rows, dh, ke1, dbf ? (const void *)(dbf + (i0 - is) * ld) : D,
+                         dbf != NULL, ld, 1, from(ka, j0 * kr), ka.bf, kr, kc, j0 ? 1.0f : 0.0f,
+                         dqp + i0 * gq->strides[2], gq->strides[2], gq->strides[3]);
         }
         /* keys in sub-blocks: key j gets rows i >= j (causal) or all rows */
         const int64_t sb = causal ? QB : kn;
@@ -689,14 +473,16 @@ static void bwd_head(cg_gemm_path path, const cg_tensor *q, const cg_tensor *k, 
             if (r0 >= Tq)
                 break;
             const float *P = Pbase + (r0 - is) * ld + (s0 - j0);
-            const float *D = Db + (r0 - is) * ld + (s0 - j0);
+            const int64_t off = (r0 - is) * ld + (s0 - j0);
+            const void *D = dbf ? (const void *)(dbf + off) : (const void *)(Db + off);
             /* dv[s0:s1] = P^T dO[r0:], dk[s0:s1] = dS^T q[r0:] */
             if (dvp)
-                mm(path, s1 - s0, dh, Tq - r0, 1.0f, P, 1, ld, gp + r0 * gr, gr, gc, 0.0f,
-                   dvp + s0 * gv->strides[2], gv->strides[2], gv->strides[3]);
+                mm_heads(path, s1 - s0, dh, Tq - r0, P, false, 1, ld, from(go, r0 * gor), go.bf,
+                         gor, goc, 0.0f, dvp + s0 * gv->strides[2], gv->strides[2], gv->strides[3]);
             if (dkp)
-                mm_heads(path, s1 - s0, dh, Tq - r0, D, false, 1, ld, from(qa, r0 * qr), qa.bf, qr,
-                         qc, 0.0f, dkp + s0 * gk->strides[2], gk->strides[2], gk->strides[3]);
+                mm_heads(path, s1 - s0, dh, Tq - r0, D, dbf != NULL, 1, ld, from(qa, r0 * qr),
+                         qa.bf, qr, qc, 0.0f, dkp + s0 * gk->strides[2], gk->strides[2],
+                         gk->strides[3]);
         }
     }
 }
@@ -760,7 +546,10 @@ static bool attention_bwd(const cg_tensor *q, const cg_tensor *k, const cg_tenso
     const int64_t BH = B * H, kb = Tk < KB ? Tk : KB;
     const int nt = cg_get_num_threads();
     const int64_t np = kept ? 0 : Tq * kb; /* recomputed P tiles (none when kept) */
-    const int64_t per = np + Tq * kb + Tq; /* P and dS tiles, D */
+    /* bf16 products: dO's and dS's bf16 copies (bwd_head), in floats */
+    const bool bf = cg_get_matmul_precision() == CG_PRECISION_BF16;
+    const int64_t nbf = bf ? (Tq * dh + Tq * kb + 1) / 2 : 0;
+    const int64_t per = np + Tq * kb + Tq + nbf; /* P and dS tiles, D, the copies */
     float *scratch = thread_scratch(nt, per);
     if (!gq || !gk || !gv || !scratch) {
         cg_release_all(3, gq, gk, gv);
@@ -779,7 +568,7 @@ static bool attention_bwd(const cg_tensor *q, const cg_tensor *k, const cg_tenso
             bwd_head(path, q, k, v, out, kept ? sd + bh * Tq * Tk : NULL,
                      kept ? NULL : sd + bh * Tq, g, causal, key_pad ? key_pad + b * Tk : NULL, b,
                      bh % H, dq ? gq : NULL, dk ? gk : NULL, dv ? gv : NULL, w, w + np, kb,
-                     w + np + Tq * kb, qb);
+                     w + np + Tq * kb, qb, bf ? (uint16_t *)(w + np + Tq * kb + Tq) : NULL);
         }
     }
     cg_free(scratch);

@@ -1,0 +1,40 @@
+/* cgrad core, INTERNAL: the row kernels of the fused attention
+ * (core/attention_rows.c; only core/attention.c includes this). A row is
+ * one query's scores over keys [0, ke) of a block; kz >= ke is the block's
+ * width, whose columns past ke each kernel sets to 0. kmask: the key
+ * padding as 32-bit masks (~0 where padded), kpad: as bytes; either may be
+ * NULL (no padding). scale: sqrt(dh), which the scores are divided by. */
+#ifndef CG_ATTENTION_ROWS_H
+#define CG_ATTENTION_ROWS_H
+
+#include <math.h>
+#include <stdint.h>
+
+/* The log-sum-exp of a row from its maximum and sum; NaN when every key
+ * was masked (the row's output is NaN then, as PyTorch's). */
+static inline float cg_attn_row_lse(float mx, double sum)
+{
+    return sum > 0.0 ? (float)((double)mx + log(sum)) : NAN;
+}
+
+/* The softmax of s[0, ke) in place, s[ke, Tk) = 0; *lse (unless NULL)
+ * the row's log-sum-exp. */
+void cg_attn_softmax_row(float *s, int64_t ke, int64_t Tk, float scale, const int32_t *kmask,
+                         float *lse);
+/* One key block of the online softmax: s[0, ke) = exp(s / scale - m_new),
+ * the running maximum *m and sum *l updated; returns exp(m_old - m_new),
+ * the factor for the row's earlier output. */
+float cg_attn_online_row(float *s, int64_t ke, int64_t kz, float scale, const int32_t *kmask,
+                         float *m, double *l);
+/* The probabilities recomputed: s[j] = exp(s[j] / scale - lse). */
+void cg_attn_prob_row(float *s, int64_t ke, int64_t kz, float scale, const uint8_t *kpad,
+                      float lse);
+/* cg_attn_prob_row and cg_attn_dsoft_row in one pass (dP in d). */
+void cg_attn_prob_dsoft_row(float *s, float *d, int64_t ke, int64_t kz, float scale,
+                            const uint8_t *kpad, float lse, float D);
+/* <a, b> over [0, n), in 8 double lanes (element j in lane j % 8). */
+float cg_attn_dot(const float *a, const float *b, int64_t n);
+/* The softmax's backward: d = p (d - D) / scale, D = <p, dP> = <dO, O>. */
+void cg_attn_dsoft_row(const float *p, float *d, int64_t ke, int64_t kz, float D, float scale);
+
+#endif
