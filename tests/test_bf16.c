@@ -1654,6 +1654,59 @@ START_TEST(test_linear_act_backward)
 }
 END_TEST
 
+/* The bias's gradient of a linear layer's bf16 backward (both products
+ * asked for: g rounded once, its column sums in the same pass) is summed in
+ * blocks of 256 rows, the blocks' sums added in order: the same bits on 1
+ * and 2 threads, within one rounding of the float64 sum, and with one block
+ * (N <= 256) the bits of fp32's one chain a column. The gradients of x and
+ * W are those of the product on g rounded (the same on either thread
+ * count). */
+START_TEST(test_bias_grad_blocks)
+{
+    cg_rng rng = cg_rng_new(71);
+    const int64_t rows[] = {200, 3 * 256 + 17};
+    for (int c = 0; c < 2; c++) {
+        const int64_t N = rows[c], out = 70, in = 40;
+        cg_tensor *x = cg_randn(&rng, CG_SHAPE(N, in)), *w = cg_randn(&rng, CG_SHAPE(out, in));
+        cg_tensor *g = cg_randn(&rng, CG_SHAPE(N, out));
+        float *gv = cg_data(g);
+        for (int64_t i = 0; i < N * out; i++) /* magnitudes 2^-20 to 2^20: sums that round */
+            gv[i] = ldexpf(gv[i], (int)(i * 7919 % 41) - 20);
+        cg_tensor *got[2][3];
+        cg_set_matmul_precision(CG_PRECISION_BF16);
+        for (int t = 0; t < 2; t++) {
+            cg_set_num_threads(t + 1);
+            ck_assert(cg_k_linear_backward(x, w, g, &got[t][0], &got[t][1], &got[t][2]));
+        }
+        cg_set_num_threads(0);
+        cg_set_matmul_precision(CG_PRECISION_FP32);
+        for (int i = 0; i < 3; i++)
+            ck_assert_msg(same_bits(got[0][i], got[1][i]), "N %lld, gradient %d", (long long)N, i);
+        const float *db = cg_data(got[0][2]);
+        for (int64_t j = 0; j < out; j++) {
+            double exact = 0.0, mag = 0.0;
+            for (int64_t r = 0; r < N; r++) {
+                exact += gv[r * out + j];
+                mag += fabs(gv[r * out + j]);
+            }
+            /* the float rounding, and each double sum's (N additions) */
+            ck_assert_msg(fabs(db[j] - exact) <= fabs(exact) * 0x1p-24 + 2.0 * N * 0x1p-53 * mag,
+                          "N %lld, column %lld: %.9g, exact %.17g", (long long)N, (long long)j,
+                          db[j], exact);
+        }
+        if (N <= 256) {
+            cg_tensor *db32 = NULL;
+            ck_assert(cg_k_linear_backward(x, w, g, NULL, NULL, &db32));
+            ck_assert(same_bits(got[0][2], db32));
+            cg_release(db32);
+        }
+        for (int t = 0; t < 2; t++)
+            cg_release_all(3, got[t][0], got[t][1], got[t][2]);
+        cg_release_all(3, x, w, g);
+    }
+}
+END_TEST
+
 /* GELU (both forms) in bf16 precision keeps its input rounded to bf16
  * (the products' rounding) and not the input: the gradient is the kernel's
  * on the rounded input, bit for bit (in runs of 65,536 elements: 90,300
@@ -1785,6 +1838,7 @@ static Suite *bf16_suite(void)
     tcase_add_test(to, test_linear_act);
     tcase_add_test(to, test_norm_bf16_copy);
     tcase_add_test(to, test_linear_act_backward);
+    tcase_add_test(to, test_bias_grad_blocks);
     tcase_add_test(to, test_gelu_saves_bf16);
     tcase_add_test(to, test_attention_saves_bf16);
     suite_add_tcase(s, to);
