@@ -341,11 +341,11 @@ EW_CLONES static void round_cols(const float *g, cg_k_act act, const void *t, bo
  * in block order into b (float; NULL: no sums). The bits do not depend on
  * the thread count; with one block they are colsum_cols's (one chain a
  * column), and that block's columns go to the threads instead. Blocks of
- * rows, not of columns: the rows of g come from the threads' caches as
- * the op before split them (attention's heads, the norms' rows), and with
- * each thread reading a column block down every row, half of each row came
- * from the other core's cache: at 2 threads the pass took as long as at 1
- * (seq2seq tiny bf16, Intel Xeon: a step 20% slower). False + error when
+ * rows, not of columns: with each thread walking a column block down every
+ * row (a piece of each row, and half of the rows last written by the other
+ * core: the op before splits g by rows, attention by heads, the norms by
+ * rows), the pass took as long at 2 threads as at 1, and a seq2seq tiny
+ * bf16 step at 2 threads was 1.2x as long (Intel Xeon). False + error when
  * out of memory. */
 enum { SUM_ROWS = 256 };
 static bool round_rows(const float *g, cg_k_act act, const cg_tensor *t, int64_t N, int64_t out,
