@@ -345,9 +345,11 @@ EW_CLONES static void round_cols(const float *g, cg_k_act act, const void *t, bo
  * row (a piece of each row, and half of the rows last written by the other
  * core: the op before splits g by rows, attention by heads, the norms by
  * rows), the pass took as long at 2 threads as at 1, and a seq2seq tiny
- * bf16 step at 2 threads was 1.2x as long (Intel Xeon). False + error when
- * out of memory. */
-enum { SUM_ROWS = 256 };
+ * bf16 step at 2 threads was 1.2x as long (Intel Xeon). Blocks of 128
+ * rows, not 256: charlm tiny's 768 rows made 3 blocks of 256, split 1:2
+ * between two threads, and its step took 1.08x as long as with 6 of 128.
+ * False + error when out of memory. */
+enum { SUM_ROWS = 128 };
 static bool round_rows(const float *g, cg_k_act act, const cg_tensor *t, int64_t N, int64_t out,
                        uint16_t *g16, float *b)
 {

@@ -1656,15 +1656,15 @@ END_TEST
 
 /* The bias's gradient of a linear layer's bf16 backward (both products
  * asked for: g rounded once, its column sums in the same pass) is summed in
- * blocks of 256 rows, the blocks' sums added in order: the same bits on 1
+ * blocks of 128 rows, the blocks' sums added in order: the same bits on 1
  * and 2 threads, within one rounding of the float64 sum, and with one block
- * (N <= 256) the bits of fp32's one chain a column. The gradients of x and
+ * (N <= 128) the bits of fp32's one chain a column. The gradients of x and
  * W are those of the product on g rounded (the same on either thread
  * count). */
 START_TEST(test_bias_grad_blocks)
 {
     cg_rng rng = cg_rng_new(71);
-    const int64_t rows[] = {200, 3 * 256 + 17};
+    const int64_t rows[] = {100, 6 * 128 + 17};
     for (int c = 0; c < 2; c++) {
         const int64_t N = rows[c], out = 70, in = 40;
         cg_tensor *x = cg_randn(&rng, CG_SHAPE(N, in)), *w = cg_randn(&rng, CG_SHAPE(out, in));
@@ -1694,7 +1694,7 @@ START_TEST(test_bias_grad_blocks)
                           "N %lld, column %lld: %.9g, exact %.17g", (long long)N, (long long)j,
                           db[j], exact);
         }
-        if (N <= 256) {
+        if (N <= 128) {
             cg_tensor *db32 = NULL;
             ck_assert(cg_k_linear_backward(x, w, g, NULL, NULL, &db32));
             ck_assert(same_bits(got[0][2], db32));
