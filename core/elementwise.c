@@ -596,8 +596,8 @@ EW_CLONES void cg_k_act_run(cg_k_act act, int64_t n, int64_t runs, int64_t ld, f
     if (h16)
         cg_bf16_round_runs(n, runs, ld, h, ld, h16);
     for (int64_t r = 0; r < runs; r++) {
-        float *restrict hr = h + r * ld;
         if (act == CG_K_ACT_RELU) {
+            float *restrict hr = h + r * ld;
             uint8_t *restrict mr = m + r * ld;
             for (int64_t i = 0; i < n; i++) { /* f_relu, with no branch */
                 const float v = hr[i];
@@ -605,21 +605,17 @@ EW_CLONES void cg_k_act_run(cg_k_act act, int64_t n, int64_t runs, int64_t ld, f
                 hr[i] = pos | (v != v) ? v : 0.0f;
                 mr[i] = pos;
             }
-        } else if (!a) {
-            if (act == CG_K_ACT_GELU)
-                for (int64_t i = 0; i < n; i++)
-                    hr[i] = f_gelu(hr[i]);
-            else
-                for (int64_t i = 0; i < n; i++)
-                    hr[i] = f_gelu_erf(hr[i]);
         } else {
-            float *restrict out = a + r * ld;
+            /* in place over h, or into a (each element read before its
+             * write, at the same index: no restrict on out) */
+            float *out = a ? a + r * ld : h + r * ld;
+            const float *x = h + r * ld;
             if (act == CG_K_ACT_GELU)
                 for (int64_t i = 0; i < n; i++)
-                    out[i] = f_gelu(hr[i]);
+                    out[i] = f_gelu(x[i]);
             else
                 for (int64_t i = 0; i < n; i++)
-                    out[i] = f_gelu_erf(hr[i]);
+                    out[i] = f_gelu_erf(x[i]);
         }
     }
     if (a16)
