@@ -902,7 +902,7 @@ AMX_TARGET static void amx_configure(void)
         uint8_t palette, start_row, reserved[14];
         uint16_t colsb[16];
         uint8_t rows[16];
-    } cfg;
+    } cfg __attribute__((aligned(64)));
     _Static_assert(sizeof cfg == 64, "the tile configuration is 64 bytes");
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
@@ -910,7 +910,11 @@ AMX_TARGET static void amx_configure(void)
         cfg.colsb[t] = 64;
         cfg.rows[t] = 16;
     }
-    _tile_loadconfig(&cfg);
+    /* not _tile_loadconfig: GCC 12's reads its operand as 8 bytes, so the
+     * stores of colsb and rows above may be dropped as dead (they were,
+     * once this function stopped being inlined: every tile then had no
+     * rows and the first tile instruction faulted) */
+    __asm__ volatile("ldtilecfg %0" : : "m"(cfg));
     amx_ready = true;
 }
 
