@@ -162,26 +162,68 @@ EW_CLONES float cg_attn_online_row(float *s, int64_t ke, int64_t kz, float scale
     return alpha;
 }
 
+/* The key-padding bytes kpad[j, j + n) (n <= 16) as lanes: ~0 where
+ * padded, 0 elsewhere and past n. */
+static inline __attribute__((always_inline)) v16i pad_lanes(const uint8_t *kpad, int64_t n)
+{
+    v16i m = {0};
+    for (int l = 0; l < 16; l++)
+        m[l] = l < n ? -(int32_t)(kpad[l] != 0) : 0;
+    return m;
+}
+
+/* exp(v / scale - lse) in 16 lanes, -inf where pad: the scalar code's
+ * bits, ew_expf(bsel(padded, -inf, s / scale) - lse), lane by lane;
+ * normal (every unpadded lane's v / scale - lse in ew_expf16_normal's
+ * range): by that faster twin, the same bits, padded lanes set to 0. */
+static inline __attribute__((always_inline)) v16f prob16(v16f v, float scale, float lse, v16i pad,
+                                                         bool normal)
+{
+    const v16f ninf = (v16f){0} - INFINITY;
+    v = v / scale;
+    if (normal)
+        return (v16f)(~pad & (v16i)ew_expf16_normal(v - lse));
+    v = (v16f)((pad & (v16i)ninf) | (~pad & (v16i)v));
+    return ew_expf16(v - lse);
+}
+
+/* cg_attn_prob_row's loop; normal as prob16 */
+static inline __attribute__((always_inline)) void prob_run(float *s, int64_t ke, float scale,
+                                                           const uint8_t *kpad, float lse,
+                                                           bool normal)
+{
+    const v16i none = {0};
+    int64_t j;
+    for (j = 0; j + 16 <= ke; j += 16) {
+        v16f v;
+        memcpy(&v, s + j, sizeof v);
+        v = prob16(v, scale, lse, kpad ? pad_lanes(kpad + j, 16) : none, normal);
+        memcpy(s + j, &v, sizeof v);
+    }
+    if (j < ke)
+        store_part16(s + j, ke - j,
+                     prob16(load_part16(s + j, ke - j, 0.0f), scale, lse,
+                            kpad ? pad_lanes(kpad + j, ke - j) : none, normal));
+}
+
 /* Recomputed probabilities of one row: s[j] = exp(s[j] / scale - lse)
- * over [0, ke) (masked keys 0, a NaN lse gives NaN), s[ke, kz) = 0. */
+ * over [0, ke) (masked keys 0, a NaN lse gives NaN), s[ke, kz) = 0. In 16
+ * lanes, the last partial block too (ew_expf's bits). When the row's
+ * scores all map into ew_expf16_normal's range (they do unless a score is
+ * far below the row's maximum, or is not finite), by that twin: s / scale
+ * - lse is monotonic in s, so the row's minimum and maximum bound it. */
 EW_CLONES void cg_attn_prob_row(float *s, int64_t ke, int64_t kz, float scale, const uint8_t *kpad,
                                 float lse)
 {
-    int64_t j;
-    if (kpad) /* two loops, so that both vectorise */
-        for (j = 0; j < ke; j++)
-            s[j] = ew_expf(bsel(M(kpad[j] != 0), -INFINITY, s[j] / scale) - lse);
-    else {
-        for (j = 0; j + 16 <= ke; j += 16) { /* ew_expf's bits in 16 lanes */
-            v16f v;
-            memcpy(&v, s + j, sizeof v);
-            v = ew_expf16(v / scale - lse);
-            memcpy(s + j, &v, sizeof v);
-        }
-        if (j < ke)
-            store_part16(s + j, ke - j, ew_expf16(load_part16(s + j, ke - j, 0.0f) / scale - lse));
-    }
-    for (j = ke; j < kz; j++)
+    float mn;
+    bool bad;
+    const float mx = ke > 0 ? max16_min(s, ke, &mn, &bad) : 0.0f;
+    if (ke > 0 && !bad && lse == lse && mn / scale - lse >= EW_EXP_NORMAL_MIN &&
+        mx / scale - lse <= 0.0f)
+        prob_run(s, ke, scale, kpad, lse, true);
+    else
+        prob_run(s, ke, scale, kpad, lse, false);
+    for (int64_t j = ke; j < kz; j++)
         s[j] = 0.0f;
 }
 
