@@ -14,10 +14,11 @@
 
 /* ---------------------------------------------------------- attention */
 /* Fused scaled-dot-product attention (core/attention.c): the node keeps
- * the kernel's saved state (saved[0]): the weights up to 256 keys, each
- * row's log-sum-exp beyond (the backward then recomputes the weights tile
- * by tile, and needs the output too: an alias of it, in slot p.i[3] - 1;
- * with the weights kept the output is not read, so its memory goes with
+ * the kernel's saved state (saved[0]): the weights up to 256 keys (128 in
+ * bf16 on AMX), each row's log-sum-exp beyond (the backward then
+ * recomputes the weights tile by tile). Over several key blocks it needs
+ * the output too (cg_k_attention_needs_out): an alias of it, in slot
+ * p.i[3] - 1; otherwise the output is not read, so its memory goes with
  * its other owners: in bf16 precision the output projection keeps a bf16
  * copy instead). The backward needs the key-padding mask: the node keeps a
  * copy of it (slot p.i[2] - 1), as PyTorch's backward does not depend on
@@ -79,9 +80,9 @@ cg_tensor *cg_attention(cg_tensor *q, cg_tensor *k, cg_tensor *v, bool causal,
     bool ok = !cg_record_failed(n, 3, in);
     if (n) {
         n->p.i[0] = causal;
-        cg_tensor *kp = key_pad ? cg_k_clone(key_pad) : NULL;    /* the caller may change theirs */
-        cg_tensor *al = saved->ndim == 4 ? NULL : cg_alias(out); /* the weights: no output */
-        ok = cg_node_save(n, saved) == 0 && (saved->ndim == 4 || save_slot(n, al, &n->p.i[3])) &&
+        cg_tensor *kp = key_pad ? cg_k_clone(key_pad) : NULL; /* the caller may change theirs */
+        cg_tensor *al = cg_k_attention_needs_out(k, saved) ? cg_alias(out) : NULL;
+        ok = cg_node_save(n, saved) == 0 && (!al || save_slot(n, al, &n->p.i[3])) &&
              (!key_pad || save_slot(n, kp, &n->p.i[2])) && keep_bf16_qkv(n, in);
         cg_release_all(2, kp, al);
     }

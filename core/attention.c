@@ -24,7 +24,12 @@
  * attention hold, and the backward then skips the recomputation (one more
  * product and exponential per score) that would cost the short sequences
  * of the zoo's presets several percent of their step. Memory stays linear
- * in T, since beyond PKEEP keys nothing of size Tq x Tk is kept.
+ * in T, since beyond PKEEP keys nothing of size Tq x Tk is kept. On AMX
+ * (bf16) the weights are kept up to PKEEP_AMX keys only: beyond, the
+ * log-sum-exps, and up to KB keys (one block) the products of forward and
+ * backward run on tiles of their own (core/attention_amx.c), where
+ * recomputing costs what reading the weights back did. With one key block
+ * D_i is <P_i, dP_i> (the output is not read); over several, <dO_i, O_i>.
  *
  * Causal attention never computes tiles above the diagonal: a query tile
  * ending at row i1 reads keys [0, i1) only, and a key block starting at j0
@@ -41,6 +46,7 @@
 #include <string.h>
 
 #include "core/gemm.h"
+#include "core/attention_amx.h"
 #include "core/attention_rows.h"
 #include "core/ops.h"
 #include "core/upcast.h"
@@ -107,9 +113,9 @@ static cg_tensor *heads_out(int64_t B, int64_t H, int64_t T, int64_t dh, bool ze
  * depends on its size, and results must not depend on the thread count. */
 #define QT 256
 #define QT_MIN_BH 16
-static int64_t tile_rows(bool causal, int64_t Tq, int64_t Tk, int64_t BH)
+static int64_t tile_rows(bool causal, bool keep, int64_t Tq, int64_t BH)
 {
-    if (causal || Tk > PKEEP || BH < QT_MIN_BH)
+    if (causal || !keep || BH < QT_MIN_BH)
         return QB;
     return Tq < QT ? Tq : QT;
 }
@@ -292,6 +298,149 @@ static bool key_pad_arg(const char *op, const cg_tensor *key_pad, int64_t B, int
     return (*bytes = cg_k_contiguous(key_pad)) != NULL;
 }
 
+/* ------------------------------------------------------------ AMX tiles */
+
+/* Whether the weights are kept for the backward on `path`: up to PKEEP
+ * keys, and on AMX up to PKEEP_AMX, beyond which the backward recomputes
+ * them from the log-sum-exps on the tiles (core/attention_amx.h) in the
+ * time reading them back took (charlm base bf16, 256 keys: the step's
+ * time level, its peak memory 105 MB lower); with fewer keys keeping them
+ * stays faster (seq2seq base, 96 keys: recomputing took its step 10%
+ * longer). */
+#define PKEEP_AMX 128
+static bool keeps_weights(cg_gemm_path path, int64_t Tk)
+{
+    return Tk <= (path == CG_GEMM_BF16_AMX ? PKEEP_AMX : PKEEP);
+}
+
+/* Whether an attention with log-sum-exps and one key block runs its
+ * products on AMX tiles (core/attention_amx.h): the path is AMX and q, k,
+ * v (and g) have rows of contiguous elements. */
+static bool amx_fits(cg_gemm_path path, const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
+                     const cg_tensor *g)
+{
+    return k->shape[2] <= KB && q->strides[3] == 1 && k->strides[3] == 1 && v->strides[3] == 1 &&
+           (!g || g->strides[3] == 1) && cg_attn_amx_on(path);
+}
+static cg_attn_amx_head amx_head(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
+                                 int64_t b, int64_t h)
+{
+    const head_op qa = head_at(q, b, h), ka = head_at(k, b, h), va = head_at(v, b, h);
+    return (cg_attn_amx_head){.q = qa.p,
+                              .k = ka.p,
+                              .v = va.p,
+                              .qbf = qa.bf,
+                              .kbf = ka.bf,
+                              .vbf = va.bf,
+                              .qr = q->strides[2],
+                              .kr = k->strides[2],
+                              .vr = v->strides[2],
+                              .Tq = q->shape[2],
+                              .Tk = k->shape[2],
+                              .dh = q->shape[3]};
+}
+/* Scratch of `bytes` (rounded up to 64) for each of nt threads; *each
+ * gets the rounded size */
+static char *amx_scratch(int nt, size_t bytes, size_t *each)
+{
+    *each = (bytes + 63) / 64 * 64;
+    return cg_alloc(*each * (size_t)(nt > 0 ? nt : 1));
+}
+
+typedef struct {
+    int64_t Tk;
+    bool causal;
+    float scale;
+    const int32_t *kmask;
+    float *lse;
+} fwd_rows_ctx;
+/* fwd_tile's row: the softmax over the tile's kn keys, with its lse */
+static void fwd_row(void *c, int64_t i, float *s, int64_t kn)
+{
+    const fwd_rows_ctx *x = c;
+    cg_attn_softmax_row(s, key_end(x->causal, i, x->Tk), kn, x->scale, x->kmask, x->lse + i);
+}
+
+/* attention_fwd's work items (tiles of qb rows, log-sum-exps into lse)
+ * on AMX tiles: fwd_tile's bits. False when out of memory. */
+static bool fwd_amx(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
+                    const cg_tensor *out, bool causal, const int32_t *kmask, float scale,
+                    int64_t qb, float *lse, int nt)
+{
+    const int64_t B = q->shape[0], H = q->shape[1], Tq = q->shape[2], dh = q->shape[3];
+    const int64_t Tk = k->shape[2], BH = B * H, nqb = (Tq + qb - 1) / qb, items = BH * nqb;
+    size_t each;
+    char *ws = amx_scratch(nt, cg_attn_amx_fwd_bytes(Tk, dh), &each);
+    if (!ws)
+        return false;
+    for (int t = 0; t < nt; t++)
+        cg_attn_amx_fwd_head(ws + (size_t)t * each, -1, NULL);
+#pragma omp parallel for schedule(static) if (items > 1 && BH * Tq * Tk * dh > 32768) \
+    num_threads(nt)
+    for (int64_t it = 0; it < items; it++) {
+        const int64_t bh = it / nqb, i0 = it % nqb * qb, i1 = min64(i0 + qb, Tq);
+        const int64_t b = bh / H, h = bh % H;
+        void *w = ws + (size_t)omp_get_thread_num() * each;
+        const cg_attn_amx_head hd = amx_head(q, k, v, b, h);
+        fwd_rows_ctx ctx = {Tk, causal, scale, kmask ? kmask + b * Tk : NULL, lse + bh * Tq};
+        cg_attn_amx_fwd_head(w, bh, &hd);
+        cg_attn_amx_fwd_rows(w, &hd, i0, i1, key_end(causal, i1 - 1, Tk), fwd_row, &ctx,
+                             at4(out, b, h) + i0 * out->strides[2], out->strides[2]);
+    }
+    cg_free(ws);
+    return true;
+}
+
+typedef struct {
+    const float *lse;
+    const uint8_t *kpad;
+    int64_t Tk;
+    bool causal;
+    float scale;
+} bwd_rows_ctx;
+/* bwd_head's row with one key block: P from the log-sum-exp, then dS */
+static void bwd_row(void *c, int64_t i, float *s, float *d, int64_t kz)
+{
+    const bwd_rows_ctx *x = c;
+    const int64_t ke = key_end(x->causal, i, x->Tk);
+    cg_attn_prob_row(s, ke, kz, x->scale, x->kpad, x->lse[i]);
+    cg_attn_dsoft_row(s, d, ke, kz, cg_attn_dot(s, d, ke), x->scale);
+}
+
+/* attention_bwd from the log-sum-exps (one key block) on AMX tiles, one
+ * (batch, head) per thread as bwd_head, with its bits; the gradients not
+ * wanted are NULL. False when out of memory. */
+static bool bwd_amx(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v, const float *lse,
+                    const cg_tensor *g, bool causal, const uint8_t *key_pad, int64_t qb,
+                    const cg_tensor *gq, const cg_tensor *gk, const cg_tensor *gv, int nt)
+{
+    const int64_t B = q->shape[0], H = q->shape[1], Tq = q->shape[2], dh = q->shape[3];
+    const int64_t Tk = k->shape[2], BH = B * H;
+    size_t each;
+    char *ws = amx_scratch(nt, cg_attn_amx_bwd_bytes(Tq, Tk, dh), &each);
+    if (!ws)
+        return false;
+    const float scale = (float)sqrt((double)dh);
+#pragma omp parallel for schedule(static) if (BH > 1 && BH * Tq * Tk * dh > 32768) num_threads(nt)
+    for (int64_t bh = 0; bh < BH; bh++) {
+        const int64_t b = bh / H, h = bh % H;
+        const cg_attn_amx_head hd = amx_head(q, k, v, b, h);
+        bwd_rows_ctx ctx = {lse + bh * Tq, key_pad ? key_pad + b * Tk : NULL, Tk, causal, scale};
+        cg_attn_amx_bwd_head(ws + (size_t)omp_get_thread_num() * each, &hd, at4(g, b, h),
+                             g->strides[2], qb, causal ? QB : 0, bwd_row, &ctx,
+                             gq ? at4(gq, b, h) : NULL, gq ? gq->strides[2] : 0,
+                             gk ? at4(gk, b, h) : NULL, gk ? gk->strides[2] : 0,
+                             gv ? at4(gv, b, h) : NULL, gv ? gv->strides[2] : 0);
+    }
+    cg_free(ws);
+    return true;
+}
+
+bool cg_k_attention_needs_out(const cg_tensor *k, const cg_tensor *saved)
+{
+    return k && saved && saved->ndim == 3 && k->ndim == 4 && k->shape[2] > KB;
+}
+
 static cg_tensor *attention_fwd(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
                                 bool causal, const uint8_t *key_pad, cg_tensor **saved,
                                 cg_tensor **weights);
@@ -321,7 +470,8 @@ static cg_tensor *attention_fwd(const cg_tensor *q, const cg_tensor *k, const cg
     const int64_t B = q->shape[0], H = q->shape[1], Tq = q->shape[2], dh = q->shape[3];
     const int64_t Tk = k->shape[2], BH = B * H;
     const bool degen = Tq == 0 || Tk == 0 || dh == 0 || BH == 0;
-    const bool keep = Tk <= PKEEP;
+    const cg_gemm_path path = cg_precision_path(cg_get_matmul_precision());
+    const bool keep = keeps_weights(path, Tk);
     cg_tensor *out = heads_out(B, H, Tq, dh, false);
     /* the log-sum-exps, unless the weights are kept (the backward and
      * the weights then need none) */
@@ -341,7 +491,6 @@ static cg_tensor *attention_fwd(const cg_tensor *q, const cg_tensor *k, const cg
     } else {
         /* divide (not multiply by the reciprocal) to round as scores / sqrt(dh) */
         const float scale = (float)sqrt((double)dh);
-        const cg_gemm_path path = cg_precision_path(cg_get_matmul_precision());
         const int nt = cg_get_num_threads();
         const int64_t ld = Tk < KB ? Tk : KB;
         float *scratch = keep ? NULL : thread_scratch(nt, QB * ld);
@@ -353,9 +502,20 @@ static cg_tensor *attention_fwd(const cg_tensor *q, const cg_tensor *k, const cg
             cg_set_error("attention: out of memory");
             return NULL;
         }
-        const int64_t qb = tile_rows(causal, Tq, Tk, BH);
+        const int64_t qb = tile_rows(causal, keep, Tq, BH);
         const int64_t nqb = (Tq + qb - 1) / qb, items = BH * nqb;
         float *lp = keep ? NULL : cg_data(lse), *pp = keep ? cg_data(P) : NULL;
+        if (!keep && amx_fits(path, q, k, v, NULL) && out->strides[3] == 1) {
+            bool ok = fwd_amx(q, k, v, out, causal, kmask, scale, qb, lp, nt);
+            cg_free(scratch);
+            cg_free(kmask);
+            if (!ok) {
+                cg_release_all(3, out, lse, P);
+                cg_set_error("attention: out of memory");
+                return NULL;
+            }
+            goto done;
+        }
 #pragma omp parallel for schedule(static) if (items > 1 && BH * Tq * Tk * dh > 32768) \
     num_threads(nt)
         for (int64_t it = 0; it < items; it++) {
@@ -369,6 +529,7 @@ static cg_tensor *attention_fwd(const cg_tensor *q, const cg_tensor *k, const cg
         cg_free(scratch);
         cg_free(kmask);
     }
+done:
     if (weights) {
         *weights = keep    ? cg_retain(P)
                    : degen ? cg_full(CG_SHAPE(B, H, Tq, Tk), NAN)
@@ -416,8 +577,10 @@ static void bwd_head(cg_gemm_path path, const cg_tensor *q, const cg_tensor *k, 
         goc = 1;
         dbf = bf + Tq * dh;
     }
-    /* D_i = <dO_i, O_i> (with kept weights: <P_i, dP_i>, below) */
-    for (int64_t i = 0; !Ps && i < Tq; i++) {
+    /* D_i = <dO_i, O_i> over several key blocks (with kept weights or
+     * one block: <P_i, dP_i>, below) */
+    const bool one = Tk <= KB;
+    for (int64_t i = 0; !Ps && !one && i < Tq; i++) {
         const float *oi = opp + i * o->strides[2];
         if (gc == 1 && o->strides[3] == 1) {
             Dl[i] = cg_attn_dot(gp + i * gr, oi, dh);
@@ -451,6 +614,10 @@ static void bwd_head(cg_gemm_path path, const cg_tensor *q, const cg_tensor *k, 
                 float *dr = D + (i - i0) * ld;
                 if (Ps) {
                     const float *pr = Ps + i * ld;
+                    cg_attn_dsoft_row(pr, dr, ke, kz, cg_attn_dot(pr, dr, ke), scale);
+                } else if (one) {
+                    float *pr = P + (i - i0) * ld;
+                    cg_attn_prob_row(pr, ke, kz, scale, kpad, lse[i]);
                     cg_attn_dsoft_row(pr, dr, ke, kz, cg_attn_dot(pr, dr, ke), scale);
                 } else {
                     cg_attn_prob_dsoft_row(P + (i - i0) * ld, dr, ke, kz, scale,
@@ -505,7 +672,7 @@ bool cg_k_attention_backward(const cg_tensor *q, const cg_tensor *k, const cg_te
         *dv = NULL;
     if (!check_qkv("attention backward", q, k, v, true))
         return false;
-    if (!saved || !g || (!out && saved->ndim != 4))
+    if (!saved || !g || (!out && cg_k_attention_needs_out(k, saved)))
         return cg_error_null_input("cg_k_attention_backward");
     if (!cg_f32_args("attention backward", 2, (const cg_tensor *[]){out, g}))
         return false;
@@ -525,10 +692,10 @@ static bool attention_bwd(const cg_tensor *q, const cg_tensor *k, const cg_tenso
 {
     const int64_t B = q->shape[0], H = q->shape[1], Tq = q->shape[2], dh = q->shape[3];
     const int64_t Tk = k->shape[2];
-    const bool kept = Tk <= PKEEP; /* saved: the weights [B,H,Tq,Tk], else lse [B,H,Tq] */
+    const bool kept = saved->ndim == 4; /* saved: the weights [B,H,Tq,Tk], else lse [B,H,Tq] */
     if (!cg_same_shape(g, q) || (out && !cg_same_shape(out, q)) || saved->ndim != (kept ? 4 : 3) ||
         saved->shape[0] != B || saved->shape[1] != H || saved->shape[2] != Tq ||
-        (kept && saved->shape[3] != Tk) || !cg_is_contiguous(saved)) {
+        (kept && (saved->shape[3] != Tk || Tk > PKEEP)) || !cg_is_contiguous(saved)) {
         char a[96], b[96], c[96];
         cg_set_error("attention backward: gradient %s, output %s or saved state %s do not "
                      "match q/k",
@@ -557,10 +724,19 @@ static bool attention_bwd(const cg_tensor *q, const cg_tensor *k, const cg_tenso
         cg_set_error("attention backward: out of memory");
         return false;
     }
-    if (!degen) {
+    const cg_gemm_path path = cg_precision_path(cg_get_matmul_precision());
+    if (!degen && !kept && amx_fits(path, q, k, v, g)) {
+        cg_free(scratch);
+        scratch = NULL;
+        if (!bwd_amx(q, k, v, cg_data(saved), g, causal, key_pad, tile_rows(causal, false, Tq, BH),
+                     dq ? gq : NULL, dk ? gk : NULL, dv ? gv : NULL, nt)) {
+            cg_release_all(3, gq, gk, gv);
+            cg_set_error("attention backward: out of memory");
+            return false;
+        }
+    } else if (!degen) {
         const float *sd = cg_data(saved);
-        const int64_t qb = tile_rows(causal, Tq, Tk, BH);
-        const cg_gemm_path path = cg_precision_path(cg_get_matmul_precision());
+        const int64_t qb = tile_rows(causal, kept, Tq, BH);
 #pragma omp parallel for schedule(static) if (BH > 1 && BH * Tq * Tk * dh > 32768) num_threads(nt)
         for (int64_t bh = 0; bh < BH; bh++) {
             const int64_t b = bh / H;

@@ -918,6 +918,12 @@ AMX_TARGET static void amx_configure(void)
     amx_ready = true;
 }
 
+void cg_amx_thread_tiles(void)
+{
+    if (!amx_ready)
+        amx_configure();
+}
+
 /* x + y, rounded once; where both are NaN, x's NaN (x86 returns its first
  * source's). The order is pinned, not left to the compiler, because it
  * decides which NaN C keeps: store_tile's edge tiles took the sums' NaN

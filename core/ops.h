@@ -406,19 +406,23 @@ bool cg_k_linear_act_backward(const cg_tensor *x, const cg_tensor *w, cg_k_act a
  * computed). Returns [B,H,Tq,dh] as a VIEW of fresh [B,Tq,H,dh] contiguous
  * storage (so merging the heads needs no copy). *saved (if not NULL) gets
  * what the backward needs: the weights [B,H,Tq,Tk] when Tk <= 256 (short
- * rows are cheaper to keep than to recompute), else each row's log-sum-exp
- * of the scaled, masked scores [B,H,Tq] (NaN for a row with every key
- * masked); contiguous either way. *weights (if not NULL) gets the softmax
+ * rows are cheaper to keep than to recompute; in bf16 on AMX up to 128,
+ * whose tiles recompute them faster), else each row's log-sum-exp of the
+ * scaled, masked scores [B,H,Tq] (NaN for a row with every key masked);
+ * contiguous either way. *weights (if not NULL) gets the softmax
  * weights [B,H,Tq,Tk] (contiguous, exact zeros where masked), computed
  * only when asked for beyond 256 keys. */
 cg_tensor *cg_k_attention(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v, bool causal,
                           const cg_tensor *key_pad, cg_tensor **saved, cg_tensor **weights);
+/* Whether cg_k_attention_backward reads the output for this saved state:
+ * only with the log-sum-exps over several key blocks (Tk > 512). */
+bool cg_k_attention_needs_out(const cg_tensor *k, const cg_tensor *saved);
 /* Gradients of cg_k_attention given its output out, its saved state, the
- * same masks and the output gradient g ([B,H,Tq,dh], any strides); beyond
- * 256 keys the weights are recomputed tile by tile. With the weights
- * saved (up to 256 keys) out is not read and may be NULL. dq/dk/dv may each be
- * NULL to skip; results are [B,H,T,dh] views of [B,T,H,dh] contiguous
- * storage. */
+ * same masks and the output gradient g ([B,H,Tq,dh], any strides); from
+ * log-sum-exps the weights are recomputed tile by tile. out is read only
+ * where cg_k_attention_needs_out says (otherwise it may be NULL). dq/dk/dv
+ * may each be NULL to skip; results are [B,H,T,dh] views of [B,T,H,dh]
+ * contiguous storage. */
 bool cg_k_attention_backward(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
                              const cg_tensor *out, const cg_tensor *saved, const cg_tensor *g,
                              bool causal, const cg_tensor *key_pad, cg_tensor **dq, cg_tensor **dk,

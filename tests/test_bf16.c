@@ -1757,14 +1757,15 @@ END_TEST
 
 /* Attention in bf16 precision keeps q, k and v's bf16 copies instead of
  * them (its backward reads them only in products, which round them), and
- * its output only where it recomputes the weights: the
- * gradients have the bits of cg_k_attention_backward on the float q, k, v,
- * with kept weights (40 keys) and recomputed ones (300 keys: S = q k^T
- * from the copies), causal with key padding and not. */
+ * its output only where the backward reads it (weights recomputed over
+ * several key blocks, beyond 512 keys): the gradients have the bits of
+ * cg_k_attention_backward on the float q, k, v, with kept weights (40
+ * keys) and recomputed ones (600 keys: S = q k^T from the copies), causal
+ * with key padding and not. */
 START_TEST(test_attention_saves_bf16)
 {
     cg_rng rng = cg_rng_new(71);
-    const int64_t Ts[2] = {40, 300};
+    const int64_t Ts[2] = {40, 600};
     for (int v = 0; v < 4; v++) {
         const int64_t T = Ts[v & 1];
         const bool causal = v & 2;
@@ -1772,7 +1773,7 @@ START_TEST(test_attention_saves_bf16)
         cg_tensor *k0 = cg_requires_grad(cg_randn(&rng, CG_SHAPE(2, 2, T, 8)), true);
         cg_tensor *v0 = cg_requires_grad(cg_randn(&rng, CG_SHAPE(2, 2, T, 8)), true);
         cg_tensor *g = cg_randn(&rng, CG_SHAPE(2, 2, T, 8));
-        uint8_t pad[2 * 300] = {0};
+        uint8_t pad[2 * 600] = {0};
         pad[T - 1] = pad[2 * T - 1] = pad[2 * T - 2] = 1;
         cg_tensor *kpad = causal ? NULL : cg_test_mask(CG_SHAPE(2, T), pad);
         cg_set_matmul_precision(CG_PRECISION_BF16);
@@ -1784,11 +1785,11 @@ START_TEST(test_attention_saves_bf16)
             ck_assert_ptr_null(n->inputs[i]->storage);
             ck_assert_int_eq(n->saved[n->p.i[1] - 1 + i]->dtype, CG_BF16);
         }
-        /* the output only where the weights are recomputed (T > 256) */
+        /* the output only where the backward reads it (T > 512) */
         bool keeps_out = false;
         for (int i = 0; i < CG_NODE_MAX_SAVED; i++)
             keeps_out |= n->saved[i] && n->saved[i]->storage == y->storage;
-        ck_assert(keeps_out == (T > 256));
+        ck_assert(keeps_out == (T > 512));
         cg_tensor *saved = NULL, *dq, *dk, *dv;
         cg_tensor *ref = cg_k_attention(q, k, vv, causal, kpad, &saved, NULL);
         ck_assert(same_bits(y, ref));
@@ -1799,6 +1800,157 @@ START_TEST(test_attention_saves_bf16)
         cg_set_matmul_precision(CG_PRECISION_FP32);
         ck_assert(same_bits(q0->grad, dq) && same_bits(k0->grad, dk) && same_bits(v0->grad, dv));
         cg_release_all(12, q0, k0, v0, g, y, ref, saved, dq, dk, dv, loss, NULL);
+    }
+}
+END_TEST
+
+/* ------------------------------------------------ attention on AMX tiles */
+
+/* Attention in bf16 (core/attention_amx.h): on AMX, the weights of rows
+ * longer than 128 keys are recomputed in the backward, and the products of
+ * rows up to 512 keys run on tiles of their own. Their results have the
+ * bits of the same products through the GEMM (CG_ATTN_AMX=0) on 1 and 2
+ * threads, across strips, tiles, padding of dh and of the keys, causal
+ * and key-padded rows, cross-attention and keys no query sees; and they
+ * are within bf16's error of attention in double. On a CPU without AMX
+ * the same cases run through the GEMM. */
+typedef struct {
+    int64_t B, H, Tq, Tk, dh;
+    bool causal, pad;
+} amx_case;
+
+/* out, saved, dq, dk, dv */
+static void amx_attention(const amx_case *c, cg_tensor *const *in, const cg_tensor *kp,
+                          cg_tensor **r)
+{
+    r[0] = cg_k_attention(in[0], in[1], in[2], c->causal, kp, &r[1], NULL);
+    ck_assert_msg(r[0] != NULL, "%s", cg_last_error());
+    const cg_tensor *out = cg_k_attention_needs_out(in[1], r[1]) ? r[0] : NULL;
+    ck_assert_msg(cg_k_attention_backward(in[0], in[1], in[2], out, r[1], in[3], c->causal, kp,
+                                          &r[2], &r[3], &r[4]),
+                  "%s", cg_last_error());
+}
+
+/* The worst difference of out, dq, dk, dv (r[0], r[2..4]) from attention in
+ * double, relative to each result's largest magnitude. */
+static double amx_worst(const amx_case *c, cg_tensor *const *in, const uint8_t *pad,
+                        cg_tensor *const *r)
+{
+    const int64_t Tq = c->Tq, Tk = c->Tk, dh = c->dh;
+    float *x[4], *y[4];
+    for (int i = 0; i < 4; i++) {
+        x[i] = cg_test_values(in[i]);
+        y[i] = cg_test_values(r[i == 0 ? 0 : i + 1]);
+    }
+    double *ref[4], big[4] = {0};
+    ref[0] = calloc((size_t)(c->B * c->H * Tq * dh), sizeof(double));
+    ref[1] = calloc((size_t)(c->B * c->H * Tq * dh), sizeof(double));
+    ref[2] = calloc((size_t)(c->B * c->H * Tk * dh), sizeof(double));
+    ref[3] = calloc((size_t)(c->B * c->H * Tk * dh), sizeof(double));
+    double *P = malloc((size_t)Tk * sizeof(double)), *dP = malloc((size_t)Tk * sizeof(double));
+    const double sc = sqrt((double)dh);
+    for (int64_t bh = 0; bh < c->B * c->H; bh++) {
+        const float *q = x[0] + bh * Tq * dh, *k = x[1] + bh * Tk * dh;
+        const float *v = x[2] + bh * Tk * dh, *g = x[3] + bh * Tq * dh;
+        for (int64_t i = 0; i < Tq; i++) {
+            double mx = -INFINITY, sum = 0.0, dot = 0.0;
+            for (int64_t j = 0; j < Tk; j++) {
+                const bool masked = (c->causal && j > i) || (pad && pad[bh / c->H * Tk + j]);
+                double s = 0.0;
+                for (int64_t e = 0; e < dh; e++)
+                    s += (double)q[i * dh + e] * k[j * dh + e];
+                P[j] = masked ? -INFINITY : s / sc;
+                mx = fmax(mx, P[j]);
+            }
+            for (int64_t j = 0; j < Tk; j++)
+                sum += (P[j] = exp(P[j] - mx));
+            for (int64_t j = 0; j < Tk; j++) {
+                P[j] /= sum;
+                dP[j] = 0.0;
+                for (int64_t e = 0; e < dh; e++)
+                    dP[j] += (double)g[i * dh + e] * v[j * dh + e];
+                dot += P[j] * dP[j];
+            }
+            for (int64_t j = 0; j < Tk; j++) {
+                const double ds = P[j] * (dP[j] - dot) / sc;
+                for (int64_t e = 0; e < dh; e++) {
+                    ref[0][(bh * Tq + i) * dh + e] += P[j] * v[j * dh + e];
+                    ref[1][(bh * Tq + i) * dh + e] += ds * k[j * dh + e];
+                    ref[2][(bh * Tk + j) * dh + e] += ds * q[i * dh + e];
+                    ref[3][(bh * Tk + j) * dh + e] += P[j] * g[i * dh + e];
+                }
+            }
+        }
+    }
+    double worst = 0.0;
+    for (int t = 0; t < 4; t++) {
+        const int64_t n = c->B * c->H * (t < 2 ? Tq : Tk) * dh;
+        for (int64_t i = 0; i < n; i++)
+            big[t] = fmax(big[t], fabs(ref[t][i]));
+        for (int64_t i = 0; i < n; i++) /* also NaN: fmax keeps the number, so test it */
+            worst = isnan(y[t][i]) ? INFINITY : fmax(worst, fabs(y[t][i] - ref[t][i]) / big[t]);
+    }
+    for (int i = 0; i < 4; i++) {
+        free(x[i]);
+        free(y[i]);
+        free(ref[i]);
+    }
+    free(P);
+    free(dP);
+    return worst;
+}
+
+START_TEST(test_attention_amx)
+{
+    const amx_case cases[] = {
+        {2, 3, 200, 200, 32, true, false},  /* causal: tiles of 64 in strips, keys % 32 = 8 */
+        {1, 2, 37, 300, 8, false, true},    /* cross, padded keys, dh padded to 32, odd rows */
+        {2, 2, 150, 140, 64, true, true},   /* causal with Tq > Tk, padded keys */
+        {1, 4, 129, 129, 40, false, false}, /* dh 40 (two k chunks, padded), odd keys */
+        {1, 2, 20, 512, 16, true, false},   /* causal with keys no query sees, one block */
+        {2, 2, 64, 96, 32, false, true},    /* weights kept (96 keys) */
+        {1, 1, 600, 600, 32, true, false},  /* several key blocks: the GEMM's products */
+    };
+    const bool amx = cg_bf16_auto_path() == CG_GEMM_BF16_AMX;
+    cg_rng rng = cg_rng_new(97);
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const amx_case *c = &cases[ci];
+        cg_tensor *in[4] = {cg_randn(&rng, CG_SHAPE(c->B, c->H, c->Tq, c->dh)),
+                            cg_randn(&rng, CG_SHAPE(c->B, c->H, c->Tk, c->dh)),
+                            cg_randn(&rng, CG_SHAPE(c->B, c->H, c->Tk, c->dh)),
+                            cg_randn(&rng, CG_SHAPE(c->B, c->H, c->Tq, c->dh))};
+        uint8_t *pad = NULL;
+        cg_tensor *kp = NULL;
+        if (c->pad) {
+            pad = calloc((size_t)(c->B * c->Tk), 1);
+            for (int64_t b = 0; b < c->B; b++)
+                for (int64_t j = 1; j < c->Tk; j++)
+                    pad[b * c->Tk + j] = j % 11 == 3 || j >= c->Tk - 5 * (b + 1);
+            kp = cg_test_mask(CG_SHAPE(c->B, c->Tk), pad);
+        }
+        cg_set_matmul_precision(CG_PRECISION_BF16);
+        cg_tensor *r[4][5];
+        for (int run = 0; run < 4; run++) { /* tiles 1 and 2 threads, GEMM 1 and 2 */
+            ck_assert(setenv("CG_ATTN_AMX", run < 2 ? "1" : "0", 1) == 0);
+            cg_set_num_threads(run % 2 ? 2 : 1);
+            amx_attention(c, in, kp, r[run]);
+        }
+        unsetenv("CG_ATTN_AMX");
+        cg_set_num_threads(0);
+        cg_set_matmul_precision(CG_PRECISION_FP32);
+        /* on AMX the weights of rows over 128 keys are recomputed */
+        ck_assert_int_eq(r[0][1]->ndim, amx && c->Tk > 128 ? 3 : c->Tk > 256 ? 3 : 4);
+        for (int run = 1; run < 4; run++)
+            for (int t = 0; t < 5; t++)
+                ck_assert_msg(same_bits(r[run][t], r[0][t]),
+                              "attention case %zu: result %d of run %d differs", ci, t, run);
+        const double worst = amx_worst(c, in, pad, r[0]);
+        ck_assert_msg(worst < 0.02, "attention case %zu: %g of the largest from double", ci, worst);
+        for (int run = 0; run < 4; run++)
+            for (int t = 0; t < 5; t++)
+                cg_release(r[run][t]);
+        cg_release_all(5, in[0], in[1], in[2], in[3], kp);
+        free(pad);
     }
 }
 END_TEST
@@ -1842,6 +1994,10 @@ static Suite *bf16_suite(void)
     tcase_add_test(to, test_gelu_saves_bf16);
     tcase_add_test(to, test_attention_saves_bf16);
     suite_add_tcase(s, to);
+    TCase *ta = tcase_create("attention");
+    tcase_set_timeout(ta, 300);
+    tcase_add_test(ta, test_attention_amx);
+    suite_add_tcase(s, ta);
     return s;
 }
 
