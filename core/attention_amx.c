@@ -75,8 +75,8 @@ BF16_TARGET static void to_pairs(const void *src, bool bf, int64_t rs, int64_t n
     for (int64_t r = 0; r < rows_to; r += 2)
         for (int64_t c = 0; c < cols_to; c += 16) {
             const __mmask16 k = c < m ? lanes(m - c) : 0;
-            __m256i lo = r < n && k ? bf16x16(at(src, bf, r * rs + c), bf, k)
-                                    : _mm256_setzero_si256();
+            __m256i lo =
+                r < n && k ? bf16x16(at(src, bf, r * rs + c), bf, k) : _mm256_setzero_si256();
             __m256i hi = r + 1 < n && k ? bf16x16(at(src, bf, (r + 1) * rs + c), bf, k)
                                         : _mm256_setzero_si256();
             __m512i w = _mm512_or_si512(_mm512_cvtepu16_epi32(lo),
@@ -296,10 +296,10 @@ static size_t bwd_parts(void *w, int64_t Tq, int64_t Tk, int64_t dh, bwd_scratch
 {
     const int64_t dp = up(dh, 32), tq = up(Tq, 32), tk = up(Tk, 32);
     char *p = w;
-#define TAKE(field, n)                                  \
-    do {                                                \
-        b->field = (void *)p;                           \
-        p += (size_t)(n) * sizeof *b->field;            \
+#define TAKE(field, n)                       \
+    do {                                     \
+        b->field = (void *)p;                \
+        p += (size_t)(n) * sizeof *b->field; \
     } while (0)
     TAKE(q, tq * dp);
     TAKE(k, tk * dp);
