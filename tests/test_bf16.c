@@ -1909,6 +1909,7 @@ START_TEST(test_attention_amx)
         {1, 4, 129, 129, 40, false, false}, /* dh 40 (two k chunks, padded), odd keys */
         {1, 2, 20, 512, 16, true, false},   /* causal with keys no query sees, one block */
         {2, 2, 64, 96, 32, false, true},    /* weights kept (96 keys) */
+        {1, 3, 1, 200, 32, false, false},   /* one query (decoding) */
         {1, 1, 600, 600, 32, true, false},  /* several key blocks: the GEMM's products */
     };
     const bool amx = cg_bf16_auto_path() == CG_GEMM_BF16_AMX;
