@@ -493,43 +493,36 @@ static cg_tensor *attention_fwd(const cg_tensor *q, const cg_tensor *k, const cg
         const float scale = (float)sqrt((double)dh);
         const int nt = cg_get_num_threads();
         const int64_t ld = Tk < KB ? Tk : KB;
-        float *scratch = keep ? NULL : thread_scratch(nt, QB * ld);
+        /* within one key block beyond PKEEP_AMX keys on AMX: its tiles */
+        const bool amx = !keep && amx_fits(path, q, k, v, NULL) && out->strides[3] == 1;
+        float *scratch = keep || amx ? NULL : thread_scratch(nt, QB * ld);
         int32_t *kmask = key_pad ? key_masks(key_pad, B * Tk) : NULL;
-        if ((!keep && !scratch) || (key_pad && !kmask)) {
-            cg_free(scratch);
-            cg_free(kmask);
+        bool ok = (keep || amx || scratch) && (!key_pad || kmask);
+        const int64_t qb = tile_rows(causal, keep, Tq, BH);
+        const int64_t nqb = (Tq + qb - 1) / qb, items = BH * nqb;
+        float *lp = keep ? NULL : cg_data(lse), *pp = keep ? cg_data(P) : NULL;
+        if (ok && amx) {
+            ok = fwd_amx(q, k, v, out, causal, kmask, scale, qb, lp, nt);
+        } else if (ok) {
+#pragma omp parallel for schedule(static) if (items > 1 && BH * Tq * Tk * dh > 32768) \
+    num_threads(nt)
+            for (int64_t it = 0; it < items; it++) {
+                const int64_t bh = it / nqb, i0 = it % nqb * qb, b = bh / H;
+                float *S = keep ? pp + (bh * Tq + i0) * Tk
+                                : scratch + (int64_t)omp_get_thread_num() * QB * ld;
+                fwd_tile(path, q, k, v, out, b, bh % H, i0, min64(i0 + qb, Tq), causal,
+                         kmask ? kmask + b * Tk : NULL, scale, S, keep ? Tk : ld, keep,
+                         keep ? NULL : lp + bh * Tq);
+            }
+        }
+        cg_free(scratch);
+        cg_free(kmask);
+        if (!ok) {
             cg_release_all(3, out, lse, P);
             cg_set_error("attention: out of memory");
             return NULL;
         }
-        const int64_t qb = tile_rows(causal, keep, Tq, BH);
-        const int64_t nqb = (Tq + qb - 1) / qb, items = BH * nqb;
-        float *lp = keep ? NULL : cg_data(lse), *pp = keep ? cg_data(P) : NULL;
-        if (!keep && amx_fits(path, q, k, v, NULL) && out->strides[3] == 1) {
-            bool ok = fwd_amx(q, k, v, out, causal, kmask, scale, qb, lp, nt);
-            cg_free(scratch);
-            cg_free(kmask);
-            if (!ok) {
-                cg_release_all(3, out, lse, P);
-                cg_set_error("attention: out of memory");
-                return NULL;
-            }
-            goto done;
-        }
-#pragma omp parallel for schedule(static) if (items > 1 && BH * Tq * Tk * dh > 32768) \
-    num_threads(nt)
-        for (int64_t it = 0; it < items; it++) {
-            const int64_t bh = it / nqb, i0 = it % nqb * qb, b = bh / H;
-            float *S =
-                keep ? pp + (bh * Tq + i0) * Tk : scratch + (int64_t)omp_get_thread_num() * QB * ld;
-            fwd_tile(path, q, k, v, out, b, bh % H, i0, min64(i0 + qb, Tq), causal,
-                     kmask ? kmask + b * Tk : NULL, scale, S, keep ? Tk : ld, keep,
-                     keep ? NULL : lp + bh * Tq);
-        }
-        cg_free(scratch);
-        cg_free(kmask);
     }
-done:
     if (weights) {
         *weights = keep    ? cg_retain(P)
                    : degen ? cg_full(CG_SHAPE(B, H, Tq, Tk), NAN)
@@ -717,17 +710,16 @@ static bool attention_bwd(const cg_tensor *q, const cg_tensor *k, const cg_tenso
     const bool bf = cg_get_matmul_precision() == CG_PRECISION_BF16;
     const int64_t nbf = bf ? (Tq * dh + Tq * kb + 1) / 2 : 0;
     const int64_t per = np + Tq * kb + Tq + nbf; /* P and dS tiles, D, the copies */
-    float *scratch = thread_scratch(nt, per);
-    if (!gq || !gk || !gv || !scratch) {
+    const cg_gemm_path path = cg_precision_path(cg_get_matmul_precision());
+    const bool amx = !degen && !kept && amx_fits(path, q, k, v, g);
+    float *scratch = amx ? NULL : thread_scratch(nt, per);
+    if (!gq || !gk || !gv || (!amx && !scratch)) {
         cg_release_all(3, gq, gk, gv);
         cg_free(scratch);
         cg_set_error("attention backward: out of memory");
         return false;
     }
-    const cg_gemm_path path = cg_precision_path(cg_get_matmul_precision());
-    if (!degen && !kept && amx_fits(path, q, k, v, g)) {
-        cg_free(scratch);
-        scratch = NULL;
+    if (amx) {
         if (!bwd_amx(q, k, v, cg_data(saved), g, causal, key_pad, tile_rows(causal, false, Tq, BH),
                      dq ? gq : NULL, dk ? gk : NULL, dv ? gv : NULL, nt)) {
             cg_release_all(3, gq, gk, gv);
