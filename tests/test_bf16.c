@@ -1760,15 +1760,15 @@ END_TEST
  * its output only where the backward reads it (weights recomputed over
  * several key blocks, beyond 512 keys): the gradients have the bits of
  * cg_k_attention_backward on the float q, k, v, with kept weights (40
- * keys) and recomputed ones (600 keys: S = q k^T from the copies), causal
- * with key padding and not. */
+ * keys) and recomputed ones (200 keys: on AMX tiles there; 600 keys:
+ * S = q k^T from the copies), causal with key padding and not. */
 START_TEST(test_attention_saves_bf16)
 {
     cg_rng rng = cg_rng_new(71);
-    const int64_t Ts[2] = {40, 600};
-    for (int v = 0; v < 4; v++) {
-        const int64_t T = Ts[v & 1];
-        const bool causal = v & 2;
+    const int64_t Ts[3] = {40, 200, 600};
+    for (int v = 0; v < 6; v++) {
+        const int64_t T = Ts[v % 3];
+        const bool causal = v >= 3;
         cg_tensor *q0 = cg_requires_grad(cg_randn(&rng, CG_SHAPE(2, 2, T, 8)), true);
         cg_tensor *k0 = cg_requires_grad(cg_randn(&rng, CG_SHAPE(2, 2, T, 8)), true);
         cg_tensor *v0 = cg_requires_grad(cg_randn(&rng, CG_SHAPE(2, 2, T, 8)), true);
