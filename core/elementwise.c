@@ -37,13 +37,20 @@ typedef struct ew_params {
 
 /* sigma = 1/(1+exp(-z)) and 1 - sigma, both without cancellation and
  * without overflow: only exp(-|z|) is ever taken. */
-EW_INLINE void ew_sigmoid2(float z, float *sig, float *one_minus)
+/* sigmoid(z) and 1 - sigmoid(z); normal: |z| <= -EW_EXP_NORMAL_MIN (no
+ * NaN), where ew_expf_normal gives ew_expf's bits */
+EW_INLINE void ew_sigmoid2_of(float z, float *sig, float *one_minus, bool normal)
 {
-    float e = ew_expf(-fabsf(z));
+    float e = normal ? ew_expf_normal(-fabsf(z)) : ew_expf(-fabsf(z));
     float s = 1.0f / (1.0f + e);
     int32_t pos = M(z >= 0.0f);
     *sig = bsel(pos, s, e * s);
     *one_minus = bsel(pos, e * s, s);
+}
+
+EW_INLINE void ew_sigmoid2(float z, float *sig, float *one_minus)
+{
+    ew_sigmoid2_of(z, sig, one_minus, false);
 }
 
 EW_INLINE float f_sigmoid(float x)
@@ -56,28 +63,41 @@ EW_INLINE float f_sigmoid(float x)
 /* GELU, tanh form. 0.5 x (1 + tanh(u)) = x * sigmoid(2u) exactly
  * (1 + tanh(u) = 2 sigmoid(2u)); the sigmoid form is evaluated because it
  * does not cancel for negative x and vectorises. */
-EW_INLINE float f_gelu(float x)
+EW_INLINE float f_gelu_of(float x, bool normal)
 {
     float x3 = x * x * x;
     float u = GELU_K * (x + GELU_C * x3);
     float s, m;
-    ew_sigmoid2(2.0f * u, &s, &m);
+    ew_sigmoid2_of(2.0f * u, &s, &m, normal);
     return x * s;
 }
+EW_INLINE float f_gelu(float x) { return f_gelu_of(x, false); }
 
 /* d/dx of the above: s + 2 x s (1-s) K (1 + 3 C x^2) with s = sigmoid(2u)
  * (the same as 0.5 (1+t) + 0.5 x (1-t^2) K (1 + 3 C x^2), t = tanh u). */
-EW_INLINE float f_gelu_grad(float x)
+EW_INLINE float f_gelu_grad_of(float x, bool normal)
 {
     float x2 = x * x;
     float u = GELU_K * (x + GELU_C * x2 * x);
     float s, m;
-    ew_sigmoid2(2.0f * u, &s, &m);
+    ew_sigmoid2_of(2.0f * u, &s, &m, normal);
     float q = s * m;
     /* for large |x|, q is exactly 0 and x^2 may overflow: 0 * inf would give
      * NaN where the true term is 0 */
     float right = 2.0f * x * q * GELU_K * (1.0f + 3.0f * GELU_C * x2);
     return s + bsel(M(q == 0.0f), 0.0f, right);
+}
+EW_INLINE float f_gelu_grad(float x) { return f_gelu_grad_of(x, false); }
+
+/* Whether x[0, n) all have |x| <= 8 (no NaN): then the tanh-form GELU's
+ * |2u| <= 2 K (8 + 512 C) < 50, in ew_expf_normal's range, and f_gelu_of
+ * and f_gelu_grad_of may take it (the same bits, fewer operations) */
+EW_INLINE bool gelu_normal_run(const float *x, int64_t n)
+{
+    int32_t out = 0;
+    for (int64_t i = 0; i < n; i++)
+        out |= M(!(fabsf(x[i]) <= 8.0f));
+    return out == 0;
 }
 
 /* GELU, exact (erf) form, PyTorch's default (approximate='none'):
@@ -610,7 +630,10 @@ EW_CLONES void cg_k_act_run(cg_k_act act, int64_t n, int64_t runs, int64_t ld, f
              * write, at the same index: no restrict on out) */
             float *out = a ? a + r * ld : h + r * ld;
             const float *x = h + r * ld;
-            if (act == CG_K_ACT_GELU)
+            if (act == CG_K_ACT_GELU && gelu_normal_run(x, n))
+                for (int64_t i = 0; i < n; i++)
+                    out[i] = f_gelu_of(x[i], true);
+            else if (act == CG_K_ACT_GELU)
                 for (int64_t i = 0; i < n; i++)
                     out[i] = f_gelu(x[i]);
             else
@@ -642,7 +665,10 @@ EW_CLONES void cg_k_act_grad_run(cg_k_act act, int64_t n, const void *h, bool hb
             widen_run(b, (const uint16_t *)h + i0, wide);
             x = wide;
         }
-        if (act == CG_K_ACT_GELU)
+        if (act == CG_K_ACT_GELU && gelu_normal_run(x, b))
+            for (int64_t i = 0; i < b; i++)
+                out[i0 + i] = g[i0 + i] * f_gelu_grad_of(x[i], true);
+        else if (act == CG_K_ACT_GELU)
             for (int64_t i = 0; i < b; i++)
                 out[i0 + i] = g[i0 + i] * f_gelu_grad(x[i]);
         else

@@ -139,6 +139,15 @@ static inline __attribute__((always_inline)) v16f ew_expf16_normal(v16f x)
     return (v16f)((v16i)p + (k << 23));
 }
 
+/* ew_expf for x in [EW_EXP_NORMAL_MIN, 0] (no NaN): the same bits, as
+ * ew_expf16_normal's lanes. */
+static inline float ew_expf_normal(float x)
+{
+    EW_EXP_POLY(float, x, t, p);
+    int32_t k = f2i(t) - 0x4B400000;
+    return i2f(f2i(p) + k * (1 << 23));
+}
+
 /* The lane-wise maximum of a and b, a kept unless b > a (a NaN in b never
  * wins). */
 static inline __attribute__((always_inline)) v16f max16_lanes(v16f a, v16f b)
