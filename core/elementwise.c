@@ -36,9 +36,9 @@ typedef struct ew_params {
 #define EW_INLINE static inline __attribute__((always_inline))
 
 /* sigma = 1/(1+exp(-z)) and 1 - sigma, both without cancellation and
- * without overflow: only exp(-|z|) is ever taken. */
-/* sigmoid(z) and 1 - sigmoid(z); normal: |z| <= -EW_EXP_NORMAL_MIN (no
- * NaN), where ew_expf_normal gives ew_expf's bits */
+ * without overflow: only exp(-|z|) is ever taken; by ew_expf_normal when
+ * normal (the caller knows |z| <= -EW_EXP_NORMAL_MIN and no NaN: the same
+ * bits). */
 EW_INLINE void ew_sigmoid2_of(float z, float *sig, float *one_minus, bool normal)
 {
     float e = normal ? ew_expf_normal(-fabsf(z)) : ew_expf(-fabsf(z));
