@@ -17,7 +17,8 @@
  * topological order (iteratively), accumulates gradients where a tensor is
  * used more than once, reduces broadcast gradients back to each input's
  * shape, and adds the result into the .grad of every leaf that requires
- * grad. Unless retain_graph, the graph is freed afterwards (a second
+ * grad. Unless retain_graph, the graph is freed as the walk goes: what a
+ * node kept goes once its backward has run, as in PyTorch (a second
  * backward through it is an error).
  *
  * Ownership: as in core/tensor.h, every returned tensor is a new reference.

@@ -425,6 +425,14 @@ static bool backward_impl(cg_tensor *root, const cg_tensor *grad_root, bool reta
         cg_release(g0);
         return false;
     }
+    /* As PyTorch does, unless the graph is to be kept, what a node kept for
+     * its backward goes as soon as the backward has run, not when the walk
+     * ends: a layer's activations are freed as the gradient passes below
+     * it, and the backward's own buffers never add to all of them. The walk
+     * holds every node of its order until the end (a node whose last user
+     * has gone waits for its turn). */
+    for (size_t k = 0; k < order.n; k++)
+        cg_node_hold(order.v[k]);
     bool ok = accumulate(&root->node->grad, g0, false);
     bool hooks = ready_count(&order);
     /* order has inputs before users: walk it backwards. */
@@ -433,6 +441,8 @@ static bool backward_impl(cg_tensor *root, const cg_tensor *grad_root, bool reta
         if (!n->grad) { /* no gradient reached this node */
             if (hooks)
                 ready_node_done(n);
+            if (!retain_graph)
+                cg_node_drop_refs(n);
             continue;
         }
         cg_tensor *gin[16] = {0};
@@ -480,6 +490,8 @@ static bool backward_impl(cg_tensor *root, const cg_tensor *grad_root, bool reta
         n->grad = NULL;
         if (hooks && ok)
             ready_node_done(n);
+        if (ok && !retain_graph)
+            cg_node_drop_refs(n);
     }
     /* Drop leftover gradients (after a failure) and, unless asked to keep it,
      * the graph itself. */
@@ -490,6 +502,8 @@ static bool backward_impl(cg_tensor *root, const cg_tensor *grad_root, bool reta
         if (!retain_graph)
             cg_node_drop_refs(n);
     }
+    for (size_t k = 0; k < order.n; k++)
+        cg_node_unhold(order.v[k]);
     free(order.v);
     return ok;
 }

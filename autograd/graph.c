@@ -104,6 +104,9 @@ static void node_unref(cg_node *n)
         node_free_hook(n);
 }
 
+void cg_node_hold(cg_node *n) { __atomic_add_fetch(&n->refs, 1, __ATOMIC_RELAXED); }
+void cg_node_unhold(cg_node *n) { node_unref(n); }
+
 static void set_hook(void) { cg_set_node_release_hook(node_unref); }
 
 static void ensure_hook(void) /* once, whichever thread records first */

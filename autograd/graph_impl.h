@@ -24,4 +24,10 @@ static inline bool cg_is_leaf_input(const cg_tensor *in)
  * output tensor, headers of inputs that other nodes kept: n->refs). */
 void cg_node_drop_refs(cg_node *n);
 
+/* Take and give back a reference to n (n->refs): the backward walk holds
+ * every node of its order, so that a node whose output tensor dies while
+ * the walk frees what its users kept stays until its own turn. */
+void cg_node_hold(cg_node *n);
+void cg_node_unhold(cg_node *n);
+
 #endif

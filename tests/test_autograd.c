@@ -374,6 +374,62 @@ static cg_tensor *user_op(cg_tensor *x, const char *name, cg_backward_fn bw, cg_
     return out;
 }
 
+/* A user op y = 2 x that keeps a 1 MiB tensor of its own, and whose
+ * backward notes the library's live bytes when it runs. */
+enum { KEEP_FLOATS = 1 << 18, KEEP_OPS = 8 };
+static size_t g_live_at[KEEP_OPS];
+static int g_bw_runs;
+static bool keeper_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    ck_assert_ptr_nonnull(n->saved[0]); /* its own state is there while it runs */
+    g_live_at[g_bw_runs++] = cg_alloc_get_stats().live_bytes;
+    gin[0] = cg_k_muls(g, 2.0f);
+    return gin[0] != NULL;
+}
+static cg_tensor *keeper(cg_tensor *x)
+{
+    cg_tensor *out = cg_k_muls(x, 2.0f), *big = cg_zeros(CG_SHAPE(KEEP_FLOATS));
+    cg_node *n = NULL;
+    ck_assert_int_eq(cg_record_op(out, "keeper", 1, &x, keeper_bw, &n), CG_RECORD_OK);
+    ck_assert_int_eq(cg_node_save(n, big), 0);
+    cg_release(big);
+    return out;
+}
+/* What a node kept goes as soon as its backward has run (as in PyTorch),
+ * not when the whole walk ends: going down a chain of ops that each keep
+ * 1 MiB, every backward finds 1 MiB less alive than the one before it
+ * (intermediate outputs released by the caller, as a model's forward
+ * does). With retain_graph, all of it stays. */
+START_TEST(test_saved_freed_during_backward)
+{
+    const size_t mib = KEEP_FLOATS * sizeof(float);
+    for (int retain = 0; retain < 2; retain++) {
+        cg_tensor *x = cg_requires_grad(cg_ones(CG_SHAPE(4)), true);
+        cg_tensor *h = cg_retain(x);
+        for (int i = 0; i < KEEP_OPS; i++) {
+            cg_tensor *nh = keeper(h);
+            cg_release(h);
+            h = nh;
+        }
+        cg_tensor *l = cg_sum_all(h);
+        cg_release(h);
+        g_bw_runs = 0;
+        ck_assert(cg_backward(l, NULL, retain));
+        ck_assert_int_eq(g_bw_runs, KEEP_OPS);
+        for (int i = 1; i < KEEP_OPS; i++) {
+            if (retain) /* the same tensors are alive (gradients come and go) */
+                ck_assert_uint_lt(g_live_at[i] > g_live_at[0] ? g_live_at[i] - g_live_at[0]
+                                                              : g_live_at[0] - g_live_at[i],
+                                  mib / 2);
+            else /* one saved MiB less at each op down the chain */
+                ck_assert_uint_le(g_live_at[i] + mib, g_live_at[i - 1]);
+        }
+        CG_ASSERT_TENSOR(cg_grad(x), ((float[]){256, 256, 256, 256}), 0, 0);
+        cg_release_all(2, l, x);
+    }
+}
+END_TEST
+
 START_TEST(test_user_op_errors)
 {
     cg_tensor *x = cg_requires_grad(cg_ones(CG_SHAPE(2, 3)), true);
@@ -575,6 +631,7 @@ static Suite *autograd_suite(void)
     tcase_add_test(tc, test_deep_chain_no_stack_overflow);
     tcase_add_test(tc, test_no_grad_and_detach);
     tcase_add_test(tc, test_graph_freed_after_backward);
+    tcase_add_test(tc, test_saved_freed_during_backward);
     tcase_add_test(tc, test_backward_errors);
     tcase_add_test(tc, test_leaf_grads_are_private);
     tcase_add_test(tc, test_op_names_complete);
