@@ -19,7 +19,8 @@
  * is in one block, so these are written once). Memory is linear in T:
  * nothing of size Tq x Tk is kept.
  *
- * Short keys (Tk <= PKEEP) keep the weights instead of the log-sum-exps:
+ * Short keys (Tk <= PKEEP) keep the weights instead of the log-sum-exps
+ * (in bf16 precision rounded to bf16, as the product with v reads them):
  * Tk floats per query row is no more than the activations around the
  * attention hold, and the backward then skips the recomputation (one more
  * product and exponential per score) that would cost the short sequences
@@ -191,11 +192,15 @@ static float *thread_scratch(int nt, int64_t n)
 /* One query tile [i0, i1) of one (batch, head): out rows and (unless
  * keep) lse; kmask: the batch's key masks (key_masks) or NULL. S is a QB x
  * ld scratch, ld = min(Tk, KB), or (keep) the tile's rows of the kept
- * weights, ld = Tk, whose rows are then completed with zeros to Tk. */
+ * weights, ld = Tk, whose rows are then completed with zeros to Tk. Pbf
+ * (keep in bf16; else NULL): the tile's rows of the kept weights in bf16,
+ * Tk apart, S then a scratch of the tile's rows: each row is rounded
+ * into Pbf after its softmax, and the product with v reads Pbf (the
+ * bits of the product reading S, which rounds S as Pbf holds it). */
 static void fwd_tile(cg_gemm_path path, const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
                      const cg_tensor *out, int64_t b, int64_t h, int64_t i0, int64_t i1,
                      bool causal, const int32_t *kmask, float scale, float *S, int64_t ld,
-                     bool keep, float *lse)
+                     bool keep, float *lse, uint16_t *Pbf)
 {
     const int64_t Tk = k->shape[2], dh = q->shape[3];
     const float *qp = at4(q, b, h) + i0 * q->strides[2], *kp = at4(k, b, h), *vp = at4(v, b, h);
@@ -205,11 +210,18 @@ static void fwd_tile(cg_gemm_path path, const cg_tensor *q, const cg_tensor *k, 
     if (kn <= KB) { /* one block: the plain softmax, normalised before P v */
         mm(path, rows, kn, dh, 1.0f, qp, q->strides[2], q->strides[3], kp, k->strides[3],
            k->strides[2], 0.0f, S, ld, 1);
-        for (int64_t i = i0; i < i1; i++)
+        for (int64_t i = i0; i < i1; i++) {
             cg_attn_softmax_row(S + (i - i0) * ld, key_end(causal, i, Tk), keep ? Tk : kn, scale,
                                 kmask, keep ? NULL : lse + i);
-        mm(path, rows, dh, kn, 1.0f, S, ld, 1, vp, v->strides[2], v->strides[3], 0.0f, op, ors,
-           ocs);
+            if (Pbf)
+                cg_bf16_round_run(Tk, S + (i - i0) * ld, Pbf + (i - i0) * Tk);
+        }
+        if (Pbf)
+            mm_heads(path, rows, dh, kn, Pbf, true, Tk, 1, vp, false, v->strides[2], v->strides[3],
+                     0.0f, op, ors, ocs);
+        else
+            mm(path, rows, dh, kn, 1.0f, S, ld, 1, vp, v->strides[2], v->strides[3], 0.0f, op, ors,
+               ocs);
         return;
     }
     float m[QB];
@@ -472,11 +484,14 @@ static cg_tensor *attention_fwd(const cg_tensor *q, const cg_tensor *k, const cg
     const bool degen = Tq == 0 || Tk == 0 || dh == 0 || BH == 0;
     const cg_gemm_path path = cg_precision_path(cg_get_matmul_precision());
     const bool keep = keeps_weights(path, Tk);
+    /* in bf16 the weights are kept in bf16, as autocast's softmax of
+     * bf16 scores keeps them: the products read them so rounded anyway */
+    const bool pbf = keep && cg_get_matmul_precision() == CG_PRECISION_BF16;
     cg_tensor *out = heads_out(B, H, Tq, dh, false);
     /* the log-sum-exps, unless the weights are kept (the backward and
      * the weights then need none) */
     cg_tensor *lse = keep ? NULL : cg_empty(CG_SHAPE(B, H, Tq));
-    cg_tensor *P = keep ? cg_empty(CG_SHAPE(B, H, Tq, Tk)) : NULL;
+    cg_tensor *P = keep ? cg_empty_dtype(pbf ? CG_BF16 : CG_F32, CG_SHAPE(B, H, Tq, Tk)) : NULL;
     if (!out || (!keep && !lse) || (keep && !P)) {
         cg_release_all(3, out, lse, P);
         return NULL;
@@ -495,12 +510,15 @@ static cg_tensor *attention_fwd(const cg_tensor *q, const cg_tensor *k, const cg
         const int64_t ld = Tk < KB ? Tk : KB;
         /* within one key block beyond PKEEP_AMX keys on AMX: its tiles */
         const bool amx = !keep && amx_fits(path, q, k, v, NULL) && out->strides[3] == 1;
-        float *scratch = keep || amx ? NULL : thread_scratch(nt, QB * ld);
-        int32_t *kmask = key_pad ? key_masks(key_pad, B * Tk) : NULL;
-        bool ok = (keep || amx || scratch) && (!key_pad || kmask);
         const int64_t qb = tile_rows(causal, keep, Tq, BH);
+        /* a tile's scores: QB x ld, or (weights kept in bf16) its rows */
+        const int64_t ns = pbf ? qb * Tk : QB * ld;
+        float *scratch = (keep && !pbf) || amx ? NULL : thread_scratch(nt, ns);
+        int32_t *kmask = key_pad ? key_masks(key_pad, B * Tk) : NULL;
+        bool ok = ((keep && !pbf) || amx || scratch) && (!key_pad || kmask);
         const int64_t nqb = (Tq + qb - 1) / qb, items = BH * nqb;
-        float *lp = keep ? NULL : cg_data(lse), *pp = keep ? cg_data(P) : NULL;
+        float *lp = keep ? NULL : cg_data(lse), *pp = keep && !pbf ? cg_data(P) : NULL;
+        uint16_t *pb = pbf ? cg_data_bf16(P) : NULL;
         if (ok && amx) {
             ok = fwd_amx(q, k, v, out, causal, kmask, scale, qb, lp, nt);
         } else if (ok) {
@@ -508,11 +526,11 @@ static cg_tensor *attention_fwd(const cg_tensor *q, const cg_tensor *k, const cg
     num_threads(nt)
             for (int64_t it = 0; it < items; it++) {
                 const int64_t bh = it / nqb, i0 = it % nqb * qb, b = bh / H;
-                float *S = keep ? pp + (bh * Tq + i0) * Tk
-                                : scratch + (int64_t)omp_get_thread_num() * QB * ld;
+                float *S = keep && !pbf ? pp + (bh * Tq + i0) * Tk
+                                        : scratch + (int64_t)omp_get_thread_num() * ns;
                 fwd_tile(path, q, k, v, out, b, bh % H, i0, min64(i0 + qb, Tq), causal,
                          kmask ? kmask + b * Tk : NULL, scale, S, keep ? Tk : ld, keep,
-                         keep ? NULL : lp + bh * Tq);
+                         keep ? NULL : lp + bh * Tq, pbf ? pb + (bh * Tq + i0) * Tk : NULL);
             }
         }
         cg_free(scratch);
@@ -524,7 +542,7 @@ static cg_tensor *attention_fwd(const cg_tensor *q, const cg_tensor *k, const cg
         }
     }
     if (weights) {
-        *weights = keep    ? cg_retain(P)
+        *weights = keep    ? (pbf ? cg_k_to(P, CG_F32) : cg_retain(P))
                    : degen ? cg_full(CG_SHAPE(B, H, Tq, Tk), NAN)
                            : attention_weights(q, k, causal, key_pad, cg_data(lse));
         if (!*weights) {
@@ -540,13 +558,15 @@ static cg_tensor *attention_fwd(const cg_tensor *q, const cg_tensor *k, const cg
 
 /* dq, dk, dv of one (batch, head), in tiles of qb query rows. Pb and Db:
  * Tq x ld scratch each, ld = min(Tk, KB); Dl: Tq floats. Ps: the kept
- * weights [Tq, Tk] (then Tk <= PKEEP = ld; Pb is not used), or NULL to
- * recompute them from lse. bf (bf16 products; NULL in fp32): Tq x dh + Tq
+ * weights [Tq, Tk] (then Tk <= PKEEP = ld), floats or (Ps.bf) bf16, or
+ * Ps.p NULL to recompute them from lse; kept weights use Pb only to widen
+ * a bf16 row for the softmax's backward (the products read them as they
+ * are). bf (bf16 products; NULL in fp32): Tq x dh + Tq
  * x ld bf16 scratch, where dO and dS are rounded once each for the two
  * products that read them (each product would round its own copy while
  * packing, from twice the bytes: the same bits). */
 static void bwd_head(cg_gemm_path path, const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
-                     const cg_tensor *o, const float *Ps, const float *lse, const cg_tensor *g,
+                     const cg_tensor *o, head_op Ps, const float *lse, const cg_tensor *g,
                      bool causal, const uint8_t *kpad, int64_t b, int64_t h, const cg_tensor *gq,
                      const cg_tensor *gk, const cg_tensor *gv, float *Pb, float *Db, int64_t ld,
                      float *Dl, int64_t qb, uint16_t *bf)
@@ -573,7 +593,7 @@ static void bwd_head(cg_gemm_path path, const cg_tensor *q, const cg_tensor *k, 
     /* D_i = <dO_i, O_i> over several key blocks (with kept weights or
      * one block: <P_i, dP_i>, below) */
     const bool one = Tk <= KB;
-    for (int64_t i = 0; !Ps && !one && i < Tq; i++) {
+    for (int64_t i = 0; !Ps.p && !one && i < Tq; i++) {
         const float *oi = opp + i * o->strides[2];
         if (gc == 1 && o->strides[3] == 1) {
             Dl[i] = cg_attn_dot(gp + i * gr, oi, dh);
@@ -584,7 +604,7 @@ static void bwd_head(cg_gemm_path path, const cg_tensor *q, const cg_tensor *k, 
             Dl[i] = (float)acc;
         }
     }
-    const float *Pbase = Ps ? Ps : Pb;
+    const head_op Pbase = Ps.p ? Ps : (head_op){Pb, false};
     for (int64_t j0 = 0; j0 < Tk; j0 += KB) {
         const int64_t j1 = min64(j0 + KB, Tk), kn = j1 - j0;
         const int64_t is = causal ? j0 : 0; /* rows before j0 see none of these keys */
@@ -597,7 +617,7 @@ static void bwd_head(cg_gemm_path path, const cg_tensor *q, const cg_tensor *k, 
             const int64_t kz = causal ? min64(kn, (ke1 + QB - 1) / QB * QB) : kn;
             float *P = Pb + (i0 - is) * ld, *D = Db + (i0 - is) * ld;
             /* S = q k^T (unless kept), dP = dO v^T over the tile */
-            if (!Ps)
+            if (!Ps.p)
                 mm_heads(path, rows, ke1, dh, from(qa, i0 * qr), qa.bf, qr, qc, from(ka, j0 * kr),
                          ka.bf, kc, kr, 0.0f, P, ld, 1);
             mm_heads(path, rows, ke1, dh, from(go, i0 * gor), go.bf, gor, goc, from(va, j0 * vr),
@@ -605,8 +625,10 @@ static void bwd_head(cg_gemm_path path, const cg_tensor *q, const cg_tensor *k, 
             for (int64_t i = i0; i < i1; i++) {
                 int64_t ke = min64(key_end(causal, i, Tk), j1) - j0;
                 float *dr = D + (i - i0) * ld;
-                if (Ps) {
-                    const float *pr = Ps + i * ld;
+                if (Ps.p) {
+                    const float *pr = Ps.bf ? Pb : (const float *)from(Ps, i * ld);
+                    if (Ps.bf)
+                        cg_attn_widen_row((const uint16_t *)from(Ps, i * ld), ke, Pb);
                     cg_attn_dsoft_row(pr, dr, ke, kz, cg_attn_dot(pr, dr, ke), scale);
                 } else if (one) {
                     float *pr = P + (i - i0) * ld;
@@ -632,12 +654,12 @@ static void bwd_head(cg_gemm_path path, const cg_tensor *q, const cg_tensor *k, 
             const int64_t s1 = min64(s0 + sb, j1), r0 = causal ? s0 : 0;
             if (r0 >= Tq)
                 break;
-            const float *P = Pbase + (r0 - is) * ld + (s0 - j0);
             const int64_t off = (r0 - is) * ld + (s0 - j0);
+            const void *P = from(Pbase, off);
             const void *D = dbf ? (const void *)(dbf + off) : (const void *)(Db + off);
             /* dv[s0:s1] = P^T dO[r0:], dk[s0:s1] = dS^T q[r0:] */
             if (dvp)
-                mm_heads(path, s1 - s0, dh, Tq - r0, P, false, 1, ld, from(go, r0 * gor), go.bf,
+                mm_heads(path, s1 - s0, dh, Tq - r0, P, Pbase.bf, 1, ld, from(go, r0 * gor), go.bf,
                          gor, goc, 0.0f, dvp + s0 * gv->strides[2], gv->strides[2], gv->strides[3]);
             if (dkp)
                 mm_heads(path, s1 - s0, dh, Tq - r0, D, dbf != NULL, 1, ld, from(qa, r0 * qr),
@@ -686,6 +708,12 @@ static bool attention_bwd(const cg_tensor *q, const cg_tensor *k, const cg_tenso
     const int64_t B = q->shape[0], H = q->shape[1], Tq = q->shape[2], dh = q->shape[3];
     const int64_t Tk = k->shape[2];
     const bool kept = saved->ndim == 4; /* saved: the weights [B,H,Tq,Tk], else lse [B,H,Tq] */
+    /* the weights in float32 or bfloat16, the log-sum-exps in float32 */
+    if (!(saved->dtype == CG_F32 || (kept && saved->dtype == CG_BF16))) {
+        cg_set_error("attention backward: saved state is %s, expected float32%s",
+                     cg_dtype_name(saved->dtype), kept ? " or bfloat16 weights" : "");
+        return false;
+    }
     if (!cg_same_shape(g, q) || (out && !cg_same_shape(out, q)) || saved->ndim != (kept ? 4 : 3) ||
         saved->shape[0] != B || saved->shape[1] != H || saved->shape[2] != Tq ||
         (kept && (saved->shape[3] != Tk || Tk > PKEEP)) || !cg_is_contiguous(saved)) {
@@ -705,7 +733,9 @@ static bool attention_bwd(const cg_tensor *q, const cg_tensor *k, const cg_tenso
     cg_tensor *gv = heads_out(B, H, Tk, dh, degen || zero);
     const int64_t BH = B * H, kb = Tk < KB ? Tk : KB;
     const int nt = cg_get_num_threads();
-    const int64_t np = kept ? 0 : Tq * kb; /* recomputed P tiles (none when kept) */
+    const bool pbf = saved->dtype == CG_BF16;
+    /* recomputed P tiles, or (kept in bf16) a row widened */
+    const int64_t np = kept ? (pbf ? kb : 0) : Tq * kb;
     /* bf16 products: dO's and dS's bf16 copies (bwd_head), in floats */
     const bool bf = cg_get_matmul_precision() == CG_PRECISION_BF16;
     const int64_t nbf = bf ? (Tq * dh + Tq * kb + 1) / 2 : 0;
@@ -727,16 +757,18 @@ static bool attention_bwd(const cg_tensor *q, const cg_tensor *k, const cg_tenso
             return false;
         }
     } else if (!degen) {
-        const float *sd = cg_data(saved);
+        const head_op sd = {cg_data_ptr(saved), pbf};
         const int64_t qb = tile_rows(causal, kept, Tq, BH);
 #pragma omp parallel for schedule(static) if (BH > 1 && BH * Tq * Tk * dh > 32768) num_threads(nt)
         for (int64_t bh = 0; bh < BH; bh++) {
             const int64_t b = bh / H;
             float *w = scratch + (int64_t)omp_get_thread_num() * per;
-            bwd_head(path, q, k, v, out, kept ? sd + bh * Tq * Tk : NULL,
-                     kept ? NULL : sd + bh * Tq, g, causal, key_pad ? key_pad + b * Tk : NULL, b,
-                     bh % H, dq ? gq : NULL, dk ? gk : NULL, dv ? gv : NULL, w, w + np, kb,
-                     w + np + Tq * kb, qb, bf ? (uint16_t *)(w + np + Tq * kb + Tq) : NULL);
+            bwd_head(path, q, k, v, out,
+                     kept ? (head_op){from(sd, bh * Tq * Tk), pbf} : (head_op){NULL, false},
+                     kept ? NULL : (const float *)sd.p + bh * Tq, g, causal,
+                     key_pad ? key_pad + b * Tk : NULL, b, bh % H, dq ? gq : NULL, dk ? gk : NULL,
+                     dv ? gv : NULL, w, w + np, kb, w + np + Tq * kb, qb,
+                     bf ? (uint16_t *)(w + np + Tq * kb + Tq) : NULL);
         }
     }
     cg_free(scratch);

@@ -267,6 +267,8 @@ EW_CLONES float cg_attn_dot(const float *a, const float *b, int64_t n)
     return (float)sum_lanes(a, b, n);
 }
 
+EW_CLONES void cg_attn_widen_row(const uint16_t *h, int64_t n, float *f) { bf16_widen(n, h, f); }
+
 /* Softmax backward of one row given its probabilities p and dP in d:
  * d = p (d - D) / scale over [0, ke), d[ke, kz) = 0, where D = <p, dP> =
  * <dO, O>. */

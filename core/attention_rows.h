@@ -34,6 +34,8 @@ void cg_attn_prob_dsoft_row(float *s, float *d, int64_t ke, int64_t kz, float sc
                             const uint8_t *kpad, float lse, float D);
 /* <a, b> over [0, n), in 8 double lanes (element j in lane j % 8). */
 float cg_attn_dot(const float *a, const float *b, int64_t n);
+/* A row of weights kept in bf16 (their 16-bit patterns), widened to f. */
+void cg_attn_widen_row(const uint16_t *h, int64_t n, float *f);
 /* The softmax's backward: d = p (d - D) / scale, D = <p, dP> = <dO, O>. */
 void cg_attn_dsoft_row(const float *p, float *d, int64_t ke, int64_t kz, float D, float scale);
 

@@ -247,13 +247,7 @@ static bool shape_is(int nd, const int64_t *shape, const cg_tensor *t)
  * element's value is fn's on the same floats as cg_upcast's copies give. */
 #define EW_RUN 16384
 #define EW_WIDE 2048
-EW_CLONES static void widen_run(int64_t n, const uint16_t *h, float *f)
-{
-    for (int64_t i = 0; i < n; i++) {
-        const uint32_t u = (uint32_t)h[i] << 16;
-        memcpy(f + i, &u, sizeof u);
-    }
-}
+EW_CLONES static void widen_run(int64_t n, const uint16_t *h, float *f) { bf16_widen(n, h, f); }
 static bool ew_widens(int nin, const cg_tensor *const *in, int nd, const int64_t *shape)
 {
     bool bf = false, f32 = false;
@@ -616,7 +610,7 @@ EW_CLONES void cg_k_act_run(cg_k_act act, int64_t n, int64_t runs, int64_t ld, f
     if (h16)
         cg_bf16_round_runs(n, runs, ld, h, ld, h16);
     for (int64_t r = 0; r < runs; r++) {
-        if (act == CG_K_ACT_RELU) {
+        if (act == CG_K_ACT_RELU && m) {
             float *restrict hr = h + r * ld;
             uint8_t *restrict mr = m + r * ld;
             for (int64_t i = 0; i < n; i++) { /* f_relu, with no branch */
@@ -624,6 +618,12 @@ EW_CLONES void cg_k_act_run(cg_k_act act, int64_t n, int64_t runs, int64_t ld, f
                 const bool pos = v > 0.0f;
                 hr[i] = pos | (v != v) ? v : 0.0f;
                 mr[i] = pos;
+            }
+        } else if (act == CG_K_ACT_RELU) {
+            float *restrict hr = h + r * ld;
+            for (int64_t i = 0; i < n; i++) {
+                const float v = hr[i];
+                hr[i] = (v > 0.0f) | (v != v) ? v : 0.0f;
             }
         } else {
             /* in place over h, or into a (each element read before its

@@ -144,10 +144,12 @@ static bool act_outputs(act_out *ao, const cg_tensor *y, bool bf16)
     const bool relu = ao->act == CG_K_ACT_RELU;
     ao->e = (cg_gemm_epilogue){act_block, cg_data(y)};
     ao->a = !relu && !bf16 ? cg_empty(y->ndim, y->shape) : NULL;
-    ao->m = relu ? cg_empty_dtype(CG_BOOL, y->ndim, y->shape) : NULL;
+    /* relu's backward reads its mask, or in bf16 the output's rounding
+     * (positive where the mask is) */
+    ao->m = relu && !bf16 ? cg_empty_dtype(CG_BOOL, y->ndim, y->shape) : NULL;
     ao->h16 = !relu && bf16 ? cg_empty_dtype(CG_BF16, y->ndim, y->shape) : NULL;
     ao->a16 = bf16 ? cg_empty_dtype(CG_BF16, y->ndim, y->shape) : NULL;
-    if ((!relu && !bf16 && !ao->a) || (relu && !ao->m) || (!relu && bf16 && !ao->h16) ||
+    if ((!relu && !bf16 && !ao->a) || (relu && !bf16 && !ao->m) || (!relu && bf16 && !ao->h16) ||
         (bf16 && !ao->a16)) {
         cg_release_all(4, ao->a, ao->m, ao->h16, ao->a16);
         ao->a = ao->m = ao->h16 = ao->a16 = NULL;
@@ -247,8 +249,11 @@ cg_tensor *cg_k_linear_act(const cg_tensor *x, const cg_tensor *w, const cg_tens
     cg_tensor *out = ao.a ? ao.a : y; /* y activated in place, or y = h kept */
     if (ao.a16)
         cg_k_bf16_operand_keep(out, ao.a16);
+    if (act == CG_K_ACT_RELU)
+        *saved = ao.m ? ao.m : cg_retain(ao.a16);
+    else
+        *saved = ao.h16 ? ao.h16 : y;
     cg_release(ao.a16);
-    *saved = act == CG_K_ACT_RELU ? ao.m : ao.h16 ? ao.h16 : y;
     return out;
 }
 
@@ -313,7 +318,14 @@ EW_CLONES static void round_cols(const float *g, cg_k_act act, const void *t, bo
         memset(acc, 0, sizeof(double) * (size_t)w);
         for (int64_t r = 0; r < N; r++) {
             const float *src = g + r * ld + c0;
-            if (t && act == CG_K_ACT_RELU) { /* the mask, here (a call a row cost 1%) */
+            if (t && act == CG_K_ACT_RELU && tbf) {
+                /* the output's bf16 rounding, positive where the mask is:
+                 * in [1, 0x7f80] (not zero, negative or NaN) */
+                const uint16_t *a = (const uint16_t *)t + r * ld + c0;
+                for (int64_t j = 0; j < w; j++)
+                    buf[j] = (uint16_t)(a[j] - 1u) < 0x7f80u ? src[j] : 0.0f;
+                src = buf;
+            } else if (t && act == CG_K_ACT_RELU) { /* the mask, here (a call a row cost 1%) */
                 const uint8_t *m = (const uint8_t *)t + r * ld + c0;
                 for (int64_t j = 0; j < w; j++)
                     buf[j] = m[j] ? src[j] : 0.0f;
@@ -427,10 +439,10 @@ static bool linear_backward(const char *op, const cg_tensor *x, const cg_tensor 
             return false;
         }
         if (!cg_same_shape(t, g) ||
-            !(t->dtype == CG_F32 || (relu ? t->dtype == CG_BOOL : t->dtype == CG_BF16))) {
+            !(t->dtype == CG_F32 || t->dtype == CG_BF16 || (relu && t->dtype == CG_BOOL))) {
             char s1[96], s2[96];
             cg_set_error("%s: need %s of the gradient's shape, got %s %s and %s", op,
-                         relu ? "a bool mask or a float32 output"
+                         relu ? "a bool mask or a float32 or bfloat16 output"
                               : "a float32 or bfloat16 pre-activation",
                          cg_dtype_name(t->dtype), cg_shape_str(t, s1, sizeof s1),
                          cg_shape_str(g, s2, sizeof s2));
@@ -443,7 +455,7 @@ static bool linear_backward(const char *op, const cg_tensor *x, const cg_tensor 
      * rounded once (through the activation, with the bias's sums:
      * round_cols), read as it is by each (the same bits) */
     const bool fused = bf16 && dx && dw && !empty;
-    if (ag && (!fused || (ag->act == CG_K_ACT_RELU && ag->t->dtype != CG_BOOL))) {
+    if (ag && (!fused || (ag->act == CG_K_ACT_RELU && ag->t->dtype == CG_F32))) {
         /* the pre-activation's gradient, then as without an activation
          * (relu's float output: its mask first) */
         cg_tensor *gm = fused ? cg_k_relu_mask(ag->t) : act_backward(ag, g);

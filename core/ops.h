@@ -331,7 +331,9 @@ typedef enum { CG_K_ACT_RELU, CG_K_ACT_GELU, CG_K_ACT_GELU_ERF } cg_k_act;
  * kept as its operand (cg_k_bf16_operand_keep: the next layer's product
  * reads it); in fp32 it is one pass after the product. *saved gets what
  * the backward reads (cg_k_linear_act_backward): for relu the mask (bool,
- * y > 0); for the GELUs the pre-activation h = x W^T + b, in bf16
+ * y > 0), in bf16 precision the output's kept bf16 copy (positive where
+ * the mask is, but for outputs below 2^-126, which it rounds to zero);
+ * for the GELUs the pre-activation h = x W^T + b, in bf16
  * precision rounded to bf16 (cg_k_bf16_operand's bits: the GELU node's
  * saved input, autograd's cg_gelu). The output is the product's own
  * buffer, activated in place, except for a GELU in fp32 (h is kept). NULL
@@ -385,7 +387,8 @@ bool cg_k_linear_backward(const cg_tensor *x, const cg_tensor *w, const cg_tenso
                           cg_tensor **dx, cg_tensor **dw, cg_tensor **db);
 /* The same for y = act(x W^T + b) given what the forward saved: for relu
  * its mask (bool, y > 0: cg_k_relu_mask, cg_k_linear_act's) or y itself
- * (float32), for the GELUs the pre-activation h (float32, or bf16: then
+ * (float32, or bf16: g passes where it is positive), for the GELUs the
+ * pre-activation h (float32, or bf16: then
  * the derivative is taken at its rounded values). The bits of
  * cg_k_linear_backward given cg_k_relu_mask_backward(mask, g),
  * cg_k_relu_backward(y, g) or cg_k_<act>_backward(h, g). In bf16 precision,
@@ -407,11 +410,13 @@ bool cg_k_linear_act_backward(const cg_tensor *x, const cg_tensor *w, cg_k_act a
  * storage (so merging the heads needs no copy). *saved (if not NULL) gets
  * what the backward needs: the weights [B,H,Tq,Tk] when Tk <= 256 (short
  * rows are cheaper to keep than to recompute; in bf16 on AMX up to 128,
- * whose tiles recompute them faster), else each row's log-sum-exp of the
+ * whose tiles recompute them faster), in bf16 precision rounded to bf16
+ * (the product with v reads them so), else each row's log-sum-exp of the
  * scaled, masked scores [B,H,Tq] (NaN for a row with every key masked);
  * contiguous either way. *weights (if not NULL) gets the softmax
- * weights [B,H,Tq,Tk] (contiguous, exact zeros where masked), computed
- * only when asked for beyond 256 keys. */
+ * weights [B,H,Tq,Tk] (float32, contiguous, exact zeros where masked;
+ * where bf16 keeps them, their rounded values), computed only when asked
+ * for beyond 256 keys. */
 cg_tensor *cg_k_attention(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v, bool causal,
                           const cg_tensor *key_pad, cg_tensor **saved, cg_tensor **weights);
 /* Whether cg_k_attention_backward reads the output for this saved state:

@@ -39,6 +39,12 @@ static inline float i2f(int32_t i)
 }
 /* m ? a : b for m in {0, ~0}; both sides are evaluated */
 static inline float bsel(int32_t m, float a, float b) { return i2f((m & f2i(a)) | (~m & f2i(b))); }
+/* n bf16 elements (their 16-bit patterns) widened to floats: exact */
+static inline __attribute__((always_inline)) void bf16_widen(int64_t n, const uint16_t *h, float *f)
+{
+    for (int64_t i = 0; i < n; i++)
+        f[i] = i2f((int32_t)((uint32_t)h[i] << 16));
+}
 
 /* The heart of ew_expf for xc (clamped, no NaN) of type T, float or v16f:
  * t = 1.5 * 2^23 + round(xc / ln2), whose low mantissa bits hold k, and

@@ -1327,8 +1327,8 @@ START_TEST(test_affine_saves_bf16)
         ck_assert_int_eq(xb->dtype, CG_BF16);
         ck_assert_ptr_null(n->inputs[0]->storage);                   /* x itself is not kept */
         ck_assert_ptr_eq(y2->node->saved[y2->node->p.i[0] - 1], xb); /* one copy for both */
-        if (relu)
-            ck_assert_int_eq(n->saved[0]->dtype, CG_BOOL);
+        if (relu) /* the output's bf16 rounding, which the next layer keeps */
+            ck_assert_int_eq(n->saved[0]->dtype, CG_BF16);
         cg_tensor *gh = relu ? cg_k_relu_backward(ref, g) : cg_retain(g);
         cg_tensor *dx, *dw, *db;
         ck_assert(cg_k_linear_backward(x, w, gh, &dx, &dw, &db));
@@ -1522,7 +1522,11 @@ START_TEST(test_linear_act)
         ck_assert_ptr_nonnull(y);
         ck_assert_msg(same_bits(y, want), "act %d, %s, %lld x %lld, %d threads", act,
                       bf16 ? "bf16" : "fp32", (long long)rows[r], (long long)ins[in], nt);
-        if (act == 0) {
+        if (act == 0 && bf16) { /* relu in bf16: the output's rounding (its kept copy) */
+            ck_assert_int_eq(saved->dtype, CG_BF16);
+            ck_assert(!memcmp(cg_data_bf16(saved), cg_data_bf16(want_c),
+                              sizeof(uint16_t) * (size_t)cg_numel(y)));
+        } else if (act == 0) {
             cg_tensor *want_m = cg_k_relu_mask(want);
             ck_assert_int_eq(saved->dtype, CG_BOOL);
             ck_assert(!memcmp(cg_data_bool(saved), cg_data_bool(want_m), (size_t)cg_numel(y)));
@@ -1597,33 +1601,39 @@ END_TEST
  * activation given to cg_k_linear_backward, in fp32 and in bf16 precision
  * (where dx and dW together take the fused pass: the activation, the
  * rounding and the bias's sums at once, over the threads' column blocks),
- * for relu from its mask or its output and for the GELUs from a float or
- * a bf16 pre-activation, with and without the bias, with only some
- * gradients asked for, for a strided g; saved state of another shape or
- * dtype refused. */
+ * for relu from its mask or its output (float, or rounded to bf16: what
+ * bf16 training keeps) and for the GELUs from a float or a bf16
+ * pre-activation, with and without the bias, with only some gradients
+ * asked for, for a strided g; saved state of another shape or dtype
+ * refused. */
 START_TEST(test_linear_act_backward)
 {
     cg_rng rng = cg_rng_new(63);
     cg_tensor *x = cg_randn(&rng, CG_SHAPE(3, 100, 96)), *w = cg_randn(&rng, CG_SHAPE(530, 96));
     cg_tensor *h = cg_randn(&rng, CG_SHAPE(3, 100, 530));
     cg_tensor *hb = cg_k_bf16_operand(h), *a = cg_k_relu(h), *m = cg_k_relu_mask(h);
+    cg_tensor *ab = cg_k_bf16_operand(a);
     cg_tensor *g0 = cg_randn(&rng, CG_SHAPE(3, 530, 100)), *g = cg_transpose(g0, 1, 2);
     cg_data(g0)[7] = NAN; /* masked out or not: as the unfused gradient has it */
     const struct {
         cg_k_act act;
         const cg_tensor *saved;
-    } cases[] = {{CG_K_ACT_RELU, m},  {CG_K_ACT_RELU, a},     {CG_K_ACT_GELU, h},
-                 {CG_K_ACT_GELU, hb}, {CG_K_ACT_GELU_ERF, h}, {CG_K_ACT_GELU_ERF, hb}};
-    for (int k = 0; k < 6; k++)
+    } cases[] = {{CG_K_ACT_RELU, m},     {CG_K_ACT_RELU, a},  {CG_K_ACT_RELU, ab},
+                 {CG_K_ACT_GELU, h},     {CG_K_ACT_GELU, hb}, {CG_K_ACT_GELU_ERF, h},
+                 {CG_K_ACT_GELU_ERF, hb}};
+    for (int k = 0; k < 7; k++)
         for (int v = 0; v < 8; v++) {
             const bool bf16 = v & 1, all = v & 2, bias = v & 4;
             const cg_tensor *sv = cases[k].saved;
             cg_set_matmul_precision(bf16 ? CG_PRECISION_BF16 : CG_PRECISION_FP32);
             cg_tensor *got[3] = {NULL, NULL, NULL}, *want[3] = {NULL, NULL, NULL};
-            cg_tensor *gm = cases[k].act == CG_K_ACT_RELU ? (sv == m ? cg_k_relu_mask_backward(m, g)
-                                                                     : cg_k_relu_backward(a, g))
-                            : cases[k].act == CG_K_ACT_GELU ? cg_k_gelu_backward(sv, g)
-                                                            : cg_k_gelu_erf_backward(sv, g);
+            /* relu's rounded output: positive where the mask is (no
+             * subnormal outputs here, which bf16 rounds to zero) */
+            cg_tensor *gm =
+                cases[k].act == CG_K_ACT_RELU
+                    ? (sv == a ? cg_k_relu_backward(a, g) : cg_k_relu_mask_backward(m, g))
+                : cases[k].act == CG_K_ACT_GELU ? cg_k_gelu_backward(sv, g)
+                                                : cg_k_gelu_erf_backward(sv, g);
             ck_assert(cg_k_linear_act_backward(x, w, cases[k].act, sv, g, &got[0],
                                                all ? &got[1] : NULL, bias ? &got[2] : NULL));
             ck_assert(cg_k_linear_backward(x, w, gm, &want[0], all ? &want[1] : NULL,
@@ -1640,8 +1650,10 @@ START_TEST(test_linear_act_backward)
     cg_tensor *h2 = cg_randn(&rng, CG_SHAPE(3, 100, 529)), *m2 = cg_k_relu_mask(h2);
     cg_set_matmul_precision(CG_PRECISION_BF16);
     ck_assert(!cg_k_linear_act_backward(x, w, CG_K_ACT_RELU, m2, g, &dx, &dw, NULL));
-    ck_assert(!cg_k_linear_act_backward(x, w, CG_K_ACT_RELU, hb, g, &dx, &dw, NULL));
+    cg_tensor *mi = cg_k_to(m, CG_I64);
+    ck_assert(!cg_k_linear_act_backward(x, w, CG_K_ACT_RELU, mi, g, &dx, &dw, NULL));
     ck_assert(strstr(cg_last_error(), "bool mask") != NULL);
+    cg_release(mi);
     ck_assert(!cg_k_linear_act_backward(x, w, CG_K_ACT_GELU, m, g, &dx, &dw, NULL));
     ck_assert(strstr(cg_last_error(), "pre-activation") != NULL);
     ck_assert(!cg_k_linear_act_backward(x, w, (cg_k_act)9, h, g, &dx, &dw, NULL));
@@ -1649,7 +1661,7 @@ START_TEST(test_linear_act_backward)
     ck_assert(!cg_k_linear_act_backward(x, w, CG_K_ACT_RELU, NULL, g, &dx, &dw, NULL));
     cg_set_matmul_precision(CG_PRECISION_FP32);
     ck_assert(dx == NULL && dw == NULL);
-    cg_release_all(9, x, w, h, hb, a, m, g0, g, h2);
+    cg_release_all(10, x, w, h, hb, a, ab, m, g0, g, h2);
     cg_release(m2);
 }
 END_TEST
@@ -1760,7 +1772,8 @@ END_TEST
  * its output only where the backward reads it (weights recomputed over
  * several key blocks, beyond 512 keys): the gradients have the bits of
  * cg_k_attention_backward on the float q, k, v, with kept weights (40
- * keys) and recomputed ones (200 keys: on AMX tiles there; 600 keys:
+ * keys, kept in bf16: the weights asked for are their values) and
+ * recomputed ones (200 keys: on AMX tiles there; 600 keys:
  * S = q k^T from the copies), causal with key padding and not. */
 START_TEST(test_attention_saves_bf16)
 {
@@ -1790,16 +1803,23 @@ START_TEST(test_attention_saves_bf16)
         for (int i = 0; i < CG_NODE_MAX_SAVED; i++)
             keeps_out |= n->saved[i] && n->saved[i]->storage == y->storage;
         ck_assert(keeps_out == (T > 512));
-        cg_tensor *saved = NULL, *dq, *dk, *dv;
-        cg_tensor *ref = cg_k_attention(q, k, vv, causal, kpad, &saved, NULL);
+        cg_tensor *saved = NULL, *wts = NULL, *dq, *dk, *dv;
+        cg_tensor *ref = cg_k_attention(q, k, vv, causal, kpad, &saved, &wts);
         ck_assert(same_bits(y, ref));
+        /* kept weights (always at 40 keys) are kept in bf16, and the weights
+         * asked for are those values as floats */
+        ck_assert(saved->ndim == 4 || T > 40);
+        ck_assert_int_eq(saved->dtype, saved->ndim == 4 ? CG_BF16 : CG_F32);
+        ck_assert_int_eq(wts->dtype, CG_F32);
+        for (int64_t i = 0; saved->ndim == 4 && i < cg_numel(wts); i++)
+            ck_assert_float_eq(cg_bf16_to_f32(cg_data_bf16(saved)[i]), cg_data(wts)[i]);
         ck_assert(cg_k_attention_backward(q, k, vv, ref, saved, g, causal, kpad, &dq, &dk, &dv));
         cg_tensor *s = cg_mul(y, g), *loss = cg_sum_all(s);
         cg_release_all(4, q, k, vv, s);
         ck_assert(cg_backward(loss, NULL, false));
         cg_set_matmul_precision(CG_PRECISION_FP32);
         ck_assert(same_bits(q0->grad, dq) && same_bits(k0->grad, dk) && same_bits(v0->grad, dv));
-        cg_release_all(12, q0, k0, v0, g, y, ref, saved, dq, dk, dv, loss, NULL);
+        cg_release_all(12, q0, k0, v0, g, y, ref, saved, wts, dq, dk, dv, loss);
     }
 }
 END_TEST
