@@ -3,7 +3,7 @@
 # train with --recompute, through everything a run does (evaluation at the
 # start and at the end, a checkpoint, the loss curve, the full validation
 # loss), peaks within 1.3x of the bench's training steps of the same shape,
-# plus 8 MB.
+# plus 12 MB.
 # Before the fix the full validation loss forwarded 64 windows at once and
 # kept every layer's activations for all of them: 4.2x here (329 MB against
 # the bench's 78), 5.2x on base at T 1024 (2,305 MB against 445).
@@ -17,7 +17,12 @@
 # serving requests with blocks 4x larger (issue 32, a06b66e), the bench's
 # step here fell from 61.5 to 50.9 MB and the program's peak went from 67.2
 # to 69.2 MB (Intel Xeon 0xA7): its fixed costs, about 18 MB, no longer fit
-# in 30% of the step.
+# in 30% of the step. The 12 MB: once the backward let each node's saved
+# tensors go as soon as it had run (2026-11-26), the bench's step here fell
+# from 51.4 to 46.5 MB and the program stayed at 70.2-70.6 MB (its peak
+# is no longer the step's: 10 MB of it follow the corpus, 60.6 MB with a
+# tenth of it); the program's costs beyond the step, about 24 MB, then
+# exceeded 30% of the step + 8 MB.
 #   test_peak_rss.sh CHARLM BENCH
 set -uo pipefail
 charlm=$1
@@ -58,11 +63,11 @@ grep -q "full validation split: 79 windows of 512" t.err ||
 ref=$(peak_mb b.out b.err "$bench" --model charlm "${shape[@]}" --steps 2 --warmup 1)
 [ -n "$ref" ] || fail "bench: failed: $(tail -c 300 b.err)"
 if [ -n "$prog" ] && [ -n "$ref" ]; then
-  if python3 -c 'import sys; sys.exit(not float(sys.argv[1]) <= 1.3 * float(sys.argv[2]) + 8)' \
+  if python3 -c 'import sys; sys.exit(not float(sys.argv[1]) <= 1.3 * float(sys.argv[2]) + 12)' \
     "$prog" "$ref"; then
-    echo "ok: charlm train peaks at $prog MB, the bench's step at $ref MB (at most 1.3x + 8 MB)"
+    echo "ok: charlm train peaks at $prog MB, the bench's step at $ref MB (at most 1.3x + 12 MB)"
   else
-    fail "charlm train peaks at $prog MB, over 1.3x the bench's $ref MB + 8 MB for the same shape"
+    fail "charlm train peaks at $prog MB, over 1.3x the bench's $ref MB + 12 MB for the same shape"
   fi
 fi
 finish
