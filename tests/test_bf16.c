@@ -1813,6 +1813,11 @@ START_TEST(test_attention_saves_bf16)
         ck_assert_int_eq(wts->dtype, CG_F32);
         for (int64_t i = 0; saved->ndim == 4 && i < cg_numel(wts); i++)
             ck_assert_float_eq(cg_bf16_to_f32(cg_data_bf16(saved)[i]), cg_data(wts)[i]);
+        /* saved state of another dtype (log-sum-exps in bf16, ids) refused */
+        cg_tensor *bad = cg_k_to(saved, saved->ndim == 4 ? CG_I64 : CG_BF16);
+        ck_assert(!cg_k_attention_backward(q, k, vv, ref, bad, g, causal, kpad, &dq, &dk, &dv));
+        ck_assert_ptr_nonnull(strstr(cg_last_error(), "attention backward: saved state is"));
+        cg_release(bad);
         ck_assert(cg_k_attention_backward(q, k, vv, ref, saved, g, causal, kpad, &dq, &dk, &dv));
         cg_tensor *s = cg_mul(y, g), *loss = cg_sum_all(s);
         cg_release_all(4, q, k, vv, s);
