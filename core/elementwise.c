@@ -601,7 +601,7 @@ cg_tensor *cg_k_relu_mask(const cg_tensor *a)
  * apart (core/linear.c runs it on each block of the product once the
  * block is final, while it is in cache): h16 (if not NULL) gets h rounded
  * as the bf16 products round it; then relu: h = relu(h) in place
- * (cg_k_relu_'s bits) and m its mask (cg_k_relu_mask's); the GELUs: a =
+ * (cg_k_relu_'s bits) and m (if not NULL) its mask (cg_k_relu_mask's); the GELUs: a =
  * act(h) (cg_k_gelu's, cg_k_gelu_erf's bits), in place when a is NULL;
  * then a16 (if not NULL) the output rounded. */
 EW_CLONES void cg_k_act_run(cg_k_act act, int64_t n, int64_t runs, int64_t ld, float *h, float *a,

@@ -342,7 +342,7 @@ cg_tensor *cg_k_linear_act(const cg_tensor *x, const cg_tensor *w, const cg_tens
                            cg_tensor **saved);
 /* runs of n outputs of such a layer, run r at r * ld in every array: h16
  * (if not NULL) = h rounded as the bf16 products round it; relu: h =
- * relu(h) in place and m its mask; the GELUs: a = act(h), in place when a
+ * relu(h) in place and m (if not NULL) its mask; the GELUs: a = act(h), in place when a
  * is NULL; then a16 (if not NULL) the output rounded. */
 void cg_k_act_run(cg_k_act act, int64_t n, int64_t runs, int64_t ld, float *h, float *a, uint8_t *m,
                   uint16_t *h16, uint16_t *a16);
