@@ -89,11 +89,12 @@ enum { KC = CG_BF16_KC, MC = 96, NC = 3072 };
  * took 2 MB less still but ran 8-12% slower. */
 static inline int64_t n_block(cg_bf16_kind kind) { return kind == CG_BF16_EMULATED ? 1152 : NC; }
 
-/* AMX: rows of A (C turned over as the kernels store it) up to which a
- * product packs all of A's k block at once and then each B panel just
- * before its use (see cg_bf16_gemm_serial). Above, the m blocks of MC: a
- * 1024-row A block (768 KB) multiplied slower than blocks of 96. */
-enum { AMX_FUSE_ROWS = 384 };
+/* Rows of A (C turned over as the kernels store it) up to which a product
+ * packs all of A's k block at once (AMX; the native kernel only with A
+ * prepacked) and then each B panel just before its use (see
+ * cg_bf16_gemm_serial). Above, the m blocks of MC: a 1024-row A block
+ * (768 KB) multiplied slower than blocks of 96. */
+enum { FUSE_ROWS = 384 };
 
 /* Rows ahead that pack_a_across prefetches (its loads missed the
  * caches: a weight gradient's x comes from the forward pass, in memory). */
@@ -683,23 +684,31 @@ BF16_TARGET static inline __attribute__((always_inline)) void store_column(
 /* kp k-pairs of an A panel times the first nru columns of a B panel, into
  * C (mr x nr of the tile, nr <= nru). nru is a constant at every call
  * (kernel_native's switch), so the loops over columns unroll; a column's
- * sums are the same whatever nru is. */
+ * sums are the same whatever nru is. Column j's pair p is the 32-bit word
+ * at b + p ps + j cs bytes: a packed panel's (ps 4 NR, cs 4), or a bf16 B
+ * read in place (ps 4, cs its column pitch in bytes, any even number: the
+ * words are loaded unaligned). Three columns share a base pointer (cs
+ * apart with the index scaled by 1 and 2), so twelve columns take four
+ * pointers and the pitch in registers. */
 BF16_TARGET static inline __attribute__((always_inline)) void kernel_native_n(
-    const int nru, int64_t kp, const uint32_t *a, const uint32_t *b, int64_t mr, int64_t nr,
-    const tile_out *o, float alpha, float beta, const float *bias, int64_t brs, float *c,
-    int64_t rsc, int64_t csc)
+    const int nru, int64_t kp, const uint32_t *a, const char *b, const int64_t ps, const int64_t cs,
+    int64_t mr, int64_t nr, const tile_out *o, float alpha, float beta, const float *bias,
+    int64_t brs, float *c, int64_t rsc, int64_t csc)
 {
     __m512 acc[NR][2];
 #pragma GCC unroll 12
     for (int j = 0; j < nru; j++)
         acc[j][0] = acc[j][1] = _mm512_setzero_ps();
+    const char *base[NR / 3];
+    for (int q = 0; q < NR / 3; q++)
+        base[q] = b + 3 * q * cs;
     for (int64_t p = 0; p < kp; p++) {
         const __m512bh a0 = (__m512bh)_mm512_loadu_si512(a + p * MR);
         const __m512bh a1 = (__m512bh)_mm512_loadu_si512(a + p * MR + 16);
-        const uint32_t *bp = b + p * NR;
 #pragma GCC unroll 12
         for (int j = 0; j < nru; j++) {
-            const __m512bh bj = (__m512bh)_mm512_set1_epi32((int)bp[j]);
+            const __m512bh bj = (__m512bh)_mm512_broadcastd_epi32(
+                _mm_loadu_si32(base[j / 3] + p * ps + (j % 3) * cs));
             acc[j][0] = _mm512_dpbf16_ps(acc[j][0], a0, bj);
             acc[j][1] = _mm512_dpbf16_ps(acc[j][1], a1, bj);
         }
@@ -723,9 +732,9 @@ BF16_TARGET static inline __attribute__((always_inline)) void kernel_native_n(
     store_tile(mr, nr, t, o, c, rsc, csc);
 }
 
-/* kp k-pairs of an A panel times a B panel, into C (mr x nr of the tile):
- * only the nr columns C receives are computed (a matrix-vector product of
- * decoding is one column). */
+/* kp k-pairs of an A panel times a packed B panel, into C (mr x nr of the
+ * tile): only the nr columns C receives are computed (a matrix-vector
+ * product of decoding is one column). */
 BF16_TARGET static void kernel_native(int64_t kp, const uint32_t *a, const uint32_t *b, int64_t mr,
                                       int64_t nr, const tile_out *o, float *c, int64_t rsc,
                                       int64_t csc)
@@ -734,7 +743,9 @@ BF16_TARGET static void kernel_native(int64_t kp, const uint32_t *a, const uint3
      * accumulators their registers (spilled before the write-out) */
     const float alpha = o->alpha, beta = o->beta, *bias = o->bias;
     const int64_t brs = o->rs;
-#define CG_KN(N) kernel_native_n(N, kp, a, b, mr, nr, o, alpha, beta, bias, brs, c, rsc, csc)
+    const char *bb = (const char *)b;
+#define CG_KN(N) \
+    kernel_native_n(N, kp, a, bb, 4 * NR, 4, mr, nr, o, alpha, beta, bias, brs, c, rsc, csc)
     switch (nr) {
     case 1: CG_KN(1); break;
     case 2: CG_KN(2); break;
@@ -747,6 +758,16 @@ BF16_TARGET static void kernel_native(int64_t kp, const uint32_t *a, const uint3
     default: CG_KN(NR); break;
     }
 #undef CG_KN
+}
+
+/* kp k-pairs of an A panel times NR columns of a bf16 B read in place
+ * (b_in_place): column j's k-pairs are the words from b + j cs bytes on. */
+BF16_TARGET static void kernel_native_in_place(int64_t kp, const uint32_t *a, const uint16_t *b,
+                                               int64_t cs, int64_t mr, const tile_out *o, float *c,
+                                               int64_t rsc, int64_t csc)
+{
+    kernel_native_n(NR, kp, a, (const char *)b, 4, cs, mr, NR, o, o->alpha, o->beta, o->bias, o->rs,
+                    c, rsc, csc);
 }
 
 /* 16 rows of an A panel (k-pairs) times ncol <= 4 columns of a wide B
@@ -1118,15 +1139,22 @@ static product product_of(cg_bf16_kind kind, int64_t m, int64_t n, int64_t k, fl
         csb,  rsbias, csbias, c,    rsc,   csc,  pre ? *pre : (cg_bf16_prepacked){NULL, 0, NULL}};
 }
 
-/* Whether the AMX kernel reads the B panel of nr columns in place, not
+/* Whether the kernel reads the B panel of nr columns in place, not
  * packed: B's elements are bf16 (the products' own rounding: packing them
- * is the identity), each column's k runs contiguously, so that it holds
- * the k-pairs a packed panel's row holds, and the panel has every row the
- * kernel loads (16, or NR_AMX for more than 16 columns). */
+ * is the identity) and each column's k runs contiguously, so that it holds
+ * the k-pairs a packed panel holds. AMX: the panel has every row the
+ * kernel loads (16, or NR_AMX for more than 16 columns). Native: a whole
+ * panel of NR columns, k even (seq2seq base's forward products and input
+ * gradients: 8% of a bf16 step went to packing them, Zen 5). */
 static inline bool b_in_place(const product *p, int64_t nr)
 {
-    return p->kind == CG_BF16_AMX && p->bbf && p->rsb == 1 && p->csb > 0 &&
-           (nr == NR_AMX || nr == 16);
+    if (!p->bbf || p->rsb != 1 || p->csb <= 0)
+        return false;
+    if (p->kind == CG_BF16_AMX)
+        return nr == NR_AMX || nr == 16;
+    /* the native kernel's broadcasts read the words themselves: whole
+     * panels, and every k block even, so that no pair reaches past it */
+    return p->kind == CG_BF16_NATIVE && nr == NR && p->k % 2 == 0;
 }
 
 /* B panels [j0, j1) (multiples of b_cols) of the block of B at k offset
@@ -1232,7 +1260,7 @@ static void panel_times_rows(const product *p, int64_t ic, int64_t mc, int64_t j
     tile_out o = {p->alpha, first ? (bias ? 0.0f : p->beta) : 1.0f, NULL, p->rsbias, p->csbias};
     uint32_t tail[NR_AMX * 16] __attribute__((aligned(64)));
     amx_b b = {bp, (size_t)round16(kp) * sizeof(uint32_t), INT64_MAX, NULL};
-    if (!bp)
+    if (!bp && p->kind == CG_BF16_AMX)
         b = b_amx_in_place(p, j, nr, pc, kc, tail);
     for (int64_t ir = 0; ir < mc; ir += MR) {
         const int64_t mr = min64(mc - ir, MR);
@@ -1244,6 +1272,9 @@ static void panel_times_rows(const product *p, int64_t ic, int64_t mc, int64_t j
                                       : pa + ir * kp * a_words(p->kind);
         if (p->kind == CG_BF16_AMX)
             kernel_amx(kp, ap, &b, mr, nr, &o, cp, p->rsc, p->csc);
+        else if (p->kind == CG_BF16_NATIVE && !bp)
+            kernel_native_in_place(kp, ap, (const uint16_t *)p->b + pc + j * p->csb,
+                                   p->csb * (int64_t)sizeof(uint16_t), mr, &o, cp, p->rsc, p->csc);
         else if (p->kind == CG_BF16_NATIVE)
             kernel_native(kp, ap, bp, mr, nr, &o, cp, p->rsc, p->csc);
         else
@@ -1304,8 +1335,12 @@ bool cg_bf16_gemm_serial(cg_bf16_kind kind, int64_t m, int64_t n, int64_t k, flo
     /* AMX, with A prepacked (the weight) or in one m block: each B panel
      * is packed just before every row panel of C multiplies it, into one
      * buffer that stays in L1 (packing a whole block first, then reading it
-     * back once per m block, went through L2 and L3) */
-    const bool fused = kind == CG_BF16_AMX && (p.pre.p || p.m <= AMX_FUSE_ROWS);
+     * back once per m block, went through L2 and L3). The native kernel
+     * too with a prepacked A of at most FUSE_ROWS rows (a 3072 x 256 x
+     * 256 forward 4% faster on Zen 5; with 1024 rows A's k block left L2
+     * and it was 2% slower). */
+    const bool fused = (kind == CG_BF16_AMX && (p.pre.p || p.m <= FUSE_ROWS)) ||
+                       (kind == CG_BF16_NATIVE && p.pre.p && p.m <= FUSE_ROWS);
     const size_t na = p.pre.p ? 0 : fused ? a_rows_size(&p, p.m) : a_block_size(&p);
     const size_t nb =
         fused ? (size_t)b_panel_words(kind, (min64(p.k, KC) + 1) / 2) : b_block_size(&p);

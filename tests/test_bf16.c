@@ -9,7 +9,7 @@
  *   kernel's NaN, infinities and zeros;
  * - 1 and 2 threads give the same bits;
  * - a bias added as C is written has the bits of C set to the bias first;
- * - a bf16 operand AMX reads in place gives the bits of its floats, and
+ * - a bf16 operand read in place (AMX, and the native kernel) gives the bits of its floats, and
  *   nothing past its k values or its end is read;
  * - the precision switch reaches every product of the library. */
 #include <check.h>
@@ -1211,8 +1211,9 @@ static void guarded_free(uint16_t *h, int64_t n, int64_t ld, int64_t k)
     munmap(end + page - len, len);
 }
 
-/* A bf16 operand whose k runs contiguously (AMX reads whole panels of it
- * in place, core/gemm_bf16.c b_in_place) gives the bits of the same
+/* A bf16 operand whose k runs contiguously (AMX and the native kernel
+ * read whole panels of it in place, core/gemm_bf16.c b_in_place; the
+ * native one only for an even k) gives the bits of the same
  * product of its values as floats (always packed), and reads nothing past
  * k or past the operand: k not a multiple of 32 (the last chunk copied)
  * and odd (its partner zero), a k block and a half, vectors of the
