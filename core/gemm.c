@@ -610,15 +610,21 @@ static bool gemm_run(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int6
     int64_t nch = (dim + csz - 1) / csz;
     if (nt > nch)
         nt = (int)nch;
-    /* (on AMX and the native kernel a prepacked weight's product split by
-     * rows of x shares nothing worth packing once: each thread packs its
-     * own rows of x, a panel at a time, or reads them in place, and reads
-     * W's panels; sharing x's panels instead made a 3072 x 256 x 256
-     * forward twice as slow on 2 threads on AMX, and 1.13x as slow on the
-     * native kernel with x read in place, Zen 5) */
-    const bool own_rows = pre && split_m && g.bf16 != CG_BF16_EMULATED;
-    if (nt > 1 && g.bf16 && !own_rows &&
-        cg_bf16_gemm_shares_packing(g.bf16, m, n, k, rsc, csc, nt)) {
+    /* bf16 on AMX and emulated: the threads pack the shared operand once,
+     * together (cg_bf16_gemm_parallel), except that a prepacked weight's
+     * product split by rows of x shares nothing worth packing once (each
+     * thread packs its own rows of x, a panel at a time, and reads W's
+     * panels; sharing x's panels made a 3072 x 256 x 256 forward twice as
+     * slow on 2 threads). On the native kernel never: each thread's
+     * independent product, packing what it reads itself, was never slower
+     * on Zen 5 and up to 1.4x as fast (weight gradients: 256 x 256 x 3072
+     * 0.655 against 1.052 ms, 768 x 768 x 1024 1.83 against 2.36; a forward
+     * reading x in place 0.449 against 0.508): reading the other core's
+     * panels cost more than packing twice. */
+    const bool share = nt > 1 && g.bf16 && g.bf16 != CG_BF16_NATIVE &&
+                       !(pre && split_m && g.bf16 == CG_BF16_AMX) &&
+                       cg_bf16_gemm_shares_packing(g.bf16, m, n, k, rsc, csc, nt);
+    if (share) {
         /* bf16: the threads pack the shared operand once, together */
         ok = cg_bf16_gemm_parallel(g.bf16, nt, m, n, k, alpha, a, rsa, csa, b, rsb, csb, bf, beta,
                                    bias, bs, c, rsc, csc, pre);
