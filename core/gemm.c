@@ -610,19 +610,19 @@ static bool gemm_run(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int6
     int64_t nch = (dim + csz - 1) / csz;
     if (nt > nch)
         nt = (int)nch;
-    /* bf16 on AMX and emulated: the threads pack the shared operand once,
-     * together (cg_bf16_gemm_parallel), except that a prepacked weight's
-     * product split by rows of x shares nothing worth packing once (each
-     * thread packs its own rows of x, a panel at a time, and reads W's
-     * panels; sharing x's panels made a 3072 x 256 x 256 forward twice as
-     * slow on 2 threads). On the native kernel never: each thread's
+    /* bf16 on AMX: the threads pack the shared operand once, together
+     * (cg_bf16_gemm_parallel), except that a prepacked weight's product
+     * split by rows of x shares nothing worth packing once (each thread
+     * packs its own rows of x, a panel at a time, and reads W's panels;
+     * sharing x's panels made a 3072 x 256 x 256 forward twice as slow on
+     * 2 threads). On the native and emulated kernels never: each thread's
      * independent product, packing what it reads itself, was never slower
-     * on Zen 5 and up to 1.4x as fast (weight gradients: 256 x 256 x 3072
-     * 0.655 against 1.052 ms, 768 x 768 x 1024 1.83 against 2.36; a forward
-     * reading x in place 0.449 against 0.508): reading the other core's
-     * panels cost more than packing twice. */
-    const bool share = nt > 1 && g.bf16 && g.bf16 != CG_BF16_NATIVE &&
-                       !(pre && split_m && g.bf16 == CG_BF16_AMX) &&
+     * on Zen 5 and up to 1.4x as fast (native weight gradients: 256 x 256
+     * x 3072 0.655 against 1.052 ms, 768 x 768 x 1024 1.83 against 2.36; a
+     * forward reading x in place 0.449 against 0.508; emulated: 2.41
+     * against 3.10 and 6.22 against 7.13): reading the other core's panels
+     * cost more than packing twice. */
+    const bool share = nt > 1 && g.bf16 == CG_BF16_AMX && !(pre && split_m) &&
                        cg_bf16_gemm_shares_packing(g.bf16, m, n, k, rsc, csc, nt);
     if (share) {
         /* bf16: the threads pack the shared operand once, together */

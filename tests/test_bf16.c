@@ -399,12 +399,59 @@ START_TEST(test_amx_specials)
 }
 END_TEST
 
+/* The shared-packing split (cg_bf16_gemm_parallel: 2 threads pack B once,
+ * together, then each multiplies its rows of C) gives the bits of the
+ * serial product on every kernel. Products take it only on AMX (core/
+ * gemm.c), so it is called here directly: the native and emulated
+ * kernels keep it tested on every CPU. */
+START_TEST(test_shared_packing_bits)
+{
+    cg_rng rng = cg_rng_new(9);
+    const int64_t dims[][3] = {{256, 256, 1000}, {200, 3100, 77}, {130, 96, 800}};
+    const cg_bf16_kind kinds[] = {CG_BF16_NATIVE, CG_BF16_EMULATED};
+    const cg_gemm_path paths[] = {CG_GEMM_BF16, CG_GEMM_BF16_EMULATED};
+    int ran = 0;
+    for (int d = 0; d < 3; d++) {
+        const int64_t m = dims[d][0], n = dims[d][1], k = dims[d][2];
+        float *a = rand_buf(&rng, (size_t)(m * k)), *b = rand_buf(&rng, (size_t)(k * n));
+        float *bias = rand_buf(&rng, (size_t)n);
+        float *o1 = malloc((size_t)(m * n) * sizeof(float));
+        float *o2 = malloc((size_t)(m * n) * sizeof(float));
+        for (int q = 0; q < 2; q++) {
+            if (!cg_gemm_path_available(paths[q]))
+                continue;
+            /* A row-major, B column-major (k contiguous) and the other way */
+            for (int l = 0; l < 2; l++) {
+                const int64_t rsa = l ? 1 : k, csa = l ? m : 1, rsb = l ? n : 1, csb = l ? 1 : k;
+                if (!cg_bf16_gemm_shares_packing(kinds[q], m, n, k, 1, m, 2))
+                    continue;
+                ck_assert(cg_bf16_gemm_serial(kinds[q], m, n, k, 1.0f, a, rsa, csa, b, rsb, csb, 0,
+                                              0.0f, bias, 1, o1, 1, m, NULL));
+                ck_assert(cg_bf16_gemm_parallel(kinds[q], 2, m, n, k, 1.0f, a, rsa, csa, b, rsb,
+                                                csb, 0, 0.0f, bias, 1, o2, 1, m, NULL));
+                ck_assert_msg(memcmp(o1, o2, (size_t)(m * n) * sizeof(float)) == 0,
+                              "%s %lldx%lldx%lld layout %d: shared packing differs from serial",
+                              cg_gemm_path_name(paths[q]), (long long)m, (long long)n, (long long)k,
+                              l);
+                ran++;
+            }
+        }
+        free(a);
+        free(b);
+        free(bias);
+        free(o1);
+        free(o2);
+    }
+    ck_assert_int_gt(ran, 0); /* the emulated kernel is on every CPU with AVX2 */
+}
+END_TEST
+
 START_TEST(test_threads_bit_identical)
 {
     cg_rng rng = cg_rng_new(5);
-    /* C split into independent halves or (cg_bf16_gemm_parallel) its rows
-     * split over one packing of B shared by both threads, with one or two
-     * column blocks of 3072 */
+    /* C split into independent halves or (on AMX, cg_bf16_gemm_parallel)
+     * its rows split over one packing of B shared by both threads, with one
+     * or two column blocks of 3072 */
     const int64_t dims[][3] = {
         {513, 479, 611}, {64, 1100, 130}, {700, 40, 77}, {3100, 128, 40}, {256, 256, 1000}};
     for (int d = 0; d < 5; d++) {
@@ -1992,6 +2039,7 @@ static Suite *bf16_suite(void)
     tcase_add_test(tc, test_amx_specials);
     tcase_add_test(tc, test_emulation_bits);
     tcase_add_test(tc, test_threads_bit_identical);
+    tcase_add_test(tc, test_shared_packing_bits);
     tcase_add_test(tc, test_bias_fused);
     tcase_add_test(tc, test_precision_switch);
     tcase_add_test(tc, test_precision_per_thread);
