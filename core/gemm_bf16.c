@@ -16,7 +16,10 @@
  *
  * The micro-kernel keeps a 32 x 12 tile of C in 24 registers, as BLIS's
  * fp32 skx kernel does; the loops around it are the Goto algorithm's, with
- * a k block of KC elements. Every element of C is the same in-order sum
+ * a k block of KC elements. A bf16 B whose k runs contiguously (x's bf16
+ * copy in a linear layer's forward, dy's in its input gradient) is not
+ * packed: the kernel broadcasts each k-pair from B's columns as they are
+ * (b_in_place). Every element of C is the same in-order sum
  * over each k block for any split of C among threads, so results do not
  * depend on the thread count.
  *

@@ -96,7 +96,8 @@ bool cg_bf16_gemm_serial(cg_bf16_kind kind, int64_t m, int64_t n, int64_t k, flo
 /* The same split among nt threads that pack B once, together: each thread
  * packs a share of B's panels, then multiplies its rows of C (turned over
  * as the kernels store it) by all of B. Every element of C has the bits of
- * cg_bf16_gemm_serial. cg_bf16_gemm_shares_packing tells whether C has
+ * cg_bf16_gemm_serial (gemm_run takes it on AMX only; the other kernels
+ * were faster with each thread packing its own). cg_bf16_gemm_shares_packing tells whether C has
  * enough rows for equal shares and B is small enough; call it only then. Not from inside a
  * parallel region. False when out of memory. */
 bool cg_bf16_gemm_shares_packing(cg_bf16_kind kind, int64_t m, int64_t n, int64_t k, int64_t rsc,
