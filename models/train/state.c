@@ -119,7 +119,8 @@ static bool kept_restore(cg_trainer *t, cg_train_opts *o, const char *what)
     if (!cg_cli_given(o->args, &o->keep_last))
         o->keep_last = keep;
     const cJSON *ko = cJSON_GetObjectItemCaseSensitive(t->state, "kept_out");
-    char *ro = n > 0 ? cg_out_resolved(t->out) : NULL;
+    /* no out (a restore that writes nothing): no kept checkpoint is ours */
+    char *ro = n > 0 && t->out ? cg_out_resolved(t->out) : NULL;
     t->n_kept = 0;
     for (int i = 0; ro && cJSON_IsString(ko) && strcmp(ko->valuestring, ro) == 0 && i < n; i++)
         if (steps[i] >= 0 && steps[i] <= 1e15 && steps[i] == (double)(int64_t)steps[i])
