@@ -16,12 +16,16 @@
  *      SLACK_CLASSES classes), as is;
  *   3. a fresh mapping, if the mapped total (live + cached) stays within
  *      1/16 of the peak of live bytes;
- *   4. the nearest larger cached block less than 4x larger (OVER_CLASSES),
- *      as is, or else the nearest smaller one, grown with mremap (its pages
- *      move with it, only the new tail is faulted in);
+ *   4. the nearest larger cached block less than 4x larger (OVER_CLASSES):
+ *      as is when less than 2x larger, else split: its front becomes the
+ *      request's block and the rest a cached block of its own; or else the
+ *      nearest smaller whole block (not a piece of a split one), grown with
+ *      mremap (its pages move with it, only the new tail is faulted in);
  *   5. a fresh mapping (the cache is empty, or holds only blocks 4x larger
  *      or more).
- * A block is never shrunk. Batches whose shapes change every step (the
+ * A freed piece of a split block is merged with the pieces beside it that
+ * are cached, so the block is whole again once all of it is free.
+ * A block is never shrunk in place. Batches whose shapes change every step (the
  * translator's length-sorted batches) then reach a steady state with no
  * system call and no page fault: each request finds a resident block of
  * its class or a larger one. Shrinking a larger block to the request and
@@ -76,12 +80,25 @@
  * of the feed-forward's activations) served seven 6.5 MiB requests with
  * 26 MiB blocks, 136 MiB of its peak (issue 32). */
 #define OVER_CLASSES 16
+/* ... and from 2x on step 4 splits. Taken as is, the block's rest stayed
+ * resident and unused while the request lived: in bf16 training an
+ * attention's weights (4.5 MiB on seq2seq base) took the 13 MiB blocks the
+ * feed-forward's fp32 activations (read only through their bf16 copies)
+ * had freed, and the next layer's feed-forward mapped a fresh one (issue
+ * 32: bf16 peak RSS of seq2seq base 378 -> 361 MB, of charlm base 723 ->
+ * 669; fp32 level; the translator's real recipe 139 -> 134 MB in bf16, 193
+ * -> 172 in fp32, with fewer page faults). Splitting without merging made
+ * the steady state drift instead: pieces grown or cached in other classes
+ * every step (charlm tiny bf16 faulted twice the pages). */
 #define BUDGET_SLACK 16 /* fresh mappings up to 1/16 over the peak of live bytes */
 #define BITMAP_WORDS (NCLASS / 64)
 
 typedef struct block {
-    size_t bytes;       /* the mapping's size (a class size), 0 if malloc'd */
-    struct block *next; /* free list link while cached */
+    size_t bytes;              /* a class size (or a split piece's), 0 if malloc'd */
+    struct block *next, *prev; /* free list links while cached */
+    size_t left;               /* bytes of the piece before it in its mapping, 0 if none */
+    bool right;                /* a piece follows it in its mapping */
+    bool cached;               /* on a free list */
 } block;
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -103,24 +120,106 @@ static int size_class(size_t n)
     return (k - CLASS_MIN_LOG) * 8 + m - 8;
 }
 
-/* ------------------------------------------------------------ free lists */
-
-static void list_push(int c, block *b)
+/* The largest class of at most n bytes (n >= MAP_MIN, a whole number of
+ * pages): the list a block of n bytes is cached on, so that a block taken
+ * from class c holds at least class_bytes(c). */
+static int class_floor(size_t n)
 {
+    int c = size_class(n);
+    return class_bytes(c) == n ? c : c - 1;
+}
+
+/* ------------------------------------------------------------ free lists */
+/* Doubly linked, so that a piece can leave its list when its neighbour
+ * merges with it. All under g_lock. */
+
+static void list_push(block *b)
+{
+    int c = class_floor(b->bytes);
+    b->prev = NULL;
     b->next = g_free[c];
+    if (b->next)
+        b->next->prev = b;
     g_free[c] = b;
+    b->cached = true;
     g_nonempty[c / 64] |= (uint64_t)1 << (c % 64);
     g_stats.cached_bytes += b->bytes;
+}
+
+static void list_unlink(block *b)
+{
+    int c = class_floor(b->bytes);
+    if (b->prev)
+        b->prev->next = b->next;
+    else
+        g_free[c] = b->next;
+    if (b->next)
+        b->next->prev = b->prev;
+    if (!g_free[c])
+        g_nonempty[c / 64] &= ~((uint64_t)1 << (c % 64));
+    b->cached = false;
+    g_stats.cached_bytes -= b->bytes;
 }
 
 static block *list_pop(int c)
 {
     block *b = g_free[c];
-    g_free[c] = b->next;
-    if (!g_free[c])
-        g_nonempty[c / 64] &= ~((uint64_t)1 << (c % 64));
-    g_stats.cached_bytes -= b->bytes;
+    list_unlink(b);
     return b;
+}
+
+/* The pieces beside b in its mapping (NULL: none). */
+static block *left_of(const block *b) { return b->left ? (block *)((char *)b - b->left) : NULL; }
+static block *right_of(const block *b) { return b->right ? (block *)((char *)b + b->bytes) : NULL; }
+
+/* b's first `keep` bytes stay b; the rest becomes a cached piece. */
+static void split(block *b, size_t keep)
+{
+    block *rest = (block *)((char *)b + keep);
+    UNPOISON(rest, HEADER);
+    rest->bytes = b->bytes - keep;
+    rest->left = keep;
+    rest->right = b->right;
+    block *r = right_of(rest);
+    if (r)
+        r->left = rest->bytes;
+    b->bytes = keep;
+    b->right = true;
+    list_push(rest);
+}
+
+/* b (not cached) merged with the cached pieces beside it: the block that
+ * now starts where the first of them does. */
+static block *merge(block *b)
+{
+    block *r = right_of(b), *l = left_of(b);
+    if (r && r->cached) {
+        list_unlink(r);
+        b->bytes += r->bytes;
+        b->right = r->right;
+    }
+    if (l && l->cached) {
+        list_unlink(l);
+        l->bytes += b->bytes;
+        l->right = b->right;
+        b = l;
+    }
+    if ((r = right_of(b)))
+        r->left = b->bytes;
+    return b;
+}
+
+/* b leaves its mapping's pieces (to be unmapped): its neighbours no longer
+ * point at it. */
+static void detach(block *b)
+{
+    block *r = right_of(b), *l = left_of(b);
+    if (r)
+        r->left = 0;
+    if (l)
+        l->right = false;
+    b->left = 0;
+    b->right = false;
 }
 
 /* The nearest non-empty class above c (dir 1) or below it (dir -1), or -1. */
@@ -150,10 +249,20 @@ static block *cache_take(int c)
     size_t mapped = g_stats.live_bytes + g_stats.cached_bytes + class_bytes(c);
     if (mapped <= g_stats.peak_live_bytes + g_stats.peak_live_bytes / BUDGET_SLACK)
         return NULL;
-    if (from >= 0 && from - c < OVER_CLASSES)
-        return list_pop(from);
+    if (from >= 0 && from - c < OVER_CLASSES) {
+        block *b = list_pop(from);
+        if (b->bytes >= 2 * class_bytes(c))
+            split(b, class_bytes(c));
+        return b;
+    }
     from = nearest_class(c, -1);
-    return from < 0 ? NULL : list_pop(from);
+    if (from < 0)
+        return NULL;
+    block *b = g_free[from];
+    if (b->left || b->right) /* a piece is never moved away from its neighbours */
+        return NULL;
+    list_unlink(b);
+    return b;
 }
 
 /* ------------------------------------------------------------ mappings */
@@ -164,7 +273,7 @@ static block *map_block(size_t bytes)
     if (p == MAP_FAILED)
         return NULL;
     block *b = p;
-    b->bytes = bytes;
+    *b = (block){.bytes = bytes};
     return b;
 }
 
@@ -269,11 +378,14 @@ void cg_free(void *p)
     }
     pthread_mutex_lock(&g_lock);
     g_stats.live_bytes -= b->bytes;
+    b = merge(b);
     size_t limit = g_cache_limit != SIZE_MAX ? g_cache_limit : g_stats.peak_live_bytes;
     bool keep = g_stats.cached_bytes + b->bytes <= limit;
     if (keep) {
         POISON((char *)b + HEADER, b->bytes - HEADER);
-        list_push(size_class(b->bytes), b);
+        list_push(b);
+    } else {
+        detach(b);
     }
     pthread_mutex_unlock(&g_lock);
     if (!keep)
@@ -288,6 +400,7 @@ size_t cg_alloc_trim(void)
     for (int c = 0; c < NCLASS; c++)
         while (g_free[c]) {
             block *b = list_pop(c);
+            detach(b);
             b->next = all;
             all = b;
         }
