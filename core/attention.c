@@ -25,11 +25,11 @@
  * attention hold, and the backward then skips the recomputation (one more
  * product and exponential per score) that would cost the short sequences
  * of the zoo's presets several percent of their step. Memory stays linear
- * in T, since beyond PKEEP keys nothing of size Tq x Tk is kept. On AMX
- * (bf16) the weights are kept up to PKEEP_AMX keys only: beyond, the
- * log-sum-exps, and up to KB keys (one block) the products of forward and
- * backward run on tiles of their own (core/attention_amx.c), where
- * recomputing costs what reading the weights back did. With one key block
+ * in T, since beyond PKEEP keys nothing of size Tq x Tk is kept. In bf16
+ * the weights are kept up to PKEEP_BF16 keys only: beyond, the
+ * log-sum-exps, and on AMX, up to KB keys (one block), the products of
+ * forward and backward run on tiles of their own (core/attention_amx.c),
+ * where recomputing costs what reading the weights back did. With one key block
  * D_i is <P_i, dP_i> (the output is not read); over several, <dO_i, O_i>.
  *
  * Causal attention never computes tiles above the diagonal: a query tile
@@ -312,18 +312,16 @@ static bool key_pad_arg(const char *op, const cg_tensor *key_pad, int64_t B, int
 
 /* ------------------------------------------------------------ AMX tiles */
 
-/* Whether the weights are kept for the backward on `path`: up to PKEEP
- * keys, and on AMX up to PKEEP_AMX, beyond which the backward recomputes
- * them from the log-sum-exps on the tiles (core/attention_amx.h) in the
- * time reading them back took (charlm base bf16, 256 keys: the step's
- * time level, its peak memory 105 MB lower); with fewer keys keeping them
- * stays faster (seq2seq base, 96 keys: recomputing took its step 10%
- * longer). */
-#define PKEEP_AMX 128
-static bool keeps_weights(cg_gemm_path path, int64_t Tk)
-{
-    return Tk <= (path == CG_GEMM_BF16_AMX ? PKEEP_AMX : PKEEP);
-}
+/* Whether the weights are kept for the backward: up to PKEEP keys, and in
+ * bf16 precision up to PKEEP_BF16, beyond which the backward recomputes
+ * them from the log-sum-exps (on AMX on tiles of its own,
+ * core/attention_amx.h) in about the time reading them back took: charlm
+ * base bf16 (256 keys) kept its step time and took 105 MB off its peak
+ * memory on AMX (Xeon), 78 MB with the vdpbf16ps kernel (Zen 5, issue 32).
+ * With fewer keys keeping them stays faster (seq2seq base, 96 keys:
+ * recomputing took its step 10% longer on AMX). */
+#define PKEEP_BF16 128
+static bool keeps_weights(bool bf16, int64_t Tk) { return Tk <= (bf16 ? PKEEP_BF16 : PKEEP); }
 
 /* Whether an attention with log-sum-exps and one key block runs its
  * products on AMX tiles (core/attention_amx.h): the path is AMX and q, k,
@@ -483,7 +481,7 @@ static cg_tensor *attention_fwd(const cg_tensor *q, const cg_tensor *k, const cg
     const int64_t Tk = k->shape[2], BH = B * H;
     const bool degen = Tq == 0 || Tk == 0 || dh == 0 || BH == 0;
     const cg_gemm_path path = cg_precision_path(cg_get_matmul_precision());
-    const bool keep = keeps_weights(path, Tk);
+    const bool keep = keeps_weights(cg_get_matmul_precision() == CG_PRECISION_BF16, Tk);
     /* in bf16 the weights are kept in bf16, as autocast's softmax of
      * bf16 scores keeps them: the products read them so rounded anyway */
     const bool pbf = keep && cg_get_matmul_precision() == CG_PRECISION_BF16;
@@ -508,7 +506,7 @@ static cg_tensor *attention_fwd(const cg_tensor *q, const cg_tensor *k, const cg
         const float scale = (float)sqrt((double)dh);
         const int nt = cg_get_num_threads();
         const int64_t ld = Tk < KB ? Tk : KB;
-        /* within one key block beyond PKEEP_AMX keys on AMX: its tiles */
+        /* within one key block beyond PKEEP_BF16 keys on AMX: its tiles */
         const bool amx = !keep && amx_fits(path, q, k, v, NULL) && out->strides[3] == 1;
         const int64_t qb = tile_rows(causal, keep, Tq, BH);
         /* a tile's scores: QB x ld, or (weights kept in bf16) its rows */

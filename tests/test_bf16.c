@@ -1821,7 +1821,7 @@ END_TEST
  * several key blocks, beyond 512 keys): the gradients have the bits of
  * cg_k_attention_backward on the float q, k, v, with kept weights (40
  * keys, kept in bf16: the weights asked for are their values) and
- * recomputed ones (200 keys: on AMX tiles there; 600 keys:
+ * recomputed ones (200 keys, on any kernel: on AMX tiles there; 600 keys:
  * S = q k^T from the copies), causal with key padding and not. */
 START_TEST(test_attention_saves_bf16)
 {
@@ -1854,9 +1854,10 @@ START_TEST(test_attention_saves_bf16)
         cg_tensor *saved = NULL, *wts = NULL, *dq, *dk, *dv;
         cg_tensor *ref = cg_k_attention(q, k, vv, causal, kpad, &saved, &wts);
         ck_assert(same_bits(y, ref));
-        /* kept weights (always at 40 keys) are kept in bf16, and the weights
-         * asked for are those values as floats */
-        ck_assert(saved->ndim == 4 || T > 40);
+        /* weights are kept up to 128 keys in bf16 on every kernel (in
+         * bf16, and the weights asked for are those values as floats);
+         * beyond, the log-sum-exps */
+        ck_assert_int_eq(saved->ndim, T <= 128 ? 4 : 3);
         ck_assert_int_eq(saved->dtype, saved->ndim == 4 ? CG_BF16 : CG_F32);
         ck_assert_int_eq(wts->dtype, CG_F32);
         for (int64_t i = 0; saved->ndim == 4 && i < cg_numel(wts); i++)
@@ -1879,8 +1880,8 @@ END_TEST
 
 /* ------------------------------------------------ attention on AMX tiles */
 
-/* Attention in bf16 (core/attention_amx.h): on AMX, the weights of rows
- * longer than 128 keys are recomputed in the backward, and the products of
+/* Attention in bf16 (core/attention_amx.h): the weights of rows longer
+ * than 128 keys are recomputed in the backward, and on AMX the products of
  * rows up to 512 keys run on tiles of their own. Their results have the
  * bits of the same products through the GEMM (CG_ATTN_AMX=0) on 1 and 2
  * threads, across strips, tiles, padding of dh and of the keys, causal
@@ -1985,7 +1986,6 @@ START_TEST(test_attention_amx)
         {1, 3, 1, 200, 32, false, false},   /* one query (decoding) */
         {1, 1, 600, 600, 32, true, false},  /* several key blocks: the GEMM's products */
     };
-    const bool amx = cg_bf16_auto_path() == CG_GEMM_BF16_AMX;
     cg_rng rng = cg_rng_new(97);
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         const amx_case *c = &cases[ci];
@@ -2012,8 +2012,8 @@ START_TEST(test_attention_amx)
         unsetenv("CG_ATTN_AMX");
         cg_set_num_threads(0);
         cg_set_matmul_precision(CG_PRECISION_FP32);
-        /* on AMX the weights of rows over 128 keys are recomputed */
-        ck_assert_int_eq(r[0][1]->ndim, amx && c->Tk > 128 ? 3 : c->Tk > 256 ? 3 : 4);
+        /* in bf16 the weights of rows over 128 keys are recomputed */
+        ck_assert_int_eq(r[0][1]->ndim, c->Tk > 128 ? 3 : 4);
         for (int run = 1; run < 4; run++)
             for (int t = 0; t < 5; t++)
                 ck_assert_msg(same_bits(r[run][t], r[0][t]),
