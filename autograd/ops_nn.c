@@ -287,143 +287,105 @@ static bool records(int n, cg_tensor *const *in)
         any |= in[i] && in[i]->requires_grad;
     return any && cg_grad_enabled();
 }
-/* In bf16 precision a recorded norm keeps its output's bf16 copy, made as
- * the rows are written (cg_k_norm): the next products read it (and their
+
+/* The four norms: layer norm (inputs x, w, b) and RMS norm (x, w), and the
+ * same of x + y (x, y, w[, b]); w and b may be NULL. saved[0] is rstd;
+ * then, in fp32, the mean (layer norms) and the sum x + y (the kernel's,
+ * as the norm read it: one tensor kept where x and y were two, the same
+ * bits); the norm of x reads x itself. The gradient of x + y goes to both
+ * x and y, one tensor, as add's backward.
+ *
+ * In bf16 precision a recorded norm keeps instead x-hat rounded to bf16
+ * (saved[1], cg_k_norm's xhat) and reads nothing else of its input: half
+ * the bytes, and the backward's terms taken at the rounded x-hat
+ * (docs/bf16.md, "Saved in bf16"). It also keeps its output's bf16 copy,
+ * made as the rows are written: the next products read it (and their
  * nodes keep it, cg_affine), where a pass over the output made it. */
-static bool norm_bf16_copy(int n, cg_tensor *const *in)
+static bool norm_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {
-    return cg_get_matmul_precision() == CG_PRECISION_BF16 && records(n, in);
-}
-/* inputs: x, w (may be NULL), b (may be NULL); saved: mean, rstd */
-static bool layer_norm_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
-{
+    const bool add = n->op == CG_OP_ADD_LAYER_NORM || n->op == CG_OP_ADD_RMS_NORM;
+    const bool rms = n->op == CG_OP_RMS_NORM || n->op == CG_OP_ADD_RMS_NORM;
+    const int wi = add ? 2 : 1; /* the weight's input; the bias follows it */
+    const cg_tensor *rstd = n->saved[0], *s1 = n->saved[1];
     cg_tensor *dx = NULL, *dw = NULL, *db = NULL;
-    bool ok =
-        cg_k_layer_norm_backward(IN(0), IN(1), n->saved[0], n->saved[1], g, NEEDS(0) ? &dx : NULL,
-                                 NEEDS(1) ? &dw : NULL, NEEDS(2) ? &db : NULL);
-    gin[0] = dx;
-    gin[1] = dw;
-    gin[2] = db;
+    cg_tensor **pdx = NEEDS(0) || (add && NEEDS(1)) ? &dx : NULL;
+    cg_tensor **pdw = NEEDS(wi) ? &dw : NULL, **pdb = !rms && NEEDS(wi + 1) ? &db : NULL;
+    bool ok;
+    if (s1 && s1->dtype == CG_BF16)
+        ok = cg_k_norm_backward_xhat(rms, s1, IN(wi), rstd, g, pdx, pdw, pdb);
+    else {
+        const cg_tensor *x = add ? n->saved[rms ? 1 : 2] : IN(0);
+        ok = rms ? cg_k_rms_norm_backward(x, IN(wi), rstd, g, pdx, pdw)
+                 : cg_k_layer_norm_backward(x, IN(wi), s1, rstd, g, pdx, pdw, pdb);
+    }
+    gin[0] = NEEDS(0) ? cg_retain(dx) : NULL;
+    if (add)
+        gin[1] = NEEDS(1) ? cg_retain(dx) : NULL;
+    cg_release(dx);
+    gin[wi] = dw;
+    if (!rms)
+        gin[wi + 1] = db;
     return ok;
+}
+static cg_tensor *norm_op(cg_op op, cg_tensor *x, cg_tensor *y, cg_tensor *w, cg_tensor *b,
+                          float eps)
+{
+    const bool add = op == CG_OP_ADD_LAYER_NORM || op == CG_OP_ADD_RMS_NORM;
+    const bool rms = op == CG_OP_RMS_NORM || op == CG_OP_ADD_RMS_NORM;
+    cg_tensor *in[4];
+    int nin = 0;
+    in[nin++] = x;
+    if (add)
+        in[nin++] = y;
+    in[nin++] = w;
+    if (!rms)
+        in[nin++] = b;
+    const bool rec = records(nin, in);
+    const bool bf16 = rec && cg_get_matmul_precision() == CG_PRECISION_BF16;
+    cg_tensor *mean = NULL, *rstd = NULL, *sum = NULL, *xhat = NULL;
+    cg_tensor *out = cg_k_norm(rms, x, y, w, b, eps, bf16, rec && !bf16 && !rms ? &mean : NULL,
+                               &rstd, rec && !bf16 && add ? &sum : NULL, bf16 ? &xhat : NULL);
+    if (out) {
+        cg_node *n = cg_record(out, op, nin, in, norm_bw);
+        bool ok = !cg_record_failed(n, nin, in);
+        if (ok && n) {
+            ok = cg_node_save(n, rstd) >= 0;
+            if (bf16)
+                ok = ok && cg_node_save(n, xhat) >= 0;
+            if (!bf16 && !rms)
+                ok = ok && cg_node_save(n, mean) >= 0;
+            if (!bf16 && add)
+                ok = ok && cg_node_save(n, sum) >= 0;
+            if (ok && bf16 && !add)
+                cg_node_set_reads(n, 0, false);
+        }
+        if (!ok) {
+            cg_release(out);
+            out = NULL;
+        }
+    }
+    cg_release_all(4, mean, rstd, sum, xhat);
+    return out;
 }
 cg_tensor *cg_layer_norm(cg_tensor *x, cg_tensor *w, cg_tensor *b, float eps)
 {
-    cg_tensor *mean = NULL, *rstd = NULL;
-    cg_tensor *in[3] = {x, w, b};
-    cg_tensor *out =
-        cg_k_norm(false, x, NULL, w, b, eps, norm_bf16_copy(3, in), &mean, &rstd, NULL);
-    if (out) {
-        cg_node *n = cg_record(out, CG_OP_LAYER_NORM, 3, in, layer_norm_bw);
-        if (cg_record_failed(n, 3, in) ||
-            (n && (cg_node_save(n, mean) < 0 || cg_node_save(n, rstd) < 0))) {
-            cg_release(out);
-            out = NULL;
-        }
-    }
-    cg_release_all(2, mean, rstd);
-    return out;
-}
-
-static bool rms_norm_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
-{
-    cg_tensor *dx = NULL, *dw = NULL;
-    bool ok = cg_k_rms_norm_backward(IN(0), IN(1), n->saved[0], g, NEEDS(0) ? &dx : NULL,
-                                     NEEDS(1) ? &dw : NULL);
-    gin[0] = dx;
-    gin[1] = dw;
-    return ok;
+    return norm_op(CG_OP_LAYER_NORM, x, NULL, w, b, eps);
 }
 cg_tensor *cg_rms_norm(cg_tensor *x, cg_tensor *w, float eps)
 {
-    cg_tensor *rstd = NULL;
-    cg_tensor *in[2] = {x, w};
-    cg_tensor *out =
-        cg_k_norm(true, x, NULL, w, NULL, eps, norm_bf16_copy(2, in), NULL, &rstd, NULL);
-    if (out) {
-        cg_node *n = cg_record(out, CG_OP_RMS_NORM, 2, in, rms_norm_bw);
-        if (cg_record_failed(n, 2, in) || (n && cg_node_save(n, rstd) < 0)) {
-            cg_release(out);
-            out = NULL;
-        }
-    }
-    cg_release(rstd);
-    return out;
-}
-
-/* inputs: x, y, w (may be NULL), b (may be NULL); saved: mean, rstd and
- * the sum x + y (the kernel's, as the norm read it), which is all the
- * backward reads of x and y: one tensor kept where x and y were two (the
- * sublayer's output y has no other owner, and in bf16 precision the next
- * layers keep bf16 copies of x), the same bits. The gradient of x + y goes
- * to both x and y, one tensor, as add's backward. */
-static bool add_layer_norm_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
-{
-    cg_tensor *dx = NULL, *dw = NULL, *db = NULL;
-    bool ok = cg_k_layer_norm_backward(n->saved[2], IN(2), n->saved[0], n->saved[1], g,
-                                       NEEDS(0) || NEEDS(1) ? &dx : NULL, NEEDS(2) ? &dw : NULL,
-                                       NEEDS(3) ? &db : NULL);
-    gin[0] = NEEDS(0) ? cg_retain(dx) : NULL;
-    gin[1] = NEEDS(1) ? cg_retain(dx) : NULL;
-    cg_release(dx);
-    gin[2] = dw;
-    gin[3] = db;
-    return ok;
+    return norm_op(CG_OP_RMS_NORM, x, NULL, w, NULL, eps);
 }
 cg_tensor *cg_add_layer_norm(cg_tensor *x, cg_tensor *y, cg_tensor *w, cg_tensor *b, float eps)
 {
-    cg_tensor *mean = NULL, *rstd = NULL, *sum = NULL;
-    cg_tensor *in[4] = {x, y, w, b};
-    if (!y) {
-        cg_error_null_input("cg_add_layer_norm");
-        return NULL;
-    }
-    cg_tensor *out = cg_k_norm(false, x, y, w, b, eps, norm_bf16_copy(4, in), &mean, &rstd,
-                               records(4, in) ? &sum : NULL);
-    if (out) {
-        cg_node *n = cg_record(out, CG_OP_ADD_LAYER_NORM, 4, in, add_layer_norm_bw);
-        if (cg_record_failed(n, 4, in) ||
-            (n && (!sum || cg_node_save(n, mean) < 0 || cg_node_save(n, rstd) < 0 ||
-                   cg_node_save(n, sum) < 0))) {
-            cg_release(out);
-            out = NULL;
-        }
-    }
-    cg_release_all(3, mean, rstd, sum);
-    return out;
-}
-
-/* inputs: x, y, w (may be NULL); saved: rstd and the sum x + y (as above) */
-static bool add_rms_norm_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
-{
-    cg_tensor *dx = NULL, *dw = NULL;
-    bool ok = cg_k_rms_norm_backward(n->saved[1], IN(2), n->saved[0], g,
-                                     NEEDS(0) || NEEDS(1) ? &dx : NULL, NEEDS(2) ? &dw : NULL);
-    gin[0] = NEEDS(0) ? cg_retain(dx) : NULL;
-    gin[1] = NEEDS(1) ? cg_retain(dx) : NULL;
-    cg_release(dx);
-    gin[2] = dw;
-    return ok;
+    if (!y)
+        return cg_error_null_input("cg_add_layer_norm"), NULL;
+    return norm_op(CG_OP_ADD_LAYER_NORM, x, y, w, b, eps);
 }
 cg_tensor *cg_add_rms_norm(cg_tensor *x, cg_tensor *y, cg_tensor *w, float eps)
 {
-    cg_tensor *rstd = NULL, *sum = NULL;
-    cg_tensor *in[3] = {x, y, w};
-    if (!y) {
-        cg_error_null_input("cg_add_rms_norm");
-        return NULL;
-    }
-    cg_tensor *out = cg_k_norm(true, x, y, w, NULL, eps, norm_bf16_copy(3, in), NULL, &rstd,
-                               records(3, in) ? &sum : NULL);
-    if (out) {
-        cg_node *n = cg_record(out, CG_OP_ADD_RMS_NORM, 3, in, add_rms_norm_bw);
-        if (cg_record_failed(n, 3, in) ||
-            (n && (!sum || cg_node_save(n, rstd) < 0 || cg_node_save(n, sum) < 0))) {
-            cg_release(out);
-            out = NULL;
-        }
-    }
-    cg_release_all(2, rstd, sum);
-    return out;
+    if (!y)
+        return cg_error_null_input("cg_add_rms_norm"), NULL;
+    return norm_op(CG_OP_ADD_RMS_NORM, x, y, w, NULL, eps);
 }
 
 /* ------------------------------------------------------------ dropout */

@@ -13,7 +13,13 @@
  * scratch chunk and runs the same chunk backward on it. Both inputs get the
  * same dx, as an add's backward hands its gradient to both. So the fused op
  * computes what cg_add then the norm compute, bit for bit, without writing
- * and re-reading the sum and without keeping it for the backward. */
+ * and re-reading the sum and without keeping it for the backward.
+ *
+ * In bf16 training the forward can keep x-hat = (x - mean) * rstd rounded
+ * to bf16 instead of its input (xhat): the backward's terms are all of
+ * x-hat (dw, the dx sums) or of rstd (dx's factor), so it runs from x-hat
+ * and rstd alone, at half the bytes of the fp32 input and without the
+ * mean (docs/bf16.md, "Saved in bf16"). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +38,34 @@
  * helpers are compiled per ISA like the elementwise kernels. */
 #define LANES 8
 typedef double v8d_u __attribute__((vector_size(64), aligned(8))); /* v8d at any double */
+
+/* A row the backward reads x-hat from: float x with x-hat = (x - m) * s,
+ * or x-hat itself in bf16 (h, widened exactly; m = 0, s = 1 unused). */
+typedef struct {
+    const float *x;
+    const uint16_t *h;
+    double m, s;
+} xrow;
+
+/* x-hat at columns j..j+7, and at column j alone */
+static inline __attribute__((always_inline)) v8d xhat8(xrow r, int64_t j)
+{
+    if (r.h) {
+        v8f f;
+        bf16_widen(8, r.h + j, (float *)&f);
+        return __builtin_convertvector(f, v8d);
+    }
+    return (ld8(r.x + j) - r.m) * r.s;
+}
+static inline __attribute__((always_inline)) double xhat1(xrow r, int64_t j)
+{
+    if (r.h) {
+        float f;
+        bf16_widen(1, r.h + j, &f);
+        return f;
+    }
+    return ((double)r.x[j] - r.m) * r.s;
+}
 
 /* One row forward: returns mean (0 for RMS) and rstd, writes y. */
 EW_CLONES static void norm_row_fwd(bool rms, const float *xr, float *yr, const float *wp,
@@ -75,10 +109,8 @@ EW_CLONES static void norm_row_fwd(bool rms, const float *xr, float *yr, const f
  * lanes: ag[l] = sum of gw over columns j = l (mod 8), agx the same of
  * gw * xhat. Two rows at once (a, b) hide the additions' latency; each
  * row's sums are the same as alone. */
-static inline __attribute__((always_inline)) void dx_sums(int64_t Dl, const float *xa,
-                                                          const float *ga, double ma, double ra,
-                                                          const float *xb, const float *gb,
-                                                          double mb, double rb, const float *wp,
+static inline __attribute__((always_inline)) void dx_sums(int64_t Dl, xrow xa, const float *ga,
+                                                          xrow xb, const float *gb, const float *wp,
                                                           v8d *aga, v8d *agxa, v8d *agb, v8d *agxb)
 {
     v8d sa = {0}, sxa = {0}, sb = {0}, sxb = {0};
@@ -90,24 +122,23 @@ static inline __attribute__((always_inline)) void dx_sums(int64_t Dl, const floa
             gwb = gwb * w;
         }
         sa += gwa;
-        sxa += gwa * ((ld8(xa + j) - ma) * ra);
+        sxa += gwa * xhat8(xa, j);
         sb += gwb;
-        sxb += gwb * ((ld8(xb + j) - mb) * rb);
+        sxb += gwb * xhat8(xb, j);
     }
     *aga = sa, *agxa = sxa, *agb = sb, *agxb = sxb;
 }
 
 /* Row r's terms of the dw and db sums, added to cw and cb (each column's
  * chain in row order, from the chunk's zeros). */
-static inline __attribute__((always_inline)) void dwb_row(int64_t D, const float *xr,
-                                                          const float *gr, double m, double rs,
+static inline __attribute__((always_inline)) void dwb_row(int64_t D, xrow xr, const float *gr,
                                                           double *cw, double *cb)
 {
     int64_t j = 0;
     for (; j + 8 <= D; j += 8) {
         v8d g = ld8(gr + j);
         if (cw) {
-            v8d t = *(v8d_u *)(cw + j) + g * ((ld8(xr + j) - m) * rs);
+            v8d t = *(v8d_u *)(cw + j) + g * xhat8(xr, j);
             *(v8d_u *)(cw + j) = t;
         }
         if (cb)
@@ -116,49 +147,65 @@ static inline __attribute__((always_inline)) void dwb_row(int64_t D, const float
     for (; j < D; j++) {
         double g = gr[j];
         if (cw)
-            cw[j] += g * (((double)xr[j] - m) * rs);
+            cw[j] += g * xhat1(xr, j);
         if (cb)
             cb[j] += g;
     }
+}
+
+/* Row r of the chunk: from float x (mp may be NULL: mean 0) or from bf16
+ * x-hat (hp; x-hat needs no mean and no scale). */
+static inline __attribute__((always_inline)) xrow row_at(int64_t r, int64_t D, const float *xp,
+                                                         const uint16_t *hp, const float *mp,
+                                                         const float *rp)
+{
+    if (hp)
+        return (xrow){.h = hp + r * D, .m = 0.0, .s = 1.0};
+    return (xrow){.x = xp + r * D, .m = mp ? (double)mp[r] : 0.0, .s = rp[r]};
 }
 
 /* One chunk of rows backward: dx for each row (when dxp), and this chunk's
  * partial dw (cw) and db (cb) sums, each column's in row order from zero
  * (cw and cb come zeroed). One pass over the rows: each row's terms are
  * added to cw and cb (in L1) as it is read for dx (a pass down each block
- * of columns first read the chunk's rows apart, bound by the misses). */
-EW_CLONES static void norm_chunk_bwd(bool rms, int64_t r0, int64_t r1, int64_t D, const float *xp,
-                                     const float *gp, const float *mp, const float *rp,
-                                     const float *wp, float *dxp, double *cw, double *cb)
+ * of columns first read the chunk's rows apart, bound by the misses). The
+ * rows are float x (xp, with mp and rp) or bf16 x-hat (hp); always_inline
+ * so that each caller's form is compiled without the other's tests. */
+static inline __attribute__((always_inline)) void chunk_bwd(bool rms, int64_t r0, int64_t r1,
+                                                            int64_t D, const float *xp,
+                                                            const uint16_t *hp, const float *gp,
+                                                            const float *mp, const float *rp,
+                                                            const float *wp, float *dxp, double *cw,
+                                                            double *cb)
 {
     int64_t Dl = D / LANES * LANES;
     if (!dxp) {
         for (int64_t r = r0; r < r1 && (cw || cb); r++)
-            dwb_row(D, xp + r * D, gp + r * D, mp ? (double)mp[r] : 0.0, rp[r], cw, cb);
+            dwb_row(D, row_at(r, D, xp, hp, mp, rp), gp + r * D, cw, cb);
         return;
     }
     for (int64_t r = r0; r < r1; r += 2) {
         const int64_t rb = r + 1 < r1 ? r + 1 : r; /* an odd last row pairs with itself */
-        double m[2], rs[2], mg[2], mgx[2];
+        const xrow xr2[2] = {row_at(r, D, xp, hp, mp, rp), row_at(rb, D, xp, hp, mp, rp)};
+        const double rs[2] = {rp[r], rp[rb]}; /* dx's factor */
+        double mg[2], mgx[2];
         v8d ag[2], agx[2];
-        m[0] = mp ? (double)mp[r] : 0.0, rs[0] = rp[r];
-        m[1] = mp ? (double)mp[rb] : 0.0, rs[1] = rp[rb];
         if (cw || cb) {
-            dwb_row(D, xp + r * D, gp + r * D, m[0], rs[0], cw, cb);
+            dwb_row(D, xr2[0], gp + r * D, cw, cb);
             if (rb > r)
-                dwb_row(D, xp + rb * D, gp + rb * D, m[1], rs[1], cw, cb);
+                dwb_row(D, xr2[1], gp + rb * D, cw, cb);
         }
-        dx_sums(Dl, xp + r * D, gp + r * D, m[0], rs[0], xp + rb * D, gp + rb * D, m[1], rs[1], wp,
-                &ag[0], &agx[0], &ag[1], &agx[1]);
+        dx_sums(Dl, xr2[0], gp + r * D, xr2[1], gp + rb * D, wp, &ag[0], &agx[0], &ag[1], &agx[1]);
         for (int h = 0; h < (rb > r ? 2 : 1); h++) {
-            const float *xr = xp + (r + h) * D, *gr = gp + (r + h) * D;
+            const xrow xr = xr2[h];
+            const float *gr = gp + (r + h) * D;
             double a[LANES], ax[LANES];
             for (int l = 0; l < LANES; l++)
                 a[l] = ag[h][l], ax[l] = agx[h][l];
             for (int64_t j = Dl; j < D; j++) {
                 double gw = wp ? (double)gr[j] * wp[j] : (double)gr[j];
                 a[j - Dl] += gw;
-                ax[j - Dl] += gw * (((double)xr[j] - m[h]) * rs[h]);
+                ax[j - Dl] += gw * xhat1(xr, j);
             }
             mg[h] = rms ? 0.0 : lanes8_total(a) / (double)D;
             mgx[h] = lanes8_total(ax) / (double)D;
@@ -168,17 +215,29 @@ EW_CLONES static void norm_chunk_bwd(bool rms, int64_t r0, int64_t r1, int64_t D
                 v8d gw = ld8(gr + j);
                 if (wp)
                     gw = gw * ld8(wp + j);
-                v8d xh = (ld8(xr + j) - m[h]) * rs[h];
-                v8f o = __builtin_convertvector(rs[h] * (gw - mg[h] - xh * mgx[h]), v8f);
+                v8f o = __builtin_convertvector(rs[h] * (gw - mg[h] - xhat8(xr, j) * mgx[h]), v8f);
                 memcpy(dr + j, &o, sizeof o);
             }
             for (; j < D; j++) {
                 double gw = wp ? (double)gr[j] * wp[j] : (double)gr[j];
-                double xh = ((double)xr[j] - m[h]) * rs[h];
-                dr[j] = (float)(rs[h] * (gw - mg[h] - xh * mgx[h]));
+                dr[j] = (float)(rs[h] * (gw - mg[h] - xhat1(xr, j) * mgx[h]));
             }
         }
     }
+}
+
+/* The two forms of chunk_bwd, each compiled per ISA. */
+EW_CLONES static void norm_chunk_bwd(bool rms, int64_t r0, int64_t r1, int64_t D, const float *xp,
+                                     const float *gp, const float *mp, const float *rp,
+                                     const float *wp, float *dxp, double *cw, double *cb)
+{
+    chunk_bwd(rms, r0, r1, D, xp, NULL, gp, mp, rp, wp, dxp, cw, cb);
+}
+EW_CLONES static void norm_chunk_bwd_xhat(bool rms, int64_t r0, int64_t r1, int64_t D,
+                                          const uint16_t *hp, const float *gp, const float *rp,
+                                          const float *wp, float *dxp, double *cw, double *cb)
+{
+    chunk_bwd(rms, r0, r1, D, NULL, hp, gp, NULL, rp, wp, dxp, cw, cb);
 }
 
 static bool check_param(const char *op, const char *name, const cg_tensor *p, const cg_tensor *x,
@@ -233,11 +292,20 @@ EW_CLONES static void add_rows(int64_t r0, int64_t r1, int64_t D, const float *x
         s[i] = xr[i] + yr[i];
 }
 
+/* t = (x - m) * s, a row of x-hat in float (the product the output's
+ * row starts with); t may be x. */
+EW_CLONES static void xhat_row(int64_t D, const float *xr, float m, float s, float *t)
+{
+    for (int64_t j = 0; j < D; j++)
+        t[j] = (xr[j] - m) * s;
+}
+
 /* ------------------------------------------------------------ forward */
 /* norm(x) or, with an addend y, norm(x + y). */
 static cg_tensor *norm_forward(const char *op, bool rms, const cg_tensor *x, const cg_tensor *a,
                                const cg_tensor *w, const cg_tensor *b, float eps, bool bf16_copy,
-                               cg_tensor **mean_out, cg_tensor **rstd_out, cg_tensor **sum_out)
+                               cg_tensor **mean_out, cg_tensor **rstd_out, cg_tensor **sum_out,
+                               cg_tensor **xhat_out)
 {
     if (mean_out)
         *mean_out = NULL;
@@ -245,6 +313,8 @@ static cg_tensor *norm_forward(const char *op, bool rms, const cg_tensor *x, con
         *rstd_out = NULL;
     if (sum_out)
         *sum_out = NULL;
+    if (xhat_out)
+        *xhat_out = NULL;
     if (!x)
         return cg_error_null_input(op), NULL;
     if (!cg_f32_args(op, 4, (const cg_tensor *[]){x, a, w, b}) || !check_x(op, x) ||
@@ -256,8 +326,9 @@ static cg_tensor *norm_forward(const char *op, bool rms, const cg_tensor *x, con
     int64_t n = cg_numel(x), rows = cg_numel_shape(x->ndim - 1, x->shape);
     const int nt = cg_get_num_threads();
     cg_tensor *xc = cg_k_contiguous(x), *ac = a ? cg_k_contiguous(a) : NULL, *wc = NULL, *bc = NULL;
-    cg_tensor *y = NULL, *mt = NULL, *rt = NULL, *st = NULL, *yb = NULL;
-    float *scratch = NULL; /* one row per thread for x + a, unless the sum is kept */
+    cg_tensor *y = NULL, *mt = NULL, *rt = NULL, *st = NULL, *yb = NULL, *ht = NULL;
+    /* one row per thread for x + a (unless the sum is kept) and for x-hat */
+    float *scratch = NULL;
     if (!xc || (a && !ac) || !opt_contig(w, &wc) || !opt_contig(b, &bc))
         goto fail;
     y = cg_empty(x->ndim, x->shape);
@@ -265,9 +336,12 @@ static cg_tensor *norm_forward(const char *op, bool rms, const cg_tensor *x, con
     rt = cg_empty(1, &rows);
     st = a && sum_out ? cg_empty(x->ndim, x->shape) : NULL;
     yb = bf16_copy ? cg_empty_dtype(CG_BF16, x->ndim, x->shape) : NULL;
-    if (!y || (!rms && !mt) || !rt || (a && sum_out && !st) || (bf16_copy && !yb))
+    ht = xhat_out ? cg_empty_dtype(CG_BF16, x->ndim, x->shape) : NULL;
+    if (!y || (!rms && !mt) || !rt || (a && sum_out && !st) || (bf16_copy && !yb) ||
+        (xhat_out && !ht))
         goto fail;
-    if (a && !st && !(scratch = cg_alloc((size_t)nt * (size_t)(D > 0 ? D : 1) * sizeof(float)))) {
+    if (((a && !st) || ht) &&
+        !(scratch = cg_alloc((size_t)nt * (size_t)(D > 0 ? D : 1) * sizeof(float)))) {
         cg_set_error("%s: out of memory", op);
         goto fail;
     }
@@ -275,19 +349,24 @@ static cg_tensor *norm_forward(const char *op, bool rms, const cg_tensor *x, con
     const float *wp = wc ? cg_data(wc) : NULL, *bp = bc ? cg_data(bc) : NULL;
     float *yp = cg_data(y), *mp = mt ? cg_data(mt) : NULL, *rp = cg_data(rt);
     float *sp = st ? cg_data(st) : NULL;
-    uint16_t *yh = yb ? cg_data_bf16(yb) : NULL;
+    uint16_t *yh = yb ? cg_data_bf16(yb) : NULL, *hh = ht ? cg_data_bf16(ht) : NULL;
 #pragma omp parallel for schedule(static) if (n > PAR_THRESHOLD) num_threads(nt)
     for (int64_t r = 0; r < rows; r++) {
         float mf, rs;
+        float *row = scratch ? scratch + (int64_t)omp_get_thread_num() * D : NULL;
         const float *xr = xp + r * D;
         if (ap) {
-            float *s = sp ? sp + r * D : scratch + (int64_t)omp_get_thread_num() * D;
+            float *s = sp ? sp + r * D : row;
             add_rows(r, r + 1, D, xp, ap, s);
             xr = s;
         }
         norm_row_fwd(rms, xr, yp + r * D, wp, bp, D, eps, &mf, &rs);
         if (yh) /* the row rounded while in L1 */
             cg_bf16_round_run(D, yp + r * D, yh + r * D);
+        if (hh) { /* x-hat, the same */
+            xhat_row(D, xr, mf, rs, row);
+            cg_bf16_round_run(D, row, hh + r * D);
+        }
         if (mp)
             mp[r] = mf;
         rp[r] = rs;
@@ -307,22 +386,24 @@ static cg_tensor *norm_forward(const char *op, bool rms, const cg_tensor *x, con
         cg_release(rt);
     if (sum_out)
         *sum_out = st;
+    if (xhat_out)
+        *xhat_out = ht;
     return y;
 fail:
     cg_free(scratch);
-    cg_release_all(9, xc, ac, wc, bc, y, mt, rt, st, yb);
+    cg_release_all(10, xc, ac, wc, bc, y, mt, rt, st, yb, ht);
     return NULL;
 }
 
 cg_tensor *cg_k_layer_norm(const cg_tensor *x, const cg_tensor *w, const cg_tensor *b, float eps,
                            cg_tensor **mean, cg_tensor **rstd)
 {
-    return norm_forward("layer_norm", false, x, NULL, w, b, eps, false, mean, rstd, NULL);
+    return norm_forward("layer_norm", false, x, NULL, w, b, eps, false, mean, rstd, NULL, NULL);
 }
 
 cg_tensor *cg_k_rms_norm(const cg_tensor *x, const cg_tensor *w, float eps, cg_tensor **rstd)
 {
-    return norm_forward("rms_norm", true, x, NULL, w, NULL, eps, false, NULL, rstd, NULL);
+    return norm_forward("rms_norm", true, x, NULL, w, NULL, eps, false, NULL, rstd, NULL, NULL);
 }
 
 cg_tensor *cg_k_add_layer_norm(const cg_tensor *x, const cg_tensor *y, const cg_tensor *w,
@@ -333,7 +414,7 @@ cg_tensor *cg_k_add_layer_norm(const cg_tensor *x, const cg_tensor *y, const cg_
         cg_error_null_input("cg_k_add_layer_norm");
         return NULL;
     }
-    return norm_forward("add_layer_norm", false, x, y, w, b, eps, false, mean, rstd, sum);
+    return norm_forward("add_layer_norm", false, x, y, w, b, eps, false, mean, rstd, sum, NULL);
 }
 
 cg_tensor *cg_k_add_rms_norm(const cg_tensor *x, const cg_tensor *y, const cg_tensor *w, float eps,
@@ -343,29 +424,30 @@ cg_tensor *cg_k_add_rms_norm(const cg_tensor *x, const cg_tensor *y, const cg_te
         cg_error_null_input("cg_k_add_rms_norm");
         return NULL;
     }
-    return norm_forward("add_rms_norm", true, x, y, w, NULL, eps, false, NULL, rstd, sum);
+    return norm_forward("add_rms_norm", true, x, y, w, NULL, eps, false, NULL, rstd, sum, NULL);
 }
 
 cg_tensor *cg_k_norm(bool rms, const cg_tensor *x, const cg_tensor *y, const cg_tensor *w,
                      const cg_tensor *b, float eps, bool bf16_copy, cg_tensor **mean,
-                     cg_tensor **rstd, cg_tensor **sum)
+                     cg_tensor **rstd, cg_tensor **sum, cg_tensor **xhat)
 {
     const char *op = rms ? (y ? "add_rms_norm" : "rms_norm") : y ? "add_layer_norm" : "layer_norm";
     if (rms && (b || mean)) {
         cg_set_error("%s: RMS norm has no bias and no mean", op);
         return NULL;
     }
-    return norm_forward(op, rms, x, y, w, b, eps, bf16_copy, mean, rstd, y ? sum : NULL);
+    return norm_forward(op, rms, x, y, w, b, eps, bf16_copy, mean, rstd, y ? sum : NULL, xhat);
 }
 
 /* ----------------------------------------------------------- backward */
 /* xhat = (x - mean) * rstd (mean = 0 for RMS norm), gw = g * w:
  *   layer norm: dx = rstd * (gw - mean(gw) - xhat * mean(gw * xhat))
  *   rms norm:   dx = rstd * (gw - xhat * mean(gw * xhat))
- *   dw = sum_rows g * xhat, db = sum_rows g. */
-static bool norm_backward(const char *op, bool rms, const cg_tensor *x, const cg_tensor *w,
-                          const cg_tensor *mean, const cg_tensor *rstd, const cg_tensor *g,
-                          cg_tensor **dx, cg_tensor **dw, cg_tensor **db)
+ *   dw = sum_rows g * xhat, db = sum_rows g.
+ * x is the norm's input, or with hat its x-hat in bf16 (no mean then). */
+static bool norm_backward(const char *op, bool rms, bool hat, const cg_tensor *x,
+                          const cg_tensor *w, const cg_tensor *mean, const cg_tensor *rstd,
+                          const cg_tensor *g, cg_tensor **dx, cg_tensor **dw, cg_tensor **db)
 {
     if (dx)
         *dx = NULL;
@@ -373,8 +455,13 @@ static bool norm_backward(const char *op, bool rms, const cg_tensor *x, const cg
         *dw = NULL;
     if (db)
         *db = NULL;
-    if (!x || !rstd || !g || (!rms && !mean) ||
-        !cg_f32_args(op, 3, (const cg_tensor *[]){x, w, g}) || !check_x(op, x))
+    if (!x || !rstd || !g || (!rms && !hat && !mean)) {
+        cg_error_null_input(op);
+        return false;
+    }
+    if ((hat ? !cg_check_dtype(op, "xhat", x, CG_BF16)
+             : !cg_f32_args(op, 4, (const cg_tensor *[]){x, w, g, rstd})) ||
+        (hat && !cg_f32_args(op, 3, (const cg_tensor *[]){w, g, rstd})) || !check_x(op, x))
         return false;
     char b1[96], b2[96];
     if (!cg_same_shape(x, g)) {
@@ -401,7 +488,7 @@ static bool norm_backward(const char *op, bool rms, const cg_tensor *x, const cg
     bool want_w = dw != NULL, want_b = db != NULL && !rms;
     double *pw = NULL, *pb = NULL;
     const int nt = cg_get_num_threads();
-    if (!xc || !gc || !rc || !opt_contig(w, &wc) || !opt_contig(rms ? NULL : mean, &mc))
+    if (!xc || !gc || !rc || !opt_contig(w, &wc) || !opt_contig(rms || hat ? NULL : mean, &mc))
         goto done;
     if (dx && !(dxt = cg_empty(x->ndim, x->shape)))
         goto done;
@@ -413,7 +500,8 @@ static bool norm_backward(const char *op, bool rms, const cg_tensor *x, const cg
         goto oom;
     if (want_b && !(pb = calloc((size_t)(nchunks ? nchunks : 1) * (size_t)Dp, sizeof(double))))
         goto oom;
-    const float *xp = cg_data(xc);
+    const float *xp = hat ? NULL : cg_data(xc);
+    const uint16_t *hp = hat ? cg_data_bf16(xc) : NULL;
     const float *gp = cg_data(gc), *rp = cg_data(rc);
     const float *mp = mc ? cg_data(mc) : NULL, *wp = wc ? cg_data(wc) : NULL;
     float *dxp = dxt ? cg_data(dxt) : NULL;
@@ -421,7 +509,10 @@ static bool norm_backward(const char *op, bool rms, const cg_tensor *x, const cg
     for (int64_t c = 0; c < nchunks; c++) {
         int64_t r0 = c * CHUNK, r1 = (c + 1) * CHUNK < rows ? (c + 1) * CHUNK : rows;
         double *cw = pw ? pw + c * Dp : NULL, *cb = pb ? pb + c * Dp : NULL;
-        norm_chunk_bwd(rms, r0, r1, D, xp, gp, mp, rp, wp, dxp, cw, cb);
+        if (hp)
+            norm_chunk_bwd_xhat(rms, r0, r1, D, hp, gp, rp, wp, dxp, cw, cb);
+        else
+            norm_chunk_bwd(rms, r0, r1, D, xp, gp, mp, rp, wp, dxp, cw, cb);
     }
     /* Sum the chunk partials in chunk order, parallel over columns. */
     if (dwt || dbt) {
@@ -467,13 +558,23 @@ bool cg_k_layer_norm_backward(const cg_tensor *x, const cg_tensor *w, const cg_t
                               const cg_tensor *rstd, const cg_tensor *g, cg_tensor **dx,
                               cg_tensor **dw, cg_tensor **db)
 {
-    return norm_backward("layer_norm_backward", false, x, w, mean, rstd, g, dx, dw, db);
+    return norm_backward("layer_norm_backward", false, false, x, w, mean, rstd, g, dx, dw, db);
 }
 
 bool cg_k_rms_norm_backward(const cg_tensor *x, const cg_tensor *w, const cg_tensor *rstd,
                             const cg_tensor *g, cg_tensor **dx, cg_tensor **dw)
 {
-    return norm_backward("rms_norm_backward", true, x, w, NULL, rstd, g, dx, dw, NULL);
+    return norm_backward("rms_norm_backward", true, false, x, w, NULL, rstd, g, dx, dw, NULL);
+}
+
+bool cg_k_norm_backward_xhat(bool rms, const cg_tensor *xhat, const cg_tensor *w,
+                             const cg_tensor *rstd, const cg_tensor *g, cg_tensor **dx,
+                             cg_tensor **dw, cg_tensor **db)
+{
+    if (rms && db)
+        *db = NULL;
+    return norm_backward(rms ? "rms_norm_backward" : "layer_norm_backward", rms, true, xhat, w,
+                         NULL, rstd, g, dx, dw, rms ? NULL : db);
 }
 
 /* ------------------------------------------------------------ dropout */

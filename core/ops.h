@@ -282,10 +282,21 @@ cg_tensor *cg_k_add_rms_norm(const cg_tensor *x, const cg_tensor *y, const cg_te
  * of x + y when y is not NULL (sum as above; ignored without y). With
  * bf16_copy the output's bf16 copy is kept as its operand
  * (cg_k_bf16_operand_keep), each row rounded as it is written: what bf16
- * training's next products read, without another pass over the output. */
+ * training's next products read, without another pass over the output.
+ * *xhat (NULL to skip) gets x-hat = (x - mean) * rstd of the norm's input
+ * (x + y with y), computed in float as the output's rows are and rounded
+ * to bf16: a CG_BF16 tensor of x's shape that cg_k_norm_backward_xhat
+ * takes in place of the input (bf16 training keeps it, not the input). */
 cg_tensor *cg_k_norm(bool rms, const cg_tensor *x, const cg_tensor *y, const cg_tensor *w,
                      const cg_tensor *b, float eps, bool bf16_copy, cg_tensor **mean,
-                     cg_tensor **rstd, cg_tensor **sum);
+                     cg_tensor **rstd, cg_tensor **sum, cg_tensor **xhat);
+/* The norms' backward from x-hat (bf16, cg_k_norm's *xhat) and rstd: dx,
+ * dw and db (NULL to skip each; db is NULL for RMS norm) as
+ * cg_k_layer_norm_backward and cg_k_rms_norm_backward compute them, each
+ * term taken at the rounded x-hat. */
+bool cg_k_norm_backward_xhat(bool rms, const cg_tensor *xhat, const cg_tensor *w,
+                             const cg_tensor *rstd, const cg_tensor *g, cg_tensor **dx,
+                             cg_tensor **dw, cg_tensor **db);
 
 /* Inverted dropout: keep with prob 1-p, scale kept by 1/(1-p). *mask (if not
  * NULL) gets which elements were kept (bool, a byte an element, as

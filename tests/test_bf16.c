@@ -623,7 +623,8 @@ START_TEST(test_precision_per_thread)
 END_TEST
 
 /* Gradients of a whole decoder layer (causal self-attention with key
- * padding, cross-attention, feed-forward, norms; pre- and post-norm) in bf16
+ * padding, cross-attention, feed-forward, norms; pre- and post-norm, layer
+ * and RMS norms, which keep x-hat in bf16) in bf16
  * against fp32: every parameter's and input's gradient within bf16
  * tolerance in norm (each product's inputs carry a relative rounding of up
  * to 2^-8): |g16 - g32| <= 2e-2 max(|g32|, 1e-2 G), G the largest gradient
@@ -643,11 +644,12 @@ static double norm_diff(const cg_tensor *x, const cg_tensor *y)
 START_TEST(test_layer_gradients)
 {
     enum { B = 2, T = 13, S = 9, d = 64 };
-    for (int nf = 0; nf < 2; nf++) {
+    for (int v = 0; v < 4; v++) {
+        const int nf = v & 1;
         cg_tf_config cfg = {.d = d,
                             .H = 4,
                             .d_ff = 4 * d,
-                            .norm = CG_NORM_LAYERNORM,
+                            .norm = v & 2 ? CG_NORM_RMSNORM : CG_NORM_LAYERNORM,
                             .act = CG_ACT_GELU,
                             .norm_first = nf == 1,
                             .dropout = 0.0f};
@@ -690,8 +692,8 @@ START_TEST(test_layer_gradients)
                 double diff = norm_diff(t->grad, g32[i]), ref = norm_diff(g32[i], NULL);
                 const char *name = i < pl.n ? pl.items[i].name : i == pl.n ? "x" : "memory";
                 ck_assert_msg(diff <= 2e-2 * fmax(ref, 1e-2 * G),
-                              "%s norm-first %d: bf16 gradient off by %.3g (norm %.3g)", name, nf,
-                              diff, ref);
+                              "%s norm-first %d, norm %d: bf16 gradient off by %.3g (norm %.3g)",
+                              name, nf, v >> 1, diff, ref);
                 if (i == pl.n) /* x's gradient goes through every product */
                     ck_assert_msg(diff > 0.0, "bf16 gradient of x equals fp32's");
             }
@@ -1626,7 +1628,7 @@ START_TEST(test_norm_bf16_copy)
                               : (add ? cg_k_add_layer_norm(x, a, w, b, 1e-5f, &m0, &r0, &s0)
                                      : cg_k_layer_norm(x, w, b, 1e-5f, &m0, &r0));
         cg_tensor *got = cg_k_norm(rms, x, add ? a : NULL, w, rms ? NULL : b, 1e-5f, true,
-                                   rms ? NULL : &m1, &r1, add ? &s1 : NULL);
+                                   rms ? NULL : &m1, &r1, add ? &s1 : NULL, NULL);
         ck_assert_ptr_nonnull(got);
         ck_assert(same_bits(got, want) && same_bits(r1, r0));
         ck_assert(rms || same_bits(m1, m0));
@@ -1639,9 +1641,184 @@ START_TEST(test_norm_bf16_copy)
         cg_release_all(11, m0, r0, s0, m1, r1, s1, want, got, c, c2, fresh);
     }
     cg_tensor *r = NULL;
-    ck_assert_ptr_null(cg_k_norm(true, x, NULL, w, b, 1e-5f, true, NULL, &r, NULL));
+    ck_assert_ptr_null(cg_k_norm(true, x, NULL, w, b, 1e-5f, true, NULL, &r, NULL, NULL));
     ck_assert_ptr_nonnull(strstr(cg_last_error(), "no bias"));
     cg_release_all(4, x, a, w, b);
+}
+END_TEST
+
+/* cg_k_norm's x-hat, what bf16 training keeps for the norms' backward: the
+ * float x-hat of the norm's input, (s - mean) * rstd, rounded to bf16, the
+ * output and rstd unchanged. cg_k_norm_backward_xhat: with rstd 1, the bits
+ * of the fp32 backward of the widened x-hat (mean 0, rstd 1), the same
+ * terms at the same x-hat; with the real rstd, within bf16's bound of a
+ * float64 backward of the exact input, and not fp32's bits. Rows of 70
+ * columns (a partial vector), 111 rows (a partial chunk, an odd last pair),
+ * inputs off zero (the mean matters); bad arguments refused. */
+static void xhat_bound_case(bool rms, const float *in, const float *wp, const float *gp,
+                            const float *dx, const float *dw, const float *db, int64_t R, int64_t D)
+{
+    double *cw = calloc((size_t)D, sizeof *cw), *cwa = calloc((size_t)D, sizeof *cwa);
+    double *cb = calloc((size_t)D, sizeof *cb), *xh = malloc((size_t)D * sizeof *xh);
+    for (int64_t r = 0; r < R; r++) {
+        const float *s = in + r * D, *g = gp + r * D;
+        double m = 0.0, v = 0.0, mg = 0.0, mgx = 0.0, mag = 0.0, amgx = 0.0;
+        for (int64_t j = 0; j < D && !rms; j++)
+            m += s[j] / (double)D;
+        for (int64_t j = 0; j < D; j++)
+            v += (s[j] - m) * (s[j] - m) / (double)D;
+        const double rs = 1.0 / sqrt(v + 1e-5);
+        for (int64_t j = 0; j < D; j++) {
+            xh[j] = (s[j] - m) * rs;
+            const double gw = (double)g[j] * wp[j];
+            mg += rms ? 0.0 : gw / (double)D;
+            mag += fabs(gw) / (double)D;
+            mgx += gw * xh[j] / (double)D;
+            amgx += fabs(gw * xh[j]) / (double)D;
+            cw[j] += g[j] * xh[j];
+            cwa[j] += fabs(g[j] * xh[j]);
+            cb[j] += g[j];
+        }
+        for (int64_t j = 0; j < D; j++) {
+            const double gw = (double)g[j] * wp[j], want = rs * (gw - mg - xh[j] * mgx);
+            /* x-hat's rounding (2^-9 relative, and rstd's in float) in x-hat
+             * and in mean(gw * x-hat) */
+            const double bound = rs * (0x1p-7 * fabs(xh[j]) * amgx + 1e-5 * (fabs(gw) + mag));
+            ck_assert_msg(fabs(dx[r * D + j] - want) <= bound, "dx[%lld][%lld] %.9g vs %.9g",
+                          (long long)r, (long long)j, (double)dx[r * D + j], want);
+        }
+    }
+    for (int64_t j = 0; j < D; j++) {
+        ck_assert_msg(fabs(dw[j] - cw[j]) <= (0x1p-8 + 1e-5) * cwa[j] + 1e-6, "dw[%lld]",
+                      (long long)j);
+        ck_assert(rms || fabs(db[j] - cb[j]) <= 1e-6 * (1.0 + fabs(cb[j])));
+    }
+    free(cw);
+    free(cwa);
+    free(cb);
+    free(xh);
+}
+
+START_TEST(test_norm_xhat)
+{
+    enum { D = 70 };
+    cg_rng rng = cg_rng_new(72);
+    cg_tensor *x = cg_randn(&rng, CG_SHAPE(3, 37, D)), *a = cg_randn(&rng, CG_SHAPE(3, 37, D));
+    cg_tensor *w = cg_randn(&rng, CG_SHAPE(D)), *b = cg_randn(&rng, CG_SHAPE(D));
+    cg_tensor *g = cg_randn(&rng, CG_SHAPE(3, 37, D));
+    const int64_t R = 3 * 37;
+    for (int64_t i = 0; i < R * D; i++)
+        cg_data(x)[i] = 2.0f + 3.0f * cg_data(x)[i];
+    cg_tensor *ones = cg_full(CG_SHAPE(R), 1.0f), *zeros = cg_full(CG_SHAPE(R), 0.0f);
+    for (int v = 0; v < 4; v++) {
+        const bool rms = v & 1, add = v & 2;
+        cg_tensor *m0 = NULL, *r0 = NULL, *s0 = NULL, *r1 = NULL, *h = NULL;
+        cg_tensor *want = cg_k_norm(rms, x, add ? a : NULL, w, rms ? NULL : b, 1e-5f, false,
+                                    rms ? NULL : &m0, &r0, add ? &s0 : NULL, NULL);
+        cg_tensor *got =
+            cg_k_norm(rms, x, add ? a : NULL, w, rms ? NULL : b, 1e-5f, true, NULL, &r1, NULL, &h);
+        ck_assert_ptr_nonnull(got);
+        ck_assert(same_bits(got, want) && same_bits(r1, r0));
+        ck_assert_int_eq(h->dtype, CG_BF16);
+        ck_assert(cg_same_shape(h, x));
+        const float *in = add ? cg_data(s0) : cg_data(x);
+        for (int64_t i = 0; i < R * D; i++) {
+            const int64_t r = i / D;
+            const float t = (in[i] - (rms ? 0.0f : cg_data(m0)[r])) * cg_data(r0)[r];
+            ck_assert_uint_eq(cg_data_bf16(h)[i], to_bits(cg_bf16_round(t)) >> 16);
+        }
+        /* rstd 1: the fp32 backward's bits at the widened x-hat */
+        cg_tensor *hw = cg_k_to(h, CG_F32), *dx = NULL, *dw = NULL, *db = NULL, *ex = NULL,
+                  *ew = NULL, *eb = NULL;
+        ck_assert(cg_k_norm_backward_xhat(rms, h, w, ones, g, &dx, &dw, &db));
+        ck_assert(rms ? cg_k_rms_norm_backward(hw, w, ones, g, &ex, &ew)
+                      : cg_k_layer_norm_backward(hw, w, zeros, ones, g, &ex, &ew, &eb));
+        ck_assert(same_bits(dx, ex) && same_bits(dw, ew));
+        ck_assert(rms ? db == NULL : same_bits(db, eb));
+        cg_release_all(6, dx, dw, db, ex, ew, eb);
+        /* the real rstd: float64's bound; fp32's backward of the input differs */
+        ck_assert(cg_k_norm_backward_xhat(rms, h, w, r1, g, &dx, &dw, rms ? NULL : &db));
+        xhat_bound_case(rms, in, cg_data(w), cg_data(g), cg_data(dx), cg_data(dw),
+                        db ? cg_data(db) : NULL, R, D);
+        cg_tensor *in_t = add ? s0 : x;
+        ck_assert(rms ? cg_k_rms_norm_backward(in_t, w, r0, g, &ex, NULL)
+                      : cg_k_layer_norm_backward(in_t, w, m0, r0, g, &ex, NULL, NULL));
+        ck_assert(!same_bits(dx, ex));
+        /* only some gradients asked for: the same bits */
+        cg_tensor *dw2 = NULL;
+        ck_assert(cg_k_norm_backward_xhat(rms, h, w, r1, g, NULL, &dw2, NULL));
+        ck_assert(same_bits(dw2, dw));
+        cg_release_all(6, dx, dw, db, ex, dw2, hw);
+        cg_release_all(7, m0, r0, s0, r1, h, want, got);
+    }
+    /* refused: an fp32 x-hat, a gradient of another shape, rstd of another
+     * length, NULL arguments */
+    cg_tensor *h = NULL, *r = NULL, *dx = NULL;
+    cg_release(cg_k_norm(false, x, NULL, w, b, 1e-5f, false, NULL, &r, NULL, &h));
+    cg_tensor *g2 = cg_randn(&rng, CG_SHAPE(3, 36, D));
+    CG_ASSERT_REFUSED(!cg_k_norm_backward_xhat(false, x, w, r, g, &dx, NULL, NULL),
+                      "'xhat' is float32, expected bfloat16");
+    ck_assert_ptr_null(dx);
+    CG_ASSERT_REFUSED(!cg_k_norm_backward_xhat(false, h, w, r, g2, &dx, NULL, NULL),
+                      "shapes differ");
+    CG_ASSERT_REFUSED(!cg_k_norm_backward_xhat(true, h, w, ones, g2, &dx, NULL, NULL),
+                      "shapes differ");
+    cg_tensor *r2 = cg_full(CG_SHAPE(R - 1), 1.0f);
+    CG_ASSERT_REFUSED(!cg_k_norm_backward_xhat(false, h, w, r2, g, &dx, NULL, NULL),
+                      "saved statistics");
+    CG_ASSERT_REFUSED(!cg_k_norm_backward_xhat(false, h, w, NULL, g, &dx, NULL, NULL), "NULL");
+    ck_assert_ptr_null(dx);
+    cg_release_all(12, x, a, w, b, g, ones, zeros, h, r, g2, r2, dx);
+}
+END_TEST
+
+/* In bf16 precision the four norms' nodes keep x-hat in bf16 and rstd, not
+ * the input (the norms of x keep a header of x) nor the sum x + y nor the
+ * mean, and their gradients are cg_k_norm_backward_xhat's bits; in fp32 the
+ * input and the sum are kept. */
+START_TEST(test_norm_saves_xhat)
+{
+    cg_rng rng = cg_rng_new(73);
+    for (int v = 0; v < 8; v++) {
+        const bool rms = v & 1, add = v & 2, bf16 = v & 4;
+        cg_tensor *x0 = cg_requires_grad(cg_randn(&rng, CG_SHAPE(2, 9, 40)), true);
+        cg_tensor *y0 = cg_requires_grad(cg_randn(&rng, CG_SHAPE(2, 9, 40)), true);
+        cg_tensor *w = cg_requires_grad(cg_randn(&rng, CG_SHAPE(40)), true);
+        cg_tensor *b = cg_requires_grad(cg_randn(&rng, CG_SHAPE(40)), true);
+        cg_tensor *g = cg_randn(&rng, CG_SHAPE(2, 9, 40));
+        cg_set_matmul_precision(bf16 ? CG_PRECISION_BF16 : CG_PRECISION_FP32);
+        cg_tensor *x = cg_muls(x0, 1.0f), *y = cg_muls(y0, 1.0f);
+        cg_tensor *out =
+            rms ? (add ? cg_add_rms_norm(x, y, w, 1e-5f) : cg_rms_norm(x, w, 1e-5f))
+                : (add ? cg_add_layer_norm(x, y, w, b, 1e-5f) : cg_layer_norm(x, w, b, 1e-5f));
+        cg_set_matmul_precision(CG_PRECISION_FP32);
+        ck_assert_msg(out != NULL, "%s", cg_last_error());
+        const cg_node *n = out->node;
+        int nsaved = 0;
+        for (int i = 0; i < CG_NODE_MAX_SAVED; i++)
+            nsaved += n->saved[i] != NULL;
+        const cg_tensor *rstd = n->saved[0], *h = n->saved[1];
+        ck_assert_int_eq(rstd->dtype, CG_F32);
+        ck_assert_int_eq(nsaved, bf16 ? 2 : 1 + !rms + add);
+        ck_assert((n->inputs[0]->storage != NULL) == (!bf16 && !add));
+        cg_tensor *dx = NULL, *dw = NULL, *db = NULL;
+        if (bf16) {
+            ck_assert_int_eq(h->dtype, CG_BF16);
+            ck_assert(cg_same_shape(h, x));
+            ck_assert(cg_k_norm_backward_xhat(rms, h, w, rstd, g, &dx, &dw, rms ? NULL : &db));
+        } else {
+            ck_assert(!add || n->saved[rms ? 1 : 2]->dtype == CG_F32);
+        }
+        cg_tensor *s = cg_mul(out, g), *loss = cg_sum_all(s);
+        cg_release_all(3, x, y, s);
+        ck_assert(cg_backward(loss, NULL, false));
+        if (bf16) {
+            ck_assert(same_bits(x0->grad, dx) && same_bits(w->grad, dw));
+            ck_assert(!add || same_bits(y0->grad, dx));
+            ck_assert(rms || same_bits(b->grad, db));
+        }
+        cg_release_all(10, x0, y0, w, b, g, out, loss, dx, dw, db);
+    }
 }
 END_TEST
 
@@ -2064,6 +2241,8 @@ static Suite *bf16_suite(void)
     tcase_add_test(to, test_relu_mask);
     tcase_add_test(to, test_linear_act);
     tcase_add_test(to, test_norm_bf16_copy);
+    tcase_add_test(to, test_norm_xhat);
+    tcase_add_test(to, test_norm_saves_xhat);
     tcase_add_test(to, test_linear_act_backward);
     tcase_add_test(to, test_bias_grad_blocks);
     tcase_add_test(to, test_gelu_saves_bf16);
