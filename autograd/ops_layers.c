@@ -23,9 +23,10 @@
  * copy instead). The backward needs the key-padding mask: the node keeps a
  * copy of it (slot p.i[2] - 1), as PyTorch's backward does not depend on
  * the caller's mask either. In bf16 precision q, k and v are read only by
- * the backward's products, which round them to bf16: the node keeps their
- * bf16 copies (cg_k_bf16_operand, from slot p.i[1] - 1 on) instead of
- * them, with the same bits. */
+ * products, which round them to bf16: a recorded attention makes their
+ * bf16 copies first (cg_k_bf16_operand), its forward reads them (packed as
+ * they are, not converted from floats), and its node keeps them (from
+ * slot p.i[1] - 1 on) instead of q, k and v, with the same bits. */
 static const cg_tensor *slot_or_null(const cg_node *n, int64_t s1)
 {
     return s1 ? n->saved[s1 - 1] : NULL;
@@ -48,15 +49,31 @@ static bool save_slot(cg_node *n, cg_tensor *t, int64_t *slot1)
         *slot1 = s + 1;
     return s >= 0;
 }
-/* In bf16 precision, keep q, k and v's bf16 copies on n instead of them. */
-static bool keep_bf16_qkv(cg_node *n, cg_tensor *const *in)
+/* In bf16 precision, when the op records: q, k and v's bf16 copies into
+ * c (NULL each otherwise). False + error when a copy fails. */
+static bool bf16_qkv(cg_tensor *const *in, cg_tensor **c)
 {
-    if (cg_get_matmul_precision() != CG_PRECISION_BF16)
+    c[0] = c[1] = c[2] = NULL;
+    bool rec = false;
+    for (int i = 0; i < 3; i++)
+        rec |= in[i] && in[i]->requires_grad;
+    if (!rec || !cg_grad_enabled() || cg_get_matmul_precision() != CG_PRECISION_BF16)
+        return true;
+    for (int i = 0; i < 3; i++)
+        if (!(c[i] = cg_k_bf16_operand(in[i]))) {
+            cg_release_all(3, c[0], c[1], c[2]);
+            c[0] = c[1] = c[2] = NULL;
+            return false;
+        }
+    return true;
+}
+/* Keep the copies c (when made) on n instead of q, k and v. */
+static bool keep_bf16_qkv(cg_node *n, cg_tensor *const *c)
+{
+    if (!c[0])
         return true;
     for (int i = 0; i < 3; i++) {
-        cg_tensor *c = cg_k_bf16_operand(in[i]);
-        const int slot = c ? cg_node_save(n, c) : -1;
-        cg_release(c);
+        const int slot = cg_node_save(n, c[i]);
         if (slot < 0)
             return false;
         if (i == 0)
@@ -72,10 +89,15 @@ cg_tensor *cg_attention(cg_tensor *q, cg_tensor *k, cg_tensor *v, bool causal,
     if (weights_out)
         *weights_out = NULL;
     cg_tensor *saved = NULL, *w = NULL;
-    cg_tensor *out = cg_k_attention(q, k, v, causal, key_pad, &saved, weights_out ? &w : NULL);
-    if (!out)
+    cg_tensor *in[3] = {q, k, v}, *c[3];
+    if (!bf16_qkv(in, c))
         return NULL;
-    cg_tensor *in[3] = {q, k, v};
+    cg_tensor *out = cg_k_attention(c[0] ? c[0] : q, c[1] ? c[1] : k, c[2] ? c[2] : v, causal,
+                                    key_pad, &saved, weights_out ? &w : NULL);
+    if (!out) {
+        cg_release_all(3, c[0], c[1], c[2]);
+        return NULL;
+    }
     cg_node *n = cg_record(out, CG_OP_ATTENTION, 3, in, attention_bw);
     bool ok = !cg_record_failed(n, 3, in);
     if (n) {
@@ -83,10 +105,10 @@ cg_tensor *cg_attention(cg_tensor *q, cg_tensor *k, cg_tensor *v, bool causal,
         cg_tensor *kp = key_pad ? cg_k_clone(key_pad) : NULL; /* the caller may change theirs */
         cg_tensor *al = cg_k_attention_needs_out(k, saved) ? cg_alias(out) : NULL;
         ok = cg_node_save(n, saved) == 0 && (!al || save_slot(n, al, &n->p.i[3])) &&
-             (!key_pad || save_slot(n, kp, &n->p.i[2])) && keep_bf16_qkv(n, in);
+             (!key_pad || save_slot(n, kp, &n->p.i[2])) && keep_bf16_qkv(n, c);
         cg_release_all(2, kp, al);
     }
-    cg_release(saved);
+    cg_release_all(4, saved, c[0], c[1], c[2]);
     if (ok && weights_out && !(*weights_out = cg_detach(w)))
         ok = false;
     cg_release(w);

@@ -56,17 +56,16 @@
 #define KB 512    /* keys per block (a multiple of QB) */
 #define PKEEP 256 /* up to this many keys the weights are kept (<= KB) */
 
-/* bf16: q, k and v may also be bfloat16 (the backward's: the copies bf16
- * training keeps, read only by its products) */
-static bool check_qkv(const char *op, const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
-                      bool bf16)
+/* q, k and v are float32 or bfloat16 (the copies bf16 training keeps:
+ * attention reads them only in its products, which round them so) */
+static bool check_qkv(const char *op, const cg_tensor *q, const cg_tensor *k, const cg_tensor *v)
 {
     if (!q || !k || !v) {
         cg_error_null_input(op);
         return false;
     }
     const cg_tensor *f[3] = {q, k, v};
-    for (int i = 0; bf16 && i < 3; i++)
+    for (int i = 0; i < 3; i++)
         f[i] = f[i]->dtype == CG_BF16 ? NULL : f[i];
     if (!cg_f32_args(op, 3, f))
         return false;
@@ -139,7 +138,7 @@ static int32_t *key_masks(const uint8_t *key_pad, int64_t n)
 }
 
 /* q, k or v of one (batch, head) as a product's operand: floats, or
- * bf16 elements (the backward's copies) */
+ * bf16 elements (bf16 training's copies) */
 typedef struct {
     const void *p;
     bool bf;
@@ -158,19 +157,10 @@ static inline const void *from(head_op o, int64_t i)
                 : (const void *)((const float *)o.p + i);
 }
 
-/* A product on `path`: the precision of the thread that called the
- * attention, captured before its parallel region (the worker threads do
- * not see the caller's policy, core/gemm.h); single-threaded inside the
- * region. */
-static void mm(cg_gemm_path path, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
-               int64_t rsa, int64_t csa, const float *b, int64_t rsb, int64_t csb, float beta,
-               float *c, int64_t rsc, int64_t csc)
-{
-    if (!cg_sgemm_path(path, 0, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc))
-        cg_set_error("attention: a product of %lld x %lld x %lld failed (out of memory)",
-                     (long long)m, (long long)n, (long long)k);
-}
-/* The same (alpha 1) with A and/or B given as head operands, floats or
+/* A product on `path` (the precision of the thread that called the
+ * attention, captured before its parallel region: the worker threads do
+ * not see the caller's policy, core/gemm.h; single-threaded inside the
+ * region), alpha 1, with A and/or B given as head operands, floats or
  * bf16: the bits of the product of the floats they were rounded from */
 static void mm_heads(cg_gemm_path path, int64_t m, int64_t n, int64_t k, const void *a, bool abf,
                      int64_t rsa, int64_t csa, const void *b, bool bbf, int64_t rsb, int64_t csb,
@@ -203,25 +193,22 @@ static void fwd_tile(cg_gemm_path path, const cg_tensor *q, const cg_tensor *k, 
                      bool keep, float *lse, uint16_t *Pbf)
 {
     const int64_t Tk = k->shape[2], dh = q->shape[3];
-    const float *qp = at4(q, b, h) + i0 * q->strides[2], *kp = at4(k, b, h), *vp = at4(v, b, h);
+    const head_op qa = head_at(q, b, h), ka = head_at(k, b, h), va = head_at(v, b, h);
+    const void *qp = from(qa, i0 * q->strides[2]);
     float *op = at4(out, b, h) + i0 * out->strides[2];
     const int64_t rows = i1 - i0, ors = out->strides[2], ocs = out->strides[3];
     const int64_t kn = key_end(causal, i1 - 1, Tk); /* keys the tile reads */
     if (kn <= KB) { /* one block: the plain softmax, normalised before P v */
-        mm(path, rows, kn, dh, 1.0f, qp, q->strides[2], q->strides[3], kp, k->strides[3],
-           k->strides[2], 0.0f, S, ld, 1);
+        mm_heads(path, rows, kn, dh, qp, qa.bf, q->strides[2], q->strides[3], ka.p, ka.bf,
+                 k->strides[3], k->strides[2], 0.0f, S, ld, 1);
         for (int64_t i = i0; i < i1; i++) {
             cg_attn_softmax_row(S + (i - i0) * ld, key_end(causal, i, Tk), keep ? Tk : kn, scale,
                                 kmask, keep ? NULL : lse + i);
             if (Pbf)
                 cg_bf16_round_run(Tk, S + (i - i0) * ld, Pbf + (i - i0) * Tk);
         }
-        if (Pbf)
-            mm_heads(path, rows, dh, kn, Pbf, true, Tk, 1, vp, false, v->strides[2], v->strides[3],
-                     0.0f, op, ors, ocs);
-        else
-            mm(path, rows, dh, kn, 1.0f, S, ld, 1, vp, v->strides[2], v->strides[3], 0.0f, op, ors,
-               ocs);
+        mm_heads(path, rows, dh, kn, Pbf ? (const void *)Pbf : S, Pbf != NULL, Pbf ? Tk : ld, 1,
+                 va.p, va.bf, v->strides[2], v->strides[3], 0.0f, op, ors, ocs);
         return;
     }
     float m[QB];
@@ -235,8 +222,8 @@ static void fwd_tile(cg_gemm_path path, const cg_tensor *q, const cg_tensor *k, 
     for (int64_t j0 = 0; j0 < kn; j0 += KB) {
         const int64_t j1 = min64(j0 + KB, kn);
         /* S = q k[j0:j1]^T */
-        mm(path, rows, j1 - j0, dh, 1.0f, qp, q->strides[2], q->strides[3], kp + j0 * k->strides[2],
-           k->strides[3], k->strides[2], 0.0f, S, ld, 1);
+        mm_heads(path, rows, j1 - j0, dh, qp, qa.bf, q->strides[2], q->strides[3],
+                 from(ka, j0 * k->strides[2]), ka.bf, k->strides[3], k->strides[2], 0.0f, S, ld, 1);
         for (int64_t r = 0; r < rows; r++) {
             int64_t ke = min64(key_end(causal, i0 + r, Tk), j1) - j0;
             float alpha = cg_attn_online_row(S + r * ld, ke > 0 ? ke : 0, j1 - j0, scale,
@@ -246,8 +233,8 @@ static void fwd_tile(cg_gemm_path path, const cg_tensor *q, const cg_tensor *k, 
                     op[r * ors + c * ocs] *= alpha;
         }
         /* out += P v[j0:j1] */
-        mm(path, rows, dh, j1 - j0, 1.0f, S, ld, 1, vp + j0 * v->strides[2], v->strides[2],
-           v->strides[3], 1.0f, op, ors, ocs);
+        mm_heads(path, rows, dh, j1 - j0, S, false, ld, 1, from(va, j0 * v->strides[2]), va.bf,
+                 v->strides[2], v->strides[3], 1.0f, op, ors, ocs);
     }
     for (int64_t r = 0; r < rows; r++) {
         double inv = 1.0 / l[r]; /* every key masked: 0 * inf = NaN, as PyTorch */
@@ -277,8 +264,10 @@ static cg_tensor *attention_weights(const cg_tensor *q, const cg_tensor *k, bool
         float *S = pd + bh * Tq * Tk;
         for (int64_t i0 = 0; i0 < Tq; i0 += QB) {
             int64_t i1 = min64(i0 + QB, Tq), kn = key_end(causal, i1 - 1, Tk);
-            mm(path, i1 - i0, kn, dh, 1.0f, at4(q, b, h) + i0 * q->strides[2], q->strides[2],
-               q->strides[3], at4(k, b, h), k->strides[3], k->strides[2], 0.0f, S + i0 * Tk, Tk, 1);
+            const head_op qa = head_at(q, b, h), ka = head_at(k, b, h);
+            mm_heads(path, i1 - i0, kn, dh, from(qa, i0 * q->strides[2]), qa.bf, q->strides[2],
+                     q->strides[3], ka.p, ka.bf, k->strides[3], k->strides[2], 0.0f, S + i0 * Tk,
+                     Tk, 1);
             for (int64_t i = i0; i < i1; i++)
                 cg_attn_prob_row(S + i * Tk, key_end(causal, i, Tk), Tk, scale, kpad,
                                  lse[bh * Tq + i]);
@@ -462,7 +451,7 @@ cg_tensor *cg_k_attention(const cg_tensor *q, const cg_tensor *k, const cg_tenso
         *weights = NULL;
     if (saved)
         *saved = NULL;
-    if (!check_qkv("attention", q, k, v, false))
+    if (!check_qkv("attention", q, k, v))
         return NULL;
     cg_tensor *kp;
     if (!key_pad_arg("attention", key_pad, q->shape[0], k->shape[2], &kp))
@@ -683,7 +672,7 @@ bool cg_k_attention_backward(const cg_tensor *q, const cg_tensor *k, const cg_te
         *dk = NULL;
     if (dv)
         *dv = NULL;
-    if (!check_qkv("attention backward", q, k, v, true))
+    if (!check_qkv("attention backward", q, k, v))
         return false;
     if (!saved || !g || (!out && cg_k_attention_needs_out(k, saved)))
         return cg_error_null_input("cg_k_attention_backward");

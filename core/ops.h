@@ -411,7 +411,10 @@ bool cg_k_linear_act_backward(const cg_tensor *x, const cg_tensor *w, cg_k_act a
                               cg_tensor **dw, cg_tensor **db);
 
 /* Fused scaled-dot-product attention on split heads: q [B,H,Tq,dh], k and
- * v [B,H,Tk,dh] (any strides). softmax(q k^T / sqrt(dh), masked) v with
+ * v [B,H,Tk,dh] (any strides; float32, or bfloat16 bit patterns, which the
+ * products read as the floats they hold: bf16 training hands over the
+ * copies its node keeps, cg_k_bf16_operand, with the bits their float32
+ * originals give). softmax(q k^T / sqrt(dh), masked) v with
  * key j masked for query i when (causal && j > i) or key_pad[b, j]
  * (key_pad: bool [B, Tk], true = padding, any strides; may be NULL; another
  * dtype or shape is refused naming both). A query with every
@@ -420,8 +423,8 @@ bool cg_k_linear_act_backward(const cg_tensor *x, const cg_tensor *w, cg_k_act a
  * computed). Returns [B,H,Tq,dh] as a VIEW of fresh [B,Tq,H,dh] contiguous
  * storage (so merging the heads needs no copy). *saved (if not NULL) gets
  * what the backward needs: the weights [B,H,Tq,Tk] when Tk <= 256 (short
- * rows are cheaper to keep than to recompute; in bf16 on AMX up to 128,
- * whose tiles recompute them faster), in bf16 precision rounded to bf16
+ * rows are cheaper to keep than to recompute; in bf16 precision up to
+ * 128, where recomputing costs about what reading them back did), in bf16 precision rounded to bf16
  * (the product with v reads them so), else each row's log-sum-exp of the
  * scaled, masked scores [B,H,Tq] (NaN for a row with every key masked);
  * contiguous either way. *weights (if not NULL) gets the softmax

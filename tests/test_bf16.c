@@ -1992,6 +1992,53 @@ START_TEST(test_gelu_saves_bf16)
 }
 END_TEST
 
+/* cg_k_attention given q, k and v as bf16 copies (what a recorded bf16
+ * attention hands it): in bf16 precision the output, the saved state and
+ * the weights asked for have the bits of the float q, k, v (the products
+ * round them so); in fp32 precision those of the floats the copies hold.
+ * Head views of [B,T,H,dh] storage (strided, as MultiHeadAttention splits
+ * them) and contiguous copies; 40, 200 and 600 keys; causal with key
+ * padding and not. */
+START_TEST(test_attention_bf16_inputs)
+{
+    cg_rng rng = cg_rng_new(74);
+    const int64_t Ts[3] = {40, 200, 600};
+    for (int v = 0; v < 6; v++) {
+        const int64_t T = Ts[v % 3];
+        const bool causal = v >= 3;
+        cg_tensor *in[3], *hd[3], *c[3], *wide[3];
+        for (int i = 0; i < 3; i++) {
+            in[i] = cg_randn(&rng, CG_SHAPE(2, T, 2, 8));
+            hd[i] = cg_transpose(in[i], 1, 2); /* [2,2,T,8], strided */
+            c[i] = cg_k_bf16_operand(hd[i]);
+            wide[i] = cg_k_to(c[i], CG_F32);
+            ck_assert_int_eq(c[i]->dtype, CG_BF16);
+        }
+        uint8_t pad[2 * 600] = {0};
+        pad[T - 1] = pad[2 * T - 1] = pad[2 * T - 2] = 1;
+        cg_tensor *kpad = causal ? NULL : cg_test_mask(CG_SHAPE(2, T), pad);
+        for (int prec = 0; prec < 2; prec++) {
+            cg_set_matmul_precision(prec ? CG_PRECISION_BF16 : CG_PRECISION_FP32);
+            cg_tensor *const *ref_in = prec ? hd : wide;
+            cg_tensor *s0 = NULL, *w0 = NULL, *s1 = NULL, *w1 = NULL;
+            cg_tensor *y0 = cg_k_attention(ref_in[0], ref_in[1], ref_in[2], causal, kpad, &s0, &w0);
+            cg_tensor *y1 = cg_k_attention(c[0], c[1], c[2], causal, kpad, &s1, &w1);
+            cg_set_matmul_precision(CG_PRECISION_FP32);
+            ck_assert_msg(y1 != NULL, "%s", cg_last_error());
+            ck_assert(same_bits(y0, y1) && same_bits(s0, s1) && same_bits(w0, w1));
+            cg_release_all(6, y0, y1, s0, s1, w0, w1);
+        }
+        /* another dtype still refused */
+        cg_tensor *ids = cg_k_to(hd[0], CG_I64);
+        ck_assert_ptr_null(cg_k_attention(ids, c[1], c[2], causal, kpad, NULL, NULL));
+        ck_assert_ptr_nonnull(strstr(cg_last_error(), "expected float32"));
+        cg_release(ids); /* kpad: the harness's (cg_test_mask) */
+        for (int i = 0; i < 3; i++)
+            cg_release_all(4, in[i], hd[i], c[i], wide[i]);
+    }
+}
+END_TEST
+
 /* Attention in bf16 precision keeps q, k and v's bf16 copies instead of
  * them (its backward reads them only in products, which round them), and
  * its output only where the backward reads it (weights recomputed over
@@ -2247,6 +2294,7 @@ static Suite *bf16_suite(void)
     tcase_add_test(to, test_bias_grad_blocks);
     tcase_add_test(to, test_gelu_saves_bf16);
     tcase_add_test(to, test_attention_saves_bf16);
+    tcase_add_test(to, test_attention_bf16_inputs);
     suite_add_tcase(s, to);
     TCase *ta = tcase_create("attention");
     tcase_set_timeout(ta, 300);
