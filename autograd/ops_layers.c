@@ -50,14 +50,17 @@ static bool save_slot(cg_node *n, cg_tensor *t, int64_t *slot1)
     return s >= 0;
 }
 /* In bf16 precision, when the op records: q, k and v's bf16 copies into
- * c (NULL each otherwise). False + error when a copy fails. */
+ * c (NULL each otherwise, and for inputs that are not three float32
+ * tensors: cg_k_attention judges those). False + error when a copy fails. */
 static bool bf16_qkv(cg_tensor *const *in, cg_tensor **c)
 {
     c[0] = c[1] = c[2] = NULL;
-    bool rec = false;
-    for (int i = 0; i < 3; i++)
+    bool rec = false, f32 = true;
+    for (int i = 0; i < 3; i++) {
         rec |= in[i] && in[i]->requires_grad;
-    if (!rec || !cg_grad_enabled() || cg_get_matmul_precision() != CG_PRECISION_BF16)
+        f32 &= in[i] && in[i]->dtype == CG_F32;
+    }
+    if (!rec || !f32 || !cg_grad_enabled() || cg_get_matmul_precision() != CG_PRECISION_BF16)
         return true;
     for (int i = 0; i < 3; i++)
         if (!(c[i] = cg_k_bf16_operand(in[i]))) {

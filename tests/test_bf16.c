@@ -2028,10 +2028,19 @@ START_TEST(test_attention_bf16_inputs)
             ck_assert(same_bits(y0, y1) && same_bits(s0, s1) && same_bits(w0, w1));
             cg_release_all(6, y0, y1, s0, s1, w0, w1);
         }
-        /* another dtype still refused */
+        /* another dtype still refused, and a NULL input by the attention
+         * itself, also where bf16 training makes copies first */
         cg_tensor *ids = cg_k_to(hd[0], CG_I64);
         ck_assert_ptr_null(cg_k_attention(ids, c[1], c[2], causal, kpad, NULL, NULL));
         ck_assert_ptr_nonnull(strstr(cg_last_error(), "expected float32"));
+        cg_tensor *qg = cg_requires_grad(cg_k_contiguous(hd[0]), true);
+        cg_set_matmul_precision(CG_PRECISION_BF16);
+        CG_ASSERT_FAILS(cg_attention(qg, NULL, hd[2], causal, kpad, NULL), "attention");
+        cg_tensor *cb = cg_requires_grad(cg_k_contiguous(c[0]), true);
+        cg_tensor *yb = cg_attention(cb, hd[1], hd[2], causal, kpad, NULL); /* a bf16 q as it is */
+        cg_set_matmul_precision(CG_PRECISION_FP32);
+        ck_assert_msg(yb != NULL, "%s", cg_last_error());
+        cg_release_all(3, qg, cb, yb);
         cg_release(ids); /* kpad: the harness's (cg_test_mask) */
         for (int i = 0; i < 3; i++)
             cg_release_all(4, in[i], hd[i], c[i], wide[i]);
