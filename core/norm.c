@@ -459,9 +459,11 @@ static bool norm_backward(const char *op, bool rms, bool hat, const cg_tensor *x
         cg_error_null_input(op);
         return false;
     }
-    if ((hat ? !cg_check_dtype(op, "xhat", x, CG_BF16)
-             : !cg_f32_args(op, 4, (const cg_tensor *[]){x, w, g, rstd})) ||
-        (hat && !cg_f32_args(op, 3, (const cg_tensor *[]){w, g, rstd})) || !check_x(op, x))
+    /* x-hat in bf16, or x in float32; the rest float32 */
+    const bool dtypes = hat ? cg_check_dtype(op, "xhat", x, CG_BF16) &&
+                                  cg_f32_args(op, 3, (const cg_tensor *[]){w, g, rstd})
+                            : cg_f32_args(op, 4, (const cg_tensor *[]){x, w, g, rstd});
+    if (!dtypes || !check_x(op, x))
         return false;
     char b1[96], b2[96];
     if (!cg_same_shape(x, g)) {
