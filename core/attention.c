@@ -49,6 +49,7 @@
 #include "core/gemm.h"
 #include "core/attention_amx.h"
 #include "core/attention_rows.h"
+#include "core/shares.h"
 #include "core/ops.h"
 #include "core/upcast.h"
 
@@ -504,14 +505,15 @@ static cg_tensor *attention_fwd(const cg_tensor *q, const cg_tensor *k, const cg
         int32_t *kmask = key_pad ? key_masks(key_pad, B * Tk) : NULL;
         bool ok = ((keep && !pbf) || amx || scratch) && (!key_pad || kmask);
         const int64_t nqb = (Tq + qb - 1) / qb, items = BH * nqb;
+        cg_shares sh;
         float *lp = keep ? NULL : cg_data(lse), *pp = keep && !pbf ? cg_data(P) : NULL;
         uint16_t *pb = pbf ? cg_data_bf16(P) : NULL;
         if (ok && amx) {
             ok = fwd_amx(q, k, v, out, causal, kmask, scale, qb, lp, nt);
         } else if (ok) {
-#pragma omp parallel for schedule(static) if (items > 1 && BH * Tq * Tk * dh > 32768) \
-    num_threads(nt)
-            for (int64_t it = 0; it < items; it++) {
+            cg_shares_init(&sh, items, nt);
+#pragma omp parallel if (items > 1 && BH * Tq * Tk * dh > 32768) num_threads(nt)
+            for (int64_t it; (it = cg_shares_next(&sh, omp_get_thread_num())) >= 0;) {
                 const int64_t bh = it / nqb, i0 = it % nqb * qb, b = bh / H;
                 float *S = keep && !pbf ? pp + (bh * Tq + i0) * Tk
                                         : scratch + (int64_t)omp_get_thread_num() * ns;
@@ -519,6 +521,7 @@ static cg_tensor *attention_fwd(const cg_tensor *q, const cg_tensor *k, const cg
                          kmask ? kmask + b * Tk : NULL, scale, S, keep ? Tk : ld, keep,
                          keep ? NULL : lp + bh * Tq, pbf ? pb + (bh * Tq + i0) * Tk : NULL);
             }
+            cg_shares_free(&sh);
         }
         cg_free(scratch);
         cg_free(kmask);
@@ -746,8 +749,10 @@ static bool attention_bwd(const cg_tensor *q, const cg_tensor *k, const cg_tenso
     } else if (!degen) {
         const head_op sd = {cg_data_ptr(saved), pbf};
         const int64_t qb = tile_rows(causal, kept, Tq, BH);
-#pragma omp parallel for schedule(static) if (BH > 1 && BH * Tq * Tk * dh > 32768) num_threads(nt)
-        for (int64_t bh = 0; bh < BH; bh++) {
+        cg_shares sh;
+        cg_shares_init(&sh, BH, nt);
+#pragma omp parallel if (BH > 1 && BH * Tq * Tk * dh > 32768) num_threads(nt)
+        for (int64_t bh; (bh = cg_shares_next(&sh, omp_get_thread_num())) >= 0;) {
             const int64_t b = bh / H;
             float *w = scratch + (int64_t)omp_get_thread_num() * per;
             bwd_head(path, q, k, v, out,
@@ -757,6 +762,7 @@ static bool attention_bwd(const cg_tensor *q, const cg_tensor *k, const cg_tenso
                      dv ? gv : NULL, w, w + np, kb, w + np + Tq * kb, qb,
                      bf ? (uint16_t *)(w + np + Tq * kb + Tq) : NULL);
         }
+        cg_shares_free(&sh);
     }
     cg_free(scratch);
     if (dq)

@@ -269,8 +269,11 @@ static cg_tensor *ew_widening(int nin, const cg_tensor *const *in, int nd, const
         return NULL;
     const int64_t n = cg_numel(out), runs = (n + EW_RUN - 1) / EW_RUN;
     float *o = cg_data(out);
-#pragma omp parallel for schedule(static) if (runs > 1 && !omp_in_parallel())
-    for (int64_t r = 0; r < runs; r++) {
+    cg_shares sh;
+    const int nt = runs > 1 && !omp_in_parallel() ? omp_get_max_threads() : 1;
+    cg_shares_init(&sh, runs, nt);
+#pragma omp parallel if (nt > 1) num_threads(nt)
+    for (int64_t r; (r = cg_shares_next(&sh, omp_get_thread_num())) >= 0;) {
         float buf[CG_ITER_MAX_OPS - 1][EW_WIDE];
         const int64_t end = n - r * EW_RUN < EW_RUN ? n : (r + 1) * EW_RUN;
         for (int64_t i = r * EW_RUN; i < end; i += EW_WIDE) {
@@ -288,6 +291,7 @@ static cg_tensor *ew_widening(int nin, const cg_tensor *const *in, int nd, const
             fn(p, s, len, P);
         }
     }
+    cg_shares_free(&sh);
     return out;
 }
 
@@ -576,11 +580,15 @@ cg_tensor *cg_k_map_runs(const cg_tensor *x, cg_dtype dt,
         const size_t es = cg_dtype_size(dt);
         const float *src = cg_data(xc);
         char *dst = cg_data_ptr(y);
-#pragma omp parallel for schedule(static) if (runs > 1 && !omp_in_parallel())
-        for (int64_t r = 0; r < runs; r++) {
+        cg_shares sh;
+        const int nt = runs > 1 && !omp_in_parallel() ? omp_get_max_threads() : 1;
+        cg_shares_init(&sh, runs, nt);
+#pragma omp parallel if (nt > 1) num_threads(nt)
+        for (int64_t r; (r = cg_shares_next(&sh, omp_get_thread_num())) >= 0;) {
             const int64_t i = r * MAP_RUN;
             conv(n - i < MAP_RUN ? n - i : MAP_RUN, src + i, dst + (size_t)i * es);
         }
+        cg_shares_free(&sh);
     }
     cg_release(xc);
     return y;
@@ -698,10 +706,14 @@ cg_tensor *cg_k_relu_mask_backward(const cg_tensor *mask, const cg_tensor *g)
         const uint8_t *m = cg_data_ptr(mc);
         const float *gp = cg_data(gc);
         float *op = cg_data(out);
-#pragma omp parallel for schedule(static) if (runs > 1 && !omp_in_parallel())
-        for (int64_t r = 0; r < runs; r++)
+        cg_shares sh;
+        const int nt = runs > 1 && !omp_in_parallel() ? omp_get_max_threads() : 1;
+        cg_shares_init(&sh, runs, nt);
+#pragma omp parallel if (nt > 1) num_threads(nt)
+        for (int64_t r; (r = cg_shares_next(&sh, omp_get_thread_num())) >= 0;)
             cg_k_act_grad_run(CG_K_ACT_RELU, n - r * MAP_RUN < MAP_RUN ? n - r * MAP_RUN : MAP_RUN,
                               NULL, false, m + r * MAP_RUN, gp + r * MAP_RUN, op + r * MAP_RUN);
+        cg_shares_free(&sh);
     }
     cg_release_all(2, mc, gc);
     return out;

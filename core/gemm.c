@@ -24,6 +24,7 @@
 
 #include "core/dtype.h"
 #include "core/gemm_internal.h"
+#include "core/shares.h"
 #include "core/gemm_skx.h"
 #include "core/parse.h"
 #include "core/tensor.h"
@@ -44,6 +45,10 @@ void bli_cntx_init_haswell(cntx_t *cntx);
  * k, a partial micro-tile is computed in full and copied out); 16 keeps the
  * halves of the tiny models' 128-wide products equal (96 made it 96 + 32). */
 #define CHUNK_UNIT 16
+/* A prepacked weight's product: chunks of at least DYN_ROWS rows of x, at
+ * most DYN_CHUNKS a thread (gemm_run). */
+#define DYN_ROWS 128
+#define DYN_CHUNKS 8
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static cntx_t g_cntx_skx;
@@ -610,6 +615,17 @@ static bool gemm_run(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int6
     int64_t nch = (dim + csz - 1) / csz;
     if (nt > nch)
         nt = (int)nch;
+    /* A prepacked weight's product split by rows of x costs nothing more in
+     * smaller chunks (each reads its own rows and W's panels): several a
+     * thread, taken as threads come free, so that a thread slowed down
+     * (the other core's data, the host's other work) takes fewer. */
+    const bool dyn = nt > 1 && pre && split_m && dim >= 2 * DYN_ROWS * nt;
+    if (dyn) {
+        const int64_t want = dim / DYN_ROWS < DYN_CHUNKS * nt ? dim / DYN_ROWS : DYN_CHUNKS * nt;
+        csz = (dim + want - 1) / want;
+        csz = (csz + unit - 1) / unit * unit;
+        nch = (dim + csz - 1) / csz;
+    }
     /* bf16 on AMX: the threads pack the shared operand once, together
      * (cg_bf16_gemm_parallel), except that a prepacked weight's product
      * split by rows of x shares nothing worth packing once (each thread
@@ -632,8 +648,11 @@ static bool gemm_run(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int6
         ok = serial_product(g, m, n, k, alpha, a, rsa, csa, b, rsb, csb, bf, beta, bias, bs, c, rsc,
                             csc, pre);
     } else {
-#pragma omp parallel for schedule(static) num_threads(nt) reduction(&& : ok)
-        for (int64_t ch = 0; ch < nch; ch++) {
+        /* the chunks in shares (core/shares.h) */
+        cg_shares sh;
+        cg_shares_init(&sh, nch, nt);
+#pragma omp parallel num_threads(nt) reduction(&& : ok)
+        for (int64_t ch; (ch = cg_shares_next(&sh, omp_get_thread_num())) >= 0;) {
             int64_t o0 = ch * csz, len = dim - o0 < csz ? dim - o0 : csz;
             /* split along n: the prepacked panels from o0 on */
             const cg_bf16_prepacked part = {pre ? pre->p + o0 / CG_BF16_MR * pre->kp * CG_BF16_MR
@@ -651,6 +670,7 @@ static bool gemm_run(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int6
                                     csc, pre ? &part : NULL) &&
                      ok;
         }
+        cg_shares_free(&sh);
     }
     free(acopy);
     free(bcopy);

@@ -75,6 +75,7 @@
 #include "core/error.h"
 #include "core/gemm.h"
 #include "core/gemm_internal.h"
+#include "core/shares.h"
 #include "core/tensor.h"
 
 enum { MR = CG_BF16_MR, NR = 12, NR_AMX = 32 };
@@ -1474,10 +1475,14 @@ cg_bf16_matrix *cg_bf16_matrix_new(int64_t n, int64_t k, const float *w, int64_t
     }
     *m = (cg_bf16_matrix){n, k, kp, npanel, p};
     const cg_bf16_kind kind = cg_bf16_native() ? CG_BF16_NATIVE : CG_BF16_EMULATED;
-#pragma omp parallel for schedule(static) if (npanel > 1 && (double)n * (double)k > 1e5)
-    for (int64_t q = 0; q < npanel; q++)
+    cg_shares sh;
+    const int nt = npanel > 1 && (double)n * (double)k > 1e5 ? omp_get_max_threads() : 1;
+    cg_shares_init(&sh, npanel, nt);
+#pragma omp parallel if (nt > 1) num_threads(nt)
+    for (int64_t q; (q = cg_shares_next(&sh, omp_get_thread_num())) >= 0;)
         pack_panel(kind, false, MR, min64(n - q * MR, MR), k, w + q * MR * rsw, false, rsw, csw,
                    p + q * kp * MR);
+    cg_shares_free(&sh);
     return m;
 }
 

@@ -28,10 +28,12 @@
 #ifndef CG_ITER_H
 #define CG_ITER_H
 
+#include <omp.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "core/error.h"
+#include "core/shares.h"
 #include "core/tensor.h"
 
 #define CG_ITER_MAX_OPS 4
@@ -212,8 +214,11 @@ static inline void cg_iter_run(const cg_iter *it, cg_iter_seg_fn fn, void *ctx)
     int64_t st[CG_ITER_MAX_OPS];
     for (int k = 0; k < it->nops; k++)
         st[k] = cg_iter_inner_stride(it, k);
-#pragma omp parallel for schedule(static) if (total > CG_ITER_PAR_THRESHOLD)
-    for (int64_t c = 0; c < nchunks; c++) {
+    cg_shares sh; /* the chunks in shares (core/shares.h) */
+    const int nt = total > CG_ITER_PAR_THRESHOLD ? omp_get_max_threads() : 1;
+    cg_shares_init(&sh, nchunks, nt);
+#pragma omp parallel if (nt > 1) num_threads(nt)
+    for (int64_t c; (c = cg_shares_next(&sh, omp_get_thread_num())) >= 0;) {
         int64_t b = c * CG_ITER_CHUNK, e = b + CG_ITER_CHUNK < total ? b + CG_ITER_CHUNK : total;
         cg_iter_pos p;
         float *ptrs[CG_ITER_MAX_OPS];
@@ -222,6 +227,7 @@ static inline void cg_iter_run(const cg_iter *it, cg_iter_seg_fn fn, void *ctx)
         while ((n = cg_iter_next(it, &p, ptrs)) > 0)
             fn(ptrs, st, n, ctx);
     }
+    cg_shares_free(&sh);
 }
 
 #endif

@@ -13,6 +13,7 @@
 
 #include "core/gemm.h"
 #include "core/gemm_internal.h"
+#include "core/shares.h"
 #include "core/ops.h"
 #include "core/vmath.h"
 #include "core/upcast.h"
@@ -374,19 +375,22 @@ static bool round_rows(const float *g, cg_k_act act, const cg_tensor *t, int64_t
     const char *tp = t ? cg_data_ptr(t) : NULL;
     const bool tbf = t && t->dtype == CG_BF16;
     const int64_t te = t ? (int64_t)cg_dtype_size(t->dtype) : 0;
-#pragma omp parallel if (N * out > PAR_THRESHOLD && (nrb > 1 || nblk > 1))
-    {
-        const int th = omp_get_thread_num(), T = omp_get_num_threads();
-        if (nrb == 1) { /* one block: its columns, in runs of CB */
-            const int64_t j0 = nblk * th / T * CB, j1 = nblk * (th + 1) / T * CB;
-            round_cols(g, act, tp, tbf, N, out, j0, j1 < out ? j1 : out, g16, part);
+    /* the blocks in shares (core/shares.h), or one block's column runs */
+    const int nt = cg_get_num_threads();
+    cg_shares sh;
+    cg_shares_init(&sh, nrb > 1 ? nrb : nblk, nt);
+#pragma omp parallel if (N * out > PAR_THRESHOLD && (nrb > 1 || nblk > 1)) num_threads(nt)
+    for (int64_t q; (q = cg_shares_next(&sh, omp_get_thread_num())) >= 0;) {
+        if (nrb == 1) { /* one block: its columns, a run of CB */
+            const int64_t j1 = (q + 1) * CB;
+            round_cols(g, act, tp, tbf, N, out, q * CB, j1 < out ? j1 : out, g16, part);
+            continue;
         }
-        for (int64_t q = nrb * th / T; nrb > 1 && q < nrb * (th + 1) / T; q++) {
-            const int64_t r0 = q * SUM_ROWS, rows = N - r0 < SUM_ROWS ? N - r0 : SUM_ROWS;
-            round_cols(g + r0 * out, act, tp ? tp + r0 * out * te : NULL, tbf, rows, out, 0, out,
-                       g16 + r0 * out, part ? part + q * out : NULL);
-        }
+        const int64_t r0 = q * SUM_ROWS, rows = N - r0 < SUM_ROWS ? N - r0 : SUM_ROWS;
+        round_cols(g + r0 * out, act, tp ? tp + r0 * out * te : NULL, tbf, rows, out, 0, out,
+                   g16 + r0 * out, part ? part + q * out : NULL);
     }
+    cg_shares_free(&sh);
     for (int64_t j = 0; b && j < out; j++) {
         double sum = part[j];
         for (int64_t q = 1; q < nrb; q++)

@@ -28,6 +28,7 @@
 
 #include "core/ops.h"
 #include "core/rng.h"
+#include "core/shares.h"
 #include "core/vmath.h"
 #include "core/upcast.h"
 
@@ -350,27 +351,32 @@ static cg_tensor *norm_forward(const char *op, bool rms, const cg_tensor *x, con
     float *yp = cg_data(y), *mp = mt ? cg_data(mt) : NULL, *rp = cg_data(rt);
     float *sp = st ? cg_data(st) : NULL;
     uint16_t *yh = yb ? cg_data_bf16(yb) : NULL, *hh = ht ? cg_data_bf16(ht) : NULL;
-#pragma omp parallel for schedule(static) if (n > PAR_THRESHOLD) num_threads(nt)
-    for (int64_t r = 0; r < rows; r++) {
-        float mf, rs;
-        float *row = scratch ? scratch + (int64_t)omp_get_thread_num() * D : NULL;
-        const float *xr = xp + r * D;
-        if (ap) {
-            float *s = sp ? sp + r * D : row;
-            add_rows(r, r + 1, D, xp, ap, s);
-            xr = s;
+    /* rows in chunks of CHUNK, in shares (core/shares.h) */
+    cg_shares sh;
+    cg_shares_init(&sh, (rows + CHUNK - 1) / CHUNK, nt);
+#pragma omp parallel if (n > PAR_THRESHOLD) num_threads(nt)
+    for (int64_t c; (c = cg_shares_next(&sh, omp_get_thread_num())) >= 0;)
+        for (int64_t r = c * CHUNK; r < rows && r < (c + 1) * CHUNK; r++) {
+            float mf, rs;
+            float *row = scratch ? scratch + (int64_t)omp_get_thread_num() * D : NULL;
+            const float *xr = xp + r * D;
+            if (ap) {
+                float *s = sp ? sp + r * D : row;
+                add_rows(r, r + 1, D, xp, ap, s);
+                xr = s;
+            }
+            norm_row_fwd(rms, xr, yp + r * D, wp, bp, D, eps, &mf, &rs);
+            if (yh) /* the row rounded while in L1 */
+                cg_bf16_round_run(D, yp + r * D, yh + r * D);
+            if (hh) { /* x-hat, the same */
+                xhat_row(D, xr, mf, rs, row);
+                cg_bf16_round_run(D, row, hh + r * D);
+            }
+            if (mp)
+                mp[r] = mf;
+            rp[r] = rs;
         }
-        norm_row_fwd(rms, xr, yp + r * D, wp, bp, D, eps, &mf, &rs);
-        if (yh) /* the row rounded while in L1 */
-            cg_bf16_round_run(D, yp + r * D, yh + r * D);
-        if (hh) { /* x-hat, the same */
-            xhat_row(D, xr, mf, rs, row);
-            cg_bf16_round_run(D, row, hh + r * D);
-        }
-        if (mp)
-            mp[r] = mf;
-        rp[r] = rs;
-    }
+    cg_shares_free(&sh);
     cg_free(scratch);
     cg_release_all(4, xc, ac, wc, bc);
     if (yb)
@@ -507,8 +513,10 @@ static bool norm_backward(const char *op, bool rms, bool hat, const cg_tensor *x
     const float *gp = cg_data(gc), *rp = cg_data(rc);
     const float *mp = mc ? cg_data(mc) : NULL, *wp = wc ? cg_data(wc) : NULL;
     float *dxp = dxt ? cg_data(dxt) : NULL;
-#pragma omp parallel for schedule(static) if (n > PAR_THRESHOLD) num_threads(nt)
-    for (int64_t c = 0; c < nchunks; c++) {
+    cg_shares sh;
+    cg_shares_init(&sh, nchunks, nt);
+#pragma omp parallel if (n > PAR_THRESHOLD) num_threads(nt)
+    for (int64_t c; (c = cg_shares_next(&sh, omp_get_thread_num())) >= 0;) {
         int64_t r0 = c * CHUNK, r1 = (c + 1) * CHUNK < rows ? (c + 1) * CHUNK : rows;
         double *cw = pw ? pw + c * Dp : NULL, *cb = pb ? pb + c * Dp : NULL;
         if (hp)
@@ -516,6 +524,7 @@ static bool norm_backward(const char *op, bool rms, bool hat, const cg_tensor *x
         else
             norm_chunk_bwd(rms, r0, r1, D, xp, gp, mp, rp, wp, dxp, cw, cb);
     }
+    cg_shares_free(&sh);
     /* Sum the chunk partials in chunk order, parallel over columns. */
     if (dwt || dbt) {
         float *dwp = dwt ? cg_data(dwt) : NULL, *dbp = dbt ? cg_data(dbt) : NULL;

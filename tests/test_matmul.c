@@ -12,6 +12,7 @@
 
 #include "core/gemm.h"
 #include "core/gemm_skx.h"
+#include "core/shares.h"
 #include "core/ops.h"
 #include "core/tensor.h"
 #include "tests/testutil.h"
@@ -682,6 +683,40 @@ START_TEST(test_threads_bit_identical)
 }
 END_TEST
 
+/* cg_shares (core/shares.h) gives every chunk exactly once, whatever the
+ * team: as many threads as shares, fewer (the others' shares are taken
+ * from their backs), more (the extra threads only take from others), one;
+ * no chunks, fewer chunks than shares, many. */
+START_TEST(test_shares_each_chunk_once)
+{
+    const int64_t counts[] = {0, 1, 3, 7, 64, 1001};
+    for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++)
+        for (int nt = 1; nt <= 5; nt++)
+            for (int team = 1; team <= 5; team++) {
+                const int64_t n = counts[c];
+                int *seen = calloc((size_t)(n ? n : 1), sizeof(int));
+                int64_t bad = 0;
+                cg_shares sh;
+                cg_shares_init(&sh, n, nt);
+#pragma omp parallel num_threads(team) reduction(+ : bad)
+                for (int64_t ch; (ch = cg_shares_next(&sh, omp_get_thread_num())) >= 0;) {
+                    if (ch >= n)
+                        bad++;
+                    else
+                        __atomic_fetch_add(&seen[ch], 1, __ATOMIC_RELAXED);
+                }
+                cg_shares_free(&sh);
+                ck_assert_int_eq(bad, 0);
+                for (int64_t i = 0; i < n; i++)
+                    ck_assert_msg(seen[i] == 1,
+                                  "%lld chunks, %d shares, team of %d: chunk %lld "
+                                  "taken %d times",
+                                  (long long)n, nt, team, (long long)i, seen[i]);
+                free(seen);
+            }
+}
+END_TEST
+
 /* n floats ending exactly where an unmapped page begins (the page is
  * mapped PROT_NONE): a read past the operand faults. */
 typedef struct {
@@ -864,6 +899,7 @@ static Suite *matmul_suite(void)
     tcase_add_test(tg, test_skx_driver);
     tcase_add_test(tg, test_k_blocks);
     tcase_add_test(tg, test_threads_bit_identical);
+    tcase_add_test(tg, test_shares_each_chunk_once);
     tcase_add_test(tg, test_num_threads);
     tcase_add_test(tg, test_default_threads_capped);
     tcase_add_test(tg, test_no_read_past_operands);

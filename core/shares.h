@@ -1,0 +1,102 @@
+/* cgrad core, INTERNAL: a loop's chunks in shares with stealing, for loops
+ * whose chunks give the same results whichever thread runs them.
+ *
+ * Each thread of the team starts on a share of its own, the contiguous
+ * chunks a static schedule gives it, and takes them front to back; a
+ * thread whose share is done takes chunks from the back of the share with
+ * the most left. So each thread reads mostly what it would read under the
+ * static schedule (what the ops before it wrote on the same core), and a
+ * thread slowed down (by the host's other work, or by its chunks) hands
+ * its last chunks to the other instead of keeping it waiting. Measured on
+ * a 2-core VM whose cores ran 5-50% apart for minutes at a time
+ * (docs/performance.md, Zen 5).
+ *
+ *     cg_shares sh;
+ *     cg_shares_init(&sh, nchunks, nt);
+ *     #pragma omp parallel num_threads(nt)
+ *     for (int64_t c; (c = cg_shares_next(&sh, omp_get_thread_num())) >= 0;)
+ *         body(c);
+ *     cg_shares_free(&sh);
+ *
+ * Every chunk in [0, nchunks) is returned exactly once, to some thread. */
+#ifndef CG_SHARES_H
+#define CG_SHARES_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+/* A share: its next chunk from the front (high 32 bits) and its end
+ * (low 32 bits), on a cache line of its own. */
+typedef struct {
+    _Alignas(64) _Atomic uint64_t fb;
+} cg_share;
+
+typedef struct {
+    cg_share *s;
+    int n; /* shares (threads) */
+    cg_share one[2];
+} cg_shares;
+
+static inline uint64_t cg_share_pack(int64_t f, int64_t b)
+{
+    return (uint64_t)f << 32 | (uint64_t)b;
+}
+
+/* nchunks < 2^31, nt the team's size (a thread numbered nt or above only
+ * takes from the others' shares). Short of memory for nt shares, one
+ * share holds every chunk (the others take from its back): the same
+ * chunks, each once. */
+static inline void cg_shares_init(cg_shares *sh, int64_t nchunks, int nt)
+{
+    sh->n = nt > 0 ? nt : 1;
+    sh->s = sh->n <= 2 ? sh->one : (cg_share *)aligned_alloc(64, (size_t)sh->n * sizeof(cg_share));
+    if (!sh->s) {
+        sh->s = sh->one;
+        sh->n = 1;
+    }
+    for (int t = 0; t < sh->n; t++)
+        atomic_init(&sh->s[t].fb, cg_share_pack(nchunks * t / sh->n, nchunks * (t + 1) / sh->n));
+}
+
+static inline void cg_shares_free(cg_shares *sh)
+{
+    if (sh->s != sh->one)
+        free(sh->s);
+    sh->s = NULL;
+}
+
+/* The next chunk for thread t (its own share first), or -1 when none is
+ * left anywhere. */
+static inline int64_t cg_shares_next(cg_shares *sh, int t)
+{
+    _Atomic uint64_t *own = &sh->s[t < sh->n ? t : 0].fb;
+    for (uint64_t v = atomic_load(own); t < sh->n;) {
+        const int64_t f = (int64_t)(v >> 32), b = (int64_t)(v & 0xffffffffu);
+        if (f >= b)
+            break;
+        if (atomic_compare_exchange_weak(own, &v, cg_share_pack(f + 1, b)))
+            return f;
+    }
+    for (;;) { /* the back of the share with the most left */
+        int victim = -1;
+        int64_t most = 0;
+        uint64_t vv = 0;
+        for (int u = 0; u < sh->n; u++) {
+            const uint64_t v = atomic_load(&sh->s[u].fb);
+            const int64_t left = (int64_t)(v & 0xffffffffu) - (int64_t)(v >> 32);
+            if (left > most) {
+                most = left;
+                victim = u;
+                vv = v;
+            }
+        }
+        if (victim < 0)
+            return -1;
+        const int64_t f = (int64_t)(vv >> 32), b = (int64_t)(vv & 0xffffffffu);
+        if (atomic_compare_exchange_weak(&sh->s[victim].fb, &vv, cg_share_pack(f, b - 1)))
+            return b - 1;
+    }
+}
+
+#endif
