@@ -8,7 +8,7 @@
  * static schedule (what the ops before it wrote on the same core), and a
  * thread slowed down (by the host's other work, or by its chunks) hands
  * its last chunks to the other instead of keeping it waiting. Measured on
- * a 2-core VM whose cores ran 5-50% apart for minutes at a time
+ * a 2-core VM whose cores ran up to 30% apart for minutes at a time
  * (docs/performance.md, Zen 5).
  *
  *     cg_shares sh;
