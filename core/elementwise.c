@@ -270,7 +270,7 @@ static cg_tensor *ew_widening(int nin, const cg_tensor *const *in, int nd, const
     const int64_t n = cg_numel(out), runs = (n + EW_RUN - 1) / EW_RUN;
     float *o = cg_data(out);
     cg_shares sh;
-    const int nt = runs > 1 && !omp_in_parallel() ? omp_get_max_threads() : 1;
+    const int nt = cg_shares_team(runs > 1);
     cg_shares_init(&sh, runs, nt);
 #pragma omp parallel if (nt > 1) num_threads(nt)
     for (int64_t r; (r = cg_shares_next(&sh, omp_get_thread_num())) >= 0;) {
@@ -581,7 +581,7 @@ cg_tensor *cg_k_map_runs(const cg_tensor *x, cg_dtype dt,
         const float *src = cg_data(xc);
         char *dst = cg_data_ptr(y);
         cg_shares sh;
-        const int nt = runs > 1 && !omp_in_parallel() ? omp_get_max_threads() : 1;
+        const int nt = cg_shares_team(runs > 1);
         cg_shares_init(&sh, runs, nt);
 #pragma omp parallel if (nt > 1) num_threads(nt)
         for (int64_t r; (r = cg_shares_next(&sh, omp_get_thread_num())) >= 0;) {
@@ -707,7 +707,7 @@ cg_tensor *cg_k_relu_mask_backward(const cg_tensor *mask, const cg_tensor *g)
         const float *gp = cg_data(gc);
         float *op = cg_data(out);
         cg_shares sh;
-        const int nt = runs > 1 && !omp_in_parallel() ? omp_get_max_threads() : 1;
+        const int nt = cg_shares_team(runs > 1);
         cg_shares_init(&sh, runs, nt);
 #pragma omp parallel if (nt > 1) num_threads(nt)
         for (int64_t r; (r = cg_shares_next(&sh, omp_get_thread_num())) >= 0;)

@@ -1476,7 +1476,7 @@ cg_bf16_matrix *cg_bf16_matrix_new(int64_t n, int64_t k, const float *w, int64_t
     *m = (cg_bf16_matrix){n, k, kp, npanel, p};
     const cg_bf16_kind kind = cg_bf16_native() ? CG_BF16_NATIVE : CG_BF16_EMULATED;
     cg_shares sh;
-    const int nt = npanel > 1 && (double)n * (double)k > 1e5 ? omp_get_max_threads() : 1;
+    const int nt = cg_shares_team(npanel > 1 && (double)n * (double)k > 1e5);
     cg_shares_init(&sh, npanel, nt);
 #pragma omp parallel if (nt > 1) num_threads(nt)
     for (int64_t q; (q = cg_shares_next(&sh, omp_get_thread_num())) >= 0;)

@@ -215,7 +215,7 @@ static inline void cg_iter_run(const cg_iter *it, cg_iter_seg_fn fn, void *ctx)
     for (int k = 0; k < it->nops; k++)
         st[k] = cg_iter_inner_stride(it, k);
     cg_shares sh; /* the chunks in shares (core/shares.h) */
-    const int nt = total > CG_ITER_PAR_THRESHOLD ? omp_get_max_threads() : 1;
+    const int nt = cg_shares_team(total > CG_ITER_PAR_THRESHOLD);
     cg_shares_init(&sh, nchunks, nt);
 #pragma omp parallel if (nt > 1) num_threads(nt)
     for (int64_t c; (c = cg_shares_next(&sh, omp_get_thread_num())) >= 0;) {

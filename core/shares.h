@@ -12,6 +12,7 @@
  * (docs/performance.md, Zen 5).
  *
  *     cg_shares sh;
+ *     const int nt = cg_shares_team(big_enough);   (or a count of its own)
  *     cg_shares_init(&sh, nchunks, nt);
  *     #pragma omp parallel num_threads(nt)
  *     for (int64_t c; (c = cg_shares_next(&sh, omp_get_thread_num())) >= 0;)
@@ -22,7 +23,9 @@
 #ifndef CG_SHARES_H
 #define CG_SHARES_H
 
+#include <omp.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -41,6 +44,13 @@ typedef struct {
 static inline uint64_t cg_share_pack(int64_t f, int64_t b)
 {
     return (uint64_t)f << 32 | (uint64_t)b;
+}
+
+/* The team for a loop worth threads (parallel): OpenMP's default size,
+ * or 1 inside a parallel region (nested regions get one thread anyway). */
+static inline int cg_shares_team(bool parallel)
+{
+    return parallel && !omp_in_parallel() ? omp_get_max_threads() : 1;
 }
 
 /* nchunks < 2^31, nt the team's size (a thread numbered nt or above only
