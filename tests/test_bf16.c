@@ -125,6 +125,28 @@ START_TEST(test_against_double)
                     layout(lc == 2 ? 2 : lc, m, n, &rsc, &csc, &nc);
                     float *a = rand_buf(&rng, na), *b = rand_buf(&rng, nb);
                     float *c = malloc(nc * sizeof(float));
+                    /* the exact sums of each element, once for both betas:
+                     * of the rounded inputs, of the inputs, and of |ab| */
+                    double *sums = malloc((size_t)(3 * m * n) * sizeof(double));
+                    float *ar = malloc(na * sizeof(float)), *br = malloc(nb * sizeof(float));
+                    for (size_t i = 0; i < na; i++)
+                        ar[i] = cg_bf16_round(a[i]);
+                    for (size_t i = 0; i < nb; i++)
+                        br[i] = cg_bf16_round(b[i]);
+                    for (int64_t i = 0; i < m; i++)
+                        for (int64_t j = 0; j < n; j++) {
+                            double sr = 0.0, sx = 0.0, mag = 0.0;
+                            for (int64_t p = 0; p < k; p++) {
+                                const int64_t ia = i * rsa + p * csa, ib = p * rsb + j * csb;
+                                sr += (double)ar[ia] * br[ib];
+                                sx += (double)a[ia] * b[ib];
+                                mag += fabs((double)a[ia] * b[ib]);
+                            }
+                            double *e = sums + 3 * (i * n + j);
+                            e[0] = sr;
+                            e[1] = sx;
+                            e[2] = mag;
+                        }
                     for (int bi = 0; bi < 2; bi++) {
                         const float beta = bi ? 0.5f : 0.0f, alpha = bi ? -1.5f : 1.0f;
                         for (size_t i = 0; i < nc; i++)
@@ -138,13 +160,8 @@ START_TEST(test_against_double)
                          * each input is off by at most 2^-8 of itself */
                         for (int64_t i = 0; i < m; i++)
                             for (int64_t j = 0; j < n; j++) {
-                                double sr = 0.0, sx = 0.0, mag = 0.0;
-                                for (int64_t p = 0; p < k; p++) {
-                                    float x = a[i * rsa + p * csa], y = b[p * rsb + j * csb];
-                                    sr += (double)cg_bf16_round(x) * cg_bf16_round(y);
-                                    sx += (double)x * y;
-                                    mag += fabs((double)x * y);
-                                }
+                                const double *e = sums + 3 * (i * n + j);
+                                const double sr = e[0], sx = e[1], mag = e[2];
                                 double cin = bi ? c0[i * rsc + j * csc] : 0.0;
                                 double got = c[i * rsc + j * csc];
                                 double er = fabs(got - (alpha * sr + beta * cin));
@@ -162,6 +179,9 @@ START_TEST(test_against_double)
                             }
                         free(c0);
                     }
+                    free(sums);
+                    free(ar);
+                    free(br);
                     free(a);
                     free(b);
                     free(c);
