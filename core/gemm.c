@@ -336,17 +336,25 @@ typedef struct {
 
 /* C[i, j] = bias[j * bs]: the start of C = A B + bias on the fp32 paths,
  * which cannot add the bias as they write C (rows split among threads). */
+static void fill_bias_row(int64_t n, const float *bias, int64_t bs, float *ci, int64_t csc)
+{
+    if (csc == 1 && bs == 1)
+        memcpy(ci, bias, sizeof(float) * (size_t)n);
+    else
+        for (int64_t j = 0; j < n; j++)
+            ci[j * csc] = bias[j * bs];
+}
 static void fill_bias(int64_t m, int64_t n, const float *bias, int64_t bs, float *c, int64_t rsc,
                       int64_t csc)
 {
-#pragma omp parallel for schedule(static) if (m * n > 32768 && !omp_in_parallel())
-    for (int64_t i = 0; i < m; i++) {
-        float *ci = c + i * rsc;
-        if (csc == 1 && bs == 1)
-            memcpy(ci, bias, sizeof(float) * (size_t)n);
-        else
-            for (int64_t j = 0; j < n; j++)
-                ci[j * csc] = bias[j * bs];
+    /* a region only for a team of more than one (core/shares.h) */
+    if (m * n > 32768 && !omp_in_parallel()) {
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < m; i++)
+            fill_bias_row(n, bias, bs, c + i * rsc, csc);
+    } else {
+        for (int64_t i = 0; i < m; i++)
+            fill_bias_row(n, bias, bs, c + i * rsc, csc);
     }
 }
 
@@ -424,6 +432,17 @@ SKINNY_TARGET static void dots_n(int ny, int64_t nx, int64_t k, const float *x, 
     }
 }
 
+/* dots_n over the groups [g0, g1) of 4 of the ny vectors y */
+static void dots_groups(int64_t g0, int64_t g1, int64_t ny, int64_t nx, int64_t k, const float *x,
+                        int64_t sx, const float *y, int64_t sy, float alpha, float beta, float *c,
+                        int64_t ros, int64_t cos)
+{
+    for (int64_t g = g0; g < g1; g++) {
+        const int64_t j = 4 * g, w = ny - j < 4 ? ny - j : 4;
+        dots_n((int)w, nx, k, x, sx, y + j * sy, sy, alpha, beta, c + j * cos, ros, cos);
+    }
+}
+
 /* C = alpha A B + beta C with at most SKINNY rows (or columns) of C, A's
  * rows and B's columns contiguous along k (csa == rsb == 1): a row of x
  * times a weight in decoding. BLIS's packed driver packs the whole weight
@@ -451,11 +470,13 @@ static void skinny_product(int nthreads, int64_t m, int64_t n, int64_t k, float 
     if (nt < 1 || omp_in_parallel())
         nt = 1;
     const int64_t groups = (ny + 3) / 4;
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-    for (int64_t g = 0; g < groups; g++) {
-        const int64_t j = 4 * g, w = ny - j < 4 ? ny - j : 4;
-        dots_n((int)w, nx, k, x, sx, y + j * sy, sy, alpha, beta, c + j * cos, ros, cos);
+    if (nt == 1) { /* no region for a team of one (core/shares.h) */
+        dots_groups(0, groups, ny, nx, k, x, sx, y, sy, alpha, beta, c, ros, cos);
+        return;
     }
+#pragma omp parallel for schedule(static) num_threads(nt)
+    for (int64_t g = 0; g < groups; g++)
+        dots_groups(g, g + 1, ny, nx, k, x, sx, y, sy, alpha, beta, c, ros, cos);
 }
 
 /* The kernel of a path (not AUTO): false when this CPU lacks it. */

@@ -302,6 +302,42 @@ EW_CLONES static void xhat_row(int64_t D, const float *xr, float m, float s, flo
 }
 
 /* ------------------------------------------------------------ forward */
+/* What norm_forward's rows read and write (NULL: not wanted) */
+typedef struct {
+    bool rms;
+    int64_t D;
+    float eps;
+    const float *x, *a, *w, *b; /* x, the addend, the weight and bias */
+    float *y, *mean, *rstd, *sum;
+    uint16_t *y16, *xhat16; /* y and x-hat rounded to bf16 */
+} fwd_rows;
+
+/* Rows [r0, r1) of norm_forward; row: D floats of scratch (for x + a when
+ * the sum is not kept, and for x-hat) */
+static void norm_fwd_rows(const fwd_rows *f, int64_t r0, int64_t r1, float *row)
+{
+    const int64_t D = f->D;
+    for (int64_t r = r0; r < r1; r++) {
+        float mf, rs;
+        const float *xr = f->x + r * D;
+        if (f->a) {
+            float *s = f->sum ? f->sum + r * D : row;
+            add_rows(r, r + 1, D, f->x, f->a, s);
+            xr = s;
+        }
+        norm_row_fwd(f->rms, xr, f->y + r * D, f->w, f->b, D, f->eps, &mf, &rs);
+        if (f->y16) /* the row rounded while in L1 */
+            cg_bf16_round_run(D, f->y + r * D, f->y16 + r * D);
+        if (f->xhat16) { /* x-hat, the same */
+            xhat_row(D, xr, mf, rs, row);
+            cg_bf16_round_run(D, row, f->xhat16 + r * D);
+        }
+        if (f->mean)
+            f->mean[r] = mf;
+        f->rstd[r] = rs;
+    }
+}
+
 /* norm(x) or, with an addend y, norm(x + y). */
 static cg_tensor *norm_forward(const char *op, bool rms, const cg_tensor *x, const cg_tensor *a,
                                const cg_tensor *w, const cg_tensor *b, float eps, bool bf16_copy,
@@ -351,32 +387,19 @@ static cg_tensor *norm_forward(const char *op, bool rms, const cg_tensor *x, con
     float *yp = cg_data(y), *mp = mt ? cg_data(mt) : NULL, *rp = cg_data(rt);
     float *sp = st ? cg_data(st) : NULL;
     uint16_t *yh = yb ? cg_data_bf16(yb) : NULL, *hh = ht ? cg_data_bf16(ht) : NULL;
-    /* rows in chunks of CHUNK, in shares (core/shares.h) */
-    cg_shares sh;
-    cg_shares_init(&sh, (rows + CHUNK - 1) / CHUNK, nt);
-#pragma omp parallel if (n > PAR_THRESHOLD) num_threads(nt)
-    for (int64_t c; (c = cg_shares_next(&sh, omp_get_thread_num())) >= 0;)
-        for (int64_t r = c * CHUNK; r < rows && r < (c + 1) * CHUNK; r++) {
-            float mf, rs;
-            float *row = scratch ? scratch + (int64_t)omp_get_thread_num() * D : NULL;
-            const float *xr = xp + r * D;
-            if (ap) {
-                float *s = sp ? sp + r * D : row;
-                add_rows(r, r + 1, D, xp, ap, s);
-                xr = s;
-            }
-            norm_row_fwd(rms, xr, yp + r * D, wp, bp, D, eps, &mf, &rs);
-            if (yh) /* the row rounded while in L1 */
-                cg_bf16_round_run(D, yp + r * D, yh + r * D);
-            if (hh) { /* x-hat, the same */
-                xhat_row(D, xr, mf, rs, row);
-                cg_bf16_round_run(D, row, hh + r * D);
-            }
-            if (mp)
-                mp[r] = mf;
-            rp[r] = rs;
-        }
-    cg_shares_free(&sh);
+    const fwd_rows fr = {rms, D, eps, xp, ap, wp, bp, yp, mp, rp, sp, yh, hh};
+    if (n > PAR_THRESHOLD && nt > 1) {
+        /* rows in chunks of CHUNK, in shares (core/shares.h) */
+        cg_shares sh;
+        cg_shares_init(&sh, (rows + CHUNK - 1) / CHUNK, nt);
+#pragma omp parallel num_threads(nt)
+        for (int64_t c; (c = cg_shares_next(&sh, omp_get_thread_num())) >= 0;)
+            norm_fwd_rows(&fr, c * CHUNK, (c + 1) * CHUNK < rows ? (c + 1) * CHUNK : rows,
+                          scratch ? scratch + (int64_t)omp_get_thread_num() * D : NULL);
+        cg_shares_free(&sh);
+    } else { /* no region for a team of one (core/shares.h) */
+        norm_fwd_rows(&fr, 0, rows, scratch);
+    }
     cg_free(scratch);
     cg_release_all(4, xc, ac, wc, bc);
     if (yb)
