@@ -104,7 +104,7 @@ static int cmd_train(int argc, char **argv)
         {"--max-len", CG_CLI_I64, &r.max_len, 3, 100000,
          "  --max-len N          longest sequence; longer training pairs are dropped (256)\n",
          CG_CLI_FIXED},
-        {"--extra-data", CG_CLI_STR, &r.extra_data, 0, 0,
+        {"--extra-data", CG_CLI_STR, &o.extra_data, 0, 0,
          "  --extra-data FILE    more training pairs (--data's format); a pair sharing a\n"
          "                       sentence with a validation or test pair is dropped\n",
          0},

@@ -56,6 +56,9 @@ typedef struct {
     /* --base FILE (charlm): the base of the LoRA checkpoint given to
      * --resume, instead of the one it records */
     const char *base;
+    /* --extra-data FILE (seq2seq): more training pairs; here so that the
+     * trainer checks it as --data, a file the run reads */
+    const char *extra_data;
     bool force, skip_nonfinite;
     /* --precision auto|fp32|bf16 ("auto"): cg_train_parse resolves auto to
      * "fp32" or "bf16", the name saved in "options" (on --resume, to the

@@ -63,8 +63,9 @@ static bool has_flag(const cg_cli_args *a, const char *name)
 static bool check_kept(const cg_trainer *t)
 {
     const cg_train_opts *o = t->o;
-    const char *reads[] = {o->data, o->init_from}, *what[] = {"--data", "--init-from"};
-    return cg_kept_check(t->out, t->kept, t->n_kept, o->force, reads, what, 2);
+    const char *reads[] = {o->data, o->extra_data, o->init_from},
+               *what[] = {"--data", "--extra-data", "--init-from"};
+    return cg_kept_check(t->out, t->kept, t->n_kept, o->force, reads, what, 3);
 }
 
 void cg_trainer_init(cg_trainer *t, cg_train_opts *o)
@@ -123,6 +124,7 @@ int cg_trainer_begin(cg_trainer *t, cg_train_opts *o, const char *kind, const ch
         /* no file written is a file read (with --force too) */
         if ((o->data && !cg_out_check_reads(t->out, o->data, "--data", true)) ||
             (o->resume && !cg_out_check_reads(t->out, o->resume, "--resume", false)) ||
+            (o->extra_data && !cg_out_check_reads(t->out, o->extra_data, "--extra-data", true)) ||
             (o->init_from && !cg_out_check_reads(t->out, o->init_from, "--init-from", true)) ||
             !check_base_read(t))
             return cg_prog_fail_lib(NULL);
