@@ -388,8 +388,10 @@ static char *read_old_log(const char *path, size_t max, size_t *len)
     return buf;
 }
 
-FILE *cg_metrics_log_open(const char *path, int64_t resume_step, int64_t *dropped)
+bool cg_metrics_log_open(cg_metrics_log *log, const char *path, int64_t resume_step,
+                         int64_t *dropped)
 {
+    *log = (cg_metrics_log){0};
     *dropped = 0;
     size_t old_len = 0, keep_len = 0;
     char *old = resume_step >= 0 ? read_old_log(path, (size_t)1 << 30, &old_len) : NULL;
@@ -397,37 +399,68 @@ FILE *cg_metrics_log_open(const char *path, int64_t resume_step, int64_t *droppe
     bool lost = old && !keep;
     free(old);
     if (lost)
-        return NULL;
-    char *tmp = malloc(strlen(path) + 32);
-    if (!tmp) {
+        return false;
+    log->path = strdup(path);
+    log->tmp = malloc(strlen(path) + 32);
+    if (!log->path || !log->tmp) {
         free(keep);
+        free(log->path);
+        free(log->tmp);
+        *log = (cg_metrics_log){0};
         cg_set_error("out of memory");
-        return NULL;
+        return false;
     }
-    sprintf(tmp, "%s.tmp.%ld", path, (long)getpid());
-    /* a new file of ours, renamed over the old name: never written through
-     * a link or into a file (a hard link) that is not ours */
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+    sprintf(log->tmp, "%s.tmp.%ld", path, (long)getpid());
+    /* a new file of ours, renamed over the old name later: never written
+     * through a link or into a file (a hard link) that is not ours */
+    int fd = open(log->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
     bool ok = fd >= 0;
     for (size_t done = 0; ok && done < keep_len;) {
         ssize_t k = write(fd, keep + done, keep_len - done);
         ok = k > 0;
         done += k > 0 ? (size_t)k : 0;
     }
-    int e = errno;
-    ok = ok && rename(tmp, path) == 0;
-    e = ok ? 0 : errno ? errno : e;
-    FILE *f = ok ? fdopen(fd, "a") : NULL;
-    if (!f) {
-        if (fd >= 0) {
+    int e = ok ? 0 : errno;
+    log->f = ok ? fdopen(fd, "a") : NULL;
+    if (!log->f) {
+        e = ok ? errno : e;
+        if (fd >= 0) { /* ours: removed (a name that existed is not) */
             close(fd);
-            (void)unlink(tmp);
+            (void)unlink(log->tmp);
         }
-        cg_set_error("cannot write the metrics log '%s': %s", path, strerror(e ? e : errno));
+        free(log->tmp);
+        log->tmp = NULL;
+        cg_metrics_log_close(log);
+        cg_set_error("cannot write the metrics log '%s': %s", path, strerror(e));
     }
-    free(tmp);
     free(keep);
-    return f;
+    return log->f != NULL;
+}
+
+bool cg_metrics_log_publish(cg_metrics_log *log)
+{
+    if (!log->tmp)
+        return true;
+    if (rename(log->tmp, log->path) != 0) {
+        cg_set_error("cannot replace the metrics log '%s': %s", log->path, strerror(errno));
+        return false;
+    }
+    free(log->tmp);
+    log->tmp = NULL;
+    return true;
+}
+
+bool cg_metrics_log_close(cg_metrics_log *log)
+{
+    int e = log->f && fclose(log->f) != 0 ? errno : 0;
+    if (log->tmp) /* never published: the old log stays the log */
+        (void)unlink(log->tmp);
+    free(log->tmp);
+    free(log->path);
+    *log = (cg_metrics_log){0};
+    if (e)
+        cg_set_error("cannot write the metrics log: %s", strerror(e));
+    return e == 0;
 }
 
 bool cg_metrics_log_append(FILE *f, const char *line, uint64_t reserve)
