@@ -97,6 +97,20 @@ rm -f m.st*
 ln c.txt m.st.metrics.jsonl
 "$charlm" train --data c.txt "${TINY[@]}" --steps 2 --out m.st --force >/dev/null 2>err.txt
 intact "a metrics log hard-linked to the corpus (--force)" c.txt c.orig
+# the files beside a new checkpoint are replaced only with --force, as it is
+rm -f n.st*
+printf 'my notes\n' >n.st.metrics.jsonl && cp n.st.metrics.jsonl nlog.orig
+refused_intact "an existing metrics log, no --force" "'n.st.metrics.jsonl' exists" n.st.metrics.jsonl nlog.orig \
+  "$charlm" train --data c.txt "${TINY[@]}" --steps 2 --out n.st
+rm -f n.st*
+printf 'my picture\n' >n.st.loss.png && cp n.st.loss.png npng.orig
+refused_intact "an existing loss curve, no --force" "'n.st.loss.png' exists" n.st.loss.png npng.orig \
+  "$seq2seq" train --data p.tsv "${S2S[@]}" --steps 2 --out n.st
+[ ! -e n.st ] || fail "a refused run wrote n.st"
+printf 'my notes\n' >n.st.metrics.jsonl
+"$charlm" train --data c.txt "${TINY[@]}" --steps 2 --out n.st --force >/dev/null 2>err.txt ||
+  fail "--force over the files beside n.st: $(tail -1 err.txt)"
+jsonl_ok "--force replaces the files beside the checkpoint" n.st.metrics.jsonl
 printf 'GEM\n  remote: https://rubygems.org/\n' >Gemfile.lock && cp Gemfile.lock gem.orig
 "$charlm" train --data c.txt "${TINY[@]}" --steps 2 --out Gemfile >/dev/null 2>err.txt
 intact "--out Gemfile beside an unrelated Gemfile.lock" Gemfile.lock gem.orig

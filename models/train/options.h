@@ -245,7 +245,8 @@ void cg_train_init(cg_train_opts *o, cg_train_recipe *r, int64_t steps, int64_t 
          &(o)->force,                                                                             \
          0,                                                                                       \
          0,                                                                                       \
-         "  --force              overwrite an existing --out (refused otherwise)\n",              \
+         "  --force              overwrite an existing --out, FILE.loss.png or\n"                 \
+         "                       FILE.metrics.jsonl (refused otherwise)\n",                       \
          0},                                                                                      \
         {"--stop-at",                                                                             \
          CG_CLI_I64,                                                                              \

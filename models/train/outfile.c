@@ -226,6 +226,26 @@ bool cg_out_check_reads(const char *out, const char *in, const char *what, bool 
     return ok;
 }
 
+bool cg_out_check_siblings(const char *out)
+{
+    char *files[2] = {cg_loss_png_path(out), cg_ckpt_sibling(out, ".metrics.jsonl")};
+    const char *kinds[2] = {"the loss curve", "the metrics log"};
+    bool ok = files[0] && files[1];
+    if (!ok)
+        cg_set_error("out of memory");
+    struct stat st;
+    for (int i = 0; ok && i < 2; i++)
+        if (lstat(files[i], &st) == 0) {
+            cg_set_error("'%s' exists: %s of checkpoint '%s', which this run writes; pass --force "
+                         "to overwrite it, or choose another --out",
+                         files[i], kinds[i], out);
+            ok = false;
+        }
+    free(files[0]);
+    free(files[1]);
+    return ok;
+}
+
 /* ------------------------------------------------------------ kept checkpoints */
 #define KEPT_TAG ".step"
 #define KEPT_EXT ".safetensors"

@@ -78,6 +78,15 @@ void cg_out_lock_release(cg_out_lock *lock);
  * same file as 'y', the checkpoint this run writes; ..." */
 bool cg_out_check_reads(const char *out, const char *in, const char *what, bool with_ckpt);
 
+/* The files a run with checkpoint `out` writes beside it, its loss curve
+ * and its metrics log, are absent (a link counts, whatever it points to):
+ * false + error "'x.metrics.jsonl' exists: the metrics log of checkpoint
+ * 'x', which this run writes; pass --force to overwrite it, or choose
+ * another --out". The overwrite policy is the checkpoint's: the caller asks
+ * only when it would refuse an existing checkpoint (no --force, not
+ * resuming into it). The lock stays after every run: never asked. */
+bool cg_out_check_siblings(const char *out);
+
 /* Standard output is no file the command reads: false + error "standard
  * output is --ckpt 'x', which this command reads; ..." when fd 1 is the
  * regular file `in` (same device and inode: `eval --ckpt m.st >> m.st`

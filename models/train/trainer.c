@@ -116,8 +116,9 @@ int cg_trainer_begin(cg_trainer *t, cg_train_opts *o, const char *kind, const ch
     t->outer_precision = cg_autocast_begin(o->precision);
     t->autocast = true;
     if (cg_dist_is_root()) { /* rank 0 alone writes */
-        if (access(t->out, F_OK) == 0 && !o->force &&
-            !(o->resume && strcmp(t->out, o->resume) == 0))
+        /* an existing checkpoint is replaced only with --force or by its resume */
+        bool may_replace = o->force || (o->resume && strcmp(t->out, o->resume) == 0);
+        if (access(t->out, F_OK) == 0 && !may_replace)
             return cg_prog_fail("checkpoint %s exists; continue it with --resume %s, or pass "
                                 "--force to overwrite it",
                                 t->out, t->out);
@@ -127,6 +128,9 @@ int cg_trainer_begin(cg_trainer *t, cg_train_opts *o, const char *kind, const ch
             (o->extra_data && !cg_out_check_reads(t->out, o->extra_data, "--extra-data", true)) ||
             (o->init_from && !cg_out_check_reads(t->out, o->init_from, "--init-from", true)) ||
             !check_base_read(t))
+            return cg_prog_fail_lib(NULL);
+        /* so are the files beside it (after the reads: a file read is named as one) */
+        if (!may_replace && !cg_out_check_siblings(t->out))
             return cg_prog_fail_lib(NULL);
         if (o->keep_last > 0 && !check_kept(t))
             return cg_prog_fail_lib(NULL);
