@@ -93,6 +93,10 @@ for v in 0 -1 nan inf 1e-400; do
 done
 expect "seq2seq --lr 1e-400" 2 "--lr" "$seq2seq" train --data p.tsv "${S2S[@]}" --lr 1e-400 --steps 2 --out f.st
 expect "charlm --lr 1e-400" 2 "--lr" "$charlm" train --data c.txt "${TINY[@]}" --lr 1e-400 --steps 2 --out f.st
+# a decoder without layers never reads its source (its decoding failed after the save)
+expect "seq2seq --dec-layers 0" 2 "--dec-layers: 0 is out of range \[1, " \
+  "$seq2seq" train --data p.tsv "${S2S[@]}" --dec-layers 0 --steps 2 --out d0.st
+no_file "--dec-layers 0" d0.st
 
 # ---- 17. one over-long stdin line: the others are translated, it is reported
 long=$(printf 'the cat %.0s' {1..60})

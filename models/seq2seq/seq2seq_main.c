@@ -84,9 +84,10 @@ static int cmd_train(int argc, char **argv)
          "                       (the Transformer base: d 512, 8 heads, 6+6 layers, d_ff 2048)\n",
          CG_CLI_FIXED},
         {"--enc-layers", CG_CLI_I64, &rec.shape.enc_layers, 0, 1 << 10,
-         "  --enc-layers N --dec-layers N   encoder and decoder layers (from the preset)\n",
+         "  --enc-layers N --dec-layers N   encoder and decoder layers (from the preset;\n"
+         "                       the decoder's, at least 1, are what reads the source)\n",
          CG_CLI_FIXED},
-        {"--dec-layers", CG_CLI_I64, &rec.shape.dec_layers, 0, 1 << 10, NULL, CG_CLI_FIXED},
+        {"--dec-layers", CG_CLI_I64, &rec.shape.dec_layers, 1, 1 << 10, NULL, CG_CLI_FIXED},
         {"--max-tokens", CG_CLI_I64, &r.max_tokens, 2, 1e9,
          "  --max-tokens N       padded tokens per batch (default 3000)\n", CG_CLI_FIXED},
         {"--pad-to-multiple", CG_CLI_I64, &r.pad_to, 1, 1e6,
