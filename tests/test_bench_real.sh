@@ -10,7 +10,8 @@
 #     python3-torch and shared/reference are there (else that part is skipped);
 #   - the gpt2 and paper presets (at a small width) have their batch, layers
 #     and vocabulary;
-#   - the refusals: another model, --dump-batches or --T without it;
+#   - the refusals: another model, --T with it, --dump-batches, --data or
+#     --vocab-size without it;
 #     --dump-batches refused before any work when it is --data, exists
 #     (bench has no --force) or cannot be created; standard output into
 #     --data.
@@ -120,6 +121,11 @@ expect "--preset real with charlm" 2 "use it with --model seq2seq" \
   "$bench" --model charlm --preset real --data p.tsv
 expect "--dump-batches without real" 2 "needs --preset real" \
   "$bench" --model seq2seq --preset tiny --dump-batches x.st
+# --data and --vocab-size are real's too (they were ignored: a random run timed)
+expect "--data without real" 2 "^bench: error: --data needs --preset real" \
+  "$bench" --model seq2seq --data /nonexistent --steps 1 --warmup 0 --threads 1
+expect "--vocab-size without real" 2 "^bench: error: --vocab-size needs --preset real" \
+  "$bench" --steps 1 --warmup 0 --threads 1 --vocab-size 500
 expect "--T with real" 2 "takes its shapes from the data" \
   "$bench" --model seq2seq --preset real --T 8 --data p.tsv
 expect "--preset real, missing data" 1 "no-such.tsv" \

@@ -114,7 +114,8 @@ static int usage(const char *msg)
             "tokens in the seed's order, dropout 0.3, label smoothing 0.1, the tiny\n"
             "shape; --dump-batches FILE writes the batches it took for\n"
             "tools/real_peer.py (PyTorch's step on the same batches): a new file, never\n"
-            "--data (an existing one is refused before the run).\n"
+            "--data (an existing one is refused before the run). --data, --vocab-size and\n"
+            "--dump-batches need --preset real.\n"
             "tokens_per_s counts target tokens (those the loss is taken over; no padding)\n"
             "per second of steps: with --preset real, all of them over all the time.\n",
             REAL_DATA);
@@ -273,13 +274,9 @@ typedef struct {
  * status (0 after --help, 2 on a bad command line). */
 static int parse_args(int argc, char **argv, bench_args *a)
 {
-    *a = (bench_args){.model = "charlm",
-                      .preset = "tiny",
-                      .precision = "fp32",
-                      .data = REAL_DATA,
-                      .steps = 20,
-                      .warmup = 5,
-                      .vocab_size = REAL_VOCAB};
+    /* data NULL and vocab_size 0 until given: --preset real's alone */
+    *a = (bench_args){
+        .model = "charlm", .preset = "tiny", .precision = "fp32", .steps = 20, .warmup = 5};
     const cg_cli_opt opts[] = {
         {"--model", CG_CLI_STR, &a->model, 0, 0, NULL, 0},
         {"--preset", CG_CLI_STR, &a->preset, 0, 0, NULL, 0},
@@ -318,8 +315,19 @@ static int parse_args(int argc, char **argv, bench_args *a)
         return usage("--preset real is the translator's recipe: use it with --model seq2seq");
     if (real && (a->T || a->B || a->d))
         return usage("--preset real takes its shapes from the data: no --T, --batch-size or --d");
-    if (a->dump && !real)
-        return usage("--dump-batches needs --preset real (the other presets' batches are random)");
+    const char *real_only = a->dump         ? "--dump-batches"
+                            : a->data       ? "--data"
+                            : a->vocab_size ? "--vocab-size"
+                                            : NULL;
+    if (real_only && !real) { /* a random run timed in silence is no answer */
+        snprintf(msg, sizeof msg, "%s needs --preset real (the other presets' batches are random)",
+                 real_only);
+        return usage(msg);
+    }
+    if (!a->data)
+        a->data = REAL_DATA;
+    if (!a->vocab_size)
+        a->vocab_size = REAL_VOCAB;
     if (a->d % 32 && a->d >= 32)
         return usage("--d must be a multiple of 32");
     return -1;
