@@ -6,7 +6,8 @@
 #    refused at load, naming the tensor;
 #  - OMP_NUM_THREADS gets the check --threads gets;
 #  - flags: exit 2 with the flag's name for a bad value; warnings for values
-#    that are changed; existing files need --force.
+#    that are changed; existing files need --force;
+#  - sample prints nothing before its checks are done.
 #   test_setup_checks.sh CHARLM SEQ2SEQ CKPT_WRITER
 set -uo pipefail
 charlm=$1
@@ -127,6 +128,15 @@ cp att.png att.orig
 expect "charlm sample --attention over an existing file" 1 "exists" \
   "$charlm" sample --ckpt a.st --length 4 --attention att.png
 cmp -s att.png att.orig && echo "ok: att.png intact" || fail "sample --attention overwrote att.png"
+# sample checks what it can before it prints anything (the prompt came first)
+# nothing_out NAME: the refused command wrote nothing to stdout
+nothing_out() { [ ! -s out.txt ] && echo "ok: $1: nothing on stdout" || fail "$1: printed '$(head -c 40 out.txt)'"; }
+expect "charlm sample --prompt not UTF-8" 1 "--prompt is not valid UTF-8 (bad byte 0xff at offset 2)" \
+  "$charlm" sample --ckpt a.st --length 5 --prompt $'ab\xffcd'
+nothing_out "charlm sample --prompt not UTF-8"
+expect "charlm sample --top-k above the vocabulary" 1 "--top-k 100000 is more than the" \
+  "$charlm" sample --ckpt a.st --length 5 --prompt "the " --top-k 100000
+nothing_out "charlm sample --top-k above the vocabulary"
 
 # BPE (skipped without SentencePiece): the vocabulary floor for a text
 # without spaces, and a --vocab-size above what the text gives
