@@ -137,6 +137,24 @@ nothing_out "charlm sample --prompt not UTF-8"
 expect "charlm sample --top-k above the vocabulary" 1 "--top-k 100000 is more than the" \
   "$charlm" sample --ckpt a.st --length 5 --prompt "the " --top-k 100000
 nothing_out "charlm sample --top-k above the vocabulary"
+# a picture that cannot be written is refused before the work (it came after)
+expect "charlm sample --attention x.jpg" 1 "^charlm: error: --attention: x.jpg: unknown picture format" \
+  "$charlm" sample --ckpt a.st --length 5 --prompt "the " --attention x.jpg
+nothing_out "charlm sample --attention x.jpg"
+expect "charlm sample --attention in a missing directory" 1 \
+  "^charlm: error: --attention: cannot write 'nodir/x.png': directory 'nodir'" \
+  "$charlm" sample --ckpt a.st --length 5 --prompt "the " --attention nodir/x.png
+nothing_out "charlm sample --attention in a missing directory"
+expect "seq2seq attention --out two levels down" 1 \
+  "^seq2seq: error: cannot write 'nodir/sub/encoder_self.png': directory 'nodir'" \
+  "$seq2seq" attention --ckpt s.st --text "the cat" --out nodir/sub
+nothing_out "seq2seq attention --out two levels down"
+: >afile
+expect "seq2seq attention --out a file" 1 "'afile' is not a directory" \
+  "$seq2seq" attention --ckpt s.st --text "the cat" --out afile
+nothing_out "seq2seq attention --out a file"
+expect_ok "seq2seq attention --out a new directory" "" "$seq2seq" attention --ckpt s.st --text "the cat" --out newdir
+[ -s newdir/cross.png ] && echo "ok: newdir/cross.png drawn" || fail "attention --out newdir: no cross.png"
 
 # BPE (skipped without SentencePiece): the vocabulary floor for a text
 # without spaces, and a --vocab-size above what the text gives

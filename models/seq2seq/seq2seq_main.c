@@ -255,12 +255,13 @@ static int cmd_attention(int argc, char **argv)
         return rc;
     if (!text)
         return cg_prog_fail("attention needs --text (try --help)");
-    /* the pictures: never over a file without --force, never the checkpoint */
+    /* the pictures: never over a file without --force, never the checkpoint,
+     * in DIR or where it can be made (cg_seq2seq_draw_attention makes it) */
     const char *pics[] = {"encoder_self.png", "decoder_self.png", "cross.png"};
     for (int i = 0; i < 3; i++) {
         char path[4200];
         snprintf(path, sizeof path, "%s/%s", dir, pics[i]);
-        if (!cg_out_picture_check(path, force, ck, "--ckpt"))
+        if (!cg_out_picture_check(path, force, ck, "--ckpt", true))
             return cg_prog_fail_lib(NULL);
     }
     cg_cli_set_threads(PROG, threads);

@@ -16,10 +16,27 @@
 
 #include "core/error.h"
 #include "nn/safetensors.h"
+#include "models/report/plot.h"
 #include "models/train/train_common.h"
 #include "models/util/files.h"
 
 /* ------------------------------------------------------------ output check */
+/* dir, where path is to be written, is a writable directory: false +
+ * error naming both. */
+static bool dir_writable(const char *path, const char *dir)
+{
+    struct stat st;
+    if (stat(dir, &st) != 0)
+        cg_set_error("cannot write '%s': directory '%s': %s", path, dir, strerror(errno));
+    else if (!S_ISDIR(st.st_mode))
+        cg_set_error("cannot write '%s': '%s' is not a directory", path, dir);
+    else if (access(dir, W_OK | X_OK) != 0)
+        cg_set_error("cannot write '%s': directory '%s' is not writable (%s)", path, dir,
+                     strerror(errno));
+    else
+        return true;
+    return false;
+}
 
 bool cg_out_check(const char *path, bool create_dir)
 {
@@ -58,18 +75,8 @@ bool cg_out_check(const char *path, bool create_dir)
         return false;
     }
     struct stat st;
-    bool ok = true;
-    if (stat(dir, &st) != 0) {
-        cg_set_error("cannot write '%s': directory '%s': %s", path, dir, strerror(errno));
-        ok = false;
-    } else if (!S_ISDIR(st.st_mode)) {
-        cg_set_error("cannot write '%s': '%s' is not a directory", path, dir);
-        ok = false;
-    } else if (access(dir, W_OK | X_OK) != 0) {
-        cg_set_error("cannot write '%s': directory '%s' is not writable (%s)", path, dir,
-                     strerror(errno));
-        ok = false;
-    } else if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+    bool ok = dir_writable(path, dir);
+    if (ok && lstat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
         /* a symlink is followed: a link to a regular file is fine */
         struct stat t;
         bool reg = S_ISLNK(st.st_mode) && stat(path, &t) == 0 && S_ISREG(t.st_mode);
@@ -523,9 +530,22 @@ bool cg_metrics_log_append(FILE *f, const char *line, uint64_t reserve)
     return false;
 }
 
-bool cg_out_picture_check(const char *path, bool force, const char *in, const char *what)
+bool cg_out_picture_check(const char *path, bool force, const char *in, const char *what,
+                          bool make_dir)
 {
     struct stat st;
+    if (!cg_plot_format(path))
+        return false;
+    /* its directory, or the one that will hold the directory the caller makes */
+    char *dir = cg_dir_part(path), *up = dir ? cg_dir_part(dir) : NULL;
+    bool ok = up && (make_dir && stat(dir, &st) != 0 && errno == ENOENT ? dir_writable(path, up)
+                                                                        : dir_writable(path, dir));
+    if (!up)
+        cg_set_error("out of memory");
+    free(dir);
+    free(up);
+    if (!ok)
+        return false;
     if (in && cg_same_file(path, in)) {
         cg_set_error("'%s' is the same file as %s '%s', which this command reads", path, what, in);
         return false;

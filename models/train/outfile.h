@@ -95,11 +95,16 @@ bool cg_out_check_siblings(const char *out);
  * cg_out_check_reads checks it too: a run's result line is a file written. */
 bool cg_out_check_stdout(const char *in, const char *what);
 
-/* A picture a command writes (sample --attention, seq2seq attention):
- * refused when it is the file `in` the command reads (`what` names it:
- * "--ckpt"), when it exists and is no regular file, or when it exists and
- * force is false ("'x' exists; pass --force to overwrite it"). */
-bool cg_out_picture_check(const char *path, bool force, const char *in, const char *what);
+/* A picture a command writes (sample --attention, seq2seq attention),
+ * checked before the work that makes it: refused when its name is no
+ * picture format (models/report/plot.h cg_plot_format), when its directory
+ * is no writable directory (make_dir: the caller creates a missing one,
+ * one level, so its parent must be), when it is the file `in` the command
+ * reads (`what` names it: "--ckpt"), when it exists and is no regular
+ * file, or when it exists and force is false ("'x' exists; pass --force to
+ * overwrite it"). */
+bool cg_out_picture_check(const char *path, bool force, const char *in, const char *what,
+                          bool make_dir);
 
 /* ------------------------------------------------------------ kept checkpoints */
 /* train --keep-last N keeps each evaluation checkpoint also as
