@@ -14,7 +14,8 @@
 #      fewer than 2 inputs, no --out, another model's checkpoint, another
 #      architecture (width, activation, layers), another tokenizer, other
 #      tensors, a LoRA adapter, --out naming an input (also through a hard
-#      or symbolic link), an existing --out without --force
+#      or symbolic link), standard output appended to an input, an existing
+#      --out without --force
 #   5. train --keep-last N (both programs): exactly the last N evaluation
 #      checkpoints beside --out (full training checkpoints), continued by
 #      --resume; a resume into another --out leaves the first run's files;
@@ -218,6 +219,15 @@ refused_avg "--out a symbolic link to an input" 1 "is the same file as the check
   "$charlm" average --out soft.st a2.st a1.st
 refused_avg "--out the input's path spelled otherwise" 1 "is the same file as the checkpoint" \
   "$charlm" average --out ./a1.st a2.st "$PWD/a1.st"
+# standard output is a file written: never an input (`>> a1.st` damaged it)
+refused_avg "standard output appended to an input" 1 \
+  "standard output is the checkpoint 'a1.st', which this command reads" \
+  sh -c 'exec "$@" >>a1.st' sh "$charlm" average --out o.st a2.st a1.st
+cp s1.st s1.orig
+refused_avg "seq2seq: standard output appended to an input" 1 \
+  "standard output is the checkpoint 's1.st', which this command reads" \
+  sh -c 'exec "$@" >>s1.st' sh "$seq2seq" average --out o.st s1.st s2.st
+intact "seq2seq: standard output appended to an input" s1.st s1.orig
 intact "the refusals" a1.st a1.orig
 cp avg.st avg.orig
 refused_avg "an existing --out" 1 "'avg.st' exists; pass --force to overwrite it" \

@@ -10,7 +10,11 @@
 #     python3-torch and shared/reference are there (else that part is skipped);
 #   - the gpt2 and paper presets (at a small width) have their batch, layers
 #     and vocabulary;
-#   - the refusals: another model, --dump-batches or --T without it.
+#   - the refusals: another model, --T with it, --dump-batches, --data or
+#     --vocab-size without it;
+#     --dump-batches refused before any work when it is --data, exists
+#     (bench has no --force) or cannot be created; standard output into
+#     --data.
 #   test_bench_real.sh BENCH PAIRS SOURCE_ROOT
 set -uo pipefail
 bench=$1
@@ -117,9 +121,30 @@ expect "--preset real with charlm" 2 "use it with --model seq2seq" \
   "$bench" --model charlm --preset real --data p.tsv
 expect "--dump-batches without real" 2 "needs --preset real" \
   "$bench" --model seq2seq --preset tiny --dump-batches x.st
+# --data and --vocab-size are real's too (they were ignored: a random run timed)
+expect "--data without real" 2 "^bench: error: --data needs --preset real" \
+  "$bench" --model seq2seq --data /nonexistent --steps 1 --warmup 0 --threads 1
+expect "--vocab-size without real" 2 "^bench: error: --vocab-size needs --preset real" \
+  "$bench" --steps 1 --warmup 0 --threads 1 --vocab-size 500
 expect "--T with real" 2 "takes its shapes from the data" \
   "$bench" --model seq2seq --preset real --T 8 --data p.tsv
 expect "--preset real, missing data" 1 "no-such.tsv" \
   "$bench" --model seq2seq --preset real --data no-such.tsv
 [ -e x.st ] && fail "--dump-batches without real wrote x.st"
+# --dump-batches is checked before any work (the first line is the refusal)
+R=(--model seq2seq --preset real --data p.tsv --vocab-size 500 --steps 1 --warmup 0 --threads 1)
+cp p.tsv p.orig && cp b.st b.orig
+expect "--dump-batches = --data" 1 \
+  "^bench: --dump-batches 'p.tsv' is the same file as --data 'p.tsv', which this command reads" \
+  "$bench" "${R[@]}" --dump-batches p.tsv
+intact "--dump-batches = --data" p.tsv p.orig
+expect "--dump-batches over an existing file" 1 "^bench: --dump-batches 'b.st' exists" \
+  "$bench" "${R[@]}" --dump-batches b.st
+intact "--dump-batches over an existing file" b.st b.orig
+expect "--dump-batches in a missing directory" 1 "^bench: cannot write 'nodir/x.st': directory 'nodir'" \
+  "$bench" "${R[@]}" --dump-batches nodir/x.st
+expect "standard output appended to --data" 1 \
+  "^bench: standard output is --data 'p.tsv', which this command reads" \
+  sh -c 'exec "$@" >>p.tsv' sh "$bench" "${R[@]}"
+intact "standard output appended to --data" p.tsv p.orig
 finish

@@ -32,11 +32,16 @@ refused "seq2seq epoch 1e15" "bad trainer position" "$seq2seq" train --resume e1
 cp s.st extra.st && "$tool" addtensor extra.st encoder.layers.7.ff.fc1.weight
 refused "seq2seq extra tensor (resume)" "not a parameter" "$seq2seq" train --resume extra.st --threads 1
 refused "seq2seq extra tensor (translate)" "not a parameter" "$seq2seq" translate --ckpt extra.st hello
-# seq2seq: config says 0 layers while the file holds them
+# seq2seq: config says 0 encoder layers while the file holds them
 cp s.st l0.st
-cfg=$("$tool" getmeta l0.st config | sed -e 's/"enc_layers": [0-9]*/"enc_layers": 0/' -e 's/"dec_layers": [0-9]*/"dec_layers": 0/')
+cfg=$("$tool" getmeta l0.st config | sed -e 's/"enc_layers": [0-9]*/"enc_layers": 0/')
 "$tool" setmeta l0.st config "$cfg"
 refused "seq2seq 0 layers" "not a parameter" "$seq2seq" translate --ckpt l0.st hello
+# a decoder of 0 layers is no model (it never reads the source)
+cp s.st d0.st
+cfg=$("$tool" getmeta d0.st config | sed -e 's/"dec_layers": [0-9]*/"dec_layers": 0/')
+"$tool" setmeta d0.st config "$cfg"
+refused "seq2seq 0 decoder layers" "dec_layers must be >= 1 (got 0)" "$seq2seq" translate --ckpt d0.st hello
 
 # charlm: the same two model damages
 words=(the a whale sea ship captain ahab white call me ishmael some years ago)

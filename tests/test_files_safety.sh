@@ -7,7 +7,10 @@
 #  - closed fds 0-2 are never taken by a file the run opens;
 #  - every result written is checked (exit 1 when it cannot be written);
 #  - names that are not UTF-8 work and print as valid JSON;
-#  - the metrics log holds one consistent history after a resume.
+#  - the metrics log holds one consistent history after a resume;
+#  - a run that fails or is killed before its first save leaves the old
+#    checkpoint and its metrics log as they were (--force replaces the log
+#    only with the checkpoint).
 #   test_files_safety.sh CHARLM SEQ2SEQ BENCH
 set -uo pipefail
 charlm=$1
@@ -94,6 +97,20 @@ rm -f m.st*
 ln c.txt m.st.metrics.jsonl
 "$charlm" train --data c.txt "${TINY[@]}" --steps 2 --out m.st --force >/dev/null 2>err.txt
 intact "a metrics log hard-linked to the corpus (--force)" c.txt c.orig
+# the files beside a new checkpoint are replaced only with --force, as it is
+rm -f n.st*
+printf 'my notes\n' >n.st.metrics.jsonl && cp n.st.metrics.jsonl nlog.orig
+refused_intact "an existing metrics log, no --force" "'n.st.metrics.jsonl' exists" n.st.metrics.jsonl nlog.orig \
+  "$charlm" train --data c.txt "${TINY[@]}" --steps 2 --out n.st
+rm -f n.st*
+printf 'my picture\n' >n.st.loss.png && cp n.st.loss.png npng.orig
+refused_intact "an existing loss curve, no --force" "'n.st.loss.png' exists" n.st.loss.png npng.orig \
+  "$seq2seq" train --data p.tsv "${S2S[@]}" --steps 2 --out n.st
+[ ! -e n.st ] || fail "a refused run wrote n.st"
+printf 'my notes\n' >n.st.metrics.jsonl
+"$charlm" train --data c.txt "${TINY[@]}" --steps 2 --out n.st --force >/dev/null 2>err.txt ||
+  fail "--force over the files beside n.st: $(tail -1 err.txt)"
+jsonl_ok "--force replaces the files beside the checkpoint" n.st.metrics.jsonl
 printf 'GEM\n  remote: https://rubygems.org/\n' >Gemfile.lock && cp Gemfile.lock gem.orig
 "$charlm" train --data c.txt "${TINY[@]}" --steps 2 --out Gemfile >/dev/null 2>err.txt
 intact "--out Gemfile beside an unrelated Gemfile.lock" Gemfile.lock gem.orig
@@ -218,4 +235,40 @@ rm -f g.st*
 rm g.st.metrics.jsonl && ln -s c.txt g.st.metrics.jsonl
 "$charlm" train --resume g.st --log-every 1 >/dev/null 2>g.err
 intact "a metrics-log symlink to the corpus on resume" c.txt c.orig
+
+# ---- 12. --force replaces the metrics log with the checkpoint, not before:
+# a run that cannot save, or is killed before its first save, leaves both
+rm -f f.st*
+"$charlm" train --data c.txt "${TINY[@]}" --steps 8 --log-every 1 --out f.st >/dev/null 2>&1
+cp f.st f.orig && cp f.st.metrics.jsonl flog.orig
+rc=0
+(ulimit -f 20; exec "$charlm" train --data c.txt "${TINY[@]}" --steps 4 --out f.st --force) \
+  >/dev/null 2>f.err || rc=$?
+[ "$rc" -eq 1 ] && grep -q "could not save the checkpoint" f.err ||
+  fail "--force under ulimit -f 20: exit $rc: $(tail -1 f.err)"
+intact "--force, the save failed: the checkpoint" f.st f.orig
+intact "--force, the save failed: its metrics log" f.st.metrics.jsonl flog.orig
+"$charlm" train --data c.txt "${TINY[@]}" --steps 100000000 --eval-every 100000000 --out f.st \
+  --force >/dev/null 2>f.err &
+pid=$!
+for ((w = 0; w < 100; w++)); do grep -q "step 0:" f.err && break; sleep 0.1; done
+sleep 0.3
+kill -KILL $pid
+wait $pid 2>/dev/null
+intact "--force, killed before its first save: the checkpoint" f.st f.orig
+intact "--force, killed before its first save: its metrics log" f.st.metrics.jsonl flog.orig
+# --resume continues that log (the killed run's temporary log removed)
+"$charlm" train --resume f.st --steps 12 --log-every 1 >/dev/null 2>f.err || fail "resume: $(tail -1 f.err)"
+if head -c "$(wc -c <flog.orig)" f.st.metrics.jsonl | cmp -s - flog.orig &&
+   [ "$(grep -c '"loss_avg"' f.st.metrics.jsonl)" -eq 12 ]; then
+  echo "ok: --resume continues the kept metrics log to step 12"
+else
+  fail "--resume after the killed --force run: $(head -c 300 f.st.metrics.jsonl)"
+fi
+ls f.st*.tmp.* >/dev/null 2>&1 && fail "left $(ls f.st*.tmp.*)" || echo "ok: no temporary file left"
+# a --force run that saves replaces both: its log is its own history
+"$charlm" train --data c.txt "${TINY[@]}" --steps 4 --log-every 1 --out f.st --force >/dev/null 2>f.err ||
+  fail "--force: $(tail -1 f.err)"
+[ "$(grep -c '"loss_avg"' f.st.metrics.jsonl)" -eq 4 ] && echo "ok: --force: the new run's log" ||
+  fail "--force: the log is not the new run's: $(head -c 300 f.st.metrics.jsonl)"
 finish

@@ -824,6 +824,18 @@ START_TEST(test_decode_bad_input)
     ck_assert(!cg_beam_search(g_model, src, 2, 0, 0.6, 4, &b, &bl, NULL, NULL, true));
     ck_assert(!cg_beam_search(g_model, bad, 2, 2, 0.6, 4, &b, &bl, NULL, NULL, true));
     ck_assert_ptr_null(b);
+    /* a decoder without layers never reads the source (cross-attention is
+     * in its layers; cached decoding had no position): refused; an
+     * encoder without layers gives its embeddings as the memory */
+    cg_seq2seq_config c = g_model->cfg;
+    c.dec_layers = 0;
+    ck_assert_ptr_null(cg_seq2seq_new(&c, 1));
+    ck_assert(strstr(cg_last_error(), "seq2seq config: dec_layers must be >= 1 (got 0)") != NULL);
+    c.dec_layers = 1;
+    c.enc_layers = 0;
+    cg_seq2seq *m = cg_seq2seq_new(&c, 1);
+    ck_assert_ptr_nonnull(m);
+    cg_seq2seq_free(m);
 }
 END_TEST
 

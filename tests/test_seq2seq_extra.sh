@@ -14,6 +14,8 @@
 #      file, without it, or given to a run trained without one: refused
 #   4. eval, translate and average read such a checkpoint
 #   5. a missing, empty or malformed extra file: one line, exit 1
+#   6. the extra file is a file the run reads: never one it writes (the
+#      checkpoint with --force, its metrics log) nor standard output
 #   test_seq2seq_extra.sh SEQ2SEQ CKPT_WRITER
 set -uo pipefail
 seq2seq=$1
@@ -107,4 +109,21 @@ expect "empty extra file" 1 "^seq2seq: error: --extra-data: 'z.tsv' is empty" \
   "$seq2seq" train "${S2S[@]}" --extra-data z.tsv --steps 4 --out bad.st
 one_line "empty extra file"
 [ ! -e bad.st ] || fail "a refused run wrote bad.st"
+
+# 6. a file read is never a file written, --force or not
+cp e.tsv e.orig
+expect "--out = --extra-data (--force)" 1 \
+  "^seq2seq: error: --extra-data 'e.tsv' is the same file as 'e.tsv', the checkpoint this run writes" \
+  "$seq2seq" train "${S2S[@]}" --extra-data e.tsv --steps 4 --out e.tsv --force
+intact "--out = --extra-data" e.tsv e.orig
+cp e.tsv w.st.metrics.jsonl
+expect "--extra-data = the run's own metrics log" 1 \
+  "^seq2seq: error: --extra-data 'w.st.metrics.jsonl' is the same file as .*its metrics log" \
+  "$seq2seq" train "${S2S[@]}" --extra-data w.st.metrics.jsonl --steps 4 --out w.st
+intact "--extra-data = the run's own metrics log" w.st.metrics.jsonl e.orig
+expect "standard output appended to --extra-data" 1 \
+  "^seq2seq: error: standard output is --extra-data 'e.tsv', which this command reads" \
+  sh -c 'exec "$@" >>e.tsv' sh "$seq2seq" train "${S2S[@]}" --extra-data e.tsv --steps 4 --out o.st
+intact "standard output appended to --extra-data" e.tsv e.orig
+[ ! -e w.st ] && [ ! -e o.st ] || fail "a refused run wrote a checkpoint"
 finish

@@ -6,7 +6,8 @@
 #    refused at load, naming the tensor;
 #  - OMP_NUM_THREADS gets the check --threads gets;
 #  - flags: exit 2 with the flag's name for a bad value; warnings for values
-#    that are changed; existing files need --force.
+#    that are changed; existing files need --force;
+#  - sample prints nothing before its checks are done.
 #   test_setup_checks.sh CHARLM SEQ2SEQ CKPT_WRITER
 set -uo pipefail
 charlm=$1
@@ -93,6 +94,10 @@ for v in 0 -1 nan inf 1e-400; do
 done
 expect "seq2seq --lr 1e-400" 2 "--lr" "$seq2seq" train --data p.tsv "${S2S[@]}" --lr 1e-400 --steps 2 --out f.st
 expect "charlm --lr 1e-400" 2 "--lr" "$charlm" train --data c.txt "${TINY[@]}" --lr 1e-400 --steps 2 --out f.st
+# a decoder without layers never reads its source (its decoding failed after the save)
+expect "seq2seq --dec-layers 0" 2 "--dec-layers: 0 is out of range \[1, " \
+  "$seq2seq" train --data p.tsv "${S2S[@]}" --dec-layers 0 --steps 2 --out d0.st
+no_file "--dec-layers 0" d0.st
 
 # ---- 17. one over-long stdin line: the others are translated, it is reported
 long=$(printf 'the cat %.0s' {1..60})
@@ -123,6 +128,33 @@ cp att.png att.orig
 expect "charlm sample --attention over an existing file" 1 "exists" \
   "$charlm" sample --ckpt a.st --length 4 --attention att.png
 cmp -s att.png att.orig && echo "ok: att.png intact" || fail "sample --attention overwrote att.png"
+# sample checks what it can before it prints anything (the prompt came first)
+# nothing_out NAME: the refused command wrote nothing to stdout
+nothing_out() { [ ! -s out.txt ] && echo "ok: $1: nothing on stdout" || fail "$1: printed '$(head -c 40 out.txt)'"; }
+expect "charlm sample --prompt not UTF-8" 1 "--prompt is not valid UTF-8 (bad byte 0xff at offset 2)" \
+  "$charlm" sample --ckpt a.st --length 5 --prompt $'ab\xffcd'
+nothing_out "charlm sample --prompt not UTF-8"
+expect "charlm sample --top-k above the vocabulary" 1 "--top-k 100000 is more than the" \
+  "$charlm" sample --ckpt a.st --length 5 --prompt "the " --top-k 100000
+nothing_out "charlm sample --top-k above the vocabulary"
+# a picture that cannot be written is refused before the work (it came after)
+expect "charlm sample --attention x.jpg" 1 "^charlm: error: --attention: x.jpg: unknown picture format" \
+  "$charlm" sample --ckpt a.st --length 5 --prompt "the " --attention x.jpg
+nothing_out "charlm sample --attention x.jpg"
+expect "charlm sample --attention in a missing directory" 1 \
+  "^charlm: error: --attention: cannot write 'nodir/x.png': directory 'nodir'" \
+  "$charlm" sample --ckpt a.st --length 5 --prompt "the " --attention nodir/x.png
+nothing_out "charlm sample --attention in a missing directory"
+expect "seq2seq attention --out two levels down" 1 \
+  "^seq2seq: error: cannot write 'nodir/sub/encoder_self.png': directory 'nodir'" \
+  "$seq2seq" attention --ckpt s.st --text "the cat" --out nodir/sub
+nothing_out "seq2seq attention --out two levels down"
+: >afile
+expect "seq2seq attention --out a file" 1 "'afile' is not a directory" \
+  "$seq2seq" attention --ckpt s.st --text "the cat" --out afile
+nothing_out "seq2seq attention --out a file"
+expect_ok "seq2seq attention --out a new directory" "" "$seq2seq" attention --ckpt s.st --text "the cat" --out newdir
+[ -s newdir/cross.png ] && echo "ok: newdir/cross.png drawn" || fail "attention --out newdir: no cross.png"
 
 # BPE (skipped without SentencePiece): the vocabulary floor for a text
 # without spaces, and a --vocab-size above what the text gives

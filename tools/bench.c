@@ -49,12 +49,15 @@
  * tokens_per_s all of them over all the steps' time, and MFU counts each
  * batch's padded B x T. --dump-batches FILE writes the batches taken
  * (src.N, tgt_in.N, tgt_out.N, int64) and the model's shape for
- * tools/real_peer.py, PyTorch's step on the same batches. */
+ * tools/real_peer.py, PyTorch's step on the same batches, after the result
+ * line; FILE is checked before any work: a new file (bench has no --force),
+ * in a writable directory, not --data. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -70,6 +73,7 @@
 #include "models/seq2seq/translate.h"
 #include "nn/safetensors.h"
 #include "models/train/dist.h"
+#include "models/train/outfile.h"
 #include "models/train/train_common.h"
 #include "models/train/trainer.h"
 #include "optim/optim.h"
@@ -109,7 +113,9 @@ static int usage(const char *msg)
             "(default %s), length-sorted batches of at most 3000 padded\n"
             "tokens in the seed's order, dropout 0.3, label smoothing 0.1, the tiny\n"
             "shape; --dump-batches FILE writes the batches it took for\n"
-            "tools/real_peer.py (PyTorch's step on the same batches).\n"
+            "tools/real_peer.py (PyTorch's step on the same batches): a new file, never\n"
+            "--data (an existing one is refused before the run). --data, --vocab-size and\n"
+            "--dump-batches need --preset real.\n"
             "tokens_per_s counts target tokens (those the loss is taken over; no padding)\n"
             "per second of steps: with --preset real, all of them over all the time.\n",
             REAL_DATA);
@@ -268,13 +274,9 @@ typedef struct {
  * status (0 after --help, 2 on a bad command line). */
 static int parse_args(int argc, char **argv, bench_args *a)
 {
-    *a = (bench_args){.model = "charlm",
-                      .preset = "tiny",
-                      .precision = "fp32",
-                      .data = REAL_DATA,
-                      .steps = 20,
-                      .warmup = 5,
-                      .vocab_size = REAL_VOCAB};
+    /* data NULL and vocab_size 0 until given: --preset real's alone */
+    *a = (bench_args){
+        .model = "charlm", .preset = "tiny", .precision = "fp32", .steps = 20, .warmup = 5};
     const cg_cli_opt opts[] = {
         {"--model", CG_CLI_STR, &a->model, 0, 0, NULL, 0},
         {"--preset", CG_CLI_STR, &a->preset, 0, 0, NULL, 0},
@@ -313,8 +315,19 @@ static int parse_args(int argc, char **argv, bench_args *a)
         return usage("--preset real is the translator's recipe: use it with --model seq2seq");
     if (real && (a->T || a->B || a->d))
         return usage("--preset real takes its shapes from the data: no --T, --batch-size or --d");
-    if (a->dump && !real)
-        return usage("--dump-batches needs --preset real (the other presets' batches are random)");
+    const char *real_only = a->dump         ? "--dump-batches"
+                            : a->data       ? "--data"
+                            : a->vocab_size ? "--vocab-size"
+                                            : NULL;
+    if (real_only && !real) { /* a random run timed in silence is no answer */
+        snprintf(msg, sizeof msg, "%s needs --preset real (the other presets' batches are random)",
+                 real_only);
+        return usage(msg);
+    }
+    if (!a->data)
+        a->data = REAL_DATA;
+    if (!a->vocab_size)
+        a->vocab_size = REAL_VOCAB;
     if (a->d % 32 && a->d >= 32)
         return usage("--d must be a multiple of 32");
     return -1;
@@ -593,6 +606,34 @@ static bool dump_save(const bench_args *a, const preset *p, bench_model *bm)
     return ok && cg_st_writer_save(bm->dump, a->dump);
 }
 
+/* --preset real's files, before any work: standard output (the result
+ * line) is not --data, and --dump-batches is a new file (bench has no
+ * --force: an existing one is refused, never replaced) in a writable
+ * directory (models/train/outfile.h cg_out_check), not --data. A file
+ * that appears during the run is still replaced (no lock is taken).
+ * False + error. */
+static bool check_files(const bench_args *a)
+{
+    struct stat st;
+    if (!cg_out_check_stdout(a->data, "--data"))
+        return false;
+    if (!a->dump)
+        return true;
+    if (cg_same_file(a->dump, a->data)) {
+        cg_set_error("--dump-batches '%s' is the same file as --data '%s', which this command "
+                     "reads; choose another file (nothing was written)",
+                     a->dump, a->data);
+        return false;
+    }
+    if (lstat(a->dump, &st) == 0) {
+        cg_set_error("--dump-batches '%s' exists; remove it or choose another file (bench "
+                     "replaces no file)",
+                     a->dump);
+        return false;
+    }
+    return cg_out_check(a->dump, false);
+}
+
 static int run(int argc, char **argv)
 {
     /* Under mpirun: every rank takes the same steps on its own B rows (data
@@ -621,7 +662,7 @@ static int run(int argc, char **argv)
     if (!strcmp(a.preset, "real")) {
         bm.real = &real;
         bm.dump = a.dump ? cg_st_writer_new() : NULL;
-        if (!real_setup(&a, &real, &p) || (a.dump && !bm.dump)) {
+        if (!check_files(&a) || !real_setup(&a, &real, &p) || (a.dump && !bm.dump)) {
             fprintf(stderr, "bench: %s\n", cg_last_error());
             return 1;
         }
@@ -656,10 +697,6 @@ static int run(int argc, char **argv)
     timings t;
     if (!time_steps(&st, &bm, &bt, &fm, (long)a.warmup, (long)a.steps, &t))
         return 1;
-    if (bm.dump && !dump_save(&a, &p, &bm)) {
-        fprintf(stderr, "bench: %s\n", cg_last_error());
-        return 1;
-    }
     /* the largest over ranks (collective: every rank reaches it) */
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
@@ -672,6 +709,11 @@ static int run(int argc, char **argv)
                               &t, worst, (long)a.steps);
     if (!printed)
         fprintf(stderr, "bench: out of memory writing the result line\n");
+    /* after the result line, which a dump that cannot be written (a disk
+     * filled during the run) no longer takes with it */
+    bool dumped = !bm.dump || dump_save(&a, &p, &bm);
+    if (!dumped)
+        fprintf(stderr, "bench: --dump-batches: %s\n", cg_last_error());
     for (int b = 0; b < NB; b++)
         free(bt.src[b]), free(bt.tin[b]), free(bt.tout[b]);
     cg_st_writer_free(bm.dump);
@@ -680,7 +722,7 @@ static int run(int argc, char **argv)
     cg_module_free(model);
     cg_autocast_end(outer);
     cg_dist_finalize();
-    return printed ? 0 : 1;
+    return printed && dumped ? 0 : 1;
 }
 
 int main(int argc, char **argv)

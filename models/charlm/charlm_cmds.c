@@ -54,23 +54,32 @@ static bool write_attention_png(cg_charlm *m, const cg_tokenizer *tok, const int
 }
 
 /* Print the prompt, then each piece as it is generated from ck, the speed
- * line, and the attention picture when asked for: -1 or the exit code. */
+ * line, and the attention picture when asked for: -1 or the exit code.
+ * What can be checked before is (the prompt's encoding, --top-k against
+ * the vocabulary), so that a refusal prints nothing on stdout. */
 int generate(cg_charlm_ckpt *ck, const sample_args *a, cg_precision prec)
 {
     int rc = -1;
-    int64_t n = 0, *outp = NULL, unknown = 0, length = a->length;
+    int64_t n = 0, *outp = NULL, unknown = 0, length = a->length, V = ck->model->cfg.vocab;
     uint32_t first = 0;
     int64_t *ids =
         ck->vocab ? cg_vocab_encode_text(ck->vocab, a->prompt, "--prompt", &n, &unknown, &first)
                   : cg_tokenizer_encode(ck->tok, a->prompt, &n, NULL);
+    if (!ids)
+        return cg_prog_fail_lib(NULL);
+    if (a->so.top_k > V) {
+        free(ids);
+        return cg_prog_fail("--top-k %lld is more than the %lld tokens of the vocabulary of '%s'",
+                            (long long)a->so.top_k, (long long)V, a->ckpt);
+    }
     if (ck->vocab)
         cg_vocab_warn_unknown(ck->vocab, PROG, "the prompt", unknown, first);
     cg_rng rng = cg_rng_new(a->seed);
     double t_gen = cg_now(), c_gen = cg_cpu_now();
     fputs(a->prompt, stdout); /* the prompt as given */
     fflush(stdout);
-    if (!ids || !(outp = cg_charlm_generate_text(ck->model, ck->tok, ids, n, length, &a->so, &rng,
-                                                 !a->no_cache, stdout)))
+    if (!(outp = cg_charlm_generate_text(ck->model, ck->tok, ids, n, length, &a->so, &rng,
+                                         !a->no_cache, stdout)))
         rc = cg_prog_fail_lib(NULL);
     t_gen = cg_now() - t_gen;
     c_gen = cg_cpu_now() - c_gen;

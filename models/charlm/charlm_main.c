@@ -131,7 +131,7 @@ static int cmd_sample(int argc, char **argv)
                            SAMPLE_HELP);
     if (rc >= 0 || (rc = cg_precision_flag(a.precision, NULL)) >= 0)
         return rc;
-    if (a.attn_png && !cg_out_picture_check(a.attn_png, a.force, a.ckpt, "--ckpt"))
+    if (a.attn_png && !cg_out_picture_check(a.attn_png, a.force, a.ckpt, "--ckpt", false))
         return cg_prog_fail("--attention: %s", cg_last_error());
     cg_cli_set_threads(PROG, a.threads);
     cg_precision prec;
@@ -141,7 +141,7 @@ static int cmd_sample(int argc, char **argv)
         return cg_prog_fail_lib(NULL);
     /* the picture is no base the adapter loaded either (its other checks: above) */
     if (a.attn_png && ck.base_path &&
-        !cg_out_picture_check(a.attn_png, true, ck.base_path, "its base"))
+        !cg_out_picture_check(a.attn_png, true, ck.base_path, "its base", false))
         rc = cg_prog_fail("--attention: %s", cg_last_error());
     else if (!cg_decode_precision(a.precision, cg_charlm_ckpt_train_json(&ck), a.ckpt, &prec))
         rc = cg_prog_fail_lib(NULL);

@@ -133,6 +133,14 @@ static bool ends_with(const char *s, const char *suffix)
     return n >= k && strcasecmp(s + n - k, suffix) == 0;
 }
 
+const char *cg_plot_format(const char *path)
+{
+    const char *f = ends_with(path, ".png") ? "png" : ends_with(path, ".svg") ? "svg" : NULL;
+    if (!f)
+        cg_set_error("%s: unknown picture format (the name must end in .png or .svg)", path);
+    return f;
+}
+
 static bool device_available(const char *dev)
 {
     enum { MAX_DEVS = 128 };
@@ -171,12 +179,12 @@ bool cg_plot_begin(pl_out *o, const char *who, const char *path, int W, int H, i
     o->path = path;
     o->W = W;
     o->H = H;
-    const char *dev = ends_with(path, ".png") ? "pngcairo" : ends_with(path, ".svg") ? "svg" : NULL;
-    if (!dev) {
-        cg_set_error("%s: %s: unknown picture format (the name must end in .png or .svg)", who,
-                     path);
+    const char *format = cg_plot_format(path);
+    if (!format) {
+        cg_prefix_error("%s: ", who);
         return false;
     }
+    const char *dev = format[0] == 'p' ? "pngcairo" : "svg";
     static int have[2] = {-1, -1}; /* pngcairo, svg: unknown / no / yes */
     int *h = &have[dev[0] == 's'];
     if (*h < 0)

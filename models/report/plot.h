@@ -110,6 +110,12 @@ bool cg_plot_attention_of(const char *path, const char *title, int layers, cg_mh
                           int rows, int cols, const char *const *row_labels,
                           const char *const *col_labels);
 
+/* The picture format of path, from its name: "png" or "svg" (any case),
+ * else NULL + error "PATH: unknown picture format (the name must end in
+ * .png or .svg)". Every function here refuses such a name; a caller can
+ * ask before the work that makes the picture. */
+const char *cg_plot_format(const char *path);
+
 /* The colour of t in [0, 1] on the heatmap scale, as 0xRRGGBB. */
 uint32_t cg_plot_colormap(float t);
 

@@ -33,7 +33,11 @@ static const cg_config_field FIELDS[] = {
      " (PAD, BOS, EOS are ids 0, 1, 2)", NULL},
     CG_CONFIG_ZOO_WIDTH(cg_seq2seq_config),
     CG_CF_INT(cg_seq2seq_config, enc_layers, 0, 1000000),
-    CG_CF_INT(cg_seq2seq_config, dec_layers, 0, 1000000),
+    /* at least 1: a decoder without layers has no cross-attention, so it
+     * never reads the source (and cached decoding, whose position is its
+     * layers' cache length, stayed at position 0) */
+    {"dec_layers", CG_CF_I64, offsetof(cg_seq2seq_config, dec_layers), NULL, 1, 1000000,
+     " (the decoder's layers are what reads the source)", NULL},
     CG_CONFIG_ZOO_BLOCK(cg_seq2seq_config),
     CG_CF_FLOAT(cg_seq2seq_config, label_smoothing, 0, 1),
     CG_CF_FLOAT(cg_seq2seq_config, word_dropout, 0, 1),

@@ -40,7 +40,7 @@ typedef struct {
     int64_t d;     /* d % H == 0 */
     int64_t H;
     int64_t enc_layers; /* >= 0 */
-    int64_t dec_layers; /* >= 0 */
+    int64_t dec_layers; /* >= 1: its layers are what reads the source */
     int64_t d_ff;
     int64_t max_len; /* longest source or target sequence */
     cg_norm_kind norm;

@@ -84,9 +84,10 @@ static int cmd_train(int argc, char **argv)
          "                       (the Transformer base: d 512, 8 heads, 6+6 layers, d_ff 2048)\n",
          CG_CLI_FIXED},
         {"--enc-layers", CG_CLI_I64, &rec.shape.enc_layers, 0, 1 << 10,
-         "  --enc-layers N --dec-layers N   encoder and decoder layers (from the preset)\n",
+         "  --enc-layers N --dec-layers N   encoder and decoder layers (from the preset;\n"
+         "                       the decoder's, at least 1, are what reads the source)\n",
          CG_CLI_FIXED},
-        {"--dec-layers", CG_CLI_I64, &rec.shape.dec_layers, 0, 1 << 10, NULL, CG_CLI_FIXED},
+        {"--dec-layers", CG_CLI_I64, &rec.shape.dec_layers, 1, 1 << 10, NULL, CG_CLI_FIXED},
         {"--max-tokens", CG_CLI_I64, &r.max_tokens, 2, 1e9,
          "  --max-tokens N       padded tokens per batch (default 3000)\n", CG_CLI_FIXED},
         {"--pad-to-multiple", CG_CLI_I64, &r.pad_to, 1, 1e6,
@@ -104,7 +105,7 @@ static int cmd_train(int argc, char **argv)
         {"--max-len", CG_CLI_I64, &r.max_len, 3, 100000,
          "  --max-len N          longest sequence; longer training pairs are dropped (256)\n",
          CG_CLI_FIXED},
-        {"--extra-data", CG_CLI_STR, &r.extra_data, 0, 0,
+        {"--extra-data", CG_CLI_STR, &o.extra_data, 0, 0,
          "  --extra-data FILE    more training pairs (--data's format); a pair sharing a\n"
          "                       sentence with a validation or test pair is dropped\n",
          0},
@@ -254,12 +255,13 @@ static int cmd_attention(int argc, char **argv)
         return rc;
     if (!text)
         return cg_prog_fail("attention needs --text (try --help)");
-    /* the pictures: never over a file without --force, never the checkpoint */
+    /* the pictures: never over a file without --force, never the checkpoint,
+     * in DIR or where it can be made (cg_seq2seq_draw_attention makes it) */
     const char *pics[] = {"encoder_self.png", "decoder_self.png", "cross.png"};
     for (int i = 0; i < 3; i++) {
         char path[4200];
         snprintf(path, sizeof path, "%s/%s", dir, pics[i]);
-        if (!cg_out_picture_check(path, force, ck, "--ckpt"))
+        if (!cg_out_picture_check(path, force, ck, "--ckpt", true))
             return cg_prog_fail_lib(NULL);
     }
     cg_cli_set_threads(PROG, threads);

@@ -138,21 +138,22 @@ static bool mt_state(void *self, cJSON *o)
     };
     if (!cg_trainer_model_state(r->t, "seq2seq", o, f, (int)(sizeof f / sizeof f[0])))
         return false;
-    cJSON *x = o && r->extra_data ? cg_data_id_to_json(&r->extra_id) : NULL;
-    return !o || !r->extra_data || (x && cJSON_AddItemToObject(o, "extra_data_id", x));
+    const char *extra = r->t->o->extra_data;
+    cJSON *x = o && extra ? cg_data_id_to_json(&r->extra_id) : NULL;
+    return !o || !extra || (x && cJSON_AddItemToObject(o, "extra_data_id", x));
 }
 
 /* --extra-data's pairs join the training split; resuming, the checkpoint
  * must have been trained with the same file, or without one as this run. */
 static bool mt_extra(mt_run *r, const cg_trainer *t, const char *resume)
 {
-    const char *what = "training state: \"extra_data_id\"";
+    const char *what = "training state: \"extra_data_id\"", *extra = t->o->extra_data;
     const cJSON *s =
         resume ? cJSON_GetObjectItemCaseSensitive(t->model_state, "extra_data_id") : NULL;
     cg_data_id stored;
     if (s && !cg_data_id_from_json(s, what, &stored))
         return false;
-    if (resume && !s != !r->extra_data) {
+    if (resume && !s != !extra) {
         if (s)
             cg_set_error("'%s' was trained with --extra-data '%s'; give it again to resume", resume,
                          stored.path);
@@ -161,9 +162,9 @@ static bool mt_extra(mt_run *r, const cg_trainer *t, const char *resume)
                          resume);
         return false;
     }
-    if (!r->extra_data)
+    if (!extra)
         return true;
-    if (!cg_mt_data_add_extra(&r->d, r->extra_data, &r->extra_id, &r->extra) ||
+    if (!cg_mt_data_add_extra(&r->d, extra, &r->extra_id, &r->extra) ||
         (s && !cg_data_id_check(&stored, &r->extra_id))) {
         cg_prefix_error("--extra-data: ");
         return false;
@@ -253,7 +254,7 @@ int mt_setup(void *self, cg_trainer *t, cg_train_opts *o, cg_train_recipe *rec, 
                           o->resume))
         return cg_prog_fail_lib(NULL);
     char extra[160] = "", note[128];
-    if (r->extra_data)
+    if (o->extra_data)
         snprintf(extra, sizeof extra,
                  " (extra pairs: %lld read, %lld dropped as held-out, %lld dropped as "
                  "duplicates, %lld used)",

@@ -27,9 +27,8 @@ typedef struct {
     const char *preset;
     int64_t max_tokens, pad_to, warmup, max_len, valid_size, test_size, test_limit, beam, examples;
     double factor, alpha, word_dropout;
-    /* --extra-data: more training pairs (NULL: none), their identity (kept
+    /* --extra-data (t->o->extra_data; NULL: none): its pairs' identity (kept
      * in the checkpoint's model state as "extra_data_id") and counts */
-    const char *extra_data;
     cg_data_id extra_id;
     cg_pairs_extra extra;
     cg_mt_data d;

@@ -236,7 +236,8 @@ static cg_st_writer *write_mean(const avg_run *r, int n)
     return w;
 }
 
-/* The output rules, before any input is read. */
+/* The output rules, before any input is read: --out and standard output
+ * (the result line) are no input. */
 static bool check_out(const char *const *inputs, int n, const char *out, bool force)
 {
     if (n < 2) {
@@ -252,6 +253,9 @@ static bool check_out(const char *const *inputs, int n, const char *out, bool fo
                          out, inputs[i]);
             return false;
         }
+    for (int i = 0; i < n; i++)
+        if (!cg_out_check_stdout(inputs[i], "the checkpoint"))
+            return false;
     if (access(out, F_OK) == 0 && !force) {
         cg_set_error("'%s' exists; pass --force to overwrite it", out);
         return false;
@@ -312,7 +316,8 @@ int cg_average_command(int argc, char **argv, const cg_avg_model *m)
              "  --out FILE   the checkpoint written (never one of the inputs)\n"
              "  --force      overwrite an existing --out (refused otherwise)\n"
              "Refused, nothing written: another model's checkpoint, another architecture or\n"
-             "tokenizer, other parameters, a LoRA adapter checkpoint. Prints one JSON line.\n",
+             "tokenizer, other parameters, a LoRA adapter checkpoint, standard output sent\n"
+             "into an input. Prints one JSON line.\n",
              prog, m->kind);
     const cg_cli_opt opts[] = {
         {"--out", CG_CLI_STR, &out, 0, 0, NULL, 0},

@@ -22,7 +22,9 @@
  * tokenizer (its metadata and bytes compared); other parameter names or
  * shapes; --out naming one of the inputs (the same file: device and inode,
  * or the same resolved name), an --out that exists unless force, or one
- * that is no regular file (models/train/outfile.h cg_out_check). The output
+ * that is no regular file (models/train/outfile.h cg_out_check); standard
+ * output, where the command's line goes, being one of the inputs
+ * (cg_out_check_stdout: `average ... a.st >> a.st`). The output
  * is written atomically (temporary file + rename) under the writer's lock
  * (FILE.cgrad-lock, as training takes it). */
 #ifndef CG_MODELS_TRAIN_AVERAGE_H

@@ -56,6 +56,9 @@ typedef struct {
     /* --base FILE (charlm): the base of the LoRA checkpoint given to
      * --resume, instead of the one it records */
     const char *base;
+    /* --extra-data FILE (seq2seq): more training pairs; here so that the
+     * trainer checks it as --data, a file the run reads */
+    const char *extra_data;
     bool force, skip_nonfinite;
     /* --precision auto|fp32|bf16 ("auto"): cg_train_parse resolves auto to
      * "fp32" or "bf16", the name saved in "options" (on --resume, to the
@@ -242,7 +245,8 @@ void cg_train_init(cg_train_opts *o, cg_train_recipe *r, int64_t steps, int64_t 
          &(o)->force,                                                                             \
          0,                                                                                       \
          0,                                                                                       \
-         "  --force              overwrite an existing --out (refused otherwise)\n",              \
+         "  --force              overwrite an existing --out, FILE.loss.png or\n"                 \
+         "                       FILE.metrics.jsonl (refused otherwise)\n",                       \
          0},                                                                                      \
         {"--stop-at",                                                                             \
          CG_CLI_I64,                                                                              \

@@ -16,10 +16,27 @@
 
 #include "core/error.h"
 #include "nn/safetensors.h"
+#include "models/report/plot.h"
 #include "models/train/train_common.h"
 #include "models/util/files.h"
 
 /* ------------------------------------------------------------ output check */
+/* dir, where path is to be written, is a writable directory: false +
+ * error naming both. */
+static bool dir_writable(const char *path, const char *dir)
+{
+    struct stat st;
+    if (stat(dir, &st) != 0)
+        cg_set_error("cannot write '%s': directory '%s': %s", path, dir, strerror(errno));
+    else if (!S_ISDIR(st.st_mode))
+        cg_set_error("cannot write '%s': '%s' is not a directory", path, dir);
+    else if (access(dir, W_OK | X_OK) != 0)
+        cg_set_error("cannot write '%s': directory '%s' is not writable (%s)", path, dir,
+                     strerror(errno));
+    else
+        return true;
+    return false;
+}
 
 bool cg_out_check(const char *path, bool create_dir)
 {
@@ -58,18 +75,8 @@ bool cg_out_check(const char *path, bool create_dir)
         return false;
     }
     struct stat st;
-    bool ok = true;
-    if (stat(dir, &st) != 0) {
-        cg_set_error("cannot write '%s': directory '%s': %s", path, dir, strerror(errno));
-        ok = false;
-    } else if (!S_ISDIR(st.st_mode)) {
-        cg_set_error("cannot write '%s': '%s' is not a directory", path, dir);
-        ok = false;
-    } else if (access(dir, W_OK | X_OK) != 0) {
-        cg_set_error("cannot write '%s': directory '%s' is not writable (%s)", path, dir,
-                     strerror(errno));
-        ok = false;
-    } else if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+    bool ok = dir_writable(path, dir);
+    if (ok && lstat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
         /* a symlink is followed: a link to a regular file is fine */
         struct stat t;
         bool reg = S_ISLNK(st.st_mode) && stat(path, &t) == 0 && S_ISREG(t.st_mode);
@@ -223,6 +230,26 @@ bool cg_out_check_reads(const char *out, const char *in, const char *what, bool 
         }
     for (int i = 0; i < 4; i++)
         free(files[i]);
+    return ok;
+}
+
+bool cg_out_check_siblings(const char *out)
+{
+    char *files[2] = {cg_loss_png_path(out), cg_ckpt_sibling(out, ".metrics.jsonl")};
+    const char *kinds[2] = {"the loss curve", "the metrics log"};
+    bool ok = files[0] && files[1];
+    if (!ok)
+        cg_set_error("out of memory");
+    struct stat st;
+    for (int i = 0; ok && i < 2; i++)
+        if (lstat(files[i], &st) == 0) {
+            cg_set_error("'%s' exists: %s of checkpoint '%s', which this run writes; pass --force "
+                         "to overwrite it, or choose another --out",
+                         files[i], kinds[i], out);
+            ok = false;
+        }
+    free(files[0]);
+    free(files[1]);
     return ok;
 }
 
@@ -388,8 +415,10 @@ static char *read_old_log(const char *path, size_t max, size_t *len)
     return buf;
 }
 
-FILE *cg_metrics_log_open(const char *path, int64_t resume_step, int64_t *dropped)
+bool cg_metrics_log_open(cg_metrics_log *log, const char *path, int64_t resume_step,
+                         int64_t *dropped)
 {
+    *log = (cg_metrics_log){0};
     *dropped = 0;
     size_t old_len = 0, keep_len = 0;
     char *old = resume_step >= 0 ? read_old_log(path, (size_t)1 << 30, &old_len) : NULL;
@@ -397,37 +426,68 @@ FILE *cg_metrics_log_open(const char *path, int64_t resume_step, int64_t *droppe
     bool lost = old && !keep;
     free(old);
     if (lost)
-        return NULL;
-    char *tmp = malloc(strlen(path) + 32);
-    if (!tmp) {
+        return false;
+    log->path = strdup(path);
+    log->tmp = malloc(strlen(path) + 32);
+    if (!log->path || !log->tmp) {
         free(keep);
+        free(log->path);
+        free(log->tmp);
+        *log = (cg_metrics_log){0};
         cg_set_error("out of memory");
-        return NULL;
+        return false;
     }
-    sprintf(tmp, "%s.tmp.%ld", path, (long)getpid());
-    /* a new file of ours, renamed over the old name: never written through
-     * a link or into a file (a hard link) that is not ours */
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+    sprintf(log->tmp, "%s.tmp.%ld", path, (long)getpid());
+    /* a new file of ours, renamed over the old name later: never written
+     * through a link or into a file (a hard link) that is not ours */
+    int fd = open(log->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
     bool ok = fd >= 0;
     for (size_t done = 0; ok && done < keep_len;) {
         ssize_t k = write(fd, keep + done, keep_len - done);
         ok = k > 0;
         done += k > 0 ? (size_t)k : 0;
     }
-    int e = errno;
-    ok = ok && rename(tmp, path) == 0;
-    e = ok ? 0 : errno ? errno : e;
-    FILE *f = ok ? fdopen(fd, "a") : NULL;
-    if (!f) {
-        if (fd >= 0) {
+    int e = ok ? 0 : errno;
+    log->f = ok ? fdopen(fd, "a") : NULL;
+    if (!log->f) {
+        e = ok ? errno : e;
+        if (fd >= 0) { /* ours: removed (a name that existed is not) */
             close(fd);
-            (void)unlink(tmp);
+            (void)unlink(log->tmp);
         }
-        cg_set_error("cannot write the metrics log '%s': %s", path, strerror(e ? e : errno));
+        free(log->tmp);
+        log->tmp = NULL;
+        cg_metrics_log_close(log);
+        cg_set_error("cannot write the metrics log '%s': %s", path, strerror(e));
     }
-    free(tmp);
     free(keep);
-    return f;
+    return log->f != NULL;
+}
+
+bool cg_metrics_log_publish(cg_metrics_log *log)
+{
+    if (!log->tmp)
+        return true;
+    if (rename(log->tmp, log->path) != 0) {
+        cg_set_error("cannot replace the metrics log '%s': %s", log->path, strerror(errno));
+        return false;
+    }
+    free(log->tmp);
+    log->tmp = NULL;
+    return true;
+}
+
+bool cg_metrics_log_close(cg_metrics_log *log)
+{
+    int e = log->f && fclose(log->f) != 0 ? errno : 0;
+    if (log->tmp) /* never published: the old log stays the log */
+        (void)unlink(log->tmp);
+    free(log->tmp);
+    free(log->path);
+    *log = (cg_metrics_log){0};
+    if (e)
+        cg_set_error("cannot write the metrics log: %s", strerror(e));
+    return e == 0;
 }
 
 bool cg_metrics_log_append(FILE *f, const char *line, uint64_t reserve)
@@ -470,9 +530,22 @@ bool cg_metrics_log_append(FILE *f, const char *line, uint64_t reserve)
     return false;
 }
 
-bool cg_out_picture_check(const char *path, bool force, const char *in, const char *what)
+bool cg_out_picture_check(const char *path, bool force, const char *in, const char *what,
+                          bool make_dir)
 {
     struct stat st;
+    if (!cg_plot_format(path))
+        return false;
+    /* its directory, or the one that will hold the directory the caller makes */
+    char *dir = cg_dir_part(path), *up = dir ? cg_dir_part(dir) : NULL;
+    bool ok = up && (make_dir && stat(dir, &st) != 0 && errno == ENOENT ? dir_writable(path, up)
+                                                                        : dir_writable(path, dir));
+    if (!up)
+        cg_set_error("out of memory");
+    free(dir);
+    free(up);
+    if (!ok)
+        return false;
     if (in && cg_same_file(path, in)) {
         cg_set_error("'%s' is the same file as %s '%s', which this command reads", path, what, in);
         return false;

@@ -12,8 +12,10 @@
  *   lock            flock() on a sibling "<out>.cgrad-lock" refuses a second
  *                   writer of the same checkpoint while the first runs.
  *   metrics log     FILE.metrics.jsonl: a new file of the run's own,
- *                   renamed over the old name; on resume it keeps the old
- *                   log's history up to the checkpoint.
+ *                   renamed over the old name when the run's first
+ *                   checkpoint replaces the old one (a run that ends
+ *                   before leaves both as they were); on resume it keeps
+ *                   the old log's history up to the checkpoint.
  * Nothing here follows a symbolic link when it creates a file, or writes
  * into a file it did not create.
  *
@@ -76,6 +78,15 @@ void cg_out_lock_release(cg_out_lock *lock);
  * same file as 'y', the checkpoint this run writes; ..." */
 bool cg_out_check_reads(const char *out, const char *in, const char *what, bool with_ckpt);
 
+/* The files a run with checkpoint `out` writes beside it, its loss curve
+ * and its metrics log, are absent (a link counts, whatever it points to):
+ * false + error "'x.metrics.jsonl' exists: the metrics log of checkpoint
+ * 'x', which this run writes; pass --force to overwrite it, or choose
+ * another --out". The overwrite policy is the checkpoint's: the caller asks
+ * only when it would refuse an existing checkpoint (no --force, not
+ * resuming into it). The lock stays after every run: never asked. */
+bool cg_out_check_siblings(const char *out);
+
 /* Standard output is no file the command reads: false + error "standard
  * output is --ckpt 'x', which this command reads; ..." when fd 1 is the
  * regular file `in` (same device and inode: `eval --ckpt m.st >> m.st`
@@ -84,11 +95,16 @@ bool cg_out_check_reads(const char *out, const char *in, const char *what, bool 
  * cg_out_check_reads checks it too: a run's result line is a file written. */
 bool cg_out_check_stdout(const char *in, const char *what);
 
-/* A picture a command writes (sample --attention, seq2seq attention):
- * refused when it is the file `in` the command reads (`what` names it:
- * "--ckpt"), when it exists and is no regular file, or when it exists and
- * force is false ("'x' exists; pass --force to overwrite it"). */
-bool cg_out_picture_check(const char *path, bool force, const char *in, const char *what);
+/* A picture a command writes (sample --attention, seq2seq attention),
+ * checked before the work that makes it: refused when its name is no
+ * picture format (models/report/plot.h cg_plot_format), when its directory
+ * is no writable directory (make_dir: the caller creates a missing one,
+ * one level, so its parent must be), when it is the file `in` the command
+ * reads (`what` names it: "--ckpt"), when it exists and is no regular
+ * file, or when it exists and force is false ("'x' exists; pass --force to
+ * overwrite it"). */
+bool cg_out_picture_check(const char *path, bool force, const char *in, const char *what,
+                          bool make_dir);
 
 /* ------------------------------------------------------------ kept checkpoints */
 /* train --keep-last N keeps each evaluation checkpoint also as
@@ -122,15 +138,35 @@ bool cg_kept_check(const char *out, const int64_t *kept, int n, bool force,
  * NULL + error (out of memory). */
 char *cg_metrics_log_keep(const char *bytes, size_t len, int64_t step, size_t *out_len,
                           int64_t *dropped);
+/* A run's metrics log: lines go to a new file of its own,
+ * "<path>.tmp.<pid>" (O_EXCL, never through a link), which replaces the
+ * log at path only once the run's first checkpoint has replaced the old
+ * checkpoint (cg_metrics_log_publish): until then the old log still tells
+ * the history of the old checkpoint, and a run that fails or is killed
+ * before its first save leaves both as they were (its temporary log is
+ * removed by cg_metrics_log_close, or, killed, by the next writer's lock:
+ * cg_out_lock_take). */
+typedef struct {
+    FILE *f;    /* appended to (cg_metrics_log_append); NULL once closed */
+    char *path; /* FILE.metrics.jsonl */
+    char *tmp;  /* the new log until it is published; then NULL */
+} cg_metrics_log;
 /* Open the metrics log `path` for appending: a fresh run (resume_step < 0)
  * starts it empty, a resumed run with what cg_metrics_log_keep keeps of the
  * old one (*dropped lines dropped; the old log is read only when it is a
- * regular file, never through a link). The log is always a new file
- * (O_EXCL) renamed over the old name. NULL + error when it cannot be
- * written. */
-FILE *cg_metrics_log_open(const char *path, int64_t resume_step, int64_t *dropped);
-/* Append `line` and a newline to the metrics log f (opened by
- * cg_metrics_log_open; never written through stdio) in one piece, or not at
+ * regular file, never through a link). False + error when it cannot be
+ * written (*log then holds nothing to close). */
+bool cg_metrics_log_open(cg_metrics_log *log, const char *path, int64_t resume_step,
+                         int64_t *dropped);
+/* The new log renamed over path (once; lines appended after go to it
+ * too). False + error, the new log kept for a later try. */
+bool cg_metrics_log_publish(cg_metrics_log *log);
+/* Close the log (log->f NULL: already closed) and remove it when it was
+ * never published; *log emptied. False + error when its last lines could
+ * not be written. */
+bool cg_metrics_log_close(cg_metrics_log *log);
+/* Append `line` and a newline to the metrics log f (a cg_metrics_log's f;
+ * never written through stdio) in one piece, or not at
  * all: a write that fails part-way is cut off again, so that every line of
  * the log parses. `reserve` is the room the disk must keep beside the line
  * (the checkpoint still to be saved): with less free space the line is not

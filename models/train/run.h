@@ -112,7 +112,7 @@ struct cg_trainer {
      * and saves LoRA adapters only */
     cg_ft_origin origin;
     bool from_origin, adapters;
-    FILE *metrics; /* FILE.metrics.jsonl (rank 0) */
+    cg_metrics_log metrics; /* FILE.metrics.jsonl (rank 0; models/train/outfile.h) */
     /* --precision as this thread's policy from cg_trainer_begin to
      * cg_trainer_end (cg_autocast_begin), and the policy it replaced */
     bool autocast;

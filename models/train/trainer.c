@@ -63,8 +63,9 @@ static bool has_flag(const cg_cli_args *a, const char *name)
 static bool check_kept(const cg_trainer *t)
 {
     const cg_train_opts *o = t->o;
-    const char *reads[] = {o->data, o->init_from}, *what[] = {"--data", "--init-from"};
-    return cg_kept_check(t->out, t->kept, t->n_kept, o->force, reads, what, 2);
+    const char *reads[] = {o->data, o->extra_data, o->init_from},
+               *what[] = {"--data", "--extra-data", "--init-from"};
+    return cg_kept_check(t->out, t->kept, t->n_kept, o->force, reads, what, 3);
 }
 
 void cg_trainer_init(cg_trainer *t, cg_train_opts *o)
@@ -115,16 +116,21 @@ int cg_trainer_begin(cg_trainer *t, cg_train_opts *o, const char *kind, const ch
     t->outer_precision = cg_autocast_begin(o->precision);
     t->autocast = true;
     if (cg_dist_is_root()) { /* rank 0 alone writes */
-        if (access(t->out, F_OK) == 0 && !o->force &&
-            !(o->resume && strcmp(t->out, o->resume) == 0))
+        /* an existing checkpoint is replaced only with --force or by its resume */
+        bool may_replace = o->force || (o->resume && strcmp(t->out, o->resume) == 0);
+        if (access(t->out, F_OK) == 0 && !may_replace)
             return cg_prog_fail("checkpoint %s exists; continue it with --resume %s, or pass "
                                 "--force to overwrite it",
                                 t->out, t->out);
         /* no file written is a file read (with --force too) */
         if ((o->data && !cg_out_check_reads(t->out, o->data, "--data", true)) ||
             (o->resume && !cg_out_check_reads(t->out, o->resume, "--resume", false)) ||
+            (o->extra_data && !cg_out_check_reads(t->out, o->extra_data, "--extra-data", true)) ||
             (o->init_from && !cg_out_check_reads(t->out, o->init_from, "--init-from", true)) ||
             !check_base_read(t))
+            return cg_prog_fail_lib(NULL);
+        /* so are the files beside it (after the reads: a file read is named as one) */
+        if (!may_replace && !cg_out_check_siblings(t->out))
             return cg_prog_fail_lib(NULL);
         if (o->keep_last > 0 && !check_kept(t))
             return cg_prog_fail_lib(NULL);
@@ -180,8 +186,9 @@ void cg_trainer_end(cg_trainer *t)
     cg_st_close(t->ckpt);
     cJSON_Delete(t->state);
     cg_history_free(&t->hist);
-    if (t->metrics && fclose(t->metrics) != 0) /* its last lines may be lost */
-        cg_prog_warn("cannot write the metrics log: %s", strerror(errno));
+    /* its last lines may be lost; never published (no save): the old log stays */
+    if (!cg_metrics_log_close(&t->metrics))
+        cg_prog_warn("%s", cg_last_error());
     cg_out_lock_release(&t->lock);
     if (t->autocast)
         cg_autocast_end(t->outer_precision);
@@ -233,9 +240,11 @@ static bool keep_at(cg_trainer *t, int64_t step, int64_t *drop, int *ndrop)
 /* Save to t->out, then also to the kept checkpoint of step (cg_kept_path)
  * when keep (in this order: a run killed in between has recorded a kept
  * checkpoint it lacks, which is harmless, rather than left one that its
- * checkpoint does not know and a resume would refuse). */
-static bool save_files(const cg_trainer *t, const cg_trainer_model *m, const cg_optim *opt,
-                       int64_t step, bool keep, const char *tj)
+ * checkpoint does not know and a resume would refuse). The first save that
+ * replaces t->out also puts the run's metrics log in place of the old one,
+ * which told the history of the old checkpoint until then. */
+static bool save_files(cg_trainer *t, const cg_trainer_model *m, const cg_optim *opt, int64_t step,
+                       bool keep, const char *tj)
 {
     char *cfg = m->config_json(m->self);
     char *from = cfg && t->from_origin ? cg_ft_origin_json(&t->origin) : NULL;
@@ -243,8 +252,10 @@ static bool save_files(const cg_trainer *t, const cg_trainer_model *m, const cg_
     cg_ft_save ft = {.init_from = from, .adapters = t->adapters};
     const cg_tokenizer *tok = m->tok;
     bool ok = cfg && (from || !t->from_origin) && (kp || !keep) &&
-              cg_ft_ckpt_save(t->out, &ft, m->name, cfg, tok, m->module, opt, step, tj) &&
-              (!kp || cg_ft_ckpt_save(kp, &ft, m->name, cfg, tok, m->module, opt, step, tj));
+              cg_ft_ckpt_save(t->out, &ft, m->name, cfg, tok, m->module, opt, step, tj);
+    if (ok && !cg_metrics_log_publish(&t->metrics)) /* tried again at the next save */
+        cg_prog_warn("%s", cg_last_error());
+    ok = ok && (!kp || cg_ft_ckpt_save(kp, &ft, m->name, cfg, tok, m->module, opt, step, tj));
     free(cfg);
     free(from);
     free(kp);
@@ -299,16 +310,16 @@ static void put_fixed(cJSON *j, const char *key, double v, int decimals)
  * the log. */
 static void metrics_line(run_ctx *c, cJSON *j)
 {
-    char *s = c->t->metrics ? cg_json_line(j) : NULL;
-    if (s && !cg_metrics_log_append(c->t->metrics, s, c->reserve)) {
+    char *s = c->t->metrics.f ? cg_json_line(j) : NULL;
+    if (s && !cg_metrics_log_append(c->t->metrics.f, s, c->reserve)) {
         int e = errno;
         if (e == ENOSPC || e == EDQUOT || e == EFBIG)
             snprintf(c->log_full, sizeof c->log_full, "%s%s", cg_last_error(),
                      e == EFBIG ? " (the file-size limit, ulimit -f)" : "");
         else
             cg_prog_warn("%s; training goes on without it", cg_last_error());
-        fclose(c->t->metrics);
-        c->t->metrics = NULL;
+        fclose(c->t->metrics.f); /* what it holds is still published at the next save */
+        c->t->metrics.f = NULL;
     }
     free(s);
     cJSON_Delete(j);
@@ -436,8 +447,7 @@ static int setup(run_ctx *c)
             return cg_prog_fail("out of memory");
         }
         int64_t dropped = 0;
-        t->metrics = cg_metrics_log_open(mp, t->o->resume ? t->start : -1, &dropped);
-        if (!t->metrics) {
+        if (!cg_metrics_log_open(&t->metrics, mp, t->o->resume ? t->start : -1, &dropped)) {
             free(mp);
             return cg_prog_fail_lib(NULL);
         }
