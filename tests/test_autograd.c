@@ -216,6 +216,72 @@ START_TEST(test_graph_freed_after_backward)
 }
 END_TEST
 
+/* Two losses share a = f(w); a backward through the first without
+ * retain_graph frees a's node. A backward through the second reaches that
+ * freed node: it is refused in one line before any gradient is written
+ * (PyTorch: "Trying to backward through the graph a second time"), never
+ * a success that leaves loss 2's part out of w's gradient (the audit's
+ * reproducers: a = w * w, which keeps w for its backward, and a = w + 1,
+ * which keeps nothing). kind 0: w * w; 1: w + 1; 2: w * w read by the
+ * second loss's log (its node kept a itself, which once collected a .grad
+ * as if it were a leaf). */
+static cg_tensor *shared_part(cg_tensor *w, int kind)
+{
+    return kind == 1 ? cg_adds(w, 1.0f) : cg_mul(w, w);
+}
+
+static cg_tensor *second_head(cg_tensor *a, int kind) { return kind == 2 ? cg_log(a) : cg_exp(a); }
+
+START_TEST(test_backward_through_freed_part)
+{
+    for (int kind = 0; kind < 3; kind++) {
+        cg_tensor *w = leaf(CG_SHAPE(3), (float[]){0.5f, -1.0f, 1.5f});
+        cg_tensor *v = leaf(CG_SHAPE(3), (float[]){1, 2, 3}); /* reached first by loss 2 */
+        cg_tensor *a = shared_part(w, kind);
+        cg_tensor *l1 = cg_sum_all(a);
+        cg_tensor *e = second_head(a, kind);
+        cg_tensor *ev = cg_mul(e, v);
+        cg_tensor *l2 = cg_sum_all(ev);
+        ck_assert(cg_backward(l1, NULL, false));
+        float *g1 = cg_test_values(cg_grad(w));
+        int64_t size = cg_graph_size(l2);
+        CG_ASSERT_REFUSED(!cg_backward(l2, NULL, false), "already freed by an earlier backward");
+        ck_assert_msg(strstr(cg_last_error(), kind == 1 ? "'adds'" : "'mul'") &&
+                          strstr(cg_last_error(), "retain_graph"),
+                      "%s", cg_last_error());
+        /* nothing written: w's gradient is loss 1's bit for bit, v (whose
+         * node runs before the freed part is reached) and a have none */
+        float *g2 = cg_test_values(cg_grad(w));
+        ck_assert(memcmp(g1, g2, sizeof(float[3])) == 0);
+        ck_assert_ptr_null(cg_grad(v));
+        ck_assert_ptr_null(cg_grad(a));
+        ck_assert_int_eq(cg_graph_size(l2), size); /* loss 2's graph left as it was */
+        free(g1);
+        free(g2);
+        /* with retain_graph on the first backward, both add up */
+        cg_release_all(5, a, l1, e, ev, l2);
+        cg_zero_grad(w);
+        a = shared_part(w, kind);
+        l1 = cg_sum_all(a);
+        e = second_head(a, kind);
+        ev = cg_mul(e, v);
+        l2 = cg_sum_all(ev);
+        ck_assert(cg_backward(l1, NULL, true));
+        ck_assert_msg(cg_backward(l2, NULL, false), "%s", cg_last_error());
+        float wv[3], want[3];
+        cg_copy_to(w, wv);
+        for (int i = 0; i < 3; i++) {
+            double x = wv[i], vi = i + 1;
+            want[i] = (float)(kind == 0   ? 2 * x + vi * 2 * x * exp(x * x)
+                              : kind == 1 ? 1 + vi * exp(x + 1)
+                                          : 2 * x + vi * 2 / x);
+        }
+        CG_ASSERT_TENSOR(cg_grad(w), want, 1e-5, 1e-5);
+        cg_release_all(7, w, v, a, l1, e, ev, l2);
+    }
+}
+END_TEST
+
 START_TEST(test_backward_errors)
 {
     cg_tensor *a = leaf(CG_SHAPE(2), (float[]){1, 2});
@@ -631,6 +697,7 @@ static Suite *autograd_suite(void)
     tcase_add_test(tc, test_deep_chain_no_stack_overflow);
     tcase_add_test(tc, test_no_grad_and_detach);
     tcase_add_test(tc, test_graph_freed_after_backward);
+    tcase_add_test(tc, test_backward_through_freed_part);
     tcase_add_test(tc, test_saved_freed_during_backward);
     tcase_add_test(tc, test_backward_errors);
     tcase_add_test(tc, test_leaf_grads_are_private);

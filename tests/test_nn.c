@@ -1812,6 +1812,53 @@ START_TEST(test_ff_relu_fused)
 }
 END_TEST
 
+/* Multi-task: one trunk, two heads, one backward per loss. Without
+ * retain_graph the first backward frees the trunk's part of the graph, and
+ * the second is refused (as PyTorch refuses it) with the heads' and the
+ * trunk's gradients left as the first backward left them: it once returned
+ * true having given the trunk none of loss 2's gradient. With retain_graph
+ * on the first, the trunk's gradient is that of backward(l1 + l2). */
+START_TEST(test_multitask_two_backwards)
+{
+    cg_rng r = cg_rng_new(1);
+    cg_linear *trunk = cg_linear_new(4, 8, true, &r), *h1 = cg_linear_new(8, 1, true, &r),
+              *h2 = cg_linear_new(8, 1, true, &r);
+    cg_tensor *x = cg_randn(&r, CG_SHAPE(16, 4)), *t1 = cg_randn(&r, CG_SHAPE(16, 1)),
+              *t2 = cg_randn(&r, CG_SHAPE(16, 1));
+    float g[3][32];
+    for (int mode = 0; mode < 3; mode++) { /* no retain_graph, retain_graph, one backward */
+        cg_module_zero_grad(CG_MODULE(trunk));
+        cg_module_zero_grad(CG_MODULE(h2));
+        cg_scope *s = cg_scope_begin();
+        cg_tensor *f = cg_relu(cg_linear_forward(trunk, x));
+        cg_tensor *l1 = cg_mse_loss(cg_linear_forward(h1, f), t1);
+        cg_tensor *l2 = cg_mse_loss(cg_linear_forward(h2, f), t2);
+        if (mode < 2) {
+            ck_assert(cg_backward(l1, NULL, mode == 1));
+            cg_copy_to(cg_grad(trunk->weight), g[mode]);
+            if (mode == 0) {
+                CG_ASSERT_REFUSED(!cg_backward(l2, NULL, false), "already freed");
+                float now[32];
+                cg_copy_to(cg_grad(trunk->weight), now);
+                ck_assert(memcmp(now, g[0], sizeof now) == 0);
+                ck_assert_ptr_null(cg_grad(h2->weight));
+            } else {
+                ck_assert_msg(cg_backward(l2, NULL, false), "%s", cg_last_error());
+            }
+        } else {
+            ck_assert(cg_backward(cg_add(l1, l2), NULL, false));
+        }
+        cg_copy_to(cg_grad(trunk->weight), g[mode]);
+        cg_scope_end(s);
+    }
+    CG_ASSERT_CLOSE(g[1], g[2], 32, 1e-6, 1e-5);
+    cg_release_all(3, x, t1, t2);
+    cg_module_free(CG_MODULE(trunk));
+    cg_module_free(CG_MODULE(h1));
+    cg_module_free(CG_MODULE(h2));
+}
+END_TEST
+
 /* MHA: self and cross, masks, odd sizes (d=6 H=2, d=10 H=5, H=1, T=1). */
 START_TEST(test_grad_mha)
 {
@@ -2066,6 +2113,7 @@ static Suite *nn_suite(void)
     tcase_add_test(gr, test_ff_relu_fused);
     tcase_add_test(gr, test_grad_dropout_posenc);
     tcase_add_test(gr, test_grad_ff);
+    tcase_add_test(gr, test_multitask_two_backwards);
     tcase_add_test(gr, test_grad_mha);
     tcase_add_test(gr, test_mha_qk_hook);
     tcase_add_test(gr, test_grad_enc_layer);
