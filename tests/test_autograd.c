@@ -95,6 +95,34 @@ START_TEST(test_accumulates_across_backward_calls)
 }
 END_TEST
 
+/* A leaf used twice in one backward gets its two contributions added to
+ * its .grad one at a time; PyTorch sums them and adds the sum once
+ * (docs/autograd.md, "A leaf used more than once"). From an empty .grad
+ * the bits are the same (g1 + g2 either way: every step that zeroes its
+ * gradients first); onto an existing .grad they may round differently:
+ * 1 + 2^-24 + 2^-24 is 1 here, 1 + 2^-23 in PyTorch 1.13. This pins the
+ * documented order: change the docs with it. */
+START_TEST(test_leaf_used_twice_adds_per_use)
+{
+    const float e = 0x1p-24f;
+    cg_tensor *a = leaf(CG_SHAPE(1), (float[]){1.0f});
+    for (int k = 0; k < 2; k++) { /* k = 1: onto a .grad of 1 */
+        cg_tensor *p = cg_muls(a, e), *q = cg_muls(a, e);
+        cg_tensor *s = cg_add(p, q), *y = cg_sum_all(s);
+        if (k == 1) {
+            cg_zero_grad(a);
+            cg_tensor *one = cg_sum_all(a);
+            ck_assert(cg_backward(one, NULL, false));
+            cg_release(one);
+        }
+        ck_assert(cg_backward(y, NULL, false));
+        ck_assert_float_eq(cg_data(a->grad)[0], k == 0 ? 0x1p-23f : 1.0f);
+        cg_release_all(4, p, q, s, y);
+    }
+    cg_release(a);
+}
+END_TEST
+
 START_TEST(test_broadcast_reduces_to_input_shape)
 {
     /* a [2,3] + b [3] and * c [2,1]: gradients reduce to each shape */
@@ -693,6 +721,7 @@ static Suite *autograd_suite(void)
     tcase_add_test(tc, test_same_tensor_both_inputs);
     tcase_add_test(tc, test_diamond);
     tcase_add_test(tc, test_accumulates_across_backward_calls);
+    tcase_add_test(tc, test_leaf_used_twice_adds_per_use);
     tcase_add_test(tc, test_broadcast_reduces_to_input_shape);
     tcase_add_test(tc, test_deep_chain_no_stack_overflow);
     tcase_add_test(tc, test_no_grad_and_detach);
