@@ -19,7 +19,8 @@
  * shape, and adds the result into the .grad of every leaf that requires
  * grad. Unless retain_graph, the graph is freed as the walk goes: what a
  * node kept goes once its backward has run, as in PyTorch (a second
- * backward through it is an error).
+ * backward through it is an error, from the same root or from another one
+ * whose graph shares the freed part).
  *
  * Ownership: as in core/tensor.h, every returned tensor is a new reference.
  * t->grad belongs to t: read it, do not release it (cg_zero_grad clears). */
@@ -251,7 +252,10 @@ cg_tensor *cg_alias(const cg_tensor *t);
  * backward refuses with one line naming the op and the tensor, e.g.
  *   backward: input 1 of 'mul' (a leaf [4, 3]) was modified in place after
  *   it was saved (version 3, saved at 2)
- * and every .grad stays exactly as it was. */
+ * and every .grad stays exactly as it was. So is a graph that reaches a
+ * part an earlier backward without retain_graph freed (two losses sharing
+ * a trunk, each backwarded once): one line naming the freed node and the
+ * node that reaches it, and every .grad as it was. */
 bool cg_backward(cg_tensor *root, const cg_tensor *grad_root, bool retain_graph);
 
 /* Grad mode: ops record nodes only while it is on (the default). Scopes

@@ -50,11 +50,11 @@ static bool ck_backward(cg_node *n, const cg_tensor *g, cg_tensor **gin)
          * when the input has other users, e.g. an encoder's memory read by
          * every decoder layer). It comes back whole as this node's result. */
         if (ok && cg_node_needs_grad(n, i)) {
-            cg_tensor **slot = in->node && !in->node->freed ? &in->node->grad : &in->grad;
+            cg_tensor **slot = in->node ? &in->node->grad : &in->grad; /* live: backward checked */
             if (*slot && cg_same_shape(*slot, in)) {
                 det[i]->grad = *slot; /* a leaf's gradient, as det's: held (a leaf's .grad is) */
                 *slot = NULL;
-                if (in->node && !in->node->freed)
+                if (in->node)
                     cg_hold(det[i]->grad);
             }
         }

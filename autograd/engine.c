@@ -146,10 +146,19 @@ static void ready_node_done(const cg_node *n)
     }
 }
 
+/* An edge of the graph into a part that an earlier backward freed: input
+ * `input` of node `user` was made by `node`, which that backward freed. */
+typedef struct {
+    const cg_node *node, *user;
+    int input;
+} freed_edge;
+
 /* Post-order DFS with an explicit stack: order->v ends with root's node.
  * A stack entry is the node and how many of its inputs were visited,
- * encoded as two parallel vectors. */
-static bool topo_sort(cg_node *root, node_vec *order)
+ * encoded as two parallel vectors. A freed node is not entered (it has
+ * let its inputs go); the first edge into one that needs a gradient goes
+ * to *freed (if not NULL; its node stays NULL when there is none). */
+static bool topo_sort(cg_node *root, node_vec *order, freed_edge *freed)
 {
     uint64_t epoch = __atomic_add_fetch(&g_epoch, 1, __ATOMIC_RELAXED);
     node_vec stack = {0};
@@ -169,9 +178,13 @@ static bool topo_sort(cg_node *root, node_vec *order)
         cg_node *n = stack.v[stack.n - 1];
         size_t *i = &next[stack.n - 1];
         if (*i < (size_t)n->n_inputs) {
-            cg_tensor *in = n->inputs[(*i)++];
+            int idx = (int)(*i)++;
+            cg_tensor *in = n->inputs[idx];
             cg_node *c = in ? in->node : NULL;
-            if (c && c->mark != epoch && !c->freed) {
+            if (c && c->freed) {
+                if (freed && !freed->node && in->requires_grad)
+                    *freed = (freed_edge){c, n, idx};
+            } else if (c && c->mark != epoch) {
                 c->mark = epoch;
                 if (!vec_push(&stack, c)) {
                     ok = false;
@@ -204,7 +217,7 @@ int64_t cg_graph_size(const cg_tensor *t)
     if (!t || !t->node || t->node->freed)
         return 0;
     node_vec order = {0};
-    int64_t n = topo_sort(t->node, &order) ? (int64_t)order.n : -1;
+    int64_t n = topo_sort(t->node, &order, NULL) ? (int64_t)order.n : -1;
     free(order.v);
     return n;
 }
@@ -359,6 +372,35 @@ static bool versions_unchanged(const node_vec *order)
     return true;
 }
 
+/* root's graph in topological order, checked before anything is computed,
+ * so that a refusal changes no gradient: no part of it freed by an earlier
+ * backward, no tensor a backward reads written in place. False + error. */
+static bool sort_and_check(cg_node *root, node_vec *order)
+{
+    freed_edge freed = {0};
+    if (!topo_sort(root, order, &freed)) {
+        cg_set_error("backward: out of memory sorting the graph");
+        return false;
+    }
+    /* Part of the graph was freed by an earlier backward without
+     * retain_graph (two losses that share a trunk, each backwarded once):
+     * the freed nodes have let go of their inputs and of what their
+     * backward reads, so the gradient cannot go on through them. Refused,
+     * as PyTorch refuses it, never a backward that stops there and leaves
+     * that part's gradients out. */
+    if (freed.node) {
+        char shp[96];
+        cg_set_error("backward: part of the graph was already freed by an earlier backward: "
+                     "input %d of '%s' is the output of '%s' %s, which a backward without "
+                     "retain_graph went through (pass retain_graph to that backward, or "
+                     "backward the sum of the losses once)",
+                     freed.input, cg_node_name(freed.user), cg_node_name(freed.node),
+                     cg_shape_str(freed.user->inputs[freed.input], shp, sizeof shp));
+        return false;
+    }
+    return versions_unchanged(order);
+}
+
 static bool backward_impl(cg_tensor *root, const cg_tensor *grad_root, bool retain_graph);
 
 bool cg_backward(cg_tensor *root, const cg_tensor *grad_root, bool retain_graph)
@@ -414,13 +456,7 @@ static bool backward_impl(cg_tensor *root, const cg_tensor *grad_root, bool reta
         return false;
     }
     node_vec order = {0};
-    if (!topo_sort(root->node, &order)) {
-        free(order.v);
-        cg_release(g0);
-        cg_set_error("backward: out of memory sorting the graph");
-        return false;
-    }
-    if (!versions_unchanged(&order)) {
+    if (!sort_and_check(root->node, &order)) {
         free(order.v);
         cg_release(g0);
         return false;
@@ -479,10 +515,17 @@ static bool backward_impl(cg_tensor *root, const cg_tensor *grad_root, bool reta
                 ok = false;
                 continue;
             }
-            if (in->node && !in->node->freed)
-                ok = accumulate(&in->node->grad, g, false);
-            else
+            if (!in->node) {
                 ok = accumulate(&in->grad, g, true);
+            } else if (!in->node->freed) {
+                ok = accumulate(&in->node->grad, g, false);
+            } else { /* checked above: only a backward run from inside this one frees it */
+                cg_release(g);
+                cg_set_error("backward: the node of '%s' that input %d of '%s' comes from was "
+                             "freed while this backward ran",
+                             cg_node_name(in->node), i, cg_node_name(n));
+                ok = false;
+            }
         }
         if (gv != gin)
             free(gv);

@@ -133,7 +133,7 @@ static cg_tensor *node_input_ref(cg_tensor *in, bool read)
     if (!m)
         return cg_retain_held(in);
     m->requires_grad = in->requires_grad;
-    if (in->node) { /* a live one: in is no leaf */
+    if (in->node) { /* in is no leaf (its node may be freed: a backward then refuses) */
         __atomic_add_fetch(&in->node->refs, 1, __ATOMIC_RELAXED);
         m->node = in->node;
     }

@@ -12,11 +12,12 @@ static inline bool cg_node_reads(const cg_node *n, int i)
     return (n->reads >> (i < 63 ? i : 63)) & 1u;
 }
 
-/* A leaf that requires grad, or a tensor whose graph an earlier backward
- * freed (the engine treats it as one): the engine writes its .grad. */
+/* A leaf that requires grad: the engine writes its .grad. (A tensor whose
+ * node an earlier backward freed is no leaf: a backward that reaches it is
+ * refused.) */
 static inline bool cg_is_leaf_input(const cg_tensor *in)
 {
-    return in && in->requires_grad && !(in->node && !in->node->freed);
+    return in && in->requires_grad && !in->node;
 }
 
 /* Release what n holds (inputs, saved tensors, ctx, its gradient) and

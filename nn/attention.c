@@ -16,7 +16,9 @@
 /* --------------------------------------------------------------- masks */
 /* The user's attention mask as a [B|1, 1|H, Tq, Tk] view (3-d [B, Tq, Tk]
  * gains the head dim; 2-d [Tq, Tk] and 4-d broadcast as they are), or NULL
- * + error naming its shape and dtype. */
+ * + error naming its shape and dtype. A graph op, as everything made of
+ * the mask here: a float mask that requires grad (a learnable relative
+ * position or ALiBi bias) gets its gradient, as PyTorch's attn_mask does. */
 static cg_tensor *mask_view(const cg_tensor *mask, const int64_t *full)
 {
     char a[96], b[96];
@@ -26,7 +28,8 @@ static cg_tensor *mask_view(const cg_tensor *mask, const int64_t *full)
                      cg_dtype_name(mask->dtype));
         return NULL;
     }
-    cg_tensor *v = mask->ndim == 3 ? cg_view_unsqueeze(mask, 1) : cg_view_alias(mask);
+    cg_tensor *m = (cg_tensor *)mask; /* an input of the graph: it is not written */
+    cg_tensor *v = mask->ndim == 3 ? cg_unsqueeze(m, 1) : cg_retain(m);
     int64_t bs[CG_MAX_DIMS];
     int nd = v && v->ndim >= 2 && v->ndim <= 4
                  ? cg_broadcast_shapes("attention mask", v->ndim, v->shape, 4, full, bs)
@@ -86,17 +89,18 @@ bool cg_attention_mask(int64_t B, int64_t H, int64_t Tq, int64_t Tk, bool causal
         *out = um ? um : base;
         return true;
     }
-    /* both: "or" of bool masks; a float mask gets -inf where base masks */
-    *out = um->dtype == CG_BOOL ? cg_logical_or(base, um) : cg_k_masked_fill(um, base, -INFINITY);
-    if (um->dtype != CG_BOOL && !*out && !cg_has_error())
-        cg_set_error("attention mask: out of memory");
-    if (um->dtype != CG_BOOL && *out && !cg_same_shape(*out, um)) {
-        /* masked_fill keeps um's shape: broadcast base over it instead */
-        cg_release(*out);
-        cg_tensor *inf = cg_full(CG_SHAPE(1), -INFINITY), *zero = cg_zeros(CG_SHAPE(1));
-        cg_tensor *add = inf && zero ? cg_k_where(base, inf, zero) : NULL;
-        *out = add ? cg_k_add(add, um) : NULL;
-        cg_release_all(3, inf, zero, add);
+    /* both: "or" of bool masks; a float mask gets -inf where base masks
+     * (PyTorch's masked_fill), expanded first where base has dims it has
+     * not (a [Tq, Tk] bias under a padding mask [B, 1, Tq, Tk]) */
+    if (um->dtype == CG_BOOL) {
+        *out = cg_logical_or(base, um);
+    } else {
+        int64_t bs[4]; /* both broadcast to full (checked), so to each other */
+        cg_broadcast_shapes("attention mask", 4, base->shape, um->ndim, um->shape, bs);
+        bool fits = um->ndim == 4 && !memcmp(um->shape, bs, sizeof bs);
+        cg_tensor *e = fits ? cg_retain(um) : cg_expand(um, 4, bs);
+        *out = e ? cg_masked_fill(e, base, -INFINITY) : NULL;
+        cg_release(e);
     }
     cg_release_all(2, base, um);
     return *out != NULL;

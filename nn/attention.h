@@ -7,7 +7,11 @@
  *     key_padding_mask);
  *   - mask: PyTorch's attn_mask: bool (true = masked) or float (added to
  *     the scores), of shape [Tq, Tk], [B, Tq, Tk] (unlike PyTorch's
- *     [B*H, Tq, Tk]) or any shape that broadcasts to [B, H, Tq, Tk].
+ *     [B*H, Tq, Tk]) or any shape that broadcasts to [B, H, Tq, Tk]. A
+ *     float mask that requires grad (a learnable relative-position or
+ *     ALiBi bias, or one computed from such parameters) gets its gradient,
+ *     as PyTorch's does, also through the transformer layers (with
+ *     recomputation too).
  * They combine by "or" (a float mask gets -inf where another masks). A
  * query whose keys are all masked gets NaN weights, as in PyTorch: every
  * sequence needs at least one key it may attend to. A mask of another
@@ -35,8 +39,9 @@ typedef struct {
 /* The combined mask broadcastable to [B,H,Tq,Tk] (new reference): bool
  * (true = masked) when mask is NULL or bool, else float (mask's values,
  * -inf where causal or key_pad masks); *out = NULL when nothing is masked.
- * No gradient. False + error on a key_pad or mask of another dtype or
- * shape. */
+ * Made by graph ops: a float mask that requires grad (a learnable bias)
+ * gets its gradient through it (none where another mask masks). False +
+ * error on a key_pad or mask of another dtype or shape. */
 bool cg_attention_mask(int64_t B, int64_t H, int64_t Tq, int64_t Tk, bool causal,
                        const cg_tensor *key_pad, const cg_tensor *mask, cg_tensor **out);
 

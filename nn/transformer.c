@@ -119,7 +119,10 @@ static cg_module *layer_alloc(size_t size, const char *type, const cg_tf_config 
 
 /* ------------------------------------------------ recomputation (flag) */
 /* A layer with recompute set runs under cg_checkpoint: its ctx owns copies
- * of the masks (the caller's may be gone when backward recomputes). */
+ * of the masks (the caller's may be gone when backward recomputes), but
+ * for a float mask that requires grad (a learnable bias): that one is an
+ * input of the block, kept and version-checked by its node, and its
+ * gradient comes back through it, as any input's. */
 typedef enum { RC_ENC, RC_DEC, RC_LM } rc_kind;
 typedef struct {
     rc_kind kind;
@@ -127,6 +130,7 @@ typedef struct {
     bool has[2];
     cg_attn_mask m[2];
     cg_tensor *own[2][2]; /* the masks' copies: key_pad, mask */
+    int mask_in[2];       /* the block input that is mask i's float mask, or -1 */
 } rc_ctx;
 
 static void rc_ctx_free(void *p)
@@ -149,8 +153,8 @@ static bool rc_mask(rc_ctx *c, int i, const cg_attn_mask *m)
     c->has[i] = true;
     c->m[i] = *m;
     const cg_tensor *src[2] = {m->key_pad, m->mask};
-    for (int j = 0; j < 2; j++)
-        if (src[j] && !(c->own[i][j] = cg_hold(cg_k_clone(src[j]))))
+    for (int j = 0; j < 2; j++) /* one that requires grad: a block input (rc_forward) */
+        if (src[j] && !src[j]->requires_grad && !(c->own[i][j] = cg_hold(cg_k_clone(src[j]))))
             return false;
     c->m[i].key_pad = c->own[i][0];
     c->m[i].mask = c->own[i][1];
@@ -171,6 +175,9 @@ static cg_tensor *rc_run(void *ctx, cg_tensor *const *in)
     fwd_args a = {.mask = c->has[0] ? &c->m[0] : NULL, .cross_mask = c->has[1] ? &c->m[1] : NULL};
     static cg_tensor *(*const impl[])(cg_module *, cg_tensor *const *, void *) = {
         [RC_ENC] = enc_layer_impl, [RC_DEC] = dec_layer_impl, [RC_LM] = lm_block_impl};
+    for (int i = 0; i < 2; i++) /* the input itself in the forward, its detached copy after */
+        if (c->mask_in[i] >= 0)
+            c->m[i].mask = in[c->mask_in[i]];
     bool *flag = c->kind == RC_ENC   ? &((cg_enc_layer *)c->layer)->recompute
                  : c->kind == RC_DEC ? &((cg_dec_layer *)c->layer)->recompute
                                      : &((cg_lm_block *)c->layer)->recompute;
@@ -205,11 +212,18 @@ static cg_tensor *rc_forward(rc_kind kind, cg_module *layer, cg_rng *rng, cg_ten
     }
     c->kind = kind;
     c->layer = layer;
-    cg_tensor *ins[2] = {x, memory};
+    cg_tensor *ins[4] = {x, memory};
+    int nin = memory ? 2 : 1;
+    for (int i = 0; i < 2; i++) {
+        const cg_attn_mask *m = i ? m1 : m0;
+        c->mask_in[i] = m && m->mask && m->mask->requires_grad ? nin : -1;
+        if (c->mask_in[i] >= 0)
+            ins[nin++] = (cg_tensor *)m->mask; /* read, never written */
+    }
     cg_checkpoint_block blk = {.fn = rc_run,
                                .ctx = c,
                                .ctx_free = rc_ctx_free,
-                               .n_inputs = memory ? 2 : 1,
+                               .n_inputs = nin,
                                .inputs = ins,
                                .n_params = pl.n,
                                .params = ps,

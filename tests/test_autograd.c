@@ -95,6 +95,34 @@ START_TEST(test_accumulates_across_backward_calls)
 }
 END_TEST
 
+/* A leaf used twice in one backward gets its two contributions added to
+ * its .grad one at a time; PyTorch sums them and adds the sum once
+ * (docs/autograd.md, "A leaf used more than once"). From an empty .grad
+ * the bits are the same (g1 + g2 either way: every step that zeroes its
+ * gradients first); onto an existing .grad they may round differently:
+ * 1 + 2^-24 + 2^-24 is 1 here, 1 + 2^-23 in PyTorch 1.13. This pins the
+ * documented order: change the docs with it. */
+START_TEST(test_leaf_used_twice_adds_per_use)
+{
+    const float e = 0x1p-24f;
+    cg_tensor *a = leaf(CG_SHAPE(1), (float[]){1.0f});
+    for (int k = 0; k < 2; k++) { /* k = 1: onto a .grad of 1 */
+        cg_tensor *p = cg_muls(a, e), *q = cg_muls(a, e);
+        cg_tensor *s = cg_add(p, q), *y = cg_sum_all(s);
+        if (k == 1) {
+            cg_zero_grad(a);
+            cg_tensor *one = cg_sum_all(a);
+            ck_assert(cg_backward(one, NULL, false));
+            cg_release(one);
+        }
+        ck_assert(cg_backward(y, NULL, false));
+        ck_assert_float_eq(cg_data(a->grad)[0], k == 0 ? 0x1p-23f : 1.0f);
+        cg_release_all(4, p, q, s, y);
+    }
+    cg_release(a);
+}
+END_TEST
+
 START_TEST(test_broadcast_reduces_to_input_shape)
 {
     /* a [2,3] + b [3] and * c [2,1]: gradients reduce to each shape */
@@ -213,6 +241,72 @@ START_TEST(test_graph_freed_after_backward)
     ck_assert(cg_backward(y, NULL, false));
     CG_ASSERT_TENSOR(cg_grad(a), ((float[]){4, 8}), 1e-6, 0);
     cg_release_all(3, a, m, y);
+}
+END_TEST
+
+/* Two losses share a = f(w); a backward through the first without
+ * retain_graph frees a's node. A backward through the second reaches that
+ * freed node: it is refused in one line before any gradient is written
+ * (PyTorch: "Trying to backward through the graph a second time"), never
+ * a success that leaves loss 2's part out of w's gradient (the audit's
+ * reproducers: a = w * w, which keeps w for its backward, and a = w + 1,
+ * which keeps nothing). kind 0: w * w; 1: w + 1; 2: w * w read by the
+ * second loss's log (its node kept a itself, which once collected a .grad
+ * as if it were a leaf). */
+static cg_tensor *shared_part(cg_tensor *w, int kind)
+{
+    return kind == 1 ? cg_adds(w, 1.0f) : cg_mul(w, w);
+}
+
+static cg_tensor *second_head(cg_tensor *a, int kind) { return kind == 2 ? cg_log(a) : cg_exp(a); }
+
+START_TEST(test_backward_through_freed_part)
+{
+    for (int kind = 0; kind < 3; kind++) {
+        cg_tensor *w = leaf(CG_SHAPE(3), (float[]){0.5f, -1.0f, 1.5f});
+        cg_tensor *v = leaf(CG_SHAPE(3), (float[]){1, 2, 3}); /* reached first by loss 2 */
+        cg_tensor *a = shared_part(w, kind);
+        cg_tensor *l1 = cg_sum_all(a);
+        cg_tensor *e = second_head(a, kind);
+        cg_tensor *ev = cg_mul(e, v);
+        cg_tensor *l2 = cg_sum_all(ev);
+        ck_assert(cg_backward(l1, NULL, false));
+        float *g1 = cg_test_values(cg_grad(w));
+        int64_t size = cg_graph_size(l2);
+        CG_ASSERT_REFUSED(!cg_backward(l2, NULL, false), "already freed by an earlier backward");
+        ck_assert_msg(strstr(cg_last_error(), kind == 1 ? "'adds'" : "'mul'") &&
+                          strstr(cg_last_error(), "retain_graph"),
+                      "%s", cg_last_error());
+        /* nothing written: w's gradient is loss 1's bit for bit, v (whose
+         * node runs before the freed part is reached) and a have none */
+        float *g2 = cg_test_values(cg_grad(w));
+        ck_assert(memcmp(g1, g2, sizeof(float[3])) == 0);
+        ck_assert_ptr_null(cg_grad(v));
+        ck_assert_ptr_null(cg_grad(a));
+        ck_assert_int_eq(cg_graph_size(l2), size); /* loss 2's graph left as it was */
+        free(g1);
+        free(g2);
+        /* with retain_graph on the first backward, both add up */
+        cg_release_all(5, a, l1, e, ev, l2);
+        cg_zero_grad(w);
+        a = shared_part(w, kind);
+        l1 = cg_sum_all(a);
+        e = second_head(a, kind);
+        ev = cg_mul(e, v);
+        l2 = cg_sum_all(ev);
+        ck_assert(cg_backward(l1, NULL, true));
+        ck_assert_msg(cg_backward(l2, NULL, false), "%s", cg_last_error());
+        float wv[3], want[3];
+        cg_copy_to(w, wv);
+        for (int i = 0; i < 3; i++) {
+            double x = wv[i], vi = i + 1;
+            want[i] = (float)(kind == 0   ? 2 * x + vi * 2 * x * exp(x * x)
+                              : kind == 1 ? 1 + vi * exp(x + 1)
+                                          : 2 * x + vi * 2 / x);
+        }
+        CG_ASSERT_TENSOR(cg_grad(w), want, 1e-5, 1e-5);
+        cg_release_all(7, w, v, a, l1, e, ev, l2);
+    }
 }
 END_TEST
 
@@ -627,10 +721,12 @@ static Suite *autograd_suite(void)
     tcase_add_test(tc, test_same_tensor_both_inputs);
     tcase_add_test(tc, test_diamond);
     tcase_add_test(tc, test_accumulates_across_backward_calls);
+    tcase_add_test(tc, test_leaf_used_twice_adds_per_use);
     tcase_add_test(tc, test_broadcast_reduces_to_input_shape);
     tcase_add_test(tc, test_deep_chain_no_stack_overflow);
     tcase_add_test(tc, test_no_grad_and_detach);
     tcase_add_test(tc, test_graph_freed_after_backward);
+    tcase_add_test(tc, test_backward_through_freed_part);
     tcase_add_test(tc, test_saved_freed_during_backward);
     tcase_add_test(tc, test_backward_errors);
     tcase_add_test(tc, test_leaf_grads_are_private);

@@ -570,6 +570,46 @@ START_TEST(test_grad_ready_hook_with_checkpoint)
 }
 END_TEST
 
+/* A checkpointed block whose input's graph an earlier backward freed (two
+ * losses share h = x * x, one through the block): the second backward is
+ * refused before anything runs: the block is not recomputed, no hook fires
+ * and no gradient is written, with or without a hook on the parameter. */
+static int g_block_runs;
+static cg_tensor *counted_tanh_mul(void *ctx, cg_tensor *const *in)
+{
+    g_block_runs++;
+    return tanh_mul_param(ctx, in);
+}
+
+START_TEST(test_checkpoint_input_freed_earlier)
+{
+    cg_rng r = cg_rng_new(5);
+    int64_t s[2] = {3, 4};
+    cg_tensor *x = cg_requires_grad(cg_randn(&r, 2, s), true);
+    cg_tensor *w = cg_requires_grad(cg_randn(&r, 2, s), true);
+    memset(&g_ck_log, 0, sizeof g_ck_log);
+    ck_assert(cg_grad_ready_hook_add(w, on_ready_ck, NULL));
+    cg_tensor *h = cg_mul(x, x);
+    cg_checkpoint_block cb = {
+        .fn = counted_tanh_mul, .ctx = w, .n_inputs = 1, .inputs = &h, .n_params = 1, .params = &w};
+    g_block_runs = 0;
+    cg_tensor *y = cg_checkpoint(&cb);
+    cg_tensor *l1 = cg_sum_all(h), *l2 = cg_sum_all(y);
+    ck_assert(cg_backward(l1, NULL, false));
+    float *gx = cg_test_values(cg_grad(x));
+    CG_ASSERT_REFUSED(!cg_backward(l2, NULL, false), "already freed by an earlier backward");
+    ck_assert_int_eq(g_block_runs, 1); /* the forward's run only */
+    ck_assert_int_eq(g_ck_log.calls, 0);
+    ck_assert_ptr_null(cg_grad(w));
+    float *gx2 = cg_test_values(cg_grad(x));
+    ck_assert(memcmp(gx, gx2, sizeof(float[12])) == 0);
+    free(gx);
+    free(gx2);
+    cg_grad_ready_hook_remove(w);
+    cg_release_all(6, x, w, h, y, l1, l2);
+}
+END_TEST
+
 static Suite *checkpoint_suite(void)
 {
     Suite *s = suite_create("checkpoint");
@@ -585,6 +625,7 @@ static Suite *checkpoint_suite(void)
     tc = tcase_create("hooks");
     tcase_add_test(tc, test_grad_ready_hook);
     tcase_add_test(tc, test_grad_ready_hook_with_checkpoint);
+    tcase_add_test(tc, test_checkpoint_input_freed_earlier);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -106,7 +106,10 @@ enum {
     K_FF,
     K_MHA_SELF,
     K_MHA_CROSS,
+    K_MHA_BIAS, /* self-attention, in[1] the float mask (a learnable bias) */
     K_ENC,
+    K_ENC_BIAS, /* encoder layer, in[1] the self-attention's float mask */
+    K_DEC_BIAS, /* decoder layer, in[2] and in[3] the float masks of its attentions */
     K_DEC,
     K_BLOCK,
     K_ENC_STACK,
@@ -132,7 +135,20 @@ static cg_tensor *fwd(void *ctx, cg_tensor *const *in)
         return cg_mha_forward((cg_mha *)c->m, in[0], in[0], c->causal, c->key_pad, c->mask, NULL);
     case K_MHA_CROSS:
         return cg_mha_forward((cg_mha *)c->m, in[0], in[1], c->causal, c->key_pad, c->mask, NULL);
+    case K_MHA_BIAS:
+        return cg_mha_forward((cg_mha *)c->m, in[0], in[0], c->causal, c->key_pad, in[1], NULL);
     case K_ENC: return cg_enc_layer_forward((cg_enc_layer *)c->m, in[0], &c->sm);
+    case K_ENC_BIAS: {
+        cg_attn_mask sm = c->sm;
+        sm.mask = in[1];
+        return cg_enc_layer_forward((cg_enc_layer *)c->m, in[0], &sm);
+    }
+    case K_DEC_BIAS: {
+        cg_attn_mask sm = c->sm, cm = c->cm;
+        sm.mask = in[2];
+        cm.mask = in[3];
+        return cg_dec_layer_forward((cg_dec_layer *)c->m, in[0], in[1], &sm, &cm);
+    }
     case K_DEC: return cg_dec_layer_forward((cg_dec_layer *)c->m, in[0], in[1], &c->sm, &c->cm);
     case K_BLOCK: return cg_lm_block_forward((cg_lm_block *)c->m, in[0], &c->sm);
     case K_ENC_STACK: return cg_enc_stack_forward((cg_enc_stack *)c->m, in[0], &c->sm);
@@ -1812,6 +1828,53 @@ START_TEST(test_ff_relu_fused)
 }
 END_TEST
 
+/* Multi-task: one trunk, two heads, one backward per loss. Without
+ * retain_graph the first backward frees the trunk's part of the graph, and
+ * the second is refused (as PyTorch refuses it) with the heads' and the
+ * trunk's gradients left as the first backward left them: it once returned
+ * true having given the trunk none of loss 2's gradient. With retain_graph
+ * on the first, the trunk's gradient is that of backward(l1 + l2). */
+START_TEST(test_multitask_two_backwards)
+{
+    cg_rng r = cg_rng_new(1);
+    cg_linear *trunk = cg_linear_new(4, 8, true, &r), *h1 = cg_linear_new(8, 1, true, &r),
+              *h2 = cg_linear_new(8, 1, true, &r);
+    cg_tensor *x = cg_randn(&r, CG_SHAPE(16, 4)), *t1 = cg_randn(&r, CG_SHAPE(16, 1)),
+              *t2 = cg_randn(&r, CG_SHAPE(16, 1));
+    float g[3][32];
+    for (int mode = 0; mode < 3; mode++) { /* no retain_graph, retain_graph, one backward */
+        cg_module_zero_grad(CG_MODULE(trunk));
+        cg_module_zero_grad(CG_MODULE(h2));
+        cg_scope *s = cg_scope_begin();
+        cg_tensor *f = cg_relu(cg_linear_forward(trunk, x));
+        cg_tensor *l1 = cg_mse_loss(cg_linear_forward(h1, f), t1);
+        cg_tensor *l2 = cg_mse_loss(cg_linear_forward(h2, f), t2);
+        if (mode < 2) {
+            ck_assert(cg_backward(l1, NULL, mode == 1));
+            cg_copy_to(cg_grad(trunk->weight), g[mode]);
+            if (mode == 0) {
+                CG_ASSERT_REFUSED(!cg_backward(l2, NULL, false), "already freed");
+                float now[32];
+                cg_copy_to(cg_grad(trunk->weight), now);
+                ck_assert(memcmp(now, g[0], sizeof now) == 0);
+                ck_assert_ptr_null(cg_grad(h2->weight));
+            } else {
+                ck_assert_msg(cg_backward(l2, NULL, false), "%s", cg_last_error());
+            }
+        } else {
+            ck_assert(cg_backward(cg_add(l1, l2), NULL, false));
+        }
+        cg_copy_to(cg_grad(trunk->weight), g[mode]);
+        cg_scope_end(s);
+    }
+    CG_ASSERT_CLOSE(g[1], g[2], 32, 1e-6, 1e-5);
+    cg_release_all(3, x, t1, t2);
+    cg_module_free(CG_MODULE(trunk));
+    cg_module_free(CG_MODULE(h1));
+    cg_module_free(CG_MODULE(h2));
+}
+END_TEST
+
 /* MHA: self and cross, masks, odd sizes (d=6 H=2, d=10 H=5, H=1, T=1). */
 START_TEST(test_grad_mha)
 {
@@ -1847,6 +1910,137 @@ START_TEST(test_grad_mha)
         cg_release_all(2, in[0], in[1]);
         cg_module_free(CG_MODULE(m));
     }
+}
+END_TEST
+
+/* A float attn_mask that requires grad (a learnable relative-position or
+ * ALiBi bias) gets its gradient, as PyTorch's does, in every shape the
+ * mask takes and combined with causal and key-padding masks (-inf where
+ * they mask; a [Tq, Tk] bias is expanded over a padding mask's batch):
+ * through cg_scaled_dot_product_attention, cg_mha_forward, and encoder and
+ * decoder layers with recomputation off and on (where the bias is an input
+ * of the checkpointed block, not a copy). It was detached: backward
+ * succeeded and the bias got no gradient; and a [Tq, Tk] float mask with a
+ * padding mask was refused (masked_fill could not broadcast the padding
+ * mask's batch over it). */
+static cg_tensor *sdpa_fn(void *ctx, cg_tensor *const *in)
+{
+    (void)ctx;
+    return cg_scaled_dot_product_attention(in[0], in[1], in[2], in[3], NULL);
+}
+
+START_TEST(test_grad_attention_float_mask)
+{
+    cg_rng r = cg_rng_new(38);
+    /* the functional form: q [2,2,3,4], k and v [2,2,4,4] */
+    const int64_t mshape[4][4] = {{3, 4}, {2, 3, 4}, {1, 2, 3, 4}, {2, 1, 1, 4}};
+    const int mnd[4] = {2, 3, 4, 4};
+    for (int i = 0; i < 4; i++) {
+        cg_tensor *in[4] = {
+            randn_leaf(&r, CG_SHAPE(2, 2, 3, 4)), randn_leaf(&r, CG_SHAPE(2, 2, 4, 4)),
+            randn_leaf(&r, CG_SHAPE(2, 2, 4, 4)), randn_leaf(&r, mnd[i], mshape[i])};
+        cg_gradcheck_report rep;
+        ck_assert_msg(cg_gradcheck(sdpa_fn, NULL, 4, in, NULL, &rep), "mask %d: %s", i,
+                      rep.message);
+        cg_tensor *y = sdpa_fn(NULL, in), *l = cg_sum_all(y);
+        ck_assert(cg_backward(l, NULL, false));
+        ck_assert_ptr_nonnull(cg_grad(in[3]));
+        ck_assert(cg_same_shape(cg_grad(in[3]), in[3]));
+        cg_release_all(6, in[0], in[1], in[2], in[3], y, l);
+    }
+    /* the module: d=6 H=2, B=2, T=3 */
+    const uint8_t pad[6] = {0, 0, 1, 0, 0, 0};
+    struct {
+        bool causal, pad;
+        int ndim;
+        int64_t shape[4];
+    } cases[] = {
+        {false, false, 2, {3, 3}},  {true, false, 2, {3, 3}},       {false, true, 2, {3, 3}},
+        {true, true, 3, {2, 3, 3}}, {false, true, 4, {1, 2, 3, 3}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cg_mha *m = cg_mha_new(6, 2, NULL);
+        randomize(CG_MODULE(m), 45 + i, 0.6f);
+        fctx c = {.m = CG_MODULE(m),
+                  .kind = K_MHA_BIAS,
+                  .causal = cases[i].causal,
+                  .key_pad = cases[i].pad ? cg_test_mask(CG_SHAPE(2, 3), pad) : NULL};
+        cg_tensor *in[2] = {randn_leaf(&r, CG_SHAPE(2, 3, 6)),
+                            randn_leaf(&r, cases[i].ndim, cases[i].shape)};
+        gradcheck_module(&c, 2, in, 1e-3, 1e-2);
+        cg_release_all(2, in[0], in[1]);
+        cg_module_free(CG_MODULE(m));
+    }
+    /* an encoder layer (a self-attention bias [3, 3]) and a decoder layer
+     * (biases [2, 3, 3] and [3, 4] on its self- and cross-attention),
+     * recomputation off and on: the same gradients, bit for bit */
+    const uint8_t spad[8] = {0, 0, 0, 1, 0, 0, 0, 0}; /* B=2, S=4 */
+    const int64_t shp[2][4][3] = {{{2, 3, 6}, {3, 3}}, {{2, 3, 6}, {2, 4, 6}, {2, 3, 3}, {3, 4}}};
+    const int shnd[2][4] = {{3, 2}, {3, 3, 3, 2}};
+    for (int dec = 0; dec < 2; dec++) {
+        cg_tf_config cfg = small_cfg(CG_NORM_LAYERNORM, CG_ACT_GELU, dec == 0);
+        const int n = dec ? 4 : 2;
+        float *g[2][4];
+        for (int rc = 0; rc < 2; rc++) {
+            cg_module *mod = dec ? CG_MODULE(cg_dec_layer_new(&cfg, NULL))
+                                 : CG_MODULE(cg_enc_layer_new(&cfg, NULL));
+            randomize(mod, 51 + dec, 0.5f);
+            if (dec)
+                ((cg_dec_layer *)mod)->recompute = rc;
+            else
+                ((cg_enc_layer *)mod)->recompute = rc;
+            fctx c = {.m = mod,
+                      .kind = dec ? K_DEC_BIAS : K_ENC_BIAS,
+                      .sm = {.causal = true, .key_pad = cg_test_mask(CG_SHAPE(2, 3), pad)},
+                      .cm = {.key_pad = cg_test_mask(CG_SHAPE(2, 4), spad)}};
+            cg_rng r2 = cg_rng_new(39);
+            cg_tensor *in[4];
+            for (int k = 0; k < n; k++)
+                in[k] = randn_leaf(&r2, shnd[dec][k], shp[dec][k]);
+            gradcheck_module(&c, n, in, 2e-3, 2e-2);
+            cg_tensor *y = fwd(&c, in), *l = cg_sum_all(y);
+            ck_assert(cg_backward(l, NULL, false));
+            for (int k = 0; k < n; k++) {
+                g[rc][k] = cg_test_values(cg_grad(in[k]));
+                ck_assert(memcmp(g[rc][k], g[0][k], sizeof(float) * (size_t)cg_numel(in[k])) == 0);
+            }
+            for (int k = 0; k < n; k++)
+                cg_release(in[k]);
+            cg_release_all(2, y, l);
+            cg_module_free(mod);
+        }
+        for (int k = 0; k < 2 * n; k++)
+            free(g[k / n][k % n]);
+    }
+}
+END_TEST
+
+/* The float mask's gradient against PyTorch 1.13's nn.MultiheadAttention
+ * (batch_first, the same weights, attn_mask = the bias, key_padding_mask),
+ * computed once and pasted as the reference values above: cross-attention
+ * d=10 H=5 as in test_mha_forward_torch, a learnable bias [3, 4] of
+ * 0.4 cos(0.6 j + 0.5), loss sum(y * y). */
+static const float ref_mha_bias_grad[12] = {
+    -0.566811204f, -0.305659711f, 0.848587513f,  0.0238845348f, -0.931748152f, -0.345810354f,
+    0.762184322f,  0.515374839f,  -0.191402435f, -0.730893552f, 0.797365189f,  0.124931037f};
+
+START_TEST(test_mha_mask_grad_torch)
+{
+    cg_mha *m = cg_mha_new(10, 5, NULL);
+    fill_formula(CG_MODULE(m));
+    cg_tensor *xq = formula_input(CG_SHAPE(2, 3, 10), 0.9, 0.3, false);
+    cg_tensor *xkv = formula_input(CG_SHAPE(2, 4, 10), 0.7, 0.1, true);
+    cg_tensor *bias = formula_input(CG_SHAPE(3, 4), 0.6, 0.5, true);
+    ck_assert(cg_k_muls_(bias, 0.4f));
+    cg_requires_grad(bias, true);
+    const uint8_t src_pad[8] = {0, 0, 0, 0, 0, 0, 1, 1};
+    cg_tensor *y =
+        cg_mha_forward(m, xq, xkv, false, cg_test_mask(CG_SHAPE(2, 4), src_pad), bias, NULL);
+    cg_tensor *yy = cg_mul(y, y), *l = cg_sum_all(yy);
+    ck_assert_msg(cg_backward(l, NULL, false), "%s", cg_last_error());
+    CG_ASSERT_TENSOR(cg_grad(bias), ref_mha_bias_grad, 1e-5, 1e-4);
+    cg_release_all(6, xq, xkv, bias, y, yy, l);
+    cg_module_free(CG_MODULE(m));
 }
 END_TEST
 
@@ -2066,7 +2260,10 @@ static Suite *nn_suite(void)
     tcase_add_test(gr, test_ff_relu_fused);
     tcase_add_test(gr, test_grad_dropout_posenc);
     tcase_add_test(gr, test_grad_ff);
+    tcase_add_test(gr, test_multitask_two_backwards);
     tcase_add_test(gr, test_grad_mha);
+    tcase_add_test(gr, test_grad_attention_float_mask);
+    tcase_add_test(gr, test_mha_mask_grad_torch);
     tcase_add_test(gr, test_mha_qk_hook);
     tcase_add_test(gr, test_grad_enc_layer);
     tcase_add_test(gr, test_grad_dec_layer);
