@@ -145,6 +145,10 @@ cg_tensor *cg_mse_loss(cg_tensor *a, cg_tensor *b)
         return NULL;
     }
     cg_tensor *d = cg_sub(a, b);
+    if (!d) { /* an integer or bool argument: sub's message, under mse_loss's name */
+        cg_prefix_error("mse_loss: ");
+        return NULL;
+    }
     cg_tensor *d2 = cg_mul(d, d);
     cg_tensor *m = cg_mean(d2, 0, NULL, false);
     cg_release_all(2, d, d2);

@@ -147,6 +147,42 @@ START_TEST(test_copy_refuses_grad_source)
 }
 END_TEST
 
+/* Every loss refuses another dtype in one line naming the argument and
+ * both dtypes (binary_cross_entropy_with_logits read any tensor as floats
+ * and dereferenced NULL: labels as int64 or bool, bf16 logits, f16
+ * targets), as cross_entropy and nll_loss refuse theirs. */
+START_TEST(test_losses_refuse_other_dtypes)
+{
+    cg_tensor *x = xin(), *y = cg_k_sigmoid(x);
+    cg_tensor *yi = cg_k_to(y, CG_I64), *yb = cg_k_to(y, CG_BOOL), *yh = cg_k_to(y, CG_F16);
+    cg_tensor *xb = cg_k_to(x, CG_BF16);
+    CG_ASSERT_REFUSED(cg_binary_cross_entropy_with_logits(x, yi) == NULL,
+                      "binary_cross_entropy_with_logits: argument 2 is int64, expected float32");
+    CG_ASSERT_REFUSED(cg_binary_cross_entropy_with_logits(x, yb) == NULL,
+                      "binary_cross_entropy_with_logits: argument 2 is bool, expected float32");
+    CG_ASSERT_REFUSED(cg_binary_cross_entropy_with_logits(xb, y) == NULL,
+                      "binary_cross_entropy_with_logits: argument 1 is bfloat16, expected float32 "
+                      "(convert with cg_to)");
+    CG_ASSERT_REFUSED(cg_binary_cross_entropy_with_logits(x, yh) == NULL,
+                      "binary_cross_entropy_with_logits: argument 2 is float16, expected float32");
+    CG_ASSERT_REFUSED(cg_k_bce_with_logits(yi, x) == NULL,
+                      "binary_cross_entropy_with_logits: argument 1 is int64, expected float32");
+    /* the siblings: the class losses and the kernels behind them */
+    cg_tensor *tg = cg_test_ids(3, (const int64_t[]){0, 1, 2});
+    CG_ASSERT_REFUSED(cg_cross_entropy(xb, tg, -100, 0.0f) == NULL,
+                      "cross_entropy: argument 1 is bfloat16, expected float32");
+    CG_ASSERT_REFUSED(cg_nll_loss(yi, tg, -100) == NULL,
+                      "nll_loss: argument 1 is int64, expected float32");
+    CG_ASSERT_REFUSED(cg_k_nll_loss_backward(yh, tg, -100, 1.0f) == NULL,
+                      "nll_loss_backward: argument 1 is float16, expected float32");
+    cg_tensor *lse = cg_zeros_dtype(CG_BF16, CG_SHAPE(3));
+    CG_ASSERT_REFUSED(cg_k_cross_entropy_backward(x, tg, -100, 0.0f, lse, 1.0f) == NULL,
+                      "cross_entropy_backward: argument 'lse' is bfloat16, expected float32");
+    CG_ASSERT_REFUSED(cg_mse_loss(x, yi) == NULL, "mse_loss: sub: argument 2 is int64");
+    cg_release_all(7, x, y, yi, yb, yh, xb, lse);
+}
+END_TEST
+
 START_TEST(test_gradchecks)
 {
     cg_rng r = cg_rng_new(21);
@@ -198,6 +234,7 @@ static Suite *misc_suite(void)
     tcase_add_test(tc, test_forward_vs_torch);
     tcase_add_test(tc, test_gradchecks);
     tcase_add_test(tc, test_copy_refuses_grad_source);
+    tcase_add_test(tc, test_losses_refuse_other_dtypes);
     suite_add_tcase(s, tc);
     return s;
 }
