@@ -312,6 +312,9 @@ bool cg_normal_torch_(cg_tensor *t, cg_mt19937 *g, float mean, float std);
 bool cg_uniform_torch_(cg_tensor *t, cg_mt19937 *g, float lo, float hi);
 
 /* --------------------------------------------------------------- queries */
+/* The number of elements: of t (NULL: 0 + error), of a shape of ndim
+ * sizes (1 for ndim 0, shape may then be NULL; a NULL shape of ndim > 0:
+ * 0 + error). */
 int64_t cg_numel(const cg_tensor *t);
 int64_t cg_numel_shape(int ndim, const int64_t *shape);
 bool cg_is_contiguous(const cg_tensor *t);
@@ -360,13 +363,17 @@ int64_t cg_item_i64(const cg_tensor *t);
 bool cg_print(const cg_tensor *t);
 bool cg_fprint(FILE *f, const cg_tensor *t);
 bool cg_same_shape(const cg_tensor *a, const cg_tensor *b);
-/* Writes e.g. "[3, 4]" into buf (always NUL-terminated); returns buf. */
+/* Writes e.g. "[3, 4]" into buf of n bytes (NUL-terminated, cut short if
+ * it does not fit; "(null)" for a NULL t or shape); returns buf. n = 0:
+ * nothing is written. buf NULL: NULL + error, nothing written (a message
+ * formatting it with %s still prints, "(null)" in its place). */
 char *cg_shape_str(const cg_tensor *t, char *buf, size_t n);
 char *cg_shape_str_n(int ndim, const int64_t *shape, char *buf, size_t n);
 /* Normalise a possibly negative dim against ndim; -1 + error if out of range. */
 int cg_norm_dim(const char *op, int dim, int ndim);
 /* Broadcast two shapes by NumPy rules into out (CG_MAX_DIMS); returns the
- * result ndim, or -1 with an error naming op and both shapes. */
+ * result ndim, or -1 with an error naming op and both shapes (or a NULL
+ * shape of ndim > 0, a NULL out, an ndim outside [0, CG_MAX_DIMS]). */
 int cg_broadcast_shapes(const char *op, int na, const int64_t *sa, int nb, const int64_t *sb,
                         int64_t *out);
 

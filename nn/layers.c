@@ -113,6 +113,10 @@ const cg_norm_info *cg_norm_info_of(cg_norm_kind k, const char *what)
 
 bool cg_act_parse(const char *s, cg_act *out)
 {
+    if (!out) {
+        cg_set_error("cg_act_parse: argument 'out' is NULL");
+        return false;
+    }
     int i = by_name(ACTS, sizeof ACTS[0], CG_N_ACTS, "activation", s);
     if (i >= 0)
         *out = (cg_act)i;
@@ -121,6 +125,10 @@ bool cg_act_parse(const char *s, cg_act *out)
 
 bool cg_norm_kind_parse(const char *s, cg_norm_kind *out)
 {
+    if (!out) {
+        cg_set_error("cg_norm_kind_parse: argument 'out' is NULL");
+        return false;
+    }
     int i = by_name(NORMS, sizeof NORMS[0], CG_N_NORMS, "norm", s);
     if (i >= 0)
         *out = (cg_norm_kind)i;

@@ -60,8 +60,9 @@ typedef struct {
  * gelu, gelu_erf)" (what NULL: no prefix); the same for norms. */
 const cg_act_info *cg_act_info_of(cg_act a, const char *what);
 const cg_norm_info *cg_norm_info_of(cg_norm_kind k, const char *what);
-/* A name of the table: false + "unknown activation 'x' (choices: relu,
- * gelu, gelu_erf)" (norms: "unknown norm 'x' (choices: ...)"). */
+/* A name of the table into *out: false + "unknown activation 'x'
+ * (choices: relu, gelu, gelu_erf)" (norms: "unknown norm 'x' (choices:
+ * ...)"), or false + error when out is NULL. */
 bool cg_act_parse(const char *s, cg_act *out);
 bool cg_norm_kind_parse(const char *s, cg_norm_kind *out);
 /* The row's name, "?" out of range. */

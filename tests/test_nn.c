@@ -553,6 +553,9 @@ START_TEST(test_registry_lookup_and_errors)
     ck_assert(!cg_act_parse("swish", &a));
     ck_assert(strstr(cg_last_error(), "swish") != NULL);
     ck_assert(!cg_norm_kind_parse("batchnorm", &nk));
+    CG_ASSERT_REFUSED(!cg_act_parse("relu", NULL), "cg_act_parse: argument 'out' is NULL");
+    CG_ASSERT_REFUSED(!cg_norm_kind_parse("layernorm", NULL),
+                      "cg_norm_kind_parse: argument 'out' is NULL");
     ck_assert_str_eq(cg_act_name(CG_ACT_RELU), "relu");
     ck_assert_str_eq(cg_norm_kind_name(CG_NORM_LAYERNORM), "layernorm");
 }

@@ -379,6 +379,40 @@ START_TEST(test_shape_str)
 }
 END_TEST
 
+/* A NULL array where a shape, a buffer or an output goes is refused in one
+ * line, as cg_permute(x, NULL) is (expand, shape_str, broadcast_shapes and
+ * numel_shape dereferenced it); a scalar's shape (ndim 0) may be NULL. */
+START_TEST(test_null_array_args)
+{
+    cg_tensor *x = cg_ones(CG_SHAPE(2, 3)), *s = cg_scalar(2);
+    CG_ASSERT_REFUSED(cg_expand(x, 2, NULL) == NULL, "expand: NULL shape");
+    CG_ASSERT_REFUSED(cg_view_expand(x, 2, NULL) == NULL, "expand: NULL shape");
+    CG_ASSERT_REFUSED(cg_reshape(x, 2, NULL) == NULL, "reshape: NULL shape");
+    CG_ASSERT_REFUSED(cg_view(x, 2, NULL) == NULL, "view: NULL shape");
+    CG_ASSERT_REFUSED(cg_permute(x, NULL) == NULL, "permute: NULL permutation");
+    cg_tensor *e = cg_view_expand(s, 0, NULL);
+    ck_assert_msg(e && e->ndim == 0, "%s", cg_last_error());
+    int64_t out[CG_MAX_DIMS];
+    const int64_t three[1] = {3};
+    CG_ASSERT_REFUSED(cg_broadcast_shapes("myop", 2, NULL, 1, three, out) == -1,
+                      "myop: NULL shape");
+    CG_ASSERT_REFUSED(cg_broadcast_shapes("myop", 1, three, 1, three, NULL) == -1,
+                      "myop: NULL output shape");
+    CG_ASSERT_REFUSED(cg_broadcast_shapes("myop", CG_MAX_DIMS + 1, x->shape, 1, three, out) == -1,
+                      "myop: cannot broadcast");
+    ck_assert_int_eq(cg_broadcast_shapes("myop", 0, NULL, 1, three, out), 1);
+    ck_assert_int_eq(out[0], 3);
+    CG_ASSERT_REFUSED(cg_numel_shape(2, NULL) == 0, "cg_numel_shape: NULL shape");
+    ck_assert_int_eq(cg_numel_shape(0, NULL), 1);
+    char b[16] = "unchanged";
+    CG_ASSERT_REFUSED(cg_shape_str(x, NULL, 16) == NULL, "cg_shape_str: NULL buffer");
+    CG_ASSERT_REFUSED(cg_shape_str_n(2, x->shape, NULL, 16) == NULL, "cg_shape_str_n: NULL buffer");
+    ck_assert(cg_shape_str(x, b, 0) == b && !strcmp(b, "unchanged")); /* no room: nothing written */
+    ck_assert_str_eq(cg_shape_str_n(2, NULL, b, sizeof b), "(null)");
+    cg_release_all(3, x, s, e);
+}
+END_TEST
+
 static Suite *tensor_suite(void)
 {
     Suite *s = suite_create("tensor");
@@ -397,6 +431,7 @@ static Suite *tensor_suite(void)
     tcase_add_test(tc, test_refcounts);
     tcase_add_test(tc, test_shape_str);
     tcase_add_test(tc, test_accessors_null);
+    tcase_add_test(tc, test_null_array_args);
     suite_add_tcase(s, tc);
     return s;
 }
