@@ -194,7 +194,10 @@ cg_tensor *cg_zeros(int ndim, const int64_t *shape);
 cg_tensor *cg_ones(int ndim, const int64_t *shape);
 cg_tensor *cg_full(int ndim, const int64_t *shape, float value);
 cg_tensor *cg_scalar(float value); /* ndim 0 */
-/* 1-D [start, start+step, ...) up to (not including) stop; step != 0. */
+/* 1-D [start, start+step, ...) up to (not including) stop: ceil((stop -
+ * start) / step) elements (none when stop lies behind start). Refused in
+ * one line: a zero step, a NaN or infinite start, stop or step, and a
+ * count of 2^62 or more (PyTorch's "invalid size, possible overflow"). */
 cg_tensor *cg_arange(double start, double stop, double step);
 /* Copies numel(shape) floats from data (row-major). */
 cg_tensor *cg_from_data(int ndim, const int64_t *shape, const float *data);

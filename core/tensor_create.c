@@ -244,22 +244,11 @@ cg_tensor *cg_zeros(int ndim, const int64_t *shape) { return cg_full(ndim, shape
 cg_tensor *cg_ones(int ndim, const int64_t *shape) { return cg_full(ndim, shape, 1.0f); }
 cg_tensor *cg_scalar(float value) { return cg_full(0, NULL, value); }
 
+/* One arange for every dtype (core/typed.c): the same float32 values,
+ * start + i * step in double rounded once. */
 cg_tensor *cg_arange(double start, double stop, double step)
 {
-    if (step == 0 || !isfinite(start) || !isfinite(stop) || !isfinite(step)) {
-        cg_set_error("arange: need finite start/stop and a non-zero step (got %g, %g, %g)", start,
-                     stop, step);
-        return NULL;
-    }
-    double count = ceil((stop - start) / step);
-    int64_t n = count > 0 ? (int64_t)count : 0;
-    cg_tensor *t = cg_empty(1, &n);
-    if (!t)
-        return NULL;
-    float *p = cg_data(t);
-    for (int64_t i = 0; i < n; i++)
-        p[i] = (float)(start + (double)i * step);
-    return t;
+    return cg_arange_dtype(CG_F32, start, stop, step);
 }
 
 cg_tensor *cg_from_data(int ndim, const int64_t *shape, const float *data)

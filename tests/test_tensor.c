@@ -57,6 +57,24 @@ START_TEST(test_creation_errors)
     CG_ASSERT_FAILS(cg_zeros(CG_SHAPE(2, -1)), "negative size");
     CG_ASSERT_FAILS(cg_empty(9, (int64_t[]){1, 1, 1, 1, 1, 1, 1, 1, 1}), "ndim 9");
     CG_ASSERT_FAILS(cg_arange(0, 1, 0), "step");
+    /* a count past what a tensor holds is refused as such (a cast of 1e30
+     * to int64 was undefined and read as a negative size); NaN and inf
+     * bounds or steps are refused too */
+    CG_ASSERT_REFUSED(cg_arange(0, 1e30, 1) == NULL,
+                      "arange: invalid size, possible overflow: [0, 1e+30) in steps of 1 is 1e+30 "
+                      "elements");
+    CG_ASSERT_REFUSED(cg_arange(-1e308, 1e308, 1e-300) == NULL, "is inf elements");
+    CG_ASSERT_REFUSED(cg_arange(0, 0x1p62, 1) == NULL, "invalid size");
+    CG_ASSERT_REFUSED(cg_arange_dtype(CG_BF16, 0, 1e19, 1) == NULL, "invalid size");
+    CG_ASSERT_REFUSED(cg_arange(0, NAN, 1) == NULL, "finite");
+    CG_ASSERT_REFUSED(cg_arange(NAN, 1, 1) == NULL, "finite");
+    CG_ASSERT_REFUSED(cg_arange(0, 1, NAN) == NULL, "finite");
+    CG_ASSERT_REFUSED(cg_arange(0, INFINITY, 1) == NULL, "finite");
+    CG_ASSERT_REFUSED(cg_arange(-INFINITY, 1, 1) == NULL, "finite");
+    CG_ASSERT_REFUSED(cg_arange(0, 1, INFINITY) == NULL, "finite");
+    cg_tensor *none = cg_arange(1e308, -1e308, 1); /* the other way: empty, as before */
+    ck_assert_msg(none && cg_numel(none) == 0, "%s", cg_last_error());
+    cg_release(none);
     CG_ASSERT_FAILS(cg_from_data(CG_SHAPE(2), NULL), "NULL data");
     cg_tensor *t = cg_zeros(CG_SHAPE(2));
     ck_assert(isnan(cg_item(t)));
