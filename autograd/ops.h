@@ -165,12 +165,14 @@ cg_tensor *cg_tril(cg_tensor *a, int64_t diagonal);
 cg_tensor *cg_triu(cg_tensor *a, int64_t diagonal);
 /* torch.cumsum along dim. */
 cg_tensor *cg_cumsum(cg_tensor *a, int dim);
-/* torch.topk(a, k, dim, largest, sorted=True): the values (differentiable:
- * the gradient flows to the chosen elements); *indices (may be NULL) gets
- * their indices, an int64 tensor of the values' shape. */
+/* torch.topk(a, k, dim, largest, sorted=True): the values, in a's dtype
+ * (differentiable: the gradient flows to the chosen elements); *indices
+ * (may be NULL) gets their indices, an int64 tensor of the values' shape.
+ * a: any float dtype; an integer or bool a is refused ("topk: argument 1
+ * is int64, expected a float tensor ..."). */
 cg_tensor *cg_topk(cg_tensor *a, int64_t k, int dim, bool largest, cg_tensor **indices);
 /* torch.argmax(a, dim, keepdim): int64 indices (first maximum; NaN counts
- * as the maximum). Not differentiable. */
+ * as the maximum) of a float a of any dtype. Not differentiable. */
 cg_tensor *cg_argmax(const cg_tensor *a, int dim, bool keepdim);
 /* Mean squared error, mean((a - b)^2); a and b of one shape, either may
  * require grad. */

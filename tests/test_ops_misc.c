@@ -183,6 +183,43 @@ START_TEST(test_losses_refuse_other_dtypes)
 }
 END_TEST
 
+/* topk takes any float dtype, as the table in docs/api.md says and
+ * torch.topk does: bf16 and f16 values come back in their dtype, their
+ * gradient through them; an integer or bool input is refused under topk's
+ * name (it was refused as gather's 'input'), as argmax's is under its own. */
+START_TEST(test_topk_dtypes)
+{
+    cg_tensor *x = xin();
+    cg_tensor *ids32 = NULL, *v32 = cg_topk(x, 2, 1, true, &ids32);
+    ck_assert_msg(v32 != NULL, "%s", cg_last_error());
+    const cg_dtype dts[] = {CG_BF16, CG_F16};
+    for (int d = 0; d < 2; d++) {
+        cg_tensor *h = cg_k_to(x, dts[d]); /* X is exact in both */
+        cg_requires_grad(h, true);
+        cg_tensor *ids = NULL, *v = cg_topk(h, 2, 1, true, &ids);
+        ck_assert_msg(v != NULL, "%s: %s", cg_dtype_name(dts[d]), cg_last_error());
+        ck_assert_int_eq(v->dtype, dts[d]);
+        ck_assert(!memcmp(cg_data_i64(ids), cg_data_i64(ids32), 6 * sizeof(int64_t)));
+        cg_tensor *vf = cg_k_to(v, CG_F32);
+        CG_ASSERT_TENSOR(vf, cg_data(v32), 0, 0);
+        cg_tensor *s = cg_sum_all(v);
+        ck_assert_msg(s && cg_backward(s, NULL, false), "%s", cg_last_error());
+        cg_tensor *g = cg_k_to(cg_grad(h), CG_F32); /* 1 where chosen */
+        ck_assert_int_eq(cg_grad(h)->dtype, dts[d]);
+        CG_ASSERT_TENSOR(g, ((const float[]){0, 0, 1, 1, 1, 1, 0, 0, 1, 0, 1, 0}), 0, 0);
+        cg_release_all(6, h, ids, v, vf, s, g);
+    }
+    cg_tensor *xi = cg_k_to(x, CG_I64), *xb = cg_k_to(x, CG_BOOL);
+    CG_ASSERT_REFUSED(cg_topk(xi, 2, 1, true, NULL) == NULL,
+                      "topk: argument 1 is int64, expected a float tensor");
+    CG_ASSERT_REFUSED(cg_topk(xb, 2, 1, true, NULL) == NULL,
+                      "topk: argument 1 is bool, expected a float tensor");
+    CG_ASSERT_REFUSED(cg_argmax(xi, 1, false) == NULL,
+                      "argmax: argument 1 is int64, expected a float tensor");
+    cg_release_all(5, x, ids32, v32, xi, xb);
+}
+END_TEST
+
 START_TEST(test_gradchecks)
 {
     cg_rng r = cg_rng_new(21);
@@ -235,6 +272,7 @@ static Suite *misc_suite(void)
     tcase_add_test(tc, test_gradchecks);
     tcase_add_test(tc, test_copy_refuses_grad_source);
     tcase_add_test(tc, test_losses_refuse_other_dtypes);
+    tcase_add_test(tc, test_topk_dtypes);
     suite_add_tcase(s, tc);
     return s;
 }
