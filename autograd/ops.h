@@ -3,8 +3,9 @@
  * Each function computes its result with a core kernel (core/ops.h) and, if
  * grad mode is on and an input requires grad, records its backward rule on
  * the result. Same semantics, shapes and errors as the kernels; the result
- * is a new reference (cg_release it). Index arguments (token ids, targets)
- * are plain int64 arrays: they carry no gradient. */
+ * is a new reference (cg_release it). Index arguments (token ids, targets,
+ * indices, rows) are int64 tensors and masks bool tensors, each checked
+ * against the other arguments: they carry no gradient. */
 #ifndef CG_AUTOGRAD_OPS_H
 #define CG_AUTOGRAD_OPS_H
 
