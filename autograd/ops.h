@@ -120,7 +120,8 @@ cg_tensor *cg_rms_norm(cg_tensor *x, cg_tensor *w, float eps);
  * sum never stored. x and y must have the same shape. */
 cg_tensor *cg_add_layer_norm(cg_tensor *x, cg_tensor *y, cg_tensor *w, cg_tensor *b, float eps);
 cg_tensor *cg_add_rms_norm(cg_tensor *x, cg_tensor *y, cg_tensor *w, float eps);
-/* Inverted dropout when training and p > 0; otherwise a new reference to a. */
+/* Inverted dropout when training and p > 0 (p in [0, 1]; p = 1 gives a * 0,
+ * zeros, as F.dropout(a, 1.0)); otherwise a new reference to a. */
 cg_tensor *cg_dropout(cg_tensor *a, float p, cg_rng *rng, bool training);
 cg_tensor *cg_concat(cg_tensor *const *ts, int n, int dim);
 cg_tensor *cg_stack(cg_tensor *const *ts, int n, int dim);

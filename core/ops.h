@@ -301,8 +301,9 @@ bool cg_k_norm_backward_xhat(bool rms, const cg_tensor *xhat, const cg_tensor *w
 
 /* Inverted dropout: keep with prob 1-p, scale kept by 1/(1-p). *mask (if not
  * NULL) gets which elements were kept (bool, a byte an element, as
- * PyTorch's native_dropout keeps). p in [0,1]. Seeded and thread-count
- * independent. */
+ * PyTorch's native_dropout keeps). p in [0,1]: at p = 1 nothing is kept
+ * and the result is a * 0, as PyTorch's (no division by 1 - p). Seeded and
+ * thread-count independent. */
 cg_tensor *cg_k_dropout(const cg_tensor *a, float p, cg_rng *rng, cg_tensor **mask);
 /* Its backward: g times 1/(1-p) where mask is true and times 0 where it is
  * false (NaN stays NaN), the bits of g times the factor. */

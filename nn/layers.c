@@ -402,8 +402,8 @@ cg_tensor *cg_norm_add_forward(cg_norm *n, cg_tensor *x, cg_tensor *y)
 /* ----------------------------------------------------------- Dropout */
 cg_drop *cg_drop_new(float p, cg_rng *rng)
 {
-    if (!(p >= 0.0f && p < 1.0f)) {
-        cg_set_error("Dropout: p must be in [0, 1) (got %g)", (double)p);
+    if (!(p >= 0.0f && p <= 1.0f)) { /* as cg_dropout: p = 1 drops everything */
+        cg_set_error("Dropout: p must be in [0, 1] (got %g)", (double)p);
         return NULL;
     }
     cg_drop *d = (cg_drop *)cg_module_alloc(sizeof *d, "Dropout", NULL);

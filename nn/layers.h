@@ -140,8 +140,9 @@ cg_tensor *cg_norm_forward(cg_norm *n, cg_tensor *x);
 cg_tensor *cg_norm_add_forward(cg_norm *n, cg_tensor *x, cg_tensor *y);
 
 /* ---------------------------------------------------------- Dropout */
-/* Inverted dropout with probability p in [0, 1) while the module is in
- * train mode; the identity (a new reference to x) in eval mode or at p=0.
+/* Inverted dropout with probability p in [0, 1] while the module is in
+ * train mode (p = 1: zeros, as nn.Dropout(1.0)); the identity (a new
+ * reference to x) in eval mode or at p=0.
  * rng: the generator used for the masks (borrowed: it must outlive the
  * module), or NULL for one owned by the module (own_rng, seeded with 0;
  * reseed with own_rng = cg_rng_new(seed)). No parameters. */
