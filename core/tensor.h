@@ -279,7 +279,8 @@ cg_rng cg_rng_new(uint64_t seed);
 float cg_rng_uniform(cg_rng *r);
 double cg_rng_uniform_double(cg_rng *r);
 float cg_rng_normal(cg_rng *r);
-/* Uniform integer in [0, n). n > 0. */
+/* Uniform integer in [0, n) (unbiased: rejection sampling). n = 0 has no
+ * value to give: 0 + error, and the counter does not move. */
 uint64_t cg_rng_below(cg_rng *r, uint64_t n);
 /* torch.randperm(n): a random permutation of 0..n-1 (Fisher-Yates with
  * cg_rng_below), malloc'd (free it); n >= 0 (n = 0: a valid 1-element

@@ -347,8 +347,10 @@ float cg_rng_normal(cg_rng *r) { return normal_from(r->seed, r->counter++); }
 
 uint64_t cg_rng_below(cg_rng *r, uint64_t n)
 {
-    if (n == 0)
+    if (n == 0) { /* no value to draw: a caller's bug, named, not a silent 0 */
+        cg_set_error("rng_below: n must be > 0 (the range [0, 0) is empty)");
         return 0;
+    }
     /* rejection sampling: unbiased */
     uint64_t limit = UINT64_MAX - UINT64_MAX % n;
     for (;;) {

@@ -348,6 +348,11 @@ START_TEST(test_rng_thread_independent)
     }
     for (int k = 0; k < 5; k++)
         ck_assert_int_gt(hits[k], 800);
+    /* n = 0: [0, 0) holds no value; 0 + error (it returned 0 silently),
+     * and nothing is drawn */
+    uint64_t at = r.counter;
+    CG_ASSERT_REFUSED(cg_rng_below(&r, 0) == 0, "rng_below: n must be > 0");
+    ck_assert_uint_eq(r.counter, at);
 }
 END_TEST
 
