@@ -3,8 +3,9 @@
  * Each function computes its result with a core kernel (core/ops.h) and, if
  * grad mode is on and an input requires grad, records its backward rule on
  * the result. Same semantics, shapes and errors as the kernels; the result
- * is a new reference (cg_release it). Index arguments (token ids, targets)
- * are plain int64 arrays: they carry no gradient. */
+ * is a new reference (cg_release it). Index arguments (token ids, targets,
+ * indices, rows) are int64 tensors and masks bool tensors, each checked
+ * against the other arguments: they carry no gradient. */
 #ifndef CG_AUTOGRAD_OPS_H
 #define CG_AUTOGRAD_OPS_H
 
@@ -119,7 +120,8 @@ cg_tensor *cg_rms_norm(cg_tensor *x, cg_tensor *w, float eps);
  * sum never stored. x and y must have the same shape. */
 cg_tensor *cg_add_layer_norm(cg_tensor *x, cg_tensor *y, cg_tensor *w, cg_tensor *b, float eps);
 cg_tensor *cg_add_rms_norm(cg_tensor *x, cg_tensor *y, cg_tensor *w, float eps);
-/* Inverted dropout when training and p > 0; otherwise a new reference to a. */
+/* Inverted dropout when training and p > 0 (p in [0, 1]; p = 1 gives a * 0,
+ * zeros, as F.dropout(a, 1.0)); otherwise a new reference to a. */
 cg_tensor *cg_dropout(cg_tensor *a, float p, cg_rng *rng, bool training);
 cg_tensor *cg_concat(cg_tensor *const *ts, int n, int dim);
 cg_tensor *cg_stack(cg_tensor *const *ts, int n, int dim);
@@ -165,18 +167,22 @@ cg_tensor *cg_tril(cg_tensor *a, int64_t diagonal);
 cg_tensor *cg_triu(cg_tensor *a, int64_t diagonal);
 /* torch.cumsum along dim. */
 cg_tensor *cg_cumsum(cg_tensor *a, int dim);
-/* torch.topk(a, k, dim, largest, sorted=True): the values (differentiable:
- * the gradient flows to the chosen elements); *indices (may be NULL) gets
- * their indices, an int64 tensor of the values' shape. */
+/* torch.topk(a, k, dim, largest, sorted=True): the values, in a's dtype
+ * (differentiable: the gradient flows to the chosen elements); *indices
+ * (may be NULL) gets their indices, an int64 tensor of the values' shape.
+ * a: any float dtype; an integer or bool a is refused ("topk: argument 1
+ * is int64, expected a float tensor ..."). */
 cg_tensor *cg_topk(cg_tensor *a, int64_t k, int dim, bool largest, cg_tensor **indices);
 /* torch.argmax(a, dim, keepdim): int64 indices (first maximum; NaN counts
- * as the maximum). Not differentiable. */
+ * as the maximum) of a float a of any dtype. Not differentiable. */
 cg_tensor *cg_argmax(const cg_tensor *a, int dim, bool keepdim);
 /* Mean squared error, mean((a - b)^2); a and b of one shape, either may
  * require grad. */
 cg_tensor *cg_mse_loss(cg_tensor *a, cg_tensor *b);
 /* Mean binary cross-entropy of logits x against targets y (same shape,
- * values in [0, 1]), computed stably: max(x,0) - x*y + log(1+exp(-|x|)). */
+ * values in [0, 1]), computed stably: max(x,0) - x*y + log(1+exp(-|x|)).
+ * Both float32: labels held as int64 or bool are refused (cg_to them),
+ * as are bf16 logits, as the other losses refuse them. */
 cg_tensor *cg_binary_cross_entropy_with_logits(cg_tensor *x, cg_tensor *y);
 /* F.cross_entropy(h @ w.T + b, targets, ignore_index=, label_smoothing=)
  * with the output projection fused in (core/ops.h

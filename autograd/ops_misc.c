@@ -115,10 +115,15 @@ cg_tensor *cg_topk(cg_tensor *a, int64_t k, int dim, bool largest, cg_tensor **i
     cg_tensor *idx = cg_k_topk_indices(a, k, dim, largest);
     if (!idx)
         return NULL;
-    /* the values are a gather: its backward scatters the gradient back */
+    /* the values are a gather: its backward scatters the gradient back.
+     * gather reads float32, so a bf16 or f16 input is gathered from its
+     * float32 copy and the values rounded back to its dtype, both exact and
+     * both differentiable (cg_to of a float32 input is the input itself) */
     cg_tensor *src = a->ndim == 0 ? cg_reshape(a, 1, (int64_t[]){1}) : cg_retain(a);
-    cg_tensor *out = src ? cg_gather(src, a->ndim ? dim : 0, idx) : NULL;
-    cg_release(src);
+    cg_tensor *src32 = src ? cg_to(src, CG_F32) : NULL;
+    cg_tensor *v = src32 ? cg_gather(src32, a->ndim ? dim : 0, idx) : NULL;
+    cg_tensor *out = v ? cg_to(v, a->dtype) : NULL;
+    cg_release_all(3, src, src32, v);
     if (out && indices)
         *indices = idx;
     else
@@ -145,6 +150,10 @@ cg_tensor *cg_mse_loss(cg_tensor *a, cg_tensor *b)
         return NULL;
     }
     cg_tensor *d = cg_sub(a, b);
+    if (!d) { /* an integer or bool argument: sub's message, under mse_loss's name */
+        cg_prefix_error("mse_loss: ");
+        return NULL;
+    }
     cg_tensor *d2 = cg_mul(d, d);
     cg_tensor *m = cg_mean(d2, 0, NULL, false);
     cg_release_all(2, d, d2);

@@ -150,6 +150,10 @@ const char *cg_precision_name(cg_precision p) { return p == CG_PRECISION_BF16 ? 
 
 bool cg_precision_parse(const char *s, cg_precision *out)
 {
+    if (!out) {
+        cg_set_error("cg_precision_parse: argument 'out' is NULL");
+        return false;
+    }
     if (s && !strcmp(s, "fp32")) {
         *out = CG_PRECISION_FP32;
         return true;

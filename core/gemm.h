@@ -67,7 +67,8 @@ void cg_autocast_end(cg_precision prev);
  * cg_gemm_active_path() for fp32): what CG_GEMM_AUTO means on a thread
  * whose policy is p. */
 cg_gemm_path cg_precision_path(cg_precision p);
-/* "fp32" / "bf16"; parse returns false (and records an error) otherwise. */
+/* "fp32" / "bf16"; parse returns false (and records an error) otherwise,
+ * and when out is NULL. */
 const char *cg_precision_name(cg_precision p);
 bool cg_precision_parse(const char *s, cg_precision *out);
 /* Whether bf16 products run on the CPU's bf16 instructions (false: emulated). */

@@ -439,6 +439,10 @@ cg_tensor *cg_k_cross_entropy_backward(const cg_tensor *logits, const cg_tensor 
         return NULL;
     const int64_t *targets = cg_data_i64(tc);
     int64_t N = logits->shape[0], C = logits->shape[1];
+    if (lse && !cg_check_f32("cross_entropy_backward", "lse", lse)) {
+        cg_release(tc);
+        return NULL;
+    }
     if (lse && cg_numel(lse) != N) {
         char b1[96], b2[96];
         cg_set_error("cross_entropy_backward: lse must have N elements (shapes %s and %s)",
@@ -524,6 +528,10 @@ cg_tensor *cg_k_bce_with_logits(const cg_tensor *x, const cg_tensor *y)
         cg_error_null_input("cg_k_bce_with_logits");
         return NULL;
     }
+    /* both are read as float32: int64 or bool labels, or bf16 logits, are
+     * refused as the class losses refuse theirs */
+    if (!cg_f32_args("binary_cross_entropy_with_logits", 2, (const cg_tensor *[]){x, y}))
+        return NULL;
     if (!cg_same_shape(x, y)) {
         char a[96], b[96];
         cg_set_error("binary_cross_entropy_with_logits: logits %s and targets %s differ in shape",

@@ -249,7 +249,8 @@ cg_tensor *cg_k_nll_loss(const cg_tensor *logp, const cg_tensor *targets, int64_
 cg_tensor *cg_k_nll_loss_backward(const cg_tensor *logp, const cg_tensor *targets,
                                   int64_t ignore_index, float g);
 /* binary_cross_entropy_with_logits (reduction mean) of x against targets y
- * of the same shape: mean of max(x,0) - x*y + log(1 + exp(-|x|)). */
+ * of the same shape, both float32: mean of max(x,0) - x*y + log(1 +
+ * exp(-|x|)). */
 cg_tensor *cg_k_bce_with_logits(const cg_tensor *x, const cg_tensor *y);
 /* d(mean loss)/d logits times the scalar upstream gradient g. */
 cg_tensor *cg_k_cross_entropy_backward(const cg_tensor *logits, const cg_tensor *targets,
@@ -300,8 +301,9 @@ bool cg_k_norm_backward_xhat(bool rms, const cg_tensor *xhat, const cg_tensor *w
 
 /* Inverted dropout: keep with prob 1-p, scale kept by 1/(1-p). *mask (if not
  * NULL) gets which elements were kept (bool, a byte an element, as
- * PyTorch's native_dropout keeps). p in [0,1]. Seeded and thread-count
- * independent. */
+ * PyTorch's native_dropout keeps). p in [0,1]: at p = 1 nothing is kept
+ * and the result is a * 0, as PyTorch's (no division by 1 - p). Seeded and
+ * thread-count independent. */
 cg_tensor *cg_k_dropout(const cg_tensor *a, float p, cg_rng *rng, cg_tensor **mask);
 /* Its backward: g times 1/(1-p) where mask is true and times 0 where it is
  * false (NaN stays NaN), the bits of g times the factor. */
@@ -474,7 +476,8 @@ cg_tensor *cg_k_triangle(const cg_tensor *a, int64_t diagonal, bool upper);
 cg_tensor *cg_k_cumsum(const cg_tensor *a, int dim, bool reverse);
 /* Indices of the k largest (or smallest) elements along dim, in order
  * (largest first, as torch.topk(sorted=True); ties: the lower index first;
- * NaN counts as the largest): an int64 tensor of a's shape with k at dim. */
+ * NaN counts as the largest): an int64 tensor of a's shape with k at dim.
+ * a: any float dtype (an integer or bool a: NULL + error naming topk). */
 cg_tensor *cg_k_topk_indices(const cg_tensor *a, int64_t k, int dim, bool largest);
 
 #ifdef __cplusplus

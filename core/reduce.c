@@ -534,6 +534,10 @@ cg_tensor *cg_k_max(const cg_tensor *a, int dim, bool keepdim, cg_tensor **indic
 
 cg_tensor *cg_k_argmax(const cg_tensor *a, int dim, bool keepdim)
 {
+    if (a && !cg_dtype_is_float(a->dtype)) { /* under argmax's name, not max's */
+        cg_upcast_refuse("argmax", 0, a);
+        return NULL;
+    }
     cg_tensor *idx = NULL;
     cg_tensor *vals = cg_k_max(a, dim, keepdim, &idx);
     if (!vals)

@@ -667,6 +667,10 @@ cg_tensor *cg_k_topk_indices(const cg_tensor *a, int64_t k, int dim, bool larges
         cg_error_null_input("cg_k_topk_indices");
         return NULL;
     }
+    if (!cg_dtype_is_float(a->dtype)) { /* any float, as the reductions take */
+        cg_upcast_refuse("topk", 0, a);
+        return NULL;
+    }
     int64_t outer, n, inner;
     if (!around_dim("topk", a, &dim, &outer, &n, &inner))
         return NULL;
@@ -681,7 +685,7 @@ cg_tensor *cg_k_topk_indices(const cg_tensor *a, int64_t k, int dim, bool larges
     if (a->ndim)
         memcpy(shape, a->shape, sizeof shape);
     shape[dim] = k;
-    cg_tensor *c = cg_k_to(a, CG_F32); /* order is kept by the conversion of any dtype */
+    cg_tensor *c = cg_k_to(a, CG_F32); /* exact for every float dtype: the order is kept */
     cg_tensor *out = c ? cg_empty_dtype(CG_I64, nd, shape) : NULL;
     int64_t *best = out ? malloc((size_t)(k ? k : 1) * sizeof *best) : NULL;
     if (!best) {

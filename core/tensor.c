@@ -429,6 +429,10 @@ cg_tensor *cg_meta_held(const cg_tensor *t)
 /* ------------------------------------------------------------- queries */
 int64_t cg_numel_shape(int ndim, const int64_t *shape)
 {
+    if (ndim > 0 && !shape) {
+        cg_set_error("cg_numel_shape: NULL shape (ndim %d)", ndim);
+        return 0;
+    }
     int64_t n = 1;
     for (int i = 0; i < ndim; i++)
         n *= shape[i];
@@ -637,11 +641,24 @@ bool cg_same_shape(const cg_tensor *a, const cg_tensor *b)
     return true;
 }
 
+/* A NULL buffer is an error of the caller's (fn); the shape functions then
+ * return NULL and write nothing. */
+static bool shape_buf_ok(const char *fn, const char *buf)
+{
+    if (!buf)
+        cg_set_error("%s: NULL buffer", fn);
+    return buf != NULL;
+}
+
 char *cg_shape_str_n(int ndim, const int64_t *shape, char *buf, size_t n)
 {
     size_t used = 0;
-    if (n == 0)
+    if (!shape_buf_ok("cg_shape_str_n", buf) || n == 0)
         return buf;
+    if (ndim > 0 && !shape) {
+        snprintf(buf, n, "(null)");
+        return buf;
+    }
     buf[0] = '\0';
     used += (size_t)snprintf(buf + used, n - used, "[");
     for (int i = 0; i < ndim && used < n; i++)
@@ -653,6 +670,8 @@ char *cg_shape_str_n(int ndim, const int64_t *shape, char *buf, size_t n)
 
 char *cg_shape_str(const cg_tensor *t, char *buf, size_t n)
 {
+    if (!shape_buf_ok("cg_shape_str", buf) || n == 0)
+        return buf;
     if (!t) {
         snprintf(buf, n, "(null)");
         return buf;
@@ -673,6 +692,15 @@ int cg_norm_dim(const char *op, int dim, int ndim)
 int cg_broadcast_shapes(const char *op, int na, const int64_t *sa, int nb, const int64_t *sb,
                         int64_t *out)
 {
+    if (na < 0 || nb < 0 || na > CG_MAX_DIMS || nb > CG_MAX_DIMS) {
+        cg_set_error("%s: cannot broadcast shapes of %d and %d dims (0 to %d)", op, na, nb,
+                     CG_MAX_DIMS);
+        return -1;
+    }
+    if ((na && !sa) || (nb && !sb) || !out) {
+        cg_set_error("%s: NULL %s", op, out ? "shape to broadcast" : "output shape");
+        return -1;
+    }
     int n = na > nb ? na : nb;
     for (int i = 0; i < n; i++) {
         int ia = i - (n - na), ib = i - (n - nb);

@@ -118,7 +118,7 @@ void cg_set_node_release_hook(cg_node_release_fn fn);
  *
  *     for (step ...) {
  *         cg_scope *s = cg_scope_begin();
- *         cg_tensor *loss = cg_cross_entropy(model_forward(m, x), y, n, -100, 0);
+ *         cg_tensor *loss = cg_cross_entropy(model_forward(m, x), y, -100, 0);
  *         cg_backward(loss, NULL, false);
  *         cg_optim_step(opt);
  *         cg_scope_end(s);          // every tensor of the step dies here
@@ -194,7 +194,10 @@ cg_tensor *cg_zeros(int ndim, const int64_t *shape);
 cg_tensor *cg_ones(int ndim, const int64_t *shape);
 cg_tensor *cg_full(int ndim, const int64_t *shape, float value);
 cg_tensor *cg_scalar(float value); /* ndim 0 */
-/* 1-D [start, start+step, ...) up to (not including) stop; step != 0. */
+/* 1-D [start, start+step, ...) up to (not including) stop: ceil((stop -
+ * start) / step) elements (none when stop lies behind start). Refused in
+ * one line: a zero step, a NaN or infinite start, stop or step, and a
+ * count of 2^62 or more (PyTorch's "invalid size, possible overflow"). */
 cg_tensor *cg_arange(double start, double stop, double step);
 /* Copies numel(shape) floats from data (row-major). */
 cg_tensor *cg_from_data(int ndim, const int64_t *shape, const float *data);
@@ -276,7 +279,8 @@ cg_rng cg_rng_new(uint64_t seed);
 float cg_rng_uniform(cg_rng *r);
 double cg_rng_uniform_double(cg_rng *r);
 float cg_rng_normal(cg_rng *r);
-/* Uniform integer in [0, n). n > 0. */
+/* Uniform integer in [0, n) (unbiased: rejection sampling). n = 0 has no
+ * value to give: 0 + error, and the counter does not move. */
 uint64_t cg_rng_below(cg_rng *r, uint64_t n);
 /* torch.randperm(n): a random permutation of 0..n-1 (Fisher-Yates with
  * cg_rng_below), malloc'd (free it); n >= 0 (n = 0: a valid 1-element
@@ -312,6 +316,9 @@ bool cg_normal_torch_(cg_tensor *t, cg_mt19937 *g, float mean, float std);
 bool cg_uniform_torch_(cg_tensor *t, cg_mt19937 *g, float lo, float hi);
 
 /* --------------------------------------------------------------- queries */
+/* The number of elements: of t (NULL: 0 + error), of a shape of ndim
+ * sizes (1 for ndim 0, shape may then be NULL; a NULL shape of ndim > 0:
+ * 0 + error). */
 int64_t cg_numel(const cg_tensor *t);
 int64_t cg_numel_shape(int ndim, const int64_t *shape);
 bool cg_is_contiguous(const cg_tensor *t);
@@ -360,13 +367,17 @@ int64_t cg_item_i64(const cg_tensor *t);
 bool cg_print(const cg_tensor *t);
 bool cg_fprint(FILE *f, const cg_tensor *t);
 bool cg_same_shape(const cg_tensor *a, const cg_tensor *b);
-/* Writes e.g. "[3, 4]" into buf (always NUL-terminated); returns buf. */
+/* Writes e.g. "[3, 4]" into buf of n bytes (NUL-terminated, cut short if
+ * it does not fit; "(null)" for a NULL t or shape); returns buf. n = 0:
+ * nothing is written. buf NULL: NULL + error, nothing written (a message
+ * formatting it with %s still prints, "(null)" in its place). */
 char *cg_shape_str(const cg_tensor *t, char *buf, size_t n);
 char *cg_shape_str_n(int ndim, const int64_t *shape, char *buf, size_t n);
 /* Normalise a possibly negative dim against ndim; -1 + error if out of range. */
 int cg_norm_dim(const char *op, int dim, int ndim);
 /* Broadcast two shapes by NumPy rules into out (CG_MAX_DIMS); returns the
- * result ndim, or -1 with an error naming op and both shapes. */
+ * result ndim, or -1 with an error naming op and both shapes (or a NULL
+ * shape of ndim > 0, a NULL out, an ndim outside [0, CG_MAX_DIMS]). */
 int cg_broadcast_shapes(const char *op, int na, const int64_t *sa, int nb, const int64_t *sb,
                         int64_t *out);
 

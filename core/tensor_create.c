@@ -244,22 +244,11 @@ cg_tensor *cg_zeros(int ndim, const int64_t *shape) { return cg_full(ndim, shape
 cg_tensor *cg_ones(int ndim, const int64_t *shape) { return cg_full(ndim, shape, 1.0f); }
 cg_tensor *cg_scalar(float value) { return cg_full(0, NULL, value); }
 
+/* One arange for every dtype (core/typed.c): the same float32 values,
+ * start + i * step in double rounded once. */
 cg_tensor *cg_arange(double start, double stop, double step)
 {
-    if (step == 0 || !isfinite(start) || !isfinite(stop) || !isfinite(step)) {
-        cg_set_error("arange: need finite start/stop and a non-zero step (got %g, %g, %g)", start,
-                     stop, step);
-        return NULL;
-    }
-    double count = ceil((stop - start) / step);
-    int64_t n = count > 0 ? (int64_t)count : 0;
-    cg_tensor *t = cg_empty(1, &n);
-    if (!t)
-        return NULL;
-    float *p = cg_data(t);
-    for (int64_t i = 0; i < n; i++)
-        p[i] = (float)(start + (double)i * step);
-    return t;
+    return cg_arange_dtype(CG_F32, start, stop, step);
 }
 
 cg_tensor *cg_from_data(int ndim, const int64_t *shape, const float *data)
@@ -358,8 +347,10 @@ float cg_rng_normal(cg_rng *r) { return normal_from(r->seed, r->counter++); }
 
 uint64_t cg_rng_below(cg_rng *r, uint64_t n)
 {
-    if (n == 0)
+    if (n == 0) { /* no value to draw: a caller's bug, named, not a silent 0 */
+        cg_set_error("rng_below: n must be > 0 (the range [0, 0) is empty)");
         return 0;
+    }
     /* rejection sampling: unbiased */
     uint64_t limit = UINT64_MAX - UINT64_MAX % n;
     for (;;) {

@@ -205,6 +205,10 @@ cg_tensor *cg_view_expand(const cg_tensor *t, int ndim, const int64_t *shape)
         cg_error_null_input("cg_view_expand");
         return NULL;
     }
+    if (ndim > 0 && !shape) {
+        cg_set_error("expand: NULL shape");
+        return NULL;
+    }
     if (ndim < t->ndim || ndim > CG_MAX_DIMS) {
         char b1[96], b2[96];
         cg_set_error("expand: cannot expand shape %s to %s", cg_shape_str(t, b1, sizeof b1),
@@ -238,8 +242,12 @@ cg_tensor *cg_view_expand(const cg_tensor *t, int ndim, const int64_t *shape)
 static bool infer_shape(const char *op, const cg_tensor *t, int ndim, const int64_t *shape,
                         int64_t *out)
 {
-    if (ndim < 0 || ndim > CG_MAX_DIMS || (ndim && !shape)) {
+    if (ndim < 0 || ndim > CG_MAX_DIMS) {
         cg_set_error("%s: bad target ndim %d", op, ndim);
+        return false;
+    }
+    if (ndim && !shape) {
+        cg_set_error("%s: NULL shape", op);
         return false;
     }
     int infer = -1;

@@ -88,7 +88,18 @@ cg_tensor *cg_arange_dtype(cg_dtype dt, double start, double stop, double step)
         cg_set_error("arange: start and stop must be within +-2^62 for %s", cg_dtype_name(dt));
         return NULL;
     }
+    /* the count is checked in double before it is cast: a double past
+     * int64's range has no defined cast (1e30 came out negative); a tensor
+     * holds fewer than 2^62 elements (check_shape). NaN cannot reach here,
+     * but is refused as well. An end on the other side of start than step
+     * goes gives an empty tensor. */
     double count = ceil((stop - start) / step);
+    if (!(count < 0x1p62)) {
+        cg_set_error("arange: invalid size, possible overflow: [%g, %g) in steps of %g is %g "
+                     "elements, more than a tensor holds (2^62)",
+                     start, stop, step, count);
+        return NULL;
+    }
     int64_t n = count > 0 ? (int64_t)count : 0;
     cg_tensor *t = cg_empty_dtype(dt, 1, &n);
     if (!t)

@@ -113,6 +113,10 @@ const cg_norm_info *cg_norm_info_of(cg_norm_kind k, const char *what)
 
 bool cg_act_parse(const char *s, cg_act *out)
 {
+    if (!out) {
+        cg_set_error("cg_act_parse: argument 'out' is NULL");
+        return false;
+    }
     int i = by_name(ACTS, sizeof ACTS[0], CG_N_ACTS, "activation", s);
     if (i >= 0)
         *out = (cg_act)i;
@@ -121,6 +125,10 @@ bool cg_act_parse(const char *s, cg_act *out)
 
 bool cg_norm_kind_parse(const char *s, cg_norm_kind *out)
 {
+    if (!out) {
+        cg_set_error("cg_norm_kind_parse: argument 'out' is NULL");
+        return false;
+    }
     int i = by_name(NORMS, sizeof NORMS[0], CG_N_NORMS, "norm", s);
     if (i >= 0)
         *out = (cg_norm_kind)i;
@@ -394,8 +402,8 @@ cg_tensor *cg_norm_add_forward(cg_norm *n, cg_tensor *x, cg_tensor *y)
 /* ----------------------------------------------------------- Dropout */
 cg_drop *cg_drop_new(float p, cg_rng *rng)
 {
-    if (!(p >= 0.0f && p < 1.0f)) {
-        cg_set_error("Dropout: p must be in [0, 1) (got %g)", (double)p);
+    if (!(p >= 0.0f && p <= 1.0f)) { /* as cg_dropout: p = 1 drops everything */
+        cg_set_error("Dropout: p must be in [0, 1] (got %g)", (double)p);
         return NULL;
     }
     cg_drop *d = (cg_drop *)cg_module_alloc(sizeof *d, "Dropout", NULL);

@@ -60,8 +60,9 @@ typedef struct {
  * gelu, gelu_erf)" (what NULL: no prefix); the same for norms. */
 const cg_act_info *cg_act_info_of(cg_act a, const char *what);
 const cg_norm_info *cg_norm_info_of(cg_norm_kind k, const char *what);
-/* A name of the table: false + "unknown activation 'x' (choices: relu,
- * gelu, gelu_erf)" (norms: "unknown norm 'x' (choices: ...)"). */
+/* A name of the table into *out: false + "unknown activation 'x'
+ * (choices: relu, gelu, gelu_erf)" (norms: "unknown norm 'x' (choices:
+ * ...)"), or false + error when out is NULL. */
 bool cg_act_parse(const char *s, cg_act *out);
 bool cg_norm_kind_parse(const char *s, cg_norm_kind *out);
 /* The row's name, "?" out of range. */
@@ -139,8 +140,9 @@ cg_tensor *cg_norm_forward(cg_norm *n, cg_tensor *x);
 cg_tensor *cg_norm_add_forward(cg_norm *n, cg_tensor *x, cg_tensor *y);
 
 /* ---------------------------------------------------------- Dropout */
-/* Inverted dropout with probability p in [0, 1) while the module is in
- * train mode; the identity (a new reference to x) in eval mode or at p=0.
+/* Inverted dropout with probability p in [0, 1] while the module is in
+ * train mode (p = 1: zeros, as nn.Dropout(1.0)); the identity (a new
+ * reference to x) in eval mode or at p=0.
  * rng: the generator used for the masks (borrowed: it must outlive the
  * module), or NULL for one owned by the module (own_rng, seeded with 0;
  * reseed with own_rng = cg_rng_new(seed)). No parameters. */

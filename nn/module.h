@@ -174,8 +174,9 @@ void cg_module_requires_grad(cg_module *m, bool on);
  * hooks around it; a module of your own does the same (docs/own_module.md).
  *
  * The tensor inputs of a call are an array in[0..n_in) (Linear: x;
- * MultiHeadAttention: xq, xkv; a decoder layer: x, memory; Embedding: none,
- * its ids are not tensors); entries may be NULL (xkv of a cached step).
+ * MultiHeadAttention: xq, xkv; a decoder layer: x, memory; Embedding: its
+ * int64 ids, n_in = 1, as PyTorch's hooks see them); entries may be NULL
+ * (xkv of a cached step).
  *   pre hook:  may replace in[i]: release the tensor there and store a new
  *              reference (e.g. cg_muls(in[0], 2) after cg_release(in[0])).
  *   post hook: sees the inputs and the output *out; may replace *out the
@@ -260,8 +261,9 @@ bool cg_module_save_as(const cg_module *m, const char *path, cg_dtype dt, int n_
  * With a prefix, only the file's tensors whose names start with it are
  * considered (loading one part of a bigger file, as PyTorch users filter
  * a state dict by prefix): the others are neither loaded nor unexpected.
- * Each loaded tensor must have dtype F32, exactly the parameter's shape
- * and finite values. Everything is checked before anything is copied, so
+ * Each loaded tensor must have a float dtype (F32, BF16 or F16, converted
+ * to the parameter's dtype), exactly the parameter's shape and finite
+ * values. Everything is checked before anything is copied, so
  * on failure m is unchanged. A file that also holds tensors the caller
  * expects (a checkpoint's optimizer state, a tokenizer) is loaded with
  * cg_module_load_ex and .ignore, naming them. */

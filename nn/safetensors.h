@@ -38,8 +38,9 @@ extern "C" {
 #endif
 
 /* Element types a file may hold. All of them are accepted (and validated) by
- * the reader; cgrad converts only F32 (to tensors) and I64 (to int64 arrays);
- * the others are reachable as raw bytes through cg_st_raw(). */
+ * the reader; F32, BF16, F16, I64, I32 and BOOL read as tensors of their
+ * dtype (cg_st_get; cg_st_get_f32 widens the floats to float32); the others
+ * are reachable as raw bytes through cg_st_raw(). */
 typedef enum {
     CG_ST_BOOL,
     CG_ST_U8,

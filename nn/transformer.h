@@ -91,7 +91,7 @@ cg_lm_block *cg_lm_block_new(const cg_tf_config *cfg, cg_rng *init_rng);
 cg_tensor *cg_enc_layer_forward(cg_enc_layer *l, cg_tensor *x, const cg_attn_mask *mask);
 /* x [B,T,d], memory [B,S,d] -> [B,T,d]. self_mask for self-attention
  * (typically causal + target padding), cross_mask for attention over
- * memory (typically source padding, key_pad [B*S]). */
+ * memory (typically source padding, key_pad bool [B, S]). */
 cg_tensor *cg_dec_layer_forward(cg_dec_layer *l, cg_tensor *x, cg_tensor *memory,
                                 const cg_attn_mask *self_mask, const cg_attn_mask *cross_mask);
 cg_tensor *cg_lm_block_forward(cg_lm_block *b, cg_tensor *x, const cg_attn_mask *mask);
@@ -143,7 +143,7 @@ cg_tensor *cg_dec_stack_forward(cg_dec_stack *s, cg_tensor *x, cg_tensor *memory
  *         h = cg_dec_stack_forward_cached(dec, x, memory, src_pad, c);  [B,1,d]
  *         ... logits, choose tokens, x = their embedding at position
  *             cg_kv_cache_len(c)
- *         cg_kv_cache_reorder(c, parents, n);     (beam search)
+ *         cg_kv_cache_reorder(c, parents);  (beam search: int64 [n] rows)
  *     }
  *     cg_kv_cache_free(c);
  *

@@ -40,6 +40,37 @@ awk '/^```c$/ {c = 1; next} c && /^```$/ {exit} c {print}' "$root/docs/own_modul
   > "$work/own_module.c"
 [ -s "$work/own_module.c" ] || { echo "test_install: no C example in docs/own_module.md" >&2; exit 1; }
 
+# The incremental decoding block of docs/api.md (a fragment: its KV cache
+# calls once took arguments the API no longer has), inside a program that
+# declares what it assumes: a decoder stack, a step's input, the encoder's
+# memory, the batch rows beam search keeps.
+{
+  cat <<'PROG'
+#include <stdio.h>
+
+#include "cgrad.h"
+
+int main(void)
+{
+    cg_rng r = cg_rng_new(1);
+    cg_tf_config cfg = {.d = 8, .H = 2, .d_ff = 16};
+    cg_dec_stack *dec = cg_dec_stack_new(2, &cfg, &r);
+    cg_tensor *x = cg_randn(&r, CG_SHAPE(2, 1, 8)), *memory = cg_randn(&r, CG_SHAPE(2, 3, 8));
+    cg_tensor *src_pad = NULL, *parents = cg_from_i64(CG_SHAPE(2), (int64_t[]){1, 1});
+PROG
+  awk '/^Incremental decoding:/ {on = 1} on && /^```c$/ {c = 1; next} c && /^```$/ {exit} c {print}' \
+    "$root/docs/api.md"
+  cat <<'PROG'
+    printf("api.md's KV cache block: %s\n", ok ? "a step decoded, rows reordered" : cg_last_error());
+    cg_release_all(4, h, x, memory, parents);
+    cg_module_free(CG_MODULE(dec));
+    return ok ? 0 : 1;
+}
+PROG
+} > "$work/api_kv_cache.c"
+grep -q cg_kv_cache_reorder "$work/api_kv_cache.c" ||
+  { echo "test_install: no KV cache block in docs/api.md" >&2; exit 1; }
+
 # A program that uses the cJSON trees of the public API (cg_st_metadata_json):
 # `pkg-config --libs cgrad` must link libcjson itself (Requires: libcjson),
 # or the link fails with "DSO missing from command line".
@@ -79,8 +110,8 @@ PROG
 # Every example: the README's, the docs', examples/*.c, in
 # a directory of their own (no include path into the source tree).
 cc=${CC:-cc}
-for src in "$work/readme_example.c" "$work/own_module.c" "$work/metadata_json.c" \
-           "$root"/examples/*.c; do
+for src in "$work/readme_example.c" "$work/own_module.c" "$work/api_kv_cache.c" \
+           "$work/metadata_json.c" "$root"/examples/*.c; do
   [ -f "$src" ] || continue
   name=$(basename "$src" .c)
   case $name in zoo_*) continue ;; esac # below: cgrad-zoo, and a checkpoint to read

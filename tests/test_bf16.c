@@ -524,6 +524,8 @@ START_TEST(test_precision_switch)
     ck_assert(cg_precision_parse("fp32", &p) && p == CG_PRECISION_FP32);
     cg_clear_error();
     CG_ASSERT_FAILS(cg_precision_parse("fp16", &p) ? (void *)1 : NULL, "fp16");
+    CG_ASSERT_REFUSED(!cg_precision_parse("bf16", NULL),
+                      "cg_precision_parse: argument 'out' is NULL");
     ck_assert_str_eq(cg_precision_name(CG_PRECISION_BF16), "bf16");
 
     cg_rng rng = cg_rng_new(9);

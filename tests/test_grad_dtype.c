@@ -119,6 +119,73 @@ START_TEST(test_bf16_leaf_gets_bf16_grad)
 }
 END_TEST
 
+/* What docs/api.md's dtype table says of the fused ops: a linear layer
+ * and attention take a bfloat16 x (q, k, v) and return float32, the same
+ * values as on x's float32 copy, and x's gradient is that run's rounded to
+ * bfloat16; bfloat16 weights, float16 inputs and the norms, losses and
+ * dropout are refused. */
+static double max_diff(const cg_tensor *a, const cg_tensor *b)
+{
+    cg_tensor *fa = cg_k_to(a, CG_F32), *fb = cg_k_to(b, CG_F32);
+    cg_tensor *ca = cg_k_contiguous(fa), *cb = cg_k_contiguous(fb);
+    double m = 0;
+    for (int64_t i = 0; i < cg_numel(ca); i++)
+        m = fmax(m, fabs((double)cg_data(ca)[i] - cg_data(cb)[i]));
+    cg_release_all(4, fa, fb, ca, cb);
+    return m;
+}
+enum { FUSED_AFFINE, FUSED_GELU, FUSED_ATTENTION };
+static cg_tensor *fused_op(int which, cg_tensor *const *in, cg_tensor *w, cg_tensor *b)
+{
+    switch (which) {
+    case FUSED_AFFINE: return cg_affine(in[0], w, b);
+    case FUSED_GELU: return cg_affine_gelu(in[0], w, b, true);
+    default: return cg_attention(in[0], in[1], in[2], true, NULL, NULL);
+    }
+}
+START_TEST(test_fused_ops_take_bf16_inputs)
+{
+    cg_rng r = cg_rng_new(4);
+    cg_tensor *w = cg_randn(&r, CG_SHAPE(6, 8)), *b = cg_randn(&r, CG_SHAPE(6));
+    for (int which = FUSED_AFFINE; which <= FUSED_ATTENTION; which++) {
+        int n = which == FUSED_ATTENTION ? 3 : 1;
+        cg_tensor *x[3] = {0}, *xf[3] = {0};
+        for (int i = 0; i < n; i++) {
+            cg_tensor *v =
+                n == 3 ? cg_randn(&r, CG_SHAPE(2, 2, 5, 4)) : cg_randn(&r, CG_SHAPE(5, 8));
+            x[i] = cg_requires_grad(cg_k_to(v, CG_BF16), true);
+            xf[i] = cg_requires_grad(cg_k_to(x[i], CG_F32), true); /* the same values */
+            cg_release(v);
+        }
+        cg_tensor *y = fused_op(which, x, w, b), *yf = fused_op(which, xf, w, b);
+        ck_assert_msg(y && yf, "op %d: %s", which, cg_last_error());
+        ck_assert_int_eq(y->dtype, CG_F32);
+        ck_assert(max_diff(y, yf) == 0);
+        cg_tensor *s = cg_sum_all(y), *sf = cg_sum_all(yf);
+        ck_assert(cg_backward(s, NULL, false) && cg_backward(sf, NULL, false));
+        for (int i = 0; i < n; i++) {
+            cg_tensor *g = cg_k_to(cg_grad(xf[i]), CG_BF16);
+            ck_assert_int_eq(cg_grad(x[i])->dtype, CG_BF16);
+            ck_assert_msg(max_diff(cg_grad(x[i]), g) == 0, "op %d, input %d", which, i);
+            cg_release(g);
+        }
+        cg_release_all(4, y, yf, s, sf);
+        for (int i = 0; i < n; i++)
+            cg_release_all(2, x[i], xf[i]);
+    }
+    cg_tensor *x = cg_randn(&r, CG_SHAPE(5, 8)), *xh = cg_k_to(x, CG_F16),
+              *xb = cg_k_to(x, CG_BF16), *wb = cg_k_to(w, CG_BF16);
+    CG_ASSERT_REFUSED(cg_affine(x, wb, b) == NULL, "linear: argument 2 is bfloat16");
+    CG_ASSERT_REFUSED(cg_affine(xh, w, b) == NULL, "linear: argument 1 is float16");
+    CG_ASSERT_REFUSED(cg_layer_norm(xb, NULL, NULL, 1e-5f) == NULL,
+                      "layer_norm: argument 1 is bfloat16, expected float32 (convert with cg_to)");
+    CG_ASSERT_REFUSED(cg_rms_norm(xb, NULL, 1e-5f) == NULL, "rms_norm: argument 1 is bfloat16");
+    cg_rng dr = cg_rng_new(1);
+    CG_ASSERT_REFUSED(cg_dropout(xb, 0.5f, &dr, true) == NULL, "dropout: argument 1 is bfloat16");
+    cg_release_all(6, w, b, x, xh, xb, wb);
+}
+END_TEST
+
 static Suite *grad_dtype_suite(void)
 {
     Suite *s = suite_create("grad_dtype");
@@ -126,6 +193,7 @@ static Suite *grad_dtype_suite(void)
     tcase_add_test(tc, test_ints_never_require_grad);
     tcase_add_test(tc, test_gradcheck_to_bf16);
     tcase_add_test(tc, test_bf16_leaf_gets_bf16_grad);
+    tcase_add_test(tc, test_fused_ops_take_bf16_inputs);
     suite_add_tcase(s, tc);
     return s;
 }

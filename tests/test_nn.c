@@ -556,7 +556,8 @@ START_TEST(test_registry_lookup_and_errors)
     /* constructor errors */
     CG_ASSERT_FAILS(cg_mha_new(10, 4, NULL), "not divisible");
     CG_ASSERT_FAILS(cg_linear_new(0, 3, true, NULL), "in_features");
-    CG_ASSERT_FAILS(cg_drop_new(1.0f, NULL), "[0, 1)");
+    CG_ASSERT_FAILS(cg_drop_new(1.5f, NULL), "[0, 1]");
+    CG_ASSERT_FAILS(cg_drop_new(NAN, NULL), "[0, 1]");
     c.H = 4;
     CG_ASSERT_FAILS(cg_enc_layer_new(&c, NULL), "divisible");
     c.H = 2;
@@ -569,6 +570,9 @@ START_TEST(test_registry_lookup_and_errors)
     ck_assert(!cg_act_parse("swish", &a));
     ck_assert(strstr(cg_last_error(), "swish") != NULL);
     ck_assert(!cg_norm_kind_parse("batchnorm", &nk));
+    CG_ASSERT_REFUSED(!cg_act_parse("relu", NULL), "cg_act_parse: argument 'out' is NULL");
+    CG_ASSERT_REFUSED(!cg_norm_kind_parse("layernorm", NULL),
+                      "cg_norm_kind_parse: argument 'out' is NULL");
     ck_assert_str_eq(cg_act_name(CG_ACT_RELU), "relu");
     ck_assert_str_eq(cg_norm_kind_name(CG_NORM_LAYERNORM), "layernorm");
 }
@@ -1367,6 +1371,22 @@ START_TEST(test_dropout_train_eval)
     ck_assert(shared.counter != before);
     cg_release_all(2, o, z);
     cg_module_free(CG_MODULE(d2));
+
+    /* p = 1, as nn.Dropout(1.0) and F.dropout(x, 1.0) take it (the module
+     * refused it, cg_dropout took it): zeros in training, the gradient
+     * zero too; the identity in eval */
+    cg_drop *d1 = cg_drop_new(1.0f, NULL);
+    ck_assert_msg(d1 != NULL, "%s", cg_last_error());
+    cg_tensor *w = cg_requires_grad(cg_full(CG_SHAPE(6), 3.0f), true);
+    cg_tensor *zy = cg_drop_forward(d1, w), *zs = cg_sum_all(zy);
+    ck_assert_msg(zs && cg_backward(zs, NULL, false), "%s", cg_last_error());
+    CG_ASSERT_TENSOR(zy, ((const float[]){0, 0, 0, 0, 0, 0}), 0, 0);
+    CG_ASSERT_TENSOR(cg_grad(w), ((const float[]){0, 0, 0, 0, 0, 0}), 0, 0);
+    cg_module_train(CG_MODULE(d1), false);
+    cg_tensor *ze = cg_drop_forward(d1, w);
+    CG_ASSERT_TENSOR(ze, ((const float[]){3, 3, 3, 3, 3, 3}), 0, 0);
+    cg_release_all(4, w, zy, zs, ze);
+    cg_module_free(CG_MODULE(d1));
 }
 END_TEST
 

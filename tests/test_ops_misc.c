@@ -147,6 +147,79 @@ START_TEST(test_copy_refuses_grad_source)
 }
 END_TEST
 
+/* Every loss refuses another dtype in one line naming the argument and
+ * both dtypes (binary_cross_entropy_with_logits read any tensor as floats
+ * and dereferenced NULL: labels as int64 or bool, bf16 logits, f16
+ * targets), as cross_entropy and nll_loss refuse theirs. */
+START_TEST(test_losses_refuse_other_dtypes)
+{
+    cg_tensor *x = xin(), *y = cg_k_sigmoid(x);
+    cg_tensor *yi = cg_k_to(y, CG_I64), *yb = cg_k_to(y, CG_BOOL), *yh = cg_k_to(y, CG_F16);
+    cg_tensor *xb = cg_k_to(x, CG_BF16);
+    CG_ASSERT_REFUSED(cg_binary_cross_entropy_with_logits(x, yi) == NULL,
+                      "binary_cross_entropy_with_logits: argument 2 is int64, expected float32");
+    CG_ASSERT_REFUSED(cg_binary_cross_entropy_with_logits(x, yb) == NULL,
+                      "binary_cross_entropy_with_logits: argument 2 is bool, expected float32");
+    CG_ASSERT_REFUSED(cg_binary_cross_entropy_with_logits(xb, y) == NULL,
+                      "binary_cross_entropy_with_logits: argument 1 is bfloat16, expected float32 "
+                      "(convert with cg_to)");
+    CG_ASSERT_REFUSED(cg_binary_cross_entropy_with_logits(x, yh) == NULL,
+                      "binary_cross_entropy_with_logits: argument 2 is float16, expected float32");
+    CG_ASSERT_REFUSED(cg_k_bce_with_logits(yi, x) == NULL,
+                      "binary_cross_entropy_with_logits: argument 1 is int64, expected float32");
+    /* the siblings: the class losses and the kernels behind them */
+    cg_tensor *tg = cg_test_ids(3, (const int64_t[]){0, 1, 2});
+    CG_ASSERT_REFUSED(cg_cross_entropy(xb, tg, -100, 0.0f) == NULL,
+                      "cross_entropy: argument 1 is bfloat16, expected float32");
+    CG_ASSERT_REFUSED(cg_nll_loss(yi, tg, -100) == NULL,
+                      "nll_loss: argument 1 is int64, expected float32");
+    CG_ASSERT_REFUSED(cg_k_nll_loss_backward(yh, tg, -100, 1.0f) == NULL,
+                      "nll_loss_backward: argument 1 is float16, expected float32");
+    cg_tensor *lse = cg_zeros_dtype(CG_BF16, CG_SHAPE(3));
+    CG_ASSERT_REFUSED(cg_k_cross_entropy_backward(x, tg, -100, 0.0f, lse, 1.0f) == NULL,
+                      "cross_entropy_backward: argument 'lse' is bfloat16, expected float32");
+    CG_ASSERT_REFUSED(cg_mse_loss(x, yi) == NULL, "mse_loss: sub: argument 2 is int64");
+    cg_release_all(7, x, y, yi, yb, yh, xb, lse);
+}
+END_TEST
+
+/* topk takes any float dtype, as the table in docs/api.md says and
+ * torch.topk does: bf16 and f16 values come back in their dtype, their
+ * gradient through them; an integer or bool input is refused under topk's
+ * name (it was refused as gather's 'input'), as argmax's is under its own. */
+START_TEST(test_topk_dtypes)
+{
+    cg_tensor *x = xin();
+    cg_tensor *ids32 = NULL, *v32 = cg_topk(x, 2, 1, true, &ids32);
+    ck_assert_msg(v32 != NULL, "%s", cg_last_error());
+    const cg_dtype dts[] = {CG_BF16, CG_F16};
+    for (int d = 0; d < 2; d++) {
+        cg_tensor *h = cg_k_to(x, dts[d]); /* X is exact in both */
+        cg_requires_grad(h, true);
+        cg_tensor *ids = NULL, *v = cg_topk(h, 2, 1, true, &ids);
+        ck_assert_msg(v != NULL, "%s: %s", cg_dtype_name(dts[d]), cg_last_error());
+        ck_assert_int_eq(v->dtype, dts[d]);
+        ck_assert(!memcmp(cg_data_i64(ids), cg_data_i64(ids32), 6 * sizeof(int64_t)));
+        cg_tensor *vf = cg_k_to(v, CG_F32);
+        CG_ASSERT_TENSOR(vf, cg_data(v32), 0, 0);
+        cg_tensor *s = cg_sum_all(v);
+        ck_assert_msg(s && cg_backward(s, NULL, false), "%s", cg_last_error());
+        cg_tensor *g = cg_k_to(cg_grad(h), CG_F32); /* 1 where chosen */
+        ck_assert_int_eq(cg_grad(h)->dtype, dts[d]);
+        CG_ASSERT_TENSOR(g, ((const float[]){0, 0, 1, 1, 1, 1, 0, 0, 1, 0, 1, 0}), 0, 0);
+        cg_release_all(6, h, ids, v, vf, s, g);
+    }
+    cg_tensor *xi = cg_k_to(x, CG_I64), *xb = cg_k_to(x, CG_BOOL);
+    CG_ASSERT_REFUSED(cg_topk(xi, 2, 1, true, NULL) == NULL,
+                      "topk: argument 1 is int64, expected a float tensor");
+    CG_ASSERT_REFUSED(cg_topk(xb, 2, 1, true, NULL) == NULL,
+                      "topk: argument 1 is bool, expected a float tensor");
+    CG_ASSERT_REFUSED(cg_argmax(xi, 1, false) == NULL,
+                      "argmax: argument 1 is int64, expected a float tensor");
+    cg_release_all(5, x, ids32, v32, xi, xb);
+}
+END_TEST
+
 START_TEST(test_gradchecks)
 {
     cg_rng r = cg_rng_new(21);
@@ -198,6 +271,8 @@ static Suite *misc_suite(void)
     tcase_add_test(tc, test_forward_vs_torch);
     tcase_add_test(tc, test_gradchecks);
     tcase_add_test(tc, test_copy_refuses_grad_source);
+    tcase_add_test(tc, test_losses_refuse_other_dtypes);
+    tcase_add_test(tc, test_topk_dtypes);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -57,6 +57,24 @@ START_TEST(test_creation_errors)
     CG_ASSERT_FAILS(cg_zeros(CG_SHAPE(2, -1)), "negative size");
     CG_ASSERT_FAILS(cg_empty(9, (int64_t[]){1, 1, 1, 1, 1, 1, 1, 1, 1}), "ndim 9");
     CG_ASSERT_FAILS(cg_arange(0, 1, 0), "step");
+    /* a count past what a tensor holds is refused as such (a cast of 1e30
+     * to int64 was undefined and read as a negative size); NaN and inf
+     * bounds or steps are refused too */
+    CG_ASSERT_REFUSED(cg_arange(0, 1e30, 1) == NULL,
+                      "arange: invalid size, possible overflow: [0, 1e+30) in steps of 1 is 1e+30 "
+                      "elements");
+    CG_ASSERT_REFUSED(cg_arange(-1e308, 1e308, 1e-300) == NULL, "is inf elements");
+    CG_ASSERT_REFUSED(cg_arange(0, 0x1p62, 1) == NULL, "invalid size");
+    CG_ASSERT_REFUSED(cg_arange_dtype(CG_BF16, 0, 1e19, 1) == NULL, "invalid size");
+    CG_ASSERT_REFUSED(cg_arange(0, NAN, 1) == NULL, "finite");
+    CG_ASSERT_REFUSED(cg_arange(NAN, 1, 1) == NULL, "finite");
+    CG_ASSERT_REFUSED(cg_arange(0, 1, NAN) == NULL, "finite");
+    CG_ASSERT_REFUSED(cg_arange(0, INFINITY, 1) == NULL, "finite");
+    CG_ASSERT_REFUSED(cg_arange(-INFINITY, 1, 1) == NULL, "finite");
+    CG_ASSERT_REFUSED(cg_arange(0, 1, INFINITY) == NULL, "finite");
+    cg_tensor *none = cg_arange(1e308, -1e308, 1); /* the other way: empty, as before */
+    ck_assert_msg(none && cg_numel(none) == 0, "%s", cg_last_error());
+    cg_release(none);
     CG_ASSERT_FAILS(cg_from_data(CG_SHAPE(2), NULL), "NULL data");
     cg_tensor *t = cg_zeros(CG_SHAPE(2));
     ck_assert(isnan(cg_item(t)));
@@ -330,6 +348,11 @@ START_TEST(test_rng_thread_independent)
     }
     for (int k = 0; k < 5; k++)
         ck_assert_int_gt(hits[k], 800);
+    /* n = 0: [0, 0) holds no value; 0 + error (it returned 0 silently),
+     * and nothing is drawn */
+    uint64_t at = r.counter;
+    CG_ASSERT_REFUSED(cg_rng_below(&r, 0) == 0, "rng_below: n must be > 0");
+    ck_assert_uint_eq(r.counter, at);
 }
 END_TEST
 
@@ -379,6 +402,40 @@ START_TEST(test_shape_str)
 }
 END_TEST
 
+/* A NULL array where a shape, a buffer or an output goes is refused in one
+ * line, as cg_permute(x, NULL) is (expand, shape_str, broadcast_shapes and
+ * numel_shape dereferenced it); a scalar's shape (ndim 0) may be NULL. */
+START_TEST(test_null_array_args)
+{
+    cg_tensor *x = cg_ones(CG_SHAPE(2, 3)), *s = cg_scalar(2);
+    CG_ASSERT_REFUSED(cg_expand(x, 2, NULL) == NULL, "expand: NULL shape");
+    CG_ASSERT_REFUSED(cg_view_expand(x, 2, NULL) == NULL, "expand: NULL shape");
+    CG_ASSERT_REFUSED(cg_reshape(x, 2, NULL) == NULL, "reshape: NULL shape");
+    CG_ASSERT_REFUSED(cg_view(x, 2, NULL) == NULL, "view: NULL shape");
+    CG_ASSERT_REFUSED(cg_permute(x, NULL) == NULL, "permute: NULL permutation");
+    cg_tensor *e = cg_view_expand(s, 0, NULL);
+    ck_assert_msg(e && e->ndim == 0, "%s", cg_last_error());
+    int64_t out[CG_MAX_DIMS];
+    const int64_t three[1] = {3};
+    CG_ASSERT_REFUSED(cg_broadcast_shapes("myop", 2, NULL, 1, three, out) == -1,
+                      "myop: NULL shape");
+    CG_ASSERT_REFUSED(cg_broadcast_shapes("myop", 1, three, 1, three, NULL) == -1,
+                      "myop: NULL output shape");
+    CG_ASSERT_REFUSED(cg_broadcast_shapes("myop", CG_MAX_DIMS + 1, x->shape, 1, three, out) == -1,
+                      "myop: cannot broadcast");
+    ck_assert_int_eq(cg_broadcast_shapes("myop", 0, NULL, 1, three, out), 1);
+    ck_assert_int_eq(out[0], 3);
+    CG_ASSERT_REFUSED(cg_numel_shape(2, NULL) == 0, "cg_numel_shape: NULL shape");
+    ck_assert_int_eq(cg_numel_shape(0, NULL), 1);
+    char b[16] = "unchanged";
+    CG_ASSERT_REFUSED(cg_shape_str(x, NULL, 16) == NULL, "cg_shape_str: NULL buffer");
+    CG_ASSERT_REFUSED(cg_shape_str_n(2, x->shape, NULL, 16) == NULL, "cg_shape_str_n: NULL buffer");
+    ck_assert(cg_shape_str(x, b, 0) == b && !strcmp(b, "unchanged")); /* no room: nothing written */
+    ck_assert_str_eq(cg_shape_str_n(2, NULL, b, sizeof b), "(null)");
+    cg_release_all(3, x, s, e);
+}
+END_TEST
+
 static Suite *tensor_suite(void)
 {
     Suite *s = suite_create("tensor");
@@ -397,6 +454,7 @@ static Suite *tensor_suite(void)
     tcase_add_test(tc, test_refcounts);
     tcase_add_test(tc, test_shape_str);
     tcase_add_test(tc, test_accessors_null);
+    tcase_add_test(tc, test_null_array_args);
     suite_add_tcase(s, tc);
     return s;
 }
