@@ -35,6 +35,11 @@ refused_intact() {
   { echo "charlm training failed: $(tail -1 a.log)" >&2; exit 1; }
 
 # ---- 1. a path written is a path read
+# --out an existing directory: named as one, not "pass --force" (which
+# could not help)
+mkdir -p outdir
+expect "charlm --out an existing directory" 1 "'outdir' exists and is not a regular file" \
+  "$charlm" train --data c.txt "${TINY[@]}" --steps 2 --out outdir
 same="is the same file as"
 refused_intact "charlm --out = --data" "$same" c.txt c.orig \
   "$charlm" train --data c.txt "${TINY[@]}" --steps 2 --out c.txt --force
