@@ -661,8 +661,9 @@ static int run(int argc, char **argv)
     bench_model bm = {.B = p.B, .S = p.T, .T = p.T};
     if (!strcmp(a.preset, "real")) {
         bm.real = &real;
-        bm.dump = a.dump ? cg_st_writer_new() : NULL;
-        if (!check_files(&a) || !real_setup(&a, &real, &p) || (a.dump && !bm.dump)) {
+        /* the dump's writer once the files are checked: a refusal holds nothing */
+        if (!check_files(&a) || !real_setup(&a, &real, &p) ||
+            (a.dump && !(bm.dump = cg_st_writer_new()))) {
             fprintf(stderr, "bench: %s\n", cg_last_error());
             return 1;
         }
