@@ -38,7 +38,7 @@ refused_intact() {
 # --out an existing directory: named as one, not "pass --force" (which
 # could not help)
 mkdir -p outdir
-expect "charlm --out an existing directory" 1 "'outdir' exists and is not a regular file" \
+expect "charlm --out an existing directory" 1 "'outdir' is a directory; a checkpoint replaces only" \
   "$charlm" train --data c.txt "${TINY[@]}" --steps 2 --out outdir
 same="is the same file as"
 refused_intact "charlm --out = --data" "$same" c.txt c.orig \

@@ -74,28 +74,29 @@ bool cg_out_check(const char *path, bool create_dir)
         cg_set_error("out of memory");
         return false;
     }
-    struct stat st;
-    bool ok = dir_writable(path, dir);
-    if (ok && lstat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
-        /* a symlink is followed: a link to a regular file is fine */
-        struct stat t;
-        bool reg = S_ISLNK(st.st_mode) && stat(path, &t) == 0 && S_ISREG(t.st_mode);
-        if (!reg) {
-            const char *kind = S_ISDIR(st.st_mode)    ? "a directory"
-                               : S_ISCHR(st.st_mode)  ? "a character device"
-                               : S_ISBLK(st.st_mode)  ? "a block device"
-                               : S_ISFIFO(st.st_mode) ? "a FIFO"
-                               : S_ISSOCK(st.st_mode) ? "a socket"
-                               : S_ISLNK(st.st_mode)  ? "a symbolic link to no regular file"
-                                                      : "not a regular file";
-            cg_set_error("'%s' is %s; a checkpoint replaces only a regular file (even with "
-                         "--force)",
-                         path, kind);
-            ok = false;
-        }
-    }
+    bool ok = dir_writable(path, dir) && cg_out_check_regular(path);
     free(dir);
     return ok;
+}
+
+bool cg_out_check_regular(const char *path)
+{
+    struct stat st, t;
+    if (lstat(path, &st) != 0 || S_ISREG(st.st_mode))
+        return true;
+    /* a symlink is followed: a link to a regular file is fine */
+    if (S_ISLNK(st.st_mode) && stat(path, &t) == 0 && S_ISREG(t.st_mode))
+        return true;
+    const char *kind = S_ISDIR(st.st_mode)    ? "a directory"
+                       : S_ISCHR(st.st_mode)  ? "a character device"
+                       : S_ISBLK(st.st_mode)  ? "a block device"
+                       : S_ISFIFO(st.st_mode) ? "a FIFO"
+                       : S_ISSOCK(st.st_mode) ? "a socket"
+                       : S_ISLNK(st.st_mode)  ? "a symbolic link to no regular file"
+                                              : "not a regular file";
+    cg_set_error("'%s' is %s; a checkpoint replaces only a regular file (even with --force)", path,
+                 kind);
+    return false;
 }
 
 /* ------------------------------------------------------------ lock */

@@ -49,6 +49,9 @@ extern "C" {
  * not); its last component plus CG_OUT_SUFFIX_MAX fits NAME_MAX and the
  * whole path PATH_MAX. The overwrite policy (--force) stays the caller's. */
 bool cg_out_check(const char *path, bool create_dir);
+/* cg_out_check's rule on what path is: absent or a regular file (a
+ * symlink to one too), else false + error naming what it is. */
+bool cg_out_check_regular(const char *path);
 
 /* ------------------------------------------------------------ lock */
 #define CG_OUT_LOCK_SUFFIX ".cgrad-lock"
