@@ -244,13 +244,6 @@ cg_tensor *cg_zeros(int ndim, const int64_t *shape) { return cg_full(ndim, shape
 cg_tensor *cg_ones(int ndim, const int64_t *shape) { return cg_full(ndim, shape, 1.0f); }
 cg_tensor *cg_scalar(float value) { return cg_full(0, NULL, value); }
 
-/* One arange for every dtype (core/typed.c): the same float32 values,
- * start + i * step in double rounded once. */
-cg_tensor *cg_arange(double start, double stop, double step)
-{
-    return cg_arange_dtype(CG_F32, start, stop, step);
-}
-
 cg_tensor *cg_from_data(int ndim, const int64_t *shape, const float *data)
 {
     if (!data) {

@@ -118,6 +118,13 @@ cg_tensor *cg_arange_dtype(cg_dtype dt, double start, double stop, double step)
     return t;
 }
 
+/* float32's arange is arange_dtype's: the same values, start + i * step in
+ * double rounded once. */
+cg_tensor *cg_arange(double start, double stop, double step)
+{
+    return cg_arange_dtype(CG_F32, start, stop, step);
+}
+
 /* ------------------------------------------------------------ printing */
 #define PRINT_EDGE 3         /* elements shown at each end of a summarised dim */
 #define PRINT_MAX_ELEMS 1000 /* PyTorch's threshold for summarising */
