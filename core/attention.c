@@ -3,10 +3,10 @@
  *
  * Forward: a work item is one (batch, head) pair and a tile of QB query
  * rows (non-causal attention with kept weights: up to QT rows, see
- * tile_rows); it walks the keys in blocks of KB with an online softmax (a
- * running maximum m and sum l per row: a new block with a larger maximum
- * rescales the sum and the output rows by exp(m_old - m_new)) and keeps
- * only each row's log-sum-exp, lse = m + log(l). When a tile's keys fit in
+ * cg_attn_tile_rows); it walks the keys in blocks of KB with an online
+ * softmax (a running maximum m and sum l per row: a new block with a
+ * larger maximum rescales the sum and the output rows by exp(m_old -
+ * m_new)) and keeps only each row's log-sum-exp, lse = m + log(l). When a tile's keys fit in
  * one block (every row at T <= KB) this is the plain softmax: the
  * probabilities are normalised before the product with v, exactly as
  * before tiling.
@@ -39,27 +39,22 @@
  * regions, whose worker threads do not see that thread's policy). Each work
  * item is computed by one thread from start to end (the product runs
  * single-threaded inside the region), so results are bit-identical for any
- * thread count. The row kernels (softmax, online softmax, recomputed
- * weights, the softmax's backward) are core/attention_rows.c's. */
+ * thread count. The backward is core/attention_bwd.c; the row kernels
+ * (softmax, online softmax, recomputed weights, the softmax's backward)
+ * are core/attention_rows.c's. */
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/gemm.h"
-#include "core/attention_amx.h"
+#include "core/attention_impl.h"
 #include "core/attention_rows.h"
-#include "core/shares.h"
 #include "core/ops.h"
 #include "core/upcast.h"
 
-#define QB 64     /* query rows per tile; also keys per sub-block of dk/dv (causal) */
-#define KB 512    /* keys per block (a multiple of QB) */
-#define PKEEP 256 /* up to this many keys the weights are kept (<= KB) */
-
 /* q, k and v are float32 or bfloat16 (the copies bf16 training keeps:
  * attention reads them only in its products, which round them so) */
-static bool check_qkv(const char *op, const cg_tensor *q, const cg_tensor *k, const cg_tensor *v)
+bool cg_attn_check_qkv(const char *op, const cg_tensor *q, const cg_tensor *k, const cg_tensor *v)
 {
     if (!q || !k || !v) {
         cg_error_null_input(op);
@@ -81,16 +76,9 @@ static bool check_qkv(const char *op, const cg_tensor *q, const cg_tensor *k, co
     return true;
 }
 
-/* Keys row i may see (before key padding): [0, kend). */
-static inline int64_t key_end(bool causal, int64_t i, int64_t Tk)
-{
-    return causal ? (i + 1 < Tk ? i + 1 : Tk) : Tk;
-}
-static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-
 /* A [B,H,T,dh] view over fresh [B,T,H,dh] contiguous storage: the layout
  * the heads merge into without a copy. */
-static cg_tensor *heads_out(int64_t B, int64_t H, int64_t T, int64_t dh, bool zero)
+cg_tensor *cg_attn_heads_out(int64_t B, int64_t H, int64_t T, int64_t dh, bool zero)
 {
     cg_tensor *base = zero ? cg_zeros(CG_SHAPE(B, T, H, dh)) : cg_empty(CG_SHAPE(B, T, H, dh));
     if (!base)
@@ -114,16 +102,11 @@ static cg_tensor *heads_out(int64_t B, int64_t H, int64_t T, int64_t dh, bool ze
  * depends on its size, and results must not depend on the thread count. */
 #define QT 256
 #define QT_MIN_BH 16
-static int64_t tile_rows(bool causal, bool keep, int64_t Tq, int64_t BH)
+int64_t cg_attn_tile_rows(bool causal, bool keep, int64_t Tq, int64_t BH)
 {
     if (causal || !keep || BH < QT_MIN_BH)
         return QB;
     return Tq < QT ? Tq : QT;
-}
-
-static inline float *at4(const cg_tensor *t, int64_t b, int64_t h)
-{
-    return cg_data(t) + b * t->strides[0] + h * t->strides[1];
 }
 
 /* The n key-padding bytes as 32-bit masks (~0 where padded), the lanes
@@ -138,46 +121,20 @@ static int32_t *key_masks(const uint8_t *key_pad, int64_t n)
     return km;
 }
 
-/* q, k or v of one (batch, head) as a product's operand: floats, or
- * bf16 elements (bf16 training's copies) */
-typedef struct {
-    const void *p;
-    bool bf;
-} head_op;
-static inline head_op head_at(const cg_tensor *t, int64_t b, int64_t h)
-{
-    const int64_t off = b * t->strides[0] + h * t->strides[1];
-    if (t->dtype == CG_BF16)
-        return (head_op){cg_data_bf16(t) + off, true};
-    return (head_op){cg_data(t) + off, false};
-}
-/* the operand from element i on */
-static inline const void *from(head_op o, int64_t i)
-{
-    return o.bf ? (const void *)((const uint16_t *)o.p + i)
-                : (const void *)((const float *)o.p + i);
-}
-
 /* A product on `path` (the precision of the thread that called the
  * attention, captured before its parallel region: the worker threads do
  * not see the caller's policy, core/gemm.h; single-threaded inside the
  * region), alpha 1, with A and/or B given as head operands, floats or
  * bf16: the bits of the product of the floats they were rounded from */
-static void mm_heads(cg_gemm_path path, int64_t m, int64_t n, int64_t k, const void *a, bool abf,
-                     int64_t rsa, int64_t csa, const void *b, bool bbf, int64_t rsb, int64_t csb,
-                     float beta, float *c, int64_t rsc, int64_t csc)
+void cg_attn_mm(cg_gemm_path path, int64_t m, int64_t n, int64_t k, const void *a, bool abf,
+                int64_t rsa, int64_t csa, const void *b, bool bbf, int64_t rsb, int64_t csb,
+                float beta, float *c, int64_t rsc, int64_t csc)
 {
     const unsigned bf = (abf ? CG_GEMM_A_BF16 : 0) | (bbf ? CG_GEMM_B_BF16 : 0);
     if (!cg_gemm_mixed_path(path, 0, m, n, k, 1.0f, a, rsa, csa, b, rsb, csb, bf, beta, c, rsc,
                             csc))
         cg_set_error("attention: a product of %lld x %lld x %lld failed (out of memory)",
                      (long long)m, (long long)n, (long long)k);
-}
-
-/* Scratch of n floats for each of nt threads (one allocation). */
-static float *thread_scratch(int nt, int64_t n)
-{
-    return cg_alloc((size_t)(n > 0 ? n : 1) * sizeof(float) * (size_t)(nt > 0 ? nt : 1));
 }
 
 /* One query tile [i0, i1) of one (batch, head): out rows and (unless
@@ -200,16 +157,16 @@ static void fwd_tile(cg_gemm_path path, const cg_tensor *q, const cg_tensor *k, 
     const int64_t rows = i1 - i0, ors = out->strides[2], ocs = out->strides[3];
     const int64_t kn = key_end(causal, i1 - 1, Tk); /* keys the tile reads */
     if (kn <= KB) { /* one block: the plain softmax, normalised before P v */
-        mm_heads(path, rows, kn, dh, qp, qa.bf, q->strides[2], q->strides[3], ka.p, ka.bf,
-                 k->strides[3], k->strides[2], 0.0f, S, ld, 1);
+        cg_attn_mm(path, rows, kn, dh, qp, qa.bf, q->strides[2], q->strides[3], ka.p, ka.bf,
+                   k->strides[3], k->strides[2], 0.0f, S, ld, 1);
         for (int64_t i = i0; i < i1; i++) {
             cg_attn_softmax_row(S + (i - i0) * ld, key_end(causal, i, Tk), keep ? Tk : kn, scale,
                                 kmask, keep ? NULL : lse + i);
             if (Pbf)
                 cg_bf16_round_run(Tk, S + (i - i0) * ld, Pbf + (i - i0) * Tk);
         }
-        mm_heads(path, rows, dh, kn, Pbf ? (const void *)Pbf : S, Pbf != NULL, Pbf ? Tk : ld, 1,
-                 va.p, va.bf, v->strides[2], v->strides[3], 0.0f, op, ors, ocs);
+        cg_attn_mm(path, rows, dh, kn, Pbf ? (const void *)Pbf : S, Pbf != NULL, Pbf ? Tk : ld, 1,
+                   va.p, va.bf, v->strides[2], v->strides[3], 0.0f, op, ors, ocs);
         return;
     }
     float m[QB];
@@ -223,8 +180,9 @@ static void fwd_tile(cg_gemm_path path, const cg_tensor *q, const cg_tensor *k, 
     for (int64_t j0 = 0; j0 < kn; j0 += KB) {
         const int64_t j1 = min64(j0 + KB, kn);
         /* S = q k[j0:j1]^T */
-        mm_heads(path, rows, j1 - j0, dh, qp, qa.bf, q->strides[2], q->strides[3],
-                 from(ka, j0 * k->strides[2]), ka.bf, k->strides[3], k->strides[2], 0.0f, S, ld, 1);
+        cg_attn_mm(path, rows, j1 - j0, dh, qp, qa.bf, q->strides[2], q->strides[3],
+                   from(ka, j0 * k->strides[2]), ka.bf, k->strides[3], k->strides[2], 0.0f, S, ld,
+                   1);
         for (int64_t r = 0; r < rows; r++) {
             int64_t ke = min64(key_end(causal, i0 + r, Tk), j1) - j0;
             float alpha = cg_attn_online_row(S + r * ld, ke > 0 ? ke : 0, j1 - j0, scale,
@@ -234,14 +192,37 @@ static void fwd_tile(cg_gemm_path path, const cg_tensor *q, const cg_tensor *k, 
                     op[r * ors + c * ocs] *= alpha;
         }
         /* out += P v[j0:j1] */
-        mm_heads(path, rows, dh, j1 - j0, S, false, ld, 1, from(va, j0 * v->strides[2]), va.bf,
-                 v->strides[2], v->strides[3], 1.0f, op, ors, ocs);
+        cg_attn_mm(path, rows, dh, j1 - j0, S, false, ld, 1, from(va, j0 * v->strides[2]), va.bf,
+                   v->strides[2], v->strides[3], 1.0f, op, ors, ocs);
     }
     for (int64_t r = 0; r < rows; r++) {
         double inv = 1.0 / l[r]; /* every key masked: 0 * inf = NaN, as PyTorch */
         for (int64_t c = 0; c < dh; c++)
             op[r * ors + c * ocs] = (float)(op[r * ors + c * ocs] * inv);
         lse[i0 + r] = cg_attn_row_lse(m[r], l[r]);
+    }
+}
+
+/* attention_weights's heads: the weights of each, from the lse */
+static void weights_heads(int64_t bh0, int64_t bh1, int thread, const void *ctx)
+{
+    const heads_job *j = ctx;
+    const cg_tensor *q = j->q, *k = j->k;
+    const int64_t H = q->shape[1], Tq = q->shape[2], dh = q->shape[3], Tk = k->shape[2];
+    for (int64_t bh = bh0; bh < bh1; bh++) {
+        const int64_t b = bh / H, h = bh % H;
+        const uint8_t *kpad = j->key_pad ? j->key_pad + b * Tk : NULL;
+        float *S = j->P + bh * Tq * Tk;
+        for (int64_t i0 = 0; i0 < Tq; i0 += QB) {
+            int64_t i1 = min64(i0 + QB, Tq), kn = key_end(j->causal, i1 - 1, Tk);
+            const head_op qa = head_at(q, b, h), ka = head_at(k, b, h);
+            cg_attn_mm(j->path, i1 - i0, kn, dh, from(qa, i0 * q->strides[2]), qa.bf, q->strides[2],
+                       q->strides[3], ka.p, ka.bf, k->strides[3], k->strides[2], 0.0f, S + i0 * Tk,
+                       Tk, 1);
+            for (int64_t i = i0; i < i1; i++)
+                cg_attn_prob_row(S + i * Tk, key_end(j->causal, i, Tk), Tk, j->scale, kpad,
+                                 j->lse[bh * Tq + i]);
+        }
     }
 }
 
@@ -255,25 +236,15 @@ static cg_tensor *attention_weights(const cg_tensor *q, const cg_tensor *k, bool
     cg_tensor *P = cg_empty(CG_SHAPE(B, H, Tq, Tk));
     if (!P)
         return NULL;
-    const float scale = (float)sqrt((double)dh);
-    const cg_gemm_path path = cg_precision_path(cg_get_matmul_precision());
-    float *pd = cg_data(P);
-#pragma omp parallel for schedule(static) if (BH > 1 && BH * Tq * Tk * dh > 32768)
-    for (int64_t bh = 0; bh < BH; bh++) {
-        const int64_t b = bh / H, h = bh % H;
-        const uint8_t *kpad = key_pad ? key_pad + b * Tk : NULL;
-        float *S = pd + bh * Tq * Tk;
-        for (int64_t i0 = 0; i0 < Tq; i0 += QB) {
-            int64_t i1 = min64(i0 + QB, Tq), kn = key_end(causal, i1 - 1, Tk);
-            const head_op qa = head_at(q, b, h), ka = head_at(k, b, h);
-            mm_heads(path, i1 - i0, kn, dh, from(qa, i0 * q->strides[2]), qa.bf, q->strides[2],
-                     q->strides[3], ka.p, ka.bf, k->strides[3], k->strides[2], 0.0f, S + i0 * Tk,
-                     Tk, 1);
-            for (int64_t i = i0; i < i1; i++)
-                cg_attn_prob_row(S + i * Tk, key_end(causal, i, Tk), Tk, scale, kpad,
-                                 lse[bh * Tq + i]);
-        }
-    }
+    const heads_job job = {.path = cg_precision_path(cg_get_matmul_precision()),
+                           .q = q,
+                           .k = k,
+                           .causal = causal,
+                           .scale = (float)sqrt((double)dh),
+                           .key_pad = key_pad,
+                           .lse = lse,
+                           .P = cg_data(P)};
+    cg_shares_run(BH, 1, cg_shares_team(BH * Tq * Tk * dh > 32768), weights_heads, &job);
     return P;
 }
 
@@ -282,8 +253,8 @@ static cg_tensor *attention_weights(const cg_tensor *q, const cg_tensor *k, bool
  * NULL for none). False + error naming the argument, the expected and the
  * given dtype or shape (PyTorch: "expecting key_padding_mask shape of
  * (2, 3), but got torch.Size([1, 3])"). */
-static bool key_pad_arg(const char *op, const cg_tensor *key_pad, int64_t B, int64_t Tk,
-                        cg_tensor **bytes)
+bool cg_attn_key_pad_arg(const char *op, const cg_tensor *key_pad, int64_t B, int64_t Tk,
+                         cg_tensor **bytes)
 {
     *bytes = NULL;
     if (!key_pad)
@@ -316,14 +287,14 @@ static bool keeps_weights(bool bf16, int64_t Tk) { return Tk <= (bf16 ? PKEEP_BF
 /* Whether an attention with log-sum-exps and one key block runs its
  * products on AMX tiles (core/attention_amx.h): the path is AMX and q, k,
  * v (and g) have rows of contiguous elements. */
-static bool amx_fits(cg_gemm_path path, const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
-                     const cg_tensor *g)
+bool cg_attn_amx_fits(cg_gemm_path path, const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
+                      const cg_tensor *g)
 {
     return k->shape[2] <= KB && q->strides[3] == 1 && k->strides[3] == 1 && v->strides[3] == 1 &&
            (!g || g->strides[3] == 1) && cg_attn_amx_on(path);
 }
-static cg_attn_amx_head amx_head(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
-                                 int64_t b, int64_t h)
+cg_attn_amx_head cg_attn_amx_head_of(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
+                                     int64_t b, int64_t h)
 {
     const head_op qa = head_at(q, b, h), ka = head_at(k, b, h), va = head_at(v, b, h);
     return (cg_attn_amx_head){.q = qa.p,
@@ -341,7 +312,7 @@ static cg_attn_amx_head amx_head(const cg_tensor *q, const cg_tensor *k, const c
 }
 /* Scratch of `bytes` (rounded up to 64) for each of nt threads; *each
  * gets the rounded size */
-static char *amx_scratch(int nt, size_t bytes, size_t *each)
+char *cg_attn_amx_scratch(int nt, size_t bytes, size_t *each)
 {
     *each = (bytes + 63) / 64 * 64;
     return cg_alloc(*each * (size_t)(nt > 0 ? nt : 1));
@@ -361,6 +332,25 @@ static void fwd_row(void *c, int64_t i, float *s, int64_t kn)
     cg_attn_softmax_row(s, key_end(x->causal, i, x->Tk), kn, x->scale, x->kmask, x->lse + i);
 }
 
+/* fwd_amx's tiles, in the thread's workspace (which keeps the head it
+ * packed last) */
+static void fwd_amx_tiles(int64_t t0, int64_t t1, int thread, const void *ctx)
+{
+    const heads_job *j = ctx;
+    const int64_t H = j->q->shape[1], Tq = j->q->shape[2], Tk = j->k->shape[2];
+    void *w = (char *)j->scratch + (size_t)thread * j->each;
+    for (int64_t it = t0; it < t1; it++) {
+        const int64_t bh = it / j->nqb, i0 = it % j->nqb * j->qb, i1 = min64(i0 + j->qb, Tq);
+        const int64_t b = bh / H, h = bh % H;
+        const cg_attn_amx_head hd = cg_attn_amx_head_of(j->q, j->k, j->v, b, h);
+        fwd_rows_ctx rows = {Tk, j->causal, j->scale, j->kmask ? j->kmask + b * Tk : NULL,
+                             j->lse_out + bh * Tq};
+        cg_attn_amx_fwd_head(w, bh, &hd);
+        cg_attn_amx_fwd_rows(w, &hd, i0, i1, key_end(j->causal, i1 - 1, Tk), fwd_row, &rows,
+                             at4(j->out, b, h) + i0 * j->out->strides[2], j->out->strides[2]);
+    }
+}
+
 /* attention_fwd's work items (tiles of qb rows, log-sum-exps into lse)
  * on AMX tiles: fwd_tile's bits. False when out of memory. */
 static bool fwd_amx(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
@@ -368,77 +358,28 @@ static bool fwd_amx(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
                     int64_t qb, float *lse, int nt)
 {
     const int64_t B = q->shape[0], H = q->shape[1], Tq = q->shape[2], dh = q->shape[3];
-    const int64_t Tk = k->shape[2], BH = B * H, nqb = (Tq + qb - 1) / qb, items = BH * nqb;
+    const int64_t Tk = k->shape[2], BH = B * H, nqb = (Tq + qb - 1) / qb;
     size_t each;
-    char *ws = amx_scratch(nt, cg_attn_amx_fwd_bytes(Tk, dh), &each);
+    char *ws = cg_attn_amx_scratch(nt, cg_attn_amx_fwd_bytes(Tk, dh), &each);
     if (!ws)
         return false;
     for (int t = 0; t < nt; t++)
         cg_attn_amx_fwd_head(ws + (size_t)t * each, -1, NULL);
-#pragma omp parallel for schedule(static) if (items > 1 && BH * Tq * Tk * dh > 32768) \
-    num_threads(nt)
-    for (int64_t it = 0; it < items; it++) {
-        const int64_t bh = it / nqb, i0 = it % nqb * qb, i1 = min64(i0 + qb, Tq);
-        const int64_t b = bh / H, h = bh % H;
-        void *w = ws + (size_t)omp_get_thread_num() * each;
-        const cg_attn_amx_head hd = amx_head(q, k, v, b, h);
-        fwd_rows_ctx ctx = {Tk, causal, scale, kmask ? kmask + b * Tk : NULL, lse + bh * Tq};
-        cg_attn_amx_fwd_head(w, bh, &hd);
-        cg_attn_amx_fwd_rows(w, &hd, i0, i1, key_end(causal, i1 - 1, Tk), fwd_row, &ctx,
-                             at4(out, b, h) + i0 * out->strides[2], out->strides[2]);
-    }
+    const heads_job job = {.q = q,
+                           .k = k,
+                           .v = v,
+                           .out = out,
+                           .causal = causal,
+                           .scale = scale,
+                           .kmask = kmask,
+                           .qb = qb,
+                           .nqb = nqb,
+                           .lse_out = lse,
+                           .scratch = ws,
+                           .each = each};
+    cg_shares_run(BH * nqb, 1, heads_team(nt, q, Tk), fwd_amx_tiles, &job);
     cg_free(ws);
     return true;
-}
-
-typedef struct {
-    const float *lse;
-    const uint8_t *kpad;
-    int64_t Tk;
-    bool causal;
-    float scale;
-} bwd_rows_ctx;
-/* bwd_head's row with one key block: P from the log-sum-exp, then dS */
-static void bwd_row(void *c, int64_t i, float *s, float *d, int64_t kz)
-{
-    const bwd_rows_ctx *x = c;
-    const int64_t ke = key_end(x->causal, i, x->Tk);
-    cg_attn_prob_row(s, ke, kz, x->scale, x->kpad, x->lse[i]);
-    cg_attn_dsoft_row(s, d, ke, kz, cg_attn_dot(s, d, ke), x->scale);
-}
-
-/* attention_bwd from the log-sum-exps (one key block) on AMX tiles, one
- * (batch, head) per thread as bwd_head, with its bits; the gradients not
- * wanted are NULL. False when out of memory. */
-static bool bwd_amx(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v, const float *lse,
-                    const cg_tensor *g, bool causal, const uint8_t *key_pad, int64_t qb,
-                    const cg_tensor *gq, const cg_tensor *gk, const cg_tensor *gv, int nt)
-{
-    const int64_t B = q->shape[0], H = q->shape[1], Tq = q->shape[2], dh = q->shape[3];
-    const int64_t Tk = k->shape[2], BH = B * H;
-    size_t each;
-    char *ws = amx_scratch(nt, cg_attn_amx_bwd_bytes(Tq, Tk, dh), &each);
-    if (!ws)
-        return false;
-    const float scale = (float)sqrt((double)dh);
-#pragma omp parallel for schedule(static) if (BH > 1 && BH * Tq * Tk * dh > 32768) num_threads(nt)
-    for (int64_t bh = 0; bh < BH; bh++) {
-        const int64_t b = bh / H, h = bh % H;
-        const cg_attn_amx_head hd = amx_head(q, k, v, b, h);
-        bwd_rows_ctx ctx = {lse + bh * Tq, key_pad ? key_pad + b * Tk : NULL, Tk, causal, scale};
-        cg_attn_amx_bwd_head(ws + (size_t)omp_get_thread_num() * each, &hd, at4(g, b, h),
-                             g->strides[2], qb, causal ? QB : 0, bwd_row, &ctx,
-                             gq ? at4(gq, b, h) : NULL, gq ? gq->strides[2] : 0,
-                             gk ? at4(gk, b, h) : NULL, gk ? gk->strides[2] : 0,
-                             gv ? at4(gv, b, h) : NULL, gv ? gv->strides[2] : 0);
-    }
-    cg_free(ws);
-    return true;
-}
-
-bool cg_k_attention_needs_out(const cg_tensor *k, const cg_tensor *saved)
-{
-    return k && saved && saved->ndim == 3 && k->ndim == 4 && k->shape[2] > KB;
 }
 
 static cg_tensor *attention_fwd(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
@@ -452,15 +393,33 @@ cg_tensor *cg_k_attention(const cg_tensor *q, const cg_tensor *k, const cg_tenso
         *weights = NULL;
     if (saved)
         *saved = NULL;
-    if (!check_qkv("attention", q, k, v))
+    if (!cg_attn_check_qkv("attention", q, k, v))
         return NULL;
     cg_tensor *kp;
-    if (!key_pad_arg("attention", key_pad, q->shape[0], k->shape[2], &kp))
+    if (!cg_attn_key_pad_arg("attention", key_pad, q->shape[0], k->shape[2], &kp))
         return NULL;
     cg_tensor *out = attention_fwd(q, k, v, causal, kp ? (const uint8_t *)cg_data_bool(kp) : NULL,
                                    saved, weights);
     cg_release(kp);
     return out;
+}
+
+/* attention_fwd's tiles: S in the kept weights (keep in fp32), else in
+ * the thread's scratch of `each` floats */
+static void fwd_tiles(int64_t t0, int64_t t1, int thread, const void *ctx)
+{
+    const heads_job *j = ctx;
+    const int64_t H = j->q->shape[1], Tq = j->q->shape[2], Tk = j->k->shape[2];
+    const int64_t ld = j->keep ? Tk : min64(Tk, KB);
+    for (int64_t it = t0; it < t1; it++) {
+        const int64_t bh = it / j->nqb, i0 = it % j->nqb * j->qb, b = bh / H;
+        float *S = j->P ? j->P + (bh * Tq + i0) * Tk
+                        : (float *)j->scratch + (int64_t)thread * (int64_t)j->each;
+        fwd_tile(j->path, j->q, j->k, j->v, j->out, b, bh % H, i0, min64(i0 + j->qb, Tq), j->causal,
+                 j->kmask ? j->kmask + b * Tk : NULL, j->scale, S, ld, j->keep,
+                 j->keep ? NULL : j->lse_out + bh * Tq,
+                 j->P16 ? j->P16 + (bh * Tq + i0) * Tk : NULL);
+    }
 }
 
 static cg_tensor *attention_fwd(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
@@ -475,7 +434,7 @@ static cg_tensor *attention_fwd(const cg_tensor *q, const cg_tensor *k, const cg
     /* in bf16 the weights are kept in bf16, as autocast's softmax of
      * bf16 scores keeps them: the products read them so rounded anyway */
     const bool pbf = keep && cg_get_matmul_precision() == CG_PRECISION_BF16;
-    cg_tensor *out = heads_out(B, H, Tq, dh, false);
+    cg_tensor *out = cg_attn_heads_out(B, H, Tq, dh, false);
     /* the log-sum-exps, unless the weights are kept (the backward and
      * the weights then need none) */
     cg_tensor *lse = keep ? NULL : cg_empty(CG_SHAPE(B, H, Tq));
@@ -497,31 +456,35 @@ static cg_tensor *attention_fwd(const cg_tensor *q, const cg_tensor *k, const cg
         const int nt = cg_get_num_threads();
         const int64_t ld = Tk < KB ? Tk : KB;
         /* within one key block beyond PKEEP_BF16 keys on AMX: its tiles */
-        const bool amx = !keep && amx_fits(path, q, k, v, NULL) && out->strides[3] == 1;
-        const int64_t qb = tile_rows(causal, keep, Tq, BH);
+        const bool amx = !keep && cg_attn_amx_fits(path, q, k, v, NULL) && out->strides[3] == 1;
+        const int64_t qb = cg_attn_tile_rows(causal, keep, Tq, BH);
         /* a tile's scores: QB x ld, or (weights kept in bf16) its rows */
         const int64_t ns = pbf ? qb * Tk : QB * ld;
         float *scratch = (keep && !pbf) || amx ? NULL : thread_scratch(nt, ns);
         int32_t *kmask = key_pad ? key_masks(key_pad, B * Tk) : NULL;
         bool ok = ((keep && !pbf) || amx || scratch) && (!key_pad || kmask);
-        const int64_t nqb = (Tq + qb - 1) / qb, items = BH * nqb;
-        cg_shares sh;
-        float *lp = keep ? NULL : cg_data(lse), *pp = keep && !pbf ? cg_data(P) : NULL;
-        uint16_t *pb = pbf ? cg_data_bf16(P) : NULL;
+        const int64_t nqb = (Tq + qb - 1) / qb;
+        float *lp = keep ? NULL : cg_data(lse);
         if (ok && amx) {
             ok = fwd_amx(q, k, v, out, causal, kmask, scale, qb, lp, nt);
         } else if (ok) {
-            cg_shares_init(&sh, items, nt);
-#pragma omp parallel if (items > 1 && BH * Tq * Tk * dh > 32768) num_threads(nt)
-            for (int64_t it; (it = cg_shares_next(&sh, omp_get_thread_num())) >= 0;) {
-                const int64_t bh = it / nqb, i0 = it % nqb * qb, b = bh / H;
-                float *S = keep && !pbf ? pp + (bh * Tq + i0) * Tk
-                                        : scratch + (int64_t)omp_get_thread_num() * ns;
-                fwd_tile(path, q, k, v, out, b, bh % H, i0, min64(i0 + qb, Tq), causal,
-                         kmask ? kmask + b * Tk : NULL, scale, S, keep ? Tk : ld, keep,
-                         keep ? NULL : lp + bh * Tq, pbf ? pb + (bh * Tq + i0) * Tk : NULL);
-            }
-            cg_shares_free(&sh);
+            const heads_job job = {.path = path,
+                                   .q = q,
+                                   .k = k,
+                                   .v = v,
+                                   .out = out,
+                                   .causal = causal,
+                                   .keep = keep,
+                                   .scale = scale,
+                                   .kmask = kmask,
+                                   .qb = qb,
+                                   .nqb = nqb,
+                                   .lse_out = lp,
+                                   .P = keep && !pbf ? cg_data(P) : NULL,
+                                   .P16 = pbf ? cg_data_bf16(P) : NULL,
+                                   .scratch = scratch,
+                                   .each = (size_t)ns};
+            cg_shares_run(BH * nqb, 1, heads_team(nt, q, Tk), fwd_tiles, &job);
         }
         cg_free(scratch);
         cg_free(kmask);
@@ -544,238 +507,4 @@ static cg_tensor *attention_fwd(const cg_tensor *q, const cg_tensor *k, const cg
         *saved = keep ? cg_retain(P) : cg_retain(lse);
     cg_release_all(2, lse, P);
     return out;
-}
-
-/* dq, dk, dv of one (batch, head), in tiles of qb query rows. Pb and Db:
- * Tq x ld scratch each, ld = min(Tk, KB); Dl: Tq floats. Ps: the kept
- * weights [Tq, Tk] (then Tk <= PKEEP = ld), floats or (Ps.bf) bf16, or
- * Ps.p NULL to recompute them from lse; kept weights use Pb only to widen
- * a bf16 row for the softmax's backward (the products read them as they
- * are). bf (bf16 products; NULL in fp32): Tq x dh + Tq
- * x ld bf16 scratch, where dO and dS are rounded once each for the two
- * products that read them (each product would round its own copy while
- * packing, from twice the bytes: the same bits). */
-static void bwd_head(cg_gemm_path path, const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
-                     const cg_tensor *o, head_op Ps, const float *lse, const cg_tensor *g,
-                     bool causal, const uint8_t *kpad, int64_t b, int64_t h, const cg_tensor *gq,
-                     const cg_tensor *gk, const cg_tensor *gv, float *Pb, float *Db, int64_t ld,
-                     float *Dl, int64_t qb, uint16_t *bf)
-{
-    const int64_t Tq = q->shape[2], dh = q->shape[3], Tk = k->shape[2];
-    const float scale = (float)sqrt((double)dh);
-    const head_op qa = head_at(q, b, h), ka = head_at(k, b, h), va = head_at(v, b, h);
-    const float *gp = at4(g, b, h), *opp = o ? at4(o, b, h) : NULL;
-    float *dqp = gq ? at4(gq, b, h) : NULL, *dkp = gk ? at4(gk, b, h) : NULL;
-    float *dvp = gv ? at4(gv, b, h) : NULL;
-    const int64_t qr = q->strides[2], qc = q->strides[3], kr = k->strides[2], kc = k->strides[3];
-    const int64_t vr = v->strides[2], vc = v->strides[3], gr = g->strides[2], gc = g->strides[3];
-    /* dO as the products read it: g, or its bf16 copy (rows dh apart) */
-    head_op go = {gp, false};
-    int64_t gor = gr, goc = gc;
-    uint16_t *dbf = NULL; /* dS's bf16 copy (rows ld apart) */
-    if (bf && gc == 1) {
-        cg_bf16_round_runs(dh, Tq, gr, gp, dh, bf);
-        go = (head_op){bf, true};
-        gor = dh;
-        goc = 1;
-        dbf = bf + Tq * dh;
-    }
-    /* D_i = <dO_i, O_i> over several key blocks (with kept weights or
-     * one block: <P_i, dP_i>, below) */
-    const bool one = Tk <= KB;
-    for (int64_t i = 0; !Ps.p && !one && i < Tq; i++) {
-        const float *oi = opp + i * o->strides[2];
-        if (gc == 1 && o->strides[3] == 1) {
-            Dl[i] = cg_attn_dot(gp + i * gr, oi, dh);
-        } else {
-            double acc = 0.0;
-            for (int64_t c = 0; c < dh; c++)
-                acc += (double)gp[i * gr + c * gc] * oi[c * o->strides[3]];
-            Dl[i] = (float)acc;
-        }
-    }
-    const head_op Pbase = Ps.p ? Ps : (head_op){Pb, false};
-    for (int64_t j0 = 0; j0 < Tk; j0 += KB) {
-        const int64_t j1 = min64(j0 + KB, Tk), kn = j1 - j0;
-        const int64_t is = causal ? j0 : 0; /* rows before j0 see none of these keys */
-        if (is >= Tq)
-            break; /* no query sees these keys: their gradients stay zero */
-        for (int64_t i0 = is; i0 < Tq; i0 += qb) {
-            const int64_t i1 = min64(i0 + qb, Tq), rows = i1 - i0;
-            const int64_t ke1 = min64(key_end(causal, i1 - 1, Tk), j1) - j0; /* keys read */
-            /* columns the dk/dv products below read for these rows */
-            const int64_t kz = causal ? min64(kn, (ke1 + QB - 1) / QB * QB) : kn;
-            float *P = Pb + (i0 - is) * ld, *D = Db + (i0 - is) * ld;
-            /* S = q k^T (unless kept), dP = dO v^T over the tile */
-            if (!Ps.p)
-                mm_heads(path, rows, ke1, dh, from(qa, i0 * qr), qa.bf, qr, qc, from(ka, j0 * kr),
-                         ka.bf, kc, kr, 0.0f, P, ld, 1);
-            mm_heads(path, rows, ke1, dh, from(go, i0 * gor), go.bf, gor, goc, from(va, j0 * vr),
-                     va.bf, vc, vr, 0.0f, D, ld, 1);
-            for (int64_t i = i0; i < i1; i++) {
-                int64_t ke = min64(key_end(causal, i, Tk), j1) - j0;
-                float *dr = D + (i - i0) * ld;
-                if (Ps.p) {
-                    const float *pr = Ps.bf ? Pb : (const float *)from(Ps, i * ld);
-                    if (Ps.bf)
-                        cg_attn_widen_row((const uint16_t *)from(Ps, i * ld), ke, Pb);
-                    cg_attn_dsoft_row(pr, dr, ke, kz, cg_attn_dot(pr, dr, ke), scale);
-                } else if (one) {
-                    float *pr = P + (i - i0) * ld;
-                    cg_attn_prob_row(pr, ke, kz, scale, kpad, lse[i]);
-                    cg_attn_dsoft_row(pr, dr, ke, kz, cg_attn_dot(pr, dr, ke), scale);
-                } else {
-                    cg_attn_prob_dsoft_row(P + (i - i0) * ld, dr, ke, kz, scale,
-                                           kpad ? kpad + j0 : NULL, lse[i], Dl[i]);
-                }
-            }
-            /* the columns the products below read, [0, kz), rounded once */
-            if (dbf)
-                cg_bf16_round_runs(kz, rows, ld, D, ld, dbf + (i0 - is) * ld);
-            /* dq[i0:i1] (+)= dS k[j0:j0+ke1] */
-            if (dqp)
-                mm_heads(path, rows, dh, ke1, dbf ? (const void *)(dbf + (i0 - is) * ld) : D,
-                         dbf != NULL, ld, 1, from(ka, j0 * kr), ka.bf, kr, kc, j0 ? 1.0f : 0.0f,
-                         dqp + i0 * gq->strides[2], gq->strides[2], gq->strides[3]);
-        }
-        /* keys in sub-blocks: key j gets rows i >= j (causal) or all rows */
-        const int64_t sb = causal ? QB : kn;
-        for (int64_t s0 = j0; s0 < j1; s0 += sb) {
-            const int64_t s1 = min64(s0 + sb, j1), r0 = causal ? s0 : 0;
-            if (r0 >= Tq)
-                break;
-            const int64_t off = (r0 - is) * ld + (s0 - j0);
-            const void *P = from(Pbase, off);
-            const void *D = dbf ? (const void *)(dbf + off) : (const void *)(Db + off);
-            /* dv[s0:s1] = P^T dO[r0:], dk[s0:s1] = dS^T q[r0:] */
-            if (dvp)
-                mm_heads(path, s1 - s0, dh, Tq - r0, P, Pbase.bf, 1, ld, from(go, r0 * gor), go.bf,
-                         gor, goc, 0.0f, dvp + s0 * gv->strides[2], gv->strides[2], gv->strides[3]);
-            if (dkp)
-                mm_heads(path, s1 - s0, dh, Tq - r0, D, dbf != NULL, 1, ld, from(qa, r0 * qr),
-                         qa.bf, qr, qc, 0.0f, dkp + s0 * gk->strides[2], gk->strides[2],
-                         gk->strides[3]);
-        }
-    }
-}
-
-static bool attention_bwd(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
-                          const cg_tensor *out, const cg_tensor *saved, const cg_tensor *g,
-                          bool causal, const uint8_t *key_pad, cg_tensor **dq, cg_tensor **dk,
-                          cg_tensor **dv);
-
-bool cg_k_attention_backward(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
-                             const cg_tensor *out, const cg_tensor *saved, const cg_tensor *g,
-                             bool causal, const cg_tensor *key_pad, cg_tensor **dq, cg_tensor **dk,
-                             cg_tensor **dv)
-{
-    if (dq)
-        *dq = NULL;
-    if (dk)
-        *dk = NULL;
-    if (dv)
-        *dv = NULL;
-    if (!check_qkv("attention backward", q, k, v))
-        return false;
-    if (!saved || !g || (!out && cg_k_attention_needs_out(k, saved)))
-        return cg_error_null_input("cg_k_attention_backward");
-    if (!cg_f32_args("attention backward", 2, (const cg_tensor *[]){out, g}))
-        return false;
-    cg_tensor *kp;
-    if (!key_pad_arg("attention backward", key_pad, q->shape[0], k->shape[2], &kp))
-        return false;
-    bool ok = attention_bwd(q, k, v, out, saved, g, causal,
-                            kp ? (const uint8_t *)cg_data_bool(kp) : NULL, dq, dk, dv);
-    cg_release(kp);
-    return ok;
-}
-
-static bool attention_bwd(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
-                          const cg_tensor *out, const cg_tensor *saved, const cg_tensor *g,
-                          bool causal, const uint8_t *key_pad, cg_tensor **dq, cg_tensor **dk,
-                          cg_tensor **dv)
-{
-    const int64_t B = q->shape[0], H = q->shape[1], Tq = q->shape[2], dh = q->shape[3];
-    const int64_t Tk = k->shape[2];
-    const bool kept = saved->ndim == 4; /* saved: the weights [B,H,Tq,Tk], else lse [B,H,Tq] */
-    /* the weights in float32 or bfloat16, the log-sum-exps in float32 */
-    if (!(saved->dtype == CG_F32 || (kept && saved->dtype == CG_BF16))) {
-        cg_set_error("attention backward: saved state is %s, expected float32%s",
-                     cg_dtype_name(saved->dtype), kept ? " or bfloat16 weights" : "");
-        return false;
-    }
-    if (!cg_same_shape(g, q) || (out && !cg_same_shape(out, q)) || saved->ndim != (kept ? 4 : 3) ||
-        saved->shape[0] != B || saved->shape[1] != H || saved->shape[2] != Tq ||
-        (kept && (saved->shape[3] != Tk || Tk > PKEEP)) || !cg_is_contiguous(saved)) {
-        char a[96], b[96], c[96];
-        cg_set_error("attention backward: gradient %s, output %s or saved state %s do not "
-                     "match q/k",
-                     cg_shape_str(g, a, sizeof a), cg_shape_str(out, b, sizeof b),
-                     cg_shape_str(saved, c, sizeof c));
-        return false;
-    }
-    /* every gradient element is written by a product below, except keys no
-     * query sees (causal with Tk > Tq) and degenerate sizes: zero-fill then */
-    const bool zero = causal ? Tk > Tq : false;
-    const bool degen = Tq == 0 || Tk == 0 || dh == 0 || B * H == 0;
-    cg_tensor *gq = heads_out(B, H, Tq, dh, degen);
-    cg_tensor *gk = heads_out(B, H, Tk, dh, degen || zero);
-    cg_tensor *gv = heads_out(B, H, Tk, dh, degen || zero);
-    const int64_t BH = B * H, kb = Tk < KB ? Tk : KB;
-    const int nt = cg_get_num_threads();
-    const bool pbf = saved->dtype == CG_BF16;
-    /* recomputed P tiles, or (kept in bf16) a row widened */
-    const int64_t np = kept ? (pbf ? kb : 0) : Tq * kb;
-    /* bf16 products: dO's and dS's bf16 copies (bwd_head), in floats */
-    const bool bf = cg_get_matmul_precision() == CG_PRECISION_BF16;
-    const int64_t nbf = bf ? (Tq * dh + Tq * kb + 1) / 2 : 0;
-    const int64_t per = np + Tq * kb + Tq + nbf; /* P and dS tiles, D, the copies */
-    const cg_gemm_path path = cg_precision_path(cg_get_matmul_precision());
-    const bool amx = !degen && !kept && amx_fits(path, q, k, v, g);
-    float *scratch = amx ? NULL : thread_scratch(nt, per);
-    if (!gq || !gk || !gv || (!amx && !scratch)) {
-        cg_release_all(3, gq, gk, gv);
-        cg_free(scratch);
-        cg_set_error("attention backward: out of memory");
-        return false;
-    }
-    if (amx) {
-        if (!bwd_amx(q, k, v, cg_data(saved), g, causal, key_pad, tile_rows(causal, false, Tq, BH),
-                     dq ? gq : NULL, dk ? gk : NULL, dv ? gv : NULL, nt)) {
-            cg_release_all(3, gq, gk, gv);
-            cg_set_error("attention backward: out of memory");
-            return false;
-        }
-    } else if (!degen) {
-        const head_op sd = {cg_data_ptr(saved), pbf};
-        const int64_t qb = tile_rows(causal, kept, Tq, BH);
-        cg_shares sh;
-        cg_shares_init(&sh, BH, nt);
-#pragma omp parallel if (BH > 1 && BH * Tq * Tk * dh > 32768) num_threads(nt)
-        for (int64_t bh; (bh = cg_shares_next(&sh, omp_get_thread_num())) >= 0;) {
-            const int64_t b = bh / H;
-            float *w = scratch + (int64_t)omp_get_thread_num() * per;
-            bwd_head(path, q, k, v, out,
-                     kept ? (head_op){from(sd, bh * Tq * Tk), pbf} : (head_op){NULL, false},
-                     kept ? NULL : (const float *)sd.p + bh * Tq, g, causal,
-                     key_pad ? key_pad + b * Tk : NULL, b, bh % H, dq ? gq : NULL, dk ? gk : NULL,
-                     dv ? gv : NULL, w, w + np, kb, w + np + Tq * kb, qb,
-                     bf ? (uint16_t *)(w + np + Tq * kb + Tq) : NULL);
-        }
-        cg_shares_free(&sh);
-    }
-    cg_free(scratch);
-    if (dq)
-        *dq = gq;
-    else
-        cg_release(gq);
-    if (dk)
-        *dk = gk;
-    else
-        cg_release(gk);
-    if (dv)
-        *dv = gv;
-    else
-        cg_release(gv);
-    return true;
 }

@@ -1,5 +1,5 @@
 /* cgrad core, INTERNAL: the fused attention's products on AMX tiles, one
- * (batch, head) at a time (core/attention_amx.c; only core/attention.c
+ * (batch, head) at a time (core/attention_amx.c; only core/attention_impl.h
  * includes this).
  *
  * Where the backward recomputes the weights within one key block (on AMX,
@@ -65,7 +65,7 @@ void cg_attn_amx_fwd_rows(void *w, const cg_attn_amx_head *h, int64_t i0, int64_
  * per sub-block, a multiple of 32 and of qb: a tile ending at row i1 then
  * sees keys [0, i1) and kz is that rounded up to sub, and key block j's
  * sums over queries start at query j rounded down to sub, where
- * core/attention.c's bwd_head starts them. */
+ * core/attention_bwd.c's bwd_head starts them. */
 void cg_attn_amx_bwd_head(void *w, const cg_attn_amx_head *h, const float *g, int64_t gr,
                           int64_t qb, int64_t sub,
                           void (*rows)(void *ctx, int64_t i, float *s, float *d, int64_t kz),

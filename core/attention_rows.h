@@ -1,9 +1,10 @@
 /* cgrad core, INTERNAL: the row kernels of the fused attention
- * (core/attention_rows.c; only core/attention.c includes this). A row is
- * one query's scores over keys [0, ke) of a block; kz >= ke is the block's
- * width, whose columns past ke each kernel sets to 0. kmask: the key
- * padding as 32-bit masks (~0 where padded), kpad: as bytes; either may be
- * NULL (no padding). scale: sqrt(dh), which the scores are divided by. */
+ * (core/attention_rows.c; only core/attention.c and attention_bwd.c
+ * include this). A row is one query's scores over keys [0, ke) of a
+ * block; kz >= ke is the block's width, whose columns past ke each kernel
+ * sets to 0. kmask: the key padding as 32-bit masks (~0 where padded),
+ * kpad: as bytes; either may be NULL (no padding). scale: sqrt(dh), which
+ * the scores are divided by. */
 #ifndef CG_ATTENTION_ROWS_H
 #define CG_ATTENTION_ROWS_H
 

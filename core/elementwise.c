@@ -10,7 +10,6 @@
  * overlap (stride 0 on a dim of size > 1). Each element is written by one
  * thread, so results are identical for any thread count. */
 #include <math.h>
-#include <omp.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -261,37 +260,46 @@ static bool ew_widens(int nin, const cg_tensor *const *in, int nd, const int64_t
     }
     return bf && f32;
 }
+
+/* What ew_widening's runs read and write */
+typedef struct {
+    int nin;
+    const cg_tensor *const *in;
+    float *out;
+    cg_iter_seg_fn fn;
+    ew_params *P;
+} ew_wide_job;
+
+/* Elements [b, e) of ew_widening, EW_WIDE at a time */
+static void ew_wide_run(int64_t b, int64_t e, int thread, const void *job)
+{
+    const ew_wide_job *j = job;
+    float buf[CG_ITER_MAX_OPS - 1][EW_WIDE];
+    for (int64_t i = b; i < e; i += EW_WIDE) {
+        const int64_t len = e - i < EW_WIDE ? e - i : EW_WIDE;
+        float *p[CG_ITER_MAX_OPS] = {j->out + i};
+        int64_t s[CG_ITER_MAX_OPS] = {1, 1, 1, 1};
+        for (int k = 0; k < j->nin; k++) {
+            if (j->in[k]->dtype == CG_BF16) {
+                widen_run(len, (const uint16_t *)cg_data_ptr(j->in[k]) + i, buf[k]);
+                p[k + 1] = buf[k];
+            } else {
+                p[k + 1] = cg_data((cg_tensor *)j->in[k]) + i;
+            }
+        }
+        j->fn(p, s, len, j->P);
+    }
+}
+
 static cg_tensor *ew_widening(int nin, const cg_tensor *const *in, int nd, const int64_t *shape,
                               cg_iter_seg_fn fn, ew_params *P)
 {
     cg_tensor *out = cg_empty(nd, shape);
     if (!out)
         return NULL;
-    const int64_t n = cg_numel(out), runs = (n + EW_RUN - 1) / EW_RUN;
-    float *o = cg_data(out);
-    cg_shares sh;
-    const int nt = cg_shares_team(runs > 1);
-    cg_shares_init(&sh, runs, nt);
-#pragma omp parallel if (nt > 1) num_threads(nt)
-    for (int64_t r; (r = cg_shares_next(&sh, omp_get_thread_num())) >= 0;) {
-        float buf[CG_ITER_MAX_OPS - 1][EW_WIDE];
-        const int64_t end = n - r * EW_RUN < EW_RUN ? n : (r + 1) * EW_RUN;
-        for (int64_t i = r * EW_RUN; i < end; i += EW_WIDE) {
-            const int64_t len = end - i < EW_WIDE ? end - i : EW_WIDE;
-            float *p[CG_ITER_MAX_OPS] = {o + i};
-            int64_t s[CG_ITER_MAX_OPS] = {1, 1, 1, 1};
-            for (int k = 0; k < nin; k++) {
-                if (in[k]->dtype == CG_BF16) {
-                    widen_run(len, (const uint16_t *)cg_data_ptr(in[k]) + i, buf[k]);
-                    p[k + 1] = buf[k];
-                } else {
-                    p[k + 1] = cg_data((cg_tensor *)in[k]) + i;
-                }
-            }
-            fn(p, s, len, P);
-        }
-    }
-    cg_shares_free(&sh);
+    const int64_t n = cg_numel(out);
+    ew_wide_job job = {nin, in, cg_data(out), fn, P};
+    cg_shares_run(n, EW_RUN, cg_shares_team(n > EW_RUN), ew_wide_run, &job);
     return out;
 }
 
@@ -568,6 +576,20 @@ EW_CLONES static void mask_run(int64_t n, const float *a, uint8_t *m)
         m[i] = a[i] > 0.0f;
 }
 
+/* What cg_k_map_runs's runs read and write */
+typedef struct {
+    void (*conv)(int64_t n, const float *x, void *y);
+    const float *src;
+    char *dst;
+    size_t es; /* bytes of an element of dst */
+} map_job;
+
+static void map_run(int64_t b, int64_t e, int thread, const void *job)
+{
+    const map_job *j = job;
+    j->conv(e - b, j->src + b, j->dst + (size_t)b * j->es);
+}
+
 cg_tensor *cg_k_map_runs(const cg_tensor *x, cg_dtype dt,
                          void (*conv)(int64_t n, const float *x, void *y))
 {
@@ -576,19 +598,9 @@ cg_tensor *cg_k_map_runs(const cg_tensor *x, cg_dtype dt,
     cg_tensor *xc = cg_is_dense(x) ? cg_retain((cg_tensor *)x) : cg_k_contiguous(x);
     cg_tensor *y = xc ? cg_empty_dense_like(xc, dt) : NULL;
     if (y) {
-        const int64_t n = cg_numel(x), runs = (n + MAP_RUN - 1) / MAP_RUN;
-        const size_t es = cg_dtype_size(dt);
-        const float *src = cg_data(xc);
-        char *dst = cg_data_ptr(y);
-        cg_shares sh;
-        const int nt = cg_shares_team(runs > 1);
-        cg_shares_init(&sh, runs, nt);
-#pragma omp parallel if (nt > 1) num_threads(nt)
-        for (int64_t r; (r = cg_shares_next(&sh, omp_get_thread_num())) >= 0;) {
-            const int64_t i = r * MAP_RUN;
-            conv(n - i < MAP_RUN ? n - i : MAP_RUN, src + i, dst + (size_t)i * es);
-        }
-        cg_shares_free(&sh);
+        const int64_t n = cg_numel(x);
+        map_job job = {conv, cg_data(xc), cg_data_ptr(y), cg_dtype_size(dt)};
+        cg_shares_run(n, MAP_RUN, cg_shares_team(n > MAP_RUN), map_run, &job);
     }
     cg_release(xc);
     return y;
@@ -685,6 +697,19 @@ EW_CLONES void cg_k_act_grad_run(cg_k_act act, int64_t n, const void *h, bool hb
     }
 }
 
+/* What cg_k_relu_mask_backward's runs read and write */
+typedef struct {
+    const uint8_t *m;
+    const float *g;
+    float *out;
+} mask_grad_job;
+
+static void mask_grad_run(int64_t b, int64_t e, int thread, const void *job)
+{
+    const mask_grad_job *j = job;
+    cg_k_act_grad_run(CG_K_ACT_RELU, e - b, NULL, false, j->m + b, j->g + b, j->out + b);
+}
+
 cg_tensor *cg_k_relu_mask_backward(const cg_tensor *mask, const cg_tensor *g)
 {
     if (!mask || !g)
@@ -702,18 +727,9 @@ cg_tensor *cg_k_relu_mask_backward(const cg_tensor *mask, const cg_tensor *g)
     cg_tensor *mc = cg_k_contiguous(mask), *gc = cg_k_contiguous(g);
     cg_tensor *out = mc && gc ? cg_empty(g->ndim, g->shape) : NULL;
     if (out) {
-        const int64_t n = cg_numel(g), runs = (n + MAP_RUN - 1) / MAP_RUN;
-        const uint8_t *m = cg_data_ptr(mc);
-        const float *gp = cg_data(gc);
-        float *op = cg_data(out);
-        cg_shares sh;
-        const int nt = cg_shares_team(runs > 1);
-        cg_shares_init(&sh, runs, nt);
-#pragma omp parallel if (nt > 1) num_threads(nt)
-        for (int64_t r; (r = cg_shares_next(&sh, omp_get_thread_num())) >= 0;)
-            cg_k_act_grad_run(CG_K_ACT_RELU, n - r * MAP_RUN < MAP_RUN ? n - r * MAP_RUN : MAP_RUN,
-                              NULL, false, m + r * MAP_RUN, gp + r * MAP_RUN, op + r * MAP_RUN);
-        cg_shares_free(&sh);
+        const int64_t n = cg_numel(g);
+        mask_grad_job job = {cg_data_ptr(mc), cg_data(gc), cg_data(out)};
+        cg_shares_run(n, MAP_RUN, cg_shares_team(n > MAP_RUN), mask_grad_run, &job);
     }
     cg_release_all(2, mc, gc);
     return out;

@@ -338,28 +338,33 @@ typedef struct {
     int bf16;     /* 0: fp32, else the bf16 kernel (cg_bf16_kind) */
 } gemm_kind;
 
+/* What fill_bias's rows read and write */
+typedef struct {
+    int64_t n, bs, rsc, csc;
+    const float *bias;
+    float *c;
+} bias_rows;
+
+static void fill_bias_rows(int64_t i0, int64_t i1, int thread, const void *ctx)
+{
+    const bias_rows *f = ctx;
+    for (int64_t i = i0; i < i1; i++) {
+        float *ci = f->c + i * f->rsc;
+        if (f->csc == 1 && f->bs == 1)
+            memcpy(ci, f->bias, sizeof(float) * (size_t)f->n);
+        else
+            for (int64_t j = 0; j < f->n; j++)
+                ci[j * f->csc] = f->bias[j * f->bs];
+    }
+}
+
 /* C[i, j] = bias[j * bs]: the start of C = A B + bias on the fp32 paths,
  * which cannot add the bias as they write C (rows split among threads). */
-static void fill_bias_row(int64_t n, const float *bias, int64_t bs, float *ci, int64_t csc)
-{
-    if (csc == 1 && bs == 1)
-        memcpy(ci, bias, sizeof(float) * (size_t)n);
-    else
-        for (int64_t j = 0; j < n; j++)
-            ci[j * csc] = bias[j * bs];
-}
 static void fill_bias(int64_t m, int64_t n, const float *bias, int64_t bs, float *c, int64_t rsc,
                       int64_t csc)
 {
-    /* a region only for a team of more than one (core/shares.h) */
-    if (m * n > 32768 && !omp_in_parallel()) {
-#pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < m; i++)
-            fill_bias_row(n, bias, bs, c + i * rsc, csc);
-    } else {
-        for (int64_t i = 0; i < m; i++)
-            fill_bias_row(n, bias, bs, c + i * rsc, csc);
-    }
+    bias_rows f = {n, bs, rsc, csc, bias, c};
+    cg_shares_run(m, cg_shares_rows(n), cg_shares_team(m * n > 32768), fill_bias_rows, &f);
 }
 
 /* With a bias (bf16 only), beta is 0 and C = alpha A B + bias, added as
@@ -436,14 +441,22 @@ SKINNY_TARGET static void dots_n(int ny, int64_t nx, int64_t k, const float *x, 
     }
 }
 
-/* dots_n over the groups [g0, g1) of 4 of the ny vectors y */
-static void dots_groups(int64_t g0, int64_t g1, int64_t ny, int64_t nx, int64_t k, const float *x,
-                        int64_t sx, const float *y, int64_t sy, float alpha, float beta, float *c,
-                        int64_t ros, int64_t cos)
+/* A skinny product: nx vectors x against ny vectors y */
+typedef struct {
+    int64_t ny, nx, k, sx, sy, ros, cos;
+    const float *x, *y;
+    float alpha, beta;
+    float *c;
+} skinny;
+
+/* dots_n over the groups [g0, g1) of 4 of the vectors y */
+static void dots_groups(int64_t g0, int64_t g1, int thread, const void *ctx)
 {
+    const skinny *p = ctx;
     for (int64_t g = g0; g < g1; g++) {
-        const int64_t j = 4 * g, w = ny - j < 4 ? ny - j : 4;
-        dots_n((int)w, nx, k, x, sx, y + j * sy, sy, alpha, beta, c + j * cos, ros, cos);
+        const int64_t j = 4 * g, w = p->ny - j < 4 ? p->ny - j : 4;
+        dots_n((int)w, p->nx, p->k, p->x, p->sx, p->y + j * p->sy, p->sy, p->alpha, p->beta,
+               p->c + j * p->cos, p->ros, p->cos);
     }
 }
 
@@ -460,10 +473,18 @@ static void skinny_product(int nthreads, int64_t m, int64_t n, int64_t k, float 
 {
     /* x: the short side's vectors, y: the long side's */
     const bool rows = m <= SKINNY;
-    const int64_t nx = rows ? m : n, ny = rows ? n : m;
-    const float *x = rows ? a : b, *y = rows ? b : a;
-    const int64_t sx = rows ? rsa : csb, sy = rows ? csb : rsa;
-    const int64_t ros = rows ? rsc : csc, cos = rows ? csc : rsc;
+    skinny p = {.ny = rows ? n : m,
+                .nx = rows ? m : n,
+                .k = k,
+                .sx = rows ? rsa : csb,
+                .sy = rows ? csb : rsa,
+                .ros = rows ? rsc : csc,
+                .cos = rows ? csc : rsc,
+                .x = rows ? a : b,
+                .y = rows ? b : a,
+                .alpha = alpha,
+                .beta = beta,
+                .c = c};
     int nt = nthreads;
     if (nt <= 0) {
         const double per = 2.0 * (double)m * (double)n * (double)k / MIN_FLOPS_PER_THREAD;
@@ -473,14 +494,7 @@ static void skinny_product(int nthreads, int64_t m, int64_t n, int64_t k, float 
     }
     if (nt < 1 || omp_in_parallel())
         nt = 1;
-    const int64_t groups = (ny + 3) / 4;
-    if (nt == 1) { /* no region for a team of one (core/shares.h) */
-        dots_groups(0, groups, ny, nx, k, x, sx, y, sy, alpha, beta, c, ros, cos);
-        return;
-    }
-#pragma omp parallel for schedule(static) num_threads(nt)
-    for (int64_t g = 0; g < groups; g++)
-        dots_groups(g, g + 1, ny, nx, k, x, sx, y, sy, alpha, beta, c, ros, cos);
+    cg_shares_run((p.ny + 3) / 4, 1, nt, dots_groups, &p);
 }
 
 /* The kernel of a path (not AUTO): false when this CPU lacks it. */

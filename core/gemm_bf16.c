@@ -1457,6 +1457,23 @@ struct cg_bf16_matrix {
     uint32_t *p;
 };
 
+/* W's panels [q0, q1) packed */
+typedef struct {
+    cg_bf16_kind kind;
+    int64_t n, k, kp;
+    const float *w;
+    int64_t rsw, csw;
+    uint32_t *p;
+} panel_job;
+
+static void pack_panels(int64_t q0, int64_t q1, int thread, const void *ctx)
+{
+    const panel_job *j = ctx;
+    for (int64_t q = q0; q < q1; q++)
+        pack_panel(j->kind, false, MR, min64(j->n - q * MR, MR), j->k, j->w + q * MR * j->rsw,
+                   false, j->rsw, j->csw, j->p + q * j->kp * MR);
+}
+
 cg_bf16_matrix *cg_bf16_matrix_new(int64_t n, int64_t k, const float *w, int64_t rsw, int64_t csw)
 {
     if (n < 1 || k < 1 || !w) {
@@ -1474,15 +1491,9 @@ cg_bf16_matrix *cg_bf16_matrix_new(int64_t n, int64_t k, const float *w, int64_t
         return NULL;
     }
     *m = (cg_bf16_matrix){n, k, kp, npanel, p};
-    const cg_bf16_kind kind = cg_bf16_native() ? CG_BF16_NATIVE : CG_BF16_EMULATED;
-    cg_shares sh;
-    const int nt = cg_shares_team(npanel > 1 && (double)n * (double)k > 1e5);
-    cg_shares_init(&sh, npanel, nt);
-#pragma omp parallel if (nt > 1) num_threads(nt)
-    for (int64_t q; (q = cg_shares_next(&sh, omp_get_thread_num())) >= 0;)
-        pack_panel(kind, false, MR, min64(n - q * MR, MR), k, w + q * MR * rsw, false, rsw, csw,
-                   p + q * kp * MR);
-    cg_shares_free(&sh);
+    const panel_job job = {
+        cg_bf16_native() ? CG_BF16_NATIVE : CG_BF16_EMULATED, n, k, kp, w, rsw, csw, p};
+    cg_shares_run(npanel, 1, cg_shares_team((double)n * (double)k > 1e5), pack_panels, &job);
     return m;
 }
 

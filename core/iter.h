@@ -204,42 +204,35 @@ static inline int64_t cg_iter_inner_stride(const cg_iter *it, int k)
     return it->strides[k][it->ndim - 1];
 }
 
-/* fn on the segments of chunk c (CG_ITER_CHUNK of the total elements) */
-static inline void cg_iter_chunk(const cg_iter *it, int64_t c, int64_t total, const int64_t *st,
-                                 cg_iter_seg_fn fn, void *ctx)
+/* What cg_iter_run's chunks need */
+typedef struct {
+    const cg_iter *it;
+    const int64_t *st; /* the inner strides */
+    cg_iter_seg_fn fn;
+    void *ctx;
+} cg_iter_job;
+
+/* fn on the segments of the flat index range [b, e) */
+static inline void cg_iter_chunk(int64_t b, int64_t e, int thread, const void *job)
 {
-    const int64_t b = c * CG_ITER_CHUNK;
-    const int64_t e = b + CG_ITER_CHUNK < total ? b + CG_ITER_CHUNK : total;
+    const cg_iter_job *j = job;
     cg_iter_pos p;
     float *ptrs[CG_ITER_MAX_OPS];
-    cg_iter_seek(it, &p, b, e);
+    cg_iter_seek(j->it, &p, b, e);
     int64_t n;
-    while ((n = cg_iter_next(it, &p, ptrs)) > 0)
-        fn(ptrs, st, n, ctx);
+    while ((n = cg_iter_next(j->it, &p, ptrs)) > 0)
+        j->fn(ptrs, j->st, n, j->ctx);
 }
 
 /* Call fn on every segment, in parallel over fixed chunks when large. */
 static inline void cg_iter_run(const cg_iter *it, cg_iter_seg_fn fn, void *ctx)
 {
-    int64_t total = it->numel;
-    if (total <= 0)
-        return;
-    int64_t nchunks = (total + CG_ITER_CHUNK - 1) / CG_ITER_CHUNK;
     int64_t st[CG_ITER_MAX_OPS];
     for (int k = 0; k < it->nops; k++)
         st[k] = cg_iter_inner_stride(it, k);
-    const int nt = cg_shares_team(total > CG_ITER_PAR_THRESHOLD);
-    if (nt == 1) { /* the same chunks, with no region for a team of one (core/shares.h) */
-        for (int64_t c = 0; c < nchunks; c++)
-            cg_iter_chunk(it, c, total, st, fn, ctx);
-        return;
-    }
-    cg_shares sh; /* the chunks in shares (core/shares.h) */
-    cg_shares_init(&sh, nchunks, nt);
-#pragma omp parallel num_threads(nt)
-    for (int64_t c; (c = cg_shares_next(&sh, omp_get_thread_num())) >= 0;)
-        cg_iter_chunk(it, c, total, st, fn, ctx);
-    cg_shares_free(&sh);
+    cg_iter_job job = {it, st, fn, ctx};
+    cg_shares_run(it->numel, CG_ITER_CHUNK, cg_shares_team(it->numel > CG_ITER_PAR_THRESHOLD),
+                  cg_iter_chunk, &job);
 }
 
 #endif

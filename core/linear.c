@@ -138,6 +138,19 @@ static void act_block(const cg_gemm_epilogue *e, float *c, int64_t rows, int64_t
     }
 }
 
+/* The epilogue over rows of y [N, out] (no product ran it) */
+typedef struct {
+    const cg_gemm_epilogue *e;
+    float *y;
+    int64_t out;
+} act_rows;
+
+static void act_row_block(int64_t r0, int64_t r1, int thread, const void *ctx)
+{
+    const act_rows *a = ctx;
+    act_block(a->e, a->y + r0 * a->out, a->out, r1 - r0, 1, a->out);
+}
+
 /* The outputs of ao beside y (contiguous): in bf16 the rounded ones and
  * the activation in place, in fp32 a GELU's own output (y is kept). */
 static bool act_outputs(act_out *ao, const cg_tensor *y, bool bf16)
@@ -207,11 +220,9 @@ static cg_tensor *linear(const cg_tensor *x, const cg_tensor *w, const cg_tensor
                  0.0f, yp, out, 1);
     cg_release(xc);
     cg_bf16_weight_release(pw);
-    if (ok && ao && !pw) { /* no product ran the epilogue: over y, in blocks of rows */
-        const int64_t rb = 64, nb = (N + rb - 1) / rb;
-#pragma omp parallel for schedule(static) if (nb > 1 && N * out > PAR_THRESHOLD)
-        for (int64_t i = 0; i < nb; i++)
-            act_block(epi, yp + i * rb * out, out, N - i * rb < rb ? N - i * rb : rb, 1, out);
+    if (ok && ao && !pw) { /* no product ran the epilogue: over y, in blocks of 64 rows */
+        const act_rows job = {epi, yp, out};
+        cg_shares_run(N, 64, cg_shares_team(N * out > PAR_THRESHOLD), act_row_block, &job);
     }
     if (!ok) {
         if (ao)
@@ -295,6 +306,19 @@ EW_CLONES static void colsum_cols(const float *g, int64_t N, int64_t ld, int64_t
     }
 }
 
+/* colsum_cols over column runs of g [N, ld] into b */
+typedef struct {
+    const float *g;
+    int64_t N, ld;
+    float *b;
+} colsum_job;
+
+static void colsum_run(int64_t j0, int64_t j1, int thread, const void *ctx)
+{
+    const colsum_job *c = ctx;
+    colsum_cols(c->g, c->N, c->ld, j0, j1, c->b);
+}
+
 /* What a layer's gradient goes through before its products: its
  * activation (act) and what the forward saved for it (t: relu's mask,
  * the GELUs' pre-activation), or nothing (t NULL). */
@@ -363,34 +387,54 @@ EW_CLONES static void round_cols(const float *g, cg_k_act act, const void *t, bo
  * between two threads, and its step took 1.08x as long as with 6 of 128.
  * False + error when out of memory. */
 enum { SUM_ROWS = 128 };
+
+/* What round_rows's chunks read and write (round_cols's arguments) */
+typedef struct {
+    const float *g;
+    cg_k_act act;
+    const char *t;
+    bool tbf;
+    int64_t te; /* bytes of an element of t */
+    int64_t N, out;
+    uint16_t *g16;
+    double *part; /* a block's column sums (out doubles), or NULL */
+} round_job;
+
+/* Rows [r0, r1): one block of SUM_ROWS rows (the last may be short) */
+static void round_row_block(int64_t r0, int64_t r1, int thread, const void *ctx)
+{
+    const round_job *j = ctx;
+    const int64_t out = j->out;
+    round_cols(j->g + r0 * out, j->act, j->t ? j->t + r0 * out * j->te : NULL, j->tbf, r1 - r0, out,
+               0, out, j->g16 + r0 * out, j->part ? j->part + r0 / SUM_ROWS * out : NULL);
+}
+
+/* Columns [c0, c1) of the one block */
+static void round_col_run(int64_t c0, int64_t c1, int thread, const void *ctx)
+{
+    const round_job *j = ctx;
+    round_cols(j->g, j->act, j->t, j->tbf, j->N, j->out, c0, c1, j->g16, j->part);
+}
+
 static bool round_rows(const float *g, cg_k_act act, const cg_tensor *t, int64_t N, int64_t out,
                        uint16_t *g16, float *b)
 {
-    const int64_t nrb = (N + SUM_ROWS - 1) / SUM_ROWS, nblk = (out + CB - 1) / CB;
+    const int64_t nrb = (N + SUM_ROWS - 1) / SUM_ROWS;
     double *part = b ? cg_alloc((size_t)(nrb * out) * sizeof(double)) : NULL;
     if (b && !part) {
         cg_set_error("linear backward: out of memory");
         return false;
     }
+    /* the blocks in shares (core/shares.h), or one block's column runs */
     const char *tp = t ? cg_data_ptr(t) : NULL;
     const bool tbf = t && t->dtype == CG_BF16;
     const int64_t te = t ? (int64_t)cg_dtype_size(t->dtype) : 0;
-    /* the blocks in shares (core/shares.h), or one block's column runs */
-    const int nt = cg_get_num_threads();
-    cg_shares sh;
-    cg_shares_init(&sh, nrb > 1 ? nrb : nblk, nt);
-#pragma omp parallel if (N * out > PAR_THRESHOLD && (nrb > 1 || nblk > 1)) num_threads(nt)
-    for (int64_t q; (q = cg_shares_next(&sh, omp_get_thread_num())) >= 0;) {
-        if (nrb == 1) { /* one block: its columns, a run of CB */
-            const int64_t j1 = (q + 1) * CB;
-            round_cols(g, act, tp, tbf, N, out, q * CB, j1 < out ? j1 : out, g16, part);
-            continue;
-        }
-        const int64_t r0 = q * SUM_ROWS, rows = N - r0 < SUM_ROWS ? N - r0 : SUM_ROWS;
-        round_cols(g + r0 * out, act, tp ? tp + r0 * out * te : NULL, tbf, rows, out, 0, out,
-                   g16 + r0 * out, part ? part + q * out : NULL);
-    }
-    cg_shares_free(&sh);
+    const round_job job = {g, act, tp, tbf, te, N, out, g16, part};
+    const int nt = N * out > PAR_THRESHOLD && !omp_in_parallel() ? cg_get_num_threads() : 1;
+    if (nrb > 1)
+        cg_shares_run(N, SUM_ROWS, nt, round_row_block, &job);
+    else
+        cg_shares_run(out, CB, nt, round_col_run, &job);
     for (int64_t j = 0; b && j < out; j++) {
         double sum = part[j];
         for (int64_t q = 1; q < nrb; q++)
@@ -485,8 +529,6 @@ static bool linear_backward(const char *op, const cg_tensor *x, const cg_tensor 
         return false;
     }
     const float *gp = cg_data(gc);
-    /* column blocks of CB for the threads (colsum_cols) */
-    const int64_t nblk = (out + CB - 1) / CB;
     bool ok = !fused || round_rows(gp, ag ? ag->act : CG_K_ACT_RELU, mc, N, out, cg_data_bf16(g16),
                                    gb ? cg_data(gb) : NULL);
     if (ok && gx && !empty && bf16) {
@@ -514,14 +556,9 @@ static bool linear_backward(const char *op, const cg_tensor *x, const cg_tensor 
     }
     cg_release(g16);
     if (gb && !fused) {
-        /* column sums, each thread a run of whole blocks of CB columns */
-        float *bp = cg_data(gb);
-#pragma omp parallel if (N * out > PAR_THRESHOLD && nblk > 1)
-        {
-            const int t = omp_get_thread_num(), T = omp_get_num_threads();
-            const int64_t j0 = nblk * t / T * CB, j1 = nblk * (t + 1) / T * CB;
-            colsum_cols(gp, N, out, j0, j1 < out ? j1 : out, bp);
-        }
+        /* column sums, runs of 8 blocks of CB columns for the threads */
+        const colsum_job job = {gp, N, out, cg_data(gb)};
+        cg_shares_run(out, 8 * CB, cg_shares_team(N * out > PAR_THRESHOLD), colsum_run, &job);
     }
     cg_release_all(3, gc, mc, xc);
     if (!ok) {

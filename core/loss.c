@@ -19,6 +19,7 @@
 #include "core/gemm.h"
 #include "core/loss_rows.h"
 #include "core/ops.h"
+#include "core/shares.h"
 #include "core/upcast.h"
 #include "core/vmath.h"
 
@@ -371,6 +372,42 @@ double cg_ce_row(const cg_ce_rows *c, const float *xr, int64_t t, float *lse, fl
     return ignored ? 0.0 : ce_loss_of(c, l, xt, sx);
 }
 
+/* Rows of a cross-entropy: cg_ce_rows_run's, or (loss NULL) the
+ * backward's */
+typedef struct {
+    const cg_ce_rows *c;
+    const float *x, *lse_in;
+    const int64_t *t;
+    float *lse, *dx;
+    double *loss;
+} ce_job;
+
+static void ce_rows_chunk(int64_t r0, int64_t r1, int thread, const void *ctx)
+{
+    const ce_job *j = ctx;
+    const int64_t C = j->c->C;
+    for (int64_t r = r0; r < r1; r++)
+        j->loss[r] = cg_ce_row(j->c, j->x + r * C, j->t[r], j->lse ? j->lse + r : NULL,
+                               j->dx ? j->dx + r * C : NULL);
+}
+
+void cg_ce_rows_run(const cg_ce_rows *c, int64_t N, const float *x, const int64_t *t, float *lse,
+                    float *dx, double *loss)
+{
+    const ce_job j = {.c = c, .x = x, .t = t, .lse = lse, .dx = dx, .loss = loss};
+    cg_shares_run(N, cg_shares_rows(c->C), cg_shares_team(N * c->C > CG_CE_PAR_THRESHOLD),
+                  ce_rows_chunk, &j);
+}
+
+static void ce_backward_chunk(int64_t r0, int64_t r1, int thread, const void *ctx)
+{
+    const ce_job *j = ctx;
+    const int64_t C = j->c->C;
+    for (int64_t r = r0; r < r1; r++)
+        ce_row_backward(j->c, j->x + r * C, j->t[r], j->lse_in ? j->lse_in + r : NULL,
+                        j->dx + r * C);
+}
+
 cg_tensor *cg_k_cross_entropy(const cg_tensor *logits, const cg_tensor *target_t,
                               int64_t ignore_index, float label_smoothing, cg_tensor **lse,
                               cg_tensor **grad)
@@ -406,9 +443,7 @@ cg_tensor *cg_k_cross_entropy(const cg_tensor *logits, const cg_tensor *target_t
     float *dp = dx ? cg_data(dx) : NULL;
     cg_ce_rows c = cg_ce_rows_for(C, ignore_index, kept, label_smoothing, 1.0f);
     /* the gradient while the row is in cache: the backward's for g = 1 */
-#pragma omp parallel for schedule(static) if (N * C > CG_CE_PAR_THRESHOLD)
-    for (int64_t r = 0; r < N; r++)
-        row[r] = cg_ce_row(&c, xp + r * C, targets[r], &lp[r], dp ? dp + r * C : NULL);
+    cg_ce_rows_run(&c, N, xp, targets, lp, dp, row);
     double total = 0.0;
     for (int64_t r = 0; r < N; r++)
         total += row[r];
@@ -462,9 +497,9 @@ cg_tensor *cg_k_cross_entropy_backward(const cg_tensor *logits, const cg_tensor 
     float *dp = cg_data(dx);
     /* With no kept row PyTorch's gradient is zero (ignored rows get none). */
     cg_ce_rows c = cg_ce_rows_for(C, ignore_index, kept, label_smoothing, g);
-#pragma omp parallel for schedule(static) if (N * C > CG_CE_PAR_THRESHOLD)
-    for (int64_t r = 0; r < N; r++)
-        ce_row_backward(&c, xp + r * C, targets[r], lp ? lp + r : NULL, dp + r * C);
+    const ce_job j = {.c = &c, .x = xp, .lse_in = lp, .t = targets, .dx = dp};
+    cg_shares_run(N, cg_shares_rows(C), cg_shares_team(N * C > CG_CE_PAR_THRESHOLD),
+                  ce_backward_chunk, &j);
     cg_release_all(3, x, lc, tc);
     return dx;
 }

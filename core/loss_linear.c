@@ -9,6 +9,7 @@
 #include "core/gemm.h"
 #include "core/loss_rows.h"
 #include "core/ops.h"
+#include "core/shares.h"
 #include "core/upcast.h"
 
 /* ------------------------------------- fused linear + cross-entropy */
@@ -80,15 +81,30 @@ static void lce_rows(lce_args *a, int64_t r0, int64_t m, float *L, double *row)
     int64_t V = a->V, d = a->d;
     lce_logits(a, r0, m, L);
     bool grads = a->dh || a->dw || a->db;
-#pragma omp parallel for schedule(static) if (m * V > CG_CE_PAR_THRESHOLD)
-    for (int64_t r = 0; r < m; r++)
-        row[r0 + r] =
-            cg_ce_row(&a->rows, L + r * V, a->targets[r0 + r], NULL, grads ? L + r * V : NULL);
+    cg_ce_rows_run(&a->rows, m, L, a->targets + r0, NULL, grads ? L : NULL, row + r0);
     if (a->dh && a->pwt)
         a->failed |=
             !cg_bf16_matrix_mul(a->pwt, CG_GEMM_AUTO, 0, m, L, V, 1, NULL, 0, a->dh + r0 * d, d, 1);
     else if (a->dh)
         cg_sgemm(m, d, V, 1.0f, L, V, 1, a->w, d, 1, 0.0f, a->dh + r0 * d, d, 1);
+}
+
+/* db[j] += the column j of a chunk's gradient L [m, V] */
+typedef struct {
+    int64_t m, V;
+    const float *L;
+    double *db;
+} db_sums;
+
+static void add_db_columns(int64_t j0, int64_t j1, int thread, const void *ctx)
+{
+    const db_sums *d = ctx;
+    for (int64_t j = j0; j < j1; j++) {
+        double s = d->db[j];
+        for (int64_t r = 0; r < d->m; r++) /* row order: any thread count */
+            s += (double)d->L[r * d->V + j];
+        d->db[j] = s;
+    }
 }
 
 /* One chunk of rows [r0, r0 + m): rows as above, then their products into
@@ -103,14 +119,9 @@ static void lce_chunk(lce_args *a, int64_t r0, int64_t m, float *L, double *row,
     if (a->dw)
         cg_sgemm(V, d, m, 1.0f, L, 1, V, a->h + r0 * d, d, 1, first ? 0.0f : 1.0f, a->dw, d, 1);
     if (a->db) {
-        double *db = a->db;
-#pragma omp parallel for schedule(static) if (m * V > CG_CE_PAR_THRESHOLD)
-        for (int64_t j = 0; j < V; j++) {
-            double s = db[j];
-            for (int64_t r = 0; r < m; r++) /* row order: any thread count */
-                s += (double)L[r * V + j];
-            db[j] = s;
-        }
+        const db_sums sums = {m, V, L, a->db};
+        cg_shares_run(V, cg_shares_rows(m), cg_shares_team(m * V > CG_CE_PAR_THRESHOLD),
+                      add_db_columns, &sums);
     }
 }
 

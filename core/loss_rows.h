@@ -29,6 +29,12 @@ cg_ce_rows cg_ce_rows_for(int64_t C, int64_t ignore_index, int64_t kept, float l
  * rounded to float; dr (when not NULL, may be xr) its gradient for g. */
 double cg_ce_row(const cg_ce_rows *c, const float *xr, int64_t t, float *lse, float *dr);
 
+/* cg_ce_row on the rows of x [N, C] with their targets t: loss[r], lse[r]
+ * (when lse is not NULL) and row r of dx (when not NULL; may be x), in
+ * parallel when N C is large (core/shares.h). */
+void cg_ce_rows_run(const cg_ce_rows *c, int64_t N, const float *x, const int64_t *t, float *lse,
+                    float *dx, double *loss);
+
 /* Check the targets (int64 [N], each in [0, C) or ignore_index) of logits
  * [N, C] (shape: their shape for messages) and count the kept rows; *held
  * gets a contiguous reference to them (release it). op names the caller. */

@@ -310,13 +310,16 @@ typedef struct {
     const float *x, *a, *w, *b; /* x, the addend, the weight and bias */
     float *y, *mean, *rstd, *sum;
     uint16_t *y16, *xhat16; /* y and x-hat rounded to bf16 */
+    /* D floats a thread: x + a when the sum is not kept, and x-hat */
+    float *scratch;
 } fwd_rows;
 
-/* Rows [r0, r1) of norm_forward; row: D floats of scratch (for x + a when
- * the sum is not kept, and for x-hat) */
-static void norm_fwd_rows(const fwd_rows *f, int64_t r0, int64_t r1, float *row)
+/* Rows [r0, r1) of norm_forward */
+static void norm_fwd_rows(int64_t r0, int64_t r1, int thread, const void *ctx)
 {
+    const fwd_rows *f = ctx;
     const int64_t D = f->D;
+    float *row = f->scratch ? f->scratch + (int64_t)thread * D : NULL;
     for (int64_t r = r0; r < r1; r++) {
         float mf, rs;
         const float *xr = f->x + r * D;
@@ -387,19 +390,10 @@ static cg_tensor *norm_forward(const char *op, bool rms, const cg_tensor *x, con
     float *yp = cg_data(y), *mp = mt ? cg_data(mt) : NULL, *rp = cg_data(rt);
     float *sp = st ? cg_data(st) : NULL;
     uint16_t *yh = yb ? cg_data_bf16(yb) : NULL, *hh = ht ? cg_data_bf16(ht) : NULL;
-    const fwd_rows fr = {rms, D, eps, xp, ap, wp, bp, yp, mp, rp, sp, yh, hh};
-    if (n > PAR_THRESHOLD && nt > 1) {
-        /* rows in chunks of CHUNK, in shares (core/shares.h) */
-        cg_shares sh;
-        cg_shares_init(&sh, (rows + CHUNK - 1) / CHUNK, nt);
-#pragma omp parallel num_threads(nt)
-        for (int64_t c; (c = cg_shares_next(&sh, omp_get_thread_num())) >= 0;)
-            norm_fwd_rows(&fr, c * CHUNK, (c + 1) * CHUNK < rows ? (c + 1) * CHUNK : rows,
-                          scratch ? scratch + (int64_t)omp_get_thread_num() * D : NULL);
-        cg_shares_free(&sh);
-    } else { /* no region for a team of one (core/shares.h) */
-        norm_fwd_rows(&fr, 0, rows, scratch);
-    }
+    fwd_rows fr = {rms, D, eps, xp, ap, wp, bp, yp, mp, rp, sp, yh, hh, scratch};
+    /* rows in chunks of CHUNK, in shares (core/shares.h) */
+    cg_shares_run(rows, CHUNK, n > PAR_THRESHOLD && !omp_in_parallel() ? nt : 1, norm_fwd_rows,
+                  &fr);
     cg_free(scratch);
     cg_release_all(4, xc, ac, wc, bc);
     if (yb)
@@ -469,6 +463,56 @@ cg_tensor *cg_k_norm(bool rms, const cg_tensor *x, const cg_tensor *y, const cg_
 }
 
 /* ----------------------------------------------------------- backward */
+/* What norm_backward's chunks read and write: dx, and each chunk's partial
+ * sums of dw and db (Dp doubles a chunk; NULL: not wanted) */
+typedef struct {
+    bool rms;
+    int64_t D, Dp;
+    const float *x;
+    const uint16_t *xhat; /* instead of x (and the mean) */
+    const float *g, *mean, *rstd, *w;
+    float *dx;
+    double *pw, *pb;
+} bwd_rows;
+
+/* Rows [r0, r1): one chunk of CHUNK rows (the last may be short) */
+static void norm_bwd_rows(int64_t r0, int64_t r1, int thread, const void *ctx)
+{
+    const bwd_rows *b = ctx;
+    const int64_t c = r0 / CHUNK;
+    double *cw = b->pw ? b->pw + c * b->Dp : NULL, *cb = b->pb ? b->pb + c * b->Dp : NULL;
+    if (b->xhat)
+        norm_chunk_bwd_xhat(b->rms, r0, r1, b->D, b->xhat, b->g, b->rstd, b->w, b->dx, cw, cb);
+    else
+        norm_chunk_bwd(b->rms, r0, r1, b->D, b->x, b->g, b->mean, b->rstd, b->w, b->dx, cw, cb);
+}
+
+/* The chunks' partial sums of dw and db added in chunk order */
+typedef struct {
+    int64_t nchunks, Dp;
+    const double *pw, *pb;
+    float *dw, *db;
+} partial_sums;
+
+/* Columns [j0, j1) */
+static void sum_partials(int64_t j0, int64_t j1, int thread, const void *ctx)
+{
+    const partial_sums *p = ctx;
+    for (int64_t j = j0; j < j1; j++) {
+        double sw = 0.0, sb = 0.0;
+        for (int64_t c = 0; c < p->nchunks; c++) {
+            if (p->pw)
+                sw += p->pw[c * p->Dp + j];
+            if (p->pb)
+                sb += p->pb[c * p->Dp + j];
+        }
+        if (p->dw)
+            p->dw[j] = (float)sw;
+        if (p->db)
+            p->db[j] = (float)sb;
+    }
+}
+
 /* xhat = (x - mean) * rstd (mean = 0 for RMS norm), gw = g * w:
  *   layer norm: dx = rstd * (gw - mean(gw) - xhat * mean(gw * xhat))
  *   rms norm:   dx = rstd * (gw - xhat * mean(gw * xhat))
@@ -536,35 +580,15 @@ static bool norm_backward(const char *op, bool rms, bool hat, const cg_tensor *x
     const float *gp = cg_data(gc), *rp = cg_data(rc);
     const float *mp = mc ? cg_data(mc) : NULL, *wp = wc ? cg_data(wc) : NULL;
     float *dxp = dxt ? cg_data(dxt) : NULL;
-    cg_shares sh;
-    cg_shares_init(&sh, nchunks, nt);
-#pragma omp parallel if (n > PAR_THRESHOLD) num_threads(nt)
-    for (int64_t c; (c = cg_shares_next(&sh, omp_get_thread_num())) >= 0;) {
-        int64_t r0 = c * CHUNK, r1 = (c + 1) * CHUNK < rows ? (c + 1) * CHUNK : rows;
-        double *cw = pw ? pw + c * Dp : NULL, *cb = pb ? pb + c * Dp : NULL;
-        if (hp)
-            norm_chunk_bwd_xhat(rms, r0, r1, D, hp, gp, rp, wp, dxp, cw, cb);
-        else
-            norm_chunk_bwd(rms, r0, r1, D, xp, gp, mp, rp, wp, dxp, cw, cb);
-    }
-    cg_shares_free(&sh);
+    bwd_rows br = {rms, D, Dp, xp, hp, gp, mp, rp, wp, dxp, pw, pb};
+    cg_shares_run(rows, CHUNK, n > PAR_THRESHOLD && !omp_in_parallel() ? nt : 1, norm_bwd_rows,
+                  &br);
     /* Sum the chunk partials in chunk order, parallel over columns. */
     if (dwt || dbt) {
-        float *dwp = dwt ? cg_data(dwt) : NULL, *dbp = dbt ? cg_data(dbt) : NULL;
-#pragma omp parallel for schedule(static) if (nchunks * D > PAR_THRESHOLD)
-        for (int64_t j = 0; j < D; j++) {
-            double sw = 0.0, sb = 0.0;
-            for (int64_t c = 0; c < nchunks; c++) {
-                if (pw)
-                    sw += pw[c * Dp + j];
-                if (pb)
-                    sb += pb[c * Dp + j];
-            }
-            if (dwp)
-                dwp[j] = (float)sw;
-            if (dbp)
-                dbp[j] = (float)sb;
-        }
+        partial_sums ps = {
+            nchunks, Dp, pw, pb, dwt ? cg_data(dwt) : NULL, dbt ? cg_data(dbt) : NULL};
+        cg_shares_run(D, cg_shares_rows(nchunks), cg_shares_team(nchunks * D > PAR_THRESHOLD),
+                      sum_partials, &ps);
     }
     ok = true;
     goto done;
@@ -655,6 +679,19 @@ EW_CLONES static void dropout_grad_run(int64_t n, const uint8_t *m, const float 
         out[i] = g[i] * (m[i] ? scale : 0.0f);
 }
 
+/* What the dropout backward's blocks read and write */
+typedef struct {
+    const uint8_t *m;
+    const float *g;
+    float scale, *out;
+} drop_grad_job;
+
+static void drop_grad_block(int64_t i0, int64_t i1, int thread, const void *ctx)
+{
+    const drop_grad_job *j = ctx;
+    dropout_grad_run(i1 - i0, j->m + i0, j->g + i0, j->scale, j->out + i0);
+}
+
 cg_tensor *cg_k_dropout_backward(const cg_tensor *mask, const cg_tensor *g, float p)
 {
     if (!mask || !g)
@@ -672,19 +709,28 @@ cg_tensor *cg_k_dropout_backward(const cg_tensor *mask, const cg_tensor *g, floa
     cg_tensor *mc = cg_k_contiguous(mask), *gc = cg_k_contiguous(g);
     cg_tensor *out = mc && gc ? cg_empty(g->ndim, g->shape) : NULL;
     if (out) {
-        const int64_t n = cg_numel(g), nb = (n + DROP_BLOCK - 1) / DROP_BLOCK;
-        const uint8_t *mp = (const uint8_t *)cg_data_bool(mc);
-        const float *gp = cg_data(gc), scale = dropout_scale(p);
-        float *op = cg_data(out);
-#pragma omp parallel for schedule(static) if (n > PAR_THRESHOLD)
-        for (int64_t k = 0; k < nb; k++) {
-            const int64_t i = k * DROP_BLOCK;
-            dropout_grad_run(n - i < DROP_BLOCK ? n - i : DROP_BLOCK, mp + i, gp + i, scale,
-                             op + i);
-        }
+        const int64_t n = cg_numel(g);
+        drop_grad_job job = {(const uint8_t *)cg_data_bool(mc), cg_data(gc), dropout_scale(p),
+                             cg_data(out)};
+        cg_shares_run(n, DROP_BLOCK, cg_shares_team(n > PAR_THRESHOLD), drop_grad_block, &job);
     }
     cg_release_all(2, mc, gc);
     return out;
+}
+
+/* What the dropout's blocks read and write */
+typedef struct {
+    uint64_t key, base; /* the draws' key and counter */
+    float p, scale;
+    const float *x;
+    float *y;
+    uint8_t *m; /* NULL: no mask wanted */
+} drop_job;
+
+static void drop_block(int64_t i0, int64_t i1, int thread, const void *ctx)
+{
+    const drop_job *j = ctx;
+    dropout_span(i0, i1, j->key, j->base, j->p, j->scale, j->x, j->y, j->m);
 }
 
 /* Element i (row-major) is kept iff draw (counter + i) >= p; the counter then
@@ -726,12 +772,8 @@ cg_tensor *cg_k_dropout(const cg_tensor *a, float p, cg_rng *rng, cg_tensor **ma
         if (mp)
             memset(mp, 1, (size_t)n);
     } else {
-        const uint64_t key = cg_rng_key(rng->seed), base = rng->counter;
-        const int64_t nb = (n + DROP_BLOCK - 1) / DROP_BLOCK;
-#pragma omp parallel for schedule(static) if (n > PAR_THRESHOLD / 4)
-        for (int64_t k = 0; k < nb; k++)
-            dropout_span(k * DROP_BLOCK, k + 1 < nb ? (k + 1) * DROP_BLOCK : n, key, base, p, scale,
-                         xp, yp, mp);
+        drop_job job = {cg_rng_key(rng->seed), rng->counter, p, scale, xp, yp, mp};
+        cg_shares_run(n, DROP_BLOCK, cg_shares_team(n > PAR_THRESHOLD / 4), drop_block, &job);
     }
     if (rng)
         rng->counter += (uint64_t)n;

@@ -196,6 +196,60 @@ static void walk_columns(const plan *pl, const float *p, int64_t ks, int64_t m, 
     }
 }
 
+/* What plan_sum's items read and write: item t * nb + b sums block b of
+ * the reduced elements for task t (an output, or a run of up to RED_CHUNK
+ * outputs along the kept dim L of stride ks, nch runs to a line) */
+typedef struct {
+    const plan *pl;
+    const double *mean; /* NULL: plain sums */
+    double *out, *part; /* part: nb partial sums an output, or NULL (nb 1) */
+    int64_t nb, nch, L, ks;
+} sum_job;
+
+static void sum_items(int64_t i0, int64_t i1, int thread, const void *ctx)
+{
+    const sum_job *j = ctx;
+    const plan *pl = j->pl;
+    const int64_t nb = j->nb, nred = pl->nred;
+    for (int64_t item = i0; item < i1; item++) {
+        int64_t t = item / nb, b = item % nb;
+        int64_t r0 = b * RED_BLOCK, r1 = r0 + RED_BLOCK < nred ? r0 + RED_BLOCK : nred;
+        if (!pl->columns) {
+            double s = walk_rows(pl, pl->base + kept_offset(pl, t), r0, r1, j->mean != NULL,
+                                 j->mean ? j->mean[t] : 0.0);
+            if (j->part)
+                j->part[t * nb + b] = s;
+            else
+                j->out[t] = s;
+        } else {
+            int64_t outer = t / j->nch, j0 = (t % j->nch) * RED_CHUNK;
+            int64_t m = j->L - j0 < RED_CHUNK ? j->L - j0 : RED_CHUNK;
+            int64_t o0 = outer * j->L + j0;
+            double acc[RED_CHUNK];
+            walk_columns(pl, pl->base + kept_offset(pl, o0), j->ks, m, r0, r1,
+                         j->mean ? j->mean + o0 : NULL, acc);
+            for (int64_t k = 0; k < m; k++) {
+                if (j->part)
+                    j->part[(o0 + k) * nb + b] = acc[k];
+                else
+                    j->out[o0 + k] = acc[k];
+            }
+        }
+    }
+}
+
+/* out[o] = the sum of its nb partial sums, in block order */
+static void sum_partials(int64_t o0, int64_t o1, int thread, const void *ctx)
+{
+    const sum_job *j = ctx;
+    for (int64_t o = o0; o < o1; o++) {
+        double s = 0.0;
+        for (int64_t b = 0; b < j->nb; b++)
+            s += j->part[o * j->nb + b];
+        j->out[o] = s;
+    }
+}
+
 /* out[o] (nout doubles) = blocked sum of f over each output's reduced
  * elements; mean (nout doubles) selects squared deviations. */
 static bool plan_sum(const plan *pl, const double *mean, double *out)
@@ -221,41 +275,16 @@ static bool plan_sum(const plan *pl, const double *mean, double *out)
     int64_t nch = (L + RED_CHUNK - 1) / RED_CHUNK;
     int64_t ntasks = pl->columns ? (nout / L) * nch : nout;
     int64_t nitems = ntasks * nb;
-    bool par = nout * nred > RED_PAR && nitems > 1;
-#pragma omp parallel for schedule(static) if (par)
-    for (int64_t item = 0; item < nitems; item++) {
-        int64_t t = item / nb, b = item % nb;
-        int64_t r0 = b * RED_BLOCK, r1 = r0 + RED_BLOCK < nred ? r0 + RED_BLOCK : nred;
-        if (!pl->columns) {
-            double s = walk_rows(pl, pl->base + kept_offset(pl, t), r0, r1, mean != NULL,
-                                 mean ? mean[t] : 0.0);
-            if (part)
-                part[t * nb + b] = s;
-            else
-                out[t] = s;
-        } else {
-            int64_t outer = t / nch, j0 = (t % nch) * RED_CHUNK;
-            int64_t m = L - j0 < RED_CHUNK ? L - j0 : RED_CHUNK;
-            int64_t o0 = outer * L + j0;
-            double acc[RED_CHUNK];
-            walk_columns(pl, pl->base + kept_offset(pl, o0), ks, m, r0, r1, mean ? mean + o0 : NULL,
-                         acc);
-            for (int64_t j = 0; j < m; j++) {
-                if (part)
-                    part[(o0 + j) * nb + b] = acc[j];
-                else
-                    out[o0 + j] = acc[j];
-            }
-        }
-    }
+    /* an item's work: a block of reduced elements for each of its outputs */
+    int64_t work = nred < RED_BLOCK ? nred : RED_BLOCK;
+    if (pl->columns)
+        work *= L < RED_CHUNK ? L : RED_CHUNK;
+    const sum_job job = {pl, mean, out, part, nb, nch, L, ks};
+    cg_shares_run(nitems, cg_shares_rows(work), cg_shares_team(nout * nred > RED_PAR), sum_items,
+                  &job);
     if (part) {
-#pragma omp parallel for schedule(static) if (nout * nb > RED_PAR)
-        for (int64_t o = 0; o < nout; o++) {
-            double s = 0.0;
-            for (int64_t b = 0; b < nb; b++)
-                s += part[o * nb + b];
-            out[o] = s;
-        }
+        cg_shares_run(nout, cg_shares_rows(nb), cg_shares_team(nout * nb > RED_PAR), sum_partials,
+                      &job);
         free(part);
     }
     return true;
@@ -439,6 +468,68 @@ cg_tensor *cg_k_sum_to_shape(const cg_tensor *a, int ndim, const int64_t *shape)
  * ties keep the first index). */
 static inline bool max_better(float v, float best) { return v > best || (v != v && best == best); }
 
+/* What max_f32's tasks read and write: task t is an output, or a run of
+ * up to RED_CHUNK outputs along the kept dim L of stride ks (nch a line),
+ * each the max over R elements of stride rs */
+typedef struct {
+    const plan *pl;
+    int64_t R, rs, L, ks, nch;
+    float *vals;
+    int64_t *idx; /* NULL: not wanted */
+} max_job;
+
+static void max_tasks(int64_t t0, int64_t t1, int thread, const void *ctx)
+{
+    const max_job *mj = ctx;
+    const plan *pl = mj->pl;
+    const int64_t R = mj->R, rs = mj->rs, ks = mj->ks, L = mj->L, nch = mj->nch;
+    float *ov = mj->vals;
+    int64_t *oi = mj->idx;
+    for (int64_t t = t0; t < t1; t++) {
+        if (!pl->columns) {
+            const float *p = pl->base + kept_offset(pl, t);
+            float best = p[0];
+            int64_t bi = 0;
+            for (int64_t r = 1; r < R; r++) {
+                float v = p[r * rs];
+                if (max_better(v, best)) {
+                    best = v;
+                    bi = r;
+                }
+            }
+            ov[t] = best;
+            if (oi)
+                oi[t] = bi;
+        } else {
+            int64_t outer = t / nch, j0 = (t % nch) * RED_CHUNK;
+            int64_t m = L - j0 < RED_CHUNK ? L - j0 : RED_CHUNK;
+            int64_t o0 = outer * L + j0;
+            const float *p = pl->base + kept_offset(pl, o0);
+            float best[RED_CHUNK];
+            int64_t bi[RED_CHUNK];
+            for (int64_t j = 0; j < m; j++) {
+                best[j] = p[j * ks];
+                bi[j] = 0;
+            }
+            for (int64_t r = 1; r < R; r++) {
+                const float *q = p + r * rs;
+                for (int64_t j = 0; j < m; j++) {
+                    float v = q[j * ks];
+                    if (max_better(v, best[j])) {
+                        best[j] = v;
+                        bi[j] = r;
+                    }
+                }
+            }
+            for (int64_t j = 0; j < m; j++) {
+                ov[o0 + j] = best[j];
+                if (oi)
+                    oi[o0 + j] = bi[j];
+            }
+        }
+    }
+}
+
 static cg_tensor *max_f32(const cg_tensor *a, int dim, bool keepdim, cg_tensor **indices)
 {
     if (indices)
@@ -475,51 +566,10 @@ static cg_tensor *max_f32(const cg_tensor *a, int dim, bool keepdim, cg_tensor *
     int64_t L = pl.kshape[pl.nk - 1], ks = pl.kstride[pl.nk - 1];
     int64_t nch = (L + RED_CHUNK - 1) / RED_CHUNK;
     int64_t ntasks = pl.columns ? (pl.nout / L) * nch : pl.nout;
-    bool par = pl.nout * R > RED_PAR && ntasks > 1;
-#pragma omp parallel for schedule(static) if (par)
-    for (int64_t t = 0; t < ntasks; t++) {
-        if (!pl.columns) {
-            const float *p = pl.base + kept_offset(&pl, t);
-            float best = p[0];
-            int64_t bi = 0;
-            for (int64_t r = 1; r < R; r++) {
-                float v = p[r * rs];
-                if (max_better(v, best)) {
-                    best = v;
-                    bi = r;
-                }
-            }
-            ov[t] = best;
-            if (oi)
-                oi[t] = bi;
-        } else {
-            int64_t outer = t / nch, j0 = (t % nch) * RED_CHUNK;
-            int64_t m = L - j0 < RED_CHUNK ? L - j0 : RED_CHUNK;
-            int64_t o0 = outer * L + j0;
-            const float *p = pl.base + kept_offset(&pl, o0);
-            float best[RED_CHUNK];
-            int64_t bi[RED_CHUNK];
-            for (int64_t j = 0; j < m; j++) {
-                best[j] = p[j * ks];
-                bi[j] = 0;
-            }
-            for (int64_t r = 1; r < R; r++) {
-                const float *q = p + r * rs;
-                for (int64_t j = 0; j < m; j++) {
-                    float v = q[j * ks];
-                    if (max_better(v, best[j])) {
-                        best[j] = v;
-                        bi[j] = r;
-                    }
-                }
-            }
-            for (int64_t j = 0; j < m; j++) {
-                ov[o0 + j] = best[j];
-                if (oi)
-                    oi[o0 + j] = bi[j];
-            }
-        }
-    }
+    const max_job job = {&pl, R, rs, L, ks, nch, ov, oi};
+    const int64_t work = pl.columns ? R * (L < RED_CHUNK ? L : RED_CHUNK) : R;
+    cg_shares_run(ntasks, cg_shares_rows(work), cg_shares_team(pl.nout * R > RED_PAR), max_tasks,
+                  &job);
     if (indices)
         *indices = idx;
     return vals;
@@ -546,6 +596,33 @@ cg_tensor *cg_k_argmax(const cg_tensor *a, int dim, bool keepdim)
     return idx;
 }
 
+/* The max of each block of RED_BLOCK elements in row-major order */
+typedef struct {
+    const cg_iter *it;
+    int64_t st; /* the inner stride */
+    float *bm;  /* a block's max (NaN if it holds one) */
+} max_all_job;
+
+static void block_max(int64_t i0, int64_t i1, int thread, const void *ctx)
+{
+    const max_all_job *j = ctx;
+    cg_iter_pos pos;
+    float *ptr[1];
+    int64_t len;
+    cg_iter_seek(j->it, &pos, i0, i1);
+    float best = -INFINITY;
+    bool nan = false;
+    while ((len = cg_iter_next(j->it, &pos, ptr)) > 0) {
+        const float *q = ptr[0];
+        for (int64_t i = 0; i < len; i++) {
+            float v = q[i * j->st];
+            best = v > best ? v : best;
+            nan |= v != v;
+        }
+    }
+    j->bm[i0 / RED_BLOCK] = nan ? NAN : best;
+}
+
 /* Max over every element; NaN if any element is NaN. Blocks of RED_BLOCK
  * in row-major order, block maxima combined in order. */
 static cg_tensor *max_all_f32(const cg_tensor *a)
@@ -569,26 +646,8 @@ static cg_tensor *max_all_f32(const cg_tensor *a)
         cg_set_error("max_all: out of memory");
         return NULL;
     }
-    int64_t st = cg_iter_inner_stride(&it, 0);
-#pragma omp parallel for schedule(static) if (n > RED_PAR)
-    for (int64_t b = 0; b < nb; b++) {
-        cg_iter_pos pos;
-        float *ptr[1];
-        int64_t len;
-        cg_iter_seek(&it, &pos, b * RED_BLOCK,
-                     b * RED_BLOCK + RED_BLOCK < n ? b * RED_BLOCK + RED_BLOCK : n);
-        float best = -INFINITY;
-        bool nan = false;
-        while ((len = cg_iter_next(&it, &pos, ptr)) > 0) {
-            const float *q = ptr[0];
-            for (int64_t i = 0; i < len; i++) {
-                float v = q[i * st];
-                best = v > best ? v : best;
-                nan |= v != v;
-            }
-        }
-        bm[b] = nan ? NAN : best;
-    }
+    const max_all_job job = {&it, cg_iter_inner_stride(&it, 0), bm};
+    cg_shares_run(n, RED_BLOCK, cg_shares_team(n > RED_PAR), block_max, &job);
     float best = bm[0];
     for (int64_t b = 1; b < nb; b++)
         if (max_better(bm[b], best))

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "core/ops.h"
+#include "core/shares.h"
 #include "core/upcast.h"
 
 #define PAR_THRESHOLD 32768
@@ -270,6 +271,25 @@ cg_tensor *cg_k_index_select(const cg_tensor *a, int dim, const cg_tensor *index
     return out;
 }
 
+/* Output row r = o n + i is row ids[i] of the outer index o's S rows */
+typedef struct {
+    const char *x;
+    char *out;
+    const int64_t *ids;
+    int64_t n, S;
+    size_t bytes; /* a row's */
+} select_job;
+
+static void select_rows(int64_t r0, int64_t r1, int thread, const void *ctx)
+{
+    const select_job *j = ctx;
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t o = r / j->n, i = r % j->n;
+        memcpy(j->out + (size_t)r * j->bytes, j->x + (size_t)(o * j->S + j->ids[i]) * j->bytes,
+               j->bytes);
+    }
+}
+
 static cg_tensor *index_select_ids(const cg_tensor *a, int dim, const int64_t *ids, int64_t n)
 {
     if (a->ndim == 0) {
@@ -290,21 +310,41 @@ static cg_tensor *index_select_ids(const cg_tensor *a, int dim, const int64_t *i
         cg_release(x);
         return NULL;
     }
-    const char *xp = cg_data_ptr(x); /* any dtype: rows of bytes */
-    char *op = cg_data_ptr(out);
-    int64_t rows = l.outer * n;
-    size_t bytes = (size_t)l.inner * cg_dtype_size(a->dtype);
-#pragma omp parallel for schedule(static) if (rows * l.inner > PAR_THRESHOLD)
-    for (int64_t r = 0; r < rows; r++) {
-        int64_t o = r / n, i = r % n;
-        memcpy(op + (size_t)r * bytes, xp + (size_t)((o * l.S + ids[i])) * bytes, bytes);
-    }
+    /* any dtype: rows of bytes */
+    const select_job job = {
+        cg_data_ptr(x), cg_data_ptr(out), ids, n, l.S, (size_t)l.inner * cg_dtype_size(a->dtype)};
+    const int64_t rows = l.outer * n;
+    cg_shares_run(rows, cg_shares_rows(l.inner), cg_shares_team(rows * l.inner > PAR_THRESHOLD),
+                  select_rows, &job);
     cg_release(x);
     return out;
 }
 
 static bool index_add_ids(cg_tensor *dst, int dim, const int64_t *ids, int64_t n,
                           const cg_tensor *src);
+
+/* Task t = o S + row adds to that row of w the source rows whose id is row
+ * (positions order[start[row]] on, in increasing order) */
+typedef struct {
+    const float *src;
+    float *w;
+    const int64_t *start, *order;
+    int64_t n, S, inner;
+} add_job;
+
+static void add_rows_by_id(int64_t t0, int64_t t1, int thread, const void *ctx)
+{
+    const add_job *j = ctx;
+    for (int64_t t = t0; t < t1; t++) {
+        int64_t o = t / j->S, row = t % j->S;
+        float *dr = j->w + (o * j->S + row) * j->inner;
+        for (int64_t k = j->start[row]; k < j->start[row + 1]; k++) {
+            const float *sr = j->src + (o * j->n + j->order[k]) * j->inner;
+            for (int64_t i = 0; i < j->inner; i++)
+                dr[i] += sr[i];
+        }
+    }
+}
 
 bool cg_k_index_add_(cg_tensor *dst, int dim, const cg_tensor *index, const cg_tensor *src)
 {
@@ -379,19 +419,9 @@ static bool index_add_ids(cg_tensor *dst, int dim, const int64_t *ids, int64_t n
             order[fill[ids[i]]++] = i;
         free(fill);
     }
-    const float *sp = cg_data(s);
-    float *wp = cg_data(w);
-    int64_t tasks = l.outer * l.S;
-#pragma omp parallel for schedule(static) if (l.outer * n * l.inner > PAR_THRESHOLD)
-    for (int64_t t = 0; t < tasks; t++) {
-        int64_t o = t / l.S, row = t % l.S;
-        float *dr = wp + (o * l.S + row) * l.inner;
-        for (int64_t k = start[row]; k < start[row + 1]; k++) {
-            const float *sr = sp + (o * n + order[k]) * l.inner;
-            for (int64_t j = 0; j < l.inner; j++)
-                dr[j] += sr[j];
-        }
-    }
+    const add_job job = {cg_data(s), cg_data(w), start, order, n, l.S, l.inner};
+    cg_shares_run(l.outer * l.S, cg_shares_rows(l.inner),
+                  cg_shares_team(l.outer * n * l.inner > PAR_THRESHOLD), add_rows_by_id, &job);
     bool ok = true;
     if (!cg_is_contiguous(dst))
         ok = cg_k_copy_(dst, w); /* w is a contiguous copy of dst: write back */
@@ -468,6 +498,40 @@ cg_tensor *cg_k_gather(const cg_tensor *a, int dim, const cg_tensor *index)
     return out;
 }
 
+/* Rows of gather's output (shape, ndim dims) along its last dim */
+typedef struct {
+    const cg_tensor *a;
+    int d, ndim;
+    const int64_t *shape, *ids;
+    float *out;
+} gather_job;
+
+static void gather_rows(int64_t r0, int64_t r1, int thread, const void *ctx)
+{
+    const gather_job *g = ctx;
+    const int last = g->ndim - 1, d = g->d;
+    const int64_t inner = g->shape[last], *st = g->a->strides;
+    const float *ap = g->a->storage->data;
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t base = g->a->offset, rem = r;
+        for (int k = last - 1; k >= 0; k--) {
+            int64_t i = rem % g->shape[k];
+            rem /= g->shape[k];
+            if (k != d)
+                base += i * st[k];
+        }
+        const int64_t *ir = g->ids + r * inner;
+        float *orow = g->out + r * inner;
+        if (d == last) {
+            for (int64_t j = 0; j < inner; j++)
+                orow[j] = ap[base + ir[j] * st[last]];
+        } else {
+            for (int64_t j = 0; j < inner; j++)
+                orow[j] = ap[base + j * st[last] + ir[j] * st[d]];
+        }
+    }
+}
+
 static cg_tensor *gather_ids(const cg_tensor *a, int d, const int64_t *ids, int ndim,
                              const int64_t *shape)
 {
@@ -485,28 +549,10 @@ static cg_tensor *gather_ids(const cg_tensor *a, int d, const int64_t *ids, int 
         op[0] = ap[a->offset];
         return out;
     }
-    int last = ndim - 1;
-    int64_t inner = shape[last], rows = n / inner;
-    const int64_t *st = a->strides;
-#pragma omp parallel for schedule(static) if (n > PAR_THRESHOLD)
-    for (int64_t r = 0; r < rows; r++) {
-        int64_t base = a->offset, rem = r;
-        for (int k = last - 1; k >= 0; k--) {
-            int64_t i = rem % shape[k];
-            rem /= shape[k];
-            if (k != d)
-                base += i * st[k];
-        }
-        const int64_t *ir = ids + r * inner;
-        float *orow = op + r * inner;
-        if (d == last) {
-            for (int64_t j = 0; j < inner; j++)
-                orow[j] = ap[base + ir[j] * st[last]];
-        } else {
-            for (int64_t j = 0; j < inner; j++)
-                orow[j] = ap[base + j * st[last] + ir[j] * st[d]];
-        }
-    }
+    const int64_t inner = shape[ndim - 1];
+    const gather_job job = {a, d, ndim, shape, ids, op};
+    cg_shares_run(n / inner, cg_shares_rows(inner), cg_shares_team(n > PAR_THRESHOLD), gather_rows,
+                  &job);
     return out;
 }
 
@@ -534,6 +580,39 @@ bool cg_k_scatter_add_(cg_tensor *dst, int dim, const cg_tensor *index, const cg
     return ok;
 }
 
+/* Lines of src along dim d added into dst's at their ids */
+typedef struct {
+    cg_tensor *dst;
+    const cg_tensor *src;
+    const int64_t *ids;
+    int d;
+    int64_t ist[CG_MAX_DIMS]; /* the ids' (contiguous) strides */
+} scatter_job;
+
+static void scatter_lines(int64_t l0, int64_t l1, int thread, const void *ctx)
+{
+    const scatter_job *j = ctx;
+    const cg_tensor *dst = j->dst, *src = j->src;
+    const int d = j->d;
+    const int64_t L = src->shape[d];
+    float *dp = dst->storage->data;
+    const float *sp = src->storage->data;
+    for (int64_t line = l0; line < l1; line++) {
+        int64_t sb = src->offset, db = dst->offset, ib = 0, rem = line;
+        for (int k = src->ndim - 1; k >= 0; k--) {
+            if (k == d)
+                continue;
+            int64_t i = rem % src->shape[k];
+            rem /= src->shape[k];
+            sb += i * src->strides[k];
+            db += i * dst->strides[k];
+            ib += i * j->ist[k];
+        }
+        for (int64_t p = 0; p < L; p++)
+            dp[db + j->ids[ib + p * j->ist[d]] * dst->strides[d]] += sp[sb + p * src->strides[d]];
+    }
+}
+
 static bool scatter_add_ids(cg_tensor *dst, int d, const int64_t *ids, const cg_tensor *src)
 {
     if (!cg_check_f32("scatter_add_", "dst", dst) || !cg_check_f32("scatter_add_", "src", src))
@@ -548,25 +627,10 @@ static bool scatter_add_ids(cg_tensor *dst, int d, const int64_t *ids, const cg_
         dp[dst->offset] += sp[src->offset];
         return true;
     }
-    int nd = src->ndim;
-    int64_t L = src->shape[d], lines = n / L;
-    int64_t ist[CG_MAX_DIMS];
-    contig_strides(nd, src->shape, ist);
-#pragma omp parallel for schedule(static) if (n > PAR_THRESHOLD)
-    for (int64_t line = 0; line < lines; line++) {
-        int64_t sb = src->offset, db = dst->offset, ib = 0, rem = line;
-        for (int k = nd - 1; k >= 0; k--) {
-            if (k == d)
-                continue;
-            int64_t i = rem % src->shape[k];
-            rem /= src->shape[k];
-            sb += i * src->strides[k];
-            db += i * dst->strides[k];
-            ib += i * ist[k];
-        }
-        for (int64_t j = 0; j < L; j++)
-            dp[db + ids[ib + j * ist[d]] * dst->strides[d]] += sp[sb + j * src->strides[d]];
-    }
+    scatter_job job = {dst, src, ids, d, {0}};
+    contig_strides(src->ndim, src->shape, job.ist);
+    const int64_t L = src->shape[d];
+    cg_shares_run(n / L, cg_shares_rows(L), cg_shares_team(n > PAR_THRESHOLD), scatter_lines, &job);
     return true;
 }
 

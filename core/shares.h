@@ -11,20 +11,34 @@
  * a 2-core VM whose cores ran up to 30% apart for minutes at a time
  * (docs/performance.md, Zen 5).
  *
- *     cg_shares sh;
- *     const int nt = cg_shares_team(big_enough);   (or a count of its own)
- *     cg_shares_init(&sh, nchunks, nt);
- *     #pragma omp parallel num_threads(nt)
- *     for (int64_t c; (c = cg_shares_next(&sh, omp_get_thread_num())) >= 0;)
- *         body(c);
- *     cg_shares_free(&sh);
+ * A loop runs its chunks through cg_shares_run: items [0, n) in chunks of
+ * `grain` items, chunk c being [c grain, min(n, (c + 1) grain)), each
+ * handed once to fn(begin, end, thread, ctx), ctx shared (chunks read it):
  *
- * Every chunk in [0, nchunks) is returned exactly once, to some thread.
+ *     typedef struct { const float *x; float *y; int64_t D; } rows_ctx;
+ *     static void rows_chunk(int64_t r0, int64_t r1, int thread, const void *ctx)
+ *     {
+ *         const rows_ctx *c = ctx;
+ *         for (int64_t r = r0; r < r1; r++)
+ *             row(c->x + r * c->D, c->y + r * c->D, c->D);
+ *     }
+ *     ...
+ *     const rows_ctx c = {x, y, D};
+ *     cg_shares_run(rows, cg_shares_rows(D), cg_shares_team(rows * D > THRESHOLD), rows_chunk, &c);
  *
- * A loop whose team is one thread runs without a region: entering one
- * costs 1-2.5 us even with a team of one (libgomp sets a team up), which
- * ops on small tensors paid on every call (a gradient check ran 6.9
- * million such regions, most of its time). */
+ * The chunk boundaries depend on n and grain only, never on the team: a
+ * loop whose chunk function reads and writes only its chunk's items gives
+ * the same bits for any team. `thread` numbers the thread that runs the
+ * chunk, below nt (0 without a region, even inside someone else's): the
+ * slot of its scratch, for a chunk function that needs some.
+ *
+ * A team of one (or a single chunk) runs the chunks in order on the
+ * calling thread, without a region: entering one costs 1-2.5 us even with
+ * a team of one (libgomp sets a team up), which ops on small tensors paid
+ * on every call (a gradient check ran 6.9 million such regions, most of
+ * its time). Loops the runner cannot express (a barrier or a reduction
+ * across the team, a team managed by hand) test their team the same way
+ * before entering a region. */
 #ifndef CG_SHARES_H
 #define CG_SHARES_H
 
@@ -112,6 +126,47 @@ static inline int64_t cg_shares_next(cg_shares *sh, int t)
         if (atomic_compare_exchange_weak(&sh->s[victim].fb, &vv, cg_share_pack(f, b - 1)))
             return b - 1;
     }
+}
+
+/* Rows of len elements a chunk: about CG_SHARES_ELEMS elements, at least
+ * one row (the grain of a loop over rows of cheap elementwise work). */
+#define CG_SHARES_ELEMS 8192
+static inline int64_t cg_shares_rows(int64_t len)
+{
+    return len > 0 && len < CG_SHARES_ELEMS ? CG_SHARES_ELEMS / len : 1;
+}
+
+/* Items [begin, end) of a loop, run by thread `thread` of the team. */
+typedef void (*cg_chunk_fn)(int64_t begin, int64_t end, int thread, const void *ctx);
+
+/* fn on the chunks of grain items that cover [0, n): in order on this
+ * thread for a team of one (or one chunk), else in shares among nt
+ * threads (at most one per chunk) of one region. */
+static inline void cg_shares_run(int64_t n, int64_t grain, int nt, cg_chunk_fn fn, const void *ctx)
+{
+    if (n <= 0)
+        return;
+    if (grain < 1)
+        grain = 1;
+    const int64_t nchunks = (n + grain - 1) / grain;
+    if (nt > nchunks)
+        nt = (int)nchunks;
+    if (nt <= 1) {
+        for (int64_t b = 0; b < n; b += grain)
+            fn(b, n - b < grain ? n : b + grain, 0, ctx);
+        return;
+    }
+    cg_shares sh;
+    cg_shares_init(&sh, nchunks, nt);
+#pragma omp parallel num_threads(nt)
+    {
+        const int t = omp_get_thread_num();
+        for (int64_t c; (c = cg_shares_next(&sh, t)) >= 0;) {
+            const int64_t b = c * grain;
+            fn(b, n - b < grain ? n : b + grain, t, ctx);
+        }
+    }
+    cg_shares_free(&sh);
 }
 
 #endif

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "core/ops.h"
+#include "core/shares.h"
 #include "core/upcast.h"
 
 #define PAR_THRESHOLD 32768
@@ -124,6 +125,61 @@ static inline void softmax_bwd_block(const float *y, const float *g, float *dx, 
 }
 
 /* -------------------------------------------------------- drivers */
+/* A task: a row (inner == 1) or a block of up to BLOCK columns of one
+ * outer index. The forward reads x and writes out; the backward reads x
+ * (the output y) and g and writes out (dx). */
+typedef struct {
+    lines_t l;
+    bool logsm;
+    const float *x, *g;
+    float *out;
+} sm_job;
+
+/* The task's first element and its columns */
+static int64_t task_at(const lines_t *l, int64_t t, int64_t *w)
+{
+    const int64_t nblk = (l->inner + BLOCK - 1) / BLOCK, o = t / nblk, c0 = (t % nblk) * BLOCK;
+    *w = l->inner - c0 < BLOCK ? l->inner - c0 : BLOCK;
+    return o * l->D * l->inner + c0;
+}
+
+static void softmax_tasks(int64_t t0, int64_t t1, int thread, const void *ctx)
+{
+    const sm_job *j = ctx;
+    const int64_t D = j->l.D;
+    for (int64_t t = t0; t < t1; t++) {
+        if (j->l.inner == 1) {
+            softmax_block(j->x + t * D, j->out + t * D, D, 1, 1, j->logsm);
+        } else {
+            int64_t w, base = task_at(&j->l, t, &w);
+            softmax_block(j->x + base, j->out + base, D, j->l.inner, w, j->logsm);
+        }
+    }
+}
+
+static void softmax_bwd_tasks(int64_t t0, int64_t t1, int thread, const void *ctx)
+{
+    const sm_job *j = ctx;
+    const int64_t D = j->l.D;
+    for (int64_t t = t0; t < t1; t++) {
+        if (j->l.inner == 1) {
+            softmax_bwd_block(j->x + t * D, j->g + t * D, j->out + t * D, D, 1, 1, j->logsm);
+        } else {
+            int64_t w, base = task_at(&j->l, t, &w);
+            softmax_bwd_block(j->x + base, j->g + base, j->out + base, D, j->l.inner, w, j->logsm);
+        }
+    }
+}
+
+/* The tasks of n elements, in parallel when many */
+static void run_tasks(const sm_job *j, int64_t n, cg_chunk_fn fn)
+{
+    const lines_t *l = &j->l;
+    const int64_t w = l->inner < BLOCK ? l->inner : BLOCK;
+    cg_shares_run(l->outer * ((l->inner + BLOCK - 1) / BLOCK), cg_shares_rows(l->D * w),
+                  cg_shares_team(n > PAR_THRESHOLD), fn, j);
+}
+
 static cg_tensor *softmax_impl(const char *op, const cg_tensor *a, int dim, bool logsm)
 {
     if (!a) {
@@ -141,22 +197,8 @@ static cg_tensor *softmax_impl(const char *op, const cg_tensor *a, int dim, bool
     }
     int64_t n = cg_numel(a);
     if (n > 0) {
-        const float *xp = cg_data(x);
-        float *yp = cg_data(y);
-        if (l.inner == 1) {
-#pragma omp parallel for schedule(static) if (n > PAR_THRESHOLD)
-            for (int64_t r = 0; r < l.outer; r++)
-                softmax_block(xp + r * l.D, yp + r * l.D, l.D, 1, 1, logsm);
-        } else {
-            int64_t nblk = (l.inner + BLOCK - 1) / BLOCK, tasks = l.outer * nblk;
-#pragma omp parallel for schedule(static) if (n > PAR_THRESHOLD)
-            for (int64_t t = 0; t < tasks; t++) {
-                int64_t o = t / nblk, c0 = (t % nblk) * BLOCK;
-                int64_t w = l.inner - c0 < BLOCK ? l.inner - c0 : BLOCK;
-                int64_t base = o * l.D * l.inner + c0;
-                softmax_block(xp + base, yp + base, l.D, l.inner, w, logsm);
-            }
-        }
+        const sm_job job = {l, logsm, cg_data(x), NULL, cg_data(y)};
+        run_tasks(&job, n, softmax_tasks);
     }
     cg_release(x);
     return y;
@@ -184,22 +226,8 @@ static cg_tensor *softmax_bwd_impl(const char *op, const cg_tensor *y, const cg_
     }
     int64_t n = cg_numel(y);
     if (n > 0) {
-        const float *yp = cg_data(yc), *gp = cg_data(gc);
-        float *dp = cg_data(dx);
-        if (l.inner == 1) {
-#pragma omp parallel for schedule(static) if (n > PAR_THRESHOLD)
-            for (int64_t r = 0; r < l.outer; r++)
-                softmax_bwd_block(yp + r * l.D, gp + r * l.D, dp + r * l.D, l.D, 1, 1, logsm);
-        } else {
-            int64_t nblk = (l.inner + BLOCK - 1) / BLOCK, tasks = l.outer * nblk;
-#pragma omp parallel for schedule(static) if (n > PAR_THRESHOLD)
-            for (int64_t t = 0; t < tasks; t++) {
-                int64_t o = t / nblk, c0 = (t % nblk) * BLOCK;
-                int64_t w = l.inner - c0 < BLOCK ? l.inner - c0 : BLOCK;
-                int64_t base = o * l.D * l.inner + c0;
-                softmax_bwd_block(yp + base, gp + base, dp + base, l.D, l.inner, w, logsm);
-            }
-        }
+        const sm_job job = {l, logsm, cg_data(yc), cg_data(gc), cg_data(dx)};
+        run_tasks(&job, n, softmax_bwd_tasks);
     }
     cg_release_all(2, yc, gc);
     return dx;

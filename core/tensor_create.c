@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "core/shares.h"
 #include "core/tensor_impl.h"
 
 /* -------------------------------------------------- strided iteration */
@@ -29,6 +30,35 @@ static int64_t outer_offset(const cg_tensor *t, int64_t row)
 
 #define PAR_THRESHOLD 32768
 
+/* A strided conversion row by row: row r of dst (or of the contiguous out)
+ * from row r of src (or from the one element e, at stride 0) */
+typedef struct {
+    const cg_tensor *dst, *src;
+    void *out;
+    const void *e;
+    cg_dtype dd, sd; /* the dtypes of dst (or out) and src (or e) */
+    int64_t ds, ss, inner;
+} conv_rows;
+
+static void convert_rows(int64_t r0, int64_t r1, int thread, const void *ctx)
+{
+    const conv_rows *c = ctx;
+    const size_t z = cg_dtype_size(c->dd);
+    for (int64_t r = r0; r < r1; r++) {
+        void *d = c->dst ? cg_elem_ptr(c->dst, outer_offset(c->dst, r))
+                         : (char *)c->out + (size_t)(r * c->inner) * z;
+        const void *s = c->src ? cg_elem_ptr(c->src, outer_offset(c->src, r)) : c->e;
+        cg_convert_run(c->dd, d, c->ds, c->sd, s, c->ss, c->inner);
+    }
+}
+
+/* convert_rows on every row, in parallel when n elements are many */
+static void convert_all_rows(const conv_rows *c, int64_t n)
+{
+    cg_shares_run(n / c->inner, cg_shares_rows(c->inner), cg_shares_team(n > PAR_THRESHOLD),
+                  convert_rows, c);
+}
+
 /* Copy t's elements in row-major order into contiguous out of dtype dt,
  * converting. */
 static void copy_out(const cg_tensor *t, cg_dtype dt, void *out)
@@ -36,18 +66,16 @@ static void copy_out(const cg_tensor *t, cg_dtype dt, void *out)
     int64_t n = cg_numel(t);
     if (n == 0)
         return;
-    size_t z = cg_dtype_size(dt);
     if (cg_is_contiguous(t)) {
         cg_convert_run(dt, out, 1, t->dtype, cg_elem_ptr(t, t->offset), 1, n);
         return;
     }
     int64_t inner = t->ndim ? t->shape[t->ndim - 1] : 1;
     int64_t is = t->ndim ? t->strides[t->ndim - 1] : 0;
-    int64_t rows = n / inner;
-#pragma omp parallel for schedule(static) if (n > PAR_THRESHOLD)
-    for (int64_t r = 0; r < rows; r++)
-        cg_convert_run(dt, (char *)out + (size_t)(r * inner) * z, 1, t->dtype,
-                       cg_elem_ptr(t, outer_offset(t, r)), is, inner);
+    convert_all_rows(
+        &(conv_rows){
+            .src = t, .out = out, .dd = dt, .sd = t->dtype, .ds = 1, .ss = is, .inner = inner},
+        n);
 }
 
 bool cg_copy_to(const cg_tensor *t, float *out)
@@ -113,12 +141,32 @@ bool cg_k_copy_(cg_tensor *dst, const cg_tensor *src)
     int64_t inner = dst->ndim ? dst->shape[dst->ndim - 1] : 1;
     int64_t ds = dst->ndim ? dst->strides[dst->ndim - 1] : 0;
     int64_t ss = src->ndim ? src->strides[src->ndim - 1] : 0;
-    int64_t rows = n / inner;
-#pragma omp parallel for schedule(static) if (n > PAR_THRESHOLD)
-    for (int64_t r = 0; r < rows; r++)
-        cg_convert_run(dst->dtype, cg_elem_ptr(dst, outer_offset(dst, r)), ds, src->dtype,
-                       cg_elem_ptr(src, outer_offset(src, r)), ss, inner);
+    convert_all_rows(&(conv_rows){.dst = dst,
+                                  .src = src,
+                                  .dd = dst->dtype,
+                                  .sd = src->dtype,
+                                  .ds = ds,
+                                  .ss = ss,
+                                  .inner = inner},
+                     n);
     return true;
+}
+
+/* t's rows set to v (float32) */
+typedef struct {
+    const cg_tensor *t;
+    float v;
+    int64_t is, inner;
+} fill_job;
+
+static void fill_rows(int64_t r0, int64_t r1, int thread, const void *ctx)
+{
+    const fill_job *f = ctx;
+    for (int64_t r = r0; r < r1; r++) {
+        float *p = (float *)f->t->storage->data + outer_offset(f->t, r);
+        for (int64_t j = 0; j < f->inner; j++)
+            p[j * f->is] = f->v;
+    }
 }
 
 bool cg_fill_(cg_tensor *t, float v)
@@ -131,21 +179,18 @@ bool cg_fill_(cg_tensor *t, float v)
         return true;
     int64_t inner = t->ndim ? t->shape[t->ndim - 1] : 1;
     int64_t is = t->ndim ? t->strides[t->ndim - 1] : 0;
-    int64_t rows = n / inner;
     if (t->dtype != CG_F32) { /* one converted element, copied (stride 0) */
         char e[8];
         cg_convert_run(t->dtype, e, 1, CG_F32, &v, 1, 1);
-#pragma omp parallel for schedule(static) if (n > PAR_THRESHOLD)
-        for (int64_t r = 0; r < rows; r++)
-            cg_convert_run(t->dtype, cg_elem_ptr(t, outer_offset(t, r)), is, t->dtype, e, 0, inner);
+        convert_all_rows(
+            &(conv_rows){
+                .dst = t, .e = e, .dd = t->dtype, .sd = t->dtype, .ds = is, .inner = inner},
+            n);
         return true;
     }
-#pragma omp parallel for schedule(static) if (n > PAR_THRESHOLD)
-    for (int64_t r = 0; r < rows; r++) {
-        float *p = (float *)t->storage->data + outer_offset(t, r);
-        for (int64_t j = 0; j < inner; j++)
-            p[j * is] = v;
-    }
+    fill_job job = {t, v, is, inner};
+    cg_shares_run(n / inner, cg_shares_rows(inner), cg_shares_team(n > PAR_THRESHOLD), fill_rows,
+                  &job);
     return true;
 }
 

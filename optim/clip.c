@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "core/ops.h"
+#include "core/shares.h"
 #include "optim/optim.h"
 
 #define CLIP_BLOCK 16384
@@ -101,6 +102,22 @@ static void group_squares(const sq_block *blk, int k, double *out)
     }
 }
 
+/* The sums of squares of blocks blk[0, nb), GROUP at a time, into out */
+typedef struct {
+    const sq_block *blk;
+    int nb;
+    double *out;
+} groups_job;
+
+static void square_groups(int64_t g0, int64_t g1, int thread, const void *ctx)
+{
+    const groups_job *j = ctx;
+    for (int64_t g = g0; g < g1; g++) {
+        const int k = j->nb - g * GROUP < GROUP ? (int)(j->nb - g * GROUP) : GROUP;
+        group_squares(j->blk + g * GROUP, k, j->out + g * GROUP);
+    }
+}
+
 /* Blocks by length, longest first (qsort; the index breaks ties). */
 static int sq_longer(const void *x, const void *y)
 {
@@ -130,12 +147,9 @@ static double sq_total(const sq_blocks *q)
     }
     qsort(ord, (size_t)q->nb, sizeof *ord, sq_longer);
     double *sorted = part + nb; /* sums in ord's order */
-    const int ng = (q->nb + GROUP - 1) / GROUP;
-#pragma omp parallel for schedule(static) if (elements >= 4 * CLIP_BLOCK)
-    for (int g = 0; g < ng; g++) {
-        const int k = q->nb - g * GROUP < GROUP ? q->nb - g * GROUP : GROUP;
-        group_squares(ord + g * GROUP, k, sorted + g * GROUP);
-    }
+    const groups_job job = {ord, q->nb, sorted};
+    cg_shares_run((q->nb + GROUP - 1) / GROUP, 1, cg_shares_team(elements >= 4 * CLIP_BLOCK),
+                  square_groups, &job);
     for (int i = 0; i < q->nb; i++)
         part[ord[i].b] = sorted[i];
     double ss = 0;

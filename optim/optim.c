@@ -9,6 +9,7 @@
 
 #include "autograd/autograd.h"
 #include "core/lifetime.h"
+#include "core/shares.h"
 #include "optim/optim_impl.h"
 
 #include <errno.h>
@@ -23,6 +24,7 @@
 /* Elements above which one parameter's update runs on OpenMP threads. Each
  * element is written by one thread, so the result does not depend on it. */
 #define OPTIM_PAR_THRESHOLD 32768
+#define OPTIM_CHUNK 16384 /* elements: the threads' chunks (core/shares.h) */
 
 const char *cg_optim_type_name(cg_optim_type t)
 {
@@ -354,9 +356,10 @@ static void adam_update(float *restrict p, const float *restrict g0, float *rest
 
 /* One parameter's update with its per-step constants. All parameters are
  * updated in ONE parallel region: the concatenated element range is cut
- * into one contiguous piece per thread (a model has many small tensors;
- * a region per tensor cost a fork and a join each). The updates are
- * elementwise, so the cut does not change any result. */
+ * into chunks of OPTIM_CHUNK elements, in shares (core/shares.h; a model
+ * has many small tensors: a region per tensor cost a fork and a join
+ * each). The updates are elementwise, so the cut does not change any
+ * result. */
 typedef struct {
     float *p, *buf1, *buf2;
     const float *g;
@@ -365,30 +368,40 @@ typedef struct {
     bool first;
 } update_job;
 
+/* The jobs' elements as one range: what its chunks read */
+typedef struct {
+    const cg_optim_config *c;
+    const update_job *jobs;
+    int njobs;
+} update_range;
+
+/* Elements [lo, hi) of the concatenated range, job by job */
+static void update_chunk(int64_t lo, int64_t hi, int thread, const void *ctx)
+{
+    const update_range *r = ctx;
+    const cg_optim_config *c = r->c;
+    const float neg_lr = (float)-c->lr;
+    int64_t base = 0;
+    for (int j = 0; j < r->njobs && base < hi; base += r->jobs[j].n, j++) {
+        const update_job *u = &r->jobs[j];
+        int64_t a = lo > base ? lo - base : 0, b = hi - base < u->n ? hi - base : u->n;
+        if (a >= b)
+            continue;
+        if (c->type == CG_OPTIM_SGD)
+            sgd_update(u->p + a, u->g + a, u->buf1 ? u->buf1 + a : NULL, b - a, u->wd,
+                       (float)c->momentum, u->first, c->nesterov, neg_lr);
+        else
+            adam_update(u->p + a, u->g + a, u->buf1 + a, u->buf2 + a, b - a, u->l2, u->decay,
+                        (float)c->beta1, (float)(1 - c->beta1), (float)c->beta2,
+                        (float)(1 - c->beta2), u->bc2_sqrt, (float)c->eps, u->neg_step);
+    }
+}
+
 static void run_jobs(const cg_optim_config *c, const update_job *jobs, int njobs, int64_t total)
 {
-    const float neg_lr = (float)-c->lr;
-    int nt = cg_get_num_threads();
-    if (total < OPTIM_PAR_THRESHOLD || nt < 1)
-        nt = 1;
-#pragma omp parallel num_threads(nt) if (nt > 1)
-    {
-        int th = omp_get_thread_num(), nth = omp_get_num_threads();
-        int64_t lo = total * th / nth, hi = total * (th + 1) / nth, base = 0;
-        for (int j = 0; j < njobs && base < hi; base += jobs[j].n, j++) {
-            const update_job *u = &jobs[j];
-            int64_t a = lo > base ? lo - base : 0, b = hi - base < u->n ? hi - base : u->n;
-            if (a >= b)
-                continue;
-            if (c->type == CG_OPTIM_SGD)
-                sgd_update(u->p + a, u->g + a, u->buf1 ? u->buf1 + a : NULL, b - a, u->wd,
-                           (float)c->momentum, u->first, c->nesterov, neg_lr);
-            else
-                adam_update(u->p + a, u->g + a, u->buf1 + a, u->buf2 + a, b - a, u->l2, u->decay,
-                            (float)c->beta1, (float)(1 - c->beta1), (float)c->beta2,
-                            (float)(1 - c->beta2), u->bc2_sqrt, (float)c->eps, u->neg_step);
-        }
-    }
+    const update_range r = {c, jobs, njobs};
+    const int nt = total >= OPTIM_PAR_THRESHOLD && !omp_in_parallel() ? cg_get_num_threads() : 1;
+    cg_shares_run(total, OPTIM_CHUNK, nt, update_chunk, &r);
 }
 
 bool cg_train_step(cg_optim *o, cg_tensor *loss)

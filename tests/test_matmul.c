@@ -717,6 +717,92 @@ START_TEST(test_shares_each_chunk_once)
 }
 END_TEST
 
+/* What a chunk of test_shares_run saw */
+typedef struct {
+    int64_t n, grain;
+    int nt;
+    int *seen;       /* each item's count */
+    int64_t *bad;    /* chunks that broke a rule */
+    int64_t *next;   /* a team of one: the begin expected next */
+    int level;       /* the caller's omp_get_level() */
+    bool *in_region; /* a chunk ran in a region of the runner's */
+} run_probe;
+
+static void probe_chunk(int64_t begin, int64_t end, int thread, const void *ctx)
+{
+    const run_probe *p = ctx;
+    const bool edges = begin % p->grain == 0 && begin < end &&
+                       end == (begin + p->grain < p->n ? begin + p->grain : p->n);
+    const bool slot = thread >= 0 && thread < (p->nt > 1 ? p->nt : 1);
+    if (!edges || !slot)
+        __atomic_fetch_add(p->bad, 1, __ATOMIC_RELAXED);
+    if (p->nt <= 1) { /* in order, on the calling thread, no region */
+        if (begin != *p->next || thread != 0 || omp_get_level() != p->level)
+            ++*p->bad;
+        *p->next = end;
+    }
+    if (omp_get_level() > p->level)
+        *p->in_region = true;
+    for (int64_t i = begin; i < end && i < p->n; i++)
+        __atomic_fetch_add(&p->seen[i], 1, __ATOMIC_RELAXED);
+}
+
+/* cg_shares_run hands every item to fn once, in chunks of grain items
+ * whose edges depend on n and grain only, with a thread slot below the
+ * team; a team of one runs them in order on the calling thread without a
+ * region (slot 0), also inside someone else's region. */
+START_TEST(test_shares_run)
+{
+    const int64_t counts[] = {0, 1, 5, 64, 1001};
+    const int64_t grains[] = {1, 3, 64, 5000};
+    for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++)
+        for (size_t g = 0; g < sizeof grains / sizeof grains[0]; g++)
+            for (int nt = 1; nt <= 4; nt++) {
+                const int64_t n = counts[c];
+                int *seen = calloc((size_t)(n ? n : 1), sizeof(int));
+                int64_t bad = 0, next = 0;
+                bool in_region = false;
+                const run_probe p = {.n = n,
+                                     .grain = grains[g],
+                                     .nt = nt,
+                                     .seen = seen,
+                                     .bad = &bad,
+                                     .next = &next,
+                                     .level = omp_get_level(),
+                                     .in_region = &in_region};
+                cg_shares_run(n, grains[g], nt, probe_chunk, &p);
+                ck_assert_msg(bad == 0, "%lld items, grain %lld, team of %d: %lld bad chunks",
+                              (long long)n, (long long)grains[g], nt, (long long)bad);
+                for (int64_t i = 0; i < n; i++)
+                    ck_assert_int_eq(seen[i], 1);
+                const int64_t nchunks = (n + grains[g] - 1) / grains[g];
+                ck_assert(in_region == (nt > 1 && nchunks > 1));
+                free(seen);
+            }
+    /* inside a region of two: a team of one, slot 0 on each thread */
+    int64_t bad = 0;
+#pragma omp parallel num_threads(2) reduction(+ : bad)
+    {
+        int seen[10] = {0};
+        int64_t b = 0, next = 0;
+        bool in_region = false;
+        const run_probe p = {.n = 10,
+                             .grain = 3,
+                             .nt = cg_shares_team(true),
+                             .seen = seen,
+                             .bad = &b,
+                             .next = &next,
+                             .level = omp_get_level(),
+                             .in_region = &in_region};
+        cg_shares_run(10, 3, p.nt, probe_chunk, &p);
+        for (int i = 0; i < 10; i++)
+            b += seen[i] != 1;
+        bad += b;
+    }
+    ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
 /* n floats ending exactly where an unmapped page begins (the page is
  * mapped PROT_NONE): a read past the operand faults. */
 typedef struct {
@@ -900,6 +986,7 @@ static Suite *matmul_suite(void)
     tcase_add_test(tg, test_k_blocks);
     tcase_add_test(tg, test_threads_bit_identical);
     tcase_add_test(tg, test_shares_each_chunk_once);
+    tcase_add_test(tg, test_shares_run);
     tcase_add_test(tg, test_num_threads);
     tcase_add_test(tg, test_default_threads_capped);
     tcase_add_test(tg, test_no_read_past_operands);
