@@ -76,7 +76,7 @@ static int cmd_train(int argc, char **argv)
          CG_CLI_FIXED},
         {"--lora-alpha", CG_CLI_F64, &r.lora.alpha, 1e-6, 1e6,
          "  --lora-alpha A     the adapters' scale is A/R (default 2R)\n", CG_CLI_FIXED},
-        {"--lora-dropout", CG_CLI_F64, &r.lora.dropout, 0, 0.999999,
+        {"--lora-dropout", CG_CLI_F64, &r.lora.dropout, 0, 1,
          "  --lora-dropout P   dropout on the adapters' input (default 0)\n", CG_CLI_FIXED},
         {"--lora-targets", CG_CLI_STR, &r.lora.targets, 0, 0,
          "  --lora-targets L   the Linears adapted, comma-separated (default\n"

@@ -99,7 +99,7 @@ static int cmd_train(int argc, char **argv)
          CG_CLI_FIXED},
         {"--warmup", CG_CLI_I64, &r.warmup, 1, 1e9,
          "  --warmup N           Noam warmup steps (default 400)\n", CG_CLI_FIXED},
-        {"--word-dropout", CG_CLI_F64, &r.word_dropout, 0, 0.999999,
+        {"--word-dropout", CG_CLI_F64, &r.word_dropout, 0, 1,
          "  --word-dropout P     zero each token's embedding in training with probability P\n",
          CG_CLI_FIXED},
         {"--max-len", CG_CLI_I64, &r.max_len, 3, 100000,
