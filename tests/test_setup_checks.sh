@@ -131,14 +131,14 @@ cmp -s att.png att.orig && echo "ok: att.png intact" || fail "sample --attention
 # sample checks what it can before it prints anything (the prompt came first)
 # nothing_out NAME: the refused command wrote nothing to stdout
 nothing_out() { [ ! -s out.txt ] && echo "ok: $1: nothing on stdout" || fail "$1: printed '$(head -c 40 out.txt)'"; }
-expect "charlm sample --prompt not UTF-8" 1 "--prompt is not valid UTF-8 (bad byte 0xff at offset 2)" \
+expect "charlm sample --prompt not UTF-8" 2 "--prompt is not valid UTF-8 (bad byte 0xff at offset 2)" \
   "$charlm" sample --ckpt a.st --length 5 --prompt $'ab\xffcd'
 nothing_out "charlm sample --prompt not UTF-8"
 expect "charlm sample --top-k above the vocabulary" 1 "--top-k 100000 is more than the" \
   "$charlm" sample --ckpt a.st --length 5 --prompt "the " --top-k 100000
 nothing_out "charlm sample --top-k above the vocabulary"
 # a picture that cannot be written is refused before the work (it came after)
-expect "charlm sample --attention x.jpg" 1 "^charlm: error: --attention: x.jpg: unknown picture format" \
+expect "charlm sample --attention x.jpg" 2 "^charlm: error: --attention: x.jpg: unknown picture format" \
   "$charlm" sample --ckpt a.st --length 5 --prompt "the " --attention x.jpg
 nothing_out "charlm sample --attention x.jpg"
 expect "charlm sample --attention in a missing directory" 1 \

@@ -89,10 +89,12 @@ int cg_trainer_begin(cg_trainer *t, cg_train_opts *o, const char *kind, const ch
     t->out = o->out ? o->out : o->resume ? o->resume : default_out;
     if (o->resume) {
         char given[512];
-        if (cg_cli_given_list(o->args, CG_CLI_FIXED, given, sizeof given))
-            return cg_prog_fail("--resume continues a run with the model and recipe of its "
-                                "checkpoint; drop %s",
-                                given);
+        if (cg_cli_given_list(o->args, CG_CLI_FIXED, given, sizeof given)) {
+            cg_prog_fail("--resume continues a run with the model and recipe of its "
+                         "checkpoint; drop %s",
+                         given);
+            return CG_EXIT_USAGE; /* the flags alone say it */
+        }
         t->ckpt = cg_ckpt_open(o->resume, kind);
         if (!t->ckpt)
             return cg_prog_fail_lib(NULL);

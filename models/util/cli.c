@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/parse.h"
 #include "core/tensor.h"
+#include "core/utf8.h"
 
 static bool set_value(const cg_cli_opt *o, const char *v)
 {
@@ -25,12 +26,19 @@ static bool set_value(const cg_cli_opt *o, const char *v)
     case CG_CLI_F64: return cg_parse_f64(o->name, v, o->lo, o->hi, (double *)o->dst);
     case CG_CLI_BOOL: return cg_parse_bool(o->name, v, (bool *)o->dst);
     case CG_CLI_STR:
+    case CG_CLI_TEXT: {
+        int64_t n;
+        uint32_t *cp = NULL; /* the text decoded only to check it (core/utf8.h's message) */
         if (!*v) {
             cg_set_error("%s: empty value", o->name);
             return false;
         }
+        if (o->kind == CG_CLI_TEXT && !(cp = cg_utf8_decode_exact(v, strlen(v), o->name, &n)))
+            return false;
+        free(cp);
         *(const char **)o->dst = v;
         return true;
+    }
     case CG_CLI_SWITCH: *(bool *)o->dst = true; return true;
     }
     return false;

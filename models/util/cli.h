@@ -56,6 +56,9 @@ typedef enum {
     CG_CLI_F64,   /* double, range [lo, hi] */
     CG_CLI_BOOL,  /* bool with a value (--norm-first false) */
     CG_CLI_STR,   /* const char * (points into argv) */
+    CG_CLI_TEXT,  /* const char *, UTF-8 text (a prompt, a sentence): other bytes
+                   * are a bad value ("--prompt is not valid UTF-8 (bad byte 0xff
+                   * at offset 2)") */
     CG_CLI_SWITCH /* bool, no value */
 } cg_cli_kind;
 
