@@ -11,7 +11,10 @@
 #     as its help line exists; a flag whose value is a path is the table's.
 #  2. the table: one row per refusal that needs more than a bad word (a
 #     range, two flags together, a path, a file's contents), with its code
-#     and the start of its message.
+#     and the start of its message;
+#  3. a reader of the output that went away (`| head`, a closed pipe):
+#     one line "PROG: error: cannot write the output: Broken pipe", exit 1,
+#     a stream of output stopped at its next write (SIGPIPE ended them).
 #   test_exit_codes.sh CHARLM SEQ2SEQ BENCH DECODE_BENCH SGEMM_BENCH
 set -uo pipefail
 charlm=$1
@@ -145,4 +148,59 @@ for p in charlm seq2seq bench; do
   expect "$p: CG_DIST_TIMEOUT=10abc" 2 "^$p: error: environment variable CG_DIST_TIMEOUT: '10abc'" \
     env CG_DIST_TIMEOUT=10abc "${!p}" --help
 done
+
+# ---- 3. a reader of the output that went away: one line, "PROG: error:
+# cannot write the output: Broken pipe", exit 1 (SIGPIPE ended them, exit
+# 141, as it ends `yes | head`; a result lost is exit 1 as on a full disk),
+# and a stream of output (sample, translate) stops at once
+# gone NAME PROG CMD...: CMD's stdout a pipe whose reader closed before it
+# started (SIGPIPE at its default, as a shell leaves it)
+gone() {
+  local name=$1 prog=$2 rc=0
+  shift 2
+  python3 -c '
+import os, subprocess, sys
+r, w = os.pipe()
+os.close(r)
+p = subprocess.run(sys.argv[1:], stdout=w, stdin=subprocess.DEVNULL, timeout=120)
+sys.exit(p.returncode if p.returncode >= 0 else 128 - p.returncode)' "$@" 2>err.txt || rc=$?
+  if [ "$rc" -ne 1 ]; then
+    fail "$name, its reader gone: exit $rc (expected 1): $(tail -c 300 err.txt)"
+  elif [ "$(tail -1 err.txt)" != "$prog: error: cannot write the output: Broken pipe" ] ||
+     [ "$(grep -c ': error: ' err.txt)" -ne 1 ]; then
+    fail "$name, its reader gone: $(tail -c 300 err.txt)"
+  else
+    echo "ok: $name, its reader gone: $(tail -1 err.txt)"
+  fi
+}
+gone "charlm sample" charlm "$charlm" sample --ckpt a.st --length 5 --prompt "the "
+gone "charlm eval" charlm "$charlm" eval --ckpt a.st
+gone "charlm --help" charlm "$charlm" train --help
+gone "charlm average" charlm "$charlm" average --out avg2.st a.st a.st
+gone "charlm train" charlm "$charlm" train $TR
+"$charlm" eval --ckpt o.st >/dev/null 2>err.txt && echo "ok: its checkpoint was saved and loads" ||
+  fail "charlm train, its reader gone: no checkpoint: $(tail -1 err.txt)"
+gone "seq2seq translate" seq2seq "$seq2seq" translate --ckpt s.st "the cat 1 sat" "the cat 2 sat"
+gone "seq2seq translate (a line not translated)" seq2seq "$seq2seq" translate --ckpt s.st "the cat" $'\xff'
+gone "seq2seq eval" seq2seq "$seq2seq" eval --ckpt s.st --test-limit 2
+gone "seq2seq attention" seq2seq "$seq2seq" attention --ckpt s.st --text "the cat" --out att2
+gone "bench" bench "$bench" $BE
+gone "decode_bench" decode_bench "$decode_bench" $DB
+gone "sgemm_bench" sgemm_bench "$sgemm_bench" 64 1
+# `| head`: the sampler and the translator stop at their next write (a
+# sample of 10 million characters or 20,000 sentences would run for many
+# minutes), nothing drawn after the text
+rc=0
+timeout 60 "$charlm" sample --ckpt a.st --length 10000000 --prompt "the " --attention h.png 2>err.txt |
+  head -c 10 >/dev/null
+rc=${PIPESTATUS[0]}
+[ "$rc" -eq 1 ] && [ "$(tail -1 err.txt)" = "charlm: error: cannot write the output: Broken pipe" ] &&
+  echo "ok: charlm sample | head -c 10: exit 1 at once" || fail "charlm sample | head -c 10: exit $rc: $(tail -c 300 err.txt)"
+[ -e h.png ] && fail "charlm sample | head: the picture was drawn after the text was lost"
+for ((i = 0; i < 20000; i++)); do echo "the cat $((i % 400)) sat"; done >many.txt
+timeout 60 "$seq2seq" translate --ckpt s.st <many.txt 2>err.txt | head -n 1 >/dev/null
+rc=${PIPESTATUS[0]}
+[ "$rc" -eq 1 ] && [ "$(tail -1 err.txt)" = "seq2seq: error: cannot write the output: Broken pipe" ] &&
+  echo "ok: seq2seq translate | head -n 1: exit 1 at once" ||
+  fail "seq2seq translate | head -n 1: exit $rc: $(tail -c 300 err.txt)"
 finish

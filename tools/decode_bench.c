@@ -18,6 +18,7 @@
  *                    weight bytes read / s,
  * and the bounds: read_gbs_*_set / (weight bytes of one character), one
  * JSON line per thread count. Runs take a few seconds. */
+#include <errno.h>
 #include <omp.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -30,6 +31,7 @@
 #include "core/parse.h"
 #include "core/tensor.h"
 #include "models/train/prog.h"
+#include "models/util/files.h"
 
 static double now_s(void)
 {
@@ -143,6 +145,7 @@ static int parse_args(int argc, char **argv, int64_t *d, int64_t *dff, int64_t *
         {"--runs", CG_CLI_I64, &r, 1, 64, NULL, 0},
     };
     cg_prog_set_name("decode_bench");
+    cg_cli_streams();      /* fds 0-2, SIGPIPE and SIGXFSZ as every program (OpenMP left as set) */
     if (!cg_env_check()) { /* a malformed CG_ variable, as a malformed flag */
         cg_prog_fail_lib(NULL);
         return CG_EXIT_USAGE;
@@ -188,7 +191,7 @@ int main(int argc, char **argv)
         fp32_bytes += (double)(ws[i].n * ws[i].k) * 4.0;
         bf16_bytes += (double)cg_bf16_matrix_bytes(ws[i].p);
     }
-    for (int nt = 1; nt <= 2; nt++) {
+    for (int nt = 1; nt <= 2 && rc < 0; nt++) {
         cg_set_num_threads(nt);
         double rb = read_gbs(buf, BIG, nt, runs), cb = copy_gbs(buf, nt, runs);
         /* the bound of each precision: its weight bytes read at the speed
@@ -211,6 +214,7 @@ int main(int argc, char **argv)
                     (pass ? t16 : t32)[r] = now_s() - t0;
             }
         double m32 = median(t32, runs), m16 = median(t16, runs);
+        errno = 0;
         printf("{\"threads\": %d, \"read_gbs_512mb\": %.1f, \"copy_gbs\": %.1f, "
                "\"weight_mb_fp32\": %.1f, \"read_gbs_fp32_set\": %.1f, \"weight_mb_bf16\": %.1f, "
                "\"read_gbs_bf16_set\": %.1f, \"fp32_chars_per_s\": %.0f, \"fp32_gbs\": %.1f, "
@@ -219,7 +223,8 @@ int main(int argc, char **argv)
                nt, rb, cb, fp32_bytes / 1e6, r32, bf16_bytes / 1e6, r16, 1.0 / m32,
                fp32_bytes / m32 / 1e9, 1.0 / m16, bf16_bytes / m16 / 1e9,
                cg_bf16_native() ? "true" : "false", r32 * 1e9 / fp32_bytes, r16 * 1e9 / bf16_bytes);
-        fflush(stdout);
+        if (!cg_output_flush(stdout)) /* a reader gone: stop at once */
+            rc = cg_prog_fail_lib(NULL);
     }
     for (int64_t i = 0; i < nw; i++) {
         free(ws[i].w);
@@ -229,5 +234,5 @@ int main(int argc, char **argv)
     free(buf);
     free(x);
     free(y);
-    return cg_cli_stdout_ok() ? 0 : cg_prog_fail_lib(NULL); /* the JSON lines reached stdout */
+    return rc < 0 ? 0 : rc;
 }

@@ -161,6 +161,7 @@ static int parse_args(int argc, char **argv, int64_t *n, int64_t *runs)
 {
     int np;
     cg_prog_set_name("sgemm_bench");
+    cg_cli_streams();      /* fds 0-2, SIGPIPE and SIGXFSZ as every program (OpenMP left as set) */
     if (!cg_env_check()) { /* a malformed CG_ variable, as a malformed flag */
         cg_prog_fail_lib(NULL);
         return CG_EXIT_USAGE;

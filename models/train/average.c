@@ -336,10 +336,13 @@ int cg_average_command(int argc, char **argv, const cg_avg_model *m)
     long long params = 0;
     if (!cg_ckpt_average(m, (const char *const *)argv, np, out, force, &params))
         return cg_prog_fail_lib(NULL);
+    cg_clear_error(); /* the line's own failure, if any, below */
     cJSON *j = cJSON_CreateObject();
     bool ok = j && cg_json_put_str(j, "checkpoint", out) && cg_json_put_int(j, "averaged", np) &&
               cg_json_put_int(j, "params", params) && cg_json_print_line(stdout, j);
+    if (!ok && !cg_has_error())
+        cg_set_error("out of memory");
     cJSON_Delete(j);
     fprintf(stderr, "%s: the mean of %d checkpoints written to '%s'\n", prog, np, out);
-    return ok ? 0 : cg_prog_fail("out of memory");
+    return ok ? 0 : cg_prog_fail_lib(NULL); /* written, its line lost (a reader gone) */
 }

@@ -534,14 +534,9 @@ static int finish(run_ctx *c)
         cg_json_put_str(j, "init_from", t->origin.id.path);
     }
     cg_json_put_str(j, "checkpoint", t->out);
-    char *line = cg_json_line(j);
+    bool printed = cg_json_print_line(stdout, j); /* a reader gone: the result is lost, exit 1 */
     cJSON_Delete(j);
-    if (!line)
-        return cg_prog_fail("out of memory");
-    printf("%s\n", line);
-    fflush(stdout);
-    free(line);
-    return 0;
+    return printed ? 0 : cg_prog_fail_lib(NULL);
 }
 
 /* Was the last evaluation at step? */

@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/utf8.h"
+#include "models/util/files.h"
 
 bool cg_json_int(const cJSON *o, const char *what, const char *key, int64_t *out)
 {
@@ -427,12 +428,14 @@ char *cg_json_line(const cJSON *o)
 bool cg_json_print_line(FILE *f, const cJSON *o)
 {
     char *s = cg_json_line(o);
-    if (s) {
+    bool ok = s != NULL;
+    if (ok) {
+        errno = 0;
         fprintf(f, "%s\n", s);
-        fflush(f);
+        ok = cg_output_flush(f); /* a full disk, a reader gone: the line is lost */
     }
     free(s);
-    return s != NULL;
+    return ok;
 }
 
 /* ------------------------------------------------------------ configs */

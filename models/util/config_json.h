@@ -67,8 +67,8 @@ bool cg_json_put_bool(cJSON *o, const char *key, bool v);
 /* o as one line {"a": 1, "b": "x"} (malloc'd, no newline) or NULL + error. */
 char *cg_json_line(const cJSON *o);
 /* Print o as one line on f, then a newline, and fflush; false + error when
- * out of memory (a failed write is for the stream's own check:
- * models/util/cli.h cg_cli_stdout_ok). */
+ * out of memory or when the line could not be written ("cannot write the
+ * output: Broken pipe": models/util/files.h cg_output_flush). */
 bool cg_json_print_line(FILE *f, const cJSON *o);
 
 /* A model's config as one field table, read and written the same way:
