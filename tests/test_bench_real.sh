@@ -14,7 +14,7 @@
 #     --vocab-size without it;
 #     --dump-batches refused before any work when it is --data, exists
 #     (bench has no --force) or cannot be created; standard output into
-#     --data.
+#     --data or into --dump-batches.
 #   test_bench_real.sh BENCH PAIRS SOURCE_ROOT
 set -uo pipefail
 bench=$1
@@ -147,4 +147,9 @@ expect "standard output appended to --data" 1 \
   "^bench: error: standard output is --data 'p.tsv', which this command reads" \
   sh -c 'exec "$@" >>p.tsv' sh "$bench" "${R[@]}"
 intact "standard output appended to --data" p.tsv p.orig
+# nor into --dump-batches (`>>` makes it: named as standard output, round six)
+expect "standard output appended to --dump-batches" 1 \
+  "^bench: error: standard output is 'd.st', the --dump-batches file this command writes" \
+  sh -c 'exec "$@" >>d.st' sh "$bench" "${R[@]}" --dump-batches d.st
+[ -s d.st ] && fail "--dump-batches into standard output: d.st was written"
 finish

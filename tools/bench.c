@@ -611,7 +611,8 @@ static bool dump_save(const bench_args *a, const preset *p, bench_model *bm)
 /* --preset real's files, before any work: standard output (the result
  * line) is not --data, and --dump-batches is a new file (bench has no
  * --force: an existing one is refused, never replaced) in a writable
- * directory (models/train/outfile.h cg_out_check), not --data. A file
+ * directory (models/train/outfile.h cg_out_check), not --data nor
+ * standard output. A file
  * that appears during the run is still replaced (no lock is taken).
  * False + error. */
 static bool check_files(const bench_args *a)
@@ -621,6 +622,9 @@ static bool check_files(const bench_args *a)
         return false;
     if (!a->dump)
         return true;
+    /* `>> FILE` made it: named as standard output, not as an existing file */
+    if (!cg_out_check_stdout_writes(a->dump, "the --dump-batches file this command writes"))
+        return false;
     if (cg_same_file(a->dump, a->data)) {
         cg_set_error("--dump-batches '%s' is the same file as --data '%s', which this command "
                      "reads; choose another file (nothing was written)",

@@ -244,7 +244,8 @@ static bool check_out(const char *const *inputs, int n, const char *out, bool fo
         cg_set_error("averaging needs at least 2 checkpoints (got %d)", n);
         return false;
     }
-    if (!cg_out_check(out, false))
+    if (!cg_out_check(out, false) ||
+        !cg_out_check_stdout_writes(out, "the checkpoint this command writes"))
         return false;
     for (int i = 0; i < n; i++)
         if (cg_same_file(out, inputs[i])) {

@@ -120,7 +120,10 @@ int cg_trainer_begin(cg_trainer *t, cg_train_opts *o, const char *kind, const ch
     if (cg_dist_is_root()) { /* rank 0 alone writes */
         /* an existing checkpoint is replaced only with --force or by its resume */
         bool may_replace = o->force || (o->resume && strcmp(t->out, o->resume) == 0);
-        if (!cg_out_check_regular(t->out)) /* a directory is no checkpoint, --force or not */
+        /* the result line into a file the run replaces is lost (and `>> m.st`
+         * made m.st: named as standard output, not as an existing checkpoint) */
+        if (!cg_out_check_stdout_run(t->out) ||
+            !cg_out_check_regular(t->out)) /* a directory is no checkpoint, --force or not */
             return cg_prog_fail_lib(NULL);
         if (access(t->out, F_OK) == 0 && !may_replace)
             return cg_prog_fail("checkpoint %s exists; continue it with --resume %s, or pass "
