@@ -410,7 +410,7 @@ char *cg_json_line(const cJSON *o)
             ok = b != NULL;
             line = b ? b : line;
         }
-        if (ok)
+        if (ok && line) /* (line is never NULL here: said for GCC's -Wformat-overflow) */
             len += (size_t)sprintf(line + len, "%s%s: %s", c == o->child ? "" : ", ",
                                    cg_json_quote(k, kn, c->string), v);
         free(v);
