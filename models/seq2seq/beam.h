@@ -81,7 +81,7 @@ void cg_sources_free(cg_sources *s);
  * time. Each output is cut at its source's length + 50 tokens (and at the
  * model's max_len). Returns n malloc'd UTF-8 strings (cg_strings_free);
  * echo (may be NULL) gets each line as soon as it is decoded (a write that
- * fails stops it: NULL + "cannot write the output: ...", models/util/cli.h
+ * fails stops it: NULL + "cannot write the output: ...", models/util/files.h
  * cg_output_flush). use_cache:
  * with the key/value cache (else every prefix is recomputed). */
 char **cg_translate_all(cg_seq2seq *m, const cg_tokenizer *tok, const cg_sources *src, int beam,
