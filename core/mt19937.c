@@ -26,6 +26,10 @@ enum { MT_N = 624, MT_M = 397 };
 
 void cg_mt19937_seed(cg_mt19937 *g, uint64_t seed)
 {
+    if (!g) {
+        cg_set_error("cg_mt19937_seed: NULL generator");
+        return;
+    }
     g->state[0] = (uint32_t)seed;
     for (uint32_t j = 1; j < MT_N; j++)
         g->state[j] = 1812433253u * (g->state[j - 1] ^ (g->state[j - 1] >> 30)) + j;
@@ -45,6 +49,10 @@ static void mt_twist(cg_mt19937 *g)
 
 uint32_t cg_mt19937_next(cg_mt19937 *g)
 {
+    if (!g) {
+        cg_set_error("cg_mt19937_next: NULL generator");
+        return 0;
+    }
     if (g->index >= MT_N)
         mt_twist(g);
     uint32_t y = g->state[g->index++];

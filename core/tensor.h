@@ -275,7 +275,10 @@ typedef struct cg_rng {
 } cg_rng;
 
 cg_rng cg_rng_new(uint64_t seed);
-/* Uniform [0,1) float / double; normal(0,1). Advance the counter. */
+/* Uniform [0,1) float / double; normal(0,1). Advance the counter. Every
+ * function taking a generator refuses a NULL one (core/error.h): "<fn>: NULL
+ * generator" recorded, a draw NaN (cg_rng_below, cg_mt19937_next: 0), a
+ * tensor NULL, a fill false. */
 float cg_rng_uniform(cg_rng *r);
 double cg_rng_uniform_double(cg_rng *r);
 float cg_rng_normal(cg_rng *r);

@@ -377,14 +377,36 @@ static inline float normal_from(uint64_t seed, uint64_t i)
 
 cg_rng cg_rng_new(uint64_t seed) { return (cg_rng){.seed = seed, .counter = 0}; }
 
-float cg_rng_uniform(cg_rng *r) { return bits_to_unit(rng_bits(r->seed, r->counter++)); }
+/* A NULL generator: false + "<fn>: NULL generator" (the draws then return
+ * their neutral value: NaN, 0). */
+static bool rng_ok(const cg_rng *r, const char *fn)
+{
+    if (r)
+        return true;
+    cg_set_error("%s: NULL generator", fn);
+    return false;
+}
 
-double cg_rng_uniform_double(cg_rng *r) { return bits_to_unit_d(rng_bits(r->seed, r->counter++)); }
+float cg_rng_uniform(cg_rng *r)
+{
+    return rng_ok(r, "cg_rng_uniform") ? bits_to_unit(rng_bits(r->seed, r->counter++)) : NAN;
+}
 
-float cg_rng_normal(cg_rng *r) { return normal_from(r->seed, r->counter++); }
+double cg_rng_uniform_double(cg_rng *r)
+{
+    return rng_ok(r, "cg_rng_uniform_double") ? bits_to_unit_d(rng_bits(r->seed, r->counter++))
+                                              : NAN;
+}
+
+float cg_rng_normal(cg_rng *r)
+{
+    return rng_ok(r, "cg_rng_normal") ? normal_from(r->seed, r->counter++) : NAN;
+}
 
 uint64_t cg_rng_below(cg_rng *r, uint64_t n)
 {
+    if (!rng_ok(r, "cg_rng_below"))
+        return 0;
     if (n == 0) { /* no value to draw: a caller's bug, named, not a silent 0 */
         cg_set_error("rng_below: n must be > 0 (the range [0, 0) is empty)");
         return 0;

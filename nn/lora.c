@@ -49,8 +49,8 @@ cg_lora *cg_lora_attach(cg_linear *l, int r, float alpha, float dropout, cg_rng 
         cg_set_error("LoRA: a %s is not a Linear", l->base.type);
         return NULL;
     }
-    if (r < 1 || !(dropout >= 0.0f && dropout < 1.0f) || !isfinite(alpha)) {
-        cg_set_error("LoRA: need r >= 1, dropout in [0, 1) and a finite alpha (got r=%d, "
+    if (r < 1 || !(dropout >= 0.0f && dropout <= 1.0f) || !isfinite(alpha)) {
+        cg_set_error("LoRA: need r >= 1, dropout in [0, 1] and a finite alpha (got r=%d, "
                      "dropout=%g, alpha=%g)",
                      r, (double)dropout, (double)alpha);
         return NULL;

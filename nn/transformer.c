@@ -28,8 +28,8 @@ bool cg_tf_config_check(const cg_tf_config *c)
     if (!cg_norm_info_of(c->norm, "transformer config") ||
         !cg_act_info_of(c->act, "transformer config"))
         return false;
-    if (!(c->dropout >= 0.0f && c->dropout < 1.0f)) {
-        cg_set_error("transformer config: dropout must be in [0, 1) (got %g)", (double)c->dropout);
+    if (!(c->dropout >= 0.0f && c->dropout <= 1.0f)) { /* nn.Dropout's range, as cg_dropout's */
+        cg_set_error("transformer config: dropout must be in [0, 1] (got %g)", (double)c->dropout);
         return false;
     }
     return true;

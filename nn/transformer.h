@@ -27,7 +27,7 @@ typedef struct {
     cg_norm_kind norm; /* layernorm | rmsnorm (eps 1e-5; nn/layers.h's table) */
     cg_act act;        /* a row of nn/layers.h's table: relu, gelu (tanh form), gelu_erf */
     bool norm_first;   /* pre-norm (true) or post-norm */
-    float dropout;     /* in [0, 1) */
+    float dropout;     /* in [0, 1] (1: every value dropped, as nn.Dropout(1.0)) */
     /* Generator for every dropout mask of the layer/stack (borrowed: must
      * outlive the module). NULL: the module owns one, seeded with 0. */
     cg_rng *dropout_rng;

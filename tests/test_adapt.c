@@ -440,6 +440,60 @@ START_TEST(test_lora_targets_save_load)
 }
 END_TEST
 
+/* Dropout p = 1 where the library's dropout takes it (8c47267, PyTorch's
+ * nn.Dropout(1.0)): a transformer config and a LoRA adapter accept it
+ * (they refused [1, ...) as out of [0, 1)), its adapter config is saved and
+ * loaded back; above 1, below 0 and NaN are still refused. With p = 1 in
+ * training the adapter's input is all zeros, so its output is the base's. */
+START_TEST(test_dropout_one)
+{
+    cg_tf_config cfg = {.d = 8, .H = 2, .d_ff = 16, .norm = CG_NORM_LAYERNORM, .act = CG_ACT_RELU};
+    cfg.dropout = 1.0f;
+    ck_assert_msg(cg_tf_config_check(&cfg), "%s", cg_last_error());
+    const float bad[] = {1.5f, -0.1f, NAN};
+    for (int i = 0; i < 3; i++) {
+        cfg.dropout = bad[i];
+        CG_ASSERT_REFUSED(!cg_tf_config_check(&cfg), "dropout must be in [0, 1]");
+    }
+    cg_rng r = cg_rng_new(3);
+    for (int i = 0; i < 3; i++) {
+        cg_linear *lb = cg_linear_new(6, 5, true, &r);
+        CG_ASSERT_REFUSED(cg_lora_attach(lb, 2, 4.0f, bad[i], &r) == NULL, "dropout in [0, 1]");
+        cg_module_free(CG_MODULE(lb));
+    }
+    cg_linear *l = cg_linear_new(6, 5, true, &r);
+    cg_tensor *x = cg_randn(&r, CG_SHAPE(3, 6));
+    cg_tensor *base = cg_linear_forward(l, x);
+    cg_lora *a = cg_lora_attach(l, 2, 4.0f, 1.0f, &r);
+    ck_assert_msg(a != NULL, "%s", cg_last_error());
+    ck_assert(cg_init_normal_(a->lora_B->weight, &r, 0.0f, 0.5f));
+    cg_module_train(CG_MODULE(l), true);
+    cg_tensor *y = cg_linear_forward(l, x);
+    ck_assert(bit_equal(y, base));
+    cg_module_train(CG_MODULE(l), false); /* in eval the adapter counts */
+    cg_tensor *ye = cg_linear_forward(l, x);
+    ck_assert(max_abs_diff(ye, base) > 1e-3f);
+    cg_release_all(4, x, base, y, ye);
+    cg_module_free(CG_MODULE(l));
+    /* saved with lora_dropout 1 and loaded back */
+    const char *targets[] = {"q_proj"};
+    cg_lora_config lc = {
+        .r = 2, .alpha = 4.0f, .dropout = 1.0f, .n_targets = 1, .targets = targets};
+    cg_lm_block *b = make_block(7), *b2 = make_block(7);
+    ck_assert_int_eq(cg_lora_attach_all(CG_MODULE(b), &lc, &r), 1);
+    char path[] = "/tmp/cg_test_lora1_XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    ck_assert_msg(cg_lora_save(CG_MODULE(b), path), "%s", cg_last_error());
+    ck_assert_msg(cg_lora_load(CG_MODULE(b2), path), "%s", cg_last_error());
+    ck_assert(cg_lora_of(b2->attn->q_proj)->dropout->p == 1.0f);
+    unlink(path);
+    cg_module_free(CG_MODULE(b));
+    cg_module_free(CG_MODULE(b2));
+}
+END_TEST
+
 /* --------------------------------------------------------------- sampling */
 START_TEST(test_sample)
 {
@@ -902,6 +956,7 @@ static Suite *adapt_suite(void)
     tcase_add_test(t, test_lora_forward_merge);
     tcase_add_test(t, test_lora_gradcheck);
     tcase_add_test(t, test_lora_targets_save_load);
+    tcase_add_test(t, test_dropout_one);
     tcase_add_test(t, test_sample);
     tcase_add_test(t, test_randperm_batches);
     tcase_add_test(t, test_kv_cache_user_block);

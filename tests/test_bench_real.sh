@@ -14,7 +14,7 @@
 #     --vocab-size without it;
 #     --dump-batches refused before any work when it is --data, exists
 #     (bench has no --force) or cannot be created; standard output into
-#     --data.
+#     --data or into --dump-batches.
 #   test_bench_real.sh BENCH PAIRS SOURCE_ROOT
 set -uo pipefail
 bench=$1
@@ -135,16 +135,21 @@ expect "--preset real, missing data" 1 "no-such.tsv" \
 R=(--model seq2seq --preset real --data p.tsv --vocab-size 500 --steps 1 --warmup 0 --threads 1)
 cp p.tsv p.orig && cp b.st b.orig
 expect "--dump-batches = --data" 1 \
-  "^bench: --dump-batches 'p.tsv' is the same file as --data 'p.tsv', which this command reads" \
+  "^bench: error: --dump-batches 'p.tsv' is the same file as --data 'p.tsv', which this command reads" \
   "$bench" "${R[@]}" --dump-batches p.tsv
 intact "--dump-batches = --data" p.tsv p.orig
-expect "--dump-batches over an existing file" 1 "^bench: --dump-batches 'b.st' exists" \
+expect "--dump-batches over an existing file" 1 "^bench: error: --dump-batches 'b.st' exists" \
   "$bench" "${R[@]}" --dump-batches b.st
 intact "--dump-batches over an existing file" b.st b.orig
-expect "--dump-batches in a missing directory" 1 "^bench: cannot write 'nodir/x.st': directory 'nodir'" \
+expect "--dump-batches in a missing directory" 1 "^bench: error: cannot write 'nodir/x.st': directory 'nodir'" \
   "$bench" "${R[@]}" --dump-batches nodir/x.st
 expect "standard output appended to --data" 1 \
-  "^bench: standard output is --data 'p.tsv', which this command reads" \
+  "^bench: error: standard output is --data 'p.tsv', which this command reads" \
   sh -c 'exec "$@" >>p.tsv' sh "$bench" "${R[@]}"
 intact "standard output appended to --data" p.tsv p.orig
+# nor into --dump-batches (`>>` makes it: named as standard output, round six)
+expect "standard output appended to --dump-batches" 1 \
+  "^bench: error: standard output is 'd.st', the --dump-batches file this command writes" \
+  sh -c 'exec "$@" >>d.st' sh "$bench" "${R[@]}" --dump-batches d.st
+[ -s d.st ] && fail "--dump-batches into standard output: d.st was written"
 finish

@@ -65,7 +65,7 @@ fi
 # resume is bit-exact with the tokenizer kept; a tokenizer flag is refused
 "$charlm" train "${small[@]}" --tokenizer bpe --vocab-size 400 --steps 6 --stop-at 3 \
   --out r.st >/dev/null 2>r.err || fail "bpe --stop-at: $(tail -1 r.err)"
-expect "bpe resume with --tokenizer" 1 "drop --tokenizer" \
+expect "bpe resume with --tokenizer" 2 "drop --tokenizer" \
   "$charlm" train --resume r.st --tokenizer char
 if "$charlm" train --resume r.st >/dev/null 2>r.err && "$tool" same b.st r.st >/dev/null 2>&1
 then

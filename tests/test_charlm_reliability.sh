@@ -139,7 +139,7 @@ echo "bf16 differs from fp32; eval of the bf16 checkpoint gives its training los
 
 rc=0
 "$charlm" train --resume bf_half20.st --precision fp32 --threads 1 --out x.st >/dev/null 2>refuse.log || rc=$?
-[ "$rc" -eq 1 ] && grep -q 'drop --precision' refuse.log ||
+[ "$rc" -eq 2 ] && grep -q 'drop --precision' refuse.log ||
   fail "--precision fp32 on resume of a bf16 checkpoint: exit $rc: $(cat refuse.log)"
 [ ! -e x.st ] || fail "a refused resume wrote a checkpoint"
 rc=0

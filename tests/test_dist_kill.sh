@@ -59,7 +59,9 @@ chmod +x run.sh
 # nobody is left to name the rank. That is the launcher's bug, not a hang or
 # a damaged checkpoint; it is said, and the run is tried once more.
 for attempt in 1 2; do
-  rm -f result k.st k.json k.log
+  # the first try's checkpoint and the files beside it (loss curve, metrics
+  # log: a fresh run without --force refuses them, round five)
+  rm -f result k.st k.st.* k.json k.log
   "$netns" -n 2 --timeout 150 exec ./run.sh || true
   read -r rc ms <result || fail "no result: $(cat result 2>/dev/null)"
   [ "$rc" = 139 ] && [ $attempt = 1 ] && ! grep -q "rank 1" k.log || break

@@ -10,7 +10,10 @@
 #    "input file is output file");
 #  - the base a LoRA checkpoint loads counts as read, for sample's result
 #    and its --attention picture;
-#  - CG_DEBUG is parsed as the other variables are ('no' turned it on).
+#  - CG_DEBUG is parsed as the other variables are ('no' turned it on);
+#  - (round six) standard output is no file a command writes or replaces
+#    either: the checkpoint, its loss curve, metrics log and lock, a kept
+#    checkpoint, average's output, a picture.
 #   test_files_read.sh CHARLM SEQ2SEQ
 set -uo pipefail
 charlm=$1
@@ -57,6 +60,50 @@ intact "sample --attention <the base>" base.png base.orig
 # results to a pipe, a new file, or a file no one reads stay fine
 "$charlm" eval --ckpt l.st >>res.txt 2>err.txt && "$seq2seq" translate --ckpt s.st <in.txt >>res.txt 2>>err.txt &&
   [ "$(wc -l <res.txt)" = 3 ] && echo "ok: results appended to another file" || fail "appending elsewhere: $(tail -1 err.txt)"
+
+# ---- round six: standard output is no file a command writes or replaces
+# either (`train --force >> m.st`: the result line went to the old m.st,
+# which the new checkpoint replaced; it was lost). One line, exit 1, before
+# any work: the file as it was.
+# written NAME FILE PATTERN CMD...: CMD with its stdout appended to FILE
+written() {
+  local name=$1 file=$2 pat=$3 rc=0
+  shift 3
+  [ -e "$file" ] && cp "$file" keep.copy || : >keep.copy
+  timeout 120 "$@" >>"$file" 2>err.txt || rc=$?
+  if [ "$rc" -ne 1 ]; then fail "$name: exit status $rc (expected 1): $(tail -c 300 err.txt)"
+  elif ! grep -q "^[a-z0-9_]*: error: \(--attention: \)\?standard output is '$pat', .*; send the output elsewhere (nothing was written)$" err.txt ||
+       [ "$(wc -l <err.txt)" -ne 1 ]; then
+    fail "$name: message: $(tail -c 300 err.txt)"
+  else echo "ok: $name: $(cat err.txt)"; fi
+  intact "$name" "$file" keep.copy
+}
+"$charlm" train --data c.txt "${TINY[@]}" --steps 4 --keep-last 2 --out m.st >/dev/null 2>m.log ||
+  fail "training m.st: $(tail -1 m.log)"
+T2=(--data c.txt "${TINY[@]}" --steps 2)
+written "charlm train --force >> its checkpoint" m.st "m.st" "$charlm" train "${T2[@]}" --out m.st --force
+written "charlm train --force >> its metrics log" m.st.metrics.jsonl "m.st.metrics.jsonl" \
+  "$charlm" train "${T2[@]}" --out m.st --force
+written "charlm train --force >> its loss curve" m.st.loss.png "m.st.loss.png" \
+  "$charlm" train "${T2[@]}" --out m.st --force
+written "charlm train >> its lock" m.st.cgrad-lock "m.st.cgrad-lock" "$charlm" train "${T2[@]}" --out m.st --force
+# (--resume m.st >> m.st: a file read, section one's message)
+written "charlm train --keep-last >> a kept checkpoint it removes" m.st.step00000004.safetensors \
+  "m.st.step00000004.safetensors" "$charlm" train --resume m.st --steps 8 --keep-last 1
+# a new checkpoint: `>>` makes the file; it is named as standard output,
+# not as an existing checkpoint to --force over
+written "charlm train >> its new checkpoint" n.st "n.st" "$charlm" train "${T2[@]}" --out n.st
+[ -s n.st ] && fail "n.st was written"
+written "seq2seq train --force >> its checkpoint" s.st "s.st" \
+  "$seq2seq" train --data p.tsv "${S2S[@]}" --steps 2 --out s.st --force
+"$charlm" average --out avg.st a.st a.st >/dev/null 2>err.txt || fail "average: $(tail -1 err.txt)"
+written "charlm average --force >> its output" avg.st "avg.st" "$charlm" average --out avg.st --force a.st a.st
+"$charlm" sample --ckpt a.st --length 4 --attention pic.png >/dev/null 2>err.txt || fail "sample: $(tail -1 err.txt)"
+written "charlm sample --attention --force >> the picture" pic.png "pic.png" \
+  "$charlm" sample --ckpt a.st --length 4 --attention pic.png --force
+"$seq2seq" attention --ckpt s.st --text "the cat" --out att >/dev/null 2>err.txt || fail "attention: $(tail -1 err.txt)"
+written "seq2seq attention --force >> a picture" att/cross.png "att/cross.png" \
+  "$seq2seq" attention --ckpt s.st --text "the cat" --out att --force
 
 # ---- CG_DEBUG: a switch like the others
 expect "CG_DEBUG=maybe" 2 "environment variable CG_DEBUG: expected true or false, got 'maybe'" \

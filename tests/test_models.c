@@ -86,8 +86,17 @@ START_TEST(test_charlm_bad_config)
     CG_ASSERT_FAILS(cg_charlm_new(&c, 0), "vocab");
     c = small_lm(), c.layers = -1;
     CG_ASSERT_FAILS(cg_charlm_new(&c, 0), "layers");
+    /* dropout in [0, 1], as nn.Dropout: 1 is taken (it was refused) */
     c = small_lm(), c.dropout = 1.0f;
-    CG_ASSERT_FAILS(cg_charlm_new(&c, 0), "dropout");
+    cg_charlm *m1 = cg_charlm_new(&c, 0);
+    ck_assert_msg(m1 != NULL, "%s", cg_last_error());
+    cg_module_free(CG_MODULE(m1));
+    c = small_lm(), c.dropout = 1.5f;
+    CG_ASSERT_FAILS(cg_charlm_new(&c, 0), "charlm config: dropout must be in [0, 1] (got 1.5)");
+    c = small_lm(), c.dropout = NAN;
+    CG_ASSERT_FAILS(cg_charlm_new(&c, 0), "dropout must be in [0, 1]");
+    c = small_lm(), c.dropout = -0.5f;
+    CG_ASSERT_FAILS(cg_charlm_new(&c, 0), "dropout must be in [0, 1]");
     c = small_lm(), c.max_len = 0;
     CG_ASSERT_FAILS(cg_charlm_new(&c, 0), "max_len");
     CG_ASSERT_FAILS(cg_charlm_new(NULL, 0), "NULL");

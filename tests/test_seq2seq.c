@@ -1349,7 +1349,7 @@ START_TEST(test_word_dropout)
     cg_seq2seq_config c = cg_seq2seq_config_default();
     c.vocab = cg_pair_vocab_size(&g_vocab);
     c.d = 32, c.H = 2, c.enc_layers = 1, c.dec_layers = 1, c.d_ff = 64, c.max_len = 64;
-    c.dropout = 0.0f, c.word_dropout = 0.999999f;
+    c.dropout = 0.0f, c.word_dropout = 1.0f; /* every token dropped (p = 1: nn.Dropout's range) */
     cg_seq2seq *m = cg_seq2seq_new(&c, 5);
     ck_assert(m);
     int64_t all[NPAIRS] = {0, 1, 2, 3, 4};
@@ -1372,15 +1372,20 @@ START_TEST(test_word_dropout)
     m->cfg.word_dropout = 0.0f;
     ck_assert_float_ne(loss_from(m, &b, b.src, rng0), loss_from(m, &b, other, rng0));
     ck_assert_uint_eq(m->dropout_rng.counter, rng0.counter);
-    /* the config keeps it, and refuses 1 */
+    /* the config keeps it, and refuses what is above 1 */
     char *js = cg_seq2seq_config_to_json(&c);
     cg_seq2seq_config back;
     ck_assert(js && cg_seq2seq_config_from_json(js, &back));
     ck_assert_float_eq(back.word_dropout, c.word_dropout);
     free(js);
-    c.word_dropout = 1.0f;
+    c.word_dropout = 1.5f;
     ck_assert(!cg_seq2seq_config_check(&c));
-    ck_assert_str_eq(cg_last_error(), "seq2seq config: word_dropout must be in [0, 1) (got 1)");
+    ck_assert_str_eq(cg_last_error(), "seq2seq config: word_dropout must be in [0, 1] (got 1.5)");
+    c.word_dropout = 0.0f, c.dropout = 1.0f; /* the model's dropout too */
+    ck_assert_msg(cg_seq2seq_config_check(&c), "%s", cg_last_error());
+    c.dropout = 1.001f;
+    ck_assert(!cg_seq2seq_config_check(&c));
+    ck_assert_str_eq(cg_last_error(), "seq2seq config: dropout must be in [0, 1] (got 1.001)");
     free(other);
     cg_batch_free(&b);
     cg_module_free(CG_MODULE(m));

@@ -131,14 +131,14 @@ cmp -s att.png att.orig && echo "ok: att.png intact" || fail "sample --attention
 # sample checks what it can before it prints anything (the prompt came first)
 # nothing_out NAME: the refused command wrote nothing to stdout
 nothing_out() { [ ! -s out.txt ] && echo "ok: $1: nothing on stdout" || fail "$1: printed '$(head -c 40 out.txt)'"; }
-expect "charlm sample --prompt not UTF-8" 1 "--prompt is not valid UTF-8 (bad byte 0xff at offset 2)" \
+expect "charlm sample --prompt not UTF-8" 2 "--prompt is not valid UTF-8 (bad byte 0xff at offset 2)" \
   "$charlm" sample --ckpt a.st --length 5 --prompt $'ab\xffcd'
 nothing_out "charlm sample --prompt not UTF-8"
 expect "charlm sample --top-k above the vocabulary" 1 "--top-k 100000 is more than the" \
   "$charlm" sample --ckpt a.st --length 5 --prompt "the " --top-k 100000
 nothing_out "charlm sample --top-k above the vocabulary"
 # a picture that cannot be written is refused before the work (it came after)
-expect "charlm sample --attention x.jpg" 1 "^charlm: error: --attention: x.jpg: unknown picture format" \
+expect "charlm sample --attention x.jpg" 2 "^charlm: error: --attention: x.jpg: unknown picture format" \
   "$charlm" sample --ckpt a.st --length 5 --prompt "the " --attention x.jpg
 nothing_out "charlm sample --attention x.jpg"
 expect "charlm sample --attention in a missing directory" 1 \
@@ -155,6 +155,36 @@ expect "seq2seq attention --out a file" 1 "'afile' is not a directory" \
 nothing_out "seq2seq attention --out a file"
 expect_ok "seq2seq attention --out a new directory" "" "$seq2seq" attention --ckpt s.st --text "the cat" --out newdir
 [ -s newdir/cross.png ] && echo "ok: newdir/cross.png drawn" || fail "attention --out newdir: no cross.png"
+
+# ---- round six: dropout p = 1, as nn.Dropout(1.0) and the library's dropout
+# take it (the flags, the configs and LoRA refused it); a checkpoint that
+# says so loads in every command; above 1, below 0 and NaN stay refused
+expect_ok "charlm train --dropout 1" "" "$charlm" train --data c.txt "${TINY[@]}" --dropout 1 --steps 2 --out p1.st
+"$tool" getmeta p1.st config | grep -q '"dropout": 1[,}]' && echo "ok: its config says dropout 1" ||
+  fail "p1.st's config: $("$tool" getmeta p1.st config)"
+expect_ok "charlm sample of a dropout-1 checkpoint" "" "$charlm" sample --ckpt p1.st --length 5
+expect_ok "charlm eval of a dropout-1 checkpoint" "" "$charlm" eval --ckpt p1.st
+expect_ok "charlm train --resume of a dropout-1 checkpoint" "" "$charlm" train --resume p1.st --steps 4
+expect_ok "charlm --lora-dropout 1" "" \
+  "$charlm" train --init-from a.st --data c.txt --lora-rank 2 --lora-dropout 1 --threads 1 --steps 2 --out lp1.st
+expect_ok "charlm sample of a lora-dropout-1 adapter" "" "$charlm" sample --ckpt lp1.st --length 5
+expect_ok "charlm --init-from --dropout 1" "" \
+  "$charlm" train --init-from a.st --data c.txt --dropout 1 --threads 1 --steps 2 --out ip1.st
+expect_ok "seq2seq train --dropout 1 --word-dropout 1" "" \
+  "$seq2seq" train --data p.tsv "${S2S[@]}" --dropout 1 --word-dropout 1 --steps 2 --out sp1.st
+expect_ok "seq2seq translate of a dropout-1 checkpoint" "" "$seq2seq" translate --ckpt sp1.st "the cat"
+for v in 1.0001 -0.1 nan inf; do
+  expect "charlm --dropout $v" 2 "^charlm: error: --dropout: " \
+    "$charlm" train --data c.txt "${TINY[@]}" --dropout "$v" --steps 2 --out pb.st
+  expect "seq2seq --word-dropout $v" 2 "^seq2seq: error: --word-dropout: " \
+    "$seq2seq" train --data p.tsv "${S2S[@]}" --word-dropout "$v" --steps 2 --out pb.st
+done
+expect "charlm --lora-dropout 1.5" 2 "^charlm: error: --lora-dropout: 1.5 is out of range \[0, 1\]" \
+  "$charlm" train --init-from a.st --data c.txt --lora-rank 2 --lora-dropout 1.5 --steps 2 --out pb.st
+no_file "a refused dropout" pb.st
+cp p1.st p15.st && "$tool" setmeta p15.st config "$("$tool" getmeta p1.st config | sed -e 's/"dropout": 1/"dropout": 1.5/')"
+expect "charlm sample of a dropout-1.5 checkpoint" 1 "charlm config: dropout must be in \[0, 1\] (got 1.5)" \
+  "$charlm" sample --ckpt p15.st --length 5
 
 # BPE (skipped without SentencePiece): the vocabulary floor for a text
 # without spaces, and a --vocab-size above what the text gives

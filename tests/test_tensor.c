@@ -391,6 +391,31 @@ START_TEST(test_accessors_null)
 }
 END_TEST
 
+/* Every generator function follows the NULL rule (core/error.h): a NULL
+ * generator is refused with a message naming the call and a neutral value
+ * (NaN for a draw, 0 for an integer, NULL or false), never dereferenced
+ * (they segfaulted). */
+START_TEST(test_rng_null)
+{
+    CG_ASSERT_REFUSED(isnan(cg_rng_uniform(NULL)), "cg_rng_uniform: NULL generator");
+    CG_ASSERT_REFUSED(isnan(cg_rng_uniform_double(NULL)), "cg_rng_uniform_double: NULL generator");
+    CG_ASSERT_REFUSED(isnan(cg_rng_normal(NULL)), "cg_rng_normal: NULL generator");
+    CG_ASSERT_REFUSED(cg_rng_below(NULL, 5) == 0, "cg_rng_below: NULL generator");
+    CG_ASSERT_REFUSED(cg_randperm(NULL, 3) == NULL, "NULL generator");
+    CG_ASSERT_REFUSED(cg_rand(NULL, CG_SHAPE(2)) == NULL, "NULL");
+    CG_ASSERT_REFUSED(cg_randn(NULL, CG_SHAPE(2)) == NULL, "NULL");
+    cg_tensor *t = cg_zeros(CG_SHAPE(2));
+    CG_ASSERT_REFUSED(!cg_uniform_(t, NULL, 0, 1), "NULL");
+    CG_ASSERT_REFUSED(!cg_normal_(t, NULL, 0, 1), "NULL");
+    /* PyTorch's generator too */
+    CG_ASSERT_REFUSED((cg_mt19937_seed(NULL, 1), true), "cg_mt19937_seed: NULL generator");
+    CG_ASSERT_REFUSED(cg_mt19937_next(NULL) == 0, "cg_mt19937_next: NULL generator");
+    CG_ASSERT_REFUSED(!cg_uniform_torch_(t, NULL, 0, 1), "NULL");
+    CG_ASSERT_REFUSED(!cg_normal_torch_(t, NULL, 0, 1), "NULL");
+    cg_release(t);
+}
+END_TEST
+
 START_TEST(test_shape_str)
 {
     char b[64];
@@ -454,6 +479,7 @@ static Suite *tensor_suite(void)
     tcase_add_test(tc, test_refcounts);
     tcase_add_test(tc, test_shape_str);
     tcase_add_test(tc, test_accessors_null);
+    tcase_add_test(tc, test_rng_null);
     tcase_add_test(tc, test_null_array_args);
     suite_add_tcase(s, tc);
     return s;

@@ -73,7 +73,9 @@
 #include "models/seq2seq/translate.h"
 #include "nn/safetensors.h"
 #include "models/train/dist.h"
+#include "models/train/options.h"
 #include "models/train/outfile.h"
+#include "models/train/prog.h"
 #include "models/train/train_common.h"
 #include "models/train/trainer.h"
 #include "optim/optim.h"
@@ -91,14 +93,14 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* --help: the usage on stdout, exit 0; an error: one line on stderr, exit 2 */
+/* --help: the usage on stdout, exit 0; an error: one line on stderr
+ * (models/train/prog.h), exit 2 */
 static int usage(const char *msg)
 {
     if (msg) {
         /* the flag parser's messages may already say it */
-        fprintf(stderr, "bench: error: %s%s\n", msg,
-                strstr(msg, "(try --help)") ? "" : " (try --help)");
-        return 2;
+        cg_prog_fail("%s%s", msg, strstr(msg, "(try --help)") ? "" : " (try --help)");
+        return CG_EXIT_USAGE;
     }
     fprintf(stdout,
             "usage: bench [--model charlm|seq2seq] [--preset tiny|base|gpt2|paper|real]\n"
@@ -301,14 +303,14 @@ static int parse_args(int argc, char **argv, bench_args *a)
     if (help)
         return usage(NULL);
     if (strcmp(a->model, "charlm") && strcmp(a->model, "seq2seq")) {
-        snprintf(msg, sizeof msg, "unknown model '%s' (have: charlm, seq2seq)", a->model);
+        snprintf(msg, sizeof msg, "--model: unknown model '%s' (have: charlm, seq2seq)", a->model);
         return usage(msg);
     }
     bool real = !strcmp(a->preset, "real"), charlm = !strcmp(a->model, "charlm");
     preset p;
     if (!real && !get_preset(charlm, a->preset, &p)) {
-        snprintf(msg, sizeof msg, "unknown preset '%s' for %s (have: tiny, base, %s)", a->preset,
-                 a->model, charlm ? "gpt2" : "paper, real");
+        snprintf(msg, sizeof msg, "--preset: unknown preset '%s' for %s (have: tiny, base, %s)",
+                 a->preset, a->model, charlm ? "gpt2" : "paper, real");
         return usage(msg);
     }
     if (real && strcmp(a->model, "seq2seq"))
@@ -474,7 +476,7 @@ static bool time_steps(cg_stepper *st, bench_model *bm, const batches *bt, const
         cg_step_result r = cg_stepper_step(st, i + 1, &loss, &ntok);
         tm->last_loss = (float)loss;
         if (r != CG_STEP_OK) {
-            fprintf(stderr, "bench: step %ld failed: %s\n", i, cg_last_error());
+            cg_prog_fail("step %ld failed: %s", i, cg_last_error());
             break;
         }
         double dt = cg_now() - t0;
@@ -496,7 +498,7 @@ static bool time_steps(cg_stepper *st, bench_model *bm, const batches *bt, const
     }
     bool ok = i == warmup + steps;
     if (ok && !isfinite(tm->last_loss)) {
-        fprintf(stderr, "bench: non-finite loss %g\n", (double)tm->last_loss);
+        cg_prog_fail("non-finite loss %g", (double)tm->last_loss);
         ok = false;
     }
     if (ok) {
@@ -609,7 +611,8 @@ static bool dump_save(const bench_args *a, const preset *p, bench_model *bm)
 /* --preset real's files, before any work: standard output (the result
  * line) is not --data, and --dump-batches is a new file (bench has no
  * --force: an existing one is refused, never replaced) in a writable
- * directory (models/train/outfile.h cg_out_check), not --data. A file
+ * directory (models/train/outfile.h cg_out_check), not --data nor
+ * standard output. A file
  * that appears during the run is still replaced (no lock is taken).
  * False + error. */
 static bool check_files(const bench_args *a)
@@ -619,6 +622,9 @@ static bool check_files(const bench_args *a)
         return false;
     if (!a->dump)
         return true;
+    /* `>> FILE` made it: named as standard output, not as an existing file */
+    if (!cg_out_check_stdout_writes(a->dump, "the --dump-batches file this command writes"))
+        return false;
     if (cg_same_file(a->dump, a->data)) {
         cg_set_error("--dump-batches '%s' is the same file as --data '%s', which this command "
                      "reads; choose another file (nothing was written)",
@@ -639,15 +645,14 @@ static int run(int argc, char **argv)
     /* Under mpirun: every rank takes the same steps on its own B rows (data
      * parallel; the gradients are averaged by the trainer's step) and rank 0
      * prints, with the ranks and the communication backward did not hide. */
-    if (!cg_dist_init(&argc, &argv) || !cg_dist_quiet_nonroot()) {
-        fprintf(stderr, "bench: %s\n", cg_last_error());
-        return 1;
-    }
+    if (!cg_dist_init(&argc, &argv) || !cg_dist_quiet_nonroot())
+        return cg_prog_fail_lib("MPI");
     bench_args a;
     int rc = parse_args(argc, argv, &a);
     cg_precision precision = CG_PRECISION_FP32;
-    if (rc < 0 && !cg_precision_parse(a.precision, &precision))
-        rc = usage(cg_last_error());
+    /* an unknown name: exit 2; bf16 on a CPU without it: exit 1 */
+    if (rc < 0)
+        rc = cg_precision_flag(a.precision, &precision);
     if (rc >= 0)
         return rc;
     cg_cli_set_threads("bench", a.threads);
@@ -663,17 +668,13 @@ static int run(int argc, char **argv)
         bm.real = &real;
         /* the dump's writer once the files are checked: a refusal holds nothing */
         if (!check_files(&a) || !real_setup(&a, &real, &p) ||
-            (a.dump && !(bm.dump = cg_st_writer_new()))) {
-            fprintf(stderr, "bench: %s\n", cg_last_error());
-            return 1;
-        }
+            (a.dump && !(bm.dump = cg_st_writer_new())))
+            return cg_prog_fail_lib(NULL);
     }
     double peak_gflops = gemm_gflops();
     cg_module *model = new_model(&a, &p, &bm);
-    if (!model) {
-        fprintf(stderr, "bench: %s\n", cg_last_error());
-        return 1;
-    }
+    if (!model)
+        return cg_prog_fail_lib(NULL);
     cg_trainer_model tm = {.module = model,
                            .optim = cg_adamw_config(1e-3, 0.9, 0.98, 1e-9),
                            .weight_decay_2d = 0.01,
@@ -683,18 +684,14 @@ static int run(int argc, char **argv)
                            .loss = bm_loss,
                            .lr = bm_lr};
     cg_stepper st;
-    if (!cg_stepper_init(&st, &tm, 1, (int)a.zero)) {
-        fprintf(stderr, "bench: %s\n", cg_last_error());
-        return 1;
-    }
+    if (!cg_stepper_init(&st, &tm, 1, (int)a.zero))
+        return cg_prog_fail_lib(NULL);
     int64_t n_params;
     flops_model fm = step_flops(&st, &p, charlm, &n_params);
     batches bt;
     random_batches(&bt, &p, charlm, a.seed);
-    if (!cg_dist_broadcast_module(model)) {
-        fprintf(stderr, "bench: %s\n", cg_last_error());
-        return 1;
-    }
+    if (!cg_dist_broadcast_module(model))
+        return cg_prog_fail_lib(NULL);
     timings t;
     if (!time_steps(&st, &bm, &bt, &fm, (long)a.warmup, (long)a.steps, &t))
         return 1;
@@ -702,19 +699,17 @@ static int run(int argc, char **argv)
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     double worst[2] = {(double)ru.ru_maxrss / 1024.0, (double)cg_optim_state_bytes(st.opt) / 1e6};
-    if (!cg_dist_allreduce_max(worst, 2)) {
-        fprintf(stderr, "bench: %s\n", cg_last_error());
-        return 1;
-    }
+    if (!cg_dist_allreduce_max(worst, 2))
+        return cg_prog_fail_lib(NULL);
     bool printed = print_json(&a, &p, precision, threads, n_params, peak_gflops, st.reducer != NULL,
                               &t, worst, (long)a.steps);
     if (!printed)
-        fprintf(stderr, "bench: out of memory writing the result line\n");
+        cg_prog_fail("out of memory writing the result line");
     /* after the result line, which a dump that cannot be written (a disk
      * filled during the run) no longer takes with it */
     bool dumped = !bm.dump || dump_save(&a, &p, &bm);
     if (!dumped)
-        fprintf(stderr, "bench: --dump-batches: %s\n", cg_last_error());
+        cg_prog_fail_lib("--dump-batches");
     for (int b = 0; b < NB; b++)
         free(bt.src[b]), free(bt.tin[b]), free(bt.tout[b]);
     cg_st_writer_free(bm.dump);
@@ -728,15 +723,14 @@ static int run(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
+    cg_prog_set_name("bench"); /* its messages: "bench: error: ..." (models/train/prog.h) */
     cg_cli_start();
     if (!cg_env_check()) { /* a malformed CG_ variable, as a malformed flag */
-        fprintf(stderr, "bench: error: %s\n", cg_last_error());
-        return 2;
+        cg_prog_fail_lib(NULL);
+        return CG_EXIT_USAGE;
     }
     int rc = run(argc, argv);
-    if (rc == 0 && !cg_cli_stdout_ok()) { /* the JSON line is lost */
-        fprintf(stderr, "bench: error: %s\n", cg_last_error());
-        rc = 1;
-    }
+    if (rc == 0 && !cg_cli_stdout_ok()) /* the JSON line is lost */
+        rc = cg_prog_fail_lib(NULL);
     return rc;
 }

@@ -18,6 +18,7 @@
  *                    weight bytes read / s,
  * and the bounds: read_gbs_*_set / (weight bytes of one character), one
  * JSON line per thread count. Runs take a few seconds. */
+#include <errno.h>
 #include <omp.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -25,8 +26,12 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/error.h"
 #include "core/gemm.h"
+#include "core/parse.h"
 #include "core/tensor.h"
+#include "models/train/prog.h"
+#include "models/util/files.h"
 
 static double now_s(void)
 {
@@ -120,39 +125,49 @@ typedef struct {
     cg_bf16_matrix *p;
 } weight;
 
+static const char HELP[] =
+    "usage: decode_bench [--d N] [--d-ff N] [--layers N] [--vocab N] [--runs N]\n"
+    "The products of one decoded character against the memory's speed (defaults: charlm's\n"
+    "base preset, d 384, d_ff 1536, 6 layers, vocab 65; 9 runs, at most 64); one JSON\n"
+    "line for 1 and for 2 threads. Exit status: 0 done, 1 failed, 2 bad command line.\n";
+
+/* The command line (models/util/cli.h's parser and models/train/prog.h's
+ * messages, as the zoo's programs): -1 to go on, else the exit code. */
+static int parse_args(int argc, char **argv, int64_t *d, int64_t *dff, int64_t *layers,
+                      int64_t *vocab, int *runs)
+{
+    int64_t r = *runs;
+    const cg_cli_opt opts[] = {
+        {"--d", CG_CLI_I64, d, 1, 1 << 16, NULL, 0},
+        {"--d-ff", CG_CLI_I64, dff, 1, 1 << 16, NULL, 0},
+        {"--layers", CG_CLI_I64, layers, 1, 1 << 16, NULL, 0},
+        {"--vocab", CG_CLI_I64, vocab, 1, 1 << 16, NULL, 0},
+        {"--runs", CG_CLI_I64, &r, 1, 64, NULL, 0},
+    };
+    cg_prog_set_name("decode_bench");
+    cg_cli_streams();      /* fds 0-2, SIGPIPE and SIGXFSZ as every program (OpenMP left as set) */
+    if (!cg_env_check()) { /* a malformed CG_ variable, as a malformed flag */
+        cg_prog_fail_lib(NULL);
+        return CG_EXIT_USAGE;
+    }
+    int rc = cg_prog_parse(argc - 1, argv + 1, opts, (int)(sizeof opts / sizeof opts[0]), HELP);
+    *runs = (int)r;
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     int64_t d = 384, dff = 1536, layers = 6, vocab = 65;
     int runs = 9;
-    for (int i = 1; i < argc; i++) {
-        int64_t *dst = !strcmp(argv[i], "--d")        ? &d
-                       : !strcmp(argv[i], "--d-ff")   ? &dff
-                       : !strcmp(argv[i], "--layers") ? &layers
-                       : !strcmp(argv[i], "--vocab")  ? &vocab
-                                                      : NULL;
-        if (i + 1 < argc && (dst || !strcmp(argv[i], "--runs"))) {
-            long v = strtol(argv[++i], NULL, 10);
-            if (v < 1 || v > (dst ? 1 << 16 : 64)) {
-                fprintf(stderr, "decode_bench: %s %s is out of range\n", argv[i - 1], argv[i]);
-                return 1;
-            }
-            if (dst)
-                *dst = v;
-            else
-                runs = (int)v;
-        } else {
-            fprintf(stderr, "usage: decode_bench [--d N] [--d-ff N] [--layers N] [--vocab N] "
-                            "[--runs N]\n");
-            return strcmp(argv[i], "--help") ? 1 : 0;
-        }
-    }
+    int rc = parse_args(argc, argv, &d, &dff, &layers, &vocab, &runs);
+    if (rc >= 0)
+        return rc;
     const int64_t nw = 6 * layers + 1;
     weight *ws = calloc((size_t)nw, sizeof *ws);
     float *buf = malloc(BIG), *x = malloc((size_t)(dff > d ? dff : d) * sizeof(float));
     float *y = malloc((size_t)(dff > vocab ? (dff > d ? dff : d) : vocab) * sizeof(float));
     if (!ws || !buf || !x || !y) {
-        fprintf(stderr, "decode_bench: out of memory\n");
-        return 1;
+        return cg_prog_fail("out of memory");
     }
     memset(buf, 0, BIG);
     cg_rng rng = cg_rng_new(1);
@@ -165,20 +180,18 @@ int main(int argc, char **argv)
         ws[i].k = i == nw - 1 ? d : j == 5 ? dff : d;
         ws[i].w = malloc((size_t)(ws[i].n * ws[i].k) * sizeof(float));
         if (!ws[i].w) {
-            fprintf(stderr, "decode_bench: out of memory\n");
-            return 1;
+            return cg_prog_fail("out of memory");
         }
         for (int64_t e = 0; e < ws[i].n * ws[i].k; e++)
             ws[i].w[e] = 0.02f * cg_rng_normal(&rng);
         ws[i].p = cg_bf16_matrix_new(ws[i].n, ws[i].k, ws[i].w, ws[i].k, 1);
         if (!ws[i].p) {
-            fprintf(stderr, "decode_bench: %s\n", cg_last_error());
-            return 1;
+            return cg_prog_fail_lib(NULL);
         }
         fp32_bytes += (double)(ws[i].n * ws[i].k) * 4.0;
         bf16_bytes += (double)cg_bf16_matrix_bytes(ws[i].p);
     }
-    for (int nt = 1; nt <= 2; nt++) {
+    for (int nt = 1; nt <= 2 && rc < 0; nt++) {
         cg_set_num_threads(nt);
         double rb = read_gbs(buf, BIG, nt, runs), cb = copy_gbs(buf, nt, runs);
         /* the bound of each precision: its weight bytes read at the speed
@@ -201,6 +214,7 @@ int main(int argc, char **argv)
                     (pass ? t16 : t32)[r] = now_s() - t0;
             }
         double m32 = median(t32, runs), m16 = median(t16, runs);
+        errno = 0;
         printf("{\"threads\": %d, \"read_gbs_512mb\": %.1f, \"copy_gbs\": %.1f, "
                "\"weight_mb_fp32\": %.1f, \"read_gbs_fp32_set\": %.1f, \"weight_mb_bf16\": %.1f, "
                "\"read_gbs_bf16_set\": %.1f, \"fp32_chars_per_s\": %.0f, \"fp32_gbs\": %.1f, "
@@ -209,7 +223,8 @@ int main(int argc, char **argv)
                nt, rb, cb, fp32_bytes / 1e6, r32, bf16_bytes / 1e6, r16, 1.0 / m32,
                fp32_bytes / m32 / 1e9, 1.0 / m16, bf16_bytes / m16 / 1e9,
                cg_bf16_native() ? "true" : "false", r32 * 1e9 / fp32_bytes, r16 * 1e9 / bf16_bytes);
-        fflush(stdout);
+        if (!cg_output_flush(stdout)) /* a reader gone: stop at once */
+            rc = cg_prog_fail_lib(NULL);
     }
     for (int64_t i = 0; i < nw; i++) {
         free(ws[i].w);
@@ -219,5 +234,5 @@ int main(int argc, char **argv)
     free(buf);
     free(x);
     free(y);
-    return 0;
+    return rc < 0 ? 0 : rc;
 }

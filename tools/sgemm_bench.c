@@ -21,8 +21,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/error.h"
 #include "core/gemm.h"
+#include "core/parse.h"
 #include "core/tensor.h"
+#include "models/train/prog.h"
 
 static double now_s(void)
 {
@@ -145,20 +148,51 @@ static double peak(bool bf16, int threads)
 
 static void fmt(char *buf, size_t n, double g) { snprintf(buf, n, g < 0 ? "null" : "%.1f", g); }
 
+static const char HELP[] =
+    "usage: sgemm_bench [N [RUNS]]   (default N 1024, RUNS 5; N in [1, 16384], RUNS in\n"
+    "[1, 1000])\n"
+    "GFLOP/s of C = A @ B, N x N x N float32, on 1 and 2 threads: the chosen path,\n"
+    "BLIS's default and bf16, and the CPU's instruction peak; a table, then one JSON\n"
+    "line. Exit status: 0 done, 1 failed, 2 bad command line.\n";
+
+/* N and RUNS (models/train/prog.h's parse and messages, as the zoo's
+ * programs): -1 to go on, else the exit code. */
+static int parse_args(int argc, char **argv, int64_t *n, int64_t *runs)
+{
+    int np;
+    cg_prog_set_name("sgemm_bench");
+    cg_cli_streams();      /* fds 0-2, SIGPIPE and SIGXFSZ as every program (OpenMP left as set) */
+    if (!cg_env_check()) { /* a malformed CG_ variable, as a malformed flag */
+        cg_prog_fail_lib(NULL);
+        return CG_EXIT_USAGE;
+    }
+    int rc = cg_prog_parse_pos(argc - 1, argv + 1, NULL, 0, HELP, &np);
+    if (rc >= 0)
+        return rc;
+    if (np > 2) {
+        cg_prog_fail("unexpected argument '%s' (try --help)", argv[1 + 2]);
+        return CG_EXIT_USAGE;
+    }
+    if ((np > 0 && !cg_parse_i64("N", argv[1], 1, 16384, n)) ||
+        (np > 1 && !cg_parse_i64("RUNS", argv[2], 1, 1000, runs))) {
+        cg_prog_fail_lib(NULL);
+        return CG_EXIT_USAGE;
+    }
+    return -1;
+}
+
 int main(int argc, char **argv)
 {
-    int64_t n = argc > 1 ? atoll(argv[1]) : 1024;
-    int runs = argc > 2 ? atoi(argv[2]) : 5;
-    if (n <= 0 || runs <= 0 || (argc > 1 && !strcmp(argv[1], "--help"))) {
-        fprintf(stderr, "usage: sgemm_bench [N [RUNS]]   (N > 0, RUNS > 0)\n");
-        return argc > 1 && !strcmp(argv[1], "--help") ? 0 : 2;
-    }
+    int64_t n = 1024, nruns = 5;
+    int rc = parse_args(argc, argv, &n, &nruns);
+    if (rc >= 0)
+        return rc;
+    const int runs = (int)nruns;
     size_t nn = (size_t)(n * n);
     float *a = cg_alloc(nn * sizeof(float)), *b = cg_alloc(nn * sizeof(float)),
           *c = cg_alloc(nn * sizeof(float));
     if (!a || !b || !c) {
-        fprintf(stderr, "sgemm_bench: out of memory\n");
-        return 1;
+        return cg_prog_fail("out of memory");
     }
     cg_rng rng = cg_rng_new(1);
     for (size_t i = 0; i < nn; i++) {
@@ -217,5 +251,5 @@ int main(int argc, char **argv)
     cg_free(a);
     cg_free(b);
     cg_free(c);
-    return 0;
+    return cg_cli_stdout_ok() ? 0 : cg_prog_fail_lib(NULL); /* the result reached stdout */
 }

@@ -39,7 +39,7 @@ typedef struct {
     cg_norm_kind norm; /* layernorm | rmsnorm (eps 1e-5; nn/layers.h's table) */
     cg_act act;        /* a row of nn/layers.h's table: relu, gelu (tanh form), gelu_erf */
     bool norm_first;   /* pre-norm (true) or post-norm */
-    float dropout;     /* in [0, 1); after the embedding and each sublayer */
+    float dropout;     /* in [0, 1]; after the embedding and each sublayer */
     /* the training loss (cg_charlm_forward_loss): 0 = logits, then
      * cross-entropy; -1 (CG_LCE_EXACT) = the head fused with the loss in
      * chunks on its product's k blocks, the same bits; > 0 = fused in

@@ -21,6 +21,7 @@
 #include "models/util/config_json.h"
 #include "models/data/data.h"
 #include "models/charlm/sampling.h"
+#include "models/report/plot.h"
 #include "models/train/program.h"
 #include "models/text/vocab.h"
 
@@ -76,7 +77,7 @@ static int cmd_train(int argc, char **argv)
          CG_CLI_FIXED},
         {"--lora-alpha", CG_CLI_F64, &r.lora.alpha, 1e-6, 1e6,
          "  --lora-alpha A     the adapters' scale is A/R (default 2R)\n", CG_CLI_FIXED},
-        {"--lora-dropout", CG_CLI_F64, &r.lora.dropout, 0, 0.999999,
+        {"--lora-dropout", CG_CLI_F64, &r.lora.dropout, 0, 1,
          "  --lora-dropout P   dropout on the adapters' input (default 0)\n", CG_CLI_FIXED},
         {"--lora-targets", CG_CLI_STR, &r.lora.targets, 0, 0,
          "  --lora-targets L   the Linears adapted, comma-separated (default\n"
@@ -120,7 +121,7 @@ static int cmd_sample(int argc, char **argv)
         {"--force", CG_CLI_SWITCH, &a.force, 0, 0, NULL, 0},
         {"--base", CG_CLI_STR, &a.base, 0, 0, NULL, 0},
         {"--ckpt", CG_CLI_STR, &a.ckpt, 0, 0, NULL, 0},
-        {"--prompt", CG_CLI_STR, &a.prompt, 0, 0, NULL, 0},
+        {"--prompt", CG_CLI_TEXT, &a.prompt, 0, 0, NULL, 0},
         {"--precision", CG_CLI_STR, &a.precision, 0, 0, NULL, 0},
         {"--length", CG_CLI_I64, &a.length, 0, 10000000, NULL, 0},
         {"--no-cache", CG_CLI_SWITCH, &a.no_cache, 0, 0, NULL, 0},
@@ -131,6 +132,10 @@ static int cmd_sample(int argc, char **argv)
                            SAMPLE_HELP);
     if (rc >= 0 || (rc = cg_precision_flag(a.precision, NULL)) >= 0)
         return rc;
+    if (a.attn_png && !cg_plot_format(a.attn_png)) { /* the name alone says it */
+        cg_prog_fail("--attention: %s", cg_last_error());
+        return CG_EXIT_USAGE;
+    }
     if (a.attn_png && !cg_out_picture_check(a.attn_png, a.force, a.ckpt, "--ckpt", false))
         return cg_prog_fail("--attention: %s", cg_last_error());
     cg_cli_set_threads(PROG, a.threads);

@@ -118,15 +118,16 @@ static bool lm_state(void *self, cJSON *o)
     return cg_trainer_model_state(r->t, "charlm", o, f, 5);
 }
 
-/* The config of a fresh run from the flags (checked before the data is
- * read; the vocabulary size comes later). */
-static int lm_config_from_flags(const cg_cli_args *a, cg_train_recipe *rc, const char *preset_name,
-                                cg_charlm_config *cfg, int64_t *Bout)
+/* The config of a fresh run from the preset and the flags (the vocabulary
+ * size, the default's until the data gives it, comes later). False + error
+ * naming the flag. */
+static bool lm_config_from_flags(const cg_cli_args *a, cg_train_recipe *rc, const char *preset_name,
+                                 cg_charlm_config *cfg, int64_t *Bout)
 {
     const cg_train_preset *pr = cg_train_preset_find(PRESETS, CG_CHARLM_N_PRESETS, preset_name);
     *cfg = cg_charlm_config_default(); /* layernorm, gelu */
     if (!pr || !cg_train_shape(a, pr, rc, &cfg->norm, &cfg->act))
-        return cg_prog_fail_lib(NULL);
+        return false;
     const cg_train_preset *p = &rc->shape;
     cfg->d = p->d;
     cfg->H = p->H;
@@ -136,7 +137,7 @@ static int lm_config_from_flags(const cg_cli_args *a, cg_train_recipe *rc, const
     cfg->norm_first = rc->norm_first;
     cfg->dropout = (float)rc->dropout;
     *Bout = p->B;
-    return -1;
+    return true;
 }
 
 /* A char LM's architecture as --init-from compares it. */
@@ -228,7 +229,9 @@ static int lm_data_model(lm_run *r, cg_trainer *t, const cg_train_opts *o, cg_tr
                          cg_data_id *id)
 {
     cg_charlm_config cfg;
-    int rc = o->resume ? -1 : lm_config_from_flags(o->args, rec, r->preset, &cfg, &r->B);
+    int rc = o->resume || lm_config_from_flags(o->args, rec, r->preset, &cfg, &r->B)
+                 ? -1
+                 : cg_prog_fail_lib(NULL);
     if (rc < 0 && o->init_from)
         rc = lm_init_from(r, t, o, rec, &cfg);
     if (rc < 0 && o->resume)
@@ -342,12 +345,21 @@ int lm_setup(void *self, cg_trainer *t, cg_train_opts *o, cg_train_recipe *rec, 
     return -1;
 }
 
-/* charlm train's checks of its flags: the LoRA flags and --base. */
-int lm_check(void *self, const cg_train_opts *o, const cg_train_recipe *rec)
+/* charlm train's checks of its flags, before any file is read: the
+ * preset, the model they make (a fresh run: d divisible by H, ...), the
+ * LoRA flags and --base. */
+int lm_check(void *self, const cg_train_opts *o, cg_train_recipe *rec)
 {
-    (void)rec;
-    const cg_ft_lora *lora = &((lm_run *)self)->lora;
+    lm_run *r = self;
+    const cg_ft_lora *lora = &r->lora;
     const cg_cli_args *a = o->args;
+    cg_charlm_config cfg;
+    int64_t B;
+    if (!o->resume && (!lm_config_from_flags(a, rec, r->preset, &cfg, &B) ||
+                       (!o->init_from && !cg_charlm_config_check(&cfg)))) {
+        cg_prog_fail_lib(NULL);
+        return CG_EXIT_USAGE;
+    }
     const void *lora_opts[] = {&lora->alpha, &lora->dropout, &lora->targets};
     for (int i = 0; i < 3 && !o->resume; i++)
         if (cg_cli_given(a, lora_opts[i]) && !cg_cli_given(a, &lora->rank)) {

@@ -39,7 +39,7 @@ typedef struct {
 } lm_run;
 
 /* charlm train's checks of its flags: the LoRA flags and --base. */
-int lm_check(void *self, const cg_train_opts *o, const cg_train_recipe *rec);
+int lm_check(void *self, const cg_train_opts *o, cg_train_recipe *rec);
 /* Corpus, tokenizer and model (fresh, resumed or from a base), checked,
  * and the char LM as the trainer sees it. */
 int lm_setup(void *self, cg_trainer *t, cg_train_opts *o, cg_train_recipe *rec,

@@ -1,11 +1,13 @@
 /* cgrad zoo: cached incremental decoding and sampling (see sampling.h). */
 #include "models/charlm/sampling.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
+#include "models/util/files.h"
 
 cg_kv_cache *cg_charlm_kv_cache_new(const cg_charlm *m)
 {
@@ -169,14 +171,13 @@ static bool printer_write(printer *p, bool flush)
     while (!flush && p->tok->kind == CG_TOK_BPE && end >= 3 &&
            memcmp(t + end - 3, "\xEF\xBF\xBD", 3) == 0)
         end -= 3;
-    bool ok = end <= p->printed ||
-              (fwrite(t + p->printed, 1, end - p->printed, p->out) == end - p->printed &&
-               fflush(p->out) == 0);
+    errno = 0;
+    if (end > p->printed) /* checked at once: a reader gone stops the sample here */
+        fwrite(t + p->printed, 1, end - p->printed, p->out);
+    bool ok = end <= p->printed || cg_output_flush(p->out);
     free(t);
-    if (!ok) {
-        cg_set_error("sample: cannot write the output");
+    if (!ok)
         return false;
-    }
     if (end > p->printed)
         p->printed = end;
     if (end == len && p->n > 32) { /* keep the work per id bounded */

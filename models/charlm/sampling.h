@@ -74,7 +74,9 @@ int64_t *cg_charlm_generate(cg_charlm *m, const int64_t *prompt, int64_t n_promp
  * the ids since an anchor (the last prompt id at first) is decoded at each
  * id and what is new is written; for BPE an ending that decodes to U+FFFD
  * (a byte piece waiting for the rest of its UTF-8 sequence) is held back
- * until it completes or the sample ends. */
+ * until it completes or the sample ends. A write that fails (a reader gone)
+ * stops the sample there: NULL + "cannot write the output: Broken pipe"
+ * (models/util/files.h cg_output_flush). */
 int64_t *cg_charlm_generate_text(cg_charlm *m, const cg_tokenizer *tok, const int64_t *prompt,
                                  int64_t n_prompt, int64_t n_new, const cg_sample_opts *o,
                                  cg_rng *rng, bool use_cache, FILE *out);

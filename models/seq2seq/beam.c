@@ -1,12 +1,14 @@
 /* Greedy decoding and beam search for Seq2Seq (see beam.h). */
 #include "models/seq2seq/beam.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
+#include "models/util/files.h"
 
 /* Keep rows[0..n) of the cache's batch (the library takes them as a tensor). */
 static bool reorder(cg_kv_cache *c, const int64_t *rows, int64_t n)
@@ -555,9 +557,11 @@ static bool put_text(const cg_tokenizer *tok, const int64_t *ids, int64_t L, cha
 {
     if (!(*out = cg_tokenizer_decode(tok, ids, L)))
         return false;
-    if (echo)
-        fprintf(echo, "%s\n", *out), fflush(echo);
-    return true;
+    if (!echo)
+        return true;
+    errno = 0; /* checked at once: a reader gone stops the translation here */
+    fprintf(echo, "%s\n", *out);
+    return cg_output_flush(echo);
 }
 
 /* Greedy decoding of sources c0..c0+B at once into out[c0..). */

@@ -80,7 +80,9 @@ void cg_sources_free(cg_sources *s);
  * `greedy`), else beam search (alpha: its length penalty) one sentence at a
  * time. Each output is cut at its source's length + 50 tokens (and at the
  * model's max_len). Returns n malloc'd UTF-8 strings (cg_strings_free);
- * echo (may be NULL) gets each line as soon as it is decoded. use_cache:
+ * echo (may be NULL) gets each line as soon as it is decoded (a write that
+ * fails stops it: NULL + "cannot write the output: ...", models/util/files.h
+ * cg_output_flush). use_cache:
  * with the key/value cache (else every prefix is recomputed). */
 char **cg_translate_all(cg_seq2seq *m, const cg_tokenizer *tok, const cg_sources *src, int beam,
                         double alpha, bool use_cache, FILE *echo);

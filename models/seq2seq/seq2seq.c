@@ -40,7 +40,7 @@ static const cg_config_field FIELDS[] = {
      " (the decoder's layers are what reads the source)", NULL},
     CG_CONFIG_ZOO_BLOCK(cg_seq2seq_config),
     CG_CF_FLOAT(cg_seq2seq_config, label_smoothing, 0, 1),
-    CG_CF_FLOAT(cg_seq2seq_config, word_dropout, 0, 1),
+    CG_CF_PROBABILITY(cg_seq2seq_config, word_dropout),
     {"loss_chunk", CG_CF_I64, offsetof(cg_seq2seq_config, loss_chunk), NULL, -1, CG_CF_NO_MAX,
      " (-1: chunks on the head product's k blocks, 0: no chunks)", NULL},
     CG_CONFIG_ZOO_FACTS(cg_seq2seq_config),

@@ -6,6 +6,7 @@
 #include "models/seq2seq/seq2seq_cmds.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,7 @@
 #include "models/seq2seq/seq2seq_train.h" /* PROG, DEFAULT_DATA */
 #include "models/text/tokenizer.h"
 #include "models/util/config_json.h"
+#include "models/util/files.h"
 
 /* Can sentence i (text; why: the reason stdin's line could not be read,
  * or NULL) be translated? A sentence that cannot (a NUL byte or over
@@ -67,8 +69,12 @@ int translate_texts(const cg_seq2seq_ckpt *c, const cg_translate_opts *t, char *
                    !(hyps = cg_translate_all(c->model, c->tok, &s, (int)t->beam, t->alpha,
                                              !t->no_cache, nbad ? NULL : stdout))))
         rc = cg_prog_fail_lib(NULL);
-    for (int64_t i = 0, j = 0; rc < 0 && nbad && i < n; i++) /* in order, with the empty lines */
+    errno = 0;
+    for (int64_t i = 0, j = 0; rc < 0 && nbad && i < n; i++) { /* in order, with the empty lines */
         printf("%s\n", skip[i] ? "" : hyps[j++]);
+        if (!cg_output_flush(stdout)) /* a reader gone: stop */
+            rc = cg_prog_fail_lib(NULL);
+    }
     if (rc < 0 && nbad)
         cg_prog_warn("%lld of %lld %ss not translated", (long long)nbad, (long long)n, what);
     cg_strings_free(hyps, ngood);

@@ -99,7 +99,7 @@ static int cmd_train(int argc, char **argv)
          CG_CLI_FIXED},
         {"--warmup", CG_CLI_I64, &r.warmup, 1, 1e9,
          "  --warmup N           Noam warmup steps (default 400)\n", CG_CLI_FIXED},
-        {"--word-dropout", CG_CLI_F64, &r.word_dropout, 0, 0.999999,
+        {"--word-dropout", CG_CLI_F64, &r.word_dropout, 0, 1,
          "  --word-dropout P     zero each token's embedding in training with probability P\n",
          CG_CLI_FIXED},
         {"--max-len", CG_CLI_I64, &r.max_len, 3, 100000,
@@ -205,7 +205,7 @@ static int cmd_eval(int argc, char **argv)
         return rc;
     bool valid = strcmp(split, "valid") == 0;
     if (!valid && strcmp(split, "test") != 0) {
-        fprintf(stderr, "%s: --split must be test or valid (got '%s')\n", PROG, split);
+        cg_prog_fail("--split: '%s' is not one of test, valid", split);
         return CG_EXIT_USAGE;
     }
     cg_cli_set_threads(PROG, t.threads);
@@ -245,16 +245,18 @@ static int cmd_attention(int argc, char **argv)
         {"--no-cache", CG_CLI_SWITCH, &no_cache, 0, 0, NULL, 0},
         {"--force", CG_CLI_SWITCH, &force, 0, 0, NULL, 0},
         {"--ckpt", CG_CLI_STR, &ck, 0, 0, NULL, 0},
-        {"--text", CG_CLI_STR, &text, 0, 0, NULL, 0},
-        {"--target", CG_CLI_STR, &target, 0, 0, NULL, 0},
+        {"--text", CG_CLI_TEXT, &text, 0, 0, NULL, 0},
+        {"--target", CG_CLI_TEXT, &target, 0, 0, NULL, 0},
         {"--out", CG_CLI_STR, &dir, 0, 0, NULL, 0},
         {"--threads", CG_CLI_I64, &threads, 1, 1024, NULL, 0},
     };
     int rc = cg_prog_parse(argc, argv, opts, (int)(sizeof opts / sizeof opts[0]), ATTENTION_HELP);
     if (rc >= 0)
         return rc;
-    if (!text)
-        return cg_prog_fail("attention needs --text (try --help)");
+    if (!text) {
+        cg_prog_fail("attention needs --text (try --help)");
+        return CG_EXIT_USAGE;
+    }
     /* the pictures: never over a file without --force, never the checkpoint,
      * in DIR or where it can be made (cg_seq2seq_draw_attention makes it) */
     const char *pics[] = {"encoder_self.png", "decoder_self.png", "cross.png"};

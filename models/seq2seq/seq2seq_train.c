@@ -172,18 +172,19 @@ static bool mt_extra(mt_run *r, const cg_trainer *t, const char *resume)
     return true;
 }
 
-/* A new model from the preset pr and the flags (seq2seq's defaults:
- * layernorm, relu); --lr sets the Noam factor. -1 or the exit code. */
-static int mt_new_model(mt_run *r, const cg_train_opts *o, cg_train_recipe *rec,
-                        const cg_train_preset *pr)
+/* The config of a fresh run from the preset pr and the flags (seq2seq's
+ * defaults: layernorm, relu) for a vocabulary of `vocab` ids, checked.
+ * False + error naming the flag or the config's field. */
+static bool mt_config_from_flags(const mt_run *r, const cg_train_opts *o, cg_train_recipe *rec,
+                                 const cg_train_preset *pr, int64_t vocab, cg_seq2seq_config *out)
 {
     cg_seq2seq_config cfg = cg_seq2seq_config_default();
-    cfg.vocab = cg_tokenizer_vocab_size(r->d.tok);
+    cfg.vocab = vocab;
     cfg.loss_chunk = cg_train_loss_chunk(cfg.vocab);
     cfg.norm = CG_NORM_LAYERNORM;
     cfg.act = CG_ACT_RELU;
     if (!cg_train_shape(o->args, pr, rec, &cfg.norm, &cfg.act))
-        return cg_prog_fail_lib(NULL);
+        return false;
     const cg_train_preset *p = &rec->shape;
     cfg.d = p->d;
     cfg.H = p->H;
@@ -195,7 +196,17 @@ static int mt_new_model(mt_run *r, const cg_train_opts *o, cg_train_recipe *rec,
     cfg.dropout = (float)rec->dropout;
     cfg.label_smoothing = (float)rec->label_smoothing;
     cfg.word_dropout = (float)r->word_dropout;
-    if (!cg_seq2seq_config_check(&cfg))
+    *out = cfg;
+    return cg_seq2seq_config_check(&cfg);
+}
+
+/* A new model from the preset pr and the flags; --lr sets the Noam factor.
+ * -1 or the exit code. */
+static int mt_new_model(mt_run *r, const cg_train_opts *o, cg_train_recipe *rec,
+                        const cg_train_preset *pr)
+{
+    cg_seq2seq_config cfg;
+    if (!mt_config_from_flags(r, o, rec, pr, cg_tokenizer_vocab_size(r->d.tok), &cfg))
         return cg_prog_fail_lib(NULL);
     if (cg_cli_given(o->args, &rec->lr)) /* the Noam peak (at step warmup) is X */
         r->factor = rec->lr * sqrt((double)cfg.d * (double)r->warmup);
@@ -212,10 +223,14 @@ static int mt_data_model(mt_run *r, cg_trainer *t, cg_train_opts *o, cg_train_re
         cg_seq2seq_ckpt_free(&ck); /* loaded, then its state refused */
         return cg_prog_fail_lib(NULL);
     }
+    /* the preset and --seed were checked with the flags (mt_check); a
+     * resumed run's seed is its checkpoint's */
     const cg_train_preset *pr = cg_train_preset_find(PRESETS, CG_SEQ2SEQ_N_PRESETS, r->preset);
     int rc = pr ? -1 : cg_prog_fail_lib(NULL);
-    if (rc < 0 && o->seed > 0xffffffffULL)
-        rc = cg_prog_fail("--seed must be below 2^32 (numpy RandomState)");
+    if (rc < 0 && o->resume && o->seed > 0xffffffffULL)
+        rc = cg_prog_fail("'%s': its seed %llu is out of range [0, 4294967295] (numpy's "
+                          "RandomState)",
+                          o->resume, (unsigned long long)o->seed);
     cg_data_id id;
     if (rc < 0 &&
         (!cg_mt_data_load(&r->d, o->data, DEFAULT_DATA, r->valid_size, r->test_size, &id) ||
@@ -287,14 +302,32 @@ int mt_setup(void *self, cg_trainer *t, cg_train_opts *o, cg_train_recipe *rec, 
     return -1;
 }
 
-/* seq2seq train's checks of its flags (before any file is read). */
-int mt_check(void *self, const cg_train_opts *o, const cg_train_recipe *rec)
+/* seq2seq train's checks of its flags, before any file is read: --lr or
+ * --factor, --seed's 32 bits, the preset and the model they make (d
+ * divisible by H, ...; the vocabulary, which the data gives, the
+ * default's). */
+int mt_check(void *self, const cg_train_opts *o, cg_train_recipe *rec)
 {
     mt_run *r = self;
-    if (!o->resume && cg_cli_given(o->args, &rec->lr) && cg_cli_given(o->args, &r->factor))
-        return cg_prog_fail("--lr and --factor both set the learning rate; give one");
-    if (!o->resume && !cg_train_preset_find(PRESETS, CG_SEQ2SEQ_N_PRESETS, r->preset))
-        return cg_prog_fail_lib(NULL);
+    const cg_cli_args *a = o->args;
+    if (o->resume)
+        return -1; /* the checkpoint's model and recipe (flags refused: cg_trainer_begin) */
+    if (cg_cli_given(a, &rec->lr) && cg_cli_given(a, &r->factor)) {
+        cg_prog_fail("--lr and --factor both set the learning rate; give one");
+        return CG_EXIT_USAGE;
+    }
+    if (o->seed > 0xffffffffULL) {
+        cg_prog_fail("--seed: %llu is out of range [0, 4294967295] (the data's order is numpy's "
+                     "RandomState(seed), 32 bits)",
+                     (unsigned long long)o->seed);
+        return CG_EXIT_USAGE;
+    }
+    const cg_train_preset *pr = cg_train_preset_find(PRESETS, CG_SEQ2SEQ_N_PRESETS, r->preset);
+    cg_seq2seq_config cfg;
+    if (!pr || !mt_config_from_flags(r, o, rec, pr, cg_seq2seq_config_default().vocab, &cfg)) {
+        cg_prog_fail_lib(NULL);
+        return CG_EXIT_USAGE;
+    }
     return -1;
 }
 

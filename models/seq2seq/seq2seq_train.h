@@ -36,7 +36,7 @@ typedef struct {
 } mt_run;
 
 /* seq2seq train's checks of its flags (before any file is read). */
-int mt_check(void *self, const cg_train_opts *o, const cg_train_recipe *rec);
+int mt_check(void *self, const cg_train_opts *o, cg_train_recipe *rec);
 /* Data, vocabulary, model, batches and batch order (fresh or resumed), and
  * the translator as the trainer sees it. */
 int mt_setup(void *self, cg_trainer *t, cg_train_opts *o, cg_train_recipe *rec,

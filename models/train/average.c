@@ -244,7 +244,8 @@ static bool check_out(const char *const *inputs, int n, const char *out, bool fo
         cg_set_error("averaging needs at least 2 checkpoints (got %d)", n);
         return false;
     }
-    if (!cg_out_check(out, false))
+    if (!cg_out_check(out, false) ||
+        !cg_out_check_stdout_writes(out, "the checkpoint this command writes"))
         return false;
     for (int i = 0; i < n; i++)
         if (cg_same_file(out, inputs[i])) {
@@ -336,10 +337,13 @@ int cg_average_command(int argc, char **argv, const cg_avg_model *m)
     long long params = 0;
     if (!cg_ckpt_average(m, (const char *const *)argv, np, out, force, &params))
         return cg_prog_fail_lib(NULL);
+    cg_clear_error(); /* the line's own failure, if any, below */
     cJSON *j = cJSON_CreateObject();
     bool ok = j && cg_json_put_str(j, "checkpoint", out) && cg_json_put_int(j, "averaged", np) &&
               cg_json_put_int(j, "params", params) && cg_json_print_line(stdout, j);
+    if (!ok && !cg_has_error())
+        cg_set_error("out of memory");
     cJSON_Delete(j);
     fprintf(stderr, "%s: the mean of %d checkpoints written to '%s'\n", prog, np, out);
-    return ok ? 0 : cg_prog_fail("out of memory");
+    return ok ? 0 : cg_prog_fail_lib(NULL); /* written, its line lost (a reader gone) */
 }

@@ -91,7 +91,7 @@ bool cg_ft_base_is_full(const cg_st_file *bf, const char *base_path, const char 
 typedef struct {
     int64_t rank;        /* r >= 1; 0: full fine-tuning */
     double alpha;        /* scale = alpha / r; a NaN: 2 r */
-    double dropout;      /* on the adapters' input, in [0, 1) */
+    double dropout;      /* on the adapters' input, in [0, 1] */
     const char *targets; /* comma-separated local names or paths; NULL: CG_FT_LORA_TARGETS */
 } cg_ft_lora;
 

@@ -128,8 +128,12 @@ void cg_train_init(cg_train_opts *o, cg_train_recipe *r, int64_t steps, int64_t 
         {"--norm", CG_CLI_STR, &(r)->norm, 0, 0, cg_train_arch_help(r), CG_CLI_FIXED},            \
         {"--act", CG_CLI_STR, &(r)->act, 0, 0, NULL, CG_CLI_FIXED},                               \
         {"--norm-first", CG_CLI_BOOL, &(r)->norm_first, 0, 0, NULL, CG_CLI_FIXED},                \
-        {"--dropout", CG_CLI_F64, &(r)->dropout,                                                  \
-         0,           0.999999,   "  --dropout P          dropout in [0, 1)\n",                   \
+        {"--dropout",                                                                             \
+         CG_CLI_F64,                                                                              \
+         &(r)->dropout,                                                                           \
+         0,                                                                                       \
+         1,                                                                                       \
+         "  --dropout P          dropout in [0, 1] (1: everything dropped, as nn.Dropout)\n",     \
          CG_CLI_FIXED},                                                                           \
         {"--label-smoothing",                                                                     \
          CG_CLI_F64,                                                                              \

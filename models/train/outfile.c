@@ -194,11 +194,17 @@ void cg_out_lock_release(cg_out_lock *lock)
 
 /* ------------------------------------------------------------ same file */
 
-bool cg_out_check_stdout(const char *in, const char *what)
+/* Is fd 1 the regular file at path (same device and inode)? */
+static bool stdout_is(const char *path)
 {
     struct stat o, r;
-    if (!in || fstat(STDOUT_FILENO, &o) != 0 || !S_ISREG(o.st_mode) || stat(in, &r) != 0 ||
-        o.st_dev != r.st_dev || o.st_ino != r.st_ino)
+    return path && fstat(STDOUT_FILENO, &o) == 0 && S_ISREG(o.st_mode) && stat(path, &r) == 0 &&
+           o.st_dev == r.st_dev && o.st_ino == r.st_ino;
+}
+
+bool cg_out_check_stdout(const char *in, const char *what)
+{
+    if (!stdout_is(in))
         return true;
     cg_set_error("standard output is %s '%s', which this command reads; send the output "
                  "elsewhere (nothing was written)",
@@ -206,30 +212,67 @@ bool cg_out_check_stdout(const char *in, const char *what)
     return false;
 }
 
+bool cg_out_check_stdout_writes(const char *path, const char *what)
+{
+    if (!stdout_is(path))
+        return true;
+    cg_set_error("standard output is '%s', %s; send the output elsewhere (nothing was written)",
+                 path, what);
+    return false;
+}
+
+/* The files a run with checkpoint out writes (files[i], malloc'd; kinds[i]
+ * names each): the checkpoint, its loss curve, its metrics log and its
+ * lock. False + error (out of memory; *files then holds nothing to free). */
+#define RUN_FILES 4
+static const char *const RUN_KINDS[RUN_FILES] = {"the checkpoint", "its loss curve",
+                                                 "its metrics log", "its lock file"};
+static bool run_files(const char *out, char *files[RUN_FILES])
+{
+    files[0] = strdup(out);
+    files[1] = cg_loss_png_path(out);
+    files[2] = cg_ckpt_sibling(out, ".metrics.jsonl");
+    files[3] = malloc(strlen(out) + sizeof CG_OUT_LOCK_SUFFIX); /* beside the full name */
+    if (files[3])
+        sprintf(files[3], "%s" CG_OUT_LOCK_SUFFIX, out);
+    if (files[0] && files[1] && files[2] && files[3])
+        return true;
+    for (int i = 0; i < RUN_FILES; i++)
+        free(files[i]);
+    cg_set_error("out of memory");
+    return false;
+}
+
 bool cg_out_check_reads(const char *out, const char *in, const char *what, bool with_ckpt)
 {
-    if (!cg_out_check_stdout(in, what))
+    char *files[RUN_FILES];
+    if (!cg_out_check_stdout(in, what) || !run_files(out, files))
         return false;
-    char *files[4] = {strdup(out), cg_loss_png_path(out), cg_ckpt_sibling(out, ".metrics.jsonl"),
-                      cg_ckpt_sibling(out, "")};
-    const char *kinds[4] = {"the checkpoint", "its loss curve", "its metrics log", "its lock file"};
-    bool ok = files[0] && files[1] && files[2] && files[3];
-    if (!ok)
-        cg_set_error("out of memory");
-    if (ok) { /* the lock is beside the checkpoint's full name */
-        free(files[3]);
-        files[3] = malloc(strlen(out) + sizeof CG_OUT_LOCK_SUFFIX);
-        if ((ok = files[3] != NULL))
-            sprintf(files[3], "%s" CG_OUT_LOCK_SUFFIX, out);
-    }
-    for (int i = with_ckpt ? 0 : 1; ok && i < 4; i++)
+    bool ok = true;
+    for (int i = with_ckpt ? 0 : 1; ok && i < RUN_FILES; i++)
         if (cg_same_file(files[i], in)) {
             cg_set_error("%s '%s' is the same file as '%s', %s this run writes; choose another "
                          "--out (nothing was written)",
-                         what, in, files[i], kinds[i]);
+                         what, in, files[i], RUN_KINDS[i]);
             ok = false;
         }
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < RUN_FILES; i++)
+        free(files[i]);
+    return ok;
+}
+
+bool cg_out_check_stdout_run(const char *out)
+{
+    char *files[RUN_FILES];
+    if (!run_files(out, files))
+        return false;
+    bool ok = true;
+    char what[64];
+    for (int i = 0; ok && i < RUN_FILES; i++) {
+        snprintf(what, sizeof what, "%s this run writes", RUN_KINDS[i]);
+        ok = cg_out_check_stdout_writes(files[i], what);
+    }
+    for (int i = 0; i < RUN_FILES; i++)
         free(files[i]);
     return ok;
 }
@@ -311,6 +354,10 @@ bool cg_kept_check(const char *out, const int64_t *kept, int n, bool force,
         bool ours = false;
         for (int i = 0; i < n; i++)
             ours = ours || kept[i] == step;
+        if (ok && p &&
+            !cg_out_check_stdout_writes(p, "an evaluation checkpoint that --keep-last replaces or "
+                                           "removes"))
+            ok = false; /* the output would be lost */
         for (int i = 0; p && i < nr; i++)
             if (reads[i] && cg_same_file(p, reads[i])) {
                 cg_set_error("%s '%s' is the evaluation checkpoint '%s' that --keep-last would "
@@ -535,7 +582,7 @@ bool cg_out_picture_check(const char *path, bool force, const char *in, const ch
                           bool make_dir)
 {
     struct stat st;
-    if (!cg_plot_format(path))
+    if (!cg_plot_format(path) || !cg_out_check_stdout_writes(path, "a picture this command draws"))
         return false;
     /* its directory, or the one that will hold the directory the caller makes */
     char *dir = cg_dir_part(path), *up = dir ? cg_dir_part(dir) : NULL;

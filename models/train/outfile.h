@@ -97,6 +97,19 @@ bool cg_out_check_siblings(const char *out);
  * its input, as GNU cat refuses). `in` "/dev/stdin": standard input.
  * cg_out_check_reads checks it too: a run's result line is a file written. */
 bool cg_out_check_stdout(const char *in, const char *what);
+/* Standard output is no file the command writes or replaces: false + error
+ * "standard output is 'x', <what>; send the output elsewhere (nothing was
+ * written)" when fd 1 is the file at path (same device and inode; `what`:
+ * "the checkpoint this run writes"). `train --force ... >> m.st`
+ * appended the result line to the old m.st, which the new checkpoint then
+ * replaced: the line was lost (and `>> m.st` without --force made an empty
+ * m.st, refused as an existing checkpoint). Checked before the files'
+ * other rules, before any work. */
+bool cg_out_check_stdout_writes(const char *path, const char *what);
+/* cg_out_check_stdout_writes for every file a run with checkpoint out
+ * writes: the checkpoint, its loss curve, metrics log and lock (the kept
+ * checkpoints of --keep-last: cg_kept_check). */
+bool cg_out_check_stdout_run(const char *out);
 
 /* A picture a command writes (sample --attention, seq2seq attention),
  * checked before the work that makes it: refused when its name is no
@@ -104,8 +117,8 @@ bool cg_out_check_stdout(const char *in, const char *what);
  * is no writable directory (make_dir: the caller creates a missing one,
  * one level, so its parent must be), when it is the file `in` the command
  * reads (`what` names it: "--ckpt"), when it exists and is no regular
- * file, or when it exists and force is false ("'x' exists; pass --force to
- * overwrite it"). */
+ * file, when it exists and force is false ("'x' exists; pass --force to
+ * overwrite it"), or when it is standard output (cg_out_check_stdout_writes). */
 bool cg_out_picture_check(const char *path, bool force, const char *in, const char *what,
                           bool make_dir);
 
@@ -124,8 +137,9 @@ char *cg_out_resolved(const char *path);
  * force given ("'x' exists: an evaluation checkpoint this run did not
  * write; pass --force to overwrite it, or choose another --out"); none may
  * be a file the run reads (reads[0..nr), NULL entries skipped; what[i]
- * names each: "--data"), even with force. Nothing there (no directory
- * yet) is fine. False + error. */
+ * names each: "--data"), even with force, nor standard output
+ * (cg_out_check_stdout_writes). Nothing there (no directory yet) is fine.
+ * False + error. */
 bool cg_kept_check(const char *out, const int64_t *kept, int n, bool force,
                    const char *const *reads, const char *const *what, int nr);
 

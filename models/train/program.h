@@ -50,8 +50,9 @@ typedef struct {
     const char *default_out, *default_data; /* --out and --data when not given */
     /* The model's checks of its flags, once parsed (o->args: which were
      * given), before any file is touched: -1 to go on, else the exit code
-     * (the error printed). NULL: none. */
-    int (*check)(void *self, const cg_train_opts *o, const cg_train_recipe *rec);
+     * (the error printed). It may fill rec's shape from the preset
+     * (cg_train_shape), as the set-up does again. NULL: none. */
+    int (*check)(void *self, const cg_train_opts *o, cg_train_recipe *rec);
     /* Data, tokenizer and model, fresh, resumed (t->o->resume) or from a
      * base (t->o->init_from), and *m filled in: -1 or the exit code. */
     int (*setup)(void *self, cg_trainer *t, cg_train_opts *o, cg_train_recipe *rec,

@@ -39,10 +39,10 @@ void cg_train_catch_signals(void)
     static const int sigs[] = {SIGINT, SIGTERM, SIGUSR1, SIGXCPU, SIGHUP};
     for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
         sigaction(sigs[i], &sa, NULL);
-    /* a reader of the progress lines that went away (`| head`, a killed
-     * tee) must not end the run: the writes fail instead, the run goes on
-     * to its checkpoint, and a lost result line is exit 1 at the end */
-    signal(SIGPIPE, SIG_IGN);
+    /* SIGPIPE: ignored by every program from its start (models/util/cli.h
+     * cg_cli_streams): a reader of the progress lines that went away
+     * (`| head`, a killed tee) fails the writes, the run goes on to its
+     * checkpoint, and a lost result line is exit 1 at the end */
 }
 
 bool cg_train_interrupted(void) { return g_interrupted != 0; }

@@ -19,7 +19,8 @@ extern "C" {
 /* SIGINT, SIGTERM, SIGUSR1 (mpirun forwards it to every rank), SIGXCPU
  * (ulimit -t) and SIGHUP set a flag (the first time; a second one gets the
  * default action, except SIGXCPU, ignored from then on). The trainer polls
- * it between steps. SIGPIPE is ignored: a closed pipe on stdout or stderr
+ * it between steps. SIGPIPE is ignored from the program's start
+ * (models/util/cli.h cg_cli_streams): a closed pipe on stdout or stderr
  * fails the write, it does not end the run. */
 void cg_train_catch_signals(void);
 bool cg_train_interrupted(void);

@@ -89,10 +89,12 @@ int cg_trainer_begin(cg_trainer *t, cg_train_opts *o, const char *kind, const ch
     t->out = o->out ? o->out : o->resume ? o->resume : default_out;
     if (o->resume) {
         char given[512];
-        if (cg_cli_given_list(o->args, CG_CLI_FIXED, given, sizeof given))
-            return cg_prog_fail("--resume continues a run with the model and recipe of its "
-                                "checkpoint; drop %s",
-                                given);
+        if (cg_cli_given_list(o->args, CG_CLI_FIXED, given, sizeof given)) {
+            cg_prog_fail("--resume continues a run with the model and recipe of its "
+                         "checkpoint; drop %s",
+                         given);
+            return CG_EXIT_USAGE; /* the flags alone say it */
+        }
         t->ckpt = cg_ckpt_open(o->resume, kind);
         if (!t->ckpt)
             return cg_prog_fail_lib(NULL);
@@ -118,7 +120,10 @@ int cg_trainer_begin(cg_trainer *t, cg_train_opts *o, const char *kind, const ch
     if (cg_dist_is_root()) { /* rank 0 alone writes */
         /* an existing checkpoint is replaced only with --force or by its resume */
         bool may_replace = o->force || (o->resume && strcmp(t->out, o->resume) == 0);
-        if (!cg_out_check_regular(t->out)) /* a directory is no checkpoint, --force or not */
+        /* the result line into a file the run replaces is lost (and `>> m.st`
+         * made m.st: named as standard output, not as an existing checkpoint) */
+        if (!cg_out_check_stdout_run(t->out) ||
+            !cg_out_check_regular(t->out)) /* a directory is no checkpoint, --force or not */
             return cg_prog_fail_lib(NULL);
         if (access(t->out, F_OK) == 0 && !may_replace)
             return cg_prog_fail("checkpoint %s exists; continue it with --resume %s, or pass "
@@ -532,14 +537,9 @@ static int finish(run_ctx *c)
         cg_json_put_str(j, "init_from", t->origin.id.path);
     }
     cg_json_put_str(j, "checkpoint", t->out);
-    char *line = cg_json_line(j);
+    bool printed = cg_json_print_line(stdout, j); /* a reader gone: the result is lost, exit 1 */
     cJSON_Delete(j);
-    if (!line)
-        return cg_prog_fail("out of memory");
-    printf("%s\n", line);
-    fflush(stdout);
-    free(line);
-    return 0;
+    return printed ? 0 : cg_prog_fail_lib(NULL);
 }
 
 /* Was the last evaluation at step? */

@@ -15,6 +15,8 @@
 #include "core/error.h"
 #include "core/parse.h"
 #include "core/tensor.h"
+#include "core/utf8.h"
+#include "models/util/files.h"
 
 static bool set_value(const cg_cli_opt *o, const char *v)
 {
@@ -25,12 +27,19 @@ static bool set_value(const cg_cli_opt *o, const char *v)
     case CG_CLI_F64: return cg_parse_f64(o->name, v, o->lo, o->hi, (double *)o->dst);
     case CG_CLI_BOOL: return cg_parse_bool(o->name, v, (bool *)o->dst);
     case CG_CLI_STR:
+    case CG_CLI_TEXT: {
+        int64_t n;
+        uint32_t *cp = NULL; /* the text decoded only to check it (core/utf8.h's message) */
         if (!*v) {
             cg_set_error("%s: empty value", o->name);
             return false;
         }
+        if (o->kind == CG_CLI_TEXT && !(cp = cg_utf8_decode_exact(v, strlen(v), o->name, &n)))
+            return false;
+        free(cp);
         *(const char **)o->dst = v;
         return true;
+    }
     case CG_CLI_SWITCH: *(bool *)o->dst = true; return true;
     }
     return false;
@@ -138,7 +147,7 @@ void cg_cli_help(FILE *f, const cg_cli_opt *opts, int n)
 /* OMP_NUM_THREADS as asked when cg_cli_start lowered it to the CPUs, else 0. */
 static int g_env_threads;
 
-void cg_cli_start(void)
+void cg_cli_streams(void)
 {
     /* A closed fd 0, 1 or 2 would be the number the next open() returns:
      * a lock file would then get the JSON result, a log the progress
@@ -158,6 +167,17 @@ void cg_cli_start(void)
      * ignored, the write fails with EFBIG instead and is reported as a full
      * disk is (the temporary file removed, the old checkpoint kept). */
     signal(SIGXFSZ, SIG_IGN);
+    /* A reader of the output that went away (`| head`, a closed pipe)
+     * raises SIGPIPE, whose default action ends the process (exit 141,
+     * a partial write elsewhere): ignored, the write fails with EPIPE and
+     * takes the path of any failed write (one line, exit 1). Training
+     * goes on to its checkpoint; a stream of output stops at once. */
+    signal(SIGPIPE, SIG_IGN);
+}
+
+void cg_cli_start(void)
+{
+    cg_cli_streams();
     cg_omp_short_spin(); /* before any file is touched: the program may start again */
     g_env_threads = cg_cap_default_threads();
 }
@@ -165,10 +185,7 @@ void cg_cli_start(void)
 bool cg_cli_stdout_ok(void)
 {
     errno = 0;
-    if (fflush(stdout) == 0 && !ferror(stdout))
-        return true;
-    cg_set_error("cannot write the output: %s", errno ? strerror(errno) : "write error");
-    return false;
+    return cg_output_flush(stdout);
 }
 
 void cg_cli_set_threads(const char *prog, int64_t n)

@@ -28,17 +28,27 @@ int64_t cg_cli_threads(const char *prog, int64_t n);
  * OMP_NUM_THREADS=N is more than the C CPUs available; using C". */
 void cg_cli_set_threads(const char *prog, int64_t n);
 
-/* What every program does first: a closed fd 0, 1 or 2 is opened on
- * /dev/null (stdin write-only, stdout and stderr read-only, so that using a
- * closed stream still fails) before any file is opened, OpenMP's waiting
- * threads spin briefly (cg_omp_short_spin: the program starts again with
- * GOMP_SPINCOUNT worth about 50 us on this CPU, cg_omp_spin_count,
- * unless the environment chose a policy), and
- * OpenMP's default thread count is capped at the CPUs. */
+/* What every program does first with its standard streams and signals: a
+ * closed fd 0, 1 or 2 is opened on /dev/null (stdin write-only, stdout and
+ * stderr read-only, so that using a closed stream still fails) before any
+ * file is opened; SIGXFSZ (a file-size limit) and SIGPIPE (a reader of the
+ * output that went away: `| head`) are ignored, so that the write fails
+ * instead of the signal ending the process, and the program says so in one
+ * line, "cannot write the output: Broken pipe", and exits 1 (a result lost,
+ * as on a full disk; a stream of output stops at its next write:
+ * models/util/files.h cg_output_flush). */
+void cg_cli_streams(void);
+/* cg_cli_streams, then OpenMP's waiting threads spin briefly
+ * (cg_omp_short_spin: the program starts again with GOMP_SPINCOUNT worth
+ * about 50 us on this CPU, cg_omp_spin_count, unless the environment chose
+ * a policy), and OpenMP's default thread count is capped at the CPUs. The
+ * zoo's programs and bench; the GEMM and decoding benchmarks, which measure
+ * OpenMP as the environment sets it, call cg_cli_streams alone. */
 void cg_cli_start(void);
-/* Flush stdout and check every write to it: false + "cannot write the
- * output: <reason>" (a full disk, a closed stdout). A program whose result
- * is lost exits 1. */
+/* Flush stdout and check every write to it (models/util/files.h
+ * cg_output_flush): false + "cannot write the output: <reason>" (a full
+ * disk, a closed stdout, a reader gone). A program whose result is lost
+ * exits 1. */
 bool cg_cli_stdout_ok(void);
 
 /* One row of a flag table. kind says how the value is read; dst points to
@@ -56,6 +66,9 @@ typedef enum {
     CG_CLI_F64,   /* double, range [lo, hi] */
     CG_CLI_BOOL,  /* bool with a value (--norm-first false) */
     CG_CLI_STR,   /* const char * (points into argv) */
+    CG_CLI_TEXT,  /* const char *, UTF-8 text (a prompt, a sentence): other bytes
+                   * are a bad value ("--prompt is not valid UTF-8 (bad byte 0xff
+                   * at offset 2)") */
     CG_CLI_SWITCH /* bool, no value */
 } cg_cli_kind;
 

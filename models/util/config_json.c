@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/utf8.h"
+#include "models/util/files.h"
 
 bool cg_json_int(const cJSON *o, const char *what, const char *key, int64_t *out)
 {
@@ -409,7 +410,7 @@ char *cg_json_line(const cJSON *o)
             ok = b != NULL;
             line = b ? b : line;
         }
-        if (ok)
+        if (ok && line) /* (line is never NULL here: said for GCC's -Wformat-overflow) */
             len += (size_t)sprintf(line + len, "%s%s: %s", c == o->child ? "" : ", ",
                                    cg_json_quote(k, kn, c->string), v);
         free(v);
@@ -427,12 +428,14 @@ char *cg_json_line(const cJSON *o)
 bool cg_json_print_line(FILE *f, const cJSON *o)
 {
     char *s = cg_json_line(o);
-    if (s) {
+    bool ok = s != NULL;
+    if (ok) {
+        errno = 0;
         fprintf(f, "%s\n", s);
-        fflush(f);
+        ok = cg_output_flush(f); /* a full disk, a reader gone: the line is lost */
     }
     free(s);
-    return s != NULL;
+    return ok;
 }
 
 /* ------------------------------------------------------------ configs */
@@ -503,7 +506,8 @@ bool cg_config_read(const char *json, const char *what, const cg_config_field *f
         switch (f[i].kind) {
         case CG_CF_I64: ok = cg_json_int(o, what, f[i].key, FIELD(f[i])); break;
         case CG_CF_BOOL: ok = cg_json_bool(o, what, f[i].key, FIELD(f[i])); break;
-        case CG_CF_F32: ok = cg_json_float(o, what, f[i].key, FIELD(f[i])); break;
+        case CG_CF_F32:
+        case CG_CF_PROB: ok = cg_json_float(o, what, f[i].key, FIELD(f[i])); break;
         case CG_CF_NORM: norm = FIELD(f[i]); break;
         case CG_CF_ACT: act = FIELD(f[i]); break;
         case CG_CF_CONST:
@@ -537,6 +541,7 @@ char *cg_config_write(const char *model, const cg_config_field *f, int n, const 
         case CG_CF_I64: ok = cg_json_put_int(o, f[i].key, *(int64_t *)FIELD(f[i])); break;
         case CG_CF_BOOL: ok = cg_json_put_bool(o, f[i].key, *(bool *)FIELD(f[i])); break;
         case CG_CF_F32:
+        case CG_CF_PROB:
             ok = cg_json_put_num(o, f[i].key, "%.9g", (double)*(float *)FIELD(f[i]));
             break;
         case CG_CF_NORM:
@@ -561,7 +566,8 @@ static const char *field_text(const cg_config_field *r, const void *cfg, char *b
     switch (r->kind) {
     case CG_CF_I64: snprintf(buf, n, "%lld", (long long)*(const int64_t *)FIELD(*r)); break;
     case CG_CF_BOOL: snprintf(buf, n, "%s", *(const bool *)FIELD(*r) ? "true" : "false"); break;
-    case CG_CF_F32: snprintf(buf, n, "%.9g", (double)*(const float *)FIELD(*r)); break;
+    case CG_CF_F32:
+    case CG_CF_PROB: snprintf(buf, n, "%.9g", (double)*(const float *)FIELD(*r)); break;
     case CG_CF_NORM:
         snprintf(buf, n, "%s", cg_norm_kind_name(*(const cg_norm_kind *)FIELD(*r)));
         break;
@@ -581,7 +587,7 @@ bool cg_config_same_arch(const cg_config_field *f, int n, const void *a, const v
 {
     for (int i = 0; i < n; i++) {
         char ta[64], tb[64];
-        if (f[i].kind == CG_CF_F32 ||
+        if (f[i].kind == CG_CF_F32 || f[i].kind == CG_CF_PROB ||
             strcmp(field_text(&f[i], a, ta, sizeof ta), field_text(&f[i], b, tb, sizeof tb)) == 0)
             continue;
         cg_set_error("%s is %s in one and %s in the other", f[i].key, ta, tb);
@@ -624,6 +630,14 @@ static bool field_ok(const cg_config_model *m, const char *what, const cg_config
         double v = (double)*(const float *)FIELD(*r);
         if (r->hi > r->lo && !(v >= r->lo && v < r->hi)) {
             cg_set_error("%s: %s must be in [%g, %g) (got %g)", what, r->key, r->lo, r->hi, v);
+            return false;
+        }
+        return true;
+    }
+    case CG_CF_PROB: {
+        double v = (double)*(const float *)FIELD(*r);
+        if (!(v >= 0 && v <= 1)) {
+            cg_set_error("%s: %s must be in [0, 1] (got %g)", what, r->key, v);
             return false;
         }
         return true;

@@ -67,8 +67,8 @@ bool cg_json_put_bool(cJSON *o, const char *key, bool v);
 /* o as one line {"a": 1, "b": "x"} (malloc'd, no newline) or NULL + error. */
 char *cg_json_line(const cJSON *o);
 /* Print o as one line on f, then a newline, and fflush; false + error when
- * out of memory (a failed write is for the stream's own check:
- * models/util/cli.h cg_cli_stdout_ok). */
+ * out of memory or when the line could not be written ("cannot write the
+ * output: Broken pipe": models/util/files.h cg_output_flush). */
 bool cg_json_print_line(FILE *f, const cJSON *o);
 
 /* A model's config as one field table, read and written the same way:
@@ -94,6 +94,7 @@ typedef enum {
     CG_CF_I64,
     CG_CF_BOOL,
     CG_CF_F32,
+    CG_CF_PROB, /* a float probability, p in [0, 1] as nn.Dropout takes it */
     CG_CF_NORM,
     CG_CF_ACT,
     CG_CF_CONST,
@@ -123,6 +124,11 @@ typedef struct {
     {                                                                  \
 #f, CG_CF_F32, offsetof(type, f), NULL, (lo), (hi), NULL, NULL \
     }
+/* A probability field f of `type`: a float in [0, 1] (dropout). */
+#define CG_CF_PROBABILITY(type, f)                                \
+    {                                                             \
+#f, CG_CF_PROB, offsetof(type, f), NULL, 0, 1, NULL, NULL \
+    }
 /* The fields both zoo models have, in the order they are written: the
  * width and heads (after vocab), then the rest of the block (after the
  * layer counts). */
@@ -136,7 +142,7 @@ typedef struct {
     {"norm", CG_CF_NORM, offsetof(type, norm), NULL, 0, 0, NULL, NULL},        \
     {"act", CG_CF_ACT, offsetof(type, act), NULL, 0, 0, NULL, NULL},           \
     {"norm_first", CG_CF_BOOL, offsetof(type, norm_first), NULL, 0, 0, NULL, NULL}, \
-    CG_CF_FLOAT(type, dropout, 0, 1)
+    CG_CF_PROBABILITY(type, dropout)
 /* clang-format on */
 /* The facts both zoo models share (docs/architectures.md), as entries of a
  * table over the config struct `type`: norms with eps 1e-5; the form of
@@ -160,8 +166,8 @@ bool cg_config_read(const char *json, const char *what, const cg_config_field *f
 char *cg_config_write(const char *model, const cg_config_field *f, int n, const void *cfg);
 /* Do the configs *a and *b (of one table) describe one architecture, so
  * that their parameters mean the same (checkpoint averaging)? Every field
- * is compared except the floats (CG_CF_F32: dropout, label smoothing, the
- * training recipe). False + error naming the first field that differs
+ * is compared except the floats (CG_CF_F32, CG_CF_PROB: dropout, label
+ * smoothing, the training recipe). False + error naming the first field that differs
  * ("d is 128 in one and 64 in the other") otherwise. */
 bool cg_config_same_arch(const cg_config_field *f, int n, const void *a, const void *b);
 

@@ -359,6 +359,14 @@ size_t cg_write_all(int fd, const void *buf, size_t len)
     return done;
 }
 
+bool cg_output_flush(FILE *f)
+{
+    if (fflush(f) == 0 && !ferror(f))
+        return true;
+    cg_set_error("cannot write the output: %s", errno ? strerror(errno) : "write error");
+    return false;
+}
+
 uint32_t *cg_read_text_file(const char *path, int64_t *n)
 {
     size_t len;

@@ -58,6 +58,15 @@ char **cg_read_lines(FILE *f, const char *name, int64_t *n, char ***why);
  * that wrote nothing). */
 size_t cg_write_all(int fd, const void *buf, size_t len);
 
+/* Flush f, a program's output, and check every write to it so far: false +
+ * "cannot write the output: <reason>" (a full disk, a closed stdout,
+ * "Broken pipe": its reader went away; the programs ignore SIGPIPE,
+ * models/util/cli.h cg_cli_streams), the reason from errno (set errno to 0
+ * before the writes this checks). A stream of output (sample's text,
+ * translate's lines) calls it after each piece and stops at the first
+ * failure; cg_cli_stdout_ok at a program's end. */
+bool cg_output_flush(FILE *f);
+
 /* Read a whole file as UTF-8 code points (malloc'd). NULL + error if it is
  * missing, unreadable, empty, too large, or not valid UTF-8. */
 uint32_t *cg_read_text_file(const char *path, int64_t *n);
