@@ -135,6 +135,12 @@ cg_tensor *cg_embedding(cg_tensor *table, const cg_tensor *ids);
 /* Affine map (a Linear layer) as one fused op: x [..., in] (any strides),
  * w [out, in], b [out] or NULL -> x w^T + b, [..., out]. */
 cg_tensor *cg_affine(cg_tensor *x, cg_tensor *w, cg_tensor *b);
+/* cg_affine for an output that bf16 products read (attention's q, k and v,
+ * each a view of it): in bf16 precision the product keeps the output's
+ * bf16 rounding as it writes the output (core's cg_k_linear_keep_bf16), so
+ * that those products read it without another pass. The same bits and
+ * graph as cg_affine. */
+cg_tensor *cg_affine_keep_bf16(cg_tensor *x, cg_tensor *w, cg_tensor *b);
 /* relu(x w^T + b) as one op, the bits of cg_relu(cg_affine(x, w, b)): the
  * ReLU runs over the product's fresh output, so the pre-activation is never
  * kept for the backward (a relu node would hold it). */

@@ -155,15 +155,17 @@ static bool linear_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
                                 n->n_inputs > 2 && NEEDS(2) ? &gin[2] : NULL);
 }
 /* cg_affine and cg_affine_relu: the product (from x's bf16 copy when one
- * is kept), ReLU applied when relu, the node recorded; *xb the copy (a new
- * reference) or NULL. NULL + error on failure. */
-static cg_tensor *affine_forward(cg_tensor *x, cg_tensor *w, cg_tensor *b, bool relu,
+ * is kept; keeping the output's when keep16), ReLU applied when relu, the
+ * node recorded; *xb the copy (a new reference) or NULL. NULL + error on
+ * failure. */
+static cg_tensor *affine_forward(cg_tensor *x, cg_tensor *w, cg_tensor *b, bool relu, bool keep16,
                                  cg_tensor **xb)
 {
     *xb = NULL;
     if (wants_bf16_copy(x, w) && !(*xb = cg_k_bf16_operand(x)))
         return NULL;
-    cg_tensor *out = cg_k_linear(*xb ? *xb : x, w, b);
+    cg_tensor *out =
+        keep16 ? cg_k_linear_keep_bf16(*xb ? *xb : x, w, b) : cg_k_linear(*xb ? *xb : x, w, b);
     if (!out || (relu && !cg_k_relu_(out))) {
         cg_release(out);
         cg_release(*xb);
@@ -172,13 +174,13 @@ static cg_tensor *affine_forward(cg_tensor *x, cg_tensor *w, cg_tensor *b, bool 
     }
     return out;
 }
-cg_tensor *cg_affine(cg_tensor *x, cg_tensor *w, cg_tensor *b)
+static cg_tensor *affine(const char *name, cg_tensor *x, cg_tensor *w, cg_tensor *b, bool keep16)
 {
     if (!x || !w) {
-        cg_error_null_input("cg_affine");
+        cg_error_null_input(name);
         return NULL;
     }
-    cg_tensor *xb, *out = affine_forward(x, w, b, false, &xb);
+    cg_tensor *xb, *out = affine_forward(x, w, b, false, keep16, &xb);
     if (!out)
         return NULL;
     cg_tensor *in[3] = {x, w, b};
@@ -190,6 +192,14 @@ cg_tensor *cg_affine(cg_tensor *x, cg_tensor *w, cg_tensor *b)
         return NULL;
     }
     return out;
+}
+cg_tensor *cg_affine(cg_tensor *x, cg_tensor *w, cg_tensor *b)
+{
+    return affine("cg_affine", x, w, b, false);
+}
+cg_tensor *cg_affine_keep_bf16(cg_tensor *x, cg_tensor *w, cg_tensor *b)
+{
+    return affine("cg_affine_keep_bf16", x, w, b, true);
 }
 
 /* cg_affine_relu and cg_affine_gelu. inputs: x, w, b (may be absent);
@@ -225,7 +235,7 @@ static cg_tensor *affine_act(const char *name, cg_tensor *x, cg_tensor *w, cg_te
     if (fused || act != CG_K_ACT_RELU) {
         out = cg_k_linear_act(xb ? xb : x, w, b, act, &saved);
     } else { /* relu in place over the output, saved as an alias below */
-        out = affine_forward(x, w, b, true, &xb);
+        out = affine_forward(x, w, b, true, false, &xb);
     }
     if (!out) {
         cg_release(xb);

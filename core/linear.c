@@ -50,6 +50,8 @@ typedef struct {
     int ndim;
     int64_t shape[CG_MAX_DIMS], strides[CG_MAX_DIMS];
     uint64_t version;
+    bool dense; /* the view and its copy both contiguous: views within it
+                 * take views of the copy (slot_copy) */
 } operand_slot;
 
 static pthread_mutex_t g_operand_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -69,6 +71,33 @@ static bool same_view(const operand_slot *o, const cg_tensor *x)
            !memcmp(o->strides, x->strides, sizeof(int64_t) * (size_t)x->ndim);
 }
 
+/* x's copy from the slot o of x's storage, or NULL: the copy itself for
+ * the view it was kept for; for a view of elements that all lie within a
+ * dense slot's view (attention's heads of a kept projection output, the
+ * heads merged back), the copy's elements as x's layout, a view of the
+ * copy. */
+static cg_tensor *slot_copy(const operand_slot *o, const cg_tensor *x)
+{
+    if (o->version != x->storage->version)
+        return NULL;
+    if (same_view(o, x))
+        return cg_retain(o->copy);
+    if (!o->dense)
+        return NULL;
+    int64_t lo = x->offset, hi = x->offset;
+    for (int d = 0; d < x->ndim; d++) {
+        if (x->shape[d] == 0)
+            return NULL;
+        const int64_t reach = x->strides[d] * (x->shape[d] - 1);
+        lo += reach < 0 ? reach : 0;
+        hi += reach > 0 ? reach : 0;
+    }
+    if (lo < o->offset || hi >= o->offset + cg_numel_shape(o->ndim, o->shape))
+        return NULL;
+    return cg_view_as_strided(o->copy, x->ndim, x->shape, x->strides,
+                              o->copy->offset + (x->offset - o->offset));
+}
+
 cg_tensor *cg_k_bf16_operand(const cg_tensor *x)
 {
     if (!x)
@@ -78,8 +107,8 @@ cg_tensor *cg_k_bf16_operand(const cg_tensor *x)
     cg_storage *s = x->storage;
     cg_tensor *y = NULL;
     pthread_mutex_lock(&g_operand_lock);
-    if (s->derived && s->derived_free == operand_slot_free && same_view(s->derived, x))
-        y = cg_retain(((operand_slot *)s->derived)->copy);
+    if (s->derived && s->derived_free == operand_slot_free)
+        y = slot_copy(s->derived, x);
     pthread_mutex_unlock(&g_operand_lock);
     if (y || !(y = round_copy(x)))
         return y;
@@ -93,7 +122,13 @@ void cg_k_bf16_operand_keep(const cg_tensor *x, cg_tensor *y)
     operand_slot *o = malloc(sizeof *o);
     if (!o)
         return; /* kept by its caller alone */
-    *o = (operand_slot){cg_retain_held(y), x->offset, x->ndim, {0}, {0}, s->version};
+    *o = (operand_slot){cg_retain_held(y),
+                        x->offset,
+                        x->ndim,
+                        {0},
+                        {0},
+                        s->version,
+                        cg_is_contiguous(x) && cg_is_contiguous(y)};
     memcpy(o->shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
     memcpy(o->strides, x->strides, sizeof(int64_t) * (size_t)x->ndim);
     pthread_mutex_lock(&g_operand_lock);
@@ -138,6 +173,23 @@ static void act_block(const cg_gemm_epilogue *e, float *c, int64_t rows, int64_t
     }
 }
 
+/* The output's bf16 rounding as the product's epilogue (cg_k_linear_keep_bf16) */
+typedef struct {
+    cg_gemm_epilogue e; /* first: the driver hands &e back to round_block */
+    uint16_t *y16;      /* laid out as y */
+} round_out;
+
+static void round_block(const cg_gemm_epilogue *e, float *c, int64_t rows, int64_t cols,
+                        int64_t rsc, int64_t csc)
+{
+    const round_out *o = (const round_out *)e;
+    const bool down = rsc == 1, along = !down && csc == 1; /* as act_block */
+    const int64_t len = down ? rows : along ? cols : 1, ld = down ? csc : rsc;
+    for (int64_t j = 0; j < (down || along ? 1 : cols); j++)
+        cg_bf16_round_runs(len, down ? cols : rows, ld, c + j * csc, ld,
+                           o->y16 + ((c + j * csc) - o->e.c0));
+}
+
 /* The epilogue over rows of y [N, out] (no product ran it) */
 typedef struct {
     const cg_gemm_epilogue *e;
@@ -179,8 +231,10 @@ static bool act_outputs(act_out *ao, const cg_tensor *y, bool bf16)
  * activation too: the bf16 products run it on each finished block of y,
  * otherwise a pass over y after the product. */
 static cg_tensor *linear(const cg_tensor *x, const cg_tensor *w, const cg_tensor *b, bool packed,
-                         act_out *ao)
+                         act_out *ao, cg_tensor **y16)
 {
+    if (y16)
+        *y16 = NULL;
     if (!x || !w)
         return NULL;
     if (!cg_f32_args("linear", 3, (const cg_tensor *[]){x->dtype == CG_BF16 ? NULL : x, w, b}) ||
@@ -203,7 +257,17 @@ static cg_tensor *linear(const cg_tensor *x, const cg_tensor *w, const cg_tensor
         cg_bf16_weight_release(pw);
         return NULL;
     }
-    const cg_gemm_epilogue *epi = ao ? &ao->e : NULL;
+    /* the output's rounding (bf16 products only: they run the epilogue) */
+    round_out ro = {{round_block, cg_data(y)}, NULL};
+    if (y16 && pw && !ao) {
+        if (!(*y16 = cg_empty_dtype(CG_BF16, y->ndim, y->shape))) {
+            cg_release_all(2, y, xc);
+            cg_bf16_weight_release(pw);
+            return NULL;
+        }
+        ro.y16 = cg_data_bf16(*y16);
+    }
+    const cg_gemm_epilogue *epi = ao ? &ao->e : ro.y16 ? &ro.e : NULL;
     float *yp = cg_data(y);
     bool ok = true;
     if (in == 0 && !b)
@@ -227,6 +291,10 @@ static cg_tensor *linear(const cg_tensor *x, const cg_tensor *w, const cg_tensor
     if (!ok) {
         if (ao)
             cg_release_all(4, ao->a, ao->m, ao->h16, ao->a16);
+        if (y16) {
+            cg_release(*y16);
+            *y16 = NULL;
+        }
         cg_release(y);
         return NULL;
     }
@@ -235,12 +303,21 @@ static cg_tensor *linear(const cg_tensor *x, const cg_tensor *w, const cg_tensor
 
 cg_tensor *cg_k_linear(const cg_tensor *x, const cg_tensor *w, const cg_tensor *b)
 {
-    return linear(x, w, b, false, NULL);
+    return linear(x, w, b, false, NULL, NULL);
+}
+
+cg_tensor *cg_k_linear_keep_bf16(const cg_tensor *x, const cg_tensor *w, const cg_tensor *b)
+{
+    cg_tensor *y16, *y = linear(x, w, b, false, NULL, &y16);
+    if (y16)
+        cg_k_bf16_operand_keep(y, y16);
+    cg_release(y16);
+    return y;
 }
 
 cg_tensor *cg_k_linear_bf16_packed(const cg_tensor *x, const cg_tensor *w, const cg_tensor *b)
 {
-    return linear(x, w, b, true, NULL);
+    return linear(x, w, b, true, NULL, NULL);
 }
 
 cg_tensor *cg_k_linear_act(const cg_tensor *x, const cg_tensor *w, const cg_tensor *b, cg_k_act act,
@@ -255,7 +332,7 @@ cg_tensor *cg_k_linear_act(const cg_tensor *x, const cg_tensor *w, const cg_tens
         return NULL;
     }
     act_out ao = {.act = act};
-    cg_tensor *y = linear(x, w, b, false, &ao);
+    cg_tensor *y = linear(x, w, b, false, &ao, NULL);
     if (!y)
         return NULL;
     cg_tensor *out = ao.a ? ao.a : y; /* y activated in place, or y = h kept */

@@ -315,17 +315,27 @@ cg_tensor *cg_k_dropout_backward(const cg_tensor *mask, const cg_tensor *g, floa
  * (the bits they give for the floats it was rounded from), fp32 ones
  * widen it. */
 cg_tensor *cg_k_linear(const cg_tensor *x, const cg_tensor *w, const cg_tensor *b);
-/* x (float32, any strides) as a contiguous bfloat16 tensor rounded as the
- * bf16 products round their operands (core/gemm.h cg_bf16_round_run: ties
- * to even, subnormals to signed zero, NaN made quiet; cg_k_to keeps
- * subnormals, as PyTorch does). What the linear layers save for their
- * backward in bf16 precision (autograd's cg_affine): half the bytes, and
- * the products' bits. */
+/* cg_k_linear for an output that bf16 products read (attention's q, k and
+ * v): in bf16 precision the product also rounds each block of the output
+ * as it finishes it, while it is in cache, and keeps the rounding as the
+ * output's operand (cg_k_bf16_operand_keep), which cg_k_bf16_operand then
+ * returns for the output and, as a view, for any view within it (the
+ * heads), instead of another pass over the output. The same bits. */
+cg_tensor *cg_k_linear_keep_bf16(const cg_tensor *x, const cg_tensor *w, const cg_tensor *b);
+/* x (float32, any strides) as a bfloat16 tensor rounded as the bf16
+ * products round their operands (core/gemm.h cg_bf16_round_run: ties to
+ * even, subnormals to signed zero, NaN made quiet; cg_k_to keeps
+ * subnormals, as PyTorch does): x's strides when x is dense (cg_k_map_runs)
+ * or lies within a kept copy (below), contiguous otherwise. What the linear
+ * layers save for their backward in bf16 precision (autograd's
+ * cg_affine): half the bytes, and the products' bits. */
 cg_tensor *cg_k_bf16_operand(const cg_tensor *x);
 /* Keep y, x rounded as cg_k_bf16_operand rounds it (made by its caller
  * with the same bits), as x's copy: cg_k_bf16_operand(x) returns it while x
- * is not written. On failure nothing is kept (the copy is made again when
- * asked for). */
+ * is not written, and when x and y are contiguous, a view of y for any
+ * view of x's storage whose elements all lie within x. One copy a storage:
+ * a new one replaces it. On failure nothing is kept (the copy is made
+ * again when asked for). */
 void cg_k_bf16_operand_keep(const cg_tensor *x, cg_tensor *y);
 /* The same in bf16 precision with W read from a bf16 copy of it
  * (cg_bf16_matrix) packed at the first call and kept with W's storage

@@ -402,6 +402,11 @@ cg_tensor *cg_view_squeeze(const cg_tensor *t, int dim); /* dim must have size 1
 cg_tensor *cg_view_unsqueeze(const cg_tensor *t, int dim);
 /* Broadcast to shape by NumPy rules (stride 0 where expanded). */
 cg_tensor *cg_view_expand(const cg_tensor *t, int ndim, const int64_t *shape);
+/* t's storage seen with any layout (PyTorch's as_strided): element i of
+ * the view is storage element offset + sum(i_d strides[d]). NULL + error
+ * when an element would lie outside the storage (or a size is negative). */
+cg_tensor *cg_view_as_strided(const cg_tensor *t, int ndim, const int64_t *shape,
+                              const int64_t *strides, int64_t offset);
 /* A view with a new shape if the strides allow it, else NULL + error. One
  * entry of shape may be -1 (inferred). */
 cg_tensor *cg_view_reshape(const cg_tensor *t, int ndim, const int64_t *shape);

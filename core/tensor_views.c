@@ -238,6 +238,45 @@ cg_tensor *cg_view_expand(const cg_tensor *t, int ndim, const int64_t *shape)
     return view_of(t, t->offset, ndim, shape, strides);
 }
 
+cg_tensor *cg_view_as_strided(const cg_tensor *t, int ndim, const int64_t *shape,
+                              const int64_t *strides, int64_t offset)
+{
+    if (!t) {
+        cg_error_null_input("cg_view_as_strided");
+        return NULL;
+    }
+    if (ndim < 0 || ndim > CG_MAX_DIMS || (ndim > 0 && (!shape || !strides))) {
+        cg_set_error("as_strided: need 0 to %d dims with a shape and strides (got %d%s)",
+                     CG_MAX_DIMS, ndim, ndim > 0 && (!shape || !strides) ? ", NULL" : "");
+        return NULL;
+    }
+    /* the elements' range of offsets, which must lie within the storage */
+    const int64_t have = (int64_t)(t->storage->nbytes / cg_dtype_size(t->dtype));
+    int64_t lo = offset, hi = offset;
+    bool empty = false;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 0) {
+            char b[96];
+            cg_set_error("as_strided: negative size in shape %s",
+                         cg_shape_str_n(ndim, shape, b, sizeof b));
+            return NULL;
+        }
+        empty |= shape[i] == 0;
+        const int64_t reach = strides[i] * (shape[i] > 0 ? shape[i] - 1 : 0);
+        lo += reach < 0 ? reach : 0;
+        hi += reach > 0 ? reach : 0;
+    }
+    if (offset < 0 || (!empty && (lo < 0 || hi >= have))) {
+        char b[96];
+        cg_set_error("as_strided: shape %s at offset %lld reaches elements [%lld, %lld] of a "
+                     "storage of %lld",
+                     cg_shape_str_n(ndim, shape, b, sizeof b), (long long)offset, (long long)lo,
+                     (long long)hi, (long long)have);
+        return NULL;
+    }
+    return view_of(t, offset, ndim, shape, strides);
+}
+
 /* Resolve a -1 entry and check the element count. */
 static bool infer_shape(const char *op, const cg_tensor *t, int ndim, const int64_t *shape,
                         int64_t *out)

@@ -236,12 +236,15 @@ static bool linear_input_ok(const cg_linear *l, const cg_tensor *x)
     return true;
 }
 
+/* args: NULL, or a bool, true for cg_linear_forward_keep_bf16 */
 static cg_tensor *linear_impl(cg_module *m, cg_tensor *const *in, void *args)
 {
-    (void)args;
     cg_linear *l = (cg_linear *)m;
     if (!in[0] || !linear_input_ok(l, in[0]))
         return NULL;
+    if (args && *(const bool *)args && cg_grad_enabled() &&
+        cg_get_matmul_precision() == CG_PRECISION_BF16)
+        return cg_affine_keep_bf16(in[0], l->weight, l->bias);
     return cg_linear_fn(in[0], l->weight, l->bias);
 }
 
@@ -252,6 +255,16 @@ cg_tensor *cg_linear_forward(cg_linear *l, cg_tensor *x)
         return NULL;
     }
     return cg_module_call(&l->base, linear_impl, 1, &x, NULL);
+}
+
+cg_tensor *cg_linear_forward_keep_bf16(cg_linear *l, cg_tensor *x)
+{
+    if (!l || !x) {
+        cg_error_null_input("cg_linear_forward_keep_bf16");
+        return NULL;
+    }
+    bool keep = true;
+    return cg_module_call(&l->base, linear_impl, 1, &x, &keep);
 }
 
 /* act(l(x)), the bits of cg_activation(cg_linear_forward(l, x), act): one

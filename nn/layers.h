@@ -97,6 +97,11 @@ typedef struct {
 cg_linear *cg_linear_new(int64_t in_features, int64_t out_features, bool bias, cg_rng *rng);
 /* x [..., in] -> [..., out]. */
 cg_tensor *cg_linear_forward(cg_linear *l, cg_tensor *x);
+/* The same for an output that bf16 products read (attention's q, k and v):
+ * in bf16 training the product also keeps the output's bf16 rounding as it
+ * writes the output (cg_affine_keep_bf16), which those products then read
+ * instead of rounding the output again. The same result. */
+cg_tensor *cg_linear_forward_keep_bf16(cg_linear *l, cg_tensor *x);
 /* The same as a function (PyTorch's F.linear), e.g. for a tied output head:
  * x [..., in], weight [out, in] (any strides; used through a transposed
  * view, never copied), bias [out] or NULL. */

@@ -1460,6 +1460,72 @@ START_TEST(test_bf16_operand_copy)
 }
 END_TEST
 
+/* Each element of the bf16 tensor c (any layout) is x's at the same index
+ * rounded as the products round it. */
+static void assert_rounding_of(const cg_tensor *c, const cg_tensor *x)
+{
+    ck_assert_int_eq(c->dtype, CG_BF16);
+    ck_assert(cg_same_shape(c, x));
+    cg_tensor *cf = cg_k_to(c, CG_F32), *xc = cg_k_contiguous(x);
+    for (int64_t i = 0; i < cg_numel(x); i++)
+        ck_assert_uint_eq(to_bits(cg_data(cf)[i]), to_bits(cg_bf16_round(cg_data(xc)[i])));
+    cg_release_all(2, cf, xc);
+}
+
+/* cg_k_linear_keep_bf16: cg_k_linear's bits, in bf16 precision with the
+ * output's rounding kept as its operand, made by the product (the GEMM
+ * driver's epilogue for 120 rows, the packed weight's panels for 5), which
+ * cg_k_bf16_operand returns for the output and, as a view of the copy, for
+ * attention's heads of it; after a write, a new copy. In fp32 nothing is
+ * kept. A contiguous kept view serves the views within it and only them. */
+START_TEST(test_linear_keep_bf16)
+{
+    cg_rng rng = cg_rng_new(67);
+    cg_tensor *w = cg_randn(&rng, CG_SHAPE(48, 64)), *b = cg_randn(&rng, CG_SHAPE(48));
+    cg_set_matmul_precision(CG_PRECISION_BF16);
+    for (int pass = 0; pass < 2; pass++) {
+        const int64_t B = pass ? 1 : 6, T = pass ? 5 : 20;
+        cg_tensor *x = cg_randn(&rng, CG_SHAPE(B, T, 64));
+        cg_tensor *y = cg_k_linear_keep_bf16(x, w, b), *ref = cg_k_linear(x, w, b);
+        ck_assert_msg(y && ref, "%s", cg_last_error());
+        ck_assert(memcmp(cg_data(y), cg_data(ref), sizeof(float) * (size_t)cg_numel(y)) == 0);
+        cg_tensor *c = cg_k_bf16_operand(y), *c2 = cg_k_bf16_operand(y);
+        ck_assert_ptr_eq(c, c2);
+        assert_rounding_of(c, y);
+        /* the heads [B, 4, T, 12]: a view of the kept copy in the heads' layout */
+        cg_tensor *r = cg_view_reshape(y, CG_SHAPE(B, T, 4, 12));
+        cg_tensor *hv = cg_view_transpose(r, 1, 2), *hc = cg_k_bf16_operand(hv);
+        ck_assert_ptr_eq(hc->storage, c->storage);
+        ck_assert(!memcmp(hc->strides, hv->strides, sizeof(int64_t) * 4));
+        assert_rounding_of(hc, hv);
+        cg_tensor *h1 = cg_view_select(hv, 1, 2), *h1c = cg_k_bf16_operand(h1); /* one head */
+        ck_assert_ptr_eq(h1c->storage, c->storage);
+        assert_rounding_of(h1c, h1);
+        cg_data(y)[7] += 1.0f;
+        cg_tensor_modified(y);
+        cg_tensor *hd = cg_k_bf16_operand(hv);
+        ck_assert_ptr_ne(hd->storage, c->storage);
+        assert_rounding_of(hd, hv);
+        cg_release_all(12, x, y, ref, c, c2, r, hv, hc, h1, h1c, hd, NULL);
+    }
+    cg_set_matmul_precision(CG_PRECISION_FP32);
+    cg_tensor *x = cg_randn(&rng, CG_SHAPE(30, 64)), *y = cg_k_linear_keep_bf16(x, w, b);
+    ck_assert_ptr_null(y->storage->derived);
+    /* rows 2-4 of a [8, 16] tensor kept: rows 3 and 2-4 are served from the
+     * copy, rows 0-3 are not (a copy of their own) */
+    cg_tensor *big = cg_randn(&rng, CG_SHAPE(8, 16)), *x0 = cg_view_narrow(big, 0, 2, 3);
+    cg_tensor *c0 = cg_k_bf16_operand(x0);
+    cg_tensor *in = cg_view_narrow(big, 0, 3, 1), *inc = cg_k_bf16_operand(in);
+    cg_tensor *out = cg_view_narrow(big, 0, 0, 4), *outc = cg_k_bf16_operand(out);
+    ck_assert_ptr_eq(inc->storage, c0->storage);
+    ck_assert_ptr_ne(outc->storage, c0->storage);
+    assert_rounding_of(inc, in);
+    assert_rounding_of(outc, out);
+    cg_release_all(10, x, y, big, x0, c0, in, inc, out, outc, w);
+    cg_release(b);
+}
+END_TEST
+
 /* cg_k_relu_mask and its backward: cg_k_relu_backward's bits (NaN, -0, +0,
  * infinities; a strided input), a byte an element; wrong dtypes and shapes
  * refused. */
@@ -2316,6 +2382,7 @@ static Suite *bf16_suite(void)
     tcase_add_test(to, test_bf16_operand_in_place);
     tcase_add_test(to, test_affine_saves_bf16);
     tcase_add_test(to, test_bf16_operand_copy);
+    tcase_add_test(to, test_linear_keep_bf16);
     tcase_add_test(to, test_relu_mask);
     tcase_add_test(to, test_linear_act);
     tcase_add_test(to, test_norm_bf16_copy);

@@ -970,6 +970,51 @@ START_TEST(test_affine)
 }
 END_TEST
 
+/* cg_affine_keep_bf16: gradcheck in fp32, and in both precisions the
+ * output and gradients bit for bit cg_affine's, the same node. */
+static cg_tensor *affine_keep_fn(void *ctx, cg_tensor *const *in)
+{
+    return cg_affine_keep_bf16(in[0], in[1], ctx ? in[2] : NULL);
+}
+
+START_TEST(test_affine_keep_bf16)
+{
+    cg_rng r = cg_rng_new(19);
+    for (int layout = 0; layout < N_LAYOUTS; layout++) {
+        cg_tensor *in[3] = {input(&r, CG_SHAPE(2, 3, 4), layout, DOM_ANY),
+                            input(&r, CG_SHAPE(5, 4), (layout + 1) % N_LAYOUTS, DOM_ANY),
+                            input(&r, CG_SHAPE(5), LAYOUT_CONTIG, DOM_ANY)};
+        check(affine_keep_fn, in, 3, in, "affine_keep_bf16 with bias", 0, 0);
+        check(affine_keep_fn, NULL, 2, in, "affine_keep_bf16 without bias", 0, 0);
+        for (int prec = 0; prec < 2; prec++) {
+            cg_set_matmul_precision(prec ? CG_PRECISION_BF16 : CG_PRECISION_FP32);
+            float v[2][30], gr[2][3][20];
+            for (int keep = 0; keep < 2; keep++) {
+                for (int i = 0; i < 3; i++)
+                    cg_zero_grad(in[i]);
+                cg_tensor *y = keep ? affine_keep_fn(in, in) : affine_fn(in, in);
+                ck_assert_ptr_nonnull(y);
+                ck_assert_int_eq(y->node->op, CG_OP_LINEAR);
+                cg_tensor *g = cg_full(CG_SHAPE(2, 3, 5), 0.5f);
+                cg_data(g)[7] = -2.0f;
+                ck_assert(cg_backward(y, g, false));
+                cg_copy_to(y, v[keep]);
+                for (int i = 0; i < 3; i++)
+                    cg_copy_to(in[i]->grad, gr[keep][i]);
+                cg_release_all(2, y, g);
+            }
+            ck_assert(memcmp(v[0], v[1], sizeof v[0]) == 0);
+            ck_assert(memcmp(gr[0][0], gr[1][0], 24 * sizeof(float)) == 0);
+            ck_assert(memcmp(gr[0][1], gr[1][1], 20 * sizeof(float)) == 0);
+            ck_assert(memcmp(gr[0][2], gr[1][2], 5 * sizeof(float)) == 0);
+        }
+        cg_set_matmul_precision(CG_PRECISION_FP32);
+        cg_release_all(3, in[0], in[1], in[2]);
+    }
+    CG_ASSERT_REFUSED(cg_affine_keep_bf16(NULL, NULL, NULL) == NULL, "cg_affine_keep_bf16");
+}
+END_TEST
+
 /* cg_affine_relu and cg_affine_gelu (both forms): gradcheck with the
  * pre-activations held away from ReLU's kink (a bias of +-3, checked), and
  * output and gradients bit for bit those of the activation over
@@ -1069,6 +1114,7 @@ static Suite *grad_ops_suite(void)
     tcase_add_test(tc, test_attention_composite);
     tcase_add_test(tc, test_attention_fused);
     tcase_add_test(tc, test_affine);
+    tcase_add_test(tc, test_affine_keep_bf16);
     tcase_add_loop_test(tc, test_affine_act, 0, 3);
     suite_add_tcase(s, tc);
     return s;

@@ -427,6 +427,36 @@ START_TEST(test_shape_str)
 }
 END_TEST
 
+/* cg_view_as_strided: any layout over the storage (PyTorch's as_strided:
+ * the offset is the storage's), sharing it; an element outside the
+ * storage, a negative size or a NULL shape refused in one line. */
+START_TEST(test_view_as_strided)
+{
+    cg_tensor *x = cg_arange(0, 24, 1); /* 24 floats */
+    cg_tensor *n = cg_view_narrow(x, 0, 4, 8);
+    /* a 3 x 2 view of elements 5, 9 / 6, 10 / 7, 11 of the storage, from n */
+    cg_tensor *v = cg_view_as_strided(n, CG_SHAPE(3, 2), (const int64_t[]){1, 4}, 5);
+    ck_assert_msg(v, "%s", cg_last_error());
+    ck_assert_ptr_eq(v->storage, x->storage);
+    for (int64_t i = 0; i < 3; i++)
+        for (int64_t j = 0; j < 2; j++)
+            ck_assert_float_eq(cg_get(v, (const int64_t[]){i, j}), (float)(5 + i + 4 * j));
+    cg_tensor *r = cg_view_as_strided(x, CG_SHAPE(2, 3), (const int64_t[]){-3, 1}, 20);
+    ck_assert_msg(r && cg_get(r, (const int64_t[]){1, 2}) == 19.0f, "%s", cg_last_error());
+    cg_tensor *e = cg_view_as_strided(x, CG_SHAPE(0, 3), (const int64_t[]){100, 1}, 24);
+    ck_assert_msg(e && cg_numel(e) == 0, "%s", cg_last_error()); /* no element */
+    CG_ASSERT_REFUSED(cg_view_as_strided(x, CG_SHAPE(5), (const int64_t[]){5}, 4) == NULL,
+                      "as_strided: shape [5] at offset 4 reaches elements [4, 24] of a storage");
+    CG_ASSERT_REFUSED(cg_view_as_strided(x, CG_SHAPE(2), (const int64_t[]){-1}, 0) == NULL,
+                      "reaches elements [-1, 0]");
+    CG_ASSERT_REFUSED(cg_view_as_strided(x, CG_SHAPE(-2), (const int64_t[]){1}, 0) == NULL,
+                      "as_strided: negative size");
+    CG_ASSERT_REFUSED(cg_view_as_strided(x, 1, NULL, NULL, 0) == NULL, "as_strided: need");
+    CG_ASSERT_REFUSED(cg_view_as_strided(NULL, 0, NULL, NULL, 0) == NULL, "cg_view_as_strided");
+    cg_release_all(5, x, n, v, r, e);
+}
+END_TEST
+
 /* A NULL array where a shape, a buffer or an output goes is refused in one
  * line, as cg_permute(x, NULL) is (expand, shape_str, broadcast_shapes and
  * numel_shape dereferenced it); a scalar's shape (ndim 0) may be NULL. */
@@ -481,6 +511,7 @@ static Suite *tensor_suite(void)
     tcase_add_test(tc, test_accessors_null);
     tcase_add_test(tc, test_rng_null);
     tcase_add_test(tc, test_null_array_args);
+    tcase_add_test(tc, test_view_as_strided);
     suite_add_tcase(s, tc);
     return s;
 }
