@@ -419,6 +419,12 @@ static void fwd_tiles(int64_t t0, int64_t t1, int thread, const void *ctx)
                  j->kmask ? j->kmask + b * Tk : NULL, j->scale, S, ld, j->keep,
                  j->keep ? NULL : j->lse_out + bh * Tq,
                  j->P16 ? j->P16 + (bh * Tq + i0) * Tk : NULL);
+        if (j->out16) { /* the tile's rows of the output, final and in cache */
+            const float *op = at4(j->out, b, bh % H) + i0 * j->out->strides[2];
+            const int64_t ors = j->out->strides[2];
+            cg_bf16_round_runs(j->q->shape[3], min64(j->qb, Tq - i0), ors, op, ors,
+                               j->out16 + (op - cg_data(j->out)));
+        }
     }
 }
 
@@ -465,6 +471,12 @@ static cg_tensor *attention_fwd(const cg_tensor *q, const cg_tensor *k, const cg
         bool ok = ((keep && !pbf) || amx || scratch) && (!key_pad || kmask);
         const int64_t nqb = (Tq + qb - 1) / qb;
         float *lp = keep ? NULL : cg_data(lse);
+        /* bf16 training (q, k and v are the bf16 copies): the output's
+         * rounding, which the output projection reads, made tile by tile
+         * and kept as the operand of the heads' merged storage */
+        cg_tensor *o16 = !amx && q->dtype == CG_BF16 && out->strides[3] == 1
+                             ? cg_empty_dtype(CG_BF16, CG_SHAPE(B, Tq, H, dh))
+                             : NULL;
         if (ok && amx) {
             ok = fwd_amx(q, k, v, out, causal, kmask, scale, qb, lp, nt);
         } else if (ok) {
@@ -482,10 +494,16 @@ static cg_tensor *attention_fwd(const cg_tensor *q, const cg_tensor *k, const cg
                                    .lse_out = lp,
                                    .P = keep && !pbf ? cg_data(P) : NULL,
                                    .P16 = pbf ? cg_data_bf16(P) : NULL,
+                                   .out16 = o16 ? cg_data_bf16(o16) : NULL,
                                    .scratch = scratch,
                                    .each = (size_t)ns};
             cg_shares_run(BH * nqb, 1, heads_team(nt, q, Tk), fwd_tiles, &job);
+            cg_tensor *merged = o16 ? cg_view_transpose(out, 1, 2) : NULL; /* [B,Tq,H,dh] */
+            if (merged)
+                cg_k_bf16_operand_keep(merged, o16);
+            cg_release(merged);
         }
+        cg_release(o16);
         cg_free(scratch);
         cg_free(kmask);
         if (!ok) {

@@ -79,6 +79,7 @@ typedef struct {
     const float *lse;       /* the forward's, read */
     float *lse_out, *P;     /* the forward's, written; the weights */
     uint16_t *P16;          /* the weights kept in bf16 */
+    uint16_t *out16;        /* the output rounded to bf16 (out's layout), or NULL */
     void *scratch;          /* `each` a thread: bytes (AMX workspaces) or floats */
     size_t each;
 } heads_job;

@@ -1526,6 +1526,46 @@ START_TEST(test_linear_keep_bf16)
 }
 END_TEST
 
+/* Recorded attention in bf16 keeps its output's rounding for the output
+ * projection: the heads merged back ([B, T, H dh], a view) get a view of
+ * it, with the output's rounding; causal and not, 20 and 200 keys (one
+ * key block and several). Without a graph nothing is kept. */
+START_TEST(test_attention_keeps_out16)
+{
+    cg_rng rng = cg_rng_new(71);
+    cg_set_matmul_precision(CG_PRECISION_BF16);
+    for (int pass = 0; pass < 4; pass++) {
+        const int64_t B = 2, H = 3, T = pass & 1 ? 200 : 20, dh = 16;
+        const bool causal = pass & 2;
+        cg_tensor *qkv[3];
+        for (int i = 0; i < 3; i++) {
+            qkv[i] = cg_randn(&rng, CG_SHAPE(B, H, T, dh));
+            cg_requires_grad(qkv[i], true);
+        }
+        cg_tensor *o = cg_attention(qkv[0], qkv[1], qkv[2], causal, NULL, NULL);
+        ck_assert_msg(o, "%s", cg_last_error());
+        /* kept by the attention (AMX's tiles keep none: the projection rounds) */
+        ck_assert(o->storage->derived || cg_bf16_auto_path() == CG_GEMM_BF16_AMX);
+        cg_tensor *ot = cg_view_transpose(o, 1, 2);
+        cg_tensor *merged = cg_view_reshape(ot, CG_SHAPE(B, T, H * dh));
+        cg_tensor *m16 = cg_k_bf16_operand(merged), *m16b = cg_k_bf16_operand(merged);
+        ck_assert_ptr_nonnull(merged);
+        ck_assert_ptr_eq(m16->storage, m16b->storage); /* kept, not made per call */
+        ck_assert(cg_is_contiguous(m16));
+        assert_rounding_of(m16, merged);
+        cg_release_all(6, o, ot, merged, m16, m16b, NULL);
+        cg_release_all(3, qkv[0], qkv[1], qkv[2]);
+    }
+    cg_no_grad_begin();
+    cg_tensor *q = cg_randn(&rng, CG_SHAPE(1, 2, 8, 16));
+    cg_tensor *o = cg_attention(q, q, q, false, NULL, NULL);
+    ck_assert_ptr_null(o->storage->derived);
+    cg_release_all(2, q, o);
+    cg_no_grad_end();
+    cg_set_matmul_precision(CG_PRECISION_FP32);
+}
+END_TEST
+
 /* cg_k_relu_mask and its backward: cg_k_relu_backward's bits (NaN, -0, +0,
  * infinities; a strided input), a byte an element; wrong dtypes and shapes
  * refused. */
@@ -2383,6 +2423,7 @@ static Suite *bf16_suite(void)
     tcase_add_test(to, test_affine_saves_bf16);
     tcase_add_test(to, test_bf16_operand_copy);
     tcase_add_test(to, test_linear_keep_bf16);
+    tcase_add_test(to, test_attention_keeps_out16);
     tcase_add_test(to, test_relu_mask);
     tcase_add_test(to, test_linear_act);
     tcase_add_test(to, test_norm_bf16_copy);
