@@ -100,6 +100,7 @@ done <<'EOF'
 2 | seq2seq | attention --ckpt s.st --text the --target $'\xfe' | --target is not valid UTF-8
 2 | charlm  | sample --ckpt a.st --attention x.jpg     | --attention: x.jpg: unknown picture format
 2 | charlm  | train $TR --dropout 1.5                  | --dropout: 1.5 is out of range \[0, 1\]
+2 | seq2seq | train $S2 --label-smoothing 1.5          | --label-smoothing: 1.5 is out of range \[0, 1\]
 # flags that contradict each other
 2 | seq2seq | train $S2 --lr 1e-3 --factor 1           | --lr and --factor both set the learning rate
 2 | charlm  | train $TR --resume a.st                  | --resume continues a run with the model and recipe of its checkpoint; drop --d

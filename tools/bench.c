@@ -303,13 +303,14 @@ static int parse_args(int argc, char **argv, bench_args *a)
     if (help)
         return usage(NULL);
     if (strcmp(a->model, "charlm") && strcmp(a->model, "seq2seq")) {
-        snprintf(msg, sizeof msg, "--model: unknown model '%s' (have: charlm, seq2seq)", a->model);
+        snprintf(msg, sizeof msg, "--model: unknown model '%s' (choices: charlm, seq2seq)",
+                 a->model);
         return usage(msg);
     }
     bool real = !strcmp(a->preset, "real"), charlm = !strcmp(a->model, "charlm");
     preset p;
     if (!real && !get_preset(charlm, a->preset, &p)) {
-        snprintf(msg, sizeof msg, "--preset: unknown preset '%s' for %s (have: tiny, base, %s)",
+        snprintf(msg, sizeof msg, "--preset: unknown preset '%s' for %s (choices: tiny, base, %s)",
                  a->preset, a->model, charlm ? "gpt2" : "paper, real");
         return usage(msg);
     }

@@ -111,7 +111,7 @@ static bool lm_state(void *self, cJSON *o)
     const cg_json_field f[] = {
         {"batch_size", CG_JF_I64, &r->B, 1, 1 << 20, false},
         {"lr", CG_JF_F64, &r->lr, 1e-12, 10, false},
-        {"label_smoothing", CG_JF_F64, &r->label_smoothing, 0, 0.999999, false},
+        {"label_smoothing", CG_JF_F64, &r->label_smoothing, 0, 1, false},
         {"batch_rng_seed", CG_JF_U64STR, &r->batch_rng.seed, 0, 0, false},
         {"batch_rng_counter", CG_JF_U64STR, &r->batch_rng.counter, 0, 0, false},
     };

@@ -47,7 +47,7 @@ typedef struct {
     cg_act act;
     bool norm_first;
     float dropout;         /* in [0, 1] */
-    float label_smoothing; /* in [0, 1) */
+    float label_smoothing; /* in [0, 1] */
     /* word dropout in [0, 1]: in training, each source and target token's
      * embedding is zeroed with this probability (the others scaled by
      * 1/(1-p), as dropout), before the positions are added (Sennrich and

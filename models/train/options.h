@@ -139,8 +139,8 @@ void cg_train_init(cg_train_opts *o, cg_train_recipe *r, int64_t steps, int64_t 
          CG_CLI_F64,                                                                              \
          &(r)->label_smoothing,                                                                   \
          0,                                                                                       \
-         0.999999,                                                                                \
-         "  --label-smoothing E  label smoothing of the training loss in [0, 1)\n",               \
+         1,                                                                                       \
+         "  --label-smoothing E  label smoothing of the training loss in [0, 1]\n",               \
          CG_CLI_FIXED},                                                                           \
         {"--lr",      CG_CLI_F64, &(r)->lr,                                                       \
          1e-12,       10,         "  --lr X               peak learning rate\n",                  \
