@@ -157,18 +157,34 @@ static void *data_or_null(const cg_tensor *t) { return t ? cg_data_ptr(t) : NULL
 
 /* The activation over a block of y (as the kernels store it: see
  * cg_gemm_epilogue), in runs along whichever of its dims is contiguous. */
+/* An epilogue's block (rows x cols at c, strides rsc and csc) as `runs`
+ * runs of `len` contiguous elements, ld apart: down the columns, along the
+ * rows, or (general strides) by element, in `groups` groups of runs, group
+ * j starting at c + j csc. */
+typedef struct {
+    int64_t len, runs, ld, groups;
+} block_runs;
+
+static block_runs runs_of(int64_t rows, int64_t cols, int64_t rsc, int64_t csc)
+{
+    const bool down = rsc == 1, along = !down && csc == 1;
+    return (block_runs){down    ? rows
+                        : along ? cols
+                                : 1,
+                        down ? cols : rows, down ? csc : rsc, down || along ? 1 : cols};
+}
+
 static void act_block(const cg_gemm_epilogue *e, float *c, int64_t rows, int64_t cols, int64_t rsc,
                       int64_t csc)
 {
     const act_out *o = (const act_out *)e;
-    const bool down = rsc == 1, along = !down && csc == 1; /* runs down the columns, along rows */
-    const int64_t len = down ? rows : along ? cols : 1, ld = down ? csc : rsc;
+    const block_runs r = runs_of(rows, cols, rsc, csc);
     float *a = data_or_null(o->a);
     uint8_t *m = data_or_null(o->m);
     uint16_t *h16 = data_or_null(o->h16), *a16 = data_or_null(o->a16);
-    for (int64_t j = 0; j < (down || along ? 1 : cols); j++) { /* general strides: by element */
+    for (int64_t j = 0; j < r.groups; j++) {
         const ptrdiff_t off = (c + j * csc) - o->e.c0;
-        cg_k_act_run(o->act, len, down ? cols : rows, ld, c + j * csc, a ? a + off : NULL,
+        cg_k_act_run(o->act, r.len, r.runs, r.ld, c + j * csc, a ? a + off : NULL,
                      m ? m + off : NULL, h16 ? h16 + off : NULL, a16 ? a16 + off : NULL);
     }
 }
@@ -183,10 +199,9 @@ static void round_block(const cg_gemm_epilogue *e, float *c, int64_t rows, int64
                         int64_t rsc, int64_t csc)
 {
     const round_out *o = (const round_out *)e;
-    const bool down = rsc == 1, along = !down && csc == 1; /* as act_block */
-    const int64_t len = down ? rows : along ? cols : 1, ld = down ? csc : rsc;
-    for (int64_t j = 0; j < (down || along ? 1 : cols); j++)
-        cg_bf16_round_runs(len, down ? cols : rows, ld, c + j * csc, ld,
+    const block_runs r = runs_of(rows, cols, rsc, csc);
+    for (int64_t j = 0; j < r.groups; j++)
+        cg_bf16_round_runs(r.len, r.runs, r.ld, c + j * csc, r.ld,
                            o->y16 + ((c + j * csc) - o->e.c0));
 }
 
