@@ -497,6 +497,154 @@ static void skinny_product(int nthreads, int64_t m, int64_t n, int64_t k, float 
     cg_shares_run((p.ny + 3) / 4, 1, nt, dots_groups, &p);
 }
 
+/* ------------------------------------------------------------ split k */
+
+/* A bf16 product whose k is long against both sides of C (a weight's
+ * gradient dW [out, in] = g^T x over N tokens) is summed as two products,
+ * over k's halves [0, h) and [h, k), the second added to the first
+ * (cg_gemm_k_split). Split over C's rows, each of two threads packed its
+ * half of A and all of B (N x in): twice B's packing, and half of the rows
+ * of g and x read from the other core's cache, as the ops before split
+ * them by tokens. Over k, each thread packs half of each operand, the
+ * tokens it wrote itself, and the sum of the two halves costs a pass over
+ * C (m x n, at most k / 2 x k / 2). The rule depends on the shape only, so
+ * one thread sums the same halves: the bits do not depend on the thread
+ * count. A seq2seq base bf16 step at 2 threads: 3% faster (Zen 5). Not on
+ * AMX, whose threads pack a shared operand once together (measured on the
+ * Intel Xeon before this rule; not measured with it). */
+#define SPLIT_K_MIN (2 * CG_BF16_KC)
+
+static int64_t split_point(gemm_kind g, int64_t m, int64_t n, int64_t k,
+                           const cg_bf16_prepacked *pre)
+{
+    if (!g.bf16 || g.bf16 == CG_BF16_AMX || pre || k < SPLIT_K_MIN || k < 2 * (m > n ? m : n))
+        return 0;
+    return ((k + 1) / 2 + 1) / 2 * 2; /* about half, and even: whole k-pairs */
+}
+
+/* A product split at h: the halves' pieces (C cut into q pieces along its
+ * longer side, as gemm_run cuts it) and then C += P, the second half's
+ * sums. */
+typedef struct {
+    gemm_kind g;
+    int64_t m, n, k, h, rsa, csa, rsb, csb, bs, rsc, csc, rsp, csp;
+    const void *a, *b;
+    unsigned bf;
+    float alpha, beta;
+    const float *bias;
+    float *c, *p;
+    bool split_m;
+    int64_t dim, csz, q;
+} split_k;
+
+/* Piece ch of 2q: the first half's q pieces into C, then the second's into P */
+static bool split_k_piece(const split_k *s, int64_t ch)
+{
+    const bool second = ch >= s->q;
+    const int64_t o0 = (ch % s->q) * s->csz;
+    const int64_t len = s->dim - o0 < s->csz ? s->dim - o0 : s->csz;
+    if (len <= 0)
+        return true;
+    const int64_t k0 = second ? s->h : 0, kk = second ? s->k - s->h : s->h;
+    const void *a = elem_at(s->a, s->bf & CG_GEMM_A_BF16, k0 * s->csa);
+    const void *b = elem_at(s->b, s->bf & CG_GEMM_B_BF16, k0 * s->rsb);
+    float *c = second ? s->p : s->c;
+    const int64_t rsc = second ? s->rsp : s->rsc, csc = second ? s->csp : s->csc;
+    const float beta = second ? 0.0f : s->beta;
+    const float *bias = second ? NULL : s->bias;
+    if (s->split_m)
+        return serial_product(
+            s->g, len, s->n, kk, s->alpha, elem_at(a, s->bf & CG_GEMM_A_BF16, o0 * s->rsa), s->rsa,
+            s->csa, b, s->rsb, s->csb, s->bf, beta, bias, s->bs, c + o0 * rsc, rsc, csc, NULL);
+    return serial_product(s->g, s->m, len, kk, s->alpha, a, s->rsa, s->csa,
+                          elem_at(b, s->bf & CG_GEMM_B_BF16, o0 * s->csb), s->rsb, s->csb, s->bf,
+                          beta, bias ? bias + o0 * s->bs : NULL, s->bs, c + o0 * csc, rsc, csc,
+                          NULL);
+}
+
+/* C += P over the lines [l0, l1) of C as it is stored (rows when row-
+ * stored), element by element: the same bits for any cut. */
+static void split_k_add(const split_k *s, int64_t l0, int64_t l1)
+{
+    const bool rows = s->csp == 1; /* P is stored as C is */
+    const int64_t len = rows ? s->n : s->m;
+    const int64_t lc = rows ? s->rsc : s->csc, ec = rows ? s->csc : s->rsc;
+    for (int64_t l = l0; l < l1; l++) {
+        float *c = s->c + l * lc;
+        const float *p = s->p + l * len;
+        if (ec == 1)
+            for (int64_t e = 0; e < len; e++)
+                c[e] += p[e];
+        else
+            for (int64_t e = 0; e < len; e++)
+                c[e * ec] += p[e];
+    }
+}
+
+/* C = alpha A B + beta C (+ bias) as the two halves of k at h
+ * (split_point) on nt threads; nt 1 runs the pieces in order. */
+static bool split_k_product(gemm_kind g, int nt, int64_t m, int64_t n, int64_t k, int64_t h,
+                            float alpha, const void *a, int64_t rsa, int64_t csa, const void *b,
+                            int64_t rsb, int64_t csb, unsigned bf, float beta, const float *bias,
+                            int64_t bs, float *c, int64_t rsc, int64_t csc)
+{
+    float *p = cg_alloc((size_t)(m * n) * sizeof(float));
+    if (!p)
+        return false;
+    const bool rows = !(rsc == 1 && csc != 1); /* P laid out as C: by rows unless by columns */
+    const bool split_m = m >= n;
+    const int64_t dim = split_m ? m : n, q = nt / 2 > 1 ? nt / 2 : 1;
+    int64_t csz = (dim + q - 1) / q;
+    csz = (csz + CHUNK_UNIT - 1) / CHUNK_UNIT * CHUNK_UNIT;
+    const split_k s = {.g = g,
+                       .m = m,
+                       .n = n,
+                       .k = k,
+                       .h = h,
+                       .rsa = rsa,
+                       .csa = csa,
+                       .rsb = rsb,
+                       .csb = csb,
+                       .bs = bs,
+                       .rsc = rsc,
+                       .csc = csc,
+                       .rsp = rows ? n : 1,
+                       .csp = rows ? 1 : m,
+                       .a = a,
+                       .b = b,
+                       .bf = bf,
+                       .alpha = alpha,
+                       .beta = beta,
+                       .bias = bias,
+                       .c = c,
+                       .p = p,
+                       .split_m = split_m,
+                       .dim = dim,
+                       .csz = csz,
+                       .q = q};
+    const int64_t lines = rows ? m : n, nch = 2 * q;
+    bool ok = true;
+    if (nt < 2) {
+        for (int64_t ch = 0; ch < nch; ch++)
+            ok = split_k_piece(&s, ch) && ok;
+        split_k_add(&s, 0, lines);
+    } else {
+        cg_shares sh;
+        cg_shares_init(&sh, nch, nt);
+#pragma omp parallel num_threads(nt) reduction(&& : ok)
+        {
+            const int t = omp_get_thread_num(), T = omp_get_num_threads();
+            for (int64_t ch; (ch = cg_shares_next(&sh, t)) >= 0;)
+                ok = split_k_piece(&s, ch) && ok;
+#pragma omp barrier
+            split_k_add(&s, lines * t / T, lines * (t + 1) / T);
+        }
+        cg_shares_free(&sh);
+    }
+    cg_free(p);
+    return ok;
+}
+
 /* The kernel of a path (not AUTO): false when this CPU lacks it. */
 static bool gemm_kind_of(cg_gemm_path path, gemm_kind *g)
 {
@@ -526,6 +674,17 @@ int64_t cg_gemm_k_block(cg_gemm_path path, int64_t k, int64_t i)
      * BLIS's bli_determine_blocksize_f_sub and gemm_skx.c stretch it */
     return cg_gemm_block_at(k, i, bli_cntx_get_blksz_def_dt(BLIS_FLOAT, BLIS_KC, g.cntx),
                             bli_cntx_get_blksz_max_dt(BLIS_FLOAT, BLIS_KC, g.cntx));
+}
+
+int64_t cg_gemm_k_split(cg_gemm_path path, int64_t m, int64_t n, int64_t k)
+{
+    ensure_init();
+    if (path == CG_GEMM_AUTO)
+        path = cg_precision_path(cg_get_matmul_precision());
+    gemm_kind g = {NULL, 0};
+    if (m < 1 || n < 1 || path == CG_GEMM_DEFAULT || !gemm_kind_of(path, &g))
+        return 0;
+    return split_point(g, m, n, k, NULL);
 }
 
 /* cg_sgemm_path and cg_sgemm_bias_path: beta 0 when there is a bias.
@@ -571,8 +730,12 @@ static bool gemm_run(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int6
         bf = 0;
     }
     bool ok = true;
+    const int64_t h = split_point(g, m, n, k, pre); /* 0: one sum over k */
     if (!cg_gemm_strides_ok(m, n, rsc, csc)) {
-        if (g.bf16) /* one thread: tiles are written in order */
+        if (g.bf16 && h) /* one thread: tiles are written in order */
+            ok = split_k_product(g, 1, m, n, k, h, alpha, a, rsa, csa, b, rsb, csb, bf, beta, bias,
+                                 bs, c, rsc, csc);
+        else if (g.bf16)
             ok = serial_product(g, m, n, k, alpha, a, rsa, csa, b, rsb, csb, bf, beta, bias, bs, c,
                                 rsc, csc, pre);
         else
@@ -679,7 +842,10 @@ static bool gemm_run(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int6
      * cost more than packing twice. */
     const bool share = nt > 1 && g.bf16 == CG_BF16_AMX && !(pre && split_m) &&
                        cg_bf16_gemm_shares_packing(g.bf16, m, n, k, rsc, csc, nt);
-    if (share) {
+    if (h) {
+        ok = split_k_product(g, nt, m, n, k, h, alpha, a, rsa, csa, b, rsb, csb, bf, beta, bias, bs,
+                             c, rsc, csc);
+    } else if (share) {
         /* bf16: the threads pack the shared operand once, together */
         ok = cg_bf16_gemm_parallel(g.bf16, nt, m, n, k, alpha, a, rsa, csa, b, rsb, csb, bf, beta,
                                    bias, bs, c, rsc, csc, pre);

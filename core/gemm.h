@@ -143,10 +143,22 @@ bool cg_sgemm_bias_path(cg_gemm_path path, int nthreads, int64_t m, int64_t n, i
  * under its maximum, and the bf16 kernels' KC. So the products of A's
  * columns and B's rows block by block, added into C with beta 1 (the first
  * with the caller's beta), give the whole product's bits, for any thread
- * count, when neither C is skinny (above) nor the split changes that.
+ * count, when neither C is skinny (above) nor the split changes that,
+ * and the product is not split in two (cg_gemm_k_split).
  * 0 (no promise) on BLIS's default path (CG_BLIS_DEFAULT=1), which picks
  * its kernels from the sizes it is given, and for an unavailable path. */
 int64_t cg_gemm_k_block(cg_gemm_path path, int64_t k, int64_t i);
+/* Where a product C [m, n] over k is split in two on a path (CG_GEMM_AUTO:
+ * the calling thread's policy's), or 0 when it is one sum. The bf16 paths
+ * other than AMX split a product with k >= 768 and k >= 2 max(m, n) (a
+ * weight's gradient over a batch's tokens) at h, about k / 2 and even:
+ * C = (alpha A[:, :h] B[:h] + beta C) + alpha A[:, h:] B[h:], each half
+ * summed in its own k blocks (cg_gemm_k_block(path, h, i) and
+ * cg_gemm_k_block(path, k - h, i)), the second added to the first element
+ * by element. Each thread packs the tokens of its half, and the bits do
+ * not depend on the thread count. A product given a prepacked weight
+ * (cg_bf16_matrix_mul) is never split. */
+int64_t cg_gemm_k_split(cg_gemm_path path, int64_t m, int64_t n, int64_t k);
 
 /* The fp32 path cg_sgemm uses, and a name for a path ("skx", "haswell",
  * "default", "bf16", "bf16-emulated", "bf16-amx"). */
@@ -160,8 +172,12 @@ bool cg_gemm_path_available(cg_gemm_path p);
  * bytes of W they read, read half the bytes of fp32 and pack nothing.
  * The product's bits are those of cg_sgemm in bf16 precision on the same
  * operands (y = x W^T with beta 0, or y set to the bias first and beta 1, as
- * a linear layer computes it), on either path, for any thread count. The
- * packed form is a copy: it does not follow later changes of W. */
+ * a linear layer computes it), on either path, for any thread count, except
+ * where cg_sgemm would split the product's k in two (cg_gemm_k_split: k at
+ * least twice the rows of x and of W): the packed W's product is one sum,
+ * the bits of cg_sgemm's products over its k blocks added one after
+ * another (cg_gemm_k_block). The packed form is a copy: it does not follow
+ * later changes of W. */
 typedef struct cg_bf16_matrix cg_bf16_matrix;
 /* From W's elements w[i * rsw + j * csw]; NULL + error when n or k < 1 or
  * out of memory. */

@@ -31,7 +31,11 @@
  * W anew, so a block goes whole (rows of 64 made the default step 2-8%
  * slower in CPU time on the Intel Xeon, 384 rows as fast as the unfused
  * head). No run of rows is short enough for the dot products of skinny
- * products (core/gemm.h CG_GEMM_SKINNY) unless all N are. */
+ * products (core/gemm.h CG_GEMM_SKINNY) unless all N are. Where the
+ * unfused product is split in two (cg_gemm_k_split: many tokens, a small
+ * head), the chunks are each half's k blocks, the second half's dW is
+ * summed on its own (in dw1) and added to the first's at the end, as the
+ * product adds its halves. */
 #define LCE_ROWS 64
 
 typedef struct {
@@ -40,7 +44,9 @@ typedef struct {
     const int64_t *targets;
     cg_ce_rows rows; /* V classes; scale g / kept */
     bool exact;      /* chunks on the k blocks (CG_LCE_EXACT on a path with them) */
+    int64_t split;   /* exact: where dW's product splits its k (cg_gemm_k_split), or 0 */
     float *dh, *dw;  /* NULL where not wanted */
+    float *dw1;      /* split and dw: the second half's dW [V, d] */
     double *db;      /* the bias's gradient in double (NULL: not wanted) */
     float *spare;    /* exact: [CG_GEMM_SKINNY + 1, V] */
     /* bf16: W and W^T rounded and packed once (the weight cache, as linear
@@ -108,7 +114,8 @@ static void add_db_columns(int64_t j0, int64_t j1, int thread, const void *ctx)
 }
 
 /* One chunk of rows [r0, r0 + m): rows as above, then their products into
- * dw and db (dw written with beta 0 when first, else added to). */
+ * dw (the second half's into dw1) and db (dw written with beta 0 when
+ * first, else added to). */
 static void lce_chunk(lce_args *a, int64_t r0, int64_t m, float *L, double *row, bool first)
 {
     int64_t V = a->V, d = a->d, step = a->exact && a->pw ? LCE_ROWS : m;
@@ -117,7 +124,8 @@ static void lce_chunk(lce_args *a, int64_t r0, int64_t m, float *L, double *row,
         lce_rows(a, r0 + i, n, L + i * V, row);
     }
     if (a->dw)
-        cg_sgemm(V, d, m, 1.0f, L, 1, V, a->h + r0 * d, d, 1, first ? 0.0f : 1.0f, a->dw, d, 1);
+        cg_sgemm(V, d, m, 1.0f, L, 1, V, a->h + r0 * d, d, 1, first ? 0.0f : 1.0f,
+                 a->split && r0 >= a->split ? a->dw1 : a->dw, d, 1);
     if (a->db) {
         const db_sums sums = {m, V, L, a->db};
         cg_shares_run(V, cg_shares_rows(m), cg_shares_team(m * V > CG_CE_PAR_THRESHOLD),
@@ -125,12 +133,17 @@ static void lce_chunk(lce_args *a, int64_t r0, int64_t m, float *L, double *row,
     }
 }
 
-/* The size of the chunk at row r0 of N. */
-static int64_t lce_chunk_at(int64_t chunk, bool exact, int64_t N, int64_t r0)
+/* The size of the chunk at row r0 of N (split: the first half's rows, as
+ * lce_args has it). */
+static int64_t lce_chunk_at(int64_t chunk, bool exact, int64_t split, int64_t N, int64_t r0)
 {
     if (chunk != CG_LCE_EXACT)
         return N - r0 < chunk ? N - r0 : chunk;
-    return exact ? cg_gemm_k_block(CG_GEMM_AUTO, N, r0) : N - r0;
+    if (!exact)
+        return N - r0;
+    if (split && r0 >= split)
+        return cg_gemm_k_block(CG_GEMM_AUTO, N - split, r0 - split);
+    return cg_gemm_k_block(CG_GEMM_AUTO, split ? split : N, r0);
 }
 
 /* h, w, b: the shapes of a linear layer's input, weight and bias. */
@@ -166,9 +179,12 @@ static void lce_run(lce_args *a, int64_t chunk, float *L, double *row, float *ou
 {
     atomic_fetch_add(&g_lce_runs, 1);
     for (int64_t r0 = 0, m; r0 < a->N; r0 += m) {
-        m = lce_chunk_at(chunk, a->exact, a->N, r0);
-        lce_chunk(a, r0, m, L, row, r0 == 0);
+        m = lce_chunk_at(chunk, a->exact, a->split, a->N, r0);
+        lce_chunk(a, r0, m, L, row, r0 == 0 || r0 == a->split);
     }
+    if (a->dw1) /* the halves added as the product adds them */
+        for (int64_t i = 0; i < a->V * a->d; i++)
+            a->dw[i] += a->dw1[i];
     double total = 0.0;
     for (int64_t r = 0; r < a->N; r++)
         total += row[r];
@@ -198,9 +214,10 @@ cg_tensor *cg_k_linear_cross_entropy(const cg_tensor *h, const cg_tensor *w, con
         !cg_ce_targets("linear_cross_entropy", N, V, shape, target_t, ignore_index, &kept, &tc))
         return NULL;
     bool exact = chunk == CG_LCE_EXACT && N > 0 && cg_gemm_k_block(CG_GEMM_AUTO, N, 0) > 0;
+    const int64_t split = exact ? cg_gemm_k_split(CG_GEMM_AUTO, V, d, N) : 0;
     int64_t m = 1; /* the largest chunk */
     for (int64_t r0 = 0, c; r0 < N; r0 += c) {
-        c = lce_chunk_at(chunk, exact, N, r0);
+        c = lce_chunk_at(chunk, exact, split, N, r0);
         m = c > m ? c : m;
     }
     cg_tensor *hc = cg_k_contiguous(h), *wc = cg_k_contiguous(w),
@@ -211,6 +228,7 @@ cg_tensor *cg_k_linear_cross_entropy(const cg_tensor *h, const cg_tensor *w, con
     cg_tensor *(*make)(int, const int64_t *) = N > 0 && d > 0 ? cg_empty : cg_zeros;
     cg_tensor *g3[3] = {dh ? make(2, h->shape) : NULL, dw ? make(2, w->shape) : NULL,
                         db ? cg_empty(1, &V) : NULL};
+    cg_tensor *dw1 = split && dw ? cg_empty(2, w->shape) : NULL;
     double *row = malloc((size_t)(N > 0 ? N : 1) * sizeof(double));
     double *dbs = db ? calloc((size_t)(V > 0 ? V : 1), sizeof(double)) : NULL;
     cg_tensor *out = cg_empty(0, NULL);
@@ -219,7 +237,7 @@ cg_tensor *cg_k_linear_cross_entropy(const cg_tensor *h, const cg_tensor *w, con
     cg_bf16_weight *pw = bf16 && wc ? cg_bf16_weight_get(wc, false) : NULL;
     cg_bf16_weight *pwt = bf16 && wc && dh ? cg_bf16_weight_get(wc, true) : NULL;
     bool ok = hc && wc && (bc || !b) && L && row && (dbs || !db) && out && (pw || !bf16) &&
-              (pwt || !bf16 || !dh);
+              (pwt || !bf16 || !dh) && (dw1 || !split || !dw);
     for (int i = 0; i < 3; i++)
         ok = ok && (g3[i] || !outs[i]);
     if (ok) {
@@ -232,8 +250,10 @@ cg_tensor *cg_k_linear_cross_entropy(const cg_tensor *h, const cg_tensor *w, con
                       .targets = cg_data_i64(tc),
                       .rows = cg_ce_rows_for(V, ignore_index, kept, label_smoothing, g),
                       .exact = exact,
+                      .split = split,
                       .dh = g3[0] ? cg_data(g3[0]) : NULL,
                       .dw = g3[1] ? cg_data(g3[1]) : NULL,
+                      .dw1 = dw1 ? cg_data(dw1) : NULL,
                       .db = dbs,
                       .spare = cg_data(L) + m * V,
                       .pw = pw ? cg_bf16_weight_matrix(pw) : NULL,
@@ -249,7 +269,7 @@ cg_tensor *cg_k_linear_cross_entropy(const cg_tensor *h, const cg_tensor *w, con
     free(dbs);
     cg_bf16_weight_release(pw);
     cg_bf16_weight_release(pwt);
-    cg_release_all(5, hc, wc, bc, L, tc);
+    cg_release_all(6, hc, wc, bc, L, tc, dw1);
     for (int i = 0; i < 3; i++) {
         if (ok && outs[i])
             *outs[i] = g3[i];

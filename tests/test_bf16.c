@@ -75,10 +75,12 @@ START_TEST(test_round)
 END_TEST
 
 /* Sizes on both sides of the micro-tile (32 x 12), the k pair, the k block
- * (384), the m block (96) and the n block (3072). */
+ * (384), the m block (96), the n block (3072) and the split of k in two
+ * (cg_gemm_k_split: the last four but one are split). */
 static const int64_t sizes[][3] = {
-    {1, 1, 1},     {1, 1, 2},     {31, 11, 15}, {32, 12, 16},  {33, 13, 17}, {64, 24, 31},
-    {70, 50, 385}, {200, 30, 40}, {97, 14, 3},  {20, 3080, 9}, {3, 40, 769},
+    {1, 1, 1},    {1, 1, 2},     {31, 11, 15},  {32, 12, 16},  {33, 13, 17},
+    {64, 24, 31}, {70, 50, 385}, {200, 30, 40}, {97, 14, 3},   {20, 3080, 9},
+    {3, 40, 769}, {8, 17, 1001}, {1, 384, 768}, {1, 385, 769},
 };
 #define NSIZES ((int)(sizeof sizes / sizeof sizes[0]))
 
@@ -214,13 +216,16 @@ static float *nasty_buf(cg_rng *rng, size_t n)
  * product and then its even one added to an fp32 sum, each addition one
  * rounding of the exact value (fmaf), a sum below the smallest normal float
  * flushed to a signed zero; a sum per k block of the driver (384), written
- * as alpha s + beta C for the first block and alpha s + C for later ones. */
+ * as alpha s + beta C for the first block and alpha s + C for later ones.
+ * A product with k >= 768 and k >= 2 max(m, n) is two such sums, over
+ * [0, h) and [h, k) with h = k / 2 rounded up to even, the second (with
+ * beta 0) added to the first (cg_gemm_k_split). */
 #define MODEL_KC 384
 static float model_flush(float x) { return fabsf(x) < 0x1p-126f ? copysignf(0.0f, x) : x; }
 
-static void model_gemm(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t rsa,
-                       int64_t csa, const float *b, int64_t rsb, int64_t csb, float beta, float *c,
-                       int64_t rsc, int64_t csc)
+static void model_one_sum(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t rsa,
+                          int64_t csa, const float *b, int64_t rsb, int64_t csb, float beta,
+                          float *c, int64_t rsc, int64_t csc)
 {
     for (int64_t i = 0; i < m; i++)
         for (int64_t j = 0; j < n; j++) {
@@ -244,6 +249,25 @@ static void model_gemm(int64_t m, int64_t n, int64_t k, float alpha, const float
                     *cij = beta == 0.0f ? alpha * s : alpha * s + beta * *cij;
             }
         }
+}
+
+static void model_gemm(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t rsa,
+                       int64_t csa, const float *b, int64_t rsb, int64_t csb, float beta, float *c,
+                       int64_t rsc, int64_t csc)
+{
+    if (k < 768 || k < 2 * (m > n ? m : n)) {
+        model_one_sum(m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc);
+        return;
+    }
+    const int64_t h = ((k + 1) / 2 + 1) / 2 * 2;
+    float *p = malloc((size_t)(m * n) * sizeof(float));
+    ck_assert_ptr_nonnull(p);
+    model_one_sum(m, n, h, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc);
+    model_one_sum(m, n, k - h, alpha, a + h * csa, rsa, csa, b + h * rsb, rsb, csb, 0.0f, p, n, 1);
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++)
+            c[i * rsc + j * csc] += p[i * n + j];
+    free(p);
 }
 
 /* The emulated product (AVX2 and FMA) has the model's bits on any CPU,
@@ -733,6 +757,20 @@ END_TEST
 
 /* ------------------------------------------------ prepacked bf16 weights */
 
+/* cg_sgemm_path's product as one sum over k: its k blocks (cg_gemm_k_block)
+ * added one after another, which no split changes (cg_gemm_k_split) */
+static void one_sum(cg_gemm_path path, int64_t m, int64_t n, int64_t k, const float *a, int64_t rsa,
+                    int64_t csa, const float *b, int64_t rsb, int64_t csb, float beta, float *c,
+                    int64_t rsc, int64_t csc)
+{
+    for (int64_t i = 0, kb; i < k; i += kb) {
+        kb = cg_gemm_k_block(path, k, i);
+        ck_assert_int_eq(cg_gemm_k_split(path, m, n, kb), 0);
+        ck_assert(cg_sgemm_path(path, 1, m, n, kb, 1.0f, a + i * csa, rsa, csa, b + i * rsb, rsb,
+                                csb, i ? 1.0f : beta, c, rsc, csc));
+    }
+}
+
 /* y = x W^T (+ bias) on a packed W, against cg_sgemm_path on the same path
  * (bit for bit, y prefilled with the bias and beta 1 as a linear layer does)
  * and against float64 within the bf16 bound; W and x in several layouts,
@@ -761,8 +799,11 @@ static void matrix_case(cg_rng *rng, cg_gemm_path path, int64_t M, int64_t N, in
         for (int64_t i = 0; i < M; i++)
             for (int64_t j = 0; j < N; j++)
                 ref[i * rsy + j] = bias[j];
-    ck_assert(cg_sgemm_path(path, 1, M, N, K, 1.0f, x, rsx, csx, w, csw, rsw,
-                            with_bias ? 1.0f : 0.0f, ref, rsy, 1));
+    if (cg_gemm_k_split(path, M, N, K)) /* cg_sgemm would split it: its one sum */
+        one_sum(path, M, N, K, x, rsx, csx, w, csw, rsw, with_bias ? 1.0f : 0.0f, ref, rsy, 1);
+    else
+        ck_assert(cg_sgemm_path(path, 1, M, N, K, 1.0f, x, rsx, csx, w, csw, rsw,
+                                with_bias ? 1.0f : 0.0f, ref, rsy, 1));
     for (int64_t i = 0; i < M; i++)
         for (int64_t j = 0; j < N; j++) {
             const float got = y[i * rsy + j];

@@ -512,13 +512,15 @@ END_TEST
  * k blocks' products added one after another with beta 1, on every path
  * this CPU has, for C row- or column-stored, A stored as its transpose
  * (the fused loss's dL^T) or not, 1 and 2 threads; the blocks cover k;
- * BLIS's default path promises none. */
+ * BLIS's default path promises none. A product split in two
+ * (cg_gemm_k_split) is its first half's blocks so added, plus its second
+ * half's added on their own. */
 START_TEST(test_k_blocks)
 {
     const cg_gemm_path paths[] = {CG_GEMM_SKX, CG_GEMM_HASWELL, CG_GEMM_BF16, CG_GEMM_BF16_EMULATED,
                                   CG_GEMM_BF16_AMX};
-    const int64_t ks[] = {1,   2,   5,   255, 256, 257, 383, 384, 385,  389,  479, 480,
-                          481, 511, 512, 513, 767, 768, 769, 865, 1000, 1157, 1421};
+    const int64_t ks[] = {1,   2,   5,   255, 256, 257, 383, 384,  385,  389,  479,  480, 481,
+                          511, 512, 513, 767, 768, 769, 865, 1000, 1157, 1421, 1536, 3072};
     const int64_t m = 45, n = 37;
     cg_rng rng = cg_rng_new(37);
     ck_assert_int_eq(cg_gemm_k_block(CG_GEMM_DEFAULT, 100, 0), 0);
@@ -532,6 +534,7 @@ START_TEST(test_k_blocks)
             float *b = malloc((size_t)(k * n) * sizeof(float));
             float *c1 = malloc((size_t)(m * n) * sizeof(float));
             float *c2 = malloc((size_t)(m * n) * sizeof(float));
+            float *c3 = malloc((size_t)(m * n) * sizeof(float));
             fill_strided(&rng, a, m * k);
             fill_strided(&rng, b, k * n);
             int64_t sum = 0;
@@ -545,15 +548,23 @@ START_TEST(test_k_blocks)
                 /* A row-major [m, k] or stored as [k, m]; C row- or column-stored */
                 const int64_t rsa = lay & 1 ? 1 : k, csa = lay & 1 ? m : 1;
                 const int64_t rsc = lay & 2 ? 1 : n, csc = lay & 2 ? m : 1;
+                const int64_t h = cg_gemm_k_split(paths[pi], m, n, k);
                 for (int nt = 1; nt <= 2; nt++) {
                     ck_assert(cg_sgemm_path(paths[pi], nt, m, n, k, 1.0f, a, rsa, csa, b, n, 1,
                                             0.0f, c1, rsc, csc));
-                    for (int64_t i = 0, kb; i < k; i += kb) {
-                        kb = cg_gemm_k_block(paths[pi], k, i);
-                        ck_assert(cg_sgemm_path(paths[pi], nt, m, n, kb, 1.0f, a + i * csa, rsa,
-                                                csa, b + i * n, n, 1, i ? 1.0f : 0.0f, c2, rsc,
-                                                csc));
+                    for (int half = 0; half < (h ? 2 : 1); half++) {
+                        /* the second half into c3, then added to c2 */
+                        const int64_t k0 = half ? h : 0, kh = h ? (half ? k - h : h) : k;
+                        float *c = half ? c3 : c2;
+                        for (int64_t i = 0, kb; i < kh; i += kb) {
+                            kb = cg_gemm_k_block(paths[pi], kh, i);
+                            ck_assert(cg_sgemm_path(paths[pi], nt, m, n, kb, 1.0f,
+                                                    a + (k0 + i) * csa, rsa, csa, b + (k0 + i) * n,
+                                                    n, 1, i ? 1.0f : 0.0f, c, rsc, csc));
+                        }
                     }
+                    for (int64_t e = 0; h && e < m * n; e++)
+                        c2[e] += c3[e];
                     if (memcmp(c1, c2, (size_t)(m * n) * sizeof(float)) != 0)
                         ck_abort_msg("%s: k = %lld in blocks differs (layout %d, %d threads)",
                                      cg_gemm_path_name(paths[pi]), (long long)k, lay, nt);
@@ -563,8 +574,23 @@ START_TEST(test_k_blocks)
             free(b);
             free(c1);
             free(c2);
+            free(c3);
         }
     }
+    /* the split's rule: bf16 off AMX, k >= 768 and k >= 2 max(m, n), at
+     * about k / 2 and even; never in fp32 or on AMX */
+    if (cg_gemm_path_available(CG_GEMM_BF16_EMULATED)) {
+        ck_assert_int_eq(cg_gemm_k_split(CG_GEMM_BF16_EMULATED, m, n, 767), 0);
+        ck_assert_int_eq(cg_gemm_k_split(CG_GEMM_BF16_EMULATED, m, n, 768), 384);
+        ck_assert_int_eq(cg_gemm_k_split(CG_GEMM_BF16_EMULATED, m, n, 769), 386);
+        ck_assert_int_eq(cg_gemm_k_split(CG_GEMM_BF16_EMULATED, 256, 1024, 3072), 1536);
+        ck_assert_int_eq(cg_gemm_k_split(CG_GEMM_BF16_EMULATED, 256, 1025, 2049), 0);
+        ck_assert_int_eq(cg_gemm_k_split(CG_GEMM_BF16_EMULATED, 1025, 256, 2050), 1026);
+        ck_assert_int_eq(cg_gemm_k_split(CG_GEMM_BF16_EMULATED, 0, n, 3072), 0);
+    }
+    ck_assert_int_eq(cg_gemm_k_split(CG_GEMM_SKX, m, n, 3072), 0);
+    ck_assert_int_eq(cg_gemm_k_split(CG_GEMM_HASWELL, m, n, 3072), 0);
+    ck_assert_int_eq(cg_gemm_k_split(CG_GEMM_BF16_AMX, m, n, 3072), 0);
 }
 END_TEST
 
