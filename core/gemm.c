@@ -509,9 +509,10 @@ static void skinny_product(int nthreads, int64_t m, int64_t n, int64_t k, float 
  * tokens it wrote itself, and the sum of the two halves costs a pass over
  * C (m x n, at most k / 2 x k / 2). The rule depends on the shape only, so
  * one thread sums the same halves: the bits do not depend on the thread
- * count. A seq2seq base bf16 step at 2 threads: 3% faster (Zen 5). Not on
- * AMX, whose threads pack a shared operand once together (measured on the
- * Intel Xeon before this rule; not measured with it). */
+ * count. A seq2seq base bf16 step at 2 threads: 2.5% faster (Zen 5,
+ * docs/performance.md). Not on AMX, whose threads pack a shared operand
+ * once together (measured on the Intel Xeon before this rule; not
+ * measured with it). */
 #define SPLIT_K_MIN (2 * CG_BF16_KC)
 
 static int64_t split_point(gemm_kind g, int64_t m, int64_t n, int64_t k,
