@@ -380,6 +380,27 @@ static bool serial_product(gemm_kind g, int64_t m, int64_t n, int64_t k, float a
     return serial_gemm(g.cntx, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc);
 }
 
+/* The piece of C [o0, o0 + len) along its rows (split_m) or its columns,
+ * as serial_product: the rows of A, or the columns of B, the bias and the
+ * prepacked panels from o0 on. Any cut gives the same bits (each element
+ * is one kernel's sum over k). */
+static bool piece_product(gemm_kind g, bool split_m, int64_t o0, int64_t len, int64_t m, int64_t n,
+                          int64_t k, float alpha, const void *a, int64_t rsa, int64_t csa,
+                          const void *b, int64_t rsb, int64_t csb, unsigned bf, float beta,
+                          const float *bias, int64_t bs, float *c, int64_t rsc, int64_t csc,
+                          const cg_bf16_prepacked *pre)
+{
+    if (split_m)
+        return serial_product(g, len, n, k, alpha, elem_at(a, bf & CG_GEMM_A_BF16, o0 * rsa), rsa,
+                              csa, b, rsb, csb, bf, beta, bias, bs, c + o0 * rsc, rsc, csc, pre);
+    const cg_bf16_prepacked part = {pre ? pre->p + o0 / CG_BF16_MR * pre->kp * CG_BF16_MR : NULL,
+                                    pre ? pre->kp : 0, pre ? pre->epi : NULL};
+    return serial_product(g, m, len, k, alpha, a, rsa, csa,
+                          b ? elem_at(b, bf & CG_GEMM_B_BF16, o0 * csb) : NULL, rsb, csb, bf, beta,
+                          bias ? bias + o0 * bs : NULL, bs, c + o0 * csc, rsc, csc,
+                          pre ? &part : NULL);
+}
+
 /* ------------------------------------------------------------ skinny */
 
 #define SKINNY_TARGET __attribute__((target("avx2,fma")))
@@ -553,14 +574,8 @@ static bool split_k_piece(const split_k *s, int64_t ch)
     const int64_t rsc = second ? s->rsp : s->rsc, csc = second ? s->csp : s->csc;
     const float beta = second ? 0.0f : s->beta;
     const float *bias = second ? NULL : s->bias;
-    if (s->split_m)
-        return serial_product(
-            s->g, len, s->n, kk, s->alpha, elem_at(a, s->bf & CG_GEMM_A_BF16, o0 * s->rsa), s->rsa,
-            s->csa, b, s->rsb, s->csb, s->bf, beta, bias, s->bs, c + o0 * rsc, rsc, csc, NULL);
-    return serial_product(s->g, s->m, len, kk, s->alpha, a, s->rsa, s->csa,
-                          elem_at(b, s->bf & CG_GEMM_B_BF16, o0 * s->csb), s->rsb, s->csb, s->bf,
-                          beta, bias ? bias + o0 * s->bs : NULL, s->bs, c + o0 * csc, rsc, csc,
-                          NULL);
+    return piece_product(s->g, s->split_m, o0, len, s->m, s->n, kk, s->alpha, a, s->rsa, s->csa, b,
+                         s->rsb, s->csb, s->bf, beta, bias, s->bs, c, rsc, csc, NULL);
 }
 
 /* C += P over the lines [l0, l1) of C as it is stored (rows when row-
@@ -860,21 +875,9 @@ static bool gemm_run(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int6
 #pragma omp parallel num_threads(nt) reduction(&& : ok)
         for (int64_t ch; (ch = cg_shares_next(&sh, omp_get_thread_num())) >= 0;) {
             int64_t o0 = ch * csz, len = dim - o0 < csz ? dim - o0 : csz;
-            /* split along n: the prepacked panels from o0 on */
-            const cg_bf16_prepacked part = {pre ? pre->p + o0 / CG_BF16_MR * pre->kp * CG_BF16_MR
-                                                : NULL,
-                                            pre ? pre->kp : 0, pre ? pre->epi : NULL};
-            if (split_m)
-                ok = serial_product(g, len, n, k, alpha, elem_at(a, bf & CG_GEMM_A_BF16, o0 * rsa),
-                                    rsa, csa, b, rsb, csb, bf, beta, bias, bs, c + o0 * rsc, rsc,
-                                    csc, pre) &&
-                     ok;
-            else
-                ok = serial_product(g, m, len, k, alpha, a, rsa, csa,
-                                    b ? elem_at(b, bf & CG_GEMM_B_BF16, o0 * csb) : NULL, rsb, csb,
-                                    bf, beta, bias ? bias + o0 * bs : NULL, bs, c + o0 * csc, rsc,
-                                    csc, pre ? &part : NULL) &&
-                     ok;
+            ok = piece_product(g, split_m, o0, len, m, n, k, alpha, a, rsa, csa, b, rsb, csb, bf,
+                               beta, bias, bs, c, rsc, csc, pre) &&
+                 ok;
         }
         cg_shares_free(&sh);
     }
