@@ -661,9 +661,11 @@ static bool split_k_product(gemm_kind g, int nt, int64_t m, int64_t n, int64_t k
     return ok;
 }
 
-/* The kernel of a path (not AUTO): false when this CPU lacks it. */
+/* The kernel of a path (not AUTO): false when this CPU lacks it. The CPU
+ * is looked at first (a program's first product may name its path). */
 static bool gemm_kind_of(cg_gemm_path path, gemm_kind *g)
 {
+    ensure_init();
     switch (path) {
     case CG_GEMM_SKX: g->cntx = &g_cntx_skx; return g_have_skx;
     case CG_GEMM_HASWELL: g->cntx = &g_cntx_haswell; return g_have_haswell;

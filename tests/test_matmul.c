@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "core/gemm.h"
@@ -988,6 +989,39 @@ START_TEST(test_errors)
 }
 END_TEST
 
+/* A product on an explicit path as a program's first call into the
+ * library: it runs wherever the path is available (cg_gemm_path_available),
+ * with the same result as later calls. The first call once found every
+ * path but BLIS's default unavailable, the CPU not yet looked at, and
+ * returned false with C untouched. Each path in a child forked before
+ * anything else ran in this process (Check forks each test from a runner
+ * that has made no product). */
+START_TEST(test_explicit_path_first_call)
+{
+    const cg_gemm_path paths[] = {CG_GEMM_SKX, CG_GEMM_HASWELL, CG_GEMM_BF16, CG_GEMM_BF16_EMULATED,
+                                  CG_GEMM_BF16_AMX};
+    for (size_t i = 0; i < sizeof paths / sizeof *paths; i++) {
+        fflush(NULL);
+        const pid_t pid = fork();
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0) {
+            const float a[4] = {1, 2, 3, 4}, b[4] = {1, 0, 0, 1};
+            float c[4] = {0};
+            const bool ok =
+                cg_sgemm_path(paths[i], 1, 2, 2, 2, 1.0f, a, 2, 1, b, 2, 1, 0.0f, c, 2, 1);
+            const bool avail = cg_gemm_path_available(paths[i]);
+            _exit(ok == avail && (!ok || (c[0] == 1 && c[1] == 2 && c[2] == 3 && c[3] == 4)) ? 0
+                                                                                             : 1);
+        }
+        int status = 0;
+        ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+        ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                      "path %d: the first product disagrees with the path's availability",
+                      (int)paths[i]);
+    }
+}
+END_TEST
+
 static Suite *matmul_suite(void)
 {
     Suite *s = suite_create("matmul");
@@ -1006,6 +1040,7 @@ static Suite *matmul_suite(void)
     suite_add_tcase(s, ti);
     TCase *tg = tcase_create("gemm");
     tcase_set_timeout(tg, 120);
+    tcase_add_test(tg, test_explicit_path_first_call);
     tcase_add_test(tg, test_paths_agree);
     tcase_add_test(tg, test_sgemm_strides);
     tcase_add_test(tg, test_skx_driver);
