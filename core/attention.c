@@ -159,11 +159,16 @@ static void fwd_tile(cg_gemm_path path, const cg_tensor *q, const cg_tensor *k, 
     if (kn <= KB) { /* one block: the plain softmax, normalised before P v */
         cg_attn_mm(path, rows, kn, dh, qp, qa.bf, q->strides[2], q->strides[3], ka.p, ka.bf,
                    k->strides[3], k->strides[2], 0.0f, S, ld, 1);
+        /* kept in bf16 on AVX512_BF16: each row in registers to its copy */
+        const bool rows16 = Pbf && cg_bf16_native();
         for (int64_t i = i0; i < i1; i++) {
-            cg_attn_softmax_row(S + (i - i0) * ld, key_end(causal, i, Tk), keep ? Tk : kn, scale,
-                                kmask, keep ? NULL : lse + i);
+            float *si = S + (i - i0) * ld;
+            const int64_t ke = key_end(causal, i, Tk);
+            if (rows16 && cg_attn_softmax_row_bf16(si, ke, Tk, scale, kmask, Pbf + (i - i0) * Tk))
+                continue;
+            cg_attn_softmax_row(si, ke, keep ? Tk : kn, scale, kmask, keep ? NULL : lse + i);
             if (Pbf)
-                cg_bf16_round_run(Tk, S + (i - i0) * ld, Pbf + (i - i0) * Tk);
+                cg_bf16_round_run(Tk, si, Pbf + (i - i0) * Tk);
         }
         cg_attn_mm(path, rows, dh, kn, Pbf ? (const void *)Pbf : S, Pbf != NULL, Pbf ? Tk : ld, 1,
                    va.p, va.bf, v->strides[2], v->strides[3], 0.0f, op, ors, ocs);

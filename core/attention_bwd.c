@@ -148,9 +148,15 @@ static void bwd_head(cg_gemm_path path, const cg_tensor *q, const cg_tensor *k, 
                            ka.bf, kc, kr, 0.0f, P, ld, 1);
             cg_attn_mm(path, rows, ke1, dh, from(go, i0 * gor), go.bf, gor, goc, from(va, j0 * vr),
                        va.bf, vc, vr, 0.0f, D, ld, 1);
+            /* kept in bf16 and dS rounded, on AVX512_BF16: each row in
+             * registers from dP to dS's copy */
+            const bool rows16 = Ps.p && Ps.bf && dbf && cg_bf16_native();
             for (int64_t i = i0; i < i1; i++) {
                 int64_t ke = min64(key_end(causal, i, Tk), j1) - j0;
                 float *dr = D + (i - i0) * ld;
+                if (rows16 && cg_attn_dsoft_row_bf16((const uint16_t *)from(Ps, i * ld), dr, ke, kz,
+                                                     scale, dbf + (i - is) * ld))
+                    continue;
                 if (Ps.p) {
                     const float *pr = Ps.bf ? Pb : (const float *)from(Ps, i * ld);
                     if (Ps.bf)
@@ -164,9 +170,11 @@ static void bwd_head(cg_gemm_path path, const cg_tensor *q, const cg_tensor *k, 
                     cg_attn_prob_dsoft_row(P + (i - i0) * ld, dr, ke, kz, scale,
                                            kpad ? kpad + j0 : NULL, lse[i], Dl[i]);
                 }
+                if (rows16) /* this row's copy, as the tile's pass below makes it */
+                    cg_bf16_round_run(kz, dr, dbf + (i - is) * ld);
             }
             /* the columns the products below read, [0, kz), rounded once */
-            if (dbf)
+            if (dbf && !rows16)
                 cg_bf16_round_runs(kz, rows, ld, D, ld, dbf + (i0 - is) * ld);
             /* dq[i0:i1] (+)= dS k[j0:j0+ke1] */
             if (dqp)

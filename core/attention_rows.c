@@ -281,3 +281,150 @@ EW_CLONES void cg_attn_dsoft_row(const float *p, float *d, int64_t ke, int64_t k
     for (; j < kz; j++)
         d[j] = 0.0f;
 }
+
+/* ------------------------------------------- rows of weights kept in bf16
+ *
+ * Rows of up to ROW_VECS x 16 keys (weights kept in bf16 have at most
+ * PKEEP_BF16 = 128) held in registers from the scores to the bf16 result:
+ * the passes above, and the rounding after them, each read and wrote the
+ * row again. The same operations on the same lanes in the same order as
+ * those passes (the same source for the exponential and the sums), so the
+ * same bits; only where a bf16 product reads the rows, so on CPUs with
+ * AVX512_BF16 (the caller checks: cg_bf16_native). Zen 5 traps, measured
+ * (docs/performance.md): a masked load that misses the caches streams at
+ * under half a plain load's speed, and a masked division costs more than a
+ * division and a select; so whole vectors take plain loads, and masks
+ * select after the arithmetic. */
+#include <immintrin.h>
+
+#define ROWS_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+enum { ROW_VECS = 8 };
+
+/* The lanes of a row's vector v below n: all 16, or the first n - 16 v */
+static inline __attribute__((always_inline)) __mmask16 lanes_below(int64_t n, int v)
+{
+    const int64_t left = n - 16 * (int64_t)v;
+    return left >= 16 ? (__mmask16)0xffff : left > 0 ? (__mmask16)((1u << left) - 1u) : 0;
+}
+
+/* 16 floats, or bf16 widened, from p: lanes outside live zero and not
+ * read (a whole vector by a plain load) */
+ROWS_BF16_TARGET static inline __attribute__((always_inline)) __m512 ld_ps(__mmask16 live,
+                                                                           const float *p)
+{
+    return live == 0xffff ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(live, p);
+}
+ROWS_BF16_TARGET static inline __attribute__((always_inline)) __m512 ld_bf16(__mmask16 live,
+                                                                             const uint16_t *p)
+{
+    const __m256i h =
+        live == 0xffff ? _mm256_loadu_si256((const __m256i *)p) : _mm256_maskz_loadu_epi16(live, p);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* x's halves widened to double (vcvtps2pd each) */
+ROWS_BF16_TARGET static inline __attribute__((always_inline)) __m512d lo_pd(__m512 x)
+{
+    return _mm512_cvtps_pd(_mm512_castps512_ps256(x));
+}
+ROWS_BF16_TARGET static inline __attribute__((always_inline)) __m512d hi_pd(__m512 x)
+{
+    return _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
+}
+
+/* The total of 8 double lanes, as lanes8_total adds them */
+ROWS_BF16_TARGET static inline __attribute__((always_inline)) double total_pd(__m512d acc)
+{
+    double lanes[8];
+    _mm512_storeu_pd(lanes, acc);
+    return lanes8_total(lanes);
+}
+
+ROWS_BF16_TARGET bool cg_attn_softmax_row_bf16(const float *s, int64_t ke, int64_t Tk, float scale,
+                                               const int32_t *kmask, uint16_t *p)
+{
+    if (ke <= 0 || Tk > 16 * ROW_VECS)
+        return false;
+    const __m512 ninf = _mm512_set1_ps(-INFINITY), vs = _mm512_set1_ps(scale);
+    __m512 hi = ninf, lo = _mm512_set1_ps(INFINITY);
+    __mmask16 nan = 0;
+    float x[16 * ROW_VECS] __attribute__((aligned(64)));
+    const int nv = (int)((ke + 15) / 16), nt = (int)((Tk + 15) / 16);
+    /* scale_mask_max; lanes past ke are -inf, as masked keys */
+    for (int v = 0; v < nv; v++) {
+        const __mmask16 live = lanes_below(ke, v);
+        __mmask16 keep = live;
+        if (kmask)
+            keep &= _mm512_testn_epi32_mask(_mm512_maskz_loadu_epi32(live, kmask + 16 * v),
+                                            _mm512_set1_epi32(-1));
+        const __m512 a = _mm512_mask_mov_ps(ninf, keep, _mm512_div_ps(ld_ps(live, s + 16 * v), vs));
+        _mm512_store_ps(x + 16 * v, a);
+        hi = _mm512_mask_mov_ps(hi, _mm512_cmp_ps_mask(a, hi, _CMP_GT_OQ), a);
+        /* the minimum of the lanes other than -inf; NaN lanes found apart */
+        lo = _mm512_mask_mov_ps(
+            lo, _mm512_cmp_ps_mask(a, lo, _CMP_LT_OQ) & _mm512_cmp_ps_mask(a, ninf, _CMP_NEQ_UQ),
+            a);
+        nan |= _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q);
+    }
+    /* NaN anywhere, or a score out of the faster exponential's range: the
+     * passes above (nothing was written) */
+    if (nan)
+        return false;
+    /* no NaN: the maximum and the minimum of the lanes do not depend on
+     * their order (a zero's sign changes no x - mx that exp_sum reads) */
+    const float mx = _mm512_reduce_max_ps(hi), mn = _mm512_reduce_min_ps(lo);
+    if (!exp_normal(mn, mx))
+        return false;
+    /* exp_sum_of: exp(x - mx) (masked keys and lanes past ke 0), the
+     * halves of each vector into 8 double lanes in order */
+    __m512d acc = _mm512_setzero_pd();
+    for (int v = 0; v < nv; v++) {
+        v16f a;
+        memcpy(&a, x + 16 * v, sizeof a);
+        const __mmask16 fin = _mm512_cmp_ps_mask((__m512)a, ninf, _CMP_NEQ_UQ);
+        const __m512 e = _mm512_maskz_mov_ps(fin, (__m512)ew_expf16_normal(a - mx));
+        _mm512_store_ps(x + 16 * v, e);
+        acc = _mm512_add_pd(acc, lo_pd(e));
+        acc = _mm512_add_pd(acc, hi_pd(e));
+    }
+    const __m512d inv = _mm512_set1_pd(1.0 / total_pd(acc));
+    /* cg_attn_softmax_row's (float)(e inv), zero past ke, rounded */
+    for (int v = 0; v < nt; v++) {
+        __m512 q = _mm512_setzero_ps();
+        if (v < nv) {
+            const __m512 e = _mm512_load_ps(x + 16 * v);
+            const __m256 l = _mm512_cvtpd_ps(_mm512_mul_pd(lo_pd(e), inv));
+            const __m256 h = _mm512_cvtpd_ps(_mm512_mul_pd(hi_pd(e), inv));
+            q = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(l)),
+                                                    _mm256_castps_pd(h), 1));
+        }
+        _mm256_mask_storeu_epi16(p + 16 * v, lanes_below(Tk, v), (__m256i)_mm512_cvtneps_pbh(q));
+    }
+    return true;
+}
+
+ROWS_BF16_TARGET bool cg_attn_dsoft_row_bf16(const uint16_t *p, const float *d, int64_t ke,
+                                             int64_t kz, float scale, uint16_t *d16)
+{
+    if (kz > 16 * ROW_VECS || ke > kz)
+        return false;
+    const int nv = (int)((ke + 15) / 16), nz = (int)((kz + 15) / 16);
+    /* D = <p, dP> as cg_attn_dot sums it (lanes past ke add +0.0) */
+    __m512d acc = _mm512_setzero_pd();
+    for (int v = 0; v < nv; v++) {
+        const __mmask16 live = lanes_below(ke, v);
+        const __m512 pv = ld_bf16(live, p + 16 * v), dv = ld_ps(live, d + 16 * v);
+        acc = _mm512_add_pd(acc, _mm512_mul_pd(lo_pd(pv), lo_pd(dv)));
+        acc = _mm512_add_pd(acc, _mm512_mul_pd(hi_pd(pv), hi_pd(dv)));
+    }
+    const __m512 D = _mm512_set1_ps((float)total_pd(acc)), vs = _mm512_set1_ps(scale);
+    /* cg_attn_dsoft_row: p (dP - D) / scale, zero past ke, rounded */
+    for (int v = 0; v < nz; v++) {
+        const __mmask16 live = lanes_below(ke, v);
+        const __m512 pv = ld_bf16(live, p + 16 * v), dv = ld_ps(live, d + 16 * v);
+        const __m512 q =
+            _mm512_maskz_mov_ps(live, _mm512_div_ps(_mm512_mul_ps(pv, _mm512_sub_ps(dv, D)), vs));
+        _mm256_mask_storeu_epi16(d16 + 16 * v, lanes_below(kz, v), (__m256i)_mm512_cvtneps_pbh(q));
+    }
+    return true;
+}

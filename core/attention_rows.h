@@ -9,6 +9,7 @@
 #define CG_ATTENTION_ROWS_H
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 /* The log-sum-exp of a row from its maximum and sum; NaN when every key
@@ -39,5 +40,20 @@ float cg_attn_dot(const float *a, const float *b, int64_t n);
 void cg_attn_widen_row(const uint16_t *h, int64_t n, float *f);
 /* The softmax's backward: d = p (d - D) / scale, D = <p, dP> = <dO, O>. */
 void cg_attn_dsoft_row(const float *p, float *d, int64_t ke, int64_t kz, float D, float scale);
+
+/* Rows of weights kept in bf16, on a CPU with AVX512_BF16 only
+ * (cg_bf16_native), each row in registers from its floats to its bf16
+ * copy: the bits of the kernels above followed by cg_bf16_round_run.
+ * Softmax: cg_attn_softmax_row(s, ke, Tk, scale, kmask, NULL) rounded into
+ * p[0, Tk), s left as it was; false (nothing written) when Tk > 128 or
+ * the row takes the exact exponential (a NaN, or a score far below the
+ * row's maximum), which the caller then computes as above. */
+bool cg_attn_softmax_row_bf16(const float *s, int64_t ke, int64_t Tk, float scale,
+                              const int32_t *kmask, uint16_t *p);
+/* Backward: d16[0, kz) = cg_attn_dsoft_row(p, d, ke, kz, cg_attn_dot(p, d,
+ * ke), scale) rounded, p being the row's weights in bf16, d (dP) left as
+ * it was; false (nothing written) when kz > 128. */
+bool cg_attn_dsoft_row_bf16(const uint16_t *p, const float *d, int64_t ke, int64_t kz, float scale,
+                            uint16_t *d16);
 
 #endif

@@ -23,6 +23,7 @@
 #include "autograd/autograd.h"
 #include "autograd/ops.h"
 #include "core/gemm.h"
+#include "core/attention_rows.h"
 #include "core/gemm_internal.h"
 #include "core/ops.h"
 #include "core/tensor.h"
@@ -2431,6 +2432,128 @@ START_TEST(test_attention_amx)
 }
 END_TEST
 
+/* ------------------------------------------- attention's rows kept in bf16 */
+
+/* The rows of weights kept in bf16 made in registers (AVX512_BF16 only:
+ * cg_attn_softmax_row_bf16, cg_attn_dsoft_row_bf16) have the bits of the
+ * row kernels followed by the rounding, across row lengths (partial
+ * vectors, Tk past ke), key padding, NaN and infinite weights and dP, and
+ * leave their float inputs as they were. Rows the fast exponential cannot
+ * take (a NaN, an infinity, a score far below the maximum, every key
+ * padded) and rows over 128 keys are refused with nothing written.
+ * Without AVX512_BF16 the kernels are never called (and cannot run). */
+static float row_value(uint32_t *st)
+{
+    *st = *st * 1664525u + 1013904223u;
+    return ((float)(*st >> 8) / 16777216.0f - 0.5f) * 12.0f;
+}
+
+START_TEST(test_attention_rows_bf16)
+{
+    if (!cg_bf16_native())
+        return;
+    const float scale = sqrtf(32.0f);
+    const int64_t tks[] = {1, 5, 16, 17, 31, 96, 100, 128};
+    uint32_t st = 7;
+    int taken = 0;
+    for (size_t ti = 0; ti < sizeof tks / sizeof *tks; ti++) {
+        const int64_t Tk = tks[ti];
+        const int64_t kes[] = {1, Tk / 2 > 0 ? Tk / 2 : 1, Tk > 1 ? Tk - 1 : 1, Tk};
+        for (int ki = 0; ki < 4; ki++)
+            for (int kind = 0; kind < 7; kind++) {
+                /* 0 plain, 1 every third key padded, 2 every key padded,
+                 * 3 a NaN score, 4 an infinite one, 5 one far below the
+                 * others, 6 a NaN in dP */
+                const int64_t ke = kes[ki];
+                float s[128], s0[128], d[128], d0[128], w[128];
+                int32_t kmask[128];
+                uint16_t p[128], ref[128];
+                for (int64_t j = 0; j < 128; j++) {
+                    s[j] = row_value(&st);
+                    d[j] = row_value(&st) / 8.0f;
+                    kmask[j] = kind == 2 || (kind == 1 && j % 3 == 1) ? -1 : 0;
+                }
+                if (kind == 3)
+                    s[ke / 2] = NAN;
+                if (kind == 4)
+                    s[ke - 1] = INFINITY;
+                if (kind == 5)
+                    s[0] = -1000.0f;
+                if (kind == 6)
+                    d[ke - 1] = NAN;
+                const bool fast = kind == 0 || kind == 1 || kind == 6 || (kind == 5 && ke == 1);
+                const int32_t *km = kind == 1 || kind == 2 ? kmask : NULL;
+                /* forward: the softmax rounded */
+                memcpy(s0, s, sizeof s);
+                cg_attn_softmax_row(s0, ke, Tk, scale, km, NULL);
+                cg_bf16_round_run(Tk, s0, ref);
+                memcpy(s0, s, sizeof s);
+                for (int64_t j = 0; j < 128; j++)
+                    p[j] = 0x1234;
+                const bool ok = cg_attn_softmax_row_bf16(s, ke, Tk, scale, km, p);
+                ck_assert_msg(ok == fast, "softmax row Tk %lld ke %lld kind %d %s", (long long)Tk,
+                              (long long)ke, kind, ok ? "taken" : "refused");
+                ck_assert(!memcmp(s, s0, sizeof s)); /* read only */
+                for (int64_t j = ok ? Tk : 0; j < 128; j++)
+                    ck_assert_uint_eq(p[j], 0x1234); /* nothing past Tk, or refused */
+                ck_assert_msg(!ok || !memcmp(p, ref, (size_t)Tk * sizeof *p),
+                              "softmax row Tk %lld ke %lld kind %d", (long long)Tk, (long long)ke,
+                              kind);
+                taken += ok;
+                /* backward, on the weights the forward rounded */
+                for (int64_t j = 0; j < Tk; j++) {
+                    const uint32_t u = (uint32_t)ref[j] << 16;
+                    memcpy(&w[j], &u, sizeof u);
+                }
+                memcpy(d0, d, sizeof d);
+                cg_attn_dsoft_row(w, d0, ke, Tk, cg_attn_dot(w, d0, ke), scale);
+                uint16_t dref[128];
+                cg_bf16_round_run(Tk, d0, dref);
+                memcpy(d0, d, sizeof d);
+                ck_assert(cg_attn_dsoft_row_bf16(ref, d, ke, Tk, scale, p));
+                ck_assert(!memcmp(d, d0, sizeof d));
+                ck_assert_msg(!memcmp(p, dref, (size_t)Tk * sizeof *p),
+                              "dsoft row Tk %lld ke %lld kind %d", (long long)Tk, (long long)ke,
+                              kind);
+            }
+    }
+    ck_assert_int_eq(taken, 8 * 4 * 3 + 11); /* kinds 0, 1, 6; kind 5 with one key */
+    /* many rows: a float's last bit changes its bf16 rounding about once
+     * in 2^15, so that an operation done otherwise than the row kernels
+     * (a product by 1 / scale for the division, say) shows */
+    for (int r = 0; r < 20000; r++) {
+        const int64_t Tk = 97 + r % 32, ke = 1 + (int64_t)(row_value(&st) + 6.0f) * Tk / 12;
+        float s[128], s0[128], d[128], d0[128], w[128];
+        uint16_t p[128], ref[128], dref[128];
+        for (int64_t j = 0; j < 128; j++) {
+            s[j] = row_value(&st);
+            d[j] = row_value(&st) / 8.0f;
+        }
+        memcpy(s0, s, sizeof s);
+        cg_attn_softmax_row(s0, ke, Tk, scale, NULL, NULL);
+        cg_bf16_round_run(Tk, s0, ref);
+        ck_assert(cg_attn_softmax_row_bf16(s, ke, Tk, scale, NULL, p));
+        ck_assert_msg(!memcmp(p, ref, (size_t)Tk * sizeof *p), "softmax row %d", r);
+        for (int64_t j = 0; j < Tk; j++) {
+            const uint32_t u = (uint32_t)ref[j] << 16;
+            memcpy(&w[j], &u, sizeof u);
+        }
+        memcpy(d0, d, sizeof d);
+        cg_attn_dsoft_row(w, d0, ke, Tk, cg_attn_dot(w, d0, ke), scale);
+        cg_bf16_round_run(Tk, d0, dref);
+        ck_assert(cg_attn_dsoft_row_bf16(ref, d, ke, Tk, scale, p));
+        ck_assert_msg(!memcmp(p, dref, (size_t)Tk * sizeof *p), "dsoft row %d", r);
+    }
+    /* over 128 keys: refused, nothing written */
+    float s[129] = {0};
+    uint16_t p[129] = {0};
+    ck_assert(!cg_attn_softmax_row_bf16(s, 129, 129, scale, NULL, p));
+    ck_assert(!cg_attn_dsoft_row_bf16(p, s, 129, 129, scale, p));
+    for (int j = 0; j < 129; j++)
+        ck_assert_uint_eq(p[j], 0);
+}
+END_TEST
+
 static Suite *bf16_suite(void)
 {
     Suite *s = suite_create("bf16");
@@ -2479,6 +2602,7 @@ static Suite *bf16_suite(void)
     TCase *ta = tcase_create("attention");
     tcase_set_timeout(ta, 300);
     tcase_add_test(ta, test_attention_amx);
+    tcase_add_test(ta, test_attention_rows_bf16);
     suite_add_tcase(s, ta);
     return s;
 }
