@@ -91,6 +91,7 @@ static inline float ew_expf(float x)
  * or four SSE ones, as the clone compiles it. */
 typedef float v16f __attribute__((vector_size(64)));
 typedef int32_t v16i __attribute__((vector_size(64)));
+typedef uint32_t v16u __attribute__((vector_size(64)));
 
 /* ew_expf on 16 lanes: the same IEEE operations in the same order in each
  * lane, so every lane's bits equal ew_expf's. GCC keeps a loop of scalar
@@ -141,8 +142,11 @@ static inline __attribute__((always_inline)) void store_part16(float *x, int64_t
 static inline __attribute__((always_inline)) v16f ew_expf16_normal(v16f x)
 {
     EW_EXP_POLY(v16f, x, t, p);
-    v16i k = (v16i)t - 0x4B400000;
-    return (v16f)((v16i)p + (k << 23));
+    /* unsigned: a lane outside the range (a masked key's -inf, which the
+     * caller zeroes) wraps instead of overflowing; the others' bits are
+     * the same */
+    v16u k = (v16u)t - 0x4B400000u;
+    return (v16f)((v16u)p + (k << 23));
 }
 
 /* ew_expf for x in [EW_EXP_NORMAL_MIN, 0] (no NaN): the same bits, as
