@@ -379,10 +379,11 @@ ROWS_BF16_TARGET bool cg_attn_softmax_row_bf16(const float *s, int64_t ke, int64
      * halves of each vector into 8 double lanes in order */
     __m512d acc = _mm512_setzero_pd();
     for (int v = 0; v < nv; v++) {
-        v16f a;
+        v16f a, ea;
         memcpy(&a, x + 16 * v, sizeof a);
         const __mmask16 fin = _mm512_cmp_ps_mask((__m512)a, ninf, _CMP_NEQ_UQ);
-        const __m512 e = _mm512_maskz_mov_ps(fin, (__m512)ew_expf16_normal(a - mx));
+        EW_EXPF16_NORMAL(a - mx, ea);
+        const __m512 e = _mm512_maskz_mov_ps(fin, (__m512)ea);
         _mm512_store_ps(x + 16 * v, e);
         acc = _mm512_add_pd(acc, lo_pd(e));
         acc = _mm512_add_pd(acc, hi_pd(e));

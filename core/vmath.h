@@ -139,14 +139,22 @@ static inline __attribute__((always_inline)) void store_part16(float *x, int64_t
  * every result is normal here (p in [0.70, 1.42], k in [-124, 0]). The
  * caller checks the range once for a row (max16_min). */
 #define EW_EXP_NORMAL_MIN (-86.0f)
+/* Its text, for a function compiled for another target (clang refuses a
+ * call that passes v16f across targets): res = ew_expf16_normal(x). 2^k
+ * is added in unsigned lanes: a lane outside the range (a masked key's
+ * -inf, which the caller zeroes) wraps instead of overflowing; the others'
+ * bits are the same. */
+#define EW_EXPF16_NORMAL(x, res)                \
+    do {                                        \
+        EW_EXP_POLY(v16f, x, t_, p_);           \
+        const v16u k_ = (v16u)t_ - 0x4B400000u; \
+        (res) = (v16f)((v16u)p_ + (k_ << 23));  \
+    } while (0)
 static inline __attribute__((always_inline)) v16f ew_expf16_normal(v16f x)
 {
-    EW_EXP_POLY(v16f, x, t, p);
-    /* unsigned: a lane outside the range (a masked key's -inf, which the
-     * caller zeroes) wraps instead of overflowing; the others' bits are
-     * the same */
-    v16u k = (v16u)t - 0x4B400000u;
-    return (v16f)((v16u)p + (k << 23));
+    v16f res;
+    EW_EXPF16_NORMAL(x, res);
+    return res;
 }
 
 /* ew_expf for x in [EW_EXP_NORMAL_MIN, 0] (no NaN): the same bits, as
