@@ -43,16 +43,23 @@ void cg_attn_dsoft_row(const float *p, float *d, int64_t ke, int64_t kz, float D
 
 /* Rows of weights kept in bf16, on a CPU with AVX512_BF16 only
  * (cg_bf16_native), each row in registers from its floats to its bf16
- * copy: the bits of the kernels above followed by cg_bf16_round_run.
+ * copy: the bits of the kernels above followed by cg_bf16_round_run. Up
+ * to CG_ATTN_ROWS rows a call (n), row r at s + r lds, p + r ldp, ..., with
+ * ke[r] keys, their passes interleaved; the result's bit r says row r was
+ * done, a row not done having nothing written.
  * Softmax: cg_attn_softmax_row(s, ke, Tk, scale, kmask, NULL) rounded into
- * p[0, Tk), s left as it was; false (nothing written) when Tk > 128 or
- * the row takes the exact exponential (a NaN, or a score far below the
- * row's maximum), which the caller then computes as above. */
-bool cg_attn_softmax_row_bf16(const float *s, int64_t ke, int64_t Tk, float scale,
-                              const int32_t *kmask, uint16_t *p);
-/* Backward: d16[0, kz) = cg_attn_dsoft_row(p, d, ke, kz, cg_attn_dot(p, d,
- * ke), scale) rounded, p being the row's weights in bf16, d (dP) left as
- * it was; false (nothing written) when kz > 128. */
+ * p[0, Tk), s left as it was; not done when Tk > 128 or the row takes the
+ * exact exponential (no key, a NaN, or a score far below the row's
+ * maximum), which the caller then computes as above. */
+enum { CG_ATTN_ROWS = 4 };
+unsigned cg_attn_softmax_rows_bf16(int n, const float *s, int64_t lds, const int64_t *ke,
+                                   int64_t Tk, float scale, const int32_t *kmask, uint16_t *p,
+                                   int64_t ldp);
+/* Backward (a row at a time: interleaving rows gained nothing in a step,
+ * where the kept weights come from memory): d16[0, kz) =
+ * cg_attn_dsoft_row(p, d, ke, kz, cg_attn_dot(p, d, ke), scale) rounded,
+ * p being the row's weights in bf16, d (dP) left as it was; false
+ * (nothing written) when kz > 128. */
 bool cg_attn_dsoft_row_bf16(const uint16_t *p, const float *d, int64_t ke, int64_t kz, float scale,
                             uint16_t *d16);
 

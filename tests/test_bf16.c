@@ -2435,7 +2435,7 @@ END_TEST
 /* ------------------------------------------- attention's rows kept in bf16 */
 
 /* The rows of weights kept in bf16 made in registers (AVX512_BF16 only:
- * cg_attn_softmax_row_bf16, cg_attn_dsoft_row_bf16) have the bits of the
+ * cg_attn_softmax_rows_bf16, cg_attn_dsoft_row_bf16) have the bits of the
  * row kernels followed by the rounding, across row lengths (partial
  * vectors, Tk past ke), key padding, NaN and infinite weights and dP, and
  * leave their float inputs as they were. Rows the fast exponential cannot
@@ -2446,6 +2446,13 @@ static float row_value(uint32_t *st)
 {
     *st = *st * 1664525u + 1013904223u;
     return ((float)(*st >> 8) / 16777216.0f - 0.5f) * 12.0f;
+}
+
+/* One row through the kernels for groups of rows */
+static bool softmax_row_bf16(const float *s, int64_t ke, int64_t Tk, float scale,
+                             const int32_t *kmask, uint16_t *p)
+{
+    return cg_attn_softmax_rows_bf16(1, s, 0, &ke, Tk, scale, kmask, p, 0) == 1u;
 }
 
 START_TEST(test_attention_rows_bf16)
@@ -2490,7 +2497,7 @@ START_TEST(test_attention_rows_bf16)
                 memcpy(s0, s, sizeof s);
                 for (int64_t j = 0; j < 128; j++)
                     p[j] = 0x1234;
-                const bool ok = cg_attn_softmax_row_bf16(s, ke, Tk, scale, km, p);
+                const bool ok = softmax_row_bf16(s, ke, Tk, scale, km, p);
                 ck_assert_msg(ok == fast, "softmax row Tk %lld ke %lld kind %d %s", (long long)Tk,
                               (long long)ke, kind, ok ? "taken" : "refused");
                 ck_assert(!memcmp(s, s0, sizeof s)); /* read only */
@@ -2532,7 +2539,7 @@ START_TEST(test_attention_rows_bf16)
         memcpy(s0, s, sizeof s);
         cg_attn_softmax_row(s0, ke, Tk, scale, NULL, NULL);
         cg_bf16_round_run(Tk, s0, ref);
-        ck_assert(cg_attn_softmax_row_bf16(s, ke, Tk, scale, NULL, p));
+        ck_assert(softmax_row_bf16(s, ke, Tk, scale, NULL, p));
         ck_assert_msg(!memcmp(p, ref, (size_t)Tk * sizeof *p), "softmax row %d", r);
         for (int64_t j = 0; j < Tk; j++) {
             const uint32_t u = (uint32_t)ref[j] << 16;
@@ -2547,10 +2554,75 @@ START_TEST(test_attention_rows_bf16)
     /* over 128 keys: refused, nothing written */
     float s[129] = {0};
     uint16_t p[129] = {0};
-    ck_assert(!cg_attn_softmax_row_bf16(s, 129, 129, scale, NULL, p));
+    ck_assert(!softmax_row_bf16(s, 129, 129, scale, NULL, p));
     ck_assert(!cg_attn_dsoft_row_bf16(p, s, 129, 129, scale, p));
     for (int j = 0; j < 129; j++)
         ck_assert_uint_eq(p[j], 0);
+}
+END_TEST
+
+/* The softmax's groups of 1 to CG_ATTN_ROWS rows, rows apart by a pitch
+ * past their length, each with its own keys (a causal tile's) and some
+ * refused (a NaN, a score far below the others, no key): every row done
+ * has the bits of the row done alone, every row refused alone is refused
+ * in the group with nothing written, a refused row changes none of the
+ * others, and nothing past the group is written. */
+START_TEST(test_attention_rows_bf16_groups)
+{
+    if (!cg_bf16_native())
+        return;
+    enum { LD = 136, R = CG_ATTN_ROWS };
+    const float scale = sqrtf(32.0f);
+    uint32_t st = 11;
+    int refused = 0, done = 0;
+    int32_t kmask[LD];
+    for (int j = 0; j < LD; j++)
+        kmask[j] = j % 5 == 2 ? -1 : 0;
+    for (int it = 0; it < 4000; it++) {
+        const int n = 1 + it % R;
+        const int64_t Tk = 1 + (int64_t)(row_value(&st) + 6.0f) * 128 / 12;
+        const int32_t *km = it % 7 == 3 ? kmask : NULL;
+        float s[R * LD], s0[R * LD], f[LD];
+        uint16_t p[R * LD], p1[R * LD], ref[LD];
+        int64_t ke[R];
+        for (int j = 0; j < R * LD; j++) {
+            s[j] = row_value(&st);
+            p[j] = p1[j] = 0x1234;
+        }
+        for (int r = 0; r < n; r++) {
+            ke[r] = it % 3 ? Tk - (n - 1 - r) : 1 + (int64_t)(row_value(&st) + 6.0f) * Tk / 12;
+            ke[r] = ke[r] > Tk ? Tk : ke[r] < 0 ? 0 : ke[r];
+            const int bad = (it / R + r) % 11;
+            if (bad == 1 && ke[r] > 0)
+                s[r * LD + ke[r] / 2] = NAN;
+            else if (bad == 2)
+                s[r * LD] = -1000.0f;
+            else if (bad == 3)
+                ke[r] = 0;
+        }
+        memcpy(s0, s, sizeof s);
+        const unsigned got = cg_attn_softmax_rows_bf16(n, s, LD, ke, Tk, scale, km, p, LD);
+        ck_assert(!memcmp(s, s0, sizeof s)); /* read only */
+        ck_assert_uint_eq(got >> n, 0);
+        for (int r = 0; r < n; r++) {
+            const bool alone = softmax_row_bf16(s + r * LD, ke[r], Tk, scale, km, p1 + r * LD);
+            ck_assert_msg(alone == (got >> r & 1), "group %d row %d of %d", it, r, n);
+            ck_assert(!memcmp(p + r * LD, p1 + r * LD, LD * sizeof *p));
+            if (alone) { /* the row kernels' bits, rounded */
+                memcpy(f, s + r * LD, sizeof f);
+                cg_attn_softmax_row(f, ke[r], Tk, scale, km, NULL);
+                cg_bf16_round_run(Tk, f, ref);
+                ck_assert_msg(!memcmp(p + r * LD, ref, (size_t)Tk * sizeof *p),
+                              "group %d row %d of %d", it, r, n);
+            }
+            refused += !alone;
+            done += alone;
+        }
+        for (int j = n * LD; j < R * LD; j++)
+            ck_assert_uint_eq(p[j], 0x1234); /* past the group */
+    }
+    ck_assert_int_gt(refused, 500);
+    ck_assert_int_gt(done, 5000);
 }
 END_TEST
 
@@ -2603,6 +2675,7 @@ static Suite *bf16_suite(void)
     tcase_set_timeout(ta, 300);
     tcase_add_test(ta, test_attention_amx);
     tcase_add_test(ta, test_attention_rows_bf16);
+    tcase_add_test(ta, test_attention_rows_bf16_groups);
     suite_add_tcase(s, ta);
     return s;
 }
