@@ -531,12 +531,13 @@ static bool round_rows(const float *g, cg_k_act act, const cg_tensor *t, int64_t
         cg_shares_run(N, SUM_ROWS, nt, round_row_block, &job);
     else
         cg_shares_run(out, CB, nt, round_col_run, &job);
-    for (int64_t j = 0; b && j < out; j++) {
-        double sum = part[j];
-        for (int64_t q = 1; q < nrb; q++)
-            sum += part[q * out + j];
-        b[j] = (float)sum;
-    }
+    /* each column's blocks in block order, into block 0's row (a column
+     * at a time down the blocks was a strided scalar chain) */
+    for (int64_t q = 1; b && q < nrb; q++)
+        for (int64_t j = 0; j < out; j++)
+            part[j] += part[q * out + j];
+    for (int64_t j = 0; b && j < out; j++)
+        b[j] = (float)part[j];
     cg_free(part);
     return true;
 }

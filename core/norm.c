@@ -494,22 +494,30 @@ typedef struct {
     float *dw, *db;
 } partial_sums;
 
-/* Columns [j0, j1) */
+/* Columns [j0, j1): each column's chunks summed in chunk order from 0,
+ * a block of columns at a time across the chunks (a column at a time down
+ * its chunks was a strided scalar chain, 0.4 ms of a seq2seq base step) */
 static void sum_partials(int64_t j0, int64_t j1, int thread, const void *ctx)
 {
+    enum { W = 64 };
     const partial_sums *p = ctx;
-    for (int64_t j = j0; j < j1; j++) {
-        double sw = 0.0, sb = 0.0;
+    for (int64_t b0 = j0; b0 < j1; b0 += W) {
+        const int64_t w = j1 - b0 < W ? j1 - b0 : W;
+        double sw[W] = {0}, sb[W] = {0};
         for (int64_t c = 0; c < p->nchunks; c++) {
             if (p->pw)
-                sw += p->pw[c * p->Dp + j];
+                for (int64_t j = 0; j < w; j++)
+                    sw[j] += p->pw[c * p->Dp + b0 + j];
             if (p->pb)
-                sb += p->pb[c * p->Dp + j];
+                for (int64_t j = 0; j < w; j++)
+                    sb[j] += p->pb[c * p->Dp + b0 + j];
         }
-        if (p->dw)
-            p->dw[j] = (float)sw;
-        if (p->db)
-            p->db[j] = (float)sb;
+        for (int64_t j = 0; j < w; j++) {
+            if (p->dw)
+                p->dw[b0 + j] = (float)sw[j];
+            if (p->db)
+                p->db[b0 + j] = (float)sb[j];
+        }
     }
 }
 
