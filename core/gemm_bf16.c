@@ -1161,6 +1161,88 @@ static inline bool b_in_place(const product *p, int64_t nr)
     return p->kind == CG_BF16_NATIVE && nr == NR && p->k % 2 == 0;
 }
 
+/* 32 elements of a row from p as bf16 (the first n, 0-32, read; zeros
+ * past them), floats rounded as pair_rows rounds them. Whole vectors by
+ * plain loads (a masked load that misses the caches streams at half the
+ * speed on Zen 5). */
+BF16_TARGET static inline __attribute__((always_inline)) __m512i row32(const void *p, bool bf,
+                                                                       int64_t n)
+{
+    if (bf)
+        return n >= 32 ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi16(mask32(n), p);
+    const float *f = p;
+    const __m512 lo = n >= 16 ? _mm512_loadu_ps(f) : _mm512_maskz_loadu_ps((__mmask16)mask32(n), f);
+    const __m512 hi = n >= 32 ? _mm512_loadu_ps(f + 16)
+                              : _mm512_maskz_loadu_ps((__mmask16)mask32(n - 16), f + 16);
+    return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+}
+
+/* The native B panels of columns [j0, j1) (multiples of NR; columns past
+ * nc zero) of a block of B whose columns are adjacent (csb 1: a weight
+ * gradient's x, attention's q and dO; row l at src + l ls), kc deep: 16
+ * k-pairs at a time, read 48 columns (four panels) at a time from each
+ * row, so that the block's rows are read from the first cache (not once a
+ * panel: 24 bytes of each of kc rows ls apart, then back for the next 24,
+ * was 15% of a 1024 x 256 x 3072 weight gradient's time, Zen 5) and each
+ * panel gets 16 pairs' words in a run (a pair at a time across all the
+ * panels wrote 22 streams 48 bytes at a time). The words of
+ * pack_panel_native. */
+BF16_TARGET static inline __attribute__((always_inline)) void pack_b_across_of(
+    int64_t nc, int64_t kc, const void *src, bool bf, int64_t ls, int64_t j0, int64_t j1,
+    uint32_t *pb)
+{
+    enum { PAIRS = 16 };
+    const int64_t words = (kc + 1) / 2 * NR, end = min64(j1, nc);
+    /* a panel's 12 words from two vectors of 16 pairs, from word 4, 8 or
+     * 12 of the first on */
+    const __m512i at4 =
+        _mm512_set_epi32(0, 0, 0, 0, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13, 12);
+    const __m512i at8 = _mm512_set_epi32(0, 0, 0, 0, 19, 18, 17, 16, 15, 14, 13, 12, 11, 10, 9, 8);
+    const __m512i at12 = _mm512_set_epi32(0, 0, 0, 0, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4);
+    const __mmask16 st = 0x0fff;
+    for (int64_t l0 = 0; l0 < kc; l0 += 2 * PAIRS) {
+        const int64_t l1 = min64(l0 + 2 * PAIRS, kc);
+        for (int64_t r = l1; r < min64(l1 + 2 * PAIRS, kc); r++) /* the next block's rows */
+            for (int64_t c = j0; c < end; c += bf ? 32 : 16)
+                _mm_prefetch(elem_at(src, bf, r * ls + c), _MM_HINT_T0);
+        for (int64_t c = j0; c < end; c += 48) {
+            const int64_t n = end - c, nb = n - 32 < 16 ? n - 32 : 16;
+            uint32_t *d = pb + c / NR * words + l0 / 2 * NR;
+            for (int64_t l = l0; l < l1; l += 2, d += NR) {
+                const void *s0 = elem_at(src, bf, l * ls + c);
+                const void *s1 = l + 1 < kc ? elem_at(src, bf, (l + 1) * ls + c) : NULL;
+                const __m512i a0 = row32(s0, bf, n);
+                const __m512i a1 = s1 ? row32(s1, bf, n) : _mm512_setzero_si512();
+                __m512i p0, p1, p2 = _mm512_setzero_si512();
+                pair_rows_bf(a0, a1, &p0, &p1); /* columns c .. c + 31 */
+                if (n > 32) {
+                    const __m512i b0 = row32(elem_at(s0, bf, 32), bf, nb);
+                    const __m512i b1 =
+                        s1 ? row32(elem_at(s1, bf, 32), bf, nb) : _mm512_setzero_si512();
+                    pair_rows_bf(b0, b1, &p2, NULL); /* columns c + 32 .. c + 47 */
+                }
+                _mm512_mask_storeu_epi32(d, st, p0);
+                if (n > 12)
+                    _mm512_mask_storeu_epi32(d + words, st, _mm512_permutex2var_epi32(p0, at4, p1));
+                if (n > 24)
+                    _mm512_mask_storeu_epi32(d + 2 * words, st,
+                                             _mm512_permutex2var_epi32(p1, at8, p2));
+                if (n > 36)
+                    _mm512_mask_storeu_epi32(d + 3 * words, st, _mm512_permutexvar_epi32(at12, p2));
+            }
+        }
+    }
+}
+
+BF16_TARGET static void pack_b_across(int64_t nc, int64_t kc, const void *src, bool bf, int64_t ls,
+                                      int64_t j0, int64_t j1, uint32_t *pb)
+{
+    if (bf)
+        pack_b_across_of(nc, kc, src, true, ls, j0, j1, pb);
+    else
+        pack_b_across_of(nc, kc, src, false, ls, j0, j1, pb);
+}
+
 /* B panels [j0, j1) (multiples of b_cols) of the block of B at k offset
  * pc (kc deep) and column offset jc (nc wide), into pb: the panel of
  * column j at pb + j / b_cols panels; none for a panel read in place
@@ -1169,6 +1251,10 @@ static void pack_b(const product *p, int64_t jc, int64_t nc, int64_t pc, int64_t
                    int64_t j1, uint32_t *pb)
 {
     const int64_t bc = b_cols(p->kind), words = b_panel_words(p->kind, (kc + 1) / 2);
+    if (p->kind == CG_BF16_NATIVE && p->csb == 1 && p->rsb != 1) {
+        pack_b_across(nc, kc, elem_at(p->b, p->bbf, pc * p->rsb + jc), p->bbf, p->rsb, j0, j1, pb);
+        return;
+    }
     if (p->kind == CG_BF16_AMX && p->csb == 1 && p->rsb != 1) {
         pack_amx_strided(nc, kc, elem_at(p->b, p->bbf, pc * p->rsb + jc), p->bbf, p->rsb, j0, j1,
                          pb, words);
