@@ -48,10 +48,10 @@ void bli_cntx_init_haswell(cntx_t *cntx);
 /* A prepacked weight's product: chunks of at least DYN_ROWS rows of x, at
  * most DYN_CHUNKS a thread (gemm_run). A thread that finishes first waits
  * for the other's last chunk, half a chunk on average: with 128 and 8 (3072
- * rows in chunks of 192) the seq2seq base bf16 step's forward and input-
- * gradient products waited 11 ms of thread time a step at 2 threads (Zen
- * 5), 3 ms with 48 and 32 (48 rows: four of the native kernel's tiles of 12);
- * their work did not grow. */
+ * rows in chunks of 192) the 2-thread seq2seq base bf16 step's forward
+ * products waited 11-12 ms of thread time a step and its input gradients'
+ * 7-8 (Zen 5); with 48 and 32, 2.6-3.8 and 1.7-3.0 ms, their work the same
+ * (48 rows: four of the native kernel's tiles of 12). */
 #define DYN_ROWS 48
 #define DYN_CHUNKS 32
 
