@@ -7,6 +7,8 @@
 # from the repository root after building:
 #   scripts/bench_peer.sh [threads [rounds [presets...]]]
 # e.g. scripts/bench_peer.sh 2 2 "charlm tiny" "seq2seq base"
+# (the six presets of issue 32: add "seq2seq paper" "charlm gpt2", which run
+# bf16 only, 5 steps after 2)
 set -euo pipefail
 threads=${1:-2}
 rounds=${2:-2}
@@ -20,17 +22,21 @@ peer=${CG_PEER:-../shared/bench/torch_peer.py}
 /usr/bin/python3 -c 'import torch' 2>/dev/null ||
   { echo "bench_peer: /usr/bin/python3 has no torch (apt-get install python3-torch)" >&2; exit 1; }
 field() { sed -n "s/.*\"$1\": \"\{0,1\}\([^,\"}]*\).*/\1/p"; }
-median() { sort -g | awk '{ a[NR] = $1 } END { print (NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2) }'; }
+median() { sort -g | awk '{ a[NR] = $1 } END { if (NR) print (NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2) }'; }
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 for p in "${presets[@]}"; do
   set -- $p
   model=$1 preset=$2
-  steps=60 warmup=10
+  steps=60 warmup=10 runs=(torch-fp32 ours-fp32 torch-bf16 ours-bf16)
   [ "$preset" = base ] && steps=20 warmup=5
+  # the large presets (paper, gpt2): seconds a step, so 5 steps after 2,
+  # and bf16 only (their targets are bf16's; PyTorch's fp32 step of gpt2
+  # takes about 20 s here)
+  case $preset in paper | gpt2) steps=5 warmup=2 runs=(torch-bf16 ours-bf16) ;; esac
   args=(--model "$model" --preset "$preset" --threads "$threads" --steps $steps --warmup $warmup)
   for ((r = 0; r < rounds; r++)); do
-    for run in torch-fp32 ours-fp32 torch-bf16 ours-bf16; do
+    for run in "${runs[@]}"; do
       case $run in
         torch-fp32) j=$(/usr/bin/python3 "$peer" "${args[@]}") ;;
         torch-bf16) j=$(/usr/bin/python3 "$peer" "${args[@]}" --amp bf16) ;;
@@ -50,7 +56,10 @@ for p in "${presets[@]}"; do
   tf=$(m "$1" "$2" torch-fp32 4) tb=$(m "$1" "$2" torch-bf16 4)
   of=$(m "$1" "$2" ours-fp32 4) ob=$(m "$1" "$2" ours-bf16 4)
   rt=$(m "$1" "$2" torch-bf16 5) rb=$(m "$1" "$2" ours-bf16 5) rf=$(m "$1" "$2" ours-fp32 5)
+  # a column with no runs (the large presets' fp32) prints "-"
   awk -v p="$1 $2" -v tf="$tf" -v tb="$tb" -v of="$of" -v ob="$ob" -v rt="$rt" -v rb="$rb" -v rf="$rf" \
-    'BEGIN { printf "| %s | %.0f | %.0f | %.0f | %.0f | %.2fx | %.2fx | %.0f / %.0f / %.0f |\n",
-             p, tf, tb, of, ob, ob / tb, ob / of, rt, rb, rf }'
+    'function n(x) { return x == "" ? "-" : sprintf("%.0f", x) }
+     function r(a, b) { return a == "" || b == "" ? "-" : sprintf("%.2fx", a / b) }
+     BEGIN { printf "| %s | %s | %s | %s | %s | %s | %s | %s / %s / %s |\n",
+             p, n(tf), n(tb), n(of), n(ob), r(ob, tb), r(ob, of), n(rt), n(rb), n(rf) }'
 done
