@@ -159,28 +159,29 @@ static void fwd_tile(cg_gemm_path path, const cg_tensor *q, const cg_tensor *k, 
     if (kn <= KB) { /* one block: the plain softmax, normalised before P v */
         cg_attn_mm(path, rows, kn, dh, qp, qa.bf, q->strides[2], q->strides[3], ka.p, ka.bf,
                    k->strides[3], k->strides[2], 0.0f, S, ld, 1);
-        /* kept in bf16 on AVX512_BF16: rows in registers to their copies,
-         * CG_ATTN_ROWS at a time; a row not done there by the row kernels */
-        const bool rows16 = Pbf && cg_bf16_native();
-        for (int64_t g = i0; g < i1; g += CG_ATTN_ROWS) {
-            const int n = (int)min64(i1 - g, CG_ATTN_ROWS);
-            int64_t ke[CG_ATTN_ROWS];
-            for (int r = 0; r < n; r++)
-                ke[r] = key_end(causal, g + r, Tk);
-            const unsigned done =
-                rows16 ? cg_attn_softmax_rows_bf16(n, S + (g - i0) * ld, ld, ke, Tk, scale, kmask,
-                                                   Pbf + (g - i0) * Tk, Tk)
-                       : 0;
-            for (int r = 0; r < n; r++) {
-                if (done >> r & 1)
+        if (Pbf) {
+            /* kept in bf16: bf16's own recipe (attention_rows.c), rows in
+             * registers to their copies, CG_ATTN_ROWS at a time, on
+             * AVX512_BF16; else in floats rounded after (the same bits) */
+            const bool rows16 = cg_bf16_native();
+            for (int64_t g = i0; g < i1; g += CG_ATTN_ROWS) {
+                const int n = (int)min64(i1 - g, CG_ATTN_ROWS);
+                int64_t ke[CG_ATTN_ROWS];
+                for (int r = 0; r < n; r++)
+                    ke[r] = key_end(causal, g + r, Tk);
+                float *sg = S + (g - i0) * ld;
+                uint16_t *pg = Pbf + (g - i0) * Tk;
+                if (rows16 && cg_attn_softmax_rows_bf16r16(n, sg, ld, ke, Tk, scale, kmask, pg, Tk))
                     continue;
-                const int64_t i = g + r;
-                float *si = S + (i - i0) * ld;
-                cg_attn_softmax_row(si, ke[r], keep ? Tk : kn, scale, kmask, keep ? NULL : lse + i);
-                if (Pbf)
-                    cg_bf16_round_run(Tk, si, Pbf + (i - i0) * Tk);
+                for (int r = 0; r < n; r++) {
+                    cg_attn_softmax_row_bf16r(sg + r * ld, ke[r], Tk, scale, kmask, sg + r * ld);
+                    cg_bf16_round_run(Tk, sg + r * ld, pg + r * Tk);
+                }
             }
         }
+        for (int64_t i = i0; i < i1 && !Pbf; i++)
+            cg_attn_softmax_row(S + (i - i0) * ld, key_end(causal, i, Tk), keep ? Tk : kn, scale,
+                                kmask, keep ? NULL : lse + i);
         cg_attn_mm(path, rows, dh, kn, Pbf ? (const void *)Pbf : S, Pbf != NULL, Pbf ? Tk : ld, 1,
                    va.p, va.bf, v->strides[2], v->strides[3], 0.0f, op, ors, ocs);
         return;

@@ -282,15 +282,88 @@ EW_CLONES void cg_attn_dsoft_row(const float *p, float *d, int64_t ke, int64_t k
         d[j] = 0.0f;
 }
 
+/* ------------------------------------ bf16's recipe for the kept weights
+ *
+ * Under the bf16 policy the kept weights are read by bf16 products and
+ * kept rounded to bf16, so their softmax need not carry the fp32 rows'
+ * recipe (a division, an exponential without fused multiply-adds, double
+ * sums), which made it cost more than the two products around it. This
+ * one is float throughout, as PyTorch's autocast computes a softmax (on
+ * its fp32 list): x = s * (1 / scale); m the maximum of the visible x (a
+ * NaN never wins); e = exp(max(x - m, EXP16_MIN)) by the polynomial of
+ * EW_EXP_POLY in fused multiply-adds (every CPU that runs bf16 has FMA);
+ * the sum in 16 float lanes (element j in lane j % 16, in order), the
+ * lanes added as sum16_tree; p = e * (1 / sum), rounded to bf16. Masked
+ * keys and keys past ke get 0; a row with a NaN score, or an infinite
+ * one, is all NaN, and so is a row with no visible key (1 / 0 times 0),
+ * as PyTorch's. The vector kernel below gives the bits of this scalar
+ * model, which the emulation runs. */
+#define EXP16_MIN (-87.0f) /* exp(x) stays normal down to here */
+
+/* exp(x) for x in [EXP16_MIN, 0] (or NaN: the caller drops the row) */
+static inline float exp_fma(float x)
+{
+    const float t = fmaf(x, 1.44269504088896341f, 12582912.0f);
+    const float kf = t - 12582912.0f;
+    float r = fmaf(-kf, 0.693359375f, x);
+    r = fmaf(-kf, -2.12194440e-4f, r);
+    float p = 1.9875691500e-4f;
+    p = fmaf(p, r, 1.3981999507e-3f);
+    p = fmaf(p, r, 8.3334519073e-3f);
+    p = fmaf(p, r, 4.1665795894e-2f);
+    p = fmaf(p, r, 1.6666665459e-1f);
+    p = fmaf(p, r, 5.0000001201e-1f);
+    p = fmaf(p, r * r, r + 1.0f);
+    return i2f(f2i(p) + (f2i(t) - 0x4B400000) * (1 << 23));
+}
+
+/* 16 lanes added: halves, then quarters, ... (lane i with lane i + 8,
+ * then i + 4, i + 2, i + 1) */
+static inline float sum16_tree(const float a[16])
+{
+    float s8[8], s4[4], s2[2];
+    for (int i = 0; i < 8; i++)
+        s8[i] = a[i] + a[i + 8];
+    for (int i = 0; i < 4; i++)
+        s4[i] = s8[i] + s8[i + 4];
+    for (int i = 0; i < 2; i++)
+        s2[i] = s4[i] + s4[i + 2];
+    return s2[0] + s2[1];
+}
+
+void cg_attn_softmax_row_bf16r(const float *s, int64_t ke, int64_t Tk, float scale,
+                               const int32_t *kmask, float *p)
+{
+    const float is = 1.0f / scale;
+    float m = -INFINITY;
+    for (int64_t j = 0; j < ke; j++) {
+        const float x = kmask && kmask[j] ? -INFINITY : s[j] * is;
+        m = x > m ? x : m;
+    }
+    float acc[16] = {0};
+    bool nan = false;
+    for (int64_t j = 0; j < Tk; j++) {
+        const bool live = j < ke && !(kmask && kmask[j]);
+        const float d = (live ? s[j] * is : -INFINITY) - m;
+        nan |= live && d != d;
+        p[j] = live ? exp_fma(d < EXP16_MIN ? EXP16_MIN : d) : 0.0f;
+        acc[j % 16] += p[j];
+    }
+    const float inv = 1.0f / sum16_tree(acc);
+    for (int64_t j = 0; j < Tk; j++)
+        p[j] = nan ? NAN : p[j] * inv;
+}
+
 /* ------------------------------------------- rows of weights kept in bf16
  *
  * Rows of up to ROW_VECS x 16 keys (weights kept in bf16 have at most
- * PKEEP_BF16 = 128) held in registers from the scores to the bf16 result:
- * the passes above, and the rounding after them, each read and wrote the
- * row again. The same operations on the same lanes in the same order as
- * those passes (the same source for the exponential and the sums), so the
- * same bits; only where a bf16 product reads the rows, so on CPUs with
- * AVX512_BF16 (the caller checks: cg_bf16_native). Zen 5 traps, measured
+ * PKEEP_BF16 = 128) held in registers from the scores (the softmax: bf16's
+ * recipe above) or from dP (the softmax's backward: the passes above) to
+ * the bf16 result, which passes and a rounding would each read and write
+ * again. The same operations on the same lanes in the same order as the
+ * scalar code they stand for, so the same bits; only where a bf16 product
+ * reads the rows, so on CPUs with AVX512_BF16 (the caller checks:
+ * cg_bf16_native). Zen 5 traps, measured
  * (docs/performance.md): a masked load that misses the caches streams at
  * under half a plain load's speed, and a masked division costs more than a
  * division and a select; so whole vectors take plain loads, and masks
@@ -340,128 +413,6 @@ ROWS_BF16_TARGET static inline __attribute__((always_inline)) double total_pd(__
     return lanes8_total(lanes);
 }
 
-/* The softmax of n <= CG_ATTN_ROWS rows, each as cg_attn_softmax_row
- * and the rounding compute it alone, the rows' passes interleaved: a row
- * alone is a chain of latencies (its maximum, then its sum, then the
- * division by it) that leaves the core half idle (Zen 5, 96 keys, 1
- * thread: 75 ns a row alone, 58 in fours; causal rows 50 and 38). n is a
- * constant at every call and the loops over rows are unrolled (without
- * the pragmas GCC kept the rows' maxima on the stack, where each masked
- * store stalled the next iteration's load, and the fours gained
- * nothing). */
-ROWS_BF16_TARGET static inline __attribute__((always_inline)) unsigned softmax_rows_n(
-    const int n, const float *s, int64_t lds, const int64_t *ke, int64_t Tk, float scale,
-    const int32_t *kmask, uint16_t *p, int64_t ldp)
-{
-    if (Tk > 16 * ROW_VECS)
-        return 0;
-    const __m512 ninf = _mm512_set1_ps(-INFINITY), vs = _mm512_set1_ps(scale);
-    __m512 hi[CG_ATTN_ROWS], lo[CG_ATTN_ROWS];
-    __mmask16 nan[CG_ATTN_ROWS];
-    float x[CG_ATTN_ROWS][16 * ROW_VECS] __attribute__((aligned(64)));
-    int nv[CG_ATTN_ROWS], nvmax = 0;
-    const int nt = (int)((Tk + 15) / 16);
-#pragma GCC unroll 4
-    for (int r = 0; r < n; r++) {
-        hi[r] = ninf;
-        lo[r] = _mm512_set1_ps(INFINITY);
-        nan[r] = 0;
-        nv[r] = ke[r] > 0 ? (int)((ke[r] + 15) / 16) : 0;
-        nvmax = nv[r] > nvmax ? nv[r] : nvmax;
-    }
-    /* scale_mask_max; lanes past ke are -inf, as masked keys */
-    for (int v = 0; v < nvmax; v++)
-#pragma GCC unroll 4
-        for (int r = 0; r < n; r++) {
-            if (v >= nv[r])
-                continue;
-            const __mmask16 live = lanes_below(ke[r], v);
-            __mmask16 keep = live;
-            if (kmask)
-                keep &= _mm512_testn_epi32_mask(_mm512_maskz_loadu_epi32(live, kmask + 16 * v),
-                                                _mm512_set1_epi32(-1));
-            const __m512 a = _mm512_mask_mov_ps(
-                ninf, keep, _mm512_div_ps(ld_ps(live, s + r * lds + 16 * v), vs));
-            _mm512_store_ps(x[r] + 16 * v, a);
-            hi[r] = _mm512_mask_mov_ps(hi[r], _mm512_cmp_ps_mask(a, hi[r], _CMP_GT_OQ), a);
-            /* the minimum of the lanes other than -inf; NaN lanes found apart */
-            lo[r] = _mm512_mask_mov_ps(lo[r],
-                                       _mm512_cmp_ps_mask(a, lo[r], _CMP_LT_OQ) &
-                                           _mm512_cmp_ps_mask(a, ninf, _CMP_NEQ_UQ),
-                                       a);
-            nan[r] |= _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q);
-        }
-    /* a row with no key, a NaN, or a score out of the faster exponential's
-     * range is refused (nothing written: the caller takes the passes
-     * above). Without NaN the maximum and the minimum of the lanes do not
-     * depend on their order (a zero's sign changes no x - mx below). */
-    float mx[CG_ATTN_ROWS];
-    unsigned done = 0;
-#pragma GCC unroll 4
-    for (int r = 0; r < n; r++) {
-        mx[r] = _mm512_reduce_max_ps(hi[r]);
-        if (nv[r] && !nan[r] && exp_normal(_mm512_reduce_min_ps(lo[r]), mx[r]))
-            done |= 1u << r;
-    }
-    /* exp_sum_of: exp(x - mx) (masked keys and lanes past ke 0), the
-     * halves of each vector into 8 double lanes in order */
-    __m512d acc[CG_ATTN_ROWS];
-#pragma GCC unroll 4
-    for (int r = 0; r < n; r++)
-        acc[r] = _mm512_setzero_pd();
-    for (int v = 0; v < nvmax; v++)
-#pragma GCC unroll 4
-        for (int r = 0; r < n; r++) {
-            if (v >= nv[r] || !(done >> r & 1))
-                continue;
-            v16f a, ea;
-            memcpy(&a, x[r] + 16 * v, sizeof a);
-            const __mmask16 fin = _mm512_cmp_ps_mask((__m512)a, ninf, _CMP_NEQ_UQ);
-            EW_EXPF16_NORMAL(a - mx[r], ea);
-            const __m512 e = _mm512_maskz_mov_ps(fin, (__m512)ea);
-            _mm512_store_ps(x[r] + 16 * v, e);
-            acc[r] = _mm512_add_pd(acc[r], lo_pd(e));
-            acc[r] = _mm512_add_pd(acc[r], hi_pd(e));
-        }
-    __m512d inv[CG_ATTN_ROWS];
-#pragma GCC unroll 4
-    for (int r = 0; r < n; r++)
-        inv[r] = _mm512_set1_pd(1.0 / total_pd(acc[r]));
-    /* cg_attn_softmax_row's (float)(e inv), zero past ke, rounded */
-    for (int v = 0; v < nt; v++)
-#pragma GCC unroll 4
-        for (int r = 0; r < n; r++) {
-            if (!(done >> r & 1))
-                continue;
-            __m512 q = _mm512_setzero_ps();
-            if (v < nv[r]) {
-                const __m512 e = _mm512_load_ps(x[r] + 16 * v);
-                const __m256 l = _mm512_cvtpd_ps(_mm512_mul_pd(lo_pd(e), inv[r]));
-                const __m256 h = _mm512_cvtpd_ps(_mm512_mul_pd(hi_pd(e), inv[r]));
-                q = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(l)),
-                                                        _mm256_castps_pd(h), 1));
-            }
-            _mm256_mask_storeu_epi16(p + r * ldp + 16 * v, lanes_below(Tk, v),
-                                     (__m256i)_mm512_cvtneps_pbh(q));
-        }
-    return done;
-}
-
-ROWS_BF16_TARGET unsigned cg_attn_softmax_rows_bf16(int n, const float *s, int64_t lds,
-                                                    const int64_t *ke, int64_t Tk, float scale,
-                                                    const int32_t *kmask, uint16_t *p, int64_t ldp)
-{
-#define CG_SR(N) softmax_rows_n(N, s, lds, ke, Tk, scale, kmask, p, ldp)
-    switch (n) {
-    case 1: return CG_SR(1);
-    case 2: return CG_SR(2);
-    case 3: return CG_SR(3);
-    case 4: return CG_SR(4);
-    default: return 0;
-    }
-#undef CG_SR
-}
-
 ROWS_BF16_TARGET bool cg_attn_dsoft_row_bf16(const uint16_t *p, const float *d, int64_t ke,
                                              int64_t kz, float scale, uint16_t *d16)
 {
@@ -485,5 +436,124 @@ ROWS_BF16_TARGET bool cg_attn_dsoft_row_bf16(const uint16_t *p, const float *d, 
             _mm512_maskz_mov_ps(live, _mm512_div_ps(_mm512_mul_ps(pv, _mm512_sub_ps(dv, D)), vs));
         _mm256_mask_storeu_epi16(d16 + 16 * v, lanes_below(kz, v), (__m256i)_mm512_cvtneps_pbh(q));
     }
+    return true;
+}
+
+/* The exponential of cg_attn_softmax_row_bf16r's model on 16 lanes: c in
+ * [EXP16_MIN, 0] (or NaN) */
+ROWS_BF16_TARGET static inline __attribute__((always_inline)) __m512 exp16_fma(__m512 c)
+{
+    const __m512 t =
+        _mm512_fmadd_ps(c, _mm512_set1_ps(1.44269504088896341f), _mm512_set1_ps(12582912.0f));
+    const __m512 kf = _mm512_sub_ps(t, _mm512_set1_ps(12582912.0f));
+    __m512 r = _mm512_fnmadd_ps(kf, _mm512_set1_ps(0.693359375f), c);
+    r = _mm512_fnmadd_ps(kf, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 q = _mm512_set1_ps(1.9875691500e-4f);
+    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(1.3981999507e-3f));
+    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(8.3334519073e-3f));
+    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(4.1665795894e-2f));
+    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(1.6666665459e-1f));
+    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(5.0000001201e-1f));
+    q = _mm512_fmadd_ps(q, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    const __m512i k = _mm512_sub_epi32(_mm512_castps_si512(t), _mm512_set1_epi32(0x4B400000));
+    return _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(q), _mm512_slli_epi32(k, 23)));
+}
+
+/* sum16_tree of the 16 lanes */
+ROWS_BF16_TARGET static inline __attribute__((always_inline)) float tree16(__m512 a)
+{
+    const __m256 s8 =
+        _mm256_add_ps(_mm512_castps512_ps256(a),
+                      _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
+    const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+    const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
+}
+
+/* n rows of cg_attn_softmax_rows_bf16r16, their passes interleaved (a
+ * row alone is a chain of latencies: its maximum, its sum, the division);
+ * n is a constant at every call and the loops over rows unroll. A row's
+ * vectors past its keys hold 0 (or NaN: see the model) and take no pass. */
+ROWS_BF16_TARGET static inline __attribute__((always_inline)) void softmax_rows_r16(
+    const int n, const float *s, int64_t lds, const int64_t *ke, int64_t Tk, float scale,
+    const int32_t *kmask, uint16_t *p, int64_t ldp)
+{
+    const int nt = (int)((Tk + 15) / 16);
+    const __m512 is = _mm512_set1_ps(1.0f / scale), ninf = _mm512_set1_ps(-INFINITY);
+    const __m512 lo = _mm512_set1_ps(EXP16_MIN);
+    float x[CG_ATTN_ROWS][16 * ROW_VECS] __attribute__((aligned(64)));
+    __mmask16 live[CG_ATTN_ROWS][ROW_VECS];
+    __m512 hi[CG_ATTN_ROWS], acc[CG_ATTN_ROWS], m[CG_ATTN_ROWS], inv[CG_ATTN_ROWS];
+    __mmask16 nan[CG_ATTN_ROWS];
+    int nv[CG_ATTN_ROWS], nvmax = 0;
+#pragma GCC unroll 4
+    for (int r = 0; r < n; r++) {
+        hi[r] = ninf;
+        acc[r] = _mm512_setzero_ps();
+        nan[r] = 0;
+        nv[r] = (int)((ke[r] + 15) / 16);
+        nvmax = nv[r] > nvmax ? nv[r] : nvmax;
+    }
+    for (int v = 0; v < nvmax; v++)
+#pragma GCC unroll 4
+        for (int r = 0; r < n; r++) {
+            if (v >= nv[r])
+                continue;
+            __mmask16 l = lanes_below(ke[r], v);
+            const __mmask16 in = l;
+            if (kmask)
+                l &= _mm512_testn_epi32_mask(_mm512_maskz_loadu_epi32(in, kmask + 16 * v),
+                                             _mm512_set1_epi32(-1));
+            live[r][v] = l;
+            const __m512 a = _mm512_mask_mul_ps(ninf, l, ld_ps(in, s + r * lds + 16 * v), is);
+            _mm512_store_ps(x[r] + 16 * v, a);
+            hi[r] = _mm512_mask_mov_ps(hi[r], _mm512_cmp_ps_mask(a, hi[r], _CMP_GT_OQ), a);
+        }
+#pragma GCC unroll 4
+    for (int r = 0; r < n; r++)
+        m[r] = _mm512_set1_ps(_mm512_reduce_max_ps(hi[r]));
+    for (int v = 0; v < nvmax; v++)
+#pragma GCC unroll 4
+        for (int r = 0; r < n; r++) {
+            if (v >= nv[r])
+                continue;
+            const __m512 d = _mm512_sub_ps(_mm512_load_ps(x[r] + 16 * v), m[r]);
+            nan[r] |= _mm512_mask_cmp_ps_mask(live[r][v], d, d, _CMP_UNORD_Q);
+            /* max(lo, d): d where it is NaN (max's second operand) */
+            const __m512 e = _mm512_maskz_mov_ps(live[r][v], exp16_fma(_mm512_max_ps(lo, d)));
+            _mm512_store_ps(x[r] + 16 * v, e);
+            acc[r] = _mm512_add_ps(acc[r], e);
+        }
+#pragma GCC unroll 4
+    for (int r = 0; r < n; r++)
+        inv[r] = nan[r] ? _mm512_set1_ps(NAN) : _mm512_set1_ps(1.0f / tree16(acc[r]));
+    for (int v = 0; v < nt; v++)
+#pragma GCC unroll 4
+        for (int r = 0; r < n; r++) {
+            /* e / sum; past the row's keys 0 / sum (0, or NaN as the
+             * model's row with no key) */
+            const __m512 e = v < nv[r] ? _mm512_load_ps(x[r] + 16 * v) : _mm512_setzero_ps();
+            _mm256_mask_storeu_epi16(p + r * ldp + 16 * v, lanes_below(Tk, v),
+                                     (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(e, inv[r])));
+        }
+}
+
+ROWS_BF16_TARGET bool cg_attn_softmax_rows_bf16r16(int n, const float *s, int64_t lds,
+                                                   const int64_t *ke, int64_t Tk, float scale,
+                                                   const int32_t *kmask, uint16_t *p, int64_t ldp)
+{
+    if (Tk > 16 * ROW_VECS || n < 1 || n > CG_ATTN_ROWS)
+        return false;
+    for (int r = 0; r < n; r++)
+        if (ke[r] < 0 || ke[r] > Tk)
+            return false;
+#define CG_SR(N) softmax_rows_r16(N, s, lds, ke, Tk, scale, kmask, p, ldp)
+    switch (n) {
+    case 1: CG_SR(1); break;
+    case 2: CG_SR(2); break;
+    case 3: CG_SR(3); break;
+    default: CG_SR(4); break;
+    }
+#undef CG_SR
     return true;
 }

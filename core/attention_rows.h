@@ -41,20 +41,18 @@ void cg_attn_widen_row(const uint16_t *h, int64_t n, float *f);
 /* The softmax's backward: d = p (d - D) / scale, D = <p, dP> = <dO, O>. */
 void cg_attn_dsoft_row(const float *p, float *d, int64_t ke, int64_t kz, float D, float scale);
 
-/* Rows of weights kept in bf16, on a CPU with AVX512_BF16 only
- * (cg_bf16_native), each row in registers from its floats to its bf16
- * copy: the bits of the kernels above followed by cg_bf16_round_run. Up
- * to CG_ATTN_ROWS rows a call (n), row r at s + r lds, p + r ldp, ..., with
- * ke[r] keys, their passes interleaved; the result's bit r says row r was
- * done, a row not done having nothing written.
- * Softmax: cg_attn_softmax_row(s, ke, Tk, scale, kmask, NULL) rounded into
- * p[0, Tk), s left as it was; not done when Tk > 128 or the row takes the
- * exact exponential (no key, a NaN, or a score far below the row's
- * maximum), which the caller then computes as above. */
+/* bf16's own recipe for kept weights (attention_rows.c says which
+ * operations): p[0, Tk) the weights in float, before their rounding to
+ * bf16; any CPU (the emulation's); p may be s. The rows16 form writes up
+ * to CG_ATTN_ROWS rows (n) rounded, row r from s + r lds with ke[r] keys
+ * into p + r ldp, in registers, their passes interleaved, with the same
+ * bits, on a CPU with AVX512_BF16; false (nothing written) when Tk > 128
+ * or a ke is outside [0, Tk]. */
+void cg_attn_softmax_row_bf16r(const float *s, int64_t ke, int64_t Tk, float scale,
+                               const int32_t *kmask, float *p);
 enum { CG_ATTN_ROWS = 4 };
-unsigned cg_attn_softmax_rows_bf16(int n, const float *s, int64_t lds, const int64_t *ke,
-                                   int64_t Tk, float scale, const int32_t *kmask, uint16_t *p,
-                                   int64_t ldp);
+bool cg_attn_softmax_rows_bf16r16(int n, const float *s, int64_t lds, const int64_t *ke, int64_t Tk,
+                                  float scale, const int32_t *kmask, uint16_t *p, int64_t ldp);
 /* Backward (a row at a time: interleaving rows gained nothing in a step,
  * where the kept weights come from memory): d16[0, kz) =
  * cg_attn_dsoft_row(p, d, ke, kz, cg_attn_dot(p, d, ke), scale) rounded,

@@ -2434,35 +2434,64 @@ END_TEST
 
 /* ------------------------------------------- attention's rows kept in bf16 */
 
-/* The rows of weights kept in bf16 made in registers (AVX512_BF16 only:
- * cg_attn_softmax_rows_bf16, cg_attn_dsoft_row_bf16) have the bits of the
- * row kernels followed by the rounding, across row lengths (partial
- * vectors, Tk past ke), key padding, NaN and infinite weights and dP, and
- * leave their float inputs as they were. Rows the fast exponential cannot
- * take (a NaN, an infinity, a score far below the maximum, every key
- * padded) and rows over 128 keys are refused with nothing written.
- * Without AVX512_BF16 the kernels are never called (and cannot run). */
+/* The weights kept in bf16 (bf16's own softmax recipe,
+ * cg_attn_softmax_row_bf16r, attention_rows.c) and the softmax's backward
+ * made in registers (AVX512_BF16 only: cg_attn_softmax_row_bf16r16,
+ * cg_attn_dsoft_row_bf16). The recipe is held to a double softmax, its
+ * special rows to PyTorch's (NaN where a score is NaN or infinite or no
+ * key is visible); the register kernels to the bits of the scalar model
+ * (the emulation's) and of the row kernel followed by the rounding,
+ * across row lengths (partial vectors, Tk past ke), key padding and NaN
+ * dP; they leave their inputs as they were and write nothing past Tk, and
+ * refuse rows over 128 keys with nothing written. */
 static float row_value(uint32_t *st)
 {
     *st = *st * 1664525u + 1013904223u;
     return ((float)(*st >> 8) / 16777216.0f - 0.5f) * 12.0f;
 }
 
-/* One row through the kernels for groups of rows */
-static bool softmax_row_bf16(const float *s, int64_t ke, int64_t Tk, float scale,
-                             const int32_t *kmask, uint16_t *p)
+static float bf16_value(uint16_t h)
 {
-    return cg_attn_softmax_rows_bf16(1, s, 0, &ke, Tk, scale, kmask, p, 0) == 1u;
+    const uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* The recipe's row against a softmax in double: each weight within 1e-6
+ * of the row (weights are at most 1) plus 1e-5 of itself; keys past ke
+ * and padded keys 0 */
+static void check_recipe_row(const float *s, int64_t ke, int64_t Tk, float scale, const int32_t *km,
+                             const float *p, const char *what)
+{
+    double m = -INFINITY, sum = 0.0;
+    for (int64_t j = 0; j < ke; j++)
+        if (!(km && km[j]))
+            m = fmax(m, (double)s[j] / scale);
+    for (int64_t j = 0; j < ke; j++)
+        if (!(km && km[j]))
+            sum += exp((double)s[j] / scale - m);
+    for (int64_t j = 0; j < Tk; j++) {
+        const bool live = j < ke && !(km && km[j]);
+        const double want = live ? exp((double)s[j] / scale - m) / sum : 0.0;
+        ck_assert_msg(fabs(p[j] - want) <= 1e-6 + 1e-5 * want, "%s: key %lld: %.9g, double %.9g",
+                      what, (long long)j, (double)p[j], want);
+    }
+}
+
+/* One row through the register kernel for groups of rows */
+static bool rows16_one(const float *s, int64_t ke, int64_t Tk, float scale, const int32_t *km,
+                       uint16_t *p)
+{
+    return cg_attn_softmax_rows_bf16r16(1, s, 0, &ke, Tk, scale, km, p, 0);
 }
 
 START_TEST(test_attention_rows_bf16)
 {
-    if (!cg_bf16_native())
-        return;
+    const bool native = cg_bf16_native();
     const float scale = sqrtf(32.0f);
     const int64_t tks[] = {1, 5, 16, 17, 31, 96, 100, 128};
     uint32_t st = 7;
-    int taken = 0;
     for (size_t ti = 0; ti < sizeof tks / sizeof *tks; ti++) {
         const int64_t Tk = tks[ti];
         const int64_t kes[] = {1, Tk / 2 > 0 ? Tk / 2 : 1, Tk > 1 ? Tk - 1 : 1, Tk};
@@ -2472,7 +2501,7 @@ START_TEST(test_attention_rows_bf16)
                  * 3 a NaN score, 4 an infinite one, 5 one far below the
                  * others, 6 a NaN in dP */
                 const int64_t ke = kes[ki];
-                float s[128], s0[128], d[128], d0[128], w[128];
+                float s[128], s0[128], f[128], d[128], d0[128], w[128];
                 int32_t kmask[128];
                 uint16_t p[128], ref[128];
                 for (int64_t j = 0; j < 128; j++) {
@@ -2488,30 +2517,51 @@ START_TEST(test_attention_rows_bf16)
                     s[0] = -1000.0f;
                 if (kind == 6)
                     d[ke - 1] = NAN;
-                const bool fast = kind == 0 || kind == 1 || kind == 6 || (kind == 5 && ke == 1);
                 const int32_t *km = kind == 1 || kind == 2 ? kmask : NULL;
-                /* forward: the softmax rounded */
-                memcpy(s0, s, sizeof s);
-                cg_attn_softmax_row(s0, ke, Tk, scale, km, NULL);
-                cg_bf16_round_run(Tk, s0, ref);
+                /* the recipe: a softmax, or a NaN row (a NaN or infinite
+                 * score, no key visible) */
+                bool visible = false;
+                for (int64_t j = 0; j < ke; j++)
+                    visible |= !(km && km[j]);
+                const bool nan_row = kind == 3 || kind == 4 || !visible;
                 memcpy(s0, s, sizeof s);
                 for (int64_t j = 0; j < 128; j++)
-                    p[j] = 0x1234;
-                const bool ok = softmax_row_bf16(s, ke, Tk, scale, km, p);
-                ck_assert_msg(ok == fast, "softmax row Tk %lld ke %lld kind %d %s", (long long)Tk,
-                              (long long)ke, kind, ok ? "taken" : "refused");
-                ck_assert(!memcmp(s, s0, sizeof s)); /* read only */
-                for (int64_t j = ok ? Tk : 0; j < 128; j++)
-                    ck_assert_uint_eq(p[j], 0x1234); /* nothing past Tk, or refused */
-                ck_assert_msg(!ok || !memcmp(p, ref, (size_t)Tk * sizeof *p),
-                              "softmax row Tk %lld ke %lld kind %d", (long long)Tk, (long long)ke,
-                              kind);
-                taken += ok;
-                /* backward, on the weights the forward rounded */
-                for (int64_t j = 0; j < Tk; j++) {
-                    const uint32_t u = (uint32_t)ref[j] << 16;
-                    memcpy(&w[j], &u, sizeof u);
+                    f[j] = 1234.0f;
+                cg_attn_softmax_row_bf16r(s, ke, Tk, scale, km, f);
+                ck_assert(!memcmp(s, s0, sizeof s));
+                for (int64_t j = Tk; j < 128; j++)
+                    ck_assert(f[j] == 1234.0f);
+                char what[96];
+                snprintf(what, sizeof what, "softmax row Tk %lld ke %lld kind %d", (long long)Tk,
+                         (long long)ke, kind);
+                if (nan_row) {
+                    for (int64_t j = 0; j < Tk; j++)
+                        ck_assert_msg(isnan(f[j]), "%s: key %lld not NaN", what, (long long)j);
+                } else {
+                    check_recipe_row(s, ke, Tk, scale, km, f, what);
                 }
+                cg_bf16_round_run(Tk, f, ref);
+                /* in place, as the attention calls it */
+                memcpy(f, s, sizeof f);
+                cg_attn_softmax_row_bf16r(f, ke, Tk, scale, km, f);
+                cg_bf16_round_run(Tk, f, p);
+                ck_assert_msg(!memcmp(p, ref, (size_t)Tk * sizeof *p), "%s: in place", what);
+                if (!native)
+                    continue;
+                /* the register kernel: the scalar model's bits, rounded */
+                for (int64_t j = 0; j < 128; j++)
+                    p[j] = 0x1234;
+                ck_assert(rows16_one(s, ke, Tk, scale, km, p));
+                ck_assert(!memcmp(s, s0, sizeof s)); /* read only */
+                for (int64_t j = Tk; j < 128; j++)
+                    ck_assert_uint_eq(p[j], 0x1234); /* nothing past Tk */
+                for (int64_t j = 0; j < Tk; j++)
+                    ck_assert_msg(
+                        p[j] == ref[j] || (isnan(bf16_value(p[j])) && isnan(bf16_value(ref[j]))),
+                        "%s: key %lld: %04x, the model's %04x", what, (long long)j, p[j], ref[j]);
+                /* backward, on the weights the forward rounded */
+                for (int64_t j = 0; j < Tk; j++)
+                    w[j] = bf16_value(ref[j]);
                 memcpy(d0, d, sizeof d);
                 cg_attn_dsoft_row(w, d0, ke, Tk, cg_attn_dot(w, d0, ke), scale);
                 uint16_t dref[128];
@@ -2519,54 +2569,55 @@ START_TEST(test_attention_rows_bf16)
                 memcpy(d0, d, sizeof d);
                 ck_assert(cg_attn_dsoft_row_bf16(ref, d, ke, Tk, scale, p));
                 ck_assert(!memcmp(d, d0, sizeof d));
-                ck_assert_msg(!memcmp(p, dref, (size_t)Tk * sizeof *p),
-                              "dsoft row Tk %lld ke %lld kind %d", (long long)Tk, (long long)ke,
-                              kind);
+                for (int64_t j = 0; j < Tk; j++)
+                    ck_assert_msg(
+                        p[j] == dref[j] || (isnan(bf16_value(p[j])) && isnan(bf16_value(dref[j]))),
+                        "dsoft row Tk %lld ke %lld kind %d", (long long)Tk, (long long)ke, kind);
             }
     }
-    ck_assert_int_eq(taken, 8 * 4 * 3 + 11); /* kinds 0, 1, 6; kind 5 with one key */
     /* many rows: a float's last bit changes its bf16 rounding about once
-     * in 2^15, so that an operation done otherwise than the row kernels
-     * (a product by 1 / scale for the division, say) shows */
+     * in 2^15, so that an operation done otherwise than the scalar model
+     * (a division for the product by 1 / scale, say) shows */
     for (int r = 0; r < 20000; r++) {
         const int64_t Tk = 97 + r % 32, ke = 1 + (int64_t)(row_value(&st) + 6.0f) * Tk / 12;
-        float s[128], s0[128], d[128], d0[128], w[128];
+        float s[128], f[128], d[128], d0[128], w[128];
         uint16_t p[128], ref[128], dref[128];
         for (int64_t j = 0; j < 128; j++) {
             s[j] = row_value(&st);
             d[j] = row_value(&st) / 8.0f;
         }
-        memcpy(s0, s, sizeof s);
-        cg_attn_softmax_row(s0, ke, Tk, scale, NULL, NULL);
-        cg_bf16_round_run(Tk, s0, ref);
-        ck_assert(softmax_row_bf16(s, ke, Tk, scale, NULL, p));
+        cg_attn_softmax_row_bf16r(s, ke, Tk, scale, NULL, f);
+        if (r % 50 == 0)
+            check_recipe_row(s, ke, Tk, scale, NULL, f, "a random row");
+        cg_bf16_round_run(Tk, f, ref);
+        if (!native)
+            continue;
+        ck_assert(rows16_one(s, ke, Tk, scale, NULL, p));
         ck_assert_msg(!memcmp(p, ref, (size_t)Tk * sizeof *p), "softmax row %d", r);
-        for (int64_t j = 0; j < Tk; j++) {
-            const uint32_t u = (uint32_t)ref[j] << 16;
-            memcpy(&w[j], &u, sizeof u);
-        }
+        for (int64_t j = 0; j < Tk; j++)
+            w[j] = bf16_value(ref[j]);
         memcpy(d0, d, sizeof d);
         cg_attn_dsoft_row(w, d0, ke, Tk, cg_attn_dot(w, d0, ke), scale);
         cg_bf16_round_run(Tk, d0, dref);
         ck_assert(cg_attn_dsoft_row_bf16(ref, d, ke, Tk, scale, p));
         ck_assert_msg(!memcmp(p, dref, (size_t)Tk * sizeof *p), "dsoft row %d", r);
     }
+    if (!native)
+        return;
     /* over 128 keys: refused, nothing written */
     float s[129] = {0};
     uint16_t p[129] = {0};
-    ck_assert(!softmax_row_bf16(s, 129, 129, scale, NULL, p));
+    ck_assert(!rows16_one(s, 129, 129, scale, NULL, p));
     ck_assert(!cg_attn_dsoft_row_bf16(p, s, 129, 129, scale, p));
     for (int j = 0; j < 129; j++)
         ck_assert_uint_eq(p[j], 0);
 }
 END_TEST
 
-/* The softmax's groups of 1 to CG_ATTN_ROWS rows, rows apart by a pitch
- * past their length, each with its own keys (a causal tile's) and some
- * refused (a NaN, a score far below the others, no key): every row done
- * has the bits of the row done alone, every row refused alone is refused
- * in the group with nothing written, a refused row changes none of the
- * others, and nothing past the group is written. */
+/* Groups of 1 to CG_ATTN_ROWS rows, rows apart by a pitch past their
+ * length, each with its own keys (a causal tile's, or any), some with a
+ * NaN score or no visible key: every row has the bits of the scalar model
+ * rounded (NaN rows NaN), and nothing past the rows' Tk is written. */
 START_TEST(test_attention_rows_bf16_groups)
 {
     if (!cg_bf16_native())
@@ -2574,55 +2625,52 @@ START_TEST(test_attention_rows_bf16_groups)
     enum { LD = 136, R = CG_ATTN_ROWS };
     const float scale = sqrtf(32.0f);
     uint32_t st = 11;
-    int refused = 0, done = 0;
     int32_t kmask[LD];
     for (int j = 0; j < LD; j++)
         kmask[j] = j % 5 == 2 ? -1 : 0;
+    int nans = 0;
     for (int it = 0; it < 4000; it++) {
         const int n = 1 + it % R;
         const int64_t Tk = 1 + (int64_t)(row_value(&st) + 6.0f) * 128 / 12;
         const int32_t *km = it % 7 == 3 ? kmask : NULL;
         float s[R * LD], s0[R * LD], f[LD];
-        uint16_t p[R * LD], p1[R * LD], ref[LD];
+        uint16_t p[R * LD], ref[LD];
         int64_t ke[R];
         for (int j = 0; j < R * LD; j++) {
             s[j] = row_value(&st);
-            p[j] = p1[j] = 0x1234;
+            p[j] = 0x1234;
         }
         for (int r = 0; r < n; r++) {
             ke[r] = it % 3 ? Tk - (n - 1 - r) : 1 + (int64_t)(row_value(&st) + 6.0f) * Tk / 12;
             ke[r] = ke[r] > Tk ? Tk : ke[r] < 0 ? 0 : ke[r];
-            const int bad = (it / R + r) % 11;
-            if (bad == 1 && ke[r] > 0)
+            if ((it / R + r) % 11 == 1 && ke[r] > 0)
                 s[r * LD + ke[r] / 2] = NAN;
-            else if (bad == 2)
-                s[r * LD] = -1000.0f;
-            else if (bad == 3)
-                ke[r] = 0;
         }
         memcpy(s0, s, sizeof s);
-        const unsigned got = cg_attn_softmax_rows_bf16(n, s, LD, ke, Tk, scale, km, p, LD);
+        ck_assert(cg_attn_softmax_rows_bf16r16(n, s, LD, ke, Tk, scale, km, p, LD));
         ck_assert(!memcmp(s, s0, sizeof s)); /* read only */
-        ck_assert_uint_eq(got >> n, 0);
         for (int r = 0; r < n; r++) {
-            const bool alone = softmax_row_bf16(s + r * LD, ke[r], Tk, scale, km, p1 + r * LD);
-            ck_assert_msg(alone == (got >> r & 1), "group %d row %d of %d", it, r, n);
-            ck_assert(!memcmp(p + r * LD, p1 + r * LD, LD * sizeof *p));
-            if (alone) { /* the row kernels' bits, rounded */
-                memcpy(f, s + r * LD, sizeof f);
-                cg_attn_softmax_row(f, ke[r], Tk, scale, km, NULL);
-                cg_bf16_round_run(Tk, f, ref);
-                ck_assert_msg(!memcmp(p + r * LD, ref, (size_t)Tk * sizeof *p),
-                              "group %d row %d of %d", it, r, n);
-            }
-            refused += !alone;
-            done += alone;
+            cg_attn_softmax_row_bf16r(s + r * LD, ke[r], Tk, scale, km, f);
+            cg_bf16_round_run(Tk, f, ref);
+            for (int64_t j = 0; j < Tk; j++)
+                ck_assert_msg(p[r * LD + j] == ref[j] ||
+                                  (isnan(bf16_value(p[r * LD + j])) && isnan(bf16_value(ref[j]))),
+                              "group %d row %d of %d key %lld", it, r, n, (long long)j);
+            nans += isnan(f[0]);
+            for (int64_t j = Tk; j < LD; j++)
+                ck_assert_uint_eq(p[r * LD + j], 0x1234); /* past Tk */
         }
         for (int j = n * LD; j < R * LD; j++)
             ck_assert_uint_eq(p[j], 0x1234); /* past the group */
     }
-    ck_assert_int_gt(refused, 500);
-    ck_assert_int_gt(done, 5000);
+    ck_assert_int_gt(nans, 100); /* NaN rows were tried */
+    /* a ke outside [0, Tk]: refused, nothing written */
+    float s[LD] = {0};
+    uint16_t p[LD] = {0};
+    const int64_t bad = 6;
+    ck_assert(!cg_attn_softmax_rows_bf16r16(1, s, LD, &bad, 5, scale, NULL, p, LD));
+    for (int j = 0; j < LD; j++)
+        ck_assert_uint_eq(p[j], 0);
 }
 END_TEST
 
