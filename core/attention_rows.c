@@ -314,7 +314,10 @@ static inline float exp_fma(float x)
     p = fmaf(p, r, 1.6666665459e-1f);
     p = fmaf(p, r, 5.0000001201e-1f);
     p = fmaf(p, r * r, r + 1.0f);
-    return i2f(f2i(p) + (f2i(t) - 0x4B400000) * (1 << 23));
+    /* 2^k into the exponent, in 32-bit words that wrap, as the vector
+     * lanes do (a NaN x gives a garbage k, never an overflow) */
+    const uint32_t k = (uint32_t)f2i(t) - 0x4B400000u;
+    return i2f((int32_t)((uint32_t)f2i(p) + (k << 23)));
 }
 
 /* 16 lanes added: halves, then quarters, ... (lane i with lane i + 8,
