@@ -303,16 +303,16 @@ EW_CLONES void cg_attn_dsoft_row(const float *p, float *d, int64_t ke, int64_t k
 /* exp(x) for x in [EXP16_MIN, 0] (or NaN: the caller drops the row) */
 static inline float exp_fma(float x)
 {
-    const float t = fmaf(x, 1.44269504088896341f, 12582912.0f);
-    const float kf = t - 12582912.0f;
-    float r = fmaf(-kf, 0.693359375f, x);
-    r = fmaf(-kf, -2.12194440e-4f, r);
-    float p = 1.9875691500e-4f;
-    p = fmaf(p, r, 1.3981999507e-3f);
-    p = fmaf(p, r, 8.3334519073e-3f);
-    p = fmaf(p, r, 4.1665795894e-2f);
-    p = fmaf(p, r, 1.6666665459e-1f);
-    p = fmaf(p, r, 5.0000001201e-1f);
+    const float t = fmaf(x, EW_EXP_LOG2E, EW_EXP_SHIFT);
+    const float kf = t - EW_EXP_SHIFT;
+    float r = fmaf(-kf, EW_EXP_LN2_HI, x);
+    r = fmaf(-kf, EW_EXP_LN2_LO, r);
+    float p = EW_EXP_P0;
+    p = fmaf(p, r, EW_EXP_P1);
+    p = fmaf(p, r, EW_EXP_P2);
+    p = fmaf(p, r, EW_EXP_P3);
+    p = fmaf(p, r, EW_EXP_P4);
+    p = fmaf(p, r, EW_EXP_P5);
     p = fmaf(p, r * r, r + 1.0f);
     /* 2^k into the exponent, in 32-bit words that wrap, as the vector
      * lanes do (a NaN x gives a garbage k, never an overflow) */
@@ -446,17 +446,16 @@ ROWS_BF16_TARGET bool cg_attn_dsoft_row_bf16(const uint16_t *p, const float *d, 
  * [EXP16_MIN, 0] (or NaN) */
 ROWS_BF16_TARGET static inline __attribute__((always_inline)) __m512 exp16_fma(__m512 c)
 {
-    const __m512 t =
-        _mm512_fmadd_ps(c, _mm512_set1_ps(1.44269504088896341f), _mm512_set1_ps(12582912.0f));
-    const __m512 kf = _mm512_sub_ps(t, _mm512_set1_ps(12582912.0f));
-    __m512 r = _mm512_fnmadd_ps(kf, _mm512_set1_ps(0.693359375f), c);
-    r = _mm512_fnmadd_ps(kf, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 q = _mm512_set1_ps(1.9875691500e-4f);
-    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(1.3981999507e-3f));
-    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(8.3334519073e-3f));
-    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(4.1665795894e-2f));
-    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(1.6666665459e-1f));
-    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(5.0000001201e-1f));
+    const __m512 t = _mm512_fmadd_ps(c, _mm512_set1_ps(EW_EXP_LOG2E), _mm512_set1_ps(EW_EXP_SHIFT));
+    const __m512 kf = _mm512_sub_ps(t, _mm512_set1_ps(EW_EXP_SHIFT));
+    __m512 r = _mm512_fnmadd_ps(kf, _mm512_set1_ps(EW_EXP_LN2_HI), c);
+    r = _mm512_fnmadd_ps(kf, _mm512_set1_ps(EW_EXP_LN2_LO), r);
+    __m512 q = _mm512_set1_ps(EW_EXP_P0);
+    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(EW_EXP_P1));
+    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(EW_EXP_P2));
+    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(EW_EXP_P3));
+    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(EW_EXP_P4));
+    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(EW_EXP_P5));
     q = _mm512_fmadd_ps(q, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
     const __m512i k = _mm512_sub_epi32(_mm512_castps_si512(t), _mm512_set1_epi32(0x4B400000));
     return _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(q), _mm512_slli_epi32(k, 23)));

@@ -52,20 +52,32 @@ static inline __attribute__((always_inline)) void bf16_widen(int64_t n, const ui
  * exact, then the low part), a degree-7 polynomial (Cephes' expf
  * coefficients). One text for the scalar and the 16-lane exp, so that their
  * bits agree. */
-#define EW_EXP_POLY(T, xc, t, p)                   \
-    T t = (xc)*1.44269504088896341f + 12582912.0f; \
-    T p;                                           \
-    {                                              \
-        T kf_ = t - 12582912.0f;                   \
-        T r_ = (xc)-kf_ * 0.693359375f;            \
-        r_ = r_ - kf_ * -2.12194440e-4f;           \
-        p = (T){0} + 1.9875691500e-4f;             \
-        p = p * r_ + 1.3981999507e-3f;             \
-        p = p * r_ + 8.3334519073e-3f;             \
-        p = p * r_ + 4.1665795894e-2f;             \
-        p = p * r_ + 1.6666665459e-1f;             \
-        p = p * r_ + 5.0000001201e-1f;             \
-        p = p * (r_ * r_) + r_ + 1.0f;             \
+/* The constants, also of the fused multiply-add form (bf16's softmax,
+ * core/attention_rows.c) */
+#define EW_EXP_LOG2E 1.44269504088896341f
+#define EW_EXP_SHIFT 12582912.0f /* 1.5 * 2^23 */
+#define EW_EXP_LN2_HI 0.693359375f
+#define EW_EXP_LN2_LO (-2.12194440e-4f)
+#define EW_EXP_P0 1.9875691500e-4f
+#define EW_EXP_P1 1.3981999507e-3f
+#define EW_EXP_P2 8.3334519073e-3f
+#define EW_EXP_P3 4.1665795894e-2f
+#define EW_EXP_P4 1.6666665459e-1f
+#define EW_EXP_P5 5.0000001201e-1f
+#define EW_EXP_POLY(T, xc, t, p)            \
+    T t = (xc)*EW_EXP_LOG2E + EW_EXP_SHIFT; \
+    T p;                                    \
+    {                                       \
+        T kf_ = t - EW_EXP_SHIFT;           \
+        T r_ = (xc)-kf_ * EW_EXP_LN2_HI;    \
+        r_ = r_ - kf_ * EW_EXP_LN2_LO;      \
+        p = (T){0} + EW_EXP_P0;             \
+        p = p * r_ + EW_EXP_P1;             \
+        p = p * r_ + EW_EXP_P2;             \
+        p = p * r_ + EW_EXP_P3;             \
+        p = p * r_ + EW_EXP_P4;             \
+        p = p * r_ + EW_EXP_P5;             \
+        p = p * (r_ * r_) + r_ + 1.0f;      \
     }
 
 /* exp(x) for float, written so that loops over it vectorise (no libm call,
