@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "autograd/ops.h"
+#include "autograd/ops_impl.h"
 #include "core/ops.h"
 
 #define NEEDS(i) cg_node_needs_grad(n, (i))
@@ -129,29 +130,42 @@ cg_tensor *cg_attention(cg_tensor *q, cg_tensor *k, cg_tensor *v, bool causal,
  * float x gave (autocast's saved activations, docs/autograd.md). The
  * forward's product reads the same copy. The node then does not read x
  * (it keeps a header: x's memory goes with its other owners), and
- * p.i[0] is the copy's slot + 1 (0: x itself is read). */
+ * p.i[0] is the copy's slot + 1 (0: x itself is read). When x is the
+ * output of a norm that makes its copy again (autograd/ops_impl.h), the
+ * node keeps nothing of x between the forward and the backward
+ * (p.i[0] = -1): its backward asks the norm's node, which x's header
+ * holds, for the copy. */
 static bool wants_bf16_copy(const cg_tensor *x, const cg_tensor *w)
 {
     return cg_get_matmul_precision() == CG_PRECISION_BF16 && cg_grad_enabled() &&
            w->requires_grad && x->dtype == CG_F32;
 }
-static bool keep_bf16_copy(cg_node *n, cg_tensor *xb)
+static bool keep_bf16_copy(cg_node *n, const cg_tensor *x, cg_tensor *xb)
 {
-    const int slot = cg_node_save(n, xb);
-    if (slot < 0)
-        return false;
-    n->p.i[0] = slot + 1;
+    if (cg_norm_remakes_bf16(x)) { /* xb is then the norm's copy */
+        n->p.i[0] = -1;
+    } else {
+        const int slot = cg_node_save(n, xb);
+        if (slot < 0)
+            return false;
+        n->p.i[0] = slot + 1;
+    }
     cg_node_set_reads(n, 0, false);
     return true;
 }
+/* x or its bf16 copy, NULL + error when the copy cannot be made again */
 static const cg_tensor *linear_x(const cg_node *n)
 {
+    if (n->p.i[0] < 0)
+        return cg_norm_out_bf16(IN(0)->node);
     return n->p.i[0] ? n->saved[n->p.i[0] - 1] : IN(0);
 }
 static bool linear_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {
-    return cg_k_linear_backward(linear_x(n), IN(1), g, NEEDS(0) ? &gin[0] : NULL,
-                                NEEDS(1) ? &gin[1] : NULL,
+    const cg_tensor *x = linear_x(n);
+    if (!x)
+        return false;
+    return cg_k_linear_backward(x, IN(1), g, NEEDS(0) ? &gin[0] : NULL, NEEDS(1) ? &gin[1] : NULL,
                                 n->n_inputs > 2 && NEEDS(2) ? &gin[2] : NULL);
 }
 /* cg_affine and cg_affine_relu: the product (from x's bf16 copy when one
@@ -185,7 +199,7 @@ static cg_tensor *affine(const char *name, cg_tensor *x, cg_tensor *w, cg_tensor
         return NULL;
     cg_tensor *in[3] = {x, w, b};
     cg_node *n = cg_record(out, CG_OP_LINEAR, b ? 3 : 2, in, linear_bw);
-    const bool ok = !cg_record_failed(n, b ? 3 : 2, in) && (!n || !xb || keep_bf16_copy(n, xb));
+    const bool ok = !cg_record_failed(n, b ? 3 : 2, in) && (!n || !xb || keep_bf16_copy(n, x, xb));
     cg_release(xb);
     if (!ok) {
         cg_release(out);
@@ -212,7 +226,10 @@ cg_tensor *cg_affine_keep_bf16(cg_tensor *x, cg_tensor *w, cg_tensor *b)
  * cg_relu's backward without h. */
 static bool linear_act_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {
-    return cg_k_linear_act_backward(linear_x(n), IN(1), (cg_k_act)n->p.i[1], n->saved[0], g,
+    const cg_tensor *x = linear_x(n);
+    if (!x)
+        return false;
+    return cg_k_linear_act_backward(x, IN(1), (cg_k_act)n->p.i[1], n->saved[0], g,
                                     NEEDS(0) ? &gin[0] : NULL, NEEDS(1) ? &gin[1] : NULL,
                                     n->n_inputs > 2 && NEEDS(2) ? &gin[2] : NULL);
 }
@@ -251,7 +268,7 @@ static cg_tensor *affine_act(const char *name, cg_tensor *x, cg_tensor *w, cg_te
             saved = cg_alias(out);
         ok = saved && cg_node_save(n, saved) >= 0;
     }
-    ok = ok && (!n || !xb || keep_bf16_copy(n, xb));
+    ok = ok && (!n || !xb || keep_bf16_copy(n, x, xb));
     cg_release_all(2, xb, saved);
     if (!ok) {
         cg_release(out);

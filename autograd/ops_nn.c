@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "autograd/ops.h"
+#include "autograd/ops_impl.h"
 #include "core/ops.h"
 
 #define NEEDS(i) cg_node_needs_grad(n, (i))
@@ -298,9 +299,43 @@ static bool records(int n, cg_tensor *const *in)
  * In bf16 precision a recorded norm keeps instead x-hat rounded to bf16
  * (saved[1], cg_k_norm's xhat) and reads nothing else of its input: half
  * the bytes, and the backward's terms taken at the rounded x-hat
- * (docs/bf16.md, "Saved in bf16"). It also keeps its output's bf16 copy,
- * made as the rows are written: the next products read it (and their
- * nodes keep it, cg_affine), where a pass over the output made it. */
+ * (docs/bf16.md, "Saved in bf16"). Its output is computed from that
+ * rounded x-hat, and the output's bf16 copy is made as the rows are
+ * written: the next products read it. The linear layers among them do
+ * not keep it for their weight gradients: they ask the norm's node for it
+ * again (cg_norm_out_bf16), which makes it from x-hat, w and b (saved[2]
+ * when there is a bias, p.i[0] its slot + 1), keeps it for the rest of
+ * its users (p.i[1]: its slot + 1) and lets it go in its own backward.
+ * p.i[2]: the output's version as the norm left it (a later write makes
+ * the copy another one). */
+static bool norm_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin);
+static bool remakes(const cg_node *n)
+{
+    return n && !n->freed && n->backward == norm_bw && n->saved[1] && n->saved[1]->dtype == CG_BF16;
+}
+bool cg_norm_remakes_bf16(const cg_tensor *x)
+{
+    return x && remakes(x->node) && cg_version(x) == (uint64_t)x->node->p.i[2];
+}
+const cg_tensor *cg_norm_out_bf16(cg_node *n)
+{
+    if (!remakes(n)) {
+        cg_set_error("%s: no bf16 x-hat to make the output's bf16 copy from",
+                     n ? cg_node_name(n) : "norm");
+        return NULL;
+    }
+    if (n->p.i[1])
+        return n->saved[n->p.i[1] - 1];
+    const bool add = n->op == CG_OP_ADD_LAYER_NORM || n->op == CG_OP_ADD_RMS_NORM;
+    const cg_tensor *b = n->p.i[0] ? n->saved[n->p.i[0] - 1] : NULL;
+    cg_tensor *y16 = cg_k_norm_out_bf16(n->saved[1], IN(add ? 2 : 1), b);
+    const int slot = y16 ? cg_node_save(n, y16) : -1;
+    cg_release(y16);
+    if (slot < 0)
+        return NULL;
+    n->p.i[1] = slot + 1;
+    return n->saved[slot];
+}
 static bool norm_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {
     const bool add = n->op == CG_OP_ADD_LAYER_NORM || n->op == CG_OP_ADD_RMS_NORM;
@@ -325,6 +360,11 @@ static bool norm_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
     gin[wi] = dw;
     if (!rms)
         gin[wi + 1] = db;
+    if (n->p.i[1]) { /* the output's copy made again: its users are done */
+        cg_release_held(n->saved[n->p.i[1] - 1]);
+        n->saved[n->p.i[1] - 1] = NULL;
+        n->p.i[1] = 0;
+    }
     return ok;
 }
 static cg_tensor *norm_op(cg_op op, cg_tensor *x, cg_tensor *y, cg_tensor *w, cg_tensor *b,
@@ -352,6 +392,12 @@ static cg_tensor *norm_op(cg_op op, cg_tensor *x, cg_tensor *y, cg_tensor *w, cg
             ok = cg_node_save(n, rstd) >= 0;
             if (bf16)
                 ok = ok && cg_node_save(n, xhat) >= 0;
+            if (bf16 && b) { /* for the output's copy (cg_norm_out_bf16) */
+                const int s = ok ? cg_node_save(n, b) : -1;
+                ok = s >= 0;
+                n->p.i[0] = s + 1;
+            }
+            n->p.i[2] = (int64_t)cg_version(out);
             if (!bf16 && !rms)
                 ok = ok && cg_node_save(n, mean) >= 0;
             if (!bf16 && add)

@@ -68,7 +68,7 @@ static inline __attribute__((always_inline)) double xhat1(xrow r, int64_t j)
     return ((double)r.x[j] - r.m) * r.s;
 }
 
-/* One row forward: returns mean (0 for RMS) and rstd, writes y. */
+/* One row forward: returns mean (0 for RMS) and rstd, writes y (yr not NULL). */
 EW_CLONES static void norm_row_fwd(bool rms, const float *xr, float *yr, const float *wp,
                                    const float *bp, int64_t D, float eps, float *mean_out,
                                    float *rstd_out)
@@ -92,6 +92,8 @@ EW_CLONES static void norm_row_fwd(bool rms, const float *xr, float *yr, const f
     float rs = (float)(1.0 / sqrt(var + (double)eps));
     *mean_out = mf;
     *rstd_out = rs;
+    if (!yr)
+        return;
     if (wp && bp)
         for (j = 0; j < D; j++)
             yr[j] = (xr[j] - mf) * rs * wp[j] + bp[j];
@@ -301,6 +303,23 @@ EW_CLONES static void xhat_row(int64_t D, const float *xr, float m, float s, flo
         t[j] = (xr[j] - m) * s;
 }
 
+/* y = x-hat * w + b from x-hat's bf16 rounding h, in float (w, b may be
+ * NULL): bf16 training's output, which cg_k_norm_out_bf16 makes again from
+ * the saved x-hat alone. One multiplication and one addition an element,
+ * never fused, wherever it runs: the forward's copy and the backward's
+ * are the same bits. */
+EW_CLONES static void affine_row_xhat(int64_t D, const uint16_t *h, const float *w, const float *b,
+                                      float *y)
+{
+    bf16_widen(D, h, y);
+    if (w)
+        for (int64_t j = 0; j < D; j++)
+            y[j] = y[j] * w[j];
+    if (b)
+        for (int64_t j = 0; j < D; j++)
+            y[j] = y[j] + b[j];
+}
+
 /* ------------------------------------------------------------ forward */
 /* What norm_forward's rows read and write (NULL: not wanted) */
 typedef struct {
@@ -328,13 +347,14 @@ static void norm_fwd_rows(int64_t r0, int64_t r1, int thread, const void *ctx)
             add_rows(r, r + 1, D, f->x, f->a, s);
             xr = s;
         }
-        norm_row_fwd(f->rms, xr, f->y + r * D, f->w, f->b, D, f->eps, &mf, &rs);
-        if (f->y16) /* the row rounded while in L1 */
-            cg_bf16_round_run(D, f->y + r * D, f->y16 + r * D);
-        if (f->xhat16) { /* x-hat, the same */
+        norm_row_fwd(f->rms, xr, f->xhat16 ? NULL : f->y + r * D, f->w, f->b, D, f->eps, &mf, &rs);
+        if (f->xhat16) { /* x-hat rounded while in L1, and y from it */
             xhat_row(D, xr, mf, rs, row);
             cg_bf16_round_run(D, row, f->xhat16 + r * D);
+            affine_row_xhat(D, f->xhat16 + r * D, f->w, f->b, f->y + r * D);
         }
+        if (f->y16) /* the row rounded while in L1 */
+            cg_bf16_round_run(D, f->y + r * D, f->y16 + r * D);
         if (f->mean)
             f->mean[r] = mf;
         f->rstd[r] = rs;
@@ -460,6 +480,64 @@ cg_tensor *cg_k_norm(bool rms, const cg_tensor *x, const cg_tensor *y, const cg_
         return NULL;
     }
     return norm_forward(op, rms, x, y, w, b, eps, bf16_copy, mean, rstd, y ? sum : NULL, xhat);
+}
+
+/* What cg_k_norm_out_bf16's rows read and write */
+typedef struct {
+    int64_t D;
+    const uint16_t *h;
+    const float *w, *b;
+    uint16_t *y16;
+    float *scratch; /* D floats a thread */
+} out16_rows;
+
+static void norm_out16_rows(int64_t r0, int64_t r1, int thread, const void *ctx)
+{
+    const out16_rows *o = ctx;
+    float *row = o->scratch + (int64_t)thread * o->D;
+    for (int64_t r = r0; r < r1; r++) {
+        affine_row_xhat(o->D, o->h + r * o->D, o->w, o->b, row);
+        cg_bf16_round_run(o->D, row, o->y16 + r * o->D);
+    }
+}
+
+cg_tensor *cg_k_norm_out_bf16(const cg_tensor *xhat, const cg_tensor *w, const cg_tensor *b)
+{
+    const char *op = "norm_out_bf16";
+    if (!xhat)
+        return cg_error_null_input(op), NULL;
+    if (!cg_check_dtype(op, "xhat", xhat, CG_BF16) ||
+        !cg_f32_args(op, 2, (const cg_tensor *[]){w, b}) || !check_x(op, xhat))
+        return NULL;
+    const int64_t D = xhat->shape[xhat->ndim - 1];
+    if (!check_param(op, "weight", w, xhat, D) || !check_param(op, "bias", b, xhat, D))
+        return NULL;
+    const int64_t n = cg_numel(xhat), rows = cg_numel_shape(xhat->ndim - 1, xhat->shape);
+    const int nt = cg_get_num_threads();
+    cg_tensor *hc = cg_k_contiguous(xhat), *wc = NULL, *bc = NULL;
+    cg_tensor *y16 = cg_empty_dtype(CG_BF16, xhat->ndim, xhat->shape);
+    float *scratch = NULL;
+    if (!hc || !y16 || !opt_contig(w, &wc) || !opt_contig(b, &bc))
+        goto fail;
+    if (!(scratch = cg_alloc((size_t)nt * (size_t)(D > 0 ? D : 1) * sizeof(float)))) {
+        cg_set_error("%s: out of memory", op);
+        goto fail;
+    }
+    out16_rows o = {D,
+                    cg_data_bf16(hc),
+                    wc ? cg_data(wc) : NULL,
+                    bc ? cg_data(bc) : NULL,
+                    cg_data_bf16(y16),
+                    scratch};
+    cg_shares_run(rows, CHUNK, n > PAR_THRESHOLD && !omp_in_parallel() ? nt : 1, norm_out16_rows,
+                  &o);
+    cg_free(scratch);
+    cg_release_all(3, hc, wc, bc);
+    return y16;
+fail:
+    cg_free(scratch);
+    cg_release_all(4, hc, wc, bc, y16);
+    return NULL;
 }
 
 /* ----------------------------------------------------------- backward */

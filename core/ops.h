@@ -285,12 +285,19 @@ cg_tensor *cg_k_add_rms_norm(const cg_tensor *x, const cg_tensor *y, const cg_te
  * (cg_k_bf16_operand_keep), each row rounded as it is written: what bf16
  * training's next products read, without another pass over the output.
  * *xhat (NULL to skip) gets x-hat = (x - mean) * rstd of the norm's input
- * (x + y with y), computed in float as the output's rows are and rounded
- * to bf16: a CG_BF16 tensor of x's shape that cg_k_norm_backward_xhat
- * takes in place of the input (bf16 training keeps it, not the input). */
+ * (x + y with y), computed in float and rounded to bf16: a CG_BF16 tensor
+ * of x's shape that cg_k_norm_backward_xhat takes in place of the input
+ * (bf16 training keeps it, not the input). The output is then computed
+ * from that rounding, x-hat16 * w + b in float, so that
+ * cg_k_norm_out_bf16 makes its bf16 copy again from x-hat alone. */
 cg_tensor *cg_k_norm(bool rms, const cg_tensor *x, const cg_tensor *y, const cg_tensor *w,
                      const cg_tensor *b, float eps, bool bf16_copy, cg_tensor **mean,
                      cg_tensor **rstd, cg_tensor **sum, cg_tensor **xhat);
+/* The bf16 copy of a norm's output made again from its saved x-hat (bf16,
+ * cg_k_norm's *xhat), w and b (may be NULL): bf16(x-hat16 * w + b), the
+ * bits of the copy that cg_k_norm made with that x-hat (bf16_copy). A new
+ * CG_BF16 tensor of x-hat's shape, or NULL + error. */
+cg_tensor *cg_k_norm_out_bf16(const cg_tensor *xhat, const cg_tensor *w, const cg_tensor *b);
 /* The norms' backward from x-hat (bf16, cg_k_norm's *xhat) and rstd: dx,
  * dw and db (NULL to skip each; db is NULL for RMS norm) as
  * cg_k_layer_norm_backward and cg_k_rms_norm_backward compute them, each

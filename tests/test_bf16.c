@@ -1888,15 +1888,35 @@ START_TEST(test_norm_xhat)
         cg_tensor *got =
             cg_k_norm(rms, x, add ? a : NULL, w, rms ? NULL : b, 1e-5f, true, NULL, &r1, NULL, &h);
         ck_assert_ptr_nonnull(got);
-        ck_assert(same_bits(got, want) && same_bits(r1, r0));
+        ck_assert(same_bits(r1, r0));
         ck_assert_int_eq(h->dtype, CG_BF16);
         ck_assert(cg_same_shape(h, x));
         const float *in = add ? cg_data(s0) : cg_data(x);
+        /* the output from the rounded x-hat, in float; its kept bf16 copy
+         * (bf16_copy) is its rounding, which cg_k_norm_out_bf16 makes
+         * again from x-hat alone */
+        cg_tensor *c16 = cg_k_bf16_operand(got);
+        cg_tensor *o16 = cg_k_norm_out_bf16(h, w, rms ? NULL : b);
+        ck_assert_msg(o16 != NULL, "%s", cg_last_error());
+        ck_assert(same_bits(o16, c16));
         for (int64_t i = 0; i < R * D; i++) {
-            const int64_t r = i / D;
+            const int64_t r = i / D, j = i % D;
             const float t = (in[i] - (rms ? 0.0f : cg_data(m0)[r])) * cg_data(r0)[r];
             ck_assert_uint_eq(cg_data_bf16(h)[i], to_bits(cg_bf16_round(t)) >> 16);
+            float y = from_bits((uint32_t)cg_data_bf16(h)[i] << 16) * cg_data(w)[j];
+            if (!rms)
+                y = y + cg_data(b)[j];
+            ck_assert_uint_eq(to_bits(cg_data(got)[i]), to_bits(y));
+            ck_assert_uint_eq(cg_data_bf16(c16)[i], to_bits(cg_bf16_round(y)) >> 16);
+            /* against the output of the unrounded x-hat: x-hat's rounding (2^-8) */
+            const double tw = fabs((double)t * cg_data(w)[j]);
+            ck_assert_msg(fabs(cg_data(got)[i] - cg_data(want)[i]) <=
+                              0x1p-8 * tw + 0x1p-22 * (tw + fabs(cg_data(want)[i])),
+                          "v %d i %lld: got %a want %a t %a h %a w %a", v, (long long)i,
+                          cg_data(got)[i], cg_data(want)[i], t,
+                          from_bits((uint32_t)cg_data_bf16(h)[i] << 16), cg_data(w)[j]);
         }
+        cg_release_all(2, c16, o16);
         /* rstd 1: the fp32 backward's bits at the widened x-hat */
         cg_tensor *hw = cg_k_to(h, CG_F32), *dx = NULL, *dw = NULL, *db = NULL, *ex = NULL,
                   *ew = NULL, *eb = NULL;
@@ -1938,6 +1958,17 @@ START_TEST(test_norm_xhat)
                       "saved statistics");
     CG_ASSERT_REFUSED(!cg_k_norm_backward_xhat(false, h, w, NULL, g, &dx, NULL, NULL), "NULL");
     ck_assert_ptr_null(dx);
+    /* the output's copy without w or b: x-hat's own bits; refused: an fp32
+     * x-hat, a weight of another length, no x-hat */
+    cg_tensor *o16 = cg_k_norm_out_bf16(h, NULL, NULL);
+    ck_assert(o16 && o16->dtype == CG_BF16 && cg_same_shape(o16, h));
+    ck_assert_int_eq(memcmp(cg_data_bf16(o16), cg_data_bf16(h), (size_t)(R * D) * 2), 0);
+    cg_release(o16);
+    cg_tensor *w2 = cg_randn(&rng, CG_SHAPE(D - 1));
+    CG_ASSERT_REFUSED(cg_k_norm_out_bf16(x, w, b) == NULL, "'xhat' is float32, expected bfloat16");
+    CG_ASSERT_REFUSED(cg_k_norm_out_bf16(h, w2, b) == NULL, "weight must have shape [70]");
+    CG_ASSERT_REFUSED(cg_k_norm_out_bf16(NULL, w, b) == NULL, "NULL");
+    cg_release(w2);
     cg_release_all(12, x, a, w, b, g, ones, zeros, h, r, g2, r2, dx);
 }
 END_TEST
@@ -1969,7 +2000,8 @@ START_TEST(test_norm_saves_xhat)
             nsaved += n->saved[i] != NULL;
         const cg_tensor *rstd = n->saved[0], *h = n->saved[1];
         ck_assert_int_eq(rstd->dtype, CG_F32);
-        ck_assert_int_eq(nsaved, bf16 ? 2 : 1 + !rms + add);
+        /* bf16: rstd, x-hat and the bias (the output's copy is made from them) */
+        ck_assert_int_eq(nsaved, bf16 ? 2 + !rms : 1 + !rms + add);
         ck_assert((n->inputs[0]->storage != NULL) == (!bf16 && !add));
         cg_tensor *dx = NULL, *dw = NULL, *db = NULL;
         if (bf16) {
@@ -1988,6 +2020,96 @@ START_TEST(test_norm_saves_xhat)
             ck_assert(rms || same_bits(b->grad, db));
         }
         cg_release_all(10, x0, y0, w, b, g, out, loss, dx, dw, db);
+    }
+}
+END_TEST
+
+/* In bf16 precision a linear layer that reads a norm's output keeps
+ * nothing of it: its backward asks the norm's node for the output's bf16
+ * copy, made again from x-hat (cg_norm_out_bf16). The weight gradients are
+ * the bits of cg_k_linear_backward from the copy the forward read, for
+ * every kind of linear layer and three of them reading one norm (q, k and
+ * v); the copy made again is let go in the norm's backward, and a second
+ * backward (retain_graph) makes it again, the same bits. A norm's output
+ * written in place after the norm is the linear layer's own copy again. */
+START_TEST(test_norm_output_remade)
+{
+    cg_rng rng = cg_rng_new(75);
+    for (int v = 0; v < 6; v++) {
+        const bool rms = v & 1, written = v >= 4;
+        const int kind = (v / 2) % 2; /* 0: affine x3 (one norm, three layers), 1: relu, gelu */
+        cg_tensor *x0 = cg_requires_grad(cg_randn(&rng, CG_SHAPE(3, 11, 40)), true);
+        cg_tensor *nw = cg_requires_grad(cg_randn(&rng, CG_SHAPE(40)), true);
+        cg_tensor *nb = cg_requires_grad(cg_randn(&rng, CG_SHAPE(40)), true);
+        cg_tensor *W[3], *g[3], *o[3];
+        for (int i = 0; i < 3; i++) {
+            W[i] = cg_requires_grad(cg_randn(&rng, CG_SHAPE(24, 40)), true);
+            g[i] = cg_randn(&rng, CG_SHAPE(3, 11, 24));
+        }
+        cg_set_matmul_precision(CG_PRECISION_BF16);
+        cg_tensor *x = cg_muls(x0, 1.5f);
+        cg_tensor *y = rms ? cg_rms_norm(x, nw, 1e-5f) : cg_layer_norm(x, nw, nb, 1e-5f);
+        if (written) { /* a write: the copy is the layer's own */
+            cg_tensor *d = cg_detach(y);
+            ck_assert(cg_copy_(y, d));
+            cg_release(d);
+        }
+        cg_tensor *c16 = cg_k_bf16_operand(y); /* what the products read */
+        o[0] = kind ? cg_affine_relu(y, W[0], NULL) : cg_affine(y, W[0], NULL);
+        o[1] = kind ? cg_affine_gelu(y, W[1], NULL, true) : cg_affine_keep_bf16(y, W[1], NULL);
+        o[2] = cg_affine(y, W[2], NULL);
+        cg_set_matmul_precision(CG_PRECISION_FP32);
+        cg_node *nn = written ? NULL : y->node;
+        int nsaved = 0;
+        for (int i = 0; nn && i < CG_NODE_MAX_SAVED; i++)
+            nsaved += nn->saved[i] != NULL;
+        for (int i = 0; i < 3; i++) {
+            ck_assert_msg(o[i] != NULL, "%s", cg_last_error());
+            const cg_node *ln = o[i]->node;
+            ck_assert(written ? ln->p.i[0] > 0 : ln->p.i[0] == -1);
+            for (int k = 0; !written && k < CG_NODE_MAX_SAVED; k++)
+                ck_assert(!ln->saved[k] || ln->saved[k]->dtype != CG_BF16 ||
+                          !cg_same_shape(ln->saved[k], y));
+        }
+        cg_release_all(2, x, y);
+        /* what each layer's dW is: cg_k_linear_backward from the forward's copy */
+        cg_tensor *want[3];
+        cg_set_matmul_precision(CG_PRECISION_BF16);
+        for (int i = 0; i < 3; i++) {
+            want[i] = NULL;
+            if (kind && i < 2)
+                ck_assert(cg_k_linear_act_backward(c16, W[i], i ? CG_K_ACT_GELU_ERF : CG_K_ACT_RELU,
+                                                   o[i]->node->saved[0], g[i], NULL, &want[i],
+                                                   NULL));
+            else
+                ck_assert(cg_k_linear_backward(c16, W[i], g[i], NULL, &want[i], NULL));
+        }
+        cg_set_matmul_precision(CG_PRECISION_FP32);
+        /* the loss sum(o_i * g_i): each layer's gradient is g_i through its activation */
+        cg_tensor *loss = NULL;
+        for (int i = 0; i < 3; i++) {
+            cg_tensor *t = cg_sum_all(cg_mul(o[i], g[i]));
+            loss = loss ? cg_add(loss, t) : t;
+        }
+        for (int pass = 0; pass < 2; pass++) {
+            for (int i = 0; i < 3; i++)
+                cg_zero_grad(W[i]);
+            cg_set_matmul_precision(CG_PRECISION_BF16);
+            ck_assert_msg(cg_backward(loss, NULL, pass == 0), "%s", cg_last_error());
+            cg_set_matmul_precision(CG_PRECISION_FP32);
+            if (nn && pass == 0) { /* the copy made again is gone with the norm's
+                                    * backward (the second frees the node) */
+                int after = 0;
+                for (int k = 0; k < CG_NODE_MAX_SAVED; k++)
+                    after += nn->saved[k] != NULL;
+                ck_assert_int_eq(after, nsaved);
+            }
+            for (int i = 0; i < 3; i++)
+                ck_assert_msg(same_bits(W[i]->grad, want[i]), "v %d layer %d pass %d", v, i, pass);
+        }
+        cg_release_all(5, x0, nw, nb, c16, loss);
+        for (int i = 0; i < 3; i++)
+            cg_release_all(4, W[i], g[i], o[i], want[i]);
     }
 }
 END_TEST
@@ -2713,6 +2835,7 @@ static Suite *bf16_suite(void)
     tcase_add_test(to, test_norm_bf16_copy);
     tcase_add_test(to, test_norm_xhat);
     tcase_add_test(to, test_norm_saves_xhat);
+    tcase_add_test(to, test_norm_output_remade);
     tcase_add_test(to, test_linear_act_backward);
     tcase_add_test(to, test_bias_grad_blocks);
     tcase_add_test(to, test_gelu_saves_bf16);
