@@ -1851,7 +1851,7 @@ static void xhat_bound_case(bool rms, const float *in, const float *wp, const fl
         }
         for (int64_t j = 0; j < D; j++) {
             const double gw = (double)g[j] * wp[j], want = rs * (gw - mg - xh[j] * mgx);
-            /* x-hat's rounding (2^-9 relative, and rstd's in float) in x-hat
+            /* x-hat's rounding (2^-8 relative, and rstd's in float) in x-hat
              * and in mean(gw * x-hat) */
             const double bound = rs * (0x1p-7 * fabs(xh[j]) * amgx + 1e-5 * (fabs(gw) + mag));
             ck_assert_msg(fabs(dx[r * D + j] - want) <= bound, "dx[%lld][%lld] %.9g vs %.9g",
@@ -2088,8 +2088,9 @@ START_TEST(test_norm_output_remade)
         /* the loss sum(o_i * g_i): each layer's gradient is g_i through its activation */
         cg_tensor *loss = NULL;
         for (int i = 0; i < 3; i++) {
-            cg_tensor *t = cg_sum_all(cg_mul(o[i], g[i]));
-            loss = loss ? cg_add(loss, t) : t;
+            cg_tensor *m = cg_mul(o[i], g[i]), *t = cg_sum_all(m), *l = loss;
+            loss = l ? cg_add(l, t) : cg_retain(t);
+            cg_release_all(3, m, t, l);
         }
         for (int pass = 0; pass < 2; pass++) {
             for (int i = 0; i < 3; i++)
