@@ -309,6 +309,11 @@ static bool records(int n, cg_tensor *const *in)
  * p.i[2]: the output's version as the norm left it (a later write makes
  * the copy another one). */
 static bool norm_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin);
+/* The norm's weight input; the bias follows it */
+static int norm_wi(const cg_node *n)
+{
+    return n->op == CG_OP_ADD_LAYER_NORM || n->op == CG_OP_ADD_RMS_NORM ? 2 : 1;
+}
 static bool remakes(const cg_node *n)
 {
     return n && !n->freed && n->backward == norm_bw && n->saved[1] && n->saved[1]->dtype == CG_BF16;
@@ -326,9 +331,8 @@ const cg_tensor *cg_norm_out_bf16(cg_node *n)
     }
     if (n->p.i[1])
         return n->saved[n->p.i[1] - 1];
-    const bool add = n->op == CG_OP_ADD_LAYER_NORM || n->op == CG_OP_ADD_RMS_NORM;
     const cg_tensor *b = n->p.i[0] ? n->saved[n->p.i[0] - 1] : NULL;
-    cg_tensor *y16 = cg_k_norm_out_bf16(n->saved[1], IN(add ? 2 : 1), b);
+    cg_tensor *y16 = cg_k_norm_out_bf16(n->saved[1], IN(norm_wi(n)), b);
     const int slot = y16 ? cg_node_save(n, y16) : -1;
     cg_release(y16);
     if (slot < 0)
@@ -340,7 +344,7 @@ static bool norm_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {
     const bool add = n->op == CG_OP_ADD_LAYER_NORM || n->op == CG_OP_ADD_RMS_NORM;
     const bool rms = n->op == CG_OP_RMS_NORM || n->op == CG_OP_ADD_RMS_NORM;
-    const int wi = add ? 2 : 1; /* the weight's input; the bias follows it */
+    const int wi = norm_wi(n);
     const cg_tensor *rstd = n->saved[0], *s1 = n->saved[1];
     cg_tensor *dx = NULL, *dw = NULL, *db = NULL;
     cg_tensor **pdx = NEEDS(0) || (add && NEEDS(1)) ? &dx : NULL;
@@ -397,7 +401,8 @@ static cg_tensor *norm_op(cg_op op, cg_tensor *x, cg_tensor *y, cg_tensor *w, cg
                 ok = s >= 0;
                 n->p.i[0] = s + 1;
             }
-            n->p.i[2] = (int64_t)cg_version(out);
+            if (bf16)
+                n->p.i[2] = (int64_t)cg_version(out);
             if (!bf16 && !rms)
                 ok = ok && cg_node_save(n, mean) >= 0;
             if (!bf16 && add)
