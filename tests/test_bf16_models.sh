@@ -5,12 +5,22 @@
 #      AVX512_BF16 kernel (CG_BF16_AMX=0 keeps an AMX CPU on it);
 #   2. 1 and 2 threads give the same bits in bf16, on AMX too;
 #   3. bf16 really differs from fp32, by a little, and AMX (other roundings)
-#      from AVX512_BF16 by less.
+#      from AVX512_BF16 by less;
+#   4. each result line's timed window (timed_from_s, timed_to_s: a
+#      profiler's, scripts/step_profile.sh) holds the timed steps.
 #   test_bf16_models.sh BENCH
 set -euo pipefail
 bench=$1
 fail() { echo "test_bf16_models: $*" >&2; exit 1; }
 field() { sed -n "s/.*\"$1\": \"\{0,1\}\([^,\"}]*\).*/\1/p"; }
+# the window of 3 timed steps: it holds the two longest, so at least two
+# medians long
+window_ok() {
+  awk -v a="$(field timed_from_s <<<"$1")" -v b="$(field timed_to_s <<<"$1")" \
+      -v m="$(field step_ms_median <<<"$1")" \
+      'BEGIN { exit !(a > 0 && b - a >= 2 * m / 1000 * 0.999) }' ||
+    fail "$2: no timed window of 3 steps in: $1"
+}
 for model in charlm seq2seq; do
   small=(--model "$model" --preset tiny --T 16 --d 32 --steps 3 --warmup 0)
   run() { "$bench" "${small[@]}" "$@" 2>&1 | tail -1; }
@@ -23,6 +33,7 @@ for model in charlm seq2seq; do
     fail "$model: CG_BF16_EMULATE=1 did not select the emulation: $emulated"
   one=$(CG_BF16_AMX=0 run --precision bf16 --threads 1)
   fp32=$(run --precision fp32 --threads 2)
+  for line in "$native" "$emulated" "$one" "$fp32"; do window_ok "$line" "$model"; done
   l16=$(field final_loss <<<"$native")
   [ -n "$l16" ] || fail "$model: no final_loss in: $native"
   [ "$(field final_loss <<<"$emulated")" = "$l16" ] ||

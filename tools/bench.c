@@ -20,7 +20,10 @@
  *   after the last (flat memory: the two agree). Under mpirun: ranks,
  *   overlap, comm_exposed_ms_median, and with --zero 1 (ZeRO-1, the
  *   trainers' flag) zero, optim_state_mb (the optimizer state this rank
- *   holds, largest over ranks) and peak_rss_mb_max_rank.
+ *   holds, largest over ranks) and peak_rss_mb_max_rank. timed_from_s and
+ *   timed_to_s: CLOCK_MONOTONIC seconds at the start of the first timed
+ *   step and the end of the last (a profiler's window: `perf record -k
+ *   CLOCK_MONOTONIC` stamps its samples on that clock; scripts/step_profile.sh).
  *
  * MFU = model FLOPs per second / the sgemm rate measured at start-up
  * (1024^3, same thread count, best of 5). Model FLOPs per step follow the
@@ -447,6 +450,7 @@ static void random_batches(batches *bt, const preset *p, bool charlm, int64_t se
 typedef struct {
     double med, cmed, emed, rss10, rss_last;
     double tokens, seconds, flops, rows, cols; /* summed over the timed steps */
+    double from, to; /* CLOCK_MONOTONIC seconds: the timed steps' start and end */
     float last_loss;
 } timings;
 
@@ -467,6 +471,7 @@ static bool time_steps(cg_stepper *st, bench_model *bm, const batches *bt, const
     tm->last_loss = NAN;
     tm->rss10 = NAN, tm->rss_last = NAN;
     tm->tokens = tm->seconds = tm->flops = tm->rows = tm->cols = 0;
+    tm->from = tm->to = NAN;
     long i;
     for (i = 0; i < warmup + steps; i++) {
         if (!bm->real) {
@@ -486,6 +491,9 @@ static bool time_steps(cg_stepper *st, bench_model *bm, const batches *bt, const
         if (i == warmup + steps - 1) /* here, not after the code below faults its pages in */
             tm->rss_last = rss_now_mb();
         if (i >= warmup) {
+            if (i == warmup)
+                tm->from = t0;
+            tm->to = t0 + dt;
             times[i - warmup] = dt;
             cpu[i - warmup] = cg_cpu_now() - c0;
             exposed[i - warmup] = st->reducer ? cg_dist_reducer_exposed_seconds(st->reducer)
@@ -555,7 +563,9 @@ static bool print_json(const bench_args *a, const preset *p, cg_precision precis
         cg_json_put_num(o, "comm_exposed_ms_median", "%.3f", tm->emed * 1e3) &&
         cg_json_put_int(o, "zero", a->zero) &&
         cg_json_put_num(o, "optim_state_mb", "%.2f", worst[1]) &&
-        cg_json_put_num(o, "peak_rss_mb_max_rank", "%.1f", worst[0]);
+        cg_json_put_num(o, "peak_rss_mb_max_rank", "%.1f", worst[0]) &&
+        cg_json_put_num(o, "timed_from_s", "%.6f", tm->from) &&
+        cg_json_put_num(o, "timed_to_s", "%.6f", tm->to);
     char *line = ok ? cg_json_line(o) : NULL;
     cJSON_Delete(o);
     if (!line)
