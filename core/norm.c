@@ -111,23 +111,41 @@ EW_CLONES static void norm_row_fwd(bool rms, const float *xr, float *yr, const f
 /* One row's dx sums over the first Dl columns (Dl a multiple of 8), in 8
  * lanes: ag[l] = sum of gw over columns j = l (mod 8), agx the same of
  * gw * xhat. Two rows at once (a, b) hide the additions' latency; each
- * row's sums are the same as alone. */
+ * row's sums are the same as alone. With cw or cb, the same pass adds the
+ * two rows' dw and db terms over those columns (dwb_row's, row a's then,
+ * when two, row b's: each column's chain in row order), so g and x-hat are
+ * read and widened once for both. */
 static inline __attribute__((always_inline)) void dx_sums(int64_t Dl, xrow xa, const float *ga,
-                                                          xrow xb, const float *gb, const float *wp,
+                                                          xrow xb, const float *gb, bool two,
+                                                          const float *wp, double *cw, double *cb,
                                                           v8d *aga, v8d *agxa, v8d *agb, v8d *agxb)
 {
     v8d sa = {0}, sxa = {0}, sb = {0}, sxb = {0};
     for (int64_t j = 0; j < Dl; j += 8) {
-        v8d gwa = ld8(ga + j), gwb = ld8(gb + j);
+        const v8d g8a = ld8(ga + j), g8b = ld8(gb + j);
+        const v8d xha = xhat8(xa, j), xhb = xhat8(xb, j);
+        if (cw) {
+            v8d t = *(v8d_u *)(cw + j) + g8a * xha;
+            if (two)
+                t = t + g8b * xhb;
+            *(v8d_u *)(cw + j) = t;
+        }
+        if (cb) {
+            v8d t = *(v8d_u *)(cb + j) + g8a;
+            if (two)
+                t = t + g8b;
+            *(v8d_u *)(cb + j) = t;
+        }
+        v8d gwa = g8a, gwb = g8b;
         if (wp) {
             v8d w = ld8(wp + j);
             gwa = gwa * w;
             gwb = gwb * w;
         }
         sa += gwa;
-        sxa += gwa * xhat8(xa, j);
+        sxa += gwa * xha;
         sb += gwb;
-        sxb += gwb * xhat8(xb, j);
+        sxb += gwb * xhb;
     }
     *aga = sa, *agxa = sxa, *agb = sb, *agxb = sxb;
 }
@@ -193,12 +211,16 @@ static inline __attribute__((always_inline)) void chunk_bwd(bool rms, int64_t r0
         const double rs[2] = {rp[r], rp[rb]}; /* dx's factor */
         double mg[2], mgx[2];
         v8d ag[2], agx[2];
-        if (cw || cb) {
-            dwb_row(D, xr2[0], gp + r * D, cw, cb);
-            if (rb > r)
-                dwb_row(D, xr2[1], gp + rb * D, cw, cb);
-        }
-        dx_sums(Dl, xr2[0], gp + r * D, xr2[1], gp + rb * D, wp, &ag[0], &agx[0], &ag[1], &agx[1]);
+        dx_sums(Dl, xr2[0], gp + r * D, xr2[1], gp + rb * D, rb > r, wp, cw, cb, &ag[0], &agx[0],
+                &ag[1], &agx[1]);
+        for (int64_t j = Dl; (cw || cb) && j < D; j++) /* dwb_row's last columns */
+            for (int h = 0; h < (rb > r ? 2 : 1); h++) {
+                const double g = gp[(r + h) * D + j];
+                if (cw)
+                    cw[j] += g * xhat1(xr2[h], j);
+                if (cb)
+                    cb[j] += g;
+            }
         for (int h = 0; h < (rb > r ? 2 : 1); h++) {
             const xrow xr = xr2[h];
             const float *gr = gp + (r + h) * D;
