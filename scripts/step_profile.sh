@@ -66,7 +66,7 @@ GROUPS = [
     ("norms", r"norm|xhat|^add_rows"),
     ("loss", r"loss|lce|logsumexp|cross_entropy|label_smooth"),
     ("optimizer", r"update_chunk|adam|sgd|clip"),
-    ("gemm driver", r"panel_times_rows|rows_times_block|gemm|matrix_mul|^matmul"),
+    ("gemm driver", r"panel_times_rows|rows_times_block|gemm|matrix_mul|^matmul|store_tile"),
     # libgomp's waits and the chunk runner's own samples (core/shares.h)
     ("threads", r"gomp|^omp_|do_spin|do_wait|futex|shares_run|barrier"),
     ("memory", r"^__mem(set|cpy|move)|alloc|^_?free|^cfree"),
