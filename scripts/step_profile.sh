@@ -20,6 +20,7 @@
 # counts (group "threads"), a sleeping one does not, so the 1-thread
 # figures are the ones to compare across builds.
 set -euo pipefail
+case "${1:-}" in -h | --help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 bench=${CG_BENCH:-build/tools/bench}
 fail() { echo "step_profile: $*" >&2; exit 1; }
 command -v perf >/dev/null || fail "needs perf (apt-get install linux-perf)"
@@ -36,9 +37,12 @@ if ! perf record -q -k CLOCK_MONOTONIC -F 999 -o "$dir/perf.data" -- "$bench" "$
 fi
 window=$(python3 -c '
 import json, sys
-r = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
-print("%.6f,%.6f" % (r["timed_from_s"], r["timed_to_s"]))' "$dir/bench.json") ||
-  fail "bench printed no timed_from_s / timed_to_s: $(tail -1 "$dir/bench.json")"
+try:
+    r = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+    print("%.6f,%.6f" % (r["timed_from_s"], r["timed_to_s"]))
+except (ValueError, IndexError, KeyError, TypeError):
+    sys.exit(1)' "$dir/bench.json") ||
+  fail "bench printed no result line with timed_from_s and timed_to_s (an older bench?)"
 perf report -i "$dir/perf.data" --time "$window" --no-children --sort dso,sym --stdio -q -n -g none \
   --percent-limit 0 >"$dir/report.txt" 2>/dev/null ||
   fail "perf report failed"
