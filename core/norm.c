@@ -150,12 +150,12 @@ static inline __attribute__((always_inline)) void dx_sums(int64_t Dl, xrow xa, c
     *aga = sa, *agxa = sxa, *agb = sb, *agxb = sxb;
 }
 
-/* Row r's terms of the dw and db sums, added to cw and cb (each column's
- * chain in row order, from the chunk's zeros). */
-static inline __attribute__((always_inline)) void dwb_row(int64_t D, xrow xr, const float *gr,
-                                                          double *cw, double *cb)
+/* Row r's terms of the dw and db sums over columns [j0, D), added to cw
+ * and cb (each column's chain in row order, from the chunk's zeros). */
+static inline __attribute__((always_inline)) void dwb_row(int64_t j0, int64_t D, xrow xr,
+                                                          const float *gr, double *cw, double *cb)
 {
-    int64_t j = 0;
+    int64_t j = j0;
     for (; j + 8 <= D; j += 8) {
         v8d g = ld8(gr + j);
         if (cw) {
@@ -202,7 +202,7 @@ static inline __attribute__((always_inline)) void chunk_bwd(bool rms, int64_t r0
     int64_t Dl = D / LANES * LANES;
     if (!dxp) {
         for (int64_t r = r0; r < r1 && (cw || cb); r++)
-            dwb_row(D, row_at(r, D, xp, hp, mp, rp), gp + r * D, cw, cb);
+            dwb_row(0, D, row_at(r, D, xp, hp, mp, rp), gp + r * D, cw, cb);
         return;
     }
     for (int64_t r = r0; r < r1; r += 2) {
@@ -213,14 +213,8 @@ static inline __attribute__((always_inline)) void chunk_bwd(bool rms, int64_t r0
         v8d ag[2], agx[2];
         dx_sums(Dl, xr2[0], gp + r * D, xr2[1], gp + rb * D, rb > r, wp, cw, cb, &ag[0], &agx[0],
                 &ag[1], &agx[1]);
-        for (int64_t j = Dl; (cw || cb) && j < D; j++) /* dwb_row's last columns */
-            for (int h = 0; h < (rb > r ? 2 : 1); h++) {
-                const double g = gp[(r + h) * D + j];
-                if (cw)
-                    cw[j] += g * xhat1(xr2[h], j);
-                if (cb)
-                    cb[j] += g;
-            }
+        for (int h = 0; (cw || cb) && h < (rb > r ? 2 : 1); h++) /* the last columns */
+            dwb_row(Dl, D, xr2[h], gp + (r + h) * D, cw, cb);
         for (int h = 0; h < (rb > r ? 2 : 1); h++) {
             const xrow xr = xr2[h];
             const float *gr = gp + (r + h) * D;
