@@ -237,6 +237,19 @@ int cg_node_save(cg_node *n, cg_tensor *t);
 /* A header aliasing t's storage with no autograd fields: for saving an
  * op's own output on its node without a reference cycle. */
 cg_tensor *cg_alias(const cg_tensor *t);
+/* Adding into the gradient an input already has, from inside n's backward
+ * (one pass over memory fewer than returning a new tensor that the engine
+ * adds): the gradient that earlier backwards gave input i, when the engine
+ * can hand it over, else NULL (then return a new tensor as usual). It is
+ * offered only for an input made by an op (never a leaf's .grad), while n's
+ * backward runs, when it is contiguous, has the input's shape and dtype,
+ * nothing else holds it or its storage, no other input of n is the same
+ * tensor, and no cg_set_backward_hook is set (the hook sees each backward's
+ * own gradients). A backward that takes it adds its gradient into it in
+ * place, every element acc + its own value rounded once (cg_k_add_'s bits,
+ * so the sums are the ones the engine would make), and sets gin[i] =
+ * cg_retain(acc); the engine then adds nothing. */
+cg_tensor *cg_node_grad_acc(const cg_node *n, int i);
 
 /* ------------------------------------------------------------ engine */
 /* Gradients of every leaf that requires grad, from root (any shape) with

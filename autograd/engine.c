@@ -300,6 +300,28 @@ static bool accumulate_unlocked(cg_tensor **slot, cg_tensor *g, bool private)
     return ok;
 }
 
+/* The node whose backward runs now on this thread (cg_node_grad_acc
+ * offers gradients only to it; a recomputed block's inner backward, run
+ * from inside a node's, puts it back when done). */
+static _Thread_local const cg_node *g_running;
+
+cg_tensor *cg_node_grad_acc(const cg_node *n, int i)
+{
+    if (!n || n != g_running || g_bw_hook || !cg_node_needs_grad(n, i))
+        return NULL;
+    const cg_tensor *in = n->inputs[i];
+    if (!in->node || in->node->freed)
+        return NULL; /* a leaf's .grad belongs to its user (and to the locks) */
+    cg_tensor *s = in->node->grad;
+    if (!s || s->node || s->dtype != in->dtype || !cg_same_shape(s, in) || !cg_is_contiguous(s) ||
+        s->refcount != 1 || s->storage->refcount != 1)
+        return NULL;
+    for (int j = 0; j < n->n_inputs; j++)
+        if (j != i && n->inputs[j]->node == in->node)
+            return NULL; /* x op x: both gradients go to one tensor */
+    return s;
+}
+
 /* A leaf's .grad may be shared by threads that run backwards through one
  * model at once (Hogwild-style): accumulation into it is locked, as
  * PyTorch's AccumulateGrad locks. One of 64 mutexes, picked by the slot's
@@ -489,7 +511,10 @@ static bool backward_impl(cg_tensor *root, const cg_tensor *grad_root, bool reta
             break;
         }
         unsigned long serial = cg_error_serial();
+        const cg_node *outer = g_running;
+        g_running = n;
         ok = n->backward(n, n->grad, gv);
+        g_running = outer;
         if (!ok && cg_error_serial() == serial) /* no message of its own: never a stale one */
             cg_set_error("backward of %s failed without recording a reason", cg_node_name(n));
         if (ok && g_bw_hook)
@@ -506,8 +531,8 @@ static bool backward_impl(cg_tensor *root, const cg_tensor *grad_root, bool reta
             if (!g)
                 continue;
             cg_tensor *in = n->inputs[i];
-            if (!ok || !cg_node_needs_grad(n, i)) {
-                cg_release(g);
+            if (!ok || !cg_node_needs_grad(n, i) || (in->node && g == in->node->grad)) {
+                cg_release(g); /* or added into the input's gradient: cg_node_grad_acc */
                 continue;
             }
             g = to_input_dtype(fit_to_shape(n, i, g, in), in);

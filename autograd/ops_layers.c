@@ -165,7 +165,8 @@ static bool linear_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
     const cg_tensor *x = linear_x(n);
     if (!x)
         return false;
-    return cg_k_linear_backward(x, IN(1), g, NEEDS(0) ? &gin[0] : NULL, NEEDS(1) ? &gin[1] : NULL,
+    return cg_k_linear_backward(x, IN(1), g, cg_node_grad_acc(n, 0), NEEDS(0) ? &gin[0] : NULL,
+                                NEEDS(1) ? &gin[1] : NULL,
                                 n->n_inputs > 2 && NEEDS(2) ? &gin[2] : NULL);
 }
 /* cg_affine and cg_affine_relu: the product (from x's bf16 copy when one
@@ -230,7 +231,8 @@ static bool linear_act_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
     if (!x)
         return false;
     return cg_k_linear_act_backward(x, IN(1), (cg_k_act)n->p.i[1], n->saved[0], g,
-                                    NEEDS(0) ? &gin[0] : NULL, NEEDS(1) ? &gin[1] : NULL,
+                                    cg_node_grad_acc(n, 0), NEEDS(0) ? &gin[0] : NULL,
+                                    NEEDS(1) ? &gin[1] : NULL,
                                     n->n_inputs > 2 && NEEDS(2) ? &gin[2] : NULL);
 }
 static cg_tensor *affine_act(const char *name, cg_tensor *x, cg_tensor *w, cg_tensor *b,

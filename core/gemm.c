@@ -921,12 +921,13 @@ bool cg_sgemm_bias_path(cg_gemm_path path, int nthreads, int64_t m, int64_t n, i
 
 bool cg_gemm_prepacked(int path, int nthreads, int64_t m, int64_t n, int64_t k, const void *x,
                        bool xbf, int64_t rsx, int64_t csx, const cg_bf16_prepacked *w,
-                       const float *bias, int64_t bs, float *c, int64_t rsc, int64_t csc)
+                       const float *bias, int64_t bs, float beta, float *c, int64_t rsc,
+                       int64_t csc)
 {
     if (!w || !w->p || m < 2 || n < 2 || csc != 1 || rsc < n)
         return false; /* C would not be turned over: A would not be W */
     return gemm_run(path, nthreads, m, n, k, 1.0f, x, rsx, csx, NULL, 1, k,
-                    xbf ? CG_GEMM_A_BF16 : 0, 0.0f, bias, bs, c, rsc, csc, w);
+                    xbf ? CG_GEMM_A_BF16 : 0, bias ? 0.0f : beta, bias, bs, c, rsc, csc, w);
 }
 
 void cg_sgemm_bias(int64_t m, int64_t n, int64_t k, const float *a, int64_t rsa, int64_t csa,

@@ -1607,7 +1607,8 @@ size_t cg_bf16_matrix_bytes(const cg_bf16_matrix *m)
  * b_cols) B panels of kp pairs), into y, plus the bias when given. */
 static void bf16_matrix_panels(const cg_bf16_matrix *w, cg_bf16_kind kind, int64_t q0, int64_t q1,
                                int64_t m, const uint32_t *xp, const float *bias, int64_t bs,
-                               float *y, int64_t rsy, int64_t csy, const cg_gemm_epilogue *epi)
+                               float beta, float *y, int64_t rsy, int64_t csy,
+                               const cg_gemm_epilogue *epi)
 {
     const int64_t kp = w->kp, bc = b_cols(kind);
     for (int64_t q = q0; q < q1; q++) {
@@ -1619,8 +1620,8 @@ static void bf16_matrix_panels(const cg_bf16_matrix *w, cg_bf16_kind kind, int64
             for (int64_t pc = 0; pc < w->k; pc += KC) {
                 const int64_t kc = w->k - pc < KC ? w->k - pc : KC;
                 /* the first k block adds the bias (one per row of the
-                 * tile), later ones accumulate */
-                const tile_out o = {1.0f, pc == 0 ? 0.0f : 1.0f,
+                 * tile) or beta y, later ones accumulate */
+                const tile_out o = {1.0f, pc == 0 ? (bias ? 0.0f : beta) : 1.0f,
                                     pc == 0 && bias ? bias + i0 * bs : NULL, bs, 0};
                 const uint32_t *ap = w->p + q * kp * MR + (pc / 2) * MR;
                 if (kind == CG_BF16_AMX)
@@ -1649,11 +1650,12 @@ static void bf16_matrix_panels(const cg_bf16_matrix *w, cg_bf16_kind kind, int64
  * thread (a few microseconds) costs more than it saves. */
 #define MATRIX_MIN_BYTES_PER_THREAD (512 * 1024)
 
-/* cg_bf16_matrix_mul with x's elements floats, or bf16 when xbf, and
- * the epilogue epi (or NULL) on y's final blocks */
+/* cg_bf16_matrix_mul with x's elements floats, or bf16 when xbf, beta y
+ * added without a bias, and the epilogue epi (or NULL) on y's final blocks */
 static bool matrix_mul(const cg_bf16_matrix *w, cg_gemm_path path, int nthreads, int64_t m,
                        const void *x, bool xbf, int64_t rsx, int64_t csx, const float *bias,
-                       int64_t bs, float *y, int64_t rsy, int64_t csy, const cg_gemm_epilogue *epi)
+                       int64_t bs, float beta, float *y, int64_t rsy, int64_t csy,
+                       const cg_gemm_epilogue *epi)
 {
     if (!w || (m > 0 && (!x || !y)) || m < 0) {
         cg_set_error("bf16 matrix product: NULL argument or negative row count");
@@ -1675,8 +1677,8 @@ static bool matrix_mul(const cg_bf16_matrix *w, cg_gemm_path path, int nthreads,
         /* many rows (training): the GEMM driver's blocking and threads,
          * with W's panels in place of the ones it would pack */
         const cg_bf16_prepacked pre = {w->p, w->kp, epi};
-        if (cg_gemm_prepacked(path, nthreads, m, w->n, w->k, x, xbf, rsx, csx, &pre, bias, bs, y,
-                              rsy, csy))
+        if (cg_gemm_prepacked(path, nthreads, m, w->n, w->k, x, xbf, rsx, csx, &pre, bias, bs, beta,
+                              y, rsy, csy))
             return true;
         cg_set_error("bf16 matrix product: out of memory");
         return false;
@@ -1701,14 +1703,14 @@ static bool matrix_mul(const cg_bf16_matrix *w, cg_gemm_path path, int nthreads,
     if (nt > w->npanel)
         nt = (int)w->npanel;
     if (nt <= 1 || omp_in_parallel()) {
-        bf16_matrix_panels(w, kind, 0, w->npanel, m, xp, bias, bs, y, rsy, csy, epi);
+        bf16_matrix_panels(w, kind, 0, w->npanel, m, xp, bias, bs, beta, y, rsy, csy, epi);
         return true;
     }
 #pragma omp parallel num_threads(nt)
     {
         const int t = omp_get_thread_num(), T = omp_get_num_threads();
         const int64_t q0 = w->npanel * t / T, q1 = w->npanel * (t + 1) / T;
-        bf16_matrix_panels(w, kind, q0, q1, m, xp, bias, bs, y, rsy, csy, epi);
+        bf16_matrix_panels(w, kind, q0, q1, m, xp, bias, bs, beta, y, rsy, csy, epi);
     }
     return true;
 }
@@ -1717,21 +1719,21 @@ bool cg_bf16_matrix_mul(const cg_bf16_matrix *w, cg_gemm_path path, int nthreads
                         const float *x, int64_t rsx, int64_t csx, const float *bias, int64_t bs,
                         float *y, int64_t rsy, int64_t csy)
 {
-    return matrix_mul(w, path, nthreads, m, x, false, rsx, csx, bias, bs, y, rsy, csy, NULL);
+    return matrix_mul(w, path, nthreads, m, x, false, rsx, csx, bias, bs, 0.0f, y, rsy, csy, NULL);
 }
 
 bool cg_bf16_matrix_mul_bf16(const cg_bf16_matrix *w, cg_gemm_path path, int nthreads, int64_t m,
                              const uint16_t *x, int64_t rsx, int64_t csx, const float *bias,
                              int64_t bs, float *y, int64_t rsy, int64_t csy)
 {
-    return matrix_mul(w, path, nthreads, m, x, true, rsx, csx, bias, bs, y, rsy, csy, NULL);
+    return matrix_mul(w, path, nthreads, m, x, true, rsx, csx, bias, bs, 0.0f, y, rsy, csy, NULL);
 }
 
 bool cg_bf16_matrix_mul_epi(const cg_bf16_matrix *w, int path, int nthreads, int64_t m,
                             const void *x, bool xbf, int64_t rsx, int64_t csx, const float *bias,
-                            int64_t bs, float *y, int64_t rsy, int64_t csy,
+                            int64_t bs, float beta, float *y, int64_t rsy, int64_t csy,
                             const cg_gemm_epilogue *epi)
 {
-    return matrix_mul(w, (cg_gemm_path)path, nthreads, m, x, xbf, rsx, csx, bias, bs, y, rsy, csy,
-                      epi);
+    return matrix_mul(w, (cg_gemm_path)path, nthreads, m, x, xbf, rsx, csx, bias, bs, beta, y, rsy,
+                      csy, epi);
 }

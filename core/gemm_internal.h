@@ -58,24 +58,30 @@ typedef struct {
     const cg_gemm_epilogue *epi; /* run on C's final blocks, or NULL */
 } cg_bf16_prepacked;
 
-/* C[m, n] = x[m, k] W^T (+ bias[j * bs]) for W given as prepacked panels
- * (W itself is not read), through the GEMM driver with its blocking and
- * threading (core/gemm.c): the bits of cg_sgemm_bias / cg_sgemm on the
- * same bf16 path. C must be row-stored (csc 1, rsc >= n, m and n >= 2).
+/* C[m, n] = x[m, k] W^T + bias[j * bs] (bias may be NULL) or, without a
+ * bias, x W^T + beta C, for W given as prepacked panels (W itself is not
+ * read), through the GEMM driver with its blocking and threading
+ * (core/gemm.c): the bits of cg_sgemm_bias / cg_sgemm on the same bf16
+ * path. C must be row-stored (csc 1, rsc >= n, m and n >= 2).
  * False when out of memory or the path is not a bf16 one. path is a
  * cg_gemm_path (an int here: core/gemm.h is the gemm module's own header). */
 bool cg_gemm_prepacked(int path, int nthreads, int64_t m, int64_t n, int64_t k, const void *x,
                        bool xbf, int64_t rsx, int64_t csx, const cg_bf16_prepacked *w,
-                       const float *bias, int64_t bs, float *c, int64_t rsc, int64_t csc);
+                       const float *bias, int64_t bs, float beta, float *c, int64_t rsc,
+                       int64_t csc);
 
 /* cg_bf16_matrix_mul (core/gemm.h) with x's elements floats, or bf16 bit
- * patterns when xbf, and epi (or NULL) run on every block of y once it is
- * final: the whole of y, in blocks, whatever the path (y is then as the
- * product leaves it plus what epi does; core/linear.c's activations). */
+ * patterns when xbf, y = x W^T + beta y without a bias (beta 0: y is only
+ * written), and epi (or NULL) run on every block of y once it is final:
+ * the whole of y, in blocks, whatever the path (y is then as the product
+ * leaves it plus what epi does; core/linear.c's activations). With beta 1
+ * and k in one block (cg_gemm_k_block), each element is y + its sum
+ * rounded once: the bits of adding the product with beta 0 into y
+ * (core/linear.c's backward adds dx into a gradient so). */
 struct cg_bf16_matrix;
 bool cg_bf16_matrix_mul_epi(const struct cg_bf16_matrix *w, int path, int nthreads, int64_t m,
                             const void *x, bool xbf, int64_t rsx, int64_t csx, const float *bias,
-                            int64_t bs, float *y, int64_t rsy, int64_t csy,
+                            int64_t bs, float beta, float *y, int64_t rsy, int64_t csy,
                             const cg_gemm_epilogue *epi);
 
 /* core/gemm_bf16.c: C = alpha A B + beta C on one thread with A and B

@@ -288,7 +288,7 @@ static cg_tensor *linear(const cg_tensor *x, const cg_tensor *w, const cg_tensor
     else if (pw)
         ok = cg_bf16_matrix_mul_epi(cg_bf16_weight_matrix(pw), CG_GEMM_AUTO, 0, N, cg_data_ptr(xc),
                                     xc->dtype == CG_BF16, in, 1, b ? cg_data(b) : NULL,
-                                    b ? b->strides[0] : 0, yp, out, 1, epi);
+                                    b ? b->strides[0] : 0, 0.0f, yp, out, 1, epi);
     else if (N > 0 && out > 0 && b)
         cg_sgemm_bias(N, out, in, cg_data(xc), in, 1, cg_data(w), w->strides[1], w->strides[0],
                       cg_data(b), b->strides[0], yp, out, 1);
@@ -554,8 +554,8 @@ static cg_tensor *act_backward(const act_grad *ag, const cg_tensor *g)
 }
 
 static bool linear_backward(const char *op, const cg_tensor *x, const cg_tensor *w,
-                            const act_grad *ag, const cg_tensor *g, cg_tensor **dx, cg_tensor **dw,
-                            cg_tensor **db)
+                            const act_grad *ag, const cg_tensor *g, cg_tensor *acc, cg_tensor **dx,
+                            cg_tensor **dw, cg_tensor **db)
 {
     if (dx)
         *dx = NULL;
@@ -574,6 +574,18 @@ static bool linear_backward(const char *op, const cg_tensor *x, const cg_tensor 
         char s1[96], s2[96];
         cg_set_error("%s: gradient %s does not match input %s", op, cg_shape_str(g, s1, sizeof s1),
                      cg_shape_str(x, s2, sizeof s2));
+        return false;
+    }
+    if (acc && !dx) {
+        cg_set_error("%s: a tensor to add dx into, but dx not asked for", op);
+        return false;
+    }
+    if (acc && (acc->dtype != CG_F32 || !cg_same_shape(acc, x) || !cg_is_contiguous(acc))) {
+        char s1[96], s2[96];
+        cg_set_error("%s: dx is added into a contiguous float32 tensor of the input's shape %s, "
+                     "got %s%s %s",
+                     op, cg_shape_str(x, s2, sizeof s2), cg_is_contiguous(acc) ? "" : "a view ",
+                     cg_dtype_name(acc->dtype), cg_shape_str(acc, s1, sizeof s1));
         return false;
     }
     if (ag) { /* relu: a bool mask or the float output; the GELUs: the input */
@@ -605,17 +617,23 @@ static bool linear_backward(const char *op, const cg_tensor *x, const cg_tensor 
          * (relu's float output: its mask first) */
         cg_tensor *gm = fused ? cg_k_relu_mask(ag->t) : act_backward(ag, g);
         const bool ok =
-            gm && (fused ? linear_backward(op, x, w, &(act_grad){ag->act, gm}, g, dx, dw, db)
-                         : linear_backward(op, x, w, NULL, gm, dx, dw, db));
+            gm && (fused ? linear_backward(op, x, w, &(act_grad){ag->act, gm}, g, acc, dx, dw, db)
+                         : linear_backward(op, x, w, NULL, gm, acc, dx, dw, db));
         cg_release(gm);
         return ok;
     }
     cg_tensor *gc = cg_k_contiguous(g);
     cg_tensor *mc = ag ? cg_k_contiguous(ag->t) : NULL;
     cg_tensor *xc = dw ? cg_k_contiguous(x) : NULL;
+    /* dx straight into acc: the bf16 product's one k block adds it (beta
+     * 1), each element's sum rounded once as acc + dx would be */
+    const bool into = acc && bf16 && !empty && cg_gemm_k_block(CG_GEMM_AUTO, out, 0) == out;
     /* beta = 0: the products write every element, so no zero-fill unless a
      * product is skipped for an empty dimension */
-    cg_tensor *gx = dx ? (empty ? cg_zeros(x->ndim, x->shape) : cg_empty(x->ndim, x->shape)) : NULL;
+    cg_tensor *gx = !dx     ? NULL
+                    : into  ? cg_retain(acc)
+                    : empty ? cg_zeros(x->ndim, x->shape)
+                            : cg_empty(x->ndim, x->shape);
     cg_tensor *gw = dw ? (empty ? cg_zeros(CG_SHAPE(out, in)) : cg_empty(CG_SHAPE(out, in))) : NULL;
     cg_tensor *gb = db ? cg_empty(CG_SHAPE(out)) : NULL;
     cg_tensor *g16 = fused ? cg_empty_dtype(CG_BF16, g->ndim, g->shape) : NULL;
@@ -632,10 +650,9 @@ static bool linear_backward(const char *op, const cg_tensor *x, const cg_tensor 
         /* dx [N,in] = g [N,out] W [out,in] on W^T's cached bf16 copy */
         cg_bf16_weight *pw = cg_bf16_weight_get(w, true);
         const cg_bf16_matrix *wm = pw ? cg_bf16_weight_matrix(pw) : NULL;
-        ok = pw && (g16 ? cg_bf16_matrix_mul_bf16(wm, CG_GEMM_AUTO, 0, N, cg_data_bf16(g16), out, 1,
-                                                  NULL, 0, cg_data(gx), in, 1)
-                        : cg_bf16_matrix_mul(wm, CG_GEMM_AUTO, 0, N, gp, out, 1, NULL, 0,
-                                             cg_data(gx), in, 1));
+        ok = pw && cg_bf16_matrix_mul_epi(
+                       wm, CG_GEMM_AUTO, 0, N, g16 ? cg_data_ptr(g16) : (const void *)gp,
+                       g16 != NULL, out, 1, NULL, 0, into ? 1.0f : 0.0f, cg_data(gx), in, 1, NULL);
         cg_bf16_weight_release(pw);
     } else if (ok && gx && !empty) { /* dx [N,in] = g [N,out] W [out,in] */
         cg_sgemm(N, in, out, 1.0f, gp, out, 1, cg_data(w), w->strides[0], w->strides[1], 0.0f,
@@ -658,6 +675,11 @@ static bool linear_backward(const char *op, const cg_tensor *x, const cg_tensor 
         cg_shares_run(out, 8 * CB, cg_shares_team(N * out > PAR_THRESHOLD), colsum_run, &job);
     }
     cg_release_all(3, gc, mc, xc);
+    if (ok && acc && !into) { /* the bits of the same sum made apart */
+        ok = cg_k_add_(acc, gx);
+        cg_release(gx);
+        gx = cg_retain(acc);
+    }
     if (!ok) {
         cg_release_all(3, gx, gw, gb);
         return false;
@@ -672,18 +694,19 @@ static bool linear_backward(const char *op, const cg_tensor *x, const cg_tensor 
 }
 
 bool cg_k_linear_backward(const cg_tensor *x, const cg_tensor *w, const cg_tensor *g,
-                          cg_tensor **dx, cg_tensor **dw, cg_tensor **db)
+                          cg_tensor *acc, cg_tensor **dx, cg_tensor **dw, cg_tensor **db)
 {
     if (!x || !w || !g)
         return cg_error_null_input("cg_k_linear_backward");
-    return linear_backward("linear backward", x, w, NULL, g, dx, dw, db);
+    return linear_backward("linear backward", x, w, NULL, g, acc, dx, dw, db);
 }
 
 bool cg_k_linear_act_backward(const cg_tensor *x, const cg_tensor *w, cg_k_act act,
-                              const cg_tensor *saved, const cg_tensor *g, cg_tensor **dx,
-                              cg_tensor **dw, cg_tensor **db)
+                              const cg_tensor *saved, const cg_tensor *g, cg_tensor *acc,
+                              cg_tensor **dx, cg_tensor **dw, cg_tensor **db)
 {
     if (!x || !w || !saved || !g)
         return cg_error_null_input("cg_k_linear_act_backward");
-    return linear_backward("linear_act backward", x, w, &(act_grad){act, saved}, g, dx, dw, db);
+    return linear_backward("linear_act backward", x, w, &(act_grad){act, saved}, g, acc, dx, dw,
+                           db);
 }

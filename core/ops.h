@@ -412,9 +412,14 @@ void cg_bf16_weight_cache_limit(size_t bytes);
 
 /* Its gradients given g [..., out]: dx [..., in], dW [out, in], db [out]
  * (each may be NULL to skip). x may be bfloat16 (only dW reads it), as
- * for cg_k_linear. */
+ * for cg_k_linear. acc (or NULL): a contiguous float32 tensor of x's shape
+ * that dx is added into in place, each element acc + dx rounded once
+ * (cg_k_add_'s bits); *dx is then a new reference to acc. In bf16
+ * precision with out within one k block of the product
+ * (cg_gemm_k_block), the product adds into acc as it writes (beta 1), and
+ * no dx tensor is made (autograd's cg_node_grad_acc). */
 bool cg_k_linear_backward(const cg_tensor *x, const cg_tensor *w, const cg_tensor *g,
-                          cg_tensor **dx, cg_tensor **dw, cg_tensor **db);
+                          cg_tensor *acc, cg_tensor **dx, cg_tensor **dw, cg_tensor **db);
 /* The same for y = act(x W^T + b) given what the forward saved: for relu
  * its mask (bool, y > 0: cg_k_relu_mask, cg_k_linear_act's) or y itself
  * (float32, or bf16: g passes where it is positive), for the GELUs the
@@ -426,8 +431,8 @@ bool cg_k_linear_backward(const cg_tensor *x, const cg_tensor *w, const cg_tenso
  * activation, rounds it for both products and sums the bias's gradient (no
  * float gradient of the pre-activation is made). */
 bool cg_k_linear_act_backward(const cg_tensor *x, const cg_tensor *w, cg_k_act act,
-                              const cg_tensor *saved, const cg_tensor *g, cg_tensor **dx,
-                              cg_tensor **dw, cg_tensor **db);
+                              const cg_tensor *saved, const cg_tensor *g, cg_tensor *acc,
+                              cg_tensor **dx, cg_tensor **dw, cg_tensor **db);
 
 /* Fused scaled-dot-product attention on split heads: q [B,H,Tq,dh], k and
  * v [B,H,Tk,dh] (any strides; float32, or bfloat16 bit patterns, which the

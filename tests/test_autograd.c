@@ -712,6 +712,110 @@ START_TEST(test_unread_user_op_and_to)
 }
 END_TEST
 
+/* ------------------------------------ adding into an input's gradient */
+/* A user op y = 2 (x0 + ... ) whose backward adds into the gradient an
+ * input already has when the engine offers it (cg_node_grad_acc), counting
+ * the offers. */
+static int g_offers;
+static bool doubler_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    for (int i = 0; i < n->n_inputs; i++) {
+        if (!cg_node_needs_grad(n, i))
+            continue;
+        cg_tensor *acc = cg_node_grad_acc(n, i), *d = cg_k_muls(g, 2.0f);
+        if (!acc) {
+            gin[i] = d;
+            continue;
+        }
+        g_offers++;
+        const bool ok = cg_k_add_(acc, d);
+        cg_release(d);
+        gin[i] = cg_retain(acc);
+        if (!ok)
+            return false;
+    }
+    return true;
+}
+static cg_tensor *doubler(int n, cg_tensor **x)
+{
+    cg_tensor *out = cg_k_muls(n == 1 ? x[0] : cg_k_add(x[0], x[1]), 2.0f); /* in a scope */
+    cg_node *node = NULL;
+    ck_assert_int_eq(cg_record_op(out, "doubler", n, x, doubler_bw, &node), CG_RECORD_OK);
+    ck_assert_ptr_null(cg_node_grad_acc(node, 0)); /* only while its backward runs */
+    return out;
+}
+static void quiet_hook(void *ctx, cg_node *n, cg_tensor **gin) { (void)ctx, (void)n, (void)gin; }
+
+/* The gradient an input already has is offered to the second of its users
+ * (here q = h * doubler(h): mul runs first), and the sums have the bits of
+ * the engine's own (the run with a backward hook, which turns the offers
+ * off). Not offered: to a leaf's .grad, for x op x, under a hook. A linear
+ * layer's dx goes the same way (core/linear.c), with the same bits in fp32
+ * and bf16 precision. */
+START_TEST(test_grad_added_in_place)
+{
+    cg_rng rng = cg_rng_new(5);
+    cg_tensor *x = cg_requires_grad(cg_randn(&rng, CG_SHAPE(5, 7)), true);
+    for (int c = 0; c < 3; c++) { /* h = exp(x); leaf h = x; doubler(h, h) */
+        cg_tensor *got = NULL;
+        for (int hooked = 0; hooked < 2; hooked++) {
+            cg_scope *sc = cg_scope_begin();
+            cg_set_backward_hook(hooked ? quiet_hook : NULL, NULL);
+            g_offers = 0;
+            cg_zero_grad(x);
+            cg_tensor *h = c == 1 ? x : cg_exp(x);
+            cg_tensor *p = doubler(c == 2 ? 2 : 1, (cg_tensor *[]){h, h});
+            ck_assert(cg_backward(cg_sum_all(cg_mul(h, p)), NULL, false));
+            cg_set_backward_hook(NULL, NULL);
+            ck_assert_int_eq(g_offers, c == 0 && !hooked ? 1 : 0);
+            if (!hooked) {
+                got = cg_keep(cg_k_clone(cg_grad(x)));
+            } else {
+                float *a = cg_test_values(got), *b = cg_test_values(cg_grad(x));
+                ck_assert_msg(!memcmp(a, b, 35 * sizeof(float)), "case %d: %a %a", c, (double)a[0],
+                              (double)b[0]);
+                free(a);
+                free(b);
+            }
+            cg_scope_end(sc);
+        }
+        cg_release(got);
+    }
+    /* two linear layers on h: the second's dx added into the first's */
+    cg_tensor *w1 = cg_requires_grad(cg_randn(&rng, CG_SHAPE(9, 7)), true);
+    cg_tensor *w2 = cg_requires_grad(cg_randn(&rng, CG_SHAPE(6, 7)), true);
+    cg_tensor *xb = cg_requires_grad(cg_randn(&rng, CG_SHAPE(80, 7)), true);
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+        cg_set_matmul_precision(bf16 ? CG_PRECISION_BF16 : CG_PRECISION_FP32);
+        float *ref[3] = {0};
+        for (int hooked = 0; hooked < 2; hooked++) {
+            cg_scope *sc = cg_scope_begin();
+            cg_set_backward_hook(hooked ? quiet_hook : NULL, NULL);
+            cg_tensor *leaves[3] = {xb, w1, w2};
+            for (int i = 0; i < 3; i++)
+                cg_zero_grad(leaves[i]);
+            cg_tensor *h = cg_exp(xb), *a = cg_affine(h, w1, NULL), *b = cg_affine(h, w2, NULL);
+            ck_assert(cg_backward(cg_add(cg_sum_all(cg_mul(a, a)), cg_sum_all(b)), NULL, false));
+            cg_set_backward_hook(NULL, NULL);
+            for (int i = 0; i < 3; i++) {
+                float *v = cg_test_values(cg_grad(leaves[i]));
+                if (!hooked) {
+                    ref[i] = v;
+                    continue;
+                }
+                ck_assert_msg(!memcmp(v, ref[i], (size_t)cg_numel(leaves[i]) * sizeof(float)),
+                              "precision %s, gradient of leaf %d", bf16 ? "bf16" : "fp32", i);
+                free(v);
+                free(ref[i]);
+            }
+            cg_scope_end(sc);
+        }
+    }
+    cg_set_matmul_precision(CG_PRECISION_FP32);
+    cg_release_all(4, x, w1, w2, xb);
+}
+END_TEST
+
 static Suite *autograd_suite(void)
 {
     Suite *s = suite_create("autograd");
@@ -737,6 +841,7 @@ static Suite *autograd_suite(void)
     tcase_add_test(tc, test_unread_inputs_let_go);
     tcase_add_test(tc, test_unread_routes_gradients);
     tcase_add_test(tc, test_unread_user_op_and_to);
+    tcase_add_test(tc, test_grad_added_in_place);
     suite_add_tcase(s, tc);
     return s;
 }

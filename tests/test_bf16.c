@@ -1027,7 +1027,7 @@ START_TEST(test_weight_cache)
     const cg_precision prev = cg_autocast_begin(CG_PRECISION_BF16);
     for (int pass = 0; pass < 3; pass++) {
         cg_tensor *dx = NULL;
-        ck_assert(cg_k_linear_backward(x, wt, g, &dx, NULL, NULL));
+        ck_assert(cg_k_linear_backward(x, wt, g, NULL, &dx, NULL, NULL));
         ck_assert(cg_sgemm_path(cg_bf16_auto_path(), 0, N, IN, OUT, 1.0f, cg_data(g), OUT, 1,
                                 cg_data(wt), IN, 1, 0.0f, ref, IN, 1));
         ck_assert_mem_eq(cg_data(dx), ref, N * IN * sizeof(float));
@@ -1445,7 +1445,7 @@ START_TEST(test_affine_saves_bf16)
             ck_assert_int_eq(n->saved[0]->dtype, CG_BF16);
         cg_tensor *gh = relu ? cg_k_relu_backward(ref, g) : cg_retain(g);
         cg_tensor *dx, *dw, *db;
-        ck_assert(cg_k_linear_backward(x, w, gh, &dx, &dw, &db));
+        ck_assert(cg_k_linear_backward(x, w, gh, NULL, &dx, &dw, &db));
         cg_tensor *s = cg_mul(y, g), *loss = cg_sum_all(s);
         cg_release_all(4, x1, x, y2, s); /* the graph keeps what it reads */
         ck_assert(cg_backward(loss, NULL, false));
@@ -1680,7 +1680,7 @@ START_TEST(test_matrix_epilogue)
                 memset(count, 0, (size_t)(M * N));
                 const seen_epi e = {{record_block, y}, seen, count};
                 ck_assert(cg_bf16_matrix_mul_epi(pw, bf16_paths[p], nt, M, x, false, K, 1, bias, 1,
-                                                 y, N, 1, &e.e));
+                                                 0.0f, y, N, 1, &e.e));
                 for (int64_t i = 0; i < M * N; i++) /* (a NaN's sign: valgrind's own) */
                     ck_assert_msg(count[i] == 1 && same_float(seen[i], want[i]) &&
                                       to_bits(y[i]) == to_bits(seen[i]),
@@ -2079,10 +2079,10 @@ START_TEST(test_norm_output_remade)
             want[i] = NULL;
             if (kind && i < 2)
                 ck_assert(cg_k_linear_act_backward(c16, W[i], i ? CG_K_ACT_GELU_ERF : CG_K_ACT_RELU,
-                                                   o[i]->node->saved[0], g[i], NULL, &want[i],
+                                                   o[i]->node->saved[0], g[i], NULL, NULL, &want[i],
                                                    NULL));
             else
-                ck_assert(cg_k_linear_backward(c16, W[i], g[i], NULL, &want[i], NULL));
+                ck_assert(cg_k_linear_backward(c16, W[i], g[i], NULL, NULL, &want[i], NULL));
         }
         cg_set_matmul_precision(CG_PRECISION_FP32);
         /* the loss sum(o_i * g_i): each layer's gradient is g_i through its activation */
@@ -2152,9 +2152,9 @@ START_TEST(test_linear_act_backward)
                     ? (sv == a ? cg_k_relu_backward(a, g) : cg_k_relu_mask_backward(m, g))
                 : cases[k].act == CG_K_ACT_GELU ? cg_k_gelu_backward(sv, g)
                                                 : cg_k_gelu_erf_backward(sv, g);
-            ck_assert(cg_k_linear_act_backward(x, w, cases[k].act, sv, g, &got[0],
+            ck_assert(cg_k_linear_act_backward(x, w, cases[k].act, sv, g, NULL, &got[0],
                                                all ? &got[1] : NULL, bias ? &got[2] : NULL));
-            ck_assert(cg_k_linear_backward(x, w, gm, &want[0], all ? &want[1] : NULL,
+            ck_assert(cg_k_linear_backward(x, w, gm, NULL, &want[0], all ? &want[1] : NULL,
                                            bias ? &want[2] : NULL));
             cg_set_matmul_precision(CG_PRECISION_FP32);
             for (int i = 0; i < 3; i++) {
@@ -2167,16 +2167,16 @@ START_TEST(test_linear_act_backward)
     cg_tensor *dx = NULL, *dw = NULL;
     cg_tensor *h2 = cg_randn(&rng, CG_SHAPE(3, 100, 529)), *m2 = cg_k_relu_mask(h2);
     cg_set_matmul_precision(CG_PRECISION_BF16);
-    ck_assert(!cg_k_linear_act_backward(x, w, CG_K_ACT_RELU, m2, g, &dx, &dw, NULL));
+    ck_assert(!cg_k_linear_act_backward(x, w, CG_K_ACT_RELU, m2, g, NULL, &dx, &dw, NULL));
     cg_tensor *mi = cg_k_to(m, CG_I64);
-    ck_assert(!cg_k_linear_act_backward(x, w, CG_K_ACT_RELU, mi, g, &dx, &dw, NULL));
+    ck_assert(!cg_k_linear_act_backward(x, w, CG_K_ACT_RELU, mi, g, NULL, &dx, &dw, NULL));
     ck_assert(strstr(cg_last_error(), "bool mask") != NULL);
     cg_release(mi);
-    ck_assert(!cg_k_linear_act_backward(x, w, CG_K_ACT_GELU, m, g, &dx, &dw, NULL));
+    ck_assert(!cg_k_linear_act_backward(x, w, CG_K_ACT_GELU, m, g, NULL, &dx, &dw, NULL));
     ck_assert(strstr(cg_last_error(), "pre-activation") != NULL);
-    ck_assert(!cg_k_linear_act_backward(x, w, (cg_k_act)9, h, g, &dx, &dw, NULL));
+    ck_assert(!cg_k_linear_act_backward(x, w, (cg_k_act)9, h, g, NULL, &dx, &dw, NULL));
     ck_assert(strstr(cg_last_error(), "unknown activation 9") != NULL);
-    ck_assert(!cg_k_linear_act_backward(x, w, CG_K_ACT_RELU, NULL, g, &dx, &dw, NULL));
+    ck_assert(!cg_k_linear_act_backward(x, w, CG_K_ACT_RELU, NULL, g, NULL, &dx, &dw, NULL));
     cg_set_matmul_precision(CG_PRECISION_FP32);
     ck_assert(dx == NULL && dw == NULL);
     cg_release_all(10, x, w, h, hb, a, ab, m, g0, g, h2);
@@ -2206,7 +2206,7 @@ START_TEST(test_bias_grad_blocks)
         cg_set_matmul_precision(CG_PRECISION_BF16);
         for (int t = 0; t < 2; t++) {
             cg_set_num_threads(t + 1);
-            ck_assert(cg_k_linear_backward(x, w, g, &got[t][0], &got[t][1], &got[t][2]));
+            ck_assert(cg_k_linear_backward(x, w, g, NULL, &got[t][0], &got[t][1], &got[t][2]));
         }
         cg_set_num_threads(0);
         cg_set_matmul_precision(CG_PRECISION_FP32);
@@ -2226,7 +2226,7 @@ START_TEST(test_bias_grad_blocks)
         }
         if (N <= 128) {
             cg_tensor *db32 = NULL;
-            ck_assert(cg_k_linear_backward(x, w, g, NULL, NULL, &db32));
+            ck_assert(cg_k_linear_backward(x, w, g, NULL, NULL, NULL, &db32));
             ck_assert(same_bits(got[0][2], db32));
             cg_release(db32);
         }
@@ -2234,6 +2234,69 @@ START_TEST(test_bias_grad_blocks)
             cg_release_all(3, got[t][0], got[t][1], got[t][2]);
         cg_release_all(3, x, w, g);
     }
+}
+END_TEST
+
+/* dx added into a gradient the input already has (acc, autograd's
+ * cg_node_grad_acc): acc + dx rounded once, the bits of cg_k_add_ on the
+ * dx made apart, in fp32 and bf16 precision, with out within one k block
+ * of the bf16 product (added as the product writes) and beyond it (added
+ * after), x as floats and as its bf16 copy, with and without a ReLU, few
+ * rows (the panel path) and many, on 1 and 2 threads; dW and db as
+ * without acc, *dx acc itself. A wrong acc is refused, named. */
+START_TEST(test_linear_backward_into)
+{
+    cg_rng rng = cg_rng_new(73);
+    const int64_t rows[] = {40, 300}, outs[] = {70, CG_BF16_KC + 116};
+    for (int v = 0; v < 32; v++) {
+        const int64_t N = rows[v & 1], out = outs[(v >> 1) & 1], in = 48;
+        const bool bf16 = v & 4, x16 = v & 8, relu = v & 16;
+        cg_tensor *x = cg_randn(&rng, CG_SHAPE(N, in)), *w = cg_randn(&rng, CG_SHAPE(out, in));
+        cg_tensor *b = cg_randn(&rng, CG_SHAPE(out)), *g = cg_randn(&rng, CG_SHAPE(N, out));
+        cg_tensor *acc0 = cg_randn(&rng, CG_SHAPE(N, in));
+        cg_tensor *xr = x16 ? cg_k_bf16_operand(x) : cg_retain(x);
+        cg_tensor *h = cg_k_linear(x, w, b), *mask = cg_k_relu_mask(h);
+        cg_set_matmul_precision(bf16 ? CG_PRECISION_BF16 : CG_PRECISION_FP32);
+        for (int t = 1; t <= 2; t++) {
+            cg_set_num_threads(t);
+            cg_tensor *want[3], *got[3], *acc = cg_k_clone(acc0);
+            ck_assert(relu ? cg_k_linear_act_backward(xr, w, CG_K_ACT_RELU, mask, g, NULL, &want[0],
+                                                      &want[1], &want[2])
+                           : cg_k_linear_backward(xr, w, g, NULL, &want[0], &want[1], &want[2]));
+            cg_tensor *sum = cg_k_clone(acc0);
+            ck_assert(cg_k_add_(sum, want[0]));
+            ck_assert(relu ? cg_k_linear_act_backward(xr, w, CG_K_ACT_RELU, mask, g, acc, &got[0],
+                                                      &got[1], &got[2])
+                           : cg_k_linear_backward(xr, w, g, acc, &got[0], &got[1], &got[2]));
+            ck_assert_ptr_eq(got[0], acc);
+            ck_assert_msg(same_bits(acc, sum) && same_bits(got[1], want[1]) &&
+                              same_bits(got[2], want[2]),
+                          "N %lld, out %lld, %s, x %s, relu %d, %d threads", (long long)N,
+                          (long long)out, bf16 ? "bf16" : "fp32", x16 ? "bf16" : "float", relu, t);
+            cg_release_all(4, sum, got[0], got[1], got[2]);
+            cg_release_all(4, acc, want[0], want[1], want[2]);
+        }
+        cg_set_num_threads(0);
+        cg_set_matmul_precision(CG_PRECISION_FP32);
+        cg_release_all(8, x, w, b, g, acc0, xr, h, mask);
+    }
+    /* refused: another dtype, another shape, a view, or no dx asked for */
+    cg_tensor *x = cg_randn(&rng, CG_SHAPE(6, 4)), *w = cg_randn(&rng, CG_SHAPE(5, 4));
+    cg_tensor *g = cg_randn(&rng, CG_SHAPE(6, 5)), *dx = NULL, *dw = NULL;
+    cg_tensor *bad[] = {cg_empty_dtype(CG_BF16, CG_SHAPE(6, 4)), cg_empty(CG_SHAPE(4, 6)),
+                        cg_empty(CG_SHAPE(4, 6)), cg_empty(CG_SHAPE(6, 4))};
+    cg_tensor *view = cg_transpose(bad[2], 0, 1);
+    cg_tensor *use[] = {bad[0], bad[1], view, bad[3]};
+    for (int i = 0; i < 4; i++) {
+        cg_clear_error();
+        ck_assert(!cg_k_linear_backward(x, w, g, use[i], i < 3 ? &dx : NULL, &dw, NULL));
+        ck_assert(!dx && !dw);
+        const char *want = i < 3 ? "dx is added into a contiguous float32 tensor of the input's"
+                                 : "a tensor to add dx into, but dx not asked for";
+        ck_assert_msg(strstr(cg_last_error(), want), "%s", cg_last_error());
+    }
+    cg_release_all(3, x, w, g);
+    cg_release_all(5, bad[0], bad[1], bad[2], bad[3], view);
 }
 END_TEST
 
@@ -2839,6 +2902,7 @@ static Suite *bf16_suite(void)
     tcase_add_test(to, test_norm_output_remade);
     tcase_add_test(to, test_linear_act_backward);
     tcase_add_test(to, test_bias_grad_blocks);
+    tcase_add_test(to, test_linear_backward_into);
     tcase_add_test(to, test_gelu_saves_bf16);
     tcase_add_test(to, test_attention_saves_bf16);
     tcase_add_test(to, test_attention_bf16_inputs);
