@@ -625,9 +625,9 @@ static bool linear_backward(const char *op, const cg_tensor *x, const cg_tensor 
     cg_tensor *gc = cg_k_contiguous(g);
     cg_tensor *mc = ag ? cg_k_contiguous(ag->t) : NULL;
     cg_tensor *xc = dw ? cg_k_contiguous(x) : NULL;
-    /* dx straight into acc: the bf16 product's one k block adds it (beta
-     * 1), each element's sum rounded once as acc + dx would be */
-    const bool into = acc && bf16 && !empty && cg_gemm_k_block(CG_GEMM_AUTO, out, 0) == out;
+    /* dx straight into acc: the product's one k block adds it (beta 1),
+     * each element's sum rounded once as acc + dx would be */
+    const bool into = acc && !empty && cg_gemm_k_block(CG_GEMM_AUTO, out, 0) == out;
     /* beta = 0: the products write every element, so no zero-fill unless a
      * product is skipped for an empty dimension */
     cg_tensor *gx = !dx     ? NULL
@@ -655,8 +655,8 @@ static bool linear_backward(const char *op, const cg_tensor *x, const cg_tensor 
                        g16 != NULL, out, 1, NULL, 0, into ? 1.0f : 0.0f, cg_data(gx), in, 1, NULL);
         cg_bf16_weight_release(pw);
     } else if (ok && gx && !empty) { /* dx [N,in] = g [N,out] W [out,in] */
-        cg_sgemm(N, in, out, 1.0f, gp, out, 1, cg_data(w), w->strides[0], w->strides[1], 0.0f,
-                 cg_data(gx), in, 1);
+        cg_sgemm(N, in, out, 1.0f, gp, out, 1, cg_data(w), w->strides[0], w->strides[1],
+                 into ? 1.0f : 0.0f, cg_data(gx), in, 1);
     }
     /* dW [out,in] = g^T [out,N] x [N,in] (bf16 operands read as they are) */
     const unsigned bf =
