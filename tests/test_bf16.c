@@ -1631,6 +1631,50 @@ START_TEST(test_relu_mask)
 }
 END_TEST
 
+/* y = x W^T + beta y with beta 1 (core/linear.c's dx added into a
+ * gradient): on every bf16 path, few rows (W's panels) and many (the
+ * driver), 1 and 2 threads, with k within one k block each element is
+ * y + its sum rounded once, the bits of the beta 0 product added to y
+ * apart. */
+START_TEST(test_matrix_beta_one)
+{
+    cg_rng rng = cg_rng_new(79);
+    const int64_t dims[][3] = {{40, 213, 96}, {300, 97, CG_BF16_KC}, {1000, 64, 33}};
+    for (int d = 0; d < 3; d++) {
+        const int64_t M = dims[d][0], N = dims[d][1], K = dims[d][2];
+        float *w = nasty_buf(&rng, (size_t)(N * K)), *x = rand_buf(&rng, (size_t)(M * K));
+        float *y0 = rand_buf(&rng, (size_t)(M * N));
+        float *want = malloc((size_t)(M * N) * sizeof(float));
+        float *y = malloc((size_t)(M * N) * sizeof(float));
+        cg_bf16_matrix *pw = cg_bf16_matrix_new(N, K, w, K, 1);
+        ck_assert_ptr_nonnull(pw);
+        for (int p = 0; p < NPATHS; p++) {
+            if (!cg_gemm_path_available(bf16_paths[p]))
+                continue;
+            ck_assert(cg_bf16_matrix_mul(pw, bf16_paths[p], 1, M, x, K, 1, NULL, 0, want, N, 1));
+            for (int64_t i = 0; i < M * N; i++)
+                want[i] = y0[i] + want[i];
+            for (int nt = 1; nt <= 2; nt++) {
+                memcpy(y, y0, (size_t)(M * N) * sizeof(float));
+                ck_assert(cg_bf16_matrix_mul_epi(pw, bf16_paths[p], nt, M, x, false, K, 1, NULL, 0,
+                                                 1.0f, y, N, 1, NULL));
+                for (int64_t i = 0; i < M * N; i++)
+                    ck_assert_msg(to_bits(y[i]) == to_bits(want[i]),
+                                  "%s %lldx%lldx%lld, %d threads, element %lld: %a, want %a",
+                                  cg_gemm_path_name(bf16_paths[p]), (long long)M, (long long)N,
+                                  (long long)K, nt, (long long)i, (double)y[i], (double)want[i]);
+            }
+        }
+        cg_bf16_matrix_free(pw);
+        free(w);
+        free(x);
+        free(y0);
+        free(want);
+        free(y);
+    }
+}
+END_TEST
+
 /* A product's epilogue (cg_bf16_matrix_mul_epi) runs once on every
  * element of y, after its last k block: the values it sees are the
  * product's final bits (those of cg_bf16_matrix_mul), on every path, 1 and
@@ -2881,6 +2925,7 @@ static Suite *bf16_suite(void)
     tcase_add_test(tm, test_matrix_against_gemm);
     tcase_add_test(tm, test_matrix_paths_threads);
     tcase_add_test(tm, test_matrix_epilogue);
+    tcase_add_test(tm, test_matrix_beta_one);
     tcase_add_test(tm, test_packed_linear_refresh);
     tcase_add_test(tm, test_weight_cache);
     suite_add_tcase(s, tm);
