@@ -309,11 +309,12 @@ static bool records(int n, cg_tensor *const *in)
  * p.i[2]: the output's version as the norm left it (a later write makes
  * the copy another one). */
 static bool norm_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin);
+/* Whether a norm op adds its two inputs first (add_layer_norm,
+ * add_rms_norm), and whether it is an RMS norm */
+static bool norm_adds(cg_op op) { return op == CG_OP_ADD_LAYER_NORM || op == CG_OP_ADD_RMS_NORM; }
+static bool norm_rms(cg_op op) { return op == CG_OP_RMS_NORM || op == CG_OP_ADD_RMS_NORM; }
 /* The norm's weight input; the bias follows it */
-static int norm_wi(const cg_node *n)
-{
-    return n->op == CG_OP_ADD_LAYER_NORM || n->op == CG_OP_ADD_RMS_NORM ? 2 : 1;
-}
+static int norm_wi(const cg_node *n) { return norm_adds(n->op) ? 2 : 1; }
 static bool remakes(const cg_node *n)
 {
     return n && !n->freed && n->backward == norm_bw && n->saved[1] && n->saved[1]->dtype == CG_BF16;
@@ -342,8 +343,7 @@ const cg_tensor *cg_norm_out_bf16(cg_node *n)
 }
 static bool norm_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {
-    const bool add = n->op == CG_OP_ADD_LAYER_NORM || n->op == CG_OP_ADD_RMS_NORM;
-    const bool rms = n->op == CG_OP_RMS_NORM || n->op == CG_OP_ADD_RMS_NORM;
+    const bool add = norm_adds(n->op), rms = norm_rms(n->op);
     const int wi = norm_wi(n);
     const cg_tensor *rstd = n->saved[0], *s1 = n->saved[1];
     cg_tensor *dx = NULL, *dw = NULL, *db = NULL;
@@ -374,8 +374,7 @@ static bool norm_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 static cg_tensor *norm_op(cg_op op, cg_tensor *x, cg_tensor *y, cg_tensor *w, cg_tensor *b,
                           float eps)
 {
-    const bool add = op == CG_OP_ADD_LAYER_NORM || op == CG_OP_ADD_RMS_NORM;
-    const bool rms = op == CG_OP_RMS_NORM || op == CG_OP_ADD_RMS_NORM;
+    const bool add = norm_adds(op), rms = norm_rms(op);
     cg_tensor *in[4];
     int nin = 0;
     in[nin++] = x;
