@@ -576,18 +576,8 @@ static bool linear_backward(const char *op, const cg_tensor *x, const cg_tensor 
                      cg_shape_str(x, s2, sizeof s2));
         return false;
     }
-    if (acc && !dx) {
-        cg_set_error("%s: a tensor to add dx into, but dx not asked for", op);
+    if (!cg_check_grad_acc(op, acc, x, dx != NULL))
         return false;
-    }
-    if (acc && (acc->dtype != CG_F32 || !cg_same_shape(acc, x) || !cg_is_contiguous(acc))) {
-        char s1[96], s2[96];
-        cg_set_error("%s: dx is added into a contiguous float32 tensor of the input's shape %s, "
-                     "got %s%s %s",
-                     op, cg_shape_str(x, s2, sizeof s2), cg_is_contiguous(acc) ? "" : "a view ",
-                     cg_dtype_name(acc->dtype), cg_shape_str(acc, s1, sizeof s1));
-        return false;
-    }
     if (ag) { /* relu: a bool mask or the float output; the GELUs: the input */
         const cg_tensor *t = ag->t;
         const bool relu = ag->act == CG_K_ACT_RELU;

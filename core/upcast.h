@@ -117,6 +117,27 @@ static inline bool cg_f32_args(const char *op, int n, const cg_tensor *const *ts
     return true;
 }
 
+/* The check of a backward's acc, the tensor it adds its dx into in place
+ * (autograd's cg_node_grad_acc): NULL, or with dx asked for, a contiguous
+ * float32 tensor of x's shape; false + error naming op otherwise. */
+static inline bool cg_check_grad_acc(const char *op, const cg_tensor *acc, const cg_tensor *x,
+                                     bool dx)
+{
+    if (acc && !dx) {
+        cg_set_error("%s: a tensor to add dx into, but dx not asked for", op);
+        return false;
+    }
+    if (acc && (acc->dtype != CG_F32 || !cg_same_shape(acc, x) || !cg_is_contiguous(acc))) {
+        char s1[96], s2[96];
+        cg_set_error("%s: dx is added into a contiguous float32 tensor of the input's shape %s, "
+                     "got %s%s %s",
+                     op, cg_shape_str(x, s2, sizeof s2), cg_is_contiguous(acc) ? "" : "a view ",
+                     cg_dtype_name(acc->dtype), cg_shape_str(acc, s1, sizeof s1));
+        return false;
+    }
+    return true;
+}
+
 /* where and masked_fill on integer and bool values (core/typed.c): the
  * float kernels hand them over. */
 cg_tensor *cg_typed_where(const cg_tensor *cond, const cg_tensor *a, const cg_tensor *b);
