@@ -349,13 +349,16 @@ static bool norm_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
     cg_tensor *dx = NULL, *dw = NULL, *db = NULL;
     cg_tensor **pdx = NEEDS(0) || (add && NEEDS(1)) ? &dx : NULL;
     cg_tensor **pdw = NEEDS(wi) ? &dw : NULL, **pdb = !rms && NEEDS(wi + 1) ? &db : NULL;
+    /* dx added into the gradient x already has (not with add: one dx
+     * goes to both inputs) */
+    cg_tensor *acc = add ? NULL : cg_node_grad_acc(n, 0);
     bool ok;
     if (s1 && s1->dtype == CG_BF16)
-        ok = cg_k_norm_backward_xhat(rms, s1, IN(wi), rstd, g, pdx, pdw, pdb);
+        ok = cg_k_norm_backward_xhat(rms, s1, IN(wi), rstd, g, acc, pdx, pdw, pdb);
     else {
         const cg_tensor *x = add ? n->saved[rms ? 1 : 2] : IN(0);
-        ok = rms ? cg_k_rms_norm_backward(x, IN(wi), rstd, g, pdx, pdw)
-                 : cg_k_layer_norm_backward(x, IN(wi), s1, rstd, g, pdx, pdw, pdb);
+        ok = rms ? cg_k_rms_norm_backward(x, IN(wi), rstd, g, acc, pdx, pdw)
+                 : cg_k_layer_norm_backward(x, IN(wi), s1, rstd, g, acc, pdx, pdw, pdb);
     }
     gin[0] = NEEDS(0) ? cg_retain(dx) : NULL;
     if (add)

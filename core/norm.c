@@ -185,7 +185,9 @@ static inline __attribute__((always_inline)) xrow row_at(int64_t r, int64_t D, c
     return (xrow){.x = xp + r * D, .m = mp ? (double)mp[r] : 0.0, .s = rp[r]};
 }
 
-/* One chunk of rows backward: dx for each row (when dxp), and this chunk's
+/* One chunk of rows backward: dx for each row (when dxp; with add, each
+ * element added into what dxp holds, acc + (float)dx rounded once: the bits
+ * of cg_k_add_ after), and this chunk's
  * partial dw (cw) and db (cb) sums, each column's in row order from zero
  * (cw and cb come zeroed). One pass over the rows: each row's terms are
  * added to cw and cb (in L1) as it is read for dx (a pass down each block
@@ -196,8 +198,8 @@ static inline __attribute__((always_inline)) void chunk_bwd(bool rms, int64_t r0
                                                             int64_t D, const float *xp,
                                                             const uint16_t *hp, const float *gp,
                                                             const float *mp, const float *rp,
-                                                            const float *wp, float *dxp, double *cw,
-                                                            double *cb)
+                                                            const float *wp, float *dxp, bool add,
+                                                            double *cw, double *cb)
 {
     int64_t Dl = D / LANES * LANES;
     if (!dxp) {
@@ -235,11 +237,17 @@ static inline __attribute__((always_inline)) void chunk_bwd(bool rms, int64_t r0
                 if (wp)
                     gw = gw * ld8(wp + j);
                 v8f o = __builtin_convertvector(rs[h] * (gw - mg[h] - xhat8(xr, j) * mgx[h]), v8f);
+                if (add) {
+                    v8f a8;
+                    memcpy(&a8, dr + j, sizeof a8);
+                    o = a8 + o;
+                }
                 memcpy(dr + j, &o, sizeof o);
             }
             for (; j < D; j++) {
                 double gw = wp ? (double)gr[j] * wp[j] : (double)gr[j];
-                dr[j] = (float)(rs[h] * (gw - mg[h] - xhat1(xr, j) * mgx[h]));
+                const float o = (float)(rs[h] * (gw - mg[h] - xhat1(xr, j) * mgx[h]));
+                dr[j] = add ? dr[j] + o : o;
             }
         }
     }
@@ -248,15 +256,16 @@ static inline __attribute__((always_inline)) void chunk_bwd(bool rms, int64_t r0
 /* The two forms of chunk_bwd, each compiled per ISA. */
 EW_CLONES static void norm_chunk_bwd(bool rms, int64_t r0, int64_t r1, int64_t D, const float *xp,
                                      const float *gp, const float *mp, const float *rp,
-                                     const float *wp, float *dxp, double *cw, double *cb)
+                                     const float *wp, float *dxp, bool add, double *cw, double *cb)
 {
-    chunk_bwd(rms, r0, r1, D, xp, NULL, gp, mp, rp, wp, dxp, cw, cb);
+    chunk_bwd(rms, r0, r1, D, xp, NULL, gp, mp, rp, wp, dxp, add, cw, cb);
 }
 EW_CLONES static void norm_chunk_bwd_xhat(bool rms, int64_t r0, int64_t r1, int64_t D,
                                           const uint16_t *hp, const float *gp, const float *rp,
-                                          const float *wp, float *dxp, double *cw, double *cb)
+                                          const float *wp, float *dxp, bool add, double *cw,
+                                          double *cb)
 {
-    chunk_bwd(rms, r0, r1, D, NULL, hp, gp, NULL, rp, wp, dxp, cw, cb);
+    chunk_bwd(rms, r0, r1, D, NULL, hp, gp, NULL, rp, wp, dxp, add, cw, cb);
 }
 
 static bool check_param(const char *op, const char *name, const cg_tensor *p, const cg_tensor *x,
@@ -557,10 +566,11 @@ fail:
 }
 
 /* ----------------------------------------------------------- backward */
-/* What norm_backward's chunks read and write: dx, and each chunk's partial
- * sums of dw and db (Dp doubles a chunk; NULL: not wanted) */
+/* What norm_backward's chunks read and write: dx (added into it with add),
+ * and each chunk's partial sums of dw and db (Dp doubles a chunk; NULL: not
+ * wanted) */
 typedef struct {
-    bool rms;
+    bool rms, add;
     int64_t D, Dp;
     const float *x;
     const uint16_t *xhat; /* instead of x (and the mean) */
@@ -576,9 +586,11 @@ static void norm_bwd_rows(int64_t r0, int64_t r1, int thread, const void *ctx)
     const int64_t c = r0 / CHUNK;
     double *cw = b->pw ? b->pw + c * b->Dp : NULL, *cb = b->pb ? b->pb + c * b->Dp : NULL;
     if (b->xhat)
-        norm_chunk_bwd_xhat(b->rms, r0, r1, b->D, b->xhat, b->g, b->rstd, b->w, b->dx, cw, cb);
+        norm_chunk_bwd_xhat(b->rms, r0, r1, b->D, b->xhat, b->g, b->rstd, b->w, b->dx, b->add, cw,
+                            cb);
     else
-        norm_chunk_bwd(b->rms, r0, r1, b->D, b->x, b->g, b->mean, b->rstd, b->w, b->dx, cw, cb);
+        norm_chunk_bwd(b->rms, r0, r1, b->D, b->x, b->g, b->mean, b->rstd, b->w, b->dx, b->add, cw,
+                       cb);
 }
 
 /* The chunks' partial sums of dw and db added in chunk order */
@@ -619,10 +631,12 @@ static void sum_partials(int64_t j0, int64_t j1, int thread, const void *ctx)
  *   layer norm: dx = rstd * (gw - mean(gw) - xhat * mean(gw * xhat))
  *   rms norm:   dx = rstd * (gw - xhat * mean(gw * xhat))
  *   dw = sum_rows g * xhat, db = sum_rows g.
- * x is the norm's input, or with hat its x-hat in bf16 (no mean then). */
+ * x is the norm's input, or with hat its x-hat in bf16 (no mean then).
+ * With acc, dx is added into it as each row's dx is written. */
 static bool norm_backward(const char *op, bool rms, bool hat, const cg_tensor *x,
                           const cg_tensor *w, const cg_tensor *mean, const cg_tensor *rstd,
-                          const cg_tensor *g, cg_tensor **dx, cg_tensor **dw, cg_tensor **db)
+                          const cg_tensor *g, cg_tensor *acc, cg_tensor **dx, cg_tensor **dw,
+                          cg_tensor **db)
 {
     if (dx)
         *dx = NULL;
@@ -647,7 +661,7 @@ static bool norm_backward(const char *op, bool rms, bool hat, const cg_tensor *x
         return false;
     }
     int64_t D = x->shape[x->ndim - 1];
-    if (!check_param(op, "weight", w, x, D))
+    if (!check_param(op, "weight", w, x, D) || !cg_check_grad_acc(op, acc, x, dx != NULL))
         return false;
     int64_t n = cg_numel(x), rows = cg_numel_shape(x->ndim - 1, x->shape);
     if (cg_numel(rstd) != rows || (mean && !rms && cg_numel(mean) != rows)) {
@@ -667,7 +681,7 @@ static bool norm_backward(const char *op, bool rms, bool hat, const cg_tensor *x
     const int nt = cg_get_num_threads();
     if (!xc || !gc || !rc || !opt_contig(w, &wc) || !opt_contig(rms || hat ? NULL : mean, &mc))
         goto done;
-    if (dx && !(dxt = cg_empty(x->ndim, x->shape)))
+    if (dx && !(dxt = acc ? cg_retain(acc) : cg_empty(x->ndim, x->shape)))
         goto done;
     if (want_w && !(dwt = cg_empty(1, &D)))
         goto done;
@@ -682,7 +696,7 @@ static bool norm_backward(const char *op, bool rms, bool hat, const cg_tensor *x
     const float *gp = cg_data(gc), *rp = cg_data(rc);
     const float *mp = mc ? cg_data(mc) : NULL, *wp = wc ? cg_data(wc) : NULL;
     float *dxp = dxt ? cg_data(dxt) : NULL;
-    bwd_rows br = {rms, D, Dp, xp, hp, gp, mp, rp, wp, dxp, pw, pb};
+    bwd_rows br = {rms, acc != NULL, D, Dp, xp, hp, gp, mp, rp, wp, dxp, pw, pb};
     cg_shares_run(rows, CHUNK, n > PAR_THRESHOLD && !omp_in_parallel() ? nt : 1, norm_bwd_rows,
                   &br);
     /* Sum the chunk partials in chunk order, parallel over columns. */
@@ -715,24 +729,24 @@ done:
 }
 
 bool cg_k_layer_norm_backward(const cg_tensor *x, const cg_tensor *w, const cg_tensor *mean,
-                              const cg_tensor *rstd, const cg_tensor *g, cg_tensor **dx,
-                              cg_tensor **dw, cg_tensor **db)
+                              const cg_tensor *rstd, const cg_tensor *g, cg_tensor *acc,
+                              cg_tensor **dx, cg_tensor **dw, cg_tensor **db)
 {
-    return norm_backward("layer_norm_backward", false, false, x, w, mean, rstd, g, dx, dw, db);
+    return norm_backward("layer_norm_backward", false, false, x, w, mean, rstd, g, acc, dx, dw, db);
 }
 
 bool cg_k_rms_norm_backward(const cg_tensor *x, const cg_tensor *w, const cg_tensor *rstd,
-                            const cg_tensor *g, cg_tensor **dx, cg_tensor **dw)
+                            const cg_tensor *g, cg_tensor *acc, cg_tensor **dx, cg_tensor **dw)
 {
-    return norm_backward("rms_norm_backward", true, false, x, w, NULL, rstd, g, dx, dw, NULL);
+    return norm_backward("rms_norm_backward", true, false, x, w, NULL, rstd, g, acc, dx, dw, NULL);
 }
 
 bool cg_k_norm_backward_xhat(bool rms, const cg_tensor *xhat, const cg_tensor *w,
-                             const cg_tensor *rstd, const cg_tensor *g, cg_tensor **dx,
-                             cg_tensor **dw, cg_tensor **db)
+                             const cg_tensor *rstd, const cg_tensor *g, cg_tensor *acc,
+                             cg_tensor **dx, cg_tensor **dw, cg_tensor **db)
 {
     if (rms && db)
         *db = NULL;
     return norm_backward(rms ? "rms_norm_backward" : "layer_norm_backward", rms, true, xhat, w,
-                         NULL, rstd, g, dx, dw, rms ? NULL : db);
+                         NULL, rstd, g, acc, dx, dw, rms ? NULL : db);
 }

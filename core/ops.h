@@ -261,14 +261,18 @@ cg_tensor *cg_k_cross_entropy_backward(const cg_tensor *logits, const cg_tensor 
  * w/b may be NULL ([D] otherwise). *mean and *rstd ([rows]) are for backward. */
 cg_tensor *cg_k_layer_norm(const cg_tensor *x, const cg_tensor *w, const cg_tensor *b, float eps,
                            cg_tensor **mean, cg_tensor **rstd);
-/* Writes dx (may be NULL to skip), dw, db (each NULL to skip) as new tensors. */
+/* Writes dx (may be NULL to skip), dw, db (each NULL to skip) as new
+ * tensors. acc (or NULL): a contiguous float32 tensor of x's shape that dx
+ * is added into in place as each row is written, each element acc + dx
+ * rounded once (cg_k_add_'s bits); *dx is then a new reference to acc
+ * (autograd's cg_node_grad_acc). The same acc in the two below. */
 bool cg_k_layer_norm_backward(const cg_tensor *x, const cg_tensor *w, const cg_tensor *mean,
-                              const cg_tensor *rstd, const cg_tensor *g, cg_tensor **dx,
-                              cg_tensor **dw, cg_tensor **db);
+                              const cg_tensor *rstd, const cg_tensor *g, cg_tensor *acc,
+                              cg_tensor **dx, cg_tensor **dw, cg_tensor **db);
 /* RMS norm over the last dim: y = x * rsqrt(mean(x^2) + eps) * w (w may be NULL). */
 cg_tensor *cg_k_rms_norm(const cg_tensor *x, const cg_tensor *w, float eps, cg_tensor **rstd);
 bool cg_k_rms_norm_backward(const cg_tensor *x, const cg_tensor *w, const cg_tensor *rstd,
-                            const cg_tensor *g, cg_tensor **dx, cg_tensor **dw);
+                            const cg_tensor *g, cg_tensor *acc, cg_tensor **dx, cg_tensor **dw);
 /* The same of the sum x + y (y of x's shape), the residual add of a post-norm
  * block: bit for bit the norm of cg_k_add(x, y). *sum (NULL to skip) gets
  * x + y, written as the norm reads it: the input its backward takes
@@ -303,8 +307,8 @@ cg_tensor *cg_k_norm_out_bf16(const cg_tensor *xhat, const cg_tensor *w, const c
  * cg_k_layer_norm_backward and cg_k_rms_norm_backward compute them, each
  * term taken at the rounded x-hat. */
 bool cg_k_norm_backward_xhat(bool rms, const cg_tensor *xhat, const cg_tensor *w,
-                             const cg_tensor *rstd, const cg_tensor *g, cg_tensor **dx,
-                             cg_tensor **dw, cg_tensor **db);
+                             const cg_tensor *rstd, const cg_tensor *g, cg_tensor *acc,
+                             cg_tensor **dx, cg_tensor **dw, cg_tensor **db);
 
 /* Inverted dropout: keep with prob 1-p, scale kept by 1/(1-p). *mask (if not
  * NULL) gets which elements were kept (bool, a byte an element, as

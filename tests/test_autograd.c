@@ -811,8 +811,55 @@ START_TEST(test_grad_added_in_place)
             cg_scope_end(sc);
         }
     }
+    /* a norm beside a linear layer on h (each order), and a pre-norm
+     * residual h + norm(h) W^T: the norm's dx added into h's gradient */
+    cg_tensor *wn = cg_requires_grad(cg_randn(&rng, CG_SHAPE(7)), true);
+    cg_tensor *bn = cg_requires_grad(cg_randn(&rng, CG_SHAPE(7)), true);
+    cg_tensor *w3 = cg_requires_grad(cg_randn(&rng, CG_SHAPE(7, 7)), true);
+    for (int v = 0; v < 12; v++) {
+        const bool rms = v & 1, bf16 = v & 2;
+        const int form = v >> 2;
+        cg_set_matmul_precision(bf16 ? CG_PRECISION_BF16 : CG_PRECISION_FP32);
+        cg_tensor *leaves[5] = {xb, w1, w3, wn, bn};
+        float *ref[5] = {0};
+        for (int hooked = 0; hooked < 2; hooked++) {
+            cg_scope *sc = cg_scope_begin();
+            cg_set_backward_hook(hooked ? quiet_hook : NULL, NULL);
+            for (int i = 0; i < 5; i++)
+                cg_zero_grad(leaves[i]);
+            cg_tensor *h = cg_exp(xb), *loss;
+            if (form == 2) {
+                cg_tensor *nh = rms ? cg_rms_norm(h, wn, 1e-5f) : cg_layer_norm(h, wn, bn, 1e-5f);
+                cg_tensor *r = cg_add(h, cg_affine(nh, w3, NULL));
+                loss = cg_sum_all(cg_mul(r, r));
+            } else {
+                cg_tensor *a = form ? cg_affine(h, w1, NULL) : NULL;
+                cg_tensor *nh = rms ? cg_rms_norm(h, wn, 1e-5f) : cg_layer_norm(h, wn, bn, 1e-5f);
+                if (!a)
+                    a = cg_affine(h, w1, NULL);
+                loss = cg_add(cg_sum_all(cg_mul(nh, nh)), cg_sum_all(a));
+            }
+            ck_assert(cg_backward(loss, NULL, false));
+            cg_set_backward_hook(NULL, NULL);
+            for (int i = 0; i < 5; i++) {
+                if (!cg_grad(leaves[i]))
+                    continue;
+                float *got = cg_test_values(cg_grad(leaves[i]));
+                if (!hooked) {
+                    ref[i] = got;
+                    continue;
+                }
+                ck_assert_msg(!memcmp(got, ref[i], (size_t)cg_numel(leaves[i]) * sizeof(float)),
+                              "%s norm, form %d, precision %s, gradient of leaf %d",
+                              rms ? "rms" : "layer", form, bf16 ? "bf16" : "fp32", i);
+                free(got);
+                free(ref[i]);
+            }
+            cg_scope_end(sc);
+        }
+    }
     cg_set_matmul_precision(CG_PRECISION_FP32);
-    cg_release_all(4, x, w1, w2, xb);
+    cg_release_all(7, x, w1, w2, xb, wn, bn, w3);
 }
 END_TEST
 

@@ -1964,23 +1964,23 @@ START_TEST(test_norm_xhat)
         /* rstd 1: the fp32 backward's bits at the widened x-hat */
         cg_tensor *hw = cg_k_to(h, CG_F32), *dx = NULL, *dw = NULL, *db = NULL, *ex = NULL,
                   *ew = NULL, *eb = NULL;
-        ck_assert(cg_k_norm_backward_xhat(rms, h, w, ones, g, &dx, &dw, &db));
-        ck_assert(rms ? cg_k_rms_norm_backward(hw, w, ones, g, &ex, &ew)
-                      : cg_k_layer_norm_backward(hw, w, zeros, ones, g, &ex, &ew, &eb));
+        ck_assert(cg_k_norm_backward_xhat(rms, h, w, ones, g, NULL, &dx, &dw, &db));
+        ck_assert(rms ? cg_k_rms_norm_backward(hw, w, ones, g, NULL, &ex, &ew)
+                      : cg_k_layer_norm_backward(hw, w, zeros, ones, g, NULL, &ex, &ew, &eb));
         ck_assert(same_bits(dx, ex) && same_bits(dw, ew));
         ck_assert(rms ? db == NULL : same_bits(db, eb));
         cg_release_all(6, dx, dw, db, ex, ew, eb);
         /* the real rstd: float64's bound; fp32's backward of the input differs */
-        ck_assert(cg_k_norm_backward_xhat(rms, h, w, r1, g, &dx, &dw, rms ? NULL : &db));
+        ck_assert(cg_k_norm_backward_xhat(rms, h, w, r1, g, NULL, &dx, &dw, rms ? NULL : &db));
         xhat_bound_case(rms, in, cg_data(w), cg_data(g), cg_data(dx), cg_data(dw),
                         db ? cg_data(db) : NULL, R, D);
         cg_tensor *in_t = add ? s0 : x;
-        ck_assert(rms ? cg_k_rms_norm_backward(in_t, w, r0, g, &ex, NULL)
-                      : cg_k_layer_norm_backward(in_t, w, m0, r0, g, &ex, NULL, NULL));
+        ck_assert(rms ? cg_k_rms_norm_backward(in_t, w, r0, g, NULL, &ex, NULL)
+                      : cg_k_layer_norm_backward(in_t, w, m0, r0, g, NULL, &ex, NULL, NULL));
         ck_assert(!same_bits(dx, ex));
         /* only some gradients asked for: the same bits */
         cg_tensor *dw2 = NULL;
-        ck_assert(cg_k_norm_backward_xhat(rms, h, w, r1, g, NULL, &dw2, NULL));
+        ck_assert(cg_k_norm_backward_xhat(rms, h, w, r1, g, NULL, NULL, &dw2, NULL));
         ck_assert(same_bits(dw2, dw));
         cg_release_all(6, dx, dw, db, ex, dw2, hw);
         cg_release_all(7, m0, r0, s0, r1, h, want, got);
@@ -1990,17 +1990,18 @@ START_TEST(test_norm_xhat)
     cg_tensor *h = NULL, *r = NULL, *dx = NULL;
     cg_release(cg_k_norm(false, x, NULL, w, b, 1e-5f, false, NULL, &r, NULL, &h));
     cg_tensor *g2 = cg_randn(&rng, CG_SHAPE(3, 36, D));
-    CG_ASSERT_REFUSED(!cg_k_norm_backward_xhat(false, x, w, r, g, &dx, NULL, NULL),
+    CG_ASSERT_REFUSED(!cg_k_norm_backward_xhat(false, x, w, r, g, NULL, &dx, NULL, NULL),
                       "'xhat' is float32, expected bfloat16");
     ck_assert_ptr_null(dx);
-    CG_ASSERT_REFUSED(!cg_k_norm_backward_xhat(false, h, w, r, g2, &dx, NULL, NULL),
+    CG_ASSERT_REFUSED(!cg_k_norm_backward_xhat(false, h, w, r, g2, NULL, &dx, NULL, NULL),
                       "shapes differ");
-    CG_ASSERT_REFUSED(!cg_k_norm_backward_xhat(true, h, w, ones, g2, &dx, NULL, NULL),
+    CG_ASSERT_REFUSED(!cg_k_norm_backward_xhat(true, h, w, ones, g2, NULL, &dx, NULL, NULL),
                       "shapes differ");
     cg_tensor *r2 = cg_full(CG_SHAPE(R - 1), 1.0f);
-    CG_ASSERT_REFUSED(!cg_k_norm_backward_xhat(false, h, w, r2, g, &dx, NULL, NULL),
+    CG_ASSERT_REFUSED(!cg_k_norm_backward_xhat(false, h, w, r2, g, NULL, &dx, NULL, NULL),
                       "saved statistics");
-    CG_ASSERT_REFUSED(!cg_k_norm_backward_xhat(false, h, w, NULL, g, &dx, NULL, NULL), "NULL");
+    CG_ASSERT_REFUSED(!cg_k_norm_backward_xhat(false, h, w, NULL, g, NULL, &dx, NULL, NULL),
+                      "NULL");
     ck_assert_ptr_null(dx);
     /* the output's copy without w or b: x-hat's own bits; refused: an fp32
      * x-hat, a weight of another length, no x-hat */
@@ -2051,7 +2052,8 @@ START_TEST(test_norm_saves_xhat)
         if (bf16) {
             ck_assert_int_eq(h->dtype, CG_BF16);
             ck_assert(cg_same_shape(h, x));
-            ck_assert(cg_k_norm_backward_xhat(rms, h, w, rstd, g, &dx, &dw, rms ? NULL : &db));
+            ck_assert(
+                cg_k_norm_backward_xhat(rms, h, w, rstd, g, NULL, &dx, &dw, rms ? NULL : &db));
         } else {
             ck_assert(!add || n->saved[rms ? 1 : 2]->dtype == CG_F32);
         }

@@ -712,8 +712,8 @@ static void norm_case(bool rms, bool with_w, bool with_b, int layout)
         assert_close_d(mt, mean, 1e-6, 1e-5);
 
     cg_tensor *dx = NULL, *dw = NULL, *db = NULL;
-    bool ok = rms ? cg_k_rms_norm_backward(x, w, rt, g, &dx, &dw)
-                  : cg_k_layer_norm_backward(x, w, mt, rt, g, &dx, &dw, &db);
+    bool ok = rms ? cg_k_rms_norm_backward(x, w, rt, g, NULL, &dx, &dw)
+                  : cg_k_layer_norm_backward(x, w, mt, rt, g, NULL, &dx, &dw, &db);
     ck_assert_msg(ok, "%s", cg_last_error());
     /* dx: finite differences of L = sum(g * y) in double */
     double fd[30], xs[30], yp[30], ym[30];
@@ -747,11 +747,11 @@ static void norm_case(bool rms, bool with_w, bool with_b, int layout)
 
     /* only dx, and only dw */
     cg_tensor *dx2 = NULL, *dw2 = NULL;
-    ok = rms ? cg_k_rms_norm_backward(x, w, rt, g, &dx2, NULL)
-             : cg_k_layer_norm_backward(x, w, mt, rt, g, &dx2, NULL, NULL);
+    ok = rms ? cg_k_rms_norm_backward(x, w, rt, g, NULL, &dx2, NULL)
+             : cg_k_layer_norm_backward(x, w, mt, rt, g, NULL, &dx2, NULL, NULL);
     ck_assert(ok && bit_equal(dx, dx2));
-    ok = rms ? cg_k_rms_norm_backward(x, w, rt, g, NULL, &dw2)
-             : cg_k_layer_norm_backward(x, w, mt, rt, g, NULL, &dw2, NULL);
+    ok = rms ? cg_k_rms_norm_backward(x, w, rt, g, NULL, NULL, &dw2)
+             : cg_k_layer_norm_backward(x, w, mt, rt, g, NULL, NULL, &dw2, NULL);
     ck_assert(ok && bit_equal(dw, dw2));
 
     free(xv);
@@ -808,7 +808,7 @@ START_TEST(test_norm_threads)
         cg_set_num_threads(k + 1);
         cg_tensor **o = res[k];
         o[0] = cg_k_layer_norm(x, w, b, 1e-5f, &o[1], &o[2]);
-        ck_assert(cg_k_layer_norm_backward(x, w, o[1], o[2], g, &o[3], &o[4], &o[5]));
+        ck_assert(cg_k_layer_norm_backward(x, w, o[1], o[2], g, NULL, &o[3], &o[4], &o[5]));
         o[6] = cg_k_rms_norm(x, w, 1e-5f, &o[7]);
     }
     cg_set_num_threads(0);
@@ -821,7 +821,7 @@ START_TEST(test_norm_threads)
     cg_tensor *y = cg_k_rms_norm(x, w, 1e-5f, &rs);
     for (int k = 0; k < 2; k++) {
         cg_set_num_threads(k + 1);
-        ck_assert(cg_k_rms_norm_backward(x, w, rs, g, &dx[k], &dw[k]));
+        ck_assert(cg_k_rms_norm_backward(x, w, rs, g, NULL, &dx[k], &dw[k]));
     }
     cg_set_num_threads(0);
     ck_assert(bit_equal(dx[0], dx[1]) && bit_equal(dw[0], dw[1]));
@@ -852,22 +852,23 @@ START_TEST(test_add_norm_fused)
                     cg_tensor *o[2][6] = {{0}}; /* y, mean, rstd, dx, dw, db */
                     if (rms) {
                         o[0][0] = cg_k_rms_norm(s, w, 1e-5f, &o[0][2]);
-                        ck_assert(cg_k_rms_norm_backward(s, w, o[0][2], g, &o[0][3], &o[0][4]));
+                        ck_assert(
+                            cg_k_rms_norm_backward(s, w, o[0][2], g, NULL, &o[0][3], &o[0][4]));
                         o[1][0] = cg_k_add_rms_norm(x, y, w, 1e-5f, &o[1][2], &o[1][5]);
                         ck_assert(bit_equal(s, o[1][5]));
-                        ck_assert(
-                            cg_k_rms_norm_backward(o[1][5], w, o[1][2], g, &o[1][3], &o[1][4]));
+                        ck_assert(cg_k_rms_norm_backward(o[1][5], w, o[1][2], g, NULL, &o[1][3],
+                                                         &o[1][4]));
                         cg_release(o[1][5]);
                         o[1][5] = NULL;
                     } else {
                         o[0][0] = cg_k_layer_norm(s, w, b, 1e-5f, &o[0][1], &o[0][2]);
-                        ck_assert(cg_k_layer_norm_backward(s, w, o[0][1], o[0][2], g, &o[0][3],
-                                                           &o[0][4], &o[0][5]));
+                        ck_assert(cg_k_layer_norm_backward(s, w, o[0][1], o[0][2], g, NULL,
+                                                           &o[0][3], &o[0][4], &o[0][5]));
                         cg_tensor *sum = NULL;
                         o[1][0] = cg_k_add_layer_norm(x, y, w, b, 1e-5f, &o[1][1], &o[1][2], &sum);
                         ck_assert(bit_equal(s, sum));
-                        ck_assert(cg_k_layer_norm_backward(sum, w, o[1][1], o[1][2], g, &o[1][3],
-                                                           &o[1][4], &o[1][5]));
+                        ck_assert(cg_k_layer_norm_backward(sum, w, o[1][1], o[1][2], g, NULL,
+                                                           &o[1][3], &o[1][4], &o[1][5]));
                         cg_release(sum);
                     }
                     for (int j = 0; j < 6; j++) {
@@ -899,6 +900,76 @@ START_TEST(test_add_norm_fused)
 }
 END_TEST
 
+/* dx added into a gradient the input already has (acc, autograd's
+ * cg_node_grad_acc): acc + dx rounded once, the bits of cg_k_add_ on the
+ * dx made apart, for both norms, from float x and from bf16 x-hat, for
+ * widths off the 8 lanes, an odd last row and shapes above the parallel
+ * threshold, on 1 and 2 threads; dw and db as without acc, *dx acc itself.
+ * A wrong acc is refused, named, and left as it was. */
+START_TEST(test_norm_backward_into)
+{
+    cg_rng r = cg_rng_new(29);
+    const int64_t shapes[][2] = {{3, 7}, {65, 40}, {131, 33}, {521, 64}};
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
+        for (int v = 0; v < 8; v++) {
+            const int64_t R = shapes[k][0], D = shapes[k][1];
+            const bool rms = v & 1, hat = v & 2;
+            cg_set_num_threads(v & 4 ? 2 : 1);
+            cg_tensor *x = cg_randn(&r, CG_SHAPE(R, D)), *g = cg_randn(&r, CG_SHAPE(R, D));
+            cg_tensor *w = cg_randn(&r, CG_SHAPE(D)), *b = rms ? NULL : cg_randn(&r, CG_SHAPE(D));
+            cg_tensor *acc0 = cg_randn(&r, CG_SHAPE(R, D));
+            cg_tensor *mean = NULL, *rstd = NULL, *xhat = NULL;
+            cg_tensor *y = cg_k_norm(rms, x, NULL, w, b, 1e-5f, false, hat || rms ? NULL : &mean,
+                                     &rstd, NULL, hat ? &xhat : NULL);
+            ck_assert_ptr_nonnull(y);
+            cg_tensor *want[3] = {0}, *got[3] = {0}, *acc = cg_k_clone(acc0);
+            for (int into = 0; into < 2; into++) {
+                cg_tensor **o = into ? got : want, *a = into ? acc : NULL;
+                ck_assert(
+                    hat   ? cg_k_norm_backward_xhat(rms, xhat, w, rstd, g, a, &o[0], &o[1],
+                                                  rms ? NULL : &o[2])
+                      : rms ? cg_k_rms_norm_backward(x, w, rstd, g, a, &o[0], &o[1])
+                          : cg_k_layer_norm_backward(x, w, mean, rstd, g, a, &o[0], &o[1], &o[2]));
+            }
+            cg_tensor *sum = cg_k_clone(acc0);
+            ck_assert(cg_k_add_(sum, want[0]));
+            ck_assert_ptr_eq(got[0], acc);
+            ck_assert_msg(bit_equal(acc, sum) && bit_equal(got[1], want[1]) &&
+                              (rms || bit_equal(got[2], want[2])),
+                          "%s norm from %s, [%lld, %lld], %d threads", rms ? "rms" : "layer",
+                          hat ? "x-hat" : "x", (long long)R, (long long)D, v & 4 ? 2 : 1);
+            cg_release_all(6, want[0], want[1], want[2], got[0], got[1], got[2]);
+            cg_release_all(10, x, g, w, b, acc0, mean, rstd, xhat, y, sum);
+            cg_release(acc);
+        }
+    cg_set_num_threads(0);
+    /* refused: another dtype, another shape, a view, or no dx asked for */
+    cg_tensor *x = cg_randn(&r, CG_SHAPE(6, 4)), *g = cg_randn(&r, CG_SHAPE(6, 4)), *rstd = NULL;
+    cg_tensor *y = cg_k_rms_norm(x, NULL, 1e-5f, &rstd), *dx = NULL, *dw = NULL;
+    cg_tensor *bad[] = {cg_empty_dtype(CG_BF16, CG_SHAPE(6, 4)), cg_zeros(CG_SHAPE(4, 6)),
+                        cg_zeros(CG_SHAPE(4, 6)), cg_zeros(CG_SHAPE(6, 4))};
+    cg_tensor *view = cg_view_transpose(bad[2], 0, 1);
+    cg_tensor *use[] = {bad[0], bad[1], view, bad[3]};
+    for (int i = 0; i < 4; i++) {
+        cg_clear_error();
+        ck_assert(!cg_k_rms_norm_backward(x, NULL, rstd, g, use[i], i < 3 ? &dx : NULL, &dw));
+        ck_assert(!dx && !dw);
+        const char *want = i < 3 ? "dx is added into a contiguous float32 tensor of the input's"
+                                 : "a tensor to add dx into, but dx not asked for";
+        ck_assert_msg(strstr(cg_last_error(), "rms_norm_backward") && strstr(cg_last_error(), want),
+                      "%s", cg_last_error());
+        if (i) { /* untouched */
+            float *u = cg_test_values(use[i]);
+            for (int j = 0; j < 24; j++)
+                ck_assert(u[j] == 0.0f);
+            free(u);
+        }
+    }
+    cg_release_all(4, x, g, rstd, y);
+    cg_release_all(5, bad[0], bad[1], bad[2], bad[3], view);
+}
+END_TEST
+
 START_TEST(test_norm_errors)
 {
     cg_tensor *x = cg_zeros(CG_SHAPE(2, 3));
@@ -911,10 +982,10 @@ START_TEST(test_norm_errors)
     cg_tensor *mean = NULL, *rstd = NULL;
     cg_tensor *y = cg_k_layer_norm(x, NULL, NULL, 1e-5f, &mean, &rstd);
     cg_tensor *g = cg_zeros(CG_SHAPE(3, 2)), *dx = NULL;
-    ck_assert(!cg_k_layer_norm_backward(x, NULL, mean, rstd, g, &dx, NULL, NULL));
+    ck_assert(!cg_k_layer_norm_backward(x, NULL, mean, rstd, g, NULL, &dx, NULL, NULL));
     ck_assert_ptr_null(dx);
     ck_assert_ptr_nonnull(strstr(cg_last_error(), "[3, 2]"));
-    ck_assert(!cg_k_rms_norm_backward(x, NULL, x, x, &dx, NULL)); /* rstd of 6 elements */
+    ck_assert(!cg_k_rms_norm_backward(x, NULL, x, x, NULL, &dx, NULL)); /* rstd of 6 elements */
     ck_assert_ptr_nonnull(strstr(cg_last_error(), "rms_norm_backward"));
     cg_release_all(9, x, w4, w2d, s, mean, rstd, y, g, dx);
 }
@@ -1339,6 +1410,7 @@ static Suite *nnkernels_suite(void)
     tcase_add_test(tc, test_norm_threads);
     tcase_add_test(tc, test_norm_errors);
     tcase_add_test(tc, test_add_norm_fused);
+    tcase_add_test(tc, test_norm_backward_into);
     suite_add_tcase(s, tc);
     tc = tcase_create("dropout");
     tcase_add_test(tc, test_dropout_identity);
