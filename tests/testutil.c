@@ -266,3 +266,26 @@ void cg_test_check_unread(unread_fn f, void *ctx, int n, cg_tensor *const *in, c
             in[k]->grad = old[k];
     }
 }
+
+void cg_test_acc_refused(int64_t rows, int64_t cols, const char *op,
+                         bool (*call)(void *ctx, cg_tensor *acc, bool dx), void *ctx)
+{
+    cg_tensor *bad[] = {cg_zeros_dtype(CG_BF16, CG_SHAPE(rows, cols)),
+                        cg_zeros(CG_SHAPE(cols, rows)), cg_zeros(CG_SHAPE(cols, rows)),
+                        cg_zeros(CG_SHAPE(rows, cols))};
+    cg_tensor *view = cg_view_transpose(bad[2], 0, 1);
+    cg_tensor *use[] = {bad[0], bad[1], view, bad[3]};
+    for (int i = 0; i < 4; i++) {
+        cg_clear_error();
+        ck_assert(!call(ctx, use[i], i < 3));
+        const char *want = i < 3 ? "dx is added into a contiguous float32 tensor of the input's"
+                                 : "a tensor to add dx into, but dx not asked for";
+        ck_assert_msg(strstr(cg_last_error(), op) && strstr(cg_last_error(), want), "%s",
+                      cg_last_error());
+        float *u = cg_test_values(use[i]);
+        for (int64_t j = 0; j < rows * cols; j++)
+            ck_assert(u[j] == 0.0f);
+        free(u);
+    }
+    cg_release_all(5, bad[0], bad[1], bad[2], bad[3], view);
+}

@@ -92,4 +92,13 @@ cg_tensor *cg_test_randn_layout(cg_rng *rng, int ndim, const int64_t *shape, int
 void cg_test_check_unread(cg_tensor *(*f)(void *, cg_tensor *const *), void *ctx, int n,
                           cg_tensor *const *in, const char *what);
 
+/* A backward's acc refused (core's cg_check_grad_acc) for an input of
+ * shape [rows, cols]: call(ctx, acc, dx) with acc of another dtype, of
+ * another shape and a transposed view (dx asked for), then a good one with
+ * dx not asked for, must each fail with that check's message naming op,
+ * setting none of its outputs (call's to check) and leaving acc as it was
+ * (zeros). */
+void cg_test_acc_refused(int64_t rows, int64_t cols, const char *op,
+                         bool (*call)(void *ctx, cg_tensor *acc, bool dx), void *ctx);
+
 #endif
