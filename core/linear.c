@@ -205,17 +205,39 @@ static void round_block(const cg_gemm_epilogue *e, float *c, int64_t rows, int64
                            o->y16 + ((c + j * csc) - o->e.c0));
 }
 
+/* A residual block's dropout and add (cg_k_linear_residual) as the
+ * product's epilogue: res and the mask laid out as y */
+typedef struct {
+    cg_gemm_epilogue e; /* first: the driver hands &e back to tail_block */
+    cg_k_drop d;        /* p 0: no dropout */
+    const float *res;   /* or NULL */
+    cg_tensor *mask;    /* the keep, bool, where there is a dropout (linear makes it) */
+    uint8_t *m;         /* its data */
+} tail_out;
+
+static void tail_block(const cg_gemm_epilogue *e, float *c, int64_t rows, int64_t cols, int64_t rsc,
+                       int64_t csc)
+{
+    const tail_out *o = (const tail_out *)e;
+    const block_runs r = runs_of(rows, cols, rsc, csc);
+    for (int64_t j = 0; j < r.groups; j++) {
+        const ptrdiff_t off = (c + j * csc) - o->e.c0;
+        cg_k_dropout_add_run(&o->d, r.len, r.runs, r.ld, off, c + j * csc,
+                             o->res ? o->res + off : NULL, o->m ? o->m + off : NULL);
+    }
+}
+
 /* The epilogue over rows of y [N, out] (no product ran it) */
 typedef struct {
     const cg_gemm_epilogue *e;
     float *y;
     int64_t out;
-} act_rows;
+} epi_rows;
 
-static void act_row_block(int64_t r0, int64_t r1, int thread, const void *ctx)
+static void epi_row_block(int64_t r0, int64_t r1, int thread, const void *ctx)
 {
-    const act_rows *a = ctx;
-    act_block(a->e, a->y + r0 * a->out, a->out, r1 - r0, 1, a->out);
+    const epi_rows *a = ctx;
+    a->e->fn(a->e, a->y + r0 * a->out, a->out, r1 - r0, 1, a->out);
 }
 
 /* The outputs of ao beside y (contiguous): in bf16 the rounded ones and
@@ -243,10 +265,11 @@ static bool act_outputs(act_out *ao, const cg_tensor *y, bool bf16)
  * on W's cached bf16 copy (core/weight_cache.c), which sets y's rows to the
  * bias itself. A bfloat16 x (cg_k_bf16_operand's) is read as it is by the
  * bf16 products and widened (exactly) for fp32 ones. With ao, its
- * activation too: the bf16 products run it on each finished block of y,
+ * activation too, or with to its dropout and residual add (to->e and
+ * to->m set here): the bf16 products run it on each finished block of y,
  * otherwise a pass over y after the product. */
 static cg_tensor *linear(const cg_tensor *x, const cg_tensor *w, const cg_tensor *b, bool packed,
-                         act_out *ao, cg_tensor **y16)
+                         act_out *ao, tail_out *to, cg_tensor **y16)
 {
     if (y16)
         *y16 = NULL;
@@ -270,17 +293,25 @@ static cg_tensor *linear(const cg_tensor *x, const cg_tensor *w, const cg_tensor
      * live tensors: the same requests were live at the backward's start) */
     cg_tensor *r16 = y16 && pw && !ao ? cg_empty_dtype(CG_BF16, x->ndim, shp) : NULL;
     cg_tensor *y = cg_empty(x->ndim, shp);
+    /* the dropout's mask */
+    cg_tensor *m = to && to->d.p > 0.0f ? cg_empty_dtype(CG_BOOL, x->ndim, shp) : NULL;
     /* fp32 products of a bfloat16 x: its values as floats */
     cg_tensor *xc = x->dtype == CG_BF16 && !pw ? cg_k_to(x, CG_F32) : cg_k_contiguous(x);
-    if (!y || !xc || (y16 && pw && !ao && !r16) || (ao && !act_outputs(ao, y, pw != NULL))) {
-        cg_release_all(3, y, xc, r16);
+    if (!y || !xc || (y16 && pw && !ao && !r16) || (to && to->d.p > 0.0f && !m) ||
+        (ao && !act_outputs(ao, y, pw != NULL))) {
+        cg_release_all(4, y, xc, r16, m);
         cg_bf16_weight_release(pw);
         return NULL;
     }
     round_out ro = {{round_block, cg_data(y)}, r16 ? cg_data_bf16(r16) : NULL};
     if (y16)
         *y16 = r16;
-    const cg_gemm_epilogue *epi = ao ? &ao->e : ro.y16 ? &ro.e : NULL;
+    if (to) {
+        to->e = (cg_gemm_epilogue){tail_block, cg_data(y)};
+        to->mask = m;
+        to->m = m ? (uint8_t *)cg_data_bool(m) : NULL;
+    }
+    const cg_gemm_epilogue *epi = ao ? &ao->e : to ? &to->e : ro.y16 ? &ro.e : NULL;
     float *yp = cg_data(y);
     bool ok = true;
     if (in == 0 && !b)
@@ -297,11 +328,15 @@ static cg_tensor *linear(const cg_tensor *x, const cg_tensor *w, const cg_tensor
                  0.0f, yp, out, 1);
     cg_release(xc);
     cg_bf16_weight_release(pw);
-    if (ok && ao && !pw) { /* no product ran the epilogue: over y, in blocks of 64 rows */
-        const act_rows job = {epi, yp, out};
-        cg_shares_run(N, 64, cg_shares_team(N * out > PAR_THRESHOLD), act_row_block, &job);
+    if (ok && (ao || to) && !pw) { /* no product ran the epilogue: over y, in blocks of 64 rows */
+        const epi_rows job = {epi, yp, out};
+        cg_shares_run(N, 64, cg_shares_team(N * out > PAR_THRESHOLD), epi_row_block, &job);
     }
     if (!ok) {
+        if (to) {
+            cg_release(m);
+            to->mask = NULL;
+        }
         if (ao)
             cg_release_all(4, ao->a, ao->m, ao->h16, ao->a16);
         if (y16) {
@@ -316,12 +351,12 @@ static cg_tensor *linear(const cg_tensor *x, const cg_tensor *w, const cg_tensor
 
 cg_tensor *cg_k_linear(const cg_tensor *x, const cg_tensor *w, const cg_tensor *b)
 {
-    return linear(x, w, b, false, NULL, NULL);
+    return linear(x, w, b, false, NULL, NULL, NULL);
 }
 
 cg_tensor *cg_k_linear_keep_bf16(const cg_tensor *x, const cg_tensor *w, const cg_tensor *b)
 {
-    cg_tensor *y16, *y = linear(x, w, b, false, NULL, &y16);
+    cg_tensor *y16, *y = linear(x, w, b, false, NULL, NULL, &y16);
     if (y16)
         cg_k_bf16_operand_keep(y, y16);
     cg_release(y16);
@@ -330,7 +365,7 @@ cg_tensor *cg_k_linear_keep_bf16(const cg_tensor *x, const cg_tensor *w, const c
 
 cg_tensor *cg_k_linear_bf16_packed(const cg_tensor *x, const cg_tensor *w, const cg_tensor *b)
 {
-    return linear(x, w, b, true, NULL, NULL);
+    return linear(x, w, b, true, NULL, NULL, NULL);
 }
 
 cg_tensor *cg_k_linear_act(const cg_tensor *x, const cg_tensor *w, const cg_tensor *b, cg_k_act act,
@@ -345,7 +380,7 @@ cg_tensor *cg_k_linear_act(const cg_tensor *x, const cg_tensor *w, const cg_tens
         return NULL;
     }
     act_out ao = {.act = act};
-    cg_tensor *y = linear(x, w, b, false, &ao, NULL);
+    cg_tensor *y = linear(x, w, b, false, &ao, NULL, NULL);
     if (!y)
         return NULL;
     cg_tensor *out = ao.a ? ao.a : y; /* y activated in place, or y = h kept */
@@ -357,6 +392,55 @@ cg_tensor *cg_k_linear_act(const cg_tensor *x, const cg_tensor *w, const cg_tens
         *saved = ao.h16 ? ao.h16 : y;
     cg_release(ao.a16);
     return out;
+}
+
+cg_tensor *cg_k_linear_residual(const cg_tensor *x, const cg_tensor *w, const cg_tensor *b,
+                                const cg_tensor *res, float p, cg_rng *rng, cg_tensor **mask)
+{
+    if (mask)
+        *mask = NULL;
+    if (!x || !w)
+        return cg_error_null_input("cg_k_linear_residual"), NULL;
+    if (!(p >= 0.0f && p <= 1.0f)) {
+        cg_set_error("linear_residual: p must be in [0, 1] (got %g)", (double)p);
+        return NULL;
+    }
+    if (!rng && p > 0.0f) {
+        cg_set_error("linear_residual: NULL rng");
+        return NULL;
+    }
+    if (!check_linear("linear_residual", x, w, b))
+        return NULL;
+    if (res && !cg_check_f32("linear_residual", "res", res))
+        return NULL;
+    bool same = !res || (res->ndim == x->ndim && res->shape[x->ndim - 1] == w->shape[0]);
+    for (int i = 0; same && res && i < x->ndim - 1; i++)
+        same = res->shape[i] == x->shape[i];
+    if (!same) { /* the output's shape: x's with its last dim out */
+        char a[96], c[96];
+        cg_set_error("linear_residual: residual %s does not match the output of input %s and "
+                     "%lld outputs",
+                     cg_shape_str(res, a, sizeof a), cg_shape_str(x, c, sizeof c),
+                     (long long)w->shape[0]);
+        return NULL;
+    }
+    cg_tensor *rc = res ? cg_k_contiguous(res) : NULL;
+    if (res && !rc)
+        return NULL;
+    tail_out to = {.d = {.p = 0.0f}, .res = rc ? cg_data(rc) : NULL};
+    if (p > 0.0f)
+        to.d = cg_k_drop_from(rng, p);
+    cg_tensor *y = linear(x, w, b, false, NULL, &to, NULL);
+    cg_release(rc);
+    if (!y)
+        return NULL;
+    if (p > 0.0f)
+        rng->counter += (uint64_t)cg_numel(y);
+    if (mask)
+        *mask = to.mask;
+    else
+        cg_release(to.mask);
+    return y;
 }
 
 /* Bias gradient: b[j] = sum over rows of g[r, j] for j in [j0, j1), rows in

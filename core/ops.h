@@ -319,6 +319,24 @@ cg_tensor *cg_k_dropout(const cg_tensor *a, float p, cg_rng *rng, cg_tensor **ma
 /* Its backward: g times 1/(1-p) where mask is true and times 0 where it is
  * false (NaN stays NaN), the bits of g times the factor. */
 cg_tensor *cg_k_dropout_backward(const cg_tensor *mask, const cg_tensor *g, float p);
+/* A dropout's draws, cg_k_dropout's: the element at row-major offset o is
+ * kept iff draw (base + o) of key (core/rng.h) is >= p, and scaled by
+ * scale = 1/(1-p) (0 at p = 1). */
+typedef struct {
+    uint64_t key, base;
+    float p, scale;
+} cg_k_drop;
+/* The draws of a dropout of p taken from rng now (rng is not advanced) */
+cg_k_drop cg_k_drop_from(const cg_rng *rng, float p);
+/* A dropout and a residual add over `runs` runs of n elements ld apart,
+ * the first element at offset off of the tensor's origin (y, res and m
+ * point at it): y = res + dropout(y) in place, the bits of cg_k_dropout
+ * then cg_k_add; res NULL: the dropout alone; d NULL or d->p == 0: no
+ * dropout (y = res + y). m (if not NULL) gets the keep (1 or 0) where
+ * there is a dropout. What cg_k_linear_residual runs on each block of its
+ * product's output. */
+void cg_k_dropout_add_run(const cg_k_drop *d, int64_t n, int64_t runs, int64_t ld, int64_t off,
+                          float *y, const float *res, uint8_t *m);
 
 /* Linear layer: y = x W^T + b, x [..., in] (any strides), W [out, in], b
  * [out] or NULL -> [..., out]. One GEMM with the bias pre-written into y.
@@ -374,6 +392,20 @@ typedef enum { CG_K_ACT_RELU, CG_K_ACT_GELU, CG_K_ACT_GELU_ERF } cg_k_act;
  * + error on failure. */
 cg_tensor *cg_k_linear_act(const cg_tensor *x, const cg_tensor *w, const cg_tensor *b, cg_k_act act,
                            cg_tensor **saved);
+/* res + dropout(x W^T + b): a sublayer's last product and what follows
+ * it in a residual block (pre-norm's x + drop(sub(norm(x))), or with res
+ * NULL post-norm's drop(sub(x)), whose add is in the norm), the bits of
+ * cg_k_add(res, cg_k_dropout(cg_k_linear(x, w, b), p, rng, mask)). In bf16
+ * precision (on W's cached bf16 copy) each block of the product's output
+ * gets its dropout and add as the block is finished, while it is in
+ * cache; in fp32 one pass after the product does. p in [0, 1]: p > 0
+ * draws as cg_k_dropout does (the output's row-major offsets; rng's
+ * counter then advances by its elements) and *mask (when mask is not
+ * NULL) gets the keep, bool of the output's shape; p == 0 draws nothing
+ * (rng may be NULL, *mask is NULL). res: float32 of the output's shape
+ * (any strides), or NULL. NULL + error on failure. */
+cg_tensor *cg_k_linear_residual(const cg_tensor *x, const cg_tensor *w, const cg_tensor *b,
+                                const cg_tensor *res, float p, cg_rng *rng, cg_tensor **mask);
 /* runs of n outputs of such a layer, run r at r * ld in every array: h16
  * (if not NULL) = h rounded as the bf16 products round it; relu: h =
  * relu(h) in place and m (if not NULL) its mask; the GELUs: a = act(h), in place when a

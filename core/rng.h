@@ -11,11 +11,17 @@
 
 #include <stdint.h>
 
+/* splitmix64's finaliser of z in place: a uint64_t, or a vector of them
+ * (GCC's vector extension: the same operations lane by lane, so a kernel
+ * drawing eight at a time has these bits) */
+#define CG_RNG_MIX64(z)                                 \
+    ((z) = ((z) ^ ((z) >> 30)) * 0xbf58476d1ce4e5b9ULL, \
+     (z) = ((z) ^ ((z) >> 27)) * 0x94d049bb133111ebULL, (z) ^= (z) >> 31)
+
 static inline uint64_t cg_rng_mix64(uint64_t z)
 {
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
+    CG_RNG_MIX64(z);
+    return z;
 }
 
 /* The per-seed half of every draw. */
@@ -25,9 +31,11 @@ static inline uint64_t cg_rng_key(uint64_t seed)
 }
 
 /* Draw i (the counter) of the stream whose key is key. */
+#define CG_RNG_K1 0xd1b54a32d192ed03ULL
+#define CG_RNG_K2 0x2545f4914f6cdd1dULL
 static inline uint64_t cg_rng_draw(uint64_t key, uint64_t i)
 {
-    return cg_rng_mix64(key ^ (i * 0xd1b54a32d192ed03ULL + 0x2545f4914f6cdd1dULL));
+    return cg_rng_mix64(key ^ (i * CG_RNG_K1 + CG_RNG_K2));
 }
 
 /* A draw as a uniform float in [0, 1): its top 24 bits, exact in float

@@ -1822,6 +1822,70 @@ START_TEST(test_linear_act)
 }
 END_TEST
 
+/* cg_k_linear_residual: the bits of cg_k_add(res, cg_k_dropout(cg_k_linear))
+ * and the dropout's mask and draws (the rng advanced as cg_k_dropout
+ * advances it), with and without the residual and the dropout (p 0, 0.3,
+ * 1), NaN and infinities through the bias; fp32 and bf16, 1 and 2 threads,
+ * rows of the panel path and of the driver, a residual view with strides
+ * of its own, several k blocks. Bad arguments refused in one line. */
+START_TEST(test_linear_residual)
+{
+    cg_rng rng = cg_rng_new(83);
+    const int64_t rows[] = {3, 70, 301}, ins[] = {96, 400};
+    const float ps[] = {0.0f, 0.3f, 1.0f};
+    for (int v = 0; v < 3 * 2 * 3 * 2 * 2 * 2; v++) {
+        const int pi = v % 3, bf16 = v / 3 % 2, r = v / 6 % 3, in = v / 18 % 2, nt = 1 + v / 36 % 2,
+                  with_res = v / 72 % 2;
+        const float p = ps[pi];
+        cg_set_num_threads(nt);
+        cg_set_matmul_precision(bf16 ? CG_PRECISION_BF16 : CG_PRECISION_FP32);
+        cg_tensor *x = cg_randn(&rng, CG_SHAPE(rows[r], ins[in]));
+        cg_tensor *w = cg_randn(&rng, CG_SHAPE(213, ins[in])), *b = cg_randn(&rng, CG_SHAPE(213));
+        cg_data(b)[3] = NAN;
+        cg_data(b)[20] = INFINITY;
+        cg_data(b)[40] = -INFINITY;
+        /* the residual: a transposed view (strides of its own) */
+        cg_tensor *rt = cg_randn(&rng, CG_SHAPE(213, rows[r]));
+        cg_tensor *res = with_res ? cg_view_transpose(rt, 0, 1) : NULL;
+        cg_rng r1 = cg_rng_new(5 + (uint64_t)v), r2 = r1;
+        const uint64_t c0 = r1.counter;
+        cg_tensor *h = cg_k_linear(x, w, b), *want_m = NULL;
+        cg_tensor *dh = p > 0.0f ? cg_k_dropout(h, p, &r1, &want_m) : cg_retain(h);
+        cg_tensor *want = res ? cg_k_add(res, dh) : cg_retain(dh), *m = NULL;
+        cg_tensor *y = cg_k_linear_residual(x, w, b, res, p, &r2, &m);
+        ck_assert_ptr_nonnull(y);
+        ck_assert_msg(same_bits(y, want), "p %g, %s, %lld x %lld, %d threads, %s residual",
+                      (double)p, bf16 ? "bf16" : "fp32", (long long)rows[r], (long long)ins[in], nt,
+                      res ? "a" : "no");
+        if (p > 0.0f) {
+            ck_assert(m && m->dtype == CG_BOOL && cg_same_shape(m, y));
+            ck_assert(!memcmp(cg_data_bool(m), cg_data_bool(want_m), (size_t)cg_numel(y)));
+        } else {
+            ck_assert_ptr_null(m);
+        }
+        ck_assert(r2.counter == r1.counter &&
+                  r2.counter == c0 + (p > 0.0f ? (uint64_t)cg_numel(y) : 0));
+        cg_release_all(10, x, w, b, rt, res, h, want_m, dh, want, y);
+        cg_release(m);
+    }
+    cg_set_num_threads(0);
+    cg_tensor *x = cg_randn(&rng, CG_SHAPE(4, 6)), *w = cg_randn(&rng, CG_SHAPE(5, 6)), *m = NULL;
+    cg_tensor *res = cg_randn(&rng, CG_SHAPE(4, 5)), *bad = cg_randn(&rng, CG_SHAPE(4, 6));
+    cg_tensor *ids = cg_zeros_dtype(CG_I64, CG_SHAPE(4, 5));
+    ck_assert_ptr_null(cg_k_linear_residual(x, w, NULL, bad, 0.0f, NULL, &m));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "residual [4, 6] does not match"));
+    ck_assert_ptr_null(cg_k_linear_residual(x, w, NULL, ids, 0.0f, NULL, &m));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "int64"));
+    ck_assert_ptr_null(cg_k_linear_residual(x, w, NULL, res, 1.5f, &rng, &m));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "p must be in [0, 1]"));
+    ck_assert_ptr_null(cg_k_linear_residual(x, w, NULL, res, 0.5f, NULL, &m));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "NULL rng"));
+    ck_assert_ptr_null(m);
+    cg_set_matmul_precision(CG_PRECISION_FP32);
+    cg_release_all(5, x, w, res, bad, ids);
+}
+END_TEST
+
 /* cg_k_norm with bf16_copy: the four norms' outputs, statistics and sums
  * are those of cg_k_layer_norm and the rest, bit for bit, and the output's
  * bf16 copy, kept for cg_k_bf16_operand, is the one it would make (rows of
@@ -2944,6 +3008,7 @@ static Suite *bf16_suite(void)
     tcase_add_test(to, test_attention_keeps_out16);
     tcase_add_test(to, test_relu_mask);
     tcase_add_test(to, test_linear_act);
+    tcase_add_test(to, test_linear_residual);
     tcase_add_test(to, test_norm_bf16_copy);
     tcase_add_test(to, test_norm_xhat);
     tcase_add_test(to, test_norm_saves_xhat);

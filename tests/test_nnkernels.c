@@ -1031,14 +1031,15 @@ END_TEST
 
 /* The kernel's inline draws (core/rng.h) are cg_rng_uniform's: element i
  * is kept iff the (counter + i)-th uniform draw >= p, and y = x * scale, for
- * several seeds, a counter far along and block edges (4096) in between. */
+ * several seeds, a counter far along, block edges (4096) in between and
+ * a last block whose length is not a multiple of the kernel's vectors. */
 START_TEST(test_dropout_draws)
 {
     const uint64_t seeds[3] = {0, 7, 0xfedcba9876543210ULL};
     const uint64_t counters[3] = {0, 12345, (1ULL << 40) - 3};
     const float ps[2] = {0.1f, 0.7f};
     cg_rng r = cg_rng_new(3);
-    cg_tensor *x = cg_randn(&r, CG_SHAPE(9000));
+    cg_tensor *x = cg_randn(&r, CG_SHAPE(9003));
     float *xv = cg_test_values(x);
     for (int a = 0; a < 3; a++)
         for (int c = 0; c < 3; c++)
@@ -1048,7 +1049,7 @@ START_TEST(test_dropout_draws)
                 cg_tensor *y = cg_k_dropout(x, ps[k], &d, &mask);
                 float *yv = cg_test_values(y), *mv = cg_test_values(mask);
                 float scale = (float)(1.0 / (1.0 - (double)ps[k]));
-                for (int64_t i = 0; i < 9000; i++) {
+                for (int64_t i = 0; i < 9003; i++) {
                     float s = cg_rng_uniform(&ref) >= ps[k] ? scale : 0.0f;
                     ck_assert_msg(mv[i] == (s != 0.0f) && yv[i] == xv[i] * s,
                                   "seed %d counter %d p %g: element %lld", a, c, (double)ps[k],
