@@ -118,7 +118,8 @@ extern "C" {
     X(CLONE, "clone", 1, 0, 0)                                                \
     X(CHECKPOINT, "checkpoint", 0, CG_IN_ALL, 0) /* autograd/checkpoint.h */ \
     X(TO, "to", 1, 0, 0)                                                      \
-    X(LINEAR_CROSS_ENTROPY, "linear_cross_entropy", 3, CG_IN_ALL, 0) /* h, w, b */
+    X(LINEAR_CROSS_ENTROPY, "linear_cross_entropy", 3, CG_IN_ALL, 0) /* h, w, b */ \
+    X(LINEAR_RESIDUAL, "linear_residual", 4, 0, 1) /* x, w, b?, res?; mask */
 /* clang-format on */
 /* A row of core/ops.h's CG_UNARY_OPS as a row of this table: one input,
  * which the backward reads. */

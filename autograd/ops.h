@@ -152,6 +152,16 @@ cg_tensor *cg_affine_relu(cg_tensor *x, cg_tensor *w, cg_tensor *b);
  * backward takes the gradient through it in the pass that rounds it for
  * its products (core/linear.c, cg_k_linear_act). */
 cg_tensor *cg_affine_gelu(cg_tensor *x, cg_tensor *w, cg_tensor *b, bool exact);
+/* res + dropout(x w^T + b) as one op, the bits of cg_add(res,
+ * cg_dropout(cg_affine(x, w, b), p, rng, training)) (res NULL: the
+ * dropout alone): a residual block's last product and what follows it,
+ * pre-norm's x + drop(sub(norm(x))) or post-norm's drop(sub(x)). The
+ * dropout (when training and p > 0) draws as cg_dropout does and is
+ * applied, with the add, as the product writes its output (core's
+ * cg_k_linear_residual); the node keeps the dropout's mask, and the
+ * residual's gradient is g, as cg_add's. b and res may be NULL. */
+cg_tensor *cg_affine_residual(cg_tensor *x, cg_tensor *w, cg_tensor *b, cg_tensor *res, float p,
+                              cg_rng *rng, bool training);
 /* Fused scaled-dot-product attention: q [B,H,Tq,dh], k and v [B,H,Tk,dh]
  * (any strides) -> softmax(q k^T / sqrt(dh), masked) v, [B,H,Tq,dh] (a view
  * of [B,Tq,H,dh] contiguous storage). Key j is masked for query i when

@@ -1,5 +1,6 @@
 /* Differentiable layers on the fused kernels: attention, and the linear
- * layers (cg_affine, cg_affine_relu), with what each node keeps for its
+ * layers (cg_affine, cg_affine_relu, cg_affine_residual), with what each
+ * node keeps for its
  * backward: in bf16 precision the bf16 copies the products read
  * (docs/autograd.md, "Saved in bf16"). Forward and backward side by side,
  * as in ops_nn.c. */
@@ -285,4 +286,65 @@ cg_tensor *cg_affine_relu(cg_tensor *x, cg_tensor *w, cg_tensor *b)
 cg_tensor *cg_affine_gelu(cg_tensor *x, cg_tensor *w, cg_tensor *b, bool exact)
 {
     return affine_act("cg_affine_gelu", x, w, b, exact ? CG_K_ACT_GELU_ERF : CG_K_ACT_GELU);
+}
+
+/* cg_affine_residual. inputs: x, w, then b (p.i[3] = 1) and res where
+ * given; p.i[2]: the dropout's mask slot + 1 (0: no dropout), p.f[2] its
+ * p (p is a union: f[2] lies in i[1]); x's bf16 copy as cg_affine's
+ * (p.i[0]). The residual's gradient is g, the product's g through the
+ * dropout. */
+static bool linear_residual_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    const int bi = n->p.i[3] ? 2 : -1, ri = n->n_inputs > 2 + (bi > 0) ? n->n_inputs - 1 : -1;
+    if (ri >= 0 && NEEDS(ri))
+        gin[ri] = cg_retain((cg_tensor *)g);
+    const bool db = bi >= 0 && NEEDS(bi);
+    if (!NEEDS(0) && !NEEDS(1) && !db)
+        return true;
+    const cg_tensor *x = linear_x(n);
+    cg_tensor *gd = !x              ? NULL
+                    : n->p.i[2] > 0 ? cg_k_dropout_backward(n->saved[n->p.i[2] - 1], g, n->p.f[2])
+                                    : cg_retain((cg_tensor *)g);
+    const bool ok =
+        gd && cg_k_linear_backward(x, IN(1), gd, cg_node_grad_acc(n, 0), NEEDS(0) ? &gin[0] : NULL,
+                                   NEEDS(1) ? &gin[1] : NULL, db ? &gin[bi] : NULL);
+    cg_release(gd);
+    return ok;
+}
+cg_tensor *cg_affine_residual(cg_tensor *x, cg_tensor *w, cg_tensor *b, cg_tensor *res, float p,
+                              cg_rng *rng, bool training)
+{
+    if (!x || !w) {
+        cg_error_null_input("cg_affine_residual");
+        return NULL;
+    }
+    const float pe = training ? p : 0.0f; /* cg_dropout: the identity unless training */
+    cg_tensor *in[4] = {x, w, b ? b : res, res};
+    const int ni = 2 + (b != NULL) + (res != NULL);
+    bool grad = false;
+    for (int i = 0; i < ni; i++)
+        grad |= in[i]->requires_grad;
+    grad &= cg_grad_enabled();
+    cg_tensor *xb = NULL, *mask = NULL;
+    if (grad && wants_bf16_copy(x, w) && !(xb = cg_k_bf16_operand(x)))
+        return NULL;
+    cg_tensor *out = cg_k_linear_residual(xb ? xb : x, w, b, res, pe, rng, grad ? &mask : NULL);
+    if (!out) {
+        cg_release(xb);
+        return NULL;
+    }
+    cg_node *n = cg_record(out, CG_OP_LINEAR_RESIDUAL, ni, in, linear_residual_bw);
+    bool ok = !cg_record_failed(n, ni, in);
+    if (ok && n) {
+        n->p.i[3] = b != NULL;
+        n->p.f[2] = pe;
+        ok = !mask || save_slot(n, mask, &n->p.i[2]);
+    }
+    ok = ok && (!n || !xb || keep_bf16_copy(n, x, xb));
+    cg_release_all(2, xb, mask);
+    if (!ok) {
+        cg_release(out);
+        return NULL;
+    }
+    return out;
 }

@@ -210,6 +210,7 @@ static const op_check op_checks[CG_OP_COUNT] = {
     [CG_OP_CHECKPOINT] = {.by = "test_checkpoint.c: test_checkpoint_gradcheck"},
     [CG_OP_TO] = {.by = "test_grad_dtype.c: test_gradcheck_to_bf16"},
     [CG_OP_LINEAR_CROSS_ENTROPY] = {.by = "test_linear_cross_entropy"},
+    [CG_OP_LINEAR_RESIDUAL] = {.by = "test_affine_residual"},
 };
 
 /* Checked here (not only named): its cases, or a test of this file. */
@@ -970,6 +971,118 @@ START_TEST(test_affine)
 }
 END_TEST
 
+/* cg_affine_residual: res + dropout(x w^T + b). ctx: which inputs and
+ * the dropout (the same mask every call: a fresh generator of one seed) */
+typedef struct {
+    bool bias, res, self; /* self: x is its own residual */
+    float p;
+    bool training;
+} residual_case;
+
+static cg_tensor *affine_residual_fn(void *ctx, cg_tensor *const *in)
+{
+    const residual_case *c = ctx;
+    cg_rng r = cg_rng_new(91);
+    cg_tensor *res = c->self ? in[0] : c->res ? in[3] : NULL;
+    return cg_affine_residual(in[0], in[1], c->bias ? in[2] : NULL, res, c->p, &r, c->training);
+}
+
+/* The same, unfused: cg_add(res, cg_dropout(cg_affine(...))) */
+static cg_tensor *affine_residual_ref(void *ctx, cg_tensor *const *in)
+{
+    const residual_case *c = ctx;
+    cg_rng r = cg_rng_new(91);
+    cg_tensor *h = cg_affine(in[0], in[1], c->bias ? in[2] : NULL);
+    cg_tensor *d = cg_dropout(h, c->p, &r, c->training);
+    cg_tensor *res = c->self ? in[0] : c->res ? in[3] : NULL;
+    cg_tensor *y = res ? cg_add(res, d) : cg_retain(d);
+    cg_release_all(2, h, d);
+    return y;
+}
+
+/* Gradcheck in fp32 with and without the bias, the residual (x's own
+ * too) and the dropout; in both precisions, 1 and 2 threads, the output
+ * and every gradient bit for bit the unfused ops' (the dropout's draws
+ * included), the node keeping the mask only where there is a dropout;
+ * not training, no draws. */
+START_TEST(test_affine_residual)
+{
+    cg_rng r = cg_rng_new(23);
+    for (int layout = 0; layout < N_LAYOUTS; layout++) {
+        cg_tensor *in[4] = {input(&r, CG_SHAPE(2, 3, 4), layout, DOM_ANY),
+                            input(&r, CG_SHAPE(5, 4), (layout + 1) % N_LAYOUTS, DOM_ANY),
+                            input(&r, CG_SHAPE(5), LAYOUT_CONTIG, DOM_ANY),
+                            input(&r, CG_SHAPE(2, 3, 5), (layout + 2) % N_LAYOUTS, DOM_ANY)};
+        for (int v = 0; v < 16; v++) {
+            const residual_case c = {.bias = v & 1,
+                                     .res = v >> 1 & 1,
+                                     .p = v >> 2 & 1 ? 0.3f : 0.0f,
+                                     .training = !(v >> 3 & 1)};
+            char what[96];
+            snprintf(what, sizeof what,
+                     "affine_residual, layout %d, bias %d, residual %d, p %g, training %d", layout,
+                     c.bias, c.res, (double)c.p, c.training);
+            check(affine_residual_fn, (void *)&c, c.res ? 4 : c.bias ? 3 : 2, in, what, 0, 0);
+            for (int prec = 0; prec < 2 && layout == 0; prec++)
+                for (int nt = 1; nt <= 2; nt++) {
+                    cg_set_matmul_precision(prec ? CG_PRECISION_BF16 : CG_PRECISION_FP32);
+                    cg_set_num_threads(nt);
+                    float v2[2][30], gr[2][4][30];
+                    for (int fused = 0; fused < 2; fused++) {
+                        for (int i = 0; i < 4; i++)
+                            cg_zero_grad(in[i]);
+                        cg_tensor *y = fused ? affine_residual_fn((void *)&c, in)
+                                             : affine_residual_ref((void *)&c, in);
+                        ck_assert_ptr_nonnull(y);
+                        if (fused) {
+                            ck_assert_int_eq(y->node->op, CG_OP_LINEAR_RESIDUAL);
+                            int saved = 0;
+                            for (int i = 0; i < CG_NODE_MAX_SAVED; i++)
+                                saved += y->node->saved[i] != NULL;
+                            ck_assert_int_eq(saved, (c.p > 0.0f && c.training) + (prec == 1));
+                        }
+                        cg_tensor *g = cg_full(CG_SHAPE(2, 3, 5), 0.5f);
+                        cg_data(g)[7] = -2.0f;
+                        ck_assert(cg_backward(y, g, false));
+                        cg_copy_to(y, v2[fused]);
+                        for (int i = 0; i < 4; i++)
+                            if (in[i]->grad)
+                                cg_copy_to(in[i]->grad, gr[fused][i]);
+                        cg_release_all(2, y, g);
+                    }
+                    ck_assert_msg(!memcmp(v2[0], v2[1], sizeof v2[0]), "%s: output", what);
+                    const int sizes[4] = {24, 20, c.bias ? 5 : 0, c.res ? 30 : 0};
+                    for (int i = 0; i < 4; i++)
+                        ck_assert_msg(!memcmp(gr[0][i], gr[1][i], sizeof(float) * sizes[i]),
+                                      "%s: input %d's gradient, %s, %d threads", what, i,
+                                      prec ? "bf16" : "fp32", nt);
+                    cg_set_num_threads(0);
+                    cg_set_matmul_precision(CG_PRECISION_FP32); /* for the gradchecks */
+                }
+        }
+        const residual_case self = {.bias = true, .self = true, .p = 0.3f, .training = true};
+        cg_tensor *sq[3] = {input(&r, CG_SHAPE(2, 3, 5), layout, DOM_ANY),
+                            input(&r, CG_SHAPE(5, 5), LAYOUT_CONTIG, DOM_ANY), in[2]};
+        check(affine_residual_fn, (void *)&self, 3, sq, "affine_residual, x its own residual", 0,
+              0);
+        cg_release_all(2, sq[0], sq[1]);
+        cg_release_all(4, in[0], in[1], in[2], in[3]);
+    }
+    /* not training: no draws */
+    cg_rng g0 = cg_rng_new(5);
+    cg_tensor *x = cg_randn(&r, CG_SHAPE(3, 4)), *w = cg_randn(&r, CG_SHAPE(2, 4));
+    cg_tensor *y = cg_affine_residual(x, w, NULL, NULL, 0.5f, &g0, false);
+    ck_assert(y && g0.counter == 0);
+    cg_release(y);
+    CG_ASSERT_REFUSED(cg_affine_residual(NULL, w, NULL, NULL, 0.0f, NULL, true) == NULL,
+                      "cg_affine_residual");
+    CG_ASSERT_FAILS(cg_affine_residual(x, w, NULL, x, 0.0f, NULL, true),
+                    "linear_residual: residual [3, 4] does not match the output of input [3, 4] "
+                    "and 2 outputs");
+    cg_release_all(2, x, w);
+}
+END_TEST
+
 /* cg_affine_keep_bf16: gradcheck in fp32, and in both precisions the
  * output and gradients bit for bit cg_affine's, the same node. */
 static cg_tensor *affine_keep_fn(void *ctx, cg_tensor *const *in)
@@ -1114,6 +1227,7 @@ static Suite *grad_ops_suite(void)
     tcase_add_test(tc, test_attention_composite);
     tcase_add_test(tc, test_attention_fused);
     tcase_add_test(tc, test_affine);
+    tcase_add_test(tc, test_affine_residual);
     tcase_add_test(tc, test_affine_keep_bf16);
     tcase_add_loop_test(tc, test_affine_act, 0, 3);
     suite_add_tcase(s, tc);
