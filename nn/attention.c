@@ -204,16 +204,17 @@ static cg_tensor *split_heads(const cg_mha *m, cg_tensor *x)
     return t;
 }
 
-/* o_proj(concat heads(o)): o [B,H,Tq,dh] -> [B,Tq,d]. Concatenating is a
- * view after the fused kernel, a copy otherwise. */
-static cg_tensor *merge_heads_out(const cg_mha *m, cg_tensor *o)
+/* o_proj(concat heads(o)): o [B,H,Tq,dh] -> [B,Tq,d], and r (or NULL)
+ * made as o_proj writes its output. Concatenating is a view after the
+ * fused kernel, a copy otherwise. */
+static cg_tensor *merge_heads_out(const cg_mha *m, cg_tensor *o, const cg_residual *r)
 {
     if (!o)
         return NULL;
     cg_tensor *ot = cg_transpose(o, 1, 2); /* [B,Tq,H,dh] */
     cg_tensor *merged = cg_reshape(ot, CG_SHAPE(o->shape[0], o->shape[2], m->d));
     cg_release(ot);
-    cg_tensor *y = cg_linear_forward(m->o_proj, merged);
+    cg_tensor *y = merged ? cg_linear_forward_residual(m->o_proj, merged, r) : NULL;
     cg_release(merged);
     return y;
 }
@@ -223,7 +224,8 @@ typedef struct {
     const cg_tensor *key_pad;
     const cg_tensor *mask;
     cg_tensor **weights_out;
-    cg_mha_kv *kv; /* the cached form */
+    cg_mha_kv *kv;          /* the cached form */
+    const cg_residual *res; /* what follows, made by o_proj (or NULL) */
 } mha_args;
 
 static cg_tensor *mha_impl(cg_module *mod, cg_tensor *const *in, void *args)
@@ -284,7 +286,7 @@ static cg_tensor *mha_impl(cg_module *mod, cg_tensor *const *in, void *args)
                           : cg_attention(qh, kh, vh, causal, key_pad, want_w ? &w : NULL);
     cg_release_all(4, qh, kh, vh, amask);
 
-    cg_tensor *y = merge_heads_out(m, o);
+    cg_tensor *y = merge_heads_out(m, o, a->res);
     cg_release(o);
     if (!y) {
         cg_release(w);
@@ -311,7 +313,32 @@ cg_tensor *cg_mha_forward(cg_mha *m, cg_tensor *xq, cg_tensor *xkv, bool causal,
         cg_error_null_input("cg_mha_forward");
         return NULL;
     }
-    mha_args a = {causal, key_pad, mask, weights_out, NULL};
+    mha_args a = {causal, key_pad, mask, weights_out, NULL, NULL};
+    return cg_module_call(&m->base, mha_impl, 2, (cg_tensor *const[]){xq, xkv}, &a);
+}
+
+cg_tensor *cg_mha_forward_residual(cg_mha *m, cg_tensor *xq, cg_tensor *xkv,
+                                   const cg_attn_mask *mask, cg_tensor **weights_out,
+                                   const cg_residual *r)
+{
+    if (weights_out)
+        *weights_out = NULL;
+    if (!m || !xq || !xkv) {
+        cg_error_null_input("cg_mha_forward_residual");
+        return NULL;
+    }
+    if (!r || m->base.hooks) { /* the hooks see the module's own output */
+        cg_tensor *y = cg_mha_forward_masked(m, xq, xkv, mask, weights_out);
+        cg_tensor *out = cg_residual_apply(r, y);
+        cg_release(y);
+        return out;
+    }
+    mha_args a = {mask && mask->causal,
+                  mask ? mask->key_pad : NULL,
+                  mask ? mask->mask : NULL,
+                  weights_out,
+                  NULL,
+                  r};
     return cg_module_call(&m->base, mha_impl, 2, (cg_tensor *const[]){xq, xkv}, &a);
 }
 
@@ -516,7 +543,7 @@ static cg_tensor *mha_cached_impl(cg_module *mod, cg_tensor *const *in, void *ar
         if (ok && qh && K && V && (!offset_causal || mask))
             o = offset_causal ? cg_scaled_dot_product_attention(qh, K, V, mask, NULL)
                               : cg_attention(qh, K, V, causal && n > 1, key_pad, NULL);
-        y = merge_heads_out(m, o);
+        y = merge_heads_out(m, o, NULL);
     }
     cg_release_all(5, qh, mask, K, V, o);
     cg_no_grad_end();
@@ -531,7 +558,7 @@ cg_tensor *cg_mha_forward_cached(cg_mha *m, cg_tensor *xq, cg_tensor *xkv, bool 
             cg_set_error("MultiHeadAttention cached: NULL cache");
         return NULL;
     }
-    mha_args a = {causal, key_pad, NULL, NULL, kv};
+    mha_args a = {causal, key_pad, NULL, NULL, kv, NULL};
     return cg_module_call(&m->base, mha_cached_impl, 2, (cg_tensor *const[]){xq, xkv}, &a);
 }
 

@@ -84,6 +84,12 @@ cg_tensor *cg_mha_forward(cg_mha *m, cg_tensor *xq, cg_tensor *xkv, bool causal,
 /* Same with the masks bundled (mask may be NULL). */
 cg_tensor *cg_mha_forward_masked(cg_mha *m, cg_tensor *xq, cg_tensor *xkv, const cg_attn_mask *mask,
                                  cg_tensor **weights_out);
+/* The same and r (nn/layers.h; NULL: nothing more), res + dropout of the
+ * output, made as o_proj writes it (cg_linear_forward_residual); with
+ * forward hooks on m, which see its own output, after it. */
+cg_tensor *cg_mha_forward_residual(cg_mha *m, cg_tensor *xq, cg_tensor *xkv,
+                                   const cg_attn_mask *mask, cg_tensor **weights_out,
+                                   const cg_residual *r);
 
 /* ------------------------------------------- incremental decoding */
 /* The keys and values one attention module has seen, for decoding a token

@@ -267,6 +267,43 @@ cg_tensor *cg_linear_forward_keep_bf16(cg_linear *l, cg_tensor *x)
     return cg_module_call(&l->base, linear_impl, 1, &x, &keep);
 }
 
+cg_tensor *cg_residual_apply(const cg_residual *r, cg_tensor *y)
+{
+    if (!y)
+        return NULL;
+    if (!r)
+        return cg_retain(y);
+    cg_tensor *d = cg_dropout(y, r->p, r->rng, r->training);
+    if (!d || !r->res)
+        return d;
+    cg_tensor *out = cg_add(r->res, d);
+    cg_release(d);
+    return out;
+}
+
+/* r applied to y (released): a sublayer whose hooks see its own output */
+static cg_tensor *residual_after(cg_tensor *y, const cg_residual *r)
+{
+    cg_tensor *out = cg_residual_apply(r, y);
+    cg_release(y);
+    return out;
+}
+
+cg_tensor *cg_linear_forward_residual(cg_linear *l, cg_tensor *x, const cg_residual *r)
+{
+    if (!l || !x) {
+        cg_error_null_input("cg_linear_forward_residual");
+        return NULL;
+    }
+    /* the hooks see the layer's own output; without a graph, bf16
+     * inference reads the weights' packed copies (cg_linear_fn) */
+    if (!r || l->base.hooks || !cg_grad_enabled())
+        return residual_after(cg_linear_forward(l, x), r);
+    if (!linear_input_ok(l, x))
+        return NULL;
+    return cg_affine_residual(x, l->weight, l->bias, r->res, r->p, r->rng, r->training);
+}
+
 /* act(l(x)), the bits of cg_activation(cg_linear_forward(l, x), act): one
  * op while gradients are recorded (the row's affine: cg_affine_relu keeps
  * no pre-activation; in bf16 the activation runs as the product writes),
@@ -557,13 +594,13 @@ cg_ff *cg_ff_new(int64_t d, int64_t d_ff, cg_act act, cg_rng *rng)
     return f;
 }
 
+/* args: the cg_residual fc2 applies, or NULL */
 static cg_tensor *ff_impl(cg_module *m, cg_tensor *const *in, void *args)
 {
-    (void)args;
     cg_ff *f = (cg_ff *)m;
     cg_tensor *x = in[0];
     cg_tensor *a = linear_act(f->fc1, x, f->act);
-    cg_tensor *y = cg_linear_forward(f->fc2, a);
+    cg_tensor *y = a ? cg_linear_forward_residual(f->fc2, a, args) : NULL;
     cg_release(a);
     return y;
 }
@@ -575,4 +612,15 @@ cg_tensor *cg_ff_forward(cg_ff *f, cg_tensor *x)
         return NULL;
     }
     return cg_module_call(&f->base, ff_impl, 1, &x, NULL);
+}
+
+cg_tensor *cg_ff_forward_residual(cg_ff *f, cg_tensor *x, const cg_residual *r)
+{
+    if (!f || !x) {
+        cg_error_null_input("cg_ff_forward_residual");
+        return NULL;
+    }
+    if (r && f->base.hooks) /* the hooks see the module's own output */
+        return residual_after(cg_ff_forward(f, x), r);
+    return cg_module_call(&f->base, ff_impl, 1, &x, (void *)r);
 }

@@ -102,6 +102,26 @@ cg_tensor *cg_linear_forward(cg_linear *l, cg_tensor *x);
  * writes the output (cg_affine_keep_bf16), which those products then read
  * instead of rounding the output again. The same result. */
 cg_tensor *cg_linear_forward_keep_bf16(cg_linear *l, cg_tensor *x);
+/* What follows a sublayer in a residual block, made as the write-out of
+ * the sublayer's last product: res + dropout(y) for its output y, the
+ * dropout's p applied when training (drawing from rng as cg_dropout
+ * does). res: of y's shape, or NULL for the dropout alone (post-norm's,
+ * whose add is in the norm: cg_norm_add_forward). */
+typedef struct {
+    cg_tensor *res;
+    float p;
+    cg_rng *rng;
+    bool training;
+} cg_residual;
+/* res + dropout(l(x)) for r (NULL: l(x)): one op while gradients are
+ * recorded (cg_affine_residual: the dropout and the add as the product
+ * writes its output), unless l has forward hooks (a LoRA adapter is one),
+ * which see the layer's own output: then the ops one by one, as without a
+ * graph. The same bits either way. */
+cg_tensor *cg_linear_forward_residual(cg_linear *l, cg_tensor *x, const cg_residual *r);
+/* r applied to a sublayer's output y the unfused way, res + dropout(y)
+ * (r NULL: a new reference to y). */
+cg_tensor *cg_residual_apply(const cg_residual *r, cg_tensor *y);
 /* The same as a function (PyTorch's F.linear), e.g. for a tied output head:
  * x [..., in], weight [out, in] (any strides; used through a transposed
  * view, never copied), bias [out] or NULL. */
@@ -191,6 +211,10 @@ typedef struct {
 
 cg_ff *cg_ff_new(int64_t d, int64_t d_ff, cg_act act, cg_rng *rng);
 cg_tensor *cg_ff_forward(cg_ff *f, cg_tensor *x);
+/* res + dropout(f(x)) for r (NULL: f(x)), made by fc2's product
+ * (cg_linear_forward_residual); with forward hooks on f, which see its
+ * own output, after it. */
+cg_tensor *cg_ff_forward_residual(cg_ff *f, cg_tensor *x, const cg_residual *r);
 
 #ifdef __cplusplus
 }

@@ -51,35 +51,47 @@ typedef struct {
     const cg_tensor *cross_pad; /* SUB_CROSS_CACHED */
 } sublayer;
 
-static cg_tensor *apply_sub(const sublayer *s, cg_tensor *h)
+/* The sublayer's output for h, and r (or NULL) made by its last product
+ * (the cached kinds, decoding without a graph: after it) */
+static cg_tensor *apply_sub(const sublayer *s, cg_tensor *h, const cg_residual *r)
 {
+    cg_tensor *y = NULL;
     switch (s->kind) {
-    case SUB_SELF_ATTN: return cg_mha_forward_masked(s->attn, h, h, s->mask, NULL);
-    case SUB_CROSS_ATTN: return cg_mha_forward_masked(s->attn, h, s->memory, s->mask, NULL);
-    case SUB_FF: return cg_ff_forward(s->ff, h);
-    case SUB_SELF_CACHED: return cg_mha_forward_cached(s->attn, h, h, true, NULL, s->kv);
+    case SUB_SELF_ATTN: return cg_mha_forward_residual(s->attn, h, h, s->mask, NULL, r);
+    case SUB_CROSS_ATTN: return cg_mha_forward_residual(s->attn, h, s->memory, s->mask, NULL, r);
+    case SUB_FF: return cg_ff_forward_residual(s->ff, h, r);
+    case SUB_SELF_CACHED: y = cg_mha_forward_cached(s->attn, h, h, true, NULL, s->kv); break;
     case SUB_CROSS_CACHED: /* the memory's keys once, then the cache */
-        return cg_mha_forward_cached(s->attn, h, s->kv->len ? NULL : s->memory, false, s->cross_pad,
-                                     s->kv);
+        y = cg_mha_forward_cached(s->attn, h, s->kv->len ? NULL : s->memory, false, s->cross_pad,
+                                  s->kv);
+        break;
     }
-    return NULL;
+    cg_tensor *out = cg_residual_apply(r, y);
+    cg_release(y);
+    return out;
 }
 
 /* models.py Residual: pre-norm x + drop(sub(norm(x))), post-norm
- * norm(x + drop(sub(x))), the add inside the norm (cg_norm_add_forward). */
+ * norm(x + drop(sub(x))), the add inside the norm (cg_norm_add_forward).
+ * The dropout, and pre-norm's add, are made as the sublayer's last
+ * product writes its output (cg_residual). */
 static cg_tensor *residual(const cg_module *owner, const cg_tf_config *c, cg_rng *rng,
                            cg_norm *norm, const sublayer *s, cg_tensor *x)
 {
     if (!x)
         return NULL;
-    cg_tensor *h = c->norm_first ? cg_norm_forward(norm, x) : cg_retain(x);
-    cg_tensor *y = h ? apply_sub(s, h) : NULL;
+    const bool pre = c->norm_first;
+    const cg_residual r = {pre ? x : NULL, c->dropout, rng, owner->training};
+    /* post-norm without a dropout: nothing follows the sublayer */
+    const cg_residual *rp = pre || (r.training && r.p > 0.0f) ? &r : NULL;
+    cg_tensor *h = pre ? cg_norm_forward(norm, x) : cg_retain(x);
+    cg_tensor *y = h ? apply_sub(s, h, rp) : NULL;
     cg_release(h);
-    cg_tensor *dy = cg_dropout(y, c->dropout, rng, owner->training);
+    if (pre || !y)
+        return y;
+    cg_tensor *out = cg_norm_add_forward(norm, x, y);
     cg_release(y);
-    cg_tensor *r = c->norm_first ? cg_add(x, dy) : cg_norm_add_forward(norm, x, dy);
-    cg_release(dy);
-    return r;
+    return out;
 }
 
 static bool check_input(const char *what, const cg_tf_config *c, const cg_tensor *x)

@@ -1670,6 +1670,150 @@ START_TEST(test_transformer_dropout_modes)
 }
 END_TEST
 
+/* cg_residual through Linear, FeedForward and MultiHeadAttention: res +
+ * dropout(module(x)) made by the last product is, output and every
+ * gradient, bit for bit the module's output then cg_dropout and cg_add
+ * (the residual x itself, or none; p 0 and 0.4; fp32 and bf16); with a
+ * forward hook on the module the hook sees the module's own output, and
+ * with a LoRA adapter on the last Linear the adapter's delta is in it. */
+typedef struct {
+    cg_tensor *seen; /* a copy of the output the hook saw */
+    int calls;
+} seen_out;
+
+static bool see_output(void *ctx, cg_module *m, int n_in, cg_tensor *const *in, cg_tensor **out)
+{
+    seen_out *s = ctx;
+    s->calls++;
+    cg_release(s->seen);
+    s->seen = cg_k_clone(*out);
+    return s->seen != NULL;
+}
+
+static const cg_attn_mask causal_mask = {.causal = true};
+
+static cg_tensor *sub_plain(cg_module *m, int kind, cg_tensor *x)
+{
+    switch (kind) {
+    case 0: return cg_linear_forward((cg_linear *)m, x);
+    case 1: return cg_ff_forward((cg_ff *)m, x);
+    default: return cg_mha_forward_masked((cg_mha *)m, x, x, &causal_mask, NULL);
+    }
+}
+
+static cg_tensor *sub_fused(cg_module *m, int kind, cg_tensor *x, const cg_residual *r)
+{
+    switch (kind) {
+    case 0: return cg_linear_forward_residual((cg_linear *)m, x, r);
+    case 1: return cg_ff_forward_residual((cg_ff *)m, x, r);
+    default: return cg_mha_forward_residual((cg_mha *)m, x, x, &causal_mask, NULL, r);
+    }
+}
+
+/* The output and the gradients of x and of every parameter (in order),
+ * concatenated, for y = fused or unfused r after the module */
+static float *run_residual(cg_module *m, int kind, cg_tensor *x, bool with_res, float p, bool fused,
+                           int64_t *n)
+{
+    cg_module_zero_grad(m);
+    cg_zero_grad(x);
+    cg_rng dr = cg_rng_new(7);
+    const cg_residual r = {with_res ? x : NULL, p, &dr, true};
+    cg_tensor *y = NULL;
+    if (fused) {
+        y = sub_fused(m, kind, x, &r);
+    } else {
+        cg_tensor *h = sub_plain(m, kind, x);
+        y = cg_residual_apply(&r, h);
+        cg_release(h);
+    }
+    assert_ok(y);
+    cg_tensor *g = cg_full(y->ndim, y->shape, 0.25f);
+    cg_data(g)[5] = -3.0f;
+    ck_assert(cg_backward(y, g, false));
+    cg_param_list l = {0};
+    ck_assert(cg_module_params(m, &l));
+    int64_t total = cg_numel(y) + cg_numel(x);
+    for (int k = 0; k < l.n; k++)
+        total += cg_numel(l.items[k].tensor);
+    float *v = malloc(sizeof(float) * (size_t)total), *at = v;
+    cg_copy_to(y, at);
+    at += cg_numel(y);
+    cg_copy_to(x->grad, at);
+    at += cg_numel(x);
+    for (int k = 0; k < l.n; k++) {
+        if (l.items[k].tensor->grad) /* (an adapter freezes its layer's own) */
+            cg_copy_to(l.items[k].tensor->grad, at);
+        else
+            memset(at, 0, sizeof(float) * (size_t)cg_numel(l.items[k].tensor));
+        at += cg_numel(l.items[k].tensor);
+    }
+    cg_param_list_free(&l);
+    cg_release_all(2, y, g);
+    *n = total;
+    return v;
+}
+
+START_TEST(test_residual_fused)
+{
+    cg_rng r = cg_rng_new(61);
+    for (int v = 0; v < 3 * 3 * 2 * 2 * 2; v++) {
+        const int kind = v % 3, extra = v / 3 % 3, bf16 = v / 9 % 2, with_res = v / 18 % 2;
+        const float p = v / 36 % 2 ? 0.4f : 0.0f;
+        cg_set_matmul_precision(bf16 ? CG_PRECISION_BF16 : CG_PRECISION_FP32);
+        cg_module *m = kind == 0   ? CG_MODULE(cg_linear_new(6, 6, true, &r))
+                       : kind == 1 ? CG_MODULE(cg_ff_new(6, 5, CG_ACT_GELU, &r))
+                                   : CG_MODULE(cg_mha_new(6, 2, &r));
+        cg_linear *last = kind == 0   ? (cg_linear *)m
+                          : kind == 1 ? ((cg_ff *)m)->fc2
+                                      : ((cg_mha *)m)->o_proj;
+        seen_out seen = {NULL, 0};
+        if (extra == 1) /* a hook on the module: it sees the module's own output */
+            ck_assert_int_ne(cg_module_register_forward_hook(m, see_output, &seen, NULL).id, 0);
+        if (extra == 2) { /* an adapter on the last product (a hook on it) */
+            cg_rng lr = cg_rng_new(3);
+            cg_lora *a = cg_lora_attach(last, 2, 4.0f, 0.0f, &lr);
+            assert_ok(a);
+            randomize(CG_MODULE(a->lora_B), 9, 0.5f);
+        }
+        cg_tensor *x = randn_leaf(&r, CG_SHAPE(2, 3, 6));
+        int64_t n0, n1;
+        float *want = run_residual(m, kind, x, with_res, p, false, &n0);
+        cg_tensor *own = seen.seen ? cg_retain(seen.seen) : NULL;
+        float *got = run_residual(m, kind, x, with_res, p, true, &n1);
+        ck_assert_int_eq(n0, n1);
+        ck_assert_msg(!memcmp(want, got, sizeof(float) * (size_t)n0),
+                      "module %d, %s, %s, residual %d, p %g", kind,
+                      extra == 0   ? "plain"
+                      : extra == 1 ? "a hook"
+                                   : "an adapter",
+                      bf16 ? "bf16" : "fp32", with_res, (double)p);
+        if (extra == 1) { /* the same output both times, the module's own */
+            ck_assert_int_eq(seen.calls, 2);
+            ck_assert(own && seen.seen && own != seen.seen && cg_same_shape(own, seen.seen));
+            ck_assert(!memcmp(cg_data(own), cg_data(seen.seen), sizeof(float) * 36));
+        }
+        free(want);
+        free(got);
+        cg_release_all(3, x, own, seen.seen);
+        cg_module_free(m);
+    }
+    cg_set_matmul_precision(CG_PRECISION_FP32);
+    /* r NULL: the module's output; NULL arguments refused */
+    cg_linear *l = cg_linear_new(4, 3, true, &r);
+    cg_tensor *x = cg_randn(&r, CG_SHAPE(2, 4));
+    cg_tensor *a = cg_linear_forward(l, x), *b = cg_linear_forward_residual(l, x, NULL);
+    ck_assert(b && !memcmp(cg_data(a), cg_data(b), sizeof(float) * 6));
+    CG_ASSERT_REFUSED(cg_linear_forward_residual(l, NULL, NULL) == NULL,
+                      "cg_linear_forward_residual");
+    CG_ASSERT_REFUSED(cg_ff_forward_residual(NULL, x, NULL) == NULL, "cg_ff_forward_residual");
+    CG_ASSERT_REFUSED(cg_mha_forward_residual(NULL, x, x, NULL, NULL, NULL) == NULL,
+                      "cg_mha_forward_residual");
+    cg_release_all(3, x, a, b);
+    cg_module_free(CG_MODULE(l));
+}
+END_TEST
+
 /* ============================================================ gradchecks */
 START_TEST(test_grad_linear)
 {
@@ -2247,18 +2391,20 @@ END_TEST
  * resetting the generator, so finite differences see the same function. */
 START_TEST(test_grad_layer_with_dropout)
 {
-    cg_rng r = cg_rng_new(39);
-    cg_rng dr = cg_rng_new(5);
-    cg_tf_config cfg = small_cfg(CG_NORM_LAYERNORM, CG_ACT_GELU, true);
-    cfg.dropout = 0.25f;
-    cfg.dropout_rng = &dr;
-    cg_enc_layer *e = cg_enc_layer_new(&cfg, NULL);
-    randomize(CG_MODULE(e), 80, 0.5f);
-    fctx c = {.m = CG_MODULE(e), .kind = K_ENC, .sm = {.causal = true}, .rng = &dr, .rng0 = dr};
-    cg_tensor *x = randn_leaf(&r, CG_SHAPE(2, 2, 6));
-    gradcheck_module(&c, 1, &x, 2e-3, 2e-2);
-    cg_release(x);
-    cg_module_free(CG_MODULE(e));
+    for (int pre = 0; pre < 2; pre++) { /* the dropout (and pre-norm's add) in the product */
+        cg_rng r = cg_rng_new(39);
+        cg_rng dr = cg_rng_new(5);
+        cg_tf_config cfg = small_cfg(CG_NORM_LAYERNORM, CG_ACT_GELU, pre);
+        cfg.dropout = 0.25f;
+        cfg.dropout_rng = &dr;
+        cg_enc_layer *e = cg_enc_layer_new(&cfg, NULL);
+        randomize(CG_MODULE(e), 80, 0.5f);
+        fctx c = {.m = CG_MODULE(e), .kind = K_ENC, .sm = {.causal = true}, .rng = &dr, .rng0 = dr};
+        cg_tensor *x = randn_leaf(&r, CG_SHAPE(2, 2, 6));
+        gradcheck_module(&c, 1, &x, 2e-3, 2e-2);
+        cg_release(x);
+        cg_module_free(CG_MODULE(e));
+    }
 }
 END_TEST
 
@@ -2291,6 +2437,7 @@ static Suite *nn_suite(void)
     tcase_add_test(fw, test_mha_forward_torch);
     tcase_add_test(fw, test_transformer_torch);
     tcase_add_test(fw, test_transformer_dropout_modes);
+    tcase_add_test(fw, test_residual_fused);
     suite_add_tcase(s, fw);
 
     TCase *gr = tcase_create("gradcheck");
