@@ -211,7 +211,8 @@ typedef struct {
     cg_gemm_epilogue e; /* first: the driver hands &e back to tail_block */
     cg_k_drop d;        /* p 0: no dropout */
     const float *res;   /* or NULL */
-    cg_tensor *mask;    /* the keep, bool, where there is a dropout (linear makes it) */
+    bool want_mask;     /* the dropout's keep wanted (a dropout's backward) */
+    cg_tensor *mask;    /* then the keep, bool (linear makes it) */
     uint8_t *m;         /* its data */
 } tail_out;
 
@@ -265,8 +266,9 @@ static bool act_outputs(act_out *ao, const cg_tensor *y, bool bf16)
  * on W's cached bf16 copy (core/weight_cache.c), which sets y's rows to the
  * bias itself. A bfloat16 x (cg_k_bf16_operand's) is read as it is by the
  * bf16 products and widened (exactly) for fp32 ones. With ao, its
- * activation too, or with to its dropout and residual add (to->e and
- * to->m set here): the bf16 products run it on each finished block of y,
+ * activation too, or with to its dropout and residual add (to->e,
+ * to->mask and to->m set here): the bf16 products run it on each finished
+ * block of y,
  * otherwise a pass over y after the product. */
 static cg_tensor *linear(const cg_tensor *x, const cg_tensor *w, const cg_tensor *b, bool packed,
                          act_out *ao, tail_out *to, cg_tensor **y16)
@@ -294,10 +296,11 @@ static cg_tensor *linear(const cg_tensor *x, const cg_tensor *w, const cg_tensor
     cg_tensor *r16 = y16 && pw && !ao ? cg_empty_dtype(CG_BF16, x->ndim, shp) : NULL;
     cg_tensor *y = cg_empty(x->ndim, shp);
     /* the dropout's mask */
-    cg_tensor *m = to && to->d.p > 0.0f ? cg_empty_dtype(CG_BOOL, x->ndim, shp) : NULL;
+    const bool want_m = to && to->want_mask && to->d.p > 0.0f;
+    cg_tensor *m = want_m ? cg_empty_dtype(CG_BOOL, x->ndim, shp) : NULL;
     /* fp32 products of a bfloat16 x: its values as floats */
     cg_tensor *xc = x->dtype == CG_BF16 && !pw ? cg_k_to(x, CG_F32) : cg_k_contiguous(x);
-    if (!y || !xc || (y16 && pw && !ao && !r16) || (to && to->d.p > 0.0f && !m) ||
+    if (!y || !xc || (y16 && pw && !ao && !r16) || (want_m && !m) ||
         (ao && !act_outputs(ao, y, pw != NULL))) {
         cg_release_all(4, y, xc, r16, m);
         cg_bf16_weight_release(pw);
@@ -427,7 +430,7 @@ cg_tensor *cg_k_linear_residual(const cg_tensor *x, const cg_tensor *w, const cg
     cg_tensor *rc = res ? cg_k_contiguous(res) : NULL;
     if (res && !rc)
         return NULL;
-    tail_out to = {.d = {.p = 0.0f}, .res = rc ? cg_data(rc) : NULL};
+    tail_out to = {.d = {.p = 0.0f}, .res = rc ? cg_data(rc) : NULL, .want_mask = mask != NULL};
     if (p > 0.0f)
         to.d = cg_k_drop_from(rng, p);
     cg_tensor *y = linear(x, w, b, false, NULL, &to, NULL);
@@ -438,8 +441,6 @@ cg_tensor *cg_k_linear_residual(const cg_tensor *x, const cg_tensor *w, const cg
         rng->counter += (uint64_t)cg_numel(y);
     if (mask)
         *mask = to.mask;
-    else
-        cg_release(to.mask);
     return y;
 }
 
