@@ -298,18 +298,18 @@ static bool linear_residual_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
     const int bi = n->p.i[3] ? 2 : -1, ri = n->n_inputs > 2 + (bi > 0) ? n->n_inputs - 1 : -1;
     if (ri >= 0 && NEEDS(ri))
         gin[ri] = cg_retain((cg_tensor *)g);
-    const bool db = bi >= 0 && NEEDS(bi);
-    if (!NEEDS(0) && !NEEDS(1) && !db)
+    const bool has_db = bi >= 0 && NEEDS(bi);
+    if (!NEEDS(0) && !NEEDS(1) && !has_db)
         return true;
     const cg_tensor *x = linear_x(n);
-    cg_tensor *gd = !x              ? NULL
-                    : n->p.i[2] > 0 ? cg_k_dropout_backward(n->saved[n->p.i[2] - 1], g, n->p.f[2])
-                                    : cg_retain((cg_tensor *)g);
-    const bool ok =
-        gd && cg_k_linear_backward(x, IN(1), gd, cg_node_grad_acc(n, 0), NEEDS(0) ? &gin[0] : NULL,
-                                   NEEDS(1) ? &gin[1] : NULL, db ? &gin[bi] : NULL);
-    cg_release(gd);
-    return ok;
+    if (!x)
+        return false;
+    cg_tensor *acc = cg_node_grad_acc(n, 0), **dx = NEEDS(0) ? &gin[0] : NULL;
+    cg_tensor **dw = NEEDS(1) ? &gin[1] : NULL, **db = has_db ? &gin[bi] : NULL;
+    if (n->p.i[2] > 0) /* through the dropout (in bf16, in the pass that rounds g) */
+        return cg_k_linear_dropout_backward(x, IN(1), n->saved[n->p.i[2] - 1], n->p.f[2], g, acc,
+                                            dx, dw, db);
+    return cg_k_linear_backward(x, IN(1), g, acc, dx, dw, db);
 }
 cg_tensor *cg_affine_residual(cg_tensor *x, cg_tensor *w, cg_tensor *b, cg_tensor *res, float p,
                               cg_rng *rng, bool training)

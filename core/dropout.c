@@ -116,11 +116,11 @@ DROP_CLONES void cg_k_dropout_add_run(const cg_k_drop *d, int64_t n, int64_t run
 
 /* The kept elements' factor 1/(1-p); p == 1 drops everything (PyTorch gives
  * zeros). */
-static float dropout_scale(float p) { return p < 1.0f ? (float)(1.0 / (1.0 - (double)p)) : 0.0f; }
+float cg_k_dropout_scale(float p) { return p < 1.0f ? (float)(1.0 / (1.0 - (double)p)) : 0.0f; }
 
 cg_k_drop cg_k_drop_from(const cg_rng *rng, float p)
 {
-    return (cg_k_drop){cg_rng_key(rng->seed), rng->counter, p, dropout_scale(p)};
+    return (cg_k_drop){cg_rng_key(rng->seed), rng->counter, p, cg_k_dropout_scale(p)};
 }
 
 /* g times each element's factor: scale where kept, 0 where dropped (a
@@ -163,7 +163,7 @@ cg_tensor *cg_k_dropout_backward(const cg_tensor *mask, const cg_tensor *g, floa
     cg_tensor *out = mc && gc ? cg_empty(g->ndim, g->shape) : NULL;
     if (out) {
         const int64_t n = cg_numel(g);
-        drop_grad_job job = {(const uint8_t *)cg_data_bool(mc), cg_data(gc), dropout_scale(p),
+        drop_grad_job job = {(const uint8_t *)cg_data_bool(mc), cg_data(gc), cg_k_dropout_scale(p),
                              cg_data(out)};
         cg_shares_run(n, DROP_BLOCK, cg_shares_team(n > PAR_THRESHOLD), drop_grad_block, &job);
     }

@@ -500,20 +500,25 @@ static void colsum_run(int64_t j0, int64_t j1, int thread, const void *ctx)
 
 /* What a layer's gradient goes through before its products: its
  * activation (act) and what the forward saved for it (t: relu's mask,
- * the GELUs' pre-activation), or nothing (t NULL). */
+ * the GELUs' pre-activation), or a dropout of p (drop; t its mask), or
+ * nothing (t NULL). */
 typedef struct {
     cg_k_act act;
     const cg_tensor *t;
+    bool drop;
+    float p;
 } act_grad;
 
 /* Columns [j0, j1) of g's N rows, taken through the activation when t
  * (the data of act_grad's t, contiguous like g; tbf: bf16 elements) is not
- * NULL, rounded into g16 as the bf16 products round them, and, when b is
- * not NULL, their sums into b (doubles): each column's chain in row order
+ * NULL, or through a dropout when drop (t its mask, scale its factor),
+ * rounded into g16 as the bf16 products round them, and, when b is not
+ * NULL, their sums into b (doubles): each column's chain in row order
  * from 0. One pass over g where the gradient of the pre-activation, its
  * rounding and its column sums took three. */
-EW_CLONES static void round_cols(const float *g, cg_k_act act, const void *t, bool tbf, int64_t N,
-                                 int64_t ld, int64_t j0, int64_t j1, uint16_t *g16, double *b)
+EW_CLONES static void round_cols(const float *g, cg_k_act act, const void *t, bool tbf, bool drop,
+                                 float scale, int64_t N, int64_t ld, int64_t j0, int64_t j1,
+                                 uint16_t *g16, double *b)
 {
     double acc[JB];
     float buf[JB];
@@ -522,7 +527,12 @@ EW_CLONES static void round_cols(const float *g, cg_k_act act, const void *t, bo
         memset(acc, 0, sizeof(double) * (size_t)w);
         for (int64_t r = 0; r < N; r++) {
             const float *src = g + r * ld + c0;
-            if (t && act == CG_K_ACT_RELU && tbf) {
+            if (drop) { /* cg_k_dropout_backward's bits */
+                const uint8_t *m = (const uint8_t *)t + r * ld + c0;
+                for (int64_t j = 0; j < w; j++)
+                    buf[j] = src[j] * (m[j] ? scale : 0.0f);
+                src = buf;
+            } else if (t && act == CG_K_ACT_RELU && tbf) {
                 /* the output's bf16 rounding, positive where the mask is:
                  * in [1, 0x7f80] (not zero, negative or NaN) */
                 const uint16_t *a = (const uint16_t *)t + r * ld + c0;
@@ -574,7 +584,8 @@ typedef struct {
     const float *g;
     cg_k_act act;
     const char *t;
-    bool tbf;
+    bool tbf, drop;
+    float scale;
     int64_t te; /* bytes of an element of t */
     int64_t N, out;
     uint16_t *g16;
@@ -586,19 +597,21 @@ static void round_row_block(int64_t r0, int64_t r1, int thread, const void *ctx)
 {
     const round_job *j = ctx;
     const int64_t out = j->out;
-    round_cols(j->g + r0 * out, j->act, j->t ? j->t + r0 * out * j->te : NULL, j->tbf, r1 - r0, out,
-               0, out, j->g16 + r0 * out, j->part ? j->part + r0 / SUM_ROWS * out : NULL);
+    round_cols(j->g + r0 * out, j->act, j->t ? j->t + r0 * out * j->te : NULL, j->tbf, j->drop,
+               j->scale, r1 - r0, out, 0, out, j->g16 + r0 * out,
+               j->part ? j->part + r0 / SUM_ROWS * out : NULL);
 }
 
 /* Columns [c0, c1) of the one block */
 static void round_col_run(int64_t c0, int64_t c1, int thread, const void *ctx)
 {
     const round_job *j = ctx;
-    round_cols(j->g, j->act, j->t, j->tbf, j->N, j->out, c0, c1, j->g16, j->part);
+    round_cols(j->g, j->act, j->t, j->tbf, j->drop, j->scale, j->N, j->out, c0, c1, j->g16,
+               j->part);
 }
 
-static bool round_rows(const float *g, cg_k_act act, const cg_tensor *t, int64_t N, int64_t out,
-                       uint16_t *g16, float *b)
+static bool round_rows(const float *g, const act_grad *ag, const cg_tensor *t, int64_t N,
+                       int64_t out, uint16_t *g16, float *b)
 {
     const int64_t nrb = (N + SUM_ROWS - 1) / SUM_ROWS;
     double *part = b ? cg_alloc((size_t)(nrb * out) * sizeof(double)) : NULL;
@@ -610,7 +623,13 @@ static bool round_rows(const float *g, cg_k_act act, const cg_tensor *t, int64_t
     const char *tp = t ? cg_data_ptr(t) : NULL;
     const bool tbf = t && t->dtype == CG_BF16;
     const int64_t te = t ? (int64_t)cg_dtype_size(t->dtype) : 0;
-    const round_job job = {g, act, tp, tbf, te, N, out, g16, part};
+    const bool drop = ag && ag->drop;
+    const round_job job = {g,    ag ? ag->act : CG_K_ACT_RELU,
+                           tp,   tbf,
+                           drop, drop ? cg_k_dropout_scale(ag->p) : 0.0f,
+                           te,   N,
+                           out,  g16,
+                           part};
     const int nt = N * out > PAR_THRESHOLD && !omp_in_parallel() ? cg_get_num_threads() : 1;
     if (nrb > 1)
         cg_shares_run(N, SUM_ROWS, nt, round_row_block, &job);
@@ -628,9 +647,12 @@ static bool round_rows(const float *g, cg_k_act act, const cg_tensor *t, int64_t
 }
 
 /* The gradient of the pre-activation as its own tensor: the unfused ops'
- * bits (cg_k_relu_mask_backward, cg_k_relu_backward, cg_k_<gelu>_backward). */
+ * bits (cg_k_relu_mask_backward, cg_k_relu_backward, cg_k_<gelu>_backward,
+ * cg_k_dropout_backward). */
 static cg_tensor *act_backward(const act_grad *ag, const cg_tensor *g)
 {
+    if (ag->drop)
+        return cg_k_dropout_backward(ag->t, g, ag->p);
     if (ag->act == CG_K_ACT_RELU)
         return ag->t->dtype == CG_BOOL ? cg_k_relu_mask_backward(ag->t, g)
                                        : cg_k_relu_backward(ag->t, g);
@@ -663,19 +685,26 @@ static bool linear_backward(const char *op, const cg_tensor *x, const cg_tensor 
     }
     if (!cg_check_grad_acc(op, acc, x, dx != NULL))
         return false;
-    if (ag) { /* relu: a bool mask or the float output; the GELUs: the input */
+    if (ag) { /* relu: a bool mask or the float output; the GELUs: the input; a dropout: its mask */
         const cg_tensor *t = ag->t;
-        const bool relu = ag->act == CG_K_ACT_RELU;
-        if (!relu && ag->act != CG_K_ACT_GELU && ag->act != CG_K_ACT_GELU_ERF) {
+        const bool relu = !ag->drop && ag->act == CG_K_ACT_RELU;
+        if (!ag->drop && !relu && ag->act != CG_K_ACT_GELU && ag->act != CG_K_ACT_GELU_ERF) {
             cg_set_error("%s: unknown activation %d", op, (int)ag->act);
             return false;
         }
-        if (!cg_same_shape(t, g) ||
-            !(t->dtype == CG_F32 || t->dtype == CG_BF16 || (relu && t->dtype == CG_BOOL))) {
+        if (ag->drop && !(ag->p >= 0.0f && ag->p <= 1.0f)) {
+            cg_set_error("%s: p must be in [0, 1] (got %g)", op, (double)ag->p);
+            return false;
+        }
+        const bool dt =
+            ag->drop ? t->dtype == CG_BOOL
+                     : t->dtype == CG_F32 || t->dtype == CG_BF16 || (relu && t->dtype == CG_BOOL);
+        if (!cg_same_shape(t, g) || !dt) {
             char s1[96], s2[96];
             cg_set_error("%s: need %s of the gradient's shape, got %s %s and %s", op,
-                         relu ? "a bool mask or a float32 or bfloat16 output"
-                              : "a float32 or bfloat16 pre-activation",
+                         ag->drop ? "a bool mask"
+                         : relu   ? "a bool mask or a float32 or bfloat16 output"
+                                  : "a float32 or bfloat16 pre-activation",
                          cg_dtype_name(t->dtype), cg_shape_str(t, s1, sizeof s1),
                          cg_shape_str(g, s2, sizeof s2));
             return false;
@@ -687,12 +716,13 @@ static bool linear_backward(const char *op, const cg_tensor *x, const cg_tensor 
      * rounded once (through the activation, with the bias's sums:
      * round_cols), read as it is by each (the same bits) */
     const bool fused = bf16 && dx && dw && !empty;
-    if (ag && (!fused || (ag->act == CG_K_ACT_RELU && ag->t->dtype == CG_F32))) {
+    if (ag && (!fused || (!ag->drop && ag->act == CG_K_ACT_RELU && ag->t->dtype == CG_F32))) {
         /* the pre-activation's gradient, then as without an activation
          * (relu's float output: its mask first) */
         cg_tensor *gm = fused ? cg_k_relu_mask(ag->t) : act_backward(ag, g);
         const bool ok =
-            gm && (fused ? linear_backward(op, x, w, &(act_grad){ag->act, gm}, g, acc, dx, dw, db)
+            gm && (fused ? linear_backward(op, x, w, &(act_grad){.act = ag->act, .t = gm}, g, acc,
+                                           dx, dw, db)
                          : linear_backward(op, x, w, NULL, gm, acc, dx, dw, db));
         cg_release(gm);
         return ok;
@@ -719,8 +749,7 @@ static bool linear_backward(const char *op, const cg_tensor *x, const cg_tensor 
         return false;
     }
     const float *gp = cg_data(gc);
-    bool ok = !fused || round_rows(gp, ag ? ag->act : CG_K_ACT_RELU, mc, N, out, cg_data_bf16(g16),
-                                   gb ? cg_data(gb) : NULL);
+    bool ok = !fused || round_rows(gp, ag, mc, N, out, cg_data_bf16(g16), gb ? cg_data(gb) : NULL);
     if (ok && gx && !empty && bf16) {
         /* dx [N,in] = g [N,out] W [out,in] on W^T's cached bf16 copy */
         cg_bf16_weight *pw = cg_bf16_weight_get(w, true);
@@ -782,6 +811,16 @@ bool cg_k_linear_act_backward(const cg_tensor *x, const cg_tensor *w, cg_k_act a
 {
     if (!x || !w || !saved || !g)
         return cg_error_null_input("cg_k_linear_act_backward");
-    return linear_backward("linear_act backward", x, w, &(act_grad){act, saved}, g, acc, dx, dw,
-                           db);
+    return linear_backward("linear_act backward", x, w, &(act_grad){.act = act, .t = saved}, g, acc,
+                           dx, dw, db);
+}
+
+bool cg_k_linear_dropout_backward(const cg_tensor *x, const cg_tensor *w, const cg_tensor *mask,
+                                  float p, const cg_tensor *g, cg_tensor *acc, cg_tensor **dx,
+                                  cg_tensor **dw, cg_tensor **db)
+{
+    if (!x || !w || !mask || !g)
+        return cg_error_null_input("cg_k_linear_dropout_backward");
+    return linear_backward("linear_dropout backward", x, w,
+                           &(act_grad){.t = mask, .drop = true, .p = p}, g, acc, dx, dw, db);
 }

@@ -328,6 +328,8 @@ typedef struct {
 } cg_k_drop;
 /* The draws of a dropout of p taken from rng now (rng is not advanced) */
 cg_k_drop cg_k_drop_from(const cg_rng *rng, float p);
+/* The factor of a dropout of p's kept elements: 1/(1 - p), 0 at p = 1 */
+float cg_k_dropout_scale(float p);
 /* A dropout and a residual add over `runs` runs of n elements ld apart,
  * the first element at offset off of the tensor's origin (y, res and m
  * point at it): y = res + dropout(y) in place, the bits of cg_k_dropout
@@ -469,6 +471,16 @@ bool cg_k_linear_backward(const cg_tensor *x, const cg_tensor *w, const cg_tenso
 bool cg_k_linear_act_backward(const cg_tensor *x, const cg_tensor *w, cg_k_act act,
                               const cg_tensor *saved, const cg_tensor *g, cg_tensor *acc,
                               cg_tensor **dx, cg_tensor **dw, cg_tensor **db);
+
+/* The same for y = dropout(x W^T + b) given the dropout's mask (bool, as
+ * cg_k_dropout keeps it) and p: the bits of cg_k_linear_backward given
+ * cg_k_dropout_backward(mask, g, p). In bf16 precision, with dx and dW
+ * both asked for, the pass over g that rounds it for both products takes
+ * it through the dropout (no float gradient of the product's output is
+ * made). */
+bool cg_k_linear_dropout_backward(const cg_tensor *x, const cg_tensor *w, const cg_tensor *mask,
+                                  float p, const cg_tensor *g, cg_tensor *acc, cg_tensor **dx,
+                                  cg_tensor **dw, cg_tensor **db);
 
 /* Fused scaled-dot-product attention on split heads: q [B,H,Tq,dh], k and
  * v [B,H,Tk,dh] (any strides; float32, or bfloat16 bit patterns, which the

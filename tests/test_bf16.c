@@ -2294,6 +2294,59 @@ START_TEST(test_linear_act_backward)
 }
 END_TEST
 
+/* cg_k_linear_dropout_backward: the bits of cg_k_dropout_backward then
+ * cg_k_linear_backward, fp32 and bf16 (dx and dW together: the dropout in
+ * the pass that rounds g), p 0.3, 0 and 1, 1 and 2 threads, with and
+ * without the bias, with only some gradients asked for, a strided g with
+ * a NaN (dropped or not, as the unfused gradient has it); a mask of
+ * another dtype or shape, or p outside [0, 1], refused in one line. */
+START_TEST(test_linear_dropout_backward)
+{
+    cg_rng rng = cg_rng_new(65);
+    cg_tensor *x = cg_randn(&rng, CG_SHAPE(3, 100, 96)), *w = cg_randn(&rng, CG_SHAPE(530, 96));
+    cg_tensor *h = cg_randn(&rng, CG_SHAPE(3, 100, 530));
+    cg_tensor *g0 = cg_randn(&rng, CG_SHAPE(3, 530, 100)), *g = cg_transpose(g0, 1, 2);
+    cg_data(g0)[7] = NAN;
+    const float ps[] = {0.3f, 0.0f, 1.0f};
+    for (int k = 0; k < 3; k++) {
+        cg_rng d = cg_rng_new(11);
+        cg_tensor *m = NULL, *dh = cg_k_dropout(h, ps[k], &d, &m);
+        for (int v = 0; v < 16; v++) {
+            const bool bf16 = v & 1, all = v & 2, bias = v & 4;
+            cg_set_num_threads(1 + (v >> 3 & 1));
+            cg_set_matmul_precision(bf16 ? CG_PRECISION_BF16 : CG_PRECISION_FP32);
+            cg_tensor *got[3] = {NULL, NULL, NULL}, *want[3] = {NULL, NULL, NULL};
+            cg_tensor *gm = cg_k_dropout_backward(m, g, ps[k]);
+            ck_assert(cg_k_linear_dropout_backward(x, w, m, ps[k], g, NULL, &got[0],
+                                                   all ? &got[1] : NULL, bias ? &got[2] : NULL));
+            ck_assert(cg_k_linear_backward(x, w, gm, NULL, &want[0], all ? &want[1] : NULL,
+                                           bias ? &want[2] : NULL));
+            for (int i = 0; i < 3; i++) {
+                ck_assert((got[i] == NULL) == (want[i] == NULL));
+                ck_assert_msg(!got[i] || same_bits(got[i], want[i]), "p %g, variant %d, %d",
+                              (double)ps[k], v, i);
+            }
+            cg_release_all(7, gm, got[0], got[1], got[2], want[0], want[1], want[2]);
+        }
+        cg_release_all(2, m, dh);
+    }
+    cg_set_num_threads(0);
+    cg_set_matmul_precision(CG_PRECISION_BF16);
+    cg_tensor *dx = NULL, *dw = NULL, *hm = cg_k_relu_mask(h), *hf = cg_k_to(hm, CG_F32);
+    cg_tensor *h2 = cg_randn(&rng, CG_SHAPE(3, 100, 529)), *m2 = cg_k_relu_mask(h2);
+    ck_assert(!cg_k_linear_dropout_backward(x, w, hf, 0.5f, g, NULL, &dx, &dw, NULL));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "need a bool mask of the gradient's shape"));
+    ck_assert(!cg_k_linear_dropout_backward(x, w, m2, 0.5f, g, NULL, &dx, &dw, NULL));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "[3, 100, 529]"));
+    ck_assert(!cg_k_linear_dropout_backward(x, w, hm, 1.5f, g, NULL, &dx, &dw, NULL));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "p must be in [0, 1]"));
+    ck_assert(!cg_k_linear_dropout_backward(x, w, NULL, 0.5f, g, NULL, &dx, &dw, NULL));
+    ck_assert(dx == NULL && dw == NULL);
+    cg_set_matmul_precision(CG_PRECISION_FP32);
+    cg_release_all(9, x, w, h, g0, g, hm, hf, h2, m2);
+}
+END_TEST
+
 /* The bias's gradient of a linear layer's bf16 backward (both products
  * asked for: g rounded once, its column sums in the same pass) is summed in
  * blocks of 128 rows, the blocks' sums added in order: the same bits on 1
@@ -3014,6 +3067,7 @@ static Suite *bf16_suite(void)
     tcase_add_test(to, test_norm_saves_xhat);
     tcase_add_test(to, test_norm_output_remade);
     tcase_add_test(to, test_linear_act_backward);
+    tcase_add_test(to, test_linear_dropout_backward);
     tcase_add_test(to, test_bias_grad_blocks);
     tcase_add_test(to, test_linear_backward_into);
     tcase_add_test(to, test_gelu_saves_bf16);
