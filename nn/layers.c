@@ -273,6 +273,12 @@ cg_tensor *cg_residual_apply(const cg_residual *r, cg_tensor *y)
         return NULL;
     if (!r)
         return cg_retain(y);
+    if (r->res && !cg_same_shape(r->res, y)) { /* as the fused op: no broadcasting */
+        char a[96], b[96];
+        cg_set_error("residual: res %s does not match the sublayer's output %s",
+                     cg_shape_str(r->res, a, sizeof a), cg_shape_str(y, b, sizeof b));
+        return NULL;
+    }
     cg_tensor *d = cg_dropout(y, r->p, r->rng, r->training);
     if (!d || !r->res)
         return d;

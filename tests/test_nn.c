@@ -1806,6 +1806,14 @@ START_TEST(test_residual_fused)
     ck_assert(b && !memcmp(cg_data(a), cg_data(b), sizeof(float) * 6));
     CG_ASSERT_REFUSED(cg_linear_forward_residual(l, NULL, NULL) == NULL,
                       "cg_linear_forward_residual");
+    /* a residual of another shape: refused both ways, fused or not */
+    cg_tensor *row = cg_randn(&r, CG_SHAPE(1, 3));
+    cg_rng dr = cg_rng_new(1);
+    const cg_residual bad = {row, 0.0f, &dr, true};
+    CG_ASSERT_REFUSED(cg_linear_forward_residual(l, x, &bad) == NULL, "residual [1, 3]");
+    CG_ASSERT_REFUSED(cg_residual_apply(&bad, a) == NULL,
+                      "residual: res [1, 3] does not match the sublayer's output [2, 3]");
+    cg_release(row);
     CG_ASSERT_REFUSED(cg_ff_forward_residual(NULL, x, NULL) == NULL, "cg_ff_forward_residual");
     CG_ASSERT_REFUSED(cg_mha_forward_residual(NULL, x, x, NULL, NULL, NULL) == NULL,
                       "cg_mha_forward_residual");
