@@ -1,0 +1,31 @@
+/* cgrad core, INTERNAL: what core/linear.c (a linear layer's forward) and
+ * core/linear_backward.c (its backward) share. */
+#ifndef CG_LINEAR_IMPL_H
+#define CG_LINEAR_IMPL_H
+
+#include <stdbool.h>
+
+#include "core/error.h"
+#include "core/tensor.h"
+
+/* Elements from which a linear layer's passes over its output split
+ * among the threads */
+#define LINEAR_PAR_THRESHOLD 32768
+
+/* x [..., in], w [out, in] and b [out] (or NULL) fit; false + error naming op */
+static inline bool linear_check(const char *op, const cg_tensor *x, const cg_tensor *w,
+                                const cg_tensor *b)
+{
+    if (w->ndim != 2 || x->ndim < 1 || x->shape[x->ndim - 1] != w->shape[1] ||
+        (b && (b->ndim != 1 || b->shape[0] != w->shape[0]))) {
+        char s1[96], s2[96], s3[96];
+        cg_set_error("%s: input %s, weight %s, bias %s: need x [..., in], weight [out, in], "
+                     "bias [out]",
+                     op, cg_shape_str(x, s1, sizeof s1), cg_shape_str(w, s2, sizeof s2),
+                     b ? cg_shape_str(b, s3, sizeof s3) : "none");
+        return false;
+    }
+    return true;
+}
+
+#endif
