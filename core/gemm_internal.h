@@ -77,7 +77,7 @@ bool cg_gemm_prepacked(int path, int nthreads, int64_t m, int64_t n, int64_t k, 
  * leaves it plus what epi does; core/linear.c's activations). With beta 1
  * and k in one block (cg_gemm_k_block), each element is y + its sum
  * rounded once: the bits of adding the product with beta 0 into y
- * (core/linear.c's backward adds dx into a gradient so). */
+ * (core/linear_backward.c adds dx into a gradient so). */
 struct cg_bf16_matrix;
 bool cg_bf16_matrix_mul_epi(const struct cg_bf16_matrix *w, int path, int nthreads, int64_t m,
                             const void *x, bool xbf, int64_t rsx, int64_t csx, const float *bias,

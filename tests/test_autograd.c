@@ -750,7 +750,7 @@ static void quiet_hook(void *ctx, cg_node *n, cg_tensor **gin) { (void)ctx, (voi
  * (here q = h * doubler(h): mul runs first), and the sums have the bits of
  * the engine's own (the run with a backward hook, which turns the offers
  * off). Not offered: to a leaf's .grad, for x op x, under a hook. A linear
- * layer's dx goes the same way (core/linear.c), with the same bits in fp32
+ * layer's dx goes the same way (core/linear_backward.c), with the same bits in fp32
  * and bf16 precision. */
 START_TEST(test_grad_added_in_place)
 {

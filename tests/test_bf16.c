@@ -1631,7 +1631,7 @@ START_TEST(test_relu_mask)
 }
 END_TEST
 
-/* y = x W^T + beta y with beta 1 (core/linear.c's dx added into a
+/* y = x W^T + beta y with beta 1 (core/linear_backward.c's dx added into a
  * gradient): on every bf16 path, few rows (W's panels) and many (the
  * driver), 1 and 2 threads, with k within one k block each element is
  * y + its sum rounded once, the bits of the beta 0 product added to y
