@@ -18,12 +18,13 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "core/amx_tiles.h"
 #include "core/attention_amx.h"
 #include "core/gemm.h"
 #include "core/gemm_internal.h"
 #include "core/parse.h"
 
-#define AMX_TARGET __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512bf16")))
+#define AMX_TARGET CG_AMX_TARGET
 #define BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
 static inline int64_t up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
@@ -125,12 +126,13 @@ CG_AVX512 static void store_turned(const float *t, int64_t rn, int64_t cn, float
  * down to sub (a multiple of 32), where the GEMM's sum over the rows of a
  * causal sub-block starts; the columns of a block whose sum starts at or
  * past K are zero. Tiles 0-3: C's 2 x 2 quarters of 16 x 16; 4-5: L's
- * rows; 6-7: R's pairs. */
-AMX_TARGET static void tiles_mul(int64_t m, int64_t n, int64_t K, const uint16_t *L, int64_t ldl,
-                                 const uint32_t *R, int64_t ldr, float *c, int64_t ldc, bool turned,
-                                 int64_t sub)
+ * rows; 6-7: R's pairs. emu: the tiles emulated (core/amx_tiles.h). */
+AMX_TARGET static inline __attribute__((always_inline)) void tiles_mul_of(
+    bool emu, int64_t m, int64_t n, int64_t K, const uint16_t *L, int64_t ldl, const uint32_t *R,
+    int64_t ldr, float *c, int64_t ldc, bool turned, int64_t sub)
 {
-    cg_amx_thread_tiles();
+    if (!emu)
+        cg_amx_thread_tiles();
     float t[16 * 16] __attribute__((aligned(64)));
     uint32_t tail[2][16 * 16] __attribute__((aligned(64)));
     const int64_t kfull = K / 32 * 32; /* chunks read in place */
@@ -150,10 +152,10 @@ AMX_TARGET static void tiles_mul(int64_t m, int64_t n, int64_t K, const uint16_t
         }
         for (int64_t i = 0; i < m; i += 32) {
             const bool m2 = m - i > 16;
-            _tile_zero(0);
-            _tile_zero(1);
-            _tile_zero(2);
-            _tile_zero(3);
+            CG_TILE_ZERO(emu, 0);
+            CG_TILE_ZERO(emu, 1);
+            CG_TILE_ZERO(emu, 2);
+            CG_TILE_ZERO(emu, 3);
             for (int64_t kk = k0; kk < K; kk += 32) {
                 const uint16_t *lp = L + i * ldl + kk;
                 const uint32_t *rp = R + kk / 2 * ldr + j, *rq = rp + 16;
@@ -163,18 +165,18 @@ AMX_TARGET static void tiles_mul(int64_t m, int64_t n, int64_t K, const uint16_t
                     rq = tail[1];
                     sr = 64;
                 }
-                _tile_loadd(4, lp, ldl * 2);
-                _tile_loadd(6, rp, sr);
-                _tile_dpbf16ps(0, 4, 6);
+                CG_TILE_LOADD(emu, 4, lp, ldl * 2);
+                CG_TILE_LOADD(emu, 6, rp, sr);
+                CG_TILE_DPBF16PS(emu, 0, 4, 6);
                 if (n2) {
-                    _tile_loadd(7, rq, sr);
-                    _tile_dpbf16ps(1, 4, 7);
+                    CG_TILE_LOADD(emu, 7, rq, sr);
+                    CG_TILE_DPBF16PS(emu, 1, 4, 7);
                 }
                 if (m2) {
-                    _tile_loadd(5, lp + 16 * ldl, ldl * 2);
-                    _tile_dpbf16ps(2, 5, 6);
+                    CG_TILE_LOADD(emu, 5, lp + 16 * ldl, ldl * 2);
+                    CG_TILE_DPBF16PS(emu, 2, 5, 6);
                     if (n2)
-                        _tile_dpbf16ps(3, 5, 7);
+                        CG_TILE_DPBF16PS(emu, 3, 5, 7);
                 }
             }
             for (int qd = 0; qd < 4; qd++) {
@@ -185,18 +187,18 @@ AMX_TARGET static void tiles_mul(int64_t m, int64_t n, int64_t K, const uint16_t
                 float *cp = turned ? c + c0 * ldc + r0 : c + r0 * ldc + c0;
                 if (!turned && rn == 16 && cn == 16) {
                     switch (qd) { /* the tile number must be a constant */
-                    case 0: _tile_stored(0, cp, ldc * 4); break;
-                    case 1: _tile_stored(1, cp, ldc * 4); break;
-                    case 2: _tile_stored(2, cp, ldc * 4); break;
-                    default: _tile_stored(3, cp, ldc * 4); break;
+                    case 0: CG_TILE_STORED(emu, 0, cp, ldc * 4); break;
+                    case 1: CG_TILE_STORED(emu, 1, cp, ldc * 4); break;
+                    case 2: CG_TILE_STORED(emu, 2, cp, ldc * 4); break;
+                    default: CG_TILE_STORED(emu, 3, cp, ldc * 4); break;
                     }
                     continue;
                 }
                 switch (qd) {
-                case 0: _tile_stored(0, t, 64); break;
-                case 1: _tile_stored(1, t, 64); break;
-                case 2: _tile_stored(2, t, 64); break;
-                default: _tile_stored(3, t, 64); break;
+                case 0: CG_TILE_STORED(emu, 0, t, 64); break;
+                case 1: CG_TILE_STORED(emu, 1, t, 64); break;
+                case 2: CG_TILE_STORED(emu, 2, t, 64); break;
+                default: CG_TILE_STORED(emu, 3, t, 64); break;
                 }
                 if (turned)
                     store_turned(t, rn, cn, cp, ldc);
@@ -206,6 +208,32 @@ AMX_TARGET static void tiles_mul(int64_t m, int64_t n, int64_t K, const uint16_t
             }
         }
     }
+}
+
+/* tiles_mul_of on the unit and emulated (core/amx_tiles.h), each compiled
+ * on its own */
+AMX_TARGET static void tiles_mul_unit(int64_t m, int64_t n, int64_t K, const uint16_t *L,
+                                      int64_t ldl, const uint32_t *R, int64_t ldr, float *c,
+                                      int64_t ldc, bool turned, int64_t sub)
+{
+    tiles_mul_of(false, m, n, K, L, ldl, R, ldr, c, ldc, turned, sub);
+}
+AMX_TARGET static void tiles_mul_emulated(int64_t m, int64_t n, int64_t K, const uint16_t *L,
+                                          int64_t ldl, const uint32_t *R, int64_t ldr, float *c,
+                                          int64_t ldc, bool turned, int64_t sub)
+{
+    tiles_mul_of(true, m, n, K, L, ldl, R, ldr, c, ldc, turned, sub);
+}
+static inline __attribute__((always_inline)) void tiles_mul(int64_t m, int64_t n, int64_t K,
+                                                            const uint16_t *L, int64_t ldl,
+                                                            const uint32_t *R, int64_t ldr,
+                                                            float *c, int64_t ldc, bool turned,
+                                                            int64_t sub)
+{
+    if (cg_amx_emulated())
+        tiles_mul_emulated(m, n, K, L, ldl, R, ldr, c, ldc, turned, sub);
+    else
+        tiles_mul_unit(m, n, K, L, ldl, R, ldr, c, ldc, turned, sub);
 }
 
 /* ------------------------------------------------------------ forward */

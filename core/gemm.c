@@ -22,6 +22,7 @@
 
 #include <blis.h>
 
+#include "core/amx_tiles.h"
 #include "core/dtype.h"
 #include "core/gemm_internal.h"
 #include "core/shares.h"
@@ -66,7 +67,8 @@ static cg_gemm_path g_active = CG_GEMM_DEFAULT;
 static bool g_own_driver = true;
 /* bf16: the CPU has AVX512_BF16 (and CG_BF16_EMULATE does not forbid it) */
 static bool g_bf16_native;
-/* bf16 on AMX tiles: the CPU and OS allow them and CG_BF16_AMX is not 0 */
+/* bf16 on AMX tiles: the CPU and OS allow them (or CG_AMX_EMULATE=1
+ * emulates them) and CG_BF16_AMX is not 0 */
 static bool g_bf16_amx;
 /* The calling thread's precision policy (cg_set_matmul_precision); a new
  * thread starts in fp32 */
@@ -88,14 +90,18 @@ static void gemm_init(void)
     }
     /* switches (core/parse.h); a malformed one keeps its default (the
      * programs refuse it at start: cg_env_check) */
-    bool emu = false, amx = true, drv = false, force_default = false;
+    bool emu = false, amx = true, amx_emu = false, drv = false, force_default = false;
     cg_env_flag("CG_BF16_EMULATE", &emu);
     cg_env_flag("CG_BF16_AMX", &amx);
+    cg_env_flag("CG_AMX_EMULATE", &amx_emu);
     cg_env_flag("CG_BLIS_DRIVER", &drv);
     cg_env_flag("CG_BLIS_DEFAULT", &force_default);
     g_bf16_native = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                     __builtin_cpu_supports("avx512bf16") && !emu;
-    g_bf16_amx = g_bf16_native && amx && cg_amx_init();
+    /* CG_AMX_EMULATE=1: AMX's path with its tiles emulated (core/amx_tiles.h),
+     * on any CPU with AVX512_BF16, this one's AMX or not */
+    cg_amx_emulation = g_bf16_native && amx && amx_emu;
+    g_bf16_amx = g_bf16_native && amx && (amx_emu || cg_amx_init());
     g_own_driver = !drv;
     if (force_default)
         g_active = CG_GEMM_DEFAULT;
@@ -124,7 +130,7 @@ const char *cg_gemm_path_name(cg_gemm_path p)
     case CG_GEMM_HASWELL: return "haswell";
     case CG_GEMM_BF16: return "bf16";
     case CG_GEMM_BF16_EMULATED: return "bf16-emulated";
-    case CG_GEMM_BF16_AMX: return "bf16-amx";
+    case CG_GEMM_BF16_AMX: return cg_bf16_amx_emulated() ? "bf16-amx-emulated" : "bf16-amx";
     }
     return "unknown";
 }
@@ -181,6 +187,12 @@ bool cg_bf16_native(void)
 {
     ensure_init();
     return g_bf16_native;
+}
+
+bool cg_bf16_amx_emulated(void)
+{
+    ensure_init();
+    return cg_amx_emulation;
 }
 
 cg_gemm_path cg_bf16_auto_path(void)

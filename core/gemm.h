@@ -73,6 +73,10 @@ const char *cg_precision_name(cg_precision p);
 bool cg_precision_parse(const char *s, cg_precision *out);
 /* Whether bf16 products run on the CPU's bf16 instructions (false: emulated). */
 bool cg_bf16_native(void);
+/* Whether CG_GEMM_BF16_AMX's tiles are emulated (CG_AMX_EMULATE=1: AMX's
+ * path run and tested on a CPU with AVX512_BF16 and no AMX, at a fraction
+ * of its speed; docs/bf16.md). */
+bool cg_bf16_amx_emulated(void);
 /* The path bf16 products take: CG_GEMM_BF16_AMX, CG_GEMM_BF16 or
  * CG_GEMM_BF16_EMULATED (see above). */
 cg_gemm_path cg_bf16_auto_path(void);
@@ -161,7 +165,8 @@ int64_t cg_gemm_k_block(cg_gemm_path path, int64_t k, int64_t i);
 int64_t cg_gemm_k_split(cg_gemm_path path, int64_t m, int64_t n, int64_t k);
 
 /* The fp32 path cg_sgemm uses, and a name for a path ("skx", "haswell",
- * "default", "bf16", "bf16-emulated", "bf16-amx"). */
+ * "default", "bf16", "bf16-emulated", "bf16-amx", or "bf16-amx-emulated"
+ * when its tiles are emulated). */
 cg_gemm_path cg_gemm_active_path(void);
 const char *cg_gemm_path_name(cg_gemm_path p);
 bool cg_gemm_path_available(cg_gemm_path p);

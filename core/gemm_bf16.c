@@ -72,6 +72,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "core/amx_tiles.h"
 #include "core/error.h"
 #include "core/gemm.h"
 #include "core/gemm_internal.h"
@@ -106,7 +107,7 @@ enum { PF_ROWS = 16 };
 
 #define BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512bf16")))
 #define AVX2_TARGET __attribute__((target("avx2,fma")))
-#define AMX_TARGET __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512bf16")))
+#define AMX_TARGET CG_AMX_TARGET
 /* MXCSR's flush-to-zero bit */
 #define MXCSR_FTZ 0x8000u
 
@@ -945,7 +946,7 @@ AMX_TARGET static void amx_configure(void)
 
 void cg_amx_thread_tiles(void)
 {
-    if (!amx_ready)
+    if (!amx_ready && !cg_amx_emulated())
         amx_configure();
 }
 
@@ -1036,20 +1037,21 @@ typedef struct {
  * C^T's four 16 x 16 quarters; 4-5 the B rows, 6-7 the A pairs. A pair
  * chunk past the end of the A panel is read from a zeroed copy (the panel
  * may be followed by other data). Quarters that C does not receive are not
- * computed. */
-AMX_TARGET static void kernel_amx(int64_t kp, const uint32_t *a, const amx_b *b, int64_t mr,
-                                  int64_t nr, const tile_out *o, float *c, int64_t rsc, int64_t csc)
+ * computed. emu: the tiles emulated (core/amx_tiles.h). */
+AMX_TARGET static inline __attribute__((always_inline)) void kernel_amx_of(
+    bool emu, int64_t kp, const uint32_t *a, const amx_b *b, int64_t mr, int64_t nr,
+    const tile_out *o, float *c, int64_t rsc, int64_t csc)
 {
-    if (!amx_ready)
+    if (!emu && !amx_ready)
         amx_configure();
     uint32_t tail[16 * MR] __attribute__((aligned(64)));
     float t[NR_AMX * MR] __attribute__((aligned(64)));
     const bool m2 = mr > 16, n2 = nr > 16;
     const size_t sa = MR * sizeof(uint32_t);
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
+    CG_TILE_ZERO(emu, 0);
+    CG_TILE_ZERO(emu, 1);
+    CG_TILE_ZERO(emu, 2);
+    CG_TILE_ZERO(emu, 3);
     for (int64_t p = 0; p < kp; p += 16) {
         const uint32_t *ap = a + p * MR;
         if (kp - p < 16) {
@@ -1063,18 +1065,18 @@ AMX_TARGET static void kernel_amx(int64_t kp, const uint32_t *a, const amx_b *b,
             bp = (const char *)b->tail;
             sb = 16 * sizeof(uint32_t);
         }
-        _tile_loadd(4, bp, sb);
-        _tile_loadd(6, ap, sa);
-        _tile_dpbf16ps(0, 4, 6);
+        CG_TILE_LOADD(emu, 4, bp, sb);
+        CG_TILE_LOADD(emu, 6, ap, sa);
+        CG_TILE_DPBF16PS(emu, 0, 4, 6);
         if (m2) {
-            _tile_loadd(7, ap + 16, sa);
-            _tile_dpbf16ps(1, 4, 7);
+            CG_TILE_LOADD(emu, 7, ap + 16, sa);
+            CG_TILE_DPBF16PS(emu, 1, 4, 7);
         }
         if (n2) {
-            _tile_loadd(5, bp + 16 * sb, sb);
-            _tile_dpbf16ps(2, 5, 6);
+            CG_TILE_LOADD(emu, 5, bp + 16 * sb, sb);
+            CG_TILE_DPBF16PS(emu, 2, 5, 6);
             if (m2)
-                _tile_dpbf16ps(3, 5, 7);
+                CG_TILE_DPBF16PS(emu, 3, 5, 7);
         }
     }
     /* C^T's row j is column j of the tile: t[j * MR + i]; a whole tile of
@@ -1082,20 +1084,44 @@ AMX_TARGET static void kernel_amx(int64_t kp, const uint32_t *a, const amx_b *b,
      * 646 GFLOP/s against 586 through t) */
     if (o->alpha == 1.0f && o->beta == 0.0f && !o->bias && mr == MR && nr == NR_AMX && rsc == 1) {
         const size_t sc = (size_t)csc * sizeof(float);
-        _tile_stored(0, c, sc);
-        _tile_stored(1, c + 16, sc);
-        _tile_stored(2, c + 16 * csc, sc);
-        _tile_stored(3, c + 16 * csc + 16, sc);
+        CG_TILE_STORED(emu, 0, c, sc);
+        CG_TILE_STORED(emu, 1, c + 16, sc);
+        CG_TILE_STORED(emu, 2, c + 16 * csc, sc);
+        CG_TILE_STORED(emu, 3, c + 16 * csc + 16, sc);
         return;
     }
-    _tile_stored(0, t, sa); /* the quarters C receives */
+    CG_TILE_STORED(emu, 0, t, sa); /* the quarters C receives */
     if (m2)
-        _tile_stored(1, t + 16, sa);
+        CG_TILE_STORED(emu, 1, t + 16, sa);
     if (n2)
-        _tile_stored(2, t + 16 * MR, sa);
+        CG_TILE_STORED(emu, 2, t + 16 * MR, sa);
     if (m2 && n2)
-        _tile_stored(3, t + 16 * MR + 16, sa);
+        CG_TILE_STORED(emu, 3, t + 16 * MR + 16, sa);
     store_tile_wide(mr, nr, t, o, c, rsc, csc);
+}
+
+/* kernel_amx_of on the unit and emulated, each compiled on its own */
+AMX_TARGET static void kernel_amx_unit(int64_t kp, const uint32_t *a, const amx_b *b, int64_t mr,
+                                       int64_t nr, const tile_out *o, float *c, int64_t rsc,
+                                       int64_t csc)
+{
+    kernel_amx_of(false, kp, a, b, mr, nr, o, c, rsc, csc);
+}
+AMX_TARGET static void kernel_amx_emulated(int64_t kp, const uint32_t *a, const amx_b *b,
+                                           int64_t mr, int64_t nr, const tile_out *o, float *c,
+                                           int64_t rsc, int64_t csc)
+{
+    kernel_amx_of(true, kp, a, b, mr, nr, o, c, rsc, csc);
+}
+static inline __attribute__((always_inline)) void kernel_amx(int64_t kp, const uint32_t *a,
+                                                             const amx_b *b, int64_t mr, int64_t nr,
+                                                             const tile_out *o, float *c,
+                                                             int64_t rsc, int64_t csc)
+{
+    if (cg_amx_emulated())
+        kernel_amx_emulated(kp, a, b, mr, nr, o, c, rsc, csc);
+    else
+        kernel_amx_unit(kp, a, b, mr, nr, o, c, rsc, csc);
 }
 
 /* ------------------------------------------------------------ driver */

@@ -115,7 +115,8 @@ static const struct {
     {"CG_ALLOC_CACHE_MB", ENV_INT, 0, 1 << 30},
     {"CG_BF16_EMULATE", ENV_FLAG, 0, 0},
     {"CG_BF16_AMX", ENV_FLAG, 0, 0},
-    {"CG_ATTN_AMX", ENV_FLAG, 0, 0}, /* core/attention_amx.c */
+    {"CG_AMX_EMULATE", ENV_FLAG, 0, 0}, /* core/amx_emulate.c */
+    {"CG_ATTN_AMX", ENV_FLAG, 0, 0},    /* core/attention_amx.c */
     {"CG_BLIS_DRIVER", ENV_FLAG, 0, 0},
     {"CG_BLIS_DEFAULT", ENV_FLAG, 0, 0},
     {"CG_MAX_INPUT_MB", ENV_INT, 1, 1 << 30},

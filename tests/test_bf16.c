@@ -23,6 +23,7 @@
 #include "autograd/autograd.h"
 #include "autograd/ops.h"
 #include "core/gemm.h"
+#include "core/amx_tiles.h"
 #include "core/attention_rows.h"
 #include "core/gemm_internal.h"
 #include "core/ops.h"
@@ -270,6 +271,77 @@ static void model_gemm(int64_t m, int64_t n, int64_t k, float alpha, const float
             c[i * rsc + j * csc] += p[i * n + j];
     free(p);
 }
+
+/* AMX's emulated tiles (core/amx_tiles.h; CG_AMX_EMULATE=1 runs AMX's
+ * path on them): a load and a store move 16 rows of 64 bytes, stride
+ * apart, and nothing else; tdpbf16ps has the bits of Intel's pseudo-code,
+ * one element at a time: for each k-pair in order, the even product and
+ * then the odd one added with one rounding (fmaf), subnormal inputs read as
+ * zero and subnormal sums flushed, on nasty inputs (NaN, Inf, subnormals,
+ * tiny products). */
+static float bf16_daz(uint16_t h)
+{
+    const float x = from_bits((uint32_t)h << 16);
+    return (h & 0x7f80u) == 0 ? copysignf(0.0f, x) : x;
+}
+
+START_TEST(test_amx_emulated_tiles)
+{
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx512f"))
+        return; /* the emulation is offered with AVX512_BF16 only */
+    enum { STRIDE = 80, ROWS = 16 };
+    uint8_t src[ROWS * STRIDE], dst[ROWS * STRIDE + 16];
+    for (size_t i = 0; i < sizeof src; i++)
+        src[i] = (uint8_t)(i * 7 + 3);
+    memset(dst, 0xa5, sizeof dst);
+    cg_amx_emu_loadd(3, src, STRIDE);
+    cg_amx_emu_stored(3, dst, STRIDE);
+    for (int r = 0; r < ROWS; r++)
+        for (int b = 0; b < STRIDE; b++)
+            ck_assert_uint_eq(dst[r * STRIDE + b], b < 64 ? src[r * STRIDE + b] : 0xa5);
+    for (size_t i = ROWS * STRIDE; i < sizeof dst; i++)
+        ck_assert_uint_eq(dst[i], 0xa5);
+    cg_amx_emu_zero(3);
+    cg_amx_emu_stored(3, dst, 64);
+    for (int i = 0; i < 16 * 64; i++)
+        ck_assert_uint_eq(dst[i], 0);
+
+    cg_rng rng = cg_rng_new(17);
+    for (int round = 0; round < 20; round++) {
+        float *fa = nasty_buf(&rng, 16 * 32), *fb = nasty_buf(&rng, 16 * 32),
+              *fc = nasty_buf(&rng, 16 * 16);
+        uint16_t a[16][32], b[16][32]; /* a: 16 rows of 16 pairs; b: 16 k-pairs of 16 columns */
+        float c[16][16], got[16][16];
+        for (int i = 0; i < 16 * 32; i++) { /* bf16 bits as they are: subnormals included */
+            a[i / 32][i % 32] = (uint16_t)(to_bits(fa[i]) >> 16);
+            b[i / 32][i % 32] = (uint16_t)(to_bits(fb[i]) >> 16);
+        }
+        for (int i = 0; i < 16 * 16; i++)
+            c[i / 16][i % 16] = fc[i];
+        cg_amx_emu_loadd(0, c, 64);
+        cg_amx_emu_loadd(4, a, 64);
+        cg_amx_emu_loadd(6, b, 64);
+        cg_amx_emu_dpbf16ps(0, 4, 6);
+        cg_amx_emu_stored(0, got, 64);
+        for (int m = 0; m < 16; m++)
+            for (int n = 0; n < 16; n++) {
+                float x = model_flush(c[m][n]); /* a subnormal sum read as zero */
+                for (int q = 0; q < 16; q++) {
+                    x = model_flush(fmaf(bf16_daz(a[m][2 * q]), bf16_daz(b[q][2 * n]), x));
+                    x = model_flush(fmaf(bf16_daz(a[m][2 * q + 1]), bf16_daz(b[q][2 * n + 1]), x));
+                }
+                const bool same = isnan(x) ? isnan(got[m][n]) : to_bits(x) == to_bits(got[m][n]);
+                if (!same)
+                    ck_abort_msg("emulated tdpbf16ps round %d [%d,%d]: %a, the model %a", round, m,
+                                 n, (double)got[m][n], (double)x);
+            }
+        free(fa);
+        free(fb);
+        free(fc);
+    }
+}
+END_TEST
 
 /* The emulated product (AVX2 and FMA) has the model's bits on any CPU,
  * and those of AVX512_BF16's kernel where the CPU has it: nasty inputs
@@ -3032,6 +3104,7 @@ static Suite *bf16_suite(void)
     tcase_add_test(tc, test_round);
     tcase_add_loop_test(tc, test_against_double, 0, NPATHS);
     tcase_add_test(tc, test_amx_specials);
+    tcase_add_test(tc, test_amx_emulated_tiles);
     tcase_add_test(tc, test_emulation_bits);
     tcase_add_test(tc, test_threads_bit_identical);
     tcase_add_test(tc, test_shared_packing_bits);

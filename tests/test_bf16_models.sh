@@ -3,7 +3,9 @@
 #   1. the emulated bf16 kernel (CG_BF16_EMULATE=1, what a CPU without
 #      AVX512_BF16 runs) gives the same final loss, bit for bit, as the
 #      AVX512_BF16 kernel (CG_BF16_AMX=0 keeps an AMX CPU on it);
-#   2. 1 and 2 threads give the same bits in bf16, on AMX too;
+#   2. 1 and 2 threads give the same bits in bf16, on AMX too (the unit's
+#      where the CPU has it; emulated, CG_AMX_EMULATE=1, wherever the CPU
+#      has AVX512_BF16);
 #   3. bf16 really differs from fp32, by a little, and AMX (other roundings)
 #      from AVX512_BF16 by less;
 #   4. each result line's timed window (timed_from_s, timed_to_s: a
@@ -44,16 +46,26 @@ for model in charlm seq2seq; do
   awk -v a="$l16" -v b="$l32" 'BEGIN { d = a - b; if (d < 0) d = -d;
       exit !(d > 0 && d < 1e-2 * (b < 0 ? -b : b)) }' ||
     fail "$model: bf16 loss $l16 vs fp32 $l32: expected a small nonzero difference"
-  amx2=$(run --precision bf16 --threads 2)
-  if [ "$(field gemm_path <<<"$amx2")" = bf16-amx ]; then
-    amx1=$(run --precision bf16 --threads 1)
-    la=$(field final_loss <<<"$amx2")
-    [ "$(field final_loss <<<"$amx1")" = "$la" ] ||
-      fail "$model: AMX bf16 loss with 1 thread $(field final_loss <<<"$amx1") != 2 threads $la"
+  # AMX (other roundings): 1 and 2 threads equal, near AVX512_BF16's loss;
+  # on the unit where the CPU has it, and with its tiles emulated
+  # (CG_AMX_EMULATE=1) on any CPU with AVX512_BF16
+  amx_check() { # NAME PATH [ENV...]
+    local name=$1 path=$2 two one la
+    shift 2
+    two=$(env "$@" "$bench" "${small[@]}" --precision bf16 --threads 2 2>&1 | tail -1)
+    [ "$(field gemm_path <<<"$two")" = "$path" ] || fail "$model: $name: not on $path: $two"
+    one=$(env "$@" "$bench" "${small[@]}" --precision bf16 --threads 1 2>&1 | tail -1)
+    la=$(field final_loss <<<"$two")
+    [ "$(field final_loss <<<"$one")" = "$la" ] ||
+      fail "$model: $name bf16 loss with 1 thread $(field final_loss <<<"$one") != 2 threads $la"
     awk -v a="$la" -v b="$l16" -v c="$l32" 'BEGIN { d = a - b; if (d < 0) d = -d;
         e = c - b; if (e < 0) e = -e; exit !(d < 1e-2 * (b < 0 ? -b : b) && d <= 4 * e) }' ||
-      fail "$model: AMX bf16 loss $la vs AVX512_BF16 $l16 (fp32 $l32): too far apart"
-    echo "$model: AMX bf16 $la (1 thread = 2 threads)"
-  fi
+      fail "$model: $name bf16 loss $la vs AVX512_BF16 $l16 (fp32 $l32): too far apart"
+    echo "$model: $name bf16 $la (1 thread = 2 threads)"
+  }
+  [ "$(field gemm_path <<<"$(run --precision bf16 --threads 2)")" != bf16-amx ] ||
+    amx_check AMX bf16-amx
+  [ "$(field gemm_path <<<"$native")" != bf16 ] ||
+    amx_check "emulated AMX" bf16-amx-emulated CG_AMX_EMULATE=1 CG_BF16_AMX=1
   echo "$model: bf16 $l16 (native = emulated = 1 thread), fp32 $l32"
 done

@@ -17,7 +17,7 @@ set -uo pipefail
 charlm=$1
 seq2seq=$2
 . "$(dirname "$0")/shell_lib.sh" precision_auto
-unset CG_BF16_EMULATE CG_BF16_AMX # this test sets them itself
+unset CG_BF16_EMULATE CG_BF16_AMX CG_AMX_EMULATE # this test sets them itself
 zoo_data
 TINY=(--d 16 --H 2 --layers 1 --d-ff 32 --T 16 --batch-size 4 --threads 1 --eval-every 4)
 S2S=(--tokenizer char --d 16 --H 2 --enc-layers 1 --dec-layers 1 --d-ff 32 --max-tokens 200

@@ -85,8 +85,9 @@ static int train_precision(cg_cli_args *a, cg_train_opts *o)
     o->precision = native ? CG_PRECISION_BF16 : CG_PRECISION_FP32;
     o->precision_arg = cg_precision_name(o->precision);
     o->precision_auto = !native                                   ? "no native bf16 on this CPU"
-                        : cg_bf16_auto_path() == CG_GEMM_BF16_AMX ? "the CPU has AMX"
-                                                                  : "the CPU has AVX512_BF16";
+                        : cg_bf16_auto_path() != CG_GEMM_BF16_AMX ? "the CPU has AVX512_BF16"
+                        : cg_bf16_amx_emulated() ? "AMX emulated (CG_AMX_EMULATE=1)"
+                                                 : "the CPU has AMX";
     return -1;
 }
 
