@@ -43,33 +43,20 @@ void cg_amx_emu_loadd(int t, const void *p, size_t stride);
 void cg_amx_emu_stored(int t, void *p, size_t stride);
 void cg_amx_emu_dpbf16ps(int c, int a, int b);
 
-#define CG_TILE_ZERO(emu, t)                                                                       \
-    do {                                                                                           \
-        if (emu)                                                                                   \
-            cg_amx_emu_zero(t);                                                                    \
-        else                                                                                       \
-            _tile_zero(t);                                                                         \
+/* the unit's instruction, or the emulation's call where emu */
+#define CG_TILE_OP(emu, unit, emulated) \
+    do {                                \
+        if (emu)                        \
+            emulated;                   \
+        else                            \
+            unit;                       \
     } while (0)
-#define CG_TILE_LOADD(emu, t, p, stride)                                                           \
-    do {                                                                                           \
-        if (emu)                                                                                   \
-            cg_amx_emu_loadd(t, p, stride);                                                        \
-        else                                                                                       \
-            _tile_loadd(t, p, stride);                                                             \
-    } while (0)
-#define CG_TILE_STORED(emu, t, p, stride)                                                          \
-    do {                                                                                           \
-        if (emu)                                                                                   \
-            cg_amx_emu_stored(t, p, stride);                                                       \
-        else                                                                                       \
-            _tile_stored(t, p, stride);                                                            \
-    } while (0)
-#define CG_TILE_DPBF16PS(emu, c, a, b)                                                             \
-    do {                                                                                           \
-        if (emu)                                                                                   \
-            cg_amx_emu_dpbf16ps(c, a, b);                                                          \
-        else                                                                                       \
-            _tile_dpbf16ps(c, a, b);                                                               \
-    } while (0)
+#define CG_TILE_ZERO(emu, t) CG_TILE_OP(emu, _tile_zero(t), cg_amx_emu_zero(t))
+#define CG_TILE_LOADD(emu, t, p, stride) \
+    CG_TILE_OP(emu, _tile_loadd(t, p, stride), cg_amx_emu_loadd(t, p, stride))
+#define CG_TILE_STORED(emu, t, p, stride) \
+    CG_TILE_OP(emu, _tile_stored(t, p, stride), cg_amx_emu_stored(t, p, stride))
+#define CG_TILE_DPBF16PS(emu, c, a, b) \
+    CG_TILE_OP(emu, _tile_dpbf16ps(c, a, b), cg_amx_emu_dpbf16ps(c, a, b))
 
 #endif

@@ -131,8 +131,7 @@ AMX_TARGET static inline __attribute__((always_inline)) void tiles_mul_of(
     bool emu, int64_t m, int64_t n, int64_t K, const uint16_t *L, int64_t ldl, const uint32_t *R,
     int64_t ldr, float *c, int64_t ldc, bool turned, int64_t sub)
 {
-    if (!emu)
-        cg_amx_thread_tiles();
+    cg_amx_thread_tiles(); /* (none to configure when emulated) */
     float t[16 * 16] __attribute__((aligned(64)));
     uint32_t tail[2][16 * 16] __attribute__((aligned(64)));
     const int64_t kfull = K / 32 * 32; /* chunks read in place */

@@ -27,7 +27,8 @@ typedef enum { CG_BF16_NATIVE = 1, CG_BF16_EMULATED = 2, CG_BF16_AMX = 3 } cg_bf
  * once; call it from one thread before any product. */
 bool cg_amx_init(void);
 /* Configures this thread's tiles as the bf16 kernels use them (palette 1,
- * 8 tiles of 16 rows of 64 bytes) unless it has; after cg_amx_init. */
+ * 8 tiles of 16 rows of 64 bytes) unless it has, or the tiles are
+ * emulated (core/amx_tiles.h); after cg_amx_init. */
 void cg_amx_thread_tiles(void);
 
 /* A product's A operand already rounded and packed (a cg_bf16_matrix's
