@@ -1113,10 +1113,11 @@ AMX_TARGET static void kernel_amx_emulated(int64_t kp, const uint32_t *a, const 
 {
     kernel_amx_of(true, kp, a, b, mr, nr, o, c, rsc, csc);
 }
-static inline __attribute__((always_inline)) void kernel_amx(int64_t kp, const uint32_t *a,
-                                                             const amx_b *b, int64_t mr, int64_t nr,
-                                                             const tile_out *o, float *c,
-                                                             int64_t rsc, int64_t csc)
+/* (not inlined: the drivers that call it compile as they did before the
+ * emulation) */
+static __attribute__((noinline)) void kernel_amx(int64_t kp, const uint32_t *a, const amx_b *b,
+                                                 int64_t mr, int64_t nr, const tile_out *o,
+                                                 float *c, int64_t rsc, int64_t csc)
 {
     if (cg_amx_emulated())
         kernel_amx_emulated(kp, a, b, mr, nr, o, c, rsc, csc);
