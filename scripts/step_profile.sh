@@ -66,9 +66,9 @@ GROUPS = [
     ("matrix kernels",
      r"^(kernel_(amx|native|native_in_place|emulated)|block_(avx2|wide)|tiles_mul|cg_amx_emu_|bli_.*(asm|ukr|ker))"),
     ("rounding to bf16", r"round|cvt.*bf16"),
-    ("attention rows", r"attn|attention|softmax|dsoft|exp_sum|scale_mask"),
+    ("attention rows", r"attn|attention|softmax|dsoft|^exp_sum|scale_mask"),
     ("norms", r"norm|xhat|^add_rows"),
-    ("loss", r"loss|lce|logsumexp|cross_entropy|label_smooth"),
+    ("loss", r"loss|lce|logsumexp|cross_entropy|label_smooth|^row_exp_sum"),
     ("optimizer", r"update_chunk|adam|sgd|clip"),
     ("gemm driver", r"panel_times_rows|rows_times_block|gemm|matrix_mul|^matmul|store_tile"),
     # libgomp's waits and the chunk runner's own samples (core/shares.h)
