@@ -520,10 +520,10 @@ START_TEST(test_json_line_writer)
         {"norm", CG_CF_NORM, offsetof(conf, norm), NULL, 0, 0, NULL, NULL},
         {"act", CG_CF_ACT, offsetof(conf, act), NULL, 0, 0, NULL, NULL},
         {"norm_first", CG_CF_BOOL, offsetof(conf, nf), NULL, 0, 0, NULL, NULL},
-        {"dropout", CG_CF_F32, offsetof(conf, drop), NULL, 0, 0.5, NULL, NULL}};
+        CG_CF_PROBABILITY(conf, drop)};
     char *cfg = cg_config_write("m", f, 5, &c);
     ck_assert_str_eq(cfg, "{\"model\": \"m\", \"d\": 64, \"norm\": \"rmsnorm\", \"act\": "
-                          "\"relu\", \"norm_first\": false, \"dropout\": 0.100000001}");
+                          "\"relu\", \"norm_first\": false, \"drop\": 0.100000001}");
     ck_assert(cg_config_read(cfg, "m config", f, 5, &back2));
     ck_assert(back2.d == 64 && !back2.nf && back2.drop == 0.1f && back2.norm == CG_NORM_RMSNORM &&
               back2.act == CG_ACT_RELU);
@@ -541,7 +541,7 @@ START_TEST(test_json_line_writer)
     const char *bad[][2] = {
         {"{\"d\": 1}", "m config: d must be >= 2 (got 1)"},
         {"{\"d\": 101}", "m config: d must be <= 100 (got 101)"},
-        {"{\"dropout\": 0.5}", "m config: dropout must be in [0, 0.5) (got 0.5)"},
+        {"{\"drop\": 1.5}", "m config: drop must be in [0, 1] (got 1.5)"},
         {"{\"act\": \"tanh\"}", "unknown activation 'tanh' (choices: "}};
     for (int i = 0; i < 4; i++) {
         ck_assert_msg(!cg_config_parse(&m, bad[i][0], &back2), "%s", bad[i][0]);

@@ -110,7 +110,9 @@ START_TEST(test_seq2seq_bad_config)
     CG_ASSERT_FAILS(cg_seq2seq_new(&c, 0), "d=16 is not divisible by H=3");
     c = small_s2s(), c.vocab = 3;
     CG_ASSERT_FAILS(cg_seq2seq_new(&c, 0), "vocab");
-    c = small_s2s(), c.label_smoothing = 1.0f;
+    c = small_s2s(), c.label_smoothing = 1.5f;
+    CG_ASSERT_FAILS(cg_seq2seq_new(&c, 0), "label_smoothing must be in [0, 1] (got 1.5)");
+    c = small_s2s(), c.label_smoothing = NAN;
     CG_ASSERT_FAILS(cg_seq2seq_new(&c, 0), "label_smoothing");
     c = small_s2s(), c.norm = (cg_norm_kind)7;
     CG_ASSERT_FAILS(cg_seq2seq_new(&c, 0), "norm");
@@ -632,6 +634,49 @@ START_TEST(test_seq2seq_params)
 }
 END_TEST
 
+/* label smoothing 1 (PyTorch's CrossEntropyLoss takes it): the target is
+ * the uniform distribution, so the loss is the mean over the non-pad
+ * positions of -mean_v log p_v, whatever the targets are */
+START_TEST(test_seq2seq_label_smoothing_one)
+{
+    cg_seq2seq_config c = small_s2s();
+    c.dropout = 0.0f, c.label_smoothing = 1.0f;
+    cg_seq2seq *m = cg_seq2seq_new(&c, 3);
+    ck_assert_msg(m != NULL, "%s", cg_last_error());
+    int64_t src[2 * 4] = {5, 6, 7, 2, 8, 2, 0, 0};
+    int64_t tin[2 * 3] = {1, 9, 10, 1, 11, 0}, tout[2 * 3] = {9, 10, 2, 11, 2, 0};
+    cg_tensor *logits = cg_seq2seq_forward(m, src, 2, 4, tin, 3);
+    ck_assert_msg(logits != NULL, "%s", cg_last_error());
+    cg_tensor *lc = cg_k_contiguous(logits);
+    const float *x = cg_data(lc);
+    double want = 0;
+    int kept = 0;
+    for (int r = 0; r < 6; r++) {
+        if (tout[r] == 0) /* PAD: not in the mean */
+            continue;
+        double mx = -INFINITY, se = 0, sum = 0;
+        for (int v = 0; v < 20; v++)
+            mx = fmax(mx, x[r * 20 + v]);
+        for (int v = 0; v < 20; v++)
+            se += exp(x[r * 20 + v] - mx), sum += x[r * 20 + v];
+        want += mx + log(se) - sum / 20; /* -mean_v log p_v */
+        kept++;
+    }
+    want /= kept;
+    cg_tensor *loss = cg_seq2seq_loss(m, logits, tout);
+    ck_assert_msg(loss != NULL, "%s", cg_last_error());
+    ck_assert_msg(fabs(cg_item(loss) - want) < 1e-5 * fabs(want), "%.8g against %.8g",
+                  (double)cg_item(loss), want);
+    /* the fused head of training gives it too */
+    cg_tensor *fused = cg_seq2seq_forward_loss(m, src, 2, 4, tin, 3, tout, 1.0f);
+    ck_assert_msg(fused != NULL, "%s", cg_last_error());
+    ck_assert_msg(fabs(cg_item(fused) - want) < 1e-5 * fabs(want), "%.8g against %.8g",
+                  (double)cg_item(fused), want);
+    cg_release_all(4, logits, lc, loss, fused);
+    cg_seq2seq_free(m);
+}
+END_TEST
+
 START_TEST(test_seq2seq_forward)
 {
     cg_seq2seq_config c = small_s2s();
@@ -949,6 +994,7 @@ static Suite *models_suite(void)
     tcase_add_checked_fixture(tc, setup, NULL);
     tcase_add_test(tc, test_seq2seq_params);
     tcase_add_test(tc, test_seq2seq_forward);
+    tcase_add_test(tc, test_seq2seq_label_smoothing_one);
     tcase_add_test(tc, test_seq2seq_padding);
     tcase_add_test(tc, test_seq2seq_errors);
     tcase_add_test(tc, test_fused_head);

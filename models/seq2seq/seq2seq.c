@@ -39,7 +39,7 @@ static const cg_config_field FIELDS[] = {
     {"dec_layers", CG_CF_I64, offsetof(cg_seq2seq_config, dec_layers), NULL, 1, 1000000,
      " (the decoder's layers are what reads the source)", NULL},
     CG_CONFIG_ZOO_BLOCK(cg_seq2seq_config),
-    CG_CF_FLOAT(cg_seq2seq_config, label_smoothing, 0, 1),
+    CG_CF_PROBABILITY(cg_seq2seq_config, label_smoothing),
     CG_CF_PROBABILITY(cg_seq2seq_config, word_dropout),
     {"loss_chunk", CG_CF_I64, offsetof(cg_seq2seq_config, loss_chunk), NULL, -1, CG_CF_NO_MAX,
      " (-1: chunks on the head product's k blocks, 0: no chunks)", NULL},

@@ -506,7 +506,6 @@ bool cg_config_read(const char *json, const char *what, const cg_config_field *f
         switch (f[i].kind) {
         case CG_CF_I64: ok = cg_json_int(o, what, f[i].key, FIELD(f[i])); break;
         case CG_CF_BOOL: ok = cg_json_bool(o, what, f[i].key, FIELD(f[i])); break;
-        case CG_CF_F32:
         case CG_CF_PROB: ok = cg_json_float(o, what, f[i].key, FIELD(f[i])); break;
         case CG_CF_NORM: norm = FIELD(f[i]); break;
         case CG_CF_ACT: act = FIELD(f[i]); break;
@@ -540,7 +539,6 @@ char *cg_config_write(const char *model, const cg_config_field *f, int n, const 
         switch (f[i].kind) {
         case CG_CF_I64: ok = cg_json_put_int(o, f[i].key, *(int64_t *)FIELD(f[i])); break;
         case CG_CF_BOOL: ok = cg_json_put_bool(o, f[i].key, *(bool *)FIELD(f[i])); break;
-        case CG_CF_F32:
         case CG_CF_PROB:
             ok = cg_json_put_num(o, f[i].key, "%.9g", (double)*(float *)FIELD(f[i]));
             break;
@@ -566,7 +564,6 @@ static const char *field_text(const cg_config_field *r, const void *cfg, char *b
     switch (r->kind) {
     case CG_CF_I64: snprintf(buf, n, "%lld", (long long)*(const int64_t *)FIELD(*r)); break;
     case CG_CF_BOOL: snprintf(buf, n, "%s", *(const bool *)FIELD(*r) ? "true" : "false"); break;
-    case CG_CF_F32:
     case CG_CF_PROB: snprintf(buf, n, "%.9g", (double)*(const float *)FIELD(*r)); break;
     case CG_CF_NORM:
         snprintf(buf, n, "%s", cg_norm_kind_name(*(const cg_norm_kind *)FIELD(*r)));
@@ -587,7 +584,7 @@ bool cg_config_same_arch(const cg_config_field *f, int n, const void *a, const v
 {
     for (int i = 0; i < n; i++) {
         char ta[64], tb[64];
-        if (f[i].kind == CG_CF_F32 || f[i].kind == CG_CF_PROB ||
+        if (f[i].kind == CG_CF_PROB ||
             strcmp(field_text(&f[i], a, ta, sizeof ta), field_text(&f[i], b, tb, sizeof tb)) == 0)
             continue;
         cg_set_error("%s is %s in one and %s in the other", f[i].key, ta, tb);
@@ -622,14 +619,6 @@ static bool field_ok(const cg_config_model *m, const char *what, const cg_config
         long long d = num ? (long long)*(const int64_t *)FIELD(*num) : 0;
         if (num && v && d % v) {
             cg_set_error("%s: %s=%lld is not divisible by %s=%lld", what, num->key, d, r->key, v);
-            return false;
-        }
-        return true;
-    }
-    case CG_CF_F32: {
-        double v = (double)*(const float *)FIELD(*r);
-        if (r->hi > r->lo && !(v >= r->lo && v < r->hi)) {
-            cg_set_error("%s: %s must be in [%g, %g) (got %g)", what, r->key, r->lo, r->hi, v);
             return false;
         }
         return true;

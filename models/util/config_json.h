@@ -93,8 +93,7 @@ bool cg_json_print_line(FILE *f, const cJSON *o);
 typedef enum {
     CG_CF_I64,
     CG_CF_BOOL,
-    CG_CF_F32,
-    CG_CF_PROB, /* a float probability, p in [0, 1] as nn.Dropout takes it */
+    CG_CF_PROB, /* a float in [0, 1]: a probability as nn.Dropout takes it, label smoothing */
     CG_CF_NORM,
     CG_CF_ACT,
     CG_CF_CONST,
@@ -108,23 +107,19 @@ typedef struct {
                         * cg_norm_kind, cg_act (CG_CF_SAME, CG_CF_GELU: the field
                         * it follows) */
     const char *value; /* CG_CF_CONST: the JSON literal */
-    /* cg_config_check's rules: a range where hi > lo (CG_CF_I64 in [lo, hi],
-     * CG_CF_F32 in [lo, hi)), note added to its message; divides: the key
+    /* cg_config_check's rules: a range where hi > lo (CG_CF_I64 in [lo, hi]),
+     * note added to its message; divides: the key
      * of the CG_CF_I64 field this one must divide ("H" divides "d") */
     double lo, hi;
     const char *note, *divides;
 } cg_config_field;
 #define CG_CF_NO_MAX 9e15
-/* Rows: an integer field f of `type` in [lo, hi]; a float in [lo, hi). */
+/* A row: an integer field f of `type` in [lo, hi]. */
 #define CG_CF_INT(type, f, lo, hi)                                     \
     {                                                                  \
 #f, CG_CF_I64, offsetof(type, f), NULL, (lo), (hi), NULL, NULL \
     }
-#define CG_CF_FLOAT(type, f, lo, hi)                                   \
-    {                                                                  \
-#f, CG_CF_F32, offsetof(type, f), NULL, (lo), (hi), NULL, NULL \
-    }
-/* A probability field f of `type`: a float in [0, 1] (dropout). */
+/* A float field f of `type` in [0, 1] (dropout, label smoothing). */
 #define CG_CF_PROBABILITY(type, f)                                \
     {                                                             \
 #f, CG_CF_PROB, offsetof(type, f), NULL, 0, 1, NULL, NULL \
@@ -166,7 +161,7 @@ bool cg_config_read(const char *json, const char *what, const cg_config_field *f
 char *cg_config_write(const char *model, const cg_config_field *f, int n, const void *cfg);
 /* Do the configs *a and *b (of one table) describe one architecture, so
  * that their parameters mean the same (checkpoint averaging)? Every field
- * is compared except the floats (CG_CF_F32, CG_CF_PROB: dropout, label
+ * is compared except the floats (CG_CF_PROB: dropout, label
  * smoothing, the training recipe). False + error naming the first field that differs
  * ("d is 128 in one and 64 in the other") otherwise. */
 bool cg_config_same_arch(const cg_config_field *f, int n, const void *a, const void *b);
