@@ -538,11 +538,10 @@ START_TEST(test_json_line_writer)
     ck_assert(cg_config_check(&m, &c));
     ck_assert(cg_config_parse(&m, "{\"d\": 10}", &back2));
     ck_assert(back2.d == 10 && back2.nf && back2.act == CG_ACT_GELU && back2.drop == 0);
-    const char *bad[][2] = {
-        {"{\"d\": 1}", "m config: d must be >= 2 (got 1)"},
-        {"{\"d\": 101}", "m config: d must be <= 100 (got 101)"},
-        {"{\"drop\": 1.5}", "m config: drop must be in [0, 1] (got 1.5)"},
-        {"{\"act\": \"tanh\"}", "unknown activation 'tanh' (choices: "}};
+    const char *bad[][2] = {{"{\"d\": 1}", "m config: d must be >= 2 (got 1)"},
+                            {"{\"d\": 101}", "m config: d must be <= 100 (got 101)"},
+                            {"{\"drop\": 1.5}", "m config: drop must be in [0, 1] (got 1.5)"},
+                            {"{\"act\": \"tanh\"}", "unknown activation 'tanh' (choices: "}};
     for (int i = 0; i < 4; i++) {
         ck_assert_msg(!cg_config_parse(&m, bad[i][0], &back2), "%s", bad[i][0]);
         ck_assert_msg(strstr(cg_last_error(), bad[i][1]), "%s: %s", bad[i][0], cg_last_error());
