@@ -25,6 +25,17 @@ static int cmp_prob_desc(const void *a, const void *b)
     return (x->id > y->id) - (x->id < y->id); /* ties: lower id first */
 }
 
+bool cg_logits_usable(const float *logits, int64_t V, const char *what)
+{
+    for (int64_t i = 0; i < V; i++)
+        if (isnan(logits[i]) || logits[i] == INFINITY) {
+            cg_set_error("%s: logit %lld of %lld is %s (a diverged model?)", what, (long long)i,
+                         (long long)V, isnan(logits[i]) ? "NaN" : "+inf");
+            return false;
+        }
+    return true;
+}
+
 int64_t cg_sample(const float *logits, int64_t V, const cg_sample_config *cfg, cg_rng *rng)
 {
     cg_sample_config def = cg_sample_default();
@@ -42,17 +53,12 @@ int64_t cg_sample(const float *logits, int64_t V, const cg_sample_config *cfg, c
                      (long long)V);
         return -1;
     }
-    /* NaN or +inf (a diverged model) draws nothing meaningful; -inf is a
-     * masked logit, but not every one of them */
+    /* -inf is a masked logit, but not every one of them */
+    if (!cg_logits_usable(logits, V, "sample"))
+        return -1;
     int64_t masked = 0;
-    for (int64_t i = 0; i < V; i++) {
-        if (isnan(logits[i]) || logits[i] == INFINITY) {
-            cg_set_error("sample: logit %lld of %lld is %s (a diverged model?)", (long long)i,
-                         (long long)V, isnan(logits[i]) ? "NaN" : "+inf");
-            return -1;
-        }
+    for (int64_t i = 0; i < V; i++)
         masked += logits[i] == -INFINITY;
-    }
     if (masked == V) {
         cg_set_error("sample: all %lld logits are -inf: nothing to draw", (long long)V);
         return -1;

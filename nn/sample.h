@@ -32,6 +32,10 @@ typedef struct {
 /* temperature 1, top_k 0, top_p 1: plain sampling from softmax(logits). */
 cg_sample_config cg_sample_default(void);
 
+/* Whether logits[0, V) can be decoded from: false + error ("WHAT: logit i
+ * of V is NaN (a diverged model?)") at the first NaN or +inf, which no
+ * draw, argmax or beam means anything for; -inf (a masked logit) passes. */
+bool cg_logits_usable(const float *logits, int64_t V, const char *what);
 /* One id in [0, V) drawn from logits[0..V) (cfg NULL: the default). */
 int64_t cg_sample(const float *logits, int64_t V, const cg_sample_config *cfg, cg_rng *rng);
 /* One id per row of logits [..., V] (any float dtype, any strides, no

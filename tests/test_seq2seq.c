@@ -1096,9 +1096,10 @@ START_TEST(test_cli_end_to_end)
 }
 END_TEST
 
-/* Copy checkpoint src to dst with element 0 of tensor `poison` set to 3e38:
- * finite (a NaN weight is refused at load), but the next loss is NaN. */
-static void poison_copy(const char *src, const char *dst, const char *poison)
+/* Copy checkpoint src to dst with element 0 of tensor `poison` (all of
+ * them: all) set to 3e38: finite (a NaN weight is refused at load), but
+ * the next loss is NaN. */
+static void poison_copy(const char *src, const char *dst, const char *poison, bool all)
 {
     cg_st_file *f = cg_st_open(src);
     ck_assert_msg(f != NULL, "%s", cg_last_error());
@@ -1117,7 +1118,8 @@ static void poison_copy(const char *src, const char *dst, const char *poison)
         if (dt == CG_ST_F32) {
             cg_tensor *t = cg_st_get_f32(f, name);
             if (!strcmp(name, poison)) {
-                cg_data(t)[0] = 3e38f;
+                for (int64_t j = 0; j < (all ? cg_numel(t) : 1); j++)
+                    cg_data(t)[j] = 3e38f;
                 found = true;
             }
             ck_assert(cg_st_add_f32(w, name, t));
@@ -1175,7 +1177,7 @@ START_TEST(test_cli_nonfinite)
     ck_assert_msg(rc == 0, "train failed: %s", err);
     free(out);
     free(err);
-    poison_copy(ck, bad, "emb.weight");
+    poison_copy(ck, bad, "emb.weight", false);
     size_t n0 = 0, n1 = 0;
     char *before = read_file(bad, &n0);
     /* without the flag: stop at the first step, naming it and a tensor */
@@ -1207,7 +1209,7 @@ START_TEST(test_cli_nonfinite)
     ck_assert_msg(strstr(err, "3 step(s) skipped"), "%s", err);
     free(out);
     free(err);
-    poison_copy(ck, tmp_path("ref.safetensors"), "emb.weight");
+    poison_copy(ck, tmp_path("ref.safetensors"), "emb.weight", false);
     ck_assert(same_params(bad, tmp_path("ref.safetensors"))); /* no update was made */
     /* ... and that checkpoint (with a NaN in its history) resumes */
     snprintf(args, sizeof args,
@@ -1220,6 +1222,25 @@ START_TEST(test_cli_nonfinite)
     ck_assert(run("train --help", NULL, &out, &err) == 0 && strstr(out, "--skip-nonfinite"));
     free(out);
     free(err);
+    /* a model whose logits are not finite is not decoded (an argmax or a
+     * beam over NaN picks tokens that mean nothing): greedy and beam
+     * translation, eval and the attention pictures each stop naming it */
+    poison_copy(ck, bad, "emb.weight", true);
+    const char *decoders[] = {"translate --ckpt '%s' --beam 1 'a small 3.'",
+                              "translate --ckpt '%s' --beam 3 'a small 3.'",
+                              "eval --ckpt '%s' --data '%s' --test-limit 2 --beam 1",
+                              "eval --ckpt '%s' --data '%s' --test-limit 2 --beam 2",
+                              "attention --ckpt '%s' --text 'a small 3.' --out '%s'"};
+    const char *named[] = {"greedy decode: step 0: logit ", "beam search: step 0: logit ",
+                           "greedy decode: step 0: logit ", "beam search: step 0: logit ",
+                           "greedy decode: step 0: logit "};
+    for (int i = 0; i < 5; i++) {
+        snprintf(args, sizeof args, decoders[i], bad,
+                 i == 4 ? tmp_path("pictures") : tmp_path("small.tsv"));
+        expect_cli_error(args, named[i]);
+        expect_cli_error(args, "(a diverged model?)");
+    }
+    ck_assert(access(tmp_path("pictures"), F_OK) != 0);
 }
 END_TEST
 

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "models/util/files.h"
+#include "nn/sample.h"
 
 /* Keep rows[0..n) of the cache's batch (the library takes them as a tensor). */
 static bool reorder(cg_kv_cache *c, const int64_t *rows, int64_t n)
@@ -102,6 +103,13 @@ static bool greedy_step(greedy_state *g, cg_seq2seq *m, int64_t step)
     if (!l)
         return false;
     const float *d = cg_data(l);
+    char what[48];
+    snprintf(what, sizeof what, "greedy decode: step %lld", (long long)step);
+    for (int64_t k = 0; k < g->n_alive; k++)
+        if (!cg_logits_usable(d + (k * Tl + Tl - 1) * V, V, what)) {
+            cg_release(l);
+            return false;
+        }
     int64_t kept = 0;
     for (int64_t k = 0; k < g->n_alive; k++) {
         int64_t b = g->alive[k];
@@ -332,7 +340,13 @@ static int64_t beam_expand(beam_state *b, cg_seq2seq *m)
         return -1;
     const float *d = cg_data(l);
     int64_t nc = 0;
+    char what[48];
+    snprintf(what, sizeof what, "beam search: step %lld", (long long)(T - 1));
     for (int64_t h = 0; h < b->n_live; h++) {
+        if (!cg_logits_usable(d + (h * Tl + Tl - 1) * V, V, what)) {
+            cg_release(l);
+            return -1;
+        }
         log_softmax_row(d + (h * Tl + Tl - 1) * V, V, b->lp);
         const int nt = top_k(b->lp, V, b->K, b->top);
         for (int k = 0; k < nt; k++) {
@@ -585,8 +599,8 @@ static bool greedy_chunk(cg_seq2seq *m, const cg_tokenizer *tok, const cg_source
         memcpy(ids + i * S, src->ids[c0 + i], (size_t)src->len[c0 + i] * sizeof *ids);
         ids[i * S + src->len[c0 + i]] = CG_EOS;
     }
-    if (ok && !(ok = cg_greedy_decode(m, ids, B, S, steps, res, lens, use_cache)))
-        cg_seq2seq_prefix_error("greedy decoding");
+    /* (its errors name it, or the encoder or decoder) */
+    ok = ok && cg_greedy_decode(m, ids, B, S, steps, res, lens, use_cache);
     for (int64_t i = 0; ok && i < B; i++) {
         int64_t lim = src->len[c0 + i] + 50, L = lens[i] < lim ? lens[i] : lim;
         ok = put_text(tok, res + i * steps, L, &out[c0 + i], echo);
@@ -612,11 +626,9 @@ static bool beam_one(cg_seq2seq *m, const cg_tokenizer *tok, const cg_sources *s
     int64_t steps = src->len[i] + 50, *res = NULL, L = 0;
     if (steps > m->cfg.max_len)
         steps = m->cfg.max_len;
-    bool ok = cg_beam_search(m, ids, S, beam, alpha, steps, &res, &L, NULL, NULL, use_cache);
-    if (!ok)
-        cg_seq2seq_prefix_error("beam search");
-    else
-        ok = put_text(tok, res, L, &out[i], echo);
+    /* (its errors name it, or the encoder or decoder) */
+    bool ok = cg_beam_search(m, ids, S, beam, alpha, steps, &res, &L, NULL, NULL, use_cache) &&
+              put_text(tok, res, L, &out[i], echo);
     free(res);
     free(ids);
     return ok;

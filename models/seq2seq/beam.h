@@ -23,7 +23,10 @@ extern "C" {
  * allocates), lens[b] the length of row b before its EOS (max_steps when
  * it never produced one). max_steps + 1 must not exceed the model's
  * max_len. use_cache: decode with a key/value cache (one position per
- * step; finished rows leave the cache), else recompute every prefix. */
+ * step; finished rows leave the cache), else recompute every prefix.
+ * False + error ("greedy decode: ...", or the encoder's or decoder's),
+ * also at a NaN or +inf logit (cg_logits_usable: a diverged model), where
+ * an argmax would pick a token that means nothing. */
 bool cg_greedy_decode(cg_seq2seq *m, const int64_t *src, int64_t B, int64_t S, int64_t max_steps,
                       int64_t *out, int64_t *lens, bool use_cache);
 
@@ -47,7 +50,7 @@ double cg_length_penalty(int64_t len, double alpha);
  * (optional) whether it ended with EOS. beam >= 1. The live hypotheses
  * run as one batch; use_cache: with a key/value cache reordered to the
  * surviving hypotheses' parents at every step, else every prefix is
- * recomputed. */
+ * recomputed. False + error as cg_greedy_decode's ("beam search: ..."). */
 bool cg_beam_search(cg_seq2seq *m, const int64_t *src, int64_t S, int beam, double alpha,
                     int64_t max_steps, int64_t **out, int64_t *len, double *score, bool *finished,
                     bool use_cache);

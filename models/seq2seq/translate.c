@@ -470,9 +470,8 @@ static int64_t *attention_target(cg_seq2seq *m, const cg_tokenizer *tok, const i
     int64_t steps = S - 1 + 50 < m->cfg.max_len - 1 ? S - 1 + 50 : m->cfg.max_len - 1;
     ids = malloc((size_t)steps * sizeof *ids);
     if (!ids)
-        cg_set_error("out of memory");
-    if (!ids || !cg_greedy_decode(m, src, 1, S, steps, ids, L, use_cache)) {
-        cg_seq2seq_prefix_error("greedy decoding");
+        cg_set_error("greedy decode: out of memory");
+    if (!ids || !cg_greedy_decode(m, src, 1, S, steps, ids, L, use_cache)) { /* named */
         free(ids);
         return NULL;
     }
