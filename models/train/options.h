@@ -233,8 +233,9 @@ void cg_train_init(cg_train_opts *o, cg_train_recipe *r, int64_t steps, int64_t 
          &(o)->out,                                                                               \
          0,                                                                                       \
          0,                                                                                       \
-         "  --out FILE           checkpoint; FILE.loss.png, FILE.metrics.jsonl and\n"             \
-         "                       FILE.cgrad-lock are written beside it\n",                        \
+         "  --out FILE           checkpoint; beside it NAME.loss.png and NAME.metrics.jsonl\n"    \
+         "                       (NAME: FILE without .safetensors) and the lock\n"                \
+         "                       FILE.cgrad-lock\n",                                              \
          0},                                                                                      \
         {"--resume",                                                                              \
          CG_CLI_STR,                                                                              \
@@ -249,8 +250,8 @@ void cg_train_init(cg_train_opts *o, cg_train_recipe *r, int64_t steps, int64_t 
          &(o)->force,                                                                             \
          0,                                                                                       \
          0,                                                                                       \
-         "  --force              overwrite an existing --out, FILE.loss.png or\n"                 \
-         "                       FILE.metrics.jsonl (refused otherwise)\n",                       \
+         "  --force              overwrite an existing --out, NAME.loss.png or\n"                 \
+         "                       NAME.metrics.jsonl (refused otherwise)\n",                       \
          0},                                                                                      \
         {"--stop-at",                                                                             \
          CG_CLI_I64,                                                                              \

@@ -70,9 +70,13 @@ static void set_limit_error(const char *path, size_t max_bytes)
 {
     char big[32];
     fmt_bytes((double)max_bytes, big, sizeof big);
-    cg_set_error("'%s' is larger than %s, the input limit (a sixth of the available "
-                 "memory; set CG_MAX_INPUT_MB to change it)",
-                 path, big);
+    double mb = 0;
+    if (cg_env_number("CG_MAX_INPUT_MB", &mb) && mb >= 1) /* cg_input_limit's */
+        cg_set_error("'%s' is larger than %s, the input limit set by CG_MAX_INPUT_MB", path, big);
+    else
+        cg_set_error("'%s' is larger than %s, the input limit (a sixth of the available "
+                     "memory; set CG_MAX_INPUT_MB to change it)",
+                     path, big);
 }
 
 /* Opens path ("-": stdin) and refuses a directory: the descriptor, or -1 +
