@@ -87,6 +87,8 @@ done <<'EOF'
 # the command itself
 2 | charlm  |                                          | missing command
 2 | charlm  | bogus                                    | unknown command 'bogus'
+2 | charlm  | help bogus                               | unknown command 'bogus'
+2 | seq2seq | help train eval                          | help takes one command
 2 | seq2seq | train extra                              | unexpected argument 'extra'
 # names and values checked after the parse: still the command line
 2 | charlm  | train $TR --preset huge                  | --preset: unknown preset 'huge'
@@ -144,6 +146,13 @@ done <<'EOF'
 1 | charlm  | train --data c.txt --out a.st            | checkpoint a.st exists
 1 | bench   | --model seq2seq --preset real --data nope.tsv | cannot open 'nope.tsv'
 EOF
+# "PROG help CMD" is "PROG CMD --help" (it printed the program's help)
+for pc in "charlm train" "charlm average" "seq2seq translate" "seq2seq attention"; do
+  set -- $pc
+  a=$("${!1}" help "$2" 2>&1) b=$("${!1}" "$2" --help 2>&1)
+  [ -n "$a" ] && [ "$a" = "$b" ] && echo "ok: $pc --help == $1 help $2" ||
+    fail "$1 help $2 is not $pc --help: $(printf '%s' "$a" | head -2)"
+done
 # a malformed CG_ variable is a malformed flag
 for p in charlm seq2seq bench; do
   expect "$p: CG_DIST_TIMEOUT=10abc" 2 "^$p: error: environment variable CG_DIST_TIMEOUT: '10abc'" \

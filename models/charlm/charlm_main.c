@@ -246,8 +246,8 @@ static const char MAIN_HELP[] =
     "  sample   generate text from a checkpoint\n"
     "  eval     validation loss, perplexity and bits per character\n"
     "  average  average the weights of checkpoints (e.g. those of train --keep-last)\n"
-    "Run 'charlm COMMAND --help' for a command's options. Exit status: 0 done,\n"
-    "1 failed, 2 bad command line.\n";
+    "Run 'charlm COMMAND --help' (or 'charlm help COMMAND') for a command's options.\n"
+    "Exit status: 0 done, 1 failed, 2 bad command line.\n";
 
 int main(int argc, char **argv)
 {

@@ -299,6 +299,7 @@ static const char MAIN_HELP[] =
     "  eval       BLEU and chrF on the test split, one JSON line\n"
     "  attention  PNG heatmaps of every attention layer and head for one sentence\n"
     "  average    average the weights of checkpoints (e.g. those of train --keep-last)\n"
+    "Run 'seq2seq COMMAND --help' (or 'seq2seq help COMMAND') for a command's options.\n"
     "Exit status: 0 done, 1 failed, 2 bad command line.\n";
 
 int main(int argc, char **argv)

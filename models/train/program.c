@@ -56,16 +56,27 @@ static int dispatch(int argc, char **argv, const cg_program *p)
         cg_prog_fail("missing command (%s; try --help)", names);
         return CG_EXIT_USAGE;
     }
-    if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
+    if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") ||
+        (!strcmp(argv[1], "help") && argc == 2)) {
         fputs(p->help, stdout);
         return 0;
     }
+    /* "help CMD" is "CMD --help", as git's */
+    char *help_argv[] = {"--help", NULL};
+    const bool help = !strcmp(argv[1], "help");
+    if (help && argc > 3) {
+        cg_prog_fail("help takes one command (%s), got %d", names, argc - 2);
+        return CG_EXIT_USAGE;
+    }
+    const char *cmd = help ? argv[2] : argv[1];
+    const int cargc = help ? 1 : argc - 2;
+    char **cargv = help ? help_argv : argv + 2;
     for (int i = 0; i < p->ncmds; i++)
-        if (!strcmp(argv[1], p->cmds[i].name))
-            return p->cmds[i].run(argc - 2, argv + 2);
-    if (!strcmp(argv[1], "average"))
-        return cg_average_command(argc - 2, argv + 2, &p->average);
-    cg_prog_fail("unknown command '%s' (%s; try --help)", argv[1], names);
+        if (!strcmp(cmd, p->cmds[i].name))
+            return p->cmds[i].run(cargc, cargv);
+    if (!strcmp(cmd, "average"))
+        return cg_average_command(cargc, cargv, &p->average);
+    cg_prog_fail("unknown command '%s' (%s; try --help)", cmd, names);
     return CG_EXIT_USAGE;
 }
 
