@@ -28,6 +28,10 @@ refused "seq2seq epoch 0" "bad trainer position" "$seq2seq" train --resume e0.st
 # seq2seq: "epoch": 1e15 (was 10^15 shuffles)
 cp s.st e15.st && edit_train e15.st 's/"epoch":1,/"epoch":1e15,/'
 refused "seq2seq epoch 1e15" "bad trainer position" "$seq2seq" train --resume e15.st --threads 1
+# a training state that is not JSON: damaged, not absent (it said "holds
+# no training state")
+cp s.st tj.st && "$tool" setmeta tj.st train '{"steps": 6,'
+refused "seq2seq damaged training state" "its training state is damaged" "$seq2seq" train --resume tj.st --threads 1
 # seq2seq: an unknown extra tensor, on resume and on translate
 cp s.st extra.st && "$tool" addtensor extra.st encoder.layers.7.ff.fc1.weight
 refused "seq2seq extra tensor (resume)" "not a parameter" "$seq2seq" train --resume extra.st --threads 1

@@ -200,11 +200,15 @@ static bool state_restore(cg_trainer *t, cg_train_opts *o, const char *path)
 bool cg_trainer_restore(cg_trainer *t, const char *train_json, const char *path)
 {
     t->state = cg_train_state_parse(train_json);
-    if (!t->state) {
+    if (!t->state && train_json) /* there, but not a JSON object */
+        cg_set_error("'%s': its training state is damaged (not a JSON object); it cannot be "
+                     "resumed",
+                     path);
+    else if (!t->state)
         cg_set_error("'%s' holds no training state (it cannot be resumed; use it for inference)",
                      path);
+    if (!t->state)
         return false;
-    }
     return state_restore(t, t->o, path);
 }
 
