@@ -32,6 +32,12 @@ refused "seq2seq epoch 1e15" "bad trainer position" "$seq2seq" train --resume e1
 # no training state")
 cp s.st tj.st && "$tool" setmeta tj.st train '{"steps": 6,'
 refused "seq2seq damaged training state" "its training state is damaged" "$seq2seq" train --resume tj.st --threads 1
+# seq2seq: the config's max_len below the recipe's (it trained until a
+# long pair came, then failed)
+cp s.st ml.st
+cfg=$("$tool" getmeta ml.st config | sed -e 's/"max_len": [0-9]*/"max_len": 3/')
+"$tool" setmeta ml.st config "$cfg"
+refused "seq2seq max_len edited" "config's max_len 3 is not its training state's" "$seq2seq" train --resume ml.st --threads 1
 # seq2seq: an unknown extra tensor, on resume and on translate
 cp s.st extra.st && "$tool" addtensor extra.st encoder.layers.7.ff.fc1.weight
 refused "seq2seq extra tensor (resume)" "not a parameter" "$seq2seq" train --resume extra.st --threads 1

@@ -242,6 +242,12 @@ static int mt_data_model(mt_run *r, cg_trainer *t, cg_train_opts *o, cg_train_re
          !cg_mt_check_split(&r->d, r->d.tok, false, r->test_limit, r->max_len, o->data) ||
          !cg_mt_check_ranks(&r->d, r->max_tokens, o->resume != NULL)))
         rc = cg_prog_fail_lib(NULL);
+    /* the recipe's max_len filtered the pairs; the model's must take them
+     * (both are --max-len: only a damaged checkpoint differs) */
+    if (rc < 0 && o->resume && ck.model->cfg.max_len != r->max_len)
+        rc = cg_prog_fail("'%s': its config's max_len %lld is not its training state's %lld (a "
+                          "damaged checkpoint?)",
+                          o->resume, (long long)ck.model->cfg.max_len, (long long)r->max_len);
     if (rc < 0 && o->resume) {
         r->model = ck.model;
         ck.model = NULL;
