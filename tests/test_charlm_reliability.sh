@@ -7,6 +7,7 @@
 #      more steps equals an uninterrupted run to that step
 #   1b. --data /dev/stdin and a FIFO work (the corpus is read once)
 #   2b. a second writer of the same checkpoint is refused (a lock)
+#   2c. a signal before the first step saves nothing (--force keeps the old)
 #   3. a NaN loss (a parameter set to 3e38) stops training with the step (numbered
 #      from 1, as on the progress line) and the
 #      tensor named, exit non-zero, and the last checkpoint is not overwritten
@@ -80,6 +81,25 @@ k=$(sed -n 's/^{"step": \([0-9]*\),.*/\1/p' int.json)
   fail "reference run 2 failed"
 "$tool" same int.st ref2.st || fail "SIGINT at $k + resume 10 steps != uninterrupted run"
 echo "SIGINT: stopped at step $k, exit 0, checkpoint == uninterrupted; +10 resumed steps identical"
+
+# 2c. a signal before the first step, here SIGXCPU (the soft CPU-time
+# limit, `ulimit -S -t 1`), which comes during the step-0 evaluation of a
+# larger model: nothing was trained, so nothing is saved, and --force
+# leaves the earlier run's checkpoint as it was (the initial model
+# replaced it)
+printf 'call me ishmael some years ago never mind how long precisely %.0s\n' $(seq 19000) >long.txt
+cp full.st early.st
+rc=0
+(ulimit -S -t 1 && exec "$charlm" train --data long.txt --d 256 --H 4 --layers 4 --d-ff 1024 \
+  --T 256 --batch-size 16 --steps 50 --threads 1 --out early.st --force) >early.json \
+  2>early.log || rc=$?
+[ "$rc" -eq 0 ] || fail "a signal before the first step: exit $rc ($(tail -1 early.log))"
+grep -q "stopped before the first step; nothing saved" early.log ||
+  fail "a signal before the first step: $(tail -2 early.log)"
+grep -q '"interrupted": true' early.json && ! grep -q '"checkpoint"' early.json ||
+  fail "a signal before the first step: $(cat early.json)"
+cmp -s early.st full.st || fail "a signal before the first step replaced the checkpoint"
+echo "a signal before the first step: nothing saved, the earlier checkpoint kept"
 
 # 3. NaN: set a parameter of the step-20 checkpoint to 3e38 (finite: a NaN
 #    weight is refused at load, but the next loss is NaN) and resume from it

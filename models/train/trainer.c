@@ -214,7 +214,8 @@ typedef struct {
      * limit is reached (rank 0; the run then saves and stops) */
     uint64_t reserve;
     char log_full[300];
-    bool log_stop; /* stopped for it (every rank) */
+    bool log_stop;  /* stopped for it (every rank) */
+    bool signalled; /* stopped by a signal (every rank) */
     /* the loop's clock: its start, the steps taken by this process, the
      * last progress line, and the window of the tokens/s figure */
     bool tty;
@@ -485,7 +486,11 @@ static int finish(run_ctx *c)
         fprintf(stderr, "%s: %d ranks: %.1f s of %.1f s of training in communication (%.0f%%)\n",
                 prog, nranks, cg_dist_comm_seconds(), t->elapsed,
                 t->elapsed > 0 ? 100 * cg_dist_comm_seconds() / t->elapsed : 0.0);
-    if (!save(c, t->step))
+    /* a signal before this run's first step: nothing was trained, so
+     * nothing is saved (with --force, the initial model replaced an
+     * earlier run's checkpoint, curve and log; resumed, it is as saved) */
+    const bool untrained = c->signalled && c->done_steps == 0;
+    if (!untrained && !save(c, t->step))
         return cg_prog_fail("could not save the checkpoint at step %lld: %s", (long long)t->step,
                             cg_last_error());
     if (c->log_stop) /* rank 0 ends the job with the reason */
@@ -498,7 +503,10 @@ static int finish(run_ctx *c)
         cg_prog_warn("%s; its last line is missing", c->log_full);
     cJSON *j = cJSON_CreateObject();
     cg_json_put_int(j, "step", t->step);
-    if (t->interrupted) {
+    if (untrained) {
+        fprintf(stderr, "%s: stopped before the first step; nothing saved\n", prog);
+        cg_json_put_bool(j, "interrupted", true);
+    } else if (t->interrupted) {
         fprintf(stderr,
                 "%s: stopped at step %lld; checkpoint saved to '%s' (continue with "
                 "--resume %s)\n",
@@ -536,7 +544,8 @@ static int finish(run_ctx *c)
         cg_json_put_int(j, "trainable_params", trainable);
         cg_json_put_str(j, "init_from", t->origin.id.path);
     }
-    cg_json_put_str(j, "checkpoint", t->out);
+    if (!untrained)
+        cg_json_put_str(j, "checkpoint", t->out);
     bool printed = cg_json_print_line(stdout, j); /* a reader gone: the result is lost, exit 1 */
     cJSON_Delete(j);
     return printed ? 0 : cg_prog_fail_lib(NULL);
@@ -582,6 +591,7 @@ static int stop_before(run_ctx *c, int64_t step)
     }
     if (stop[0] > 0 || (o->stop_at >= 0 && step >= o->stop_at)) {
         t->interrupted = true;
+        c->signalled = stop[0] > 0;
         return STOP;
     }
     if (stop[1] == 0)
