@@ -4,6 +4,7 @@
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/error.h"
 
@@ -27,8 +28,18 @@ static int cmp_prob_desc(const void *a, const void *b)
 
 bool cg_logits_usable(const float *logits, int64_t V, const char *what)
 {
-    for (int64_t i = 0; i < V; i++)
-        if (isnan(logits[i]) || logits[i] == INFINITY) {
+    /* one pass over the bits without an early exit, which vectorises
+     * (decoding checks every row of every step; float compares did not):
+     * NaN has the magnitude's bits above +inf's, +inf is 0x7f800000, -inf
+     * (0xff800000) passes; then the first of them for the message */
+    uint32_t bad = 0;
+    for (int64_t i = 0; i < V; i++) {
+        uint32_t u;
+        memcpy(&u, &logits[i], sizeof u);
+        bad |= ((u & 0x7fffffffu) > 0x7f800000u) | (u == 0x7f800000u);
+    }
+    for (int64_t i = 0; bad && i < V; i++)
+        if (!(logits[i] < INFINITY)) {
             cg_set_error("%s: logit %lld of %lld is %s (a diverged model?)", what, (long long)i,
                          (long long)V, isnan(logits[i]) ? "NaN" : "+inf");
             return false;

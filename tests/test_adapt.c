@@ -2,6 +2,7 @@
  * its PEFT-named adapter files; and the library's sampler, randperm, token
  * batches and a KV cache for a block of the user's own. */
 #include <math.h>
+#include <float.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -541,6 +542,31 @@ START_TEST(test_sample)
     const float masked[3] = {-INFINITY, 2, -INFINITY};
     c = (cg_sample_config){.temperature = 1, .top_p = 1};
     ck_assert_int_eq(cg_sample(masked, 3, &c, &r1), 1);
+    /* the check alone (decoding's too), on its bit test: every NaN (either
+     * sign, any payload) and +inf fail at the first one, in a row long
+     * enough for the vector pass and its tail; -inf, FLT_MAX, subnormals
+     * and -0 pass */
+    float row[37];
+    for (int i = 0; i < 37; i++)
+        row[i] = (float)(i % 5) - 2.0f;
+    row[3] = -INFINITY, row[7] = FLT_MAX, row[8] = -FLT_MAX, row[9] = 1e-45f, row[10] = -0.0f;
+    ck_assert(cg_logits_usable(row, 37, "t"));
+    const uint32_t bad_bits[] = {0x7fc00000u, 0xffc00000u, 0x7f800001u, 0xff800001u,
+                                 0x7fffffffu, 0xffffffffu, 0x7f800000u};
+    for (size_t b = 0; b < sizeof bad_bits / sizeof *bad_bits; b++)
+        for (int at = 0; at < 37; at += 12) {
+            float r2[37], v;
+            memcpy(r2, row, sizeof row);
+            memcpy(&v, &bad_bits[b], sizeof v);
+            r2[at] = v;
+            r2[36] = b % 2 ? v : r2[36]; /* a later one too: the first is named */
+            cg_clear_error();
+            ck_assert_msg(!cg_logits_usable(r2, 37, "t"), "0x%08x at %d passed", bad_bits[b], at);
+            char want[64];
+            snprintf(want, sizeof want, "t: logit %d of 37 is %s", at,
+                     bad_bits[b] == 0x7f800000u ? "+inf" : "NaN");
+            ck_assert_msg(strstr(cg_last_error(), want), "%s", cg_last_error());
+        }
     /* rows of a tensor */
     cg_tensor *t = cg_from_data(CG_SHAPE(1, 5), logits);
     c = (cg_sample_config){.temperature = 0, .top_p = 1};
