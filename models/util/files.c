@@ -33,10 +33,14 @@ static double meminfo_available(void)
     return pages > 0 && psz > 0 ? (double)pages * (double)psz : 1e12;
 }
 
+/* CG_MAX_INPUT_MB, when set (a malformed value: refused at start by the
+ * programs, cg_env_check) */
+static bool env_limit_mb(double *mb) { return cg_env_number("CG_MAX_INPUT_MB", mb) && *mb >= 1; }
+
 size_t cg_input_limit(void)
 {
-    double mb = 0; /* a malformed value: refused at start by the programs (cg_env_check) */
-    if (cg_env_number("CG_MAX_INPUT_MB", &mb) && mb >= 1)
+    double mb = 0;
+    if (env_limit_mb(&mb))
         return (size_t)mb << 20;
     double avail = meminfo_available();
     struct rlimit rl;
@@ -71,7 +75,7 @@ static void set_limit_error(const char *path, size_t max_bytes)
     char big[32];
     fmt_bytes((double)max_bytes, big, sizeof big);
     double mb = 0;
-    if (cg_env_number("CG_MAX_INPUT_MB", &mb) && mb >= 1) /* cg_input_limit's */
+    if (env_limit_mb(&mb))
         cg_set_error("'%s' is larger than %s, the input limit set by CG_MAX_INPUT_MB", path, big);
     else
         cg_set_error("'%s' is larger than %s, the input limit (a sixth of the available "
