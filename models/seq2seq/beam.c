@@ -182,19 +182,15 @@ double cg_length_penalty(int64_t len, double alpha)
     return pow((5.0 + (double)len) / 6.0, alpha);
 }
 
-/* log_softmax of one row of V logits, in double */
-static void log_softmax_row(const float *x, int64_t V, double *out)
+/* The log-probabilities of logits [B,T,V] (or of their last position
+ * only, [B,1,V], when last): the library's log_softmax, rows in parallel */
+static cg_tensor *log_probs(cg_tensor *logits, bool last)
 {
-    double mx = x[0];
-    for (int64_t v = 1; v < V; v++)
-        if (x[v] > mx)
-            mx = x[v];
-    double s = 0;
-    for (int64_t v = 0; v < V; v++)
-        s += exp((double)x[v] - mx);
-    double ls = log(s);
-    for (int64_t v = 0; v < V; v++)
-        out[v] = (double)x[v] - mx - ls;
+    const int64_t T = logits->shape[1];
+    cg_tensor *x = last && T > 1 ? cg_narrow(logits, 1, T - 1, 1) : cg_retain(logits);
+    cg_tensor *lp = x ? cg_log_softmax(x, -1) : NULL;
+    cg_release(x);
+    return lp;
 }
 
 /* The indices of the k largest of x[0, n) in descending order, the lower
@@ -202,7 +198,7 @@ static void log_softmax_row(const float *x, int64_t V, double *out)
  * list only when it beats the last kept one, after every kept one it does
  * not exceed. While the list is not full every value enters (so that rows
  * of NaN give the first k indices). Returns k. */
-static int top_k(const double *x, int64_t n, int k, int64_t *idx)
+static int top_k(const float *x, int64_t n, int k, int64_t *idx)
 {
     int m = 0;
     for (int64_t v = 0; v < n; v++) {
@@ -247,7 +243,7 @@ typedef struct {
     int64_t V, W, beam;
     int K;                          /* tokens expanded per hypothesis */
     int64_t *live, *next, *parents; /* parents[i]: the live row next row i came from */
-    double *lscore, *nscore, *lp;   /* lp: one row's log-probabilities */
+    double *lscore, *nscore;
     cand *cands;
     int64_t *rows, *flat, *top; /* rows: zeros (memory copies); flat: the decoder's input */
     hyp *done;                  /* finished hypotheses (and, at the end, the live ones) */
@@ -265,7 +261,6 @@ static bool beam_alloc(beam_state *b, cg_seq2seq *m, int beam, int64_t max_steps
     b->next = malloc((size_t)(beam * W) * sizeof *b->next);
     b->lscore = malloc((size_t)beam * sizeof *b->lscore);
     b->nscore = malloc((size_t)beam * sizeof *b->nscore);
-    b->lp = malloc((size_t)V * sizeof *b->lp);
     b->cands = malloc((size_t)beam * (size_t)K * sizeof *b->cands);
     b->rows = calloc((size_t)beam, sizeof *b->rows);
     b->flat = malloc((size_t)(beam * W) * sizeof *b->flat);
@@ -273,8 +268,8 @@ static bool beam_alloc(beam_state *b, cg_seq2seq *m, int beam, int64_t max_steps
     b->parents = malloc((size_t)beam * sizeof *b->parents);
     b->top = malloc((size_t)K * sizeof *b->top);
     b->cache = use_cache ? cg_seq2seq_kv_cache_new(m) : NULL;
-    if (!b->live || !b->next || !b->lscore || !b->nscore || !b->lp || !b->cands || !b->rows ||
-        !b->flat || !b->done || !b->parents || !b->top || (use_cache && !b->cache)) {
+    if (!b->live || !b->next || !b->lscore || !b->nscore || !b->cands || !b->rows || !b->flat ||
+        !b->done || !b->parents || !b->top || (use_cache && !b->cache)) {
         if (!cg_has_error())
             cg_set_error("beam search: out of memory");
         return false;
@@ -294,7 +289,6 @@ static void beam_free(beam_state *b)
     free(b->next);
     free(b->lscore);
     free(b->nscore);
-    free(b->lp);
     free(b->cands);
     free(b->rows);
     free(b->flat);
@@ -342,19 +336,24 @@ static int64_t beam_expand(beam_state *b, cg_seq2seq *m)
     int64_t nc = 0;
     char what[48];
     snprintf(what, sizeof what, "beam search: step %lld", (long long)(T - 1));
-    for (int64_t h = 0; h < b->n_live; h++) {
+    for (int64_t h = 0; h < b->n_live; h++)
         if (!cg_logits_usable(d + (h * Tl + Tl - 1) * V, V, what)) {
             cg_release(l);
             return -1;
         }
-        log_softmax_row(d + (h * Tl + Tl - 1) * V, V, b->lp);
-        const int nt = top_k(b->lp, V, b->K, b->top);
+    cg_tensor *lp = log_probs(l, true);
+    cg_release(l);
+    if (!lp)
+        return -1;
+    for (int64_t h = 0; h < b->n_live; h++) {
+        const float *row = cg_data(lp) + h * V;
+        const int nt = top_k(row, V, b->K, b->top);
         for (int k = 0; k < nt; k++) {
-            b->cands[nc] = (cand){h, b->top[k], b->lscore[h] + b->lp[b->top[k]], nc};
+            b->cands[nc] = (cand){h, b->top[k], b->lscore[h] + row[b->top[k]], nc};
             nc++;
         }
     }
-    cg_release(l);
+    cg_release(lp);
     return nc;
 }
 
@@ -470,9 +469,8 @@ double cg_seq2seq_score(cg_seq2seq *m, const int64_t *src, int64_t S, const int6
     double result = NAN;
     cg_no_grad_begin();
     int64_t *tin = malloc((size_t)T * sizeof *tin), *tout = malloc((size_t)T * sizeof *tout);
-    double *lp = malloc((size_t)V * sizeof *lp);
     cg_tensor *l = NULL;
-    if (!tin || !tout || !lp) {
+    if (!tin || !tout) {
         cg_set_error("seq2seq score: out of memory");
         goto out;
     }
@@ -487,21 +485,18 @@ double cg_seq2seq_score(cg_seq2seq *m, const int64_t *src, int64_t S, const int6
     cg_tensor *raw = cg_seq2seq_forward(m, src, 1, S, tin, T);
     if (!raw)
         goto out;
-    l = cg_contiguous(raw);
+    l = log_probs(raw, false);
     cg_release(raw);
     if (!l)
         goto out;
     double sum = 0;
-    for (int64_t t = 0; t < T; t++) {
-        log_softmax_row(cg_data(l) + t * V, V, lp);
-        sum += lp[tout[t]];
-    }
+    for (int64_t t = 0; t < T; t++)
+        sum += cg_data(l)[t * V + tout[t]];
     result = sum / cg_length_penalty(T, alpha);
 out:
     cg_release(l);
     free(tin);
     free(tout);
-    free(lp);
     cg_no_grad_end();
     return result;
 }
