@@ -284,6 +284,54 @@ START_TEST(test_softmax_threads)
 }
 END_TEST
 
+/* Rows of a beam search's length (the 16-lane exponentials and a tail of
+ * 5): the same bits as the columns of the transposed view (the block
+ * kernel), within float rounding of the double reference, and masked
+ * (-inf) entries, a NaN and +inf handled as in short rows. */
+START_TEST(test_softmax_long_rows)
+{
+    cg_rng r = cg_rng_new(5);
+    const int64_t R = 3, D = 4005;
+    cg_tensor *x = cg_randn(&r, CG_SHAPE(R, D));
+    float *xv = cg_data(x);
+    for (int64_t i = 0; i < R * D; i++)
+        xv[i] *= 6.0f;
+    for (int64_t j = 0; j < D; j += 7)
+        xv[D + j] = -INFINITY; /* row 1: every 7th logit masked */
+    double *xd = to_double(xv, R * D), *y = malloc((size_t)(R * D) * sizeof *y);
+    cg_tensor *xt = cg_view_transpose(x, 0, 1); /* [D, R]: softmax over dim 0 */
+    for (int logsm = 0; logsm < 2; logsm++) {
+        ref_softmax(xd, y, R, D, 1, logsm);
+        cg_tensor *rows = logsm ? cg_k_log_softmax(x, 1) : cg_k_softmax(x, 1);
+        cg_tensor *cols = logsm ? cg_k_log_softmax(xt, 0) : cg_k_softmax(xt, 0);
+        cg_tensor *colst = cg_view_transpose(cols, 0, 1);
+        ck_assert(bit_equal(rows, colst));
+        const float *o = cg_data(rows);
+        for (int64_t i = 0; i < R * D; i++) {
+            if (isinf(y[i]))
+                ck_assert(isinf(o[i]) && o[i] < 0);
+            else
+                ck_assert_msg(fabs(o[i] - y[i]) <= 1e-7 + 2e-6 * fabs(y[i]),
+                              "logsm %d, element %lld: %.9g vs %.9g", logsm, (long long)i, o[i],
+                              y[i]);
+        }
+        cg_release_all(3, rows, cols, colst);
+    }
+    /* a NaN (and, in another row, +inf) past the 16-lane part makes its row NaN */
+    xv[D - 2] = NAN;
+    xv[2 * D + 20] = INFINITY;
+    cg_tensor *s = cg_k_log_softmax(x, 1);
+    const float *sv = cg_data(s);
+    for (int64_t j = 0; j < D; j++)
+        ck_assert(isnan(sv[j]) && isnan(sv[2 * D + j]));
+    for (int64_t j = 0; j < D; j++) /* row 1: -inf where masked, finite elsewhere */
+        ck_assert(j % 7 == 0 ? isinf(sv[D + j]) && sv[D + j] < 0 : isfinite(sv[D + j]));
+    free(xd);
+    free(y);
+    cg_release_all(3, x, xt, s);
+}
+END_TEST
+
 START_TEST(test_softmax_errors)
 {
     cg_tensor *x = cg_zeros(CG_SHAPE(2, 3));
@@ -1383,6 +1431,7 @@ static Suite *nnkernels_suite(void)
     tcase_add_test(tc, test_softmax_backward_masked);
     tcase_add_test(tc, test_softmax_scalar_and_empty);
     tcase_add_test(tc, test_softmax_threads);
+    tcase_add_test(tc, test_softmax_long_rows);
     tcase_add_test(tc, test_softmax_errors);
     suite_add_tcase(s, tc);
     tc = tcase_create("cross_entropy");
