@@ -183,7 +183,8 @@ double cg_length_penalty(int64_t len, double alpha)
 }
 
 /* The log-probabilities of logits [B,T,V] (or of their last position
- * only, [B,1,V], when last): the library's log_softmax, rows in parallel */
+ * only, [B,1,V], when last): the library's log_softmax over all the live
+ * rows in one op (which takes both threads only for large tensors) */
 static cg_tensor *log_probs(cg_tensor *logits, bool last)
 {
     const int64_t T = logits->shape[1];
