@@ -99,6 +99,33 @@ EW_INLINE bool gelu_normal_run(const float *x, int64_t n)
     return out == 0;
 }
 
+/* The tanh-form GELU of n contiguous elements (out may be x: each element
+ * is read before its write), or with g (not NULL) g times its derivative,
+ * in blocks of 256, each by the fast exp when it allows (the same bits).
+ * cg_k_gelu's and cg_k_gelu_backward's contiguous segments and the linear
+ * layers' fused activation (cg_k_act_run, cg_k_act_grad_run) run here. */
+EW_INLINE void gelu_run(int64_t n, const float *x, const float *g, float *out)
+{
+    for (int64_t i0 = 0; i0 < n; i0 += 256) {
+        const int64_t b = n - i0 < 256 ? n - i0 : 256;
+        const float *xb = x + i0;
+        float *ob = out + i0;
+        const bool normal = gelu_normal_run(xb, b);
+        if (g && normal)
+            for (int64_t i = 0; i < b; i++)
+                ob[i] = g[i0 + i] * f_gelu_grad_of(xb[i], true);
+        else if (g)
+            for (int64_t i = 0; i < b; i++)
+                ob[i] = g[i0 + i] * f_gelu_grad(xb[i]);
+        else if (normal)
+            for (int64_t i = 0; i < b; i++)
+                ob[i] = f_gelu_of(xb[i], true);
+        else
+            for (int64_t i = 0; i < b; i++)
+                ob[i] = f_gelu(xb[i]);
+    }
+}
+
 /* GELU, exact (erf) form, PyTorch's default (approximate='none'):
  * x Phi(x) = x * 0.5 * (1 + erf(x / sqrt 2)), evaluated as
  * x * 0.5 * erfc(-x / sqrt 2), which does not cancel for negative x (where
@@ -353,17 +380,50 @@ static cg_tensor *binary(const char *op, const cg_tensor *a, const cg_tensor *b,
 
 /* ------------------------------------------ the rows of CG_UNARY_OPS */
 /* Each row of core/ops.h's table: its forward and backward segment
- * kernels (seg_<name>, seg_<name>_bwd) and the two kernels over tensors. */
-#define EW_UNARY_OP_(A, E, name, fwd, bwd)                                                   \
-    EW_UNARY(seg_##name, fwd)                                                                \
-    EW_BINARY(seg_##name##_bwd, bwd)                                                         \
-    cg_tensor *cg_k_##name(const cg_tensor *a) { return unary(#name, a, seg_##name, 0, 0); } \
-    cg_tensor *cg_k_##name##_backward(const cg_tensor *x, const cg_tensor *g)                \
-    {                                                                                        \
-        return binary(#name "_backward", x, g, seg_##name##_bwd, 0, 0);                      \
+ * kernels (seg_<name>, seg_<name>_bwd, its expressions' loops) and the two
+ * kernels over tensors, which run the segments by row_seg: GELU's
+ * contiguous ones by gelu_run instead (the same bits, the fast exp where
+ * it allows). */
+#define EW_ROW_(A, E, name, fwd, bwd) EW_ROW_##E,
+enum { CG_UNARY_OPS(EW_ROW_, ~) };
+#undef EW_ROW_
+static void seg_gelu_runs(float *const *p, const int64_t *s, int64_t n, void *ctx);
+static void seg_gelu_bwd_runs(float *const *p, const int64_t *s, int64_t n, void *ctx);
+static cg_iter_seg_fn row_seg(int row, bool bwd, cg_iter_seg_fn seg)
+{
+    if (row == EW_ROW_GELU)
+        return bwd ? seg_gelu_bwd_runs : seg_gelu_runs;
+    return seg;
+}
+
+#define EW_UNARY_OP_(A, E, name, fwd, bwd)                                                         \
+    EW_UNARY(seg_##name, fwd)                                                                      \
+    EW_BINARY(seg_##name##_bwd, bwd)                                                               \
+    cg_tensor *cg_k_##name(const cg_tensor *a)                                                     \
+    {                                                                                              \
+        return unary(#name, a, row_seg(EW_ROW_##E, false, seg_##name), 0, 0);                      \
+    }                                                                                              \
+    cg_tensor *cg_k_##name##_backward(const cg_tensor *x, const cg_tensor *g)                      \
+    {                                                                                              \
+        return binary(#name "_backward", x, g, row_seg(EW_ROW_##E, true, seg_##name##_bwd), 0, 0); \
     }
 CG_UNARY_OPS(EW_UNARY_OP_, ~)
 #undef EW_UNARY_OP_
+
+EW_CLONES static void seg_gelu_runs(float *const *p, const int64_t *s, int64_t n, void *ctx)
+{
+    if (s[0] == 1 && s[1] == 1)
+        gelu_run(n, p[1], NULL, p[0]);
+    else
+        seg_gelu(p, s, n, ctx);
+}
+EW_CLONES static void seg_gelu_bwd_runs(float *const *p, const int64_t *s, int64_t n, void *ctx)
+{
+    if (s[0] == 1 && s[1] == 1 && s[2] == 1)
+        gelu_run(n, p[1], p[2], p[0]);
+    else
+        seg_gelu_bwd(p, s, n, ctx);
+}
 
 /* ----------------------------------------------------------- binary */
 cg_tensor *cg_k_add(const cg_tensor *a, const cg_tensor *b)
@@ -650,12 +710,8 @@ EW_CLONES void cg_k_act_run(cg_k_act act, int64_t n, int64_t runs, int64_t ld, f
              * write, at the same index: no restrict on out) */
             float *out = a ? a + r * ld : h + r * ld;
             const float *x = h + r * ld;
-            if (act == CG_K_ACT_GELU && gelu_normal_run(x, n))
-                for (int64_t i = 0; i < n; i++)
-                    out[i] = f_gelu_of(x[i], true);
-            else if (act == CG_K_ACT_GELU)
-                for (int64_t i = 0; i < n; i++)
-                    out[i] = f_gelu(x[i]);
+            if (act == CG_K_ACT_GELU)
+                gelu_run(n, x, NULL, out);
             else
                 for (int64_t i = 0; i < n; i++)
                     out[i] = f_gelu_erf(x[i]);
@@ -685,12 +741,8 @@ EW_CLONES void cg_k_act_grad_run(cg_k_act act, int64_t n, const void *h, bool hb
             widen_run(b, (const uint16_t *)h + i0, wide);
             x = wide;
         }
-        if (act == CG_K_ACT_GELU && gelu_normal_run(x, b))
-            for (int64_t i = 0; i < b; i++)
-                out[i0 + i] = g[i0 + i] * f_gelu_grad_of(x[i], true);
-        else if (act == CG_K_ACT_GELU)
-            for (int64_t i = 0; i < b; i++)
-                out[i0 + i] = g[i0 + i] * f_gelu_grad(x[i]);
+        if (act == CG_K_ACT_GELU)
+            gelu_run(b, x, g + i0, out + i0);
         else
             for (int64_t i = 0; i < b; i++)
                 out[i0 + i] = g[i0 + i] * f_gelu_erf_grad(x[i]);

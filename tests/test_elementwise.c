@@ -769,6 +769,48 @@ START_TEST(test_exp16_normal_bits)
 }
 END_TEST
 
+/* The same bits, or both NaN (whose sign a vector loop may take from either
+ * operand of a product) */
+static bool same_or_nan(float a, float b)
+{
+    return (a != a && b != b) || !memcmp(&a, &b, sizeof a);
+}
+
+/* Every row's kernels give the bits of its expression on contiguous
+ * tensors too, where a row may run its own kernel (GELU's takes the fast
+ * exp in blocks whose |x| <= 8): the same values through a transposed view
+ * take the expression's strided loop. Special values sit in some blocks
+ * only. */
+START_TEST(test_unary_rows_contiguous_bits)
+{
+    cg_rng rng = cg_rng_new(29);
+    const float special[] = {NAN,   INFINITY, -INFINITY, 9.0f,    -9.0f,
+                             20.0f, -20.0f,   1e10f,     -1e-40f, -0.0f};
+    cg_tensor *x = cg_randn(&rng, CG_SHAPE(40, 25)), *g = cg_randn(&rng, CG_SHAPE(40, 25));
+    for (int i = 0; i < 10; i++)
+        cg_data(x)[300 + 37 * i] = special[i]; /* blocks 1 and 2 of 256 */
+    cg_data(x)[7] = -8.0f, cg_data(x)[999] = 8.0f; /* the fast exp's bounds */
+    cg_tensor *xv = cg_view_transpose(x, 0, 1), *gv = cg_view_transpose(g, 0, 1);
+    cg_tensor *xt = cg_k_contiguous(xv), *gt = cg_k_contiguous(gv);
+    /* x's and g's values, strided */
+    cg_tensor *xs = cg_view_transpose(xt, 0, 1), *gs = cg_view_transpose(gt, 0, 1);
+    for (int r = 0; r < N_ROWS; r++) {
+        cg_tensor *y[2] = {ROW_K[r].k(x), ROW_K[r].k(xs)};
+        cg_tensor *d[2] = {ROW_K[r].backward(x, g), ROW_K[r].backward(xs, gs)};
+        for (int k = 0; k < 2; k++)
+            ck_assert(y[k] && d[k] && cg_is_contiguous(y[k]) && cg_is_contiguous(d[k]));
+        for (int64_t i = 0; i < 1000; i++) {
+            ck_assert_msg(same_or_nan(cg_data(y[0])[i], cg_data(y[1])[i]), "%s at %lld",
+                          ROW_K[r].name, (long long)i);
+            ck_assert_msg(same_or_nan(cg_data(d[0])[i], cg_data(d[1])[i]), "%s at %lld",
+                          ROW_K[r].bname, (long long)i);
+        }
+        cg_release_all(4, y[0], y[1], d[0], d[1]);
+    }
+    cg_release_all(8, x, g, xv, gv, xt, gt, xs, gs);
+}
+END_TEST
+
 static Suite *elementwise_suite(void)
 {
     Suite *s = suite_create("elementwise");
@@ -778,6 +820,7 @@ static Suite *elementwise_suite(void)
     } cases[] = {
         {"unary_rows", test_unary_rows},
         {"unary", test_unary_layouts},
+        {"unary_rows_contiguous_bits", test_unary_rows_contiguous_bits},
         {"binary", test_binary_layouts},
         {"broadcast", test_binary_broadcast},
         {"where", test_where},
