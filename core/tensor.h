@@ -464,7 +464,9 @@ void cg_omp_short_spin(void);
  * with 64 bytes of readable slack past the end. Large blocks are cached on
  * size-class free lists and reused, so a training step's resident set stays
  * flat; CG_MALLOC_DEFAULT=1 in the environment uses plain malloc instead,
- * CG_ALLOC_CACHE_MB=N caps the cache (default: the peak of live bytes).
+ * CG_ALLOC_CACHE_MB=N caps the cached bytes (default: the cache holds what
+ * keeps the mapped total, live and cached, within twice the peak of live
+ * bytes).
  * Thread-safe. cg_free(NULL) is a no-op. */
 void *cg_alloc(size_t bytes);
 void cg_free(void *p);

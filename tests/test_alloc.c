@@ -261,6 +261,49 @@ START_TEST(test_changing_shapes_steady)
 }
 END_TEST
 
+/* An inference pass's pattern: a large block freed, then requests of a
+ * class it is too large to serve (4x or more) and over the budget, so they
+ * are mapped fresh; at the end of the pass the live bytes fall to nothing.
+ * The mapped total (five times the requests' class, plus the large block)
+ * stays under twice the peak of live bytes, so every block stays cached and
+ * the next passes map nothing. (Capped at the peak of live bytes, the cache
+ * unmapped the requests' blocks at the end of every pass and the next one
+ * mapped them again: a third of charlm eval's time.) It runs first, while
+ * the peak of live bytes is small: the other tests' blocks raise it to
+ * gigabytes, and five times that would not map. */
+START_TEST(test_passes_steady)
+{
+    if (!caching())
+        return;
+    cg_alloc_trim();
+    const size_t u = cg_alloc_get_stats().peak_live_bytes + (1 << 20);
+    const size_t live0 = cg_alloc_get_stats().live_bytes;
+    size_t mapped0 = 0, big_block = 0;
+    for (int pass = 0; pass < 4; pass++) {
+        char *big = cg_alloc(5 * u);
+        big[0] = 1;
+        big_block = cg_alloc_get_stats().live_bytes - live0;
+        cg_free(big);
+        char *a[3];
+        for (int i = 0; i < 3; i++) {
+            a[i] = cg_alloc(u);
+            a[i][0] = a[i][usable(u) - 1] = (char)i;
+        }
+        cg_alloc_stats s = cg_alloc_get_stats();
+        if (pass == 0)
+            mapped0 = s.live_bytes + s.cached_bytes;
+        ck_assert_uint_eq(s.cached_bytes, big_block); /* pass > 0: the requests' from the cache */
+        ck_assert_uint_eq(s.live_bytes + s.cached_bytes, mapped0);
+        for (int i = 0; i < 3; i++)
+            cg_free(a[i]);
+        s = cg_alloc_get_stats();
+        ck_assert_uint_eq(s.live_bytes, live0);
+        ck_assert_uint_eq(s.live_bytes + s.cached_bytes, mapped0);
+    }
+    cg_alloc_trim();
+}
+END_TEST
+
 START_TEST(test_trim)
 {
     cg_alloc_trim();
@@ -372,6 +415,7 @@ static Suite *alloc_suite(void)
     Suite *s = suite_create("alloc");
     TCase *tc = tcase_create("alloc");
     tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_passes_steady);
     tcase_add_test(tc, test_aligned_distinct);
     tcase_add_test(tc, test_reuse);
     tcase_add_test(tc, test_resize);
