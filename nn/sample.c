@@ -26,6 +26,41 @@ static int cmp_prob_desc(const void *a, const void *b)
     return (x->id > y->id) - (x->id < y->id); /* ties: lower id first */
 }
 
+/* The k-th largest of pi[0, n).p (0 < k < n), counting equal values, in
+ * *out: a min-heap of the k largest so far, whose root is the k-th. */
+static bool kth_largest(const prob_id *pi, int64_t n, int64_t k, double *out)
+{
+    double *h = malloc((size_t)k * sizeof *h);
+    if (!h)
+        return false;
+    for (int64_t i = 0; i < n; i++) {
+        const double v = pi[i].p;
+        int64_t j;
+        if (i < k) { /* sift v up from the end */
+            for (j = i; j > 0 && h[(j - 1) / 2] > v; j = (j - 1) / 2)
+                h[j] = h[(j - 1) / 2];
+        } else if (v > h[0]) { /* v replaces the root: sift it down */
+            for (j = 0;;) {
+                int64_t c = 2 * j + 1;
+                if (c >= k)
+                    break;
+                if (c + 1 < k && h[c + 1] < h[c])
+                    c++;
+                if (!(h[c] < v))
+                    break;
+                h[j] = h[c];
+                j = c;
+            }
+        } else {
+            continue;
+        }
+        h[j] = v;
+    }
+    *out = h[0];
+    free(h);
+    return true;
+}
+
 bool cg_logits_usable(const float *logits, int64_t V, const char *what)
 {
     /* one pass over the bits without an early exit, which vectorises
@@ -94,15 +129,24 @@ int64_t cg_sample(const float *logits, int64_t V, const cg_sample_config *cfg, c
                 best = i;
         return best;
     }
-    /* sort by logit, descending: top-k keeps every logit >= the k-th largest */
-    qsort(pi, (size_t)V, sizeof *pi, cmp_prob_desc);
+    /* top-k keeps every logit >= the k-th largest (ties included), in id
+     * order; then the kept ones sorted by logit, descending: the order of
+     * their sums and of the draw. (Sorting all V logits every token was 30%
+     * of sampling a model of 4,000 ids.) */
     int64_t keep = V;
     if (o->top_k > 0 && o->top_k < V) {
-        double kth = pi[o->top_k - 1].p;
-        keep = o->top_k;
-        while (keep < V && pi[keep].p >= kth)
-            keep++;
+        double kth;
+        if (!kth_largest(pi, V, o->top_k, &kth)) {
+            free(pi);
+            cg_set_error("sample: out of memory");
+            return -1;
+        }
+        keep = 0;
+        for (int64_t i = 0; i < V; i++)
+            if (pi[i].p >= kth)
+                pi[keep++] = pi[i];
     }
+    qsort(pi, (size_t)keep, sizeof *pi, cmp_prob_desc);
     double mx = pi[0].p, sum = 0;
     for (int64_t i = 0; i < keep; i++) {
         pi[i].p = exp(pi[i].p - mx);

@@ -496,6 +496,87 @@ START_TEST(test_dropout_one)
 END_TEST
 
 /* --------------------------------------------------------------- sampling */
+/* The reference draw: every logit / temperature sorted (descending, lower
+ * id first among equals), top-k keeping every value >= the k-th, then
+ * softmax, top-p and the draw over that order, as the reference's generate
+ * and cg_sample before it selected the k largest first. */
+typedef struct {
+    double p;
+    int64_t id;
+} ref_pid;
+static int ref_cmp(const void *a, const void *b)
+{
+    const ref_pid *x = a, *y = b;
+    if (x->p != y->p)
+        return x->p < y->p ? 1 : -1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+static int64_t ref_sample(const float *logits, int64_t V, const cg_sample_config *o, cg_rng *rng)
+{
+    ref_pid *pi = malloc((size_t)V * sizeof *pi);
+    for (int64_t i = 0; i < V; i++)
+        pi[i] = (ref_pid){(double)(logits[i] / (float)o->temperature), i};
+    qsort(pi, (size_t)V, sizeof *pi, ref_cmp);
+    int64_t keep = V;
+    if (o->top_k > 0 && o->top_k < V) {
+        keep = o->top_k;
+        while (keep < V && pi[keep].p >= pi[o->top_k - 1].p)
+            keep++;
+    }
+    double mx = pi[0].p, sum = 0;
+    for (int64_t i = 0; i < keep; i++)
+        sum += (pi[i].p = exp(pi[i].p - mx));
+    for (int64_t i = 0; i < keep; i++)
+        pi[i].p /= sum;
+    if (o->top_p < 1) {
+        double cum = 0;
+        int64_t k = 0;
+        while (k < keep && !((cum += pi[k++].p) >= o->top_p))
+            ;
+        keep = k, sum = 0;
+        for (int64_t i = 0; i < keep; i++)
+            sum += pi[i].p;
+        for (int64_t i = 0; i < keep; i++)
+            pi[i].p /= sum;
+    }
+    double u = cg_rng_uniform_double(rng), cum = 0;
+    int64_t id = pi[keep - 1].id;
+    for (int64_t i = 0; i < keep; i++)
+        if (u < (cum += pi[i].p)) {
+            id = pi[i].id;
+            break;
+        }
+    free(pi);
+    return id;
+}
+
+/* cg_sample's draws are the reference's, draw for draw under one seed, on
+ * rows of 301 logits with many ties (values on a grid of 1/4) and masked
+ * ones (-inf), for k from 1 to V (the k-th value tied with others, or
+ * -inf), temperatures and top-p. */
+START_TEST(test_sample_top_k_draws)
+{
+    cg_rng data = cg_rng_new(41);
+    const int64_t V = 301, ks[] = {0, 1, 2, 5, 17, 150, 299, 300, 301};
+    float logits[301];
+    int64_t draws = 0;
+    for (int row = 0; row < 24; row++) {
+        for (int64_t i = 0; i < V; i++) {
+            const double u = cg_rng_uniform_double(&data);
+            logits[i] = u < 0.1 ? -INFINITY : (float)floor(u * 24.0) / 4.0f;
+        }
+        for (size_t k = 0; k < sizeof ks / sizeof *ks; k++) {
+            const cg_sample_config c = {
+                .temperature = row % 3 ? 0.7 : 1.0, .top_k = ks[k], .top_p = row % 2 ? 0.9 : 1.0};
+            cg_rng r1 = cg_rng_new((uint64_t)row), r2 = cg_rng_new((uint64_t)row);
+            for (int d = 0; d < 20; d++, draws++)
+                ck_assert_int_eq(cg_sample(logits, V, &c, &r1), ref_sample(logits, V, &c, &r2));
+        }
+    }
+    ck_assert_int_eq(draws, 24 * 9 * 20);
+}
+END_TEST
+
 START_TEST(test_sample)
 {
     const float logits[5] = {0.1f, 2.0f, -1.0f, 1.9f, 0.5f};
@@ -984,6 +1065,7 @@ static Suite *adapt_suite(void)
     tcase_add_test(t, test_lora_targets_save_load);
     tcase_add_test(t, test_dropout_one);
     tcase_add_test(t, test_sample);
+    tcase_add_test(t, test_sample_top_k_draws);
     tcase_add_test(t, test_randperm_batches);
     tcase_add_test(t, test_kv_cache_user_block);
     tcase_add_test(t, test_sequential_forward_append);
