@@ -551,8 +551,8 @@ static int64_t ref_sample(const float *logits, int64_t V, const cg_sample_config
 }
 
 /* cg_sample's draws are the reference's, draw for draw under one seed, on
- * rows of 301 logits with many ties (values on a grid of 1/4) and masked
- * ones (-inf), for k from 1 to V (the k-th value tied with others, or
+ * rows of 301 logits with many ties (values on a grid of 1/4, 0 and -0
+ * among them) and masked ones (-inf), for k from 1 to V (the k-th value tied with others, or
  * -inf), temperatures and top-p. */
 START_TEST(test_sample_top_k_draws)
 {
@@ -562,8 +562,9 @@ START_TEST(test_sample_top_k_draws)
     int64_t draws = 0;
     for (int row = 0; row < 24; row++) {
         for (int64_t i = 0; i < V; i++) {
-            const double u = cg_rng_uniform_double(&data);
-            logits[i] = u < 0.1 ? -INFINITY : (float)floor(u * 24.0) / 4.0f;
+            const double u = cg_rng_uniform_double(&data), m = cg_rng_uniform_double(&data);
+            const float v = (float)(floor(u * 24.0) - 12.0) / 4.0f;
+            logits[i] = m < 0.1 ? -INFINITY : v == 0.0f && m < 0.5 ? -0.0f : v;
         }
         for (size_t k = 0; k < sizeof ks / sizeof *ks; k++) {
             const cg_sample_config c = {
