@@ -788,7 +788,7 @@ START_TEST(test_unary_rows_contiguous_bits)
                              20.0f, -20.0f,   1e10f,     -1e-40f, -0.0f};
     cg_tensor *x = cg_randn(&rng, CG_SHAPE(40, 25)), *g = cg_randn(&rng, CG_SHAPE(40, 25));
     for (int i = 0; i < 10; i++)
-        cg_data(x)[300 + 37 * i] = special[i]; /* blocks 1 and 2 of 256 */
+        cg_data(x)[300 + 37 * i] = special[i];     /* blocks 1 and 2 of 256 */
     cg_data(x)[7] = -8.0f, cg_data(x)[999] = 8.0f; /* the fast exp's bounds */
     cg_tensor *xv = cg_view_transpose(x, 0, 1), *gv = cg_view_transpose(g, 0, 1);
     cg_tensor *xt = cg_k_contiguous(xv), *gt = cg_k_contiguous(gv);
