@@ -404,6 +404,35 @@ static bool kv_replace(cg_mha_kv *kv, const int64_t *rows, int64_t B, int64_t H,
     return true;
 }
 
+/* The rows rows[0..n) (strictly increasing) moved down to 0..n in place,
+ * and the buffers narrowed to them: no new buffers, and the rows before the
+ * first one that leaves stay where they are. (A copy of the whole cache
+ * every time a sentence of a greedy batch finished cost the translator's
+ * evaluation its allocations and page faults.) */
+static bool kv_compact(cg_mha_kv *kv, const int64_t *rows, int64_t n)
+{
+    cg_tensor *k = cg_view_narrow(kv->k, 0, 0, n), *v = cg_view_narrow(kv->v, 0, 0, n);
+    if (!k || !v) {
+        cg_release_all(2, k, v);
+        return false;
+    }
+    const int64_t H = k->shape[1], cap = k->shape[2], dh = k->shape[3];
+    for (int i = 0; i < 2; i++) {
+        float *d = cg_data(i ? v : k); /* [B,H,cap,dh], contiguous */
+        for (int64_t b = 0; b < n; b++)
+            for (int64_t h = 0; rows[b] != b && h < H; h++)
+                memmove(d + (b * H + h) * cap * dh, d + (rows[b] * H + h) * cap * dh,
+                        (size_t)(kv->len * dh) * sizeof(float));
+        cg_tensor_modified(i ? v : k);
+    }
+    cg_unhold(kv->k);
+    cg_unhold(kv->v);
+    cg_release_all(2, kv->k, kv->v);
+    kv->k = cg_hold(k);
+    kv->v = cg_hold(v);
+    return true;
+}
+
 bool cg_mha_kv_reorder(cg_mha_kv *kv, const cg_tensor *rows)
 {
     if (!kv || !rows) {
@@ -433,7 +462,10 @@ bool cg_mha_kv_reorder(cg_mha_kv *kv, const cg_tensor *rows)
                          (long long)r[i], (long long)i, (long long)B);
             ok = false;
         }
-    ok = ok && kv_replace(kv, r, n, H, cap, dh);
+    bool increasing = true; /* rows leaving, the others in order (greedy decoding) */
+    for (int64_t i = 1; i < n; i++)
+        increasing = increasing && r[i] > r[i - 1];
+    ok = ok && (increasing ? kv_compact(kv, r, n) : kv_replace(kv, r, n, H, cap, dh));
     cg_release(rc);
     return ok;
 }
