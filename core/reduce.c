@@ -28,6 +28,7 @@
 
 #include "core/iter.h"
 #include "core/ops.h"
+#include "core/vmath.h"
 #include "core/upcast.h"
 
 #define RED_BLOCK 4096
@@ -468,6 +469,43 @@ cg_tensor *cg_k_sum_to_shape(const cg_tensor *a, int ndim, const int64_t *shape)
  * ties keep the first index). */
 static inline bool max_better(float v, float best) { return v > best || (v != v && best == best); }
 
+/* The max_better maximum of a contiguous row x[0, n) (n >= 1), its index in
+ * *at: the largest value and whether there is a NaN, 16 lanes at a time,
+ * then the first NaN, or else the first element equal to the largest (-0
+ * and 0 are equal, as max_better has them). The scalar loop's compare and
+ * select chain took 6% of the translator's greedy evaluation. */
+EW_CLONES static float row_max_at(const float *x, int64_t n, int64_t *at)
+{
+    v16f hi = (v16f){0} - INFINITY;
+    v16i nan = {0};
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+        v16f v;
+        memcpy(&v, x + j, sizeof v);
+        hi = max16_lanes(hi, v);
+        nan |= v != v;
+    }
+    float mx = -INFINITY;
+    bool any_nan = false;
+    for (int l = 0; l < 16; l++) {
+        mx = hi[l] > mx ? hi[l] : mx;
+        any_nan |= nan[l] != 0;
+    }
+    for (; j < n; j++) {
+        mx = x[j] > mx ? x[j] : mx;
+        any_nan |= x[j] != x[j];
+    }
+    int64_t i = 0;
+    if (any_nan)
+        while (x[i] == x[i])
+            i++;
+    else
+        while (x[i] != mx)
+            i++;
+    *at = i;
+    return x[i];
+}
+
 /* What max_f32's tasks read and write: task t is an output, or a run of
  * up to RED_CHUNK outputs along the kept dim L of stride ks (nch a line),
  * each the max over R elements of stride rs */
@@ -490,7 +528,9 @@ static void max_tasks(int64_t t0, int64_t t1, int thread, const void *ctx)
             const float *p = pl->base + kept_offset(pl, t);
             float best = p[0];
             int64_t bi = 0;
-            for (int64_t r = 1; r < R; r++) {
+            if (rs == 1)
+                best = row_max_at(p, R, &bi);
+            for (int64_t r = 1; rs != 1 && r < R; r++) {
                 float v = p[r * rs];
                 if (max_better(v, best)) {
                     best = v;

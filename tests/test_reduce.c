@@ -308,6 +308,55 @@ START_TEST(test_max_argmax)
 }
 END_TEST
 
+/* max and argmax over contiguous rows (16 lanes at a time, then the first
+ * NaN or the first element equal to the largest) against the same values
+ * in a strided row (every element in turn): the same index and bits, for
+ * rows around the lanes' width and long ones, with the largest repeated,
+ * a NaN after it, -0 before 0 as the largest, and every value -inf. */
+START_TEST(test_max_contiguous_rows)
+{
+    cg_rng rng = cg_rng_new(25);
+    const int64_t lens[] = {1, 15, 16, 17, 33, 100, 4005};
+    for (size_t li = 0; li < sizeof lens / sizeof *lens; li++)
+        for (int c = 0; c < 5; c++) {
+            const int64_t n = lens[li];
+            cg_tensor *row = cg_randn(&rng, CG_SHAPE(1, n));
+            float *x = cg_data(row);
+            if (c == 1 && n > 3) /* the largest twice */
+                x[n / 3] = x[n - 1] = 9.0f;
+            if (c == 2 && n > 3) /* a NaN after the largest */
+                x[1] = 9.0f, x[n - 2] = NAN;
+            if (c == 3) { /* -0 before 0, both the largest */
+                for (int64_t i = 0; i < n; i++)
+                    x[i] = -1.0f - (float)i;
+                x[n / 2] = -0.0f, x[n - 1] = 0.0f;
+            }
+            if (c == 4)
+                for (int64_t i = 0; i < n; i++)
+                    x[i] = -INFINITY;
+            /* the same values every other float: [1, n] with stride 2 */
+            cg_tensor *pairs = cg_zeros(CG_SHAPE(n, 2));
+            for (int64_t i = 0; i < n; i++)
+                cg_data(pairs)[2 * i] = x[i];
+            cg_tensor *col = cg_view_narrow(pairs, 1, 0, 1),
+                      *strided = cg_view_transpose(col, 0, 1);
+            ck_assert_int_eq(strided->strides[1], 2);
+            cg_tensor *i1 = NULL, *i2 = NULL, *v1 = cg_k_max(row, 1, false, &i1),
+                      *v2 = cg_k_max(strided, 1, false, &i2);
+            ck_assert(v1 && v2 && i1 && i2);
+            ck_assert_msg(cg_data_i64(i1)[0] == cg_data_i64(i2)[0], "n %lld case %d: %lld, %lld",
+                          (long long)n, c, (long long)cg_data_i64(i1)[0],
+                          (long long)cg_data_i64(i2)[0]);
+            ck_assert(!memcmp(cg_data(v1), cg_data(v2), sizeof(float)));
+            if (c == 2 && n > 3)
+                ck_assert_int_eq(cg_data_i64(i1)[0], n - 2);
+            if (c == 3)
+                ck_assert_int_eq(cg_data_i64(i1)[0], n / 2);
+            cg_release_all(8, row, pairs, col, strided, i1, i2, v1, v2);
+        }
+}
+END_TEST
+
 START_TEST(test_sum_to_shape)
 {
     cg_rng rng = cg_rng_new(25);
@@ -506,6 +555,7 @@ static Suite *reduce_suite(void)
         {"sliced_wide", test_sliced_and_wide},
         {"full", test_full_reductions},
         {"max_argmax", test_max_argmax},
+        {"max_contiguous_rows", test_max_contiguous_rows},
         {"sum_to_shape", test_sum_to_shape},
         {"empty_scalar", test_empty_and_scalar},
         {"errors", test_errors},

@@ -77,14 +77,12 @@ static void greedy_free(greedy_state *g)
     cg_kv_cache_free(g->cache);
 }
 
-/* The index of the largest of V logits (the first one on a tie). */
-static int64_t argmax_row(const float *row, int64_t V)
+/* The logits [B,T,V] of the last position only, [B,1,V] (a view), or all
+ * of them when not last (a new reference either way) */
+static cg_tensor *last_position(cg_tensor *logits, bool last)
 {
-    int64_t best = 0;
-    for (int64_t v = 1; v < V; v++)
-        if (row[v] > row[best])
-            best = v;
-    return best;
+    const int64_t T = logits->shape[1];
+    return last && T > 1 ? cg_narrow(logits, 1, T - 1, 1) : cg_retain(logits);
 }
 
 /* One step: every alive row's argmax token appended (and written to out);
@@ -110,10 +108,17 @@ static bool greedy_step(greedy_state *g, cg_seq2seq *m, int64_t step)
             cg_release(l);
             return false;
         }
+    /* each row's next token: its last position's argmax (the first on a tie) */
+    cg_tensor *last = last_position(l, true);
+    cg_tensor *am = last ? cg_argmax(last, -1, false) : NULL;
+    cg_release_all(2, last, l);
+    if (!am)
+        return false;
+    const int64_t *next = cg_data_i64(am);
     int64_t kept = 0;
     for (int64_t k = 0; k < g->n_alive; k++) {
         int64_t b = g->alive[k];
-        int64_t best = argmax_row(d + (k * Tl + Tl - 1) * V, V);
+        int64_t best = next[k];
         g->ys[b * W + T] = best;
         g->out[b * g->max_steps + step] = best;
         if (best == CG_EOS) {
@@ -123,7 +128,7 @@ static bool greedy_step(greedy_state *g, cg_seq2seq *m, int64_t step)
             g->alive[kept++] = b;
         }
     }
-    cg_release(l);
+    cg_release(am);
     g->T++;
     if (kept != g->n_alive && kept > 0 && g->cache) {
         if (!reorder(g->cache, g->keep, kept))
@@ -187,8 +192,7 @@ double cg_length_penalty(int64_t len, double alpha)
  * rows in one op (which takes both threads only for large tensors) */
 static cg_tensor *log_probs(cg_tensor *logits, bool last)
 {
-    const int64_t T = logits->shape[1];
-    cg_tensor *x = last && T > 1 ? cg_narrow(logits, 1, T - 1, 1) : cg_retain(logits);
+    cg_tensor *x = last_position(logits, last);
     cg_tensor *lp = x ? cg_log_softmax(x, -1) : NULL;
     cg_release(x);
     return lp;
