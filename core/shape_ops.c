@@ -725,6 +725,61 @@ static bool topk_before(float x, int64_t ix, float y, int64_t iy, bool largest)
     return ix < iy;
 }
 
+/* Moves the element held for index i down from heap slot j of h[0, m), in
+ * which every parent comes after its children in topk's order (the root is
+ * the last of the kept ones), until it is in place. */
+static void topk_sift_down(const float *row, int64_t s, bool largest, int64_t *h, int64_t m,
+                           int64_t j, int64_t i)
+{
+    for (;;) {
+        int64_t c = 2 * j + 1;
+        if (c >= m)
+            break;
+        if (c + 1 < m && topk_before(row[h[c] * s], h[c], row[h[c + 1] * s], h[c + 1], largest))
+            c++; /* the later child */
+        if (!topk_before(row[i * s], i, row[h[c] * s], h[c], largest))
+            break;
+        h[j] = h[c];
+        j = c;
+    }
+    h[j] = i;
+}
+
+/* The indices of the first k of row[0, n) (stride s) in topk's order, in
+ * that order, into best[0, k): a heap of the first k so far whose root is
+ * the last of them, which a later element replaces only when it comes
+ * before it (n log k; one comparison for most elements), then a heapsort
+ * of the k. */
+static void topk_row(const float *row, int64_t s, int64_t n, int64_t k, bool largest, int64_t *best)
+{
+    int64_t i = 0;
+    for (; i < n && i < k; i++) { /* sift up from the end: parents after i move down */
+        int64_t j = i;
+        for (; j > 0; j = (j - 1) / 2) {
+            const int64_t p = best[(j - 1) / 2];
+            if (!topk_before(row[p * s], p, row[i * s], i, largest))
+                break;
+            best[j] = p;
+        }
+        best[j] = i;
+    }
+    float root = k > 0 ? row[best[0] * s] : 0.0f;
+    for (; k > 0 && i < n; i++) {
+        const float v = row[i * s];
+        if (largest ? v < root : v > root)
+            continue; /* after the root, as most are: one comparison */
+        if (topk_before(v, i, root, best[0], largest)) {
+            topk_sift_down(row, s, largest, best, k, 0, i);
+            root = row[best[0] * s];
+        }
+    }
+    for (int64_t m = k - 1; m > 0; m--) { /* the last one to the end, and again */
+        const int64_t last = best[0];
+        topk_sift_down(row, s, largest, best, m, 0, best[m]);
+        best[m] = last;
+    }
+}
+
 cg_tensor *cg_k_topk_indices(const cg_tensor *a, int64_t k, int dim, bool largest)
 {
     if (!a) {
@@ -763,20 +818,7 @@ cg_tensor *cg_k_topk_indices(const cg_tensor *a, int64_t k, int dim, bool larges
     int64_t *ids = cg_data_i64(out);
     for (int64_t p = 0; p < outer; p++)
         for (int64_t q = 0; q < inner; q++) {
-            const float *row = x + p * n * inner + q;
-            int64_t m = 0; /* insertion into the k best so far (k is small) */
-            for (int64_t i = 0; i < n; i++) {
-                float v = row[i * inner];
-                if (m == k &&
-                    (k == 0 || !topk_before(v, i, row[best[k - 1] * inner], best[k - 1], largest)))
-                    continue;
-                int64_t j = m < k ? m++ : k - 1;
-                while (j > 0 && topk_before(v, i, row[best[j - 1] * inner], best[j - 1], largest)) {
-                    best[j] = best[j - 1];
-                    j--;
-                }
-                best[j] = i;
-            }
+            topk_row(x + p * n * inner + q, inner, n, k, largest, best);
             for (int64_t t = 0; t < k; t++)
                 ids[(p * k + t) * inner + q] = best[t];
         }

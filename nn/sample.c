@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/ops.h"
 
 cg_sample_config cg_sample_default(void)
 {
@@ -63,38 +64,17 @@ static bool sort_desc(prob_id *pi, int64_t n)
 }
 
 /* The k-th largest of pi[0, n).p (0 < k < n), counting equal values, in
- * *out: a min-heap of the k largest so far, whose root is the k-th. */
+ * *out: the last of topk's k. */
 static bool kth_largest(const prob_id *pi, int64_t n, int64_t k, double *out)
 {
-    double *h = malloc((size_t)k * sizeof *h);
-    if (!h)
-        return false;
-    for (int64_t i = 0; i < n; i++) {
-        const double v = pi[i].p;
-        int64_t j;
-        if (i < k) { /* sift v up from the end */
-            for (j = i; j > 0 && h[(j - 1) / 2] > v; j = (j - 1) / 2)
-                h[j] = h[(j - 1) / 2];
-        } else if (v > h[0]) { /* v replaces the root: sift it down */
-            for (j = 0;;) {
-                int64_t c = 2 * j + 1;
-                if (c >= k)
-                    break;
-                if (c + 1 < k && h[c + 1] < h[c])
-                    c++;
-                if (!(h[c] < v))
-                    break;
-                h[j] = h[c];
-                j = c;
-            }
-        } else {
-            continue;
-        }
-        h[j] = v;
-    }
-    *out = h[0];
-    free(h);
-    return true;
+    cg_tensor *p = cg_empty(1, &n);
+    for (int64_t i = 0; p && i < n; i++)
+        cg_data(p)[i] = (float)pi[i].p; /* floats or -inf: exact */
+    cg_tensor *top = p ? cg_k_topk_indices(p, k, 0, true) : NULL;
+    if (top)
+        *out = pi[cg_data_i64(top)[k - 1]].p;
+    cg_release_all(2, p, top);
+    return top != NULL;
 }
 
 bool cg_logits_usable(const float *logits, int64_t V, const char *what)

@@ -220,6 +220,64 @@ START_TEST(test_topk_dtypes)
 }
 END_TEST
 
+/* The reference order of topk: a full sort of (value, index) pairs, NaN
+ * the largest, -0 equal to 0, ties by the lower index. */
+static bool ref_largest;
+static const float *ref_row;
+
+static int ref_cmp(const void *pa, const void *pb)
+{
+    const int64_t a = *(const int64_t *)pa, b = *(const int64_t *)pb;
+    const float x = ref_row[a], y = ref_row[b];
+    const bool xn = isnan(x), yn = isnan(y);
+    if (xn != yn)
+        return (ref_largest ? xn : yn) ? -1 : 1;
+    if (!xn && x != y)
+        return (ref_largest ? x > y : x < y) ? -1 : 1;
+    return (a > b) - (a < b);
+}
+
+/* topk's indices against that sort, over rows with many ties, NaNs, -0
+ * and 0, +-inf, for every k from 0 to n, largest and smallest, along the
+ * last dim and along a strided first dim (a transposed view). */
+START_TEST(test_topk_against_sort)
+{
+    const float vals[] = {1.0f, -1.0f, 0.0f, -0.0f, 2.5f, NAN, INFINITY, -INFINITY, 0.5f};
+    enum { R = 3, N = 37 };
+    float x[R * N];
+    uint64_t s = 12345;
+    for (int i = 0; i < R * N; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        x[i] = vals[(s >> 33) % (sizeof vals / sizeof *vals)];
+    }
+    cg_tensor *t = cg_from_data(CG_SHAPE(R, N), x);
+    cg_tensor *tt = cg_view_transpose(t, 0, 1); /* [N, R], topk along dim 0: stride R */
+    int64_t want[N];
+    for (int largest = 0; largest < 2; largest++)
+        for (int64_t k = 0; k <= N; k++) {
+            cg_tensor *a = cg_k_topk_indices(t, k, 1, largest);
+            cg_tensor *b = cg_k_topk_indices(tt, k, 0, largest);
+            ck_assert_msg(a && b, "%s", cg_last_error());
+            for (int r = 0; r < R; r++) {
+                for (int64_t i = 0; i < N; i++)
+                    want[i] = i;
+                ref_row = x + r * N;
+                ref_largest = largest;
+                qsort(want, N, sizeof *want, ref_cmp);
+                for (int64_t j = 0; j < k; j++) {
+                    ck_assert_msg(cg_data_i64(a)[r * k + j] == want[j],
+                                  "row %d k %lld largest %d: place %lld is %lld, want %lld", r,
+                                  (long long)k, largest, (long long)j,
+                                  (long long)cg_data_i64(a)[r * k + j], (long long)want[j]);
+                    ck_assert_int_eq(cg_data_i64(b)[j * R + r], want[j]);
+                }
+            }
+            cg_release_all(2, a, b);
+        }
+    cg_release_all(2, t, tt);
+}
+END_TEST
+
 START_TEST(test_gradchecks)
 {
     cg_rng r = cg_rng_new(21);
@@ -273,6 +331,7 @@ static Suite *misc_suite(void)
     tcase_add_test(tc, test_copy_refuses_grad_source);
     tcase_add_test(tc, test_losses_refuse_other_dtypes);
     tcase_add_test(tc, test_topk_dtypes);
+    tcase_add_test(tc, test_topk_against_sort);
     suite_add_tcase(s, tc);
     return s;
 }

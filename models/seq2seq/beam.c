@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/ops.h"
 #include "models/util/files.h"
 #include "nn/sample.h"
 
@@ -198,27 +199,6 @@ static cg_tensor *log_probs(cg_tensor *logits, bool last)
     return lp;
 }
 
-/* The indices of the k largest of x[0, n) in descending order, the lower
- * index first among equals (k <= n), in one pass: a value enters the sorted
- * list only when it beats the last kept one, after every kept one it does
- * not exceed. While the list is not full every value enters (so that rows
- * of NaN give the first k indices). Returns k. */
-static int top_k(const float *x, int64_t n, int k, int64_t *idx)
-{
-    int m = 0;
-    for (int64_t v = 0; v < n; v++) {
-        if (m == k && !(x[v] > x[idx[k - 1]]))
-            continue;
-        int j = m < k ? m++ : k - 1;
-        while (j > 0 && x[v] > x[idx[j - 1]]) {
-            idx[j] = idx[j - 1];
-            j--;
-        }
-        idx[j] = v;
-    }
-    return m;
-}
-
 typedef struct {
     int64_t parent; /* index into the live list */
     int64_t tok;
@@ -250,8 +230,8 @@ typedef struct {
     int64_t *live, *next, *parents; /* parents[i]: the live row next row i came from */
     double *lscore, *nscore;
     cand *cands;
-    int64_t *rows, *flat, *top; /* rows: zeros (memory copies); flat: the decoder's input */
-    hyp *done;                  /* finished hypotheses (and, at the end, the live ones) */
+    int64_t *rows, *flat; /* rows: zeros (memory copies); flat: the decoder's input */
+    hyp *done;            /* finished hypotheses (and, at the end, the live ones) */
     int64_t n_done, n_live, T;
     cg_kv_cache *cache;         /* NULL: every prefix is recomputed */
     cg_seq2seq_memory mem, sel; /* the source's memory; sel: n_live copies of it */
@@ -271,10 +251,9 @@ static bool beam_alloc(beam_state *b, cg_seq2seq *m, int beam, int64_t max_steps
     b->flat = malloc((size_t)(beam * W) * sizeof *b->flat);
     b->done = calloc((size_t)(beam + 1) * (size_t)(max_steps + 1), sizeof *b->done);
     b->parents = malloc((size_t)beam * sizeof *b->parents);
-    b->top = malloc((size_t)K * sizeof *b->top);
     b->cache = use_cache ? cg_seq2seq_kv_cache_new(m) : NULL;
     if (!b->live || !b->next || !b->lscore || !b->nscore || !b->cands || !b->rows || !b->flat ||
-        !b->done || !b->parents || !b->top || (use_cache && !b->cache)) {
+        !b->done || !b->parents || (use_cache && !b->cache)) {
         if (!cg_has_error())
             cg_set_error("beam search: out of memory");
         return false;
@@ -298,7 +277,6 @@ static void beam_free(beam_state *b)
     free(b->rows);
     free(b->flat);
     free(b->parents);
-    free(b->top);
     cg_kv_cache_free(b->cache);
 }
 
@@ -350,16 +328,18 @@ static int64_t beam_expand(beam_state *b, cg_seq2seq *m)
     cg_release(l);
     if (!lp)
         return -1;
-    for (int64_t h = 0; h < b->n_live; h++) {
+    /* each row's K most likely tokens, the lower id first among equals */
+    cg_tensor *top = cg_k_topk_indices(lp, b->K, -1, true);
+    for (int64_t h = 0; top && h < b->n_live; h++) {
         const float *row = cg_data(lp) + h * V;
-        const int nt = top_k(row, V, b->K, b->top);
-        for (int k = 0; k < nt; k++) {
-            b->cands[nc] = (cand){h, b->top[k], b->lscore[h] + row[b->top[k]], nc};
+        const int64_t *t = cg_data_i64(top) + h * b->K;
+        for (int k = 0; k < b->K; k++) {
+            b->cands[nc] = (cand){h, t[k], b->lscore[h] + row[t[k]], nc};
             nc++;
         }
     }
-    cg_release(lp);
-    return nc;
+    cg_release_all(2, lp, top);
+    return top ? nc : -1;
 }
 
 /* The best candidates in order until `beam` of them continue: one ending in
