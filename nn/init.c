@@ -8,6 +8,10 @@ bool cg_init_zeros_(cg_tensor *t) { return t && cg_fill_(t, 0.0f); }
 
 bool cg_init_ones_(cg_tensor *t) { return t && cg_fill_(t, 1.0f); }
 
+static cg_rng skip_rng; /* never drawn from: only its address is used */
+
+cg_rng *cg_init_skip(void) { return &skip_rng; }
+
 static bool need_rng(const char *op, cg_rng *rng)
 {
     if (!rng)
@@ -25,7 +29,7 @@ bool cg_init_normal_(cg_tensor *t, cg_rng *rng, float mean, float std)
         cg_set_error("init normal: std must be >= 0 (got %g)", (double)std);
         return false;
     }
-    return cg_normal_(t, rng, mean, std);
+    return rng == &skip_rng || cg_normal_(t, rng, mean, std);
 }
 
 bool cg_init_uniform_(cg_tensor *t, cg_rng *rng, float lo, float hi)
@@ -38,7 +42,7 @@ bool cg_init_uniform_(cg_tensor *t, cg_rng *rng, float lo, float hi)
         cg_set_error("init uniform: need lo <= hi (got %g, %g)", (double)lo, (double)hi);
         return false;
     }
-    return cg_uniform_(t, rng, lo, hi);
+    return rng == &skip_rng || cg_uniform_(t, rng, lo, hi);
 }
 
 static bool fans(const char *op, const cg_tensor *t, double *fan_in, double *fan_out)
@@ -80,7 +84,7 @@ bool cg_init_xavier_uniform_(cg_tensor *t, cg_rng *rng, float gain)
         return false;
     }
     double a = xavier_bound(fi, fo, gain);
-    return cg_uniform_(t, rng, (float)-a, (float)a);
+    return rng == &skip_rng || cg_uniform_(t, rng, (float)-a, (float)a);
 }
 
 bool cg_init_kaiming_uniform_(cg_tensor *t, cg_rng *rng, double a)
@@ -96,7 +100,7 @@ bool cg_init_kaiming_uniform_(cg_tensor *t, cg_rng *rng, double a)
         return false;
     }
     double b = kaiming_bound(fi, a);
-    return cg_uniform_(t, rng, (float)-b, (float)b);
+    return rng == &skip_rng || cg_uniform_(t, rng, (float)-b, (float)b);
 }
 
 bool cg_init_xavier_normal_(cg_tensor *t, cg_rng *rng, float gain)
@@ -106,7 +110,7 @@ bool cg_init_xavier_normal_(cg_tensor *t, cg_rng *rng, float gain)
         cg_error_null_input("cg_init_xavier_normal_");
         return false;
     }
-    return cg_normal_(t, rng, 0.0f, (float)(gain * sqrt(2.0 / (fi + fo))));
+    return rng == &skip_rng || cg_normal_(t, rng, 0.0f, (float)(gain * sqrt(2.0 / (fi + fo))));
 }
 
 /* The normal draw of init_tree: our counter-based stream or PyTorch's. */

@@ -31,6 +31,14 @@ bool cg_init_xavier_normal_(cg_tensor *t, cg_rng *rng, float gain);
  * PyTorch does. a = sqrt(5) is nn.Linear's weight: b = 1/sqrt(fan_in).
  * Needs ndim >= 2. */
 bool cg_init_kaiming_uniform_(cg_tensor *t, cg_rng *rng, double a);
+/* A generator that the initialisers above do not draw from (as
+ * torch.nn.utils.skip_init): given it, each checks its arguments and leaves
+ * the tensor as it is, and the constructors of nn/layers.h, nn/attention.h
+ * and nn/transformer.h leave their weights at zero. For a model whose
+ * weights are filled next, by a checkpoint or by a second initialisation:
+ * loading a model then costs no draws. Only for these functions: core's
+ * (cg_normal_, ...) would draw from it like any other. */
+cg_rng *cg_init_skip(void);
 
 /* Two initialisations of a whole module tree, not to be confused:
  *

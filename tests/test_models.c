@@ -408,6 +408,54 @@ START_TEST(test_charlm_init)
 }
 END_TEST
 
+/* The skip_init constructors: the same parameters as the initialised
+ * models, their Linear and Embedding weights zero (norm weights 1, biases
+ * 0), and the model otherwise the same (its dropout generator). */
+static void assert_skipped(cg_module *a, cg_module *b, const char *what)
+{
+    cg_param_list l = {0}, l2 = {0};
+    ck_assert(cg_module_params(a, &l) && cg_module_params(b, &l2));
+    ck_assert_int_eq(l.n, l2.n);
+    int zeroed = 0;
+    for (int i = 0; i < l.n; i++) {
+        const char *n = l.items[i].name;
+        ck_assert_str_eq(n, l2.items[i].name);
+        ck_assert(cg_same_shape(l.items[i].tensor, l2.items[i].tensor));
+        const bool drawn = !strstr(n, ".bias") && !(strstr(n, "ln") && strstr(n, ".weight"));
+        float *v = cg_test_values(l2.items[i].tensor);
+        for (int64_t j = 0; drawn && j < cg_numel(l2.items[i].tensor); j++)
+            ck_assert_msg(v[j] == 0.0f, "%s: %s[%lld] = %g", what, n, (long long)j, (double)v[j]);
+        zeroed += drawn;
+        if (!drawn)
+            ck_assert(tensors_equal(l.items[i].tensor, l2.items[i].tensor));
+        free(v);
+    }
+    ck_assert_int_gt(zeroed, 4);
+    cg_param_list_free(&l);
+    cg_param_list_free(&l2);
+}
+
+START_TEST(test_skip_init)
+{
+    cg_charlm_config c = small_lm();
+    cg_charlm *m = cg_charlm_new(&c, 7), *s = cg_charlm_new_skip_init(&c, 7);
+    ck_assert_msg(m && s, "%s", cg_last_error());
+    assert_skipped(CG_MODULE(m), CG_MODULE(s), "charlm");
+    ck_assert(m->dropout_rng.seed == s->dropout_rng.seed);
+    cg_seq2seq_config sc = small_s2s();
+    cg_seq2seq *q = cg_seq2seq_new(&sc, 7), *r = cg_seq2seq_new_skip_init(&sc, 7);
+    ck_assert_msg(q && r, "%s", cg_last_error());
+    assert_skipped(CG_MODULE(q), CG_MODULE(r), "seq2seq");
+    ck_assert(q->dropout_rng.seed == r->dropout_rng.seed);
+    c.d = 30, c.H = 4; /* the config is checked the same */
+    CG_ASSERT_FAILS(cg_charlm_new_skip_init(&c, 0), "d=30 is not divisible by H=4");
+    cg_charlm_free(m);
+    cg_charlm_free(s);
+    cg_seq2seq_free(q);
+    cg_seq2seq_free(r);
+}
+END_TEST
+
 START_TEST(test_charlm_forward)
 {
     cg_charlm_config c = small_lm();
@@ -983,6 +1031,7 @@ static Suite *models_suite(void)
     tcase_add_checked_fixture(tc, setup, NULL);
     tcase_add_test(tc, test_charlm_params);
     tcase_add_test(tc, test_charlm_init);
+    tcase_add_test(tc, test_skip_init);
     tcase_add_test(tc, test_charlm_forward);
     tcase_add_test(tc, test_charlm_errors);
     tcase_add_test(tc, test_charlm_causal);

@@ -903,6 +903,47 @@ START_TEST(test_reset_parameters)
 }
 END_TEST
 
+/* cg_init_skip: the initialisers check their arguments and leave the
+ * tensor as it is; constructors leave their weights at zero; the
+ * generator itself never moves. */
+START_TEST(test_init_skip)
+{
+    cg_rng *skip = cg_init_skip();
+    const cg_rng before = *skip;
+    cg_tf_config c = small_cfg(CG_NORM_LAYERNORM, CG_ACT_RELU, true);
+    cg_module *mods[] = {
+        CG_MODULE(cg_linear_new(5, 3, true, skip)), CG_MODULE(cg_embed_new(7, 4, skip)),
+        CG_MODULE(cg_mha_new(6, 2, skip)),          CG_MODULE(cg_enc_layer_new(&c, skip)),
+        CG_MODULE(cg_dec_stack_new(2, &c, skip)),   CG_MODULE(cg_lm_block_new(&c, skip))};
+    for (int i = 0; i < 6; i++) {
+        ck_assert_msg(mods[i] != NULL, "%s", cg_last_error());
+        cg_param_list l = {0};
+        ck_assert(cg_module_params(mods[i], &l) && l.n > 0);
+        for (int p = 0; p < l.n; p++) { /* norm weights 1, everything else 0 */
+            const bool norm = strstr(l.items[p].name, "ln") && strstr(l.items[p].name, "weight");
+            float *v = cg_test_values(l.items[p].tensor);
+            for (int64_t j = 0; j < cg_numel(l.items[p].tensor); j++)
+                ck_assert_msg(v[j] == (norm ? 1.0f : 0.0f), "module %d, %s[%lld] = %g", i,
+                              l.items[p].name, (long long)j, (double)v[j]);
+            free(v);
+        }
+        cg_param_list_free(&l);
+        cg_module_free(mods[i]);
+    }
+    float x[6] = {1, -2, 3, 0.5f, 7, -1};
+    cg_tensor *t = cg_from_data(CG_SHAPE(2, 3), x);
+    ck_assert(cg_init_normal_(t, skip, 0.0f, 1.0f) && cg_init_uniform_(t, skip, -1.0f, 1.0f) &&
+              cg_init_xavier_uniform_(t, skip, 1.0f) && cg_init_xavier_normal_(t, skip, 1.0f) &&
+              cg_init_kaiming_uniform_(t, skip, 2.0));
+    CG_ASSERT_TENSOR(t, x, 0, 0);
+    ck_assert(!cg_init_normal_(t, skip, 0.0f, -1.0f)); /* the arguments are still checked */
+    ck_assert(strstr(cg_last_error(), "std must be >= 0") != NULL);
+    ck_assert(!cg_init_uniform_(t, skip, 1.0f, -1.0f));
+    ck_assert(skip->seed == before.seed && skip->counter == before.counter);
+    cg_release(t);
+}
+END_TEST
+
 START_TEST(test_init)
 {
     cg_rng r = cg_rng_new(11);
@@ -2429,6 +2470,7 @@ static Suite *nn_suite(void)
     tcase_add_test(reg, test_shared_modules);
     tcase_add_test(reg, test_zero_grad_and_train_mode);
     tcase_add_test(reg, test_init);
+    tcase_add_test(reg, test_init_skip);
     tcase_add_test(reg, test_reset_parameters);
     tcase_add_test(reg, test_save_load);
     tcase_add_test(reg, test_load_strict);

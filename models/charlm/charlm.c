@@ -60,7 +60,10 @@ static void charlm_destroy(cg_module *base)
     cg_release_held(m->pe);
 }
 
-cg_charlm *cg_charlm_new(const cg_charlm_config *cfg, uint64_t seed)
+/* init false: the drawn weights left at zero (cg_init_skip), for a
+ * checkpoint to fill. The layers are built without draws either way:
+ * init_params_torch draws every weight they would have drawn. */
+static cg_charlm *model_new(const cg_charlm_config *cfg, uint64_t seed, bool init)
 {
     if (!cg_charlm_config_check(cfg))
         return NULL;
@@ -69,7 +72,6 @@ cg_charlm *cg_charlm_new(const cg_charlm_config *cfg, uint64_t seed)
         return NULL;
     m->cfg = *cfg;
     m->dropout_rng = cg_rng_new(seed ^ 0x9e3779b97f4a7c15ULL);
-    cg_rng init = cg_rng_new(seed);
     cg_tf_config tf = {.d = cfg->d,
                        .H = cfg->H,
                        .d_ff = cfg->d_ff,
@@ -84,25 +86,35 @@ cg_charlm *cg_charlm_new(const cg_charlm_config *cfg, uint64_t seed)
         cg_set_error("charlm: out of memory");
     ok =
         ok && (m->pe = cg_hold(cg_sinusoidal_pe(cfg->max_len, cfg->d))) != NULL; /* beyond scopes */
-    ok = ok && (m->tok_emb =
-                    cg_module_add_child(base, "tok_emb", cg_embed_new(cfg->vocab, cfg->d, &init)));
+    ok = ok && (m->tok_emb = cg_module_add_child(base, "tok_emb",
+                                                 cg_embed_new(cfg->vocab, cfg->d, cg_init_skip())));
     ok = ok && (m->blocks = cg_module_add_child(base, "blocks", cg_module_new("ModuleList")));
     for (int64_t i = 0; ok && i < cfg->layers; i++) {
         char name[24];
         snprintf(name, sizeof name, "%lld", (long long)i);
-        ok = (m->block[i] = cg_module_add_child(m->blocks, name, cg_lm_block_new(&tf, &init))) !=
-             NULL;
+        ok = (m->block[i] = cg_module_add_child(m->blocks, name,
+                                                cg_lm_block_new(&tf, cg_init_skip()))) != NULL;
     }
     if (ok && cfg->norm_first)
         ok = (m->ln_f = cg_module_add_child(base, "ln_f", cg_norm_new(cfg->norm, cfg->d))) != NULL;
-    /* models.py init_params over the finished tree (one rule for every
-     * parameter, whatever the layer constructors drew). */
-    ok = ok && cg_module_init_params_torch(base, seed, CG_INIT_STD);
+    /* models.py init_params over the finished tree: one rule for every
+     * parameter. */
+    ok = ok && (!init || cg_module_init_params_torch(base, seed, CG_INIT_STD));
     if (!ok) {
         cg_module_free(base);
         return NULL;
     }
     return m;
+}
+
+cg_charlm *cg_charlm_new(const cg_charlm_config *cfg, uint64_t seed)
+{
+    return model_new(cfg, seed, true);
+}
+
+cg_charlm *cg_charlm_new_skip_init(const cg_charlm_config *cfg, uint64_t seed)
+{
+    return model_new(cfg, seed, false);
 }
 
 void cg_charlm_free(cg_charlm *m) { cg_module_free(CG_MODULE(m)); }

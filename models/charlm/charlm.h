@@ -81,6 +81,10 @@ typedef struct {
  * a generator derived from the same seed). Train mode is on. NULL + error
  * on a bad config. */
 cg_charlm *cg_charlm_new(const cg_charlm_config *cfg, uint64_t seed);
+/* The same without drawing (nn/init.h cg_init_skip): the Linear and
+ * Embedding weights are left at zero (norm weights 1, biases 0), for a
+ * checkpoint to fill; the loaders use it. */
+cg_charlm *cg_charlm_new_skip_init(const cg_charlm_config *cfg, uint64_t seed);
 void cg_charlm_free(cg_charlm *m); /* NULL is a no-op */
 /* Recompute every block's activations in backward (nn/transformer.h
  * "Recomputation"; --recompute): the same gradients, bit for bit, with

@@ -187,7 +187,7 @@ static int load_at(const char *path, const cg_charlm_load_opts *o, const char *a
     double need = (double)cfg.vocab * d + (double)cfg.layers * block + (cfg.norm_first ? norm : 0);
     if (!cg_ckpt_config_fits(need, cfg.max_len, cfg.d, f, path))
         goto fail;
-    out->model = cg_charlm_new(&cfg, o->seed);
+    out->model = cg_charlm_new_skip_init(&cfg, o->seed);
     if (!cg_ckpt_load_params(CG_MODULE(out->model), f, path))
         goto fail;
     return 1;

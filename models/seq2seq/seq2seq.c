@@ -75,7 +75,10 @@ char *cg_seq2seq_config_to_json(const cg_seq2seq_config *c)
 /* ----------------------------------------------------------------- model */
 static void seq2seq_destroy(cg_module *base) { cg_release_held(((cg_seq2seq *)base)->pe); }
 
-cg_seq2seq *cg_seq2seq_new(const cg_seq2seq_config *cfg, uint64_t seed)
+/* init false: the drawn weights left at zero (cg_init_skip), for a
+ * checkpoint to fill. The layers are built without draws either way:
+ * init_params_torch draws every weight they would have drawn. */
+static cg_seq2seq *model_new(const cg_seq2seq_config *cfg, uint64_t seed, bool init)
 {
     if (!cg_seq2seq_config_check(cfg))
         return NULL;
@@ -84,7 +87,6 @@ cg_seq2seq *cg_seq2seq_new(const cg_seq2seq_config *cfg, uint64_t seed)
         return NULL;
     m->cfg = *cfg;
     m->dropout_rng = cg_rng_new(seed ^ 0x9e3779b97f4a7c15ULL);
-    cg_rng init = cg_rng_new(seed);
     cg_tf_config tf = {.d = cfg->d,
                        .H = cfg->H,
                        .d_ff = cfg->d_ff,
@@ -95,17 +97,28 @@ cg_seq2seq *cg_seq2seq_new(const cg_seq2seq_config *cfg, uint64_t seed)
                        .dropout_rng = &m->dropout_rng};
     cg_module *base = CG_MODULE(m);
     bool ok = (m->pe = cg_hold(cg_sinusoidal_pe(cfg->max_len, cfg->d))) != NULL; /* beyond scopes */
-    ok = ok && (m->emb = cg_module_add_child(base, "emb", cg_embed_new(cfg->vocab, cfg->d, &init)));
+    ok = ok && (m->emb = cg_module_add_child(base, "emb",
+                                             cg_embed_new(cfg->vocab, cfg->d, cg_init_skip())));
     ok = ok && (m->encoder = cg_module_add_child(
-                    base, "encoder", cg_enc_stack_new((int)cfg->enc_layers, &tf, &init)));
+                    base, "encoder", cg_enc_stack_new((int)cfg->enc_layers, &tf, cg_init_skip())));
     ok = ok && (m->decoder = cg_module_add_child(
-                    base, "decoder", cg_dec_stack_new((int)cfg->dec_layers, &tf, &init)));
-    ok = ok && cg_module_init_params_torch(base, seed, CG_INIT_STD);
+                    base, "decoder", cg_dec_stack_new((int)cfg->dec_layers, &tf, cg_init_skip())));
+    ok = ok && (!init || cg_module_init_params_torch(base, seed, CG_INIT_STD));
     if (!ok) {
         cg_module_free(base);
         return NULL;
     }
     return m;
+}
+
+cg_seq2seq *cg_seq2seq_new(const cg_seq2seq_config *cfg, uint64_t seed)
+{
+    return model_new(cfg, seed, true);
+}
+
+cg_seq2seq *cg_seq2seq_new_skip_init(const cg_seq2seq_config *cfg, uint64_t seed)
+{
+    return model_new(cfg, seed, false);
 }
 
 void cg_seq2seq_free(cg_seq2seq *m) { cg_module_free(CG_MODULE(m)); }

@@ -88,6 +88,10 @@ typedef struct {
 /* Weights ~ N(0, 0.02), biases 0, norm weights 1 from a generator seeded
  * with seed. Train mode on. NULL + error on a bad config. */
 cg_seq2seq *cg_seq2seq_new(const cg_seq2seq_config *cfg, uint64_t seed);
+/* The same without drawing (nn/init.h cg_init_skip): the Linear and
+ * Embedding weights are left at zero (norm weights 1, biases 0), for a
+ * checkpoint to fill; the loaders use it. */
+cg_seq2seq *cg_seq2seq_new_skip_init(const cg_seq2seq_config *cfg, uint64_t seed);
 void cg_seq2seq_free(cg_seq2seq *m); /* NULL is a no-op */
 /* Recompute every encoder and decoder layer's activations in backward
  * (nn/transformer.h "Recomputation"; --recompute): the same gradients. */

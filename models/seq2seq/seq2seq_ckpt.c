@@ -55,7 +55,7 @@ bool cg_seq2seq_ckpt_load(const char *path, cg_seq2seq_ckpt *out)
                   (double)cfg.dec_layers * (8 * d * d + 2 * d * ff);
     if (!cg_ckpt_config_fits(need, cfg.max_len, cfg.d, f, path))
         goto fail;
-    out->model = cg_seq2seq_new(&cfg, 0);
+    out->model = cg_seq2seq_new_skip_init(&cfg, 0);
     if (!cg_ckpt_load_params(CG_MODULE(out->model), f, path))
         goto fail;
     return true;
