@@ -9,10 +9,19 @@
  * exactly (no gap, no overlap, no trailing bytes), as in
  * shared/reference/safetensors_io.py and the Rust reference.
  *
- * Reading: cg_st_open() reads the whole file and validates all of it before
- * returning, so every accessor afterwards is bounds-safe. A bad file gives
- * NULL and an error (core/error.h) that names the file, the tensor and the
- * numbers that disagree.
+ * Reading: cg_st_open() reads the header and validates all of it (every
+ * name, dtype, shape and range, and that the ranges tile the rest of the
+ * file) before returning, so every accessor afterwards is bounds-safe. The
+ * file stays open, and a tensor's bytes are read when it is asked for,
+ * straight into the tensor that receives them (as Python's safe_open): a
+ * program that loads a model's weights from a training checkpoint never
+ * reads the optimizer's moments, two thirds of the file with Adam. A bad
+ * file gives NULL and an error (core/error.h) that names the file, the
+ * tensor and the numbers that disagree; so does a tensor that can no longer
+ * be read (the file was cut short after it was opened). A file replaced by
+ * a rename (cg_st_writer_save) stays readable through a handle opened
+ * before: the handle reads the file it opened. One handle is for one
+ * thread at a time.
  *
  * Writing: collect tensors in a cg_st_writer (data is copied when added),
  * then cg_st_writer_save() writes the file atomically: a temporary file next
@@ -77,11 +86,11 @@ cg_st_dtype cg_st_dtype_of(cg_dtype dt);
 
 /* ------------------------------------------------------------- reading */
 
-typedef struct cg_st_file cg_st_file; /* an opened, fully validated file */
+typedef struct cg_st_file cg_st_file; /* an open file, its header validated */
 
-/* Read and validate path. Returns a new handle owned by the caller (free it
- * with cg_st_close), or NULL + error. Tensors with more than CG_MAX_DIMS
- * dimensions are rejected. */
+/* Open path and validate its header. Returns a new handle owned by the
+ * caller (free it with cg_st_close, which closes the file), or NULL +
+ * error. Tensors with more than CG_MAX_DIMS dimensions are rejected. */
 cg_st_file *cg_st_open(const char *path);
 /* Same, from bytes already in memory (copied; the caller keeps buf). name is
  * used in error messages (may be NULL). */
@@ -106,15 +115,16 @@ bool cg_st_info(const cg_st_file *f, const char *name, cg_st_dtype *dtype, int *
                 int64_t *shape);
 
 /* The raw little-endian bytes of a tensor, borrowed from f (valid until
- * cg_st_close); *nbytes receives their count. NULL + error if absent (a
+ * cg_st_close; read from the file at the first call, then kept);
+ * *nbytes receives their count. NULL + error if absent or unreadable (a
  * present tensor with zero bytes gives a non-NULL pointer). */
 const void *cg_st_raw(const cg_st_file *f, const char *name, size_t *nbytes);
 
 /* A new contiguous tensor (owned by the caller) of the file's dtype and
  * shape, as PyTorch's safetensors.torch.load_file reads it: F32, BF16, F16,
  * I64, I32 or BOOL (a BOOL byte other than 0 or 1 is refused). NULL +
- * error if the name is absent or its dtype is another (cg_st_raw reads
- * those). */
+ * error if the name is absent, its dtype is another (cg_st_raw reads
+ * those) or its bytes cannot be read. */
 cg_tensor *cg_st_get(const cg_st_file *f, const char *name);
 /* A new float32 tensor of an F32, BF16 or F16 tensor (the narrower floats
  * widen exactly). NULL + error for any other dtype. */
@@ -125,8 +135,11 @@ cg_tensor *cg_st_get_i64(const cg_st_file *f, const char *name);
 /* Copy the tensor `name` into dst (any strides), which must have exactly its
  * shape: a float tensor (F32, BF16, F16) into a float dst of any width
  * (bfloat16 into a float32 parameter widens; float32 into bfloat16 rounds
- * to nearest even), an int or bool one into a dst of its dtype. False +
- * error naming the tensor and both shapes or dtypes otherwise. */
+ * to nearest even), an int or bool one into a dst of its dtype. A
+ * contiguous dst of the file's dtype receives the bytes straight from the
+ * file. False + error naming the tensor and both shapes or dtypes
+ * otherwise, or if the bytes cannot be read (then dst may hold part of
+ * them). */
 bool cg_st_load_into(const cg_st_file *f, const char *name, cg_tensor *dst);
 
 /* Metadata ("__metadata__" string map). Values and keys are borrowed from f.

@@ -42,20 +42,25 @@ bool cg_st_host_is_le(void)
 }
 
 /* Copy n elements of size sz from little-endian src to host order dst (or the
- * reverse: the transformation is its own inverse). */
+ * reverse: the transformation is its own inverse). dst == src converts in
+ * place. */
 void cg_st_copy_le(void *dst, const void *src, size_t n, size_t sz)
 {
     if (n == 0)
         return;
     if (cg_st_host_is_le() || sz == 1) {
-        memcpy(dst, src, n * sz);
+        if (dst != src)
+            memcpy(dst, src, n * sz);
         return;
     }
     const unsigned char *s = src;
     unsigned char *d = dst;
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
+        unsigned char e[8]; /* one element (sz <= 8), so dst may alias src */
+        memcpy(e, s + i * sz, sz);
         for (size_t k = 0; k < sz; k++)
-            d[i * sz + k] = s[i * sz + sz - 1 - k];
+            d[i * sz + k] = e[sz - 1 - k];
+    }
 }
 /* Index of the first byte that makes s[0..n) invalid UTF-8 (overlong forms,
  * surrogates and code points above U+10FFFF are invalid), or n if valid.

@@ -1,6 +1,7 @@
-/* cgrad nn, INTERNAL: what the safetensors reader (safetensors_read.c) and
- * writer (safetensors_write.c) share: the format's byte order and its
- * UTF-8 rule (safetensors_format.c). Not installed. */
+/* cgrad nn, INTERNAL: what the safetensors reader (safetensors_read.c:
+ * the file, its header and its bytes; safetensors_get.c: tensors of those
+ * bytes) and writer (safetensors_write.c) share: the format's byte order
+ * and its UTF-8 rule (safetensors_format.c). Not installed. */
 #ifndef CG_NN_SAFETENSORS_IMPL_H
 #define CG_NN_SAFETENSORS_IMPL_H
 
@@ -12,8 +13,9 @@
 
 /* True on a little-endian host (the file's byte order). */
 bool cg_st_host_is_le(void);
-/* Copy n elements of size sz from little-endian src to host order dst (or
- * the reverse: the transformation is its own inverse). */
+/* Copy n elements of size sz (at most 8) from little-endian src to host
+ * order dst (or the reverse: the transformation is its own inverse). dst
+ * may be src (in place) but must not overlap it otherwise. */
 void cg_st_copy_le(void *dst, const void *src, size_t n, size_t sz);
 /* Index of the first byte that makes s[0..n) invalid UTF-8 (overlong forms,
  * surrogates and code points above U+10FFFF are invalid), or n if valid.
@@ -27,5 +29,12 @@ struct cJSON;
 bool cg_st_find_duplicate_key(const struct cJSON *obj, const char **dup);
 /* A JSON number that is a non-negative integer, exactly, into *out. */
 bool cg_st_json_uint(const struct cJSON *v, uint64_t *out);
+
+/* The values of tensor `name`, in host byte order, into dst (as many bytes
+ * as its shape and dtype take): copied from cg_st_open_memory's bytes, or
+ * read from cg_st_open's file. False + error if it is absent or the read
+ * fails (then dst may hold part of the values); fn names the public caller
+ * in the messages. */
+bool cg_st_read_values(const cg_st_file *f, const char *name, void *dst, const char *fn);
 
 #endif

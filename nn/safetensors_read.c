@@ -1,8 +1,11 @@
 /* cgrad nn: the safetensors reader. See nn/safetensors.h.
  *
- * Reading keeps the whole file in one buffer. cg_st_open validates every
- * byte of the header and every range before it returns, so the accessors
- * below never need to re-check bounds. */
+ * cg_st_open reads the header and keeps the file open; a tensor's bytes are
+ * read (pread) when it is asked for, straight into the tensor that receives
+ * them. cg_st_open_memory keeps a copy of all the bytes instead. Either way
+ * every byte of the header and every range are validated before the handle
+ * is returned, so the accessors below never need to re-check bounds (a file
+ * that shrinks afterwards gives a short read, an error). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -48,11 +51,14 @@ typedef struct {
 
 struct cg_st_file {
     char *path;
-    unsigned char *buf; /* the whole file */
-    size_t len;
-    const unsigned char *data; /* buf + 8 + header length */
+    int fd;                    /* cg_st_open: the open file; cg_st_open_memory: -1 */
+    unsigned char *buf;        /* memory: all the bytes; file: the first 8 + header */
+    size_t len;                /* the file's length */
+    const unsigned char *data; /* memory: buf + data_at; file: NULL */
+    uint64_t data_at;          /* where the data buffer starts: 8 + header */
     size_t data_len;
-    st_entry *entries; /* header order */
+    st_entry *entries;   /* header order */
+    unsigned char **raw; /* file: cg_st_raw's copy of entry i, read on first use */
     int n;
     st_entry **by_name; /* sorted by name, for lookups */
     char **meta_keys, **meta_vals;
@@ -69,8 +75,14 @@ void cg_st_close(cg_st_file *f)
 {
     if (!f)
         return;
-    for (int i = 0; i < f->n; i++)
+    for (int i = 0; i < f->n; i++) {
         free(f->entries[i].name);
+        if (f->raw)
+            free(f->raw[i]);
+    }
+    if (f->fd >= 0)
+        close(f->fd);
+    free(f->raw);
     for (int i = 0; i < f->nmeta; i++) {
         free(f->meta_keys[i]);
         free(f->meta_vals[i]);
@@ -332,7 +344,8 @@ static bool split_header(cg_st_file *f, uint64_t *hlen_out)
     if (hlen > len - 8)
         FAIL("safetensors: %s: header length %" PRIu64 " does not fit the file (%zu bytes)", P,
              hlen, len);
-    f->data = f->buf + 8 + hlen;
+    f->data_at = 8 + hlen;
+    f->data = f->fd < 0 ? f->buf + f->data_at : NULL;
     f->data_len = len - 8 - (size_t)hlen;
     *hlen_out = hlen;
     return true;
@@ -457,31 +470,82 @@ fail:
     return false;
 }
 
-/* Takes ownership of buf (len bytes) in all cases. */
-static cg_st_file *parse_buffer(unsigned char *buf, size_t len, const char *path)
+/* n bytes at byte off of f's file into dst. False + error (naming the
+ * tensor, or the header when name is NULL) if the read fails or the file
+ * ends first: it shrank after cg_st_open. */
+static bool read_at(const cg_st_file *f, void *dst, size_t n, uint64_t off, const char *name)
 {
-    cg_st_file *f = calloc(1, sizeof *f);
-    if (!f) {
-        free(buf);
-        cg_set_error("safetensors: %s: out of memory", path);
-        return NULL;
+    char what[300] = "header";
+    if (name)
+        snprintf(what, sizeof what, "tensor '%.256s'", name);
+    unsigned char *d = dst;
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = pread(f->fd, d + got, n - got, (off_t)(off + got));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            cg_set_error("safetensors: %s: %s: read failed at byte %" PRIu64 ": %s", f->path, what,
+                         off + got, strerror(errno));
+            return false;
+        }
+        if (r == 0) {
+            cg_set_error("safetensors: %s: %s: the file ends at byte %" PRIu64
+                         ", but it had %zu bytes when opened (changed since?)",
+                         f->path, what, off + got, f->len);
+            return false;
+        }
+        got += (size_t)r;
     }
-    f->buf = buf;
-    f->len = len;
-    f->path = strdup(path);
-    if (!f->path) {
-        cg_set_error("safetensors: %s: out of memory", path);
-        cg_st_close(f);
-        return NULL;
-    }
+    return true;
+}
+
+/* The header (its length already in f->buf[0, 8) if the file has 8 bytes)
+ * and its entries: validate all of it. */
+static bool parse_file(cg_st_file *f)
+{
     uint64_t hlen = 0;
-    cJSON *root = split_header(f, &hlen) ? parse_header(f, buf + 8, hlen) : NULL;
+    if (!split_header(f, &hlen))
+        return false;
+    if (f->fd >= 0) { /* bring the header in */
+        unsigned char *b = realloc(f->buf, (size_t)(8 + hlen));
+        if (!b) {
+            cg_set_error("safetensors: %s: out of memory reading a %" PRIu64 "-byte header",
+                         f->path, hlen);
+            return false;
+        }
+        f->buf = b;
+        if (!read_at(f, b + 8, (size_t)hlen, 8, NULL))
+            return false;
+    }
+    cJSON *root = parse_header(f, f->buf + 8, hlen);
     bool ok = root && read_entries(f, root);
     cJSON_Delete(root);
-    if (!ok || !check_tiling(f)) {
-        cg_st_close(f);
+    if (ok && f->fd >= 0 && !(f->raw = calloc((size_t)f->n + 1, sizeof *f->raw))) {
+        cg_set_error("safetensors: %s: out of memory", f->path);
+        ok = false;
+    }
+    return ok && check_tiling(f);
+}
+
+/* A new handle named path (copied) that takes buf, whatever happens; fd
+ * (-1 for none) is closed by cg_st_close. NULL + error. */
+static cg_st_file *new_file(const char *path, int fd, unsigned char *buf, size_t len)
+{
+    cg_st_file *f = calloc(1, sizeof *f);
+    char *p = f ? strdup(path) : NULL;
+    if (!p) {
+        cg_set_error("safetensors: %s: out of memory", path);
+        free(f);
+        free(buf);
+        if (fd >= 0)
+            close(fd);
         return NULL;
     }
+    f->path = p;
+    f->fd = fd;
+    f->buf = buf;
+    f->len = len;
     return f;
 }
 
@@ -513,31 +577,14 @@ cg_st_file *cg_st_open(const char *path)
         close(fd);
         return NULL;
     }
-    size_t len = (size_t)st.st_size;
-    unsigned char *buf = malloc(len ? len : 1);
-    if (!buf) {
-        cg_set_error("safetensors: %s: out of memory reading %zu bytes", path, len);
-        close(fd);
+    cg_st_file *f = new_file(path, fd, malloc(8), (size_t)st.st_size);
+    if (f && !f->buf)
+        cg_set_error("safetensors: %s: out of memory", path);
+    if (!f || !f->buf || (f->len >= 8 && !read_at(f, f->buf, 8, 0, NULL)) || !parse_file(f)) {
+        cg_st_close(f);
         return NULL;
     }
-    size_t got = 0;
-    while (got < len) {
-        ssize_t r = read(fd, buf + got, len - got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0) {
-            cg_set_error("safetensors: %s: read failed after %zu of %zu bytes: %s", path, got, len,
-                         strerror(errno));
-            free(buf);
-            close(fd);
-            return NULL;
-        }
-        if (r == 0)
-            break; /* the file shrank: parse what is there */
-        got += (size_t)r;
-    }
-    close(fd);
-    return parse_buffer(buf, got, path);
+    return f;
 }
 
 cg_st_file *cg_st_open_memory(const void *data, size_t len, const char *name)
@@ -555,26 +602,17 @@ cg_st_file *cg_st_open_memory(const void *data, size_t len, const char *name)
     }
     if (len)
         memcpy(buf, data, len);
-    return parse_buffer(buf, len, name);
+    cg_st_file *f = new_file(name, -1, buf, len);
+    if (f && !parse_file(f)) {
+        cg_st_close(f);
+        return NULL;
+    }
+    return f;
 }
 
 const char *cg_st_path(const cg_st_file *f) { return f ? f->path : NULL; }
 
 int cg_st_count(const cg_st_file *f) { return f ? f->n : 0; }
-
-double cg_st_f32_elements(const cg_st_file *f)
-{
-    double have = 0;
-    for (int i = 0; i < cg_st_count(f); i++) {
-        cg_st_dtype dt;
-        int nd;
-        int64_t shape[CG_MAX_DIMS];
-        if (cg_st_info(f, cg_st_name(f, i), &dt, &nd, shape) &&
-            (dt == CG_ST_F32 || dt == CG_ST_BF16 || dt == CG_ST_F16))
-            have += (double)cg_numel_shape(nd, shape);
-    }
-    return have;
-}
 
 const char *cg_st_name(const cg_st_file *f, int i)
 {
@@ -638,125 +676,42 @@ const void *cg_st_raw(const cg_st_file *f, const char *name, size_t *nbytes)
     const st_entry *e = need(f, name, "cg_st_raw");
     if (!e)
         return NULL;
+    size_t n = (size_t)(e->end - e->begin);
     if (nbytes)
-        *nbytes = (size_t)(e->end - e->begin);
-    return f->data + e->begin;
-}
-
-static bool need_dtype(const cg_st_file *f, const st_entry *e, cg_st_dtype want)
-{
-    if (e->dtype == want)
-        return true;
-    cg_set_error("safetensors: %s: tensor '%s' has dtype %s, expected %s", f->path, e->name,
-                 cg_st_dtype_name(e->dtype), cg_st_dtype_name(want));
-    return false;
-}
-
-/* A BOOL tensor holds bytes 0 and 1 only. */
-static bool bools_valid(const cg_st_file *f, const st_entry *e, const cg_tensor *t)
-{
-    const unsigned char *b = (const unsigned char *)cg_data_ptr(t);
-    for (uint64_t i = 0; i < e->numel; i++)
-        if (b[i] > 1) {
-            cg_set_error("safetensors: %s: tensor '%s' (BOOL) holds byte %u at element %" PRIu64
-                         " (a bool is 0 or 1)",
-                         f->path, e->name, b[i], i);
-            return false;
+        *nbytes = n;
+    if (f->fd < 0)
+        return f->data + e->begin;
+    unsigned char **copy = &f->raw[e - f->entries];
+    if (!*copy) {
+        unsigned char *b = malloc(n ? n : 1);
+        if (!b) {
+            cg_set_error("safetensors: %s: tensor '%s': out of memory (%zu bytes)", f->path,
+                         e->name, n);
+            return NULL;
         }
-    return true;
+        if (!read_at(f, b, n, f->data_at + e->begin, e->name)) {
+            free(b);
+            return NULL;
+        }
+        *copy = b;
+    }
+    return *copy;
 }
 
-/* The tensor `name` in its own dtype, as cg_st_get; fn names the caller. */
-static cg_tensor *get_as_is(const cg_st_file *f, const char *name, const char *fn)
+bool cg_st_read_values(const cg_st_file *f, const char *name, void *dst, const char *fn)
 {
     const st_entry *e = need(f, name, fn);
     if (!e)
-        return NULL;
-    cg_dtype dt;
-    if (!cg_st_dtype_cg(e->dtype, &dt)) {
-        cg_set_error("safetensors: %s: tensor '%s' has dtype %s, which cgrad's tensors do not "
-                     "have (float32, bfloat16, float16, int64, int32, bool; read its bytes with "
-                     "cg_st_raw)",
-                     f->path, e->name, cg_st_dtype_name(e->dtype));
-        return NULL;
-    }
-    cg_tensor *t = cg_empty_dtype(dt, e->ndim, e->shape);
-    if (!t) {
-        cg_prefix_error("safetensors: %s: tensor '%s': ", f->path, e->name);
-        return NULL;
-    }
-    cg_st_copy_le(cg_data_ptr(t), f->data + e->begin, (size_t)e->numel, cg_dtype_size(dt));
-    if (dt == CG_BOOL && !bools_valid(f, e, t)) {
-        cg_release(t);
-        return NULL;
-    }
-    return t;
-}
-
-cg_tensor *cg_st_get(const cg_st_file *f, const char *name)
-{
-    return get_as_is(f, name, "cg_st_get");
-}
-
-cg_tensor *cg_st_get_f32(const cg_st_file *f, const char *name)
-{
-    const st_entry *e = need(f, name, "cg_st_get_f32");
-    if (!e)
-        return NULL;
-    if (e->dtype != CG_ST_F32 && e->dtype != CG_ST_BF16 && e->dtype != CG_ST_F16) {
-        cg_set_error("safetensors: %s: tensor '%s' has dtype %s, expected F32, BF16 or F16",
-                     f->path, e->name, cg_st_dtype_name(e->dtype));
-        return NULL;
-    }
-    cg_tensor *t = get_as_is(f, name, "cg_st_get_f32");
-    if (!t || t->dtype == CG_F32)
-        return t;
-    cg_tensor *c = cg_k_to(t, CG_F32); /* bfloat16 and float16 widen exactly */
-    cg_release(t);
-    return c;
-}
-
-bool cg_st_load_into(const cg_st_file *f, const char *name, cg_tensor *dst)
-{
-    if (!dst) {
-        if (!cg_has_error())
-            cg_set_error("safetensors: cg_st_load_into: NULL destination");
         return false;
+    size_t sz = cg_st_dtype_size(e->dtype), n = (size_t)(e->end - e->begin);
+    if (f->fd < 0) {
+        cg_st_copy_le(dst, f->data + e->begin, n / sz, sz);
+        return true;
     }
-    const st_entry *e = need(f, name, "cg_st_load_into");
-    if (!e)
+    if (!read_at(f, dst, n, f->data_at + e->begin, e->name))
         return false;
-    bool same = dst->ndim == e->ndim;
-    for (int i = 0; same && i < e->ndim; i++)
-        same = dst->shape[i] == e->shape[i];
-    if (!same) {
-        char a[160], b[160];
-        cg_shape_str_n(e->ndim, e->shape, a, sizeof a);
-        cg_shape_str(dst, b, sizeof b);
-        cg_set_error("safetensors: %s: tensor '%s' has shape %s, destination has shape %s", f->path,
-                     e->name, a, b);
-        return false;
-    }
-    cg_tensor *src = get_as_is(f, name, "cg_st_load_into");
-    if (!src)
-        return false;
-    bool ok = src->dtype == dst->dtype ||
-              (cg_dtype_is_float(src->dtype) && cg_dtype_is_float(dst->dtype));
-    if (!ok)
-        cg_set_error("safetensors: %s: tensor '%s' is %s, the destination is %s (floats convert; "
-                     "other dtypes must match)",
-                     f->path, e->name, cg_dtype_name(src->dtype), cg_dtype_name(dst->dtype));
-    ok = ok && cg_k_copy_(dst, src); /* a float of another width rounds as cg_to */
-    cg_release(src);
-    return ok;
-}
-
-cg_tensor *cg_st_get_i64(const cg_st_file *f, const char *name)
-{
-    const st_entry *e = need(f, name, "cg_st_get_i64");
-    if (!e || !need_dtype(f, e, CG_ST_I64))
-        return NULL;
-    return get_as_is(f, name, "cg_st_get_i64");
+    cg_st_copy_le(dst, dst, n / sz, sz);
+    return true;
 }
 
 const char *cg_st_metadata(const cg_st_file *f, const char *key)

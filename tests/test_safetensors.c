@@ -5,7 +5,8 @@
  * tests/fixtures/make_st_fixture.py), the Python reference reader on a file
  * written here (skipped when /usr/bin/python3 + numpy are missing), one test
  * per kind of corruption, every truncation of a valid file, byte mutations,
- * and the atomic save leaving the old file intact on every failure. */
+ * tensors read on demand from an open file, and the atomic save leaving the
+ * old file intact on every failure. */
 #include <check.h>
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -903,6 +904,88 @@ static void assert_file_holds(const char *path, float v)
     cg_st_close(f);
 }
 
+/* cg_st_open reads the header only; a tensor's bytes are read when asked
+ * for. A file cut short after it was opened: the tensor still whole in it
+ * reads (into a new tensor, and straight into a parameter), the one cut
+ * off fails with a message naming it, by every accessor: nothing was read
+ * in advance. Reopened, the cut file is refused. */
+START_TEST(open_reads_tensors_on_demand)
+{
+    const float a_v[4] = {1, -2, 3.5f, 4}, b_v[6] = {5, 6, 7, 8, 9, 10};
+    cg_st_writer *w = cg_st_writer_new();
+    ck_assert(cg_st_add_f32_raw(w, "a", CG_SHAPE(4), a_v));
+    ck_assert(cg_st_add_f32_raw(w, "b", CG_SHAPE(2, 3), b_v)); /* the data's last bytes */
+    const char *path = in_dir("lazy.safetensors");
+    ck_assert(cg_st_writer_save(w, path));
+    cg_st_writer_free(w);
+    cg_st_file *f = cg_st_open(path);
+    ck_assert_msg(f != NULL, "%s", cg_last_error());
+    struct stat st;
+    ck_assert_int_eq(stat(path, &st), 0);
+    ck_assert_int_eq(truncate(path, st.st_size - 4), 0); /* b's last value */
+
+    cg_tensor *t = cg_st_get_f32(f, "a");
+    assert_tensor_exact(t, a_v);
+    cg_release(t);
+    cg_tensor *p = cg_zeros(CG_SHAPE(4));
+    uint64_t v0 = cg_version(p);
+    ck_assert_msg(cg_st_load_into(f, "a", p), "%s", cg_last_error());
+    assert_tensor_exact(p, a_v);
+    ck_assert(cg_version(p) > v0); /* written in place: the version moves */
+
+    cg_clear_error();
+    ck_assert_ptr_null(cg_st_get_f32(f, "b"));
+    assert_error_has(path);
+    assert_error_has("tensor 'b': the file ends at byte");
+    size_t nb = 1;
+    cg_clear_error();
+    ck_assert_ptr_null(cg_st_raw(f, "b", &nb));
+    assert_error_has("the file ends at byte");
+    cg_tensor *q = cg_zeros(CG_SHAPE(2, 3));
+    cg_clear_error();
+    ck_assert(!cg_st_load_into(f, "b", q));
+    assert_error_has("the file ends at byte");
+    cg_st_close(f);
+    cg_release(p);
+    cg_release(q);
+
+    cg_clear_error();
+    ck_assert_ptr_null(cg_st_open(path));
+    assert_error_has("beyond the data buffer");
+}
+END_TEST
+
+/* A file replaced by a save (a rename over it) after it was opened: the open
+ * handle still reads the file it opened. cg_st_raw reads a tensor once and
+ * lends the same bytes until cg_st_close. */
+START_TEST(open_survives_replacement)
+{
+    const char *path = in_dir("replaced.safetensors");
+    cg_st_writer *w = writer_with(1.0f);
+    ck_assert(cg_st_writer_save(w, path));
+    cg_st_writer_free(w);
+    cg_st_file *f = cg_st_open(path);
+    ck_assert_msg(f != NULL, "%s", cg_last_error());
+    w = writer_with(2.0f);
+    ck_assert(cg_st_writer_save(w, path));
+    cg_st_writer_free(w);
+
+    const float one[4] = {1, 1, 1, 1};
+    cg_tensor *t = cg_st_get_f32(f, "v");
+    assert_tensor_exact(t, one);
+    cg_release(t);
+    size_t n1 = 0, n2 = 0;
+    const void *r1 = cg_st_raw(f, "v", &n1), *r2 = cg_st_raw(f, "v", &n2);
+    ck_assert_ptr_nonnull(r1);
+    ck_assert_ptr_eq(r1, r2);
+    ck_assert_uint_eq(n1, sizeof one);
+    ck_assert_uint_eq(n2, sizeof one);
+    ck_assert_int_eq(memcmp(r1, one, sizeof one), 0); /* little-endian host */
+    cg_st_close(f);
+    assert_file_holds(path, 2.0f);
+}
+END_TEST
+
 START_TEST(atomic_overwrite_ok)
 {
     const char *path = in_dir("ckpt.safetensors");
@@ -1192,6 +1275,12 @@ static Suite *safetensors_suite(void)
     tcase_add_test(tc, truncation_every_length);
     tcase_add_test(tc, mutation_no_crash);
     tcase_set_timeout(tc, 120);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("lazy");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, open_reads_tensors_on_demand);
+    tcase_add_test(tc, open_survives_replacement);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("atomic");

@@ -139,6 +139,8 @@ static bool same_model(const avg_run *r, const cg_st_file *f, const char *path)
         cg_st_has(a, CG_TOKENIZER_TENSOR) ? cg_st_raw(a, CG_TOKENIZER_TENSOR, &na) : NULL;
     const void *tb =
         cg_st_has(f, CG_TOKENIZER_TENSOR) ? cg_st_raw(f, CG_TOKENIZER_TENSOR, &nb) : NULL;
+    if ((!ta && cg_st_has(a, CG_TOKENIZER_TENSOR)) || (!tb && cg_st_has(f, CG_TOKENIZER_TENSOR)))
+        return false; /* unreadable (cg_st_raw's error) */
     if (!same_str(cg_st_metadata(a, "tokenizer"), cg_st_metadata(f, "tokenizer")) ||
         !same_str(cg_st_metadata(a, "vocab"), cg_st_metadata(f, "vocab")) || !ta != !tb ||
         na != nb || (ta && memcmp(ta, tb, na) != 0)) {
