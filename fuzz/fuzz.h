@@ -18,6 +18,12 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+/* The input as a file, for loaders that take a path: an in-memory file
+ * (memfd) whose name "/proc/self/fd/N" goes into path (cap bytes). Returns
+ * its descriptor (close it when done), or -1 when the environment cannot
+ * make one (not the input's fault). fuzz/fuzz_file.c. */
+int cg_fuzz_mem_path(const uint8_t *data, size_t size, char *path, size_t cap);
+
 /* abort() with a note on stderr: the input broke an invariant. */
 #define CG_FUZZ_CHECK(cond)                                                                    \
     do {                                                                                       \

@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include "core/error.h"
@@ -18,28 +17,10 @@
 #include "models/charlm/charlm_ckpt.h"
 #include "models/train/train_common.h"
 
-static int mem_path(const uint8_t *data, size_t size, char *path, size_t cap)
-{
-    int fd = memfd_create("cg_fuzz_ckpt", 0);
-    if (fd < 0)
-        return -1;
-    size_t off = 0;
-    while (off < size) {
-        ssize_t n = write(fd, data + off, size - off);
-        if (n <= 0) {
-            close(fd);
-            return -1;
-        }
-        off += (size_t)n;
-    }
-    snprintf(path, cap, "/proc/self/fd/%d", fd);
-    return fd;
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     char path[64];
-    int fd = mem_path(data, size, path, sizeof path);
+    int fd = cg_fuzz_mem_path(data, size, path, sizeof path);
     if (fd < 0)
         return 0; /* environment problem, not an input problem */
     cg_clear_error();

@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include "core/error.h"
@@ -19,19 +18,10 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    int fd = memfd_create("cg_fuzz_s2s", 0);
+    char path[64];
+    int fd = cg_fuzz_mem_path(data, size, path, sizeof path);
     if (fd < 0)
         return 0; /* environment problem, not an input problem */
-    for (size_t off = 0; off < size;) {
-        ssize_t n = write(fd, data + off, size - off);
-        if (n <= 0) {
-            close(fd);
-            return 0;
-        }
-        off += (size_t)n;
-    }
-    char path[64];
-    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
     cg_clear_error();
     cg_seq2seq_ckpt ck;
     if (!cg_seq2seq_ckpt_load(path, &ck)) {
