@@ -13,7 +13,11 @@
 
 static const char *const child_names[3] = {"lora_A", "lora_B", "lora_dropout"};
 
-/* y = base(x) + scale * B(A(dropout(x))), unless merged. */
+/* y = base(x) + scale * B(A(dropout(x))), unless merged; made as
+ * base(x) + B(scale * A(dropout(x))): the scale on the r values of a row,
+ * not its out_features, and the add as B's product writes its output (the
+ * same bits when the scale is a power of two, as the default alpha = 2r's
+ * 2; the rounding of a product otherwise). */
 static bool lora_hook(void *ctx, cg_module *m, int n_in, cg_tensor *const *in, cg_tensor **out)
 {
     (void)m;
@@ -23,10 +27,9 @@ static bool lora_hook(void *ctx, cg_module *m, int n_in, cg_tensor *const *in, c
         return true;
     cg_tensor *d = cg_drop_forward(a->dropout, in[0]);
     cg_tensor *h = cg_linear_forward(a->lora_A, d);
-    cg_tensor *u = cg_linear_forward(a->lora_B, h);
-    cg_tensor *s = cg_muls(u, a->scale);
-    cg_tensor *y = cg_add(*out, s);
-    cg_release_all(4, d, h, u, s);
+    cg_tensor *s = cg_muls(h, a->scale);
+    cg_tensor *y = cg_linear_forward_residual(a->lora_B, s, &(cg_residual){.res = *out});
+    cg_release_all(3, d, h, s);
     if (!y)
         return false;
     cg_release(*out);
