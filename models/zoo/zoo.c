@@ -112,7 +112,7 @@ cg_zoo_model *cg_zoo_load(const char *path)
         cg_zoo_free(m);
         return NULL;
     }
-    cg_st_close(m->lm ? m->c.file : m->s.file); /* everything is read: free its bytes */
+    cg_st_close(m->lm ? m->c.file : m->s.file); /* everything is read: close the file */
     m->c.file = m->s.file = NULL;
     cg_module_train(cg_zoo_module(m), false);
     return m;
