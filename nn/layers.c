@@ -301,12 +301,14 @@ cg_tensor *cg_linear_forward_residual(cg_linear *l, cg_tensor *x, const cg_resid
         cg_error_null_input("cg_linear_forward_residual");
         return NULL;
     }
-    /* the hooks see the layer's own output; without a graph, bf16
-     * inference reads the weights' packed copies (cg_linear_fn) */
-    if (!r || l->base.hooks || !cg_grad_enabled())
+    /* the hooks see the layer's own output */
+    if (!r || l->base.hooks)
         return residual_after(cg_linear_forward(l, x), r);
     if (!linear_input_ok(l, x))
         return NULL;
+    if (!cg_grad_enabled()) /* the kernel alone; bf16 on the weight's packed copy, as cg_linear_fn */
+        return cg_k_linear_residual(x, l->weight, l->bias, r->res, r->training ? r->p : 0.0f,
+                                    r->rng, NULL);
     return cg_affine_residual(x, l->weight, l->bias, r->res, r->p, r->rng, r->training);
 }
 

@@ -1829,8 +1829,23 @@ START_TEST(test_residual_fused)
                       : extra == 1 ? "a hook"
                                    : "an adapter",
                       bf16 ? "bf16" : "fp32", with_res, (double)p);
-        if (extra == 1) { /* the same output both times, the module's own */
-            ck_assert_int_eq(seen.calls, 2);
+        /* without a graph (inference: the kernel alone, bf16 on the
+         * weights' packed copies): the same output, fused or not */
+        cg_no_grad_begin();
+        cg_rng d0 = cg_rng_new(7), d1 = cg_rng_new(7);
+        const cg_residual r0 = {with_res ? x : NULL, p, &d0, true},
+                          r1 = {with_res ? x : NULL, p, &d1, true};
+        cg_tensor *h = sub_plain(m, kind, x), *y0 = cg_residual_apply(&r0, h);
+        cg_tensor *y1 = sub_fused(m, kind, x, &r1);
+        cg_no_grad_end();
+        assert_ok(y0);
+        assert_ok(y1);
+        ck_assert_msg(!memcmp(cg_data(y0), cg_data(y1), sizeof(float) * 36),
+                      "no graph: module %d, extra %d, %s, residual %d, p %g", kind, extra,
+                      bf16 ? "bf16" : "fp32", with_res, (double)p);
+        cg_release_all(3, h, y0, y1);
+        if (extra == 1) { /* the same output each time, the module's own */
+            ck_assert_int_eq(seen.calls, 4);
             ck_assert(own && seen.seen && own != seen.seen && cg_same_shape(own, seen.seen));
             ck_assert(!memcmp(cg_data(own), cg_data(seen.seen), sizeof(float) * 36));
         }
