@@ -81,18 +81,25 @@ static cg_tensor *slot_copy(const operand_slot *o, const cg_tensor *x)
                               o->copy->offset + (x->offset - o->offset));
 }
 
-cg_tensor *cg_k_bf16_operand(const cg_tensor *x)
+/* x's kept bf16 copy (a new reference), or NULL when it has none */
+static cg_tensor *operand_kept(const cg_tensor *x)
 {
-    if (!x)
-        return cg_error_null_input("cg_k_bf16_operand"), NULL;
-    if (!cg_f32_args("bf16_operand", 1, &x))
-        return NULL;
     cg_storage *s = x->storage;
     cg_tensor *y = NULL;
     pthread_mutex_lock(&g_operand_lock);
     if (s->derived && s->derived_free == operand_slot_free)
         y = slot_copy(s->derived, x);
     pthread_mutex_unlock(&g_operand_lock);
+    return y;
+}
+
+cg_tensor *cg_k_bf16_operand(const cg_tensor *x)
+{
+    if (!x)
+        return cg_error_null_input("cg_k_bf16_operand"), NULL;
+    if (!cg_f32_args("bf16_operand", 1, &x))
+        return NULL;
+    cg_tensor *y = operand_kept(x);
     if (y || !(y = round_copy(x)))
         return y;
     cg_k_bf16_operand_keep(x, y);
@@ -134,6 +141,7 @@ typedef struct {
     /* the output when not y itself (a GELU in fp32), relu's mask, and in
      * bf16 the pre-activation (the GELUs) and the output rounded */
     cg_tensor *a, *m, *h16, *a16;
+    bool infer; /* no backward: only the output and its bf16 rounding */
 } act_out;
 
 static void *data_or_null(const cg_tensor *t) { return t ? cg_data_ptr(t) : NULL; }
@@ -228,8 +236,12 @@ static void epi_row_block(int64_t r0, int64_t r1, int thread, const void *ctx)
  * the activation in place, in fp32 a GELU's own output (y is kept). */
 static bool act_outputs(act_out *ao, const cg_tensor *y, bool bf16)
 {
-    const bool relu = ao->act == CG_K_ACT_RELU;
     ao->e = (cg_gemm_epilogue){act_block, cg_data(y)};
+    if (ao->infer) { /* the activation in place; the rounding for the next product */
+        ao->a16 = bf16 ? cg_empty_dtype(CG_BF16, y->ndim, y->shape) : NULL;
+        return !bf16 || ao->a16;
+    }
+    const bool relu = ao->act == CG_K_ACT_RELU;
     ao->a = !relu && !bf16 ? cg_empty(y->ndim, y->shape) : NULL;
     /* relu's backward reads its mask, or in bf16 the output's rounding
      * (positive where the mask is) */
@@ -281,8 +293,12 @@ static cg_tensor *linear(const cg_tensor *x, const cg_tensor *w, const cg_tensor
     /* the dropout's mask */
     const bool want_m = to && to->want_mask && to->d.p > 0.0f;
     cg_tensor *m = want_m ? cg_empty_dtype(CG_BOOL, x->ndim, shp) : NULL;
-    /* fp32 products of a bfloat16 x: its values as floats */
-    cg_tensor *xc = x->dtype == CG_BF16 && !pw ? cg_k_to(x, CG_F32) : cg_k_contiguous(x);
+    /* fp32 products of a bfloat16 x: its values as floats; bf16 ones of a
+     * float32 x read its kept bf16 copy if it has one (the same bits) */
+    cg_tensor *x16 = pw && x->dtype == CG_F32 ? operand_kept(x) : NULL;
+    const cg_tensor *xs = x16 ? x16 : x;
+    cg_tensor *xc = xs->dtype == CG_BF16 && !pw ? cg_k_to(xs, CG_F32) : cg_k_contiguous(xs);
+    cg_release(x16);
     if (!y || !xc || (y16 && pw && !ao && !r16) || (want_m && !m) ||
         (ao && !act_outputs(ao, y, pw != NULL))) {
         cg_release_all(4, y, xc, r16, m);
@@ -359,19 +375,21 @@ cg_tensor *cg_k_linear_act(const cg_tensor *x, const cg_tensor *w, const cg_tens
 {
     if (saved)
         *saved = NULL;
-    if (!saved)
-        return cg_error_null_input("cg_k_linear_act"), NULL;
     if (act != CG_K_ACT_RELU && act != CG_K_ACT_GELU && act != CG_K_ACT_GELU_ERF) {
         cg_set_error("linear_act: unknown activation %d", (int)act);
         return NULL;
     }
-    act_out ao = {.act = act};
+    act_out ao = {.act = act, .infer = !saved};
     cg_tensor *y = linear(x, w, b, false, &ao, NULL, NULL);
     if (!y)
         return NULL;
     cg_tensor *out = ao.a ? ao.a : y; /* y activated in place, or y = h kept */
     if (ao.a16)
         cg_k_bf16_operand_keep(out, ao.a16);
+    if (!saved) {
+        cg_release(ao.a16);
+        return out;
+    }
     if (act == CG_K_ACT_RELU)
         *saved = ao.m ? ao.m : cg_retain(ao.a16);
     else

@@ -344,7 +344,9 @@ void cg_k_dropout_add_run(const cg_k_drop *d, int64_t n, int64_t runs, int64_t l
  * [out] or NULL -> [..., out]. One GEMM with the bias pre-written into y.
  * x may be bfloat16 (cg_k_bf16_operand's): bf16 products read it as it is
  * (the bits they give for the floats it was rounded from), fp32 ones
- * widen it. */
+ * widen it. A float32 x whose bf16 copy is kept (cg_k_bf16_operand_keep)
+ * is read from that copy by bf16 products (the same bits, half the bytes,
+ * no rounding). */
 cg_tensor *cg_k_linear(const cg_tensor *x, const cg_tensor *w, const cg_tensor *b);
 /* cg_k_linear for an output that bf16 products read (attention's q, k and
  * v): in bf16 precision the product also rounds each block of the output
@@ -390,8 +392,10 @@ typedef enum { CG_K_ACT_RELU, CG_K_ACT_GELU, CG_K_ACT_GELU_ERF } cg_k_act;
  * for the GELUs the pre-activation h = x W^T + b, in bf16
  * precision rounded to bf16 (cg_k_bf16_operand's bits: the GELU node's
  * saved input, autograd's cg_gelu). The output is the product's own
- * buffer, activated in place, except for a GELU in fp32 (h is kept). NULL
- * + error on failure. */
+ * buffer, activated in place, except for a GELU in fp32 (h is kept).
+ * saved NULL: no backward will run (inference), nothing is made for one:
+ * the output is activated in place, and in bf16 only its rounding is
+ * kept. NULL + error on failure. */
 cg_tensor *cg_k_linear_act(const cg_tensor *x, const cg_tensor *w, const cg_tensor *b, cg_k_act act,
                            cg_tensor **saved);
 /* res + dropout(x W^T + b): a sublayer's last product and what follows

@@ -315,15 +315,15 @@ cg_tensor *cg_linear_forward_residual(cg_linear *l, cg_tensor *x, const cg_resid
 /* act(l(x)), the bits of cg_activation(cg_linear_forward(l, x), act): one
  * op while gradients are recorded (the row's affine: cg_affine_relu keeps
  * no pre-activation; in bf16 the activation runs as the product writes),
- * without a graph relu over the layer's fresh output in place (bf16
- * inference keeps its packed weights). */
+ * without a graph the kernel alone, keeping nothing for a backward (bf16:
+ * on the weight's packed copy, as the product writes; the output's bf16
+ * rounding is kept for the next layer's product to read). */
 static cg_tensor *linear_act(cg_linear *l, cg_tensor *x, cg_act act)
 {
     const cg_act_info *r = cg_act_info_of(act, "activation");
     if (!r)
         return NULL;
-    if ((l && l->base.hooks) || (!cg_grad_enabled() && act != CG_ACT_RELU)) {
-        /* the hooks see the layer's own output */
+    if (l && l->base.hooks) { /* the hooks see the layer's own output */
         cg_tensor *h = cg_linear_forward(l, x);
         cg_tensor *y = h ? r->forward(h) : NULL;
         cg_release(h);
@@ -333,12 +333,10 @@ static cg_tensor *linear_act(cg_linear *l, cg_tensor *x, cg_act act)
         return NULL;
     if (cg_grad_enabled())
         return r->affine(x, l->weight, l->bias);
-    cg_tensor *h = cg_linear_fn(x, l->weight, l->bias);
-    if (h && !cg_k_relu_(h)) {
-        cg_release(h);
-        return NULL;
-    }
-    return h;
+    const cg_k_act k = act == CG_ACT_RELU   ? CG_K_ACT_RELU
+                       : act == CG_ACT_GELU ? CG_K_ACT_GELU
+                                            : CG_K_ACT_GELU_ERF;
+    return cg_k_linear_act(x, l->weight, l->bias, k, NULL);
 }
 
 /* --------------------------------------------------------- Embedding */

@@ -1824,8 +1824,10 @@ END_TEST
  * through the bias), what it saves (relu's mask; a GELU's pre-activation,
  * rounded in bf16 as cg_k_bf16_operand rounds it), its output in place
  * over the product where it says so, and in bf16 the output's copy kept
- * for cg_k_bf16_operand; fp32 and bf16, 1 and 2 threads, rows of the
- * panel path and of the driver, several k blocks. Bad arguments refused. */
+ * for cg_k_bf16_operand; without a backward (saved NULL), the same output
+ * and a next product that reads its kept copy with the bits of one that
+ * rounds it; fp32 and bf16, 1 and 2 threads, rows of the panel path and
+ * of the driver, several k blocks. Bad arguments refused. */
 START_TEST(test_linear_act)
 {
     cg_rng rng = cg_rng_new(67);
@@ -1878,14 +1880,28 @@ START_TEST(test_linear_act)
         ck_assert(
             !memcmp(cg_data_bf16(c), cg_data_bf16(want_c), sizeof(uint16_t) * (size_t)cg_numel(y)));
         ck_assert(!bf16 || c == c2); /* bf16: the copy the product's pass kept */
-        cg_release_all(11, x, w, b, h, want, want_c, want_h, y, saved, c, c2);
+        /* saved NULL (inference): the same output, in bf16 its rounding
+         * kept, which the next product reads: the bits of a product of a
+         * fresh copy of the output (rounded by the product itself) */
+        cg_tensor *yi = cg_k_linear_act(x, w, b, (cg_k_act)act, NULL);
+        ck_assert_ptr_nonnull(yi);
+        ck_assert(same_bits(yi, want));
+        cg_tensor *ci = bf16 ? cg_k_bf16_operand(yi) : NULL; /* the kept one */
+        ck_assert(!ci || !memcmp(cg_data_bf16(ci), cg_data_bf16(want_c),
+                                 sizeof(uint16_t) * (size_t)cg_numel(y)));
+        cg_release(ci);
+        cg_tensor *w2 = cg_randn(&rng, CG_SHAPE(7, 213)), *fresh = cg_k_clone(yi);
+        cg_tensor *p_kept = cg_k_linear(yi, w2, NULL), *p_fresh = cg_k_linear(fresh, w2, NULL);
+        ck_assert_msg(same_bits(p_kept, p_fresh), "the next product: act %d, %s", act,
+                      bf16 ? "bf16" : "fp32");
+        cg_release_all(16, x, w, b, h, want, want_c, want_h, y, saved, c, c2, yi, w2, fresh, p_kept,
+                       p_fresh);
     }
     cg_set_num_threads(0);
     cg_set_matmul_precision(CG_PRECISION_BF16);
     cg_tensor *x = cg_randn(&rng, CG_SHAPE(4, 6)), *w = cg_randn(&rng, CG_SHAPE(5, 6)), *s = NULL;
     ck_assert_ptr_null(cg_k_linear_act(x, w, NULL, (cg_k_act)7, &s));
     ck_assert_ptr_nonnull(strstr(cg_last_error(), "activation"));
-    ck_assert_ptr_null(cg_k_linear_act(x, w, NULL, CG_K_ACT_GELU, NULL));
     cg_tensor *w7 = cg_randn(&rng, CG_SHAPE(5, 7));
     ck_assert_ptr_null(cg_k_linear_act(x, w7, NULL, CG_K_ACT_GELU, &s)); /* shapes */
     ck_assert_ptr_null(s);
