@@ -893,6 +893,14 @@ static cg_st_writer *writer_with(float v)
     return w;
 }
 
+/* path saved holding writer_with(v)'s tensor */
+static void save_with(const char *path, float v)
+{
+    cg_st_writer *w = writer_with(v);
+    ck_assert_msg(cg_st_writer_save(w, path), "%s", cg_last_error());
+    cg_st_writer_free(w);
+}
+
 static void assert_file_holds(const char *path, float v)
 {
     cg_st_file *f = cg_st_open(path);
@@ -961,14 +969,10 @@ END_TEST
 START_TEST(open_survives_replacement)
 {
     const char *path = in_dir("replaced.safetensors");
-    cg_st_writer *w = writer_with(1.0f);
-    ck_assert(cg_st_writer_save(w, path));
-    cg_st_writer_free(w);
+    save_with(path, 1.0f);
     cg_st_file *f = cg_st_open(path);
     ck_assert_msg(f != NULL, "%s", cg_last_error());
-    w = writer_with(2.0f);
-    ck_assert(cg_st_writer_save(w, path));
-    cg_st_writer_free(w);
+    save_with(path, 2.0f);
 
     const float one[4] = {1, 1, 1, 1};
     cg_tensor *t = cg_st_get_f32(f, "v");
@@ -989,13 +993,9 @@ END_TEST
 START_TEST(atomic_overwrite_ok)
 {
     const char *path = in_dir("ckpt.safetensors");
-    cg_st_writer *w = writer_with(1.0f);
-    ck_assert(cg_st_writer_save(w, path));
-    cg_st_writer_free(w);
+    save_with(path, 1.0f);
     ck_assert_int_eq(chmod(path, 0640), 0);
-    w = writer_with(2.0f);
-    ck_assert(cg_st_writer_save(w, path));
-    cg_st_writer_free(w);
+    save_with(path, 2.0f);
     assert_file_holds(path, 2.0f);
     struct stat st;
     ck_assert_int_eq(stat(path, &st), 0);
@@ -1005,7 +1005,7 @@ START_TEST(atomic_overwrite_ok)
     char cwd[1024];
     ck_assert_ptr_nonnull(getcwd(cwd, sizeof cwd));
     ck_assert_int_eq(chdir(g_dir), 0);
-    w = writer_with(3.0f);
+    cg_st_writer *w = writer_with(3.0f);
     bool ok = cg_st_writer_save(w, "rel.safetensors");
     cg_st_writer_free(w);
     ck_assert_int_eq(chdir(cwd), 0);
