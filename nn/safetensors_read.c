@@ -704,13 +704,11 @@ bool cg_st_read_values(const cg_st_file *f, const char *name, void *dst, const c
     if (!e)
         return false;
     size_t sz = cg_st_dtype_size(e->dtype), n = (size_t)(e->end - e->begin);
-    if (f->fd < 0) {
-        cg_st_copy_le(dst, f->data + e->begin, n / sz, sz);
-        return true;
-    }
-    if (!read_at(f, dst, n, f->data_at + e->begin, e->name))
+    /* the bytes in memory (cg_st_open_memory's, or cg_st_raw's copy), else the file's */
+    const unsigned char *src = f->fd < 0 ? f->data + e->begin : f->raw[e - f->entries];
+    if (!src && !read_at(f, dst, n, f->data_at + e->begin, e->name))
         return false;
-    cg_st_copy_le(dst, dst, n / sz, sz);
+    cg_st_copy_le(dst, src ? src : dst, n / sz, sz);
     return true;
 }
 
