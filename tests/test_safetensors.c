@@ -985,7 +985,7 @@ START_TEST(open_survives_replacement)
     ck_assert_uint_eq(n1, sizeof one);
     ck_assert_uint_eq(n2, sizeof one);
     ck_assert_int_eq(memcmp(r1, one, sizeof one), 0); /* little-endian host */
-    t = cg_st_get_f32(f, "v"); /* now from cg_st_raw's copy */
+    t = cg_st_get_f32(f, "v");                        /* now from cg_st_raw's copy */
     assert_tensor_exact(t, one);
     cg_release(t);
     cg_st_close(f);
