@@ -8,6 +8,7 @@
 #   1b. --data /dev/stdin and a FIFO work (the corpus is read once)
 #   2b. a second writer of the same checkpoint is refused (a lock)
 #   2c. a signal before the first step saves nothing (--force keeps the old)
+#   2d. a signal during an evaluation cuts it short; the run saves and resumes
 #   3. a NaN loss (a parameter set to 3e38) stops training with the step (numbered
 #      from 1, as on the progress line) and the
 #      tensor named, exit non-zero, and the last checkpoint is not overwritten
@@ -94,12 +95,56 @@ rc=0
   --T 256 --batch-size 16 --steps 50 --threads 1 --out early.st --force) >early.json \
   2>early.log || rc=$?
 [ "$rc" -eq 0 ] || fail "a signal before the first step: exit $rc ($(tail -1 early.log))"
-grep -q "stopped before the first step; nothing saved" early.log ||
+grep -q "the evaluation at step 0 was cut short by a signal" early.log &&
+  grep -q "stopped before the first step; nothing saved" early.log ||
   fail "a signal before the first step: $(tail -2 early.log)"
 grep -q '"interrupted": true' early.json && ! grep -q '"checkpoint"' early.json ||
   fail "a signal before the first step: $(cat early.json)"
 cmp -s early.st full.st || fail "a signal before the first step replaced the checkpoint"
 echo "a signal before the first step: nothing saved, the earlier checkpoint kept"
+
+# 2d. a signal during an evaluation cuts it short (the evaluation loops
+# poll the flag between batches). With --eval-every 1 every step is
+# followed by an evaluation (40 batches of B 64 x T 128, some 10 times the
+# step), and a signal during a step is seen first by the evaluation after
+# it; only a signal during the checkpoint and loss curve written after
+# each evaluation (a fifth of the time) is seen between steps instead. So
+# a SIGINT at 0 to 0.9 s after the first progress line (which comes out
+# with the evaluation's line) cuts one short, in up to 8 tries. The run
+# stops at that step, its evaluation left out, and saves; the checkpoint
+# equals an uninterrupted run to the step, and the resumed run (which
+# evaluates the step first) continues it bit for bit.
+every1=(--data tiny.txt --d 16 --H 2 --layers 1 --d-ff 32 --T 128 --batch-size 64 --threads 1
+        --eval-every 1 --log-every 1 --seed 3)
+k=
+for ((try = 0; try < 8 && ${#k} == 0; try++)); do
+  "$charlm" train "${every1[@]}" --steps 50000 --out cut.st --force >cut.json 2>cut.log &
+  pid=$!
+  for ((w = 0; w < 600; w++)); do
+    grep -q '/50000' cut.log 2>/dev/null && break
+    sleep 0.05
+  done
+  sleep "0.$((RANDOM % 10))"
+  kill -INT "$pid"
+  rc=0
+  wait "$pid" || rc=$?
+  [ "$rc" -eq 0 ] && grep -q '"interrupted": true' cut.json ||
+    fail "a signal during an evaluation: exit $rc ($(tail -1 cut.log)): $(cat cut.json)"
+  k=$(sed -n 's/.*the evaluation at step \([0-9]*\) was cut short by a signal$/\1/p' cut.log)
+done
+[ -n "$k" ] && [ "$k" -gt 0 ] && grep -q "stopped at step $k; checkpoint saved" cut.log ||
+  fail "a signal during an evaluation: no evaluation cut short in 8 tries: $(tail -3 cut.log)"
+"$charlm" train "${every1[@]}" --steps 50000 --stop-at "$k" --out cut_ref.st >/dev/null 2>&1 ||
+  fail "reference run to $k failed"
+"$tool" same cut.st cut_ref.st || fail "cut evaluation at $k: checkpoint != uninterrupted run to $k"
+"$charlm" train --resume cut.st --stop-at $((k + 3)) --threads 1 >/dev/null 2>cut_r.log ||
+  fail "resume after a cut evaluation failed: $(tail -1 cut_r.log)"
+grep -q "step $k: train loss" cut_r.log || fail "the resumed run did not evaluate step $k first"
+"$charlm" train "${every1[@]}" --steps 50000 --stop-at $((k + 3)) --out cut_ref2.st >/dev/null \
+  2>&1 || fail "reference run to $((k + 3)) failed"
+"$tool" same cut.st cut_ref2.st || fail "cut at $k + resume 3 steps != uninterrupted run"
+echo "a signal during the evaluation at step $k (try $try): cut short, saved == uninterrupted," \
+  "resumed identically"
 
 # 3. NaN: set a parameter of the step-20 checkpoint to 3e38 (finite: a NaN
 #    weight is refused at load, but the next loss is NaN) and resume from it

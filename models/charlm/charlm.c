@@ -280,7 +280,7 @@ static bool windows_loss(cg_charlm *m, const int64_t *x, const int64_t *y, int64
 }
 
 bool cg_charlm_sampled_loss(cg_charlm *m, cg_split_view s, int64_t B, int64_t T, int n_batches,
-                            uint64_t seed, double *out)
+                            uint64_t seed, bool (*stop)(void), double *out)
 {
     int64_t *x = malloc((size_t)(B * T) * sizeof *x), *y = malloc((size_t)(B * T) * sizeof *y);
     bool ok = x && y;
@@ -293,6 +293,11 @@ bool cg_charlm_sampled_loss(cg_charlm *m, cg_split_view s, int64_t B, int64_t T,
     double total = 0;
     for (int i = 0; ok && i < n_batches; i++) {
         double v;
+        if (stop && stop()) {
+            cg_set_error("interrupted");
+            ok = false;
+            break;
+        }
         ok = cg_get_batch(s, B, T, &gen, x, y) && windows_loss(m, x, y, B, T, B, &v);
         total += ok ? v : 0;
     }

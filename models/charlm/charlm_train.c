@@ -18,6 +18,7 @@
 #include "models/charlm/charlm_presets.h"
 #include "models/util/config_json.h"
 #include "models/train/dist.h"
+#include "models/train/train_common.h"
 #include "optim/optim.h"
 #include "optim/schedule.h"
 
@@ -72,9 +73,10 @@ static bool lm_evaluate(void *self, int64_t step, cg_eval_result *e)
 {
     (void)step;
     lm_run *r = self;
-    bool ok =
-        cg_charlm_sampled_loss(r->model, r->tr, r->B, r->T, EVAL_BATCHES, EVAL_SEED, &r->tl) &&
-        cg_charlm_sampled_loss(r->model, r->va, r->B, r->T, EVAL_BATCHES, EVAL_SEED, &r->vl);
+    bool ok = cg_charlm_sampled_loss(r->model, r->tr, r->B, r->T, EVAL_BATCHES, EVAL_SEED,
+                                     cg_train_interrupted, &r->tl) &&
+              cg_charlm_sampled_loss(r->model, r->va, r->B, r->T, EVAL_BATCHES, EVAL_SEED,
+                                     cg_train_interrupted, &r->vl);
     e->train = r->tl;
     e->val = r->vl;
     return ok;

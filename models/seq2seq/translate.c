@@ -272,6 +272,11 @@ bool cg_seq2seq_valid_loss(cg_seq2seq *m, const cg_pairs *p, const cg_batches *b
     double ls = 0, nll = 0, ntok = 0;
     bool ok = true;
     for (int64_t b = 0; ok && b < bs->n_batches; b++) {
+        if (cg_train_interrupted()) {
+            cg_set_error("interrupted");
+            ok = false;
+            break;
+        }
         cg_batch bt;
         if (!cg_batch_make_tok(p, bs->idx + bs->start[b], bs->start[b + 1] - bs->start[b], tok,
                                &bt)) {

@@ -113,7 +113,9 @@ void cg_mt_data_free(cg_mt_data *d);
 
 /* Over batches bs of p: *ls the model's (label-smoothed) loss and *nll the
  * plain cross-entropy, both averaged over non-pad targets (NaN when there
- * are none); *ntok (may be NULL) the number of those targets. */
+ * are none); *ntok (may be NULL) the number of those targets. Stops
+ * between batches once a signal is caught (cg_train_interrupted): false,
+ * "interrupted". */
 bool cg_seq2seq_valid_loss(cg_seq2seq *m, const cg_pairs *p, const cg_batches *bs,
                            const cg_tokenizer *tok, double *ls, double *nll, double *ntok);
 /* The cross-entropy of pairs idx[0..n) with every target paired with the

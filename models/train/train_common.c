@@ -47,6 +47,15 @@ void cg_train_catch_signals(void)
 
 bool cg_train_interrupted(void) { return g_interrupted != 0; }
 
+void cg_train_release_signals(void)
+{
+    static const int sigs[] = {SIGINT, SIGTERM, SIGUSR1, SIGHUP};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
+        signal(sigs[i], SIG_DFL);
+    signal(SIGXCPU, SIG_IGN);
+    g_interrupted = 0;
+}
+
 static bool g_line_open = false;
 
 bool cg_progress_is_tty(void) { return isatty(STDERR_FILENO) == 1; }

@@ -19,11 +19,19 @@ extern "C" {
 /* SIGINT, SIGTERM, SIGUSR1 (mpirun forwards it to every rank), SIGXCPU
  * (ulimit -t) and SIGHUP set a flag (the first time; a second one gets the
  * default action, except SIGXCPU, ignored from then on). The trainer polls
- * it between steps. SIGPIPE is ignored from the program's start
+ * it between steps, and the evaluations between batches (charlm's
+ * cg_charlm_sampled_loss is given it, seq2seq's cg_seq2seq_valid_loss
+ * asks it; both stop with the error "interrupted"): a signal during an
+ * evaluation is answered in one batch's time. SIGPIPE is ignored from the program's start
  * (models/util/cli.h cg_cli_streams): a closed pipe on stdout or stderr
  * fails the write, it does not end the run. */
 void cg_train_catch_signals(void);
 bool cg_train_interrupted(void);
+/* After the last checkpoint is saved, for the final evaluation: SIGINT,
+ * SIGTERM, SIGUSR1 and SIGHUP end the process at once (everything is
+ * saved), SIGXCPU is ignored, and a flag already set is cleared (the
+ * final evaluation runs whole or not at all). */
+void cg_train_release_signals(void);
 
 /* The progress line on stderr: rewritten in place on a terminal, one line
  * per call otherwise. cg_progress_end() finishes a line left open. */

@@ -7,7 +7,6 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -333,12 +332,28 @@ static void metrics_line(run_ctx *c, cJSON *j)
     cJSON_Delete(j);
 }
 
+/* The evaluation at step, its line and its metrics. -1, STOP (cut short
+ * by a signal) or the exit code. */
 static int evaluate(run_ctx *c, int64_t step)
 {
     cg_trainer *t = c->t;
     cg_eval_result e = {.train = NAN, .val = NAN};
-    if (!c->m->evaluate(c->m->self, step, &e))
+    bool ok = c->m->evaluate(c->m->self, step, &e);
+    if (!ok && !cg_train_interrupted())
         return cg_prog_fail("evaluation at step %lld: %s", (long long)step, cg_last_error());
+    /* a signal cut it short (here or on another rank: every rank evaluates
+     * at the same steps, and they agree): the run stops before this step,
+     * its evaluation left out, and saves */
+    double cut = !ok;
+    if (!cg_dist_allreduce_max(&cut, 1))
+        return cg_prog_fail("evaluation at step %lld: %s", (long long)step, cg_last_error());
+    if (cut > 0) {
+        cg_progress_end();
+        fprintf(stderr, "%s: the evaluation at step %lld was cut short by a signal\n",
+                cg_prog_name(), (long long)step);
+        t->interrupted = c->signalled = true;
+        return STOP;
+    }
     if (isnan(e.train))
         e.train = cg_trainer_recent_loss(t);
     char extra[256] = "";
@@ -520,10 +535,7 @@ static int finish(run_ctx *c)
         fprintf(stderr, "%s: checkpoint saved to '%s'\n", prog, t->out);
         /* the final evaluation (seq2seq decodes for minutes) may be cut
          * short at once: everything is saved */
-        signal(SIGINT, SIG_DFL);
-        signal(SIGTERM, SIG_DFL);
-        signal(SIGUSR1, SIG_DFL);
-        signal(SIGHUP, SIG_DFL);
+        cg_train_release_signals();
         if (!m->finish(m->self, t, j)) {
             cJSON_Delete(j);
             return cg_prog_fail_lib(NULL);
@@ -558,7 +570,7 @@ static bool evaluated_at(const cg_trainer *t, int64_t step)
 }
 
 /* At step: the evaluation and the checkpoint (with the loss curve) when
- * due. -1 or the exit code. */
+ * due. -1, STOP (a signal cut the evaluation short) or the exit code. */
 static int eval_and_save(run_ctx *c, int64_t step)
 {
     const cg_trainer *t = c->t;
@@ -566,7 +578,7 @@ static int eval_and_save(run_ctx *c, int64_t step)
     int rc;
     bool due = step % o->eval_every == 0 || step == o->steps;
     if (due && (step > 0 || c->m->eval_at_start) && !evaluated_at(t, step) &&
-        (rc = evaluate(c, step)) >= 0)
+        (rc = evaluate(c, step)) != -1)
         return rc;
     if (due && step > t->start && step < o->steps && !save(c, step))
         return cg_prog_fail("could not save the checkpoint at step %lld: %s", (long long)step,
@@ -654,7 +666,7 @@ static int iteration(run_ctx *c)
 {
     const int64_t step = c->t->step;
     int rc = eval_and_save(c, step);
-    if (rc >= 0)
+    if (rc != -1)
         return rc;
     if (step >= c->t->o->steps)
         return STOP;
