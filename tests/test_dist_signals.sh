@@ -4,7 +4,8 @@
 #  - SIGUSR1 to mpirun (which forwards it to every rank) stops the job as
 #    Ctrl-C stops one process: every rank stops at the same step, rank 0
 #    saves, the job exits 0;
-#  - SIGTERM to one rank: the same;
+#  - SIGTERM to one rank: the same; and during an evaluation, which that
+#    rank cuts short: the ranks agree, and every rank leaves it out;
 #  - SIGTERM to mpirun: Open MPI 4.1 forwards it, sends SIGKILL a second
 #    later and exits 1 whatever the ranks do; a small checkpoint is saved
 #    in that second (the exit status is Open MPI's, and said in docs/zoo.md);
@@ -23,25 +24,30 @@ mpirun=$2
 netns=$(realpath "$3")
 . "$(dirname "$0")/shell_lib.sh" dist_signals
 zoo_data
-TRAIN=(train --data "$dir/c.txt" --d 16 --H 2 --layers 1 --d-ff 32 --T 16 --batch-size 4
-       --threads 1 --seed 3 --steps 1000000)
+TRAIN=(train --data "$dir/c.txt" --d 16 --H 2 --layers 1 --d-ff 32 --threads 1 --seed 3
+       --steps 1000000)
 ran=0
 # loads NAME CKPT: eval reads CKPT
 loads() {
   "$charlm" eval --ckpt "$2" >ev.txt 2>&1 && grep -q '"step"' ev.txt && echo "ok: $1: '$2' loads" ||
     fail "$1: '$2' does not load: $(tail -1 ev.txt)"
 }
-# stop NAME WHO SIG: a 2-rank job on this machine, sent SIG (WHO: mpirun or
-# rank, a rank's process) once its first checkpoint exists; rc and j.log left
+# stop NAME WHO SIG [FLAGS...]: a 2-rank job on this machine (TRAIN, then
+# FLAGS: by default --T 16 --batch-size 4 --eval-every 50), sent SIG (WHO:
+# mpirun or rank, a rank's process) once its first checkpoint exists,
+# after a wait of WAIT seconds; rc and j.log left
+WAIT=0
 stop() {
-  local name=$1 who=$2 sig=$3 mp pid w guard
+  local name=$1 who=$2 sig=$3 mp pid w guard flags=("${@:4}")
+  [ ${#flags[@]} -gt 0 ] || flags=(--T 16 --batch-size 4 --eval-every 50)
   rm -f j.st j.st.* j.json j.log
   OMP_NUM_THREADS=1 "$mpirun" --allow-run-as-root --oversubscribe -np 2 \
-    "$charlm" "${TRAIN[@]}" --eval-every 50 --out j.st >j.json 2>j.log &
+    "$charlm" "${TRAIN[@]}" "${flags[@]}" --out j.st >j.json 2>j.log &
   mp=$!
   (sleep 60; kill -KILL $mp) >/dev/null 2>&1 &
   guard=$!
   for ((w = 0; w < 300; w++)); do [ -s j.st ] && break; sleep 0.1; done
+  sleep "$WAIT"
   pid=$mp
   [ "$who" = rank ] && pid=$(pgrep -P $mp -n charlm)
   kill -"$sig" "${pid:-$mp}"
@@ -64,6 +70,25 @@ if [ -n "$mpirun" ]; then
     echo "ok: SIGTERM to one rank: $(grep '^charlm: stopped' j.log)"
     loads "SIGTERM to one rank" j.st
   else fail "SIGTERM to one rank: exit $rc: $(tail -c 300 j.log)"; fi
+  # during an evaluation: --eval-every 1 and an evaluation of 40 batches
+  # of 16 x 128, some 10 times the step; the signal lands in one in up to 8
+  # tries (as in test_charlm_reliability.sh), then that rank cuts its
+  # evaluation short, the other finishes its own, and they agree
+  cut=0
+  for ((try = 1; try <= 8 && cut == 0; try++)); do
+    WAIT=0.$((RANDOM % 10))
+    stop "SIGTERM to one rank during an evaluation" rank TERM --eval-every 1 --T 128 --batch-size 16
+    if [ $rc -ne 0 ] || ! grep -q "^charlm: stopped at step [0-9]*; checkpoint saved" j.log; then
+      fail "SIGTERM to one rank during an evaluation: exit $rc: $(tail -c 300 j.log)"
+      cut=2
+    elif grep -q "^charlm: the evaluation at step [0-9]* was cut short by a signal" j.log; then
+      cut=1
+      echo "ok: SIGTERM to one rank during an evaluation (try $try): $(grep '^charlm: the evaluation' j.log)"
+      loads "SIGTERM to one rank during an evaluation" j.st
+    fi
+  done
+  WAIT=0
+  [ $cut != 0 ] || fail "SIGTERM to one rank during an evaluation: no evaluation cut short in 8 tries"
   stop "SIGTERM to mpirun" mpirun TERM
   if grep -q "^charlm: stopped at step [0-9]*; checkpoint saved" j.log; then
     echo "ok: SIGTERM to mpirun: saved ($(grep '^charlm: stopped' j.log)), exit $rc (Open MPI's)"
@@ -84,7 +109,7 @@ if [ $can_netns = 1 ] && [ -n "$mpirun" ]; then
 #!/usr/bin/env bash
 # in host 0: start the job, wait for its first checkpoint, cut host 1 off
 \$CG_NETNS_MPIRUN -np 2 -x CG_DIST_TIMEOUT=20 -x OMP_NUM_THREADS=1 "$charlm" ${TRAIN[*]} \
-  --eval-every 20 --out "$dir/k.st" >"$dir/k.json" 2>"$dir/k.log" &
+  --T 16 --batch-size 4 --eval-every 20 --out "$dir/k.st" >"$dir/k.json" 2>"$dir/k.log" &
 mp=\$!
 for ((w = 0; w < 600; w++)); do [ -s "$dir/k.st" ] && break; sleep 0.1; done
 [ -s "$dir/k.st" ] || { echo "no checkpoint after 60 s" >"$dir/result"; exit 1; }

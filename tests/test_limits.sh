@@ -9,8 +9,9 @@
 #  - an address-space limit (ulimit -v) that breaks the loss curve's drawing
 #    (pango, fontconfig) is a warning, the run ends well (skipped under ASan,
 #    which cannot run under ulimit -v);
-#  - the soft CPU-time limit (ulimit -S -t): training saves and stops, the
-#    other commands end with one line; SIGHUP stops training with a
+#  - the soft CPU-time limit (ulimit -S -t): training saves and stops (an
+#    evaluation under way is cut short), the other commands end with one
+#    line; SIGHUP stops training with a
 #    checkpoint, a closed pipe (SIGPIPE) does not end it;
 #  - every CG_ environment variable is parsed as strictly as the flags;
 #  - translate reads each stdin line on its own: a NUL byte or a line over
@@ -93,6 +94,23 @@ if [ $rc -eq 0 ] && grep -q "^charlm: stopped at step [0-9]*; checkpoint saved t
   echo "ok: ulimit -S -t 2: $(tail -1 err.txt)"
   loads "ulimit -S -t 2" t.st "$(sed -n 's/.*stopped at step \([0-9]*\);.*/\1/p' err.txt)"
 else fail "ulimit -S -t 2: exit $rc: $(tail -c 300 err.txt)"; fi
+# during an evaluation, which is cut short (its loop asks between
+# batches): a seq2seq whose validation split (5,000 pairs, d 128) takes
+# seconds, evaluated after every step; the limit comes in the first
+for ((i = 0; i < 6000; i++)); do
+  printf 'the cat %d sat on the mat\tdie katze %d sass auf der matte\n' $i $i
+done >p6.tsv
+rc=0
+(ulimit -S -t 1; exec "$seq2seq" train --data p6.tsv --tokenizer char --d 128 --H 4 --enc-layers 2 \
+  --dec-layers 2 --d-ff 256 --max-tokens 200 --valid-size 5000 --test-size 20 --threads 1 \
+  --eval-every 1 --steps 100 --out e.st) >out.txt 2>err.txt || rc=$?
+if [ $rc -eq 0 ] && grep -q "^seq2seq: the evaluation at step 1 was cut short by a signal" err.txt &&
+   grep -q "^seq2seq: stopped at step 1; checkpoint saved to 'e.st'" err.txt &&
+   grep -q '"interrupted": true' out.txt; then
+  echo "ok: ulimit -S -t 1 during an evaluation: $(grep -m1 'cut short' err.txt)"
+  "$seq2seq" translate --ckpt e.st "the cat 3 sat" >/dev/null 2>tr.txt ||
+    fail "ulimit -S -t 1 during an evaluation: 'e.st' does not load: $(tail -1 tr.txt)"
+else fail "ulimit -S -t 1 during an evaluation: exit $rc: $(tail -c 300 err.txt)"; fi
 rc=0
 (ulimit -S -t 1; exec "$charlm" sample --ckpt a.st --length 10000000) >/dev/null 2>err.txt || rc=$?
 [ $rc -eq 1 ] && grep -q "^charlm: error: the CPU time limit (ulimit -t) was reached" err.txt &&
