@@ -115,8 +115,9 @@ cg_tensor *cg_charlm_forward_loss(cg_charlm *m, const int64_t *ids, int64_t B, i
  *  - full: the mean loss over all (s.n - 1) / T consecutive windows of
  *    the split (its full_split_loss); *nwin gets their number.
  * False + error (a split shorter than one window of T + 1 for the full
- * loss; "interrupted" when stop, NULL or asked before each batch of the
- * sampled loss, says to stop: the trainer's cg_train_interrupted). */
+ * loss). The sampled loss asks stop (may be NULL; the trainer gives its
+ * cg_train_interrupted) before each batch, and fails with "interrupted"
+ * when it says to stop. */
 bool cg_charlm_sampled_loss(cg_charlm *m, cg_split_view s, int64_t B, int64_t T, int n_batches,
                             uint64_t seed, bool (*stop)(void), double *out);
 bool cg_charlm_full_loss(cg_charlm *m, cg_split_view s, int64_t T, double *out, int64_t *nwin);

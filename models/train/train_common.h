@@ -22,9 +22,9 @@ extern "C" {
  * it between steps, and the evaluations between batches (charlm's
  * cg_charlm_sampled_loss is given it, seq2seq's cg_seq2seq_valid_loss
  * asks it; both stop with the error "interrupted"): a signal during an
- * evaluation is answered in one batch's time. SIGPIPE is ignored from the program's start
- * (models/util/cli.h cg_cli_streams): a closed pipe on stdout or stderr
- * fails the write, it does not end the run. */
+ * evaluation is answered in one batch's time. SIGPIPE is ignored from the
+ * program's start (models/util/cli.h cg_cli_streams): a closed pipe on
+ * stdout or stderr fails the write, it does not end the run. */
 void cg_train_catch_signals(void);
 bool cg_train_interrupted(void);
 /* After the last checkpoint is saved, for the final evaluation: SIGINT,
