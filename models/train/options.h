@@ -303,9 +303,10 @@ void cg_train_init(cg_train_opts *o, cg_train_recipe *r, int64_t steps, int64_t 
          0},                                                                                      \
     {                                                                                             \
         NULL, 0, NULL, 0, 0,                                                                      \
-            "Ctrl-C (SIGINT) or SIGTERM saves a checkpoint and exits 0 (during the final\n"       \
-            "evaluation, after the last save, it ends the program at once). The last stdout\n"    \
-            "line is a JSON summary. Exit status: 0 done, 1 failed, 2 bad command line.\n",       \
+            "Ctrl-C (SIGINT) or SIGTERM saves a checkpoint and exits 0 (an evaluation under\n"    \
+            "way is cut short and left out; during the final evaluation, after the last save,\n"  \
+            "it ends the program at once). The last stdout line is a JSON summary. Exit\n"        \
+            "status: 0 done, 1 failed, 2 bad command line.\n",                                    \
             0                                                                                     \
     }
 
