@@ -113,11 +113,18 @@ echo "a signal before the first step: nothing saved, the earlier checkpoint kept
 # with the evaluation's line) cuts one short, in up to 8 tries. The run
 # stops at that step, its evaluation left out, and saves; the checkpoint
 # equals an uninterrupted run to the step, and the resumed run (which
-# evaluates the step first) continues it bit for bit.
+# evaluates the step first, then saves and keeps it) continues it bit for
+# bit, with the same evaluation checkpoints kept (--keep-last 5).
 every1=(--data tiny.txt --d 16 --H 2 --layers 1 --d-ff 32 --T 128 --batch-size 64 --threads 1
-        --eval-every 1 --log-every 1 --seed 3)
+        --eval-every 1 --log-every 1 --seed 3 --keep-last 5)
+# kept OUT: the steps of OUT's kept evaluation checkpoints
+kept() {
+  ls "$1".step*.safetensors 2>/dev/null | sed 's/.*\.step0*\([0-9]*\)\.safetensors$/\1/' |
+    sort -n | xargs
+}
 k=
 for ((try = 0; try < 8 && ${#k} == 0; try++)); do
+  rm -f cut.st.step*
   "$charlm" train "${every1[@]}" --steps 50000 --out cut.st --force >cut.json 2>cut.log &
   pid=$!
   for ((w = 0; w < 600; w++)); do
@@ -143,6 +150,11 @@ grep -q "step $k: train loss" cut_r.log || fail "the resumed run did not evaluat
 "$charlm" train "${every1[@]}" --steps 50000 --stop-at $((k + 3)) --out cut_ref2.st >/dev/null \
   2>&1 || fail "reference run to $((k + 3)) failed"
 "$tool" same cut.st cut_ref2.st || fail "cut at $k + resume 3 steps != uninterrupted run"
+[ "$(kept cut.st)" = "$(kept cut_ref2.st)" ] ||
+  fail "cut at $k + resume: kept steps $(kept cut.st), uninterrupted $(kept cut_ref2.st)"
+kk=$(printf '%08d' "$k")
+"$tool" same "cut.st.step$kk.safetensors" "cut_ref2.st.step$kk.safetensors" ||
+  fail "cut at $k + resume: the kept checkpoint of step $k != the uninterrupted run's"
 echo "a signal during the evaluation at step $k (try $try): cut short, saved == uninterrupted," \
   "resumed identically"
 

@@ -215,6 +215,9 @@ typedef struct {
     char log_full[300];
     bool log_stop;  /* stopped for it (every rank) */
     bool signalled; /* stopped by a signal (every rank) */
+    /* the resumed run's first step, evaluated now (a signal cut its
+     * evaluation short): saved again, and kept */
+    bool cut_resumed;
     /* the loop's clock: its start, the steps taken by this process, the
      * last progress line, and the window of the tokens/s figure */
     bool tty;
@@ -227,13 +230,15 @@ enum { GO_ON = -1, STOP = -2 }; /* what an iteration of the loop returns, beside
 static bool evaluated_at(const cg_trainer *t, int64_t step);
 
 /* --keep-last: is the checkpoint saved at step an evaluation checkpoint to
- * keep (not yet kept)? Then it joins t->kept, and *ndrop of the oldest
- * leave it for drop[]: their files are removed once the saves are done. */
-static bool keep_at(cg_trainer *t, int64_t step, int64_t *drop, int *ndrop)
+ * keep (not yet kept)? The run's first step only when at_start (its
+ * evaluation, cut short before, made now). Then it joins t->kept, and
+ * *ndrop of the oldest leave it for drop[]: their files are removed once
+ * the saves are done. */
+static bool keep_at(cg_trainer *t, int64_t step, bool at_start, int64_t *drop, int *ndrop)
 {
     int64_t n = t->o->keep_last;
     *ndrop = 0;
-    if (n <= 0 || step <= t->start || !evaluated_at(t, step) ||
+    if (n <= 0 || step < t->start || (step == t->start && !at_start) || !evaluated_at(t, step) ||
         (t->n_kept > 0 && t->kept[t->n_kept - 1] == step))
         return false;
     t->kept[t->n_kept++] = step;
@@ -280,7 +285,7 @@ static bool save(run_ctx *c, int64_t step)
     const cg_trainer_model *m = c->m;
     int64_t drop[CG_TRAIN_KEEP_MAX + 1];
     int ndrop;
-    bool keep = keep_at(c->t, step, drop, &ndrop);
+    bool keep = keep_at(c->t, step, c->cut_resumed, drop, &ndrop);
     char *tj = opt ? cg_train_state_json(c->t, m) : NULL;
     bool ok = tj && save_files(c->t, m, opt, step, keep, tj);
     cg_optim_free(gathered);
@@ -577,12 +582,18 @@ static int eval_and_save(run_ctx *c, int64_t step)
     const cg_train_opts *o = t->o;
     int rc;
     bool due = step % o->eval_every == 0 || step == o->steps;
-    if (due && (step > 0 || c->m->eval_at_start) && !evaluated_at(t, step) &&
-        (rc = evaluate(c, step)) != -1)
-        return rc;
-    if (due && step > t->start && step < o->steps && !save(c, step))
+    if (due && (step > 0 || c->m->eval_at_start) && !evaluated_at(t, step)) {
+        if ((rc = evaluate(c, step)) != -1)
+            return rc;
+        /* a resumed run that evaluates its first step (a signal cut that
+         * evaluation short) saves it and keeps it (--keep-last), as the
+         * uninterrupted run did */
+        c->cut_resumed = o->resume != NULL && step == t->start && step > 0;
+    }
+    if (due && (step > t->start || c->cut_resumed) && step < o->steps && !save(c, step))
         return cg_prog_fail("could not save the checkpoint at step %lld: %s", (long long)step,
                             cg_last_error());
+    c->cut_resumed = false;
     return -1;
 }
 
