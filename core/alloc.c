@@ -58,6 +58,7 @@
 #include <malloc.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -290,9 +291,11 @@ static void unmap_block(block *b)
 }
 
 /* b (cached, of any class) as is when it is large enough, else grown to
- * `bytes`; a fresh mapping when b is NULL. */
-static block *fit_block(block *b, size_t bytes)
+ * `bytes`; a fresh mapping when b is NULL (*fresh set: the kernel's zero
+ * pages, none touched but the header's). */
+static block *fit_block(block *b, size_t bytes, bool *fresh)
 {
+    *fresh = !b;
     if (!b)
         return map_block(bytes);
     size_t have = b->bytes;
@@ -329,7 +332,8 @@ static void alloc_init(void)
     mallopt(M_TRIM_THRESHOLD, 512 << 20);
 }
 
-void *cg_alloc(size_t bytes)
+/* cg_alloc; *fresh: the memory is a fresh mapping's, all zero */
+static void *alloc_block(size_t bytes, bool *fresh)
 {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, alloc_init);
@@ -340,6 +344,7 @@ void *cg_alloc(size_t bytes)
     if (bytes > SIZE_MAX / 2)
         return NULL;
     size_t rounded = (bytes + 63) / 64 * 64 + 64;
+    *fresh = false;
     if (g_malloc_only)
         return aligned_alloc(64, rounded);
     block *b = NULL;
@@ -350,9 +355,10 @@ void *cg_alloc(size_t bytes)
         pthread_mutex_lock(&g_lock);
         b = cache_take(c);
         pthread_mutex_unlock(&g_lock);
-        b = fit_block(b, class_bytes(c)); /* NULL: out of mappings (vm.max_map_count) */
+        b = fit_block(b, class_bytes(c), fresh); /* NULL: out of mappings (vm.max_map_count) */
     }
     if (!b) {
+        *fresh = false;
         b = aligned_alloc(64, rounded + HEADER);
         if (!b)
             return NULL;
@@ -367,6 +373,21 @@ void *cg_alloc(size_t bytes)
         UNPOISON(b, HEADER + rounded);
     }
     return (char *)b + HEADER;
+}
+
+void *cg_alloc(size_t bytes)
+{
+    bool fresh;
+    return alloc_block(bytes, &fresh);
+}
+
+void *cg_alloc_zeroed(size_t bytes)
+{
+    bool fresh;
+    void *p = alloc_block(bytes, &fresh);
+    if (p && !fresh) /* a fresh mapping is zero already, and stays untouched until written */
+        memset(p, 0, bytes);
+    return p;
 }
 
 void cg_free(void *p)

@@ -22,7 +22,7 @@ static inline void ref_inc(int *c) { __atomic_add_fetch(c, 1, __ATOMIC_RELAXED);
 static inline int ref_dec(int *c) { return __atomic_sub_fetch(c, 1, __ATOMIC_ACQ_REL); }
 static inline int ref_get(const int *c) { return __atomic_load_n(c, __ATOMIC_RELAXED); }
 
-cg_storage *cg_storage_new(int64_t numel, cg_dtype dt)
+cg_storage *cg_storage_new(int64_t numel, cg_dtype dt, bool zeroed)
 {
     cg_storage *s = malloc(sizeof *s);
     if (!s) {
@@ -35,7 +35,7 @@ cg_storage *cg_storage_new(int64_t numel, cg_dtype dt)
         cg_set_error("tensor of %lld elements is too large", (long long)numel);
         return NULL;
     }
-    s->data = cg_alloc(n * z);
+    s->data = zeroed ? cg_alloc_zeroed(n * z) : cg_alloc(n * z);
     if (!s->data) {
         free(s);
         if (dt == CG_F32)

@@ -469,6 +469,10 @@ void cg_omp_short_spin(void);
  * bytes).
  * Thread-safe. cg_free(NULL) is a no-op. */
 void *cg_alloc(size_t bytes);
+/* The same, all zero (calloc's counterpart): a fresh mapping is the
+ * kernel's zero pages, left untouched (not resident) until written, as
+ * glibc's calloc leaves them; a reused block is cleared. */
+void *cg_alloc_zeroed(size_t bytes);
 void cg_free(void *p);
 /* Unmaps every cached block; returns the bytes released. */
 size_t cg_alloc_trim(void);

@@ -231,7 +231,9 @@ void cg_contiguous_strides(int ndim, const int64_t *shape, int64_t *strides)
     }
 }
 
-cg_tensor *cg_empty_dtype(cg_dtype dt, int ndim, const int64_t *shape)
+/* A contiguous tensor of dt, its bytes all zero when zeroed (every dtype's
+ * zero is all-zero bits). */
+static cg_tensor *new_dense(cg_dtype dt, int ndim, const int64_t *shape, bool zeroed)
 {
     if ((unsigned)dt >= CG_NDTYPES) {
         cg_set_error("empty: unknown dtype %d", (int)dt);
@@ -241,12 +243,17 @@ cg_tensor *cg_empty_dtype(cg_dtype dt, int ndim, const int64_t *shape)
         return NULL;
     int64_t strides[CG_MAX_DIMS];
     cg_contiguous_strides(ndim, shape, strides);
-    cg_storage *s = cg_storage_new(cg_numel_shape(ndim, shape), dt);
+    cg_storage *s = cg_storage_new(cg_numel_shape(ndim, shape), dt, zeroed);
     if (!s)
         return NULL;
     cg_tensor *t = cg_tensor_header(s, dt, 0, ndim, shape, strides);
     cg_storage_release(s);
     return t;
+}
+
+cg_tensor *cg_empty_dtype(cg_dtype dt, int ndim, const int64_t *shape)
+{
+    return new_dense(dt, ndim, shape, false);
 }
 
 cg_tensor *cg_empty(int ndim, const int64_t *shape) { return cg_empty_dtype(CG_F32, ndim, shape); }
@@ -255,6 +262,8 @@ cg_tensor *cg_full_dtype(cg_dtype dt, int ndim, const int64_t *shape, double val
 {
     if (dt == CG_F32)
         return cg_full(ndim, shape, (float)value);
+    if (value == 0.0 && !signbit(value))
+        return new_dense(dt, ndim, shape, true);
     cg_tensor *t = cg_empty_dtype(dt, ndim, shape);
     if (!t)
         return NULL;
@@ -271,17 +280,14 @@ cg_tensor *cg_zeros_dtype(cg_dtype dt, int ndim, const int64_t *shape)
 
 cg_tensor *cg_full(int ndim, const int64_t *shape, float value)
 {
+    if (value == 0.0f && !signbit(value))
+        return new_dense(CG_F32, ndim, shape, true);
     cg_tensor *t = cg_empty(ndim, shape);
     if (!t)
         return NULL;
     float *p = cg_data(t);
-    int64_t n = cg_numel(t);
-    if (value == 0.0f && !signbit(value)) {
-        memset(p, 0, (size_t)n * sizeof(float));
-    } else {
-        for (int64_t i = 0; i < n; i++)
-            p[i] = value;
-    }
+    for (int64_t i = 0, n = cg_numel(t); i < n; i++)
+        p[i] = value;
     return t;
 }
 
@@ -316,7 +322,7 @@ cg_tensor *cg_empty_dense_like(const cg_tensor *t, cg_dtype dt)
         cg_set_error("empty_dense_like: unknown dtype %d", (int)dt);
         return NULL;
     }
-    cg_storage *s = cg_storage_new(cg_numel(t), dt);
+    cg_storage *s = cg_storage_new(cg_numel(t), dt, false);
     if (!s)
         return NULL;
     cg_tensor *y = cg_tensor_header(s, dt, 0, t->ndim, t->shape, t->strides);

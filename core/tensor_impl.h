@@ -7,8 +7,9 @@
 
 #include <stdint.h>
 
-/* A storage of numel elements of dt, refcount 1; NULL + error. */
-cg_storage *cg_storage_new(int64_t numel, cg_dtype dt);
+/* A storage of numel elements of dt, refcount 1, its bytes all zero when
+ * zeroed (cg_alloc_zeroed); NULL + error. */
+cg_storage *cg_storage_new(int64_t numel, cg_dtype dt, bool zeroed);
 /* Drop one reference to s (NULL is fine); the last one frees it. */
 void cg_storage_release(cg_storage *s);
 /* A tensor header over storage s (retained), with the given layout. */

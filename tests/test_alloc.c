@@ -5,6 +5,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "core/tensor.h"
 #include "models/charlm/charlm.h"
@@ -62,6 +64,69 @@ START_TEST(test_reuse)
     ck_assert_uint_eq(cg_alloc_get_stats().live_bytes, s.live_bytes);
     cg_free(b);
     cg_free(c);
+    cg_alloc_trim();
+}
+END_TEST
+
+/* Resident pages of [p, p + n) (mincore), the partial pages at the ends
+ * counted whole */
+static size_t resident_pages(const void *p, size_t n)
+{
+    const size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = (uintptr_t)p / pg * pg, e = ((uintptr_t)p + n + pg - 1) / pg * pg;
+    size_t np = (e - a) / pg, in = 0;
+    unsigned char *v = malloc(np);
+    ck_assert_ptr_nonnull(v);
+    ck_assert_int_eq(mincore((void *)a, e - a, v), 0);
+    for (size_t i = 0; i < np; i++)
+        in += v[i] & 1;
+    free(v);
+    return in;
+}
+
+static bool all_zero(const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++)
+        if (b[i])
+            return false;
+    return true;
+}
+
+/* cg_alloc_zeroed: zeros of every size, fresh or reused; a fresh mapping
+ * left untouched (its pages not resident until written: loading a model
+ * into zeroed parameters faults each page once, in the read), a reused
+ * block cleared; cg_zeros and cg_zeros_dtype the same through the tensor
+ * API. */
+START_TEST(test_zeroed)
+{
+    for (int i = 0; i < NS; i++) {
+        cg_alloc_trim(); /* an empty cache: a fresh mapping */
+        unsigned char *a = cg_alloc_zeroed(sizes[i]);
+        ck_assert_ptr_nonnull(a);
+        if (caching() && sizes[i] >= (1 << 20)) /* the header's page only (before it is read) */
+            ck_assert_uint_le(resident_pages(a, sizes[i]), 1);
+        ck_assert(all_zero(a, sizes[i]));
+        memset(a, 0xab, usable(sizes[i]));
+        cg_free(a);
+        unsigned char *b = cg_alloc_zeroed(sizes[i]); /* a's block again, when cached */
+        ck_assert_ptr_nonnull(b);
+        if (caching() && sizes[i] >= 32768)
+            ck_assert_ptr_eq(b, a);
+        ck_assert(all_zero(b, sizes[i]));
+        cg_free(b);
+    }
+    const int64_t shape[2] = {512, 1024};
+    for (int dt = 0; dt < CG_NDTYPES; dt++) {
+        cg_tensor *t = cg_full_dtype((cg_dtype)dt, 2, shape, 1.0);
+        ck_assert_ptr_nonnull(t);
+        cg_release(t); /* its block, cached, holds ones */
+        cg_tensor *z =
+            (cg_dtype)dt == CG_F32 ? cg_zeros(2, shape) : cg_zeros_dtype((cg_dtype)dt, 2, shape);
+        ck_assert_ptr_nonnull(z);
+        ck_assert(all_zero(cg_data_ptr(z), (size_t)cg_numel(z) * cg_dtype_size((cg_dtype)dt)));
+        cg_release(z);
+    }
     cg_alloc_trim();
 }
 END_TEST
@@ -418,6 +483,7 @@ static Suite *alloc_suite(void)
     tcase_add_test(tc, test_passes_steady);
     tcase_add_test(tc, test_aligned_distinct);
     tcase_add_test(tc, test_reuse);
+    tcase_add_test(tc, test_zeroed);
     tcase_add_test(tc, test_resize);
     tcase_add_test(tc, test_over_budget_reach);
     tcase_add_test(tc, test_split_steady);
