@@ -711,6 +711,13 @@ int64_t cg_gemm_k_block(cg_gemm_path path, int64_t k, int64_t i)
                             bli_cntx_get_blksz_max_dt(BLIS_FLOAT, BLIS_KC, g.cntx));
 }
 
+bool cg_gemm_adds_c_once(cg_gemm_path path)
+{
+    if (path == CG_GEMM_AUTO)
+        path = cg_precision_path(cg_get_matmul_precision());
+    return path != CG_GEMM_BF16_AMX;
+}
+
 int64_t cg_gemm_k_split(cg_gemm_path path, int64_t m, int64_t n, int64_t k)
 {
     ensure_init();

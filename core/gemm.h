@@ -152,6 +152,14 @@ bool cg_sgemm_bias_path(cg_gemm_path path, int nthreads, int64_t m, int64_t n, i
  * 0 (no promise) on BLIS's default path (CG_BLIS_DEFAULT=1), which picks
  * its kernels from the sizes it is given, and for an unavailable path. */
 int64_t cg_gemm_k_block(cg_gemm_path path, int64_t k, int64_t i);
+/* Whether beta 1 adds C to each element's sum (over a k block) rounded
+ * once, the bits of the product made apart and added into C, on a path
+ * (CG_GEMM_AUTO: the calling thread's policy's): every path but AMX's,
+ * whose tiles sum the products onto C and onto the bias
+ * (core/gemm_bf16.c kernel_amx). A product written into a gradient that
+ * already holds a sum (core/linear_backward.c) has the bits of the
+ * addition made apart where this is true. */
+bool cg_gemm_adds_c_once(cg_gemm_path path);
 /* Where a product C [m, n] over k is split in two on a path (CG_GEMM_AUTO:
  * the calling thread's policy's), or 0 when it is one sum. The bf16 paths
  * other than AMX split a product with k >= 768 and k >= 2 max(m, n) (a

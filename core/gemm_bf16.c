@@ -1019,6 +1019,47 @@ BF16_TARGET static void store_tile_wide(int64_t mr, int64_t nr, const float *t, 
         store_columns(false, mr == MR, nr, t, m0, m1, o->alpha, o->beta, o->bias, c, csc);
 }
 
+/* Where kernel_amx's sums of a tile that is not loaded in place start: the
+ * bias's values (alpha t + bias) or C's (beta 1) for its mr x nr into t
+ * (column-major, ld MR), zeros around them; by columns with vectors for a
+ * column-stored C or a bias of one per row of the tile. */
+BF16_TARGET static void tile_start(int64_t mr, int64_t nr, const tile_out *o, const float *c,
+                                   int64_t rsc, int64_t csc, float *t)
+{
+    const __mmask16 m0 = (__mmask16)mask32(mr), m1 = (__mmask16)mask32(mr - 16);
+    const bool vec = o->bias ? o->rs == 1 && o->cs == 0 : rsc == 1;
+    for (int64_t j = 0; j < NR_AMX; j++) {
+        float *tj = t + j * MR;
+        if (j >= nr || !vec) {
+            _mm512_store_ps(tj, _mm512_setzero_ps());
+            _mm512_store_ps(tj + 16, _mm512_setzero_ps());
+            for (int64_t i = 0; j < nr && i < mr; i++)
+                tj[i] = o->bias ? o->bias[i * o->rs + j * o->cs] : c[i * rsc + j * csc];
+            continue;
+        }
+        const float *s = o->bias ? o->bias : c + j * csc;
+        _mm512_store_ps(tj, _mm512_maskz_loadu_ps(m0, s));
+        _mm512_store_ps(tj + 16, _mm512_maskz_loadu_ps(m1, s + 16));
+    }
+}
+
+/* Such a tile's result t into C: its mr x nr as they are */
+BF16_TARGET static void tile_end(int64_t mr, int64_t nr, const float *t, float *c, int64_t rsc,
+                                 int64_t csc)
+{
+    const __mmask16 m0 = (__mmask16)mask32(mr), m1 = (__mmask16)mask32(mr - 16);
+    for (int64_t j = 0; j < nr; j++) {
+        float *cj = c + j * csc;
+        if (rsc == 1) {
+            _mm512_mask_storeu_ps(cj, m0, _mm512_load_ps(t + j * MR));
+            _mm512_mask_storeu_ps(cj + 16, m1, _mm512_load_ps(t + j * MR + 16));
+        } else {
+            for (int64_t i = 0; i < mr; i++)
+                cj[i * rsc] = t[j * MR + i];
+        }
+    }
+}
+
 /* An AMX B operand as kernel_amx reads it: NR_AMX rows (16 when the
  * kernel loads only 16), row i's k-pair q at p + i sb + 4 q bytes for q
  * below `direct` (a multiple of 16), and the chunk of 16 pairs from there
@@ -1037,7 +1078,21 @@ typedef struct {
  * C^T's four 16 x 16 quarters; 4-5 the B rows, 6-7 the A pairs. A pair
  * chunk past the end of the A panel is read from a zeroed copy (the panel
  * may be followed by other data). Quarters that C does not receive are not
- * computed. emu: the tiles emulated (core/amx_tiles.h). */
+ * computed. emu: the tiles emulated (core/amx_tiles.h).
+ *
+ * With alpha 1, the tiles sum from where C starts: the bias (alpha t +
+ * bias) or C (beta 1), loaded into them, and the result is stored as it
+ * is. A whole tile of a column-stored C loads C in place and a bias of one
+ * per row of the tile with stride 0 (every row of a quarter the same 16
+ * values); other tiles go through t (tile_start). So each product rounds
+ * onto C or the bias as the unit adds it, not summed from zero with C added
+ * once (store_tile; cg_gemm_adds_c_once is false here). Those tiles were
+ * 119,000 of the 249,000 of a seq2seq base bf16 step (the forward
+ * products' bias, and every k block after a product's first; emulated,
+ * Zen 5), and their write-out 3.5% to 6.6% of the step on the Xeon
+ * (2026-11-25). A subnormal C or bias reads as zero, as the unit reads its
+ * inputs. Other alpha and beta: the sums start from zero, and
+ * store_tile_wide writes them out. */
 AMX_TARGET static inline __attribute__((always_inline)) void kernel_amx_of(
     bool emu, int64_t kp, const uint32_t *a, const amx_b *b, int64_t mr, int64_t nr,
     const tile_out *o, float *c, int64_t rsc, int64_t csc)
@@ -1047,11 +1102,33 @@ AMX_TARGET static inline __attribute__((always_inline)) void kernel_amx_of(
     uint32_t tail[16 * MR] __attribute__((aligned(64)));
     float t[NR_AMX * MR] __attribute__((aligned(64)));
     const bool m2 = mr > 16, n2 = nr > 16;
-    const size_t sa = MR * sizeof(uint32_t);
-    CG_TILE_ZERO(emu, 0);
-    CG_TILE_ZERO(emu, 1);
-    CG_TILE_ZERO(emu, 2);
-    CG_TILE_ZERO(emu, 3);
+    const size_t sa = MR * sizeof(uint32_t), sc = (size_t)csc * sizeof(float);
+    const bool start = o->alpha == 1.0f && (o->bias || o->beta == 1.0f);
+    const bool whole = mr == MR && nr == NR_AMX && rsc == 1;
+    const bool in_place = whole && (start ? !o->bias || (o->rs == 1 && o->cs == 0)
+                                          : o->alpha == 1.0f && o->beta == 0.0f && !o->bias);
+    if (start && in_place && o->bias) {
+        CG_TILE_LOADD(emu, 0, o->bias, 0);
+        CG_TILE_LOADD(emu, 1, o->bias + 16, 0);
+        CG_TILE_LOADD(emu, 2, o->bias, 0);
+        CG_TILE_LOADD(emu, 3, o->bias + 16, 0);
+    } else if (start && in_place) {
+        CG_TILE_LOADD(emu, 0, c, sc);
+        CG_TILE_LOADD(emu, 1, c + 16, sc);
+        CG_TILE_LOADD(emu, 2, c + 16 * csc, sc);
+        CG_TILE_LOADD(emu, 3, c + 16 * csc + 16, sc);
+    } else if (start) {
+        tile_start(mr, nr, o, c, rsc, csc, t);
+        CG_TILE_LOADD(emu, 0, t, sa);
+        CG_TILE_LOADD(emu, 1, t + 16, sa);
+        CG_TILE_LOADD(emu, 2, t + 16 * MR, sa);
+        CG_TILE_LOADD(emu, 3, t + 16 * MR + 16, sa);
+    } else {
+        CG_TILE_ZERO(emu, 0);
+        CG_TILE_ZERO(emu, 1);
+        CG_TILE_ZERO(emu, 2);
+        CG_TILE_ZERO(emu, 3);
+    }
     for (int64_t p = 0; p < kp; p += 16) {
         const uint32_t *ap = a + p * MR;
         if (kp - p < 16) {
@@ -1080,10 +1157,9 @@ AMX_TARGET static inline __attribute__((always_inline)) void kernel_amx_of(
         }
     }
     /* C^T's row j is column j of the tile: t[j * MR + i]; a whole tile of
-     * a column-stored C that is just the sums goes there directly (1024^3:
-     * 646 GFLOP/s against 586 through t) */
-    if (o->alpha == 1.0f && o->beta == 0.0f && !o->bias && mr == MR && nr == NR_AMX && rsc == 1) {
-        const size_t sc = (size_t)csc * sizeof(float);
+     * a column-stored C that is C's result as it is goes there directly
+     * (1024^3 from zero: 646 GFLOP/s against 586 through t) */
+    if (in_place) {
         CG_TILE_STORED(emu, 0, c, sc);
         CG_TILE_STORED(emu, 1, c + 16, sc);
         CG_TILE_STORED(emu, 2, c + 16 * csc, sc);
@@ -1097,7 +1173,10 @@ AMX_TARGET static inline __attribute__((always_inline)) void kernel_amx_of(
         CG_TILE_STORED(emu, 2, t + 16 * MR, sa);
     if (m2 && n2)
         CG_TILE_STORED(emu, 3, t + 16 * MR + 16, sa);
-    store_tile_wide(mr, nr, t, o, c, rsc, csc);
+    if (start)
+        tile_end(mr, nr, t, c, rsc, csc);
+    else
+        store_tile_wide(mr, nr, t, o, c, rsc, csc);
 }
 
 /* kernel_amx_of on the unit and emulated, each compiled on its own */

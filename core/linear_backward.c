@@ -303,8 +303,10 @@ static bool linear_backward(const char *op, const cg_tensor *x, const cg_tensor 
     cg_tensor *mc = ag ? cg_k_contiguous(ag->t) : NULL;
     cg_tensor *xc = dw ? cg_k_contiguous(x) : NULL;
     /* dx straight into acc: the product's one k block adds it (beta 1),
-     * each element's sum rounded once as acc + dx would be */
-    const bool into = acc && !empty && cg_gemm_k_block(CG_GEMM_AUTO, out, 0) == out;
+     * each element's sum rounded once as acc + dx would be (not on AMX,
+     * whose tiles sum onto acc: dx is made apart there) */
+    const bool into = acc && !empty && cg_gemm_k_block(CG_GEMM_AUTO, out, 0) == out &&
+                      cg_gemm_adds_c_once(CG_GEMM_AUTO);
     /* beta = 0: the products write every element, so no zero-fill unless a
      * product is skipped for an empty dimension */
     cg_tensor *gx = !dx     ? NULL

@@ -151,8 +151,10 @@ START_TEST(test_against_double)
                             e[1] = sx;
                             e[2] = mag;
                         }
-                    for (int bi = 0; bi < 2; bi++) {
-                        const float beta = bi ? 0.5f : 0.0f, alpha = bi ? -1.5f : 1.0f;
+                    /* C = A B, -1.5 A B + 0.5 C, A B + C */
+                    static const float alphas[] = {1.0f, -1.5f, 1.0f}, betas[] = {0, 0.5f, 1};
+                    for (int bi = 0; bi < 3; bi++) {
+                        const float beta = betas[bi], alpha = alphas[bi];
                         for (size_t i = 0; i < nc; i++)
                             c[i] = bi ? (float)(i % 5) : NAN;
                         float *c0 = malloc(nc * sizeof(float));
@@ -212,6 +214,20 @@ static float *nasty_buf(cg_rng *rng, size_t n)
             p[i] = 8.0f * (cg_rng_uniform(rng) - 0.5f);
     }
     return p;
+}
+
+/* An AMX sum of k products got against ref, another sum of the same
+ * products (AVX512_BF16's, or made apart): NaN and infinities where ref
+ * has them, else within 2^-23 (k + 3) mag, mag the sum of the products'
+ * magnitudes (with |C| where C is added), and the flushes of subnormals. */
+static bool near_amx(float got, float ref, int64_t k, double mag)
+{
+    if (isnan(ref))
+        return isnan(got);
+    if (isinf(ref))
+        return got == ref;
+    return isfinite(got) &&
+           fabs((double)got - ref) <= 0x1p-23 * (double)(k + 3) * mag + 0x1p-124 * (double)(k + 1);
 }
 
 /* The instruction's arithmetic, one element at a time: each pair's odd
@@ -495,13 +511,7 @@ START_TEST(test_amx_specials)
                         for (int64_t p = 0; p < k; p++)
                             mag += fabs((double)cg_bf16_round(a[i * rsa + p * csa]) *
                                         cg_bf16_round(b[p * rsb + j * csb]));
-                        const bool same =
-                            isnan(ref)   ? isnan(got)
-                            : isinf(ref) ? got == ref
-                                         : isfinite(got) && fabs((double)got - ref) <=
-                                                                0x1p-23 * (double)(k + 3) * mag +
-                                                                    0x1p-124 * (double)(k + 1);
-                        if (!same)
+                        if (!near_amx(got, ref, k, mag))
                             ck_abort_msg("AMX %lldx%lldx%lld layouts %d%d%d: [%lld,%lld] %a, "
                                          "AVX512_BF16 %a",
                                          (long long)m, (long long)n, (long long)k, la, lb, lc,
@@ -1707,7 +1717,9 @@ END_TEST
  * gradient): on every bf16 path, few rows (W's panels) and many (the
  * driver), 1 and 2 threads, with k within one k block each element is
  * y + its sum rounded once, the bits of the beta 0 product added to y
- * apart. */
+ * apart (cg_gemm_adds_c_once); on AMX, whose tiles sum onto y
+ * (kernel_amx), 1 and 2 threads the same bits, within the products' bound
+ * of that sum (NaN and infinities where it has them). */
 START_TEST(test_matrix_beta_one)
 {
     cg_rng rng = cg_rng_new(79);
@@ -1726,10 +1738,23 @@ START_TEST(test_matrix_beta_one)
             ck_assert(cg_bf16_matrix_mul(pw, bf16_paths[p], 1, M, x, K, 1, NULL, 0, want, N, 1));
             for (int64_t i = 0; i < M * N; i++)
                 want[i] = y0[i] + want[i];
+            const bool once = cg_gemm_adds_c_once(bf16_paths[p]);
             for (int nt = 1; nt <= 2; nt++) {
                 memcpy(y, y0, (size_t)(M * N) * sizeof(float));
                 ck_assert(cg_bf16_matrix_mul_epi(pw, bf16_paths[p], nt, M, x, false, K, 1, NULL, 0,
                                                  1.0f, y, N, 1, NULL));
+                for (int64_t i = 0; i < M * N && !once && nt == 1; i++) {
+                    double mag = fabs((double)y0[i]);
+                    for (int64_t q = 0; q < K; q++)
+                        mag += fabs((double)cg_bf16_round(x[i / N * K + q]) *
+                                    cg_bf16_round(w[i % N * K + q]));
+                    ck_assert_msg(near_amx(y[i], want[i], K, mag),
+                                  "%s %lldx%lldx%lld, element %lld: %a, apart %a",
+                                  cg_gemm_path_name(bf16_paths[p]), (long long)M, (long long)N,
+                                  (long long)K, (long long)i, (double)y[i], (double)want[i]);
+                }
+                if (!once && nt == 1) /* 2 threads: these bits */
+                    memcpy(want, y, (size_t)(M * N) * sizeof(float));
                 for (int64_t i = 0; i < M * N; i++)
                     ck_assert_msg(to_bits(y[i]) == to_bits(want[i]),
                                   "%s %lldx%lldx%lld, %d threads, element %lld: %a, want %a",
