@@ -103,6 +103,14 @@ static void layout(int l, int64_t r, int64_t c, int64_t *rs, int64_t *cs, size_t
 static const cg_gemm_path bf16_paths[] = {CG_GEMM_BF16_AMX, CG_GEMM_BF16, CG_GEMM_BF16_EMULATED};
 #define NPATHS ((int)(sizeof bf16_paths / sizeof bf16_paths[0]))
 
+/* A test of a path other than AMX's, run again by the AMX-emulated run of
+ * this suite (CG_AMX_EMULATE=1, meson's test_bf16_amx_emulated): the plain
+ * run has tested it already, so it skips there. */
+static bool tested_by_plain_run(cg_gemm_path path)
+{
+    return cg_bf16_amx_emulated() && path != CG_GEMM_BF16_AMX;
+}
+
 static float *rand_buf(cg_rng *rng, size_t n)
 {
     float *p = malloc(n * sizeof(float));
@@ -115,7 +123,7 @@ START_TEST(test_against_double)
 {
     cg_rng rng = cg_rng_new(7);
     const cg_gemm_path path = bf16_paths[_i];
-    if (!cg_gemm_path_available(path))
+    if (!cg_gemm_path_available(path) || tested_by_plain_run(path))
         return;
     for (int si = 0; si < NSIZES; si++) {
         const int64_t m = sizes[si][0], n = sizes[si][1], k = sizes[si][2];
@@ -367,8 +375,8 @@ END_TEST
  * pair and block edge, alpha and beta. */
 START_TEST(test_emulation_bits)
 {
-    if (!cg_gemm_path_available(CG_GEMM_BF16_EMULATED))
-        return; /* no AVX2 + FMA */
+    if (!cg_gemm_path_available(CG_GEMM_BF16_EMULATED) || tested_by_plain_run(CG_GEMM_BF16))
+        return; /* no AVX2 + FMA, or the AMX-emulated run */
     const bool native = cg_gemm_path_available(CG_GEMM_BF16);
     cg_rng rng = cg_rng_new(11);
     for (int si = 0; si < NSIZES; si++) {
@@ -429,7 +437,7 @@ START_TEST(test_bias_fused)
     const cg_gemm_path paths[] = {CG_GEMM_AUTO, CG_GEMM_BF16_AMX, CG_GEMM_BF16,
                                   CG_GEMM_BF16_EMULATED};
     for (int pi = 0; pi < 4; pi++) {
-        if (!cg_gemm_path_available(paths[pi]))
+        if (!cg_gemm_path_available(paths[pi]) || tested_by_plain_run(paths[pi]))
             continue;
         for (int si = 0; si < NSIZES; si++) {
             const int64_t m = sizes[si][0], n = sizes[si][1], k = sizes[si][2];
@@ -590,7 +598,8 @@ START_TEST(test_threads_bit_identical)
         float *o2 = malloc((size_t)(m * n) * sizeof(float));
         for (int p = 0; p < NPATHS; p++) {
             const cg_gemm_path path = bf16_paths[p];
-            if (!cg_gemm_path_available(path) || (path == CG_GEMM_BF16_EMULATED && d == 0))
+            if (!cg_gemm_path_available(path) || tested_by_plain_run(path) ||
+                (path == CG_GEMM_BF16_EMULATED && d == 0))
                 continue;
             /* A row- or column-major, B column- or row-major (a weight
              * gradient's: the strided packings of B and A), C both ways */
@@ -1280,7 +1289,8 @@ START_TEST(test_bf16_operands)
             for (int p = 0; p <= NPATHS; p++) {
                 /* the bf16 paths, then fp32 (on the values as floats) */
                 const cg_gemm_path path = p < NPATHS ? bf16_paths[p] : cg_gemm_active_path();
-                if (!cg_gemm_path_available(path) || (p == NPATHS && si >= NSIZES))
+                if (!cg_gemm_path_available(path) || tested_by_plain_run(path) ||
+                    (p == NPATHS && si >= NSIZES))
                     continue;
                 float *aw = a, *bw = b;
                 if (p == NPATHS) { /* fp32: the reference is the product of the bf16 values */
@@ -1348,7 +1358,7 @@ START_TEST(test_matrix_bf16_x)
         cg_bf16_matrix *pw = cg_bf16_matrix_new(N, K, w, K, 1);
         for (int p = 0; p < NPATHS; p++)
             for (int v = 0; v < 4; v++) {
-                if (!cg_gemm_path_available(bf16_paths[p]))
+                if (!cg_gemm_path_available(bf16_paths[p]) || tested_by_plain_run(bf16_paths[p]))
                     continue;
                 const float *bs = v & 1 ? bias : NULL;
                 const int nt = 1 + (v >> 1);
@@ -1439,7 +1449,7 @@ START_TEST(test_bf16_operand_in_place)
             cg_bf16_matrix *pw = cg_bf16_matrix_new(w, k, o, k, 1);
             for (int p = 0; p < NPATHS; p++) {
                 const cg_gemm_path path = bf16_paths[p];
-                if (!cg_gemm_path_available(path))
+                if (!cg_gemm_path_available(path) || tested_by_plain_run(path))
                     continue;
                 for (int r = 0; r < 6; r++) {
                     const int nt = 1 + r % 2, route = r / 2;
@@ -1735,7 +1745,7 @@ START_TEST(test_matrix_beta_one)
         cg_bf16_matrix *pw = cg_bf16_matrix_new(N, K, w, K, 1);
         ck_assert_ptr_nonnull(pw);
         for (int p = 0; p < NPATHS; p++) {
-            if (!cg_gemm_path_available(bf16_paths[p]))
+            if (!cg_gemm_path_available(bf16_paths[p]) || tested_by_plain_run(bf16_paths[p]))
                 continue;
             ck_assert(cg_bf16_matrix_mul(pw, bf16_paths[p], 1, M, x, K, 1, NULL, 0, want, N, 1));
             for (int64_t i = 0; i < M * N; i++)
@@ -1816,7 +1826,7 @@ START_TEST(test_matrix_epilogue)
         cg_bf16_matrix *pw = cg_bf16_matrix_new(N, K, w, K, 1);
         ck_assert_ptr_nonnull(pw);
         for (int p = 0; p < NPATHS; p++) {
-            if (!cg_gemm_path_available(bf16_paths[p]))
+            if (!cg_gemm_path_available(bf16_paths[p]) || tested_by_plain_run(bf16_paths[p]))
                 continue;
             ck_assert(cg_bf16_matrix_mul(pw, bf16_paths[p], 1, M, x, K, 1, bias, 1, want, N, 1));
             for (int nt = 1; nt <= 2; nt++) {
