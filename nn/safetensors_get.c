@@ -121,6 +121,37 @@ cg_tensor *cg_st_get_i64(const cg_st_file *f, const char *name)
     return get_as_is(f, &in, "cg_st_get_i64");
 }
 
+bool cg_st_load_range(const cg_st_file *f, const char *name, int64_t first, cg_tensor *dst)
+{
+    if (!dst) {
+        if (!cg_has_error())
+            cg_set_error("safetensors: cg_st_load_range: NULL destination");
+        return false;
+    }
+    st_info in;
+    if (!info_of(f, name, "cg_st_load_range", &in))
+        return false;
+    cg_dtype own;
+    const int64_t n = cg_numel_shape(in.ndim, in.shape), count = cg_numel(dst);
+    if (!cg_st_dtype_cg(in.dtype, &own) || own != dst->dtype || !cg_is_contiguous(dst)) {
+        cg_set_error("safetensors: %s: tensor '%s' is %s: a run of it goes into a contiguous "
+                     "tensor of that dtype (got %s%s)",
+                     cg_st_path(f), name, cg_st_dtype_name(in.dtype), cg_dtype_name(dst->dtype),
+                     cg_is_contiguous(dst) ? "" : ", not contiguous");
+        return false;
+    }
+    if (first < 0 || first > n || count > n - first) {
+        cg_set_error("safetensors: %s: tensor '%s' has %lld elements: no run of %lld from "
+                     "element %lld",
+                     cg_st_path(f), name, (long long)n, (long long)count, (long long)first);
+        return false;
+    }
+    bool ok = cg_st_read_run(f, name, (uint64_t)first, (uint64_t)count, cg_data_ptr(dst),
+                             "cg_st_load_range");
+    cg_tensor_modified(dst); /* even a failed read may have written some */
+    return ok;
+}
+
 bool cg_st_load_into(const cg_st_file *f, const char *name, cg_tensor *dst)
 {
     if (!dst) {

@@ -36,5 +36,9 @@ bool cg_st_json_uint(const struct cJSON *v, uint64_t *out);
  * fails (then dst may hold part of the values); fn names the public caller
  * in the messages. */
 bool cg_st_read_values(const cg_st_file *f, const char *name, void *dst, const char *fn);
+/* The same for count elements from element first (inside the tensor: the
+ * caller checks), from the file alone. */
+bool cg_st_read_run(const cg_st_file *f, const char *name, uint64_t first, uint64_t count,
+                    void *dst, const char *fn);
 
 #endif

@@ -703,12 +703,25 @@ bool cg_st_read_values(const cg_st_file *f, const char *name, void *dst, const c
     const st_entry *e = need(f, name, fn);
     if (!e)
         return false;
-    size_t sz = cg_st_dtype_size(e->dtype), n = (size_t)(e->end - e->begin);
-    /* the bytes in memory (cg_st_open_memory's, or cg_st_raw's copy), else the file's */
-    const unsigned char *src = f->fd < 0 ? f->data + e->begin : f->raw[e - f->entries];
-    if (!src && !read_at(f, dst, n, f->data_at + e->begin, e->name))
+    size_t sz = cg_st_dtype_size(e->dtype);
+    return cg_st_read_run(f, name, 0, (uint64_t)(e->end - e->begin) / sz, dst, fn);
+}
+
+bool cg_st_read_run(const cg_st_file *f, const char *name, uint64_t first, uint64_t count,
+                    void *dst, const char *fn)
+{
+    const st_entry *e = need(f, name, fn);
+    if (!e)
         return false;
-    cg_st_copy_le(dst, src ? src : dst, n / sz, sz);
+    size_t sz = cg_st_dtype_size(e->dtype), n = (size_t)count * sz;
+    uint64_t at = e->begin + first * sz;
+    /* the bytes in memory (cg_st_open_memory's, or cg_st_raw's copy), else the file's */
+    const unsigned char *src = f->fd < 0 ? f->data + at : f->raw[e - f->entries];
+    if (src && f->fd >= 0)
+        src += first * sz;
+    if (!src && !read_at(f, dst, n, f->data_at + at, e->name))
+        return false;
+    cg_st_copy_le(dst, src ? src : dst, count, sz);
     return true;
 }
 

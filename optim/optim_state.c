@@ -235,32 +235,25 @@ static bool load_slot(const cg_st_file *f, const char *prefix, const cg_optim_co
                          cg_shape_str(s->p, b2, sizeof b2));
             return false;
         }
-        cg_tensor *t = cg_optim_zeros_like_param(s->p);
-        if (!t || !cg_st_load_into(f, name, t)) {
+        /* sharded (ZeRO): the owned run [lo, hi) alone, read from the file */
+        const bool whole = s->lo == 0 && s->hi == cg_numel(s->p);
+        cg_tensor *t = whole ? cg_optim_zeros_like_param(s->p) : cg_optim_zeros_state(s);
+        if (!t || !(whole ? cg_st_load_into(f, name, t) : cg_st_load_range(f, name, s->lo, t))) {
             cg_release_held(t);
             return false;
         }
         /* a damaged value fails here, naming its entry, not as a NaN
          * gradient of another parameter steps later (a second moment is
-         * never negative) */
+         * never negative); each rank checks the run it reads */
         const float *v = cg_data(t);
         for (int64_t e = 0, n = cg_numel(t); e < n; e++)
             if (!isfinite(v[e]) || (b == 1 && v[e] < 0)) {
                 cg_set_error("optim_load: %s: '%s' holds %g at element %lld (%s)", path, name,
-                             (double)v[e], (long long)e,
+                             (double)v[e], (long long)(s->lo + e),
                              isfinite(v[e]) ? "a second moment is at least 0" : "not finite");
                 cg_release_held(t);
                 return false;
             }
-        if (s->lo != 0 || s->hi != cg_numel(s->p)) { /* sharded: keep the owned run */
-            cg_tensor *part = cg_optim_zeros_state(s);
-            if (part)
-                memcpy(cg_data(part), v + s->lo, (size_t)(s->hi - s->lo) * sizeof *v);
-            cg_release_held(t);
-            if (!part)
-                return false;
-            t = part;
-        }
         if (b == 0)
             ns->buf1 = t;
         else

@@ -579,7 +579,7 @@ static void assert_error_has(const char *needle)
 
 /* A copy of path with element 0 of F32 tensor `name` set to v (name may be
  * NULL) and without tensor `drop` (may be NULL). */
-static void write_edited(const char *path, const char *out, const char *name, float v,
+static void write_edited(const char *path, const char *out, const char *name, int64_t at, float v,
                          const char *drop)
 {
     cg_st_file *f = cg_st_open(path);
@@ -594,7 +594,7 @@ static void write_edited(const char *path, const char *out, const char *name, fl
         if (dt == CG_ST_F32) {
             cg_tensor *t = cg_st_get_f32(f, n);
             if (name && strcmp(n, name) == 0)
-                cg_data(t)[0] = v;
+                cg_data(t)[at] = v;
             ck_assert(cg_st_add_f32(w, n, t));
             cg_release(t);
         } else {
@@ -686,7 +686,7 @@ START_TEST(load_errors)
     /* a truncated state: exp_avg_sq of c missing */
     char cut[4096]; /* in_dir's buffer is reused */
     snprintf(cut, sizeof cut, "%s", in_dir("cut.safetensors"));
-    write_edited(path, cut, NULL, 0, "opt.c.exp_avg_sq");
+    write_edited(path, cut, NULL, 0, 0, "opt.c.exp_avg_sq");
     f = cg_st_open(in_dir("cut.safetensors"));
     o = make_optim(&aw, ps);
     ck_assert(!cg_optim_load(o, f, "opt"));
@@ -722,7 +722,7 @@ START_TEST(load_damaged_values)
     make_params(ps);
     cg_optim_config aw = cg_adamw_config(1e-3, 0.9, 0.99, 1e-8);
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
-        write_edited(path, bad, cases[k].name, cases[k].v, NULL);
+        write_edited(path, bad, cases[k].name, 0, cases[k].v, NULL);
         cg_st_file *f = cg_st_open(bad);
         cg_optim *o = make_optim(&aw, ps);
         cg_clear_error();
@@ -1050,6 +1050,31 @@ static void sharded_case(cg_optim_config cfg, const double *lrs)
         release_params(q);
     }
     cg_st_close(file);
+    /* a damaged value is named by its element in the whole tensor, by the
+     * shard whose run holds it (the others read theirs alone) */
+    if (cfg.type != CG_OPTIM_SGD) {
+        char full_path[4096];
+        snprintf(full_path, sizeof full_path, "%s", in_dir("full.st"));
+        const int64_t n = cg_numel_shape((int)OPT_SHAPES[0][0], &OPT_SHAPES[0][1]);
+        write_edited(full_path, in_dir("damaged.st"), "opt.w.exp_avg", n - 1, NAN, NULL);
+        file = cg_st_open(in_dir("damaged.st"));
+        ck_assert_ptr_nonnull(file);
+        char msg[96];
+        snprintf(msg, sizeof msg, "'opt.w.exp_avg' holds nan at element %lld", (long long)(n - 1));
+        for (int k = 0; k < NSHARD; k++) {
+            cg_tensor *q[OPT_NPARAMS];
+            make_params(q);
+            cg_optim *loaded = make_shard(&cfg, q, k);
+            cg_clear_error();
+            const bool ok = cg_optim_load(loaded, file, "opt");
+            ck_assert_msg(ok == (k < NSHARD - 1), "shard %d: %s", k, cg_last_error());
+            if (!ok)
+                assert_error_has(msg);
+            cg_optim_free(loaded);
+            release_params(q);
+        }
+        cg_st_close(file);
+    }
     cg_optim_free(full);
     release_params(f);
     for (int k = 0; k < NSHARD; k++) {

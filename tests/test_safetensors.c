@@ -963,6 +963,65 @@ START_TEST(open_reads_tensors_on_demand)
 }
 END_TEST
 
+/* cg_st_load_range: a run of a tensor's elements, from an opened file, from
+ * memory and after cg_st_raw kept a copy; empty runs; the run, dtype and
+ * layout checked, named. */
+START_TEST(load_range_reads_a_run)
+{
+    const float v[12] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
+    cg_st_writer *w = cg_st_writer_new();
+    ck_assert(cg_st_add_f32_raw(w, "pad", CG_SHAPE(3), v));
+    ck_assert(cg_st_add_f32_raw(w, "m", CG_SHAPE(3, 4), v));
+    const char *path = in_dir("range.safetensors");
+    ck_assert(cg_st_writer_save(w, path));
+    cg_st_writer_free(w);
+    FILE *in = fopen(path, "rb");
+    ck_assert_ptr_nonnull(in);
+    unsigned char bytes[4096];
+    const size_t len = fread(bytes, 1, sizeof bytes, in);
+    fclose(in);
+    ck_assert(len > 0 && len < sizeof bytes);
+    cg_st_file *fs[3] = {cg_st_open(path), cg_st_open_memory(bytes, len, "range.mem"),
+                         cg_st_open(path)};
+    size_t nraw = 0;
+    ck_assert_ptr_nonnull(cg_st_raw(fs[2], "m", &nraw)); /* a copy kept: runs read it */
+    for (int k = 0; k < 3; k++) {
+        cg_st_file *f = fs[k];
+        ck_assert_msg(f != NULL, "%s", cg_last_error());
+        const int64_t runs[][2] = {{0, 12}, {5, 4}, {11, 1}, {12, 0}, {0, 0}};
+        for (int r = 0; r < 5; r++) {
+            cg_tensor *t = cg_full(CG_SHAPE(runs[r][1]), -1.0f);
+            ck_assert_msg(cg_st_load_range(f, "m", runs[r][0], t), "%s", cg_last_error());
+            assert_tensor_exact(t, v + runs[r][0]);
+            cg_release(t);
+        }
+        cg_tensor *t = cg_zeros(CG_SHAPE(4));
+        cg_clear_error();
+        ck_assert(!cg_st_load_range(f, "m", 9, t));
+        assert_error_has("tensor 'm' has 12 elements: no run of 4 from element 9");
+        cg_clear_error();
+        ck_assert(!cg_st_load_range(f, "m", -1, t));
+        assert_error_has("no run of 4 from element -1");
+        cg_clear_error();
+        ck_assert(!cg_st_load_range(f, "nope", 0, t));
+        assert_error_has("nope");
+        cg_tensor *i = cg_zeros_dtype(CG_I64, CG_SHAPE(4)), *x = cg_zeros(CG_SHAPE(4, 2));
+        cg_tensor *col = cg_select(x, 1, 0); /* 4 elements, stride 2 */
+        cg_clear_error();
+        ck_assert(!cg_st_load_range(f, "m", 0, i));
+        assert_error_has("a run of it goes into a contiguous tensor of that dtype (got int64)");
+        cg_clear_error();
+        ck_assert(!cg_st_load_range(f, "m", 0, col));
+        assert_error_has("not contiguous");
+        cg_clear_error();
+        ck_assert(!cg_st_load_range(f, "m", 0, NULL));
+        assert_error_has("NULL destination");
+        cg_release_all(4, t, i, x, col);
+        cg_st_close(f);
+    }
+}
+END_TEST
+
 /* A file replaced by a save (a rename over it) after it was opened: the open
  * handle still reads the file it opened. cg_st_raw reads a tensor once and
  * lends the same bytes until cg_st_close; later reads of it copy them. */
@@ -1283,6 +1342,7 @@ static Suite *safetensors_suite(void)
     tc = tcase_create("lazy");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, open_reads_tensors_on_demand);
+    tcase_add_test(tc, load_range_reads_a_run);
     tcase_add_test(tc, open_survives_replacement);
     suite_add_tcase(s, tc);
 
