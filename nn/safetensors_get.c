@@ -34,6 +34,18 @@ static bool info_of(const cg_st_file *f, const char *name, const char *fn, st_in
     return true;
 }
 
+/* info_of for a load into dst, which must be given */
+static bool info_for(const cg_st_file *f, const char *name, const cg_tensor *dst, const char *fn,
+                     st_info *in)
+{
+    if (!dst) {
+        if (!cg_has_error())
+            cg_set_error("safetensors: %s: NULL destination", fn);
+        return false;
+    }
+    return info_of(f, name, fn, in);
+}
+
 double cg_st_f32_elements(const cg_st_file *f)
 {
     double have = 0;
@@ -123,16 +135,11 @@ cg_tensor *cg_st_get_i64(const cg_st_file *f, const char *name)
 
 bool cg_st_load_range(const cg_st_file *f, const char *name, int64_t first, cg_tensor *dst)
 {
-    if (!dst) {
-        if (!cg_has_error())
-            cg_set_error("safetensors: cg_st_load_range: NULL destination");
-        return false;
-    }
     st_info in;
-    if (!info_of(f, name, "cg_st_load_range", &in))
+    if (!info_for(f, name, dst, "cg_st_load_range", &in))
         return false;
     cg_dtype own;
-    const int64_t n = cg_numel_shape(in.ndim, in.shape), count = cg_numel(dst);
+    const int64_t n = in.numel, count = cg_numel(dst);
     if (!cg_st_dtype_cg(in.dtype, &own) || own != dst->dtype || !cg_is_contiguous(dst)) {
         cg_set_error("safetensors: %s: tensor '%s' is %s: a run of it goes into a contiguous "
                      "tensor of that dtype (got %s%s)",
@@ -154,13 +161,8 @@ bool cg_st_load_range(const cg_st_file *f, const char *name, int64_t first, cg_t
 
 bool cg_st_load_into(const cg_st_file *f, const char *name, cg_tensor *dst)
 {
-    if (!dst) {
-        if (!cg_has_error())
-            cg_set_error("safetensors: cg_st_load_into: NULL destination");
-        return false;
-    }
     st_info in;
-    if (!info_of(f, name, "cg_st_load_into", &in))
+    if (!info_for(f, name, dst, "cg_st_load_into", &in))
         return false;
     bool same = dst->ndim == in.ndim;
     for (int i = 0; same && i < in.ndim; i++)
