@@ -698,21 +698,10 @@ const void *cg_st_raw(const cg_st_file *f, const char *name, size_t *nbytes)
     return *copy;
 }
 
-bool cg_st_read_values(const cg_st_file *f, const char *name, void *dst, const char *fn)
+/* count elements of entry e from element first into dst */
+static bool read_entry_run(const cg_st_file *f, const st_entry *e, uint64_t first, uint64_t count,
+                           void *dst)
 {
-    const st_entry *e = need(f, name, fn);
-    if (!e)
-        return false;
-    size_t sz = cg_st_dtype_size(e->dtype);
-    return cg_st_read_run(f, name, 0, (uint64_t)(e->end - e->begin) / sz, dst, fn);
-}
-
-bool cg_st_read_run(const cg_st_file *f, const char *name, uint64_t first, uint64_t count,
-                    void *dst, const char *fn)
-{
-    const st_entry *e = need(f, name, fn);
-    if (!e)
-        return false;
     size_t sz = cg_st_dtype_size(e->dtype), n = (size_t)count * sz;
     uint64_t at = e->begin + first * sz;
     /* the bytes in memory (cg_st_open_memory's, or cg_st_raw's copy), else the file's */
@@ -723,6 +712,19 @@ bool cg_st_read_run(const cg_st_file *f, const char *name, uint64_t first, uint6
         return false;
     cg_st_copy_le(dst, src ? src : dst, count, sz);
     return true;
+}
+
+bool cg_st_read_values(const cg_st_file *f, const char *name, void *dst, const char *fn)
+{
+    const st_entry *e = need(f, name, fn);
+    return e && read_entry_run(f, e, 0, (e->end - e->begin) / cg_st_dtype_size(e->dtype), dst);
+}
+
+bool cg_st_read_run(const cg_st_file *f, const char *name, uint64_t first, uint64_t count,
+                    void *dst, const char *fn)
+{
+    const st_entry *e = need(f, name, fn);
+    return e && read_entry_run(f, e, first, count, dst);
 }
 
 const char *cg_st_metadata(const cg_st_file *f, const char *key)
