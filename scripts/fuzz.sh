@@ -4,8 +4,6 @@
 # there are cores (each target runs on one thread).
 #   scripts/fuzz.sh [SECONDS] [TARGET...]   targets: safetensors checkpoint corpus pairs cli
 #                                            train_state seq2seq_checkpoint metrics_log
-#   scripts/fuzz.sh --build [TARGET...]     only build them (CI builds them while
-#                                            the tests run)
 # Seeds come from fuzz/corpus/<target>/ (read only), a dictionary from
 # fuzz/<target>.dict when there is one; new inputs go to
 # build-fuzz/fuzz-work/<target>/, crash reproducers to
@@ -15,11 +13,9 @@
 # target failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build_only=false
-[ "${1:-}" = --build ] && build_only=true
 secs=${1:-60}
 [ $# -gt 0 ] && shift
-if ! $build_only && ! [[ $secs =~ ^[1-9][0-9]*$ ]]; then
+if ! [[ $secs =~ ^[1-9][0-9]*$ ]]; then
   echo "fuzz.sh: SECONDS must be a whole number of seconds above 0, not '$secs'" >&2
   exit 2
 fi
@@ -31,7 +27,6 @@ if [ ! -d build-fuzz ]; then
     -Dbuildtype=debugoptimized -Dtests=disabled >/dev/null
 fi
 ninja -C build-fuzz "${targets[@]/#/fuzz/fuzz_}" >/dev/null
-$build_only && exit 0
 
 # one target: its log in build-fuzz/fuzz-<t>.log, its result line in
 # build-fuzz/fuzz-<t>.result

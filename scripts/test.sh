@@ -12,7 +12,10 @@ esac
 scripts/setup.sh
 [ -d build ] || meson setup build
 ninja -C build
-asan_build=
+meson test -C build --print-errorlogs
+# Install into a staging directory and build the examples out of tree with
+# pkg-config (shared and static).
+scripts/test_install.sh build
 if [ "${1:-}" = "--sanitize" ]; then
   # MPI is left out of this build: Open MPI's own start-up leaks memory, which
   # LeakSanitizer would report; the MPI equivalence test runs in the release build.
@@ -20,21 +23,7 @@ if [ "${1:-}" = "--sanitize" ]; then
   # takes two thirds of full -g's time (96 s against 144 s on 2 cores).
   [ -d build-asan ] || meson setup build-asan -Db_sanitize=address,undefined \
     -Dbuildtype=debugoptimized -Dmpi=disabled -Dc_args=-g1 -Dcpp_args=-g1
-  # built while the release tests run, at the lowest priority: it takes the
-  # time the tests leave a core idle (a quarter of it: processes that wait
-  # on each other, on timers, on signals) and little else
-  nice -n 19 ninja -C build-asan >build-asan/background-build.log 2>&1 &
-  asan_build=$!
-  trap '[ -z "$asan_build" ] || kill "$asan_build" 2>/dev/null || true' EXIT
-fi
-meson test -C build --print-errorlogs
-# Install into a staging directory and build the examples out of tree with
-# pkg-config (shared and static).
-scripts/test_install.sh build
-if [ -n "$asan_build" ]; then
-  wait "$asan_build" || { tail -40 build-asan/background-build.log; exit 1; }
-  asan_build=
-  ninja -C build-asan # nothing left to do: its result, as a foreground build prints it
+  ninja -C build-asan
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     meson test -C build-asan --print-errorlogs --timeout-multiplier 4
 fi
