@@ -533,27 +533,13 @@ bool cg_split(cg_tensor *a, int dim, int n, const int64_t *sizes, cg_tensor **ou
 {
     if (!a)
         return cg_error_null_input("cg_split");
-    if (!sizes || !out || n < 0) {
-        cg_set_error("split: %s", !sizes ? "NULL sizes" : !out ? "NULL output array" : "n < 0");
+    if (!out) {
+        cg_set_error("split: NULL output array");
         return false;
     }
-    int d = cg_norm_dim("split", dim, a->ndim);
+    const int d = cg_k_split_dim(a, dim, n, sizes);
     if (d < 0)
         return false;
-    int64_t total = 0;
-    for (int i = 0; i < n; i++) {
-        if (sizes[i] < 0) {
-            cg_set_error("split: negative size %lld", (long long)sizes[i]);
-            return false;
-        }
-        total += sizes[i];
-    }
-    if (total != a->shape[d]) {
-        char b[96];
-        cg_set_error("split: sizes sum to %lld but dim %d of shape %s has size %lld",
-                     (long long)total, dim, cg_shape_str(a, b, sizeof b), (long long)a->shape[d]);
-        return false;
-    }
     int64_t start = 0;
     for (int i = 0; i < n; i++) {
         out[i] = cg_slice(a, d, start, start + sizes[i], 1);

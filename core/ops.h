@@ -529,6 +529,10 @@ cg_tensor *cg_k_stack(cg_tensor *const *ts, int n, int dim);
 /* Split into pieces of the given sizes along dim (sum must equal the dim
  * size); out[i] receive views. Returns false on error. */
 bool cg_k_split(const cg_tensor *a, int dim, int n, const int64_t *sizes, cg_tensor **out);
+/* A split's check (cg_k_split's and the graph's cg_split): a has a dim
+ * dim (negative: from the end), n >= 1 sizes, none negative, that sum to
+ * its size. Returns dim counted from 0, or -1 + error. */
+int cg_k_split_dim(const cg_tensor *a, int dim, int n, const int64_t *sizes);
 /* torch.index_select: rows of a (any dtype) along dim picked by index (an
  * int64 tensor, 0-d or 1-d, any strides): the result has a's shape with
  * numel(index) at dim. Every id must be in [0, size). */

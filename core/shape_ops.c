@@ -151,28 +151,26 @@ cg_tensor *cg_k_stack(cg_tensor *const *ts, int n, int dim)
 }
 
 /* -------------------------------------------------------------- split */
-bool cg_k_split(const cg_tensor *a, int dim, int n, const int64_t *sizes, cg_tensor **out)
+int cg_k_split_dim(const cg_tensor *a, int dim, int n, const int64_t *sizes)
 {
     if (!a)
-        return cg_error_null_input("cg_k_split");
-    if (n < 1 || !sizes || !out) {
-        cg_set_error("split: need n >= 1 sizes and an output array (got n = %d)", n);
-        return false;
+        return cg_error_null_input("split"), -1;
+    if (n < 1 || !sizes) {
+        cg_set_error("split: need n >= 1 sizes (got n = %d%s)", n, sizes ? "" : " and NULL sizes");
+        return -1;
     }
-    for (int i = 0; i < n; i++)
-        out[i] = NULL;
     if (a->ndim == 0) {
         cg_set_error("split: cannot split a zero-dimensional tensor");
-        return false;
+        return -1;
     }
-    int d = cg_norm_dim("split", dim, a->ndim);
+    const int d = cg_norm_dim("split", dim, a->ndim);
     if (d < 0)
-        return false;
+        return -1;
     int64_t total = 0;
     for (int i = 0; i < n; i++) {
         if (sizes[i] < 0) {
             cg_set_error("split: size %d is negative (%lld)", i, (long long)sizes[i]);
-            return false;
+            return -1;
         }
         total += sizes[i];
     }
@@ -180,8 +178,24 @@ bool cg_k_split(const cg_tensor *a, int dim, int n, const int64_t *sizes, cg_ten
         char b[96];
         cg_set_error("split: sizes sum to %lld but dim %d of shape %s has size %lld",
                      (long long)total, dim, cg_shape_str(a, b, sizeof b), (long long)a->shape[d]);
+        return -1;
+    }
+    return d;
+}
+
+bool cg_k_split(const cg_tensor *a, int dim, int n, const int64_t *sizes, cg_tensor **out)
+{
+    if (!a)
+        return cg_error_null_input("cg_k_split");
+    if (!out) {
+        cg_set_error("split: NULL output array");
         return false;
     }
+    for (int i = 0; i < n; i++)
+        out[i] = NULL;
+    const int d = cg_k_split_dim(a, dim, n, sizes);
+    if (d < 0)
+        return false;
     int64_t at = 0;
     for (int i = 0; i < n; i++) {
         out[i] = cg_view_narrow(a, d, at, sizes[i]);

@@ -234,6 +234,15 @@ START_TEST(test_new_user_refusals)
     /* split with no sizes or no output array: crashed */
     CG_ASSERT_REFUSED(!cg_split(a, 0, 2, (const int64_t[]){3, 3}, NULL), "NULL");
     CG_ASSERT_REFUSED(!cg_split(a, 0, 2, NULL, o), "NULL");
+    /* the graph's split is checked as core's is (cg_k_split_dim): it took
+     * n = 0 and said less */
+    CG_ASSERT_REFUSED(!cg_split(a, 0, 0, (const int64_t[]){6}, o), "n >= 1");
+    CG_ASSERT_REFUSED(!cg_split(a, 0, 2, (const int64_t[]){7, -1}, o), "size 1 is negative");
+    CG_ASSERT_REFUSED(!cg_split(a, 0, 2, (const int64_t[]){3, 2}, o), "sum to 5 but dim 0");
+    CG_ASSERT_REFUSED(!cg_split(a, 1, 2, (const int64_t[]){3, 3}, o), "dim");
+    cg_tensor *s0 = cg_scalar(1.0f);
+    CG_ASSERT_REFUSED(!cg_split(s0, 0, 1, (const int64_t[]){1}, o), "zero-dimensional");
+    cg_release(s0);
     /* cg_get / cg_set out of range: read and wrote outside the tensor */
     cg_tensor *x = cg_zeros(CG_SHAPE(2, 3));
     CG_ASSERT_REFUSED(isnan(cg_get(x, (const int64_t[]){5, 7})), "out of range");
