@@ -111,6 +111,18 @@ static bool tested_by_plain_run(cg_gemm_path path)
     return cg_bf16_amx_emulated() && path != CG_GEMM_BF16_AMX;
 }
 
+/* The same for a test that names its path and packs nothing (a packed
+ * matrix's layout follows the process's kind, which CG_BF16_EMULATE=1
+ * changes): in the run with CG_BF16_EMULATE=1 (meson's
+ * test_bf16_emulated) the emulated path is the one the plain run has
+ * tested too. */
+static bool path_tested_by_plain_run(cg_gemm_path path)
+{
+    const char *emu = getenv("CG_BF16_EMULATE");
+    return tested_by_plain_run(path) ||
+           (emu && emu[0] && strcmp(emu, "0") != 0 && path == CG_GEMM_BF16_EMULATED);
+}
+
 static float *rand_buf(cg_rng *rng, size_t n)
 {
     float *p = malloc(n * sizeof(float));
@@ -123,7 +135,7 @@ START_TEST(test_against_double)
 {
     cg_rng rng = cg_rng_new(7);
     const cg_gemm_path path = bf16_paths[_i];
-    if (!cg_gemm_path_available(path) || tested_by_plain_run(path))
+    if (!cg_gemm_path_available(path) || path_tested_by_plain_run(path))
         return;
     for (int si = 0; si < NSIZES; si++) {
         const int64_t m = sizes[si][0], n = sizes[si][1], k = sizes[si][2];
@@ -375,8 +387,9 @@ END_TEST
  * pair and block edge, alpha and beta. */
 START_TEST(test_emulation_bits)
 {
-    if (!cg_gemm_path_available(CG_GEMM_BF16_EMULATED) || tested_by_plain_run(CG_GEMM_BF16))
-        return; /* no AVX2 + FMA, or the AMX-emulated run */
+    if (!cg_gemm_path_available(CG_GEMM_BF16_EMULATED) ||
+        path_tested_by_plain_run(CG_GEMM_BF16_EMULATED))
+        return; /* no AVX2 + FMA, or a run with emulation forced */
     const bool native = cg_gemm_path_available(CG_GEMM_BF16);
     cg_rng rng = cg_rng_new(11);
     for (int si = 0; si < NSIZES; si++) {
@@ -437,7 +450,7 @@ START_TEST(test_bias_fused)
     const cg_gemm_path paths[] = {CG_GEMM_AUTO, CG_GEMM_BF16_AMX, CG_GEMM_BF16,
                                   CG_GEMM_BF16_EMULATED};
     for (int pi = 0; pi < 4; pi++) {
-        if (!cg_gemm_path_available(paths[pi]) || tested_by_plain_run(paths[pi]))
+        if (!cg_gemm_path_available(paths[pi]) || path_tested_by_plain_run(paths[pi]))
             continue;
         for (int si = 0; si < NSIZES; si++) {
             const int64_t m = sizes[si][0], n = sizes[si][1], k = sizes[si][2];
@@ -598,7 +611,7 @@ START_TEST(test_threads_bit_identical)
         float *o2 = malloc((size_t)(m * n) * sizeof(float));
         for (int p = 0; p < NPATHS; p++) {
             const cg_gemm_path path = bf16_paths[p];
-            if (!cg_gemm_path_available(path) || tested_by_plain_run(path) ||
+            if (!cg_gemm_path_available(path) || path_tested_by_plain_run(path) ||
                 (path == CG_GEMM_BF16_EMULATED && d == 0))
                 continue;
             /* A row- or column-major, B column- or row-major (a weight
@@ -1289,7 +1302,7 @@ START_TEST(test_bf16_operands)
             for (int p = 0; p <= NPATHS; p++) {
                 /* the bf16 paths, then fp32 (on the values as floats) */
                 const cg_gemm_path path = p < NPATHS ? bf16_paths[p] : cg_gemm_active_path();
-                if (!cg_gemm_path_available(path) || tested_by_plain_run(path) ||
+                if (!cg_gemm_path_available(path) || path_tested_by_plain_run(path) ||
                     (p == NPATHS && si >= NSIZES))
                     continue;
                 float *aw = a, *bw = b;
