@@ -116,11 +116,14 @@ static bool tested_by_plain_run(cg_gemm_path path)
  * changes): in the run with CG_BF16_EMULATE=1 (meson's
  * test_bf16_emulated) the emulated path is the one the plain run has
  * tested too. */
+static bool emulation_forced(void)
+{
+    const char *emu = getenv("CG_BF16_EMULATE"); /* the meson test bf16_emulated sets it */
+    return emu && emu[0] && strcmp(emu, "0") != 0;
+}
 static bool path_tested_by_plain_run(cg_gemm_path path)
 {
-    const char *emu = getenv("CG_BF16_EMULATE");
-    return tested_by_plain_run(path) ||
-           (emu && emu[0] && strcmp(emu, "0") != 0 && path == CG_GEMM_BF16_EMULATED);
+    return tested_by_plain_run(path) || (emulation_forced() && path == CG_GEMM_BF16_EMULATED);
 }
 
 static float *rand_buf(cg_rng *rng, size_t n)
@@ -645,8 +648,7 @@ END_TEST
 START_TEST(test_precision_switch)
 {
     ck_assert_int_eq(cg_get_matmul_precision(), CG_PRECISION_FP32);
-    const char *emu = getenv("CG_BF16_EMULATE"); /* the meson test bf16_emulated sets it */
-    if (emu && emu[0] && strcmp(emu, "0") != 0) {
+    if (emulation_forced()) {
         ck_assert(!cg_bf16_native());
         ck_assert(!cg_gemm_path_available(CG_GEMM_BF16));
     }
