@@ -178,7 +178,33 @@ static bool check_grad(const char *what, cg_tensor *const *params, int i)
                      cg_shape_str(p->grad, b1, sizeof b1), cg_shape_str(p, b2, sizeof b2));
         return false;
     }
+    if (p->grad && !cg_dtype_is_float(p->grad->dtype)) {
+        cg_set_error("%s: gradient of parameter %d is %s, expected a float dtype", what, i,
+                     cg_dtype_name(p->grad->dtype));
+        return false;
+    }
     return true;
+}
+
+/* A gradient's values as contiguous floats: float32 as it is (a copy only
+ * when strided), bfloat16 and float16 widened (exactly); NULL + error when
+ * out of memory. */
+static cg_tensor *grad_floats(const cg_tensor *g)
+{
+    return g->dtype == CG_F32 ? cg_k_contiguous(g) : cg_k_to(g, CG_F32);
+}
+
+/* g *= coef in float32, rounded into g's dtype (a low-precision gradient
+ * scaled as its float32 values would be, then rounded as autograd rounds
+ * it). */
+static bool scale_grad(cg_tensor *g, float coef)
+{
+    if (g->dtype == CG_F32)
+        return cg_k_muls_(g, coef);
+    cg_tensor *w = cg_k_to(g, CG_F32);
+    const bool ok = w && cg_k_muls_(w, coef) && cg_k_copy_(g, w);
+    cg_release(w);
+    return ok;
 }
 
 /* PyTorch, in float32: clip_coef = max_norm / (total_norm + 1e-6), where a
@@ -203,7 +229,7 @@ static double global_norm(const char *what, int n, cg_tensor *const *params)
     bool ok = true;
     for (int i = 0; ok && i < n; i++) {
         const cg_tensor *g = params[i]->grad;
-        cg_tensor *c = g ? cg_k_contiguous(g) : NULL;
+        cg_tensor *c = g ? grad_floats(g) : NULL;
         ok = !g || (c && sq_add(&q, c, 0, cg_numel(c), n));
     }
     double ss = ok ? sq_total(&q) : -1;
@@ -226,9 +252,20 @@ double cg_clip_grad_norm(int n, cg_tensor *const *params, double max_norm)
     if (!(coef < 1.0f))
         return total;
     for (int i = 0; i < n; i++)
-        if (params[i]->grad && !cg_k_muls_(params[i]->grad, coef))
+        if (params[i]->grad && !scale_grad(params[i]->grad, coef))
             return -1;
     return total;
+}
+
+/* An optimizer updates float32 parameters (optim.c) from float32
+ * gradients: false + error naming parameter i unless g is one. */
+static bool optim_grad_f32(const cg_optim *o, int i, const char *what, const cg_tensor *g)
+{
+    if (g->dtype == CG_F32)
+        return true;
+    cg_set_error("%s: gradient of '%s' is %s, expected float32 (its parameter's dtype)", what,
+                 cg_optim_param_name(o, i), cg_dtype_name(g->dtype));
+    return false;
 }
 
 /* The owned run [*lo, *hi) of parameter i's gradient as contiguous floats:
@@ -249,6 +286,8 @@ static bool owned_grad(const cg_optim *o, int i, const char *what, cg_tensor **c
                      cg_shape_str(p, b2, sizeof b2));
         return false;
     }
+    if (!optim_grad_f32(o, i, what, p->grad))
+        return false;
     *c = cg_k_contiguous(p->grad);
     return *c != NULL;
 }
@@ -289,7 +328,8 @@ bool cg_optim_clip_grads_by(cg_optim *o, double total, double max_norm)
         int64_t lo, hi;
         if (!g)
             continue;
-        if (!cg_optim_shard_range(o, i, &lo, &hi))
+        if (!cg_optim_shard_range(o, i, &lo, &hi) ||
+            !optim_grad_f32(o, i, "optim_clip_grads_by", g))
             return false;
         if (lo == 0 && hi == cg_numel(p)) { /* whole: as cg_clip_grad_norm */
             if (!cg_k_muls_(g, coef))
@@ -344,7 +384,9 @@ double cg_optim_clip_grad_norm(cg_optim *o, double max_norm)
  * *val receives the element. */
 static int64_t first_nonfinite(const cg_tensor *t, float *val)
 {
-    cg_tensor *c = cg_k_contiguous(t);
+    if (!cg_dtype_is_float(t->dtype)) /* integers and bools are finite */
+        return -1;
+    cg_tensor *c = grad_floats(t);
     if (!c)
         return -1;
     const float *x = cg_data(c);
@@ -384,7 +426,12 @@ bool cg_optim_grads_finite(const cg_optim *o, int *bad)
         int64_t at = -1, lo = 0, hi = 0;
         if (cg_optim_is_sharded(o)) { /* the owned elements only */
             cg_tensor *c;
-            if (owned_grad(o, i, "optim_grads_finite", &c, &lo, &hi) && c) {
+            if (!owned_grad(o, i, "optim_grads_finite", &c, &lo, &hi)) {
+                if (bad) /* a gradient that cannot be read: refused, named */
+                    *bad = i;
+                return false;
+            }
+            if (c) {
                 const float *x = cg_data(c);
                 for (int64_t k = lo; k < hi && at < 0; k++)
                     if (!isfinite(x[k])) {

@@ -441,10 +441,15 @@ bool cg_optim_step(cg_optim *o)
             ok = false;
         } else if (!grad) {
             continue;
-        } else if (!cg_same_shape(grad, s->p) || grad->dtype != CG_F32) {
+        } else if (!cg_same_shape(grad, s->p)) {
             char b1[96], b2[96];
             cg_set_error("optim_step: gradient of '%s' has shape %s, the parameter %s", s->name,
                          cg_shape_str(grad, b1, sizeof b1), cg_shape_str(s->p, b2, sizeof b2));
+            ok = false;
+        } else if (grad->dtype != CG_F32) {
+            cg_set_error("optim_step: gradient of '%s' is %s, expected float32 (its parameter's "
+                         "dtype)",
+                         s->name, cg_dtype_name(grad->dtype));
             ok = false;
         } else {
             gc[i] = cg_k_contiguous(grad); /* a copy only for a strided gradient */

@@ -219,9 +219,12 @@ bool cg_optim_load(cg_optim *o, const cg_st_file *f, const char *prefix);
  * accumulated in double in a fixed order; if max_norm / (total + 1e-6) < 1
  * every gradient is multiplied by that factor (in float32, as PyTorch).
  * Returns total (before clipping), or -1 + error on bad input (NULL, a grad
- * whose shape differs from its parameter's, max_norm < 0). A non-finite
- * total is returned as is and the gradients are left unscaled, so that
- * cg_optim_grads_finite can still name the culprit. */
+ * whose shape differs from its parameter's or of no float dtype, max_norm
+ * < 0). A bfloat16 or float16 grad (a low-precision leaf's) is read as its
+ * float32 values and scaled in float32, rounded back into its dtype. A
+ * non-finite total is returned as is and the gradients are left unscaled,
+ * so that cg_optim_grads_finite can still name the culprit. The cg_optim_
+ * forms take float32 gradients only, as cg_optim_step does. */
 double cg_clip_grad_norm(int n, cg_tensor *const *params, double max_norm);
 double cg_optim_clip_grad_norm(cg_optim *o, double max_norm);
 /* The global gradient norm alone (no clipping); -1 + error on bad input. */

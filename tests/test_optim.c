@@ -1160,6 +1160,81 @@ START_TEST(sharded_clip_and_checks)
 }
 END_TEST
 
+/* Gradients in bfloat16 and float16 (a low-precision leaf's .grad, as
+ * autograd makes it): the norm is their values' (widened exactly to
+ * float32, summed in double as float32 ones), clipping scales them in
+ * float32 and rounds into their dtype, the NaN check finds theirs; a
+ * gradient of no float dtype, and one not of its parameter's float32 in an
+ * optimizer (which updates float32 only), are refused in one line. */
+START_TEST(clip_low_precision_grads)
+{
+    const float gv[4] = {3.0f, -4.0f, 1.5f, 0.25f}; /* exact in both */
+    const double norm = sqrt(9.0 + 16.0 + 2.25 + 0.0625);
+    for (int d = 0; d < 2; d++) {
+        const cg_dtype dt = d ? CG_F16 : CG_BF16;
+        cg_tensor *f = cg_from_data(CG_SHAPE(2, 2), gv);
+        cg_tensor *p = cg_requires_grad(cg_to(f, dt), true);
+        cg_tensor *y = cg_mul(p, f), *l = cg_sum_all(y); /* dl/dp = f */
+        ck_assert(cg_backward(l, NULL, false));
+        ck_assert_int_eq(p->grad->dtype, dt);
+        ck_assert(cg_grad_norm(1, &p) == norm);
+        ck_assert_int_eq(cg_first_nonfinite_grad(1, &p, NULL), -1);
+        ck_assert(cg_clip_grad_norm(1, &p, 1.0) == norm);
+        ck_assert_int_eq(p->grad->dtype, dt);
+        cg_tensor *g32 = cg_to(p->grad, CG_F32);
+        const float coef = (1.0f / ((float)norm + 1e-6f)) * 1.0f;
+        for (int i = 0; i < 4; i++) {
+            cg_tensor *one = cg_from_data(CG_SHAPE(1), &(float){gv[i] * coef});
+            cg_tensor *r = cg_to(one, dt), *w = cg_to(r, CG_F32); /* rounded to dt */
+            ck_assert_msg(cg_data(g32)[i] == cg_data(w)[0], "%d: %g %g", i, (double)cg_data(g32)[i],
+                          (double)cg_data(w)[0]);
+            cg_release_all(3, one, r, w);
+        }
+        /* a strided low-precision gradient: its values in its order */
+        cg_tensor *t = cg_view_transpose(p->grad, 0, 1);
+        cg_tensor *keep = p->grad;
+        p->grad = t;
+        ck_assert(fabs(cg_grad_norm(1, &p) - 1.0) < 1e-2);
+        p->grad = keep;
+        cg_release(t);
+        cg_tensor *nan = cg_from_data(CG_SHAPE(2, 2), (const float[]){1, 2, NAN, 4});
+        ck_assert(cg_copy_(p->grad, nan));
+        int64_t el = -1;
+        ck_assert_int_eq(cg_first_nonfinite_grad(1, &p, &el), 0);
+        ck_assert_int_eq(el, 2);
+        ck_assert(isnan(cg_clip_grad_norm(1, &p, 1.0)));
+        cg_release_all(5, f, p, y, l, g32);
+        cg_release(nan);
+    }
+    /* a gradient of no float dtype */
+    cg_tensor *q = cg_requires_grad(cg_zeros(CG_SHAPE(3)), true);
+    q->grad = cg_from_i64(CG_SHAPE(3), (const int64_t[]){1, 2, 3});
+    CG_ASSERT_FAILS(cg_grad_norm(1, &q) < 0 ? NULL : (void *)1,
+                    "grad_norm: gradient of parameter 0 is int64, expected a float dtype");
+    CG_ASSERT_FAILS(cg_clip_grad_norm(1, &q, 1.0) < 0 ? NULL : (void *)1,
+                    "clip_grad_norm: gradient of parameter 0 is int64");
+    ck_assert_int_eq(cg_first_nonfinite_grad(1, &q, NULL), -1);
+    /* an optimizer's float32 parameter given a bfloat16 gradient */
+    cg_release(q->grad);
+    cg_tensor *z = cg_zeros(CG_SHAPE(3));
+    q->grad = cg_to(z, CG_BF16);
+    cg_release(z);
+    cg_optim_config cfg = cg_adamw_default(1e-3);
+    cg_optim *o = cg_optim_new(&cfg, 1, &(cg_optim_param){"q", q, 0});
+    cg_optim *os =
+        cg_optim_new_sharded(&cfg, 1, &(cg_optim_param){"q", q, 0}, &(cg_optim_range){1, 3});
+    ck_assert(o && os && cg_optim_is_sharded(os));
+    const char *want = "gradient of 'q' is bfloat16, expected float32 (its parameter's dtype)";
+    CG_ASSERT_FAILS(cg_optim_grad_sqsum(os) < 0 ? NULL : (void *)1, want);
+    CG_ASSERT_FAILS(cg_optim_clip_grads_by(os, 10.0, 1.0) ? (void *)1 : NULL, want);
+    CG_ASSERT_FAILS(cg_optim_grads_finite(os, NULL) ? (void *)1 : NULL, want);
+    CG_ASSERT_FAILS(cg_optim_step(o) ? (void *)1 : NULL, want);
+    cg_optim_free(o);
+    cg_optim_free(os);
+    cg_release(q);
+}
+END_TEST
+
 static Suite *optim_suite(void)
 {
     Suite *s = suite_create("optim");
@@ -1202,6 +1277,7 @@ static Suite *optim_suite(void)
     tcase_add_test(tc, sharded_adamw);
     tcase_add_test(tc, sharded_adam_sgd);
     tcase_add_test(tc, sharded_clip_and_checks);
+    tcase_add_test(tc, clip_low_precision_grads);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("errors");
