@@ -214,12 +214,16 @@ static bool analytic(cg_gradcheck_fn f, void *ctx, cg_tensor *const *inputs,
     cg_tensor *rt = *r ? cg_from_data(out->ndim, out->shape, *r) : NULL;
     cg_tensor *prod = cg_mul(out, rt);
     cg_tensor *loss = cg_sum_all(prod);
-    bool bw = loss && loss->requires_grad && cg_backward(loss, NULL, false);
+    const bool reached = loss && loss->requires_grad;
+    bool bw = reached && cg_backward(loss, NULL, false);
     cg_release_all(4, out, rt, prod, loss);
+    if (loss && !reached) {
+        fail(rep, "the output does not depend on any input that requires grad");
+        return false;
+    }
     if (!bw) {
         char b[400];
-        snprintf(b, sizeof b, "analytic backward failed: %s",
-                 cg_has_error() ? cg_last_error() : "output does not require grad");
+        snprintf(b, sizeof b, "analytic backward failed: %s", cg_last_error());
         fail(rep, b);
         return false;
     }
@@ -347,6 +351,21 @@ static bool check_input(cg_gradcheck_fn f, void *ctx, cg_tensor *const *inputs, 
     return ok;
 }
 
+/* What is wrong with o, or NULL: tolerances below 0 would pass anything */
+static const char *opts_problem(const cg_gradcheck_opts *o)
+{
+    return !(o->eps > 0 && o->eps < INFINITY)      ? "opts.eps must be finite and > 0"
+           : !(o->atol >= 0 && o->atol < INFINITY) ? "opts.atol must be finite and >= 0"
+           : !(o->rtol >= 0 && o->rtol < INFINITY) ? "opts.rtol must be finite and >= 0"
+           : o->proj_count < 0                     ? "opts.proj_count must be >= 0"
+           : o->proj_count > 0 && !(o->proj_eps > 0 && o->proj_eps < INFINITY)
+               ? "opts.proj_eps must be finite and > 0"
+           : !(o->proj_rtol >= 0 && o->proj_rtol < INFINITY)
+               ? "opts.proj_rtol must be finite and >= 0"
+           : !(o->noise >= 0 && o->noise < INFINITY) ? "opts.noise must be finite and >= 0"
+                                                     : NULL;
+}
+
 bool cg_gradcheck(cg_gradcheck_fn f, void *ctx, int n_inputs, cg_tensor *const *inputs,
                   const cg_gradcheck_opts *opts, cg_gradcheck_report *report)
 {
@@ -358,10 +377,31 @@ bool cg_gradcheck(cg_gradcheck_fn f, void *ctx, int n_inputs, cg_tensor *const *
     cg_gradcheck_opts o = opts ? *opts : cg_gradcheck_defaults();
     const char *bad = !f                        ? "NULL function"
                       : !inputs || n_inputs < 1 ? "no inputs (n_inputs < 1 or a NULL array)"
-                      : !(o.eps > 0 && o.eps < INFINITY) ? "opts.eps must be finite and > 0"
-                                                         : NULL;
+                                                : opts_problem(&o);
     if (bad) {
         fail(rep, bad);
+        return false;
+    }
+    /* the inputs checked: float32 ones (their steps are float values
+     * written into the storage); others may have any dtype */
+    bool any = false;
+    for (int i = 0; i < n_inputs; i++) {
+        const cg_tensor *x = inputs[i];
+        if (!x || !x->requires_grad)
+            continue;
+        if (x->dtype != CG_F32) {
+            char b[200];
+            snprintf(b, sizeof b,
+                     "input %d is %s; its steps are float32 values (check the op on float32 "
+                     "inputs)",
+                     i, cg_dtype_name(x->dtype));
+            fail(rep, b);
+            return false;
+        }
+        any = true;
+    }
+    if (!any) {
+        fail(rep, "no input requires grad (cg_requires_grad the inputs to check)");
         return false;
     }
 

@@ -61,7 +61,11 @@ typedef struct {
 
 cg_gradcheck_opts cg_gradcheck_defaults(void);
 /* Returns report->ok (false also on errors, with the reason in message;
- * a failure also records message as cg_last_error()).
+ * a failure also records message as cg_last_error()). The inputs checked
+ * are those that require grad, float32 only (another dtype is refused:
+ * the steps are float32 values); inputs that need no gradient (ids, masks)
+ * may have any dtype. Refused too: no input that requires grad, an output
+ * none of them reaches, a tolerance below 0 or not finite.
  * opts may be NULL (defaults); report may be NULL. Leaves each input's
  * .grad as it was before the call. */
 bool cg_gradcheck(cg_gradcheck_fn f, void *ctx, int n_inputs, cg_tensor *const *inputs,

@@ -3,6 +3,7 @@
  * default tolerances, and the correct gradients must pass. The inputs of
  * the check are the layer's input and every parameter. */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -183,7 +184,7 @@ START_TEST(test_failure_messages)
         const char *message;
     } cases[] = {
         {1, 0, true, "gradcheck: the function failed: boom at call 1"},
-        {0, 0, false, "gradcheck: analytic backward failed: output does not require grad"},
+        {0, 0, false, "gradcheck: no input requires grad (cg_requires_grad the inputs to check)"},
         {2, 0, true, "gradcheck: the function failed"},
         {3, 0, true, "gradcheck: the function failed while perturbing input 0: boom at call 3"},
         {0, 3, true,
@@ -211,6 +212,78 @@ START_TEST(test_failure_messages)
 }
 END_TEST
 
+static cg_tensor *constant_fn(void *ctx, cg_tensor *const *in)
+{
+    (void)ctx;
+    (void)in;
+    return cg_ones(CG_SHAPE(2));
+}
+
+/* What gradcheck cannot check is refused before anything runs, in one
+ * line: an input that requires grad in another dtype than float32 (its
+ * steps are float32 values written into the storage), tolerances that
+ * would pass anything, an output no input reaches. */
+START_TEST(test_refusals)
+{
+    const float v[3] = {0.5f, -1, 2};
+    cg_tensor *f = cg_from_data(CG_SHAPE(3), v);
+    cg_tensor *x = cg_requires_grad(cg_from_data(CG_SHAPE(3), v), true);
+    for (int d = 0; d < 2; d++) { /* bf16 and f16 inputs that require grad */
+        cg_tensor *lp = cg_requires_grad(cg_to(f, d ? CG_F16 : CG_BF16), true);
+        flaky c = {0, 0, 0};
+        cg_gradcheck_report rep;
+        ck_assert(!cg_gradcheck(flaky_fn, &c, 1, &lp, NULL, &rep));
+        ck_assert_int_eq(c.calls, 0);
+        char want[160];
+        snprintf(want, sizeof want,
+                 "gradcheck: input 0 is %s; its steps are float32 values (check the op on "
+                 "float32 inputs)",
+                 d ? "float16" : "bfloat16");
+        ck_assert_str_eq(rep.message, want);
+        ck_assert_str_eq(cg_last_error(), want);
+        cg_release(lp);
+    }
+    /* an input that needs no gradient (ids, a mask) may have any dtype */
+    cg_tensor *ids = cg_from_i64(CG_SHAPE(2), (const int64_t[]){1, 0});
+    ck_assert(cg_gradcheck(flaky_fn, &(flaky){0, 0, 0}, 2, (cg_tensor *[]){x, ids}, NULL, NULL));
+    cg_release(ids);
+    static const struct {
+        size_t field;
+        double value;
+        const char *message;
+    } bad_opts[] = {
+        {offsetof(cg_gradcheck_opts, atol), -1e-3, "opts.atol must be finite and >= 0"},
+        {offsetof(cg_gradcheck_opts, rtol), -1, "opts.rtol must be finite and >= 0"},
+        {offsetof(cg_gradcheck_opts, rtol), NAN, "opts.rtol must be finite and >= 0"},
+        {offsetof(cg_gradcheck_opts, proj_rtol), -1, "opts.proj_rtol must be finite and >= 0"},
+        {offsetof(cg_gradcheck_opts, proj_eps), 0, "opts.proj_eps must be finite and > 0"},
+        {offsetof(cg_gradcheck_opts, noise), INFINITY, "opts.noise must be finite and >= 0"},
+    };
+    for (size_t i = 0; i < sizeof bad_opts / sizeof bad_opts[0]; i++) {
+        cg_gradcheck_opts o = cg_gradcheck_defaults();
+        memcpy((char *)&o + bad_opts[i].field, &bad_opts[i].value, sizeof(double));
+        flaky c = {0, 0, 0};
+        cg_gradcheck_report rep;
+        ck_assert(!cg_gradcheck(flaky_fn, &c, 1, &x, &o, &rep));
+        ck_assert_msg(strstr(rep.message, bad_opts[i].message), "case %zu: %s", i, rep.message);
+    }
+    cg_gradcheck_opts o = cg_gradcheck_defaults();
+    o.proj_count = -1;
+    ck_assert(!cg_gradcheck(flaky_fn, &(flaky){0, 0, 0}, 1, &x, &o, NULL));
+    ck_assert_str_eq(cg_last_error(), "gradcheck: opts.proj_count must be >= 0");
+    /* with the projections off, proj_eps is not read */
+    o = cg_gradcheck_defaults();
+    o.proj_count = 0;
+    o.proj_eps = 0;
+    ck_assert(cg_gradcheck(flaky_fn, &(flaky){0, 0, 0}, 1, &x, &o, NULL));
+    /* an output that no input reaches */
+    ck_assert(!cg_gradcheck(constant_fn, NULL, 1, &x, NULL, NULL));
+    ck_assert_str_eq(cg_last_error(),
+                     "gradcheck: the output does not depend on any input that requires grad");
+    cg_release_all(2, f, x);
+}
+END_TEST
+
 static Suite *gc_suite(void)
 {
     Suite *s = suite_create("gradcheck");
@@ -220,6 +293,7 @@ static Suite *gc_suite(void)
     suite_add_tcase(s, tc);
     TCase *tf = tcase_create("failures");
     tcase_add_test(tf, test_failure_messages);
+    tcase_add_test(tf, test_refusals);
     suite_add_tcase(s, tf);
     return s;
 }
