@@ -130,14 +130,23 @@ cg_tensor *cg_module_call(cg_module *m, cg_forward_fn fn, int n_in, cg_tensor *c
     cg_tensor *y = NULL;
     bool ok = true;
     for (int i = 0; ok && i < hs->n; i++)
-        if (hs->items[i].pre)
+        if (hs->items[i].pre) {
+            const unsigned long serial = cg_error_serial();
             ok = hs->items[i].pre_fn(hs->items[i].ctx, m, n_in, x);
+            if (!ok && cg_error_serial() == serial) /* never an empty or stale message */
+                cg_set_error("%s: forward pre-hook %d returned false without recording a reason",
+                             m->type, i + 1);
+        }
     if (ok)
         y = fn(m, x, args);
     for (int i = 0; y && i < hs->n; i++) {
         if (hs->items[i].pre)
             continue;
+        const unsigned long serial = cg_error_serial();
         if (!hs->items[i].post_fn(hs->items[i].ctx, m, n_in, x, &y)) {
+            if (cg_error_serial() == serial)
+                cg_set_error("%s: forward hook %d returned false without recording a reason",
+                             m->type, i + 1);
             cg_release(y);
             y = NULL;
         }

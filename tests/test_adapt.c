@@ -77,6 +77,19 @@ static bool refuse(void *ctx, cg_module *m, int n_in, cg_tensor **in)
     return false;
 }
 
+/* hooks that fail and say nothing */
+static bool refuse_quietly(void *ctx, cg_module *m, int n_in, cg_tensor **in)
+{
+    (void)ctx, (void)m, (void)n_in, (void)in;
+    return false;
+}
+static bool refuse_output_quietly(void *ctx, cg_module *m, int n_in, cg_tensor *const *in,
+                                  cg_tensor **out)
+{
+    (void)ctx, (void)m, (void)n_in, (void)in, (void)out;
+    return false;
+}
+
 static int freed;
 static void count_free(void *ctx)
 {
@@ -111,6 +124,15 @@ START_TEST(test_hook_post_pre_remove)
     /* a failing hook fails the forward with its message */
     cg_hook_handle f = cg_module_register_forward_pre_hook(CG_MODULE(l), refuse, NULL, NULL);
     CG_ASSERT_FAILS(cg_linear_forward(l, x), "hook refused Linear");
+    ck_assert(cg_hook_remove(&f));
+    /* one that records no message gets one (never an empty or stale one) */
+    f = cg_module_register_forward_pre_hook(CG_MODULE(l), refuse_quietly, NULL, NULL);
+    CG_ASSERT_FAILS(cg_linear_forward(l, x),
+                    "Linear: forward pre-hook 1 returned false without recording a reason");
+    ck_assert(cg_hook_remove(&f));
+    f = cg_module_register_forward_hook(CG_MODULE(l), refuse_output_quietly, NULL, NULL);
+    CG_ASSERT_FAILS(cg_linear_forward(l, x),
+                    "Linear: forward hook 1 returned false without recording a reason");
     ck_assert(cg_hook_remove(&f));
     /* hooks still registered are freed with the module */
     cg_module_register_forward_hook(CG_MODULE(l), double_output, NULL, count_free);
