@@ -37,9 +37,9 @@ cg_tensor *cg_sigmoid(cg_tensor *a);
 #define CG_UNARY_DECLARE_(A, E, name, fwd, bwd) cg_tensor *cg_##name(cg_tensor *a);
 CG_UNARY_OPS(CG_UNARY_DECLARE_, ~)
 cg_tensor *cg_clamp(cg_tensor *a, float lo, float hi);
-/* cond != 0 ? a : b (no gradient flows to cond). */
+/* cond ? a : b, cond bool (no gradient flows to it). */
 cg_tensor *cg_where(cg_tensor *cond, cg_tensor *a, cg_tensor *b);
-/* mask != 0 ? value : a (mask broadcasts to a; no gradient to mask). */
+/* mask ? value : a, mask bool (it broadcasts to a; no gradient to it). */
 cg_tensor *cg_masked_fill(cg_tensor *a, cg_tensor *mask, float value);
 
 /* -------------------------------------------------------- reductions */

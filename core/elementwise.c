@@ -489,18 +489,17 @@ cg_tensor *cg_k_clamp(const cg_tensor *a, float lo, float hi)
 }
 
 /* ---------------------------------------------------- select / fill */
-/* A bool condition or mask as float32 0/1 for the float kernels (a new
- * reference; a float one is retained as it is: nonzero is true). */
-static cg_tensor *mask_as_float(const char *op, const cg_tensor *m)
+/* where's condition and masked_fill's mask: bool, as PyTorch has them (a
+ * float mask meant to be added would otherwise select wherever it is not
+ * zero); false + error naming op and the dtype otherwise. The float
+ * kernels read it as float32 0/1 (cg_k_to), the typed ones as it is. */
+static bool check_condition(const char *op, const char *what, const cg_tensor *m)
 {
     if (m->dtype == CG_BOOL)
-        return cg_k_to(m, CG_F32);
-    if (m->dtype != CG_F32) {
-        cg_set_error("%s: the condition is %s, expected bool (or float32, nonzero = true)", op,
-                     cg_dtype_name(m->dtype));
-        return NULL;
-    }
-    return cg_view_alias(m);
+        return true;
+    cg_set_error("%s: the %s is %s, expected bool (cg_to(%s, CG_BOOL): true where not zero)", op,
+                 what, cg_dtype_name(m->dtype), what);
+    return false;
 }
 
 cg_tensor *cg_k_where(const cg_tensor *cond, const cg_tensor *a, const cg_tensor *b)
@@ -509,12 +508,14 @@ cg_tensor *cg_k_where(const cg_tensor *cond, const cg_tensor *a, const cg_tensor
         cg_error_null_input("where");
         return NULL;
     }
+    if (!check_condition("where", "condition", cond))
+        return NULL;
     if (!cg_dtype_is_float(a->dtype) || !cg_dtype_is_float(b->dtype))
         return cg_typed_where(cond, a, b);
     cg_upcast u; /* the values' dtypes decide the result's, not the condition's */
     if (!cg_upcast_begin(&u, "where", 2, (const cg_tensor **[]){&a, &b}))
         return NULL;
-    cg_tensor *c = mask_as_float("where", cond), *out = NULL;
+    cg_tensor *c = cg_k_to(cond, CG_F32), *out = NULL;
     if (c) {
         ew_params P = {0, 0};
         out = ew_apply("where", 3, (const cg_tensor *[]){c, a, b}, seg_where, &P);
@@ -539,12 +540,14 @@ cg_tensor *cg_k_masked_fill(const cg_tensor *a, const cg_tensor *mask, float val
                      cg_shape_str(mask, b1, sizeof b1), cg_shape_str(a, b2, sizeof b2));
         return NULL;
     }
+    if (!check_condition("masked_fill", "mask", mask))
+        return NULL;
     if (!cg_dtype_is_float(a->dtype))
         return cg_typed_masked_fill(a, mask, value);
     cg_upcast u;
     if (!cg_upcast_begin(&u, "masked_fill", 1, (const cg_tensor **[]){&a}))
         return NULL;
-    cg_tensor *m = mask_as_float("masked_fill", mask), *out = NULL;
+    cg_tensor *m = cg_k_to(mask, CG_F32), *out = NULL;
     if (m) {
         out = binary("masked_fill", a, m, seg_masked_fill, value, 0);
         cg_release(m);

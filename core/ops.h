@@ -95,11 +95,11 @@ cg_tensor *cg_k_sigmoid(const cg_tensor *a);
  * their cg_k_relu_backward, ... */
 CG_UNARY_OPS(CG_UNARY_DECLARE_K_, ~)
 cg_tensor *cg_k_clamp(const cg_tensor *a, float lo, float hi);
-/* cond ? a : b, all three broadcast together; cond is bool (or float32:
- * nonzero is true); a and b of any dtypes, the result of their promoted
- * dtype. */
+/* cond ? a : b, all three broadcast together; cond is bool (another
+ * dtype refused, as torch.where refuses it); a and b of any dtypes, the
+ * result of their promoted dtype. */
 cg_tensor *cg_k_where(const cg_tensor *cond, const cg_tensor *a, const cg_tensor *b);
-/* mask ? value : a; mask (bool, or float32 nonzero) broadcasts to a's
+/* mask ? value : a; mask (bool; another dtype refused) broadcasts to a's
  * shape; a of any dtype (value converted to it). */
 cg_tensor *cg_k_masked_fill(const cg_tensor *a, const cg_tensor *mask, float value);
 

@@ -273,10 +273,6 @@ static cg_tensor *as_dtype(const cg_tensor *t, cg_dtype want)
 
 cg_tensor *cg_typed_where(const cg_tensor *cond, const cg_tensor *a, const cg_tensor *b)
 {
-    if (cond->dtype != CG_BOOL && cond->dtype != CG_F32) {
-        cg_set_error("where: the condition is %s, expected bool", cg_dtype_name(cond->dtype));
-        return NULL;
-    }
     cg_dtype dt = cg_promote_types(a->dtype, b->dtype);
     int nd;
     int64_t shape[CG_MAX_DIMS];
@@ -300,10 +296,6 @@ static void fill_elem(void *ctx, char *const *p)
 
 cg_tensor *cg_typed_masked_fill(const cg_tensor *a, const cg_tensor *mask, float value)
 {
-    if (mask->dtype != CG_BOOL && mask->dtype != CG_F32) {
-        cg_set_error("masked_fill: the mask is %s, expected bool", cg_dtype_name(mask->dtype));
-        return NULL;
-    }
     cg_tensor *out = cg_empty_like(a);
     if (!out)
         return NULL;

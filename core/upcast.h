@@ -139,7 +139,7 @@ static inline bool cg_check_grad_acc(const char *op, const cg_tensor *acc, const
 }
 
 /* where and masked_fill on integer and bool values (core/typed.c): the
- * float kernels hand them over. */
+ * float kernels hand them over, their bool condition or mask checked. */
 cg_tensor *cg_typed_where(const cg_tensor *cond, const cg_tensor *a, const cg_tensor *b);
 cg_tensor *cg_typed_masked_fill(const cg_tensor *a, const cg_tensor *mask, float value);
 

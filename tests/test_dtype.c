@@ -421,9 +421,19 @@ START_TEST(test_where_masked_fill_any_dtype)
     cg_tensor *zero = cg_scalar(0);
     cg_tensor *sw = cg_k_where(m, s, zero); /* bool condition, float values */
     ck_assert(cg_get(sw, (int64_t[]){0, 1}) == 2 && cg_get(sw, (int64_t[]){0, 0}) == 0);
-    /* an int64 mask is not a mask */
-    CG_ASSERT_REFUSED(cg_k_masked_fill(s, t, 0) == NULL, "the condition is int64, expected bool");
-    cg_release_all(9, t, m, mf, z, w, s, sf, sw, zero);
+    /* an int64 or float32 mask is not a mask (PyTorch refuses both): not
+     * even where it holds only 0 and 1 */
+    CG_ASSERT_REFUSED(cg_k_masked_fill(s, t, 0) == NULL,
+                      "masked_fill: the mask is int64, expected bool");
+    cg_tensor *f01 = cg_from_data(CG_SHAPE(3), (float[]){0, 1, 0});
+    CG_ASSERT_REFUSED(cg_k_masked_fill(s, f01, 0) == NULL,
+                      "masked_fill: the mask is float32, expected bool (cg_to(mask, CG_BOOL)");
+    CG_ASSERT_REFUSED(cg_k_masked_fill(t, f01, 0) == NULL,
+                      "masked_fill: the mask is float32, expected bool");
+    CG_ASSERT_REFUSED(cg_k_where(f01, s, zero) == NULL,
+                      "where: the condition is float32, expected bool (cg_to(condition, CG_BOOL)");
+    CG_ASSERT_REFUSED(cg_k_where(t, t, z) == NULL, "where: the condition is int64, expected bool");
+    cg_release_all(10, t, m, mf, z, w, s, sf, sw, zero, f01);
 }
 END_TEST
 

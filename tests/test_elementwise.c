@@ -362,26 +362,29 @@ START_TEST(test_where)
     cg_rng rng = cg_rng_new(14);
     for (int kind = 0; kind < 4; kind++) {
         cg_tensor *r = cg_test_randn_layout(&rng, CG_SHAPE(3, 1, 5), kind);
-        cg_tensor *c = cg_k_relu(r); /* about half zeros */
+        cg_tensor *c = cg_k_relu(r);        /* about half zeros: the reference's */
+        cg_tensor *cb = cg_gt_scalar(r, 0); /* the same truth as bool */
         cg_tensor *a = cg_test_randn_layout(&rng, CG_SHAPE(4, 1), kind);
         cg_tensor *b = cg_test_randn_layout(&rng, CG_SHAPE(4, 5), 3 - kind);
-        cg_tensor *out = cg_k_where(c, a, b);
+        cg_tensor *out = cg_k_where(cb, a, b);
         assert_shape(out, 3, (int64_t[]){3, 4, 5});
         float *e = expect_nary(3, (const cg_tensor *[]){c, a, b}, 3, (int64_t[]){3, 4, 5},
                                (void *)r_where);
         CG_ASSERT_TENSOR(out, e, 0, 0);
         free(e);
-        cg_release_all(5, r, c, a, b, out);
+        cg_release_all(6, r, c, cb, a, b, out);
     }
     /* scalar condition */
-    cg_tensor *one = cg_scalar(1.0f), *a = cg_randn(&rng, CG_SHAPE(2, 2)), *b = cg_scalar(9.0f);
+    cg_tensor *one = cg_from_bool(0, NULL, (const bool[]){true});
+    cg_tensor *a = cg_randn(&rng, CG_SHAPE(2, 2)), *b = cg_scalar(9.0f);
     cg_tensor *out = cg_k_where(one, a, b);
     float *av = cg_test_values(a);
     CG_ASSERT_TENSOR(out, av, 0, 0);
     free(av);
     cg_release_all(4, one, a, b, out);
     /* incompatible: all three shapes in the message */
-    cg_tensor *c3 = cg_ones(CG_SHAPE(3)), *a4 = cg_ones(CG_SHAPE(4)), *b1 = cg_ones(CG_SHAPE(1));
+    cg_tensor *c3 = cg_zeros_dtype(CG_BOOL, CG_SHAPE(3)), *a4 = cg_ones(CG_SHAPE(4));
+    cg_tensor *b1 = cg_ones(CG_SHAPE(1));
     CG_ASSERT_FAILS(cg_k_where(c3, a4, b1), "[3], [4] and [1]");
     cg_release_all(3, c3, a4, b1);
 }
@@ -393,16 +396,17 @@ START_TEST(test_masked_fill)
     for (int kind = 0; kind < 4; kind++) {
         cg_tensor *a = cg_test_randn_layout(&rng, CG_SHAPE(3, 4, 5), kind);
         cg_tensor *r = cg_randn(&rng, CG_SHAPE(4, 1));
-        cg_tensor *m = cg_k_relu(r);
-        cg_tensor *out = k_masked_fill(a, m);
+        cg_tensor *m = cg_k_relu(r), *mb = cg_gt_scalar(r, 0); /* the reference's; the mask */
+        cg_tensor *out = k_masked_fill(a, mb);
         assert_shape(out, 3, a->shape);
         float *e = expect_nary(2, (const cg_tensor *[]){a, m}, 3, a->shape, (void *)r_masked_fill);
         CG_ASSERT_TENSOR(out, e, 0, 0);
         free(e);
-        cg_release_all(4, a, r, m, out);
+        cg_release_all(5, a, r, m, mb, out);
     }
     cg_tensor *a = cg_ones(CG_SHAPE(4, 5));
-    cg_tensor *bad = cg_ones(CG_SHAPE(2, 5)), *big = cg_ones(CG_SHAPE(3, 4, 5));
+    cg_tensor *bad = cg_zeros_dtype(CG_BOOL, CG_SHAPE(2, 5));
+    cg_tensor *big = cg_zeros_dtype(CG_BOOL, CG_SHAPE(3, 4, 5));
     CG_ASSERT_FAILS(cg_k_masked_fill(a, bad, 0.0f), "[2, 5]");
     CG_ASSERT_FAILS(cg_k_masked_fill(a, big, 0.0f), "[3, 4, 5]");
     ck_assert(strstr(cg_last_error(), "[4, 5]") != NULL);

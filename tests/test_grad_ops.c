@@ -119,10 +119,7 @@ typedef struct {
 
 static cg_tensor *where_ab(cg_tensor *a, cg_tensor *b)
 {
-    cg_tensor *cond = cg_k_adds(a, 0.0f); /* cond from a's values (no grad) */
-    float *p = cg_data(cond);
-    for (int64_t i = 0; i < cg_numel(cond); i++)
-        p[i] = p[i] > 0 ? 1.0f : 0.0f;
+    cg_tensor *cond = cg_gt_scalar(a, 0); /* cond from a's values (bool: no grad) */
     cg_tensor *w = cg_where(cond, a, b);
     cg_release(cond);
     return w;
@@ -331,7 +328,7 @@ static cg_tensor *masked_fill_fn(void *ctx, cg_tensor *const *in)
 START_TEST(test_masked_fill)
 {
     cg_rng r = cg_rng_new(8);
-    cg_tensor *mask = cg_from_data(CG_SHAPE(1, 4), (float[]){0, 1, 0, 1}); /* broadcasts */
+    cg_tensor *mask = cg_from_bool(CG_SHAPE(1, 4), (bool[]){0, 1, 0, 1}); /* broadcasts */
     for (int layout = 0; layout < N_LAYOUTS; layout++) {
         cg_tensor *x = input(&r, CG_SHAPE(3, 4), layout, DOM_ANY);
         check(masked_fill_fn, mask, 1, &x, "masked_fill", 0, 0);
@@ -824,11 +821,11 @@ static cg_tensor *attention_fn(void *ctx, cg_tensor *const *in)
 START_TEST(test_attention_composite)
 {
     cg_rng r = cg_rng_new(15);
-    float mv[16];
+    bool mv[16];
     for (int i = 0; i < 4; i++)
         for (int j = 0; j < 4; j++)
-            mv[i * 4 + j] = j > i ? 1.0f : 0.0f;
-    cg_tensor *mask = cg_from_data(CG_SHAPE(4, 4), mv);
+            mv[i * 4 + j] = j > i;
+    cg_tensor *mask = cg_from_bool(CG_SHAPE(4, 4), mv);
     cg_tensor *in[3] = {input(&r, CG_SHAPE(2, 4, 3), LAYOUT_TRANSPOSED, DOM_ANY),
                         input(&r, CG_SHAPE(2, 4, 3), LAYOUT_STRIDED, DOM_ANY),
                         input(&r, CG_SHAPE(2, 4, 3), LAYOUT_CONTIG, DOM_ANY)};
@@ -901,7 +898,7 @@ START_TEST(test_attention_fused)
 
         /* forward equals the composite with the same mask */
         int64_t B = cases[ci].B, Tq = cases[ci].Tq, Tk = cases[ci].Tk;
-        cg_tensor *mask = cg_zeros(CG_SHAPE(B, 1, Tq, Tk));
+        cg_tensor *mask = cg_zeros_dtype(CG_BOOL, CG_SHAPE(B, 1, Tq, Tk));
         for (int64_t b = 0; b < B; b++)
             for (int64_t i = 0; i < Tq; i++)
                 for (int64_t j = 0; j < Tk; j++)

@@ -44,7 +44,7 @@ static cg_tensor *leaf(void)
 START_TEST(test_record_failure_is_an_error)
 {
     cg_tensor *a = leaf(), *b = leaf();
-    cg_tensor *mask = cg_from_data(CG_SHAPE(2, 3), (const float[]){1, 0, 1, 0, 1, 0});
+    cg_tensor *mask = cg_from_bool(CG_SHAPE(2, 3), (const bool[]){1, 0, 1, 0, 1, 0});
     ASSERT_OOM(cg_add(a, b));  /* finish2 */
     ASSERT_OOM(cg_neg(a));     /* finish1 */
     ASSERT_OOM(cg_exp(a));     /* an op that saves its output */
