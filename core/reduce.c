@@ -570,22 +570,20 @@ static void max_tasks(int64_t t0, int64_t t1, int thread, const void *ctx)
     }
 }
 
-static cg_tensor *max_f32(const cg_tensor *a, int dim, bool keepdim, cg_tensor **indices)
+/* max (op "max") or argmax (op "argmax", for the messages) of a float32 a */
+static cg_tensor *max_f32(const char *op, const cg_tensor *a, int dim, bool keepdim,
+                          cg_tensor **indices)
 {
     if (indices)
         *indices = NULL;
-    if (!a) {
-        cg_error_null_input("cg_k_max");
-        return NULL;
-    }
     bool mask[CG_MAX_DIMS];
-    if (!parse_dims("max", a, 1, &dim, mask))
+    if (!parse_dims(op, a, 1, &dim, mask))
         return NULL;
     int d = a->ndim ? (dim < 0 ? dim + a->ndim : dim) : 0;
     int64_t size = a->ndim ? a->shape[d] : 1;
     if (size == 0) {
         char b[96];
-        cg_set_error("max: cannot take the max over dim %d of size 0 (shape %s)", dim,
+        cg_set_error("%s: cannot take the %s over dim %d of size 0 (shape %s)", op, op, dim,
                      cg_shape_str(a, b, sizeof b));
         return NULL;
     }
@@ -615,21 +613,27 @@ static cg_tensor *max_f32(const cg_tensor *a, int dim, bool keepdim, cg_tensor *
     return vals;
 }
 
-cg_tensor *cg_k_max(const cg_tensor *a, int dim, bool keepdim, cg_tensor **indices)
+static cg_tensor *max_op(const char *op, const char *fn, const cg_tensor *a, int dim, bool keepdim,
+                         cg_tensor **indices)
 {
     if (indices)
         *indices = NULL;
-    CG_UPCAST1("max", a, max_f32(a, dim, keepdim, indices));
+    if (!a) {
+        cg_error_null_input(fn);
+        return NULL;
+    }
+    CG_UPCAST1(op, a, max_f32(op, a, dim, keepdim, indices));
+}
+
+cg_tensor *cg_k_max(const cg_tensor *a, int dim, bool keepdim, cg_tensor **indices)
+{
+    return max_op("max", "cg_k_max", a, dim, keepdim, indices);
 }
 
 cg_tensor *cg_k_argmax(const cg_tensor *a, int dim, bool keepdim)
 {
-    if (a && !cg_dtype_is_float(a->dtype)) { /* under argmax's name, not max's */
-        cg_upcast_refuse("argmax", 0, a);
-        return NULL;
-    }
     cg_tensor *idx = NULL;
-    cg_tensor *vals = cg_k_max(a, dim, keepdim, &idx);
+    cg_tensor *vals = max_op("argmax", "cg_k_argmax", a, dim, keepdim, &idx);
     if (!vals)
         return NULL;
     cg_release(vals);

@@ -466,7 +466,16 @@ START_TEST(test_errors)
     ck_assert(strstr(cg_last_error(), "[2, 3, 4]") != NULL);
     CG_ASSERT_FAILS(cg_k_var(a, 1, neg, 1, false), "dim -4");
     CG_ASSERT_FAILS(cg_k_max(a, 3, false, NULL), "out of range");
-    CG_ASSERT_FAILS(cg_k_argmax(a, -4, false), "max");
+    CG_ASSERT_FAILS(cg_k_argmax(a, -4, false), "argmax: dim -4");
+    /* argmax's messages name argmax, not the max it is made with */
+    cg_tensor *e = cg_zeros(CG_SHAPE(0, 3));
+    CG_ASSERT_FAILS(cg_k_argmax(e, 0, false),
+                    "argmax: cannot take the argmax over dim 0 of size 0 (shape [0, 3])");
+    CG_ASSERT_FAILS(cg_k_max(e, 0, false, NULL), "max: cannot take the max over dim 0 of size 0");
+    cg_release(e);
+    cg_clear_error();
+    ck_assert_ptr_null(cg_k_argmax(NULL, 0, false));
+    ck_assert_str_eq(cg_last_error(), "cg_k_argmax: input is NULL");
     CG_ASSERT_FAILS(cg_k_var(a, 0, NULL, -1, false), "correction");
     cg_tensor *idx = (cg_tensor *)0x1;
     ck_assert_ptr_null(cg_k_max(a, 5, false, &idx));
