@@ -328,18 +328,21 @@ bool cg_loader_next(cg_loader *ld)
     }
     ld->x = ld->y = ld->mask = NULL;
     ld->n = 0;
+    ld->failed = false;
     if (ld->pos >= ld->N && ld->perm) { /* end of an epoch */
         free(ld->perm);
         ld->perm = NULL;
         return false;
     }
-    if (!ld->perm && !new_epoch(ld))
+    if (!ld->perm && !new_epoch(ld)) {
+        ld->failed = true;
         return false;
+    }
     int64_t n = ld->N - ld->pos < ld->B ? ld->N - ld->pos : ld->B;
-    if (!(ld->scope = cg_scope_begin()))
+    if (!(ld->scope = cg_scope_begin()) || !collate(ld, n)) {
+        ld->failed = true;
         return false;
-    if (!collate(ld, n))
-        return false;
+    }
     ld->n = n;
     ld->pos += n;
     return true;

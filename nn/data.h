@@ -70,6 +70,7 @@ typedef struct {
     cg_tensor *mask; /* sequences: bool [n, T], true = padding; else NULL */
     int64_t n;       /* rows in this batch */
     int64_t epoch;   /* epochs started */
+    bool failed;     /* the last cg_loader_next's false was an error, not an epoch's end */
     /* private */
     cg_tensor *data, *labels, **seqs;
     double pad;
@@ -88,8 +89,9 @@ cg_loader *cg_loader_new(cg_tensor *x, cg_tensor *y, int64_t B, cg_rng *rng);
 cg_loader *cg_loader_new_seqs(int64_t N, cg_tensor *const *seqs, cg_tensor *y, double pad,
                               int64_t B, cg_rng *rng);
 /* Next batch of this epoch into ld->x, ld->y, ld->mask, ld->n: true; false
- * at the end of the epoch (no error; the next call starts a new epoch) or
- * on an error (cg_has_error). */
+ * at the end of the epoch (ld->failed false; the next call starts a new
+ * epoch) or on an error (out of memory: ld->failed true, the message in
+ * cg_last_error(); cg_has_error may hold an older one either way). */
 bool cg_loader_next(cg_loader *ld);
 void cg_loader_free(cg_loader *ld); /* NULL is a no-op */
 

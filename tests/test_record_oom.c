@@ -1,22 +1,23 @@
 /* Recording a graph node can fail (out of memory): the op must then return
  * NULL with the error, never a result silently detached from the graph
  * (issue 22). Linked with -Wl,--wrap=calloc: while `fail_nodes` is set,
- * every calloc of one graph node fails. */
+ * every calloc of one graph node fails, while `fail_all` is, every calloc. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "autograd/checkpoint.h"
 #include "autograd/ops.h"
+#include "nn/data.h"
 #include "tests/testutil.h"
 
 void *__real_calloc(size_t n, size_t size);
 void *__wrap_calloc(size_t n, size_t size);
 
-static bool fail_nodes;
+static bool fail_nodes, fail_all;
 
 void *__wrap_calloc(size_t n, size_t size)
 {
-    if (fail_nodes && n == 1 && size == sizeof(cg_node))
+    if (fail_all || (fail_nodes && n == 1 && size == sizeof(cg_node)))
         return NULL;
     return __real_calloc(n, size);
 }
@@ -102,12 +103,36 @@ START_TEST(test_record_failure_nn_ops)
 }
 END_TEST
 
+/* A loader's batch that cannot be made (its scope's calloc fails) ends the
+ * loop with ld->failed set and the error, not as the epoch's end; the next
+ * call makes that batch. */
+START_TEST(test_loader_failure_is_not_an_epoch_end)
+{
+    cg_tensor *x = cg_arange_dtype(CG_F32, 0, 6, 1), *y = cg_arange_dtype(CG_I64, 0, 6, 1);
+    cg_loader *ld = cg_loader_new(x, y, 2, NULL);
+    ck_assert(cg_loader_next(ld) && !ld->failed);
+    fail_all = true;
+    const bool got = cg_loader_next(ld);
+    fail_all = false;
+    ck_assert(!got && ld->failed && !ld->x);
+    ck_assert_str_eq(cg_last_error(), "scope_begin: out of memory");
+    for (int b = 1; b < 3; b++) {
+        ck_assert(cg_loader_next(ld) && !ld->failed);
+        ck_assert_float_eq(cg_data(ld->x)[0], 2.0f * b);
+    }
+    ck_assert(!cg_loader_next(ld) && !ld->failed); /* the epoch's end */
+    cg_loader_free(ld);
+    cg_release_all(2, x, y);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("record_oom");
     TCase *tc = tcase_create("record");
     tcase_add_test(tc, test_record_failure_is_an_error);
     tcase_add_test(tc, test_record_failure_nn_ops);
+    tcase_add_test(tc, test_loader_failure_is_not_an_epoch_end);
     suite_add_tcase(s, tc);
     return cg_test_run(&s, 1);
 }
