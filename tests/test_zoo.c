@@ -1136,6 +1136,52 @@ START_TEST(test_corpus_bpe)
 }
 END_TEST
 
+/* Lines longer than SentencePiece takes (2048 bytes) are cut for the
+ * tokenizer's training without losing a byte: at a space (dropped) or, in
+ * a line without one (CJK, a long token), between two characters. A
+ * character found only where a line is cut still gets its piece; UTF-8
+ * text without spaces trains (its cut split a character and was refused). */
+START_TEST(test_corpus_bpe_long_lines)
+{
+    if (!cg_spm_available())
+        return;
+    char path[] = "/tmp/cg_corpus_long_XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    for (int i = 0; i < 12; i++) { /* 2048 'x' then 'Q', which is nowhere else */
+        for (int j = 0; j < 2048; j++)
+            fputc('x', f);
+        fputs(i ? "xxxx\n" : "Qxxxx\n", f);
+        for (int j = 0; j < 300; j++) /* 2700 bytes, no space */
+            fputs("\xe7\x8c\xab\xe3\x81\x8c\xe5\xba\xa7", f);
+        fputc('\n', f);
+    }
+    fputs("validation text\n", f);
+    fclose(f);
+    cg_tokenizer *tok = NULL;
+    cg_corpus *c = cg_corpus_read_tok(path, &tok, CG_TOK_BPE, 300, NULL);
+    ck_assert_msg(c != NULL, "%s", cg_last_error());
+    const char *one[] = {"Q", "\xe7\x8c\xab"}; /* each one piece, not its bytes */
+    for (int k = 0; k < 2; k++) {
+        int64_t n = 0;
+        int64_t *ids = cg_tokenizer_encode(tok, one[k], &n, NULL);
+        ck_assert(ids != NULL);
+        bool found = false;
+        for (int64_t i = 0; i < n; i++) {
+            char *l = cg_tokenizer_label(tok, ids[i]);
+            found |= l && strstr(l, one[k]) != NULL;
+            free(l);
+        }
+        ck_assert_msg(found, "'%s' has no piece of its own (%lld ids)", one[k], (long long)n);
+        free(ids);
+    }
+    cg_corpus_free(c);
+    cg_tokenizer_free(tok);
+    unlink(path);
+}
+END_TEST
+
 static Suite *zoo_suite(void)
 {
     Suite *s = suite_create("zoo");
@@ -1151,6 +1197,7 @@ static Suite *zoo_suite(void)
     tcase_add_test(t, test_flag_table);
     tcase_add_test(t, test_generate_text_streams);
     tcase_add_test(t, test_corpus_bpe);
+    tcase_add_test(t, test_corpus_bpe_long_lines);
     suite_add_tcase(s, t);
     TCase *p = tcase_create("program");
     tcase_set_timeout(p, 300);

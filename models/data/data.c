@@ -110,44 +110,63 @@ static char *utf8_of(const uint32_t *cps, int64_t n)
 }
 
 /* A BPE tokenizer of vocab_size ids trained on the non-empty lines of
- * text (each line is NUL-terminated in place; a line longer than
- * LINE_MAX_BYTES is cut at its last space before, or at a character
- * boundary: SentencePiece skips longer sentences). */
+ * text (each line is NUL-terminated in place). SentencePiece skips a
+ * sentence longer than LINE_MAX_BYTES, so a longer line is cut: at its
+ * last space in the second half of the limit (the space dropped, as a
+ * newline is), or else (CJK, a long token) before the character that
+ * would cross it, nothing dropped: that piece is a copy (in `cut`), the
+ * text going on from the character. */
 #define LINE_MAX_BYTES 2048
 static cg_tokenizer *train_on_lines(char *text, int64_t vocab_size)
 {
-    int64_t n = 0, cap = 0;
-    char **lines = NULL;
-    for (char *p = text; *p;) {
+    int64_t n = 0, cap = 0, nc = 0;
+    char **lines = NULL, **cut = NULL;
+    bool ok = true;
+    for (char *p = text; ok && *p;) {
         char *e = p + strcspn(p, "\n");
         if (e - p > LINE_MAX_BYTES) {
             e = p + LINE_MAX_BYTES;
             while (e > p + LINE_MAX_BYTES / 2 && *e != ' ')
                 e--;
-            while (*e != ' ' && (*e & 0xC0) == 0x80) /* not inside a character */
-                e--;
+            if (*e != ' ') { /* no space: between two characters */
+                e = p + LINE_MAX_BYTES;
+                while ((*e & 0xC0) == 0x80)
+                    e--;
+            }
         }
-        bool last = *e == '\0';
-        *e = '\0';
+        /* whole: the piece ends at a separator (dropped) or the text's end */
+        const bool whole = *e == '\0' || *e == '\n' || *e == ' ';
+        char *next = whole ? e + 1 : e;
         if (e > p && n == cap) {
             char **nl = realloc(lines, (size_t)(cap = cap ? 2 * cap : 1024) * sizeof *nl);
-            if (!nl) {
-                free(lines);
-                cg_set_error("out of memory");
-                return NULL;
-            }
-            lines = nl;
+            char **ncut = realloc(cut, (size_t)cap * sizeof *ncut);
+            lines = nl ? nl : lines;
+            cut = ncut ? ncut : cut;
+            ok = nl && ncut;
         }
-        if (e > p)
+        if (ok && e > p && !whole) { /* a copy: e's byte starts the next piece */
+            ok = (lines[n] = cut[nc] = strndup(p, (size_t)(e - p))) != NULL;
+            nc += ok;
+            n += ok;
+        } else if (ok && e > p) {
             lines[n++] = p;
-        if (last)
+        }
+        if (*e == '\0')
             break;
-        p = e + 1;
+        if (whole)
+            *e = '\0';
+        p = next;
     }
     cg_tokenizer *t =
-        n ? cg_tokenizer_train(CG_TOK_BPE, true, (const char *const *)lines, n, vocab_size) : NULL;
-    if (!n)
+        ok && n ? cg_tokenizer_train(CG_TOK_BPE, true, (const char *const *)lines, n, vocab_size)
+                : NULL;
+    if (!ok)
+        cg_set_error("out of memory");
+    else if (!n)
         cg_set_error("the training split has no text to train a tokenizer on");
+    for (int64_t i = 0; i < nc; i++)
+        free(cut[i]);
+    free(cut);
     free(lines);
     return t;
 }
