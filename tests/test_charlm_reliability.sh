@@ -5,10 +5,13 @@
 #   2. SIGINT saves a checkpoint and exits 0; that checkpoint equals an
 #      uninterrupted run stopped at the same step, and resuming it for 10
 #      more steps equals an uninterrupted run to that step
-#   1b. --data /dev/stdin and a FIFO work (the corpus is read once)
+#   1b. --data /dev/stdin and a FIFO work (the corpus is read once); eval
+#      and --resume of such a run refuse the pipe it recorded (no hang)
 #   2b. a second writer of the same checkpoint is refused (a lock)
 #   2c. a signal before the first step saves nothing (--force keeps the old)
 #   2d. a signal during an evaluation cuts it short; the run saves and resumes
+#   2e. a signal while the data are read (set-up) stops before the first
+#      step, exit 0, nothing saved
 #   3. a NaN loss (a parameter set to 3e38) stops training with the step (numbered
 #      from 1, as on the progress line) and the
 #      tensor named, exit non-zero, and the last checkpoint is not overwritten
@@ -51,6 +54,19 @@ timeout 60 "$charlm" train "${model[@]}" --data corpus.fifo --steps 3 --out fifo
   >/dev/null 2>fifo.log || fail "--data FIFO failed: $(tail -1 fifo.log)"
 wait
 echo "--data: a pipe and a FIFO are read once and train"
+# the FIFO's name is recorded: read again without --data it would wait
+# for a writer for ever
+want="the data this checkpoint recorded, 'corpus.fifo', is not a regular file"
+for cmd in "eval --ckpt fifo.st" "train --resume fifo.st --steps 5 --out fifo2.st"; do
+  rc=0
+  timeout 60 "$charlm" $cmd >/dev/null 2>fifo.log || rc=$?
+  [ "$rc" -eq 1 ] && grep -q "$want" fifo.log && [ "$(wc -l <fifo.log)" -eq 1 ] ||
+    fail "$cmd with a FIFO recorded: exit $rc: $(cat fifo.log)"
+done
+[ ! -e fifo2.st ] || fail "the refused resume wrote fifo2.st"
+"$charlm" eval --ckpt fifo.st --data tiny.txt >/dev/null 2>fifo.log ||
+  fail "eval of the FIFO's run with --data failed: $(tail -1 fifo.log)"
+echo "a FIFO recorded as the data: eval and --resume refuse it in one line, --data works"
 
 # 2. SIGINT
 "$charlm" train "${model[@]}" --steps 50000 --out int.st >int.json 2>int.log &
@@ -157,6 +173,33 @@ kk=$(printf '%08d' "$k")
   fail "cut at $k + resume: the kept checkpoint of step $k != the uninterrupted run's"
 echo "a signal during the evaluation at step $k (try $try): cut short, saved == uninterrupted," \
   "resumed identically"
+
+# 2e. a signal while the data are read: the handlers are in place from the
+# set-up on, so SIGTERM there stops the run before its first step (exit 0,
+# nothing saved, --force leaves the earlier checkpoint). The data come
+# from a FIFO this script holds open: the program has opened it (it is past
+# its flags) and waits in the read when the signal comes.
+mkfifo slow.fifo
+exec 3<>slow.fifo
+cp full.st setup.st
+"$charlm" train "${model[@]:2}" --data slow.fifo --steps 3 --out setup.st --force >setup.json \
+  2>setup.log 3>&- & # (not the script's end of the FIFO)
+pid=$!
+head -c 1000 tiny.txt >&3
+for ((w = 0; w < 600; w++)); do # the program reading the FIFO (up to 30 s)
+  ls -l "/proc/$pid/fd" 2>/dev/null | grep -q slow.fifo && break
+  sleep 0.05
+done
+kill -TERM "$pid"
+tail -c +1001 tiny.txt >&3
+exec 3>&-
+rc=0
+wait "$pid" || rc=$?
+[ "$rc" -eq 0 ] && grep -q "stopped before the first step; nothing saved" setup.log &&
+  grep -q '"interrupted": true' setup.json ||
+  fail "SIGTERM while the data are read: exit $rc: $(tail -2 setup.log)"
+cmp -s setup.st full.st || fail "SIGTERM while the data are read replaced the checkpoint"
+echo "a signal while the data are read: stopped before the first step, nothing saved"
 
 # 3. NaN: set a parameter of the step-20 checkpoint to 3e38 (finite: a NaN
 #    weight is refused at load, but the next loss is NaN) and resume from it

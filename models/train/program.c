@@ -108,6 +108,9 @@ int cg_train_command(int argc, char **argv, cg_cli_args *a, cg_train_opts *o, cg
         return rc;
     if (!o->data) /* before the output checks: the default is a file read too */
         o->data = p->default_data;
+    /* a signal from here on stops the run before its first step, saving
+     * nothing (reading the data or training a tokenizer can take minutes) */
+    cg_train_catch_signals();
     /* set up: the output rules and --resume, then the model's data and model */
     cg_trainer t;
     cg_trainer_model m;

@@ -4,11 +4,27 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "core/error.h"
 #include "models/train/dist.h"
 #include "models/train/run.h"
 #include "models/util/config_json.h"
+
+/* The data a checkpoint recorded, read again when none is given: false +
+ * error if it is there but not a regular file. A run trained on a pipe
+ * (--data <(...), a FIFO) recorded its name, and opening it again would
+ * wait for a writer for ever. */
+static bool recorded_data_ok(const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) != 0 || S_ISREG(st.st_mode))
+        return true; /* missing: opening it says so */
+    cg_set_error("the data this checkpoint recorded, '%s', is not a regular file (a pipe, a "
+                 "device or a directory): give the data with --data",
+                 path);
+    return false;
+}
 
 bool cg_state_put_u64(cJSON *o, const char *key, uint64_t v)
 {
@@ -192,8 +208,11 @@ static bool state_restore(cg_trainer *t, cg_train_opts *o, const char *path)
         o->steps = steps;
     if (!cg_cli_given(o->args, &o->eval_every))
         o->eval_every = eval_every;
-    if (!cg_cli_given(o->args, &o->data))
+    if (!cg_cli_given(o->args, &o->data)) {
+        if (data && !recorded_data_ok(data))
+            return false;
         o->data = data;
+    }
     return true;
 }
 
@@ -233,7 +252,12 @@ char *cg_train_data_path(const char *train_json, const char *given, const char *
         return NULL;
     }
     const cJSON *dj = cJSON_GetObjectItemCaseSensitive(s, "data");
-    char *p = strdup(given ? given : cJSON_IsString(dj) ? dj->valuestring : default_data);
+    const bool recorded = !given && cJSON_IsString(dj);
+    if (recorded && !recorded_data_ok(dj->valuestring)) {
+        cJSON_Delete(s);
+        return NULL;
+    }
+    char *p = strdup(given ? given : recorded ? dj->valuestring : default_data);
     cJSON_Delete(s);
     if (!p)
         cg_set_error("out of memory");

@@ -39,8 +39,9 @@ bool cg_trainer_restore(cg_trainer *t, const char *train_json, const char *path)
  * recorded no identity or id is the same data; false + error otherwise. */
 bool cg_train_data_check(const char *train_json, const char *ckpt_path, const cg_data_id *id);
 /* The data an eval reads: `given` when not NULL, else the path that a
- * checkpoint's "train" metadata recorded, else default_data; a malloc'd
- * copy or NULL + error. */
+ * checkpoint's "train" metadata recorded (refused when it is there but not
+ * a regular file: a pipe the run was trained from), else default_data; a
+ * malloc'd copy or NULL + error. */
 char *cg_train_data_path(const char *train_json, const char *given, const char *default_data);
 /* Fields of a training state (JSON objects in the checkpoint): 64-bit
  * integers and doubles are kept exactly as decimal strings; they are read

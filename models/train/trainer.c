@@ -697,7 +697,6 @@ int cg_trainer_run(cg_trainer *t, const cg_trainer_model *m)
     const cg_train_opts *o = t->o;
     int rc = setup(&c);
     if (rc < 0) {
-        cg_train_catch_signals();
         c.tty = cg_progress_is_tty();
         c.log_every = o->log_every;
         if (c.log_every <= 0) {
