@@ -16,10 +16,12 @@
 #  - every CG_ environment variable is parsed as strictly as the flags;
 #  - translate reads each stdin line on its own: a NUL byte or a line over
 #    1 MiB is an empty output line and a warning.
-#   test_limits.sh CHARLM SEQ2SEQ
+#  - decode_bench out of memory: one line, exit 1, nothing left allocated.
+#   test_limits.sh CHARLM SEQ2SEQ DECODE_BENCH
 set -uo pipefail
 charlm=$1
 seq2seq=$2
+decode_bench=$3
 . "$(dirname "$0")/shell_lib.sh" limits
 trap 'umount "$dir/full" 2>/dev/null; rm -rf "$dir"' EXIT
 
@@ -204,4 +206,21 @@ rc=0
 head -c 100000000 /dev/zero | timeout 60 "$seq2seq" translate --ckpt s.st >out.txt 2>err.txt || rc=$?
 [ $rc -eq 1 ] && grep -q "no end of line" err.txt && echo "ok: translate </dev/zero: $(tail -1 err.txt)" ||
   fail "translate </dev/zero: exit $rc: $(tail -c 300 err.txt)"
+
+# ---- decode_bench's 4 GB weights out of memory: one line, exit 1, and
+# under AddressSanitizer (whose shadow memory ulimit -v forbids: its
+# allocator refuses what is over 1000 MB instead) nothing leaked
+rc=0
+if (ulimit -v 200000; "$charlm" --help) >/dev/null 2>&1; then
+  (ulimit -v 2000000; exec "$decode_bench" --d 65536 --d-ff 65536 --layers 1 --vocab 16 \
+    --runs 1) >out.txt 2>err.txt || rc=$?
+else
+  ASAN_OPTIONS="${ASAN_OPTIONS:-}:allocator_may_return_null=1:max_allocation_size_mb=1000" \
+    "$decode_bench" --d 65536 --d-ff 65536 --layers 1 --vocab 16 --runs 1 >out.txt 2>err.txt ||
+    rc=$?
+fi
+[ $rc -eq 1 ] && [ "$(grep -c 'error' err.txt)" -eq 1 ] &&
+  grep -q "^decode_bench: error: out of memory" err.txt &&
+  echo "ok: decode_bench out of memory: $(grep error err.txt)" ||
+  fail "decode_bench out of memory: exit $rc: $(grep -v WARNING err.txt | head -c 300)"
 finish

@@ -155,6 +155,30 @@ static int parse_args(int argc, char **argv, int64_t *d, int64_t *dff, int64_t *
     return rc;
 }
 
+/* The nw weights of a decoder of width d (feed-forward dff, vocabulary
+ * vocab) in ws (calloc'd: what was made is freed by the caller), each also
+ * packed in bf16, and their bytes in each precision: -1 or the exit code. */
+static int make_weights(weight *ws, int64_t nw, int64_t d, int64_t dff, int64_t vocab, cg_rng *rng,
+                        double *fp32_bytes, double *bf16_bytes)
+{
+    for (int64_t i = 0; i < nw; i++) {
+        int64_t j = i % 6;
+        ws[i].n = i == nw - 1 ? vocab : j == 4 ? dff : d;
+        ws[i].k = i == nw - 1 ? d : j == 5 ? dff : d;
+        ws[i].w = malloc((size_t)(ws[i].n * ws[i].k) * sizeof(float));
+        if (!ws[i].w)
+            return cg_prog_fail("out of memory");
+        for (int64_t e = 0; e < ws[i].n * ws[i].k; e++)
+            ws[i].w[e] = 0.02f * cg_rng_normal(rng);
+        ws[i].p = cg_bf16_matrix_new(ws[i].n, ws[i].k, ws[i].w, ws[i].k, 1);
+        if (!ws[i].p)
+            return cg_prog_fail_lib(NULL);
+        *fp32_bytes += (double)(ws[i].n * ws[i].k) * 4.0;
+        *bf16_bytes += (double)cg_bf16_matrix_bytes(ws[i].p);
+    }
+    return -1;
+}
+
 int main(int argc, char **argv)
 {
     int64_t d = 384, dff = 1536, layers = 6, vocab = 65;
@@ -166,30 +190,15 @@ int main(int argc, char **argv)
     weight *ws = calloc((size_t)nw, sizeof *ws);
     float *buf = malloc(BIG), *x = malloc((size_t)(dff > d ? dff : d) * sizeof(float));
     float *y = malloc((size_t)(dff > vocab ? (dff > d ? dff : d) : vocab) * sizeof(float));
-    if (!ws || !buf || !x || !y) {
-        return cg_prog_fail("out of memory");
-    }
-    memset(buf, 0, BIG);
     cg_rng rng = cg_rng_new(1);
-    for (int64_t i = 0; i < (dff > d ? dff : d); i++)
-        x[i] = cg_rng_normal(&rng);
     double fp32_bytes = 0.0, bf16_bytes = 0.0;
-    for (int64_t i = 0; i < nw; i++) {
-        int64_t j = i % 6;
-        ws[i].n = i == nw - 1 ? vocab : j == 4 ? dff : d;
-        ws[i].k = i == nw - 1 ? d : j == 5 ? dff : d;
-        ws[i].w = malloc((size_t)(ws[i].n * ws[i].k) * sizeof(float));
-        if (!ws[i].w) {
-            return cg_prog_fail("out of memory");
-        }
-        for (int64_t e = 0; e < ws[i].n * ws[i].k; e++)
-            ws[i].w[e] = 0.02f * cg_rng_normal(&rng);
-        ws[i].p = cg_bf16_matrix_new(ws[i].n, ws[i].k, ws[i].w, ws[i].k, 1);
-        if (!ws[i].p) {
-            return cg_prog_fail_lib(NULL);
-        }
-        fp32_bytes += (double)(ws[i].n * ws[i].k) * 4.0;
-        bf16_bytes += (double)cg_bf16_matrix_bytes(ws[i].p);
+    if (!ws || !buf || !x || !y) {
+        rc = cg_prog_fail("out of memory");
+    } else {
+        memset(buf, 0, BIG);
+        for (int64_t i = 0; i < (dff > d ? dff : d); i++)
+            x[i] = cg_rng_normal(&rng);
+        rc = make_weights(ws, nw, d, dff, vocab, &rng, &fp32_bytes, &bf16_bytes);
     }
     for (int nt = 1; nt <= 2 && rc < 0; nt++) {
         cg_set_num_threads(nt);
@@ -226,7 +235,7 @@ int main(int argc, char **argv)
         if (!cg_output_flush(stdout)) /* a reader gone: stop at once */
             rc = cg_prog_fail_lib(NULL);
     }
-    for (int64_t i = 0; i < nw; i++) {
+    for (int64_t i = 0; ws && i < nw; i++) {
         free(ws[i].w);
         cg_bf16_matrix_free(ws[i].p);
     }
