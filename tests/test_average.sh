@@ -94,6 +94,22 @@ elif cmd == 'bf16':  # bf16 IN OUT [X]: IN's parameters stored as bf16 (truncate
         elif k.startswith('optim.'):
             del t[k]
     save(sys.argv[3], t, meta)
+elif cmd == 'f16':  # f16 IN OUT: IN's parameters stored as float16
+    t, meta = load(sys.argv[2])
+    for k, (dt, shape, raw) in list(t.items()):
+        if k in params(t):
+            v = struct.unpack('<%df' % (len(raw) // 4), raw)
+            t[k] = ('F16', shape, struct.pack('<%de' % len(v), *v))
+        elif k.startswith('optim.'):
+            del t[k]
+    save(sys.argv[3], t, meta)
+elif cmd == 'set':  # set IN OUT NAME I X: element I of F32 tensor NAME set to X
+    t, meta = load(sys.argv[2])
+    dt, shape, raw = t[sys.argv[4]]
+    v = list(struct.unpack('<%df' % (len(raw) // 4), raw))
+    v[int(sys.argv[5])] = float(sys.argv[6])
+    t[sys.argv[4]] = (dt, shape, struct.pack('<%df' % len(v), *v))
+    save(sys.argv[3], t, meta)
 elif cmd == 'value':  # value FILE NAME I: element I of tensor NAME
     t, _ = load(sys.argv[2])
     print(repr(values(t[sys.argv[3]][0], t[sys.argv[3]][2])[int(sys.argv[4])]))
@@ -159,6 +175,16 @@ m=$(st mean bavg.st b1.st b2.st b3.st b4.st) && echo "ok: bf16: the mean rounded
   fail "bf16: element 0 is $(st value bavg.st tok_emb.weight 0), not 0.50390625"
 "$charlm" sample --ckpt bavg.st --length 10 >/dev/null 2>bs.log && echo "ok: bf16: sample reads it" ||
   fail "bf16 sample: $(tail -1 bs.log)"
+# the first file's dtype must hold the mean: float16 first, a mean of
+# 1.5e5 (over float16's 65504) refused, nothing written; float32 first, kept
+st f16 a1.st h1.st && st set a2.st big.st tok_emb.weight 0 3e5 || fail "f16 inputs"
+refused "f16: a mean float16 cannot hold" \
+  "the mean of tensor 'tok_emb.weight' at element 0 (.*) overflows F16, the dtype of 'h1.st'" \
+  "$charlm" average --out havg.st h1.st big.st
+[ ! -e havg.st ] || fail "f16: the refused average wrote havg.st"
+"$charlm" average --out havg.st big.st h1.st >/dev/null 2>havg.log &&
+  [ "$(st dtype havg.st tok_emb.weight)" = F32 ] && echo "ok: f16: averaged in float32 when it is first" ||
+  fail "f16 after f32: $(tail -1 havg.log)"
 
 # ---------------------------------------------------------------- 3. seq2seq
 for s in 1 2; do

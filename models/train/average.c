@@ -194,6 +194,26 @@ static float round_to_odd(double x)
     return f;
 }
 
+/* Whether t (float32, p's means) holds in dt, p's dtype in the first file,
+ * every mean there finite (float16's range ends at 65504); false + error
+ * naming the first element that is not. */
+static bool means_fit(const avg_run *r, const avg_param *p, const cg_tensor *t, cg_dtype dt)
+{
+    cg_tensor *c = cg_k_to(t, dt), *back = c ? cg_k_to(c, CG_F32) : NULL;
+    int64_t bad = -1;
+    for (int64_t e = 0; back && bad < 0 && e < p->numel; e++)
+        if (!isfinite(cg_data(back)[e]))
+            bad = e;
+    const bool ok = back && bad < 0;
+    if (bad >= 0)
+        cg_set_error("the mean of tensor '%s' at element %lld (%g) overflows %s, the dtype of '%s' "
+                     "(the average keeps the first checkpoint's dtypes: put a float32 one first)",
+                     p->name, (long long)bad, (double)cg_data(t)[bad], cg_st_dtype_name(p->dtype),
+                     r->first_path);
+    cg_release_all(2, c, back);
+    return ok;
+}
+
 /* The output: the first file's metadata and tokenizer, "averaged", and
  * each parameter's mean in the first file's dtype, in its order. */
 static cg_st_writer *write_mean(const avg_run *r, int n)
@@ -226,7 +246,7 @@ static cg_st_writer *write_mean(const avg_run *r, int n)
             double mean = p->sum[e] / n;
             cg_data(t)[e] = p->dtype == CG_ST_F32 ? (float)mean : round_to_odd(mean);
         }
-        ok = ok && cg_st_add_as(w, name, t, dt);
+        ok = ok && (dt == CG_F32 || means_fit(r, p, t, dt)) && cg_st_add_as(w, name, t, dt);
         cg_release(t);
     }
     if (!ok) {
