@@ -309,7 +309,7 @@ refused_kept "--keep-last: --init-from a name it would write" "--init-from 'm.st
 
 # ------------------------------------- 6. scripts/recipe_run.sh and its table
 RR=(--tokenizer char --d 16 --H 2 --enc-layers 1 --dec-layers 1 --d-ff 32 --max-tokens 200
-  --valid-size 20 --test-size 20)
+  --valid-size 20 --test-size 20 --test-limit 2)
 for s in 1 2; do
   SEQ2SEQ=$seq2seq DATA=p.tsv EVAL_EVERY=2 "$root/scripts/recipe_run.sh" rr r_s$s $s 10 "${RR[@]}" \
     >rr.out 2>&1 || fail "recipe_run.sh seed $s: $(tail -1 rr.out)"
