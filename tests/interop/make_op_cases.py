@@ -1,0 +1,849 @@
+"""Random cases of cgrad's public ops with PyTorch's answers, for the
+differential test tests/interop/check_ops.c:
+
+    /usr/bin/python3 make_op_cases.py DIR   (exit 0: written; 77: no torch)
+
+DIR/op_cases.safetensors holds, for case i (fixed seeds, so the same file
+every run):
+  i.b<j>  the base of input j, contiguous; the input is the base seen
+          through the views of the case's "in"[j]["v"] (transposes, slices
+          with steps, expands with stride 0), so the op reads strided data
+  i.o<k>  PyTorch's output k (its dtype and shape are checked exactly)
+  i.t<k>  the tolerance of each element of a float output k (float32): four
+          units in the last place of the dtype at the value, plus four times
+          PyTorch's own distance from the same op in float64, plus a small
+          absolute term scaled by the output's largest magnitude; absent for
+          exact ops (bit for bit) and integer or bool outputs (equal)
+  i.u<k>  the upstream gradient of float output k (random normal)
+  i.g<j>  PyTorch's gradient of base j (autograd through the views and the
+          op; absent when the base needs no gradient or none reaches it)
+  i.h<j>  its tolerance, made as for the outputs
+The metadata key "cases" is a JSON list, one object per case:
+  {"op": name, "a": {op arguments}, "in": [{"dt", "v", "g"}...],
+   "n": outputs, "exact": bool, "err": PyTorch's refusal or "",
+   "doc": why cgrad's documentation says it refuses the case, or ""}.
+"""
+import json
+import math
+import random
+import struct
+import sys
+
+try:
+    import torch
+    import torch.nn.functional as F
+    import warnings
+    warnings.filterwarnings("ignore")
+except ImportError:
+    print("make_op_cases: torch not available, skipped")
+    sys.exit(77)
+
+CODES = {torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16",
+         torch.int64: "I64", torch.int32: "I32", torch.bool: "BOOL"}
+DT = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
+      "int64": torch.int64, "int32": torch.int32, "bool": torch.bool}
+NAME = {v: k for k, v in DT.items()}
+FLOATS = ("float32", "bfloat16", "float16")
+ALL = FLOATS + ("int64", "int32", "bool")
+EPS = {torch.float32: 2.0 ** -23, torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -10}
+
+
+def raw_bytes(t):
+    t = t.contiguous()
+    if t.dtype in (torch.bfloat16, torch.float16):
+        return t.view(torch.int16).numpy().tobytes()
+    return t.numpy().tobytes()
+
+
+def save(path, tensors, metadata):
+    header, blobs, off = {"__metadata__": metadata}, [], 0
+    for name, t in tensors.items():
+        b = raw_bytes(t)
+        header[name] = {"dtype": CODES[t.dtype], "shape": list(t.shape),
+                        "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+R = random.Random(20261129)
+torch.manual_seed(20261129)
+
+
+# ------------------------------------------------------------ inputs
+def values(shape, dt, kind="normal", special=0.0):
+    """A base tensor of dtype dt; special: the share of special values."""
+    n = math.prod(shape)
+    if dt == "bool":
+        return torch.rand(shape) < 0.5
+    if dt in ("int64", "int32"):
+        return torch.randint(-5, 6, shape, dtype=DT[dt])
+    if kind == "pos":
+        t = torch.rand(shape, dtype=torch.float64) * 3 + 0.05
+    elif kind == "unit":
+        t = torch.rand(shape, dtype=torch.float64)
+    else:
+        t = torch.randn(shape, dtype=torch.float64) * 2
+    if special and n:
+        flat = t.view(-1)
+        for i in range(n):
+            if R.random() < special:
+                flat[i] = R.choice([math.inf, -math.inf, math.nan, -0.0, 0.0, 1e30, -3e38, 1e-30])
+    return t.to(DT[dt])
+
+
+def layout(shape, rng, allow=True):
+    """A base shape and the views that turn a base of it into `shape`:
+    a transpose, then a slice with step 2, then an expand (each optional)."""
+    shape = list(shape)
+    if not allow or not shape or rng.random() < 0.3:
+        return shape, []
+    views, cur = [], list(shape)
+    if rng.random() < 0.35:  # stride 0: expand from size-1 dims
+        dims = [d for d in range(len(cur)) if rng.random() < 0.5]
+        if dims:
+            views.insert(0, ["expand", list(cur)])
+            for d in dims:
+                cur[d] = 1
+    if rng.random() < 0.5:  # a slice with step 2
+        d = rng.randrange(len(cur))
+        views.insert(0, ["slice", d, 1, 1 + 2 * cur[d], 2])
+        cur[d] = 2 * cur[d] + 1
+    if len(cur) >= 2 and (rng.random() < 0.6 or not views):
+        d0, d1 = rng.sample(range(len(cur)), 2)
+        views.insert(0, ["T", d0, d1])
+        cur[d0], cur[d1] = cur[d1], cur[d0]
+    return cur, views
+
+
+def apply_views(t, views):
+    for v in views:
+        if v[0] == "T":
+            t = t.transpose(v[1], v[2])
+        elif v[0] == "slice":
+            idx = [slice(None)] * t.dim()
+            idx[v[1]] = slice(v[2], v[3], v[4])
+            t = t[tuple(idx)]
+        elif v[0] == "expand":
+            t = t.expand(*v[1])
+    return t
+
+
+def rshape(rng, lo=0, hi=3, zero=0.08, sizes=(1, 2, 3, 4, 5)):
+    nd = rng.randint(lo, hi)
+    return [0 if rng.random() < zero else rng.choice(sizes) for _ in range(nd)]
+
+
+def bcast_shapes(rng, n=2):
+    out = rshape(rng, 0, 4)
+    shapes = []
+    for _ in range(n):
+        drop = rng.randint(0, len(out))
+        s = [1 if rng.random() < 0.3 else d for d in out[drop:]]
+        shapes.append(s)
+    return shapes
+
+
+# ------------------------------------------------------------ the cases
+CASES, TENSORS = [], {}
+
+
+def run(fn, ins, args):
+    try:
+        out = fn(ins, args)
+    except RuntimeError as e:
+        # PyTorch 1.13's CPU kernels lack many float16 ops; cgrad computes
+        # them in float32 and rounds (docs/api.md, Dtypes), as later
+        # PyTorch does: the same here, through differentiable casts.
+        if "'Half'" not in str(e):
+            raise
+        up = [x.float() if x.dtype == torch.float16 else x for x in ins]
+        out = fn(up, args)
+        out = tuple(o.half() if o.dtype == torch.float32 else o for o in out) \
+            if isinstance(out, (tuple, list)) else (out.half() if out.dtype == torch.float32 else out)
+    return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+def tol_of(exp, ref, dt, rel=4.0, absk=16.0):
+    """Per-element tolerance of a float result exp, given the float64 ref."""
+    eps = EPS[dt]
+    e, r = exp.double(), ref.double()
+    fin = torch.isfinite(r) & torch.isfinite(e)
+    scale = r[fin].abs().max().item() if fin.any() else 1.0
+    scale = max(scale, 1.0)
+    dist = torch.where(fin, (e - r).abs(), torch.zeros_like(r))
+    t = rel * eps * torch.where(fin, r.abs(), torch.zeros_like(r)) + 4 * dist + absk * eps * scale
+    return t.float()
+
+
+def json_safe(v):
+    """Infinities and NaN as strings ("inf", "-inf", "nan"): JSON has none."""
+    return str(v) if isinstance(v, float) and not math.isfinite(v) else v
+
+
+def add_case(op, ins, args, fn, exact=False, doc="", ref=True, tol=(4.0, 16.0)):
+    """ins: [(values, views, needs_grad)]; fn(list of inputs, args) -> output(s)."""
+    i = len(CASES)
+    case = {"op": op, "a": {k: json_safe(v) for k, v in args.items()}, "in": [], "exact": exact, "doc": doc, "err": "", "n": 0}
+    bases = []
+    for j, (b, views, g) in enumerate(ins):
+        g = bool(g and b.is_floating_point())
+        TENSORS[f"{i}.b{j}"] = b
+        case["in"].append({"dt": NAME[b.dtype], "v": views, "g": g})
+        bases.append(b.clone().requires_grad_(g))
+    try:
+        outs = run(fn, [apply_views(b, c["v"]) for b, c in zip(bases, case["in"])], args)
+    except Exception as e:  # PyTorch refuses: cgrad must refuse cleanly
+        case["err"] = str(e).splitlines()[0][:200] or type(e).__name__
+        CASES.append(case)
+        return
+    case["n"] = len(outs)
+    gins, gouts = [], []
+    for k, o in enumerate(outs):
+        TENSORS[f"{i}.o{k}"] = o.detach().clone()
+        if o.is_floating_point():
+            u = torch.randn(o.shape, dtype=torch.float64).to(o.dtype)
+            TENSORS[f"{i}.u{k}"] = u
+            if o.requires_grad:
+                gins.append(o)
+                gouts.append(u)
+    need = [b for b in bases if b.requires_grad]
+    grads = torch.autograd.grad(gins, need, gouts, allow_unused=True) if gins and need else []
+    grads = dict(zip([id(b) for b in need], grads))
+    # the same op in float64, for the tolerances
+    rbases = [(b.detach().double() if b.is_floating_point() else b.detach()).requires_grad_(
+        b.requires_grad) for b in bases]
+    rgrads = {}
+    routs = None
+    if ref:
+        try:
+            routs = run(fn, [apply_views(b, c["v"]) for b, c in zip(rbases, case["in"])], args)
+            rg_in = [ro for ro, o in zip(routs, outs) if o.is_floating_point() and o.requires_grad]
+            rg_out = [TENSORS[f"{i}.u{k}"].double() for k, o in enumerate(outs)
+                      if o.is_floating_point() and o.requires_grad]
+            rneed = [b for b in rbases if b.requires_grad]
+            if rg_in and rneed:
+                rg = torch.autograd.grad(rg_in, rneed, rg_out, allow_unused=True)
+                rgrads = {j: g for j, g in zip([j for j, b in enumerate(rbases) if b.requires_grad], rg)}
+        except Exception:
+            routs = None
+    for k, o in enumerate(outs):
+        if o.is_floating_point() and not exact:
+            r = routs[k] if routs is not None and routs[k].shape == o.shape else o
+            TENSORS[f"{i}.t{k}"] = tol_of(o.detach(), r.detach(), o.dtype, *tol)
+    for j, b in enumerate(bases):
+        g = grads.get(id(b)) if b.requires_grad else None
+        if g is None:
+            continue
+        TENSORS[f"{i}.g{j}"] = g
+        r = rgrads.get(j)  # sums (broadcasts, expands) round: never bit for bit
+        TENSORS[f"{i}.h{j}"] = tol_of(g, r if r is not None else g, g.dtype, *tol)
+    CASES.append(case)
+
+
+def inp(rng, shape, dt, kind="normal", special=0.0, grad=True, views=True):
+    base, v = layout(shape, rng, views)
+    return (values(base, dt, kind, special), v, grad)
+
+
+def float_doc(dts):
+    bad = [d for d in dts if d not in FLOATS]
+    return f"float op given {bad[0]} (docs/api.md: elementwise math refuses int and bool)" if bad else ""
+
+
+# ----------------------------------------------------------- unary
+UNARY = {
+    "neg": (lambda x, a: -x[0], "normal", True),
+    "abs": (lambda x, a: x[0].abs(), "normal", True),
+    "relu": (lambda x, a: F.relu(x[0]), "normal", True),
+    "exp": (lambda x, a: x[0].exp(), "normal", False),
+    "log": (lambda x, a: x[0].log(), "pos", False),
+    "sqrt": (lambda x, a: x[0].sqrt(), "pos", False),
+    "rsqrt": (lambda x, a: x[0].rsqrt(), "pos", False),
+    "tanh": (lambda x, a: x[0].tanh(), "normal", False),
+    "sigmoid": (lambda x, a: x[0].sigmoid(), "normal", False),
+    "gelu": (lambda x, a: F.gelu(x[0], approximate="tanh"), "normal", False),
+    "gelu_erf": (lambda x, a: F.gelu(x[0]), "normal", False),
+    "silu": (lambda x, a: F.silu(x[0]), "normal", False),
+    "sin": (lambda x, a: x[0].sin(), "normal", False),
+    "cos": (lambda x, a: x[0].cos(), "normal", False),
+    "softplus": (lambda x, a: F.softplus(x[0]), "normal", False),
+    "pow": (lambda x, a: x[0].pow(a["p"]), "pos", False),
+    "clamp": (lambda x, a: x[0].clamp(a["lo"], a["hi"]), "normal", True),
+    "adds": (lambda x, a: x[0] + a["s"], "normal", False),
+    "muls": (lambda x, a: x[0] * a["s"], "normal", False),
+}
+
+
+def gen_unary(rng):
+    for name, (fn, kind, exact) in UNARY.items():
+        for _ in range(14):
+            dt = rng.choice(FLOATS + FLOATS + ("int64", "bool"))
+            special = 0.15 if rng.random() < 0.3 else 0.0
+            args = {}
+            if name == "pow":
+                args["p"] = rng.choice([2.0, 3.0, 0.5, -1.0, 1.5, 0.0, 1.0])
+                kind = rng.choice(["pos", "normal"])
+            if name == "clamp":
+                lo = rng.uniform(-1, 0.2)
+                args = {"lo": lo, "hi": lo + rng.choice([0.0, 0.5, 2.0])}
+            if name in ("adds", "muls"):
+                args["s"] = rng.choice([0.5, -2.0, 3.0, 0.0, 1e-3])
+            x = inp(rng, rshape(rng, 0, 4), dt, kind, special)
+            add_case(name, [x], args, fn, exact=exact, doc=float_doc([dt]))
+
+
+# ----------------------------------------------------------- binary
+BINARY = {"add": lambda x, a: x[0] + x[1], "sub": lambda x, a: x[0] - x[1],
+          "mul": lambda x, a: x[0] * x[1], "div": lambda x, a: x[0] / x[1]}
+
+
+def gen_binary(rng):
+    for name, fn in BINARY.items():
+        for _ in range(45):
+            sa, sb = bcast_shapes(rng)
+            pair = rng.choice([("float32", "float32")] * 4 + [(rng.choice(ALL), rng.choice(ALL))])
+            special = 0.15 if rng.random() < 0.3 else 0.0
+            xs = [inp(rng, s, d, "normal", special) for s, d in zip((sa, sb), pair)]
+            add_case(name, xs, {}, fn, doc=float_doc(pair))
+
+
+# -------------------------------------------------- comparisons, logic
+CMP = {"eq": torch.eq, "ne": torch.ne, "lt": torch.lt, "le": torch.le, "gt": torch.gt, "ge": torch.ge}
+
+
+def gen_compare(rng):
+    for name, f in CMP.items():
+        for _ in range(12):
+            sa, sb = bcast_shapes(rng)
+            pair = (rng.choice(ALL), rng.choice(ALL))
+            xs = [inp(rng, s, d, "normal", 0.2, grad=False) for s, d in zip((sa, sb), pair)]
+            if rng.random() < 0.3:  # equal values somewhere
+                xs[1] = (xs[0][0].to(DT[pair[1]]), xs[0][1], False)
+            add_case(name, xs, {}, lambda x, a, f=f: f(x[0], x[1]), exact=True)
+            v = rng.choice([0.0, 1.0, -0.5, 2.0, math.inf, 3.0])
+            x = inp(rng, rshape(rng), rng.choice(ALL), "normal", 0.2, grad=False)
+            add_case(name + "_scalar", [x], {"v": v}, lambda x, a, f=f: f(x[0], a["v"]), exact=True)
+    for name, f in {"logical_and": torch.logical_and, "logical_or": torch.logical_or}.items():
+        for _ in range(10):
+            sa, sb = bcast_shapes(rng)
+            pair = rng.choice([("bool", "bool")] * 3 + [(rng.choice(ALL), rng.choice(ALL))])
+            xs = [inp(rng, s, d, "normal", 0.2, grad=False) for s, d in zip((sa, sb), pair)]
+            doc = "" if pair == ("bool", "bool") else "logical ops take bool (docs/api.md table)"
+            add_case(name, xs, {}, lambda x, a, f=f: f(x[0], x[1]), exact=True, doc=doc)
+    for _ in range(10):
+        dt = rng.choice(["bool", "bool", rng.choice(ALL)])
+        x = inp(rng, rshape(rng), dt, "normal", 0.2, grad=False)
+        add_case("logical_not", [x], {}, lambda x, a: torch.logical_not(x[0]), exact=True,
+                 doc="" if dt == "bool" else "logical ops take bool (docs/api.md table)")
+
+
+# ------------------------------------------------------ where, masked_fill
+def gen_select_ops(rng):
+    for _ in range(30):
+        sc, sa, sb = bcast_shapes(rng, 3)
+        da, db = rng.choice([("float32", "float32")] * 3 + [(rng.choice(ALL), rng.choice(ALL))])
+        c = inp(rng, sc, "bool", grad=False)
+        xs = [c, inp(rng, sa, da, special=0.1), inp(rng, sb, db, special=0.1)]
+        add_case("where", xs, {}, lambda x, a: torch.where(x[0], x[1], x[2]), exact=True)
+    for _ in range(25):
+        out = rshape(rng, 0, 4)
+        ms = [1 if rng.random() < 0.3 else d for d in out[rng.randint(0, len(out)):]]
+        dt = rng.choice(["float32", "float32", rng.choice(ALL)])
+        v = rng.choice([0.0, -1e9, -math.inf, 2.5, 1.0])
+        if dt in ("int64", "int32", "bool"):
+            v = rng.choice([0.0, 1.0, -3.0])
+        xs = [inp(rng, out, dt, special=0.1), inp(rng, ms, "bool", grad=False)]
+        add_case("masked_fill", xs, {"v": v}, lambda x, a: x[0].masked_fill(x[1], a["v"]),
+                 exact=True)
+
+
+# -------------------------------------------------------------- reductions
+def dims_of(rng, nd):
+    if nd == 0 or rng.random() < 0.2:
+        return []
+    k = rng.randint(1, nd)
+    ds = rng.sample(range(nd), k)
+    return [d - nd if rng.random() < 0.3 else d for d in ds]
+
+
+def gen_reduce(rng):
+    for name in ("sum", "mean", "var"):
+        for _ in range(35):
+            shape = rshape(rng, 0, 4)
+            dt = rng.choice(["float32", "float32", "bfloat16", "float16", rng.choice(ALL)])
+            dims, keep = dims_of(rng, len(shape)), rng.random() < 0.5
+            args = {"dims": dims, "keep": keep}
+            if name == "var":
+                args["corr"] = rng.choice([0, 1])
+            x = inp(rng, shape, dt, special=0.05 if rng.random() < 0.2 else 0.0)
+
+            def f(x, a, name=name):
+                d = a["dims"] if a["dims"] else list(range(x[0].dim()))
+                if name == "sum":
+                    return x[0].sum(d, keepdim=a["keep"]) if d else x[0].sum()
+                if name == "mean":
+                    return x[0].mean(d, keepdim=a["keep"]) if d else x[0].mean()
+                return torch.var(x[0], d if d else None, correction=a["corr"], keepdim=a["keep"])
+            add_case(name, [x], args, f, doc=float_doc([dt]), tol=(4.0, 64.0))
+    for name in ("sum_all", "mean_all"):
+        for _ in range(10):
+            dt = rng.choice(["float32", "bfloat16", "float16"])
+            x = inp(rng, rshape(rng, 0, 4), dt)
+            f = (lambda x, a: x[0].sum()) if name == "sum_all" else (lambda x, a: x[0].mean())
+            add_case(name, [x], {}, f, tol=(4.0, 64.0))
+    for _ in range(40):
+        shape = rshape(rng, 0, 4)
+        nd = len(shape)
+        dim = rng.randrange(-max(nd, 1), max(nd, 1))
+        dt = rng.choice(["float32", "float32", "bfloat16", "float16", rng.choice(ALL)])
+        keep = rng.random() < 0.5
+        x = inp(rng, shape, dt, special=0.1 if rng.random() < 0.3 else 0.0)
+        if rng.random() < 0.3:  # ties
+            x = (x[0].double().round().to(x[0].dtype), x[1], x[2]) if x[0].is_floating_point() else x
+        add_case("max", [x], {"dim": dim, "keep": keep},
+                 lambda x, a: tuple(torch.max(x[0], a["dim"], keepdim=a["keep"])),
+                 exact=True, doc="" if dt in FLOATS else float_doc([dt]))
+        add_case("argmax", [x], {"dim": dim, "keep": keep},
+                 lambda x, a: torch.argmax(x[0], a["dim"], keepdim=a["keep"]), exact=True,
+                 doc="" if dt in FLOATS else "argmax takes floats (docs/api.md table)")
+    for _ in range(30):
+        shape = rshape(rng, 0, 3)
+        nd = len(shape)
+        dim = rng.randrange(-max(nd, 1), max(nd, 1))
+        size = shape[dim] if nd else 1
+        k = rng.randint(0, size + (1 if rng.random() < 0.1 else 0))
+        dt = rng.choice(["float32", "float32", "bfloat16", rng.choice(ALL)])
+        x = inp(rng, shape, dt)  # no ties: PyTorch orders tied indices as it likes
+        if any(v[0] == "expand" for v in x[1]) or dt not in ("float32", "float16"):
+            x = (values(shape, dt), [], True)
+            if dt == "bfloat16":  # distinct values along every dim
+                x = (torch.randperm(max(math.prod(shape), 1))[:math.prod(shape)]
+                     .reshape(shape).to(torch.bfloat16), [], True)
+        largest = rng.random() < 0.7
+        add_case("topk", [x], {"k": k, "dim": dim, "largest": largest},
+                 lambda x, a: tuple(torch.topk(x[0], a["k"], a["dim"], a["largest"], True)),
+                 exact=True, doc="" if dt in FLOATS else "topk takes floats (docs/api.md table)")
+    for _ in range(25):
+        shape = rshape(rng, 0, 3)
+        nd = len(shape)
+        dim = rng.randrange(-max(nd, 1), max(nd, 1))
+        dt = rng.choice(["float32", "float32", "bfloat16", rng.choice(ALL)])
+        x = inp(rng, shape, dt)
+        add_case("cumsum", [x], {"dim": dim}, lambda x, a: torch.cumsum(x[0], a["dim"]),
+                 doc=float_doc([dt]), tol=(4.0, 64.0))
+
+
+# ------------------------------------------------------------------ matmul
+def promoted(x):
+    if not all(t.is_floating_point() for t in x):
+        return x
+    dt = x[0].dtype
+    for t in x[1:]:
+        dt = torch.promote_types(dt, t.dtype)
+    return [t.to(dt) for t in x]
+
+
+def gen_matmul(rng):
+    for _ in range(60):
+        n, k, m = (rng.choice([0, 1, 2, 3, 5, 8]) for _ in range(3))
+        batch = rshape(rng, 0, 2, 0.05, (1, 2, 3))
+        kind = rng.choice(["1x1", "1x2", "2x1", "2x2", "bb", "bb", "b2", "2b", "b1", "1b"])
+        ba = [1 if rng.random() < 0.3 else d for d in batch][rng.randint(0, len(batch)):]
+        bb = [1 if rng.random() < 0.3 else d for d in batch][rng.randint(0, len(batch)):]
+        sa = {"1x1": [k], "1x2": [k], "2x1": [n, k], "2x2": [n, k], "bb": ba + [n, k],
+              "b2": ba + [n, k], "2b": [n, k], "b1": ba + [n, k], "1b": [k]}[kind]
+        sb = {"1x1": [k], "1x2": [k, m], "2x1": [k], "2x2": [k, m], "bb": bb + [k, m],
+              "b2": [k, m], "2b": bb + [k, m], "b1": [k], "1b": bb + [k, m]}[kind]
+        if rng.random() < 0.05:
+            sb = list(sb)
+            sb[-2 if len(sb) > 1 else -1] += 1  # k mismatch: refused by both
+        pair = rng.choice([("float32", "float32")] * 5 + [("bfloat16", "bfloat16"),
+                                                          ("float32", "bfloat16"),
+                                                          ("int64", "int64")])
+        xs = [inp(rng, sa, pair[0]), inp(rng, sb, pair[1])]
+        # PyTorch refuses mixed float dtypes; cgrad promotes (docs/api.md, Dtypes)
+        add_case("matmul", xs, {}, lambda x, a: torch.matmul(*promoted(x)),
+                 doc=float_doc(pair), tol=(8.0, 64.0))
+
+
+# -------------------------------------------------------------- softmax
+def gen_softmax(rng):
+    for name in ("softmax", "log_softmax"):
+        for _ in range(30):
+            shape = rshape(rng, 0, 3)
+            nd = len(shape)
+            dim = rng.randrange(-max(nd, 1), max(nd, 1))
+            dt = rng.choice(["float32", "float32", "bfloat16", "float16"])
+            sp = 0.1 if rng.random() < 0.3 else 0.0
+            x = inp(rng, shape, dt, special=sp)
+            f = getattr(torch, name)
+            add_case(name, [x], {"dim": dim}, lambda x, a, f=f: f(x[0], a["dim"]), tol=(8.0, 32.0))
+
+
+# ----------------------------------------------------------------- views
+def gen_views(rng):
+    for _ in range(25):
+        shape = rshape(rng, 1, 4)
+        perm = list(range(len(shape)))
+        rng.shuffle(perm)
+        dt = rng.choice(ALL)
+        add_case("permute", [inp(rng, shape, dt)], {"perm": perm},
+                 lambda x, a: x[0].permute(*a["perm"]), exact=True)
+        d0, d1 = rng.randrange(len(shape)), rng.randrange(len(shape))
+        add_case("transpose", [inp(rng, shape, dt)], {"d0": d0, "d1": d1},
+                 lambda x, a: x[0].transpose(a["d0"], a["d1"]), exact=True)
+    for _ in range(40):
+        shape = rshape(rng, 1, 3)
+        dim = rng.randrange(len(shape))
+        size = shape[dim]
+        start = rng.randint(-size - 2, size + 2)
+        stop = rng.randint(-size - 2, size + 2)
+        step = rng.choice([1, 1, 2, 3])
+        dt = rng.choice(ALL)
+
+        def sl(x, a):
+            idx = [slice(None)] * x[0].dim()
+            idx[a["dim"]] = slice(a["start"], a["stop"], a["step"])
+            return x[0][tuple(idx)]
+        add_case("slice", [inp(rng, shape, dt)],
+                 {"dim": dim, "start": start, "stop": stop, "step": step}, sl, exact=True)
+        st, ln = rng.randint(-size, size), rng.randint(0, size)
+        add_case("narrow", [inp(rng, shape, dt)], {"dim": dim, "start": st, "len": ln},
+                 lambda x, a: x[0].narrow(a["dim"], a["start"], a["len"]), exact=True)
+        ix = rng.randint(-size - 1, size)
+        add_case("select", [inp(rng, shape, dt)], {"dim": dim, "index": ix},
+                 lambda x, a: x[0].select(a["dim"], a["index"]), exact=True)
+    for _ in range(25):
+        shape = rshape(rng, 0, 4, 0.05, (1, 1, 2, 3))
+        nd = len(shape)
+        dt = rng.choice(ALL)
+        d = rng.randrange(-max(nd, 1), max(nd, 1))
+        add_case("squeeze", [inp(rng, shape, dt)], {"dim": d},
+                 lambda x, a: x[0].squeeze(a["dim"]), exact=True,
+                 doc="" if nd == 0 or shape[d] == 1 else
+                 "core/tensor.h: squeeze's dim must have size 1")
+        d = rng.randrange(-nd - 1, nd + 1)
+        add_case("unsqueeze", [inp(rng, shape, dt)], {"dim": d},
+                 lambda x, a: x[0].unsqueeze(a["dim"]), exact=True)
+        small = [1 if rng.random() < 0.5 else s for s in shape]
+        target = [rng.choice([2, 3]) if s == 1 and rng.random() < 0.6 else s for s in small]
+        if rng.random() < 0.3:
+            target = [rng.choice([1, 2])] + target
+        if rng.random() < 0.2 and target:
+            target[-1] = -1
+        add_case("expand", [inp(rng, small, dt, views=False)], {"shape": target},
+                 lambda x, a: x[0].expand(a["shape"]), exact=True)
+    for _ in range(40):
+        shape = rshape(rng, 0, 4, 0.05)
+        n = math.prod(shape)
+        dt = rng.choice(ALL)
+        # a new shape of n elements
+        facs = [f for f in (1, 2, 3, 4, 5, 6) if f and n % f == 0] if n else [0, 1, 2]
+        new, left = [], n
+        for _ in range(rng.randint(0, 3)):
+            f = rng.choice(facs) if n else rng.choice([1, 2])
+            if n and left % f == 0:
+                new.append(f)
+                left //= f
+        if n:
+            new.append(left)
+        elif not new or 0 not in new:
+            new.append(0)
+        rng.shuffle(new)
+        if rng.random() < 0.3 and new:
+            new[rng.randrange(len(new))] = -1 if n else new[0]
+        if rng.random() < 0.05:
+            new = new + [7]  # wrong size: refused by both
+        for name in ("reshape", "view"):
+            f = (lambda x, a: x[0].reshape(a["shape"])) if name == "reshape" else \
+                (lambda x, a: x[0].view(a["shape"]))
+            add_case(name, [inp(rng, shape, dt)], {"shape": new}, f, exact=True)
+    for _ in range(20):
+        shape = rshape(rng, 0, 4)
+        dt = rng.choice(ALL)
+        add_case("contiguous", [inp(rng, shape, dt)], {}, lambda x, a: x[0].contiguous(),
+                 exact=True)
+        add_case("clone", [inp(rng, shape, dt)], {}, lambda x, a: x[0].clone(), exact=True)
+    for _ in range(50):
+        shape = rshape(rng, 0, 3)
+        src, dst = rng.choice(ALL), rng.choice(ALL)
+        sp = 0.15 if src in FLOATS and dst in FLOATS + ("bool",) else 0.0
+        kind = "normal"
+        x = inp(rng, shape, src, kind, sp)
+        if src in FLOATS and dst in ("int64", "int32"):
+            x = ((x[0].double() * 1e3).to(DT[src]), x[1], x[2])
+        add_case("to", [x], {"dt": dst}, lambda x, a: x[0].to(DT[a["dt"]]), exact=True)
+
+
+# ------------------------------------------------------ concat, stack, split
+def gen_join(rng):
+    for name in ("concat", "stack"):
+        for _ in range(30):
+            shape = rshape(rng, 1, 3)
+            nd = len(shape)
+            n = rng.randint(1, 4)
+            dim = rng.randrange(-nd - (name == "stack"), nd + (name == "stack"))
+            mixed = rng.random() < 0.3
+            dts = [rng.choice(ALL) if mixed else "float32" for _ in range(n)]
+            xs = []
+            for j in range(n):
+                s = list(shape)
+                if name == "concat":
+                    s[dim] = rng.choice([0, 1, 2, 3])
+                xs.append(inp(rng, s, dts[j]))
+            f = (lambda x, a: torch.cat(x, a["dim"])) if name == "concat" else \
+                (lambda x, a: torch.stack(x, a["dim"]))
+            add_case(name, xs, {"dim": dim}, f, exact=True)
+    for _ in range(20):
+        shape = rshape(rng, 1, 3)
+        dim = rng.randrange(len(shape))
+        size, sizes = shape[dim], []
+        while sum(sizes) < size:
+            sizes.append(rng.randint(0, size - sum(sizes)))
+        if not sizes:
+            sizes = [0]
+        dt = rng.choice(ALL)
+        add_case("split", [inp(rng, shape, dt)], {"dim": dim, "sizes": sizes},
+                 lambda x, a: tuple(torch.split(x[0], a["sizes"], a["dim"])), exact=True)
+
+
+# ------------------------------------------------------------ index ops
+def ids(rng, shape, hi, bad=0.0):
+    t = torch.randint(0, max(hi, 1), shape, dtype=torch.int64) if hi else \
+        torch.zeros(shape, dtype=torch.int64)
+    if bad and t.numel() and rng.random() < bad:
+        t.view(-1)[0] = rng.choice([hi, -1, hi + 5])
+    return t
+
+
+def gen_index(rng):
+    for _ in range(35):
+        shape = rshape(rng, 1, 3, 0.05)
+        dim = rng.randrange(-len(shape), len(shape))
+        size = shape[dim]
+        n = rng.choice([0, 1, 2, 4, 7])
+        dt = rng.choice(["float32", "float32", rng.choice(ALL)])
+        ishape = [] if rng.random() < 0.15 else [n]
+        idx = ids(rng, ishape, size, 0.08)
+        xs = [inp(rng, shape, dt), (idx, [], False)]
+        add_case("index_select", xs, {"dim": dim},
+                 lambda x, a: torch.index_select(x[0], a["dim"], x[1]), exact=True)
+    for _ in range(30):
+        v, d = rng.choice([1, 3, 7]), rng.choice([0, 1, 4])
+        dt = rng.choice(["float32", "float32", "bfloat16"])
+        table = inp(rng, [v, d], dt)
+        idx = ids(rng, rshape(rng, 0, 3), v, 0.08)
+        add_case("embedding", [table, (idx, [], False)], {}, lambda x, a: F.embedding(x[1], x[0]),
+                 exact=True)
+    for _ in range(35):
+        shape = rshape(rng, 1, 3, 0.05)
+        nd = len(shape)
+        dim = rng.randrange(-nd, nd)
+        ishape = [rng.randint(0, s) for s in shape]
+        ishape[dim] = rng.choice([0, 1, 2, 4])
+        dt = rng.choice(["float32", "float32", rng.choice(ALL)])
+        idx = ids(rng, ishape, shape[dim], 0.08)
+        base, v = layout(ishape, rng)
+        ib = torch.zeros(base, dtype=torch.int64)
+        apply_views(ib, v).copy_(idx) if not any(x[0] == "expand" for x in v) else None
+        if any(x[0] == "expand" for x in v):
+            ib, v = idx, []
+        add_case("gather", [inp(rng, shape, dt), (ib, v, False)], {"dim": dim},
+                 lambda x, a: torch.gather(x[0], a["dim"], x[1]), exact=True)
+
+
+# -------------------------------------------------------------- tril/triu
+def gen_tri(rng):
+    for name in ("tril", "triu"):
+        for _ in range(15):
+            shape = rshape(rng, 2, 4)
+            diag = rng.randint(-3, 3)
+            dt = rng.choice(["float32", "float32", rng.choice(ALL)])
+            f = getattr(torch, name)
+            add_case(name, [inp(rng, shape, dt, special=0.1)], {"diag": diag},
+                     lambda x, a, f=f: f(x[0], a["diag"]), exact=True)
+
+
+# -------------------------------------------------------------- nn ops
+FUSED = "fused nn kernel takes float32 (docs/api.md table)"
+
+
+def nn_doc(dts):
+    return "" if all(d == "float32" for d in dts) else FUSED
+
+
+def ce_torch(x, a):
+    c = x[0].shape[-1]
+    return F.cross_entropy(x[0].reshape(-1, c), x[1].reshape(-1), ignore_index=a["ignore"],
+                           label_smoothing=a["ls"])
+
+
+def nll_torch(x, a):
+    c = x[0].shape[-1]
+    return F.nll_loss(x[0].reshape(-1, c), x[1].reshape(-1), ignore_index=a["ignore"])
+
+
+def rms_torch(x, a):
+    y = x[0] * torch.rsqrt((x[0] * x[0]).mean(-1, keepdim=True) + a["eps"])
+    return y * x[1] if len(x) > 1 and x[1] is not None else y
+
+
+def attn_torch(x, a):
+    q, k, v = x[0], x[1], x[2]
+    s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    tq, tk = s.shape[-2], s.shape[-1]
+    mask = torch.zeros(s.shape, dtype=torch.bool)
+    if a["causal"]:
+        mask = mask | torch.ones(tq, tk, dtype=torch.bool).triu(1)
+    if len(x) > 3:
+        mask = mask | x[3][:, None, None, :]
+    s = s.masked_fill(mask, -math.inf)
+    return torch.softmax(s, -1) @ v
+
+
+def gen_losses(rng):
+    for _ in range(40):
+        lead = rshape(rng, 1, 2, 0.05)
+        c = rng.choice([1, 2, 5])
+        ignore = rng.choice([-100, 0, 1])
+        ls = rng.choice([0.0, 0.0, 0.1, 0.5, 1.0])
+        dt = rng.choice(["float32"] * 4 + ["bfloat16"])
+        t = ids(rng, lead, c, 0.05)
+        if rng.random() < 0.3 and t.numel():
+            t.view(-1)[rng.randrange(t.numel())] = ignore
+        if rng.random() < 0.1:
+            t.fill_(ignore)
+        x = inp(rng, lead + [c], dt, special=0.05 if rng.random() < 0.2 else 0.0)
+        add_case("cross_entropy", [x, (t, [], False)], {"ignore": ignore, "ls": ls}, ce_torch,
+                 doc=nn_doc([dt]), tol=(8.0, 32.0))
+        lp = inp(rng, lead + [c], dt)
+        lp = (torch.log_softmax(lp[0].float(), -1).to(lp[0].dtype), lp[1], lp[2])
+        add_case("nll_loss", [lp, (t, [], False)], {"ignore": ignore}, nll_torch,
+                 doc=nn_doc([dt]), tol=(8.0, 32.0))
+    for _ in range(20):
+        sa, sb = bcast_shapes(rng)
+        same = rng.random() < 0.8
+        if same:
+            sb = sa
+        add_case("mse_loss", [inp(rng, sa, "float32"), inp(rng, sb, "float32")], {},
+                 lambda x, a: F.mse_loss(x[0], x[1]), tol=(8.0, 32.0),
+                 doc="" if same else "cgrad_check: mse_loss takes one shape (autograd/ops.h)")
+        s = rshape(rng, 0, 3)
+        ydt = rng.choice(["float32", "float32", "float32", "int64"])
+        y = inp(rng, s, "float32", "unit") if ydt == "float32" else \
+            (torch.randint(0, 2, s), [], False)
+        add_case("bce_with_logits", [inp(rng, s, "float32", special=0.05), y], {},
+                 lambda x, a: F.binary_cross_entropy_with_logits(x[0], x[1]),
+                 tol=(8.0, 32.0), doc="" if ydt == "float32" else
+                 "bce_with_logits: int labels refused (autograd/ops.h)")
+
+
+def gen_norms(rng):
+    for name in ("layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm"):
+        for _ in range(18):
+            lead = rshape(rng, 0, 2, 0.05)
+            d = rng.choice([1, 2, 5, 8])
+            dt = rng.choice(["float32"] * 5 + ["bfloat16"])
+            eps = rng.choice([1e-5, 1e-3])
+            x = inp(rng, lead + [d], dt)
+            xs = [x]
+            if name.startswith("add"):
+                xs.append(inp(rng, lead + [d], "float32"))
+            hw, hb = rng.random() < 0.7, rng.random() < 0.7 and "layer" in name
+            xs.append(inp(rng, [d], "float32") if hw else None)
+            if "layer" in name:
+                xs.append(inp(rng, [d], "float32") if hb else None)
+            args = {"eps": eps, "w": hw, "b": hb}
+            present = [t for t in xs if t is not None]
+
+            def f(x, a, name=name):
+                it = iter(x)
+                h = next(it)
+                if name.startswith("add"):
+                    h = h + next(it)
+                w = next(it) if a["w"] else None
+                if "layer" in name:
+                    b = next(it) if a["b"] else None
+                    return F.layer_norm(h, h.shape[-1:], w, b, a["eps"])
+                return rms_torch([h, w], a)
+            add_case(name, present, args, f, doc=nn_doc([dt]), tol=(16.0, 64.0))
+
+
+def gen_nn(rng):
+    for _ in range(15):
+        shape = rshape(rng, 0, 3)
+        dt = rng.choice(["float32"] * 3 + ["bfloat16"])
+        tr = rng.random() < 0.5
+        add_case("dropout", [inp(rng, shape, dt)], {"p": 0.0 if tr else 0.3, "train": tr},
+                 lambda x, a: F.dropout(x[0], a["p"], a["train"]), exact=True,
+                 doc="" if dt == "float32" or not tr else FUSED)
+    for name in ("affine", "affine_relu", "affine_gelu", "affine_gelu_erf"):
+        for _ in range(15):
+            lead = rshape(rng, 1, 2, 0.05)
+            din, dout = rng.choice([1, 3, 8]), rng.choice([1, 4, 6])
+            dx = rng.choice(["float32"] * 4 + ["bfloat16"])
+            xs = [inp(rng, lead + [din], dx), inp(rng, [dout, din], "float32")]
+            hb = rng.random() < 0.7
+            if hb:
+                xs.append(inp(rng, [dout], "float32"))
+            act = name[7:]
+
+            def f(x, a, act=act):
+                y = F.linear(x[0].float(), x[1], x[2] if len(x) > 2 else None)
+                if act == "relu":
+                    return F.relu(y)
+                if act == "gelu":
+                    return F.gelu(y, approximate="tanh")
+                return F.gelu(y) if act == "gelu_erf" else y
+            add_case(name, xs, {"b": hb}, f, tol=(16.0, 64.0))
+    for _ in range(20):
+        b, h = rng.choice([1, 2]), rng.choice([1, 2])
+        tq, tk, dh = rng.choice([1, 3, 5]), rng.choice([1, 3, 6]), rng.choice([1, 4, 8])
+        causal = rng.random() < 0.4
+        xs = [inp(rng, [b, h, tq, dh], "float32"), inp(rng, [b, h, tk, dh], "float32"),
+              inp(rng, [b, h, tk, dh], "float32")]
+        if rng.random() < 0.5:
+            kp = torch.rand(b, tk) < 0.3
+            kp[:, 0] = False
+            xs.append((kp, [], False))
+        add_case("attention", xs, {"causal": causal}, attn_torch, tol=(16.0, 64.0))
+    for _ in range(20):
+        n, d, v = rng.choice([1, 3, 6]), rng.choice([1, 2, 4]), rng.choice([2, 5])
+        ignore = rng.choice([-100, 0])
+        ls = rng.choice([0.0, 0.1])
+        t = ids(rng, [n], v)
+        if rng.random() < 0.3:
+            t[0] = ignore
+        hb = rng.random() < 0.6
+        xs = [inp(rng, [n, d], "float32"), inp(rng, [v, d], "float32")]
+        if hb:
+            xs.append(inp(rng, [v], "float32"))
+        xs.append((t, [], False))
+
+        def lce(x, a):
+            logits = F.linear(x[0], x[1], x[2] if a["b"] else None)
+            return F.cross_entropy(logits, x[-1], ignore_index=a["ignore"],
+                                   label_smoothing=a["ls"])
+        add_case("linear_cross_entropy", xs, {"ignore": ignore, "ls": ls, "b": hb}, lce,
+                 tol=(16.0, 64.0))
+
+
+def main(out):
+    rng = R
+    for gen in (gen_unary, gen_binary, gen_compare, gen_select_ops, gen_reduce, gen_matmul,
+                gen_softmax, gen_views, gen_join, gen_index, gen_tri, gen_losses, gen_norms,
+                gen_nn):
+        gen(rng)
+    save(f"{out}/op_cases.safetensors", TENSORS,
+         {"cases": json.dumps(CASES, separators=(",", ":"))})
+    ops = sorted(set(c["op"] for c in CASES))
+    print(f"make_op_cases: {len(CASES)} cases of {len(ops)} ops, "
+          f"{sum(1 for c in CASES if c['err'])} refused by PyTorch")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
