@@ -106,6 +106,8 @@ bool cg_check_writable(const char *op, const cg_tensor *dst)
 {
     if (!dst)
         return cg_error_null_input(op);
+    if (cg_numel(dst) == 0) /* no elements, none shared: [5, 0, 5]'s strides are [0, 5, 1] */
+        return true;
     for (int i = 0; i < dst->ndim; i++) {
         if (dst->shape[i] > 1 && dst->strides[i] == 0) {
             char b[96];

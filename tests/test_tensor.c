@@ -491,6 +491,22 @@ START_TEST(test_null_array_args)
 }
 END_TEST
 
+/* A tensor of no elements is never a broadcast view: its contiguous
+ * strides may be 0 ([5, 0, 5] has strides [0, 5, 1]), yet no two elements
+ * share memory. Writes into one (copy_, a dtype conversion, add_) were
+ * refused as "a broadcast view", so bf16 ops and many backwards of size-0
+ * tensors failed where PyTorch computes them (tests/interop/check_ops.c). */
+START_TEST(test_size0_writable)
+{
+    cg_tensor *a = cg_zeros(CG_SHAPE(5, 0, 5)), *b = cg_zeros(CG_SHAPE(5, 0, 5));
+    ck_assert_msg(cg_k_copy_(a, b), "%s", cg_last_error());
+    ck_assert_msg(cg_k_add_(a, b), "%s", cg_last_error());
+    cg_tensor *h = cg_k_to(a, CG_BF16), *c = cg_k_contiguous(h);
+    ck_assert_msg(h && c && cg_numel(h) == 0, "%s", cg_last_error());
+    cg_release_all(4, a, b, h, c);
+}
+END_TEST
+
 static Suite *tensor_suite(void)
 {
     Suite *s = suite_create("tensor");
@@ -512,6 +528,7 @@ static Suite *tensor_suite(void)
     tcase_add_test(tc, test_rng_null);
     tcase_add_test(tc, test_null_array_args);
     tcase_add_test(tc, test_view_as_strided);
+    tcase_add_test(tc, test_size0_writable);
     suite_add_tcase(s, tc);
     return s;
 }
