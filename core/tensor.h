@@ -400,7 +400,8 @@ cg_tensor *cg_view_narrow(const cg_tensor *t, int dim, int64_t start, int64_t le
 cg_tensor *cg_view_select(const cg_tensor *t, int dim, int64_t index);
 cg_tensor *cg_view_squeeze(const cg_tensor *t, int dim); /* dim must have size 1 */
 cg_tensor *cg_view_unsqueeze(const cg_tensor *t, int dim);
-/* Broadcast to shape by NumPy rules (stride 0 where expanded). */
+/* Broadcast to shape by NumPy rules (stride 0 where expanded); as
+ * torch.Tensor.expand, -1 keeps an existing dim and new dims come first. */
 cg_tensor *cg_view_expand(const cg_tensor *t, int ndim, const int64_t *shape);
 /* t's storage seen with any layout (PyTorch's as_strided): element i of
  * the view is storage element offset + sum(i_d strides[d]). NULL + error

@@ -215,27 +215,28 @@ cg_tensor *cg_view_expand(const cg_tensor *t, int ndim, const int64_t *shape)
                      cg_shape_str_n(ndim, shape, b2, sizeof b2));
         return NULL;
     }
-    int64_t strides[CG_MAX_DIMS];
+    int64_t strides[CG_MAX_DIMS], out[CG_MAX_DIMS];
     int lead = ndim - t->ndim;
     for (int i = 0; i < ndim; i++) {
         int k = i - lead;
-        if (k < 0) {
+        /* torch.Tensor.expand: -1 keeps an existing dim's size; a new
+         * (leading) dim needs a size >= 0 */
+        out[i] = k >= 0 && shape[i] == -1 ? t->shape[k] : shape[i];
+        if (k < 0 && out[i] >= 0) {
             strides[i] = 0;
-            continue;
-        }
-        if (t->shape[k] == shape[i]) {
+        } else if (k >= 0 && t->shape[k] == out[i]) {
             strides[i] = t->strides[k];
-        } else if (t->shape[k] == 1 && shape[i] >= 0) {
+        } else if (k >= 0 && t->shape[k] == 1 && out[i] >= 0) {
             strides[i] = 0;
         } else {
             char b1[96], b2[96];
             cg_set_error("expand: cannot expand shape %s to %s (dim %d: %lld vs %lld)",
                          cg_shape_str(t, b1, sizeof b1), cg_shape_str_n(ndim, shape, b2, sizeof b2),
-                         i, (long long)t->shape[k], (long long)shape[i]);
+                         i, k >= 0 ? (long long)t->shape[k] : 1LL, (long long)shape[i]);
             return NULL;
         }
     }
-    return view_of(t, t->offset, ndim, shape, strides);
+    return view_of(t, t->offset, ndim, out, strides);
 }
 
 cg_tensor *cg_view_as_strided(const cg_tensor *t, int ndim, const int64_t *shape,

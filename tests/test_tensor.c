@@ -156,6 +156,14 @@ START_TEST(test_squeeze_unsqueeze_expand)
     ck_assert_ptr_eq(e->storage, t->storage);
     ck_assert_float_eq(cg_get(e, (int64_t[]){1, 2, 3}), 3);
     CG_ASSERT_FAILS(cg_view_expand(t, CG_SHAPE(2, 4)), "cannot expand");
+    /* torch.Tensor.expand: -1 keeps an existing dim's size; a new leading
+     * dim must be given (>= 0). A negative new dim made a tensor of shape
+     * [-1], numel -1 (PyTorch refuses it). */
+    cg_tensor *k = cg_view_expand(t, CG_SHAPE(2, -1, 4));
+    ck_assert_msg(k && k->shape[1] == 3 && k->strides[1] == t->strides[0], "%s", cg_last_error());
+    CG_ASSERT_FAILS(cg_view_expand(t, CG_SHAPE(-1, 3, 1)), "cannot expand");
+    CG_ASSERT_FAILS(cg_view_expand(t, CG_SHAPE(-2, 3, 1)), "cannot expand");
+    cg_release(k);
     /* contiguous() of an expanded view materialises it */
     cg_tensor *c = cg_k_contiguous(e);
     ck_assert(cg_is_contiguous(c));
