@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/ops.h"
+#include "autograd/ops_impl.h"
 
 #define NEEDS(i) cg_node_needs_grad(n, (i))
 #define IN(i) (n->inputs[(i)])
@@ -427,16 +428,12 @@ static bool max_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {
     /* saved[0]: argmax indices (int64) with the reduced dim kept */
     const cg_tensor *idx = n->saved[0];
+    if (IN(0)->ndim == 0) /* the max of a scalar is the scalar */
+        return (gin[0] = cg_retain((cg_tensor *)g)) != NULL;
     cg_tensor *gk = cg_k_reshape(g, idx->ndim, idx->shape);
-    cg_tensor *z = gk ? cg_zeros_like(IN(0)) : NULL;
-    bool ok = z && cg_k_scatter_add_(z, (int)n->p.i[0], idx, gk);
+    gin[0] = gk ? cg_pick_grad(IN(0), (int)n->p.i[0], idx, gk, true) : NULL;
     cg_release(gk);
-    if (!ok) {
-        cg_release(z);
-        return false;
-    }
-    gin[0] = z;
-    return true;
+    return gin[0] != NULL;
 }
 cg_tensor *cg_max(cg_tensor *a, int dim, bool keepdim, cg_tensor **indices)
 {

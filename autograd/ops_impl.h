@@ -17,4 +17,13 @@
 bool cg_norm_remakes_bf16(const cg_tensor *x);
 const cg_tensor *cg_norm_out_bf16(cg_node *n);
 
+/* The gradient of an op that picks elements of `in` (max, topk's gather,
+ * index_select, embedding, gather): g added into zeros of in's shape along
+ * dim at index (scatter: cg_k_scatter_add_, index of g's shape; else
+ * cg_k_index_add_, a 1-d index). Those add float32, so for a bf16 or f16
+ * input g is added in float32 and the sums rounded once to in's dtype.
+ * A new tensor, or NULL + error. */
+cg_tensor *cg_pick_grad(const cg_tensor *in, int dim, const cg_tensor *index, const cg_tensor *g,
+                        bool scatter);
+
 #endif

@@ -576,15 +576,22 @@ static cg_tensor *record_indexed(cg_tensor *out, cg_op op, cg_tensor *a, cg_back
     return out;
 }
 
+cg_tensor *cg_pick_grad(const cg_tensor *in, int dim, const cg_tensor *index, const cg_tensor *g,
+                        bool scatter)
+{
+    bool f32 = in->dtype == CG_F32;
+    cg_tensor *g32 = f32 ? cg_retain((cg_tensor *)g) : cg_k_to(g, CG_F32);
+    cg_tensor *z = g32 ? cg_zeros(in->ndim, in->shape) : NULL;
+    bool ok = z && (scatter ? cg_k_scatter_add_(z, dim, index, g32)
+                            : cg_k_index_add_(z, dim, index, g32));
+    cg_tensor *out = !ok ? NULL : f32 ? cg_retain(z) : cg_k_to(z, in->dtype);
+    cg_release_all(2, g32, z);
+    return out;
+}
+
 static bool index_select_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {
-    cg_tensor *z = cg_zeros_like(IN(0));
-    if (!z || !cg_k_index_add_(z, (int)n->p.i[0], n->saved[0], g)) {
-        cg_release(z);
-        return false;
-    }
-    gin[0] = z;
-    return true;
+    return (gin[0] = cg_pick_grad(IN(0), (int)n->p.i[0], n->saved[0], g, false)) != NULL;
 }
 cg_tensor *cg_index_select(cg_tensor *a, int dim, const cg_tensor *index)
 {
@@ -627,13 +634,7 @@ cg_tensor *cg_embedding(cg_tensor *table, const cg_tensor *ids)
 
 static bool gather_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {
-    cg_tensor *z = cg_zeros_like(IN(0));
-    if (!z || !cg_k_scatter_add_(z, (int)n->p.i[0], n->saved[0], g)) {
-        cg_release(z);
-        return false;
-    }
-    gin[0] = z;
-    return true;
+    return (gin[0] = cg_pick_grad(IN(0), (int)n->p.i[0], n->saved[0], g, true)) != NULL;
 }
 cg_tensor *cg_gather(cg_tensor *a, int dim, const cg_tensor *index)
 {

@@ -186,6 +186,42 @@ START_TEST(test_fused_ops_take_bf16_inputs)
 }
 END_TEST
 
+/* The ops whose backward scatters (max, topk, index_select, embedding,
+ * gather) take bf16 and f16 inputs forward, so their backward must give
+ * those inputs a gradient of their dtype: it was refused ("scatter_add_:
+ * argument 'dst' is bfloat16, expected float32"). And the max of a 0-d
+ * tensor (dim 0 or -1, as torch.max takes) is the tensor: its backward
+ * was refused too. Gradients against PyTorch: tests/interop/check_ops.c. */
+START_TEST(test_scatter_backwards_of_bf16)
+{
+    cg_scope *sc = cg_scope_begin(); /* everything below dies with it */
+    for (int d = 0; d < 2; d++) {
+        cg_dtype dt = d ? CG_F16 : CG_BF16;
+        cg_tensor *x32 = cg_from_data(CG_SHAPE(2, 3), (float[]){1, 5, 2, 7, 3, 4});
+        cg_tensor *x = cg_requires_grad(cg_k_to(x32, dt), true);
+        cg_tensor *ids = cg_test_ids(3, (const int64_t[]){1, 0, 1});
+        cg_tensor *outs[4] = {cg_max(x, 1, false, NULL), cg_topk(x, 2, 1, true, NULL),
+                              cg_index_select(x, 0, ids), cg_embedding(x, ids)};
+        for (int i = 0; i < 4; i++) {
+            cg_zero_grad(x);
+            cg_tensor *o = outs[i], *u = o ? cg_full_dtype(o->dtype, o->ndim, o->shape, 1) : NULL;
+            ck_assert_msg(u && cg_backward(o, u, false), "op %d: %s", i, cg_last_error());
+            ck_assert(cg_grad(x) && cg_grad(x)->dtype == dt);
+            if (i == 0) { /* max of row 0 is at 1, of row 1 at 0 */
+                cg_tensor *g = cg_k_to(cg_grad(x), CG_F32);
+                float want[6] = {0, 1, 0, 1, 0, 0};
+                for (int j = 0; j < 6; j++)
+                    ck_assert_float_eq(cg_data(g)[j], want[j]);
+            }
+        }
+    }
+    cg_tensor *s = cg_requires_grad(cg_scalar(2.5f), true), *m = cg_max(s, 0, false, NULL);
+    ck_assert_msg(m && cg_backward(m, NULL, false), "%s", cg_last_error());
+    ck_assert_float_eq(cg_item(cg_grad(s)), 1.0f);
+    cg_scope_end(sc);
+}
+END_TEST
+
 static Suite *grad_dtype_suite(void)
 {
     Suite *s = suite_create("grad_dtype");
@@ -194,6 +230,7 @@ static Suite *grad_dtype_suite(void)
     tcase_add_test(tc, test_gradcheck_to_bf16);
     tcase_add_test(tc, test_bf16_leaf_gets_bf16_grad);
     tcase_add_test(tc, test_fused_ops_take_bf16_inputs);
+    tcase_add_test(tc, test_scatter_backwards_of_bf16);
     suite_add_tcase(s, tc);
     return s;
 }
