@@ -120,10 +120,12 @@ cg_tensor *cg_topk(cg_tensor *a, int64_t k, int dim, bool largest, cg_tensor **i
      * float32 copy and the values rounded back to its dtype, both exact and
      * both differentiable (cg_to of a float32 input is the input itself) */
     cg_tensor *src = a->ndim == 0 ? cg_reshape(a, 1, (int64_t[]){1}) : cg_retain(a);
-    cg_tensor *src32 = src ? cg_to(src, CG_F32) : NULL;
-    cg_tensor *v = src32 ? cg_gather(src32, a->ndim ? dim : 0, idx) : NULL;
-    cg_tensor *out = v ? cg_to(v, a->dtype) : NULL;
-    cg_release_all(3, src, src32, v);
+    cg_tensor *gi = a->ndim == 0 ? cg_k_reshape(idx, 1, (int64_t[]){k}) : cg_retain(idx);
+    cg_tensor *src32 = src && gi ? cg_to(src, CG_F32) : NULL;
+    cg_tensor *v = src32 ? cg_gather(src32, a->ndim ? dim : 0, gi) : NULL;
+    cg_tensor *v0 = v && a->ndim == 0 ? cg_reshape(v, idx->ndim, idx->shape) : cg_retain(v);
+    cg_tensor *out = v0 ? cg_to(v0, a->dtype) : NULL; /* a 0-d a: 0-d values (k = 1) */
+    cg_release_all(5, src, gi, src32, v, v0);
     if (out && indices)
         *indices = idx;
     else

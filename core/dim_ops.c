@@ -171,7 +171,8 @@ cg_tensor *cg_k_topk_indices(const cg_tensor *a, int64_t k, int dim, bool larges
         return NULL;
     }
     int64_t shape[CG_MAX_DIMS] = {1};
-    int nd = a->ndim ? a->ndim : 1;
+    /* a 0-d a gives 0-d indices, as torch.topk (k = 0: an empty [0]) */
+    int nd = a->ndim ? a->ndim : k ? 0 : 1;
     if (a->ndim)
         memcpy(shape, a->shape, sizeof shape);
     shape[dim] = k;

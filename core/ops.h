@@ -554,7 +554,8 @@ cg_tensor *cg_k_triangle(const cg_tensor *a, int64_t diagonal, bool upper);
 cg_tensor *cg_k_cumsum(const cg_tensor *a, int dim, bool reverse);
 /* Indices of the k largest (or smallest) elements along dim, in order
  * (largest first, as torch.topk(sorted=True); ties: the lower index first;
- * NaN counts as the largest): an int64 tensor of a's shape with k at dim.
+ * NaN counts as the largest): an int64 tensor of a's shape with k at dim
+ * (a 0-d a: 0-d for k = 1, [0] for k = 0).
  * a: any float dtype (an integer or bool a: NULL + error naming topk). */
 cg_tensor *cg_k_topk_indices(const cg_tensor *a, int64_t k, int dim, bool largest);
 

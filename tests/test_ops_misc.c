@@ -278,6 +278,23 @@ START_TEST(test_topk_against_sort)
 }
 END_TEST
 
+/* torch.topk of a 0-d tensor (dim 0 or -1, k 1) is 0-d, values and
+ * indices, as torch.max's: cgrad gave shape [1] (tests/interop/check_ops.c). */
+START_TEST(test_topk_scalar)
+{
+    cg_tensor *s = cg_requires_grad(cg_scalar(2.5f), true), *ids = NULL;
+    cg_tensor *v = cg_topk(s, 1, -1, true, &ids);
+    ck_assert_msg(v && ids, "%s", cg_last_error());
+    ck_assert_int_eq(v->ndim, 0);
+    ck_assert_int_eq(ids->ndim, 0);
+    ck_assert_float_eq(cg_item(v), 2.5f);
+    ck_assert_int_eq(cg_item_i64(ids), 0);
+    ck_assert_msg(cg_backward(v, NULL, false), "%s", cg_last_error());
+    ck_assert_float_eq(cg_item(cg_grad(s)), 1.0f);
+    cg_release_all(3, s, v, ids);
+}
+END_TEST
+
 START_TEST(test_gradchecks)
 {
     cg_rng r = cg_rng_new(21);
@@ -332,6 +349,7 @@ static Suite *misc_suite(void)
     tcase_add_test(tc, test_losses_refuse_other_dtypes);
     tcase_add_test(tc, test_topk_dtypes);
     tcase_add_test(tc, test_topk_against_sort);
+    tcase_add_test(tc, test_topk_scalar);
     suite_add_tcase(s, tc);
     return s;
 }
