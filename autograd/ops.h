@@ -196,7 +196,8 @@ cg_tensor *cg_argmax(const cg_tensor *a, int dim, bool keepdim);
  * require grad. */
 cg_tensor *cg_mse_loss(cg_tensor *a, cg_tensor *b);
 /* Mean binary cross-entropy of logits x against targets y (same shape,
- * values in [0, 1]), computed stably: max(x,0) - x*y + log(1+exp(-|x|)).
+ * values in [0, 1]), computed stably: max(x,0) - x*y + log(1+exp(-|x|))
+ * (at an infinite x, its limit: core/ops.h cg_k_bce_with_logits).
  * Both float32: labels held as int64 or bool are refused (cg_to them),
  * as are bf16 logits, as the other losses refuse them. */
 cg_tensor *cg_binary_cross_entropy_with_logits(cg_tensor *x, cg_tensor *y);

@@ -580,8 +580,11 @@ cg_tensor *cg_k_bce_with_logits(const cg_tensor *x, const cg_tensor *y)
         int64_t n = cg_numel(xc);
         double s = 0.0;
         for (int64_t i = 0; i < n; i++) {
-            double v = xp[i];
-            s += (v > 0 ? v : 0.0) - v * yp[i] + log1p(exp(-fabs(v)));
+            double v = xp[i], c = v > 0 ? 1.0 - yp[i] : yp[i];
+            if (isinf(v)) /* the limit, c |x|: max(x,0) - x y would be inf - inf */
+                s += c == 0.0 ? 0.0 : c * INFINITY;
+            else
+                s += (v > 0 ? v : 0.0) - v * yp[i] + log1p(exp(-fabs(v)));
         }
         cg_data(out)[0] = (float)(s / (double)n); /* n = 0: NaN, as PyTorch */
     }

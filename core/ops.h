@@ -250,7 +250,8 @@ cg_tensor *cg_k_nll_loss_backward(const cg_tensor *logp, const cg_tensor *target
                                   int64_t ignore_index, float g);
 /* binary_cross_entropy_with_logits (reduction mean) of x against targets y
  * of the same shape, both float32: mean of max(x,0) - x*y + log(1 +
- * exp(-|x|)). */
+ * exp(-|x|)); at an infinite x its limit, (1 - y) x or -y x (0 when the
+ * factor is 0; PyTorch 1.13 gives NaN at x = -inf and at x = +inf, y = 1). */
 cg_tensor *cg_k_bce_with_logits(const cg_tensor *x, const cg_tensor *y);
 /* d(mean loss)/d logits times the scalar upstream gradient g. */
 cg_tensor *cg_k_cross_entropy_backward(const cg_tensor *logits, const cg_tensor *targets,

@@ -295,6 +295,26 @@ START_TEST(test_topk_scalar)
 }
 END_TEST
 
+/* binary_cross_entropy_with_logits at an infinite logit is the loss's
+ * limit, as PyTorch's (1 - y) x + max(-x, 0) + log1p(exp(-|x|)) gives for
+ * x = +inf, y < 1: +inf. max(x, 0) - x y made inf - inf = NaN there (and
+ * at x = -inf, y = 0). Where PyTorch's formula makes NaN of a finite limit
+ * (x = +inf with y = 1, x = -inf) the limit is taken too: 0 or +inf. */
+START_TEST(test_bce_infinite_logits)
+{
+    const float inf = INFINITY;
+    const float xs[6] = {inf, inf, inf, -inf, -inf, -inf}, ys[6] = {0, 0.3f, 1, 0, 0.3f, 1};
+    const float want[6] = {inf, inf, 0, 0, inf, inf};
+    for (int i = 0; i < 6; i++) {
+        cg_tensor *x = cg_from_data(CG_SHAPE(1), &xs[i]), *y = cg_from_data(CG_SHAPE(1), &ys[i]);
+        cg_tensor *l = cg_binary_cross_entropy_with_logits(x, y);
+        ck_assert_msg(l && cg_item(l) == want[i], "x %g y %g: got %g, want %g", xs[i], ys[i],
+                      l ? cg_item(l) : -1.0, want[i]);
+        cg_release_all(3, x, y, l);
+    }
+}
+END_TEST
+
 START_TEST(test_gradchecks)
 {
     cg_rng r = cg_rng_new(21);
@@ -350,6 +370,7 @@ static Suite *misc_suite(void)
     tcase_add_test(tc, test_topk_dtypes);
     tcase_add_test(tc, test_topk_against_sort);
     tcase_add_test(tc, test_topk_scalar);
+    tcase_add_test(tc, test_bce_infinite_logits);
     suite_add_tcase(s, tc);
     return s;
 }
