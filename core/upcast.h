@@ -4,7 +4,8 @@
  * float32 is the compute type. A kernel that also takes bfloat16 and
  * float16 (elementwise math, reductions, softmax, matmul) converts those
  * arguments to float32, computes, and rounds its result to the promoted
- * dtype of its float arguments (torch.result_type), as PyTorch's CPU
+ * dtype of its float arguments (torch.result_type: 0-d arguments count
+ * only when no argument has dims), as PyTorch's CPU
  * kernels compute reduced-precision floats in float32:
  *
  *     cg_upcast u;
@@ -60,7 +61,9 @@ static inline bool cg_upcast_begin(cg_upcast *u, const char *op, int n, const cg
     u->n = n;
     u->active = false;
     u->out = CG_F32;
-    bool first = true;
+    bool first = true, dims = false;
+    for (int k = 0; k < n; k++)
+        dims |= *slots[k] && (*slots[k])->ndim > 0;
     for (int k = 0; k < n; k++) {
         u->slot[k] = slots[k];
         u->tmp[k] = NULL;
@@ -69,9 +72,14 @@ static inline bool cg_upcast_begin(cg_upcast *u, const char *op, int n, const cg
             continue;
         if (!cg_dtype_is_float(t->dtype))
             return cg_upcast_refuse(op, k, t);
+        u->active |= t->dtype != CG_F32;
+        /* torch.result_type: a 0-d argument decides only when none has
+         * dims (all are floats, one category): bf16 [n] * a float32 0-d is
+         * bf16, as x * torch.tensor(2.0) */
+        if (dims && t->ndim == 0)
+            continue;
         u->out = first ? t->dtype : cg_promote_types(u->out, t->dtype);
         first = false;
-        u->active |= t->dtype != CG_F32;
     }
     for (int k = 0; u->active && k < n; k++) {
         const cg_tensor *t = *slots[k];

@@ -473,6 +473,29 @@ START_TEST(test_bf16_math_promotes)
 }
 END_TEST
 
+/* torch.result_type: a 0-d tensor decides the dtype only when no argument
+ * has dims (floats are one category), so bf16 [3] * a float32 0-d tensor
+ * is bfloat16, as `x * torch.tensor(2.0)` is in PyTorch; cgrad promoted it
+ * to float32. Two 0-d tensors, or both with dims, promote as before. */
+START_TEST(test_scalar_tensors_do_not_promote)
+{
+    cg_tensor *a = cg_from_data(CG_SHAPE(3), (float[]){1.0f, 1.0f / 3, -2.5f});
+    cg_tensor *h = cg_k_to(a, CG_BF16), *s = cg_scalar(3.0f), *s16 = cg_k_to(s, CG_F16);
+    cg_tensor *m = cg_test_mask(1, (int64_t[]){3}, (const uint8_t[]){1, 0, 1});
+    cg_tensor *outs[6] = {cg_mul(h, s),   cg_add(s, h),   cg_div(h, s16),
+                          cg_mul(s, s16), cg_mul(a, s16), cg_where(m, s, h)};
+    const cg_dtype want[6] = {CG_BF16, CG_BF16, CG_BF16, CG_F32, CG_F32, CG_BF16};
+    for (int i = 0; i < 6; i++)
+        ck_assert_msg(outs[i] && outs[i]->dtype == want[i], "case %d: %s", i,
+                      outs[i] ? cg_dtype_name(outs[i]->dtype) : cg_last_error());
+    ck_assert(cg_get(outs[0], (int64_t[]){1}) ==
+              cg_bf16_to_f32(cg_f32_to_bf16(3 * cg_bf16_to_f32(cg_f32_to_bf16(1.0f / 3)))));
+    cg_release_all(5, a, h, s, s16, m);
+    for (int i = 0; i < 6; i++)
+        cg_release(outs[i]);
+}
+END_TEST
+
 START_TEST(test_shape_ops_any_dtype)
 {
     cg_tensor *a = cg_from_i64(CG_SHAPE(2, 2), (int64_t[]){1, 2, 3, 4});
@@ -521,6 +544,7 @@ static Suite *dtype_suite(void)
     tcase_add_test(tc, test_where_masked_fill_any_dtype);
     tcase_add_test(tc, test_float_ops_refuse_integers);
     tcase_add_test(tc, test_bf16_math_promotes);
+    tcase_add_test(tc, test_scalar_tensors_do_not_promote);
     tcase_add_test(tc, test_shape_ops_any_dtype);
     suite_add_tcase(s, tc);
     return s;
