@@ -398,7 +398,8 @@ cg_tensor *cg_view_slice(const cg_tensor *t, int dim, int64_t start, int64_t sto
 cg_tensor *cg_view_narrow(const cg_tensor *t, int dim, int64_t start, int64_t len);
 /* Removes dim (index may be negative). */
 cg_tensor *cg_view_select(const cg_tensor *t, int dim, int64_t index);
-cg_tensor *cg_view_squeeze(const cg_tensor *t, int dim); /* dim must have size 1 */
+/* dim must have size 1 (a 0-d t: dim 0 or -1 gives t, as torch.squeeze) */
+cg_tensor *cg_view_squeeze(const cg_tensor *t, int dim);
 cg_tensor *cg_view_unsqueeze(const cg_tensor *t, int dim);
 /* Broadcast to shape by NumPy rules (stride 0 where expanded); as
  * torch.Tensor.expand, -1 keeps an existing dim and new dims come first. */

@@ -156,6 +156,8 @@ cg_tensor *cg_view_squeeze(const cg_tensor *t, int dim)
         cg_error_null_input("cg_view_squeeze");
         return NULL;
     }
+    if (t->ndim == 0 && (dim == 0 || dim == -1)) /* torch.squeeze: a 0-d tensor's dim 0 */
+        return cg_view_alias(t);
     int d = cg_norm_dim("squeeze", dim, t->ndim);
     if (d < 0)
         return NULL;

@@ -150,6 +150,11 @@ START_TEST(test_squeeze_unsqueeze_expand)
     cg_tensor *sq = cg_view_squeeze(t, 1);
     ck_assert_int_eq(sq->ndim, 1);
     CG_ASSERT_FAILS(cg_view_squeeze(t, 0), "not 1");
+    /* a 0-d tensor squeezes to itself at dim 0 or -1, as torch.squeeze */
+    cg_tensor *sc = cg_scalar(4), *s0 = cg_view_squeeze(sc, 0), *s1 = cg_view_squeeze(sc, -1);
+    ck_assert_msg(s0 && s1 && s0->ndim == 0 && s1->ndim == 0, "%s", cg_last_error());
+    CG_ASSERT_FAILS(cg_view_squeeze(sc, 1), "out of range");
+    cg_release_all(3, sc, s0, s1);
     cg_tensor *e = cg_view_expand(t, CG_SHAPE(2, 3, 4));
     ck_assert_int_eq(e->strides[0], 0);
     ck_assert_int_eq(e->strides[2], 0);
