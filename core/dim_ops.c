@@ -12,8 +12,6 @@ cg_tensor *cg_k_triangle(const cg_tensor *a, int64_t diagonal, bool upper)
         cg_error_null_input("cg_k_triangle");
         return NULL;
     }
-    if (!cg_f32_args(upper ? "triu" : "tril", 1, &a))
-        return NULL;
     const char *op = upper ? "triu" : "tril";
     if (a->ndim < 2) {
         char b[96];
@@ -25,13 +23,14 @@ cg_tensor *cg_k_triangle(const cg_tensor *a, int64_t diagonal, bool upper)
         return NULL;
     int64_t R = a->shape[a->ndim - 2], C = a->shape[a->ndim - 1];
     int64_t mats = R > 0 && C > 0 ? cg_numel(a) / (R * C) : 0;
-    float *o = cg_data(out);
+    char *o = cg_data_ptr(out); /* any dtype: zero is all zero bits in each */
+    size_t es = cg_dtype_size(a->dtype);
     for (int64_t m = 0; m < mats; m++)
         for (int64_t i = 0; i < R; i++)
             for (int64_t j = 0; j < C; j++) {
                 bool keep = upper ? j - i >= diagonal : j - i <= diagonal;
                 if (!keep)
-                    o[(m * R + i) * C + j] = 0.0f;
+                    memset(o + ((m * R + i) * C + j) * (int64_t)es, 0, es);
             }
     return out;
 }
@@ -60,14 +59,13 @@ cg_tensor *cg_k_cumsum(const cg_tensor *a, int dim, bool reverse)
         cg_error_null_input("cg_k_cumsum");
         return NULL;
     }
-    if (!cg_f32_args("cumsum", 1, &a))
+    cg_upcast u; /* bf16 and f16 summed in float32 (double), rounded back */
+    if (!cg_upcast_begin(&u, "cumsum", 1, (const cg_tensor **[]){&a}))
         return NULL;
     int64_t outer, n, inner;
-    if (!around_dim("cumsum", a, &dim, &outer, &n, &inner))
-        return NULL;
-    cg_tensor *out = cg_k_clone(a);
+    cg_tensor *out = around_dim("cumsum", a, &dim, &outer, &n, &inner) ? cg_k_clone(a) : NULL;
     if (!out)
-        return NULL;
+        return cg_upcast_end(&u, NULL);
     float *o = cg_data(out);
     for (int64_t p = 0; p < outer; p++)
         for (int64_t q = 0; q < inner; q++) {
@@ -79,7 +77,7 @@ cg_tensor *cg_k_cumsum(const cg_tensor *a, int dim, bool reverse)
                 *e = (float)s;
             }
         }
-    return out;
+    return cg_upcast_end(&u, out);
 }
 
 /* Whether x comes before y in the order of topk (NaN is the largest). */

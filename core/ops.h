@@ -547,11 +547,12 @@ cg_tensor *cg_k_gather(const cg_tensor *a, int dim, const cg_tensor *index);
 bool cg_k_scatter_add_(cg_tensor *dst, int dim, const cg_tensor *index, const cg_tensor *src);
 
 /* torch.tril (upper false) / torch.triu (upper true) over the last two dims
- * (a needs >= 2): keeps a[..., i, j] where j - i <= diagonal (tril) or
- * j - i >= diagonal (triu), zeros elsewhere. */
+ * (a needs >= 2; any dtype): keeps a[..., i, j] where j - i <= diagonal
+ * (tril) or j - i >= diagonal (triu), zeros elsewhere. */
 cg_tensor *cg_k_triangle(const cg_tensor *a, int64_t diagonal, bool upper);
 /* Inclusive cumulative sum along dim (reverse: from the end, the backward
- * of cumsum), accumulated in double in index order. */
+ * of cumsum), accumulated in double in index order (bf16 and f16: rounded
+ * back to their dtype; integers and bool refused). */
 cg_tensor *cg_k_cumsum(const cg_tensor *a, int dim, bool reverse);
 /* Indices of the k largest (or smallest) elements along dim, in order
  * (largest first, as torch.topk(sorted=True); ties: the lower index first;

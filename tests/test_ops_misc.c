@@ -315,6 +315,32 @@ START_TEST(test_bce_infinite_logits)
 }
 END_TEST
 
+/* tril and triu copy elements: every dtype, as torch.tril takes them
+ * (they refused all but float32); cumsum is a sum: bf16 and f16 summed
+ * in float32 and rounded back, as the reductions (it refused them). */
+START_TEST(test_tril_cumsum_dtypes)
+{
+    cg_scope *sc = cg_scope_begin();
+    const int64_t v[6] = {1, 2, 3, 4, 5, 6};
+    cg_tensor *i = cg_from_i64(CG_SHAPE(2, 3), v), *t = cg_tril(i, 0), *u = cg_triu(i, 1);
+    ck_assert_msg(t && u && t->dtype == CG_I64, "%s", cg_last_error());
+    const int64_t wt[6] = {1, 0, 0, 4, 5, 0}, wu[6] = {0, 2, 3, 0, 0, 6};
+    for (int k = 0; k < 6; k++) {
+        ck_assert_int_eq(cg_data_i64(t)[k], wt[k]);
+        ck_assert_int_eq(cg_data_i64(u)[k], wu[k]);
+    }
+    cg_tensor *b = cg_requires_grad(
+        cg_k_to(cg_from_data(CG_SHAPE(4), (float[]){1, 2, 3, 0.5f}), CG_BF16), true);
+    cg_tensor *c = cg_cumsum(b, 0), *tb = cg_tril(cg_view_unsqueeze(b, 0), 0);
+    ck_assert_msg(c && tb && c->dtype == CG_BF16 && tb->dtype == CG_BF16, "%s", cg_last_error());
+    ck_assert_float_eq(cg_get(c, (int64_t[]){3}), 6.5f);
+    ck_assert_msg(cg_backward(c, cg_full_dtype(CG_BF16, 1, (int64_t[]){4}, 1), false), "%s",
+                  cg_last_error());
+    ck_assert(cg_grad(b)->dtype == CG_BF16 && cg_get(cg_grad(b), (int64_t[]){0}) == 4.0f);
+    cg_scope_end(sc);
+}
+END_TEST
+
 START_TEST(test_gradchecks)
 {
     cg_rng r = cg_rng_new(21);
@@ -371,6 +397,7 @@ static Suite *misc_suite(void)
     tcase_add_test(tc, test_topk_against_sort);
     tcase_add_test(tc, test_topk_scalar);
     tcase_add_test(tc, test_bce_infinite_logits);
+    tcase_add_test(tc, test_tril_cumsum_dtypes);
     suite_add_tcase(s, tc);
     return s;
 }
