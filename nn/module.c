@@ -92,6 +92,19 @@ cg_tensor *cg_module_add_param(cg_module *m, const char *name, cg_tensor *t)
                      m->type, name);
         return NULL;
     }
+    /* what the optimizers update and the kernels read: float32 memory in
+     * one flat run (a contiguous view at an offset is one) */
+    if (t->dtype != CG_F32) {
+        cg_set_error("module %s: parameter '%s' is %s, expected float32 (convert with cg_to)",
+                     m->type, name, cg_dtype_name(t->dtype));
+        return NULL;
+    }
+    if (!cg_is_contiguous(t)) {
+        cg_set_error("module %s: parameter '%s' is not contiguous (the optimizer updates a "
+                     "parameter as one flat run: cg_contiguous)",
+                     m->type, name);
+        return NULL;
+    }
     char *nm = dup_str(name);
     if (!nm || !grow((void **)&m->params, &m->cap_params, m->n_params + 1, sizeof *m->params)) {
         free(nm);

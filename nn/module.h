@@ -104,7 +104,10 @@ cg_module *cg_module_alloc(size_t size, const char *type, void (*destroy)(cg_mod
 /* A plain container module (e.g. a list of layers named "0", "1", ...). */
 cg_module *cg_module_new(const char *type);
 /* Register t under a local name (no dots; unique among params and
- * children). Retains t and turns requires_grad on; t must be a leaf.
+ * children). Retains t and turns requires_grad on; t must be a leaf, float32
+ * and contiguous (what the optimizers update; a contiguous view at an
+ * offset is taken): another dtype or layout is refused now, naming the
+ * module and the parameter, not by the optimizer later.
  * Returns t (borrowed) or NULL + error. */
 cg_tensor *cg_module_add_param(cg_module *m, const char *name, cg_tensor *t);
 /* Register a child (takes ownership: on failure a child that has no owner
