@@ -1,0 +1,270 @@
+/* Module base: save and load (nn/module.h), PyTorch's state_dict and
+ * load_state_dict. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nn/module.h"
+
+/* ------------------------------------------------------- save and load */
+static char *join(const char *prefix, const char *name)
+{
+    size_t n = (prefix ? strlen(prefix) : 0) + strlen(name) + 1;
+    char *s = malloc(n);
+    if (s)
+        snprintf(s, n, "%s%s", prefix ? prefix : "", name);
+    else
+        cg_set_error("module: out of memory");
+    return s;
+}
+
+bool cg_module_write_as(const cg_module *m, cg_st_writer *w, const char *prefix, cg_dtype dt)
+{
+    if (!m || !w) {
+        cg_error_null_input("cg_module_write");
+        return false;
+    }
+    cg_param_list l = {0};
+    bool ok = cg_module_params(m, &l);
+    for (int i = 0; ok && i < l.n; i++) {
+        char *key = join(prefix, l.items[i].name);
+        ok = key && cg_st_add_as(w, key, l.items[i].tensor, dt);
+        free(key);
+    }
+    cg_param_list_free(&l);
+    return ok;
+}
+
+bool cg_module_write(const cg_module *m, cg_st_writer *w, const char *prefix)
+{
+    return cg_module_write_as(m, w, prefix, CG_F32);
+}
+
+bool cg_module_save_as(const cg_module *m, const char *path, cg_dtype dt, int n_meta,
+                       const char *const *meta)
+{
+    if (!m || !path) {
+        cg_error_null_input("cg_module_save");
+        return false;
+    }
+    if (n_meta < 0 || (n_meta > 0 && !meta)) {
+        cg_set_error("module save %s: bad metadata (%d pairs, array %p)", path, n_meta,
+                     (const void *)meta);
+        return false;
+    }
+    cg_st_writer *w = cg_st_writer_new();
+    bool ok = w != NULL;
+    for (int i = 0; ok && i < n_meta; i++)
+        ok = cg_st_set_metadata(w, meta[2 * i], meta[2 * i + 1]);
+    ok = ok && cg_module_write_as(m, w, NULL, dt) && cg_st_writer_save(w, path);
+    cg_st_writer_free(w);
+    return ok;
+}
+
+bool cg_module_save(const cg_module *m, const char *path, int n_meta, const char *const *meta)
+{
+    return cg_module_save_as(m, path, CG_F32, n_meta, meta);
+}
+
+void cg_load_keys_free(cg_load_keys *k)
+{
+    if (!k)
+        return;
+    for (int i = 0; i < k->n_missing; i++)
+        free(k->missing[i]);
+    for (int i = 0; i < k->n_unexpected; i++)
+        free(k->unexpected[i]);
+    free(k->missing);
+    free(k->unexpected);
+    memset(k, 0, sizeof *k);
+}
+
+/* Whether the file tensor name is one the caller said to expect. */
+static bool load_ignored(const cg_load_options *o, const char *name)
+{
+    for (int i = 0; i < o->n_ignore; i++) {
+        const char *p = o->ignore ? o->ignore[i] : NULL;
+        size_t n = p ? strlen(p) : 0;
+        if (n && (p[n - 1] == '*' ? !strncmp(name, p, n - 1) : !strcmp(name, p)))
+            return true;
+    }
+    return false;
+}
+
+static int cmp_cstr(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Append a copy of name to (*list)[*n]. */
+static bool push_name(char ***list, int *n, const char *name)
+{
+    char **l = realloc(*list, (size_t)(*n + 1) * sizeof *l);
+    char *d = l ? strdup(name) : NULL;
+    if (l)
+        *list = l;
+    if (!d) {
+        cg_set_error("module load: out of memory");
+        return false;
+    }
+    l[(*n)++] = d;
+    return true;
+}
+
+/* "N <what>: 'a', 'b', ... and K more" into buf (first 8 names). */
+static void describe_keys(char *buf, size_t cap, int n, char *const *names, const char *one,
+                          const char *many)
+{
+    size_t len = strlen(buf);
+    snprintf(buf + len, cap - len, "%d %s: ", n, n == 1 ? one : many);
+    for (int i = 0; i < n && i < 8; i++) {
+        len = strlen(buf);
+        snprintf(buf + len, cap - len, "%s'%.100s'", i ? ", " : "", names[i]);
+    }
+    len = strlen(buf);
+    if (n > 8)
+        snprintf(buf + len, cap - len, " ... and %d more", n - 8);
+}
+
+/* The missing and unexpected keys of loading m's parameters l (file names
+ * keys[i]) from f. */
+static bool find_unmatched(const cg_st_file *f, const cg_load_options *o, int n, char **keys,
+                           cg_load_keys *out)
+{
+    memset(out, 0, sizeof *out);
+    for (int i = 0; i < n; i++)
+        if (!cg_st_has(f, keys[i]) && !push_name(&out->missing, &out->n_missing, keys[i]))
+            return false;
+    char **sorted = malloc((size_t)(n ? n : 1) * sizeof *sorted);
+    if (!sorted) {
+        cg_set_error("module load: out of memory");
+        return false;
+    }
+    memcpy(sorted, keys, (size_t)n * sizeof *sorted);
+    qsort(sorted, (size_t)n, sizeof *sorted, cmp_cstr);
+    const char *prefix = o->prefix ? o->prefix : "";
+    size_t pl = strlen(prefix);
+    bool ok = true;
+    for (int i = 0; ok && i < cg_st_count(f); i++) {
+        const char *name = cg_st_name(f, i);
+        if (strncmp(name, prefix, pl) || load_ignored(o, name) ||
+            bsearch(&name, sorted, (size_t)n, sizeof *sorted, cmp_cstr))
+            continue;
+        ok = push_name(&out->unexpected, &out->n_unexpected, name);
+    }
+    free(sorted);
+    return ok;
+}
+
+bool cg_module_load(cg_module *m, const cg_st_file *f, const char *prefix)
+{
+    cg_load_options o = {.prefix = prefix};
+    return cg_module_load_ex(m, f, &o);
+}
+
+/* A NaN or Inf weight makes every later result NaN (or a sampler print one
+ * character forever): refused at load, naming it. Reads the file's floats
+ * as float32 (a BF16 or F16 tensor widened exactly). */
+static bool all_finite(const cg_st_file *f, const char *fname, const char *key)
+{
+    cg_tensor *v = cg_st_get_f32(f, key);
+    const float *x = v ? cg_data(v) : NULL;
+    int64_t n = v ? cg_numel(v) : 0, bad = -1;
+    for (int64_t e = 0; x && e < n && bad < 0; e++)
+        bad = isfinite(x[e]) ? -1 : e;
+    if (bad >= 0)
+        cg_set_error("load %s: tensor '%s' holds %s at element %lld (a damaged or diverged "
+                     "checkpoint)",
+                     fname, key,
+                     isnan(x[bad]) ? "nan"
+                     : x[bad] > 0  ? "inf"
+                                   : "-inf",
+                     (long long)bad);
+    cg_release(v);
+    return x && bad < 0;
+}
+
+bool cg_module_load_ex(cg_module *m, const cg_st_file *f, const cg_load_options *opt)
+{
+    cg_load_options none = {0};
+    const cg_load_options *o = opt ? opt : &none;
+    if (o->keys)
+        memset(o->keys, 0, sizeof *o->keys);
+    if (!m || !f) {
+        cg_error_null_input("cg_module_load");
+        return false;
+    }
+    const char *prefix = o->prefix;
+    const char *fname = cg_st_path(f) ? cg_st_path(f) : "(memory)";
+    cg_param_list l = {0};
+    cg_load_keys un = {0};
+    bool ok = cg_module_params(m, &l);
+    char **keys = ok ? calloc((size_t)(l.n ? l.n : 1), sizeof *keys) : NULL;
+    ok = ok && keys;
+    for (int i = 0; ok && i < l.n; i++)
+        ok = (keys[i] = join(prefix, l.items[i].name)) != NULL;
+    ok = ok && find_unmatched(f, o, l.n, keys, &un);
+    if (ok && !o->non_strict && (un.n_missing || un.n_unexpected)) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "load %.200s: ", fname);
+        if (un.n_missing)
+            describe_keys(msg, sizeof msg, un.n_missing, un.missing,
+                          "parameter missing from the file", "parameters missing from the file");
+        if (un.n_missing && un.n_unexpected)
+            strncat(msg, "; ", sizeof msg - strlen(msg) - 1);
+        if (un.n_unexpected)
+            describe_keys(msg, sizeof msg, un.n_unexpected, un.unexpected,
+                          "unexpected tensor in the file", "unexpected tensors in the file");
+        cg_set_error("%s (a strict load: cg_module_load_ex takes .ignore or .non_strict)", msg);
+        ok = false;
+        if (o->keys) { /* the caller sees the lists of a refused load too */
+            *o->keys = un;
+            memset(&un, 0, sizeof un);
+        }
+    }
+    /* pass 1: check everything, so that a bad file changes nothing */
+    for (int i = 0; ok && i < l.n; i++) {
+        if (!cg_st_has(f, keys[i]))
+            continue; /* missing, and non-strict */
+        cg_st_dtype dt;
+        int nd;
+        int64_t shape[CG_MAX_DIMS];
+        if (!cg_st_info(f, keys[i], &dt, &nd, shape)) {
+            ok = false;
+            break;
+        }
+        const cg_tensor *t = l.items[i].tensor;
+        if (dt != CG_ST_F32 && dt != CG_ST_BF16 && dt != CG_ST_F16) {
+            cg_set_error("load %s: tensor '%s' has dtype %s, expected F32, BF16 or F16", fname,
+                         keys[i], cg_st_dtype_name(dt));
+            ok = false;
+            break;
+        }
+        bool same = nd == t->ndim;
+        for (int d = 0; same && d < nd; d++)
+            same = shape[d] == t->shape[d];
+        if (!same) {
+            char a[128], b[128];
+            cg_set_error("load %s: tensor '%s' has shape %s in the file but the model expects %s",
+                         fname, keys[i], cg_shape_str_n(nd, shape, a, sizeof a),
+                         cg_shape_str(t, b, sizeof b));
+            ok = false;
+            break;
+        }
+        ok = all_finite(f, fname, keys[i]);
+    }
+    /* pass 2: copy */
+    for (int i = 0; ok && i < l.n; i++)
+        ok = !cg_st_has(f, keys[i]) || cg_st_load_into(f, keys[i], l.items[i].tensor);
+    if (ok && o->keys) {
+        *o->keys = un;
+        memset(&un, 0, sizeof un);
+    }
+    cg_load_keys_free(&un);
+    for (int i = 0; keys && i < l.n; i++)
+        free(keys[i]);
+    free(keys);
+    cg_param_list_free(&l);
+    return ok;
+}
