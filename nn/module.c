@@ -54,6 +54,12 @@ static bool check_local_name(const cg_module *m, const char *what, const char *n
             return false;
         }
     }
+    for (int i = 0; i < m->n_buffers; i++) {
+        if (!strcmp(m->buffers[i].name, name)) {
+            cg_set_error("module %s: name '%s' is already a buffer", m->type, name);
+            return false;
+        }
+    }
     for (int i = 0; i < m->n_children; i++) {
         if (!strcmp(m->children[i].name, name)) {
             cg_set_error("module %s: name '%s' is already a child module", m->type, name);
@@ -119,6 +125,39 @@ cg_tensor *cg_module_add_param(cg_module *m, const char *name, cg_tensor *t)
     m->n_params++;
     if (cg_debug_enabled())
         cg_lifetime_set_name(t, name, false); /* a tied tensor keeps its first name */
+    return t;
+}
+
+cg_tensor *cg_module_add_buffer(cg_module *m, const char *name, cg_tensor *t, bool persistent)
+{
+    if (!m || !t) {
+        cg_error_null_input("cg_module_add_buffer");
+        return NULL;
+    }
+    if (!check_local_name(m, "buffer", name))
+        return NULL;
+    if (t->requires_grad || t->node) {
+        cg_set_error("module %s: buffer '%s' requires grad (a trained tensor is a parameter: "
+                     "cg_module_add_param; or cg_detach it)",
+                     m->type, name);
+        return NULL;
+    }
+    if (!cg_is_contiguous(t)) {
+        cg_set_error("module %s: buffer '%s' is not contiguous (cg_contiguous)", m->type, name);
+        return NULL;
+    }
+    char *nm = dup_str(name);
+    if (!nm || !grow((void **)&m->buffers, &m->cap_buffers, m->n_buffers + 1, sizeof *m->buffers)) {
+        free(nm);
+        cg_set_error("module %s: out of memory adding buffer '%s'", m->type, name);
+        return NULL;
+    }
+    m->buffers[m->n_buffers].name = nm;
+    m->buffers[m->n_buffers].tensor = cg_hold(cg_retain(t)); /* beyond any scope */
+    m->buffers[m->n_buffers].persistent = persistent;
+    m->n_buffers++;
+    if (cg_debug_enabled())
+        cg_lifetime_set_name(t, name, false);
     return t;
 }
 
@@ -226,8 +265,14 @@ static void module_drop(cg_module *m, const cg_module *from)
         cg_release(m->params[i].tensor);
         free(m->params[i].name);
     }
+    for (int i = 0; i < m->n_buffers; i++) {
+        cg_unhold(m->buffers[i].tensor);
+        cg_release(m->buffers[i].tensor);
+        free(m->buffers[i].name);
+    }
     free(m->children);
     free(m->params);
+    free(m->buffers);
     if (!cg_debug_enabled()) {
         free(m);
         return;
@@ -292,26 +337,41 @@ static bool list_has(const cg_param_list *l, const cg_tensor *t)
     return false;
 }
 
-/* prefix is "" or "a.b." (ends with a dot). */
-static bool collect(const cg_module *m, const char *prefix, cg_param_list *out)
+/* What collect lists: parameters, buffers, or PyTorch's state dict (the
+ * parameters and the persistent buffers). */
+enum { WANT_PARAMS = 1, WANT_BUFFERS = 2, WANT_PERSISTENT = 4 };
+
+/* Append prefix + local under t, unless t is listed already. */
+static bool collect_one(cg_param_list *out, const char *prefix, const char *local, cg_tensor *t,
+                        bool is_buffer)
+{
+    if (list_has(out, t))
+        return true;
+    size_t n = strlen(prefix) + strlen(local) + 1;
+    char *name = malloc(n);
+    if (!name || !grow((void **)&out->items, &out->cap, out->n + 1, sizeof *out->items)) {
+        free(name);
+        cg_set_error("module params: out of memory");
+        return false;
+    }
+    snprintf(name, n, "%s%s", prefix, local);
+    out->items[out->n] = (cg_param){.name = name, .tensor = t, .is_buffer = is_buffer};
+    out->n++;
+    return true;
+}
+
+/* prefix is "" or "a.b." (ends with a dot). PyTorch's order: a module's
+ * parameters, then its buffers, then its children's, depth first. */
+static bool collect(const cg_module *m, const char *prefix, cg_param_list *out, int want)
 {
     size_t pl = strlen(prefix);
-    for (int i = 0; i < m->n_params; i++) {
-        cg_tensor *t = m->params[i].tensor;
-        if (list_has(out, t))
-            continue;
-        size_t n = pl + strlen(m->params[i].name) + 1;
-        char *name = malloc(n);
-        if (!name || !grow((void **)&out->items, &out->cap, out->n + 1, sizeof *out->items)) {
-            free(name);
-            cg_set_error("module params: out of memory");
+    for (int i = 0; (want & WANT_PARAMS) && i < m->n_params; i++)
+        if (!collect_one(out, prefix, m->params[i].name, m->params[i].tensor, false))
             return false;
-        }
-        snprintf(name, n, "%s%s", prefix, m->params[i].name);
-        out->items[out->n].name = name;
-        out->items[out->n].tensor = t;
-        out->n++;
-    }
+    for (int i = 0; (want & WANT_BUFFERS) && i < m->n_buffers; i++)
+        if ((!(want & WANT_PERSISTENT) || m->buffers[i].persistent) &&
+            !collect_one(out, prefix, m->buffers[i].name, m->buffers[i].tensor, true))
+            return false;
     for (int i = 0; i < m->n_children; i++) {
         size_t n = pl + strlen(m->children[i].name) + 2;
         char *p = malloc(n);
@@ -320,7 +380,7 @@ static bool collect(const cg_module *m, const char *prefix, cg_param_list *out)
             return false;
         }
         snprintf(p, n, "%s%s.", prefix, m->children[i].name);
-        bool ok = collect(m->children[i].module, p, out);
+        bool ok = collect(m->children[i].module, p, out, want);
         free(p);
         if (!ok)
             return false;
@@ -334,7 +394,25 @@ bool cg_module_params(const cg_module *m, cg_param_list *out)
         cg_error_null_input("cg_module_params");
         return false;
     }
-    return collect(m, "", out);
+    return collect(m, "", out, WANT_PARAMS);
+}
+
+bool cg_module_buffers(const cg_module *m, cg_param_list *out)
+{
+    if (!m || !out) {
+        cg_error_null_input("cg_module_buffers");
+        return false;
+    }
+    return collect(m, "", out, WANT_BUFFERS);
+}
+
+bool cg_module_state_dict(const cg_module *m, cg_param_list *out)
+{
+    if (!m || !out) {
+        cg_error_null_input("cg_module_state_dict");
+        return false;
+    }
+    return collect(m, "", out, WANT_PARAMS | WANT_BUFFERS | WANT_PERSISTENT);
 }
 
 void cg_param_list_free(cg_param_list *l)
@@ -398,33 +476,53 @@ cg_module *cg_module_get_child(const cg_module *m, const char *path)
     return (cg_module *)cur;
 }
 
+/* The module that holds the dotted name's last part (*local), or NULL +
+ * error. */
+static const cg_module *owner_of(const cg_module *m, const char *name, const char **local)
+{
+    const char *dot = strrchr(name, '.');
+    *local = dot ? dot + 1 : name;
+    if (!dot)
+        return m;
+    size_t len = (size_t)(dot - name);
+    char *path = malloc(len + 1);
+    if (!path) {
+        cg_set_error("module: out of memory");
+        return NULL;
+    }
+    memcpy(path, name, len);
+    path[len] = '\0';
+    const cg_module *owner = cg_module_get_child(m, path);
+    free(path);
+    return owner;
+}
+
+cg_tensor *cg_module_get_buffer(const cg_module *m, const char *name)
+{
+    if (!m || !name) {
+        cg_error_null_input("cg_module_get_buffer");
+        return NULL;
+    }
+    const char *local;
+    const cg_module *owner = owner_of(m, name, &local);
+    for (int i = 0; owner && i < owner->n_buffers; i++)
+        if (!strcmp(owner->buffers[i].name, local))
+            return owner->buffers[i].tensor;
+    cg_set_error("module %s: no buffer named '%s'", m->type, name);
+    return NULL;
+}
+
 cg_tensor *cg_module_get_param(const cg_module *m, const char *name)
 {
     if (!m || !name) {
         cg_error_null_input("cg_module_get_param");
         return NULL;
     }
-    const char *dot = strrchr(name, '.');
-    const cg_module *owner = m;
-    const char *local = name;
-    if (dot) {
-        size_t len = (size_t)(dot - name);
-        char *path = malloc(len + 1);
-        if (!path) {
-            cg_set_error("module: out of memory");
-            return NULL;
-        }
-        memcpy(path, name, len);
-        path[len] = '\0';
-        owner = cg_module_get_child(m, path);
-        free(path);
-        local = dot + 1;
-    }
-    if (owner) {
-        for (int i = 0; i < owner->n_params; i++)
-            if (!strcmp(owner->params[i].name, local))
-                return owner->params[i].tensor;
-    }
+    const char *local;
+    const cg_module *owner = owner_of(m, name, &local);
+    for (int i = 0; owner && i < owner->n_params; i++)
+        if (!strcmp(owner->params[i].name, local))
+            return owner->params[i].tensor;
     cg_set_error("module %s: no parameter named '%s'", m->type, name);
     return NULL;
 }

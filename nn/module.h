@@ -5,12 +5,18 @@
  * The base holds, in registration order:
  *   - named parameters: (local name, tensor) pairs; each tensor is a leaf
  *     with requires_grad on, owned (one reference) by the module;
+ *   - named buffers: (local name, tensor) pairs that are not parameters
+ *     (PyTorch's register_buffer: running statistics, masks, counters), of
+ *     any dtype, saved with the parameters unless registered as not
+ *     persistent (cg_module_add_buffer);
  *   - named children: (local name, module) pairs, owned by the module.
  * Full names are dotted paths, PyTorch style ("blocks.0.attn.q_proj.weight"),
  * and cg_module_params() lists them in the order of PyTorch's
  * model.named_parameters(): a module's own parameters first, then each
  * child's, depth first; a tensor registered twice (tied weights) is listed
- * once, under its first name.
+ * once, under its first name. cg_module_state_dict lists what a save
+ * writes, in the order of PyTorch's state_dict(): per module its
+ * parameters, then its persistent buffers, then its children's.
  *
  * Ownership: modules are heap objects freed with cg_module_free(), which
  * frees the children too. Tensors handed to cg_module_add_param() are
@@ -63,6 +69,14 @@ typedef struct {
     cg_module *module; /* owned */
 } cg_named_module;
 
+/* A buffer (cg_module_add_buffer): a tensor the module owns that is not a
+ * parameter. */
+typedef struct {
+    char *name;        /* local name, owned */
+    cg_tensor *tensor; /* one reference owned by the module */
+    bool persistent;   /* saved and loaded with the parameters */
+} cg_named_buffer;
+
 /* The first word of every module made by cg_module_alloc: how
  * cg_module_add_child, which takes any module pointer, tells a module from
  * something else (a tensor, whose first word is a pointer, never 0). */
@@ -92,6 +106,8 @@ struct cg_module {
      * with in[0] and args NULL by cg_module_forward; NULL for modules that
      * take more (attention, blocks) or none (containers). */
     cg_forward_fn forward;
+    cg_named_buffer *buffers; /* in registration order */
+    int n_buffers, cap_buffers;
 };
 
 #define CG_MODULE(m) ((cg_module *)(m))
@@ -103,13 +119,25 @@ struct cg_module {
 cg_module *cg_module_alloc(size_t size, const char *type, void (*destroy)(cg_module *m));
 /* A plain container module (e.g. a list of layers named "0", "1", ...). */
 cg_module *cg_module_new(const char *type);
-/* Register t under a local name (no dots; unique among params and
- * children). Retains t and turns requires_grad on; t must be a leaf, float32
- * and contiguous (what the optimizers update; a contiguous view at an
- * offset is taken): another dtype or layout is refused now, naming the
+/* Register t under a local name (no dots; unique among params, buffers
+ * and children). Retains t and turns requires_grad on; t must be a leaf,
+ * float32 and contiguous (what the optimizers update; a contiguous view at
+ * an offset is taken): another dtype or layout is refused now, naming the
  * module and the parameter, not by the optimizer later.
  * Returns t (borrowed) or NULL + error. */
 cg_tensor *cg_module_add_param(cg_module *m, const char *name, cg_tensor *t);
+/* Register a buffer (PyTorch's register_buffer): a tensor the module owns
+ * beside its parameters (running statistics, a fixed mask, a step
+ * counter), of any dtype, contiguous, that requires no gradient and never
+ * will: no optimizer sees it, cg_module_num_params does not count it,
+ * cg_module_zero_grad and cg_module_requires_grad leave it alone. A
+ * persistent buffer is saved and loaded with the parameters under its
+ * dotted name (cg_module_state_dict); persistent = false (PyTorch's
+ * persistent=False) keeps it out of files, listed by cg_module_buffers
+ * only. The name follows the parameters' rules (unique among the
+ * module's parameters, buffers and children). Retains t (the caller
+ * keeps its reference). Returns t (borrowed) or NULL + error. */
+cg_tensor *cg_module_add_buffer(cg_module *m, const char *name, cg_tensor *t, bool persistent);
 /* Register a child (takes ownership: on failure a child that has no owner
  * yet is freed). A child that already has an owner is shared (see above).
  * child is any module pointer (a cg_linear *, your own struct whose first
@@ -134,6 +162,7 @@ void cg_module_free(cg_module *m);
 typedef struct {
     char *name;
     cg_tensor *tensor;
+    bool is_buffer; /* a buffer (cg_module_buffers, cg_module_state_dict) */
 } cg_param;
 
 typedef struct {
@@ -145,6 +174,15 @@ typedef struct {
  * from an earlier call) in named_parameters() order. False + error on
  * allocation failure. */
 bool cg_module_params(const cg_module *m, cg_param_list *out);
+/* m's buffers, persistent or not, in PyTorch's named_buffers() order (a
+ * module's own first, then each child's, depth first; a buffer of a shared
+ * child once, under its first name). As cg_module_params. */
+bool cg_module_buffers(const cg_module *m, cg_param_list *out);
+/* What a save writes and a load reads, in PyTorch's state_dict() order: per
+ * module its parameters, then its persistent buffers, then each child's,
+ * depth first; each tensor once, under its first name (is_buffer tells
+ * them apart). As cg_module_params. */
+bool cg_module_state_dict(const cg_module *m, cg_param_list *out);
 /* Free the names and the array; the list is zeroed and may be reused. */
 void cg_param_list_free(cg_param_list *l);
 /* Total number of parameter elements (each tied tensor counted once). */
@@ -153,6 +191,8 @@ int64_t cg_module_num_params(const cg_module *m);
 int cg_module_num_param_tensors(const cg_module *m);
 /* The parameter with this full dotted name (borrowed) or NULL + error. */
 cg_tensor *cg_module_get_param(const cg_module *m, const char *name);
+/* The buffer with this full dotted name (borrowed) or NULL + error. */
+cg_tensor *cg_module_get_buffer(const cg_module *m, const char *name);
 /* The descendant module at a dotted path ("layers.0.self_attn"); "" is m
  * itself. Borrowed, or NULL + error. */
 cg_module *cg_module_get_child(const cg_module *m, const char *path);
@@ -243,9 +283,11 @@ bool cg_module_load_file(cg_module *m, const char *path);
 
 /* ---------------------------------------------------- save and load */
 /* Add every parameter to w as F32 under prefix + full name (prefix may be
- * NULL). The values are copied now. cg_module_write_as: as the float dtype
- * dt instead (CG_BF16 or CG_F16 halve the file; PyTorch's
- * model.to(torch.bfloat16) before save_file). */
+ * NULL), and every persistent buffer in its own dtype, in state_dict order
+ * (cg_module_state_dict). The values are copied now. cg_module_write_as:
+ * parameters as the float dtype dt instead (CG_BF16 or CG_F16 halve the
+ * file), and float buffers too, as PyTorch's model.to(torch.bfloat16)
+ * before save_file converts them; int and bool buffers keep their dtype. */
 bool cg_module_write(const cg_module *m, cg_st_writer *w, const char *prefix);
 bool cg_module_write_as(const cg_module *m, cg_st_writer *w, const char *prefix, cg_dtype dt);
 /* Write m's parameters to a safetensors file (atomically). meta holds
@@ -266,7 +308,10 @@ bool cg_module_save_as(const cg_module *m, const char *path, cg_dtype dt, int n_
  * a state dict by prefix): the others are neither loaded nor unexpected.
  * Each loaded tensor must have a float dtype (F32, BF16 or F16, converted
  * to the parameter's dtype), exactly the parameter's shape and finite
- * values. Everything is checked before anything is copied, so
+ * values. Persistent buffers load the same way, by name (non-persistent
+ * ones are neither read nor expected: a file holding one is unexpected,
+ * as in PyTorch): a float buffer from any float dtype, an int or bool one
+ * from exactly its dtype; a buffer may hold inf or nan (an additive mask). Everything is checked before anything is copied, so
  * on failure m is unchanged. A file that also holds tensors the caller
  * expects (a checkpoint's optimizer state, a tokenizer) is loaded with
  * cg_module_load_ex and .ignore, naming them. */
@@ -275,7 +320,7 @@ bool cg_module_load(cg_module *m, const cg_st_file *f, const char *prefix);
 /* The keys a load did not match (PyTorch's load_state_dict return value):
  * full file names, owned by the struct; free with cg_load_keys_free. */
 typedef struct {
-    char **missing; /* parameters of m the file lacks (prefix + name) */
+    char **missing; /* parameters and persistent buffers of m the file lacks */
     int n_missing;
     char **unexpected; /* file tensors that are not m's (nor ignored) */
     int n_unexpected;

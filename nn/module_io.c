@@ -26,10 +26,14 @@ bool cg_module_write_as(const cg_module *m, cg_st_writer *w, const char *prefix,
         return false;
     }
     cg_param_list l = {0};
-    bool ok = cg_module_params(m, &l);
+    bool ok = cg_module_state_dict(m, &l);
     for (int i = 0; ok && i < l.n; i++) {
+        const cg_tensor *t = l.items[i].tensor;
         char *key = join(prefix, l.items[i].name);
-        ok = key && cg_st_add_as(w, key, l.items[i].tensor, dt);
+        /* a buffer keeps its dtype, but a float one follows a narrower dt
+         * (PyTorch's model.to(torch.bfloat16) converts float buffers too) */
+        bool as_is = l.items[i].is_buffer && (!cg_dtype_is_float(t->dtype) || dt == CG_F32);
+        ok = key && (as_is ? cg_st_add(w, key, t) : cg_st_add_as(w, key, t, dt));
         free(key);
     }
     cg_param_list_free(&l);
@@ -199,7 +203,7 @@ bool cg_module_load_ex(cg_module *m, const cg_st_file *f, const cg_load_options 
     const char *fname = cg_st_path(f) ? cg_st_path(f) : "(memory)";
     cg_param_list l = {0};
     cg_load_keys un = {0};
-    bool ok = cg_module_params(m, &l);
+    bool ok = cg_module_state_dict(m, &l);
     char **keys = ok ? calloc((size_t)(l.n ? l.n : 1), sizeof *keys) : NULL;
     ok = ok && keys;
     for (int i = 0; ok && i < l.n; i++)
@@ -208,9 +212,15 @@ bool cg_module_load_ex(cg_module *m, const cg_st_file *f, const cg_load_options 
     if (ok && !o->non_strict && (un.n_missing || un.n_unexpected)) {
         char msg[1024];
         snprintf(msg, sizeof msg, "load %.200s: ", fname);
+        bool buf = false; /* a buffer among the missing: say so */
+        for (int i = 0; i < l.n; i++)
+            buf |= l.items[i].is_buffer && !cg_st_has(f, keys[i]);
         if (un.n_missing)
             describe_keys(msg, sizeof msg, un.n_missing, un.missing,
-                          "parameter missing from the file", "parameters missing from the file");
+                          buf ? "parameter or buffer missing from the file"
+                              : "parameter missing from the file",
+                          buf ? "parameters or buffers missing from the file"
+                              : "parameters missing from the file");
         if (un.n_missing && un.n_unexpected)
             strncat(msg, "; ", sizeof msg - strlen(msg) - 1);
         if (un.n_unexpected)
@@ -235,9 +245,17 @@ bool cg_module_load_ex(cg_module *m, const cg_st_file *f, const cg_load_options 
             break;
         }
         const cg_tensor *t = l.items[i].tensor;
-        if (dt != CG_ST_F32 && dt != CG_ST_BF16 && dt != CG_ST_F16) {
+        bool fl = dt == CG_ST_F32 || dt == CG_ST_BF16 || dt == CG_ST_F16;
+        if (!fl && cg_dtype_is_float(t->dtype)) {
             cg_set_error("load %s: tensor '%s' has dtype %s, expected F32, BF16 or F16", fname,
                          keys[i], cg_st_dtype_name(dt));
+            ok = false;
+            break;
+        }
+        cg_dtype own;
+        if (!cg_dtype_is_float(t->dtype) && (!cg_st_dtype_cg(dt, &own) || own != t->dtype)) {
+            cg_set_error("load %s: buffer '%s' has dtype %s in the file but the model's is %s",
+                         fname, keys[i], cg_st_dtype_name(dt), cg_dtype_name(t->dtype));
             ok = false;
             break;
         }
@@ -252,7 +270,8 @@ bool cg_module_load_ex(cg_module *m, const cg_st_file *f, const cg_load_options 
             ok = false;
             break;
         }
-        ok = all_finite(f, fname, keys[i]);
+        /* a buffer may hold -inf on purpose (an additive mask) */
+        ok = l.items[i].is_buffer || all_finite(f, fname, keys[i]);
     }
     /* pass 2: copy */
     for (int i = 0; ok && i < l.n; i++)

@@ -184,8 +184,9 @@ bool cg_torch_names_of(const cg_module *m, cg_torch_names *out)
     return ok;
 }
 
-/* Add t to root under a dotted name, making plain containers on the way. */
-static bool add_at(cg_module *root, const char *name, cg_tensor *t)
+/* Add t to root under a dotted name, making plain containers on the way:
+ * a parameter, or a persistent buffer. */
+static bool add_at(cg_module *root, const char *name, cg_tensor *t, bool buffer)
 {
     cg_module *cur = root;
     char seg[256];
@@ -202,7 +203,9 @@ static bool add_at(cg_module *root, const char *name, cg_tensor *t)
         if (!cur)
             return false;
     }
-    return cg_module_add_param(cur, strrchr(name, '.') ? strrchr(name, '.') + 1 : name, t);
+    const char *local = strrchr(name, '.') ? strrchr(name, '.') + 1 : name;
+    return buffer ? cg_module_add_buffer(cur, local, t, true) != NULL
+                  : cg_module_add_param(cur, local, t) != NULL;
 }
 
 /* The temporary module of PyTorch's names over l: each in_proj is a new
@@ -217,10 +220,10 @@ static cg_module *torch_view(const cg_torch_names *l)
         cg_tensor *t = e->params[0];
         bool ok;
         if (e->n_parts == 1) {
-            ok = add_at(v, e->torch_name, t);
+            ok = add_at(v, e->torch_name, t, false);
         } else {
             cg_tensor *p = cg_k_concat(e->params, 3, 0);
-            ok = p && add_at(v, e->torch_name, p);
+            ok = p && add_at(v, e->torch_name, p, false);
             cg_release(p);
         }
         if (!ok) {
@@ -229,6 +232,30 @@ static cg_module *torch_view(const cg_torch_names *l)
         }
     }
     return v;
+}
+
+/* m's persistent buffers into v under PyTorch's names (the same tensors:
+ * a load writes them in place). */
+static bool add_buffers(const cg_module *m, cg_module *v)
+{
+    cg_param_list l = {0};
+    bool ok = cg_module_state_dict(m, &l);
+    for (int i = 0; ok && i < l.n; i++) {
+        char tname[512];
+        int part;
+        if (!l.items[i].is_buffer)
+            continue;
+        ok = torch_name(m, l.items[i].name, tname, sizeof tname, &part);
+        if (ok && part >= 0) {
+            cg_set_error("torch names: buffer '%s' sits in a q/k/v projection, which PyTorch "
+                         "packs: it has no name there",
+                         l.items[i].name);
+            ok = false;
+        }
+        ok = ok && add_at(v, tname, l.items[i].tensor, true);
+    }
+    cg_param_list_free(&l);
+    return ok;
 }
 
 static bool *save_grad_flags(const cg_torch_names *l)
@@ -288,8 +315,8 @@ static bool through_view(const cg_module *m, cg_st_writer *w, const char *prefix
         return false;
     bool *g = save_grad_flags(&l);
     cg_module *v = g ? torch_view(&l) : NULL;
-    bool ok =
-        v && (f ? cg_module_load_ex(v, f, opt) && unpack(&l, v) : cg_module_write(v, w, prefix));
+    bool ok = v && add_buffers(m, v) &&
+              (f ? cg_module_load_ex(v, f, opt) && unpack(&l, v) : cg_module_write(v, w, prefix));
     cg_module_free(v);
     if (g)
         restore_grad(&l, g);

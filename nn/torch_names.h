@@ -22,8 +22,9 @@
  *
  * Every other name (a stack's layers.{i}, containers of your own such as
  * "encoder" and "decoder" for nn.Transformer, Linear, Embedding, LayerNorm)
- * is the same in both. The whole tree is mapped, so a model of your own
- * that holds these modules maps too. What has no equivalent is refused in
+ * is the same in both, and so are persistent buffers' (cg_module_add_buffer:
+ * saved and loaded with the weights). The whole tree is mapped, so a model
+ * of your own that holds these modules maps too. What has no equivalent is refused in
  * one line naming the module: an RMSNorm in a layer or stack (PyTorch's
  * layers have LayerNorm only), anything attached below an attention
  * projection (LoRA adapters: save them with cg_lora_save), q/k/v

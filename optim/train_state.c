@@ -437,7 +437,8 @@ static bool read_value(const item *it, const cJSON *e, const cg_st_file *f, cons
     }
 }
 
-/* A copy of every parameter of m (to put back if a later load fails). */
+/* A copy of every parameter and persistent buffer of m (to put back if a
+ * later load fails). */
 typedef struct {
     cg_param_list l;
     cg_tensor **copy;
@@ -454,7 +455,7 @@ static void snapshot_free(snapshot *b)
 
 static bool snapshot_take(const cg_module *m, snapshot *b)
 {
-    bool ok = cg_module_params(m, &b->l) &&
+    bool ok = cg_module_state_dict(m, &b->l) &&
               (b->copy = calloc((size_t)(b->l.n ? b->l.n : 1), sizeof *b->copy));
     for (int i = 0; ok && i < b->l.n; i++)
         ok = (b->copy[i] = cg_k_clone(b->l.items[i].tensor)) != NULL;

@@ -19,7 +19,8 @@
  * (borrowed: it must outlive every save and load through the state). Save
  * reads them; load writes them, as load_state_dict would, so the same
  * lines serve both. Items:
- *   module   its parameters, as cg_module_write under "<name>." (F32);
+ *   module   its parameters and persistent buffers, as cg_module_write
+ *            under "<name>." (F32; buffers in their dtypes);
  *   optim    cg_optim_save's state under "<name>" (step counts, buffers,
  *            learning rate and hyper-parameters; not a sharded optimizer);
  *   rng      a cg_rng (seed and counter: the stream continues exactly);

@@ -1,5 +1,5 @@
 /* Tests of the module registry's newer parts (nn/module.h): what
- * cg_module_add_param refuses. */
+ * cg_module_add_param refuses, and buffers (PyTorch's register_buffer). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,11 +41,280 @@ START_TEST(test_add_param_refusals)
 }
 END_TEST
 
+/* ------------------------------------------------------------- buffers */
+/* A module with a parameter and three buffers of three dtypes, one of them
+ * not persistent:  w [2, 3] f32 param; mean [3] f32; steps [] i64;
+ * mask [2] bool (persistent as asked). */
+static cg_module *buffered(const char *type, bool mask_persistent, float seed)
+{
+    cg_module *m = cg_module_new(type);
+    cg_tensor *w = cg_full(CG_SHAPE(2, 3), seed);
+    cg_tensor *mean = cg_full(CG_SHAPE(3), seed + 1);
+    cg_tensor *steps = cg_full_dtype(CG_I64, CG_SHAPE(1), seed * 10);
+    cg_tensor *mask = cg_zeros_dtype(CG_BOOL, CG_SHAPE(2));
+    cg_data_bool(mask)[1] = seed > 0;
+    assert_ok(cg_module_add_param(m, "w", w));
+    assert_ok(cg_module_add_buffer(m, "mean", mean, true));
+    assert_ok(cg_module_add_buffer(m, "steps", steps, true));
+    assert_ok(cg_module_add_buffer(m, "mask", mask, mask_persistent));
+    cg_release_all(4, w, mean, steps, mask);
+    return m;
+}
+
+static void assert_list(const cg_param_list *l, const char *const *names, int n)
+{
+    ck_assert_int_eq(l->n, n);
+    for (int i = 0; i < n; i++)
+        ck_assert_str_eq(l->items[i].name, names[i]);
+}
+
+START_TEST(test_buffer_registration)
+{
+    cg_module *m = buffered("Stats", true, 1);
+    cg_tensor *t = cg_zeros(CG_SHAPE(2)), *g = cg_zeros(CG_SHAPE(2));
+    cg_requires_grad(g, true);
+    cg_tensor *base = cg_zeros(CG_SHAPE(2, 3)), *tr = cg_transpose(base, 0, 1);
+    /* one namespace for parameters, buffers and children */
+    CG_ASSERT_FAILS(cg_module_add_buffer(m, "mean", t, true), "'mean' is already a buffer");
+    CG_ASSERT_FAILS(cg_module_add_buffer(m, "w", t, true), "'w' is already a parameter");
+    CG_ASSERT_FAILS(cg_module_add_param(m, "steps", t), "'steps' is already a buffer");
+    assert_ok(cg_module_add_child(m, "sub", cg_module_new("Sub")));
+    CG_ASSERT_FAILS(cg_module_add_buffer(m, "sub", t, true), "already a child");
+    CG_ASSERT_FAILS(cg_module_add_child(m, "mask", cg_module_new("X")),
+                    "'mask' is already a buffer");
+    CG_ASSERT_FAILS(cg_module_add_buffer(m, "a.b", t, true), "'a.b'");
+    CG_ASSERT_FAILS(cg_module_add_buffer(m, "", t, true), "non-empty");
+    CG_ASSERT_FAILS(cg_module_add_buffer(m, "g", g, true), "buffer 'g' requires grad");
+    CG_ASSERT_FAILS(cg_module_add_buffer(m, "tr", tr, true), "buffer 'tr' is not contiguous");
+    ck_assert_ptr_null(cg_module_add_buffer(NULL, "x", t, true));
+    ck_assert_ptr_null(cg_module_add_buffer(m, "x", NULL, true));
+    ck_assert_int_eq(m->n_buffers, 3);
+    /* not parameters: no gradient, not counted, not in an optimizer */
+    ck_assert_int_eq(cg_module_num_param_tensors(m), 1);
+    ck_assert_int_eq(cg_module_num_params(m), 6);
+    cg_module_requires_grad(m, true);
+    ck_assert(!cg_module_get_buffer(m, "mean")->requires_grad);
+    cg_optim *opt = cg_adamw_from_module(m, 1e-3);
+    assert_ok(opt);
+    ck_assert_int_eq(cg_optim_count(opt), 1);
+    cg_optim_free(opt);
+    /* lookups */
+    assert_ok(cg_module_get_buffer(m, "steps"));
+    ck_assert_int_eq(cg_module_get_buffer(m, "steps")->dtype, CG_I64);
+    CG_ASSERT_FAILS(cg_module_get_buffer(m, "w"), "no buffer named 'w'");
+    CG_ASSERT_FAILS(cg_module_get_param(m, "mean"), "no parameter named 'mean'");
+    CG_ASSERT_FAILS(cg_module_get_buffer(m, "sub.mean"), "no buffer named 'sub.mean'");
+    cg_release_all(4, t, g, tr, base);
+    cg_module_free(m);
+}
+END_TEST
+
+/* named_buffers() and state_dict() order of
+ *   class Leaf(nn.Module): p [param], b1, b2 (b2 not persistent)
+ *   root: own param "p", buffer "rb"; children "a" = Leaf, "b" = the same
+ *   Leaf again (shared), "c" = Leaf
+ * PyTorch: named_buffers(): rb, a.b1, a.b2, c.b1, c.b2
+ *          state_dict(): p, rb, a.p, a.b1, b.p, b.b1, c.p, c.b1 (it repeats
+ *          the shared child; cgrad lists it once). */
+static cg_module *leaf_module(void)
+{
+    cg_module *l = cg_module_new("Leaf");
+    cg_tensor *p = cg_zeros(CG_SHAPE(1)), *b1 = cg_zeros(CG_SHAPE(1)), *b2 = cg_zeros(CG_SHAPE(1));
+    assert_ok(cg_module_add_buffer(l, "b1", b1, true));
+    assert_ok(cg_module_add_param(l, "p", p)); /* a parameter after a buffer: still first */
+    assert_ok(cg_module_add_buffer(l, "b2", b2, false));
+    cg_release_all(3, p, b1, b2);
+    return l;
+}
+
+START_TEST(test_buffer_order_and_sharing)
+{
+    cg_module *root = cg_module_new("Root");
+    cg_tensor *p = cg_zeros(CG_SHAPE(1)), *rb = cg_zeros(CG_SHAPE(1));
+    assert_ok(cg_module_add_buffer(root, "rb", rb, true));
+    assert_ok(cg_module_add_param(root, "p", p));
+    cg_module *a = cg_module_add_child(root, "a", leaf_module());
+    assert_ok(a);
+    assert_ok(cg_module_add_child(root, "b", a));
+    assert_ok(cg_module_add_child(root, "c", leaf_module()));
+    cg_param_list l = {0};
+    ck_assert(cg_module_buffers(root, &l));
+    assert_list(&l, (const char *const[]){"rb", "a.b1", "a.b2", "c.b1", "c.b2"}, 5);
+    ck_assert(l.items[0].is_buffer);
+    cg_param_list_free(&l);
+    ck_assert(cg_module_state_dict(root, &l));
+    assert_list(&l, (const char *const[]){"p", "rb", "a.p", "a.b1", "c.p", "c.b1"}, 6);
+    ck_assert(!l.items[0].is_buffer && l.items[1].is_buffer && !l.items[2].is_buffer);
+    cg_param_list_free(&l);
+    ck_assert(cg_module_params(root, &l));
+    assert_list(&l, (const char *const[]){"p", "a.p", "c.p"}, 3);
+    cg_param_list_free(&l);
+    ck_assert_ptr_eq(cg_module_get_buffer(root, "b.b1"), cg_module_get_buffer(root, "a.b1"));
+    ck_assert(!cg_module_buffers(NULL, &l) && !cg_module_state_dict(root, NULL));
+    cg_release_all(2, p, rb);
+    cg_module_free(root);
+}
+END_TEST
+
+static const char *tmp_file(const char *tag)
+{
+    static char path[4][256];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(path[k], sizeof path[k], "/tmp/cg_test_registry_%d_%s.safetensors", (int)getpid(),
+             tag);
+    return path[k];
+}
+
+START_TEST(test_buffer_save_load)
+{
+    cg_module *a = cg_module_new("Top"), *b = cg_module_new("Top");
+    assert_ok(cg_module_add_child(a, "s", buffered("Stats", false, 2)));
+    assert_ok(cg_module_add_child(b, "s", buffered("Stats", false, -1)));
+    const char *path = tmp_file("buf");
+    ck_assert(cg_module_save(a, path, 0, NULL));
+    cg_st_file *f = cg_st_open(path);
+    assert_ok(f);
+    /* persistent buffers in their own dtype; the non-persistent one not written */
+    ck_assert_int_eq(cg_st_count(f), 3);
+    cg_st_dtype dt;
+    int nd;
+    int64_t shape[CG_MAX_DIMS];
+    ck_assert(cg_st_info(f, "s.steps", &dt, &nd, shape) && dt == CG_ST_I64);
+    ck_assert(cg_st_info(f, "s.mean", &dt, &nd, shape) && dt == CG_ST_F32);
+    ck_assert(!cg_st_has(f, "s.mask"));
+    ck_assert(cg_module_load(b, f, NULL));
+    ck_assert_float_eq(cg_data(cg_module_get_buffer(b, "s.mean"))[2], 3.0f);
+    ck_assert_int_eq(cg_data_i64(cg_module_get_buffer(b, "s.steps"))[0], 20);
+    ck_assert_int_eq(cg_module_get_buffer(b, "s.steps")->dtype, CG_I64);
+    ck_assert(!cg_data_bool(cg_module_get_buffer(b, "s.mask"))[1]); /* not loaded */
+    ck_assert_float_eq(cg_data(cg_module_get_param(b, "s.w"))[5], 2.0f);
+    cg_st_close(f);
+
+    /* a persistent bool mask, and a bf16 save: the float buffer follows,
+     * the integer and bool ones keep their dtypes */
+    cg_module *c = buffered("Stats", true, 3), *d = buffered("Stats", true, -3);
+    cg_data(cg_module_get_buffer(c, "mean"))[0] = 1.0f / 3.0f;
+    ck_assert(cg_module_save_as(c, path, CG_BF16, 0, NULL));
+    f = cg_st_open(path);
+    ck_assert(cg_st_info(f, "mean", &dt, &nd, shape) && dt == CG_ST_BF16);
+    ck_assert(cg_st_info(f, "steps", &dt, &nd, shape) && dt == CG_ST_I64);
+    ck_assert(cg_st_info(f, "mask", &dt, &nd, shape) && dt == CG_ST_BOOL);
+    ck_assert(cg_module_load(d, f, NULL));
+    cg_st_close(f);
+    ck_assert_int_eq(cg_module_get_buffer(d, "mean")->dtype, CG_F32);
+    ck_assert_float_eq(cg_data(cg_module_get_buffer(d, "mean"))[0], 0.333984375f); /* bf16's */
+    ck_assert_int_eq(cg_data_i64(cg_module_get_buffer(d, "steps"))[0], 30);
+    ck_assert(cg_data_bool(cg_module_get_buffer(d, "mask"))[1]);
+
+    /* a bf16 buffer saved as it is, loaded as it is */
+    cg_module *e = cg_module_new("E"), *e2 = cg_module_new("E");
+    cg_tensor *h = cg_full_dtype(CG_BF16, CG_SHAPE(2), 1.5f),
+              *h2 = cg_zeros_dtype(CG_BF16, CG_SHAPE(2));
+    assert_ok(cg_module_add_buffer(e, "h", h, true));
+    assert_ok(cg_module_add_buffer(e2, "h", h2, true));
+    ck_assert(cg_module_save(e, path, 0, NULL));
+    f = cg_st_open(path);
+    ck_assert(cg_st_info(f, "h", &dt, &nd, shape) && dt == CG_ST_BF16);
+    ck_assert(cg_module_load(e2, f, NULL));
+    cg_st_close(f);
+    ck_assert_float_eq(cg_get(h2, (int64_t[]){1}), 1.5f);
+    cg_release_all(2, h, h2);
+    cg_module_free(e);
+    cg_module_free(e2);
+    cg_module_free(a);
+    cg_module_free(b);
+    cg_module_free(c);
+    cg_module_free(d);
+    unlink(path);
+}
+END_TEST
+
+START_TEST(test_buffer_load_refusals)
+{
+    const char *path = tmp_file("refuse"), *other = tmp_file("other");
+    cg_module *m = buffered("Stats", false, 1);
+    ck_assert(cg_module_save(m, path, 0, NULL));
+    /* a module with one more buffer: strict load names it */
+    cg_module *more = buffered("Stats", false, 1);
+    cg_tensor *z = cg_zeros(CG_SHAPE(1));
+    assert_ok(cg_module_add_buffer(more, "var", z, true));
+    cg_st_file *f = cg_st_open(path);
+    CG_ASSERT_FAILS(cg_module_load(more, f, NULL) ? (void *)1 : NULL,
+                    "1 parameter or buffer missing from the file: 'var'");
+    cg_load_keys k = {0};
+    ck_assert(cg_module_load_ex(more, f, &(cg_load_options){.non_strict = true, .keys = &k}));
+    ck_assert_int_eq(k.n_missing, 1);
+    ck_assert_str_eq(k.missing[0], "var");
+    cg_load_keys_free(&k);
+    cg_st_close(f);
+    /* the other way: an unexpected buffer in the file, also a
+     * non-persistent one (PyTorch's strict load refuses it too) */
+    ck_assert(cg_module_save(more, other, 0, NULL));
+    f = cg_st_open(other);
+    CG_ASSERT_FAILS(cg_module_load(m, f, NULL) ? (void *)1 : NULL,
+                    "1 unexpected tensor in the file: 'var'");
+    ck_assert(cg_module_load_ex(
+        m, f, &(cg_load_options){.n_ignore = 1, .ignore = (const char *const[]){"var"}}));
+    cg_st_close(f);
+    cg_module *pm = buffered("Stats", true, 1);
+    ck_assert(cg_module_save(pm, other, 0, NULL));
+    f = cg_st_open(other);
+    CG_ASSERT_FAILS(cg_module_load(m, f, NULL) ? (void *)1 : NULL,
+                    "unexpected tensor in the file: 'mask'");
+    cg_st_close(f);
+    /* a buffer of another dtype or shape in the file: refused, nothing changed */
+    cg_st_writer *w = cg_st_writer_new();
+    cg_tensor *wv = cg_full(CG_SHAPE(2, 3), 7), *mean = cg_full(CG_SHAPE(3), 7);
+    cg_tensor *fsteps = cg_full(CG_SHAPE(1), 7), *short_mean = cg_full(CG_SHAPE(2), 7);
+    ck_assert(cg_st_add(w, "w", wv) && cg_st_add(w, "mean", mean) && cg_st_add(w, "steps", fsteps));
+    ck_assert(cg_st_writer_save(w, other));
+    cg_st_writer_free(w);
+    f = cg_st_open(other);
+    CG_ASSERT_FAILS(cg_module_load(m, f, NULL) ? (void *)1 : NULL,
+                    "buffer 'steps' has dtype F32 in the file but the model's is int64");
+    cg_st_close(f);
+    ck_assert_float_eq(cg_data(cg_module_get_param(m, "w"))[0], 1.0f);
+    w = cg_st_writer_new();
+    cg_tensor *isteps = cg_full_dtype(CG_I64, CG_SHAPE(1), 7);
+    ck_assert(cg_st_add(w, "w", wv) && cg_st_add(w, "mean", short_mean) &&
+              cg_st_add(w, "steps", isteps));
+    ck_assert(cg_st_writer_save(w, other));
+    cg_st_writer_free(w);
+    f = cg_st_open(other);
+    CG_ASSERT_FAILS(cg_module_load(m, f, NULL) ? (void *)1 : NULL, "'mean' has shape [2]");
+    cg_st_close(f);
+    ck_assert_float_eq(cg_data(cg_module_get_param(m, "w"))[0], 1.0f);
+    ck_assert_int_eq(cg_data_i64(cg_module_get_buffer(m, "steps"))[0], 10);
+    /* an additive mask of -inf is a buffer's business: loaded */
+    cg_fill_(cg_module_get_buffer(pm, "mean"), -INFINITY);
+    cg_module *pm2 = buffered("Stats", true, 0);
+    ck_assert(cg_module_save(pm, other, 0, NULL));
+    f = cg_st_open(other);
+    ck_assert(cg_module_load(pm2, f, NULL));
+    cg_st_close(f);
+    ck_assert(isinf(cg_data(cg_module_get_buffer(pm2, "mean"))[1]));
+    cg_release_all(7, z, wv, mean, fsteps, short_mean, isteps, (cg_tensor *)NULL);
+    cg_module_free(m);
+    cg_module_free(more);
+    cg_module_free(pm);
+    cg_module_free(pm2);
+    unlink(path);
+    unlink(other);
+}
+END_TEST
+
 static Suite *registry_suite(void)
 {
     Suite *s = suite_create("registry");
     TCase *tc = tcase_create("params");
     tcase_add_test(tc, test_add_param_refusals);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("buffers");
+    tcase_add_test(tc, test_buffer_registration);
+    tcase_add_test(tc, test_buffer_order_and_sharing);
+    tcase_add_test(tc, test_buffer_save_load);
+    tcase_add_test(tc, test_buffer_load_refusals);
     suite_add_tcase(s, tc);
     return s;
 }
