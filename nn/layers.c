@@ -159,11 +159,14 @@ static cg_tensor *drop_impl(cg_module *m, cg_tensor *const *in, void *args);
 static cg_tensor *posenc_impl(cg_module *m, cg_tensor *const *in, void *args);
 static cg_tensor *ff_impl(cg_module *m, cg_tensor *const *in, void *args);
 
-/* A new parameter tensor registered under name; NULL + error on failure. */
-static cg_tensor *new_param(cg_module *m, const char *name, int ndim, const int64_t *shape)
+/* A new parameter tensor registered under name and stored in *field, the
+ * member the forward reads (so that cg_module_tie can rewrite it); NULL +
+ * error on failure. */
+static cg_tensor *new_param(cg_module *m, const char *name, cg_tensor **field, int ndim,
+                            const int64_t *shape)
 {
     cg_tensor *t = cg_zeros(ndim, shape);
-    cg_tensor *r = cg_module_add_param(m, name, t);
+    cg_tensor *r = cg_module_add_param_at(m, name, t, field);
     cg_release(t); /* the module holds its own reference */
     return r;
 }
@@ -190,10 +193,10 @@ cg_linear *cg_linear_new(int64_t in_features, int64_t out_features, bool bias, c
     l->base.forward = linear_impl;
     l->in_features = in_features;
     l->out_features = out_features;
-    l->weight = new_param(&l->base, "weight", CG_SHAPE(out_features, in_features));
+    l->weight = new_param(&l->base, "weight", &l->weight, CG_SHAPE(out_features, in_features));
     bool ok = l->weight && cg_init_normal_(l->weight, rng, 0.0f, CG_INIT_STD);
     if (ok && bias)
-        ok = (l->bias = new_param(&l->base, "bias", CG_SHAPE(out_features))) != NULL;
+        ok = (l->bias = new_param(&l->base, "bias", &l->bias, CG_SHAPE(out_features))) != NULL;
     if (!ok) {
         cg_module_free(&l->base);
         return NULL;
@@ -352,7 +355,7 @@ cg_embed *cg_embed_new(int64_t num, int64_t dim, cg_rng *rng)
         return NULL;
     e->num = num;
     e->dim = dim;
-    e->weight = new_param(&e->base, "weight", CG_SHAPE(num, dim));
+    e->weight = new_param(&e->base, "weight", &e->weight, CG_SHAPE(num, dim));
     if (!e->weight || !cg_init_normal_(e->weight, rng, 0.0f, CG_INIT_STD)) {
         cg_module_free(&e->base);
         return NULL;
@@ -394,10 +397,10 @@ cg_norm *cg_norm_new(cg_norm_kind kind, int64_t dim)
     n->kind = kind;
     n->dim = dim;
     n->eps = CG_NORM_EPS;
-    n->weight = new_param(&n->base, "weight", CG_SHAPE(dim));
+    n->weight = new_param(&n->base, "weight", &n->weight, CG_SHAPE(dim));
     bool ok = n->weight && cg_init_ones_(n->weight);
     if (ok && r->bias)
-        ok = (n->bias = new_param(&n->base, "bias", CG_SHAPE(dim))) != NULL;
+        ok = (n->bias = new_param(&n->base, "bias", &n->bias, CG_SHAPE(dim))) != NULL;
     if (!ok) {
         cg_module_free(&n->base);
         return NULL;

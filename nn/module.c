@@ -86,6 +86,11 @@ static bool grow(void **arr, int *cap, int need, size_t elem)
 
 cg_tensor *cg_module_add_param(cg_module *m, const char *name, cg_tensor *t)
 {
+    return cg_module_add_param_at(m, name, t, NULL);
+}
+
+cg_tensor *cg_module_add_param_at(cg_module *m, const char *name, cg_tensor *t, cg_tensor **field)
+{
     if (!m || !t) {
         cg_error_null_input("cg_module_add_param");
         return NULL;
@@ -122,7 +127,10 @@ cg_tensor *cg_module_add_param(cg_module *m, const char *name, cg_tensor *t)
     }
     m->params[m->n_params].name = nm;
     m->params[m->n_params].tensor = cg_hold(cg_retain(t)); /* beyond any scope */
+    m->params[m->n_params].field = field;
     m->n_params++;
+    if (field)
+        *field = t;
     if (cg_debug_enabled())
         cg_lifetime_set_name(t, name, false); /* a tied tensor keeps its first name */
     return t;
@@ -525,6 +533,49 @@ cg_tensor *cg_module_get_param(const cg_module *m, const char *name)
             return owner->params[i].tensor;
     cg_set_error("module %s: no parameter named '%s'", m->type, name);
     return NULL;
+}
+
+bool cg_module_tie(cg_module *m, const char *name, const char *src)
+{
+    if (!m || !name || !src) {
+        cg_error_null_input("cg_module_tie");
+        return false;
+    }
+    cg_tensor *s = cg_module_get_param(m, src);
+    const char *local;
+    cg_module *owner = s ? (cg_module *)owner_of(m, name, &local) : NULL;
+    cg_named_tensor *e = NULL;
+    for (int i = 0; owner && !e && i < owner->n_params; i++)
+        e = strcmp(owner->params[i].name, local) ? NULL : &owner->params[i];
+    if (!s)
+        return false;
+    if (!e) {
+        cg_set_error("module %s: cannot tie '%s': no parameter named '%s'", m->type, name, name);
+        return false;
+    }
+    cg_tensor *old = e->tensor;
+    if (old == s)
+        return true;
+    char a[96], b[96];
+    if (old->dtype != s->dtype || old->ndim != s->ndim ||
+        memcmp(old->shape, s->shape, sizeof *old->shape * (size_t)old->ndim)) {
+        cg_set_error("module %s: cannot tie '%s' (%s %s) to '%s' (%s %s): shapes or dtypes differ",
+                     m->type, name, cg_shape_str(old, a, sizeof a), cg_dtype_name(old->dtype), src,
+                     cg_shape_str(s, b, sizeof b), cg_dtype_name(s->dtype));
+        return false;
+    }
+    if (!e->field || *e->field != old) {
+        cg_set_error("module %s: cannot tie '%s': its module (%s) registered it without the field "
+                     "its forward reads (cg_module_add_param_at), which would go on reading the "
+                     "old tensor",
+                     m->type, name, owner->type);
+        return false;
+    }
+    e->tensor = cg_hold(cg_retain(s));
+    *e->field = s;
+    cg_unhold(old);
+    cg_release(old);
+    return true;
 }
 
 /* ------------------------------------------------------------- actions */

@@ -62,6 +62,10 @@ typedef cg_tensor *(*cg_forward_fn)(cg_module *m, cg_tensor *const *in, void *ar
 typedef struct {
     char *name;        /* local name, owned */
     cg_tensor *tensor; /* one reference owned by the module */
+    /* The struct field the module's forward reads this parameter from
+     * (&linear->weight), which cg_module_tie rewrites; NULL when unknown
+     * (cg_module_add_param), and then the parameter cannot be tied. */
+    cg_tensor **field;
 } cg_named_tensor;
 
 typedef struct {
@@ -126,6 +130,31 @@ cg_module *cg_module_new(const char *type);
  * module and the parameter, not by the optimizer later.
  * Returns t (borrowed) or NULL + error. */
 cg_tensor *cg_module_add_param(cg_module *m, const char *name, cg_tensor *t);
+/* cg_module_add_param, and *field = t on success, where field is the
+ * member of the module's own struct that its forward reads the parameter
+ * from (&m->gate): the registry remembers it, so that cg_module_tie can
+ * point both at another tensor. field must live as long as the module
+ * (a member of its struct). Every nn layer registers its parameters so. */
+cg_tensor *cg_module_add_param_at(cg_module *m, const char *name, cg_tensor *t, cg_tensor **field);
+/* Weight tying, PyTorch's model.lm_head.weight = model.tok_emb.weight:
+ * the parameter at the dotted name `name` becomes the tensor of the
+ * parameter `src` (both below m), in the registry and in the struct field
+ * the module's forward reads (see cg_module_add_param_at). From then on
+ * it is one tensor: both forwards use it, their gradients add up in its
+ * .grad, cg_module_params lists it once (under its first name in
+ * named_parameters() order), an optimizer built afterwards updates it
+ * once, and save/load write and read it under that first name only (as
+ * for shared modules above; PyTorch's state_dict writes it under both).
+ * The tensor name held before is released: borrowed pointers to it (an
+ * optimizer built earlier: tie first) are stale. What writes the tensor
+ * in place writes every use (a LoRA merge into a tied Linear changes the
+ * embedding too, as in PyTorch). Tying a parameter to
+ * itself, or to the tensor it holds already, does nothing. Refused with
+ * one line (m unchanged): a name that is not a parameter, shapes or dtypes
+ * that differ (naming both), and a parameter registered without its field
+ * (cg_module_add_param), whose forward would go on reading the old tensor.
+ * True, or false + error. */
+bool cg_module_tie(cg_module *m, const char *name, const char *src);
 /* Register a buffer (PyTorch's register_buffer): a tensor the module owns
  * beside its parameters (running statistics, a fixed mask, a step
  * counter), of any dtype, contiguous, that requires no gradient and never

@@ -1,5 +1,6 @@
 /* Tests of the module registry's newer parts (nn/module.h): what
- * cg_module_add_param refuses, and buffers (PyTorch's register_buffer). */
+ * cg_module_add_param refuses, buffers (PyTorch's register_buffer) and
+ * weight tying (cg_module_tie). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -304,6 +305,189 @@ START_TEST(test_buffer_load_refusals)
 }
 END_TEST
 
+/* --------------------------------------------------------- weight tying */
+enum { V = 5, D = 3, T = 4 };
+
+/* model.tok_emb = nn.Embedding(V, D); model.lm_head = nn.Linear(D, V,
+ * bias=False); model.lm_head.weight = model.tok_emb.weight (tie false:
+ * left untied, each with the same values). */
+typedef struct {
+    cg_module *root;
+    cg_embed *emb;
+    cg_linear *head;
+} tied_lm;
+
+static tied_lm tied_lm_new(bool tie)
+{
+    cg_rng rng = cg_rng_new(7);
+    tied_lm m = {.root = cg_module_new("LM")};
+    m.emb = cg_module_add_child(m.root, "tok_emb", cg_embed_new(V, D, &rng));
+    m.head = cg_module_add_child(m.root, "lm_head", cg_linear_new(D, V, false, &rng));
+    assert_ok(m.head);
+    if (tie)
+        ck_assert_msg(cg_module_tie(m.root, "lm_head.weight", "tok_emb.weight"), "%s",
+                      cg_last_error());
+    else
+        ck_assert(cg_k_copy_(m.head->weight, m.emb->weight));
+    return m;
+}
+
+static const int64_t ids_data[T] = {1, 4, 0, 1};
+
+/* logits = lm_head(tok_emb(ids)) [T, V] (inputs are the weights, read by
+ * the modules themselves) */
+static cg_tensor *tied_forward(void *ctx, cg_tensor *const *in)
+{
+    (void)in;
+    tied_lm *m = ctx;
+    cg_tensor *ids = cg_test_ids(T, ids_data);
+    cg_tensor *h = cg_embed_forward(m->emb, ids);
+    cg_tensor *y = cg_linear_forward(m->head, h);
+    cg_release(h);
+    return y;
+}
+
+static cg_tensor *sum_loss(tied_lm *m)
+{
+    cg_tensor *y = tied_forward(m, NULL), *w = cg_arange(0, V * T, 1);
+    cg_tensor *w2 = cg_reshape(w, CG_SHAPE(T, V)), *p = cg_mul(y, w2), *l = cg_sum_all(p);
+    cg_release_all(4, y, w, w2, p);
+    return l;
+}
+
+START_TEST(test_tie_linear_embedding)
+{
+    tied_lm m = tied_lm_new(true);
+    ck_assert_ptr_eq(m.head->weight, m.emb->weight);
+    ck_assert_ptr_eq(cg_module_get_param(m.root, "lm_head.weight"), m.emb->weight);
+    cg_param_list l = {0};
+    ck_assert(cg_module_params(m.root, &l));
+    assert_list(&l, (const char *const[]){"tok_emb.weight"}, 1);
+    cg_param_list_free(&l);
+    ck_assert_int_eq(cg_module_num_params(m.root), V * D);
+    ck_assert(cg_module_tie(m.root, "lm_head.weight", "tok_emb.weight")); /* again: nothing */
+    ck_assert(cg_module_tie(m.root, "tok_emb.weight", "tok_emb.weight"));
+
+    /* gradcheck through both uses of the one tensor */
+    cg_gradcheck_report rep;
+    cg_tensor *in[] = {m.emb->weight};
+    ck_assert_msg(cg_gradcheck(tied_forward, &m, 1, in, NULL, &rep), "%s", rep.message);
+
+    /* its gradient is the sum of the two uses' (untied, same values) */
+    tied_lm u = tied_lm_new(false);
+    cg_tensor *lt = sum_loss(&m), *lu = sum_loss(&u);
+    ck_assert(cg_backward(lt, NULL, false) && cg_backward(lu, NULL, false));
+    const float *gt = cg_data(cg_grad(m.emb->weight)), *ge = cg_data(cg_grad(u.emb->weight)),
+                *gh = cg_data(cg_grad(u.head->weight));
+    for (int i = 0; i < V * D; i++)
+        ck_assert_float_eq_tol(gt[i], ge[i] + gh[i], 1e-4f * (1 + fabsf(gt[i])));
+
+    /* one optimizer slot, updated once: w - lr * g */
+    cg_tensor *before = cg_k_clone(m.emb->weight);
+    cg_optim *opt = cg_sgd_from_module(m.root, 0.5);
+    assert_ok(opt);
+    ck_assert_int_eq(cg_optim_count(opt), 1);
+    ck_assert(cg_optim_step(opt));
+    for (int i = 0; i < V * D; i++)
+        ck_assert_float_eq_tol(cg_data(m.head->weight)[i], cg_data(before)[i] - 0.5f * gt[i],
+                               1e-6f);
+    cg_optim_free(opt);
+
+    /* save/load: one key; a fresh tied model loads it and stays tied */
+    const char *path = tmp_file("tie");
+    ck_assert(cg_module_save(m.root, path, 0, NULL));
+    cg_st_file *f = cg_st_open(path);
+    ck_assert_int_eq(cg_st_count(f), 1);
+    ck_assert(cg_st_has(f, "tok_emb.weight"));
+    tied_lm n = tied_lm_new(true);
+    ck_assert(cg_module_load(n.root, f, NULL));
+    cg_st_close(f);
+    ck_assert_ptr_eq(n.head->weight, n.emb->weight);
+    ck_assert(!memcmp(cg_data(n.head->weight), cg_data(m.emb->weight), sizeof(float) * V * D));
+    unlink(path);
+    cg_release_all(3, lt, lu, before);
+    cg_module_free(m.root);
+    cg_module_free(u.root);
+    cg_module_free(n.root);
+}
+END_TEST
+
+START_TEST(test_tie_refusals)
+{
+    cg_rng rng = cg_rng_new(1);
+    cg_module *root = cg_module_new("Net");
+    cg_embed *e = cg_module_add_child(root, "emb", cg_embed_new(V, D, &rng));
+    cg_linear *wide = cg_module_add_child(root, "wide", cg_linear_new(D, V + 1, true, &rng));
+    cg_norm *ln = cg_module_add_child(root, "ln", cg_layernorm_new(D));
+    cg_module *own = cg_module_add_child(root, "own", cg_module_new("Own"));
+    cg_tensor *w = cg_zeros(CG_SHAPE(V, D));
+    assert_ok(cg_module_add_param(own, "w", w)); /* registered without its field */
+    cg_tensor *old = wide->weight;
+    CG_ASSERT_FAILS(cg_module_tie(root, "wide.weight", "emb.weight") ? (void *)1 : NULL,
+                    "cannot tie 'wide.weight' ([6, 3] float32) to 'emb.weight' ([5, 3] float32)");
+    CG_ASSERT_FAILS(cg_module_tie(root, "wide.bias", "ln.weight") ? (void *)1 : NULL,
+                    "'wide.bias' ([6] float32) to 'ln.weight' ([3] float32)");
+    CG_ASSERT_FAILS(cg_module_tie(root, "own.w", "emb.weight") ? (void *)1 : NULL,
+                    "cannot tie 'own.w': its module (Own) registered it without the field");
+    CG_ASSERT_FAILS(cg_module_tie(root, "emb.bias", "emb.weight") ? (void *)1 : NULL,
+                    "no parameter named 'emb.bias'");
+    CG_ASSERT_FAILS(cg_module_tie(root, "emb.weight", "nope.weight") ? (void *)1 : NULL,
+                    "no parameter named 'nope.weight'");
+    CG_ASSERT_FAILS(cg_module_tie(root, "x.weight", "emb.weight") ? (void *)1 : NULL, "x.weight");
+    ck_assert(!cg_module_tie(NULL, "a", "b") && !cg_module_tie(root, NULL, "b"));
+    ck_assert_ptr_eq(wide->weight, old);
+    ck_assert_ptr_eq(cg_module_get_param(root, "own.w"), w);
+    /* the other way round works: the field-less parameter as the source */
+    ck_assert(cg_module_tie(root, "emb.weight", "own.w"));
+    ck_assert_ptr_eq(e->weight, w);
+    /* norms' weights and biases tie too */
+    ck_assert(cg_module_tie(root, "ln.bias", "ln.weight"));
+    ck_assert_ptr_eq(ln->bias, ln->weight);
+    ck_assert_int_eq(cg_module_num_param_tensors(root),
+                     4); /* emb.weight (own.w), wide.*, ln.weight */
+    cg_release(w);
+    cg_module_free(root);
+}
+END_TEST
+
+/* Every parameter of every nn module is registered with the field its
+ * forward reads, so every one can be tied. */
+static void assert_fields(const cg_module *m)
+{
+    for (int i = 0; i < m->n_params; i++) {
+        ck_assert_msg(m->params[i].field, "%s.%s has no field", m->type, m->params[i].name);
+        ck_assert_ptr_eq(*m->params[i].field, m->params[i].tensor);
+    }
+    for (int i = 0; i < m->n_children; i++)
+        assert_fields(m->children[i].module);
+}
+
+START_TEST(test_tie_every_nn_param)
+{
+    cg_rng rng = cg_rng_new(3);
+    cg_tf_config c = {.d = 6,
+                      .H = 2,
+                      .d_ff = 5,
+                      .norm = CG_NORM_LAYERNORM,
+                      .act = CG_ACT_GELU,
+                      .norm_first = true};
+    cg_module *root = cg_module_new("All");
+    assert_ok(cg_module_add_child(root, "enc", cg_enc_stack_new(1, &c, &rng)));
+    assert_ok(cg_module_add_child(root, "dec", cg_dec_stack_new(1, &c, &rng)));
+    assert_ok(cg_module_add_child(root, "rms", cg_rmsnorm_new(6)));
+    assert_ok(cg_module_add_child(root, "emb", cg_embed_new(4, 6, &rng)));
+    assert_ok(
+        cg_module_add_child(root, "mlp", cg_mlp(3, (const int64_t[]){6, 4, 6}, CG_ACT_RELU, &rng)));
+    cg_linear *l = cg_module_add_child(root, "lin", cg_linear_new(6, 6, true, &rng));
+    assert_ok(cg_lora_attach(l, 2, 4.0f, 0.0f, &rng));
+    assert_fields(root);
+    /* e.g. a decoder's cross-attention output projection tied to an encoder's */
+    ck_assert(cg_module_tie(root, "dec.layers.0.cross_attn.o_proj.weight",
+                            "enc.layers.0.self_attn.o_proj.weight"));
+    cg_module_free(root);
+}
+END_TEST
+
 static Suite *registry_suite(void)
 {
     Suite *s = suite_create("registry");
@@ -315,6 +499,11 @@ static Suite *registry_suite(void)
     tcase_add_test(tc, test_buffer_order_and_sharing);
     tcase_add_test(tc, test_buffer_save_load);
     tcase_add_test(tc, test_buffer_load_refusals);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("tie");
+    tcase_add_test(tc, test_tie_linear_embedding);
+    tcase_add_test(tc, test_tie_refusals);
+    tcase_add_test(tc, test_tie_every_nn_param);
     suite_add_tcase(s, tc);
     return s;
 }
