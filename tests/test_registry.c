@@ -305,6 +305,41 @@ START_TEST(test_buffer_load_refusals)
 }
 END_TEST
 
+/* PyTorch's names (nn/torch_names.h) carry a model's buffers: an encoder
+ * layer's ln1 is norm1 there, a buffer beside it keeps its name. */
+START_TEST(test_buffer_torch_names)
+{
+    cg_rng rng = cg_rng_new(2);
+    cg_tf_config c = {.d = 4, .H = 2, .d_ff = 6, .norm = CG_NORM_LAYERNORM, .act = CG_ACT_RELU};
+    cg_module *a = cg_module_new("Model"), *b = cg_module_new("Model");
+    cg_enc_stack *ea = cg_module_add_child(a, "enc", cg_enc_stack_new(1, &c, &rng));
+    cg_enc_stack *eb = cg_module_add_child(b, "enc", cg_enc_stack_new(1, &c, &rng));
+    assert_ok(ea);
+    assert_ok(eb);
+    cg_tensor *sa = cg_full_dtype(CG_I64, CG_SHAPE(1), 41),
+              *sb = cg_zeros_dtype(CG_I64, CG_SHAPE(1));
+    cg_tensor *ma = cg_full(CG_SHAPE(4), 0.5f), *mb = cg_zeros(CG_SHAPE(4));
+    assert_ok(cg_module_add_buffer(a, "steps", sa, true));
+    assert_ok(cg_module_add_buffer(b, "steps", sb, true));
+    assert_ok(cg_module_add_buffer(CG_MODULE(ea->layers[0]->ln1), "mean", ma, true));
+    assert_ok(cg_module_add_buffer(CG_MODULE(eb->layers[0]->ln1), "mean", mb, true));
+    const char *path = tmp_file("torch");
+    ck_assert(cg_torch_save(a, path));
+    cg_st_file *f = cg_st_open(path);
+    ck_assert(cg_st_has(f, "steps") && cg_st_has(f, "enc.layers.0.norm1.mean"));
+    cg_st_close(f);
+    ck_assert_msg(cg_torch_load_file(b, path), "%s", cg_last_error());
+    ck_assert_int_eq(cg_data_i64(sb)[0], 41);
+    ck_assert_float_eq(cg_data(mb)[3], 0.5f);
+    ck_assert_float_eq(cg_data(eb->layers[0]->self_attn->q_proj->weight)[1],
+                       cg_data(ea->layers[0]->self_attn->q_proj->weight)[1]);
+    unlink(path);
+    cg_release_all(4, sa, sb, ma, mb);
+    cg_module_free(a);
+    cg_module_free(b);
+}
+END_TEST
+
 /* --------------------------------------------------------- weight tying */
 enum { V = 5, D = 3, T = 4 };
 
@@ -499,6 +534,7 @@ static Suite *registry_suite(void)
     tcase_add_test(tc, test_buffer_order_and_sharing);
     tcase_add_test(tc, test_buffer_save_load);
     tcase_add_test(tc, test_buffer_load_refusals);
+    tcase_add_test(tc, test_buffer_torch_names);
     suite_add_tcase(s, tc);
     tc = tcase_create("tie");
     tcase_add_test(tc, test_tie_linear_embedding);
