@@ -565,10 +565,10 @@ bool cg_module_tie(cg_module *m, const char *name, const char *src)
         return false;
     }
     if (!e->field || *e->field != old) {
-        cg_set_error("module %s: cannot tie '%s': its module (%s) registered it without the field "
-                     "its forward reads (cg_module_add_param_at), which would go on reading the "
-                     "old tensor",
-                     m->type, name, owner->type);
+        cg_set_error("module %s: cannot tie '%s': its module (%s) %s the field its forward "
+                     "reads (cg_module_add_param_at), which would go on reading the old tensor",
+                     m->type, name, owner->type,
+                     e->field ? "changed it behind the registry in" : "registered it without");
         return false;
     }
     e->tensor = cg_hold(cg_retain(s));

@@ -475,6 +475,12 @@ START_TEST(test_tie_refusals)
     /* the other way round works: the field-less parameter as the source */
     ck_assert(cg_module_tie(root, "emb.weight", "own.w"));
     ck_assert_ptr_eq(e->weight, w);
+    cg_tensor *bias = ln->bias, *z = cg_zeros(CG_SHAPE(D)); /* a field changed behind it */
+    ln->bias = z;
+    CG_ASSERT_FAILS(cg_module_tie(root, "ln.bias", "ln.weight") ? (void *)1 : NULL,
+                    "its module (LayerNorm) changed it behind the registry in the field");
+    ln->bias = bias;
+    cg_release(z);
     /* norms' weights and biases tie too */
     ck_assert(cg_module_tie(root, "ln.bias", "ln.weight"));
     ck_assert_ptr_eq(ln->bias, ln->weight);
