@@ -27,7 +27,6 @@ The metadata key "cases" is a JSON list, one object per case:
 import json
 import math
 import random
-import struct
 import sys
 
 try:
@@ -39,8 +38,9 @@ except ImportError:
     print("make_op_cases: torch not available, skipped")
     sys.exit(77)
 
-CODES = {torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16",
-         torch.int64: "I64", torch.int32: "I32", torch.bool: "BOOL"}
+# the safetensors writer of the dtype interop test, beside this file
+from make_dtype_files import CODES, raw_bytes, save  # noqa: E402
+
 DT = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
       "int64": torch.int64, "int32": torch.int32, "bool": torch.bool}
 NAME = {v: k for k, v in DT.items()}
@@ -63,27 +63,6 @@ KNOWN = {
     "relu_neg_zero": "relu(-0.0): PyTorch -0.0, cgrad +0.0",
 }
 EPS = {torch.float32: 2.0 ** -23, torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -10}
-
-
-def raw_bytes(t):
-    t = t.contiguous()
-    if t.dtype in (torch.bfloat16, torch.float16):
-        return t.view(torch.int16).numpy().tobytes()
-    return t.numpy().tobytes()
-
-
-def save(path, tensors, metadata):
-    header, blobs, off = {"__metadata__": metadata}, [], 0
-    for name, t in tensors.items():
-        b = raw_bytes(t)
-        header[name] = {"dtype": CODES[t.dtype], "shape": list(t.shape),
-                        "data_offsets": [off, off + len(b)]}
-        blobs.append(b)
-        off += len(b)
-    h = json.dumps(header, separators=(",", ":")).encode()
-    h += b" " * (-len(h) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
 
 
 R = random.Random(20261129)
