@@ -48,6 +48,8 @@ typedef struct {
     int64_t zero;       /* --zero: 0 or 1 (ZeRO-1: optimizer state sharded over ranks) */
     double max_minutes; /* --max-minutes: wall-time budget, 0 = none */
     int64_t keep_last;  /* --keep-last N: the last N evaluation checkpoints kept (0: none) */
+    bool keep_best;     /* --keep-best: the checkpoint of the best validation loss kept */
+    int64_t patience;   /* --patience N: stop after N evaluations without a better one (0: off) */
     uint64_t seed;
     const char *data, *out, *resume;
     /* --init-from FILE (a program that has the flag: charlm): a new run from
@@ -281,6 +283,25 @@ void cg_train_init(cg_train_opts *o, cg_train_recipe *r, int64_t steps, int64_t 
          "                       .safetensors), the last N of them, to average (the older\n"      \
          "                       ones this run wrote are removed; default 0: none; with\n"        \
          "                       --resume: the checkpoint's unless given)\n",                     \
+         0},                                                                                      \
+        {"--keep-best",                                                                           \
+         CG_CLI_SWITCH,                                                                           \
+         &(o)->keep_best,                                                                         \
+         0,                                                                                       \
+         0,                                                                                       \
+         "  --keep-best          also keep the checkpoint of the lowest validation loss so\n"     \
+         "                       far as OUT.best.safetensors (fairseq's checkpoint_best;\n"       \
+         "                       with --resume: the checkpoint's unless given)\n",                \
+         0},                                                                                      \
+        {"--patience",                                                                            \
+         CG_CLI_I64,                                                                              \
+         &(o)->patience,                                                                          \
+         0,                                                                                       \
+         CG_TRAIN_BIG,                                                                            \
+         "  --patience N         stop early once N evaluations in a row have not lowered\n"       \
+         "                       the best validation loss, then evaluate, save and report\n"      \
+         "                       as at the last step (default 0: never; with --resume:\n"         \
+         "                       the checkpoint's unless given)\n",                               \
          0},                                                                                      \
         {"--skip-nonfinite",                                                                      \
          CG_CLI_SWITCH,                                                                           \

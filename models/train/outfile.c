@@ -106,14 +106,18 @@ bool cg_out_check_regular(const char *path)
  * dead process only; a user's "m.st.tmp.notes" is not ours). */
 static void remove_leftover_temps(const char *path)
 {
-    char *png = cg_loss_png_path(path), *log = cg_ckpt_sibling(path, ".metrics.jsonl");
+    char *png = cg_loss_png_path(path), *log = cg_ckpt_sibling(path, ".metrics.jsonl"),
+         *best = cg_best_path(path);
     cg_st_remove_stale_temps(path);
     if (png)
         cg_st_remove_stale_temps(png);
     if (log)
         cg_st_remove_stale_temps(log);
+    if (best)
+        cg_st_remove_stale_temps(best);
     free(png);
     free(log);
+    free(best);
 }
 
 /* A lock file of ours holds nothing or "<pid>\n". */
@@ -307,6 +311,8 @@ char *cg_kept_path(const char *out, int64_t step)
     snprintf(suffix, sizeof suffix, KEPT_TAG "%08lld" KEPT_EXT, (long long)step);
     return cg_ckpt_sibling(out, suffix);
 }
+
+char *cg_best_path(const char *out) { return cg_ckpt_sibling(out, ".best" KEPT_EXT); }
 
 char *cg_out_resolved(const char *path)
 {

@@ -128,6 +128,10 @@ bool cg_out_picture_check(const char *path, bool force, const char *in, const ch
  * beside out ("out/charlm.step00000250.safetensors"), malloc'd, or NULL +
  * error. */
 char *cg_kept_path(const char *out, int64_t step);
+/* train --keep-best keeps the checkpoint of the lowest validation loss as
+ * "<out without .safetensors>.best.safetensors" beside out, malloc'd, or
+ * NULL + error. */
+char *cg_best_path(const char *out);
 /* path with its directory resolved ("/abs/dir/name"; the file need not
  * exist), malloc'd, or NULL + error when the directory does not resolve. */
 char *cg_out_resolved(const char *path);

@@ -123,6 +123,11 @@ struct cg_trainer {
      * the resolved out they were written beside */
     int64_t kept[CG_TRAIN_KEEP_MAX + 1];
     int n_kept;
+    /* --keep-best: the step of the evaluation whose checkpoint the best
+     * checkpoint (cg_best_path) holds, or -1 (a resumed run: the best of the
+     * history it resumes, written then or not) */
+    int64_t best_saved;
+    bool early_stopped; /* --patience ran out (a normal end otherwise) */
 };
 
 #ifdef __cplusplus

@@ -110,6 +110,10 @@ char *cg_train_state_json(const cg_trainer *t, const cg_trainer_model *m)
              cg_json_add_name(j, "kept_out", ro);
         free(ro);
     }
+    if (o->keep_best || o->patience > 0) { /* --keep-best, --patience */
+        ok = ok && cJSON_AddBoolToObject(j, "keep_best", o->keep_best) &&
+             cJSON_AddNumberToObject(j, "patience", (double)o->patience);
+    }
     cJSON *ms = cJSON_AddObjectToObject(j, "model");
     ok = ok && ms && (!m->state_save || m->state_save(m->self, ms));
     char *s = ok ? cJSON_PrintUnformatted(j) : NULL;
@@ -144,6 +148,23 @@ static bool kept_restore(cg_trainer *t, cg_train_opts *o, const char *what)
     if (n > 0 && !ro) /* out's directory is not there yet: nothing of ours beside it */
         cg_clear_error();
     free(ro);
+    return true;
+}
+
+/* --keep-best and --patience of the checkpoint's run, unless given (a
+ * checkpoint written without them has neither). */
+static bool best_restore(const cg_trainer *t, cg_train_opts *o, const char *what)
+{
+    bool keep = false;
+    int64_t patience = 0;
+    const cg_json_field f[] = {{"keep_best", CG_JF_BOOL, &keep, 0, 0, true},
+                               {"patience", CG_JF_I64, &patience, 0, CG_TRAIN_BIG, true}};
+    if (!cg_json_read_fields(t->state, what, f, 2))
+        return false;
+    if (!cg_cli_given(o->args, &o->keep_best))
+        o->keep_best = keep;
+    if (!cg_cli_given(o->args, &o->patience))
+        o->patience = patience;
     return true;
 }
 
@@ -199,7 +220,7 @@ static bool state_restore(cg_trainer *t, cg_train_opts *o, const char *path)
         cg_prefix_error("'%s': ", path);
         return false;
     }
-    if (!kept_restore(t, o, what))
+    if (!kept_restore(t, o, what) || !best_restore(t, o, what))
         return false;
     t->dropout_rng_set = true;
     o->seed = seed;

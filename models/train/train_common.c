@@ -91,6 +91,15 @@ void cg_progress_end(void)
     g_line_open = false;
 }
 
+int cg_history_best(const cg_history *h)
+{
+    int b = -1;
+    for (int i = 0; i < h->n; i++)
+        if (isfinite(h->val[i]) && (b < 0 || h->val[i] < h->val[b]))
+            b = i;
+    return b;
+}
+
 bool cg_history_push(cg_history *h, int64_t step, double train, double val)
 {
     if (h->n == h->cap) {

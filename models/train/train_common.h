@@ -66,6 +66,9 @@ typedef struct {
 } cg_history;
 
 bool cg_history_push(cg_history *h, int64_t step, double train, double val);
+/* The evaluation of the lowest validation loss (the first of equal ones;
+ * NaN is never the lowest): its index in h, or -1 when none is finite. */
+int cg_history_best(const cg_history *h);
 /* Record the training loss of one optimizer step (the loss of the step that
  * brought the model to `step`). A non-finite loss is not recorded. */
 bool cg_history_train_step(cg_history *h, int64_t step, double loss);

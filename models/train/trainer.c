@@ -1,5 +1,5 @@
-/* cgrad zoo: the one trainer: the output rules, --resume, and the loop (see
- * trainer.h). */
+/* cgrad zoo: the one trainer's loop: evaluations, saves, steps and the
+ * end (see trainer.h; its set-up and the output rules: trainer_begin.c). */
 #include "models/train/trainer.h"
 
 #include <errno.h>
@@ -20,186 +20,6 @@
 #include "models/train/checkpoint.h"
 #include "models/util/config_json.h"
 #include "models/train/dist.h"
-
-/* ============================================================ output */
-/* Everything about the output, before any training (models/train/outfile.h): a
- * file name that fits with its temporary and sibling files, a regular file
- * or absent, a writable directory (created when missing, one level), and
- * the lock on FILE.cgrad-lock. */
-static int check_output(cg_trainer *t, const char *out)
-{
-    if (!cg_out_check(out, true) || !cg_out_lock_take(out, &t->lock))
-        return cg_prog_fail_lib(NULL);
-    return -1;
-}
-
-/* The base a LoRA checkpoint given to --resume loads (--base, else the one
- * it records; models/train/finetune.h) is read by the run like --resume:
- * no file the run writes may be it. It must hold every weight, so no other
- * file is followed from it. */
-static bool check_base_read(const cg_trainer *t)
-{
-    const cg_train_opts *o = t->o;
-    if (!o->resume || !t->adapters || !t->from_origin)
-        return true; /* (an adapter without "init_from" is refused at its load) */
-    const char *base = cg_ft_base_path(o->resume, &t->origin, o->base);
-    return base &&
-           cg_out_check_reads(t->out, base, o->base ? "--base" : "the base of --resume", true);
-}
-
-/* Does the command's flag table have the flag name? */
-static bool has_flag(const cg_cli_args *a, const char *name)
-{
-    for (int i = 0; a && i < a->n; i++)
-        if (a->opts[i].name && strcmp(a->opts[i].name, name) == 0)
-            return true;
-    return false;
-}
-
-/* --keep-last: the kept checkpoints already there are this run's (or
- * --force), never a file the run reads (models/train/outfile.h
- * cg_kept_check). */
-static bool check_kept(const cg_trainer *t)
-{
-    const cg_train_opts *o = t->o;
-    const char *reads[] = {o->data, o->extra_data, o->init_from},
-               *what[] = {"--data", "--extra-data", "--init-from"};
-    return cg_kept_check(t->out, t->kept, t->n_kept, o->force, reads, what, 3);
-}
-
-void cg_trainer_init(cg_trainer *t, cg_train_opts *o)
-{
-    memset(t, 0, sizeof *t);
-    t->o = o;
-    t->lock.fd = -1;
-    t->last_loss = NAN;
-}
-
-int cg_trainer_begin(cg_trainer *t, cg_train_opts *o, const char *kind, const char *default_out)
-{
-    cg_trainer_init(t, o);
-    int rc;
-    if (o->init_from && o->resume) {
-        cg_prog_fail("--init-from starts a new run from a checkpoint's weights, --resume "
-                     "continues a run: give one of them");
-        return CG_EXIT_USAGE;
-    }
-    cg_cli_set_threads(cg_prog_name(), o->threads);
-    t->out = o->out ? o->out : o->resume ? o->resume : default_out;
-    if (o->resume) {
-        char given[512];
-        if (cg_cli_given_list(o->args, CG_CLI_FIXED, given, sizeof given)) {
-            cg_prog_fail("--resume continues a run with the model and recipe of its "
-                         "checkpoint; drop %s",
-                         given);
-            return CG_EXIT_USAGE; /* the flags alone say it */
-        }
-        t->ckpt = cg_ckpt_open(o->resume, kind);
-        if (!t->ckpt)
-            return cg_prog_fail_lib(NULL);
-        if (cg_st_metadata(t->ckpt, "averaged")) /* models/train/average.h */
-            return cg_prog_fail("'%s' is an average of checkpoints: weights only, no optimizer "
-                                "state, so --resume cannot continue it%s",
-                                o->resume,
-                                has_flag(o->args, "--init-from")
-                                    ? " (start a new run from its weights with --init-from)"
-                                    : "; use it to decode and evaluate");
-        t->start = cg_ckpt_step(t->ckpt);
-        if (!cg_trainer_restore(t, cg_st_metadata(t->ckpt, "train"), o->resume) ||
-            !cg_ft_origin_read(t->ckpt, o->resume, &t->origin, &t->from_origin))
-            return cg_prog_fail_lib(NULL);
-        t->adapters = cg_ft_is_adapter(t->ckpt);
-        if (t->start >= o->steps)
-            return cg_prog_fail("'%s' is already at step %lld of %lld; pass a larger --steps",
-                                o->resume, (long long)t->start, (long long)o->steps);
-    }
-    /* before the model is built or evaluated; cg_trainer_end restores it */
-    t->outer_precision = cg_autocast_begin(o->precision);
-    t->autocast = true;
-    if (cg_dist_is_root()) { /* rank 0 alone writes */
-        /* an existing checkpoint is replaced only with --force or by its resume */
-        bool may_replace = o->force || (o->resume && strcmp(t->out, o->resume) == 0);
-        /* the result line into a file the run replaces is lost (and `>> m.st`
-         * made m.st: named as standard output, not as an existing checkpoint) */
-        if (!cg_out_check_stdout_run(t->out) ||
-            !cg_out_check_regular(t->out)) /* a directory is no checkpoint, --force or not */
-            return cg_prog_fail_lib(NULL);
-        if (access(t->out, F_OK) == 0 && !may_replace)
-            return cg_prog_fail("checkpoint %s exists; continue it with --resume %s, or pass "
-                                "--force to overwrite it",
-                                t->out, t->out);
-        /* no file written is a file read (with --force too) */
-        if ((o->data && !cg_out_check_reads(t->out, o->data, "--data", true)) ||
-            (o->resume && !cg_out_check_reads(t->out, o->resume, "--resume", false)) ||
-            (o->extra_data && !cg_out_check_reads(t->out, o->extra_data, "--extra-data", true)) ||
-            (o->init_from && !cg_out_check_reads(t->out, o->init_from, "--init-from", true)) ||
-            !check_base_read(t))
-            return cg_prog_fail_lib(NULL);
-        /* so are the files beside it (after the reads: a file read is named as one) */
-        if (!may_replace && !cg_out_check_siblings(t->out))
-            return cg_prog_fail_lib(NULL);
-        if (o->keep_last > 0 && !check_kept(t))
-            return cg_prog_fail_lib(NULL);
-        rc = check_output(t, t->out);
-        if (rc >= 0)
-            return rc;
-        char *last = o->keep_last > 0 ? cg_kept_path(t->out, o->steps) : NULL;
-        bool fits = !last || cg_out_check(last, false); /* its name fits */
-        free(last);
-        if (!fits || (o->keep_last > 0 && !last))
-            return cg_prog_fail_lib(NULL);
-    }
-    t->step = t->start;
-    return -1;
-}
-
-bool cg_trainer_set_origin(cg_trainer *t, const char *path, const cg_st_file *f, bool adapters)
-{
-    t->adapters = adapters;
-    return (t->from_origin = cg_ft_origin_of(path, f, &t->origin));
-}
-
-bool cg_trainer_set_data(cg_trainer *t, const cg_data_id *id)
-{
-    if (t->data_stored_set && !cg_data_id_check(&t->data_stored, id))
-        return false;
-    t->data = *id;
-    t->data_set = true;
-    return true;
-}
-
-void cg_eval_add(cg_eval_result *e, const char *key, const char *name, double value, int decimals)
-{
-    int n = (int)(sizeof e->extra / sizeof e->extra[0]);
-    if (e->n_extra >= n)
-        return;
-    e->extra[e->n_extra].key = key;
-    e->extra[e->n_extra].name = name;
-    e->extra[e->n_extra].value = value;
-    e->extra[e->n_extra++].decimals = decimals;
-}
-
-double cg_trainer_recent_loss(const cg_trainer *t)
-{
-    double s = 0;
-    for (int i = 0; i < t->n_recent; i++)
-        s += t->recent[i];
-    return t->n_recent ? s / t->n_recent : NAN;
-}
-
-void cg_trainer_end(cg_trainer *t)
-{
-    cg_st_close(t->ckpt);
-    cJSON_Delete(t->state);
-    cg_history_free(&t->hist);
-    /* its last lines may be lost; never published (no save): the old log stays */
-    if (!cg_metrics_log_close(&t->metrics))
-        cg_prog_warn("%s", cg_last_error());
-    cg_out_lock_release(&t->lock);
-    if (t->autocast)
-        cg_autocast_end(t->outer_precision);
-    cg_trainer_init(t, NULL);
-}
 
 /* ------------------------------------------------------------ the run */
 typedef struct {
@@ -228,6 +48,7 @@ typedef struct {
 enum { GO_ON = -1, STOP = -2 }; /* what an iteration of the loop returns, besides exit codes */
 
 static bool evaluated_at(const cg_trainer *t, int64_t step);
+static void put_best(const cg_trainer *t, cJSON *j);
 
 /* --keep-last: is the checkpoint saved at step an evaluation checkpoint to
  * keep (not yet kept)? The run's first step only when at_start (its
@@ -249,28 +70,47 @@ static bool keep_at(cg_trainer *t, int64_t step, bool at_start, int64_t *drop, i
     return true;
 }
 
+/* --keep-best: is the checkpoint saved at step that of the best evaluation
+ * so far, not yet written? Then it is recorded as written. */
+static bool best_at(cg_trainer *t, int64_t step)
+{
+    int b = cg_history_best(&t->hist);
+    if (!t->o->keep_best || b < 0 || b != t->hist.n - 1 || !evaluated_at(t, step) ||
+        t->best_saved == step)
+        return false;
+    t->best_saved = step;
+    return true;
+}
+
+/* The files a save writes, each one whole (written aside, then renamed):
+ * copies beside it, of the other kept files. */
+static uint64_t copies(const cg_train_opts *o) { return 1 + (o->keep_last > 0) + o->keep_best; }
+
 /* Save to t->out, then also to the kept checkpoint of step (cg_kept_path)
- * when keep (in this order: a run killed in between has recorded a kept
+ * when keep, and to the best checkpoint (cg_best_path) when best (in this order: a run killed in between has recorded a kept
  * checkpoint it lacks, which is harmless, rather than left one that its
  * checkpoint does not know and a resume would refuse). The first save that
  * replaces t->out also puts the run's metrics log in place of the old one,
  * which told the history of the old checkpoint until then. */
 static bool save_files(cg_trainer *t, const cg_trainer_model *m, const cg_optim *opt, int64_t step,
-                       bool keep, const char *tj)
+                       bool keep, bool best, const char *tj)
 {
     char *cfg = m->config_json(m->self);
     char *from = cfg && t->from_origin ? cg_ft_origin_json(&t->origin) : NULL;
     char *kp = keep ? cg_kept_path(t->out, step) : NULL;
+    char *bp = best ? cg_best_path(t->out) : NULL;
     cg_ft_save ft = {.init_from = from, .adapters = t->adapters};
     const cg_tokenizer *tok = m->tok;
-    bool ok = cfg && (from || !t->from_origin) && (kp || !keep) &&
+    bool ok = cfg && (from || !t->from_origin) && (kp || !keep) && (bp || !best) &&
               cg_ft_ckpt_save(t->out, &ft, m->name, cfg, tok, m->module, opt, step, tj);
     if (ok && !cg_metrics_log_publish(&t->metrics)) /* tried again at the next save */
         cg_prog_warn("%s", cg_last_error());
     ok = ok && (!kp || cg_ft_ckpt_save(kp, &ft, m->name, cfg, tok, m->module, opt, step, tj));
+    ok = ok && (!bp || cg_ft_ckpt_save(bp, &ft, m->name, cfg, tok, m->module, opt, step, tj));
     free(cfg);
     free(from);
     free(kp);
+    free(bp);
     return ok;
 }
 
@@ -286,8 +126,9 @@ static bool save(run_ctx *c, int64_t step)
     int64_t drop[CG_TRAIN_KEEP_MAX + 1];
     int ndrop;
     bool keep = keep_at(c->t, step, c->cut_resumed, drop, &ndrop);
+    bool best = best_at(c->t, step);
     char *tj = opt ? cg_train_state_json(c->t, m) : NULL;
-    bool ok = tj && save_files(c->t, m, opt, step, keep, tj);
+    bool ok = tj && save_files(c->t, m, opt, step, keep, best, tj);
     cg_optim_free(gathered);
     free(tj);
     for (int i = 0; ok && i < ndrop; i++) { /* kept checkpoints of this run, now too old */
@@ -301,8 +142,8 @@ static bool save(run_ctx *c, int64_t step)
         !cg_history_plot(&c->t->hist, c->png, m->plot_title))
         cg_prog_warn("could not write the loss curve: %s", cg_last_error());
     struct stat st;
-    if (ok && stat(c->t->out, &st) == 0) /* what the next save needs */
-        c->reserve = (uint64_t)st.st_size * (c->t->o->keep_last > 0 ? 2 : 1) + /* + its copy */
+    if (ok && stat(c->t->out, &st) == 0)                      /* what the next save needs */
+        c->reserve = (uint64_t)st.st_size * copies(c->t->o) + /* + its copies */
                      (c->png && stat(c->png, &st) == 0 ? st.st_size : 0);
     return ok;
 }
@@ -439,7 +280,7 @@ static int setup(run_ctx *c)
         return cg_prog_fail_lib("optimizer");
     c->st.skip_nonfinite = t->o->skip_nonfinite;
     c->opt = c->st.opt;
-    c->reserve = first_reserve(c) * (t->o->keep_last > 0 ? 2 : 1); /* --keep-last: a copy too */
+    c->reserve = first_reserve(c) * copies(t->o); /* --keep-last, --keep-best: copies too */
     if (t->o->zero && cg_dist_is_root()) {
         int64_t n = 0;
         for (int i = 0; i < c->st.n_train; i++)
@@ -547,7 +388,10 @@ static int finish(run_ctx *c)
         }
         if (t->o->max_minutes > 0)
             cg_json_put_bool(j, "max_minutes_reached", t->out_of_time);
+        if (t->o->patience > 0)
+            cg_json_put_bool(j, "early_stopped", t->early_stopped);
     }
+    put_best(t, j);
     cg_json_put_str(j, "precision", cg_precision_name(t->o->precision));
     if (t->o->precision_auto) /* why --precision auto chose it */
         cg_json_put_str(j, "precision_auto", t->o->precision_auto);
@@ -568,14 +412,57 @@ static int finish(run_ctx *c)
     return printed ? 0 : cg_prog_fail_lib(NULL);
 }
 
+/* The best evaluation (--keep-best, --patience): "best_step",
+ * "best_val_loss" and "best_checkpoint" (when that file is there). */
+static void put_best(const cg_trainer *t, cJSON *j)
+{
+    int b = cg_history_best(&t->hist);
+    if ((!t->o->keep_best && t->o->patience == 0) || b < 0)
+        return;
+    cg_json_put_int(j, "best_step", (int64_t)t->hist.step[b]);
+    cg_json_put_num(j, "best_val_loss", "%.6f", t->hist.val[b]);
+    char *bp = t->o->keep_best ? cg_best_path(t->out) : NULL;
+    if (bp && t->best_saved == (int64_t)t->hist.step[b] && access(bp, F_OK) == 0)
+        cg_json_put_str(j, "best_checkpoint", bp);
+    free(bp);
+}
+
 /* Was the last evaluation at step? */
 static bool evaluated_at(const cg_trainer *t, int64_t step)
 {
     return t->hist.n > 0 && t->hist.step[t->hist.n - 1] == (float)step;
 }
 
+/* --patience, after the evaluation at step: have the last `patience`
+ * evaluations (of the run and the runs it resumes) all left the best
+ * validation loss where it was? Then the run stops early, on every rank
+ * together. */
+static bool out_of_patience(run_ctx *c, int64_t step)
+{
+    cg_trainer *t = c->t;
+    const cg_history *h = &t->hist;
+    int b = cg_history_best(h);
+    double out = t->o->patience > 0 && (b < 0 ? h->n : h->n - 1 - b) >= t->o->patience;
+    if (!cg_dist_allreduce_max(&out, 1) || out == 0)
+        return false;
+    t->early_stopped = true;
+    if (b >= 0)
+        fprintf(stderr,
+                "%s: stopping early at step %lld: %lld evaluation(s) without a validation loss "
+                "below %.4f (step %lld; --patience %lld)\n",
+                cg_prog_name(), (long long)step, (long long)(h->n - 1 - b), h->val[b],
+                (long long)h->step[b], (long long)t->o->patience);
+    else
+        fprintf(stderr,
+                "%s: stopping early at step %lld: %d evaluation(s) without a finite validation "
+                "loss (--patience %lld)\n",
+                cg_prog_name(), (long long)step, h->n, (long long)t->o->patience);
+    return true;
+}
+
 /* At step: the evaluation and the checkpoint (with the loss curve) when
- * due. -1, STOP (a signal cut the evaluation short) or the exit code. */
+ * due. -1, STOP (a signal cut the evaluation short, or --patience ran out:
+ * the run ends as at its last step) or the exit code. */
 static int eval_and_save(run_ctx *c, int64_t step)
 {
     const cg_trainer *t = c->t;
@@ -589,6 +476,8 @@ static int eval_and_save(run_ctx *c, int64_t step)
          * evaluation short) saves it and keeps it (--keep-last), as the
          * uninterrupted run did */
         c->cut_resumed = o->resume != NULL && step == t->start && step > 0;
+        if (step < o->steps && out_of_patience(c, step))
+            return STOP; /* finish saves, evaluates and reports */
     }
     if (due && (step > t->start || c->cut_resumed) && step < o->steps && !save(c, step))
         return cg_prog_fail("could not save the checkpoint at step %lld: %s", (long long)step,

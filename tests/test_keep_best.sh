@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# train --keep-best and --patience (meson suite 'models'): fairseq's
+# checkpoint_best and early stopping, in both programs (models/train/trainer.c).
+#   1. a charlm run whose validation loss turns up: the best step and loss of
+#      its JSON line and the step it stops at are those its metrics log's
+#      evaluations give (the first lowest loss; the first evaluation after
+#      which --patience evaluations in a row were no lower); the best
+#      checkpoint is a training checkpoint of that step holding the weights a
+#      run stopped there saved; the run ends as at its last step (saved,
+#      evaluated, "early_stopped": true)
+#   2. stopped (--stop-at) and resumed, the run stops at the same step with
+#      byte-identical final and best checkpoints; the flags come back from
+#      the checkpoint
+#   3. seq2seq: the best checkpoint is its JSON line's best step, and it
+#      translates
+#   4. without the flags: no best checkpoint and no best_* fields
+#   5. refusals, one line, nothing written: an existing best checkpoint
+#      without --force (replaced with it), --init-from or --data naming the
+#      best checkpoint the run writes; --patience -1 is a usage error (2).
+#      --init-from a best checkpoint into another run is fine.
+#   test_keep_best.sh CHARLM SEQ2SEQ
+set -uo pipefail
+charlm=$1
+seq2seq=$2
+. "$(dirname "$0")/shell_lib.sh" keep_best
+zoo_data
+# lr 0.1 on this text: the validation loss falls to step 12, then rises
+RUN=(--data c.txt --d 16 --H 2 --layers 1 --d-ff 32 --T 16 --batch-size 4 --threads 1
+  --eval-every 2 --steps 40 --lr 0.1)
+
+# A safetensors file's metadata value, or its tensors' bytes (a digest).
+meta() {
+  st_py "$@" <<'EOF'
+import hashlib
+t, m = load(sys.argv[1])
+if sys.argv[2] == 'tensors':
+    print(hashlib.sha256(b''.join(k.encode() + t[k][2] for k in sorted(t) if not k.startswith('optim.'))).hexdigest())
+else:
+    print(m.get(sys.argv[2], ''))
+EOF
+}
+# The best step, its loss and the step --patience P stops at, from a
+# metrics log's evaluation lines: "BEST LOSS STOP" (STOP: none).
+from_log() {
+  python3 - "$1" "$2" <<'EOF'
+import json, sys
+ev = [json.loads(l) for l in open(sys.argv[1])]
+ev = [(e['step'], e['val_loss']) for e in ev if 'val_loss' in e]
+p, best, stop = int(sys.argv[2]), None, 'none'
+for i, (s, v) in enumerate(ev):
+    if best is None or v < ev[best][1]:
+        best = i
+    if p > 0 and i - best >= p and stop == 'none':
+        stop = s
+print(ev[best][0], '%.6f' % ev[best][1], stop)
+EOF
+}
+field() { python3 -c 'import json,sys; v=json.loads(open(sys.argv[1]).read().splitlines()[-1]).get(sys.argv[2]); print("%.6f" % v if isinstance(v, float) else v)' "$1" "$2"; }
+
+# ---------------------------------------------------------------- 1. charlm
+"$charlm" train "${RUN[@]}" --keep-best --patience 2 --out m.st >m.json 2>m.log || fail "charlm: $(tail -1 m.log)"
+json_ok "charlm --keep-best --patience 2: JSON line" m.json
+read -r best loss stop <<<"$(from_log m.st.metrics.jsonl 2)"
+got="$(field m.json best_step) $(field m.json best_val_loss) $(field m.json step)"
+[ "$got" = "$best $loss $stop" ] && [ "$stop" != none ] && [ "$stop" -lt 40 ] &&
+  echo "ok: best step, its loss and the early stop are the metrics log's: $got" ||
+  fail "JSON best/loss/stop '$got', the metrics log's '$best $loss $stop'"
+[ "$(field m.json early_stopped)" = True ] && [ "$(field m.json best_checkpoint)" = m.st.best.safetensors ] &&
+  grep -q '"val_bpc"' m.json && grep -q "stopping early at step $stop: 2 evaluation(s)" m.log &&
+  echo "ok: ends as at its last step: evaluated, early_stopped, the best checkpoint named" ||
+  fail "the early end: $(tail -1 m.json) $(grep early m.log)"
+[ "$(meta m.st step)" = "$stop" ] && [ "$(meta m.st.best.safetensors step)" = "$best" ] &&
+  [ -n "$(meta m.st.best.safetensors train)" ] &&
+  echo "ok: the checkpoint is at step $stop, the best one a training checkpoint at step $best" ||
+  fail "steps: checkpoint $(meta m.st step), best $(meta m.st.best.safetensors step)"
+"$charlm" train "${RUN[@]}" --stop-at "$best" --out at.st >/dev/null 2>at.log || fail "stop-at: $(tail -1 at.log)"
+[ "$(meta at.st tensors)" = "$(meta m.st.best.safetensors tensors)" ] &&
+  echo "ok: the best checkpoint holds the weights of step $best" ||
+  fail "the best checkpoint's weights are not those of step $best"
+"$charlm" eval --ckpt m.st.best.safetensors --data c.txt >/dev/null 2>e.log &&
+  echo "ok: eval reads the best checkpoint" || fail "eval of the best: $(tail -1 e.log)"
+
+# ---------------------------------------------------------------- 2. resume
+"$charlm" train "${RUN[@]}" --keep-best --patience 2 --stop-at 9 --out r.st >/dev/null 2>r.log ||
+  fail "stop-at 9: $(tail -1 r.log)"
+"$charlm" train --resume r.st >r.json 2>r2.log || fail "resume: $(tail -1 r2.log)"
+[ "$(field r.json step) $(field r.json best_step) $(field r.json early_stopped)" = "$stop $best True" ] &&
+  cmp -s r.st m.st && cmp -s r.st.best.safetensors m.st.best.safetensors &&
+  echo "ok: stopped at 9 and resumed: the same stop, the same final and best checkpoints, byte for byte" ||
+  fail "resumed: $(tail -1 r.json)"
+
+# ---------------------------------------------------------------- 3. seq2seq
+"$seq2seq" train --data p.tsv --tokenizer char --d 16 --H 2 --enc-layers 1 --dec-layers 1 --d-ff 32 \
+  --max-tokens 200 --valid-size 20 --test-size 20 --test-limit 2 --threads 1 --eval-every 3 \
+  --steps 9 --keep-best --out q.st >q.json 2>q.log || fail "seq2seq: $(tail -1 q.log)"
+read -r qbest _ _ <<<"$(from_log q.st.metrics.jsonl 0)"
+[ -n "$qbest" ] && [ "$(field q.json best_step)" = "$qbest" ] && [ "$(meta q.st.best.safetensors step)" = "$qbest" ] &&
+  echo "ok: seq2seq --keep-best: the best checkpoint is step $qbest's" ||
+  fail "seq2seq: JSON best $(field q.json best_step), log $qbest, file $(meta q.st.best.safetensors step)"
+[ "$("$seq2seq" translate --ckpt q.st.best.safetensors 'the cat 3 sat' 2>t.log | wc -l)" = 1 ] &&
+  echo "ok: seq2seq translates with the best checkpoint" || fail "translate: $(tail -1 t.log)"
+
+# ---------------------------------------------------------------- 4. off
+"$charlm" train "${RUN[@]}" --steps 8 --out n.st >n.json 2>n.log || fail "no flags: $(tail -1 n.log)"
+[ ! -e n.st.best.safetensors ] && ! grep -q 'best_\|early_stopped' n.json &&
+  echo "ok: without --keep-best and --patience: no best checkpoint, no best fields" ||
+  fail "without the flags: $(ls n.st*) $(tail -1 n.json)"
+
+# ---------------------------------------------------------------- 5. refusals
+echo mine >o.st.best.safetensors
+cp o.st.best.safetensors mine.copy
+refused_best() {
+  local name=$1 pat=$2
+  shift 2
+  refused "$name" "$pat" "$@"
+  [ "$(grep -c . err.txt)" = 1 ] || fail "$name: not one line: $(cat err.txt)"
+  [ ! -e o.st ] && [ ! -e o.st.cgrad-lock ] || fail "$name: o.st written"
+}
+refused_best "an existing best checkpoint" "'o.st.best.safetensors' exists: the best checkpoint of 'o.st'" \
+  "$charlm" train "${RUN[@]}" --steps 4 --keep-best --out o.st
+intact "an existing best checkpoint" o.st.best.safetensors mine.copy
+refused_best "--init-from the best checkpoint it writes" \
+  "--init-from 'o.st.best.safetensors' is the same file as 'o.st.best.safetensors', the best checkpoint" \
+  "$charlm" train --init-from o.st.best.safetensors --data c.txt --steps 4 --keep-best --out o.st --force
+refused_best "--data the best checkpoint it writes" "--data 'o.st.best.safetensors' is the same file" \
+  "$charlm" train "${RUN[@]}" --data o.st.best.safetensors --steps 4 --keep-best --out o.st --force
+intact "refused runs" o.st.best.safetensors mine.copy
+"$charlm" train "${RUN[@]}" --steps 4 --keep-best --out o.st --force >/dev/null 2>o.log &&
+  [ "$(meta o.st.best.safetensors step)" = 4 ] &&
+  echo "ok: --force replaces the best checkpoint" || fail "--force: $(tail -1 o.log)"
+"$charlm" train --init-from m.st.best.safetensors --data c.txt --steps 2 --out f.st >/dev/null 2>f.log &&
+  echo "ok: --init-from a best checkpoint" || fail "--init-from the best: $(tail -1 f.log)"
+expect "--patience -1" 2 "patience" "$charlm" train "${RUN[@]}" --patience -1 --out p.st
+finish
