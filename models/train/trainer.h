@@ -32,6 +32,8 @@
  *   stepper.h  one optimizer step, in order (cg_stepper_step)
  *   run.h      what a model plugs in, and the trainer's record of a run
  *   agree.h    every MPI rank started with the same run
+ *   trainer_begin.c  the set-up (this header): the output rules checked
+ *              before any training, --resume's checkpoint read
  *   trainer.c  the loop (this header); one iteration, in order: iteration(). */
 #ifndef CG_MODELS_TRAINER_H
 #define CG_MODELS_TRAINER_H
