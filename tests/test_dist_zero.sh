@@ -11,6 +11,8 @@
 #   3. one process with --zero 1 is the plain run, bit for bit; --zero 2 is
 #      refused (exit 2)
 #   4. in bf16, 4 ranks with --zero 1 equal 4 ranks without it, bit for bit
+#   5. --keep-best --patience over 2 ranks (--zero 1): the ranks stop
+#      together, at the step and with the best step of one process
 # Parts 1-3 train in fp32: in bf16, the rank count's other order of summing
 # a gradient moves a weight by an ulp, which moves some of its activations'
 # bf16 roundings by one of theirs (2^-8): 4 ranks were 1.3e-4 from one
@@ -81,5 +83,19 @@ if "$tool" same zb.st db.st; then
   echo "ok: bf16, 4 ranks: --zero 1 == all-reduce, bit for bit"
 else
   fail "bf16, 4 ranks: --zero 1 differs from the all-reduce run"
+fi
+
+# 5. early stopping: every rank stops at the same evaluation (lr 0.1: the
+# validation loss falls to step 12, then rises)
+early=(--data c.txt --d 16 --H 2 --layers 1 --d-ff 32 --T 16 --batch-size 4 --threads 1
+       --eval-every 2 --steps 40 --lr 0.1 --precision fp32 --keep-best --patience 2)
+stops() { python3 -c 'import json,sys; j=json.loads(open(sys.argv[1]).read().splitlines()[-1]); print(j["step"], j["best_step"], j["early_stopped"])' "$1"; }
+"$charlm" train "${early[@]}" --out e1.st >e1.json 2>e1.log || fail "early, 1 process: $(tail -1 e1.log)"
+mpi 2 train "${early[@]}" --zero 1 --out e2.st >e2.json 2>e2.log || fail "early, 2 ranks: $(tail -1 e2.log)"
+if [ "$(stops e2.json)" = "$(stops e1.json)" ] && [ "$(stops e1.json | cut -d' ' -f3)" = True ] &&
+   [ -e e2.st.best.safetensors ]; then
+  echo "ok: --patience over 2 ranks stops as one process does (step, best step, early): $(stops e2.json)"
+else
+  fail "--patience over 2 ranks: $(tail -1 e2.json), one process: $(tail -1 e1.json)"
 fi
 finish
