@@ -15,6 +15,9 @@
 #   refused NAME PATTERN CMD...
 #                              CMD exits 1 (within 120 s) and any line of
 #                              its stderr matches PATTERN
+#   refused_quietly NAME PATTERN OUT CMD...
+#                              refused (above), with one line on stderr, and
+#                              neither OUT nor its lock OUT.cgrad-lock written
 #   intact NAME FILE COPY      FILE still has the bytes of COPY (else it is
 #                              counted and restored, so later cases run on
 #                              the same files)
@@ -68,6 +71,13 @@ refused() {
   else
     echo "ok: $name: $(grep -m1 -- "$pat" err.txt)"
   fi
+}
+refused_quietly() {
+  local name=$1 pat=$2 out=$3
+  shift 3
+  refused "$name" "$pat" "$@"
+  [ "$(grep -c . err.txt)" = 1 ] || fail "$name: not one line: $(cat err.txt)"
+  [ ! -e "$out" ] && [ ! -e "$out.cgrad-lock" ] || fail "$name: $out written"
 }
 intact() {
   if cmp -s "$2" "$3"; then
