@@ -511,22 +511,23 @@ cg_tensor *cg_sinusoidal_pe(int64_t max_len, int64_t d)
     return pe;
 }
 
-static void posenc_destroy(cg_module *m) { cg_release_held(((cg_posenc *)m)->pe); }
-
 cg_posenc *cg_posenc_new(int64_t max_len, int64_t dim)
 {
     cg_tensor *pe = cg_sinusoidal_pe(max_len, dim);
     if (!pe)
         return NULL;
-    cg_posenc *p = (cg_posenc *)cg_module_alloc(sizeof *p, "PositionalEncoding", posenc_destroy);
-    if (!p) {
-        cg_release(pe);
-        return NULL;
+    cg_posenc *p = (cg_posenc *)cg_module_alloc(sizeof *p, "PositionalEncoding", NULL);
+    /* register_buffer('pe', pe, persistent=False): the module holds it */
+    if (p && !(p->pe = cg_module_add_buffer(&p->base, "pe", pe, false))) {
+        cg_module_free(&p->base);
+        p = NULL;
     }
+    cg_release(pe);
+    if (!p)
+        return NULL;
     p->base.forward = posenc_impl;
     p->max_len = max_len;
     p->dim = dim;
-    p->pe = cg_hold(pe); /* the module's, beyond any scope */
     return p;
 }
 

@@ -188,11 +188,13 @@ cg_tensor *cg_drop_forward(cg_drop *d, cg_tensor *x);
  * (exactly models.py sinusoidal_pe; odd d has one more sin column). */
 cg_tensor *cg_sinusoidal_pe(int64_t max_len, int64_t d);
 
-/* Holds pe as a buffer (not a parameter, not saved). */
+/* PyTorch's register_buffer('pe', pe, persistent=False): pe is a buffer
+ * named "pe" (cg_module_buffers lists it; not a parameter, not saved, not
+ * expected by a load). */
 typedef struct {
     cg_module base;
     int64_t max_len, dim;
-    cg_tensor *pe; /* owned, [max_len, dim] */
+    cg_tensor *pe; /* [max_len, dim], borrowed from the module's buffer "pe" */
 } cg_posenc;
 
 cg_posenc *cg_posenc_new(int64_t max_len, int64_t dim);

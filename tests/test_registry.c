@@ -340,6 +340,51 @@ START_TEST(test_buffer_torch_names)
 }
 END_TEST
 
+/* cg_posenc's table is PyTorch's register_buffer('pe', pe, persistent=False):
+ * listed by cg_module_buffers, never saved nor expected by a load, and the
+ * table the forward reads. */
+START_TEST(test_posenc_buffer)
+{
+    cg_module *root = cg_module_new("Model");
+    cg_posenc *p = cg_module_add_child(root, "pos", cg_posenc_new(6, 4));
+    assert_ok(p);
+    cg_param_list l = {0};
+    ck_assert(cg_module_buffers(root, &l));
+    assert_list(&l, (const char *const[]){"pos.pe"}, 1);
+    ck_assert_ptr_eq(l.items[0].tensor, p->pe);
+    cg_param_list_free(&l);
+    ck_assert_ptr_eq(cg_module_get_buffer(root, "pos.pe"), p->pe);
+    ck_assert(!p->pe->requires_grad);
+    ck_assert(cg_module_state_dict(root, &l));
+    ck_assert_int_eq(l.n, 0);
+    cg_param_list_free(&l);
+    ck_assert_int_eq(cg_module_num_param_tensors(root), 0);
+    /* the buffer is the table: a write to it is what the forward adds */
+    cg_data(p->pe)[5] = 100.0f;
+    cg_tensor_modified(p->pe);
+    cg_tensor *x = cg_zeros(CG_SHAPE(1, 2, 4)), *y = cg_posenc_forward(p, x);
+    assert_ok(y);
+    ck_assert_float_eq(cg_data(y)[5], 100.0f);
+    /* saved: no tensor; a file with a 'pos.pe' is unexpected, as in PyTorch */
+    const char *path = tmp_file("posenc");
+    ck_assert(cg_module_save(root, path, 0, NULL));
+    cg_st_file *f = cg_st_open(path);
+    ck_assert_int_eq(cg_st_count(f), 0);
+    ck_assert(cg_module_load(root, f, NULL));
+    cg_st_close(f);
+    cg_st_writer *w = cg_st_writer_new();
+    ck_assert(cg_st_add(w, "pos.pe", p->pe) && cg_st_writer_save(w, path));
+    cg_st_writer_free(w);
+    f = cg_st_open(path);
+    CG_ASSERT_FAILS(cg_module_load(root, f, NULL) ? (void *)1 : NULL,
+                    "1 unexpected tensor in the file: 'pos.pe'");
+    cg_st_close(f);
+    unlink(path);
+    cg_release_all(2, x, y);
+    cg_module_free(root);
+}
+END_TEST
+
 /* --------------------------------------------------------- weight tying */
 enum { V = 5, D = 3, T = 4 };
 
@@ -541,6 +586,7 @@ static Suite *registry_suite(void)
     tcase_add_test(tc, test_buffer_save_load);
     tcase_add_test(tc, test_buffer_load_refusals);
     tcase_add_test(tc, test_buffer_torch_names);
+    tcase_add_test(tc, test_posenc_buffer);
     suite_add_tcase(s, tc);
     tc = tcase_create("tie");
     tcase_add_test(tc, test_tie_linear_embedding);
