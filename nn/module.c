@@ -346,14 +346,16 @@ static bool list_has(const cg_param_list *l, const cg_tensor *t)
 }
 
 /* What collect lists: parameters, buffers, or PyTorch's state dict (the
- * parameters and the persistent buffers). */
-enum { WANT_PARAMS = 1, WANT_BUFFERS = 2, WANT_PERSISTENT = 4 };
+ * parameters and the persistent buffers); WANT_ALL: a tensor under every
+ * name that reaches it, not only its first. */
+enum { WANT_PARAMS = 1, WANT_BUFFERS = 2, WANT_PERSISTENT = 4, WANT_ALL = 8 };
 
-/* Append prefix + local under t, unless t is listed already. */
+/* Append prefix + local under t, unless t is listed already (and not all
+ * names are wanted). */
 static bool collect_one(cg_param_list *out, const char *prefix, const char *local, cg_tensor *t,
-                        bool is_buffer)
+                        bool is_buffer, int want)
 {
-    if (list_has(out, t))
+    if (!(want & WANT_ALL) && list_has(out, t))
         return true;
     size_t n = strlen(prefix) + strlen(local) + 1;
     char *name = malloc(n);
@@ -374,11 +376,11 @@ static bool collect(const cg_module *m, const char *prefix, cg_param_list *out, 
 {
     size_t pl = strlen(prefix);
     for (int i = 0; (want & WANT_PARAMS) && i < m->n_params; i++)
-        if (!collect_one(out, prefix, m->params[i].name, m->params[i].tensor, false))
+        if (!collect_one(out, prefix, m->params[i].name, m->params[i].tensor, false, want))
             return false;
     for (int i = 0; (want & WANT_BUFFERS) && i < m->n_buffers; i++)
         if ((!(want & WANT_PERSISTENT) || m->buffers[i].persistent) &&
-            !collect_one(out, prefix, m->buffers[i].name, m->buffers[i].tensor, true))
+            !collect_one(out, prefix, m->buffers[i].name, m->buffers[i].tensor, true, want))
             return false;
     for (int i = 0; i < m->n_children; i++) {
         size_t n = pl + strlen(m->children[i].name) + 2;
@@ -421,6 +423,15 @@ bool cg_module_state_dict(const cg_module *m, cg_param_list *out)
         return false;
     }
     return collect(m, "", out, WANT_PARAMS | WANT_BUFFERS | WANT_PERSISTENT);
+}
+
+bool cg_module_state_dict_all(const cg_module *m, cg_param_list *out)
+{
+    if (!m || !out) {
+        cg_error_null_input("cg_module_state_dict_all");
+        return false;
+    }
+    return collect(m, "", out, WANT_PARAMS | WANT_BUFFERS | WANT_PERSISTENT | WANT_ALL);
 }
 
 void cg_param_list_free(cg_param_list *l)

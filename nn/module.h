@@ -32,8 +32,9 @@
  * cg_module_params lists each tensor once, under its first name in
  * named_parameters() order (as PyTorch's named_parameters() does), so an
  * optimizer updates it once, cg_module_num_params counts it once, and
- * save/load write and read it under that first name only (PyTorch's
- * state_dict would repeat it under every name). Refused with an error:
+ * save writes it under that first name only (PyTorch's state_dict would
+ * repeat it under every name); a load reads it once, from whichever of its
+ * names the file holds (cg_module_load). Refused with an error:
  * adding a child under a name already used in that parent (the same
  * module twice under one name included), and a cycle (a module added
  * below itself). A module that already has an owner is never freed by a
@@ -143,8 +144,9 @@ cg_tensor *cg_module_add_param_at(cg_module *m, const char *name, cg_tensor *t, 
  * it is one tensor: both forwards use it, their gradients add up in its
  * .grad, cg_module_params lists it once (under its first name in
  * named_parameters() order), an optimizer built afterwards updates it
- * once, and save/load write and read it under that first name only (as
- * for shared modules above; PyTorch's state_dict writes it under both).
+ * once, and save writes it under that first name only (as for shared
+ * modules above; PyTorch's state_dict writes it under both); a load takes
+ * a file with both names, or with either one (cg_module_load).
  * The tensor name held before is released: borrowed pointers to it (an
  * optimizer built earlier: tie first) are stale. What writes the tensor
  * in place writes every use (a LoRA merge into a tied Linear changes the
@@ -212,6 +214,12 @@ bool cg_module_buffers(const cg_module *m, cg_param_list *out);
  * depth first; each tensor once, under its first name (is_buffer tells
  * them apart). As cg_module_params. */
 bool cg_module_state_dict(const cg_module *m, cg_param_list *out);
+/* PyTorch's state_dict() with all its keys: as cg_module_state_dict, but a
+ * tensor reachable under several names (tied weights, a shared module's
+ * parameters and buffers) is listed under each of them, in state_dict()
+ * order; its first entry is the one cg_module_state_dict gives. These are
+ * the names a load accepts (cg_module_load). As cg_module_params. */
+bool cg_module_state_dict_all(const cg_module *m, cg_param_list *out);
 /* Free the names and the array; the list is zeroed and may be reused. */
 void cg_param_list_free(cg_param_list *l);
 /* Total number of parameter elements (each tied tensor counted once). */
@@ -340,8 +348,14 @@ bool cg_module_save_as(const cg_module *m, const char *path, cg_dtype dt, int n_
  * values. Persistent buffers load the same way, by name (non-persistent
  * ones are neither read nor expected: a file holding one is unexpected,
  * as in PyTorch): a float buffer from any float dtype, an int or bool one
- * from exactly its dtype; a buffer may hold inf or nan (an additive mask). Everything is checked before anything is copied, so
- * on failure m is unchanged. A file that also holds tensors the caller
+ * from exactly its dtype; a buffer may hold inf or nan (an additive mask).
+ * A tensor with several names (tied weights, a shared module: every name
+ * of cg_module_state_dict_all, as PyTorch's state_dict lists them) is
+ * expected under any one of them and loaded once, from the first the file
+ * holds; none is unexpected; the file may hold several only with the same
+ * dtype, shape and bytes (else one line naming both). A missing one is
+ * named by its first name. Everything is checked before anything is
+ * copied, so on failure m is unchanged. A file that also holds tensors the caller
  * expects (a checkpoint's optimizer state, a tokenizer) is loaded with
  * cg_module_load_ex and .ignore, naming them. */
 bool cg_module_load(cg_module *m, const cg_st_file *f, const char *prefix);

@@ -131,21 +131,84 @@ static void describe_keys(char *buf, size_t cap, int n, char *const *names, cons
         snprintf(buf + len, cap - len, " ... and %d more", n - 8);
 }
 
-/* The missing and unexpected keys of loading m's parameters l (file names
- * keys[i]) from f. */
-static bool find_unmatched(const cg_st_file *f, const cg_load_options *o, int n, char **keys,
+/* What a load matches against the file. l is m's state dict, one entry per
+ * tensor; all[0..n_all) are the file keys (prefix + name) of every name of
+ * it (cg_module_state_dict_all: a tied or shared tensor has several), all[j]
+ * naming l.items[owner[j]]. Entry i loads from all[src[i]], the first of its
+ * names the file holds (-1: none, it is missing). */
+typedef struct {
+    cg_param_list l;
+    int n_all;
+    char **all;
+    int *owner, *src;
+} load_plan;
+
+static void plan_free(load_plan *p)
+{
+    for (int j = 0; p->all && j < p->n_all; j++)
+        free(p->all[j]);
+    free(p->all);
+    free(p->owner);
+    free(p->src);
+    cg_param_list_free(&p->l);
+}
+
+static bool plan_make(const cg_module *m, const cg_st_file *f, const char *prefix, load_plan *p)
+{
+    memset(p, 0, sizeof *p);
+    cg_param_list a = {0};
+    bool ok = cg_module_state_dict(m, &p->l) && cg_module_state_dict_all(m, &a);
+    size_t n = (size_t)(a.n ? a.n : 1);
+    p->all = ok ? calloc(n, sizeof *p->all) : NULL;
+    p->owner = ok ? malloc(n * sizeof *p->owner) : NULL;
+    p->src = ok ? malloc((size_t)(p->l.n ? p->l.n : 1) * sizeof *p->src) : NULL;
+    if (ok && (!p->all || !p->owner || !p->src)) {
+        cg_set_error("module load: out of memory");
+        ok = false;
+    }
+    p->n_all = ok ? a.n : 0;
+    for (int i = 0; ok && i < p->l.n; i++)
+        p->src[i] = -1;
+    for (int j = 0; ok && j < a.n; j++) {
+        int i = 0;
+        while (i < p->l.n && p->l.items[i].tensor != a.items[j].tensor)
+            i++;
+        p->owner[j] = i; /* always found: both lists walk the same tree */
+        ok = (p->all[j] = join(prefix, a.items[j].name)) != NULL;
+        if (ok && p->src[i] < 0 && cg_st_has(f, p->all[j]))
+            p->src[i] = j;
+    }
+    cg_param_list_free(&a);
+    return ok;
+}
+
+/* The key of entry i: where it loads from, else its first name. */
+static const char *plan_key(const load_plan *p, int i)
+{
+    if (p->src[i] >= 0)
+        return p->all[p->src[i]];
+    int j = 0;
+    while (p->owner[j] != i)
+        j++;
+    return p->all[j];
+}
+
+/* The missing and unexpected keys of the plan: entries none of whose names
+ * the file holds, and the file's tensors under the prefix that name none. */
+static bool find_unmatched(const cg_st_file *f, const cg_load_options *o, const load_plan *p,
                            cg_load_keys *out)
 {
     memset(out, 0, sizeof *out);
-    for (int i = 0; i < n; i++)
-        if (!cg_st_has(f, keys[i]) && !push_name(&out->missing, &out->n_missing, keys[i]))
+    for (int i = 0; i < p->l.n; i++)
+        if (p->src[i] < 0 && !push_name(&out->missing, &out->n_missing, plan_key(p, i)))
             return false;
+    int n = p->n_all;
     char **sorted = malloc((size_t)(n ? n : 1) * sizeof *sorted);
     if (!sorted) {
         cg_set_error("module load: out of memory");
         return false;
     }
-    memcpy(sorted, keys, (size_t)n * sizeof *sorted);
+    memcpy(sorted, p->all, (size_t)n * sizeof *sorted);
     qsort(sorted, (size_t)n, sizeof *sorted, cmp_cstr);
     const char *prefix = o->prefix ? o->prefix : "";
     size_t pl = strlen(prefix);
@@ -159,6 +222,46 @@ static bool find_unmatched(const cg_st_file *f, const cg_load_options *o, int n,
     }
     free(sorted);
     return ok;
+}
+
+/* A tensor the file holds under two of its names (PyTorch's state_dict of
+ * a tied weight or a shared module lists every name) is loaded once, from
+ * the first: every other copy must be the same, bit for bit. */
+static bool aliases_agree(const cg_st_file *f, const char *fname, const load_plan *p)
+{
+    for (int j = 0; j < p->n_all; j++) {
+        int s = p->src[p->owner[j]];
+        if (s < 0 || s == j || !cg_st_has(f, p->all[j]))
+            continue;
+        cg_st_dtype da, db;
+        int na, nb;
+        int64_t sa[CG_MAX_DIMS], sb[CG_MAX_DIMS];
+        size_t ba = 0, bb = 0;
+        if (!cg_st_info(f, p->all[s], &da, &na, sa) || !cg_st_info(f, p->all[j], &db, &nb, sb))
+            return false;
+        const unsigned char *xa = cg_st_raw(f, p->all[s], &ba), *xb = cg_st_raw(f, p->all[j], &bb);
+        if (!xa || !xb)
+            return false;
+        char why[160];
+        if (da != db || na != nb || memcmp(sa, sb, sizeof *sa * (size_t)na)) {
+            char a[96], b[96];
+            snprintf(why, sizeof why, "%s %s and %s %s", cg_st_dtype_name(da),
+                     cg_shape_str_n(na, sa, a, sizeof a), cg_st_dtype_name(db),
+                     cg_shape_str_n(nb, sb, b, sizeof b));
+        } else if (ba != bb || memcmp(xa, xb, ba)) {
+            size_t k = 0, es = cg_st_dtype_size(da);
+            while (k < ba && k < bb && xa[k] == xb[k])
+                k++;
+            snprintf(why, sizeof why, "first at element %zu", es ? k / es : k);
+        } else {
+            continue;
+        }
+        cg_set_error("load %s: '%s' and '%s' are one tied tensor but differ in the file (%s); "
+                     "a tied or shared tensor has one value",
+                     fname, p->all[s], p->all[j], why);
+        return false;
+    }
+    return true;
 }
 
 bool cg_module_load(cg_module *m, const cg_st_file *f, const char *prefix)
@@ -199,22 +302,16 @@ bool cg_module_load_ex(cg_module *m, const cg_st_file *f, const cg_load_options 
         cg_error_null_input("cg_module_load");
         return false;
     }
-    const char *prefix = o->prefix;
     const char *fname = cg_st_path(f) ? cg_st_path(f) : "(memory)";
-    cg_param_list l = {0};
+    load_plan p;
     cg_load_keys un = {0};
-    bool ok = cg_module_state_dict(m, &l);
-    char **keys = ok ? calloc((size_t)(l.n ? l.n : 1), sizeof *keys) : NULL;
-    ok = ok && keys;
-    for (int i = 0; ok && i < l.n; i++)
-        ok = (keys[i] = join(prefix, l.items[i].name)) != NULL;
-    ok = ok && find_unmatched(f, o, l.n, keys, &un);
+    bool ok = plan_make(m, f, o->prefix, &p) && find_unmatched(f, o, &p, &un);
     if (ok && !o->non_strict && (un.n_missing || un.n_unexpected)) {
         char msg[1024];
         snprintf(msg, sizeof msg, "load %.200s: ", fname);
         bool buf = false; /* a buffer among the missing: say so */
-        for (int i = 0; i < l.n; i++)
-            buf |= l.items[i].is_buffer && !cg_st_has(f, keys[i]);
+        for (int i = 0; i < p.l.n; i++)
+            buf |= p.l.items[i].is_buffer && p.src[i] < 0;
         if (un.n_missing)
             describe_keys(msg, sizeof msg, un.n_missing, un.missing,
                           buf ? "parameter or buffer missing from the file"
@@ -233,29 +330,31 @@ bool cg_module_load_ex(cg_module *m, const cg_st_file *f, const cg_load_options 
             memset(&un, 0, sizeof un);
         }
     }
+    ok = ok && aliases_agree(f, fname, &p);
     /* pass 1: check everything, so that a bad file changes nothing */
-    for (int i = 0; ok && i < l.n; i++) {
-        if (!cg_st_has(f, keys[i]))
+    for (int i = 0; ok && i < p.l.n; i++) {
+        if (p.src[i] < 0)
             continue; /* missing, and non-strict */
+        const char *key = plan_key(&p, i);
         cg_st_dtype dt;
         int nd;
         int64_t shape[CG_MAX_DIMS];
-        if (!cg_st_info(f, keys[i], &dt, &nd, shape)) {
+        if (!cg_st_info(f, key, &dt, &nd, shape)) {
             ok = false;
             break;
         }
-        const cg_tensor *t = l.items[i].tensor;
+        const cg_tensor *t = p.l.items[i].tensor;
         bool fl = dt == CG_ST_F32 || dt == CG_ST_BF16 || dt == CG_ST_F16;
         if (!fl && cg_dtype_is_float(t->dtype)) {
-            cg_set_error("load %s: tensor '%s' has dtype %s, expected F32, BF16 or F16", fname,
-                         keys[i], cg_st_dtype_name(dt));
+            cg_set_error("load %s: tensor '%s' has dtype %s, expected F32, BF16 or F16", fname, key,
+                         cg_st_dtype_name(dt));
             ok = false;
             break;
         }
         cg_dtype own;
         if (!cg_dtype_is_float(t->dtype) && (!cg_st_dtype_cg(dt, &own) || own != t->dtype)) {
             cg_set_error("load %s: buffer '%s' has dtype %s in the file but the model's is %s",
-                         fname, keys[i], cg_st_dtype_name(dt), cg_dtype_name(t->dtype));
+                         fname, key, cg_st_dtype_name(dt), cg_dtype_name(t->dtype));
             ok = false;
             break;
         }
@@ -265,25 +364,22 @@ bool cg_module_load_ex(cg_module *m, const cg_st_file *f, const cg_load_options 
         if (!same) {
             char a[128], b[128];
             cg_set_error("load %s: tensor '%s' has shape %s in the file but the model expects %s",
-                         fname, keys[i], cg_shape_str_n(nd, shape, a, sizeof a),
+                         fname, key, cg_shape_str_n(nd, shape, a, sizeof a),
                          cg_shape_str(t, b, sizeof b));
             ok = false;
             break;
         }
         /* a buffer may hold -inf on purpose (an additive mask) */
-        ok = l.items[i].is_buffer || all_finite(f, fname, keys[i]);
+        ok = p.l.items[i].is_buffer || all_finite(f, fname, key);
     }
-    /* pass 2: copy */
-    for (int i = 0; ok && i < l.n; i++)
-        ok = !cg_st_has(f, keys[i]) || cg_st_load_into(f, keys[i], l.items[i].tensor);
+    /* pass 2: copy, each tensor once */
+    for (int i = 0; ok && i < p.l.n; i++)
+        ok = p.src[i] < 0 || cg_st_load_into(f, plan_key(&p, i), p.l.items[i].tensor);
     if (ok && o->keys) {
         *o->keys = un;
         memset(&un, 0, sizeof un);
     }
     cg_load_keys_free(&un);
-    for (int i = 0; keys && i < l.n; i++)
-        free(keys[i]);
-    free(keys);
-    cg_param_list_free(&l);
+    plan_free(&p);
     return ok;
 }

@@ -234,27 +234,45 @@ static cg_module *torch_view(const cg_torch_names *l)
     return v;
 }
 
-/* m's persistent buffers into v under PyTorch's names (the same tensors:
- * a load writes them in place). */
-static bool add_buffers(const cg_module *m, cg_module *v)
+/* Whether l (torch names of m's parameters) holds t unpacked (n_parts 1). */
+static bool unpacked(const cg_torch_names *l, const cg_tensor *t)
 {
-    cg_param_list l = {0};
-    bool ok = cg_module_state_dict(m, &l);
-    for (int i = 0; ok && i < l.n; i++) {
+    for (int i = 0; i < l->n; i++)
+        if (l->items[i].n_parts == 1 && l->items[i].params[0] == t)
+            return true;
+    return false;
+}
+
+/* m's persistent buffers into v under PyTorch's names (the same tensors:
+ * a load writes them in place). With aliases (a load), also every further
+ * name of a tied or shared tensor, as the same tensor, since PyTorch's
+ * state_dict lists them all (cg_module_load_ex then takes any of them); a
+ * name of a tensor packed into an in_proj has nothing to stand for there
+ * and is left out. */
+static bool add_buffers(const cg_module *m, const cg_torch_names *l, cg_module *v, bool aliases)
+{
+    cg_param_list a = {0};
+    bool ok = cg_module_state_dict_all(m, &a);
+    for (int i = 0; ok && i < a.n; i++) {
         char tname[512];
         int part;
-        if (!l.items[i].is_buffer)
-            continue;
-        ok = torch_name(m, l.items[i].name, tname, sizeof tname, &part);
-        if (ok && part >= 0) {
+        const cg_param *e = &a.items[i];
+        bool again = false;
+        for (int k = 0; !again && k < i; k++)
+            again = a.items[k].tensor == e->tensor;
+        if (again ? !aliases : !e->is_buffer)
+            continue; /* a parameter's first name: torch_view's */
+        ok = torch_name(m, e->name, tname, sizeof tname, &part);
+        if (ok && part >= 0 && e->is_buffer) {
             cg_set_error("torch names: buffer '%s' sits in a q/k/v projection, which PyTorch "
                          "packs: it has no name there",
-                         l.items[i].name);
+                         e->name);
             ok = false;
         }
-        ok = ok && add_at(v, tname, l.items[i].tensor, true);
+        if (ok && (e->is_buffer || (part < 0 && unpacked(l, e->tensor))))
+            ok = add_at(v, tname, e->tensor, e->is_buffer);
     }
-    cg_param_list_free(&l);
+    cg_param_list_free(&a);
     return ok;
 }
 
@@ -315,7 +333,7 @@ static bool through_view(const cg_module *m, cg_st_writer *w, const char *prefix
         return false;
     bool *g = save_grad_flags(&l);
     cg_module *v = g ? torch_view(&l) : NULL;
-    bool ok = v && add_buffers(m, v) &&
+    bool ok = v && add_buffers(m, &l, v, f != NULL) &&
               (f ? cg_module_load_ex(v, f, opt) && unpack(&l, v) : cg_module_write(v, w, prefix));
     cg_module_free(v);
     if (g)

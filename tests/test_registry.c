@@ -492,6 +492,110 @@ START_TEST(test_tie_linear_embedding)
 }
 END_TEST
 
+/* Write the named tensors to path with our own writer (n pairs). */
+static void write_file(const char *path, int n, const char *const *names, cg_tensor *const *ts)
+{
+    cg_st_writer *w = cg_st_writer_new();
+    for (int i = 0; i < n; i++)
+        ck_assert(cg_st_add(w, names[i], ts[i]));
+    ck_assert(cg_st_writer_save(w, path));
+    cg_st_writer_free(w);
+}
+
+/* PyTorch's state_dict() of a tied model holds both names (torch.save and
+ * save_file of it write both; safetensors' save_model one of them): a
+ * strict load takes the file with both, or with either one, into the tied
+ * tensor once; both present must be equal. A shared module's names too. */
+START_TEST(test_tie_load_aliases)
+{
+    const char *path = tmp_file("alias");
+    tied_lm m = tied_lm_new(true), n = tied_lm_new(true);
+    cg_tensor *w = cg_k_clone(m.emb->weight), *w2 = cg_k_clone(m.emb->weight);
+    cg_data(w)[4] = 0.5f;
+    cg_data(w2)[4] = 0.5f;
+    const char *both[] = {"tok_emb.weight", "lm_head.weight"};
+    write_file(path, 2, both, (cg_tensor *const[]){w, w2});
+    cg_st_file *f = cg_st_open(path);
+    ck_assert_msg(cg_module_load(n.root, f, NULL), "%s", cg_last_error());
+    cg_st_close(f);
+    ck_assert_float_eq(cg_data(n.emb->weight)[4], 0.5f);
+    ck_assert_ptr_eq(n.head->weight, n.emb->weight);
+    cg_data(n.emb->weight)[4] = 0;
+    ck_assert_msg(cg_torch_load_file(n.root, path), "%s", cg_last_error()); /* PyTorch's names */
+    ck_assert_float_eq(cg_data(n.emb->weight)[4], 0.5f);
+    /* either name alone */
+    for (int k = 0; k < 2; k++) {
+        cg_data(w)[4] = 1.5f + (float)k;
+        write_file(path, 1, both + k, &w);
+        f = cg_st_open(path);
+        ck_assert_msg(cg_module_load(n.root, f, NULL), "%s", cg_last_error());
+        cg_st_close(f);
+        ck_assert_float_eq(cg_data(n.emb->weight)[4], 1.5f + (float)k);
+    }
+    /* both, with other values: refused naming both, nothing changed */
+    cg_data(w)[4] = 7.0f;
+    write_file(path, 2, both, (cg_tensor *const[]){w, w2});
+    f = cg_st_open(path);
+    CG_ASSERT_FAILS(cg_module_load(n.root, f, NULL) ? (void *)1 : NULL,
+                    "'tok_emb.weight' and 'lm_head.weight' are one tied tensor but differ in the "
+                    "file");
+    cg_st_close(f);
+    ck_assert_float_eq(cg_data(n.emb->weight)[4], 2.5f);
+    /* beside an unexpected tensor and with a prefix: only that one is named */
+    const char *pre[] = {"model.lm_head.weight", "model.tok_emb.weight", "model.extra"};
+    write_file(path, 3, pre, (cg_tensor *const[]){w2, w2, w2});
+    f = cg_st_open(path);
+    CG_ASSERT_FAILS(cg_module_load(n.root, f, "model.") ? (void *)1 : NULL,
+                    "load /tmp/cg_test_registry_");
+    ck_assert_msg(!strstr(cg_last_error(), "weight"), "%s", cg_last_error());
+    ck_assert(strstr(cg_last_error(), "1 unexpected tensor in the file: 'model.extra'"));
+    cg_load_options o = {
+        .prefix = "model.", .n_ignore = 1, .ignore = (const char *const[]){"model.extra"}};
+    ck_assert_msg(cg_module_load_ex(n.root, f, &o), "%s", cg_last_error());
+    cg_st_close(f);
+    ck_assert_float_eq(cg_data(n.emb->weight)[4], 0.5f);
+    /* neither name: missing once, under the first */
+    const char *none[] = {"other"};
+    write_file(path, 1, none, &w);
+    f = cg_st_open(path);
+    CG_ASSERT_FAILS(cg_module_load(n.root, f, NULL) ? (void *)1 : NULL,
+                    "1 parameter missing from the file: 'tok_emb.weight'; 1 unexpected");
+    cg_load_keys k = {0};
+    ck_assert(cg_module_load_ex(n.root, f, &(cg_load_options){.non_strict = true, .keys = &k}));
+    ck_assert_int_eq(k.n_missing, 1);
+    ck_assert_str_eq(k.missing[0], "tok_emb.weight");
+    cg_load_keys_free(&k);
+    cg_st_close(f);
+    /* saving stays one entry */
+    ck_assert(cg_module_save(n.root, path, 0, NULL));
+    f = cg_st_open(path);
+    ck_assert_int_eq(cg_st_count(f), 1);
+    cg_st_close(f);
+
+    /* a shared module's parameters and buffers under both of its names */
+    cg_module *root = cg_module_new("Root");
+    cg_module *a = cg_module_add_child(root, "a", leaf_module());
+    assert_ok(cg_module_add_child(root, "b", a));
+    cg_tensor *one = cg_full(CG_SHAPE(1), 3.0f);
+    const char *shared[] = {"a.p", "a.b1", "b.p", "b.b1"};
+    write_file(path, 4, shared, (cg_tensor *const[]){one, one, one, one});
+    f = cg_st_open(path);
+    ck_assert_msg(cg_module_load(root, f, NULL), "%s", cg_last_error());
+    cg_st_close(f);
+    ck_assert_float_eq(cg_data(cg_module_get_param(root, "b.p"))[0], 3.0f);
+    ck_assert_float_eq(cg_data(cg_module_get_buffer(root, "b.b1"))[0], 3.0f);
+    write_file(path, 2, shared + 2, (cg_tensor *const[]){w2, w2}); /* wrong shape [V, D] */
+    f = cg_st_open(path);
+    CG_ASSERT_FAILS(cg_module_load(root, f, NULL) ? (void *)1 : NULL, "'b.p' has shape [5, 3]");
+    cg_st_close(f);
+    unlink(path);
+    cg_release_all(3, w, w2, one);
+    cg_module_free(root);
+    cg_module_free(m.root);
+    cg_module_free(n.root);
+}
+END_TEST
+
 START_TEST(test_tie_refusals)
 {
     cg_rng rng = cg_rng_new(1);
@@ -590,6 +694,7 @@ static Suite *registry_suite(void)
     suite_add_tcase(s, tc);
     tc = tcase_create("tie");
     tcase_add_test(tc, test_tie_linear_embedding);
+    tcase_add_test(tc, test_tie_load_aliases);
     tcase_add_test(tc, test_tie_refusals);
     tcase_add_test(tc, test_tie_every_nn_param);
     suite_add_tcase(s, tc);

@@ -8,7 +8,14 @@
  *                             bn = nn.BatchNorm1d(2); cache: float [2]
  *                             buffer, persistent=False
  * with BatchNorm1d's weight, bias, running_mean, running_var and its int64
- * num_batches_tracked (0-d). Exit 0: equal; 1: a difference or an error. */
+ * num_batches_tracked (0-d).
+ *
+ * Tied weights: TiedLM (tok_emb = nn.Embedding(4, 3), lm_head =
+ * nn.Linear(3, 4, bias=False), lm_head.weight = tok_emb.weight) is written
+ * once, DIR/cgrad_tied.safetensors; `read` loads PyTorch's files strictly:
+ * its state_dict with both names and the head's name alone, with
+ * cg_module_load_file and cg_torch_load_file, and refuses both names with
+ * different values. Exit 0: equal; 1: a difference or an error. */
 #include <stdio.h>
 #include <string.h>
 
@@ -53,6 +60,57 @@ static bool net_new(net *n, int k)
            buffer(n->bn, "num_batches_tracked", cg_full_dtype(CG_I64, 0, NULL, 7 + k), true);
 }
 
+/* TiedLM; k = 1: its weight plus 1 (what PyTorch writes back). NULL + error. */
+static cg_module *tied_new(int k)
+{
+    cg_rng rng = cg_rng_new(5);
+    cg_module *root = cg_module_new("TiedLM");
+    cg_embed *e = cg_module_add_child(root, "tok_emb", cg_embed_new(4, 3, &rng));
+    bool ok = e && cg_module_add_child(root, "lm_head", cg_linear_new(3, 4, false, &rng)) &&
+              cg_module_tie(root, "lm_head.weight", "tok_emb.weight");
+    for (int i = 0; ok && i < 12; i++)
+        cg_data(e->weight)[i] += (float)k;
+    if (!ok)
+        cg_module_free(root);
+    return ok ? root : NULL;
+}
+
+/* The tied files PyTorch wrote load strictly into TiedLM (and stay tied);
+ * the one whose two names differ is refused. 0, or 1 + a message. */
+static int read_tied(const char *dir)
+{
+    cg_module *want = tied_new(1);
+    int bad = want ? 0 : 1;
+    const char *files[] = {"torch_tied_both", "torch_tied_head", "torch_tied_bad"};
+    for (int i = 0; !bad && i < 6; i++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s.safetensors", dir, files[i % 3]);
+        cg_module *m = tied_new(0);
+        bool torch = i >= 3,
+             ok = m && (torch ? cg_torch_load_file(m, path) : cg_module_load_file(m, path));
+        cg_tensor *w = m ? cg_module_get_param(m, "tok_emb.weight") : NULL;
+        if (i % 3 == 2) {
+            bool named = !ok && strstr(cg_last_error(), "'tok_emb.weight' and 'lm_head.weight'");
+            if (!named)
+                bad = fprintf(stderr,
+                              "check_buffers: %s loaded or was refused for another "
+                              "reason: %s\n",
+                              path, ok ? "(loaded)" : cg_last_error()) > 0;
+        } else if (!ok || w != cg_module_get_param(m, "lm_head.weight") ||
+                   memcmp(cg_data(w), cg_data(cg_module_get_param(want, "tok_emb.weight")),
+                          12 * sizeof(float))) {
+            bad = fprintf(stderr, "check_buffers: %s (%s): %s\n", path,
+                          torch ? "cg_torch_load_file" : "cg_module_load_file",
+                          ok ? "other values, or untied" : cg_last_error()) > 0;
+        }
+        cg_module_free(m);
+    }
+    if (!bad)
+        printf("check_buffers: PyTorch's tied state dicts load strictly (both names, one)\n");
+    cg_module_free(want);
+    return bad;
+}
+
 static int fail(const char *what)
 {
     fprintf(stderr, "check_buffers: %s: %s\n", what, cg_last_error());
@@ -71,6 +129,12 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "write")) {
         snprintf(path, sizeof path, "%s/cgrad_buffers.safetensors", argv[1 + 1]);
         bad = cg_module_save(n.root, path, 0, NULL) ? 0 : fail("save");
+        cg_module *t = tied_new(0);
+        snprintf(path, sizeof path, "%s/cgrad_tied.safetensors", argv[2]);
+        bad = bad || !t || !cg_module_save(t, path, 0, NULL) ? 1 : 0;
+        if (bad)
+            fail("save (tied)");
+        cg_module_free(t);
     } else {
         snprintf(path, sizeof path, "%s/torch_buffers.safetensors", argv[2]);
         net want;
@@ -93,6 +157,7 @@ int main(int argc, char **argv)
         cg_param_list_free(&a);
         cg_param_list_free(&b);
         cg_module_free(want.root);
+        bad = bad || read_tied(argv[2]);
     }
     cg_module_free(n.root);
     return bad;

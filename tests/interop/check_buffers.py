@@ -7,6 +7,14 @@ checks that its keys are the module's state_dict() keys in their order and
 dtypes, loads it with load_state_dict(strict=True), compares the values,
 then writes DIR/torch_buffers.safetensors: the state dict after changing
 each value as the C side's `read` expects (k = 1).
+
+Tied weights (TiedLM: lm_head.weight = tok_emb.weight): cgrad writes the
+tensor once (DIR/cgrad_tied.safetensors), which loads with strict=False,
+lm_head.weight the one missing key; after adding 1 to it, PyTorch's
+state_dict (both names) goes to DIR/torch_tied_both.safetensors, the head's
+name alone (what safetensors' save_model may keep) to
+torch_tied_head.safetensors, and both names with different values to
+torch_tied_bad.safetensors, which the C side must refuse.
 """
 import json
 import os
@@ -30,6 +38,34 @@ class Net(nn.Module):
         self.fc = nn.Linear(3, 2)
         self.bn = nn.BatchNorm1d(2)
         self.register_buffer("cache", torch.zeros(2), persistent=False)
+
+
+class TiedLM(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.tok_emb = nn.Embedding(4, 3)
+        self.lm_head = nn.Linear(3, 4, bias=False)
+        self.lm_head.weight = self.tok_emb.weight
+
+
+def check_tied(out):
+    got = load(f"{out}/cgrad_tied.safetensors")
+    model = TiedLM()
+    ok = list(got) == ["tok_emb.weight"]
+    res = model.load_state_dict(got, strict=False)
+    ok = ok and res.missing_keys == ["lm_head.weight"] and not res.unexpected_keys
+    ok = ok and model.lm_head.weight is model.tok_emb.weight
+    ok = ok and torch.equal(model.lm_head.weight, got["tok_emb.weight"])
+    print("tied: cgrad's one entry loads (strict=False, missing lm_head.weight):", ok)
+    with torch.no_grad():
+        model.tok_emb.weight.add_(1)
+    sd = dict(model.state_dict())
+    ok = ok and list(sd) == ["tok_emb.weight", "lm_head.weight"]
+    save(f"{out}/torch_tied_both.safetensors", sd)
+    save(f"{out}/torch_tied_head.safetensors", {"lm_head.weight": sd["lm_head.weight"]})
+    bad = {"tok_emb.weight": sd["tok_emb.weight"], "lm_head.weight": sd["lm_head.weight"] + 1}
+    save(f"{out}/torch_tied_bad.safetensors", bad)
+    return ok
 
 
 def main(out):
@@ -59,6 +95,7 @@ def main(out):
         model.bn.running_var.add_(1)
         model.bn.num_batches_tracked.add_(1)
     save(f"{out}/torch_buffers.safetensors", dict(model.state_dict()))
+    ok = check_tied(out) and ok
     return 0 if ok else 1
 
 
