@@ -16,7 +16,10 @@
  * Seq2seq batches are padded, so the ranks see different numbers of non-PAD
  * target tokens: its gradients are averaged with each rank's token count as
  * weight (the mean over all tokens of the global batch, as the 1-rank loss).
- * The char LM has the same number of tokens on every rank (weight 1). */
+ * The char LM has the same number of tokens on every rank (weight 1).
+ * Buffers: a module with per-rank buffers of every dtype holds rank 0's after
+ * cg_dist_broadcast_module (cg_dist_broadcast_buffers: the buffers alone),
+ * and one built otherwise on the last rank is refused on every rank. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -664,11 +667,121 @@ START_TEST(test_zero_equivalence)
 }
 END_TEST
 
+/* ------------------------------------------------------------ buffers */
+/* A module whose parameter and buffers hold per-rank values (v = rank + 1):
+ *   w [2, 3] f32 parameter = v; mean [3] f32 = v; steps [1] i64 = 10 v;
+ *   mask [4] bool = (i + rank) odd; half [2] bf16 = v + 0.5; cache [5] f32
+ *   = v, not persistent; sub.count [] i64 (0-d) = 100 v.
+ * odd: the last rank's is built otherwise (0 as on the others; 1: mean is
+ * [4]; 2: steps is int32; 3: mean is named avg; 4: one more buffer). */
+static cg_module *buffered_module(int odd)
+{
+    int r = cg_dist_rank();
+    bool me = r == cg_dist_size() - 1 && odd;
+    double v = r + 1;
+    cg_module *m = cg_module_new("Stats"), *sub = cg_module_new("Sub");
+    cg_tensor *w = cg_full(CG_SHAPE(2, 3), (float)v);
+    cg_tensor *mean = cg_full(CG_SHAPE(me && odd == 1 ? 4 : 3), (float)v);
+    cg_tensor *steps = cg_full_dtype(me && odd == 2 ? CG_I32 : CG_I64, CG_SHAPE(1), 10 * v);
+    cg_tensor *mask = cg_zeros_dtype(CG_BOOL, CG_SHAPE(4));
+    for (int i = 0; i < 4; i++)
+        cg_data_bool(mask)[i] = (i + r) % 2;
+    cg_tensor *half = cg_full_dtype(CG_BF16, CG_SHAPE(2), v + 0.5);
+    cg_tensor *cache = cg_full(CG_SHAPE(5), (float)v);
+    cg_tensor *count = cg_full_dtype(CG_I64, 0, NULL, 100 * v);
+    ck_assert(cg_module_add_param(m, "w", w));
+    ck_assert(cg_module_add_buffer(m, me && odd == 3 ? "avg" : "mean", mean, true));
+    ck_assert(cg_module_add_buffer(m, "steps", steps, true));
+    ck_assert(cg_module_add_buffer(m, "mask", mask, true));
+    ck_assert(cg_module_add_buffer(m, "half", half, true));
+    ck_assert(cg_module_add_buffer(m, "cache", cache, false));
+    ck_assert(cg_module_add_buffer(sub, "count", count, true));
+    ck_assert(cg_module_add_child(m, "sub", sub));
+    if (me && odd == 4) {
+        cg_tensor *extra = cg_zeros(CG_SHAPE(5));
+        ck_assert(cg_module_add_buffer(m, "extra", extra, true));
+        cg_release(extra);
+    }
+    cg_release_all(7, w, mean, steps, mask, half, cache, count);
+    return m;
+}
+
+/* Every tensor of m holds rank src's values of buffered_module (w: wsrc's). */
+static void assert_values_of(cg_module *m, int src, int wsrc)
+{
+    float v = (float)(src + 1);
+    ck_assert_float_eq(cg_data(cg_module_get_param(m, "w"))[5], (float)(wsrc + 1));
+    ck_assert_float_eq(cg_data(cg_module_get_buffer(m, "mean"))[2], v);
+    ck_assert_int_eq(cg_data_i64(cg_module_get_buffer(m, "steps"))[0], 10 * (src + 1));
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(cg_data_bool(cg_module_get_buffer(m, "mask"))[i], (i + src) % 2);
+    ck_assert_float_eq(cg_get(cg_module_get_buffer(m, "half"), (int64_t[]){1}), v + 0.5f);
+    ck_assert_float_eq(cg_data(cg_module_get_buffer(m, "cache"))[4], v);
+    ck_assert_int_eq(cg_data_i64(cg_module_get_buffer(m, "sub.count"))[0], 100 * (src + 1));
+}
+
+/* DDP at construction: rank 0's parameters and buffers (persistent or not,
+ * of every dtype) on every rank. */
+START_TEST(test_broadcast_buffers)
+{
+    cg_module *m = buffered_module(0);
+    assert_values_of(m, cg_dist_rank(), cg_dist_rank());
+    ck_assert_msg(cg_dist_broadcast_module(m), "%s", cg_last_error());
+    assert_values_of(m, 0, 0);
+    ck_assert(!cg_dist_broadcast_module(NULL));
+    /* DDP's broadcast_buffers=True, before a step: each rank's forward
+     * moved its statistics its own way; rank 0's buffers go everywhere,
+     * the parameters stay as they are */
+    cg_module *again = buffered_module(0);
+    ck_assert_msg(cg_dist_broadcast_buffers(again), "%s", cg_last_error());
+    assert_values_of(again, 0, cg_dist_rank());
+    ck_assert(!cg_dist_broadcast_buffers(NULL));
+    cg_module_free(again);
+    cg_module_free(m);
+}
+END_TEST
+
+/* A module that differs on one rank: refused on every rank, naming the
+ * first difference, before anything is sent (the other ranks keep their
+ * values), and the ranks stay in step for the next collective. */
+START_TEST(test_broadcast_buffers_mismatch)
+{
+    if (cg_dist_size() == 1)
+        return; /* nothing to differ from */
+    /* the last rank names its entry and rank 0's; the others rank 0's */
+    const char *here[] = {"", "buffer 'mean' float32 [4] here", "buffer 'steps' int32 [1] here",
+                          "buffer 'avg' float32 [3] here", "buffer 'extra' float32 [5] here"};
+    const char *root[] = {"", "buffer 'mean' float32 [3]", "buffer 'steps' int64 [1]",
+                          "buffer 'mean' float32 [3]", "buffer 'sub.count' int64 []"};
+    bool last = cg_dist_rank() == cg_dist_size() - 1;
+    for (int odd = 1; odd <= 4; odd++) {
+        cg_module *m = buffered_module(odd);
+        ck_assert_msg(!cg_dist_broadcast_module(m), "case %d broadcast", odd);
+        const char *e = cg_last_error();
+        char rank[64];
+        snprintf(rank, sizeof rank, "rank %d's module differs from rank 0's", cg_dist_size() - 1);
+        ck_assert_msg(strstr(e, rank) && strstr(e, root[odd]) && (!last || strstr(e, here[odd])),
+                      "case %d: %s", odd, e);
+        ck_assert_float_eq(cg_data(cg_module_get_param(m, "w"))[0], (float)(cg_dist_rank() + 1));
+        ck_assert_float_eq(cg_data(cg_module_get_buffer(m, "cache"))[0],
+                           (float)(cg_dist_rank() + 1));
+        ck_assert(!cg_dist_broadcast_buffers(m) && strstr(cg_last_error(), rank));
+        cg_module_free(m);
+    }
+    double one = 1;
+    ck_assert(cg_dist_allreduce_sum(&one, 1) && one == cg_dist_size());
+}
+END_TEST
+
 static Suite *dist_suite(void)
 {
     Suite *s = suite_create("dist");
     TCase *tc = tcase_create("api");
     tcase_add_test(tc, test_api);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("buffers");
+    tcase_add_test(tc, test_broadcast_buffers);
+    tcase_add_test(tc, test_broadcast_buffers_mismatch);
     suite_add_tcase(s, tc);
     tc = tcase_create("equivalence");
     tcase_set_timeout(tc, 600);

@@ -54,14 +54,170 @@ static cg_tensor **module_tensors(cg_module *m, int *n)
 }
 
 /* ------------------------------------------------ module wrappers */
+/* "parameter 'w' float32 [2, 3]\n" for each entry of l (kind: "parameter"
+ * or "buffer"), appended to *text (malloc'd, *len its length). */
+static bool describe(const cg_param_list *l, const char *kind, char **text, size_t *len)
+{
+    for (int i = 0; i < l->n; i++) {
+        const cg_tensor *t = l->items[i].tensor;
+        char shape[128];
+        int n = snprintf(NULL, 0, "%s '%s' %s %s\n", kind, l->items[i].name,
+                         cg_dtype_name(t->dtype), cg_shape_str(t, shape, sizeof shape));
+        char *p = realloc(*text, *len + (size_t)n + 1);
+        if (!p) {
+            cg_set_error("dist: out of memory");
+            return false;
+        }
+        *text = p;
+        snprintf(p + *len, (size_t)n + 1, "%s '%s' %s %s\n", kind, l->items[i].name,
+                 cg_dtype_name(t->dtype), shape);
+        *len += (size_t)n;
+    }
+    return true;
+}
+
+/* Line k of text (without its newline) into buf, or "nothing" past the end. */
+static const char *line_of(const char *text, int k, char *buf, size_t cap)
+{
+    for (; k > 0 && text; k--)
+        text = strchr(text, '\n') ? strchr(text, '\n') + 1 : NULL;
+    if (!text || !*text)
+        return "nothing";
+    size_t n = strcspn(text, "\n");
+    snprintf(buf, cap, "%.*s", (int)(n < cap ? n : cap - 1), text);
+    return buf;
+}
+
+/* The number of whole lines a and b (which differ) have in common. */
+static int first_difference(const char *a, const char *b)
+{
+    int k = 0;
+    for (;;) {
+        size_t na = strcspn(a, "\n"), nb = strcspn(b, "\n");
+        if (na != nb || memcmp(a, b, na) || !a[na] || !b[nb])
+            return k;
+        a += na + 1;
+        b += nb + 1;
+        k++;
+    }
+}
+
+/* Every rank compares the text of its module (names, dtypes, shapes) with
+ * rank 0's; if some rank's differs, every rank fails with one line naming
+ * the first difference (the lowest entry, then the lowest rank), before
+ * anything is sent. */
+static bool same_layout(const char *mine, size_t len)
+{
+    uint64_t root_len = len + 1;
+    if (!cg_dist_broadcast_bytes(&root_len, sizeof root_len))
+        return false;
+    char *root = malloc(root_len);
+    if (!root) {
+        cg_set_error("dist: out of memory");
+        return false; /* the other ranks wait in the next broadcast: the watchdog ends them */
+    }
+    if (cg_dist_is_root())
+        memcpy(root, mine, root_len);
+    bool ok = cg_dist_broadcast_bytes(root, root_len);
+    bool bad = ok && strcmp(mine, root);
+    int k = bad ? first_difference(mine, root) : 0;
+    /* the smallest (line, rank) that differs, as the largest 2^52 - key */
+    double key = bad ? 4503599627370496.0 - ((double)k * cg_dist_size() + cg_dist_rank()) : 0;
+    ok = ok && cg_dist_allreduce_max(&key, 1);
+    if (ok && key > 0) {
+        int64_t code = (int64_t)(4503599627370496.0 - key);
+        int line = (int)(code / cg_dist_size()), rank = (int)(code % cg_dist_size());
+        char here[512], there[512];
+        if (rank == cg_dist_rank())
+            cg_set_error("dist: broadcast: rank %d's module differs from rank 0's: %s here, %s "
+                         "on rank 0 (every rank must build the same parameters and buffers)",
+                         rank, line_of(mine, line, here, sizeof here),
+                         line_of(root, line, there, sizeof there));
+        else
+            cg_set_error("dist: broadcast: rank %d's module differs from rank 0's at %s of "
+                         "rank 0 (every rank must build the same parameters and buffers)",
+                         rank, line_of(root, line, there, sizeof there));
+        ok = false;
+    }
+    free(root);
+    return ok;
+}
+/* m's parameters (into *ps, unless ps is NULL) and buffers (*bs), once
+ * every rank has checked that they are named, typed and shaped as rank 0's.
+ * False + error on every rank alike. */
+static bool module_checked(cg_module *m, cg_param_list *ps, cg_param_list *bs)
+{
+    if (!m) {
+        cg_set_error("dist: broadcast: module is NULL");
+        return false;
+    }
+    char *text = NULL;
+    size_t len = 0;
+    bool ok = (!ps || (cg_module_params(m, ps) && describe(ps, "parameter", &text, &len))) &&
+              cg_module_buffers(m, bs) && describe(bs, "buffer", &text, &len);
+    ok = ok && (cg_dist_size() == 1 || same_layout(text ? text : "", len));
+    free(text);
+    return ok;
+}
+
+/* Rank 0's bytes of every buffer (each numel times its dtype's size) to the
+ * other ranks, packed into one broadcast. */
+static bool broadcast_buffer_bytes(const cg_param_list *bs)
+{
+    size_t total = 0;
+    for (int i = 0; i < bs->n; i++)
+        total += (size_t)cg_numel(bs->items[i].tensor) * cg_dtype_size(bs->items[i].tensor->dtype);
+    if (cg_dist_size() == 1 || total == 0)
+        return true;
+    unsigned char *pack = malloc(total);
+    if (!pack) {
+        cg_set_error("dist: broadcast: out of memory packing %zu bytes of buffers", total);
+        return false;
+    }
+    size_t off = 0;
+    for (int i = 0; cg_dist_is_root() && i < bs->n; i++) {
+        const cg_tensor *t = bs->items[i].tensor;
+        size_t n = (size_t)cg_numel(t) * cg_dtype_size(t->dtype);
+        memcpy(pack + off, cg_data_ptr(t), n);
+        off += n;
+    }
+    bool ok = cg_dist_broadcast_bytes(pack, total);
+    off = 0;
+    for (int i = 0; ok && i < bs->n; i++) {
+        cg_tensor *t = bs->items[i].tensor;
+        size_t n = (size_t)cg_numel(t) * cg_dtype_size(t->dtype);
+        cg_tensor_modified(t); /* the broadcast writes it on every rank but 0 */
+        if (!cg_dist_is_root())
+            memcpy(cg_data_ptr(t), pack + off, n);
+        off += n;
+    }
+    free(pack);
+    return ok;
+}
+
 bool cg_dist_broadcast_module(cg_module *m)
 {
-    int n = 0;
-    cg_tensor **ts = module_tensors(m, &n);
-    if (!ts)
-        return false;
-    bool ok = cg_dist_broadcast_tensors(n, ts);
+    cg_param_list ps = {0}, bs = {0};
+    bool ok = module_checked(m, &ps, &bs);
+    cg_tensor **ts = ok ? malloc((size_t)(ps.n > 0 ? ps.n : 1) * sizeof *ts) : NULL;
+    if (ok && !ts) {
+        cg_set_error("dist: out of memory");
+        ok = false;
+    }
+    for (int i = 0; ok && i < ps.n; i++)
+        ts[i] = ps.items[i].tensor;
+    ok = ok && cg_dist_broadcast_tensors(ps.n, ts) && broadcast_buffer_bytes(&bs);
     free(ts);
+    cg_param_list_free(&ps);
+    cg_param_list_free(&bs);
+    return ok;
+}
+
+bool cg_dist_broadcast_buffers(cg_module *m)
+{
+    cg_param_list bs = {0};
+    bool ok = module_checked(m, NULL, &bs) && broadcast_buffer_bytes(&bs);
+    cg_param_list_free(&bs);
     return ok;
 }
 

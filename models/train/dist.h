@@ -4,8 +4,9 @@
  * forward and backward on its own share of the global batch; then
  * cg_dist_average_grads() replaces every gradient by the (weighted) average
  * over ranks, so that every rank takes the same optimizer step and the
- * parameters stay identical. Parameters are sent from rank 0 to the others
- * once at start (and after a resume) with cg_dist_broadcast_module().
+ * parameters stay identical. Parameters and buffers are sent from rank 0
+ * to the others once at start (and after a resume) with
+ * cg_dist_broadcast_module().
  *
  * Built without MPI (meson -Dmpi=disabled, or no MPI found) the same API
  * runs as one process: rank 0, size 1, collectives are no-ops. Callers need
@@ -74,11 +75,25 @@ bool cg_dist_share(int64_t n, int64_t *lo, int64_t *hi);
 uint64_t cg_dist_rank_seed(uint64_t seed);
 uint64_t cg_dist_seed_for_rank(uint64_t seed, int rank);
 
-/* Copy rank 0's value of every parameter of m to the other ranks (every
- * rank must hold a module with the same parameter names and shapes; the
- * shapes are checked first, so a mismatch gives an error on every rank
- * instead of garbage). */
+/* Copy rank 0's value of every parameter and every buffer of m to the
+ * other ranks (PyTorch's DDP at construction): the parameters as float32,
+ * the buffers (cg_module_buffers: persistent or not, of any dtype, each
+ * numel times its dtype's size in bytes) packed into one broadcast. Every
+ * rank must hold a module with the same parameters and buffers: names,
+ * dtypes and shapes are compared with rank 0's first, so a mismatch fails
+ * on every rank alike, before anything is sent, with one line naming the
+ * rank and the first entry that differs ("rank 1's module differs from
+ * rank 0's: buffer 'bn.running_mean' float32 [4] here, buffer
+ * 'bn.running_mean' float32 [3] on rank 0"), instead of garbage. */
 bool cg_dist_broadcast_module(cg_module *m);
+/* The same for m's buffers alone, parameters untouched: DDP's
+ * broadcast_buffers=True, for a module whose forward updates buffers
+ * (running statistics), called before each step's forward so that every
+ * rank starts it from rank 0's values. Costs the same check (a broadcast
+ * of the names and an all-reduce) and one broadcast of the buffers' bytes;
+ * no-op for size 1. The zoo's models keep no state in buffers and do not
+ * call it. */
+bool cg_dist_broadcast_buffers(cg_module *m);
 /* The same for n tensors (each contiguous float32, the same shapes on every
  * rank). */
 bool cg_dist_broadcast_tensors(int n, cg_tensor *const *ts);
