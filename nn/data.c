@@ -222,14 +222,14 @@ cg_tensor *cg_pad_sequence(int64_t n, cg_tensor *const *seqs, double pad, cg_ten
 /* A loader over N rows: the labels y [N, ...] retained and held. */
 static cg_loader *loader_new(const char *who, int64_t N, cg_tensor *y, int64_t B, cg_rng *rng)
 {
-    if (!y) {
-        cg_error_null_input(who);
+    if (y && (y->ndim < 1 || y->shape[0] != N)) {
+        char b[96];
+        cg_set_error("%s: need %lld labels y [N, ...] or NULL (got y %s)", who, (long long)N,
+                     cg_shape_str(y, b, sizeof b));
         return NULL;
     }
-    if (y->ndim < 1 || y->shape[0] != N || B < 1) {
-        char b[96];
-        cg_set_error("%s: need %lld labels y [N, ...] and B >= 1 (got y %s, B=%lld)", who,
-                     (long long)N, cg_shape_str(y, b, sizeof b), (long long)B);
+    if (B < 1) {
+        cg_set_error("%s: need a batch size B >= 1 (got B=%lld)", who, (long long)B);
         return NULL;
     }
     cg_loader *ld = calloc(1, sizeof *ld);
@@ -237,7 +237,8 @@ static cg_loader *loader_new(const char *who, int64_t N, cg_tensor *y, int64_t B
         cg_set_error("%s: out of memory", who);
         return NULL;
     }
-    *ld = (cg_loader){.labels = cg_hold(cg_retain(y)), .N = N, .B = B, .pos = N, .rng = rng};
+    *ld = (cg_loader){
+        .labels = y ? cg_hold(cg_retain(y)) : NULL, .N = N, .B = B, .pos = N, .rng = rng};
     return ld;
 }
 
@@ -300,7 +301,7 @@ static bool collate(cg_loader *ld, int64_t n)
 {
     const int64_t *order = ld->perm + ld->pos;
     cg_tensor *rows = cg_from_i64(1, &n, order);
-    ld->y = rows ? cg_index_select(ld->labels, 0, rows) : NULL;
+    ld->y = rows && ld->labels ? cg_index_select(ld->labels, 0, rows) : NULL;
     if (ld->data) {
         ld->x = rows ? cg_index_select(ld->data, 0, rows) : NULL;
     } else {
@@ -313,7 +314,7 @@ static bool collate(cg_loader *ld, int64_t n)
         free(batch);
     }
     cg_release(rows);
-    return ld->x && ld->y;
+    return ld->x && (ld->y || !ld->labels);
 }
 
 bool cg_loader_next(cg_loader *ld)

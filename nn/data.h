@@ -66,7 +66,7 @@ cg_tensor *cg_pad_sequence(int64_t n, cg_tensor *const *seqs, double pad, cg_ten
  * shuffle, rows in order). */
 typedef struct {
     cg_tensor *x;    /* this batch's inputs: [n, ...] */
-    cg_tensor *y;    /* this batch's labels: [n, ...] */
+    cg_tensor *y;    /* this batch's labels: [n, ...] (NULL: a loader without labels) */
     cg_tensor *mask; /* sequences: bool [n, T], true = padding; else NULL */
     int64_t n;       /* rows in this batch */
     int64_t epoch;   /* epochs started */
@@ -79,13 +79,15 @@ typedef struct {
     cg_scope *scope;
 } cg_loader;
 
-/* x: [N, ...] with N >= 1, y: [N, ...], B >= 1. NULL + error. */
+/* x: [N, ...] with N >= 1, y: [N, ...] or NULL (inputs alone, as
+ * DataLoader(x) for an autoencoder or a VAE: ld->y is then NULL), B >= 1.
+ * NULL + error. */
 cg_loader *cg_loader_new(cg_tensor *x, cg_tensor *y, int64_t B, cg_rng *rng);
 /* A loader over N variable-length sequences seqs[i] ([L_i, ...], one dtype,
  * usually int64 ids) with labels y [N, ...]: each batch's ld->x is the
  * batch's sequences padded with pad to the longest of the batch
  * (cg_pad_sequence), ld->mask the bool padding mask [n, T] and ld->y the
- * labels. Each sequence is retained. NULL + error. */
+ * labels (y NULL: none). Each sequence is retained. NULL + error. */
 cg_loader *cg_loader_new_seqs(int64_t N, cg_tensor *const *seqs, cg_tensor *y, double pad,
                               int64_t B, cg_rng *rng);
 /* Next batch of this epoch into ld->x, ld->y, ld->mask, ld->n: true; false

@@ -887,7 +887,7 @@ START_TEST(test_mlp_loader_train_step_accuracy)
     }
     ck_assert(cg_loader_next(ld)); /* break out of an epoch: free ends the scope */
     cg_loader_free(ld);
-    CG_ASSERT_FAILS(cg_loader_new(x, NULL, 4, NULL), "cg_loader_new: input is NULL");
+    CG_ASSERT_FAILS(cg_loader_new(NULL, yt, 4, NULL), "cg_loader_new: input is NULL");
     cg_tensor *short_y = cg_view_narrow(yt, 0, 0, 9);
     CG_ASSERT_FAILS(cg_loader_new(x, short_y, 4, NULL), "need 10 labels y [N, ...]");
     cg_release(short_y);

@@ -126,6 +126,37 @@ START_TEST(test_loader_float_targets)
 }
 END_TEST
 
+/* Inputs alone (an autoencoder's, a VAE's: DataLoader(x)): y NULL gives
+ * batches of x with ld->y NULL, every row once an epoch, shuffled. */
+START_TEST(test_loader_without_labels)
+{
+    cg_rng r = cg_rng_new(2);
+    cg_tensor *x = cg_arange_dtype(CG_F32, 0, 10, 1);
+    cg_loader *ld = cg_loader_new(x, NULL, 4, &r);
+    ck_assert_msg(ld != NULL, "%s", cg_last_error());
+    for (int epoch = 0; epoch < 2; epoch++) {
+        int seen[10] = {0}, n = 0;
+        while (cg_loader_next(ld)) {
+            ck_assert_ptr_null(ld->y);
+            ck_assert_int_eq(ld->x->shape[0], ld->n);
+            for (int64_t j = 0; j < ld->n; j++, n++)
+                seen[(int)cg_data(ld->x)[j]]++;
+        }
+        ck_assert(!ld->failed);
+        ck_assert_int_eq(n, 10);
+        for (int i = 0; i < 10; i++)
+            ck_assert_int_eq(seen[i], 1);
+    }
+    cg_loader_free(ld);
+    cg_tensor *seqs[2] = {cg_arange_dtype(CG_I64, 0, 3, 1), cg_arange_dtype(CG_I64, 0, 2, 1)};
+    ld = cg_loader_new_seqs(2, seqs, NULL, 0, 2, NULL);
+    ck_assert_msg(ld && cg_loader_next(ld), "%s", cg_last_error());
+    ck_assert(!ld->y && ld->mask && ld->x->shape[0] == 2 && ld->x->shape[1] == 3);
+    cg_loader_free(ld);
+    cg_release_all(3, x, seqs[0], seqs[1]);
+}
+END_TEST
+
 /* What a new user gets wrong, refused in one line naming the argument. */
 START_TEST(test_data_refusals)
 {
@@ -157,6 +188,7 @@ static Suite *data_suite(void)
     Suite *s = suite_create("data");
     TCase *tc = tcase_create("nn");
     tcase_add_test(tc, test_pad_sequence_ids_and_mask);
+    tcase_add_test(tc, test_loader_without_labels);
     tcase_add_test(tc, test_pad_sequence_trailing_dims);
     tcase_add_test(tc, test_loader_over_sequences);
     tcase_add_test(tc, test_loader_float_targets);
