@@ -102,6 +102,8 @@ extern "C" {
     X(CONCAT, "concat", 0, 0, 0)                                              \
     X(INDEX_SELECT, "index_select", 1, 0, 0)                                  \
     X(GATHER, "gather", 1, 0, 0)                                              \
+    X(INDEX_ADD, "index_add", 2, 0, 0)  /* input, source; saved index */      \
+    X(SCATTER_ADD, "scatter_add", 2, 0, 0) /* input, source; saved index */   \
     X(ATTENTION, "attention", 3, CG_IN(0) | CG_IN(1) | CG_IN(2), 0)           \
     X(LINEAR, "linear", 3, 0, 1)        /* x, w, b */                         \
     X(TRIL, "tril", 1, 0, 0)                                                  \

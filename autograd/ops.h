@@ -176,6 +176,20 @@ cg_tensor *cg_attention(cg_tensor *q, cg_tensor *k, cg_tensor *v, bool causal,
                         const cg_tensor *key_pad, cg_tensor **weights_out);
 /* torch.gather along dim: index int64 with a's ndim, the result's shape. */
 cg_tensor *cg_gather(cg_tensor *a, int dim, const cg_tensor *index);
+/* torch.index_add(a, dim, index, src) (out of place: a is not written):
+ * a copy of a with the slices of src added along dim at the rows index
+ * names, repeated rows accumulating in src's order (the bits do not depend
+ * on the thread count). index int64, 0-d or 1-d; src has a's shape with
+ * numel(index) at dim. Differentiable in a (the gradient passes unchanged)
+ * and in src (the gradient's rows at index: index_select). The combine
+ * step of a mixture of experts: out = cg_index_add(out, 0, tokens, y).
+ * a and src float32. */
+cg_tensor *cg_index_add(cg_tensor *a, int dim, const cg_tensor *index, cg_tensor *src);
+/* torch.scatter_add(a, dim, index, src) (out of place): a copy of a with
+ * out[...][index[i][j]][...] += src[i][j] along dim; index int64 of src's
+ * shape, fitting in a outside dim. Differentiable in a (unchanged) and in
+ * src (cg_gather of the gradient at index). a and src float32. */
+cg_tensor *cg_scatter_add(cg_tensor *a, int dim, const cg_tensor *index, cg_tensor *src);
 
 /* ------------------------------------ more of PyTorch's ops (ops_misc.c) */
 /* torch.tril / torch.triu over the last two dims (diagonal 0 = the main). */

@@ -1,6 +1,7 @@
 /* Differentiable nn building blocks with fused kernels: softmax,
  * log-softmax, cross-entropy, layer/RMS norm, dropout, concat, index
- * select (embeddings) and gather. Forward and backward side by side. */
+ * select (embeddings), gather, and index_add / scatter_add (their
+ * backwards). Forward and backward side by side. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -555,19 +556,21 @@ bool cg_split(cg_tensor *a, int dim, int n, const int64_t *sizes, cg_tensor **ou
 
 /* ------------------------------------------------- index select, gather */
 /* The node keeps the index tensor (cg_node_save: retained, and refused at
- * backward if it was written in place since). */
-static cg_tensor *record_indexed(cg_tensor *out, cg_op op, cg_tensor *a, cg_backward_fn bw,
-                                 const char *name, int dim, const cg_tensor *index)
+ * backward if it was written in place since) and dim, resolved against
+ * the first of the n_in inputs. */
+static cg_tensor *record_indexed(cg_tensor *out, cg_op op, int n_in, cg_tensor *const *in,
+                                 cg_backward_fn bw, const char *name, int dim,
+                                 const cg_tensor *index)
 {
     if (!out)
         return NULL;
-    cg_node *n = cg_record(out, op, 1, &a, bw);
-    if (cg_record_failed(n, 1, &a)) {
+    cg_node *n = cg_record(out, op, n_in, in, bw);
+    if (cg_record_failed(n, n_in, in)) {
         cg_release(out);
         return NULL;
     }
     if (n) {
-        n->p.i[0] = a->ndim ? cg_norm_dim(name, dim, a->ndim) : 0;
+        n->p.i[0] = in[0]->ndim ? cg_norm_dim(name, dim, in[0]->ndim) : 0;
         if (cg_node_save(n, (cg_tensor *)index) < 0) {
             cg_release(out);
             return NULL;
@@ -595,8 +598,8 @@ static bool index_select_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 }
 cg_tensor *cg_index_select(cg_tensor *a, int dim, const cg_tensor *index)
 {
-    return record_indexed(cg_k_index_select(a, dim, index), CG_OP_INDEX_SELECT, a, index_select_bw,
-                          "index_select", dim, index);
+    return record_indexed(cg_k_index_select(a, dim, index), CG_OP_INDEX_SELECT, 1, &a,
+                          index_select_bw, "index_select", dim, index);
 }
 
 cg_tensor *cg_embedding(cg_tensor *table, const cg_tensor *ids)
@@ -638,6 +641,31 @@ static bool gather_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 }
 cg_tensor *cg_gather(cg_tensor *a, int dim, const cg_tensor *index)
 {
-    return record_indexed(cg_k_gather(a, dim, index), CG_OP_GATHER, a, gather_bw, "gather", dim,
+    return record_indexed(cg_k_gather(a, dim, index), CG_OP_GATHER, 1, &a, gather_bw, "gather", dim,
                           index);
+}
+
+/* ------------------------------------------------ index_add, scatter_add */
+static bool index_add_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    if (NEEDS(0))
+        gin[0] = cg_retain((cg_tensor *)g);
+    return !NEEDS(1) || (gin[1] = cg_k_index_select(g, (int)n->p.i[0], n->saved[0])) != NULL;
+}
+cg_tensor *cg_index_add(cg_tensor *a, int dim, const cg_tensor *index, cg_tensor *src)
+{
+    return record_indexed(cg_k_index_add(a, dim, index, src), CG_OP_INDEX_ADD, 2,
+                          (cg_tensor *[]){a, src}, index_add_bw, "index_add", dim, index);
+}
+
+static bool scatter_add_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    if (NEEDS(0))
+        gin[0] = cg_retain((cg_tensor *)g);
+    return !NEEDS(1) || (gin[1] = cg_k_gather(g, (int)n->p.i[0], n->saved[0])) != NULL;
+}
+cg_tensor *cg_scatter_add(cg_tensor *a, int dim, const cg_tensor *index, cg_tensor *src)
+{
+    return record_indexed(cg_k_scatter_add(a, dim, index, src), CG_OP_SCATTER_ADD, 2,
+                          (cg_tensor *[]){a, src}, scatter_add_bw, "scatter_add", dim, index);
 }

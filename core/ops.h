@@ -545,6 +545,14 @@ bool cg_k_index_add_(cg_tensor *dst, int dim, const cg_tensor *index, const cg_t
 cg_tensor *cg_k_gather(const cg_tensor *a, int dim, const cg_tensor *index);
 /* dst[i][index[i][j]] += src[i][j] along dim (index of src's shape). */
 bool cg_k_scatter_add_(cg_tensor *dst, int dim, const cg_tensor *index, const cg_tensor *src);
+/* torch.index_add(a, dim, index, src) and torch.scatter_add(a, dim,
+ * index, src): a contiguous copy of a with src added as cg_k_index_add_ and
+ * cg_k_scatter_add_ add it (the same checks and bits; a and src float32,
+ * named 'input' and 'source' in messages). */
+cg_tensor *cg_k_index_add(const cg_tensor *a, int dim, const cg_tensor *index,
+                          const cg_tensor *src);
+cg_tensor *cg_k_scatter_add(const cg_tensor *a, int dim, const cg_tensor *index,
+                            const cg_tensor *src);
 
 /* torch.tril (upper false) / torch.triu (upper true) over the last two dims
  * (a needs >= 2; any dtype): keeps a[..., i, j] where j - i <= diagonal

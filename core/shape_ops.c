@@ -1,6 +1,7 @@
 /* Shape ops: concat, stack, split (views), index_select / index_add_ (the
  * embedding gather and its backward) and gather / scatter_add_ (torch.gather
- * semantics).
+ * semantics); index_add and scatter_add are the out-of-place forms (a copy
+ * of the input, then the in-place add).
  *
  * Determinism of the accumulating ops without atomics:
  *   index_add_   ids are bucketed by destination row (stable counting sort);
@@ -334,7 +335,7 @@ static cg_tensor *index_select_ids(const cg_tensor *a, int dim, const int64_t *i
     return out;
 }
 
-static bool index_add_ids(cg_tensor *dst, int dim, const int64_t *ids, int64_t n,
+static bool index_add_ids(const char *op, cg_tensor *dst, int dim, const int64_t *ids, int64_t n,
                           const cg_tensor *src);
 
 /* Task t = o S + row adds to that row of w the source rows whose id is row
@@ -367,23 +368,40 @@ bool cg_k_index_add_(cg_tensor *dst, int dim, const cg_tensor *index, const cg_t
     cg_tensor *c = index_1d("index_add_", index);
     if (!c)
         return false;
-    bool ok = index_add_ids(dst, dim, cg_data_i64(c), cg_numel(c), src);
+    bool ok = cg_check_f32("index_add_", "dst", dst) && cg_check_f32("index_add_", "src", src) &&
+              index_add_ids("index_add_", dst, dim, cg_data_i64(c), cg_numel(c), src);
     cg_release(c);
     return ok;
 }
 
-static bool index_add_ids(cg_tensor *dst, int dim, const int64_t *ids, int64_t n,
+cg_tensor *cg_k_index_add(const cg_tensor *a, int dim, const cg_tensor *index, const cg_tensor *src)
+{
+    if (!a || !src) {
+        cg_error_null_input("cg_k_index_add");
+        return NULL;
+    }
+    if (!cg_check_f32("index_add", "input", a) || !cg_check_f32("index_add", "source", src))
+        return NULL;
+    cg_tensor *c = index_1d("index_add", index);
+    cg_tensor *out = c ? cg_k_clone(a) : NULL;
+    if (out && !index_add_ids("index_add", out, dim, cg_data_i64(c), cg_numel(c), src)) {
+        cg_release(out);
+        out = NULL;
+    }
+    cg_release(c);
+    return out;
+}
+
+/* dst (float32) += src at ids along dim; op names the caller in messages. */
+static bool index_add_ids(const char *op, cg_tensor *dst, int dim, const int64_t *ids, int64_t n,
                           const cg_tensor *src)
 {
-    if (!cg_check_f32("index_add_", "dst", dst) || !cg_check_f32("index_add_", "src", src))
-        return false;
     if (dst->ndim == 0) {
-        cg_set_error("index_add_: destination must have at least 1 dim (shape [])");
+        cg_set_error("%s: destination must have at least 1 dim (shape [])", op);
         return false;
     }
-    int d = cg_norm_dim("index_add_", dim, dst->ndim);
-    if (d < 0 || !cg_check_writable("index_add_", dst) ||
-        !check_ids("index_add_", dst, dim, d, ids, n))
+    int d = cg_norm_dim(op, dim, dst->ndim);
+    if (d < 0 || !cg_check_writable(op, dst) || !check_ids(op, dst, dim, d, ids, n))
         return false;
     cg_tensor_modified(dst);
     bool shape_ok = src->ndim == dst->ndim;
@@ -391,9 +409,9 @@ static bool index_add_ids(cg_tensor *dst, int dim, const int64_t *ids, int64_t n
         shape_ok = src->shape[k] == (k == d ? n : dst->shape[k]);
     if (!shape_ok) {
         char b1[96], b2[96];
-        cg_set_error("index_add_: source must have the destination's shape with %lld at dim %d "
+        cg_set_error("%s: source must have the destination's shape with %lld at dim %d "
                      "(shapes %s and %s)",
-                     (long long)n, dim, cg_shape_str(dst, b1, sizeof b1),
+                     op, (long long)n, dim, cg_shape_str(dst, b1, sizeof b1),
                      cg_shape_str(src, b2, sizeof b2));
         return false;
     }
@@ -409,7 +427,7 @@ static bool index_add_ids(cg_tensor *dst, int dim, const int64_t *ids, int64_t n
     cg_tensor *w = (start && order && s) ? cg_k_contiguous(dst) : NULL;
     if (!w) {
         if (!start || !order)
-            cg_set_error("index_add_: out of memory");
+            cg_set_error("%s: out of memory", op);
         free(start);
         free(order);
         cg_release(s);
@@ -422,7 +440,7 @@ static bool index_add_ids(cg_tensor *dst, int dim, const int64_t *ids, int64_t n
     {
         int64_t *fill = malloc((size_t)l.S * sizeof(int64_t) + 1);
         if (!fill) {
-            cg_set_error("index_add_: out of memory");
+            cg_set_error("%s: out of memory", op);
             free(start);
             free(order);
             cg_release_all(2, s, w);
@@ -572,26 +590,51 @@ static cg_tensor *gather_ids(const cg_tensor *a, int d, const int64_t *ids, int 
 
 static bool scatter_add_ids(cg_tensor *dst, int d, const int64_t *ids, const cg_tensor *src);
 
-bool cg_k_scatter_add_(cg_tensor *dst, int dim, const cg_tensor *index, const cg_tensor *src)
+/* dst (float32) += src at index along dim; op names the caller. */
+static bool scatter_add_checked(const char *op, cg_tensor *dst, int dim, const cg_tensor *index,
+                                const cg_tensor *src)
 {
-    if (!dst || !src)
-        return cg_error_null_input("cg_k_scatter_add_");
-    cg_tensor *c = index_arg("scatter_add_", "index", index);
+    cg_tensor *c = index_arg(op, "index", index);
     if (!c)
         return false;
     bool ok = false;
     if (!cg_same_shape(c, src)) {
         char b1[96], b2[96];
-        cg_set_error("scatter_add_: index shape %s differs from source shape %s",
+        cg_set_error("%s: index shape %s differs from source shape %s", op,
                      cg_shape_str(c, b1, sizeof b1), cg_shape_str(src, b2, sizeof b2));
     } else {
-        int d = gather_dim("scatter_add_", dim, dst->ndim);
-        ok = d >= 0 && cg_check_writable("scatter_add_", dst) &&
-             check_gather_ids("scatter_add_", dst, dim, d, cg_data_i64(c), src->ndim, src->shape) &&
+        int d = gather_dim(op, dim, dst->ndim);
+        ok = d >= 0 && cg_check_writable(op, dst) &&
+             check_gather_ids(op, dst, dim, d, cg_data_i64(c), src->ndim, src->shape) &&
              scatter_add_ids(dst, d, cg_data_i64(c), src);
     }
     cg_release(c);
     return ok;
+}
+
+bool cg_k_scatter_add_(cg_tensor *dst, int dim, const cg_tensor *index, const cg_tensor *src)
+{
+    if (!dst || !src)
+        return cg_error_null_input("cg_k_scatter_add_");
+    return cg_check_f32("scatter_add_", "dst", dst) && cg_check_f32("scatter_add_", "src", src) &&
+           scatter_add_checked("scatter_add_", dst, dim, index, src);
+}
+
+cg_tensor *cg_k_scatter_add(const cg_tensor *a, int dim, const cg_tensor *index,
+                            const cg_tensor *src)
+{
+    if (!a || !src) {
+        cg_error_null_input("cg_k_scatter_add");
+        return NULL;
+    }
+    if (!cg_check_f32("scatter_add", "input", a) || !cg_check_f32("scatter_add", "source", src))
+        return NULL;
+    cg_tensor *out = cg_k_clone(a);
+    if (out && !scatter_add_checked("scatter_add", out, dim, index, src)) {
+        cg_release(out);
+        out = NULL;
+    }
+    return out;
 }
 
 /* Lines of src along dim d added into dst's at their ids */
@@ -629,8 +672,6 @@ static void scatter_lines(int64_t l0, int64_t l1, int thread, const void *ctx)
 
 static bool scatter_add_ids(cg_tensor *dst, int d, const int64_t *ids, const cg_tensor *src)
 {
-    if (!cg_check_f32("scatter_add_", "dst", dst) || !cg_check_f32("scatter_add_", "src", src))
-        return false;
     cg_tensor_modified(dst);
     int64_t n = cg_numel(src);
     if (n == 0)

@@ -191,6 +191,8 @@ static const op_check op_checks[CG_OP_COUNT] = {
     [CG_OP_CONCAT] = {.by = "test_concat_stack_split"},
     [CG_OP_INDEX_SELECT] = {.by = "test_index_ops"},
     [CG_OP_GATHER] = {.by = "test_index_ops"}, /* and topk: test_ops_misc.c */
+    [CG_OP_INDEX_ADD] = {.by = "test_index_ops"},
+    [CG_OP_SCATTER_ADD] = {.by = "test_index_ops"},
     [CG_OP_ATTENTION] = {.by = "test_attention_fused"},
     [CG_OP_LINEAR] = {.by = "test_affine"},
     [CG_OP_TRIL] = {{{"tril(1)", tril1, DOM_ANY}}},
@@ -786,6 +788,17 @@ static cg_tensor *gather_fn(void *ctx, cg_tensor *const *in)
     return cg_gather(in[0], 1, cg_test_ids_nd(CG_SHAPE(3, 2), ctx));
 }
 
+/* in[0] [5, 3] + in[1] [6, 3] at rows ctx along dim 0 (repeats accumulate) */
+static cg_tensor *index_add_fn(void *ctx, cg_tensor *const *in)
+{
+    return cg_index_add(in[0], 0, cg_test_ids(6, ctx), in[1]);
+}
+/* in[0] [3, 4] + in[1] [3, 2] scattered at ctx [3, 2] along dim 1 */
+static cg_tensor *scatter_add_fn(void *ctx, cg_tensor *const *in)
+{
+    return cg_scatter_add(in[0], 1, cg_test_ids_nd(CG_SHAPE(3, 2), ctx), in[1]);
+}
+
 START_TEST(test_index_ops)
 {
     cg_rng r = cg_rng_new(14);
@@ -800,6 +813,15 @@ START_TEST(test_index_ops)
         cg_tensor *a = input(&r, CG_SHAPE(3, 4), layout, DOM_ANY);
         check(gather_fn, gids, 1, &a, "gather", 0, 0);
         cg_release(a);
+        /* index_add and scatter_add: both inputs, in two layouts each */
+        cg_tensor *ia[2] = {input(&r, CG_SHAPE(5, 3), layout, DOM_ANY),
+                            input(&r, CG_SHAPE(6, 3), (layout + 1) % N_LAYOUTS, DOM_ANY)};
+        check(index_add_fn, ids, 2, ia, "index_add", 0, 0);
+        cg_release_all(2, ia[0], ia[1]);
+        cg_tensor *sa[2] = {input(&r, CG_SHAPE(3, 4), layout, DOM_ANY),
+                            input(&r, CG_SHAPE(3, 2), (layout + 2) % N_LAYOUTS, DOM_ANY)};
+        check(scatter_add_fn, gids, 2, sa, "scatter_add", 0, 0);
+        cg_release_all(2, sa[0], sa[1]);
     }
 }
 END_TEST

@@ -1,5 +1,5 @@
 /* silu, sin, cos, tril, triu, cumsum, topk, argmax, mse_loss,
- * binary_cross_entropy_with_logits, nll_loss: forward values from PyTorch
+ * binary_cross_entropy_with_logits, nll_loss, index_add, scatter_add: forward values from PyTorch
  * 1.13 (computed once with /usr/bin/python3, float32, and stored here), and
  * a gradcheck of topk, mse_loss, bce and nll_loss on contiguous and
  * transposed inputs (the others' gradchecks are in tests/test_grad_ops.c's
@@ -295,6 +295,82 @@ START_TEST(test_topk_scalar)
 }
 END_TEST
 
+/* index_add and scatter_add, out of place: PyTorch 1.13's values (repeated
+ * ids accumulate), the input left as it was, refusals in one line naming
+ * the op and argument, and the same bits forward and backward on 1 and 2
+ * threads at a size that splits the work. */
+START_TEST(test_index_add_scatter_add)
+{
+    cg_tensor *x = xin();
+    const float half[8] = {0, 0.5f, 1, 1.5f, 2, 2.5f, 3, 3.5f}, six[6] = {0, 1, 2, 3, 4, 5};
+    cg_tensor *s2 = cg_from_data(CG_SHAPE(2, 4), half), *s3 = cg_from_data(CG_SHAPE(3, 2), six);
+    cg_tensor *i20 = cg_from_i64(CG_SHAPE(2), (int64_t[]){2, 0});
+    cg_tensor *i33 = cg_from_i64(CG_SHAPE(2), (int64_t[]){3, 3});
+    cg_tensor *sid = cg_from_i64(CG_SHAPE(3, 2), (int64_t[]){1, 1, 0, 3, 2, 2});
+    expect(cg_index_add(x, 0, i20, s2),
+           (const float[]){0, 2, 3, 3.75f, 1, 3, -1.5f, 0.75f, 0.5f, 0.25f, 3, -1.5f},
+           "index_add dim 0");
+    expect(cg_index_add(x, -1, i33, s3),
+           (const float[]){-2, -0.5f, 0, 1.25f, 1, 3, -1.5f, 5.75f, 0.5f, -0.25f, 2, 6},
+           "index_add dim 1, repeated");
+    expect(cg_scatter_add(x, 1, sid, s3),
+           (const float[]){-2, 0.5f, 0, 0.25f, 3, 3, -1.5f, 3.75f, 0.5f, -0.25f, 11, -3},
+           "scatter_add dim 1");
+    CG_ASSERT_TENSOR(x, X, 0, 0); /* not written */
+    ck_assert_int_eq(cg_version(x), 0);
+
+    cg_tensor *xb = cg_to(x, CG_BF16), *i32 = cg_to(i20, CG_I32);
+    CG_ASSERT_FAILS(cg_index_add(xb, 0, i20, s2), "index_add: argument 'input' is bfloat16");
+    CG_ASSERT_FAILS(cg_index_add(x, 0, i20, xb), "index_add: argument 'source' is bfloat16");
+    CG_ASSERT_FAILS(cg_index_add(x, 0, i32, s2), "index_add: argument 'index' is int32");
+    CG_ASSERT_FAILS(cg_index_add(x, 0, i20, s3),
+                    "index_add: source must have the destination's "
+                    "shape with 2 at dim 0 (shapes [3, 4] and [3, 2])");
+    CG_ASSERT_FAILS(cg_index_add(x, 0, i33, s2), "index_add: id 3 at position 0 is out of range");
+    CG_ASSERT_FAILS(cg_index_add(x, 0, sid, s2), "index_add: index must be 0-d or 1-d");
+    CG_ASSERT_FAILS(cg_index_add(x, 2, i20, s2), "dim 2");
+    CG_ASSERT_REFUSED(!cg_index_add(NULL, 0, i20, s2), "cg_k_index_add: input is NULL");
+    CG_ASSERT_FAILS(cg_scatter_add(xb, 1, sid, s3), "scatter_add: argument 'input' is bfloat16");
+    CG_ASSERT_FAILS(cg_scatter_add(x, 1, i20, s3), "scatter_add: index shape [2] differs from "
+                                                   "source shape [3, 2]");
+    CG_ASSERT_FAILS(cg_scatter_add(x, 0, sid, s3),
+                    "scatter_add: id 3 at position 3 is out of range");
+    cg_release_all(8, x, s2, s3, i20, i33, sid, xb, i32);
+
+    /* 1 and 2 threads: the same bits, forward and both gradients */
+    enum { ROWS = 512, D = 96, NSRC = 1500 };
+    cg_rng r = cg_rng_new(3);
+    int64_t *ids = malloc(NSRC * sizeof *ids);
+    for (int i = 0; i < NSRC; i++)
+        ids[i] = (int64_t)cg_rng_below(&r, ROWS / 4); /* many repeats a row */
+    cg_tensor *idx = cg_from_i64(CG_SHAPE(NSRC), ids);
+    float *got[2][3];
+    for (int nt = 1; nt <= 2; nt++) {
+        cg_set_num_threads(nt);
+        cg_rng rr = cg_rng_new(5);
+        cg_tensor *a = cg_requires_grad(cg_randn(&rr, CG_SHAPE(ROWS, D)), true);
+        cg_tensor *src = cg_requires_grad(cg_randn(&rr, CG_SHAPE(NSRC, D)), true);
+        cg_tensor *w = cg_randn(&rr, CG_SHAPE(ROWS, D));
+        cg_tensor *y = cg_index_add(a, 0, idx, src), *yw = cg_mul(y, w), *l = cg_sum_all(yw);
+        ck_assert_msg(l && cg_backward(l, NULL, false), "%s", cg_last_error());
+        got[nt - 1][0] = cg_test_values(y);
+        got[nt - 1][1] = cg_test_values(cg_grad(a));
+        got[nt - 1][2] = cg_test_values(cg_grad(src));
+        cg_release_all(6, a, src, w, y, yw, l);
+    }
+    cg_set_num_threads(0);
+    const int64_t n[3] = {ROWS * D, ROWS * D, NSRC * D};
+    for (int k = 0; k < 3; k++) {
+        ck_assert_msg(!memcmp(got[0][k], got[1][k], (size_t)n[k] * sizeof(float)),
+                      "index_add: output %d differs between 1 and 2 threads", k);
+        free(got[0][k]);
+        free(got[1][k]);
+    }
+    free(ids);
+    cg_release(idx);
+}
+END_TEST
+
 /* binary_cross_entropy_with_logits at an infinite logit is the loss's
  * limit, as PyTorch's (1 - y) x + max(-x, 0) + log1p(exp(-|x|)) gives for
  * x = +inf, y < 1: +inf. max(x, 0) - x y made inf - inf = NaN there (and
@@ -398,6 +474,7 @@ static Suite *misc_suite(void)
     tcase_add_test(tc, test_topk_scalar);
     tcase_add_test(tc, test_bce_infinite_logits);
     tcase_add_test(tc, test_tril_cumsum_dtypes);
+    tcase_add_test(tc, test_index_add_scatter_add);
     suite_add_tcase(s, tc);
     return s;
 }

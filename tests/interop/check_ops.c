@@ -290,6 +290,10 @@ static bool nn_op(const char *op, cg_tensor **x, int n, const cJSON *a, cg_tenso
         *out = cg_index_select(x[0], ai(a, "dim"), x[1]);
     else if (!strcmp(op, "gather"))
         *out = cg_gather(x[0], ai(a, "dim"), x[1]);
+    else if (!strcmp(op, "index_add"))
+        *out = cg_index_add(x[0], ai(a, "dim"), x[1], x[2]);
+    else if (!strcmp(op, "scatter_add"))
+        *out = cg_scatter_add(x[0], ai(a, "dim"), x[1], x[2]);
     else if (!strcmp(op, "concat"))
         *out = cg_concat(x, n, ai(a, "dim"));
     else if (!strcmp(op, "stack"))

@@ -680,6 +680,40 @@ def gen_index(rng):
                  doc="" if dt == "float32" else "gather takes float32 (docs/api.md table)")
 
 
+def gen_index_add(rng):
+    """index_add and scatter_add (out of place, differentiable in the input
+    and the source); after the others so that their cases stay as they
+    were."""
+    for _ in range(30):
+        shape = rshape(rng, 1, 3, 0.05)
+        dim = rng.randrange(-len(shape), len(shape))
+        n = rng.choice([0, 1, 3, 6])
+        sshape = list(shape)
+        sshape[dim] = n
+        dt = rng.choice(["float32", "float32", "float32", rng.choice(ALL)])
+        idx = ids(rng, [] if n == 1 and rng.random() < 0.2 else [n], shape[dim], 0.08)
+        if idx.dim() == 0:
+            sshape[dim] = 1
+        if rng.random() < 0.1:  # a source of the wrong size
+            sshape[dim] += 1
+        xs = [inp(rng, shape, dt), (idx, [], False), inp(rng, sshape, dt)]
+        add_case("index_add", xs, {"dim": dim},
+                 lambda x, a: torch.index_add(x[0], a["dim"], x[1], x[2]),
+                 doc="" if dt == "float32" else "index_add takes float32 (docs/api.md table)")
+    for _ in range(30):
+        shape = rshape(rng, 1, 3, 0.05)
+        nd = len(shape)
+        dim = rng.randrange(-nd, nd)
+        ishape = [rng.randint(0, s) for s in shape]
+        ishape[dim] = rng.choice([0, 1, 2, 4])
+        dt = rng.choice(["float32", "float32", "float32", rng.choice(ALL)])
+        idx = ids(rng, ishape, shape[dim], 0.08)
+        xs = [inp(rng, shape, dt), (idx, [], False), inp(rng, ishape, dt)]
+        add_case("scatter_add", xs, {"dim": dim},
+                 lambda x, a: torch.scatter_add(x[0], a["dim"], x[1], x[2]),
+                 doc="" if dt == "float32" else "scatter_add takes float32 (docs/api.md table)")
+
+
 # -------------------------------------------------------------- tril/triu
 def gen_tri(rng):
     for name in ("tril", "triu"):
@@ -867,7 +901,7 @@ def main(out):
     rng = R
     for gen in (gen_unary, gen_binary, gen_compare, gen_select_ops, gen_reduce, gen_matmul,
                 gen_softmax, gen_views, gen_join, gen_index, gen_tri, gen_losses, gen_norms,
-                gen_nn):
+                gen_nn, gen_index_add):
         gen(rng)
     save(f"{out}/op_cases.safetensors", TENSORS,
          {"cases": json.dumps(CASES, separators=(",", ":"))})
