@@ -150,6 +150,12 @@ cg_tensor *cg_ge_scalar(const cg_tensor *a, double v);
 cg_tensor *cg_logical_and(const cg_tensor *a, const cg_tensor *b);
 cg_tensor *cg_logical_or(const cg_tensor *a, const cg_tensor *b);
 cg_tensor *cg_logical_not(const cg_tensor *a);
+/* torch.nonzero(a) (as_tuple=False): the coordinates of a's nonzero
+ * elements (NaN and true included), an int64 tensor [count, ndim] in
+ * row-major order; a of any dtype and layout (0-d: [0 or 1, 0]). Column k
+ * is torch.where(a)[k]: cg_select(cg_nonzero(mask), 1, k), e.g. the tokens
+ * routed to an expert (an index for cg_index_select and cg_index_add). */
+cg_tensor *cg_nonzero(const cg_tensor *a);
 
 /* --------------------------------------------------------- reductions */
 /* Reduce over ndims dims listed in dims (negative allowed; duplicates are an

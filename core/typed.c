@@ -403,3 +403,29 @@ cg_tensor *cg_ge_scalar(const cg_tensor *a, double v) { return compare_scalar(CM
 cg_tensor *cg_logical_and(const cg_tensor *a, const cg_tensor *b) { return compare(LOG_AND, a, b); }
 cg_tensor *cg_logical_or(const cg_tensor *a, const cg_tensor *b) { return compare(LOG_OR, a, b); }
 cg_tensor *cg_logical_not(const cg_tensor *a) { return compare(LOG_NOT, a, NULL); }
+
+cg_tensor *cg_nonzero(const cg_tensor *a)
+{
+    if (!a) {
+        cg_error_null_input("nonzero");
+        return NULL;
+    }
+    cg_tensor *t = compare_scalar(CMP_NE, a, 0); /* bool, contiguous, a's shape */
+    const bool *p = t ? cg_data_bool(t) : NULL;
+    int64_t n = t ? cg_numel(t) : 0, count = 0;
+    for (int64_t i = 0; i < n; i++)
+        count += p[i];
+    cg_tensor *out = t ? cg_empty_dtype(CG_I64, 2, (int64_t[]){count, a->ndim}) : NULL;
+    int64_t *o = out ? cg_data_i64(out) : NULL;
+    for (int64_t i = 0; o && i < n; i++) {
+        if (!p[i])
+            continue;
+        for (int64_t k = a->ndim - 1, rem = i; k >= 0; k--) { /* row-major coordinates */
+            o[k] = rem % a->shape[k];
+            rem /= a->shape[k];
+        }
+        o += a->ndim;
+    }
+    cg_release(t);
+    return out;
+}

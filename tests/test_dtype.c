@@ -401,6 +401,35 @@ START_TEST(test_comparisons_and_logic)
 }
 END_TEST
 
+/* torch.nonzero: coordinates of the nonzero elements in row-major order,
+ * int64 [count, ndim], for every dtype and layout (NaN counts, -0 does
+ * not); a 0-d input gives [1, 0] or [0, 0]; torch.where(top_i == e) of a
+ * mixture of experts is its columns. */
+START_TEST(test_nonzero)
+{
+    cg_tensor *top_i = cg_from_i64(CG_SHAPE(3, 2), (int64_t[]){2, 0, 1, 2, 0, 1});
+    cg_tensor *is2 = cg_eq_scalar(top_i, 2), *hit = cg_nonzero(is2);
+    ck_assert_msg(hit && hit->dtype == CG_I64, "%s", cg_last_error());
+    ck_assert(hit->ndim == 2 && hit->shape[0] == 2 && hit->shape[1] == 2);
+    ck_assert(!memcmp(cg_data_i64(hit), (int64_t[]){0, 0, 1, 1}, 4 * sizeof(int64_t)));
+    cg_tensor *f = cg_from_data(CG_SHAPE(2, 3), (float[]){0, NAN, -0.0f, 3, 0, 1e-30f});
+    cg_tensor *ft = cg_transpose(f, 0, 1); /* [3, 2]: 0 3 / NaN 0 / -0 1e-30 */
+    cg_tensor *fb = cg_to(f, CG_BF16), *nf = cg_nonzero(ft), *nb = cg_nonzero(fb);
+    ck_assert(nf && nf->shape[0] == 3 && nf->shape[1] == 2);
+    ck_assert(!memcmp(cg_data_i64(nf), (int64_t[]){0, 1, 1, 0, 2, 1}, 6 * sizeof(int64_t)));
+    ck_assert(nb && nb->shape[0] == 3); /* PyTorch: [[0, 1], [1, 0], [1, 2]] */
+    ck_assert(!memcmp(cg_data_i64(nb), (int64_t[]){0, 1, 1, 0, 1, 2}, 6 * sizeof(int64_t)));
+    cg_tensor *z = cg_zeros(CG_SHAPE(4, 0)), *two = cg_scalar(2), *zero = cg_scalar(0);
+    cg_tensor *e = cg_nonzero(z), *one = cg_nonzero(two), *none = cg_nonzero(zero);
+    ck_assert(e && e->shape[0] == 0 && e->shape[1] == 2);
+    ck_assert(one && one->shape[0] == 1 && one->shape[1] == 0);
+    ck_assert(none && none->shape[0] == 0 && none->shape[1] == 0);
+    CG_ASSERT_REFUSED(cg_nonzero(NULL) == NULL, "nonzero: input is NULL");
+    cg_release_all(10, top_i, is2, hit, f, ft, fb, nf, nb, z, two);
+    cg_release_all(4, zero, e, one, none);
+}
+END_TEST
+
 START_TEST(test_where_masked_fill_any_dtype)
 {
     int64_t ids[] = {4, 5, 6};
@@ -541,6 +570,7 @@ static Suite *dtype_suite(void)
     tcase_add_test(tc, test_views_copies_fill);
     tcase_add_test(tc, test_printing);
     tcase_add_test(tc, test_comparisons_and_logic);
+    tcase_add_test(tc, test_nonzero);
     tcase_add_test(tc, test_where_masked_fill_any_dtype);
     tcase_add_test(tc, test_float_ops_refuse_integers);
     tcase_add_test(tc, test_bf16_math_promotes);

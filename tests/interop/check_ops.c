@@ -188,6 +188,8 @@ static bool reduce(const char *op, cg_tensor *x, const cJSON *a, cg_tensor **out
         return out[0] && out[1];
     } else if (!strcmp(op, "argmax"))
         out[0] = cg_argmax(x, ai(a, "dim"), keep);
+    else if (!strcmp(op, "nonzero"))
+        out[0] = cg_nonzero(x);
     else if (!strcmp(op, "topk")) {
         *nout = 2;
         out[0] = cg_topk(x, ai64(a, "k"), ai(a, "dim"), ai(a, "largest"), &out[1]);

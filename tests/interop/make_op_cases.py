@@ -682,8 +682,8 @@ def gen_index(rng):
 
 def gen_index_add(rng):
     """index_add and scatter_add (out of place, differentiable in the input
-    and the source); after the others so that their cases stay as they
-    were."""
+    and the source), and nonzero; after the others so that their cases stay
+    as they were."""
     for _ in range(30):
         shape = rshape(rng, 1, 3, 0.05)
         dim = rng.randrange(-len(shape), len(shape))
@@ -712,6 +712,11 @@ def gen_index_add(rng):
         add_case("scatter_add", xs, {"dim": dim},
                  lambda x, a: torch.scatter_add(x[0], a["dim"], x[1], x[2]),
                  doc="" if dt == "float32" else "scatter_add takes float32 (docs/api.md table)")
+    for _ in range(20):
+        x = inp(rng, rshape(rng, 0, 4), rng.choice(ALL), "normal", 0.3, grad=False)
+        if x[0].is_floating_point() and rng.random() < 0.5:  # many zeros
+            x = (x[0] * (torch.rand(x[0].shape) < 0.5), x[1], False)
+        add_case("nonzero", [x], {}, lambda x, a: torch.nonzero(x[0]), exact=True)
 
 
 # -------------------------------------------------------------- tril/triu
