@@ -501,16 +501,7 @@ cg_tensor *cg_concat(cg_tensor *const *ts, int n_in, int dim)
 
 cg_tensor *cg_stack(cg_tensor *const *ts, int n, int dim)
 {
-    if (n < 1 || !ts) {
-        cg_set_error(!ts ? "stack: NULL array of tensors" : "stack: need at least one tensor");
-        return NULL;
-    }
-    for (int i = 0; i < n; i++)
-        if (!ts[i]) {
-            cg_error_null_input("cg_stack");
-            return NULL;
-        }
-    int d = cg_norm_dim("stack", dim, ts[0]->ndim + 1);
+    const int d = cg_k_stack_dim(ts, n, dim); /* else concat's message, on unsqueezed shapes */
     if (d < 0)
         return NULL;
     cg_tensor **u = calloc((size_t)n, sizeof *u);

@@ -533,6 +533,10 @@ bool cg_k_attention_backward(const cg_tensor *q, const cg_tensor *k, const cg_te
 /* ---------------------------------------------------------- shape ops */
 cg_tensor *cg_k_concat(cg_tensor *const *ts, int n, int dim);
 cg_tensor *cg_k_stack(cg_tensor *const *ts, int n, int dim);
+/* A stack's check (cg_k_stack's and the graph's cg_stack): n >= 1
+ * tensors, none NULL, all of one shape, below CG_MAX_DIMS dims, dim in
+ * range for the result. Returns dim counted from 0, or -1 + error. */
+int cg_k_stack_dim(cg_tensor *const *ts, int n, int dim);
 /* Split into pieces of the given sizes along dim (sum must equal the dim
  * size); out[i] receive views. Returns false on error. */
 bool cg_k_split(const cg_tensor *a, int dim, int n, const int64_t *sizes, cg_tensor **out);

@@ -100,37 +100,44 @@ cg_tensor *cg_k_concat(cg_tensor *const *ts, int n, int dim)
 }
 
 /* -------------------------------------------------------------- stack */
-cg_tensor *cg_k_stack(cg_tensor *const *ts, int n, int dim)
+int cg_k_stack_dim(cg_tensor *const *ts, int n, int dim)
 {
     if (!ts || n < 1) {
         if (!ts)
             cg_set_error("stack: NULL array of tensors");
         else
             cg_set_error("stack: need at least one tensor (got %d)", n);
-        return NULL;
+        return -1;
     }
     for (int i = 0; i < n; i++)
-        if (!ts[i]) {
-            cg_error_null_input("stack");
-            return NULL;
-        }
+        if (!ts[i])
+            return cg_error_null_input("stack"), -1;
     const cg_tensor *t0 = ts[0];
     if (t0->ndim >= CG_MAX_DIMS) {
         cg_set_error("stack: tensors already have the maximum of %d dims", CG_MAX_DIMS);
-        return NULL;
+        return -1;
     }
     int d = cg_norm_dim("stack", dim, t0->ndim + 1);
     if (d < 0)
-        return NULL;
+        return -1;
     for (int i = 1; i < n; i++) {
         if (!cg_same_shape(ts[i], t0)) {
             char b1[96], b2[96];
             cg_set_error("stack: all tensors must have the same shape; tensor %d differs "
                          "(shapes %s and %s)",
                          i, cg_shape_str(t0, b1, sizeof b1), cg_shape_str(ts[i], b2, sizeof b2));
-            return NULL;
+            return -1;
         }
     }
+    return d;
+}
+
+cg_tensor *cg_k_stack(cg_tensor *const *ts, int n, int dim)
+{
+    const int d = cg_k_stack_dim(ts, n, dim);
+    if (d < 0)
+        return NULL;
+    const cg_tensor *t0 = ts[0];
     int64_t shape[CG_MAX_DIMS];
     for (int k = 0, s = 0; k <= t0->ndim; k++)
         shape[k] = k == d ? (int64_t)n : t0->shape[s++];

@@ -271,6 +271,14 @@ START_TEST(test_new_user_refusals)
     /* NULL arrays get words that say so */
     CG_ASSERT_REFUSED(!cg_concat(NULL, 2, 0), "NULL");
     CG_ASSERT_REFUSED(!cg_stack(NULL, 2, 0), "NULL");
+    /* said "concat: tensor 1 does not match tensor 0 outside dim 0 (shapes
+     * [1, 2, 3] and [1, 3, 2])": another op, and shapes the user never made */
+    cg_tensor *xt = cg_transpose(x, 0, 1);
+    CG_ASSERT_REFUSED(!cg_stack((cg_tensor *[]){x, xt}, 2, 0),
+                      "stack: all tensors must have the same shape; tensor 1 differs (shapes "
+                      "[2, 3] and [3, 2])");
+    CG_ASSERT_REFUSED(!cg_stack((cg_tensor *[]){x, x}, 2, 3), "stack: dim 3");
+    cg_release(xt);
     CG_ASSERT_REFUSED(!cg_cross_entropy(x, NULL, -100, 0), "'targets' is NULL");
     CG_ASSERT_REFUSED(!cg_embedding(x, NULL), "'ids' is NULL");
     /* said "for a tensor with 3 dims" of a 2-D tensor */
