@@ -643,6 +643,17 @@ def ids(rng, shape, hi, bad=0.0):
     return t
 
 
+def gather_shapes(rng):
+    """An input's shape, a dim and an index's shape for gather and
+    scatter_add: the index no larger than the input but along dim."""
+    shape = rshape(rng, 1, 3, 0.05)
+    nd = len(shape)
+    dim = rng.randrange(-nd, nd)
+    ishape = [rng.randint(0, s) for s in shape]
+    ishape[dim] = rng.choice([0, 1, 2, 4])
+    return shape, dim, ishape
+
+
 def gen_index(rng):
     for _ in range(35):
         shape = rshape(rng, 1, 3, 0.05)
@@ -663,11 +674,7 @@ def gen_index(rng):
         add_case("embedding", [table, (idx, [], False)], {}, lambda x, a: F.embedding(x[1], x[0]),
                  exact=True)
     for _ in range(35):
-        shape = rshape(rng, 1, 3, 0.05)
-        nd = len(shape)
-        dim = rng.randrange(-nd, nd)
-        ishape = [rng.randint(0, s) for s in shape]
-        ishape[dim] = rng.choice([0, 1, 2, 4])
+        shape, dim, ishape = gather_shapes(rng)
         dt = rng.choice(["float32", "float32", rng.choice(ALL)])
         idx = ids(rng, ishape, shape[dim], 0.08)
         base, v = layout(ishape, rng)
@@ -701,11 +708,7 @@ def gen_index_add(rng):
                  lambda x, a: torch.index_add(x[0], a["dim"], x[1], x[2]),
                  doc="" if dt == "float32" else "index_add takes float32 (docs/api.md table)")
     for _ in range(30):
-        shape = rshape(rng, 1, 3, 0.05)
-        nd = len(shape)
-        dim = rng.randrange(-nd, nd)
-        ishape = [rng.randint(0, s) for s in shape]
-        ishape[dim] = rng.choice([0, 1, 2, 4])
+        shape, dim, ishape = gather_shapes(rng)
         dt = rng.choice(["float32", "float32", "float32", rng.choice(ALL)])
         idx = ids(rng, ishape, shape[dim], 0.08)
         xs = [inp(rng, shape, dt), (idx, [], False), inp(rng, ishape, dt)]
