@@ -1676,7 +1676,12 @@ cg_bf16_matrix *cg_bf16_matrix_new(int64_t n, int64_t k, const float *w, int64_t
     cg_bf16_matrix *m = malloc(sizeof *m);
     const int64_t kp = (k + 1) / 2, npanel = (n + MR - 1) / MR;
     const size_t bytes = (size_t)(npanel * kp * MR) * sizeof(uint32_t);
-    uint32_t *p = m ? aligned_alloc(64, (bytes + 63) / 64 * 64) : NULL;
+    /* from the tensors' caching allocator (core/alloc.c): the cache packs
+     * every weight again after each optimizer step, the same sizes each
+     * time, and glibc mapped and unmapped the large ones every step (11,700
+     * page faults a seq2seq paper step) while the heap's layout decided
+     * where the rest went, and with it the peak */
+    uint32_t *p = m ? cg_alloc(bytes) : NULL;
     if (!p) {
         free(m);
         cg_set_error("bf16 matrix: out of memory for %lld x %lld", (long long)n, (long long)k);
@@ -1696,7 +1701,7 @@ cg_bf16_matrix *cg_bf16_matrix_new(int64_t n, int64_t k, const float *w, int64_t
 void cg_bf16_matrix_free(cg_bf16_matrix *m)
 {
     if (m)
-        free(m->p);
+        cg_free(m->p);
     free(m);
 }
 
