@@ -178,6 +178,46 @@ static inline float ew_expf_normal(float x)
     return i2f(f2i(p) + k * (1 << 23));
 }
 
+/* GELU, tanh form: x sigmoid(z) with z = 2u, u = K (x + C x^3), K = sqrt(2/pi)
+ * (0.5 x (1 + tanh u) = x sigmoid(2u) exactly; the sigmoid form does not
+ * cancel for negative x). One text for z of a float and of a v16f. */
+#define GELU_K 0.7978845608028654f
+#define GELU_C 0.044715f
+#define EW_GELU_Z(x) (2.0f * (GELU_K * ((x) + GELU_C * ((x) * (x) * (x)))))
+/* |x| <= 8 (no NaN) puts |z| under 2 K (8 + 512 C) < 50: in ew_expf_normal's range */
+#define EW_GELU_NORMAL_MAX 8.0f
+
+/* Whether every lane of x has |x| <= EW_GELU_NORMAL_MAX (no NaN) */
+static inline __attribute__((always_inline)) bool ew_gelu16_normal(v16f x)
+{
+    const v16f ax = (v16f)((v16u)x & 0x7fffffffu);
+    const v16i out = ~(ax <= (v16f){0} + EW_GELU_NORMAL_MAX);
+    v16i any = out;
+    int32_t o[16];
+    memcpy(o, &any, sizeof o);
+    int32_t r = 0;
+    for (int l = 0; l < 16; l++)
+        r |= o[l];
+    return r == 0;
+}
+
+/* The tanh-form GELU of 16 lanes, each lane's bits those of
+ * core/elementwise.c's scalar f_gelu_of (the same IEEE operations in the
+ * same order): sigmoid(z) from e = exp(-|z|) as 1 / (1 + e), or e / (1 + e)
+ * for z < 0. normal (ew_gelu16_normal): the exp without its clamps, the
+ * same bits. The linear layers' fused activation (cg_k_act_run) and the
+ * bf16 kernels' write-out (core/gemm_bf16.c) run here. */
+static inline __attribute__((always_inline)) v16f ew_gelu16(v16f x, bool normal)
+{
+    const v16f z = EW_GELU_Z(x);
+    const v16f nz = (v16f)((v16u)z | 0x80000000u); /* -|z| */
+    const v16f e = normal ? ew_expf16_normal(nz) : ew_expf16(nz);
+    const v16f one = (v16f){0} + 1.0f;
+    const v16f s = one / (one + e), es = e * s;
+    const v16i pos = z >= (v16f){0};
+    return x * (v16f)((pos & (v16i)s) | (~pos & (v16i)es));
+}
+
 /* The lane-wise maximum of a and b, a kept unless b > a (a NaN in b never
  * wins). */
 static inline __attribute__((always_inline)) v16f max16_lanes(v16f a, v16f b)

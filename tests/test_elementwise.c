@@ -780,6 +780,48 @@ static bool same_or_nan(float a, float b)
     return (a != a && b != b) || !memcmp(&a, &b, sizeof a);
 }
 
+/* ew_gelu16 (the 16-lane GELU of cg_k_gelu's contiguous runs and of the
+ * bf16 kernels' write-out) gives the scalar expression's bits in every
+ * lane: 2^20 values spread over [-60, 60] and the special ones, read
+ * through a strided view (the scalar loop); with normal where every lane
+ * is within EW_GELU_NORMAL_MAX, which ew_gelu16_normal says exactly. */
+START_TEST(test_gelu16_bits)
+{
+    const int64_t n = (1 << 20) + 16;
+    const float special[] = {NAN,   -NAN,  INFINITY, -INFINITY, 0.0f,    -0.0f, 8.0f,   -8.0f,
+                             8.01f, 1e10f, -1e10f,   1e-40f,    -1e-40f, 30.0f, -30.0f, 0.5f};
+    cg_tensor *x = cg_empty(CG_SHAPE(n, 2));
+    for (int64_t i = 0; i < n; i++) {
+        const float v =
+            i < (1 << 20) ? -60.0f + 120.0f * (float)i / (float)(1 << 20) : special[i - (1 << 20)];
+        cg_data(x)[2 * i] = v;
+        cg_data(x)[2 * i + 1] = 0.0f;
+    }
+    cg_tensor *col = cg_view_slice(x, 1, 0, 1, 1), *ref = cg_k_gelu(col); /* strided: scalar */
+    ck_assert(ref && cg_numel(ref) == n);
+    int64_t normal_blocks = 0;
+    for (int64_t i = 0; i < n; i += 16) {
+        v16f v;
+        bool within = true;
+        for (int l = 0; l < 16; l++) {
+            v[l] = cg_data(x)[2 * (i + l)];
+            within = within && fabsf(v[l]) <= EW_GELU_NORMAL_MAX;
+        }
+        ck_assert_int_eq(ew_gelu16_normal(v), within);
+        normal_blocks += within;
+        for (int pass = 0; pass < 1 + within; pass++) {
+            const v16f g = ew_gelu16(v, pass == 1);
+            for (int l = 0; l < 16; l++)
+                ck_assert_msg(same_or_nan(g[l], cg_data(ref)[i + l]),
+                              "ew_gelu16(%.9g, normal %d) = %.9g, the scalar %.9g", v[l], pass,
+                              g[l], cg_data(ref)[i + l]);
+        }
+    }
+    ck_assert_int_gt(normal_blocks, 8000); /* [-8, 8] of the spread */
+    cg_release_all(3, x, col, ref);
+}
+END_TEST
+
 /* Every row's kernels give the bits of its expression on contiguous
  * tensors too, where a row may run its own kernel (GELU's takes the fast
  * exp in blocks whose |x| <= 8): the same values through a transposed view
@@ -825,6 +867,7 @@ static Suite *elementwise_suite(void)
         {"unary_rows", test_unary_rows},
         {"unary", test_unary_layouts},
         {"unary_rows_contiguous_bits", test_unary_rows_contiguous_bits},
+        {"gelu16_bits", test_gelu16_bits},
         {"binary", test_binary_layouts},
         {"broadcast", test_binary_broadcast},
         {"where", test_where},
