@@ -78,6 +78,7 @@
 #include "core/gemm_internal.h"
 #include "core/shares.h"
 #include "core/tensor.h"
+#include "core/vmath.h"
 
 enum { MR = CG_BF16_MR, NR = 12, NR_AMX = 32 };
 /* k block (elements, even), m block (rows of A) and n block (columns of B):
@@ -639,7 +640,22 @@ typedef struct {
     float alpha, beta;
     const float *bias;
     int64_t rs, cs;
+    /* a whole tile's write-out of the product's epilogue (see
+     * cg_gemm_epilogue's wo; tile_whole), or NULL; with pre16 and out16
+     * at the tile's first element */
+    const cg_gemm_epilogue *wo;
+    uint16_t *pre16, *out16;
 } tile_out;
+
+/* Whether the native kernel writes its tile (mr x nr of a tile of nru
+ * columns) straight from its registers: a whole tile of a column-stored C
+ * with no bias or one per row of the tile. The epilogue's write-out
+ * (tile_out's wo) is taken only there. */
+static inline bool tile_whole(int64_t mr, int64_t nr, int64_t nru, int64_t rsc, const float *bias,
+                              int64_t brs)
+{
+    return mr == MR && nr == nru && rsc == 1 && (!bias || brs == 1);
+}
 
 /* Write an accumulated tile t (column-major, ld MR) into C:
  * C = alpha t + beta C, or alpha t + bias. alpha t + bias has the bits of
@@ -686,6 +702,46 @@ BF16_TARGET static inline __attribute__((always_inline)) void store_column(
     _mm512_storeu_ps(cj + 16, r1);
 }
 
+/* 16 values of C's column as the epilogue's write-out leaves them (see
+ * cg_gemm_epilogue's wo): v rounded into pre16, act(v) into C at c and
+ * rounded into out16 (the roundings cg_bf16_round_run's) */
+BF16_TARGET static inline __attribute__((always_inline)) void write_out16(__m512 v, int act,
+                                                                          float *c, uint16_t *pre16,
+                                                                          uint16_t *out16)
+{
+    if (pre16)
+        _mm256_storeu_si256((__m256i *)pre16, (__m256i)_mm512_cvtneps_pbh(v));
+    if (act == CG_GEMM_WO_RELU) /* v > 0 or NaN kept */
+        v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_NLE_UQ), v);
+    else if (act == CG_GEMM_WO_GELU)
+        v = (__m512)ew_gelu16((v16f)v, ew_gelu16_normal((v16f)v));
+    _mm512_storeu_ps(c, v);
+    if (out16)
+        _mm256_storeu_si256((__m256i *)out16, (__m256i)_mm512_cvtneps_pbh(v));
+}
+
+/* store_column with the epilogue's write-out o->wo (pre16 and out16 at
+ * the tile's first element, column j's at j csc) */
+BF16_TARGET static inline __attribute__((always_inline)) void store_column_wo(
+    __m512 v0, __m512 v1, __m512 va, __m512 vb, float beta, const float *bias, float *c, int64_t j,
+    int64_t csc, const tile_out *o)
+{
+    float *cj = c + j * csc;
+    __m512 r0 = _mm512_mul_ps(va, v0), r1 = _mm512_mul_ps(va, v1);
+    if (bias) {
+        r0 = _mm512_add_ps(r0, _mm512_loadu_ps(bias));
+        r1 = _mm512_add_ps(r1, _mm512_loadu_ps(bias + 16));
+    } else if (beta != 0.0f) {
+        r0 = _mm512_add_ps(r0, _mm512_mul_ps(vb, _mm512_loadu_ps(cj)));
+        r1 = _mm512_add_ps(r1, _mm512_mul_ps(vb, _mm512_loadu_ps(cj + 16)));
+    }
+    uint16_t *p16 = o->pre16 ? o->pre16 + j * csc : NULL;
+    uint16_t *o16 = o->out16 ? o->out16 + j * csc : NULL;
+    const int act = o->wo->act;
+    write_out16(r0, act, cj, p16, o16);
+    write_out16(r1, act, cj + 16, p16 ? p16 + 16 : NULL, o16 ? o16 + 16 : NULL);
+}
+
 /* kp k-pairs of an A panel times the first nru columns of a B panel, into
  * C (mr x nr of the tile, nr <= nru). nru is a constant at every call
  * (kernel_native's switch), so the loops over columns unroll; a column's
@@ -718,10 +774,15 @@ BF16_TARGET static inline __attribute__((always_inline)) void kernel_native_n(
             acc[j][1] = _mm512_dpbf16_ps(acc[j][1], a1, bj);
         }
     }
-    /* whole tiles of a column-stored C, with no bias or one per row of the
-     * tile: straight from the registers */
-    if (mr == MR && nr == nru && rsc == 1 && (!bias || brs == 1)) {
+    /* whole tiles: straight from the registers, with the epilogue's
+     * write-out where the driver gave it */
+    if (tile_whole(mr, nr, nru, rsc, bias, brs)) {
         const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+        if (o->wo) {
+            for (int j = 0; j < nru; j++)
+                store_column_wo(acc[j][0], acc[j][1], va, vb, beta, bias, c, j, csc, o);
+            return;
+        }
 #pragma GCC unroll 12
         for (int j = 0; j < nru; j++) {
             store_column(acc[j][0], acc[j][1], va, vb, beta, bias, c + j * csc);
@@ -1453,7 +1514,14 @@ static void panel_times_rows(const product *p, int64_t ic, int64_t mc, int64_t j
     const int64_t kp = (kc + 1) / 2;
     const bool first = pc == 0, bias = first && p->bias;
     const bool last = p->pre.epi && pc + kc == p->k; /* the tiles are final: the epilogue */
-    tile_out o = {p->alpha, first ? (bias ? 0.0f : p->beta) : 1.0f, NULL, p->rsbias, p->csbias};
+    tile_out o = {
+        p->alpha, first ? (bias ? 0.0f : p->beta) : 1.0f, NULL, p->rsbias, p->csbias, NULL, NULL,
+        NULL};
+    /* the native kernel writes the epilogue itself on the block's whole
+     * tiles (fn then runs on the rows of a partial last one only) */
+    const cg_gemm_epilogue *e = p->pre.epi;
+    const bool wo = last && e->wo && p->kind == CG_BF16_NATIVE &&
+                    tile_whole(MR, nr, NR, p->rsc, bias ? p->bias : NULL, p->rsbias);
     uint32_t tail[NR_AMX * 16] __attribute__((aligned(64)));
     amx_b b = {bp, (size_t)round16(kp) * sizeof(uint32_t), INT64_MAX, NULL};
     if (!bp && p->kind == CG_BF16_AMX)
@@ -1462,6 +1530,14 @@ static void panel_times_rows(const product *p, int64_t ic, int64_t mc, int64_t j
         const int64_t mr = min64(mc - ir, MR);
         float *cp = p->c + (ic + ir) * p->rsc + j * p->csc;
         o.bias = bias ? p->bias + (ic + ir) * p->rsbias + j * p->csbias : NULL;
+        if (wo && mr == MR) {
+            const ptrdiff_t off = cp - e->c0;
+            o.wo = e;
+            o.pre16 = e->pre16 ? e->pre16 + off : NULL;
+            o.out16 = e->out16 ? e->out16 + off : NULL;
+        } else {
+            o.wo = NULL;
+        }
         /* the A panel: packed, or the prepacked one's k block (k-pairs on
          * every path: the emulated kernel unpacks them) */
         const uint32_t *ap = p->pre.p ? p->pre.p + (ic + ir) / MR * p->pre.kp * MR + pc / 2 * MR
@@ -1477,8 +1553,9 @@ static void panel_times_rows(const product *p, int64_t ic, int64_t mc, int64_t j
             kernel_emulated(p->pre.p != NULL, kp, ap, (const float *)bp, mr, nr, &o, cp, p->rsc,
                             p->csc);
     }
-    if (last)
-        p->pre.epi->fn(p->pre.epi, p->c + ic * p->rsc + j * p->csc, mc, nr, p->rsc, p->csc);
+    const int64_t done = wo ? mc / MR * MR : 0; /* rows the write-out finished */
+    if (last && done < mc)
+        e->fn(e, p->c + (ic + done) * p->rsc + j * p->csc, mc - done, nr, p->rsc, p->csc);
 }
 
 /* Rows [i0, i1) of C's block at column offset jc (nc wide) get the k block
@@ -1732,8 +1809,14 @@ static void bf16_matrix_panels(const cg_bf16_matrix *w, cg_bf16_kind kind, int64
                 const int64_t kc = w->k - pc < KC ? w->k - pc : KC;
                 /* the first k block adds the bias (one per row of the
                  * tile) or beta y, later ones accumulate */
-                const tile_out o = {1.0f, pc == 0 ? (bias ? 0.0f : beta) : 1.0f,
-                                    pc == 0 && bias ? bias + i0 * bs : NULL, bs, 0};
+                const tile_out o = {1.0f,
+                                    pc == 0 ? (bias ? 0.0f : beta) : 1.0f,
+                                    pc == 0 && bias ? bias + i0 * bs : NULL,
+                                    bs,
+                                    0,
+                                    NULL,
+                                    NULL,
+                                    NULL};
                 const uint32_t *ap = w->p + q * kp * MR + (pc / 2) * MR;
                 if (kind == CG_BF16_AMX)
                     kernel_amx(

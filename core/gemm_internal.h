@@ -48,10 +48,22 @@ void cg_amx_thread_tiles(void);
  * C's origin, from which fn finds an element's offset (the outputs it
  * writes beside C share C's layout). */
 typedef struct cg_gemm_epilogue cg_gemm_epilogue;
+/* The activations the write-out applies (cg_gemm_epilogue's act) */
+enum { CG_GEMM_WO_NONE, CG_GEMM_WO_RELU, CG_GEMM_WO_GELU };
 struct cg_gemm_epilogue {
     void (*fn)(const cg_gemm_epilogue *e, float *c, int64_t rows, int64_t cols, int64_t rsc,
                int64_t csc);
     const float *c0;
+    /* When wo, what fn does is also this, which the native bf16 kernel
+     * does itself, from its registers, as it writes a whole tile on C's
+     * last k block (fn still runs on every other block, with the same
+     * bits): each value v written to C is rounded to bf16 into pre16, then
+     * C's element is act(v) (CG_GEMM_WO_RELU: v, or +0 where v <= 0;
+     * CG_GEMM_WO_GELU: the tanh form, core/vmath.h ew_gelu16), rounded into
+     * out16 (pre16 and out16 NULL, or laid out as C from c0). */
+    bool wo;
+    int act;
+    uint16_t *pre16, *out16;
 };
 typedef struct {
     const uint32_t *p;

@@ -232,14 +232,28 @@ static void epi_row_block(int64_t r0, int64_t r1, int thread, const void *ctx)
     a->e->fn(a->e, a->y + r0 * a->out, a->out, r1 - r0, 1, a->out);
 }
 
+/* In bf16, act_block as the kernels' write-out can do it (the tanh GELU
+ * and relu, in place: cg_gemm_epilogue's wo); true */
+static bool act_write_out(act_out *ao)
+{
+    const int act = ao->act == CG_K_ACT_RELU   ? CG_GEMM_WO_RELU
+                    : ao->act == CG_K_ACT_GELU ? CG_GEMM_WO_GELU
+                                               : CG_GEMM_WO_NONE;
+    ao->e.wo = act != CG_GEMM_WO_NONE;
+    ao->e.act = act;
+    ao->e.pre16 = data_or_null(ao->h16);
+    ao->e.out16 = data_or_null(ao->a16);
+    return true;
+}
+
 /* The outputs of ao beside y (contiguous): in bf16 the rounded ones and
  * the activation in place, in fp32 a GELU's own output (y is kept). */
 static bool act_outputs(act_out *ao, const cg_tensor *y, bool bf16)
 {
-    ao->e = (cg_gemm_epilogue){act_block, cg_data(y)};
+    ao->e = (cg_gemm_epilogue){.fn = act_block, .c0 = cg_data(y)};
     if (ao->infer) { /* the activation in place; the rounding for the next product */
         ao->a16 = bf16 ? cg_empty_dtype(CG_BF16, y->ndim, y->shape) : NULL;
-        return !bf16 || ao->a16;
+        return !bf16 || (ao->a16 && act_write_out(ao));
     }
     const bool relu = ao->act == CG_K_ACT_RELU;
     ao->a = !relu && !bf16 ? cg_empty(y->ndim, y->shape) : NULL;
@@ -254,7 +268,7 @@ static bool act_outputs(act_out *ao, const cg_tensor *y, bool bf16)
         ao->a = ao->m = ao->h16 = ao->a16 = NULL;
         return false;
     }
-    return true;
+    return !bf16 || act_write_out(ao);
 }
 
 /* y = x W^T + b on the GEMM, or in bf16 (the thread's policy, or packed)
@@ -305,11 +319,12 @@ static cg_tensor *linear(const cg_tensor *x, const cg_tensor *w, const cg_tensor
         cg_bf16_weight_release(pw);
         return NULL;
     }
-    round_out ro = {{round_block, cg_data(y)}, r16 ? cg_data_bf16(r16) : NULL};
+    uint16_t *r16p = r16 ? cg_data_bf16(r16) : NULL;
+    round_out ro = {{round_block, cg_data(y), true, CG_GEMM_WO_NONE, NULL, r16p}, r16p};
     if (y16)
         *y16 = r16;
     if (to) {
-        to->e = (cg_gemm_epilogue){tail_block, cg_data(y)};
+        to->e = (cg_gemm_epilogue){.fn = tail_block, .c0 = cg_data(y)};
         to->mask = m;
         to->m = m ? (uint8_t *)cg_data_bool(m) : NULL;
     }

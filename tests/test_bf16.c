@@ -1846,7 +1846,7 @@ START_TEST(test_matrix_epilogue)
             ck_assert(cg_bf16_matrix_mul(pw, bf16_paths[p], 1, M, x, K, 1, bias, 1, want, N, 1));
             for (int nt = 1; nt <= 2; nt++) {
                 memset(count, 0, (size_t)(M * N));
-                const seen_epi e = {{record_block, y}, seen, count};
+                const seen_epi e = {{.fn = record_block, .c0 = y}, seen, count};
                 ck_assert(cg_bf16_matrix_mul_epi(pw, bf16_paths[p], nt, M, x, false, K, 1, bias, 1,
                                                  0.0f, y, N, 1, &e.e));
                 for (int64_t i = 0; i < M * N; i++) /* (a NaN's sign: valgrind's own) */
