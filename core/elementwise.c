@@ -70,13 +70,12 @@ EW_INLINE float f_gelu(float x) { return f_gelu_of(x, false); }
 EW_INLINE float f_gelu_grad_of(float x, bool normal)
 {
     float x2 = x * x;
-    float u = GELU_K * (x + GELU_C * x2 * x);
     float s, m;
-    ew_sigmoid2_of(2.0f * u, &s, &m, normal);
+    ew_sigmoid2_of(EW_GELU_GRAD_Z(x, x2), &s, &m, normal);
     float q = s * m;
     /* for large |x|, q is exactly 0 and x^2 may overflow: 0 * inf would give
      * NaN where the true term is 0 */
-    float right = 2.0f * x * q * GELU_K * (1.0f + 3.0f * GELU_C * x2);
+    float right = EW_GELU_GRAD_RIGHT(x, x2, q);
     return s + bsel(M(q == 0.0f), 0.0f, right);
 }
 EW_INLINE float f_gelu_grad(float x) { return f_gelu_grad_of(x, false); }
@@ -104,13 +103,18 @@ EW_INLINE void gelu_run(int64_t n, const float *x, const float *g, float *out)
         const float *xb = x + i0;
         float *ob = out + i0;
         const bool normal = gelu_normal_run(xb, b);
-        if (g && normal)
-            for (int64_t i = 0; i < b; i++)
-                ob[i] = g[i0 + i] * f_gelu_grad_of(xb[i], true);
-        else if (g)
-            for (int64_t i = 0; i < b; i++)
-                ob[i] = g[i0 + i] * f_gelu_grad(xb[i]);
-        else {
+        if (g) { /* as below */
+            int64_t i = 0;
+            for (; i + 16 <= b; i += 16) {
+                v16f v, gv;
+                memcpy(&v, xb + i, sizeof v);
+                memcpy(&gv, g + i0 + i, sizeof gv);
+                v = gv * ew_gelu_grad16(v, normal);
+                memcpy(ob + i, &v, sizeof v);
+            }
+            for (; i < b; i++)
+                ob[i] = g[i0 + i] * f_gelu_grad_of(xb[i], normal);
+        } else {
             /* 16 lanes at a time (GCC keeps the scalar loop's exp at 8) */
             int64_t i = 0;
             for (; i + 16 <= b; i += 16) {

@@ -201,6 +201,19 @@ static inline __attribute__((always_inline)) bool ew_gelu16_normal(v16f x)
     return r == 0;
 }
 
+/* sigmoid(z) and 1 - sigmoid(z) of 16 lanes from e = exp(-|z|) (core/elementwise.c's ew_sigmoid2_of) */
+static inline __attribute__((always_inline)) void ew_sigmoid2_16(v16f z, bool normal, v16f *sig,
+                                                                 v16f *one_minus)
+{
+    const v16f nz = (v16f)((v16u)z | 0x80000000u); /* -|z| */
+    const v16f e = normal ? ew_expf16_normal(nz) : ew_expf16(nz);
+    const v16f one = (v16f){0} + 1.0f;
+    const v16f s = one / (one + e), es = e * s;
+    const v16i pos = z >= (v16f){0};
+    *sig = (v16f)((pos & (v16i)s) | (~pos & (v16i)es));
+    *one_minus = (v16f)((pos & (v16i)es) | (~pos & (v16i)s));
+}
+
 /* The tanh-form GELU of 16 lanes, each lane's bits those of
  * core/elementwise.c's scalar f_gelu_of (the same IEEE operations in the
  * same order): sigmoid(z) from e = exp(-|z|) as 1 / (1 + e), or e / (1 + e)
@@ -209,13 +222,27 @@ static inline __attribute__((always_inline)) bool ew_gelu16_normal(v16f x)
  * bf16 kernels' write-out (core/gemm_bf16.c) run here. */
 static inline __attribute__((always_inline)) v16f ew_gelu16(v16f x, bool normal)
 {
-    const v16f z = EW_GELU_Z(x);
-    const v16f nz = (v16f)((v16u)z | 0x80000000u); /* -|z| */
-    const v16f e = normal ? ew_expf16_normal(nz) : ew_expf16(nz);
-    const v16f one = (v16f){0} + 1.0f;
-    const v16f s = one / (one + e), es = e * s;
-    const v16i pos = z >= (v16f){0};
-    return x * (v16f)((pos & (v16i)s) | (~pos & (v16i)es));
+    v16f s, m;
+    ew_sigmoid2_16(EW_GELU_Z(x), normal, &s, &m);
+    return x * s;
+}
+
+/* The derivative of the tanh-form GELU, s + 2 x s (1 - s) K (1 + 3 C x^2)
+ * with s = sigmoid(2u), the right term 0 where s (1 - s) is (there x^2
+ * may overflow: 0 * inf would be NaN). One text for a float and a v16f:
+ * core/elementwise.c's f_gelu_grad_of and ew_gelu_grad16 below. */
+#define EW_GELU_GRAD_Z(x, x2) (2.0f * (GELU_K * ((x) + GELU_C * (x2) * (x))))
+#define EW_GELU_GRAD_RIGHT(x, x2, q) (2.0f * (x) * (q)*GELU_K * (1.0f + 3.0f * GELU_C * (x2)))
+
+/* f_gelu_grad_of of 16 lanes, each lane's bits the scalar's */
+static inline __attribute__((always_inline)) v16f ew_gelu_grad16(v16f x, bool normal)
+{
+    const v16f x2 = x * x;
+    v16f s, m;
+    ew_sigmoid2_16(EW_GELU_GRAD_Z(x, x2), normal, &s, &m);
+    const v16f q = s * m, right = EW_GELU_GRAD_RIGHT(x, x2, q);
+    const v16i zero = q == (v16f){0};
+    return s + (v16f)(~zero & (v16i)right);
 }
 
 /* The lane-wise maximum of a and b, a kept unless b > a (a NaN in b never

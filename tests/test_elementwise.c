@@ -781,10 +781,11 @@ static bool same_or_nan(float a, float b)
 }
 
 /* ew_gelu16 (the 16-lane GELU of cg_k_gelu's contiguous runs and of the
- * bf16 kernels' write-out) gives the scalar expression's bits in every
- * lane: 2^20 values spread over [-60, 60] and the special ones, read
- * through a strided view (the scalar loop); with normal where every lane
- * is within EW_GELU_NORMAL_MAX, which ew_gelu16_normal says exactly. */
+ * bf16 kernels' write-out) and ew_gelu_grad16 (cg_k_gelu_backward's) give
+ * the scalar expressions' bits in every lane: 2^20 values spread over
+ * [-60, 60] and the special ones, read through a strided view (the scalar
+ * loop); with normal where every lane is within EW_GELU_NORMAL_MAX, which
+ * ew_gelu16_normal says exactly. */
 START_TEST(test_gelu16_bits)
 {
     const int64_t n = (1 << 20) + 16;
@@ -798,7 +799,8 @@ START_TEST(test_gelu16_bits)
         cg_data(x)[2 * i + 1] = 0.0f;
     }
     cg_tensor *col = cg_view_slice(x, 1, 0, 1, 1), *ref = cg_k_gelu(col); /* strided: scalar */
-    ck_assert(ref && cg_numel(ref) == n);
+    cg_tensor *ones = cg_full(CG_SHAPE(n, 1), 1.0f), *dref = cg_k_gelu_backward(col, ones);
+    ck_assert(ref && cg_numel(ref) == n && dref);
     int64_t normal_blocks = 0;
     for (int64_t i = 0; i < n; i += 16) {
         v16f v;
@@ -810,15 +812,19 @@ START_TEST(test_gelu16_bits)
         ck_assert_int_eq(ew_gelu16_normal(v), within);
         normal_blocks += within;
         for (int pass = 0; pass < 1 + within; pass++) {
-            const v16f g = ew_gelu16(v, pass == 1);
-            for (int l = 0; l < 16; l++)
+            const v16f g = ew_gelu16(v, pass == 1), d = ew_gelu_grad16(v, pass == 1);
+            for (int l = 0; l < 16; l++) {
                 ck_assert_msg(same_or_nan(g[l], cg_data(ref)[i + l]),
                               "ew_gelu16(%.9g, normal %d) = %.9g, the scalar %.9g", v[l], pass,
                               g[l], cg_data(ref)[i + l]);
+                ck_assert_msg(same_or_nan(d[l], cg_data(dref)[i + l]),
+                              "ew_gelu_grad16(%.9g, normal %d) = %.9g, the scalar %.9g", v[l], pass,
+                              d[l], cg_data(dref)[i + l]);
+            }
         }
     }
     ck_assert_int_gt(normal_blocks, 8000); /* [-8, 8] of the spread */
-    cg_release_all(3, x, col, ref);
+    cg_release_all(5, x, col, ref, ones, dref);
 }
 END_TEST
 
