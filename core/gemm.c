@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <blis.h>
 
@@ -74,8 +75,13 @@ static bool g_bf16_amx;
  * thread starts in fp32 */
 static _Thread_local int tl_precision = CG_PRECISION_FP32;
 
+/* The L1 data cache's bytes (cg_gemm_l1d_bytes) */
+static int64_t g_l1d_bytes;
+
 static void gemm_init(void)
 {
+    const long l1d = sysconf(_SC_LEVEL1_DCACHE_SIZE);
+    g_l1d_bytes = l1d > 0 ? l1d : 32 << 10;
     bli_init();
     __builtin_cpu_init();
     /* BLIS's own skx test asks for F, DQ, BW and VL; so do we. */
@@ -181,6 +187,12 @@ bool cg_precision_parse(const char *s, cg_precision *out)
     }
     cg_set_error("precision: '%s' is not one of fp32, bf16", s ? s : "(null)");
     return false;
+}
+
+int64_t cg_gemm_l1d_bytes(void)
+{
+    ensure_init();
+    return g_l1d_bytes;
 }
 
 bool cg_bf16_native(void)

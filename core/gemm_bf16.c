@@ -102,6 +102,18 @@ static inline int64_t n_block(cg_bf16_kind kind) { return kind == CG_BF16_EMULAT
  * (768 KB) multiplied slower than blocks of 96. */
 enum { FUSE_ROWS = 384 };
 
+/* The same for the native kernel with A prepacked: FUSE_ROWS where the L1
+ * data cache holds 48 KB or more (Zen 5: 1024 rows were 2% slower than m
+ * blocks), up to FUSE_ROWS_L1_32K rows where it holds less (Zen 4's 32
+ * KB: there the m blocks' A panels come from L2 anyway, and C written a B
+ * panel at a time, its columns whole, made a seq2seq base bf16 step 1.8%
+ * faster, charlm base's 0.9%; the same bits either way). */
+enum { FUSE_ROWS_L1_32K = 1536, L1_A_BLOCKS_BYTES = 48 << 10 };
+static int64_t native_fuse_rows(void)
+{
+    return cg_gemm_l1d_bytes() >= L1_A_BLOCKS_BYTES ? FUSE_ROWS : FUSE_ROWS_L1_32K;
+}
+
 /* Rows ahead that pack_a_across prefetches (its loads missed the
  * caches: a weight gradient's x comes from the forward pass, in memory). */
 enum { PF_ROWS = 16 };
@@ -1609,11 +1621,10 @@ bool cg_bf16_gemm_serial(cg_bf16_kind kind, int64_t m, int64_t n, int64_t k, flo
      * is packed just before every row panel of C multiplies it, into one
      * buffer that stays in L1 (packing a whole block first, then reading it
      * back once per m block, went through L2 and L3). The native kernel
-     * too with a prepacked A of at most FUSE_ROWS rows (a 3072 x 256 x
-     * 256 forward 4% faster on Zen 5; with 1024 rows A's k block left L2
-     * and it was 2% slower). */
+     * too with a prepacked A of at most native_fuse_rows() rows (a 3072 x
+     * 256 x 256 forward 4% faster on Zen 5). */
     const bool fused = (kind == CG_BF16_AMX && (p.pre.p || p.m <= FUSE_ROWS)) ||
-                       (kind == CG_BF16_NATIVE && p.pre.p && p.m <= FUSE_ROWS);
+                       (kind == CG_BF16_NATIVE && p.pre.p && p.m <= native_fuse_rows());
     const size_t na = p.pre.p ? 0 : fused ? a_rows_size(&p, p.m) : a_block_size(&p);
     const size_t nb =
         fused ? (size_t)b_panel_words(kind, (min64(p.k, KC) + 1) / 2) : b_block_size(&p);

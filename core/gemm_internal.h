@@ -17,6 +17,10 @@
  * exit); NULL when out of memory. */
 void *cg_gemm_thread_buffer(size_t bytes);
 
+/* The CPU's L1 data cache in bytes (sysconf's, read once; 32 KB where it
+ * does not say) */
+int64_t cg_gemm_l1d_bytes(void);
+
 /* The bf16 kernels of core/gemm_bf16.c: AVX512_BF16's vdpbf16ps, its
  * emulation with AVX2 and FMA (the same bits), and AMX tiles (tdpbf16ps,
  * whose fp32 sums round otherwise: other bits, within the same bounds). */
