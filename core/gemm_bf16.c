@@ -699,17 +699,26 @@ static void store_tile(int64_t mr, int64_t nr, const float *t, const tile_out *o
  * 0-15) and v1 (16-31): alpha v + bias (one per row of the tile) or
  * alpha v + beta C, rounded twice as store_tile does; C is not read when
  * beta is 0. */
+BF16_TARGET static inline __attribute__((always_inline)) void column_value(
+    __m512 v0, __m512 v1, __m512 va, __m512 vb, float beta, const float *bias, const float *cj,
+    __m512 *r0, __m512 *r1)
+{
+    *r0 = _mm512_mul_ps(va, v0);
+    *r1 = _mm512_mul_ps(va, v1);
+    if (bias) {
+        *r0 = _mm512_add_ps(*r0, _mm512_loadu_ps(bias));
+        *r1 = _mm512_add_ps(*r1, _mm512_loadu_ps(bias + 16));
+    } else if (beta != 0.0f) {
+        *r0 = _mm512_add_ps(*r0, _mm512_mul_ps(vb, _mm512_loadu_ps(cj)));
+        *r1 = _mm512_add_ps(*r1, _mm512_mul_ps(vb, _mm512_loadu_ps(cj + 16)));
+    }
+}
+/* ... and stored */
 BF16_TARGET static inline __attribute__((always_inline)) void store_column(
     __m512 v0, __m512 v1, __m512 va, __m512 vb, float beta, const float *bias, float *cj)
 {
-    __m512 r0 = _mm512_mul_ps(va, v0), r1 = _mm512_mul_ps(va, v1);
-    if (bias) {
-        r0 = _mm512_add_ps(r0, _mm512_loadu_ps(bias));
-        r1 = _mm512_add_ps(r1, _mm512_loadu_ps(bias + 16));
-    } else if (beta != 0.0f) {
-        r0 = _mm512_add_ps(r0, _mm512_mul_ps(vb, _mm512_loadu_ps(cj)));
-        r1 = _mm512_add_ps(r1, _mm512_mul_ps(vb, _mm512_loadu_ps(cj + 16)));
-    }
+    __m512 r0, r1;
+    column_value(v0, v1, va, vb, beta, bias, cj, &r0, &r1);
     _mm512_storeu_ps(cj, r0);
     _mm512_storeu_ps(cj + 16, r1);
 }
@@ -752,15 +761,9 @@ BF16_TARGET static __attribute__((noinline)) void store_tile_wo(const float *t, 
     const int act = o->wo->act;
     for (int j = 0; j < nru; j++) {
         float *cj = c + j * csc;
-        __m512 r0 = _mm512_mul_ps(va, _mm512_load_ps(t + j * MR));
-        __m512 r1 = _mm512_mul_ps(va, _mm512_load_ps(t + j * MR + 16));
-        if (bias) {
-            r0 = _mm512_add_ps(r0, _mm512_loadu_ps(bias));
-            r1 = _mm512_add_ps(r1, _mm512_loadu_ps(bias + 16));
-        } else if (beta != 0.0f) {
-            r0 = _mm512_add_ps(r0, _mm512_mul_ps(vb, _mm512_loadu_ps(cj)));
-            r1 = _mm512_add_ps(r1, _mm512_mul_ps(vb, _mm512_loadu_ps(cj + 16)));
-        }
+        __m512 r0, r1;
+        column_value(_mm512_load_ps(t + j * MR), _mm512_load_ps(t + j * MR + 16), va, vb, beta,
+                     bias, cj, &r0, &r1);
         uint16_t *p16 = o->pre16 ? o->pre16 + j * csc : NULL;
         uint16_t *o16 = o->out16 ? o->out16 + j * csc : NULL;
         write_out16(r0, act, cj, p16, o16);
