@@ -723,6 +723,17 @@ BF16_TARGET static inline __attribute__((always_inline)) void store_column(
     _mm512_storeu_ps(cj + 16, r1);
 }
 
+/* ew_gelu16 over 16 floats in memory: clang refuses a call that passes a
+ * v16f from a function of another target (core/vmath.h); inlined into
+ * write_out16, it compiles for that function's target */
+static inline __attribute__((always_inline)) void gelu16_in_place(float *x)
+{
+    v16f v;
+    memcpy(&v, x, sizeof v);
+    v = ew_gelu16(v, ew_gelu16_normal(v));
+    memcpy(x, &v, sizeof v);
+}
+
 /* 16 values of C's column as the epilogue's write-out leaves them (see
  * cg_gemm_epilogue's wo): v rounded into pre16, act(v) into C at c and
  * rounded into out16 (the roundings cg_bf16_round_run's). With out16, C's
@@ -739,8 +750,12 @@ BF16_TARGET static inline __attribute__((always_inline)) void write_out16(__m512
         _mm256_storeu_si256((__m256i *)pre16, (__m256i)_mm512_cvtneps_pbh(v));
     if (act == CG_GEMM_WO_RELU) /* v > 0 or NaN kept */
         v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_NLE_UQ), v);
-    else if (act == CG_GEMM_WO_GELU)
-        v = (__m512)ew_gelu16((v16f)v, ew_gelu16_normal((v16f)v));
+    else if (act == CG_GEMM_WO_GELU) {
+        float x[16];
+        _mm512_storeu_ps(x, v);
+        gelu16_in_place(x);
+        v = _mm512_loadu_ps(x);
+    }
     if (out16 && !((uintptr_t)c & 63))
         _mm512_stream_ps(c, v);
     else
