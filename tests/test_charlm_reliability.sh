@@ -130,7 +130,9 @@ echo "a signal before the first step: nothing saved, the earlier checkpoint kept
 # stops at that step, its evaluation left out, and saves; the checkpoint
 # equals an uninterrupted run to the step, and the resumed run (which
 # evaluates the step first, then saves and keeps it) continues it bit for
-# bit, with the same evaluation checkpoints kept (--keep-last 5).
+# bit, with the same evaluation checkpoints kept (--keep-last 5). A
+# signal that lands in step 0's evaluation stops the run before its first
+# step with nothing saved (2c's case): that try is taken again.
 every1=(--data tiny.txt --d 16 --H 2 --layers 1 --d-ff 32 --T 128 --batch-size 64 --threads 1
         --eval-every 1 --log-every 1 --seed 3 --keep-last 5)
 # kept OUT: the steps of OUT's kept evaluation checkpoints
@@ -139,7 +141,7 @@ kept() {
     sort -n | xargs
 }
 k=
-for ((try = 0; try < 8 && ${#k} == 0; try++)); do
+for ((try = 0; try < 8 && ${k:-0} == 0; try++)); do
   rm -f cut.st.step*
   "$charlm" train "${every1[@]}" --steps 50000 --out cut.st --force >cut.json 2>cut.log &
   pid=$!
