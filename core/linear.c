@@ -233,8 +233,8 @@ static void epi_row_block(int64_t r0, int64_t r1, int thread, const void *ctx)
 }
 
 /* In bf16, act_block as the kernels' write-out can do it (the tanh GELU
- * and relu, in place: cg_gemm_epilogue's wo); true */
-static bool act_write_out(act_out *ao)
+ * and relu, in place: cg_gemm_epilogue's wo) */
+static void act_write_out(act_out *ao)
 {
     const int act = ao->act == CG_K_ACT_RELU   ? CG_GEMM_WO_RELU
                     : ao->act == CG_K_ACT_GELU ? CG_GEMM_WO_GELU
@@ -243,7 +243,6 @@ static bool act_write_out(act_out *ao)
     ao->e.act = act;
     ao->e.pre16 = data_or_null(ao->h16);
     ao->e.out16 = data_or_null(ao->a16);
-    return true;
 }
 
 /* The outputs of ao beside y (contiguous): in bf16 the rounded ones and
@@ -253,7 +252,12 @@ static bool act_outputs(act_out *ao, const cg_tensor *y, bool bf16)
     ao->e = (cg_gemm_epilogue){.fn = act_block, .c0 = cg_data(y)};
     if (ao->infer) { /* the activation in place; the rounding for the next product */
         ao->a16 = bf16 ? cg_empty_dtype(CG_BF16, y->ndim, y->shape) : NULL;
-        return !bf16 || (ao->a16 && act_write_out(ao));
+        if (!bf16)
+            return true;
+        if (!ao->a16)
+            return false;
+        act_write_out(ao);
+        return true;
     }
     const bool relu = ao->act == CG_K_ACT_RELU;
     ao->a = !relu && !bf16 ? cg_empty(y->ndim, y->shape) : NULL;
@@ -268,7 +272,9 @@ static bool act_outputs(act_out *ao, const cg_tensor *y, bool bf16)
         ao->a = ao->m = ao->h16 = ao->a16 = NULL;
         return false;
     }
-    return !bf16 || act_write_out(ao);
+    if (bf16)
+        act_write_out(ao);
+    return true;
 }
 
 /* y = x W^T + b on the GEMM, or in bf16 (the thread's policy, or packed)
