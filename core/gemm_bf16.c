@@ -1177,6 +1177,50 @@ typedef struct {
     const uint32_t *tail;
 } amx_b;
 
+/* Whether kernel_amx's tiles start from C or the bias (alpha 1 with a
+ * bias or beta 1), and whether its tile (mr x nr) is summed and stored in
+ * C in place: a whole tile of a column-stored C whose result is the tiles'
+ * as they are (see kernel_amx_of). The epilogue's write-out (tile_out's
+ * wo) is taken only there. */
+static inline bool amx_starts_from_c(const tile_out *o)
+{
+    return o->alpha == 1.0f && (o->bias || o->beta == 1.0f);
+}
+static inline bool amx_in_place(int64_t mr, int64_t nr, int64_t rsc, const tile_out *o)
+{
+    const bool whole = mr == MR && nr == NR_AMX && rsc == 1;
+    return whole && (amx_starts_from_c(o) ? !o->bias || (o->rs == 1 && o->cs == 0)
+                                          : o->alpha == 1.0f && o->beta == 0.0f && !o->bias);
+}
+
+/* Whether the kernel of kind writes the epilogue's write-out (tile_out's
+ * wo) of a tile of MR rows and nr columns: a whole tile its registers
+ * (native) or its tiles (AMX) store in C as they are. */
+static inline bool tile_writes_out(cg_bf16_kind kind, int64_t nr, int64_t rsc, const tile_out *o)
+{
+    if (kind == CG_BF16_NATIVE)
+        return tile_whole(MR, nr, NR, rsc, o->bias, o->rs);
+    return kind == CG_BF16_AMX && amx_in_place(MR, nr, rsc, o);
+}
+
+/* The epilogue's write-out (o->wo) of a whole AMX tile already in C
+ * (column-stored, NR_AMX columns csc apart, each MR rows): C's values
+ * read back from the first cache level and written as store_tile_wo writes
+ * its sums (write_out16: the activation in place, the bf16 copies). */
+BF16_TARGET static __attribute__((noinline)) void write_out_tile(float *c, int64_t csc,
+                                                                 const tile_out *o)
+{
+    const int act = o->wo->act;
+    for (int j = 0; j < NR_AMX; j++) {
+        float *cj = c + j * csc;
+        const __m512 r0 = _mm512_loadu_ps(cj), r1 = _mm512_loadu_ps(cj + 16);
+        uint16_t *p16 = o->pre16 ? o->pre16 + j * csc : NULL;
+        uint16_t *o16 = o->out16 ? o->out16 + j * csc : NULL;
+        write_out16(r0, act, cj, p16, o16);
+        write_out16(r1, act, cj + 16, p16 ? p16 + 16 : NULL, o16 ? o16 + 16 : NULL);
+    }
+}
+
 /* kp k-pairs of an A panel ([kp][MR]) times an AMX B operand b (zero from
  * kp up to round16(kp)), into C (mr x nr of the tile). Tiles 0-3 hold
  * C^T's four 16 x 16 quarters; 4-5 the B rows, 6-7 the A pairs. A pair
@@ -1207,10 +1251,8 @@ AMX_TARGET static inline __attribute__((always_inline)) void kernel_amx_of(
     float t[NR_AMX * MR] __attribute__((aligned(64)));
     const bool m2 = mr > 16, n2 = nr > 16;
     const size_t sa = MR * sizeof(uint32_t), sc = (size_t)csc * sizeof(float);
-    const bool start = o->alpha == 1.0f && (o->bias || o->beta == 1.0f);
-    const bool whole = mr == MR && nr == NR_AMX && rsc == 1;
-    const bool in_place = whole && (start ? !o->bias || (o->rs == 1 && o->cs == 0)
-                                          : o->alpha == 1.0f && o->beta == 0.0f && !o->bias);
+    const bool start = amx_starts_from_c(o);
+    const bool in_place = amx_in_place(mr, nr, rsc, o);
     if (start && in_place && o->bias) {
         CG_TILE_LOADD(emu, 0, o->bias, 0);
         CG_TILE_LOADD(emu, 1, o->bias + 16, 0);
@@ -1268,6 +1310,8 @@ AMX_TARGET static inline __attribute__((always_inline)) void kernel_amx_of(
         CG_TILE_STORED(emu, 1, c + 16, sc);
         CG_TILE_STORED(emu, 2, c + 16 * csc, sc);
         CG_TILE_STORED(emu, 3, c + 16 * csc + 16, sc);
+        if (o->wo)
+            write_out_tile(c, csc, o);
         return;
     }
     CG_TILE_STORED(emu, 0, t, sa); /* the quarters C receives */
@@ -1557,14 +1601,19 @@ static void panel_times_rows(const product *p, int64_t ic, int64_t mc, int64_t j
     const int64_t kp = (kc + 1) / 2;
     const bool first = pc == 0, bias = first && p->bias;
     const bool last = p->pre.epi && pc + kc == p->k; /* the tiles are final: the epilogue */
-    tile_out o = {
-        p->alpha, first ? (bias ? 0.0f : p->beta) : 1.0f, NULL, p->rsbias, p->csbias, NULL, NULL,
-        NULL};
-    /* the native kernel writes the epilogue itself on the block's whole
-     * tiles (fn then runs on the rows of a partial last one only) */
+    /* (the bias at each row panel's, below) */
+    tile_out o = {p->alpha,
+                  first ? (bias ? 0.0f : p->beta) : 1.0f,
+                  bias ? p->bias + ic * p->rsbias + j * p->csbias : NULL,
+                  p->rsbias,
+                  p->csbias,
+                  NULL,
+                  NULL,
+                  NULL};
+    /* the kernel writes the epilogue itself on the block's whole tiles (fn
+     * then runs on the rows of a partial last one only) */
     const cg_gemm_epilogue *e = p->pre.epi;
-    const bool wo = last && e->wo && p->kind == CG_BF16_NATIVE &&
-                    tile_whole(MR, nr, NR, p->rsc, bias ? p->bias : NULL, p->rsbias);
+    const bool wo = last && e->wo && tile_writes_out(p->kind, nr, p->rsc, &o);
     uint32_t tail[NR_AMX * 16] __attribute__((aligned(64)));
     amx_b b = {bp, (size_t)round16(kp) * sizeof(uint32_t), INT64_MAX, NULL};
     if (!bp && p->kind == CG_BF16_AMX)

@@ -58,9 +58,10 @@ struct cg_gemm_epilogue {
     void (*fn)(const cg_gemm_epilogue *e, float *c, int64_t rows, int64_t cols, int64_t rsc,
                int64_t csc);
     const float *c0;
-    /* When wo, what fn does is also this, which the native bf16 kernel
-     * does itself, from its registers, as it writes a whole tile on C's
-     * last k block (fn still runs on every other block, with the same
+    /* When wo, what fn does is also this, which the bf16 kernels do
+     * themselves as they write a whole tile on C's last k block (the
+     * native one from its registers, AMX's from the tile it has just
+     * stored in C; fn still runs on every other block, with the same
      * bits): each value v written to C is rounded to bf16 into pre16, then
      * C's element is act(v) (CG_GEMM_WO_RELU: v, or +0 where v <= 0;
      * CG_GEMM_WO_GELU: the tanh form, core/vmath.h ew_gelu16), rounded into
