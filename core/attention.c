@@ -26,8 +26,9 @@
  * product and exponential per score) that would cost the short sequences
  * of the zoo's presets several percent of their step. Memory stays linear
  * in T, since beyond PKEEP keys nothing of size Tq x Tk is kept. In bf16
- * the weights are kept up to PKEEP_BF16 keys only: beyond, the
- * log-sum-exps, and on AMX, up to KB keys (one block), the products of
+ * off the vdpbf16ps kernel the weights are kept up to PKEEP_BF16 keys
+ * only (keeps_weights): beyond, the log-sum-exps, and on AMX, up to KB
+ * keys (one block), the products of
  * forward and backward run on tiles of their own (core/attention_amx.c),
  * where recomputing costs what reading the weights back did. With one key block
  * D_i is <P_i, dP_i> (the output is not read); over several, <dO_i, O_i>.
@@ -290,16 +291,25 @@ bool cg_attn_key_pad_arg(const char *op, const cg_tensor *key_pad, int64_t B, in
 
 /* ------------------------------------------------------------ AMX tiles */
 
-/* Whether the weights are kept for the backward: up to PKEEP keys, and in
- * bf16 precision up to PKEEP_BF16, beyond which the backward recomputes
- * them from the log-sum-exps (on AMX on tiles of its own,
- * core/attention_amx.h) in about the time reading them back took: charlm
- * base bf16 (256 keys) kept its step time and took 105 MB off its peak
- * memory on AMX (Xeon), 78 MB with the vdpbf16ps kernel (Zen 5, issue 32).
- * With fewer keys keeping them stays faster (seq2seq base, 96 keys:
- * recomputing took its step 10% longer on AMX). */
+/* Whether the weights are kept for the backward: up to PKEEP keys, and so
+ * in bf16 precision on the vdpbf16ps kernel, whose rows of kept weights
+ * run in registers (cg_attn_softmax_rows_bf16r16, up to CG_ATTN_ROW_KEYS):
+ * there charlm base bf16 (256 keys) stepped 2.4% faster than recomputing
+ * them, its peak memory 75 MB higher, 0.64 of fp32's (Zen 4). Elsewhere in
+ * bf16 up to PKEEP_BF16, beyond which the backward recomputes them from
+ * the log-sum-exps (AMX on tiles of its own, core/attention_amx.h) in
+ * about the time reading them back took: charlm base bf16 kept its step
+ * time and took 105 MB off its peak memory on AMX (Xeon); the emulation's
+ * rows do not run in registers. With fewer keys keeping them stays faster
+ * (seq2seq base, 96 keys: recomputing took its step 10% longer on AMX). */
 #define PKEEP_BF16 128
-static bool keeps_weights(bool bf16, int64_t Tk) { return Tk <= (bf16 ? PKEEP_BF16 : PKEEP); }
+_Static_assert(CG_ATTN_ROW_KEYS <= PKEEP, "kept bf16 rows beyond PKEEP");
+static bool keeps_weights(cg_precision prec, cg_gemm_path path, int64_t Tk)
+{
+    if (prec != CG_PRECISION_BF16)
+        return Tk <= PKEEP;
+    return Tk <= (path == CG_GEMM_BF16 ? CG_ATTN_ROW_KEYS : PKEEP_BF16);
+}
 
 /* Whether an attention with log-sum-exps and one key block runs its
  * products on AMX tiles (core/attention_amx.h): the path is AMX and q, k,
@@ -452,11 +462,12 @@ static cg_tensor *attention_fwd(const cg_tensor *q, const cg_tensor *k, const cg
     const int64_t B = q->shape[0], H = q->shape[1], Tq = q->shape[2], dh = q->shape[3];
     const int64_t Tk = k->shape[2], BH = B * H;
     const bool degen = Tq == 0 || Tk == 0 || dh == 0 || BH == 0;
-    const cg_gemm_path path = cg_precision_path(cg_get_matmul_precision());
-    const bool keep = keeps_weights(cg_get_matmul_precision() == CG_PRECISION_BF16, Tk);
+    const cg_precision prec = cg_get_matmul_precision();
+    const cg_gemm_path path = cg_precision_path(prec);
+    const bool keep = keeps_weights(prec, path, Tk);
     /* in bf16 the weights are kept in bf16, as autocast's softmax of
      * bf16 scores keeps them: the products read them so rounded anyway */
-    const bool pbf = keep && cg_get_matmul_precision() == CG_PRECISION_BF16;
+    const bool pbf = keep && prec == CG_PRECISION_BF16;
     cg_tensor *out = cg_attn_heads_out(B, H, Tq, dh, false);
     /* the log-sum-exps, unless the weights are kept (the backward and
      * the weights then need none) */

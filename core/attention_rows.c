@@ -359,8 +359,8 @@ void cg_attn_softmax_row_bf16r(const float *s, int64_t ke, int64_t Tk, float sca
 
 /* ------------------------------------------- rows of weights kept in bf16
  *
- * Rows of up to ROW_VECS x 16 keys (weights kept in bf16 have at most
- * PKEEP_BF16 = 128) held in registers from the scores (the softmax: bf16's
+ * Rows of up to CG_ATTN_ROW_KEYS keys (ROW_VECS vectors of 16: the most
+ * the vdpbf16ps kernel's bf16 weights keep, core/attention.c) held in registers from the scores (the softmax: bf16's
  * recipe above) or from dP (the softmax's backward: the passes above) to
  * the bf16 result, which passes and a rounding would each read and write
  * again. The same operations on the same lanes in the same order as the
@@ -374,7 +374,7 @@ void cg_attn_softmax_row_bf16r(const float *s, int64_t ke, int64_t Tk, float sca
 #include <immintrin.h>
 
 #define ROWS_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
-enum { ROW_VECS = 8 };
+enum { ROW_VECS = CG_ATTN_ROW_KEYS / 16 };
 
 /* The lanes of a row's vector v below n: all 16, or the first n - 16 v */
 static inline __attribute__((always_inline)) __mmask16 lanes_below(int64_t n, int v)
@@ -496,6 +496,7 @@ ROWS_BF16_TARGET static inline __attribute__((always_inline)) void softmax_rows_
         nv[r] = (int)((ke[r] + 15) / 16);
         nvmax = nv[r] > nvmax ? nv[r] : nvmax;
     }
+    nvmax = nvmax < ROW_VECS ? nvmax : ROW_VECS; /* (the caller checked: for the compiler) */
     for (int v = 0; v < nvmax; v++)
 #pragma GCC unroll 4
         for (int r = 0; r < n; r++) {

@@ -46,18 +46,18 @@ void cg_attn_dsoft_row(const float *p, float *d, int64_t ke, int64_t kz, float D
  * bf16; any CPU (the emulation's); p may be s. The rows16 form writes up
  * to CG_ATTN_ROWS rows (n) rounded, row r from s + r lds with ke[r] keys
  * into p + r ldp, in registers, their passes interleaved, with the same
- * bits, on a CPU with AVX512_BF16; false (nothing written) when Tk > 128
- * or a ke is outside [0, Tk]. */
+ * bits, on a CPU with AVX512_BF16; false (nothing written) when Tk >
+ * CG_ATTN_ROW_KEYS or a ke is outside [0, Tk]. */
 void cg_attn_softmax_row_bf16r(const float *s, int64_t ke, int64_t Tk, float scale,
                                const int32_t *kmask, float *p);
-enum { CG_ATTN_ROWS = 4 };
+enum { CG_ATTN_ROWS = 4, CG_ATTN_ROW_KEYS = 256 };
 bool cg_attn_softmax_rows_bf16r16(int n, const float *s, int64_t lds, const int64_t *ke, int64_t Tk,
                                   float scale, const int32_t *kmask, uint16_t *p, int64_t ldp);
 /* Backward (a row at a time: interleaving rows gained nothing in a step,
  * where the kept weights come from memory): d16[0, kz) =
  * cg_attn_dsoft_row(p, d, ke, kz, cg_attn_dot(p, d, ke), scale) rounded,
  * p being the row's weights in bf16, d (dP) left as it was; false
- * (nothing written) when kz > 128. */
+ * (nothing written) when kz > CG_ATTN_ROW_KEYS. */
 bool cg_attn_dsoft_row_bf16(const uint16_t *p, const float *d, int64_t ke, int64_t kz, float scale,
                             uint16_t *d16);
 

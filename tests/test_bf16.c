@@ -2708,21 +2708,31 @@ START_TEST(test_attention_bf16_inputs)
 }
 END_TEST
 
+/* Keys up to which attention in bf16 precision keeps its weights on this
+ * machine's bf16 kernel (core/attention.c keeps_weights): all 256 of
+ * PKEEP on the vdpbf16ps kernel, whose rows run in registers; 128 on AMX
+ * and on the emulation */
+static int64_t bf16_kept_keys(void)
+{
+    return cg_bf16_auto_path() == CG_GEMM_BF16 ? CG_ATTN_ROW_KEYS : 128;
+}
+
 /* Attention in bf16 precision keeps q, k and v's bf16 copies instead of
  * them (its backward reads them only in products, which round them), and
  * its output only where the backward reads it (weights recomputed over
  * several key blocks, beyond 512 keys): the gradients have the bits of
  * cg_k_attention_backward on the float q, k, v, with kept weights (40
- * keys, kept in bf16: the weights asked for are their values) and
- * recomputed ones (200 keys, on any kernel: on AMX tiles there; 600 keys:
- * S = q k^T from the copies), causal with key padding and not. */
+ * keys, kept in bf16: the weights asked for are their values; 200 on the
+ * vdpbf16ps kernel) and recomputed ones (200 keys on AMX tiles and the
+ * emulation, 300 on every kernel; 600 keys: S = q k^T from the copies),
+ * causal with key padding and not. */
 START_TEST(test_attention_saves_bf16)
 {
     cg_rng rng = cg_rng_new(71);
-    const int64_t Ts[3] = {40, 200, 600};
-    for (int v = 0; v < 6; v++) {
-        const int64_t T = Ts[v % 3];
-        const bool causal = v >= 3;
+    const int64_t Ts[4] = {40, 200, 300, 600};
+    for (int v = 0; v < 8; v++) {
+        const int64_t T = Ts[v % 4];
+        const bool causal = v >= 4;
         cg_tensor *q0 = cg_requires_grad(cg_randn(&rng, CG_SHAPE(2, 2, T, 8)), true);
         cg_tensor *k0 = cg_requires_grad(cg_randn(&rng, CG_SHAPE(2, 2, T, 8)), true);
         cg_tensor *v0 = cg_requires_grad(cg_randn(&rng, CG_SHAPE(2, 2, T, 8)), true);
@@ -2747,10 +2757,10 @@ START_TEST(test_attention_saves_bf16)
         cg_tensor *saved = NULL, *wts = NULL, *dq, *dk, *dv;
         cg_tensor *ref = cg_k_attention(q, k, vv, causal, kpad, &saved, &wts);
         ck_assert(same_bits(y, ref));
-        /* weights are kept up to 128 keys in bf16 on every kernel (in
-         * bf16, and the weights asked for are those values as floats);
-         * beyond, the log-sum-exps */
-        ck_assert_int_eq(saved->ndim, T <= 128 ? 4 : 3);
+        /* weights are kept up to bf16_kept_keys() keys (in bf16, and the
+         * weights asked for are those values as floats); beyond, the
+         * log-sum-exps */
+        ck_assert_int_eq(saved->ndim, T <= bf16_kept_keys() ? 4 : 3);
         ck_assert_int_eq(saved->dtype, saved->ndim == 4 ? CG_BF16 : CG_F32);
         ck_assert_int_eq(wts->dtype, CG_F32);
         for (int64_t i = 0; saved->ndim == 4 && i < cg_numel(wts); i++)
@@ -2905,8 +2915,8 @@ START_TEST(test_attention_amx)
         unsetenv("CG_ATTN_AMX");
         cg_set_num_threads(0);
         cg_set_matmul_precision(CG_PRECISION_FP32);
-        /* in bf16 the weights of rows over 128 keys are recomputed */
-        ck_assert_int_eq(r[0][1]->ndim, c->Tk > 128 ? 3 : 4);
+        /* in bf16 the weights of rows over bf16_kept_keys() are recomputed */
+        ck_assert_int_eq(r[0][1]->ndim, c->Tk > bf16_kept_keys() ? 3 : 4);
         for (int run = 1; run < 4; run++)
             for (int t = 0; t < 5; t++)
                 ck_assert_msg(same_bits(r[run][t], r[0][t]),
@@ -2933,7 +2943,7 @@ END_TEST
  * (the emulation's) and of the row kernel followed by the rounding,
  * across row lengths (partial vectors, Tk past ke), key padding and NaN
  * dP; they leave their inputs as they were and write nothing past Tk, and
- * refuse rows over 128 keys with nothing written. */
+ * refuse rows over CG_ATTN_ROW_KEYS (256) keys with nothing written. */
 static float row_value(uint32_t *st)
 {
     *st = *st * 1664525u + 1013904223u;
@@ -2980,7 +2990,8 @@ START_TEST(test_attention_rows_bf16)
 {
     const bool native = cg_bf16_native();
     const float scale = sqrtf(32.0f);
-    const int64_t tks[] = {1, 5, 16, 17, 31, 96, 100, 128};
+    enum { K = CG_ATTN_ROW_KEYS };
+    const int64_t tks[] = {1, 5, 16, 17, 31, 96, 100, 128, 129, 200, 255, K};
     uint32_t st = 7;
     for (size_t ti = 0; ti < sizeof tks / sizeof *tks; ti++) {
         const int64_t Tk = tks[ti];
@@ -2991,10 +3002,10 @@ START_TEST(test_attention_rows_bf16)
                  * 3 a NaN score, 4 an infinite one, 5 one far below the
                  * others, 6 a NaN in dP */
                 const int64_t ke = kes[ki];
-                float s[128], s0[128], f[128], d[128], d0[128], w[128];
-                int32_t kmask[128];
-                uint16_t p[128], ref[128];
-                for (int64_t j = 0; j < 128; j++) {
+                float s[K], s0[K], f[K], d[K], d0[K], w[K];
+                int32_t kmask[K];
+                uint16_t p[K], ref[K];
+                for (int64_t j = 0; j < K; j++) {
                     s[j] = row_value(&st);
                     d[j] = row_value(&st) / 8.0f;
                     kmask[j] = kind == 2 || (kind == 1 && j % 3 == 1) ? -1 : 0;
@@ -3015,11 +3026,11 @@ START_TEST(test_attention_rows_bf16)
                     visible |= !(km && km[j]);
                 const bool nan_row = kind == 3 || kind == 4 || !visible;
                 memcpy(s0, s, sizeof s);
-                for (int64_t j = 0; j < 128; j++)
+                for (int64_t j = 0; j < K; j++)
                     f[j] = 1234.0f;
                 cg_attn_softmax_row_bf16r(s, ke, Tk, scale, km, f);
                 ck_assert(!memcmp(s, s0, sizeof s));
-                for (int64_t j = Tk; j < 128; j++)
+                for (int64_t j = Tk; j < K; j++)
                     ck_assert(f[j] == 1234.0f);
                 char what[96];
                 snprintf(what, sizeof what, "softmax row Tk %lld ke %lld kind %d", (long long)Tk,
@@ -3039,11 +3050,11 @@ START_TEST(test_attention_rows_bf16)
                 if (!native)
                     continue;
                 /* the register kernel: the scalar model's bits, rounded */
-                for (int64_t j = 0; j < 128; j++)
+                for (int64_t j = 0; j < K; j++)
                     p[j] = 0x1234;
                 ck_assert(rows16_one(s, ke, Tk, scale, km, p));
                 ck_assert(!memcmp(s, s0, sizeof s)); /* read only */
-                for (int64_t j = Tk; j < 128; j++)
+                for (int64_t j = Tk; j < K; j++)
                     ck_assert_uint_eq(p[j], 0x1234); /* nothing past Tk */
                 for (int64_t j = 0; j < Tk; j++)
                     ck_assert_msg(
@@ -3054,7 +3065,7 @@ START_TEST(test_attention_rows_bf16)
                     w[j] = bf16_value(ref[j]);
                 memcpy(d0, d, sizeof d);
                 cg_attn_dsoft_row(w, d0, ke, Tk, cg_attn_dot(w, d0, ke), scale);
-                uint16_t dref[128];
+                uint16_t dref[K];
                 cg_bf16_round_run(Tk, d0, dref);
                 memcpy(d0, d, sizeof d);
                 ck_assert(cg_attn_dsoft_row_bf16(ref, d, ke, Tk, scale, p));
@@ -3069,10 +3080,10 @@ START_TEST(test_attention_rows_bf16)
      * in 2^15, so that an operation done otherwise than the scalar model
      * (a division for the product by 1 / scale, say) shows */
     for (int r = 0; r < 20000; r++) {
-        const int64_t Tk = 97 + r % 32, ke = 1 + (int64_t)(row_value(&st) + 6.0f) * Tk / 12;
-        float s[128], f[128], d[128], d0[128], w[128];
-        uint16_t p[128], ref[128], dref[128];
-        for (int64_t j = 0; j < 128; j++) {
+        const int64_t Tk = 97 + r % (K - 96), ke = 1 + (int64_t)(row_value(&st) + 6.0f) * Tk / 12;
+        float s[K], f[K], d[K], d0[K], w[K];
+        uint16_t p[K], ref[K], dref[K];
+        for (int64_t j = 0; j < K; j++) {
             s[j] = row_value(&st);
             d[j] = row_value(&st) / 8.0f;
         }
@@ -3094,12 +3105,12 @@ START_TEST(test_attention_rows_bf16)
     }
     if (!native)
         return;
-    /* over 128 keys: refused, nothing written */
-    float s[129] = {0};
-    uint16_t p[129] = {0};
-    ck_assert(!rows16_one(s, 129, 129, scale, NULL, p));
-    ck_assert(!cg_attn_dsoft_row_bf16(p, s, 129, 129, scale, p));
-    for (int j = 0; j < 129; j++)
+    /* over K keys: refused, nothing written */
+    float s[K + 1] = {0};
+    uint16_t p[K + 1] = {0};
+    ck_assert(!rows16_one(s, K + 1, K + 1, scale, NULL, p));
+    ck_assert(!cg_attn_dsoft_row_bf16(p, s, K + 1, K + 1, scale, p));
+    for (int j = 0; j < K + 1; j++)
         ck_assert_uint_eq(p[j], 0);
 }
 END_TEST
@@ -3112,7 +3123,7 @@ START_TEST(test_attention_rows_bf16_groups)
 {
     if (!cg_bf16_native())
         return;
-    enum { LD = 136, R = CG_ATTN_ROWS };
+    enum { LD = CG_ATTN_ROW_KEYS + 8, R = CG_ATTN_ROWS };
     const float scale = sqrtf(32.0f);
     uint32_t st = 11;
     int32_t kmask[LD];
@@ -3121,7 +3132,7 @@ START_TEST(test_attention_rows_bf16_groups)
     int nans = 0;
     for (int it = 0; it < 4000; it++) {
         const int n = 1 + it % R;
-        const int64_t Tk = 1 + (int64_t)(row_value(&st) + 6.0f) * 128 / 12;
+        const int64_t Tk = 1 + (int64_t)(row_value(&st) + 6.0f) * CG_ATTN_ROW_KEYS / 12;
         const int32_t *km = it % 7 == 3 ? kmask : NULL;
         float s[R * LD], s0[R * LD], f[LD];
         uint16_t p[R * LD], ref[LD];
