@@ -2784,13 +2784,14 @@ END_TEST
 /* ------------------------------------------------ attention on AMX tiles */
 
 /* Attention in bf16 (core/attention_amx.h): the weights of rows longer
- * than 128 keys are recomputed in the backward, and on AMX the products of
- * rows up to 512 keys run on tiles of their own. Their results have the
- * bits of the same products through the GEMM (CG_ATTN_AMX=0) on 1 and 2
- * threads, across strips, tiles, padding of dh and of the keys, causal
- * and key-padded rows, cross-attention and keys no query sees; and they
- * are within bf16's error of attention in double. On a CPU without AMX
- * the same cases run through the GEMM. */
+ * than bf16_kept_keys() are recomputed in the backward, and on AMX the
+ * products of rows up to 512 keys then run on tiles of their own. Their
+ * results have the bits of the same products through the GEMM
+ * (CG_ATTN_AMX=0) on 1 and 2 threads, from q, k and v as floats and as
+ * their bf16 copies, across strips, tiles, padding of dh and of the keys,
+ * causal and key-padded rows, cross-attention and keys no query sees; and
+ * they are within bf16's error of attention in double. On a CPU without
+ * AMX the same cases run through the GEMM. */
 typedef struct {
     int64_t B, H, Tq, Tk, dh;
     bool causal, pad;
@@ -2907,11 +2908,16 @@ START_TEST(test_attention_amx)
         }
         cg_set_matmul_precision(CG_PRECISION_BF16);
         cg_tensor *r[4][5];
+        /* q, k and v as training hands them over (their bf16 copies), and
+         * as floats: the products read both as the same values */
+        cg_tensor *in16[4] = {cg_k_bf16_operand(in[0]), cg_k_bf16_operand(in[1]),
+                              cg_k_bf16_operand(in[2]), cg_retain(in[3])};
         for (int run = 0; run < 4; run++) { /* tiles 1 and 2 threads, GEMM 1 and 2 */
             ck_assert(setenv("CG_ATTN_AMX", run < 2 ? "1" : "0", 1) == 0);
             cg_set_num_threads(run % 2 ? 2 : 1);
-            amx_attention(c, in, kp, r[run]);
+            amx_attention(c, run == 0 || run == 3 ? in16 : in, kp, r[run]);
         }
+        cg_release_all(4, in16[0], in16[1], in16[2], in16[3]);
         unsetenv("CG_ATTN_AMX");
         cg_set_num_threads(0);
         cg_set_matmul_precision(CG_PRECISION_FP32);
