@@ -360,13 +360,14 @@ void cg_attn_softmax_row_bf16r(const float *s, int64_t ke, int64_t Tk, float sca
 /* ------------------------------------------- rows of weights kept in bf16
  *
  * Rows of up to CG_ATTN_ROW_KEYS keys (ROW_VECS vectors of 16: the most
- * the vdpbf16ps kernel's bf16 weights keep, core/attention.c) held in registers from the scores (the softmax: bf16's
- * recipe above) or from dP (the softmax's backward: the passes above) to
- * the bf16 result, which passes and a rounding would each read and write
- * again. The same operations on the same lanes in the same order as the
- * scalar code they stand for, so the same bits; only where a bf16 product
- * reads the rows, so on CPUs with AVX512_BF16 (the caller checks:
- * cg_bf16_native). Zen 5 traps, measured
+ * the vdpbf16ps kernel's bf16 weights keep, core/attention.c) held in
+ * registers from the scores (the softmax: bf16's recipe above) or from dP
+ * (the softmax's backward: the passes above) to the bf16 result, which
+ * passes and a rounding would each read and write again. The same
+ * operations on the same lanes in the same order as the scalar code they
+ * stand for, so the same bits; only where a bf16 product reads the rows,
+ * so on CPUs with AVX512_BF16 (the caller checks: cg_bf16_native). Zen 5
+ * traps, measured
  * (docs/performance.md): a masked load that misses the caches streams at
  * under half a plain load's speed, and a masked division costs more than a
  * division and a select; so whole vectors take plain loads, and masks
