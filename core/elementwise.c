@@ -10,6 +10,7 @@
  * overlap (stride 0 on a dim of size > 1). Each element is written by one
  * thread, so results are identical for any thread count. */
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -727,9 +728,42 @@ EW_CLONES void cg_k_act_run(cg_k_act act, int64_t n, int64_t runs, int64_t ld, f
         cg_bf16_round_runs(n, runs, ld, a ? a : h, ld, a16);
 }
 
+/* The GELUs' derivatives at every bf16 value, indexed by its 16 bits: a
+ * bf16 pre-activation (what a linear layer keeps for its backward in bf16)
+ * takes one of 65,536 values, so its derivative is looked up, not computed
+ * again (each entry is f_gelu_grad's, f_gelu_erf_grad's, of the widened
+ * value: the same bits). Made at the first use of each, 256 KB. */
+static float g_gelu_grad16[2][1 << 16];
+static pthread_once_t g_gelu_grad16_once[2] = {PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT};
+
+static void make_gelu_grad16(int form)
+{
+    float x[256];
+    for (int64_t u0 = 0; u0 < (1 << 16); u0 += 256) {
+        uint16_t h[256];
+        for (int i = 0; i < 256; i++)
+            h[i] = (uint16_t)(u0 + i);
+        bf16_widen(256, h, x);
+        float *t = g_gelu_grad16[form] + u0;
+        for (int i = 0; i < 256; i++)
+            t[i] = form == 0 ? f_gelu_grad(x[i]) : f_gelu_erf_grad(x[i]);
+    }
+}
+static void make_gelu_grad16_tanh(void) { make_gelu_grad16(0); }
+static void make_gelu_grad16_erf(void) { make_gelu_grad16(1); }
+
+static const float *gelu_grad16(cg_k_act act)
+{
+    const int form = act == CG_K_ACT_GELU ? 0 : 1;
+    pthread_once(&g_gelu_grad16_once[form],
+                 form == 0 ? make_gelu_grad16_tanh : make_gelu_grad16_erf);
+    return g_gelu_grad16[form];
+}
+
 /* The gradient through the activation of n outputs: out = g act'(h)
- * (cg_k_<act>_backward's bits), h floats or (hbf) bf16 elements widened;
- * relu from its mask m (h unread). */
+ * (cg_k_<act>_backward's bits), h floats or (hbf) bf16 elements, whose
+ * derivatives are looked up (gelu_grad16); relu from its mask m (h
+ * unread). */
 EW_CLONES void cg_k_act_grad_run(cg_k_act act, int64_t n, const void *h, bool hbf,
                                  const uint8_t *restrict m, const float *restrict g,
                                  float *restrict out)
@@ -739,14 +773,16 @@ EW_CLONES void cg_k_act_grad_run(cg_k_act act, int64_t n, const void *h, bool hb
             out[i] = m[i] ? g[i] : 0.0f;
         return;
     }
-    float wide[256];
+    if (hbf) {
+        const float *restrict d = gelu_grad16(act);
+        const uint16_t *restrict x = h;
+        for (int64_t i = 0; i < n; i++)
+            out[i] = g[i] * d[x[i]];
+        return;
+    }
     for (int64_t i0 = 0; i0 < n; i0 += 256) {
         const int64_t b = n - i0 < 256 ? n - i0 : 256;
         const float *x = (const float *)h + i0;
-        if (hbf) {
-            widen_run(b, (const uint16_t *)h + i0, wide);
-            x = wide;
-        }
         if (act == CG_K_ACT_GELU)
             gelu_run(b, x, g + i0, out + i0);
         else
