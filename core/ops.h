@@ -42,7 +42,7 @@ extern "C" {
  * cg_<name>(x) and the op CG_OP_<ENUM> (autograd), whose backward reads x.
  *   forward   the output element: a float expression of X, the input element
  *   backward  dL/dx: a float expression of X and Y, the upstream gradient
- * The expressions may call the helpers of core/elementwise.c (f_sigmoid,
+ * The expressions may call the helpers of core/elementwise_impl.h (f_sigmoid,
  * f_gelu, ...) and of core/vmath.h; they are compiled into the vectorised
  * segment kernels there (EW_UNARY, EW_BINARY). A is passed through to OP
  * untouched (for a table that nests this one). A new row also needs its

@@ -201,7 +201,7 @@ static inline __attribute__((always_inline)) bool ew_gelu16_normal(v16f x)
     return r == 0;
 }
 
-/* sigmoid(z) and 1 - sigmoid(z) of 16 lanes from e = exp(-|z|) (core/elementwise.c's ew_sigmoid2_of) */
+/* sigmoid(z) and 1 - sigmoid(z) of 16 lanes from e = exp(-|z|) (core/elementwise_impl.h's ew_sigmoid2_of) */
 static inline __attribute__((always_inline)) void ew_sigmoid2_16(v16f z, bool normal, v16f *sig,
                                                                  v16f *one_minus)
 {
@@ -215,7 +215,7 @@ static inline __attribute__((always_inline)) void ew_sigmoid2_16(v16f z, bool no
 }
 
 /* The tanh-form GELU of 16 lanes, each lane's bits those of
- * core/elementwise.c's scalar f_gelu_of (the same IEEE operations in the
+ * core/elementwise_impl.h's scalar f_gelu_of (the same IEEE operations in the
  * same order): sigmoid(z) from e = exp(-|z|) as 1 / (1 + e), or e / (1 + e)
  * for z < 0. normal (ew_gelu16_normal): the exp without its clamps, the
  * same bits. The linear layers' fused activation (cg_k_act_run) and the
@@ -230,7 +230,7 @@ static inline __attribute__((always_inline)) v16f ew_gelu16(v16f x, bool normal)
 /* The derivative of the tanh-form GELU, s + 2 x s (1 - s) K (1 + 3 C x^2)
  * with s = sigmoid(2u), the right term 0 where s (1 - s) is (there x^2
  * may overflow: 0 * inf would be NaN). One text for a float and a v16f:
- * core/elementwise.c's f_gelu_grad_of and ew_gelu_grad16 below. */
+ * core/elementwise_impl.h's f_gelu_grad_of and ew_gelu_grad16 below. */
 #define EW_GELU_GRAD_Z(x, x2) (2.0f * (GELU_K * ((x) + GELU_C * (x2) * (x))))
 #define EW_GELU_GRAD_RIGHT(x, x2, q) (2.0f * (x) * (q)*GELU_K * (1.0f + 3.0f * GELU_C * (x2)))
 
