@@ -87,15 +87,16 @@ bool cg_k_attention_needs_out(const cg_tensor *k, const cg_tensor *saved)
  * weights [Tq, Tk] (then Tk <= PKEEP = ld), floats or (Ps.bf) bf16, or
  * Ps.p NULL to recompute them from lse; kept weights use Pb only to widen
  * a bf16 row for the softmax's backward (the products read them as they
- * are). bf (bf16 products; NULL in fp32): Tq x dh + Tq
- * x ld bf16 scratch, where dO and dS are rounded once each for the two
- * products that read them (each product would round its own copy while
- * packing, from twice the bytes: the same bits). */
+ * are). bf (bf16 products; NULL in fp32): Tq x ld bf16 scratch, where dS
+ * is rounded once for the two products that read it, as g16 (g rounded
+ * to bf16 once for all the heads, rows adjacent) is dO for its two (each
+ * product would round its own copy while packing, from twice the bytes:
+ * the same bits). */
 static void bwd_head(cg_gemm_path path, const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
                      const cg_tensor *o, head_op Ps, const float *lse, const cg_tensor *g,
-                     bool causal, const uint8_t *kpad, int64_t b, int64_t h, const cg_tensor *gq,
-                     const cg_tensor *gk, const cg_tensor *gv, float *Pb, float *Db, int64_t ld,
-                     float *Dl, int64_t qb, uint16_t *bf)
+                     const cg_tensor *g16, bool causal, const uint8_t *kpad, int64_t b, int64_t h,
+                     const cg_tensor *gq, const cg_tensor *gk, const cg_tensor *gv, float *Pb,
+                     float *Db, int64_t ld, float *Dl, int64_t qb, uint16_t *bf)
 {
     const int64_t Tq = q->shape[2], dh = q->shape[3], Tk = k->shape[2];
     const float scale = (float)sqrt((double)dh);
@@ -105,16 +106,15 @@ static void bwd_head(cg_gemm_path path, const cg_tensor *q, const cg_tensor *k, 
     float *dvp = gv ? at4(gv, b, h) : NULL;
     const int64_t qr = q->strides[2], qc = q->strides[3], kr = k->strides[2], kc = k->strides[3];
     const int64_t vr = v->strides[2], vc = v->strides[3], gr = g->strides[2], gc = g->strides[3];
-    /* dO as the products read it: g, or its bf16 copy (rows dh apart) */
+    /* dO as the products read it: g, or (bf16) this head of its copy */
     head_op go = {gp, false};
     int64_t gor = gr, goc = gc;
     uint16_t *dbf = NULL; /* dS's bf16 copy (rows ld apart) */
-    if (bf && gc == 1) {
-        cg_bf16_round_runs(dh, Tq, gr, gp, dh, bf);
-        go = (head_op){bf, true};
-        gor = dh;
-        goc = 1;
-        dbf = bf + Tq * dh;
+    if (bf) {
+        go = head_at(g16, b, h);
+        gor = g16->strides[2];
+        goc = g16->strides[3];
+        dbf = bf;
     }
     /* D_i = <dO_i, O_i> over several key blocks (with kept weights or
      * one block: <P_i, dP_i>, below) */
@@ -248,7 +248,7 @@ static void bwd_heads(int64_t bh0, int64_t bh1, int thread, const void *ctx)
         bwd_head(j->path, j->q, j->k, j->v, j->out,
                  j->keep ? (head_op){from(j->saved, bh * Tq * Tk), j->saved.bf}
                          : (head_op){NULL, false},
-                 j->keep ? NULL : (const float *)j->saved.p + bh * Tq, j->g, j->causal,
+                 j->keep ? NULL : (const float *)j->saved.p + bh * Tq, j->g, j->g16, j->causal,
                  j->key_pad ? j->key_pad + b * Tk : NULL, b, bh % H, j->gq, j->gk, j->gv, w, w + np,
                  kb, w + np + Tq * kb, j->qb, j->bf16 ? (uint16_t *)(w + np + Tq * kb + Tq) : NULL);
     }
@@ -290,15 +290,25 @@ static bool attention_bwd(const cg_tensor *q, const cg_tensor *k, const cg_tenso
     const bool pbf = saved->dtype == CG_BF16;
     /* recomputed P tiles, or (kept in bf16) a row widened */
     const int64_t np = kept ? (pbf ? kb : 0) : Tq * kb;
-    /* bf16 products: dO's and dS's bf16 copies (bwd_head), in floats */
+    /* bf16 products: dS's bf16 copy (bwd_head), in floats */
     const bool bf = cg_get_matmul_precision() == CG_PRECISION_BF16;
-    const int64_t nbf = bf ? (Tq * dh + Tq * kb + 1) / 2 : 0;
+    const int64_t nbf = bf ? (Tq * kb + 1) / 2 : 0;
     const int64_t per = np + Tq * kb + Tq + nbf; /* P and dS tiles, D, the copies */
     const cg_gemm_path path = cg_precision_path(cg_get_matmul_precision());
     const bool amx = !degen && !kept && cg_attn_amx_fits(path, q, k, v, g);
     float *scratch = amx ? NULL : thread_scratch(nt, per);
-    if (!gq || !gk || !gv || (!amx && !scratch)) {
-        cg_release_all(3, gq, gk, gv);
+    /* bf16 products: dO rounded once for all the heads (g's strides, or
+     * contiguous: its rows' elements adjacent), in one pass over g split
+     * among the threads; each head rounding its own rows (4 dh bytes of
+     * each, a call a row) cost 0.9% of a seq2seq base step (Zen 4) */
+    cg_tensor *g16 = NULL;
+    if (bf && !amx && !degen) {
+        cg_tensor *gc = g->strides[3] == 1 ? cg_retain((cg_tensor *)g) : cg_k_contiguous(g);
+        g16 = gc ? cg_k_bf16_operand(gc) : NULL;
+        cg_release(gc);
+    }
+    if (!gq || !gk || !gv || (!amx && !scratch) || (bf && !amx && !degen && !g16)) {
+        cg_release_all(4, gq, gk, gv, g16);
         cg_free(scratch);
         cg_set_error("attention backward: out of memory");
         return false;
@@ -318,6 +328,7 @@ static bool attention_bwd(const cg_tensor *q, const cg_tensor *k, const cg_tenso
                                .v = v,
                                .out = out,
                                .g = g,
+                               .g16 = g16,
                                .gq = dq ? gq : NULL,
                                .gk = dk ? gk : NULL,
                                .gv = dv ? gv : NULL,
@@ -332,6 +343,7 @@ static bool attention_bwd(const cg_tensor *q, const cg_tensor *k, const cg_tenso
         cg_shares_run(BH, 1, heads_team(nt, q, Tk), bwd_heads, &job);
     }
     cg_free(scratch);
+    cg_release(g16);
     if (dq)
         *dq = gq;
     else

@@ -70,6 +70,7 @@ static inline int heads_team(int nt, const cg_tensor *q, int64_t Tk)
 typedef struct {
     cg_gemm_path path;
     const cg_tensor *q, *k, *v, *out, *g, *gq, *gk, *gv;
+    const cg_tensor *g16;    /* bf16: the backward's dO rounded (rows adjacent) */
     bool causal, keep, bf16; /* bf16: the backward's products are in bf16 */
     float scale;
     const int32_t *kmask;   /* [B, Tk] (key_masks), or NULL */

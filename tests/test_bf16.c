@@ -2781,6 +2781,57 @@ START_TEST(test_attention_saves_bf16)
 }
 END_TEST
 
+/* Attention's backward in bf16 rounds dO once for all the heads: its
+ * gradients have the same bits whatever g's layout, contiguous, the heads
+ * of a [B, T, H dh] tensor (what a layer hands over), a slice of a wider
+ * tensor (not dense) or a head's elements dh apart T (a transposed view:
+ * rounded through a contiguous copy), with kept weights (40 keys) and
+ * recomputed ones (600), causal and not. */
+START_TEST(test_attention_grad_layouts_bf16)
+{
+    cg_rng rng = cg_rng_new(73);
+    const int64_t B = 2, H = 3, dh = 16, Ts[2] = {40, 600};
+    for (int v = 0; v < 4; v++) {
+        const int64_t T = Ts[v % 2];
+        const bool causal = v >= 2;
+        cg_tensor *q = cg_randn(&rng, CG_SHAPE(B, H, T, dh));
+        cg_tensor *k = cg_randn(&rng, CG_SHAPE(B, H, T, dh));
+        cg_tensor *vv = cg_randn(&rng, CG_SHAPE(B, H, T, dh));
+        cg_tensor *g = cg_randn(&rng, CG_SHAPE(B, H, T, dh));
+        /* the heads of [B, T, H dh]: dense, rows H dh apart */
+        cg_tensor *gv1 = cg_view_transpose(g, 1, 2), *gt = cg_k_contiguous(gv1);
+        cg_tensor *heads = cg_view_transpose(gt, 1, 2);
+        /* a slice of [B, H, T, 2 dh]: not dense */
+        cg_tensor *wide = cg_zeros(CG_SHAPE(B, H, T, 2 * dh));
+        cg_tensor *slice = cg_view_slice(wide, 3, 0, dh, 1);
+        ck_assert(cg_k_add_(slice, g));
+        /* [B, H, dh, T] transposed: a head's elements T apart */
+        cg_tensor *gv2 = cg_view_transpose(g, 2, 3), *gc = cg_k_contiguous(gv2);
+        cg_tensor *across = cg_view_transpose(gc, 2, 3);
+        ck_assert(cg_is_dense(heads) && !cg_is_dense(slice) && across->strides[3] == T);
+        cg_set_matmul_precision(CG_PRECISION_BF16);
+        cg_tensor *saved = NULL;
+        cg_tensor *out = cg_k_attention(q, k, vv, causal, NULL, &saved, NULL);
+        ck_assert_msg(out != NULL, "%s", cg_last_error());
+        const cg_tensor *o = cg_k_attention_needs_out(k, saved) ? out : NULL;
+        cg_tensor *d[4][3];
+        const cg_tensor *gs[4] = {g, heads, slice, across};
+        for (int l = 0; l < 4; l++)
+            ck_assert_msg(cg_k_attention_backward(q, k, vv, o, saved, gs[l], causal, NULL, &d[l][0],
+                                                  &d[l][1], &d[l][2]),
+                          "%s", cg_last_error());
+        cg_set_matmul_precision(CG_PRECISION_FP32);
+        for (int l = 1; l < 4; l++)
+            for (int i = 0; i < 3; i++)
+                ck_assert_msg(same_bits(d[l][i], d[0][i]), "T %lld causal %d: g's layout %d, d%c",
+                              (long long)T, causal, l, "qkv"[i]);
+        for (int l = 0; l < 4; l++)
+            cg_release_all(3, d[l][0], d[l][1], d[l][2]);
+        cg_release_all(14, q, k, vv, g, gv1, gt, heads, wide, slice, gv2, gc, across, saved, out);
+    }
+}
+END_TEST
+
 /* ------------------------------------------------ attention on AMX tiles */
 
 /* Attention in bf16 (core/attention_amx.h): the weights of rows longer
@@ -3230,6 +3281,7 @@ static Suite *bf16_suite(void)
     tcase_add_test(to, test_linear_backward_into);
     tcase_add_test(to, test_gelu_saves_bf16);
     tcase_add_test(to, test_attention_saves_bf16);
+    tcase_add_test(to, test_attention_grad_layouts_bf16);
     tcase_add_test(to, test_attention_bf16_inputs);
     suite_add_tcase(s, to);
     TCase *ta = tcase_create("attention");
