@@ -301,13 +301,14 @@ static bool attention_bwd(const cg_tensor *q, const cg_tensor *k, const cg_tenso
      * contiguous: its rows' elements adjacent), in one pass over g split
      * among the threads; each head rounding its own rows (4 dh bytes of
      * each, a call a row) cost 0.9% of a seq2seq base step (Zen 4) */
+    const bool round_g = bf && !amx && !degen; /* bwd_heads runs, in bf16 */
     cg_tensor *g16 = NULL;
-    if (bf && !amx && !degen) {
+    if (round_g) {
         cg_tensor *gc = g->strides[3] == 1 ? cg_retain((cg_tensor *)g) : cg_k_contiguous(g);
         g16 = gc ? cg_k_bf16_operand(gc) : NULL;
         cg_release(gc);
     }
-    if (!gq || !gk || !gv || (!amx && !scratch) || (bf && !amx && !degen && !g16)) {
+    if (!gq || !gk || !gv || (!amx && !scratch) || (round_g && !g16)) {
         cg_release_all(4, gq, gk, gv, g16);
         cg_free(scratch);
         cg_set_error("attention backward: out of memory");
