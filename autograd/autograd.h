@@ -244,14 +244,17 @@ cg_tensor *cg_alias(const cg_tensor *t);
  * (one pass over memory fewer than returning a new tensor that the engine
  * adds): the gradient that earlier backwards gave input i, when the engine
  * can hand it over, else NULL (then return a new tensor as usual). It is
- * offered only for an input made by an op (never a leaf's .grad), while n's
- * backward runs, when it is contiguous, has the input's shape and dtype,
- * nothing else holds it or its storage, no other input of n is the same
- * tensor, and no cg_set_backward_hook is set (the hook sees each backward's
- * own gradients). A backward that takes it adds its gradient into it in
- * place, every element acc + its own value rounded once (cg_k_add_'s bits,
- * so the sums are the ones the engine would make), and sets gin[i] =
- * cg_retain(acc); the engine then adds nothing. */
+ * offered while n's backward runs, when it is contiguous, has the input's
+ * shape and dtype, nothing else holds it or its storage, no other input of
+ * n is the same tensor, and no cg_set_backward_hook is set (the hook sees
+ * each backward's own gradients). A leaf's .grad is offered too (a tied
+ * embedding's, or the last micro-batch's), with the leaf's lock held until
+ * the backward returns (threads that share the leaf wait), one leaf a
+ * backward: ask for the leaf input once, and run no backward inside. A
+ * backward that takes it adds its gradient into it in place, every element
+ * acc + its own value rounded once (cg_k_add_'s bits, so the sums are the
+ * ones the engine would make), and sets gin[i] = cg_retain(acc); the
+ * engine then adds nothing. */
 cg_tensor *cg_node_grad_acc(const cg_node *n, int i);
 
 /* ------------------------------------------------------------ engine */

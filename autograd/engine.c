@@ -300,28 +300,6 @@ static bool accumulate_unlocked(cg_tensor **slot, cg_tensor *g, bool private)
     return ok;
 }
 
-/* The node whose backward runs now on this thread (cg_node_grad_acc
- * offers gradients only to it; a recomputed block's inner backward, run
- * from inside a node's, puts it back when done). */
-static _Thread_local const cg_node *g_running;
-
-cg_tensor *cg_node_grad_acc(const cg_node *n, int i)
-{
-    if (!n || n != g_running || g_bw_hook || !cg_node_needs_grad(n, i))
-        return NULL;
-    const cg_tensor *in = n->inputs[i];
-    if (!in->node || in->node->freed)
-        return NULL; /* a leaf's .grad belongs to its user (and to the locks) */
-    cg_tensor *s = in->node->grad;
-    if (!s || s->node || s->dtype != in->dtype || !cg_same_shape(s, in) || !cg_is_contiguous(s) ||
-        s->refcount != 1 || s->storage->refcount != 1)
-        return NULL;
-    for (int j = 0; j < n->n_inputs; j++)
-        if (j != i && n->inputs[j]->node == in->node)
-            return NULL; /* x op x: both gradients go to one tensor */
-    return s;
-}
-
 /* A leaf's .grad may be shared by threads that run backwards through one
  * model at once (Hogwild-style): accumulation into it is locked, as
  * PyTorch's AccumulateGrad locks. One of 64 mutexes, picked by the slot's
@@ -336,16 +314,83 @@ static void grad_locks_init(void)
         pthread_mutex_init(&g_grad_locks[i], NULL);
 }
 
+static pthread_mutex_t *grad_lock(cg_tensor *const *slot)
+{
+    pthread_once(&g_grad_locks_once, grad_locks_init);
+    return &g_grad_locks[((uintptr_t)slot >> 4) % GRAD_LOCKS];
+}
+
+/* The node whose backward runs now on this thread (cg_node_grad_acc
+ * offers gradients only to it; a recomputed block's inner backward, run
+ * from inside a node's, puts it back when done), and the leaf's gradient
+ * handed to that backward with the leaf's lock, held until the backward
+ * returns: at most one leaf a backward, so that a thread holding one lock
+ * never waits for another. */
+static _Thread_local const cg_node *g_running;
+typedef struct {
+    const cg_tensor *grad;
+    pthread_mutex_t *mu;
+} handed_leaf;
+static _Thread_local handed_leaf g_handed;
+
 static bool accumulate(cg_tensor **slot, cg_tensor *g, bool private)
 {
     if (!private)
         return accumulate_unlocked(slot, g, false);
-    pthread_once(&g_grad_locks_once, grad_locks_init);
-    pthread_mutex_t *mu = &g_grad_locks[((uintptr_t)slot >> 4) % GRAD_LOCKS];
-    pthread_mutex_lock(mu);
+    pthread_mutex_t *mu = grad_lock(slot);
+    bool mine = mu == g_handed.mu; /* a backward run from inside one holding it */
+    if (!mine)
+        pthread_mutex_lock(mu);
     bool ok = accumulate_unlocked(slot, g, true);
-    pthread_mutex_unlock(mu);
+    if (!mine)
+        pthread_mutex_unlock(mu);
     return ok;
+}
+
+/* Can s, the gradient that input in already has, take a sum in place? */
+static bool acc_fits(const cg_tensor *s, const cg_tensor *in)
+{
+    return s && !s->node && s->dtype == in->dtype && cg_same_shape(s, in) && cg_is_contiguous(s) &&
+           s->refcount == 1 && s->storage->refcount == 1;
+}
+
+cg_tensor *cg_node_grad_acc(const cg_node *n, int i)
+{
+    if (!n || n != g_running || g_bw_hook || !cg_node_needs_grad(n, i))
+        return NULL;
+    cg_tensor *in = n->inputs[i];
+    if (in->node && in->node->freed)
+        return NULL;
+    for (int j = 0; j < n->n_inputs; j++) { /* x op x: both gradients go to one tensor */
+        const cg_tensor *o = n->inputs[j]; /* NULL: an optional input left out */
+        if (j != i && o && (o == in || (in->node && o->node == in->node)))
+            return NULL;
+    }
+    if (in->node)
+        return acc_fits(in->node->grad, in) ? in->node->grad : NULL;
+    if (g_handed.mu) /* one leaf a backward */
+        return NULL;
+    pthread_mutex_t *mu = grad_lock(&in->grad);
+    pthread_mutex_lock(mu);
+    if (!acc_fits(in->grad, in)) {
+        pthread_mutex_unlock(mu);
+        return NULL;
+    }
+    g_handed = (handed_leaf){in->grad, mu};
+    return in->grad;
+}
+
+/* After a backward: the leaf's lock goes back, and the gradient handed
+ * over (NULL if none) is returned, for the engine to know it in gin. A
+ * walk run from inside a backward that holds one (a recomputed block's)
+ * hands over no leaf's gradient and leaves the lock to that backward. */
+static const cg_tensor *handed_back(void)
+{
+    const cg_tensor *s = g_handed.grad;
+    if (g_handed.mu)
+        pthread_mutex_unlock(g_handed.mu);
+    g_handed = (handed_leaf){0};
+    return s;
 }
 
 /* The version check: a tensor the backward will read must hold the values
@@ -512,9 +557,11 @@ static bool backward_impl(cg_tensor *root, const cg_tensor *grad_root, bool reta
         }
         unsigned long serial = cg_error_serial();
         const cg_node *outer = g_running;
+        const bool outer_holds = g_handed.mu; /* this walk runs inside such a backward */
         g_running = n;
         ok = n->backward(n, n->grad, gv);
         g_running = outer;
+        const cg_tensor *handed = outer_holds ? NULL : handed_back();
         if (!ok && cg_error_serial() == serial) /* no message of its own: never a stale one */
             cg_set_error("backward of %s failed without recording a reason", cg_node_name(n));
         if (ok && g_bw_hook)
@@ -531,7 +578,8 @@ static bool backward_impl(cg_tensor *root, const cg_tensor *grad_root, bool reta
             if (!g)
                 continue;
             cg_tensor *in = n->inputs[i];
-            if (!ok || !cg_node_needs_grad(n, i) || (in->node && g == in->node->grad)) {
+            if (!ok || !cg_node_needs_grad(n, i) || (in->node && g == in->node->grad) ||
+                (!in->node && g == handed)) {
                 cg_release(g); /* or added into the input's gradient: cg_node_grad_acc */
                 continue;
             }

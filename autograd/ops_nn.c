@@ -583,9 +583,21 @@ cg_tensor *cg_pick_grad(const cg_tensor *in, int dim, const cg_tensor *index, co
     return out;
 }
 
+/* Into the gradient the table already has when the engine hands it over
+ * (a tied embedding's, or the last micro-batch's): each row's sum added
+ * once, the bits of adding the dense gradient cg_pick_grad makes, without
+ * making it. */
 static bool index_select_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {
-    return (gin[0] = cg_pick_grad(IN(0), (int)n->p.i[0], n->saved[0], g, false)) != NULL;
+    const int dim = (int)n->p.i[0];
+    cg_tensor *acc = IN(0)->dtype == CG_F32 ? cg_node_grad_acc(n, 0) : NULL;
+    if (!acc)
+        return (gin[0] = cg_pick_grad(IN(0), dim, n->saved[0], g, false)) != NULL;
+    cg_tensor *g32 = g->dtype == CG_F32 ? cg_retain((cg_tensor *)g) : cg_k_to(g, CG_F32);
+    bool ok = g32 && cg_k_index_add_sums_(acc, dim, n->saved[0], g32);
+    cg_release(g32);
+    gin[0] = ok ? cg_retain(acc) : NULL;
+    return ok;
 }
 cg_tensor *cg_index_select(cg_tensor *a, int dim, const cg_tensor *index)
 {

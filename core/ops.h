@@ -551,6 +551,12 @@ int cg_k_split_dim(const cg_tensor *a, int dim, int n, const int64_t *sizes);
 cg_tensor *cg_k_index_select(const cg_tensor *a, int dim, const cg_tensor *index);
 /* dst[index[i]] += src[i] along dim (the backward of index_select; float32). */
 bool cg_k_index_add_(cg_tensor *dst, int dim, const cg_tensor *index, const cg_tensor *src);
+/* cg_k_index_add_, each destination row adding once the sum of its source
+ * rows (in increasing i): every element of dst rounded once, the bits of
+ * adding index_add(zeros, ...) into dst, up to a zero's sign (rows no id
+ * names are left as they are). For adding a gradient into the one a tensor
+ * already has: index_select's backward, from cg_node_grad_acc. */
+bool cg_k_index_add_sums_(cg_tensor *dst, int dim, const cg_tensor *index, const cg_tensor *src);
 /* torch.gather: out[i][j] = a[i][index[i][j]] along dim; index is int64
  * with a's ndim, fits in a outside dim, and gives the result's shape. */
 cg_tensor *cg_k_gather(const cg_tensor *a, int dim, const cg_tensor *index);

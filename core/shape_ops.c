@@ -343,42 +343,75 @@ static cg_tensor *index_select_ids(const cg_tensor *a, int dim, const int64_t *i
 }
 
 static bool index_add_ids(const char *op, cg_tensor *dst, int dim, const int64_t *ids, int64_t n,
-                          const cg_tensor *src);
+                          const cg_tensor *src, bool sums);
 
 /* Task t = o S + row adds to that row of w the source rows whose id is row
- * (positions order[start[row]] on, in increasing order) */
+ * (positions order[start[row]] on, in increasing order): one by one, or
+ * (sums) their sum, made SUM_BLOCK columns at a time. */
 typedef struct {
     const float *src;
     float *w;
     const int64_t *start, *order;
     int64_t n, S, inner;
+    bool sums;
 } add_job;
+
+enum { SUM_BLOCK = 64 };
 
 static void add_rows_by_id(int64_t t0, int64_t t1, int thread, const void *ctx)
 {
     const add_job *j = ctx;
     for (int64_t t = t0; t < t1; t++) {
-        int64_t o = t / j->S, row = t % j->S;
+        const int64_t o = t / j->S, row = t % j->S, k0 = j->start[row], k1 = j->start[row + 1];
+        const float *src = j->src + o * j->n * j->inner;
         float *dr = j->w + (o * j->S + row) * j->inner;
-        for (int64_t k = j->start[row]; k < j->start[row + 1]; k++) {
-            const float *sr = j->src + (o * j->n + j->order[k]) * j->inner;
-            for (int64_t i = 0; i < j->inner; i++)
-                dr[i] += sr[i];
+        if (!j->sums || k1 - k0 == 1) {
+            for (int64_t k = k0; k < k1; k++) {
+                const float *sr = src + j->order[k] * j->inner;
+                for (int64_t i = 0; i < j->inner; i++)
+                    dr[i] += sr[i];
+            }
+            continue;
+        }
+        for (int64_t i0 = 0; k1 > k0 && i0 < j->inner; i0 += SUM_BLOCK) {
+            const int64_t m = j->inner - i0 < SUM_BLOCK ? j->inner - i0 : SUM_BLOCK;
+            float sum[SUM_BLOCK];
+            memcpy(sum, src + j->order[k0] * j->inner + i0, (size_t)m * sizeof *sum);
+            for (int64_t k = k0 + 1; k < k1; k++) {
+                const float *sr = src + j->order[k] * j->inner + i0;
+                for (int64_t i = 0; i < m; i++)
+                    sum[i] += sr[i];
+            }
+            for (int64_t i = 0; i < m; i++)
+                dr[i0 + i] += sum[i];
         }
     }
+}
+
+static bool index_add_in_place(const char *op, cg_tensor *dst, int dim, const cg_tensor *index,
+                               const cg_tensor *src, bool sums)
+{
+    cg_tensor *c = index_1d(op, index);
+    if (!c)
+        return false;
+    bool ok = cg_check_f32(op, "dst", dst) && cg_check_f32(op, "src", src) &&
+              index_add_ids(op, dst, dim, cg_data_i64(c), cg_numel(c), src, sums);
+    cg_release(c);
+    return ok;
 }
 
 bool cg_k_index_add_(cg_tensor *dst, int dim, const cg_tensor *index, const cg_tensor *src)
 {
     if (!dst || !src)
         return cg_error_null_input("cg_k_index_add_");
-    cg_tensor *c = index_1d("index_add_", index);
-    if (!c)
-        return false;
-    bool ok = cg_check_f32("index_add_", "dst", dst) && cg_check_f32("index_add_", "src", src) &&
-              index_add_ids("index_add_", dst, dim, cg_data_i64(c), cg_numel(c), src);
-    cg_release(c);
-    return ok;
+    return index_add_in_place("index_add_", dst, dim, index, src, false);
+}
+
+bool cg_k_index_add_sums_(cg_tensor *dst, int dim, const cg_tensor *index, const cg_tensor *src)
+{
+    if (!dst || !src)
+        return cg_error_null_input("cg_k_index_add_sums_");
+    return index_add_in_place("index_add_sums_", dst, dim, index, src, true);
 }
 
 cg_tensor *cg_k_index_add(const cg_tensor *a, int dim, const cg_tensor *index, const cg_tensor *src)
@@ -391,7 +424,7 @@ cg_tensor *cg_k_index_add(const cg_tensor *a, int dim, const cg_tensor *index, c
         return NULL;
     cg_tensor *c = index_1d("index_add", index);
     cg_tensor *out = c ? cg_k_clone(a) : NULL;
-    if (out && !index_add_ids("index_add", out, dim, cg_data_i64(c), cg_numel(c), src)) {
+    if (out && !index_add_ids("index_add", out, dim, cg_data_i64(c), cg_numel(c), src, false)) {
         cg_release(out);
         out = NULL;
     }
@@ -401,7 +434,7 @@ cg_tensor *cg_k_index_add(const cg_tensor *a, int dim, const cg_tensor *index, c
 
 /* dst (float32) += src at ids along dim; op names the caller in messages. */
 static bool index_add_ids(const char *op, cg_tensor *dst, int dim, const int64_t *ids, int64_t n,
-                          const cg_tensor *src)
+                          const cg_tensor *src, bool sums)
 {
     if (dst->ndim == 0) {
         cg_set_error("%s: destination must have at least 1 dim (shape [])", op);
@@ -458,7 +491,7 @@ static bool index_add_ids(const char *op, cg_tensor *dst, int dim, const int64_t
             order[fill[ids[i]]++] = i;
         free(fill);
     }
-    const add_job job = {cg_data(s), cg_data(w), start, order, n, l.S, l.inner};
+    const add_job job = {cg_data(s), cg_data(w), start, order, n, l.S, l.inner, sums};
     cg_shares_run(l.outer * l.S, cg_shares_rows(l.inner),
                   cg_shares_team(l.outer * n * l.inner > PAR_THRESHOLD), add_rows_by_id, &job);
     bool ok = true;

@@ -328,6 +328,104 @@ START_TEST(test_index_add_embedding_grad)
 }
 END_TEST
 
+/* cg_k_index_add_sums_: each destination row adds once the sum of its
+ * source rows, in order (serial reference), in every dim and layout, with
+ * rows longer than the kernel's 64-column blocks; the bits of adding
+ * index_add(zeros, ...), which differ from index_add_'s one by one. */
+static void ref_index_add_sums(float *dst, const int64_t *dshape, int dim, const int64_t *ids,
+                               int64_t n, const float *src)
+{
+    int64_t outer = 1, inner = 1;
+    for (int k = 0; k < dim; k++)
+        outer *= dshape[k];
+    for (int k = dim + 1; k < 3; k++)
+        inner *= dshape[k];
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t row = 0; row < dshape[dim]; row++)
+            for (int64_t j = 0; j < inner; j++) {
+                float sum = 0;
+                bool any = false;
+                for (int64_t i = 0; i < n; i++) {
+                    if (ids[i] != row)
+                        continue;
+                    float v = src[(o * n + i) * inner + j];
+                    sum = any ? sum + v : v;
+                    any = true;
+                }
+                if (any)
+                    dst[(o * dshape[dim] + row) * inner + j] += sum;
+            }
+}
+
+START_TEST(test_index_add_sums)
+{
+    cg_rng r = cg_rng_new(9);
+    const int64_t ids[] = {1, 3, 1, 0, 1, 3, 3};
+    for (int dim = 0; dim < 3; dim++) {
+        for (int layout = 0; layout < 2; layout++) {
+            int64_t ds[3] = {4, 4, dim == 2 ? 4 : 150}, ss[3] = {ds[0], ds[1], ds[2]};
+            ss[dim] = 7;
+            cg_tensor *dst = layout ? nc3(&r, ds[0], ds[1], ds[2], dim) : cg_randn(&r, 3, ds);
+            cg_tensor *src = cg_randn(&r, 3, ss);
+            float *expect = cg_test_values(dst), *sv = cg_test_values(src);
+            ref_index_add_sums(expect, ds, dim, ids, 7, sv);
+            bool was_contig = cg_is_contiguous(dst);
+            ck_assert_msg(cg_k_index_add_sums_(dst, dim, cg_test_ids(7, ids), src), "%s",
+                          cg_last_error());
+            ck_assert(cg_is_contiguous(dst) == was_contig);
+            CG_ASSERT_TENSOR(dst, expect, 0, 0);
+            /* = dst + index_add(zeros, ...) */
+            cg_tensor *z = cg_zeros(3, ds), *d0 = layout ? nc3(&r, ds[0], ds[1], ds[2], dim) : NULL;
+            ck_assert(cg_k_index_add_(z, dim, cg_test_ids(7, ids), src));
+            if (d0) {
+                cg_tensor *viaz = cg_k_add(d0, z);
+                ck_assert(cg_k_index_add_sums_(d0, dim, cg_test_ids(7, ids), src));
+                ck_assert(bit_equal(d0, viaz));
+                cg_release(viaz);
+            }
+            free(expect);
+            free(sv);
+            cg_release_all(4, dst, src, z, d0);
+        }
+    }
+    /* 1 + 0.3 ulp + 0.3 ulp: 1 one by one, 1 + 1 ulp summed first; a row
+     * no id names keeps its -0 */
+    const float u = 0.3f * 0x1p-23f;
+    cg_tensor *a = cg_from_data(CG_SHAPE(2, 1), (float[]){1, -0.0f});
+    cg_tensor *b = cg_from_data(CG_SHAPE(2, 1), (float[]){1, -0.0f});
+    cg_tensor *src = cg_from_data(CG_SHAPE(2, 1), (float[]){u, u});
+    ck_assert(cg_k_index_add_(a, 0, cg_test_ids(2, (const int64_t[]){0, 0}), src));
+    ck_assert(cg_k_index_add_sums_(b, 0, cg_test_ids(2, (const int64_t[]){0, 0}), src));
+    ck_assert(cg_data(a)[0] == 1.0f && cg_data(b)[0] == 1.0f + 0x1p-23f);
+    ck_assert(signbit(cg_data(b)[1]));
+    cg_release_all(3, a, b, src);
+    /* above the parallel threshold: 1 and 2 threads the same bits */
+    const int64_t n = 3000;
+    int64_t *many = malloc((size_t)n * sizeof *many);
+    for (int64_t i = 0; i < n; i++)
+        many[i] = (int64_t)cg_rng_below(&r, 40);
+    cg_tensor *rows = cg_randn(&r, CG_SHAPE(3000, 96)), *g[2];
+    for (int k = 0; k < 2; k++) {
+        cg_set_num_threads(k + 1);
+        g[k] = cg_ones(CG_SHAPE(40, 96));
+        ck_assert(cg_k_index_add_sums_(g[k], 0, cg_test_ids(n, many), rows));
+    }
+    cg_set_num_threads(0);
+    ck_assert(bit_equal(g[0], g[1]));
+    /* errors: named, dst untouched */
+    cg_tensor *h = cg_zeros_dtype(CG_BF16, CG_SHAPE(40, 96));
+    CG_ASSERT_REFUSED(!cg_k_index_add_sums_(h, 0, cg_test_ids(n, many), rows), "index_add_sums_");
+    CG_ASSERT_REFUSED(
+        !cg_k_index_add_sums_(g[0], 0, cg_test_ids(2, (const int64_t[]){1, 39}), rows),
+        "[3000, 96]");
+    CG_ASSERT_REFUSED(!cg_k_index_add_sums_(g[0], 0, cg_test_ids(n, many), h), "index_add_sums_");
+    ck_assert(bit_equal(g[0], g[1]));
+    ck_assert(!cg_k_index_add_sums_(NULL, 0, cg_test_ids(1, many), rows));
+    free(many);
+    cg_release_all(4, rows, g[0], g[1], h);
+}
+END_TEST
+
 START_TEST(test_index_add_errors)
 {
     cg_tensor *dst = cg_zeros(CG_SHAPE(4, 3)), *src = cg_ones(CG_SHAPE(2, 3));
@@ -502,6 +600,7 @@ static Suite *shape_ops_suite(void)
     tcase_add_test(tc, test_index_select_errors);
     tcase_add_test(tc, test_index_add);
     tcase_add_test(tc, test_index_add_embedding_grad);
+    tcase_add_test(tc, test_index_add_sums);
     tcase_add_test(tc, test_index_add_errors);
     suite_add_tcase(s, tc);
     tc = tcase_create("gather");

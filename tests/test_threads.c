@@ -13,11 +13,17 @@
 #include "nn/nn.h"
 #include "tests/testutil.h"
 
-enum { IN = 6, HID = 8, OUT = 3, ROWS = 4, STEPS = 12, MAX_THREADS = 8 };
+enum { VOCAB = 5, IN = 6, HID = 8, OUT = 3, ROWS = 4, STEPS = 12, MAX_THREADS = 8, PARAMS = 6 };
 
+/* An embedding and a shared input p besides the two layers: from the
+ * second step on their .grad is handed to the backwards that add into it
+ * (index_select's, the linear layer's dx: cg_node_grad_acc), under the
+ * leaf's lock while other threads add into it too. */
 typedef struct {
     cg_module *root;
+    cg_embed *emb;
     cg_linear *fc1, *fc2;
+    cg_tensor *p;
 } model;
 
 /* Integer weights in [-2, 2]. */
@@ -36,6 +42,12 @@ static model model_new(void)
     m.root = cg_module_new("Shared");
     m.fc1 = cg_module_add_child(m.root, "fc1", cg_linear_new(IN, HID, true, &rng));
     m.fc2 = cg_module_add_child(m.root, "fc2", cg_linear_new(HID, OUT, true, &rng));
+    m.emb = cg_module_add_child(m.root, "emb", cg_embed_new(VOCAB, IN, &rng));
+    cg_tensor *p = cg_zeros(CG_SHAPE(ROWS, IN));
+    m.p = cg_module_add_param(m.root, "p", p);
+    cg_release(p); /* the module's now */
+    fill_ints(m.emb->weight, 5);
+    fill_ints(m.p, 6);
     fill_ints(m.fc1->weight, 1);
     fill_ints(m.fc1->bias, 2);
     fill_ints(m.fc2->weight, 3);
@@ -50,17 +62,23 @@ typedef struct {
     bool ok;
 } worker;
 
-/* One step: sum(fc2(relu(fc1(x)))) with x of small integers depending on
- * the thread and the step; its own scope, no release. */
+/* One step: sum(fc2(relu(fc1(x + emb(ids))))) + sum(fc1(p)) with x and
+ * ids of small integers depending on the thread and the step; its own
+ * scope, no release. */
 static bool step(model *m, int id, int s)
 {
     float xs[ROWS * IN];
+    int64_t ids[2 * ROWS];
     for (int i = 0; i < ROWS * IN; i++)
         xs[i] = (float)((i * 5 + id * 11 + s * 3) % 7 - 3);
+    for (int i = 0; i < 2 * ROWS; i++)
+        ids[i] = (i * 3 + id + s) % VOCAB;
     cg_scope *sc = cg_scope_begin();
-    cg_tensor *x = cg_from_data(CG_SHAPE(ROWS, IN), xs);
+    cg_tensor *e = cg_embed_forward(m->emb, cg_from_i64(CG_SHAPE(2, ROWS), ids));
+    cg_tensor *x = cg_add(cg_from_data(CG_SHAPE(ROWS, IN), xs), cg_sum(e, 0, NULL, false));
     cg_tensor *h = cg_relu(cg_linear_forward(m->fc1, x));
-    cg_tensor *loss = cg_sum(cg_linear_forward(m->fc2, h), 0, NULL, false);
+    cg_tensor *loss = cg_add(cg_sum(cg_linear_forward(m->fc2, h), 0, NULL, false),
+                             cg_sum(cg_linear_forward(m->fc1, m->p), 0, NULL, false));
     bool ok = loss && cg_backward(loss, NULL, false);
     cg_scope_end(sc);
     return ok;
@@ -80,7 +98,7 @@ static void *work(void *arg)
     return NULL;
 }
 
-/* Runs n threads on a fresh model; copies its four gradients into g. */
+/* Runs n threads on a fresh model; copies its gradients into g. */
 static void run(int n, bool locked, float *g, int64_t cap)
 {
     model m = model_new();
@@ -95,9 +113,10 @@ static void run(int n, bool locked, float *g, int64_t cap)
         ck_assert_int_eq(pthread_join(th[i], NULL), 0);
         ck_assert_msg(w[i].ok, "thread %d: %s", i, cg_last_error());
     }
-    const cg_tensor *p[4] = {m.fc1->weight, m.fc1->bias, m.fc2->weight, m.fc2->bias};
+    const cg_tensor *p[PARAMS] = {m.fc1->weight, m.fc1->bias,   m.fc2->weight,
+                                  m.fc2->bias,   m.emb->weight, m.p};
     int64_t off = 0;
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < PARAMS; i++) {
         ck_assert_ptr_nonnull(cg_grad(p[i]));
         ck_assert_int_le(off + cg_numel(p[i]), cap);
         ck_assert(cg_copy_to(cg_grad(p[i]), g + off));
@@ -110,7 +129,7 @@ static void run(int n, bool locked, float *g, int64_t cap)
 START_TEST(test_threads_share_one_model)
 {
     int64_t live0 = cg_live_tensors();
-    enum { NG = HID * IN + HID + OUT * HID + OUT };
+    enum { NG = HID * IN + HID + OUT * HID + OUT + VOCAB * IN + ROWS * IN };
     static float free_run[NG], locked_run[NG];
     const int counts[3] = {2, 4, 8};
     for (int c = 0; c < 3; c++) {
