@@ -271,13 +271,13 @@ static bool accumulate_unlocked(cg_tensor **slot, cg_tensor *g, bool private)
         bool owned =
             g->refcount == 1 && g->storage->refcount == 1 && cg_is_contiguous(g) && !g->node;
         if (owned || (!private && !g->node)) {
-            *slot = private ? cg_hold(g) : g; /* a leaf's gradient outlives scopes */
+            *slot = private ? cg_hold_shared(g) : g; /* a leaf's gradient outlives scopes */
             return true;
         }
         *slot = cg_k_clone(g);
         cg_release(g);
         if (private)
-            cg_hold(*slot);
+            cg_hold_shared(*slot);
         return *slot != NULL;
     }
     cg_tensor *s = *slot;
@@ -290,7 +290,7 @@ static bool accumulate_unlocked(cg_tensor **slot, cg_tensor *g, bool private)
         if (ok) {
             if (private) {
                 cg_unhold(s);
-                cg_hold(sum);
+                cg_hold_shared(sum);
             }
             cg_release(s);
             *slot = sum;
@@ -351,7 +351,8 @@ static bool accumulate(cg_tensor **slot, cg_tensor *g, bool private)
 static bool acc_fits(const cg_tensor *s, const cg_tensor *in)
 {
     return s && !s->node && s->dtype == in->dtype && cg_same_shape(s, in) && cg_is_contiguous(s) &&
-           s->refcount == 1 && s->storage->refcount == 1;
+           __atomic_load_n(&s->refcount, __ATOMIC_RELAXED) == 1 &&
+           __atomic_load_n(&s->storage->refcount, __ATOMIC_RELAXED) == 1;
 }
 
 cg_tensor *cg_node_grad_acc(const cg_node *n, int i)
@@ -362,7 +363,7 @@ cg_tensor *cg_node_grad_acc(const cg_node *n, int i)
     if (in->node && in->node->freed)
         return NULL;
     for (int j = 0; j < n->n_inputs; j++) { /* x op x: both gradients go to one tensor */
-        const cg_tensor *o = n->inputs[j]; /* NULL: an optional input left out */
+        const cg_tensor *o = n->inputs[j];  /* NULL: an optional input left out */
         if (j != i && o && (o == in || (in->node && o->node == in->node)))
             return NULL;
     }
@@ -380,17 +381,21 @@ cg_tensor *cg_node_grad_acc(const cg_node *n, int i)
     return in->grad;
 }
 
-/* After a backward: the leaf's lock goes back, and the gradient handed
- * over (NULL if none) is returned, for the engine to know it in gin. A
- * walk run from inside a backward that holds one (a recomputed block's)
- * hands over no leaf's gradient and leaves the lock to that backward. */
-static const cg_tensor *handed_back(void)
+/* After n's backward: the references to the leaf's gradient it handed
+ * back in gv are given back (the engine adds nothing), then the leaf's
+ * lock: no other thread sees the gradient held twice, and so none is
+ * refused it. */
+static void handed_back(const cg_node *n, cg_tensor **gv)
 {
-    const cg_tensor *s = g_handed.grad;
+    for (int i = 0; g_handed.grad && i < n->n_inputs; i++) {
+        if (gv[i] && gv[i] == g_handed.grad && !n->inputs[i]->node) {
+            cg_release(gv[i]);
+            gv[i] = NULL;
+        }
+    }
     if (g_handed.mu)
         pthread_mutex_unlock(g_handed.mu);
     g_handed = (handed_leaf){0};
-    return s;
 }
 
 /* The version check: a tensor the backward will read must hold the values
@@ -557,11 +562,12 @@ static bool backward_impl(cg_tensor *root, const cg_tensor *grad_root, bool reta
         }
         unsigned long serial = cg_error_serial();
         const cg_node *outer = g_running;
-        const bool outer_holds = g_handed.mu; /* this walk runs inside such a backward */
+        /* a walk run from inside a backward that holds a leaf's lock (a
+         * recomputed block's) hands over no leaf's gradient */
+        const bool outer_holds = g_handed.mu;
         g_running = n;
         ok = n->backward(n, n->grad, gv);
         g_running = outer;
-        const cg_tensor *handed = outer_holds ? NULL : handed_back();
         if (!ok && cg_error_serial() == serial) /* no message of its own: never a stale one */
             cg_set_error("backward of %s failed without recording a reason", cg_node_name(n));
         if (ok && g_bw_hook)
@@ -573,13 +579,14 @@ static bool backward_impl(cg_tensor *root, const cg_tensor *grad_root, bool reta
                 ok = false;
             }
         }
+        if (!outer_holds)
+            handed_back(n, gv);
         for (int i = 0; i < n->n_inputs; i++) {
             cg_tensor *g = gv[i];
             if (!g)
                 continue;
             cg_tensor *in = n->inputs[i];
-            if (!ok || !cg_node_needs_grad(n, i) || (in->node && g == in->node->grad) ||
-                (!in->node && g == handed)) {
+            if (!ok || !cg_node_needs_grad(n, i) || (in->node && g == in->node->grad)) {
                 cg_release(g); /* or added into the input's gradient: cg_node_grad_acc */
                 continue;
             }

@@ -208,6 +208,17 @@ cg_tensor *cg_hold(cg_tensor *t)
     return t;
 }
 
+cg_tensor *cg_hold_shared(cg_tensor *t)
+{
+    cg_hold(t);
+    /* every reference held: the scope that made t has no share left */
+    if (t && t->scope && scope_is_mine(t) && ref_get(&t->refcount) == ref_get(&t->held)) {
+        scope_remove(t);
+        t->scope_kept = false;
+    }
+    return t;
+}
+
 void cg_unhold(cg_tensor *t)
 {
     if (t && ref_get(&t->held) > 0)

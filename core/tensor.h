@@ -161,6 +161,12 @@ void cg_scope_end(cg_scope *s);
 cg_tensor *cg_keep(cg_tensor *t);
 /* A reference to t is held by a long-lived owner (no scope releases it). */
 cg_tensor *cg_hold(cg_tensor *t);
+/* cg_hold for an owner that other threads use while the scope that made
+ * t is still open (a leaf's .grad, which threads running backwards through
+ * one model add into): when every reference to t is then held, t leaves
+ * this thread's scope now rather than when it ends, so that the scope never
+ * takes a reference another thread has meanwhile for its own. */
+cg_tensor *cg_hold_shared(cg_tensor *t);
 /* Before releasing a reference marked with cg_hold. */
 void cg_unhold(cg_tensor *t);
 /* Tensors alive in this process (headers not yet freed): for leak tests. */

@@ -147,12 +147,59 @@ START_TEST(test_threads_share_one_model)
 }
 END_TEST
 
+/* A leaf's .grad made in one thread's scope and used by another while that
+ * scope is still open (a backward that adds into it retains it): closing
+ * the scope takes back only the scope's own references (cg_hold_shared),
+ * and the gradient outlives both. Barriers order the steps. */
+typedef struct {
+    cg_tensor *w;
+    pthread_barrier_t *b;
+} other_job;
+
+static void *retain_meanwhile(void *arg)
+{
+    other_job *j = arg;
+    pthread_barrier_wait(j->b); /* the gradient is there */
+    cg_scope *sc = cg_scope_begin();
+    cg_tensor *g = cg_retain(j->w->grad);
+    pthread_barrier_wait(j->b); /* the other thread's scope closes */
+    pthread_barrier_wait(j->b);
+    cg_release(g);
+    cg_scope_end(sc);
+    return NULL;
+}
+
+START_TEST(test_leaf_grad_outlives_its_scope)
+{
+    int64_t live0 = cg_live_tensors();
+    cg_tensor *w = cg_requires_grad(cg_ones(CG_SHAPE(3, 4)), true);
+    pthread_barrier_t b;
+    pthread_barrier_init(&b, NULL, 2);
+    other_job j = {w, &b};
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, retain_meanwhile, &j), 0);
+    cg_scope *sc = cg_scope_begin();
+    ck_assert(cg_backward(cg_sum_all(cg_muls(w, 2.0f)), NULL, false));
+    pthread_barrier_wait(&b);
+    pthread_barrier_wait(&b);
+    cg_scope_end(sc);
+    pthread_barrier_wait(&b);
+    ck_assert_int_eq(pthread_join(th, NULL), 0);
+    pthread_barrier_destroy(&b);
+    ck_assert_int_eq(cg_grad(w)->refcount, 1);
+    CG_ASSERT_TENSOR(cg_grad(w), ((float[]){2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2}), 0, 0);
+    cg_release(w);
+    ck_assert_int_eq(cg_live_tensors(), live0);
+}
+END_TEST
+
 static Suite *threads_suite(void)
 {
     Suite *s = suite_create("threads");
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_threads_share_one_model);
+    tcase_add_test(tc, test_leaf_grad_outlives_its_scope);
     suite_add_tcase(s, tc);
     return s;
 }
