@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "autograd/graph_impl.h"
+
 /* What the node keeps besides its inputs: the block and the generators'
  * states before its forward. */
 typedef struct {
@@ -49,15 +51,8 @@ static bool ck_backward(cg_node *n, const cg_tensor *g, cg_tensor **gin)
          * (summing them first would change the order of float additions
          * when the input has other users, e.g. an encoder's memory read by
          * every decoder layer). It comes back whole as this node's result. */
-        if (ok && cg_node_needs_grad(n, i)) {
-            cg_tensor **slot = in->node ? &in->node->grad : &in->grad; /* live: backward checked */
-            if (*slot && cg_same_shape(*slot, in)) {
-                det[i]->grad = *slot; /* a leaf's gradient, as det's: held (a leaf's .grad is) */
-                *slot = NULL;
-                if (in->node)
-                    cg_hold(det[i]->grad);
-            }
-        }
+        if (ok && cg_node_needs_grad(n, i))  /* in's node is live: backward checked */
+            det[i]->grad = cg_grad_take(in); /* a leaf's gradient, as det's: held */
     }
     cg_tensor *y = NULL;
     if (ok) {

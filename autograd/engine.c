@@ -398,6 +398,29 @@ static void handed_back(const cg_node *n, cg_tensor **gv)
     g_handed = (handed_leaf){0};
 }
 
+cg_tensor *cg_grad_take(cg_tensor *in)
+{
+    if (in->node) {
+        cg_tensor *g = in->node->grad;
+        if (!g || !cg_same_shape(g, in))
+            return NULL;
+        in->node->grad = NULL;
+        return cg_hold(g);
+    }
+    pthread_mutex_t *mu = grad_lock(&in->grad);
+    bool mine = mu == g_handed.mu;
+    if (!mine)
+        pthread_mutex_lock(mu);
+    cg_tensor *g = in->grad;
+    if (g && cg_same_shape(g, in))
+        in->grad = NULL;
+    else
+        g = NULL;
+    if (!mine)
+        pthread_mutex_unlock(mu);
+    return g;
+}
+
 /* The version check: a tensor the backward will read must hold the values
  * the forward saw. Checks every node of order before anything is computed,
  * so that a refusal changes no gradient. */

@@ -20,6 +20,12 @@ static inline bool cg_is_leaf_input(const cg_tensor *in)
     return in && in->requires_grad && !in->node;
 }
 
+/* The gradient input in has gathered so far in this backward (a node's,
+ * or a leaf's .grad, taken under the leaf's lock), taken out of its slot
+ * and held, when it has in's shape; else NULL and the slot as it was.
+ * checkpoint.c continues it in a recomputed block's detached input. */
+cg_tensor *cg_grad_take(cg_tensor *in);
+
 /* Release what n holds (inputs, saved tensors, ctx, its gradient) and
  * mark it freed; the struct stays while a reference to it does (its
  * output tensor, headers of inputs that other nodes kept: n->refs). */

@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <string.h>
 
+#include "autograd/checkpoint.h"
 #include "nn/nn.h"
 #include "tests/testutil.h"
 
@@ -62,9 +63,17 @@ typedef struct {
     bool ok;
 } worker;
 
+/* fc1(p), recomputed in the backward: the gradient p has so far is taken
+ * from its .grad into the recomputed block's copy of p (under p's lock
+ * while other threads add into it), and comes back with the block's. */
+static cg_tensor *fc1_block(void *ctx, cg_tensor *const *in)
+{
+    return cg_linear_forward(ctx, in[0]);
+}
+
 /* One step: sum(fc2(relu(fc1(x + emb(ids))))) + sum(fc1(p)) with x and
- * ids of small integers depending on the thread and the step; its own
- * scope, no release. */
+ * ids of small integers depending on the thread and the step, fc1(p)
+ * checkpointed; its own scope, no release. */
 static bool step(model *m, int id, int s)
 {
     float xs[ROWS * IN];
@@ -78,7 +87,14 @@ static bool step(model *m, int id, int s)
     cg_tensor *x = cg_add(cg_from_data(CG_SHAPE(ROWS, IN), xs), cg_sum(e, 0, NULL, false));
     cg_tensor *h = cg_relu(cg_linear_forward(m->fc1, x));
     cg_tensor *loss = cg_add(cg_sum(cg_linear_forward(m->fc2, h), 0, NULL, false),
-                             cg_sum(cg_linear_forward(m->fc1, m->p), 0, NULL, false));
+                             cg_sum(cg_checkpoint(&(cg_checkpoint_block){
+                                        .fn = fc1_block,
+                                        .ctx = m->fc1,
+                                        .n_inputs = 1,
+                                        .inputs = &m->p,
+                                        .n_params = 2,
+                                        .params = (cg_tensor *[]){m->fc1->weight, m->fc1->bias}}),
+                                    0, NULL, false));
     bool ok = loss && cg_backward(loss, NULL, false);
     cg_scope_end(sc);
     return ok;
