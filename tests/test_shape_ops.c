@@ -253,9 +253,11 @@ START_TEST(test_index_select_errors)
 END_TEST
 
 /* --------------------------------------------------------- index_add_ */
-/* Serial reference: dst[..., ids[i], ...] += src[..., i, ...] in order i. */
+/* Serial reference: dst[..., ids[i], ...] += src[..., i, ...] in order i,
+ * or (sums) each destination row adding once the sum of its source rows
+ * in order i (cg_k_index_add_sums_). */
 static void ref_index_add(float *dst, const int64_t *dshape, int dim, const int64_t *ids, int64_t n,
-                          const float *src)
+                          const float *src, bool sums)
 {
     int64_t outer = 1, inner = 1;
     for (int k = 0; k < dim; k++)
@@ -263,9 +265,21 @@ static void ref_index_add(float *dst, const int64_t *dshape, int dim, const int6
     for (int k = dim + 1; k < 3; k++)
         inner *= dshape[k];
     for (int64_t o = 0; o < outer; o++)
-        for (int64_t i = 0; i < n; i++)
-            for (int64_t j = 0; j < inner; j++)
-                dst[(o * dshape[dim] + ids[i]) * inner + j] += src[(o * n + i) * inner + j];
+        for (int64_t row = 0; row < dshape[dim]; row++)
+            for (int64_t j = 0; j < inner; j++) {
+                float *d = &dst[(o * dshape[dim] + row) * inner + j], sum = 0;
+                bool any = false;
+                for (int64_t i = 0; i < n; i++) {
+                    const float v = src[(o * n + i) * inner + j];
+                    if (ids[i] == row && !sums)
+                        *d += v;
+                    else if (ids[i] == row)
+                        sum = any ? sum + v : v;
+                    any |= ids[i] == row;
+                }
+                if (sums && any)
+                    *d += sum;
+            }
 }
 
 START_TEST(test_index_add)
@@ -279,7 +293,7 @@ START_TEST(test_index_add)
             cg_tensor *dst = layout ? nc3(&r, ds[0], ds[1], ds[2], dim) : cg_randn(&r, 3, ds);
             cg_tensor *src = nc3(&r, ss[0], ss[1], ss[2], dim + 1);
             float *expect = cg_test_values(dst), *sv = cg_test_values(src);
-            ref_index_add(expect, ds, dim, ids, 7, sv);
+            ref_index_add(expect, ds, dim, ids, 7, sv, false);
             bool was_contig = cg_is_contiguous(dst);
             ck_assert_msg(cg_k_index_add_(dst, dim, cg_test_ids(7, ids), src), "%s",
                           cg_last_error());
@@ -306,7 +320,7 @@ START_TEST(test_index_add_embedding_grad)
     cg_tensor *src = cg_randn(&r, CG_SHAPE(2000, 96));
     float *sv = cg_test_values(src);
     float *expect = calloc((size_t)(V * D), sizeof(float));
-    ref_index_add(expect, (const int64_t[]){V, D, 1}, 0, ids, n, sv);
+    ref_index_add(expect, (const int64_t[]){V, D, 1}, 0, ids, n, sv, false);
     cg_tensor *g[2];
     for (int k = 0; k < 2; k++) {
         cg_set_num_threads(k + 1);
@@ -329,34 +343,9 @@ START_TEST(test_index_add_embedding_grad)
 END_TEST
 
 /* cg_k_index_add_sums_: each destination row adds once the sum of its
- * source rows, in order (serial reference), in every dim and layout, with
+ * source rows, in order, in every dim and layout, with
  * rows longer than the kernel's 64-column blocks; the bits of adding
  * index_add(zeros, ...), which differ from index_add_'s one by one. */
-static void ref_index_add_sums(float *dst, const int64_t *dshape, int dim, const int64_t *ids,
-                               int64_t n, const float *src)
-{
-    int64_t outer = 1, inner = 1;
-    for (int k = 0; k < dim; k++)
-        outer *= dshape[k];
-    for (int k = dim + 1; k < 3; k++)
-        inner *= dshape[k];
-    for (int64_t o = 0; o < outer; o++)
-        for (int64_t row = 0; row < dshape[dim]; row++)
-            for (int64_t j = 0; j < inner; j++) {
-                float sum = 0;
-                bool any = false;
-                for (int64_t i = 0; i < n; i++) {
-                    if (ids[i] != row)
-                        continue;
-                    float v = src[(o * n + i) * inner + j];
-                    sum = any ? sum + v : v;
-                    any = true;
-                }
-                if (any)
-                    dst[(o * dshape[dim] + row) * inner + j] += sum;
-            }
-}
-
 START_TEST(test_index_add_sums)
 {
     cg_rng r = cg_rng_new(9);
@@ -368,7 +357,7 @@ START_TEST(test_index_add_sums)
             cg_tensor *dst = layout ? nc3(&r, ds[0], ds[1], ds[2], dim) : cg_randn(&r, 3, ds);
             cg_tensor *src = cg_randn(&r, 3, ss);
             float *expect = cg_test_values(dst), *sv = cg_test_values(src);
-            ref_index_add_sums(expect, ds, dim, ids, 7, sv);
+            ref_index_add(expect, ds, dim, ids, 7, sv, true);
             bool was_contig = cg_is_contiguous(dst);
             ck_assert_msg(cg_k_index_add_sums_(dst, dim, cg_test_ids(7, ids), src), "%s",
                           cg_last_error());
