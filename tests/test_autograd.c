@@ -900,10 +900,17 @@ static void check_leaf_handover(loss_fn f, cg_tensor **leaves, int nl, int varia
 }
 
 /* A tied table: logits = exp(table[ids]) table^T, the product's dW first,
- * then index_select's rows added into it (ids repeat, in a [2, 9] batch). */
+ * then index_select's rows added into it (ids repeat, in a [2, 9] batch);
+ * variants 2 and 3: columns picked along dim 1 beside table * table, in
+ * either order. */
 static cg_tensor *tied_loss(cg_tensor **l, int variant)
 {
     static const int64_t ids[18] = {3, 1, 3, 0, 7, 3, 1, 1, 5, 3, 0, 2, 7, 7, 1, 3, 3, 4};
+    if (variant >= 2) {
+        cg_tensor *c = cg_exp(cg_index_select(l[0], 1, cg_from_i64(CG_SHAPE(18), ids)));
+        cg_tensor *a = cg_sum_all(cg_mul(c, c)), *b = cg_sum_all(cg_mul(l[0], l[0]));
+        return variant == 2 ? cg_add(a, b) : cg_add(b, a);
+    }
     cg_tensor *e = cg_embedding(l[0], cg_from_i64(CG_SHAPE(2, 9), ids));
     cg_tensor *y = cg_affine(cg_exp(e), l[0], NULL);
     return variant ? cg_sum_all(cg_mul(y, y)) : cg_sum_all(y);
@@ -940,7 +947,7 @@ START_TEST(test_leaf_grad_added_in_place)
     cg_tensor *table = cg_requires_grad(cg_randn(&rng, CG_SHAPE(8, 70)), true);
     for (int p = 0; p < 2; p++) {
         cg_set_matmul_precision(p ? CG_PRECISION_BF16 : CG_PRECISION_FP32);
-        for (int v = 0; v < 2; v++)
+        for (int v = 0; v < 4; v++)
             for (int b = 1; b <= 3; b++)
                 check_leaf_handover(tied_loss, &table, 1, v, b, -1);
     }
