@@ -333,17 +333,31 @@ typedef struct {
 } handed_leaf;
 static _Thread_local handed_leaf g_handed;
 
+/* Lock the leaf gradient at slot: its mutex, or NULL when this thread
+ * holds it already (a walk run from inside a backward it was handed to);
+ * leaf_unlock takes what leaf_lock gave. */
+static pthread_mutex_t *leaf_lock(cg_tensor *const *slot)
+{
+    pthread_mutex_t *mu = grad_lock(slot);
+    if (mu == g_handed.mu)
+        return NULL;
+    pthread_mutex_lock(mu);
+    return mu;
+}
+
+static void leaf_unlock(pthread_mutex_t *mu)
+{
+    if (mu)
+        pthread_mutex_unlock(mu);
+}
+
 static bool accumulate(cg_tensor **slot, cg_tensor *g, bool private)
 {
     if (!private)
         return accumulate_unlocked(slot, g, false);
-    pthread_mutex_t *mu = grad_lock(slot);
-    bool mine = mu == g_handed.mu; /* a backward run from inside one holding it */
-    if (!mine)
-        pthread_mutex_lock(mu);
+    pthread_mutex_t *mu = leaf_lock(slot);
     bool ok = accumulate_unlocked(slot, g, true);
-    if (!mine)
-        pthread_mutex_unlock(mu);
+    leaf_unlock(mu);
     return ok;
 }
 
@@ -371,10 +385,9 @@ cg_tensor *cg_node_grad_acc(const cg_node *n, int i)
         return acc_fits(in->node->grad, in) ? in->node->grad : NULL;
     if (g_handed.mu) /* one leaf a backward */
         return NULL;
-    pthread_mutex_t *mu = grad_lock(&in->grad);
-    pthread_mutex_lock(mu);
+    pthread_mutex_t *mu = leaf_lock(&in->grad);
     if (!acc_fits(in->grad, in)) {
-        pthread_mutex_unlock(mu);
+        leaf_unlock(mu);
         return NULL;
     }
     g_handed = (handed_leaf){in->grad, mu};
@@ -393,8 +406,7 @@ static void handed_back(const cg_node *n, cg_tensor **gv)
             gv[i] = NULL;
         }
     }
-    if (g_handed.mu)
-        pthread_mutex_unlock(g_handed.mu);
+    leaf_unlock(g_handed.mu);
     g_handed = (handed_leaf){0};
 }
 
@@ -407,17 +419,13 @@ cg_tensor *cg_grad_take(cg_tensor *in)
         in->node->grad = NULL;
         return cg_hold(g);
     }
-    pthread_mutex_t *mu = grad_lock(&in->grad);
-    bool mine = mu == g_handed.mu;
-    if (!mine)
-        pthread_mutex_lock(mu);
+    pthread_mutex_t *mu = leaf_lock(&in->grad);
     cg_tensor *g = in->grad;
     if (g && cg_same_shape(g, in))
         in->grad = NULL;
     else
         g = NULL;
-    if (!mine)
-        pthread_mutex_unlock(mu);
+    leaf_unlock(mu);
     return g;
 }
 

@@ -365,7 +365,7 @@ static void add_rows_by_id(int64_t t0, int64_t t1, int thread, const void *ctx)
         const int64_t o = t / j->S, row = t % j->S, k0 = j->start[row], k1 = j->start[row + 1];
         const float *src = j->src + o * j->n * j->inner;
         float *dr = j->w + (o * j->S + row) * j->inner;
-        if (!j->sums || k1 - k0 == 1) {
+        if (!j->sums || k1 - k0 <= 1) {
             for (int64_t k = k0; k < k1; k++) {
                 const float *sr = src + j->order[k] * j->inner;
                 for (int64_t i = 0; i < j->inner; i++)
@@ -373,7 +373,7 @@ static void add_rows_by_id(int64_t t0, int64_t t1, int thread, const void *ctx)
             }
             continue;
         }
-        for (int64_t i0 = 0; k1 > k0 && i0 < j->inner; i0 += SUM_BLOCK) {
+        for (int64_t i0 = 0; i0 < j->inner; i0 += SUM_BLOCK) {
             const int64_t m = j->inner - i0 < SUM_BLOCK ? j->inner - i0 : SUM_BLOCK;
             float sum[SUM_BLOCK];
             memcpy(sum, src + j->order[k0] * j->inner + i0, (size_t)m * sizeof *sum);
