@@ -972,6 +972,39 @@ START_TEST(test_leaf_grad_added_in_place)
 }
 END_TEST
 
+/* A bfloat16 x under a linear layer and another user: the gradient it has
+ * when the layer's backward runs (a leaf's from the backward before, an
+ * op's from the other user) is bfloat16, and the linear kernels add dx
+ * into float32 only: not handed over (the backward failed, "dx is added
+ * into a contiguous float32 tensor"), the engine adds, in either order,
+ * plain, with an activation, through a dropout. */
+static cg_tensor *bf16_linear_loss(cg_tensor **l, int variant)
+{
+    cg_rng rng = cg_rng_new(5);
+    cg_tensor *x = variant & 1 ? cg_exp(l[0]) : l[0];
+    cg_tensor *y = variant < 2   ? cg_affine(x, l[1], NULL)
+                   : variant < 4 ? cg_affine_relu(x, l[1], NULL)
+                                 : cg_affine_residual(x, l[1], NULL, NULL, 0.25f, &rng, true);
+    cg_tensor *a = cg_sum_all(cg_to(cg_mul(x, x), CG_F32)), *b = cg_sum_all(cg_to(y, CG_F32));
+    return variant & 1 ? cg_add(b, a) : cg_add(a, b);
+}
+
+START_TEST(test_bf16_linear_input_grad)
+{
+    cg_rng rng = cg_rng_new(12);
+    cg_tensor *f = cg_randn(&rng, CG_SHAPE(6, 9));
+    cg_tensor *l[2] = {cg_requires_grad(cg_k_to(f, CG_BF16), true),
+                       cg_requires_grad(cg_randn(&rng, CG_SHAPE(5, 9)), true)};
+    for (int p = 0; p < 2; p++) {
+        cg_set_matmul_precision(p ? CG_PRECISION_BF16 : CG_PRECISION_FP32);
+        for (int v = 0; v < 6; v++)
+            check_leaf_handover(bf16_linear_loss, l, 2, v, 2, -1);
+    }
+    cg_set_matmul_precision(CG_PRECISION_FP32);
+    cg_release_all(3, f, l[0], l[1]);
+}
+END_TEST
+
 static Suite *autograd_suite(void)
 {
     Suite *s = suite_create("autograd");
@@ -999,6 +1032,7 @@ static Suite *autograd_suite(void)
     tcase_add_test(tc, test_unread_user_op_and_to);
     tcase_add_test(tc, test_grad_added_in_place);
     tcase_add_test(tc, test_leaf_grad_added_in_place);
+    tcase_add_test(tc, test_bf16_linear_input_grad);
     suite_add_tcase(s, tc);
     return s;
 }
