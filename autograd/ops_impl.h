@@ -26,4 +26,13 @@ const cg_tensor *cg_norm_out_bf16(cg_node *n);
 cg_tensor *cg_pick_grad(const cg_tensor *in, int dim, const cg_tensor *index, const cg_tensor *g,
                         bool scatter);
 
+/* cg_node_grad_acc for the backwards whose kernels add into float32 only
+ * (the linear layers', the embedding's): input i's gradient when i is
+ * float32, else NULL and the engine adds (asked for only then: a leaf's is
+ * handed over under its lock). */
+static inline cg_tensor *cg_grad_acc_f32(const cg_node *n, int i)
+{
+    return n->inputs[i]->dtype == CG_F32 ? cg_node_grad_acc(n, i) : NULL;
+}
+
 #endif

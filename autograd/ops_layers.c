@@ -154,13 +154,6 @@ static bool keep_bf16_copy(cg_node *n, const cg_tensor *x, cg_tensor *xb)
     cg_node_set_reads(n, 0, false);
     return true;
 }
-/* The gradient x already has, to add dx into (cg_node_grad_acc), when the
- * kernels can: they add into float32 only, and a bfloat16 x's gradient is
- * bfloat16 (asked for only then: a leaf's is handed over under its lock). */
-static cg_tensor *linear_dx_acc(const cg_node *n)
-{
-    return IN(0)->dtype == CG_F32 ? cg_node_grad_acc(n, 0) : NULL;
-}
 /* x or its bf16 copy, NULL + error when the copy cannot be made again */
 static const cg_tensor *linear_x(const cg_node *n)
 {
@@ -173,7 +166,7 @@ static bool linear_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
     const cg_tensor *x = linear_x(n);
     if (!x)
         return false;
-    return cg_k_linear_backward(x, IN(1), g, linear_dx_acc(n), NEEDS(0) ? &gin[0] : NULL,
+    return cg_k_linear_backward(x, IN(1), g, cg_grad_acc_f32(n, 0), NEEDS(0) ? &gin[0] : NULL,
                                 NEEDS(1) ? &gin[1] : NULL,
                                 n->n_inputs > 2 && NEEDS(2) ? &gin[2] : NULL);
 }
@@ -238,8 +231,9 @@ static bool linear_act_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
     const cg_tensor *x = linear_x(n);
     if (!x)
         return false;
-    return cg_k_linear_act_backward(x, IN(1), (cg_k_act)n->p.i[1], n->saved[0], g, linear_dx_acc(n),
-                                    NEEDS(0) ? &gin[0] : NULL, NEEDS(1) ? &gin[1] : NULL,
+    return cg_k_linear_act_backward(x, IN(1), (cg_k_act)n->p.i[1], n->saved[0], g,
+                                    cg_grad_acc_f32(n, 0), NEEDS(0) ? &gin[0] : NULL,
+                                    NEEDS(1) ? &gin[1] : NULL,
                                     n->n_inputs > 2 && NEEDS(2) ? &gin[2] : NULL);
 }
 static cg_tensor *affine_act(const char *name, cg_tensor *x, cg_tensor *w, cg_tensor *b,
@@ -310,7 +304,7 @@ static bool linear_residual_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
     const cg_tensor *x = linear_x(n);
     if (!x)
         return false;
-    cg_tensor *acc = linear_dx_acc(n), **dx = NEEDS(0) ? &gin[0] : NULL;
+    cg_tensor *acc = cg_grad_acc_f32(n, 0), **dx = NEEDS(0) ? &gin[0] : NULL;
     cg_tensor **dw = NEEDS(1) ? &gin[1] : NULL, **db = has_db ? &gin[bi] : NULL;
     if (n->p.i[2] > 0) /* through the dropout (in bf16, in the pass that rounds g) */
         return cg_k_linear_dropout_backward(x, IN(1), n->saved[n->p.i[2] - 1], n->p.f[2], g, acc,

@@ -590,7 +590,7 @@ cg_tensor *cg_pick_grad(const cg_tensor *in, int dim, const cg_tensor *index, co
 static bool index_select_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {
     const int dim = (int)n->p.i[0];
-    cg_tensor *acc = IN(0)->dtype == CG_F32 ? cg_node_grad_acc(n, 0) : NULL;
+    cg_tensor *acc = cg_grad_acc_f32(n, 0);
     if (!acc)
         return (gin[0] = cg_pick_grad(IN(0), dim, n->saved[0], g, false)) != NULL;
     cg_tensor *g32 = g->dtype == CG_F32 ? cg_retain((cg_tensor *)g) : cg_k_to(g, CG_F32);
