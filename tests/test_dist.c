@@ -409,6 +409,35 @@ START_TEST(test_api)
 }
 END_TEST
 
+/* cg_dist_average_grads_tensors inside a scope: the gradient it makes for
+ * a parameter (zeros where this rank has none, a copy where this rank's is
+ * shared) is the parameter's, and outlives the scope, as a backward's
+ * does. Rank 0 holds a gradient that something else shares too, the
+ * other ranks none: each rank makes one tensor, and it stays alive. */
+START_TEST(test_average_grads_in_scope)
+{
+    cg_tensor *q = cg_requires_grad(cg_zeros(CG_SHAPE(4)), true);
+    cg_tensor *other = NULL;
+    if (cg_dist_rank() == 0) {
+        q->grad = cg_full(CG_SHAPE(4), 2.0f);
+        other = cg_retain(q->grad); /* shared: averaged into a copy */
+    }
+    const int64_t live = cg_live_tensors();
+    cg_scope *sc = cg_scope_begin();
+    ck_assert_ptr_nonnull(sc);
+    ck_assert_msg(cg_dist_average_grads_tensors(1, &q, 1.0), "%s", cg_last_error());
+    cg_scope_end(sc);
+    ck_assert_int_eq(cg_live_tensors(), live + (cg_dist_size() > 1 ? 1 : 0));
+    ck_assert_ptr_nonnull(q->grad);
+    for (int k = 0; k < 4; k++)
+        ck_assert_float_eq_tol(cg_data(q->grad)[k], 2.0 / cg_dist_size(), 1e-6);
+    if (other) /* the other owner's tensor is untouched */
+        for (int k = 0; k < 4; k++)
+            ck_assert_float_eq(cg_data(other)[k], 2.0f);
+    cg_release_all(2, q, other);
+}
+END_TEST
+
 /* Gradients averaged during backward (cg_dist_reducer, the stepper's
  * default with more than one rank), with tiny buckets (many of them, so
  * their order matters) and every layer recomputed in backward
@@ -778,6 +807,7 @@ static Suite *dist_suite(void)
     Suite *s = suite_create("dist");
     TCase *tc = tcase_create("api");
     tcase_add_test(tc, test_api);
+    tcase_add_test(tc, test_average_grads_in_scope);
     suite_add_tcase(s, tc);
     tc = tcase_create("buffers");
     tcase_add_test(tc, test_broadcast_buffers);

@@ -488,6 +488,21 @@ static bool agree_weights(int n, cg_tensor *const *params, double weight, double
     return true;
 }
 
+/* (dist_mpi.h) */
+bool cg_dist_own_grad(cg_tensor *p)
+{
+    cg_tensor *g = p->grad;
+    if (g && cg_is_contiguous(g) && g->storage->refcount == 1 && g->refcount == 1 && !g->node)
+        return true;
+    g = g ? cg_k_clone(g) : cg_zeros_like(p);
+    if (!g)
+        return false;
+    cg_unhold(p->grad);
+    cg_release(p->grad);
+    p->grad = cg_hold(g);
+    return true;
+}
+
 /* Every parameter whose gradient exists on some rank (has[i] != 0) gets a
  * contiguous gradient of its own to reduce in place (zeros where this rank
  * has none); bufs[i] and len[i] say where it is (NULL and 0 for the
@@ -501,20 +516,7 @@ static bool own_grads(int n, cg_tensor *const *params, const double *has, float 
         len[i] = 0;
         if (has[i] == 0)
             continue; /* no gradient on any rank: stays NULL */
-        cg_tensor *g = p->grad;
-        if (!g) {
-            g = cg_zeros_like(p);
-        } else if (!cg_is_contiguous(g) || g->storage->refcount != 1 || g->refcount != 1 ||
-                   g->node) {
-            g = cg_k_clone(g); /* own a contiguous copy before writing in place */
-        } else {
-            g = NULL;
-        }
-        if (g) {
-            cg_release(p->grad);
-            p->grad = g;
-        }
-        if (!p->grad)
+        if (!cg_dist_own_grad(p))
             return false;
         if (cg_numel(p->grad) != cg_numel(p)) {
             cg_set_error("dist: average_grads: parameter %d has a gradient of %lld elements "

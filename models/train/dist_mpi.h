@@ -8,6 +8,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "core/tensor.h"
+
 /* Add to the communication counters (cg_dist_comm_seconds, _bytes). */
 void cg_dist_count(double seconds, int64_t bytes);
 /* Monotonic clock, in seconds. */
@@ -25,5 +27,11 @@ bool cg_dist_check_inited(const char *what);
 /* Copy n floats between a bucket b and a tensor t, times s. */
 void cg_dist_seg_pack(float *b, float *t, int64_t n, float s);
 void cg_dist_seg_unpack(float *b, float *t, int64_t n, float s);
+/* p's gradient as a tensor this rank may overwrite with the average: made
+ * (zeros) when p has none, copied when it is shared, a view or a graph's
+ * output. p holds it (cg_hold), as the engine holds a leaf's .grad, so no
+ * scope open around the call releases it. False + error when out of
+ * memory. */
+bool cg_dist_own_grad(cg_tensor *p);
 
 #endif

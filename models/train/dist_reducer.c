@@ -362,21 +362,7 @@ bool cg_dist_reducer_finish(cg_dist_reducer *r)
             cg_tensor *p = r->params[i];
             if ((r->zero ? r->flags[i] : b->buf[b->floats - b->count + s]) == 0)
                 continue; /* no gradient on any rank: stays NULL */
-            cg_tensor *g = p->grad;
-            if (!g) {
-                g = cg_hold(cg_zeros_like(p));
-            } else if (!cg_is_contiguous(g) || g->storage->refcount != 1 || g->refcount != 1 ||
-                       g->node) {
-                g = cg_hold(cg_k_clone(g));
-            } else {
-                g = NULL;
-            }
-            if (g) {
-                cg_unhold(p->grad);
-                cg_release(p->grad);
-                p->grad = g;
-            }
-            if (!p->grad) {
+            if (!cg_dist_own_grad(p)) {
                 ok = false;
                 break;
             }
