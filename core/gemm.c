@@ -773,15 +773,15 @@ static bool gemm_run(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int6
             scale_c(m, n, beta, c, rsc, csc);
         return true;
     }
-    float *acopy = NULL, *bcopy = NULL; /* bf16 packing reads any strides */
-    if (!g.bf16 && bf) {                /* fp32 products of bf16 operands: their floats */
+    float *acopy = NULL, *bcopy = NULL;                        /* bf16 packing reads any strides */
+    if (!g.bf16 && (bf & (CG_GEMM_A_BF16 | CG_GEMM_B_BF16))) { /* fp32: bf16 operands' floats */
         if ((bf & CG_GEMM_A_BF16) && !(a = acopy = widen(m, k, a, rsa, csa)))
             return false;
         if ((bf & CG_GEMM_B_BF16) && !(b = bcopy = widen(k, n, b, rsb, csb))) {
             free(acopy);
             return false;
         }
-        bf = 0;
+        bf &= CG_GEMM_C_ONCE;
     }
     bool ok = true;
     const int64_t h = split_point(g, m, n, k, pre); /* 0: one sum over k */
@@ -938,7 +938,8 @@ bool cg_gemm_mixed_path(cg_gemm_path path, int nthreads, int64_t m, int64_t n, i
                         int64_t csc)
 {
     return gemm_run(path, nthreads, m, n, k, alpha, a, rsa, csa, b, rsb, csb,
-                    bf & (CG_GEMM_A_BF16 | CG_GEMM_B_BF16), beta, NULL, 0, c, rsc, csc, NULL);
+                    bf & (CG_GEMM_A_BF16 | CG_GEMM_B_BF16 | CG_GEMM_C_ONCE), beta, NULL, 0, c, rsc,
+                    csc, NULL);
 }
 
 bool cg_sgemm_bias_path(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int64_t k,
@@ -951,14 +952,15 @@ bool cg_sgemm_bias_path(cg_gemm_path path, int nthreads, int64_t m, int64_t n, i
 }
 
 bool cg_gemm_prepacked(int path, int nthreads, int64_t m, int64_t n, int64_t k, const void *x,
-                       bool xbf, int64_t rsx, int64_t csx, const cg_bf16_prepacked *w,
+                       unsigned bf, int64_t rsx, int64_t csx, const cg_bf16_prepacked *w,
                        const float *bias, int64_t bs, float beta, float *c, int64_t rsc,
                        int64_t csc)
 {
     if (!w || !w->p || m < 2 || n < 2 || csc != 1 || rsc < n)
         return false; /* C would not be turned over: A would not be W */
     return gemm_run(path, nthreads, m, n, k, 1.0f, x, rsx, csx, NULL, 1, k,
-                    xbf ? CG_GEMM_A_BF16 : 0, bias ? 0.0f : beta, bias, bs, c, rsc, csc, w);
+                    bf & (CG_GEMM_A_BF16 | CG_GEMM_C_ONCE), bias ? 0.0f : beta, bias, bs, c, rsc,
+                    csc, w);
 }
 
 void cg_sgemm_bias(int64_t m, int64_t n, int64_t k, const float *a, int64_t rsa, int64_t csa,

@@ -116,6 +116,10 @@ bool cg_sgemm_path(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int64_
  * operands are widened into float copies first (exact). */
 #define CG_GEMM_A_BF16 1u
 #define CG_GEMM_B_BF16 2u
+/* Also in bf: beta 1 adds C to each element's sum over a k block rounded
+ * once on every path, AMX's included (cg_gemm_adds_c_once: its tiles
+ * otherwise sum the products onto C). */
+#define CG_GEMM_C_ONCE 4u
 bool cg_gemm_mixed_path(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int64_t k,
                         float alpha, const void *a, int64_t rsa, int64_t csa, const void *b,
                         int64_t rsb, int64_t csb, unsigned bf, float beta, float *c, int64_t rsc,
@@ -154,11 +158,11 @@ bool cg_sgemm_bias_path(cg_gemm_path path, int nthreads, int64_t m, int64_t n, i
 int64_t cg_gemm_k_block(cg_gemm_path path, int64_t k, int64_t i);
 /* Whether beta 1 adds C to each element's sum (over a k block) rounded
  * once, the bits of the product made apart and added into C, on a path
- * (CG_GEMM_AUTO: the calling thread's policy's): every path but AMX's,
- * whose tiles sum the products onto C and onto the bias
- * (core/gemm_bf16.c kernel_amx). A product written into a gradient that
- * already holds a sum (core/linear_backward.c) has the bits of the
- * addition made apart where this is true. */
+ * (CG_GEMM_AUTO: the calling thread's policy's) without CG_GEMM_C_ONCE:
+ * every path but AMX's, whose tiles sum the products onto C and onto the
+ * bias (core/gemm_bf16.c kernel_amx). With CG_GEMM_C_ONCE every path
+ * does (a product written into a gradient that already holds a sum,
+ * core/linear_backward.c, has the bits of the addition made apart). */
 bool cg_gemm_adds_c_once(cg_gemm_path path);
 /* Where a product C [m, n] over k is split in two on a path (CG_GEMM_AUTO:
  * the calling thread's policy's), or 0 when it is one sum. The bf16 paths

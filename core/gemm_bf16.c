@@ -657,6 +657,9 @@ typedef struct {
      * at the tile's first element */
     const cg_gemm_epilogue *wo;
     uint16_t *pre16, *out16;
+    /* beta C added to the sums once on AMX too (CG_GEMM_C_ONCE): its
+     * tiles then start from zero, not from C (amx_starts_from_c) */
+    bool once;
 } tile_out;
 
 /* Whether the native kernel writes its tile (mr x nr of a tile of nru
@@ -1184,7 +1187,7 @@ typedef struct {
  * wo) is taken only there. */
 static inline bool amx_starts_from_c(const tile_out *o)
 {
-    return o->alpha == 1.0f && (o->bias || o->beta == 1.0f);
+    return o->alpha == 1.0f && (o->bias || (o->beta == 1.0f && !o->once));
 }
 static inline bool amx_in_place(int64_t mr, int64_t nr, int64_t rsc, const tile_out *o)
 {
@@ -1367,6 +1370,7 @@ typedef struct {
     float *c;
     int64_t rsc, csc;
     cg_bf16_prepacked pre; /* A already packed (pre.p), or pre.p NULL */
+    bool c_once;           /* CG_GEMM_C_ONCE: the first k block's beta C */
 } product;
 
 static product product_of(cg_bf16_kind kind, int64_t m, int64_t n, int64_t k, float alpha,
@@ -1391,10 +1395,28 @@ static product product_of(cg_bf16_kind kind, int64_t m, int64_t n, int64_t k, fl
     }
     const float *fa = NULL, *fb = NULL; /* (a and b swapped above) */
     cg_gemm_to_column_c(&m, &n, &fa, &rsa, &csa, &fb, &rsb, &csb, &rsc, &csc);
-    return (product){
-        kind, m,      n,      k,    alpha, beta, a,
-        b,    abf,    bbf,    bias, rsa,   csa,  rsb,
-        csb,  rsbias, csbias, c,    rsc,   csc,  pre ? *pre : (cg_bf16_prepacked){NULL, 0, NULL}};
+    return (product){kind,
+                     m,
+                     n,
+                     k,
+                     alpha,
+                     beta,
+                     a,
+                     b,
+                     abf,
+                     bbf,
+                     bias,
+                     rsa,
+                     csa,
+                     rsb,
+                     csb,
+                     rsbias,
+                     csbias,
+                     c,
+                     rsc,
+                     csc,
+                     pre ? *pre : (cg_bf16_prepacked){NULL, 0, NULL},
+                     (bf & CG_GEMM_C_ONCE) != 0};
 }
 
 /* Whether the kernel reads the B panel of nr columns in place, not
@@ -1609,7 +1631,8 @@ static void panel_times_rows(const product *p, int64_t ic, int64_t mc, int64_t j
                   p->csbias,
                   NULL,
                   NULL,
-                  NULL};
+                  NULL,
+                  first && p->c_once};
     /* the kernel writes the epilogue itself on the block's whole tiles (fn
      * then runs on the rows of a partial last one only) */
     const cg_gemm_epilogue *e = p->pre.epi;
@@ -1887,7 +1910,7 @@ size_t cg_bf16_matrix_bytes(const cg_bf16_matrix *m)
  * b_cols) B panels of kp pairs), into y, plus the bias when given. */
 static void bf16_matrix_panels(const cg_bf16_matrix *w, cg_bf16_kind kind, int64_t q0, int64_t q1,
                                int64_t m, const uint32_t *xp, const float *bias, int64_t bs,
-                               float beta, float *y, int64_t rsy, int64_t csy,
+                               float beta, bool once, float *y, int64_t rsy, int64_t csy,
                                const cg_gemm_epilogue *epi)
 {
     const int64_t kp = w->kp, bc = b_cols(kind);
@@ -1908,7 +1931,8 @@ static void bf16_matrix_panels(const cg_bf16_matrix *w, cg_bf16_kind kind, int64
                                     0,
                                     NULL,
                                     NULL,
-                                    NULL};
+                                    NULL,
+                                    pc == 0 && once};
                 const uint32_t *ap = w->p + q * kp * MR + (pc / 2) * MR;
                 if (kind == CG_BF16_AMX)
                     kernel_amx(
@@ -1936,13 +1960,15 @@ static void bf16_matrix_panels(const cg_bf16_matrix *w, cg_bf16_kind kind, int64
  * thread (a few microseconds) costs more than it saves. */
 #define MATRIX_MIN_BYTES_PER_THREAD (512 * 1024)
 
-/* cg_bf16_matrix_mul with x's elements floats, or bf16 when xbf, beta y
- * added without a bias, and the epilogue epi (or NULL) on y's final blocks */
+/* cg_bf16_matrix_mul with x's elements floats, or bf16 when bf has
+ * CG_GEMM_A_BF16, beta y added without a bias (once on every path with
+ * CG_GEMM_C_ONCE), and the epilogue epi (or NULL) on y's final blocks */
 static bool matrix_mul(const cg_bf16_matrix *w, cg_gemm_path path, int nthreads, int64_t m,
-                       const void *x, bool xbf, int64_t rsx, int64_t csx, const float *bias,
+                       const void *x, unsigned bf, int64_t rsx, int64_t csx, const float *bias,
                        int64_t bs, float beta, float *y, int64_t rsy, int64_t csy,
                        const cg_gemm_epilogue *epi)
 {
+    const bool xbf = bf & CG_GEMM_A_BF16, once = bf & CG_GEMM_C_ONCE;
     if (!w || (m > 0 && (!x || !y)) || m < 0) {
         cg_set_error("bf16 matrix product: NULL argument or negative row count");
         return false;
@@ -1963,7 +1989,7 @@ static bool matrix_mul(const cg_bf16_matrix *w, cg_gemm_path path, int nthreads,
         /* many rows (training): the GEMM driver's blocking and threads,
          * with W's panels in place of the ones it would pack */
         const cg_bf16_prepacked pre = {w->p, w->kp, epi};
-        if (cg_gemm_prepacked(path, nthreads, m, w->n, w->k, x, xbf, rsx, csx, &pre, bias, bs, beta,
+        if (cg_gemm_prepacked(path, nthreads, m, w->n, w->k, x, bf, rsx, csx, &pre, bias, bs, beta,
                               y, rsy, csy))
             return true;
         cg_set_error("bf16 matrix product: out of memory");
@@ -1989,14 +2015,14 @@ static bool matrix_mul(const cg_bf16_matrix *w, cg_gemm_path path, int nthreads,
     if (nt > w->npanel)
         nt = (int)w->npanel;
     if (nt <= 1 || omp_in_parallel()) {
-        bf16_matrix_panels(w, kind, 0, w->npanel, m, xp, bias, bs, beta, y, rsy, csy, epi);
+        bf16_matrix_panels(w, kind, 0, w->npanel, m, xp, bias, bs, beta, once, y, rsy, csy, epi);
         return true;
     }
 #pragma omp parallel num_threads(nt)
     {
         const int t = omp_get_thread_num(), T = omp_get_num_threads();
         const int64_t q0 = w->npanel * t / T, q1 = w->npanel * (t + 1) / T;
-        bf16_matrix_panels(w, kind, q0, q1, m, xp, bias, bs, beta, y, rsy, csy, epi);
+        bf16_matrix_panels(w, kind, q0, q1, m, xp, bias, bs, beta, once, y, rsy, csy, epi);
     }
     return true;
 }
@@ -2005,21 +2031,22 @@ bool cg_bf16_matrix_mul(const cg_bf16_matrix *w, cg_gemm_path path, int nthreads
                         const float *x, int64_t rsx, int64_t csx, const float *bias, int64_t bs,
                         float *y, int64_t rsy, int64_t csy)
 {
-    return matrix_mul(w, path, nthreads, m, x, false, rsx, csx, bias, bs, 0.0f, y, rsy, csy, NULL);
+    return matrix_mul(w, path, nthreads, m, x, 0, rsx, csx, bias, bs, 0.0f, y, rsy, csy, NULL);
 }
 
 bool cg_bf16_matrix_mul_bf16(const cg_bf16_matrix *w, cg_gemm_path path, int nthreads, int64_t m,
                              const uint16_t *x, int64_t rsx, int64_t csx, const float *bias,
                              int64_t bs, float *y, int64_t rsy, int64_t csy)
 {
-    return matrix_mul(w, path, nthreads, m, x, true, rsx, csx, bias, bs, 0.0f, y, rsy, csy, NULL);
+    return matrix_mul(w, path, nthreads, m, x, CG_GEMM_A_BF16, rsx, csx, bias, bs, 0.0f, y, rsy,
+                      csy, NULL);
 }
 
 bool cg_bf16_matrix_mul_epi(const cg_bf16_matrix *w, int path, int nthreads, int64_t m,
-                            const void *x, bool xbf, int64_t rsx, int64_t csx, const float *bias,
+                            const void *x, unsigned bf, int64_t rsx, int64_t csx, const float *bias,
                             int64_t bs, float beta, float *y, int64_t rsy, int64_t csy,
                             const cg_gemm_epilogue *epi)
 {
-    return matrix_mul(w, (cg_gemm_path)path, nthreads, m, x, xbf, rsx, csx, bias, bs, beta, y, rsy,
+    return matrix_mul(w, (cg_gemm_path)path, nthreads, m, x, bf, rsx, csx, bias, bs, beta, y, rsy,
                       csy, epi);
 }

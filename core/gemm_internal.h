@@ -80,25 +80,27 @@ typedef struct {
  * bias, x W^T + beta C, for W given as prepacked panels (W itself is not
  * read), through the GEMM driver with its blocking and threading
  * (core/gemm.c): the bits of cg_sgemm_bias / cg_sgemm on the same bf16
- * path. C must be row-stored (csc 1, rsc >= n, m and n >= 2).
+ * path. C must be row-stored (csc 1, rsc >= n, m and n >= 2). bf:
+ * CG_GEMM_A_BF16 (x's elements bf16) and CG_GEMM_C_ONCE (core/gemm.h).
  * False when out of memory or the path is not a bf16 one. path is a
  * cg_gemm_path (an int here: core/gemm.h is the gemm module's own header). */
 bool cg_gemm_prepacked(int path, int nthreads, int64_t m, int64_t n, int64_t k, const void *x,
-                       bool xbf, int64_t rsx, int64_t csx, const cg_bf16_prepacked *w,
+                       unsigned bf, int64_t rsx, int64_t csx, const cg_bf16_prepacked *w,
                        const float *bias, int64_t bs, float beta, float *c, int64_t rsc,
                        int64_t csc);
 
 /* cg_bf16_matrix_mul (core/gemm.h) with x's elements floats, or bf16 bit
- * patterns when xbf, y = x W^T + beta y without a bias (beta 0: y is only
- * written), and epi (or NULL) run on every block of y once it is final:
- * the whole of y, in blocks, whatever the path (y is then as the product
- * leaves it plus what epi does; core/linear.c's activations). With beta 1
- * and k in one block (cg_gemm_k_block), each element is y + its sum
- * rounded once: the bits of adding the product with beta 0 into y
+ * patterns when bf has CG_GEMM_A_BF16, y = x W^T + beta y without a bias
+ * (beta 0: y is only written), and epi (or NULL) run on every block of y
+ * once it is final: the whole of y, in blocks, whatever the path (y is
+ * then as the product leaves it plus what epi does; core/linear.c's
+ * activations). With beta 1, k in one block (cg_gemm_k_block) and
+ * CG_GEMM_C_ONCE in bf, each element is y + its sum rounded once on every
+ * path: the bits of adding the product with beta 0 into y
  * (core/linear_backward.c adds dx into a gradient so). */
 struct cg_bf16_matrix;
 bool cg_bf16_matrix_mul_epi(const struct cg_bf16_matrix *w, int path, int nthreads, int64_t m,
-                            const void *x, bool xbf, int64_t rsx, int64_t csx, const float *bias,
+                            const void *x, unsigned bf, int64_t rsx, int64_t csx, const float *bias,
                             int64_t bs, float beta, float *y, int64_t rsy, int64_t csy,
                             const cg_gemm_epilogue *epi);
 

@@ -341,8 +341,9 @@ static cg_tensor *linear(const cg_tensor *x, const cg_tensor *w, const cg_tensor
         memset(yp, 0, sizeof(float) * (size_t)(N * out));
     else if (pw)
         ok = cg_bf16_matrix_mul_epi(cg_bf16_weight_matrix(pw), CG_GEMM_AUTO, 0, N, cg_data_ptr(xc),
-                                    xc->dtype == CG_BF16, in, 1, b ? cg_data(b) : NULL,
-                                    b ? b->strides[0] : 0, 0.0f, yp, out, 1, epi);
+                                    xc->dtype == CG_BF16 ? CG_GEMM_A_BF16 : 0, in, 1,
+                                    b ? cg_data(b) : NULL, b ? b->strides[0] : 0, 0.0f, yp, out, 1,
+                                    epi);
     else if (N > 0 && out > 0 && b)
         cg_sgemm_bias(N, out, in, cg_data(xc), in, 1, cg_data(w), w->strides[1], w->strides[0],
                       cg_data(b), b->strides[0], yp, out, 1);

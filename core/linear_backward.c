@@ -302,11 +302,10 @@ static bool linear_backward(const char *op, const cg_tensor *x, const cg_tensor 
     cg_tensor *gc = cg_k_contiguous(g);
     cg_tensor *mc = ag ? cg_k_contiguous(ag->t) : NULL;
     cg_tensor *xc = dw ? cg_k_contiguous(x) : NULL;
-    /* dx straight into acc: the product's one k block adds it (beta 1),
-     * each element's sum rounded once as acc + dx would be (not on AMX,
-     * whose tiles sum onto acc: dx is made apart there) */
-    const bool into = acc && !empty && cg_gemm_k_block(CG_GEMM_AUTO, out, 0) == out &&
-                      cg_gemm_adds_c_once(CG_GEMM_AUTO);
+    /* dx straight into acc: the product's one k block adds it (beta 1,
+     * CG_GEMM_C_ONCE: on AMX too, whose tiles otherwise sum onto acc),
+     * each element's sum rounded once as acc + dx would be */
+    const bool into = acc && !empty && cg_gemm_k_block(CG_GEMM_AUTO, out, 0) == out;
     /* beta = 0: the products write every element, so no zero-fill unless a
      * product is skipped for an empty dimension */
     cg_tensor *gx = !dx     ? NULL
@@ -328,9 +327,10 @@ static bool linear_backward(const char *op, const cg_tensor *x, const cg_tensor 
         /* dx [N,in] = g [N,out] W [out,in] on W^T's cached bf16 copy */
         cg_bf16_weight *pw = cg_bf16_weight_get(w, true);
         const cg_bf16_matrix *wm = pw ? cg_bf16_weight_matrix(pw) : NULL;
-        ok = pw && cg_bf16_matrix_mul_epi(
-                       wm, CG_GEMM_AUTO, 0, N, g16 ? cg_data_ptr(g16) : (const void *)gp,
-                       g16 != NULL, out, 1, NULL, 0, into ? 1.0f : 0.0f, cg_data(gx), in, 1, NULL);
+        ok = pw && cg_bf16_matrix_mul_epi(wm, CG_GEMM_AUTO, 0, N,
+                                          g16 ? cg_data_ptr(g16) : (const void *)gp,
+                                          (g16 ? CG_GEMM_A_BF16 : 0) | CG_GEMM_C_ONCE, out, 1, NULL,
+                                          0, into ? 1.0f : 0.0f, cg_data(gx), in, 1, NULL);
         cg_bf16_weight_release(pw);
     } else if (ok && gx && !empty) { /* dx [N,in] = g [N,out] W [out,in] */
         cg_sgemm(N, in, out, 1.0f, gp, out, 1, cg_data(w), w->strides[0], w->strides[1],

@@ -1740,13 +1740,14 @@ START_TEST(test_relu_mask)
 }
 END_TEST
 
-/* y = x W^T + beta y with beta 1 (core/linear_backward.c's dx added into a
- * gradient): on every bf16 path, few rows (W's panels) and many (the
- * driver), 1 and 2 threads, with k within one k block each element is
- * y + its sum rounded once, the bits of the beta 0 product added to y
- * apart (cg_gemm_adds_c_once); on AMX, whose tiles sum onto y
- * (kernel_amx), 1 and 2 threads the same bits, within the products' bound
- * of that sum (NaN and infinities where it has them). */
+/* y = x W^T + beta y with beta 1: on every bf16 path, few rows (W's
+ * panels) and many (the driver), 1 and 2 threads, with k within one k
+ * block each element is y + its sum rounded once, the bits of the beta 0
+ * product added to y apart (cg_gemm_adds_c_once); on AMX, whose tiles sum
+ * onto y (kernel_amx), 1 and 2 threads the same bits, within the
+ * products' bound of that sum (NaN and infinities where it has them).
+ * With CG_GEMM_C_ONCE (core/linear_backward.c's dx added into a
+ * gradient) every path, AMX's too, gives the bits made apart. */
 START_TEST(test_matrix_beta_one)
 {
     cg_rng rng = cg_rng_new(79);
@@ -1762,31 +1763,36 @@ START_TEST(test_matrix_beta_one)
         for (int p = 0; p < NPATHS; p++) {
             if (!cg_gemm_path_available(bf16_paths[p]) || tested_by_plain_run(bf16_paths[p]))
                 continue;
-            ck_assert(cg_bf16_matrix_mul(pw, bf16_paths[p], 1, M, x, K, 1, NULL, 0, want, N, 1));
-            for (int64_t i = 0; i < M * N; i++)
-                want[i] = y0[i] + want[i];
-            const bool once = cg_gemm_adds_c_once(bf16_paths[p]);
-            for (int nt = 1; nt <= 2; nt++) {
-                memcpy(y, y0, (size_t)(M * N) * sizeof(float));
-                ck_assert(cg_bf16_matrix_mul_epi(pw, bf16_paths[p], nt, M, x, false, K, 1, NULL, 0,
-                                                 1.0f, y, N, 1, NULL));
-                for (int64_t i = 0; i < M * N && !once && nt == 1; i++) {
-                    double mag = fabs((double)y0[i]);
-                    for (int64_t q = 0; q < K; q++)
-                        mag += fabs((double)cg_bf16_round(x[i / N * K + q]) *
-                                    cg_bf16_round(w[i % N * K + q]));
-                    ck_assert_msg(near_amx(y[i], want[i], K, mag),
-                                  "%s %lldx%lldx%lld, element %lld: %a, apart %a",
-                                  cg_gemm_path_name(bf16_paths[p]), (long long)M, (long long)N,
-                                  (long long)K, (long long)i, (double)y[i], (double)want[i]);
-                }
-                if (!once && nt == 1) /* 2 threads: these bits */
-                    memcpy(want, y, (size_t)(M * N) * sizeof(float));
+            for (unsigned flags = 0; flags <= CG_GEMM_C_ONCE; flags += CG_GEMM_C_ONCE) {
+                ck_assert(
+                    cg_bf16_matrix_mul(pw, bf16_paths[p], 1, M, x, K, 1, NULL, 0, want, N, 1));
                 for (int64_t i = 0; i < M * N; i++)
-                    ck_assert_msg(to_bits(y[i]) == to_bits(want[i]),
-                                  "%s %lldx%lldx%lld, %d threads, element %lld: %a, want %a",
-                                  cg_gemm_path_name(bf16_paths[p]), (long long)M, (long long)N,
-                                  (long long)K, nt, (long long)i, (double)y[i], (double)want[i]);
+                    want[i] = y0[i] + want[i];
+                const bool once = flags || cg_gemm_adds_c_once(bf16_paths[p]);
+                for (int nt = 1; nt <= 2; nt++) {
+                    memcpy(y, y0, (size_t)(M * N) * sizeof(float));
+                    ck_assert(cg_bf16_matrix_mul_epi(pw, bf16_paths[p], nt, M, x, flags, K, 1, NULL,
+                                                     0, 1.0f, y, N, 1, NULL));
+                    for (int64_t i = 0; i < M * N && !once && nt == 1; i++) {
+                        double mag = fabs((double)y0[i]);
+                        for (int64_t q = 0; q < K; q++)
+                            mag += fabs((double)cg_bf16_round(x[i / N * K + q]) *
+                                        cg_bf16_round(w[i % N * K + q]));
+                        ck_assert_msg(near_amx(y[i], want[i], K, mag),
+                                      "%s %lldx%lldx%lld, element %lld: %a, apart %a",
+                                      cg_gemm_path_name(bf16_paths[p]), (long long)M, (long long)N,
+                                      (long long)K, (long long)i, (double)y[i], (double)want[i]);
+                    }
+                    if (!once && nt == 1) /* 2 threads: these bits */
+                        memcpy(want, y, (size_t)(M * N) * sizeof(float));
+                    for (int64_t i = 0; i < M * N; i++)
+                        ck_assert_msg(to_bits(y[i]) == to_bits(want[i]),
+                                      "%s %lldx%lldx%lld, %d threads, flags %u, element %lld: %a, "
+                                      "want %a",
+                                      cg_gemm_path_name(bf16_paths[p]), (long long)M, (long long)N,
+                                      (long long)K, nt, flags, (long long)i, (double)y[i],
+                                      (double)want[i]);
+                }
             }
         }
         cg_bf16_matrix_free(pw);
@@ -1847,7 +1853,7 @@ START_TEST(test_matrix_epilogue)
             for (int nt = 1; nt <= 2; nt++) {
                 memset(count, 0, (size_t)(M * N));
                 const seen_epi e = {{.fn = record_block, .c0 = y}, seen, count};
-                ck_assert(cg_bf16_matrix_mul_epi(pw, bf16_paths[p], nt, M, x, false, K, 1, bias, 1,
+                ck_assert(cg_bf16_matrix_mul_epi(pw, bf16_paths[p], nt, M, x, 0, K, 1, bias, 1,
                                                  0.0f, y, N, 1, &e.e));
                 for (int64_t i = 0; i < M * N; i++) /* (a NaN's sign: valgrind's own) */
                     ck_assert_msg(count[i] == 1 && same_float(seen[i], want[i]) &&
