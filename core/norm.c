@@ -402,8 +402,9 @@ static cg_tensor *norm_forward(const char *op, bool rms, const cg_tensor *x, con
         *xhat_out = NULL;
     if (!x)
         return cg_error_null_input(op), NULL;
-    if (!cg_f32_args(op, 4, (const cg_tensor *[]){x, a, w, b}) || !check_x(op, x) ||
-        !check_addend(op, x, a))
+    /* numbered as the caller counts them: the norm of x alone has no addend */
+    const cg_tensor *args[4] = {x, a ? a : w, a ? w : b, a ? b : NULL};
+    if (!cg_f32_args(op, 4, args) || !check_x(op, x) || !check_addend(op, x, a))
         return NULL;
     int64_t D = x->shape[x->ndim - 1];
     if (!check_param(op, "weight", w, x, D) || !check_param(op, "bias", b, x, D))

@@ -186,6 +186,28 @@ START_TEST(test_fused_ops_take_bf16_inputs)
 }
 END_TEST
 
+/* A norm's refusal of a bfloat16 or float16 weight or bias names the
+ * argument as the caller counts them: layer_norm(x, w, b) and rms_norm(x,
+ * w) have no addend (they said "argument 3" of w, "argument 4" of b, the
+ * places they have in add_layer_norm(x, y, w, b)). */
+START_TEST(test_norm_refusals_name_the_argument)
+{
+    cg_scope *sc = cg_scope_begin();
+    cg_rng r = cg_rng_new(6);
+    cg_tensor *x = cg_randn(&r, CG_SHAPE(3, 4)), *w = cg_randn(&r, CG_SHAPE(4));
+    cg_tensor *wb = cg_k_to(w, CG_BF16), *wh = cg_k_to(w, CG_F16);
+    CG_ASSERT_REFUSED(cg_layer_norm(x, wb, NULL, 1e-5f) == NULL,
+                      "layer_norm: argument 2 is bfloat16, expected float32 (convert with cg_to)");
+    CG_ASSERT_REFUSED(cg_layer_norm(x, w, wh, 1e-5f) == NULL, "layer_norm: argument 3 is float16");
+    CG_ASSERT_REFUSED(cg_rms_norm(x, wh, 1e-5f) == NULL, "rms_norm: argument 2 is float16");
+    CG_ASSERT_REFUSED(cg_add_layer_norm(x, x, w, wb, 1e-5f) == NULL,
+                      "add_layer_norm: argument 4 is bfloat16");
+    CG_ASSERT_REFUSED(cg_add_rms_norm(x, x, wb, 1e-5f) == NULL,
+                      "add_rms_norm: argument 3 is bfloat16");
+    cg_scope_end(sc);
+}
+END_TEST
+
 /* The ops whose backward scatters (max, topk, index_select, embedding,
  * gather) take bf16 and f16 inputs forward, so their backward must give
  * those inputs a gradient of their dtype: it was refused ("scatter_add_:
@@ -230,6 +252,7 @@ static Suite *grad_dtype_suite(void)
     tcase_add_test(tc, test_gradcheck_to_bf16);
     tcase_add_test(tc, test_bf16_leaf_gets_bf16_grad);
     tcase_add_test(tc, test_fused_ops_take_bf16_inputs);
+    tcase_add_test(tc, test_norm_refusals_name_the_argument);
     tcase_add_test(tc, test_scatter_backwards_of_bf16);
     suite_add_tcase(s, tc);
     return s;
