@@ -282,6 +282,8 @@ cg_tensor *cg_residual_apply(const cg_residual *r, cg_tensor *y)
                      cg_shape_str(r->res, a, sizeof a), cg_shape_str(y, b, sizeof b));
         return NULL;
     }
+    if (r->res && !cg_check_f32("residual", "res", r->res)) /* as the fused op */
+        return NULL;
     cg_tensor *d = cg_dropout(y, r->p, r->rng, r->training);
     if (!d || !r->res)
         return d;

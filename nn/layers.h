@@ -120,8 +120,9 @@ typedef struct {
  * graph. The same bits either way. */
 cg_tensor *cg_linear_forward_residual(cg_linear *l, cg_tensor *x, const cg_residual *r);
 /* r applied to a sublayer's output y the unfused way, res + dropout(y)
- * (r NULL: a new reference to y); a res of another shape is refused, as
- * the fused op refuses it (no broadcasting). */
+ * (r NULL: a new reference to y); a res of another shape (no
+ * broadcasting) or another dtype than float32 is refused, as the fused op
+ * refuses it. */
 cg_tensor *cg_residual_apply(const cg_residual *r, cg_tensor *y);
 /* The same as a function (PyTorch's F.linear), e.g. for a tied output head:
  * x [..., in], weight [out, in] (any strides; used through a transposed

@@ -1870,6 +1870,19 @@ START_TEST(test_residual_fused)
     CG_ASSERT_REFUSED(cg_residual_apply(&bad, a) == NULL,
                       "residual: res [1, 3] does not match the sublayer's output [2, 3]");
     cg_release(row);
+    /* a residual of another dtype: refused both ways too, the layer with a
+     * LoRA adapter (whose hook takes the unfused way) as without one (the
+     * unfused way added a bfloat16 res that the fused op refuses) */
+    cg_tensor *res16 = cg_k_to(a, CG_BF16);
+    const cg_residual r16 = {res16, 0.0f, NULL, false};
+    CG_ASSERT_REFUSED(cg_linear_forward_residual(l, x, &r16) == NULL,
+                      "argument 'res' is bfloat16, expected float32");
+    CG_ASSERT_REFUSED(cg_residual_apply(&r16, a) == NULL,
+                      "residual: argument 'res' is bfloat16, expected float32");
+    ck_assert_ptr_nonnull(cg_lora_attach(l, 2, 4.0f, 0.0f, &r));
+    CG_ASSERT_REFUSED(cg_linear_forward_residual(l, x, &r16) == NULL,
+                      "residual: argument 'res' is bfloat16, expected float32");
+    cg_release(res16);
     CG_ASSERT_REFUSED(cg_ff_forward_residual(NULL, x, NULL) == NULL, "cg_ff_forward_residual");
     CG_ASSERT_REFUSED(cg_mha_forward_residual(NULL, x, x, NULL, NULL, NULL) == NULL,
                       "cg_mha_forward_residual");
