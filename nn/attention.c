@@ -127,10 +127,27 @@ cg_tensor *cg_scaled_dot_product_attention(cg_tensor *q, cg_tensor *k, cg_tensor
     }
     if (!mask) /* nothing masked: the fused kernel */
         return cg_attention(q, k, v, false, NULL, weights_out);
+    /* q, k and v as the fused kernel takes them: float32, or bfloat16 read
+     * as its float32 values (cg_to: the gradient comes back bfloat16), so
+     * that the result is float32 with a mask as without one */
+    cg_tensor *in[3] = {q, k, v};
+    for (int i = 0; i < 3; i++) {
+        if (in[i]->dtype != CG_F32 && in[i]->dtype != CG_BF16) {
+            cg_set_error("attention: argument %d is %s, expected float32%s", i + 1,
+                         cg_dtype_name(in[i]->dtype),
+                         cg_dtype_is_float(in[i]->dtype) ? " (convert with cg_to)" : "");
+            return NULL;
+        }
+    }
     const int64_t full[4] = {q->shape[0], q->shape[1], q->shape[2], k->shape[2]};
     cg_tensor *mv = mask_view(mask, full);
     if (!mv)
         return NULL;
+    q = cg_to(q, CG_F32), k = cg_to(k, CG_F32), v = cg_to(v, CG_F32); /* released below */
+    if (!q || !k || !v) {
+        cg_release_all(4, q, k, v, mv);
+        return NULL;
+    }
     /* divide (not multiply by the reciprocal) to round exactly as PyTorch's
      * scores / math.sqrt(d_head) */
     cg_tensor *scale = cg_scalar((float)sqrt((double)q->shape[3]));
@@ -146,9 +163,10 @@ cg_tensor *cg_scaled_dot_product_attention(cg_tensor *q, cg_tensor *k, cg_tensor
     cg_release(mv);
     cg_tensor *w = cg_softmax(ss, -1);
     cg_release(ss);
+    cg_tensor *out = w ? cg_matmul(w, v) : NULL;
+    cg_release_all(3, q, k, v);
     if (!w)
         return NULL;
-    cg_tensor *out = cg_matmul(w, v);
     if (out && weights_out && !(*weights_out = cg_detach(w))) {
         cg_release(out);
         out = NULL;

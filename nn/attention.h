@@ -48,7 +48,9 @@ bool cg_attention_mask(int64_t B, int64_t H, int64_t Tq, int64_t Tk, bool causal
 /* Scaled dot-product attention on split heads: q [B,H,Tq,dh],
  * k and v [B,H,Tk,dh] (any strides), mask as cg_attn_mask's (may be NULL;
  * note: true = masked, the opposite of F.scaled_dot_product_attention's
- * bool mask and the same as nn.MultiheadAttention's). Returns [B,H,Tq,dh]; *weights_out (if not NULL) receives the
+ * bool mask and the same as nn.MultiheadAttention's). q, k and v float32
+ * or bfloat16 (float16 refused), with a mask as without one: the result
+ * float32, as cg_attention's. Returns [B,H,Tq,dh]; *weights_out (if not NULL) receives the
  * softmax weights [B,H,Tq,Tk], detached (a new reference). This is the
  * boundary a fused attention kernel can replace. */
 cg_tensor *cg_scaled_dot_product_attention(cg_tensor *q, cg_tensor *k, cg_tensor *v,

@@ -8,6 +8,7 @@
 #include "autograd/gradcheck.h"
 #include "autograd/ops.h"
 #include "core/ops.h"
+#include "nn/attention.h"
 #include "testutil.h"
 
 START_TEST(test_ints_never_require_grad)
@@ -186,6 +187,46 @@ START_TEST(test_fused_ops_take_bf16_inputs)
 }
 END_TEST
 
+/* cg_scaled_dot_product_attention with a mask (the ops one by one, not the
+ * fused kernel) takes q, k and v as the fused kernel does: bfloat16 ones
+ * give a float32 result, the values of their float32 copies, and bfloat16
+ * gradients (the result was bfloat16 under a bool mask, computed from
+ * bfloat16 scores), float16 ones are refused (they were taken). */
+START_TEST(test_masked_sdpa_dtypes)
+{
+    cg_scope *sc = cg_scope_begin();
+    cg_rng r = cg_rng_new(9);
+    const uint8_t pad[9] = {0, 1, 0, 0, 0, 1, 1, 0, 0};
+    cg_tensor *masks[2] = {cg_test_mask(2, (int64_t[]){3, 3}, pad), cg_randn(&r, CG_SHAPE(3, 3))};
+    for (int m = 0; m < 2; m++) {
+        cg_tensor *x[3], *xf[3];
+        for (int i = 0; i < 3; i++) {
+            x[i] = cg_requires_grad(cg_k_to(cg_randn(&r, CG_SHAPE(1, 2, 3, 4)), CG_BF16), true);
+            xf[i] = cg_requires_grad(cg_k_to(x[i], CG_F32), true);
+        }
+        cg_tensor *y = cg_scaled_dot_product_attention(x[0], x[1], x[2], masks[m], NULL);
+        cg_tensor *yf = cg_scaled_dot_product_attention(xf[0], xf[1], xf[2], masks[m], NULL);
+        ck_assert_msg(y && yf, "mask %d: %s", m, cg_last_error());
+        ck_assert_int_eq(y->dtype, CG_F32);
+        ck_assert(max_diff(y, yf) == 0);
+        ck_assert(cg_backward(cg_sum_all(cg_mul(y, y)), NULL, false));
+        ck_assert(cg_backward(cg_sum_all(cg_mul(yf, yf)), NULL, false));
+        for (int i = 0; i < 3; i++) {
+            ck_assert_int_eq(cg_grad(x[i])->dtype, CG_BF16);
+            ck_assert_msg(max_diff(cg_grad(x[i]), cg_k_to(cg_grad(xf[i]), CG_BF16)) == 0,
+                          "mask %d, input %d", m, i);
+        }
+        cg_tensor *h = cg_k_to(x[0], CG_F16);
+        CG_ASSERT_REFUSED(
+            cg_scaled_dot_product_attention(h, xf[1], xf[2], masks[m], NULL) == NULL,
+            "attention: argument 1 is float16, expected float32 (convert with cg_to)");
+        CG_ASSERT_REFUSED(cg_scaled_dot_product_attention(xf[0], xf[1], h, masks[m], NULL) == NULL,
+                          "attention: argument 3 is float16");
+    }
+    cg_scope_end(sc);
+}
+END_TEST
+
 /* A norm's refusal of a bfloat16 or float16 weight or bias names the
  * argument as the caller counts them: layer_norm(x, w, b) and rms_norm(x,
  * w) have no addend (they said "argument 3" of w, "argument 4" of b, the
@@ -252,6 +293,7 @@ static Suite *grad_dtype_suite(void)
     tcase_add_test(tc, test_gradcheck_to_bf16);
     tcase_add_test(tc, test_bf16_leaf_gets_bf16_grad);
     tcase_add_test(tc, test_fused_ops_take_bf16_inputs);
+    tcase_add_test(tc, test_masked_sdpa_dtypes);
     tcase_add_test(tc, test_norm_refusals_name_the_argument);
     tcase_add_test(tc, test_scatter_backwards_of_bf16);
     suite_add_tcase(s, tc);
