@@ -77,6 +77,11 @@ bool cg_attn_check_qkv(const char *op, const cg_tensor *q, const cg_tensor *k, c
     return true;
 }
 
+bool cg_k_attention_check(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v)
+{
+    return cg_attn_check_qkv("attention", q, k, v);
+}
+
 /* A [B,H,T,dh] view over fresh [B,T,H,dh] contiguous storage: the layout
  * the heads merge into without a copy. */
 cg_tensor *cg_attn_heads_out(int64_t B, int64_t H, int64_t T, int64_t dh, bool zero)

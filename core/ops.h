@@ -517,6 +517,11 @@ bool cg_k_linear_dropout_backward(const cg_tensor *x, const cg_tensor *w, const 
  * for beyond 256 keys. */
 cg_tensor *cg_k_attention(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v, bool causal,
                           const cg_tensor *key_pad, cg_tensor **saved, cg_tensor **weights);
+/* cg_k_attention's check of q, k and v, for a caller that computes the
+ * same attention another way (nn's masked path): float32 or bfloat16,
+ * q [B,H,Tq,dh], k and v [B,H,Tk,dh]; false + error as cg_k_attention
+ * refuses them. */
+bool cg_k_attention_check(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v);
 /* Whether cg_k_attention_backward reads the output for this saved state:
  * only with the log-sum-exps over several key blocks (Tk > 512). */
 bool cg_k_attention_needs_out(const cg_tensor *k, const cg_tensor *saved);

@@ -116,29 +116,13 @@ cg_tensor *cg_scaled_dot_product_attention(cg_tensor *q, cg_tensor *k, cg_tensor
         cg_error_null_input("cg_scaled_dot_product_attention");
         return NULL;
     }
-    if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4 || q->shape[0] != k->shape[0] ||
-        q->shape[1] != k->shape[1] || !cg_same_shape(k, v) || q->shape[3] != k->shape[3]) {
-        char a[96], b[96], c[96];
-        cg_set_error("attention: expected q [B,H,Tq,dh], k and v [B,H,Tk,dh]; got q %s, k %s, "
-                     "v %s",
-                     cg_shape_str(q, a, sizeof a), cg_shape_str(k, b, sizeof b),
-                     cg_shape_str(v, c, sizeof c));
+    /* q, k and v as the fused kernel takes them, with a mask too */
+    if (!cg_k_attention_check(q, k, v))
         return NULL;
-    }
     if (!mask) /* nothing masked: the fused kernel */
         return cg_attention(q, k, v, false, NULL, weights_out);
-    /* q, k and v as the fused kernel takes them: float32, or bfloat16 read
-     * as its float32 values (cg_to: the gradient comes back bfloat16), so
-     * that the result is float32 with a mask as without one */
-    cg_tensor *in[3] = {q, k, v};
-    for (int i = 0; i < 3; i++) {
-        if (in[i]->dtype != CG_F32 && in[i]->dtype != CG_BF16) {
-            cg_set_error("attention: argument %d is %s, expected float32%s", i + 1,
-                         cg_dtype_name(in[i]->dtype),
-                         cg_dtype_is_float(in[i]->dtype) ? " (convert with cg_to)" : "");
-            return NULL;
-        }
-    }
+    /* bfloat16 read as its float32 values (cg_to: the gradient comes back
+     * bfloat16), so that the result is float32 with a mask as without one */
     const int64_t full[4] = {q->shape[0], q->shape[1], q->shape[2], k->shape[2]};
     cg_tensor *mv = mask_view(mask, full);
     if (!mv)
