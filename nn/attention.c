@@ -160,11 +160,7 @@ cg_tensor *cg_scaled_dot_product_attention(cg_tensor *q, cg_tensor *k, cg_tensor
 }
 
 /* -------------------------------------------------------------- module */
-static void mha_destroy(cg_module *m)
-{
-    cg_unhold(((cg_mha *)m)->weights);
-    cg_release(((cg_mha *)m)->weights);
-}
+static void mha_destroy(cg_module *m) { cg_release_held(((cg_mha *)m)->weights); }
 
 cg_mha *cg_mha_new(int64_t d, int64_t H, cg_rng *rng)
 {
@@ -295,8 +291,7 @@ static cg_tensor *mha_impl(cg_module *mod, cg_tensor *const *in, void *args)
         return NULL;
     }
     if (m->keep_weights) {
-        cg_unhold(m->weights);
-        cg_release(m->weights);
+        cg_release_held(m->weights);
         m->weights = cg_hold(cg_retain(w));
     }
     if (weights_out)

@@ -137,8 +137,7 @@ void cg_batch_iter_free(cg_batch_iter *it)
 {
     if (!it)
         return;
-    cg_unhold(it->tokens);
-    cg_release(it->tokens);
+    cg_release_held(it->tokens);
     free(it->perm);
     free(it);
 }
@@ -356,13 +355,11 @@ void cg_loader_free(cg_loader *ld)
     if (ld->scope)
         cg_scope_end(ld->scope);
     for (int64_t i = 0; ld->seqs && i < ld->N; i++) {
-        cg_unhold(ld->seqs[i]);
-        cg_release(ld->seqs[i]);
+        cg_release_held(ld->seqs[i]);
     }
     cg_tensor *own[2] = {ld->data, ld->labels};
     for (int k = 0; k < 2; k++) {
-        cg_unhold(own[k]);
-        cg_release(own[k]);
+        cg_release_held(own[k]);
     }
     free(ld->seqs);
     free(ld->perm);

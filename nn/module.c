@@ -269,13 +269,11 @@ static void module_drop(cg_module *m, const cg_module *from)
         free(m->children[i].name);
     }
     for (int i = 0; i < m->n_params; i++) {
-        cg_unhold(m->params[i].tensor);
-        cg_release(m->params[i].tensor);
+        cg_release_held(m->params[i].tensor);
         free(m->params[i].name);
     }
     for (int i = 0; i < m->n_buffers; i++) {
-        cg_unhold(m->buffers[i].tensor);
-        cg_release(m->buffers[i].tensor);
+        cg_release_held(m->buffers[i].tensor);
         free(m->buffers[i].name);
     }
     free(m->children);
@@ -584,8 +582,7 @@ bool cg_module_tie(cg_module *m, const char *name, const char *src)
     }
     e->tensor = cg_hold(cg_retain(s));
     *e->field = s;
-    cg_unhold(old);
-    cg_release(old);
+    cg_release_held(old);
     return true;
 }
 

@@ -150,8 +150,7 @@ static void rc_ctx_free(void *p)
     rc_ctx *c = p;
     for (int i = 0; i < 2; i++)
         for (int j = 0; j < 2; j++) {
-            cg_unhold(c->own[i][j]);
-            cg_release(c->own[i][j]);
+            cg_release_held(c->own[i][j]);
         }
     free(c);
 }
@@ -639,8 +638,7 @@ void cg_kv_cache_free(cg_kv_cache *c)
     }
     free(c->self);
     free(c->cross);
-    cg_unhold(c->cross_pad);
-    cg_release(c->cross_pad);
+    cg_release_held(c->cross_pad);
     free(c);
 }
 
@@ -652,8 +650,7 @@ void cg_kv_cache_reset(cg_kv_cache *c)
         cg_mha_kv_clear(&c->self[i]);
         cg_mha_kv_clear(&c->cross[i]);
     }
-    cg_unhold(c->cross_pad);
-    cg_release(c->cross_pad);
+    cg_release_held(c->cross_pad);
     c->cross_pad = NULL;
     c->S = 0;
     c->len = 0;
@@ -672,8 +669,7 @@ bool cg_kv_cache_reorder(cg_kv_cache *c, const cg_tensor *rows)
         cg_tensor *p = cg_index_select(c->cross_pad, 0, rows); /* bool: no graph */
         if (!p)
             return false;
-        cg_unhold(c->cross_pad);
-        cg_release(c->cross_pad);
+        cg_release_held(c->cross_pad);
         c->cross_pad = cg_hold(p);
     }
     return true;
@@ -703,8 +699,7 @@ static cg_tensor *dec_stack_cached_impl(cg_module *m, cg_tensor *const *in, void
                 cg_set_error("TransformerDecoder cached: the first step needs the memory");
             return NULL;
         }
-        cg_unhold(c->cross_pad);
-        cg_release(c->cross_pad);
+        cg_release_held(c->cross_pad);
         c->cross_pad = NULL;
         c->S = memory->shape[1];
         if (mem_pad) { /* a copy: the caller's mask may change between steps */

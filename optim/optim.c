@@ -108,8 +108,7 @@ static void free_slots(slot *s, int n)
         return;
     for (int i = 0; i < n; i++) {
         free(s[i].name);
-        cg_unhold(s[i].p);
-        cg_release(s[i].p);
+        cg_release_held(s[i].p);
         cg_release_held(s[i].buf1);
         cg_release_held(s[i].buf2);
     }

@@ -497,8 +497,7 @@ bool cg_dist_own_grad(cg_tensor *p)
     g = g ? cg_k_clone(g) : cg_zeros_like(p);
     if (!g)
         return false;
-    cg_unhold(p->grad);
-    cg_release(p->grad);
+    cg_release_held(p->grad);
     p->grad = cg_hold(g);
     return true;
 }
