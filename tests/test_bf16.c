@@ -1751,8 +1751,11 @@ END_TEST
 START_TEST(test_matrix_beta_one)
 {
     cg_rng rng = cg_rng_new(79);
-    const int64_t dims[][3] = {{40, 213, 96}, {300, 97, CG_BF16_KC}, {1000, 64, 33}};
-    for (int d = 0; d < 3; d++) {
+    /* few rows, C split by rows, and (100 x 512) C split by columns, whose
+     * threads pack x together on AMX (cg_bf16_gemm_parallel) */
+    const int64_t dims[][3] = {
+        {40, 213, 96}, {300, 97, CG_BF16_KC}, {1000, 64, 33}, {100, 512, 96}};
+    for (int d = 0; d < 4; d++) {
         const int64_t M = dims[d][0], N = dims[d][1], K = dims[d][2];
         float *w = nasty_buf(&rng, (size_t)(N * K)), *x = rand_buf(&rng, (size_t)(M * K));
         float *y0 = rand_buf(&rng, (size_t)(M * N));
