@@ -209,10 +209,15 @@ static bool scale_grad(cg_tensor *g, float coef)
 
 /* PyTorch, in float32: clip_coef = max_norm / (total_norm + 1e-6), where a
  * Python number divided by a tensor is reciprocal() * number; then
- * clamp(max=1) and grad.mul_(coef). A factor of 1 changes nothing. */
+ * clamp(max=1) and grad.mul_(coef). A factor of 1 changes nothing. A
+ * finite total past FLT_MAX (our sum is in double; PyTorch's float32 norm
+ * is inf there) takes max_norm / total in double: 1 / inf would be 0 and
+ * wipe every gradient. */
 static float clip_coef(double total, double max_norm)
 {
     float denom = (float)total + 1e-6f;
+    if (isinf(denom))
+        return (float)(max_norm / total);
     return (1.0f / denom) * (float)max_norm;
 }
 

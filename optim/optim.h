@@ -217,8 +217,9 @@ bool cg_optim_load(cg_optim *o, const cg_st_file *f, const char *prefix);
 /* torch.nn.utils.clip_grad_norm_(params, max_norm): total = sqrt of the sum
  * of squares of every gradient element (params without grad are skipped),
  * accumulated in double in a fixed order; if max_norm / (total + 1e-6) < 1
- * every gradient is multiplied by that factor (in float32, as PyTorch).
- * Returns total (before clipping), or -1 + error on bad input (NULL, a grad
+ * every gradient is multiplied by that factor (in float32, as PyTorch; a
+ * finite total past FLT_MAX, whose float32 norm PyTorch sees as inf, takes
+ * the factor in double). Returns total (before clipping), or -1 + error on bad input (NULL, a grad
  * whose shape differs from its parameter's or of no float dtype, max_norm
  * < 0). A bfloat16 or float16 grad (a low-precision leaf's) is read as its
  * float32 values and scaled in float32, rounded back into its dtype. A

@@ -414,6 +414,37 @@ START_TEST(clip_norm_blocks_across_tensors)
 }
 END_TEST
 
+/* Gradients of 3e38 are finite floats, their norm 4.2e38 (summed in
+ * double) is past FLT_MAX: the factor is max_norm / total (a float of
+ * 2.4e-39), not 0. It was 1 / (float)total = 1 / inf = 0, which wiped
+ * every gradient while a finite norm was returned; both forms. */
+static void clip_past_float_max(bool through_optim)
+{
+    cg_tensor *p = cg_requires_grad(cg_zeros(CG_SHAPE(2)), true);
+    p->grad = cg_from_data(CG_SHAPE(2), (const float[]){3e38f, 3e38f});
+    const double want = sqrt(2.0 * (double)3e38f * (double)3e38f);
+    cg_optim_config cfg = cg_sgd_default(0.1);
+    cg_optim *o = cg_optim_new(&cfg, 1, &(cg_optim_param){"p", p, 0});
+    ck_assert_ptr_nonnull(o);
+    if (through_optim)
+        ck_assert(cg_optim_clip_grads_by(o, want, 1.0));
+    else
+        ck_assert(cg_clip_grad_norm(1, &p, 1.0) == want);
+    float g[2];
+    ck_assert(cg_copy_to(p->grad, g));
+    ck_assert_msg(fabsf(g[0] - (float)M_SQRT1_2) < 1e-6f && g[1] == g[0], "%g %g", (double)g[0],
+                  (double)g[1]);
+    cg_optim_free(o);
+    cg_release(p);
+}
+
+START_TEST(clip_norm_past_float_max)
+{
+    clip_past_float_max(false);
+    clip_past_float_max(true);
+}
+END_TEST
+
 /* A parameter big enough for the OpenMP path: same bits for 1 and 4 threads. */
 START_TEST(step_thread_independent)
 {
@@ -1263,6 +1294,7 @@ static Suite *optim_suite(void)
     tcase_add_test(tc, clip_optim_and_strided_grad);
     tcase_add_test(tc, clip_norm_thread_independent);
     tcase_add_test(tc, clip_norm_blocks_across_tensors);
+    tcase_add_test(tc, clip_norm_past_float_max);
     tcase_add_test(tc, nonfinite_grads_named);
     suite_add_tcase(s, tc);
 
