@@ -208,8 +208,10 @@ bool cg_optim_save(const cg_optim *o, cg_st_writer *w, const char *prefix);
  * hyper-parameters of the metadata (lr, betas, eps, momentum, nesterov, as
  * PyTorch's load_state_dict does; per-parameter weight decay stays as built).
  * Everything is checked before anything changes: a different optimizer type,
- * a missing entry, a shape or dtype that differs from the parameter's, or a
- * <prefix>.* tensor that belongs to no parameter gives false + an error
+ * a missing entry, a shape or dtype that differs from the parameter's, a
+ * damaged value (a non-finite moment, a negative exp_avg_sq, a step count
+ * outside [0, 2^53]), or a <prefix>.* tensor that belongs to no parameter
+ * gives false + an error
  * naming it, and the optimizer is left unchanged. */
 bool cg_optim_load(cg_optim *o, const cg_st_file *f, const char *prefix);
 

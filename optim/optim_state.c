@@ -84,6 +84,12 @@ bool cg_optim_copy_state(cg_optim *dst, const cg_optim *src)
 
 /* ------------------------------------------------- checkpoint state */
 
+/* The largest step count a file may hold: 2^53, the last a double (the
+ * bias correction's exponent, PyTorch's float step) counts exactly; far
+ * beyond any run, and far enough from INT64_MAX that counting on from it
+ * cannot overflow (a damaged INT64_MAX did, and made AdamW's weights NaN). */
+#define MAX_STEPS (INT64_C(1) << 53)
+
 static const char *const state_suffixes[] = {"step", "exp_avg", "exp_avg_sq", "momentum_buffer"};
 
 static bool key(char *buf, size_t n, const char *prefix, const char *name, const char *suffix)
@@ -208,8 +214,9 @@ static bool load_slot(const cg_st_file *f, const char *prefix, const cg_optim_co
         return false;
     ns->step = cg_data_i64(st)[0];
     cg_release(st);
-    if (ns->step < 0) {
-        cg_set_error("optim_load: %s: '%s' = %" PRId64 " is negative", path, name, ns->step);
+    if (ns->step < 0 || ns->step > MAX_STEPS) {
+        cg_set_error("optim_load: %s: '%s' = %" PRId64 " is not a step count (0 to 2^53)", path,
+                     name, ns->step);
         return false;
     }
     for (int b = 0; b < 2; b++) {
@@ -326,9 +333,9 @@ bool cg_optim_load(cg_optim *o, const cg_st_file *f, const char *prefix)
     char *end;
     errno = 0;
     long long steps = strtoll(step_s, &end, 10);
-    if (end == step_s || *end || errno || steps < 0) {
-        cg_set_error("optim_load: %s: metadata '%s.step' = '%s' is not a step count", path, prefix,
-                     step_s);
+    if (end == step_s || *end || errno || steps < 0 || steps > MAX_STEPS) {
+        cg_set_error("optim_load: %s: metadata '%s.step' = '%s' is not a step count (0 to 2^53)",
+                     path, prefix, step_s);
         return false;
     }
     if (strcmp(nest_s, "true") != 0 && strcmp(nest_s, "false") != 0) {

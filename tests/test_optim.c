@@ -608,14 +608,11 @@ static void assert_error_has(const char *needle)
                   needle);
 }
 
-/* A copy of path with element 0 of F32 tensor `name` set to v (name may be
- * NULL) and without tensor `drop` (may be NULL). */
-static void write_edited(const char *path, const char *out, const char *name, int64_t at, float v,
-                         const char *drop)
+/* f's tensors into w: element `at` of F32 tensor `name` set to v (name
+ * may be NULL), tensor `drop` left out (may be NULL). */
+static void copy_tensors(const cg_st_file *f, cg_st_writer *w, const char *name, int64_t at,
+                         float v, const char *drop)
 {
-    cg_st_file *f = cg_st_open(path);
-    cg_st_writer *w = cg_st_writer_new();
-    ck_assert(f && w);
     for (int i = 0; i < cg_st_count(f); i++) {
         const char *n = cg_st_name(f, i);
         if (drop && strcmp(n, drop) == 0)
@@ -634,10 +631,46 @@ static void write_edited(const char *path, const char *out, const char *name, in
             cg_release(iv);
         }
     }
+}
+
+/* f's metadata into w, key (may be NULL) set to value. */
+static void copy_metadata(const cg_st_file *f, cg_st_writer *w, const char *key, const char *value)
+{
     for (int i = 0; i < cg_st_metadata_count(f); i++) {
         const char *k = cg_st_metadata_key(f, i);
-        ck_assert(cg_st_set_metadata(w, k, cg_st_metadata(f, k)));
+        bool set = key && strcmp(k, key) == 0;
+        ck_assert(cg_st_set_metadata(w, k, set ? value : cg_st_metadata(f, k)));
     }
+}
+
+/* A copy of path with element `at` of F32 tensor `name` set to v (name may
+ * be NULL) and without tensor `drop` (may be NULL). */
+static void write_edited(const char *path, const char *out, const char *name, int64_t at, float v,
+                         const char *drop)
+{
+    cg_st_file *f = cg_st_open(path);
+    cg_st_writer *w = cg_st_writer_new();
+    ck_assert(f && w);
+    copy_tensors(f, w, name, at, v, drop);
+    copy_metadata(f, w, NULL, NULL);
+    cg_st_close(f);
+    ck_assert(cg_st_writer_save(w, out));
+    cg_st_writer_free(w);
+}
+
+/* A copy of path with the I64 step count `name` set to step (name may be
+ * NULL) and metadata key (may be NULL) set to value. */
+static void write_steps(const char *path, const char *out, const char *name, int64_t step,
+                        const char *key, const char *value)
+{
+    cg_st_file *f = cg_st_open(path);
+    cg_st_writer *w = cg_st_writer_new();
+    ck_assert(f && w);
+    copy_tensors(f, w, NULL, 0, 0, name);
+    cg_tensor *t = name ? cg_scalar_i64(step) : NULL;
+    ck_assert(!name || cg_st_add(w, name, t));
+    cg_release(t);
+    copy_metadata(f, w, key, value);
     cg_st_close(f);
     ck_assert(cg_st_writer_save(w, out));
     cg_st_writer_free(w);
@@ -763,6 +796,46 @@ START_TEST(load_damaged_values)
         cg_optim_free(o);
         cg_st_close(f);
     }
+    release_params(ps);
+}
+END_TEST
+
+/* A step count that no run reaches (INT64_MAX: the next step overflowed
+ * it, and AdamW's bias correction at step -2^63 made every weight NaN) is
+ * refused at load like any damaged value, per parameter and overall;
+ * 2^53, the last count a double holds exactly, loads and steps. */
+START_TEST(load_damaged_step_counts)
+{
+    char path[4096], bad[4096]; /* in_dir's buffer is reused */
+    snprintf(path, sizeof path, "%s", in_dir("state.safetensors"));
+    snprintf(bad, sizeof bad, "%s", in_dir("bad.safetensors"));
+    write_state(path, cg_adamw_config(1e-2, 0.9, 0.99, 1e-8));
+    cg_tensor *ps[OPT_NPARAMS];
+    make_params(ps);
+    cg_optim_config aw = cg_adamw_config(1e-3, 0.9, 0.99, 1e-8);
+    cg_optim *o = make_optim(&aw, ps);
+    write_steps(path, bad, "opt.w.step", INT64_MAX, NULL, NULL);
+    cg_st_file *f = cg_st_open(bad);
+    ck_assert(!cg_optim_load(o, f, "opt"));
+    assert_error_has("'opt.w.step' = 9223372036854775807 is not a step count");
+    cg_st_close(f);
+    write_steps(path, bad, NULL, 0, "opt.step", "9223372036854775807");
+    f = cg_st_open(bad);
+    ck_assert(!cg_optim_load(o, f, "opt"));
+    assert_error_has("'opt.step' = '9223372036854775807' is not a step count");
+    cg_st_close(f);
+    ck_assert_int_eq(cg_optim_steps(o), 0);
+    write_steps(path, bad, "opt.w.step", INT64_C(1) << 53, NULL, NULL);
+    f = cg_st_open(bad);
+    ck_assert_msg(cg_optim_load(o, f, "opt"), "%s", cg_last_error());
+    cg_st_close(f);
+    do_step(o, ps, 2, 1e-2);
+    ck_assert_int_eq(cg_optim_param_steps(o, 0), (INT64_C(1) << 53) + 1);
+    float w[12];
+    ck_assert(cg_copy_to(ps[0], w));
+    for (int i = 0; i < 12; i++)
+        ck_assert(isfinite(w[i]));
+    cg_optim_free(o);
     release_params(ps);
 }
 END_TEST
@@ -1305,6 +1378,7 @@ static Suite *optim_suite(void)
     tcase_add_test(tc, resume_adamw);
     tcase_add_test(tc, load_errors);
     tcase_add_test(tc, load_damaged_values);
+    tcase_add_test(tc, load_damaged_step_counts);
     tcase_add_test(tc, state_sgd_plain);
     tcase_add_test(tc, sharded_adamw);
     tcase_add_test(tc, sharded_adam_sgd);
