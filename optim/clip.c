@@ -424,6 +424,12 @@ int cg_first_nonfinite_grad(int n, cg_tensor *const *params, int64_t *elem)
 
 bool cg_optim_grads_finite(const cg_optim *o, int *bad)
 {
+    if (!o) { /* not "every gradient finite" */
+        if (bad)
+            *bad = -1;
+        cg_set_error("optim_grads_finite: optimizer is NULL");
+        return false;
+    }
     int n = cg_optim_count(o);
     for (int i = 0; i < n; i++) {
         const cg_tensor *p = cg_optim_param_tensor(o, i);

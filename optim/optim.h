@@ -239,7 +239,8 @@ double cg_grad_norm(int n, cg_tensor *const *params);
 int cg_first_nonfinite_grad(int n, cg_tensor *const *params, int64_t *elem);
 /* True if every gradient is finite. Otherwise false, *bad (if not NULL) =
  * the parameter's index, and an error is recorded that names it, e.g.
- * "non-finite gradient: 'blocks.0.ff.fc1.weight' has nan at element 17". */
+ * "non-finite gradient: 'blocks.0.ff.fc1.weight' has nan at element 17".
+ * A NULL optimizer: false, *bad = -1, + error. */
 bool cg_optim_grads_finite(const cg_optim *o, int *bad);
 
 #ifdef __cplusplus

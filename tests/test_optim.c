@@ -947,6 +947,12 @@ START_TEST(step_errors)
     ck_assert(cg_clip_grad_norm(OPT_NPARAMS, ps, -1.0) < 0);
     assert_error_has("max_norm");
     ck_assert(!cg_optim_step(NULL));
+    /* no optimizer is not "every gradient finite" */
+    int bad = 7;
+    cg_clear_error();
+    ck_assert(!cg_optim_grads_finite(NULL, &bad));
+    ck_assert_int_eq(bad, -1);
+    assert_error_has("optim_grads_finite: optimizer is NULL");
     ck_assert(!cg_optim_save(NULL, NULL, NULL));
     ck_assert(!cg_optim_load(o, NULL, NULL));
     cg_optim_free(o);
