@@ -7,6 +7,11 @@
 
 double cg_lr_warmup_cosine(int64_t step, int64_t steps, int64_t warmup, double hi, double lo)
 {
+    if (step < 0 || warmup < 0) { /* warmup 0, step -1: 0 / 0 */
+        cg_set_error("lr_warmup_cosine: need step >= 0 and warmup >= 0 (got %lld and %lld)",
+                     (long long)step, (long long)warmup);
+        return NAN;
+    }
     if (step < warmup)
         return hi * (double)(step + 1) / (double)warmup;
     int64_t span = steps - warmup > 1 ? steps - warmup : 1;

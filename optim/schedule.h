@@ -20,6 +20,7 @@
 extern "C" {
 #endif
 
+/* NAN + error for step < 0 or warmup < 0 (cg_optim_set_lr refuses it). */
 double cg_lr_warmup_cosine(int64_t step, int64_t steps, int64_t warmup, double hi, double lo);
 /* NAN + error for d_model < 1 or warmup < 0 (cg_optim_set_lr refuses it). */
 double cg_lr_noam(int64_t step, int64_t d_model, int64_t warmup, double factor);

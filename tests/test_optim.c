@@ -268,6 +268,26 @@ START_TEST(schedule_noam)
 }
 END_TEST
 
+/* warmup 0 with a step before 0 gave NaN (0 / 0) and a negative warmup a
+ * rate from a nonsense ramp, with no error; both are refused as noam's bad
+ * arguments are (NAN + error). Warmup 0 at step 0 is the peak. */
+START_TEST(schedule_cosine_bad_arguments)
+{
+    cg_clear_error();
+    ck_assert(cg_lr_warmup_cosine(0, 10, 0, 1e-3, 1e-4) == 1e-3);
+    ck_assert(!cg_has_error());
+    const int64_t step[2] = {-1, 5}, warmup[2] = {0, -3};
+    for (int k = 0; k < 2; k++) {
+        cg_clear_error();
+        ck_assert(isnan(cg_lr_warmup_cosine(step[k], 10, warmup[k], 1e-3, 1e-4)));
+        ck_assert_msg(cg_has_error() && strstr(cg_last_error(), "lr_warmup_cosine: need step >= 0"),
+                      "%d: '%s'", k, cg_has_error() ? cg_last_error() : "");
+    }
+    cg_schedule s = cg_schedule_cosine(10, -3, 1e-3, 1e-4);
+    ck_assert(isnan(cg_schedule_lr(&s, 5)));
+}
+END_TEST
+
 START_TEST(schedule_constant_and_kinds)
 {
     cg_schedule s = cg_schedule_constant(3e-4);
@@ -1363,6 +1383,7 @@ static Suite *optim_suite(void)
     tc = tcase_create("schedule");
     tcase_add_test(tc, schedule_cosine);
     tcase_add_test(tc, schedule_noam);
+    tcase_add_test(tc, schedule_cosine_bad_arguments);
     tcase_add_test(tc, schedule_constant_and_kinds);
     suite_add_tcase(s, tc);
 
