@@ -42,7 +42,8 @@ bool cg_error_null_input(const char *fn);
  * lifetime mistakes (releasing a tensor already freed, by a scope or an
  * earlier release; releasing a reference held by a module, an optimizer or
  * a graph, such as ->weight or cg_grad(w); freeing a module or an optimizer
- * twice) are reported by the call that makes them, as one line on stderr
+ * twice; a forward of a freed module, a step or zero_grad of a freed
+ * optimizer) are reported by the call that makes them, as one line on stderr
  * ("cgrad: CG_DEBUG: ...", also recorded as the error), and the call does
  * nothing. Freed tensor headers, modules and optimizers are kept (poisoned,
  * not reused) so that a later call can name them: memory grows with every

@@ -306,8 +306,8 @@ cg_tensor *cg_linear_forward_residual(cg_linear *l, cg_tensor *x, const cg_resid
         cg_error_null_input("cg_linear_forward_residual");
         return NULL;
     }
-    /* the hooks see the layer's own output */
-    if (!r || l->base.hooks)
+    /* the hooks see the layer's own output; a freed layer is named there (checked mode) */
+    if (!r || l->base.hooks || l->base.tag == CG_MODULE_FREED)
         return residual_after(cg_linear_forward(l, x), r);
     if (!linear_input_ok(l, x))
         return NULL;

@@ -429,6 +429,12 @@ bool cg_optim_step(cg_optim *o)
         cg_set_error("optim_step: optimizer is NULL");
         return false;
     }
+    if (o->tag == OPTIM_FREED && cg_debug_enabled()) { /* the checked mode keeps its struct */
+        cg_debug_report("cg_optim_step: optimizer %s over %d parameters was already freed (by "
+                        "cg_optim_free)",
+                        cg_optim_type_name(o->cfg.type), o->n);
+        return false;
+    }
     /* Check everything first, so that a failure updates nothing. */
     const float **g = calloc((size_t)(o->n > 0 ? o->n : 1), sizeof *g);
     cg_tensor **gc = calloc((size_t)(o->n > 0 ? o->n : 1), sizeof *gc);
@@ -517,6 +523,12 @@ void cg_optim_zero_grad(cg_optim *o)
 {
     if (!o)
         return;
+    if (o->tag == OPTIM_FREED && cg_debug_enabled()) { /* the checked mode keeps its struct */
+        cg_debug_report("cg_optim_zero_grad: optimizer %s over %d parameters was already freed "
+                        "(by cg_optim_free)",
+                        cg_optim_type_name(o->cfg.type), o->n);
+        return;
+    }
     for (int i = 0; i < o->n; i++)
         cg_zero_grad(o->s[i].p);
 }

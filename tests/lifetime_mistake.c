@@ -162,6 +162,48 @@ static void child_of_parent(void)
     cg_module_free(root); /* frees fc1 once */
 }
 
+/* A forward of a module freed with its parent: named, NULL, nothing read. */
+static void forward_after_free(void)
+{
+    cg_linear *fc1;
+    cg_module *root = model(&fc1);
+    cg_module_free(root);
+    cg_tensor *x = cg_ones(CG_SHAPE(1, 2));
+    unsigned long serial = cg_error_serial();
+    cg_tensor *y = cg_linear_forward(fc1, x); /* the mistake */
+    check(y == NULL, "the forward returned NULL");
+    refused(serial);
+    cg_release(x);
+}
+
+/* The same through the fused residual path, which calls no hooks. */
+static void residual_after_free(void)
+{
+    cg_linear *fc1;
+    cg_module *root = model(&fc1);
+    cg_module_free(root);
+    cg_tensor *x = cg_ones(CG_SHAPE(1, 2)), *res = cg_zeros(CG_SHAPE(1, 3));
+    cg_residual r = {res, 0.0f, NULL, false};
+    unsigned long serial = cg_error_serial();
+    cg_tensor *y = cg_linear_forward_residual(fc1, x, &r); /* the mistake */
+    check(y == NULL, "the forward returned NULL");
+    refused(serial);
+    cg_release_all(2, x, res);
+}
+
+static void optim_step_after_free(void)
+{
+    cg_linear *fc1;
+    cg_module *root = model(&fc1);
+    cg_optim *opt = cg_adamw_from_module(root, 1e-2);
+    step(root, fc1);
+    cg_optim_free(opt);
+    unsigned long serial = cg_error_serial();
+    check(!cg_optim_step(opt), "the step returned false"); /* the mistake */
+    refused(serial);
+    cg_module_free(root);
+}
+
 /* No mistake: ten AdamW steps; the losses to 9 digits. */
 static void correct(void)
 {
@@ -192,6 +234,9 @@ static const struct {
     {"module_twice", module_twice},
     {"optim_twice", optim_twice},
     {"child_of_parent", child_of_parent},
+    {"forward_after_free", forward_after_free},
+    {"residual_after_free", residual_after_free},
+    {"optim_step_after_free", optim_step_after_free},
     {"correct", correct},
 };
 

@@ -20,6 +20,9 @@ cases=(
   module_twice "$P cg_module_free: module MLP was already freed (by cg_module_free)"
   optim_twice "$P cg_optim_free: optimizer adamw over 2 parameters was already freed (by cg_optim_free)"
   child_of_parent "$P cg_module_free: module Linear is child 'fc1' of module MLP, which owns it and frees it with itself; free the parent only"
+  forward_after_free "$P forward: module Linear was already freed (by cg_module_free)"
+  residual_after_free "$P forward: module Linear was already freed (by cg_module_free)"
+  optim_step_after_free "$P cg_optim_step: optimizer adamw over 2 parameters was already freed (by cg_optim_free)"
 )
 for ((i = 0; i < ${#cases[@]}; i += 2)); do
   name=${cases[i]} want=${cases[i + 1]} rc=0
