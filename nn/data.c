@@ -163,7 +163,13 @@ static bool check_seqs(const char *who, int64_t n, cg_tensor *const *seqs, int64
                          (long long)i, cg_dtype_name(s->dtype), cg_dtype_name(s0->dtype));
             return false;
         }
-        if (s->ndim < 1 || s->ndim != s0->ndim ||
+        if (s->ndim < 1) {
+            cg_set_error("%s: sequence %lld has shape [], expected [L, ...] (a sequence of one "
+                         "element is [1])",
+                         who, (long long)i);
+            return false;
+        }
+        if (s->ndim != s0->ndim ||
             memcmp(s->shape + 1, s0->shape + 1, (size_t)(s->ndim - 1) * sizeof *s->shape)) {
             cg_set_error("%s: sequence %lld has shape %s, sequence 0 %s (expected [L, ...] with "
                          "one trailing shape)",

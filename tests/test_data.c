@@ -50,7 +50,10 @@ START_TEST(test_pad_sequence_trailing_dims)
     cg_tensor *none[2] = {a, NULL};
     CG_ASSERT_FAILS(cg_pad_sequence(2, none, 0, NULL), "cg_pad_sequence: sequence 1 is NULL");
     CG_ASSERT_FAILS(cg_pad_sequence(0, s, 0, NULL), "need at least one sequence");
-    cg_release_all(4, a, b, bf, c);
+    cg_tensor *d = cg_scalar(1), *scalar[2] = {d, a};
+    CG_ASSERT_FAILS(cg_pad_sequence(2, scalar, 0, NULL),
+                    "cg_pad_sequence: sequence 0 has shape [], expected [L, ...]");
+    cg_release_all(5, a, b, bf, c, d);
     cg_clear_error();
 }
 END_TEST
