@@ -84,7 +84,11 @@ typedef struct {
     bool no_bias; /* bias=False: refused (cgrad's attention and norms have biases) */
 } cg_torch_layer_args;
 
-/* The cg_tf_config of those arguments (layernorm; dropout_rng NULL). False +
+/* The cg_tf_config of those arguments (layernorm; dropout_rng NULL). The
+ * dropout becomes cfg.dropout, which drops each sublayer's output only
+ * (PyTorch's dropout1/2/3); PyTorch's layers also drop the attention
+ * weights and the feed-forward's hidden activations, cgrad's do not (eval
+ * mode and dropout 0 agree exactly; training with dropout does not). False +
  * error naming what has no equivalent: bias=False, an eps other than 1e-5,
  * an activation other than "relu" and "gelu" (cgrad's tanh GELU,
  * CG_ACT_GELU, is PyTorch's activation=nn.GELU(approximate="tanh"), a
