@@ -116,7 +116,7 @@ cg_tensor *cg_module_call(cg_module *m, cg_forward_fn fn, int n_in, cg_tensor *c
         cg_error_null_input("cg_module_call");
         return NULL;
     }
-    if (m->tag == CG_MODULE_FREED && cg_debug_enabled()) { /* the checked mode keeps its struct */
+    if (cg_debug_enabled() && m->tag == CG_MODULE_FREED) { /* the checked mode keeps its struct */
         cg_debug_report("forward: module %s was already freed (by cg_module_free)", m->type);
         return NULL;
     }

@@ -429,7 +429,7 @@ bool cg_optim_step(cg_optim *o)
         cg_set_error("optim_step: optimizer is NULL");
         return false;
     }
-    if (o->tag == OPTIM_FREED && cg_debug_enabled()) { /* the checked mode keeps its struct */
+    if (cg_debug_enabled() && o->tag == OPTIM_FREED) { /* the checked mode keeps its struct */
         cg_debug_report("cg_optim_step: optimizer %s over %d parameters was already freed (by "
                         "cg_optim_free)",
                         cg_optim_type_name(o->cfg.type), o->n);
@@ -523,7 +523,7 @@ void cg_optim_zero_grad(cg_optim *o)
 {
     if (!o)
         return;
-    if (o->tag == OPTIM_FREED && cg_debug_enabled()) { /* the checked mode keeps its struct */
+    if (cg_debug_enabled() && o->tag == OPTIM_FREED) { /* the checked mode keeps its struct */
         cg_debug_report("cg_optim_zero_grad: optimizer %s over %d parameters was already freed "
                         "(by cg_optim_free)",
                         cg_optim_type_name(o->cfg.type), o->n);
