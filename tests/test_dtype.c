@@ -393,6 +393,16 @@ START_TEST(test_comparisons_and_logic)
     ck_assert(memcmp(cg_data_bool(e), we, sizeof we) == 0);
     cg_tensor *l = cg_le_scalar(f, 1.0);
     ck_assert(cg_data_bool(l)[0] && !cg_data_bool(l)[1] && cg_data_bool(l)[2]);
+    /* logic on numbers, as torch.logical_and: nonzero (NaN too) is true */
+    cg_tensor *nz = cg_from_i64(CG_SHAPE(3), (int64_t[]){0, 2, -1});
+    cg_tensor *fz = cg_from_data(CG_SHAPE(3), (float[]){0.0f, NAN, 0.0f});
+    cg_tensor *la = cg_logical_and(nz, f), *lo = cg_logical_or(fz, nz), *ln = cg_logical_not(fz);
+    const bool wa[] = {false, true, true}, wo[] = {false, true, true}, wn[] = {true, false, true};
+    ck_assert(la && lo && ln && la->dtype == CG_BOOL);
+    ck_assert(memcmp(cg_data_bool(la), wa, sizeof wa) == 0);
+    ck_assert(memcmp(cg_data_bool(lo), wo, sizeof wo) == 0);
+    ck_assert(memcmp(cg_data_bool(ln), wn, sizeof wn) == 0);
+    cg_release_all(5, nz, fz, la, lo, ln);
     cg_tensor *z3 = cg_zeros_dtype(CG_I64, CG_SHAPE(3));
     CG_ASSERT_REFUSED(cg_eq(t, z3) == NULL, "broadcast");
     cg_release(z3);
