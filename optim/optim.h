@@ -96,7 +96,8 @@ void cg_optim_free(cg_optim *o); /* NULL is a no-op */
  * weight_decay on every parameter, or (CG_DECAY_MATRICES) on parameters of
  * 2 or more dims only, as the zoo's recipes do (biases and norms exempt).
  * NULL + error for a module with no trainable parameter (none, or all
- * frozen), as PyTorch refuses an empty parameter list. */
+ * frozen), as PyTorch refuses an empty parameter list, or a rule not one of
+ * the two. */
 typedef enum { CG_DECAY_ALL = 0, CG_DECAY_MATRICES } cg_decay_rule;
 cg_optim *cg_optim_from_module(const cg_optim_config *cfg, const cg_module *m, double weight_decay,
                                cg_decay_rule rule);

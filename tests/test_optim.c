@@ -1055,6 +1055,8 @@ START_TEST(from_module)
     CG_ASSERT_FAILS(cg_optim_from_module(NULL, root, 0.0, CG_DECAY_ALL), "config is NULL");
     c.lr = -1;
     CG_ASSERT_FAILS(cg_optim_from_module(&c, root, 0.0, CG_DECAY_ALL), "learning rate -1");
+    c.lr = 1e-3;
+    CG_ASSERT_FAILS(cg_optim_from_module(&c, root, 0.1, (cg_decay_rule)7), "decay rule 7");
     ck_assert_ptr_null(cg_adamw_from_module(NULL, 1e-3));
     cg_module_free(root);
 }
