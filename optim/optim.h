@@ -179,8 +179,8 @@ int64_t cg_optim_state_bytes(const cg_optim *o);
 /* Copy into dst what src holds: the learning rate and hyper-parameters, the
  * step counts (overall and per parameter), and every state element that
  * both own (the intersection of their ranges, parameter by parameter).
- * Both must have the same type and the same parameter names in the same
- * order (false + error otherwise, dst unchanged). Gathering shards: an
+ * Both must have the same type and the same parameter names and shapes in
+ * the same order (false + error otherwise, dst unchanged). Gathering shards: an
  * unsharded dst and each shard in turn; splitting: the other way round. */
 bool cg_optim_copy_state(cg_optim *dst, const cg_optim *src);
 

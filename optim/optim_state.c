@@ -64,10 +64,11 @@ bool cg_optim_copy_state(cg_optim *dst, const cg_optim *src)
     }
     for (int i = 0; i < dst->n; i++)
         if (strcmp(dst->s[i].name, src->s[i].name) != 0 ||
-            cg_numel(dst->s[i].p) != cg_numel(src->s[i].p)) {
-            cg_set_error("optim_copy_state: parameter %d is '%s' in src, '%s' in dst (or of "
-                         "another size)",
-                         i, src->s[i].name, dst->s[i].name);
+            !cg_same_shape(dst->s[i].p, src->s[i].p)) {
+            char s1[96], s2[96];
+            cg_set_error("optim_copy_state: parameter %d is '%s' %s in src, '%s' %s in dst", i,
+                         src->s[i].name, cg_shape_str(src->s[i].p, s1, sizeof s1), dst->s[i].name,
+                         cg_shape_str(dst->s[i].p, s2, sizeof s2));
             return false;
         }
     dst->cfg = src->cfg;

@@ -1282,6 +1282,13 @@ START_TEST(sharded_clip_and_checks)
     ck_assert_int_eq(cg_optim_state(os[2], 0, "exp_avg")->ndim, 1);
     /* copy_state needs the same parameters */
     CG_ASSERT_FAILS(cg_optim_copy_state(whole, oa) ? (void *)1 : NULL, "parameters");
+    /* and their shapes, not only their sizes: a [4, 3] 'w' is not the [3, 4] one */
+    cg_tensor *wt = cg_zeros(CG_SHAPE(4, 3));
+    cg_requires_grad(wt, true);
+    cg_optim *turned = cg_optim_new(&cfg, 1, &(cg_optim_param){"w", wt, 0});
+    CG_ASSERT_FAILS(cg_optim_copy_state(turned, whole) ? (void *)1 : NULL, "[4, 3]");
+    cg_optim_free(turned);
+    cg_release(wt);
     cg_optim_free(whole);
     for (int k = 0; k < NSHARD; k++) {
         cg_optim_free(os[k]);
