@@ -210,6 +210,8 @@ cg_tensor *cg_rsqrt(cg_tensor *a)
 static bool pow_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {
     float p = n->p.f[0];
+    if (p == 0.0f) /* x^0 is constant: 0, not 0 * x^-1 (NaN at 0), as PyTorch */
+        return (gin[0] = cg_zeros_like(g)) != NULL;
     cg_tensor *d = cg_k_pow(IN(0), p - 1.0f);
     cg_tensor *t = cg_k_mul(g, d);
     gin[0] = cg_k_muls(t, p);

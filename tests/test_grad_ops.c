@@ -321,6 +321,23 @@ START_TEST(test_mul_same_input)
 }
 END_TEST
 
+/* pow(x, 0) is 1 everywhere: its gradient is 0, also at x = 0 (where
+ * 0 * x^-1 would be NaN), at inf and at NaN, as PyTorch's zeros_like. */
+START_TEST(test_pow_zero_exponent_grad)
+{
+    float v[] = {0.0f, -0.0f, 2.0f, INFINITY, NAN};
+    cg_tensor *x = cg_from_data(CG_SHAPE(5), v);
+    cg_requires_grad(x, true);
+    cg_tensor *y = cg_pow(x, 0.0f), *loss = cg_sum_all(y);
+    ck_assert_msg(cg_backward(loss, NULL, false), "%s", cg_last_error());
+    float g[5];
+    ck_assert(cg_copy_to(cg_grad(x), g));
+    for (int i = 0; i < 5; i++)
+        ck_assert_msg(g[i] == 0.0f, "d pow(x, 0)/dx at %g: %g, expected 0", v[i], g[i]);
+    cg_release_all(3, x, y, loss);
+}
+END_TEST
+
 static cg_tensor *masked_fill_fn(void *ctx, cg_tensor *const *in)
 {
     cg_tensor *mask = ctx;
@@ -1233,6 +1250,7 @@ static Suite *grad_ops_suite(void)
     tcase_add_loop_test(tc, test_unary_ops, 0, CG_OP_COUNT * MAX_UNARY);
     tcase_add_loop_test(tc, test_binary_ops, 0, CG_OP_COUNT);
     tcase_add_test(tc, test_mul_same_input);
+    tcase_add_test(tc, test_pow_zero_exponent_grad);
     tcase_add_test(tc, test_masked_fill);
     tcase_add_test(tc, test_matmul);
     tcase_add_test(tc, test_norms_with_params);
