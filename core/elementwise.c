@@ -466,11 +466,16 @@ bool cg_k_add_(cg_tensor *dst, const cg_tensor *src)
         cg_release(sum);
         return ok;
     }
+    cg_tensor *copy;
+    src = cg_k_unaliased(dst, src, true, &copy);
+    if (!src)
+        return false;
     cg_tensor_modified(dst);
     ew_params P = {0, 0};
     cg_iter it;
     cg_iter_init(&it, dst->ndim, dst->shape, 3, (const cg_tensor *[]){dst, dst, src});
     cg_iter_run(&it, seg_add, &P);
+    cg_release(copy);
     return true;
 }
 

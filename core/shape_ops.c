@@ -394,9 +394,11 @@ static bool index_add_in_place(const char *op, cg_tensor *dst, int dim, const cg
     cg_tensor *c = index_1d(op, index);
     if (!c)
         return false;
+    cg_tensor *copy = NULL;
     bool ok = cg_check_f32(op, "dst", dst) && cg_check_f32(op, "src", src) &&
+              (src = cg_k_unaliased(dst, src, false, &copy)) &&
               index_add_ids(op, dst, dim, cg_data_i64(c), cg_numel(c), src, sums);
-    cg_release(c);
+    cg_release_all(2, c, copy);
     return ok;
 }
 
@@ -656,8 +658,13 @@ bool cg_k_scatter_add_(cg_tensor *dst, int dim, const cg_tensor *index, const cg
 {
     if (!dst || !src)
         return cg_error_null_input("cg_k_scatter_add_");
-    return cg_check_f32("scatter_add_", "dst", dst) && cg_check_f32("scatter_add_", "src", src) &&
-           scatter_add_checked("scatter_add_", dst, dim, index, src);
+    if (!cg_check_f32("scatter_add_", "dst", dst) || !cg_check_f32("scatter_add_", "src", src))
+        return false;
+    cg_tensor *copy;
+    const cg_tensor *s = cg_k_unaliased(dst, src, false, &copy);
+    bool ok = s && scatter_add_checked("scatter_add_", dst, dim, index, s);
+    cg_release(copy);
+    return ok;
 }
 
 cg_tensor *cg_k_scatter_add(const cg_tensor *a, int dim, const cg_tensor *index,

@@ -359,6 +359,17 @@ bool cg_check_dtype(const char *op, const char *arg, const cg_tensor *t, cg_dtyp
  * one memory location (a broadcast view: stride 0 on a dim of size > 1),
  * as PyTorch refuses it. */
 bool cg_check_writable(const char *op, const cg_tensor *dst);
+/* What an in-place kernel writing dst reads of src: src itself, or, when
+ * src shares memory with dst (x[1:] += x[:-1], x += x[0], x.copy_(x^T),
+ * index_add_ of x into x), a contiguous copy of src made before dst is
+ * written, into *copy (release it; NULL when src itself is returned).
+ * elementwise: the kernel reads element i of src only to write element i
+ * of dst (add_, copy_), so src seeing dst's elements where dst has them
+ * (x += x) needs no copy. Writing as they read, such calls gave values
+ * that depend on the order of the writes (PyTorch refuses them; NumPy
+ * copies, as here). NULL + error when out of memory. */
+const cg_tensor *cg_k_unaliased(const cg_tensor *dst, const cg_tensor *src, bool elementwise,
+                                cg_tensor **copy);
 /* Element at a multi-index (ndim entries), PyTorch's x[i, j]: an index may
  * be negative (-1 is the last). Out of range: NAN / false + error. Any
  * dtype, converted to and from float (cg_get_i64: exact for int64; 0 +

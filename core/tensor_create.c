@@ -102,6 +102,54 @@ bool cg_copy_to_array(const cg_tensor *t, void *out)
     return true;
 }
 
+/* The bytes [*lo, *hi) of t's storage that its elements (numel > 0) span. */
+static void byte_span(const cg_tensor *t, int64_t *lo, int64_t *hi)
+{
+    int64_t a = t->offset, b = t->offset;
+    for (int i = 0; i < t->ndim; i++) {
+        int64_t reach = t->strides[i] * (t->shape[i] - 1);
+        if (reach < 0)
+            a += reach;
+        else
+            b += reach;
+    }
+    int64_t z = (int64_t)cg_dtype_size(t->dtype);
+    *lo = a * z;
+    *hi = (b + 1) * z;
+}
+
+/* Whether src, broadcast to dst's shape, reads each element of dst's
+ * storage at the position dst writes it (x += x, any layout). */
+static bool same_elements(const cg_tensor *dst, const cg_tensor *src)
+{
+    if (dst->offset != src->offset || dst->dtype != src->dtype || src->ndim > dst->ndim)
+        return false;
+    int lead = dst->ndim - src->ndim;
+    for (int i = 0; i < dst->ndim; i++) {
+        int j = i - lead;
+        int64_t s = (j < 0 || src->shape[j] == 1) ? 0 : src->strides[j];
+        if (dst->shape[i] > 1 && s != dst->strides[i])
+            return false;
+    }
+    return true;
+}
+
+const cg_tensor *cg_k_unaliased(const cg_tensor *dst, const cg_tensor *src, bool elementwise,
+                                cg_tensor **copy)
+{
+    *copy = NULL;
+    if (!src->storage || src->storage != dst->storage || cg_numel(src) == 0 || cg_numel(dst) == 0 ||
+        (elementwise && same_elements(dst, src)))
+        return src;
+    int64_t dlo, dhi, slo, shi;
+    byte_span(dst, &dlo, &dhi);
+    byte_span(src, &slo, &shi);
+    if (shi <= dlo || dhi <= slo)
+        return src;
+    *copy = cg_k_clone(src);
+    return *copy;
+}
+
 bool cg_check_writable(const char *op, const cg_tensor *dst)
 {
     if (!dst)
@@ -120,6 +168,8 @@ bool cg_check_writable(const char *op, const cg_tensor *dst)
     return true;
 }
 
+static void copy_into(cg_tensor *dst, const cg_tensor *src);
+
 bool cg_k_copy_(cg_tensor *dst, const cg_tensor *src)
 {
     if (!dst || !src)
@@ -132,13 +182,25 @@ bool cg_k_copy_(cg_tensor *dst, const cg_tensor *src)
                      cg_shape_str(dst, b1, sizeof b1), cg_shape_str(src, b2, sizeof b2));
         return false;
     }
+    cg_tensor *copy;
+    src = cg_k_unaliased(dst, src, true, &copy);
+    if (!src)
+        return false;
+    copy_into(dst, src);
+    cg_release(copy);
+    return true;
+}
+
+/* cg_k_copy_ once checked, src not overlapping dst but element for element */
+static void copy_into(cg_tensor *dst, const cg_tensor *src)
+{
     cg_tensor_modified(dst);
     int64_t n = cg_numel(dst);
     if (n == 0)
-        return true;
+        return;
     if (cg_is_contiguous(dst)) {
         copy_out(src, dst->dtype, cg_elem_ptr(dst, dst->offset));
-        return true;
+        return;
     }
     int64_t inner = dst->ndim ? dst->shape[dst->ndim - 1] : 1;
     int64_t ds = dst->ndim ? dst->strides[dst->ndim - 1] : 0;
@@ -151,7 +213,6 @@ bool cg_k_copy_(cg_tensor *dst, const cg_tensor *src)
                                   .ss = ss,
                                   .inner = inner},
                      n);
-    return true;
 }
 
 /* t's rows set to v (float32) */

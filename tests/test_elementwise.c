@@ -482,6 +482,81 @@ START_TEST(test_inplace)
 }
 END_TEST
 
+/* An in-place kernel whose source views its destination's memory
+ * other than element for element reads the source as it was before the
+ * call (NumPy's rule; PyTorch refuses): x[1:] += x[:-1], x += x[0],
+ * x.copy_(x^T), x.index_add_(0, perm, x), x.scatter_add_(0, idx, x).
+ * Written as they read, these gave a running sum, sums of sums and a
+ * half-transposed matrix. Sizes over a threaded run's worth of elements. */
+enum { OV_N = 300 };
+static cg_tensor *ov_base(int nd)
+{
+    cg_tensor *a = cg_arange(0, OV_N * OV_N, 1);
+    cg_tensor *x = nd == 1 ? cg_retain(a) : cg_k_reshape(a, CG_SHAPE(OV_N, OV_N));
+    cg_release(a);
+    return x;
+}
+
+static void ov_check(cg_tensor *got, cg_tensor *want, const char *what)
+{
+    float *g = cg_test_values(got), *w = cg_test_values(want);
+    for (int64_t i = 0; i < cg_numel(want); i++)
+        ck_assert_msg(g[i] == w[i], "%s: element %lld is %g, expected %g", what, (long long)i, g[i],
+                      w[i]);
+    free(g);
+    free(w);
+}
+
+/* dst (a view of x) op= src (another view of x), against src cloned first */
+static void ov_case(cg_tensor *x, cg_tensor *dst, cg_tensor *src, bool copy, const char *what)
+{
+    cg_tensor *y = cg_k_clone(x), *s = cg_k_clone(src);
+    cg_tensor *ydst = cg_view_as_strided(y, dst->ndim, dst->shape, dst->strides, dst->offset);
+    ck_assert(copy ? cg_k_copy_(ydst, s) : cg_k_add_(ydst, s));
+    ck_assert(copy ? cg_k_copy_(dst, src) : cg_k_add_(dst, src));
+    ov_check(x, y, what);
+    cg_release_all(5, y, s, ydst, dst, src);
+}
+
+START_TEST(test_inplace_overlap)
+{
+    cg_tensor *x = ov_base(1);
+    ov_case(x, cg_view_slice(x, 0, 1, OV_N * OV_N, 1), cg_view_slice(x, 0, 0, OV_N * OV_N - 1, 1),
+            false, "x[1:] += x[:-1]");
+    cg_release(x);
+    x = ov_base(2);
+    ov_case(x, cg_view_alias(x), cg_view_select(x, 0, 0), false, "x += x[0]");
+    cg_release(x);
+    x = ov_base(2);
+    ov_case(x, cg_view_alias(x), cg_view_transpose(x, 0, 1), true, "x.copy_(x^T)");
+    cg_release(x);
+    x = ov_base(2);
+    ov_case(x, cg_view_slice(x, 0, 1, OV_N, 1), cg_view_slice(x, 0, 0, OV_N - 1, 1), true,
+            "x[1:].copy_(x[:-1])");
+    cg_release(x);
+    /* index_add_ and scatter_add_ of x into itself, rows moved by one */
+    int64_t ids[OV_N];
+    for (int i = 0; i < OV_N; i++)
+        ids[i] = (i + 1) % OV_N;
+    cg_tensor *idx = cg_from_i64(CG_SHAPE(OV_N), ids);
+    cg_tensor *col = cg_view_unsqueeze(idx, 1);
+    cg_tensor *wide = cg_view_expand(col, CG_SHAPE(OV_N, OV_N));
+    cg_tensor *sidx = cg_k_contiguous(wide);
+    cg_release_all(2, col, wide);
+    x = ov_base(2);
+    cg_tensor *y = cg_k_clone(x), *s = cg_k_clone(x);
+    ck_assert(cg_k_index_add_(y, 0, idx, s) && cg_k_index_add_(x, 0, idx, x));
+    ov_check(x, y, "x.index_add_(0, idx, x)");
+    cg_release_all(3, x, y, s);
+    x = ov_base(2);
+    y = cg_k_clone(x);
+    s = cg_k_clone(x);
+    ck_assert(cg_k_scatter_add_(y, 0, sidx, s) && cg_k_scatter_add_(x, 0, sidx, x));
+    ov_check(x, y, "x.scatter_add_(0, idx, x)");
+    cg_release_all(5, x, y, s, idx, sidx);
+}
+END_TEST
+
 static float item_of(cg_tensor *(*k)(const cg_tensor *), float x)
 {
     cg_tensor *s = cg_scalar(x);
@@ -914,6 +989,7 @@ static Suite *elementwise_suite(void)
         {"where", test_where},
         {"masked_fill", test_masked_fill},
         {"inplace", test_inplace},
+        {"inplace_overlap", test_inplace_overlap},
         {"special", test_special_values},
         {"threads", test_threads_identical},
         {"errors", test_errors},
