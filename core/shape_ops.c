@@ -445,7 +445,6 @@ static bool index_add_ids(const char *op, cg_tensor *dst, int dim, const int64_t
     int d = cg_norm_dim(op, dim, dst->ndim);
     if (d < 0 || !cg_check_writable(op, dst) || !check_ids(op, dst, dim, d, ids, n))
         return false;
-    cg_tensor_modified(dst);
     bool shape_ok = src->ndim == dst->ndim;
     for (int k = 0; shape_ok && k < dst->ndim; k++)
         shape_ok = src->shape[k] == (k == d ? n : dst->shape[k]);
@@ -457,6 +456,7 @@ static bool index_add_ids(const char *op, cg_tensor *dst, int dim, const int64_t
                      cg_shape_str(src, b2, sizeof b2));
         return false;
     }
+    cg_tensor_modified(dst);
     if (n == 0 || cg_numel(dst) == 0)
         return true;
     lines_t l;

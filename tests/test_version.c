@@ -68,6 +68,23 @@ START_TEST(test_fill_refused)
 }
 END_TEST
 
+/* A refused in-place call writes nothing and leaves the version as it
+ * was: index_add_ with a source of the wrong shape bumped it before its
+ * shape check, so a backward that had saved dst was refused after it. */
+START_TEST(test_refused_write_keeps_version)
+{
+    cg_tensor *w = leaf(1, true), *x = leaf(2, false);
+    cg_tensor *loss = mul_loss(w, x);
+    cg_tensor *idx = cg_from_i64(CG_SHAPE(1), (int64_t[]){0}), *bad = cg_ones(CG_SHAPE(1, 4));
+    uint64_t v = cg_version(x);
+    ck_assert(!cg_k_index_add_(x, 0, idx, bad));
+    ck_assert(strstr(cg_last_error(), "source must have") != NULL);
+    ck_assert_uint_eq(cg_version(x), v);
+    ck_assert_msg(cg_backward(loss, NULL, false), "%s", cg_last_error());
+    cg_release_all(5, loss, w, x, idx, bad);
+}
+END_TEST
+
 /* A refusal changes no gradient: a gradient accumulated before stays. */
 START_TEST(test_grads_untouched)
 {
@@ -434,6 +451,7 @@ static Suite *version_suite(void)
     Suite *s = suite_create("version");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, test_fill_refused);
+    tcase_add_test(tc, test_refused_write_keeps_version);
     tcase_add_test(tc, test_grads_untouched);
     tcase_add_test(tc, test_copy);
     tcase_add_test(tc, test_set);
