@@ -292,6 +292,16 @@ static bool all_finite(const cg_st_file *f, const char *fname, const char *key)
     return x && bad < 0;
 }
 
+/* A BOOL tensor holds bytes 0 and 1 only (cg_st_get checks them): checked
+ * in the first pass, as the floats' finiteness, so that a bad byte is
+ * refused before anything is copied. */
+static bool bools_valid(const cg_st_file *f, const char *key)
+{
+    cg_tensor *t = cg_st_get(f, key);
+    cg_release(t);
+    return t != NULL;
+}
+
 bool cg_module_load_ex(cg_module *m, const cg_st_file *f, const cg_load_options *opt)
 {
     cg_load_options none = {0};
@@ -370,7 +380,8 @@ bool cg_module_load_ex(cg_module *m, const cg_st_file *f, const cg_load_options 
             break;
         }
         /* a buffer may hold -inf on purpose (an additive mask) */
-        ok = p.l.items[i].is_buffer || all_finite(f, fname, key);
+        ok = p.l.items[i].is_buffer ? dt != CG_ST_BOOL || bools_valid(f, key)
+                                    : all_finite(f, fname, key);
     }
     /* pass 2: copy, each tensor once */
     for (int i = 0; ok && i < p.l.n; i++)

@@ -305,6 +305,31 @@ START_TEST(test_buffer_load_refusals)
 }
 END_TEST
 
+/* A bool buffer holding a byte other than 0 or 1 is refused before
+ * anything is copied: the parameter and the buffers loaded before it
+ * keep their values (the check used to come at the copy, after them). */
+START_TEST(test_buffer_bad_bool_changes_nothing)
+{
+    const char *path = tmp_file("badbool");
+    cg_module *m = buffered("Stats", true, 1), *d = buffered("Stats", true, 5);
+    ck_assert(cg_module_save(m, path, 0, NULL));
+    FILE *fp = fopen(path, "r+b"); /* "mask" is the last tensor: [0, 1] */
+    ck_assert_ptr_nonnull(fp);
+    ck_assert(fseek(fp, -1, SEEK_END) == 0 && fputc(2, fp) == 2 && fclose(fp) == 0);
+    cg_st_file *f = cg_st_open(path);
+    assert_ok(f);
+    CG_ASSERT_FAILS(cg_module_load(d, f, NULL) ? (void *)1 : NULL,
+                    "tensor 'mask' (BOOL) holds byte 2 at element 1");
+    cg_st_close(f);
+    ck_assert_float_eq(cg_data(cg_module_get_param(d, "w"))[0], 5.0f);
+    ck_assert_float_eq(cg_data(cg_module_get_buffer(d, "mean"))[0], 6.0f);
+    ck_assert_int_eq(cg_data_i64(cg_module_get_buffer(d, "steps"))[0], 50);
+    cg_module_free(m);
+    cg_module_free(d);
+    unlink(path);
+}
+END_TEST
+
 /* PyTorch's names (nn/torch_names.h) carry a model's buffers: an encoder
  * layer's ln1 is norm1 there, a buffer beside it keeps its name. */
 START_TEST(test_buffer_torch_names)
@@ -689,6 +714,7 @@ static Suite *registry_suite(void)
     tcase_add_test(tc, test_buffer_order_and_sharing);
     tcase_add_test(tc, test_buffer_save_load);
     tcase_add_test(tc, test_buffer_load_refusals);
+    tcase_add_test(tc, test_buffer_bad_bool_changes_nothing);
     tcase_add_test(tc, test_buffer_torch_names);
     tcase_add_test(tc, test_posenc_buffer);
     suite_add_tcase(s, tc);
