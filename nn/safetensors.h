@@ -81,8 +81,10 @@ size_t cg_st_dtype_size(cg_st_dtype dt);
 bool cg_st_dtype_cg(cg_st_dtype st, cg_dtype *out);
 cg_st_dtype cg_st_dtype_of(cg_dtype dt);
 
-/* Headers longer than this are rejected as corrupt (same as the reference). */
-#define CG_ST_MAX_HEADER ((uint64_t)100 << 20)
+/* Headers longer than this are rejected as corrupt, and not written: the
+ * reference's MAX_HEADER_SIZE, 100,000,000 bytes (not 100 MiB; its reader
+ * refuses a longer header with HeaderTooLarge). */
+#define CG_ST_MAX_HEADER ((uint64_t)100000000)
 
 /* ------------------------------------------------------------- reading */
 

@@ -387,6 +387,29 @@ START_TEST(writer_rejects_bad_input)
 }
 END_TEST
 
+/* A header the reference reader refuses (over its 100,000,000 bytes:
+ * HeaderTooLarge) is not written: the save fails in one line and leaves
+ * no file. */
+START_TEST(writer_header_over_reference_limit)
+{
+    size_t n = 100000000 - 24; /* {"__metadata__":{"k":"..."}} is 100,000,001 bytes */
+    char *big = malloc(n + 1);
+    ck_assert_ptr_nonnull(big);
+    memset(big, 'a', n);
+    big[n] = '\0';
+    cg_st_writer *w = cg_st_writer_new();
+    ck_assert(cg_st_set_metadata(w, "k", big));
+    free(big);
+    const char *path = in_dir("big.safetensors");
+    cg_clear_error();
+    ck_assert(!cg_st_writer_save(w, path));
+    assert_error_has("over the 100000000-byte limit readers accept");
+    ck_assert_int_eq(access(path, F_OK), -1);
+    ck_assert_int_eq(count_tmp_files(g_dir), 0);
+    cg_st_writer_free(w);
+}
+END_TEST
+
 /* ------------------------------------------- the Python reference side */
 
 /* Mirrors fixture_tensors() in tests/fixtures/make_st_fixture.py. */
@@ -722,6 +745,11 @@ START_TEST(corrupt_header_length)
     cg_clear_error();
     ck_assert_ptr_null(cg_st_open_memory(b, sizeof b, "len.st"));
     assert_error_has("is absurd");
+    /* the reference's limit is 100,000,000 bytes (MAX_HEADER_SIZE), not 100 MiB */
+    le64(b, 100000001);
+    cg_clear_error();
+    ck_assert_ptr_null(cg_st_open_memory(b, sizeof b, "len.st"));
+    assert_error_has("header length 100000001 is absurd (limit 100000000 bytes)");
     le64(b, 0);
     cg_clear_error();
     ck_assert_ptr_null(cg_st_open_memory(b, 8, "len.st"));
@@ -1316,6 +1344,7 @@ static Suite *safetensors_suite(void)
     tcase_add_test(tc, bool_bytes_checked);
     tcase_add_test(tc, module_saved_as_bf16);
     tcase_add_test(tc, writer_rejects_bad_input);
+    tcase_add_test(tc, writer_header_over_reference_limit);
     tcase_add_test(tc, accepts_valid_edge_cases);
     suite_add_tcase(s, tc);
 
