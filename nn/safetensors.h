@@ -18,7 +18,9 @@
  * reads the optimizer's moments, two thirds of the file with Adam. A bad
  * file gives NULL and an error (core/error.h) that names the file, the
  * tensor and the numbers that disagree; so does a tensor that can no longer
- * be read (the file was cut short after it was opened). A file replaced by
+ * be read (the file was cut short after it was opened). A header whose
+ * strings hold an escaped NUL (\u0000, valid JSON) is refused: a C string
+ * ends there, and "a\u0000b" would be read as tensor 'a'. A file replaced by
  * a rename (cg_st_writer_save) stays readable through a handle opened
  * before: the handle reads the file it opened. One handle is for one
  * thread at a time.

@@ -353,8 +353,25 @@ fail:
     return false;
 }
 
+/* Where the header's first escaped NUL (\u0000) starts, or hlen if none.
+ * A backslash is only valid inside a JSON string, and each starts an escape
+ * of its own (the next byte, or u and four hex digits), so a pairwise walk
+ * sees every escape: a "\\u0000" in the text is a backslash, then "u0000". */
+static size_t escaped_nul_at(const unsigned char *hdr, size_t hlen)
+{
+    for (size_t i = 0; i + 1 < hlen; i++) {
+        if (hdr[i] != '\\')
+            continue;
+        if (hdr[i + 1] == 'u' && i + 6 <= hlen && !memcmp(hdr + i + 2, "0000", 4))
+            return i;
+        i++; /* the escaped byte */
+    }
+    return hlen;
+}
+
 /* The header hdr[0, hlen) as a JSON object: valid UTF-8 JSON text, no byte
- * order mark, nothing after the value, no duplicate name. NULL + error. */
+ * order mark, no escaped NUL (a C string ends there: "a\u0000b" would read
+ * as 'a'), nothing after the value, no duplicate name. NULL + error. */
 static cJSON *parse_header(const cg_st_file *f, const unsigned char *hdr, uint64_t hlen)
 {
     const char *P = f->path;
@@ -367,6 +384,11 @@ static cJSON *parse_header(const cg_st_file *f, const unsigned char *hdr, uint64
 
     if (hlen >= 3 && hdr[0] == 0xEF && hdr[1] == 0xBB && hdr[2] == 0xBF)
         FAIL("safetensors: %s: header is not valid JSON (starts with a UTF-8 byte order mark)", P);
+    bad = escaped_nul_at(hdr, (size_t)hlen);
+    if (bad < hlen)
+        FAIL("safetensors: %s: header holds an escaped NUL (\\u0000) at header byte %zu; cgrad's "
+             "tensor names, dtypes and metadata cannot hold one",
+             P, bad);
     const char *end = NULL;
     root = cJSON_ParseWithLengthOpts((const char *)hdr, (size_t)hlen, &end, 0);
     if (!root) {

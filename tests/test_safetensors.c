@@ -667,7 +667,15 @@ static const struct {
     {"metadata duplicate key", "{\"__metadata__\":{\"k\":\"1\",\"k\":\"2\"}}", 0,
      "duplicate __metadata__ key 'k'"},
     {"empty name", "{\"\":" E("\"F32\"", "[1]", "[0,4]") "}", 4, "a tensor has an empty name"},
-    {"escaped NUL name", "{\"\\u0000\":" E("\"F32\"", "[1]", "[0,4]") "}", 4, "empty name"},
+    {"escaped NUL name", "{\"\\u0000\":" E("\"F32\"", "[1]", "[0,4]") "}", 4,
+     "escaped NUL (\\u0000) at header byte 2"},
+    /* C strings end at a NUL: "a\u0000b" was read as tensor 'a', and
+     * "F32\u0000x" as dtype F32 */
+    {"NUL inside name", "{\"a\\u0000b\":" E("\"F32\"", "[1]", "[0,4]") "}", 4,
+     "escaped NUL (\\u0000) at header byte 3"},
+    {"NUL inside dtype", "{\"a\":" E("\"F32\\u0000x\"", "[1]", "[0,4]") "}", 4,
+     "escaped NUL (\\u0000)"},
+    {"NUL in metadata", "{\"__metadata__\":{\"k\":\"v\\u0000w\"}}", 0, "escaped NUL (\\u0000)"},
     {"invalid utf8", "{\"a\xff\":" E("\"F32\"", "[1]", "[0,4]") "}", 4,
      "bad or control byte 0xff at header byte 3"},
     {"overlong utf8", "{\"\xc0\xaf\":" E("\"F32\"", "[1]", "[0,4]") "}", 4,
@@ -818,6 +826,12 @@ START_TEST(accepts_valid_edge_cases)
     cg_tensor *e2 = cg_st_get_i64(f, "e2");
     ck_assert(e2 && e2->ndim == 2 && e2->shape[0] == 3 && e2->shape[1] == 0);
     cg_release(e2);
+    cg_st_close(f);
+    /* an escaped backslash before "u0000" is text, not a NUL */
+    f = open_crafted("{\"a\\\\u0000\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
+                     4);
+    ck_assert_msg(f != NULL, "%s", cg_last_error());
+    ck_assert_str_eq(cg_st_name(f, 0), "a\\u0000");
     cg_st_close(f);
 }
 END_TEST
