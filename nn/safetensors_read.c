@@ -204,24 +204,23 @@ static bool entry_shape(const cg_st_file *f, const cJSON *info, st_entry *e)
         if (d == 0)
             has_zero = true;
     }
-    /* Element count; the byte count must fit in int64. */
+    /* Element count; the byte count must fit in int64, and so must the
+     * product of the nonzero sizes of an empty tensor: a tensor's element
+     * count and strides multiply them (the reference refuses such a shape
+     * too when its checked product overflows before it reaches the 0). */
     uint64_t numel = 1;
     const uint64_t limit = (uint64_t)INT64_MAX / esize;
-    if (has_zero) {
-        numel = 0;
-    } else {
-        for (i = 0; i < nd; i++) {
-            uint64_t d = (uint64_t)e->shape[i];
-            if (numel > limit / d) {
-                cg_set_error("safetensors: %s: tensor '%s': shape overflows (element count too "
-                             "large at dimension %d)",
-                             P, N, i);
-                return false;
-            }
-            numel *= d;
+    for (i = 0; i < nd; i++) {
+        uint64_t d = (uint64_t)e->shape[i];
+        if (d != 0 && numel > limit / d) {
+            cg_set_error("safetensors: %s: tensor '%s': shape overflows (element count too "
+                         "large at dimension %d)",
+                         P, N, i);
+            return false;
         }
+        numel *= d ? d : 1;
     }
-    e->numel = numel;
+    e->numel = has_zero ? 0 : numel;
     return true;
 }
 

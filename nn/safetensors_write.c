@@ -104,24 +104,23 @@ static int64_t check_new(cg_st_writer *w, const char *fn, const char *name, int 
         return -1;
     }
     int64_t numel = 1;
+    bool empty = false;
     for (int i = 0; i < ndim; i++) {
         if (shape[i] < 0) {
             cg_set_error("safetensors: %s: tensor '%s': negative size %" PRId64 " at dim %d", fn,
                          name, shape[i], i);
             return -1;
         }
-        if (shape[i] == 0)
-            numel = 0;
+        empty |= shape[i] == 0;
     }
-    if (numel != 0)
-        for (int i = 0; i < ndim; i++) {
-            if (numel > (INT64_MAX / 8) / shape[i]) {
-                cg_set_error("safetensors: %s: tensor '%s': shape too large", fn, name);
-                return -1;
-            }
-            numel *= shape[i];
+    for (int i = 0; i < ndim; i++) { /* the nonzero sizes, as the reader counts them */
+        if (shape[i] != 0 && numel > (INT64_MAX / 8) / shape[i]) {
+            cg_set_error("safetensors: %s: tensor '%s': shape too large", fn, name);
+            return -1;
         }
-    return numel;
+        numel *= shape[i] ? shape[i] : 1;
+    }
+    return empty ? 0 : numel;
 }
 
 /* Append an entry; takes ownership of bytes (freed on failure). */

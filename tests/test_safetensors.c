@@ -367,6 +367,9 @@ START_TEST(writer_rejects_bad_input)
     cg_clear_error();
     ck_assert(!cg_st_add_f32_raw(w, "nulldata", CG_SHAPE(2), NULL));
     assert_error_has("NULL data");
+    cg_clear_error(); /* an empty shape whose other sizes overflow: the reader refuses it */
+    ck_assert(!cg_st_add_f32_raw(w, "huge0", CG_SHAPE(INT64_C(1) << 52, INT64_C(1) << 52, 0), v));
+    assert_error_has("tensor 'huge0': shape too large");
     cg_clear_error();
     ck_assert(!cg_st_add_f32_raw(w, "deep", 9, (const int64_t[9]){1, 1, 1, 1, 1, 1, 1, 1, 1}, v));
     assert_error_has("ndim 9 out of range");
@@ -617,6 +620,14 @@ static const struct {
      "tensor 'a': shape overflows"},
     {"shape overflow bytes", "{\"a\":" E("\"I64\"", "[1125899906842624,1024]", "[0,8]") "}", 8,
      "shape overflows"},
+    /* no elements, but the other sizes' product overflows int64: cgrad's
+     * element count and strides multiply them (signed overflow) */
+    {"shape overflow before 0",
+     "{\"a\":" E("\"F32\"", "[4503599627370496,4503599627370496,0]", "[0,0]") "}", 0,
+     "tensor 'a': shape overflows"},
+    {"shape overflow after 0",
+     "{\"a\":" E("\"F32\"", "[0,4503599627370496,4503599627370496]", "[0,0]") "}", 0,
+     "tensor 'a': shape overflows"},
     {"missing offsets", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1]}}", 4,
      "tensor 'a': missing data_offsets"},
     {"offsets one", "{\"a\":" E("\"F32\"", "[1]", "[0]") "}", 4,
