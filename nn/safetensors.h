@@ -32,7 +32,8 @@
  * remains. The temporary file is "<path>.tmp.<pid>", so one process must not
  * save the same path from two threads at once; temporary files of writers
  * that died mid-save (killed) are removed by the next successful save; a symlink at path is replaced
- * by the new file (its target is not modified). The writer emits the same layout as the Python reference writer:
+ * by the new file (its target is not modified); a FIFO, device or socket at
+ * path is refused (renamed over, /dev/null would become a regular file). The writer emits the same layout as the Python reference writer:
  * metadata first, tensors in the order added, data in that order, header
  * padded with spaces so that the data starts at a multiple of 8 bytes. */
 #ifndef CG_SAFETENSORS_H

@@ -577,6 +577,25 @@ static bool sync_dir(const char *path, const char *dir)
     return ok;
 }
 
+/* False + error if path exists and is neither a regular file nor a
+ * symlink (replaced, see nn/safetensors.h) nor a directory (the rename
+ * fails): renaming over a FIFO or a device (cg_module_save(m, "/dev/null")
+ * as root) would put a regular file in its place. */
+static bool target_replaceable(const char *path)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0 || S_ISREG(st.st_mode) || S_ISLNK(st.st_mode) || S_ISDIR(st.st_mode))
+        return true;
+    const char *kind = S_ISFIFO(st.st_mode)   ? "a FIFO"
+                       : S_ISCHR(st.st_mode)  ? "a character device"
+                       : S_ISBLK(st.st_mode)  ? "a block device"
+                       : S_ISSOCK(st.st_mode) ? "a socket"
+                                              : "of another kind";
+    cg_set_error("safetensors: %s: exists and is not a regular file (%s); not replaced", path,
+                 kind);
+    return false;
+}
+
 bool cg_st_writer_save(cg_st_writer *w, const char *path)
 {
     if (!w) {
@@ -587,6 +606,8 @@ bool cg_st_writer_save(cg_st_writer *w, const char *path)
         cg_set_error("safetensors: cg_st_writer_save: %s path", path ? "empty" : "NULL");
         return false;
     }
+    if (!target_replaceable(path))
+        return false;
     sbuf h = {0};
     if (!build_header(w, path, &h))
         return false;

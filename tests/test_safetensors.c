@@ -1176,6 +1176,21 @@ START_TEST(atomic_bad_paths)
     struct stat st;
     ck_assert(stat(d, &st) == 0 && S_ISDIR(st.st_mode));
     ck_assert_int_eq(count_tmp_files(g_dir), 0);
+    /* the target is a FIFO (or a device: cg_module_save(m, "/dev/null") as
+     * root): refused, not replaced by a regular file */
+    const char *fifo = in_dir("fifo");
+    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    cg_clear_error();
+    ck_assert(!cg_st_writer_save(w, fifo));
+    assert_error_has("exists and is not a regular file (a FIFO); not replaced");
+    ck_assert(lstat(fifo, &st) == 0 && S_ISFIFO(st.st_mode));
+    ck_assert_int_eq(count_tmp_files(g_dir), 0);
+    /* a symlink at path is replaced, whatever it points to */
+    const char *link = in_dir("link");
+    ck_assert_int_eq(symlink(fifo, link), 0);
+    ck_assert_msg(cg_st_writer_save(w, link), "%s", cg_last_error());
+    ck_assert(lstat(link, &st) == 0 && S_ISREG(st.st_mode));
+    ck_assert(lstat(fifo, &st) == 0 && S_ISFIFO(st.st_mode));
     cg_st_writer_free(w);
 }
 END_TEST
