@@ -214,6 +214,10 @@ bool cg_st_set_metadata_json(cg_st_writer *w, const char *key, const struct cJSO
  * mid-save); cg_st_writer_save does it after each save. Best effort. Any
  * writer of temporary files named so may use it (the loss curve does). */
 void cg_st_remove_stale_temps(const char *path);
+/* What a file of st_mode mode is, for a message: "a directory", "a FIFO",
+ * "a character device", ... ("a file of another kind" for none of those).
+ * The writer names so a target it will not replace; any writer of files may. */
+const char *cg_st_file_kind(unsigned mode);
 
 /* Write everything to path atomically (see the top of this file). The writer
  * is not consumed: it can be saved again. False + error on failure. */

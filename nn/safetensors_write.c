@@ -586,14 +586,21 @@ static bool target_replaceable(const char *path)
     struct stat st;
     if (lstat(path, &st) != 0 || S_ISREG(st.st_mode) || S_ISLNK(st.st_mode) || S_ISDIR(st.st_mode))
         return true;
-    const char *kind = S_ISFIFO(st.st_mode)   ? "a FIFO"
-                       : S_ISCHR(st.st_mode)  ? "a character device"
-                       : S_ISBLK(st.st_mode)  ? "a block device"
-                       : S_ISSOCK(st.st_mode) ? "a socket"
-                                              : "of another kind";
     cg_set_error("safetensors: %s: exists and is not a regular file (%s); not replaced", path,
-                 kind);
+                 cg_st_file_kind(st.st_mode));
     return false;
+}
+
+const char *cg_st_file_kind(unsigned mode)
+{
+    return S_ISREG(mode)    ? "a regular file"
+           : S_ISDIR(mode)  ? "a directory"
+           : S_ISLNK(mode)  ? "a symbolic link"
+           : S_ISCHR(mode)  ? "a character device"
+           : S_ISBLK(mode)  ? "a block device"
+           : S_ISFIFO(mode) ? "a FIFO"
+           : S_ISSOCK(mode) ? "a socket"
+                            : "a file of another kind";
 }
 
 bool cg_st_writer_save(cg_st_writer *w, const char *path)

@@ -87,13 +87,8 @@ bool cg_out_check_regular(const char *path)
     /* a symlink is followed: a link to a regular file is fine */
     if (S_ISLNK(st.st_mode) && stat(path, &t) == 0 && S_ISREG(t.st_mode))
         return true;
-    const char *kind = S_ISDIR(st.st_mode)    ? "a directory"
-                       : S_ISCHR(st.st_mode)  ? "a character device"
-                       : S_ISBLK(st.st_mode)  ? "a block device"
-                       : S_ISFIFO(st.st_mode) ? "a FIFO"
-                       : S_ISSOCK(st.st_mode) ? "a socket"
-                       : S_ISLNK(st.st_mode)  ? "a symbolic link to no regular file"
-                                              : "not a regular file";
+    const char *kind =
+        S_ISLNK(st.st_mode) ? "a symbolic link to no regular file" : cg_st_file_kind(st.st_mode);
     cg_set_error("'%s' is %s; a checkpoint replaces only a regular file (even with --force)", path,
                  kind);
     return false;
