@@ -814,6 +814,65 @@ START_TEST(test_cache_matches_recompute)
 }
 END_TEST
 
+/* A decoded PAD is a masked key from then on, as in the reference's
+ * decode (tgt_in == PAD): cached decoding, which cannot mask a cached key,
+ * gives the tokens of the recompute for a model that emits PAD (random
+ * weights of std 0.3, so that attention and PAD's logit matter; seed 5 emits
+ * PAD in greedy and beam outputs). */
+static bool has_pad(const int64_t *ids, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (ids[i] == CG_PAD)
+            return true;
+    return false;
+}
+
+static cg_seq2seq *pad_model(void)
+{
+    cg_seq2seq_config c = cg_seq2seq_config_default();
+    c.vocab = 12, c.d = 32, c.H = 4, c.d_ff = 64, c.max_len = 40;
+    cg_seq2seq *m = cg_seq2seq_new(&c, 5);
+    cg_param_list pl = {0};
+    ck_assert(m && cg_module_params(CG_MODULE(m), &pl));
+    for (int i = 0; i < pl.n; i++) /* weights N(0, 0.3) */
+        for (int64_t k = 0; pl.items[i].tensor->ndim == 2 && k < cg_numel(pl.items[i].tensor); k++)
+            cg_data(pl.items[i].tensor)[k] *= 15.0f;
+    cg_param_list_free(&pl);
+    cg_module_train(CG_MODULE(m), false);
+    return m;
+}
+
+START_TEST(test_decoded_pad_masked)
+{
+    cg_seq2seq *m = pad_model();
+    enum { B = 6, S = 9, STEPS = 20 };
+    int64_t src[B * S] = {0}, o1[B * STEPS], o2[B * STEPS], l1[B], l2[B];
+    for (int b = 0; b < B; b++) {
+        for (int k = 0; k < b + 2; k++)
+            src[b * S + k] = 3 + (b * 5 + k * 7) % 9;
+        src[b * S + b + 2] = CG_EOS;
+    }
+    bool pads = false;
+    ck_assert(cg_greedy_decode(m, src, B, S, STEPS, o1, l1, true));
+    ck_assert(cg_greedy_decode(m, src, B, S, STEPS, o2, l2, false));
+    ck_assert(memcmp(l1, l2, sizeof l1) == 0 && memcmp(o1, o2, sizeof o1) == 0);
+    for (int b = 0; b < B; b++)
+        for (int beam = 2; beam <= 8; beam++) {
+            int64_t *b1 = NULL, *b2 = NULL, n1, n2;
+            ck_assert(cg_beam_search(m, src + b * S, b + 3, beam, 0.0, STEPS, &b1, &n1, NULL, NULL,
+                                     true));
+            ck_assert(cg_beam_search(m, src + b * S, b + 3, beam, 0.0, STEPS, &b2, &n2, NULL, NULL,
+                                     false));
+            ck_assert_msg(n1 == n2 && memcmp(b1, b2, (size_t)n1 * sizeof *b1) == 0,
+                          "source %d beam %d: cached and recomputed beams differ", b, beam);
+            pads = pads || has_pad(b2, n2);
+            free(b1), free(b2);
+        }
+    ck_assert_msg(pads, "no beam emitted PAD: the test does not test it");
+    cg_seq2seq_free(m);
+}
+END_TEST
+
 START_TEST(test_decode_bad_input)
 {
     int64_t out[8], L, *b = NULL, bl, src[2] = {4, CG_EOS}, bad[2] = {999, CG_EOS};
@@ -1700,6 +1759,7 @@ static Suite *seq2seq_suite(void)
     tcase_add_test(tc, test_beam_not_worse_than_greedy);
     tcase_add_test(tc, test_cache_matches_recompute);
     tcase_add_test(tc, test_decode_bad_input);
+    tcase_add_test(tc, test_decoded_pad_masked);
     tcase_add_test(tc, test_grad_accum_per_token);
     tcase_add_test(tc, test_grad_accum_fused_head_once);
     tcase_add_test(tc, test_pad_to_multiple);

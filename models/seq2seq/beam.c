@@ -21,6 +21,21 @@ static bool reorder(cg_kv_cache *c, const int64_t *rows, int64_t n)
     return ok;
 }
 
+/* A decoded PAD is a masked key from then on (the reference's decode masks
+ * tgt_in == PAD, as cg_seq2seq_decode does); a cached key cannot be masked,
+ * so once one of the n tokens at toks[0], toks[stride], ... is PAD the
+ * cache is dropped and decoding recomputes every prefix. True if it was. */
+static bool drop_cache_at_pad(cg_kv_cache **c, const int64_t *toks, int64_t n, int64_t stride)
+{
+    for (int64_t i = 0; *c && i < n; i++)
+        if (toks[i * stride] == CG_PAD) {
+            cg_kv_cache_free(*c);
+            *c = NULL;
+            return true;
+        }
+    return false;
+}
+
 /* Logits of the last position of every row: a contiguous [B,T,V] tensor
  * (new reference) from which row b's last step is at b*T*V + (T-1)*V. */
 static cg_tensor *decode_logits(cg_seq2seq *m, const int64_t *ys, int64_t B, int64_t T,
@@ -129,12 +144,13 @@ static bool greedy_step(greedy_state *g, cg_seq2seq *m, int64_t step)
             g->alive[kept++] = b;
         }
     }
+    bool dropped = drop_cache_at_pad(&g->cache, next, g->n_alive, 1);
     cg_release(am);
     g->T++;
     if (kept != g->n_alive && kept > 0 && g->cache) {
         if (!reorder(g->cache, g->keep, kept))
             return false;
-    } else if (kept != g->n_alive && kept > 0) {
+    } else if ((kept != g->n_alive || dropped) && kept > 0) {
         cg_seq2seq_memory_free(&g->sel);
         if (!cg_seq2seq_memory_select(&g->mem, g->alive, kept, &g->sel))
             return false;
@@ -405,6 +421,7 @@ bool cg_beam_search(cg_seq2seq *m, const int64_t *src, int64_t S, int beam, doub
             goto out;
         if (b.n_done >= beam || b.n_live == 0)
             break;
+        drop_cache_at_pad(&b.cache, b.live + b.T - 1, b.n_live, b.W);
         if (b.cache && !reorder(b.cache, b.parents, b.n_live))
             goto out;
     }
