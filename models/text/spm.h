@@ -15,8 +15,10 @@
  * Lossless: the text is not normalised (no NFKC, spaces kept as they are),
  * and a character the model has no piece for is encoded as its UTF-8 bytes
  * (byte fallback), so cg_spm_decode(cg_spm_encode(s)) == s for every valid
- * UTF-8 string s. A word-initial piece starts with U+2581 ("\u2581Haus"),
- * which stands for the space before it.
+ * UTF-8 string s without U+2581. A word-initial piece starts with U+2581
+ * ("\u2581Haus"), which stands for the space before it; so SentencePiece
+ * reads a U+2581 in the text as a space, and it decodes as one ("a\u2581b"
+ * comes back as "a b").
  *
  * Storage: a tokenizer is a blob of bytes (cg_spm_blob / cg_spm_from_blob):
  * an 24-byte header (magic "CGSPM\0\0\1", the payload length and an FNV-1a
