@@ -345,6 +345,40 @@ static double short_decimal(float x)
     return (double)x;
 }
 
+/* PEFT's target_modules for the adapters l below root, added to arr: their
+ * local names, each once, when those name exactly the adapted Linears;
+ * else (adapters attached by full path to some of the Linears of a name)
+ * their full paths, which a load attaches to the same Linears. */
+static bool add_targets(const cg_module *root, const lora_list *l, cJSON *arr)
+{
+    const char **names = malloc(sizeof *names * (size_t)l->n);
+    if (!names) {
+        cg_set_error("LoRA save: out of memory");
+        return false;
+    }
+    int n = 0;
+    for (int i = 0; i < l->n; i++) { /* local names, each once */
+        bool seen = false;
+        for (int j = 0; j < n; j++)
+            seen = seen || !strcmp(names[j], local_of(l->paths[i]));
+        if (!seen)
+            names[n++] = local_of(l->paths[i]);
+    }
+    const cg_lora_config by_name = {.n_targets = n, .targets = names};
+    attach_ctx c = {&by_name, NULL, NULL, 0, 0};
+    bool ok = walk((cg_module *)root, "", "", collect_targets, &c);
+    free(c.found);
+    if (ok && c.n != l->n) /* the local names would take more Linears */
+        for (n = 0; n < l->n; n++)
+            names[n] = l->paths[n];
+    for (int i = 0; ok && i < n; i++)
+        ok = cJSON_AddItemToArray(arr, cJSON_CreateString(names[i]));
+    free(names);
+    if (!ok)
+        cg_set_error("LoRA save: out of memory");
+    return ok;
+}
+
 bool cg_lora_write(const cg_module *root, cg_st_writer *w)
 {
     if (!root || !w) {
@@ -374,14 +408,7 @@ bool cg_lora_write(const cg_module *root, cg_st_writer *w)
         cJSON_AddNumberToObject(cfg, "r", l.items[0]->r);
         cJSON_AddNumberToObject(cfg, "lora_alpha", short_decimal(l.items[0]->alpha));
         cJSON_AddNumberToObject(cfg, "lora_dropout", short_decimal(l.items[0]->dropout->p));
-        for (int i = 0; i < l.n; i++) { /* local names, each once */
-            const char *nm = local_of(l.paths[i]);
-            bool seen = false;
-            for (int j = 0; j < i; j++)
-                seen = seen || !strcmp(local_of(l.paths[j]), nm);
-            if (!seen)
-                cJSON_AddItemToArray(targets, cJSON_CreateString(nm));
-        }
+        ok = add_targets(root, &l, targets);
         cJSON_AddItemToObject(cfg, "target_modules", targets);
         targets = NULL;
         json = cJSON_PrintUnformatted(cfg);

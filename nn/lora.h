@@ -77,8 +77,10 @@ int cg_lora_unmerge_all(cg_module *root);
  *     base_model.model.<path>.lora_B.weight   [out, r]
  * with metadata "format" = "pt" and "adapter_config" = the JSON of PEFT's
  * adapter_config.json: {"peft_type": "LORA", "r": .., "lora_alpha": ..,
- * "lora_dropout": .., "target_modules": [..]}. All adapters must share r,
- * alpha and dropout. Merged adapters are saved as they are (A and B). */
+ * "lora_dropout": .., "target_modules": [..]}: the adapted Linears' local
+ * names, or their full paths when those names would also take Linears
+ * without an adapter (adapters attached by full path), so that a load
+ * attaches to the same Linears. All adapters must share r, alpha and dropout. Merged adapters are saved as they are (A and B). */
 bool cg_lora_save(const cg_module *root, const char *path);
 /* cg_lora_save's tensors and metadata added to w, for a file that holds more
  * (the zoo's adapter checkpoints add their optimizer state and training

@@ -463,6 +463,48 @@ START_TEST(test_lora_targets_save_load)
 }
 END_TEST
 
+/* Adapters attached by full path to some of the Linears of a name: the
+ * saved target_modules name those Linears, not every one of that local
+ * name, so the file loads back onto them (it named "q_proj", and the load
+ * attached an adapter to every q_proj and refused the file as missing the
+ * others). */
+static cg_enc_stack *make_stack(void)
+{
+    cg_rng r = cg_rng_new(3);
+    cg_tf_config cfg = {.d = 8, .H = 2, .d_ff = 16, .norm_first = true};
+    cg_enc_stack *s = cg_enc_stack_new(2, &cfg, &r);
+    ck_assert_ptr_nonnull(s);
+    cg_module_train(CG_MODULE(s), false);
+    return s;
+}
+
+START_TEST(test_lora_full_path_save_load)
+{
+    const char *targets[] = {"layers.1.self_attn.q_proj"};
+    cg_lora_config lc = {.r = 2, .alpha = 4.0f, .n_targets = 1, .targets = targets};
+    cg_enc_stack *s = make_stack();
+    cg_rng r = cg_rng_new(4);
+    ck_assert_int_eq(cg_lora_attach_all(CG_MODULE(s), &lc, &r), 1);
+    cg_lora *a = cg_lora_of(s->layers[1]->self_attn->q_proj);
+    ck_assert(cg_init_normal_(a->lora_B->weight, &r, 0, 0.5f));
+    char path[] = "/tmp/cg_test_lora_XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    ck_assert_msg(cg_lora_save(CG_MODULE(s), path), "%s", cg_last_error());
+    cg_enc_stack *s2 = make_stack();
+    ck_assert_msg(cg_lora_load(CG_MODULE(s2), path), "%s", cg_last_error());
+    unlink(path);
+    ck_assert_ptr_null(cg_lora_of(s2->layers[0]->self_attn->q_proj));
+    cg_tensor *x = cg_randn(&r, CG_SHAPE(2, 5, 8));
+    cg_tensor *y = cg_enc_stack_forward(s, x, NULL), *y2 = cg_enc_stack_forward(s2, x, NULL);
+    ck_assert(bit_equal(y2, y));
+    cg_release_all(3, x, y, y2);
+    cg_module_free(CG_MODULE(s));
+    cg_module_free(CG_MODULE(s2));
+}
+END_TEST
+
 /* Dropout p = 1 where the library's dropout takes it (8c47267, PyTorch's
  * nn.Dropout(1.0)): a transformer config and a LoRA adapter accept it
  * (they refused [1, ...) as out of [0, 1)), its adapter config is saved and
@@ -1086,6 +1128,7 @@ static Suite *adapt_suite(void)
     tcase_add_test(t, test_lora_forward_merge);
     tcase_add_test(t, test_lora_gradcheck);
     tcase_add_test(t, test_lora_targets_save_load);
+    tcase_add_test(t, test_lora_full_path_save_load);
     tcase_add_test(t, test_dropout_one);
     tcase_add_test(t, test_sample);
     tcase_add_test(t, test_sample_top_k_draws);
