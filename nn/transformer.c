@@ -675,6 +675,23 @@ bool cg_kv_cache_reorder(cg_kv_cache *c, const cg_tensor *rows)
     return true;
 }
 
+/* The first step's mem_pad is bool [B, S] of the memory [B, S, d]:
+ * checked before the cache changes (a bad one refused by the first layer's
+ * cross-attention left that layer's keys and the bad copy in the cache, so
+ * that a retry with the right mask was refused again). */
+static bool mem_pad_ok(const cg_tensor *mem_pad, const cg_tensor *memory)
+{
+    if (!cg_check_dtype("TransformerDecoder cached", "mem_pad", mem_pad, CG_BOOL))
+        return false;
+    if (mem_pad->ndim == 2 && mem_pad->shape[0] == memory->shape[0] &&
+        mem_pad->shape[1] == memory->shape[1])
+        return true;
+    char a[96], b[96];
+    cg_set_error("TransformerDecoder cached: mem_pad %s is not bool [B, S] = %s of the memory",
+                 cg_shape_str(mem_pad, a, sizeof a), cg_shape_str_n(2, memory->shape, b, sizeof b));
+    return false;
+}
+
 static cg_tensor *dec_stack_cached_impl(cg_module *m, cg_tensor *const *in, void *args)
 {
     cg_dec_stack *s = (cg_dec_stack *)m;
@@ -699,15 +716,14 @@ static cg_tensor *dec_stack_cached_impl(cg_module *m, cg_tensor *const *in, void
                 cg_set_error("TransformerDecoder cached: the first step needs the memory");
             return NULL;
         }
+        if (mem_pad && !mem_pad_ok(mem_pad, memory))
+            return NULL;
         cg_release_held(c->cross_pad);
         c->cross_pad = NULL;
         c->S = memory->shape[1];
-        if (mem_pad) { /* a copy: the caller's mask may change between steps */
-            if (!cg_check_dtype("TransformerDecoder cached", "mem_pad", mem_pad, CG_BOOL))
-                return NULL;
-            if (!(c->cross_pad = cg_hold(cg_k_clone(mem_pad))))
-                return NULL;
-        }
+        /* a copy: the caller's mask may change between steps */
+        if (mem_pad && !(c->cross_pad = cg_hold(cg_k_clone(mem_pad))))
+            return NULL;
     }
     cg_tensor *h = cg_retain(x);
     for (int i = 0; i < s->n_layers && h; i++) {

@@ -797,6 +797,35 @@ START_TEST(test_randperm_batches)
 }
 END_TEST
 
+/* A decoder's first cached step with a mem_pad that is not bool [B, S] of
+ * the memory is refused before the cache changes: a retry with the right
+ * mask decodes position 0 as a fresh cache does (the first layer's
+ * cross-attention refused it after its self-attention had stored position
+ * 0 and the bad copy was kept: every retry was refused). */
+START_TEST(test_kv_cache_bad_mem_pad)
+{
+    cg_rng r = cg_rng_new(5);
+    cg_tf_config cfg = {.d = 8, .H = 2, .d_ff = 16, .norm_first = true};
+    cg_dec_stack *dec = cg_dec_stack_new(2, &cfg, &r);
+    cg_module_train(CG_MODULE(dec), false);
+    cg_tensor *x = cg_randn(&r, CG_SHAPE(2, 1, 8)), *mem = cg_randn(&r, CG_SHAPE(2, 4, 8));
+    cg_tensor *bad = cg_zeros_dtype(CG_BOOL, CG_SHAPE(2, 5));
+    cg_tensor *good = cg_zeros_dtype(CG_BOOL, CG_SHAPE(2, 4));
+    cg_kv_cache *c = cg_kv_cache_new(2), *fresh = cg_kv_cache_new(2);
+    CG_ASSERT_FAILS(cg_dec_stack_forward_cached(dec, x, mem, bad, c), "[2, 5]");
+    ck_assert_int_eq(cg_kv_cache_len(c), 0);
+    cg_tensor *y = cg_dec_stack_forward_cached(dec, x, mem, good, c);
+    ck_assert_msg(y, "%s", cg_last_error());
+    cg_tensor *y0 = cg_dec_stack_forward_cached(dec, x, mem, good, fresh);
+    ck_assert(bit_equal(y, y0));
+    ck_assert_int_eq(cg_kv_cache_len(c), 1);
+    cg_release_all(6, x, mem, bad, good, y, y0);
+    cg_kv_cache_free(c);
+    cg_kv_cache_free(fresh);
+    cg_module_free(CG_MODULE(dec));
+}
+END_TEST
+
 /* -------------------------------------- a KV cache for the user's block */
 typedef struct {
     cg_module base;
@@ -1134,6 +1163,7 @@ static Suite *adapt_suite(void)
     tcase_add_test(t, test_sample_top_k_draws);
     tcase_add_test(t, test_randperm_batches);
     tcase_add_test(t, test_kv_cache_user_block);
+    tcase_add_test(t, test_kv_cache_bad_mem_pad);
     tcase_add_test(t, test_sequential_forward_append);
     tcase_add_test(t, test_mlp_loader_train_step_accuracy);
     tcase_add_test(t, test_null_arguments_say_so);
