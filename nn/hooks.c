@@ -11,13 +11,26 @@ typedef struct {
     cg_forward_hook post_fn;
     void *ctx;
     void (*free_ctx)(void *ctx);
+    bool dead; /* removed during a call of its module: dropped when the call ends */
 } hook;
 
 struct cg_module_hooks {
     hook *items;
     int n, cap;
     int64_t next_id;
+    int running; /* calls of the module under way (cg_module_call) */
 };
+
+/* Drop hs->items[i], freeing its ctx. */
+static void drop_hook(struct cg_module_hooks *hs, int i)
+{
+    hook gone = hs->items[i];
+    for (int j = i + 1; j < hs->n; j++)
+        hs->items[j - 1] = hs->items[j];
+    hs->n--;
+    if (gone.free_ctx)
+        gone.free_ctx(gone.ctx);
+}
 
 static cg_hook_handle add_hook(cg_module *m, hook h, const char *what)
 {
@@ -69,14 +82,12 @@ bool cg_hook_remove(cg_hook_handle *h)
         return false;
     struct cg_module_hooks *hs = h->module->hooks;
     for (int i = 0; i < hs->n; i++) {
-        if (hs->items[i].id != h->id)
+        if (hs->items[i].id != h->id || hs->items[i].dead)
             continue;
-        hook gone = hs->items[i];
-        for (int j = i + 1; j < hs->n; j++)
-            hs->items[j - 1] = hs->items[j];
-        hs->n--;
-        if (gone.free_ctx)
-            gone.free_ctx(gone.ctx);
+        if (hs->running) /* from a hook: the call's other hooks still run, as in PyTorch */
+            hs->items[i].dead = true;
+        else
+            drop_hook(hs, i);
         *h = (cg_hook_handle){0};
         return true;
     }
@@ -89,8 +100,8 @@ void *cg_module_find_hook(const cg_module *m, const void *fn)
         return NULL;
     for (int i = 0; i < m->hooks->n; i++) {
         const hook *h = &m->hooks->items[i];
-        if ((h->pre && (const void *)h->pre_fn == fn) ||
-            (!h->pre && (const void *)h->post_fn == fn))
+        if (!h->dead && ((h->pre && (const void *)h->pre_fn == fn) ||
+                         (!h->pre && (const void *)h->post_fn == fn)))
             return h->ctx;
     }
     return NULL;
@@ -130,10 +141,15 @@ cg_tensor *cg_module_call(cg_module *m, cg_forward_fn fn, int n_in, cg_tensor *c
     cg_tensor *x[CG_MAX_FORWARD_INPUTS] = {0};
     for (int i = 0; i < n_in; i++)
         x[i] = cg_retain(in[i]);
-    const struct cg_module_hooks *hs = m->hooks;
+    struct cg_module_hooks *hs = m->hooks;
+    /* The hooks registered when the call starts run, in order, also those
+     * another hook removes meanwhile (PyTorch runs a copy of its dict):
+     * removal during the call only marks them, so the indices hold. */
+    hs->running++;
+    const int n_hooks = hs->n;
     cg_tensor *y = NULL;
     bool ok = true;
-    for (int i = 0; ok && i < hs->n; i++)
+    for (int i = 0; ok && i < n_hooks; i++)
         if (hs->items[i].pre) {
             const unsigned long serial = cg_error_serial();
             ok = hs->items[i].pre_fn(hs->items[i].ctx, m, n_in, x);
@@ -143,7 +159,7 @@ cg_tensor *cg_module_call(cg_module *m, cg_forward_fn fn, int n_in, cg_tensor *c
         }
     if (ok)
         y = fn(m, x, args);
-    for (int i = 0; y && i < hs->n; i++) {
+    for (int i = 0; y && i < n_hooks; i++) {
         if (hs->items[i].pre)
             continue;
         const unsigned long serial = cg_error_serial();
@@ -157,5 +173,9 @@ cg_tensor *cg_module_call(cg_module *m, cg_forward_fn fn, int n_in, cg_tensor *c
     }
     for (int i = 0; i < n_in; i++)
         cg_release(x[i]);
+    if (--hs->running == 0)
+        for (int i = hs->n - 1; i >= 0; i--)
+            if (hs->items[i].dead)
+                drop_hook(hs, i);
     return y;
 }

@@ -265,9 +265,12 @@ void cg_module_requires_grad(cg_module *m, bool on);
  * Both return false (+ cg_set_error) to fail the call: the forward then
  * returns NULL. Hooks run in registration order, pre hooks before the
  * forward, post hooks after it, in train and eval mode, with or without
- * gradients. Do not add or remove hooks of a module from inside its hooks.
- * ctx is handed to the hook; free_ctx (may be NULL) is called on it when
- * the hook is removed or the module is freed. */
+ * gradients. A call runs the hooks its module had when it started, as
+ * PyTorch does: a hook may remove itself or another hook of the module
+ * (a one-shot hook), and the call's other hooks still run; a hook added
+ * during a call runs from the next one. ctx is handed to the hook;
+ * free_ctx (may be NULL) is called on it when the hook is removed (when
+ * the call ends, for a removal during it) or the module is freed. */
 typedef bool (*cg_forward_pre_hook)(void *ctx, cg_module *m, int n_in, cg_tensor **in);
 typedef bool (*cg_forward_hook)(void *ctx, cg_module *m, int n_in, cg_tensor *const *in,
                                 cg_tensor **out);

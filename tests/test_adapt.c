@@ -180,6 +180,58 @@ static void assert_all_called(const counters *c)
                           c->m[i]->type);
 }
 
+/* A hook that removes itself during the call (a one-shot hook, which
+ * PyTorch allows): the call's next hook still runs, and the removed hook's
+ * ctx lives until the call ends (the next hook was skipped: the output came
+ * back without it). */
+static cg_hook_handle one_shot;
+static int n_freed;
+
+static void one_shot_free(void *ctx)
+{
+    (void)ctx;
+    n_freed++;
+}
+
+static bool remove_self(void *ctx, cg_module *m, int n_in, cg_tensor *const *in, cg_tensor **out)
+{
+    (void)m, (void)n_in, (void)in, (void)out;
+    ck_assert(cg_hook_remove(&one_shot));
+    ck_assert_int_eq(n_freed, 0); /* ctx still ours */
+    (*(int *)ctx)++;
+    return true;
+}
+
+static bool times_two(void *ctx, cg_module *m, int n_in, cg_tensor *const *in, cg_tensor **out)
+{
+    (void)ctx, (void)m, (void)n_in, (void)in;
+    cg_tensor *y = cg_muls(*out, 2.0f);
+    cg_release(*out);
+    *out = y;
+    return y != NULL;
+}
+
+START_TEST(test_hook_removed_during_call)
+{
+    cg_rng r = cg_rng_new(2);
+    cg_linear *l = cg_linear_new(4, 3, true, &r);
+    int runs = 0;
+    n_freed = 0;
+    one_shot = cg_module_register_forward_hook(&l->base, remove_self, &runs, one_shot_free);
+    cg_hook_handle h2 = cg_module_register_forward_hook(&l->base, times_two, NULL, NULL);
+    cg_tensor *x = cg_randn(&r, CG_SHAPE(2, 4));
+    cg_tensor *y1 = cg_linear_forward(l, x), *y2 = cg_linear_forward(l, x);
+    ck_assert_int_eq(runs, 1);
+    ck_assert_int_eq(n_freed, 1);
+    ck_assert(bit_equal(y1, y2)); /* both doubled */
+    ck_assert(cg_hook_remove(&h2));
+    cg_tensor *y3 = cg_linear_forward(l, x), *y6 = cg_muls(y3, 2.0f);
+    ck_assert(bit_equal(y1, y6));
+    cg_release_all(5, x, y1, y2, y3, y6);
+    cg_module_free(CG_MODULE(l));
+}
+END_TEST
+
 START_TEST(test_hooks_every_module)
 {
     cg_rng r = cg_rng_new(2);
@@ -1153,6 +1205,7 @@ static Suite *adapt_suite(void)
     tcase_set_timeout(t, 120);
     tcase_add_test(t, test_hook_post_pre_remove);
     tcase_add_test(t, test_hooks_every_module);
+    tcase_add_test(t, test_hook_removed_during_call);
     tcase_add_test(t, test_module_requires_grad_and_optim);
     tcase_add_test(t, test_lora_forward_merge);
     tcase_add_test(t, test_lora_gradcheck);
