@@ -194,5 +194,5 @@ bool cg_copy_(cg_tensor *dst, const cg_tensor *src)
                      cg_shape_str(src, b, sizeof b));
         return false;
     }
-    return cg_k_copy_(dst, src);
+    return cg_check_no_history("copy_", dst) && cg_k_copy_(dst, src);
 }

@@ -108,6 +108,8 @@ static bool fillable(const char *op, cg_tensor *t)
         cg_set_error("%s: tensor must be contiguous", op);
         return false;
     }
+    if (!cg_check_no_history(op, t))
+        return false;
     cg_tensor_modified(t);
     return true;
 }

@@ -575,7 +575,7 @@ int64_t cg_get_i64(const cg_tensor *t, const int64_t *idx)
 bool cg_set(cg_tensor *t, const int64_t *idx, float v)
 {
     int64_t off = offset_of("cg_set", t, idx);
-    if (off < 0)
+    if (off < 0 || !cg_check_no_history("cg_set", t))
         return false;
     cg_tensor_modified(t);
     float src = v;

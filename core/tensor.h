@@ -359,6 +359,13 @@ bool cg_check_dtype(const char *op, const char *arg, const cg_tensor *t, cg_dtyp
  * one memory location (a broadcast view: stride 0 on a dim of size > 1),
  * as PyTorch refuses it. */
 bool cg_check_writable(const char *op, const cg_tensor *dst);
+/* The check of every in-place function a user calls (cg_copy_, cg_fill_,
+ * cg_set, the random fills): false + error naming op when t has history
+ * (t->node: an op's output, or a view an op made). The graph cannot
+ * record the write, so an op recorded after it would read the new values
+ * while the gradient still went through the old history (PyTorch records
+ * it). The raw kernels cg_k_* do not check. Write through cg_detach(t). */
+bool cg_check_no_history(const char *op, const cg_tensor *t);
 /* What an in-place kernel writing dst reads of src: src itself, or, when
  * src shares memory with dst (x[1:] += x[:-1], x += x[0], x.copy_(x^T),
  * index_add_ of x into x), a contiguous copy of src made before dst is

@@ -168,6 +168,18 @@ bool cg_check_writable(const char *op, const cg_tensor *dst)
     return true;
 }
 
+bool cg_check_no_history(const char *op, const cg_tensor *t)
+{
+    if (!t || !t->node)
+        return true;
+    char b[96];
+    cg_set_error("%s: the tensor %s is the output of an op (it has a graph node), and an in-place "
+                 "write is not recorded: its gradient would still flow through the op as if the "
+                 "values had not changed; write into cg_detach(t), or compute a new tensor",
+                 op, cg_shape_str(t, b, sizeof b));
+    return false;
+}
+
 static void copy_into(cg_tensor *dst, const cg_tensor *src);
 
 bool cg_k_copy_(cg_tensor *dst, const cg_tensor *src)
@@ -236,6 +248,8 @@ bool cg_fill_(cg_tensor *t, float v)
 {
     if (!t)
         return cg_error_null_input("cg_fill_");
+    if (!cg_check_no_history("fill_", t))
+        return false;
     cg_tensor_modified(t);
     int64_t n = cg_numel(t);
     if (n == 0)
@@ -537,7 +551,7 @@ bool cg_uniform_(cg_tensor *t, cg_rng *r, float lo, float hi)
 {
     if (!t || !r)
         return cg_error_null_input("cg_uniform_");
-    if (!cg_check_f32("uniform_", "t", t))
+    if (!cg_check_f32("uniform_", "t", t) || !cg_check_no_history("uniform_", t))
         return false;
     RNG_FILL(t, r, lo + (hi - lo) * bits_to_unit(rng_bits(seed_, i_)));
     return true;
@@ -547,7 +561,7 @@ bool cg_normal_(cg_tensor *t, cg_rng *r, float mean, float std)
 {
     if (!t || !r)
         return cg_error_null_input("cg_normal_");
-    if (!cg_check_f32("normal_", "t", t))
+    if (!cg_check_f32("normal_", "t", t) || !cg_check_no_history("normal_", t))
         return false;
     RNG_FILL(t, r, mean + std * normal_from(seed_, i_));
     return true;

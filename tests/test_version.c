@@ -292,9 +292,44 @@ START_TEST(test_intermediate)
     cg_tensor *h = cg_adds(x, 1.0f);
     cg_tensor *y = cg_log(h);
     cg_tensor *loss = cg_sum_all(y);
-    ck_assert(cg_fill_(h, 3.0f));
+    cg_tensor *d = cg_detach(h); /* h itself has history: refused (test_write_with_history) */
+    ck_assert(cg_fill_(d, 3.0f));
     assert_refused(loss, x, "input 0 of 'log' (the output of 'adds' [2, 3])");
-    cg_release_all(4, loss, y, h, x);
+    cg_release_all(5, loss, y, h, x, d);
+}
+END_TEST
+
+/* A tensor with history (an op's output, or a view of one made by an op)
+ * written in place: nothing records the write, so an op recorded after it
+ * read the new values while the gradient still went through the old
+ * history: h = 2x; fill_(h, 1); sum(h * w) gave x the gradient 2w, where
+ * PyTorch (which records the write) gives 0. Every in-place function
+ * refuses such a tensor; the values are written through cg_detach(h). */
+START_TEST(test_write_with_history)
+{
+    cg_tensor *x = leaf(0, true), *w = leaf(1, true), *ones = leaf(1, false);
+    cg_tensor *h = cg_muls(x, 2.0f), *v = cg_slice(h, 1, 0, 2, 1);
+    cg_rng r = cg_rng_new(1);
+    cg_mt19937 mt;
+    cg_mt19937_seed(&mt, 1);
+    uint64_t v0 = cg_version(h);
+    CG_ASSERT_REFUSED(!cg_copy_(h, ones), "copy_: the tensor [2, 3] is the output of an op");
+    CG_ASSERT_REFUSED(!cg_fill_(v, 1.0f), "fill_: the tensor [2, 2] is the output of an op");
+    CG_ASSERT_REFUSED(!cg_set(h, (int64_t[]){0, 0}, 1.0f), "cg_set: the tensor");
+    CG_ASSERT_REFUSED(!cg_uniform_(h, &r, 0.0f, 1.0f), "uniform_: the tensor");
+    CG_ASSERT_REFUSED(!cg_normal_(v, &r, 0.0f, 1.0f), "normal_: the tensor");
+    CG_ASSERT_REFUSED(!cg_normal_torch_(h, &mt, 0.0f, 1.0f), "normal_ (PyTorch generator)");
+    CG_ASSERT_REFUSED(!cg_uniform_torch_(h, &mt, 0.0f, 1.0f), "uniform_ (PyTorch generator)");
+    ck_assert_uint_eq(cg_version(h), v0); /* nothing written */
+    /* the gradient is PyTorch's for what was computed: d sum(h w)/dx = 2w */
+    cg_tensor *y = cg_mul(h, w), *loss = cg_sum_all(y);
+    ck_assert(cg_backward(loss, NULL, false));
+    ck_assert_float_eq(cg_data(x->grad)[0], 2.0f);
+    /* through a detached alias: written, as under PyTorch's no_grad */
+    cg_tensor *d = cg_detach(h);
+    ck_assert_msg(cg_fill_(d, 1.0f), "%s", cg_last_error());
+    ck_assert_float_eq(cg_data(h)[0], 1.0f);
+    cg_release_all(8, x, w, ones, h, v, y, loss, d);
 }
 END_TEST
 
@@ -471,6 +506,7 @@ static Suite *version_suite(void)
     tcase_add_test(tc, test_view_of_saved);
     tcase_add_test(tc, test_saved_output);
     tcase_add_test(tc, test_intermediate);
+    tcase_add_test(tc, test_write_with_history);
     tcase_add_test(tc, test_sgd);
     tcase_add_test(tc, test_adam);
     tcase_add_test(tc, test_adamw);
