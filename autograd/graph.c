@@ -70,6 +70,7 @@ static void node_free_hook(cg_node *n)
             cg_node_drop_refs(n);
             free(n->inputs);
             free(n->in_version);
+            free(n->in_needs);
             free(n->name);
             free(n);
             return;
@@ -86,6 +87,7 @@ static void node_free_hook(cg_node *n)
         cg_node_drop_refs(m);
         free(m->inputs);
         free(m->in_version);
+        free(m->in_needs);
         free(m->name);
         free(m);
     }
@@ -184,6 +186,7 @@ static cg_record_status record(cg_tensor *out, cg_op op, const char *name, int n
     cg_node *n = calloc(1, sizeof *n);
     cg_tensor **ins = calloc((size_t)(n_inputs ? n_inputs : 1), sizeof *ins);
     uint64_t *vers = malloc((size_t)(n_inputs ? n_inputs : 1) * sizeof *vers);
+    bool *needs = calloc((size_t)(n_inputs ? n_inputs : 1), sizeof *needs);
     char *nm = NULL;
     if (name) {
         size_t len = strlen(name) + 1;
@@ -191,10 +194,11 @@ static cg_record_status record(cg_tensor *out, cg_op op, const char *name, int n
         if (nm)
             memcpy(nm, name, len);
     }
-    if (!n || !ins || !vers || (name && !nm)) {
+    if (!n || !ins || !vers || !needs || (name && !nm)) {
         free(n);
         free(ins);
         free(vers);
+        free(needs);
         free(nm);
         cg_set_error("%s: out of memory recording the graph", opn);
         return CG_RECORD_FAILED;
@@ -205,6 +209,7 @@ static cg_record_status record(cg_tensor *out, cg_op op, const char *name, int n
     n->n_inputs = n_inputs;
     n->inputs = ins;
     n->in_version = vers;
+    n->in_needs = needs;
     n->refs = 1; /* out's */
     /* Which inputs the backward reads (op table); a product reads each
      * input only for the other's gradient. A user-defined op: all of them
@@ -220,6 +225,7 @@ static cg_record_status record(cg_tensor *out, cg_op op, const char *name, int n
     }
     for (int i = 0; i < n_inputs; i++) { /* the node's references, never a scope's */
         vers[i] = inputs[i] ? cg_version(inputs[i]) : 0;
+        needs[i] = tensor_needs_grad(inputs[i]);
         ins[i] = node_input_ref(inputs[i], cg_node_reads(n, i));
     }
     n->out_ndim = out->ndim;
@@ -289,7 +295,7 @@ void cg_node_set_reads(cg_node *n, int i, bool reads)
 
 bool cg_node_needs_grad(const cg_node *n, int i)
 {
-    return i >= 0 && i < n->n_inputs && tensor_needs_grad(n->inputs[i]);
+    return i >= 0 && i < n->n_inputs && n->in_needs[i] && tensor_needs_grad(n->inputs[i]);
 }
 
 int cg_node_save(cg_node *n, cg_tensor *t)

@@ -1005,6 +1005,30 @@ START_TEST(test_bf16_linear_input_grad)
 }
 END_TEST
 
+/* requires_grad changed on an input after an op recorded it: the op's
+ * gradient goes where it would have gone at recording, as in PyTorch
+ * (w.grad stays None both ways). A constant w made to require grad after
+ * y = a * w crashed the backward: mul's backward computed w's gradient
+ * from a, which the node had let go (it needed a only for w's gradient). */
+START_TEST(test_requires_grad_after_use)
+{
+    const float v[3] = {0.5f, -1.25f, 2.0f};
+    for (int late_on = 0; late_on < 2; late_on++) {
+        cg_tensor *p = leaf(1, (int64_t[]){3}, v);
+        cg_tensor *w = cg_from_data(1, (int64_t[]){3}, v);
+        cg_requires_grad(w, !late_on);
+        cg_tensor *a = cg_muls(p, 2.0f), *y = cg_mul(a, w), *l = cg_sum_all(y);
+        cg_release(a);
+        cg_requires_grad(w, late_on);
+        ck_assert_msg(cg_backward(l, NULL, false), "%s", cg_last_error());
+        ck_assert_ptr_null(cg_grad(w));
+        for (int i = 0; i < 3; i++)
+            ck_assert_float_eq(cg_data(p->grad)[i], 2.0f * v[i]);
+        cg_release_all(4, p, w, y, l);
+    }
+}
+END_TEST
+
 static Suite *autograd_suite(void)
 {
     Suite *s = suite_create("autograd");
@@ -1033,6 +1057,7 @@ static Suite *autograd_suite(void)
     tcase_add_test(tc, test_grad_added_in_place);
     tcase_add_test(tc, test_leaf_grad_added_in_place);
     tcase_add_test(tc, test_bf16_linear_input_grad);
+    tcase_add_test(tc, test_requires_grad_after_use);
     suite_add_tcase(s, tc);
     return s;
 }
