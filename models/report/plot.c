@@ -356,6 +356,11 @@ bool cg_plot_draw_apart(const char *who, const char *path, bool (*draw)(void *),
         cg_set_error("%s: cannot draw %s: pipe: %s", who, path, strerror(errno));
         return false;
     }
+    /* the caller's stdio buffers emptied first: a child that flushed its
+     * copies (valgrind's exit runs glibc's freeres, which does) wrote them
+     * a second time into the caller's files (a list of pictures came out
+     * 1, 1 2, 1 2 3) */
+    fflush(NULL);
     pid_t pid = fork();
     if (pid == 0) {               /* the child: one thread, a copy of the caller's memory */
         signal(SIGINT, SIG_IGN);  /* Ctrl-C reaches the whole group: the caller */
