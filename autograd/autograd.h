@@ -175,8 +175,8 @@ struct cg_node {
      * (cg_version) of input i and saved[i] when they were recorded. */
     uint64_t reads;
     uint64_t *in_version; /* n_inputs entries (owned) */
-    /* in_needs[i]: input i required grad when it was recorded (owned, n_inputs
-     * entries). Its gradient goes only where it would have gone then, as in
+    /* in_needs[i]: input i required grad when it was recorded (n_inputs
+     * entries, in in_version's block, freed with it). Its gradient goes only where it would have gone then, as in
      * PyTorch: a constant made to require grad afterwards gets none (the
      * node may have let go of what its gradient needs). */
     bool *in_needs;

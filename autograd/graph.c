@@ -70,7 +70,6 @@ static void node_free_hook(cg_node *n)
             cg_node_drop_refs(n);
             free(n->inputs);
             free(n->in_version);
-            free(n->in_needs);
             free(n->name);
             free(n);
             return;
@@ -87,7 +86,6 @@ static void node_free_hook(cg_node *n)
         cg_node_drop_refs(m);
         free(m->inputs);
         free(m->in_version);
-        free(m->in_needs);
         free(m->name);
         free(m);
     }
@@ -185,8 +183,10 @@ static cg_record_status record(cg_tensor *out, cg_op op, const char *name, int n
     ensure_hook();
     cg_node *n = calloc(1, sizeof *n);
     cg_tensor **ins = calloc((size_t)(n_inputs ? n_inputs : 1), sizeof *ins);
-    uint64_t *vers = malloc((size_t)(n_inputs ? n_inputs : 1) * sizeof *vers);
-    bool *needs = calloc((size_t)(n_inputs ? n_inputs : 1), sizeof *needs);
+    /* in_version and in_needs in one block (in_needs after the versions) */
+    const size_t nv = (size_t)(n_inputs ? n_inputs : 1);
+    uint64_t *vers = malloc(nv * (sizeof *vers + sizeof(bool)));
+    bool *needs = vers ? (bool *)(vers + nv) : NULL;
     char *nm = NULL;
     if (name) {
         size_t len = strlen(name) + 1;
@@ -194,11 +194,10 @@ static cg_record_status record(cg_tensor *out, cg_op op, const char *name, int n
         if (nm)
             memcpy(nm, name, len);
     }
-    if (!n || !ins || !vers || !needs || (name && !nm)) {
+    if (!n || !ins || !vers || (name && !nm)) {
         free(n);
         free(ins);
         free(vers);
-        free(needs);
         free(nm);
         cg_set_error("%s: out of memory recording the graph", opn);
         return CG_RECORD_FAILED;
