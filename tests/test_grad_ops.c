@@ -1241,6 +1241,148 @@ START_TEST(test_affine_act)
 }
 END_TEST
 
+/* The upstream gradient's layout. A backward is handed the gradient the
+ * op after it made: transposed after a transpose, stride 0 after a sum
+ * (whose backward expands; the engine passes it as it is), while the
+ * checks above always hand a contiguous one (gradcheck's sum(out * R)).
+ * Every op of the table, and each fused op, with its output transposed
+ * (post 0) or summed over dim 0 keeping it (post 1). */
+typedef struct {
+    cg_gradcheck_fn fn;
+    void *ctx;
+    int post;
+} post_case;
+
+static cg_tensor *post_fn(void *ctx, cg_tensor *const *in)
+{
+    const post_case *p = ctx;
+    cg_tensor *y = p->fn(p->ctx, in);
+    if (!y || y->ndim == 0)
+        return y;
+    cg_tensor *z = p->post == 0 ? cg_transpose(y, 0, y->ndim - 1) : cg_sum(y, 1, (int[]){0}, true);
+    cg_release(y);
+    return z;
+}
+
+START_TEST(test_upstream_layouts)
+{
+    const int post = _i;
+    cg_rng r = cg_rng_new(300 + (uint64_t)post);
+    char what[160];
+    for (int op = 0; op < CG_OP_COUNT; op++) {
+        for (int u = 0; u < MAX_UNARY; u++) {
+            const unary_case *c = &op_checks[op].unary[u];
+            if (!c->fn)
+                continue;
+            cg_tensor *x = input(&r, CG_SHAPE(3, 5, 4), LAYOUT_TRANSPOSED, c->dom);
+            if (c->fn == clamp_) {
+                away_from(x, -0.5f);
+                away_from(x, 0.7f);
+            }
+            post_case pc = {call_unary, (void *)c, post};
+            snprintf(what, sizeof what, "%s, upstream gradient %s",
+                     c->name ? c->name : cg_op_name((cg_op)op), post ? "stride 0" : "transposed");
+            check(post_fn, &pc, 1, &x, what, 0, 0);
+            cg_release(x);
+        }
+        const binary_case *b = &op_checks[op].binary;
+        if (b->fn) {
+            cg_tensor *in[2] = {input(&r, CG_SHAPE(2, 1, 5), LAYOUT_CONTIG, DOM_AWAY0),
+                                input(&r, CG_SHAPE(3, 5), LAYOUT_TRANSPOSED, b->dom_b)};
+            post_case pc = {call_binary, (void *)b, post};
+            snprintf(what, sizeof what, "%s, upstream gradient %s", b->name,
+                     post ? "stride 0" : "transposed");
+            check(post_fn, &pc, 2, in, what, 0, 0);
+            cg_release_all(2, in[0], in[1]);
+        }
+    }
+    /* the ops with more inputs: [2, 3, 4] x, [5, 4] w, [5] b, [2, 3, 5] res */
+    cg_tensor *in[4] = {input(&r, CG_SHAPE(2, 3, 4), LAYOUT_TRANSPOSED, DOM_ANY),
+                        input(&r, CG_SHAPE(5, 4), LAYOUT_CONTIG, DOM_ANY),
+                        input(&r, CG_SHAPE(5), LAYOUT_CONTIG, DOM_ANY),
+                        input(&r, CG_SHAPE(2, 3, 5), LAYOUT_STRIDED, DOM_ANY)};
+    const residual_case res = {.bias = true, .res = true, .p = 0.3f, .training = true};
+    const struct {
+        const char *name;
+        cg_gradcheck_fn fn;
+        void *ctx;
+        int n;
+    } multi[] = {
+        {"affine", affine_fn, in, 3},
+        {"affine_keep_bf16", affine_keep_fn, in, 3},
+        {"affine_gelu", affine_gelu_fn, in, 3},
+        {"affine_gelu (exact)", affine_gelu_erf_fn, in, 3},
+        {"affine_residual", affine_residual_fn, (void *)&res, 4},
+    };
+    for (size_t k = 0; k < sizeof multi / sizeof multi[0]; k++) {
+        post_case pc = {multi[k].fn, multi[k].ctx, post};
+        snprintf(what, sizeof what, "%s, upstream gradient %s", multi[k].name,
+                 post ? "stride 0" : "transposed");
+        check(post_fn, &pc, multi[k].n, in, what, 0, 0);
+    }
+    /* relu's kink: pre-activations held away from 0 by a bias of +-3 */
+    cg_tensor *b3 = cg_requires_grad(cg_from_data(CG_SHAPE(5), (float[]){3, -3, 3, -3, 3}), true);
+    cg_tensor *rin[3] = {in[0], in[1], b3};
+    post_case pr = {affine_relu_fn, rin, post};
+    check(post_fn, &pr, 3, rin, post ? "affine_relu, stride 0" : "affine_relu, transposed", 0, 0);
+    cg_release(b3);
+    /* norms: x [2, 3, 6] and [2, 3, 6] y, w and b [6] */
+    cg_tensor *nin[4] = {input(&r, CG_SHAPE(2, 3, 6), LAYOUT_TRANSPOSED, DOM_ANY),
+                         input(&r, CG_SHAPE(2, 3, 6), LAYOUT_CONTIG, DOM_ANY),
+                         input(&r, CG_SHAPE(6), LAYOUT_CONTIG, DOM_ANY),
+                         input(&r, CG_SHAPE(6), LAYOUT_CONTIG, DOM_ANY)};
+    cg_tensor *lnin[3] = {nin[0], nin[2], nin[3]};
+    post_case pl = {layer_norm_fn, NULL, post}, prm = {rms_norm_fn, NULL, post};
+    post_case pal = {add_layer_norm_fn, NULL, post}, par = {add_rms_norm_fn, NULL, post};
+    check(post_fn, &pl, 3, lnin, "layer_norm, upstream", 0, 0);
+    check(post_fn, &prm, 2, lnin, "rms_norm, upstream", 0, 0);
+    check(post_fn, &pal, 4, nin, "add_layer_norm, upstream", 0, 0);
+    check(post_fn, &par, 3, nin, "add_rms_norm, upstream", 0, 0);
+    /* matmul, batched with a broadcast batch */
+    cg_tensor *mm[2] = {input(&r, CG_SHAPE(2, 1, 3, 4), LAYOUT_TRANSPOSED, DOM_ANY),
+                        input(&r, CG_SHAPE(3, 4, 2), LAYOUT_CONTIG, DOM_ANY)};
+    post_case pm = {matmul_fn, NULL, post};
+    check(post_fn, &pm, 2, mm, "matmul, upstream", 0, 0);
+    /* fused attention, causal with key padding */
+    static const uint8_t pad[2 * 5] = {0, 0, 0, 1, 1, 0, 0, 0, 0, 1};
+    fused_attn_ctx ac = {true, cg_test_mask(CG_SHAPE(2, 5), pad)};
+    cg_tensor *qkv[3] = {input(&r, CG_SHAPE(2, 2, 5, 3), LAYOUT_TRANSPOSED, DOM_ANY),
+                         input(&r, CG_SHAPE(2, 2, 5, 3), LAYOUT_CONTIG, DOM_ANY),
+                         input(&r, CG_SHAPE(2, 2, 5, 3), LAYOUT_STRIDED, DOM_ANY)};
+    post_case pa = {fused_attention_fn, &ac, post};
+    check(post_fn, &pa, 3, qkv, "attention, upstream", 0, 0);
+    /* the index ops, concat and dropout */
+    int64_t ids[6] = {4, 0, 2, 2, 4, 1}, ids4[4] = {1, 0, 1, 2}, gids[6] = {0, 2, 1, 1, 3, 0};
+    cg_tensor *table = input(&r, CG_SHAPE(5, 3), LAYOUT_TRANSPOSED, DOM_ANY);
+    cg_tensor *ga = input(&r, CG_SHAPE(3, 4), LAYOUT_TRANSPOSED, DOM_ANY);
+    cg_tensor *ia[2] = {input(&r, CG_SHAPE(5, 3), LAYOUT_CONTIG, DOM_ANY),
+                        input(&r, CG_SHAPE(6, 3), LAYOUT_TRANSPOSED, DOM_ANY)};
+    cg_tensor *sa[2] = {input(&r, CG_SHAPE(3, 4), LAYOUT_CONTIG, DOM_ANY),
+                        input(&r, CG_SHAPE(3, 2), LAYOUT_TRANSPOSED, DOM_ANY)};
+    cg_tensor *ci[3] = {input(&r, CG_SHAPE(2, 3), LAYOUT_TRANSPOSED, DOM_ANY),
+                        input(&r, CG_SHAPE(2, 3), LAYOUT_CONTIG, DOM_ANY),
+                        input(&r, CG_SHAPE(2, 1), LAYOUT_CONTIG, DOM_ANY)};
+    int dim1 = 1;
+    uint64_t seed = 77;
+    post_case pe = {embedding_fn, ids, post}, pis = {index_select1_fn, ids4, post};
+    post_case pg = {gather_fn, gids, post}, pia = {index_add_fn, ids, post};
+    post_case psa = {scatter_add_fn, gids, post}, pc = {concat_fn, &dim1, post};
+    post_case pd = {dropout_fn, &seed, post};
+    check(post_fn, &pe, 1, &table, "embedding, upstream", 0, 0);
+    check(post_fn, &pis, 1, &table, "index_select, upstream", 0, 0);
+    check(post_fn, &pg, 1, &ga, "gather, upstream", 0, 0);
+    check(post_fn, &pia, 2, ia, "index_add, upstream", 0, 0);
+    check(post_fn, &psa, 2, sa, "scatter_add, upstream", 0, 0);
+    check(post_fn, &pc, 3, ci, "concat, upstream", 0, 0);
+    check(post_fn, &pd, 1, &ga, "dropout, upstream", 0, 0);
+    cg_release_all(4, in[0], in[1], in[2], in[3]);
+    cg_release_all(4, nin[0], nin[1], nin[2], nin[3]);
+    cg_release_all(5, mm[0], mm[1], qkv[0], qkv[1], qkv[2]);
+    cg_release_all(7, table, ga, ia[0], ia[1], sa[0], sa[1], ci[0]);
+    cg_release_all(2, ci[1], ci[2]);
+}
+END_TEST
+
 static Suite *grad_ops_suite(void)
 {
     Suite *s = suite_create("grad_ops");
@@ -1267,6 +1409,7 @@ static Suite *grad_ops_suite(void)
     tcase_add_test(tc, test_affine_residual);
     tcase_add_test(tc, test_affine_keep_bf16);
     tcase_add_loop_test(tc, test_affine_act, 0, 3);
+    tcase_add_loop_test(tc, test_upstream_layouts, 0, 2);
     suite_add_tcase(s, tc);
     return s;
 }
