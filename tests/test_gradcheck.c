@@ -284,6 +284,85 @@ START_TEST(test_refusals)
 }
 END_TEST
 
+/* A user-defined op y = s (a * b + c), a [3, 4], b [1, 4] (broadcast over
+ * a's rows), c [4], with one mistake planted in its backward: an input's
+ * gradient times 2, times 1/2 or negated, or b's broadcast reduction
+ * dropped (row 0 of g * a, not the sum over rows). At s = 1e-4 every
+ * gradient is below the element-wise atol (1e-3): only the projections
+ * can see a factor 2 there. Each mistake, in each input, must fail and be
+ * placed at that input; the correct backward passes. */
+typedef struct {
+    float s;
+    int input;   /* where the mistake is (-1: none) */
+    int mistake; /* 0: x2, 1: x0.5, 2: negated, 3: b's reduction dropped */
+} planted_op;
+
+static bool planted_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    const planted_op *p = n->ctx;
+    const cg_tensor *a = n->inputs[0], *b = n->inputs[1];
+    cg_tensor *gs = cg_k_muls(g, p->s);
+    cg_tensor *gb = cg_k_mul(gs, a), *row0 = cg_view_narrow(gb, 0, 0, 1); /* [3, 4], [1, 4] */
+    cg_tensor *g3[3] = {cg_k_mul(gs, b),
+                        p->input == 1 && p->mistake == 3 ? cg_k_clone(row0)
+                                                         : cg_k_sum(gb, 1, (int[]){0}, true),
+                        cg_k_sum(gs, 1, (int[]){0}, false)};
+    cg_release_all(3, gs, gb, row0);
+    static const float factor[3] = {2.0f, 0.5f, -1.0f};
+    for (int i = 0; i < 3; i++) {
+        if (i == p->input && p->mistake < 3) {
+            cg_tensor *w = cg_k_muls(g3[i], factor[p->mistake]);
+            cg_release(g3[i]);
+            g3[i] = w;
+        }
+        gin[i] = g3[i];
+    }
+    return true;
+}
+
+static cg_tensor *planted_fn(void *ctx, cg_tensor *const *in)
+{
+    cg_tensor *ab = cg_k_mul(in[0], in[1]), *abc = cg_k_add(ab, in[2]);
+    cg_tensor *out = cg_k_muls(abc, ((const planted_op *)ctx)->s);
+    cg_release_all(2, ab, abc);
+    cg_node *n;
+    if (cg_record_op(out, "planted", 3, in, planted_bw, &n) == CG_RECORD_OK)
+        n->ctx = ctx;
+    return out;
+}
+
+START_TEST(test_every_input_factor_two)
+{
+    cg_rng r = cg_rng_new(5);
+    cg_tensor *in[3] = {cg_requires_grad(cg_randn(&r, CG_SHAPE(3, 4)), true),
+                        cg_requires_grad(cg_randn(&r, CG_SHAPE(1, 4)), true),
+                        cg_requires_grad(cg_randn(&r, CG_SHAPE(4)), true)};
+    for (int big = 0; big < 2; big++) {
+        planted_op p = {big ? 1.0f : 1e-4f, -1, 0};
+        cg_gradcheck_report rep;
+        ck_assert_msg(cg_gradcheck(planted_fn, &p, 3, in, NULL, &rep), "%s", rep.message);
+        for (p.input = 0; p.input < 3; p.input++) {
+            for (p.mistake = 0; p.mistake < 4; p.mistake++) {
+                if (p.mistake == 3 && p.input != 1)
+                    continue;
+                bool ok = cg_gradcheck(planted_fn, &p, 3, in, NULL, &rep);
+                ck_assert_msg(!ok, "scale %g: mistake %d in input %d passed: %s", (double)p.s,
+                              p.mistake, p.input, rep.message);
+                /* placed at the input that has it (by the projections when the
+                 * elements are all within atol) */
+                const bool elem = rep.worst_ratio > 1.0;
+                ck_assert_msg((elem ? rep.worst_input : rep.worst_proj_input) == p.input,
+                              "scale %g: mistake %d in input %d: %s", (double)p.s, p.mistake,
+                              p.input, rep.message);
+                ck_assert_msg(big || !elem, "scale 1e-4: the element-wise check saw it: %s",
+                              rep.message);
+            }
+        }
+    }
+    cg_release_all(3, in[0], in[1], in[2]);
+}
+END_TEST
+
 static Suite *gc_suite(void)
 {
     Suite *s = suite_create("gradcheck");
@@ -294,6 +373,7 @@ static Suite *gc_suite(void)
     TCase *tf = tcase_create("failures");
     tcase_add_test(tf, test_failure_messages);
     tcase_add_test(tf, test_refusals);
+    tcase_add_test(tf, test_every_input_factor_two);
     suite_add_tcase(s, tf);
     return s;
 }
