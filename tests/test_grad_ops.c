@@ -1383,6 +1383,132 @@ START_TEST(test_upstream_layouts)
 }
 END_TEST
 
+/* bf16 precision (--precision bf16: bf16 products, x-hat and GELU inputs
+ * kept in bf16, cross-entropy in float lanes): the gradients of every op
+ * with a bf16 path within bf16's tolerance of the fp32 ones, in norm per
+ * input: |g16 - g32| <= 2e-2 |g32| (each product's operands carry up to
+ * 2^-8 relative rounding), and some gradient of each op not equal to
+ * fp32's (the bf16 path ran). The gradchecks run in fp32 only: a finite
+ * difference of bf16-rounded products is rounding noise. The upstream
+ * gradient is gradcheck's own, sum(out * R) with R uniform in [-1, 1). */
+static cg_tensor *gelu_fn(void *ctx, cg_tensor *const *in)
+{
+    return ctx ? cg_gelu_erf(in[0]) : cg_gelu(in[0]);
+}
+
+/* The gradients of f's n inputs in the given precision, contiguous. */
+static void grads_in(cg_precision p, cg_gradcheck_fn f, void *ctx, int n, cg_tensor *const *in,
+                     cg_tensor **g)
+{
+    cg_set_matmul_precision(p);
+    for (int i = 0; i < n; i++)
+        cg_zero_grad(in[i]);
+    cg_tensor *y = f(ctx, in);
+    ck_assert_msg(y, "%s", cg_last_error());
+    cg_rng rr = cg_rng_new(4);
+    cg_tensor *w = cg_rand(&rr, y->ndim, y->shape), *w2 = cg_k_muls(w, 2.0f);
+    cg_tensor *R = cg_k_adds(w2, -1.0f), *yr = cg_mul(y, R), *loss = cg_sum_all(yr);
+    ck_assert_msg(cg_backward(loss, NULL, false), "%s", cg_last_error());
+    for (int i = 0; i < n; i++)
+        g[i] = cg_contiguous(cg_grad(in[i]));
+    cg_release_all(6, y, w, w2, R, yr, loss);
+    cg_set_matmul_precision(CG_PRECISION_FP32);
+}
+
+static double l2(const cg_tensor *a, const cg_tensor *b)
+{
+    double s = 0.0;
+    for (int64_t i = 0; i < cg_numel(a); i++) {
+        const double d = (double)cg_data(a)[i] - (b ? (double)cg_data(b)[i] : 0.0);
+        s += d * d;
+    }
+    return sqrt(s);
+}
+
+START_TEST(test_bf16_grads_near_fp32)
+{
+    cg_rng r = cg_rng_new(40);
+    int64_t tg[10] = {3, 15, 0, 7, -100, 9, 11, 2, 15, 4};
+    /* x [2, 5, 24] transposed, w [16, 24], b [16], res [2, 5, 16]; norms'
+     * x, y [2, 5, 24], w and b [24]; attention q, k, v [2, 2, 5, 8] */
+    cg_tensor *x = input(&r, CG_SHAPE(2, 5, 24), LAYOUT_TRANSPOSED, DOM_ANY);
+    cg_tensor *w = input(&r, CG_SHAPE(16, 24), LAYOUT_CONTIG, DOM_ANY);
+    cg_tensor *b = input(&r, CG_SHAPE(16), LAYOUT_CONTIG, DOM_ANY);
+    cg_tensor *res = input(&r, CG_SHAPE(2, 5, 16), LAYOUT_CONTIG, DOM_ANY);
+    cg_tensor *y = input(&r, CG_SHAPE(2, 5, 24), LAYOUT_CONTIG, DOM_ANY);
+    cg_tensor *nw = input(&r, CG_SHAPE(24), LAYOUT_CONTIG, DOM_ANY);
+    cg_tensor *nb = input(&r, CG_SHAPE(24), LAYOUT_CONTIG, DOM_ANY);
+    cg_tensor *wt = cg_requires_grad(cg_view_transpose(w, 0, 1), true); /* [24, 16] */
+    cg_tensor *bm = input(&r, CG_SHAPE(3, 1, 24, 7), LAYOUT_CONTIG, DOM_ANY);
+    cg_tensor *am = input(&r, CG_SHAPE(2, 5, 24), LAYOUT_CONTIG, DOM_ANY);
+    cg_tensor *q = input(&r, CG_SHAPE(2, 2, 5, 8), LAYOUT_TRANSPOSED, DOM_ANY);
+    cg_tensor *k = input(&r, CG_SHAPE(2, 2, 5, 8), LAYOUT_CONTIG, DOM_ANY);
+    cg_tensor *v = input(&r, CG_SHAPE(2, 2, 5, 8), LAYOUT_STRIDED, DOM_ANY);
+    cg_tensor *logits = input(&r, CG_SHAPE(2, 5, 16), LAYOUT_CONTIG, DOM_ANY);
+    /* relu's: w / 8 and a bias of 3, the pre-activations far from the
+     * kink (else bf16's rounding moves some across it) */
+    cg_tensor *w8 = cg_requires_grad(cg_k_muls(w, 0.125f), true);
+    cg_tensor *bias3 = cg_requires_grad(cg_full(CG_SHAPE(16), 3.0f), true);
+    static const uint8_t pad[2 * 5] = {0, 0, 0, 1, 1, 0, 0, 0, 0, 1};
+    fused_attn_ctx ac = {true, cg_test_mask(CG_SHAPE(2, 5), pad)};
+    const residual_case rc = {.bias = true, .res = true, .p = 0.3f, .training = true};
+    ce_case cc = {tg, -100, 0.1f};
+    lce_case lc = {tg, -100, 0.1f, 4, true, 1.0f}, lx = {tg, -100, 0.0f, CG_LCE_EXACT, true, 1.0f};
+    int one = 1;
+    const struct {
+        const char *name;
+        cg_gradcheck_fn fn;
+        void *ctx;
+        int n;
+        cg_tensor *in[4];
+    } cases[] = {
+        {"matmul 2-d", matmul_fn, NULL, 2, {am, wt}},
+        {"matmul batched, broadcast", matmul_fn, NULL, 2, {am, bm}},
+        {"affine", affine_fn, &one, 3, {x, w, b}},
+        {"affine_keep_bf16", affine_keep_fn, &one, 3, {x, w, b}},
+        {"affine_relu", affine_relu_fn, &one, 3, {x, w8, bias3}},
+        {"affine_gelu", affine_gelu_fn, &one, 3, {x, w, b}},
+        {"affine_gelu (exact)", affine_gelu_erf_fn, &one, 3, {x, w, b}},
+        {"affine_residual", affine_residual_fn, (void *)&rc, 4, {x, w, b, res}},
+        {"gelu", gelu_fn, NULL, 1, {y}},
+        {"gelu_erf", gelu_fn, &one, 1, {y}},
+        {"layer_norm", layer_norm_fn, NULL, 3, {y, nw, nb}},
+        {"rms_norm", rms_norm_fn, NULL, 2, {y, nw}},
+        {"add_layer_norm", add_layer_norm_fn, NULL, 4, {x, y, nw, nb}},
+        {"add_rms_norm", add_rms_norm_fn, NULL, 3, {x, y, nw}},
+        {"attention", fused_attention_fn, &ac, 3, {q, k, v}},
+        {"cross_entropy", ce_fn, &cc, 1, {logits}},
+        {"linear_cross_entropy", lce_fn, &lc, 3, {y, w, b}},
+        {"linear_cross_entropy (exact)", lce_fn, &lx, 3, {y, w, b}},
+    };
+    /* the fused heads take h [2, 5, 24] against w [16, 24] */
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        cg_tensor *g32[4], *g16[4];
+        const int n = cases[c].n;
+        grads_in(CG_PRECISION_FP32, cases[c].fn, cases[c].ctx, n, cases[c].in, g32);
+        grads_in(CG_PRECISION_BF16, cases[c].fn, cases[c].ctx, n, cases[c].in, g16);
+        double moved = 0.0;
+        for (int i = 0; i < n; i++) {
+            const double d = l2(g16[i], g32[i]), ref = l2(g32[i], NULL);
+            ck_assert_msg(ref > 0.0, "%s: input %d has no gradient to compare", cases[c].name, i);
+            if (getenv("CG_TEST_VERBOSE"))
+                printf("%s: input %d, bf16 off by %.3g of the norm\n", cases[c].name, i, d / ref);
+            ck_assert_msg(d <= 2e-2 * ref, "%s: input %d's bf16 gradient is %.3g off (norm %.3g)",
+                          cases[c].name, i, d, ref);
+            moved += d;
+        }
+        ck_assert_msg(moved > 0.0, "%s: bf16 gradients equal fp32's: no bf16 path ran",
+                      cases[c].name);
+        for (int i = 0; i < n; i++)
+            cg_release_all(2, g32[i], g16[i]);
+        for (int i = 0; i < n; i++)
+            cg_zero_grad(cases[c].in[i]);
+    }
+    cg_release_all(8, x, w, b, res, y, nw, nb, wt);
+    cg_release_all(8, bm, am, q, k, v, logits, w8, bias3);
+}
+END_TEST
+
 static Suite *grad_ops_suite(void)
 {
     Suite *s = suite_create("grad_ops");
@@ -1410,6 +1536,7 @@ static Suite *grad_ops_suite(void)
     tcase_add_test(tc, test_affine_keep_bf16);
     tcase_add_loop_test(tc, test_affine_act, 0, 3);
     tcase_add_loop_test(tc, test_upstream_layouts, 0, 2);
+    tcase_add_test(tc, test_bf16_grads_near_fp32);
     suite_add_tcase(s, tc);
     return s;
 }
