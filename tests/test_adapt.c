@@ -365,6 +365,52 @@ END_TEST
 
 static cg_tensor *lora_fn(void *ctx, cg_tensor *const *in) { return cg_linear_forward(ctx, in[0]); }
 
+/* LoRA with its dropout on: the mask drawn again from one generator state
+ * every call (the gradcheck's function must be one function). */
+typedef struct {
+    cg_linear *l;
+    cg_rng *rng, rng0;
+} lora_drop_ctx;
+
+static cg_tensor *lora_drop_fn(void *ctx, cg_tensor *const *in)
+{
+    lora_drop_ctx *c = ctx;
+    *c->rng = c->rng0;
+    return cg_linear_forward(c->l, in[0]);
+}
+
+START_TEST(test_lora_dropout_gradcheck)
+{
+    cg_rng r = cg_rng_new(7);
+    cg_linear *l = cg_linear_new(4, 3, true, &r);
+    randomize(CG_MODULE(l), 8, 0.5f);
+    cg_lora *a = cg_lora_attach(l, 2, 3.0f, 0.4f, &r);
+    ck_assert_msg(a, "%s", cg_last_error());
+    ck_assert(cg_init_normal_(a->lora_B->weight, &r, 0.0f, 0.5f));
+    cg_drop *d = a->dropout;
+    lora_drop_ctx c = {l, d->rng ? d->rng : &d->own_rng, {0}};
+    c.rng0 = *c.rng;
+    cg_tensor *x = randn_leaf(&r, CG_SHAPE(2, 3, 4));
+    cg_tensor *in[3] = {x, a->lora_A->weight, a->lora_B->weight};
+    cg_gradcheck_report rep;
+    ck_assert_msg(cg_gradcheck(lora_drop_fn, &c, 3, in, NULL, &rep), "%s", rep.message);
+    ck_assert_int_ge(rep.checked, 24 + 8 + 6);
+    /* the dropout ran: x's gradient is not the one without it */
+    cg_tensor *y = lora_drop_fn(&c, in), *s = cg_sum_all(y);
+    ck_assert(cg_backward(s, NULL, false));
+    float gd[24], g0[24];
+    cg_copy_to(cg_grad(x), gd);
+    cg_zero_grad(x);
+    cg_module_train(CG_MODULE(d), false);
+    cg_tensor *y0 = lora_drop_fn(&c, in), *s0 = cg_sum_all(y0);
+    ck_assert(cg_backward(s0, NULL, false));
+    cg_copy_to(cg_grad(x), g0);
+    ck_assert(memcmp(gd, g0, sizeof gd) != 0);
+    cg_release_all(5, x, y, s, y0, s0);
+    cg_module_free(CG_MODULE(l));
+}
+END_TEST
+
 START_TEST(test_lora_gradcheck)
 {
     cg_rng r = cg_rng_new(5);
@@ -1209,6 +1255,7 @@ static Suite *adapt_suite(void)
     tcase_add_test(t, test_module_requires_grad_and_optim);
     tcase_add_test(t, test_lora_forward_merge);
     tcase_add_test(t, test_lora_gradcheck);
+    tcase_add_test(t, test_lora_dropout_gradcheck);
     tcase_add_test(t, test_lora_targets_save_load);
     tcase_add_test(t, test_lora_full_path_save_load);
     tcase_add_test(t, test_dropout_one);
