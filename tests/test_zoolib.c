@@ -231,6 +231,19 @@ START_TEST(test_refusals)
 }
 END_TEST
 
+/* n_new so large that the prompt and the new ids overflow int64 (or
+ * size_t bytes) is refused, never a short buffer written past its end. */
+START_TEST(test_generate_huge_n_new)
+{
+    cg_zoo_model *m = cg_zoo_load(lm_path);
+    cg_tensor *p = cg_zoo_encode(m, "the", NULL);
+    CG_ASSERT_FAILS(cg_zoo_generate(m, p, INT64_MAX, NULL, 1), "n_new");
+    CG_ASSERT_FAILS(cg_zoo_generate(m, p, INT64_MAX - 2, NULL, 1), "n_new");
+    cg_release(p);
+    cg_zoo_free(m);
+}
+END_TEST
+
 static Suite *zoolib_suite(void)
 {
     Suite *s = suite_create("zoolib");
@@ -242,6 +255,7 @@ static Suite *zoolib_suite(void)
     tcase_add_test(tc, test_score);
     tcase_add_test(tc, test_generate_greedy);
     tcase_add_test(tc, test_refusals);
+    tcase_add_test(tc, test_generate_huge_n_new);
     suite_add_tcase(s, tc);
     return s;
 }

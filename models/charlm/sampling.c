@@ -102,6 +102,11 @@ int64_t *cg_charlm_generate(cg_charlm *m, const int64_t *prompt, int64_t n_promp
         cg_set_error("generate: needs a model, a prompt of at least one token and n_new >= 0");
         return NULL;
     }
+    if (n_new > (int64_t)(SIZE_MAX / sizeof(int64_t) / 2) - n_prompt) { /* no overflow below */
+        cg_set_error("generate: n_new %lld is too large (the ids would not fit in memory)",
+                     (long long)n_new);
+        return NULL;
+    }
     int64_t V = m->cfg.vocab, L = m->cfg.max_len, total = n_prompt + n_new;
     int64_t *ids = malloc((size_t)total * sizeof *ids);
     float *logits = malloc((size_t)V * sizeof *logits);
