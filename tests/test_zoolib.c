@@ -244,6 +244,16 @@ START_TEST(test_generate_huge_n_new)
 }
 END_TEST
 
+/* A NULL among the sentences is named, not "unknown error". */
+START_TEST(test_translate_null_sentence)
+{
+    cg_zoo_model *m = cg_zoo_load(s2s_path);
+    CG_ASSERT_FAILS(cg_zoo_translate(m, (const char *[]){"the cat", NULL}, 2, 1, 1.0),
+                    "translate: sentence 2 is NULL");
+    cg_zoo_free(m);
+}
+END_TEST
+
 static Suite *zoolib_suite(void)
 {
     Suite *s = suite_create("zoolib");
@@ -256,6 +266,7 @@ static Suite *zoolib_suite(void)
     tcase_add_test(tc, test_generate_greedy);
     tcase_add_test(tc, test_refusals);
     tcase_add_test(tc, test_generate_huge_n_new);
+    tcase_add_test(tc, test_translate_null_sentence);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -302,6 +302,11 @@ char **cg_zoo_translate(cg_zoo_model *m, const char *const *texts, int64_t n, in
         cg_set_error("translate: needs an array of n >= 0 sentences");
         return NULL;
     }
+    for (int64_t i = 0; i < n; i++)
+        if (!texts[i]) {
+            cg_set_error("translate: sentence %lld is NULL", (long long)i + 1);
+            return NULL;
+        }
     cg_sources src;
     if (!cg_sources_encode(m->tok, texts, n, m->s.model->cfg.max_len, &src))
         return NULL;

@@ -103,7 +103,7 @@ cg_tensor *cg_zoo_generate(cg_zoo_model *m, const cg_tensor *prompt, int64_t n_n
  * width with length penalty ((5 + len) / 6)^alpha (CG_ZOO_LENGTH_PENALTY:
  * the program's default); each output at most its source's length + 50 tokens. Returns n
  * malloc'd strings (cg_zoo_strings_free) or NULL + error (a sentence that
- * is not UTF-8, or of max_len tokens or more, names its number). */
+ * is NULL, not UTF-8, or of max_len tokens or more, names its number). */
 /* `seq2seq translate`'s default alpha, tuned on the Ding validation split. */
 #define CG_ZOO_LENGTH_PENALTY 1.0
 char **cg_zoo_translate(cg_zoo_model *m, const char *const *texts, int64_t n, int beam,
