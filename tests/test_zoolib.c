@@ -254,6 +254,21 @@ START_TEST(test_translate_null_sentence)
 }
 END_TEST
 
+/* Beam search's length penalty needs a finite alpha: NaN made every
+ * score NaN and the "best" hypothesis an arbitrary one. */
+START_TEST(test_translate_alpha_not_finite)
+{
+    cg_zoo_model *m = cg_zoo_load(s2s_path);
+    const char *texts[] = {"the cat"};
+    CG_ASSERT_FAILS(cg_zoo_translate(m, texts, 1, 2, NAN), "alpha");
+    CG_ASSERT_FAILS(cg_zoo_translate(m, texts, 1, 2, INFINITY), "alpha");
+    char **ok = cg_zoo_translate(m, texts, 1, 1, NAN); /* greedy: no length penalty */
+    ck_assert_msg(ok, "%s", cg_last_error());
+    cg_zoo_strings_free(ok, 1);
+    cg_zoo_free(m);
+}
+END_TEST
+
 static Suite *zoolib_suite(void)
 {
     Suite *s = suite_create("zoolib");
@@ -267,6 +282,7 @@ static Suite *zoolib_suite(void)
     tcase_add_test(tc, test_refusals);
     tcase_add_test(tc, test_generate_huge_n_new);
     tcase_add_test(tc, test_translate_null_sentence);
+    tcase_add_test(tc, test_translate_alpha_not_finite);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -47,7 +47,7 @@ double cg_length_penalty(int64_t len, double alpha);
  * when the search stops because `beam` hypotheses finished, so the best can
  * be an unfinished one). *out (malloc'd; caller frees) receives the best
  * hypothesis, *len its length, *score (optional) its score, *finished
- * (optional) whether it ended with EOS. beam >= 1. The live hypotheses
+ * (optional) whether it ended with EOS. beam >= 1, alpha finite. The live hypotheses
  * run as one batch; use_cache: with a key/value cache reordered to the
  * surviving hypotheses' parents at every step, else every prefix is
  * recomputed. False + error as cg_greedy_decode's ("beam search: ..."). */

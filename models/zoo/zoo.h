@@ -100,8 +100,8 @@ cg_tensor *cg_zoo_generate(cg_zoo_model *m, const cg_tensor *prompt, int64_t n_n
 
 /* seq2seq: the translations of n sentences, as `seq2seq translate` gives
  * them: beam <= 1 greedy (in batches of 50), else beam search of that
- * width with length penalty ((5 + len) / 6)^alpha (CG_ZOO_LENGTH_PENALTY:
- * the program's default); each output at most its source's length + 50 tokens. Returns n
+ * width with length penalty ((5 + len) / 6)^alpha (finite;
+ * CG_ZOO_LENGTH_PENALTY: the program's default); each output at most its source's length + 50 tokens. Returns n
  * malloc'd strings (cg_zoo_strings_free) or NULL + error (a sentence that
  * is NULL, not UTF-8, or of max_len tokens or more, names its number). */
 /* `seq2seq translate`'s default alpha, tuned on the Ding validation split. */
