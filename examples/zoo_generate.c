@@ -12,6 +12,9 @@
 #include "core/parse.h"
 #include "models/zoo/zoo.h"
 
+static const char USAGE[] = "usage: zoo_generate --ckpt FILE [--prompt TEXT] [--length N] "
+                            "[--temperature X] [--top-k K] [--top-p P] [--seed N]\n";
+
 int main(int argc, char **argv)
 {
     const char *ckpt = NULL, *prompt = "\n";
@@ -21,8 +24,13 @@ int main(int argc, char **argv)
     bool ok = true;
     for (int i = 1; ok && i < argc; i += 2) {
         const char *flag = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(flag, "--help") || !strcmp(flag, "-h")) {
+            fputs(USAGE, stdout);
+            return 0;
+        }
         if (!v) {
-            fprintf(stderr, "zoo_generate: error: %s needs a value (or is unknown)\n", flag);
+            fprintf(stderr, "zoo_generate: error: %s needs a value (or is unknown)\n%s", flag,
+                    USAGE);
             return 2;
         }
         if (!strcmp(flag, "--ckpt"))
@@ -40,15 +48,13 @@ int main(int argc, char **argv)
         else if (!strcmp(flag, "--seed"))
             ok = cg_parse_u64(flag, v, &seed);
         else {
-            fprintf(stderr, "zoo_generate: error: unknown flag '%s'\n", flag);
+            fprintf(stderr, "zoo_generate: error: unknown flag '%s'\n%s", flag, USAGE);
             return 2;
         }
     }
     if (!ok || !ckpt) {
-        fprintf(stderr,
-                "zoo_generate: error: %s\nusage: zoo_generate --ckpt FILE [--prompt TEXT] "
-                "[--length N] [--temperature X] [--top-k K] [--top-p P] [--seed N]\n",
-                ok ? "--ckpt FILE is required" : cg_last_error());
+        fprintf(stderr, "zoo_generate: error: %s\n%s",
+                ok ? "--ckpt FILE is required" : cg_last_error(), USAGE);
         return 2;
     }
     cg_zoo_model *m = cg_zoo_load(ckpt);                        /* config, tokenizer, weights */

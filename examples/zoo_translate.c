@@ -10,30 +10,47 @@
 #include "core/parse.h"
 #include "models/zoo/zoo.h"
 
+static const char USAGE[] =
+    "usage: zoo_translate --ckpt FILE [--beam N] [--length-penalty A] [--] SENTENCE...\n";
+
 int main(int argc, char **argv)
 {
     const char *ckpt = NULL;
     int64_t beam = 1;
     double alpha = CG_ZOO_LENGTH_PENALTY;
-    int first = 1; /* the first sentence */
+    int first = 1; /* the first sentence: the first argument that is not a flag */
     bool ok = true;
-    for (; ok && first + 1 < argc && !strncmp(argv[first], "--", 2); first += 2) {
-        if (!strcmp(argv[first], "--ckpt"))
-            ckpt = argv[first + 1];
-        else if (!strcmp(argv[first], "--beam"))
-            ok = cg_parse_i64("--beam", argv[first + 1], 1, 1000, &beam);
-        else if (!strcmp(argv[first], "--length-penalty"))
-            ok = cg_parse_f64("--length-penalty", argv[first + 1], 0, 100, &alpha);
-        else
+    for (; ok && first < argc && !strncmp(argv[first], "-", 1); first += 2) {
+        const char *flag = argv[first], *v = first + 1 < argc ? argv[first + 1] : NULL;
+        if (!strcmp(flag, "--")) { /* the sentences follow, even one starting with '-' */
+            first++;
             break;
+        }
+        if (!strcmp(flag, "--help") || !strcmp(flag, "-h")) {
+            fputs(USAGE, stdout);
+            return 0;
+        }
+        if (strcmp(flag, "--ckpt") && strcmp(flag, "--beam") && strcmp(flag, "--length-penalty")) {
+            fprintf(stderr, "zoo_translate: error: unknown flag '%s'\n%s", flag, USAGE);
+            return 2;
+        }
+        if (!v) {
+            fprintf(stderr, "zoo_translate: error: %s needs a value\n%s", flag, USAGE);
+            return 2;
+        }
+        if (!strcmp(flag, "--ckpt"))
+            ckpt = v;
+        else if (!strcmp(flag, "--beam"))
+            ok = cg_parse_i64(flag, v, 1, 1000, &beam);
+        else
+            ok = cg_parse_f64(flag, v, 0, 100, &alpha);
     }
     if (!ok || !ckpt || first >= argc) {
-        fprintf(stderr,
-                "zoo_translate: error: %s\nusage: zoo_translate --ckpt FILE [--beam N] "
-                "[--length-penalty A] SENTENCE...\n",
+        fprintf(stderr, "zoo_translate: error: %s\n%s",
                 !ok     ? cg_last_error()
                 : !ckpt ? "--ckpt FILE is required"
-                        : "no sentence given");
+                        : "no sentence given",
+                USAGE);
         return 2;
     }
     int64_t n = argc - first;

@@ -81,4 +81,18 @@ expect "generate from a seq2seq checkpoint" 1 "a seq2seq model has no generate" 
 expect "translate with a charlm checkpoint" 1 "a charlm model has no translate" \
   "$tr" --ckpt a.st "the cat"
 expect "a missing checkpoint" 1 "nothere.st" "$gen" --ckpt nothere.st
+# the examples' command lines: an unknown flag or one without its value is
+# exit 2 (not translated as a sentence), --help is the usage on stdout, exit 0
+expect "translate: an unknown flag" 2 "unknown flag '--bogus'" "$tr" --ckpt s.st --bogus x "the cat"
+expect "translate: a flag without its value" 2 "--beam needs a value" "$tr" --ckpt s.st --beam
+expect "generate: a stray argument" 2 "extra needs a value (or is unknown)" "$gen" --ckpt a.st extra
+for p in "$gen" "$tr"; do
+  rc=0
+  "$p" --help >out.txt 2>err.txt || rc=$?
+  if [ $rc -ne 0 ] || ! grep -q "^usage: " out.txt || [ -s err.txt ]; then
+    fail "$(basename "$p") --help: exit $rc, stdout '$(head -c 100 out.txt)', stderr '$(head -c 100 err.txt)'"
+  else
+    echo "ok: $(basename "$p") --help: $(head -1 out.txt)"
+  fi
+done
 finish
