@@ -286,7 +286,7 @@ cg_tensor *cg_zoo_generate(cg_zoo_model *m, const cg_tensor *prompt, int64_t n_n
     int64_t *ids = p && n_new >= 0 ? cg_charlm_generate(m->c.model, p, n, n_new, s ? s : &def, &rng,
                                                         true, NULL, NULL)
                                    : NULL;
-    int64_t total = n + n_new;
+    int64_t total = ids ? n + n_new : 0; /* refused above when it would overflow */
     cg_tensor *t = ids ? cg_from_i64(1, &total, ids) : NULL;
     free(p);
     free(ids);
