@@ -44,6 +44,7 @@ static void make_ckpts(void)
     cg_vocab *v = cg_vocab_from_codepoints(cps, n);
     cg_charlm_config c = cg_charlm_config_default();
     c.vocab = v->n, c.d = 16, c.H = 2, c.layers = 2, c.d_ff = 32, c.max_len = 8;
+    c.dropout = 0.5f; /* eval mode matters (test_decoding_keeps_mode) */
     cg_charlm *lm = cg_charlm_new(&c, 3);
     ck_assert(cg_charlm_ckpt_save(lm_path, lm, v, NULL, 0, NULL));
     /* as 388f5e0 wrote it: the config without the architectural facts */
@@ -269,6 +270,36 @@ START_TEST(test_translate_alpha_not_finite)
 }
 END_TEST
 
+/* Generation and translation run in eval mode and leave the module in the
+ * mode the caller set (as score does): a user fine-tuning the model who
+ * looks at a sample between steps keeps training with dropout. */
+START_TEST(test_decoding_keeps_mode)
+{
+    cg_zoo_model *m = cg_zoo_load(lm_path);
+    cg_tensor *p = cg_zoo_encode(m, "the", NULL);
+    cg_sample_config g = {.temperature = 0, .top_k = 0, .top_p = 1};
+    cg_tensor *want = cg_zoo_generate(m, p, 12, &g, 1); /* in eval mode */
+    cg_module_train(cg_zoo_module(m), true);
+    cg_tensor *got = cg_zoo_generate(m, p, 12, &g, 1);
+    ck_assert_msg(got, "%s", cg_last_error());
+    ck_assert(cg_zoo_module(m)->training);
+    ck_assert_int_eq(memcmp(cg_data_i64(got), cg_data_i64(want), 15 * sizeof(int64_t)), 0);
+    cg_release_all(3, p, want, got);
+    cg_zoo_free(m);
+
+    m = cg_zoo_load(s2s_path);
+    const char *texts[] = {"the cat"};
+    for (int beam = 1; beam <= 2; beam++) {
+        cg_module_train(cg_zoo_module(m), true);
+        char **out = cg_zoo_translate(m, texts, 1, beam, 1.0);
+        ck_assert_msg(out, "%s", cg_last_error());
+        ck_assert_msg(cg_zoo_module(m)->training, "beam %d", beam);
+        cg_zoo_strings_free(out, 1);
+    }
+    cg_zoo_free(m);
+}
+END_TEST
+
 static Suite *zoolib_suite(void)
 {
     Suite *s = suite_create("zoolib");
@@ -283,6 +314,7 @@ static Suite *zoolib_suite(void)
     tcase_add_test(tc, test_generate_huge_n_new);
     tcase_add_test(tc, test_translate_null_sentence);
     tcase_add_test(tc, test_translate_alpha_not_finite);
+    tcase_add_test(tc, test_decoding_keeps_mode);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -108,6 +108,7 @@ int64_t *cg_charlm_generate(cg_charlm *m, const int64_t *prompt, int64_t n_promp
         return NULL;
     }
     int64_t V = m->cfg.vocab, L = m->cfg.max_len, total = n_prompt + n_new;
+    bool was_training = m->base.training; /* the forwards switch to eval mode: restored */
     int64_t *ids = malloc((size_t)total * sizeof *ids);
     float *logits = malloc((size_t)V * sizeof *logits);
     cg_kv_cache *c = use_cache ? cg_charlm_kv_cache_new(m) : NULL;
@@ -136,10 +137,12 @@ int64_t *cg_charlm_generate(cg_charlm *m, const int64_t *prompt, int64_t n_promp
             goto fail;
         ids[len++] = id;
     }
+    cg_module_train(CG_MODULE(m), was_training);
     free(logits);
     cg_kv_cache_free(c);
     return ids;
 fail:
+    cg_module_train(CG_MODULE(m), was_training);
     free(ids);
     free(logits);
     cg_kv_cache_free(c);

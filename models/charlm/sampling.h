@@ -63,8 +63,8 @@ typedef bool (*cg_token_fn)(void *ctx, int64_t id);
 /* Generate n_new tokens after the prompt (n_prompt >= 1 ids). Returns a
  * malloc'd array of n_prompt + n_new ids (prompt first) or NULL + error.
  * use_cache false recomputes the whole window at every step. on_token (may
- * be NULL) sees every new id as it is drawn. The model is put in eval
- * mode. */
+ * be NULL) sees every new id as it is drawn. The model runs in eval mode
+ * and is left in the mode it was in. */
 int64_t *cg_charlm_generate(cg_charlm *m, const int64_t *prompt, int64_t n_prompt, int64_t n_new,
                             const cg_sample_opts *o, cg_rng *rng, bool use_cache,
                             cg_token_fn on_token, void *ctx);

@@ -638,12 +638,13 @@ static bool beam_one(cg_seq2seq *m, const cg_tokenizer *tok, const cg_sources *s
 char **cg_translate_all(cg_seq2seq *m, const cg_tokenizer *tok, const cg_sources *src, int beam,
                         double alpha, bool use_cache, FILE *echo)
 {
-    cg_module_train(CG_MODULE(m), false);
     char **out = calloc((size_t)(src->n ? src->n : 1), sizeof *out);
     if (!out) {
         cg_set_error("out of memory");
         return NULL;
     }
+    bool was_training = m->base.training; /* decoded in eval mode, then restored */
+    cg_module_train(CG_MODULE(m), false);
     bool ok = true;
     if (beam <= 1) {
         const int64_t chunk = 50;
@@ -654,6 +655,7 @@ char **cg_translate_all(cg_seq2seq *m, const cg_tokenizer *tok, const cg_sources
         for (int64_t i = 0; ok && i < src->n; i++)
             ok = beam_one(m, tok, src, i, beam, alpha, use_cache, out, echo);
     }
+    cg_module_train(CG_MODULE(m), was_training);
     if (!ok) {
         cg_strings_free(out, src->n);
         return NULL;

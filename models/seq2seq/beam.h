@@ -86,7 +86,8 @@ void cg_sources_free(cg_sources *s);
  * echo (may be NULL) gets each line as soon as it is decoded (a write that
  * fails stops it: NULL + "cannot write the output: ...", models/util/files.h
  * cg_output_flush). use_cache:
- * with the key/value cache (else every prefix is recomputed). */
+ * with the key/value cache (else every prefix is recomputed). Decodes in
+ * eval mode and leaves the model in the mode it was in. */
 char **cg_translate_all(cg_seq2seq *m, const cg_tokenizer *tok, const cg_sources *src, int beam,
                         double alpha, bool use_cache, FILE *echo);
 /* Free s[0..n) and s (NULL is a no-op). */

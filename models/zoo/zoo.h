@@ -39,7 +39,8 @@ typedef struct cg_zoo_model cg_zoo_model;
  * the config, the tokenizer and every parameter, checked as the programs
  * check them; a charlm LoRA adapter checkpoint loads with its base (the
  * file it recorded). The model is in eval mode (cg_module_train to train
- * it). NULL + error naming the file otherwise. */
+ * it; generate, translate and score run in eval mode and leave the mode
+ * as it was). NULL + error naming the file otherwise. */
 cg_zoo_model *cg_zoo_load(const char *path);
 void cg_zoo_free(cg_zoo_model *m); /* NULL is a no-op */
 
