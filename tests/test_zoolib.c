@@ -300,6 +300,36 @@ START_TEST(test_decoding_keeps_mode)
 }
 END_TEST
 
+/* generate and score take one sequence: [n], or [1, n] as nanoGPT's idx;
+ * a batch [2, n] was read as one sequence of 2n ids (a silently wrong
+ * sample or score), and is refused. */
+START_TEST(test_one_sequence)
+{
+    cg_zoo_model *m = cg_zoo_load(lm_path);
+    cg_tensor *p = cg_zoo_encode(m, "the sea", NULL); /* 7 ids */
+    const int64_t *v = cg_data_i64(p);
+    cg_tensor *row = cg_from_i64(CG_SHAPE(1, 7), v), *two = cg_from_i64(CG_SHAPE(2, 3), v);
+    cg_sample_config g = {.temperature = 0, .top_k = 0, .top_p = 1};
+    cg_tensor *a = cg_zoo_generate(m, p, 3, &g, 1), *b = cg_zoo_generate(m, row, 3, &g, 1);
+    ck_assert_msg(a && b, "%s", cg_last_error());
+    ck_assert_int_eq(memcmp(cg_data_i64(a), cg_data_i64(b), 10 * sizeof(int64_t)), 0);
+    ck_assert_double_eq(cg_zoo_score(m, p, NULL), cg_zoo_score(m, row, NULL));
+    CG_ASSERT_FAILS(cg_zoo_generate(m, two, 3, &g, 1), "prompt must be one sequence");
+    ck_assert(isnan(cg_zoo_score(m, two, NULL)));
+    ck_assert(strstr(cg_last_error(), "x must be one sequence"));
+    cg_release_all(5, p, row, two, a, b);
+    cg_zoo_free(m);
+
+    m = cg_zoo_load(s2s_path);
+    cg_tensor *src = cg_zoo_encode(m, "the cat", NULL);
+    cg_tensor *y2 = cg_from_i64(CG_SHAPE(2, 2), cg_data_i64(src));
+    ck_assert(isnan(cg_zoo_score(m, src, y2)));
+    ck_assert(strstr(cg_last_error(), "y must be one sequence"));
+    cg_release_all(2, src, y2);
+    cg_zoo_free(m);
+}
+END_TEST
+
 static Suite *zoolib_suite(void)
 {
     Suite *s = suite_create("zoolib");
@@ -315,6 +345,7 @@ static Suite *zoolib_suite(void)
     tcase_add_test(tc, test_translate_null_sentence);
     tcase_add_test(tc, test_translate_alpha_not_finite);
     tcase_add_test(tc, test_decoding_keeps_mode);
+    tcase_add_test(tc, test_one_sequence);
     suite_add_tcase(s, tc);
     return s;
 }

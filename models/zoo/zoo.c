@@ -69,6 +69,21 @@ static int64_t *ids_of(const cg_tensor *t, const char *what, const char *arg, in
     return ids;
 }
 
+/* ids_of for one sequence: [n], or [1, n] (nanoGPT's idx) and any other
+ * shape whose leading dims are 1; a batch is refused, not read as one
+ * sequence. */
+static int64_t *seq_of(const cg_tensor *t, const char *what, const char *arg, int64_t min,
+                       int64_t *n)
+{
+    if (t && t->ndim > 1 && cg_numel(t) != t->shape[t->ndim - 1]) {
+        char sh[96];
+        cg_set_error("%s: %s must be one sequence, [n] or [1, n] ids (got %s)", what, arg,
+                     cg_shape_str(t, sh, sizeof sh));
+        return NULL;
+    }
+    return ids_of(t, what, arg, min, n);
+}
+
 static char *kind_of(const char *path)
 {
     cg_st_file *f = cg_st_open(path);
@@ -258,13 +273,13 @@ double cg_zoo_score(cg_zoo_model *m, const cg_tensor *x, const cg_tensor *y)
     if (!have(m, "score"))
         return NAN;
     int64_t n, ny = 0;
-    int64_t *xs = ids_of(x, "score", "x", m->lm ? 2 : 1, &n), *ys = NULL;
+    int64_t *xs = seq_of(x, "score", "x", m->lm ? 2 : 1, &n), *ys = NULL;
     double loss = NAN;
     if (xs && m->lm && y)
         cg_set_error("score: a charlm model scores one sequence (pass y = NULL)");
     else if (xs && m->lm)
         loss = charlm_score(m->c.model, xs, n);
-    else if (xs && (ys = ids_of(y, "score", "y", 0, &ny)))
+    else if (xs && (ys = seq_of(y, "score", "y", 0, &ny)))
         loss = seq2seq_score(m->s.model, xs, n, ys, ny);
     free(xs);
     free(ys);
@@ -278,7 +293,7 @@ cg_tensor *cg_zoo_generate(cg_zoo_model *m, const cg_tensor *prompt, int64_t n_n
     if (!want_kind(m, true, "generate"))
         return NULL;
     int64_t n;
-    int64_t *p = ids_of(prompt, "generate", "prompt", 1, &n);
+    int64_t *p = seq_of(prompt, "generate", "prompt", 1, &n);
     if (p && n_new < 0)
         cg_set_error("generate: n_new is %lld, must be >= 0", (long long)n_new);
     const cg_sample_config def = cg_sample_default();

@@ -78,7 +78,8 @@ char *cg_zoo_decode(const cg_zoo_model *m, const cg_tensor *ids);
 cg_tensor *cg_zoo_forward(cg_zoo_model *m, const cg_tensor *x, const cg_tensor *tgt_in);
 
 /* The mean cross-entropy in nats per predicted token (perplexity =
- * exp(score)), without label smoothing or dropout; NaN + error.
+ * exp(score)), without label smoothing or dropout; NaN + error. Each
+ * argument is one sequence: [n], or [1, n] (a batch is refused).
  *   charlm:  ids int64 [n] (n >= 2; y NULL): each id predicted from those
  *            before it, over consecutive windows of min(max_len, n - 1)
  *            ids as `charlm eval` scores its validation split (a remainder
@@ -89,7 +90,7 @@ cg_tensor *cg_zoo_forward(cg_zoo_model *m, const cg_tensor *x, const cg_tensor *
 double cg_zoo_score(cg_zoo_model *m, const cg_tensor *x, const cg_tensor *y);
 
 /* ------------------------------------------------------------ decoding */
-/* charlm: n_new ids after the prompt (int64 [n], n >= 1), drawn as
+/* charlm: n_new ids after the prompt (int64 [n] or [1, n], n >= 1), drawn as
  * `charlm sample` draws them (key/value cache; beyond max_len the window
  * slides): softmax(logits / temperature) restricted to top_k and top_p
  * (nn/sample.h; NULL: cg_sample_default(); temperature 0: greedy), from a
