@@ -265,7 +265,7 @@ static bool beam_alloc(beam_state *b, cg_seq2seq *m, int beam, int64_t max_steps
     b->cands = malloc((size_t)beam * (size_t)K * sizeof *b->cands);
     b->rows = calloc((size_t)beam, sizeof *b->rows);
     b->flat = malloc((size_t)(beam * W) * sizeof *b->flat);
-    b->done = calloc((size_t)(beam + 1) * (size_t)(max_steps + 1), sizeof *b->done);
+    b->done = calloc(((size_t)beam + 1) * (size_t)(max_steps + 1), sizeof *b->done);
     b->parents = malloc((size_t)beam * sizeof *b->parents);
     b->cache = use_cache ? cg_seq2seq_kv_cache_new(m) : NULL;
     if (!b->live || !b->next || !b->lscore || !b->nscore || !b->cands || !b->rows || !b->flat ||
