@@ -44,6 +44,22 @@ cp half.st half20.st
   fail "resume failed: $(tail -1 resume.log)"
 "$tool" same full.st half.st || fail "40 steps != 20 steps + resume to 40"
 echo "resume: 40 steps == 20 + 20 resumed (bit-identical parameters and optimizer state)"
+# 1a. the metrics log of a resumed run is the uninterrupted run's: --log-every
+# is kept by the checkpoint (resumed without it, the default steps/20 took over)
+"$charlm" train "${model[@]}" --steps 40 --log-every 3 --out lf.st >/dev/null 2>lf.log ||
+  fail "training with --log-every 3 failed: $(tail -1 lf.log)"
+"$charlm" train "${model[@]}" --steps 40 --log-every 3 --stop-at 20 --out lh.st >/dev/null \
+  2>lh.log || fail "training to step 20 failed: $(tail -1 lh.log)"
+"$charlm" train --resume lh.st --threads 1 >/dev/null 2>lh.log ||
+  fail "resume failed: $(tail -1 lh.log)"
+untimed() { sed 's/, "tokens_per_s".*//' "$1"; }
+diff <(untimed lf.st.metrics.jsonl) <(untimed lh.st.metrics.jsonl) >lh.diff ||
+  fail "the resumed run's metrics log differs from the uninterrupted run's: $(head -4 lh.diff)"
+"$charlm" train --resume lh.st --steps 44 --log-every 2 --threads 1 >/dev/null 2>lh.log ||
+  fail "resume with --log-every failed: $(tail -1 lh.log)"
+[ "$(grep -c '"loss"' lh.st.metrics.jsonl)" -eq 16 ] ||
+  fail "--log-every 2 given to --resume was not used: $(tail -3 lh.st.metrics.jsonl)"
+echo "resume: the metrics log equals the uninterrupted run's (--log-every kept; given again: used)"
 
 # 1b. the corpus is read once: a pipe and a FIFO work as --data
 cat tiny.txt | "$charlm" train "${model[@]}" --data /dev/stdin --steps 3 --out pipe.st \

@@ -221,7 +221,8 @@ void cg_train_init(cg_train_opts *o, cg_train_recipe *r, int64_t steps, int64_t 
          1,                                                                                       \
          CG_TRAIN_BIG,                                                                            \
          "  --log-every N        metrics-log line (and progress line, when stderr is not a\n"     \
-         "                       terminal) every N steps (default: steps/20, at most 100)\n",     \
+         "                       terminal) every N steps (default: steps/20, at most 100;\n"      \
+         "                       with --resume: the checkpoint's unless given)\n",                \
          0},                                                                                      \
         {"--threads",                                                                             \
          CG_CLI_I64,                                                                              \

@@ -83,6 +83,7 @@ char *cg_train_state_json(const cg_trainer *t, const cg_trainer_model *m)
     cJSON *j = cJSON_CreateObject();
     cJSON_AddNumberToObject(j, "steps", (double)o->steps);
     cJSON_AddNumberToObject(j, "eval_every", (double)o->eval_every);
+    cJSON_AddNumberToObject(j, "log_every", (double)o->log_every); /* 0: steps/20 */
     cg_state_put_u64(j, "seed", o->seed);
     cJSON_AddNumberToObject(j, "grad_accum", (double)o->grad_accum);
     cg_json_add_name(j, "data", t->data_set ? t->data.path : "");
@@ -173,7 +174,7 @@ static bool best_restore(const cg_trainer *t, cg_train_opts *o, const char *what
 static bool state_restore(cg_trainer *t, cg_train_opts *o, const char *path)
 {
     const cJSON *s = t->state;
-    int64_t steps, eval_every, accum;
+    int64_t steps, eval_every, accum, log_every = 0;
     uint64_t seed;
     const char *data;
     char what[600];
@@ -184,6 +185,7 @@ static bool state_restore(cg_trainer *t, cg_train_opts *o, const char *path)
         {"seed", CG_JF_U64STR, &seed, 0, 0, false},
         {"grad_accum", CG_JF_I64, &accum, 1, 1 << 16, false},
         {"data", CG_JF_STR, &data, 0, 0, false},
+        {"log_every", CG_JF_I64, &log_every, 0, 1e12, true}, /* absent before: 0 (auto) */
     };
     const cg_json_field fr[] = {
         {"seed", CG_JF_U64STR, &t->dropout_rng.seed, 0, 0, false},
@@ -196,7 +198,7 @@ static bool state_restore(cg_trainer *t, cg_train_opts *o, const char *path)
     if (!cg_json_name_decode(t->state, "data", what) || /* names are bytes */
         (cJSON_IsObject(idj) && !cg_json_name_decode(idj, "path", what)))
         return false;
-    if (!cg_json_read_fields(s, what, f, 2 + 3) ||
+    if (!cg_json_read_fields(s, what, f, (int)(sizeof f / sizeof f[0])) ||
         !cg_json_read_fields(dr, "training state: \"dropout_rng\"", fr, 2) ||
         !cg_json_f64_array(s, what, "recent", t->recent, CG_TRAIN_RECENT, &t->n_recent))
         return false;
@@ -229,6 +231,8 @@ static bool state_restore(cg_trainer *t, cg_train_opts *o, const char *path)
         o->steps = steps;
     if (!cg_cli_given(o->args, &o->eval_every))
         o->eval_every = eval_every;
+    if (!cg_cli_given(o->args, &o->log_every)) /* the metrics log's cadence goes on */
+        o->log_every = log_every;
     if (!cg_cli_given(o->args, &o->data)) {
         if (data && !recorded_data_ok(data))
             return false;

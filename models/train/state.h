@@ -4,7 +4,7 @@
  * Checkpoint layout (both models; models/train/checkpoint.h writes it):
  *   metadata "model" (charlm|seq2seq), "config", the tokenizer ("vocab", or
  *   "tokenizer": "bpe" with the tensor "tokenizer.spm"), "step", and
- *   "train": {"steps", "eval_every", "seed" (string), "grad_accum", "data",
+ *   "train": {"steps", "eval_every", "log_every", "seed" (string), "grad_accum", "data",
  *             "dropout_rng": {"seed","counter"} (strings),
  *             "recent": [last training losses], "history": {...},
  *             "options": {the CG_CLI_SAVED flags, see options.h},
