@@ -12,7 +12,9 @@
 #      byte-identical final and best checkpoints; the flags come back from
 #      the checkpoint
 #   3. seq2seq: the best checkpoint is its JSON line's best step, and it
-#      translates
+#      translates; stopped and resumed, the final evaluation's flags
+#      (--test-limit, --beam, --length-penalty, --examples) are the run's
+#      unless given again
 #   4. without the flags: no best checkpoint and no best_* fields
 #   5. refusals, one line, nothing written: an existing best checkpoint
 #      without --force (replaced with it), --init-from or --data naming the
@@ -99,6 +101,24 @@ read -r qbest _ _ <<<"$(from_log q.st.metrics.jsonl 0)"
   fail "seq2seq: JSON best $(field q.json best_step), log $qbest, file $(meta q.st.best.safetensors step)"
 [ "$("$seq2seq" translate --ckpt q.st.best.safetensors 'the cat 3 sat' 2>t.log | wc -l)" = 1 ] &&
   echo "ok: seq2seq translates with the best checkpoint" || fail "translate: $(tail -1 t.log)"
+# 3b. the final evaluation's flags come back from the checkpoint too: stopped
+# and resumed, the run decodes what the uninterrupted one did (it decoded
+# the default 1000 test pairs with beam 4), unless they are given again
+S2R=(--data p.tsv --tokenizer char --d 16 --H 2 --enc-layers 1 --dec-layers 1 --d-ff 32
+  --max-tokens 200 --valid-size 20 --test-size 20 --threads 1 --eval-every 3 --steps 9)
+"$seq2seq" train "${S2R[@]}" --test-limit 3 --beam 2 --length-penalty 0.5 --examples 1 --stop-at 4 \
+  --out qr.st >/dev/null 2>qr.log || fail "seq2seq --stop-at 4: $(tail -1 qr.log)"
+cp qr.st qr4.st
+"$seq2seq" train --resume qr.st >qr.json 2>qr.log || fail "seq2seq resume: $(tail -1 qr.log)"
+[ "$(field qr.json test_pairs) $(field qr.json beam) $(grep -c '^SRC ' qr.json)" = "3 2 1" ] &&
+  grep -q 'greedy, then beam 2' qr.log &&
+  echo "ok: seq2seq --resume keeps --test-limit, --beam, --length-penalty and --examples" ||
+  fail "seq2seq resume: test_pairs $(field qr.json test_pairs), beam $(field qr.json beam), $(grep -c '^SRC ' qr.json) examples"
+"$seq2seq" train --resume qr4.st --test-limit 1 --beam 1 >qr.json 2>qr.log ||
+  fail "seq2seq resume with --test-limit: $(tail -1 qr.log)"
+[ "$(field qr.json test_pairs) $(field qr.json beam)" = "1 1" ] &&
+  echo "ok: given again to --resume, they are this run's" ||
+  fail "given to --resume: test_pairs $(field qr.json test_pairs), beam $(field qr.json beam)"
 
 # ---------------------------------------------------------------- 4. off
 "$charlm" train "${RUN[@]}" --steps 8 --out n.st >n.json 2>n.log || fail "no flags: $(tail -1 n.log)"

@@ -192,13 +192,14 @@ int cg_train_tokenizer_flags(const char *name, bool seen, int64_t vocab_size,
 }
 
 /* The CG_CLI_SAVED rows of a as fields of the checkpoint's "options"
- * (key: the name without "--", '-' as '_'); returns their count. */
-static int saved_fields(const cg_cli_args *a, cg_json_field *f, char (*keys)[64])
+ * (key: the name without "--", '-' as '_'), but for the rows given when
+ * skip_given (a flag given to --resume is this run's); returns their count. */
+static int saved_fields(const cg_cli_args *a, cg_json_field *f, char (*keys)[64], bool skip_given)
 {
     int n = 0;
     for (int j = 0; a && j < a->n; j++) {
         const cg_cli_opt *r = &a->opts[j];
-        if (!r->name || !(r->flags & CG_CLI_SAVED))
+        if (!r->name || !(r->flags & CG_CLI_SAVED) || (skip_given && a->given[j]))
             continue;
         snprintf(keys[n], sizeof keys[n], "%s", r->name + 2);
         for (char *c = keys[n]; *c; c++)
@@ -218,14 +219,14 @@ bool cg_train_options_save(const cg_cli_args *a, cJSON *j)
 {
     cg_json_field f[CG_CLI_MAX_OPTS];
     char keys[CG_CLI_MAX_OPTS][64];
-    return j && cg_json_write_fields(j, f, saved_fields(a, f, keys));
+    return j && cg_json_write_fields(j, f, saved_fields(a, f, keys, false));
 }
 
 bool cg_train_options_restore(const cg_cli_args *a, const cJSON *j, const char *what)
 {
     cg_json_field f[CG_CLI_MAX_OPTS];
     char keys[CG_CLI_MAX_OPTS][64];
-    return j == NULL || cg_json_read_fields(j, what, f, saved_fields(a, f, keys));
+    return j == NULL || cg_json_read_fields(j, what, f, saved_fields(a, f, keys, true));
 }
 
 bool cg_train_precision(const char *train_json, const char *ckpt_path, cg_precision *out)

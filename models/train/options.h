@@ -18,8 +18,9 @@
  *   - CG_CLI_FIXED: the checkpoint fixes it; --resume refuses it, named in
  *     the one message "drop --a, --b" with the other fixed flags given;
  *   - CG_CLI_SAVED: kept in the checkpoint's "options" (key: the name
- *     without "--", '-' as '_') and restored into its variable on --resume;
- *     a checkpoint written before the flag existed leaves the default.
+ *     without "--", '-' as '_') and restored into its variable on --resume
+ *     unless given again; a checkpoint written before the flag existed
+ *     leaves the default.
  * Whether a flag was given is cg_cli_given(o->args, &variable). A flag of
  * one program goes into that program's table; a flag both models read
  * goes into CG_TRAIN_RECIPE_FLAGS (a field of cg_train_recipe); a flag the
@@ -404,8 +405,9 @@ int cg_train_check_base(const cg_cli_args *a, const cg_train_recipe *rec, const 
                         const cg_tokenizer *tok, const char *path);
 
 /* The checkpoint's "options": the CG_CLI_SAVED rows of a (none when a is
- * NULL), written into j, or read back from j (NULL: a checkpoint written
- * before options; an absent key keeps the default). False + error. */
+ * NULL), written into j, or read back from j but for the rows given (NULL:
+ * a checkpoint written before options; an absent key keeps the default).
+ * False + error. */
 bool cg_train_options_save(const cg_cli_args *a, cJSON *j);
 bool cg_train_options_restore(const cg_cli_args *a, const cJSON *j, const char *what);
 

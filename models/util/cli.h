@@ -76,7 +76,8 @@ typedef enum {
 enum {
     CG_CLI_FIXED = 1, /* the checkpoint fixes it: --resume refuses it */
     CG_CLI_SAVED = 2  /* kept in the checkpoint's "options" and restored on
-                       * --resume (under its name without "--", '-' as '_') */
+                       * --resume (under its name without "--", '-' as '_')
+                       * unless given again (a FIXED one cannot be) */
 };
 
 typedef struct {
