@@ -60,6 +60,21 @@ diff <(untimed lf.st.metrics.jsonl) <(untimed lh.st.metrics.jsonl) >lh.diff ||
 [ "$(grep -c '"loss"' lh.st.metrics.jsonl)" -eq 16 ] ||
   fail "--log-every 2 given to --resume was not used: $(tail -3 lh.st.metrics.jsonl)"
 echo "resume: the metrics log equals the uninterrupted run's (--log-every kept; given again: used)"
+# 1c. the cosine's length is --steps: a resume given another --steps past the
+# warmup (100 steps) changes the schedule, and says so in one warning; within
+# the warmup, or with the same --steps, the schedule is the same and it is silent
+"$charlm" train "${model[@]}" --steps 130 --stop-at 110 --out cs.st >/dev/null 2>cs.log ||
+  fail "training to step 110 failed: $(tail -1 cs.log)"
+cp cs.st cs110.st
+"$charlm" train --resume cs.st --steps 200 --threads 1 --out cs2.st >/dev/null 2>cs.log ||
+  fail "resume with --steps 200 failed: $(tail -1 cs.log)"
+[ "$(grep -c 'warning: --steps 200 reshapes the cosine schedule of .cs.st. (warmup 100, then down to lr/10 at step 130): the learning rate of step 111 is' cs.log)" -eq 1 ] ||
+  fail "resume with another --steps past the warmup: no warning: $(grep -v 'step [0-9]*/' cs.log | head -3)"
+for args in "--resume cs110.st --steps 130 --out cs3.st" "--resume half20.st --steps 200 --out cs4.st"; do
+  "$charlm" train $args --threads 1 >/dev/null 2>cs.log || fail "$args failed: $(tail -1 cs.log)"
+  ! grep -q 'reshapes' cs.log || fail "$args: a warning for an unchanged schedule: $(grep reshapes cs.log)"
+done
+echo "resume: another --steps past the warmup is a warning (the schedule changes); otherwise none"
 
 # 1b. the corpus is read once: a pipe and a FIFO work as --data
 cat tiny.txt | "$charlm" train "${model[@]}" --data /dev/stdin --steps 3 --out pipe.st \

@@ -69,6 +69,24 @@ static double lm_lr(void *self, int64_t step)
     return cg_lr_warmup_cosine(step - 1, r->t->o->steps, WARMUP, r->lr, r->lr / 10);
 }
 
+/* --resume with another --steps: the cosine's length is --steps, so the
+ * schedule from the resumed step on is not the one the checkpoint's run
+ * followed (as in fairseq, whose cosine takes the --max-update given):
+ * said once, with the learning rate of the next step both ways. */
+static void lm_schedule_note(const lm_run *r, const cg_trainer *t, const cg_train_opts *o)
+{
+    if (!o->resume || t->ckpt_steps == o->steps)
+        return;
+    double was = cg_lr_warmup_cosine(t->start, t->ckpt_steps, WARMUP, r->lr, r->lr / 10);
+    double now = lm_lr((void *)r, t->start + 1);
+    if (was != now)
+        cg_prog_warn("--steps %lld reshapes the cosine schedule of '%s' (warmup %d, then down to "
+                     "lr/10 at step %lld): the learning rate of step %lld is %.3e instead of "
+                     "%.3e, so the run goes on neither as that run nor as a %lld-step run would",
+                     (long long)o->steps, o->resume, WARMUP, (long long)t->ckpt_steps,
+                     (long long)t->start + 1, now, was, (long long)o->steps);
+}
+
 static bool lm_evaluate(void *self, int64_t step, cg_eval_result *e)
 {
     (void)step;
@@ -327,6 +345,7 @@ int lm_setup(void *self, cg_trainer *t, cg_train_opts *o, cg_train_recipe *rec, 
     if ((rc = lm_data_checks(r, o)) >= 0)
         return rc;
     lm_announce(r, t, o);
+    lm_schedule_note(r, t, o);
     *m = (cg_trainer_model){.name = "charlm",
                             .plot_title = "charlm loss",
                             .module = CG_MODULE(r->model),

@@ -91,6 +91,7 @@ struct cg_trainer {
     cJSON *state;
     const cJSON *model_state; /* its "model" object (borrowed from state) */
     int64_t start, step;
+    int64_t ckpt_steps; /* resuming: the --steps of the checkpoint's run (0: not resuming) */
     /* the run */
     cg_history hist;
     double recent[CG_TRAIN_RECENT];

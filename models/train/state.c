@@ -227,6 +227,7 @@ static bool state_restore(cg_trainer *t, cg_train_opts *o, const char *path)
     t->dropout_rng_set = true;
     o->seed = seed;
     o->grad_accum = accum;
+    t->ckpt_steps = steps;
     if (!cg_cli_given(o->args, &o->steps))
         o->steps = steps;
     if (!cg_cli_given(o->args, &o->eval_every))
