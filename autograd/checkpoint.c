@@ -155,9 +155,14 @@ cg_tensor *cg_checkpoint(const cg_checkpoint_block *blk)
     if (blk->n_params)
         memcpy(all + blk->n_inputs, blk->params, sizeof *all * (size_t)blk->n_params);
 
-    cg_no_grad_begin();
+    /* The block as recorded, and its graph dropped with y below: an op may
+     * compute other bits without a graph than with one (a norm in bf16
+     * precision takes its output from the rounded x-hat it keeps only when
+     * recorded), and which of its ops record depends on what requires
+     * grad inside the block (a frozen norm of an adapted block), so a run
+     * with grad mode off would not give the values the recomputation gives
+     * in backward, nor the run without recomputation. */
     cg_tensor *y = blk->fn(blk->ctx, blk->inputs);
-    cg_no_grad_end();
     /* A header of its own: y may be an input, a view of one, or a leaf. */
     cg_tensor *out = y ? cg_alias(y) : NULL;
     cg_release(y);

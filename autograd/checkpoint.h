@@ -1,10 +1,13 @@
 /* cgrad autograd: activation recomputation (PyTorch's
  * torch.utils.checkpoint).
  *
- * cg_checkpoint(&blk) runs blk.fn(blk.ctx, blk.inputs) with grad mode off,
- * so none of the block's intermediate tensors is kept, and records its
- * output as one graph node that holds only the block's inputs (and its
- * parameters, which live anyway). When backward reaches that node it runs
+ * cg_checkpoint(&blk) runs blk.fn(blk.ctx, blk.inputs) and drops the
+ * block's graph as soon as it returns, so none of the block's intermediate
+ * tensors is kept past its forward, and records its output as one graph
+ * node that holds only the block's inputs (and its parameters, which live
+ * anyway). The forward runs with grad mode on, as the recomputation does:
+ * some ops compute other bits without a graph (a norm in bf16 precision),
+ * and which ops record depends on what requires grad inside the block. When backward reaches that node it runs
  * the block again, with grad mode on, on detached copies of the inputs,
  * and backpropagates the output gradient through the recomputed graph:
  * the parameters' gradients accumulate into their .grad there, the inputs'
@@ -21,16 +24,16 @@
  * had been no recomputation).
  *
  * Gradients are bit-identical to the run without recomputation when the
- * block is a function of its inputs, parameters and generators only (and
- * runs the same kernels with grad on and off): the gradient an input has
+ * block is a function of its inputs, parameters and generators only, in
+ * fp32 and bf16 precision alike: the gradient an input has
  * gathered before the node runs continues in the recomputed graph, so its
  * parts are added in the same order as without recomputation (tested with
  * transformer layers with dropout, and with an encoder's memory read by
  * every decoder layer: tests/test_checkpoint.c).
  *
  * Nested checkpoints are allowed (a block whose fn calls cg_checkpoint):
- * the inner one just runs in the forward (grad off) and records its own
- * node in the recomputation.
+ * the inner one records its node in the outer block's forward, dropped
+ * with that block's graph, and again in the recomputation.
  *
  * The backward needs grad mode on (as it is by default); blk.ctx must stay
  * valid until the output's graph is freed: pass ctx_free to hand it to the

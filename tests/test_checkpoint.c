@@ -224,6 +224,89 @@ START_TEST(test_recompute_bit_identical_with_dropout)
 }
 END_TEST
 
+/* Two training steps of the blocks (the parameters written in place
+ * between them, as an optimizer step writes them) with recomputation `mode`:
+ * the second step's loss and gradients. frozen: the norms' parameters do
+ * not require grad (a LoRA fine-tune's base), so that the first norm
+ * records no node and the second does (its input depends on trained
+ * parameters). */
+static result two_steps(int mode, bool frozen)
+{
+    model m;
+    model_init(&m);
+    m.mode = mode;
+    for (int i = 0; frozen && i < 2; i++) {
+        cg_param_list pl = {0};
+        ck_assert(cg_module_params(CG_MODULE(m.blk[i]), &pl));
+        for (int k = 0; k < pl.n; k++)
+            if (!strncmp(pl.items[k].name, "ln", 2))
+                cg_requires_grad(pl.items[k].tensor, false);
+        cg_param_list_free(&pl);
+    }
+    cg_rng data = cg_rng_new(3);
+    int64_t shape[3] = {B, T, D};
+    cg_param_list l[2] = {{0}, {0}};
+    for (int i = 0; i < 2; i++)
+        ck_assert(cg_module_params(CG_MODULE(m.blk[i]), &l[i]));
+    result r = {0};
+    for (int s = 0; s < 2; s++) {
+        cg_scope *sc = cg_scope_begin();
+        cg_tensor *x = cg_randn(&data, 3, shape), *w = cg_randn(&data, 3, shape);
+        cg_tensor *loss = cg_mean_all(cg_mul(forward(&m, x), w));
+        ck_assert_msg(loss != NULL && cg_backward(loss, NULL, false), "%s", cg_last_error());
+        r.loss = cg_data(loss)[0];
+        for (int i = 0; i < 2; i++)
+            for (int k = 0; k < l[i].n; k++) {
+                cg_tensor *p = l[i].items[k].tensor;
+                const cg_tensor *g = cg_grad(p);
+                if (!p->requires_grad)
+                    continue;
+                if (s == 1) {
+                    r.sizes[r.n] = cg_numel(g);
+                    r.grads[r.n++] = cg_test_values(g);
+                }
+                for (int64_t e = 0; e < cg_numel(p); e++) /* p -= 0.05 g (both contiguous) */
+                    cg_data(p)[e] -= 0.05f * cg_data(g)[e];
+                cg_tensor_modified(p);
+                cg_zero_grad(p);
+            }
+        cg_scope_end(sc);
+    }
+    r.rng_after = m.rng;
+    for (int i = 0; i < 2; i++)
+        cg_param_list_free(&l[i]);
+    model_free(&m);
+    return r;
+}
+
+/* The same in bf16 precision (charlm/seq2seq train --recompute under
+ * --precision bf16), also after the parameters were written (a second
+ * training step: a weight's cached bf16 copy is made anew): the block's
+ * forward without a graph must give the bits the recorded forward gives,
+ * or the recomputed run trains apart from the plain one. */
+START_TEST(test_recompute_bit_identical_bf16)
+{
+    cg_precision prev = cg_autocast_begin(CG_PRECISION_BF16);
+    result plain = step(0, false);
+    result ck = step(1, false);
+    assert_identical(&plain, &ck, "checkpointed blocks in bf16");
+    result nested = step(2, true);
+    assert_identical(&plain, &nested, "nested checkpoints in bf16");
+    result plain2 = two_steps(0, false), ck2 = two_steps(1, false);
+    assert_identical(&plain2, &ck2, "the second step of checkpointed blocks in bf16");
+    result plain3 = two_steps(0, true), ck3 = two_steps(1, true);
+    assert_identical(&plain3, &ck3, "the second step of checkpointed blocks, norms frozen");
+    cg_autocast_end(prev);
+    result_free(&plain);
+    result_free(&ck);
+    result_free(&nested);
+    result_free(&plain2);
+    result_free(&ck2);
+    result_free(&plain3);
+    result_free(&ck3);
+}
+END_TEST
+
 /* The recomputed graph replaces the block's intermediates: after the
  * forward, only the output's one node is alive beyond the input. */
 START_TEST(test_recompute_keeps_only_inputs)
@@ -616,6 +699,7 @@ static Suite *checkpoint_suite(void)
     TCase *tc = tcase_create("recompute");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_recompute_bit_identical_with_dropout);
+    tcase_add_test(tc, test_recompute_bit_identical_bf16);
     tcase_add_test(tc, test_recompute_keeps_only_inputs);
     tcase_add_test(tc, test_stack_recompute_flag);
     tcase_add_test(tc, test_recompute_runs_block_hooks_once);
