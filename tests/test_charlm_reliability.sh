@@ -60,6 +60,15 @@ diff <(untimed lf.st.metrics.jsonl) <(untimed lh.st.metrics.jsonl) >lh.diff ||
 [ "$(grep -c '"loss"' lh.st.metrics.jsonl)" -eq 16 ] ||
   fail "--log-every 2 given to --resume was not used: $(tail -3 lh.st.metrics.jsonl)"
 echo "resume: the metrics log equals the uninterrupted run's (--log-every kept; given again: used)"
+# the learning rate in the metrics log keeps its digits however small (10
+# decimals printed 1e-11, the first warmup step of --lr 1e-9, as 0)
+"$charlm" train "${model[@]}" --steps 2 --lr 1e-9 --log-every 1 --out lr.st >/dev/null 2>lr.log ||
+  fail "training with --lr 1e-9 failed: $(tail -1 lr.log)"
+python3 -c 'import json, sys
+lr = [json.loads(l)["lr"] for l in open(sys.argv[1]) if "\"lr\"" in l]
+sys.exit(not (len(lr) == 2 and abs(lr[0] / 1e-11 - 1) < 1e-6 and abs(lr[1] / 2e-11 - 1) < 1e-6))' \
+  lr.st.metrics.jsonl || fail "the metrics log's lr: $(grep '"lr"' lr.st.metrics.jsonl)"
+echo "the metrics log: a learning rate of 1e-11 is 1e-11"
 # 1c. the cosine's length is --steps: a resume given another --steps past the
 # warmup (100 steps) changes the schedule, and says so in one warning; within
 # the warmup, or with the same --steps, the schedule is the same and it is silent

@@ -545,7 +545,7 @@ static void report_step(run_ctx *c, double dt, double tokens, bool skipped)
         cg_json_put_int(j, "step", t->step);
         cg_json_put_num(j, "loss", "%.6f", t->last_loss);
         cg_json_put_num(j, "loss_avg", "%.6f", loss);
-        cg_json_put_num(j, "lr", "%.10f", lr);
+        cg_json_put_num(j, "lr", "%.10g", lr); /* its digits at any size (1e-11) */
         cg_json_put_num(j, "tokens_per_s", "%.0f", tps);
         cg_json_put_num(j, "elapsed_s", "%.2f", t->elapsed);
         metrics_line(c, j);
