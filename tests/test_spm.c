@@ -432,6 +432,35 @@ START_TEST(test_threads)
 }
 END_TEST
 
+/* A sentence longer than SentencePiece's default limit (4192 bytes) is
+ * trained on like any other: its characters get pieces (the trainer
+ * skipped it, so a 1-character word of it encoded as byte pieces and a
+ * training pair took up to 4 ids per character). */
+START_TEST(test_long_sentence_trained)
+{
+    if (!tok)
+        return;
+    enum { N = 2500 }; /* 2500 x U+03B1: 5000 bytes */
+    char *longs = malloc(2 * N + 1);
+    ck_assert_ptr_nonnull(longs);
+    for (int i = 0; i < N; i++)
+        memcpy(longs + 2 * i, "\xCE\xB1", 2);
+    longs[2 * N] = '\0';
+    const char *s[] = {"Das Haus ist klein.", longs, "The house is small."};
+    cg_spm *t = cg_spm_train(s, 3, 300);
+    free(longs);
+    ck_assert_msg(t != NULL, "%s", cg_last_error());
+    int64_t n, *ids = cg_spm_encode(t, "\xCE\xB1", &n);
+    ck_assert_ptr_nonnull(ids);
+    for (int64_t i = 0; i < n; i++) /* no byte piece: U+03B1 has a piece */
+        ck_assert_msg(ids[i] >= CG_SPM_MIN_VOCAB - 1, "'\xCE\xB1' encodes to byte piece %s",
+                      cg_spm_piece(t, ids[i]));
+    ck_assert_int_le(n, 2);
+    free(ids);
+    cg_spm_free(t);
+}
+END_TEST
+
 /* Training and loading print nothing (SentencePiece logs by default). */
 START_TEST(test_quiet)
 {
@@ -485,6 +514,7 @@ static Suite *spm_suite(void)
     tcase_add_test(tc, test_bad_input);
     tcase_add_test(tc, test_threads);
     tcase_add_test(tc, test_quiet);
+    tcase_add_test(tc, test_long_sentence_trained);
     suite_add_tcase(s, tc);
     return s;
 }

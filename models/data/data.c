@@ -110,8 +110,10 @@ static char *utf8_of(const uint32_t *cps, int64_t n)
 }
 
 /* A BPE tokenizer of vocab_size ids trained on the non-empty lines of
- * text (each line is NUL-terminated in place). SentencePiece skips a
- * sentence longer than LINE_MAX_BYTES, so a longer line is cut: at its
+ * text (each line is NUL-terminated in place). A line longer than
+ * LINE_MAX_BYTES is cut (SentencePiece skipped such a sentence before
+ * cg_spm_train raised its limit; the cut keeps the tokenizers as they
+ * were): at its
  * last space in the second half of the limit (the space dropped, as a
  * newline is), or else (CJK, a long token) before the character that
  * would cross it, nothing dropped: that piece is a copy (in `cut`), the

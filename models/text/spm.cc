@@ -123,9 +123,11 @@ static void set_error_from_exception(const char *who)
 }
 
 /* Each of the n sentences given to the trainer is one line of UTF-8 text:
- * false + error naming `who` and the first that is not. */
-static bool sentences_ok(const char *who, const char *const *sentences, int64_t n)
+ * false + error naming `who` and the first that is not. *longest: the
+ * longest sentence's bytes. */
+static bool sentences_ok(const char *who, const char *const *sentences, int64_t n, size_t *longest)
 {
+    *longest = 0;
     for (int64_t i = 0; i < n; i++) {
         if (!sentences[i]) {
             cg_set_error("%s: sentence %lld is NULL", who, (long long)i);
@@ -142,6 +144,11 @@ static bool sentences_ok(const char *who, const char *const *sentences, int64_t 
                          (long long)i);
             return false;
         }
+        if (len > INT32_MAX) {
+            cg_set_error("%s: sentence %lld is longer than 2 GiB", who, (long long)i);
+            return false;
+        }
+        *longest = len > *longest ? len : *longest;
     }
     return true;
 }
@@ -163,7 +170,8 @@ cg_spm *cg_spm_train(const char *const *sentences, int64_t n, int64_t vocab_size
                      who, (long long)vocab_size, CG_SPM_MIN_VOCAB);
         return nullptr;
     }
-    if (!sentences_ok(who, sentences, n))
+    size_t longest;
+    if (!sentences_ok(who, sentences, n, &longest))
         return nullptr;
     cg_spm *t = nullptr;
     try {
@@ -187,6 +195,9 @@ cg_spm *cg_spm_train(const char *const *sentences, int64_t n, int64_t vocab_size
             {"unk_surface", "\xe2\x81\x87"},
             {"num_threads", "1"},
             {"minloglevel", "3"},
+            /* its default (4192 bytes) skips a longer sentence, silently:
+             * its characters got no piece */
+            {"max_sentence_length", std::to_string(longest > 4192 ? longest : 4192)},
         };
         ArrayIterator it(sentences, n);
         t = new cg_spm();

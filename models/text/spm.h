@@ -57,7 +57,7 @@ bool cg_spm_available(void);
 
 /* Train a BPE model on n UTF-8 sentences (the training split only; each
  * NUL-terminated, newlines not allowed inside one) with vocab_size ids in
- * all, CG_SPM_MIN_VOCAB .. 1,000,000. Every character of the sentences gets
+ * all, CG_SPM_MIN_VOCAB .. 1,000,000. Every character of the sentences (of any length) gets
  * a piece. Deterministic for the same sentences and size. If the sentences
  * cannot fill vocab_size, the vocabulary is smaller (cg_spm_vocab_size).
  * Returns a new tokenizer (free with cg_spm_free) or NULL + error. */
