@@ -399,6 +399,23 @@ START_TEST(test_bad_input)
 }
 END_TEST
 
+/* The byte piece <0x00> (what a sampling model may emit) decodes to U+FFFD,
+ * as SentencePiece decodes the other bytes it cannot give as text: a NUL
+ * ended the C string there, and the text after it was lost ("A", for the
+ * ids of "A", NUL, "B"). */
+START_TEST(test_decode_nul_byte)
+{
+    if (!tok)
+        return;
+    const int64_t ids[] = {4 + 'A', 4 + 0x00, 4 + 'B', 4 + 0x00};
+    char *d = cg_spm_decode(tok, ids, 4);
+    ck_assert_msg(d != NULL, "%s", cg_last_error());
+    ck_assert_str_eq(d, "A\xEF\xBF\xBD"
+                        "B\xEF\xBF\xBD");
+    free(d);
+}
+END_TEST
+
 /* Encoding and decoding from two threads at once give what one thread gets. */
 static void *encode_all(void *arg)
 {
@@ -515,6 +532,7 @@ static Suite *spm_suite(void)
     tcase_add_test(tc, test_threads);
     tcase_add_test(tc, test_quiet);
     tcase_add_test(tc, test_long_sentence_trained);
+    tcase_add_test(tc, test_decode_nul_byte);
     suite_add_tcase(s, tc);
     return s;
 }

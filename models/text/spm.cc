@@ -363,6 +363,11 @@ char *cg_spm_decode(const cg_spm *t, const int64_t *ids, int64_t n)
             cg_set_error("%s: SentencePiece: %s", who, st.ToString().c_str());
             return nullptr;
         }
+        /* the byte piece <0x00> gives a NUL, which would end the C string
+         * there: U+FFFD instead, as SentencePiece gives for the bytes it
+         * cannot decode as text */
+        for (size_t i = 0; (i = s.find('\0', i)) != std::string::npos; i += 3)
+            s.replace(i, 1, "\xEF\xBF\xBD");
         char *out = static_cast<char *>(malloc(s.size() + 1));
         if (!out) {
             cg_set_error("%s: out of memory", who);

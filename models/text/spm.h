@@ -82,7 +82,9 @@ int64_t cg_spm_vocab_size(const cg_spm *t);
  * text is not valid UTF-8 (the message names the byte offset). */
 int64_t *cg_spm_encode(const cg_spm *t, const char *text, int64_t *n);
 /* The UTF-8 text of n ids (malloc'd, NUL-terminated), or NULL + error on
- * an id outside [0, V). pad, bos and eos decode to nothing, unk to U+2047. */
+ * an id outside [0, V). pad, bos and eos decode to nothing, unk to U+2047,
+ * byte pieces that are no UTF-8 text (<0xFF>, <0x00>: a C string ends at a
+ * NUL) to U+FFFD. */
 char *cg_spm_decode(const cg_spm *t, const int64_t *ids, int64_t n);
 /* The piece of an id as stored in the model ("\u2581Haus", "<s>", "<0x0A>",
  * ...; borrowed, valid until cg_spm_free), or NULL + error if out of range.
