@@ -357,9 +357,12 @@ bool cg_k_matmul_into(cg_tensor *c, const cg_tensor *a, const cg_tensor *b, floa
     }
 #undef SHAPES3
 
-    cg_tensor *ca, *cb = NULL;
-    if (!readable(a, &ca) || !readable(b, &cb)) {
-        cg_release_all(2, ca, cb);
+    /* an operand that shares c's bytes is read as it was before the call
+     * (the products write c block by block while they still read it) */
+    cg_tensor *ua = NULL, *ub = NULL, *ca = NULL, *cb = NULL;
+    if (!(a = cg_k_unaliased(c, a, false, &ua)) || !(b = cg_k_unaliased(c, b, false, &ub)) ||
+        !readable(a, &ca) || !readable(b, &cb)) {
+        cg_release_all(4, ua, ub, ca, cb);
         return false;
     }
     operand A, B;
@@ -368,6 +371,6 @@ bool cg_k_matmul_into(cg_tensor *c, const cg_tensor *a, const cg_tensor *b, floa
     make_operand(&B, cb ? cb : b, nbd, c->shape);
     bool ok = run_batched("matmul_into", nbd, c->shape, m, n, k, alpha, &A, &B, beta, cg_data(c),
                           c->strides, rsc, csc);
-    cg_release_all(2, ca, cb);
+    cg_release_all(4, ua, ub, ca, cb);
     return ok;
 }

@@ -185,7 +185,9 @@ cg_tensor *cg_k_sum_to_shape(const cg_tensor *a, int ndim, const int64_t *shape)
 cg_tensor *cg_k_matmul(const cg_tensor *a, const cg_tensor *b);
 /* C = alpha * op(A) @ op(B) + beta * C for 2-D or batched (same batch shape)
  * views, written in place into c (any strides BLIS accepts). For backward
- * rules that accumulate. */
+ * rules that accumulate. An operand that shares c's memory (c = a @ b
+ * into a) is read as it was before the call (copied first, as NumPy's
+ * matmul(a, b, out=a) does). */
 bool cg_k_matmul_into(cg_tensor *c, const cg_tensor *a, const cg_tensor *b, float alpha,
                       float beta);
 

@@ -383,6 +383,46 @@ START_TEST(test_matmul_into)
 }
 END_TEST
 
+/* matmul_into whose output shares an input's memory: the product of the
+ * inputs as they were before the call (as NumPy's out= does), bit for bit
+ * the product into a fresh tensor. The products write C while they still
+ * read A or B (k past one block, or B packed a panel at a time), so
+ * without a copy c = c @ b went wrong from k = 300 on, silently. */
+START_TEST(test_matmul_into_aliased)
+{
+    cg_rng rng = cg_rng_new(11);
+    for (int prec = 0; prec < 2; prec++) {
+        if (prec && !cg_gemm_path_available(CG_GEMM_BF16_EMULATED))
+            continue;
+        cg_set_matmul_precision(prec ? CG_PRECISION_BF16 : CG_PRECISION_FP32);
+        cg_tensor *a = randn(&rng, CG_SHAPE(5, 520)), *b = randn(&rng, CG_SHAPE(520, 520));
+        cg_tensor *ab = cg_k_matmul(a, b), *aa = cg_k_matmul(b, b);
+        /* c = c @ b, c = b @ c (b [520, 520] @ c [520, 5]) and c = c @ c */
+        cg_tensor *c1 = cg_k_clone(a);
+        ck_assert(cg_k_matmul_into(c1, c1, b, 1.0f, 0.0f));
+        cg_tensor *tv = cg_view_transpose(a, 0, 1), *at = cg_k_contiguous(tv);
+        cg_tensor *bat = cg_k_matmul(b, at), *c2 = cg_k_clone(at);
+        ck_assert(cg_k_matmul_into(c2, b, c2, 1.0f, 0.0f));
+        cg_tensor *c3 = cg_k_clone(b);
+        ck_assert(cg_k_matmul_into(c3, c3, c3, 1.0f, 0.0f));
+        ck_assert(!memcmp(cg_data(c1), cg_data(ab), sizeof(float) * 5 * 520));
+        ck_assert(!memcmp(cg_data(c2), cg_data(bat), sizeof(float) * 5 * 520));
+        ck_assert(!memcmp(cg_data(c3), cg_data(aa), sizeof(float) * 520 * 520));
+        /* an output one row past its input in the same buffer (rows 1-5 of
+         * c are rows 1-5 of a's bytes) */
+        cg_tensor *buf = randn(&rng, CG_SHAPE(6, 520));
+        cg_tensor *lo = cg_view_slice(buf, 0, 0, 5, 1), *hi = cg_view_slice(buf, 0, 1, 6, 1);
+        cg_tensor *l0 = cg_k_clone(lo), *r = cg_k_matmul(l0, b);
+        ck_assert(cg_k_matmul_into(hi, lo, b, 1.0f, 0.0f));
+        cg_tensor *hc = cg_k_contiguous(hi);
+        ck_assert(!memcmp(cg_data(hc), cg_data(r), sizeof(float) * 5 * 520));
+        cg_release_all(10, a, b, ab, aa, c1, tv, at, bat, c2, c3);
+        cg_release_all(6, buf, lo, hi, l0, r, hc);
+    }
+    cg_set_matmul_precision(CG_PRECISION_FP32);
+}
+END_TEST
+
 /* ------------------------------------------------------------- paths */
 
 START_TEST(test_paths_agree)
@@ -1046,6 +1086,7 @@ static Suite *matmul_suite(void)
     suite_add_tcase(s, tc);
     TCase *ti = tcase_create("matmul_into");
     tcase_add_test(ti, test_matmul_into);
+    tcase_add_test(ti, test_matmul_into_aliased);
     suite_add_tcase(s, ti);
     TCase *tg = tcase_create("gemm");
     tcase_set_timeout(tg, 120);
