@@ -234,6 +234,36 @@ static cg_tensor *act_backward(const act_grad *ag, const cg_tensor *g)
 
 static bool linear_backward(const char *op, const cg_tensor *x, const cg_tensor *w,
                             const act_grad *ag, const cg_tensor *g, cg_tensor *acc, cg_tensor **dx,
+                            cg_tensor **dw, cg_tensor **db);
+
+/* linear_backward with the operands that share acc's memory (acc = x, or
+ * g when in == out) read as they were before the call: dx is added into
+ * acc while the weight's gradient still reads x and g */
+static bool linear_backward_unaliased(const char *op, const cg_tensor *x, const cg_tensor *w,
+                                      const act_grad *ag, const cg_tensor *g, cg_tensor *acc,
+                                      cg_tensor **dx, cg_tensor **dw, cg_tensor **db)
+{
+    if (!acc)
+        return linear_backward(op, x, w, ag, g, acc, dx, dw, db);
+    if (dx)
+        *dx = NULL;
+    if (dw)
+        *dw = NULL;
+    if (db)
+        *db = NULL;
+    cg_tensor *cx = NULL, *cw = NULL, *cg = NULL, *ct = NULL;
+    act_grad a = ag ? *ag : (act_grad){0};
+    bool ok = (x = cg_k_unaliased(acc, x, false, &cx)) &&
+              (w = cg_k_unaliased(acc, w, false, &cw)) &&
+              (g = cg_k_unaliased(acc, g, false, &cg)) &&
+              (!ag || (a.t = cg_k_unaliased(acc, ag->t, false, &ct)));
+    ok = ok && linear_backward(op, x, w, ag ? &a : NULL, g, acc, dx, dw, db);
+    cg_release_all(4, cx, cw, cg, ct);
+    return ok;
+}
+
+static bool linear_backward(const char *op, const cg_tensor *x, const cg_tensor *w,
+                            const act_grad *ag, const cg_tensor *g, cg_tensor *acc, cg_tensor **dx,
                             cg_tensor **dw, cg_tensor **db)
 {
     if (dx)
@@ -377,7 +407,7 @@ bool cg_k_linear_backward(const cg_tensor *x, const cg_tensor *w, const cg_tenso
 {
     if (!x || !w || !g)
         return cg_error_null_input("cg_k_linear_backward");
-    return linear_backward("linear backward", x, w, NULL, g, acc, dx, dw, db);
+    return linear_backward_unaliased("linear backward", x, w, NULL, g, acc, dx, dw, db);
 }
 
 bool cg_k_linear_act_backward(const cg_tensor *x, const cg_tensor *w, cg_k_act act,
@@ -386,8 +416,8 @@ bool cg_k_linear_act_backward(const cg_tensor *x, const cg_tensor *w, cg_k_act a
 {
     if (!x || !w || !saved || !g)
         return cg_error_null_input("cg_k_linear_act_backward");
-    return linear_backward("linear_act backward", x, w, &(act_grad){.act = act, .t = saved}, g, acc,
-                           dx, dw, db);
+    return linear_backward_unaliased("linear_act backward", x, w,
+                                     &(act_grad){.act = act, .t = saved}, g, acc, dx, dw, db);
 }
 
 bool cg_k_linear_dropout_backward(const cg_tensor *x, const cg_tensor *w, const cg_tensor *mask,
@@ -396,6 +426,7 @@ bool cg_k_linear_dropout_backward(const cg_tensor *x, const cg_tensor *w, const 
 {
     if (!x || !w || !mask || !g)
         return cg_error_null_input("cg_k_linear_dropout_backward");
-    return linear_backward("linear_dropout backward", x, w,
-                           &(act_grad){.t = mask, .drop = true, .p = p}, g, acc, dx, dw, db);
+    return linear_backward_unaliased("linear_dropout backward", x, w,
+                                     &(act_grad){.t = mask, .drop = true, .p = p}, g, acc, dx, dw,
+                                     db);
 }

@@ -468,7 +468,8 @@ void cg_bf16_weight_cache_limit(size_t bytes);
  * (cg_k_add_'s bits); *dx is then a new reference to acc. With out
  * within one k block of the product (cg_gemm_k_block), the product adds
  * into acc as it writes (beta 1), and no dx tensor is made (autograd's
- * cg_node_grad_acc). */
+ * cg_node_grad_acc). An operand that shares acc's memory (acc = x) is
+ * read as it was before the call (copied first). */
 bool cg_k_linear_backward(const cg_tensor *x, const cg_tensor *w, const cg_tensor *g,
                           cg_tensor *acc, cg_tensor **dx, cg_tensor **dw, cg_tensor **db);
 /* The same for y = act(x W^T + b) given what the forward saved: for relu

@@ -2613,6 +2613,39 @@ START_TEST(test_linear_backward_into)
 }
 END_TEST
 
+/* dx added into the input itself (acc = x) or into g (in == out): the
+ * weight's gradient reads x and g as they were before the call, bit for
+ * bit the gradients made apart (it read x with dx already added: wrong by
+ * hundreds, silently, whenever the product added into acc as it wrote). */
+START_TEST(test_linear_backward_acc_aliased)
+{
+    cg_rng rng = cg_rng_new(79);
+    for (int v = 0; v < 8; v++) {
+        const bool bf16 = v & 1, into_g = v & 2, relu = v & 4;
+        const int64_t N = 64, in = 48, out = 48;
+        cg_tensor *x = cg_randn(&rng, CG_SHAPE(N, in)), *w = cg_randn(&rng, CG_SHAPE(out, in));
+        cg_tensor *g = cg_randn(&rng, CG_SHAPE(N, out)), *mask = cg_k_relu_mask(g);
+        cg_set_matmul_precision(bf16 ? CG_PRECISION_BF16 : CG_PRECISION_FP32);
+        cg_tensor *want[3], *got[3];
+        ck_assert(relu ? cg_k_linear_act_backward(x, w, CG_K_ACT_RELU, mask, g, NULL, &want[0],
+                                                  &want[1], &want[2])
+                       : cg_k_linear_backward(x, w, g, NULL, &want[0], &want[1], &want[2]));
+        cg_tensor *sum = cg_k_clone(into_g ? g : x);
+        ck_assert(cg_k_add_(sum, want[0]));
+        cg_tensor *x2 = cg_k_clone(x), *g2 = cg_k_clone(g), *acc = into_g ? g2 : x2;
+        ck_assert(relu ? cg_k_linear_act_backward(x2, w, CG_K_ACT_RELU, mask, g2, acc, &got[0],
+                                                  &got[1], &got[2])
+                       : cg_k_linear_backward(x2, w, g2, acc, &got[0], &got[1], &got[2]));
+        ck_assert_msg(same_bits(acc, sum) && same_bits(got[1], want[1]) &&
+                          same_bits(got[2], want[2]),
+                      "%s, acc = %s, relu %d", bf16 ? "bf16" : "fp32", into_g ? "g" : "x", relu);
+        cg_set_matmul_precision(CG_PRECISION_FP32);
+        cg_release_all(10, x, w, g, mask, want[0], want[1], want[2], sum, x2, g2);
+        cg_release_all(3, got[0], got[1], got[2]);
+    }
+}
+END_TEST
+
 /* GELU (both forms) in bf16 precision keeps its input rounded to bf16
  * (the products' rounding) and not the input: the gradient is the kernel's
  * on the rounded input, bit for bit (in runs of 65,536 elements: 90,300
@@ -3288,6 +3321,7 @@ static Suite *bf16_suite(void)
     tcase_add_test(to, test_linear_dropout_backward);
     tcase_add_test(to, test_bias_grad_blocks);
     tcase_add_test(to, test_linear_backward_into);
+    tcase_add_test(to, test_linear_backward_acc_aliased);
     tcase_add_test(to, test_gelu_saves_bf16);
     tcase_add_test(to, test_attention_saves_bf16);
     tcase_add_test(to, test_attention_grad_layouts_bf16);
