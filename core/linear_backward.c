@@ -234,36 +234,6 @@ static cg_tensor *act_backward(const act_grad *ag, const cg_tensor *g)
 
 static bool linear_backward(const char *op, const cg_tensor *x, const cg_tensor *w,
                             const act_grad *ag, const cg_tensor *g, cg_tensor *acc, cg_tensor **dx,
-                            cg_tensor **dw, cg_tensor **db);
-
-/* linear_backward with the operands that share acc's memory (acc = x, or
- * g when in == out) read as they were before the call: dx is added into
- * acc while the weight's gradient still reads x and g */
-static bool linear_backward_unaliased(const char *op, const cg_tensor *x, const cg_tensor *w,
-                                      const act_grad *ag, const cg_tensor *g, cg_tensor *acc,
-                                      cg_tensor **dx, cg_tensor **dw, cg_tensor **db)
-{
-    if (!acc)
-        return linear_backward(op, x, w, ag, g, acc, dx, dw, db);
-    if (dx)
-        *dx = NULL;
-    if (dw)
-        *dw = NULL;
-    if (db)
-        *db = NULL;
-    cg_tensor *cx = NULL, *cw = NULL, *cg = NULL, *ct = NULL;
-    act_grad a = ag ? *ag : (act_grad){0};
-    bool ok = (x = cg_k_unaliased(acc, x, false, &cx)) &&
-              (w = cg_k_unaliased(acc, w, false, &cw)) &&
-              (g = cg_k_unaliased(acc, g, false, &cg)) &&
-              (!ag || (a.t = cg_k_unaliased(acc, ag->t, false, &ct)));
-    ok = ok && linear_backward(op, x, w, ag ? &a : NULL, g, acc, dx, dw, db);
-    cg_release_all(4, cx, cw, cg, ct);
-    return ok;
-}
-
-static bool linear_backward(const char *op, const cg_tensor *x, const cg_tensor *w,
-                            const act_grad *ag, const cg_tensor *g, cg_tensor *acc, cg_tensor **dx,
                             cg_tensor **dw, cg_tensor **db)
 {
     if (dx)
@@ -400,6 +370,32 @@ static bool linear_backward(const char *op, const cg_tensor *x, const cg_tensor 
     if (db)
         *db = gb;
     return true;
+}
+
+/* linear_backward with the operands that share acc's memory (acc = x, or
+ * g when in == out) read as they were before the call: dx is added into
+ * acc while the weight's gradient still reads x and g */
+static bool linear_backward_unaliased(const char *op, const cg_tensor *x, const cg_tensor *w,
+                                      const act_grad *ag, const cg_tensor *g, cg_tensor *acc,
+                                      cg_tensor **dx, cg_tensor **dw, cg_tensor **db)
+{
+    if (!acc)
+        return linear_backward(op, x, w, ag, g, acc, dx, dw, db);
+    if (dx)
+        *dx = NULL;
+    if (dw)
+        *dw = NULL;
+    if (db)
+        *db = NULL;
+    cg_tensor *cx = NULL, *cw = NULL, *cg = NULL, *ct = NULL;
+    act_grad a = ag ? *ag : (act_grad){0};
+    bool ok = (x = cg_k_unaliased(acc, x, false, &cx)) &&
+              (w = cg_k_unaliased(acc, w, false, &cw)) &&
+              (g = cg_k_unaliased(acc, g, false, &cg)) &&
+              (!ag || (a.t = cg_k_unaliased(acc, ag->t, false, &ct)));
+    ok = ok && linear_backward(op, x, w, ag ? &a : NULL, g, acc, dx, dw, db);
+    cg_release_all(4, cx, cw, cg, ct);
+    return ok;
 }
 
 bool cg_k_linear_backward(const cg_tensor *x, const cg_tensor *w, const cg_tensor *g,
