@@ -135,7 +135,10 @@ int64_t cg_sample(const float *logits, int64_t V, const cg_sample_config *cfg, c
         return -1;
     }
     for (int64_t i = 0; !greedy && i < V; i++) {
-        pi[i] = (prob_id){(double)(logits[i] / (float)o->temperature), i};
+        /* a masked logit stays masked: -inf / inf (a temperature past
+         * float's range) would be NaN */
+        const float l = logits[i] == -INFINITY ? -INFINITY : logits[i] / (float)o->temperature;
+        pi[i] = (prob_id){(double)l, i};
         greedy = !isfinite(pi[i].p) && isfinite(logits[i]);
     }
     if (greedy) {

@@ -8,7 +8,8 @@
  * whose mass reaches top_p, renormalised; then one uniform draw
  * (cg_rng_uniform_double) walks the cumulative sum in descending order
  * (ties: lower id first). Temperature 0 (or one so small that
- * logits / temperature overflow) is greedy: the first largest logit.
+ * logits / temperature overflow) is greedy: the first largest logit; one
+ * past float's range (inf) draws uniformly among the logits not masked.
  * Errors: -1 / false + cg_set_error, also for a NaN or +inf logit (a
  * diverged model) and for logits that are all -inf. */
 #ifndef CG_NN_SAMPLE_H

@@ -786,6 +786,22 @@ START_TEST(test_sample)
     const float masked[3] = {-INFINITY, 2, -INFINITY};
     c = (cg_sample_config){.temperature = 1, .top_p = 1};
     ck_assert_int_eq(cg_sample(masked, 3, &c, &r1), 1);
+    /* a temperature past float's range (inf, 1e300): the limit, uniform over
+     * the logits that are not masked; a masked one is never drawn (-inf /
+     * inf was NaN, and every draw took a masked id) */
+    const float masked4[4] = {1, 2, -INFINITY, 0.5f};
+    for (int h = 0; h < 2; h++) {
+        c = (cg_sample_config){.temperature = h ? INFINITY : 1e300, .top_p = 1};
+        int hot[4] = {0};
+        for (int i = 0; i < 300; i++) {
+            int64_t a = cg_sample(masked4, 4, &c, &r1);
+            ck_assert_msg(a >= 0 && a < 4 && a != 2, "temperature %g drew %lld", c.temperature,
+                          (long long)a);
+            hot[a]++;
+        }
+        ck_assert_msg(hot[0] > 60 && hot[1] > 60 && hot[3] > 60, "%d %d %d", hot[0], hot[1],
+                      hot[3]);
+    }
     /* the check alone (decoding's too), on its bit test: every NaN (either
      * sign, any payload) and +inf fail at the first one, in a row long
      * enough for the vector pass and its tail; -inf, FLT_MAX, subnormals
