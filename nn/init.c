@@ -25,8 +25,9 @@ bool cg_init_normal_(cg_tensor *t, cg_rng *rng, float mean, float std)
         cg_error_null_input("cg_init_normal_");
         return false;
     }
-    if (!(std >= 0.0f)) {
-        cg_set_error("init normal: std must be >= 0 (got %g)", (double)std);
+    if (!(std >= 0.0f) || !isfinite(std) || !isfinite(mean)) {
+        cg_set_error("init normal: need a finite mean and a finite std >= 0 (got %g, %g)",
+                     (double)mean, (double)std);
         return false;
     }
     return rng == &skip_rng || cg_normal_(t, rng, mean, std);
@@ -38,8 +39,8 @@ bool cg_init_uniform_(cg_tensor *t, cg_rng *rng, float lo, float hi)
         cg_error_null_input("cg_init_uniform_");
         return false;
     }
-    if (!(lo <= hi)) {
-        cg_set_error("init uniform: need lo <= hi (got %g, %g)", (double)lo, (double)hi);
+    if (!(lo <= hi) || !isfinite(lo) || !isfinite(hi)) {
+        cg_set_error("init uniform: need finite lo <= hi (got %g, %g)", (double)lo, (double)hi);
         return false;
     }
     return rng == &skip_rng || cg_uniform_(t, rng, lo, hi);
@@ -65,6 +66,15 @@ static bool fans(const char *op, const cg_tensor *t, double *fan_in, double *fan
     return true;
 }
 
+/* A gain that makes a distribution: torch.nn.init refuses the others at
+ * its uniform_ or normal_. */
+static bool gain_ok(const char *op, float gain)
+{
+    if (!(gain >= 0.0f) || !isfinite(gain))
+        cg_set_error("%s: gain must be finite and >= 0 (got %g)", op, (double)gain);
+    return gain >= 0.0f && isfinite(gain);
+}
+
 /* The bounds as torch.nn.init computes them in Python (doubles). */
 static double xavier_bound(double fan_in, double fan_out, double gain)
 {
@@ -79,7 +89,8 @@ static double kaiming_bound(double fan_in, double a)
 bool cg_init_xavier_uniform_(cg_tensor *t, cg_rng *rng, float gain)
 {
     double fi, fo;
-    if (!t || !need_rng("init xavier_uniform", rng) || !fans("init xavier_uniform", t, &fi, &fo)) {
+    if (!t || !need_rng("init xavier_uniform", rng) || !fans("init xavier_uniform", t, &fi, &fo) ||
+        !gain_ok("init xavier_uniform", gain)) {
         cg_error_null_input("cg_init_xavier_uniform_");
         return false;
     }
@@ -106,7 +117,8 @@ bool cg_init_kaiming_uniform_(cg_tensor *t, cg_rng *rng, double a)
 bool cg_init_xavier_normal_(cg_tensor *t, cg_rng *rng, float gain)
 {
     double fi, fo;
-    if (!t || !need_rng("init xavier_normal", rng) || !fans("init xavier_normal", t, &fi, &fo)) {
+    if (!t || !need_rng("init xavier_normal", rng) || !fans("init xavier_normal", t, &fi, &fo) ||
+        !gain_ok("init xavier_normal", gain)) {
         cg_error_null_input("cg_init_xavier_normal_");
         return false;
     }

@@ -14,15 +14,15 @@ extern "C" {
 
 bool cg_init_zeros_(cg_tensor *t);
 bool cg_init_ones_(cg_tensor *t);
-/* N(mean, std) */
+/* N(mean, std): mean and std finite, std >= 0 */
 bool cg_init_normal_(cg_tensor *t, cg_rng *rng, float mean, float std);
-/* U[lo, hi) */
+/* U[lo, hi): lo <= hi, both finite */
 bool cg_init_uniform_(cg_tensor *t, cg_rng *rng, float lo, float hi);
 /* Xavier/Glorot uniform: U(-a, a), a = sqrt(3) * gain * sqrt(2 / (fan_in +
  * fan_out)) (computed in double as torch.nn.init.xavier_uniform_ does),
  * with fan_in = shape[1] * r and fan_out = shape[0] * r, r the product of
  * shape[2:] (PyTorch's convention; a Linear weight [out, in] has fan_in =
- * in). Needs ndim >= 2. */
+ * in). Needs ndim >= 2 and a finite gain >= 0 (both xavier functions). */
 bool cg_init_xavier_uniform_(cg_tensor *t, cg_rng *rng, float gain);
 /* Xavier normal: N(0, gain * sqrt(2 / (fan_in + fan_out))). */
 bool cg_init_xavier_normal_(cg_tensor *t, cg_rng *rng, float gain);

@@ -937,7 +937,7 @@ START_TEST(test_init_skip)
               cg_init_kaiming_uniform_(t, skip, 2.0));
     CG_ASSERT_TENSOR(t, x, 0, 0);
     ck_assert(!cg_init_normal_(t, skip, 0.0f, -1.0f)); /* the arguments are still checked */
-    ck_assert(strstr(cg_last_error(), "std must be >= 0") != NULL);
+    ck_assert(strstr(cg_last_error(), "finite std >= 0") != NULL);
     ck_assert(!cg_init_uniform_(t, skip, 1.0f, -1.0f));
     ck_assert(skip->seed == before.seed && skip->counter == before.counter);
     cg_release(t);
@@ -995,6 +995,35 @@ START_TEST(test_init)
     free(w1);
     cg_module_free(CG_MODULE(m1));
     cg_module_free(CG_MODULE(m2));
+}
+END_TEST
+
+/* Arguments that make no distribution are refused and change nothing, as
+ * torch.nn.init refuses them (uniform_: "from is out of bounds for float",
+ * "expects to return a [from, to) range"; normal_: "expects std >= 0"):
+ * a NaN or negative gain, an infinite bound, a non-finite mean or std.
+ * They wrote NaN or infinite weights, or U(b, -b), and returned true. */
+START_TEST(test_init_bad_arguments)
+{
+    cg_rng r = cg_rng_new(5);
+    float x[6] = {1, -2, 3, 0.5f, 7, -1};
+    cg_tensor *t = cg_from_data(CG_SHAPE(2, 3), x);
+    const float bad_gain[] = {NAN, INFINITY, -1.0f};
+    for (int i = 0; i < 3; i++) {
+        CG_ASSERT_REFUSED(!cg_init_xavier_uniform_(t, &r, bad_gain[i]), "gain");
+        CG_ASSERT_REFUSED(!cg_init_xavier_normal_(t, &r, bad_gain[i]), "gain");
+    }
+    CG_ASSERT_REFUSED(!cg_init_uniform_(t, &r, -INFINITY, 1.0f), "finite");
+    CG_ASSERT_REFUSED(!cg_init_uniform_(t, &r, 0.0f, INFINITY), "finite");
+    CG_ASSERT_REFUSED(!cg_init_uniform_(t, &r, NAN, 1.0f), "init uniform");
+    CG_ASSERT_REFUSED(!cg_init_normal_(t, &r, 0.0f, INFINITY), "finite");
+    CG_ASSERT_REFUSED(!cg_init_normal_(t, &r, NAN, 1.0f), "finite");
+    CG_ASSERT_REFUSED(!cg_init_normal_(t, &r, INFINITY, 1.0f), "finite");
+    CG_ASSERT_TENSOR(t, x, 0, 0);
+    ck_assert(cg_init_xavier_uniform_(t, &r, 0.0f)); /* gain 0: zeros, as in PyTorch */
+    float zero[6] = {0};
+    CG_ASSERT_TENSOR(t, zero, 0, 0);
+    cg_release(t);
 }
 END_TEST
 
@@ -2500,6 +2529,7 @@ static Suite *nn_suite(void)
     tcase_add_test(reg, test_init);
     tcase_add_test(reg, test_init_skip);
     tcase_add_test(reg, test_reset_parameters);
+    tcase_add_test(reg, test_init_bad_arguments);
     tcase_add_test(reg, test_save_load);
     tcase_add_test(reg, test_load_strict);
     suite_add_tcase(s, reg);
