@@ -88,6 +88,7 @@ struct cg_scope {
     scope_ref *x;
     int64_t nx, capx;
     cg_scope *parent;
+    uint64_t id; /* cg_scope_id: never the same twice */
 };
 
 static _Thread_local cg_scope *g_scope;
@@ -172,9 +173,23 @@ cg_scope *cg_scope_begin(void)
         cg_set_error("scope_begin: out of memory");
         return NULL;
     }
+    static uint64_t next_id; /* atomic */
+    s->id = __atomic_add_fetch(&next_id, 1, __ATOMIC_RELAXED);
     s->parent = g_scope;
     g_scope = s;
     return s;
+}
+
+uint64_t cg_scope_id(const cg_scope *s) { return s ? s->id : 0; }
+
+bool cg_scope_end_id(uint64_t id)
+{
+    for (cg_scope *p = g_scope; id && p; p = p->parent)
+        if (p->id == id) {
+            cg_scope_end(p);
+            return true;
+        }
+    return false;
 }
 
 cg_tensor *cg_keep(cg_tensor *t)

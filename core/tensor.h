@@ -157,6 +157,14 @@ typedef struct cg_scope cg_scope;
 cg_scope *cg_scope_begin(void);
 /* Give back every reference of the scope (see above) and close it. */
 void cg_scope_end(cg_scope *s);
+/* For an owner that opens a scope and ends it later (nn/data.h's loader),
+ * when an outer scope may have ended it meanwhile (ending an outer one
+ * ends the inner ones): cg_scope_id names s for good (no later scope has
+ * its number, whatever address it gets; NULL: 0), and cg_scope_end_id
+ * ends the scope of that number if it is still open on this thread
+ * (true), else does nothing (false, no error). */
+uint64_t cg_scope_id(const cg_scope *s);
+bool cg_scope_end_id(uint64_t id);
 /* One reference to t outlives the innermost scope. Returns t. */
 cg_tensor *cg_keep(cg_tensor *t);
 /* A reference to t is held by a long-lived owner (no scope releases it). */

@@ -322,17 +322,26 @@ static bool collate(cg_loader *ld, int64_t n)
     return ld->x && (ld->y || !ld->labels);
 }
 
+/* The previous batch and what was made from it: its scope, unless an
+ * outer one (another loader's, the caller's) ended it first, then the
+ * loader's own references to the batch. */
+static void end_batch(cg_loader *ld)
+{
+    cg_scope_end_id(ld->scope_id);
+    ld->scope_id = 0;
+    cg_tensor *own[3] = {ld->x, ld->y, ld->mask};
+    for (int k = 0; k < 3; k++)
+        cg_release_held(own[k]);
+    ld->x = ld->y = ld->mask = NULL;
+}
+
 bool cg_loader_next(cg_loader *ld)
 {
     if (!ld) {
         cg_error_null_input("cg_loader_next");
         return false;
     }
-    if (ld->scope) { /* the previous batch and what was made from it */
-        cg_scope_end(ld->scope);
-        ld->scope = NULL;
-    }
-    ld->x = ld->y = ld->mask = NULL;
+    end_batch(ld);
     ld->n = 0;
     ld->failed = false;
     if (ld->pos >= ld->N && ld->perm) { /* end of an epoch */
@@ -345,10 +354,18 @@ bool cg_loader_next(cg_loader *ld)
         return false;
     }
     int64_t n = ld->N - ld->pos < ld->B ? ld->N - ld->pos : ld->B;
-    if (!(ld->scope = cg_scope_begin()) || !collate(ld, n)) {
+    cg_scope *s = cg_scope_begin();
+    ld->scope_id = cg_scope_id(s);
+    if (!s || !collate(ld, n)) {
+        ld->x = ld->y = ld->mask = NULL; /* what was made dies with the scope */
         ld->failed = true;
         return false;
     }
+    /* the batch lives to this loader's next call, also when an outer
+     * scope ends this one first (a second loader's inside the first's) */
+    cg_retain_held(ld->x);
+    cg_retain_held(ld->y);
+    cg_retain_held(ld->mask);
     ld->n = n;
     ld->pos += n;
     return true;
@@ -358,8 +375,7 @@ void cg_loader_free(cg_loader *ld)
 {
     if (!ld)
         return;
-    if (ld->scope)
-        cg_scope_end(ld->scope);
+    end_batch(ld);
     for (int64_t i = 0; ld->seqs && i < ld->N; i++) {
         cg_release_held(ld->seqs[i]);
     }

@@ -61,7 +61,10 @@ cg_tensor *cg_pad_sequence(int64_t n, cg_tensor *const *seqs, double pad, cg_ten
  * Each batch runs in its own scope (core/tensor.h): cg_loader_next ends
  * the previous batch's scope, so ld->x, ld->y, ld->mask and every tensor
  * made for that batch die at the next call (cg_keep one to pass it on),
- * and opens a new one. Leaving the loop early (break): cg_loader_free ends
+ * and opens a new one. A batch lives to its own loader's next call also
+ * when a scope around its own ends first: two loaders in one loop (b's
+ * scope inside a's, which a's next call ends), a loop left early inside a
+ * scope of the caller's. Leaving the loop early (break): cg_loader_free ends
  * the scope. The data are retained, not copied. rng is borrowed (NULL: no
  * shuffle, rows in order). */
 typedef struct {
@@ -76,7 +79,7 @@ typedef struct {
     double pad;
     int64_t *perm, N, B, pos;
     cg_rng *rng;
-    cg_scope *scope;
+    uint64_t scope_id; /* the batch's scope (cg_scope_id) */
 } cg_loader;
 
 /* x: [N, ...] with N >= 1, y: [N, ...] or NULL (inputs alone, as

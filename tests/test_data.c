@@ -160,6 +160,47 @@ START_TEST(test_loader_without_labels)
 }
 END_TEST
 
+/* Two loaders in one loop (PyTorch's zip(a, b), or b drawn every other
+ * step of a): each batch lives to its own loader's next call. b's scope
+ * opened inside a's, so a's next call (which ends a's scope, and with it
+ * the inner ones) freed b's batch, which b still published (a use after
+ * free), and b's next call then ended a scope that was gone ("scope_end:
+ * the scope is not open on this thread", or, had the address been reused,
+ * someone else's). */
+START_TEST(test_two_loaders_interleaved)
+{
+    cg_rng r = cg_rng_new(4);
+    cg_tensor *xa = cg_arange_dtype(CG_F32, 0, 8, 1), *xb = cg_arange_dtype(CG_F32, 100, 108, 1);
+    cg_loader *a = cg_loader_new(xa, NULL, 2, &r), *b = cg_loader_new(xb, NULL, 4, &r);
+    ck_assert(a && b);
+    cg_clear_error();
+    ck_assert(cg_loader_next(a) && cg_loader_next(b));
+    float b0 = cg_data(b->x)[0];
+    for (int step = 0; step < 3; step++) { /* b's batch serves three steps of a */
+        cg_tensor *t = cg_add(a->x, a->x);
+        ck_assert(cg_loader_next(a));
+        ck_assert(cg_data(b->x)[0] == b0 && b->x->shape[0] == 4);
+        cg_tensor *u = cg_add(b->x, b->x); /* made in a's new scope */
+        ck_assert(u && cg_data(u)[0] == 2 * b0);
+        (void)t;
+    }
+    ck_assert(cg_loader_next(b) && cg_data(b->x)[0] >= 100);
+    ck_assert_msg(!cg_has_error(), "%s", cg_last_error());
+    while (cg_loader_next(a) && cg_loader_next(b)) /* zipped: until one epoch ends */
+        ck_assert(a->x && b->x);
+    ck_assert_msg(!cg_has_error(), "%s", cg_last_error());
+    cg_scope *outer = cg_scope_begin(); /* a loop left early, its scope ended by an outer one */
+    ck_assert(cg_loader_next(a) || cg_loader_next(a)); /* (after an epoch's end) */
+    ck_assert(cg_loader_next(b) || cg_loader_next(b));
+    cg_scope_end(outer);
+    ck_assert(b->x->shape[0] == 4 && cg_data(b->x)[0] >= 100);
+    cg_loader_free(b);
+    cg_loader_free(a);
+    ck_assert_msg(!cg_has_error(), "%s", cg_last_error());
+    cg_release_all(2, xa, xb);
+}
+END_TEST
+
 /* What a new user gets wrong, refused in one line naming the argument. */
 START_TEST(test_data_refusals)
 {
@@ -196,6 +237,7 @@ static Suite *data_suite(void)
     tcase_add_test(tc, test_loader_over_sequences);
     tcase_add_test(tc, test_loader_float_targets);
     tcase_add_test(tc, test_data_refusals);
+    tcase_add_test(tc, test_two_loaders_interleaved);
     suite_add_tcase(s, tc);
     return s;
 }

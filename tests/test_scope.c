@@ -116,6 +116,26 @@ static void check_grad(cg_tensor *x, const float *want)
 
 /* Every shape of nesting, with graphs that cross scopes; run under ASan
  * (meson test -C build-asan test_scope): each case frees exactly once. */
+/* cg_scope_end_id: ends a scope by its number while it is open, and
+ * nothing once an outer scope has ended it, even when a new scope took its
+ * address. */
+START_TEST(test_scope_end_by_id)
+{
+    cg_scope *outer = cg_scope_begin(), *inner = cg_scope_begin();
+    uint64_t id = cg_scope_id(inner);
+    ck_assert(id != 0 && id != cg_scope_id(outer) && cg_scope_id(NULL) == 0);
+    cg_scope_end(outer); /* ends inner too; the next two may take their addresses */
+    cg_scope *again = cg_scope_begin(), *again2 = cg_scope_begin();
+    cg_tensor *t = cg_ones(1, (int64_t[]){3});
+    cg_clear_error();
+    ck_assert(!cg_scope_end_id(id) && !cg_has_error());
+    ck_assert(cg_data(t)[2] == 1.0f); /* the new scopes are untouched */
+    ck_assert(cg_scope_end_id(cg_scope_id(again2)));
+    ck_assert(!cg_scope_end_id(0));
+    cg_scope_end(again);
+}
+END_TEST
+
 START_TEST(test_scope_nested_graphs)
 {
     int64_t live0 = cg_live_tensors();
@@ -345,6 +365,7 @@ static Suite *scope_suite(void)
     TCase *tc = tcase_create("scope");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_scope_frees_what_it_made);
+    tcase_add_test(tc, test_scope_end_by_id);
     tcase_add_test(tc, test_scope_keep_and_nesting);
     tcase_add_test(tc, test_scope_nested_graphs);
     tcase_add_test(tc, test_scope_nested_module_forward);
