@@ -194,8 +194,13 @@ int64_t cg_sample(const float *logits, int64_t V, const cg_sample_config *cfg, c
         for (int64_t i = 0; i < keep; i++)
             pi[i].p /= sum;
     }
+    /* u past the rounded total: the last kept id with mass (sorted
+     * descending, a masked logit's 0 comes last) */
+    int64_t last = keep - 1;
+    while (last > 0 && !(pi[last].p > 0))
+        last--;
     double u = cg_rng_uniform_double(rng), cum = 0;
-    int64_t id = pi[keep - 1].id;
+    int64_t id = pi[last].id;
     for (int64_t i = 0; i < keep; i++) {
         cum += pi[i].p;
         if (u < cum) {
