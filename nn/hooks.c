@@ -169,7 +169,8 @@ cg_tensor *cg_module_call(cg_module *m, cg_forward_fn fn, int n_in, cg_tensor *c
                              m->type, i + 1);
             cg_release(y);
             y = NULL;
-        }
+        } else if (!y)
+            cg_set_error("%s: forward hook %d left no output", m->type, i + 1);
     }
     for (int i = 0; i < n_in; i++)
         cg_release(x[i]);

@@ -261,7 +261,8 @@ void cg_module_requires_grad(cg_module *m, bool on);
  *              reference (e.g. cg_muls(in[0], 2) after cg_release(in[0])).
  *   post hook: sees the inputs and the output *out; may replace *out the
  *              same way (release it, store a new reference). To keep the
- *              output, leave it.
+ *              output, leave it. (Leaving NULL there fails the call:
+ *              "forward hook K left no output".)
  * Both return false (+ cg_set_error) to fail the call: the forward then
  * returns NULL. Hooks run in registration order, pre hooks before the
  * forward, post hooks after it, in train and eval mode, with or without

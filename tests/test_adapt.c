@@ -90,6 +90,16 @@ static bool refuse_output_quietly(void *ctx, cg_module *m, int n_in, cg_tensor *
     return false;
 }
 
+/* A forward hook that drops the output (gives its reference back) and
+ * returns true. */
+static bool drop_output(void *ctx, cg_module *m, int n_in, cg_tensor *const *in, cg_tensor **out)
+{
+    (void)ctx, (void)m, (void)n_in, (void)in;
+    cg_release(*out);
+    *out = NULL;
+    return true;
+}
+
 static int freed;
 static void count_free(void *ctx)
 {
@@ -133,6 +143,10 @@ START_TEST(test_hook_post_pre_remove)
     f = cg_module_register_forward_hook(CG_MODULE(l), refuse_output_quietly, NULL, NULL);
     CG_ASSERT_FAILS(cg_linear_forward(l, x),
                     "Linear: forward hook 1 returned false without recording a reason");
+    ck_assert(cg_hook_remove(&f));
+    /* one that leaves no output but returns true: named too */
+    f = cg_module_register_forward_hook(CG_MODULE(l), drop_output, NULL, NULL);
+    CG_ASSERT_FAILS(cg_linear_forward(l, x), "Linear: forward hook 1 left no output");
     ck_assert(cg_hook_remove(&f));
     /* hooks still registered are freed with the module */
     cg_module_register_forward_hook(CG_MODULE(l), double_output, NULL, count_free);
