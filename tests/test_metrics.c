@@ -586,6 +586,24 @@ START_TEST(test_heatmap_png)
 }
 END_TEST
 
+/* Panels of one token (a one-character prompt, an empty translation's
+ * decoder): the one cell is filled with its colour (PLplot filled nothing
+ * of a cell widened past the map on both sides). */
+START_TEST(test_heatmap_one_cell)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/one.png", plot_dir);
+    float v[2] = {1.0f, 1.0f};
+    const char *lab[] = {"\xe2\x96\x81Stra\xc3\x9f"
+                         "e"};
+    ck_assert_msg(cg_plot_attention(path, "t", 1, 2, 1, 1, v, lab, lab), "%s", cg_last_error());
+    image_t im = read_png(path);
+    ck_assert_int_ge(count_color(&im, 0xFDE725), 2 * 15 * 15);
+    free(im.rgb);
+    ck_assert_int_eq(dir_entries(), 1);
+}
+END_TEST
+
 /* ------------------------------------------------------------ SVG */
 
 static char *read_all(const char *path, size_t *len)
@@ -941,6 +959,7 @@ static Suite *plot_suite(void)
     tcase_add_test(tc, test_plot_apart);
     tcase_add_test(tc, test_loss_curve_png);
     tcase_add_test(tc, test_heatmap_png);
+    tcase_add_test(tc, test_heatmap_one_cell);
     tcase_add_test(tc, test_svg);
     tcase_add_test(tc, test_plot_bad_input);
     suite_add_tcase(s, tc);

@@ -179,14 +179,16 @@ static void heat_panel(const heat *h, const pl_out *out, const cg_heatmap_panel 
     cg_plot_vp_px(out, mx, my, mx + P->cols * cell, my + P->rows * cell);
     plwind(0, P->cols, P->rows, 0);
     /* cells in row-major order, each widened by half a pixel to the
-     * right and down so that anti-aliased edges leave no seams */
+     * right and down so that anti-aliased edges leave no seams, but not
+     * past the map (PLplot fills nothing of a polygon that encloses the
+     * whole window: a 1 x 1 map stayed blank) */
     double e = 0.5 / cell;
     for (int r = 0; r < P->rows; r++) {
         for (int k = 0; k < P->cols; k++) {
             float v = P->values[(size_t)r * (size_t)P->cols + (size_t)k];
             cg_plot_use_color(isfinite(v) ? cg_plot_colormap((float)((v - h->lo) / (h->hi - h->lo)))
                                           : (uint32_t)NAN_GREY);
-            fill_rect(k, r, k + 1 + e, r + 1 + e);
+            fill_rect(k, r, fmin(k + 1 + e, P->cols), fmin(r + 1 + e, P->rows));
         }
     }
     plcol0(C_AXIS);
