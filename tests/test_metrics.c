@@ -586,9 +586,42 @@ START_TEST(test_heatmap_png)
 }
 END_TEST
 
+/* Pixels near rgb (count_near's distance) in columns [x0, x1). */
+static int count_near_box(const image_t *im, uint32_t rgb, int tol, int x0, int x1)
+{
+    int n = 0;
+    for (int y = 0; y < im->h; y++) {
+        for (int x = x0; x < x1; x++) {
+            uint32_t p = pixel(im, x, y);
+            int d = 0;
+            for (int k = 0; k < 24; k += 8)
+                d += abs((int)((p >> k) & 0xFF) - (int)((rgb >> k) & 0xFF));
+            n += d <= tol;
+        }
+    }
+    return n;
+}
+
+/* The bounding box of the pixels of exactly rgb in columns [x0, x1). */
+static void color_box(const image_t *im, uint32_t rgb, int x0, int x1, int box[4])
+{
+    box[0] = box[1] = INT32_MAX;
+    box[2] = box[3] = -1;
+    for (int y = 0; y < im->h; y++)
+        for (int x = x0; x < x1; x++)
+            if (pixel(im, x, y) == rgb) {
+                box[0] = x < box[0] ? x : box[0];
+                box[1] = y < box[1] ? y : box[1];
+                box[2] = x > box[2] ? x : box[2];
+                box[3] = y > box[3] ? y : box[3];
+            }
+}
+
 /* Panels of one token (a one-character prompt, an empty translation's
  * decoder): the one cell is filled with its colour (PLplot filled nothing
- * of a cell widened past the map on both sides). */
+ * of a cell widened past the map on both sides), and the last panel's
+ * title, wider than its map, stays clear of the colour bar (it ran over
+ * it by the width of the row labels). */
 START_TEST(test_heatmap_one_cell)
 {
     char path[512];
@@ -599,6 +632,20 @@ START_TEST(test_heatmap_one_cell)
     ck_assert_msg(cg_plot_attention(path, "t", 1, 2, 1, 1, v, lab, lab), "%s", cg_last_error());
     image_t im = read_png(path);
     ck_assert_int_ge(count_color(&im, 0xFDE725), 2 * 15 * 15);
+    /* the two maps (the first in the left third of the picture) */
+    int a[4], b[4];
+    color_box(&im, 0xFDE725, 0, im.w / 3, a);
+    color_box(&im, 0xFDE725, a[2] + 1, im.w, b);
+    ck_assert_int_ge(a[2], 0);
+    ck_assert_int_ge(b[2], 0);
+    /* the colour bar right of them: its first column */
+    int bar = b[2] + 1;
+    while (bar < im.w && count_near_box(&im, cg_plot_colormap(0.5f), 30, bar, bar + 1) == 0)
+        bar++;
+    ck_assert_int_lt(bar, im.w);
+    /* the title band above the maps: no title over the colour bar */
+    ck_assert_msg(count_dark(&im, bar - 2, a[1] - 16, bar + 16, a[1] - 1) == 0,
+                  "a panel title runs over the colour bar (at x = %d)", bar);
     free(im.rgb);
     ck_assert_int_eq(dir_entries(), 1);
 }

@@ -147,8 +147,9 @@ static bool heat_layout(heat *h, const char *who, const char *title, int grid_ro
     double map_w = h->max_cols * cell, map_h = h->max_rows * cell;
     h->slot_w = h->rlab_w + map_w;
     h->slot_h = h->title_h + map_h + h->clab_h;
-    if (cg_plot_text_w(h->tlen, HEAT_FS_PANEL) > h->slot_w)
-        h->slot_w = cg_plot_text_w(h->tlen, HEAT_FS_PANEL);
+    /* a panel's title starts at its map, right of the row labels */
+    if (h->rlab_w + cg_plot_text_w(h->tlen, HEAT_FS_PANEL) > h->slot_w)
+        h->slot_w = h->rlab_w + cg_plot_text_w(h->tlen, HEAT_FS_PANEL);
     const double gap = HEAT_GAP, margin = HEAT_MARGIN;
     h->title_chars = cg_plot_text(title, 120, h->title);
     h->head_h = h->title_chars > 0 ? HEAT_FS_TITLE * 2.4 : 0;
