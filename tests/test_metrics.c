@@ -843,6 +843,47 @@ START_TEST(test_svg)
 }
 END_TEST
 
+/* Tick labels that differ by less than 3 significant digits: a flat loss
+ * (a model that learns nothing: ln V with float noise) or steps past 10^7
+ * read "2.3" or "1e+09" at every tick. Each tick's label is its own. */
+START_TEST(test_tick_labels_distinct)
+{
+    char path[512], err[200];
+    static char texts[1 << 16];
+    size_t len;
+    snprintf(path, sizeof path, "%s/flat.svg", plot_dir);
+    enum { N = 50 };
+    float x[N], y[N];
+    for (int i = 0; i < N; i++) {
+        x[i] = 1e9f + 64.0f * (float)i; /* steps of a long run, 64 apart in float */
+        y[i] = 2.302585f + (float)(i % 3) * 1e-6f;
+    }
+    cg_plot_series s = {"train", x, y, N, 0, 0, 0};
+    ck_assert_msg(cg_plot_loss_curve(path, NULL, 1, &s), "%s", cg_last_error());
+    char *b = read_all(path, &len);
+    ck_assert_msg(xml_check(b, texts, sizeof texts, err, sizeof err) > 10, "%s", err);
+    /* the labels: every text but the axis names and the legend */
+    const char *lab[64];
+    int n = 0, ny = 0, nx = 0;
+    for (char *p = texts, *e; *p && n < 64; p = e + 1) {
+        e = strchr(p, '\n');
+        ck_assert_ptr_nonnull(e);
+        *e = '\0';
+        if (strcmp(p, "step") && strcmp(p, "loss") && strcmp(p, "train") && *p) {
+            ny += strncmp(p, "2.3", 3) == 0;
+            nx += strncmp(p, "1", 1) == 0;
+            lab[n++] = p;
+        }
+    }
+    ck_assert_int_ge(ny, 3);
+    ck_assert_int_ge(nx, 3);
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++)
+            ck_assert_msg(strcmp(lab[i], lab[j]) != 0, "two ticks are labelled '%s'", lab[i]);
+    free(b);
+}
+END_TEST
+
 /* PLplot keeps global state: many pictures in one process (more than its
  * 100 streams), the caller's stream left current, nothing printed on
  * stdout or stderr, and two threads drawing at once. */
@@ -1008,6 +1049,7 @@ static Suite *plot_suite(void)
     tcase_add_test(tc, test_heatmap_png);
     tcase_add_test(tc, test_heatmap_one_cell);
     tcase_add_test(tc, test_svg);
+    tcase_add_test(tc, test_tick_labels_distinct);
     tcase_add_test(tc, test_plot_bad_input);
     suite_add_tcase(s, tc);
     return s;

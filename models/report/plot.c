@@ -468,17 +468,19 @@ static int decimals_for(double step)
 }
 
 /* Tick labels of a linear axis: as many decimals as the step needs; large
- * round numbers as 12k; very small steps and very large values in %g form.
- * data points to the step. */
+ * round numbers as 12k; very small steps and very large values in %g form,
+ * with the significant digits that tell v from its neighbours v +- step
+ * (at least 3). data points to the step. */
 void cg_plot_label_linear(PLINT axis, PLFLT v, char *s, PLINT len, PLPointer data)
 {
     (void)axis;
     double step = *(const double *)data;
     if (fabs(v) < step * 1e-6)
         v = 0;
-    if (step < 1e-3 || fabs(v) >= 1e7)
-        snprintf(s, (size_t)len, "%.3g", v);
-    else if (fabs(v) >= 10000 && step >= 1000 && fmod(v, 1000) == 0)
+    if (step < 1e-3 || fabs(v) >= 1e7) {
+        int digits = v != 0 ? (int)floor(log10(fabs(v))) - (int)floor(log10(step) + 1e-9) + 1 : 1;
+        snprintf(s, (size_t)len, "%.*g", digits < 3 ? 3 : digits > 17 ? 17 : digits, v);
+    } else if (fabs(v) >= 10000 && step >= 1000 && fmod(v, 1000) == 0)
         snprintf(s, (size_t)len, "%.0fk", v / 1000);
     else
         snprintf(s, (size_t)len, "%.*f", decimals_for(step), v);
