@@ -96,6 +96,10 @@ got="$(field m.json best_step) $(field m.json best_val_loss) $(field m.json step
   --max-tokens 200 --valid-size 20 --test-size 20 --test-limit 2 --threads 1 --eval-every 3 \
   --steps 9 --keep-best --out q.st >q.json 2>q.log || fail "seq2seq: $(tail -1 q.log)"
 read -r qbest _ _ <<<"$(from_log q.st.metrics.jsonl 0)"
+# the evaluation lines' epoch is a count, as the JSON line's "epochs" (was 1.00)
+python3 -c 'import json,sys; e=[json.loads(l) for l in open(sys.argv[1])]; e=[x["epoch"] for x in e if "val_loss" in x]; sys.exit(not e or not all(type(x) is int for x in e))' q.st.metrics.jsonl &&
+  echo "ok: seq2seq's metrics log: epoch an integer" ||
+  fail "seq2seq's metrics log: epoch $(grep -o '"epoch": [^,}]*' q.st.metrics.jsonl | head -1)"
 [ -n "$qbest" ] && [ "$(field q.json best_step)" = "$qbest" ] && [ "$(meta q.st.best.safetensors step)" = "$qbest" ] &&
   echo "ok: seq2seq --keep-best: the best checkpoint is step $qbest's" ||
   fail "seq2seq: JSON best $(field q.json best_step), log $qbest, file $(meta q.st.best.safetensors step)"

@@ -216,7 +216,8 @@ static int evaluate(run_ctx *c, int64_t step)
     cg_json_put_num(j, "train_loss", "%.6f", e.train);
     cg_json_put_num(j, "val_loss", "%.6f", e.val);
     for (int i = 0; i < e.n_extra; i++)
-        put_fixed(j, e.extra[i].key, e.extra[i].value, e.extra[i].decimals + 2);
+        put_fixed(j, e.extra[i].key, e.extra[i].value, /* a count (epoch) stays one */
+                  e.extra[i].decimals > 0 ? e.extra[i].decimals + 2 : 0);
     metrics_line(c, j);
     return -1;
 }
