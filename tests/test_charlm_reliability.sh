@@ -17,6 +17,7 @@
 #      tensor named, exit non-zero, and the last checkpoint is not overwritten
 #   5. --precision bf16: bit-identical resume, kept by the checkpoint
 #      (resume, eval), refused on resume
+#   6. sample --attention: the last 32 tokens drawn in their context
 #   test_charlm_reliability.sh CHARLM CKPT_WRITER
 set -euo pipefail
 charlm=$1
@@ -308,3 +309,16 @@ rc=0
 "$charlm" train "${model[@]}" --precision fp16 --steps 2 --out y.st >/dev/null 2>bad.log || rc=$?
 [ "$rc" -eq 2 ] && grep -q -- '--precision' bad.log || fail "--precision fp16: exit $rc: $(cat bad.log)"
 echo "refused: $(tail -1 refuse.log)"
+
+# 6. sample --attention draws the last (up to 32) tokens as the model sees
+# them, in their context (a window of T = 48 here): the first of them
+# attends to the tokens before it too. A fresh forward over the 32 alone
+# gave that query weight 1 on itself in every head (#FDE725, the top of
+# the scale; an untrained model's weights are near uniform).
+"$charlm" train "${model[@]}" --T 48 --steps 1 --out at.st >/dev/null 2>at.log ||
+  fail "training (T 48) failed: $(tail -1 at.log)"
+"$charlm" sample --ckpt at.st --prompt "call me ishmael some years ago never mind how" --length 0 \
+  --attention at.svg >/dev/null 2>at.log || fail "sample --attention: $(tail -1 at.log)"
+n=$(grep -c 'fill="#FDE725"' at.svg || true)
+[ "$n" -eq 0 ] || fail "sample --attention: $n cells of weight 1 (a fresh forward over the last 32 tokens)"
+echo "sample --attention: the last 32 tokens in their context"

@@ -25,10 +25,11 @@ bool load_for_stdout(const char *ckpt, const cg_charlm_load_opts *lo, cg_charlm_
     return false;
 }
 
-/* Attention heatmaps (layer x head) of a full forward over ids[0..n),
- * labelled with the tokenizer's pieces. */
+/* Attention heatmaps (layer x head) of the last w of ids[0..n) as the model
+ * sees them: a full forward over the last n ids (its window), the last w
+ * queries over the last w keys drawn, labelled with the tokenizer's pieces. */
 static bool write_attention_png(cg_charlm *m, const cg_tokenizer *tok, const int64_t *ids,
-                                int64_t n, const char *path)
+                                int64_t n, int64_t w, const char *path)
 {
     cg_mha **mods = malloc((size_t)(m->cfg.layers + 1) * sizeof *mods);
     if (!mods) {
@@ -42,11 +43,11 @@ static bool write_attention_png(cg_charlm *m, const cg_tokenizer *tok, const int
     cg_no_grad_begin();
     cg_tensor *logits = cg_charlm_forward(m, ids, 1, n);
     cg_no_grad_end();
-    bool ok =
-        logits && cg_plot_attention_ids(path,
-                                        "charlm attention (rows: queries, columns: "
-                                        "keys)",
-                                        (int)m->cfg.layers, mods, tok, ids, (int)n, ids, (int)n);
+    bool ok = logits && cg_plot_attention_ids(path,
+                                              "charlm attention (rows: queries, columns: "
+                                              "keys)",
+                                              (int)m->cfg.layers, mods, tok, ids + n - w, (int)w,
+                                              ids + n - w, (int)w);
     cg_release(logits);
     cg_module_keep_attention_weights(CG_MODULE(m), false);
     free(mods);
@@ -93,10 +94,10 @@ int generate(cg_charlm_ckpt *ck, const sample_args *a, cg_precision prec)
                 c_gen, a->no_cache ? "full recompute" : "key/value cache", cg_precision_name(prec));
     }
     if (rc < 0 && a->attn_png) {
-        int64_t total = n + length, w = total < 32 ? total : 32;
-        if (w > ck->model->cfg.max_len)
-            w = ck->model->cfg.max_len;
-        if (!write_attention_png(ck->model, ck->tok, outp + total - w, w, a->attn_png))
+        int64_t total = n + length,
+                ctx = total < ck->model->cfg.max_len ? total : ck->model->cfg.max_len;
+        int64_t w = ctx < 32 ? ctx : 32;
+        if (!write_attention_png(ck->model, ck->tok, outp + total - ctx, ctx, w, a->attn_png))
             rc = cg_prog_fail("--attention: %s", cg_last_error());
         else
             fprintf(stderr, PROG ": attention heatmaps written to '%s'\n", a->attn_png);

@@ -108,8 +108,9 @@ static const char *SAMPLE_HELP =
     "  --no-cache          recompute the whole context at every step\n"
     "  --precision P       fp32 or bf16 matrix products (bf16 weights: about twice\n"
     "                      the speed); default: the checkpoint's training precision\n"
-    "  --attention FILE    also draw the attention of every layer and head over the\n"
-    "                      last (up to 32) characters or tokens as a PNG heatmap grid\n"
+    "  --attention FILE    also draw the attention of every layer and head among the\n"
+    "                      last (up to 32) characters or tokens, in their context,\n"
+    "                      as a PNG (or .svg) heatmap grid\n"
     "  --force             overwrite an existing --attention FILE (refused otherwise)\n"
     "  --threads N         threads for kernels\n"
     "Prints the prompt followed by the generated text.\n";

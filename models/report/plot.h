@@ -103,9 +103,10 @@ bool cg_plot_attention(const char *path, const char *title, int layers, int head
                        const char *const *col_labels);
 
 /* cg_plot_attention of what the attention modules mods[0..layers) kept
- * from their last forward (cg_module_keep_attention_weights): each one's
- * weights [1, H, rows, cols] (H from mods[0]). False + error when a module
- * recorded none or of another shape. */
+ * from their last forward (cg_module_keep_attention_weights): of each one's
+ * weights [1, H, R, C] (H from mods[0]) the last rows queries over the last
+ * cols keys (R >= rows, C >= cols: the end of a longer context, as the
+ * model saw it). False + error when a module recorded none or too few. */
 bool cg_plot_attention_of(const char *path, const char *title, int layers, cg_mha *const *mods,
                           int rows, int cols, const char *const *row_labels,
                           const char *const *col_labels);

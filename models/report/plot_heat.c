@@ -373,22 +373,38 @@ bool cg_plot_attention_of(const char *path, const char *title, int layers, cg_mh
         cg_set_error("the model has no attention layers to draw");
         return false;
     }
+    if (rows < 1 || cols < 1) {
+        cg_set_error("cg_plot_attention_of: %d x %d weights (need positive sizes)", rows, cols);
+        return false;
+    }
     int64_t H = mods[0]->H, each = H * rows * cols;
-    float *w = malloc((size_t)(layers * each) * sizeof *w);
+    float *w = malloc((size_t)(layers * each) * sizeof *w), *all = NULL;
     if (!w) {
         cg_set_error("out of memory");
         return false;
     }
     bool ok = true;
     for (int l = 0; ok && l < layers; l++) {
+        /* the last rows queries over the last cols keys of [1, H, R, C] */
         const cg_tensor *t = mods[l]->weights;
-        ok = t && t->ndim == 4 && cg_numel(t) == each && t->shape[2] == rows &&
-             t->shape[3] == cols && cg_copy_to(t, w + l * each);
+        ok = t && t->ndim == 4 && t->shape[0] == 1 && t->shape[1] == H && t->shape[2] >= rows &&
+             t->shape[3] >= cols;
+        int64_t R = ok ? t->shape[2] : 0, C = ok ? t->shape[3] : 0;
+        float *grown = ok ? realloc(all, (size_t)(H * R * C) * sizeof *all) : NULL;
+        if (ok && !grown)
+            cg_set_error("out of memory");
+        all = grown ? grown : all;
+        ok = ok && grown && cg_copy_to(t, all);
+        for (int64_t h = 0; ok && h < H; h++)
+            for (int64_t r = 0; r < rows; r++)
+                memcpy(w + l * each + (h * rows + r) * cols,
+                       all + (h * R + R - rows + r) * C + C - cols, (size_t)cols * sizeof *w);
         if (!ok && !cg_has_error())
             cg_set_error("attention weights of layer %d were not recorded", l);
     }
     ok =
         ok && cg_plot_attention(path, title, layers, (int)H, rows, cols, w, row_labels, col_labels);
+    free(all);
     free(w);
     return ok;
 }
