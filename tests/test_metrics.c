@@ -884,6 +884,42 @@ START_TEST(test_tick_labels_distinct)
 }
 END_TEST
 
+/* One axis, one style of tick label: the steps of a 20,000-step run read
+ * "0 2500 5000 7500 10k 12500 15k 17500 20k" (the thousands of a tick
+ * decided by its own value); those of 50 million "1e+07". */
+START_TEST(test_tick_labels_one_style)
+{
+    static const struct {
+        float xmax;
+        const char *want;
+    } cases[] = {{20000, "0|2.5k|5k|7.5k|10k|12.5k|15k|17.5k|20k|"},
+                 {11000, "0|2k|4k|6k|8k|10k|12k|"},
+                 {5e7f, "0|10M|20M|30M|40M|50M|"}};
+    char path[512], err[200];
+    static char texts[1 << 16];
+    size_t len;
+    snprintf(path, sizeof path, "%s/steps.svg", plot_dir);
+    enum { N = 100 };
+    for (int c = 0; c < 3; c++) {
+        float x[N], y[N];
+        for (int i = 0; i < N; i++) {
+            x[i] = cases[c].xmax * (float)i / (N - 1);
+            y[i] = 2.0f + 1.0f / (float)(1 + i);
+        }
+        cg_plot_series s = {"train", x, y, N, 0, 0, 0};
+        ck_assert_msg(cg_plot_loss_curve(path, NULL, 1, &s), "%s", cg_last_error());
+        char *b = read_all(path, &len);
+        ck_assert_msg(xml_check(b, texts, sizeof texts, err, sizeof err) > 10, "%s", err);
+        /* the x tick labels come first, then the y axis's 2.0 */
+        char got[256] = "";
+        for (char *p = texts, *e; (e = strchr(p, '\n')) && strncmp(p, "2.0", 3); p = e + 1)
+            snprintf(got + strlen(got), sizeof got - strlen(got), "%.*s|", (int)(e - p), p);
+        ck_assert_str_eq(got, cases[c].want);
+        free(b);
+    }
+}
+END_TEST
+
 /* PLplot keeps global state: many pictures in one process (more than its
  * 100 streams), the caller's stream left current, nothing printed on
  * stdout or stderr, and two threads drawing at once. */
@@ -1050,6 +1086,7 @@ static Suite *plot_suite(void)
     tcase_add_test(tc, test_heatmap_one_cell);
     tcase_add_test(tc, test_svg);
     tcase_add_test(tc, test_tick_labels_distinct);
+    tcase_add_test(tc, test_tick_labels_one_style);
     tcase_add_test(tc, test_plot_bad_input);
     suite_add_tcase(s, tc);
     return s;

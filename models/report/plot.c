@@ -467,8 +467,10 @@ static int decimals_for(double step)
     return d;
 }
 
-/* Tick labels of a linear axis: as many decimals as the step needs; large
- * round numbers as 12k; very small steps and very large values in %g form,
+/* Tick labels of a linear axis, one style per axis (the step decides):
+ * steps of a million and up in millions (10M, 2.5M), of a thousand and up
+ * in thousands (12k, 2.5k), with as many decimals as the step needs; very
+ * small steps and large values with a step below a million in %g form,
  * with the significant digits that tell v from its neighbours v +- step
  * (at least 3). data points to the step. */
 void cg_plot_label_linear(PLINT axis, PLFLT v, char *s, PLINT len, PLPointer data)
@@ -477,11 +479,17 @@ void cg_plot_label_linear(PLINT axis, PLFLT v, char *s, PLINT len, PLPointer dat
     double step = *(const double *)data;
     if (fabs(v) < step * 1e-6)
         v = 0;
-    if (step < 1e-3 || fabs(v) >= 1e7) {
+    if (step < 1e-3 || (fabs(v) >= 1e7 && step < 1e6)) {
         int digits = v != 0 ? (int)floor(log10(fabs(v))) - (int)floor(log10(step) + 1e-9) + 1 : 1;
         snprintf(s, (size_t)len, "%.*g", digits < 3 ? 3 : digits > 17 ? 17 : digits, v);
-    } else if (fabs(v) >= 10000 && step >= 1000 && fmod(v, 1000) == 0)
-        snprintf(s, (size_t)len, "%.0fk", v / 1000);
-    else
+    } else if (step >= 1000 && v != 0) { /* 2.5k, 5k: no trailing zeros */
+        double unit = step >= 1e6 ? 1e6 : 1e3;
+        char num[64];
+        int n = snprintf(num, sizeof num, "%.*f", decimals_for(step / unit), v / unit);
+        while (strchr(num, '.') && (num[n - 1] == '0' || num[n - 1] == '.'))
+            num[--n] = '\0';
+        snprintf(s, (size_t)len, "%s%s", num, unit > 1e3 ? "M" : "k");
+    } else {
         snprintf(s, (size_t)len, "%.*f", decimals_for(step), v);
+    }
 }
