@@ -920,6 +920,28 @@ START_TEST(test_tick_labels_one_style)
 }
 END_TEST
 
+/* A log axis over more than 8 decades labels every k-th power of ten from
+ * a multiple of k: from 2 to 3e38 the ticks were 10000, 1e+09, ..., so the
+ * decade of the data (all but one point near 2) had no label. */
+START_TEST(test_log_ticks_aligned)
+{
+    char path[512], err[200];
+    static char texts[1 << 16];
+    size_t len;
+    snprintf(path, sizeof path, "%s/spike.svg", plot_dir);
+    float y[20];
+    for (int i = 0; i < 20; i++)
+        y[i] = i == 10 ? 3e38f : 2.0f + 1.0f / (float)(1 + i);
+    cg_plot_series s = {"train", NULL, y, 20, 0, 0, 0};
+    ck_assert_msg(cg_plot_loss_curve(path, NULL, 1, &s), "%s", cg_last_error());
+    char *b = read_all(path, &len);
+    ck_assert_msg(xml_check(b, texts, sizeof texts, err, sizeof err) > 10, "%s", err);
+    ck_assert_msg(has_line(texts, "1") && has_line(texts, "1e+10") && !has_line(texts, "10000"),
+                  "ticks: %s", texts);
+    free(b);
+}
+END_TEST
+
 /* PLplot keeps global state: many pictures in one process (more than its
  * 100 streams), the caller's stream left current, nothing printed on
  * stdout or stderr, and two threads drawing at once. */
@@ -1087,6 +1109,7 @@ static Suite *plot_suite(void)
     tcase_add_test(tc, test_svg);
     tcase_add_test(tc, test_tick_labels_distinct);
     tcase_add_test(tc, test_tick_labels_one_style);
+    tcase_add_test(tc, test_log_ticks_aligned);
     tcase_add_test(tc, test_plot_bad_input);
     suite_add_tcase(s, tc);
     return s;

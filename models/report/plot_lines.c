@@ -43,7 +43,8 @@ static double series_x(const cg_plot_series *s, int i)
 
 /* Log-axis tick values: 1, 2, 5 times powers of ten within [lo, hi] (log10
  * units) when that gives at least 3 of them, else every multiple 1..9; over
- * more than 4 decades, powers of ten only (every k-th over more than 8). */
+ * more than 4 decades, powers of ten only (over more than 8, those whose
+ * exponent is a multiple of k: 1, 1e+05, 1e+10, ...). */
 static int log_ticks(double lo, double hi, double *out, int cap)
 {
     static const double m125[] = {1, 2, 5}, m19[] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
@@ -54,7 +55,8 @@ static int log_ticks(double lo, double hi, double *out, int cap)
         n = 0;
         bool decades_only = hi - lo > 4;
         int every = decades_only ? (int)ceil((hi - lo) / 8) : 1; /* at most about 8 labels */
-        for (int e = (int)floor(lo); e <= (int)ceil(hi) && n < cap; e += every) {
+        int e0 = every > 1 ? (int)ceil(lo / every) * every : (int)floor(lo);
+        for (int e = e0; e <= (int)ceil(hi) && n < cap; e += every) {
             for (int k = 0; k < (decades_only ? 1 : nm) && n < cap; k++) {
                 double v = log10(m[k]) + e;
                 if (v >= lo - 1e-9 && v <= hi + 1e-9)
