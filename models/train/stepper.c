@@ -212,10 +212,10 @@ static double clip(cg_stepper *st)
 
 /* A non-finite loss or gradient norm over the ranks at step s: stop, or
  * with skip_nonfinite skip the step (gradients zeroed), with the error. */
-static cg_step_result nonfinite_step(cg_stepper *st, int64_t s, double lv)
+static cg_step_result nonfinite_step(cg_stepper *st, int64_t s, double lv, double norm)
 {
     if (st->zero ? cg_dist_grads_finite(st->opt) : cg_optim_grads_finite(st->opt, NULL))
-        cg_set_error("gradient norm is not finite");
+        cg_set_error(isfinite(norm) ? "the gradients are finite" : "gradient norm is not finite");
     if (!st->skip_nonfinite) {
         cg_prefix_error("step %lld: ", (long long)s);
         return CG_STEP_NONFINITE;
@@ -256,7 +256,7 @@ cg_step_result cg_stepper_step(cg_stepper *st, int64_t s, double *loss_out, doub
     if (norm < 0)
         return CG_STEP_FAILED;
     if (!isfinite(lv) || !isfinite(norm))
-        return nonfinite_step(st, s, lv);
+        return nonfinite_step(st, s, lv, norm);
     if (!cg_optim_step(st->opt)) {
         cg_prefix_error("optimizer: ");
         return CG_STEP_FAILED;
