@@ -14,6 +14,7 @@
 #include "core/ops.h"
 #include "core/parse.h"
 #include "core/tensor.h"
+#include "core/version.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
 #include "optim/schedule.h"

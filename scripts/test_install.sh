@@ -107,11 +107,30 @@ int main(void)
 }
 PROG
 
+# The version a program was compiled with (core/version.h, installed) is
+# the library's it runs with, and pkg-config's.
+cat > "$work/version_check.c" <<'PROG'
+#include <stdio.h>
+
+#include "cgrad.h"
+
+int main(void)
+{
+    if (cg_library_version() != CG_VERSION_NUMBER) {
+        fprintf(stderr, "headers %s (%d), library %d\n", CG_VERSION_STRING, CG_VERSION_NUMBER,
+                cg_library_version());
+        return 1;
+    }
+    printf("%s\n", CG_VERSION_STRING);
+    return 0;
+}
+PROG
+
 # Every example: the README's, the docs', examples/*.c, in
 # a directory of their own (no include path into the source tree).
 cc=${CC:-cc}
 for src in "$work/readme_example.c" "$work/own_module.c" "$work/api_kv_cache.c" \
-           "$work/metadata_json.c" "$root"/examples/*.c; do
+           "$work/metadata_json.c" "$work/version_check.c" "$root"/examples/*.c; do
   [ -f "$src" ] || continue
   name=$(basename "$src" .c)
   case $name in zoo_*) continue ;; esac # below: cgrad-zoo, and a checkpoint to read
@@ -136,6 +155,9 @@ for src in "$work/readme_example.c" "$work/own_module.c" "$work/api_kv_cache.c" 
       diff "$work/$name.shared.out" "$work/$name.static.out" >&2; exit 1; }
   echo "test_install: $name ok (shared and static): $(tail -n 1 "$work/$name.shared.out")"
 done
+
+[ "$(cat "$work/version_check.shared.out")" = "$(pkgconf --modversion cgrad)" ] ||
+  { echo "test_install: core/version.h says $(cat "$work/version_check.shared.out"), cgrad.pc $(pkgconf --modversion cgrad)" >&2; exit 1; }
 
 # The zoo's models as a library: libcgrad-zoo (cgrad-zoo.pc, models/zoo/zoo.h)
 # exports only cg_zoo_*; its examples, built out of tree shared and static,

@@ -1,11 +1,13 @@
 /* core/tensor: creation, views, reshape, contiguous, RNG, errors. */
 #include <math.h>
 #include <omp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "autograd/ops.h" /* cg_copy_ */
 #include "core/tensor.h"
+#include "core/version.h"
 #include "tests/testutil.h"
 
 START_TEST(test_creation)
@@ -520,6 +522,20 @@ START_TEST(test_size0_writable)
 }
 END_TEST
 
+/* The headers' version is meson's project version, and the library a
+ * program runs with reports the same number the headers have. */
+START_TEST(test_library_version)
+{
+    ck_assert_str_eq(CG_VERSION_STRING, CG_PROJECT_VERSION);
+    char s[64];
+    snprintf(s, sizeof s, "%d.%d.%d", CG_VERSION_MAJOR, CG_VERSION_MINOR, CG_VERSION_PATCH);
+    ck_assert_str_eq(s, CG_VERSION_STRING);
+    ck_assert_int_eq(CG_VERSION_NUMBER,
+                     CG_VERSION_MAJOR * 10000 + CG_VERSION_MINOR * 100 + CG_VERSION_PATCH);
+    ck_assert_int_eq(cg_library_version(), CG_VERSION_NUMBER);
+}
+END_TEST
+
 static Suite *tensor_suite(void)
 {
     Suite *s = suite_create("tensor");
@@ -542,6 +558,7 @@ static Suite *tensor_suite(void)
     tcase_add_test(tc, test_null_array_args);
     tcase_add_test(tc, test_view_as_strided);
     tcase_add_test(tc, test_size0_writable);
+    tcase_add_test(tc, test_library_version);
     suite_add_tcase(s, tc);
     return s;
 }
