@@ -243,12 +243,35 @@ static bool unpacked(const cg_torch_names *l, const cg_tensor *t)
     return false;
 }
 
+/* An alias name of an in_proj (an attention shared by two parents): the
+ * packed tensor of its first name, registered in v under that name too, so
+ * that cg_module_load_ex loads it once and compares the copies. t is part
+ * `part` of it; every part of one name must come from one packed tensor. */
+static bool add_packed_alias(const cg_torch_names *l, cg_module *v, const char *tname, int part,
+                             const cg_tensor *t)
+{
+    const cg_tensor *p = NULL;
+    for (int i = 0; !p && i < l->n; i++)
+        if (l->items[i].n_parts == 3 && l->items[i].params[part] == t)
+            p = cg_module_get_param(v, l->items[i].torch_name);
+    const cg_tensor *have = cg_module_get_param(v, tname);
+    if (p && have == p)
+        return true;
+    if (!p || have) {
+        cg_set_error("torch names: '%s' packs q, k and v projections of different attentions "
+                     "(shared separately?): it cannot be packed",
+                     tname);
+        return false;
+    }
+    return add_at(v, tname, (cg_tensor *)p, false);
+}
+
 /* m's persistent buffers into v under PyTorch's names (the same tensors:
  * a load writes them in place). With aliases (a load), also every further
  * name of a tied or shared tensor, as the same tensor, since PyTorch's
  * state_dict lists them all (cg_module_load_ex then takes any of them); a
- * name of a tensor packed into an in_proj has nothing to stand for there
- * and is left out. */
+ * further name of a tensor packed into an in_proj is the packed tensor's
+ * (add_packed_alias). */
 static bool add_buffers(const cg_module *m, const cg_torch_names *l, cg_module *v, bool aliases)
 {
     cg_param_list a = {0};
@@ -269,7 +292,9 @@ static bool add_buffers(const cg_module *m, const cg_torch_names *l, cg_module *
                          e->name);
             ok = false;
         }
-        if (ok && (e->is_buffer || (part < 0 && unpacked(l, e->tensor))))
+        if (ok && part >= 0 && !e->is_buffer)
+            ok = add_packed_alias(l, v, tname, part, e->tensor);
+        else if (ok && (e->is_buffer || unpacked(l, e->tensor)))
             ok = add_at(v, tname, e->tensor, e->is_buffer);
     }
     cg_param_list_free(&a);

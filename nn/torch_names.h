@@ -28,7 +28,9 @@
  * one line naming the module: an RMSNorm in a layer or stack (PyTorch's
  * layers have LayerNorm only), anything attached below an attention
  * projection (LoRA adapters: save them with cg_lora_save), q/k/v
- * projections shared with another module.
+ * projections shared with another module one by one (an attention or a
+ * layer shared whole by two parents is fine: a load takes PyTorch's state
+ * dict, which lists it under both names, as cg_module_load_ex does).
  *
  * Errors: NULL/false + cg_set_error (core/error.h). */
 #ifndef CG_NN_TORCH_NAMES_H

@@ -103,6 +103,41 @@ START_TEST(test_round_trip)
 }
 END_TEST
 
+/* A layer shared by two parents (ALBERT's weight sharing): PyTorch's
+ * state_dict lists it under both names, in_proj too, and a strict load
+ * takes that file as cg_module_load_ex does for any shared module (loads
+ * it once, refuses copies that differ). */
+START_TEST(test_shared_layer_load)
+{
+    char path[] = "/tmp/cg_torch_names_XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert(fd >= 0);
+    close(fd);
+    cg_tf_config c = config(true);
+    cg_rng r1 = cg_rng_new(1), r2 = cg_rng_new(2);
+    cg_enc_layer *src = cg_enc_layer_new(&c, &r1), *copy = cg_enc_layer_new(&c, &r2);
+    ck_assert(cg_torch_save(CG_MODULE(src), path) && cg_torch_load_file(CG_MODULE(copy), path));
+    cg_module *two = cg_module_new("Two"); /* PyTorch's state dict: a.* and b.*, equal */
+    ck_assert(cg_module_add_child(two, "a", src) && cg_module_add_child(two, "b", copy));
+    ck_assert(cg_torch_save(two, path));
+    cg_enc_layer *dst = cg_enc_layer_new(&c, &r2);
+    cg_module *shared = cg_module_new("Shared");
+    ck_assert(cg_module_add_child(shared, "a", dst) && cg_module_add_child(shared, "b", dst));
+    ck_assert_msg(cg_torch_load_file(shared, path), "%s", cg_last_error());
+    ck_assert_float_eq(cg_test_max_rel_diff(CG_MODULE(src), CG_MODULE(dst), NULL, 0), 0.0);
+    cg_data(copy->self_attn->v_proj->bias)[1] += 1; /* b's in_proj_bias differs now */
+    ck_assert(cg_torch_save(two, path));
+    float before = cg_data(dst->self_attn->v_proj->bias)[1];
+    CG_ASSERT_REFUSED(!cg_torch_load_file(shared, path),
+                      "'a.self_attn.in_proj_bias' and 'b.self_attn.in_proj_bias' are one tied "
+                      "tensor but differ in the file (first at element 17)");
+    ck_assert_float_eq(cg_data(dst->self_attn->v_proj->bias)[1], before);
+    remove(path);
+    cg_module_free(two);
+    cg_module_free(shared);
+}
+END_TEST
+
 START_TEST(test_refusals)
 {
     cg_tf_config c = config(true), out;
@@ -141,6 +176,7 @@ int main(void)
     tcase_add_test(tc, test_encoder_names);
     tcase_add_test(tc, test_decoder_and_block_names);
     tcase_add_test(tc, test_round_trip);
+    tcase_add_test(tc, test_shared_layer_load);
     tcase_add_test(tc, test_refusals);
     suite_add_tcase(s, tc);
     return cg_test_run(&s, 1);
