@@ -108,9 +108,10 @@ const char *cg_st_path(const cg_st_file *f);
 /* Tensors in header order, 0 <= i < count. The name is borrowed from f. */
 int cg_st_count(const cg_st_file *f);
 const char *cg_st_name(const cg_st_file *f, int i);
-/* Total elements of the file's float tensors, those cg_st_get_f32 reads
- * (F32, BF16, F16): a loader's cheap check that a config's parameters can
- * be in the file before building the model. */
+/* Total elements of the file's float tensors, of every width (F32, BF16,
+ * F16, and F64 and F8, which cg_st_get_f32 refuses): a loader's cheap check
+ * that a config's parameters can be in the file before building the model,
+ * whose load then names a tensor of a dtype it does not read. */
 double cg_st_f32_elements(const cg_st_file *f);
 bool cg_st_has(const cg_st_file *f, const char *name);
 

@@ -52,7 +52,8 @@ double cg_st_f32_elements(const cg_st_file *f)
     for (int i = 0; i < cg_st_count(f); i++) {
         st_info in;
         if (info_of(f, cg_st_name(f, i), "cg_st_f32_elements", &in) &&
-            (in.dtype == CG_ST_F32 || in.dtype == CG_ST_BF16 || in.dtype == CG_ST_F16))
+            (in.dtype == CG_ST_F32 || in.dtype == CG_ST_BF16 || in.dtype == CG_ST_F16 ||
+             in.dtype == CG_ST_F64 || in.dtype == CG_ST_F8_E4M3 || in.dtype == CG_ST_F8_E5M2))
             have += (double)in.numel;
     }
     return have;

@@ -330,6 +330,61 @@ START_TEST(test_one_sequence)
 }
 END_TEST
 
+/* src's tensors as F64 in a new file dst, its metadata kept: what the
+ * reference's safetensors_io.save writes for a model.double() state dict. */
+static void write_f64_copy(const char *src, const char *dst)
+{
+    cg_st_file *f = cg_st_open(src);
+    ck_assert(f);
+    cJSON *h = cJSON_CreateObject(), *meta = cJSON_AddObjectToObject(h, "__metadata__");
+    for (int i = 0; i < cg_st_metadata_count(f); i++)
+        cJSON_AddStringToObject(meta, cg_st_metadata_key(f, i),
+                                cg_st_metadata(f, cg_st_metadata_key(f, i)));
+    size_t off = 0, cap = 0;
+    double *data = NULL;
+    for (int i = 0; i < cg_st_count(f); i++) {
+        cg_tensor *t = cg_st_get_f32(f, cg_st_name(f, i));
+        ck_assert(t);
+        int64_t n = cg_numel(t);
+        data = realloc(data, (cap += (size_t)n) * sizeof *data);
+        for (int64_t k = 0; k < n; k++)
+            data[off + (size_t)k] = cg_data(t)[k];
+        cJSON *e = cJSON_AddObjectToObject(h, cg_st_name(f, i));
+        cJSON_AddStringToObject(e, "dtype", "F64");
+        cJSON *shape = cJSON_AddArrayToObject(e, "shape"),
+              *o = cJSON_AddArrayToObject(e, "data_offsets");
+        for (int d = 0; d < t->ndim; d++)
+            cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)t->shape[d]));
+        cJSON_AddItemToArray(o, cJSON_CreateNumber((double)(off * 8)));
+        cJSON_AddItemToArray(o, cJSON_CreateNumber((double)((off + (size_t)n) * 8)));
+        off += (size_t)n;
+        cg_release(t);
+    }
+    char *json = cJSON_PrintUnformatted(h);
+    uint64_t len = strlen(json);
+    FILE *out = fopen(dst, "wb");
+    ck_assert(out && fwrite(&len, 8, 1, out) == 1 && fwrite(json, 1, len, out) == len &&
+              fwrite(data, 8, off, out) == off && fclose(out) == 0);
+    free(json);
+    free(data);
+    cJSON_Delete(h);
+    cg_st_close(f);
+}
+
+/* A checkpoint whose parameters are float64 is refused naming a tensor and
+ * its dtype (it said "its config needs N parameter values but the file
+ * holds 0; corrupt file?"). */
+START_TEST(test_float64_checkpoint)
+{
+    char path[64];
+    snprintf(path, sizeof path, "zoolib_f64_%d.st", (int)getpid());
+    write_f64_copy(lm_path, path);
+    CG_ASSERT_FAILS(cg_zoo_load(path), "tensor 'tok_emb.weight' has dtype F64, expected F32, "
+                                       "BF16 or F16");
+    remove(path);
+}
+END_TEST
+
 static Suite *zoolib_suite(void)
 {
     Suite *s = suite_create("zoolib");
@@ -346,6 +401,7 @@ static Suite *zoolib_suite(void)
     tcase_add_test(tc, test_translate_alpha_not_finite);
     tcase_add_test(tc, test_decoding_keeps_mode);
     tcase_add_test(tc, test_one_sequence);
+    tcase_add_test(tc, test_float64_checkpoint);
     suite_add_tcase(s, tc);
     return s;
 }
