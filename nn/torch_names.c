@@ -90,10 +90,11 @@ static bool torch_name(const cg_module *root, const char *name, char *out, size_
             return false;
         }
         bool in_mha = child && !strcmp(cur->type, "MultiHeadAttention");
-        if (in_mha && strchr(dot + 1, '.')) {
-            cg_set_error("torch names: '%s' is below an attention projection (an adapter?): "
-                         "nn.MultiheadAttention has no equivalent",
-                         name);
+        if ((in_mha || (child && in_ff)) && strchr(dot + 1, '.')) {
+            cg_set_error("torch names: '%s' is below %s projection (an adapter?): %s has no "
+                         "equivalent",
+                         name, in_mha ? "an attention" : "a feed-forward",
+                         in_mha ? "nn.MultiheadAttention" : "a layer's linear1 or linear2");
             return false;
         }
         if (in_mha && len == 6 && !strncmp(s + 1, "_proj", 5) && strchr("qkv", s[0]))

@@ -26,8 +26,9 @@
  * saved and loaded with the weights). The whole tree is mapped, so a model
  * of your own that holds these modules maps too. What has no equivalent is refused in
  * one line naming the module: an RMSNorm in a layer or stack (PyTorch's
- * layers have LayerNorm only), anything attached below an attention
- * projection (LoRA adapters: save them with cg_lora_save), q/k/v
+ * layers have LayerNorm only), anything attached below an attention or a
+ * layer's feed-forward projection (LoRA adapters: save them with
+ * cg_lora_save), q/k/v
  * projections shared with another module one by one (an attention or a
  * layer shared whole by two parents is fine: a load takes PyTorch's state
  * dict, which lists it under both names, as cg_module_load_ex does).

@@ -152,6 +152,13 @@ START_TEST(test_refusals)
     CG_ASSERT_REFUSED(!cg_torch_save(CG_MODULE(l), "/nonexistent/x.safetensors"),
                       "'self_attn.q_proj.lora_A.weight' is below an attention projection");
     cg_module_free(CG_MODULE(l));
+    /* an adapter on the feed-forward too (it was saved as linear1.lora_A.weight,
+     * which PyTorch's layer refuses, beside the unadapted linear1.weight) */
+    l = cg_enc_layer_new(&c, NULL);
+    ck_assert(cg_lora_attach(l->ff->fc1, 2, 4.0f, 0.0f, NULL));
+    CG_ASSERT_REFUSED(!cg_torch_save(CG_MODULE(l), "/nonexistent/x.safetensors"),
+                      "'ff.fc1.lora_A.weight' is below a feed-forward projection");
+    cg_module_free(CG_MODULE(l));
     cg_torch_layer_args a = {.d_model = 8, .nhead = 2, .dim_feedforward = 12};
     a.no_bias = true;
     CG_ASSERT_REFUSED(!cg_tf_config_from_torch(&a, &out), "bias=False has no equivalent");
