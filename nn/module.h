@@ -335,7 +335,10 @@ bool cg_module_write_as(const cg_module *m, cg_st_writer *w, const char *prefix,
  * n_meta (key, value) pairs as 2*n_meta strings: key0, value0, key1, ...
  * (meta may be NULL when n_meta is 0). cg_module_save_as: in dt (F32 for
  * cg_module_save); a file of any float dtype loads into float32 parameters
- * (cg_module_load converts). */
+ * (cg_module_load converts). A finite value the narrower dtype cannot hold
+ * (float16 above 65504) is refused, naming it, rather than saved as inf
+ * (PyTorch's model.half() makes it inf; cg_module_load refuses an inf
+ * parameter). */
 bool cg_module_save(const cg_module *m, const char *path, int n_meta, const char *const *meta);
 bool cg_module_save_as(const cg_module *m, const char *path, cg_dtype dt, int n_meta,
                        const char *const *meta);

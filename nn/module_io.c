@@ -19,6 +19,28 @@ static char *join(const char *prefix, const char *name)
     return s;
 }
 
+/* Whether t's finite values stay finite in the narrower float dtype dt
+ * (float16 ends at 65504): a finite weight saved as inf makes a file whose
+ * load refuses it. False + error naming the first that does not; an inf
+ * or NaN of t's own is t's (a buffer's -inf mask). */
+static bool fits_in(const cg_tensor *t, cg_dtype dt, const char *key)
+{
+    if (t->dtype == dt || !cg_dtype_is_float(t->dtype) || dt == CG_F32)
+        return true;
+    cg_tensor *src = cg_k_to(t, CG_F32), *c = cg_k_to(t, dt);
+    cg_tensor *back = c ? cg_k_to(c, CG_F32) : NULL;
+    int64_t bad = -1, n = cg_numel(t);
+    for (int64_t e = 0; src && back && bad < 0 && e < n; e++)
+        bad = isfinite(cg_data(src)[e]) && !isfinite(cg_data(back)[e]) ? e : -1;
+    bool ok = src && back && bad < 0;
+    if (bad >= 0)
+        cg_set_error("module save: tensor '%s' holds %g at element %lld, beyond %s's range (it "
+                     "would be saved as inf; save as float32 or bfloat16)",
+                     key, (double)cg_data(src)[bad], (long long)bad, cg_dtype_name(dt));
+    cg_release_all(3, src, c, back);
+    return ok;
+}
+
 bool cg_module_write_as(const cg_module *m, cg_st_writer *w, const char *prefix, cg_dtype dt)
 {
     if (!m || !w) {
@@ -33,7 +55,8 @@ bool cg_module_write_as(const cg_module *m, cg_st_writer *w, const char *prefix,
         /* a buffer keeps its dtype, but a float one follows a narrower dt
          * (PyTorch's model.to(torch.bfloat16) converts float buffers too) */
         bool as_is = l.items[i].is_buffer && (!cg_dtype_is_float(t->dtype) || dt == CG_F32);
-        ok = key && (as_is ? cg_st_add(w, key, t) : cg_st_add_as(w, key, t, dt));
+        ok = key &&
+             (as_is ? cg_st_add(w, key, t) : fits_in(t, dt, key) && cg_st_add_as(w, key, t, dt));
         free(key);
     }
     cg_param_list_free(&l);

@@ -1373,6 +1373,35 @@ START_TEST(module_saved_as_bf16)
 }
 END_TEST
 
+/* A finite weight beyond float16's range (65504) would be saved as inf, a
+ * file whose load refuses it: the save is refused, naming the tensor, and
+ * the file already there is kept. A float16 buffer's own inf is saved. */
+START_TEST(module_saved_as_f16_overflow)
+{
+    cg_rng r = cg_rng_new(3);
+    cg_linear *a = cg_linear_new(4, 3, true, &r);
+    const char *p = in_dir("m16.safetensors");
+    ck_assert(cg_module_save_as(CG_MODULE(a), p, CG_F16, 0, NULL));
+    size_t n0, n1;
+    unsigned char *before = read_bytes(p, &n0);
+    cg_data(a->weight)[5] = 70000.0f;
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_module_save_as(CG_MODULE(a), p, CG_F16, 0, NULL),
+                    "tensor 'weight' holds 70000 at element 5, beyond float16's range");
+    unsigned char *after = read_bytes(p, &n1);
+    ck_assert(n0 == n1 && !memcmp(before, after, n0));
+    ck_assert(cg_module_save_as(CG_MODULE(a), p, CG_BF16, 0, NULL)); /* bfloat16 holds it */
+    cg_data(a->weight)[5] = 1.0f;
+    cg_tensor *mask = cg_full(CG_SHAPE(2), -INFINITY);
+    ck_assert(cg_module_add_buffer(CG_MODULE(a), "mask", mask, true));
+    ck_assert_msg(cg_module_save_as(CG_MODULE(a), p, CG_F16, 0, NULL), "%s", cg_last_error());
+    free(before);
+    free(after);
+    cg_release(mask);
+    cg_module_free(CG_MODULE(a));
+    cg_clear_error();
+}
+END_TEST
+
 static Suite *safetensors_suite(void)
 {
     Suite *s = suite_create("safetensors");
@@ -1383,6 +1412,7 @@ static Suite *safetensors_suite(void)
     tcase_add_test(tc, roundtrip_every_dtype);
     tcase_add_test(tc, bool_bytes_checked);
     tcase_add_test(tc, module_saved_as_bf16);
+    tcase_add_test(tc, module_saved_as_f16_overflow);
     tcase_add_test(tc, writer_rejects_bad_input);
     tcase_add_test(tc, writer_header_over_reference_limit);
     tcase_add_test(tc, accepts_valid_edge_cases);
