@@ -276,6 +276,13 @@ cg_tensor *cg_k_clone(const cg_tensor *t);
  * true; to bfloat16/float16: round to nearest even. Raw (records nothing):
  * autograd/ops.h has cg_to, differentiable between float dtypes. */
 cg_tensor *cg_k_to(const cg_tensor *t, cg_dtype dt);
+/* The first element (row-major) of float tensor t that is finite but
+ * would not be in dtype dt (float16 ends at 65504, bfloat16 and float32
+ * at about 3.4e38): -1 when every finite one stays finite (t's own
+ * infinities and NaNs are t's), -2 on failure (error recorded); its
+ * value in *value when value is not NULL. Before a save in a narrower
+ * dtype, which would otherwise write inf. */
+int64_t cg_k_first_overflow(const cg_tensor *t, cg_dtype dt, double *value);
 /* Fill every element of t (any strides, any dtype) with v, converted. */
 bool cg_fill_(cg_tensor *t, float v);
 

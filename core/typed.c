@@ -35,6 +35,29 @@ cg_tensor *cg_k_to(const cg_tensor *t, cg_dtype dt)
     return out;
 }
 
+int64_t cg_k_first_overflow(const cg_tensor *t, cg_dtype dt, double *value)
+{
+    if (!t)
+        return cg_error_null_input("cg_k_first_overflow"), -2;
+    if (!cg_dtype_is_float(t->dtype) || !cg_dtype_is_float(dt)) {
+        cg_set_error("first_overflow: %s to %s is not a float conversion", cg_dtype_name(t->dtype),
+                     cg_dtype_name(dt));
+        return -2;
+    }
+    if (dt == t->dtype || dt == CG_F32)
+        return -1; /* float16 and bfloat16 fit float32 (bfloat16 does not fit float16) */
+    cg_tensor *src = cg_k_to(t, CG_F32), *c = cg_k_to(t, dt);
+    cg_tensor *back = c ? cg_k_to(c, CG_F32) : NULL;
+    int64_t bad = back ? -1 : -2, n = cg_numel(t);
+    for (int64_t e = 0; back && bad == -1 && e < n; e++)
+        if (isfinite(cg_data(src)[e]) && !isfinite(cg_data(back)[e]))
+            bad = e;
+    if (bad >= 0 && value)
+        *value = cg_data(src)[bad];
+    cg_release_all(3, src, c, back);
+    return bad;
+}
+
 cg_tensor *cg_from_array(cg_dtype dt, int ndim, const int64_t *shape, const void *data)
 {
     cg_tensor *t = cg_empty_dtype(dt, ndim, shape);

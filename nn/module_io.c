@@ -25,20 +25,15 @@ static char *join(const char *prefix, const char *name)
  * or NaN of t's own is t's (a buffer's -inf mask). */
 static bool fits_in(const cg_tensor *t, cg_dtype dt, const char *key)
 {
-    if (t->dtype == dt || !cg_dtype_is_float(t->dtype) || dt == CG_F32)
+    if (!cg_dtype_is_float(t->dtype))
         return true;
-    cg_tensor *src = cg_k_to(t, CG_F32), *c = cg_k_to(t, dt);
-    cg_tensor *back = c ? cg_k_to(c, CG_F32) : NULL;
-    int64_t bad = -1, n = cg_numel(t);
-    for (int64_t e = 0; src && back && bad < 0 && e < n; e++)
-        bad = isfinite(cg_data(src)[e]) && !isfinite(cg_data(back)[e]) ? e : -1;
-    bool ok = src && back && bad < 0;
+    double v = 0.0;
+    const int64_t bad = cg_k_first_overflow(t, dt, &v);
     if (bad >= 0)
         cg_set_error("module save: tensor '%s' holds %g at element %lld, beyond %s's range (it "
                      "would be saved as inf; save as float32 or bfloat16)",
-                     key, (double)cg_data(src)[bad], (long long)bad, cg_dtype_name(dt));
-    cg_release_all(3, src, c, back);
-    return ok;
+                     key, v, (long long)bad, cg_dtype_name(dt));
+    return bad == -1;
 }
 
 bool cg_module_write_as(const cg_module *m, cg_st_writer *w, const char *prefix, cg_dtype dt)

@@ -564,6 +564,33 @@ START_TEST(test_shape_ops_any_dtype)
 }
 END_TEST
 
+/* The first finite element a narrower float dtype would make inf:
+ * float32 to float16 past 65504, bfloat16 to float16 (the same width, a
+ * wider range), float32's largest to bfloat16 (rounds up to inf); the
+ * tensor's own infinities are not counted, and integers are refused. */
+START_TEST(test_first_overflow)
+{
+    const float big = 3.4028235e38f;
+    cg_tensor *t = cg_from_data(CG_SHAPE(5), (float[]){1.0f, INFINITY, 65504.0f, 70000.0f, big});
+    double v = 0.0;
+    ck_assert_int_eq(cg_k_first_overflow(t, CG_F16, &v), 3);
+    ck_assert(v == 70000.0);
+    ck_assert_int_eq(cg_k_first_overflow(t, CG_BF16, &v), 4);
+    ck_assert(v == (double)big);
+    ck_assert_int_eq(cg_k_first_overflow(t, CG_F32, NULL), -1);
+    cg_tensor *b = cg_k_to(t, CG_BF16);
+    ck_assert_int_eq(cg_k_first_overflow(b, CG_F16, NULL), 2); /* 65504 is 65536 in bf16 */
+    ck_assert_int_eq(cg_k_first_overflow(b, CG_BF16, NULL), -1);
+    cg_tensor *small = cg_from_data(CG_SHAPE(2), (float[]){-65504.0f, -INFINITY});
+    ck_assert_int_eq(cg_k_first_overflow(small, CG_F16, NULL), -1);
+    cg_tensor *ids = cg_from_i64(CG_SHAPE(1), (int64_t[]){1});
+    ck_assert_int_eq(cg_k_first_overflow(ids, CG_F16, NULL), -2);
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "not a float conversion"));
+    cg_clear_error();
+    cg_release_all(4, t, b, small, ids);
+}
+END_TEST
+
 static Suite *dtype_suite(void)
 {
     Suite *s = suite_create("dtype");
@@ -586,6 +613,7 @@ static Suite *dtype_suite(void)
     tcase_add_test(tc, test_bf16_math_promotes);
     tcase_add_test(tc, test_scalar_tensors_do_not_promote);
     tcase_add_test(tc, test_shape_ops_any_dtype);
+    tcase_add_test(tc, test_first_overflow);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -199,19 +199,13 @@ static float round_to_odd(double x)
  * naming the first element that is not. */
 static bool means_fit(const avg_run *r, const avg_param *p, const cg_tensor *t, cg_dtype dt)
 {
-    cg_tensor *c = cg_k_to(t, dt), *back = c ? cg_k_to(c, CG_F32) : NULL;
-    int64_t bad = -1;
-    for (int64_t e = 0; back && bad < 0 && e < p->numel; e++)
-        if (!isfinite(cg_data(back)[e]))
-            bad = e;
-    const bool ok = back && bad < 0;
+    double v = 0.0;
+    const int64_t bad = cg_k_first_overflow(t, dt, &v);
     if (bad >= 0)
         cg_set_error("the mean of tensor '%s' at element %lld (%g) overflows %s, the dtype of '%s' "
                      "(the average keeps the first checkpoint's dtypes: put a float32 one first)",
-                     p->name, (long long)bad, (double)cg_data(t)[bad], cg_st_dtype_name(p->dtype),
-                     r->first_path);
-    cg_release_all(2, c, back);
-    return ok;
+                     p->name, (long long)bad, v, cg_st_dtype_name(p->dtype), r->first_path);
+    return bad == -1;
 }
 
 /* The output: the first file's metadata and tokenizer, "averaged", and
