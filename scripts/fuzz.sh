@@ -22,7 +22,9 @@ fi
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(safetensors checkpoint corpus pairs cli train_state seq2seq_checkpoint metrics_log)
 command -v clang >/dev/null || { echo "fuzz.sh: clang not found (apt-get install clang libclang-rt-14-dev)" >&2; exit 1; }
-if [ ! -d build-fuzz ]; then
+# build.ninja, not the directory: a `meson setup` that failed or was
+# interrupted leaves one without it
+if [ ! -f build-fuzz/build.ninja ]; then
   CC=clang CXX=clang++ meson setup build-fuzz -Dfuzz=true -Db_sanitize=address,undefined -Db_lundef=false \
     -Dbuildtype=debugoptimized -Dtests=disabled >/dev/null
 fi

@@ -11,7 +11,9 @@ cd "$(dirname "$0")/.."
 steps=${1:-2500}
 scripts/setup.sh
 scripts/prepare_data.sh
-[ -d build ] || meson setup build
+# build.ninja, not the directory: a `meson setup` that failed or was
+# interrupted leaves one without it, and ninja cannot build there
+[ -f build/build.ninja ] || meson setup build
 ninja -C build
 threads=${THREADS:-$(nproc)}
 # --force: a rerun trains afresh over the checkpoint of the last run; the

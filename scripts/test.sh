@@ -10,7 +10,9 @@ case "${1:-}" in "" | --sanitize) ;; *)
   ;;
 esac
 scripts/setup.sh
-[ -d build ] || meson setup build
+# build.ninja, not the directory: a `meson setup` that failed or was
+# interrupted leaves one without it, and ninja cannot build there
+[ -f build/build.ninja ] || meson setup build
 ninja -C build
 meson test -C build --print-errorlogs
 # Install into a staging directory and build the examples out of tree with
@@ -21,7 +23,7 @@ if [ "${1:-}" = "--sanitize" ]; then
   # LeakSanitizer would report; the MPI equivalence test runs in the release build.
   # -g1 (line tables only): the reports keep their file:line, and the build
   # takes two thirds of full -g's time (96 s against 144 s on 2 cores).
-  [ -d build-asan ] || meson setup build-asan -Db_sanitize=address,undefined \
+  [ -f build-asan/build.ninja ] || meson setup build-asan -Db_sanitize=address,undefined \
     -Dbuildtype=debugoptimized -Dmpi=disabled -Dc_args=-g1 -Dcpp_args=-g1
   ninja -C build-asan
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
