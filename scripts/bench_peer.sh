@@ -10,13 +10,24 @@
 # (the six presets of issue 32: add "seq2seq paper" "charlm gpt2", which run
 # bf16 only, 5 steps after 2)
 set -euo pipefail
+usage="usage: scripts/bench_peer.sh [THREADS [ROUNDS [\"MODEL PRESET\"...]]]"
+case "${1:-}" in -h | --help) echo "$usage"; exit 0 ;; esac
 threads=${1:-2}
 rounds=${2:-2}
+# checked before anything runs (a bad value once started the first run)
+[[ $threads =~ ^[1-9][0-9]{0,3}$ ]] || { echo "bench_peer: THREADS '$threads' is not a whole number above 0 ($usage)" >&2; exit 2; }
+[[ $rounds =~ ^[1-9][0-9]{0,3}$ ]] || { echo "bench_peer: ROUNDS '$rounds' is not a whole number above 0 ($usage)" >&2; exit 2; }
 shift $(($# > 2 ? 2 : $#))
 presets=("$@")
 [ ${#presets[@]} -gt 0 ] || presets=("charlm tiny" "seq2seq tiny" "charlm base" "seq2seq base")
-bench=build/tools/bench
-peer=${CG_PEER:-../shared/bench/torch_peer.py}
+for p in "${presets[@]}"; do
+  [[ $p =~ ^(charlm|seq2seq)\ [a-z0-9]+$ ]] ||
+    { echo "bench_peer: '$p' is not \"MODEL PRESET\" (charlm or seq2seq, then a preset) ($usage)" >&2; exit 2; }
+done
+# the tree's build and its neighbour shared/, whatever the current directory
+root=$(cd "$(dirname "$0")/.." && pwd)
+bench=$root/build/tools/bench
+peer=${CG_PEER:-$root/../shared/bench/torch_peer.py}
 [ -x "$bench" ] || { echo "bench_peer: build first (ninja -C build)" >&2; exit 1; }
 [ -f "$peer" ] || { echo "bench_peer: $peer not found (set CG_PEER)" >&2; exit 1; }
 /usr/bin/python3 -c 'import torch' 2>/dev/null ||

@@ -8,11 +8,21 @@
 # from the repository root after building:
 #   scripts/bench_real.sh [threads [rounds [steps]]]
 set -euo pipefail
+usage="usage: scripts/bench_real.sh [THREADS [ROUNDS [STEPS]]]"
+case "${1:-}" in -h | --help) echo "$usage"; exit 0 ;; esac
+[ $# -le 3 ] || { echo "bench_real: three arguments at most ($usage)" >&2; exit 2; }
 threads=${1:-2}
 rounds=${2:-3}
 steps=${3:-40}
-bench=build/tools/bench
-ref=${CG_REFERENCE:-../shared/reference}
+# checked before anything runs (a bad ROUNDS once ran the dump's steps, then failed)
+for v in "THREADS $threads" "ROUNDS $rounds" "STEPS $steps"; do
+  [[ ${v#* } =~ ^[1-9][0-9]{0,5}$ ]] ||
+    { echo "bench_real: ${v%% *} '${v#* }' is not a whole number above 0 ($usage)" >&2; exit 2; }
+done
+# the tree's build, tools/ and its neighbour shared/, whatever the current directory
+root=$(cd "$(dirname "$0")/.." && pwd)
+bench=$root/build/tools/bench
+ref=${CG_REFERENCE:-$root/../shared/reference}
 [ -x "$bench" ] || { echo "bench_real: build first (ninja -C build)" >&2; exit 1; }
 [ -f "$ref/models.py" ] || { echo "bench_real: no $ref/models.py (set CG_REFERENCE)" >&2; exit 1; }
 /usr/bin/python3 -c 'import torch' 2>/dev/null ||
@@ -28,7 +38,7 @@ for r in $(seq "$rounds"); do
     [ "$prec" = bf16 ] && amp=bf16
     "$bench" --model seq2seq --preset real --steps "$steps" --warmup 5 --threads "$threads" \
       --precision "$prec" | sed "s/^{/{\"who\": \"cgrad\", /" >>"$dir/r.jsonl"
-    /usr/bin/python3 tools/real_peer.py "$dir/b.st" --threads "$threads" --amp "$amp" \
+    /usr/bin/python3 "$root/tools/real_peer.py" "$dir/b.st" --threads "$threads" --amp "$amp" \
       --reference "$ref" | sed "s/^{/{\"who\": \"torch\", /" >>"$dir/r.jsonl"
   done
 done

@@ -4,9 +4,16 @@
 # charlm base (issues #5 and #13). Run on an idle machine from the repository root after
 # building: scripts/bench_scaling.sh [threads]
 set -euo pipefail
+usage="usage: scripts/bench_scaling.sh [THREADS]"
+case "${1:-}" in -h | --help) echo "$usage"; exit 0 ;; esac
+[ $# -le 1 ] || { echo "bench_scaling: one argument at most ($usage)" >&2; exit 2; }
 threads=${1:-2}
-bench=build/tools/bench
-charlm=build/models/charlm/charlm
+[[ $threads =~ ^[1-9][0-9]{0,3}$ ]] ||
+  { echo "bench_scaling: THREADS '$threads' is not a whole number above 0 ($usage)" >&2; exit 2; }
+# the tree's build, whatever the current directory
+root=$(cd "$(dirname "$0")/.." && pwd)
+bench=$root/build/tools/bench
+charlm=$root/build/models/charlm/charlm
 [ -x "$bench" ] && [ -x "$charlm" ] || { echo "bench_scaling: build first (ninja -C build)" >&2; exit 1; }
 field() { sed -n "s/.*\"$1\": \([0-9.e+-]*\).*/\1/p"; }
 

@@ -13,6 +13,8 @@
 # target failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+all=(safetensors checkpoint corpus pairs cli train_state seq2seq_checkpoint metrics_log)
+case "${1:-}" in -h | --help) echo "usage: scripts/fuzz.sh [SECONDS [TARGET...]] (targets: ${all[*]})"; exit 0 ;; esac
 secs=${1:-60}
 [ $# -gt 0 ] && shift
 if ! [[ $secs =~ ^[1-9][0-9]*$ ]]; then
@@ -20,7 +22,10 @@ if ! [[ $secs =~ ^[1-9][0-9]*$ ]]; then
   exit 2
 fi
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(safetensors checkpoint corpus pairs cli train_state seq2seq_checkpoint metrics_log)
+[ ${#targets[@]} -gt 0 ] || targets=("${all[@]}")
+for t in "${targets[@]}"; do # before the build: ninja would name fuzz/fuzz_$t
+  [[ " ${all[*]} " == *" $t "* ]] || { echo "fuzz.sh: unknown target '$t' (targets: ${all[*]})" >&2; exit 2; }
+done
 command -v clang >/dev/null || { echo "fuzz.sh: clang not found (apt-get install clang libclang-rt-14-dev)" >&2; exit 1; }
 # build.ninja, not the directory: a `meson setup` that failed or was
 # interrupted leaves one without it

@@ -108,10 +108,16 @@ setup() {
 HOSTS=2 RATE= DELAY= TIMEOUT=600
 while [ $# -gt 0 ]; do
     case $1 in
-    -n) HOSTS=$2; shift 2 ;;
-    --rate) RATE=$2; shift 2 ;;
-    --delay) DELAY=$2; shift 2 ;;
-    --timeout) TIMEOUT=$2; shift 2 ;;
+    -n | --rate | --delay | --timeout)
+        [ $# -ge 2 ] || die "$1 needs a value"
+        case $1 in
+        -n) HOSTS=$2 ;;
+        --rate) RATE=$2 ;;
+        --delay) DELAY=$2 ;;
+        --timeout) case $2 in '' | *[!0-9]* | 0*) die "--timeout: '$2' is not a whole number of seconds above 0" ;; esac
+                   TIMEOUT=$2 ;;
+        esac
+        shift 2 ;;
     *) break ;;
     esac
 done

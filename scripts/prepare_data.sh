@@ -47,6 +47,7 @@ DICT_SHA256=0c892791c43a84289f9630a9157c0f058f1db3e83cf34f3ec9478e8c0f5434d0
 
 prog=$(basename "$0")
 die() { echo "$prog: error: $*" >&2; exit 1; }
+usage_error() { echo "$prog: error: $*" >&2; exit 2; }
 note() { echo "$prog: $*" >&2; }
 
 force=0
@@ -61,8 +62,8 @@ for arg in "$@"; do
         -f|--force) force=1 ;;
         --wesnoth) wesnoth=1 ;;
         --dict) dict=1 ;;
-        -*) die "unknown option '$arg' (try --help)" ;;
-        *) [ -z "$outdir" ] || die "only one OUTDIR may be given"
+        -*) usage_error "unknown option '$arg' (try --help)" ;;
+        *) [ -z "$outdir" ] || usage_error "only one OUTDIR may be given"
            outdir=$arg ;;
     esac
 done

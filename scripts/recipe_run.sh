@@ -13,10 +13,15 @@
 # build/models/seq2seq/seq2seq), DATA the pairs (default data/en_de_ding.tsv),
 # EVAL_EVERY the evaluation interval (default 500).
 set -euo pipefail
-[ $# -ge 4 ] || { sed -n 2,16p "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage="usage: scripts/recipe_run.sh OUTDIR NAME SEED STEPS [train flags...]"
+case "${1:-}" in -h | --help) echo "$usage"; sed -n 2,16p "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
+[ $# -ge 4 ] || { echo "$usage (--help: more)" >&2; exit 2; }
 out=$1 name=$2 seed=$3 steps=$4
 shift 4
 case $name in */* | '' | .*) echo "recipe_run: NAME '$name' must be a plain file name" >&2; exit 2 ;; esac
+# checked here, before OUTDIR and the logs are made (train would refuse them later)
+[[ $seed =~ ^[0-9]+$ ]] || { echo "recipe_run: SEED '$seed' is not a whole number" >&2; exit 2; }
+[[ $steps =~ ^[1-9][0-9]*$ ]] || { echo "recipe_run: STEPS '$steps' is not a whole number above 0" >&2; exit 2; }
 root=$(cd "$(dirname "$0")/.." && pwd)
 s2s=${SEQ2SEQ:-$root/build/models/seq2seq/seq2seq}
 data=${DATA:-$root/data/en_de_ding.tsv}

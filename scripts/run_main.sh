@@ -7,15 +7,23 @@
 #                                     machine, enough for English-looking words)
 # THREADS (default: all cores) sets the kernel threads.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+usage="usage: scripts/run_main.sh [STEPS]"
+case "${1:-}" in -h | --help) echo "$usage (THREADS=N: kernel threads)"; exit 0 ;; esac
+# checked before anything is installed, downloaded or built
+[ $# -le 1 ] || { echo "run_main.sh: one argument at most ($usage)" >&2; exit 2; }
 steps=${1:-2500}
+[[ $steps =~ ^[1-9][0-9]{0,8}$ ]] ||
+  { echo "run_main.sh: STEPS must be a whole number of steps above 0, not '$steps' ($usage)" >&2; exit 2; }
+threads=${THREADS:-$(nproc)}
+[[ $threads =~ ^[1-9][0-9]{0,3}$ ]] ||
+  { echo "run_main.sh: THREADS must be a whole number above 0, not '$threads'" >&2; exit 2; }
+cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/prepare_data.sh
 # build.ninja, not the directory: a `meson setup` that failed or was
 # interrupted leaves one without it, and ninja cannot build there
 [ -f build/build.ninja ] || meson setup build
 ninja -C build
-threads=${THREADS:-$(nproc)}
 # --force: a rerun trains afresh over the checkpoint of the last run; the
 # precision is the default's (bf16 where the CPU has it natively, else fp32)
 build/models/charlm/charlm train --preset tiny --steps "$steps" --seed 1 --threads "$threads" \

@@ -20,8 +20,12 @@
 # counts (group "threads"), a sleeping one does not, so the 1-thread
 # figures are the ones to compare across builds.
 set -euo pipefail
-case "${1:-}" in -h | --help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
-bench=${CG_BENCH:-build/tools/bench}
+case "${1:-}" in -h | --help)
+  echo "usage: scripts/step_profile.sh [BENCH ARGS...]"
+  sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'
+  exit 0 ;;
+esac
+bench=${CG_BENCH:-$(cd "$(dirname "$0")/.." && pwd)/build/tools/bench}
 fail() { echo "step_profile: $*" >&2; exit 1; }
 command -v perf >/dev/null || fail "needs perf (apt-get install linux-perf)"
 [ -x "$bench" ] || fail "no $bench (build first: ninja -C build, or set CG_BENCH)"

@@ -4,11 +4,12 @@
 #   scripts/test.sh --sanitize also an ASan+UBSan build in build-asan/
 set -euo pipefail
 cd "$(dirname "$0")/.."
-case "${1:-}" in "" | --sanitize) ;; *)
-  echo "test.sh: unknown argument '$1' (usage: scripts/test.sh [--sanitize])" >&2
-  exit 2
-  ;;
+case "${1:-}" in
+  -h | --help) echo "usage: scripts/test.sh [--sanitize]"; exit 0 ;;
+  "" | --sanitize) ;;
+  *) echo "test.sh: unknown argument '$1' (usage: scripts/test.sh [--sanitize])" >&2; exit 2 ;;
 esac
+[ $# -le 1 ] || { echo "test.sh: one argument at most (usage: scripts/test.sh [--sanitize])" >&2; exit 2; }
 scripts/setup.sh
 # build.ninja, not the directory: a `meson setup` that failed or was
 # interrupted leaves one without it, and ninja cannot build there

@@ -6,8 +6,15 @@
 # symbols and has a soname.
 #   scripts/test_install.sh [BUILD_DIR (default build)]
 set -euo pipefail
+usage="usage: scripts/test_install.sh [BUILD_DIR (default build)]"
+case "${1:-}" in -h | --help) echo "$usage"; exit 0 ;; esac
+[ $# -le 1 ] || { echo "test_install: one argument at most ($usage)" >&2; exit 2; }
 root=$(cd "$(dirname "$0")/.." && pwd)
-build=$(cd "${1:-build}" && pwd)
+# the default: the tree's build/, whatever the current directory
+build=${1:-$root/build}
+[ -f "$build/build.ninja" ] ||
+  { echo "test_install: '$build' is not a meson build directory (meson setup $build)" >&2; exit 2; }
+build=$(cd "$build" && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 stage=$work/stage

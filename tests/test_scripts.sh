@@ -40,6 +40,64 @@ calls() { tr '\n' ';' <"$log"; }
 # not_run NAME: nothing was called
 not_run() { [ ! -s "$log" ] && echo "ok: $1: nothing run" || fail "$1: ran $(calls)"; }
 
+# ---- a bad command line: exit 2, one line, nothing run
+usage_error() {
+  local name=$1 pat=$2
+  shift 2
+  : >"$log"
+  expect "$name" 2 "$pat" "$@"
+  [ "$(grep -c . err.txt)" = 1 ] || fail "$name: not one line: $(cat err.txt)"
+  not_run "$name"
+}
+# helps NAME PATTERN CMD: exit 0, PATTERN on stdout, nothing run
+helps() {
+  local name=$1 pat=$2
+  shift 2
+  : >"$log"
+  local rc=0
+  timeout 60 "$@" >out.txt 2>err.txt || rc=$?
+  [ $rc = 0 ] && grep -q -- "$pat" out.txt && echo "ok: $name" ||
+    fail "$name: exit $rc, stdout $(head -c 200 out.txt), stderr $(head -c 200 err.txt)"
+  not_run "$name"
+}
+usage_error "run_main.sh: STEPS not a number" "run_main.sh: STEPS.*'12x'" "$S/run_main.sh" 12x
+usage_error "run_main.sh: two arguments" "run_main.sh: " "$S/run_main.sh" 10 20
+usage_error "run_main.sh: THREADS" "run_main.sh: THREADS.*'x'" env THREADS=x "$S/run_main.sh" 10
+helps "run_main.sh --help" "usage: scripts/run_main.sh" "$S/run_main.sh" --help
+usage_error "test.sh: an unknown argument" "test.sh: unknown argument" "$S/test.sh" --sanitise
+usage_error "test.sh: two arguments" "test.sh: " "$S/test.sh" --sanitize x
+helps "test.sh --help" "usage: scripts/test.sh" "$S/test.sh" --help
+usage_error "setup.sh: an argument" "setup.sh: " "$S/setup.sh" --yes
+# the scripts that do nothing before their checks: the tree's own
+T=$src/scripts
+usage_error "test_install.sh: not a build directory" "test_install: '/nonexistent' is not a meson build directory" \
+  "$T/test_install.sh" /nonexistent
+usage_error "test_install.sh: two arguments" "test_install: " "$T/test_install.sh" a b
+helps "test_install.sh --help" "usage: scripts/test_install.sh" "$T/test_install.sh" --help
+usage_error "prepare_data.sh: an unknown option" "prepare_data.sh: error: unknown option '--bogus'" \
+  "$T/prepare_data.sh" --bogus
+usage_error "prepare_data.sh: two OUTDIRs" "prepare_data.sh: error: only one OUTDIR" "$T/prepare_data.sh" a b
+usage_error "fuzz.sh: SECONDS" "fuzz.sh: SECONDS" "$T/fuzz.sh" 1m
+usage_error "fuzz.sh: an unknown target" "fuzz.sh: unknown target 'pair'" "$T/fuzz.sh" 5 pair
+helps "fuzz.sh --help" "usage: scripts/fuzz.sh" "$T/fuzz.sh" --help
+usage_error "recipe_run.sh: too few arguments" "usage: scripts/recipe_run.sh" "$T/recipe_run.sh" out x 1
+usage_error "recipe_run.sh: SEED" "recipe_run: SEED 'abc' is not" "$T/recipe_run.sh" out x abc 100
+usage_error "recipe_run.sh: STEPS" "recipe_run: STEPS '' is not" "$T/recipe_run.sh" out x 1 ''
+helps "recipe_run.sh --help" "usage: scripts/recipe_run.sh" "$T/recipe_run.sh" --help
+for b in bench_peer bench_real bench_scaling; do
+  usage_error "$b.sh: THREADS" "$b: THREADS '--help2' is not" "$T/$b.sh" --help2
+  usage_error "$b.sh: THREADS 0" "$b: THREADS '0' is not" "$T/$b.sh" 0
+  helps "$b.sh --help" "usage: scripts/$b.sh" "$T/$b.sh" --help
+done
+usage_error "bench_peer.sh: ROUNDS" "bench_peer: ROUNDS 'x' is not" "$T/bench_peer.sh" 2 x
+usage_error "bench_real.sh: ROUNDS" "bench_real: ROUNDS 'x' is not" "$T/bench_real.sh" 2 x
+usage_error "bench_real.sh: STEPS" "bench_real: STEPS '4.5' is not" "$T/bench_real.sh" 2 3 4.5
+usage_error "bench_real.sh: four arguments" "bench_real: " "$T/bench_real.sh" 2 3 4 5
+usage_error "bench_scaling.sh: two arguments" "bench_scaling: " "$T/bench_scaling.sh" 2 3
+helps "step_profile.sh --help" "usage: scripts/step_profile.sh" "$T/step_profile.sh" --help
+usage_error "netns_hosts.sh: -n without a value" "netns_hosts: -n needs a value" "$T/netns_hosts.sh" -n
+usage_error "netns_hosts.sh: --timeout" "netns_hosts: --timeout: 'x' is not" "$T/netns_hosts.sh" --timeout x exec true
+
 # ---- a build directory without build.ninja (a failed or interrupted
 # `meson setup`): set up again; a configured one: not set up again
 mkdir -p "$repo/build"
