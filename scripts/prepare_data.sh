@@ -21,7 +21,7 @@
 #
 # Needs: sh, coreutils, tar, dpkg-deb and apt-get (any Debian), npm and
 # python3 (standard library only), and for --wesnoth gettext's msgunfmt.
-# Missing npm/python3/msgunfmt are installed with apt-get when running as root.
+# Missing npm/python3/msgunfmt are installed with apt-get (as root, or through sudo).
 # Network: the npm registry and Debian's archive.
 #
 # Idempotent: a file that already exists with the recorded sha256 is kept.
@@ -91,13 +91,15 @@ need() {
     return 0
 }
 
-# install_tool COMMAND DEBIAN-PACKAGE
+# install_tool COMMAND DEBIAN-PACKAGE: as root, or through sudo, as setup.sh
 install_tool() {
     command -v "$1" >/dev/null 2>&1 && return 0
-    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    sudo=
+    [ "$(id -u)" = 0 ] || { command -v sudo >/dev/null 2>&1 && sudo=sudo; } || sudo=none
+    if [ "$sudo" != none ] && command -v apt-get >/dev/null 2>&1; then
         note "'$1' not found; installing Debian package $2"
-        { apt-get install -y --no-install-recommends "$2" >&2 ||
-          { apt-get update >&2 && apt-get install -y --no-install-recommends "$2" >&2; }; } ||
+        { $sudo apt-get install -y --no-install-recommends "$2" >&2 ||
+          { $sudo apt-get update >&2 && $sudo apt-get install -y --no-install-recommends "$2" >&2; }; } ||
             die "could not install $2 (needed for '$1')"
     fi
     command -v "$1" >/dev/null 2>&1 || die "'$1' not found: install it (Debian: apt-get install $2)"

@@ -152,4 +152,20 @@ left=$(ls -A "$out")
   fail "prepare_data.sh interrupted: exit $rc, left '$left': $(cat err.txt)"
 rm -f "$dir/fake/npm" "$dir/fake/fold"
 
+# ---- prepare_data.sh as a user (id faked) with sudo and without npm: npm
+# is installed through sudo, as setup.sh does (README: "as root, or through
+# sudo")
+mkdir -p "$dir/nonpm"
+for t in basename dirname mkdir mktemp rm cat; do ln -s "$(command -v $t)" "$dir/nonpm/$t"; done
+printf '#!/bin/sh\necho 1000\n' >"$dir/nonpm/id"
+printf '#!/bin/sh\necho "sudo $*" >>"%s"\nexec "$@"\n' "$log" >"$dir/nonpm/sudo"
+printf '#!/bin/sh\necho "apt-get $*" >>"%s"\n' "$log" >"$dir/nonpm/apt-get"
+chmod +x "$dir/nonpm/"*
+: >"$log"
+rc=0
+PATH="$dir/nonpm" "$src/scripts/prepare_data.sh" "$dir/nonpm_out" >out.txt 2>err.txt || rc=$?
+grep -q "^sudo apt-get install .*npm$" "$log" && [ $rc = 1 ] && grep -q "'npm' not found" err.txt &&
+  echo "ok: prepare_data.sh installs npm through sudo: $(calls)" ||
+  fail "prepare_data.sh without npm, as a user: exit $rc: $(calls) $(cat err.txt)"
+
 finish
