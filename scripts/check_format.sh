@@ -5,14 +5,24 @@
 #   scripts/check_format.sh --fix [FILE...]   rewrite them in place instead
 # Needs clang-format (apt-get install clang-format).
 set -euo pipefail
+case "${1:-}" in -h | --help) echo "usage: scripts/check_format.sh [--fix] [FILE...]"; exit 0 ;; esac
 root=$(cd "$(dirname "$0")/.." && pwd)
-cd "$root"
 fix=0
 if [ "${1:-}" = "--fix" ]; then fix=1; shift; fi
 command -v clang-format >/dev/null ||
   { echo "check_format: clang-format not found (apt-get install clang-format)" >&2; exit 2; }
-if [ $# -gt 0 ]; then files=("$@"); else
-  mapfile -t files < <(git ls-files '*.c' '*.h' '*.cc')
+# the files given are the caller's (relative to its directory); the tree's
+# tracked sources are the root's, and there must be some (a copy of the
+# tree without .git once checked no file and passed)
+files=()
+for f in "$@"; do
+  case $f in /*) files+=("$f") ;; *) files+=("$PWD/$f") ;; esac
+done
+cd "$root"
+if [ $# -eq 0 ]; then
+  mapfile -t files < <(git ls-files '*.c' '*.h' '*.cc' 2>/dev/null || true)
+  [ ${#files[@]} -gt 0 ] ||
+    { echo "check_format: $root is not a git checkout: name the files to check" >&2; exit 2; }
 fi
 if [ $fix = 1 ]; then
   clang-format -i --style=file "${files[@]}"

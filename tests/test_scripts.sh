@@ -128,6 +128,28 @@ grep -q "^meson setup build$" "$log" && grep -q "^charlm sample$" "$log" &&
   echo "ok: run_main.sh: a build directory without build.ninja set up again" ||
   fail "run_main.sh: a half set-up build directory: $(calls)"
 
+# ---- check_format.sh: FILE relative to the caller's directory; no git
+# checkout: the files must be named (it once checked none and passed)
+if command -v clang-format >/dev/null; then
+  mkdir -p "$repo/sub"
+  printf 'int f(void) { return 1; }\n' >"$repo/sub/ok.c"
+  printf 'int  g( void ) {return 2;}\n' >"$repo/sub/bad.c"
+  (cd "$repo/sub" && "$S/check_format.sh" ok.c) >out.txt 2>err.txt &&
+    echo "ok: check_format.sh: a file named from a subdirectory" ||
+    fail "check_format.sh ok.c from a subdirectory: $(cat err.txt)"
+  rc=0
+  (cd "$repo/sub" && "$S/check_format.sh" bad.c) >out.txt 2>err.txt || rc=$?
+  [ $rc = 1 ] && grep -q "bad.c" err.txt && echo "ok: check_format.sh: bad.c not formatted" ||
+    fail "check_format.sh bad.c from a subdirectory: exit $rc: $(cat err.txt)"
+  rc=0
+  (cd "$repo" && timeout 30 "$S/check_format.sh" </dev/null) >out.txt 2>err.txt || rc=$?
+  [ $rc = 2 ] && grep -q "check_format: .*git" err.txt && [ "$(grep -c . err.txt)" = 1 ] &&
+    echo "ok: check_format.sh outside a git checkout: $(cat err.txt)" ||
+    fail "check_format.sh outside a git checkout: exit $rc: $(cat out.txt err.txt)"
+else
+  echo "skipped: check_format.sh (no clang-format)"
+fi
+
 # ---- prepare_data.sh: SIGTERM to its process group while Moby-Dick is
 # written (npm and fold faked: fold takes its time) leaves nothing in OUTDIR
 # (Ctrl-C's SIGINT takes the same path; a background job ignores SIGINT)
