@@ -30,17 +30,26 @@ data=${DATA:-$root/data/en_de_ding.tsv}
 data=$(cd "$(dirname "$data")" && pwd)/$(basename "$data") # the runs start in OUTDIR
 mkdir -p "$out"
 cd "$out"
+# The programs' stderr goes to NAME.err; a step that fails says why here too.
+failed() {
+  local rc=$?
+  echo "recipe_run: $1 failed (exit $rc): $(tail -n 1 "$name.err") (all of it: $out/$name.err)" >&2
+  exit $rc
+}
 "$s2s" train --data "$data" --out "$name.safetensors" --force --steps "$steps" \
   --eval-every "${EVAL_EVERY:-500}" --keep-last 5 --test-limit 0 --threads 1 --seed "$seed" "$@" \
-  >"$name.log" 2>"$name.err"
-mapfile -t kept < <(ls "$name".step*.safetensors | sort | tail -5)
-"$s2s" average --force --out "$name.avg.safetensors" "${kept[@]}" >>"$name.err" 2>&1
+  >"$name.log" 2>"$name.err" || failed "train"
+kept=("$name".step*.safetensors) # in step order: --keep-last pads the step to 8 digits
+[ -e "${kept[0]}" ] || { echo "recipe_run: train wrote no $out/$name.step*.safetensors (STEPS below EVAL_EVERY?)" >&2; exit 1; }
+((${#kept[@]} <= 5)) || kept=("${kept[@]: -5}")
+"$s2s" average --force --out "$name.avg.safetensors" "${kept[@]}" >>"$name.err" 2>&1 || failed "average"
 flags=$*
 flags=${flags//\\/\\\\}
 flags=${flags//\"/\\\"}
 for ck in "$name" "$name.avg"; do
   for split in valid test; do
-    e=$("$s2s" eval --ckpt "$ck.safetensors" --split "$split" --beam 4 --threads 1 2>>"$name.err")
+    e=$("$s2s" eval --ckpt "$ck.safetensors" --split "$split" --beam 4 --threads 1 2>>"$name.err") ||
+      failed "eval of $ck on $split"
     printf '{"ckpt": "%s", "run": "%s", "seed": %s, "flags": "%s", "split": "%s", "eval": %s}\n' \
       "$ck" "$name" "$seed" "$flags" "$split" "$e" >>results.jsonl
   done

@@ -190,4 +190,11 @@ grep -q "^sudo apt-get install .*npm$" "$log" && [ $rc = 1 ] && grep -q "'npm' n
   echo "ok: prepare_data.sh installs npm through sudo: $(calls)" ||
   fail "prepare_data.sh without npm, as a user: exit $rc: $(calls) $(cat err.txt)"
 
+# ---- recipe_run.sh: a step that fails says why (its output goes to logs)
+printf '#!/bin/sh\necho "seq2seq: error: --dropout: %s is not a number" >&2\nexit 2\n' "'x'" >"$dir/s2s"
+chmod +x "$dir/s2s"
+: >p.tsv
+expect "recipe_run.sh: training fails" 2 "recipe_run: .*--dropout: 'x' is not a number" \
+  env SEQ2SEQ="$dir/s2s" DATA=p.tsv "$src/scripts/recipe_run.sh" "$dir/rr" x 1 10 --dropout x
+
 finish
