@@ -36,6 +36,14 @@ failed() {
   echo "recipe_run: $1 failed (exit $rc): $(tail -n 1 "$name.err") (all of it: $out/$name.err)" >&2
   exit $rc
 }
+# NAME's files are replaced (--force below), its kept checkpoints too: one
+# of an earlier run with more steps or another EVAL_EVERY would otherwise
+# sort among the last 5 and be averaged with this run's
+stale=("$name".step*.safetensors)
+if [ -e "${stale[0]}" ]; then
+  echo "recipe_run: removing ${#stale[@]} kept checkpoints of an earlier run of $name in $out" >&2
+  rm -f -- "${stale[@]}"
+fi
 "$s2s" train --data "$data" --out "$name.safetensors" --force --steps "$steps" \
   --eval-every "${EVAL_EVERY:-500}" --keep-last 5 --test-limit 0 --threads 1 --seed "$seed" "$@" \
   >"$name.log" 2>"$name.err" || failed "train"

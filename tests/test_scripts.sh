@@ -197,4 +197,27 @@ chmod +x "$dir/s2s"
 expect "recipe_run.sh: training fails" 2 "recipe_run: .*--dropout: 'x' is not a number" \
   env SEQ2SEQ="$dir/s2s" DATA=p.tsv "$src/scripts/recipe_run.sh" "$dir/rr" x 1 10 --dropout x
 
+# ---- recipe_run.sh run twice under one NAME, with fewer steps the second
+# time: the average is of the second run's checkpoints only (a fake seq2seq
+# keeps a checkpoint every 5 steps, its last 5, as train --keep-last 5)
+cat >"$dir/s2s" <<EOF
+#!/usr/bin/env bash
+case \$1 in
+  train) shift; while [ \$# -gt 0 ]; do case \$1 in --out) o=\${2%.safetensors} ;; --steps) n=\$2 ;; esac; shift; done
+         for ((i = 5; i <= n; i += 5)); do : >"\$o.step\$(printf %08d \$i).safetensors"; done
+         for ((i = 5; i <= n - 25; i += 5)); do rm "\$o.step\$(printf %08d \$i).safetensors"; done ;;
+  average) echo "\$*" >>"$log" ;;
+  eval) echo '{"bleu": 1}' ;;
+esac
+EOF
+: >"$log"
+for steps in 50 20; do
+  SEQ2SEQ="$dir/s2s" DATA=p.tsv "$src/scripts/recipe_run.sh" "$dir/rr2" y 1 $steps >out.txt 2>err.txt ||
+    fail "recipe_run.sh (a fake seq2seq): $(cat err.txt)"
+done
+last=$(tail -n 1 "$log")
+[[ $last == *y.step00000020.safetensors* && $last != *y.step00000050* && $last != *y.step00000030* ]] &&
+  echo "ok: recipe_run.sh run again with fewer steps: $last" ||
+  fail "recipe_run.sh run again with fewer steps averages: $last"
+
 finish
