@@ -51,14 +51,20 @@ kept=("$name".step*.safetensors) # in step order: --keep-last pads the step to 8
 [ -e "${kept[0]}" ] || { echo "recipe_run: train wrote no $out/$name.step*.safetensors (STEPS below EVAL_EVERY?)" >&2; exit 1; }
 ((${#kept[@]} <= 5)) || kept=("${kept[@]: -5}")
 "$s2s" average --force --out "$name.avg.safetensors" "${kept[@]}" >>"$name.err" 2>&1 || failed "average"
-flags=$*
-flags=${flags//\\/\\\\}
-flags=${flags//\"/\\\"}
+# one results.jsonl line: json.dumps escapes every character a flag, the
+# name or the path may hold; eval's own line must parse as it is
+result_line() {
+  python3 -c 'import json, sys
+ck, run, seed, flags, split, e = sys.argv[1:]
+print(json.dumps({"ckpt": ck, "run": run, "seed": int(seed), "flags": flags, "split": split,
+                  "eval": json.loads(e)}))' "$@"
+}
 for ck in "$name" "$name.avg"; do
   for split in valid test; do
     e=$("$s2s" eval --ckpt "$ck.safetensors" --split "$split" --beam 4 --threads 1 2>>"$name.err") ||
       failed "eval of $ck on $split"
-    printf '{"ckpt": "%s", "run": "%s", "seed": %s, "flags": "%s", "split": "%s", "eval": %s}\n' \
-      "$ck" "$name" "$seed" "$flags" "$split" "$e" >>results.jsonl
+    line=$(result_line "$ck" "$name" "$seed" "$*" "$split" "$e") ||
+      { echo "recipe_run: eval of $ck on $split printed no JSON line: $e" >&2; exit 1; }
+    echo "$line" >>results.jsonl
   done
 done

@@ -220,4 +220,15 @@ last=$(tail -n 1 "$log")
   echo "ok: recipe_run.sh run again with fewer steps: $last" ||
   fail "recipe_run.sh run again with fewer steps averages: $last"
 
+# ---- recipe_run.sh: every results.jsonl line parses, whatever a flag holds
+# (a tab, a quote, a backslash), and keeps the flags as they were given
+odd=$'a\tb "c" d\\e'
+SEQ2SEQ="$dir/s2s" DATA=p.tsv "$src/scripts/recipe_run.sh" "$dir/rr3" z 1 10 --note "$odd" \
+  >out.txt 2>err.txt || fail "recipe_run.sh with an odd flag: $(cat err.txt)"
+python3 -c 'import json, sys
+lines = open(sys.argv[1]).read().splitlines()
+assert len(lines) == 4 and all(json.loads(l)["flags"] == "--note " + sys.argv[2] for l in lines)' \
+  "$dir/rr3/results.jsonl" "$odd" && echo "ok: recipe_run.sh results.jsonl parses with an odd flag" ||
+  fail "recipe_run.sh results.jsonl with an odd flag: $(cat "$dir/rr3/results.jsonl")"
+
 finish
