@@ -182,6 +182,24 @@ static bool check_seqs(const char *who, int64_t n, cg_tensor *const *seqs, int64
     return true;
 }
 
+/* The padding value must be one of the sequences' dtype, as PyTorch's
+ * pad_sequence requires ("value cannot be converted to type int64_t
+ * without overflow"): an integer dtype takes a finite value in its range
+ * (cut toward zero), a float dtype a value that does not round to an
+ * infinity (an infinity or NaN itself is one). */
+static bool check_pad(const char *who, cg_dtype dt, double pad)
+{
+    char e[8];
+    cg_elem_set(dt, e, pad);
+    double lim = dt == CG_I64 ? 0x1p63 : dt == CG_I32 ? 0x1p31 : 0;
+    bool bad = lim > 0 ? !(pad >= -lim && pad < lim)
+                       : cg_dtype_is_float(dt) && isfinite(pad) && isinf(cg_elem_get(dt, e));
+    if (bad)
+        cg_set_error("%s: padding value %g cannot be converted to %s without overflow", who, pad,
+                     cg_dtype_name(dt));
+    return !bad;
+}
+
 /* Row i of out (and of mask) takes seq: its first L positions. */
 static bool pad_row(cg_tensor *out, cg_tensor *mask, int64_t i, const cg_tensor *seq)
 {
@@ -205,7 +223,8 @@ cg_tensor *cg_pad_sequence(int64_t n, cg_tensor *const *seqs, double pad, cg_ten
     int64_t T;
     if (pad_mask)
         *pad_mask = NULL;
-    if (!check_seqs("cg_pad_sequence", n, seqs, &T))
+    if (!check_seqs("cg_pad_sequence", n, seqs, &T) ||
+        !check_pad("cg_pad_sequence", seqs[0]->dtype, pad))
         return NULL;
     int64_t shape[CG_MAX_DIMS + 1] = {n, T}, mshape[2] = {n, T};
     memcpy(shape + 2, seqs[0]->shape + 1, (size_t)(seqs[0]->ndim - 1) * sizeof *shape);
@@ -269,7 +288,8 @@ cg_loader *cg_loader_new_seqs(int64_t N, cg_tensor *const *seqs, cg_tensor *y, d
                               int64_t B, cg_rng *rng)
 {
     int64_t T;
-    if (!check_seqs("cg_loader_new_seqs", N, seqs, &T))
+    if (!check_seqs("cg_loader_new_seqs", N, seqs, &T) ||
+        !check_pad("cg_loader_new_seqs", seqs[0]->dtype, pad))
         return NULL;
     cg_loader *ld = loader_new("cg_loader_new_seqs", N, y, B, rng);
     if (!ld)

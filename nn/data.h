@@ -45,7 +45,8 @@ void cg_batch_iter_free(cg_batch_iter *it); /* NULL is a no-op */
 /* torch.nn.utils.rnn.pad_sequence(seqs, batch_first=True,
  * padding_value=pad): n sequences [L_i, ...] of one dtype and the same
  * trailing shape (L_i >= 0) into a new tensor [n, max L_i, ...], row i's
- * positions L_i.. filled with pad (converted to the dtype). pad_mask, if
+ * positions L_i.. filled with pad (converted to the dtype; a pad the dtype
+ * cannot hold, NaN or 1e300 for int64 ids, is refused). pad_mask, if
  * not NULL, receives a new bool [n, max L_i]: true at padding, the
  * convention of a key-padding mask (cg_mha_forward's key_pad). */
 cg_tensor *cg_pad_sequence(int64_t n, cg_tensor *const *seqs, double pad, cg_tensor **pad_mask);

@@ -201,6 +201,37 @@ START_TEST(test_two_loaders_interleaved)
 }
 END_TEST
 
+/* A padding value the sequences' dtype cannot hold is refused, as
+ * PyTorch's pad_sequence refuses it ("value cannot be converted to type
+ * int64_t without overflow"): NaN, an infinity or 1e300 padded int64 ids
+ * with INT64_MIN, silently, and a float16 pad past its range became inf.
+ * A fractional pad is cut toward zero, as torch.full does. */
+START_TEST(test_pad_value_must_fit)
+{
+    cg_tensor *a = cg_arange_dtype(CG_I64, 1, 4, 1), *b = cg_arange_dtype(CG_I64, 1, 2, 1);
+    cg_tensor *s[2] = {a, b}, *mask = NULL;
+    const double bad[4] = {NAN, INFINITY, 1e300, 0x1p63};
+    for (int k = 0; k < 4; k++) {
+        CG_ASSERT_FAILS(cg_pad_sequence(2, s, bad[k], &mask), "cg_pad_sequence: padding value");
+        ck_assert_ptr_null(mask);
+        CG_ASSERT_FAILS(cg_loader_new_seqs(2, s, NULL, bad[k], 2, NULL),
+                        "cg_loader_new_seqs: padding value");
+    }
+    cg_tensor *h[2] = {cg_to(a, CG_F16), cg_to(b, CG_F16)};
+    CG_ASSERT_FAILS(cg_pad_sequence(2, h, 1e6, NULL), "cannot be converted to float16");
+    cg_tensor *x = cg_pad_sequence(2, h, -INFINITY, NULL); /* an infinity is a float16 */
+    ck_assert(x && isinf(cg_elem_get(CG_F16, cg_data_f16(x) + 5)));
+    cg_release(x);
+    x = cg_pad_sequence(2, s, -1.5, NULL);
+    ck_assert(x && cg_data_i64(x)[5] == -1);
+    cg_release(x);
+    x = cg_pad_sequence(2, s, -0x1p63, NULL); /* INT64_MIN itself fits */
+    ck_assert(x && cg_data_i64(x)[5] == INT64_MIN);
+    cg_release_all(5, x, a, b, h[0], h[1]);
+    cg_clear_error();
+}
+END_TEST
+
 /* What a new user gets wrong, refused in one line naming the argument. */
 START_TEST(test_data_refusals)
 {
@@ -238,6 +269,7 @@ static Suite *data_suite(void)
     tcase_add_test(tc, test_loader_float_targets);
     tcase_add_test(tc, test_data_refusals);
     tcase_add_test(tc, test_two_loaders_interleaved);
+    tcase_add_test(tc, test_pad_value_must_fit);
     suite_add_tcase(s, tc);
     return s;
 }
