@@ -68,6 +68,12 @@ bool cg_parse_f64(const char *what, const char *s, double lo, double hi, double 
         cg_set_error("%s: '%s' is not a number", what, s);
         return false;
     }
+    if (errno == ERANGE && isfinite(v)) { /* an underflow: below DBL_MIN */
+        cg_set_error("%s: '%s' is too small in magnitude for a double (use 0 or a value of "
+                     "2.3e-308 or more)",
+                     what, s);
+        return false;
+    }
     if (errno == ERANGE || !isfinite(v)) {
         cg_set_error("%s: '%s' is not a finite number", what, s);
         return false;

@@ -330,6 +330,12 @@ START_TEST(test_vocab_and_utf8)
     ck_assert(!cg_parse_f64("--lr", "nan", 0, 1, &f));
     ck_assert(!cg_parse_f64("--lr", "1e-3e", 0, 1, &f));
     ck_assert(cg_parse_f64("--lr", "1e-3", 0, 1, &f) && f == 1e-3);
+    /* a number too small for a double is not "not a finite number" */
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_parse_f64("--lr", "1e-320", 0, 1, &f),
+                    "--lr: '1e-320' is too small in magnitude for a double");
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_parse_f64("--lr", "1e400", 0, 1, &f),
+                    "--lr: '1e400' is not a finite number");
+    cg_clear_error();
 }
 END_TEST
 
