@@ -59,11 +59,8 @@ bool cg_pair_vocab_from_texts(const char *const *texts, int64_t n, cg_pair_vocab
         cg_set_error("vocab: out of memory");
         return false;
     }
-    int64_t k = 0;
-    for (uint32_t cp = 0; cp < 0x110000; cp++)
-        if (seen[cp >> 3] & (1u << (cp & 7)))
-            out->chars[k++] = cp;
-    out->n_chars = k;
+    cg_codepoint_bits_sorted(seen, count, out->chars);
+    out->n_chars = count;
     free(seen);
     return true;
 }

@@ -50,6 +50,18 @@ static cg_vocab *vocab_from_sorted(uint32_t *chars, int64_t n)
     return v;
 }
 
+void cg_codepoint_bits_sorted(const uint8_t *seen, int64_t count, uint32_t *out)
+{
+    /* up to the last one set (not all 0x110000 bits: the fuzz targets build
+     * a vocabulary per input), a byte of 8 at a time where none is */
+    int64_t j = 0;
+    for (uint32_t c = 0; j < count && c < 0x110000; c++)
+        if (!seen[c >> 3])
+            c |= 7;
+        else if (seen[c >> 3] & (1u << (c & 7)))
+            out[j++] = c;
+}
+
 cg_vocab *cg_vocab_from_codepoints(const uint32_t *cps, int64_t n)
 {
     if (n <= 0) {
@@ -93,10 +105,7 @@ cg_vocab *cg_vocab_from_codepoints(const uint32_t *cps, int64_t n)
         cg_set_error("out of memory");
         return NULL;
     }
-    int64_t j = 0;
-    for (uint32_t c = 1; c < 0x110000; c++)
-        if (seen[c >> 3] & (1u << (c & 7)))
-            chars[j++] = c;
+    cg_codepoint_bits_sorted(seen, k, chars);
     free(seen);
     return vocab_from_sorted(chars, k);
 }

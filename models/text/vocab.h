@@ -36,6 +36,10 @@ typedef struct {
     int64_t unk;     /* substitute id for unknown characters */
 } cg_vocab;
 
+/* The code points whose bit is set in a bitmap of 0x110000 bits (bit c of
+ * byte c / 8), `count` of them, into out in increasing order: the set of
+ * the characters of a text, read without a sort. */
+void cg_codepoint_bits_sorted(const uint8_t *seen, int64_t count, uint32_t *out);
 /* Build from code points (sorted set). NULL + error on an empty text or one
  * holding U+0000 (the checkpoint form cannot store it). */
 cg_vocab *cg_vocab_from_codepoints(const uint32_t *cps, int64_t n);
