@@ -1,7 +1,7 @@
 /* libFuzzer target: sentence-pair files of the seq2seq model
  * (models/data/pairs.h): parsing, the RandomState(0) split, length filtering,
- * the vocabulary (and its checkpoint JSON form), token batching and
- * padded batches, encode/decode. The first input byte picks the split
+ * the vocabulary (and its checkpoint JSON form), token batching, padded
+ * batches and their bucketed shapes (cg_batch_pad_to), encode/decode. The first input byte picks the split
  * sizes and max_tokens; the rest is the file. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +10,45 @@
 #include "core/error.h"
 #include "fuzz/fuzz.h"
 #include "models/data/pairs.h"
+
+/* Bucketed shapes (cg_batch_pad_to): S and T grow to a multiple (not past
+ * the limit unless already longer), the ids stay, the new positions are
+ * padding, n_tokens is unchanged. */
+static void check_pad_to(const cg_batch *bt, uint8_t knob)
+{
+    int64_t multiple = 1 + (knob & 7), limit = (knob >> 3) & 7 ? (knob >> 3) * 3 : 0;
+    cg_batch b = *bt;
+    size_t ns = (size_t)(b.B * b.S), nt = (size_t)(b.B * b.T);
+    b.src = malloc(ns * sizeof *b.src);
+    b.tgt_in = malloc(nt * sizeof *b.tgt_in);
+    b.tgt_out = malloc(nt * sizeof *b.tgt_out);
+    CG_FUZZ_CHECK(b.src && b.tgt_in && b.tgt_out);
+    memcpy(b.src, bt->src, ns * sizeof *b.src);
+    memcpy(b.tgt_in, bt->tgt_in, nt * sizeof *b.tgt_in);
+    memcpy(b.tgt_out, bt->tgt_out, nt * sizeof *b.tgt_out);
+    CG_FUZZ_CHECK(cg_batch_pad_to(&b, multiple, limit));
+    CG_FUZZ_CHECK(b.B == bt->B && b.n_tokens == bt->n_tokens);
+    const int64_t olds[2] = {bt->S, bt->T}, news[2] = {b.S, b.T};
+    for (int k = 0; k < 2; k++) {
+        CG_FUZZ_CHECK(news[k] >= olds[k]);
+        if (limit == 0 || olds[k] > limit)
+            CG_FUZZ_CHECK(news[k] % multiple == 0 || news[k] == olds[k]);
+        else
+            CG_FUZZ_CHECK(news[k] <= limit && (news[k] % multiple == 0 || news[k] == limit));
+        CG_FUZZ_CHECK(news[k] - olds[k] < multiple);
+    }
+    for (int64_t i = 0; i < b.B; i++) {
+        for (int64_t j = 0; j < b.S; j++)
+            CG_FUZZ_CHECK(b.src[i * b.S + j] == (j < bt->S ? bt->src[i * bt->S + j] : CG_PAIR_PAD));
+        for (int64_t j = 0; j < b.T; j++) {
+            CG_FUZZ_CHECK(b.tgt_in[i * b.T + j] ==
+                          (j < bt->T ? bt->tgt_in[i * bt->T + j] : CG_PAIR_PAD));
+            CG_FUZZ_CHECK(b.tgt_out[i * b.T + j] ==
+                          (j < bt->T ? bt->tgt_out[i * bt->T + j] : CG_PAIR_PAD));
+        }
+    }
+    cg_batch_free(&b);
+}
 
 static void check_split_and_batches(const cg_pairs *p, uint8_t knob)
 {
@@ -86,6 +125,7 @@ static void check_split_and_batches(const cg_pairs *p, uint8_t knob)
                 CG_FUZZ_CHECK(bt.tgt_in[e] >= 0 && bt.tgt_in[e] < V && bt.tgt_out[e] >= 0 &&
                               bt.tgt_out[e] < V);
             CG_FUZZ_CHECK(bt.n_tokens >= bt.B && bt.n_tokens <= bt.B * bt.T);
+            check_pad_to(&bt, knob);
             cg_batch_free(&bt);
         }
         cg_batches_free(&b);
