@@ -1,5 +1,5 @@
-/* Writes the generated seed inputs of the fuzz corpora (not built by
- * default; run from the repository root after `ninja -C build fuzz/make_seeds`):
+/* Writes the generated seed inputs of the fuzz corpora (built with the rest
+ * so that it keeps up with the API; run from the repository root):
  *
  *   build/fuzz/make_seeds fuzz/corpus
  *
@@ -8,10 +8,11 @@
  * safetensors/: a file with every dtype the writer emits and metadata.
  * seq2seq_checkpoint/: a tiny seq2seq checkpoint with Adam state and
  * trainer state, one without, and damaged ones (an unknown tensor, a
- * config of 0 layers over block tensors).
+ * config of 0 encoder layers over its block tensors).
  * train_state/: trainer states (models/train/trainer.h) of both programs, and
  * damaged ones (epoch 0 with pos below the batch count, epoch 1e15, a
- * huge pos, a bad data identity, history arrays of different lengths). */
+ * huge pos, a bad data identity, history arrays of different lengths).
+ * spm/: the models of two small BPE tokenizers (spm_seed). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,7 @@
 #include "models/charlm/charlm_ckpt.h"
 #include "models/seq2seq/seq2seq_ckpt.h"
 #include "models/data/pairs.h"
+#include "models/text/spm.h"
 
 static int fail(void)
 {
@@ -142,7 +144,7 @@ static int s2s_ckpt(const char *dir, const char *name, int damage, bool with_opt
             const char *k = cg_st_metadata_key(f, i);
             const char *val = cg_st_metadata(f, k);
             if (damage == 2 && strcmp(k, "config") == 0) {
-                c.enc_layers = c.dec_layers = 0;
+                c.enc_layers = 0; /* (the writer refuses a decoder of 0 layers) */
                 char *cj = cg_seq2seq_config_to_json(&c);
                 ok = cj && cg_st_set_metadata(w, k, cj);
                 free(cj);
@@ -202,6 +204,32 @@ static const char *subst(const char *s, const char *a, const char *b)
     return out;
 }
 
+/* spm/: a knob byte (0: the header left intact) and the model of a small
+ * BPE tokenizer trained on a few sentences, alone (fuzz/fuzz_spm.c writes
+ * the header). Nothing when the build lacks SentencePiece. */
+static int spm_seed(const char *dir, const char *name, int64_t vocab)
+{
+    static const char *const sents[] = {"Ein B\xc3\xa4r l\xc3\xa4uft.",
+                                        "Die Katze l\xc3\xa4uft schnell.", "a b c d e f",
+                                        "\xe4\xb8\xad\xe6\x96\x87 text 123"};
+    if (!cg_spm_available())
+        return 0;
+    cg_spm *t = cg_spm_train(sents, 4, vocab);
+    size_t len;
+    const unsigned char *m = t ? cg_spm_model_proto(t, &len) : NULL;
+    if (!m)
+        return fail();
+    char path[4096];
+    snprintf(path, sizeof path, "%s/spm/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    bool ok = f && fputc(0, f) == 0 && fwrite(m, 1, len, f) == len;
+    ok = f && !fclose(f) && ok;
+    cg_spm_free(t);
+    if (!ok)
+        fprintf(stderr, "make_seeds: cannot write %s\n", path);
+    return ok ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -216,14 +244,16 @@ int main(int argc, char **argv)
     float f[6] = {1, -2, 3.5f, 0, 1e-3f, 7};
     int64_t i[3] = {-1, 0, 1LL << 40};
     int64_t s23[2] = {2, 3}, s3[1] = {3}, s0[1] = {0};
+    cg_tensor *ids = cg_from_i64(1, s3, i);
     char path[4096];
     snprintf(path, sizeof path, "%s/safetensors/mixed.safetensors", dir);
-    if (!cg_st_add_f32_raw(w, "a.weight", 2, s23, f) || !cg_st_add_i64(w, "ids", 1, s3, i) ||
+    if (!cg_st_add_f32_raw(w, "a.weight", 2, s23, f) || !cg_st_add(w, "ids", ids) ||
         !cg_st_add_f32_raw(w, "empty", 1, s0, f) || !cg_st_add_f32_raw(w, "scalar", 0, NULL, f) ||
         !cg_st_set_metadata(w, "format", "pt") || !cg_st_set_metadata(w, "note", "\xc3\xa9\"\\") ||
         !cg_st_writer_save(w, path))
         return fail();
     cg_st_writer_free(w);
+    cg_release(ids);
     if (s2s_ckpt(dir, "tiny_adam.safetensors", 0, true) ||
         s2s_ckpt(dir, "tiny_params.safetensors", 0, false) ||
         s2s_ckpt(dir, "extra_tensor.safetensors", 1, true) ||
@@ -247,6 +277,8 @@ int main(int argc, char **argv)
         text_seed(dir, "bad_id.json", subst(S2S_STATE, "\"size\":\"2070\"", "\"size\":-1")) ||
         text_seed(dir, "history_mismatch.json",
                   subst(lm_state, "\"val\":[3.2,null]", "\"val\":[3.2]")))
+        return 1;
+    if (spm_seed(dir, "bpe_290.model", 290) || spm_seed(dir, "bpe_340.model", 340))
         return 1;
     return 0;
 }

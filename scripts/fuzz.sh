@@ -3,7 +3,7 @@
 # build-fuzz/) and runs each for SECONDS (default 60), as many at a time as
 # there are cores (each target runs on one thread).
 #   scripts/fuzz.sh [SECONDS] [TARGET...]   targets: safetensors checkpoint corpus pairs cli
-#                                            train_state seq2seq_checkpoint metrics_log
+#                                            train_state seq2seq_checkpoint metrics_log spm
 # Seeds come from fuzz/corpus/<target>/ (read only), a dictionary from
 # fuzz/<target>.dict when there is one; new inputs go to
 # build-fuzz/fuzz-work/<target>/, crash reproducers to
@@ -13,7 +13,7 @@
 # target failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-all=(safetensors checkpoint corpus pairs cli train_state seq2seq_checkpoint metrics_log)
+all=(safetensors checkpoint corpus pairs cli train_state seq2seq_checkpoint metrics_log spm)
 case "${1:-}" in -h | --help) echo "usage: scripts/fuzz.sh [SECONDS [TARGET...]] (targets: ${all[*]})"; exit 0 ;; esac
 secs=${1:-60}
 [ $# -gt 0 ] && shift
