@@ -58,7 +58,7 @@ bool cg_random_batch(const cg_tensor *tokens, int64_t B, int64_t T, cg_rng *rng,
         return false;
     }
     *x = *y = NULL;
-    if (!check_tokens("cg_random_batch", tokens, T + 1, "T + 1", B, T))
+    if (!check_tokens("cg_random_batch", tokens, T < INT64_MAX ? T + 1 : INT64_MAX, "T + 1", B, T))
         return false;
     if (!new_batch(B, T, x, y))
         return false;

@@ -247,6 +247,10 @@ START_TEST(test_data_refusals)
     cg_tensor *tok = cg_arange_dtype(CG_I64, 0, 50, 1);
     CG_ASSERT_FAILS(cg_batch_iter_new(tok, INT64_MAX / 2, 4, &r), "n >= B*T + 1");
     CG_ASSERT_FAILS((void *)(intptr_t)cg_random_batch(tok, 0, 4, &r, &x, &y), "B=0");
+    /* T + 1 overflowed (undefined behaviour), passed the check, and the
+     * batch's allocation failed instead: "empty: shape too large" */
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_random_batch(tok, 1, INT64_MAX, &r, &x, &y),
+                    "cg_random_batch: need tokens of shape [n] with n >= T + 1");
     cg_tensor *two = cg_view_reshape(tok, CG_SHAPE(5, 10));
     CG_ASSERT_FAILS((void *)(intptr_t)cg_random_batch(two, 1, 4, &r, &x, &y), "tokens [5, 10]");
     cg_tensor *seq[1] = {tok};
