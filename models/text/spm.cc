@@ -77,7 +77,21 @@ bool load_proto(cg_spm *t, const char *who)
         return false;
     }
     t->vocab = v;
-    return true;
+    // lossless, as every model the zoo trains is: runs of spaces (the word
+    // boundary's own piece), tabs, newlines, characters with no piece (byte
+    // fallback). A model that loses pieces or bytes gave back other text.
+    static const char probe[] = "  a  b\t\n\xc3\xa9\xe4\xb8\xad\xf0\x9f\x98\x80 ";
+    int64_t n = 0, *ids = cg_spm_encode(t, probe, &n);
+    char *back = ids ? cg_spm_decode(t, ids, n) : nullptr;
+    bool same = back && strcmp(back, probe) == 0;
+    free(ids);
+    free(back);
+    if (!same)
+        cg_set_error("%s: the SentencePiece model does not give text back as it was (spaces, tabs, "
+                     "newlines or characters without a piece come back changed), as the zoo's "
+                     "tokenizers do",
+                     who);
+    return same;
 }
 
 // Sentences from a C array, for the trainer.
