@@ -1,9 +1,9 @@
 /* libFuzzer target: a BPE tokenizer as a checkpoint stores it
  * (models/text/spm.h): SentencePiece's serialized model behind the zoo's
- * 24-byte header. The checksum of the header stops a mutated model at the
- * header, so the input is the model alone and the harness writes the
- * header; the first byte chooses whether to damage the header instead
- * (then the blob is refused). A model that loads must follow the zoo's
+ * 24-byte header. The checksum of the header would stop a mutated model
+ * there, so the input (after its first byte) is the model alone
+ * (cg_spm_from_model_proto); the first byte chooses whether to damage the
+ * header of a model that loads (then its blob is refused). A model that loads must follow the zoo's
  * conventions, encode text to ids that are no pad, bos or eos and decode
  * them to the same text; every id of it must have a piece and a label. */
 #include <stdbool.h>
@@ -60,46 +60,28 @@ static void check_model(cg_spm *t)
     free(b);
 }
 
-static uint64_t fnv1a(const uint8_t *p, size_t n)
-{
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ p[i]) * 0x100000001b3ull;
-    return h;
-}
-
-static void put_u64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1 || !cg_spm_available())
         return 0;
     uint8_t knob = data[0];
-    data++;
-    size--;
-    uint8_t *blob = malloc(size + 24);
-    CG_FUZZ_CHECK(blob != NULL);
-    memcpy(blob, "CGSPM\0\0\1", 8);
-    put_u64(blob + 8, size);
-    put_u64(blob + 16, fnv1a(data, size));
-    memcpy(blob + 24, data, size);
-    size_t len = size + 24;
-    bool damaged = knob >= 0xf0;
-    if (damaged) /* one bit of the header flipped, or the blob cut short */
-        blob[(knob & 3) * 8 % 24] ^= 1 << (knob & 7);
     cg_clear_error();
-    cg_spm *t = cg_spm_from_blob(blob, (knob & 8) && damaged ? len / 2 : len);
+    cg_spm *t = cg_spm_from_model_proto(data + 1, size - 1);
     if (!t) {
         CG_FUZZ_CHECK(cg_last_error()[0] != '\0');
-    } else {
-        CG_FUZZ_CHECK(!damaged);
-        check_model(t);
-        cg_spm_free(t);
+        return 0;
     }
-    free(blob);
+    check_model(t);
+    if (knob >= 0xf0) { /* the blob with one bit of its header flipped, or cut short */
+        size_t len = 0;
+        unsigned char *blob = cg_spm_blob(t, &len);
+        CG_FUZZ_CHECK(blob != NULL && len >= 24);
+        blob[(knob & 3) * 8 % 24] ^= (unsigned char)(1 << (knob & 7));
+        cg_clear_error();
+        cg_spm *u = cg_spm_from_blob(blob, knob & 8 ? len / 2 : len);
+        CG_FUZZ_CHECK(u == NULL && cg_last_error()[0] != '\0');
+        free(blob);
+    }
+    cg_spm_free(t);
     return 0;
 }

@@ -233,6 +233,11 @@ START_TEST(test_blob_reload)
     ck_assert(memcmp(blob, blob2, len) == 0);
     for (int64_t id = 0; id < cg_spm_vocab_size(tok); id++)
         ck_assert_str_eq(cg_spm_piece(tok, id), cg_spm_piece(t2, id));
+    /* the model alone (a ".model" file's bytes) loads to the same tokenizer */
+    cg_spm *t4 = cg_spm_from_model_proto(proto, plen);
+    ck_assert_msg(t4 != NULL, "%s", cg_last_error());
+    assert_same_ids(tok, t4);
+    cg_spm_free(t4);
     /* training is deterministic */
     cg_spm *t3 = cg_spm_train(sents, n_sents, VOCAB);
     ck_assert_ptr_nonnull(t3);
@@ -307,25 +312,6 @@ START_TEST(test_checkpoint)
 }
 END_TEST
 
-/* A blob (models/text/spm.h) with a consistent header over any model bytes:
- * its length and FNV-1a checksum, as cg_spm_blob writes them. */
-static unsigned char *blob_of_model(const unsigned char *model, size_t n, size_t *len)
-{
-    unsigned char *b = malloc(24 + n);
-    ck_assert_ptr_nonnull(b);
-    memcpy(b, "CGSPM\0\0\1", 8);
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ model[i]) * 0x100000001b3ull;
-    for (int i = 0; i < 8; i++) {
-        b[8 + i] = (unsigned char)((uint64_t)n >> (8 * i));
-        b[16 + i] = (unsigned char)(h >> (8 * i));
-    }
-    memcpy(b + 24, model, n);
-    *len = 24 + n;
-    return b;
-}
-
 START_TEST(test_bad_blob)
 {
     if (!tok)
@@ -361,16 +347,17 @@ START_TEST(test_bad_blob)
     ck_assert_ptr_null(cg_spm_from_blob(blob, len));
     ck_assert_ptr_nonnull(strstr(cg_last_error(), "magic"));
     blob[0] = 'C';
-    /* a consistent header over bytes that are not a SentencePiece model */
+    /* bytes that are not a SentencePiece model (what a blob holds after its
+     * header) */
     unsigned char model[64];
     for (int i = 0; i < 64; i++)
         model[i] = (unsigned char)(i * 37 + 11);
-    size_t jlen;
-    unsigned char *junk = blob_of_model(model, sizeof model, &jlen);
     cg_clear_error();
-    ck_assert_ptr_null(cg_spm_from_blob(junk, jlen));
+    ck_assert_ptr_null(cg_spm_from_model_proto(model, sizeof model));
     ck_assert_msg(strstr(cg_last_error(), "SentencePiece model") != NULL, "%s", cg_last_error());
-    free(junk);
+    cg_clear_error();
+    ck_assert_ptr_null(cg_spm_from_model_proto(NULL, 10));
+    ck_assert(cg_has_error());
     cg_clear_error();
     ck_assert_ptr_null(cg_spm_from_blob(NULL, 10));
     ck_assert(cg_has_error());
@@ -639,16 +626,13 @@ START_TEST(test_lossy_model_refused)
     unsigned char *at = memmem(m, n, piece, sizeof piece);
     ck_assert_ptr_nonnull(at);
     at[4] = 0x82;
-    size_t len;
-    unsigned char *blob = blob_of_model(m, n, &len);
     cg_clear_error();
-    cg_spm *t = cg_spm_from_blob(blob, len);
+    cg_spm *t = cg_spm_from_model_proto(m, n);
     int64_t k = 0, *ids = t ? cg_spm_encode(t, "a  b", &k) : NULL;
     char *back = ids ? cg_spm_decode(t, ids, k) : NULL;
     ck_assert_msg(t == NULL, "a lossy model loaded: \"a  b\" comes back as \"%s\"", back);
     ck_assert_msg(strstr(cg_last_error(), "does not give text back as it was"), "%s",
                   cg_last_error());
-    free(blob);
     free(m);
 }
 END_TEST

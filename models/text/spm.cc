@@ -288,6 +288,23 @@ cg_spm *cg_spm_train(const char *const *sentences, int64_t n, int64_t vocab_size
     return nullptr;
 }
 
+/* A tokenizer from SentencePiece's serialized model (copied), or NULL +
+ * error (who names the caller). */
+static cg_spm *from_proto(const unsigned char *model, size_t len, const char *who)
+{
+    cg_spm *t = nullptr;
+    try {
+        t = new cg_spm();
+        t->proto.assign(reinterpret_cast<const char *>(model), len);
+        if (load_proto(t, who))
+            return t;
+    } catch (...) {
+        set_error_from_exception(who);
+    }
+    delete t;
+    return nullptr;
+}
+
 cg_spm *cg_spm_from_blob(const void *blob, size_t len)
 {
     static const char who[] = "cg_spm_from_blob";
@@ -312,17 +329,17 @@ cg_spm *cg_spm_from_blob(const void *blob, size_t len)
         cg_set_error("%s: the blob is damaged (checksum mismatch)", who);
         return nullptr;
     }
-    cg_spm *t = nullptr;
-    try {
-        t = new cg_spm();
-        t->proto.assign(reinterpret_cast<const char *>(b + HEADER), len - HEADER);
-        if (load_proto(t, who))
-            return t;
-    } catch (...) {
-        set_error_from_exception(who);
+    return from_proto(b + HEADER, len - HEADER, who);
+}
+
+cg_spm *cg_spm_from_model_proto(const void *model, size_t len)
+{
+    static const char who[] = "cg_spm_from_model_proto";
+    if (!model) {
+        cg_set_error("%s: NULL model", who);
+        return nullptr;
     }
-    delete t;
-    return nullptr;
+    return from_proto(static_cast<const unsigned char *>(model), len, who);
 }
 
 unsigned char *cg_spm_blob(const cg_spm *t, size_t *len)

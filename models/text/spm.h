@@ -67,6 +67,11 @@ cg_spm *cg_spm_train(const char *const *sentences, int64_t n, int64_t vocab_size
  * NULL + error if the blob is truncated, damaged, or not a model with the
  * zoo's special ids. */
 cg_spm *cg_spm_from_blob(const void *blob, size_t len);
+/* A tokenizer from SentencePiece's serialized model alone (the bytes of a
+ * ".model" file, as cg_spm_model_proto gives them or Python's
+ * sentencepiece writes them; copied), or NULL + error if they are not a
+ * model with the zoo's special ids that gives text back as it was. */
+cg_spm *cg_spm_from_model_proto(const void *model, size_t len);
 /* The blob (malloc'd, caller frees; *len receives its size) or NULL + error. */
 unsigned char *cg_spm_blob(const cg_spm *t, size_t *len);
 /* SentencePiece's serialized model alone (borrowed from t, valid until

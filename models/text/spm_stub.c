@@ -28,6 +28,13 @@ cg_spm *cg_spm_from_blob(const void *blob, size_t len)
     return NULL;
 }
 
+cg_spm *cg_spm_from_model_proto(const void *model, size_t len)
+{
+    (void)model, (void)len;
+    unavailable("cg_spm_from_model_proto");
+    return NULL;
+}
+
 /* No tokenizer can exist in this build: the rest see only NULL. */
 unsigned char *cg_spm_blob(const cg_spm *t, size_t *len)
 {
