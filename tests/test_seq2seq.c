@@ -195,6 +195,35 @@ START_TEST(test_tokenize_once)
 }
 END_TEST
 
+/* An encoder that gives one id more than the text has characters: not the
+ * one that recorded the pairs' lengths. */
+static int64_t *one_more(const void *ctx, const char *s, int64_t *n, int64_t *n_unk)
+{
+    (void)ctx, (void)n_unk;
+    *n = (int64_t)strlen(s) + 1;
+    int64_t *ids = calloc((size_t)*n, sizeof *ids);
+    for (int64_t i = 0; ids && i < *n; i++)
+        ids[i] = 4;
+    return ids;
+}
+
+/* A sentence that encodes to more ids than its recorded length is refused,
+ * naming that length, also when a longer pair in its batch leaves room. */
+START_TEST(test_batch_longer_than_recorded)
+{
+    const char text[] = "ab\tuvw\nlonger one\tz\n";
+    cg_pairs p = {0};
+    ck_assert(cg_pairs_parse(text, strlen(text), "t.tsv", &p));
+    const int64_t idx[2] = {0, 1};
+    cg_batch got;
+    cg_clear_error();
+    ck_assert(!cg_batch_make_with(&p, idx, 2, one_more, NULL, &got));
+    ck_assert_msg(strstr(cg_last_error(), "encodes to 3 ids, more than its recorded length 2"),
+                  "%s", cg_last_error());
+    cg_pairs_free(&p);
+}
+END_TEST
+
 /* The programs' helpers: positional arguments, lines of a stream, a
  * checkpoint's model fields, evaluation figures. */
 START_TEST(test_prog_helpers)
@@ -1748,6 +1777,7 @@ static Suite *seq2seq_suite(void)
     tcase_add_test(tc, test_pairs_add_extra);
     tcase_add_test(tc, test_mt_data_order);
     tcase_add_test(tc, test_tokenize_once);
+    tcase_add_test(tc, test_batch_longer_than_recorded);
     tcase_add_test(tc, test_prog_helpers);
     suite_add_tcase(s, tc);
     tc = tcase_create("decode");

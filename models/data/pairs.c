@@ -468,10 +468,11 @@ bool cg_batch_make(const cg_pairs *p, const int64_t *idx, int64_t n, const cg_pa
     return cg_batch_make_with(p, idx, n, pair_vocab_encode, v, out);
 }
 
-/* ids of one side, at most room of them (else an error): the stored ones
- * (a copy, len of them) or the text encoded */
+/* ids of one side, at most len of them, its recorded length (else an
+ * error: the encoder is not the one that recorded it): the stored ones (a
+ * copy) or the text encoded */
 static int64_t *encode_side(cg_encode_fn enc, const void *ctx, const char *s, const int64_t *stored,
-                            int64_t len, int64_t room, int64_t *k)
+                            int64_t len, int64_t *k)
 {
     int64_t *ids;
     if (stored) {
@@ -485,9 +486,9 @@ static int64_t *encode_side(cg_encode_fn enc, const void *ctx, const char *s, co
         *k = len;
     } else
         ids = enc(ctx, s, k, NULL);
-    if (ids && *k > room) {
+    if (ids && *k > len) {
         cg_set_error("batch: a sentence encodes to %lld ids, more than its recorded length %lld",
-                     (long long)*k, (long long)room);
+                     (long long)*k, (long long)len);
         free(ids);
         return NULL;
     }
@@ -523,7 +524,7 @@ bool cg_batch_make_with(const cg_pairs *p, const int64_t *idx, int64_t n, cg_enc
     }
     for (int64_t i = 0; i < n; i++) {
         const cg_pair *q = &p->items[idx[i]];
-        int64_t k, *ids = encode_side(enc, ctx, q->src, q->src_ids, q->src_len, S - 1, &k);
+        int64_t k, *ids = encode_side(enc, ctx, q->src, q->src_ids, q->src_len, &k);
         if (!ids) {
             cg_batch_free(out);
             return false;
@@ -531,7 +532,7 @@ bool cg_batch_make_with(const cg_pairs *p, const int64_t *idx, int64_t n, cg_enc
         memcpy(out->src + i * S, ids, (size_t)k * sizeof(int64_t));
         out->src[i * S + k] = CG_PAIR_EOS;
         free(ids);
-        ids = encode_side(enc, ctx, q->tgt, q->tgt_ids, q->tgt_len, T - 1, &k);
+        ids = encode_side(enc, ctx, q->tgt, q->tgt_ids, q->tgt_len, &k);
         if (!ids) {
             cg_batch_free(out);
             return false;
