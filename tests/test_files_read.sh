@@ -104,6 +104,12 @@ written "charlm sample --attention --force >> the picture" pic.png "pic.png" \
 "$seq2seq" attention --ckpt s.st --text "the cat" --out att >/dev/null 2>err.txt || fail "attention: $(tail -1 err.txt)"
 written "seq2seq attention --force >> a picture" att/cross.png "att/cross.png" \
   "$seq2seq" attention --ckpt s.st --text "the cat" --out att --force
+# --out DIR/ (docs/zoo.md's spelling) for a directory not made yet: made,
+# as without the slash ('att//cross.png' was checked in a directory 'att/'
+# whose parent 'att' did not exist yet)
+if "$seq2seq" attention --ckpt s.st --text "the cat" --out att_new/ >out.txt 2>err.txt &&
+  [ -s att_new/cross.png ]; then echo "ok: attention --out att_new/ makes the directory"
+else fail "attention --out att_new/: $(tail -1 err.txt)"; fi
 
 # ---- CG_DEBUG: a switch like the others
 expect "CG_DEBUG=maybe" 2 "environment variable CG_DEBUG: expected true or false, got 'maybe'" \

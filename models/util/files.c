@@ -419,6 +419,8 @@ char *cg_dir_part(const char *path)
     const char *slash = strrchr(path, '/');
     if (!slash)
         return strdup(".");
+    while (slash > path && slash[-1] == '/') /* "dir//name": "dir", as dirname(3) */
+        slash--;
     if (slash == path)
         return strdup("/");
     return strndup(path, (size_t)(slash - path));
