@@ -498,7 +498,7 @@ static bool build_header(const cg_st_writer *w, const char *path, sbuf *h)
         sb_puts(h, "]}");
     }
     sb_puts(h, "}");
-    while ((8 + h->len) % 8 != 0)
+    while (!h->oom && (8 + h->len) % 8 != 0) /* a failed sb_puts adds nothing */
         sb_puts(h, " ");
     if (h->oom) {
         free(h->s);

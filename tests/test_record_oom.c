@@ -1,19 +1,35 @@
 /* Recording a graph node can fail (out of memory): the op must then return
  * NULL with the error, never a result silently detached from the graph
  * (issue 22). Linked with -Wl,--wrap=calloc: while `fail_nodes` is set,
- * every calloc of one graph node fails, while `fail_all` is, every calloc. */
+ * every calloc of one graph node fails, while `fail_all` is, every calloc.
+ * Also -Wl,--wrap=realloc: a realloc of `fail_realloc_from` bytes or more
+ * fails while that is non-zero. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "autograd/checkpoint.h"
 #include "autograd/ops.h"
 #include "nn/data.h"
+#include "nn/safetensors.h"
 #include "tests/testutil.h"
 
 void *__real_calloc(size_t n, size_t size);
 void *__wrap_calloc(size_t n, size_t size);
 
+void *__real_realloc(void *p, size_t size);
+void *__wrap_realloc(void *p, size_t size);
+
 static bool fail_nodes, fail_all;
+static size_t fail_realloc_from;
+
+void *__wrap_realloc(void *p, size_t size)
+{
+    if (fail_realloc_from && size >= fail_realloc_from)
+        return NULL;
+    return __real_realloc(p, size);
+}
 
 void *__wrap_calloc(size_t n, size_t size)
 {
@@ -126,6 +142,35 @@ START_TEST(test_loader_failure_is_not_an_epoch_end)
 }
 END_TEST
 
+/* The safetensors header growing past its first 256 bytes cannot: the
+ * save fails with the error (it padded the frozen header to a multiple of
+ * 8 forever when its length was not one) and leaves no file. Metadata of
+ * 8 lengths: the header stops at each residue mod 8. */
+START_TEST(test_st_header_oom_is_an_error)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/cg_record_oom_%ld.st", (long)getpid());
+    for (int k = 0; k < 8; k++) {
+        cg_st_writer *w = cg_st_writer_new();
+        char value[400];
+        memset(value, 'v', sizeof value);
+        value[200 + k] = '\0';
+        const float x[2] = {1, 2};
+        ck_assert(w && cg_st_set_metadata(w, "note", value));
+        ck_assert(cg_st_add_f32_raw(w, "x", 1, (const int64_t[]){2}, x));
+        cg_clear_error();
+        fail_realloc_from = 512;
+        const bool saved = cg_st_writer_save(w, path);
+        fail_realloc_from = 0;
+        ck_assert_msg(!saved, "k=%d: saved", k);
+        ck_assert_msg(strstr(cg_last_error(), "out of memory building the header"), "k=%d: '%s'", k,
+                      cg_last_error());
+        ck_assert_msg(access(path, F_OK) != 0, "k=%d: %s written", k, path);
+        cg_st_writer_free(w);
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("record_oom");
@@ -133,6 +178,7 @@ int main(void)
     tcase_add_test(tc, test_record_failure_is_an_error);
     tcase_add_test(tc, test_record_failure_nn_ops);
     tcase_add_test(tc, test_loader_failure_is_not_an_epoch_end);
+    tcase_add_test(tc, test_st_header_oom_is_an_error);
     suite_add_tcase(s, tc);
     return cg_test_run(&s, 1);
 }
