@@ -63,10 +63,6 @@ static bool class_loss_args(const char *op, cg_tensor *x, const cg_tensor *targe
         cg_error_null_input(op);
         return false;
     }
-    if (!targets) {
-        cg_set_error("%s: argument 'targets' is NULL", op);
-        return false;
-    }
     if (!cg_check_dtype(op, "targets", targets, CG_I64))
         return false;
     if (x->ndim < 1) {

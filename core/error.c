@@ -55,6 +55,13 @@ bool cg_error_null_input(const char *fn)
     return false;
 }
 
+bool cg_error_null_arg(const char *op, const char *arg)
+{
+    if (!g_set)
+        cg_set_error("%s: argument '%s' is NULL", op ? op : "?", arg ? arg : "?");
+    return false;
+}
+
 void cg_debug_report(const char *fmt, ...)
 {
     char line[768];

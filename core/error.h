@@ -36,6 +36,8 @@ unsigned long cg_error_serial(void);
  * message is already recorded (the root cause of a chain of calls, which
  * stays), so that an error message is never empty. Returns false. */
 bool cg_error_null_input(const char *fn);
+/* The same for a NULL argument arg of op: "<op>: argument '<arg>' is NULL". */
+bool cg_error_null_arg(const char *op, const char *arg);
 
 /* The checked mode (CG_DEBUG=1 in the environment, read once at load as a
  * switch of core/parse.h; core/debug.c):

@@ -32,10 +32,6 @@ bool cg_ce_targets(const char *op, int64_t N, int64_t C, const char *shape,
 {
     char b2[96];
     *held = NULL;
-    if (!target_t) {
-        cg_set_error("%s: argument 'targets' is NULL", op);
-        return false;
-    }
     if (!cg_check_dtype(op, "targets", target_t, CG_I64))
         return false;
     if (target_t->ndim != 1 || target_t->shape[0] != N) {
@@ -85,10 +81,6 @@ static bool ce_check(const char *op, const cg_tensor *logits, const cg_tensor *t
     *held = NULL;
     if (!cg_f32_args(op, 1, &logits))
         return false;
-    if (!target_t) {
-        cg_set_error("%s: argument 'targets' is NULL", op);
-        return false;
-    }
     if (!cg_check_dtype(op, "targets", target_t, CG_I64))
         return false;
     if (logits->ndim != 2) {

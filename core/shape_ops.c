@@ -225,10 +225,6 @@ bool cg_k_split(const cg_tensor *a, int dim, int n, const int64_t *sizes, cg_ten
  * error naming op, arg and t's dtype when t is not int64. */
 static cg_tensor *index_arg(const char *op, const char *arg, const cg_tensor *t)
 {
-    if (!t) {
-        cg_set_error("%s: argument '%s' is NULL", op, arg);
-        return NULL;
-    }
     if (!cg_check_dtype(op, arg, t, CG_I64))
         return NULL;
     return cg_k_contiguous(t);

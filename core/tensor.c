@@ -536,10 +536,8 @@ void *cg_data_ptr(const cg_tensor *t)
 
 bool cg_check_dtype(const char *op, const char *arg, const cg_tensor *t, cg_dtype dt)
 {
-    if (!t) {
-        cg_set_error("%s: argument '%s' is NULL", op, arg);
-        return false;
-    }
+    if (!t)
+        return cg_error_null_arg(op, arg);
     if (t->dtype != dt) {
         cg_set_error("%s: argument '%s' is %s, expected %s", op, arg, cg_dtype_name(t->dtype),
                      cg_dtype_name(dt));

@@ -211,6 +211,21 @@ START_TEST(test_null_input_message)
     snprintf(first, sizeof first, "%s", cg_last_error());
     ck_assert_ptr_null(cg_exp(bad));
     ck_assert_str_eq(cg_last_error(), first);
+    /* so does a NULL ids, targets or mask argument (ids that could not be
+     * made, out of memory, were reported as "argument 'ids' is NULL") */
+    cg_tensor *mask = cg_test_mask(CG_SHAPE(2, 3), NULL);
+    ck_assert_ptr_null(cg_embedding(x, bad));
+    ck_assert_str_eq(cg_last_error(), first);
+    ck_assert_ptr_null(cg_cross_entropy(x, bad, -100, 0));
+    ck_assert_str_eq(cg_last_error(), first);
+    ck_assert_ptr_null(cg_index_select(x, 0, bad));
+    ck_assert_str_eq(cg_last_error(), first);
+    ck_assert_ptr_null(cg_masked_fill(x, bad, 0.0f));
+    ck_assert_str_eq(cg_last_error(), first);
+    ck_assert_ptr_null(cg_where(bad, x, x));
+    ck_assert_str_eq(cg_last_error(), first);
+    ck_assert_ptr_null(cg_where(mask, bad, x));
+    ck_assert_str_eq(cg_last_error(), first);
     /* cg_item(NULL) says so and returns NaN */
     cg_clear_error();
     ck_assert(isnan(cg_item(n)));
