@@ -460,7 +460,13 @@ START_TEST(test_split_and_batches)
     cg_pair_vocab v;
     ck_assert(cg_pair_vocab_build(&p, NULL, p.n, &v));
     ck_assert_int_eq(cg_pair_vocab_size(&v), 6); /* pad bos eos unk a b */
-    int64_t two[2] = {0, 2};                     /* "a"/"b" and "aaa"/"bb" */
+    /* encoding keeps the decoder's error (an offset here; out of memory
+     * decoding was reported as "text is not valid UTF-8") */
+    int64_t nbad = 0;
+    cg_clear_error();
+    ck_assert_ptr_null(cg_pair_vocab_encode(&v, "ab\xff", &nbad, NULL));
+    ck_assert_str_eq(cg_last_error(), "text is not valid UTF-8 (bad byte 0xff at offset 2)");
+    int64_t two[2] = {0, 2}; /* "a"/"b" and "aaa"/"bb" */
     cg_batch bt;
     ck_assert(cg_batch_make(&p, two, 2, &v, &bt));
     ck_assert_int_eq(bt.S, 4);

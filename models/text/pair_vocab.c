@@ -105,11 +105,12 @@ int64_t *cg_pair_vocab_encode(const cg_pair_vocab *v, const char *s, int64_t *n,
     size_t len = strlen(s);
     int64_t k = 0;
     uint32_t *cps = cg_utf8_decode_exact(s, len, NULL, &k);
-    int64_t *ids = cps ? malloc((size_t)(k ? k : 1) * sizeof *ids) : NULL;
+    if (!cps)
+        return NULL; /* its error: the bad byte, or out of memory */
+    int64_t *ids = malloc((size_t)(k ? k : 1) * sizeof *ids);
     if (!ids) {
-        bool oom = cps != NULL;
         free(cps);
-        cg_set_error(oom ? "vocab: out of memory" : "text is not valid UTF-8");
+        cg_set_error("vocab: out of memory");
         return NULL;
     }
     int64_t unk = 0;
