@@ -49,6 +49,19 @@ no_steps "ranks given different --batch-size" d3.st
 refused "ranks given different --steps" "steps" \
   "${mpi[@]}" -np 1 "$charlm" train --data c.txt "${TINY[@]}" --steps 4 --out d4.st : \
   -np 1 "$charlm" train --data c.txt "${TINY[@]}" --steps 6 --out d4.st
+# the variables that shape the gradient reduction: mpirun does not pass a
+# variable to another host without -x, so ranks may see different values;
+# the buckets then no longer match (an MPI error, or a wait until
+# CG_DIST_TIMEOUT blamed on a dead rank); refused at start, naming it
+refused "ranks given different CG_DIST_BUCKET_MB" \
+  "CG_DIST_BUCKET_MB differs between ranks.*mpirun -x CG_DIST_BUCKET_MB" \
+  "${mpi[@]}" -np 1 env CG_DIST_BUCKET_MB=0.001 "$charlm" train --data c.txt "${TINY[@]}" \
+  --steps 4 --out d8.st : -np 1 "$charlm" train --data c.txt "${TINY[@]}" --steps 4 --out d8.st
+no_steps "ranks given different CG_DIST_BUCKET_MB" d8.st
+refused "ranks given different CG_DIST_OVERLAP" "CG_DIST_OVERLAP differs between ranks" \
+  "${mpi[@]}" -np 1 env CG_DIST_OVERLAP=0 "$charlm" train --data c.txt "${TINY[@]}" \
+  --steps 4 --out d9.st : -np 1 "$charlm" train --data c.txt "${TINY[@]}" --steps 4 --out d9.st
+no_steps "ranks given different CG_DIST_OVERLAP" d9.st
 # issue 32: --precision auto chooses by each rank's CPU; ranks that chose
 # differently (here CG_BF16_EMULATE=1 on rank 0, a CPU without native bf16
 # as far as auto knows) are refused, and told how to agree

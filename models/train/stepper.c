@@ -12,6 +12,27 @@
 #include "models/train/run.h"
 
 /* ------------------------------------------------------------ the step */
+/* The variables that shape the reduction (the buckets' sizes and order, and
+ * whether they are reduced during backward) must be the same on every rank,
+ * or the ranks' collectives no longer match. mpirun passes a variable to
+ * another host only with -x, so they can differ. Collective. */
+static bool ranks_agree_reduction(bool reducer, double bucket_mb)
+{
+    double v[4] = {reducer, -(double)reducer, bucket_mb, -bucket_mb};
+    if (cg_dist_size() <= 1 || !cg_dist_allreduce_max(v, 4))
+        return cg_dist_size() <= 1;
+    const char *var = v[0] != -v[1]   ? "CG_DIST_OVERLAP"
+                      : v[2] != -v[3] ? "CG_DIST_BUCKET_MB"
+                                      : NULL;
+    if (!var)
+        return true;
+    cg_set_error("the ranks were not started with the same run: the environment variable %s "
+                 "differs between ranks (rank %d: %s); give every rank the same value "
+                 "(mpirun -x %s passes it to every host)",
+                 var, cg_dist_rank(), getenv(var) ? getenv(var) : "unset", var);
+    return false;
+}
+
 bool cg_stepper_init(cg_stepper *s, const cg_trainer_model *m, int grad_accum, int zero_stage)
 {
     memset(s, 0, sizeof *s);
@@ -41,7 +62,8 @@ bool cg_stepper_init(cg_stepper *s, const cg_trainer_model *m, int grad_accum, i
     bool overlap = true;
     double bucket_mb = 4.0;
     if (!cg_env_flag("CG_DIST_OVERLAP", &overlap) ||
-        !cg_env_number("CG_DIST_BUCKET_MB", &bucket_mb))
+        !cg_env_number("CG_DIST_BUCKET_MB", &bucket_mb) ||
+        !ranks_agree_reduction(s->zero || overlap, bucket_mb))
         return false;
     if (cg_dist_size() > 1 && (s->zero || overlap)) {
         cg_tensor **ps = malloc(sizeof *ps * (size_t)(s->n_train ? s->n_train : 1));
