@@ -62,6 +62,19 @@ refused "ranks given different CG_DIST_OVERLAP" "CG_DIST_OVERLAP differs between
   "${mpi[@]}" -np 1 env CG_DIST_OVERLAP=0 "$charlm" train --data c.txt "${TINY[@]}" \
   --steps 4 --out d9.st : -np 1 "$charlm" train --data c.txt "${TINY[@]}" --steps 4 --out d9.st
 no_steps "ranks given different CG_DIST_OVERLAP" d9.st
+# --keep-last and --keep-best given to every rank (rank 0 alone keeps the
+# files, and alone has their list in its training state): the run trains
+# and rank 0 keeps the last 2 evaluation checkpoints and the best one
+rm -f kl.*
+if timeout 300 "${mpi[@]}" -np 2 "$charlm" train --data c.txt "${TINY[@]}" --steps 12 --keep-last 2 \
+  --keep-best --out kl.safetensors >/dev/null 2>err.txt; then
+  [ -e kl.step00000008.safetensors ] && [ -e kl.step00000012.safetensors ] &&
+    [ ! -e kl.step00000004.safetensors ] && [ -e kl.best.safetensors ] &&
+    echo "ok: --keep-last 2 --keep-best on 2 ranks keeps its checkpoints" ||
+    fail "--keep-last 2 --keep-best on 2 ranks: kept $(ls kl.* | tr '\n' ' ')"
+else
+  fail "--keep-last 2 --keep-best on 2 ranks: $(grep -m1 error err.txt)"
+fi
 # issue 32: --precision auto chooses by each rank's CPU; ranks that chose
 # differently (here CG_BF16_EMULATE=1 on rank 0, a CPU without native bf16
 # as far as auto knows) are refused, and told how to agree

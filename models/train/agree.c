@@ -91,8 +91,10 @@ bool cg_trainer_ranks_agree(const cg_trainer *t, const cg_trainer_model *m)
         drop_path(cJSON_GetObjectItemCaseSensitive(s, "data_id"));
         drop_path(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(s, "model"),
                                                    "extra_data_id")); /* seq2seq --extra-data */
-        cJSON_DeleteItemFromObjectCaseSensitive(s, "kept_out");       /* rank 0's alone */
-        cJSON_DeleteItemFromObjectCaseSensitive(s, "kept_out_hex");
+        /* --keep-last's files and their list: rank 0's alone (state.c) */
+        static const char *const root_only[] = {"kept", "keep_last", "kept_out", "kept_out_hex"};
+        for (size_t i = 0; i < sizeof root_only / sizeof *root_only; i++)
+            cJSON_DeleteItemFromObjectCaseSensitive(s, root_only[i]);
         const cg_train_opts *o = t->o;
         cJSON_AddNumberToObject(run, "stop_at", (double)o->stop_at);
         cJSON_AddNumberToObject(run, "max_minutes", o->max_minutes);
