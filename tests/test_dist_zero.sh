@@ -13,6 +13,8 @@
 #   4. in bf16, 4 ranks with --zero 1 equal 4 ranks without it, bit for bit
 #   5. --keep-best --patience over 2 ranks (--zero 1): the ranks stop
 #      together, at the step and with the best step of one process
+#   6. with dropout and shares of unequal size, a run resumed on as many
+#      ranks equals the uninterrupted one bit for bit
 # Parts 1-3 train in fp32: in bf16, the rank count's other order of summing
 # a gradient moves a weight by an ulp, which moves some of its activations'
 # bf16 roundings by one of theirs (2^-8): 4 ranks were 1.3e-4 from one
@@ -98,4 +100,26 @@ if [ "$(stops e2.json)" = "$(stops e1.json)" ] && [ "$(stops e1.json | cut -d' '
 else
   fail "--patience over 2 ranks: $(tail -1 e2.json), one process: $(tail -1 e1.json)"
 fi
+# 6. resume with dropout on as many ranks, shares of unequal size (5 rows
+# on 2 ranks: 2 and 3): each rank's dropout stream advances by its own
+# rows; the checkpoint keeps each rank's position, so the resumed run is the
+# uninterrupted one bit for bit (rank 1 resumed from rank 0's position
+# until 2026-11-30)
+drop=("${model[@]}" --dropout 0.1 --batch-size 5)
+run du mpi 2 train "${drop[@]}" --out du.st
+run ds mpi 2 train "${drop[@]}" --stop-at 10 --out ds.st
+cp ds.st ds10.st
+run dr mpi 2 train --resume ds.st --threads 1
+if "$tool" same ds.st du.st; then
+  echo "ok: dropout, unequal shares: resumed on 2 ranks == uninterrupted, bit for bit"
+else
+  fail "dropout, unequal shares: the run resumed on 2 ranks differs from the uninterrupted one"
+fi
+# resumed by one process: its checkpoint keeps no rank's position (those
+# of the 2 ranks it resumed are not its own); then by 2 ranks again
+run d1 "$charlm" train --resume ds10.st --threads 1 --stop-at 14 --out d1.st
+grep -q '"rank_counters"' d1.st && fail "a checkpoint of one process keeps the ranks' counters"
+run d1r mpi 2 train --resume d1.st --threads 1
+echo "ok: resumed by one process, then by 2 ranks"
+
 finish

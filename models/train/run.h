@@ -103,6 +103,11 @@ struct cg_trainer {
     bool out_of_time;   /* stopped by --max-minutes (a normal end otherwise) */
     cg_rng dropout_rng; /* the saved stream (from the checkpoint on resume) */
     bool dropout_rng_set;
+    /* MPI: every rank's dropout counter at the last save (a rank's stream
+     * advances by its own share of the batch), n_rank_counters of them
+     * (0: none); a resume on as many ranks gives each rank its own */
+    uint64_t *rank_counters;
+    int n_rank_counters;
     cg_data_id data; /* the data read (models/train/outfile.h), once set */
     bool data_set;
     cg_data_id data_stored; /* resuming: the identity the checkpoint recorded */

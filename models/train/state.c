@@ -1,12 +1,14 @@
 /* cgrad zoo: the trainer's state in a checkpoint (see state.h). */
 #include "models/train/state.h"
 
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "core/error.h"
+#include "core/parse.h"
 #include "models/train/dist.h"
 #include "models/train/run.h"
 #include "models/util/config_json.h"
@@ -24,6 +26,30 @@ static bool recorded_data_ok(const char *path)
                  "device or a directory): give the data with --data",
                  path);
     return false;
+}
+
+/* "dropout_rng"'s optional "rank_counters" (cg_trainer): decimal strings,
+ * one per rank of the run that saved it. */
+static bool rank_counters_restore(cg_trainer *t, const cJSON *dr, const char *what)
+{
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(dr, "rank_counters");
+    if (!a)
+        return true;
+    int n = cJSON_IsArray(a) ? cJSON_GetArraySize(a) : 0, i = 0;
+    uint64_t *v = n > 1 ? malloc((size_t)n * sizeof *v) : NULL;
+    for (const cJSON *c = v ? a->child : NULL; c; c = c->next, i++)
+        if (!cJSON_IsString(c) || !cg_parse_u64("a rank's dropout counter", c->valuestring, &v[i]))
+            break;
+    if (!v || i != n) {
+        free(v);
+        cg_set_error("%s: \"dropout_rng\": bad \"rank_counters\" (%s)", what,
+                     n > 1 && !v ? "out of memory" : "decimal strings, one per rank");
+        return false;
+    }
+    free(t->rank_counters);
+    t->rank_counters = v;
+    t->n_rank_counters = n;
+    return true;
 }
 
 bool cg_state_put_u64(cJSON *o, const char *key, uint64_t v)
@@ -92,6 +118,12 @@ char *cg_train_state_json(const cg_trainer *t, const cg_trainer_model *m)
     cJSON *dr = cJSON_AddObjectToObject(j, "dropout_rng");
     cg_state_put_u64(dr, "seed", m->dropout_rng->seed);
     cg_state_put_u64(dr, "counter", m->dropout_rng->counter);
+    cJSON *rcs = t->n_rank_counters > 1 ? cJSON_AddArrayToObject(dr, "rank_counters") : NULL;
+    for (int i = 0; rcs && i < t->n_rank_counters; i++) {
+        char v[24];
+        snprintf(v, sizeof v, "%" PRIu64, t->rank_counters[i]);
+        cJSON_AddItemToArray(rcs, cJSON_CreateString(v));
+    }
     cJSON *r = cJSON_AddArrayToObject(j, "recent");
     for (int i = 0; i < t->n_recent; i++)
         cJSON_AddItemToArray(r, cJSON_CreateNumber(t->recent[i]));
@@ -200,6 +232,7 @@ static bool state_restore(cg_trainer *t, cg_train_opts *o, const char *path)
         return false;
     if (!cg_json_read_fields(s, what, f, (int)(sizeof f / sizeof f[0])) ||
         !cg_json_read_fields(dr, "training state: \"dropout_rng\"", fr, 2) ||
+        !rank_counters_restore(t, dr, what) ||
         !cg_json_f64_array(s, what, "recent", t->recent, CG_TRAIN_RECENT, &t->n_recent))
         return false;
     const cJSON *opts = cJSON_GetObjectItemCaseSensitive(s, "options");

@@ -114,8 +114,45 @@ static bool save_files(cg_trainer *t, const cg_trainer_model *m, const cg_optim 
     return ok;
 }
 
+/* Every rank's dropout counter into t->rank_counters (collective; each
+ * rank's stream advances by its own share of the batch). One process: none
+ * (a list resumed from a run on more ranks is not this run's). */
+static bool gather_rank_counters(run_ctx *c)
+{
+    cg_trainer *t = c->t;
+    int n = cg_dist_size(), me = cg_dist_rank();
+    free(t->rank_counters);
+    t->rank_counters = NULL;
+    t->n_rank_counters = 0;
+    if (n <= 1)
+        return true;
+    double *v = calloc((size_t)n * 2, sizeof *v); /* in 32-bit halves: exact */
+    uint64_t *r = malloc((size_t)n * sizeof *r), mine = c->m->dropout_rng->counter;
+    if (!v || !r) {
+        free(v);
+        free(r);
+        cg_set_error("out of memory");
+        return false;
+    }
+    v[2 * me] = (double)(mine >> 32);
+    v[2 * me + 1] = (double)(mine & 0xffffffffu);
+    bool ok = cg_dist_allreduce_sum(v, 2 * n);
+    for (int i = 0; ok && i < n; i++)
+        r[i] = ((uint64_t)v[2 * i] << 32) | (uint64_t)v[2 * i + 1];
+    free(v);
+    if (!ok) {
+        free(r);
+        return false;
+    }
+    t->rank_counters = r;
+    t->n_rank_counters = n;
+    return true;
+}
+
 static bool save(run_ctx *c, int64_t step)
 {
+    if (!gather_rank_counters(c))
+        return false;
     /* ZeRO: every rank sends its shard of the state to rank 0, which saves
      * it whole (the layout of an unsharded run) */
     cg_optim *gathered;
@@ -309,6 +346,8 @@ static int setup(run_ctx *c)
     if (!cg_dist_broadcast_module(m->module))
         return cg_prog_fail_lib("broadcasting the parameters");
     m->dropout_rng->seed = cg_dist_rank_seed(m->dropout_rng->seed);
+    if (t->n_rank_counters == cg_dist_size() && cg_dist_size() > 1) /* resumed on as many */
+        m->dropout_rng->counter = t->rank_counters[cg_dist_rank()];
     if (cg_dist_is_root()) {
         c->png = cg_loss_png_path(t->out);
         char *mp = cg_ckpt_sibling(t->out, ".metrics.jsonl");

@@ -226,6 +226,7 @@ void cg_trainer_end(cg_trainer *t)
     cg_st_close(t->ckpt);
     cJSON_Delete(t->state);
     cg_history_free(&t->hist);
+    free(t->rank_counters);
     /* its last lines may be lost; never published (no save): the old log stays */
     if (!cg_metrics_log_close(&t->metrics))
         cg_prog_warn("%s", cg_last_error());
