@@ -513,6 +513,92 @@ static bool read_config(const cg_st_file *f, const char *path, cg_lora_config *c
     return ok;
 }
 
+/* The file tensors the adapters of a config need: A and B of every target
+ * Linear, in walk order (the order cg_lora_attach_all attaches them). */
+typedef struct {
+    const cg_lora_config *cfg;
+    const cg_st_file *f;
+    const char *path;
+    char **keys; /* 2 per target: A, B */
+    int n, cap;
+    char missing[512];
+} need_ctx;
+
+/* A target's two keys added to c; the ones the file holds must have the
+ * shapes an adapter of r on it has, [r, in] and [out, r]. */
+static bool need_keys(void *vctx, cg_module *m, const char *path, const char *local)
+{
+    need_ctx *c = vctx;
+    if (strcmp(m->type, "Linear") || !is_target(c->cfg, path, local))
+        return true;
+    if (c->n + 2 > c->cap) {
+        int nc = c->cap ? 2 * c->cap : 16;
+        char **p = realloc(c->keys, (size_t)nc * sizeof *p);
+        if (!p) {
+            cg_set_error("LoRA: out of memory");
+            return false;
+        }
+        c->keys = p;
+        c->cap = nc;
+    }
+    const cg_linear *l = (const cg_linear *)m;
+    const int64_t want[2][2] = {{c->cfg->r, l->in_features}, {l->out_features, c->cfg->r}};
+    for (int k = 0; k < 2; k++) {
+        char *key = key_of(path, k ? "lora_B" : "lora_A");
+        if (!key)
+            return false;
+        c->keys[c->n++] = key;
+        int nd = 0;
+        int64_t sh[CG_MAX_DIMS];
+        if (!cg_st_has(c->f, key)) {
+            snprintf(c->missing + strlen(c->missing), sizeof c->missing - strlen(c->missing),
+                     "%s'%s'", *c->missing ? ", " : "", key);
+        } else if (!cg_st_info(c->f, key, NULL, &nd, sh) || nd != 2 || sh[0] != want[k][0] ||
+                   sh[1] != want[k][1]) {
+            char got[64] = "[";
+            for (int d = 0; d < nd; d++)
+                snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? ", " : "",
+                         (long long)sh[d]);
+            cg_set_error("LoRA load %s: '%s' is %s], not the [%lld, %lld] of an adapter of r %d "
+                         "on '%s'",
+                         c->path, key, got, (long long)want[k][0], (long long)want[k][1], c->cfg->r,
+                         path);
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Strict, before any adapter is attached (an adapter of r rows is allocated
+ * as it is attached, so that a config's r is only taken with the file's
+ * tensors of that size): every tensor the config's adapters need is in f
+ * with its shape, and (all) every tensor of f is one of them, else those
+ * under PEFT_PREFIX are. c->keys (c->n) are the tensors needed. */
+static bool file_holds_adapters(cg_module *root, need_ctx *c, bool all)
+{
+    if (!walk(root, "", "", need_keys, c))
+        return false;
+    if (c->n == 0) /* nothing matches: cg_lora_attach_all's message */
+        return cg_lora_attach_all(root, c->cfg, NULL) > 0;
+    char unexpected[512] = "";
+    for (int i = 0; i < cg_st_count(c->f); i++) {
+        const char *t = cg_st_name(c->f, i);
+        bool used = !all && strncmp(t, PEFT_PREFIX, strlen(PEFT_PREFIX)) != 0;
+        for (int k = 0; !used && k < c->n; k++)
+            used = !strcmp(c->keys[k], t);
+        if (!used)
+            snprintf(unexpected + strlen(unexpected), sizeof unexpected - strlen(unexpected),
+                     "%s'%s'", *unexpected ? ", " : "", t);
+    }
+    if (*c->missing || *unexpected) {
+        cg_set_error("LoRA load %s: %s%s%s%s%s", c->path, *c->missing ? "missing " : "", c->missing,
+                     *c->missing && *unexpected ? "; " : "", *unexpected ? "unexpected " : "",
+                     unexpected);
+        return false;
+    }
+    return true;
+}
+
 /* cg_lora_read; all: every tensor of f must be an adapter's (cg_lora_load),
  * else those outside "base_model.model." are the caller's. */
 static bool lora_read(cg_module *root, const cg_st_file *f, const char *path, bool all)
@@ -521,7 +607,6 @@ static bool lora_read(cg_module *root, const cg_st_file *f, const char *path, bo
         return false;
     cg_lora_config cfg = {0};
     char **targets = NULL;
-    lora_list l = {0};
     bool ok = read_config(f, path, &cfg, &targets);
     if (ok) {
         lora_list before;
@@ -535,42 +620,18 @@ static bool lora_read(cg_module *root, const cg_st_file *f, const char *path, bo
             lora_list_free(&before);
         }
     }
-    ok = ok && cg_lora_attach_all(root, &cfg, NULL) > 0 && list_loras(root, &l);
-    /* strict: every adapter in the file, every file tensor an adapter's */
-    char **keys = ok ? calloc((size_t)(2 * l.n), sizeof *keys) : NULL;
-    ok = ok && keys;
-    char missing[512] = "", unexpected[512] = "";
-    for (int i = 0; ok && i < 2 * l.n; i++) {
-        ok = (keys[i] = key_of(l.paths[i / 2], i % 2 ? "lora_B" : "lora_A")) != NULL;
-        if (ok && !cg_st_has(f, keys[i]))
-            snprintf(missing + strlen(missing), sizeof missing - strlen(missing), "%s'%s'",
-                     *missing ? ", " : "", keys[i]);
-    }
-    for (int i = 0; ok && i < cg_st_count(f); i++) {
-        bool used = !all && strncmp(cg_st_name(f, i), PEFT_PREFIX, strlen(PEFT_PREFIX)) != 0;
-        for (int k = 0; !used && k < 2 * l.n; k++)
-            used = !strcmp(keys[k], cg_st_name(f, i));
-        if (!used)
-            snprintf(unexpected + strlen(unexpected), sizeof unexpected - strlen(unexpected),
-                     "%s'%s'", *unexpected ? ", " : "", cg_st_name(f, i));
-    }
-    if (ok && (*missing || *unexpected)) {
-        cg_set_error("LoRA load %s: %s%s%s%s%s", path, *missing ? "missing " : "", missing,
-                     *missing && *unexpected ? "; " : "", *unexpected ? "unexpected " : "",
-                     unexpected);
-        ok = false;
-    }
-    /* the copies, shapes, dtypes and finite values checked first (nn/module.h);
+    need_ctx need = {.cfg = &cfg, .f = f, .path = path};
+    ok = ok && file_holds_adapters(root, &need, all) && cg_lora_attach_all(root, &cfg, NULL) > 0;
+    /* the copies, dtypes and finite values checked first (nn/module.h);
      * the base's parameters are not in the file */
     const cg_load_options lo = {.prefix = PEFT_PREFIX, .non_strict = true};
     ok = ok && cg_module_load_ex(root, f, &lo);
-    for (int i = 0; keys && i < 2 * l.n; i++)
-        free(keys[i]);
-    free(keys);
+    for (int i = 0; i < need.n; i++)
+        free(need.keys[i]);
+    free(need.keys);
     for (int i = 0; targets && i < cfg.n_targets; i++)
         free(targets[i]);
     free(targets);
-    lora_list_free(&l);
     return ok;
 }
 

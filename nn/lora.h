@@ -88,9 +88,13 @@ bool cg_lora_save(const cg_module *root, const char *path);
 bool cg_lora_write(const cg_module *root, cg_st_writer *w);
 /* Read such a file onto a model built without adapters (base weights
  * loaded): attaches adapters by its adapter_config (as cg_lora_attach_all)
- * and copies A and B. Strict: a file tensor that no adapter takes, or an
- * adapter the file does not hold, is an error listing them. On error the
- * model may have adapters attached with their fresh values. */
+ * and copies A and B. Strict, and checked before any adapter is attached
+ * (an adapter's size comes from the config's r, so it is only allocated
+ * for tensors the file holds): a file tensor that no adapter takes, or an
+ * adapter tensor the file does not hold, is an error listing them; one of
+ * another shape is an error naming it. On a later error (values that are
+ * not finite) the model may have adapters attached with their fresh
+ * values. */
 bool cg_lora_load(cg_module *root, const char *path);
 /* cg_lora_load from an open file f (path names it in messages), strict
  * among the tensors under "base_model.model." only: the others are the

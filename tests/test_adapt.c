@@ -575,6 +575,58 @@ START_TEST(test_lora_targets_save_load)
 }
 END_TEST
 
+/* A file of a few bytes with "r": 2^20 and no tensors attached adapters of
+ * r rows to every target before finding them missing (gigabytes for the
+ * zoo's default model: a crash or "out of memory" for a 216-byte file): a
+ * load checks that the file holds every adapter, with its shape, before
+ * it attaches any (found by fuzz/fuzz_lora.c). */
+static void write_adapter(const char *path, const char *config, const char *tensor, int64_t rows,
+                          int64_t cols)
+{
+    cg_st_writer *w = cg_st_writer_new();
+    ck_assert(w && cg_st_set_metadata(w, "adapter_config", config));
+    if (tensor) {
+        cg_tensor *t = cg_zeros(CG_SHAPE(rows, cols));
+        ck_assert(cg_st_add_f32(w, tensor, t));
+        cg_release(t);
+    }
+    ck_assert_msg(cg_st_writer_save(w, path), "%s", cg_last_error());
+    cg_st_writer_free(w);
+}
+
+START_TEST(test_lora_load_checks_before_attaching)
+{
+    char path[] = "/tmp/cg_test_lora_XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    const char *big = "{\"r\":1048576,\"lora_alpha\":1,\"target_modules\":[\"q_proj\"]}";
+    const char *two = "{\"r\":2,\"lora_alpha\":1,\"target_modules\":[\"q_proj\"]}";
+    const char *key = "base_model.model.attn.q_proj.lora_A.weight";
+    struct {
+        const char *config, *tensor;
+        int64_t rows, cols;
+        const char *says;
+    } cases[] = {
+        {big, NULL, 0, 0, "missing 'base_model.model.attn.q_proj.lora_A.weight'"},
+        {two, NULL, 0, 0,
+         "missing 'base_model.model.attn.q_proj.lora_A.weight', "
+         "'base_model.model.attn.q_proj.lora_B.weight'"},
+        {big, key, 1048576, 0, "'base_model.model.attn.q_proj.lora_A.weight' is [1048576, 0]"},
+        {two, key, 2, 3, "'base_model.model.attn.q_proj.lora_A.weight' is [2, 3], not the [2, 8]"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        write_adapter(path, cases[k].config, cases[k].tensor, cases[k].rows, cases[k].cols);
+        cg_lm_block *b = make_block(7);
+        ck_assert(!cg_lora_load(CG_MODULE(b), path));
+        ck_assert_msg(strstr(cg_last_error(), cases[k].says), "%s", cg_last_error());
+        ck_assert_ptr_null(cg_lora_of(b->attn->q_proj)); /* nothing attached */
+        cg_module_free(CG_MODULE(b));
+    }
+    unlink(path);
+}
+END_TEST
+
 /* Adapters attached by full path to some of the Linears of a name: the
  * saved target_modules name those Linears, not every one of that local
  * name, so the file loads back onto them (it named "q_proj", and the load
@@ -1288,6 +1340,7 @@ static Suite *adapt_suite(void)
     tcase_add_test(t, test_lora_dropout_gradcheck);
     tcase_add_test(t, test_lora_targets_save_load);
     tcase_add_test(t, test_lora_full_path_save_load);
+    tcase_add_test(t, test_lora_load_checks_before_attaching);
     tcase_add_test(t, test_dropout_one);
     tcase_add_test(t, test_sample);
     tcase_add_test(t, test_sample_top_k_draws);
