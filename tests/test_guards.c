@@ -209,6 +209,11 @@ START_TEST(test_read_once)
     CG_ASSERT_FAILS(cg_read_file_once(tmp("missing"), 0, true, &n), "cannot open");
     CG_ASSERT_FAILS(cg_read_file_once("/dev/zero", 0, true, &n), "NUL byte at offset 0");
     CG_ASSERT_FAILS(cg_read_file_once("/dev/zero", 1 << 20, false, &n), "larger than 1.0 MB");
+    /* a limit the caller gave is not "a sixth of the available memory",
+     * and 34 bytes are not "0.0 MB" (found by fuzz/fuzz_corpus.c) */
+    CG_ASSERT_FAILS(cg_read_file_once("/dev/zero", 34, false, &n),
+                    "is larger than 34 bytes, the limit set for this input");
+    CG_ASSERT_FAILS(cg_read_file_once("/dev/zero", 1 << 20, false, &n), "limit set for this input");
     CG_ASSERT_FAILS(cg_read_file_once("/dev/null", 0, true, &n), "is empty");
     b = cg_read_file_once("/dev/null", 0, false, &n);
     ck_assert_ptr_nonnull(b);

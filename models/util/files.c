@@ -65,17 +65,22 @@ static void fmt_bytes(double b, char *buf, size_t n)
 {
     if (b >= 1e9)
         snprintf(buf, n, "%.1f GB", b / 1e9);
-    else
+    else if (b >= 1e5)
         snprintf(buf, n, "%.1f MB", b / 1e6);
+    else
+        snprintf(buf, n, "%.0f bytes", b);
 }
 
-/* The error for an input larger than max_bytes. */
-static void set_limit_error(const char *path, size_t max_bytes)
+/* The error for an input larger than max_bytes; given: the caller's limit,
+ * not cg_input_limit(). */
+static void set_limit_error(const char *path, size_t max_bytes, bool given)
 {
     char big[32];
     fmt_bytes((double)max_bytes, big, sizeof big);
     double mb = 0;
-    if (env_limit_mb(&mb))
+    if (given)
+        cg_set_error("'%s' is larger than %s, the limit set for this input", path, big);
+    else if (env_limit_mb(&mb))
         cg_set_error("'%s' is larger than %s, the input limit set by CG_MAX_INPUT_MB", path, big);
     else
         cg_set_error("'%s' is larger than %s, the input limit (a sixth of the available "
@@ -106,6 +111,7 @@ static int open_input(const char *path, bool std_in, struct stat *st)
 typedef struct {
     char *buf;
     size_t cap, n;
+    bool limit_given; /* max_bytes is the caller's (set_limit_error) */
 } read_buf;
 
 /* Makes room in a full r: cap grown by half, up to max_bytes + 1. False +
@@ -114,7 +120,7 @@ typedef struct {
 static bool grow_read_buf(read_buf *r, const char *path, size_t max_bytes)
 {
     if (r->cap > max_bytes) {
-        set_limit_error(path, max_bytes);
+        set_limit_error(path, max_bytes, r->limit_given);
         return false;
     }
     size_t nc = r->cap + r->cap / 2;
@@ -160,7 +166,7 @@ static bool read_to_end(int fd, const char *path, size_t max_bytes, bool text, r
         }
         r->n += (size_t)got;
         if (r->n > max_bytes) {
-            set_limit_error(path, max_bytes);
+            set_limit_error(path, max_bytes, r->limit_given);
             return false;
         }
     }
@@ -169,7 +175,8 @@ static bool read_to_end(int fd, const char *path, size_t max_bytes, bool text, r
 char *cg_read_file_once(const char *path, size_t max_bytes, bool text, size_t *len)
 {
     *len = 0;
-    if (max_bytes == 0)
+    bool given = max_bytes != 0;
+    if (!given)
         max_bytes = cg_input_limit();
     bool std_in = strcmp(path, "-") == 0;
     struct stat st;
@@ -177,7 +184,7 @@ char *cg_read_file_once(const char *path, size_t max_bytes, bool text, size_t *l
     if (fd < 0)
         return NULL;
     /* a regular file: one exact allocation; a stream: grow by half */
-    read_buf r = {.buf = NULL, .n = 0};
+    read_buf r = {.buf = NULL, .n = 0, .limit_given = given};
     r.cap = S_ISREG(st.st_mode) && st.st_size >= 0 && (uint64_t)st.st_size < max_bytes
                 ? (size_t)st.st_size + 1
                 : (size_t)1 << 16;
