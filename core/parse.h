@@ -26,9 +26,10 @@ bool cg_parse_bool(const char *what, const char *s, bool *out);
 
 /* The environment variables cgrad reads, each with its kind and range in
  * one table (core/parse.c): CG_MALLOC_DEFAULT, CG_ALLOC_CACHE_MB,
- * CG_BF16_EMULATE, CG_BF16_AMX, CG_BLIS_DRIVER, CG_BLIS_DEFAULT,
- * CG_MAX_INPUT_MB, CG_DIST_MPI, CG_DIST_TIMEOUT, CG_DIST_BUCKET_MB,
- * CG_DIST_OVERLAP, CG_DIST_VERBOSE, CG_DEBUG. Unset or empty means "not
+ * CG_BF16_EMULATE, CG_BF16_AMX, CG_AMX_EMULATE, CG_ATTN_AMX,
+ * CG_BLIS_DRIVER, CG_BLIS_DEFAULT, CG_MAX_INPUT_MB, CG_DIST_MPI,
+ * CG_DIST_TIMEOUT, CG_DIST_BUCKET_MB, CG_DIST_OVERLAP, CG_DIST_VERBOSE,
+ * CG_DEBUG (fuzz/fuzz_env.c holds the same list). Unset or empty means "not
  * given".
  *
  * cg_env_number / cg_env_flag: *out is left as it is when the variable is

@@ -3,7 +3,11 @@
  * The input is split at NUL and newline bytes into argv (at most 64
  * arguments), parsed against a table with one option of every kind, and
  * each number parser is also run on the first argument alone. Accepted
- * values must satisfy the table's ranges. */
+ * values must satisfy the table's ranges. The same argv is split into
+ * flags and positional arguments (cg_cli_split, the commands that take
+ * both): the two keep argv's order and hold all of it but the "--" that
+ * ends the flags, and the flags parse as a command line of flags alone
+ * (never "unexpected argument"). */
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -16,6 +20,39 @@
 #include "models/util/cli.h"
 
 #define MAX_ARGS 64
+
+/* cg_cli_split of argv against opts (n rows), checked. */
+static void check_split(int argc, char **argv, const cg_cli_opt *opts, int n)
+{
+    char *flags[MAX_ARGS + 1], *pos[MAX_ARGS + 1];
+    int nf = -1, np = -1;
+    cg_cli_split(argc, argv, opts, n, flags, &nf, pos, &np);
+    /* argv is flags and positionals interleaved, in order, but for the
+     * first "--" outside a flag's value */
+    int i = 0, f = 0, q = 0, ends = 0;
+    for (; i < argc; i++) {
+        if (f < nf && argv[i] == flags[f]) {
+            f++;
+        } else if (q < np && argv[i] == pos[q]) {
+            /* before the end of the flags a positional never looks like one */
+            CG_FUZZ_CHECK(ends || (strncmp(argv[i], "--", 2) != 0 && strcmp(argv[i], "-h") != 0));
+            q++;
+        } else {
+            CG_FUZZ_CHECK(!ends && strcmp(argv[i], "--") == 0);
+            ends = 1;
+        }
+    }
+    CG_FUZZ_CHECK(f == nf && q == np && nf + np + ends == argc);
+    bool help = false;
+    flags[nf] = NULL;
+    cg_clear_error();
+    if (!cg_cli_parse(nf, flags, opts, n, &help))
+        CG_FUZZ_CHECK(cg_has_error() && strncmp(cg_last_error(), "unexpected argument", 19) != 0);
+    /* no positionals: the flags are argv itself, parsed the same way */
+    /* no positionals: the flags are argv itself (same order, checked above) */
+    if (np == 0)
+        CG_FUZZ_CHECK(nf == argc - ends);
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -93,6 +130,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     cg_clear_error();
     if (!cg_parse_bool("--x", argv[0], &b))
         CG_FUZZ_CHECK(cg_has_error());
+
+    check_split(argc, argv, opts, (int)(sizeof opts / sizeof opts[0]));
     free(buf);
     return 0;
 }

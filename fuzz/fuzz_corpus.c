@@ -3,12 +3,18 @@
  * (built from text and from its checkpoint JSON form), encoding, decoding,
  * the 90/10 split and batch sampling.
  *
- * The input is read two ways: as a corpus text, and as the "vocab"
- * metadata of a checkpoint (a JSON string). */
+ * The input is read three ways: as a corpus text, as the "vocab"
+ * metadata of a checkpoint (a JSON string), and as a corpus file
+ * (cg_corpus_read, as `charlm train --data FILE` reads it: from a regular
+ * file and from a pipe, building its vocabulary or with a given one),
+ * which must give what the text gave, or be refused with a message:
+ * empty, a NUL byte (at its offset), past the size limit, not UTF-8. */
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <unistd.h>
 
 #include "core/error.h"
 #include "fuzz/fuzz.h"
@@ -118,9 +124,91 @@ static void as_vocab_json(const uint8_t *data, size_t size)
     free(s);
 }
 
+/* cg_corpus_read of the input at path (max_bytes: its limit, 0 the
+ * default; vocab NULL: built from the text) against the text's own decode. */
+static void read_file(const uint8_t *data, size_t size, const char *path, size_t max_bytes,
+                      const cg_vocab *vocab)
+{
+    cg_vocab *built = NULL;
+    cg_data_id id;
+    cg_clear_error();
+    cg_corpus *c = cg_corpus_read(path, vocab, max_bytes, vocab ? NULL : &built, &id);
+    char e[1024];
+    snprintf(e, sizeof e, "%s", c ? "" : cg_last_error());
+    const char *nul = memchr(data, '\0', size);
+    int64_t n = -1;
+    uint32_t *cps = nul ? NULL : cg_utf8_decode((const char *)data, size, path, &n);
+    char decode_msg[1024];
+    snprintf(decode_msg, sizeof decode_msg, "%s", cps ? "" : cg_last_error());
+    bool too_big = max_bytes && size > max_bytes;
+    if (!c) {
+        char at[64];
+        snprintf(at, sizeof at, "NUL byte at offset %zu",
+                 nul ? (size_t)(nul - (const char *)data) : 0);
+        CG_FUZZ_CHECK(e[0] != '\0' && built == NULL);
+        CG_FUZZ_CHECK(size == 0 || nul || too_big || !cps || (!vocab && n == 0));
+        if (size == 0)
+            CG_FUZZ_CHECK(strstr(e, "is empty") != NULL);
+        else if (too_big)
+            CG_FUZZ_CHECK(strstr(e, "larger than") || strstr(e, "NUL byte"));
+        else if (nul)
+            CG_FUZZ_CHECK(strstr(e, at) != NULL);
+        else if (!cps) /* the decoder's own message */
+            CG_FUZZ_CHECK(strcmp(e, decode_msg) == 0);
+        free(cps);
+        return;
+    }
+    CG_FUZZ_CHECK(cps && size > 0 && !too_big);
+    CG_FUZZ_CHECK(id.size == size);
+    const cg_vocab *v = vocab ? vocab : built;
+    CG_FUZZ_CHECK(v != NULL);
+    if (!vocab) {
+        cg_vocab *w = cg_vocab_from_codepoints(cps, n);
+        CG_FUZZ_CHECK(w && w->n == built->n && w->unk == built->unk &&
+                      !memcmp(w->chars, built->chars, (size_t)w->n * sizeof *w->chars));
+        cg_vocab_free(w);
+    }
+    cg_corpus *want = cg_corpus_new(v, cps, n);
+    CG_FUZZ_CHECK(want && c->n == want->n && c->n_train == want->n_train);
+    CG_FUZZ_CHECK(c->unknown == want->unknown && (!vocab ? c->unknown == 0 : true));
+    CG_FUZZ_CHECK(!memcmp(c->ids, want->ids, (size_t)c->n * sizeof *c->ids));
+    cg_corpus_free(want);
+    cg_corpus_free(c);
+    cg_vocab_free(built);
+    free(cps);
+}
+
+static void as_file(const uint8_t *data, size_t size)
+{
+    static const uint32_t abc[] = {'\n', 'a', 'b', 'c'};
+    cg_vocab *v = cg_vocab_from_codepoints(abc, 4);
+    CG_FUZZ_CHECK(v != NULL);
+    char path[64];
+    int fd = cg_fuzz_mem_path(data, size, path, sizeof path);
+    if (fd >= 0) {
+        read_file(data, size, path, 0, NULL); /* the default limit */
+        read_file(data, size, path, size + 1, v);
+        close(fd);
+    }
+    /* a pipe (`--data -`, a process substitution): the stream's reader,
+     * its limit one byte under the size or exactly the size */
+    int p[2];
+    if (size < 60000 && pipe(p) == 0) {
+        bool written = write(p[1], data, size) == (ssize_t)size;
+        close(p[1]);
+        if (written) {
+            snprintf(path, sizeof path, "/proc/self/fd/%d", p[0]);
+            read_file(data, size, path, size > 1 && size % 2 ? size - 1 : size, NULL);
+        }
+        close(p[0]);
+    }
+    cg_vocab_free(v);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     as_text(data, size);
     as_vocab_json(data, size);
+    as_file(data, size);
     return 0;
 }

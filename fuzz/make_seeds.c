@@ -12,7 +12,10 @@
  * train_state/: trainer states (models/train/trainer.h) of both programs, and
  * damaged ones (epoch 0 with pos below the batch count, epoch 1e15, a
  * huge pos, a bad data identity, history arrays of different lengths).
- * spm/: the models of two small BPE tokenizers (spm_seed). */
+ * spm/: the models of two small BPE tokenizers (spm_seed).
+ * lora/: LoRA adapters of the tiny char LM of fuzz/fuzz_lora.c: PEFT's file
+ * (the default targets), and a zoo adapter checkpoint (two targets, one by
+ * its full path, with their Adam state after one step). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +26,8 @@
 #include "models/seq2seq/seq2seq_ckpt.h"
 #include "models/data/pairs.h"
 #include "models/text/spm.h"
+#include "models/train/finetune.h"
+#include "nn/lora.h"
 
 static int fail(void)
 {
@@ -230,6 +235,51 @@ static int spm_seed(const char *dir, const char *name, int64_t vocab)
     return ok ? 0 : 1;
 }
 
+/* lora/NAME: adapters on fuzz/fuzz_lora.c's base (targets NULL: the
+ * default ones), B drawn so that they do something; with_optim: the zoo's
+ * adapter checkpoint tensors (Adam state after one step). */
+static int lora_seed(const char *dir, const char *name, const char *targets, bool with_optim)
+{
+    cg_charlm_config c = cg_charlm_config_default();
+    c.vocab = 5;
+    c.d = 4;
+    c.H = 2;
+    c.layers = 1;
+    c.d_ff = 8;
+    c.max_len = 8;
+    cg_charlm *m = cg_charlm_new(&c, 7);
+    cg_rng rng = cg_rng_new(3);
+    cg_ft_lora l = {.rank = 2, .alpha = 8, .dropout = 0.1, .targets = targets};
+    if (!m || cg_ft_lora_attach(CG_MODULE(m), &l, &rng, &m->dropout_rng) < 1)
+        return fail();
+    cg_param_list pl = {0};
+    cg_module_params(CG_MODULE(m), &pl);
+    for (int i = 0; i < pl.n; i++)
+        if (strstr(pl.items[i].name, ".lora_B."))
+            cg_init_normal_(pl.items[i].tensor, &rng, 0, 0.1f);
+    cg_param_list_free(&pl);
+    cg_optim *o = NULL;
+    if (with_optim) {
+        o = cg_adam_from_module(CG_MODULE(m), 1e-3);
+        int64_t x[4] = {0, 1, 2, 3}, y[4] = {1, 2, 3, 4};
+        cg_tensor *logits = cg_charlm_forward(m, x, 1, 4);
+        cg_tensor *loss = cg_charlm_loss(m, logits, y);
+        if (!o || !loss || !cg_backward(loss, NULL, false) || !cg_optim_step(o))
+            return fail();
+        cg_release(loss);
+        cg_release(logits);
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/lora/%s", dir, name);
+    cg_st_writer *w = cg_st_writer_new();
+    bool ok = w && cg_lora_write(CG_MODULE(m), w) && (!o || cg_optim_save(o, w, "optim")) &&
+              cg_st_writer_save(w, path);
+    cg_st_writer_free(w);
+    cg_optim_free(o);
+    cg_charlm_free(m);
+    return ok ? 0 : fail();
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -237,6 +287,9 @@ int main(int argc, char **argv)
         return 2;
     }
     const char *dir = argv[1];
+    if (lora_seed(dir, "peft_default.safetensors", NULL, false) ||
+        lora_seed(dir, "zoo_adam.safetensors", "q_proj,blocks.0.ff.fc2", true))
+        return 1;
     if (ckpt(dir, "tiny_ln_pre_adamw.safetensors", CG_NORM_LAYERNORM, true, true) ||
         ckpt(dir, "tiny_rms_post.safetensors", CG_NORM_RMSNORM, false, false))
         return 1;

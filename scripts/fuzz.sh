@@ -4,6 +4,7 @@
 # there are cores (each target runs on one thread).
 #   scripts/fuzz.sh [SECONDS] [TARGET...]   targets: safetensors checkpoint corpus pairs cli
 #                                            train_state seq2seq_checkpoint metrics_log spm
+#                                            env lora
 # Seeds come from fuzz/corpus/<target>/ (read only), a dictionary from
 # fuzz/<target>.dict when there is one; new inputs go to
 # build-fuzz/fuzz-work/<target>/, crash reproducers to
@@ -13,7 +14,7 @@
 # target failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-all=(safetensors checkpoint corpus pairs cli train_state seq2seq_checkpoint metrics_log spm)
+all=(safetensors checkpoint corpus pairs cli train_state seq2seq_checkpoint metrics_log spm env lora)
 case "${1:-}" in -h | --help) echo "usage: scripts/fuzz.sh [SECONDS [TARGET...]] (targets: ${all[*]})"; exit 0 ;; esac
 secs=${1:-60}
 [ $# -gt 0 ] && shift
