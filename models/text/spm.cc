@@ -12,12 +12,15 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cerrno>
 #include <cstring>
 #include <exception>
 #include <new>
 #include <string>
 #include <unordered_map>
 #include <vector>
+
+#include <unistd.h>
 
 #include "core/error.h"
 #include "core/utf8.h"
@@ -135,6 +138,49 @@ static void set_error_from_exception(const char *who)
         cg_set_error("%s: unexpected failure in SentencePiece", who);
     }
 }
+
+/* SentencePiece's trainer normalizes the sentences in threads of its own
+ * (TrainerInterface::LoadSentences, at num_threads 1 too): an exception there
+ * (std::bad_alloc) cannot reach cg_spm_train's catch and ended the process
+ * through std::terminate (SIGABRT, "terminate called after throwing").
+ * While the trainer runs, the terminate handler ends it with one line and
+ * exit 1 instead: nothing has been written yet, and no caller could go on.
+ * exit: std::terminate must not return, and other threads are mid-work
+ * (write and _exit only). */
+[[noreturn]] static void on_trainer_terminate()
+{
+    const char *what = "unexpected failure in SentencePiece's trainer";
+    try {
+        if (std::current_exception())
+            std::rethrow_exception(std::current_exception());
+    } catch (const std::bad_alloc &) {
+        what = "out of memory";
+    } catch (const std::exception &e) {
+        what = e.what();
+    } catch (...) {
+    }
+    char line[512];
+    int k = snprintf(line, sizeof line, "%s: error: training the BPE tokenizer: %s\n",
+                     program_invocation_short_name, what);
+    if (k > (int)sizeof line - 1)
+        k = (int)sizeof line - 1;
+    ssize_t w = write(STDERR_FILENO, line, k > 0 ? (size_t)k : 0);
+    (void)w;
+    _exit(1);
+}
+
+// Sets on_trainer_terminate for its lifetime, then puts the previous back.
+class TrainerTerminate
+{
+  public:
+    TrainerTerminate() : prev_(std::set_terminate(on_trainer_terminate)) {}
+    ~TrainerTerminate() { std::set_terminate(prev_); }
+    TrainerTerminate(const TrainerTerminate &) = delete;
+    TrainerTerminate &operator=(const TrainerTerminate &) = delete;
+
+  private:
+    std::terminate_handler prev_;
+};
 
 /* Each of the n sentences given to the trainer is one line of UTF-8 text:
  * false + error naming `who` and the first that is not. *longest: the
@@ -258,6 +304,7 @@ cg_spm *cg_spm_train(const char *const *sentences, int64_t n, int64_t vocab_size
         };
         ArrayIterator it(sentences, n);
         t = new cg_spm();
+        TrainerTerminate guard;
         auto st = sentencepiece::SentencePieceTrainer::Train(kw, &it, &t->proto);
         long long have = 0, need = 0;
         const std::string msg = st.ToString();
