@@ -5,6 +5,7 @@
 // one line and exit 1. This program replaces the global operator new: while
 // armed, every allocation through it outside the main thread throws. The
 // training runs in a forked child, whose exit status and stderr are checked.
+// Also: an allocation failing while the trainer's options are parsed.
 #include <check.h>
 #include <pthread.h>
 #include <sys/wait.h>
@@ -17,14 +18,18 @@
 #include <new>
 #include <string>
 
+#include "core/error.h"
 #include "models/text/spm.h"
 
 static std::atomic<bool> g_armed(false);
 static pthread_t g_main;
+static std::atomic<size_t> g_fail_size(0); /* non-zero: new of this size fails */
 
 void *operator new(std::size_t n)
 {
     if (g_armed.load() && !pthread_equal(pthread_self(), g_main))
+        throw std::bad_alloc();
+    if (g_fail_size.load() && n == g_fail_size.load())
         throw std::bad_alloc();
     void *p = std::malloc(n ? n : 1);
     if (!p)
@@ -79,12 +84,35 @@ START_TEST(test_trainer_thread_oom_is_one_line)
 }
 END_TEST
 
+/* An allocation failing while SentencePiece parses the trainer's options
+ * (its stringstream asks for 57 bytes, a std::string's 32 reserved in the
+ * old ABI, to read a number) read as 'cannot parse "1.0" as int.': the
+ * options are the zoo's own, so that is out of memory. */
+START_TEST(test_trainer_option_oom_is_out_of_memory)
+{
+    if (!cg_spm_available())
+        return;
+    static const char *const sents[] = {"the cat sat on the mat", "die katze sass"};
+    g_fail_size = 57;
+    cg_spm *t = cg_spm_train(sents, 2, 300);
+    g_fail_size = 0;
+    if (t) { /* another libstdc++: no allocation of that size on the way */
+        cg_spm_free(t);
+        return;
+    }
+    ck_assert_msg(strstr(cg_last_error(), "out of memory") &&
+                      !strstr(cg_last_error(), "cannot parse"),
+                  "'%s'", cg_last_error());
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("spm_oom");
     TCase *tc = tcase_create("trainer");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_trainer_thread_oom_is_one_line);
+    tcase_add_test(tc, test_trainer_option_oom_is_out_of_memory);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -256,6 +256,31 @@ sentencepiece::util::Status encode_ids(const cg_spm *t, const char *text, size_t
 
 } // namespace
 
+/* The trainer's status: true when it is ok, else false + its error in the
+ * zoo's words. */
+static bool train_status_ok(const sentencepiece::util::Status &st, const char *who,
+                            int64_t vocab_size)
+{
+    if (st.ok())
+        return true;
+    long long have = 0, need = 0;
+    const std::string msg = st.ToString();
+    const char *req = strstr(msg.c_str(), "smaller than required_chars. ");
+    if (req && sscanf(req, "smaller than required_chars. %lld vs %lld", &have, &need) == 2)
+        /* its message names a flag of its own; ours says what to do */
+        cg_set_error("--vocab-size %lld is too small for this text: BPE needs at least %lld "
+                     "ids (260 + one piece for each character and for the word boundary)",
+                     (long long)vocab_size, need);
+    else if (strstr(msg.c_str(), "cannot parse \""))
+        /* every option value is ours and parses: SentencePiece reads them
+         * through a stringstream, which turns a failed allocation into a
+         * value it "cannot parse" */
+        cg_set_error("%s: out of memory", who);
+    else
+        cg_set_error("%s: SentencePiece: %s", who, msg.c_str());
+    return false;
+}
+
 extern "C" {
 
 bool cg_spm_available(void) { return true; }
@@ -306,24 +331,7 @@ cg_spm *cg_spm_train(const char *const *sentences, int64_t n, int64_t vocab_size
         t = new cg_spm();
         TrainerTerminate guard;
         auto st = sentencepiece::SentencePieceTrainer::Train(kw, &it, &t->proto);
-        long long have = 0, need = 0;
-        const std::string msg = st.ToString();
-        const char *req = strstr(msg.c_str(), "smaller than required_chars. ");
-        if (!st.ok() && req &&
-            sscanf(req, "smaller than required_chars. %lld vs %lld", &have, &need) == 2) {
-            /* its message names a flag of its own; ours says what to do */
-            cg_set_error("--vocab-size %lld is too small for this text: BPE needs at least %lld "
-                         "ids (260 + one piece for each character and for the word boundary)",
-                         (long long)vocab_size, need);
-            delete t;
-            return nullptr;
-        }
-        if (!st.ok()) {
-            cg_set_error("%s: SentencePiece: %s", who, st.ToString().c_str());
-            delete t;
-            return nullptr;
-        }
-        if (!load_proto(t, who)) {
+        if (!train_status_ok(st, who, vocab_size) || !load_proto(t, who)) {
             delete t;
             return nullptr;
         }
