@@ -16,12 +16,14 @@
 #  - every CG_ environment variable is parsed as strictly as the flags;
 #  - translate reads each stdin line on its own: a NUL byte or a line over
 #    1 MiB is an empty output line and a warning.
-#  - decode_bench out of memory: one line, exit 1, nothing left allocated.
-#   test_limits.sh CHARLM SEQ2SEQ DECODE_BENCH
+#  - decode_bench out of memory: one line, exit 1, nothing left allocated;
+#    bench's random batches too large for memory: one line, exit 1.
+#   test_limits.sh CHARLM SEQ2SEQ DECODE_BENCH BENCH
 set -uo pipefail
 charlm=$1
 seq2seq=$2
 decode_bench=$3
+bench=$4
 . "$(dirname "$0")/shell_lib.sh" limits
 trap 'umount "$dir/full" 2>/dev/null; rm -rf "$dir"' EXIT
 
@@ -223,4 +225,21 @@ fi
   grep -q "^decode_bench: error: out of memory" err.txt &&
   echo "ok: decode_bench out of memory: $(grep error err.txt)" ||
   fail "decode_bench out of memory: exit $rc: $(grep -v WARNING err.txt | head -c 300)"
+
+# ---- bench's four random batches of 65536 x 65536 tokens (34 GB each
+# array) out of memory: one line, exit 1 (they were written through NULL:
+# SIGSEGV)
+rc=0
+if (ulimit -v 200000; "$charlm" --help) >/dev/null 2>&1; then
+  (ulimit -v 2000000; exec "$bench" --T 65536 --batch-size 65536 --d 16 --steps 1 --warmup 0 \
+    --threads 1) >out.txt 2>err.txt || rc=$?
+else
+  ASAN_OPTIONS="${ASAN_OPTIONS:-}:allocator_may_return_null=1:max_allocation_size_mb=1000" \
+    "$bench" --T 65536 --batch-size 65536 --d 16 --steps 1 --warmup 0 --threads 1 >out.txt \
+    2>err.txt || rc=$?
+fi
+[ $rc -eq 1 ] && [ "$(grep -c 'error' err.txt)" -eq 1 ] && [ ! -s out.txt ] &&
+  grep -q "^bench: error: out of memory for the random batches" err.txt &&
+  echo "ok: bench out of memory: $(grep error err.txt)" ||
+  fail "bench out of memory: exit $rc: $(grep -v WARNING err.txt | head -c 300)"
 finish

@@ -417,14 +417,28 @@ typedef struct {
     int64_t *src[NB], *tin[NB], *tout[NB];
 } batches;
 
-static void random_batches(batches *bt, const preset *p, bool charlm, int64_t seed)
+static void free_batches(batches *bt)
+{
+    for (int b = 0; b < NB; b++)
+        free(bt->src[b]), free(bt->tin[b]), free(bt->tout[b]);
+}
+
+/* false (message printed, nothing held): out of memory */
+static bool random_batches(batches *bt, const preset *p, bool charlm, int64_t seed)
 {
     const int64_t B = p->B, T = p->T, tokens = B * T;
     cg_rng rng = cg_rng_new((uint64_t)seed + 12345);
+    *bt = (batches){0};
     for (int b = 0; b < NB; b++) {
         int64_t *src = bt->src[b] = malloc((size_t)tokens * sizeof(int64_t));
         int64_t *tin = bt->tin[b] = malloc((size_t)tokens * sizeof(int64_t));
         int64_t *tout = bt->tout[b] = malloc((size_t)tokens * sizeof(int64_t));
+        if (!src || !tin || !tout) {
+            free_batches(bt);
+            cg_prog_fail("out of memory for the random batches (%d of %lld x %lld tokens)", NB,
+                         (long long)B, (long long)T);
+            return false;
+        }
         for (int64_t r = 0; r < B; r++) {
             if (charlm) {
                 int64_t prev = (int64_t)cg_rng_below(&rng, (uint64_t)p->V);
@@ -445,6 +459,7 @@ static void random_batches(batches *bt, const preset *p, bool charlm, int64_t se
             }
         }
     }
+    return true;
 }
 
 /* What the timed steps measured: medians over the steps (wall, process CPU,
@@ -471,6 +486,13 @@ static bool time_steps(cg_stepper *st, bench_model *bm, const batches *bt, const
     double *times = malloc((size_t)steps * sizeof(double));
     double *cpu = malloc((size_t)steps * sizeof(double));     /* process CPU time per step */
     double *exposed = malloc((size_t)steps * sizeof(double)); /* communication not hidden */
+    if (!times || !cpu || !exposed) {
+        free(times);
+        free(cpu);
+        free(exposed);
+        cg_prog_fail("out of memory for the timings of %ld steps", steps);
+        return false;
+    }
     tm->last_loss = NAN;
     tm->rss10 = NAN, tm->rss_last = NAN;
     tm->tokens = tm->seconds = tm->flops = tm->rows = tm->cols = 0;
@@ -703,7 +725,8 @@ static int run(int argc, char **argv)
     int64_t n_params;
     flops_model fm = step_flops(&st, &p, charlm, &n_params);
     batches bt;
-    random_batches(&bt, &p, charlm, a.seed);
+    if (!random_batches(&bt, &p, charlm, a.seed))
+        return 1;
     if (!cg_dist_broadcast_module(model))
         return cg_prog_fail_lib(NULL);
     timings t;
@@ -724,8 +747,7 @@ static int run(int argc, char **argv)
     bool dumped = !bm.dump || dump_save(&a, &p, &bm);
     if (!dumped)
         cg_prog_fail_lib("--dump-batches");
-    for (int b = 0; b < NB; b++)
-        free(bt.src[b]), free(bt.tin[b]), free(bt.tout[b]);
+    free_batches(&bt);
     cg_st_writer_free(bm.dump);
     cg_mt_data_free(&real);
     cg_stepper_free(&st);
