@@ -275,12 +275,14 @@ static bool collect_loras(void *vctx, cg_module *m, const char *path, const char
     return true;
 }
 
+/* Frees what l holds and leaves it empty (a second call frees nothing). */
 static void lora_list_free(lora_list *l)
 {
     for (int i = 0; i < l->n; i++)
         free(l->paths[i]);
     free(l->paths);
     free(l->items);
+    *l = (lora_list){0};
 }
 
 static bool list_loras(const cg_module *root, lora_list *l)

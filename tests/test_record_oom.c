@@ -3,7 +3,8 @@
  * (issue 22). Linked with -Wl,--wrap=calloc: while `fail_nodes` is set,
  * every calloc of one graph node fails, while `fail_all` is, every calloc.
  * Also -Wl,--wrap=realloc: a realloc of `fail_realloc_from` bytes or more
- * fails while that is non-zero. */
+ * fails while that is non-zero. And -Wl,--wrap=malloc: the fail_malloc_at-th
+ * malloc from now fails (0: none). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,8 @@
 #include "autograd/checkpoint.h"
 #include "autograd/ops.h"
 #include "nn/data.h"
+#include "nn/lora.h"
+#include "nn/transformer.h"
 #include "nn/safetensors.h"
 #include "tests/testutil.h"
 
@@ -20,6 +23,21 @@ void *__wrap_calloc(size_t n, size_t size);
 
 void *__real_realloc(void *p, size_t size);
 void *__wrap_realloc(void *p, size_t size);
+
+void *__real_malloc(size_t size);
+void *__wrap_malloc(size_t size);
+
+static long fail_malloc_at;
+static bool malloc_failed; /* the fail_malloc_at-th came */
+
+void *__wrap_malloc(size_t size)
+{
+    if (fail_malloc_at > 0 && --fail_malloc_at == 0) {
+        malloc_failed = true;
+        return NULL;
+    }
+    return __real_malloc(size);
+}
 
 static bool fail_nodes, fail_all;
 static size_t fail_realloc_from;
@@ -171,6 +189,50 @@ START_TEST(test_st_header_oom_is_an_error)
 }
 END_TEST
 
+static cg_lm_block *lora_block(void)
+{
+    cg_rng r = cg_rng_new(7);
+    cg_tf_config cfg = {.d = 8, .H = 2, .d_ff = 16, .norm = CG_NORM_LAYERNORM, .act = CG_ACT_GELU};
+    return cg_lm_block_new(&cfg, &r);
+}
+
+/* Each malloc in turn failing while an adapter file is loaded: false and
+ * "out of memory", never a crash (a walk of the model that failed with some
+ * adapters listed freed the list, which the loader then freed again: a
+ * double free, SIGABRT, under charlm sample --ckpt ADAPTERS). */
+START_TEST(test_lora_load_oom_is_an_error)
+{
+    const char *targets[] = {"q_proj", "k_proj", "v_proj", "o_proj", "fc1", "fc2"};
+    cg_lora_config lc = {.r = 2, .alpha = 4.0f, .n_targets = 6, .targets = targets};
+    cg_lm_block *b = lora_block();
+    cg_rng r = cg_rng_new(8);
+    ck_assert_int_eq(cg_lora_attach_all(CG_MODULE(b), &lc, &r), 6);
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/cg_record_oom_lora_%ld.st", (long)getpid());
+    ck_assert_msg(cg_lora_save(CG_MODULE(b), path), "%s", cg_last_error());
+    cg_module_free(CG_MODULE(b));
+    long k = 1;
+    for (; k < 100000; k++) {
+        cg_lm_block *b2 = lora_block();
+        ck_assert_ptr_nonnull(b2);
+        cg_clear_error();
+        malloc_failed = false;
+        fail_malloc_at = k;
+        const bool ok = cg_lora_load(CG_MODULE(b2), path);
+        fail_malloc_at = 0;
+        cg_module_free(CG_MODULE(b2));
+        if (!malloc_failed) { /* every malloc of the load has failed once */
+            ck_assert_msg(ok, "%s", cg_last_error());
+            break;
+        }
+        ck_assert_msg(ok || strstr(cg_last_error(), "out of memory"), "malloc %ld: '%s'", k,
+                      cg_last_error());
+    }
+    ck_assert_int_gt(k, 10);
+    unlink(path);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("record_oom");
@@ -179,6 +241,7 @@ int main(void)
     tcase_add_test(tc, test_record_failure_nn_ops);
     tcase_add_test(tc, test_loader_failure_is_not_an_epoch_end);
     tcase_add_test(tc, test_st_header_oom_is_an_error);
+    tcase_add_test(tc, test_lora_load_oom_is_an_error);
     suite_add_tcase(s, tc);
     return cg_test_run(&s, 1);
 }
