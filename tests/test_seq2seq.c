@@ -273,6 +273,14 @@ START_TEST(test_prog_helpers)
     ck_assert_int_eq(t, 3);
     ck_assert(!cg_train_model_fields("{\"model\": {\"valid_size\": 0}}", "c.st", "seq2seq", fl, 2));
     ck_assert_ptr_nonnull(strstr(cg_last_error(), "'c.st': seq2seq training state"));
+    /* the precision decoded in: fp32 when none is recorded; a training state
+     * that is there but not JSON (damaged, or its parse out of memory) is an
+     * error, not a silent fp32 (translate gave other words, exit 0) */
+    cg_precision pr = CG_PRECISION_BF16;
+    ck_assert(cg_train_precision(NULL, "c.st", &pr) && pr == CG_PRECISION_FP32);
+    ck_assert(cg_train_precision("{\"steps\": 4}", "c.st", &pr) && pr == CG_PRECISION_FP32);
+    ck_assert(!cg_train_precision("{\"options\": {\"precision\": \"bf16\"", "c.st", &pr));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "'c.st': its training state is damaged"));
 
     cg_eval_result e = {0};
     for (int i = 0; i < 6; i++)

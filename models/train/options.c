@@ -232,10 +232,15 @@ bool cg_train_options_restore(const cg_cli_args *a, const cJSON *j, const char *
 bool cg_train_precision(const char *train_json, const char *ckpt_path, cg_precision *out)
 {
     cJSON *s = train_json ? cJSON_Parse(train_json) : NULL;
+    *out = CG_PRECISION_FP32;
+    if (train_json && !cJSON_IsObject(s)) { /* not "none recorded": fp32 would be a guess */
+        cJSON_Delete(s);
+        cg_set_error("'%s': its training state is damaged (not a JSON object)", ckpt_path);
+        return false;
+    }
     const cJSON *j = cJSON_GetObjectItemCaseSensitive(s, "options");
     const char *name = "fp32"; /* absent: a checkpoint written before options */
     const cg_json_field f = {"precision", CG_JF_STR, &name, 0, 0, true};
-    *out = CG_PRECISION_FP32;
     bool ok = !j || (cg_json_read_fields(j, "options", &f, 1) && cg_precision_parse(name, out));
     cJSON_Delete(s);
     if (!ok)
