@@ -281,6 +281,22 @@ START_TEST(test_prog_helpers)
     ck_assert(cg_train_precision("{\"steps\": 4}", "c.st", &pr) && pr == CG_PRECISION_FP32);
     ck_assert(!cg_train_precision("{\"options\": {\"precision\": \"bf16\"", "c.st", &pr));
     ck_assert_ptr_nonnull(strstr(cg_last_error(), "'c.st': its training state is damaged"));
+    /* the same for eval's split sizes, data path and data identity (the
+     * default data or split taken instead, silently) */
+    const char *badst = "{\"data\": \"pairs.tsv\", \"model\": {\"valid_size\": 7}";
+    cg_clear_error();
+    ck_assert(!cg_train_model_fields(badst, "c.st", "seq2seq", fl, 2));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "'c.st': its training state is damaged"));
+    cg_clear_error();
+    ck_assert_ptr_null(cg_train_data_path(badst, "c.st", NULL, "default.tsv"));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "'c.st': its training state is damaged"));
+    char *given = cg_train_data_path(badst, "c.st", "given.tsv", "default.tsv");
+    ck_assert_str_eq(given, "given.tsv"); /* --data given: the state is not read */
+    free(given);
+    cg_data_id some = {0};
+    cg_clear_error();
+    ck_assert(!cg_train_data_check(badst, "c.st", &some));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "'c.st': its training state is damaged"));
 
     cg_eval_result e = {0};
     for (int i = 0; i < 6; i++)

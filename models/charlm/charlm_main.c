@@ -190,7 +190,7 @@ static int cmd_eval(int argc, char **argv)
     const char *tj = cg_charlm_ckpt_train_json(&ck);
     cg_precision prec; /* the products as trained */
     cg_corpus *corpus = NULL;
-    char *path = cg_train_data_path(tj, data, DEFAULT_DATA);
+    char *path = cg_train_data_path(tj, ckpt, data, DEFAULT_DATA);
     cg_data_id id;
     double loss;
     int64_t nwin, T = ck.model->cfg.max_len;

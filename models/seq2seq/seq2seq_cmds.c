@@ -98,7 +98,7 @@ int eval_split(const cg_seq2seq_ckpt *c, const cg_translate_opts *t, cg_mt_data 
     const int64_t *idx = valid ? ds->split.valid : ds->split.test;
     int64_t have = valid ? ds->split.n_valid : ds->split.n_test;
     int64_t nt = limit > 0 && limit < have ? limit : have;
-    char *dp = cg_train_data_path(tj, data, DEFAULT_DATA); /* for the message */
+    char *dp = cg_train_data_path(tj, ck, data, DEFAULT_DATA); /* for the message */
     bool fits =
         cg_out_check_stdout(dp, "--data") &&
         cg_mt_check_split(ds, c->tok, valid, nt, c->model->cfg.max_len, dp ? dp : "the data");

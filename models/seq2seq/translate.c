@@ -123,7 +123,7 @@ bool cg_mt_data_load_ckpt(cg_mt_data *d, const char *train_json, const char *ckp
     char *path = NULL;
     cg_data_id id;
     bool ok = cg_train_model_fields(train_json, ckpt_path, "seq2seq", f, 2) &&
-              (path = cg_train_data_path(train_json, given, default_data));
+              (path = cg_train_data_path(train_json, ckpt_path, given, default_data));
     ok = ok && cg_mt_data_load(d, path, default_data, n_valid, n_test, &id) &&
          cg_train_data_check(train_json, ckpt_path, &id);
     free(path);

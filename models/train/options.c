@@ -229,15 +229,24 @@ bool cg_train_options_restore(const cg_cli_args *a, const cJSON *j, const char *
     return j == NULL || cg_json_read_fields(j, what, f, saved_fields(a, f, keys, true));
 }
 
-bool cg_train_precision(const char *train_json, const char *ckpt_path, cg_precision *out)
+bool cg_train_state_read(const char *train_json, const char *ckpt_path, cJSON **out)
 {
-    cJSON *s = train_json ? cJSON_Parse(train_json) : NULL;
-    *out = CG_PRECISION_FP32;
-    if (train_json && !cJSON_IsObject(s)) { /* not "none recorded": fp32 would be a guess */
-        cJSON_Delete(s);
+    *out = train_json ? cJSON_Parse(train_json) : NULL;
+    if (train_json && !cJSON_IsObject(*out)) {
+        cJSON_Delete(*out);
+        *out = NULL;
         cg_set_error("'%s': its training state is damaged (not a JSON object)", ckpt_path);
         return false;
     }
+    return true;
+}
+
+bool cg_train_precision(const char *train_json, const char *ckpt_path, cg_precision *out)
+{
+    cJSON *s;
+    *out = CG_PRECISION_FP32;
+    if (!cg_train_state_read(train_json, ckpt_path, &s)) /* not "none recorded": no guess */
+        return false;
     const cJSON *j = cJSON_GetObjectItemCaseSensitive(s, "options");
     const char *name = "fp32"; /* absent: a checkpoint written before options */
     const cg_json_field f = {"precision", CG_JF_STR, &name, 0, 0, true};

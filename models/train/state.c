@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/parse.h"
 #include "models/train/dist.h"
+#include "models/train/options.h"
 #include "models/train/run.h"
 #include "models/util/config_json.h"
 
@@ -75,7 +76,9 @@ static bool model_fields(const cJSON *ms, const char *path, const char *kind,
 bool cg_train_model_fields(const char *train_json, const char *ckpt_path, const char *kind,
                            const cg_json_field *f, int n)
 {
-    cJSON *st = train_json ? cJSON_Parse(train_json) : NULL;
+    cJSON *st;
+    if (!cg_train_state_read(train_json, ckpt_path, &st))
+        return false;
     if (!st)
         return true;
     const cJSON *ms = cJSON_GetObjectItemCaseSensitive(st, "model");
@@ -292,7 +295,9 @@ bool cg_trainer_restore(cg_trainer *t, const char *train_json, const char *path)
 
 bool cg_train_data_check(const char *train_json, const char *ckpt_path, const cg_data_id *id)
 {
-    cJSON *s = train_json ? cJSON_Parse(train_json) : NULL;
+    cJSON *s;
+    if (!cg_train_state_read(train_json, ckpt_path, &s))
+        return false;
     cJSON *j = cJSON_GetObjectItemCaseSensitive(s, "data_id");
     cg_data_id stored;
     char what[600];
@@ -303,9 +308,12 @@ bool cg_train_data_check(const char *train_json, const char *ckpt_path, const cg
     return ok;
 }
 
-char *cg_train_data_path(const char *train_json, const char *given, const char *default_data)
+char *cg_train_data_path(const char *train_json, const char *ckpt_path, const char *given,
+                         const char *default_data)
 {
-    cJSON *s = !given && train_json ? cJSON_Parse(train_json) : NULL;
+    cJSON *s = NULL;
+    if (!given && !cg_train_state_read(train_json, ckpt_path, &s))
+        return NULL;
     if (s && !cg_json_name_decode(s, "data", "training state")) {
         cJSON_Delete(s);
         return NULL;

@@ -42,7 +42,8 @@ bool cg_train_data_check(const char *train_json, const char *ckpt_path, const cg
  * checkpoint's "train" metadata recorded (refused when it is there but not
  * a regular file: a pipe the run was trained from), else default_data; a
  * malloc'd copy or NULL + error. */
-char *cg_train_data_path(const char *train_json, const char *given, const char *default_data);
+char *cg_train_data_path(const char *train_json, const char *ckpt_path, const char *given,
+                         const char *default_data);
 /* Fields of a training state (JSON objects in the checkpoint): 64-bit
  * integers and doubles are kept exactly as decimal strings; they are read
  * back, range-checked, with cg_json_read_fields (models/util/config_json.h:
@@ -60,8 +61,8 @@ bool cg_trainer_model_state(const cg_trainer *t, const char *kind, cJSON *o, con
 /* Read fields of a model's own state from a checkpoint's "train" metadata
  * (its "model" object; the top level in checkpoints written before the one
  * trainer), as eval needs them: true without reading when train_json is
- * NULL or not JSON; false + error "'FILE': KIND training state: ..." for a
- * bad field. */
+ * NULL; false + error "'FILE': KIND training state: ..." for a bad field,
+ * or cg_train_state_read's when it is not JSON. */
 bool cg_train_model_fields(const char *train_json, const char *ckpt_path, const char *kind,
                            const cg_json_field *f, int n);
 /* Parse a checkpoint's "train" metadata into a cJSON object (caller
