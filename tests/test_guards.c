@@ -482,6 +482,12 @@ START_TEST(test_json_values)
 }
 END_TEST
 
+static void *no_memory(size_t n)
+{
+    (void)n;
+    return NULL;
+}
+
 /* The one JSON line writer (cJSON objects, printed as {"a": 1, "b": "x"}):
  * numbers keep their format, non-finite ones are null, names keep their
  * bytes, and a model config is read back as it was written. */
@@ -507,9 +513,22 @@ START_TEST(test_json_line_writer)
     ck_assert_msg(strstr(line, "\"path\": \"\\udcff.st\"}"), "%s", line);
     free(line);
     cJSON_Delete(o);
-    line = cg_json_line(NULL);
-    ck_assert_str_eq(line, "{}");
-    free(line);
+    cg_clear_error();
+    ck_assert_ptr_null(cg_json_line(NULL)); /* an object that could not be made */
+    ck_assert(cg_has_error());
+    /* a put that fails (cJSON out of memory) marks its object, and the
+     * line is refused rather than printed without the field; nested too */
+    o = cJSON_CreateObject();
+    cJSON *inner = cJSON_AddObjectToObject(o, "inner");
+    ck_assert(cg_json_put_num(o, "step", "%.0f", 3) && inner);
+    cJSON_InitHooks(&(cJSON_Hooks){.malloc_fn = no_memory, .free_fn = free});
+    bool put = cg_json_put_num(inner, "val_loss", "%.4f", 1.5);
+    cJSON_InitHooks(NULL);
+    ck_assert(!put);
+    cg_clear_error();
+    ck_assert_ptr_null(cg_json_line(o));
+    ck_assert_msg(strstr(cg_last_error(), "out of memory"), "%s", cg_last_error());
+    cJSON_Delete(o);
     /* a config table: written in order, read back */
     struct {
         int64_t d;

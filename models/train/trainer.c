@@ -201,6 +201,8 @@ static void put_fixed(cJSON *j, const char *key, double v, int decimals)
 static void metrics_line(run_ctx *c, cJSON *j)
 {
     char *s = c->t->metrics.f ? cg_json_line(j) : NULL;
+    if (c->t->metrics.f && !s)
+        cg_prog_warn("the metrics log misses a line: %s", cg_last_error());
     if (s && !cg_metrics_log_append(c->t->metrics.f, s, c->reserve)) {
         int e = errno;
         if (e == ENOSPC || e == EDQUOT || e == EFBIG)

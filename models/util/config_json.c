@@ -355,12 +355,34 @@ bool cg_json_name_decode(cJSON *o, const char *key, const char *what)
 }
 
 /* ------------------------------------------------------------ the writer */
+/* A put that failed marks its object as lacking a field: an object's
+ * valueint, which cJSON neither prints nor frees for an object. cg_json_line
+ * refuses such an object (and one holding such), so a result line is whole
+ * or not printed: a caller that does not check each put never prints a
+ * line without its "val_loss". */
+static bool put_failed(cJSON *o)
+{
+    if (o)
+        o->valueint = 1;
+    cg_set_error("out of memory");
+    return false;
+}
+
+static bool lacks_field(const cJSON *o)
+{
+    if (cJSON_IsObject(o) && o->valueint)
+        return true;
+    for (const cJSON *c = o ? o->child : NULL; c; c = c->next)
+        if (lacks_field(c))
+            return true;
+    return false;
+}
+
 static bool put_raw(cJSON *o, const char *key, const char *text)
 {
     if (o && text && cJSON_AddRawToObject(o, key, text))
         return true;
-    cg_set_error("out of memory");
-    return false;
+    return put_failed(o);
 }
 
 bool cg_json_put_num(cJSON *o, const char *key, const char *fmt, double v)
@@ -379,10 +401,8 @@ bool cg_json_put_str(cJSON *o, const char *key, const char *s)
 {
     size_t n = 6 * strlen(s ? s : "") + 3; /* every byte escaped at worst */
     char *b = malloc(n);
-    bool ok = b && put_raw(o, key, cg_json_quote(b, n, s));
+    bool ok = b ? put_raw(o, key, cg_json_quote(b, n, s)) : put_failed(o);
     free(b);
-    if (!b)
-        cg_set_error("out of memory");
     return ok;
 }
 
@@ -393,6 +413,10 @@ bool cg_json_put_bool(cJSON *o, const char *key, bool v)
 
 char *cg_json_line(const cJSON *o)
 {
+    if (!o || lacks_field(o)) {
+        cg_set_error("out of memory (a field of the line could not be made)");
+        return NULL;
+    }
     size_t len = 1, cap = 256;
     char *line = malloc(cap);
     bool ok = line != NULL;

@@ -59,12 +59,14 @@ char *cg_json_get_name(const cJSON *o, const char *key);
  * print it with cg_json_line. A number keeps the printf format it is given
  * ("%.4f"; null when not finite), a string is written by cg_json_quote (a
  * name's bytes that are not UTF-8 as \udcXX), an integer exactly. Each adds
- * key to o; false + error when out of memory. */
+ * key to o; false + error when out of memory, and o is then refused by
+ * cg_json_line (a line is printed whole or not at all). */
 bool cg_json_put_num(cJSON *o, const char *key, const char *fmt, double v);
 bool cg_json_put_int(cJSON *o, const char *key, int64_t v);
 bool cg_json_put_str(cJSON *o, const char *key, const char *s);
 bool cg_json_put_bool(cJSON *o, const char *key, bool v);
-/* o as one line {"a": 1, "b": "x"} (malloc'd, no newline) or NULL + error. */
+/* o as one line {"a": 1, "b": "x"} (malloc'd, no newline) or NULL + error
+ * (out of memory, now or in a put into o). */
 char *cg_json_line(const cJSON *o);
 /* Print o as one line on f, then a newline, and fflush; false + error when
  * out of memory or when the line could not be written ("cannot write the
