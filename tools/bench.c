@@ -676,6 +676,42 @@ static bool check_files(const bench_args *a)
     return cg_out_check(a->dump, false);
 }
 
+/* The timed steps of a stepper set up, and the result line (then the
+ * dump): the exit code, everything it made freed (a failure too). */
+static int measure(const bench_args *a, const preset *p, bool charlm, cg_precision precision,
+                   long threads, double peak_gflops, cg_stepper *st, bench_model *bm)
+{
+    int64_t n_params;
+    flops_model fm = step_flops(st, p, charlm, &n_params);
+    batches bt;
+    timings t;
+    bool ok = random_batches(&bt, p, charlm, a->seed); /* false: message printed */
+    if (ok && !cg_dist_broadcast_module(st->m->module)) {
+        cg_prog_fail_lib(NULL);
+        ok = false;
+    }
+    ok = ok && time_steps(st, bm, &bt, &fm, (long)a->warmup, (long)a->steps, &t);
+    free_batches(&bt);
+    if (!ok)
+        return 1;
+    /* the largest over ranks (collective: every rank reaches it) */
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    double worst[2] = {(double)ru.ru_maxrss / 1024.0, (double)cg_optim_state_bytes(st->opt) / 1e6};
+    if (!cg_dist_allreduce_max(worst, 2))
+        return cg_prog_fail_lib(NULL);
+    bool printed = print_json(a, p, precision, threads, n_params, peak_gflops, st->reducer != NULL,
+                              &t, worst, (long)a->steps);
+    if (!printed)
+        cg_prog_fail("out of memory writing the result line");
+    /* after the result line, which a dump that cannot be written (a disk
+     * filled during the run) no longer takes with it */
+    bool dumped = !bm->dump || dump_save(a, p, bm);
+    if (!dumped)
+        cg_prog_fail_lib("--dump-batches");
+    return printed && dumped ? 0 : 1;
+}
+
 static int run(int argc, char **argv)
 {
     /* Under mpirun: every rank takes the same steps on its own B rows (data
@@ -720,41 +756,17 @@ static int run(int argc, char **argv)
                            .loss = bm_loss,
                            .lr = bm_lr};
     cg_stepper st;
-    if (!cg_stepper_init(&st, &tm, 1, (int)a.zero))
-        return cg_prog_fail_lib(NULL);
-    int64_t n_params;
-    flops_model fm = step_flops(&st, &p, charlm, &n_params);
-    batches bt;
-    if (!random_batches(&bt, &p, charlm, a.seed))
-        return 1;
-    if (!cg_dist_broadcast_module(model))
-        return cg_prog_fail_lib(NULL);
-    timings t;
-    if (!time_steps(&st, &bm, &bt, &fm, (long)a.warmup, (long)a.steps, &t))
-        return 1;
-    /* the largest over ranks (collective: every rank reaches it) */
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    double worst[2] = {(double)ru.ru_maxrss / 1024.0, (double)cg_optim_state_bytes(st.opt) / 1e6};
-    if (!cg_dist_allreduce_max(worst, 2))
-        return cg_prog_fail_lib(NULL);
-    bool printed = print_json(&a, &p, precision, threads, n_params, peak_gflops, st.reducer != NULL,
-                              &t, worst, (long)a.steps);
-    if (!printed)
-        cg_prog_fail("out of memory writing the result line");
-    /* after the result line, which a dump that cannot be written (a disk
-     * filled during the run) no longer takes with it */
-    bool dumped = !bm.dump || dump_save(&a, &p, &bm);
-    if (!dumped)
-        cg_prog_fail_lib("--dump-batches");
-    free_batches(&bt);
+    const bool stepping = cg_stepper_init(&st, &tm, 1, (int)a.zero);
+    rc = stepping ? measure(&a, &p, charlm, precision, threads, peak_gflops, &st, &bm)
+                  : cg_prog_fail_lib(NULL);
     cg_st_writer_free(bm.dump);
     cg_mt_data_free(&real);
-    cg_stepper_free(&st);
+    if (stepping)
+        cg_stepper_free(&st);
     cg_module_free(model);
     cg_autocast_end(outer);
     cg_dist_finalize();
-    return printed && dumped ? 0 : 1;
+    return rc;
 }
 
 int main(int argc, char **argv)
