@@ -17,19 +17,14 @@
 
 #include "core/error.h"
 #include "fuzz/fuzz.h"
+#include "fuzz/lora_base.h"
 #include "models/charlm/charlm.h"
 #include "models/train/finetune.h"
 #include "nn/lora.h"
 
 static cg_charlm *base_model(void)
 {
-    cg_charlm_config c = cg_charlm_config_default();
-    c.vocab = 5;
-    c.d = 4;
-    c.H = 2;
-    c.layers = 1;
-    c.d_ff = 8;
-    c.max_len = 8;
+    const cg_charlm_config c = cg_fuzz_lora_base_config();
     cg_charlm *m = cg_charlm_new(&c, 7);
     CG_FUZZ_CHECK(m != NULL);
     return m;

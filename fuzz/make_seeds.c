@@ -22,6 +22,7 @@
 
 #include "autograd/autograd.h"
 #include "core/error.h"
+#include "fuzz/lora_base.h"
 #include "models/charlm/charlm_ckpt.h"
 #include "models/seq2seq/seq2seq_ckpt.h"
 #include "models/data/pairs.h"
@@ -33,6 +34,19 @@ static int fail(void)
 {
     fprintf(stderr, "make_seeds: %s\n", cg_last_error());
     return 1;
+}
+
+/* One optimizer step of o on a 4-token window of m: the state a
+ * checkpoint with optimizer moments holds. */
+static bool one_step(cg_charlm *m, cg_optim *o)
+{
+    int64_t x[4] = {0, 1, 2, 3}, y[4] = {1, 2, 3, 4};
+    cg_tensor *logits = o ? cg_charlm_forward(m, x, 1, 4) : NULL;
+    cg_tensor *loss = logits ? cg_charlm_loss(m, logits, y) : NULL;
+    bool ok = loss && cg_backward(loss, NULL, false) && cg_optim_step(o);
+    cg_release(loss);
+    cg_release(logits);
+    return ok;
 }
 
 static int ckpt(const char *dir, const char *name, cg_norm_kind norm, bool pre, bool with_optim)
@@ -61,13 +75,8 @@ static int ckpt(const char *dir, const char *name, cg_norm_kind norm, bool pre, 
         cg_optim_config oc = cg_adamw_config(1e-3, 0.9, 0.99, 1e-8);
         o = cg_optim_new(&oc, pl.n, op);
         free(op);
-        int64_t x[4] = {0, 1, 2, 3}, y[4] = {1, 2, 3, 4};
-        cg_tensor *logits = cg_charlm_forward(m, x, 1, 4);
-        cg_tensor *loss = cg_charlm_loss(m, logits, y);
-        if (!o || !loss || !cg_backward(loss, NULL, false) || !cg_optim_step(o))
+        if (!one_step(m, o))
             return fail();
-        cg_release(loss);
-        cg_release(logits);
     }
     char path[4096];
     snprintf(path, sizeof path, "%s/checkpoint/%s", dir, name);
@@ -240,13 +249,7 @@ static int spm_seed(const char *dir, const char *name, int64_t vocab)
  * adapter checkpoint tensors (Adam state after one step). */
 static int lora_seed(const char *dir, const char *name, const char *targets, bool with_optim)
 {
-    cg_charlm_config c = cg_charlm_config_default();
-    c.vocab = 5;
-    c.d = 4;
-    c.H = 2;
-    c.layers = 1;
-    c.d_ff = 8;
-    c.max_len = 8;
+    const cg_charlm_config c = cg_fuzz_lora_base_config();
     cg_charlm *m = cg_charlm_new(&c, 7);
     cg_rng rng = cg_rng_new(3);
     cg_ft_lora l = {.rank = 2, .alpha = 8, .dropout = 0.1, .targets = targets};
@@ -261,13 +264,8 @@ static int lora_seed(const char *dir, const char *name, const char *targets, boo
     cg_optim *o = NULL;
     if (with_optim) {
         o = cg_adam_from_module(CG_MODULE(m), 1e-3);
-        int64_t x[4] = {0, 1, 2, 3}, y[4] = {1, 2, 3, 4};
-        cg_tensor *logits = cg_charlm_forward(m, x, 1, 4);
-        cg_tensor *loss = cg_charlm_loss(m, logits, y);
-        if (!o || !loss || !cg_backward(loss, NULL, false) || !cg_optim_step(o))
+        if (!one_step(m, o))
             return fail();
-        cg_release(loss);
-        cg_release(logits);
     }
     char path[4096];
     snprintf(path, sizeof path, "%s/lora/%s", dir, name);
