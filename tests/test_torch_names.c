@@ -72,15 +72,21 @@ START_TEST(test_decoder_and_block_names)
 }
 END_TEST
 
+/* path (a mkstemp template) made an empty file of its own. */
+static void temp_file(char *path)
+{
+    int fd = mkstemp(path);
+    ck_assert(fd >= 0);
+    close(fd);
+}
+
 /* Saved under PyTorch's names and loaded into another layer: the same
  * values (q, k, v unpacked), frozen parameters stay frozen, and a file of
  * another shape changes nothing. */
 START_TEST(test_round_trip)
 {
     char path[] = "/tmp/cg_torch_names_XXXXXX";
-    int fd = mkstemp(path);
-    ck_assert(fd >= 0);
-    close(fd);
+    temp_file(path);
     cg_tf_config c = config(false);
     cg_rng r1 = cg_rng_new(1), r2 = cg_rng_new(2);
     cg_enc_layer *a = cg_enc_layer_new(&c, &r1), *b = cg_enc_layer_new(&c, &r2);
@@ -110,9 +116,7 @@ END_TEST
 START_TEST(test_shared_layer_load)
 {
     char path[] = "/tmp/cg_torch_names_XXXXXX";
-    int fd = mkstemp(path);
-    ck_assert(fd >= 0);
-    close(fd);
+    temp_file(path);
     cg_tf_config c = config(true);
     cg_rng r1 = cg_rng_new(1), r2 = cg_rng_new(2);
     cg_enc_layer *src = cg_enc_layer_new(&c, &r1), *copy = cg_enc_layer_new(&c, &r2);
