@@ -231,8 +231,14 @@ expect "an adapter renamed over its base: train --resume" 1 "names itself as its
   "$charlm" train --resume cyc/b.st --steps 10
 expect "an adapter renamed over its base: --init-from" 1 "names itself as its base" \
   "$charlm" train --init-from cyc/b.st --data b.txt --steps 2 --out cyc/y.st
-expect "an adapter as its own --base" 1 "names itself as its base" \
+# --base naming the adapter itself: the flag is wrong, not the file (the
+# adapter names its real base, which the message gives)
+expect "an adapter as its own --base: sample" 1 "^charlm: error: --base 'lora.st' is the adapter checkpoint 'lora.st' itself; pass --base with the checkpoint it was trained on ('.*/base.st'" \
   "$charlm" sample --ckpt lora.st --base lora.st --length 5
+expect "an adapter as its own --base: eval" 1 "^charlm: error: --base './lora.st' is the adapter checkpoint 'lora.st' itself" \
+  "$charlm" eval --ckpt lora.st --base ./lora.st
+expect "an adapter as its own --base: train --resume" 1 "^charlm: error: --base 'lorar.st' is the adapter checkpoint 'lorar.st' itself" \
+  "$charlm" train --resume lorar.st --base lorar.st --steps 30 --out lorax.st
 cp cyc/x.orig cyc/x.st # now cyc/x.st's base is an adapter whose base is itself
 expect "a base overwritten by a copy of its adapter: sample" 1 "'.*cyc/b.st', the base of adapter checkpoint 'cyc/x.st', is itself an adapter checkpoint that names itself" \
   "$charlm" sample --ckpt cyc/x.st --length 5

@@ -99,10 +99,16 @@ const char *cg_ft_base_path(const char *path, const cg_ft_origin *o, const char 
     const char *b = base ? base : o->id.path;
     if (!cg_same_file(b, path))
         return b;
-    cg_set_error("adapter checkpoint '%s' names itself as its base ('%s'; renamed over its base, "
-                 "or the base overwritten by a copy of it?); pass --base with the checkpoint it "
-                 "was trained on (%" PRIu64 " bytes, step %" PRId64 ")",
-                 path, b, o->id.size, o->step);
+    if (base) /* the flag is wrong, not the file: the base it records is given */
+        cg_set_error("--base '%s' is the adapter checkpoint '%s' itself; pass --base with the "
+                     "checkpoint it was trained on ('%s', %" PRIu64 " bytes, step %" PRId64 ")",
+                     base, path, o->id.path, o->id.size, o->step);
+    else
+        cg_set_error(
+            "adapter checkpoint '%s' names itself as its base ('%s'; renamed over its base, "
+            "or the base overwritten by a copy of it?); pass --base with the checkpoint it "
+            "was trained on (%" PRIu64 " bytes, step %" PRId64 ")",
+            path, b, o->id.size, o->step);
     return NULL;
 }
 

@@ -76,7 +76,9 @@ bool cg_ft_origin_check(const cg_ft_origin *want, const char *adapter, const cha
  * when that is `path` itself (the same device and inode, or the same name
  * once directories are resolved: an adapter renamed over its base, or a
  * base overwritten by a copy of its adapter), which no load could end:
- * "adapter checkpoint 'b.st' names itself as its base ('/d/b.st'); ...". */
+ * "adapter checkpoint 'b.st' names itself as its base ('/d/b.st'); ...",
+ * or, given as `base`, "--base 'b.st' is the adapter checkpoint 'b.st'
+ * itself; pass --base with the checkpoint it was trained on ('/d/a.st', ...)". */
 const char *cg_ft_base_path(const char *path, const cg_ft_origin *o, const char *base);
 /* Whether bf (opened from base_path), the base of adapter checkpoint
  * `path`, holds every weight. A base is loaded only then: following
