@@ -60,6 +60,17 @@ intact "sample --attention <the base>" base.png base.orig
 # results to a pipe, a new file, or a file no one reads stay fine
 "$charlm" eval --ckpt l.st >>res.txt 2>err.txt && "$seq2seq" translate --ckpt s.st <in.txt >>res.txt 2>>err.txt &&
   [ "$(wc -l <res.txt)" = 3 ] && echo "ok: results appended to another file" || fail "appending elsewhere: $(tail -1 err.txt)"
+# standard input read as the sentences is not the checkpoint loaded: `translate
+# --ckpt s.st <s.st` translated the checkpoint's bytes (thousands of warned
+# lines and empty ones, exit 0); a link or /dev/stdin is the same file
+expect "seq2seq translate --ckpt f < f" 1 "^seq2seq: error: standard input is --ckpt 's.st', the checkpoint this command loads; give the sentences as arguments or on another standard input (nothing was translated)$" \
+  sh -c '"$1" translate --ckpt s.st <s.st' sh "$seq2seq"
+[ -s out.txt ] && fail "translate --ckpt f < f printed: $(head -c 100 out.txt)"
+ln -sf s.st s.link
+expect "seq2seq translate --ckpt /dev/stdin < f" 1 "standard input is --ckpt '/dev/stdin'" \
+  sh -c '"$1" translate --ckpt /dev/stdin <s.link' sh "$seq2seq"
+"$seq2seq" translate --ckpt s.st "the cat 1 sat" <s.st >out.txt 2>err.txt && [ "$(wc -l <out.txt)" = 1 ] &&
+  echo "ok: sentences as arguments: stdin is not read" || fail "arguments with stdin the checkpoint: $(tail -1 err.txt)"
 
 # ---- round six: standard output is no file a command writes or replaces
 # either (`train --force >> m.st`: the result line went to the old m.st,

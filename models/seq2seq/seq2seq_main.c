@@ -146,6 +146,18 @@ static const char TRANSLATE_HELP[] =
     "\n"
     "options:\n" CG_TRANSLATE_HELP(DEFAULT_CKPT);
 
+/* Standard input, read as the sentences, is not the checkpoint loaded:
+ * `translate --ckpt m.st <m.st` translated the checkpoint's bytes. */
+static bool stdin_not_ckpt(const char *ckpt)
+{
+    if (!cg_same_file(ckpt, "/dev/stdin"))
+        return true;
+    cg_set_error("standard input is --ckpt '%s', the checkpoint this command loads; give the "
+                 "sentences as arguments or on another standard input (nothing was translated)",
+                 ckpt);
+    return false;
+}
+
 static int cmd_translate(int argc, char **argv)
 {
     cg_translate_opts t;
@@ -156,11 +168,11 @@ static int cmd_translate(int argc, char **argv)
         return rc;
     cg_cli_set_threads(PROG, t.threads);
     cg_precision prec;
-    cg_seq2seq_ckpt c;
+    cg_seq2seq_ckpt c = {0}; /* freed whether or not it was loaded */
     /* the sentences: the arguments, else the lines of stdin */
     int64_t n = np;
     char **texts = NULL, **why = NULL; /* stdin: the reason a line could not be read, or NULL */
-    if (!ckpt_load(t.ckpt, &c) ||
+    if ((np == 0 && !stdin_not_ckpt(t.ckpt)) || !ckpt_load(t.ckpt, &c) ||
         !cg_decode_precision(t.precision, cg_st_metadata(c.file, "train"), t.ckpt, &prec) ||
         (np == 0 && !cg_out_check_stdout("/dev/stdin", "standard input")) ||
         !(texts = np > 0 ? argv : cg_read_lines(stdin, "stdin", &n, &why)))
