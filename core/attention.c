@@ -483,10 +483,12 @@ static cg_tensor *attention_fwd(const cg_tensor *q, const cg_tensor *k, const cg
         return NULL;
     }
     if (degen) {
-        /* degenerate: no keys gives NaN rows (softmax of nothing), as PyTorch */
+        /* degenerate: with no keys a row's weights are empty and its
+         * output their empty sum, 0 (PyTorch's softmax(q k^T) v), its
+         * log-sum-exp -inf; a row with keys that are all masked is NaN */
         if (lse)
-            cg_fill_(lse, NAN);
-        cg_fill_(out, Tk == 0 ? NAN : 0.0f);
+            cg_fill_(lse, Tk == 0 ? -INFINITY : NAN);
+        cg_fill_(out, 0.0f);
         if (P)
             cg_fill_(P, NAN);
     } else {

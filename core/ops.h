@@ -504,7 +504,8 @@ bool cg_k_linear_dropout_backward(const cg_tensor *x, const cg_tensor *w, const 
  * key j masked for query i when (causal && j > i) or key_pad[b, j]
  * (key_pad: bool [B, Tk], true = padding, any strides; may be NULL; another
  * dtype or shape is refused naming both). A query with every
- * key masked gets NaN, as PyTorch. Computed in tiles with an online
+ * key masked gets NaN, as PyTorch; with no keys (Tk = 0) every output is
+ * 0, the empty weighted sum, as PyTorch's softmax(q k^T) v. Computed in tiles with an online
  * softmax (memory linear in T; the causal part above the diagonal is never
  * computed). Returns [B,H,Tq,dh] as a VIEW of fresh [B,Tq,H,dh] contiguous
  * storage (so merging the heads needs no copy). *saved (if not NULL) gets

@@ -1420,6 +1420,43 @@ START_TEST(test_attention_weights_bits)
 }
 END_TEST
 
+/* Attention over no keys (k and v [B,H,0,dh]): each query's output is the
+ * empty weighted sum, zeros, as PyTorch's softmax(q k^T) v gives and as
+ * cg_scaled_dot_product_attention's masked path gives; dq is zero too. A
+ * query whose keys are all masked is NaN (test_attention_weights_bits):
+ * it has keys, none of which it may see. */
+START_TEST(test_attention_no_keys)
+{
+    cg_rng r = cg_rng_new(41);
+    for (int bf = 0; bf < 2; bf++)
+        for (int causal = 0; causal < 2; causal++) {
+            cg_precision prev = cg_autocast_begin(bf ? CG_PRECISION_BF16 : CG_PRECISION_FP32);
+            cg_tensor *q = cg_randn(&r, CG_SHAPE(2, 2, 3, 4));
+            cg_tensor *k = cg_empty(CG_SHAPE(2, 2, 0, 4)), *v = cg_empty(CG_SHAPE(2, 2, 0, 4));
+            cg_tensor *kpad = cg_test_mask(CG_SHAPE(2, 0), NULL);
+            cg_tensor *saved = NULL, *w = NULL;
+            cg_tensor *o = cg_k_attention(q, k, v, causal, kpad, &saved, &w);
+            ck_assert_ptr_nonnull(o);
+            ck_assert_int_eq(cg_numel(o), 2 * 2 * 3 * 4);
+            ck_assert_int_eq(cg_numel(w), 0);
+            float *ov = cg_test_values(o);
+            for (int64_t i = 0; i < cg_numel(o); i++)
+                ck_assert_msg(ov[i] == 0.0f, "bf16 %d causal %d: output %lld is %g, want 0", bf,
+                              causal, (long long)i, (double)ov[i]);
+            free(ov);
+            cg_tensor *g = cg_ones(CG_SHAPE(2, 2, 3, 4)), *dq = NULL, *dk = NULL, *dv = NULL;
+            ck_assert(cg_k_attention_backward(q, k, v, o, saved, g, causal, kpad, &dq, &dk, &dv));
+            float *dqv = cg_test_values(dq);
+            for (int64_t i = 0; i < cg_numel(dq); i++)
+                ck_assert(dqv[i] == 0.0f);
+            ck_assert_int_eq(cg_numel(dk) + cg_numel(dv), 0);
+            free(dqv);
+            cg_release_all(10, q, k, v, saved, w, o, g, dq, dk, dv);
+            cg_autocast_begin(prev);
+        }
+}
+END_TEST
+
 static Suite *nnkernels_suite(void)
 {
     Suite *s = suite_create("nnkernels");
@@ -1469,6 +1506,7 @@ static Suite *nnkernels_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_attention_tiled_vs_double);
     tcase_add_test(tc, test_attention_weights_bits);
+    tcase_add_test(tc, test_attention_no_keys);
     suite_add_tcase(s, tc);
     return s;
 }
