@@ -18,7 +18,10 @@ struct cg_module_hooks {
     hook *items;
     int n, cap;
     int64_t next_id;
-    int running; /* calls of the module under way (cg_module_call) */
+    /* Calls of the module under way (cg_module_call), atomic: threads
+     * sharing a model call its forward at once (a lost update left it
+     * above 0, and a hook removed afterwards ran on for good). */
+    int running;
 };
 
 /* Drop hs->items[i], freeing its ctx. */
@@ -84,7 +87,8 @@ bool cg_hook_remove(cg_hook_handle *h)
     for (int i = 0; i < hs->n; i++) {
         if (hs->items[i].id != h->id || hs->items[i].dead)
             continue;
-        if (hs->running) /* from a hook: the call's other hooks still run, as in PyTorch */
+        /* from a hook: the call's other hooks still run, as in PyTorch */
+        if (__atomic_load_n(&hs->running, __ATOMIC_ACQUIRE))
             hs->items[i].dead = true;
         else
             drop_hook(hs, i);
@@ -145,7 +149,7 @@ cg_tensor *cg_module_call(cg_module *m, cg_forward_fn fn, int n_in, cg_tensor *c
     /* The hooks registered when the call starts run, in order, also those
      * another hook removes meanwhile (PyTorch runs a copy of its dict):
      * removal during the call only marks them, so the indices hold. */
-    hs->running++;
+    __atomic_add_fetch(&hs->running, 1, __ATOMIC_ACQ_REL);
     const int n_hooks = hs->n;
     cg_tensor *y = NULL;
     bool ok = true;
@@ -174,7 +178,7 @@ cg_tensor *cg_module_call(cg_module *m, cg_forward_fn fn, int n_in, cg_tensor *c
     }
     for (int i = 0; i < n_in; i++)
         cg_release(x[i]);
-    if (--hs->running == 0)
+    if (__atomic_sub_fetch(&hs->running, 1, __ATOMIC_ACQ_REL) == 0)
         for (int i = hs->n - 1; i >= 0; i--)
             if (hs->items[i].dead)
                 drop_hook(hs, i);

@@ -209,6 +209,78 @@ START_TEST(test_leaf_grad_outlives_its_scope)
 }
 END_TEST
 
+/* Forward hooks of a module several threads call at once (LoRA's, on a
+ * model shared for inference): the count of calls under way was a plain
+ * int, so concurrent increments were lost and it stayed above 0 (or went
+ * below); a hook removed afterwards was then only marked dead, never
+ * dropped, and went on running at every later call. */
+static int hook_calls, hook_freed;
+
+static bool count_hook(void *ctx, cg_module *m, int n_in, cg_tensor *const *in, cg_tensor **out)
+{
+    (void)ctx, (void)m, (void)n_in, (void)in, (void)out;
+    __atomic_add_fetch(&hook_calls, 1, __ATOMIC_RELAXED);
+    return true;
+}
+
+static void count_free(void *ctx)
+{
+    (void)ctx;
+    hook_freed++;
+}
+
+typedef struct {
+    cg_linear *l;
+    cg_tensor *x;
+    bool ok;
+} hook_job;
+
+static void *call_hooked(void *arg)
+{
+    hook_job *j = arg;
+    j->ok = true;
+    cg_no_grad_begin();
+    for (int i = 0; i < 20000 && j->ok; i++) {
+        cg_tensor *y = cg_linear_forward(j->l, j->x);
+        j->ok = y != NULL;
+        cg_release(y);
+    }
+    cg_no_grad_end();
+    return NULL;
+}
+
+START_TEST(test_hooks_called_from_threads)
+{
+    cg_rng rng = cg_rng_new(1);
+    cg_linear *l = cg_linear_new(2, 2, false, &rng);
+    cg_tensor *x = cg_ones(CG_SHAPE(1, 2));
+    for (int round = 0; round < 6; round++) {
+        hook_freed = 0;
+        cg_hook_handle h = cg_module_register_forward_hook(&l->base, count_hook, NULL, count_free);
+        ck_assert_int_ne(h.id, 0);
+        enum { N = 4 };
+        pthread_t th[N];
+        hook_job j[N];
+        for (int i = 0; i < N; i++) {
+            j[i] = (hook_job){l, x, false};
+            ck_assert_int_eq(pthread_create(&th[i], NULL, call_hooked, &j[i]), 0);
+        }
+        for (int i = 0; i < N; i++) {
+            ck_assert_int_eq(pthread_join(th[i], NULL), 0);
+            ck_assert_msg(j[i].ok, "thread %d: %s", i, cg_last_error());
+        }
+        ck_assert_int_eq(hook_calls, N * 20000);
+        ck_assert(cg_hook_remove(&h));
+        ck_assert_int_eq(hook_freed, 1); /* dropped at once: no call under way */
+        cg_release(cg_linear_forward(l, x));
+        ck_assert_int_eq(hook_calls, N * 20000); /* removed: not called again */
+        hook_calls = 0;
+    }
+    cg_module_free(&l->base);
+    cg_release(x);
+}
+END_TEST
+
 static Suite *threads_suite(void)
 {
     Suite *s = suite_create("threads");
@@ -216,6 +288,7 @@ static Suite *threads_suite(void)
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_threads_share_one_model);
     tcase_add_test(tc, test_leaf_grad_outlives_its_scope);
+    tcase_add_test(tc, test_hooks_called_from_threads);
     suite_add_tcase(s, tc);
     return s;
 }
