@@ -118,9 +118,10 @@ DROP_CLONES void cg_k_dropout_add_run(const cg_k_drop *d, int64_t n, int64_t run
  * zeros). */
 float cg_k_dropout_scale(float p) { return p < 1.0f ? (float)(1.0 / (1.0 - (double)p)) : 0.0f; }
 
-cg_k_drop cg_k_drop_from(const cg_rng *rng, float p)
+cg_k_drop cg_k_drop_take(cg_rng *rng, float p, int64_t n)
 {
-    return (cg_k_drop){cg_rng_key(rng->seed), rng->counter, p, cg_k_dropout_scale(p)};
+    return (cg_k_drop){cg_rng_key(rng->seed), cg_rng_take(rng, (uint64_t)n), p,
+                       cg_k_dropout_scale(p)};
 }
 
 /* g times each element's factor: scale where kept, 0 where dropped (a
@@ -222,12 +223,12 @@ cg_tensor *cg_k_dropout(const cg_tensor *a, float p, cg_rng *rng, cg_tensor **ma
         memcpy(yp, xp, (size_t)n * sizeof(float));
         if (mp)
             memset(mp, 1, (size_t)n);
+        if (rng) /* p = 0 takes its draws too */
+            cg_rng_take(rng, (uint64_t)n);
     } else {
-        const drop_job job = {cg_k_drop_from(rng, p), xp, yp, mp};
+        const drop_job job = {cg_k_drop_take(rng, p, n), xp, yp, mp};
         cg_shares_run(n, DROP_BLOCK, cg_shares_team(n > PAR_THRESHOLD / 4), drop_block, &job);
     }
-    if (rng)
-        rng->counter += (uint64_t)n;
     cg_release(x);
     if (mask)
         *mask = m;

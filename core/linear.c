@@ -454,14 +454,16 @@ cg_tensor *cg_k_linear_residual(const cg_tensor *x, const cg_tensor *w, const cg
     if (res && !rc)
         return NULL;
     tail_out to = {.d = {.p = 0.0f}, .res = rc ? cg_data(rc) : NULL, .want_mask = mask != NULL};
-    if (p > 0.0f)
-        to.d = cg_k_drop_from(rng, p);
+    if (p > 0.0f) { /* the output's draws, taken before it is made (also if that fails) */
+        int64_t n = w->shape[0];
+        for (int i = 0; i < x->ndim - 1; i++)
+            n *= x->shape[i];
+        to.d = cg_k_drop_take(rng, p, n);
+    }
     cg_tensor *y = linear(x, w, b, false, NULL, &to, NULL);
     cg_release(rc);
     if (!y)
         return NULL;
-    if (p > 0.0f)
-        rng->counter += (uint64_t)cg_numel(y);
     if (mask)
         *mask = to.mask;
     return y;

@@ -335,8 +335,9 @@ typedef struct {
     uint64_t key, base;
     float p, scale;
 } cg_k_drop;
-/* The draws of a dropout of p taken from rng now (rng is not advanced) */
-cg_k_drop cg_k_drop_from(const cg_rng *rng, float p);
+/* The draws of a dropout of p over n elements, taken from rng
+ * (cg_rng_take: rng advances by n) */
+cg_k_drop cg_k_drop_take(cg_rng *rng, float p, int64_t n);
 /* The factor of a dropout of p's kept elements: 1/(1 - p), 0 at p = 1 */
 float cg_k_dropout_scale(float p);
 /* A dropout and a residual add over `runs` runs of n elements ld apart,

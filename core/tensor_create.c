@@ -460,6 +460,11 @@ static inline float normal_from(uint64_t seed, uint64_t i)
 
 cg_rng cg_rng_new(uint64_t seed) { return (cg_rng){.seed = seed, .counter = 0}; }
 
+uint64_t cg_rng_take(cg_rng *r, uint64_t n)
+{
+    return __atomic_fetch_add(&r->counter, n, __ATOMIC_RELAXED);
+}
+
 /* A NULL generator: false + "<fn>: NULL generator" (the draws then return
  * their neutral value: NaN, 0). */
 static bool rng_ok(const cg_rng *r, const char *fn)
@@ -472,18 +477,18 @@ static bool rng_ok(const cg_rng *r, const char *fn)
 
 float cg_rng_uniform(cg_rng *r)
 {
-    return rng_ok(r, "cg_rng_uniform") ? bits_to_unit(rng_bits(r->seed, r->counter++)) : NAN;
+    return rng_ok(r, "cg_rng_uniform") ? bits_to_unit(rng_bits(r->seed, cg_rng_take(r, 1))) : NAN;
 }
 
 double cg_rng_uniform_double(cg_rng *r)
 {
-    return rng_ok(r, "cg_rng_uniform_double") ? bits_to_unit_d(rng_bits(r->seed, r->counter++))
+    return rng_ok(r, "cg_rng_uniform_double") ? bits_to_unit_d(rng_bits(r->seed, cg_rng_take(r, 1)))
                                               : NAN;
 }
 
 float cg_rng_normal(cg_rng *r)
 {
-    return rng_ok(r, "cg_rng_normal") ? normal_from(r->seed, r->counter++) : NAN;
+    return rng_ok(r, "cg_rng_normal") ? normal_from(r->seed, cg_rng_take(r, 1)) : NAN;
 }
 
 uint64_t cg_rng_below(cg_rng *r, uint64_t n)
@@ -497,7 +502,7 @@ uint64_t cg_rng_below(cg_rng *r, uint64_t n)
     /* rejection sampling: unbiased */
     uint64_t limit = UINT64_MAX - UINT64_MAX % n;
     for (;;) {
-        uint64_t b = rng_bits(r->seed, r->counter++);
+        uint64_t b = rng_bits(r->seed, cg_rng_take(r, 1));
         if (b < limit)
             return b % n;
     }
@@ -532,7 +537,7 @@ int64_t *cg_randperm(cg_rng *r, int64_t n)
         int64_t inner_ = (t)->ndim ? (t)->shape[(t)->ndim - 1] : 1;                                \
         int64_t is_ = (t)->ndim ? (t)->strides[(t)->ndim - 1] : 0;                                 \
         int64_t rows_ = inner_ ? n_ / inner_ : 0;                                                  \
-        uint64_t seed_ = (r)->seed, base_ = (r)->counter;                                          \
+        uint64_t seed_ = (r)->seed, base_ = cg_rng_take((r), (uint64_t)n_);                        \
         cg_tensor_modified(t);                                                                     \
         _Pragma("omp parallel for schedule(static) if (n_ > PAR_THRESHOLD)") for (int64_t row = 0; \
                                                                                   row < rows_;     \
@@ -544,7 +549,6 @@ int64_t *cg_randperm(cg_rng *r, int64_t n)
                 p_[j * is_] = (expr);                                                              \
             }                                                                                      \
         }                                                                                          \
-        (r)->counter += (uint64_t)n_;                                                              \
     } while (0)
 
 bool cg_uniform_(cg_tensor *t, cg_rng *r, float lo, float hi)

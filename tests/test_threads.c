@@ -281,6 +281,74 @@ START_TEST(test_hooks_called_from_threads)
 }
 END_TEST
 
+/* The dropout of a model several threads train (Hogwild): every thread
+ * draws from the module's one generator. The draws were read from its
+ * counter and the counter advanced after the mask was made, so two
+ * threads that started together drew the same mask (and raced on the
+ * counter). Each dropout now takes its draws from the generator at once,
+ * so the two masks are the generator's first two, in some order. */
+enum { DROP_N = 1 << 20 };
+
+typedef struct {
+    cg_drop *d;
+    cg_tensor *x;
+    pthread_barrier_t *b;
+    cg_tensor *y;
+} drop_job;
+
+static void *drop_once(void *arg)
+{
+    drop_job *j = arg;
+    pthread_barrier_wait(j->b);
+    j->y = cg_drop_forward(j->d, j->x);
+    return NULL;
+}
+
+static bool same_mask(const cg_tensor *a, const cg_tensor *b)
+{
+    const float *p = cg_data((cg_tensor *)a), *q = cg_data((cg_tensor *)b);
+    for (int64_t i = 0; i < DROP_N; i++)
+        if ((p[i] == 0) != (q[i] == 0))
+            return false;
+    return true;
+}
+
+START_TEST(test_shared_dropout_draws)
+{
+    int64_t live0 = cg_live_tensors();
+    cg_tensor *x = cg_ones(CG_SHAPE(DROP_N));
+    cg_drop *ref = cg_drop_new(0.5f, NULL);
+    cg_tensor *r0 = cg_drop_forward(ref, x), *r1 = cg_drop_forward(ref, x);
+    ck_assert(r0 && r1 && !same_mask(r0, r1));
+    for (int round = 0; round < 8; round++) {
+        cg_drop *d = cg_drop_new(0.5f, NULL);
+        pthread_barrier_t b;
+        pthread_barrier_init(&b, NULL, 2);
+        pthread_t th[2];
+        drop_job j[2];
+        for (int i = 0; i < 2; i++) {
+            j[i] = (drop_job){d, x, &b, NULL};
+            ck_assert_int_eq(pthread_create(&th[i], NULL, drop_once, &j[i]), 0);
+        }
+        for (int i = 0; i < 2; i++)
+            ck_assert_int_eq(pthread_join(th[i], NULL), 0);
+        pthread_barrier_destroy(&b);
+        ck_assert(j[0].y && j[1].y);
+        ck_assert_msg((same_mask(j[0].y, r0) && same_mask(j[1].y, r1)) ||
+                          (same_mask(j[0].y, r1) && same_mask(j[1].y, r0)),
+                      "round %d: the two threads' masks are not the generator's first two "
+                      "(the same mask twice: %d)",
+                      round, same_mask(j[0].y, j[1].y));
+        ck_assert_int_eq(d->own_rng.counter, 2 * DROP_N);
+        cg_release_all(2, j[0].y, j[1].y);
+        cg_module_free(&d->base);
+    }
+    cg_release_all(3, x, r0, r1);
+    cg_module_free(&ref->base);
+    ck_assert_int_eq(cg_live_tensors(), live0);
+}
+END_TEST
+
 static Suite *threads_suite(void)
 {
     Suite *s = suite_create("threads");
@@ -289,6 +357,7 @@ static Suite *threads_suite(void)
     tcase_add_test(tc, test_threads_share_one_model);
     tcase_add_test(tc, test_leaf_grad_outlives_its_scope);
     tcase_add_test(tc, test_hooks_called_from_threads);
+    tcase_add_test(tc, test_shared_dropout_draws);
     suite_add_tcase(s, tc);
     return s;
 }
