@@ -184,6 +184,10 @@ struct cg_node {
     /* References to the node (atomic): its output tensor's, and one per
      * header of an input that the nodes of its users keep. */
     int refs;
+    /* The thread whose backward walks the node (a token of it, atomic),
+     * or NULL: a backward keeps its state in the nodes (mark, grad), so
+     * another thread's backward through the node is refused meanwhile. */
+    const void *walker;
 };
 
 /* Record a node on out if grad mode is on and any input requires grad.

@@ -153,17 +153,55 @@ typedef struct {
     int input;
 } freed_edge;
 
+/* This thread's token in cg_node.walker. */
+static _Thread_local char g_walker;
+
+/* Claim n for this thread's walk: true if it is this thread's now (pushed
+ * to *claimed) or was already (a backward run from inside one); false if
+ * another thread's backward walks it. */
+static bool claim(cg_node *n, node_vec *claimed, cg_node **busy)
+{
+    const void *was = NULL;
+    if (__atomic_compare_exchange_n(&n->walker, &was, (const void *)&g_walker, false,
+                                    __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        if (vec_push(claimed, n))
+            return true;
+        __atomic_store_n(&n->walker, NULL, __ATOMIC_RELEASE); /* out of memory */
+        return false;
+    }
+    if (was == &g_walker)
+        return true;
+    *busy = n;
+    return false;
+}
+
+/* Give back the nodes of *claimed (and empty it). */
+static void unclaim(node_vec *claimed)
+{
+    for (size_t k = 0; k < claimed->n; k++)
+        __atomic_store_n(&claimed->v[k]->walker, NULL, __ATOMIC_RELEASE);
+    free(claimed->v);
+    *claimed = (node_vec){0};
+}
+
 /* Post-order DFS with an explicit stack: order->v ends with root's node.
  * A stack entry is the node and how many of its inputs were visited,
  * encoded as two parallel vectors. A freed node is not entered (it has
  * let its inputs go); the first edge into one that needs a gradient goes
- * to *freed (if not NULL; its node stays NULL when there is none). */
-static bool topo_sort(cg_node *root, node_vec *order, freed_edge *freed)
+ * to *freed (if not NULL; its node stays NULL when there is none). Every
+ * node entered is claimed for this thread (*claimed: give them back with
+ * unclaim); one that another thread's backward walks ends the sort:
+ * false, *busy set (else NULL: out of memory). */
+static bool topo_sort(cg_node *root, node_vec *order, freed_edge *freed, node_vec *claimed,
+                      cg_node **busy)
 {
     uint64_t epoch = __atomic_add_fetch(&g_epoch, 1, __ATOMIC_RELAXED);
     node_vec stack = {0};
     size_t *next = NULL, next_cap = 0;
     bool ok = true;
+    *busy = NULL;
+    if (!claim(root, claimed, busy))
+        return false;
     root->mark = epoch;
     if (!vec_push(&stack, root))
         return false;
@@ -184,6 +222,8 @@ static bool topo_sort(cg_node *root, node_vec *order, freed_edge *freed)
             if (c && c->freed) {
                 if (freed && !freed->node && in->requires_grad)
                     *freed = (freed_edge){c, n, idx};
+            } else if (c && !claim(c, claimed, busy)) {
+                ok = false;
             } else if (c && c->mark != epoch) {
                 c->mark = epoch;
                 if (!vec_push(&stack, c)) {
@@ -216,8 +256,10 @@ int64_t cg_graph_size(const cg_tensor *t)
 {
     if (!t || !t->node || t->node->freed)
         return 0;
-    node_vec order = {0};
-    int64_t n = topo_sort(t->node, &order, NULL) ? (int64_t)order.n : -1;
+    node_vec order = {0}, claimed = {0};
+    cg_node *busy;
+    int64_t n = topo_sort(t->node, &order, NULL, &claimed, &busy) ? (int64_t)order.n : -1;
+    unclaim(&claimed);
     free(order.v);
     return n;
 }
@@ -478,11 +520,18 @@ static bool versions_unchanged(const node_vec *order)
 /* root's graph in topological order, checked before anything is computed,
  * so that a refusal changes no gradient: no part of it freed by an earlier
  * backward, no tensor a backward reads written in place. False + error. */
-static bool sort_and_check(cg_node *root, node_vec *order)
+static bool sort_and_check(cg_node *root, node_vec *order, node_vec *claimed)
 {
     freed_edge freed = {0};
-    if (!topo_sort(root, order, &freed)) {
-        cg_set_error("backward: out of memory sorting the graph");
+    cg_node *busy;
+    if (!topo_sort(root, order, &freed, claimed, &busy)) {
+        if (busy)
+            cg_set_error("backward: another thread is running a backward through part of this "
+                         "graph (its node '%s'); backwards that share part of a graph must not "
+                         "run at the same time (hold a lock around them)",
+                         cg_node_name(busy));
+        else
+            cg_set_error("backward: out of memory sorting the graph");
         return false;
     }
     /* Part of the graph was freed by an earlier backward without
@@ -558,8 +607,9 @@ static bool backward_impl(cg_tensor *root, const cg_tensor *grad_root, bool reta
                      "(pass retain_graph to backward twice)");
         return false;
     }
-    node_vec order = {0};
-    if (!sort_and_check(root->node, &order)) {
+    node_vec order = {0}, claimed = {0};
+    if (!sort_and_check(root->node, &order, &claimed)) {
+        unclaim(&claimed);
         free(order.v);
         cg_release(g0);
         return false;
@@ -656,6 +706,7 @@ static bool backward_impl(cg_tensor *root, const cg_tensor *grad_root, bool reta
         if (!retain_graph)
             cg_node_drop_refs(n);
     }
+    unclaim(&claimed);
     for (size_t k = 0; k < order.n; k++)
         cg_node_unhold(order.v[k]);
     free(order.v);

@@ -7,6 +7,7 @@
  * every sum is exact in float32 and its order does not matter.
  * Run under ThreadSanitizer too (a meson setup with -Db_sanitize=thread;
  * OpenMP at one thread, since libgomp is not instrumented). */
+#include <math.h>
 #include <pthread.h>
 #include <string.h>
 
@@ -349,6 +350,71 @@ START_TEST(test_shared_dropout_draws)
 }
 END_TEST
 
+/* Two threads backward at once through one graph's shared part (h made
+ * once, two losses on it, retain_graph): the engine keeps a backward's
+ * state in the nodes (marks, the gradient arriving), so the second walk
+ * freed what the first read (a segfault in mul's backward). Such a
+ * backward is refused in one line, the gradients as they were; one that
+ * does not overlap another runs, and the sum is that of the backwards
+ * that ran. */
+enum { SHARED_ROUNDS = 300 };
+
+typedef struct {
+    cg_tensor *h;
+    float k;
+    pthread_barrier_t *b;
+    int ran, refused;
+    bool other_error;
+} shared_job;
+
+static void *backward_shared(void *arg)
+{
+    shared_job *j = arg;
+    cg_scope *sc = cg_scope_begin();
+    cg_tensor *loss = cg_sum_all(cg_muls(cg_exp(j->h), j->k));
+    pthread_barrier_wait(j->b);
+    for (int i = 0; i < SHARED_ROUNDS; i++) {
+        if (cg_backward(loss, NULL, true))
+            j->ran++;
+        else if (strstr(cg_last_error(), "another thread"))
+            j->refused++;
+        else
+            j->other_error = true;
+    }
+    cg_scope_end(sc);
+    return NULL;
+}
+
+START_TEST(test_backward_through_shared_graph)
+{
+    int64_t live0 = cg_live_tensors();
+    cg_tensor *w = cg_requires_grad(cg_full(CG_SHAPE(64), 0.5f), true);
+    cg_tensor *h = cg_mul(w, w);
+    pthread_barrier_t b;
+    pthread_barrier_init(&b, NULL, 2);
+    pthread_t th[2];
+    shared_job j[2];
+    for (int i = 0; i < 2; i++) {
+        j[i] = (shared_job){h, (float)(i + 1), &b, 0, 0, false};
+        ck_assert_int_eq(pthread_create(&th[i], NULL, backward_shared, &j[i]), 0);
+    }
+    for (int i = 0; i < 2; i++)
+        ck_assert_int_eq(pthread_join(th[i], NULL), 0);
+    pthread_barrier_destroy(&b);
+    for (int i = 0; i < 2; i++) {
+        ck_assert(!j[i].other_error);
+        ck_assert_int_eq(j[i].ran + j[i].refused, SHARED_ROUNDS);
+    }
+    /* d/dw sum(k exp(w^2)) = 2 k w exp(w^2), summed over the backwards that ran */
+    const double one = 2.0 * 0.5 * exp(0.25);
+    const double want = one * (1.0 * j[0].ran + 2.0 * j[1].ran);
+    for (int64_t i = 0; i < 64; i++)
+        ck_assert_double_eq_tol(cg_data((cg_tensor *)cg_grad(w))[i], want, 1e-4 * want);
+    cg_release_all(2, w, h);
+    ck_assert_int_eq(cg_live_tensors(), live0);
+}
+END_TEST
+
 static Suite *threads_suite(void)
 {
     Suite *s = suite_create("threads");
@@ -358,6 +424,7 @@ static Suite *threads_suite(void)
     tcase_add_test(tc, test_leaf_grad_outlives_its_scope);
     tcase_add_test(tc, test_hooks_called_from_threads);
     tcase_add_test(tc, test_shared_dropout_draws);
+    tcase_add_test(tc, test_backward_through_shared_graph);
     suite_add_tcase(s, tc);
     return s;
 }
