@@ -47,8 +47,8 @@ int64_t cg_k_first_overflow(const cg_tensor *t, cg_dtype dt, double *value)
     if (dt == t->dtype || dt == CG_F32)
         return -1; /* float16 and bfloat16 fit float32 (bfloat16 does not fit float16) */
     cg_tensor *src = cg_k_to(t, CG_F32), *c = cg_k_to(t, dt);
-    cg_tensor *back = c ? cg_k_to(c, CG_F32) : NULL;
-    int64_t bad = back ? -1 : -2, n = cg_numel(t);
+    cg_tensor *back = src && c ? cg_k_to(c, CG_F32) : NULL;
+    int64_t bad = back ? -1 : -2, n = cg_numel(t); /* -2: one of the three failed */
     for (int64_t e = 0; back && bad == -1 && e < n; e++)
         if (isfinite(cg_data(src)[e]) && !isfinite(cg_data(back)[e]))
             bad = e;

@@ -4,7 +4,7 @@
  * every calloc of one graph node fails, while `fail_all` is, every calloc.
  * Also -Wl,--wrap=realloc: a realloc of `fail_realloc_from` bytes or more
  * fails while that is non-zero. And -Wl,--wrap=malloc: the fail_malloc_at-th
- * malloc from now fails (0: none). */
+ * malloc from now fails (0: none); fail_calloc_at counts callocs alike. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +41,8 @@ void *__wrap_malloc(size_t size)
 
 static bool fail_nodes, fail_all;
 static size_t fail_realloc_from;
+static long fail_calloc_at;
+static bool calloc_failed; /* the fail_calloc_at-th came */
 
 void *__wrap_realloc(void *p, size_t size)
 {
@@ -53,6 +55,10 @@ void *__wrap_calloc(size_t n, size_t size)
 {
     if (fail_all || (fail_nodes && n == 1 && size == sizeof(cg_node)))
         return NULL;
+    if (fail_calloc_at > 0 && --fail_calloc_at == 0) {
+        calloc_failed = true;
+        return NULL;
+    }
     return __real_calloc(n, size);
 }
 
@@ -233,6 +239,40 @@ START_TEST(test_lora_load_oom_is_an_error)
 }
 END_TEST
 
+/* Each calloc in turn failing while cg_k_first_overflow converts: the
+ * element that overflows, or -2 and "out of memory", never a crash (a
+ * float32 tensor's own view failing left its values NULL while the
+ * conversions succeeded, and the scan read them: SIGSEGV under `seq2seq
+ * average` of a float16 checkpoint). Float32 and bfloat16 sources. */
+START_TEST(test_first_overflow_oom_is_an_error)
+{
+    const cg_dtype from[] = {CG_F32, CG_BF16};
+    for (int d = 0; d < 2; d++) {
+        cg_tensor *x = cg_from_data(CG_SHAPE(3), (const float[]){1, -2, 1e6f});
+        cg_tensor *t = cg_to(x, from[d]);
+        ck_assert_ptr_nonnull(t);
+        long k = 1;
+        for (; k < 1000; k++) {
+            cg_clear_error();
+            calloc_failed = false;
+            fail_calloc_at = k;
+            double v = 0;
+            const int64_t bad = cg_k_first_overflow(t, CG_F16, &v);
+            fail_calloc_at = 0;
+            if (!calloc_failed) { /* every calloc of the scan has failed once */
+                ck_assert_int_eq(bad, 2);
+                break;
+            }
+            ck_assert_msg(bad == 2 || (bad == -2 && strstr(cg_last_error(), "out of memory")),
+                          "%s, calloc %ld: %lld, '%s'", cg_dtype_name(from[d]), k, (long long)bad,
+                          cg_last_error());
+        }
+        ck_assert_int_gt(k, 1);
+        cg_release_all(2, x, t);
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("record_oom");
@@ -242,6 +282,7 @@ int main(void)
     tcase_add_test(tc, test_loader_failure_is_not_an_epoch_end);
     tcase_add_test(tc, test_st_header_oom_is_an_error);
     tcase_add_test(tc, test_lora_load_oom_is_an_error);
+    tcase_add_test(tc, test_first_overflow_oom_is_an_error);
     suite_add_tcase(s, tc);
     return cg_test_run(&s, 1);
 }
