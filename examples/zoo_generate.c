@@ -57,8 +57,9 @@ int main(int argc, char **argv)
                 ok ? "--ckpt FILE is required" : cg_last_error(), USAGE);
         return 2;
     }
-    cg_zoo_model *m = cg_zoo_load(ckpt);                        /* config, tokenizer, weights */
-    cg_tensor *ids = cg_zoo_encode(m, prompt, NULL);            /* int64 [n] */
+    cg_zoo_model *m = cg_zoo_load(ckpt);             /* config, tokenizer, weights */
+    cg_set_matmul_precision(cg_zoo_precision(m));    /* as trained, as the programs decode */
+    cg_tensor *ids = cg_zoo_encode(m, prompt, NULL); /* int64 [n] */
     cg_tensor *out = cg_zoo_generate(m, ids, length, &s, seed); /* int64 [n + length] */
     char *text = cg_zoo_decode(m, out);                         /* the prompt and the sample */
     if (text)

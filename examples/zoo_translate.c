@@ -55,6 +55,7 @@ int main(int argc, char **argv)
     }
     int64_t n = argc - first;
     cg_zoo_model *m = cg_zoo_load(ckpt);
+    cg_set_matmul_precision(cg_zoo_precision(m)); /* as trained, as the programs decode */
     char **out = cg_zoo_translate(m, (const char *const *)argv + first, n, (int)beam, alpha);
     for (int64_t i = 0; out && i < n; i++)
         printf("%s\n", out[i]);

@@ -7,7 +7,9 @@
 #      max_len, where the window slides), char and BPE checkpoints;
 #   2. examples/zoo_translate.c = `seq2seq translate` (greedy and beam 4)
 #      on a few sentences, one with characters the vocabulary lacks;
-#   3. a checkpoint of the other model, a missing file: one line, exit 1.
+#   3. a checkpoint of the other model, a missing file: one line, exit 1;
+#   4. bf16-trained checkpoints (train's --precision auto on a native bf16
+#      CPU): the examples decode in cg_zoo_precision, as the programs do.
 #   test_zoo_lib.sh CHARLM SEQ2SEQ ZOO_GENERATE ZOO_TRANSLATE
 set -uo pipefail
 charlm=$1
@@ -15,8 +17,7 @@ seq2seq=$2
 gen=$3
 tr=$4
 . "$(dirname "$0")/shell_lib.sh" zoo_lib
-# fp32 checkpoints: the programs decode in the checkpoint's precision, the
-# examples in the library's default, fp32 (train's auto is bf16 on some CPUs)
+# fp32 checkpoints here, bf16 ones below (4.)
 zoo_ckpts --precision fp32 # a.st (charlm), s.st (seq2seq) and the flags TINY
 TINY+=(--precision fp32)
 # a text with newlines: the default prompt (a newline) is in its vocabulary
@@ -75,6 +76,23 @@ same "translate greedy" "$seq2seq" translate --ckpt s.st --threads 1 "${sentence
 same "translate beam 4" "$seq2seq" translate --ckpt s.st --threads 1 --beam 4 \
   --length-penalty 0.8 "${sentences[@]}" -- \
   "$tr" --ckpt s.st --beam 4 --length-penalty 0.8 "${sentences[@]}"
+
+# 4. bf16 training (skipped on a CPU with neither AVX512_BF16 nor AVX2)
+rc=0
+"$charlm" train --data t.txt "${TINY[@]/fp32/bf16}" --steps 40 --out a16.st >/dev/null 2>a16.log ||
+  rc=$?
+if [ $rc -eq 1 ] && grep -q "needs a CPU" a16.log; then
+  echo "skip: bf16: $(tail -1 a16.log)"
+elif [ $rc -ne 0 ]; then
+  fail "bf16 charlm training: exit $rc: $(tail -c 300 a16.log)"
+elif ! "$seq2seq" train --data p.tsv "${S2S[@]}" --steps 40 --precision bf16 --out s16.st \
+  >/dev/null 2>s16.log; then
+  fail "bf16 seq2seq training: $(tail -c 300 s16.log)"
+else
+  same "generate bf16 (defaults)" "$charlm" sample --ckpt a16.st --threads 1 -- "$gen" --ckpt a16.st
+  same "translate bf16 beam 4" "$seq2seq" translate --ckpt s16.st --threads 1 --beam 4 \
+    "${sentences[@]}" -- "$tr" --ckpt s16.st --beam 4 "${sentences[@]}"
+fi
 
 expect "generate from a seq2seq checkpoint" 1 "a seq2seq model has no generate" \
   "$gen" --ckpt s.st

@@ -1,6 +1,7 @@
 /* cgrad zoo: checkpoints (see checkpoint.h). */
 #include "models/train/checkpoint.h"
 
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -9,8 +10,10 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/gemm.h"
 #include "core/tensor.h"
 #include "models/train/train_common.h"
+#include "models/util/config_json.h"
 
 cg_st_writer *cg_ckpt_writer(const char *kind, const char *config_json, const cg_tokenizer *tok,
                              const cg_module *module, const cg_optim *optim, int64_t step,
@@ -242,4 +245,32 @@ bool cg_ckpt_load_params(cg_module *m, cg_st_file *f, const char *path)
         return false;
     }
     return true;
+}
+
+bool cg_train_state_read(const char *train_json, const char *ckpt_path, cJSON **out)
+{
+    *out = train_json ? cJSON_Parse(train_json) : NULL;
+    if (train_json && !cJSON_IsObject(*out)) {
+        cJSON_Delete(*out);
+        *out = NULL;
+        cg_set_error("'%s': its training state is damaged (not a JSON object)", ckpt_path);
+        return false;
+    }
+    return true;
+}
+
+bool cg_train_precision(const char *train_json, const char *ckpt_path, cg_precision *out)
+{
+    cJSON *s;
+    *out = CG_PRECISION_FP32;
+    if (!cg_train_state_read(train_json, ckpt_path, &s)) /* not "none recorded": no guess */
+        return false;
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(s, "options");
+    const char *name = "fp32"; /* absent: a checkpoint written before options */
+    const cg_json_field f = {"precision", CG_JF_STR, &name, 0, 0, true};
+    bool ok = !j || (cg_json_read_fields(j, "options", &f, 1) && cg_precision_parse(name, out));
+    cJSON_Delete(s);
+    if (!ok)
+        cg_set_error("'%s': bad \"options\" in its training state", ckpt_path);
+    return ok;
 }

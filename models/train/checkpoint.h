@@ -24,6 +24,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include <cjson/cJSON.h>
+
+#include "core/gemm.h"
 #include "models/text/tokenizer.h"
 #include "nn/module.h"
 #include "nn/safetensors.h"
@@ -93,6 +96,16 @@ bool cg_ckpt_save_owned(const char *path, const char *kind, char *config_json,
                         int64_t step, const char *train_json);
 bool cg_ckpt_config_fits(double need, int64_t max_len, int64_t d, const cg_st_file *f,
                          const char *path);
+
+/* A checkpoint's "train" metadata (of ckpt_path, for messages) parsed into
+ * *out (caller deletes it): NULL when there is none (true); false + error
+ * "'FILE': its training state is damaged (not a JSON object)" when it is
+ * there but does not parse (or cJSON ran out of memory), never read as none
+ * recorded (eval took the default data, split sizes or precision). */
+bool cg_train_state_read(const char *train_json, const char *ckpt_path, cJSON **out);
+/* The matrix-product precision a checkpoint's "train" metadata recorded
+ * (fp32 when it recorded none); false + error when it is malformed. */
+bool cg_train_precision(const char *train_json, const char *ckpt_path, cg_precision *out);
 
 #ifdef __cplusplus
 }

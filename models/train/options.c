@@ -229,34 +229,6 @@ bool cg_train_options_restore(const cg_cli_args *a, const cJSON *j, const char *
     return j == NULL || cg_json_read_fields(j, what, f, saved_fields(a, f, keys, true));
 }
 
-bool cg_train_state_read(const char *train_json, const char *ckpt_path, cJSON **out)
-{
-    *out = train_json ? cJSON_Parse(train_json) : NULL;
-    if (train_json && !cJSON_IsObject(*out)) {
-        cJSON_Delete(*out);
-        *out = NULL;
-        cg_set_error("'%s': its training state is damaged (not a JSON object)", ckpt_path);
-        return false;
-    }
-    return true;
-}
-
-bool cg_train_precision(const char *train_json, const char *ckpt_path, cg_precision *out)
-{
-    cJSON *s;
-    *out = CG_PRECISION_FP32;
-    if (!cg_train_state_read(train_json, ckpt_path, &s)) /* not "none recorded": no guess */
-        return false;
-    const cJSON *j = cJSON_GetObjectItemCaseSensitive(s, "options");
-    const char *name = "fp32"; /* absent: a checkpoint written before options */
-    const cg_json_field f = {"precision", CG_JF_STR, &name, 0, 0, true};
-    bool ok = !j || (cg_json_read_fields(j, "options", &f, 1) && cg_precision_parse(name, out));
-    cJSON_Delete(s);
-    if (!ok)
-        cg_set_error("'%s': bad \"options\" in its training state", ckpt_path);
-    return ok;
-}
-
 void cg_train_vocab_warn(const cg_tokenizer *tok, int64_t vocab_size)
 {
     int64_t got = tok ? cg_tokenizer_vocab_size(tok) : 0;

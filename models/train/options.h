@@ -35,6 +35,7 @@
 #include <stdint.h>
 
 #include "core/gemm.h"
+#include "models/train/checkpoint.h"
 #include "models/text/tokenizer.h"
 #include "models/util/cli.h"
 #include "nn/layers.h"
@@ -415,15 +416,6 @@ bool cg_train_options_restore(const cg_cli_args *a, const cJSON *j, const char *
  * the CPU has AVX512_BF16; --precision fp32 to opt out)" or " (auto: no
  * native bf16 on this CPU)" when auto chose, else "". In buf (cap bytes). */
 const char *cg_train_precision_note(const cg_train_opts *o, char *buf, size_t cap);
-/* A checkpoint's "train" metadata (of ckpt_path, for messages) parsed into
- * *out (caller deletes it): NULL when there is none (true); false + error
- * "'FILE': its training state is damaged (not a JSON object)" when it is
- * there but does not parse (or cJSON ran out of memory), never read as none
- * recorded (eval took the default data, split sizes or precision). */
-bool cg_train_state_read(const char *train_json, const char *ckpt_path, cJSON **out);
-/* The matrix-product precision a checkpoint's "train" metadata recorded
- * (fp32 when it recorded none); false + error when it is malformed. */
-bool cg_train_precision(const char *train_json, const char *ckpt_path, cg_precision *out);
 /* The precision a program decodes or evaluates a checkpoint in, and sets
  * (cg_set_matmul_precision): `arg` (its --precision flag, "fp32" or
  * "bf16") when not NULL, else the one the checkpoint was trained in. False

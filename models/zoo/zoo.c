@@ -13,13 +13,15 @@
 #include "models/charlm/sampling.h"
 #include "models/seq2seq/beam.h"
 #include "models/seq2seq/seq2seq_ckpt.h"
+#include "models/train/checkpoint.h"
 
 struct cg_zoo_model {
-    bool lm;           /* charlm, else seq2seq */
-    cg_charlm_ckpt c;  /* lm */
-    cg_seq2seq_ckpt s; /* !lm */
-    cg_tokenizer *tok; /* borrowed from c or s */
-    char *config;      /* this build's config JSON */
+    bool lm;                /* charlm, else seq2seq */
+    cg_charlm_ckpt c;       /* lm */
+    cg_seq2seq_ckpt s;      /* !lm */
+    cg_tokenizer *tok;      /* borrowed from c or s */
+    char *config;           /* this build's config JSON */
+    cg_precision precision; /* the checkpoint's training precision */
 };
 
 /* "WHAT: NULL model" for a NULL handle (NULL in, NULL out: the error an
@@ -123,6 +125,10 @@ cg_zoo_model *cg_zoo_load(const char *path)
         ok = false;
     }
     free(kind);
+    /* as sample, translate and eval read it (a LoRA checkpoint: its own) */
+    ok = ok && cg_train_precision(m->lm ? cg_charlm_ckpt_train_json(&m->c)
+                                        : cg_st_metadata(m->s.file, "train"),
+                                  path, &m->precision);
     if (!ok) {
         cg_zoo_free(m);
         return NULL;
@@ -143,6 +149,11 @@ void cg_zoo_free(cg_zoo_model *m)
         cg_seq2seq_ckpt_free(&m->s);
     free(m->config);
     free(m);
+}
+
+cg_precision cg_zoo_precision(const cg_zoo_model *m)
+{
+    return m ? m->precision : CG_PRECISION_FP32;
 }
 
 const char *cg_zoo_kind(const cg_zoo_model *m) { return !m ? NULL : m->lm ? "charlm" : "seq2seq"; }

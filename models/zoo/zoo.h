@@ -17,13 +17,14 @@
  * slot (cg_last_error); NULL in gives NULL out. Ids are int64 tensors.
  * Matrix products run in the precision the caller set
  * (cg_set_matmul_precision, fp32 by default), where the programs take the
- * checkpoint's training precision. */
+ * checkpoint's training precision (cg_zoo_precision). */
 #ifndef CG_MODELS_ZOO_H
 #define CG_MODELS_ZOO_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "core/gemm.h"
 #include "core/tensor.h"
 #include "nn/module.h"
 #include "nn/sample.h"
@@ -50,6 +51,14 @@ const char *cg_zoo_kind(const cg_zoo_model *m);
  * key), written by this build: a checkpoint older than a key reads with
  * the key's meaning, so the facts are all there. */
 const char *cg_zoo_config(const cg_zoo_model *m);
+/* The precision of the matrix products the checkpoint was trained in (its
+ * training state's "precision"; fp32 when it records none, and for NULL):
+ * the one `charlm sample`, `seq2seq translate` and both evals decode in by
+ * default. The library does not set it; cg_set_matmul_precision(
+ * cg_zoo_precision(m)) makes generate, translate and score match the
+ * programs on a bf16-trained checkpoint (train's --precision auto is bf16
+ * on a CPU with native bf16). */
+cg_precision cg_zoo_precision(const cg_zoo_model *m);
 /* The model as a module (borrowed): cg_module_params, hooks, LoRA,
  * cg_module_save, train/eval mode. */
 cg_module *cg_zoo_module(cg_zoo_model *m);
