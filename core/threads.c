@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <omp.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
@@ -29,12 +30,22 @@ int cg_num_cpus(void)
     return n;
 }
 
+/* OpenMP's default team size before the first cg_set_num_threads(n > 0)
+ * changed it (0 = not changed yet): what n <= 0 gives back to OpenMP, whose
+ * default team the elementwise kernels use (core/shares.h). */
+static _Atomic int g_omp_default = 0;
+
 void cg_set_num_threads(int n)
 {
     if (n <= 0) {
         g_num_threads = 0; /* back to the default */
+        int d = g_omp_default;
+        if (d > 0)
+            omp_set_num_threads(d);
         return;
     }
+    int unset = 0;
+    atomic_compare_exchange_strong(&g_omp_default, &unset, omp_get_max_threads());
     g_num_threads = n;
     omp_set_num_threads(n);
 }

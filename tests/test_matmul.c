@@ -938,6 +938,28 @@ START_TEST(test_num_threads)
 }
 END_TEST
 
+/* n <= 0 gives back the default to the products and to the kernels that
+ * take OpenMP's default team (core/shares.h): it kept the last count chosen
+ * (1 stayed 1 everywhere; 7 on 2 CPUs left 7 threads to the elementwise
+ * kernels, 2 to the products), and every suite that ended a thread sweep
+ * with cg_set_num_threads(0) ran its later tests on that count. */
+START_TEST(test_num_threads_default_restored)
+{
+    int saved = cg_get_num_threads();
+    cg_set_num_threads(0);
+    const int def = cg_get_num_threads(), omp_def = omp_get_max_threads();
+    cg_set_num_threads(1);
+    cg_set_num_threads(0);
+    ck_assert_int_eq(cg_get_num_threads(), def);
+    ck_assert_int_eq(omp_get_max_threads(), omp_def);
+    cg_set_num_threads(def + 5);
+    cg_set_num_threads(0);
+    ck_assert_int_eq(cg_get_num_threads(), def);
+    ck_assert_int_eq(omp_get_max_threads(), omp_def);
+    cg_set_num_threads(saved);
+}
+END_TEST
+
 /* OMP_NUM_THREADS above the CPUs (issue 25: 64 ran 3.3x slower, 100000
  * overflowed a stack): the default is capped, a chosen count is kept. */
 START_TEST(test_default_threads_capped)
@@ -1099,6 +1121,7 @@ static Suite *matmul_suite(void)
     tcase_add_test(tg, test_shares_each_chunk_once);
     tcase_add_test(tg, test_shares_run);
     tcase_add_test(tg, test_num_threads);
+    tcase_add_test(tg, test_num_threads_default_restored);
     tcase_add_test(tg, test_default_threads_capped);
     tcase_add_test(tg, test_no_read_past_operands);
     suite_add_tcase(s, tg);
