@@ -48,6 +48,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "core/tensor.h"
+
 /* A share: its next chunk from the front (high 32 bits) and its end
  * (low 32 bits), on a cache line of its own. */
 typedef struct {
@@ -65,11 +67,14 @@ static inline uint64_t cg_share_pack(int64_t f, int64_t b)
     return (uint64_t)f << 32 | (uint64_t)b;
 }
 
-/* The team for a loop worth threads (parallel): OpenMP's default size,
- * or 1 inside a parallel region (nested regions get one thread anyway). */
+/* The team for a loop worth threads (parallel): cg_get_num_threads(), as
+ * the products take, or 1 inside a parallel region (nested regions get one
+ * thread anyway). Not OpenMP's own default: in a thread the caller made
+ * (pthreads) that is OMP_NUM_THREADS or the cores, whatever
+ * cg_set_num_threads chose and however few the CPUs. */
 static inline int cg_shares_team(bool parallel)
 {
-    return parallel && !omp_in_parallel() ? omp_get_max_threads() : 1;
+    return parallel && !omp_in_parallel() ? cg_get_num_threads() : 1;
 }
 
 /* nchunks < 2^31, nt the team's size (a thread numbered nt or above only

@@ -4,6 +4,7 @@
 #include <check.h>
 #include <math.h>
 #include <omp.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -938,6 +939,35 @@ START_TEST(test_num_threads)
 }
 END_TEST
 
+/* The kernels' team in a thread the caller made (Hogwild training, a
+ * server's workers) is cg_get_num_threads(), as the products': it was
+ * OpenMP's default of a new thread, OMP_NUM_THREADS or the cores, so that
+ * cg_set_num_threads(1) left every elementwise, norm and loss kernel of
+ * such a thread on all the cores (and OMP_NUM_THREADS=9 on 9 threads). */
+static void *team_in_thread(void *out)
+{
+    ((int *)out)[0] = cg_get_num_threads();
+    ((int *)out)[1] = cg_shares_team(true);
+    return NULL;
+}
+
+START_TEST(test_shares_team_in_own_thread)
+{
+    int saved = cg_get_num_threads();
+    for (int n = 1; n <= 3; n++) {
+        cg_set_num_threads(n);
+        ck_assert_int_eq(cg_shares_team(true), n);
+        int got[2] = {0, 0};
+        pthread_t t;
+        ck_assert_int_eq(pthread_create(&t, NULL, team_in_thread, got), 0);
+        ck_assert_int_eq(pthread_join(t, NULL), 0);
+        ck_assert_int_eq(got[0], n);
+        ck_assert_int_eq(got[1], n);
+    }
+    cg_set_num_threads(saved);
+}
+END_TEST
+
 /* n <= 0 gives back the default to the products and to the kernels that
  * take OpenMP's default team (core/shares.h): it kept the last count chosen
  * (1 stayed 1 everywhere; 7 on 2 CPUs left 7 threads to the elementwise
@@ -1121,6 +1151,7 @@ static Suite *matmul_suite(void)
     tcase_add_test(tg, test_shares_each_chunk_once);
     tcase_add_test(tg, test_shares_run);
     tcase_add_test(tg, test_num_threads);
+    tcase_add_test(tg, test_shares_team_in_own_thread);
     tcase_add_test(tg, test_num_threads_default_restored);
     tcase_add_test(tg, test_default_threads_capped);
     tcase_add_test(tg, test_no_read_past_operands);
