@@ -154,6 +154,10 @@ json_ok "charlm: eval of the average" eval.json
 "$charlm" train --init-from avg.st --data c.txt --threads 1 --steps 2 --out ft.st >ft.json 2>ft.log ||
   fail "--init-from the average: $(tail -1 ft.log)"
 json_ok "charlm: train --init-from the average" ft.json
+"$charlm" average --help | grep -q 'train --init-from starts a new run' &&
+  ! "$seq2seq" average --help | grep -q -- '--init-from' &&
+  echo "ok: average --help names --init-from for charlm only (seq2seq train has none)" ||
+  fail "average --help: a new run from the weights named for the wrong model"
 cp avg.st avg.orig
 refused "charlm: --resume of an average" "is an average of checkpoints: weights only, no optimizer state" \
   "$charlm" train --resume avg.st --steps 9

@@ -254,7 +254,11 @@ int main(int argc, char **argv)
 {
     static const cg_prog_command cmds[] = {
         {"train", cmd_train}, {"sample", cmd_sample}, {"eval", cmd_eval}};
-    static const cg_program p = {
-        PROG, MAIN_HELP, cmds, 3, {"charlm", cg_charlm_config_same_arch, lm_loads}};
+    static const cg_program p = {PROG,
+                                 MAIN_HELP,
+                                 cmds,
+                                 3,
+                                 {"charlm", cg_charlm_config_same_arch, lm_loads,
+                                  "\n(train --init-from starts a new run from its weights)"}};
     return cg_program_main(argc, argv, &p);
 }

@@ -323,6 +323,6 @@ int main(int argc, char **argv)
                                            {"eval", cmd_eval},
                                            {"attention", cmd_attention}};
     static const cg_program p = {
-        PROG, MAIN_HELP, cmds, 4, {"seq2seq", cg_seq2seq_config_same_arch, mt_loads}};
+        PROG, MAIN_HELP, cmds, 4, {"seq2seq", cg_seq2seq_config_same_arch, mt_loads, NULL}};
     return cg_program_main(argc, argv, &p);
 }

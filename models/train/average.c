@@ -328,15 +328,14 @@ int cg_average_command(int argc, char **argv, const cg_avg_model *m)
              "checkpoint that the other commands read as any other. It keeps the first\n"
              "checkpoint's config, tokenizer and metadata and records the files averaged;\n"
              "values are summed in double and rounded once to the stored dtype (a bf16\n"
-             "checkpoint stays bf16). It has no optimizer state: train --resume refuses it\n"
-             "(charlm train --init-from starts a new run from its weights).\n"
+             "checkpoint stays bf16). It has no optimizer state: train --resume refuses it%s.\n"
              "  --out FILE   the checkpoint written (never one of the inputs), under the\n"
              "               lock FILE.cgrad-lock, which stays beside it as training's does\n"
              "  --force      overwrite an existing --out (refused otherwise)\n"
              "Refused, nothing written: another model's checkpoint, another architecture or\n"
              "tokenizer, other parameters, a LoRA adapter checkpoint, standard output sent\n"
              "into an input. Prints one JSON line.\n",
-             prog, m->kind);
+             prog, m->kind, m->restart ? m->restart : "");
     const cg_cli_opt opts[] = {
         {"--out", CG_CLI_STR, &out, 0, 0, NULL, 0},
         {"--force", CG_CLI_SWITCH, &force, 0, 0, NULL, 0},

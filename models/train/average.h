@@ -45,6 +45,10 @@ typedef struct {
     /* Does the checkpoint at path load as this model (its parameters those
      * its config describes)? False + error. */
     bool (*loads)(const char *path);
+    /* The help's word on starting a new run from an average's weights
+     * (charlm: "train --init-from ..."), or NULL when the model has no
+     * such way. */
+    const char *restart;
 } cg_avg_model;
 
 /* Average inputs[0..n) into the checkpoint out (see above). force: an
