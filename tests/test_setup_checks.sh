@@ -86,6 +86,13 @@ timeout 120 env OMP_NUM_THREADS=100000 "$charlm" sample --ckpt a.st --length 20 
 expect "charlm sample --precision fp16" 2 "--precision: 'fp16'" "$charlm" sample --ckpt a.st --precision fp16
 expect "seq2seq translate --precision fp16" 2 "--precision: 'fp16'" "$seq2seq" translate --ckpt s.st --precision fp16 "the cat"
 expect "seq2seq eval --precision fp16" 2 "--precision: 'fp16'" "$seq2seq" eval --ckpt s.st --precision fp16
+expect "charlm eval --precision fp16" 2 "--precision: 'fp16'" "$charlm" eval --ckpt a.st --precision fp16
+for p in fp32 bf16; do # the flag is taken (bf16: where the CPU has it, else refused in one line)
+  rc=0; "$charlm" eval --ckpt a.st --precision $p >ev.json 2>ev.err || rc=$?
+  if [ $rc = 0 ] && grep -q "\"precision\": \"$p\"" ev.json; then echo "ok: charlm eval --precision $p"
+  elif [ $p = bf16 ] && [ $rc = 1 ] && [ "$(wc -l <ev.err)" = 1 ]; then echo "ok: charlm eval --precision bf16 refused here: $(cat ev.err)"
+  else fail "charlm eval --precision $p: exit $rc: $(head -c 300 ev.json ev.err)"; fi
+done
 expect "charlm train --precision fp16" 2 "--precision: 'fp16'" "$charlm" train --data c.txt --precision fp16 --out x.st
 
 # ---- 16. values that train nothing are refused as --lr 0 is

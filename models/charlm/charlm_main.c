@@ -166,21 +166,24 @@ static const char *EVAL_HELP =
     "  --base FILE     a LoRA checkpoint's base (default: the file it recorded)\n"
     "  --data FILE     text (default: the one the checkpoint was trained on, else\n"
     "                  " DEFAULT_DATA ")\n"
+    "  --precision P   fp32 or bf16 matrix products (default: the checkpoint's\n"
+    "                  training precision)\n"
     "  --threads N     threads for kernels\n"
     "Prints one JSON line.\n";
 
 static int cmd_eval(int argc, char **argv)
 {
-    const char *ckpt = DEFAULT_OUT, *data = NULL, *base = NULL;
+    const char *ckpt = DEFAULT_OUT, *data = NULL, *base = NULL, *precision = NULL;
     int64_t threads = 0;
     cg_cli_opt opts[] = {
         {"--ckpt", CG_CLI_STR, &ckpt, 0, 0, NULL, 0},
         {"--base", CG_CLI_STR, &base, 0, 0, NULL, 0},
         {"--data", CG_CLI_STR, &data, 0, 0, NULL, 0},
+        {"--precision", CG_CLI_STR, &precision, 0, 0, NULL, 0},
         {"--threads", CG_CLI_I64, &threads, 1, 1024, NULL, 0},
     };
     int prc = cg_prog_parse(argc, argv, opts, (int)(sizeof opts / sizeof *opts), EVAL_HELP);
-    if (prc >= 0)
+    if (prc >= 0 || (prc = cg_precision_flag(precision, NULL)) >= 0)
         return prc;
     cg_cli_set_threads(PROG, threads);
     cg_charlm_ckpt ck;
@@ -188,13 +191,14 @@ static int cmd_eval(int argc, char **argv)
     if (!load_for_stdout(ckpt, &lo, &ck))
         return cg_prog_fail_lib(NULL);
     const char *tj = cg_charlm_ckpt_train_json(&ck);
-    cg_precision prec; /* the products as trained */
+    cg_precision prec; /* the products as trained, or as --precision says */
     cg_corpus *corpus = NULL;
     char *path = cg_train_data_path(tj, ckpt, data, DEFAULT_DATA);
     cg_data_id id;
     double loss;
     int64_t nwin, T = ck.model->cfg.max_len;
-    int rc = path && cg_out_check_stdout(path, "--data") && cg_train_precision(tj, ckpt, &prec) &&
+    int rc = path && cg_out_check_stdout(path, "--data") &&
+                     cg_decode_precision(precision, tj, ckpt, &prec) &&
                      (corpus = read_corpus(path, &ck.tok, ck.tok->kind, 0, &id)) &&
                      cg_train_data_check(tj, ckpt, &id)
                  ? -1
@@ -202,7 +206,6 @@ static int cmd_eval(int argc, char **argv)
     if (rc < 0) {
         if (ck.vocab)
             cg_vocab_warn_unknown(ck.vocab, PROG, path, corpus->unknown, corpus->first_unknown);
-        cg_set_matmul_precision(prec);
         if (!cg_charlm_full_loss(ck.model, cg_corpus_val(corpus), T, &loss, &nwin))
             rc = cg_prog_fail("'%s': %s", path, cg_last_error());
     }
