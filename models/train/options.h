@@ -215,7 +215,8 @@ void cg_train_init(cg_train_opts *o, cg_train_recipe *r, int64_t steps, int64_t 
          &(o)->eval_every,                                                                        \
          1,                                                                                       \
          CG_TRAIN_BIG,                                                                            \
-         "  --eval-every N       evaluate and checkpoint every N steps\n",                        \
+         "  --eval-every N       evaluate and checkpoint every N steps (with --resume: the\n"     \
+         "                       checkpoint's unless given)\n",                                   \
          0},                                                                                      \
         {"--log-every",                                                                           \
          CG_CLI_I64,                                                                              \
