@@ -27,8 +27,8 @@
 #ifndef CG_AUTOGRAD_H
 #define CG_AUTOGRAD_H
 
-#include "core/ops.h"
-#include "core/tensor.h"
+#include "../core/ops.h"
+#include "../core/tensor.h"
 
 #ifdef __cplusplus
 extern "C" {

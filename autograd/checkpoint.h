@@ -42,7 +42,7 @@
 #ifndef CG_AUTOGRAD_CHECKPOINT_H
 #define CG_AUTOGRAD_CHECKPOINT_H
 
-#include "autograd/autograd.h"
+#include "../autograd/autograd.h"
 
 #ifdef __cplusplus
 extern "C" {

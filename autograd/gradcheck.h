@@ -13,7 +13,7 @@
 #ifndef CG_GRADCHECK_H
 #define CG_GRADCHECK_H
 
-#include "autograd/autograd.h"
+#include "../autograd/autograd.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -9,7 +9,7 @@
 #ifndef CG_AUTOGRAD_OPS_H
 #define CG_AUTOGRAD_OPS_H
 
-#include "autograd/autograd.h"
+#include "../autograd/autograd.h"
 
 #ifdef __cplusplus
 extern "C" {

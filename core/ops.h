@@ -24,8 +24,8 @@
 #ifndef CG_OPS_H
 #define CG_OPS_H
 
-#include "core/gemm.h"
-#include "core/tensor.h"
+#include "../core/gemm.h"
+#include "../core/tensor.h"
 
 #ifdef __cplusplus
 extern "C" {

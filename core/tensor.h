@@ -29,8 +29,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "core/dtype.h"
-#include "core/error.h"
+#include "../core/dtype.h"
+#include "../core/error.h"
 
 #ifdef __cplusplus
 extern "C" {

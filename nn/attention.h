@@ -22,7 +22,7 @@
 #ifndef CG_NN_ATTENTION_H
 #define CG_NN_ATTENTION_H
 
-#include "nn/layers.h"
+#include "../nn/layers.h"
 
 #ifdef __cplusplus
 extern "C" {

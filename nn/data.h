@@ -20,7 +20,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "core/tensor.h"
+#include "../core/tensor.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -6,7 +6,7 @@
 #ifndef CG_NN_INIT_H
 #define CG_NN_INIT_H
 
-#include "nn/module.h"
+#include "../nn/module.h"
 
 #ifdef __cplusplus
 extern "C" {

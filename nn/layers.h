@@ -15,7 +15,7 @@
 #ifndef CG_NN_LAYERS_H
 #define CG_NN_LAYERS_H
 
-#include "nn/module.h"
+#include "../nn/module.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -26,7 +26,7 @@
 #ifndef CG_NN_LORA_H
 #define CG_NN_LORA_H
 
-#include "nn/layers.h"
+#include "../nn/layers.h"
 
 #ifdef __cplusplus
 extern "C" {

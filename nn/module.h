@@ -48,8 +48,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "autograd/autograd.h"
-#include "nn/safetensors.h"
+#include "../autograd/autograd.h"
+#include "../nn/safetensors.h"
 
 #ifdef __cplusplus
 extern "C" {

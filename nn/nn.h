@@ -13,17 +13,17 @@
 #ifndef CG_NN_H
 #define CG_NN_H
 
-#include "autograd/autograd.h"
-#include "autograd/ops.h"
-#include "nn/attention.h"
-#include "nn/init.h"
-#include "nn/layers.h"
-#include "nn/lora.h"
-#include "nn/data.h"
-#include "nn/sample.h"
-#include "nn/module.h"
-#include "nn/safetensors.h"
-#include "nn/torch_names.h"
-#include "nn/transformer.h"
+#include "../autograd/autograd.h"
+#include "../autograd/ops.h"
+#include "../nn/attention.h"
+#include "../nn/init.h"
+#include "../nn/layers.h"
+#include "../nn/lora.h"
+#include "../nn/data.h"
+#include "../nn/sample.h"
+#include "../nn/module.h"
+#include "../nn/safetensors.h"
+#include "../nn/torch_names.h"
+#include "../nn/transformer.h"
 
 #endif

@@ -43,7 +43,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/tensor.h"
+#include "../core/tensor.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -37,7 +37,7 @@
 #ifndef CG_NN_TORCH_NAMES_H
 #define CG_NN_TORCH_NAMES_H
 
-#include "nn/transformer.h"
+#include "../nn/transformer.h"
 
 #ifdef __cplusplus
 extern "C" {

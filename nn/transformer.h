@@ -14,7 +14,7 @@
 #ifndef CG_NN_TRANSFORMER_H
 #define CG_NN_TRANSFORMER_H
 
-#include "nn/attention.h"
+#include "../nn/attention.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -37,9 +37,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "core/tensor.h"
-#include "nn/module.h"
-#include "nn/safetensors.h"
+#include "../core/tensor.h"
+#include "../nn/module.h"
+#include "../nn/safetensors.h"
 
 #ifdef __cplusplus
 extern "C" {

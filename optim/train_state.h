@@ -53,9 +53,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/tensor.h"
-#include "nn/module.h"
-#include "optim/optim.h"
+#include "../core/tensor.h"
+#include "../nn/module.h"
+#include "../optim/optim.h"
 
 #ifdef __cplusplus
 extern "C" {

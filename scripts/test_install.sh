@@ -34,6 +34,29 @@ readelf -d "$so" | grep -q 'SONAME.*libcgrad\.so\.[0-9]' ||
   { echo "test_install: $so has no versioned soname" >&2; exit 1; }
 bad=$(nm -D --defined-only "$so" | awk '{print $3}' | grep -v '^cg_' || true)
 [ -z "$bad" ] || { echo "test_install: $so exports non-cg_ symbols: $(echo $bad | head -c 300)" >&2; exit 1; }
+
+# Every installed header compiles alone, as C11 and as C++17, with only the
+# staged include directory, and finds the headers it includes beside itself:
+# a program's own header of the same path ("core/tensor.h", "nn/module.h",
+# ... in a directory it puts first with -I) is never taken for cgrad's.
+inc=$stage$prefix/include/cgrad
+mapfile -t headers < <(cd "$inc" && find . -name '*.h' | sed 's|^\./||' | sort)
+[ ${#headers[@]} -ge 20 ] || { echo "test_install: only ${#headers[@]} headers installed" >&2; exit 1; }
+cc=${CC:-cc} cxx=${CXX:-c++}
+for h in "${headers[@]}"; do
+  rm -rf "$work/decoy" && mkdir -p "$work/decoy"
+  for other in "${headers[@]}"; do
+    [ "$other" = "$h" ] && continue
+    mkdir -p "$work/decoy/$(dirname "$other")"
+    echo "#error \"the program's own $other was taken for cgrad's\"" > "$work/decoy/$other"
+  done
+  printf '#include "%s"\nint cg_test_header_alone;\n' "$h" > "$work/header.c"
+  (cd "$work" && $cc -std=c11 -Wall -Wextra -pedantic -Werror -Idecoy -I"$inc" -c header.c -o header.o &&
+   $cxx -std=c++17 -Wall -Wextra -Werror -Idecoy -I"$inc" -x c++ -c header.c -o header.o) ||
+    { echo "test_install: the installed header $h does not compile alone (C11 and C++17)" >&2; exit 1; }
+done
+rm -rf "$work/decoy"
+
 [ ! -e "$stage/usr/local/bin/charlm" ] && [ ! -e "$stage/usr/local/bin/bench" ] ||
   { echo "test_install: programs installed under generic names" >&2; exit 1; }
 
@@ -135,7 +158,6 @@ PROG
 
 # Every example: the README's, the docs', examples/*.c, in
 # a directory of their own (no include path into the source tree).
-cc=${CC:-cc}
 for src in "$work/readme_example.c" "$work/own_module.c" "$work/api_kv_cache.c" \
            "$work/metadata_json.c" "$work/version_check.c" "$root"/examples/*.c; do
   [ -f "$src" ] || continue

@@ -76,8 +76,10 @@ def main(root):
             graph.setdefault(mod, [])
             for m in INCLUDE.finditer(text):
                 inc = m.group(1)
-                if "/" not in inc:
-                    inc = layer + "/" + inc
+                if "/" not in inc or inc.startswith("../"):
+                    # beside the file (the installed headers include each
+                    # other so: "../core/tensor.h")
+                    inc = os.path.normpath(os.path.join(layer, inc))
                 target = layer_of(inc)
                 line = text.count("\n", 0, m.start()) + 1
                 if target is None:

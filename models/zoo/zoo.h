@@ -24,10 +24,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "core/gemm.h"
-#include "core/tensor.h"
-#include "nn/module.h"
-#include "nn/sample.h"
+#include "../../core/gemm.h"
+#include "../../core/tensor.h"
+#include "../../nn/module.h"
+#include "../../nn/sample.h"
 
 #ifdef __cplusplus
 extern "C" {
