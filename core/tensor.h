@@ -509,7 +509,9 @@ void cg_omp_short_spin(void);
 /* The allocator of tensor buffers (core/alloc.c): 64-byte aligned memory
  * with 64 bytes of readable slack past the end. Large blocks are cached on
  * size-class free lists and reused, so a training step's resident set stays
- * flat; CG_MALLOC_DEFAULT=1 in the environment uses plain malloc instead,
+ * flat; the first allocation also sets glibc's mmap and trim thresholds
+ * for the process (mallopt, see docs/api.md); CG_MALLOC_DEFAULT=1 in the
+ * environment uses plain malloc instead and leaves malloc's settings,
  * CG_ALLOC_CACHE_MB=N caps the cached bytes (default: the cache holds what
  * keeps the mapped total, live and cached, within twice the peak of live
  * bytes).
