@@ -454,7 +454,8 @@ void cg_bf16_weight_release(cg_bf16_weight *e); /* NULL is a no-op */
 /* packs: weights converted and packed (misses), hits: products served
  * from a kept copy, bytes: held by the cache now, limit: its bound
  * (default 1 GiB; 0 keeps nothing: every product packs its own, with the
- * same bits). */
+ * same bits). Lowering the limit frees the kept copies beyond it at once,
+ * the oldest first (cg_bf16_weight_cache_limit(0) empties the cache). */
 typedef struct {
     uint64_t packs, hits;
     size_t bytes, limit;

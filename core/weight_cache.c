@@ -14,7 +14,9 @@
  * reference counted, so a product that holds one can finish while another
  * thread replaces it. The cache holds at most g_limit bytes; beyond that
  * a weight is packed for its caller alone and freed after the product (the
- * same bits, no saving). */
+ * same bits, no saving). The entries in slots are also on one list, oldest
+ * first, so that lowering the limit frees the oldest at once (they would
+ * otherwise stay, and be read, until their weights are written or die). */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -30,16 +32,20 @@ struct cg_bf16_weight {
     size_t bytes;
     int64_t offset, shape[2], strides[2];
     uint64_t version;
+    struct weight_slot *slot; /* while cached: slot->e[tr] is this entry */
+    int tr;
+    cg_bf16_weight *older, *newer; /* the list of cached entries */
 };
 
 /* a storage's entries: [0] W, [1] W^T */
-typedef struct {
+typedef struct weight_slot {
     cg_bf16_weight *e[2];
 } weight_slot;
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
-static size_t g_bytes;                   /* held by slots (under g_lock) */
-static size_t g_limit = (size_t)1 << 30; /* 1 GiB */
+static size_t g_bytes;                      /* held by slots (under g_lock) */
+static size_t g_limit = (size_t)1 << 30;    /* 1 GiB */
+static cg_bf16_weight *g_oldest, *g_newest; /* the cached entries (under g_lock) */
 static atomic_uint_fast64_t g_packs, g_hits;
 
 void cg_bf16_weight_release(cg_bf16_weight *e)
@@ -55,6 +61,9 @@ static void unslot(cg_bf16_weight *e)
 {
     if (!e)
         return;
+    e->slot->e[e->tr] = NULL;
+    *(e->older ? &e->older->newer : &g_oldest) = e->newer;
+    *(e->newer ? &e->newer->older : &g_newest) = e->older;
     g_bytes -= e->bytes;
     e->cached = false;
     cg_bf16_weight_release(e);
@@ -147,6 +156,11 @@ cg_bf16_weight *cg_bf16_weight_get(const cg_tensor *w, bool transposed)
         e->cached = true;
         g_bytes += e->bytes;
         ws->e[tr] = e;
+        e->slot = ws;
+        e->tr = tr;
+        e->older = g_newest;
+        *(g_newest ? &g_newest->newer : &g_oldest) = e;
+        g_newest = e;
     }
     pthread_mutex_unlock(&g_lock);
     return e;
@@ -166,5 +180,7 @@ void cg_bf16_weight_cache_limit(size_t bytes)
 {
     pthread_mutex_lock(&g_lock);
     g_limit = bytes;
+    while (g_bytes > g_limit)
+        unslot(g_oldest);
     pthread_mutex_unlock(&g_lock);
 }

@@ -1109,6 +1109,51 @@ static void cache_run(size_t limit, float *losses, float *wts, uint64_t *packs)
     cg_bf16_weight_cache_limit((size_t)1 << 30);
 }
 
+/* Lowering the weight cache's limit frees the copies beyond it at once,
+ * the oldest first: they stayed (and were read) until their weights were
+ * written or freed, so a limit of 0 kept the copies already made. */
+static void forward_nograd(cg_linear *l, cg_tensor *x)
+{
+    cg_no_grad_begin();
+    cg_tensor *y = cg_linear_forward(l, x);
+    cg_no_grad_end();
+    ck_assert_msg(y != NULL, "%s", cg_last_error());
+    cg_release(y);
+}
+
+START_TEST(test_weight_cache_limit_lowered)
+{
+    cg_rng rng = cg_rng_new(43);
+    cg_linear *a = cg_linear_new(64, 48, false, &rng), *b = cg_linear_new(64, 40, false, &rng);
+    cg_tensor *x = cg_randn(&rng, CG_SHAPE(8, 64));
+    const cg_precision prev = cg_autocast_begin(CG_PRECISION_BF16);
+    const size_t base = cg_bf16_weight_cache_stats().bytes;
+    forward_nograd(a, x);
+    const size_t ea = cg_bf16_weight_cache_stats().bytes - base;
+    forward_nograd(b, x);
+    const size_t eb = cg_bf16_weight_cache_stats().bytes - base - ea;
+    ck_assert(ea > 0 && eb > 0);
+    cg_bf16_weight_cache_limit(base + eb); /* room for the newest: a's copy goes */
+    ck_assert_uint_eq(cg_bf16_weight_cache_stats().bytes, base + eb);
+    cg_bf16_weight_cache_limit(0); /* keeps nothing, b's copy included */
+    ck_assert_uint_eq(cg_bf16_weight_cache_stats().bytes, 0);
+    const cg_bf16_cache_stats s0 = cg_bf16_weight_cache_stats();
+    forward_nograd(b, x); /* packs its own, reads no copy kept before */
+    const cg_bf16_cache_stats s1 = cg_bf16_weight_cache_stats();
+    ck_assert_uint_eq(s1.packs, s0.packs + 1);
+    ck_assert_uint_eq(s1.hits, s0.hits);
+    ck_assert_uint_eq(s1.bytes, 0);
+    cg_bf16_weight_cache_limit((size_t)1 << 30);
+    forward_nograd(a, x); /* cached again */
+    ck_assert_uint_eq(cg_bf16_weight_cache_stats().bytes, ea);
+    cg_autocast_end(prev);
+    cg_module_free(CG_MODULE(a));
+    cg_module_free(CG_MODULE(b));
+    ck_assert_uint_eq(cg_bf16_weight_cache_stats().bytes, 0);
+    cg_release(x);
+}
+END_TEST
+
 START_TEST(test_weight_cache)
 {
     float loss[2][6],
@@ -3299,6 +3344,7 @@ static Suite *bf16_suite(void)
     tcase_add_test(tm, test_matrix_beta_one);
     tcase_add_test(tm, test_packed_linear_refresh);
     tcase_add_test(tm, test_weight_cache);
+    tcase_add_test(tm, test_weight_cache_limit_lowered);
     suite_add_tcase(s, tm);
     TCase *to = tcase_create("operands");
     tcase_set_timeout(to, 300);
