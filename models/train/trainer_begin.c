@@ -98,6 +98,21 @@ static bool check_best(const cg_trainer *t, bool may_replace)
     return ok;
 }
 
+/* Does the resumed run (at step t->start) have a step left before --steps
+ * and --stop-at? False + error. */
+static bool resume_has_steps(const cg_trainer *t, const cg_train_opts *o)
+{
+    if (t->start >= o->steps)
+        cg_set_error("'%s' is already at step %lld of %lld; pass a larger --steps", o->resume,
+                     (long long)t->start, (long long)o->steps);
+    else if (o->stop_at >= 0 && o->stop_at <= t->start) /* it would stop before a step */
+        cg_set_error("--stop-at %lld: '%s' is already at step %lld; pass a later step",
+                     (long long)o->stop_at, o->resume, (long long)t->start);
+    else
+        return true;
+    return false;
+}
+
 void cg_trainer_init(cg_trainer *t, cg_train_opts *o)
 {
     memset(t, 0, sizeof *t);
@@ -143,9 +158,8 @@ int cg_trainer_begin(cg_trainer *t, cg_train_opts *o, const char *kind, const ch
         t->adapters = cg_ft_is_adapter(t->ckpt);
         int b = cg_history_best(&t->hist); /* --keep-best: written then, or not kept */
         t->best_saved = b >= 0 ? (int64_t)t->hist.step[b] : -1;
-        if (t->start >= o->steps)
-            return cg_prog_fail("'%s' is already at step %lld of %lld; pass a larger --steps",
-                                o->resume, (long long)t->start, (long long)o->steps);
+        if (!resume_has_steps(t, o))
+            return cg_prog_fail_lib(NULL);
     }
     /* before the model is built or evaluated; cg_trainer_end restores it */
     t->outer_precision = cg_autocast_begin(o->precision);
