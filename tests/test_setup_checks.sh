@@ -82,6 +82,15 @@ timeout 120 env OMP_NUM_THREADS=100000 "$charlm" sample --ckpt a.st --length 20 
   ! grep -q OMP_NUM_THREADS err.txt && echo "ok: --threads 1 overrides OMP_NUM_THREADS" ||
   fail "--threads 1 with OMP_NUM_THREADS=100000: $(tail -1 err.txt)"
 
+# a training pair over --max-tokens is a batch of its own, over the budget
+# (the reference's make_batches): said once, with the count and the longest
+expect_ok "seq2seq train --max-tokens under a pair" \
+  "warning: 360 training pairs are longer than --max-tokens 20 (up to 35 tokens" \
+  "$seq2seq" train --data p.tsv "${S2S[@]}" --max-tokens 20 --steps 1 --out mt.st
+expect_ok "seq2seq train --max-tokens 200: no such warning" "" \
+  "$seq2seq" train --data p.tsv "${S2S[@]}" --steps 1 --out mt2.st
+grep -q "longer than --max-tokens" err.txt && fail "--max-tokens 200 warned: $(cat err.txt)"
+
 # ---- 15. --precision's bad value: exit 2, named as the flag
 expect "charlm sample --precision fp16" 2 "--precision: 'fp16'" "$charlm" sample --ckpt a.st --precision fp16
 expect "seq2seq translate --precision fp16" 2 "--precision: 'fp16'" "$seq2seq" translate --ckpt s.st --precision fp16 "the cat"

@@ -159,6 +159,25 @@ static bool mt_tokenizer(cg_mt_data *d, const char *path, cg_tokenizer_kind kind
     return true;
 }
 
+/* A pair over the budget is a batch of its own (cg_make_batches, as the
+ * reference's make_batches; fairseq refuses it): said once, for all. */
+static void warn_over_budget(const cg_pairs *P, const int64_t *idx, int64_t n, int64_t max_tokens)
+{
+    int64_t over = 0, most = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const cg_pair *q = &P->items[idx[i]];
+        int64_t t = q->src_len + 1 + q->tgt_len + 1;
+        over += t > max_tokens;
+        most = t > most ? t : most;
+    }
+    if (over > 0)
+        cg_prog_warn("%lld training pair%s longer than --max-tokens %lld (up to %lld tokens "
+                     "with BOS and EOS): each is a batch of its own, over the budget; a larger "
+                     "--max-tokens or a smaller --max-len keeps every batch within it",
+                     (long long)over, over == 1 ? " is" : "s are", (long long)max_tokens,
+                     (long long)most);
+}
+
 bool cg_mt_data_prepare(cg_mt_data *d, const char *path, int64_t max_len, int64_t max_tokens,
                         cg_tokenizer_kind kind, int64_t vocab_size, cg_tokenizer **resume_tok,
                         const char *resume_path, const char *prog)
@@ -195,6 +214,8 @@ bool cg_mt_data_prepare(cg_mt_data *d, const char *path, int64_t max_len, int64_
             return false;
         }
     }
+    if (prog)
+        warn_over_budget(P, sp->train, d->n_train, max_tokens);
     return cg_make_batches(P, sp->train, d->n_train, max_tokens, &d->batches) &&
            cg_make_batches(P, sp->valid, sp->n_valid, max_tokens, &d->vbatches);
 }
