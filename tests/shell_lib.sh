@@ -33,7 +33,8 @@
 #                              = ARGS) after load(PATH) -> ({name: (dtype,
 #                              shape, bytes)}, metadata): a safetensors file
 #                              read with the standard library only
-#   finish                     exit 1 after failures, else 0
+#   finish                     exit 1 after failures (a command not found
+#                              is one), else 0
 # and python3 on PATH as the interpreter itself, not a version manager's
 # shim (pyenv's python3 is a shell script that starts ~200 processes: most
 # of a second a call, three quarters of some tests' time).
@@ -46,6 +47,14 @@ trap 'rm -rf "$dir"' EXIT
 cd "$dir" || exit 1
 failures=0
 fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+# A command not found (a helper called before its definition, a typo) is a
+# failure, not an exit status 127 the case may never look at. Bash runs the
+# handler in the command's own process, so it leaves a line finish counts.
+command_not_found_handle() {
+  echo "FAIL: command not found: $1" >&2
+  echo "$1" >>"$dir/.not_found"
+  return 127
+}
 expect() {
   local name=$1 want=$2 pat=$3
   shift 3
@@ -154,6 +163,7 @@ PY
   python3 -c "$prelude"$'\n'"$(cat)" "$@"
 }
 finish() {
+  [ -s "$dir/.not_found" ] && failures=$((failures + $(wc -l <"$dir/.not_found")))
   [ "$failures" -eq 0 ] || { echo "$failures failure(s)" >&2; exit 1; }
   echo "all ok"
   exit 0

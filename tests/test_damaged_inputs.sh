@@ -127,5 +127,4 @@ refused "seq2seq eval, other data" "different checksum" "$seq2seq" eval --ckpt s
 head -c 2000000 /dev/zero | tr '\0' 'a' >big.txt
 refused "charlm input limit" "larger than 1.0 MB, the input limit set by CG_MAX_INPUT_MB" env CG_MAX_INPUT_MB=1 "$charlm" train "${lm[@]}" --data big.txt --steps 2 --out z.st
 
-[ "$failures" -eq 0 ] || { echo "$failures case(s) failed" >&2; exit 1; }
-echo "all damaged inputs refused"
+finish
