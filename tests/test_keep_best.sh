@@ -11,6 +11,7 @@
 #   2. stopped (--stop-at) and resumed, the run stops at the same step with
 #      byte-identical final and best checkpoints; the flags come back from
 #      the checkpoint
+#      --no-keep-best turns it off on --resume (the last of the two wins)
 #   3. seq2seq: the best checkpoint is its JSON line's best step, and it
 #      translates; stopped and resumed, the final evaluation's flags
 #      (--test-limit, --beam, --length-penalty, --examples) are the run's
@@ -90,6 +91,23 @@ got="$(field m.json best_step) $(field m.json best_val_loss) $(field m.json step
   cmp -s r.st m.st && cmp -s r.st.best.safetensors m.st.best.safetensors &&
   echo "ok: stopped at 9 and resumed: the same stop, the same final and best checkpoints, byte for byte" ||
   fail "resumed: $(tail -1 r.json)"
+
+# --no-keep-best turns off the --keep-best a resumed checkpoint keeps (as
+# argparse's BooleanOptionalAction: the last of the two wins)
+"$charlm" train "${RUN[@]}" --keep-best --stop-at 6 --out nb.st >/dev/null 2>nb.log || fail "stop-at 6: $(tail -1 nb.log)"
+was=$(meta nb.st.best.safetensors step)
+"$charlm" train --resume nb.st --no-keep-best --stop-at 20 >nb.json 2>nb.log || fail "--no-keep-best: $(tail -1 nb.log)"
+"$charlm" train --resume nb.st --stop-at 30 >nb2.json 2>nb.log || fail "resumed again: $(tail -1 nb.log)"
+[ "$(field nb.json best_checkpoint) $(field nb2.json best_checkpoint)" = "None None" ] &&
+  [ "$(meta nb.st.best.safetensors step)" = "$was" ] && [ "$(meta nb.st step)" = 30 ] &&
+  echo "ok: --no-keep-best on --resume: the best checkpoint of step $was left as it was, the flag kept" ||
+  fail "--no-keep-best: best $(meta nb.st.best.safetensors step) (was $was): $(tail -1 nb.json) $(tail -1 nb2.json)"
+"$charlm" train "${RUN[@]}" --steps 4 --no-keep-best --keep-best --out nk.st >nk.json 2>nk.log &&
+  [ "$(field nk.json best_checkpoint)" = nk.st.best.safetensors ] &&
+  "$charlm" train "${RUN[@]}" --steps 4 --keep-best --no-keep-best --out kn.st >kn.json 2>nk.log &&
+  [ "$(field kn.json best_checkpoint)" = None ] && [ ! -e kn.st.best.safetensors ] &&
+  echo "ok: --keep-best and --no-keep-best: the last wins" ||
+  fail "the last of --keep-best and --no-keep-best: $(tail -1 nk.json) $(tail -1 kn.json) $(tail -1 nk.log)"
 
 # ---------------------------------------------------------------- 3. seq2seq
 "$seq2seq" train --data p.tsv --tokenizer char --d 16 --H 2 --enc-layers 1 --dec-layers 1 --d-ff 32 \

@@ -414,6 +414,33 @@ START_TEST(test_flag_table)
 }
 END_TEST
 
+/* A switch and its --no- twin share a variable: the last given wins (as
+ * argparse's BooleanOptionalAction), neither takes a value, and either
+ * counts as given. */
+START_TEST(test_flag_switch_off)
+{
+    bool keep = false;
+    const cg_cli_opt opts[] = {
+        {"--keep", CG_CLI_SWITCH, &keep, 0, 0, NULL, 0},
+        {"--no-keep", CG_CLI_SWITCH_OFF, &keep, 0, 0, NULL, 0},
+    };
+    cg_cli_args a = {.opts = opts, .n = 2};
+    bool help;
+    char *on_off[] = {"--keep", "--no-keep"}, *off_on[] = {"--no-keep", "--keep"};
+    ck_assert(cg_cli_parse_args(2, on_off, &a, &help) && !keep && cg_cli_given(&a, &keep));
+    ck_assert(cg_cli_parse_args(2, off_on, &a, &help) && keep);
+    ck_assert(cg_cli_parse_args(1, off_on, &a, &help) && !keep);
+    char *valued[] = {"--no-keep=1"};
+    ck_assert(!cg_cli_parse_args(1, valued, &a, &help));
+    ck_assert_str_eq(cg_last_error(), "--no-keep takes no value");
+    /* split: the word after it is positional, not its value */
+    char *argv[] = {"--no-keep", "text"}, *flags[2], *pos[2];
+    int nf = 0, np = 0;
+    cg_cli_split(2, argv, opts, 2, flags, &nf, pos, &np);
+    ck_assert(nf == 1 && np == 1 && !strcmp(pos[0], "text"));
+}
+END_TEST
+
 /* ------------------------------------------------------- loss history */
 static double fake_loss(int64_t step)
 {
@@ -1204,6 +1231,7 @@ static Suite *zoo_suite(void)
     tcase_add_test(t, test_history_json);
     tcase_add_test(t, test_history_long);
     tcase_add_test(t, test_flag_table);
+    tcase_add_test(t, test_flag_switch_off);
     tcase_add_test(t, test_generate_text_streams);
     tcase_add_test(t, test_corpus_bpe);
     tcase_add_test(t, test_corpus_bpe_long_lines);

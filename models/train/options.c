@@ -206,9 +206,10 @@ static int saved_fields(const cg_cli_args *a, cg_json_field *f, char (*keys)[64]
             if (*c == '-')
                 *c = '_';
         static const cg_json_field_kind kind[] = {
-            [CG_CLI_I64] = CG_JF_I64,    [CG_CLI_U64] = CG_JF_U64STR, [CG_CLI_F64] = CG_JF_F64,
-            [CG_CLI_BOOL] = CG_JF_BOOL,  [CG_CLI_STR] = CG_JF_STR,    [CG_CLI_TEXT] = CG_JF_STR,
-            [CG_CLI_SWITCH] = CG_JF_BOOL};
+            [CG_CLI_I64] = CG_JF_I64,     [CG_CLI_U64] = CG_JF_U64STR,
+            [CG_CLI_F64] = CG_JF_F64,     [CG_CLI_BOOL] = CG_JF_BOOL,
+            [CG_CLI_STR] = CG_JF_STR,     [CG_CLI_TEXT] = CG_JF_STR,
+            [CG_CLI_SWITCH] = CG_JF_BOOL, [CG_CLI_SWITCH_OFF] = CG_JF_BOOL};
         f[n] = (cg_json_field){keys[n], kind[r->kind], r->dst, r->lo, r->hi, true};
         n++;
     }

@@ -297,6 +297,14 @@ void cg_train_init(cg_train_opts *o, cg_train_recipe *r, int64_t steps, int64_t 
          "                       far as OUT.best.safetensors (fairseq's checkpoint_best;\n"       \
          "                       with --resume: the checkpoint's unless given)\n",                \
          0},                                                                                      \
+        {"--no-keep-best",                                                                        \
+         CG_CLI_SWITCH_OFF,                                                                       \
+         &(o)->keep_best,                                                                         \
+         0,                                                                                       \
+         0,                                                                                       \
+         "  --no-keep-best       do not (turns off the --keep-best of a --resume\n"               \
+         "                       checkpoint; of the two flags the last wins)\n",                  \
+         0},                                                                                      \
         {"--patience",                                                                            \
          CG_CLI_I64,                                                                              \
          &(o)->patience,                                                                          \

@@ -18,6 +18,9 @@
 #include "core/utf8.h"
 #include "models/util/files.h"
 
+/* A switch: a flag without a value. */
+static bool no_value(cg_cli_kind k) { return k == CG_CLI_SWITCH || k == CG_CLI_SWITCH_OFF; }
+
 static bool set_value(const cg_cli_opt *o, const char *v)
 {
     switch (o->kind) {
@@ -40,7 +43,8 @@ static bool set_value(const cg_cli_opt *o, const char *v)
         *(const char **)o->dst = v;
         return true;
     }
-    case CG_CLI_SWITCH: *(bool *)o->dst = true; return true;
+    case CG_CLI_SWITCH:
+    case CG_CLI_SWITCH_OFF: *(bool *)o->dst = o->kind == CG_CLI_SWITCH; return true;
     }
     return false;
 }
@@ -73,7 +77,7 @@ static bool parse(int argc, char **argv, const cg_cli_opt *opts, int n, bool *he
         }
         const cg_cli_opt *o = &opts[j];
         const char *v;
-        if (o->kind == CG_CLI_SWITCH) {
+        if (no_value(o->kind)) {
             if (eq) {
                 cg_set_error("%s takes no value", o->name);
                 return false;
@@ -228,7 +232,7 @@ void cg_cli_split(int argc, char **argv, const cg_cli_opt *opts, int n, char **f
             if (strchr(a, '='))
                 continue;
             for (int j = 0; j < n; j++)
-                if (opts[j].name && strcmp(opts[j].name, a) == 0 && opts[j].kind != CG_CLI_SWITCH &&
+                if (opts[j].name && strcmp(opts[j].name, a) == 0 && !no_value(opts[j].kind) &&
                     i + 1 < argc) {
                     flags[(*nf)++] = argv[++i];
                     break;

@@ -53,7 +53,7 @@ bool cg_cli_stdout_ok(void);
 
 /* One row of a flag table. kind says how the value is read; dst points to
  * the variable that receives it. For CG_CLI_SWITCH no value is taken and
- * *(bool *)dst becomes true.
+ * *(bool *)dst becomes true (false for CG_CLI_SWITCH_OFF).
  *
  * A command's table is the one place a flag is declared: its name, its
  * variable, its range, its --help lines and what a checkpoint does with it
@@ -61,15 +61,18 @@ bool cg_cli_stdout_ok(void);
  * cg_cli_given), not from a variable of its own. A row with name NULL is a
  * line of help text only (a heading between groups of flags). */
 typedef enum {
-    CG_CLI_I64,   /* int64_t, range [lo, hi] */
-    CG_CLI_U64,   /* uint64_t */
-    CG_CLI_F64,   /* double, range [lo, hi] */
-    CG_CLI_BOOL,  /* bool with a value (--norm-first false) */
-    CG_CLI_STR,   /* const char * (points into argv) */
-    CG_CLI_TEXT,  /* const char *, UTF-8 text (a prompt, a sentence): other bytes
+    CG_CLI_I64,       /* int64_t, range [lo, hi] */
+    CG_CLI_U64,       /* uint64_t */
+    CG_CLI_F64,       /* double, range [lo, hi] */
+    CG_CLI_BOOL,      /* bool with a value (--norm-first false) */
+    CG_CLI_STR,       /* const char * (points into argv) */
+    CG_CLI_TEXT,      /* const char *, UTF-8 text (a prompt, a sentence): other bytes
                    * are a bad value ("--prompt is not valid UTF-8 (bad byte 0xff
                    * at offset 2)") */
-    CG_CLI_SWITCH /* bool, no value */
+    CG_CLI_SWITCH,    /* bool, no value: true */
+    CG_CLI_SWITCH_OFF /* bool, no value: false (--no-keep-best beside --keep-best,
+                       * the same dst: the last given wins, as argparse's
+                       * BooleanOptionalAction) */
 } cg_cli_kind;
 
 /* What a training checkpoint does with a flag (cg_cli_opt.flags). */
