@@ -6,6 +6,7 @@
 #    log crossing it stops the run with a checkpoint saved;
 #  - a disk filled by the metrics log: every line parses, the run saves while
 #    it can and says so (a 200 KB tmpfs; skipped where mount is refused);
+#    too full before the first step, a --force run keeps the old checkpoint;
 #  - an address-space limit (ulimit -v) that breaks the loss curve's drawing
 #    (pango, fontconfig) is a warning, the run ends well (skipped under ASan,
 #    which cannot run under ulimit -v);
@@ -158,6 +159,23 @@ if mount -t tmpfs -o size=200k tmpfs full 2>/dev/null; then
   umount full
 else
   echo "skip: a full disk (cannot mount a tmpfs here)"
+fi
+# a disk too full for the metrics log before the first step (room for the
+# checkpoint, not for what the log keeps back for it): a --force run trained
+# nothing and saves nothing, the earlier run's checkpoint kept
+if mount -t tmpfs -o size=200k tmpfs full 2>/dev/null; then
+  cp a.st full/o.st
+  avail=$(df -B1 --output=avail full | tail -1)
+  head -c $((avail - $(wc -c <a.st) - 32768)) /dev/zero >full/filler
+  rc=0
+  "$charlm" train --data c.txt "${TINY[@]}" --steps 8 --out full/o.st --force >out.txt 2>err.txt || rc=$?
+  if [ $rc -eq 1 ] && grep -q "^charlm: error: cannot write the metrics log: No space left on device.*stopped before the first step; nothing saved" err.txt; then
+    echo "ok: a full disk before the first step: $(tail -1 err.txt)"
+  else fail "a full disk before the first step: exit $rc: $(tail -c 300 err.txt)"; fi
+  cmp -s full/o.st a.st && echo "ok: a full disk before the first step: the old checkpoint kept" ||
+    fail "a full disk before the first step: the old checkpoint was replaced"
+  ls full/*.tmp.* >/dev/null 2>&1 && fail "a full disk before the first step: left $(ls full/*.tmp.*)"
+  umount full
 fi
 
 # ---- 5. an address-space limit breaks the drawing: a warning, never the end

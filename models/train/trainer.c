@@ -389,19 +389,20 @@ static int finish(run_ctx *c)
         fprintf(stderr, "%s: %d ranks: %.1f s of %.1f s of training in communication (%.0f%%)\n",
                 prog, nranks, cg_dist_comm_seconds(), t->elapsed,
                 t->elapsed > 0 ? 100 * cg_dist_comm_seconds() / t->elapsed : 0.0);
-    /* a signal before this run's first step: nothing was trained, so
-     * nothing is saved (with --force, the initial model replaced an
-     * earlier run's checkpoint, curve and log; resumed, it is as saved) */
-    const bool untrained = c->signalled && c->done_steps == 0;
+    /* a signal or a full disk before the first step: nothing trained, nothing saved (with
+     * --force, the initial model replaced an earlier run's files; resumed, it is as saved) */
+    const bool untrained = (c->signalled || c->log_stop) && c->done_steps == 0;
     if (!untrained && !save(c, t->step))
         return cg_prog_fail("could not save the checkpoint at step %lld: %s", (long long)t->step,
                             cg_last_error());
-    if (c->log_stop) /* rank 0 ends the job with the reason */
-        return cg_dist_is_root()
-                   ? cg_prog_fail("%s; stopped at step %lld and saved the checkpoint '%s' "
+    if (c->log_stop && !cg_dist_is_root()) /* rank 0 ends the job with the reason */
+        return 0;
+    if (c->log_stop)
+        return untrained
+                   ? cg_prog_fail("%s; stopped before the first step; nothing saved", c->log_full)
+                   : cg_prog_fail("%s; stopped at step %lld and saved the checkpoint '%s' "
                                   "(continue with --resume %s once there is room)",
-                                  c->log_full, (long long)t->step, t->out, t->out)
-                   : 0;
+                                  c->log_full, (long long)t->step, t->out, t->out);
     if (c->log_full[0]) /* at the last step: the run is complete all the same */
         cg_prog_warn("%s; its last line is missing", c->log_full);
     cJSON *j = cJSON_CreateObject();
