@@ -42,6 +42,24 @@ static int start(int *argc, char ***argv, const char *prog)
     return -1;
 }
 
+/* Under mpirun (more than one rank), train alone is data-parallel: any
+ * other command would run once per rank, each writing the same --out
+ * (average, sample --attention, attention), so it is refused on every
+ * rank before it starts; its --help is printed (by rank 0). -1 to go on,
+ * or the exit code. */
+static int one_process(const char *cmd, int argc, char **argv)
+{
+    if (cg_dist_size() <= 1 || !strcmp(cmd, "train"))
+        return -1;
+    for (int i = 0; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"))
+            return -1;
+    cg_prog_fail("%s runs as one process: start it without mpirun (train alone is "
+                 "data-parallel; each of the %d ranks would run all of it, writing the same files)",
+                 cmd, cg_dist_size());
+    return CG_EXIT_USAGE;
+}
+
 /* Run the command argv[1]: its exit code. */
 static int dispatch(int argc, char **argv, const cg_program *p)
 {
@@ -71,11 +89,14 @@ static int dispatch(int argc, char **argv, const cg_program *p)
     const char *cmd = help ? argv[2] : argv[1];
     const int cargc = help ? 1 : argc - 2;
     char **cargv = help ? help_argv : argv + 2;
+    int rc;
     for (int i = 0; i < p->ncmds; i++)
         if (!strcmp(cmd, p->cmds[i].name))
-            return p->cmds[i].run(cargc, cargv);
+            return (rc = one_process(cmd, cargc, cargv)) >= 0 ? rc : p->cmds[i].run(cargc, cargv);
     if (!strcmp(cmd, "average"))
-        return cg_average_command(cargc, cargv, &p->average);
+        return (rc = one_process(cmd, cargc, cargv)) >= 0
+                   ? rc
+                   : cg_average_command(cargc, cargv, &p->average);
     cg_prog_fail("unknown command '%s' (%s; try --help)", cmd, names);
     return CG_EXIT_USAGE;
 }

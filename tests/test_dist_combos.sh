@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Data-parallel training combined with the options reviewed on one process
+# (round fourteen; meson suite 'dist'), under mpirun on this machine:
+#   1. seq2seq --max-tokens batches with --grad-accum 3 on 2 and 3 ranks
+#      equal one process (parameters within 1e-5, the loss line alike);
+#      --zero 1 equals the all-reduce run bit for bit
+#   2. --keep-best --keep-last with --grad-accum and dropout on 2 ranks:
+#      stopped at --stop-at and resumed equals the uninterrupted run bit for
+#      bit, with the same files kept
+#   3. --skip-nonfinite under --zero 1: every rank skips the poisoned steps
+#      and the parameters stay as they were
+#   4. the commands that are not data-parallel (average, sample, eval,
+#      translate, attention) are refused under mpirun on every rank before
+#      any file is written (each rank wrote the same --out: a race that
+#      failed, left temporaries or crashed mpirun); their --help still works
+#   test_dist_combos.sh CHARLM SEQ2SEQ CKPT_WRITER MPIRUN   (skipped without MPIRUN)
+set -uo pipefail
+charlm=$(realpath "$1")
+seq2seq=$(realpath "$2")
+tool=$(realpath "$3")
+mpirun=${4:-}
+if [ -z "$mpirun" ] || ! command -v "$mpirun" >/dev/null; then
+  echo "skip: no mpirun"
+  exit 77
+fi
+. "$(dirname "$0")/shell_lib.sh" dist_combos
+unset MALLOC_PERTURB_ # Open MPI 4's mpirun crashes on it when ranks abort (test_dist_setup.sh)
+MPI=("$mpirun" --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS=1 -x CG_DIST_TIMEOUT=60)
+mpi() { # mpi NP PROGRAM ARGS...
+  local np=$1
+  shift
+  timeout 300 "${MPI[@]}" -np "$np" "$@"
+}
+run() { # run NAME CMD...: a run that must succeed (stdout NAME.json, stderr NAME.log)
+  local name=$1
+  shift
+  "$@" >"$name.json" 2>"$name.log" || fail "$name: $(grep -m1 error "$name.log" || tail -2 "$name.log")"
+}
+zoo_data
+
+# 1. token-budget batches split over the ranks, accumulated
+S2S=(--tokenizer char --d 16 --H 2 --enc-layers 1 --dec-layers 1 --d-ff 32 --valid-size 20
+     --test-size 20 --test-limit 1 --threads 1 --eval-every 5 --precision fp32 --seed 3
+     --dropout 0 --max-tokens 300 --steps 10 --grad-accum 3 --data p.tsv)
+run s1 "$seq2seq" train "${S2S[@]}" --out s1.st
+run s2 mpi 2 "$seq2seq" train "${S2S[@]}" --out s2.st
+run s3 mpi 3 "$seq2seq" train "${S2S[@]}" --out s3.st
+run s3z mpi 3 "$seq2seq" train "${S2S[@]}" --zero 1 --out s3z.st
+for n in 2 3; do
+  r=$("$tool" close s1.st s$n.st 1e-5 2>&1) && echo "ok: seq2seq --max-tokens --grad-accum 3, $n ranks == 1 process: $r" ||
+    fail "seq2seq --max-tokens --grad-accum 3, $n ranks: $r"
+  [ "$(grep 'step 10/10' s1.log | cut -d' ' -f3-5)" = "$(grep 'step 10/10' s$n.log | cut -d' ' -f3-5)" ] ||
+    fail "$n ranks report another loss: $(grep 'step 10/10' s$n.log), one process: $(grep 'step 10/10' s1.log)"
+done
+"$tool" same s3.st s3z.st && echo "ok: 3 ranks: --zero 1 == all-reduce, bit for bit" ||
+  fail "3 ranks: --zero 1 differs from the all-reduce run"
+
+# 2. stop and resume with --keep-best, --keep-last, dropout and accumulation
+K=(--tokenizer char --d 16 --H 2 --enc-layers 1 --dec-layers 1 --d-ff 32 --valid-size 20
+   --test-size 20 --test-limit 1 --threads 1 --eval-every 3 --precision fp32 --seed 3
+   --dropout 0.1 --max-tokens 250 --steps 10 --grad-accum 2 --keep-best --keep-last 2 --data p.tsv)
+run ku mpi 2 "$seq2seq" train "${K[@]}" --out u.st
+run kh mpi 2 "$seq2seq" train "${K[@]}" --stop-at 5 --out h.st
+run kr mpi 2 "$seq2seq" train --resume h.st
+"$tool" same u.st h.st && echo "ok: 2 ranks, stopped at 5 and resumed == uninterrupted, bit for bit" ||
+  fail "2 ranks: the resumed run differs from the uninterrupted one"
+[ "$(ls u.st.* | sed 's/^u/X/' | grep -v lock)" = "$(ls h.st.* | sed 's/^h/X/' | grep -v lock)" ] &&
+  "$tool" same u.st.best.safetensors h.st.best.safetensors &&
+  echo "ok: the same kept and best checkpoints" ||
+  fail "kept files: $(ls u.st.* | tr '\n' ' ') against $(ls h.st.* | tr '\n' ' ')"
+
+# 3. --skip-nonfinite under ZeRO-1: a weight of 3e38 makes every loss NaN
+TINY=(--d 16 --H 2 --layers 1 --d-ff 32 --T 16 --batch-size 4 --threads 1 --eval-every 4
+      --precision fp32 --data c.txt)
+run p "$charlm" train "${TINY[@]}" --steps 12 --stop-at 4 --out p.st
+"$tool" setval p.st ln_f.weight 3e38
+cp p.st p0.st
+run pz mpi 2 "$charlm" train --resume p.st --zero 1 --skip-nonfinite --stop-at 6
+[ "$(grep -c 'warning: skipping step' pz.log)" = 2 ] && "$tool" close p0.st p.st 0 >/dev/null &&
+  echo "ok: --skip-nonfinite --zero 1 on 2 ranks: both steps skipped, parameters unchanged" ||
+  fail "--skip-nonfinite --zero 1: $(grep -c 'skipping step' pz.log) skipped; $("$tool" close p0.st p.st 0 2>&1)"
+
+# 4. commands that run as one process
+rc=0
+run a1 "$charlm" train "${TINY[@]}" --steps 4 --out a.st
+for cmd in "$charlm average --out avg.st a.st a.st" "$charlm sample --ckpt a.st --length 5" \
+  "$charlm eval --ckpt a.st" "$charlm sample --ckpt a.st --length 5 --attention att.png" \
+  "$seq2seq translate --ckpt s1.st hallo" "$seq2seq attention --ckpt s1.st --text hallo --out attdir"; do
+  rc=0
+  # shellcheck disable=SC2086 # the words of cmd
+  mpi 2 $cmd >out.txt 2>err.txt || rc=$?
+  name=$(echo "$cmd" | cut -d' ' -f2)
+  if [ "$rc" -ne 0 ] && grep -q "$name runs as one process: start it without mpirun" err.txt &&
+    [ ! -e avg.st ] && [ ! -e att.png ] && [ ! -e attdir ] && ! ls avg.st.* att.png.* >/dev/null 2>&1; then
+    echo "ok: $name under mpirun: $(grep -m1 'one process' err.txt)"
+  else
+    fail "$name under mpirun: exit $rc, $(ls avg.st* att.png* attdir 2>/dev/null | tr '\n' ' ')$(grep -m1 error err.txt)"
+  fi
+  rm -rf avg.st* att.png* attdir
+done
+mpi 2 "$charlm" average --help >out.txt 2>err.txt && grep -q "usage" out.txt &&
+  echo "ok: average --help under mpirun" || fail "average --help under mpirun: $(tail -1 err.txt)"
+
+finish
