@@ -13,6 +13,8 @@
 #      translate, attention) are refused under mpirun on every rank before
 #      any file is written (each rank wrote the same --out: a race that
 #      failed, left temporaries or crashed mpirun); their --help still works
+#   5. a checkpoint whose batch is smaller than the ranks, resumed: the
+#      advice names the ranks, not a --batch-size --resume refuses
 #   test_dist_combos.sh CHARLM SEQ2SEQ CKPT_WRITER MPIRUN   (skipped without MPIRUN)
 set -uo pipefail
 charlm=$(realpath "$1")
@@ -101,4 +103,8 @@ done
 mpi 2 "$charlm" average --help >out.txt 2>err.txt && grep -q "usage" out.txt &&
   echo "ok: average --help under mpirun" || fail "average --help under mpirun: $(tail -1 err.txt)"
 
+# 5. resumed on more ranks than its batch has windows
+run b "$charlm" train "${TINY[@]}" --batch-size 2 --steps 8 --stop-at 4 --out b.st
+refused "a batch of 2 windows resumed on 3 ranks" "'b.st' trains batches of 2 windows.*resume on at most 2 ranks" \
+  "${MPI[@]}" -np 3 "$charlm" train --resume b.st
 finish

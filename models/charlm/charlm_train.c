@@ -294,7 +294,14 @@ static int lm_data_checks(lm_run *r, const cg_train_opts *o)
                             "a smaller --block-size)",
                             o->data, (long long)r->corpus->n, bpe ? "tokens" : "characters",
                             (long long)r->tr.n, (long long)r->va.n, (long long)r->T);
-    if (!cg_dist_share(r->B, &r->r0, &r->r1))
+    /* resumed, the batch is the checkpoint's (--batch-size is refused) */
+    const bool split = cg_dist_share(r->B, &r->r0, &r->r1);
+    if (!split && o->resume)
+        return cg_prog_fail("'%s' trains batches of %lld windows, which cannot be split over %d "
+                            "ranks (one window per rank at least): resume on at most %lld rank%s",
+                            o->resume, (long long)r->B, cg_dist_size(), (long long)r->B,
+                            r->B == 1 ? "" : "s");
+    if (!split)
         return cg_prog_fail("--batch-size %lld is smaller than the %d ranks", (long long)r->B,
                             cg_dist_size());
     size_t nb = (size_t)(r->B * r->T * o->grad_accum);
