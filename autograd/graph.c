@@ -148,12 +148,27 @@ static cg_record_status record(cg_tensor *out, cg_op op, const char *name, int n
     *node_out = NULL;
     if (!out || !cg_grad_enabled() || !cg_dtype_is_float(out->dtype))
         return CG_RECORD_NONE; /* an int64 or bool result has no gradient */
-    if (n_inputs < 0 || (n_inputs > 0 && !inputs) || !backward || (unsigned)op >= CG_OP_COUNT ||
-        (op_max_inputs[op] && n_inputs > op_max_inputs[op])) {
-        cg_set_error("%s: recording needs inputs (at most %d) and a backward function (%d "
-                     "inputs, backward %s)",
-                     opn, (unsigned)op < CG_OP_COUNT ? op_max_inputs[op] : 0, n_inputs,
-                     backward ? "set" : "NULL");
+    /* one line saying what is wrong (a limit only for ops that have one:
+     * a user-defined op takes any number of inputs) */
+    if ((unsigned)op >= CG_OP_COUNT) {
+        cg_set_error("%s: recording an unknown op %d", opn, (int)op);
+        return CG_RECORD_FAILED;
+    }
+    if (!backward) {
+        cg_set_error("%s: recording needs a backward function", opn);
+        return CG_RECORD_FAILED;
+    }
+    if (n_inputs < 0) {
+        cg_set_error("%s: recording needs n_inputs >= 0 (got %d)", opn, n_inputs);
+        return CG_RECORD_FAILED;
+    }
+    if (op_max_inputs[op] && n_inputs > op_max_inputs[op]) {
+        cg_set_error("%s: recording needs at most %d inputs (got %d)", opn, op_max_inputs[op],
+                     n_inputs);
+        return CG_RECORD_FAILED;
+    }
+    if (n_inputs > 0 && !inputs) {
+        cg_set_error("%s: recording needs the %d inputs (got NULL)", opn, n_inputs);
         return CG_RECORD_FAILED;
     }
     bool any = false;

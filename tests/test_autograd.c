@@ -555,6 +555,17 @@ START_TEST(test_user_op_errors)
     ck_assert_int_eq(cg_record_op(p, "onto_param", 1, &x, no_grad_bw, NULL), CG_RECORD_FAILED);
     ck_assert_ptr_nonnull(strstr(cg_last_error(), "leaf that requires grad"));
     ck_assert_int_eq(cg_record_op(y, "", 1, &x, no_grad_bw, NULL), CG_RECORD_FAILED);
+    /* a NULL backward or a negative count: one line saying which, no bogus
+     * limit (a user-defined op takes any number of inputs) */
+    cg_tensor *o = cg_ones(CG_SHAPE(2, 3));
+    ck_assert_int_eq(cg_record_op(o, "nobw", 1, &x, NULL, NULL), CG_RECORD_FAILED);
+    ck_assert_str_eq(cg_last_error(), "nobw: recording needs a backward function");
+    ck_assert_int_eq(cg_record_op(o, "negn", -1, &x, no_grad_bw, NULL), CG_RECORD_FAILED);
+    ck_assert_str_eq(cg_last_error(), "negn: recording needs n_inputs >= 0 (got -1)");
+    ck_assert_int_eq(cg_record_op(o, "noins", 2, NULL, no_grad_bw, NULL), CG_RECORD_FAILED);
+    ck_assert_str_eq(cg_last_error(), "noins: recording needs the 2 inputs (got NULL)");
+    ck_assert_ptr_null(o->node);
+    cg_release(o);
     /* a backward that gives no gradient for an input needing one */
     cg_tensor *l = cg_sum(y, 0, NULL, false);
     ck_assert(!cg_backward(l, NULL, false));
