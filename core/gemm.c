@@ -141,7 +141,22 @@ const char *cg_gemm_path_name(cg_gemm_path p)
     return "unknown";
 }
 
-void cg_set_matmul_precision(cg_precision p) { tl_precision = p == CG_PRECISION_BF16; }
+/* A value that is no precision (a C enum takes any int): false + one
+ * line naming the caller, the policy left as it is. */
+static bool precision_known(cg_precision p, const char *who)
+{
+    if (p == CG_PRECISION_FP32 || p == CG_PRECISION_BF16)
+        return true;
+    cg_set_error("%s: unknown precision %d (choices: fp32, bf16); the policy stays %s", who, (int)p,
+                 cg_precision_name(cg_get_matmul_precision()));
+    return false;
+}
+
+void cg_set_matmul_precision(cg_precision p)
+{
+    if (precision_known(p, "set_matmul_precision"))
+        tl_precision = p == CG_PRECISION_BF16;
+}
 
 cg_precision cg_get_matmul_precision(void)
 {
@@ -151,11 +166,16 @@ cg_precision cg_get_matmul_precision(void)
 cg_precision cg_autocast_begin(cg_precision p)
 {
     const cg_precision prev = cg_get_matmul_precision();
-    cg_set_matmul_precision(p);
+    if (precision_known(p, "autocast_begin"))
+        tl_precision = p == CG_PRECISION_BF16;
     return prev;
 }
 
-void cg_autocast_end(cg_precision prev) { cg_set_matmul_precision(prev); }
+void cg_autocast_end(cg_precision prev)
+{
+    if (precision_known(prev, "autocast_end"))
+        tl_precision = prev == CG_PRECISION_BF16;
+}
 
 cg_gemm_path cg_precision_path(cg_precision p)
 {
@@ -163,7 +183,10 @@ cg_gemm_path cg_precision_path(cg_precision p)
     return p == CG_PRECISION_BF16 ? cg_bf16_auto_path() : g_active;
 }
 
-const char *cg_precision_name(cg_precision p) { return p == CG_PRECISION_BF16 ? "bf16" : "fp32"; }
+const char *cg_precision_name(cg_precision p)
+{
+    return p == CG_PRECISION_BF16 ? "bf16" : p == CG_PRECISION_FP32 ? "fp32" : "?";
+}
 
 bool cg_precision_parse(const char *s, cg_precision *out)
 {

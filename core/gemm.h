@@ -57,7 +57,9 @@ typedef enum cg_gemm_path {
  * (scopes nest, as `with torch.autocast(...)` blocks do):
  *     cg_precision prev = cg_autocast_begin(CG_PRECISION_BF16);
  *     ... forward, backward ...
- *     cg_autocast_end(prev); */
+ *     cg_autocast_end(prev);
+ * A value that is neither (a cast int) is refused: an error naming it,
+ * and the policy stays as it was. */
 typedef enum { CG_PRECISION_FP32 = 0, CG_PRECISION_BF16 = 1 } cg_precision;
 void cg_set_matmul_precision(cg_precision p);
 cg_precision cg_get_matmul_precision(void);
@@ -67,7 +69,7 @@ void cg_autocast_end(cg_precision prev);
  * cg_gemm_active_path() for fp32): what CG_GEMM_AUTO means on a thread
  * whose policy is p. */
 cg_gemm_path cg_precision_path(cg_precision p);
-/* "fp32" / "bf16"; parse returns false (and records an error) otherwise,
+/* "fp32" / "bf16" ("?" for another value); parse returns false (and records an error) otherwise,
  * and when out is NULL. */
 const char *cg_precision_name(cg_precision p);
 bool cg_precision_parse(const char *s, cg_precision *out);

@@ -660,6 +660,23 @@ START_TEST(test_precision_switch)
     CG_ASSERT_REFUSED(!cg_precision_parse("bf16", NULL),
                       "cg_precision_parse: argument 'out' is NULL");
     ck_assert_str_eq(cg_precision_name(CG_PRECISION_BF16), "bf16");
+    /* a value that is no precision (a C enum takes any int) is refused in
+     * one line and the policy stays as it was, never silently fp32 */
+    ck_assert_str_eq(cg_precision_name((cg_precision)5), "?");
+    cg_set_matmul_precision(CG_PRECISION_BF16);
+    CG_ASSERT_REFUSED((cg_set_matmul_precision((cg_precision)5), cg_has_error()),
+                      "set_matmul_precision: unknown precision 5 (choices: fp32, bf16)");
+    ck_assert_int_eq(cg_get_matmul_precision(), CG_PRECISION_BF16);
+    cg_clear_error();
+    ck_assert_int_eq(cg_autocast_begin((cg_precision)7), CG_PRECISION_BF16);
+    ck_assert_str_eq(cg_last_error(), "autocast_begin: unknown precision 7 (choices: fp32, "
+                                      "bf16); the policy stays bf16");
+    ck_assert_int_eq(cg_get_matmul_precision(), CG_PRECISION_BF16);
+    CG_ASSERT_REFUSED((cg_autocast_end((cg_precision)-1), cg_has_error()),
+                      "autocast_end: unknown precision -1");
+    ck_assert_int_eq(cg_get_matmul_precision(), CG_PRECISION_BF16);
+    cg_set_matmul_precision(CG_PRECISION_FP32);
+    cg_clear_error();
 
     cg_rng rng = cg_rng_new(9);
     const int64_t m = 70, k = 129, n = 45;
