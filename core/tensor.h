@@ -409,8 +409,11 @@ int64_t cg_get_i64(const cg_tensor *t, const int64_t *idx);
  * as cg_to does); 0 + error. */
 float cg_item(const cg_tensor *t);
 int64_t cg_item_i64(const cg_tensor *t);
-/* Print t as PyTorch prints it (tensor([[1, 2], [3, 4]], dtype=torch.int64);
- * rows past 1000 elements summarised with "..."). false + error on NULL. */
+/* Print t in PyTorch's layout (tensor([[1, 2], [3, 4]], dtype=torch.int64);
+ * rows past 1000 elements summarised with "..."). Not its exact text: every
+ * dtype but float32 is named (PyTorch leaves out int64 and bool too), the
+ * elements are not padded to one width, and requires_grad / grad_fn are not
+ * shown. false + error on NULL. */
 bool cg_print(const cg_tensor *t);
 bool cg_fprint(FILE *f, const cg_tensor *t);
 bool cg_same_shape(const cg_tensor *a, const cg_tensor *b);

@@ -66,7 +66,11 @@ cg_tensor *cg_pad_sequence(int64_t n, cg_tensor *const *seqs, double pad, cg_ten
  * when a scope around its own ends first: two loaders in one loop (b's
  * scope inside a's, which a's next call ends), a loop left early inside a
  * scope of the caller's. Leaving the loop early (break): cg_loader_free ends
- * the scope. The data are retained, not copied. rng is borrowed (NULL: no
+ * the scope; a loader kept instead continues that epoch at its next call
+ * (a new `for x, y in loader` in PyTorch starts a new epoch; here that
+ * loop would see only the rest of the old one: give a loop that stops
+ * early, `next(iter(loader))`, a loader of its own). The data are
+ * retained, not copied. rng is borrowed (NULL: no
  * shuffle, rows in order). */
 typedef struct {
     cg_tensor *x;    /* this batch's inputs: [n, ...] */
