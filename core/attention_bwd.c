@@ -117,11 +117,19 @@ static void bwd_head(cg_gemm_path path, const cg_tensor *q, const cg_tensor *k, 
         dbf = bf;
     }
     /* D_i = <dO_i, O_i> over several key blocks (with kept weights or
-     * one block: <P_i, dP_i>, below) */
+     * one block: <P_i, dP_i>, below), from the dO that dP = dO v^T reads
+     * (in bf16 its rounding: from g instead, each row's dS = P (dP - D)
+     * would no longer sum to 0) */
     const bool one = Tk <= KB;
     for (int64_t i = 0; !Ps.p && !one && i < Tq; i++) {
         const float *oi = opp + i * o->strides[2];
-        if (gc == 1 && o->strides[3] == 1) {
+        if (go.bf) {
+            const uint16_t *gi = (const uint16_t *)go.p + i * gor;
+            double acc = 0.0;
+            for (int64_t c = 0; c < dh; c++)
+                acc += (double)cg_bf16_to_f32(gi[c * goc]) * oi[c * o->strides[3]];
+            Dl[i] = (float)acc;
+        } else if (gc == 1 && o->strides[3] == 1) {
             Dl[i] = cg_attn_dot(gp + i * gr, oi, dh);
         } else {
             double acc = 0.0;

@@ -2885,6 +2885,53 @@ START_TEST(test_attention_saves_bf16)
 }
 END_TEST
 
+/* Over several key blocks (beyond 512 keys) attention's backward takes
+ * D_i = <dO_i, O_i> from the output instead of <P_i, dP_i>; in bf16 the
+ * two must read the same dO, the rounded one dP = dO v^T reads, or each
+ * row's dS = P (dP - D) no longer sums to 0 (a shift of all of a row's
+ * scores changes nothing, so its gradient must be 0). A query that sees
+ * one key has weight 1 there: dq and dk are exactly 0 (PyTorch's autocast
+ * gives 0); with D from the unrounded dO they came out up to 0.02 and
+ * 0.17 at 513 and 1,100 keys (1e-6 at 512, one block), the error in dk
+ * growing with the queries. Key padding that leaves only key 0, causal or
+ * not. */
+START_TEST(test_attention_lse_blocks_bf16)
+{
+    cg_rng rng = cg_rng_new(79);
+    const int64_t B = 1, H = 2, dh = 32, Ts[3] = {512, 513, 1100};
+    for (int v = 0; v < 6; v++) {
+        const int64_t T = Ts[v % 3];
+        const bool causal = v >= 3;
+        cg_tensor *q = cg_randn(&rng, CG_SHAPE(B, H, T, dh));
+        cg_tensor *k = cg_randn(&rng, CG_SHAPE(B, H, T, dh));
+        cg_tensor *vv = cg_randn(&rng, CG_SHAPE(B, H, T, dh));
+        cg_tensor *g = cg_randn(&rng, CG_SHAPE(B, H, T, dh));
+        uint8_t *pad = malloc((size_t)T);
+        for (int64_t j = 0; j < T; j++)
+            pad[j] = j != 0;
+        cg_tensor *kpad = cg_test_mask(CG_SHAPE(B, T), pad);
+        cg_set_matmul_precision(CG_PRECISION_BF16);
+        cg_tensor *saved = NULL, *dq = NULL, *dk = NULL, *dv = NULL;
+        cg_tensor *y = cg_k_attention(q, k, vv, causal, kpad, &saved, NULL);
+        ck_assert_msg(y != NULL, "%s", cg_last_error());
+        ck_assert(cg_k_attention_backward(q, k, vv, y, saved, g, causal, kpad, &dq, &dk, &dv));
+        cg_set_matmul_precision(CG_PRECISION_FP32);
+        float *a = cg_test_values(dq), *b = cg_test_values(dk), *c = cg_test_values(dv);
+        double wq = 0.0, wk = 0.0, big = 0.0;
+        for (int64_t i = 0; i < B * H * T * dh; i++) {
+            wq = fmax(wq, fabs(a[i]));
+            wk = fmax(wk, fabs(b[i]));
+            big = fmax(big, fabs(c[i]));
+        }
+        ck_assert_msg(wq < 1e-5 && wk < 1e-5 * big,
+                      "T %lld causal %d, one key: |dq| %g, |dk| %g (|dv| %g), want 0", (long long)T,
+                      causal, wq, wk, big);
+        free(a), free(b), free(c), free(pad);
+        cg_release_all(9, y, saved, dq, dk, dv, q, k, vv, g); /* kpad: the harness's */
+    }
+}
+END_TEST
+
 /* Attention's backward in bf16 rounds dO once for all the heads: its
  * gradients have the same bits whatever g's layout, contiguous, the heads
  * of a [B, T, H dh] tensor (what a layer hands over), a slice of a wider
@@ -3388,6 +3435,7 @@ static Suite *bf16_suite(void)
     tcase_add_test(to, test_gelu_saves_bf16);
     tcase_add_test(to, test_attention_saves_bf16);
     tcase_add_test(to, test_attention_grad_layouts_bf16);
+    tcase_add_test(to, test_attention_lse_blocks_bf16);
     tcase_add_test(to, test_attention_bf16_inputs);
     suite_add_tcase(s, to);
     TCase *ta = tcase_create("attention");
