@@ -207,11 +207,15 @@ static inline __attribute__((always_inline)) void prob_run(float *s, int64_t ke,
 }
 
 /* Recomputed probabilities of one row: s[j] = exp(s[j] / scale - lse)
- * over [0, ke) (masked keys 0, a NaN lse gives NaN), s[ke, kz) = 0. In 16
- * lanes, the last partial block too (ew_expf's bits). When the row's
- * scores all map into ew_expf16_normal's range (they do unless a score is
- * far below the row's maximum, or is not finite), by that twin: s / scale
- * - lse is monotonic in s, so the row's minimum and maximum bound it. */
+ * over [0, ke) (masked keys 0, a NaN lse gives NaN), s[ke, kz) = 0, then
+ * divided by their sum (8 double lanes), as the softmax row divides: lse
+ * is rounded to float, half an ulp of |lse| (5e-4 at scores of 1e4), by
+ * which the row would sum to more or less than 1, and its backward's
+ * dS = P (dP - <P, dP>) would no longer sum to 0. In 16 lanes, the last
+ * partial block too (ew_expf's bits). When the row's scores all map into
+ * ew_expf16_normal's range (they do unless a score is far below the row's
+ * maximum, or is not finite), by that twin: s / scale - lse is monotonic
+ * in s, so the row's minimum and maximum bound it. */
 EW_CLONES void cg_attn_prob_row(float *s, int64_t ke, int64_t kz, float scale, const uint8_t *kpad,
                                 float lse)
 {
@@ -223,6 +227,12 @@ EW_CLONES void cg_attn_prob_row(float *s, int64_t ke, int64_t kz, float scale, c
         prob_run(s, ke, scale, kpad, lse, true);
     else
         prob_run(s, ke, scale, kpad, lse, false);
+    const double sum = sum_lanes(s, NULL, ke);
+    if (sum > 0.0) { /* (a row of NaN stays NaN; one without keys, zeros) */
+        const double inv = 1.0 / sum;
+        for (int64_t j = 0; j < ke; j++)
+            s[j] = (float)(s[j] * inv);
+    }
     for (int64_t j = ke; j < kz; j++)
         s[j] = 0.0f;
 }

@@ -28,7 +28,8 @@ void cg_attn_softmax_row(float *s, int64_t ke, int64_t Tk, float scale, const in
  * the factor for the row's earlier output. */
 float cg_attn_online_row(float *s, int64_t ke, int64_t kz, float scale, const int32_t *kmask,
                          float *m, double *l);
-/* The probabilities recomputed: s[j] = exp(s[j] / scale - lse). */
+/* The probabilities recomputed: s[j] = exp(s[j] / scale - lse), divided
+ * by their sum (lse is rounded to float: the row sums to 1 again). */
 void cg_attn_prob_row(float *s, int64_t ke, int64_t kz, float scale, const uint8_t *kpad,
                       float lse);
 /* cg_attn_prob_row and cg_attn_dsoft_row in one pass (dP in d). */

@@ -1420,6 +1420,68 @@ START_TEST(test_attention_weights_bits)
 }
 END_TEST
 
+/* Weights recomputed from the log-sum-exps (257 to 512 keys in fp32: one
+ * key block) where the scores are large: lse = m + log(sum), rounded to
+ * float, is off by up to half an ulp of |lse| (5e-4 at 1e4), so exp(s -
+ * lse) sums to 1 + 5e-4, not 1. The backward took D = <P, dP> from those
+ * weights, so each row's dS = P (dP - D) summed to -5e-4 D instead of 0
+ * (a shift of all of a row's scores changes nothing), and dq and dk came
+ * out with errors of 0.17 and 0.31 of their size (PyTorch: 1e-3) at 257
+ * keys with q of 1e4 times randn, against 4e-3 at 256 keys (kept weights)
+ * and 1e-3 at 513 (several key blocks). Integer q and k with a common
+ * offset of the keys (scores near 1e4, exact on any path; the offset
+ * changes no weight): the weights asked for sum to 1, the sum of dk over
+ * the keys is 0 and the sum of dv over the keys is the sum of dO over the
+ * queries (the weights of a row sum to 1), each to float rounding. */
+START_TEST(test_attention_recomputed_large_scores)
+{
+    const int64_t B = 1, H = 2, dh = 16, Ts[3] = {257, 300, 512};
+    cg_rng r = cg_rng_new(43);
+    for (int ti = 0; ti < 3; ti++) {
+        const int64_t T = Ts[ti];
+        cg_tensor *q = cg_empty(CG_SHAPE(B, H, T, dh)), *k = cg_empty(CG_SHAPE(B, H, T, dh));
+        cg_tensor *v = cg_randn(&r, CG_SHAPE(B, H, T, dh)),
+                  *g = cg_randn(&r, CG_SHAPE(B, H, T, dh));
+        float *qp = cg_data(q), *kp = cg_data(k);
+        for (int64_t i = 0; i < cg_numel(q); i++) {
+            qp[i] = (float)(1 + (int64_t)(cg_rng_uniform(&r) * 3.0f)); /* 1..3 */
+            kp[i] = (float)(1000 + (int64_t)(cg_rng_uniform(&r) * 5.0f) - 2);
+        }
+        cg_tensor *saved = NULL, *w = NULL, *dq = NULL, *dk = NULL, *dv = NULL;
+        cg_tensor *o = cg_k_attention(q, k, v, false, NULL, &saved, &w);
+        ck_assert_ptr_nonnull(o);
+        ck_assert_int_eq(saved->ndim, 3); /* recomputed */
+        ck_assert(cg_k_attention_backward(q, k, v, o, saved, g, false, NULL, &dq, &dk, &dv));
+        const float *wp = cg_data(w), *gp = cg_data(g);
+        float *dkv = cg_test_values(dk), *dvv = cg_test_values(dv);
+        double wsum = 0.0, ksum = 0.0, kbig = 0.0, vsum = 0.0;
+        for (int64_t row = 0; row < B * H * T; row++) {
+            double s = 0.0;
+            for (int64_t j = 0; j < T; j++)
+                s += wp[row * T + j];
+            wsum = fmax(wsum, fabs(s - 1.0));
+        }
+        for (int64_t bh = 0; bh < B * H; bh++)
+            for (int64_t e = 0; e < dh; e++) {
+                double sk = 0.0, sv = 0.0;
+                for (int64_t j = 0; j < T; j++) {
+                    sk += dkv[(bh * T + j) * dh + e];
+                    sv += dvv[(bh * T + j) * dh + e] - gp[(bh * T + j) * dh + e];
+                    kbig = fmax(kbig, fabs(dkv[(bh * T + j) * dh + e]));
+                }
+                ksum = fmax(ksum, fabs(sk));
+                vsum = fmax(vsum, fabs(sv));
+            }
+        ck_assert_msg(wsum < 1e-5 && ksum < 1e-4 * kbig && vsum < 1e-3,
+                      "T %lld: rows of weights sum to 1 +- %g; sum of dk over keys %g (|dk| %g); "
+                      "sum of dv - dO %g",
+                      (long long)T, wsum, ksum, kbig, vsum);
+        free(dkv), free(dvv);
+        cg_release_all(10, q, k, v, g, saved, w, o, dq, dk, dv);
+    }
+}
+END_TEST
+
 /* Attention over no keys (k and v [B,H,0,dh]): each query's output is the
  * empty weighted sum, zeros, as PyTorch's softmax(q k^T) v gives and as
  * cg_scaled_dot_product_attention's masked path gives; dq is zero too. A
@@ -1507,6 +1569,7 @@ static Suite *nnkernels_suite(void)
     tcase_add_test(tc, test_attention_tiled_vs_double);
     tcase_add_test(tc, test_attention_weights_bits);
     tcase_add_test(tc, test_attention_no_keys);
+    tcase_add_test(tc, test_attention_recomputed_large_scores);
     suite_add_tcase(s, tc);
     return s;
 }
