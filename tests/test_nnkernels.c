@@ -1251,6 +1251,9 @@ START_TEST(test_attention_tiled_vs_double)
         {1, 1, 40, 530, 4, true, true},    /* causal with Tk > Tq: keys no query sees */
         {2, 1, 300, 300, 8, true, true},   /* one block, recomputed weights */
         {1, 2, 7, 300, 8, false, true},    /* cross, one block, recomputed weights */
+        {1, 1, 65, 256, 8, false, true},   /* the last length with kept weights */
+        {1, 1, 129, 257, 8, true, true},   /* the first with recomputed ones */
+        {1, 1, 65, 513, 8, false, true},   /* a second key block of one key, padded */
     };
     cg_rng r = cg_rng_new(31);
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
