@@ -2885,6 +2885,16 @@ START_TEST(test_attention_saves_bf16)
 }
 END_TEST
 
+/* q, k, v and dO of one shape, drawn in that order. */
+static void qkvg_randn(cg_rng *rng, int ndim, const int64_t *shape, cg_tensor **q, cg_tensor **k,
+                       cg_tensor **v, cg_tensor **g)
+{
+    *q = cg_randn(rng, ndim, shape);
+    *k = cg_randn(rng, ndim, shape);
+    *v = cg_randn(rng, ndim, shape);
+    *g = cg_randn(rng, ndim, shape);
+}
+
 /* Over several key blocks (beyond 512 keys) attention's backward takes
  * D_i = <dO_i, O_i> from the output instead of <P_i, dP_i>; in bf16 the
  * two must read the same dO, the rounded one dP = dO v^T reads, or each
@@ -2902,10 +2912,8 @@ START_TEST(test_attention_lse_blocks_bf16)
     for (int v = 0; v < 6; v++) {
         const int64_t T = Ts[v % 3];
         const bool causal = v >= 3;
-        cg_tensor *q = cg_randn(&rng, CG_SHAPE(B, H, T, dh));
-        cg_tensor *k = cg_randn(&rng, CG_SHAPE(B, H, T, dh));
-        cg_tensor *vv = cg_randn(&rng, CG_SHAPE(B, H, T, dh));
-        cg_tensor *g = cg_randn(&rng, CG_SHAPE(B, H, T, dh));
+        cg_tensor *q, *k, *vv, *g;
+        qkvg_randn(&rng, CG_SHAPE(B, H, T, dh), &q, &k, &vv, &g);
         uint8_t *pad = malloc((size_t)T);
         for (int64_t j = 0; j < T; j++)
             pad[j] = j != 0;
@@ -2945,10 +2953,8 @@ START_TEST(test_attention_grad_layouts_bf16)
     for (int v = 0; v < 4; v++) {
         const int64_t T = Ts[v % 2];
         const bool causal = v >= 2;
-        cg_tensor *q = cg_randn(&rng, CG_SHAPE(B, H, T, dh));
-        cg_tensor *k = cg_randn(&rng, CG_SHAPE(B, H, T, dh));
-        cg_tensor *vv = cg_randn(&rng, CG_SHAPE(B, H, T, dh));
-        cg_tensor *g = cg_randn(&rng, CG_SHAPE(B, H, T, dh));
+        cg_tensor *q, *k, *vv, *g;
+        qkvg_randn(&rng, CG_SHAPE(B, H, T, dh), &q, &k, &vv, &g);
         /* the heads of [B, T, H dh]: dense, rows H dh apart */
         cg_tensor *gv1 = cg_view_transpose(g, 1, 2), *gt = cg_k_contiguous(gv1);
         cg_tensor *heads = cg_view_transpose(gt, 1, 2);
