@@ -81,6 +81,9 @@ run pz mpi 2 "$charlm" train --resume p.st --zero 1 --skip-nonfinite --stop-at 6
 [ "$(grep -c 'warning: skipping step' pz.log)" = 2 ] && "$tool" close p0.st p.st 0 >/dev/null &&
   echo "ok: --skip-nonfinite --zero 1 on 2 ranks: both steps skipped, parameters unchanged" ||
   fail "--skip-nonfinite --zero 1: $(grep -c 'skipping step' pz.log) skipped; $("$tool" close p0.st p.st 0 2>&1)"
+# the reduced loss is NaN with its sign bit set: "nan" all the same
+grep -q 'skipping step 5: loss nan,' pz.log && ! grep -q -- '-nan' pz.log &&
+  echo "ok: the skip warning says 'loss nan'" || fail "the skip warning: $(grep -m1 'skipping step' pz.log)"
 
 # 4. commands that run as one process
 rc=0

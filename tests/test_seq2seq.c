@@ -1321,9 +1321,8 @@ START_TEST(test_cli_nonfinite)
     for (const char *p = err; (p = strstr(p, "seq2seq: warning: skipping step ")); p++)
         warnings++;
     ck_assert_msg(warnings == 3, "%d warnings: %s", warnings, err);
-    ck_assert_msg(strstr(err, "skipping step 3: loss nan, non-finite gradient: '") ||
-                      strstr(err, "skipping step 3: loss -nan, non-finite gradient: '"),
-                  "%s", err);
+    /* NaN's sign is no information: "nan" whatever the sum's sign bit */
+    ck_assert_msg(strstr(err, "skipping step 3: loss nan, non-finite gradient: '"), "%s", err);
     ck_assert_msg(strstr(err, "3 step(s) skipped"), "%s", err);
     free(out);
     free(err);

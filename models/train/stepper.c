@@ -242,7 +242,7 @@ static cg_step_result nonfinite_step(cg_stepper *st, int64_t s, double lv, doubl
         cg_prefix_error("step %lld: ", (long long)s);
         return CG_STEP_NONFINITE;
     }
-    cg_prefix_error("loss %g, ", lv);
+    cg_prefix_error("loss %g, ", isnan(lv) ? NAN : lv); /* "nan", whatever its sign bit */
     cg_optim_zero_grad(st->opt);
     return CG_STEP_SKIPPED;
 }
