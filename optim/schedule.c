@@ -35,6 +35,39 @@ double cg_lr_noam(int64_t step, int64_t d_model, int64_t warmup, double factor)
     return factor * pow((double)d_model, -0.5) * (a < b ? a : b);
 }
 
+double cg_lr_warmup_linear(int64_t step, int64_t steps, int64_t warmup, double hi, double lo)
+{
+    if (step < 0 || warmup < 0) {
+        cg_set_error("lr_warmup_linear: need step >= 0 and warmup >= 0 (got %lld and %lld)",
+                     (long long)step, (long long)warmup);
+        return NAN;
+    }
+    if (step < warmup)
+        return hi * ((double)step / (double)(warmup > 1 ? warmup : 1));
+    double f = (double)(steps - step) / (double)(steps - warmup > 1 ? steps - warmup : 1);
+    return lo + (hi - lo) * (f > 0.0 ? f : 0.0);
+}
+
+double cg_lr_step_decay(int64_t step, int64_t step_size, double gamma, double lr)
+{
+    if (step < 0 || step_size < 1 || !(gamma > 0.0) || !isfinite(gamma)) {
+        cg_set_error("lr_step_decay: need step >= 0 and step_size >= 1 and a finite gamma > 0 "
+                     "(got %lld, %lld and %g)",
+                     (long long)step, (long long)step_size, gamma);
+        return NAN;
+    }
+    /* StepLR's products, one at a time; they reach a fixed point (0, inf,
+     * or lr itself for gamma 1) within about 2,100 of them, so any step
+     * ends quickly */
+    for (int64_t k = step / step_size; k > 0; k--) {
+        double next = lr * gamma;
+        if (next == lr)
+            break;
+        lr = next;
+    }
+    return lr;
+}
+
 cg_schedule cg_schedule_constant(double lr)
 {
     return (cg_schedule){.kind = CG_SCHED_CONSTANT, .lr = lr};
@@ -52,6 +85,17 @@ cg_schedule cg_schedule_noam(int64_t d_model, int64_t warmup, double factor)
         .kind = CG_SCHED_NOAM, .d_model = d_model, .warmup = warmup, .factor = factor};
 }
 
+cg_schedule cg_schedule_linear(int64_t steps, int64_t warmup, double hi, double lo)
+{
+    return (cg_schedule){
+        .kind = CG_SCHED_LINEAR, .lr = hi, .lr_min = lo, .warmup = warmup, .steps = steps};
+}
+
+cg_schedule cg_schedule_step(int64_t step_size, double gamma, double lr)
+{
+    return (cg_schedule){.kind = CG_SCHED_STEP, .lr = lr, .step_size = step_size, .gamma = gamma};
+}
+
 double cg_schedule_lr(const cg_schedule *s, int64_t step)
 {
     if (!s) {
@@ -62,6 +106,8 @@ double cg_schedule_lr(const cg_schedule *s, int64_t step)
     case CG_SCHED_CONSTANT: return s->lr;
     case CG_SCHED_COSINE: return cg_lr_warmup_cosine(step, s->steps, s->warmup, s->lr, s->lr_min);
     case CG_SCHED_NOAM: return cg_lr_noam(step, s->d_model, s->warmup, s->factor);
+    case CG_SCHED_LINEAR: return cg_lr_warmup_linear(step, s->steps, s->warmup, s->lr, s->lr_min);
+    case CG_SCHED_STEP: return cg_lr_step_decay(step, s->step_size, s->gamma, s->lr);
     }
     cg_set_error("schedule_lr: unknown schedule kind %d", (int)s->kind);
     return NAN;
@@ -69,6 +115,6 @@ double cg_schedule_lr(const cg_schedule *s, int64_t step)
 
 const char *cg_schedule_name(cg_schedule_kind k)
 {
-    static const char *const names[] = {"constant", "cosine", "noam"};
-    return ((int)k >= 0 && (int)k < 3) ? names[k] : "?";
+    static const char *const names[] = {"constant", "cosine", "noam", "linear", "step"};
+    return ((int)k >= 0 && (int)k < 5) ? names[k] : "?";
 }

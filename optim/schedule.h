@@ -10,6 +10,15 @@
  *   noam    shared/reference/train_seq2seq.py, step counted from 1:
  *             factor * d^-0.5 * min(step^-0.5, step * warmup^-1.5)
  *           (Python raises at step 0; here step <= 0 gives 0.)
+ *   linear  Hugging Face's get_linear_schedule_with_warmup (BERT's; with
+ *           lo, fairseq's polynomial_decay of power 1), step from 0:
+ *             step < warmup:  hi * (step / max(1, warmup))
+ *             else:           lo + (hi - lo) * max(0, (steps - step) /
+ *                                                     max(1, steps - warmup))
+ *           (0 at step 0, as theirs; lo 0 gives their bits.)
+ *   step    PyTorch's StepLR, step from 0: lr times gamma every step_size
+ *           steps, multiplied as its scheduler does step by step (its bits,
+ *           not those of lr * gamma^k).
  * Use: cg_optim_set_lr(opt, cg_schedule_lr(&sched, step)) before each step. */
 #ifndef CG_SCHEDULE_H
 #define CG_SCHEDULE_H
@@ -24,27 +33,42 @@ extern "C" {
 double cg_lr_warmup_cosine(int64_t step, int64_t steps, int64_t warmup, double hi, double lo);
 /* NAN + error for d_model < 1 or warmup < 0 (cg_optim_set_lr refuses it). */
 double cg_lr_noam(int64_t step, int64_t d_model, int64_t warmup, double factor);
+/* NAN + error for step < 0 or warmup < 0. */
+double cg_lr_warmup_linear(int64_t step, int64_t steps, int64_t warmup, double hi, double lo);
+/* NAN + error for step < 0, step_size < 1 or gamma not finite and > 0. */
+double cg_lr_step_decay(int64_t step, int64_t step_size, double gamma, double lr);
 
-typedef enum { CG_SCHED_CONSTANT = 0, CG_SCHED_COSINE, CG_SCHED_NOAM } cg_schedule_kind;
+typedef enum {
+    CG_SCHED_CONSTANT = 0,
+    CG_SCHED_COSINE,
+    CG_SCHED_NOAM,
+    CG_SCHED_LINEAR,
+    CG_SCHED_STEP
+} cg_schedule_kind;
 
 /* A schedule as a value, for trainers that choose one from options. */
 typedef struct cg_schedule {
     cg_schedule_kind kind;
-    double lr;       /* constant: the rate; cosine: hi (the peak) */
-    double lr_min;   /* cosine: lo (reached at step == steps) */
-    int64_t warmup;  /* cosine, noam */
-    int64_t steps;   /* cosine: total steps */
-    int64_t d_model; /* noam */
-    double factor;   /* noam */
+    double lr;         /* constant, step: the rate; cosine, linear: hi (the peak) */
+    double lr_min;     /* cosine, linear: lo (reached at step == steps) */
+    int64_t warmup;    /* cosine, noam, linear */
+    int64_t steps;     /* cosine, linear: total steps */
+    int64_t d_model;   /* noam */
+    double factor;     /* noam */
+    int64_t step_size; /* step */
+    double gamma;      /* step */
 } cg_schedule;
 
 cg_schedule cg_schedule_constant(double lr);
 cg_schedule cg_schedule_cosine(int64_t steps, int64_t warmup, double hi, double lo);
 cg_schedule cg_schedule_noam(int64_t d_model, int64_t warmup, double factor);
+cg_schedule cg_schedule_linear(int64_t steps, int64_t warmup, double hi, double lo);
+cg_schedule cg_schedule_step(int64_t step_size, double gamma, double lr);
 /* The rate at step (counted as the kind's formula counts it); NAN + error
  * for an unknown kind. */
 double cg_schedule_lr(const cg_schedule *s, int64_t step);
-/* "constant", "cosine", "noam" (static; "?" if out of range). */
+/* "constant", "cosine", "noam", "linear", "step" (static; "?" if out of
+ * range). */
 const char *cg_schedule_name(cg_schedule_kind k);
 
 #ifdef __cplusplus

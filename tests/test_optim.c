@@ -247,6 +247,48 @@ START_TEST(schedule_cosine)
 }
 END_TEST
 
+/* Hugging Face's get_linear_schedule_with_warmup (0 at step 0, the peak at
+ * warmup, 0 at steps) and StepLR (x gamma every step_size steps), the rates
+ * PyTorch's schedulers give as a loop steps them; lo > 0 ends there. */
+START_TEST(schedule_linear_and_step)
+{
+    cg_schedule lin = cg_schedule_linear(2000, 100, 1e-3, 0.0);
+    for (size_t i = 0; i < sizeof OPT_LIN_STEPS / sizeof OPT_LIN_STEPS[0]; i++) {
+        int64_t t = OPT_LIN_STEPS[i];
+        double a = cg_lr_warmup_linear(t, 2000, 100, 1e-3, 0.0);
+        ck_assert_msg(a == OPT_LIN_LR[i], "linear, step %lld: %.17g vs %.17g", (long long)t, a,
+                      OPT_LIN_LR[i]);
+        ck_assert(cg_schedule_lr(&lin, t) == a);
+    }
+    cg_schedule st = cg_schedule_step(30, 0.1, 0.1);
+    for (size_t i = 0; i < sizeof OPT_STEP_STEPS / sizeof OPT_STEP_STEPS[0]; i++) {
+        int64_t t = OPT_STEP_STEPS[i];
+        double a = cg_lr_step_decay(t, 30, 0.1, 0.1);
+        ck_assert_msg(a == OPT_STEP_LR[i], "step, step %lld: %.17g vs %.17g", (long long)t, a,
+                      OPT_STEP_LR[i]);
+        ck_assert(cg_schedule_lr(&st, t) == a);
+    }
+    /* down to lo: halfway through the decay, halfway between */
+    ck_assert(fabs(cg_lr_warmup_linear(1050, 2000, 100, 1e-3, 1e-4) - 5.5e-4) < 1e-18);
+    ck_assert(cg_lr_warmup_linear(3000, 2000, 100, 1e-3, 1e-4) == 1e-4);
+    ck_assert(cg_lr_warmup_linear(5, 10, 0, 1.0, 0.0) == 0.5); /* no warmup */
+    ck_assert_str_eq(cg_schedule_name(CG_SCHED_LINEAR), "linear");
+    ck_assert_str_eq(cg_schedule_name(CG_SCHED_STEP), "step");
+    /* bad arguments: NAN and a message naming them */
+    ck_assert(isnan(cg_lr_warmup_linear(-1, 10, 2, 1.0, 0.0)));
+    ck_assert_msg(strstr(cg_last_error(), "lr_warmup_linear: need step >= 0"), "%s",
+                  cg_last_error());
+    ck_assert(isnan(cg_lr_step_decay(3, 0, 0.5, 1.0)) && isnan(cg_lr_step_decay(3, 1, 0.0, 1.0)) &&
+              isnan(cg_lr_step_decay(3, 1, INFINITY, 1.0)));
+    ck_assert_msg(strstr(cg_last_error(), "lr_step_decay: need step >= 0 and step_size >= 1"), "%s",
+                  cg_last_error());
+    /* a step far out ends at the products' fixed point, at once */
+    ck_assert(cg_lr_step_decay(INT64_MAX, 1, 1.0, 0.5) == 0.5);
+    ck_assert(cg_lr_step_decay(INT64_MAX, 1, 0.5, 1.0) == 0.0);
+    ck_assert(cg_lr_step_decay(INT64_MAX, 1, 2.0, 1.0) == INFINITY);
+}
+END_TEST
+
 START_TEST(schedule_noam)
 {
     size_t n = sizeof OPT_NOAM_STEPS / sizeof OPT_NOAM_STEPS[0];
@@ -1392,6 +1434,7 @@ static Suite *optim_suite(void)
     tc = tcase_create("schedule");
     tcase_add_test(tc, schedule_cosine);
     tcase_add_test(tc, schedule_noam);
+    tcase_add_test(tc, schedule_linear_and_step);
     tcase_add_test(tc, schedule_cosine_bad_arguments);
     tcase_add_test(tc, schedule_constant_and_kinds);
     suite_add_tcase(s, tc);
