@@ -391,6 +391,17 @@ bool cg_loader_next(cg_loader *ld)
     return true;
 }
 
+void cg_loader_restart(cg_loader *ld)
+{
+    if (!ld)
+        return;
+    end_batch(ld);
+    ld->n = 0;
+    ld->failed = false;
+    free(ld->perm); /* the next call draws a new order */
+    ld->perm = NULL;
+}
+
 void cg_loader_free(cg_loader *ld)
 {
     if (!ld)

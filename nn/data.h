@@ -68,8 +68,9 @@ cg_tensor *cg_pad_sequence(int64_t n, cg_tensor *const *seqs, double pad, cg_ten
  * scope of the caller's. Leaving the loop early (break): cg_loader_free ends
  * the scope; a loader kept instead continues that epoch at its next call
  * (a new `for x, y in loader` in PyTorch starts a new epoch; here that
- * loop would see only the rest of the old one: give a loop that stops
- * early, `next(iter(loader))`, a loader of its own). The data are
+ * loop would see only the rest of the old one: cg_loader_restart first,
+ * or give a loop that stops early, `next(iter(loader))`, a loader of its
+ * own). The data are
  * retained, not copied. rng is borrowed (NULL: no
  * shuffle, rows in order). */
 typedef struct {
@@ -103,6 +104,10 @@ cg_loader *cg_loader_new_seqs(int64_t N, cg_tensor *const *seqs, cg_tensor *y, d
  * epoch) or on an error (out of memory: ld->failed true, the message in
  * cg_last_error(); cg_has_error may hold an older one either way). */
 bool cg_loader_next(cg_loader *ld);
+/* End the batch and the epoch under way: the next cg_loader_next starts a
+ * new epoch (a new order), as a new `for x, y in loader` does in PyTorch
+ * after a loop left with break. NULL is a no-op. */
+void cg_loader_restart(cg_loader *ld);
 void cg_loader_free(cg_loader *ld); /* NULL is a no-op */
 
 /* The fraction of rows of logits [n, C] whose largest entry is at the

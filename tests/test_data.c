@@ -160,6 +160,34 @@ START_TEST(test_loader_without_labels)
 }
 END_TEST
 
+/* A loop left early (break) and a new one: cg_loader_restart starts a new
+ * epoch, as a new `for x in loader` does in PyTorch (a new order, every
+ * row once); without it the new loop continues the old epoch. */
+START_TEST(test_loader_restart)
+{
+    cg_rng r = cg_rng_new(5);
+    cg_tensor *x = cg_arange_dtype(CG_I64, 0, 10, 1);
+    cg_loader *ld = cg_loader_new(x, NULL, 3, &r);
+    ck_assert_msg(ld != NULL, "%s", cg_last_error());
+    ck_assert(cg_loader_next(ld) && ld->epoch == 1); /* one batch, then break */
+    cg_loader_restart(ld);
+    ck_assert(ld->x == NULL && ld->n == 0);
+    int seen[10] = {0}, n = 0;
+    while (cg_loader_next(ld))
+        for (int64_t j = 0; j < ld->n; j++, n++)
+            seen[cg_data_i64(ld->x)[j]]++;
+    ck_assert(!ld->failed && ld->epoch == 2);
+    ck_assert_int_eq(n, 10);
+    for (int i = 0; i < 10; i++)
+        ck_assert_int_eq(seen[i], 1);
+    cg_loader_restart(ld); /* at an epoch's end: nothing under way, no epoch lost */
+    ck_assert(cg_loader_next(ld) && ld->epoch == 3);
+    cg_loader_restart(NULL); /* a no-op */
+    cg_loader_free(ld);
+    cg_release(x);
+}
+END_TEST
+
 /* Two loaders in one loop (PyTorch's zip(a, b), or b drawn every other
  * step of a): each batch lives to its own loader's next call. b's scope
  * opened inside a's, so a's next call (which ends a's scope, and with it
@@ -268,6 +296,7 @@ static Suite *data_suite(void)
     TCase *tc = tcase_create("nn");
     tcase_add_test(tc, test_pad_sequence_ids_and_mask);
     tcase_add_test(tc, test_loader_without_labels);
+    tcase_add_test(tc, test_loader_restart);
     tcase_add_test(tc, test_pad_sequence_trailing_dims);
     tcase_add_test(tc, test_loader_over_sequences);
     tcase_add_test(tc, test_loader_float_targets);
