@@ -152,11 +152,14 @@ static bool precision_known(cg_precision p, const char *who)
     return false;
 }
 
-void cg_set_matmul_precision(cg_precision p)
+/* This thread's policy p, when p is one (who: the caller, for the error). */
+static void set_policy(cg_precision p, const char *who)
 {
-    if (precision_known(p, "set_matmul_precision"))
+    if (precision_known(p, who))
         tl_precision = p == CG_PRECISION_BF16;
 }
+
+void cg_set_matmul_precision(cg_precision p) { set_policy(p, "set_matmul_precision"); }
 
 cg_precision cg_get_matmul_precision(void)
 {
@@ -166,16 +169,11 @@ cg_precision cg_get_matmul_precision(void)
 cg_precision cg_autocast_begin(cg_precision p)
 {
     const cg_precision prev = cg_get_matmul_precision();
-    if (precision_known(p, "autocast_begin"))
-        tl_precision = p == CG_PRECISION_BF16;
+    set_policy(p, "autocast_begin");
     return prev;
 }
 
-void cg_autocast_end(cg_precision prev)
-{
-    if (precision_known(prev, "autocast_end"))
-        tl_precision = prev == CG_PRECISION_BF16;
-}
+void cg_autocast_end(cg_precision prev) { set_policy(prev, "autocast_end"); }
 
 cg_gemm_path cg_precision_path(cg_precision p)
 {
