@@ -56,16 +56,16 @@ double cg_lr_step_decay(int64_t step, int64_t step_size, double gamma, double lr
                      (long long)step, (long long)step_size, gamma);
         return NAN;
     }
-    /* StepLR's products, one at a time; they reach a fixed point (0, inf,
-     * or lr itself for gamma 1) within about 2,100 of them, so any step
-     * ends quickly */
-    for (int64_t k = step / step_size; k > 0; k--) {
+    /* StepLR's products, one at a time, up to 65,536 of them (a far step
+     * of a gamma near 1 would take billions): the rest as one power */
+    int64_t k = step / step_size;
+    for (; k > 0 && k > (step / step_size) - 65536; k--) {
         double next = lr * gamma;
-        if (next == lr)
-            break;
+        if (next == lr) /* a fixed point: 0, inf, or lr for gamma 1 */
+            return lr;
         lr = next;
     }
-    return lr;
+    return k > 0 ? lr * pow(gamma, (double)k) : lr;
 }
 
 cg_schedule cg_schedule_constant(double lr)

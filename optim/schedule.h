@@ -18,7 +18,8 @@
  *           (0 at step 0, as theirs; lo 0 gives their bits.)
  *   step    PyTorch's StepLR, step from 0: lr times gamma every step_size
  *           steps, multiplied as its scheduler does step by step (its bits,
- *           not those of lr * gamma^k).
+ *           not those of lr * gamma^k; beyond 65,536 decays the rest as
+ *           one power).
  * Use: cg_optim_set_lr(opt, cg_schedule_lr(&sched, step)) before each step. */
 #ifndef CG_SCHEDULE_H
 #define CG_SCHEDULE_H

@@ -286,6 +286,9 @@ START_TEST(schedule_linear_and_step)
     ck_assert(cg_lr_step_decay(INT64_MAX, 1, 1.0, 0.5) == 0.5);
     ck_assert(cg_lr_step_decay(INT64_MAX, 1, 0.5, 1.0) == 0.0);
     ck_assert(cg_lr_step_decay(INT64_MAX, 1, 2.0, 1.0) == INFINITY);
+    ck_assert(cg_lr_step_decay(INT64_MAX, 1, 0.9999999, 1.0) == 0.0); /* not 9e18 products */
+    double far = cg_lr_step_decay(100000, 1, 0.99999, 1.0); /* 65,536 products, then a power */
+    ck_assert_msg(fabs(far - pow(0.99999, 100000)) < 1e-12, "%.17g", far);
 }
 END_TEST
 
