@@ -75,6 +75,9 @@ static bool g_bf16_amx;
  * thread starts in fp32 */
 static _Thread_local int tl_precision = CG_PRECISION_FP32;
 
+/* the emulated bf16 kernel on AVX-512 (core/gemm_internal.h) */
+bool cg_bf16_emulation_avx512;
+
 /* The L1 data cache's bytes (cg_gemm_l1d_bytes) */
 static int64_t g_l1d_bytes;
 
@@ -89,6 +92,7 @@ static void gemm_init(void)
         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl")) {
         bli_cntx_init_skx(&g_cntx_skx);
         g_have_skx = true;
+        cg_bf16_emulation_avx512 = true;
     }
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
         bli_cntx_init_haswell(&g_cntx_haswell);
@@ -120,6 +124,13 @@ static void gemm_init(void)
 }
 
 static void ensure_init(void) { pthread_once(&g_once, gemm_init); }
+
+bool cg_bf16_emulation_use_avx512(bool on)
+{
+    ensure_init();
+    cg_bf16_emulation_avx512 = on && g_have_skx;
+    return cg_bf16_emulation_avx512;
+}
 
 cg_gemm_path cg_gemm_active_path(void)
 {

@@ -24,7 +24,8 @@
  * depend on the thread count.
  *
  * The emulated kernel (CPUs without AVX512_BF16, or CG_BF16_EMULATE=1)
- * computes the same bits with AVX2 and FMA. The instruction's rounding was
+ * computes the same bits with AVX2 and FMA (AVX-512F's registers where the
+ * CPU has them: Skylake-SP to Ice Lake). The instruction's rounding was
  * taken apart on an AVX512_BF16 CPU (tests/test_bf16.c holds the two
  * equal, and both equal to a scalar model of the instruction): each bf16
  * product is exact in fp32, the odd element of the pair is added first,
@@ -120,6 +121,7 @@ enum { PF_ROWS = 16 };
 
 #define BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512bf16")))
 #define AVX2_TARGET __attribute__((target("avx2,fma")))
+#define AVX512_TARGET __attribute__((target("avx512f")))
 #define AMX_TARGET CG_AMX_TARGET
 /* MXCSR's flush-to-zero bit */
 #define MXCSR_FTZ 0x8000u
@@ -943,18 +945,62 @@ AVX2_TARGET static inline __attribute__((always_inline)) void block_wide(const i
     }
 }
 
-/* The native kernel's bits with AVX2 and FMA (see the top of the file):
- * kp k-pairs of an A panel (wide, or k-pairs when a_pairs: a packed
- * weight's) times a wide B panel, into C (mr x nr of the tile), in blocks
- * of 16 rows, under flush-to-zero. The sums go through t so that C is
- * written with the caller's MXCSR, as the native kernel writes it. */
-AVX2_TARGET static void kernel_emulated(bool a_pairs, int64_t kp, const uint32_t *a, const float *b,
-                                        int64_t mr, int64_t nr, const tile_out *o, float *c,
-                                        int64_t rsc, int64_t csc)
+/* block_avx2's and block_wide's sums with AVX-512F, for the whole tile at
+ * once: 32 rows (two vectors) by NR columns in 24 registers, as BLIS's fp32
+ * skx kernel holds its tile (CPUs with AVX-512 but not AVX512_BF16, such as
+ * Skylake-SP to Ice Lake). Each lane does the same fused multiply-adds in
+ * the same order as the AVX2 blocks, so the bits are theirs; columns past
+ * the tile's nr multiply the B panel's zero padding (t's rows past mr and
+ * columns past nr are not written to C). */
+AVX512_TARGET static void tile_avx512(bool a_pairs, int64_t kp, const uint32_t *a, const float *b,
+                                      float *t)
 {
-    float t[MR * NR] __attribute__((aligned(32)));
-    const unsigned csr = _mm_getcsr();
-    _mm_setcsr(csr | MXCSR_FTZ);
+    __m512 acc[NR][2];
+    for (int j = 0; j < NR; j++)
+        acc[j][0] = acc[j][1] = _mm512_setzero_ps();
+    if (a_pairs) {
+        const __m512i hi = _mm512_set1_epi32((int)0xffff0000u);
+        for (int64_t p = 0; p < kp; p++) {
+            const __m512i x0 = _mm512_loadu_si512(a + p * MR);
+            const __m512i x1 = _mm512_loadu_si512(a + p * MR + 16);
+            const float *bp = b + 2 * p * NR;
+            const __m512 a0h = _mm512_castsi512_ps(_mm512_and_si512(x0, hi));
+            const __m512 a1h = _mm512_castsi512_ps(_mm512_and_si512(x1, hi));
+            for (int j = 0; j < NR; j++) {
+                const __m512 bj = _mm512_set1_ps(bp[j]);
+                acc[j][0] = _mm512_fmadd_ps(a0h, bj, acc[j][0]);
+                acc[j][1] = _mm512_fmadd_ps(a1h, bj, acc[j][1]);
+            }
+            const __m512 a0l = _mm512_castsi512_ps(_mm512_slli_epi32(x0, 16));
+            const __m512 a1l = _mm512_castsi512_ps(_mm512_slli_epi32(x1, 16));
+            for (int j = 0; j < NR; j++) {
+                const __m512 bj = _mm512_set1_ps(bp[NR + j]);
+                acc[j][0] = _mm512_fmadd_ps(a0l, bj, acc[j][0]);
+                acc[j][1] = _mm512_fmadd_ps(a1l, bj, acc[j][1]);
+            }
+        }
+    } else {
+        const float *af = (const float *)a;
+        for (int64_t p = 0; p < 2 * kp; p++) {
+            const __m512 a0 = _mm512_loadu_ps(af + p * MR), a1 = _mm512_loadu_ps(af + p * MR + 16);
+            for (int j = 0; j < NR; j++) {
+                const __m512 bj = _mm512_set1_ps(b[p * NR + j]);
+                acc[j][0] = _mm512_fmadd_ps(a0, bj, acc[j][0]);
+                acc[j][1] = _mm512_fmadd_ps(a1, bj, acc[j][1]);
+            }
+        }
+    }
+    for (int j = 0; j < NR; j++) {
+        _mm512_store_ps(t + j * MR, acc[j][0]);
+        _mm512_store_ps(t + j * MR + 16, acc[j][1]);
+    }
+}
+
+/* The sums of kernel_emulated's tile into t, with AVX2 (blocks of 16 rows
+ * and 3 or 6 columns, as many as the tile has) */
+AVX2_TARGET static void tile_avx2(bool a_pairs, int64_t kp, const uint32_t *a, const float *b,
+                                  int64_t mr, int64_t nr, float *t)
+{
     if (a_pairs)
         for (int64_t jb = 0; jb < nr; jb += 3)
             for (int64_t ib = 0; ib < mr; ib += 16) {
@@ -981,6 +1027,25 @@ AVX2_TARGET static void kernel_emulated(bool a_pairs, int64_t kp, const uint32_t
                 default: block_wide(6, kp, ai, bj, tb); break;
                 }
             }
+}
+
+/* The native kernel's bits with FMA (see the top of the file): kp k-pairs
+ * of an A panel (wide, or k-pairs when a_pairs: a packed weight's) times a
+ * wide B panel, into C (mr x nr of the tile), the whole tile on AVX-512
+ * (tile_avx512), else in blocks of 16 rows (tile_avx2), under
+ * flush-to-zero. The sums go through t so that C is
+ * written with the caller's MXCSR, as the native kernel writes it. */
+AVX2_TARGET static void kernel_emulated(bool a_pairs, int64_t kp, const uint32_t *a, const float *b,
+                                        int64_t mr, int64_t nr, const tile_out *o, float *c,
+                                        int64_t rsc, int64_t csc)
+{
+    float t[MR * NR] __attribute__((aligned(64)));
+    const unsigned csr = _mm_getcsr();
+    _mm_setcsr(csr | MXCSR_FTZ);
+    if (cg_bf16_emulation_avx512)
+        tile_avx512(a_pairs, kp, a, b, t);
+    else
+        tile_avx2(a_pairs, kp, a, b, mr, nr, t);
     _mm_setcsr(csr);
     const float alpha = o->alpha, beta = o->beta, *bias = o->bias;
     if (mr == MR && nr == NR && rsc == 1 && (!bias || o->rs == 1)) {

@@ -26,6 +26,15 @@ int64_t cg_gemm_l1d_bytes(void);
  * whose fp32 sums round otherwise: other bits, within the same bounds). */
 typedef enum { CG_BF16_NATIVE = 1, CG_BF16_EMULATED = 2, CG_BF16_AMX = 3 } cg_bf16_kind;
 
+/* The emulated kernel's registers: AVX-512F's (a whole 32 x 12 tile at
+ * once) where the CPU has AVX-512, AVX2's elsewhere; the same bits either
+ * way (set when core/gemm.c first runs). cg_bf16_emulation_use_avx512(false)
+ * takes AVX2's on a CPU with AVX-512, so that tests hold both kernels to
+ * the same bits; true takes AVX-512's back where the CPU has it. Returns
+ * whether AVX-512's is in use. Call it between products, from one thread. */
+extern bool cg_bf16_emulation_avx512;
+bool cg_bf16_emulation_use_avx512(bool on);
+
 /* Whether this process may use AMX tiles: the CPU has AMX-TILE and
  * AMX-BF16, the OS enables their state and grants it (arch_prctl). Asks
  * once; call it from one thread before any product. */

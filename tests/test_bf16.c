@@ -3,7 +3,8 @@
  * - rounding to bfloat16: ties to even, subnormals to zero, NaN and Inf kept;
  * - products against a float64 reference, within a bound that grows with k,
  *   for every operand layout, tile and block edge and stride;
- * - the emulated kernel (AVX2 + FMA) gives the bits of the AVX512_BF16 one
+ * - the emulated kernel (AVX2 + FMA, and AVX-512 where the CPU has it)
+ *   gives the bits of the AVX512_BF16 one
  *   and of a scalar model of the instruction;
  * - AMX (other bits) is held to the same bounds, and to the AVX512_BF16
  *   kernel's NaN, infinities and zeros;
@@ -384,15 +385,9 @@ START_TEST(test_amx_emulated_tiles)
 }
 END_TEST
 
-/* The emulated product (AVX2 and FMA) has the model's bits on any CPU,
- * and those of AVX512_BF16's kernel where the CPU has it: nasty inputs
- * (NaN, Inf, subnormals, tiny and cancelling products), every layout, tile,
- * pair and block edge, alpha and beta. */
-START_TEST(test_emulation_bits)
+/* One pass of test_emulation_bits with the emulated kernel in use */
+static void emulation_bits_case(void)
 {
-    if (!cg_gemm_path_available(CG_GEMM_BF16_EMULATED) ||
-        path_tested_by_plain_run(CG_GEMM_BF16_EMULATED))
-        return; /* no AVX2 + FMA, or a run with emulation forced */
     const bool native = cg_gemm_path_available(CG_GEMM_BF16);
     cg_rng rng = cg_rng_new(11);
     for (int si = 0; si < NSIZES; si++) {
@@ -440,6 +435,24 @@ START_TEST(test_emulation_bits)
                         free(c[v]);
                 }
     }
+}
+
+/* The emulated product, on AVX2 and FMA and (where the CPU has it) on
+ * AVX-512, has the model's bits on any CPU, and those of AVX512_BF16's
+ * kernel where the CPU has it: nasty inputs (NaN, Inf, subnormals, tiny and
+ * cancelling products), every layout, tile, pair and block edge, alpha and
+ * beta. */
+START_TEST(test_emulation_bits)
+{
+    if (!cg_gemm_path_available(CG_GEMM_BF16_EMULATED) ||
+        path_tested_by_plain_run(CG_GEMM_BF16_EMULATED))
+        return; /* no AVX2 + FMA, or a run with emulation forced */
+    const bool avx512 = cg_bf16_emulation_avx512;
+    for (int wide = avx512; wide >= 0; wide--) {
+        ck_assert(cg_bf16_emulation_use_avx512(wide) == wide);
+        emulation_bits_case();
+    }
+    cg_bf16_emulation_use_avx512(avx512);
 }
 END_TEST
 
@@ -1025,6 +1038,18 @@ START_TEST(test_matrix_paths_threads)
             ck_assert_msg(memcmp(y[p][0], y[p][1], (size_t)(M * N) * sizeof(float)) == 0,
                           "%s %lldx%lldx%lld: 1 vs 2 threads differ", cg_gemm_path_name(paths[p]),
                           (long long)M, (long long)N, (long long)K);
+        if (cg_bf16_emulation_avx512 && cg_gemm_path_available(CG_GEMM_BF16_EMULATED)) {
+            /* the emulation's AVX2 kernel: the bits of its AVX-512 one */
+            float *y2 = malloc((size_t)(M * N) * sizeof(float));
+            cg_bf16_emulation_use_avx512(false);
+            ck_assert(
+                cg_bf16_matrix_mul(pw, CG_GEMM_BF16_EMULATED, 2, M, x, K, 1, bias, 1, y2, N, 1));
+            cg_bf16_emulation_use_avx512(true);
+            ck_assert_msg(memcmp(y2, y[1][0], (size_t)(M * N) * sizeof(float)) == 0,
+                          "packed %lldx%lldx%lld: emulated on AVX2 and AVX-512 differ",
+                          (long long)M, (long long)N, (long long)K);
+            free(y2);
+        }
         if (cg_gemm_path_available(CG_GEMM_BF16))
             for (int64_t i = 0; i < M * N; i++)
                 if (to_bits(y[0][0][i]) != to_bits(y[1][0][i]) &&
