@@ -77,6 +77,52 @@ START_TEST(test_round)
 }
 END_TEST
 
+/* cg_bf16_round_runs (the vector rounding: the instruction's, or the
+ * emulation's in AVX-512 or AVX2 lanes and a scalar tail) has cg_bf16_round's
+ * bits on every element: any 32-bit pattern (subnormals to signed zero,
+ * ties to even, the largest floats to infinity), a NaN kept a NaN, for
+ * runs of every length around the vector widths, strided. */
+START_TEST(test_round_runs)
+{
+    const uint32_t special[] = {0x00000000u, 0x80000000u, 0x00000001u, 0x807fffffu, 0x00800000u,
+                                0x3f808000u, 0x3f818000u, 0x3f808001u, 0x7f7fffffu, 0xff7f8000u,
+                                0x7f800000u, 0xff800000u, 0x7f800001u, 0xffc00000u, 0x7fbfffffu};
+    enum { NS = sizeof special / sizeof special[0], LEN = 80, RUNS = 3, LDX = 83, LDY = 81 };
+    float x[RUNS * LDX];
+    uint16_t y[RUNS * LDY];
+    cg_rng rng = cg_rng_new(41);
+    for (int trial = 0; trial < 40; trial++)
+        for (int64_t n = 0; n <= LEN; n += trial % 2 ? 1 : 7) {
+            for (int i = 0; i < RUNS * LDX; i++) {
+                const uint64_t d = cg_rng_below(&rng, (uint64_t)4 << 32);
+                x[i] = from_bits(d >> 32 ? (uint32_t)d : special[d % NS]);
+            }
+            memset(y, 0xa5, sizeof y);
+            const int64_t runs = 1 + trial % RUNS;
+            cg_bf16_round_runs(n, runs, LDX, x, LDY, y);
+            for (int64_t r = 0; r < RUNS; r++)
+                for (int64_t i = 0; i < LDY; i++) {
+                    const uint16_t got = y[r * LDY + i];
+                    if (r >= runs || i >= n) { /* nothing written outside the runs */
+                        ck_assert_uint_eq(got, 0xa5a5u);
+                        continue;
+                    }
+                    const float xi = x[r * LDX + i];
+                    const uint16_t want = (uint16_t)(to_bits(cg_bf16_round(xi)) >> 16);
+                    if (isnan(xi))
+                        ck_assert_msg((got & 0x7f80u) == 0x7f80u && (got & 0x7fu),
+                                      "NaN %#x rounded to %#x", to_bits(xi), got);
+                    else
+                        ck_assert_msg(got == want,
+                                      "%#x (run %lld of %lld, element %lld of %lld) "
+                                      "rounded to %#x, not %#x",
+                                      to_bits(xi), (long long)r, (long long)runs, (long long)i,
+                                      (long long)n, got, want);
+                }
+        }
+}
+END_TEST
+
 /* Sizes on both sides of the micro-tile (32 x 12), the k pair, the k block
  * (384), the m block (96), the n block (3072) and the split of k in two
  * (cg_gemm_k_split: the last four but one are split). */
@@ -3420,6 +3466,7 @@ static Suite *bf16_suite(void)
     TCase *tc = tcase_create("gemm");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_round);
+    tcase_add_test(tc, test_round_runs);
     tcase_add_loop_test(tc, test_against_double, 0, NPATHS);
     tcase_add_test(tc, test_amx_specials);
     tcase_add_test(tc, test_amx_emulated_tiles);
