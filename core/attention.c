@@ -168,8 +168,7 @@ static void fwd_tile(cg_gemm_path path, const cg_tensor *q, const cg_tensor *k, 
         if (Pbf) {
             /* kept in bf16: bf16's own recipe (attention_rows.c), rows in
              * registers to their copies, CG_ATTN_ROWS at a time, on
-             * AVX512_BF16; else in floats rounded after (the same bits) */
-            const bool rows16 = cg_bf16_native();
+             * AVX-512; else in floats rounded after (the same bits) */
             for (int64_t g = i0; g < i1; g += CG_ATTN_ROWS) {
                 const int n = (int)min64(i1 - g, CG_ATTN_ROWS);
                 int64_t ke[CG_ATTN_ROWS];
@@ -177,7 +176,7 @@ static void fwd_tile(cg_gemm_path path, const cg_tensor *q, const cg_tensor *k, 
                     ke[r] = key_end(causal, g + r, Tk);
                 float *sg = S + (g - i0) * ld;
                 uint16_t *pg = Pbf + (g - i0) * Tk;
-                if (rows16 && cg_attn_softmax_rows_bf16r16(n, sg, ld, ke, Tk, scale, kmask, pg, Tk))
+                if (cg_attn_softmax_rows_bf16r16(n, sg, ld, ke, Tk, scale, kmask, pg, Tk))
                     continue;
                 for (int r = 0; r < n; r++) {
                     cg_attn_softmax_row_bf16r(sg + r * ld, ke[r], Tk, scale, kmask, sg + r * ld);

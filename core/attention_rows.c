@@ -8,6 +8,8 @@
 #include <string.h>
 
 #include "core/attention_rows.h"
+#include "core/gemm.h"
+#include "core/gemm_internal.h"
 #include "core/vmath.h"
 
 /* s[j] = s[j] / scale, or -inf where kmask[j] (0 or ~0: the key-padding
@@ -375,9 +377,10 @@ void cg_attn_softmax_row_bf16r(const float *s, int64_t ke, int64_t Tk, float sca
  * (the softmax's backward: the passes above) to the bf16 result, which
  * passes and a rounding would each read and write again. The same
  * operations on the same lanes in the same order as the scalar code they
- * stand for, so the same bits; only where a bf16 product reads the rows,
- * so on CPUs with AVX512_BF16 (the caller checks: cg_bf16_native). Zen 5
- * traps, measured
+ * stand for, so the same bits; only where a bf16 product reads the rows:
+ * the backward's rows on CPUs with AVX512_BF16 (the caller checks:
+ * cg_bf16_native), the softmax's on any CPU with AVX-512 (the rounding the
+ * emulation's where AVX512_BF16 is missing). Zen 5 traps, measured
  * (docs/performance.md): a masked load that misses the caches streams at
  * under half a plain load's speed, and a masked division costs more than a
  * division and a select; so whole vectors take plain loads, and masks
@@ -385,6 +388,9 @@ void cg_attn_softmax_row_bf16r(const float *s, int64_t ke, int64_t Tk, float sca
 #include <immintrin.h>
 
 #define ROWS_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+/* what the rows' arithmetic needs: AVX512_BF16's rounding is taken apart
+ * (round16 below), so softmax rows also run on AVX-512 CPUs without it */
+#define ROWS_AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl")))
 enum { ROW_VECS = CG_ATTN_ROW_KEYS / 16 };
 
 /* The lanes of a row's vector v below n: all 16, or the first n - 16 v */
@@ -396,13 +402,13 @@ static inline __attribute__((always_inline)) __mmask16 lanes_below(int64_t n, in
 
 /* 16 floats, or bf16 widened, from p: lanes outside live zero and not
  * read (a whole vector by a plain load) */
-ROWS_BF16_TARGET static inline __attribute__((always_inline)) __m512 ld_ps(__mmask16 live,
-                                                                           const float *p)
+ROWS_AVX512_TARGET static inline __attribute__((always_inline)) __m512 ld_ps(__mmask16 live,
+                                                                             const float *p)
 {
     return live == 0xffff ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(live, p);
 }
-ROWS_BF16_TARGET static inline __attribute__((always_inline)) __m512 ld_bf16(__mmask16 live,
-                                                                             const uint16_t *p)
+ROWS_AVX512_TARGET static inline __attribute__((always_inline)) __m512 ld_bf16(__mmask16 live,
+                                                                               const uint16_t *p)
 {
     const __m256i h =
         live == 0xffff ? _mm256_loadu_si256((const __m256i *)p) : _mm256_maskz_loadu_epi16(live, p);
@@ -410,17 +416,17 @@ ROWS_BF16_TARGET static inline __attribute__((always_inline)) __m512 ld_bf16(__m
 }
 
 /* x's halves widened to double (vcvtps2pd each) */
-ROWS_BF16_TARGET static inline __attribute__((always_inline)) __m512d lo_pd(__m512 x)
+ROWS_AVX512_TARGET static inline __attribute__((always_inline)) __m512d lo_pd(__m512 x)
 {
     return _mm512_cvtps_pd(_mm512_castps512_ps256(x));
 }
-ROWS_BF16_TARGET static inline __attribute__((always_inline)) __m512d hi_pd(__m512 x)
+ROWS_AVX512_TARGET static inline __attribute__((always_inline)) __m512d hi_pd(__m512 x)
 {
     return _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
 }
 
 /* The total of 8 double lanes, as lanes8_total adds them */
-ROWS_BF16_TARGET static inline __attribute__((always_inline)) double total_pd(__m512d acc)
+ROWS_AVX512_TARGET static inline __attribute__((always_inline)) double total_pd(__m512d acc)
 {
     double lanes[8];
     _mm512_storeu_pd(lanes, acc);
@@ -455,7 +461,7 @@ ROWS_BF16_TARGET bool cg_attn_dsoft_row_bf16(const uint16_t *p, const float *d, 
 
 /* The exponential of cg_attn_softmax_row_bf16r's model on 16 lanes: c in
  * [EXP16_MIN, 0] (or NaN) */
-ROWS_BF16_TARGET static inline __attribute__((always_inline)) __m512 exp16_fma(__m512 c)
+ROWS_AVX512_TARGET static inline __attribute__((always_inline)) __m512 exp16_fma(__m512 c)
 {
     const __m512 t = _mm512_fmadd_ps(c, _mm512_set1_ps(EW_EXP_LOG2E), _mm512_set1_ps(EW_EXP_SHIFT));
     const __m512 kf = _mm512_sub_ps(t, _mm512_set1_ps(EW_EXP_SHIFT));
@@ -473,7 +479,7 @@ ROWS_BF16_TARGET static inline __attribute__((always_inline)) __m512 exp16_fma(_
 }
 
 /* sum16_tree of the 16 lanes */
-ROWS_BF16_TARGET static inline __attribute__((always_inline)) float tree16(__m512 a)
+ROWS_AVX512_TARGET static inline __attribute__((always_inline)) float tree16(__m512 a)
 {
     const __m256 s8 =
         _mm256_add_ps(_mm512_castps512_ps256(a),
@@ -483,13 +489,37 @@ ROWS_BF16_TARGET static inline __attribute__((always_inline)) float tree16(__m51
     return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
 }
 
+/* 16 floats rounded to bf16 as the products round them: vcvtneps2bf16
+ * (written out, so that the code around it is compiled for AVX-512F alone
+ * and runs only where the caller found AVX512_BF16), or, in the emulation,
+ * bf16_bits's integer steps in the lanes (ties to even, a NaN kept quiet,
+ * zero and subnormals to signed zero): the same bits */
+ROWS_AVX512_TARGET static inline __attribute__((always_inline)) __m256i round16(bool emu, __m512 x)
+{
+    if (!emu) {
+        __m256i r;
+        __asm__("vcvtneps2bf16 %1, %0" : "=v"(r) : "v"(x));
+        return r;
+    }
+    const __m512i u = _mm512_castps_si512(x), expo = _mm512_set1_epi32(0x7f800000);
+    __m512i r = _mm512_add_epi32(
+        u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
+                            _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1))));
+    const __mmask16 nan =
+        _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), expo);
+    r = _mm512_mask_or_epi32(r, nan, u, _mm512_set1_epi32(0x00400000));
+    const __mmask16 tiny = _mm512_testn_epi32_mask(u, expo);
+    r = _mm512_mask_and_epi32(r, tiny, u, _mm512_set1_epi32((int)0x80000000u));
+    return _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
+}
+
 /* n rows of cg_attn_softmax_rows_bf16r16, their passes interleaved (a
  * row alone is a chain of latencies: its maximum, its sum, the division);
  * n is a constant at every call and the loops over rows unroll. A row's
  * vectors past its keys hold 0 (or NaN: see the model) and take no pass. */
-ROWS_BF16_TARGET static inline __attribute__((always_inline)) void softmax_rows_r16(
-    const int n, const float *s, int64_t lds, const int64_t *ke, int64_t Tk, float scale,
-    const int32_t *kmask, uint16_t *p, int64_t ldp)
+ROWS_AVX512_TARGET static inline __attribute__((always_inline)) void softmax_rows_r16(
+    const int n, const bool emu, const float *s, int64_t lds, const int64_t *ke, int64_t Tk,
+    float scale, const int32_t *kmask, uint16_t *p, int64_t ldp)
 {
     const int nt = (int)((Tk + 15) / 16);
     const __m512 is = _mm512_set1_ps(1.0f / scale), ninf = _mm512_set1_ps(-INFINITY);
@@ -548,26 +578,43 @@ ROWS_BF16_TARGET static inline __attribute__((always_inline)) void softmax_rows_
              * model's row with no key) */
             const __m512 e = v < nv[r] ? _mm512_load_ps(x[r] + 16 * v) : _mm512_setzero_ps();
             _mm256_mask_storeu_epi16(p + r * ldp + 16 * v, lanes_below(Tk, v),
-                                     (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(e, inv[r])));
+                                     round16(emu, _mm512_mul_ps(e, inv[r])));
         }
 }
 
-ROWS_BF16_TARGET bool cg_attn_softmax_rows_bf16r16(int n, const float *s, int64_t lds,
-                                                   const int64_t *ke, int64_t Tk, float scale,
-                                                   const int32_t *kmask, uint16_t *p, int64_t ldp)
+ROWS_AVX512_TARGET static void softmax_rows_of(bool emu, int n, const float *s, int64_t lds,
+                                               const int64_t *ke, int64_t Tk, float scale,
+                                               const int32_t *kmask, uint16_t *p, int64_t ldp)
 {
+#define CG_SR(N, E) softmax_rows_r16(N, E, s, lds, ke, Tk, scale, kmask, p, ldp)
+    if (emu)
+        switch (n) {
+        case 1: CG_SR(1, true); break;
+        case 2: CG_SR(2, true); break;
+        case 3: CG_SR(3, true); break;
+        default: CG_SR(4, true); break;
+        }
+    else
+        switch (n) {
+        case 1: CG_SR(1, false); break;
+        case 2: CG_SR(2, false); break;
+        case 3: CG_SR(3, false); break;
+        default: CG_SR(4, false); break;
+        }
+#undef CG_SR
+}
+
+bool cg_attn_softmax_rows_bf16r16(int n, const float *s, int64_t lds, const int64_t *ke, int64_t Tk,
+                                  float scale, const int32_t *kmask, uint16_t *p, int64_t ldp)
+{
+    const bool native = cg_bf16_native();
+    if (!native && !cg_bf16_emulation_avx512)
+        return false; /* no AVX-512: the caller runs the scalar model */
     if (Tk > 16 * ROW_VECS || n < 1 || n > CG_ATTN_ROWS)
         return false;
     for (int r = 0; r < n; r++)
         if (ke[r] < 0 || ke[r] > Tk)
             return false;
-#define CG_SR(N) softmax_rows_r16(N, s, lds, ke, Tk, scale, kmask, p, ldp)
-    switch (n) {
-    case 1: CG_SR(1); break;
-    case 2: CG_SR(2); break;
-    case 3: CG_SR(3); break;
-    default: CG_SR(4); break;
-    }
-#undef CG_SR
+    softmax_rows_of(!native, n, s, lds, ke, Tk, scale, kmask, p, ldp);
     return true;
 }

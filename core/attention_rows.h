@@ -47,8 +47,9 @@ void cg_attn_dsoft_row(const float *p, float *d, int64_t ke, int64_t kz, float D
  * bf16; any CPU (the emulation's); p may be s. The rows16 form writes up
  * to CG_ATTN_ROWS rows (n) rounded, row r from s + r lds with ke[r] keys
  * into p + r ldp, in registers, their passes interleaved, with the same
- * bits, on a CPU with AVX512_BF16; false (nothing written) when Tk >
- * CG_ATTN_ROW_KEYS or a ke is outside [0, Tk]. */
+ * bits, on a CPU with AVX-512 (AVX512_BF16's rounding, or the emulation's
+ * where the CPU lacks it or CG_BF16_EMULATE=1); false (nothing written)
+ * without AVX-512, when Tk > CG_ATTN_ROW_KEYS or a ke is outside [0, Tk]. */
 void cg_attn_softmax_row_bf16r(const float *s, int64_t ke, int64_t Tk, float scale,
                                const int32_t *kmask, float *p);
 enum { CG_ATTN_ROWS = 4, CG_ATTN_ROW_KEYS = 256 };
