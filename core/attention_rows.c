@@ -492,8 +492,8 @@ ROWS_AVX512_TARGET static inline __attribute__((always_inline)) float tree16(__m
 /* 16 floats rounded to bf16 as the products round them: vcvtneps2bf16
  * (written out, so that the code around it is compiled for AVX-512F alone
  * and runs only where the caller found AVX512_BF16), or, in the emulation,
- * bf16_bits's integer steps in the lanes (ties to even, a NaN kept quiet,
- * zero and subnormals to signed zero): the same bits */
+ * bf16_bits's integer steps in the lanes (cg_bf16_round16_bits): the same
+ * bits */
 ROWS_AVX512_TARGET static inline __attribute__((always_inline)) __m256i round16(bool emu, __m512 x)
 {
     if (!emu) {
@@ -501,16 +501,7 @@ ROWS_AVX512_TARGET static inline __attribute__((always_inline)) __m256i round16(
         __asm__("vcvtneps2bf16 %1, %0" : "=v"(r) : "v"(x));
         return r;
     }
-    const __m512i u = _mm512_castps_si512(x), expo = _mm512_set1_epi32(0x7f800000);
-    __m512i r = _mm512_add_epi32(
-        u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
-                            _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1))));
-    const __mmask16 nan =
-        _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), expo);
-    r = _mm512_mask_or_epi32(r, nan, u, _mm512_set1_epi32(0x00400000));
-    const __mmask16 tiny = _mm512_testn_epi32_mask(u, expo);
-    r = _mm512_mask_and_epi32(r, tiny, u, _mm512_set1_epi32((int)0x80000000u));
-    return _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
+    return _mm512_cvtepi32_epi16(_mm512_srli_epi32(cg_bf16_round16_bits(x), 16));
 }
 
 /* n rows of cg_attn_softmax_rows_bf16r16, their passes interleaved (a

@@ -122,6 +122,7 @@ enum { PF_ROWS = 16 };
 #define BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512bf16")))
 #define AVX2_TARGET __attribute__((target("avx2,fma")))
 #define AVX512_TARGET __attribute__((target("avx512f")))
+#define AVX512BW_TARGET __attribute__((target("avx512f,avx512bw")))
 #define AMX_TARGET CG_AMX_TARGET
 /* MXCSR's flush-to-zero bit */
 #define MXCSR_FTZ 0x8000u
@@ -166,7 +167,7 @@ static inline float elem(const void *p, bool bf, int64_t i)
     return bf ? bf16_value(((const uint16_t *)p)[i]) : ((const float *)p)[i];
 }
 /* 16 elements from p (lanes outside m zero, and not read) */
-BF16_TARGET static inline __m512 load16(bool bf, __mmask16 m, const void *p)
+AVX512BW_TARGET static inline __m512 load16(bool bf, __mmask16 m, const void *p)
 {
     if (!bf)
         return _mm512_maskz_loadu_ps(m, p);
@@ -493,14 +494,83 @@ AVX2_TARGET static void pack_panel_avx2(bool wide, int W, int64_t w, int64_t k, 
     }
 }
 
+/* Two rounded rows lo (value l) and hi (value l + 1) of lanes [h, h + 16)
+ * to their places, as emit_pair's */
+AVX512_TARGET static inline void emit_pair16(bool wide, int W, int h, int64_t l, __m512i lo,
+                                             __m512i hi, uint32_t *p)
+{
+    const __mmask16 st = (__mmask16)((1u << (W - h < 16 ? W - h : 16)) - 1u);
+    if (wide) {
+        _mm512_mask_storeu_epi32(p + l * W + h, st, hi);
+        _mm512_mask_storeu_epi32(p + (l + 1) * W + h, st, lo);
+    } else {
+        _mm512_mask_storeu_epi32(p + l / 2 * W + h, st,
+                                 _mm512_or_si512(hi, _mm512_srli_epi32(lo, 16)));
+    }
+}
+
+/* pack_panel_avx2 with AVX-512's registers: 16 vectors (or 16 values of
+ * k, turned 16 x 16 in registers) at a time; the same words */
+AVX512BW_TARGET static inline __attribute__((always_inline)) void pack_panel_avx512_of(
+    bool wide, int W, int64_t w, int64_t k, const void *src, bool bf, int64_t vs, int64_t ls,
+    uint32_t *p)
+{
+    if (vs == 1) {
+        for (int64_t l = 0; l < k; l += 2) {
+            const void *s0 = elem_at(src, bf, l * ls), *s1 = elem_at(src, bf, (l + 1) * ls);
+            for (int h = 0; h < W; h += 16) {
+                const int64_t n = w - h;
+                const __mmask16 m = n >= 16 ? 0xffff : n > 0 ? (__mmask16)((1u << n) - 1u) : 0;
+                const __m512 x0 = load16(bf, m, elem_at(s0, bf, h));
+                const __m512 x1 = l + 1 >= k ? _mm512_setzero_ps() /* zero partner */
+                                             : load16(bf, m, elem_at(s1, bf, h));
+                emit_pair16(wide, W, h, l, cg_bf16_round16_bits(x0), cg_bf16_round16_bits(x1), p);
+            }
+        }
+        return;
+    }
+    for (int64_t l0 = 0; l0 < k; l0 += 16) {
+        const int64_t left = k - l0;
+        const __mmask16 km = left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1u);
+        const int64_t kk = left >= 16 ? 16 : (left + 1) & ~(int64_t)1; /* an odd k's partner: 0 */
+        for (int h = 0; h < W; h += 16) {
+            __m512 r[16];
+            const int64_t sh = h * vs + l0;
+            for (int i = 0; i < 16; i++)
+                r[i] =
+                    h + i < w ? load16(bf, km, elem_at(src, bf, sh + i * vs)) : _mm512_setzero_ps();
+            cg_transpose16(r); /* r[j]: value l0 + j of vectors h .. h + 15 */
+            for (int j = 0; j < kk; j += 2)
+                emit_pair16(wide, W, h, l0 + j, cg_bf16_round16_bits(r[j]),
+                            cg_bf16_round16_bits(r[j + 1]), p);
+        }
+    }
+}
+
+/* pack_panel_avx512_of for floats and for bf16 elements, each compiled on
+ * its own; strided both ways: the scalar packing */
+AVX512BW_TARGET static void pack_panel_avx512(bool wide, int W, int64_t w, int64_t k,
+                                              const void *src, bool bf, int64_t vs, int64_t ls,
+                                              uint32_t *p)
+{
+    if (vs != 1 && ls != 1)
+        pack_panel_scalar(wide, W, w, k, src, bf, vs, ls, p);
+    else if (bf)
+        pack_panel_avx512_of(wide, W, w, k, src, true, vs, ls, p);
+    else
+        pack_panel_avx512_of(wide, W, w, k, src, false, vs, ls, p);
+}
+
 /* A panel of W vectors: k-pairs on the native and AMX paths; on the
  * emulated one, wide for a GEMM's panels, k-pairs for a packed weight's
- * (wide false). */
+ * (wide false), in AVX-512's registers where the CPU has them. */
 static void pack_panel(cg_bf16_kind kind, bool wide, int W, int64_t w, int64_t k, const void *src,
                        bool bf, int64_t vs, int64_t ls, uint32_t *p)
 {
     if (kind != CG_BF16_EMULATED)
         pack_panel_native(W, w, k, src, bf, vs, ls, p);
+    else if (cg_bf16_emulation_avx512)
+        pack_panel_avx512(wide, W, w, k, src, bf, vs, ls, p);
     else
         pack_panel_avx2(wide, W, w, k, src, bf, vs, ls, p);
 }

@@ -214,6 +214,24 @@ static inline void cg_gemm_to_column_c(int64_t *m, int64_t *n, const float **a, 
 }
 
 /* In-register transpose of 16 rows of 16 32-bit lanes: r[i][j] -> r[j][i]. */
+/* x rounded to bf16 as the products round their operands (ties to even, a
+ * NaN kept quiet, zero and subnormals to signed zero: gemm_bf16.c's
+ * bf16_bits) in integer steps, on CPUs without AVX512_BF16's conversion:
+ * each lane's rounded value as a float's bits, the low 16 bits zero */
+CG_AVX512 static inline __m512i cg_bf16_round16_bits(__m512 x)
+{
+    const __m512i u = _mm512_castps_si512(x), expo = _mm512_set1_epi32(0x7f800000);
+    __m512i r = _mm512_add_epi32(
+        u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
+                            _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1))));
+    const __mmask16 nan =
+        _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), expo);
+    r = _mm512_mask_or_epi32(r, nan, u, _mm512_set1_epi32(0x00400000));
+    const __mmask16 tiny = _mm512_testn_epi32_mask(u, expo);
+    r = _mm512_mask_and_epi32(r, tiny, u, _mm512_set1_epi32((int)0x80000000u));
+    return _mm512_and_si512(r, _mm512_set1_epi32((int)0xffff0000u));
+}
+
 CG_AVX512 static inline void cg_transpose16(__m512 r[16])
 {
     __m512 t[16], u[16];

@@ -68,7 +68,7 @@ GROUPS = [
     ("os", None),  # [k] symbols, matched below
     ("packing", r"pack"),
     ("matrix kernels",
-     r"^(kernel_(amx|native|native_in_place|emulated)|block_(avx2|wide)|tiles_mul|cg_amx_emu_|bli_.*(asm|ukr|ker))"),
+     r"^(kernel_(amx|native|native_in_place|emulated)|block_(avx2|wide)|tile_avx(2|512)|tiles_mul|cg_amx_emu_|bli_.*(asm|ukr|ker))"),
     ("rounding to bf16", r"round|cvt.*bf16"),
     ("attention rows", r"attn|attention|softmax|dsoft|^exp_sum|scale_mask"),
     ("norms", r"norm|xhat|^add_rows"),
