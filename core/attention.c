@@ -26,7 +26,7 @@
  * product and exponential per score) that would cost the short sequences
  * of the zoo's presets several percent of their step. Memory stays linear
  * in T, since beyond PKEEP keys nothing of size Tq x Tk is kept. In bf16
- * off the vdpbf16ps kernel the weights are kept up to PKEEP_BF16 keys
+ * on AMX the weights are kept up to PKEEP_BF16 keys
  * only (keeps_weights): beyond, the log-sum-exps, and on AMX, up to KB
  * keys (one block), the products of
  * forward and backward run on tiles of their own (core/attention_amx.c),
@@ -299,20 +299,22 @@ bool cg_attn_key_pad_arg(const char *op, const cg_tensor *key_pad, int64_t B, in
  * in bf16 precision on the vdpbf16ps kernel, whose rows of kept weights
  * run in registers (cg_attn_softmax_rows_bf16r16, up to CG_ATTN_ROW_KEYS):
  * there charlm base bf16 (256 keys) stepped 2.4% faster than recomputing
- * them, its peak memory 75 MB higher, 0.64 of fp32's (Zen 4). Elsewhere in
- * bf16 up to PKEEP_BF16, beyond which the backward recomputes them from
- * the log-sum-exps (AMX on tiles of its own, core/attention_amx.h) in
+ * them, its peak memory 75 MB higher, 0.64 of fp32's (Zen 4). So does the
+ * emulation, whose steps then have the kernel's bits at any length (Ice
+ * Lake, AVX-512 rows: charlm base level, 0.99 of the step recomputing, 76
+ * MB more). On AMX up to PKEEP_BF16, beyond which the backward recomputes
+ * them from the log-sum-exps on tiles of its own (core/attention_amx.h) in
  * about the time reading them back took: charlm base bf16 kept its step
- * time and took 105 MB off its peak memory on AMX (Xeon); the emulation's
- * rows do not run in registers. With fewer keys keeping them stays faster
- * (seq2seq base, 96 keys: recomputing took its step 10% longer on AMX). */
+ * time and took 105 MB off its peak memory (Xeon). With fewer keys keeping
+ * them stays faster (seq2seq base, 96 keys: recomputing took its step 10%
+ * longer on AMX). */
 #define PKEEP_BF16 128
 _Static_assert(CG_ATTN_ROW_KEYS <= PKEEP, "kept bf16 rows beyond PKEEP");
 static bool keeps_weights(cg_precision prec, cg_gemm_path path, int64_t Tk)
 {
     if (prec != CG_PRECISION_BF16)
         return Tk <= PKEEP;
-    return Tk <= (path == CG_GEMM_BF16 ? CG_ATTN_ROW_KEYS : PKEEP_BF16);
+    return Tk <= (path == CG_GEMM_BF16_AMX ? PKEEP_BF16 : CG_ATTN_ROW_KEYS);
 }
 
 /* Whether an attention with log-sum-exps and one key block runs its

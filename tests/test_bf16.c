@@ -2885,11 +2885,10 @@ END_TEST
 
 /* Keys up to which attention in bf16 precision keeps its weights on this
  * machine's bf16 kernel (core/attention.c keeps_weights): all 256 of
- * PKEEP on the vdpbf16ps kernel, whose rows run in registers; 128 on AMX
- * and on the emulation */
+ * PKEEP on the vdpbf16ps kernel and the emulation; 128 on AMX */
 static int64_t bf16_kept_keys(void)
 {
-    return cg_bf16_auto_path() == CG_GEMM_BF16 ? CG_ATTN_ROW_KEYS : 128;
+    return cg_bf16_auto_path() == CG_GEMM_BF16_AMX ? 128 : CG_ATTN_ROW_KEYS;
 }
 
 /* Attention in bf16 precision keeps q, k and v's bf16 copies instead of
@@ -2898,8 +2897,8 @@ static int64_t bf16_kept_keys(void)
  * several key blocks, beyond 512 keys): the gradients have the bits of
  * cg_k_attention_backward on the float q, k, v, with kept weights (40
  * keys, kept in bf16: the weights asked for are their values; 200 on the
- * vdpbf16ps kernel) and recomputed ones (200 keys on AMX tiles and the
- * emulation, 300 on every kernel; 600 keys: S = q k^T from the copies),
+ * vdpbf16ps kernel and the emulation) and recomputed ones (200 keys on AMX
+ * tiles, 300 on every kernel; 600 keys: S = q k^T from the copies),
  * causal with key padding and not. */
 START_TEST(test_attention_saves_bf16)
 {
