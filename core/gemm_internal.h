@@ -1,7 +1,8 @@
 /* Internal to core/: what the fp32 (gemm_skx.c) and bf16 (gemm_bf16.c)
  * drivers share: the per-thread packing buffer, BLIS's stride and
- * block-size rules and a 16 x 16 in-register transpose; matmul.c asks the
- * stride rules before it calls into gemm.c. */
+ * block-size rules, a 16 x 16 in-register transpose and the bf16
+ * emulation's rounding in AVX-512 lanes; matmul.c asks the stride rules
+ * before it calls into gemm.c. */
 #ifndef CG_GEMM_INTERNAL_H
 #define CG_GEMM_INTERNAL_H
 
@@ -22,8 +23,9 @@ void *cg_gemm_thread_buffer(size_t bytes);
 int64_t cg_gemm_l1d_bytes(void);
 
 /* The bf16 kernels of core/gemm_bf16.c: AVX512_BF16's vdpbf16ps, its
- * emulation with AVX2 and FMA (the same bits), and AMX tiles (tdpbf16ps,
- * whose fp32 sums round otherwise: other bits, within the same bounds). */
+ * emulation with FMA in AVX2's or AVX-512's registers (the same bits), and
+ * AMX tiles (tdpbf16ps, whose fp32 sums round otherwise: other bits, within
+ * the same bounds). */
 typedef enum { CG_BF16_NATIVE = 1, CG_BF16_EMULATED = 2, CG_BF16_AMX = 3 } cg_bf16_kind;
 
 /* The emulated kernel's registers: AVX-512F's (a whole 32 x 12 tile at
@@ -213,7 +215,6 @@ static inline void cg_gemm_to_column_c(int64_t *m, int64_t *n, const float **a, 
     *csc = t;
 }
 
-/* In-register transpose of 16 rows of 16 32-bit lanes: r[i][j] -> r[j][i]. */
 /* x rounded to bf16 as the products round their operands (ties to even, a
  * NaN kept quiet, zero and subnormals to signed zero: gemm_bf16.c's
  * bf16_bits) in integer steps, on CPUs without AVX512_BF16's conversion:
@@ -232,6 +233,7 @@ CG_AVX512 static inline __m512i cg_bf16_round16_bits(__m512 x)
     return _mm512_and_si512(r, _mm512_set1_epi32((int)0xffff0000u));
 }
 
+/* In-register transpose of 16 rows of 16 32-bit lanes: r[i][j] -> r[j][i]. */
 CG_AVX512 static inline void cg_transpose16(__m512 r[16])
 {
     __m512 t[16], u[16];
