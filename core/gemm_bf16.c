@@ -131,14 +131,13 @@ enum { PF_ROWS = 16 };
 
 static inline uint16_t bf16_bits(float x)
 {
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    if ((u & 0x7f800000u) == 0) /* zero or subnormal: signed zero */
-        return (uint16_t)((u >> 16) & 0x8000u);
-    if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu)) /* NaN: keep it quiet */
-        return (uint16_t)((u >> 16) | 0x0040u);
-    u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest, ties to even */
-    return (uint16_t)(u >> 16);
+    /* without branches, so that a loop of it vectorises (round_run_emulated) */
+    const uint32_t u = (uint32_t)f2i(x), e = u & 0x7f800000u;
+    const uint32_t even = u + 0x7fffu + ((u >> 16) & 1u); /* to nearest, ties to even */
+    const uint32_t nan = (uint32_t)M((e == 0x7f800000u) & ((u & 0x007fffffu) != 0));
+    const uint32_t tiny = (uint32_t)M(e == 0); /* zero or subnormal: signed zero */
+    const uint32_t r = (nan & (u | 0x00400000u)) | (~nan & even); /* a NaN kept quiet */
+    return (uint16_t)(((tiny & (u & 0x80000000u)) | (~tiny & r)) >> 16);
 }
 
 static inline float bf16_value(uint16_t h)
@@ -207,19 +206,12 @@ BF16_TARGET static void round_run_native(int64_t n, const float *x, uint16_t *y)
         y[i] = bf16_bits(x[i]);
 }
 
-/* The same without AVX512_BF16: bf16_bits without branches, which GCC
- * vectorises (EW_CLONES: AVX-512, AVX2 and baseline clones, the same
- * integer operations in each) */
+/* The same without AVX512_BF16: bf16_bits, which GCC vectorises (EW_CLONES:
+ * AVX-512, AVX2 and baseline clones, the same integer operations in each) */
 EW_CLONES static void round_run_emulated(int64_t n, const float *x, uint16_t *y)
 {
-    for (int64_t i = 0; i < n; i++) {
-        const uint32_t u = (uint32_t)f2i(x[i]), e = u & 0x7f800000u;
-        const uint32_t even = u + 0x7fffu + ((u >> 16) & 1u);
-        const uint32_t nan = (uint32_t)M((e == 0x7f800000u) & ((u & 0x007fffffu) != 0));
-        const uint32_t tiny = (uint32_t)M(e == 0); /* zero or subnormal: signed zero */
-        const uint32_t r = (nan & (u | 0x00400000u)) | (~nan & even);
-        y[i] = (uint16_t)(((tiny & (u & 0x80000000u)) | (~tiny & r)) >> 16);
-    }
+    for (int64_t i = 0; i < n; i++)
+        y[i] = bf16_bits(x[i]);
 }
 
 void cg_bf16_round_run(int64_t n, const float *x, uint16_t *y)
