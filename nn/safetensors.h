@@ -148,9 +148,10 @@ cg_tensor *cg_st_get_i64(const cg_st_file *f, const char *name);
  * them). */
 bool cg_st_load_into(const cg_st_file *f, const char *name, cg_tensor *dst);
 /* Elements [first, first + numel(dst)) of the tensor `name`, in its
- * row-major order, into the contiguous dst of the file's dtype, read from
- * the file alone (a rank's run of a sharded optimizer's state: ZeRO).
- * False + error naming the tensor if the dtypes differ, dst is not
+ * row-major order, into the contiguous dst, read from the file alone (a
+ * rank's run of a sharded optimizer's state: ZeRO): of the file's dtype,
+ * or of another float width (converted as cg_st_load_into's). False +
+ * error naming the tensor if the dtypes differ otherwise, dst is not
  * contiguous, the run is not inside the tensor, or the bytes cannot be
  * read. */
 bool cg_st_load_range(const cg_st_file *f, const char *name, int64_t first, cg_tensor *dst);

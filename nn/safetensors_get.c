@@ -141,9 +141,13 @@ bool cg_st_load_range(const cg_st_file *f, const char *name, int64_t first, cg_t
         return false;
     cg_dtype own;
     const int64_t n = in.numel, count = cg_numel(dst);
-    if (!cg_st_dtype_cg(in.dtype, &own) || own != dst->dtype || !cg_is_contiguous(dst)) {
+    const bool known = cg_st_dtype_cg(in.dtype, &own);
+    /* a float run of another width converts, as cg_st_load_into's */
+    const bool convert =
+        known && own != dst->dtype && cg_dtype_is_float(own) && cg_dtype_is_float(dst->dtype);
+    if (!known || (own != dst->dtype && !convert) || !cg_is_contiguous(dst)) {
         cg_set_error("safetensors: %s: tensor '%s' is %s: a run of it goes into a contiguous "
-                     "tensor of that dtype (got %s%s)",
+                     "tensor of that dtype, or of another float one (got %s%s)",
                      cg_st_path(f), name, cg_st_dtype_name(in.dtype), cg_dtype_name(dst->dtype),
                      cg_is_contiguous(dst) ? "" : ", not contiguous");
         return false;
@@ -153,6 +157,15 @@ bool cg_st_load_range(const cg_st_file *f, const char *name, int64_t first, cg_t
                      "element %lld",
                      cg_st_path(f), name, (long long)n, (long long)count, (long long)first);
         return false;
+    }
+    if (convert) { /* the run as it is stored, then converted into dst */
+        cg_tensor *run = cg_empty_dtype(own, 1, &count);
+        bool ok = run &&
+                  cg_st_read_run(f, name, (uint64_t)first, (uint64_t)count, cg_data_ptr(run),
+                                 "cg_st_load_range") &&
+                  cg_k_copy_(dst, run);
+        cg_release(run);
+        return ok;
     }
     bool ok = cg_st_read_run(f, name, (uint64_t)first, (uint64_t)count, cg_data_ptr(dst),
                              "cg_st_load_range");

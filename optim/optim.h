@@ -208,8 +208,10 @@ bool cg_optim_save(const cg_optim *o, cg_st_writer *w, const char *prefix);
 /* Restore the state written by cg_optim_save: step counts, buffers, and the
  * hyper-parameters of the metadata (lr, betas, eps, momentum, nesterov, as
  * PyTorch's load_state_dict does; per-parameter weight decay stays as built).
- * Everything is checked before anything changes: a different optimizer type,
- * a missing entry, a shape or dtype that differs from the parameter's, a
+ * Moments stored BF16 or F16 widen to float32 (PyTorch's load_state_dict
+ * casts state to its parameter's dtype). Everything is checked before
+ * anything changes: a different optimizer type, a missing entry, a shape
+ * that differs from the parameter's or a dtype that is not a float, a
  * damaged value (a non-finite moment, a negative exp_avg_sq, a step count
  * outside [0, 2^53]), or a <prefix>.* tensor that belongs to no parameter
  * gives false + an error

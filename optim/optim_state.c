@@ -233,7 +233,9 @@ static bool load_slot(const cg_st_file *f, const char *prefix, const cg_optim_co
         }
         if (!cg_st_info(f, name, &dt, &nd, shape))
             return false;
-        bool same = dt == CG_ST_F32 && nd == s->p->ndim;
+        /* a BF16 or F16 moment widens to the parameter's float32, as
+         * PyTorch's load_state_dict casts state to its parameter's dtype */
+        bool same = (dt == CG_ST_F32 || dt == CG_ST_BF16 || dt == CG_ST_F16) && nd == s->p->ndim;
         for (int d = 0; same && d < nd; d++)
             same = shape[d] == s->p->shape[d];
         if (!same) {

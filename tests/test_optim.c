@@ -1276,6 +1276,81 @@ END_TEST
  * shard by the global norm gives its elements the unsharded clip's values;
  * the NaN check sees the owned elements only; bad ranges are refused; whole
  * ranges make a plain optimizer. */
+/* Adam's moments stored BF16 or F16 (a checkpoint written by a tool that
+ * keeps state in half precision) load widened to float32, as PyTorch's
+ * load_state_dict casts state to its parameter's dtype: whole, and as a
+ * shard's run of them; an integer moment is still refused. */
+START_TEST(load_half_precision_moments)
+{
+    const cg_optim_config cfg = cg_adamw_config(1e-2, 0.9, 0.99, 1e-8);
+    char path[4096], half[4096]; /* in_dir's buffer is reused */
+    snprintf(path, sizeof path, "%s", in_dir("state.safetensors"));
+    snprintf(half, sizeof half, "%s", in_dir("half.safetensors"));
+    write_state(path, cfg);
+    const cg_dtype dts[] = {CG_BF16, CG_F16, CG_I32};
+    for (int d = 0; d < 3; d++) {
+        /* the copy, its moments in dts[d]; want: them widened back */
+        cg_st_file *f = cg_st_open(path);
+        cg_st_writer *w = cg_st_writer_new();
+        ck_assert(f && w);
+        for (int i = 0; i < cg_st_count(f); i++) {
+            const char *n = cg_st_name(f, i);
+            cg_tensor *t = cg_st_get(f, n);
+            cg_tensor *h = strstr(n, ".exp_avg") ? cg_to(t, dts[d]) : cg_retain(t);
+            ck_assert(h && cg_st_add(w, n, h));
+            cg_release_all(2, t, h);
+        }
+        copy_metadata(f, w, NULL, NULL);
+        cg_st_close(f);
+        ck_assert(cg_st_writer_save(w, half));
+        cg_st_writer_free(w);
+        f = cg_st_open(half);
+        ck_assert_ptr_nonnull(f);
+        cg_tensor *ps[OPT_NPARAMS];
+        make_params(ps);
+        cg_optim *o = make_optim(&cfg, ps);
+        cg_clear_error();
+        const bool ok = cg_optim_load(o, f, "opt");
+        if (dts[d] == CG_I32) {
+            ck_assert(!ok);
+            assert_error_has("'opt.w.exp_avg' is I32 [3, 4], but parameter 'w' is F32 [3, 4]");
+            ck_assert_int_eq(cg_optim_steps(o), 0);
+        } else {
+            ck_assert_msg(ok, "%s", cg_last_error());
+            for (int j = 0; j < OPT_NPARAMS; j++)
+                for (int s = 0; s < 2; s++) {
+                    char key[64];
+                    snprintf(key, sizeof key, "opt.%s.%s", OPT_NAMES[j],
+                             s ? "exp_avg_sq" : "exp_avg");
+                    cg_tensor *stored = cg_st_get(f, key), *wide = cg_to(stored, CG_F32);
+                    cg_tensor *got = cg_optim_state(o, j, s ? "exp_avg_sq" : "exp_avg");
+                    ck_assert_int_eq(got->dtype, CG_F32);
+                    ck_assert_int_eq(cg_numel(got), cg_numel(wide));
+                    ck_assert_msg(memcmp(cg_data(got), cg_data(wide),
+                                         (size_t)cg_numel(got) * sizeof(float)) == 0,
+                                  "%s: not the stored values widened", key);
+                    cg_release_all(2, stored, wide);
+                }
+            /* each shard reads its run of the half-precision moments */
+            for (int k = 0; k < NSHARD; k++) {
+                cg_tensor *q[OPT_NPARAMS];
+                make_params(q);
+                cg_optim *shard = make_shard(&cfg, q, k), *split = make_shard(&cfg, q, k);
+                ck_assert_msg(cg_optim_load(shard, f, "opt"), "shard %d: %s", k, cg_last_error());
+                ck_assert(cg_optim_copy_state(split, o));
+                assert_same_state(shard, split, cfg);
+                cg_optim_free(shard);
+                cg_optim_free(split);
+                release_params(q);
+            }
+        }
+        cg_optim_free(o);
+        release_params(ps);
+        cg_st_close(f);
+    }
+}
+END_TEST
+
 START_TEST(sharded_clip_and_checks)
 {
     cg_optim_config cfg = cg_adamw_default(1e-3);
@@ -1465,6 +1540,7 @@ static Suite *optim_suite(void)
     tcase_add_test(tc, sharded_adamw);
     tcase_add_test(tc, sharded_adam_sgd);
     tcase_add_test(tc, sharded_clip_and_checks);
+    tcase_add_test(tc, load_half_precision_moments);
     tcase_add_test(tc, clip_low_precision_grads);
     suite_add_tcase(s, tc);
 

@@ -1017,8 +1017,8 @@ START_TEST(open_reads_tensors_on_demand)
 END_TEST
 
 /* cg_st_load_range: a run of a tensor's elements, from an opened file, from
- * memory and after cg_st_raw kept a copy; empty runs; the run, dtype and
- * layout checked, named. */
+ * memory and after cg_st_raw kept a copy; empty runs; into another float
+ * width; the run, dtype and layout checked, named. */
 START_TEST(load_range_reads_a_run)
 {
     const float v[12] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
@@ -1062,7 +1062,14 @@ START_TEST(load_range_reads_a_run)
         cg_tensor *col = cg_select(x, 1, 0); /* 4 elements, stride 2 */
         cg_clear_error();
         ck_assert(!cg_st_load_range(f, "m", 0, i));
-        assert_error_has("a run of it goes into a contiguous tensor of that dtype (got int64)");
+        assert_error_has("a run of it goes into a contiguous tensor of that dtype, or of another "
+                         "float one (got int64)");
+        /* a float run of another width converts (these values are exact in bf16) */
+        cg_tensor *h = cg_full_dtype(CG_BF16, CG_SHAPE(4), -1.0f), *hw = NULL;
+        ck_assert_msg(cg_st_load_range(f, "m", 5, h), "%s", cg_last_error());
+        hw = cg_to(h, CG_F32);
+        assert_tensor_exact(hw, v + 5);
+        cg_release_all(2, h, hw);
         cg_clear_error();
         ck_assert(!cg_st_load_range(f, "m", 0, col));
         assert_error_has("not contiguous");
