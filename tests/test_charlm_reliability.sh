@@ -16,7 +16,7 @@
 #      from 1, as on the progress line) and the
 #      tensor named, exit non-zero, and the last checkpoint is not overwritten
 #   5. --precision bf16: bit-identical resume, kept by the checkpoint
-#      (resume, eval), refused on resume
+#      (resume, eval); --precision fp32 on resume switches the run
 #   6. sample --attention: the last 32 tokens drawn in their context
 #   test_charlm_reliability.sh CHARLM CKPT_WRITER
 set -euo pipefail
@@ -273,8 +273,7 @@ echo "skip: 5 non-finite steps skipped with a warning each, exit 0"
 field() { tail -1 "$2" | sed -n "s/.*\"$1\": \"\{0,1\}\([^,\"}]*\).*/\1/p"; }
 # 5. --precision bf16: resume is bit-identical too (40 == 20 + 20 resumed);
 #    the checkpoint keeps the precision (resume and eval use it, the JSON
-#    lines say so); bf16 != fp32; --precision on resume is refused like the
-#    other recipe flags and a bad value is a bad command line (exit 2)
+#    lines say so); bf16 != fp32; a bad value is a bad command line (exit 2)
 "$charlm" train "${model[@]}" --precision bf16 --steps 40 --out bf_full.st >bf_full.json 2>bf_full.log ||
   fail "bf16 training failed: $(tail -1 bf_full.log)"
 grep -q 'precision bf16' bf_full.log || fail "no precision on the start-up line: $(head -3 bf_full.log)"
@@ -300,11 +299,27 @@ if "$tool" same bf_full.st bf_fp32.st 2>/dev/null; then fail "a bf16 run equals 
   fail "eval of the bf16 checkpoint: val_loss $(field val_loss bf_eval.json), training's $(field val_loss bf_full.json)"
 echo "bf16 differs from fp32; eval of the bf16 checkpoint gives its training loss $(field val_loss bf_eval.json)"
 
-rc=0
-"$charlm" train --resume bf_half20.st --precision fp32 --threads 1 --out x.st >/dev/null 2>refuse.log || rc=$?
-[ "$rc" -eq 2 ] && grep -q 'drop --precision' refuse.log ||
-  fail "--precision fp32 on resume of a bf16 checkpoint: exit $rc: $(cat refuse.log)"
-[ ! -e x.st ] || fail "a refused resume wrote a checkpoint"
+# --precision on resume: fp32 switches the bf16 run (the start-up line says
+# so, the checkpoint then records fp32), exactly as a checkpoint recording
+# fp32 with the same state resumes; bf16, the checkpoint's own, changes nothing
+"$charlm" train --resume bf_half20.st --precision fp32 --threads 1 --out sw.st >sw.json 2>sw.log ||
+  fail "--precision fp32 on resume of a bf16 checkpoint: $(tail -1 sw.log)"
+grep -q "precision fp32 (switched from the checkpoint's bf16)" sw.log ||
+  fail "the switched run's start-up line: $(grep -m1 precision sw.log)"
+[ "$(field precision sw.json)" = fp32 ] || fail "the switched run is not fp32: $(cat sw.json)"
+"$tool" getmeta sw.st train | grep -q '"precision":"fp32"' ||
+  fail "the switched run's checkpoint does not record fp32: $("$tool" getmeta sw.st train | head -c 300)"
+cp bf_half20.st as32.st
+"$tool" setmeta as32.st train "$("$tool" getmeta bf_half20.st train | sed 's/"precision":"bf16"/"precision":"fp32"/')" >/dev/null
+"$charlm" train --resume as32.st --threads 1 >as32.json 2>as32.log || fail "resume of as32.st: $(tail -1 as32.log)"
+grep -q "precision fp32$" as32.log || fail "as32.st resumed: $(grep -m1 precision as32.log)"
+"$tool" same sw.st as32.st || fail "bf16 switched to fp32 on resume != the same state resumed as fp32"
+cp bf_half20.st same16.st
+"$charlm" train --resume same16.st --precision bf16 --threads 1 >same16.json 2>same16.log ||
+  fail "--precision bf16 on resume of a bf16 checkpoint: $(tail -1 same16.log)"
+grep -q "switched" same16.log && fail "--precision bf16 on a bf16 resume says it switched: $(grep -m1 precision same16.log)"
+"$tool" same bf_full.st same16.st || fail "bf16: 40 steps != 20 + resume --precision bf16 to 40"
+echo "--precision on resume: bf16 -> fp32 switches as a checkpoint recording fp32 resumes; bf16 -> bf16 bit-identical"
 rc=0
 "$charlm" train "${model[@]}" --precision fp16 --steps 2 --out y.st >/dev/null 2>bad.log || rc=$?
 [ "$rc" -eq 2 ] && grep -q -- '--precision' bad.log || fail "--precision fp16: exit $rc: $(cat bad.log)"

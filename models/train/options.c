@@ -19,6 +19,7 @@ void cg_train_opts_init(cg_train_opts *o)
     o->precision_arg = "auto";
     o->precision = CG_PRECISION_FP32;
     o->precision_auto = NULL;
+    o->precision_was = NULL;
     o->threads = 0;
     o->grad_accum = 1;
 }
@@ -93,6 +94,10 @@ static int train_precision(cg_cli_args *a, cg_train_opts *o)
 
 const char *cg_train_precision_note(const cg_train_opts *o, char *buf, size_t cap)
 {
+    if (o->precision_was) {
+        snprintf(buf, cap, " (switched from the checkpoint's %s)", o->precision_was);
+        return buf;
+    }
     if (!o->precision_auto)
         return "";
     snprintf(buf, cap, " (auto: %s%s)", o->precision_auto,

@@ -65,13 +65,16 @@ typedef struct {
     const char *extra_data;
     bool force, skip_nonfinite;
     /* --precision auto|fp32|bf16 ("auto"): cg_train_parse resolves auto to
-     * "fp32" or "bf16", the name saved in "options" (on --resume, to the
-     * checkpoint's, restored from it) */
+     * "fp32" or "bf16", the name saved in "options" (on --resume, auto
+     * means the checkpoint's, restored from it; fp32 or bf16 switch) */
     const char *precision_arg;
     cg_precision precision; /* of the matrix products (core/gemm.h), parsed */
     /* why auto chose it ("the CPU has AVX512_BF16", "no native bf16 on this
      * CPU"); NULL when --precision named it or --resume's checkpoint did */
     const char *precision_auto;
+    /* --resume with a --precision other than the checkpoint's: the
+     * checkpoint's ("bf16"), from which the run switches; else NULL */
+    const char *precision_was;
     /* The parsed command line (cg_train_parse): which flags were given,
      * which are fixed or saved by a checkpoint. NULL: none given. */
     const cg_cli_args *args;
@@ -193,8 +196,9 @@ void cg_train_init(cg_train_opts *o, cg_train_recipe *r, int64_t steps, int64_t 
          0,                                                                                       \
          0,                                                                                       \
          "  --precision P        matrix products: auto (default: bf16 on a native bf16 CPU,\n"    \
-         "                       else fp32), fp32 or bf16; kept by the checkpoint\n",             \
-         CG_CLI_FIXED | CG_CLI_SAVED},                                                            \
+         "                       else fp32), fp32 or bf16; kept by the checkpoint (--resume\n"    \
+         "                       continues in it; fp32 or bf16 there switches the run)\n",        \
+         CG_CLI_SAVED},                                                                           \
         {"--data",                                                                                \
          CG_CLI_STR,                                                                              \
          &(o)->data,                                                                              \
@@ -352,7 +356,8 @@ const char *cg_train_arch_help(cg_train_recipe *r);
  * was given; o->args = a). --help prints help, then the table's help lines.
  * Then --precision (auto resolved: bf16 when cg_bf16_native(), never the
  * emulation, else fp32; with --resume, the checkpoint's, and a given
- * "auto" counts as not given), --norm and --act (names of nn/layers.h's
+ * "auto" counts as not given, while fp32 or bf16 switch the resumed run to
+ * it), --norm and --act (names of nn/layers.h's
  * tables) and,
  * for a fresh run, --tokenizer/--vocab-size are checked. Returns -1 to go
  * on, else the exit code (the error printed). */
@@ -422,7 +427,8 @@ bool cg_train_options_save(const cg_cli_args *a, cJSON *j);
 bool cg_train_options_restore(const cg_cli_args *a, const cJSON *j, const char *what);
 
 /* What a train command's start-up line says after "precision bf16": " (auto:
- * the CPU has AVX512_BF16; --precision fp32 to opt out)" or " (auto: no
+ * the CPU has AVX512_BF16; --precision fp32 to opt out)", " (switched from
+ * the checkpoint's fp32)" on a --resume that changes it, or " (auto: no
  * native bf16 on this CPU)" when auto chose, else "". In buf (cap bytes). */
 const char *cg_train_precision_note(const cg_train_opts *o, char *buf, size_t cap);
 /* The precision a program decodes or evaluates a checkpoint in, and sets

@@ -204,6 +204,37 @@ static bool best_restore(const cg_trainer *t, cg_train_opts *o, const char *what
     return true;
 }
 
+/* The resumed run's precision: the checkpoint's, whatever auto would
+ * choose here (restored into o->precision_arg with the other options), or
+ * the one a given --precision fp32 or bf16 switches to (weights and
+ * moments are float32 either way, as under PyTorch's autocast; then
+ * o->precision_was names the checkpoint's when it differs). False + error. */
+static bool precision_restore(cg_train_opts *o, const cJSON *opts, const char *given,
+                              const char *what)
+{
+    const cJSON *was = opts ? cJSON_GetObjectItemCaseSensitive(opts, "precision") : NULL;
+    const char *had = !given                ? o->precision_arg
+                      : !was                ? "fp32"
+                      : cJSON_IsString(was) ? was->valuestring
+                                            : "";
+    if (strcmp(had, "fp32") != 0 && strcmp(had, "bf16") != 0) {
+        cg_set_error("%s: bad or missing \"options\"", what);
+        return false;
+    }
+    o->precision_was = given && strcmp(had, given) != 0 ? (had[0] == 'b' ? "bf16" : "fp32") : NULL;
+    if (given)
+        o->precision_arg = given;
+    if (!cg_precision_parse(o->precision_arg, &o->precision)) {
+        /* the checkpoint's bf16 on a CPU without a bf16 path (a given
+         * --precision bf16 was refused as the flag was parsed) */
+        cg_set_error("%s: trained in bf16, which needs a CPU with AVX512_BF16, or with AVX2 and "
+                     "FMA; this one has neither (--precision fp32 continues the run in fp32)",
+                     what);
+        return false;
+    }
+    return true;
+}
+
 /* Restore the shared state of a checkpoint into t and o: every field type-
  * and range-checked (models/util/config_json.h), the first bad one named. */
 static bool state_restore(cg_trainer *t, cg_train_opts *o, const char *path)
@@ -239,17 +270,18 @@ static bool state_restore(cg_trainer *t, cg_train_opts *o, const char *path)
         !cg_json_f64_array(s, what, "recent", t->recent, CG_TRAIN_RECENT, &t->n_recent))
         return false;
     const cJSON *opts = cJSON_GetObjectItemCaseSensitive(s, "options");
-    /* --resume keeps the checkpoint's precision, whatever auto would choose
-     * here (a checkpoint that records none was trained in fp32) */
-    o->precision_arg = "fp32";
+    /* --resume keeps the checkpoint's precision (precision_restore) */
+    const char *given = cg_cli_given(o->args, &o->precision_arg) ? o->precision_arg : NULL;
+    o->precision_arg = "fp32"; /* a checkpoint that records none was trained in fp32 */
     o->precision_auto = NULL;
     if (!cJSON_IsObject(t->model_state) || (opts && !cJSON_IsObject(opts)) ||
-        !cg_train_options_restore(o->args, opts, what) ||
-        (o->precision_arg && !cg_precision_parse(o->precision_arg, &o->precision))) {
+        !cg_train_options_restore(o->args, opts, what)) {
         cg_set_error("%s: bad or missing \"%s\"", what,
                      cJSON_IsObject(t->model_state) ? "options" : "model");
         return false;
     }
+    if (!precision_restore(o, opts, given, what))
+        return false;
     const cJSON *id = cJSON_GetObjectItemCaseSensitive(s, "data_id");
     if (id && !cg_data_id_from_json(id, what, &t->data_stored))
         return false;
