@@ -129,15 +129,11 @@ enum { PF_ROWS = 16 };
 
 /* ------------------------------------------------------------ rounding */
 
+/* x rounded to bf16 (CG_BF16_ROUND_BITS; a loop of it vectorises:
+ * round_run_emulated) */
 static inline uint16_t bf16_bits(float x)
 {
-    /* without branches, so that a loop of it vectorises (round_run_emulated) */
-    const uint32_t u = (uint32_t)f2i(x), e = u & 0x7f800000u;
-    const uint32_t even = u + 0x7fffu + ((u >> 16) & 1u); /* to nearest, ties to even */
-    const uint32_t nan = (uint32_t)M((e == 0x7f800000u) & ((u & 0x007fffffu) != 0));
-    const uint32_t tiny = (uint32_t)M(e == 0); /* zero or subnormal: signed zero */
-    const uint32_t r = (nan & (u | 0x00400000u)) | (~nan & even); /* a NaN kept quiet */
-    return (uint16_t)(((tiny & (u & 0x80000000u)) | (~tiny & r)) >> 16);
+    return (uint16_t)(CG_BF16_ROUND_BITS((uint32_t)f2i(x)) >> 16);
 }
 
 static inline float bf16_value(uint16_t h)
@@ -367,19 +363,10 @@ BF16_TARGET static void pack_panel_native(int W, int64_t w, int64_t k, const voi
         pack_panel_native_of(W, w, k, src, false, vs, ls, p);
 }
 
-/* bf16_bits on 8 lanes, as floats (low halves zero) */
+/* CG_BF16_ROUND_BITS on AVX2's 8 lanes of floats */
 AVX2_TARGET static inline __m256i round8(__m256 x)
 {
-    const __m256i u = _mm256_castps_si256(x), expo = _mm256_set1_epi32(0x7f800000);
-    __m256i r = _mm256_add_epi32(
-        u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff),
-                            _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1))));
-    const __m256i nan =
-        _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), expo);
-    r = _mm256_blendv_epi8(r, _mm256_or_si256(u, _mm256_set1_epi32(0x00400000)), nan);
-    const __m256i tiny = _mm256_cmpeq_epi32(_mm256_and_si256(u, expo), _mm256_setzero_si256());
-    r = _mm256_blendv_epi8(r, _mm256_and_si256(u, _mm256_set1_epi32((int)0x80000000u)), tiny);
-    return _mm256_and_si256(r, _mm256_set1_epi32((int)0xffff0000u));
+    return (__m256i)CG_BF16_ROUND_BITS((cg_u32x8)_mm256_castps_si256(x));
 }
 
 /* In-register transpose of 8 rows of 8 32-bit lanes: r[i][j] -> r[j][i]. */

@@ -1,7 +1,8 @@
 /* Internal to core/: what the fp32 (gemm_skx.c) and bf16 (gemm_bf16.c)
  * drivers share: the per-thread packing buffer, BLIS's stride and
  * block-size rules, a 16 x 16 in-register transpose and the bf16
- * emulation's rounding in AVX-512 lanes; matmul.c asks the stride rules
+ * rounding of the emulation (one text for scalars and vectors); matmul.c
+ * asks the stride rules
  * before it calls into gemm.c. */
 #ifndef CG_GEMM_INTERNAL_H
 #define CG_GEMM_INTERNAL_H
@@ -215,22 +216,36 @@ static inline void cg_gemm_to_column_c(int64_t *m, int64_t *n, const float **a, 
     *csc = t;
 }
 
-/* x rounded to bf16 as the products round their operands (ties to even, a
- * NaN kept quiet, zero and subnormals to signed zero: gemm_bf16.c's
- * bf16_bits) in integer steps, on CPUs without AVX512_BF16's conversion:
- * each lane's rounded value as a float's bits, the low 16 bits zero */
+/* Float bits in GCC's vectors of 32-bit lanes: AVX2's 8 and AVX-512's 16 */
+typedef uint32_t cg_u32x8 __attribute__((vector_size(32)));
+typedef uint32_t cg_u32x16 __attribute__((vector_size(64)));
+
+/* u (a uint32_t, or a cg_u32x* of lanes) holding float bits, rounded to
+ * bf16 as the products round their operands: to nearest, ties to even; a
+ * NaN kept quiet; zero and subnormals to signed zero. The rounded value as
+ * a float's bits, its low 16 bits zero. One text for every width, without
+ * branches: gemm_bf16.c's bf16_bits, whose loops GCC vectorises, and the
+ * emulation's rounding in AVX2's and AVX-512's registers, for CPUs without
+ * AVX512_BF16's conversion (whose bits these are). */
+#define CG_BF16_ROUND_BITS(u)                                                      \
+    __extension__({                                                                \
+        typedef __typeof__(u) lanes_;                                              \
+        const lanes_ u_ = (u);                                                     \
+        const lanes_ nan_ = CG_ALL_ONES_IF_(u_, (u_ & 0x7fffffffu) > 0x7f800000u); \
+        const lanes_ tiny_ = CG_ALL_ONES_IF_(u_, (u_ & 0x7f800000u) == 0);         \
+        const lanes_ even_ = u_ + 0x7fffu + ((u_ >> 16) & 1u);                     \
+        const lanes_ r_ = (nan_ & (u_ | 0x00400000u)) | (~nan_ & even_);           \
+        ((tiny_ & (u_ & 0x80000000u)) | (~tiny_ & r_)) & 0xffff0000u;              \
+    })
+/* A condition c on u's lanes as all-ones masks of u's type: a scalar
+ * comparison gives 1, a vector's lanes -1 */
+#define CG_ALL_ONES_IF_(u, c) \
+    _Generic((u), uint32_t : 0u - (__typeof__(u))(c), default : (__typeof__(u))(c))
+
+/* CG_BF16_ROUND_BITS on AVX-512's 16 lanes of floats */
 CG_AVX512 static inline __m512i cg_bf16_round16_bits(__m512 x)
 {
-    const __m512i u = _mm512_castps_si512(x), expo = _mm512_set1_epi32(0x7f800000);
-    __m512i r = _mm512_add_epi32(
-        u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
-                            _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1))));
-    const __mmask16 nan =
-        _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), expo);
-    r = _mm512_mask_or_epi32(r, nan, u, _mm512_set1_epi32(0x00400000));
-    const __mmask16 tiny = _mm512_testn_epi32_mask(u, expo);
-    r = _mm512_mask_and_epi32(r, tiny, u, _mm512_set1_epi32((int)0x80000000u));
-    return _mm512_and_si512(r, _mm512_set1_epi32((int)0xffff0000u));
+    return (__m512i)CG_BF16_ROUND_BITS((cg_u32x16)_mm512_castps_si512(x));
 }
 
 /* In-register transpose of 16 rows of 16 32-bit lanes: r[i][j] -> r[j][i]. */
