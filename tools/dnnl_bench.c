@@ -56,6 +56,7 @@
 #include <oneapi/dnnl/dnnl.h>
 #include <oneapi/dnnl/dnnl_debug.h>
 
+#include "core/dtype.h"
 #include "core/gemm.h"
 #include "core/tensor.h"
 
@@ -457,24 +458,6 @@ static void bench_shape(const shape *s, int threads, int default_capacity)
 
 /* ------------------------------------------------------------- numerics */
 
-static uint16_t rne_bf16(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-static float bf16_to_f32(uint16_t h)
-{
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 static bool is_subnormal(float f) { return f != 0.0f && fabsf(f) < 1.17549435e-38f; }
 
 /* fp32 -> bf16 by oneDNN's reorder, n values. */
@@ -530,14 +513,14 @@ static rounding_report compare_rne(const float *x, const uint16_t *y, int64_t n)
 {
     rounding_report r = {.n = n};
     for (int64_t i = 0; i < n; i++) {
-        uint16_t want = rne_bf16(x[i]);
+        uint16_t want = cg_f32_to_bf16(x[i]);
         bool nan = isnan(x[i]);
         if (is_subnormal(x[i])) {
             r.subnormal++;
             if ((y[i] & 0x7fffu) == 0 && (y[i] >> 15) == (want >> 15))
                 r.subnormal_to_zero++;
         }
-        if (nan ? !isnan(bf16_to_f32(y[i])) : y[i] != want) {
+        if (nan ? !isnan(cg_bf16_to_f32(y[i])) : y[i] != want) {
             r.mismatch++;
             if (is_subnormal(x[i]))
                 r.mismatch_subnormal++;
@@ -558,11 +541,11 @@ static void reference(const shape *s, const float *a, const float *b, bool round
     for (int64_t i = 0; i < s->m; i++)
         for (int64_t p = 0; p < s->k; p++) {
             float af = a[i * s->rsa + p * s->csa];
-            double av = round ? bf16_to_f32(rne_bf16(af)) : af;
+            double av = round ? cg_bf16_to_f32(cg_f32_to_bf16(af)) : af;
             double *ri = r + i * s->n, *qi = q + i * s->n;
             for (int64_t j = 0; j < s->n; j++) {
                 float bv = b[p * s->rsb + j * s->csb];
-                double t = av * (round ? bf16_to_f32(rne_bf16(bv)) : bv);
+                double t = av * (round ? cg_bf16_to_f32(cg_f32_to_bf16(bv)) : bv);
                 ri[j] += t;
                 qi[j] += t * t;
             }
@@ -650,7 +633,7 @@ static void check_rounding(void)
             memcpy(&cb, &c[i], 4);
             if (cb == xb)
                 unchanged++;
-            if (cb == (uint32_t)rne_bf16(x[i]) << 16)
+            if (cb == (uint32_t)cg_f32_to_bf16(x[i]) << 16)
                 rne++;
             if (cb == (xb & 0xffff0000u))
                 trunc++;
