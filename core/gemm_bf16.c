@@ -202,9 +202,44 @@ BF16_TARGET static void round_run_native(int64_t n, const float *x, uint16_t *y)
         y[i] = bf16_bits(x[i]);
 }
 
-/* The same without AVX512_BF16: bf16_bits, which GCC vectorises (EW_CLONES:
- * AVX-512, AVX2 and baseline clones, the same integer operations in each) */
-EW_CLONES static void round_run_emulated(int64_t n, const float *x, uint16_t *y)
+/* CG_BF16_ROUND_BITS on AVX2's 8 lanes of floats */
+AVX2_TARGET static inline __m256i round8(__m256 x)
+{
+    return (__m256i)CG_BF16_ROUND_BITS((cg_u32x8)_mm256_castps_si256(x));
+}
+
+/* round_run_native's bits without AVX512_BF16: CG_BF16_ROUND_BITS in
+ * AVX-512's lanes, 16 at a time, the tail masked */
+AVX512BW_TARGET static void round_run_avx512(int64_t n, const float *x, uint16_t *y)
+{
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm256_storeu_si256((__m256i *)(y + i),
+                            _mm512_cvtepi32_epi16(_mm512_srli_epi32(
+                                cg_bf16_round16_bits(_mm512_loadu_ps(x + i)), 16)));
+    if (i < n) {
+        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
+        _mm512_mask_cvtepi32_storeu_epi16(
+            y + i, m, _mm512_srli_epi32(cg_bf16_round16_bits(_mm512_maskz_loadu_ps(m, x + i)), 16));
+    }
+}
+
+/* The same in AVX2's, 16 at a time (two halves packed), bf16_bits on the tail */
+AVX2_TARGET static void round_run_avx2(int64_t n, const float *x, uint16_t *y)
+{
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m256i lo = _mm256_srli_epi32(round8(_mm256_loadu_ps(x + i)), 16);
+        const __m256i hi = _mm256_srli_epi32(round8(_mm256_loadu_ps(x + i + 8)), 16);
+        _mm256_storeu_si256((__m256i *)(y + i),
+                            _mm256_permute4x64_epi64(_mm256_packus_epi32(lo, hi), 0xd8));
+    }
+    for (; i < n; i++)
+        y[i] = bf16_bits(x[i]);
+}
+
+/* And with neither */
+static void round_run_scalar(int64_t n, const float *x, uint16_t *y)
 {
     for (int64_t i = 0; i < n; i++)
         y[i] = bf16_bits(x[i]);
@@ -218,13 +253,15 @@ void cg_bf16_round_run(int64_t n, const float *x, uint16_t *y)
 void cg_bf16_round_runs(int64_t n, int64_t runs, int64_t ldx, const float *x, int64_t ldy,
                         uint16_t *y)
 {
-    const bool native = cg_bf16_native();
-    for (int64_t r = 0; r < runs; r++) {
-        if (native)
-            round_run_native(n, x + r * ldx, y + r * ldy);
-        else
-            round_run_emulated(n, x + r * ldx, y + r * ldy);
-    }
+    /* the instruction, else the emulation in the registers its kernel
+     * uses (cg_bf16_emulation_avx512): the same bits every way */
+    void (*run)(int64_t, const float *, uint16_t *) =
+        cg_bf16_native()                                ? round_run_native
+        : cg_bf16_emulation_avx512                      ? round_run_avx512
+        : cg_gemm_path_available(CG_GEMM_BF16_EMULATED) ? round_run_avx2
+                                                        : round_run_scalar;
+    for (int64_t r = 0; r < runs; r++)
+        run(n, x + r * ldx, y + r * ldy);
 }
 
 /* ------------------------------------------------------------ packing */
@@ -361,12 +398,6 @@ BF16_TARGET static void pack_panel_native(int W, int64_t w, int64_t k, const voi
         pack_panel_native_of(W, w, k, src, true, vs, ls, p);
     else
         pack_panel_native_of(W, w, k, src, false, vs, ls, p);
-}
-
-/* CG_BF16_ROUND_BITS on AVX2's 8 lanes of floats */
-AVX2_TARGET static inline __m256i round8(__m256 x)
-{
-    return (__m256i)CG_BF16_ROUND_BITS((cg_u32x8)_mm256_castps_si256(x));
 }
 
 /* In-register transpose of 8 rows of 8 32-bit lanes: r[i][j] -> r[j][i]. */

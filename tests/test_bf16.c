@@ -79,11 +79,24 @@ START_TEST(test_round)
 END_TEST
 
 /* cg_bf16_round_runs (the vector rounding: the instruction's, or the
- * emulation's in AVX-512 or AVX2 lanes and a scalar tail) has cg_bf16_round's
- * bits on every element: any 32-bit pattern (subnormals to signed zero,
- * ties to even, the largest floats to infinity), a NaN kept a NaN, for
- * runs of every length around the vector widths, strided. */
+ * emulation's in AVX-512 or AVX2 lanes, with a masked or scalar tail) has
+ * cg_bf16_round's bits on every element: any 32-bit pattern (subnormals to
+ * signed zero, ties to even, the largest floats to infinity), a NaN kept a
+ * NaN, for runs of every length around the vector widths, strided. The
+ * emulation in both widths where the CPU has AVX-512. */
+static void round_runs_case(void);
 START_TEST(test_round_runs)
+{
+    const bool avx512 = cg_bf16_emulation_use_avx512(true); /* (initialises core/gemm.c) */
+    for (int wide = avx512; wide >= 0; wide--) {
+        ck_assert(cg_bf16_emulation_use_avx512(wide) == wide);
+        round_runs_case();
+    }
+    cg_bf16_emulation_use_avx512(avx512);
+}
+END_TEST
+
+static void round_runs_case(void)
 {
     const uint32_t special[] = {0x00000000u, 0x80000000u, 0x00000001u, 0x807fffffu, 0x00800000u,
                                 0x3f808000u, 0x3f818000u, 0x3f808001u, 0x7f7fffffu, 0xff7f8000u,
@@ -122,7 +135,6 @@ START_TEST(test_round_runs)
                 }
         }
 }
-END_TEST
 
 /* Sizes on both sides of the micro-tile (32 x 12), the k pair, the k block
  * (384), the m block (96), the n block (3072) and the split of k in two
@@ -511,7 +523,7 @@ START_TEST(test_emulation_bits)
         fprintf(stderr, "test_emulation_bits: skipped (MXCSR's flush-to-zero ignored here)\n");
         return;
     }
-    const bool avx512 = cg_bf16_emulation_avx512;
+    const bool avx512 = cg_bf16_emulation_use_avx512(true); /* (initialises core/gemm.c) */
     for (int wide = avx512; wide >= 0; wide--) {
         ck_assert(cg_bf16_emulation_use_avx512(wide) == wide);
         emulation_bits_case();
