@@ -32,7 +32,10 @@
  * each addition is one fp32 rounding (a fused multiply-add), and a result
  * below the smallest normal float is flushed to zero, which is what FMA
  * does with MXCSR's flush-to-zero bit set (x86 detects tininess after
- * rounding, as the instruction does). A GEMM's panels are "wide" there:
+ * rounding, as the instruction does: to 24 bits as if the exponent had no
+ * bound, so a sum under 2^-126 - 2^-151 is zero even where rounding it to
+ * a subnormal's bits would give 2^-126; test_emulation_flush_boundary).
+ * A GEMM's panels are "wide" there:
  * the bf16 values as floats, each pair's odd element first ([2 kp][MR] and
  * [2 kp][NR] floats), so the kernel is an fp32 one over a reordered k; a
  * packed weight (cg_bf16_matrix, the same k-pairs on both paths) is unpacked

@@ -319,13 +319,31 @@ static bool near_amx(float got, float ref, int64_t k, double mag)
 /* The instruction's arithmetic, one element at a time: each pair's odd
  * product and then its even one added to an fp32 sum, each addition one
  * rounding of the exact value (fmaf), a sum below the smallest normal float
- * flushed to a signed zero; a sum per k block of the driver (384), written
+ * flushed to a signed zero as x86 flushes it (model_fma: tininess after
+ * rounding to 24 bits); a sum per k block of the driver (384), written
  * as alpha s + beta C for the first block and alpha s + C for later ones.
  * A product with k >= 768 and k >= 2 max(m, n) is two such sums, over
  * [0, h) and [h, k) with h = k / 2 rounded up to even, the second (with
  * beta 0) added to the first (cg_gemm_k_split). */
 #define MODEL_KC 384
 static float model_flush(float x) { return fabsf(x) < 0x1p-126f ? copysignf(0.0f, x) : x; }
+/* fmaf(a, b, s) flushed as x86's flush-to-zero flushes it: to a signed
+ * zero where the exact a b + s, rounded to 24 bits as if the exponent had
+ * no bound, is below 2^-126 (tininess after rounding). That is more than
+ * model_flush of fmaf's result: fmaf rounds a sum just under 2^-126 to a
+ * subnormal's 23 bits, which can carry it up to 2^-126 itself; it is tiny
+ * unless it reaches the midpoint 2^-126 - 2^-151 (a tie goes to 2^-126,
+ * whose significand is even). a b is exact in a double (a and b have 24
+ * bits), and the double sum with its error (two-sum) is a b + s exactly. */
+static float model_fma(float a, float b, float s)
+{
+    const float r = fmaf(a, b, s);
+    if (fabsf(r) != 0x1p-126f)
+        return model_flush(r);
+    const double p = (double)a * b, hi = p + s, bb = hi - p, lo = (p - (hi - bb)) + (s - bb);
+    const double sg = r > 0 ? 1.0 : -1.0, d = sg * hi - (0x1p-126 - 0x1p-151); /* exact */
+    return d + sg * lo < 0.0 ? copysignf(0.0f, r) : r;
+}
 
 static void model_one_sum(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t rsa,
                           int64_t csa, const float *b, int64_t rsb, int64_t csb, float beta,
@@ -343,9 +361,9 @@ static void model_one_sum(int64_t m, int64_t n, int64_t k, float alpha, const fl
                         ah = cg_bf16_round(a[i * rsa + (p + 1) * csa]);
                         bh = cg_bf16_round(b[(p + 1) * rsb + j * csb]);
                     }
-                    s = model_flush(fmaf(ah, bh, s));
-                    s = model_flush(fmaf(cg_bf16_round(a[i * rsa + p * csa]),
-                                         cg_bf16_round(b[p * rsb + j * csb]), s));
+                    s = model_fma(ah, bh, s);
+                    s = model_fma(cg_bf16_round(a[i * rsa + p * csa]),
+                                  cg_bf16_round(b[p * rsb + j * csb]), s);
                 }
                 if (p0 > 0)
                     *cij = alpha * s + *cij;
@@ -430,8 +448,8 @@ START_TEST(test_amx_emulated_tiles)
             for (int n = 0; n < 16; n++) {
                 float x = model_flush(c[m][n]); /* a subnormal sum read as zero */
                 for (int q = 0; q < 16; q++) {
-                    x = model_flush(fmaf(bf16_daz(a[m][2 * q]), bf16_daz(b[q][2 * n]), x));
-                    x = model_flush(fmaf(bf16_daz(a[m][2 * q + 1]), bf16_daz(b[q][2 * n + 1]), x));
+                    x = model_fma(bf16_daz(a[m][2 * q]), bf16_daz(b[q][2 * n]), x);
+                    x = model_fma(bf16_daz(a[m][2 * q + 1]), bf16_daz(b[q][2 * n + 1]), x);
                 }
                 const bool same = isnan(x) ? isnan(got[m][n]) : to_bits(x) == to_bits(got[m][n]);
                 if (!same)
@@ -533,6 +551,100 @@ START_TEST(test_emulation_bits)
         emulation_bits_case();
     }
     cg_bf16_emulation_use_avx512(avx512);
+}
+END_TEST
+
+/* Sums that end just under the smallest normal float, 2^-126 - 2^-151 f
+ * for a product's significand f: x86's flush-to-zero (the emulation's
+ * MXCSR bit, the instruction's own) tests a result for tininess after
+ * rounding it to 24 bits with no bound on the exponent, so the sum is 0
+ * below the midpoint 2^-126 - 2^-151 (f > 1) and 2^-126 at it and above
+ * (f <= 1), though fmaf's rounding to a subnormal's 23 bits gives 2^-126
+ * for all of them. Each sum is the first
+ * pair's 2^-126 (its even element) plus the second pair's even product
+ * -2^-151 f, added last (its odd one is 0); both signs; on every
+ * emulated kernel, fp32 and bf16 operands, a prepacked weight, the
+ * native kernel where the CPU has it, and the scalar model. */
+START_TEST(test_emulation_flush_boundary)
+{
+    if (!cg_gemm_path_available(CG_GEMM_BF16_EMULATED) ||
+        path_tested_by_plain_run(CG_GEMM_BF16_EMULATED))
+        return;
+    if (!flush_to_zero_works()) {
+        fprintf(stderr, "test_emulation_flush_boundary: skipped (flush-to-zero ignored here)\n");
+        return;
+    }
+    /* f = fa fb: the two bf16 significands of the second pair's odd
+     * product, and whether the sum is flushed */
+    static const struct {
+        float fa, fb;
+        bool zero;
+    } cases[] = {
+        {1.0f + 0x1p-7f, 1.0f, true},           /* f = 1 + 2^-7: below the midpoint */
+        {1.0f + 0x1p-7f, 1.0f + 0x1p-7f, true}, /* 1 + 2^-6 + 2^-14 */
+        {1.0f, 1.0f, false},                    /* the midpoint: ties to 2^-126 (even) */
+        {0.99609375f, 1.0f, false},             /* 255/256: above it */
+        {1.0f + 0x1p-7f, 0.99609375f, true},    /* 1 + 2^-8 - 2^-15: below it */
+        {0.99609375f, 0.99609375f, false},      /* 1 - 2^-7 + 2^-16: above it */
+    };
+    const bool native = cg_gemm_path_available(CG_GEMM_BF16);
+    const bool avx512 = cg_bf16_emulation_avx512;
+    enum { M = 3, N = 2, K = 4 };
+    for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++)
+        for (int sign = 1; sign >= -1; sign -= 2) {
+            /* row i of A: (2^-63 sign, 0, -fa 2^-76 sign, 0): elements 0
+             * and 2 are the pairs' even ones; B's columns alike */
+            float a[M * K] = {0}, b[K * N] = {0};
+            uint16_t a16[M * K], bt16[N * K];
+            for (int i = 0; i < M; i++) {
+                a[i * K] = 0x1p-63f * (float)sign;
+                a[i * K + 2] = -cases[ci].fa * 0x1p-76f * (float)sign;
+            }
+            for (int j = 0; j < N; j++) {
+                b[j] = 0x1p-63f;
+                b[2 * N + j] = cases[ci].fb * 0x1p-75f;
+            }
+            for (int i = 0; i < M * K; i++)
+                a16[i] = (uint16_t)(to_bits(a[i]) >> 16);
+            for (int l = 0; l < K; l++)
+                for (int j = 0; j < N; j++)
+                    bt16[j * K + l] = (uint16_t)(to_bits(b[l * N + j]) >> 16);
+            const float want = cases[ci].zero ? 0.0f * (float)sign : 0x1p-126f * (float)sign;
+            float model[M * N], w[N * K];
+            model_gemm(M, N, K, 1.0f, a, K, 1, b, N, 1, 0.0f, model, N, 1);
+            for (int i = 0; i < M * N; i++)
+                ck_assert_msg(to_bits(model[i]) == to_bits(want),
+                              "case %zu sign %d: the model %a, x86's flush %a", ci, sign,
+                              (double)model[i], (double)want);
+            for (int j = 0; j < N; j++)
+                for (int l = 0; l < K; l++)
+                    w[j * K + l] = b[l * N + j];
+            for (int wide = avx512; wide >= -native; wide--) {
+                /* wide 1: AVX-512's emulation, 0 AVX2's, -1 the native kernel */
+                const cg_gemm_path path = wide >= 0 ? CG_GEMM_BF16_EMULATED : CG_GEMM_BF16;
+                if (wide >= 0)
+                    ck_assert(cg_bf16_emulation_use_avx512(wide) == wide);
+                float c[3][M * N];
+                ck_assert(
+                    cg_sgemm_path(path, 1, M, N, K, 1.0f, a, K, 1, b, N, 1, 0.0f, c[0], N, 1));
+                /* bf16 operands, B's k contiguous, C column-stored */
+                ck_assert(cg_gemm_mixed_path(path, 1, M, N, K, 1.0f, a16, K, 1, bt16, 1, K,
+                                             CG_GEMM_A_BF16 | CG_GEMM_B_BF16, 0.0f, c[1], 1, M));
+                cg_bf16_matrix *pw = cg_bf16_matrix_new(N, K, w, K, 1);
+                ck_assert_ptr_nonnull(pw);
+                ck_assert(cg_bf16_matrix_mul(pw, path, 1, M, a, K, 1, NULL, 0, c[2], N, 1));
+                cg_bf16_matrix_free(pw);
+                for (int i = 0; i < M; i++)
+                    for (int j = 0; j < N; j++) {
+                        const float got[3] = {c[0][i * N + j], c[1][j * M + i], c[2][i * N + j]};
+                        for (int v = 0; v < 3; v++)
+                            ck_assert_msg(to_bits(got[v]) == to_bits(want),
+                                          "case %zu sign %d kernel %d form %d [%d,%d]: %a, not %a",
+                                          ci, sign, wide, v, i, j, (double)got[v], (double)want);
+                    }
+            }
+            cg_bf16_emulation_use_avx512(avx512);
+        }
 }
 END_TEST
 
@@ -3509,6 +3621,7 @@ static Suite *bf16_suite(void)
     tcase_add_test(tc, test_amx_specials);
     tcase_add_test(tc, test_amx_emulated_tiles);
     tcase_add_test(tc, test_emulation_bits);
+    tcase_add_test(tc, test_emulation_flush_boundary);
     tcase_add_test(tc, test_threads_bit_identical);
     tcase_add_test(tc, test_shared_packing_bits);
     tcase_add_test(tc, test_bias_fused);
