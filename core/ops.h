@@ -512,9 +512,9 @@ bool cg_k_linear_dropout_backward(const cg_tensor *x, const cg_tensor *w, const 
  * computed). Returns [B,H,Tq,dh] as a VIEW of fresh [B,Tq,H,dh] contiguous
  * storage (so merging the heads needs no copy). *saved (if not NULL) gets
  * what the backward needs: the weights [B,H,Tq,Tk] when Tk <= 256 (short
- * rows are cheaper to keep than to recompute; in bf16 precision off the
- * vdpbf16ps kernel up to 128, where recomputing costs about what reading
- * them back did), in bf16 precision rounded to bf16
+ * rows are cheaper to keep than to recompute; in bf16 precision on AMX
+ * up to 128, where recomputing costs about what reading them back did),
+ * in bf16 precision rounded to bf16
  * (the product with v reads them so), else each row's log-sum-exp of the
  * scaled, masked scores [B,H,Tq] (NaN for a row with every key masked);
  * contiguous either way. *weights (if not NULL) gets the softmax
