@@ -299,7 +299,7 @@ cg_rng cg_rng_new(uint64_t seed);
 /* Take n consecutive draws of r: returns the counter of the first and
  * advances r by n, atomically, so that threads sharing a generator (the
  * dropout of a model several threads train) get distinct draws. Every
- * draw of the library goes through it. */
+ * draw of the library goes through it. A NULL r: 0 + error, as below. */
 uint64_t cg_rng_take(cg_rng *r, uint64_t n);
 /* Uniform [0,1) float / double; normal(0,1). Advance the counter. Every
  * function taking a generator refuses a NULL one (core/error.h): "<fn>: NULL

@@ -460,11 +460,6 @@ static inline float normal_from(uint64_t seed, uint64_t i)
 
 cg_rng cg_rng_new(uint64_t seed) { return (cg_rng){.seed = seed, .counter = 0}; }
 
-uint64_t cg_rng_take(cg_rng *r, uint64_t n)
-{
-    return __atomic_fetch_add(&r->counter, n, __ATOMIC_RELAXED);
-}
-
 /* A NULL generator: false + "<fn>: NULL generator" (the draws then return
  * their neutral value: NaN, 0). */
 static bool rng_ok(const cg_rng *r, const char *fn)
@@ -473,6 +468,13 @@ static bool rng_ok(const cg_rng *r, const char *fn)
         return true;
     cg_set_error("%s: NULL generator", fn);
     return false;
+}
+
+uint64_t cg_rng_take(cg_rng *r, uint64_t n)
+{
+    if (!rng_ok(r, "cg_rng_take"))
+        return 0;
+    return __atomic_fetch_add(&r->counter, n, __ATOMIC_RELAXED);
 }
 
 float cg_rng_uniform(cg_rng *r)

@@ -416,6 +416,7 @@ START_TEST(test_rng_null)
     CG_ASSERT_REFUSED(isnan(cg_rng_uniform_double(NULL)), "cg_rng_uniform_double: NULL generator");
     CG_ASSERT_REFUSED(isnan(cg_rng_normal(NULL)), "cg_rng_normal: NULL generator");
     CG_ASSERT_REFUSED(cg_rng_below(NULL, 5) == 0, "cg_rng_below: NULL generator");
+    CG_ASSERT_REFUSED(cg_rng_take(NULL, 5) == 0, "cg_rng_take: NULL generator");
     CG_ASSERT_REFUSED(cg_randperm(NULL, 3) == NULL, "NULL generator");
     CG_ASSERT_REFUSED(cg_rand(NULL, CG_SHAPE(2)) == NULL, "NULL");
     CG_ASSERT_REFUSED(cg_randn(NULL, CG_SHAPE(2)) == NULL, "NULL");
