@@ -557,6 +557,9 @@ static bool backward_impl(cg_tensor *root, const cg_tensor *grad_root, bool reta
 
 bool cg_backward(cg_tensor *root, const cg_tensor *grad_root, bool retain_graph)
 {
+    if (cg_debug_enabled() &&
+        (!cg_lifetime_use_ok(root, "cg_backward") || !cg_lifetime_use_ok(grad_root, "cg_backward")))
+        return false; /* a freed root or gradient (the checked mode): named */
     g_bw_depth++;
     bool ok = backward_impl(root, grad_root, retain_graph);
     g_bw_depth--;

@@ -341,6 +341,8 @@ cg_tensor *cg_requires_grad(cg_tensor *t, bool on)
         cg_error_null_input("cg_requires_grad");
         return NULL;
     }
+    if (cg_debug_enabled() && !cg_lifetime_use_ok(t, "cg_requires_grad"))
+        return NULL;
     if (t->node) {
         cg_set_error("requires_grad: only leaf tensors can change requires_grad "
                      "(this one was produced by %s)",
@@ -361,6 +363,8 @@ cg_tensor *cg_detach(const cg_tensor *t) { return cg_alias(t); }
 
 void cg_zero_grad(cg_tensor *t)
 {
+    if (t && cg_debug_enabled() && !cg_lifetime_use_ok(t, "cg_zero_grad"))
+        return;
     if (t) {
         cg_release_held(t->grad);
         t->grad = NULL;
@@ -369,6 +373,8 @@ void cg_zero_grad(cg_tensor *t)
 
 const cg_tensor *cg_grad(const cg_tensor *t)
 {
+    if (t && cg_debug_enabled() && !cg_lifetime_use_ok(t, "cg_grad"))
+        return NULL;
     if (t && t->grad && cg_debug_enabled())
         cg_lifetime_borrowed_grad(t->grad, t); /* named, should it be released by mistake */
     return t ? t->grad : NULL;

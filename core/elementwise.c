@@ -216,6 +216,8 @@ static cg_tensor *ew_apply(const char *op, int nin, const cg_tensor *const *in, 
             cg_error_null_input(op);
             return NULL;
         }
+        if (cg_debug_enabled() && !cg_lifetime_use_ok(in[k], op))
+            return NULL;
     }
     int64_t shape[CG_MAX_DIMS] = {0};
     int nd = cg_iter_broadcast(op, nin, in, shape);

@@ -45,7 +45,10 @@ bool cg_error_null_arg(const char *op, const char *arg);
  * earlier release; releasing a reference held by a module, an optimizer or
  * a graph, such as ->weight or cg_grad(w); freeing a module or an optimizer
  * twice; a forward of a freed module, a step or zero_grad of a freed
- * optimizer) are reported by the call that makes them, as one line on stderr
+ * optimizer; a freed module given to nn/module.h's functions (save, load,
+ * parameter lists, an optimizer's from_module); a freed tensor given to an
+ * op, a view, cg_item, cg_data, cg_copy_to, cg_retain, cg_grad or
+ * cg_backward) are reported by the call that makes them, as one line on stderr
  * ("cgrad: CG_DEBUG: ...", also recorded as the error), and the call does
  * nothing. Freed tensor headers, modules and optimizers are kept (poisoned,
  * not reused) so that a later call can name them: memory grows with every

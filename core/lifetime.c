@@ -162,6 +162,15 @@ bool cg_lifetime_release_ok(const cg_tensor *t, const char *call, bool owned)
     return false;
 }
 
+bool cg_lifetime_use_ok(const cg_tensor *t, const char *op)
+{
+    /* only the poison is named: a header with another word may be a copy
+     * made on the stack (core/matmul.c), which is no mistake */
+    if (!t || t->magic != CG_TENSOR_FREED)
+        return true;
+    return cg_lifetime_release_ok(t, op ? op : "a use", false);
+}
+
 void cg_lifetime_retire(cg_tensor *t)
 {
     struct cg_tensor_debug *d = debug_of(t);

@@ -328,6 +328,8 @@ void cg_set_node_release_hook(cg_node_release_fn fn) { g_node_release = fn; }
 
 cg_tensor *cg_retain(cg_tensor *t)
 {
+    if (t && cg_debug_enabled() && !cg_lifetime_use_ok(t, "cg_retain"))
+        return t; /* a freed tensor: named, and no count brought back to life */
     if (t) {
         ref_inc(&t->refcount);
         if (g_scope && !scope_is_mine(t))
@@ -510,6 +512,8 @@ static void *data_as(const char *fn, const cg_tensor *t, cg_dtype dt)
         cg_error_null_input(fn);
         return NULL;
     }
+    if (cg_debug_enabled() && !cg_lifetime_use_ok(t, fn))
+        return NULL;
     if (t->dtype != dt) {
         cg_set_error("%s: the tensor is %s, not %s", fn, cg_dtype_name(t->dtype),
                      cg_dtype_name(dt));
@@ -531,6 +535,8 @@ void *cg_data_ptr(const cg_tensor *t)
         cg_error_null_input("cg_data_ptr");
         return NULL;
     }
+    if (cg_debug_enabled() && !cg_lifetime_use_ok(t, "cg_data_ptr"))
+        return NULL;
     return cg_elem_ptr(t, t->offset);
 }
 
@@ -538,6 +544,8 @@ bool cg_check_dtype(const char *op, const char *arg, const cg_tensor *t, cg_dtyp
 {
     if (!t)
         return cg_error_null_arg(op, arg);
+    if (cg_debug_enabled() && !cg_lifetime_use_ok(t, op))
+        return false;
     if (t->dtype != dt) {
         cg_set_error("%s: argument '%s' is %s, expected %s", op, arg, cg_dtype_name(t->dtype),
                      cg_dtype_name(dt));
@@ -559,6 +567,8 @@ static int64_t offset_of(const char *op, const cg_tensor *t, const int64_t *idx)
         cg_error_null_input(op);
         return -1;
     }
+    if (cg_debug_enabled() && !cg_lifetime_use_ok(t, op))
+        return -1;
     int64_t off = t->offset;
     for (int i = 0; i < t->ndim; i++) {
         int64_t j = idx[i] < 0 ? idx[i] + t->shape[i] : idx[i];
@@ -618,6 +628,8 @@ static bool one_element(const char *fn, const cg_tensor *t)
 {
     if (!t)
         return cg_error_null_input(fn);
+    if (cg_debug_enabled() && !cg_lifetime_use_ok(t, fn))
+        return false;
     if (cg_numel(t) != 1) {
         char b[96];
         cg_set_error("item: tensor of shape %s has %lld elements, expected 1",

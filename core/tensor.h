@@ -107,6 +107,13 @@ const char *cg_lifetime_enter(const char *call);
 void cg_lifetime_leave(const char *prev);
 bool cg_lifetime_release_ok(const cg_tensor *t, const char *call, bool owned);
 void cg_lifetime_retire(cg_tensor *t);
+/* use_ok: false (reported as "<op>: tensor [2, 3] float32 was already
+ * freed (by cg_release)") when t is a freed header, which op must then
+ * not read (its storage is gone); true for NULL and a live tensor. Called
+ * where the library's functions first look at a tensor argument (the
+ * dtype checks, the element accessors, views, elementwise ops, retain,
+ * backward), so that a use after free is named rather than a fault. */
+bool cg_lifetime_use_ok(const cg_tensor *t, const char *op);
 
 /* Called with t->node when a tensor that still has a node is freed. */
 typedef void (*cg_node_release_fn)(struct cg_node *node);

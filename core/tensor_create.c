@@ -86,6 +86,8 @@ bool cg_copy_to(const cg_tensor *t, float *out)
         cg_set_error("copy_to: NULL destination");
         return false;
     }
+    if (cg_debug_enabled() && !cg_lifetime_use_ok(t, "cg_copy_to"))
+        return false;
     copy_out(t, CG_F32, out);
     return true;
 }
@@ -98,6 +100,8 @@ bool cg_copy_to_array(const cg_tensor *t, void *out)
         cg_set_error("copy_to_array: NULL destination");
         return false;
     }
+    if (cg_debug_enabled() && !cg_lifetime_use_ok(t, "cg_copy_to_array"))
+        return false;
     copy_out(t, t->dtype, out);
     return true;
 }
@@ -186,6 +190,9 @@ bool cg_k_copy_(cg_tensor *dst, const cg_tensor *src)
 {
     if (!dst || !src)
         return cg_error_null_input("cg_copy_");
+    if (cg_debug_enabled() &&
+        (!cg_lifetime_use_ok(dst, "copy_") || !cg_lifetime_use_ok(src, "copy_")))
+        return false;
     if (!cg_check_writable("copy_", dst))
         return false;
     if (!cg_same_shape(dst, src)) {
@@ -248,6 +255,8 @@ bool cg_fill_(cg_tensor *t, float v)
 {
     if (!t)
         return cg_error_null_input("cg_fill_");
+    if (cg_debug_enabled() && !cg_lifetime_use_ok(t, "fill_"))
+        return false;
     if (!cg_check_no_history("fill_", t))
         return false;
     cg_tensor_modified(t);
@@ -430,6 +439,8 @@ cg_tensor *cg_k_contiguous(const cg_tensor *t)
         cg_error_null_input("cg_k_contiguous");
         return NULL;
     }
+    if (cg_debug_enabled() && !cg_lifetime_use_ok(t, "contiguous"))
+        return NULL;
     if (cg_is_contiguous(t)) {
         /* a fresh header over the same storage: callers own a new reference
          * without autograd fields */

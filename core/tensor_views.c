@@ -17,6 +17,8 @@
 static cg_tensor *view_of(const cg_tensor *t, int64_t offset, int ndim, const int64_t *shape,
                           const int64_t *strides)
 {
+    if (cg_debug_enabled() && !cg_lifetime_use_ok(t, "view"))
+        return NULL; /* a freed tensor has no storage to view */
     return cg_tensor_header(t->storage, t->dtype, offset, ndim, shape, strides);
 }
 

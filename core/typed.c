@@ -205,6 +205,8 @@ bool cg_fprint(FILE *f, const cg_tensor *t)
 {
     if (!t || !f)
         return cg_error_null_input("cg_print");
+    if (cg_debug_enabled() && !cg_lifetime_use_ok(t, "cg_print"))
+        return false;
     fputs("tensor(", f);
     print_dim(f, t, 0, t->offset, cg_numel(t) > PRINT_MAX_ELEMS);
     if (t->dtype != CG_F32)

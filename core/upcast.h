@@ -70,6 +70,8 @@ static inline bool cg_upcast_begin(cg_upcast *u, const char *op, int n, const cg
         const cg_tensor *t = *slots[k];
         if (!t)
             continue;
+        if (cg_debug_enabled() && !cg_lifetime_use_ok(t, op))
+            return false; /* a freed tensor (the checked mode): named */
         if (!cg_dtype_is_float(t->dtype))
             return cg_upcast_refuse(op, k, t);
         u->active |= t->dtype != CG_F32;
@@ -115,6 +117,8 @@ static inline cg_tensor *cg_upcast_end(cg_upcast *u, cg_tensor *out)
 static inline bool cg_f32_args(const char *op, int n, const cg_tensor *const *ts)
 {
     for (int k = 0; k < n; k++) {
+        if (cg_debug_enabled() && !cg_lifetime_use_ok(ts[k], op))
+            return false; /* a freed tensor (the checked mode): named */
         if (ts[k] && ts[k]->dtype != CG_F32) {
             cg_set_error("%s: argument %d is %s, expected float32%s", op, k + 1,
                          cg_dtype_name(ts[k]->dtype),

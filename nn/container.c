@@ -11,6 +11,8 @@ cg_tensor *cg_module_forward(cg_module *m, cg_tensor *x)
         cg_error_null_input("cg_module_forward");
         return NULL;
     }
+    if (!cg_module_live(m, "forward"))
+        return NULL;
     if (!m->forward) {
         cg_set_error("%s: no one-tensor forward (call its own forward function)", m->type);
         return NULL;

@@ -158,6 +158,8 @@ static bool check_seqs(const char *who, int64_t n, cg_tensor *const *seqs, int64
             cg_set_error("%s: sequence %lld is NULL", who, (long long)i);
             return false;
         }
+        if (cg_debug_enabled() && !cg_lifetime_use_ok(s, who))
+            return false;
         if (s->dtype != s0->dtype) {
             cg_set_error("%s: sequence %lld is %s, sequence 0 is %s (one dtype expected)", who,
                          (long long)i, cg_dtype_name(s->dtype), cg_dtype_name(s0->dtype));

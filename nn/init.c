@@ -181,6 +181,8 @@ bool cg_module_init_params(cg_module *m, cg_rng *rng, float std)
         cg_error_null_input("cg_module_init_params");
         return false;
     }
+    if (!cg_module_live(m, "cg_module_init_params"))
+        return false;
     init_src src = {.rng = rng, .mt = NULL};
     return init_tree(m, &src, std);
 }
@@ -216,6 +218,8 @@ bool cg_module_init_params_torch(cg_module *m, uint64_t seed, float std)
         cg_error_null_input("cg_module_init_params_torch");
         return false;
     }
+    if (!cg_module_live(m, "cg_module_init_params_torch"))
+        return false;
     cg_mt19937 g;
     cg_mt19937_seed(&g, seed);
     init_src src = {.rng = NULL, .mt = &g};
@@ -339,6 +343,8 @@ bool cg_module_reset_parameters(cg_module *m, cg_rng *rng)
         cg_error_null_input("cg_module_reset_parameters");
         return false;
     }
+    if (!cg_module_live(m, "cg_module_reset_parameters"))
+        return false;
     init_src src = {.rng = rng, .mt = NULL};
     return reset_tree(m, &src);
 }
@@ -351,6 +357,8 @@ bool cg_module_reset_parameters_torch(cg_module *m, cg_mt19937 *g)
         cg_error_null_input("cg_module_reset_parameters_torch");
         return false;
     }
+    if (!cg_module_live(m, "cg_module_reset_parameters_torch"))
+        return false;
     init_src src = {.rng = NULL, .mt = g};
     return reset_tree(m, &src);
 }

@@ -84,6 +84,14 @@ static bool grow(void **arr, int *cap, int need, size_t elem)
     return true;
 }
 
+bool cg_module_live(const cg_module *m, const char *fn)
+{
+    if (!m || !cg_debug_enabled() || m->tag != CG_MODULE_FREED)
+        return true;
+    cg_debug_report("%s: module %s was already freed (by cg_module_free)", fn, m->type);
+    return false;
+}
+
 cg_tensor *cg_module_add_param(cg_module *m, const char *name, cg_tensor *t)
 {
     return cg_module_add_param_at(m, name, t, NULL);
@@ -95,6 +103,8 @@ cg_tensor *cg_module_add_param_at(cg_module *m, const char *name, cg_tensor *t, 
         cg_error_null_input("cg_module_add_param");
         return NULL;
     }
+    if (!cg_module_live(m, "cg_module_add_param"))
+        return NULL;
     if (!check_local_name(m, "parameter", name))
         return NULL;
     if (t->node) {
@@ -142,6 +152,8 @@ cg_tensor *cg_module_add_buffer(cg_module *m, const char *name, cg_tensor *t, bo
         cg_error_null_input("cg_module_add_buffer");
         return NULL;
     }
+    if (!cg_module_live(m, "cg_module_add_buffer"))
+        return NULL;
     if (!check_local_name(m, "buffer", name))
         return NULL;
     if (t->requires_grad || t->node) {
@@ -212,6 +224,9 @@ void *cg_module_add_child(cg_module *m, const char *name, void *child_)
     uint32_t tag = CG_MODULE_TAG; /* read as bytes: child may be any object */
     if (child)
         memcpy(&tag, child_, sizeof tag);
+    if (!cg_module_live(m, "cg_module_add_child") ||
+        (tag == CG_MODULE_FREED && !cg_module_live(child, "cg_module_add_child")))
+        return NULL; /* the checked mode: a freed parent or child, not ours to free */
     if (tag != CG_MODULE_TAG && tag != 0) { /* 0: a struct the caller zeroed (calloc) */
         cg_set_error("module %s: child '%s' is not a module (a tensor? that is "
                      "cg_module_add_param)",
@@ -402,6 +417,8 @@ bool cg_module_params(const cg_module *m, cg_param_list *out)
         cg_error_null_input("cg_module_params");
         return false;
     }
+    if (!cg_module_live(m, "cg_module_params"))
+        return false;
     return collect(m, "", out, WANT_PARAMS);
 }
 
@@ -411,6 +428,8 @@ bool cg_module_buffers(const cg_module *m, cg_param_list *out)
         cg_error_null_input("cg_module_buffers");
         return false;
     }
+    if (!cg_module_live(m, "cg_module_buffers"))
+        return false;
     return collect(m, "", out, WANT_BUFFERS);
 }
 
@@ -420,6 +439,8 @@ bool cg_module_state_dict(const cg_module *m, cg_param_list *out)
         cg_error_null_input("cg_module_state_dict");
         return false;
     }
+    if (!cg_module_live(m, "cg_module_state_dict"))
+        return false;
     return collect(m, "", out, WANT_PARAMS | WANT_BUFFERS | WANT_PERSISTENT);
 }
 
@@ -429,6 +450,8 @@ bool cg_module_state_dict_all(const cg_module *m, cg_param_list *out)
         cg_error_null_input("cg_module_state_dict_all");
         return false;
     }
+    if (!cg_module_live(m, "cg_module_state_dict_all"))
+        return false;
     return collect(m, "", out, WANT_PARAMS | WANT_BUFFERS | WANT_PERSISTENT | WANT_ALL);
 }
 
@@ -470,6 +493,8 @@ cg_module *cg_module_get_child(const cg_module *m, const char *path)
         cg_error_null_input("cg_module_get_child");
         return NULL;
     }
+    if (!cg_module_live(m, "cg_module_get_child"))
+        return NULL;
     const cg_module *cur = m;
     const char *p = path;
     while (*p) {
@@ -520,6 +545,8 @@ cg_tensor *cg_module_get_buffer(const cg_module *m, const char *name)
         cg_error_null_input("cg_module_get_buffer");
         return NULL;
     }
+    if (!cg_module_live(m, "cg_module_get_buffer"))
+        return NULL;
     const char *local;
     const cg_module *owner = owner_of(m, name, &local);
     for (int i = 0; owner && i < owner->n_buffers; i++)
@@ -535,6 +562,8 @@ cg_tensor *cg_module_get_param(const cg_module *m, const char *name)
         cg_error_null_input("cg_module_get_param");
         return NULL;
     }
+    if (!cg_module_live(m, "cg_module_get_param"))
+        return NULL;
     const char *local;
     const cg_module *owner = owner_of(m, name, &local);
     for (int i = 0; owner && i < owner->n_params; i++)
@@ -550,6 +579,8 @@ bool cg_module_tie(cg_module *m, const char *name, const char *src)
         cg_error_null_input("cg_module_tie");
         return false;
     }
+    if (!cg_module_live(m, "cg_module_tie"))
+        return false;
     cg_tensor *s = cg_module_get_param(m, src);
     const char *local;
     cg_module *owner = s ? (cg_module *)owner_of(m, name, &local) : NULL;
@@ -589,7 +620,7 @@ bool cg_module_tie(cg_module *m, const char *name, const char *src)
 /* ------------------------------------------------------------- actions */
 void cg_module_zero_grad(cg_module *m)
 {
-    if (!m)
+    if (!m || !cg_module_live(m, "cg_module_zero_grad"))
         return;
     for (int i = 0; i < m->n_params; i++)
         cg_zero_grad(m->params[i].tensor);
@@ -599,7 +630,7 @@ void cg_module_zero_grad(cg_module *m)
 
 void cg_module_train(cg_module *m, bool training)
 {
-    if (!m)
+    if (!m || !cg_module_live(m, "cg_module_train"))
         return;
     m->training = training;
     for (int i = 0; i < m->n_children; i++)
@@ -608,7 +639,7 @@ void cg_module_train(cg_module *m, bool training)
 
 void cg_module_requires_grad(cg_module *m, bool on)
 {
-    if (!m)
+    if (!m || !cg_module_live(m, "cg_module_requires_grad"))
         return;
     for (int i = 0; i < m->n_params; i++)
         cg_requires_grad(m->params[i].tensor, on);

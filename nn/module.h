@@ -89,6 +89,13 @@ typedef struct {
 /* The tag of a freed module in the checked mode (CG_DEBUG=1), whose struct
  * is kept, poisoned, so that freeing it again is named, not corruption. */
 #define CG_MODULE_FREED 0x6d646564u
+/* The checked mode's test of a module argument (library-internal): false,
+ * reported as "<fn>: module Linear was already freed (by cg_module_free)",
+ * for a freed module; true otherwise (NULL included), and always true with
+ * the mode off. The functions of this header and the optimizers'
+ * from_module call it first, so that a freed model is named rather than
+ * read as one without parameters (a save of nothing, an empty optimizer). */
+bool cg_module_live(const cg_module *m, const char *fn);
 
 struct cg_module {
     uint32_t tag;     /* CG_MODULE_TAG (set by cg_module_alloc) */

@@ -42,6 +42,8 @@ bool cg_module_write_as(const cg_module *m, cg_st_writer *w, const char *prefix,
         cg_error_null_input("cg_module_write");
         return false;
     }
+    if (!cg_module_live(m, "cg_module_write"))
+        return false;
     cg_param_list l = {0};
     bool ok = cg_module_state_dict(m, &l);
     for (int i = 0; ok && i < l.n; i++) {
@@ -70,6 +72,8 @@ bool cg_module_save_as(const cg_module *m, const char *path, cg_dtype dt, int n_
         cg_error_null_input("cg_module_save");
         return false;
     }
+    if (!cg_module_live(m, "cg_module_save"))
+        return false; /* the checked mode: a freed model, no file written */
     if (n_meta < 0 || (n_meta > 0 && !meta)) {
         cg_set_error("module save %s: bad metadata (%d pairs, array %p)", path, n_meta,
                      (const void *)meta);
@@ -330,6 +334,8 @@ bool cg_module_load_ex(cg_module *m, const cg_st_file *f, const cg_load_options 
         cg_error_null_input("cg_module_load");
         return false;
     }
+    if (!cg_module_live(m, "cg_module_load"))
+        return false;
     const char *fname = cg_st_path(f) ? cg_st_path(f) : "(memory)";
     load_plan p;
     cg_load_keys un = {0};

@@ -218,6 +218,8 @@ cg_tensor *cg_sample_rows(const cg_tensor *logits, const cg_sample_config *cfg, 
         cg_error_null_input("cg_sample_rows");
         return NULL;
     }
+    if (cg_debug_enabled() && !cg_lifetime_use_ok(logits, "cg_sample_rows"))
+        return NULL;
     if (!cg_dtype_is_float(logits->dtype) || logits->ndim < 1 ||
         logits->shape[logits->ndim - 1] < 1) {
         char b[96];

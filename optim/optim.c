@@ -269,6 +269,8 @@ cg_optim *cg_optim_from_module(const cg_optim_config *cfg, const cg_module *m, d
             cg_error_null_input("optim_from_module");
         return NULL;
     }
+    if (!cg_module_live(m, "cg_optim_from_module"))
+        return NULL;
     if (rule != CG_DECAY_ALL && rule != CG_DECAY_MATRICES) {
         cg_set_error("optim_from_module: unknown decay rule %d (CG_DECAY_ALL or CG_DECAY_MATRICES)",
                      (int)rule);

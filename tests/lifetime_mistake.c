@@ -9,6 +9,7 @@
  * the mode (as on main before it) each case is the heap corruption it
  * names. `correct` makes no mistake: it prints its losses, for the
  * comparison of the mode off and on. */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -204,6 +205,101 @@ static void optim_step_after_free(void)
     cg_module_free(root);
 }
 
+/* Uses (not releases) of what was freed: each names the tensor or module
+ * and the call, returns its failure value and reads nothing. */
+static void item_after_scope(void)
+{
+    cg_scope *s = cg_scope_begin();
+    cg_tensor *loss = cg_sum(cg_ones(CG_SHAPE(2, 3)), 0, NULL, false);
+    cg_scope_end(s);
+    unsigned long serial = cg_error_serial();
+    check(isnan(cg_item(loss)), "cg_item returned NaN"); /* the mistake: the scope freed it */
+    refused(serial);
+}
+
+static void op_after_release(void)
+{
+    cg_tensor *t = cg_ones(CG_SHAPE(4));
+    cg_release(t);
+    unsigned long serial = cg_error_serial();
+    check(cg_add(t, t) == NULL, "the op returned NULL"); /* the mistake */
+    refused(serial);
+}
+
+/* A batch made in a scope that ended, given to a module's forward. */
+static void forward_of_freed_input(void)
+{
+    cg_linear *fc1;
+    cg_module *root = model(&fc1);
+    cg_scope *s = cg_scope_begin();
+    cg_tensor *x = cg_ones(CG_SHAPE(4, 2));
+    cg_scope_end(s);
+    unsigned long serial = cg_error_serial();
+    check(cg_linear_forward(fc1, x) == NULL, "the forward returned NULL"); /* the mistake */
+    refused(serial);
+    cg_module_free(root);
+}
+
+static void weight_after_module_free(void)
+{
+    cg_linear *fc1;
+    cg_module *root = model(&fc1);
+    cg_tensor *w = fc1->weight; /* borrowed: dies with the module */
+    cg_module_free(root);
+    unsigned long serial = cg_error_serial();
+    check(cg_sum(w, 0, NULL, false) == NULL, "the op returned NULL"); /* the mistake */
+    refused(serial);
+}
+
+static void backward_after_release(void)
+{
+    cg_tensor *x = cg_requires_grad(cg_ones(CG_SHAPE(3)), true);
+    cg_tensor *y = cg_sum(x, 0, NULL, false);
+    cg_release(y);
+    unsigned long serial = cg_error_serial();
+    check(!cg_backward(y, NULL, false), "the backward returned false"); /* the mistake */
+    refused(serial);
+    check(cg_grad(x) == NULL, "no gradient");
+    cg_release(x);
+}
+
+static void grad_after_release(void)
+{
+    cg_tensor *x = cg_requires_grad(cg_ones(CG_SHAPE(3)), true);
+    cg_tensor *y = cg_sum(x, 0, NULL, false);
+    check(cg_backward(y, NULL, false), "backward");
+    cg_release_all(2, y, x);
+    unsigned long serial = cg_error_serial();
+    check(cg_grad(x) == NULL, "cg_grad returned NULL"); /* the mistake */
+    refused(serial);
+}
+
+static void save_after_module_free(void)
+{
+    cg_linear *fc1;
+    cg_module *root = model(&fc1);
+    cg_module_free(root);
+    remove("lifetime_saved.safetensors");
+    unsigned long serial = cg_error_serial();
+    check(!cg_module_save(root, "lifetime_saved.safetensors", 0, NULL), /* the mistake */
+          "the save returned false");
+    refused(serial);
+    FILE *f = fopen("lifetime_saved.safetensors", "rb");
+    check(f == NULL, "no file written");
+    if (f)
+        fclose(f);
+}
+
+static void optim_of_freed_module(void)
+{
+    cg_linear *fc1;
+    cg_module *root = model(&fc1);
+    cg_module_free(root);
+    unsigned long serial = cg_error_serial();
+    check(cg_adamw_from_module(root, 1e-2) == NULL, "no optimizer"); /* the mistake */
+    refused(serial);
+}
+
 /* No mistake: ten AdamW steps; the losses to 9 digits. */
 static void correct(void)
 {
@@ -237,6 +333,14 @@ static const struct {
     {"forward_after_free", forward_after_free},
     {"residual_after_free", residual_after_free},
     {"optim_step_after_free", optim_step_after_free},
+    {"item_after_scope", item_after_scope},
+    {"op_after_release", op_after_release},
+    {"forward_of_freed_input", forward_of_freed_input},
+    {"weight_after_module_free", weight_after_module_free},
+    {"backward_after_release", backward_after_release},
+    {"grad_after_release", grad_after_release},
+    {"save_after_module_free", save_after_module_free},
+    {"optim_of_freed_module", optim_of_freed_module},
     {"correct", correct},
 };
 

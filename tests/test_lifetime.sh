@@ -23,6 +23,14 @@ cases=(
   forward_after_free "$P forward: module Linear was already freed (by cg_module_free)"
   residual_after_free "$P forward: module Linear was already freed (by cg_module_free)"
   optim_step_after_free "$P cg_optim_step: optimizer adamw over 2 parameters was already freed (by cg_optim_free)"
+  item_after_scope "$P cg_item: tensor [] float32 was already freed (by cg_scope_end)"
+  op_after_release "$P add: tensor [4] float32 was already freed (by cg_release)"
+  forward_of_freed_input "$P linear: tensor [4, 2] float32 was already freed (by cg_scope_end)"
+  weight_after_module_free "$P sum: tensor 'fc1.weight' [3, 2] float32 was already freed (by cg_module_free)"
+  backward_after_release "$P cg_backward: tensor [] float32 was already freed (by cg_release)"
+  grad_after_release "$P cg_grad: tensor [3] float32 was already freed (by cg_release)"
+  save_after_module_free "$P cg_module_save: module MLP was already freed (by cg_module_free)"
+  optim_of_freed_module "$P cg_optim_from_module: module MLP was already freed (by cg_module_free)"
 )
 for ((i = 0; i < ${#cases[@]}; i += 2)); do
   name=${cases[i]} want=${cases[i + 1]} rc=0
