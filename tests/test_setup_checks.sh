@@ -229,4 +229,47 @@ for v in 261 265 266; do
   fi
 done
 [ -s cj266.st ] && echo "ok: CJK --vocab-size 266 trains" || fail "CJK --vocab-size 266 did not train"
+# ---- round fifteen: seq2seq attention decodes as translate does: the
+# checkpoint's training precision unless --precision says (it decoded in
+# fp32 always, so a bf16 model's pictures showed another translation than
+# translate's); characters outside a char vocabulary are announced, and an
+# over-long --text is named as the flag
+expect "seq2seq attention --precision fp16" 2 "--precision: 'fp16'" \
+  "$seq2seq" attention --ckpt s.st --text "the cat" --precision fp16 --out atp
+no_file "attention --precision fp16" atp
+rc=0
+"$seq2seq" train --data p.tsv "${S2S[@]}" --steps 30 --precision bf16 --out s16.st >/dev/null 2>s16.log || rc=$?
+if [ $rc = 1 ] && [ "$(wc -l <s16.log)" = 1 ]; then
+  echo "ok: bf16 refused here, attention's precision left out: $(cat s16.log)"
+else
+  [ $rc = 0 ] || fail "seq2seq train --precision bf16: exit $rc: $(tail -1 s16.log)"
+  n=0 differ=0
+  for i in 1 2 3 5 8 13 21 34 55 89 144 233 377; do
+    for p in "" fp32 bf16; do
+      "$seq2seq" translate --ckpt s16.st ${p:+--precision $p} "the cat $i sat" >tr.out 2>/dev/null ||
+        fail "translate ${p:-default} $i: exit $?"
+      rc=0
+      "$seq2seq" attention --ckpt s16.st ${p:+--precision $p} --text "the cat $i sat" --out "at$i$p" >/dev/null 2>at.err || rc=$?
+      [ $rc = 0 ] || fail "attention ${p:-default} $i: exit $rc: $(tail -c 300 at.err)"
+      [ "$(sed -n 's/^translation: //p' at.err)" = "$(cat tr.out)" ] ||
+        fail "attention ${p:-default} 'the cat $i sat': $(head -1 at.err), translate: $(cat tr.out)"
+      [ "$p" = fp32 ] && cp tr.out tr32.out
+      [ "$p" = bf16 ] && ! cmp -s tr.out tr32.out && differ=$((differ + 1))
+      n=$((n + 1))
+    done
+  done
+  note=""
+  [ $differ = 0 ] && note=": none here, so the default precision went unchecked"
+  echo "ok: attention translates as translate in $n cases ($differ of 13 sentences differ in fp32 and bf16$note)"
+fi
+# characters a char vocabulary lacks: one warning each for --text and --target
+expect_ok "attention --text with unknown characters" "" \
+  "$seq2seq" attention --ckpt s.st --text "the 猫 sat" --target "die 猫" --out atu
+grep -q "warning: 1 character(s) of --text are not in the vocabulary (first U+732B" err.txt &&
+  grep -q "warning: 1 character(s) of --target are not in the vocabulary (first U+732B" err.txt &&
+  echo "ok: attention names the unknown characters" ||
+  fail "attention --text/--target with unknown characters: $(cat err.txt)"
+refused "attention: an over-long --text" "--text has 480 tokens; the model takes at most 255" \
+  "$seq2seq" attention --ckpt s.st --text "$(printf 'the cat %.0s' {1..60})" --out atl
+no_file "attention: an over-long --text" atl
 finish

@@ -15,6 +15,7 @@
 #include "models/data/pairs.h"
 #include "models/seq2seq/seq2seq_train.h" /* PROG, DEFAULT_DATA */
 #include "models/text/tokenizer.h"
+#include "models/text/vocab.h" /* cg_warn_unknown_chars */
 #include "models/util/config_json.h"
 #include "models/util/files.h"
 
@@ -82,6 +83,36 @@ int translate_texts(const cg_seq2seq_ckpt *c, const cg_translate_opts *t, char *
     free(good);
     free(skip);
     return rc;
+}
+
+/* Announce the characters of text (flag) outside c's char vocabulary. */
+static void warn_unknown(const cg_seq2seq_ckpt *c, const char *text, const char *flag)
+{
+    uint32_t first = 0;
+    int64_t unk = text && c->tok->kind == CG_TOK_CHAR
+                      ? cg_pair_vocab_count_unknown(&c->tok->pv, text, &first)
+                      : 0;
+    if (unk > 0)
+        cg_warn_unknown_chars(PROG, flag, unk, first, "<unk>");
+}
+
+bool attention_inputs(const cg_seq2seq_ckpt *c, const char *text, const char *target)
+{
+    int64_t k = 0, max_len = c->model->cfg.max_len;
+    int64_t *ids = cg_tokenizer_encode(c->tok, text, &k, NULL);
+    free(ids);
+    if (!ids) {
+        cg_prefix_error("--text: ");
+        return false;
+    }
+    if (k + 1 > max_len) {
+        cg_set_error("--text has %lld tokens; the model takes at most %lld", (long long)k,
+                     (long long)max_len - 1);
+        return false;
+    }
+    warn_unknown(c, text, "--text");
+    warn_unknown(c, target, "--target");
+    return true;
 }
 
 /* eval's scores of c on the split (valid, else test) of its data (the

@@ -17,4 +17,10 @@ int translate_texts(const cg_seq2seq_ckpt *c, const cg_translate_opts *t, char *
 int eval_split(const cg_seq2seq_ckpt *c, const cg_translate_opts *t, cg_mt_data *ds,
                const char *data, bool valid, int64_t limit);
 
+/* attention's sentence and target checked as translate checks its
+ * sentences, each named by its flag: the text within the model's length
+ * (false + error), and characters a char vocabulary lacks announced (they
+ * are read as unk). */
+bool attention_inputs(const cg_seq2seq_ckpt *c, const char *text, const char *target);
+
 #endif

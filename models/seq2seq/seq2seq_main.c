@@ -247,12 +247,15 @@ static const char ATTENTION_HELP[] =
     "  --target S           decoder input instead of the greedy translation\n"
     "  --out DIR            output directory (default attention)\n"
     "  --no-cache           greedy translation without the key/value cache\n"
+    "  --precision P        fp32 or bf16 matrix products (default: the checkpoint's\n"
+    "                       training precision, as translate)\n"
     "  --force              overwrite existing pictures (refused otherwise)\n"
     "  --threads N          threads (default 2)\n";
 
 static int cmd_attention(int argc, char **argv)
 {
-    const char *ck = DEFAULT_CKPT, *text = NULL, *target = NULL, *dir = "attention";
+    const char *ck = DEFAULT_CKPT, *text = NULL, *target = NULL, *dir = "attention",
+               *precision = NULL;
     int64_t threads = 2;
     bool no_cache = false, force = false;
     const cg_cli_opt opts[] = {
@@ -262,10 +265,11 @@ static int cmd_attention(int argc, char **argv)
         {"--text", CG_CLI_TEXT, &text, 0, 0, NULL, 0},
         {"--target", CG_CLI_TEXT, &target, 0, 0, NULL, 0},
         {"--out", CG_CLI_STR, &dir, 0, 0, NULL, 0},
+        {"--precision", CG_CLI_STR, &precision, 0, 0, NULL, 0},
         {"--threads", CG_CLI_I64, &threads, 1, 1024, NULL, 0},
     };
     int rc = cg_prog_parse(argc, argv, opts, (int)(sizeof opts / sizeof opts[0]), ATTENTION_HELP);
-    if (rc >= 0)
+    if (rc >= 0 || (rc = cg_precision_flag(precision, NULL)) >= 0)
         return rc;
     if (!text) {
         cg_prog_fail("attention needs --text (try --help)");
@@ -282,8 +286,12 @@ static int cmd_attention(int argc, char **argv)
     }
     cg_cli_set_threads(PROG, threads);
     cg_seq2seq_ckpt c;
-    rc = ckpt_load(ck, &c) && cg_seq2seq_attention_of_text(c.model, c.tok, text, target, "--target",
-                                                           !no_cache, dir, stdout, stderr)
+    cg_precision prec; /* decoded as translate decodes it */
+    rc = ckpt_load(ck, &c) &&
+                 cg_decode_precision(precision, cg_st_metadata(c.file, "train"), ck, &prec) &&
+                 attention_inputs(&c, text, target) &&
+                 cg_seq2seq_attention_of_text(c.model, c.tok, text, target, "--target", !no_cache,
+                                              dir, stdout, stderr)
              ? 0
              : cg_prog_fail_lib(NULL);
     cg_seq2seq_ckpt_free(&c);
