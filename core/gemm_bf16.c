@@ -132,8 +132,8 @@ enum { PF_ROWS = 16 };
 
 /* ------------------------------------------------------------ rounding */
 
-/* x rounded to bf16 (CG_BF16_ROUND_BITS; a loop of it vectorises:
- * round_run_emulated) */
+/* x rounded to bf16 as the products round their operands
+ * (CG_BF16_ROUND_BITS on one float) */
 static inline uint16_t bf16_bits(float x)
 {
     return (uint16_t)(CG_BF16_ROUND_BITS((uint32_t)f2i(x)) >> 16);

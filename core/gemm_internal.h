@@ -224,7 +224,7 @@ typedef uint32_t cg_u32x16 __attribute__((vector_size(64)));
  * bf16 as the products round their operands: to nearest, ties to even; a
  * NaN kept quiet; zero and subnormals to signed zero. The rounded value as
  * a float's bits, its low 16 bits zero. One text for every width, without
- * branches: gemm_bf16.c's bf16_bits, whose loops GCC vectorises, and the
+ * branches (a loop of it vectorises): gemm_bf16.c's bf16_bits, and the
  * emulation's rounding in AVX2's and AVX-512's registers, for CPUs without
  * AVX512_BF16's conversion (whose bits these are). */
 #define CG_BF16_ROUND_BITS(u)                                                      \
