@@ -196,8 +196,8 @@ void cg_train_init(cg_train_opts *o, cg_train_recipe *r, int64_t steps, int64_t 
          0,                                                                                       \
          0,                                                                                       \
          "  --precision P        matrix products: auto (default: bf16 on a native bf16 CPU,\n"    \
-         "                       else fp32), fp32 or bf16; kept by the checkpoint (--resume\n"    \
-         "                       continues in it; fp32 or bf16 there switches the run)\n",        \
+         "                       else fp32), fp32 or bf16; the checkpoint keeps it, and\n"        \
+         "                       --resume continues in it unless given fp32 or bf16\n",           \
          CG_CLI_SAVED},                                                                           \
         {"--data",                                                                                \
          CG_CLI_STR,                                                                              \
