@@ -158,8 +158,8 @@ bool cg_st_load_range(const cg_st_file *f, const char *name, int64_t first, cg_t
                      cg_st_path(f), name, (long long)n, (long long)count, (long long)first);
         return false;
     }
-    if (convert) { /* the run as it is stored, then converted into dst */
-        cg_tensor *run = cg_empty_dtype(own, 1, &count);
+    if (convert) { /* the run as it is stored, in dst's shape, then converted into dst */
+        cg_tensor *run = cg_empty_dtype(own, dst->ndim, dst->shape);
         bool ok = run &&
                   cg_st_read_run(f, name, (uint64_t)first, (uint64_t)count, cg_data_ptr(run),
                                  "cg_st_load_range") &&

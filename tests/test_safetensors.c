@@ -1070,6 +1070,12 @@ START_TEST(load_range_reads_a_run)
         hw = cg_to(h, CG_F32);
         assert_tensor_exact(hw, v + 5);
         cg_release_all(2, h, hw);
+        /* of any contiguous shape, as a run of the file's dtype goes */
+        h = cg_full_dtype(CG_BF16, CG_SHAPE(2, 3), -1.0f);
+        ck_assert_msg(cg_st_load_range(f, "m", 2, h), "%s", cg_last_error());
+        hw = cg_to(h, CG_F32);
+        assert_tensor_exact(hw, v + 2);
+        cg_release_all(2, h, hw);
         cg_clear_error();
         ck_assert(!cg_st_load_range(f, "m", 0, col));
         assert_error_has("not contiguous");
