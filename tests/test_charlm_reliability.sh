@@ -16,7 +16,8 @@
 #      from 1, as on the progress line) and the
 #      tensor named, exit non-zero, and the last checkpoint is not overwritten
 #   5. --precision bf16: bit-identical resume, kept by the checkpoint
-#      (resume, eval); --precision fp32 on resume switches the run
+#      (resume, eval); --precision fp32 on resume switches the run; a
+#      damaged recorded precision is named (resume, with --precision or not; eval)
 #   6. sample --attention: the last 32 tokens drawn in their context
 #   test_charlm_reliability.sh CHARLM CKPT_WRITER
 set -euo pipefail
@@ -320,6 +321,29 @@ cp bf_half20.st same16.st
 grep -q "switched" same16.log && fail "--precision bf16 on a bf16 resume says it switched: $(grep -m1 precision same16.log)"
 "$tool" same bf_full.st same16.st || fail "bf16: 40 steps != 20 + resume --precision bf16 to 40"
 echo "--precision on resume: bf16 -> fp32 switches as a checkpoint recording fp32 resumes; bf16 -> bf16 bit-identical"
+# a damaged recorded precision (a number, a name that is no precision) is
+# named, whether --precision is given to --resume or not (the run would
+# switch from it) and by eval (whose --precision decodes it anyway)
+for v in 3 '"fp16"'; do
+  cp bf_half20.st dmg.st
+  "$tool" setmeta dmg.st train "$("$tool" getmeta bf_half20.st train | sed "s/\"precision\":\"bf16\"/\"precision\":$v/")" >/dev/null
+  cp dmg.st dmg.orig
+  for p in "" "--precision fp32"; do
+    rc=0
+    "$charlm" train --resume dmg.st $p --threads 1 >/dev/null 2>dmg.log || rc=$?
+    [ "$rc" -eq 1 ] && [ "$(wc -l <dmg.log)" -eq 1 ] &&
+      grep -q "'dmg.st': training state: \"options\": \"precision\" is $v, not \"fp32\" or \"bf16\"" dmg.log ||
+      fail "a recorded precision $v resumed ${p:-without --precision}: exit $rc: $(cat dmg.log)"
+  done
+  cmp -s dmg.st dmg.orig || fail "a refused resume changed the checkpoint"
+  rc=0
+  "$charlm" eval --ckpt dmg.st >/dev/null 2>dmg.log || rc=$?
+  [ "$rc" -eq 1 ] && grep -q "\"precision\" is $v, not \"fp32\" or \"bf16\"" dmg.log ||
+    fail "eval of a checkpoint recording precision $v: exit $rc: $(cat dmg.log)"
+  "$charlm" eval --ckpt dmg.st --precision fp32 >/dev/null 2>dmg.log ||
+    fail "eval --precision fp32 of a checkpoint recording precision $v: $(tail -1 dmg.log)"
+done
+echo "a damaged recorded precision: named on resume (with --precision or not) and by eval"
 rc=0
 "$charlm" train "${model[@]}" --precision fp16 --steps 2 --out y.st >/dev/null 2>bad.log || rc=$?
 [ "$rc" -eq 2 ] && grep -q -- '--precision' bad.log || fail "--precision fp16: exit $rc: $(cat bad.log)"

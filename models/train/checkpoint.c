@@ -259,6 +259,21 @@ bool cg_train_state_read(const char *train_json, const char *ckpt_path, cJSON **
     return true;
 }
 
+const char *cg_train_precision_recorded(const cJSON *options, const char *what)
+{
+    const cJSON *p = options ? cJSON_GetObjectItemCaseSensitive(options, "precision") : NULL;
+    if (!p) /* absent: a checkpoint written before options */
+        return "fp32";
+    const char *v = cJSON_IsString(p) ? p->valuestring : "";
+    if (!strcmp(v, "fp32") || !strcmp(v, "bf16"))
+        return v[0] == 'b' ? "bf16" : "fp32";
+    char *text = cJSON_PrintUnformatted(p);
+    cg_set_error("%s: \"options\": \"precision\" is %.60s, not \"fp32\" or \"bf16\"", what,
+                 text ? text : "not a name");
+    free(text);
+    return NULL;
+}
+
 bool cg_train_precision(const char *train_json, const char *ckpt_path, cg_precision *out)
 {
     cJSON *s;
@@ -266,11 +281,15 @@ bool cg_train_precision(const char *train_json, const char *ckpt_path, cg_precis
     if (!cg_train_state_read(train_json, ckpt_path, &s)) /* not "none recorded": no guess */
         return false;
     const cJSON *j = cJSON_GetObjectItemCaseSensitive(s, "options");
-    const char *name = "fp32"; /* absent: a checkpoint written before options */
-    const cg_json_field f = {"precision", CG_JF_STR, &name, 0, 0, true};
-    bool ok = !j || (cg_json_read_fields(j, "options", &f, 1) && cg_precision_parse(name, out));
+    char what[600];
+    snprintf(what, sizeof what, "'%.500s': training state", ckpt_path);
+    const char *name = NULL;
+    if (j && !cJSON_IsObject(j))
+        cg_set_error("%s: \"options\" is not a JSON object", what);
+    else
+        name = cg_train_precision_recorded(j, what);
+    /* the name's error, or the CPU's (bf16 needs AVX512_BF16 or AVX2) */
+    bool ok = name && cg_precision_parse(name, out);
     cJSON_Delete(s);
-    if (!ok)
-        cg_set_error("'%s': bad \"options\" in its training state", ckpt_path);
     return ok;
 }

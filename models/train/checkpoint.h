@@ -106,6 +106,11 @@ bool cg_train_state_read(const char *train_json, const char *ckpt_path, cJSON **
 /* The matrix-product precision a checkpoint's "train" metadata recorded
  * (fp32 when it recorded none); false + error when it is malformed. */
 bool cg_train_precision(const char *train_json, const char *ckpt_path, cg_precision *out);
+/* The name of the precision a training state's "options" (an object, or
+ * NULL) recorded: "fp32" or "bf16" (static strings; "fp32" when it records
+ * none: trained before options were kept), or NULL + error "WHAT: "options":
+ * "precision" is 3, not "fp32" or "bf16"" naming a damaged one. */
+const char *cg_train_precision_recorded(const cJSON *options, const char *what);
 
 #ifdef __cplusplus
 }

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/parse.h"
+#include "models/train/checkpoint.h"
 #include "models/train/dist.h"
 #include "models/train/options.h"
 #include "models/train/run.h"
@@ -204,26 +205,16 @@ static bool best_restore(const cg_trainer *t, cg_train_opts *o, const char *what
     return true;
 }
 
-/* The resumed run's precision: the checkpoint's, whatever auto would
- * choose here (restored into o->precision_arg with the other options), or
- * the one a given --precision fp32 or bf16 switches to (weights and
- * moments are float32 either way, as under PyTorch's autocast; then
+/* The resumed run's precision: the checkpoint's (had, restored into
+ * o->precision_arg with the other options), whatever auto would choose
+ * here, or the one a given --precision fp32 or bf16 switches to (weights
+ * and moments are float32 either way, as under PyTorch's autocast; then
  * o->precision_was names the checkpoint's when it differs). False + error. */
-static bool precision_restore(cg_train_opts *o, const cJSON *opts, const char *given,
+static bool precision_restore(cg_train_opts *o, const char *had, const char *given,
                               const char *what)
 {
-    const cJSON *was = opts ? cJSON_GetObjectItemCaseSensitive(opts, "precision") : NULL;
-    const char *had = !given                ? o->precision_arg
-                      : !was                ? "fp32"
-                      : cJSON_IsString(was) ? was->valuestring
-                                            : "";
-    if (strcmp(had, "fp32") != 0 && strcmp(had, "bf16") != 0) {
-        cg_set_error("%s: bad or missing \"options\"", what);
-        return false;
-    }
-    o->precision_was = given && strcmp(had, given) != 0 ? (had[0] == 'b' ? "bf16" : "fp32") : NULL;
-    if (given)
-        o->precision_arg = given;
+    o->precision_was = given && strcmp(had, given) != 0 ? had : NULL;
+    o->precision_arg = given ? given : had;
     if (!cg_precision_parse(o->precision_arg, &o->precision)) {
         /* the checkpoint's bf16 on a CPU without a bf16 path (a given
          * --precision bf16 was refused as the flag was parsed) */
@@ -272,15 +263,19 @@ static bool state_restore(cg_trainer *t, cg_train_opts *o, const char *path)
     const cJSON *opts = cJSON_GetObjectItemCaseSensitive(s, "options");
     /* --resume keeps the checkpoint's precision (precision_restore) */
     const char *given = cg_cli_given(o->args, &o->precision_arg) ? o->precision_arg : NULL;
-    o->precision_arg = "fp32"; /* a checkpoint that records none was trained in fp32 */
     o->precision_auto = NULL;
-    if (!cJSON_IsObject(t->model_state) || (opts && !cJSON_IsObject(opts)) ||
-        !cg_train_options_restore(o->args, opts, what)) {
+    if (!cJSON_IsObject(t->model_state) || (opts && !cJSON_IsObject(opts))) {
         cg_set_error("%s: bad or missing \"%s\"", what,
                      cJSON_IsObject(t->model_state) ? "options" : "model");
         return false;
     }
-    if (!precision_restore(o, opts, given, what))
+    /* the recorded precision checked first, named when damaged (given
+     * --precision too: it is what the run switches from) */
+    const char *had = cg_train_precision_recorded(opts, what);
+    char owhat[640];
+    snprintf(owhat, sizeof owhat, "%s: \"options\"", what);
+    if (!had || !cg_train_options_restore(o->args, opts, owhat) || /* names the field */
+        !precision_restore(o, had, given, what))
         return false;
     const cJSON *id = cJSON_GetObjectItemCaseSensitive(s, "data_id");
     if (id && !cg_data_id_from_json(id, what, &t->data_stored))
