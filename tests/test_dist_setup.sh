@@ -4,7 +4,8 @@
 #  - every batch of every epoch can be split over the ranks, or the run is
 #    refused before step 1 with advice that can be followed;
 #  - every rank trains on the same data with the same recipe and precision
-#    (issue 32: what --precision auto chose on its CPU), and fine-tunes the
+#    (issue 32: what --precision auto chose on its CPU; on --resume, a
+#    --precision given to one rank alone), and fine-tunes the
 #    same base (issue 34, finding 11: --init-from's content);
 #  - the rank logs go to $TMPDIR when /tmp is read-only, and an error names
 #    the path and the reason.
@@ -93,6 +94,20 @@ if grep -m1 '^flags' /proc/cpuinfo | grep -qw avx512_bf16; then
 else
   echo "skip: ranks whose auto chose other precisions: this CPU has no AVX512_BF16"
 fi
+# --precision given to --resume on one rank alone (it switches that rank's
+# run; the others keep the checkpoint's): refused, and the advice is about
+# the switch, not about what auto chose (a resume keeps the checkpoint's)
+"$charlm" train --data c.txt "${TINY[@]}" --steps 8 --stop-at 4 --precision bf16 --out sw.st \
+  >/dev/null 2>err.txt || fail "a bf16 run to resume: $(tail -1 err.txt)"
+cp sw.st sw.orig
+refused "--precision fp32 given to --resume on rank 0 alone" \
+  "\-\-precision differs between ranks (rank 0: options.precision = \"fp32\"); --precision given to --resume switches the run: give every rank the same --precision, or none" \
+  "${mpi[@]}" -np 1 "$charlm" train --resume sw.st --precision fp32 : -np 1 "$charlm" train --resume sw.st
+cmp -s sw.st sw.orig || fail "a refused resume changed the checkpoint"
+timeout 300 "${mpi[@]}" -np 2 "$charlm" train --resume sw.st --precision fp32 >/dev/null 2>err.txt &&
+  grep -q "precision fp32 (switched from the checkpoint's bf16)" err.txt &&
+  echo "ok: --precision fp32 given to --resume on every rank switches the run" ||
+  fail "--precision fp32 given to --resume on every rank: $(grep -m1 'error\|precision' err.txt)"
 # issue 34, finding 11: the same base on every rank (its content; the path
 # may differ between machines), full fine-tuning and LoRA
 "$charlm" train --data c.txt "${TINY[@]}" --steps 4 --seed 1 --out base1.st >/dev/null 2>&1 &&

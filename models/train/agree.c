@@ -40,8 +40,10 @@ static void drop_path(cJSON *id)
 }
 
 /* The error for rank 0's leaf c ("key": its JSON text) that differs on
- * some rank (NULL: a rank has a leaf rank 0 has not), naming the flag. */
-static void ranks_differ(const cJSON *c)
+ * some rank (NULL: a rank has a leaf rank 0 has not), naming the flag; of
+ * a resumed run (where auto is the checkpoint's on every rank) when
+ * resumed. */
+static void ranks_differ(const cJSON *c, bool resumed)
 {
     const char *why = "every rank needs the same data and flags";
     if (!c) {
@@ -68,8 +70,10 @@ static void ranks_differ(const cJSON *c)
                 *p = '-';
     }
     if (!strcmp(key, "options.precision"))
-        why = "--precision auto chooses by each rank's CPU: give every rank --precision fp32 or "
-              "bf16";
+        why = resumed ? "--precision given to --resume switches the run: give every rank the "
+                        "same --precision, or none"
+                      : "--precision auto chooses by each rank's CPU: give every rank --precision "
+                        "fp32 or bf16";
     cg_set_error("the ranks were not started with the same run: %s differs between ranks "
                  "(rank 0: %s = %s); %s",
                  flag, key, c->valuestring, why);
@@ -127,7 +131,7 @@ bool cg_trainer_ranks_agree(const cg_trainer *t, const cg_trainer_model *m)
     double worst = first >= 0 ? 1e9 - first : 0; /* the lowest index over the ranks */
     bool sent = ok && cg_dist_allreduce_max(&worst, 1);
     if (sent && worst > 0) {
-        ranks_differ(rf ? cJSON_GetArrayItem(rf, (int)(1e9 - worst)) : NULL);
+        ranks_differ(rf ? cJSON_GetArrayItem(rf, (int)(1e9 - worst)) : NULL, t->o->resume != NULL);
         ok = false;
     } else if (!sent) {
         ok = false;
