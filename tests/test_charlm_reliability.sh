@@ -308,6 +308,8 @@ echo "bf16 differs from fp32; eval of the bf16 checkpoint gives its training los
 grep -q "precision fp32 (switched from the checkpoint's bf16)" sw.log ||
   fail "the switched run's start-up line: $(grep -m1 precision sw.log)"
 [ "$(field precision sw.json)" = fp32 ] || fail "the switched run is not fp32: $(cat sw.json)"
+[ "$(field precision_switched_from sw.json)" = bf16 ] ||
+  fail "the switched run's JSON line does not say it switched from bf16: $(tail -1 sw.json)"
 "$tool" getmeta sw.st train | grep -q '"precision":"fp32"' ||
   fail "the switched run's checkpoint does not record fp32: $("$tool" getmeta sw.st train | head -c 300)"
 cp bf_half20.st as32.st
@@ -318,7 +320,7 @@ grep -q "precision fp32$" as32.log || fail "as32.st resumed: $(grep -m1 precisio
 cp bf_half20.st same16.st
 "$charlm" train --resume same16.st --precision bf16 --threads 1 >same16.json 2>same16.log ||
   fail "--precision bf16 on resume of a bf16 checkpoint: $(tail -1 same16.log)"
-grep -q "switched" same16.log && fail "--precision bf16 on a bf16 resume says it switched: $(grep -m1 precision same16.log)"
+grep -q "switched" same16.log same16.json && fail "--precision bf16 on a bf16 resume says it switched: $(grep -m1 precision same16.log)"
 "$tool" same bf_full.st same16.st || fail "bf16: 40 steps != 20 + resume --precision bf16 to 40"
 echo "--precision on resume: bf16 -> fp32 switches as a checkpoint recording fp32 resumes; bf16 -> bf16 bit-identical"
 # a damaged recorded precision (a number, a name that is no precision) is

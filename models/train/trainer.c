@@ -438,6 +438,8 @@ static int finish(run_ctx *c)
     cg_json_put_str(j, "precision", cg_precision_name(t->o->precision));
     if (t->o->precision_auto) /* why --precision auto chose it */
         cg_json_put_str(j, "precision_auto", t->o->precision_auto);
+    if (t->o->precision_was) /* the resumed checkpoint's, which --precision switched */
+        cg_json_put_str(j, "precision_switched_from", t->o->precision_was);
     cg_json_put_num(j, "tokens_per_s", "%.0f", tps);
     cg_json_put_num(j, "elapsed_s", "%.1f", t->elapsed);
     cg_json_put_int(j, "params", cg_module_num_params(m->module));
