@@ -49,6 +49,7 @@ enum { GO_ON = -1, STOP = -2 }; /* what an iteration of the loop returns, beside
 
 static bool evaluated_at(const cg_trainer *t, int64_t step);
 static void put_best(const cg_trainer *t, cJSON *j);
+static void put_precision(const cg_train_opts *o, cJSON *j);
 
 /* --keep-last: is the checkpoint saved at step an evaluation checkpoint to
  * keep (not yet kept)? The run's first step only when at_start (its
@@ -435,11 +436,7 @@ static int finish(run_ctx *c)
             cg_json_put_bool(j, "early_stopped", t->early_stopped);
     }
     put_best(t, j);
-    cg_json_put_str(j, "precision", cg_precision_name(t->o->precision));
-    if (t->o->precision_auto) /* why --precision auto chose it */
-        cg_json_put_str(j, "precision_auto", t->o->precision_auto);
-    if (t->o->precision_was) /* the resumed checkpoint's, which --precision switched */
-        cg_json_put_str(j, "precision_switched_from", t->o->precision_was);
+    put_precision(t->o, j);
     cg_json_put_num(j, "tokens_per_s", "%.0f", tps);
     cg_json_put_num(j, "elapsed_s", "%.1f", t->elapsed);
     cg_json_put_int(j, "params", cg_module_num_params(m->module));
@@ -455,6 +452,18 @@ static int finish(run_ctx *c)
     bool printed = cg_json_print_line(stdout, j); /* a reader gone: the result is lost, exit 1 */
     cJSON_Delete(j);
     return printed ? 0 : cg_prog_fail_lib(NULL);
+}
+
+/* The run's precision: "precision", and "precision_auto" (why --precision
+ * auto chose it) or "precision_switched_from" (the resumed checkpoint's,
+ * which a given --precision switched). */
+static void put_precision(const cg_train_opts *o, cJSON *j)
+{
+    cg_json_put_str(j, "precision", cg_precision_name(o->precision));
+    if (o->precision_auto)
+        cg_json_put_str(j, "precision_auto", o->precision_auto);
+    if (o->precision_was)
+        cg_json_put_str(j, "precision_switched_from", o->precision_was);
 }
 
 /* The best evaluation (--keep-best, --patience): "best_step",
