@@ -79,6 +79,20 @@ START_TEST(test_round)
 }
 END_TEST
 
+/* run() with the emulation in each width the CPU has: AVX-512's registers
+ * (where it has them), then AVX2's; the CPU's own width restored after.
+ * (Asking, not reading cg_bf16_emulation_avx512, initialises core/gemm.c:
+ * first in a forked test, the global still said AVX2 only.) */
+static void each_emulation_width(void (*run)(void))
+{
+    const bool avx512 = cg_bf16_emulation_use_avx512(true);
+    for (int wide = avx512; wide >= 0; wide--) {
+        ck_assert(cg_bf16_emulation_use_avx512(wide) == wide);
+        run();
+    }
+    cg_bf16_emulation_use_avx512(avx512);
+}
+
 /* cg_bf16_round_runs (the vector rounding: the instruction's, or the
  * emulation's in AVX-512 or AVX2 lanes, with a masked or scalar tail) has
  * cg_bf16_round's bits on every element: any 32-bit pattern (subnormals to
@@ -86,15 +100,7 @@ END_TEST
  * NaN, for runs of every length around the vector widths, strided. The
  * emulation in both widths where the CPU has AVX-512. */
 static void round_runs_case(void);
-START_TEST(test_round_runs)
-{
-    const bool avx512 = cg_bf16_emulation_use_avx512(true); /* (initialises core/gemm.c) */
-    for (int wide = avx512; wide >= 0; wide--) {
-        ck_assert(cg_bf16_emulation_use_avx512(wide) == wide);
-        round_runs_case();
-    }
-    cg_bf16_emulation_use_avx512(avx512);
-}
+START_TEST(test_round_runs) { each_emulation_width(round_runs_case); }
 END_TEST
 
 static void round_runs_case(void)
@@ -545,12 +551,7 @@ START_TEST(test_emulation_bits)
         fprintf(stderr, "test_emulation_bits: skipped (MXCSR's flush-to-zero ignored here)\n");
         return;
     }
-    const bool avx512 = cg_bf16_emulation_use_avx512(true); /* (initialises core/gemm.c) */
-    for (int wide = avx512; wide >= 0; wide--) {
-        ck_assert(cg_bf16_emulation_use_avx512(wide) == wide);
-        emulation_bits_case();
-    }
-    cg_bf16_emulation_use_avx512(avx512);
+    each_emulation_width(emulation_bits_case);
 }
 END_TEST
 
