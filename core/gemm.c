@@ -364,41 +364,6 @@ static void scale_c(int64_t m, int64_t n, float beta, float *c, int64_t rsc, int
 
 /* ------------------------------------------------------------ gemm */
 
-/* One single-threaded product on a context: ours around the skx kernel, or
- * BLIS's driver (other contexts, out of memory).
- *
- * Never BLIS 0.9's small-matrix ("sup") kernels: they read up to 256 bytes
- * past the end of an operand (1 x 19 x 37 read past 128 bytes of slack;
- * tests/test_matmul.c puts operands against an unmapped page), which
- * crashes when the operand ends a mapping, as a large malloc'd buffer of a
- * caller's does. They also chose from the sizes of a thread's share, so
- * halves of a product could be summed differently from the whole (300 x 311
- * x 257 is packed, its halves 300 x 160 and 300 x 151 were not). The packed
- * path reads only what it packs. (BLIS's default path, CG_BLIS_DEFAULT=1,
- * a diagnostic, keeps its own choice.) */
-static bool serial_gemm(cntx_t *cntx, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
-                        int64_t rsa, int64_t csa, const float *b, int64_t rsb, int64_t csb,
-                        float beta, float *c, int64_t rsc, int64_t csc)
-{
-    if (cntx == &g_cntx_skx && g_own_driver &&
-        cg_skx_gemm(cntx, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc))
-        return true;
-    rntm_t rntm = BLIS_RNTM_INITIALIZER;
-    bli_rntm_set_num_threads(1, &rntm);
-    if (cntx)
-        bli_rntm_disable_l3_sup(&rntm);
-    bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, (dim_t)m, (dim_t)n, (dim_t)k, &alpha,
-                 (float *)a, (inc_t)rsa, (inc_t)csa, (float *)b, (inc_t)rsb, (inc_t)csb, &beta, c,
-                 (inc_t)rsc, (inc_t)csc, cntx, &rntm);
-    return true;
-}
-
-/* One thread's share of a product: fp32 on a BLIS context, or bf16. */
-typedef struct {
-    cntx_t *cntx; /* fp32: the context (NULL: BLIS's default) */
-    int bf16;     /* 0: fp32, else the bf16 kernel (cg_bf16_kind) */
-} gemm_kind;
-
 /* What fill_bias's rows read and write */
 typedef struct {
     int64_t n, bs, rsc, csc;
@@ -419,8 +384,8 @@ static void fill_bias_rows(int64_t i0, int64_t i1, int thread, const void *ctx)
     }
 }
 
-/* C[i, j] = bias[j * bs]: the start of C = A B + bias on the fp32 paths,
- * which cannot add the bias as they write C (rows split among threads). */
+/* C[i, j] = bias[j * bs]: the start of C = A B + bias on the fp32 paths
+ * that cannot add the bias as they write C (then C = A B + 1 C). */
 static void fill_bias(int64_t m, int64_t n, const float *bias, int64_t bs, float *c, int64_t rsc,
                       int64_t csc)
 {
@@ -428,8 +393,50 @@ static void fill_bias(int64_t m, int64_t n, const float *bias, int64_t bs, float
     cg_shares_run(m, cg_shares_rows(n), cg_shares_team(m * n > 32768), fill_bias_rows, &f);
 }
 
-/* With a bias (bf16 only), beta is 0 and C = alpha A B + bias, added as
- * the kernels write C. */
+/* One single-threaded product on a context: ours around the skx kernel, or
+ * BLIS's driver (other contexts, out of memory).
+ *
+ * Never BLIS 0.9's small-matrix ("sup") kernels: they read up to 256 bytes
+ * past the end of an operand (1 x 19 x 37 read past 128 bytes of slack;
+ * tests/test_matmul.c puts operands against an unmapped page), which
+ * crashes when the operand ends a mapping, as a large malloc'd buffer of a
+ * caller's does. They also chose from the sizes of a thread's share, so
+ * halves of a product could be summed differently from the whole (300 x 311
+ * x 257 is packed, its halves 300 x 160 and 300 x 151 were not). The packed
+ * path reads only what it packs. (BLIS's default path, CG_BLIS_DEFAULT=1,
+ * a diagnostic, keeps its own choice.) */
+static bool serial_gemm(cntx_t *cntx, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                        int64_t rsa, int64_t csa, const float *b, int64_t rsb, int64_t csb,
+                        float beta, const float *bias, int64_t bs, float *c, int64_t rsc,
+                        int64_t csc)
+{
+    if (cntx == &g_cntx_skx && g_own_driver &&
+        cg_skx_gemm(cntx, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, bias, bs, c, rsc, csc))
+        return true;
+    if (bias) { /* BLIS cannot add it: C set to the bias first */
+        bias_rows f = {n, bs, rsc, csc, bias, c};
+        fill_bias_rows(0, m, 0, &f);
+        beta = 1.0f;
+    }
+    rntm_t rntm = BLIS_RNTM_INITIALIZER;
+    bli_rntm_set_num_threads(1, &rntm);
+    if (cntx)
+        bli_rntm_disable_l3_sup(&rntm);
+    bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, (dim_t)m, (dim_t)n, (dim_t)k, &alpha,
+                 (float *)a, (inc_t)rsa, (inc_t)csa, (float *)b, (inc_t)rsb, (inc_t)csb, &beta, c,
+                 (inc_t)rsc, (inc_t)csc, cntx, &rntm);
+    return true;
+}
+
+/* One thread's share of a product: fp32 on a BLIS context, or bf16. */
+typedef struct {
+    cntx_t *cntx; /* fp32: the context (NULL: BLIS's default) */
+    int bf16;     /* 0: fp32, else the bf16 kernel (cg_bf16_kind) */
+} gemm_kind;
+
+/* With a bias, beta is 0 and C = alpha A B + bias: added as the bf16
+ * kernels write C, set tile by tile before the fp32 kernel's first k block
+ * (the bits of C set to the bias, then C = alpha A B + 1 C). */
 static bool serial_product(gemm_kind g, int64_t m, int64_t n, int64_t k, float alpha, const void *a,
                            int64_t rsa, int64_t csa, const void *b, int64_t rsb, int64_t csb,
                            unsigned bf, float beta, const float *bias, int64_t bs, float *c,
@@ -438,7 +445,8 @@ static bool serial_product(gemm_kind g, int64_t m, int64_t n, int64_t k, float a
     if (g.bf16)
         return cg_bf16_gemm_serial(g.bf16, m, n, k, alpha, a, rsa, csa, b, rsb, csb, bf, beta, bias,
                                    bs, c, rsc, csc, pre);
-    return serial_gemm(g.cntx, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc);
+    return serial_gemm(g.cntx, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, bias, bs, c, rsc,
+                       csc);
 }
 
 /* The piece of C [o0, o0 + len) along its rows (split_m) or its columns,
@@ -791,13 +799,6 @@ static bool gemm_run(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int6
     if (m == 0 || n == 0)
         return true;
     cg_gemm_normalise_strides(m, n, &rsc, &csc);
-    if (bias && !g.bf16) {
-        /* fp32: C set to the bias, the product added with beta 1 (the bits
-         * the bf16 kernels give when they add the bias as they write C) */
-        fill_bias(m, n, bias, bs, c, rsc, csc);
-        beta = 1.0f;
-        bias = NULL;
-    }
     if (k == 0 || alpha == 0.0f) {
         if (bias) /* alpha*0 terms: as BLAS, A/B unread */
             fill_bias(m, n, bias, bs, c, rsc, csc);
@@ -824,8 +825,11 @@ static bool gemm_run(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int6
         else if (g.bf16)
             ok = serial_product(g, m, n, k, alpha, a, rsa, csa, b, rsb, csb, bf, beta, bias, bs, c,
                                 rsc, csc, pre);
-        else
-            naive_sgemm(m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc);
+        else {
+            if (bias) /* C set to the bias, then C = alpha A B + 1 C */
+                fill_bias(m, n, bias, bs, c, rsc, csc);
+            naive_sgemm(m, n, k, alpha, a, rsa, csa, b, rsb, csb, bias ? 1.0f : beta, c, rsc, csc);
+        }
         free(acopy);
         free(bcopy);
         return ok;
@@ -835,7 +839,9 @@ static bool gemm_run(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int6
     cg_gemm_normalise_strides(k, n, &rsb, &csb);
     if (!g.bf16 && g.cntx && g_have_haswell && (m <= SKINNY || n <= SKINNY) && csa == 1 &&
         rsb == 1) {
-        skinny_product(nthreads, m, n, k, alpha, a, rsa, b, csb, beta, c, rsc, csc);
+        if (bias)
+            fill_bias(m, n, bias, bs, c, rsc, csc);
+        skinny_product(nthreads, m, n, k, alpha, a, rsa, b, csb, bias ? 1.0f : beta, c, rsc, csc);
         free(acopy);
         free(bcopy);
         return true;

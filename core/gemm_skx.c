@@ -91,15 +91,44 @@ static void pack_b(int64_t kc, int64_t nc, const float *b, int64_t rs, int64_t c
         pack_panel(NR, nc - j < NR ? nc - j : NR, kc, b + j * cs, cs, rs, p + j * kc);
 }
 
+/* ------------------------------------------------------------ bias */
+
+/* C's mr x nr tile (mr <= MR) set to the bias: bias[i * bsr + j * bsc] at
+ * (i, j), one of bsr and bsc 0. Columns of contiguous floats (rsc 1, what
+ * cg_gemm_to_column_c leaves) in whole vectors. */
+AVX512 static void fill_tile(int64_t mr, int64_t nr, const float *bias, int64_t bsr, int64_t bsc,
+                             float *c, int64_t rsc, int64_t csc)
+{
+    if (rsc == 1 && (bsr == 0 || bsr == 1)) {
+        const __mmask16 lo = (__mmask16)((1u << (mr < 16 ? mr : 16)) - 1u);
+        const __mmask16 hi = (__mmask16)((1u << (mr > 16 ? mr - 16 : 0)) - 1u);
+        for (int64_t j = 0; j < nr; j++) {
+            const float *bj = bias + j * bsc;
+            float *cj = c + j * csc;
+            const __m512 v0 = bsr ? _mm512_maskz_loadu_ps(lo, bj) : _mm512_set1_ps(*bj);
+            const __m512 v1 = bsr ? _mm512_maskz_loadu_ps(hi, bj + 16) : v0;
+            _mm512_mask_storeu_ps(cj, lo, v0);
+            _mm512_mask_storeu_ps(cj + 16, hi, v1);
+        }
+        return;
+    }
+    for (int64_t j = 0; j < nr; j++)
+        for (int64_t i = 0; i < mr; i++)
+            c[i * rsc + j * csc] = bias[i * bsr + j * bsc];
+}
+
 /* ------------------------------------------------------------ driver */
 
 bool cg_skx_gemm(cntx_t *cntx, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                  int64_t rsa, int64_t csa, const float *b, int64_t rsb, int64_t csb, float beta,
-                 float *c, int64_t rsc, int64_t csc)
+                 const float *bias, int64_t bs, float *c, int64_t rsc, int64_t csc)
 {
     /* The kernel writes column-stored tiles directly and others through a
-     * temporary: for row-stored C compute C^T = B^T A^T instead. */
+     * temporary: for row-stored C compute C^T = B^T A^T instead, where the
+     * bias runs along the rows. */
+    const bool turned = csc == 1 && rsc != 1;
     cg_gemm_to_column_c(&m, &n, &a, &rsa, &csa, &b, &rsb, &csb, &rsc, &csc);
+    const int64_t bsr = turned ? bs : 0, bsc = turned ? 0 : bs;
     const int64_t MC = bli_cntx_get_blksz_def_dt(BLIS_FLOAT, BLIS_MC, cntx);
     const int64_t KC = bli_cntx_get_blksz_def_dt(BLIS_FLOAT, BLIS_KC, cntx);
     const int64_t NC = bli_cntx_get_blksz_def_dt(BLIS_FLOAT, BLIS_NC, cntx);
@@ -124,7 +153,7 @@ bool cg_skx_gemm(cntx_t *cntx, int64_t m, int64_t n, int64_t k, float alpha, con
         nc = cg_gemm_block_at(n, jc, NC, NCX);
         for (int64_t pc = 0; pc < k; pc += kc) {
             kc = cg_gemm_block_at(k, pc, KC, KCX);
-            float be = pc == 0 ? beta : 1.0f; /* later k blocks accumulate */
+            float be = pc == 0 && !bias ? beta : 1.0f; /* later k blocks accumulate */
             pack_b(kc, nc, b + pc * rsb + jc * csb, rsb, csb, pb);
             for (int64_t ic = 0; ic < m; ic += mc) {
                 mc = cg_gemm_block_at(m, ic, MC, MCX);
@@ -139,8 +168,11 @@ bool cg_skx_gemm(cntx_t *cntx, int64_t m, int64_t n, int64_t k, float alpha, con
                         bool last_i = ir + MR >= mc;
                         aux.a_next = last_i ? pa : ap + MR * kc;
                         aux.b_next = last_i && jr + NR < nc ? bp + NR * kc : bp;
-                        bli_sgemm_skx_asm_32x12_l2(mr, nr, kc, &alpha, ap, bp, &be,
-                                                   c + (ic + ir) * rsc + (jc + jr) * csc, rsc, csc,
+                        float *ct = c + (ic + ir) * rsc + (jc + jr) * csc;
+                        if (bias && pc == 0) /* in L1 when the kernel reads it */
+                            fill_tile(mr, nr, bias + (ic + ir) * bsr + (jc + jr) * bsc, bsr, bsc,
+                                      ct, rsc, csc);
+                        bli_sgemm_skx_asm_32x12_l2(mr, nr, kc, &alpha, ap, bp, &be, ct, rsc, csc,
                                                    &aux, cntx);
                     }
                 }

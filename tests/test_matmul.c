@@ -464,7 +464,8 @@ END_TEST
  * with the same context: bit-identical (same kernel, same k blocking) for
  * sizes on both sides of the tile (32 x 12) and block (MC, KC, NC) edges,
  * for every operand layout (unit stride along the panel, along k, or
- * neither), beta 0 over NaN and beta 1, and against double loops. */
+ * neither), beta 0 over NaN, beta 1 and a bias (beta 0, as C set to the
+ * bias and then beta 1), and against double loops. */
 void bli_cntx_init_skx(cntx_t *cntx);
 
 static void fill_strided(cg_rng *rng, float *p, int64_t n)
@@ -515,32 +516,44 @@ START_TEST(test_skx_driver)
                     float *c2 = cg_alloc((size_t)(m * n) * sizeof(float));
                     fill_strided(&rng, a, (int64_t)na);
                     fill_strided(&rng, b, (int64_t)nb);
-                    for (int beta_i = 0; beta_i < 2; beta_i++) {
-                        float beta = (float)beta_i;
-                        for (int64_t i = 0; i < m * n; i++)
-                            c1[i] = c2[i] = beta_i ? (float)(i % 7) - 3.0f : NAN;
+                    /* beta 0, beta 1, and a bias (of stride 1 or 2) with beta 0: the bits
+                     * of C set to the bias, then BLIS's C = A B + 1 C */
+                    const int64_t bs = 1 + si % 2;
+                    float *bias = malloc((size_t)(n * bs) * sizeof(float));
+                    fill_strided(&rng, bias, n * bs);
+                    for (int mode = 0; mode < 3; mode++) {
+                        const float beta = mode == 1 ? 1.0f : 0.0f, bl_beta = mode ? 1.0f : 0.0f;
+                        for (int64_t i = 0; i < m; i++)
+                            for (int64_t j = 0; j < n; j++) {
+                                const int64_t e = i * rsc + j * csc;
+                                c1[e] = mode == 1 ? (float)(e % 7) - 3.0f : NAN;
+                                c2[e] = mode == 2 ? bias[j * bs] : c1[e];
+                            }
                         ck_assert(cg_skx_gemm(&cx, m, n, k, 1.0f, a, rsa, csa, b, rsb, csb, beta,
-                                              c1, rsc, csc));
+                                              mode == 2 ? bias : NULL, bs, c1, rsc, csc));
                         rntm_t r = BLIS_RNTM_INITIALIZER;
                         bli_rntm_set_num_threads(1, &r);
                         bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, m, n, k, &one, a, rsa,
-                                     csa, b, rsb, csb, &beta, c2, rsc, csc, &cx, &r);
+                                     csa, b, rsb, csb, (float *)&bl_beta, c2, rsc, csc, &cx, &r);
                         if (memcmp(c1, c2, (size_t)(m * n) * sizeof(float)) != 0)
                             ck_abort_msg("skx driver differs from BLIS: %lldx%lldx%lld layouts "
-                                         "%d%d%d beta %g",
+                                         "%d%d%d mode %d",
                                          (long long)m, (long long)n, (long long)k, la, lb, lc,
-                                         (double)beta);
+                                         mode);
                         /* and is right: spot-check elements against double loops */
                         for (int t = 0; t < 16; t++) {
                             int64_t i = (int64_t)cg_rng_below(&rng, (uint64_t)m);
                             int64_t j = (int64_t)cg_rng_below(&rng, (uint64_t)n);
-                            double acc = beta_i ? (double)((i * rsc + j * csc) % 7) - 3.0 : 0.0;
+                            double acc = mode == 1   ? (double)((i * rsc + j * csc) % 7) - 3.0
+                                         : mode == 2 ? (double)bias[j * bs]
+                                                     : 0.0;
                             for (int64_t p = 0; p < k; p++)
                                 acc += (double)a[i * rsa + p * csa] * b[p * rsb + j * csb];
                             ck_assert_double_eq_tol(c1[i * rsc + j * csc], acc,
                                                     1e-4 * (1.0 + sqrt((double)k)));
                         }
                     }
+                    free(bias);
                     free(a);
                     free(b);
                     cg_free(c1);
