@@ -38,7 +38,7 @@ one_line() {
 
 # ---- 1. the sweep
 # paths: the table's (a missing file is exit 1; --out may be written)
-paths=" --data --ckpt --out --resume --init-from --base --extra-data --attention --dump-batches "
+paths=" --data --ckpt --out --resume --init-from --base --extra-data --attention --dump-batches --prompt-file "
 texts=" --prompt --text --target " # any UTF-8 text is a value
 sweep() {                          # PROG-VAR PROG BASE-ARGS: every flag of PROG's --help
   local exe=$1 name=$2 base=$3 flag rc n=0
@@ -106,6 +106,7 @@ done <<'EOF'
 2 | seq2seq | attention --ckpt s.st --text $'\xff'      | --text is not valid UTF-8
 2 | seq2seq | attention --ckpt s.st --text the --target $'\xfe' | --target is not valid UTF-8
 2 | charlm  | sample --ckpt a.st --attention x.jpg     | --attention: x.jpg: unknown picture format
+2 | charlm  | sample --ckpt a.st --prompt a --prompt-file a.st | --prompt and --prompt-file both give the prompt
 2 | charlm  | train $TR --dropout 1.5                  | --dropout: 1.5 is out of range \[0, 1\]
 2 | seq2seq | train $S2 --label-smoothing 1.5          | --label-smoothing: 1.5 is out of range \[0, 1\]
 # flags that contradict each other

@@ -153,6 +153,31 @@ nothing_out "charlm sample --prompt not UTF-8"
 expect "charlm sample --top-k above the vocabulary" 1 "--top-k 100000 is more than the" \
   "$charlm" sample --ckpt a.st --length 5 --prompt "the " --top-k 100000
 nothing_out "charlm sample --top-k above the vocabulary"
+# --prompt-file (nanoGPT's --start=FILE:...): the file's text is the prompt,
+# newlines read as Python's text mode reads them; refused before anything
+# is printed when it cannot be read or comes with --prompt
+printf 'the whale\r\nand ' >prompt.txt
+"$charlm" sample --ckpt a.st --length 12 --temperature 0 --prompt $'the whale\nand ' >want.txt 2>/dev/null
+expect_ok "charlm sample --prompt-file" "" "$charlm" sample --ckpt a.st --length 12 --temperature 0 \
+  --prompt-file prompt.txt
+cmp -s out.txt want.txt && echo "ok: --prompt-file samples as --prompt with its text" ||
+  fail "--prompt-file: '$(head -c 60 out.txt)' against --prompt's '$(head -c 60 want.txt)'"
+expect_ok "charlm sample --prompt-file - (stdin)" "" "$charlm" sample --ckpt a.st --length 12 --temperature 0 \
+  --prompt-file - <prompt.txt
+cmp -s out.txt want.txt && echo "ok: --prompt-file - reads standard input" || fail "--prompt-file -: '$(head -c 60 out.txt)'"
+expect "charlm sample --prompt with --prompt-file" 2 "--prompt and --prompt-file both give the prompt" \
+  "$charlm" sample --ckpt a.st --length 5 --prompt "the " --prompt-file prompt.txt
+nothing_out "charlm sample --prompt with --prompt-file"
+expect "charlm sample --prompt-file missing" 1 "^charlm: error: --prompt-file: cannot open 'nofile.txt'" \
+  "$charlm" sample --ckpt a.st --length 5 --prompt-file nofile.txt
+nothing_out "charlm sample --prompt-file missing"
+printf 'ab\xffcd' >badprompt.txt
+expect "charlm sample --prompt-file not UTF-8" 1 "--prompt-file: badprompt.txt is not valid UTF-8 (bad byte 0xff" \
+  "$charlm" sample --ckpt a.st --length 5 --prompt-file badprompt.txt
+nothing_out "charlm sample --prompt-file not UTF-8"
+expect "charlm sample --prompt FILE:x (nanoGPT's prefix)" 0 \
+  "^charlm: warning: --prompt 'FILE:prompt.txt' is taken as text; --prompt-file prompt.txt reads" \
+  "$charlm" sample --ckpt a.st --length 2 --prompt "FILE:prompt.txt"
 # a picture that cannot be written is refused before the work (it came after)
 expect "charlm sample --attention x.jpg" 2 "^charlm: error: --attention: x.jpg: unknown picture format" \
   "$charlm" sample --ckpt a.st --length 5 --prompt "the " --attention x.jpg

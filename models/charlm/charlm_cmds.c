@@ -8,10 +8,12 @@
 #include <stdlib.h>
 
 #include "core/error.h"
+#include "core/utf8.h"
 #include "models/charlm/charlm_train.h" /* PROG */
 #include "models/report/plot.h"
 #include "models/text/vocab.h"
 #include "models/train/program.h"
+#include "models/util/files.h"
 
 /* sample's and eval's checkpoint, loaded; standard output (their result) is
  * neither it nor the base it loads. False + error. */
@@ -23,6 +25,22 @@ bool load_for_stdout(const char *ckpt, const cg_charlm_load_opts *lo, cg_charlm_
         return true;
     cg_charlm_ckpt_free(ck);
     return false;
+}
+
+char *read_prompt_file(const char *path)
+{
+    int64_t n;
+    uint32_t *cps = cg_read_text_file(path, &n); /* names path in its errors */
+    char *text = cps ? malloc((size_t)n * 4 + 1) : NULL;
+    if (cps && !text)
+        cg_set_error("out of memory for the prompt of '%s'", path);
+    size_t len = 0;
+    for (int64_t i = 0; text && i < n; i++)
+        len += (size_t)cg_utf8_put(cps[i], text + len);
+    if (text)
+        text[len] = '\0';
+    free(cps);
+    return text;
 }
 
 /* Attention heatmaps (layer x head) of the last w of ids[0..n) as the model

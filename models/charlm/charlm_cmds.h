@@ -11,9 +11,15 @@
  * neither it nor the base it loads. False + error. */
 bool load_for_stdout(const char *ckpt, const cg_charlm_load_opts *lo, cg_charlm_ckpt *ck);
 
+/* The text of --prompt-file FILE (nanoGPT's sample.py --start=FILE:...),
+ * malloc'd: read once as --data is (any stream, strict UTF-8, no NUL, not
+ * empty, within the input limit), newlines as Python's text mode reads
+ * them ("\r\n" and a lone "\r" become "\n"). NULL + error naming FILE. */
+char *read_prompt_file(const char *path);
+
 /* sample's flags. */
 typedef struct {
-    const char *ckpt, *prompt, *attn_png, *base, *precision;
+    const char *ckpt, *prompt, *prompt_file, *attn_png, *base, *precision;
     int64_t length, threads;
     uint64_t seed;
     bool no_cache, force;

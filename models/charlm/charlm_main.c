@@ -11,6 +11,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/error.h"
 #include "models/charlm/charlm.h"
@@ -104,6 +105,8 @@ static const char *SAMPLE_HELP =
     "  --base FILE         a LoRA checkpoint's base (default: the file it recorded)\n"
     "  --prompt TEXT       start of the text (default a newline); characters not in\n"
     "                      the vocabulary are replaced, with a warning\n"
+    "  --prompt-file FILE  the prompt read from FILE (nanoGPT's --start=FILE:...;\n"
+    "                      '-' is standard input)\n"
     "  --length N          characters (bpe: tokens) to generate (default 500)\n" CG_SAMPLE_HELP
     "  --no-cache          recompute the whole context at every step\n"
     "  --precision P       fp32 or bf16 matrix products (bf16 weights: about twice\n"
@@ -117,8 +120,9 @@ static const char *SAMPLE_HELP =
 
 static int cmd_sample(int argc, char **argv)
 {
-    sample_args a = {.ckpt = DEFAULT_OUT, .prompt = "\n", .length = 500};
+    sample_args a = {.ckpt = DEFAULT_OUT, .prompt = NULL, .length = 500};
     cg_cli_opt opts[16] = {
+        {"--prompt-file", CG_CLI_STR, &a.prompt_file, 0, 0, NULL, 0},
         {"--force", CG_CLI_SWITCH, &a.force, 0, 0, NULL, 0},
         {"--base", CG_CLI_STR, &a.base, 0, 0, NULL, 0},
         {"--ckpt", CG_CLI_STR, &a.ckpt, 0, 0, NULL, 0},
@@ -129,10 +133,18 @@ static int cmd_sample(int argc, char **argv)
         {"--attention", CG_CLI_STR, &a.attn_png, 0, 0, NULL, 0},
         {"--threads", CG_CLI_I64, &a.threads, 1, 1024, NULL, 0},
     };
-    int rc = cg_prog_parse(argc, argv, opts, 9 + cg_sample_cli_opts(&a.so, &a.seed, opts + 9),
+    int rc = cg_prog_parse(argc, argv, opts, 10 + cg_sample_cli_opts(&a.so, &a.seed, opts + 10),
                            SAMPLE_HELP);
     if (rc >= 0 || (rc = cg_precision_flag(a.precision, NULL)) >= 0)
         return rc;
+    if (a.prompt && a.prompt_file) {
+        cg_prog_fail("--prompt and --prompt-file both give the prompt (give one)");
+        return CG_EXIT_USAGE;
+    }
+    if (a.prompt && strncmp(a.prompt, "FILE:", 5) == 0) /* nanoGPT's sample.py reads the file */
+        cg_prog_warn("--prompt '%.60s' is taken as text; --prompt-file %s reads a prompt from a "
+                     "file",
+                     a.prompt, a.prompt + 5);
     if (a.attn_png && !cg_plot_format(a.attn_png)) { /* the name alone says it */
         cg_prog_fail("--attention: %s", cg_last_error());
         return CG_EXIT_USAGE;
@@ -140,11 +152,17 @@ static int cmd_sample(int argc, char **argv)
     if (a.attn_png && !cg_out_picture_check(a.attn_png, a.force, a.ckpt, "--ckpt", false))
         return cg_prog_fail("--attention: %s", cg_last_error());
     cg_cli_set_threads(PROG, a.threads);
+    char *file_prompt = a.prompt_file ? read_prompt_file(a.prompt_file) : NULL;
+    if (a.prompt_file && !file_prompt)
+        return cg_prog_fail("--prompt-file: %s", cg_last_error());
+    a.prompt = a.prompt ? a.prompt : file_prompt ? file_prompt : "\n";
     cg_precision prec;
     cg_charlm_ckpt ck;
     const cg_charlm_load_opts lo = {.base = a.base, .seed = 0, .dropout = NAN};
-    if (!load_for_stdout(a.ckpt, &lo, &ck))
+    if (!load_for_stdout(a.ckpt, &lo, &ck)) {
+        free(file_prompt);
         return cg_prog_fail_lib(NULL);
+    }
     /* the picture is no base the adapter loaded either (its other checks: above) */
     if (a.attn_png && ck.base_path &&
         !cg_out_picture_check(a.attn_png, true, ck.base_path, "its base", false))
@@ -154,6 +172,7 @@ static int cmd_sample(int argc, char **argv)
     else
         rc = generate(&ck, &a, prec);
     cg_charlm_ckpt_free(&ck);
+    free(file_prompt);
     return rc < 0 ? 0 : rc;
 }
 
