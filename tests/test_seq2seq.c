@@ -21,6 +21,7 @@
 #include "models/train/train_common.h"
 #include "models/train/trainer.h"
 #include "models/seq2seq/translate.h"
+#include "models/text/spm.h"
 #include "nn/safetensors.h"
 #include "optim/optim.h"
 #include "testutil.h"
@@ -150,6 +151,72 @@ START_TEST(test_mt_data_order)
     ck_assert_ptr_nonnull(strstr(cg_last_error(), path));
     cg_mt_data_free(&c);
     cg_mt_data_free(&a);
+}
+END_TEST
+
+/* Fits: both sides of pair i at most lim of their current lengths. */
+static bool pair_fits(const cg_pairs *p, int64_t i, int64_t lim)
+{
+    return p->items[i].src_len <= lim && p->items[i].tgt_len <= lim;
+}
+
+/* With BPE, --max-len drops the training pairs longer than the model takes
+ * in tokens, as docs/zoo.md says and as fairseq's --max-source-positions
+ * counts, not in characters (a pair of 60 characters and 12 pieces fits
+ * --max-len 30); the tokenizer learns from every training pair. A
+ * checkpoint of a run before (max_len_chars) keeps its character count. */
+START_TEST(test_max_len_counts_bpe_tokens)
+{
+    if (!cg_spm_available())
+        return;
+    enum { N = 80, MAX_LEN = 14 };
+    /* the split depends on the number of pairs only: long pairs go to
+     * training pairs, so that validation fits */
+    char text[16384];
+    numbered_pairs(text, sizeof text, N, "a%d\tb%d\n");
+    const char *path = tmp_path("bpe.tsv");
+    write_file(path, text, strlen(text));
+    cg_data_id id;
+    cg_mt_data d = {0};
+    ck_assert(cg_mt_data_load(&d, path, "none", 4, 4, &id));
+    bool held[N] = {false};
+    for (int64_t k = 0; k < d.split.n_valid; k++)
+        held[d.split.valid[k]] = true;
+    for (int64_t k = 0; k < d.split.n_test; k++)
+        held[d.split.test[k]] = true;
+    cg_mt_data_free(&d);
+    static const char *const words[2][6] = {{"the", "house", "is", "small", "and", "old"},
+                                            {"das", "Haus", "ist", "klein", "und", "alt"}};
+    size_t len = 0;
+    for (int i = 0; i < N; i++) { /* 2 to 5 words a side (up to 25 characters), or 16 */
+        int nw = !held[i] && i % 5 == 0 ? 16 : 2 + i % 4;
+        for (int side = 0; side < 2; side++) {
+            for (int w = 0; w < nw; w++)
+                len += (size_t)snprintf(text + len, sizeof text - len, "%s%s", w ? " " : "",
+                                        words[side][(i + w) % 6]);
+            len += (size_t)snprintf(text + len, sizeof text - len, side ? "\n" : "\t");
+        }
+    }
+    ck_assert_uint_lt(len, sizeof text - 1);
+    write_file(path, text, len);
+    for (int chars = 0; chars < 2; chars++) {
+        d = (cg_mt_data){.max_len_chars = chars};
+        ck_assert(cg_mt_data_load(&d, path, "none", 4, 4, &id));
+        int64_t by_chars = 0, n_all = d.split.n_train;
+        for (int64_t k = 0; k < n_all; k++)
+            by_chars += pair_fits(&d.pairs, d.split.train[k], MAX_LEN - 2);
+        ck_assert_msg(cg_mt_data_prepare(&d, path, MAX_LEN, 200, CG_TOK_BPE, 320, NULL, NULL, NULL),
+                      "%s", cg_last_error());
+        int64_t by_tokens = 0; /* of every training pair, in ids */
+        for (int64_t i = 0; i < N; i++)
+            by_tokens += !held[i] && pair_fits(&d.pairs, i, MAX_LEN - 2);
+        ck_assert_int_gt(by_tokens, by_chars); /* the case this test is about */
+        ck_assert_int_lt(by_tokens, n_all);    /* the long pairs are too long even so */
+        ck_assert_int_eq(d.n_train, chars ? by_chars : by_tokens);
+        for (int64_t k = 0; k < d.n_train; k++) /* what is kept fits the model */
+            ck_assert(pair_fits(&d.pairs, d.split.train[k], MAX_LEN - 2));
+        cg_mt_data_free(&d);
+    }
 }
 END_TEST
 
@@ -1805,6 +1872,7 @@ static Suite *seq2seq_suite(void)
     tcase_add_test(tc, test_split_and_batches);
     tcase_add_test(tc, test_pairs_add_extra);
     tcase_add_test(tc, test_mt_data_order);
+    tcase_add_test(tc, test_max_len_counts_bpe_tokens);
     tcase_add_test(tc, test_tokenize_once);
     tcase_add_test(tc, test_batch_longer_than_recorded);
     tcase_add_test(tc, test_prog_helpers);

@@ -86,6 +86,21 @@ fi
 expect "bpe resume with --vocab-size" 2 "drop --vocab-size" \
   "$seq2seq" train --resume r.st --vocab-size 500
 
+# --max-len counts BPE pieces, not characters (round sixteen): at --max-len 110
+# the sample's 360 training pairs all fit in pieces, 11 of them are longer in
+# characters; a checkpoint without "max_len_tokens" (written before) resumes
+# with the character count it was trained with
+"$seq2seq" train "${small[@]}" --tokenizer bpe --vocab-size 400 --max-len 110 --steps 4 \
+  --stop-at 2 --out ml.st >/dev/null 2>ml.err || fail "--max-len 110: $(tail -1 ml.err)"
+grep -q "^train 360 pairs" ml.err && echo "ok: --max-len counts pieces: $(grep '^train [0-9]' ml.err)" ||
+  fail "--max-len 110 dropped pairs by characters: $(grep '^train [0-9]' ml.err)"
+cp ml.st ml_old.st
+"$tool" setmeta ml_old.st train "$("$tool" getmeta ml.st train | sed 's/,"max_len_tokens":true//')" ||
+  fail "cannot rewrite ml_old.st"
+"$seq2seq" train --resume ml_old.st >/dev/null 2>ml.err || fail "old resume: $(tail -1 ml.err)"
+grep -q "^train 349 pairs" ml.err && echo "ok: an older checkpoint keeps its count" ||
+  fail "an older checkpoint resumed with another training set: $(grep '^train [0-9]' ml.err)"
+
 # a damaged tokenizer
 cp b.st d.st
 "$tool" flipbyte d.st tokenizer.spm || fail "cannot damage d.st"

@@ -130,6 +130,7 @@ static bool mt_state(void *self, cJSON *o)
         {"pad_to_multiple", CG_JF_I64, &r->pad_to, 1, 1e6, true}, /* absent before: 1 */
         {"warmup", CG_JF_I64, &r->warmup, 1, 1e9, false},
         {"max_len", CG_JF_I64, &r->max_len, 3, 100000, false},
+        {"max_len_tokens", CG_JF_BOOL, &r->max_len_tokens, 0, 0, true}, /* absent before */
         {"valid_size", CG_JF_I64, &r->valid_size, 1, 1e9, false},
         {"test_size", CG_JF_I64, &r->test_size, 1, 1e9, false},
         /* wide: the batch position is checked against the step (mt_setup) */
@@ -219,6 +220,8 @@ static int mt_new_model(mt_run *r, const cg_train_opts *o, cg_train_recipe *rec,
 static int mt_data_model(mt_run *r, cg_trainer *t, cg_train_opts *o, cg_train_recipe *rec)
 {
     cg_seq2seq_ckpt ck = {0};
+    /* --max-len counts ids; a checkpoint without the key counted characters */
+    r->max_len_tokens = !o->resume;
     if (o->resume && (!ckpt_load(o->resume, &ck) || !mt_state(r, NULL))) {
         cg_seq2seq_ckpt_free(&ck); /* loaded, then its state refused */
         return cg_prog_fail_lib(NULL);
@@ -232,6 +235,7 @@ static int mt_data_model(mt_run *r, cg_trainer *t, cg_train_opts *o, cg_train_re
                           "RandomState)",
                           o->resume, (unsigned long long)o->seed);
     cg_data_id id;
+    r->d.max_len_chars = !r->max_len_tokens;
     if (rc < 0 &&
         (!cg_mt_data_load(&r->d, o->data, DEFAULT_DATA, r->valid_size, r->test_size, &id) ||
          !cg_trainer_set_data(t, &id) || /* resuming: the checkpoint's data */

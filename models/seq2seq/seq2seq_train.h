@@ -27,6 +27,9 @@ typedef struct {
     const char *preset;
     int64_t max_tokens, pad_to, warmup, max_len, valid_size, test_size, test_limit, beam, examples;
     double factor, alpha, word_dropout;
+    /* --max-len counts ids (BPE pieces too); false: a BPE checkpoint from
+     * before, whose training pairs were kept by their characters */
+    bool max_len_tokens;
     /* --extra-data (t->o->extra_data; NULL: none): its pairs' identity (kept
      * in the checkpoint's model state as "extra_data_id") and counts */
     cg_data_id extra_id;

@@ -178,19 +178,30 @@ static void warn_over_budget(const cg_pairs *P, const int64_t *idx, int64_t n, i
                      (long long)most);
 }
 
+/* "no training pair fits --max-len" (unit: "character" or "token"): false */
+static bool no_pair_fits(const char *path, int64_t max_len, const char *unit)
+{
+    cg_set_error("%s: no training pair fits --max-len %lld (both sides at most %lld %s%s, "
+                 "leaving room for BOS and EOS)",
+                 path, (long long)max_len, (long long)max_len - 2, unit,
+                 max_len - 2 == 1 ? "" : "s");
+    return false;
+}
+
 bool cg_mt_data_prepare(cg_mt_data *d, const char *path, int64_t max_len, int64_t max_tokens,
                         cg_tokenizer_kind kind, int64_t vocab_size, cg_tokenizer **resume_tok,
                         const char *resume_path, const char *prog)
 {
     const cg_pairs *P = &d->pairs;
     const cg_pair_split *sp = &d->split;
-    d->n_train = cg_pairs_filter(P, sp->train, sp->n_train, max_len - 2);
-    if (d->n_train == 0) {
-        cg_set_error("%s: no training pair fits --max-len %lld (both sides at most %lld "
-                     "character%s, leaving room for BOS and EOS)",
-                     path, (long long)max_len, (long long)max_len - 2, max_len - 2 == 1 ? "" : "s");
-        return false;
-    }
+    /* --max-len counts the model's ids: characters, or (BPE) the pieces of
+     * a tokenizer that learns from every training pair; a BPE checkpoint
+     * from before counted characters (max_len_chars) */
+    const bool bpe = resume_tok ? (*resume_tok)->kind == CG_TOK_BPE : kind == CG_TOK_BPE;
+    const bool late = bpe && !d->max_len_chars;
+    d->n_train = late ? sp->n_train : cg_pairs_filter(P, sp->train, sp->n_train, max_len - 2);
+    if (d->n_train == 0)
+        return no_pair_fits(path, max_len, "character");
     d->valid_chars = 0;
     for (int64_t i = 0; i < sp->n_valid; i++)
         d->valid_chars += P->items[sp->valid[i]].tgt_len + 1;
@@ -203,6 +214,8 @@ bool cg_mt_data_prepare(cg_mt_data *d, const char *path, int64_t max_len, int64_
         cg_seq2seq_prefix_error(path);
         return false;
     }
+    if (late && (d->n_train = cg_pairs_filter(P, sp->train, sp->n_train, max_len - 2)) == 0)
+        return no_pair_fits(path, max_len, "token");
     for (int64_t i = 0; i < sp->n_valid; i++) {
         const cg_pair *q = &P->items[sp->valid[i]];
         if (q->src_len + 1 > max_len || q->tgt_len + 1 > max_len) {

@@ -56,6 +56,11 @@ typedef struct {
     /* training batches' S and T rounded up to a multiple of pad_to, at
      * most pad_limit (cg_batch_pad_to; pad_to 0 or 1: as they are) */
     int64_t pad_to, pad_limit;
+    /* --max-len drops training pairs by their characters, not their ids:
+     * what BPE runs did before 2026-12-01 (their checkpoints lack
+     * "max_len_tokens"), kept so that they resume exactly; false (the
+     * zeroed default) counts ids */
+    bool max_len_chars;
 } cg_mt_data;
 
 /* Read and split the pairs of path (cg_pairs_load) into d, zeroed by the
@@ -75,12 +80,14 @@ bool cg_mt_data_add_extra(cg_mt_data *d, const char *path, cg_data_id *id, cg_pa
 bool cg_mt_data_load_ckpt(cg_mt_data *d, const char *train_json, const char *ckpt_path,
                           const char *given, const char *default_data);
 /* Then: keep the training pairs whose sides have at most max_len - 2
- * characters (room for BOS and EOS); the tokenizer: *resume_tok (a
- * checkpoint's, taken when it is BPE; a char vocabulary must equal the one
- * trained again) or, when resume_tok is NULL, a new one of kind and
- * vocab_size trained on the training pairs; with subwords the pairs'
- * lengths become token counts (max_len, the batches and the padding count
- * tokens); the batches. prog: the warnings' program (unknown characters of
+ * ids (room for BOS and EOS); the tokenizer: *resume_tok (a checkpoint's,
+ * taken when it is BPE; a char vocabulary must equal the one trained
+ * again) or, when resume_tok is NULL, a new one of kind and vocab_size
+ * trained on the training pairs (characters: those kept; BPE: all of them,
+ * before the pairs are counted in its pieces, or, with d->max_len_chars,
+ * those of at most max_len - 2 characters, as before 2026-12-01); with
+ * subwords the pairs' lengths become token counts (max_len, the batches
+ * and the padding count tokens); the batches. prog: the warnings' program (unknown characters of
  * the validation and test pairs); path and resume_path name the files in
  * the errors, which name --max-len. */
 /* The first n test pairs (valid: validation pairs) fit the model: each
