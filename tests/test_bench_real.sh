@@ -4,7 +4,8 @@
 #   - its JSON line parses; tokens_per_step is the mean of the timed batches'
 #     non-pad target tokens (counted again here from the --dump-batches file:
 #     one meaning of tokens); the batches change shape and are the recipe's
-#     (tgt_in is BOS then tgt_out shifted; sources end in EOS);
+#     (tgt_in is BOS then tgt_out shifted; sources end in EOS); flops_per_step
+#     counts the sources' B x S and the targets' B x T tokens each on its side;
 #   - the file has warmup + steps batches and the model's shape; the PyTorch
 #     twin (tools/real_peer.py) reads it and counts the same tokens when
 #     python3-torch and shared/reference are there (else that part is skipped);
@@ -68,6 +69,23 @@ for i in range(warmup + steps):
         counts.append(sum(x != 0 for row in tout for x in row))
 mean = sum(counts) / len(counts)
 assert abs(r["tokens_per_step"] - mean) < 0.06, (r["tokens_per_step"], mean)
+# the model FLOPs (bench's top comment) of the timed batches, each side on
+# its own tokens: the encoder and cross-attention's k, v on B x S sources,
+# the rest on B x T targets (they were all counted on B x T)
+V, d, ff = (int(float(meta[k])) for k in ("vocab", "d", "d_ff"))
+enc, dec = (int(float(meta[k])) for k in ("enc_layers", "dec_layers"))
+flops, srcs = 0.0, []
+for i in range(warmup, warmup + steps):
+    B, S = len(ids(f"src.{i:06d}")), len(ids(f"src.{i:06d}")[0])
+    T = len(ids(f"tgt_out.{i:06d}")[0])
+    srcs.append(S)
+    n_src = enc * (4 * d * d + 2 * d * ff) + dec * 2 * d * d
+    n_tgt = dec * (6 * d * d + 2 * d * ff) + V * d
+    flops += 6 * (n_src * B * S + n_tgt * B * T) + 12 * d * (enc * S * B * S + dec * T * B * T
+                                                              + dec * S * B * T)
+flops /= steps
+assert abs(r["flops_per_step"] - flops) <= 1e-3 * flops, (r["flops_per_step"], flops)
+assert abs(r["S"] - sum(srcs) / steps) < 0.06, (r["S"], srcs)
 assert r["preset"] == "real" and r["tokens_per_s"] > 0 and r["final_loss"] > 0, r
 assert len(shapes) > 1, shapes                     # the shapes change
 print(f"ok: bench --preset real: {len(shapes)} batch shapes, {mean:.1f} target tokens a step")

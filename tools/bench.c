@@ -12,7 +12,7 @@
  * S timed ones; prints one JSON line:
  *   model, preset, precision, threads, tokens_per_step (B*T; target tokens for seq2seq),
  *   step_ms_median, tokens_per_s (tokens_per_step / median), params, B and T
- *   (the means over the timed steps),
+ *   (the means over the timed steps; seq2seq: S too, the sources' length),
  *   peak_rss_mb (getrusage ru_maxrss, MiB), mfu, plus flops_per_step,
  *   gemm_gflops, cpu_ms_median (process CPU time per step: a load-robust
  *   measure on a shared machine), final_loss (thread counts must agree), and
@@ -33,7 +33,11 @@
  * where N_mm = the elements of every 2-D weight except the embedding table,
  * plus V*d for the tied output head (a real matmul), and n_attn = the number
  * of attention blocks a token passes through (charlm: layers; seq2seq:
- * enc_layers + 2*dec_layers, with S = T every block sees the same count).
+ * enc_layers + 2*dec_layers). For seq2seq the tokens are a weight's own
+ * side's: the encoder's weights and cross-attention's k and v projections
+ * take the B*S source tokens, the rest the B*T target tokens; T_k is S in
+ * the encoder and cross-attention, T in the decoder's self-attention (the
+ * random presets have S = T; --preset real's batches do not).
  * Causal attention is counted in full (not halved), as in PaLM; layer norm,
  * softmax, activations and the optimizer are not counted. --T overrides the
  * sequence length, --batch-size the batch and --d the width (d_ff = 4d,
@@ -50,7 +54,8 @@
  * vocabulary. tokens_per_step is then the mean of the steps' target tokens
  * (non-pad: the tokens the loss is taken over, the trainers' meaning),
  * tokens_per_s all of them over all the steps' time, and MFU counts each
- * batch's padded B x T. --dump-batches FILE writes the batches taken
+ * batch's padded B x S sources and B x T targets (S: the mean source
+ * length, printed beside B and T). --dump-batches FILE writes the batches taken
  * (src.N, tgt_in.N, tgt_out.N, int64) and the model's shape for
  * tools/real_peer.py, PyTorch's step on the same batches, after the result
  * line; FILE is checked before any work: a new file (bench has no --force),
@@ -383,32 +388,52 @@ static cg_module *new_model(const bench_args *a, const preset *p, bench_model *b
     return CG_MODULE(bm->s2s);
 }
 
-/* Model FLOPs of a step over B x T tokens (see the top of the file) */
+/* Model FLOPs of a step over B x S source and B x T target tokens (see the
+ * top of the file): the weights that read the source (the encoder's and
+ * cross-attention's k and v projections) take B x S tokens, the others
+ * B x T; attention's keys are S long in the encoder and cross-attention, T
+ * in the decoder's (and charlm's) self-attention. */
 typedef struct {
-    double n_mm, n_attn, d;
+    double n_src, n_tgt;              /* 2-D weights on source, target tokens */
+    double n_enc, n_self, n_cross, d; /* attention blocks of each kind */
 } flops_model;
-static double flops_of(const flops_model *f, int64_t B, int64_t T)
+static double flops_of(const flops_model *f, int64_t B, int64_t S, int64_t T)
 {
-    const double tokens = (double)(B * T);
-    return 6.0 * f->n_mm * tokens + 12.0 * f->n_attn * (double)T * f->d * tokens;
+    const double src = (double)(B * S), tgt = (double)(B * T);
+    return 6.0 * (f->n_src * src + f->n_tgt * tgt) +
+           12.0 * f->d *
+               (f->n_enc * (double)S * src + f->n_self * (double)T * tgt +
+                f->n_cross * (double)S * tgt);
+}
+
+/* A weight of the source side: the encoder's, or cross-attention's k and v
+ * (the memory's projections). */
+static bool reads_source(const char *name)
+{
+    return !strncmp(name, "encoder.", 8) || strstr(name, ".cross_attn.k_proj.") ||
+           strstr(name, ".cross_attn.v_proj.");
 }
 
 /* The FLOP counts of the model (see the top of the file); *n_params: every
  * parameter's elements. */
 static flops_model step_flops(const cg_stepper *st, const preset *p, bool charlm, int64_t *n_params)
 {
-    int64_t n_mm = 0;
+    int64_t n_src = 0, n_tgt = 0;
     *n_params = 0;
     for (int i = 0; i < st->pl.n; i++) {
         cg_tensor *t = st->pl.items[i].tensor;
+        const char *name = st->pl.items[i].name;
         *n_params += cg_numel(t);
-        if (t->ndim == 2 && strcmp(st->pl.items[i].name, "tok_emb.weight") &&
-            strcmp(st->pl.items[i].name, "emb.weight"))
-            n_mm += cg_numel(t);
+        if (t->ndim == 2 && strcmp(name, "tok_emb.weight") && strcmp(name, "emb.weight"))
+            *(reads_source(name) ? &n_src : &n_tgt) += cg_numel(t);
     }
-    n_mm += p->V * p->d; /* tied output head */
-    int64_t n_attn = charlm ? p->layers : p->enc_layers + 2 * p->dec_layers;
-    return (flops_model){(double)n_mm, (double)n_attn, (double)p->d};
+    n_tgt += p->V * p->d; /* tied output head */
+    return (flops_model){.n_src = (double)n_src,
+                         .n_tgt = (double)n_tgt,
+                         .n_enc = charlm ? 0 : (double)p->enc_layers,
+                         .n_self = (double)(charlm ? p->layers : p->dec_layers),
+                         .n_cross = charlm ? 0 : (double)p->dec_layers,
+                         .d = (double)p->d};
 }
 
 /* four random batches, used in turn (as the peer) */
@@ -467,7 +492,7 @@ static bool random_batches(batches *bt, const preset *p, bool charlm, int64_t se
  * 10th step (warm-up included) and after the last. */
 typedef struct {
     double med, cmed, emed, rss10, rss_last;
-    double tokens, seconds, flops, rows, cols; /* summed over the timed steps */
+    double tokens, seconds, flops, rows, cols, src_cols; /* summed over the timed steps */
     double from, to; /* CLOCK_MONOTONIC seconds: the timed steps' start and end */
     float last_loss;
 } timings;
@@ -495,7 +520,7 @@ static bool time_steps(cg_stepper *st, bench_model *bm, const batches *bt, const
     }
     tm->last_loss = NAN;
     tm->rss10 = NAN, tm->rss_last = NAN;
-    tm->tokens = tm->seconds = tm->flops = tm->rows = tm->cols = 0;
+    tm->tokens = tm->seconds = tm->flops = tm->rows = tm->cols = tm->src_cols = 0;
     tm->from = tm->to = NAN;
     long i;
     for (i = 0; i < warmup + steps; i++) {
@@ -525,9 +550,10 @@ static bool time_steps(cg_stepper *st, bench_model *bm, const batches *bt, const
                                               : cg_dist_comm_seconds() - comm0;
             tm->tokens += ntok; /* every rank's */
             tm->seconds += dt;
-            tm->flops += flops_of(fm, bm->B, bm->T);
+            tm->flops += flops_of(fm, bm->B, bm->S, bm->T);
             tm->rows += (double)bm->B;
             tm->cols += (double)bm->T;
+            tm->src_cols += (double)bm->S;
         }
     }
     bool ok = i == warmup + steps;
@@ -578,6 +604,8 @@ static bool print_json(const bench_args *a, const preset *p, cg_precision precis
         cg_json_put_str(o, "gemm_path", cg_gemm_path_name(gemm_path)) &&
         cg_json_put_num(o, "T", "%.1f", tm->cols / (double)steps) &&
         cg_json_put_num(o, "B", "%.1f", tm->rows / (double)steps) &&
+        (strcmp(a->model, "seq2seq") ||
+         cg_json_put_num(o, "S", "%.1f", tm->src_cols / (double)steps)) &&
         cg_json_put_int(o, "d", p->d) &&
         cg_json_put_num(o, "cpu_ms_median", "%.3f", tm->cmed * 1e3) &&
         cg_json_put_num(o, "final_loss", "%.9g", (double)tm->last_loss) &&
