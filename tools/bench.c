@@ -13,7 +13,11 @@
  *   model, preset, precision, threads, tokens_per_step (B*T; target tokens for seq2seq),
  *   step_ms_median, tokens_per_s (tokens_per_step / median), params, B and T
  *   (the means over the timed steps; seq2seq: S too, the sources' length),
- *   peak_rss_mb (getrusage ru_maxrss, MiB), mfu, plus flops_per_step,
+ *   peak_rss_mb (getrusage ru_maxrss at the end of the timed steps, MiB:
+ *   the step's and the process's start, as the peer's; the GEMM rate below
+ *   is measured after it), rss_mb_start (the resident set before the model:
+ *   the program and its libraries; the peer's start, python3 with torch,
+ *   is about 230 MiB), mfu, plus flops_per_step,
  *   gemm_gflops, cpu_ms_median (process CPU time per step: a load-robust
  *   measure on a shared machine), final_loss (thread counts must agree), and
  *   rss_mb_step10 / rss_mb_last: the resident set after the 10th step and
@@ -25,8 +29,9 @@
  *   step and the end of the last (a profiler's window: `perf record -k
  *   CLOCK_MONOTONIC` stamps its samples on that clock; scripts/step_profile.sh).
  *
- * MFU = model FLOPs per second / the sgemm rate measured at start-up
- * (1024^3, same thread count, the best run of a quarter of a second). Model FLOPs per step follow the
+ * MFU = model FLOPs per second / the sgemm rate measured after the timed
+ * steps (1024^3, same thread count and precision, the best run of a
+ * quarter of a second). Model FLOPs per step follow the
  * PaLM convention (Chowdhery et al. 2022, appendix B):
  *   6 * N_mm * tokens                         every weight matmul, fwd + bwd
  *   + 12 * n_attn * T_k * d * tokens          q k^T and w v, fwd + bwd
@@ -488,10 +493,11 @@ static bool random_batches(batches *bt, const preset *p, bool charlm, int64_t se
 }
 
 /* What the timed steps measured: medians over the steps (wall, process CPU,
- * communication not hidden), the last loss, and the resident set after the
- * 10th step (warm-up included) and after the last. */
+ * communication not hidden), the last loss, the resident set after the
+ * 10th step (warm-up included) and after the last, its peak at the end of
+ * the steps and at the start (MiB). */
 typedef struct {
-    double med, cmed, emed, rss10, rss_last;
+    double med, cmed, emed, rss10, rss_last, rss_peak, rss_start;
     double tokens, seconds, flops, rows, cols, src_cols; /* summed over the timed steps */
     double from, to; /* CLOCK_MONOTONIC seconds: the timed steps' start and end */
     float last_loss;
@@ -578,8 +584,6 @@ static bool print_json(const bench_args *a, const preset *p, cg_precision precis
                        int64_t n_params, double peak_gflops, bool overlap, const timings *tm,
                        const double worst[2], long steps)
 {
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
     /* the fixed presets: one rank's B x T tokens over the median step, as
      * torch_peer.py; real batches: every target token over all the time */
     const bool real = !strcmp(a->preset, "real");
@@ -597,7 +601,8 @@ static bool print_json(const bench_args *a, const preset *p, cg_precision precis
         cg_json_put_num(o, "tokens_per_step", "%.1f", tokens) &&
         cg_json_put_num(o, "step_ms_median", "%.3f", med * 1e3) &&
         cg_json_put_num(o, "tokens_per_s", "%.1f", tps) && cg_json_put_int(o, "params", n_params) &&
-        cg_json_put_num(o, "peak_rss_mb", "%.1f", (double)ru.ru_maxrss / 1024.0) &&
+        cg_json_put_num(o, "peak_rss_mb", "%.1f", tm->rss_peak) &&
+        cg_json_put_num(o, "rss_mb_start", "%.1f", tm->rss_start) &&
         cg_json_put_num(o, "mfu", "%.4f", mfu) &&
         cg_json_put_num(o, "flops_per_step", "%.4g", flops_step) &&
         cg_json_put_num(o, "gemm_gflops", "%.1f", peak_gflops) &&
@@ -707,7 +712,7 @@ static bool check_files(const bench_args *a)
 /* The timed steps of a stepper set up, and the result line (then the
  * dump): the exit code, everything it made freed (a failure too). */
 static int measure(const bench_args *a, const preset *p, bool charlm, cg_precision precision,
-                   long threads, double peak_gflops, cg_stepper *st, bench_model *bm)
+                   long threads, double rss_start, cg_stepper *st, bench_model *bm)
 {
     int64_t n_params;
     flops_model fm = step_flops(st, p, charlm, &n_params);
@@ -722,10 +727,16 @@ static int measure(const bench_args *a, const preset *p, bool charlm, cg_precisi
     free_batches(&bt);
     if (!ok)
         return 1;
-    /* the largest over ranks (collective: every rank reaches it) */
+    /* the peak of the steps, as the peer's (its process's at the end of its
+     * steps), before the GEMM rate's buffers (12 MiB and their packing,
+     * which were in it: a fifth of charlm tiny's bf16 peak) */
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    double worst[2] = {(double)ru.ru_maxrss / 1024.0, (double)cg_optim_state_bytes(st->opt) / 1e6};
+    /* ru_maxrss can trail the resident set by the kernel's unsynced counts */
+    t.rss_peak = fmax((double)ru.ru_maxrss / 1024.0, rss_now_mb()), t.rss_start = rss_start;
+    double peak_gflops = gemm_gflops();
+    /* the largest over ranks (collective: every rank reaches it) */
+    double worst[2] = {t.rss_peak, (double)cg_optim_state_bytes(st->opt) / 1e6};
     if (!cg_dist_allreduce_max(worst, 2))
         return cg_prog_fail_lib(NULL);
     bool printed = print_json(a, p, precision, threads, n_params, peak_gflops, st->reducer != NULL,
@@ -757,7 +768,10 @@ static int run(int argc, char **argv)
         return rc;
     cg_cli_set_threads("bench", a.threads);
     long threads = cg_get_num_threads();
-    /* this thread's policy, before the peak is measured (MFU against bf16's) */
+    /* the process before any of the run's memory: the program, its
+     * libraries and MPI (the peer's start is python3 with torch imported) */
+    const double rss_start = rss_now_mb();
+    /* this thread's policy, before the GEMM rate is measured (MFU against bf16's) */
     const cg_precision outer = cg_autocast_begin(precision);
 
     bool charlm = !strcmp(a.model, "charlm");
@@ -771,7 +785,6 @@ static int run(int argc, char **argv)
             (a.dump && !(bm.dump = cg_st_writer_new())))
             return cg_prog_fail_lib(NULL);
     }
-    double peak_gflops = gemm_gflops();
     cg_module *model = new_model(&a, &p, &bm);
     if (!model)
         return cg_prog_fail_lib(NULL);
@@ -785,7 +798,7 @@ static int run(int argc, char **argv)
                            .lr = bm_lr};
     cg_stepper st;
     const bool stepping = cg_stepper_init(&st, &tm, 1, (int)a.zero);
-    rc = stepping ? measure(&a, &p, charlm, precision, threads, peak_gflops, &st, &bm)
+    rc = stepping ? measure(&a, &p, charlm, precision, threads, rss_start, &st, &bm)
                   : cg_prog_fail_lib(NULL);
     cg_st_writer_free(bm.dump);
     cg_mt_data_free(&real);
