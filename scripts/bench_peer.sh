@@ -2,8 +2,12 @@
 # Training speed against PyTorch, fp32 and bf16 (issue #12): for each preset,
 # R rounds of four runs back to back -- PyTorch fp32, ours fp32, PyTorch's
 # bf16 autocast, ours bf16 -- then a markdown table of the medians and the
-# ratios. Needs /usr/bin/python3 with torch (apt-get install python3-torch)
-# and ../shared/bench/torch_peer.py (or CG_PEER=path). Run on an idle machine
+# ratios, and under it each side's resident set before any model (a peak
+# RSS is its whole process's: PyTorch's includes python3 with torch
+# imported, about 230 MB). The presets are torch_peer.py's: charlm tiny,
+# base, gpt2; seq2seq tiny, base, paper (seq2seq real: scripts/bench_real.sh).
+# Needs /usr/bin/python3 with torch (apt-get install python3-torch) and
+# ../shared/bench/torch_peer.py (or CG_PEER=path). Run on an idle machine
 # from the repository root after building:
 #   scripts/bench_peer.sh [threads [rounds [presets...]]]
 # e.g. scripts/bench_peer.sh 2 2 "charlm tiny" "seq2seq base"
@@ -20,9 +24,19 @@ rounds=${2:-2}
 shift $(($# > 2 ? 2 : $#))
 presets=("$@")
 [ ${#presets[@]} -gt 0 ] || presets=("charlm tiny" "seq2seq tiny" "charlm base" "seq2seq base")
+# the presets both sides have (torch_peer.py's), checked before any run: a
+# preset the peer lacks once failed only when its turn came, after hours
+# of the others' runs
 for p in "${presets[@]}"; do
-  [[ $p =~ ^(charlm|seq2seq)\ [a-z0-9]+$ ]] ||
-    { echo "bench_peer: '$p' is not \"MODEL PRESET\" (charlm or seq2seq, then a preset) ($usage)" >&2; exit 2; }
+  case $p in
+    "charlm tiny" | "charlm base" | "charlm gpt2" | "seq2seq tiny" | "seq2seq base" | "seq2seq paper") ;;
+    "seq2seq real")
+      echo "bench_peer: 'seq2seq real' is timed against PyTorch on the same batches by scripts/bench_real.sh ($usage)" >&2
+      exit 2 ;;
+    *)
+      echo "bench_peer: '$p' is not \"MODEL PRESET\" of both sides (charlm tiny, base or gpt2; seq2seq tiny, base or paper) ($usage)" >&2
+      exit 2 ;;
+  esac
 done
 # the tree's build and its neighbour shared/, whatever the current directory
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -54,7 +68,7 @@ for p in "${presets[@]}"; do
         ours-fp32) j=$("$bench" "${args[@]}" --precision fp32) ;;
         ours-bf16) j=$("$bench" "${args[@]}" --precision bf16) ;;
       esac
-      echo "$model $preset $run $(field tokens_per_s <<<"$j") $(field peak_rss_mb <<<"$j")" >>"$log"
+      echo "$model $preset $run $(field tokens_per_s <<<"$j") $(field peak_rss_mb <<<"$j") $(field rss_mb_start <<<"$j")" >>"$log"
       echo "$model $preset $run: $j" >&2
     done
   done
@@ -74,3 +88,11 @@ for p in "${presets[@]}"; do
      BEGIN { printf "| %s | %s | %s | %s | %s | %s | %s | %s / %s / %s |\n",
              p, n(tf), n(tb), n(of), n(ob), r(ob, tb), r(ob, of), n(rt), n(rb), n(rf) }'
 done
+# each peak RSS above is its whole process's: PyTorch's holds python3 with
+# torch imported before any model, cgrad's its program and libraries
+torch_start=$(/usr/bin/python3 -c 'import resource, sys, torch
+torch.set_num_threads(int(sys.argv[1]))
+print("%.1f" % (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))' "$threads")
+ours_start=$(awk '$3 ~ /^ours/ && $6 != "" { print $6 }' "$log" | median)
+echo
+echo "Peak RSS is each process's, its start included: PyTorch's ${torch_start} MB (python3 with torch imported, no model), cgrad's ${ours_start:--} MB (bench's rss_mb_start)."

@@ -90,6 +90,11 @@ for b in bench_peer bench_real bench_scaling; do
   helps "$b.sh --help" "usage: scripts/$b.sh" "$T/$b.sh" --help
 done
 usage_error "bench_peer.sh: ROUNDS" "bench_peer: ROUNDS 'x' is not" "$T/bench_peer.sh" 2 x
+# a preset the peer lacks: refused before any run (it failed at its turn)
+usage_error "bench_peer.sh: seq2seq real" "bench_peer: 'seq2seq real' is timed .* by scripts/bench_real.sh" \
+  "$T/bench_peer.sh" 2 1 "charlm tiny" "seq2seq real"
+usage_error "bench_peer.sh: charlm paper" "bench_peer: 'charlm paper' is not \"MODEL PRESET\" of both sides" \
+  "$T/bench_peer.sh" 2 1 "charlm tiny" "charlm paper"
 usage_error "bench_real.sh: ROUNDS" "bench_real: ROUNDS 'x' is not" "$T/bench_real.sh" 2 x
 usage_error "bench_real.sh: STEPS" "bench_real: STEPS '4.5' is not" "$T/bench_real.sh" 2 3 4.5
 usage_error "bench_real.sh: four arguments" "bench_real: " "$T/bench_real.sh" 2 3 4 5
@@ -230,5 +235,40 @@ lines = open(sys.argv[1]).read().splitlines()
 assert len(lines) == 4 and all(json.loads(l)["flags"] == "--note " + sys.argv[2] for l in lines)' \
   "$dir/rr3/results.jsonl" "$odd" && echo "ok: recipe_run.sh results.jsonl parses with an odd flag" ||
   fail "recipe_run.sh results.jsonl with an odd flag: $(cat "$dir/rr3/results.jsonl")"
+
+# ---- bench_peer.sh's table on fakes of both sides (needs /usr/bin/python3
+# with torch, which it checks, and measures the peer's start with): each
+# column the median of its rounds, the ratios of those medians, the peak
+# RSS columns, and the two processes' starts under the table. The k-th
+# call of the fake bench prints 100 k^2 tokens/s and a peak of 10 k MB,
+# of the fake peer k^2 and 1000 + k; three rounds, so a mean is not a median.
+if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+  mkdir -p "$repo/build/tools"
+  cat >"$repo/build/tools/bench" <<EOF
+#!/bin/sh
+k=\$(( \$(cat "$dir/bench_n" 2>/dev/null || echo 0) + 1 )); echo \$k >"$dir/bench_n"
+echo "{\"model\": \"charlm\", \"tokens_per_step\": 768.0, \"tokens_per_s\": \$((100 * k * k)).0, \"peak_rss_mb\": \$((10 * k)).0, \"rss_mb_start\": 7.5, \"peak_rss_mb_max_rank\": 1.0}"
+EOF
+  chmod +x "$repo/build/tools/bench"
+  cat >"$dir/peer.py" <<EOF
+import json, os
+n = "$dir/peer_n"
+k = (int(open(n).read()) if os.path.exists(n) else 0) + 1
+open(n, "w").write(str(k))
+print(json.dumps({"tokens_per_step": 768, "tokens_per_s": float(k * k), "peak_rss_mb": 1000.0 + k}))
+EOF
+  if CG_PEER="$dir/peer.py" "$S/bench_peer.sh" 2 3 "charlm tiny" >out.txt 2>err.txt; then
+    row="| charlm tiny | 9 | 16 | 900 | 1600 | 100.00x | 1.78x | 1004 / 40 / 30 |"
+    grep -qxF "$row" out.txt && echo "ok: bench_peer.sh: the medians and their ratios" ||
+      fail "bench_peer.sh: not the row $row: $(cat out.txt)"
+    grep -Eq "^Peak RSS is each process's, its start included: PyTorch's [0-9]+\.[0-9] MB .*, cgrad's 7.5 MB" out.txt &&
+      echo "ok: bench_peer.sh: both processes' starts under the table" ||
+      fail "bench_peer.sh: no starts under the table: $(cat out.txt)"
+  else
+    fail "bench_peer.sh on fakes: $(tail -3 err.txt)"
+  fi
+else
+  echo "skip: bench_peer.sh's table (no torch for /usr/bin/python3)"
+fi
 
 finish
