@@ -21,6 +21,12 @@ rounds=${2:-2}
 # checked before anything runs (a bad value once started the first run)
 [[ $threads =~ ^[1-9][0-9]{0,3}$ ]] || { echo "bench_peer: THREADS '$threads' is not a whole number above 0 ($usage)" >&2; exit 2; }
 [[ $rounds =~ ^[1-9][0-9]{0,3}$ ]] || { echo "bench_peer: ROUNDS '$rounds' is not a whole number above 0 ($usage)" >&2; exit 2; }
+# no more threads than CPUs: bench uses at most as many (and says so on
+# stderr), the PyTorch peer as many as it is told, so the two sides ran
+# with different counts and PyTorch's oversubscribed the CPUs
+cpus=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
+[ "$threads" -le "$cpus" ] ||
+  { echo "bench_peer: THREADS $threads is more than the $cpus CPUs this process may use: bench would run $cpus threads, PyTorch $threads ($usage)" >&2; exit 2; }
 shift $(($# > 2 ? 2 : $#))
 presets=("$@")
 [ ${#presets[@]} -gt 0 ] || presets=("charlm tiny" "seq2seq tiny" "charlm base" "seq2seq base")

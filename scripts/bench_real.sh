@@ -19,6 +19,12 @@ for v in "THREADS $threads" "ROUNDS $rounds" "STEPS $steps"; do
   [[ ${v#* } =~ ^[1-9][0-9]{0,5}$ ]] ||
     { echo "bench_real: ${v%% *} '${v#* }' is not a whole number above 0 ($usage)" >&2; exit 2; }
 done
+# no more threads than CPUs: bench uses at most as many (and says so on
+# stderr), the PyTorch peer as many as it is told, so the two sides ran
+# with different counts and PyTorch's oversubscribed the CPUs
+cpus=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
+[ "$threads" -le "$cpus" ] ||
+  { echo "bench_real: THREADS $threads is more than the $cpus CPUs this process may use: bench would run $cpus threads, PyTorch $threads ($usage)" >&2; exit 2; }
 # the tree's build, tools/ and its neighbour shared/, whatever the current directory
 root=$(cd "$(dirname "$0")/.." && pwd)
 bench=$root/build/tools/bench

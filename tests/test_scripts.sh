@@ -96,6 +96,12 @@ usage_error "bench_peer.sh: seq2seq real" "bench_peer: 'seq2seq real' is timed .
 usage_error "bench_peer.sh: charlm paper" "bench_peer: 'charlm paper' is not \"MODEL PRESET\" of both sides" \
   "$T/bench_peer.sh" 2 1 "charlm tiny" "charlm paper"
 usage_error "bench_real.sh: ROUNDS" "bench_real: ROUNDS 'x' is not" "$T/bench_real.sh" 2 x
+# more threads than CPUs: bench took as many as there are, PyTorch all it was told
+many=$(($(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc) + 1))
+for b in bench_peer bench_real; do
+  usage_error "$b.sh: THREADS above the CPUs" "$b: THREADS $many is more than the $((many - 1)) CPUs" \
+    "$T/$b.sh" "$many"
+done
 usage_error "bench_real.sh: STEPS" "bench_real: STEPS '4.5' is not" "$T/bench_real.sh" 2 3 4.5
 usage_error "bench_real.sh: four arguments" "bench_real: " "$T/bench_real.sh" 2 3 4 5
 usage_error "bench_scaling.sh: two arguments" "bench_scaling: " "$T/bench_scaling.sh" 2 3
