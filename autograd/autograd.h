@@ -293,7 +293,8 @@ void cg_no_grad_end(void);
 bool cg_grad_enabled(void);
 
 /* Mark a leaf as requiring gradient (false: stop). Returns t. A tensor
- * produced by an op cannot be changed (error, returns NULL). */
+ * produced by an op cannot be changed, nor can an int or bool tensor be
+ * made to require grad (error, returns NULL). */
 cg_tensor *cg_requires_grad(cg_tensor *t, bool on);
 /* A new tensor sharing t's storage, outside any graph. */
 cg_tensor *cg_detach(const cg_tensor *t);

@@ -40,9 +40,11 @@ typedef struct {
     int proj_count;   /* default 4 */
     double proj_eps;  /* default 1e-2 */
     double proj_rtol; /* default 5e-4 */
-    /* Both checks add noise * 2^-24 * sum|out * R| / step to their
-     * absolute tolerance: the float32 rounding of the loss over the step,
-     * so that large outputs do not fail correct gradients (default 4). */
+    /* noise * 2^-24 * sum|out * R| / step: the float32 rounding of the
+     * loss over the step, so that large outputs do not fail correct
+     * gradients (default 4). The element-wise check's absolute tolerance
+     * is at least this (the larger of it and atol, step eps); the
+     * projections add it to theirs (step h). */
     double noise;
 } cg_gradcheck_opts;
 

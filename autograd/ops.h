@@ -169,9 +169,11 @@ cg_tensor *cg_affine_residual(cg_tensor *x, cg_tensor *w, cg_tensor *b, cg_tenso
  * padding, or NULL; checked: another dtype or shape is refused).
  * *weights_out (if not NULL) gets the weights [B,H,Tq,Tk], detached
  * (computed only when asked for). Tiled with an online softmax: the graph
- * keeps the output and one log-sum-exp per row, and the backward
- * recomputes the weights tile by tile, so memory is linear in T; the causal
- * part above the diagonal is never computed. */
+ * keeps the weights up to 256 keys (128 in bf16 on AMX), else one
+ * log-sum-exp per row, from which the backward recomputes the weights tile
+ * by tile (and the output too beyond 512 keys: core/ops.h cg_k_attention),
+ * so memory is linear in T; the causal part above the diagonal is never
+ * computed. */
 cg_tensor *cg_attention(cg_tensor *q, cg_tensor *k, cg_tensor *v, bool causal,
                         const cg_tensor *key_pad, cg_tensor **weights_out);
 /* torch.gather along dim: index int64 with a's ndim, the result's shape. */

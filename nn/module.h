@@ -41,7 +41,9 @@
  * failed add.
  *
  * Errors: functions return NULL/false and record a message (core/error.h);
- * a NULL module gives NULL/false/0 without a new message. */
+ * a NULL module gives NULL/false/0, keeping the message already recorded
+ * (else "<fn>: input is NULL"; the counts and the void actions record
+ * nothing). */
 #ifndef CG_NN_MODULE_H
 #define CG_NN_MODULE_H
 
