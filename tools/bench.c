@@ -1,7 +1,7 @@
 /* bench: training throughput of the zoo models, the peer of
  * shared/bench/torch_peer.py (same presets, same step, same JSON fields).
  *
- *   build/tools/bench --model charlm|seq2seq --preset tiny|base --threads N
+ *   build/tools/bench --model charlm|seq2seq --preset tiny|base|gpt2|paper|real --threads N
  *                      --steps S --warmup W [--seed K] [--T len] [--batch-size B]
  *                      [--precision fp32|bf16] [--recompute] [--zero 0|1]
  *

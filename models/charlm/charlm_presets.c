@@ -1,5 +1,5 @@
 /* cgrad zoo: charlm's presets (see charlm_presets.h). tiny is nanoGPT's
- * shakespeare_char CPU config; both are shared/bench/torch_peer.py's. */
+ * shakespeare_char CPU config; all three are shared/bench/torch_peer.py's. */
 #include "models/charlm/charlm_presets.h"
 
 /* name, d, H, layers, enc_layers, dec_layers, d_ff, T, B, V (bench's) */
