@@ -7,7 +7,7 @@
  *
  * A step is zero_grad + forward + loss + backward + AdamW step (lr 1e-3,
  * betas 0.9/0.98, eps 1e-9, weight decay 0.01, as the peer; no clipping),
- * taken by the trainer's own step (models/train/trainer.h cg_stepper), on random
+ * taken by the trainer's own step (models/train/stepper.h cg_stepper), on random
  * full-length sequences (dropout 0; S = T for seq2seq). W untimed steps, then
  * S timed ones; prints one JSON line:
  *   model, preset, precision, threads, tokens_per_step (B*T; target tokens for seq2seq),

@@ -65,7 +65,7 @@ typedef struct {
 
 /* Read and split the pairs of path (cg_pairs_load) into d, zeroed by the
  * caller (a resumed run's epoch and pos may be set already); a missing
- * default_data gets the hint of models/data/data.h cg_data_default_hint. */
+ * default_data gets the hint of models/util/files.h cg_data_default_hint. */
 bool cg_mt_data_load(cg_mt_data *d, const char *path, const char *default_data, int64_t n_valid,
                      int64_t n_test, cg_data_id *id);
 /* Then (before cg_mt_data_prepare): the pairs of the file path (read as
@@ -76,7 +76,7 @@ bool cg_mt_data_add_extra(cg_mt_data *d, const char *path, cg_data_id *id, cg_pa
  * split with the sizes of its "train" metadata (500 and 1000 when it has
  * none), from the file `given`, else the one it recorded, else
  * default_data (with a hint when that is missing), which must be the data
- * it recorded (models/train/trainer.h cg_train_data_check). */
+ * it recorded (models/train/state.h cg_train_data_check). */
 bool cg_mt_data_load_ckpt(cg_mt_data *d, const char *train_json, const char *ckpt_path,
                           const char *given, const char *default_data);
 /* Then: keep the training pairs whose sides have at most max_len - 2

@@ -25,8 +25,8 @@
 extern "C" {
 #endif
 
-typedef struct cg_trainer cg_trainer;             /* trainer.h */
-typedef struct cg_trainer_model cg_trainer_model; /* trainer.h */
+typedef struct cg_trainer cg_trainer;             /* run.h */
+typedef struct cg_trainer_model cg_trainer_model; /* run.h */
 
 /* The checkpoint's "train" metadata of t's run with model m (malloc'd
  * JSON) or NULL + error. */

@@ -13,7 +13,7 @@
 extern "C" {
 #endif
 
-typedef struct cg_trainer_model cg_trainer_model; /* trainer.h */
+typedef struct cg_trainer_model cg_trainer_model; /* run.h */
 
 /* The optimizer step alone (what cg_trainer_run repeats; build/tools/bench
  * times it): grad_accum micro-batches (each loss weighted by its share of

@@ -22,7 +22,8 @@
  * A model plugs in what is its own through cg_trainer_model: its batches
  * and loss, its evaluation, its learning rate, and the state it saves.
  *
- * The parts, one concern each (this header includes them all but the first):
+ * The parts, one concern each (this header includes them all but program.h
+ * and agree.h):
  *   program.h  the program's shape: main(), the command dispatch, a train
  *              command (parse, check, set up, run, report, clean up)
  *   prog.h     program plumbing: messages, exit codes, flag parsing
