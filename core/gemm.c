@@ -1,15 +1,17 @@
-/* cgrad core: single-precision GEMM through BLIS (see core/gemm.h and
- * DESIGN.md section 6).
+/* cgrad core: single-precision GEMM through BLIS, and the bf16 paths'
+ * dispatch (see core/gemm.h and docs/api.md, "Libraries used, and why").
  *
  * Debian's BLIS 0.9 picks its generic kernels on CPUs it does not know (AMD
  * family 0x1A), which is 5x slower than its AVX-512 kernels. The static
  * libblis.a exports the per-architecture context initialisers, so we fill a
  * cntx_t ourselves from cpuid, once, and pass it to bli_sgemm_ex.
  *
- * Determinism: BLIS never splits the k loop among threads for gemm (its
- * pc/pr ways are 1), and the k blocking (KC) comes from the context, not the
- * thread count, so each C element is reduced in the same order for any
- * number of threads. tests/test_matmul.c checks 1 vs 2 threads bit for bit. */
+ * Determinism: BLIS runs single-threaded; we split C among threads by rows
+ * or columns (gemm_run), never k, and the k blocking (KC) comes from the
+ * context, not the thread count, so each C element is reduced in the same
+ * order for any number of threads (a bf16 product split at k's half,
+ * cg_gemm_k_split, is split so by its shape alone). tests/test_matmul.c
+ * checks 1 vs 2 threads bit for bit. */
 #include "core/gemm.h"
 
 #include <immintrin.h>

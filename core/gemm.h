@@ -4,7 +4,7 @@
  * AVX-512) and falls back to slow generic kernels. At first use we pick a
  * BLIS context from cpuid: AVX-512F -> skx, AVX2+FMA -> haswell, otherwise
  * BLIS's own choice. CG_BLIS_DEFAULT=1 in the environment forces BLIS's
- * own choice. See DESIGN.md section 6. */
+ * own choice. See docs/api.md, "Libraries used, and why". */
 #ifndef CG_GEMM_H
 #define CG_GEMM_H
 

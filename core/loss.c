@@ -11,7 +11,7 @@
  * takes two exponentials an element in double lanes (row_lse, row_grad),
  * bits pinned since issue 37; under bf16 autocast it is computed as
  * PyTorch's autocast computes it, in float lanes with one exponential an
- * element (ce_row_autocast). One row loop serves both (ce_row). */
+ * element (ce_row_autocast). One row loop serves both (cg_ce_row). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

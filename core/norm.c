@@ -8,13 +8,11 @@
  * added in chunk order. The chunking does not depend on the thread count, so
  * results are bit-identical for any number of threads.
  *
- * norm(x + y) never stores the sum: the forward adds a row into a scratch
- * row and normalises that, the backward adds a chunk's rows again (the sum
- * is one float addition per element, the same bits each time) into a
- * scratch chunk and runs the same chunk backward on it. Both inputs get the
- * same dx, as an add's backward hands its gradient to both. So the fused op
- * computes what cg_add then the norm compute, bit for bit, without writing
- * and re-reading the sum and without keeping it for the backward.
+ * norm(x + y) adds each row into a scratch row and normalises that (one
+ * float addition per element: the bits of cg_add then the norm), or, when
+ * the caller asks for the sum (*sum), into the sum's row, which the plain
+ * backward then reads as its x; both inputs get its dx, as an add's
+ * backward hands its gradient to both.
  *
  * In bf16 training the forward can keep x-hat = (x - mean) * rstd rounded
  * to bf16 instead of its input (xhat): the backward's terms are all of
