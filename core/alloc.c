@@ -14,8 +14,8 @@
  *   1. a block of its own class;
  *   2. the nearest larger cached block less than 2x larger (at most
  *      SLACK_CLASSES classes), as is;
- *   3. a fresh mapping, if the mapped total (live + cached) stays within
- *      1/16 of the peak of live bytes;
+ *   3. a fresh mapping, if the mapped total (live + cached) stays at most
+ *      1/16 over the peak of live bytes;
  *   4. the nearest larger cached block less than 4x larger (OVER_CLASSES):
  *      as is when less than 2x larger, else split: its front becomes the
  *      request's block and the rest a cached block of its own; or else the
@@ -36,8 +36,8 @@
  * their own classes as before.
  *
  * The cache is bounded: a freed block is unmapped instead when the mapped
- * total (live + cached) would pass twice the peak of live bytes, or the
- * cached bytes CG_ALLOC_CACHE_MB. (The bound was the cached bytes under the
+ * total (live + cached) would pass twice the peak of live bytes or, when
+ * CG_ALLOC_CACHE_MB is set, the cached bytes would pass it. (The bound was the cached bytes under the
  * peak of live bytes. An inference pass maps more than its peak (blocks of
  * classes that its other requests cannot take), and between passes its live
  * bytes fall to the weights: the cache then unmapped at the end of every
@@ -112,7 +112,7 @@ static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static block *g_free[NCLASS];
 static uint64_t g_nonempty[BITMAP_WORDS];
 static cg_alloc_stats g_stats;
-static size_t g_cache_limit = SIZE_MAX; /* SIZE_MAX: the peak of live bytes */
+static size_t g_cache_limit = SIZE_MAX; /* SIZE_MAX: twice the peak of live bytes, mapped */
 static bool g_malloc_only;
 
 /* ------------------------------------------------------------ size classes */
@@ -244,7 +244,7 @@ static int nearest_class(int c, int dir)
     return -1;
 }
 
-/* A cached block to make into class c (steps 1, 3 and 4 above), or NULL for
+/* A cached block to make into class c (steps 1 to 4 above), or NULL for
  * a fresh mapping. */
 static block *cache_take(int c)
 {
