@@ -104,8 +104,9 @@ cg_tensor *cg_attn_heads_out(int64_t B, int64_t H, int64_t T, int64_t dh, bool z
  * more of the scores above the diagonal. Bigger tiles only when there are
  * at least QT_MIN_BH (batch, head) pairs, so that the threads still get
  * several work items each. The choice does not depend on the thread count:
- * with BLIS's own driver (CG_BLIS_DRIVER=1) the fp32 path of a product
- * depends on its size, and results must not depend on the thread count. */
+ * on BLIS's default path (CG_BLIS_DEFAULT=1) the kernels of an fp32
+ * product depend on its size, and results must not depend on the thread
+ * count. */
 #define QT 256
 #define QT_MIN_BH 16
 int64_t cg_attn_tile_rows(bool causal, bool keep, int64_t Tq, int64_t BH)

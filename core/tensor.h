@@ -3,8 +3,8 @@
  * A tensor is a view: a pointer to a refcounted storage, an element offset,
  * ndim, shape[] and strides[] (in ELEMENTS, not bytes). Views (transpose,
  * permute, slice, select, expand, reshape of compatible strides) share the
- * storage and copy nothing. Strides may be zero (broadcast) or any positive
- * value; every kernel is correct for any strides.
+ * storage and copy nothing. Strides may be zero (broadcast), positive, or
+ * negative (cg_view_as_strided); every kernel is correct for any strides.
  *
  * Ownership (one rule for the whole library):
  *   - Every function that returns a cg_tensor* returns a NEW reference that
