@@ -475,7 +475,8 @@ cg_tensor *cg_k_contiguous(const cg_tensor *t);
 
 /* ------------------------------------------------------------- threads */
 /* Threads used by kernels and BLIS (default: OMP's default, i.e. cores,
- * and never more than cg_num_cpus()); n <= 0 goes back to the default. */
+ * and never more than cg_num_cpus(); an n > 0 is used as given, above the
+ * CPUs too); n <= 0 goes back to the default. */
 void cg_set_num_threads(int n);
 int cg_get_num_threads(void);
 /* The CPUs this process may run on (its affinity mask; at least 1). */

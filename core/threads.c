@@ -32,7 +32,8 @@ int cg_num_cpus(void)
 
 /* OpenMP's default team size before the first cg_set_num_threads(n > 0)
  * changed it (0 = not changed yet): what n <= 0 gives back to OpenMP, whose
- * default team the elementwise kernels use (core/shares.h). */
+ * default team the random fills use (core/tensor_create.c's RNG_FILL; the
+ * other kernels take cg_get_num_threads(), core/shares.h). */
 static _Atomic int g_omp_default = 0;
 
 void cg_set_num_threads(int n)
