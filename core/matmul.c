@@ -11,9 +11,9 @@
  * [B, T, d] @ [d, e]) is one gemm of (B*T) rows. Otherwise each output
  * matrix is one gemm call: many small matrices are spread over OpenMP
  * threads (single-threaded gemm each), large ones go one after another with
- * a threaded gemm. BLIS never splits the k loop, so every output element is
- * reduced in the same order whichever way is taken: results are identical
- * for any thread count. */
+ * a threaded gemm. No gemm splits its k loop by the thread count (core/gemm.c),
+ * so every output element is reduced in the same order whichever way is
+ * taken: results are identical for any thread count. */
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -180,8 +180,9 @@ static void make_operand(operand *o, const cg_tensor *t, int nbd, const int64_t 
     o->cs = t->strides[t->ndim - 1];
 }
 
-/* If t's matrices (last two dims) have no unit stride, *copy gets a
- * contiguous copy to read instead (else NULL). False if the copy failed. */
+/* If BLIS cannot address t's matrices (last two dims; needs_copy), *copy
+ * gets a contiguous copy to read instead (else NULL). False if the copy
+ * failed. */
 static bool readable(const cg_tensor *t, cg_tensor **copy)
 {
     int nd = t->ndim;

@@ -46,7 +46,7 @@ extern "C" {
  * f_gelu, ...) and of core/vmath.h; they are compiled into the vectorised
  * segment kernels there (EW_UNARY, EW_BINARY). A is passed through to OP
  * untouched (for a table that nests this one). A new row also needs its
- * value test (tests/test_elementwise.c, UNARY_REF) and its gradcheck
+ * value test (tests/test_elementwise.c, ROW_REF) and its gradcheck
  * (tests/test_grad_ops.c, op_checks): both tables are indexed by the op and
  * a test fails, naming it, where its entry is missing. docs/autograd.md,
  * "Adding an op". */
