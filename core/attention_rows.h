@@ -32,7 +32,9 @@ float cg_attn_online_row(float *s, int64_t ke, int64_t kz, float scale, const in
  * by their sum (lse is rounded to float: the row sums to 1 again). */
 void cg_attn_prob_row(float *s, int64_t ke, int64_t kz, float scale, const uint8_t *kpad,
                       float lse);
-/* cg_attn_prob_row and cg_attn_dsoft_row in one pass (dP in d). */
+/* For one key block of several: s[j] = exp(s[j] / scale - lse), not
+ * divided by the block's sum as cg_attn_prob_row divides, and
+ * cg_attn_dsoft_row with the given D (dP in d), in one pass. */
 void cg_attn_prob_dsoft_row(float *s, float *d, int64_t ke, int64_t kz, float scale,
                             const uint8_t *kpad, float lse, float D);
 /* <a, b> over [0, n), in 8 double lanes (element j in lane j % 8). */
