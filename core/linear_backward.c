@@ -336,6 +336,8 @@ static bool linear_backward(const char *op, const cg_tensor *x, const cg_tensor 
         cg_sgemm(N, in, out, 1.0f, gp, out, 1, cg_data(w), w->strides[0], w->strides[1],
                  into ? 1.0f : 0.0f, cg_data(gx), in, 1);
     }
+    if (into) /* acc written in place (the other path's cg_k_add_ says so itself) */
+        cg_tensor_modified(acc);
     /* dW [out,in] = g^T [out,N] x [N,in] (bf16 operands read as they are) */
     const unsigned bf =
         (g16 ? CG_GEMM_A_BF16 : 0) | (xc && xc->dtype == CG_BF16 ? CG_GEMM_B_BF16 : 0);

@@ -698,6 +698,8 @@ static bool norm_backward(const char *op, bool rms, bool hat, const cg_tensor *x
     bwd_rows br = {rms, acc != NULL, D, Dp, xp, hp, gp, mp, rp, wp, dxp, pw, pb};
     cg_shares_run(rows, CHUNK, n > PAR_THRESHOLD && !omp_in_parallel() ? nt : 1, norm_bwd_rows,
                   &br);
+    if (acc) /* dx added into it in place */
+        cg_tensor_modified(acc);
     /* Sum the chunk partials in chunk order, parallel over columns. */
     if (dwt || dbt) {
         partial_sums ps = {

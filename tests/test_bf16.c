@@ -2848,7 +2848,8 @@ static bool linear_acc_refused(void *ctx, cg_tensor *acc, bool want_dx)
  * of the bf16 product (added as the product writes) and beyond it (added
  * after), x as floats and as its bf16 copy, with and without a ReLU, few
  * rows (the panel path) and many, on 1 and 2 threads; dW and db as
- * without acc, *dx acc itself. A wrong acc is refused, named. */
+ * without acc, *dx acc itself, acc's version bumped (cg_tensor_modified).
+ * A wrong acc is refused, named. */
 START_TEST(test_linear_backward_into)
 {
     cg_rng rng = cg_rng_new(73);
@@ -2870,10 +2871,12 @@ START_TEST(test_linear_backward_into)
                            : cg_k_linear_backward(xr, w, g, NULL, &want[0], &want[1], &want[2]));
             cg_tensor *sum = cg_k_clone(acc0);
             ck_assert(cg_k_add_(sum, want[0]));
+            const uint64_t v0 = cg_version(acc);
             ck_assert(relu ? cg_k_linear_act_backward(xr, w, CG_K_ACT_RELU, mask, g, acc, &got[0],
                                                       &got[1], &got[2])
                            : cg_k_linear_backward(xr, w, g, acc, &got[0], &got[1], &got[2]));
             ck_assert_ptr_eq(got[0], acc);
+            ck_assert_msg(cg_version(acc) > v0, "acc written in place, its version not bumped");
             ck_assert_msg(same_bits(acc, sum) && same_bits(got[1], want[1]) &&
                               same_bits(got[2], want[2]),
                           "N %lld, out %lld, %s, x %s, relu %d, %d threads", (long long)N,

@@ -966,8 +966,9 @@ static bool norm_acc_refused(void *ctx, cg_tensor *acc, bool want_dx)
  * cg_node_grad_acc): acc + dx rounded once, the bits of cg_k_add_ on the
  * dx made apart, for both norms, from float x and from bf16 x-hat, for
  * widths off the 8 lanes, an odd last row and shapes above the parallel
- * threshold, on 1 and 2 threads; dw and db as without acc, *dx acc itself.
- * A wrong acc is refused, named, and left as it was. */
+ * threshold, on 1 and 2 threads; dw and db as without acc, *dx acc itself,
+ * acc's version bumped (cg_tensor_modified). A wrong acc is refused,
+ * named, and left as it was. */
 START_TEST(test_norm_backward_into)
 {
     cg_rng r = cg_rng_new(29);
@@ -985,6 +986,7 @@ START_TEST(test_norm_backward_into)
                                      &rstd, NULL, hat ? &xhat : NULL);
             ck_assert_ptr_nonnull(y);
             cg_tensor *want[3] = {0}, *got[3] = {0}, *acc = cg_k_clone(acc0);
+            const uint64_t v0 = cg_version(acc);
             for (int into = 0; into < 2; into++) {
                 cg_tensor **o = into ? got : want, *a = into ? acc : NULL;
                 ck_assert(
@@ -996,6 +998,7 @@ START_TEST(test_norm_backward_into)
             cg_tensor *sum = cg_k_clone(acc0);
             ck_assert(cg_k_add_(sum, want[0]));
             ck_assert_ptr_eq(got[0], acc);
+            ck_assert_msg(cg_version(acc) > v0, "acc written in place, its version not bumped");
             ck_assert_msg(bit_equal(acc, sum) && bit_equal(got[1], want[1]) &&
                               (rms || bit_equal(got[2], want[2])),
                           "%s norm from %s, [%lld, %lld], %d threads", rms ? "rms" : "layer",
