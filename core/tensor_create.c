@@ -15,8 +15,8 @@
 #include "core/tensor_impl.h"
 
 /* -------------------------------------------------- strided iteration */
-/* Calls a row kernel over every innermost row of t (row-major order of the
- * outer dims). Rows are independent, so callers may parallelise. */
+/* The storage offset of innermost row `row` of t (rows in row-major order
+ * of the outer dims). Rows are independent, so callers may parallelise. */
 static int64_t outer_offset(const cg_tensor *t, int64_t row)
 {
     int64_t off = t->offset;
