@@ -165,11 +165,29 @@ static bool precision_known(cg_precision p, const char *who)
     return false;
 }
 
-/* This thread's policy p, when p is one (who: the caller, for the error). */
+/* Whether this CPU has a bf16 product: AVX512_BF16's kernel, or its
+ * emulation on AVX2 and FMA */
+static bool bf16_usable(void)
+{
+    return cg_gemm_path_available(CG_GEMM_BF16) || cg_gemm_path_available(CG_GEMM_BF16_EMULATED);
+}
+
+#define NO_BF16 "bf16 needs a CPU with AVX512_BF16, or with AVX2 and FMA; this one has neither"
+
+/* This thread's policy p, when p is one (who: the caller, for the error).
+ * bf16 on a CPU without a bf16 product is refused, the policy left as it
+ * is (as PyTorch's CPU autocast turns itself off for a dtype it cannot
+ * run): its products would run AVX2 code, a SIGILL. */
 static void set_policy(cg_precision p, const char *who)
 {
-    if (precision_known(p, who))
-        tl_precision = p == CG_PRECISION_BF16;
+    if (!precision_known(p, who))
+        return;
+    if (p == CG_PRECISION_BF16 && !bf16_usable()) {
+        cg_set_error("%s: " NO_BF16 "; the policy stays %s", who,
+                     cg_precision_name(cg_get_matmul_precision()));
+        return;
+    }
+    tl_precision = p == CG_PRECISION_BF16;
 }
 
 void cg_set_matmul_precision(cg_precision p) { set_policy(p, "set_matmul_precision"); }
@@ -210,10 +228,8 @@ bool cg_precision_parse(const char *s, cg_precision *out)
         return true;
     }
     if (s && !strcmp(s, "bf16")) {
-        if (!cg_gemm_path_available(CG_GEMM_BF16) &&
-            !cg_gemm_path_available(CG_GEMM_BF16_EMULATED)) {
-            cg_set_error("precision: bf16 needs a CPU with AVX512_BF16, or with AVX2 and FMA; "
-                         "this one has neither (use fp32)");
+        if (!bf16_usable()) {
+            cg_set_error("precision: " NO_BF16 " (use fp32)");
             return false;
         }
         *out = CG_PRECISION_BF16;
@@ -794,7 +810,12 @@ static bool gemm_run(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int6
     if (path == CG_GEMM_AUTO) /* the calling thread's policy */
         path = cg_precision_path(cg_get_matmul_precision());
     gemm_kind g = {NULL, 0};
-    if (!gemm_kind_of(path, &g) || (pre && !g.bf16))
+    if (!gemm_kind_of(path, &g)) {
+        cg_set_error("gemm: the %s path needs what this CPU lacks (cg_gemm_path_available)",
+                     cg_gemm_path_name(path));
+        return false;
+    }
+    if (pre && !g.bf16)
         return false;
     if (m < 0 || n < 0 || k < 0)
         return false;

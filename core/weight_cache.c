@@ -133,10 +133,12 @@ cg_bf16_weight *cg_bf16_weight_get(const cg_tensor *w, bool transposed)
     oriented(w, tr, sh, st);
     e = malloc(sizeof *e);
     cg_bf16_matrix *m = e ? cg_bf16_matrix_new(sh[0], sh[1], cg_data(w), st[0], st[1]) : NULL;
-    if (!m) {
+    if (!m) { /* out of memory, or no bf16 on this CPU (cg_bf16_matrix_new's error) */
+        if (!e || cg_gemm_path_available(CG_GEMM_BF16) ||
+            cg_gemm_path_available(CG_GEMM_BF16_EMULATED))
+            cg_set_error("bf16 weight: out of memory packing a %lld x %lld weight",
+                         (long long)sh[0], (long long)sh[1]);
         free(e);
-        cg_set_error("bf16 weight: out of memory packing a %lld x %lld weight", (long long)sh[0],
-                     (long long)sh[1]);
         return NULL;
     }
     atomic_fetch_add(&g_packs, 1);

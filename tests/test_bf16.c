@@ -3636,9 +3636,64 @@ START_TEST(test_attention_rows_bf16_groups)
 }
 END_TEST
 
+/* Whether this CPU has a bf16 product (AVX512_BF16, or AVX2 and FMA) */
+static bool bf16_usable(void)
+{
+    return cg_gemm_path_available(CG_GEMM_BF16) || cg_gemm_path_available(CG_GEMM_BF16_EMULATED);
+}
+
+/* A CPU with neither AVX512_BF16 nor AVX2 and FMA (QEMU's Nehalem here:
+ * scripts/isa_check.sh) has no bf16, and says so in one line wherever bf16
+ * is asked for: the programs' --precision, the thread's policy (which
+ * stays fp32, as PyTorch's CPU autocast turns itself off for a dtype it
+ * cannot run), a packed weight, an explicit bf16 path. A bf16 policy let
+ * through ran the emulation's AVX2 packing: SIGILL in the first linear
+ * layer. Products under the refused policy are fp32's. The only test of
+ * the suite on such a CPU; a no-op on others. */
+START_TEST(test_no_bf16_refused)
+{
+    if (bf16_usable())
+        return;
+    const char *no =
+        "bf16 needs a CPU with AVX512_BF16, or with AVX2 and FMA; this one has neither";
+    cg_precision p = CG_PRECISION_FP32;
+    CG_ASSERT_REFUSED(!cg_precision_parse("bf16", &p), no);
+    CG_ASSERT_REFUSED((cg_set_matmul_precision(CG_PRECISION_BF16), cg_has_error()),
+                      "set_matmul_precision: bf16 needs");
+    ck_assert_int_eq(cg_get_matmul_precision(), CG_PRECISION_FP32);
+    cg_clear_error();
+    ck_assert_int_eq(cg_autocast_begin(CG_PRECISION_BF16), CG_PRECISION_FP32);
+    ck_assert_str_eq(cg_last_error(), "autocast_begin: bf16 needs a CPU with AVX512_BF16, or with "
+                                      "AVX2 and FMA; this one has neither; the policy stays fp32");
+    ck_assert_int_eq(cg_get_matmul_precision(), CG_PRECISION_FP32);
+    cg_rng rng = cg_rng_new(5);
+    cg_tensor *x = cg_randn(&rng, CG_SHAPE(6, 40)), *w = cg_randn(&rng, CG_SHAPE(9, 40));
+    cg_tensor *y = cg_k_linear(x, w, NULL); /* fp32: the policy was refused */
+    ck_assert_ptr_nonnull(y);
+    float ref[6 * 9];
+    ck_assert(cg_sgemm_path(CG_GEMM_AUTO, 1, 6, 9, 40, 1.0f, cg_data(x), 40, 1, cg_data(w), 1, 40,
+                            0.0f, ref, 9, 1));
+    ck_assert(memcmp(cg_data(y), ref, sizeof ref) == 0);
+    cg_autocast_end(CG_PRECISION_FP32);
+    CG_ASSERT_REFUSED(cg_bf16_matrix_new(9, 40, cg_data(w), 40, 1) == NULL, "bf16 matrix: "
+                                                                            "bf16 needs");
+    CG_ASSERT_REFUSED(cg_bf16_weight_get(w, false) == NULL, "bf16 matrix: bf16 needs");
+    CG_ASSERT_REFUSED(!cg_sgemm_path(CG_GEMM_BF16_EMULATED, 1, 6, 9, 40, 1.0f, cg_data(x), 40, 1,
+                                     cg_data(w), 1, 40, 0.0f, ref, 9, 1),
+                      "gemm: the bf16-emulated path needs what this CPU lacks");
+    cg_release_all(3, x, w, y);
+}
+END_TEST
+
 static Suite *bf16_suite(void)
 {
     Suite *s = suite_create("bf16");
+    if (!bf16_usable()) { /* every other test runs bf16 products */
+        TCase *tn = tcase_create("no_bf16");
+        tcase_add_test(tn, test_no_bf16_refused);
+        suite_add_tcase(s, tn);
+        return s;
+    }
     TCase *tc = tcase_create("gemm");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_round);
@@ -3652,6 +3707,7 @@ static Suite *bf16_suite(void)
     tcase_add_test(tc, test_shared_packing_bits);
     tcase_add_test(tc, test_bias_fused);
     tcase_add_test(tc, test_precision_switch);
+    tcase_add_test(tc, test_no_bf16_refused);
     tcase_add_test(tc, test_precision_per_thread);
     tcase_add_test(tc, test_layer_gradients);
     suite_add_tcase(s, tc);
