@@ -905,12 +905,39 @@ static guarded guarded_new(size_t n, cg_rng *rng)
     return g;
 }
 
+/* Whether a scalar fused multiply-add reads only its 4 bytes from memory:
+ * vfmadd231ss on the last float before an unmapped page, in a child (which
+ * runs no OpenMP). QEMU 7.2's TCG loads 16 bytes there and faults, where
+ * every x86 CPU reads 4 (the skinny products' tails are such FMAs). Only
+ * on a CPU with FMA. */
+static bool scalar_fma_reads_4_bytes(void)
+{
+    cg_rng rng = cg_rng_new(1);
+    guarded g = guarded_new(1, &rng);
+    const pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        float t = 0.0f;
+        __asm__ volatile("vfmadd231ss %1, %2, %0" : "+x"(t) : "m"(*g.p), "x"(1.0f));
+        _exit(t == g.p[0] ? 0 : 1);
+    }
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    munmap(g.map, g.len);
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
 /* No path reads past its operands: A, B and C each end against an
  * unmapped page, for small and skinny sizes on every operand and C layout
  * (BLIS's small-matrix kernels read up to 256 bytes past an operand; a
  * fault here is a crash in a caller's program). */
 START_TEST(test_no_read_past_operands)
 {
+    if (cg_gemm_path_available(CG_GEMM_HASWELL) && !scalar_fma_reads_4_bytes()) {
+        fprintf(stderr, "test_no_read_past_operands: skipped (this CPU's scalar FMA reads 16 "
+                        "bytes from memory: QEMU)\n");
+        return;
+    }
     cg_rng rng = cg_rng_new(13);
     const cg_gemm_path paths[] = {CG_GEMM_AUTO,    CG_GEMM_SKX,  CG_GEMM_HASWELL,
                                   CG_GEMM_DEFAULT, CG_GEMM_BF16, CG_GEMM_BF16_EMULATED};
