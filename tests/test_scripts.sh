@@ -106,6 +106,11 @@ usage_error "bench_real.sh: STEPS" "bench_real: STEPS '4.5' is not" "$T/bench_re
 usage_error "bench_real.sh: four arguments" "bench_real: " "$T/bench_real.sh" 2 3 4 5
 usage_error "bench_scaling.sh: two arguments" "bench_scaling: " "$T/bench_scaling.sh" 2 3
 helps "step_profile.sh --help" "usage: scripts/step_profile.sh" "$T/step_profile.sh" --help
+helps "isa_check.sh --help" "usage: scripts/isa_check.sh" "$T/isa_check.sh" --help
+usage_error "isa_check.sh: an unknown option" "isa_check.sh: unknown option '--cpu'" "$T/isa_check.sh" --cpu
+usage_error "isa_check.sh: three arguments" "isa_check.sh: two arguments at most" "$T/isa_check.sh" a b c
+usage_error "isa_check.sh: not a build directory" "isa_check.sh: '/nonexistent' is not a meson build" \
+  "$T/isa_check.sh" /nonexistent
 usage_error "netns_hosts.sh: -n without a value" "netns_hosts: -n needs a value" "$T/netns_hosts.sh" -n
 usage_error "netns_hosts.sh: --timeout" "netns_hosts: --timeout: 'x' is not" "$T/netns_hosts.sh" --timeout x exec true
 
