@@ -98,6 +98,18 @@ static void gemm_init(void)
     }
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
         bli_cntx_init_haswell(&g_cntx_haswell);
+        /* skx's k blocks (KC 384, haswell's own 256): each block's sum is
+         * added to C, so with haswell's a product with k over 256 was summed
+         * at other points on AVX2 CPUs (Zen 2, 3) than on AVX-512 ones, and
+         * seq2seq tiny's fp32 final_loss differed in its last bits. Filling
+         * skx's context runs no AVX-512 code; BLIS grows its packing pools
+         * to a larger block when one is asked for. */
+        cntx_t skx;
+        bli_cntx_init_skx(&skx);
+        blksz_t *ks = bli_cntx_get_blksz(BLIS_KC, &skx);
+        blksz_t *kh = bli_cntx_get_blksz(BLIS_KC, &g_cntx_haswell);
+        bli_blksz_set_def(bli_blksz_get_def(BLIS_FLOAT, ks), BLIS_FLOAT, kh);
+        bli_blksz_set_max(bli_blksz_get_max(BLIS_FLOAT, ks), BLIS_FLOAT, kh);
         g_have_haswell = true;
     }
     /* switches (core/parse.h); a malformed one keeps its default (the
