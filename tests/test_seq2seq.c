@@ -1006,6 +1006,16 @@ START_TEST(test_decode_bad_input)
     ck_assert(!cg_greedy_decode(g_model, bad, 1, 2, 4, out, &L, true));
     ck_assert(strlen(cg_last_error()) > 0);
     ck_assert(!cg_greedy_decode(g_model, src, 1, 2, 1000, out, &L, true)); /* > max_len */
+    /* max_len steps fit (the last step's input is position max_len - 1):
+     * one more is refused, both decoders naming as many positions */
+    const int64_t over = g_model->cfg.max_len + 1;
+    char want[128];
+    snprintf(want, sizeof want, "%lld steps need %lld positions, the model has max_len %lld",
+             (long long)over, (long long)over, (long long)g_model->cfg.max_len);
+    ck_assert(!cg_greedy_decode(g_model, src, 1, 2, over, out, &L, true));
+    ck_assert_msg(strstr(cg_last_error(), want), "%s", cg_last_error());
+    ck_assert(!cg_beam_search(g_model, src, 2, 2, 0.6, over, &b, &bl, NULL, NULL, true));
+    ck_assert_msg(strstr(cg_last_error(), want), "%s", cg_last_error());
     ck_assert(!cg_beam_search(g_model, src, 2, 0, 0.6, 4, &b, &bl, NULL, NULL, true));
     ck_assert(!cg_beam_search(g_model, bad, 2, 2, 0.6, 4, &b, &bl, NULL, NULL, true));
     ck_assert_ptr_null(b);

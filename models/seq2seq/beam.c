@@ -408,7 +408,7 @@ bool cg_beam_search(cg_seq2seq *m, const int64_t *src, int64_t S, int beam, doub
     }
     if (max_steps > m->cfg.max_len) {
         cg_set_error("beam search: %lld steps need %lld positions, the model has max_len %lld",
-                     (long long)max_steps, (long long)max_steps + 1, (long long)m->cfg.max_len);
+                     (long long)max_steps, (long long)max_steps, (long long)m->cfg.max_len);
         return false;
     }
     *out = NULL;
