@@ -177,14 +177,10 @@ static bool precision_known(cg_precision p, const char *who)
     return false;
 }
 
-/* Whether this CPU has a bf16 product: AVX512_BF16's kernel, or its
- * emulation on AVX2 and FMA */
-static bool bf16_usable(void)
+bool cg_bf16_usable(void)
 {
     return cg_gemm_path_available(CG_GEMM_BF16) || cg_gemm_path_available(CG_GEMM_BF16_EMULATED);
 }
-
-#define NO_BF16 "bf16 needs a CPU with AVX512_BF16, or with AVX2 and FMA; this one has neither"
 
 /* This thread's policy p, when p is one (who: the caller, for the error).
  * bf16 on a CPU without a bf16 product is refused, the policy left as it
@@ -194,8 +190,8 @@ static void set_policy(cg_precision p, const char *who)
 {
     if (!precision_known(p, who))
         return;
-    if (p == CG_PRECISION_BF16 && !bf16_usable()) {
-        cg_set_error("%s: " NO_BF16 "; the policy stays %s", who,
+    if (p == CG_PRECISION_BF16 && !cg_bf16_usable()) {
+        cg_set_error("%s: " CG_NO_BF16 "; the policy stays %s", who,
                      cg_precision_name(cg_get_matmul_precision()));
         return;
     }
@@ -240,8 +236,8 @@ bool cg_precision_parse(const char *s, cg_precision *out)
         return true;
     }
     if (s && !strcmp(s, "bf16")) {
-        if (!bf16_usable()) {
-            cg_set_error("precision: " NO_BF16 " (use fp32)");
+        if (!cg_bf16_usable()) {
+            cg_set_error("precision: " CG_NO_BF16 " (use fp32)");
             return false;
         }
         *out = CG_PRECISION_BF16;

@@ -2026,10 +2026,8 @@ cg_bf16_matrix *cg_bf16_matrix_new(int64_t n, int64_t k, const float *w, int64_t
                      (long long)n, (long long)k, w ? "" : ", no data");
         return NULL;
     }
-    if (!cg_gemm_path_available(CG_GEMM_BF16) && !cg_gemm_path_available(CG_GEMM_BF16_EMULATED)) {
-        /* the packing is AVX2 code at least: a SIGILL here */
-        cg_set_error("bf16 matrix: bf16 needs a CPU with AVX512_BF16, or with AVX2 and FMA; this "
-                     "one has neither");
+    if (!cg_bf16_usable()) { /* the packing is AVX2 code at least: a SIGILL here */
+        cg_set_error("bf16 matrix: " CG_NO_BF16);
         return NULL;
     }
     cg_bf16_matrix *m = malloc(sizeof *m);

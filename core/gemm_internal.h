@@ -23,6 +23,12 @@ void *cg_gemm_thread_buffer(size_t bytes);
  * does not say) */
 int64_t cg_gemm_l1d_bytes(void);
 
+/* Whether this CPU has a bf16 product: AVX512_BF16's kernel, or its
+ * emulation on AVX2 and FMA (without either, the packing alone would be a
+ * SIGILL); what the refusals say when it has not */
+bool cg_bf16_usable(void);
+#define CG_NO_BF16 "bf16 needs a CPU with AVX512_BF16, or with AVX2 and FMA; this one has neither"
+
 /* The bf16 kernels of core/gemm_bf16.c: AVX512_BF16's vdpbf16ps, its
  * emulation with FMA in AVX2's or AVX-512's registers (the same bits), and
  * AMX tiles (tdpbf16ps, whose fp32 sums round otherwise: other bits, within
