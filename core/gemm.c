@@ -419,8 +419,9 @@ static void fill_bias(int64_t m, int64_t n, const float *bias, int64_t bs, float
     cg_shares_run(m, cg_shares_rows(n), cg_shares_team(m * n > 32768), fill_bias_rows, &f);
 }
 
-/* One single-threaded product on a context: ours around the skx kernel, or
- * BLIS's driver (other contexts, out of memory).
+/* One single-threaded product on a context: ours around the skx kernel
+ * (with the weight's panels at pre, or packing them), or BLIS's driver
+ * (other contexts, out of memory without pre).
  *
  * Never BLIS 0.9's small-matrix ("sup") kernels: they read up to 256 bytes
  * past the end of an operand (1 x 19 x 37 read past 128 bytes of slack;
@@ -434,11 +435,14 @@ static void fill_bias(int64_t m, int64_t n, const float *bias, int64_t bs, float
 static bool serial_gemm(cntx_t *cntx, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                         int64_t rsa, int64_t csa, const float *b, int64_t rsb, int64_t csb,
                         float beta, const float *bias, int64_t bs, float *c, int64_t rsc,
-                        int64_t csc)
+                        int64_t csc, const float *pre)
 {
     if (cntx == &g_cntx_skx && g_own_driver &&
-        cg_skx_gemm(cntx, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, bias, bs, c, rsc, csc))
+        cg_skx_gemm(cntx, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, bias, bs, c, rsc, csc,
+                    pre))
         return true;
+    if (pre) /* the weight is only in our driver's panels */
+        return false;
     if (bias) { /* BLIS cannot add it: C set to the bias first */
         bias_rows f = {n, bs, rsc, csc, bias, c};
         fill_bias_rows(0, m, 0, &f);
@@ -466,13 +470,13 @@ typedef struct {
 static bool serial_product(gemm_kind g, int64_t m, int64_t n, int64_t k, float alpha, const void *a,
                            int64_t rsa, int64_t csa, const void *b, int64_t rsb, int64_t csb,
                            unsigned bf, float beta, const float *bias, int64_t bs, float *c,
-                           int64_t rsc, int64_t csc, const cg_bf16_prepacked *pre)
+                           int64_t rsc, int64_t csc, const cg_prepacked *pre)
 {
     if (g.bf16)
         return cg_bf16_gemm_serial(g.bf16, m, n, k, alpha, a, rsa, csa, b, rsb, csb, bf, beta, bias,
                                    bs, c, rsc, csc, pre);
     return serial_gemm(g.cntx, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, bias, bs, c, rsc,
-                       csc);
+                       csc, pre ? pre->p : NULL);
 }
 
 /* The piece of C [o0, o0 + len) along its rows (split_m) or its columns,
@@ -483,13 +487,14 @@ static bool piece_product(gemm_kind g, bool split_m, int64_t o0, int64_t len, in
                           int64_t k, float alpha, const void *a, int64_t rsa, int64_t csa,
                           const void *b, int64_t rsb, int64_t csb, unsigned bf, float beta,
                           const float *bias, int64_t bs, float *c, int64_t rsc, int64_t csc,
-                          const cg_bf16_prepacked *pre)
+                          const cg_prepacked *pre)
 {
     if (split_m)
         return serial_product(g, len, n, k, alpha, elem_at(a, bf & CG_GEMM_A_BF16, o0 * rsa), rsa,
                               csa, b, rsb, csb, bf, beta, bias, bs, c + o0 * rsc, rsc, csc, pre);
-    const cg_bf16_prepacked part = {pre ? pre->p + o0 / CG_BF16_MR * pre->kp * CG_BF16_MR : NULL,
-                                    pre ? pre->kp : 0, pre ? pre->epi : NULL};
+    const cg_prepacked part = {
+        pre ? (const uint32_t *)pre->p + o0 / CG_BF16_MR * pre->kp * CG_BF16_MR : NULL,
+        pre ? pre->kp : 0, pre ? pre->epi : NULL};
     return serial_product(g, m, len, k, alpha, a, rsa, csa,
                           b ? elem_at(b, bf & CG_GEMM_B_BF16, o0 * csb) : NULL, rsb, csb, bf, beta,
                           bias ? bias + o0 * bs : NULL, bs, c + o0 * csc, rsc, csc,
@@ -631,8 +636,7 @@ static void skinny_product(int nthreads, int64_t m, int64_t n, int64_t k, float 
  * measured with it). */
 #define SPLIT_K_MIN (2 * CG_BF16_KC)
 
-static int64_t split_point(gemm_kind g, int64_t m, int64_t n, int64_t k,
-                           const cg_bf16_prepacked *pre)
+static int64_t split_point(gemm_kind g, int64_t m, int64_t n, int64_t k, const cg_prepacked *pre)
 {
     if (!g.bf16 || g.bf16 == CG_BF16_AMX || pre || k < SPLIT_K_MIN || k < 2 * (m > n ? m : n))
         return 0;
@@ -813,7 +817,7 @@ int64_t cg_gemm_k_split(cg_gemm_path path, int64_t m, int64_t n, int64_t k)
 static bool gemm_run(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int64_t k, float alpha,
                      const void *a, int64_t rsa, int64_t csa, const void *b, int64_t rsb,
                      int64_t csb, unsigned bf, float beta, const float *bias, int64_t bs, float *c,
-                     int64_t rsc, int64_t csc, const cg_bf16_prepacked *pre)
+                     int64_t rsc, int64_t csc, const cg_prepacked *pre)
 {
     if (path == CG_GEMM_AUTO) /* the calling thread's policy */
         path = cg_precision_path(cg_get_matmul_precision());
@@ -823,8 +827,8 @@ static bool gemm_run(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int6
                      cg_gemm_path_name(path));
         return false;
     }
-    if (pre && !g.bf16)
-        return false;
+    if (pre && !g.bf16 && !(g.cntx == &g_cntx_skx && g_own_driver))
+        return false; /* fp32 panels are our skx driver's */
     if (m < 0 || n < 0 || k < 0)
         return false;
     if (m == 0 || n == 0)
@@ -868,7 +872,7 @@ static bool gemm_run(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int6
 
     cg_gemm_normalise_strides(m, k, &rsa, &csa);
     cg_gemm_normalise_strides(k, n, &rsb, &csb);
-    if (!g.bf16 && g.cntx && g_have_haswell && (m <= SKINNY || n <= SKINNY) && csa == 1 &&
+    if (!g.bf16 && !pre && g.cntx && g_have_haswell && (m <= SKINNY || n <= SKINNY) && csa == 1 &&
         rsb == 1) {
         if (bias)
             fill_bias(m, n, bias, bs, c, rsc, csc);
@@ -1021,7 +1025,7 @@ bool cg_sgemm_bias_path(cg_gemm_path path, int nthreads, int64_t m, int64_t n, i
 }
 
 bool cg_gemm_prepacked(int path, int nthreads, int64_t m, int64_t n, int64_t k, const void *x,
-                       unsigned bf, int64_t rsx, int64_t csx, const cg_bf16_prepacked *w,
+                       unsigned bf, int64_t rsx, int64_t csx, const cg_prepacked *w,
                        const float *bias, int64_t bs, float beta, float *c, int64_t rsc,
                        int64_t csc)
 {
@@ -1050,4 +1054,71 @@ void cg_sgemm(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int6
                        csc))
         cg_set_error("sgemm: failed for m=%lld n=%lld k=%lld (bad sizes or out of memory)",
                      (long long)m, (long long)n, (long long)k);
+}
+
+/* ------------------------------------------------ prepacked fp32 weights */
+
+_Static_assert(CG_SKX_MR == CG_BF16_MR, "one panel height for prepacked weights");
+
+struct cg_f32_packed {
+    int64_t n, k;
+    float *p; /* cg_skx_pack_rows's panels, 64-byte aligned */
+};
+
+bool cg_f32_packed_usable(void)
+{
+    ensure_init();
+    return g_have_skx && g_own_driver && cg_precision_path(CG_PRECISION_FP32) == CG_GEMM_SKX;
+}
+
+cg_f32_packed *cg_f32_packed_new(int64_t n, int64_t k, const float *w, int64_t rsw, int64_t csw)
+{
+    if (n < 1 || k < 1 || !w) {
+        cg_set_error("fp32 packed weight: need a [n, k] matrix with n, k >= 1");
+        return NULL;
+    }
+    if (!cg_f32_packed_usable()) {
+        cg_set_error("fp32 packed weight: the fp32 path is not the AVX-512 (skx) driver");
+        return NULL;
+    }
+    cg_f32_packed *m = malloc(sizeof *m);
+    float *p = m ? cg_alloc(cg_skx_pack_floats(n, k) * sizeof(float)) : NULL;
+    if (!p) {
+        free(m);
+        cg_set_error("fp32 packed weight: out of memory for %lld x %lld", (long long)n,
+                     (long long)k);
+        return NULL;
+    }
+    cg_skx_pack_rows(n, k, w, rsw, csw, p);
+    *m = (cg_f32_packed){n, k, p};
+    return m;
+}
+
+void cg_f32_packed_free(cg_f32_packed *m)
+{
+    if (m)
+        cg_free(m->p);
+    free(m);
+}
+
+size_t cg_f32_packed_bytes(const cg_f32_packed *m)
+{
+    return m ? cg_skx_pack_floats(m->n, m->k) * sizeof(float) : 0;
+}
+
+bool cg_f32_packed_mul(const cg_f32_packed *w, int nthreads, int64_t m, const float *x, int64_t rsx,
+                       int64_t csx, const float *bias, int64_t bs, float *y, int64_t rsy)
+{
+    if (!w || !x || !y || m <= CG_GEMM_SKINNY || w->n <= CG_GEMM_SKINNY || rsy < w->n) {
+        cg_set_error("fp32 packed product: need more than %d rows of x and of W, and y [m, n] "
+                     "row-stored",
+                     CG_GEMM_SKINNY);
+        return false;
+    }
+    const cg_prepacked pre = {w->p, w->k, NULL};
+    if (cg_gemm_prepacked(CG_GEMM_SKX, nthreads, m, w->n, w->k, x, 0, rsx, csx, &pre, bias, bs,
+                          0.0f, y, rsy, 1))
+        return true;
+    cg_set_error("fp32 packed product: out of memory");
+    return false;
 }

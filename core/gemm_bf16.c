@@ -1530,14 +1530,14 @@ typedef struct {
     int64_t rsa, csa, rsb, csb, rsbias, csbias;
     float *c;
     int64_t rsc, csc;
-    cg_bf16_prepacked pre; /* A already packed (pre.p), or pre.p NULL */
-    bool c_once;           /* CG_GEMM_C_ONCE: the first k block's beta C */
+    cg_prepacked pre; /* A already packed (pre.p), or pre.p NULL */
+    bool c_once;      /* CG_GEMM_C_ONCE: the first k block's beta C */
 } product;
 
 static product product_of(cg_bf16_kind kind, int64_t m, int64_t n, int64_t k, float alpha,
                           const void *a, int64_t rsa, int64_t csa, const void *b, int64_t rsb,
                           int64_t csb, unsigned bf, float beta, const float *bias, int64_t bs,
-                          float *c, int64_t rsc, int64_t csc, const cg_bf16_prepacked *pre)
+                          float *c, int64_t rsc, int64_t csc, const cg_prepacked *pre)
 {
     /* a bias per column of C; per row of the tiles once C is turned over */
     int64_t rsbias = 0, csbias = bs;
@@ -1576,7 +1576,7 @@ static product product_of(cg_bf16_kind kind, int64_t m, int64_t n, int64_t k, fl
                      .c = c,
                      .rsc = rsc,
                      .csc = csc,
-                     .pre = pre ? *pre : (cg_bf16_prepacked){NULL, 0, NULL},
+                     .pre = pre ? *pre : (cg_prepacked){NULL, 0, NULL},
                      .c_once = (bf & CG_GEMM_C_ONCE) != 0};
 }
 
@@ -1816,8 +1816,9 @@ static void panel_times_rows(const product *p, int64_t ic, int64_t mc, int64_t j
         }
         /* the A panel: packed, or the prepacked one's k block (k-pairs on
          * every path: the emulated kernel unpacks them) */
-        const uint32_t *ap = p->pre.p ? p->pre.p + (ic + ir) / MR * p->pre.kp * MR + pc / 2 * MR
-                                      : pa + ir * kp * a_words(p->kind);
+        const uint32_t *ap =
+            p->pre.p ? (const uint32_t *)p->pre.p + (ic + ir) / MR * p->pre.kp * MR + pc / 2 * MR
+                     : pa + ir * kp * a_words(p->kind);
         if (p->kind == CG_BF16_AMX)
             kernel_amx(kp, ap, &b, mr, nr, &o, cp, p->rsc, p->csc);
         else if (p->kind == CG_BF16_NATIVE && !bp)
@@ -1877,7 +1878,7 @@ static size_t b_block_size(const product *p)
 bool cg_bf16_gemm_serial(cg_bf16_kind kind, int64_t m, int64_t n, int64_t k, float alpha,
                          const void *a, int64_t rsa, int64_t csa, const void *b, int64_t rsb,
                          int64_t csb, unsigned bf, float beta, const float *bias, int64_t bs,
-                         float *c, int64_t rsc, int64_t csc, const cg_bf16_prepacked *pre)
+                         float *c, int64_t rsc, int64_t csc, const cg_prepacked *pre)
 {
     const product p = product_of(kind, m, n, k, alpha, a, rsa, csa, b, rsb, csb, bf, beta, bias, bs,
                                  c, rsc, csc, pre);
@@ -1944,7 +1945,7 @@ bool cg_bf16_gemm_shares_packing(cg_bf16_kind kind, int64_t m, int64_t n, int64_
 bool cg_bf16_gemm_parallel(cg_bf16_kind kind, int nt, int64_t m, int64_t n, int64_t k, float alpha,
                            const void *a, int64_t rsa, int64_t csa, const void *b, int64_t rsb,
                            int64_t csb, unsigned bf, float beta, const float *bias, int64_t bs,
-                           float *c, int64_t rsc, int64_t csc, const cg_bf16_prepacked *pre)
+                           float *c, int64_t rsc, int64_t csc, const cg_prepacked *pre)
 {
     const product p = product_of(kind, m, n, k, alpha, a, rsa, csa, b, rsb, csb, bf, beta, bias, bs,
                                  c, rsc, csc, pre);
@@ -2153,7 +2154,7 @@ static bool matrix_mul(const cg_bf16_matrix *w, cg_gemm_path path, int nthreads,
     if (m > MATRIX_PANEL_MAX_ROWS && w->n >= 2 && csy == 1 && rsy >= w->n) {
         /* many rows (training): the GEMM driver's blocking and threads,
          * with W's panels in place of the ones it would pack */
-        const cg_bf16_prepacked pre = {w->p, w->kp, epi};
+        const cg_prepacked pre = {w->p, w->kp, epi};
         if (cg_gemm_prepacked(path, nthreads, m, w->n, w->k, x, bf, rsx, csx, &pre, bias, bs, beta,
                               y, rsy, csy))
             return true;

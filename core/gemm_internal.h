@@ -53,11 +53,13 @@ bool cg_amx_init(void);
  * emulated (core/amx_tiles.h); after cg_amx_init. */
 void cg_amx_thread_tiles(void);
 
-/* A product's A operand already rounded and packed (a cg_bf16_matrix's
- * panels, A being the weight W after a row-stored C is turned over,
- * C^T = W x^T): panel q (rows CG_BF16_MR q ...) at p + q kp CG_BF16_MR
- * words, kp = ceil(k / 2) k-pairs deep. NULL where A is packed as the
- * product runs. */
+/* A product's A operand already packed, A being the weight W after a
+ * row-stored C is turned over (C^T = W x^T): a cg_bf16_matrix's panels
+ * (rounded to bf16) on the bf16 paths, a cg_f32_packed's (core/gemm_skx.h)
+ * on the fp32 skx path. Panel q (rows CG_BF16_MR q ..., CG_BF16_MR ==
+ * CG_SKX_MR) at p + q kp CG_BF16_MR 32-bit words: kp = ceil(k / 2) k-pairs
+ * (bf16) or kp = k floats (fp32). NULL where A is packed as the product
+ * runs. */
 #define CG_BF16_MR 32
 /* The bf16 kernels' k block (elements, even): a sum over k runs in blocks
  * of CG_BF16_KC, the last one the rest (core/gemm.h cg_gemm_k_block). */
@@ -89,10 +91,10 @@ struct cg_gemm_epilogue {
     uint16_t *pre16, *out16;
 };
 typedef struct {
-    const uint32_t *p;
+    const void *p; /* 32-bit words: bf16 k-pairs or floats */
     int64_t kp;
     const cg_gemm_epilogue *epi; /* run on C's final blocks, or NULL */
-} cg_bf16_prepacked;
+} cg_prepacked;
 
 /* C[m, n] = x[m, k] W^T + bias[j * bs] (bias may be NULL) or, without a
  * bias, x W^T + beta C, for W given as prepacked panels (W itself is not
@@ -100,12 +102,35 @@ typedef struct {
  * (core/gemm.c): the bits of cg_sgemm_bias / cg_sgemm on the same bf16
  * path. C must be row-stored (csc 1, rsc >= n, m and n >= 2). bf:
  * CG_GEMM_A_BF16 (x's elements bf16) and CG_GEMM_C_ONCE (core/gemm.h).
- * False when out of memory or the path is not a bf16 one. path is a
- * cg_gemm_path (an int here: core/gemm.h is the gemm module's own header). */
+ * False when out of memory or the path does not read such panels (a bf16
+ * path, or fp32's skx path with our driver). path is a cg_gemm_path (an
+ * int here: core/gemm.h is the gemm module's own header). */
 bool cg_gemm_prepacked(int path, int nthreads, int64_t m, int64_t n, int64_t k, const void *x,
-                       unsigned bf, int64_t rsx, int64_t csx, const cg_bf16_prepacked *w,
+                       unsigned bf, int64_t rsx, int64_t csx, const cg_prepacked *w,
                        const float *bias, int64_t bs, float beta, float *c, int64_t rsc,
                        int64_t csc);
+
+/* A weight W [n, k] packed once into the fp32 skx driver's panels (the
+ * fp32 form of core/weight_cache.c), for products y = x W^T (+ bias) that
+ * then pack only x. cg_f32_packed_usable: the calling thread's fp32 path
+ * is skx with our driver, where such products have the bits of
+ * cg_sgemm_bias / cg_sgemm (with beta 0) on W itself; elsewhere _new fails
+ * with an error. cg_f32_packed_mul: y [m, n] row-stored (rsy >= n), x's
+ * elements at x[i * rsx + l * csx]; m and n above CG_GEMM_SKINNY (fewer:
+ * cg_sgemm's dot products read W itself, which the copy does not keep);
+ * nthreads as cg_sgemm_path's. The copy does not follow later changes of
+ * W. False + error on bad sizes or out of memory. */
+typedef struct cg_f32_packed cg_f32_packed;
+bool cg_f32_packed_usable(void);
+cg_f32_packed *cg_f32_packed_new(int64_t n, int64_t k, const float *w, int64_t rsw, int64_t csw);
+void cg_f32_packed_free(cg_f32_packed *m); /* NULL is a no-op */
+size_t cg_f32_packed_bytes(const cg_f32_packed *m);
+bool cg_f32_packed_mul(const cg_f32_packed *w, int nthreads, int64_t m, const float *x, int64_t rsx,
+                       int64_t csx, const float *bias, int64_t bs, float *y, int64_t rsy);
+/* The fp32 form's panels of a cache entry (core/ops.h cg_packed_weight_get
+ * with CG_PACKED_F32; NULL for the bf16 forms). */
+struct cg_packed_weight;
+const cg_f32_packed *cg_packed_weight_f32(const struct cg_packed_weight *e);
 
 /* cg_bf16_matrix_mul (core/gemm.h) with x's elements floats, or bf16 bit
  * patterns when bf has CG_GEMM_A_BF16, y = x W^T + beta y without a bias
@@ -132,7 +157,7 @@ bool cg_bf16_matrix_mul_epi(const struct cg_bf16_matrix *w, int path, int nthrea
 bool cg_bf16_gemm_serial(cg_bf16_kind kind, int64_t m, int64_t n, int64_t k, float alpha,
                          const void *a, int64_t rsa, int64_t csa, const void *b, int64_t rsb,
                          int64_t csb, unsigned bf, float beta, const float *bias, int64_t bs,
-                         float *c, int64_t rsc, int64_t csc, const cg_bf16_prepacked *pre);
+                         float *c, int64_t rsc, int64_t csc, const cg_prepacked *pre);
 
 /* pre (or NULL): C's turned-over A operand (B's transpose here, the
  * weight) already packed; C must then be row-stored. */
@@ -149,7 +174,7 @@ bool cg_bf16_gemm_shares_packing(cg_bf16_kind kind, int64_t m, int64_t n, int64_
 bool cg_bf16_gemm_parallel(cg_bf16_kind kind, int nt, int64_t m, int64_t n, int64_t k, float alpha,
                            const void *a, int64_t rsa, int64_t csa, const void *b, int64_t rsb,
                            int64_t csb, unsigned bf, float beta, const float *bias, int64_t bs,
-                           float *c, int64_t rsc, int64_t csc, const cg_bf16_prepacked *pre);
+                           float *c, int64_t rsc, int64_t csc, const cg_prepacked *pre);
 
 /* The stride of a size-1 dimension means nothing, but BLIS checks it.
  * Rewrite it so that BLIS sees plain row- or column-major storage. */

@@ -30,7 +30,10 @@ void bli_sgemm_skx_asm_32x12_l2(dim_t m, dim_t n, dim_t k, float *alpha, float *
                                 float *beta, float *c, inc_t rs_c, inc_t cs_c, auxinfo_t *data,
                                 cntx_t *cntx);
 
-enum { MR = 32, NR = 12 };
+enum { MR = CG_SKX_MR, NR = 12 };
+/* SLACK floats past each packed buffer's last panel: room for a kernel
+ * that loads one k step ahead (its reads land in the next panel elsewhere) */
+enum { SLACK = 4 * MR };
 
 #define AVX512 CG_AVX512
 
@@ -91,6 +94,17 @@ static void pack_b(int64_t kc, int64_t nc, const float *b, int64_t rs, int64_t c
         pack_panel(NR, nc - j < NR ? nc - j : NR, kc, b + j * cs, cs, rs, p + j * kc);
 }
 
+size_t cg_skx_pack_floats(int64_t n, int64_t k)
+{
+    return (size_t)((n + MR - 1) / MR * MR * k + SLACK);
+}
+
+void cg_skx_pack_rows(int64_t n, int64_t k, const float *w, int64_t rsw, int64_t csw, float *p)
+{
+    pack_a(n, k, w, rsw, csw, p);
+    memset(p + (n + MR - 1) / MR * MR * k, 0, sizeof(float) * SLACK);
+}
+
 /* ------------------------------------------------------------ bias */
 
 /* C's mr x nr tile (mr <= MR) set to the bias: bias[i * bsr + j * bsc] at
@@ -121,7 +135,8 @@ AVX512 static void fill_tile(int64_t mr, int64_t nr, const float *bias, int64_t 
 
 bool cg_skx_gemm(cntx_t *cntx, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                  int64_t rsa, int64_t csa, const float *b, int64_t rsb, int64_t csb, float beta,
-                 const float *bias, int64_t bs, float *c, int64_t rsc, int64_t csc)
+                 const float *bias, int64_t bs, float *c, int64_t rsc, int64_t csc,
+                 const float *pre)
 {
     /* The kernel writes column-stored tiles directly and others through a
      * temporary: for row-stored C compute C^T = B^T A^T instead, where the
@@ -137,15 +152,12 @@ bool cg_skx_gemm(cntx_t *cntx, int64_t m, int64_t n, int64_t k, float alpha, con
     const int64_t NCX = bli_cntx_get_blksz_max_dt(BLIS_FLOAT, BLIS_NC, cntx);
     const int64_t kcmax = k < KCX ? k : KCX;
     const int64_t mcmax = (m < MCX ? m : MCX) + MR - 1, ncmax = (n < NCX ? n : NCX) + NR - 1;
-    /* SLACK floats past each buffer's last panel: room for a kernel that
-     * loads one k step ahead (its reads land in the next panel elsewhere) */
-    enum { SLACK = 4 * MR };
-    const size_t na = (size_t)(mcmax / MR * MR * kcmax + SLACK);
+    const size_t na = pre ? 0 : (size_t)(mcmax / MR * MR * kcmax + SLACK);
     const size_t nb = (size_t)(ncmax / NR * NR * kcmax + SLACK);
     float *pa = cg_gemm_thread_buffer((na + nb) * sizeof(float));
     if (!pa)
         return false;
-    float *pb = pa + na; /* na is a multiple of 16 floats: 64-byte aligned */
+    float *pb = pa + na; /* na is 0 or a multiple of 16 floats: 64-byte aligned */
     auxinfo_t aux;
     memset(&aux, 0, sizeof aux);
     int64_t nc, kc, mc;
@@ -157,16 +169,21 @@ bool cg_skx_gemm(cntx_t *cntx, int64_t m, int64_t n, int64_t k, float alpha, con
             pack_b(kc, nc, b + pc * rsb + jc * csb, rsb, csb, pb);
             for (int64_t ic = 0; ic < m; ic += mc) {
                 mc = cg_gemm_block_at(m, ic, MC, MCX);
-                pack_a(mc, kc, a + ic * rsa + pc * csa, rsa, csa, pa);
+                /* the block's panels, packed now or at pre (panel stride
+                 * k MR there, this k block from pc MR on) */
+                const int64_t as = pre ? k : kc;
+                float *pab = pre ? (float *)pre + ic * k + pc * MR : pa;
+                if (!pre)
+                    pack_a(mc, kc, a + ic * rsa + pc * csa, rsa, csa, pa);
                 for (int64_t jr = 0; jr < nc; jr += NR) {
                     const int64_t nr = nc - jr < NR ? nc - jr : NR;
                     float *bp = pb + jr * kc;
                     for (int64_t ir = 0; ir < mc; ir += MR) {
                         const int64_t mr = mc - ir < MR ? mc - ir : MR;
-                        float *ap = pa + ir * kc;
+                        float *ap = pab + ir * as;
                         /* prefetch hints: the next tile's panels */
                         bool last_i = ir + MR >= mc;
-                        aux.a_next = last_i ? pa : ap + MR * kc;
+                        aux.a_next = last_i ? pab : ap + MR * as;
                         aux.b_next = last_i && jr + NR < nc ? bp + NR * kc : bp;
                         float *ct = c + (ic + ir) * rsc + (jc + jr) * csc;
                         if (bias && pc == 0) /* in L1 when the kernel reads it */

@@ -277,9 +277,12 @@ static bool act_outputs(act_out *ao, const cg_tensor *y, bool bf16)
     return true;
 }
 
-/* y = x W^T + b on the GEMM, or in bf16 (the thread's policy, or packed)
- * on W's cached bf16 copy (core/weight_cache.c), which sets y's rows to the
- * bias itself. A bfloat16 x (cg_k_bf16_operand's) is read as it is by the
+/* y = x W^T + b on the GEMM, or in bf16 (the thread's policy) on W's
+ * cached bf16 copy (core/weight_cache.c), which sets y's rows to the bias
+ * itself. packed (no backward to come): in fp32 too on W's cached copy,
+ * its fp32 panels, where the thread's fp32 path reads them and x and W
+ * have more than CG_GEMM_SKINNY rows (fewer: the dot products read W
+ * itself); the same bits either way. A bfloat16 x (cg_k_bf16_operand's) is read as it is by the
  * bf16 products and widened (exactly) for fp32 ones. With ao, its
  * activation too, or with to its dropout and residual add (to->e,
  * to->mask and to->m set here): the bf16 products run it on each finished
@@ -297,10 +300,14 @@ static cg_tensor *linear(const cg_tensor *x, const cg_tensor *w, const cg_tensor
         return NULL;
     const int64_t in = w->shape[1], out = w->shape[0];
     const int64_t N = in > 0 ? cg_numel(x) / in : cg_numel_shape(x->ndim - 1, x->shape);
-    cg_bf16_weight *pw = NULL;
-    if ((packed || cg_get_matmul_precision() == CG_PRECISION_BF16) && N > 0 && in > 0 && out > 0 &&
-        !(pw = cg_bf16_weight_get(w, false)))
+    cg_packed_weight *pw = NULL, *pf = NULL;
+    if (cg_get_matmul_precision() == CG_PRECISION_BF16) {
+        if (N > 0 && in > 0 && out > 0 && !(pw = cg_packed_weight_get(w, CG_PACKED_BF16)))
+            return NULL;
+    } else if (packed && N > CG_GEMM_SKINNY && out > CG_GEMM_SKINNY && in > 0 &&
+               cg_f32_packed_usable() && !(pf = cg_packed_weight_get(w, CG_PACKED_F32))) {
         return NULL;
+    }
     int64_t shp[CG_MAX_DIMS];
     memcpy(shp, x->shape, sizeof(int64_t) * (size_t)x->ndim);
     shp[x->ndim - 1] = out;
@@ -322,7 +329,8 @@ static cg_tensor *linear(const cg_tensor *x, const cg_tensor *w, const cg_tensor
     if (!y || !xc || (y16 && pw && !ao && !r16) || (want_m && !m) ||
         (ao && !act_outputs(ao, y, pw != NULL))) {
         cg_release_all(4, y, xc, r16, m);
-        cg_bf16_weight_release(pw);
+        cg_packed_weight_release(pw);
+        cg_packed_weight_release(pf);
         return NULL;
     }
     uint16_t *r16p = r16 ? cg_data_bf16(r16) : NULL;
@@ -340,10 +348,13 @@ static cg_tensor *linear(const cg_tensor *x, const cg_tensor *w, const cg_tensor
     if (in == 0 && !b)
         memset(yp, 0, sizeof(float) * (size_t)(N * out));
     else if (pw)
-        ok = cg_bf16_matrix_mul_epi(cg_bf16_weight_matrix(pw), CG_GEMM_AUTO, 0, N, cg_data_ptr(xc),
+        ok = cg_bf16_matrix_mul_epi(cg_packed_weight_bf16(pw), CG_GEMM_AUTO, 0, N, cg_data_ptr(xc),
                                     xc->dtype == CG_BF16 ? CG_GEMM_A_BF16 : 0, in, 1,
                                     b ? cg_data(b) : NULL, b ? b->strides[0] : 0, 0.0f, yp, out, 1,
                                     epi);
+    else if (pf)
+        ok = cg_f32_packed_mul(cg_packed_weight_f32(pf), 0, N, cg_data(xc), in, 1,
+                               b ? cg_data(b) : NULL, b ? b->strides[0] : 0, yp, out);
     else if (N > 0 && out > 0 && b)
         cg_sgemm_bias(N, out, in, cg_data(xc), in, 1, cg_data(w), w->strides[1], w->strides[0],
                       cg_data(b), b->strides[0], yp, out, 1);
@@ -351,7 +362,8 @@ static cg_tensor *linear(const cg_tensor *x, const cg_tensor *w, const cg_tensor
         cg_sgemm(N, out, in, 1.0f, cg_data(xc), in, 1, cg_data(w), w->strides[1], w->strides[0],
                  0.0f, yp, out, 1);
     cg_release(xc);
-    cg_bf16_weight_release(pw);
+    cg_packed_weight_release(pw);
+    cg_packed_weight_release(pf);
     if (ok && (ao || to) && !pw) { /* no product ran the epilogue: over y, in blocks of 64 rows */
         const epi_rows job = {epi, yp, out};
         cg_shares_run(N, 64, cg_shares_team(N * out > LINEAR_PAR_THRESHOLD), epi_row_block, &job);
@@ -387,7 +399,7 @@ cg_tensor *cg_k_linear_keep_bf16(const cg_tensor *x, const cg_tensor *w, const c
     return y;
 }
 
-cg_tensor *cg_k_linear_bf16_packed(const cg_tensor *x, const cg_tensor *w, const cg_tensor *b)
+cg_tensor *cg_k_linear_packed(const cg_tensor *x, const cg_tensor *w, const cg_tensor *b)
 {
     return linear(x, w, b, true, NULL, NULL, NULL);
 }
@@ -402,7 +414,7 @@ cg_tensor *cg_k_linear_act(const cg_tensor *x, const cg_tensor *w, const cg_tens
         return NULL;
     }
     act_out ao = {.act = act, .infer = !saved};
-    cg_tensor *y = linear(x, w, b, false, &ao, NULL, NULL);
+    cg_tensor *y = linear(x, w, b, !saved, &ao, NULL, NULL);
     if (!y)
         return NULL;
     cg_tensor *out = ao.a ? ao.a : y; /* y activated in place, or y = h kept */
@@ -460,7 +472,7 @@ cg_tensor *cg_k_linear_residual(const cg_tensor *x, const cg_tensor *w, const cg
             n *= x->shape[i];
         to.d = cg_k_drop_take(rng, p, n);
     }
-    cg_tensor *y = linear(x, w, b, false, NULL, &to, NULL);
+    cg_tensor *y = linear(x, w, b, !mask, NULL, &to, NULL);
     cg_release(rc);
     if (!y)
         return NULL;

@@ -325,13 +325,13 @@ static bool linear_backward(const char *op, const cg_tensor *x, const cg_tensor 
     bool ok = !fused || round_rows(gp, ag, mc, N, out, cg_data_bf16(g16), gb ? cg_data(gb) : NULL);
     if (ok && gx && !empty && bf16) {
         /* dx [N,in] = g [N,out] W [out,in] on W^T's cached bf16 copy */
-        cg_bf16_weight *pw = cg_bf16_weight_get(w, true);
-        const cg_bf16_matrix *wm = pw ? cg_bf16_weight_matrix(pw) : NULL;
+        cg_packed_weight *pw = cg_packed_weight_get(w, CG_PACKED_BF16_T);
+        const cg_bf16_matrix *wm = pw ? cg_packed_weight_bf16(pw) : NULL;
         ok = pw && cg_bf16_matrix_mul_epi(wm, CG_GEMM_AUTO, 0, N,
                                           g16 ? cg_data_ptr(g16) : (const void *)gp,
                                           (g16 ? CG_GEMM_A_BF16 : 0) | CG_GEMM_C_ONCE, out, 1, NULL,
                                           0, into ? 1.0f : 0.0f, cg_data(gx), in, 1, NULL);
-        cg_bf16_weight_release(pw);
+        cg_packed_weight_release(pw);
     } else if (ok && gx && !empty) { /* dx [N,in] = g [N,out] W [out,in] */
         cg_sgemm(N, in, out, 1.0f, gp, out, 1, cg_data(w), w->strides[0], w->strides[1],
                  into ? 1.0f : 0.0f, cg_data(gx), in, 1);

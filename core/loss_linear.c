@@ -234,8 +234,8 @@ cg_tensor *cg_k_linear_cross_entropy(const cg_tensor *h, const cg_tensor *w, con
     cg_tensor *out = cg_empty(0, NULL);
     /* bf16: W's packed copies (W^T only for dh), from the weight cache */
     bool bf16 = cg_get_matmul_precision() == CG_PRECISION_BF16 && N > 0 && d > 0 && V > 0;
-    cg_bf16_weight *pw = bf16 && wc ? cg_bf16_weight_get(wc, false) : NULL;
-    cg_bf16_weight *pwt = bf16 && wc && dh ? cg_bf16_weight_get(wc, true) : NULL;
+    cg_packed_weight *pw = bf16 && wc ? cg_packed_weight_get(wc, CG_PACKED_BF16) : NULL;
+    cg_packed_weight *pwt = bf16 && wc && dh ? cg_packed_weight_get(wc, CG_PACKED_BF16_T) : NULL;
     bool ok = hc && wc && (bc || !b) && L && row && (dbs || !db) && out && (pw || !bf16) &&
               (pwt || !bf16 || !dh) && (dw1 || !split || !dw);
     for (int i = 0; i < 3; i++)
@@ -256,8 +256,8 @@ cg_tensor *cg_k_linear_cross_entropy(const cg_tensor *h, const cg_tensor *w, con
                       .dw1 = dw1 ? cg_data(dw1) : NULL,
                       .db = dbs,
                       .spare = cg_data(L) + m * V,
-                      .pw = pw ? cg_bf16_weight_matrix(pw) : NULL,
-                      .pwt = pwt ? cg_bf16_weight_matrix(pwt) : NULL};
+                      .pw = pw ? cg_packed_weight_bf16(pw) : NULL,
+                      .pwt = pwt ? cg_packed_weight_bf16(pwt) : NULL};
         lce_run(&a, chunk, cg_data(L), row, cg_data(out));
         ok = !a.failed;
         for (int64_t j = 0; dbs && j < V; j++) /* cg_k_linear_backward's rounding */
@@ -267,8 +267,8 @@ cg_tensor *cg_k_linear_cross_entropy(const cg_tensor *h, const cg_tensor *w, con
     }
     free(row);
     free(dbs);
-    cg_bf16_weight_release(pw);
-    cg_bf16_weight_release(pwt);
+    cg_packed_weight_release(pw);
+    cg_packed_weight_release(pwt);
     cg_release_all(6, hc, wc, bc, L, tc, dw1);
     for (int i = 0; i < 3; i++) {
         if (ok && outs[i])

@@ -380,13 +380,16 @@ cg_tensor *cg_k_bf16_operand(const cg_tensor *x);
  * a new one replaces it. On failure nothing is kept (the copy is made
  * again when asked for). */
 void cg_k_bf16_operand_keep(const cg_tensor *x, cg_tensor *y);
-/* The same in bf16 precision with W read from a bf16 copy of it
- * (cg_bf16_matrix) packed at the first call and kept with W's storage
- * until the storage dies or is written (cg_tensor_modified): the bf16
- * weight cache below. A product with few rows of x (decoding) reads half
- * the bytes and packs nothing. The result has the bits cg_k_linear gives
- * in bf16 precision, which takes the same cached copy. */
-cg_tensor *cg_k_linear_bf16_packed(const cg_tensor *x, const cg_tensor *w, const cg_tensor *b);
+/* cg_k_linear for a product no backward follows (inference), with W read
+ * from a packed copy of it made at the first call and kept with W's
+ * storage until the storage dies or is written (cg_tensor_modified): the
+ * weight cache below. In bf16 precision the bf16 copy cg_k_linear reads
+ * too (a product with few rows of x, decoding, reads half the bytes and
+ * packs nothing); in fp32 the fp32 driver's panels (CG_PACKED_F32) where
+ * the thread's fp32 path reads them and x and W have more than
+ * CG_GEMM_SKINNY rows, so that each product packs only x. The bits of
+ * cg_k_linear either way. */
+cg_tensor *cg_k_linear_packed(const cg_tensor *x, const cg_tensor *w, const cg_tensor *b);
 /* The activations a linear layer applies as its product writes its
  * output (cg_k_linear_act). */
 typedef enum { CG_K_ACT_RELU, CG_K_ACT_GELU, CG_K_ACT_GELU_ERF } cg_k_act;
@@ -405,7 +408,7 @@ typedef enum { CG_K_ACT_RELU, CG_K_ACT_GELU, CG_K_ACT_GELU_ERF } cg_k_act;
  * buffer, activated in place, except for a GELU in fp32 (h is kept).
  * saved NULL: no backward will run (inference), nothing is made for one:
  * the output is activated in place, and in bf16 only its rounding is
- * kept. NULL + error on failure. */
+ * kept; W is read as cg_k_linear_packed reads it. NULL + error on failure. */
 cg_tensor *cg_k_linear_act(const cg_tensor *x, const cg_tensor *w, const cg_tensor *b, cg_k_act act,
                            cg_tensor **saved);
 /* res + dropout(x W^T + b): a sublayer's last product and what follows
@@ -418,8 +421,9 @@ cg_tensor *cg_k_linear_act(const cg_tensor *x, const cg_tensor *w, const cg_tens
  * draws as cg_k_dropout does (the output's row-major offsets; rng's
  * counter then advances by its elements) and *mask (when mask is not
  * NULL) gets the keep, bool of the output's shape; p == 0 draws nothing
- * (rng may be NULL, *mask is NULL). res: float32 of the output's shape
- * (any strides), or NULL. NULL + error on failure. */
+ * (rng may be NULL, *mask is NULL); mask NULL says no backward will
+ * run (inference): W is read as cg_k_linear_packed reads it. res: float32
+ * of the output's shape (any strides), or NULL. NULL + error on failure. */
 cg_tensor *cg_k_linear_residual(const cg_tensor *x, const cg_tensor *w, const cg_tensor *b,
                                 const cg_tensor *res, float p, cg_rng *rng, cg_tensor **mask);
 /* runs of n outputs of such a layer, run r at r * ld in every array: h16
@@ -434,34 +438,41 @@ void cg_k_act_run(cg_k_act act, int64_t n, int64_t runs, int64_t ld, float *h, f
 void cg_k_act_grad_run(cg_k_act act, int64_t n, const void *h, bool hbf, const uint8_t *m,
                        const float *g, float *out);
 
-/* The bf16 weight cache (PyTorch autocast's weight cache; core/weight_cache.c):
- * the linear layers' products in bf16 precision (cg_k_linear forward,
- * cg_k_linear_backward's dx) read a weight rounded to bf16 and packed into
- * the GEMM's panels once per version of its data, not once per product.
- * cg_bf16_weight_get gives W [n, k] (transposed: W^T [k, n], the dx = dy W
- * orientation) packed: the copy kept with W's storage when it was made
- * from the same view at W's current version, else a new one, kept
- * (replacing that orientation's old copy) while the cache holds at most
- * its limit of bytes. Any write through the library frees a storage's
- * copies (cg_tensor_modified, which optimizer steps call), and a version
- * change is a miss, so a stale copy is never read; they also die with the
- * storage. Thread-safe; release what get returns. NULL + error when w is
- * not a float32 [n >= 1, k >= 1] matrix or out of memory. */
-typedef struct cg_bf16_weight cg_bf16_weight;
-cg_bf16_weight *cg_bf16_weight_get(const cg_tensor *w, bool transposed);
-const cg_bf16_matrix *cg_bf16_weight_matrix(const cg_bf16_weight *e);
-void cg_bf16_weight_release(cg_bf16_weight *e); /* NULL is a no-op */
+/* The weight cache (PyTorch autocast's weight cache, and inference's packed
+ * weights; core/weight_cache.c): the linear layers' products in bf16
+ * precision (cg_k_linear forward, cg_k_linear_backward's dx) read a weight
+ * rounded to bf16 and packed into the GEMM's panels once per version of
+ * its data, not once per product; fp32 products without a graph
+ * (cg_k_linear_packed) read W in the fp32 driver's panels so. Forms:
+ * CG_PACKED_BF16, W [n, k] in bf16; CG_PACKED_BF16_T, W^T [k, n] in bf16
+ * (the dx = dy W orientation); CG_PACKED_F32, W [n, k] in the fp32 AVX-512
+ * driver's panels (NULL + error where the calling thread's fp32 path is
+ * another: cg_k_linear_packed then reads W itself). cg_packed_weight_get
+ * gives the copy kept with W's storage when it was made from the same view
+ * at W's current version, else a new one, kept (replacing that form's old
+ * copy) while the cache holds at most its limit of bytes. Any write
+ * through the library frees a storage's copies (cg_tensor_modified, which
+ * optimizer steps call), and a version change is a miss, so a stale copy
+ * is never read; they also die with the storage. Thread-safe; release
+ * what get returns. NULL + error when w is not a float32 [n >= 1, k >= 1]
+ * matrix or out of memory. cg_packed_weight_bf16: a bf16 form's matrix
+ * (NULL for the fp32 form). */
+typedef enum { CG_PACKED_BF16, CG_PACKED_BF16_T, CG_PACKED_F32 } cg_packed_form;
+typedef struct cg_packed_weight cg_packed_weight;
+cg_packed_weight *cg_packed_weight_get(const cg_tensor *w, cg_packed_form form);
+const cg_bf16_matrix *cg_packed_weight_bf16(const cg_packed_weight *e);
+void cg_packed_weight_release(cg_packed_weight *e); /* NULL is a no-op */
 /* packs: weights converted and packed (misses), hits: products served
  * from a kept copy, bytes: held by the cache now, limit: its bound
  * (default 1 GiB; 0 keeps nothing: every product packs its own, with the
  * same bits). Lowering the limit frees the kept copies beyond it at once,
- * the oldest first (cg_bf16_weight_cache_limit(0) empties the cache). */
+ * the oldest first (cg_weight_cache_limit(0) empties the cache). */
 typedef struct {
     uint64_t packs, hits;
     size_t bytes, limit;
-} cg_bf16_cache_stats;
-cg_bf16_cache_stats cg_bf16_weight_cache_stats(void);
-void cg_bf16_weight_cache_limit(size_t bytes);
+} cg_cache_stats;
+cg_cache_stats cg_weight_cache_stats(void);
+void cg_weight_cache_limit(size_t bytes);
 
 /* Its gradients given g [..., out]: dx [..., in], dW [out, in], db [out]
  * (each may be NULL to skip). x may be bfloat16 (only dW reads it), as

@@ -260,9 +260,8 @@ bool cg_copy_to_array(const cg_tensor *t, void *out);
 bool cg_k_copy_(cg_tensor *dst, const cg_tensor *src);
 /* Say that t's elements were written in place: this bumps the version
  * counter of t's storage (shared by every view of it; see cg_version) and
- * drops forms derived from the storage and kept (the bf16 weights of
- * no-grad products in bf16 precision, cg_k_linear_bf16_packed), remade at
- * their next use. Every in-place function of the library calls it (cg_copy_,
+ * drops forms derived from the storage and kept (the packed weights of
+ * the weight cache, core/ops.h), remade at their next use. Every in-place function of the library calls it (cg_copy_,
  * cg_fill_, cg_set, the random fills and init functions, the in-place
  * kernels cg_k_*_, optimizer steps and state loads, gradient clipping,
  * safetensors loads); code that writes through cg_data() must call it

@@ -1,10 +1,13 @@
-/* The bf16 weight cache (PyTorch autocast's cached casts): a weight used by
- * bf16 products is rounded to bf16 and packed into the GEMM's panels once
- * per version of its data, not once per product.
+/* The weight cache (PyTorch autocast's cached casts, and the packed weights
+ * of inference): a weight used by bf16 products is rounded to bf16 and
+ * packed into the GEMM's panels once per version of its data, not once per
+ * product; one used by fp32 products without a graph is packed so into the
+ * fp32 driver's panels.
  *
  * A cached form lives in its storage's derived slot (core/tensor.h): a
- * slot holds one entry per orientation (W as the products y = x W^T read
- * it, and W^T as dx = dy W reads it), each keyed by the view it was made
+ * slot holds one entry per form (cg_packed_form: W in bf16 as the products
+ * y = x W^T read it, W^T in bf16 as dx = dy W reads it, W in fp32 panels),
+ * each keyed by the view it was made
  * from (offset, shape, strides) and the storage's version. Any write
  * through the library (cg_tensor_modified: optimizer steps, copies, fills,
  * loads) frees the slot, and a version that moved on without that is a
@@ -22,59 +25,63 @@
 #include <stdlib.h>
 
 #include "core/gemm.h"
+#include "core/gemm_internal.h"
 #include "core/ops.h"
 #include "core/tensor.h"
 
-struct cg_bf16_weight {
-    cg_bf16_matrix *m;
+struct cg_packed_weight {
+    cg_packed_form form;
+    cg_bf16_matrix *m;  /* the bf16 forms */
+    cg_f32_packed *m32; /* CG_PACKED_F32 */
     atomic_int refs;
     bool cached; /* counted in g_bytes while in a slot */
     size_t bytes;
     int64_t offset, shape[2], strides[2];
     uint64_t version;
-    struct weight_slot *slot; /* while cached: slot->e[tr] is this entry */
-    int tr;
-    cg_bf16_weight *older, *newer; /* the list of cached entries */
+    struct weight_slot *slot;        /* while cached: slot->e[form] is this entry */
+    cg_packed_weight *older, *newer; /* the list of cached entries */
 };
 
-/* a storage's entries: [0] W, [1] W^T */
+/* a storage's entries, one per cg_packed_form */
+enum { FORMS = CG_PACKED_F32 + 1 };
 typedef struct weight_slot {
-    cg_bf16_weight *e[2];
+    cg_packed_weight *e[FORMS];
 } weight_slot;
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
-static size_t g_bytes;                      /* held by slots (under g_lock) */
-static size_t g_limit = (size_t)1 << 30;    /* 1 GiB */
-static cg_bf16_weight *g_oldest, *g_newest; /* the cached entries (under g_lock) */
+static size_t g_bytes;                        /* held by slots (under g_lock) */
+static size_t g_limit = (size_t)1 << 30;      /* 1 GiB */
+static cg_packed_weight *g_oldest, *g_newest; /* the cached entries (under g_lock) */
 static atomic_uint_fast64_t g_packs, g_hits;
 
-void cg_bf16_weight_release(cg_bf16_weight *e)
+void cg_packed_weight_release(cg_packed_weight *e)
 {
     if (e && atomic_fetch_sub(&e->refs, 1) == 1) {
         cg_bf16_matrix_free(e->m);
+        cg_f32_packed_free(e->m32);
         free(e);
     }
 }
 
 /* Take e out of its slot (under g_lock). */
-static void unslot(cg_bf16_weight *e)
+static void unslot(cg_packed_weight *e)
 {
     if (!e)
         return;
-    e->slot->e[e->tr] = NULL;
+    e->slot->e[e->form] = NULL;
     *(e->older ? &e->older->newer : &g_oldest) = e->newer;
     *(e->newer ? &e->newer->older : &g_newest) = e->older;
     g_bytes -= e->bytes;
     e->cached = false;
-    cg_bf16_weight_release(e);
+    cg_packed_weight_release(e);
 }
 
 static void slot_free(void *p)
 {
     weight_slot *s = p;
     pthread_mutex_lock(&g_lock);
-    unslot(s->e[0]);
-    unslot(s->e[1]);
+    for (int f = 0; f < FORMS; f++)
+        unslot(s->e[f]);
     pthread_mutex_unlock(&g_lock);
     free(s);
 }
@@ -88,8 +95,9 @@ static void oriented(const cg_tensor *w, bool tr, int64_t shape[2], int64_t stri
     strides[1] = w->strides[!tr];
 }
 
-static bool same_key(const cg_bf16_weight *e, const cg_tensor *w, bool tr)
+static bool same_key(const cg_packed_weight *e, const cg_tensor *w)
 {
+    const bool tr = e && e->form == CG_PACKED_BF16_T;
     int64_t sh[2], st[2];
     oriented(w, tr, sh, st);
     return e && e->offset == w->offset && e->shape[0] == sh[0] && e->shape[1] == sh[1] &&
@@ -112,16 +120,56 @@ static weight_slot *slot_of(cg_storage *s, bool make)
     return ws;
 }
 
-cg_bf16_weight *cg_bf16_weight_get(const cg_tensor *w, bool transposed)
+/* A new entry of w's form f (not in the cache yet), or NULL + error. */
+static cg_packed_weight *pack(const cg_tensor *w, cg_packed_form f)
 {
-    if (!w || w->ndim != 2 || w->dtype != CG_F32 || w->shape[0] < 1 || w->shape[1] < 1) {
-        cg_set_error("bf16 weight: need a float32 [n, k] matrix with n, k >= 1");
+    int64_t sh[2], st[2];
+    oriented(w, f == CG_PACKED_BF16_T, sh, st);
+    cg_packed_weight *e = malloc(sizeof *e);
+    if (!e) {
+        cg_set_error("packed weight: out of memory");
         return NULL;
     }
-    const int tr = transposed;
+    *e = (cg_packed_weight){.form = f,
+                            .offset = w->offset,
+                            .shape = {sh[0], sh[1]},
+                            .strides = {st[0], st[1]},
+                            .version = w->storage->version};
+    if (f == CG_PACKED_F32) { /* its own error: another fp32 path, or out of memory */
+        e->m32 = cg_f32_packed_new(sh[0], sh[1], cg_data(w), st[0], st[1]);
+        e->bytes = cg_f32_packed_bytes(e->m32);
+    } else {
+        e->m = cg_bf16_matrix_new(sh[0], sh[1], cg_data(w), st[0], st[1]);
+        e->bytes = cg_bf16_matrix_bytes(e->m);
+        /* out of memory, or no bf16 on this CPU (cg_bf16_matrix_new's error) */
+        if (!e->m &&
+            (cg_gemm_path_available(CG_GEMM_BF16) || cg_gemm_path_available(CG_GEMM_BF16_EMULATED)))
+            cg_set_error("bf16 weight: out of memory packing a %lld x %lld weight",
+                         (long long)sh[0], (long long)sh[1]);
+    }
+    if (!e->m && !e->m32) {
+        free(e);
+        return NULL;
+    }
+    atomic_init(&e->refs, 1);
+    atomic_fetch_add(&g_packs, 1);
+    return e;
+}
+
+cg_packed_weight *cg_packed_weight_get(const cg_tensor *w, cg_packed_form form)
+{
+    if (!w || w->ndim != 2 || w->dtype != CG_F32 || w->shape[0] < 1 || w->shape[1] < 1) {
+        cg_set_error("packed weight: need a float32 [n, k] matrix with n, k >= 1");
+        return NULL;
+    }
+    if ((unsigned)form >= FORMS) {
+        cg_set_error("packed weight: unknown form %d", (int)form);
+        return NULL;
+    }
+    const int f = form;
     pthread_mutex_lock(&g_lock);
     weight_slot *ws = slot_of(w->storage, false);
-    cg_bf16_weight *e = ws && same_key(ws->e[tr], w, tr) ? ws->e[tr] : NULL;
+    cg_packed_weight *e = ws && same_key(ws->e[f], w) ? ws->e[f] : NULL;
     if (e)
         atomic_fetch_add(&e->refs, 1);
     pthread_mutex_unlock(&g_lock);
@@ -129,37 +177,18 @@ cg_bf16_weight *cg_bf16_weight_get(const cg_tensor *w, bool transposed)
         atomic_fetch_add(&g_hits, 1);
         return e;
     }
-    int64_t sh[2], st[2];
-    oriented(w, tr, sh, st);
-    e = malloc(sizeof *e);
-    cg_bf16_matrix *m = e ? cg_bf16_matrix_new(sh[0], sh[1], cg_data(w), st[0], st[1]) : NULL;
-    if (!m) { /* out of memory, or no bf16 on this CPU (cg_bf16_matrix_new's error) */
-        if (!e || cg_gemm_path_available(CG_GEMM_BF16) ||
-            cg_gemm_path_available(CG_GEMM_BF16_EMULATED))
-            cg_set_error("bf16 weight: out of memory packing a %lld x %lld weight",
-                         (long long)sh[0], (long long)sh[1]);
-        free(e);
+    if (!(e = pack(w, form)))
         return NULL;
-    }
-    atomic_fetch_add(&g_packs, 1);
-    *e = (cg_bf16_weight){.m = m,
-                          .bytes = cg_bf16_matrix_bytes(m),
-                          .offset = w->offset,
-                          .shape = {sh[0], sh[1]},
-                          .strides = {st[0], st[1]},
-                          .version = w->storage->version};
-    atomic_init(&e->refs, 1);
     pthread_mutex_lock(&g_lock);
     ws = slot_of(w->storage, false);
-    const size_t old = ws && ws->e[tr] ? ws->e[tr]->bytes : 0;
+    const size_t old = ws && ws->e[f] ? ws->e[f]->bytes : 0;
     if (g_bytes - old + e->bytes <= g_limit && (ws = slot_of(w->storage, true))) {
-        unslot(ws->e[tr]);
+        unslot(ws->e[f]);
         atomic_fetch_add(&e->refs, 1); /* the slot's reference */
         e->cached = true;
         g_bytes += e->bytes;
-        ws->e[tr] = e;
+        ws->e[f] = e;
         e->slot = ws;
-        e->tr = tr;
         e->older = g_newest;
         *(g_newest ? &g_newest->newer : &g_oldest) = e;
         g_newest = e;
@@ -168,17 +197,19 @@ cg_bf16_weight *cg_bf16_weight_get(const cg_tensor *w, bool transposed)
     return e;
 }
 
-const cg_bf16_matrix *cg_bf16_weight_matrix(const cg_bf16_weight *e) { return e ? e->m : NULL; }
+const cg_bf16_matrix *cg_packed_weight_bf16(const cg_packed_weight *e) { return e ? e->m : NULL; }
 
-cg_bf16_cache_stats cg_bf16_weight_cache_stats(void)
+const cg_f32_packed *cg_packed_weight_f32(const cg_packed_weight *e) { return e ? e->m32 : NULL; }
+
+cg_cache_stats cg_weight_cache_stats(void)
 {
     pthread_mutex_lock(&g_lock);
-    cg_bf16_cache_stats s = {atomic_load(&g_packs), atomic_load(&g_hits), g_bytes, g_limit};
+    cg_cache_stats s = {atomic_load(&g_packs), atomic_load(&g_hits), g_bytes, g_limit};
     pthread_mutex_unlock(&g_lock);
     return s;
 }
 
-void cg_bf16_weight_cache_limit(size_t bytes)
+void cg_weight_cache_limit(size_t bytes)
 {
     pthread_mutex_lock(&g_lock);
     g_limit = bytes;

@@ -219,11 +219,11 @@ cg_tensor *cg_linear_fn(cg_tensor *x, cg_tensor *weight, cg_tensor *bias)
                      bias ? cg_shape_str(bias, c, sizeof c) : "none");
         return NULL;
     }
-    /* Inference in bf16 (no graph): the weight's packed bf16 copy, kept
-     * until the weight is written; the bits of cg_affine in bf16, reading
-     * half the bytes (decoding is bound by them). */
-    if (!cg_grad_enabled() && cg_get_matmul_precision() == CG_PRECISION_BF16)
-        return cg_k_linear_bf16_packed(x, weight, bias);
+    /* Inference (no graph): the weight's packed copy, kept until the
+     * weight is written; the bits of cg_affine, packing only x (in bf16
+     * reading half the bytes: decoding is bound by them). */
+    if (!cg_grad_enabled())
+        return cg_k_linear_packed(x, weight, bias);
     return cg_affine(x, weight, bias); /* one fused op: GEMM with the bias */
 }
 

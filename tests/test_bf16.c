@@ -1329,7 +1329,7 @@ static float *packed_out(cg_linear *l, cg_tensor *x)
  * (dx = dy W, W^T's copy) uses the new W: the bits of the bf16 GEMM on it. */
 static void cache_run(size_t limit, float *losses, float *wts, uint64_t *packs)
 {
-    cg_bf16_weight_cache_limit(limit);
+    cg_weight_cache_limit(limit);
     cg_rng rng = cg_rng_new(41);
     cg_linear *l[3] = {cg_linear_new(70, 96, true, &rng), cg_linear_new(96, 80, true, &rng),
                        cg_linear_new(80, 33, true, &rng)};
@@ -1340,7 +1340,7 @@ static void cache_run(size_t limit, float *losses, float *wts, uint64_t *packs)
     cg_optim *opt = cg_adamw_from_module(root, 1e-2);
     const cg_precision prev = cg_autocast_begin(CG_PRECISION_BF16);
     for (int step = 0; step < 3; step++) {
-        const uint64_t p0 = cg_bf16_weight_cache_stats().packs;
+        const uint64_t p0 = cg_weight_cache_stats().packs;
         for (int mb = 0; mb < 2; mb++) {
             cg_scope *sc = cg_scope_begin();
             cg_tensor *x = cg_requires_grad(cg_randn(&rng, CG_SHAPE(150, 70)), true);
@@ -1352,10 +1352,10 @@ static void cache_run(size_t limit, float *losses, float *wts, uint64_t *packs)
             losses[2 * step + mb] = cg_item(loss);
             cg_scope_end(sc);
         }
-        packs[step] = cg_bf16_weight_cache_stats().packs - p0;
+        packs[step] = cg_weight_cache_stats().packs - p0;
         ck_assert(cg_optim_step(opt));
         cg_optim_zero_grad(opt);
-        ck_assert_uint_eq(cg_bf16_weight_cache_stats().bytes, 0); /* the step freed them */
+        ck_assert_uint_eq(cg_weight_cache_stats().bytes, 0); /* the step freed them */
     }
     for (int i = 0; i < 3; i++)
         memcpy(wts + i * 96 * 80, cg_data(l[i]->weight),
@@ -1363,7 +1363,7 @@ static void cache_run(size_t limit, float *losses, float *wts, uint64_t *packs)
     cg_autocast_end(prev);
     cg_optim_free(opt);
     cg_module_free(root);
-    cg_bf16_weight_cache_limit((size_t)1 << 30);
+    cg_weight_cache_limit((size_t)1 << 30);
 }
 
 /* Lowering the weight cache's limit frees the copies beyond it at once,
@@ -1384,30 +1384,114 @@ START_TEST(test_weight_cache_limit_lowered)
     cg_linear *a = cg_linear_new(64, 48, false, &rng), *b = cg_linear_new(64, 40, false, &rng);
     cg_tensor *x = cg_randn(&rng, CG_SHAPE(8, 64));
     const cg_precision prev = cg_autocast_begin(CG_PRECISION_BF16);
-    const size_t base = cg_bf16_weight_cache_stats().bytes;
+    const size_t base = cg_weight_cache_stats().bytes;
     forward_nograd(a, x);
-    const size_t ea = cg_bf16_weight_cache_stats().bytes - base;
+    const size_t ea = cg_weight_cache_stats().bytes - base;
     forward_nograd(b, x);
-    const size_t eb = cg_bf16_weight_cache_stats().bytes - base - ea;
+    const size_t eb = cg_weight_cache_stats().bytes - base - ea;
     ck_assert(ea > 0 && eb > 0);
-    cg_bf16_weight_cache_limit(base + eb); /* room for the newest: a's copy goes */
-    ck_assert_uint_eq(cg_bf16_weight_cache_stats().bytes, base + eb);
-    cg_bf16_weight_cache_limit(0); /* keeps nothing, b's copy included */
-    ck_assert_uint_eq(cg_bf16_weight_cache_stats().bytes, 0);
-    const cg_bf16_cache_stats s0 = cg_bf16_weight_cache_stats();
+    cg_weight_cache_limit(base + eb); /* room for the newest: a's copy goes */
+    ck_assert_uint_eq(cg_weight_cache_stats().bytes, base + eb);
+    cg_weight_cache_limit(0); /* keeps nothing, b's copy included */
+    ck_assert_uint_eq(cg_weight_cache_stats().bytes, 0);
+    const cg_cache_stats s0 = cg_weight_cache_stats();
     forward_nograd(b, x); /* packs its own, reads no copy kept before */
-    const cg_bf16_cache_stats s1 = cg_bf16_weight_cache_stats();
+    const cg_cache_stats s1 = cg_weight_cache_stats();
     ck_assert_uint_eq(s1.packs, s0.packs + 1);
     ck_assert_uint_eq(s1.hits, s0.hits);
     ck_assert_uint_eq(s1.bytes, 0);
-    cg_bf16_weight_cache_limit((size_t)1 << 30);
+    cg_weight_cache_limit((size_t)1 << 30);
     forward_nograd(a, x); /* cached again */
-    ck_assert_uint_eq(cg_bf16_weight_cache_stats().bytes, ea);
+    ck_assert_uint_eq(cg_weight_cache_stats().bytes, ea);
     cg_autocast_end(prev);
     cg_module_free(CG_MODULE(a));
     cg_module_free(CG_MODULE(b));
-    ck_assert_uint_eq(cg_bf16_weight_cache_stats().bytes, 0);
+    ck_assert_uint_eq(cg_weight_cache_stats().bytes, 0);
     cg_release(x);
+}
+END_TEST
+
+/* a's and b's values, bit for bit */
+static bool same_bits(const cg_tensor *a, const cg_tensor *b)
+{
+    float *x = cg_test_values(a), *y = cg_test_values(b);
+    const bool same =
+        cg_numel(a) == cg_numel(b) && !memcmp(x, y, (size_t)cg_numel(a) * sizeof(float));
+    free(x);
+    free(y);
+    return same;
+}
+
+/* cg_k_linear_packed in fp32: the bits of cg_k_linear for x's rows and W's
+ * on both sides of CG_GEMM_SKINNY, one to three k blocks, with and without
+ * a bias, 1 and 2 threads; W packed once into the cache's fp32 form (a
+ * pack, then a hit) where the fp32 path reads such panels and both sides
+ * have more than CG_GEMM_SKINNY rows, and no copy otherwise. After a write
+ * announced with cg_tensor_modified the next product reads the new W. The
+ * inference forms of cg_k_linear_act and cg_k_linear_residual (saved and
+ * mask NULL) read the copy too, with the bits of their recording forms. */
+static void linear_packed_f32_case(cg_rng *rng, int64_t N, int64_t out, int64_t in, bool bias,
+                                   int nt)
+{
+    cg_set_num_threads(nt);
+    cg_tensor *x = cg_randn(rng, CG_SHAPE(N, in)), *w = cg_randn(rng, CG_SHAPE(out, in));
+    cg_tensor *b = bias ? cg_randn(rng, CG_SHAPE(out)) : NULL;
+    const bool kept = cg_f32_packed_usable() && N > CG_GEMM_SKINNY && out > CG_GEMM_SKINNY;
+    cg_tensor *want = cg_k_linear(x, w, b);
+    const cg_cache_stats s0 = cg_weight_cache_stats();
+    cg_tensor *y1 = cg_k_linear_packed(x, w, b), *y2 = cg_k_linear_packed(x, w, b);
+    const cg_cache_stats s1 = cg_weight_cache_stats();
+    ck_assert_msg(y1 && y2, "%s", cg_last_error());
+    ck_assert_msg(same_bits(y1, want) && same_bits(y2, want),
+                  "%lld x %lld x %lld, %s bias, %d threads", (long long)N, (long long)out,
+                  (long long)in, bias ? "a" : "no", nt);
+    ck_assert_uint_eq(s1.packs - s0.packs, kept ? 1 : 0);
+    ck_assert_uint_eq(s1.hits - s0.hits, kept ? 1 : 0);
+    ck_assert(kept ? s1.bytes > s0.bytes : s1.bytes == s0.bytes);
+    /* a write through cg_data(), announced: the copy is remade */
+    cg_data(w)[in + 1] += 1.0f;
+    cg_tensor_modified(w);
+    cg_tensor *want2 = cg_k_linear(x, w, b), *y3 = cg_k_linear_packed(x, w, b);
+    ck_assert(same_bits(y3, want2) && !same_bits(y3, want));
+    /* the fused inference kernels */
+    cg_tensor *saved = NULL, *ha = cg_k_linear_act(x, w, b, CG_K_ACT_GELU, &saved);
+    cg_tensor *hi = cg_k_linear_act(x, w, b, CG_K_ACT_GELU, NULL);
+    cg_tensor *res = cg_randn(rng, CG_SHAPE(N, out)), *mask = NULL;
+    cg_tensor *ra = cg_k_linear_residual(x, w, b, res, 0.0f, NULL, &mask);
+    cg_tensor *ri = cg_k_linear_residual(x, w, b, res, 0.0f, NULL, NULL);
+    ck_assert(ha && hi && ra && ri && same_bits(ha, hi) && same_bits(ra, ri));
+    const cg_cache_stats s2 = cg_weight_cache_stats();
+    ck_assert_uint_eq(s2.packs - s1.packs, kept ? 1 : 0); /* the remade copy, read by all */
+    cg_release_all(10, x, w, b, want, y1, y2, want2, y3, saved, ha);
+    cg_release_all(4, hi, res, ra, ri);
+    ck_assert_uint_eq(cg_weight_cache_stats().bytes, s0.bytes); /* died with W */
+}
+
+START_TEST(test_linear_packed_f32)
+{
+    ck_assert(cg_get_matmul_precision() == CG_PRECISION_FP32);
+    cg_rng rng = cg_rng_new(47);
+    const int64_t kc = cg_gemm_k_block(CG_GEMM_AUTO, 100000, 0);
+    const int64_t Ns[] = {1, CG_GEMM_SKINNY, CG_GEMM_SKINNY + 1, 33, 200};
+    const int64_t outs[] = {3, CG_GEMM_SKINNY + 1, 40, 130};
+    const int64_t ins[] = {7, kc > 0 ? kc + 5 : 389, kc > 0 ? 2 * kc + 3 : 771};
+    for (int i = 0; i < 5; i++)
+        for (int o = 0; o < 4; o++)
+            for (int k = 0; k < 3; k++)
+                for (int v = 0; v < 4; v++)
+                    linear_packed_f32_case(&rng, Ns[i], outs[o], ins[k], v & 1, 1 + v / 2);
+    cg_set_num_threads(0);
+    /* the packed product's own checks */
+    if (cg_f32_packed_usable()) {
+        float wv[6 * 3] = {0}, xv[2 * 3] = {0}, yv[2 * 6];
+        cg_f32_packed *pm = cg_f32_packed_new(6, 3, wv, 3, 1);
+        ck_assert_ptr_nonnull(pm);
+        ck_assert(!cg_f32_packed_mul(pm, 1, 2, xv, 3, 1, NULL, 0, yv, 6));
+        ck_assert_ptr_nonnull(strstr(cg_last_error(), "more than 4 rows"));
+        cg_f32_packed_free(pm);
+    }
+    ck_assert_ptr_null(cg_f32_packed_new(0, 3, (float[]){1}, 3, 1));
+    cg_f32_packed_free(NULL);
 }
 END_TEST
 
@@ -1808,16 +1892,6 @@ START_TEST(test_bf16_operand_in_place)
 END_TEST
 
 /* ------------------------------------------- saved activations in bf16 */
-
-static bool same_bits(const cg_tensor *a, const cg_tensor *b)
-{
-    float *x = cg_test_values(a), *y = cg_test_values(b);
-    const bool same =
-        cg_numel(a) == cg_numel(b) && !memcmp(x, y, (size_t)cg_numel(a) * sizeof(float));
-    free(x);
-    free(y);
-    return same;
-}
 
 /* In bf16 precision cg_affine and cg_affine_relu keep x's bf16 copy
  * (cg_k_bf16_operand, x's rounding by the products) and not x, and
@@ -3677,7 +3751,7 @@ START_TEST(test_no_bf16_refused)
     cg_autocast_end(CG_PRECISION_FP32);
     CG_ASSERT_REFUSED(cg_bf16_matrix_new(9, 40, cg_data(w), 40, 1) == NULL, "bf16 matrix: "
                                                                             "bf16 needs");
-    CG_ASSERT_REFUSED(cg_bf16_weight_get(w, false) == NULL, "bf16 matrix: bf16 needs");
+    CG_ASSERT_REFUSED(cg_packed_weight_get(w, CG_PACKED_BF16) == NULL, "bf16 matrix: bf16 needs");
     CG_ASSERT_REFUSED(!cg_sgemm_path(CG_GEMM_BF16_EMULATED, 1, 6, 9, 40, 1.0f, cg_data(x), 40, 1,
                                      cg_data(w), 1, 40, 0.0f, ref, 9, 1),
                       "gemm: the bf16-emulated path needs what this CPU lacks");
@@ -3719,6 +3793,7 @@ static Suite *bf16_suite(void)
     tcase_add_test(tm, test_matrix_beta_one);
     tcase_add_test(tm, test_packed_linear_refresh);
     tcase_add_test(tm, test_weight_cache);
+    tcase_add_test(tm, test_linear_packed_f32);
     tcase_add_test(tm, test_weight_cache_limit_lowered);
     suite_add_tcase(s, tm);
     TCase *to = tcase_create("operands");

@@ -517,11 +517,23 @@ START_TEST(test_skx_driver)
                     fill_strided(&rng, a, (int64_t)na);
                     fill_strided(&rng, b, (int64_t)nb);
                     /* beta 0, beta 1, and a bias (of stride 1 or 2) with beta 0: the bits
-                     * of C set to the bias, then BLIS's C = A B + 1 C */
+                     * of C set to the bias, then BLIS's C = A B + 1 C; modes 3 and 4:
+                     * 0 and 2 with the operand the driver calls A (B^T when C is
+                     * row-stored and turned over) packed beforehand, that operand
+                     * then NULL */
                     const int64_t bs = 1 + si % 2;
                     float *bias = malloc((size_t)(n * bs) * sizeof(float));
                     fill_strided(&rng, bias, n * bs);
-                    for (int mode = 0; mode < 3; mode++) {
+                    const bool turned = csc == 1 && rsc != 1;
+                    const int64_t pn = turned ? n : m;
+                    float *pre = cg_alloc(cg_skx_pack_floats(pn, k) * sizeof(float));
+                    if (turned)
+                        cg_skx_pack_rows(n, k, b, csb, rsb, pre);
+                    else
+                        cg_skx_pack_rows(m, k, a, rsa, csa, pre);
+                    for (int run = 0; run < 5; run++) {
+                        const int mode = run == 3 ? 0 : run == 4 ? 2 : run;
+                        const bool packed = run >= 3;
                         const float beta = mode == 1 ? 1.0f : 0.0f, bl_beta = mode ? 1.0f : 0.0f;
                         for (int64_t i = 0; i < m; i++)
                             for (int64_t j = 0; j < n; j++) {
@@ -529,17 +541,19 @@ START_TEST(test_skx_driver)
                                 c1[e] = mode == 1 ? (float)(e % 7) - 3.0f : NAN;
                                 c2[e] = mode == 2 ? bias[j * bs] : c1[e];
                             }
-                        ck_assert(cg_skx_gemm(&cx, m, n, k, 1.0f, a, rsa, csa, b, rsb, csb, beta,
-                                              mode == 2 ? bias : NULL, bs, c1, rsc, csc));
+                        ck_assert(cg_skx_gemm(&cx, m, n, k, 1.0f, packed && !turned ? NULL : a, rsa,
+                                              csa, packed && turned ? NULL : b, rsb, csb, beta,
+                                              mode == 2 ? bias : NULL, bs, c1, rsc, csc,
+                                              packed ? pre : NULL));
                         rntm_t r = BLIS_RNTM_INITIALIZER;
                         bli_rntm_set_num_threads(1, &r);
                         bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, m, n, k, &one, a, rsa,
                                      csa, b, rsb, csb, (float *)&bl_beta, c2, rsc, csc, &cx, &r);
                         if (memcmp(c1, c2, (size_t)(m * n) * sizeof(float)) != 0)
                             ck_abort_msg("skx driver differs from BLIS: %lldx%lldx%lld layouts "
-                                         "%d%d%d mode %d",
-                                         (long long)m, (long long)n, (long long)k, la, lb, lc,
-                                         mode);
+                                         "%d%d%d mode %d%s",
+                                         (long long)m, (long long)n, (long long)k, la, lb, lc, mode,
+                                         packed ? " prepacked" : "");
                         /* and is right: spot-check elements against double loops */
                         for (int t = 0; t < 16; t++) {
                             int64_t i = (int64_t)cg_rng_below(&rng, (uint64_t)m);
@@ -553,6 +567,7 @@ START_TEST(test_skx_driver)
                                                     1e-4 * (1.0 + sqrt((double)k)));
                         }
                     }
+                    cg_free(pre);
                     free(bias);
                     free(a);
                     free(b);
