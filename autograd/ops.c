@@ -614,9 +614,8 @@ cg_tensor *cg_slice(cg_tensor *a, int dim, int64_t start, int64_t stop, int64_t 
         s0 = s0 < 0 ? 0 : s0 > a->shape[d] ? a->shape[d] : s0;
         n->p.i[0] = d;
         n->p.i[1] = s0;
-        n->p.i[2] = s0 + out->shape[d] * step;
-        if (n->p.i[2] > a->shape[d])
-            n->p.i[2] = a->shape[d];
+        /* past the last element taken (s0 + shape * step may overflow) */
+        n->p.i[2] = out->shape[d] ? s0 + (out->shape[d] - 1) * step + 1 : s0;
         n->p.i[3] = step;
         n->p.i[4] = 0;
     }
@@ -633,10 +632,11 @@ cg_tensor *cg_narrow(cg_tensor *a, int dim, int64_t start, int64_t len)
         return NULL;
     if (start < 0)
         start += a->shape[d];
-    if (start < 0 || len < 0 || start + len > a->shape[d]) {
-        char b[96];
-        cg_set_error("narrow: range [%lld, %lld) out of bounds for dim %d of shape %s",
-                     (long long)start, (long long)(start + len), dim, cg_shape_str(a, b, sizeof b));
+    if (start < 0 || start > a->shape[d] || len < 0 || len > a->shape[d] - start) {
+        char b[96]; /* start + len may overflow: named as a sum */
+        cg_set_error("narrow: range [%lld, %lld + %lld) out of bounds for dim %d of shape %s",
+                     (long long)start, (long long)start, (long long)len, dim,
+                     cg_shape_str(a, b, sizeof b));
         return NULL;
     }
     return cg_slice(a, d, start, start + len, 1);

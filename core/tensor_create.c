@@ -281,7 +281,7 @@ bool cg_fill_(cg_tensor *t, float v)
 }
 
 /* ------------------------------------------------------------- creation */
-static bool check_shape(const char *op, int ndim, const int64_t *shape)
+bool cg_shape_check(const char *op, int ndim, const int64_t *shape)
 {
     if (ndim < 0 || ndim > CG_MAX_DIMS) {
         cg_set_error("%s: ndim %d out of range [0, %d]", op, ndim, CG_MAX_DIMS);
@@ -291,19 +291,22 @@ static bool check_shape(const char *op, int ndim, const int64_t *shape)
         cg_set_error("%s: NULL shape", op);
         return false;
     }
+    /* the sizes but 0 multiplied, so that no order of them (a permute of a
+     * size-0 tensor) overflows on its way to the count */
     int64_t n = 1;
     for (int i = 0; i < ndim; i++) {
+        char b[96];
         if (shape[i] < 0) {
-            char b[96];
             cg_set_error("%s: negative size in shape %s", op,
                          cg_shape_str_n(ndim, shape, b, sizeof b));
             return false;
         }
-        if (shape[i] && n > INT64_MAX / 4 / shape[i]) {
-            cg_set_error("%s: shape too large", op);
+        if (shape[i] && n > CG_MAX_NUMEL / shape[i]) {
+            cg_set_error("%s: shape %s has too many elements (the most is 2^61 - 1)", op,
+                         cg_shape_str_n(ndim, shape, b, sizeof b));
             return false;
         }
-        n *= shape[i];
+        n *= shape[i] ? shape[i] : 1;
     }
     return true;
 }
@@ -325,7 +328,7 @@ static cg_tensor *new_dense(cg_dtype dt, int ndim, const int64_t *shape, bool ze
         cg_set_error("empty: unknown dtype %d", (int)dt);
         return NULL;
     }
-    if (!check_shape("empty", ndim, shape))
+    if (!cg_shape_check("empty", ndim, shape))
         return NULL;
     int64_t strides[CG_MAX_DIMS];
     cg_contiguous_strides(ndim, shape, strides);

@@ -15,6 +15,16 @@ void cg_storage_release(cg_storage *s);
 /* A tensor header over storage s (retained), with the given layout. */
 cg_tensor *cg_tensor_header(cg_storage *s, cg_dtype dt, int64_t offset, int ndim,
                             const int64_t *shape, const int64_t *strides);
+/* The most elements a shape may have (2^61 - 1: the bytes of that many
+ * 8-byte elements still count in 64 bits). */
+#define CG_MAX_NUMEL (INT64_MAX / 4)
+/* Whether a shape may be a tensor's: ndim in [0, CG_MAX_DIMS], no negative
+ * size, and the product of its nonzero sizes at most CG_MAX_NUMEL (in any
+ * order: a size-0 tensor is permuted and reshaped too, and cg_numel
+ * multiplies every size). False + an error naming op and the shape. Every
+ * new size a tensor header gets passes it (creation, expand, as_strided,
+ * reshape, view). */
+bool cg_shape_check(const char *op, int ndim, const int64_t *shape);
 /* Row-major strides of a shape. */
 void cg_contiguous_strides(int ndim, const int64_t *shape, int64_t *strides);
 

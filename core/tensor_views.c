@@ -100,9 +100,19 @@ cg_tensor *cg_view_slice(const cg_tensor *t, int dim, int64_t start, int64_t sto
     int64_t shape[CG_MAX_DIMS], strides[CG_MAX_DIMS];
     memcpy(shape, t->shape, sizeof shape);
     memcpy(strides, t->strides, sizeof strides);
-    shape[d] = (stop - start + step - 1) / step;
-    strides[d] = t->strides[d] * step;
-    return view_of(t, t->offset + start * t->strides[d], t->ndim, shape, strides);
+    /* ceil((stop - start) / step) without stop - start + step - 1, which
+     * overflows for a step near INT64_MAX (x[0:10:2^63-1] is x[0:1]). The
+     * new stride, and the offset of an empty slice at the end, may not fit
+     * where they are never used (one element taken, or none): the old
+     * stride and offset then */
+    shape[d] = stop == start ? 0 : (stop - start - 1) / step + 1;
+    if (__builtin_mul_overflow(t->strides[d], step, &strides[d]))
+        strides[d] = t->strides[d];
+    int64_t off;
+    if (__builtin_mul_overflow(start, t->strides[d], &off) ||
+        __builtin_add_overflow(off, t->offset, &off))
+        off = t->offset;
+    return view_of(t, off, t->ndim, shape, strides);
 }
 
 cg_tensor *cg_view_narrow(const cg_tensor *t, int dim, int64_t start, int64_t len)
@@ -116,10 +126,11 @@ cg_tensor *cg_view_narrow(const cg_tensor *t, int dim, int64_t start, int64_t le
         return NULL;
     if (start < 0)
         start += t->shape[d];
-    if (start < 0 || len < 0 || start + len > t->shape[d]) {
-        char b[96];
-        cg_set_error("narrow: range [%lld, %lld) out of bounds for dim %d of shape %s",
-                     (long long)start, (long long)(start + len), dim, cg_shape_str(t, b, sizeof b));
+    if (start < 0 || start > t->shape[d] || len < 0 || len > t->shape[d] - start) {
+        char b[96]; /* start + len may overflow: named as a sum */
+        cg_set_error("narrow: range [%lld, %lld + %lld) out of bounds for dim %d of shape %s",
+                     (long long)start, (long long)start, (long long)len, dim,
+                     cg_shape_str(t, b, sizeof b));
         return NULL;
     }
     return cg_view_slice(t, d, start, start + len, 1);
@@ -240,6 +251,8 @@ cg_tensor *cg_view_expand(const cg_tensor *t, int ndim, const int64_t *shape)
             return NULL;
         }
     }
+    if (!cg_shape_check("expand", ndim, out)) /* [4, 2^62 + 1]'s count wraps to 4 */
+        return NULL;
     return view_of(t, t->offset, ndim, out, strides);
 }
 
@@ -255,21 +268,30 @@ cg_tensor *cg_view_as_strided(const cg_tensor *t, int ndim, const int64_t *shape
                      CG_MAX_DIMS, ndim, ndim > 0 && (!shape || !strides) ? ", NULL" : "");
         return NULL;
     }
-    /* the elements' range of offsets, which must lie within the storage */
+    if (!cg_shape_check("as_strided", ndim, shape))
+        return NULL;
+    /* the elements' range of offsets, which must lie within the storage;
+     * each reach and their sums checked, as a wrapped one (stride 2^61 over
+     * 9 elements reaches 2^64, read as 0) would pass as in range */
     const int64_t have = (int64_t)(t->storage->nbytes / cg_dtype_size(t->dtype));
     int64_t lo = offset, hi = offset;
-    bool empty = false;
+    bool empty = false, wraps = false;
     for (int i = 0; i < ndim; i++) {
-        if (shape[i] < 0) {
-            char b[96];
-            cg_set_error("as_strided: negative size in shape %s",
-                         cg_shape_str_n(ndim, shape, b, sizeof b));
-            return NULL;
-        }
         empty |= shape[i] == 0;
-        const int64_t reach = strides[i] * (shape[i] > 0 ? shape[i] - 1 : 0);
-        lo += reach < 0 ? reach : 0;
-        hi += reach > 0 ? reach : 0;
+        int64_t reach;
+        wraps |= __builtin_mul_overflow(strides[i], shape[i] > 0 ? shape[i] - 1 : 0, &reach);
+        if (reach < 0)
+            wraps |= __builtin_add_overflow(lo, reach, &lo);
+        else
+            wraps |= __builtin_add_overflow(hi, reach, &hi);
+    }
+    if (!empty && wraps) {
+        char b[96], c[96];
+        cg_set_error("as_strided: shape %s with strides %s at offset %lld reaches past 2^63 "
+                     "elements",
+                     cg_shape_str_n(ndim, shape, b, sizeof b),
+                     cg_shape_str_n(ndim, strides, c, sizeof c), (long long)offset);
+        return NULL;
     }
     if (offset < 0 || (!empty && (lo < 0 || hi >= have))) {
         char b[96];
@@ -295,7 +317,6 @@ static bool infer_shape(const char *op, const cg_tensor *t, int ndim, const int6
         return false;
     }
     int infer = -1;
-    int64_t known = 1;
     for (int i = 0; i < ndim; i++) {
         out[i] = shape[i];
         if (shape[i] == -1) {
@@ -304,13 +325,16 @@ static bool infer_shape(const char *op, const cg_tensor *t, int ndim, const int6
                 return false;
             }
             infer = i;
+            out[i] = 1; /* for the count below, then inferred */
         } else if (shape[i] < 0) {
             cg_set_error("%s: negative size %lld", op, (long long)shape[i]);
             return false;
-        } else {
-            known *= shape[i];
         }
     }
+    /* the known sizes' count, checked first: [4, 2^62 + 1]'s wraps to 4 */
+    if (!cg_shape_check(op, ndim, out))
+        return false;
+    int64_t known = cg_numel_shape(ndim, out);
     int64_t n = cg_numel(t);
     if (infer >= 0) {
         if (known == 0 || n % known) {

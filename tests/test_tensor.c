@@ -473,6 +473,78 @@ START_TEST(test_view_as_strided)
 }
 END_TEST
 
+/* A view whose sizes or strides overflow 64 bits is refused, as PyTorch
+ * refuses it ("numel: integer multiplication overflow", "Storage size
+ * calculation overflowed"). An as_strided view whose reach wrapped round
+ * (stride 2^61 over 9 elements: 8 * 2^61 = 2^64, read as 0) passed the
+ * storage check and segfaulted when read; an expand or a reshape to
+ * [4, 2^62 + 1] had cg_numel 4 (the product wrapped), so a sum of the
+ * expanded ones gave 4 and the reshaped copy had a row past its storage. A
+ * size-0 tensor's other sizes obey the same rule whatever their order. */
+START_TEST(test_view_sizes_overflow)
+{
+    const int64_t big = ((int64_t)1 << 62) + 1, p61 = (int64_t)1 << 61, p62 = (int64_t)1 << 62;
+    cg_tensor *one = cg_ones(CG_SHAPE(1)), *four = cg_ones(CG_SHAPE(4));
+    CG_ASSERT_REFUSED(cg_view_as_strided(one, CG_SHAPE(9), (const int64_t[]){p61}, 0) == NULL,
+                      "as_strided: shape [9] with strides [2305843009213693952] at offset 0 "
+                      "reaches past 2^63 elements");
+    CG_ASSERT_REFUSED(cg_view_as_strided(one, CG_SHAPE(2, 2), (const int64_t[]){p62, p62}, 0) ==
+                          NULL,
+                      "reaches past 2^63 elements"); /* each dim's reach fits, their sum does not */
+    CG_ASSERT_REFUSED(cg_view_as_strided(one, CG_SHAPE(4, big), (const int64_t[]){0, 0}, 0) == NULL,
+                      "as_strided: shape [4, 4611686018427387905] has too many elements");
+    CG_ASSERT_REFUSED(cg_view_expand(one, CG_SHAPE(4, big)) == NULL,
+                      "expand: shape [4, 4611686018427387905] has too many elements");
+    CG_ASSERT_REFUSED(cg_expand(one, CG_SHAPE(big, 4)) == NULL, "has too many elements");
+    CG_ASSERT_REFUSED(cg_view_expand(one, CG_SHAPE(p62, p62, 0)) == NULL, "has too many elements");
+    CG_ASSERT_REFUSED(cg_reshape(four, CG_SHAPE(4, big)) == NULL,
+                      "reshape: shape [4, 4611686018427387905] has too many elements");
+    CG_ASSERT_REFUSED(cg_reshape(four, CG_SHAPE(-1, 4, big)) == NULL, "has too many elements");
+    CG_ASSERT_REFUSED(cg_view(four, CG_SHAPE(big, 4)) == NULL,
+                      "view: shape [4611686018427387905, 4] has too many elements");
+    CG_ASSERT_REFUSED(cg_zeros(CG_SHAPE(0, p62, p62)) == NULL,
+                      "empty: shape [0, 4611686018427387904, 4611686018427387904] has too many "
+                      "elements");
+    CG_ASSERT_REFUSED(cg_zeros(CG_SHAPE(p62, p62, 0)) == NULL, "has too many elements");
+    /* what fits is still taken: size 0 with large sizes, stride 0 over many */
+    cg_tensor *z = cg_zeros(CG_SHAPE(0, (int64_t)1 << 40, (int64_t)1 << 20));
+    ck_assert_msg(z && cg_numel(z) == 0, "%s", cg_last_error());
+    cg_tensor *e = cg_view_expand(one, CG_SHAPE((int64_t)1 << 30, (int64_t)1 << 30));
+    ck_assert_msg(e && cg_numel(e) == (int64_t)1 << 60, "%s", cg_last_error());
+    cg_tensor *w = cg_view_as_strided(four, CG_SHAPE(2, 2), (const int64_t[]){2, 1}, 0);
+    ck_assert_msg(w && cg_get(w, (const int64_t[]){1, 1}) == 1.0f, "%s", cg_last_error());
+    cg_release_all(5, one, four, z, e, w);
+}
+END_TEST
+
+/* A slice's step and a narrow's length near INT64_MAX: x[0:10:2^63-1] is
+ * x[0:1] in PyTorch (the length's rounding overflowed to 0 elements), and
+ * narrow(x, 0, 5, INT64_MAX) runs past the end (start + len wrapped below
+ * the size and gave an empty view). */
+START_TEST(test_slice_narrow_huge)
+{
+    cg_tensor *x = cg_arange(0, 10, 1);
+    cg_tensor *s = cg_view_slice(x, 0, 0, 10, INT64_MAX);
+    ck_assert_msg(s && s->shape[0] == 1, "%s", s ? "wrong size" : cg_last_error());
+    ck_assert_float_eq(cg_get(s, (const int64_t[]){0}), 0.0f);
+    cg_tensor *t = cg_view_slice(x, 0, 3, INT64_MAX, INT64_MAX - 1);
+    ck_assert_msg(t && t->shape[0] == 1 && cg_get(t, (const int64_t[]){0}) == 3.0f, "%s",
+                  t ? "wrong slice" : cg_last_error());
+    CG_ASSERT_REFUSED(cg_view_narrow(x, 0, 5, INT64_MAX) == NULL,
+                      "narrow: range [5, 5 + 9223372036854775807) out of bounds for dim 0");
+    CG_ASSERT_REFUSED(cg_narrow(x, 0, -2, INT64_MAX) == NULL, "out of bounds");
+    /* the slice's backward puts the gradient where the element was taken
+     * (its stop was start + step, which wrapped) */
+    cg_requires_grad(x, true);
+    cg_tensor *u = cg_slice(x, 0, 3, 10, INT64_MAX - 1), *l = cg_sum_all(u);
+    ck_assert_msg(l && cg_backward(l, NULL, false), "%s", cg_last_error());
+    float want[10] = {0};
+    want[3] = 1;
+    CG_ASSERT_TENSOR(cg_grad(x), want, 0, 0);
+    cg_release_all(5, x, s, t, u, l);
+}
+END_TEST
+
 /* A NULL array where a shape, a buffer or an output goes is refused in one
  * line, as cg_permute(x, NULL) is (expand, shape_str, broadcast_shapes and
  * numel_shape dereferenced it); a scalar's shape (ndim 0) may be NULL. */
@@ -558,6 +630,8 @@ static Suite *tensor_suite(void)
     tcase_add_test(tc, test_rng_null);
     tcase_add_test(tc, test_null_array_args);
     tcase_add_test(tc, test_view_as_strided);
+    tcase_add_test(tc, test_view_sizes_overflow);
+    tcase_add_test(tc, test_slice_narrow_huge);
     tcase_add_test(tc, test_size0_writable);
     tcase_add_test(tc, test_library_version);
     suite_add_tcase(s, tc);
