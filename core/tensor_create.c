@@ -530,6 +530,10 @@ int64_t *cg_randperm(cg_rng *r, int64_t n)
         cg_set_error("randperm: %s", r ? "n must be >= 0" : "NULL generator");
         return NULL;
     }
+    if (n > CG_MAX_NUMEL) { /* their bytes would wrap in size_t */
+        cg_set_error("randperm: %lld ids are too many (the most is 2^61 - 1)", (long long)n);
+        return NULL;
+    }
     int64_t *p = malloc((size_t)(n ? n : 1) * sizeof *p);
     if (!p) {
         cg_set_error("randperm: out of memory for %lld ids", (long long)n);

@@ -934,6 +934,10 @@ START_TEST(test_randperm_batches)
     free(q);
     free(s);
     ck_assert_ptr_null(cg_randperm(&r, -1));
+    /* 2^61 + 1 ids: their bytes wrapped to 8 in size_t, malloc gave 8 and
+     * the fill ran off the heap (SIGSEGV); refused as too large now */
+    CG_ASSERT_REFUSED(cg_randperm(&r, ((int64_t)1 << 61) + 1) == NULL,
+                      "randperm: 2305843009213693953 ids are too many");
 
     cg_tensor *tok = cg_arange_dtype(CG_I64, 100, 141, 1), *x, *y;
     ck_assert(cg_random_batch(tok, 3, 4, &r, &x, &y));
