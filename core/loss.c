@@ -451,6 +451,37 @@ cg_tensor *cg_k_cross_entropy(const cg_tensor *logits, const cg_tensor *target_t
     return out;
 }
 
+bool cg_k_cross_entropy_sum(const cg_tensor *logits, const cg_tensor *target_t,
+                            int64_t ignore_index, float label_smoothing, double *total,
+                            int64_t *kept)
+{
+    if (!logits || !total || !kept) {
+        cg_set_error("cg_k_cross_entropy_sum: NULL %s", !logits ? "logits" : "output");
+        return false;
+    }
+    int64_t k;
+    cg_tensor *tc;
+    if (!ce_check("cross_entropy", logits, target_t, ignore_index, label_smoothing, &k, &tc))
+        return false;
+    int64_t N = logits->shape[0], C = logits->shape[1];
+    cg_tensor *x = cg_k_contiguous(logits);
+    double *row = x ? malloc((size_t)(N > 0 ? N : 1) * sizeof(double)) : NULL;
+    if (!row) {
+        if (x)
+            cg_set_error("cross_entropy: out of memory");
+        cg_release_all(2, x, tc);
+        return false;
+    }
+    cg_ce_rows c = cg_ce_rows_for(C, ignore_index, k, label_smoothing, 1.0f);
+    cg_ce_rows_run(&c, N, cg_data(x), cg_data_i64(tc), NULL, NULL, row);
+    for (int64_t r = 0; r < N; r++) /* in order: the bits of one call's sum */
+        *total += row[r];
+    *kept += k;
+    free(row);
+    cg_release_all(2, x, tc);
+    return true;
+}
+
 cg_tensor *cg_k_cross_entropy_backward(const cg_tensor *logits, const cg_tensor *target_t,
                                        int64_t ignore_index, float label_smoothing,
                                        const cg_tensor *lse, float g)

@@ -221,6 +221,15 @@ cg_tensor *cg_k_log_softmax_backward(const cg_tensor *y, const cg_tensor *g, int
 cg_tensor *cg_k_cross_entropy(const cg_tensor *logits, const cg_tensor *targets,
                               int64_t ignore_index, float label_smoothing, cg_tensor **lse,
                               cg_tensor **grad);
+/* cg_k_cross_entropy's rows without their mean: each kept row's loss
+ * (the same bits) added to *total in row order, and the kept rows counted
+ * into *kept. Calls over consecutive row blocks of one [N, C] give, as
+ * (float)(*total / *kept), the bits of one call's loss on all of it, with
+ * one block's logits alive at a time (an evaluation over [tokens, V]
+ * logits too large to keep whole). False + error as cg_k_cross_entropy's
+ * checks; *total and *kept are then unchanged. */
+bool cg_k_cross_entropy_sum(const cg_tensor *logits, const cg_tensor *targets, int64_t ignore_index,
+                            float label_smoothing, double *total, int64_t *kept);
 /* The output projection fused with cross-entropy (Liger-Kernel's fused
  * linear cross-entropy): the loss of cg_k_cross_entropy(h w^T + b, ...)
  * with h [N, d], w [V, d], b [V] (or NULL), computed in chunks of rows so

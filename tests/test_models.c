@@ -580,6 +580,40 @@ START_TEST(test_charlm_full_loss_passes)
 }
 END_TEST
 
+/* The full validation loss keeps one pass's logits at a time ([4096, V]),
+ * not its chunk's ([64 T, V], copied together: 13 GB at GPT-2's 50,257
+ * ids and T 1,024, where training's fused head keeps 256 rows of them).
+ * Here V 2,048 and T 512: the chunk's logits were 256 MiB, a pass's 32
+ * MiB. The bound is on the allocator's peak of live bytes, which only
+ * rises: if an earlier test's peak was higher, it holds trivially. */
+START_TEST(test_charlm_full_loss_logits_bounded)
+{
+    cg_charlm_config c = small_lm();
+    c.vocab = 2048, c.d = 8, c.H = 1, c.layers = 1, c.d_ff = 8, c.max_len = 512;
+    cg_charlm *m = cg_charlm_new(&c, 3);
+    ck_assert_msg(m, "%s", cg_last_error());
+    enum { T = 512, NWIN = 64 };
+    int32_t *ids = malloc(sizeof *ids * (NWIN * T + 1));
+    for (int i = 0; i < NWIN * T + 1; i++)
+        ids[i] = (int32_t)((i * 7 + i / 13) % 2048);
+    const cg_alloc_stats before = cg_alloc_get_stats();
+    double got;
+    int64_t nwin;
+    ck_assert_msg(cg_charlm_full_loss(m, (cg_split_view){ids, NWIN * T + 1}, T, &got, &nwin), "%s",
+                  cg_last_error());
+    const cg_alloc_stats after = cg_alloc_get_stats();
+    ck_assert_int_eq(nwin, NWIN);
+    ck_assert_msg(fabs(got - log(2048.0)) < 0.5, "loss %g of an untrained model", got);
+    const size_t bound = before.live_bytes + ((size_t)96 << 20);
+    ck_assert_msg(after.peak_live_bytes <=
+                      (before.peak_live_bytes > bound ? before.peak_live_bytes : bound),
+                  "peak %zu MiB with %zu MiB live before", after.peak_live_bytes >> 20,
+                  before.live_bytes >> 20);
+    free(ids);
+    cg_charlm_free(m);
+}
+END_TEST
+
 /* Dropout acts in train mode only and is seeded. */
 START_TEST(test_charlm_dropout)
 {
@@ -1037,6 +1071,7 @@ static Suite *models_suite(void)
     tcase_add_test(tc, test_charlm_causal);
     tcase_add_test(tc, test_charlm_dropout);
     tcase_add_test(tc, test_charlm_full_loss_passes);
+    tcase_add_test(tc, test_charlm_full_loss_logits_bounded);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("seq2seq");

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/ops.h"
 #include "models/util/config_json.h"
 
 /* ---------------------------------------------------------------- config */
@@ -240,43 +241,41 @@ cg_tensor *cg_charlm_loss(cg_charlm *m, cg_tensor *logits, const int64_t *target
  * far above the training step's (issue 35). */
 #define FULL_LOSS_TOKENS 4096
 
-/* The logits [B,T,V] of B windows of T (a new reference), computed `per`
- * windows at a time. A row's logits do not depend on the other rows of its
- * pass (a window attends to itself only, the norms are per row, and a
- * product of more than 4 rows sums each element over k in one fixed order:
- * core/gemm.c), so the loss over the whole is the same bits as one pass. */
-static cg_tensor *windows_logits(cg_charlm *m, const int64_t *x, int64_t B, int64_t T, int64_t per)
+/* Windows per forward pass of an evaluation's loss: FULL_LOSS_TOKENS
+ * tokens, at least one window. */
+static int64_t pass_windows(int64_t T)
 {
-    if (B <= per)
-        return cg_charlm_forward(m, x, B, T);
-    cg_tensor *all = cg_empty(CG_SHAPE(B, T, m->cfg.vocab));
-    bool ok = all != NULL;
-    for (int64_t b0 = 0; ok && b0 < B; b0 += per) {
-        int64_t n = B - b0 < per ? B - b0 : per;
-        cg_tensor *part = cg_charlm_forward(m, x + b0 * T, n, T);
-        cg_tensor *dst = part ? cg_view_narrow(all, 0, b0, n) : NULL;
-        ok = dst && cg_copy_(dst, part);
-        cg_release_all(2, dst, part);
-    }
-    if (!ok) {
-        cg_release(all);
-        return NULL;
-    }
-    return all;
+    return FULL_LOSS_TOKENS / T > 1 ? FULL_LOSS_TOKENS / T : 1;
 }
 
 /* The mean loss of B windows x -> y of T, forwarded `per` windows at a
- * time. */
+ * time, each pass's logits summed into the loss (core/ops.h
+ * cg_k_cross_entropy_sum) and let go: one pass's [per T, V] logits alive at
+ * a time, never the B windows' (copied together they were 13 GB at GPT-2's
+ * vocabulary, T 1,024 and 64 windows). A row's logits do not depend on the
+ * other rows of its pass (a window attends to itself only, the norms are
+ * per row, and a product of more than 4 rows sums each element over k in
+ * one fixed order: core/gemm.c), and the rows' losses are summed in order,
+ * so the loss is the same bits as one pass's cg_charlm_loss. */
 static bool windows_loss(cg_charlm *m, const int64_t *x, const int64_t *y, int64_t B, int64_t T,
                          int64_t per, double *out)
 {
-    cg_tensor *logits = windows_logits(m, x, B, T, per);
-    cg_tensor *loss = cg_charlm_loss(m, logits, y);
-    cg_release(logits);
-    if (loss)
-        *out = cg_item(loss);
-    cg_release(loss);
-    return loss != NULL;
+    double total = 0;
+    int64_t kept = 0;
+    bool ok = true;
+    for (int64_t b0 = 0; ok && b0 < B; b0 += per) {
+        /* the rest at once when it would leave a pass of 4 rows or fewer */
+        const int64_t n = B - b0 - per < (4 + T) / T ? B - b0 : per;
+        cg_tensor *logits = cg_charlm_forward(m, x + b0 * T, n, T);
+        cg_tensor *rows =
+            logits ? cg_reshape(logits, 2, (const int64_t[]){n * T, m->cfg.vocab}) : NULL;
+        cg_tensor *t = rows ? cg_from_i64(1, (const int64_t[]){n * T}, y + b0 * T) : NULL;
+        ok = t && cg_k_cross_entropy_sum(rows, t, -100, 0.0f, &total, &kept);
+        cg_release_all(3, logits, rows, t);
+    }
+    if (ok)
+        *out = (float)(total / (double)kept); /* as cg_cross_entropy rounds its mean */
+    return ok;
 }
 
 bool cg_charlm_sampled_loss(cg_charlm *m, cg_split_view s, int64_t B, int64_t T, int n_batches,
@@ -298,7 +297,7 @@ bool cg_charlm_sampled_loss(cg_charlm *m, cg_split_view s, int64_t B, int64_t T,
             ok = false;
             break;
         }
-        ok = cg_get_batch(s, B, T, &gen, x, y) && windows_loss(m, x, y, B, T, B, &v);
+        ok = cg_get_batch(s, B, T, &gen, x, y) && windows_loss(m, x, y, B, T, pass_windows(T), &v);
         total += ok ? v : 0;
     }
     cg_no_grad_end();
@@ -314,7 +313,7 @@ bool cg_charlm_full_loss(cg_charlm *m, cg_split_view s, int64_t T, double *out, 
     const int64_t chunk = 64; /* windows per loss, as the reference's */
     /* windows per forward pass; a chunk is split only when T > 4096 / 64,
      * so every pass has more than 4 rows */
-    const int64_t per = FULL_LOSS_TOKENS / T > 1 ? FULL_LOSS_TOKENS / T : 1;
+    const int64_t per = pass_windows(T);
     int64_t n = (s.n - 1) / T;
     if (n < 1) {
         cg_set_error("the validation split (%lld characters) is shorter than one window of %lld+1",
