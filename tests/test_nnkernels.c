@@ -1,6 +1,7 @@
 /* Suite "nnkernels": softmax / log_softmax, cross-entropy, layer norm,
  * RMS norm and dropout kernels (core/softmax.c, core/loss.c, core/norm.c). */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -666,6 +667,104 @@ START_TEST(test_ce_grad_in_forward)
         free(t);
         cg_release(x);
     }
+}
+END_TEST
+
+/* GPT-2's head at a batch past 2^31 logits: 42,731 rows (42 windows of
+ * 1,024 and a bit) by 50,257 ids, the fused head in the zoo's chunks of 256
+ * rows and the plain cross-entropy over the whole [N, V], against double
+ * sums. Rows repeat 7 patterns of h, so the reference needs 7 rows of
+ * logits; targets differ per row. The last row's logits start past element
+ * 2^31: an index kept in 32 bits would read another row. 8.6 GB of logits
+ * for the plain one: run only with CG_BIG_TESTS=1 (docs/robustness.md,
+ * round seventeen). */
+START_TEST(test_ce_past_2_31)
+{
+    if (!getenv("CG_BIG_TESTS") || strcmp(getenv("CG_BIG_TESTS"), "1")) {
+        printf("test_ce_past_2_31: skipped (CG_BIG_TESTS=1 runs it: 9 GB)\n");
+        return;
+    }
+    enum { D = 4, P = 7 };
+    const int64_t N = 42731, V = 50257;
+    ck_assert(N * V > ((int64_t)1 << 31) && (N - 1) * V > ((int64_t)1 << 31) - V);
+    cg_rng rng = cg_rng_new(17);
+    cg_tensor *base = cg_randn(&rng, CG_SHAPE(P, D)), *w = cg_randn(&rng, CG_SHAPE(V, D));
+    cg_tensor *h = cg_empty(CG_SHAPE(N, D)), *t = cg_empty_dtype(CG_I64, CG_SHAPE(N));
+    const float *bp = cg_data(base), *wp = cg_data(w);
+    int64_t *tp = cg_data_i64(t);
+    for (int64_t r = 0; r < N; r++) {
+        memcpy(cg_data(h) + r * D, bp + (r % P) * D, D * sizeof(float));
+        tp[r] = (r * 7919) % V;
+    }
+    /* the reference: each pattern's log-sum-exp in double */
+    double lse[P], want = 0;
+    for (int k = 0; k < P; k++) {
+        double mx = -INFINITY, s = 0;
+        for (int64_t j = 0; j < V; j++) {
+            double z = 0;
+            for (int q = 0; q < D; q++)
+                z += (double)bp[k * D + q] * wp[j * D + q];
+            mx = z > mx ? z : mx;
+        }
+        for (int64_t j = 0; j < V; j++) {
+            double z = 0;
+            for (int q = 0; q < D; q++)
+                z += (double)bp[k * D + q] * wp[j * D + q];
+            s += exp(z - mx);
+        }
+        lse[k] = mx + log(s);
+    }
+    for (int64_t r = 0; r < N; r++) {
+        double z = 0;
+        for (int q = 0; q < D; q++)
+            z += (double)bp[(r % P) * D + q] * wp[tp[r] * D + q];
+        want += lse[r % P] - z;
+    }
+    want /= (double)N;
+    cg_tensor *dh = NULL;
+    cg_tensor *fused =
+        cg_k_linear_cross_entropy(h, w, NULL, t, -100, 0.0f, 256, 1.0f, &dh, NULL, NULL);
+    ck_assert_msg(fused && dh, "%s", cg_last_error());
+    ck_assert_msg(fabs(cg_item(fused) - want) < 1e-5 * fabs(want), "fused %.9g, want %.9g",
+                  cg_item(fused), want);
+    /* the last row's gradient: (softmax(z) w - w[t]) / N */
+    const int64_t r = N - 1;
+    double g[D] = {0};
+    for (int64_t j = 0; j < V; j++) {
+        double z = 0;
+        for (int q = 0; q < D; q++)
+            z += (double)bp[(r % P) * D + q] * wp[j * D + q];
+        for (int q = 0; q < D; q++)
+            g[q] += exp(z - lse[r % P]) * wp[j * D + q];
+    }
+    for (int q = 0; q < D; q++) {
+        const double e = (g[q] - wp[tp[r] * D + q]) / (double)N;
+        ck_assert_msg(fabs(cg_data(dh)[r * D + q] - e) < 1e-4 * fabs(e) + 1e-12,
+                      "dh[%lld][%d] %.9g, want %.9g", (long long)r, q, cg_data(dh)[r * D + q], e);
+    }
+    /* the plain cross-entropy over all 2^31+ logits, whole and in passes */
+    cg_tensor *logits = cg_empty(CG_SHAPE(N, V));
+    ck_assert_msg(logits, "%s", cg_last_error());
+    float *lp = cg_data(logits);
+    for (int64_t i = 0; i < P; i++)
+        for (int64_t j = 0; j < V; j++) {
+            float z = 0;
+            for (int q = 0; q < D; q++)
+                z += bp[i * D + q] * wp[j * D + q];
+            lp[i * V + j] = z;
+        }
+    for (int64_t i = P; i < N; i++)
+        memcpy(lp + i * V, lp + (i % P) * V, (size_t)V * sizeof(float));
+    cg_tensor *plain = cg_k_cross_entropy(logits, t, -100, 0.0f, NULL, NULL);
+    ck_assert_msg(plain, "%s", cg_last_error());
+    ck_assert_msg(fabs(cg_item(plain) - want) < 1e-5 * fabs(want), "plain %.9g, want %.9g",
+                  cg_item(plain), want);
+    double total = 0;
+    int64_t kept = 0;
+    ck_assert(cg_k_cross_entropy_sum(logits, t, -100, 0.0f, &total, &kept));
+    ck_assert_int_eq(kept, N);
+    ck_assert_float_eq((float)(total / (double)kept), cg_item(plain));
+    cg_release_all(8, base, w, h, t, fused, dh, logits, plain);
 }
 END_TEST
 
@@ -1551,6 +1650,7 @@ static Suite *nnkernels_suite(void)
     tcase_add_loop_test(tc, test_ce_grad_in_forward, 0, 2);
     tcase_add_loop_test(tc, test_ce_exp_range, 0, 2);
     tcase_add_test(tc, test_ce_errors);
+    tcase_add_test(tc, test_ce_past_2_31);
     suite_add_tcase(s, tc);
     tc = tcase_create("norm");
     tcase_set_timeout(tc, 60);
