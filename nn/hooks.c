@@ -135,12 +135,15 @@ cg_tensor *cg_module_call(cg_module *m, cg_forward_fn fn, int n_in, cg_tensor *c
         cg_debug_report("forward: module %s was already freed (by cg_module_free)", m->type);
         return NULL;
     }
-    if (!m->hooks || m->hooks->n == 0)
-        return fn(m, in, args);
-    if (n_in < 0 || n_in > CG_MAX_FORWARD_INPUTS) {
-        cg_set_error("%s: %d forward inputs (at most %d)", m->type, n_in, CG_MAX_FORWARD_INPUTS);
+    /* checked with or without hooks: a module must not fail only once a
+     * hook (a LoRA adapter, a user's) is added */
+    if (n_in < 0 || n_in > CG_MAX_FORWARD_INPUTS || (n_in > 0 && !in)) {
+        cg_set_error("%s: %d forward inputs%s (at most %d)", m->type, n_in,
+                     n_in > 0 && !in ? " given as NULL" : "", CG_MAX_FORWARD_INPUTS);
         return NULL;
     }
+    if (!m->hooks || m->hooks->n == 0)
+        return fn(m, in, args);
     /* The hooks may replace inputs and output: hold a reference to each. */
     cg_tensor *x[CG_MAX_FORWARD_INPUTS] = {0};
     for (int i = 0; i < n_in; i++)

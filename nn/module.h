@@ -307,7 +307,8 @@ void *cg_module_find_hook(const cg_module *m, const void *fn);
 #define CG_MAX_FORWARD_INPUTS 8
 /* Run fn(m, in, args) with m's hooks around it: the one dispatch point of
  * every module forward. Without hooks it is the plain call. n_in <=
- * CG_MAX_FORWARD_INPUTS. */
+ * CG_MAX_FORWARD_INPUTS, with or without hooks (more is refused: NULL +
+ * error naming the module's type). */
 cg_tensor *cg_module_call(cg_module *m, cg_forward_fn fn, int n_in, cg_tensor *const *in,
                           void *args);
 /* Removes every hook of m (cg_module_free calls it). */
