@@ -215,7 +215,11 @@ bool cg_record_failed(const cg_node *n, int n_inputs, cg_tensor *const *inputs);
  *      ctx_free for anything else);
  *   3. my_backward(node, g, gin): g has the output's shape; set gin[i] (a
  *      new tensor, the input's shape or broadcast to the output's) where
- *      cg_node_needs_grad(node, i); on failure cg_set_error and return false;
+ *      cg_node_needs_grad(node, i); on failure cg_set_error and return false.
+ *      A gradient is a float tensor of any float dtype (the engine rounds it
+ *      to the input's; an int or bool one is refused, naming the op);
+ *      compute it with raw kernels (cg_k_*) or under cg_no_grad_begin():
+ *      grad mode is as the caller of cg_backward left it;
  *   4. test it with cg_gradcheck (autograd/gradcheck.h).
  *
  * The name (copied) appears in every message about the node: errors in its

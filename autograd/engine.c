@@ -265,9 +265,17 @@ int64_t cg_graph_size(const cg_tensor *t)
 }
 
 /* -------------------------------------------------------- accumulation */
-/* Reduce g to shape (ndim, shape) if it is a broadcast of it. */
+/* Reduce g to shape (ndim, shape) if it is a broadcast of it; g (consumed)
+ * must be a float tensor. NULL + error otherwise. */
 static cg_tensor *fit_to_shape(cg_node *n, int idx, cg_tensor *g, const cg_tensor *input)
 {
+    if (!cg_dtype_is_float(g->dtype)) { /* rounding it to the input's dtype would hide it */
+        cg_set_error("backward of %s: gradient %d is %s; a gradient must be a float tensor "
+                     "(float32, bfloat16 or float16)",
+                     cg_node_name(n), idx, cg_dtype_name(g->dtype));
+        cg_release(g);
+        return NULL;
+    }
     if (g->ndim == input->ndim && cg_same_shape(g, input))
         return g;
     int64_t bshape[CG_MAX_DIMS];
