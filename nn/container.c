@@ -14,7 +14,9 @@ cg_tensor *cg_module_forward(cg_module *m, cg_tensor *x)
     if (!cg_module_live(m, "forward"))
         return NULL;
     if (!m->forward) {
-        cg_set_error("%s: no one-tensor forward (call its own forward function)", m->type);
+        cg_set_error("%s: no one-tensor forward (call its own forward function; a module of "
+                     "your own that maps one tensor to one sets base.forward)",
+                     m->type);
         return NULL;
     }
     return cg_module_call(m, m->forward, 1, &x, NULL);
@@ -52,7 +54,9 @@ cg_module *cg_sequential(int n, ...)
     for (int i = 0; i < n; i++) {
         cg_module *c = va_arg(ap, void *);
         if (ok && c && !c->forward) {
-            cg_set_error("Sequential: module %d (%s) has no one-tensor forward", i, c->type);
+            cg_set_error("Sequential: module %d (%s) has no one-tensor forward (a module of your "
+                         "own sets base.forward)",
+                         i, c->type);
             ok = false;
         }
         if (!ok || !c || !cg_module_append(s, c)) { /* take what is left */
