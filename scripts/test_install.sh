@@ -185,6 +185,21 @@ for src in "$work/readme_example.c" "$work/own_module.c" "$work/api_kv_cache.c" 
   echo "test_install: $name ok (shared and static): $(tail -n 1 "$work/$name.shared.out")"
 done
 
+# The extension suite (tests/test_extend.c): an op with its backward, a
+# module with buffers, an optimizer and a schedule of a user's, written with
+# "cgrad.h" alone, built here with the installed headers and Check
+# (pkg-config's check, which the tests need anyway) and run in both modes.
+cp "$root/tests/test_extend.c" "$work/test_extend.c"
+(cd "$work" && $cc -std=c11 -O2 -Wall -Wextra -Werror -o test_extend test_extend.c \
+    $(pkgconf --cflags --libs cgrad) $(pkg-config --cflags --libs check) -lpthread) ||
+  { echo "test_install: tests/test_extend.c does not build against the installed headers" >&2; exit 1; }
+for debug in 0 1; do
+  (cd "$work" && CK_FORK=no CG_DEBUG=$debug LD_LIBRARY_PATH=$libdir ./test_extend) \
+    > "$work/test_extend.out" 2>&1 ||
+    { echo "test_install: test_extend (CG_DEBUG=$debug) failed" >&2; cat "$work/test_extend.out" >&2; exit 1; }
+done
+echo "test_install: test_extend ok (the installed headers alone): $(tail -n 1 "$work/test_extend.out")"
+
 [ "$(cat "$work/version_check.shared.out")" = "$(pkgconf --modversion cgrad)" ] ||
   { echo "test_install: core/version.h says $(cat "$work/version_check.shared.out"), cgrad.pc $(pkgconf --modversion cgrad)" >&2; exit 1; }
 
