@@ -6,7 +6,9 @@
  * cg_attn_tile_rows); it walks the keys in blocks of KB with an online
  * softmax (a running maximum m and sum l per row: a new block with a
  * larger maximum rescales the sum and the output rows by exp(m_old -
- * m_new)) and keeps only each row's log-sum-exp, lse = m + log(l). When a tile's keys fit in
+ * m_new)) and keeps only each row's log-sum-exp, lse = m + log(l), as two
+ * floats (cg_attn_row_lse: rounded, and the rest, which the weights
+ * recomputed over several key blocks need at large scores). When a tile's keys fit in
  * one block (every row at T <= KB) this is the plain softmax: the
  * probabilities are normalised before the product with v, exactly as
  * before tiling.
@@ -145,7 +147,7 @@ void cg_attn_mm(cg_gemm_path path, int64_t m, int64_t n, int64_t k, const void *
 }
 
 /* One query tile [i0, i1) of one (batch, head): out rows and (unless
- * keep) lse; kmask: the batch's key masks (key_masks) or NULL. S is a QB x
+ * keep) the log-sum-exps, lse and lse_lo (cg_attn_row_lse); kmask: the batch's key masks (key_masks) or NULL. S is a QB x
  * ld scratch, ld = min(Tk, KB), or (keep) the tile's rows of the kept
  * weights, ld = Tk, whose rows are then completed with zeros to Tk. Pbf
  * (keep in bf16; else NULL): the tile's rows of the kept weights in bf16,
@@ -155,7 +157,7 @@ void cg_attn_mm(cg_gemm_path path, int64_t m, int64_t n, int64_t k, const void *
 static void fwd_tile(cg_gemm_path path, const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
                      const cg_tensor *out, int64_t b, int64_t h, int64_t i0, int64_t i1,
                      bool causal, const int32_t *kmask, float scale, float *S, int64_t ld,
-                     bool keep, float *lse, uint16_t *Pbf)
+                     bool keep, float *lse, float *lse_lo, uint16_t *Pbf)
 {
     const int64_t Tk = k->shape[2], dh = q->shape[3];
     const head_op qa = head_at(q, b, h), ka = head_at(k, b, h), va = head_at(v, b, h);
@@ -187,7 +189,7 @@ static void fwd_tile(cg_gemm_path path, const cg_tensor *q, const cg_tensor *k, 
         }
         for (int64_t i = i0; i < i1 && !Pbf; i++)
             cg_attn_softmax_row(S + (i - i0) * ld, key_end(causal, i, Tk), keep ? Tk : kn, scale,
-                                kmask, keep ? NULL : lse + i);
+                                kmask, keep ? NULL : lse + i, keep ? NULL : lse_lo + i);
         cg_attn_mm(path, rows, dh, kn, Pbf ? (const void *)Pbf : S, Pbf != NULL, Pbf ? Tk : ld, 1,
                    va.p, va.bf, v->strides[2], v->strides[3], 0.0f, op, ors, ocs);
         return;
@@ -222,7 +224,7 @@ static void fwd_tile(cg_gemm_path path, const cg_tensor *q, const cg_tensor *k, 
         double inv = 1.0 / l[r]; /* every key masked: 0 * inf = NaN, as PyTorch */
         for (int64_t c = 0; c < dh; c++)
             op[r * ors + c * ocs] = (float)(op[r * ors + c * ocs] * inv);
-        lse[i0 + r] = cg_attn_row_lse(m[r], l[r]);
+        lse[i0 + r] = cg_attn_row_lse(m[r], l[r], &lse_lo[i0 + r]);
     }
 }
 
@@ -244,7 +246,7 @@ static void weights_heads(int64_t bh0, int64_t bh1, int thread, const void *ctx)
                        Tk, 1);
             for (int64_t i = i0; i < i1; i++)
                 cg_attn_prob_row(S + i * Tk, key_end(j->causal, i, Tk), Tk, j->scale, kpad,
-                                 j->lse[bh * Tq + i]);
+                                 j->lse[bh * 2 * Tq + i]);
         }
     }
 }
@@ -357,13 +359,14 @@ typedef struct {
     bool causal;
     float scale;
     const int32_t *kmask;
-    float *lse;
+    float *lse, *lse_lo;
 } fwd_rows_ctx;
 /* fwd_tile's row: the softmax over the tile's kn keys, with its lse */
 static void fwd_row(void *c, int64_t i, float *s, int64_t kn)
 {
     const fwd_rows_ctx *x = c;
-    cg_attn_softmax_row(s, key_end(x->causal, i, x->Tk), kn, x->scale, x->kmask, x->lse + i);
+    cg_attn_softmax_row(s, key_end(x->causal, i, x->Tk), kn, x->scale, x->kmask, x->lse + i,
+                        x->lse_lo + i);
 }
 
 /* fwd_amx's tiles, in the thread's workspace (which keeps the head it
@@ -377,8 +380,12 @@ static void fwd_amx_tiles(int64_t t0, int64_t t1, int thread, const void *ctx)
         const int64_t bh = it / j->nqb, i0 = it % j->nqb * j->qb, i1 = min64(i0 + j->qb, Tq);
         const int64_t b = bh / H, h = bh % H;
         const cg_attn_amx_head hd = cg_attn_amx_head_of(j->q, j->k, j->v, b, h);
-        fwd_rows_ctx rows = {Tk, j->causal, j->scale, j->kmask ? j->kmask + b * Tk : NULL,
-                             j->lse_out + bh * Tq};
+        fwd_rows_ctx rows = {Tk,
+                             j->causal,
+                             j->scale,
+                             j->kmask ? j->kmask + b * Tk : NULL,
+                             j->lse_out + bh * 2 * Tq,
+                             j->lse_out + bh * 2 * Tq + Tq};
         cg_attn_amx_fwd_head(w, bh, &hd);
         cg_attn_amx_fwd_rows(w, &hd, i0, i1, key_end(j->causal, i1 - 1, Tk), fwd_row, &rows,
                              at4(j->out, b, h) + i0 * j->out->strides[2], j->out->strides[2]);
@@ -451,7 +458,8 @@ static void fwd_tiles(int64_t t0, int64_t t1, int thread, const void *ctx)
                         : (float *)j->scratch + (int64_t)thread * (int64_t)j->each;
         fwd_tile(j->path, j->q, j->k, j->v, j->out, b, bh % H, i0, min64(i0 + j->qb, Tq), j->causal,
                  j->kmask ? j->kmask + b * Tk : NULL, j->scale, S, ld, j->keep,
-                 j->keep ? NULL : j->lse_out + bh * Tq,
+                 j->keep ? NULL : j->lse_out + bh * 2 * Tq,
+                 j->keep ? NULL : j->lse_out + bh * 2 * Tq + Tq,
                  j->P16 ? j->P16 + (bh * Tq + i0) * Tk : NULL);
         if (j->out16) { /* the tile's rows of the output, final and in cache */
             const float *op = at4(j->out, b, bh % H) + i0 * j->out->strides[2];
@@ -478,7 +486,7 @@ static cg_tensor *attention_fwd(const cg_tensor *q, const cg_tensor *k, const cg
     cg_tensor *out = cg_attn_heads_out(B, H, Tq, dh, false);
     /* the log-sum-exps, unless the weights are kept (the backward and
      * the weights then need none) */
-    cg_tensor *lse = keep ? NULL : cg_empty(CG_SHAPE(B, H, Tq));
+    cg_tensor *lse = keep ? NULL : cg_empty(CG_SHAPE(B, H, 2 * Tq));
     cg_tensor *P = keep ? cg_empty_dtype(pbf ? CG_BF16 : CG_F32, CG_SHAPE(B, H, Tq, Tk)) : NULL;
     if (!out || (!keep && !lse) || (keep && !P)) {
         cg_release_all(3, out, lse, P);

@@ -35,7 +35,7 @@ static void bwd_amx_heads(int64_t bh0, int64_t bh1, int thread, const void *ctx)
     for (int64_t bh = bh0; bh < bh1; bh++) {
         const int64_t b = bh / H, h = bh % H;
         const cg_attn_amx_head hd = cg_attn_amx_head_of(j->q, j->k, j->v, b, h);
-        bwd_rows_ctx rows = {j->lse + bh * Tq, j->key_pad ? j->key_pad + b * Tk : NULL, Tk,
+        bwd_rows_ctx rows = {j->lse + bh * 2 * Tq, j->key_pad ? j->key_pad + b * Tk : NULL, Tk,
                              j->causal, j->scale};
         cg_attn_amx_bwd_head((char *)j->scratch + (size_t)thread * j->each, &hd, at4(g, b, h),
                              g->strides[2], j->qb, j->causal ? QB : 0, bwd_row, &rows,
@@ -176,7 +176,7 @@ static void bwd_head(cg_gemm_path path, const cg_tensor *q, const cg_tensor *k, 
                     cg_attn_dsoft_row(pr, dr, ke, kz, cg_attn_dot(pr, dr, ke), scale);
                 } else {
                     cg_attn_prob_dsoft_row(P + (i - i0) * ld, dr, ke, kz, scale,
-                                           kpad ? kpad + j0 : NULL, lse[i], Dl[i]);
+                                           kpad ? kpad + j0 : NULL, lse[i], lse[Tq + i], Dl[i]);
                 }
                 if (rows16) /* this row's copy, as the tile's pass below makes it */
                     cg_bf16_round_run(kz, dr, dbf + (i - is) * ld);
@@ -256,7 +256,7 @@ static void bwd_heads(int64_t bh0, int64_t bh1, int thread, const void *ctx)
         bwd_head(j->path, j->q, j->k, j->v, j->out,
                  j->keep ? (head_op){from(j->saved, bh * Tq * Tk), j->saved.bf}
                          : (head_op){NULL, false},
-                 j->keep ? NULL : (const float *)j->saved.p + bh * Tq, j->g, j->g16, j->causal,
+                 j->keep ? NULL : (const float *)j->saved.p + bh * 2 * Tq, j->g, j->g16, j->causal,
                  j->key_pad ? j->key_pad + b * Tk : NULL, b, bh % H, j->gq, j->gk, j->gv, w, w + np,
                  kb, w + np + Tq * kb, j->qb, j->bf16 ? (uint16_t *)(w + np + Tq * kb + Tq) : NULL);
     }
@@ -269,7 +269,8 @@ static bool attention_bwd(const cg_tensor *q, const cg_tensor *k, const cg_tenso
 {
     const int64_t B = q->shape[0], H = q->shape[1], Tq = q->shape[2], dh = q->shape[3];
     const int64_t Tk = k->shape[2];
-    const bool kept = saved->ndim == 4; /* saved: the weights [B,H,Tq,Tk], else lse [B,H,Tq] */
+    /* saved: the weights [B,H,Tq,Tk], else the log-sum-exps [B,H,2 Tq] */
+    const bool kept = saved->ndim == 4;
     /* the weights in float32 or bfloat16, the log-sum-exps in float32 */
     if (!(saved->dtype == CG_F32 || (kept && saved->dtype == CG_BF16))) {
         cg_set_error("attention backward: saved state is %s, expected float32%s",
@@ -277,7 +278,7 @@ static bool attention_bwd(const cg_tensor *q, const cg_tensor *k, const cg_tenso
         return false;
     }
     if (!cg_same_shape(g, q) || (out && !cg_same_shape(out, q)) || saved->ndim != (kept ? 4 : 3) ||
-        saved->shape[0] != B || saved->shape[1] != H || saved->shape[2] != Tq ||
+        saved->shape[0] != B || saved->shape[1] != H || saved->shape[2] != (kept ? Tq : 2 * Tq) ||
         (kept && (saved->shape[3] != Tk || Tk > PKEEP)) || !cg_is_contiguous(saved)) {
         char a[96], b[96], c[96];
         cg_set_error("attention backward: gradient %s, output %s or saved state %s do not "

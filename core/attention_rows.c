@@ -123,9 +123,10 @@ EW_CLONES static double exp_sum(float *s, int64_t ke, float mx, float mn)
 }
 
 /* One row of scaled, masked softmax in place over s[0, ke); s[ke, Tk) = 0.
- * *lse (unless NULL: kept weights need none) gets the row's log-sum-exp. */
+ * *lse and *lse_lo (unless lse is NULL: kept weights need none) get the
+ * row's log-sum-exp. */
 EW_CLONES void cg_attn_softmax_row(float *s, int64_t ke, int64_t Tk, float scale,
-                                   const int32_t *kmask, float *lse)
+                                   const int32_t *kmask, float *lse, float *lse_lo)
 {
     float mn, mx = scale_mask_max(s, ke, scale, kmask, &mn);
     double sum = exp_sum(s, ke, mx, mn);
@@ -137,7 +138,7 @@ EW_CLONES void cg_attn_softmax_row(float *s, int64_t ke, int64_t Tk, float scale
     for (j = ke; j < Tk; j++)
         s[j] = 0.0f;
     if (lse)
-        *lse = cg_attn_row_lse(mx, sum);
+        *lse = cg_attn_row_lse(mx, sum, lse_lo);
 }
 
 /* One row of one key block in the online softmax: s[0, ke) becomes
@@ -239,15 +240,16 @@ EW_CLONES void cg_attn_prob_row(float *s, int64_t ke, int64_t kz, float scale, c
         s[j] = 0.0f;
 }
 
-/* cg_attn_prob_row and cg_attn_dsoft_row in one pass: p = exp(s / scale - lse) into s,
- * d = p (d - D) / scale, over [0, ke); both zero over [ke, kz). */
+/* cg_attn_prob_row and cg_attn_dsoft_row in one pass: p = exp((s / scale -
+ * lse) - lse_lo) into s, d = p (d - D) / scale, over [0, ke); both zero
+ * over [ke, kz). */
 EW_CLONES void cg_attn_prob_dsoft_row(float *s, float *d, int64_t ke, int64_t kz, float scale,
-                                      const uint8_t *kpad, float lse, float D)
+                                      const uint8_t *kpad, float lse, float lse_lo, float D)
 {
     int64_t j;
     if (kpad)
         for (j = 0; j < ke; j++) {
-            float p = ew_expf(bsel(M(kpad[j] != 0), -INFINITY, s[j] / scale) - lse);
+            float p = ew_expf(bsel(M(kpad[j] != 0), -INFINITY, s[j] / scale) - lse - lse_lo);
             s[j] = p;
             d[j] = p * (d[j] - D) / scale;
         }
@@ -256,13 +258,13 @@ EW_CLONES void cg_attn_prob_dsoft_row(float *s, float *d, int64_t ke, int64_t kz
             v16f v, g;
             memcpy(&v, s + j, sizeof v);
             memcpy(&g, d + j, sizeof g);
-            v = ew_expf16(v / scale - lse);
+            v = ew_expf16(v / scale - lse - lse_lo);
             g = v * (g - D) / scale;
             memcpy(s + j, &v, sizeof v);
             memcpy(d + j, &g, sizeof g);
         }
         if (j < ke) { /* the last partial block: the same operations in 16 lanes */
-            v16f v = ew_expf16(load_part16(s + j, ke - j, 0.0f) / scale - lse);
+            v16f v = ew_expf16(load_part16(s + j, ke - j, 0.0f) / scale - lse - lse_lo);
             v16f g = v * (load_part16(d + j, ke - j, 0.0f) - D) / scale;
             store_part16(s + j, ke - j, v);
             store_part16(d + j, ke - j, g);

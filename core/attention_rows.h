@@ -12,17 +12,26 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* The log-sum-exp of a row from its maximum and sum; NaN when every key
- * was masked (the row's output is NaN then, as PyTorch's). */
-static inline float cg_attn_row_lse(float mx, double sum)
+/* The log-sum-exp of a row from its maximum and sum, as two floats: the
+ * value rounded (returned) and the rest (*lo; 0 unless both are finite),
+ * hi + lo the log-sum-exp to about 2^-48 of itself. Rounded alone it is
+ * off by up to half an ulp of |lse| (5e-4 at scores of 1e4), which the
+ * weights exp(s - lse) recomputed over several key blocks would carry as
+ * a relative error (they cannot be divided by their sum block by block):
+ * exp((s - hi) - lo), where s - hi is exact for the largest scores. NaN
+ * when every key was masked (the row's output is NaN then, as PyTorch's). */
+static inline float cg_attn_row_lse(float mx, double sum, float *lo)
 {
-    return sum > 0.0 ? (float)((double)mx + log(sum)) : NAN;
+    const double l = sum > 0.0 ? (double)mx + log(sum) : NAN;
+    const float hi = (float)l;
+    *lo = isfinite(hi) ? (float)(l - (double)hi) : 0.0f;
+    return hi;
 }
 
-/* The softmax of s[0, ke) in place, s[ke, Tk) = 0; *lse (unless NULL)
- * the row's log-sum-exp. */
+/* The softmax of s[0, ke) in place, s[ke, Tk) = 0; *lse and *lse_lo
+ * (unless lse is NULL) the row's log-sum-exp (cg_attn_row_lse). */
 void cg_attn_softmax_row(float *s, int64_t ke, int64_t Tk, float scale, const int32_t *kmask,
-                         float *lse);
+                         float *lse, float *lse_lo);
 /* One key block of the online softmax: s[0, ke) = exp(s / scale - m_new),
  * the running maximum *m and sum *l updated; returns exp(m_old - m_new),
  * the factor for the row's earlier output. */
@@ -32,11 +41,12 @@ float cg_attn_online_row(float *s, int64_t ke, int64_t kz, float scale, const in
  * by their sum (lse is rounded to float: the row sums to 1 again). */
 void cg_attn_prob_row(float *s, int64_t ke, int64_t kz, float scale, const uint8_t *kpad,
                       float lse);
-/* For one key block of several: s[j] = exp(s[j] / scale - lse), not
- * divided by the block's sum as cg_attn_prob_row divides, and
- * cg_attn_dsoft_row with the given D (dP in d), in one pass. */
+/* For one key block of several: s[j] = exp((s[j] / scale - lse) -
+ * lse_lo) (the log-sum-exp as cg_attn_row_lse's two floats), not divided
+ * by the block's sum as cg_attn_prob_row divides, and cg_attn_dsoft_row
+ * with the given D (dP in d), in one pass. */
 void cg_attn_prob_dsoft_row(float *s, float *d, int64_t ke, int64_t kz, float scale,
-                            const uint8_t *kpad, float lse, float D);
+                            const uint8_t *kpad, float lse, float lse_lo, float D);
 /* <a, b> over [0, n), in 8 double lanes (element j in lane j % 8). */
 float cg_attn_dot(const float *a, const float *b, int64_t n);
 /* A row of weights kept in bf16 (their 16-bit patterns), widened to f. */

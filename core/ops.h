@@ -536,7 +536,9 @@ bool cg_k_linear_dropout_backward(const cg_tensor *x, const cg_tensor *w, const 
  * up to 128, where recomputing costs about what reading them back did),
  * in bf16 precision rounded to bf16
  * (the product with v reads them so), else each row's log-sum-exp of the
- * scaled, masked scores [B,H,Tq] (NaN for a row with every key masked);
+ * scaled, masked scores as two floats, rounded and the rest, [B,H,2 Tq]
+ * (head (b, h)'s Tq rounded values, then their Tq rests; NaN for a row
+ * with every key masked);
  * contiguous either way. *weights (if not NULL) gets the softmax
  * weights [B,H,Tq,Tk] (float32, contiguous, exact zeros where masked;
  * where bf16 keeps them, their rounded values), computed only when asked
