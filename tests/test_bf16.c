@@ -1366,9 +1366,7 @@ static void cache_run(size_t limit, float *losses, float *wts, uint64_t *packs)
     cg_weight_cache_limit((size_t)1 << 30);
 }
 
-/* Lowering the weight cache's limit frees the copies beyond it at once,
- * the oldest first: they stayed (and were read) until their weights were
- * written or freed, so a limit of 0 kept the copies already made. */
+/* l's forward without a graph, its output let go */
 static void forward_nograd(cg_linear *l, cg_tensor *x)
 {
     cg_no_grad_begin();
@@ -1378,6 +1376,9 @@ static void forward_nograd(cg_linear *l, cg_tensor *x)
     cg_release(y);
 }
 
+/* Lowering the weight cache's limit frees the copies beyond it at once,
+ * the oldest first: they stayed (and were read) until their weights were
+ * written or freed, so a limit of 0 kept the copies already made. */
 START_TEST(test_weight_cache_limit_lowered)
 {
     cg_rng rng = cg_rng_new(43);
@@ -1492,6 +1493,21 @@ START_TEST(test_linear_packed_f32)
     }
     ck_assert_ptr_null(cg_f32_packed_new(0, 3, (float[]){1}, 3, 1));
     cg_f32_packed_free(NULL);
+    /* nn's layers without a graph read it (one pack, then hits), with it not */
+    cg_linear *l = cg_linear_new(40, 24, true, &rng);
+    cg_tensor *x = cg_randn(&rng, CG_SHAPE(16, 40));
+    const cg_cache_stats s0 = cg_weight_cache_stats();
+    cg_tensor *yg = cg_linear_forward(l, x);
+    const cg_cache_stats s1 = cg_weight_cache_stats();
+    forward_nograd(l, x);
+    forward_nograd(l, x);
+    const cg_cache_stats s2 = cg_weight_cache_stats();
+    const bool usable = cg_f32_packed_usable();
+    ck_assert(yg && s1.packs == s0.packs && s1.hits == s0.hits);
+    ck_assert_uint_eq(s2.packs - s1.packs, usable ? 1 : 0);
+    ck_assert_uint_eq(s2.hits - s1.hits, usable ? 1 : 0);
+    cg_release_all(2, yg, x);
+    cg_module_free(CG_MODULE(l));
 }
 END_TEST
 
