@@ -3,7 +3,9 @@
 #include "core/parse.h"
 
 #include <errno.h>
+#include <locale.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,6 +57,53 @@ bool cg_parse_u64(const char *what, const char *s, uint64_t *out)
     return true;
 }
 
+/* ------------------------------------------------- numbers without a locale */
+
+static locale_t g_c_locale; /* (locale_t)0: newlocale failed, the caller's locale is used */
+static pthread_once_t g_c_locale_once = PTHREAD_ONCE_INIT;
+static void make_c_locale(void) { g_c_locale = newlocale(LC_ALL_MASK, "C", (locale_t)0); }
+
+/* The "C" locale made the calling thread's (uselocale); the previous one
+ * is returned for back_locale. */
+static locale_t to_c_locale(void)
+{
+    pthread_once(&g_c_locale_once, make_c_locale);
+    return g_c_locale ? uselocale(g_c_locale) : (locale_t)0;
+}
+
+static void back_locale(locale_t old)
+{
+    int e = errno;
+    if (old)
+        uselocale(old);
+    errno = e;
+}
+
+double cg_strtod_c(const char *s, char **end)
+{
+    locale_t old = to_c_locale();
+    double v = strtod(s, end);
+    back_locale(old);
+    return v;
+}
+
+int cg_vsnprintf_c(char *buf, size_t n, const char *fmt, va_list ap)
+{
+    locale_t old = to_c_locale();
+    int k = vsnprintf(buf, n, fmt, ap);
+    back_locale(old);
+    return k;
+}
+
+int cg_snprintf_c(char *buf, size_t n, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int k = cg_vsnprintf_c(buf, n, fmt, ap);
+    va_end(ap);
+    return k;
+}
+
 bool cg_parse_f64(const char *what, const char *s, double lo, double hi, double *out)
 {
     if (!s || !*s || is_space(*s)) {
@@ -63,7 +112,7 @@ bool cg_parse_f64(const char *what, const char *s, double lo, double hi, double 
     }
     char *end = NULL;
     errno = 0;
-    double v = strtod(s, &end);
+    double v = cg_strtod_c(s, &end);
     if (*end != '\0') {
         cg_set_error("%s: '%s' is not a number", what, s);
         return false;

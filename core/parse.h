@@ -8,7 +8,9 @@
 #ifndef CG_PARSE_H
 #define CG_PARSE_H
 
+#include <stdarg.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -23,6 +25,17 @@ bool cg_parse_u64(const char *what, const char *s, uint64_t *out);
 bool cg_parse_f64(const char *what, const char *s, double lo, double hi, double *out);
 /* true/false, 1/0, yes/no, on/off (any case). */
 bool cg_parse_bool(const char *what, const char *s, bool *out);
+
+/* strtod and snprintf as in the "C" locale, whatever locale the process
+ * (a host program's setlocale(LC_ALL, "")) or the calling thread has: a
+ * decimal point, never a comma, so that numbers cgrad writes into files,
+ * metadata and JSON read back under any locale. cg_parse_f64 reads with
+ * cg_strtod_c; the optimizer state, cg_train_state and the zoo's JSON write
+ * with cg_snprintf_c. errno is strtod's / vsnprintf's. */
+double cg_strtod_c(const char *s, char **end);
+int cg_snprintf_c(char *buf, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int cg_vsnprintf_c(char *buf, size_t n, const char *fmt, va_list ap)
+    __attribute__((format(printf, 3, 0)));
 
 /* The environment variables cgrad reads, each with its kind and range in
  * one table (core/parse.c): CG_MALLOC_DEFAULT, CG_ALLOC_CACHE_MB,

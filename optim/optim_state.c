@@ -4,6 +4,7 @@
 #include "optim/optim.h"
 
 #include "autograd/autograd.h"
+#include "core/parse.h"
 #include "optim/optim_impl.h"
 
 #include <errno.h>
@@ -114,7 +115,7 @@ static bool set_meta(cg_st_writer *w, const char *prefix, const char *k, const c
         return false;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(value, sizeof value, fmt, ap);
+    cg_vsnprintf_c(value, sizeof value, fmt, ap); /* "0.001" whatever the locale */
     va_end(ap);
     return cg_st_set_metadata(w, name, value);
 }
@@ -176,7 +177,7 @@ static bool meta_double(const cg_st_file *f, const char *prefix, const char *k, 
         return false;
     char *end;
     errno = 0;
-    double d = strtod(v, &end);
+    double d = cg_strtod_c(v, &end);
     if (end == v || *end || errno == ERANGE || !isfinite(d)) {
         cg_set_error("optim_load: %s: metadata '%s.%s' = '%s' is not a finite number",
                      cg_st_path(f), prefix, k, v);

@@ -155,7 +155,7 @@ static bool put_text(cJSON *o, const char *key, const char *fmt, ...)
     char b[64];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(b, sizeof b, fmt, ap);
+    cg_vsnprintf_c(b, sizeof b, fmt, ap); /* "0.001" whatever the locale */
     va_end(ap);
     return cJSON_AddStringToObject(o, key, b) != NULL;
 }
@@ -329,7 +329,7 @@ static bool parse_f64(const char *what, const char *t, double *out)
 {
     char *end = NULL;
     errno = 0;
-    double d = t ? strtod(t, &end) : 0;
+    double d = t ? cg_strtod_c(t, &end) : 0;
     if (!t || end == t || *end || (errno == ERANGE && isinf(d))) {
         cg_set_error("%s: '%s' is not a number", what, t ? t : "");
         return false;

@@ -14,12 +14,14 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/parse.h"
 #include "core/utf8.h"
 #include "models/util/cli.h"
 #include "models/util/config_json.h"
 #include "models/data/data.h"
 #include "models/train/outfile.h"
 #include "models/data/pairs.h"
+#include "models/charlm/charlm.h"
 #include "models/charlm/sampling.h"
 #include "models/train/train_common.h"
 #include "testutil.h"
@@ -458,6 +460,64 @@ START_TEST(test_out_lock)
 }
 END_TEST
 
+/* Under a locale with a decimal comma (a host program's setlocale(LC_ALL,
+ * "") in Germany) the zoo's JSON lines printed "1,5000" (not JSON), a
+ * config with dropout "0,1", the trainer's state and loss history wrote
+ * "0,10000000000000001", which a program in the "C" locale refused, and
+ * "--lr 0.001" or CG_DIST_TIMEOUT=2.5 were "not a number": numbers are
+ * written and read with a decimal point whatever the locale. */
+START_TEST(test_numbers_any_locale)
+{
+    if (!cg_test_comma_locale())
+        return;
+    ck_assert_str_eq(CG_JSON_NUM("%.4f", 1.5), "1.5000");
+    double f = 0;
+    ck_assert_msg(cg_parse_f64("--lr", "0.001", 0, 1, &f) && f == 0.001, "%s", cg_last_error());
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_parse_f64("--lr", "0,001", 0, 1, &f),
+                    "--lr: '0,001' is not a number");
+    setenv("CG_DIST_TIMEOUT", "2.5", 1);
+    f = 0;
+    ck_assert_msg(cg_env_number("CG_DIST_TIMEOUT", &f) && f == 2.5, "%s", cg_last_error());
+    unsetenv("CG_DIST_TIMEOUT");
+    /* a model's config: JSON that parses, read back */
+    cg_charlm_config c = cg_charlm_config_default(), back;
+    c.dropout = 0.1f;
+    char *json = cg_charlm_config_to_json(&c);
+    ck_assert_ptr_nonnull(json);
+    cJSON *o = cJSON_Parse(json);
+    ck_assert_msg(o != NULL, "not JSON: %s", json);
+    cJSON_Delete(o);
+    ck_assert_msg(cg_charlm_config_from_json(json, &back) && back.dropout == 0.1f, "%s", json);
+    free(json);
+    /* the trainer's state fields and the loss history: written under the
+     * comma locale, read under it and under "C" */
+    double lr = 0.1, lr_back = 0;
+    cg_json_field w[] = {{"lr", CG_JF_F64, &lr, 0, 10, true}};
+    cg_json_field r[] = {{"lr", CG_JF_F64, &lr_back, 0, 10, true}};
+    o = cJSON_CreateObject();
+    ck_assert(cg_json_write_fields(o, w, 1));
+    ck_assert_str_eq(cJSON_GetObjectItem(o, "lr")->valuestring, "0.10000000000000001");
+    cg_history h = {0};
+    for (int64_t s = 1; s <= 3; s++)
+        ck_assert(cg_history_train_step(&h, s, 1.25 + 0.1 * (double)s));
+    char *hj = cg_history_to_json(&h);
+    ck_assert_ptr_nonnull(hj);
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1)
+            cg_test_c_locale();
+        lr_back = 0;
+        ck_assert_msg(cg_json_read_fields(o, "state", r, 1) && lr_back == 0.1, "%s",
+                      cg_last_error());
+        cg_history g = {0};
+        ck_assert_msg(cg_history_from_json(hj, &g) && g.acc_loss == h.acc_loss, "%s", hj);
+        cg_history_free(&g);
+    }
+    cJSON_Delete(o);
+    free(hj);
+    cg_history_free(&h);
+}
+END_TEST
+
 /* JSON lines: NaN and Inf print as null, strings are escaped. */
 START_TEST(test_json_values)
 {
@@ -685,6 +745,7 @@ static Suite *guards_suite(void)
     tcase_add_test(t, test_history_long);
     tcase_add_test(t, test_tiny_temperature);
     tcase_add_test(t, test_json_values);
+    tcase_add_test(t, test_numbers_any_locale);
     tcase_add_test(t, test_json_line_writer);
     tcase_add_test(t, test_threads);
     tcase_add_test(t, test_prefix_error);

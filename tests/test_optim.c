@@ -741,6 +741,38 @@ static void write_steps(const char *path, const char *out, const char *name, int
     cg_st_writer_free(w);
 }
 
+/* A host program that set a locale with a decimal comma (setlocale(LC_ALL,
+ * "") in Germany) wrote "0,01" into the state's metadata, which a program
+ * in the "C" locale (charlm --resume) refused, and the other way round: the
+ * numbers are written and read with a decimal point whatever the locale. */
+START_TEST(state_locale_independent)
+{
+    if (!cg_test_comma_locale())
+        return;
+    char path[4096];
+    snprintf(path, sizeof path, "%s", in_dir("de.safetensors"));
+    write_state(path, cg_adamw_config(1e-2, 0.9, 0.99, 1e-8));
+    cg_st_file *f = cg_st_open(path);
+    ck_assert_ptr_nonnull(f);
+    ck_assert_str_eq(cg_st_metadata(f, "opt.lr"), "0.01");
+    ck_assert_str_eq(cg_st_metadata(f, "opt.beta2"), "0.98999999999999999");
+    cg_tensor *ps[OPT_NPARAMS];
+    make_params(ps);
+    cg_optim_config cfg = cg_adamw_config(5e-3, 0.8, 0.9, 1e-7);
+    for (int pass = 0; pass < 2; pass++) { /* read under the comma locale, then under "C" */
+        if (pass == 1)
+            cg_test_c_locale();
+        cg_optim *o = make_optim(&cfg, ps);
+        ck_assert_msg(cg_optim_load(o, f, "opt"), "%s", cg_last_error());
+        cg_optim_config got = cg_optim_get_config(o);
+        ck_assert(got.lr == 1e-2 && got.beta1 == 0.9 && got.beta2 == 0.99 && got.eps == 1e-8);
+        cg_optim_free(o);
+    }
+    cg_st_close(f);
+    release_params(ps);
+}
+END_TEST
+
 START_TEST(load_errors)
 {
     char path[4096]; /* in_dir's buffer is reused */
@@ -1534,6 +1566,7 @@ static Suite *optim_suite(void)
     tcase_add_test(tc, resume_adam);
     tcase_add_test(tc, resume_adamw);
     tcase_add_test(tc, load_errors);
+    tcase_add_test(tc, state_locale_independent);
     tcase_add_test(tc, load_damaged_values);
     tcase_add_test(tc, load_damaged_step_counts);
     tcase_add_test(tc, state_sgd_plain);

@@ -30,6 +30,7 @@ fake ninja '[ -f "$2/build.ninja" ] || { echo "ninja: error: loading build.ninja
 fake apt-get 'exit 0'
 fake sudo 'exit 1'
 fake dpkg-query 'printf "install ok installed"'
+fake locale 'echo de_DE.utf8' # setup.sh generates no locale here
 export PATH="$dir/fake:$PATH"
 # the steps of the README's commands that are not under test
 printf '#!/bin/sh\necho "%s $*" >>"%s"\n' test_install "$log" >"$repo/scripts/test_install.sh"

@@ -235,6 +235,34 @@ START_TEST(test_values_round_trip_exactly)
 }
 END_TEST
 
+/* A state saved by a host program under a locale with a decimal comma
+ * (setlocale(LC_ALL, "") in Germany) held "0,10000000000000001", which a
+ * load under the "C" locale refused: doubles are written with a point. */
+START_TEST(test_values_any_locale)
+{
+    if (!cg_test_comma_locale())
+        return;
+    double f64[3] = {0.1, -2.5e-7, 1e300}, saved[3];
+    memcpy(saved, f64, sizeof f64);
+    cg_train_state *s = cg_train_state_new();
+    char name[8];
+    for (int i = 0; i < 3; i++) {
+        snprintf(name, sizeof name, "f%d", i);
+        ck_assert(cg_train_state_add_f64(s, name, &f64[i]));
+    }
+    ck_assert_msg(cg_train_state_save(s, tmp_path("locale")), "%s", cg_last_error());
+    for (int pass = 0; pass < 2; pass++) { /* loaded under the comma locale, then under "C" */
+        if (pass == 1)
+            cg_test_c_locale();
+        memset(f64, 0, sizeof f64);
+        ck_assert_msg(cg_train_state_load(s, tmp_path("locale")), "%s", cg_last_error());
+        ck_assert(!memcmp(f64, saved, sizeof f64));
+    }
+    cg_train_state_free(s);
+    unlink(tmp_path("locale"));
+}
+END_TEST
+
 /* A refusal: false, one line containing needle. */
 #define REFUSED(call, needle)                                                            \
     do {                                                                                 \
@@ -406,6 +434,7 @@ static Suite *train_state_suite(void)
     TCase *tc = tcase_create("train_state");
     tcase_add_test(tc, test_resume_is_bit_identical);
     tcase_add_test(tc, test_values_round_trip_exactly);
+    tcase_add_test(tc, test_values_any_locale);
     tcase_add_test(tc, test_add_refusals);
     tcase_add_test(tc, test_load_refusals);
     tcase_add_test(tc, test_load_is_all_or_nothing);

@@ -1,5 +1,6 @@
 #include "tests/testutil.h"
 
+#include <locale.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -289,3 +290,18 @@ void cg_test_acc_refused(int64_t rows, int64_t cols, const char *op,
     }
     cg_release_all(5, bad[0], bad[1], bad[2], bad[3], view);
 }
+
+bool cg_test_comma_locale(void)
+{
+    static const char *names[] = {"de_DE.UTF-8", "de_DE.utf8",  "fr_FR.UTF-8", "fr_FR.utf8",
+                                  "nl_NL.UTF-8", "es_ES.UTF-8", "it_IT.UTF-8", "ru_RU.UTF-8"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (setlocale(LC_ALL, names[i]) && strcmp(localeconv()->decimal_point, ",") == 0)
+            return true;
+    setlocale(LC_ALL, "C");
+    fprintf(stderr, "note: no locale with a decimal comma is installed (locale-gen "
+                    "de_DE.UTF-8); the locale part of this test is skipped\n");
+    return false;
+}
+
+void cg_test_c_locale(void) { setlocale(LC_ALL, "C"); }

@@ -101,4 +101,12 @@ void cg_test_check_unread(cg_tensor *(*f)(void *, cg_tensor *const *), void *ctx
 void cg_test_acc_refused(int64_t rows, int64_t cols, const char *op,
                          bool (*call)(void *ctx, cg_tensor *acc, bool dx), void *ctx);
 
+/* Make the process's locale (setlocale LC_ALL) one whose decimal separator
+ * is a comma (de_DE.UTF-8, fr_FR.UTF-8, ...), as a host program that called
+ * setlocale(LC_ALL, "") in such a country has it; true if one is installed
+ * (scripts/setup.sh generates de_DE.UTF-8), false (a note on stderr, the
+ * locale left as "C") if none is. cg_test_c_locale() sets "C" back. */
+bool cg_test_comma_locale(void);
+void cg_test_c_locale(void);
+
 #endif

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/parse.h"
 #include "models/report/plot.h"
 
 static volatile sig_atomic_t g_interrupted = 0;
@@ -227,7 +228,7 @@ char *cg_history_to_json(const cg_history *h)
      * parse/print rounds (cJSON may print a double with 15 digits) */
     cJSON *acc = ok ? cJSON_AddObjectToObject(o, "dense_acc") : NULL;
     char buf[40];
-    snprintf(buf, sizeof buf, "%.17g", h->acc_loss);
+    cg_snprintf_c(buf, sizeof buf, "%.17g", h->acc_loss);
     ok = acc && cJSON_AddStringToObject(acc, "loss", buf) &&
          cJSON_AddNumberToObject(acc, "step", (double)h->acc_step) &&
          cJSON_AddNumberToObject(acc, "n", (double)h->acc_n);
@@ -265,7 +266,7 @@ static bool dense_from_json(const cJSON *o, cg_history *h)
     if (!cJSON_IsString(al) || !cJSON_IsNumber(as) || !cJSON_IsNumber(an))
         return false;
     char *end;
-    h->acc_loss = strtod(al->valuestring, &end);
+    h->acc_loss = cg_strtod_c(al->valuestring, &end);
     if (end == al->valuestring || *end || !(fabs(as->valuedouble) <= 9e15) ||
         !(an->valuedouble >= 0 && an->valuedouble < (double)h->every))
         return false;

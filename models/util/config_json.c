@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/parse.h"
 #include "core/utf8.h"
 #include "models/util/files.h"
 
@@ -109,7 +110,7 @@ bool cg_json_write_fields(cJSON *o, const cg_json_field *f, int n)
             ok = cJSON_AddNumberToObject(o, f[i].key, (double)*(int64_t *)f[i].dst) != NULL;
             break;
         case CG_JF_F64:
-            snprintf(b, sizeof b, "%.17g", *(double *)f[i].dst);
+            cg_snprintf_c(b, sizeof b, "%.17g", *(double *)f[i].dst);
             ok = cJSON_AddStringToObject(o, f[i].key, b) != NULL;
             break;
         case CG_JF_U64STR:
@@ -148,7 +149,7 @@ bool cg_json_read_fields(const cJSON *o, const char *what, const cg_json_field *
             bool num = cJSON_IsNumber(v);
             if (f[i].kind == CG_JF_F64 && cJSON_IsString(v) && *v->valuestring) {
                 char *end; /* a double kept exactly as its decimal string */
-                x = strtod(v->valuestring, &end);
+                x = cg_strtod_c(v->valuestring, &end);
                 num = *end == '\0';
             }
             if (!num || !isfinite(x) || (f[i].kind == CG_JF_I64 && x != floor(x))) {
@@ -229,7 +230,7 @@ const char *cg_json_num(char *buf, size_t n, const char *fmt, double x)
     if (!isfinite(x))
         snprintf(buf, n, "null");
     else
-        snprintf(buf, n, fmt, x);
+        cg_snprintf_c(buf, n, fmt, x); /* "1.5", never "1,5" (a host's locale) */
     return buf;
 }
 
