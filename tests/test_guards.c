@@ -434,6 +434,44 @@ END_TEST
 
 /* A second writer of the same checkpoint is refused; the lock cleans up
  * what a killed writer left behind. */
+/* A metrics log replaced by a run (--force, --resume) keeps the old log's
+ * mode, as the checkpoint beside it does (a log the user made 0640 became
+ * 0644); a new one is 0666 less the umask. */
+START_TEST(test_metrics_log_mode)
+{
+    const char *path = tmp("mode.metrics.jsonl");
+    mode_t old_mask = umask(022);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("{\"step\": 1}\n", f);
+    fclose(f);
+    ck_assert(chmod(path, 0640) == 0);
+    for (int resume = 0; resume < 2; resume++) {
+        cg_metrics_log log;
+        int64_t dropped = 0;
+        ck_assert_msg(cg_metrics_log_open(&log, path, resume ? 1 : -1, &dropped), "%s",
+                      cg_last_error());
+        ck_assert(cg_metrics_log_append(log.f, "{\"step\": 2}", 0));
+        ck_assert_msg(cg_metrics_log_publish(&log), "%s", cg_last_error());
+        ck_assert(cg_metrics_log_close(&log));
+        struct stat st;
+        ck_assert(stat(path, &st) == 0);
+        ck_assert_msg((st.st_mode & 0777) == 0640, "mode %o (resume %d)", st.st_mode & 0777,
+                      resume);
+    }
+    ck_assert(unlink(path) == 0);
+    umask(002);
+    cg_metrics_log log;
+    int64_t dropped = 0;
+    ck_assert(cg_metrics_log_open(&log, path, -1, &dropped) && cg_metrics_log_publish(&log));
+    ck_assert(cg_metrics_log_close(&log));
+    struct stat st;
+    ck_assert(stat(path, &st) == 0 && (st.st_mode & 0777) == 0664);
+    umask(old_mask);
+    unlink(path);
+}
+END_TEST
+
 START_TEST(test_out_lock)
 {
     write_file(tmp("m.safetensors.tmp.99999999"), "partial", 7);
@@ -761,6 +799,7 @@ static Suite *guards_suite(void)
     tcase_add_test(d, test_data_id);
     tcase_add_test(d, test_out_check);
     tcase_add_test(d, test_out_lock);
+    tcase_add_test(d, test_metrics_log_mode);
     tcase_add_test(d, test_png_stale_temp);
     suite_add_tcase(s, d);
     return s;

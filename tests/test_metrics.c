@@ -485,6 +485,31 @@ START_TEST(test_plot_apart)
 }
 END_TEST
 
+/* A picture's file mode is the checkpoint's: 0666 less the umask (a fixed
+ * 0644 made it 0644 under umask 002, where the checkpoint and the metrics
+ * log beside it were 0664), and a picture replaced keeps the old file's
+ * mode (0640 became 0644). */
+START_TEST(test_plot_file_mode)
+{
+    float y[4] = {4, 3, 2, 1};
+    cg_plot_series s = {"train", NULL, y, 4, 0, 0, 0};
+    char path[512];
+    snprintf(path, sizeof path, "%s/mode.png", plot_dir);
+    mode_t old_mask = umask(002);
+    ck_assert_msg(cg_plot_loss_curve(path, "t", 1, &s), "%s", cg_last_error());
+    struct stat st;
+    ck_assert(stat(path, &st) == 0);
+    ck_assert_msg((st.st_mode & 0777) == 0664, "mode %o under umask 002", st.st_mode & 0777);
+    ck_assert(chmod(path, 0640) == 0);
+    ck_assert_msg(cg_plot_loss_curve(path, "t", 1, &s), "%s", cg_last_error());
+    ck_assert(stat(path, &st) == 0);
+    ck_assert_msg((st.st_mode & 0777) == 0640, "mode %o of a replaced 0640 picture",
+                  st.st_mode & 0777);
+    umask(old_mask);
+    ck_assert(unlink(path) == 0);
+}
+END_TEST
+
 START_TEST(test_loss_curve_png)
 {
     char path[512];
@@ -1104,6 +1129,7 @@ static Suite *plot_suite(void)
     tcase_add_test(tc, test_plot_repeated_quiet); /* first: PLplot's start-up is quiet too */
     tcase_add_test(tc, test_plot_apart);
     tcase_add_test(tc, test_loss_curve_png);
+    tcase_add_test(tc, test_plot_file_mode);
     tcase_add_test(tc, test_heatmap_png);
     tcase_add_test(tc, test_heatmap_one_cell);
     tcase_add_test(tc, test_svg);

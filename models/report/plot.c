@@ -242,13 +242,17 @@ static bool write_atomic(const char *who, const char *path, const char *buf, siz
      * (cg_st_remove_stale_temps) */
     static _Atomic unsigned long seq;
     snprintf(tmp, lp + 32, "%s.tmp.%ld.%lu", path, (long)getpid(), ++seq);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    /* the checkpoint's mode: 0666 less the umask, or the old picture's */
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
     if (fd < 0) {
         cg_set_error("%s: cannot create a temporary file next to %s: %s", who, path,
                      strerror(errno));
         free(tmp);
         return false;
     }
+    struct stat old;
+    if (stat(path, &old) == 0 && S_ISREG(old.st_mode))
+        (void)fchmod(fd, old.st_mode & 07777);
     int err = cg_write_all(fd, buf, len) < len ? errno : 0;
     if (!err && fsync(fd) != 0)
         err = errno;

@@ -491,6 +491,9 @@ bool cg_metrics_log_open(cg_metrics_log *log, const char *path, int64_t resume_s
      * through a link or into a file (a hard link) that is not ours */
     int fd = open(log->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
     bool ok = fd >= 0;
+    struct stat st; /* the old log's mode kept, as a checkpoint's is */
+    if (ok && lstat(path, &st) == 0 && S_ISREG(st.st_mode))
+        (void)fchmod(fd, st.st_mode & 07777);
     for (size_t done = 0; ok && done < keep_len;) {
         ssize_t k = write(fd, keep + done, keep_len - done);
         ok = k > 0;
