@@ -6,7 +6,8 @@
 #      uninterrupted run stopped at the same step, and resuming it for 10
 #      more steps equals an uninterrupted run to that step
 #   1b. --data /dev/stdin and a FIFO work (the corpus is read once); eval
-#      and --resume of such a run refuse the pipe it recorded (no hang)
+#      and --resume of such a run refuse the pipe it recorded (no hang), also
+#      standard input ('-') and from another directory
 #   2b. a second writer of the same checkpoint is refused (a lock)
 #   2c. a signal before the first step saves nothing (--force keeps the old)
 #   2d. a signal during an evaluation cuts it short; the run saves and resumes
@@ -98,7 +99,7 @@ wait
 echo "--data: a pipe and a FIFO are read once and train"
 # the FIFO's name is recorded: read again without --data it would wait
 # for a writer for ever
-want="the data this checkpoint recorded, 'corpus.fifo', is not a regular file"
+want="corpus.fifo', is not a regular file"
 for cmd in "eval --ckpt fifo.st" "train --resume fifo.st --steps 5 --out fifo2.st"; do
   rc=0
   timeout 60 "$charlm" $cmd >/dev/null 2>fifo.log || rc=$?
@@ -109,6 +110,27 @@ done
 "$charlm" eval --ckpt fifo.st --data tiny.txt >/dev/null 2>fifo.log ||
   fail "eval of the FIFO's run with --data failed: $(tail -1 fifo.log)"
 echo "a FIFO recorded as the data: eval and --resume refuse it in one line, --data works"
+# ... also from another directory (the relative name 'corpus.fifo' was
+# recorded: "cannot open 'corpus.fifo'"), and standard input recorded as
+# '-' (eval and --resume read the terminal, or a pipe, without a word)
+cat tiny.txt | "$charlm" train "${model[@]}" --data - --steps 3 --out dash.st \
+  >/dev/null 2>dash.log || fail "--data - failed: $(tail -1 dash.log)"
+mkdir -p elsewhere
+mkfifo hold.fifo
+exec 4<>hold.fifo # stdin that never ends: a program reading it waits
+for c in "fifo.st|corpus.fifo', is not a regular file|." "dash.st|standard input|." \
+  "../fifo.st|corpus.fifo', is not a regular file|elsewhere"; do
+  IFS='|' read -r ck want where <<<"$c"
+  for cmd in "eval --ckpt $ck" "train --resume $ck --steps 5 --out fifo2.st"; do
+    rc=0
+    (cd "$where" && timeout 20 "$charlm" $cmd) <&4 >/dev/null 2>fifo.log || rc=$?
+    [ "$rc" -eq 1 ] && grep -q "$want" fifo.log && [ "$(wc -l <fifo.log)" -eq 1 ] ||
+      fail "$cmd (in $where) with a stream recorded: exit $rc: $(cat fifo.log)"
+  done
+done
+exec 4>&-
+[ ! -e fifo2.st ] && [ ! -e elsewhere/fifo2.st ] || fail "a refused resume wrote fifo2.st"
+echo "standard input or a FIFO recorded as the data: refused in one line, from any directory"
 
 # 2. SIGINT
 "$charlm" train "${model[@]}" --steps 50000 --out int.st >int.json 2>int.log &

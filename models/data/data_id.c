@@ -18,7 +18,11 @@ void cg_data_id_of(const char *path, const void *bytes, size_t len, cg_data_id *
 {
     memset(out, 0, sizeof *out);
     struct stat st;
-    char *abs = stat(path, &st) == 0 && S_ISREG(st.st_mode) ? realpath(path, NULL) : NULL;
+    /* a FIFO's too, so that eval and --resume from another directory find
+     * it and refuse it (a pipe: realpath fails on "pipe:[N]", kept as given) */
+    char *abs = stat(path, &st) == 0 && (S_ISREG(st.st_mode) || S_ISFIFO(st.st_mode))
+                    ? realpath(path, NULL)
+                    : NULL;
     snprintf(out->path, sizeof out->path, "%s", abs ? abs : path);
     free(abs);
     out->size = (uint64_t)len;

@@ -17,7 +17,7 @@ extern "C" {
 #endif
 
 typedef struct {
-    char path[4096]; /* absolute (realpath) for a file on disk; as given for a stream */
+    char path[4096]; /* absolute (realpath) for a file or FIFO on disk; as given for a pipe */
     uint64_t size;   /* bytes */
     uint64_t hash;   /* XXH3-64 of the bytes */
 } cg_data_id;

@@ -17,10 +17,15 @@
 
 /* The data a checkpoint recorded, read again when none is given: false +
  * error if it is there but not a regular file. A run trained on a pipe
- * (--data <(...), a FIFO) recorded its name, and opening it again would
- * wait for a writer for ever. */
+ * (--data <(...), a FIFO, standard input '-') recorded its name, and
+ * opening it again would wait for a writer for ever. */
 static bool recorded_data_ok(const char *path)
 {
+    if (strcmp(path, "-") == 0) { /* read again, it was the terminal or another pipe */
+        cg_set_error("the data this checkpoint recorded is standard input ('-'), which cannot be "
+                     "read again: give the data with --data");
+        return false;
+    }
     struct stat st;
     if (stat(path, &st) != 0 || S_ISREG(st.st_mode))
         return true; /* missing: opening it says so */
