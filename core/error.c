@@ -22,9 +22,35 @@ void cg_clear_error(void)
     g_set = false;
 }
 
+/* Back from s + k to the start of a UTF-8 character. */
+static size_t char_start(const char *s, size_t k)
+{
+    while (k > 0 && ((unsigned char)s[k] & 0xC0) == 0x80)
+        k--;
+    return k;
+}
+
+/* The message into g_msg. One longer than the slot (a long path in it)
+ * keeps its start and its end, the reason, with " ... " for the middle, cut
+ * on UTF-8 characters' boundaries. */
+enum { HEAD = 256 };
+static const char ELIDED[] = " ... ";
 static void set_v(const char *fmt, va_list ap)
 {
-    vsnprintf(g_msg, sizeof g_msg, fmt, ap);
+    va_list again;
+    va_copy(again, ap);
+    int len = vsnprintf(g_msg, sizeof g_msg, fmt, ap);
+    char *full = len >= (int)sizeof g_msg ? malloc((size_t)len + 1) : NULL;
+    if (full) {
+        vsnprintf(full, (size_t)len + 1, fmt, again);
+        size_t head = char_start(full, HEAD);
+        size_t tail = (size_t)len - (sizeof g_msg - 1 - HEAD - strlen(ELIDED));
+        while (tail < (size_t)len && ((unsigned char)full[tail] & 0xC0) == 0x80)
+            tail++; /* forward to a character's start: the end fits */
+        snprintf(g_msg, sizeof g_msg, "%.*s%s%s", (int)head, full, ELIDED, full + tail);
+        free(full);
+    }
+    va_end(again);
     g_set = true;
     g_serial++;
 }
@@ -39,13 +65,19 @@ void cg_set_error(const char *fmt, ...)
 
 void cg_prefix_error(const char *fmt, ...)
 {
-    char prefix[sizeof g_msg], old[sizeof g_msg];
+    char old[sizeof g_msg], cut[sizeof g_msg];
     snprintf(old, sizeof old, "%s", g_msg);
-    va_list ap;
+    va_list ap, again;
     va_start(ap, fmt);
-    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    va_copy(again, ap);
+    int len = vsnprintf(cut, sizeof cut, fmt, ap);
+    char *prefix = len >= (int)sizeof cut ? malloc((size_t)len + 1) : NULL; /* whole: the end */
+    if (prefix)                                                             /* of old is kept */
+        vsnprintf(prefix, (size_t)len + 1, fmt, again);
+    va_end(again);
     va_end(ap);
-    cg_set_error("%s%s", prefix, old);
+    cg_set_error("%s%s", prefix ? prefix : cut, old);
+    free(prefix);
 }
 
 bool cg_error_null_input(const char *fn)

@@ -22,7 +22,9 @@ bool cg_has_error(void);
 void cg_clear_error(void);
 /* Record a message (printf format), replacing any earlier one. The root
  * cause survives a chain of calls because functions given a NULL input
- * return NULL without recording anything. */
+ * return NULL without recording anything. A message over 1,023 bytes (a
+ * long path in it) keeps its first 256 bytes and its end, the reason, with
+ * " ... " between them. */
 void cg_set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Put a prefix (printf format, its separator included) before the current
  * message: cg_prefix_error("checkpoint '%s': ", path) turns "bad dtype"

@@ -297,4 +297,23 @@ grep -q "warning: 1 character(s) of --text are not in the vocabulary (first U+73
 refused "attention: an over-long --text" "--text has 480 tokens; the model takes at most 255" \
   "$seq2seq" attention --ckpt s.st --text "$(printf 'the cat %.0s' {1..60})" --out atl
 no_file "attention: an over-long --text" atl
+
+# ---- a path near PATH_MAX: the message ends with its reason (it was cut at
+# 1,024 bytes, in the error slot, and 2,048, in the printed line: a path
+# and no reason)
+deep=$(printf 'd%.0s' {1..200})
+long=$PWD
+while [ $((4090 - ${#long})) -gt 420 ]; do long=$long/$deep; done
+long=$long/$(printf 'e%.0s' $(seq $((4090 - ${#long} - 201)))) # 200 bytes left
+mkdir -p "$long"
+name=$(printf 'n%.0s' $(seq $((4090 - ${#long} - 13))))
+refused "a path of 4090 bytes" "the path is too long (4090 bytes; PATH_MAX 4096)\$" \
+  "$charlm" train --data c.txt "${TINY[@]}" --steps 2 --out "$long/$name.safetensors"
+[ "$(grep -c . err.txt)" = 1 ] || fail "a path of 4090 bytes: not one line"
+no_file "a path of 4090 bytes" "$long/$name.safetensors"
+# a message of the program's own naming such a path twice (8 KB): whole
+name=$(printf 'n%.0s' $(seq $((4060 - ${#long} - 13))))
+: >"$long/$name.safetensors"
+refused "an existing checkpoint of 4060 bytes" "or pass --force to overwrite it\$" \
+  "$charlm" train --data c.txt "${TINY[@]}" --steps 2 --out "$long/$name.safetensors"
 finish

@@ -7,6 +7,7 @@
 
 #include "autograd/ops.h" /* cg_copy_ */
 #include "core/tensor.h"
+#include "core/utf8.h"
 #include "core/version.h"
 #include "tests/testutil.h"
 
@@ -50,6 +51,42 @@ START_TEST(test_creation)
     cg_tensor *al = cg_empty(CG_SHAPE(17));
     ck_assert_int_eq((uintptr_t)cg_data(al) % 64, 0);
     cg_release(al);
+}
+END_TEST
+
+/* A message longer than the error slot (a path of 4,000 bytes in it) lost
+ * its end, the reason: "charlm: error: checkpoint 'ddd...ddd" and nothing
+ * after. The middle is elided now, the start and the end kept, on a UTF-8
+ * character's boundary; cg_prefix_error keeps the old message's end too. */
+START_TEST(test_error_long_message)
+{
+    enum { LONG = 4000 };
+    char *path = malloc(LONG + 1);
+    ck_assert_ptr_nonnull(path);
+    for (int i = 0; i < LONG; i += 2)
+        memcpy(path + i, "\xc3\xbc", 2); /* U+00FC */
+    path[LONG] = '\0';
+    const char *reason = "the path is too long (4000 bytes; PATH_MAX 4096)";
+    for (int prefixed = 0; prefixed < 2; prefixed++) {
+        if (prefixed) {
+            cg_set_error("%s", reason);
+            cg_prefix_error("checkpoint '%s': ", path);
+        } else {
+            cg_set_error("checkpoint '%s': %s", path, reason);
+        }
+        const char *m = cg_last_error();
+        size_t n = strlen(m), bad = 0;
+        ck_assert_msg(n > 600 && n < 1024, "%zu bytes", n);
+        ck_assert_msg(strncmp(m, "checkpoint '\xc3\xbc", 14) == 0, "%.40s", m);
+        ck_assert_msg(n > strlen(reason) && strcmp(m + n - strlen(reason), reason) == 0, "...%s",
+                      m + n - 60);
+        ck_assert_msg(strstr(m, "\xc3\xbc ... \xc3\xbc"), "no elision mark");
+        ck_assert_msg(cg_utf8_count(m, n, &bad) >= 0, "not UTF-8 at byte %zu", bad);
+    }
+    cg_set_error("short: %s", "kept whole");
+    ck_assert_str_eq(cg_last_error(), "short: kept whole");
+    cg_clear_error();
+    free(path);
 }
 END_TEST
 
@@ -615,6 +652,7 @@ static Suite *tensor_suite(void)
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, test_creation);
     tcase_add_test(tc, test_creation_errors);
+    tcase_add_test(tc, test_error_long_message);
     tcase_add_test(tc, test_views_share_storage);
     tcase_add_test(tc, test_slice_select_narrow);
     tcase_add_test(tc, test_squeeze_unsqueeze_expand);

@@ -17,13 +17,21 @@ const char *cg_prog_name(void) { return g_prog; }
 static void vprint_line(const char *kind, const char *fmt, va_list ap)
 {
     cg_progress_end();
-    char msg[2048];
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    for (char *p = msg; *p; p++) /* keep it one line */
+    char buf[2048];
+    va_list again;
+    va_copy(again, ap);
+    int len = vsnprintf(buf, sizeof buf, fmt, ap);
+    /* whole, however long (two paths of 4,000 bytes): the reason is at the end */
+    char *msg = len >= (int)sizeof buf ? malloc((size_t)len + 1) : NULL;
+    if (msg)
+        vsnprintf(msg, (size_t)len + 1, fmt, again);
+    va_end(again);
+    for (char *p = msg ? msg : buf; *p; p++) /* keep it one line */
         if (*p == '\n' || *p == '\r')
             *p = ' ';
-    fprintf(stderr, "%s: %s: %s\n", g_prog, kind, msg);
+    fprintf(stderr, "%s: %s: %s\n", g_prog, kind, msg ? msg : buf);
     fflush(stderr);
+    free(msg);
 }
 
 int cg_prog_fail(const char *fmt, ...)
