@@ -475,10 +475,12 @@ cg_tensor *cg_k_contiguous(const cg_tensor *t);
 /* ------------------------------------------------------------- threads */
 /* Threads used by kernels and BLIS (default: OMP's default, i.e. cores,
  * and never more than cg_num_cpus(); an n > 0 is used as given, above the
- * CPUs too); n <= 0 goes back to the default. */
+ * CPUs too); n <= 0 goes back to the default. Never more than
+ * OMP_THREAD_LIMIT, the most threads OpenMP gives a team. */
 void cg_set_num_threads(int n);
 int cg_get_num_threads(void);
-/* The CPUs this process may run on (its affinity mask; at least 1). */
+/* The CPUs this process may run on (its affinity mask, or under
+ * OMP_PROC_BIND the CPUs of all OpenMP's places; at least 1). */
 int cg_num_cpus(void);
 /* OpenMP's default team size (OMP_NUM_THREADS) is capped at cg_num_cpus()
  * unless cg_set_num_threads chose a count: more threads than CPUs only slow

@@ -18,11 +18,34 @@
  * cg_num_cpus(). */
 static _Atomic int g_num_threads = 0;
 
+/* The CPUs this process may run on, into *set; their count (0: unknown).
+ * Under OMP_PROC_BIND / OMP_PLACES libgomp binds the initial thread to its
+ * place before main, so that thread's mask is one place's (1 CPU of 2):
+ * every place's CPUs are the process's. */
+static int process_cpus(cpu_set_t *set)
+{
+    CPU_ZERO(set);
+    if (sched_getaffinity(0, sizeof *set, set) != 0)
+        return 0;
+    if (omp_get_proc_bind() != omp_proc_bind_false) {
+        for (int p = 0, places = omp_get_num_places(); p < places; p++) {
+            int k = omp_get_place_num_procs(p);
+            int *ids = k > 0 ? malloc((size_t)k * sizeof *ids) : NULL;
+            if (ids)
+                omp_get_place_proc_ids(p, ids);
+            for (int i = 0; ids && i < k; i++)
+                if (ids[i] >= 0 && ids[i] < CPU_SETSIZE)
+                    CPU_SET(ids[i], set);
+            free(ids);
+        }
+    }
+    return CPU_COUNT(set);
+}
+
 int cg_num_cpus(void)
 {
     cpu_set_t set;
-    CPU_ZERO(&set);
-    int n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+    int n = process_cpus(&set);
     if (n < 1) {
         long k = sysconf(_SC_NPROCESSORS_ONLN);
         n = k > 0 && k < 1 << 20 ? (int)k : 1;
@@ -58,13 +81,15 @@ static _Atomic int g_cpus_cached = 0;
 
 int cg_get_num_threads(void)
 {
-    int n = g_num_threads;
+    int n = g_num_threads, limit = omp_get_thread_limit(); /* OMP_THREAD_LIMIT: a team's most */
     if (n > 0)
-        return n;
+        return n > limit ? limit : n;
     n = omp_get_max_threads();
     int cpus = g_cpus_cached;
     if (cpus < 1)
         g_cpus_cached = cpus = cg_num_cpus();
+    if (cpus > limit)
+        cpus = limit;
     return n < 1 ? 1 : n > cpus ? cpus : n;
 }
 
@@ -184,8 +209,16 @@ void cg_omp_short_spin(void)
     char **argv = own_argv();
     char count[24];
     snprintf(count, sizeof count, "%ld", cg_omp_spin_count());
+    cpu_set_t set, bound;
     if (argv && setenv("GOMP_SPINCOUNT", count, 1) == 0) {
+        /* the program starts again on all its CPUs, not on the one place
+         * libgomp bound this thread to (OMP_PROC_BIND), which the new
+         * libgomp would take for the whole machine */
+        bool widened = sched_getaffinity(0, sizeof bound, &bound) == 0 && process_cpus(&set) > 0 &&
+                       sched_setaffinity(0, sizeof set, &set) == 0;
         execv("/proc/self/exe", argv);
+        if (widened) /* no exec: bound as before */
+            (void)sched_setaffinity(0, sizeof bound, &bound);
         unsetenv("GOMP_SPINCOUNT"); /* no exec: carry on as started */
     }
     free(argv);

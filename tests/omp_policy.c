@@ -2,7 +2,10 @@
  * first, as the programs do, then prints its arguments (one a line, in
  * brackets, so that a re-executed program shows it kept them) and
  * libgomp's settings in effect (omp_display_env on stderr: GOMP_SPINCOUNT
- * is '1000' for cgrad's, '300000' for libgomp's default). */
+ * is '1000' for cgrad's, '300000' for libgomp's default), then the thread
+ * count as the programs see it after cg_cap_default_threads (cgrad's
+ * count, the team a parallel region of that count gets, the CPUs, and the
+ * count the cap lowered, 0 if none). */
 #include <omp.h>
 #include <stdio.h>
 
@@ -15,5 +18,10 @@ int main(int argc, char **argv)
         printf("[%s]\n", argv[i]);
     fflush(stdout);
     omp_display_env(1);
+    int capped = cg_cap_default_threads(), n = cg_get_num_threads(), team = 0;
+#pragma omp parallel num_threads(n)
+#pragma omp single
+    team = omp_get_num_threads();
+    printf("threads %d team %d cpus %d capped %d\n", n, team, cg_num_cpus(), capped);
     return 0;
 }

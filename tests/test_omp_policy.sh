@@ -35,4 +35,24 @@ expect "OMP_NUM_THREADS=1" 300000 "$(OMP_NUM_THREADS=1 "$exe" 2>&1 | spin)"
 # charlm itself (through cg_cli_start): libgomp's display of the last start
 short "charlm --help" \
     "$(OMP_NUM_THREADS=2 OMP_DISPLAY_ENV=verbose "$charlm" --help 2>&1 | spin)"
+# The thread count under OpenMP's other variables: OMP_PROC_BIND=true binds
+# the initial thread to one CPU before main, which cg_num_cpus (its
+# affinity) took for the machine: 1 thread, a warning blaming an
+# OMP_NUM_THREADS nobody set; OMP_THREAD_LIMIT=1 gives teams of 1 thread
+# while cgrad counted 2 (bench's JSON said "threads": 2).
+count() { # name, env..., then: wanted "threads T team T cpus C capped K" line
+    name=$1; want=$2; shift 2
+    got=$(env "$@" "$exe" 2>/dev/null | grep '^threads ')
+    if [ "$got" = "$want" ]; then echo "ok: $name: $got"
+    else echo "FAIL: $name: '$got', expected '$want'"; fails=$((fails + 1)); fi
+}
+n=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
+if [ "$n" -ge 2 ]; then
+    count "OMP_PROC_BIND=true" "threads 2 team 2 cpus $n capped 0" OMP_NUM_THREADS=2 OMP_PROC_BIND=true
+    count "OMP_PROC_BIND=close, OMP_PLACES=cores" "threads 2 team 2 cpus $n capped 0" \
+        OMP_NUM_THREADS=2 OMP_PROC_BIND=close OMP_PLACES=cores
+    count "OMP_THREAD_LIMIT=1" "threads 1 team 1 cpus $n capped 0" OMP_NUM_THREADS=2 OMP_THREAD_LIMIT=1
+else
+    echo "ok: one CPU: the thread counts under OMP_PROC_BIND and OMP_THREAD_LIMIT are not checked"
+fi
 [ $fails -eq 0 ]
