@@ -1124,6 +1124,9 @@ static Suite *plot_suite(void)
 {
     Suite *s = suite_create("plot");
     TCase *tc = tcase_create("png");
+    /* 126 pictures: beyond Check's 4 s on a loaded machine when run
+     * directly (forked; meson's CK_FORK=no runs without a limit) */
+    tcase_set_timeout(tc, 120);
     tcase_add_checked_fixture(tc, plot_setup, plot_teardown);
     tcase_add_test(tc, test_colormap);
     tcase_add_test(tc, test_plot_repeated_quiet); /* first: PLplot's start-up is quiet too */
