@@ -1475,10 +1475,10 @@ START_TEST(test_linear_packed_f32)
     const int64_t kc = cg_gemm_k_block(CG_GEMM_AUTO, 100000, 0);
     const int64_t Ns[] = {1, CG_GEMM_SKINNY, CG_GEMM_SKINNY + 1, 33, 200};
     const int64_t outs[] = {3, CG_GEMM_SKINNY + 1, 40, 130};
-    const int64_t ins[] = {7, kc > 0 ? kc + 5 : 389, kc > 0 ? 2 * kc + 3 : 771};
+    const int64_t ins[] = {1, 7, kc > 0 ? kc + 5 : 389, kc > 0 ? 2 * kc + 3 : 771};
     for (int i = 0; i < 5; i++)
         for (int o = 0; o < 4; o++)
-            for (int k = 0; k < 3; k++)
+            for (int k = 0; k < 4; k++)
                 for (int v = 0; v < 4; v++)
                     linear_packed_f32_case(&rng, Ns[i], outs[o], ins[k], v & 1, 1 + v / 2);
     cg_set_num_threads(0);
