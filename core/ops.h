@@ -395,9 +395,16 @@ void cg_k_bf16_operand_keep(const cg_tensor *x, cg_tensor *y);
  * weight cache below. In bf16 precision the bf16 copy cg_k_linear reads
  * too (a product with few rows of x, decoding, reads half the bytes and
  * packs nothing); in fp32 the fp32 driver's panels (CG_PACKED_F32) where
- * the thread's fp32 path reads them and x and W have more than
- * CG_GEMM_SKINNY rows, so that each product packs only x. The bits of
+ * the thread's fp32 path reads them, W has more than CG_GEMM_SKINNY rows
+ * and x more than CG_GEMM_SKINNY and at most CG_K_LINEAR_PACKED_ROWS, so
+ * that each product packs only x: decoding's products (sampling past the
+ * window recomputes it, 64 rows for charlm tiny; batched greedy decoding,
+ * a row a sentence), where packing W took 17% and 12% of the time (Ice
+ * Lake). With more rows packing is a few percent of a product, and the
+ * copy, the weight's size again, would stay until the weight is written
+ * (an evaluation pass during training: until the next step). The bits of
  * cg_k_linear either way. */
+#define CG_K_LINEAR_PACKED_ROWS 256
 cg_tensor *cg_k_linear_packed(const cg_tensor *x, const cg_tensor *w, const cg_tensor *b);
 /* The activations a linear layer applies as its product writes its
  * output (cg_k_linear_act). */

@@ -1423,11 +1423,12 @@ static bool same_bits(const cg_tensor *a, const cg_tensor *b)
     return same;
 }
 
-/* cg_k_linear_packed in fp32: the bits of cg_k_linear for x's rows and W's
- * on both sides of CG_GEMM_SKINNY, one to three k blocks, with and without
- * a bias, 1 and 2 threads; W packed once into the cache's fp32 form (a
- * pack, then a hit) where the fp32 path reads such panels and both sides
- * have more than CG_GEMM_SKINNY rows, and no copy otherwise. After a write
+/* cg_k_linear_packed in fp32: the bits of cg_k_linear for x's rows on both
+ * sides of CG_GEMM_SKINNY and CG_K_LINEAR_PACKED_ROWS and W's on both sides
+ * of CG_GEMM_SKINNY, one column to three k blocks, with and without a bias,
+ * 1 and 2 threads; W packed once into the cache's fp32 form (a pack, then
+ * a hit) where the fp32 path reads such panels and the rows are within
+ * those bounds, and no copy otherwise. After a write
  * announced with cg_tensor_modified the next product reads the new W. The
  * inference forms of cg_k_linear_act and cg_k_linear_residual (saved and
  * mask NULL) read the copy too, with the bits of their recording forms. */
@@ -1437,7 +1438,8 @@ static void linear_packed_f32_case(cg_rng *rng, int64_t N, int64_t out, int64_t 
     cg_set_num_threads(nt);
     cg_tensor *x = cg_randn(rng, CG_SHAPE(N, in)), *w = cg_randn(rng, CG_SHAPE(out, in));
     cg_tensor *b = bias ? cg_randn(rng, CG_SHAPE(out)) : NULL;
-    const bool kept = cg_f32_packed_usable() && N > CG_GEMM_SKINNY && out > CG_GEMM_SKINNY;
+    const bool kept = cg_f32_packed_usable() && N > CG_GEMM_SKINNY &&
+                      N <= CG_K_LINEAR_PACKED_ROWS && out > CG_GEMM_SKINNY;
     cg_tensor *want = cg_k_linear(x, w, b);
     const cg_cache_stats s0 = cg_weight_cache_stats();
     cg_tensor *y1 = cg_k_linear_packed(x, w, b), *y2 = cg_k_linear_packed(x, w, b);
@@ -1473,10 +1475,11 @@ START_TEST(test_linear_packed_f32)
     ck_assert(cg_get_matmul_precision() == CG_PRECISION_FP32);
     cg_rng rng = cg_rng_new(47);
     const int64_t kc = cg_gemm_k_block(CG_GEMM_AUTO, 100000, 0);
-    const int64_t Ns[] = {1, CG_GEMM_SKINNY, CG_GEMM_SKINNY + 1, 33, 200};
+    const int64_t Ns[] = {1,  CG_GEMM_SKINNY,          CG_GEMM_SKINNY + 1,
+                          33, CG_K_LINEAR_PACKED_ROWS, CG_K_LINEAR_PACKED_ROWS + 1};
     const int64_t outs[] = {3, CG_GEMM_SKINNY + 1, 40, 130};
     const int64_t ins[] = {1, 7, kc > 0 ? kc + 5 : 389, kc > 0 ? 2 * kc + 3 : 771};
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < 6; i++)
         for (int o = 0; o < 4; o++)
             for (int k = 0; k < 4; k++)
                 for (int v = 0; v < 4; v++)
