@@ -322,6 +322,22 @@ bool cg_trainer_restore(cg_trainer *t, const char *train_json, const char *path)
                      path);
     if (!t->state)
         return false;
+    /* The first layout (charlm from 1d498fa, seq2seq from 1381bc1, until
+     * the one trainer of 1a6b625 and ac41b05 on 2026-11-23): the dropout
+     * generator flat in the object, no "dropout_rng", no "grad_accum". Its
+     * weights load as they are; its run cannot be continued exactly. */
+    static const char *const flat[][2] = {
+        {"dropout_rng_seed", "sample, eval, average and train --init-from"}, /* charlm */
+        {"dropout_seed", "translate, eval and average"}};                    /* seq2seq */
+    for (size_t i = 0; i < sizeof flat / sizeof flat[0]; i++)
+        if (cJSON_GetObjectItemCaseSensitive(t->state, flat[i][0]) &&
+            !cJSON_GetObjectItemCaseSensitive(t->state, "dropout_rng")) {
+            cg_set_error("'%s' was written by an earlier cgrad (2026-11-23 or before: its "
+                         "training state has \"%s\", not \"dropout_rng\"), whose run --resume "
+                         "cannot continue; its model still loads: %s read it",
+                         path, flat[i][0], flat[i][1]);
+            return false;
+        }
     return state_restore(t, t->o, path);
 }
 
