@@ -1101,9 +1101,11 @@ void cg_f32_packed_free(cg_f32_packed *m)
     free(m);
 }
 
+size_t cg_f32_packed_size(int64_t n, int64_t k) { return cg_skx_pack_floats(n, k) * sizeof(float); }
+
 size_t cg_f32_packed_bytes(const cg_f32_packed *m)
 {
-    return m ? cg_skx_pack_floats(m->n, m->k) * sizeof(float) : 0;
+    return m ? cg_f32_packed_size(m->n, m->k) : 0;
 }
 
 bool cg_f32_packed_mul(const cg_f32_packed *w, int nthreads, int64_t m, const float *x, int64_t rsx,

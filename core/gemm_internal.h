@@ -125,12 +125,22 @@ bool cg_f32_packed_usable(void);
 cg_f32_packed *cg_f32_packed_new(int64_t n, int64_t k, const float *w, int64_t rsw, int64_t csw);
 void cg_f32_packed_free(cg_f32_packed *m); /* NULL is a no-op */
 size_t cg_f32_packed_bytes(const cg_f32_packed *m);
+/* cg_f32_packed_bytes of a W [n, k]'s copy, before it is made */
+size_t cg_f32_packed_size(int64_t n, int64_t k);
 bool cg_f32_packed_mul(const cg_f32_packed *w, int nthreads, int64_t m, const float *x, int64_t rsx,
                        int64_t csx, const float *bias, int64_t bs, float *y, int64_t rsy);
 /* The fp32 form's panels of a cache entry (core/ops.h cg_packed_weight_get
  * with CG_PACKED_F32; NULL for the bf16 forms). */
 struct cg_packed_weight;
+struct cg_tensor;
 const cg_f32_packed *cg_packed_weight_f32(const struct cg_packed_weight *e);
+/* cg_packed_weight_get(w, CG_PACKED_F32) for a product that can read W
+ * itself: the kept copy, or a new one made only when the cache keeps it
+ * (room under its limit); NULL otherwise, and when w is no float32 matrix
+ * or out of memory, with the thread's error left as it was. A copy the
+ * cache would not keep is W's size packed for one product: a transient
+ * copy of every weight beyond the limit. */
+struct cg_packed_weight *cg_packed_weight_f32_kept(const struct cg_tensor *w);
 
 /* cg_bf16_matrix_mul (core/gemm.h) with x's elements floats, or bf16 bit
  * patterns when bf has CG_GEMM_A_BF16, y = x W^T + beta y without a bias

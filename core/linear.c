@@ -280,10 +280,11 @@ static bool act_outputs(act_out *ao, const cg_tensor *y, bool bf16)
 /* y = x W^T + b on the GEMM, or in bf16 (the thread's policy) on W's
  * cached bf16 copy (core/weight_cache.c), which sets y's rows to the bias
  * itself. packed (no backward to come): in fp32 too on W's cached copy,
- * its fp32 panels, where the thread's fp32 path reads them and x has
- * more than CG_GEMM_SKINNY and at most CG_K_LINEAR_PACKED_ROWS rows and W more
- * than CG_GEMM_SKINNY (fewer: the dot products read W itself); the same
- * bits either way. A bfloat16 x (cg_k_bf16_operand's) is read as it is by the
+ * its fp32 panels, where the thread's fp32 path reads them, x has more
+ * than CG_GEMM_SKINNY and at most CG_K_LINEAR_PACKED_ROWS rows, W more
+ * than CG_GEMM_SKINNY (fewer: the dot products read W itself) and the
+ * cache keeps the copy (else W itself: no transient copy of W's size);
+ * the same bits either way. A bfloat16 x (cg_k_bf16_operand's) is read as it is by the
  * bf16 products and widened (exactly) for fp32 ones. With ao, its
  * activation too, or with to its dropout and residual add (to->e,
  * to->mask and to->m set here): the bf16 products run it on each finished
@@ -306,9 +307,8 @@ static cg_tensor *linear(const cg_tensor *x, const cg_tensor *w, const cg_tensor
         if (N > 0 && in > 0 && out > 0 && !(pw = cg_packed_weight_get(w, CG_PACKED_BF16)))
             return NULL;
     } else if (packed && N > CG_GEMM_SKINNY && N <= CG_K_LINEAR_PACKED_ROWS &&
-               out > CG_GEMM_SKINNY && in > 0 && cg_f32_packed_usable() &&
-               !(pf = cg_packed_weight_get(w, CG_PACKED_F32))) {
-        return NULL;
+               out > CG_GEMM_SKINNY && in > 0 && cg_f32_packed_usable()) {
+        pf = cg_packed_weight_f32_kept(w); /* NULL: W itself, as uncached */
     }
     int64_t shp[CG_MAX_DIMS];
     memcpy(shp, x->shape, sizeof(int64_t) * (size_t)x->ndim);

@@ -395,14 +395,16 @@ void cg_k_bf16_operand_keep(const cg_tensor *x, cg_tensor *y);
  * weight cache below. In bf16 precision the bf16 copy cg_k_linear reads
  * too (a product with few rows of x, decoding, reads half the bytes and
  * packs nothing); in fp32 the fp32 driver's panels (CG_PACKED_F32) where
- * the thread's fp32 path reads them, W has more than CG_GEMM_SKINNY rows
- * and x more than CG_GEMM_SKINNY and at most CG_K_LINEAR_PACKED_ROWS, so
- * that each product packs only x: decoding's products (sampling past the
- * window recomputes it, 64 rows for charlm tiny; batched greedy decoding,
- * a row a sentence), where packing W took 17% and 12% of the time (Ice
- * Lake). With more rows packing is a few percent of a product, and the
- * copy, the weight's size again, would stay until the weight is written
- * (an evaluation pass during training: until the next step). The bits of
+ * the thread's fp32 path reads them, W has more than CG_GEMM_SKINNY rows,
+ * x more than CG_GEMM_SKINNY and at most CG_K_LINEAR_PACKED_ROWS, and the
+ * cache keeps the copy (room under its limit; else W itself, as
+ * cg_k_linear reads it: no copy made for one product), so that each
+ * product packs only x: decoding's products (sampling past the window
+ * recomputes it, 64 rows for charlm tiny; batched greedy decoding, a row a
+ * sentence), where packing W took 17% and 12% of the time (Ice Lake).
+ * With more rows packing is a few percent of a product, and the copy, the
+ * weight's size again, would stay until the weight is written (an
+ * evaluation pass during training: until the next step). The bits of
  * cg_k_linear either way. */
 #define CG_K_LINEAR_PACKED_ROWS 256
 cg_tensor *cg_k_linear_packed(const cg_tensor *x, const cg_tensor *w, const cg_tensor *b);
@@ -480,8 +482,8 @@ const cg_bf16_matrix *cg_packed_weight_bf16(const cg_packed_weight *e);
 void cg_packed_weight_release(cg_packed_weight *e); /* NULL is a no-op */
 /* packs: weights converted and packed (misses), hits: products served
  * from a kept copy, bytes: held by the cache now, limit: its bound
- * (default 1 GiB; 0 keeps nothing: every product packs its own, with the
- * same bits). Lowering the limit frees the kept copies beyond it at once,
+ * (default 1 GiB; 0 keeps nothing: every bf16 product packs its own, fp32
+ * products without a graph read W itself, with the same bits). Lowering the limit frees the kept copies beyond it at once,
  * the oldest first (cg_weight_cache_limit(0) empties the cache). */
 typedef struct {
     uint64_t packs, hits;

@@ -22,8 +22,10 @@
  * otherwise stay, and be read, until their weights are written or die). */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 
+#include "core/error.h"
 #include "core/gemm.h"
 #include "core/gemm_internal.h"
 #include "core/ops.h"
@@ -156,7 +158,19 @@ static cg_packed_weight *pack(const cg_tensor *w, cg_packed_form f)
     return e;
 }
 
-cg_packed_weight *cg_packed_weight_get(const cg_tensor *w, cg_packed_form form)
+/* Whether the storage's slot has room for a new entry of form f of
+ * `bytes` (under g_lock): the limit counting the form's stale entry as
+ * freed, and the derived slot free or a weight slot. */
+static bool fits(const cg_storage *s, int f, size_t bytes)
+{
+    const weight_slot *ws = s->derived && s->derived_free == slot_free ? s->derived : NULL;
+    const size_t old = ws && ws->e[f] ? ws->e[f]->bytes : 0;
+    return (!s->derived || ws) && g_bytes - old + bytes <= g_limit;
+}
+
+/* cg_packed_weight_get; kept_only: make no entry the cache would not
+ * keep (NULL, no error, then) */
+static cg_packed_weight *get(const cg_tensor *w, cg_packed_form form, bool kept_only)
 {
     if (!w || w->ndim != 2 || w->dtype != CG_F32 || w->shape[0] < 1 || w->shape[1] < 1) {
         cg_set_error("packed weight: need a float32 [n, k] matrix with n, k >= 1");
@@ -177,12 +191,17 @@ cg_packed_weight *cg_packed_weight_get(const cg_tensor *w, cg_packed_form form)
         atomic_fetch_add(&g_hits, 1);
         return e;
     }
+    if (kept_only) { /* the fp32 form's size, known before packing */
+        pthread_mutex_lock(&g_lock);
+        const bool room = fits(w->storage, f, cg_f32_packed_size(w->shape[0], w->shape[1]));
+        pthread_mutex_unlock(&g_lock);
+        if (!room)
+            return NULL;
+    }
     if (!(e = pack(w, form)))
         return NULL;
     pthread_mutex_lock(&g_lock);
-    ws = slot_of(w->storage, false);
-    const size_t old = ws && ws->e[f] ? ws->e[f]->bytes : 0;
-    if (g_bytes - old + e->bytes <= g_limit && (ws = slot_of(w->storage, true))) {
+    if (fits(w->storage, f, e->bytes) && (ws = slot_of(w->storage, true))) {
         unslot(ws->e[f]);
         atomic_fetch_add(&e->refs, 1); /* the slot's reference */
         e->cached = true;
@@ -194,6 +213,26 @@ cg_packed_weight *cg_packed_weight_get(const cg_tensor *w, cg_packed_form form)
         g_newest = e;
     }
     pthread_mutex_unlock(&g_lock);
+    return e;
+}
+
+cg_packed_weight *cg_packed_weight_get(const cg_tensor *w, cg_packed_form form)
+{
+    return get(w, form, false);
+}
+
+cg_packed_weight *cg_packed_weight_f32_kept(const cg_tensor *w)
+{
+    /* a failure here is no error of the product's, which reads W instead:
+     * the thread's error as it was */
+    const bool had = cg_has_error();
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", had ? cg_last_error() : "");
+    cg_packed_weight *e = get(w, CG_PACKED_F32, true);
+    if (!e && had)
+        cg_set_error("%s", msg);
+    else if (!e)
+        cg_clear_error();
     return e;
 }
 

@@ -1514,6 +1514,45 @@ START_TEST(test_linear_packed_f32)
 }
 END_TEST
 
+/* An fp32 product without a graph reads W's packed copy only when the
+ * cache keeps it: with no room for the copy under the cache's limit (0
+ * here, or weights beyond it), it reads W itself as the uncached product
+ * does, with the same bits, and packs nothing (it packed a copy of W's
+ * size for every product and freed it: a transient copy of every weight,
+ * 128 MB more at the peak for a 128 MB weight, with the cache off). Room
+ * made again: one pack, kept; the limit lowered below it: freed, W read
+ * again. */
+START_TEST(test_linear_packed_f32_over_limit)
+{
+    if (!cg_f32_packed_usable())
+        return; /* the fp32 form is the skx driver's */
+    cg_rng rng = cg_rng_new(48);
+    cg_tensor *x = cg_randn(&rng, CG_SHAPE(40, 64)), *w = cg_randn(&rng, CG_SHAPE(48, 64));
+    cg_tensor *b = cg_randn(&rng, CG_SHAPE(48));
+    cg_tensor *want = cg_k_linear(x, w, b), *saved = NULL, *act = NULL;
+    cg_tensor *want_act = cg_k_linear_act(x, w, b, CG_K_ACT_GELU, &saved);
+    const size_t limit = cg_weight_cache_stats().limit;
+    for (int pass = 0; pass < 3; pass++) {
+        /* 0: no room; 1: room (one pack, then kept); 2: the limit lowered
+         * below the kept copy's size (which frees it) */
+        const size_t bytes = cg_weight_cache_stats().bytes;
+        cg_weight_cache_limit(pass == 0 ? 0 : pass == 1 ? limit : bytes - 1);
+        const cg_cache_stats s0 = cg_weight_cache_stats();
+        cg_tensor *y = cg_k_linear_packed(x, w, b);
+        act = cg_k_linear_act(x, w, b, CG_K_ACT_GELU, NULL);
+        const cg_cache_stats s1 = cg_weight_cache_stats();
+        ck_assert_msg(y && act, "%s", cg_last_error());
+        ck_assert_msg(same_bits(y, want) && same_bits(act, want_act), "pass %d", pass);
+        ck_assert_uint_eq(s1.packs - s0.packs, pass == 1 ? 1 : 0);
+        ck_assert_uint_eq(s1.hits - s0.hits, pass == 1 ? 1 : 0);
+        ck_assert(pass == 1 ? s1.bytes > 0 : s1.bytes == 0);
+        cg_release_all(2, y, act);
+    }
+    cg_weight_cache_limit(limit);
+    cg_release_all(6, x, w, b, want, want_act, saved);
+}
+END_TEST
+
 START_TEST(test_weight_cache)
 {
     float loss[2][6],
@@ -3813,6 +3852,7 @@ static Suite *bf16_suite(void)
     tcase_add_test(tm, test_packed_linear_refresh);
     tcase_add_test(tm, test_weight_cache);
     tcase_add_test(tm, test_linear_packed_f32);
+    tcase_add_test(tm, test_linear_packed_f32_over_limit);
     tcase_add_test(tm, test_weight_cache_limit_lowered);
     suite_add_tcase(s, tm);
     TCase *to = tcase_create("operands");

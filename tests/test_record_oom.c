@@ -12,6 +12,9 @@
 
 #include "autograd/checkpoint.h"
 #include "autograd/ops.h"
+#include "core/gemm.h"
+#include "core/gemm_internal.h"
+#include "core/ops.h"
 #include "nn/data.h"
 #include "nn/lora.h"
 #include "nn/transformer.h"
@@ -273,6 +276,42 @@ START_TEST(test_first_overflow_oom_is_an_error)
 }
 END_TEST
 
+/* fp32 inference's packed copy of W (the weight cache's CG_PACKED_F32) is
+ * an optimisation of a product that can read W itself: its allocations
+ * failing, the product reads W, with the bits of the uncached product (it
+ * failed with "packed weight: out of memory" where the uncached product
+ * needed no such memory). The first malloc of the call is the cache
+ * entry's; each other one failing gives the product or "out of memory". */
+START_TEST(test_packed_f32_oom_reads_w)
+{
+    if (!cg_f32_packed_usable())
+        return; /* no fp32 form on this CPU */
+    cg_rng rng = cg_rng_new(5);
+    cg_tensor *x = cg_randn(&rng, CG_SHAPE(40, 64)), *w = cg_randn(&rng, CG_SHAPE(48, 64));
+    cg_tensor *want = cg_k_linear(x, w, NULL);
+    ck_assert_ptr_nonnull(want);
+    long k = 1;
+    for (; k < 1000; k++) {
+        cg_tensor_modified(w); /* no kept copy: each call packs */
+        cg_clear_error();
+        malloc_failed = false;
+        fail_malloc_at = k;
+        cg_tensor *y = cg_k_linear_packed(x, w, NULL);
+        fail_malloc_at = 0;
+        ck_assert_msg(y || (k > 1 && strstr(cg_last_error(), "out of memory")), "malloc %ld: '%s'",
+                      k, cg_last_error());
+        ck_assert_msg(!y || !memcmp(cg_data(y), cg_data(want), sizeof(float) * 40 * 48),
+                      "malloc %ld: other bits", k);
+        ck_assert_msg(!y || !cg_has_error(), "malloc %ld: '%s' left", k, cg_last_error());
+        cg_release(y);
+        if (!malloc_failed) /* every malloc of the call has failed once */
+            break;
+    }
+    ck_assert_int_gt(k, 1);
+    cg_release_all(3, x, w, want);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("record_oom");
@@ -283,6 +322,7 @@ int main(void)
     tcase_add_test(tc, test_st_header_oom_is_an_error);
     tcase_add_test(tc, test_lora_load_oom_is_an_error);
     tcase_add_test(tc, test_first_overflow_oom_is_an_error);
+    tcase_add_test(tc, test_packed_f32_oom_reads_w);
     suite_add_tcase(s, tc);
     return cg_test_run(&s, 1);
 }
