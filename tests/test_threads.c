@@ -9,6 +9,7 @@
  * OpenMP at one thread, since libgomp is not instrumented). */
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "autograd/checkpoint.h"
@@ -415,6 +416,90 @@ START_TEST(test_backward_through_shared_graph)
 }
 END_TEST
 
+/* Inference on one model from several threads (the packed weights of the
+ * weight cache, core/weight_cache.c): each thread's no-grad products, in
+ * fp32 (the fp32 driver's panels) or, every second thread where the CPU
+ * has a bf16 product, in bf16 precision (the bf16 copy), while another
+ * thread lowers and raises the cache's limit and reads its counts. Every
+ * output has the bits of the same product run alone. */
+enum { INF_THREADS = 4, INF_ROUNDS = 6, INF_IN = 70, INF_OUT = 40, INF_ROWS = 16 };
+typedef struct {
+    cg_linear *l;
+    cg_tensor *x;
+    const float *want[2]; /* fp32, bf16 */
+    bool bf16, ok;
+    atomic_bool *stop;
+} infer_job;
+
+static void *infer_work(void *arg)
+{
+    infer_job *j = arg;
+    j->ok = true;
+    if (j->bf16)
+        cg_set_matmul_precision(CG_PRECISION_BF16);
+    cg_no_grad_begin();
+    for (int r = 0; r < INF_ROUNDS; r++) {
+        cg_tensor *y = cg_linear_forward(j->l, j->x);
+        j->ok &= y && !memcmp(cg_data(y), j->want[j->bf16], sizeof(float) * INF_ROWS * INF_OUT);
+        cg_release(y);
+    }
+    cg_no_grad_end();
+    return NULL;
+}
+
+static void *limit_work(void *arg)
+{
+    atomic_bool *stop = arg;
+    for (int r = 0; !atomic_load(stop); r++) {
+        cg_weight_cache_limit(r % 2 ? (size_t)1 << 30 : 0);
+        (void)cg_weight_cache_stats();
+    }
+    cg_weight_cache_limit((size_t)1 << 30);
+    return NULL;
+}
+
+START_TEST(test_threads_share_packed_weights)
+{
+    cg_rng rng = cg_rng_new(3);
+    cg_linear *l = cg_linear_new(INF_IN, INF_OUT, true, &rng);
+    cg_tensor *x = cg_randn(&rng, CG_SHAPE(INF_ROWS, INF_IN));
+    ck_assert(l && x && cg_normal_(l->bias, &rng, 0.0f, 1.0f));
+    const bool bf16 =
+        cg_gemm_path_available(CG_GEMM_BF16) || cg_gemm_path_available(CG_GEMM_BF16_EMULATED);
+    cg_tensor *want[2] = {NULL, NULL};
+    for (int p = 0; p < 1 + bf16; p++) { /* alone, with no copy kept */
+        cg_weight_cache_limit(0);
+        cg_set_matmul_precision(p ? CG_PRECISION_BF16 : CG_PRECISION_FP32);
+        cg_no_grad_begin();
+        want[p] = cg_linear_forward(l, x);
+        cg_no_grad_end();
+        ck_assert_ptr_nonnull(want[p]);
+    }
+    cg_set_matmul_precision(CG_PRECISION_FP32);
+    cg_weight_cache_limit((size_t)1 << 30);
+    atomic_bool stop = false;
+    pthread_t th[INF_THREADS], lt;
+    infer_job j[INF_THREADS];
+    for (int i = 0; i < INF_THREADS; i++) {
+        j[i] = (infer_job){
+            l,     x,    {cg_data(want[0]), want[1] ? cg_data(want[1]) : NULL}, bf16 && i % 2,
+            false, &stop};
+        ck_assert_int_eq(pthread_create(&th[i], NULL, infer_work, &j[i]), 0);
+    }
+    ck_assert_int_eq(pthread_create(&lt, NULL, limit_work, &stop), 0);
+    for (int i = 0; i < INF_THREADS; i++) {
+        ck_assert_int_eq(pthread_join(th[i], NULL), 0);
+        ck_assert_msg(j[i].ok, "thread %d (%s): %s", i, j[i].bf16 ? "bf16" : "fp32",
+                      cg_last_error());
+    }
+    atomic_store(&stop, true);
+    ck_assert_int_eq(pthread_join(lt, NULL), 0);
+    cg_release_all(3, want[0], want[1], x);
+    cg_module_free(CG_MODULE(l));
+    ck_assert_uint_eq(cg_weight_cache_stats().bytes, 0);
+}
+END_TEST
+
 static Suite *threads_suite(void)
 {
     Suite *s = suite_create("threads");
@@ -425,6 +510,7 @@ static Suite *threads_suite(void)
     tcase_add_test(tc, test_hooks_called_from_threads);
     tcase_add_test(tc, test_shared_dropout_draws);
     tcase_add_test(tc, test_backward_through_shared_graph);
+    tcase_add_test(tc, test_threads_share_packed_weights);
     suite_add_tcase(s, tc);
     return s;
 }
