@@ -1514,6 +1514,39 @@ START_TEST(test_linear_packed_f32)
 }
 END_TEST
 
+/* cg_k_linear_packed in fp32 on weights of other layouts: a transposed
+ * view, views of one storage taken in turn (each replaces the other's
+ * copy: the slot keys the view), every second column, and more rows of W
+ * than the driver's MC block (480); each the bits of cg_k_linear, at 1
+ * and 2 threads. */
+START_TEST(test_linear_packed_f32_layouts)
+{
+    cg_rng rng = cg_rng_new(49);
+    enum { N = 37, IN = 45, OUT = 50, BIG = 500 };
+    cg_tensor *x = cg_randn(&rng, CG_SHAPE(N, IN)), *b = cg_randn(&rng, CG_SHAPE(BIG));
+    cg_tensor *wt = cg_randn(&rng, CG_SHAPE(IN, OUT)), *all = cg_randn(&rng, CG_SHAPE(3 * OUT, IN));
+    cg_tensor *wide = cg_randn(&rng, CG_SHAPE(OUT, 2 * IN)),
+              *big = cg_randn(&rng, CG_SHAPE(BIG, IN));
+    cg_tensor *ws[6] = {cg_view_transpose(wt, 0, 1),          cg_view_narrow(all, 0, 0, OUT),
+                        cg_view_narrow(all, 0, 2 * OUT, OUT), cg_view_narrow(all, 0, 0, OUT),
+                        cg_view_slice(wide, 1, 0, 2 * IN, 2), big};
+    for (int nt = 1; nt <= 2; nt++) {
+        cg_set_num_threads(nt);
+        for (int i = 0; i < 6; i++) {
+            cg_tensor *bi = cg_view_narrow(b, 0, 0, ws[i]->shape[0]);
+            cg_tensor *want = cg_k_linear(x, ws[i], bi), *y = cg_k_linear_packed(x, ws[i], bi);
+            ck_assert_msg(y && same_bits(y, want), "weight %d, %d threads: %s", i, nt,
+                          cg_last_error());
+            cg_release_all(3, bi, want, y);
+        }
+    }
+    cg_set_num_threads(0);
+    for (int i = 0; i < 5; i++)
+        cg_release(ws[i]);
+    cg_release_all(6, x, b, wt, all, wide, big);
+}
+END_TEST
+
 /* An fp32 product without a graph reads W's packed copy only when the
  * cache keeps it: with no room for the copy under the cache's limit (0
  * here, or weights beyond it), it reads W itself as the uncached product
@@ -3853,6 +3886,7 @@ static Suite *bf16_suite(void)
     tcase_add_test(tm, test_weight_cache);
     tcase_add_test(tm, test_linear_packed_f32);
     tcase_add_test(tm, test_linear_packed_f32_over_limit);
+    tcase_add_test(tm, test_linear_packed_f32_layouts);
     tcase_add_test(tm, test_weight_cache_limit_lowered);
     suite_add_tcase(s, tm);
     TCase *to = tcase_create("operands");
