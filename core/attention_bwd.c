@@ -277,14 +277,22 @@ static bool attention_bwd(const cg_tensor *q, const cg_tensor *k, const cg_tenso
                      cg_dtype_name(saved->dtype), kept ? " or bfloat16 weights" : "");
         return false;
     }
-    if (!cg_same_shape(g, q) || (out && !cg_same_shape(out, q)) || saved->ndim != (kept ? 4 : 3) ||
-        saved->shape[0] != B || saved->shape[1] != H || saved->shape[2] != (kept ? Tq : 2 * Tq) ||
+    if (!cg_same_shape(g, q) || (out && !cg_same_shape(out, q))) {
+        char a[96], b[96], c[96];
+        cg_set_error("attention backward: gradient %s and output %s must have q's shape %s",
+                     cg_shape_str(g, a, sizeof a), out ? cg_shape_str(out, b, sizeof b) : "(none)",
+                     cg_shape_str(q, c, sizeof c));
+        return false;
+    }
+    if (saved->ndim != (kept ? 4 : 3) || saved->shape[0] != B || saved->shape[1] != H ||
+        saved->shape[2] != (kept ? Tq : 2 * Tq) ||
         (kept && (saved->shape[3] != Tk || Tk > PKEEP)) || !cg_is_contiguous(saved)) {
         char a[96], b[96], c[96];
-        cg_set_error("attention backward: gradient %s, output %s or saved state %s do not "
-                     "match q/k",
-                     cg_shape_str(g, a, sizeof a), cg_shape_str(out, b, sizeof b),
-                     cg_shape_str(saved, c, sizeof c));
+        cg_set_error("attention backward: saved state %s is neither the weights %s (kept up to %d "
+                     "keys; k has %lld) nor the log-sum-exps %s (two floats a row), contiguous",
+                     cg_shape_str(saved, a, sizeof a),
+                     cg_shape_str_n(CG_SHAPE(B, H, Tq, Tk), b, sizeof b), PKEEP, (long long)Tk,
+                     cg_shape_str_n(CG_SHAPE(B, H, 2 * Tq), c, sizeof c));
         return false;
     }
     /* every gradient element is written by a product below, except keys no

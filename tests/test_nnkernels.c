@@ -1592,6 +1592,40 @@ START_TEST(test_attention_recomputed_large_scores)
 }
 END_TEST
 
+/* The backward refuses saved state of another shape with one line that
+ * says what it expected: the log-sum-exps of [B,H,Tq] (their shape before
+ * they became two floats a row) or a non-contiguous view of them, and
+ * weights beyond the keys that keep them, named with the shapes it takes
+ * (it said "saved state [1, 2, 300] do not match q/k", q [1, 2, 300, 8]);
+ * a gradient of another shape is named as such. */
+START_TEST(test_attention_saved_shape_refused)
+{
+    cg_rng r = cg_rng_new(44);
+    cg_tensor *q = cg_randn(&r, CG_SHAPE(1, 2, 300, 8)), *g = cg_randn(&r, CG_SHAPE(1, 2, 300, 8));
+    cg_tensor *saved = NULL, *dq = NULL, *dk = NULL, *dv = NULL;
+    cg_tensor *o = cg_k_attention(q, q, q, false, NULL, &saved, NULL);
+    ck_assert(o && saved && saved->ndim == 3);
+    cg_tensor *twice = cg_k_concat((cg_tensor *[]){saved, saved}, 2, 2);
+    cg_tensor *bad[3] = {cg_view_narrow(saved, 2, 0, 300), cg_view_slice(twice, 2, 0, 1200, 2),
+                         cg_zeros(CG_SHAPE(1, 2, 300, 300))};
+    const char *want[3] = {"[1, 2, 600]", "contiguous", "up to 256 keys; k has 300"};
+    for (int i = 0; i < 3; i++) {
+        ck_assert(!cg_k_attention_backward(q, q, q, o, bad[i], g, false, NULL, &dq, &dk, &dv));
+        ck_assert_msg(strstr(cg_last_error(), "attention backward: saved state") &&
+                          strstr(cg_last_error(), want[i]),
+                      "%d: '%s'", i, cg_last_error());
+        cg_release(bad[i]);
+    }
+    cg_tensor *g2 = cg_randn(&r, CG_SHAPE(1, 2, 300, 4));
+    ck_assert(!cg_k_attention_backward(q, q, q, o, saved, g2, false, NULL, &dq, &dk, &dv));
+    ck_assert_msg(strstr(cg_last_error(), "gradient [1, 2, 300, 4]") &&
+                      strstr(cg_last_error(), "q's shape [1, 2, 300, 8]"),
+                  "'%s'", cg_last_error());
+    ck_assert(cg_k_attention_backward(q, q, q, o, saved, g, false, NULL, &dq, &dk, &dv));
+    cg_release_all(9, q, g, g2, o, saved, twice, dq, dk, dv);
+}
+END_TEST
+
 /* Attention over no keys (k and v [B,H,0,dh]): each query's output is the
  * empty weighted sum, zeros, as PyTorch's softmax(q k^T) v gives and as
  * cg_scaled_dot_product_attention's masked path gives; dq is zero too. A
@@ -1681,6 +1715,7 @@ static Suite *nnkernels_suite(void)
     tcase_add_test(tc, test_attention_weights_bits);
     tcase_add_test(tc, test_attention_no_keys);
     tcase_add_test(tc, test_attention_recomputed_large_scores);
+    tcase_add_test(tc, test_attention_saved_shape_refused);
     suite_add_tcase(s, tc);
     return s;
 }
