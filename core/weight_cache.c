@@ -2,7 +2,8 @@
  * of inference): a weight used by bf16 products is rounded to bf16 and
  * packed into the GEMM's panels once per version of its data, not once per
  * product; one used by fp32 products without a graph is packed so into the
- * fp32 driver's panels.
+ * fp32 driver's panels, when the cache keeps that copy (those products can
+ * read W itself: cg_packed_weight_f32_kept).
  *
  * A cached form lives in its storage's derived slot (core/tensor.h): a
  * slot holds one entry per form (cg_packed_form: W in bf16 as the products
