@@ -113,6 +113,29 @@ for l in open(sys.argv[1], "rb").read().split(b"\n")[:-1]:
     fail "$1: $2 does not parse: $(tail -c 200 "$2")"
   fi
 }
+# The last JSON line of file b (what this build wrote) has the values of
+# file a's last line (what a reference wrote), numbers within tol, but for
+# the keys named after tol.
+same_json() {
+  local name=$1 a=$2 b=$3 tol=$4
+  shift 4
+  if python3 - "$a" "$b" "$tol" "$@" <<'EOF'; then
+import json, sys
+a = json.loads(open(sys.argv[1]).read().splitlines()[-1])
+b = json.loads(open(sys.argv[2]).read().splitlines()[-1])
+tol, skip = float(sys.argv[3]), set(sys.argv[4:])
+for k, v in a.items():
+    if k in skip:
+        continue
+    w = b.get(k)
+    ok = abs(w - v) <= tol if isinstance(v, float) and isinstance(w, (int, float)) else w == v
+    assert ok, '%s: %r, the reference (%s) %r' % (k, w, sys.argv[1], v)
+EOF
+    echo "ok: $name: $(tail -1 "$b")"
+  else
+    fail "$name: $(tail -1 "$b")"
+  fi
+}
 zoo_data() {
   local words=(the a whale sea ship captain ahab white call me ishmael some years ago) i
   for ((i = 0; i < 600; i++)); do printf '%s ' "${words[$(((i * 7 + i / 3) % ${#words[@]}))]}"; done >c.txt

@@ -51,28 +51,6 @@ EOF
     fail "$1: $2 and $3 hold the same weights"
   fi
 }
-# A JSON line of B has A's fields (but those named after the files), the
-# numbers within tol.
-same_json() {
-  local name=$1 a=$2 b=$3 tol=$4
-  shift 4
-  if python3 - "$a" "$b" "$tol" "$@" <<'EOF'; then
-import json, sys
-a = json.loads(open(sys.argv[1]).read().splitlines()[-1])
-b = json.loads(open(sys.argv[2]).read().splitlines()[-1])
-tol, skip = float(sys.argv[3]), set(sys.argv[4:])
-for k, v in a.items():
-    if k in skip:
-        continue
-    w = b.get(k)
-    ok = abs(w - v) <= tol if isinstance(v, float) and isinstance(w, (int, float)) else w == v
-    assert ok, '%s: %r, fed2817 %r' % (k, w, v)
-EOF
-    echo "ok: $name: $(tail -1 "$b")"
-  else
-    fail "$name: $(tail -1 "$b")"
-  fi
-}
 
 echo "== 1. --act gelu_erf in both programs"
 train_ok "charlm train --act gelu_erf" '"step": 4' \

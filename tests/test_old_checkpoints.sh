@@ -19,28 +19,6 @@ cp "$fx"/*.st "$fx"/c.txt .
 mkdir -p base
 cp "$fx"/lm_char.st base/lm_char.st
 
-# The last JSON line of file b has the values of a's (numbers within tol),
-# but for the keys named after tol.
-same_json() {
-  local name=$1 a=$2 b=$3 tol=$4
-  shift 4
-  if python3 - "$a" "$b" "$tol" "$@" <<'EOF'; then
-import json, sys
-a = json.loads(open(sys.argv[1]).read().splitlines()[-1])
-b = json.loads(open(sys.argv[2]).read().splitlines()[-1])
-tol, skip = float(sys.argv[3]), set(sys.argv[4:])
-for k, v in a.items():
-    if k in skip:
-        continue
-    w = b.get(k)
-    ok = abs(w - v) <= tol if isinstance(v, float) and isinstance(w, (int, float)) else w == v
-    assert ok, '%s: %r, the earlier build %r' % (k, w, v)
-EOF
-    echo "ok: $name: $(tail -1 "$b")"
-  else
-    fail "$name: $(tail -1 "$b")"
-  fi
-}
 # CMD's standard output is the bytes of file want
 same_text() {
   local name=$1 want=$2
