@@ -20,6 +20,8 @@
 #      (resume, eval); --precision fp32 on resume switches the run; a
 #      damaged recorded precision is named (resume, with --precision or not; eval)
 #   6. sample --attention: the last 32 tokens drawn in their context
+#   7. past 2^24 steps (a resumed checkpoint's step set to 16777216): every
+#      step evaluated, recorded exactly in the history and best_step
 #   test_charlm_reliability.sh CHARLM CKPT_WRITER
 set -euo pipefail
 charlm=$1
@@ -385,3 +387,26 @@ echo "refused: $(tail -1 refuse.log)"
 n=$(grep -c 'fill="#FDE725"' at.svg || true)
 [ "$n" -eq 0 ] || fail "sample --attention: $n cells of weight 1 (a fresh forward over the last 32 tokens)"
 echo "sample --attention: the last 32 tokens in their context"
+
+# 7. a run past 2^24 steps (a checkpoint's step set to 16777216, resumed
+# with --eval-every 1): every step is evaluated and recorded as itself.
+# The loss history kept its steps as float32, so the trainer took step
+# 16777217 (a float's 16777216) for evaluated and skipped its evaluation,
+# and recorded step 16777219 as 16777220 (the JSON line's best_step too).
+"$charlm" train "${model[@]}" --steps 4 --out far.st >/dev/null 2>far.log ||
+  fail "training failed: $(tail -1 far.log)"
+"$tool" setmeta far.st step 16777216
+"$charlm" train --resume far.st --threads 1 --steps 16777219 --eval-every 1 --keep-best \
+  >far.json 2>far.log || fail "resume at step 16777216 failed: $(tail -1 far.log)"
+evals=$(sed -n 's/^{"step": \([0-9]*\), "train_loss".*/\1/p' far.st.metrics.jsonl | tr '\n' ' ')
+[ "$evals" = "0 4 16777216 16777217 16777218 16777219 " ] ||
+  fail "past 2^24 steps: evaluations at steps '$evals', not 0, 4 and 16777216 to 16777219"
+hist=$("$tool" getmeta far.st train | sed -n 's/.*"history":{"step":\[\([0-9,]*\)\].*/\1/p')
+[ "$hist" = "0,4,16777216,16777217,16777218,16777219" ] ||
+  fail "past 2^24 steps: the checkpoint's history records steps '$hist'"
+best=$(sed -n 's/.*"best_step": \([0-9]*\).*/\1/p' far.json)
+want=$(python3 -c 'import json, sys
+e = [json.loads(l) for l in open(sys.argv[1]) if "val_loss" in l]
+print(min(e, key=lambda x: x["val_loss"])["step"])' far.st.metrics.jsonl)
+[ -n "$best" ] && [ "$best" = "$want" ] || fail "past 2^24 steps: best_step '$best', the log's $want"
+echo "past 2^24 steps: every step evaluated and recorded as itself (best_step $best)"

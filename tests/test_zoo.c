@@ -479,6 +479,33 @@ START_TEST(test_history_long)
 }
 END_TEST
 
+/* An evaluation's step is kept exactly at any step a run can reach: as a
+ * float, 16777217 became 16777216 (the trainer then took that step for
+ * evaluated and skipped its evaluation) and 10^12 - 1 became 10^12, in
+ * the history and in the checkpoint's JSON. */
+START_TEST(test_history_far_steps)
+{
+    const int64_t steps[3] = {(INT64_C(1) << 24) + 1, (INT64_C(1) << 24) + 3,
+                              INT64_C(999999999999)};
+    cg_history h = {0};
+    for (int i = 0; i < 3; i++)
+        ck_assert(cg_history_push(&h, steps[i], 2.0, 2.5 - i));
+    for (int i = 0; i < 3; i++)
+        ck_assert_msg((int64_t)h.step[i] == steps[i], "%lld recorded as %lld", (long long)steps[i],
+                      (long long)h.step[i]);
+    char *j = cg_history_to_json(&h);
+    ck_assert_ptr_nonnull(j);
+    ck_assert_msg(strstr(j, "\"step\":[16777217,16777219,999999999999]"), "%s", j);
+    cg_history r = history_reload(&h);
+    for (int i = 0; i < 3; i++)
+        ck_assert((int64_t)r.step[i] == steps[i]);
+    ck_assert_int_eq(cg_history_best(&r), 2);
+    free(j);
+    cg_history_free(&h);
+    cg_history_free(&r);
+}
+END_TEST
+
 START_TEST(test_history_json)
 {
     make_tmpdir();
@@ -503,7 +530,7 @@ START_TEST(test_history_json)
     /* round trip: evaluations, dense points and the block being filled */
     cg_history r = history_reload(&h);
     ck_assert_int_eq(r.n, 2);
-    ck_assert(isnan(r.val[0]) && r.train[1] == h.train[1] && r.step[1] == 20.0f);
+    ck_assert(isnan(r.val[0]) && r.train[1] == h.train[1] && r.step[1] == 20);
     ck_assert_int_eq(r.dn, 2);
     ck_assert_mem_eq(r.dstep, h.dstep, 2 * sizeof(float));
     ck_assert_mem_eq(r.dloss, h.dloss, 2 * sizeof(float));
@@ -1229,6 +1256,7 @@ static Suite *zoo_suite(void)
     tcase_add_test(t, test_vocab_and_utf8);
     tcase_add_test(t, test_checkpoint_round_trip);
     tcase_add_test(t, test_history_json);
+    tcase_add_test(t, test_history_far_steps);
     tcase_add_test(t, test_history_long);
     tcase_add_test(t, test_flag_table);
     tcase_add_test(t, test_flag_switch_off);

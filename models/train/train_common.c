@@ -105,7 +105,7 @@ bool cg_history_push(cg_history *h, int64_t step, double train, double val)
 {
     if (h->n == h->cap) {
         int cap = h->cap ? 2 * h->cap : 16;
-        float *s = realloc(h->step, (size_t)cap * sizeof *s);
+        int64_t *s = realloc(h->step, (size_t)cap * sizeof *s);
         if (s)
             h->step = s;
         float *t = realloc(h->train, (size_t)cap * sizeof *t);
@@ -120,7 +120,7 @@ bool cg_history_push(cg_history *h, int64_t step, double train, double val)
         }
         h->cap = cap;
     }
-    h->step[h->n] = (float)step;
+    h->step[h->n] = step;
     h->train[h->n] = (float)train;
     h->val[h->n] = (float)val;
     h->n++;
@@ -212,7 +212,7 @@ char *cg_history_to_json(const cg_history *h)
     cJSON *v = cJSON_AddArrayToObject(o, "val");
     bool ok = s && t && v;
     for (int i = 0; ok && i < h->n; i++) {
-        cJSON_AddItemToArray(s, cJSON_CreateNumber(h->step[i]));
+        cJSON_AddItemToArray(s, cJSON_CreateNumber((double)h->step[i]));
         cJSON_AddItemToArray(t, cJSON_CreateNumber(h->train[i]));
         cJSON_AddItemToArray(v, cJSON_CreateNumber(h->val[i]));
     }
@@ -314,14 +314,18 @@ bool cg_history_plot(const cg_history *h, const char *path, const char *title)
                                   : INFINITY;
     int cap = h->n + h->dn + 1, k = 0;
     float *x = malloc((size_t)cap * sizeof *x), *y = malloc((size_t)cap * sizeof *y);
-    if (!x || !y) {
+    float *vx = malloc((size_t)(h->n > 0 ? h->n : 1) * sizeof *vx); /* the axis is float */
+    if (!x || !y || !vx) {
         free(x);
         free(y);
+        free(vx);
         cg_set_error("out of memory");
         return false;
     }
-    for (int i = 0; i < h->n && h->step[i] < first; i++, k++)
-        x[k] = h->step[i], y[k] = h->train[i];
+    for (int i = 0; i < h->n; i++)
+        vx[i] = (float)h->step[i];
+    for (int i = 0; i < h->n && (double)h->step[i] < first; i++, k++)
+        x[k] = vx[i], y[k] = h->train[i];
     for (int i = 0; i < h->dn; i++, k++)
         x[k] = h->dstep[i], y[k] = h->dloss[i];
     if (h->acc_n > 0) {
@@ -336,7 +340,7 @@ bool cg_history_plot(const cg_history *h, const char *path, const char *title)
     cg_plot_series s[2] = {
         {.name = name, .x = x, .y = y, .n = k, .color = 0x7DA7E0, .width = 1.0f},
         {.name = "validation",
-         .x = h->step,
+         .x = vx,
          .y = h->val,
          .n = h->n,
          .color = 0xD9480F,
@@ -346,6 +350,7 @@ bool cg_history_plot(const cg_history *h, const char *path, const char *title)
     bool ok = cg_plot_loss_curve(path, title, 2, s);
     free(x);
     free(y);
+    free(vx);
     return ok;
 }
 

@@ -43,7 +43,8 @@ bool cg_progress_is_tty(void);
 
 /* The loss history of a run, kept in the checkpoint so that a resumed run
  * continues its curve:
- *  - evaluations: (step, train loss, val loss) at each evaluation;
+ *  - evaluations: (step, train loss, val loss) at each evaluation, the
+ *    step exact (the trainer asks whether a step was evaluated);
  *  - the dense training loss: the mean loss of each block of `every`
  *    consecutive recorded steps (CG_HISTORY_EVERY at first). When
  *    CG_HISTORY_DENSE_MAX blocks are kept, adjacent pairs merge and `every`
@@ -57,7 +58,8 @@ bool cg_progress_is_tty(void);
 
 typedef struct {
     int n, cap;
-    float *step, *train, *val;
+    int64_t *step; /* exact at any step (a float's rounded past 2^24) */
+    float *train, *val;
     int dn, dcap;
     float *dstep, *dloss;
     int64_t every; /* 0 means CG_HISTORY_EVERY */

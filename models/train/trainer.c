@@ -473,10 +473,10 @@ static void put_best(const cg_trainer *t, cJSON *j)
     int b = cg_history_best(&t->hist);
     if ((!t->o->keep_best && t->o->patience == 0) || b < 0)
         return;
-    cg_json_put_int(j, "best_step", (int64_t)t->hist.step[b]);
+    cg_json_put_int(j, "best_step", t->hist.step[b]);
     cg_json_put_num(j, "best_val_loss", "%.6f", t->hist.val[b]);
     char *bp = t->o->keep_best ? cg_best_path(t->out) : NULL;
-    if (bp && t->best_saved == (int64_t)t->hist.step[b] && access(bp, F_OK) == 0)
+    if (bp && t->best_saved == t->hist.step[b] && access(bp, F_OK) == 0)
         cg_json_put_str(j, "best_checkpoint", bp);
     free(bp);
 }
@@ -484,7 +484,7 @@ static void put_best(const cg_trainer *t, cJSON *j)
 /* Was the last evaluation at step? */
 static bool evaluated_at(const cg_trainer *t, int64_t step)
 {
-    return t->hist.n > 0 && t->hist.step[t->hist.n - 1] == (float)step;
+    return t->hist.n > 0 && t->hist.step[t->hist.n - 1] == step;
 }
 
 /* --patience, after the evaluation at step: have the last `patience`

@@ -157,7 +157,7 @@ int cg_trainer_begin(cg_trainer *t, cg_train_opts *o, const char *kind, const ch
             return cg_prog_fail_lib(NULL);
         t->adapters = cg_ft_is_adapter(t->ckpt);
         int b = cg_history_best(&t->hist); /* --keep-best: written then, or not kept */
-        t->best_saved = b >= 0 ? (int64_t)t->hist.step[b] : -1;
+        t->best_saved = b >= 0 ? t->hist.step[b] : -1;
         if (!resume_has_steps(t, o))
             return cg_prog_fail_lib(NULL);
     }
