@@ -12,6 +12,10 @@ double cg_lr_warmup_cosine(int64_t step, int64_t steps, int64_t warmup, double h
                      (long long)step, (long long)warmup);
         return NAN;
     }
+    if (steps < 0) { /* a far one overflowed steps - warmup */
+        cg_set_error("lr_warmup_cosine: need steps >= 0 (got %lld)", (long long)steps);
+        return NAN;
+    }
     if (step < warmup)
         return hi * (double)(step + 1) / (double)warmup;
     int64_t span = steps - warmup > 1 ? steps - warmup : 1;
@@ -40,6 +44,10 @@ double cg_lr_warmup_linear(int64_t step, int64_t steps, int64_t warmup, double h
     if (step < 0 || warmup < 0) {
         cg_set_error("lr_warmup_linear: need step >= 0 and warmup >= 0 (got %lld and %lld)",
                      (long long)step, (long long)warmup);
+        return NAN;
+    }
+    if (steps < 0) { /* a far one overflowed steps - step */
+        cg_set_error("lr_warmup_linear: need steps >= 0 (got %lld)", (long long)steps);
         return NAN;
     }
     if (step < warmup)

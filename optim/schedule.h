@@ -30,11 +30,12 @@
 extern "C" {
 #endif
 
-/* NAN + error for step < 0 or warmup < 0 (cg_optim_set_lr refuses it). */
+/* NAN + error for step < 0, warmup < 0 or steps < 0 (cg_optim_set_lr
+ * refuses it). */
 double cg_lr_warmup_cosine(int64_t step, int64_t steps, int64_t warmup, double hi, double lo);
 /* NAN + error for d_model < 1 or warmup < 0 (cg_optim_set_lr refuses it). */
 double cg_lr_noam(int64_t step, int64_t d_model, int64_t warmup, double factor);
-/* NAN + error for step < 0 or warmup < 0. */
+/* NAN + error for step < 0, warmup < 0 or steps < 0. */
 double cg_lr_warmup_linear(int64_t step, int64_t steps, int64_t warmup, double hi, double lo);
 /* NAN + error for step < 0, step_size < 1 or gamma not finite and > 0. */
 double cg_lr_step_decay(int64_t step, int64_t step_size, double gamma, double lr);

@@ -333,6 +333,33 @@ START_TEST(schedule_cosine_bad_arguments)
 }
 END_TEST
 
+/* A negative length (steps) gave a rate, lo or a ramp's, with no error,
+ * and a far one overflowed int64 (steps - warmup, steps - step: undefined
+ * behaviour, UBSan's report); refused as the other bad arguments are. A
+ * length of 0 is a schedule already at its end. */
+START_TEST(schedule_negative_length)
+{
+    const int64_t steps[3] = {-1, INT64_MIN, -2}, step[3] = {5, 5, INT64_MAX};
+    for (int k = 0; k < 3; k++) {
+        cg_clear_error();
+        ck_assert_msg(isnan(cg_lr_warmup_cosine(step[k], steps[k], 1, 1e-3, 1e-4)), "cosine %d", k);
+        ck_assert_msg(cg_has_error() &&
+                          strstr(cg_last_error(), "lr_warmup_cosine: need steps >= 0"),
+                      "%d: '%s'", k, cg_has_error() ? cg_last_error() : "");
+        cg_clear_error();
+        ck_assert_msg(isnan(cg_lr_warmup_linear(step[k], steps[k], 0, 1e-3, 0.0)), "linear %d", k);
+        ck_assert_msg(cg_has_error() &&
+                          strstr(cg_last_error(), "lr_warmup_linear: need steps >= 0"),
+                      "%d: '%s'", k, cg_has_error() ? cg_last_error() : "");
+    }
+    cg_clear_error();
+    ck_assert(cg_lr_warmup_cosine(INT64_MAX, 0, 0, 1e-3, 1e-4) == 1e-4);
+    ck_assert(cg_lr_warmup_linear(INT64_MAX, 0, 0, 1e-3, 1e-5) == 1e-5);
+    ck_assert(cg_lr_warmup_linear(INT64_MAX - 1, INT64_MAX, INT64_MAX - 1, 1e-3, 0.0) == 1e-3);
+    ck_assert(!cg_has_error());
+}
+END_TEST
+
 START_TEST(schedule_constant_and_kinds)
 {
     cg_schedule s = cg_schedule_constant(3e-4);
@@ -1546,6 +1573,7 @@ static Suite *optim_suite(void)
     tcase_add_test(tc, schedule_noam);
     tcase_add_test(tc, schedule_linear_and_step);
     tcase_add_test(tc, schedule_cosine_bad_arguments);
+    tcase_add_test(tc, schedule_negative_length);
     tcase_add_test(tc, schedule_constant_and_kinds);
     suite_add_tcase(s, tc);
 
