@@ -409,4 +409,6 @@ want=$(python3 -c 'import json, sys
 e = [json.loads(l) for l in open(sys.argv[1]) if "val_loss" in l]
 print(min(e, key=lambda x: x["val_loss"])["step"])' far.st.metrics.jsonl)
 [ -n "$best" ] && [ "$best" = "$want" ] || fail "past 2^24 steps: best_step '$best', the log's $want"
+bs=$("$tool" getmeta far.st.best.safetensors step)
+[ "$bs" = "$best" ] || fail "past 2^24 steps: the best checkpoint holds step $bs, not $best"
 echo "past 2^24 steps: every step evaluated and recorded as itself (best_step $best)"
