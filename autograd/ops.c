@@ -503,6 +503,15 @@ cg_tensor *cg_matmul(cg_tensor *a, cg_tensor *b)
                      b->ndim);
         return NULL;
     }
+    /* checked here, on the shapes given: the views below would be named */
+    const int64_t ka = a->shape[a->ndim - 1], kb = b->shape[b->ndim == 1 ? 0 : b->ndim - 2];
+    if (ka != kb) {
+        char sa[256], sb[256];
+        cg_set_error("matmul: inner dimensions differ, %lld vs %lld (shapes %s and %s)",
+                     (long long)ka, (long long)kb, cg_shape_str(a, sa, sizeof sa),
+                     cg_shape_str(b, sb, sizeof sb));
+        return NULL;
+    }
     /* 1-D operands become matrices through differentiable views, so the
      * backward rule only ever sees ndim >= 2. */
     if (a->ndim == 1 || b->ndim == 1) {

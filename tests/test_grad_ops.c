@@ -393,6 +393,31 @@ START_TEST(test_matmul)
 }
 END_TEST
 
+/* A refused product names the shapes it was given: a 1-D operand ([4]
+ * said "[1, 4]", the row it becomes) and a batch of rows against a
+ * matrix ([2, 3, 4] @ [5, 6] said "[6, 4]", its rows folded into one
+ * matrix) were named by the views cg_matmul makes of them. */
+START_TEST(test_matmul_refusal_names_given_shapes)
+{
+    cg_tensor *a3 = cg_zeros(CG_SHAPE(2, 3, 4)), *m = cg_zeros(CG_SHAPE(5, 6));
+    cg_tensor *v4 = cg_zeros(CG_SHAPE(4)), *v5 = cg_zeros(CG_SHAPE(5));
+    const struct {
+        cg_tensor *a, *b;
+        const char *msg;
+    } cases[] = {
+        {a3, m, "matmul: inner dimensions differ, 4 vs 5 (shapes [2, 3, 4] and [5, 6])"},
+        {v4, m, "matmul: inner dimensions differ, 4 vs 5 (shapes [4] and [5, 6])"},
+        {m, v4, "matmul: inner dimensions differ, 6 vs 4 (shapes [5, 6] and [4])"},
+        {v4, v5, "matmul: inner dimensions differ, 4 vs 5 (shapes [4] and [5])"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        CG_ASSERT_REFUSED(cg_matmul(cases[i].a, cases[i].b) == NULL, "matmul");
+        ck_assert_str_eq(cg_last_error(), cases[i].msg);
+    }
+    cg_release_all(4, a3, m, v4, v5);
+}
+END_TEST
+
 /* ---------------------------------------------------- nn blocks */
 static cg_tensor *layer_norm_fn(void *ctx, cg_tensor *const *in)
 {
@@ -1530,6 +1555,7 @@ static Suite *grad_ops_suite(void)
     tcase_add_test(tc, test_pow_zero_exponent_grad);
     tcase_add_test(tc, test_masked_fill);
     tcase_add_test(tc, test_matmul);
+    tcase_add_test(tc, test_matmul_refusal_names_given_shapes);
     tcase_add_test(tc, test_norms_with_params);
     tcase_add_test(tc, test_add_norms);
     tcase_add_loop_test(tc, test_cross_entropy, 0, 2);
