@@ -1356,6 +1356,13 @@ START_TEST(test_attention_tiled_vs_double)
         {1, 1, 65, 256, 8, false, true},   /* the last length with kept weights */
         {1, 1, 129, 257, 8, true, true},   /* the first with recomputed ones */
         {1, 1, 65, 513, 8, false, true},   /* a second key block of one key, padded */
+        /* 16 (batch, head) pairs, not causal, kept weights: query tiles of
+         * 256 rows (cg_attn_tile_rows), here 256 + 1; head dims past a
+         * vector (17) and odd (7) */
+        {2, 8, 257, 100, 7, false, true},
+        {1, 16, 300, 256, 17, false, false},
+        {2, 8, 1, 17, 31, false, true},  /* one query, 16 pairs */
+        {1, 1, 65, 65, 65, true, false}, /* a head dim past 64 */
     };
     cg_rng r = cg_rng_new(31);
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
