@@ -216,6 +216,20 @@ bool cg_st_set_metadata_json(cg_st_writer *w, const char *key, const struct cJSO
  * mid-save); cg_st_writer_save does it after each save. Best effort. Any
  * writer of temporary files named so may use it (the loss curve does). */
 void cg_st_remove_stale_temps(const char *path);
+/* The same, and this process's own names too: for a caller that holds a
+ * lock no other writer of path can hold and has written none of them yet
+ * (the zoo's trainer once it holds its lock). A process whose pid is the
+ * same at every start (a container's) removes what its killed
+ * predecessor left. */
+void cg_st_remove_temps_sole_writer(const char *path);
+/* A new temporary file for path, open for writing (mode 0666 less the
+ * umask): "<path>.tmp.<pid>", or "<path>.tmp.<pid>.<n>" when that name is
+ * taken (another thread's save of path, or what a killed process of the
+ * same pid left). Never an existing file, never through a symbolic link.
+ * Its name goes into tmp (cap bytes: strlen(path) + 48 is enough). The
+ * fd, or -1 + error naming path and tmp. cg_st_writer_save's, and any
+ * writer's that renames a file into place (the metrics log, pictures). */
+int cg_st_create_temp(const char *path, char *tmp, size_t cap);
 /* What a file of st_mode mode is, for a message: "a directory", "a FIFO",
  * "a character device", ... ("a file of another kind" for none of those).
  * The writer names so a target it will not replace; any writer of files may. */

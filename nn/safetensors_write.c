@@ -406,18 +406,28 @@ static char *dir_of(const char *path)
  * (SIGKILL, power loss): those whose process no longer exists. A file of a
  * live process (another writer of the same path) is left alone. Best
  * effort: failures are ignored. */
-static void remove_stale_temps(const char *path, const char *dir);
+static void remove_stale_temps(const char *path, const char *dir, bool own);
 
 void cg_st_remove_stale_temps(const char *path)
 {
     char *dir = dir_of(path);
     if (!dir)
         return;
-    remove_stale_temps(path, dir);
+    remove_stale_temps(path, dir, false);
     free(dir);
 }
 
-static void remove_stale_temps(const char *path, const char *dir)
+void cg_st_remove_temps_sole_writer(const char *path)
+{
+    char *dir = dir_of(path);
+    if (!dir)
+        return;
+    remove_stale_temps(path, dir, true);
+    free(dir);
+}
+
+/* own: this process's names too (a dead process of the same pid left them) */
+static void remove_stale_temps(const char *path, const char *dir, bool own)
 {
     const char *slash = strrchr(path, '/');
     const char *base = slash ? slash + 1 : path;
@@ -442,9 +452,9 @@ static void remove_stale_temps(const char *path, const char *dir)
                 end = (char *)q;
         }
         if (*digits < '1' || *digits > '9' || *end != '\0' || errno || pid <= 0 ||
-            pid == (long)getpid())
+            (pid == (long)getpid() && !own))
             continue;
-        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+        if (pid != (long)getpid() && (kill((pid_t)pid, 0) == 0 || errno != ESRCH))
             continue; /* alive, or not ours */
         size_t len = strlen(dir) + strlen(n) + 2;
         char *full = malloc(len);
@@ -515,19 +525,38 @@ static bool build_header(const cg_st_writer *w, const char *path, sbuf *h)
     return true;
 }
 
+int cg_st_create_temp(const char *path, char *tmp, size_t cap)
+{
+    static _Atomic unsigned long seq; /* this process's names after the first */
+    for (int tries = 0; tries < 1000; tries++) {
+        int k = tries == 0 ? snprintf(tmp, cap, "%s.tmp.%ld", path, (long)getpid())
+                           : snprintf(tmp, cap, "%s.tmp.%ld.%lu", path, (long)getpid(), ++seq);
+        if (k < 0 || (size_t)k >= cap) {
+            cg_set_error("safetensors: %s: path too long for a temporary file", path);
+            return -1;
+        }
+        int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+        if (fd >= 0)
+            return fd;
+        if (errno != EEXIST)
+            break;
+    }
+    int e = errno; /* kept for the caller */
+    cg_set_error("safetensors: %s: cannot create temporary file %s: %s", path, tmp, strerror(e));
+    errno = e;
+    return -1;
+}
+
 /* The length, the header and the tensors' bytes into the new file tmp (with
  * the permissions of an existing path), flushed, fsync'd and closed.
  * *created: tmp exists. False + error. */
-static bool write_temp(const cg_st_writer *w, const char *path, const char *tmp, const sbuf *h,
-                       bool *created)
+static bool write_temp(const cg_st_writer *w, const char *path, char *tmp, size_t tmp_cap,
+                       const sbuf *h, bool *created)
 {
     FILE *fp = NULL;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-    if (fd < 0) {
-        cg_set_error("safetensors: %s: cannot create temporary file %s: %s", path, tmp,
-                     strerror(errno));
+    int fd = cg_st_create_temp(path, tmp, tmp_cap);
+    if (fd < 0)
         return false;
-    }
     *created = true;
     struct stat old;
     if (stat(path, &old) == 0 && S_ISREG(old.st_mode))
@@ -619,7 +648,7 @@ bool cg_st_writer_save(cg_st_writer *w, const char *path)
     if (!build_header(w, path, &h))
         return false;
     size_t plen = strlen(path);
-    char *tmp = malloc(plen + 32);
+    char *tmp = malloc(plen + 48);
     char *dir = dir_of(path);
     if (!tmp || !dir) {
         free(h.s);
@@ -628,16 +657,14 @@ bool cg_st_writer_save(cg_st_writer *w, const char *path)
         cg_set_error("safetensors: %s: out of memory", path);
         return false;
     }
-    snprintf(tmp, plen + 32, "%s.tmp.%ld", path, (long)getpid());
-
     bool ok = false, created = false;
-    if (write_temp(w, path, tmp, &h, &created)) {
+    if (write_temp(w, path, tmp, plen + 48, &h, &created)) {
         if (rename(tmp, path) != 0) {
             cg_set_error("safetensors: %s: cannot rename %s over it: %s", path, tmp,
                          strerror(errno));
         } else {
             created = false; /* the temporary file is now the target */
-            remove_stale_temps(path, dir);
+            remove_stale_temps(path, dir, false);
             ok = sync_dir(path, dir);
         }
     }

@@ -271,6 +271,21 @@ else
   fail "--resume after the killed --force run: $(head -c 300 f.st.metrics.jsonl)"
 fi
 ls f.st*.tmp.* >/dev/null 2>&1 && fail "left $(ls f.st*.tmp.*)" || echo "ok: no temporary file left"
+# A killed run's temporary files under this run's own pid (a container's
+# program has the same pid at every start): a leftover metrics log no
+# longer fails every later run ("File exists"), a leftover link is neither
+# followed nor truncated through; both are removed once the lock is held
+rm -f q.st*
+sh -c 'printf "old\n" >q.st.metrics.jsonl.tmp.$$; exec "$@"' sh \
+  "$charlm" train --data c.txt "${TINY[@]}" --steps 4 --out q.st >/dev/null 2>err.txt &&
+  echo "ok: a dead run's metrics log under this pid" ||
+  fail "a dead run's metrics log under this pid: $(tail -1 err.txt)"
+sh -c 'ln -s c.txt q.st.tmp.$$; ln -s c.txt q.st.tmp.$$.1; ln -s c.txt q.st.loss.png.tmp.$$;
+       exec "$@"' sh "$charlm" train --data c.txt "${TINY[@]}" --steps 4 --out q.st --force \
+  >/dev/null 2>err.txt || fail "a dead run's links under this pid: $(tail -1 err.txt)"
+intact "a dead run's checkpoint temporary (a link) under this pid" c.txt c.orig
+[ -f q.st ] && [ ! -L q.st ] && echo "ok: q.st is a file of its own" || fail "q.st is $(ls -l q.st)"
+ls q.st*.tmp.* >/dev/null 2>&1 && fail "left $(ls q.st*.tmp.*)" || echo "ok: no temporary file left"
 # a --force run that saves replaces both: its log is its own history
 "$charlm" train --data c.txt "${TINY[@]}" --steps 4 --log-every 1 --out f.st --force >/dev/null 2>f.err ||
   fail "--force: $(tail -1 f.err)"

@@ -472,6 +472,32 @@ START_TEST(test_metrics_log_mode)
 }
 END_TEST
 
+/* A metrics log opens though its first temporary name is taken (a killed
+ * process of this pid left it): "cannot write the metrics log: File
+ * exists" stopped every later run in a container; the file is left. */
+START_TEST(test_metrics_log_taken_temp)
+{
+    const char *path = tmp("taken.metrics.jsonl");
+    char taken[64];
+    snprintf(taken, sizeof taken, "taken.metrics.jsonl.tmp.%ld", (long)getpid());
+    write_file(tmp(taken), "old", 3);
+    cg_metrics_log log;
+    int64_t dropped = 0;
+    ck_assert_msg(cg_metrics_log_open(&log, path, -1, &dropped), "%s", cg_last_error());
+    ck_assert(cg_metrics_log_append(log.f, "{\"step\": 1}", 0));
+    ck_assert(cg_metrics_log_publish(&log) && cg_metrics_log_close(&log));
+    FILE *f = fopen(path, "r");
+    char line[64] = "";
+    ck_assert_ptr_nonnull(f);
+    ck_assert_ptr_nonnull(fgets(line, sizeof line, f));
+    fclose(f);
+    ck_assert_str_eq(line, "{\"step\": 1}\n");
+    ck_assert(access(tmp(taken), F_OK) == 0); /* not this log's: left */
+    unlink(tmp(taken));
+    unlink(path);
+}
+END_TEST
+
 START_TEST(test_out_lock)
 {
     write_file(tmp("m.safetensors.tmp.99999999"), "partial", 7);
@@ -479,8 +505,20 @@ START_TEST(test_out_lock)
     write_file(tmp("m.metrics.jsonl.tmp.99999997"), "partial", 7);
     write_file(tmp("other.safetensors.tmp.1"), "keep", 4);
     write_file(tmp("m.safetensors.tmp.notes"), "a user's", 8); /* not a writer's: kept */
+    /* what a killed process of this pid left (a container's program has the
+     * same pid at every start): nothing of this run's yet, removed too */
+    char own[3][64];
+    snprintf(own[0], sizeof own[0], "m.metrics.jsonl.tmp.%ld", (long)getpid());
+    snprintf(own[1], sizeof own[1], "m.safetensors.tmp.%ld.2", (long)getpid());
+    snprintf(own[2], sizeof own[2], "other.safetensors.tmp.%ld", (long)getpid());
+    for (int i = 0; i < 3; i++)
+        write_file(tmp(own[i]), "partial", 7);
     cg_out_lock a, b;
     ck_assert(cg_out_lock_take(tmp("m.safetensors"), &a));
+    ck_assert(access(tmp(own[0]), F_OK) != 0);
+    ck_assert(access(tmp(own[1]), F_OK) != 0);
+    ck_assert(access(tmp(own[2]), F_OK) == 0); /* another checkpoint's */
+    unlink(tmp(own[2]));
     ck_assert(access(tmp("m.safetensors.tmp.99999999"), F_OK) != 0);
     ck_assert(access(tmp("m.loss.png.tmp.99999998.1"), F_OK) != 0);
     ck_assert(access(tmp("m.metrics.jsonl.tmp.99999997"), F_OK) != 0);
@@ -799,6 +837,7 @@ static Suite *guards_suite(void)
     tcase_add_test(d, test_data_id);
     tcase_add_test(d, test_out_check);
     tcase_add_test(d, test_out_lock);
+    tcase_add_test(d, test_metrics_log_taken_temp);
     tcase_add_test(d, test_metrics_log_mode);
     tcase_add_test(d, test_png_stale_temp);
     suite_add_tcase(s, d);

@@ -231,19 +231,17 @@ bool cg_plot_begin(pl_out *o, const char *who, const char *path, int W, int H, i
 static bool write_atomic(const char *who, const char *path, const char *buf, size_t len)
 {
     size_t lp = strlen(path);
-    char *tmp = malloc(lp + 32);
+    char *tmp = malloc(lp + 48);
     if (!tmp) {
         cg_set_error("%s: out of memory", who);
         return false;
     }
-    /* "<path>.tmp.<pid>.<n>" (n: this process's count, so that threads
-     * drawing the same picture do not share one): a writer killed mid-write
-     * leaves one, removed by the next successful write
-     * (cg_st_remove_stale_temps) */
-    static _Atomic unsigned long seq;
-    snprintf(tmp, lp + 32, "%s.tmp.%ld.%lu", path, (long)getpid(), ++seq);
-    /* the checkpoint's mode: 0666 less the umask, or the old picture's */
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    /* "<path>.tmp.<pid>[.<n>]", a new file (threads drawing the same
+     * picture do not share one, no link is followed): a writer killed
+     * mid-write leaves one, removed by the next successful write
+     * (cg_st_remove_stale_temps); the checkpoint's mode: 0666 less the
+     * umask, or the old picture's */
+    int fd = cg_st_create_temp(path, tmp, lp + 48);
     if (fd < 0) {
         cg_set_error("%s: cannot create a temporary file next to %s: %s", who, path,
                      strerror(errno));

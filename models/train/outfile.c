@@ -97,19 +97,21 @@ bool cg_out_check_regular(const char *path)
 /* ------------------------------------------------------------ lock */
 /* With the lock held no other writer of path runs: temporary files of path,
  * of its loss curve and of its metrics log left by a killed writer go
- * (nn/safetensors.h cg_st_remove_stale_temps: "<name>.tmp.<pid>[.<n>]" of a
- * dead process only; a user's "m.st.tmp.notes" is not ours). */
+ * (nn/safetensors.h cg_st_remove_temps_sole_writer: "<name>.tmp.<pid>[.<n>]"
+ * of a dead process, or of this pid, which nothing of this run has written
+ * yet: a container's program has the same pid at every start; a user's
+ * "m.st.tmp.notes" is not ours). */
 static void remove_leftover_temps(const char *path)
 {
     char *png = cg_loss_png_path(path), *log = cg_ckpt_sibling(path, ".metrics.jsonl"),
          *best = cg_best_path(path);
-    cg_st_remove_stale_temps(path);
+    cg_st_remove_temps_sole_writer(path);
     if (png)
-        cg_st_remove_stale_temps(png);
+        cg_st_remove_temps_sole_writer(png);
     if (log)
-        cg_st_remove_stale_temps(log);
+        cg_st_remove_temps_sole_writer(log);
     if (best)
-        cg_st_remove_stale_temps(best);
+        cg_st_remove_temps_sole_writer(best);
     free(png);
     free(log);
     free(best);
@@ -477,7 +479,7 @@ bool cg_metrics_log_open(cg_metrics_log *log, const char *path, int64_t resume_s
     if (lost)
         return false;
     log->path = strdup(path);
-    log->tmp = malloc(strlen(path) + 32);
+    log->tmp = malloc(strlen(path) + 48);
     if (!log->path || !log->tmp) {
         free(keep);
         free(log->path);
@@ -486,10 +488,9 @@ bool cg_metrics_log_open(cg_metrics_log *log, const char *path, int64_t resume_s
         cg_set_error("out of memory");
         return false;
     }
-    sprintf(log->tmp, "%s.tmp.%ld", path, (long)getpid());
     /* a new file of ours, renamed over the old name later: never written
      * through a link or into a file (a hard link) that is not ours */
-    int fd = open(log->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+    int fd = cg_st_create_temp(path, log->tmp, strlen(path) + 48);
     bool ok = fd >= 0;
     struct stat st; /* the old log's mode kept, as a checkpoint's is */
     if (ok && lstat(path, &st) == 0 && S_ISREG(st.st_mode))
