@@ -286,6 +286,22 @@ sh -c 'ln -s c.txt q.st.tmp.$$; ln -s c.txt q.st.tmp.$$.1; ln -s c.txt q.st.loss
 intact "a dead run's checkpoint temporary (a link) under this pid" c.txt c.orig
 [ -f q.st ] && [ ! -L q.st ] && echo "ok: q.st is a file of its own" || fail "q.st is $(ls -l q.st)"
 ls q.st*.tmp.* >/dev/null 2>&1 && fail "left $(ls q.st*.tmp.*)" || echo "ok: no temporary file left"
+# --out tw and --out tw.safetensors write the same tw.loss.png,
+# tw.metrics.jsonl and tw.step*.safetensors: one lock, tw.cgrad-lock, for
+# both (each took a lock of its own and both ran, each renaming its log and
+# curve over the other's)
+rm -f tw*
+"$charlm" train --data c.txt "${TINY[@]}" --steps 100000000 --eval-every 100000000 --out tw \
+  >/dev/null 2>tw.err &
+pid=$!
+for ((w = 0; w < 600; w++)); do grep -qs '^[0-9]' tw.cgrad-lock && break; sleep 0.05; done
+for out in tw.safetensors tw; do
+  refused "--out $out while a run writes --out tw" "being written by another run (pid $pid)" \
+    "$charlm" train --data c.txt "${TINY[@]}" --steps 2 --out "$out" --force
+done
+kill -TERM $pid
+wait $pid 2>/dev/null
+[ ! -e tw.safetensors ] && echo "ok: tw.safetensors not written" || fail "tw.safetensors written"
 # a --force run that saves replaces both: its log is its own history
 "$charlm" train --data c.txt "${TINY[@]}" --steps 4 --log-every 1 --out f.st --force >/dev/null 2>f.err ||
   fail "--force: $(tail -1 f.err)"

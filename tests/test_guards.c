@@ -527,6 +527,10 @@ START_TEST(test_out_lock)
     CG_ASSERT_FAILS((void *)(intptr_t)cg_out_lock_take(tmp("m.safetensors"), &b),
                     "is being written by another run (pid ");
     ck_assert_int_eq(b.fd, -1);
+    /* "m" writes the same m.loss.png, m.metrics.jsonl: the same lock */
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_out_lock_take(tmp("m"), &b),
+                    "is being written by another run (pid ");
+    ck_assert_str_eq(a.path, tmp("m.cgrad-lock"));
     ck_assert(cg_out_lock_take(tmp("n.safetensors"), &b)); /* another checkpoint: fine */
     cg_out_lock_release(&b);
     cg_out_lock_release(&a);

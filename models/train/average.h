@@ -26,7 +26,7 @@
  * output, where the command's line goes, being one of the inputs
  * (cg_out_check_stdout: `average ... a.st >> a.st`). The output
  * is written atomically (temporary file + rename) under the writer's lock
- * (FILE.cgrad-lock, as training takes it). */
+ * (NAME.cgrad-lock, as training takes it). */
 #ifndef CG_MODELS_TRAIN_AVERAGE_H
 #define CG_MODELS_TRAIN_AVERAGE_H
 

@@ -245,7 +245,7 @@ void cg_train_init(cg_train_opts *o, cg_train_recipe *r, int64_t steps, int64_t 
          0,                                                                                       \
          "  --out FILE           checkpoint; beside it NAME.loss.png and NAME.metrics.jsonl\n"    \
          "                       (NAME: FILE without .safetensors) and the lock\n"                \
-         "                       FILE.cgrad-lock\n",                                              \
+         "                       NAME.cgrad-lock\n",                                              \
          0},                                                                                      \
         {"--resume",                                                                              \
          CG_CLI_STR,                                                                              \

@@ -132,11 +132,17 @@ static bool is_our_lock(int fd)
     return k == 0 || (digits > 0 && buf[digits] == '\n' && (ssize_t)digits + 1 == k);
 }
 
+char *cg_out_lock_path(const char *path) { return cg_ckpt_sibling(path, CG_OUT_LOCK_SUFFIX); }
+
 bool cg_out_lock_take(const char *path, cg_out_lock *lock)
 {
     lock->fd = -1;
-    if (snprintf(lock->path, sizeof lock->path, "%s" CG_OUT_LOCK_SUFFIX, path) >=
-        (int)sizeof lock->path) {
+    char *lp = cg_out_lock_path(path);
+    if (!lp)
+        return false;
+    int n = snprintf(lock->path, sizeof lock->path, "%s", lp);
+    free(lp);
+    if (n >= (int)sizeof lock->path) {
         cg_set_error("'%s': path too long for its lock file", path);
         return false;
     }
@@ -233,9 +239,7 @@ static bool run_files(const char *out, char *files[RUN_FILES])
     files[0] = strdup(out);
     files[1] = cg_loss_png_path(out);
     files[2] = cg_ckpt_sibling(out, ".metrics.jsonl");
-    files[3] = malloc(strlen(out) + sizeof CG_OUT_LOCK_SUFFIX); /* beside the full name */
-    if (files[3])
-        sprintf(files[3], "%s" CG_OUT_LOCK_SUFFIX, out);
+    files[3] = cg_out_lock_path(out);
     if (files[0] && files[1] && files[2] && files[3])
         return true;
     for (int i = 0; i < RUN_FILES; i++)

@@ -9,8 +9,10 @@
  *   same file       no file the run writes (checkpoint, loss curve, metrics
  *                   log, lock) is a file it reads (same inode, or the same
  *                   name once directories are resolved).
- *   lock            flock() on a sibling "<out>.cgrad-lock" refuses a second
- *                   writer of the same checkpoint while the first runs.
+ *   lock            flock() on a sibling "NAME.cgrad-lock" refuses a second
+ *                   writer of the same checkpoint, or of another whose
+ *                   files beside it are the same ("m" and
+ *                   "m.safetensors": NAME "m"), while the first runs.
  *   metrics log     FILE.metrics.jsonl: a new file of the run's own,
  *                   renamed over the old name when the run's first
  *                   checkpoint replaces the old one (a run that ends
@@ -57,10 +59,17 @@ bool cg_out_check_regular(const char *path);
 #define CG_OUT_LOCK_SUFFIX ".cgrad-lock"
 typedef struct {
     int fd;          /* -1 when not held */
-    char path[4096]; /* "<checkpoint>.cgrad-lock" */
+    char path[4096]; /* "NAME.cgrad-lock" */
 } cg_out_lock;
 
-/* Take an exclusive lock on "<path>.cgrad-lock" (created if missing, kept
+/* The lock of checkpoint path: "NAME.cgrad-lock", NAME being path without
+ * ".safetensors", as for the loss curve and the metrics log, which the
+ * lock guards too (a lock per checkpoint name let a run with --out m and
+ * one with --out m.safetensors write the same m.loss.png, m.metrics.jsonl
+ * and m.step*.safetensors at once). Malloc'd; NULL + error. */
+char *cg_out_lock_path(const char *path);
+
+/* Take an exclusive lock on cg_out_lock_path(path) (created if missing, kept
  * after the run: removing it would race with a waiting writer). The lock
  * file is never followed (a symbolic link is refused) and an existing file
  * is used only when it is a lock of ours (empty or a process id): any

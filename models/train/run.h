@@ -112,7 +112,7 @@ struct cg_trainer {
     bool data_set;
     cg_data_id data_stored; /* resuming: the identity the checkpoint recorded */
     bool data_stored_set;
-    cg_out_lock lock; /* flock'd FILE.cgrad-lock beside the checkpoint (models/train/outfile.h) */
+    cg_out_lock lock; /* flock'd NAME.cgrad-lock beside the checkpoint (models/train/outfile.h) */
     /* a fine-tuning run (models/train/finetune.h): the checkpoint it started
      * from (recorded in every save as "init_from"), and whether it trains
      * and saves LoRA adapters only */

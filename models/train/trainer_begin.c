@@ -26,7 +26,7 @@
 /* Everything about the output, before any training (models/train/outfile.h): a
  * file name that fits with its temporary and sibling files, a regular file
  * or absent, a writable directory (created when missing, one level), and
- * the lock on FILE.cgrad-lock. */
+ * the lock on NAME.cgrad-lock. */
 static int check_output(cg_trainer *t, const char *out)
 {
     if (!cg_out_check(out, true) || !cg_out_lock_take(out, &t->lock))
