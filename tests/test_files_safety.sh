@@ -302,6 +302,26 @@ done
 kill -TERM $pid
 wait $pid 2>/dev/null
 [ ! -e tw.safetensors ] && echo "ok: tw.safetensors not written" || fail "tw.safetensors written"
+# A run's directory moved under it (`mv runs/a runs/b`): its next save
+# makes runs/a again and takes the lock there again with a warning, so a
+# second run into runs/a is still refused (it was not: both wrote the
+# same checkpoint)
+rm -rf mvd mvd_old
+mkdir mvd
+"$charlm" train --data c.txt "${TINY[@]}" --steps 100000000 --eval-every 2 --out mvd/m.st \
+  >/dev/null 2>mv.err &
+pid=$!
+for ((w = 0; w < 600; w++)); do [ -f mvd/m.st ] && break; sleep 0.05; done
+mv mvd mvd_old
+for ((w = 0; w < 600; w++)); do grep -qs 'taken again' mv.err && break; sleep 0.05; done
+grep -q "warning: the lock 'mvd/m.st.cgrad-lock' was moved or removed during the run; taken again" \
+  mv.err && echo "ok: the moved lock taken again" || fail "moved lock: $(tail -2 mv.err)"
+refused "--out into the moved run's directory made again" "being written by another run (pid $pid)" \
+  "$charlm" train --data c.txt "${TINY[@]}" --steps 2 --out mvd/m.st --force
+kill -TERM $pid
+wait $pid 2>/dev/null
+[ -f mvd/m.st ] && [ -f mvd_old/m.st ] && echo "ok: saved before and after the move" ||
+  fail "after the move: $(ls mvd mvd_old)"
 # a --force run that saves replaces both: its log is its own history
 "$charlm" train --data c.txt "${TINY[@]}" --steps 4 --log-every 1 --out f.st --force >/dev/null 2>f.err ||
   fail "--force: $(tail -1 f.err)"

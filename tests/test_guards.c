@@ -540,6 +540,39 @@ START_TEST(test_out_lock)
 }
 END_TEST
 
+/* A run's lock moved or removed under it (`mv runs/a runs/b` of its
+ * directory, which the next save makes again) kept no second run out of
+ * the new directory: both then wrote the same checkpoint. Before each save
+ * the lock is checked at its name and taken again; when another run took
+ * it meanwhile, the save is refused. */
+START_TEST(test_out_lock_moved)
+{
+    char dir[4096], moved[4096], ckpt[4096];
+    snprintf(dir, sizeof dir, "%s", tmp("run"));
+    snprintf(moved, sizeof moved, "%s", tmp("run_moved"));
+    snprintf(ckpt, sizeof ckpt, "%s", tmp("run/m.safetensors"));
+    ck_assert_int_eq(mkdir(dir, 0777), 0);
+    cg_out_lock a, b;
+    ck_assert(cg_out_lock_take(ckpt, &a));
+    ck_assert_int_eq(cg_out_lock_keep(ckpt, &a), 1); /* still in place */
+    ck_assert_int_eq(rename(dir, moved), 0);         /* the directory moved */
+    ck_assert_int_eq(cg_out_lock_keep(ckpt, &a), 2); /* made again, taken again */
+    ck_assert(access(a.path, F_OK) == 0);
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_out_lock_take(ckpt, &b),
+                    "is being written by another run (pid ");
+    ck_assert_int_eq(cg_out_lock_keep(ckpt, &a), 1);
+    /* removed, and another run took the name first */
+    ck_assert_int_eq(unlink(a.path), 0);
+    ck_assert(cg_out_lock_take(ckpt, &b));
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_out_lock_keep(ckpt, &a),
+                    "was moved or removed during the run and cannot be taken again");
+    cg_out_lock_release(&b);
+    cg_out_lock_release(&a);
+    cg_out_lock none = {.fd = -1};
+    ck_assert_int_eq(cg_out_lock_keep(ckpt, &none), 1); /* nothing held: nothing to keep */
+}
+END_TEST
+
 /* Under a locale with a decimal comma (a host program's setlocale(LC_ALL,
  * "") in Germany) the zoo's JSON lines printed "1,5000" (not JSON), a
  * config with dropout "0,1", the trainer's state and loss history wrote
@@ -841,6 +874,7 @@ static Suite *guards_suite(void)
     tcase_add_test(d, test_data_id);
     tcase_add_test(d, test_out_check);
     tcase_add_test(d, test_out_lock);
+    tcase_add_test(d, test_out_lock_moved);
     tcase_add_test(d, test_metrics_log_taken_temp);
     tcase_add_test(d, test_metrics_log_mode);
     tcase_add_test(d, test_png_stale_temp);

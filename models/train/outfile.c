@@ -134,7 +134,8 @@ static bool is_our_lock(int fd)
 
 char *cg_out_lock_path(const char *path) { return cg_ckpt_sibling(path, CG_OUT_LOCK_SUFFIX); }
 
-bool cg_out_lock_take(const char *path, cg_out_lock *lock)
+/* cg_out_lock_take, without the leftovers' cleanup when !cleanup */
+static bool lock_take(const char *path, cg_out_lock *lock, bool cleanup)
 {
     lock->fd = -1;
     char *lp = cg_out_lock_path(path);
@@ -187,8 +188,34 @@ bool cg_out_lock_take(const char *path, cg_out_lock *lock)
         /* the pid is only for the message: the lock itself is held */
     }
     lock->fd = fd;
-    remove_leftover_temps(path);
+    if (cleanup)
+        remove_leftover_temps(path);
     return true;
+}
+
+bool cg_out_lock_take(const char *path, cg_out_lock *lock) { return lock_take(path, lock, true); }
+
+int cg_out_lock_keep(const char *path, cg_out_lock *lock)
+{
+    struct stat held, named;
+    if (!lock || lock->fd < 0)
+        return 1;
+    if (fstat(lock->fd, &held) == 0 && lstat(lock->path, &named) == 0 &&
+        held.st_dev == named.st_dev && held.st_ino == named.st_ino)
+        return 1;
+    /* the run's own temporary files may be live: no cleanup */
+    cg_out_lock again;
+    if (!cg_ensure_parent_dir(path) || !lock_take(path, &again, false)) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", cg_last_error());
+        cg_set_error("the lock '%s' was moved or removed during the run and cannot be taken "
+                     "again (nothing of this save written): %s",
+                     lock->path, why);
+        return 0;
+    }
+    close(lock->fd); /* the old lock, wherever it went */
+    *lock = again;
+    return 2;
 }
 
 void cg_out_lock_release(cg_out_lock *lock)

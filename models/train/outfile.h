@@ -81,6 +81,15 @@ char *cg_out_lock_path(const char *path);
 bool cg_out_lock_take(const char *path, cg_out_lock *lock);
 void cg_out_lock_release(cg_out_lock *lock);
 
+/* Before each save of a run that holds lock for path: is the lock still
+ * the file at its name? A lock moved or removed under the run (`mv runs/a
+ * runs/b` of its directory, which the save makes again) no longer keeps a
+ * second run out; it is taken again at its name, without
+ * cg_out_lock_take's cleanup (the run's own temporary files may be live).
+ * 1: held as it was (or no lock held); 2: taken again (the caller warns);
+ * 0 + error: it cannot be (another run took it meanwhile). */
+int cg_out_lock_keep(const char *path, cg_out_lock *lock);
+
 /* ------------------------------------------------------------ same file */
 /* (cg_same_file: models/util/files.h) */
 /* Check every file a run with checkpoint `out` writes (the checkpoint when

@@ -160,6 +160,14 @@ static bool save(run_ctx *c, int64_t step)
     const cg_optim *opt = cg_stepper_full_optim(&c->st, &gathered);
     if (!cg_dist_is_root())
         return true;
+    int held = cg_out_lock_keep(c->t->out, &c->t->lock);
+    if (held == 0) {
+        cg_optim_free(gathered);
+        return false;
+    }
+    if (held == 2)
+        cg_prog_warn("the lock '%s' was moved or removed during the run; taken again",
+                     c->t->lock.path);
     const cg_trainer_model *m = c->m;
     int64_t drop[CG_TRAIN_KEEP_MAX + 1];
     int ndrop;
