@@ -104,6 +104,13 @@ void cg_st_close(cg_st_file *f); /* NULL is a no-op */
 
 /* The path given to cg_st_open (borrowed, valid until cg_st_close). */
 const char *cg_st_path(const cg_st_file *f);
+/* All of f's bytes as opened: read from the open file, not its name, so
+ * they are the bytes its tensors come from even when another file has been
+ * renamed to the name since (a run saving there). For a checksum of what
+ * was loaded. Malloc'd (*len bytes; at least one byte allocated), or NULL
+ * + error (out of memory, a read error, the file shrank since it was
+ * opened). */
+void *cg_st_file_bytes(const cg_st_file *f, size_t *len);
 
 /* Tensors in header order, 0 <= i < count. The name is borrowed from f. */
 int cg_st_count(const cg_st_file *f);

@@ -492,13 +492,13 @@ fail:
 }
 
 /* n bytes at byte off of f's file into dst. False + error (naming the
- * tensor, or the header when name is NULL) if the read fails or the file
- * ends first: it shrank after cg_st_open. */
+ * tensor, the header when name is NULL, the file when it is "") if the
+ * read fails or the file ends first: it shrank after cg_st_open. */
 static bool read_at(const cg_st_file *f, void *dst, size_t n, uint64_t off, const char *name)
 {
     char what[300] = "header";
     if (name)
-        snprintf(what, sizeof what, "tensor '%.256s'", name);
+        snprintf(what, sizeof what, *name ? "tensor '%.256s'" : "its bytes", name);
     unsigned char *d = dst;
     size_t got = 0;
     while (got < n) {
@@ -644,6 +644,28 @@ const char *cg_st_name(const cg_st_file *f, int i)
         return NULL;
     }
     return f->entries[i].name;
+}
+
+void *cg_st_file_bytes(const cg_st_file *f, size_t *len)
+{
+    *len = 0;
+    if (!f) {
+        cg_error_null_input("cg_st_file_bytes");
+        return NULL;
+    }
+    unsigned char *b = malloc(f->len ? f->len : 1);
+    if (!b) {
+        cg_set_error("safetensors: %s: out of memory for its %zu bytes", f->path, f->len);
+        return NULL;
+    }
+    if (f->fd < 0)
+        memcpy(b, f->buf, f->len);
+    else if (!read_at(f, b, f->len, 0, "")) {
+        free(b);
+        return NULL;
+    }
+    *len = f->len;
+    return b;
 }
 
 static const st_entry *lookup(const cg_st_file *f, const char *name)

@@ -1171,6 +1171,54 @@ END_TEST
 /* A link under the temporary file's name is never written through: the
  * save used to open "<path>.tmp.<pid>" with O_TRUNC, truncating the link's
  * target and renaming the link over the checkpoint. */
+/* The bytes a file was opened with, after another file was renamed to its
+ * name (a run saving there): --init-from and average checksummed the name
+ * again, a checksum of a file whose weights they had not loaded. */
+START_TEST(file_bytes_as_opened)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s", in_dir("opened.safetensors"));
+    cg_st_writer *w = writer_with(1.0f);
+    ck_assert(cg_st_writer_save(w, path));
+    cg_st_writer_free(w);
+    FILE *fp = fopen(path, "rb");
+    ck_assert_ptr_nonnull(fp);
+    unsigned char old[4096];
+    size_t n_old = fread(old, 1, sizeof old, fp);
+    fclose(fp);
+    ck_assert(n_old > 8 && n_old < sizeof old);
+    cg_st_file *f = cg_st_open(path);
+    ck_assert_ptr_nonnull(f);
+    w = writer_with(2.0f); /* renamed over the name: f keeps the old file */
+    ck_assert(cg_st_writer_save(w, path));
+    cg_st_writer_free(w);
+    size_t n = 0;
+    unsigned char *b = cg_st_file_bytes(f, &n);
+    ck_assert_msg(b, "%s", cg_last_error());
+    ck_assert_uint_eq(n, n_old);
+    ck_assert(memcmp(b, old, n) == 0);
+    free(b);
+    cg_st_close(f);
+    /* from memory: the same bytes */
+    cg_st_file *m = cg_st_open_memory(old, n_old, "mem");
+    ck_assert_ptr_nonnull(m);
+    b = cg_st_file_bytes(m, &n);
+    ck_assert(b && n == n_old && memcmp(b, old, n) == 0);
+    free(b);
+    cg_st_close(m);
+    /* a file that shrank in place since it was opened: refused */
+    f = cg_st_open(path);
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(truncate(path, 16), 0);
+    n = 7;
+    CG_ASSERT_FAILS(cg_st_file_bytes(f, &n), "its bytes: the file ends at byte 16");
+    ck_assert_uint_eq(n, 0);
+    cg_st_close(f);
+    cg_clear_error();
+    CG_ASSERT_FAILS(cg_st_file_bytes(NULL, &n), "cg_st_file_bytes");
+}
+END_TEST
+
 START_TEST(atomic_temp_link_not_followed)
 {
     char victim[600], path[600], tmp[700], tmp1[700];
@@ -1500,6 +1548,7 @@ static Suite *safetensors_suite(void)
     tcase_add_test(tc, atomic_overwrite_ok);
     tcase_add_test(tc, atomic_temp_blocked);
     tcase_add_test(tc, atomic_temp_link_not_followed);
+    tcase_add_test(tc, file_bytes_as_opened);
     tcase_add_test(tc, atomic_bad_paths);
     tcase_add_test(tc, atomic_unwritable_dir);
     tcase_add_test(tc, atomic_write_fails);

@@ -24,6 +24,7 @@
 #include "models/util/cli.h"
 #include "models/data/data.h"
 #include "models/charlm/sampling.h"
+#include "models/train/finetune.h"
 #include "models/train/options.h"
 #include "models/train/train_common.h"
 #include "models/text/vocab.h"
@@ -483,6 +484,51 @@ END_TEST
  * float, 16777217 became 16777216 (the trainer then took that step for
  * evaluated and skipped its evaluation) and 10^12 - 1 became 10^12, in
  * the history and in the checkpoint's JSON. */
+/* A checkpoint's identity (--init-from's "init_from", average's inputs,
+ * an adapter's base check) is that of the bytes its weights were loaded
+ * from: it was the checksum of the name read again, which a run saving
+ * there may have replaced in between. */
+static void save_one(const char *path, float v)
+{
+    cg_st_writer *w = cg_st_writer_new();
+    cg_tensor *t = cg_full(CG_SHAPE(3), v);
+    ck_assert(w && t && cg_st_add(w, "w", t) && cg_st_set_metadata(w, "step", "7"));
+    ck_assert_msg(cg_st_writer_save(w, path), "%s", cg_last_error());
+    cg_release(t);
+    cg_st_writer_free(w);
+}
+
+START_TEST(test_origin_of_opened_bytes)
+{
+    make_tmpdir();
+    char path[1300];
+    snprintf(path, sizeof path, "%s", tmp_path("base.safetensors"));
+    save_one(path, 1.0f);
+    size_t n_old = 0;
+    char *old = cg_read_file_once(path, 0, false, &n_old);
+    ck_assert_ptr_nonnull(old);
+    cg_data_id want;
+    cg_data_id_of(path, old, n_old, &want);
+    free(old);
+    cg_st_file *f = cg_st_open(path);
+    ck_assert_ptr_nonnull(f);
+    save_one(path, 2.0f); /* another save renamed over the name */
+    cg_ft_origin o;
+    ck_assert_msg(cg_ft_origin_of(path, f, &o), "%s", cg_last_error());
+    ck_assert_uint_eq(o.id.size, want.size);
+    ck_assert_msg(o.id.hash == want.hash, "the checksum of the file at the name now");
+    ck_assert_int_eq(o.step, 7);
+    ck_assert_msg(cg_ft_origin_check(&o, "a.safetensors", path, f), "%s", cg_last_error());
+    cg_st_file *g = cg_st_open(path); /* the file there now is another */
+    ck_assert_ptr_nonnull(g);
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_ft_origin_check(&o, "a.safetensors", path, g),
+                    "is not the base checkpoint of adapter 'a.safetensors'");
+    cg_st_close(g);
+    cg_st_close(f);
+    rm_tmpdir();
+}
+END_TEST
+
 START_TEST(test_history_far_steps)
 {
     const int64_t steps[3] = {(INT64_C(1) << 24) + 1, (INT64_C(1) << 24) + 3,
@@ -1257,6 +1303,7 @@ static Suite *zoo_suite(void)
     tcase_add_test(t, test_checkpoint_round_trip);
     tcase_add_test(t, test_history_json);
     tcase_add_test(t, test_history_far_steps);
+    tcase_add_test(t, test_origin_of_opened_bytes);
     tcase_add_test(t, test_history_long);
     tcase_add_test(t, test_flag_table);
     tcase_add_test(t, test_flag_switch_off);

@@ -102,7 +102,7 @@ static bool load_adapter(const char *path, const cg_charlm_load_opts *o, cg_char
                      base, path, why, out->origin.id.path);
         ok = false;
     } else {
-        ok = cg_ft_origin_check(&out->origin, path, base) &&
+        ok = cg_ft_origin_check(&out->origin, path, base, b.file) &&
              cg_ft_read_adapters(CG_MODULE(b.model), f, path, &b.model->dropout_rng) &&
              (out->base_path = strdup(base)) != NULL;
         if (!ok && !cg_has_error())

@@ -21,10 +21,12 @@ bool cg_ft_is_adapter(const cg_st_file *f)
 
 /* ------------------------------------------------------------ the origin */
 /* The identity of the bytes of the file at path. */
-static bool file_id(const char *path, cg_data_id *out)
+/* The identity of f's bytes as opened (not of what is at path now: a run
+ * may have renamed another file there since the weights were read). */
+static bool file_id(const char *path, const cg_st_file *f, cg_data_id *out)
 {
     size_t len;
-    char *bytes = cg_read_file_once(path, 0, false, &len);
+    void *bytes = cg_st_file_bytes(f, &len);
     if (!bytes)
         return false;
     cg_data_id_of(path, bytes, len, out);
@@ -36,7 +38,7 @@ bool cg_ft_origin_of(const char *path, const cg_st_file *f, cg_ft_origin *out)
 {
     memset(out, 0, sizeof *out);
     out->step = cg_ckpt_step(f);
-    return file_id(path, &out->id);
+    return file_id(path, f, &out->id);
 }
 
 char *cg_ft_origin_json(const cg_ft_origin *o)
@@ -73,10 +75,11 @@ bool cg_ft_origin_read(const cg_st_file *f, const char *path, cg_ft_origin *out,
     return ok;
 }
 
-bool cg_ft_origin_check(const cg_ft_origin *want, const char *adapter, const char *base_path)
+bool cg_ft_origin_check(const cg_ft_origin *want, const char *adapter, const char *base_path,
+                        const cg_st_file *bf)
 {
     cg_data_id got;
-    if (!file_id(base_path, &got))
+    if (!file_id(base_path, bf, &got))
         return false;
     if (got.size == want->id.size && got.hash == want->id.hash)
         return true;

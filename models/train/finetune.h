@@ -57,8 +57,10 @@ typedef struct {
     int64_t step;  /* its "step" */
 } cg_ft_origin;
 
-/* The identity of the checkpoint at path (read once more and hashed), f
- * being that file opened (for its step). False + error. */
+/* The identity of the checkpoint at path, f being that file opened: its
+ * step, and the size and checksum of f's bytes (read from the open file:
+ * those of the weights loaded from it, whatever is at path now). False +
+ * error. */
 bool cg_ft_origin_of(const char *path, const cg_st_file *f, cg_ft_origin *out);
 /* {"path": ..., "size": "N", "xxh3": "...", "step": N} (malloc'd) or NULL. */
 char *cg_ft_origin_json(const cg_ft_origin *o);
@@ -66,10 +68,12 @@ char *cg_ft_origin_json(const cg_ft_origin *o);
  * says whether it has one; false + error when it is malformed. */
 bool cg_ft_origin_read(const cg_st_file *f, const char *path, cg_ft_origin *out, bool *present);
 /* The base that adapter checkpoint `adapter` needs (recorded in *want) is
- * the file at base_path: same size and checksum (a moved copy is fine).
- * False + error "'B' is not the base checkpoint of adapter 'A' (it was
- * trained on 'B0', N bytes): ..." otherwise. */
-bool cg_ft_origin_check(const cg_ft_origin *want, const char *adapter, const char *base_path);
+ * bf, the file opened at base_path whose weights were loaded: same size
+ * and checksum (a moved copy is fine). False + error "'B' is not the base
+ * checkpoint of adapter 'A' (it was trained on 'B0', N bytes): ..."
+ * otherwise. */
+bool cg_ft_origin_check(const cg_ft_origin *want, const char *adapter, const char *base_path,
+                        const cg_st_file *bf);
 
 /* The base that loading adapter checkpoint `path` (its "init_from" in o)
  * reads: `base` when given (--base), else the path o records. NULL + error
