@@ -701,6 +701,79 @@ START_TEST(test_sgemm_strides)
 }
 END_TEST
 
+/* C laid out so that its elements do not overlap but BLIS refuses its
+ * strides (rs 3 and cs 7 for 5 rows: m rs > cs): fp32 then takes the plain
+ * loop, bf16 its one-thread product (split over k when k is long), with
+ * beta 0 and 0.5 and a bias, on every path this CPU has. Each against a
+ * double reference (of the operands rounded to bf16 on a bf16 path), and
+ * the buffer's elements outside C left as they were. */
+START_TEST(test_sgemm_c_strides_blis_refuses)
+{
+    cg_rng rng = cg_rng_new(21);
+    const int64_t m = 5, n = 7, rsc = 3, csc = 7, cn = 3 * (m - 1) + 7 * (n - 1) + 1;
+    const cg_gemm_path paths[] = {CG_GEMM_DEFAULT, CG_GEMM_SKX,           CG_GEMM_HASWELL,
+                                  CG_GEMM_BF16,    CG_GEMM_BF16_EMULATED, CG_GEMM_BF16_AMX};
+    const int64_t ks[] = {45, 800}; /* 800: a bf16 product split over k */
+    float *a = malloc(sizeof(float) * (size_t)(m * 800)),
+          *b = malloc(sizeof(float) * (size_t)(800 * n));
+    float bias[7], c[64], c0[64];
+    bool in_c[64] = {false};
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++)
+            in_c[i * rsc + j * csc] = true;
+    for (int64_t i = 0; i < m * 800; i++)
+        a[i] = cg_rng_normal(&rng);
+    for (int64_t i = 0; i < 800 * n; i++)
+        b[i] = cg_rng_normal(&rng);
+    for (int j = 0; j < n; j++)
+        bias[j] = cg_rng_normal(&rng);
+    for (int64_t i = 0; i < cn; i++)
+        c0[i] = cg_rng_normal(&rng);
+    for (size_t pi = 0; pi < sizeof paths / sizeof paths[0]; pi++) {
+        if (!cg_gemm_path_available(paths[pi]))
+            continue;
+        const bool bf = paths[pi] >= CG_GEMM_BF16;
+        for (int ki = 0; ki < 2; ki++) {
+            const int64_t k = ks[ki];
+            for (int mode = 0; mode < 3; mode++) { /* beta 0, beta 0.5, bias */
+                const float beta = mode == 1 ? 0.5f : 0.0f;
+                memcpy(c, c0, sizeof c);
+                bool ok = mode == 2 ? cg_sgemm_bias_path(paths[pi], 1, m, n, k, a, k, 1, b, n, 1,
+                                                         bias, 1, c, rsc, csc)
+                                    : cg_sgemm_path(paths[pi], 1, m, n, k, 1.5f, a, k, 1, b, n, 1,
+                                                    beta, c, rsc, csc);
+                ck_assert_msg(ok, "%s: %s", cg_gemm_path_name(paths[pi]), cg_last_error());
+                for (int64_t i = 0; i < m; i++)
+                    for (int64_t j = 0; j < n; j++) {
+                        double s = 0.0, mag = 0.0;
+                        for (int64_t p = 0; p < k; p++) {
+                            double x = bf ? cg_bf16_round(a[i * k + p]) : a[i * k + p];
+                            double y = bf ? cg_bf16_round(b[p * n + j]) : b[p * n + j];
+                            s += x * y;
+                            mag += fabs(x * y);
+                        }
+                        const double alpha = mode == 2 ? 1.0 : 1.5;
+                        double want = alpha * s + (mode == 2   ? bias[j]
+                                                   : mode == 1 ? 0.5 * c0[i * rsc + j * csc]
+                                                               : 0.0);
+                        double got = c[i * rsc + j * csc];
+                        ck_assert_msg(fabs(got - want) <= 1e-5 * (mag + 1.0),
+                                      "%s k %lld mode %d C[%lld][%lld] = %.9g, want %.9g",
+                                      cg_gemm_path_name(paths[pi]), (long long)k, mode,
+                                      (long long)i, (long long)j, got, want);
+                    }
+                for (int64_t e = 0; e < cn; e++)
+                    ck_assert_msg(in_c[e] || !memcmp(&c[e], &c0[e], sizeof(float)),
+                                  "%s: element %lld outside C written",
+                                  cg_gemm_path_name(paths[pi]), (long long)e);
+            }
+        }
+    }
+    free(a);
+    free(b);
+}
+END_TEST
+
 /* ------------------------------------------------------------- threads */
 
 static cg_tensor *matmul_with_threads(int nt, const cg_tensor *a, const cg_tensor *b)
@@ -994,8 +1067,12 @@ START_TEST(test_no_read_past_operands)
     const int64_t dims[][3] = {{1, 16, 10}, {1, 19, 37}, {1, 384, 130}, {7, 7, 7},  {3, 40, 33},
                                {40, 1, 29}, {16, 16, 1}, {33, 17, 64},  {70, 9, 31}};
     for (size_t pi = 0; pi < sizeof paths / sizeof paths[0]; pi++) {
-        /* BLIS's own choice (a diagnostic, CG_BLIS_DEFAULT=1) keeps its sup kernels */
-        if (paths[pi] == CG_GEMM_DEFAULT || !cg_gemm_path_available(paths[pi]))
+        /* BLIS's own choice (a diagnostic, CG_BLIS_DEFAULT=1, where it is
+         * also AUTO's) keeps its sup kernels */
+        const bool blis_own =
+            paths[pi] == CG_GEMM_DEFAULT ||
+            (paths[pi] == CG_GEMM_AUTO && cg_gemm_active_path() == CG_GEMM_DEFAULT);
+        if (blis_own || !cg_gemm_path_available(paths[pi]))
             continue;
         for (size_t d = 0; d < sizeof dims / sizeof dims[0]; d++)
             for (int lay = 0; lay < 8; lay++) {
@@ -1235,6 +1312,7 @@ static Suite *matmul_suite(void)
     tcase_add_test(tg, test_explicit_path_first_call);
     tcase_add_test(tg, test_paths_agree);
     tcase_add_test(tg, test_sgemm_strides);
+    tcase_add_test(tg, test_sgemm_c_strides_blis_refuses);
     tcase_add_test(tg, test_skx_driver);
     tcase_add_test(tg, test_k_blocks);
     tcase_add_test(tg, test_threads_bit_identical);
