@@ -2221,6 +2221,67 @@ static cg_tensor *sdpa_fn(void *ctx, cg_tensor *const *in)
     return cg_scaled_dot_product_attention(in[0], in[1], in[2], in[3], NULL);
 }
 
+static cg_tensor *sdpa_nomask_fn(void *ctx, cg_tensor *const *in)
+{
+    (void)ctx;
+    return cg_scaled_dot_product_attention(in[0], in[1], in[2], NULL, NULL);
+}
+
+/* Without a mask the function hands q, k and v to the fused kernel (the
+ * composed path takes a mask): its result and weights against softmax(q
+ * k^T / sqrt(dh)) v in double, on transposed q and k as well, and its
+ * gradient by gradcheck. */
+START_TEST(test_sdpa_without_mask)
+{
+    cg_rng r = cg_rng_new(61);
+    enum { B = 2, H = 2, TQ = 3, TK = 5, DH = 4 };
+    for (int layout = 0; layout < 2; layout++) {
+        cg_tensor *q = layout ? cg_test_randn_layout(&r, CG_SHAPE(B, H, TQ, DH), 1)
+                              : cg_randn(&r, CG_SHAPE(B, H, TQ, DH));
+        cg_tensor *k = layout ? cg_test_randn_layout(&r, CG_SHAPE(B, H, TK, DH), 1)
+                              : cg_randn(&r, CG_SHAPE(B, H, TK, DH));
+        cg_tensor *v = cg_randn(&r, CG_SHAPE(B, H, TK, DH)), *w = NULL;
+        ck_assert(q && k && v);
+        cg_tensor *out = cg_scaled_dot_product_attention(q, k, v, NULL, &w);
+        ck_assert_msg(out && w, "%s", cg_last_error());
+        ck_assert_int_eq(w->ndim, 4);
+        ck_assert_int_eq(w->shape[3], TK);
+        float *qv = cg_test_values(q), *kv = cg_test_values(k), *vv = cg_test_values(v);
+        float want[B * H * TQ * DH], wantw[B * H * TQ * TK];
+        for (int bh = 0; bh < B * H; bh++)
+            for (int i = 0; i < TQ; i++) {
+                double s[TK], mx = -INFINITY, sum = 0.0;
+                for (int j = 0; j < TK; j++) {
+                    s[j] = 0.0;
+                    for (int c = 0; c < DH; c++)
+                        s[j] += (double)qv[(bh * TQ + i) * DH + c] * kv[(bh * TK + j) * DH + c];
+                    s[j] /= sqrt((double)DH);
+                    mx = s[j] > mx ? s[j] : mx;
+                }
+                for (int j = 0; j < TK; j++)
+                    sum += (s[j] = exp(s[j] - mx));
+                for (int j = 0; j < TK; j++)
+                    wantw[(bh * TQ + i) * TK + j] = (float)(s[j] / sum);
+                for (int c = 0; c < DH; c++) {
+                    double o = 0.0;
+                    for (int j = 0; j < TK; j++)
+                        o += s[j] / sum * vv[(bh * TK + j) * DH + c];
+                    want[(bh * TQ + i) * DH + c] = (float)o;
+                }
+            }
+        CG_ASSERT_TENSOR(out, want, 1e-6, 1e-5);
+        CG_ASSERT_TENSOR(w, wantw, 1e-6, 1e-5);
+        free(qv), free(kv), free(vv);
+        cg_release_all(5, q, k, v, out, w);
+    }
+    cg_tensor *in[3] = {randn_leaf(&r, CG_SHAPE(1, 2, 3, 4)), randn_leaf(&r, CG_SHAPE(1, 2, 4, 4)),
+                        randn_leaf(&r, CG_SHAPE(1, 2, 4, 4))};
+    cg_gradcheck_report rep;
+    ck_assert_msg(cg_gradcheck(sdpa_nomask_fn, NULL, 3, in, NULL, &rep), "%s", rep.message);
+    cg_release_all(3, in[0], in[1], in[2]);
+}
+END_TEST
+
 START_TEST(test_grad_attention_float_mask)
 {
     cg_rng r = cg_rng_new(38);
@@ -2560,6 +2621,7 @@ static Suite *nn_suite(void)
     tcase_add_test(gr, test_multitask_two_backwards);
     tcase_add_test(gr, test_grad_mha);
     tcase_add_test(gr, test_grad_attention_float_mask);
+    tcase_add_test(gr, test_sdpa_without_mask);
     tcase_add_test(gr, test_mha_mask_grad_torch);
     tcase_add_test(gr, test_mha_qk_hook);
     tcase_add_test(gr, test_grad_enc_layer);
