@@ -107,6 +107,54 @@ static void count_free(void *ctx)
     freed++;
 }
 
+/* What a hook on a norm saw as its input (a new reference). */
+static bool keep_input(void *ctx, cg_module *m, int n_in, cg_tensor *const *in, cg_tensor **out)
+{
+    (void)m, (void)out;
+    cg_tensor **seen = ctx;
+    ck_assert_int_eq(n_in, 1);
+    cg_release(*seen);
+    *seen = cg_clone(in[0]);
+    return *seen != NULL;
+}
+
+/* cg_norm_add_forward on a norm with hooks computes norm(x + y) through
+ * cg_norm_forward, so that the hooks see x + y: the same values as the
+ * fused form (within rounding), the hook's output taken, and gradients to
+ * both inputs, for both norms. */
+START_TEST(test_norm_add_forward_hooked)
+{
+    cg_rng r = cg_rng_new(7);
+    for (int kind = 0; kind < 2; kind++) {
+        cg_norm *n = kind ? cg_rmsnorm_new(6) : cg_layernorm_new(6);
+        randomize(CG_MODULE(n), 11 + kind, 0.5f);
+        cg_tensor *x = cg_randn(&r, CG_SHAPE(3, 6)), *y = cg_randn(&r, CG_SHAPE(3, 6));
+        cg_requires_grad(x, true);
+        cg_requires_grad(y, true);
+        cg_tensor *fused = cg_norm_add_forward(n, x, y), *seen = NULL;
+        cg_hook_handle h = cg_module_register_forward_hook(CG_MODULE(n), keep_input, &seen, NULL);
+        cg_hook_handle d = cg_module_register_forward_hook(CG_MODULE(n), double_output, NULL, NULL);
+        ck_assert(h.id != 0 && d.id != 0);
+        cg_tensor *hooked = cg_norm_add_forward(n, x, y), *sum = cg_add(x, y);
+        ck_assert_ptr_nonnull(hooked);
+        ck_assert_ptr_nonnull(seen);
+        ck_assert(bit_equal(seen, sum)); /* the hook saw x + y */
+        cg_tensor *twice = cg_muls(fused, 2.0f);
+        float *want = cg_test_values(twice);
+        CG_ASSERT_TENSOR(hooked, want, 1e-6, 1e-5);
+        free(want);
+        /* gradients: d/dx = d/dy = 2 d norm(s)/ds */
+        cg_tensor *sq = cg_mul(hooked, hooked), *l = cg_sum_all(sq);
+        ck_assert(cg_backward(l, NULL, false));
+        ck_assert_ptr_nonnull(cg_grad(x));
+        ck_assert(bit_equal(cg_grad(x), cg_grad(y)));
+        ck_assert(cg_hook_remove(&h) && cg_hook_remove(&d));
+        cg_release_all(9, x, y, fused, seen, hooked, sum, twice, sq, l);
+        cg_module_free(CG_MODULE(n));
+    }
+}
+END_TEST
+
 START_TEST(test_hook_post_pre_remove)
 {
     cg_rng r = cg_rng_new(1);
@@ -1336,6 +1384,7 @@ static Suite *adapt_suite(void)
     TCase *t = tcase_create("adapt");
     tcase_set_timeout(t, 120);
     tcase_add_test(t, test_hook_post_pre_remove);
+    tcase_add_test(t, test_norm_add_forward_hooked);
     tcase_add_test(t, test_hooks_every_module);
     tcase_add_test(t, test_hook_removed_during_call);
     tcase_add_test(t, test_module_requires_grad_and_optim);
