@@ -1921,6 +1921,51 @@ START_TEST(test_residual_fused)
 END_TEST
 
 /* ============================================================ gradchecks */
+/* A linear layer of no inputs (x [N,0], weight [out,0], as
+ * torch.nn.functional.linear takes them): y is zero without a bias and the
+ * bias rows with one, in fp32 and under bf16 autocast; the bias's gradient
+ * is the column sums of g, the others empty. */
+START_TEST(test_linear_no_inputs)
+{
+    cg_rng r = cg_rng_new(63);
+    const float bias[3] = {0.5f, -1.25f, 2.0f}, zero[6] = {0};
+    for (int prec = 0; prec < 2; prec++) {
+        if (prec && !cg_gemm_path_available(cg_bf16_auto_path()))
+            continue;
+        cg_precision was = cg_autocast_begin(prec ? CG_PRECISION_BF16 : CG_PRECISION_FP32);
+        for (int with_bias = 0; with_bias < 2; with_bias++) {
+            cg_tensor *x = cg_zeros(CG_SHAPE(2, 0)), *w = cg_zeros(CG_SHAPE(3, 0));
+            cg_tensor *b = with_bias ? cg_from_array(CG_F32, CG_SHAPE(3), bias) : NULL;
+            cg_requires_grad(x, true);
+            cg_requires_grad(w, true);
+            if (b)
+                cg_requires_grad(b, true);
+            /* y's memory first holds NaN: the result must not read it */
+            cg_tensor *junk = cg_full(CG_SHAPE(2, 3), NAN);
+            cg_release(junk);
+            cg_tensor *y = cg_linear_fn(x, w, b);
+            ck_assert_msg(y != NULL, "%s", cg_last_error());
+            ck_assert(y->ndim == 2 && y->shape[0] == 2 && y->shape[1] == 3);
+            const float rows[6] = {bias[0], bias[1], bias[2], bias[0], bias[1], bias[2]};
+            CG_ASSERT_TENSOR(y, with_bias ? rows : zero, 0.0, 0.0);
+            cg_tensor *g = cg_randn(&r, CG_SHAPE(2, 3));
+            ck_assert(cg_backward(y, g, false));
+            if (b) {
+                float *gv = cg_test_values(g), want[3];
+                for (int j = 0; j < 3; j++)
+                    want[j] = gv[j] + gv[3 + j];
+                CG_ASSERT_TENSOR(cg_grad(b), want, 1e-6, 1e-6);
+                free(gv);
+            }
+            ck_assert(!cg_grad(x) || cg_numel(cg_grad(x)) == 0);
+            ck_assert(!cg_grad(w) || cg_numel(cg_grad(w)) == 0);
+            cg_release_all(5, x, w, b, y, g);
+        }
+        cg_autocast_end(was);
+    }
+}
+END_TEST
+
 START_TEST(test_grad_linear)
 {
     cg_rng r = cg_rng_new(31);
@@ -2612,6 +2657,7 @@ static Suite *nn_suite(void)
     TCase *gr = tcase_create("gradcheck");
     tcase_set_timeout(gr, 300);
     tcase_add_test(gr, test_grad_linear);
+    tcase_add_test(gr, test_linear_no_inputs);
     tcase_add_test(gr, test_grad_embedding);
     tcase_add_test(gr, test_grad_norms);
     tcase_add_test(gr, test_grad_norm_add);
