@@ -3542,6 +3542,23 @@ START_TEST(test_attention_amx)
             for (int t = 0; t < 5; t++)
                 ck_assert_msg(same_bits(r[run][t], r[0][t]),
                               "attention case %zu: result %d of run %d differs", ci, t, run);
+        if (!cg_bf16_native() && cg_bf16_emulation_avx512) {
+            /* the emulation without AVX-512, as an AVX2 CPU runs it: kept
+             * rows through the scalar model (cg_attn_softmax_row_bf16r, then
+             * rounded) where the register kernels would take them; the
+             * same bits */
+            cg_tensor *r5[5];
+            cg_set_matmul_precision(CG_PRECISION_BF16);
+            cg_bf16_emulation_use_avx512(false);
+            amx_attention(c, in, kp, r5);
+            cg_bf16_emulation_use_avx512(true);
+            cg_set_matmul_precision(CG_PRECISION_FP32);
+            for (int t = 0; t < 5; t++) {
+                ck_assert_msg(same_bits(r5[t], r[0][t]),
+                              "attention case %zu: result %d without AVX-512 differs", ci, t);
+                cg_release(r5[t]);
+            }
+        }
         const double worst = amx_worst(c, in, pad, r[0]);
         ck_assert_msg(worst < 0.02, "attention case %zu: %g of the largest from double", ci, worst);
         for (int run = 0; run < 4; run++)
