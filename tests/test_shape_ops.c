@@ -549,6 +549,36 @@ START_TEST(test_scatter_add_threads)
 }
 END_TEST
 
+/* torch.gather and scatter_add_ on 0-d tensors (dim 0 or -1, a 0-d
+ * index holding 0): the element itself, and src added to it; any other
+ * dim or id refused with nothing written. */
+START_TEST(test_gather_0d)
+{
+    cg_tensor *a = cg_scalar(3.5f), *z = cg_test_ids_nd(0, NULL, (const int64_t[]){0});
+    for (int dim = -1; dim <= 0; dim++) {
+        cg_tensor *o = cg_k_gather(a, dim, z);
+        ck_assert_msg(o != NULL, "%s", cg_last_error());
+        ck_assert_int_eq(o->ndim, 0);
+        CG_ASSERT_TENSOR(o, ((const float[]){3.5f}), 0, 0);
+        cg_release(o);
+    }
+    CG_ASSERT_FAILS(cg_k_gather(a, 1, z), "dim 1 out of range for a tensor with 0 dims");
+    CG_ASSERT_FAILS(cg_k_gather(a, 0, cg_test_ids_nd(0, NULL, (const int64_t[]){1})), "id 1");
+    cg_tensor *src = cg_scalar(-1.25f);
+    ck_assert_msg(cg_k_scatter_add_(a, 0, z, src), "%s", cg_last_error());
+    CG_ASSERT_TENSOR(a, ((const float[]){2.25f}), 0, 0);
+    cg_tensor *b = cg_k_scatter_add(a, -1, z, src);
+    ck_assert_msg(b != NULL, "%s", cg_last_error());
+    CG_ASSERT_TENSOR(b, ((const float[]){1.0f}), 0, 0);
+    CG_ASSERT_TENSOR(a, ((const float[]){2.25f}), 0, 0); /* out of place: a unchanged */
+    ck_assert(!cg_k_scatter_add_(a, 0, cg_test_ids_nd(0, NULL, (const int64_t[]){-1}), src));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "id -1"));
+    ck_assert(!cg_k_scatter_add_(a, 1, z, src));
+    CG_ASSERT_TENSOR(a, ((const float[]){2.25f}), 0, 0);
+    cg_release_all(3, a, src, b);
+}
+END_TEST
+
 START_TEST(test_gather_errors)
 {
     cg_tensor *a = cg_zeros(CG_SHAPE(2, 3));
@@ -596,6 +626,7 @@ static Suite *shape_ops_suite(void)
     tcase_add_test(tc, test_gather);
     tcase_add_test(tc, test_scatter_add);
     tcase_add_test(tc, test_scatter_add_threads);
+    tcase_add_test(tc, test_gather_0d);
     tcase_add_test(tc, test_gather_errors);
     suite_add_tcase(s, tc);
     return s;
