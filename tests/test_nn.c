@@ -2327,6 +2327,42 @@ START_TEST(test_sdpa_without_mask)
 }
 END_TEST
 
+/* Shapes a user gets wrong at the attention's other doors, each one line
+ * naming what was expected: a bool key_pad of the wrong shape, cached
+ * attention's queries of the wrong width or batch, the key_pad of new
+ * queries past position 0, a positional encoding's width. */
+START_TEST(test_attention_shape_refusals)
+{
+    cg_rng r = cg_rng_new(62);
+    cg_tensor *kp = cg_test_mask(CG_SHAPE(2, 5), NULL), *mask = NULL;
+    CG_ASSERT_REFUSED(!cg_attention_mask(2, 2, 4, 4, false, kp, NULL, &mask),
+                      "argument 'key_pad' has shape [2, 5], expected [B, Tk] = [2, 4]");
+    ck_assert_ptr_null(mask);
+    cg_mha *m = cg_mha_new(4, 2, &r);
+    cg_mha_kv kv = {0};
+    cg_tensor *wide = cg_randn(&r, CG_SHAPE(2, 1, 6)), *x2 = cg_randn(&r, CG_SHAPE(2, 2, 4));
+    cg_tensor *x3 = cg_randn(&r, CG_SHAPE(3, 1, 4));
+    CG_ASSERT_FAILS(cg_mha_forward_cached(m, wide, wide, true, NULL, &kv),
+                    "expected xq [B,n,4] and xkv [B,m,4] or NULL; got [2, 1, 6]");
+    ck_assert_int_eq(kv.len, 0);
+    cg_tensor *y = cg_mha_forward_cached(m, x2, x2, true, NULL, &kv);
+    ck_assert_msg(y != NULL, "%s", cg_last_error());
+    CG_ASSERT_FAILS(cg_mha_forward_cached(m, x3, NULL, true, NULL, &kv),
+                    "3 queries for a cache of 2 rows");
+    /* two new queries after two cached: key_pad over all 4 keys */
+    cg_tensor *short_pad = cg_test_mask(CG_SHAPE(2, 3), NULL);
+    CG_ASSERT_FAILS(cg_mha_forward_cached(m, x2, x2, true, short_pad, &kv),
+                    "'key_pad' (bool [2, 3]) is not bool [B, Tk] = [2, 4]");
+    cg_posenc *pe = cg_posenc_new(8, 4);
+    CG_ASSERT_FAILS(cg_posenc_forward(pe, wide), "PositionalEncoding: input [2, 1, 6] must be "
+                                                 "[..., T, 4]");
+    cg_mha_kv_free(&kv);
+    cg_release_all(4, wide, x2, x3, y); /* kp, short_pad: the harness's */
+    cg_module_free(CG_MODULE(m));
+    cg_module_free(CG_MODULE(pe));
+}
+END_TEST
+
 START_TEST(test_grad_attention_float_mask)
 {
     cg_rng r = cg_rng_new(38);
@@ -2668,6 +2704,7 @@ static Suite *nn_suite(void)
     tcase_add_test(gr, test_grad_mha);
     tcase_add_test(gr, test_grad_attention_float_mask);
     tcase_add_test(gr, test_sdpa_without_mask);
+    tcase_add_test(gr, test_attention_shape_refusals);
     tcase_add_test(gr, test_mha_mask_grad_torch);
     tcase_add_test(gr, test_mha_qk_hook);
     tcase_add_test(gr, test_grad_enc_layer);
