@@ -191,7 +191,6 @@ bool cg_dist_gather_optim(const cg_optim *shard, cg_optim *full);
 bool cg_dist_allreduce_sum(double *v, int n);
 /* In-place maximum over ranks. */
 bool cg_dist_allreduce_max(double *v, int n);
-bool cg_dist_barrier(void);
 
 /* Seconds spent in gradient averaging (packing, MPI_Allreduce and
  * unpacking) and in broadcasts since start or the last reset, and the

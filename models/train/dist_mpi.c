@@ -599,11 +599,3 @@ static bool allreduce_d(double *v, int n, MPI_Op op)
 bool cg_dist_allreduce_sum(double *v, int n) { return allreduce_d(v, n, MPI_SUM); }
 bool cg_dist_allreduce_max(double *v, int n) { return allreduce_d(v, n, MPI_MAX); }
 
-bool cg_dist_barrier(void)
-{
-    if (g_size == 1)
-        return true;
-    if (!cg_dist_check_inited("barrier"))
-        return false;
-    return COLLECTIVE("MPI_Barrier", MPI_Barrier(MPI_COMM_WORLD));
-}

@@ -67,7 +67,6 @@ bool cg_dist_allreduce_max(double *v, int n)
     (void)n;
     return true;
 }
-bool cg_dist_barrier(void) { return true; }
 bool cg_dist_quiet_nonroot(void) { return true; }
 /* exit: the one-process twin of dist_mpi.c's cg_dist_abort (its callers
  * reach it only with more than one rank). */

@@ -65,12 +65,6 @@ bool cg_state_put_u64(cJSON *o, const char *key, uint64_t v)
     return cg_json_write_fields(o, &f, 1);
 }
 
-bool cg_state_put_f64(cJSON *o, const char *key, double v)
-{
-    const cg_json_field f = {key, CG_JF_F64, &v, 0, 0, false};
-    return cg_json_write_fields(o, &f, 1);
-}
-
 static bool model_fields(const cJSON *ms, const char *path, const char *kind,
                          const cg_json_field *f, int n)
 {

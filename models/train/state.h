@@ -49,7 +49,6 @@ char *cg_train_data_path(const char *train_json, const char *ckpt_path, const ch
  * back, range-checked, with cg_json_read_fields (models/util/config_json.h:
  * CG_JF_U64STR, CG_JF_F64). */
 bool cg_state_put_u64(cJSON *o, const char *key, uint64_t v);
-bool cg_state_put_f64(cJSON *o, const char *key, double v);
 /* A model's own state through one field table: written into o (CG_JF_I64
  * as a number, CG_JF_F64 and CG_JF_U64STR as exact decimal strings,
  * CG_JF_STR as a string) when o is not NULL, else read back from
