@@ -598,4 +598,3 @@ static bool allreduce_d(double *v, int n, MPI_Op op)
 
 bool cg_dist_allreduce_sum(double *v, int n) { return allreduce_d(v, n, MPI_SUM); }
 bool cg_dist_allreduce_max(double *v, int n) { return allreduce_d(v, n, MPI_MAX); }
-
