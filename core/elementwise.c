@@ -289,19 +289,54 @@ static cg_iter_seg_fn row_seg(int row, bool bwd, cg_iter_seg_fn seg)
 CG_UNARY_OPS(EW_UNARY_OP_, ~)
 #undef EW_UNARY_OP_
 
+/* A strided segment (a transposed, sliced or permuted operand) is gathered
+ * EW_GATHER elements at a time into buffers on the stack and run by
+ * gelu_run too: each element's bits are those of f_gelu and f_gelu_grad
+ * whatever the layout, and the strided segments no longer take the scalar
+ * exp (4.6 times the contiguous forward's instructions, 3.2 times the
+ * backward's, on a transposed [512, 512]). */
+#define EW_GATHER 256
 EW_CLONES static void seg_gelu_runs(float *const *p, const int64_t *s, int64_t n, void *ctx)
 {
-    if (s[0] == 1 && s[1] == 1)
+    (void)ctx;
+    if (s[0] == 1 && s[1] == 1) {
         gelu_run(n, p[1], NULL, p[0]);
-    else
-        seg_gelu(p, s, n, ctx);
+        return;
+    }
+    const int64_t os = s[0], xs = s[1];
+    float buf[EW_GATHER];
+    for (int64_t i0 = 0; i0 < n; i0 += EW_GATHER) {
+        const int64_t m = n - i0 < EW_GATHER ? n - i0 : EW_GATHER;
+        const float *x = p[1] + i0 * xs;
+        float *o = p[0] + i0 * os;
+        for (int64_t i = 0; i < m; i++)
+            buf[i] = x[i * xs];
+        gelu_run(m, buf, NULL, buf);
+        for (int64_t i = 0; i < m; i++)
+            o[i * os] = buf[i];
+    }
 }
 EW_CLONES static void seg_gelu_bwd_runs(float *const *p, const int64_t *s, int64_t n, void *ctx)
 {
-    if (s[0] == 1 && s[1] == 1 && s[2] == 1)
+    (void)ctx;
+    if (s[0] == 1 && s[1] == 1 && s[2] == 1) {
         gelu_run(n, p[1], p[2], p[0]);
-    else
-        seg_gelu_bwd(p, s, n, ctx);
+        return;
+    }
+    const int64_t os = s[0], xs = s[1], gs = s[2];
+    float xb[EW_GATHER], gb[EW_GATHER];
+    for (int64_t i0 = 0; i0 < n; i0 += EW_GATHER) {
+        const int64_t m = n - i0 < EW_GATHER ? n - i0 : EW_GATHER;
+        const float *x = p[1] + i0 * xs, *g = p[2] + i0 * gs;
+        float *o = p[0] + i0 * os;
+        for (int64_t i = 0; i < m; i++) {
+            xb[i] = x[i * xs];
+            gb[i] = g[i * gs];
+        }
+        gelu_run(m, xb, gb, xb);
+        for (int64_t i = 0; i < m; i++)
+            o[i * os] = xb[i];
+    }
 }
 
 /* ----------------------------------------------------------- binary */

@@ -5,6 +5,7 @@
 
 #include <omp.h>
 
+#include "core/elementwise_impl.h"
 #include "core/ops.h"
 #include "core/vmath.h"
 #include "tests/testutil.h"
@@ -736,9 +737,9 @@ typedef struct {
     cg_tensor *a, *b;
 } pair;
 static cg_tensor *f_add(void *c) { return cg_k_add(((pair *)c)->a, ((pair *)c)->b); }
-static cg_tensor *f_gelu(void *c) { return cg_k_gelu(((pair *)c)->a); }
-static cg_tensor *f_sigmoid(void *c) { return cg_k_sigmoid(((pair *)c)->a); }
-static cg_tensor *f_gelu_bwd(void *c) { return cg_k_gelu_backward(((pair *)c)->a, ((pair *)c)->a); }
+static cg_tensor *t_gelu(void *c) { return cg_k_gelu(((pair *)c)->a); }
+static cg_tensor *t_sigmoid(void *c) { return cg_k_sigmoid(((pair *)c)->a); }
+static cg_tensor *t_gelu_bwd(void *c) { return cg_k_gelu_backward(((pair *)c)->a, ((pair *)c)->a); }
 static cg_tensor *f_add_(void *c)
 {
     pair *p = c;
@@ -756,9 +757,9 @@ START_TEST(test_threads_identical)
     cg_tensor *b = cg_randn(&rng, CG_SHAPE(257));
     pair p = {a, b};
     same_1_2(f_add, &p);
-    same_1_2(f_gelu, &p);
-    same_1_2(f_sigmoid, &p);
-    same_1_2(f_gelu_bwd, &p);
+    same_1_2(t_gelu, &p);
+    same_1_2(t_sigmoid, &p);
+    same_1_2(t_gelu_bwd, &p);
     cg_tensor *sq = cg_randn(&rng, CG_SHAPE(257, 257));
     pair q = {sq, b};
     same_1_2(f_add_, &q);
@@ -873,9 +874,13 @@ START_TEST(test_gelu16_bits)
         cg_data(x)[2 * i] = v;
         cg_data(x)[2 * i + 1] = 0.0f;
     }
-    cg_tensor *col = cg_view_slice(x, 1, 0, 1, 1), *ref = cg_k_gelu(col); /* strided: scalar */
-    cg_tensor *ones = cg_full(CG_SHAPE(n, 1), 1.0f), *dref = cg_k_gelu_backward(col, ones);
-    ck_assert(ref && cg_numel(ref) == n && dref);
+    /* the scalar expressions (a strided view ran them until cg_k_gelu's
+     * strided segments went through gelu_run too) */
+    cg_tensor *ref = cg_empty(CG_SHAPE(n)), *dref = cg_empty(CG_SHAPE(n));
+    for (int64_t i = 0; i < n; i++) {
+        cg_data(ref)[i] = f_gelu(cg_data(x)[2 * i]);
+        cg_data(dref)[i] = 1.0f * f_gelu_grad(cg_data(x)[2 * i]);
+    }
     int64_t normal_blocks = 0;
     for (int64_t i = 0; i < n; i += 16) {
         v16f v;
@@ -899,7 +904,7 @@ START_TEST(test_gelu16_bits)
         }
     }
     ck_assert_int_gt(normal_blocks, 8000); /* [-8, 8] of the spread */
-    cg_release_all(5, x, col, ref, ones, dref);
+    cg_release_all(3, x, ref, dref);
 }
 END_TEST
 
@@ -965,10 +970,69 @@ START_TEST(test_unary_rows_contiguous_bits)
                           ROW_K[r].name, (long long)i);
             ck_assert_msg(same_or_nan(cg_data(d[0])[i], cg_data(d[1])[i]), "%s at %lld",
                           ROW_K[r].bname, (long long)i);
+            if (r == ROW_GELU) { /* both layouts run gelu_run: its expression's bits */
+                const float xi = cg_data(x)[i], gi = cg_data(g)[i];
+                ck_assert_msg(same_or_nan(cg_data(y[0])[i], f_gelu(xi)), "gelu(%.9g)", xi);
+                ck_assert_msg(same_or_nan(cg_data(d[0])[i], gi * f_gelu_grad(xi)), "gelu'(%.9g)",
+                              xi);
+            }
         }
         cg_release_all(4, y[0], y[1], d[0], d[1]);
     }
     cg_release_all(8, x, g, xv, gv, xt, gt, xs, gs);
+}
+END_TEST
+
+/* GELU on strided operands (transposed, step-sliced, permuted, broadcast
+ * along its rows; the gradient transposed too): cg_k_gelu and
+ * cg_k_gelu_backward gather their segments EW_GATHER (256) at a time into
+ * gelu_run, and give the bits of the contiguous copies', in segments
+ * longer than a block and shorter, in blocks with and without the fast
+ * exp (|x| > 8, NaN, infinities), with 1 and 2 threads. */
+static void gelu_same_bits(const cg_tensor *x, const cg_tensor *g)
+{
+    cg_tensor *xc = cg_k_contiguous(x), *gc = cg_k_contiguous(g);
+    cg_tensor *y0 = cg_k_gelu(xc), *d0 = cg_k_gelu_backward(xc, gc);
+    ck_assert_msg(y0 && d0, "%s", cg_last_error());
+    const size_t bytes = (size_t)cg_numel(y0) * sizeof(float);
+    for (int threads = 1; threads <= 2; threads++) {
+        cg_set_num_threads(threads);
+        cg_tensor *y = cg_k_gelu(x), *d = cg_k_gelu_backward(x, g);
+        ck_assert(y && d && cg_same_shape(y, y0) && cg_same_shape(d, d0));
+        ck_assert_msg(memcmp(cg_data(y), cg_data(y0), bytes) == 0, "gelu, %d threads", threads);
+        ck_assert_msg(memcmp(cg_data(d), cg_data(d0), bytes) == 0, "gelu_backward, %d threads",
+                      threads);
+        cg_release_all(2, y, d);
+    }
+    cg_release_all(4, xc, gc, y0, d0);
+}
+
+START_TEST(test_gelu_strided_bits)
+{
+    cg_rng rng = cg_rng_new(31);
+    cg_tensor *x = cg_randn(&rng, CG_SHAPE(300, 700)), *g = cg_randn(&rng, CG_SHAPE(700, 300));
+    float *xp = cg_data(x);
+    const float special[] = {NAN, INFINITY, -INFINITY, 9.0f, -30.0f, 8.0f, -8.0f, 1e10f};
+    for (int64_t i = 0; i < 300 * 700; i += 997) /* some blocks of each layout */
+        xp[i] = special[(i / 997) % 8];
+    for (int64_t i = 0; i < 300 * 700; i++)
+        xp[i] *= i % 5 == 0 ? 4.0f : 1.0f; /* more of them past the fast exp's 8 */
+    cg_tensor *xt = cg_view_transpose(x, 0, 1), *gt = cg_view_transpose(g, 0, 1); /* [700, 300] */
+    gelu_same_bits(xt, g); /* runs of 300, stride 700 */
+    gelu_same_bits(x, gt); /* x contiguous, g strided */
+    cg_tensor *gc = cg_k_contiguous(gt), *gtt = cg_view_transpose(gc, 0, 1); /* [700, 300] */
+    gelu_same_bits(xt, gtt);                                                 /* both strided */
+    cg_tensor *xs = cg_view_slice(x, 1, 1, 700, 3), *gs = cg_view_slice(gt, 1, 1, 700, 3);
+    gelu_same_bits(xs, gs); /* every third column: 233 a run */
+    cg_tensor *x4 = cg_view_reshape(x, CG_SHAPE(30, 10, 7, 100));
+    cg_tensor *xp4 = cg_view_permute(x4, (int[]){3, 1, 2, 0}); /* [100, 10, 7, 30] */
+    cg_tensor *g4 = cg_randn(&rng, CG_SHAPE(100, 10, 7, 30));
+    gelu_same_bits(xp4, g4);
+    cg_tensor *col = cg_view_slice(x, 1, 0, 1, 1); /* [300, 1] */
+    cg_tensor *wide = cg_view_expand(col, CG_SHAPE(300, 700)),
+              *gw = cg_randn(&rng, CG_SHAPE(300, 700));
+    gelu_same_bits(wide, gw); /* stride 0 along each row: 700 = 2 blocks and 188 */
+    cg_release_all(14, x, g, xt, gt, gc, gtt, xs, gs, x4, xp4, g4, col, wide, gw);
 }
 END_TEST
 
@@ -983,6 +1047,7 @@ static Suite *elementwise_suite(void)
         {"unary", test_unary_layouts},
         {"unary_rows_contiguous_bits", test_unary_rows_contiguous_bits},
         {"gelu16_bits", test_gelu16_bits},
+        {"gelu_strided_bits", test_gelu_strided_bits},
         {"act_grad_bf16_bits", test_act_grad_bf16_bits},
         {"binary", test_binary_layouts},
         {"broadcast", test_binary_broadcast},
