@@ -330,6 +330,63 @@ START_TEST(test_views_copies_fill)
 }
 END_TEST
 
+/* c (contiguous) holds v's elements in row-major order, byte for byte
+ * (v 2-D, any strides) */
+static void assert_copy_of(const cg_tensor *c, const cg_tensor *v, const char *what)
+{
+    ck_assert(c && cg_is_contiguous(c) && cg_same_shape(c, v) && c->dtype == v->dtype);
+    const size_t z = cg_dtype_size(v->dtype);
+    const char *cp = cg_data_ptr(c), *vp = cg_data_ptr(v);
+    for (int64_t i = 0; i < v->shape[0]; i++)
+        for (int64_t j = 0; j < v->shape[1]; j++)
+            ck_assert_msg(memcmp(cp + (size_t)(i * v->shape[1] + j) * z,
+                                 vp + (i * v->strides[0] + j * v->strides[1]) * (int64_t)z, z) == 0,
+                          "%s %s: element [%lld, %lld]", cg_dtype_name(v->dtype), what,
+                          (long long)i, (long long)j);
+}
+
+/* Strided copies of every dtype (contiguous of a transposed view, of every
+ * third column, of a column expanded along the rows; copy_ into a
+ * transposed destination) move each element's bits, with 1 and 2 threads
+ * (66,000 elements: two threads copy). Each dtype's strided rows run a
+ * loop of its own type, and a stride-0 source row a fill. */
+START_TEST(test_strided_copies_every_dtype)
+{
+    const cg_dtype dts[] = {CG_F32, CG_BF16, CG_F16, CG_I64, CG_I32, CG_BOOL};
+    for (size_t k = 0; k < sizeof dts / sizeof dts[0]; k++) {
+        const cg_dtype dt = dts[k];
+        cg_tensor *base = cg_empty_dtype(dt, CG_SHAPE(300, 220));
+        unsigned char *b = cg_data_ptr(base);
+        const size_t bytes = (size_t)cg_numel(base) * cg_dtype_size(dt);
+        for (size_t i = 0; i < bytes; i++) /* every element's bytes differ */
+            b[i] = dt == CG_BOOL ? (unsigned char)(i * 7 % 3 == 0) : (unsigned char)(i * 131 >> 3);
+        cg_tensor *tr = cg_view_transpose(base, 0, 1);             /* [220, 300] */
+        cg_tensor *third = cg_view_slice(base, 1, 1, 220, 3);      /* [300, 73] */
+        cg_tensor *col = cg_view_slice(base, 1, 5, 6, 1);          /* [300, 1] */
+        cg_tensor *wide = cg_view_expand(col, CG_SHAPE(300, 220)); /* stride 0 in the rows */
+        cg_tensor *dst = cg_empty_dtype(dt, CG_SHAPE(220, 300));
+        cg_tensor *dstt = cg_view_transpose(dst, 0, 1); /* [300, 220], strided */
+        for (int threads = 1; threads <= 2; threads++) {
+            cg_set_num_threads(threads);
+            const cg_tensor *views[] = {tr, third, wide};
+            const char *what[] = {"transposed", "every third column", "expanded column"};
+            for (int v = 0; v < 3; v++) {
+                cg_tensor *c = cg_k_contiguous(views[v]);
+                assert_copy_of(c, views[v], what[v]);
+                cg_release(c);
+            }
+            memset(cg_data_ptr(dst), 0, bytes);
+            ck_assert(cg_k_copy_(dstt, base));
+            cg_tensor *back = cg_k_contiguous(dstt);
+            ck_assert(memcmp(cg_data_ptr(back), b, bytes) == 0);
+            assert_copy_of(dst, tr, "copied into a transposed destination");
+            cg_release(back);
+        }
+        cg_release_all(7, base, tr, third, col, wide, dst, dstt);
+    }
+}
+END_TEST
+
 /* What cg_fprint writes for t. */
 static char *printed(const cg_tensor *t)
 {
@@ -605,6 +662,7 @@ static Suite *dtype_suite(void)
     tcase_add_test(tc, test_mixed_bf16_inputs);
     tcase_add_test(tc, test_dense_views);
     tcase_add_test(tc, test_views_copies_fill);
+    tcase_add_test(tc, test_strided_copies_every_dtype);
     tcase_add_test(tc, test_printing);
     tcase_add_test(tc, test_comparisons_and_logic);
     tcase_add_test(tc, test_nonzero);
