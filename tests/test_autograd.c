@@ -1040,6 +1040,35 @@ START_TEST(test_requires_grad_after_use)
 }
 END_TEST
 
+/* An embedding from a strided table (a transposed leaf, as a table tied
+ * to an output layer's [D, V] weight is): the rows and the gradient have
+ * the bits of the contiguous table's, with 1 and 2 threads (core's
+ * index_select copies the few picked rows from views of them instead of
+ * the whole table first). */
+START_TEST(test_embedding_strided_table)
+{
+    cg_rng rng = cg_rng_new(41);
+    const int64_t ids[8] = {4999, 3, 17, 3, 2500, 0, 17, 1};
+    for (int threads = 1; threads <= 2; threads++) {
+        cg_set_num_threads(threads);
+        cg_scope *sc = cg_scope_begin(); /* everything below dies at its end */
+        cg_tensor *wt = cg_requires_grad(cg_randn(&rng, CG_SHAPE(64, 5000)), true);
+        cg_tensor *w = cg_requires_grad(cg_k_contiguous(cg_view_transpose(wt, 0, 1)), true);
+        cg_tensor *up = cg_randn(&rng, CG_SHAPE(2, 4, 64));
+        cg_tensor *e[2];
+        for (int k = 0; k < 2; k++) {
+            cg_tensor *table = k ? cg_transpose(wt, 0, 1) : w; /* [5000, 64] */
+            e[k] = cg_embedding(table, cg_from_i64(CG_SHAPE(2, 4), ids));
+            ck_assert_msg(e[k] && cg_backward(e[k], up, false), "%s", cg_last_error());
+        }
+        ck_assert(memcmp(cg_data(e[0]), cg_data(e[1]), 2 * 4 * 64 * sizeof(float)) == 0);
+        cg_tensor *gt = cg_k_contiguous(cg_view_transpose((cg_tensor *)cg_grad(wt), 0, 1));
+        ck_assert(memcmp(cg_data(gt), cg_data(cg_grad(w)), 5000 * 64 * sizeof(float)) == 0);
+        cg_scope_end(sc);
+    }
+}
+END_TEST
+
 static Suite *autograd_suite(void)
 {
     Suite *s = suite_create("autograd");
@@ -1069,6 +1098,7 @@ static Suite *autograd_suite(void)
     tcase_add_test(tc, test_leaf_grad_added_in_place);
     tcase_add_test(tc, test_bf16_linear_input_grad);
     tcase_add_test(tc, test_requires_grad_after_use);
+    tcase_add_test(tc, test_embedding_strided_table);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -240,6 +240,63 @@ START_TEST(test_index_select)
 }
 END_TEST
 
+/* index_select of a strided view (transposed, every other slice, expanded)
+ * gives the bits of index_select of its contiguous copy, for every dim,
+ * dtype and count of ids: few (each slice copied from a view of it), many
+ * (a contiguous copy of the whole first), none; with 1 and 2 threads (the
+ * last view's slices are 50,000 elements: two threads copy each). */
+static void select_same_bits(const cg_tensor *v, int dim, int64_t n, const int64_t *ids)
+{
+    cg_tensor *c = cg_k_contiguous(v), *idx = cg_test_ids(n, ids);
+    cg_tensor *want = cg_k_index_select(c, dim, idx);
+    ck_assert_msg(want != NULL, "%s", cg_last_error());
+    for (int threads = 1; threads <= 2; threads++) {
+        cg_set_num_threads(threads);
+        cg_tensor *got = cg_k_index_select(v, dim, idx);
+        ck_assert_msg(got && cg_same_shape(got, want) && got->dtype == want->dtype &&
+                          cg_is_contiguous(got),
+                      "dim %d, %lld ids: %s", dim, (long long)n, cg_last_error());
+        ck_assert_msg(memcmp(cg_data_ptr(got), cg_data_ptr(want),
+                             (size_t)cg_numel(got) * cg_dtype_size(got->dtype)) == 0,
+                      "dim %d, %lld ids, %d threads", dim, (long long)n, threads);
+        cg_release(got);
+    }
+    cg_release_all(3, c, idx, want);
+}
+
+START_TEST(test_index_select_strided)
+{
+    cg_rng r = cg_rng_new(8);
+    const cg_dtype dts[] = {CG_F32, CG_BF16, CG_I64};
+    int64_t many[64];
+    for (int i = 0; i < 64; i++)
+        many[i] = (i * 7) % 12;
+    const int64_t few[] = {3, 1, 3};
+    for (int k = 0; k < 3; k++) {
+        cg_tensor *f = cg_randn(&r, CG_SHAPE(12, 24, 16)), *base = cg_k_to(f, dts[k]);
+        cg_tensor *perm = cg_view_permute(base, (int[]){2, 0, 1});   /* [16, 12, 24] */
+        cg_tensor *half = cg_view_slice(perm, 2, 1, 24, 2);          /* [16, 12, 12] */
+        cg_tensor *one = cg_view_slice(base, 1, 5, 6, 1);            /* [12, 1, 16] */
+        cg_tensor *wide = cg_view_expand(one, CG_SHAPE(12, 24, 16)); /* stride 0 */
+        const cg_tensor *views[] = {perm, half, wide};
+        for (int v = 0; v < 3; v++) {
+            for (int dim = -1; dim < 3; dim++) {
+                select_same_bits(views[v], dim, 3, few);
+                select_same_bits(views[v], dim, 1, few + 1);
+                select_same_bits(views[v], dim, 64, many);
+                select_same_bits(views[v], dim, 0, NULL);
+            }
+        }
+        cg_release_all(6, f, base, perm, half, one, wide);
+    }
+    cg_tensor *big = cg_randn(&r, CG_SHAPE(8, 50000));
+    cg_tensor *bt = cg_view_transpose(big, 0, 1); /* [50000, 8] */
+    select_same_bits(bt, 1, 3, few);
+    select_same_bits(bt, 0, 3, few);
+    cg_release_all(2, big, bt);
+}
+END_TEST
+
 START_TEST(test_index_select_errors)
 {
     cg_tensor *x = cg_zeros(CG_SHAPE(5, 3));
@@ -616,6 +673,7 @@ static Suite *shape_ops_suite(void)
     suite_add_tcase(s, tc);
     tc = tcase_create("index");
     tcase_add_test(tc, test_index_select);
+    tcase_add_test(tc, test_index_select_strided);
     tcase_add_test(tc, test_index_select_errors);
     tcase_add_test(tc, test_index_add);
     tcase_add_test(tc, test_index_add_embedding_grad);
