@@ -408,23 +408,18 @@ static char *dir_of(const char *path)
  * effort: failures are ignored. */
 static void remove_stale_temps(const char *path, const char *dir, bool own);
 
-void cg_st_remove_stale_temps(const char *path)
+static void remove_temps_of(const char *path, bool own)
 {
     char *dir = dir_of(path);
     if (!dir)
         return;
-    remove_stale_temps(path, dir, false);
+    remove_stale_temps(path, dir, own);
     free(dir);
 }
 
-void cg_st_remove_temps_sole_writer(const char *path)
-{
-    char *dir = dir_of(path);
-    if (!dir)
-        return;
-    remove_stale_temps(path, dir, true);
-    free(dir);
-}
+void cg_st_remove_stale_temps(const char *path) { remove_temps_of(path, false); }
+
+void cg_st_remove_temps_sole_writer(const char *path) { remove_temps_of(path, true); }
 
 /* own: this process's names too (a dead process of the same pid left them) */
 static void remove_stale_temps(const char *path, const char *dir, bool own)
