@@ -3,13 +3,13 @@
 #include "models/charlm/charlm.h"
 
 #include <cjson/cJSON.h>
-#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/ops.h"
+#include "models/train/model_common.h"
 #include "models/util/config_json.h"
 
 /* ---------------------------------------------------------------- config */
@@ -72,15 +72,8 @@ static cg_charlm *model_new(const cg_charlm_config *cfg, uint64_t seed, bool ini
     if (!m)
         return NULL;
     m->cfg = *cfg;
-    m->dropout_rng = cg_rng_new(seed ^ 0x9e3779b97f4a7c15ULL);
-    cg_tf_config tf = {.d = cfg->d,
-                       .H = cfg->H,
-                       .d_ff = cfg->d_ff,
-                       .norm = cfg->norm,
-                       .act = cfg->act,
-                       .norm_first = cfg->norm_first,
-                       .dropout = cfg->dropout,
-                       .dropout_rng = &m->dropout_rng};
+    m->dropout_rng = cg_model_dropout_rng(seed);
+    cg_tf_config tf = CG_MODEL_TF_CONFIG(cfg, &m->dropout_rng);
     cg_module *base = CG_MODULE(m);
     bool ok = (m->block = calloc((size_t)cfg->layers + 1, sizeof *m->block)) != NULL;
     if (!ok)
@@ -135,31 +128,15 @@ static cg_tensor *charlm_hidden(cg_charlm *m, const int64_t *ids, int64_t B, int
         return NULL;
     }
     const cg_charlm_config *c = &m->cfg;
-    if (B < 1 || T < 1) {
-        cg_set_error("charlm forward: batch %lld x %lld must be at least 1 x 1", (long long)B,
-                     (long long)T);
+    if (!cg_model_check_ids("charlm", "forward", "sequence", ids, B, T, c->max_len, c->vocab))
         return NULL;
-    }
-    if (T > c->max_len) {
-        cg_set_error("charlm forward: sequence length %lld exceeds max_len %lld", (long long)T,
-                     (long long)c->max_len);
-        return NULL;
-    }
-    for (int64_t i = 0; i < B * T; i++)
-        if (ids[i] < 0 || ids[i] >= c->vocab) {
-            cg_set_error("charlm forward: token id %lld at [%lld, %lld] is outside the "
-                         "vocabulary [0, %lld)",
-                         (long long)ids[i], (long long)(i / T), (long long)(i % T),
-                         (long long)c->vocab);
-            return NULL;
-        }
     cg_scope *sc = cg_scope_begin(); /* the intermediates die at its end */
     if (!sc)
         return NULL;
-    /* embedding * sqrt(d) + pe[:T], dropout */
+    /* embedding * sqrt(d) + pe[:T], dropout (cg_model_embed_scaled) */
     cg_tensor *e = cg_embed_forward(m->tok_emb, cg_from_i64(CG_SHAPE(B, T), ids));
-    cg_tensor *x = cg_add(cg_muls(e, (float)sqrt((double)c->d)), cg_view_narrow(m->pe, 0, 0, T));
-    cg_tensor *h = cg_dropout(x, c->dropout, &m->dropout_rng, m->base.training);
+    cg_tensor *h =
+        cg_model_embed_scaled(e, m->pe, 0, T, c->d, c->dropout, &m->dropout_rng, m->base.training);
     cg_attn_mask mask = {.causal = true};
     /* each layer's input is released once the layer has run: without a
      * graph (evaluation) only one layer's tensors are alive at a time; with
@@ -216,22 +193,8 @@ cg_tensor *cg_charlm_forward_loss(cg_charlm *m, const int64_t *ids, int64_t B, i
 
 cg_tensor *cg_charlm_loss(cg_charlm *m, cg_tensor *logits, const int64_t *targets)
 {
-    if (!m || !logits || !targets) {
-        if (!m || !targets)
-            cg_set_error("charlm loss: NULL %s", m ? "targets" : "model");
-        return NULL;
-    }
-    if (logits->ndim < 2 || logits->shape[logits->ndim - 1] != m->cfg.vocab) {
-        char s[96];
-        cg_set_error("charlm loss: logits %s must end in the vocabulary size %lld",
-                     cg_shape_str(logits, s, sizeof s), (long long)m->cfg.vocab);
-        return NULL;
-    }
-    /* the zoo's batches are [B, T, V] logits over [B, T] targets */
-    cg_tensor *t = cg_from_i64(logits->ndim - 1, logits->shape, targets);
-    cg_tensor *loss = t ? cg_cross_entropy(logits, t, -100, 0.0f) : NULL;
-    cg_release(t);
-    return loss;
+    return cg_model_logits_loss("charlm", m != NULL, m ? m->cfg.vocab : 0, logits, targets, -100,
+                                0.0f);
 }
 
 /* ------------------------------------------------------------ evaluation */

@@ -4,13 +4,13 @@
 #include "models/seq2seq/seq2seq.h"
 
 #include <cjson/cJSON.h>
-#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/ops.h"
+#include "models/train/model_common.h"
 #include "models/util/config_json.h"
 
 /* ---------------------------------------------------------------- config */
@@ -86,15 +86,8 @@ static cg_seq2seq *model_new(const cg_seq2seq_config *cfg, uint64_t seed, bool i
     if (!m)
         return NULL;
     m->cfg = *cfg;
-    m->dropout_rng = cg_rng_new(seed ^ 0x9e3779b97f4a7c15ULL);
-    cg_tf_config tf = {.d = cfg->d,
-                       .H = cfg->H,
-                       .d_ff = cfg->d_ff,
-                       .norm = cfg->norm,
-                       .act = cfg->act,
-                       .norm_first = cfg->norm_first,
-                       .dropout = cfg->dropout,
-                       .dropout_rng = &m->dropout_rng};
+    m->dropout_rng = cg_model_dropout_rng(seed);
+    cg_tf_config tf = CG_MODEL_TF_CONFIG(cfg, &m->dropout_rng);
     cg_module *base = CG_MODULE(m);
     bool ok = (m->pe = cg_hold(cg_sinusoidal_pe(cfg->max_len, cfg->d))) != NULL; /* beyond scopes */
     ok = ok && (m->emb = cg_module_add_child(base, "emb",
@@ -135,29 +128,7 @@ void cg_seq2seq_set_recompute(cg_seq2seq *m, bool on)
 static bool check_ids(const cg_seq2seq *m, const char *op, const char *what, const int64_t *ids,
                       int64_t B, int64_t L)
 {
-    if (!ids) {
-        cg_set_error("seq2seq %s: NULL %s", op, what);
-        return false;
-    }
-    if (B < 1 || L < 1) {
-        cg_set_error("seq2seq %s: %s batch %lld x %lld must be at least 1 x 1", op, what,
-                     (long long)B, (long long)L);
-        return false;
-    }
-    if (L > m->cfg.max_len) {
-        cg_set_error("seq2seq %s: %s length %lld exceeds max_len %lld", op, what, (long long)L,
-                     (long long)m->cfg.max_len);
-        return false;
-    }
-    for (int64_t i = 0; i < B * L; i++)
-        if (ids[i] < 0 || ids[i] >= m->cfg.vocab) {
-            cg_set_error("seq2seq %s: %s token id %lld at [%lld, %lld] is outside the "
-                         "vocabulary [0, %lld)",
-                         op, what, (long long)ids[i], (long long)(i / L), (long long)(i % L),
-                         (long long)m->cfg.vocab);
-            return false;
-        }
-    return true;
+    return cg_model_check_ids("seq2seq", op, what, ids, B, L, m->cfg.max_len, m->cfg.vocab);
 }
 
 /* Word dropout of e [B,L,d]: one dropout draw per token, broadcast over its
@@ -177,9 +148,8 @@ static cg_tensor *embed_at(cg_seq2seq *m, const int64_t *ids, int64_t B, int64_t
     if (!sc)
         return NULL;
     cg_tensor *e = drop_words(m, cg_embed_forward(m->emb, cg_from_i64(CG_SHAPE(B, L), ids)), B, L);
-    cg_tensor *x =
-        cg_add(cg_muls(e, (float)sqrt((double)m->cfg.d)), cg_view_narrow(m->pe, 0, pos, L));
-    cg_tensor *h = cg_keep(cg_dropout(x, m->cfg.dropout, &m->dropout_rng, m->base.training));
+    cg_tensor *h = cg_keep(cg_model_embed_scaled(e, m->pe, pos, L, m->cfg.d, m->cfg.dropout,
+                                                 &m->dropout_rng, m->base.training));
     cg_scope_end(sc);
     return h;
 }
@@ -385,21 +355,8 @@ cg_tensor *cg_seq2seq_forward(cg_seq2seq *m, const int64_t *src, int64_t B, int6
 
 cg_tensor *cg_seq2seq_loss(cg_seq2seq *m, cg_tensor *logits, const int64_t *tgt_out)
 {
-    if (!m || !logits || !tgt_out) {
-        if (!m || !tgt_out)
-            cg_set_error("seq2seq loss: NULL %s", m ? "targets" : "model");
-        return NULL;
-    }
-    if (logits->ndim < 2 || logits->shape[logits->ndim - 1] != m->cfg.vocab) {
-        char s[96];
-        cg_set_error("seq2seq loss: logits %s must end in the vocabulary size %lld",
-                     cg_shape_str(logits, s, sizeof s), (long long)m->cfg.vocab);
-        return NULL;
-    }
-    cg_tensor *t = cg_from_i64(logits->ndim - 1, logits->shape, tgt_out);
-    cg_tensor *loss = t ? cg_cross_entropy(logits, t, CG_PAD, m->cfg.label_smoothing) : NULL;
-    cg_release(t);
-    return loss;
+    return cg_model_logits_loss("seq2seq", m != NULL, m ? m->cfg.vocab : 0, logits, tgt_out, CG_PAD,
+                                m ? m->cfg.label_smoothing : 0.0f);
 }
 
 cg_tensor *cg_seq2seq_forward_loss(cg_seq2seq *m, const int64_t *src, int64_t B, int64_t S,

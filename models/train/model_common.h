@@ -1,0 +1,60 @@
+/* cgrad zoo, train layer: what the two models (charlm, seq2seq) do alike
+ * and spell once: the transformer config and dropout stream a model builds
+ * its layers with, the check of a [B, L] batch of token ids, the scaled
+ * embedding with its positions, and the loss over a batch's logits.
+ *
+ * Errors: false/NULL + cg_set_error (core/error.h), one line. */
+#ifndef CG_MODELS_TRAIN_MODEL_COMMON_H
+#define CG_MODELS_TRAIN_MODEL_COMMON_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "nn/nn.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The layers' config of a zoo model config c (a pointer to a struct with
+ * the fields of models/util/config_json.h's CG_CONFIG_ZOO_WIDTH and
+ * CG_CONFIG_ZOO_BLOCK, and dropout), its dropout drawn from *rng. */
+#define CG_MODEL_TF_CONFIG(c, rng)                 \
+    ((cg_tf_config){.d = (c)->d,                   \
+                    .H = (c)->H,                   \
+                    .d_ff = (c)->d_ff,             \
+                    .norm = (c)->norm,             \
+                    .act = (c)->act,               \
+                    .norm_first = (c)->norm_first, \
+                    .dropout = (c)->dropout,       \
+                    .dropout_rng = (rng)})
+
+/* The dropout stream of a model built with seed (apart from the stream of
+ * its initial weights, which is the seed's own). */
+cg_rng cg_model_dropout_rng(uint64_t seed);
+
+/* A [B, L] batch of ids: not NULL, B and L at least 1, L at most max_len,
+ * every id in [0, vocab). False + "<model> <op>: <what> length 17 exceeds
+ * max_len 16" (and the like) otherwise. */
+bool cg_model_check_ids(const char *model, const char *op, const char *what, const int64_t *ids,
+                        int64_t B, int64_t L, int64_t max_len, int64_t vocab);
+
+/* dropout(e * sqrt(d) + pe[pos : pos + L]) for the embeddings e [B, L, d]
+ * (models.py's embedding scale and positions); a new tensor of the
+ * caller's scope. */
+cg_tensor *cg_model_embed_scaled(cg_tensor *e, cg_tensor *pe, int64_t pos, int64_t L, int64_t d,
+                                 float dropout, cg_rng *rng, bool training);
+
+/* The mean cross-entropy of logits [..., vocab] over targets (logits'
+ * shape without its last dimension), ignore_index and label smoothing ls
+ * as cg_cross_entropy's; have_model false (a NULL model) or NULL targets:
+ * NULL + "<model> loss: NULL model" or "... NULL targets"; a NULL logits
+ * (a failed forward): NULL, its error kept. */
+cg_tensor *cg_model_logits_loss(const char *model, bool have_model, int64_t vocab,
+                                cg_tensor *logits, const int64_t *targets, int64_t ignore_index,
+                                float ls);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
