@@ -94,6 +94,20 @@ static cg_tensor *residual(const cg_module *owner, const cg_tf_config *c, cg_rng
     return out;
 }
 
+/* x through n sublayers in turn, sublayer i in its residual with norms[i]
+ * (each sublayer's input released once the next has it). */
+static cg_tensor *residuals(const cg_module *owner, const cg_tf_config *c, cg_rng *rng, int n,
+                            cg_norm *const *norms, const sublayer *subs, cg_tensor *x)
+{
+    cg_tensor *h = residual(owner, c, rng, norms[0], &subs[0], x);
+    for (int i = 1; i < n; i++) {
+        cg_tensor *next = residual(owner, c, rng, norms[i], &subs[i], h);
+        cg_release(h);
+        h = next;
+    }
+    return h;
+}
+
 static bool check_input(const char *what, const cg_tf_config *c, const cg_tensor *x)
 {
     if (x->ndim != 3 || x->shape[2] != c->d) {
@@ -276,12 +290,9 @@ static cg_tensor *enc_layer_impl(cg_module *m, cg_tensor *const *in, void *args)
         return NULL;
     if (l->recompute && cg_grad_enabled())
         return rc_forward(RC_ENC, &l->base, l->rng, x, NULL, mask, NULL);
-    sublayer sa = {.kind = SUB_SELF_ATTN, .attn = l->self_attn, .mask = mask};
-    sublayer ff = {.kind = SUB_FF, .ff = l->ff};
-    cg_tensor *h = residual(&l->base, &l->cfg, l->rng, l->ln1, &sa, x);
-    cg_tensor *y = residual(&l->base, &l->cfg, l->rng, l->ln2, &ff, h);
-    cg_release(h);
-    return y;
+    const sublayer subs[] = {{.kind = SUB_SELF_ATTN, .attn = l->self_attn, .mask = mask},
+                             {.kind = SUB_FF, .ff = l->ff}};
+    return residuals(&l->base, &l->cfg, l->rng, 2, (cg_norm *const[]){l->ln1, l->ln2}, subs, x);
 }
 
 cg_tensor *cg_enc_layer_forward(cg_enc_layer *l, cg_tensor *x, const cg_attn_mask *mask)
@@ -328,16 +339,12 @@ static cg_tensor *dec_layer_impl(cg_module *m, cg_tensor *const *in, void *args)
         return NULL;
     if (l->recompute && cg_grad_enabled())
         return rc_forward(RC_DEC, &l->base, l->rng, x, memory, self_mask, cross_mask);
-    sublayer sa = {.kind = SUB_SELF_ATTN, .attn = l->self_attn, .mask = self_mask};
-    sublayer ca = {
-        .kind = SUB_CROSS_ATTN, .attn = l->cross_attn, .memory = memory, .mask = cross_mask};
-    sublayer ff = {.kind = SUB_FF, .ff = l->ff};
-    cg_tensor *h1 = residual(&l->base, &l->cfg, l->rng, l->ln1, &sa, x);
-    cg_tensor *h2 = residual(&l->base, &l->cfg, l->rng, l->ln2, &ca, h1);
-    cg_release(h1);
-    cg_tensor *y = residual(&l->base, &l->cfg, l->rng, l->ln3, &ff, h2);
-    cg_release(h2);
-    return y;
+    const sublayer subs[] = {
+        {.kind = SUB_SELF_ATTN, .attn = l->self_attn, .mask = self_mask},
+        {.kind = SUB_CROSS_ATTN, .attn = l->cross_attn, .memory = memory, .mask = cross_mask},
+        {.kind = SUB_FF, .ff = l->ff}};
+    return residuals(&l->base, &l->cfg, l->rng, 3, (cg_norm *const[]){l->ln1, l->ln2, l->ln3}, subs,
+                     x);
 }
 
 cg_tensor *cg_dec_layer_forward(cg_dec_layer *l, cg_tensor *x, cg_tensor *memory,
@@ -356,19 +363,15 @@ static cg_tensor *dec_layer_cached_impl(cg_module *m, cg_tensor *const *in, void
 {
     cg_dec_layer *l = (cg_dec_layer *)m;
     const fwd_args *a = args;
-    sublayer sa = {.kind = SUB_SELF_CACHED, .attn = l->self_attn, .kv = a->kv_self};
-    sublayer ca = {.kind = SUB_CROSS_CACHED,
-                   .attn = l->cross_attn,
-                   .memory = in[1],
-                   .kv = a->kv_cross,
-                   .cross_pad = a->cross_pad};
-    sublayer ff = {.kind = SUB_FF, .ff = l->ff};
-    cg_tensor *h1 = residual(&l->base, &l->cfg, l->rng, l->ln1, &sa, in[0]);
-    cg_tensor *h2 = residual(&l->base, &l->cfg, l->rng, l->ln2, &ca, h1);
-    cg_release(h1);
-    cg_tensor *y = residual(&l->base, &l->cfg, l->rng, l->ln3, &ff, h2);
-    cg_release(h2);
-    return y;
+    const sublayer subs[] = {{.kind = SUB_SELF_CACHED, .attn = l->self_attn, .kv = a->kv_self},
+                             {.kind = SUB_CROSS_CACHED,
+                              .attn = l->cross_attn,
+                              .memory = in[1],
+                              .kv = a->kv_cross,
+                              .cross_pad = a->cross_pad},
+                             {.kind = SUB_FF, .ff = l->ff}};
+    return residuals(&l->base, &l->cfg, l->rng, 3, (cg_norm *const[]){l->ln1, l->ln2, l->ln3}, subs,
+                     in[0]);
 }
 
 /* ------------------------------------------------------------- LM block */
@@ -402,14 +405,11 @@ static cg_tensor *lm_block_impl(cg_module *m, cg_tensor *const *in, void *args)
         return NULL;
     if (b->recompute && !a->kv_self && cg_grad_enabled())
         return rc_forward(RC_LM, &b->base, b->rng, x, NULL, a->mask, NULL);
-    sublayer sa = {.kind = SUB_SELF_ATTN, .attn = b->attn, .mask = a->mask};
+    sublayer subs[] = {{.kind = SUB_SELF_ATTN, .attn = b->attn, .mask = a->mask},
+                       {.kind = SUB_FF, .ff = b->ff}};
     if (a->kv_self)
-        sa = (sublayer){.kind = SUB_SELF_CACHED, .attn = b->attn, .kv = a->kv_self};
-    sublayer ff = {.kind = SUB_FF, .ff = b->ff};
-    cg_tensor *h = residual(&b->base, &b->cfg, b->rng, b->ln1, &sa, x);
-    cg_tensor *y = residual(&b->base, &b->cfg, b->rng, b->ln2, &ff, h);
-    cg_release(h);
-    return y;
+        subs[0] = (sublayer){.kind = SUB_SELF_CACHED, .attn = b->attn, .kv = a->kv_self};
+    return residuals(&b->base, &b->cfg, b->rng, 2, (cg_norm *const[]){b->ln1, b->ln2}, subs, x);
 }
 
 cg_tensor *cg_lm_block_forward(cg_lm_block *b, cg_tensor *x, const cg_attn_mask *mask)
