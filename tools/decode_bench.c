@@ -24,21 +24,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "core/error.h"
 #include "core/gemm.h"
 #include "core/parse.h"
 #include "core/tensor.h"
 #include "models/train/prog.h"
+#include "models/util/clock.h"
 #include "models/util/files.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int cmp_double(const void *x, const void *y)
 {
@@ -85,7 +78,7 @@ static double read_gbs(const float *buf, size_t bytes, int nt, int runs)
     double t[64];
     uint64_t sink = 0;
     for (int r = -1; r < runs; r++) {
-        double t0 = now_s();
+        double t0 = cg_now();
         uint64_t s = 0;
 #pragma omp parallel num_threads(nt) reduction(^ : s)
         {
@@ -93,7 +86,7 @@ static double read_gbs(const float *buf, size_t bytes, int nt, int runs)
             s ^= xor_words(w + part * omp_get_thread_num(), part);
         }
         if (r >= 0)
-            t[r] = now_s() - t0;
+            t[r] = cg_now() - t0;
         sink ^= s;
     }
     if (sink == 12345)
@@ -108,13 +101,13 @@ static double copy_gbs(float *buf, int nt, int runs)
     char *src = (char *)buf, *dst = (char *)buf + half;
     double t[64];
     for (int r = 0; r < runs; r++) {
-        double t0 = now_s();
+        double t0 = cg_now();
 #pragma omp parallel num_threads(nt)
         {
             size_t o = chunk * (size_t)omp_get_thread_num();
             memcpy(dst + o, src + o, chunk);
         }
-        t[r] = now_s() - t0;
+        t[r] = cg_now() - t0;
     }
     return (double)(chunk * (size_t)nt) / median(t, runs) / 1e9;
 }
@@ -210,7 +203,7 @@ int main(int argc, char **argv)
         double t32[64], t16[64];
         for (int pass = 0; pass < 2; pass++)
             for (int r = -1; r < runs; r++) { /* r = -1: warm-up */
-                double t0 = now_s();
+                double t0 = cg_now();
                 for (int64_t i = 0; i < nw; i++) {
                     if (pass == 0) /* the fp32 product a linear layer runs */
                         cg_sgemm(1, ws[i].n, ws[i].k, 1.0f, x, ws[i].k, 1, ws[i].w, 1, ws[i].k,
@@ -220,7 +213,7 @@ int main(int argc, char **argv)
                                            ws[i].n, 1);
                 }
                 if (r >= 0)
-                    (pass ? t16 : t32)[r] = now_s() - t0;
+                    (pass ? t16 : t32)[r] = cg_now() - t0;
             }
         double m32 = median(t32, runs), m16 = median(t16, runs);
         errno = 0;

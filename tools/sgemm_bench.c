@@ -19,20 +19,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "core/error.h"
 #include "core/gemm.h"
 #include "core/parse.h"
 #include "core/tensor.h"
 #include "models/train/prog.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "models/util/clock.h"
 
 static int cmp_double(const void *x, const void *y)
 {
@@ -49,9 +42,9 @@ static double bench(cg_gemm_path path, int threads, int64_t n, int runs, const f
     double *t = malloc((size_t)runs * sizeof(double));
     cg_sgemm_path(path, threads, n, n, n, 1.0f, a, n, 1, b, n, 1, 0.0f, c, n, 1); /* warm-up */
     for (int r = 0; r < runs; r++) {
-        double t0 = now_s();
+        double t0 = cg_now();
         cg_sgemm_path(path, threads, n, n, n, 1.0f, a, n, 1, b, n, 1, 0.0f, c, n, 1);
-        t[r] = now_s() - t0;
+        t[r] = cg_now() - t0;
     }
     qsort(t, (size_t)runs, sizeof(double), cmp_double);
     double med = t[runs / 2];
@@ -135,14 +128,14 @@ static double peak(bool bf16, int threads)
              : !(zmm || (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))))
         return -1.0;
     volatile double sink = 0;
-    double t0 = now_s();
+    double t0 = cg_now();
 #pragma omp parallel num_threads(threads)
     {
         double s = bf16 ? dpbf16_round() : zmm ? fma_round() : fma256_round();
 #pragma omp atomic
         sink += s;
     }
-    const double t = now_s() - t0;
+    const double t = cg_now() - t0;
     return (double)threads * ITER * 12.0 * (bf16 ? 64.0 : zmm ? 32.0 : 16.0) / t * 1e-9;
 }
 

@@ -12,8 +12,6 @@
 
 /* Add to the communication counters (cg_dist_comm_seconds, _bytes). */
 void cg_dist_count(double seconds, int64_t bytes);
-/* Monotonic clock, in seconds. */
-double cg_dist_now_s(void);
 /* True if rc is MPI_SUCCESS; else false and an error naming what and MPI's reason. */
 bool cg_dist_mpi_ok(int rc, const char *what);
 /* The watchdog's marks around one collective. */
