@@ -5,17 +5,28 @@
 
 #include "core/error.h"
 
+/* The arguments of the warm-up schedules (cosine and linear): step and
+ * warmup >= 0 (warmup 0, step -1: 0 / 0), steps >= 0 (a far one overflowed
+ * steps - warmup, or steps - step); false + an error naming the schedule
+ * otherwise. */
+static bool warmup_args_ok(const char *name, int64_t step, int64_t steps, int64_t warmup)
+{
+    if (step < 0 || warmup < 0) {
+        cg_set_error("%s: need step >= 0 and warmup >= 0 (got %lld and %lld)", name,
+                     (long long)step, (long long)warmup);
+        return false;
+    }
+    if (steps < 0) {
+        cg_set_error("%s: need steps >= 0 (got %lld)", name, (long long)steps);
+        return false;
+    }
+    return true;
+}
+
 double cg_lr_warmup_cosine(int64_t step, int64_t steps, int64_t warmup, double hi, double lo)
 {
-    if (step < 0 || warmup < 0) { /* warmup 0, step -1: 0 / 0 */
-        cg_set_error("lr_warmup_cosine: need step >= 0 and warmup >= 0 (got %lld and %lld)",
-                     (long long)step, (long long)warmup);
+    if (!warmup_args_ok("lr_warmup_cosine", step, steps, warmup))
         return NAN;
-    }
-    if (steps < 0) { /* a far one overflowed steps - warmup */
-        cg_set_error("lr_warmup_cosine: need steps >= 0 (got %lld)", (long long)steps);
-        return NAN;
-    }
     if (step < warmup)
         return hi * (double)(step + 1) / (double)warmup;
     int64_t span = steps - warmup > 1 ? steps - warmup : 1;
@@ -41,15 +52,8 @@ double cg_lr_noam(int64_t step, int64_t d_model, int64_t warmup, double factor)
 
 double cg_lr_warmup_linear(int64_t step, int64_t steps, int64_t warmup, double hi, double lo)
 {
-    if (step < 0 || warmup < 0) {
-        cg_set_error("lr_warmup_linear: need step >= 0 and warmup >= 0 (got %lld and %lld)",
-                     (long long)step, (long long)warmup);
+    if (!warmup_args_ok("lr_warmup_linear", step, steps, warmup))
         return NAN;
-    }
-    if (steps < 0) { /* a far one overflowed steps - step */
-        cg_set_error("lr_warmup_linear: need steps >= 0 (got %lld)", (long long)steps);
-        return NAN;
-    }
     if (step < warmup)
         return hi * ((double)step / (double)(warmup > 1 ? warmup : 1));
     double f = (double)(steps - step) / (double)(steps - warmup > 1 ? steps - warmup : 1);
