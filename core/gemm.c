@@ -618,6 +618,84 @@ static void skinny_product(int nthreads, int64_t m, int64_t n, int64_t k, float 
     cg_shares_run((p.ny + 3) / 4, 1, nt, dots_groups, &p);
 }
 
+/* ------------------------------------------------------------ one row */
+
+/* C = alpha a B + beta C for one row a (stride csa) and B's rows contiguous
+ * (csb == 1), beta 0 or 1: attention's P v in decoding (1 x Tk x dh, one
+ * query), which BLIS's driver and ours packed into a whole tile of A (6 or
+ * 32 rows) and a panel of B, at 20 times the product's own work. Each
+ * element is computed as the micro-kernels compute it (haswell's and skx's,
+ * through BLIS's driver or gemm_skx.c): over each KC block of k in order,
+ * one fused multiply-add a k from zero, times alpha, then stored (beta 0,
+ * first block) or added to C (beta 1 and every later block: C + 1 ab is
+ * one rounding whether or not the kernel fuses it). So the bits are the
+ * packed path's, for any thread count (test_matmul
+ * test_one_row_product_bits); another beta (C + beta ab is rounded
+ * differently by a partial tile's copy-out) keeps the packed path. */
+typedef struct {
+    int64_t n, k, kc, kcx, csa, rsb, csc;
+    float alpha, beta;
+    const float *a, *b;
+    float *c;
+} one_row;
+
+/* the groups [g0, g1) of 8 columns of one_row's C, the last one cut at n */
+SKINNY_TARGET static void one_row_groups(int64_t g0, int64_t g1, int thread, const void *ctx)
+{
+    (void)thread;
+    const one_row *p = ctx;
+    const int64_t n = p->n;
+    for (int64_t j = 8 * g0; j < 8 * g1 && j < n; j += 8) {
+        const int w = n - j < 8 ? (int)(n - j) : 8;
+        const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(w), lanes);
+        float out[8];
+        int64_t kc;
+        for (int64_t pc = 0; pc < p->k; pc += kc) {
+            kc = cg_gemm_block_at(p->k, pc, p->kc, p->kcx);
+            __m256 acc = _mm256_setzero_ps();
+            for (int64_t q = pc; q < pc + kc; q++)
+                acc = _mm256_fmadd_ps(_mm256_set1_ps(p->a[q * p->csa]),
+                                      _mm256_maskload_ps(p->b + q * p->rsb + j, mask), acc);
+            acc = _mm256_mul_ps(acc, _mm256_set1_ps(p->alpha));
+            _mm256_storeu_ps(out, acc);
+            const bool add = pc > 0 || p->beta != 0.0f;
+            for (int i = 0; i < w; i++) {
+                float *o = p->c + (j + i) * p->csc;
+                *o = add ? *o + out[i] : out[i];
+            }
+        }
+    }
+}
+
+static void one_row_product(cntx_t *cntx, int nthreads, int64_t n, int64_t k, float alpha,
+                            const float *a, int64_t csa, const float *b, int64_t rsb, float beta,
+                            float *c, int64_t csc)
+{
+    const one_row r = {.n = n,
+                       .k = k,
+                       .kc = bli_cntx_get_blksz_def_dt(BLIS_FLOAT, BLIS_KC, cntx),
+                       .kcx = bli_cntx_get_blksz_max_dt(BLIS_FLOAT, BLIS_KC, cntx),
+                       .csa = csa,
+                       .rsb = rsb,
+                       .csc = csc,
+                       .alpha = alpha,
+                       .beta = beta,
+                       .a = a,
+                       .b = b,
+                       .c = c};
+    int nt = nthreads;
+    if (nt <= 0) {
+        const double per = 2.0 * (double)n * (double)k / MIN_FLOPS_PER_THREAD;
+        nt = cg_get_num_threads();
+        if (per < nt)
+            nt = per < 2.0 ? 1 : (int)per;
+    }
+    if (nt < 1 || omp_in_parallel())
+        nt = 1;
+    cg_shares_run((n + 7) / 8, 1, nt, one_row_groups, &r);
+}
+
 /* ------------------------------------------------------------ split k */
 
 /* A bf16 product whose k is long against both sides of C (a weight's
@@ -877,6 +955,16 @@ static bool gemm_run(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int6
         if (bias)
             fill_bias(m, n, bias, bs, c, rsc, csc);
         skinny_product(nthreads, m, n, k, alpha, a, rsa, b, csb, bias ? 1.0f : beta, c, rsc, csc);
+        free(acopy);
+        free(bcopy);
+        return true;
+    }
+    if (!g.bf16 && !pre && g.cntx && g_have_haswell && m == 1 && csb == 1 &&
+        (bias || beta == 0.0f || beta == 1.0f)) {
+        if (bias)
+            fill_bias(m, n, bias, bs, c, rsc, csc);
+        one_row_product(g.cntx, nthreads, n, k, alpha, (const float *)a, csa, (const float *)b, rsb,
+                        bias ? 1.0f : beta, c, csc);
         free(acopy);
         free(bcopy);
         return true;

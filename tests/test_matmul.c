@@ -1028,6 +1028,78 @@ START_TEST(test_haswell_skx_same_bits)
 }
 END_TEST
 
+/* A product of one row of C with B's rows contiguous (attention's P v in
+ * decoding, which gemm.c computes without packing) gives the bits of that
+ * row in a product of two rows (the packed kernels'): every k block of
+ * each path, beta 0 and 1, alpha 1 and not, a bias, strided a and c, 1 and
+ * 2 threads. */
+START_TEST(test_one_row_product_bits)
+{
+    const cg_gemm_path paths[] = {CG_GEMM_SKX, CG_GEMM_HASWELL};
+    const int64_t ns[] = {1, 7, 8, 9, 16, 17, 33, 64};
+    const int64_t ks[] = {1, 2, 15, 100, 383, 384, 385, 480, 481, 700, 1000};
+    cg_rng rng = cg_rng_new(41);
+    int checked = 0;
+    for (size_t pi = 0; pi < sizeof paths / sizeof *paths; pi++) {
+        if (!cg_gemm_path_available(paths[pi]))
+            continue;
+        for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++)
+            for (size_t ki = 0; ki < sizeof ks / sizeof *ks; ki++) {
+                const int64_t n = ns[ni], k = ks[ki];
+                float *a = malloc((size_t)(2 * 3 * k) * sizeof(float)); /* 2 rows, csa 1 or 3 */
+                float *b = malloc((size_t)(k * n) * sizeof(float));
+                float *bias = malloc((size_t)n * sizeof(float));
+                float *c0 = malloc((size_t)(2 * n) * sizeof(float));
+                float *c1 = malloc((size_t)(2 * 2 * n) * sizeof(float)); /* csc 1 or 2 */
+                float *c2 = malloc((size_t)(2 * n) * sizeof(float));
+                fill_strided(&rng, a, 2 * 3 * k);
+                fill_strided(&rng, b, k * n);
+                fill_strided(&rng, bias, n);
+                fill_strided(&rng, c0, 2 * n);
+                for (int v = 0; v < 16; v++) {
+                    const float beta = v & 1 ? 1.0f : 0.0f, alpha = v & 2 ? 0.37f : 1.0f;
+                    const int64_t csa = v & 4 ? 3 : 1, csc = v & 8 ? 2 : 1;
+                    for (int nt = 1; nt <= 2; nt++)
+                        for (int bi = 0; bi < (alpha == 1.0f && beta == 0.0f ? 2 : 1); bi++) {
+                            memcpy(c2, c0, (size_t)(2 * n) * sizeof(float));
+                            for (int64_t j = 0; j < n; j++)
+                                c1[j * csc] = c0[j];
+                            if (bi) {
+                                ck_assert(cg_sgemm_bias_path(paths[pi], nt, 1, n, k, a, 3 * k, csa,
+                                                             b, n, 1, bias, 1, c1, n * csc, csc));
+                                ck_assert(cg_sgemm_bias_path(paths[pi], nt, 2, n, k, a, 3 * k, csa,
+                                                             b, n, 1, bias, 1, c2, n, 1));
+                            } else {
+                                ck_assert(cg_sgemm_path(paths[pi], nt, 1, n, k, alpha, a, 3 * k,
+                                                        csa, b, n, 1, beta, c1, n * csc, csc));
+                                ck_assert(cg_sgemm_path(paths[pi], nt, 2, n, k, alpha, a, 3 * k,
+                                                        csa, b, n, 1, beta, c2, n, 1));
+                            }
+                            for (int64_t j = 0; j < n; j++)
+                                if (memcmp(&c1[j * csc], &c2[j], sizeof(float)) != 0)
+                                    ck_abort_msg("%s: 1 x %lld x %lld (alpha %g, beta %g, csa "
+                                                 "%lld, csc %lld, bias %d, %d threads): column "
+                                                 "%lld is %.9g, the packed row's %.9g",
+                                                 cg_gemm_path_name(paths[pi]), (long long)n,
+                                                 (long long)k, alpha, beta, (long long)csa,
+                                                 (long long)csc, bi, nt, (long long)j, c1[j * csc],
+                                                 c2[j]);
+                            checked++;
+                        }
+                }
+                free(a);
+                free(b);
+                free(bias);
+                free(c0);
+                free(c1);
+                free(c2);
+            }
+    }
+    if (cg_gemm_path_available(CG_GEMM_HASWELL))
+        ck_assert_int_gt(checked, 0);
+}
+END_TEST
+
 /* Whether a scalar fused multiply-add reads only its 4 bytes from memory:
  * vfmadd231ss on the last float before an unmapped page, in a child (which
  * runs no OpenMP). QEMU 7.2's TCG loads 16 bytes there and faults, where
@@ -1324,6 +1396,7 @@ static Suite *matmul_suite(void)
     tcase_add_test(tg, test_default_threads_capped);
     tcase_add_test(tg, test_no_read_past_operands);
     tcase_add_test(tg, test_haswell_skx_same_bits);
+    tcase_add_test(tg, test_one_row_product_bits);
     suite_add_tcase(s, tg);
     TCase *te = tcase_create("errors");
     tcase_add_test(te, test_errors);
