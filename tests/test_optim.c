@@ -373,6 +373,24 @@ START_TEST(schedule_constant_and_kinds)
 }
 END_TEST
 
+/* Warmup 0 (the rate's peak from the first step): at step 0 Noam gives 0
+ * (0^-0.5 beside 0 x 0^-1.5 would be NaN), and the linear schedule its
+ * peak, as Hugging Face's lambda (t < 0 never holds) through LambdaLR. */
+START_TEST(schedule_warmup_zero)
+{
+    cg_clear_error();
+    ck_assert(cg_lr_noam(0, 128, 0, 0.25) == 0.0);
+    ck_assert(cg_lr_noam(4, 128, 0, 0.25) == 0.25 * pow(128.0, -0.5) * 0.5); /* no ramp */
+    for (size_t i = 0; i < sizeof OPT_LIN0_STEPS / sizeof OPT_LIN0_STEPS[0]; i++) {
+        int64_t t = OPT_LIN0_STEPS[i];
+        double a = cg_lr_warmup_linear(t, 2000, 0, 1e-3, 0.0);
+        ck_assert_msg(a == OPT_LIN0_LR[i], "linear, warmup 0, step %lld: %.17g vs %.17g",
+                      (long long)t, a, OPT_LIN0_LR[i]);
+    }
+    ck_assert(!cg_has_error());
+}
+END_TEST
+
 /* ------------------------------------------------------- clipping */
 
 static void clip_case(double max_norm, double want_total, const float *want_grads, bool scaled)
@@ -538,6 +556,34 @@ START_TEST(clip_norm_past_float_max)
 END_TEST
 
 /* A parameter big enough for the OpenMP path: same bits for 1 and 4 threads. */
+/* Gradients of norm 4.8e-6 clipped at 1e-6: torch's factor is max_norm /
+ * (total + 1e-6), a fifth below max_norm / total here (the other cases'
+ * norms of about 5 hide the 1e-6 under the tolerance). */
+START_TEST(clip_tiny_norm)
+{
+    cg_tensor *ps[OPT_NPARAMS];
+    make_params(ps);
+    for (int j = 0; j < OPT_NPARAMS; j++) {
+        if (!OPT_HAS_GRAD[0][j])
+            continue;
+        float g[OPT_N];
+        int64_t n = cg_numel(ps[j]);
+        for (int64_t e = 0; e < n; e++)
+            g[e] = OPT_G[0][offset_of(j) + e] * OPT_CLIP_TINY_SCALE;
+        set_grad(ps[j], g);
+    }
+    double total = cg_clip_grad_norm(OPT_NPARAMS, ps, 1e-6);
+    ck_assert_msg(fabs(total - OPT_CLIP_TINY_TOTAL) <= 1e-6 * OPT_CLIP_TINY_TOTAL,
+                  "total %.9g, torch %.9g", total, OPT_CLIP_TINY_TOTAL);
+    float got[OPT_N] = {0};
+    for (int j = 0; j < OPT_NPARAMS; j++)
+        if (ps[j]->grad)
+            ck_assert(cg_copy_to(ps[j]->grad, got + offset_of(j)));
+    CG_ASSERT_CLOSE(got, OPT_CLIP_TINY_GRADS, OPT_N, 1e-13, 1e-6);
+    release_params(ps);
+}
+END_TEST
+
 START_TEST(step_thread_independent)
 {
     float *out[2];
@@ -965,6 +1011,41 @@ START_TEST(load_damaged_step_counts)
 END_TEST
 
 /* SGD without momentum keeps no buffers; its state is the step counts. */
+/* The saved hyperparameters come back exactly, as PyTorch's
+ * load_state_dict restores its param_groups' floats: a rate or beta
+ * rounded in the file (%.6g) changed a resumed step that does not set the
+ * rate again (the other tests set it before every step). */
+START_TEST(state_config_exact)
+{
+    const cg_optim_config cfgs[2] = {
+        cg_adamw_config(1e-2 / 3, 0.9 + 0x1p-40, 0.999 - 0x1p-30, 1e-8 / 3),
+        cg_sgd_config(0.1 / 3, 0.9 - 0x1p-40, true)};
+    for (int k = 0; k < 2; k++) {
+        cg_tensor *ps[OPT_NPARAMS];
+        make_params(ps);
+        cg_optim *o = make_optim(&cfgs[k], ps);
+        cg_st_writer *w = cg_st_writer_new();
+        ck_assert(cg_optim_save(o, w, "opt") && cg_st_writer_save(w, in_dir("cfg.safetensors")));
+        cg_st_writer_free(w);
+        cg_optim_config other = k == 0 ? cg_adamw_default(1.0) : cg_sgd_config(1.0, 0.5, false);
+        cg_optim *r = make_optim(&other, ps);
+        cg_st_file *f = cg_st_open(in_dir("cfg.safetensors"));
+        ck_assert_msg(f && cg_optim_load(r, f, "opt"), "%s", cg_last_error());
+        cg_st_close(f);
+        cg_optim_config a = cg_optim_get_config(o), b = cg_optim_get_config(r);
+        ck_assert_msg(a.lr == b.lr && a.beta1 == b.beta1 && a.beta2 == b.beta2 && a.eps == b.eps &&
+                          a.momentum == b.momentum && a.nesterov == b.nesterov,
+                      "%d: lr %.17g/%.17g beta1 %.17g/%.17g beta2 %.17g/%.17g eps %.17g/%.17g "
+                      "momentum %.17g/%.17g",
+                      k, a.lr, b.lr, a.beta1, b.beta1, a.beta2, b.beta2, a.eps, b.eps, a.momentum,
+                      b.momentum);
+        cg_optim_free(r);
+        cg_optim_free(o);
+        release_params(ps);
+    }
+}
+END_TEST
+
 START_TEST(state_sgd_plain)
 {
     cg_tensor *ps[OPT_NPARAMS];
@@ -1575,6 +1656,7 @@ static Suite *optim_suite(void)
     tcase_add_test(tc, schedule_cosine_bad_arguments);
     tcase_add_test(tc, schedule_negative_length);
     tcase_add_test(tc, schedule_constant_and_kinds);
+    tcase_add_test(tc, schedule_warmup_zero);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("clip");
@@ -1585,6 +1667,7 @@ static Suite *optim_suite(void)
     tcase_add_test(tc, clip_norm_thread_independent);
     tcase_add_test(tc, clip_norm_blocks_across_tensors);
     tcase_add_test(tc, clip_norm_past_float_max);
+    tcase_add_test(tc, clip_tiny_norm);
     tcase_add_test(tc, nonfinite_grads_named);
     suite_add_tcase(s, tc);
 
@@ -1598,6 +1681,7 @@ static Suite *optim_suite(void)
     tcase_add_test(tc, load_damaged_values);
     tcase_add_test(tc, load_damaged_step_counts);
     tcase_add_test(tc, state_sgd_plain);
+    tcase_add_test(tc, state_config_exact);
     tcase_add_test(tc, sharded_adamw);
     tcase_add_test(tc, sharded_adam_sgd);
     tcase_add_test(tc, sharded_clip_and_checks);
