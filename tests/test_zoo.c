@@ -552,6 +552,23 @@ START_TEST(test_history_far_steps)
 }
 END_TEST
 
+/* The best evaluation (--keep-best's file, --patience's count) is the
+ * first of the lowest finite validation losses: a later equal one is no
+ * improvement (strictly lower, as Keras's EarlyStopping with min_delta 0),
+ * so --keep-best does not rewrite its file and --patience counts on. */
+START_TEST(test_history_best_ties)
+{
+    const double val[5] = {2.5, 2.0, NAN, 2.0, 2.25};
+    cg_history h = {0};
+    ck_assert_int_eq(cg_history_best(&h), -1);
+    for (int i = 0; i < 5; i++) {
+        ck_assert(cg_history_push(&h, 10 * (int64_t)(i + 1), 3.0, val[i]));
+        ck_assert_int_eq(cg_history_best(&h), i == 0 ? 0 : 1);
+    }
+    cg_history_free(&h);
+}
+END_TEST
+
 START_TEST(test_history_json)
 {
     make_tmpdir();
@@ -1303,6 +1320,7 @@ static Suite *zoo_suite(void)
     tcase_add_test(t, test_checkpoint_round_trip);
     tcase_add_test(t, test_history_json);
     tcase_add_test(t, test_history_far_steps);
+    tcase_add_test(t, test_history_best_ties);
     tcase_add_test(t, test_origin_of_opened_bytes);
     tcase_add_test(t, test_history_long);
     tcase_add_test(t, test_flag_table);
