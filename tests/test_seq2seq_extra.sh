@@ -16,6 +16,8 @@
 #   5. a missing, empty or malformed extra file: one line, exit 1
 #   6. the extra file is a file the run reads: never one it writes (the
 #      checkpoint with --force, its metrics log) nor standard output
+#   and, beside them, the Noam rate of every step in the metrics log (from
+#   step 1, as the reference trainer counts)
 #   test_seq2seq_extra.sh SEQ2SEQ CKPT_WRITER
 set -uo pipefail
 seq2seq=$1
@@ -34,6 +36,18 @@ S2S=(--data p.tsv --tokenizer char --d 16 --H 2 --enc-layers 1 --dec-layers 1 --
 train_ok "without --extra-data" . "$seq2seq" train "${S2S[@]}" --steps 4 --out a.st
 mv b.out a.out
 grep -q '^train 5 pairs in ' b.err || fail "startup line without the flag: $(grep '^train' b.err)"
+# the Noam rate of each step, counted from 1 as train_seq2seq.py's loop
+# counts it (its lambda at step 0 would divide by zero): every step's
+# "lr" in the metrics log (logged with 10 digits)
+"$seq2seq" train "${S2S[@]}" --steps 3 --log-every 1 --factor 0.5 --warmup 10 --out lr.st \
+  >/dev/null 2>lr.err || fail "training for the Noam rates failed: $(tail -1 lr.err)"
+python3 -c '
+import json, sys
+got = [(j["step"], j["lr"]) for j in map(json.loads, open(sys.argv[1])) if "lr" in j]
+want = [(s, 0.5 * 16 ** -0.5 * min(s ** -0.5, s * 10 ** -1.5)) for s in (1, 2, 3)]
+sys.exit(not (len(got) == 3 and all(a == c and abs(b / d - 1) < 1e-9 for (a, b), (c, d) in zip(got, want))))' \
+  lr.st.metrics.jsonl && echo "ok: the Noam rate of steps 1 to 3" ||
+  fail "the metrics log's Noam rates: $(grep '"lr"' lr.st.metrics.jsonl)"
 train_ok "with --extra-data" . "$seq2seq" train "${S2S[@]}" --extra-data e.tsv --steps 4 --out x.st
 want='^train 7 pairs (extra pairs: 7 read, 3 dropped as held-out, 2 dropped as duplicates, 2 used) in '
 if grep -q "$want" b.err; then
