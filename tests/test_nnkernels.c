@@ -261,6 +261,54 @@ START_TEST(test_softmax_scalar_and_empty)
 }
 END_TEST
 
+/* Softmax along a dim with more than one block of columns after it (the
+ * block kernel's inner > 64: blocks of 64, 64 and 22 columns, and 750):
+ * every column, forward and backward, against double (the threads test's
+ * [64, 300, 5] compares thread counts only, and every reference case had
+ * inner <= 35). */
+START_TEST(test_softmax_wide_inner)
+{
+    cg_rng r = cg_rng_new(6);
+    enum { A = 3, B = 5, C = 150, N = A * B * C };
+    cg_tensor *x = cg_randn(&r, CG_SHAPE(A, B, C));
+    cg_tensor *g = cg_randn(&r, CG_SHAPE(A, B, C));
+    double *xd = to_double(cg_data(x), N), *gd = to_double(cg_data(g), N);
+    double *y = malloc(N * sizeof *y), *dx = malloc(N * sizeof *dx);
+    for (int dim = 0; dim < 2; dim++) {
+        int64_t o, D, in;
+        split3(x, dim, &o, &D, &in);
+        ck_assert_int_gt(in, 64);
+        for (int logsm = 0; logsm < 2; logsm++) {
+            ref_softmax(xd, y, o, D, in, logsm);
+            /* softmax: dx = y (g - sum g y); log_softmax: dx = g - exp(y) sum g */
+            for (int64_t a = 0; a < o; a++)
+                for (int64_t c = 0; c < in; c++) {
+                    const int64_t base = a * D * in + c;
+                    double s = 0;
+                    for (int64_t j = 0; j < D; j++)
+                        s += logsm ? gd[base + j * in] : gd[base + j * in] * y[base + j * in];
+                    for (int64_t j = 0; j < D; j++) {
+                        const int64_t i = base + j * in;
+                        dx[i] = logsm ? gd[i] - exp(y[i]) * s : y[i] * (gd[i] - s);
+                    }
+                }
+            cg_tensor *out = logsm ? cg_k_log_softmax(x, dim) : cg_k_softmax(x, dim);
+            cg_tensor *d =
+                logsm ? cg_k_log_softmax_backward(out, g, dim) : cg_k_softmax_backward(out, g, dim);
+            ck_assert(out && d);
+            assert_close_d(out, y, 1e-6, 1e-5);
+            assert_close_d(d, dx, 1e-6, 1e-5);
+            cg_release_all(2, out, d);
+        }
+    }
+    free(xd);
+    free(gd);
+    free(y);
+    free(dx);
+    cg_release_all(2, x, g);
+}
+END_TEST
+
 START_TEST(test_softmax_threads)
 {
     cg_rng r = cg_rng_new(4);
@@ -1680,6 +1728,7 @@ static Suite *nnkernels_suite(void)
     tcase_add_test(tc, test_softmax_backward);
     tcase_add_test(tc, test_softmax_backward_masked);
     tcase_add_test(tc, test_softmax_scalar_and_empty);
+    tcase_add_test(tc, test_softmax_wide_inner);
     tcase_add_test(tc, test_softmax_threads);
     tcase_add_test(tc, test_softmax_long_rows);
     tcase_add_test(tc, test_softmax_errors);
