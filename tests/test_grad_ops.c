@@ -1383,6 +1383,15 @@ START_TEST(test_upstream_layouts)
                          input(&r, CG_SHAPE(2, 2, 5, 3), LAYOUT_STRIDED, DOM_ANY)};
     post_case pa = {fused_attention_fn, &ac, post};
     check(post_fn, &pa, 3, qkv, "attention, upstream", 0, 0);
+    /* several key blocks (530 > KB keys): the backward's D = <dO, O> is
+     * then read from the upstream gradient itself, along its strides */
+    fused_attn_ctx al = {false, NULL};
+    cg_tensor *qkv2[3] = {input(&r, CG_SHAPE(1, 1, 3, 4), LAYOUT_TRANSPOSED, DOM_ANY),
+                          input(&r, CG_SHAPE(1, 1, 530, 4), LAYOUT_CONTIG, DOM_ANY),
+                          input(&r, CG_SHAPE(1, 1, 530, 4), LAYOUT_STRIDED, DOM_ANY)};
+    post_case pa2 = {fused_attention_fn, &al, post};
+    check(post_fn, &pa2, 3, qkv2, "attention over 530 keys, upstream", 0, 0);
+    cg_release_all(3, qkv2[0], qkv2[1], qkv2[2]);
     /* the index ops, concat and dropout */
     int64_t ids[6] = {4, 0, 2, 2, 4, 1}, ids4[4] = {1, 0, 1, 2}, gids[6] = {0, 2, 1, 1, 3, 0};
     cg_tensor *table = input(&r, CG_SHAPE(5, 3), LAYOUT_TRANSPOSED, DOM_ANY);
