@@ -441,6 +441,14 @@ START_TEST(test_norms_with_params)
         check(rms_norm_fn, NULL, 2, in, "rms_norm(x, w)", 0, 0);
         cg_release_all(3, in[0], in[1], in[2]);
     }
+    /* an odd number of rows (15: the backward takes rows in pairs, the
+     * last alone) of 12 columns (8 in the vector body, 4 in the tail) */
+    cg_tensor *in[3] = {input(&r, CG_SHAPE(3, 5, 12), LAYOUT_TRANSPOSED, DOM_ANY),
+                        input(&r, CG_SHAPE(12), LAYOUT_CONTIG, DOM_ANY),
+                        input(&r, CG_SHAPE(12), LAYOUT_STRIDED, DOM_ANY)};
+    check(layer_norm_fn, NULL, 3, in, "layer_norm(x, w, b), 15 rows of 12", 0, 0);
+    check(rms_norm_fn, NULL, 2, in, "rms_norm(x, w), 15 rows of 12", 0, 0);
+    cg_release_all(3, in[0], in[1], in[2]);
 }
 END_TEST
 
