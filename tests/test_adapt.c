@@ -559,8 +559,8 @@ START_TEST(test_lora_targets_save_load)
     ck_assert(max_abs_diff(yc, y) < 1e-5f);
     cg_kv_cache_free(c);
 
-    char path[] = "/tmp/cg_test_lora_XXXXXX";
-    int fd = mkstemp(path);
+    char path[PATH_MAX];
+    int fd = cg_test_mkstemp(path, sizeof path, "cg_test_lora_");
     ck_assert_int_ge(fd, 0);
     close(fd);
     ck_assert_msg(cg_lora_save(CG_MODULE(b), path), "%s", cg_last_error());
@@ -644,8 +644,8 @@ static void write_adapter(const char *path, const char *config, const char *tens
 
 START_TEST(test_lora_load_checks_before_attaching)
 {
-    char path[] = "/tmp/cg_test_lora_XXXXXX";
-    int fd = mkstemp(path);
+    char path[PATH_MAX];
+    int fd = cg_test_mkstemp(path, sizeof path, "cg_test_lora_");
     ck_assert_int_ge(fd, 0);
     close(fd);
     const char *big = "{\"r\":1048576,\"lora_alpha\":1,\"target_modules\":[\"q_proj\"]}";
@@ -699,8 +699,8 @@ START_TEST(test_lora_full_path_save_load)
     ck_assert_int_eq(cg_lora_attach_all(CG_MODULE(s), &lc, &r), 1);
     cg_lora *a = cg_lora_of(s->layers[1]->self_attn->q_proj);
     ck_assert(cg_init_normal_(a->lora_B->weight, &r, 0, 0.5f));
-    char path[] = "/tmp/cg_test_lora_XXXXXX";
-    int fd = mkstemp(path);
+    char path[PATH_MAX];
+    int fd = cg_test_mkstemp(path, sizeof path, "cg_test_lora_");
     ck_assert_int_ge(fd, 0);
     close(fd);
     ck_assert_msg(cg_lora_save(CG_MODULE(s), path), "%s", cg_last_error());
@@ -758,8 +758,8 @@ START_TEST(test_dropout_one)
         .r = 2, .alpha = 4.0f, .dropout = 1.0f, .n_targets = 1, .targets = targets};
     cg_lm_block *b = make_block(7), *b2 = make_block(7);
     ck_assert_int_eq(cg_lora_attach_all(CG_MODULE(b), &lc, &r), 1);
-    char path[] = "/tmp/cg_test_lora1_XXXXXX";
-    int fd = mkstemp(path);
+    char path[PATH_MAX];
+    int fd = cg_test_mkstemp(path, sizeof path, "cg_test_lora1_");
     ck_assert_int_ge(fd, 0);
     close(fd);
     ck_assert_msg(cg_lora_save(CG_MODULE(b), path), "%s", cg_last_error());
@@ -1269,8 +1269,8 @@ START_TEST(test_sequential_forward_append)
     ck_assert_ptr_eq(cg_module_get_child(list, "1"), CG_MODULE(a1));
     ck_assert_ptr_eq(cg_module_get_child(list, "0"), CG_MODULE(a0));
     /* load_file: the same values back */
-    char path[] = "/tmp/cg_test_seq_XXXXXX";
-    int fd = mkstemp(path);
+    char path[PATH_MAX];
+    int fd = cg_test_mkstemp(path, sizeof path, "cg_test_seq_");
     close(fd);
     ck_assert(cg_module_save(seq, path, 0, NULL));
     cg_module *seq2 =
@@ -1350,7 +1350,7 @@ START_TEST(test_null_arguments_say_so)
     NULL_PTR(cg_module_add_param(root, "w", n));
     NULL_FALSE(cg_module_load_file(none, "x.safetensors"));
     NULL_FALSE(cg_module_load_file(root, NULL));
-    NULL_FALSE(cg_module_save(none, "/tmp/never_written.safetensors", 0, NULL));
+    NULL_FALSE(cg_module_save(none, cg_test_path("never_written.safetensors"), 0, NULL));
     NULL_PTR(cg_lora_attach(NULL, 2, 4, 0, &rng));
     NULL_FALSE(cg_lora_merge(NULL));
     NULL_FALSE(cg_lora_unmerge(NULL));
@@ -1368,7 +1368,7 @@ START_TEST(test_null_arguments_say_so)
     NULL_PTR(cg_loader_new(n, cg_test_ids(2, ids), 2, &rng));
     NULL_FALSE(cg_loader_next(NULL));
     NULL_PTR(cg_sample_rows(NULL, NULL, &rng));
-    ck_assert(access("/tmp/never_written.safetensors", F_OK) != 0);
+    ck_assert(access(cg_test_path("never_written.safetensors"), F_OK) != 0);
     cg_clear_error();
     cg_module_free(CG_MODULE(lin));
     cg_module_free(CG_MODULE(ln));

@@ -7,7 +7,9 @@
  * gradcheck, save and load, eval and no-grad, bf16, gradient accumulation
  * and clipping, two threads, and the misuses a user makes, each refused in
  * one line that names the op. Meson runs it in the checked mode too. */
+#define _POSIX_C_SOURCE 200809L /* mkdtemp under -std=c11 */
 #include <check.h>
+#include <dirent.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -281,11 +283,41 @@ START_TEST(test_module_eval_and_no_grad)
 }
 END_TEST
 
+/* A scratch directory in $TMPDIR (else /tmp), made before the tests (so
+ * that forked children share it) and removed with what it holds when they
+ * end, passed or failed: never the working directory. */
+static char g_scratch[4096];
+
 static const char *tmp_path(const char *name)
 {
-    static char buf[256];
-    snprintf(buf, sizeof buf, "extend_%d_%s.safetensors", (int)getpid(), name);
+    static char buf[4096 + 300];
+    snprintf(buf, sizeof buf, "%s/extend_%s.safetensors", g_scratch, name);
     return buf;
+}
+
+static void scratch_make(void)
+{
+    const char *base = getenv("TMPDIR");
+    snprintf(g_scratch, sizeof g_scratch, "%s/cg_test_extend.XXXXXX",
+             base && base[0] == '/' ? base : "/tmp");
+    if (!mkdtemp(g_scratch)) {
+        perror(g_scratch);
+        exit(1);
+    }
+}
+
+static void scratch_remove(void)
+{
+    DIR *d = opendir(g_scratch);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        char p[4096 + 300];
+        snprintf(p, sizeof p, "%s/%s", g_scratch, e->d_name);
+        if (e->d_name[0] != '.')
+            unlink(p);
+    }
+    if (d)
+        closedir(d);
+    rmdir(g_scratch);
 }
 
 /* Save and load carry the parameter and both buffers in their dtypes: the
@@ -700,9 +732,11 @@ static Suite *extend_suite(void)
 int main(void)
 {
     SRunner *sr = srunner_create(extend_suite());
+    scratch_make();
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);
+    scratch_remove();
     if (cg_debug_reports() > 0) { /* CG_DEBUG=1: no lifetime mistake in the user's code */
         fprintf(stderr, "the checked mode reported %lu lifetime mistake(s)\n", cg_debug_reports());
         return 1;

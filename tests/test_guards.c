@@ -162,16 +162,15 @@ static void write_file(const char *path, const char *text, size_t n)
 
 static void setup(void)
 {
-    char t[] = "/tmp/cg_guards.XXXXXX";
-    ck_assert_ptr_nonnull(mkdtemp(t));
+    char t[PATH_MAX];
+    cg_test_mkdtemp(t, sizeof t, "cg_guards.");
     tmpdir = strdup(t);
 }
 
 static void teardown(void)
 {
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    ck_assert_int_eq(system(cmd), 0);
+    cg_test_rm_tree(tmpdir);
+    ck_assert_msg(access(tmpdir, F_OK) != 0, "%s was not removed", tmpdir);
     free(tmpdir);
 }
 

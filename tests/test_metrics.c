@@ -316,20 +316,16 @@ END_TEST
 
 /* ------------------------------------------------------------ plot */
 
-static char plot_dir[256];
+static char plot_dir[PATH_MAX];
 
-static void plot_setup(void)
-{
-    snprintf(plot_dir, sizeof plot_dir, "/tmp/cg_test_plot_XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(plot_dir));
-}
+static void plot_setup(void) { cg_test_mkdtemp(plot_dir, sizeof plot_dir, "cg_test_plot_"); }
 
 static void plot_teardown(void)
 {
     DIR *d = opendir(plot_dir);
     if (d) {
         struct dirent *e;
-        char p[600];
+        char p[PATH_MAX + 300];
         while ((e = readdir(d))) {
             if (e->d_name[0] == '.')
                 continue;
@@ -461,7 +457,7 @@ START_TEST(test_plot_apart)
 {
     float y[4] = {4, 3, 2, 1};
     cg_plot_series s = {"train", NULL, y, 4, 0, 0, 0};
-    char path[512];
+    char path[PATH_MAX + 64];
     snprintf(path, sizeof path, "%s/no/such/dir/loss.png", plot_dir);
     cg_clear_error();
     ck_assert(!cg_plot_loss_curve(path, "t", 1, &s));
@@ -493,7 +489,7 @@ START_TEST(test_plot_file_mode)
 {
     float y[4] = {4, 3, 2, 1};
     cg_plot_series s = {"train", NULL, y, 4, 0, 0, 0};
-    char path[512];
+    char path[PATH_MAX + 64];
     snprintf(path, sizeof path, "%s/mode.png", plot_dir);
     mode_t old_mask = umask(002);
     ck_assert_msg(cg_plot_loss_curve(path, "t", 1, &s), "%s", cg_last_error());
@@ -512,7 +508,7 @@ END_TEST
 
 START_TEST(test_loss_curve_png)
 {
-    char path[512];
+    char path[PATH_MAX + 64];
     snprintf(path, sizeof path, "%s/loss.png", plot_dir);
     enum { N = 500 };
     float x[N], y[N], vy[10], vx[10];
@@ -583,7 +579,7 @@ END_TEST
 
 START_TEST(test_heatmap_png)
 {
-    char path[512];
+    char path[PATH_MAX + 64];
     snprintf(path, sizeof path, "%s/attn.png", plot_dir);
     float v[4] = {0.0f, 1.0f, NAN, 0.5f};
     const char *rows[] = {"a", " "};
@@ -649,7 +645,7 @@ static void color_box(const image_t *im, uint32_t rgb, int x0, int x1, int box[4
  * it by the width of the row labels). */
 START_TEST(test_heatmap_one_cell)
 {
-    char path[512];
+    char path[PATH_MAX + 64];
     snprintf(path, sizeof path, "%s/one.png", plot_dir);
     float v[2] = {1.0f, 1.0f};
     const char *lab[] = {"\xe2\x96\x81Stra\xc3\x9f"
@@ -820,7 +816,7 @@ static bool has_line(const char *texts, const char *want)
 
 START_TEST(test_svg)
 {
-    char path[512], err[200];
+    char path[PATH_MAX + 64], err[200];
     static char texts[1 << 16];
     size_t len;
     snprintf(path, sizeof path, "%s/loss.SVG", plot_dir);
@@ -873,7 +869,7 @@ END_TEST
  * read "2.3" or "1e+09" at every tick. Each tick's label is its own. */
 START_TEST(test_tick_labels_distinct)
 {
-    char path[512], err[200];
+    char path[PATH_MAX + 64], err[200];
     static char texts[1 << 16];
     size_t len;
     snprintf(path, sizeof path, "%s/flat.svg", plot_dir);
@@ -920,7 +916,7 @@ START_TEST(test_tick_labels_one_style)
     } cases[] = {{20000, "0|2.5k|5k|7.5k|10k|12.5k|15k|17.5k|20k|"},
                  {11000, "0|2k|4k|6k|8k|10k|12k|"},
                  {5e7f, "0|10M|20M|30M|40M|50M|"}};
-    char path[512], err[200];
+    char path[PATH_MAX + 64], err[200];
     static char texts[1 << 16];
     size_t len;
     snprintf(path, sizeof path, "%s/steps.svg", plot_dir);
@@ -950,7 +946,7 @@ END_TEST
  * decade of the data (all but one point near 2) had no label. */
 START_TEST(test_log_ticks_aligned)
 {
-    char path[512], err[200];
+    char path[PATH_MAX + 64], err[200];
     static char texts[1 << 16];
     size_t len;
     snprintf(path, sizeof path, "%s/spike.svg", plot_dir);
@@ -979,7 +975,7 @@ __attribute__((unused)) static void *draw_some(void *arg)
 {
     const char *dir = plot_dir;
     pthread_barrier_wait(&draw_start);
-    char path[512];
+    char path[PATH_MAX + 64];
     float y[3] = {1, 2, 3};
     cg_plot_series s = {"s", NULL, y, 3, 0, 0, 0};
     for (int i = 0; i < 8; i++) {
@@ -994,7 +990,7 @@ __attribute__((unused)) static void *draw_some(void *arg)
 
 START_TEST(test_plot_repeated_quiet)
 {
-    char path[512], log[600];
+    char path[PATH_MAX + 64], log[PATH_MAX + 64];
     snprintf(path, sizeof path, "%s/r.png", plot_dir);
     snprintf(log, sizeof log, "%s/out.log", plot_dir);
     fflush(stdout);
@@ -1052,7 +1048,7 @@ END_TEST
 
 START_TEST(test_plot_bad_input)
 {
-    char path[512];
+    char path[PATH_MAX + 64];
     snprintf(path, sizeof path, "%s/x.png", plot_dir);
     float y[3] = {1, 2, 3}, v[1] = {0};
     cg_plot_series s = {"s", NULL, y, 3, 0, 0, 0};
@@ -1081,14 +1077,14 @@ START_TEST(test_plot_bad_input)
     ck_assert(!cg_plot_attention(path, "t", 1, 1, 0, 1, v, NULL, NULL));
     cg_clear_error();
     /* the format comes from the name */
-    char jpg[600];
+    char jpg[PATH_MAX + 64];
     snprintf(jpg, sizeof jpg, "%s/x.jpg", plot_dir);
     ck_assert(!cg_plot_loss_curve(jpg, "t", 1, &s));
     ck_assert(strstr(cg_last_error(), ".png or .svg") != NULL);
     cg_clear_error();
     ck_assert_int_eq(dir_entries(), 0);
     /* a directory that does not exist: false, a message, nothing written */
-    char missing[600];
+    char missing[PATH_MAX + 64];
     snprintf(missing, sizeof missing, "%s/no/such/dir.png", plot_dir);
     ck_assert(!cg_plot_loss_curve(missing, "t", 1, &s));
     ck_assert(strstr(cg_last_error(), "no/such") != NULL);

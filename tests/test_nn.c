@@ -1028,41 +1028,9 @@ START_TEST(test_init_bad_arguments)
 END_TEST
 
 /* ======================================================= save and load */
-static char tmpdir[64];
-
-/* Each test runs in its own process (Check's fork mode), and leaves through
- * exit() whether it passed or failed: the directory and whatever a test left
- * in it go then, so no run leaves anything in /tmp. */
-static void remove_tmpdir(void)
-{
-    if (!tmpdir[0])
-        return;
-    DIR *d = opendir(tmpdir);
-    if (d) {
-        char p[sizeof tmpdir + 256 + 2];
-        for (struct dirent *e; (e = readdir(d));) {
-            if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
-                snprintf(p, sizeof p, "%s/%s", tmpdir, e->d_name);
-                unlink(p);
-            }
-        }
-        closedir(d);
-    }
-    rmdir(tmpdir);
-    tmpdir[0] = '\0';
-}
-
-static const char *tmp_path(const char *name)
-{
-    static char p[128];
-    if (!tmpdir[0]) {
-        strcpy(tmpdir, "/tmp/cg_test_nn_XXXXXX");
-        ck_assert_ptr_nonnull(mkdtemp(tmpdir));
-        atexit(remove_tmpdir);
-    }
-    snprintf(p, sizeof p, "%s/%s", tmpdir, name);
-    return p;
-}
+/* In the suite's scratch directory (cg_test_tmpdir), removed when the run
+ * ends, passed or failed. */
+static const char *tmp_path(const char *name) { return cg_test_path(name); }
 
 START_TEST(test_save_load)
 {

@@ -28,7 +28,7 @@
 
 /* ------------------------------------------------------------ helpers */
 
-static char g_dir[64];
+static char g_dir[1024];
 
 static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
 {
@@ -41,15 +41,14 @@ static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *
 static void setup(void)
 {
     cg_clear_error();
-    strcpy(g_dir, "/tmp/cg_optim_test_XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(g_dir));
+    cg_test_mkdtemp(g_dir, sizeof g_dir, "cg_optim_test_");
 }
 
 static void teardown(void) { nftw(g_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
 
 static const char *in_dir(const char *name)
 {
-    static char buf[512];
+    static char buf[PATH_MAX];
     snprintf(buf, sizeof buf, "%s/%s", g_dir, name);
     return buf;
 }

@@ -175,8 +175,8 @@ END_TEST
  * 8 lengths: the header stops at each residue mod 8. */
 START_TEST(test_st_header_oom_is_an_error)
 {
-    char path[64];
-    snprintf(path, sizeof path, "/tmp/cg_record_oom_%ld.st", (long)getpid());
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s", cg_test_path("cg_record_oom.st"));
     for (int k = 0; k < 8; k++) {
         cg_st_writer *w = cg_st_writer_new();
         char value[400];
@@ -216,8 +216,8 @@ START_TEST(test_lora_load_oom_is_an_error)
     cg_lm_block *b = lora_block();
     cg_rng r = cg_rng_new(8);
     ck_assert_int_eq(cg_lora_attach_all(CG_MODULE(b), &lc, &r), 6);
-    char path[64];
-    snprintf(path, sizeof path, "/tmp/cg_record_oom_lora_%ld.st", (long)getpid());
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s", cg_test_path("cg_record_oom_lora.st"));
     ck_assert_msg(cg_lora_save(CG_MODULE(b), path), "%s", cg_last_error());
     cg_module_free(CG_MODULE(b));
     long k = 1;

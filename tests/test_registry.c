@@ -159,12 +159,9 @@ END_TEST
 
 static const char *tmp_file(const char *tag)
 {
-    static char path[4][256];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(path[k], sizeof path[k], "/tmp/cg_test_registry_%d_%s.safetensors", (int)getpid(),
-             tag);
-    return path[k];
+    char name[256];
+    snprintf(name, sizeof name, "cg_test_registry_%s.safetensors", tag);
+    return cg_test_path(name);
 }
 
 START_TEST(test_buffer_save_load)
@@ -570,8 +567,9 @@ START_TEST(test_tie_load_aliases)
     const char *pre[] = {"model.lm_head.weight", "model.tok_emb.weight", "model.extra"};
     write_file(path, 3, pre, (cg_tensor *const[]){w2, w2, w2});
     f = cg_st_open(path);
-    CG_ASSERT_FAILS(cg_module_load(n.root, f, "model.") ? (void *)1 : NULL,
-                    "load /tmp/cg_test_registry_");
+    char load_path[PATH_MAX + 8];
+    snprintf(load_path, sizeof load_path, "load %s", path);
+    CG_ASSERT_FAILS(cg_module_load(n.root, f, "model.") ? (void *)1 : NULL, load_path);
     ck_assert_msg(!strstr(cg_last_error(), "weight"), "%s", cg_last_error());
     ck_assert(strstr(cg_last_error(), "1 unexpected tensor in the file: 'model.extra'"));
     cg_load_options o = {

@@ -30,7 +30,7 @@
 
 /* ------------------------------------------------------------ helpers */
 
-static char g_dir[64]; /* a fresh temporary directory per test */
+static char g_dir[PATH_MAX]; /* a fresh temporary directory per test */
 
 static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
 {
@@ -43,8 +43,7 @@ static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *
 static void setup(void)
 {
     cg_clear_error();
-    strcpy(g_dir, "/tmp/cg_st_test_XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(g_dir));
+    cg_test_mkdtemp(g_dir, sizeof g_dir, "cg_st_test_");
 }
 
 static void teardown(void)
@@ -55,7 +54,7 @@ static void teardown(void)
 
 static char *in_dir(const char *name)
 {
-    static char buf[4][512];
+    static char buf[4][PATH_MAX + 64];
     static int k;
     k = (k + 1) % 4;
     snprintf(buf[k], sizeof buf[k], "%s/%s", g_dir, name);

@@ -27,28 +27,18 @@
 #include "testutil.h"
 
 /* ------------------------------------------------------------ helpers */
-static char g_tmpdir[64];
+static char g_tmpdir[PATH_MAX];
 
-static void tmp_setup(void)
-{
-    snprintf(g_tmpdir, sizeof g_tmpdir, "/tmp/cg_test_seq2seq_XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(g_tmpdir));
-}
+static void tmp_setup(void) { cg_test_mkdtemp(g_tmpdir, sizeof g_tmpdir, "cg_test_seq2seq_"); }
 
-static void tmp_teardown(void)
-{
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmpdir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", g_tmpdir);
-}
+static void tmp_teardown(void) { cg_test_rm_tree(g_tmpdir); }
 
 static char *tmp_path(const char *name)
 {
-    static char buf[4][PATH_MAX];
+    static char buf[4][PATH_MAX + 256];
     static int k;
     char *p = buf[k++ % 4];
-    snprintf(p, PATH_MAX, "%s/%s", g_tmpdir, name);
+    snprintf(p, sizeof buf[0], "%s/%.200s", g_tmpdir, name);
     return p;
 }
 
@@ -793,8 +783,8 @@ START_TEST(test_translate_many)
     cg_module_train(CG_MODULE(g_model), false);
 
     /* the attention pictures; a bad target is refused */
-    char dir[] = "/tmp/cg_test_attn_XXXXXX";
-    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char dir[PATH_MAX];
+    cg_test_mkdtemp(dir, sizeof dir, "cg_test_attn_");
     FILE *list = tmpfile();
     ck_assert(cg_seq2seq_attention_of_text(g_model, tok, "a cat", NULL, "--target", true, dir, list,
                                            NULL));
@@ -810,9 +800,7 @@ START_TEST(test_translate_many)
     ck_assert(!cg_seq2seq_attention_of_text(g_model, tok, "a cat", "\xff", "--target", true, dir,
                                             NULL, NULL));
     ck_assert_str_eq(cg_last_error(), "--target is not valid UTF-8");
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    ck_assert_int_eq(system(cmd), 0);
+    cg_test_rm_tree(dir);
     cg_tokenizer_free(tok);
 }
 END_TEST

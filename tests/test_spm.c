@@ -256,9 +256,9 @@ START_TEST(test_checkpoint)
 {
     if (!tok)
         return;
-    char dir[] = "/tmp/cg_test_spm_XXXXXX";
-    ck_assert_ptr_nonnull(mkdtemp(dir));
-    char path[128];
+    char dir[PATH_MAX];
+    cg_test_mkdtemp(dir, sizeof dir, "cg_test_spm_");
+    char path[PATH_MAX + 64];
     snprintf(path, sizeof path, "%s/ck.safetensors", dir);
     cg_st_writer *w = cg_st_writer_new();
     int64_t shape[1] = {3};
@@ -576,8 +576,8 @@ START_TEST(test_quiet)
 {
     if (!tok)
         return;
-    char log[] = "/tmp/cg_test_spm_log_XXXXXX";
-    int fd = mkstemp(log);
+    char log[PATH_MAX];
+    int fd = cg_test_mkstemp(log, sizeof log, "cg_test_spm_log_");
     ck_assert_int_ge(fd, 0);
     fflush(stdout);
     fflush(stderr);

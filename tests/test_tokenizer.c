@@ -36,10 +36,10 @@ static char *round_trip(const cg_tokenizer *t, const char *s, int64_t *n_unk)
     return d;
 }
 
-/* Create an empty temporary file from the template path. */
-static void make_temp(char *path)
+/* Create an empty temporary file in the scratch directory; its name into path. */
+static void make_temp(char *path, size_t n)
 {
-    int fd = mkstemp(path);
+    int fd = cg_test_mkstemp(path, n, "cg_test_tok_");
     ck_assert_int_ge(fd, 0);
     close(fd);
 }
@@ -91,8 +91,8 @@ START_TEST(test_char_pairs)
     int64_t bad = 100000;
     ck_assert_ptr_null(cg_tokenizer_decode(t, &bad, 1));
 
-    char path[] = "/tmp/cg_test_tok_XXXXXX";
-    make_temp(path);
+    char path[PATH_MAX];
+    make_temp(path, sizeof path);
     cg_tokenizer *r = through_file(t, true, path);
     ck_assert(cg_tokenizer_equal(t, r));
     /* the old checkpoint form: "vocab" metadata, no "tokenizer" entry */
@@ -122,8 +122,8 @@ START_TEST(test_char_lm)
     ck_assert_str_eq(d, "Übermäßig schön!");
     ck_assert_int_eq(unk, 0);
     free(d);
-    char path[] = "/tmp/cg_test_tok_XXXXXX";
-    make_temp(path);
+    char path[PATH_MAX];
+    make_temp(path, sizeof path);
     cg_tokenizer *r = through_file(t, false, path);
     ck_assert(cg_tokenizer_equal(t, r));
     ck_assert(!cg_tokenizer_equal(t, NULL));
@@ -173,8 +173,8 @@ START_TEST(test_bpe)
     ck_assert_str_eq(l, "<s>");
     free(l);
 
-    char path[] = "/tmp/cg_test_tok_XXXXXX";
-    make_temp(path);
+    char path[PATH_MAX];
+    make_temp(path, sizeof path);
     cg_tokenizer *r = through_file(t, true, path);
     ck_assert(cg_tokenizer_equal(t, r));
     ck_assert_int_eq(r->kind, CG_TOK_BPE);

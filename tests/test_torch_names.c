@@ -72,10 +72,10 @@ START_TEST(test_decoder_and_block_names)
 }
 END_TEST
 
-/* path (a mkstemp template) made an empty file of its own. */
-static void temp_file(char *path)
+/* An empty file of its own made in the scratch directory, named in path. */
+static void temp_file(char *path, size_t n)
 {
-    int fd = mkstemp(path);
+    int fd = cg_test_mkstemp(path, n, "cg_torch_names_");
     ck_assert(fd >= 0);
     close(fd);
 }
@@ -85,8 +85,8 @@ static void temp_file(char *path)
  * another shape changes nothing. */
 START_TEST(test_round_trip)
 {
-    char path[] = "/tmp/cg_torch_names_XXXXXX";
-    temp_file(path);
+    char path[PATH_MAX];
+    temp_file(path, sizeof path);
     cg_tf_config c = config(false);
     cg_rng r1 = cg_rng_new(1), r2 = cg_rng_new(2);
     cg_enc_layer *a = cg_enc_layer_new(&c, &r1), *b = cg_enc_layer_new(&c, &r2);
@@ -115,8 +115,8 @@ END_TEST
  * it once, refuses copies that differ). */
 START_TEST(test_shared_layer_load)
 {
-    char path[] = "/tmp/cg_torch_names_XXXXXX";
-    temp_file(path);
+    char path[PATH_MAX];
+    temp_file(path, sizeof path);
     cg_tf_config c = config(true);
     cg_rng r1 = cg_rng_new(1), r2 = cg_rng_new(2);
     cg_enc_layer *src = cg_enc_layer_new(&c, &r1), *copy = cg_enc_layer_new(&c, &r2);

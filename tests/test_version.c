@@ -213,8 +213,8 @@ static bool w_st_load(cg_tensor *x)
 {
     cg_st_writer *wr = cg_st_writer_new();
     cg_tensor *s = cg_full(CG_SHAPE(2, 3), 9.0f);
-    char path[] = "/tmp/cg_test_version_XXXXXX";
-    int fd = mkstemp(path);
+    char path[PATH_MAX];
+    int fd = cg_test_mkstemp(path, sizeof path, "cg_test_version_");
     ck_assert_int_ge(fd, 0);
     close(fd);
     bool ok = cg_st_add_f32(wr, "x", s) && cg_st_writer_save(wr, path);
@@ -385,8 +385,8 @@ START_TEST(test_module_load)
     cg_release(w); /* the module holds it */
     cg_tensor *x = leaf(2, true);
     cg_tensor *loss = mul_loss(w, x);
-    char path[] = "/tmp/cg_test_version_m_XXXXXX";
-    int fd = mkstemp(path);
+    char path[PATH_MAX];
+    int fd = cg_test_mkstemp(path, sizeof path, "cg_test_version_m_");
     ck_assert_int_ge(fd, 0);
     close(fd);
     ck_assert(cg_module_save(m, path, 0, NULL));

@@ -222,25 +222,19 @@ START_TEST(test_sample_logits_filters)
 }
 END_TEST
 
-static char g_tmp[1024];
+static char g_tmp[PATH_MAX];
 
-static void make_tmpdir(void)
-{
-    snprintf(g_tmp, sizeof g_tmp, "%s/cgrad_zoo_XXXXXX",
-             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    ck_assert_ptr_nonnull(mkdtemp(g_tmp));
-}
+static void make_tmpdir(void) { cg_test_mkdtemp(g_tmp, sizeof g_tmp, "cgrad_zoo_"); }
 
 static void rm_tmpdir(void)
 {
-    char cmd[1024 + 16];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);
-    ck_assert_int_eq(system(cmd), 0);
+    cg_test_rm_tree(g_tmp);
+    ck_assert_msg(access(g_tmp, F_OK) != 0, "%s was not removed", g_tmp);
 }
 
 static char *tmp_path(const char *name)
 {
-    static char buf[4][1024 + 256];
+    static char buf[4][PATH_MAX + 256];
     static int k = 0;
     char *p = buf[k++ % 4];
     snprintf(p, sizeof buf[0], "%s/%.200s", g_tmp, name);
@@ -1210,8 +1204,8 @@ START_TEST(test_corpus_bpe)
 {
     if (!cg_spm_available())
         return;
-    char path[] = "/tmp/cg_corpus_bpe_XXXXXX";
-    int fd = mkstemp(path);
+    char path[PATH_MAX];
+    int fd = cg_test_mkstemp(path, sizeof path, "cg_corpus_bpe_");
     ck_assert(fd >= 0);
     FILE *f = fdopen(fd, "w");
     for (int i = 0; i < 90; i++)
@@ -1271,8 +1265,8 @@ START_TEST(test_corpus_bpe_long_lines)
 {
     if (!cg_spm_available())
         return;
-    char path[] = "/tmp/cg_corpus_long_XXXXXX";
-    int fd = mkstemp(path);
+    char path[PATH_MAX];
+    int fd = cg_test_mkstemp(path, sizeof path, "cg_corpus_long_");
     ck_assert(fd >= 0);
     FILE *f = fdopen(fd, "w");
     for (int i = 0; i < 12; i++) { /* 2048 'x' then 'Q', which is nowhere else */

@@ -1,10 +1,17 @@
 #include "tests/testutil.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <locale.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "autograd/ops.h"
 
@@ -40,8 +47,178 @@ cg_tensor *cg_test_mask(int ndim, const int64_t *shape, const uint8_t *bytes)
     return t;
 }
 
+/* ------------------------------------------------ the scratch directory */
+
+static char g_scratch[PATH_MAX];
+static pid_t g_scratch_owner; /* the process that made it: forked children leave it */
+
+/* Everything in the directory dfd (depth levels at most below it), by
+ * system calls only (a signal handler calls it). Entries are removed while
+ * the directory is read, which may hide some from the reading: passes go on
+ * until one removes nothing. */
+static void rm_entries(int dfd, int depth)
+{
+    struct dirent64_ {
+        unsigned long long ino;
+        long long off;
+        unsigned short reclen;
+        unsigned char type;
+        char name[];
+    };
+    char buf[4096] __attribute__((aligned(8)));
+    for (bool removed = true; removed;) {
+        removed = false;
+        if (lseek(dfd, 0, SEEK_SET) != 0)
+            return;
+        long got;
+        while ((got = syscall(SYS_getdents64, dfd, buf, sizeof buf)) > 0) {
+            for (long off = 0; off < got;) {
+                const struct dirent64_ *e = (const struct dirent64_ *)(buf + off);
+                off += e->reclen;
+                const char *nm = e->name;
+                if (nm[0] == '.' && (nm[1] == 0 || (nm[1] == '.' && nm[2] == 0)))
+                    continue;
+                if (unlinkat(dfd, nm, 0) == 0) {
+                    removed = true;
+                    continue;
+                }
+                if ((errno != EISDIR && errno != EPERM) || depth <= 0)
+                    continue;
+                int sub = openat(dfd, nm, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                if (sub < 0)
+                    continue;
+                fchmod(sub, 0700); /* a test's read-only directory */
+                rm_entries(sub, depth - 1);
+                close(sub);
+                removed |= unlinkat(dfd, nm, AT_REMOVEDIR) == 0;
+            }
+        }
+    }
+}
+
+void cg_test_rm_tree(const char *path)
+{
+    if (unlink(path) == 0 || (errno != EISDIR && errno != EPERM))
+        return;
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    fchmod(fd, 0700);
+    rm_entries(fd, 32);
+    close(fd);
+    rmdir(path);
+}
+
+static int g_watch_fd = -1; /* the write end of the watcher's pipe */
+static pid_t g_watcher;
+
+static void scratch_remove(void)
+{
+    if (!g_scratch[0] || getpid() != g_scratch_owner)
+        return;
+    cg_test_rm_tree(g_scratch);
+    g_scratch[0] = 0;
+    if (g_watch_fd >= 0) { /* the watcher finds nothing left and ends */
+        close(g_watch_fd);
+        g_watch_fd = -1;
+        waitpid(g_watcher, NULL, 0);
+    }
+}
+
+/* A process that removes the directory when this one ends however it ends
+ * (SIGTERM of meson's timeout, SIGKILL, a crash, a sanitizer's report):
+ * it reads a pipe whose write end only this process and its forked
+ * children hold. Its own session (a timeout's signal to the test's process
+ * group does not reach it) and /dev/null as its standard streams (meson
+ * does not wait for it). */
+static void scratch_watch(void)
+{
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) != 0)
+        return; /* no watcher: removed at the end of a run that ends */
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(p[0]);
+        close(p[1]);
+        return;
+    }
+    if (pid == 0) {
+        setsid();
+        int null = open("/dev/null", O_RDWR);
+        for (int fd = 0; fd < 1024; fd++)
+            if (fd != p[0] && fd != null)
+                close(fd);
+        for (int fd = 0; fd < 3 && null >= 0; fd++)
+            dup2(null, fd);
+        char c;
+        while (read(p[0], &c, 1) < 0 && errno == EINTR)
+            ;
+        cg_test_rm_tree(g_scratch);
+        _exit(0);
+    }
+    close(p[0]);
+    g_watch_fd = p[1];
+    g_watcher = pid;
+}
+
+static void scratch_make(void)
+{
+    const char *base = getenv("TMPDIR");
+    if (!base || base[0] != '/')
+        base = "/tmp";
+    int n = snprintf(g_scratch, sizeof g_scratch, "%s/cg_%s.XXXXXX", base,
+                     program_invocation_short_name);
+    if (n <= 0 || (size_t)n >= sizeof g_scratch - 64 || !mkdtemp(g_scratch)) {
+        fprintf(stderr, "cannot make a scratch directory in %s: %s\n", base, strerror(errno));
+        exit(1); /* no test can run */
+    }
+    g_scratch_owner = getpid();
+    scratch_watch();
+    static bool registered;
+    if (!registered) {
+        registered = true;
+        atexit(scratch_remove);
+    }
+}
+
+const char *cg_test_tmpdir(void)
+{
+    if (!g_scratch[0])
+        scratch_make();
+    return g_scratch;
+}
+
+const char *cg_test_path(const char *name)
+{
+    static char buf[8][PATH_MAX];
+    static int k;
+    char *p = buf[k++ % 8];
+    int n = snprintf(p, PATH_MAX, "%s/%s", cg_test_tmpdir(), name);
+    ck_assert_msg(n > 0 && n < PATH_MAX, "path too long: %s/%s", cg_test_tmpdir(), name);
+    return p;
+}
+
+void cg_test_mkdtemp(char *buf, size_t n, const char *prefix)
+{
+    int len = snprintf(buf, n, "%s/%sXXXXXX", cg_test_tmpdir(), prefix);
+    ck_assert_msg(len > 0 && (size_t)len < n, "%zu bytes are too few for %s/%sXXXXXX", n,
+                  cg_test_tmpdir(), prefix);
+    ck_assert_msg(mkdtemp(buf) != NULL, "mkdtemp %s: %s", buf, strerror(errno));
+}
+
+int cg_test_mkstemp(char *buf, size_t n, const char *prefix)
+{
+    int len = snprintf(buf, n, "%s/%sXXXXXX", cg_test_tmpdir(), prefix);
+    ck_assert_msg(len > 0 && (size_t)len < n, "%zu bytes are too few for %s/%sXXXXXX", n,
+                  cg_test_tmpdir(), prefix);
+    int fd = mkstemp(buf);
+    ck_assert_msg(fd >= 0, "mkstemp %s: %s", buf, strerror(errno));
+    return fd;
+}
+
 int cg_test_run(Suite **suites, int n)
 {
+    cg_test_tmpdir(); /* made here: forked children share it */
     SRunner *sr = srunner_create(suites[0]);
     for (int i = 1; i < n; i++)
         srunner_add_suite(sr, suites[i]);
@@ -55,6 +232,7 @@ int cg_test_run(Suite **suites, int n)
     free(g_ids);
     g_ids = NULL;
     g_nids = g_capids = 0;
+    scratch_remove();             /* whatever a failed test left */
     if (cg_debug_reports() > 0) { /* CG_DEBUG=1 runs: no lifetime mistake anywhere */
         fprintf(stderr, "the checked mode (CG_DEBUG) reported %lu lifetime mistake(s)\n",
                 cg_debug_reports());

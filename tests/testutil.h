@@ -3,6 +3,7 @@
 #define CG_TESTUTIL_H
 
 #include <check.h>
+#include <limits.h> /* PATH_MAX, for cg_test_path and cg_test_mkdtemp */
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -26,6 +27,27 @@
 /* Run the given suites with one SRunner; returns the process exit code
  * (non-zero if any check failed). */
 int cg_test_run(Suite **suites, int n);
+
+/* The suite's scratch directory, $TMPDIR (else /tmp)/cg_PROGRAM.XXXXXX:
+ * every file a test writes goes in it (never a fixed name in /tmp, never
+ * the working directory). cg_test_run makes it before the first test (so
+ * that Check's forked children share it) and removes it, with all it
+ * holds, when the tests end, passed or failed: a failed assertion in fork
+ * mode leaves the child by _exit, skipping the checked teardown that
+ * cleans a test's own files. A process that ends otherwise (meson's
+ * timeout, ^C, a crash, a sanitizer's report) has it removed by a watcher
+ * process made with it. A program without cg_test_run gets it on first
+ * use. */
+const char *cg_test_tmpdir(void);
+/* "<cg_test_tmpdir()>/name" (one of 8 rotating buffers). */
+const char *cg_test_path(const char *name);
+/* A fresh directory "<cg_test_tmpdir()>/prefixXXXXXX" made (mkdtemp) into
+ * buf (n bytes), or a file made (mkstemp, its descriptor returned). */
+void cg_test_mkdtemp(char *buf, size_t n, const char *prefix);
+int cg_test_mkstemp(char *buf, size_t n, const char *prefix);
+/* Remove path and everything under it (modes restored on the way; no
+ * error if it is not there); async-signal-safe. */
+void cg_test_rm_tree(const char *path);
 
 /* The largest difference between the parameters of a and b (same names and
  * shapes), relative to the largest magnitude of each of b's tensors;
