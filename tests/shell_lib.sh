@@ -43,7 +43,23 @@ if py=$(python3 -c 'import sys; print(sys.executable)' 2>/dev/null) && [ -x "$py
   export PATH
 fi
 dir=$(mktemp -d "${TMPDIR:-/tmp}/cg_$1.XXXXXX")
-trap 'rm -rf "$dir"' EXIT
+# The programs this test started that still run end with it: meson's
+# timeout sends SIGTERM to the test's process group, which a program under
+# timeout(1) (a group of its own) is not in; bash runs the EXIT trap on
+# that SIGTERM, and the program ran on for up to its own 120 s, writing
+# into a removed directory. (A TERM handler would wait for the program.)
+end_children() {
+  local s line pid
+  for s in /proc/[0-9]*/stat; do
+    { read -r line <"$s"; } 2>/dev/null || continue
+    pid=${s#/proc/}
+    line=${line##*) } # "STATE PPID ...": after the command's name
+    line=${line#* }
+    [ "${line%% *}" = "$$" ] && kill -TERM "${pid%/stat}" 2>/dev/null
+  done
+  return 0
+}
+trap 'end_children; rm -rf "$dir"' EXIT
 cd "$dir" || exit 1
 failures=0
 fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }

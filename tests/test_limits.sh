@@ -26,7 +26,7 @@ seq2seq=$2
 decode_bench=$3
 bench=$4
 . "$(dirname "$0")/shell_lib.sh" limits
-trap 'umount "$dir/full" 2>/dev/null; rm -rf "$dir"' EXIT
+trap 'end_children; umount "$dir/full" 2>/dev/null; rm -rf "$dir"' EXIT
 
 zoo_ckpts
 cp a.st a.copy
