@@ -38,7 +38,7 @@ static char *tmp_path(const char *name)
     static char buf[4][PATH_MAX + 256];
     static int k;
     char *p = buf[k++ % 4];
-    snprintf(p, sizeof buf[0], "%s/%.200s", g_tmpdir, name);
+    snprintf(p, sizeof buf[0], "%s/%.255s", g_tmpdir, name); /* NAME_MAX */
     return p;
 }
 
