@@ -1,5 +1,6 @@
 #include "tests/testutil.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -9,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -53,29 +53,24 @@ static char g_scratch[PATH_MAX];
 static pid_t g_scratch_owner; /* the process that made it: forked children leave it */
 
 /* Everything in the directory dfd (depth levels at most below it), by
- * system calls only (a signal handler calls it). Entries are removed while
- * the directory is read, which may hide some from the reading: passes go on
+ * system calls only: the watcher calls it in a child forked from a process
+ * that may run threads, where only async-signal-safe calls are sure to
+ * work (opendir and readdir allocate). Entries are removed while the
+ * directory is read, which may hide some from the reading: passes go on
  * until one removes nothing. */
 static void rm_entries(int dfd, int depth)
 {
-    struct dirent64_ {
-        unsigned long long ino;
-        long long off;
-        unsigned short reclen;
-        unsigned char type;
-        char name[];
-    };
     char buf[4096] __attribute__((aligned(8)));
     for (bool removed = true; removed;) {
         removed = false;
         if (lseek(dfd, 0, SEEK_SET) != 0)
             return;
-        long got;
-        while ((got = syscall(SYS_getdents64, dfd, buf, sizeof buf)) > 0) {
+        ssize_t got;
+        while ((got = getdents64(dfd, buf, sizeof buf)) > 0) {
             for (long off = 0; off < got;) {
-                const struct dirent64_ *e = (const struct dirent64_ *)(buf + off);
-                off += e->reclen;
-                const char *nm = e->name;
+                const struct dirent64 *e = (const struct dirent64 *)(buf + off);
+                off += e->d_reclen;
+                const char *nm = e->d_name;
                 if (nm[0] == '.' && (nm[1] == 0 || (nm[1] == '.' && nm[2] == 0)))
                     continue;
                 if (unlinkat(dfd, nm, 0) == 0) {
