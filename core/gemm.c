@@ -39,6 +39,22 @@ void bli_cntx_init_haswell(cntx_t *cntx);
 
 /* Automatic thread count: at least this many flops per thread. */
 #define MIN_FLOPS_PER_THREAD 5e6
+
+/* The threads for a product of `flops` (nthreads <= 0: from its size, as
+ * many as have MIN_FLOPS_PER_THREAD each; waking a second thread costs
+ * ~12 us here, so below that fewer threads are faster); one inside a
+ * parallel region. */
+static int threads_for(int nthreads, double flops)
+{
+    int nt = nthreads;
+    if (nt <= 0) {
+        const double per = flops / MIN_FLOPS_PER_THREAD;
+        nt = cg_get_num_threads();
+        if (per < nt)
+            nt = per < 2.0 ? 1 : (int)per;
+    }
+    return nt < 1 || omp_in_parallel() ? 1 : nt;
+}
 /* Products with at most this many rows (or columns) of C whose operands
  * run along k contiguously go to skinny_product (Zen 3, 1 thread, x 1536
  * x 384: 65 / 122 / 177 / 234 us for 2 / 4 / 6 / 8 rows, BLIS's packed
@@ -606,15 +622,7 @@ static void skinny_product(int nthreads, int64_t m, int64_t n, int64_t k, float 
                 .alpha = alpha,
                 .beta = beta,
                 .c = c};
-    int nt = nthreads;
-    if (nt <= 0) {
-        const double per = 2.0 * (double)m * (double)n * (double)k / MIN_FLOPS_PER_THREAD;
-        nt = cg_get_num_threads();
-        if (per < nt)
-            nt = per < 2.0 ? 1 : (int)per;
-    }
-    if (nt < 1 || omp_in_parallel())
-        nt = 1;
+    const int nt = threads_for(nthreads, 2.0 * (double)m * (double)n * (double)k);
     cg_shares_run((p.ny + 3) / 4, 1, nt, dots_groups, &p);
 }
 
@@ -684,15 +692,7 @@ static void one_row_product(cntx_t *cntx, int nthreads, int64_t n, int64_t k, fl
                        .a = a,
                        .b = b,
                        .c = c};
-    int nt = nthreads;
-    if (nt <= 0) {
-        const double per = 2.0 * (double)n * (double)k / MIN_FLOPS_PER_THREAD;
-        nt = cg_get_num_threads();
-        if (per < nt)
-            nt = per < 2.0 ? 1 : (int)per;
-    }
-    if (nt < 1 || omp_in_parallel())
-        nt = 1;
+    const int nt = threads_for(nthreads, 2.0 * (double)n * (double)k);
     cg_shares_run((n + 7) / 8, 1, nt, one_row_groups, &r);
 }
 
@@ -1004,25 +1004,15 @@ static bool gemm_run(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int6
      * nested one-thread team). Each element of C is still computed by the
      * same kernel with the same k blocking (the skx and haswell contexts fix
      * kc), so the
-     * result does not depend on the split or the thread count.
-     * nthreads <= 0 picks the count from the size: waking a second thread
-     * costs ~12 us here, so below MIN_FLOPS_PER_THREAD per thread fewer
-     * threads are faster. */
-    int nt = nthreads;
-    if (nt <= 0) {
-        double flops = 2.0 * (double)m * (double)n * (double)k;
-        nt = cg_get_num_threads();
-        /* bf16 products run twice as fast: twice the flops for the same time */
-        double per = flops / (g.bf16 ? 2.0 * MIN_FLOPS_PER_THREAD : MIN_FLOPS_PER_THREAD);
-        if (per < nt)
-            nt = per < 2.0 ? 1 : (int)per;
-    }
-    /* BLIS's own choice is not split: on a CPU it knows (it takes AMD Zen 4
+     * result does not depend on the split or the thread count. bf16
+     * products run twice as fast: half the flops for the same time.
+     * BLIS's own choice is not split: on a CPU it knows (it takes AMD Zen 4
      * for zen3) it chooses between its small-matrix and packed kernels from
      * the sizes it is given, so halves of C could be summed differently and
      * the bits would change with the thread count (seen on 513 x 479 x 611). */
-    if (nt < 1 || omp_in_parallel() || path == CG_GEMM_DEFAULT)
-        nt = 1;
+    int nt = path == CG_GEMM_DEFAULT
+                 ? 1
+                 : threads_for(nthreads, (g.bf16 ? 1.0 : 2.0) * (double)m * (double)n * (double)k);
     const bool split_m = m >= n;
     const int64_t dim = split_m ? m : n;
     int64_t csz = (dim + nt - 1) / nt;
