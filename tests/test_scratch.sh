@@ -40,17 +40,20 @@ for fork in yes no; do
   for sig in TERM KILL; do
     t=$dir/t_${fork}_$sig
     mkdir "$t"
-    # its own process group, as meson starts a test
-    CK_FORK=$fork CK_RUN_CASE=waits TMPDIR=$t setsid "$prog" >out.txt 2>&1 &
+    # its own process group, as meson starts a test; its own output file
+    # (the background job truncates it, maybe after the loop's first read:
+    # a shared one still held the previous case's line)
+    out=out_${fork}_$sig.txt
+    CK_FORK=$fork CK_RUN_CASE=waits TMPDIR=$t setsid "$prog" >"$out" 2>&1 &
     pid=$!
-    for i in $(seq 100); do grep -q waiting out.txt && break; sleep 0.1; done
-    grep -q waiting out.txt || fail "$fork/$sig: did not start: $(cat out.txt)"
+    for i in $(seq 100); do grep -qs waiting "$out" && break; sleep 0.1; done
+    grep -qs waiting "$out" || fail "$fork/$sig: did not start: $(cat "$out")"
     kill -"$sig" -- -"$pid" 2>/dev/null || kill -"$sig" "$pid"
     wait "$pid"
     # Check's forked child has a process group of its own: a SIGKILL of the
     # runner's group leaves it running (it ends its test, then the watcher
     # removes the directory); this one would wait for ever
-    child=$(sed -n 's/^waiting //p' out.txt)
+    child=$(sed -n 's/^waiting //p' "$out")
     [ -n "$child" ] && [ "$child" != "$pid" ] && kill -KILL "$child" 2>/dev/null
     empty_after "$fork/SIG$sig" "$t"
   done
