@@ -509,7 +509,12 @@ START_TEST(test_long_text_memory)
 }
 END_TEST
 
-/* Encoding and decoding from two threads at once give what one thread gets. */
+/* Encoding and decoding from two threads at once give what one thread gets:
+ * the same ids as this thread's encoding of each sentence (not only ids that
+ * decode back: another segmentation of a sentence decodes back too), and
+ * the sentence back. */
+static int64_t **one_ids, *one_n;
+
 static void *encode_all(void *arg)
 {
     const cg_spm *t = arg;
@@ -518,11 +523,12 @@ static void *encode_all(void *arg)
             int64_t n;
             int64_t *ids = cg_spm_encode(t, sents[i], &n);
             char *back = ids ? cg_spm_decode(t, ids, n) : NULL;
-            bool ok = back && strcmp(back, sents[i]) == 0;
+            bool ok = back && strcmp(back, sents[i]) == 0 && n == one_n[i] &&
+                      memcmp(ids, one_ids[i], (size_t)n * sizeof *ids) == 0;
             free(ids);
             free(back);
             if (!ok)
-                return (void *)1;
+                return (void *)(intptr_t)(i + 1);
         }
     }
     return NULL;
@@ -532,13 +538,29 @@ START_TEST(test_threads)
 {
     if (!tok)
         return;
+    ck_assert_int_gt(n_sents, 100);
+    one_ids = calloc((size_t)n_sents, sizeof *one_ids);
+    one_n = calloc((size_t)n_sents, sizeof *one_n);
+    ck_assert(one_ids && one_n);
+    for (int64_t i = 0; i < n_sents; i++) {
+        one_ids[i] = cg_spm_encode(tok, sents[i], &one_n[i]);
+        ck_assert_msg(one_ids[i] != NULL, "%s", cg_last_error());
+    }
     pthread_t th[2];
     void *r[2];
     for (int i = 0; i < 2; i++)
-        pthread_create(&th[i], NULL, encode_all, tok);
+        ck_assert_int_eq(pthread_create(&th[i], NULL, encode_all, tok), 0);
     for (int i = 0; i < 2; i++)
-        pthread_join(th[i], &r[i]);
-    ck_assert(r[0] == NULL && r[1] == NULL);
+        ck_assert_int_eq(pthread_join(th[i], &r[i]), 0);
+    for (int i = 0; i < 2; i++)
+        ck_assert_msg(r[i] == NULL, "thread %d: sentence %td encodes otherwise than on one thread",
+                      i, (intptr_t)r[i] - 1);
+    for (int64_t i = 0; i < n_sents; i++)
+        free(one_ids[i]);
+    free(one_ids);
+    free(one_n);
+    one_ids = NULL;
+    one_n = NULL;
 }
 END_TEST
 
