@@ -1,3 +1,4 @@
+#define CG_TESTUTIL_IMPL /* tcase_create is Check's own here */
 #include "tests/testutil.h"
 
 #include <dirent.h>
@@ -13,7 +14,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "autograd/autograd.h"
 #include "autograd/ops.h"
+#include "core/gemm.h"
+#include "core/ops.h"
 
 /* The tensors of cg_test_ids, held until cg_test_run returns. */
 static cg_tensor **g_ids;
@@ -209,6 +213,88 @@ int cg_test_mkstemp(char *buf, size_t n, const char *prefix)
     int fd = mkstemp(buf);
     ck_assert_msg(fd >= 0, "mkstemp %s: %s", buf, strerror(errno));
     return fd;
+}
+
+/* The settings a test may change (cg_test_tcase), as the test found them. */
+static struct {
+    int threads;
+    cg_precision precision;
+    bool grad;
+    size_t cache_limit;
+    char cwd[PATH_MAX];
+    mode_t mask;
+    char numeric[64];
+} g_state;
+
+static void state_note(void)
+{
+    g_state.threads = cg_get_num_threads();
+    g_state.precision = cg_get_matmul_precision();
+    g_state.grad = cg_grad_enabled();
+    g_state.cache_limit = cg_weight_cache_stats().limit;
+    if (!getcwd(g_state.cwd, sizeof g_state.cwd))
+        g_state.cwd[0] = '\0';
+    g_state.mask = umask(0);
+    umask(g_state.mask);
+    const char *num = setlocale(LC_NUMERIC, NULL);
+    snprintf(g_state.numeric, sizeof g_state.numeric, "%s", num ? num : "");
+}
+
+/* Each setting found changed is put back and named; the test fails. */
+static void state_check(void)
+{
+    char what[512] = "";
+    size_t len = 0;
+#define CHANGED(...) \
+    len += (size_t)snprintf(what + len, len < sizeof what ? sizeof what - len : 0, __VA_ARGS__)
+    int threads = cg_get_num_threads();
+    if (threads != g_state.threads) {
+        CHANGED(" the thread count (%d, was %d)", threads, g_state.threads);
+        cg_set_num_threads(g_state.threads);
+    }
+    cg_precision p = cg_get_matmul_precision();
+    if (p != g_state.precision) {
+        CHANGED(" the matmul precision (%s, was %s)", cg_precision_name(p),
+                cg_precision_name(g_state.precision));
+        cg_set_matmul_precision(g_state.precision);
+    }
+    bool grad = cg_grad_enabled();
+    if (grad != g_state.grad) {
+        CHANGED(" gradient recording (%s, was %s: a cg_no_grad_begin without its end?)",
+                grad ? "on" : "off", g_state.grad ? "on" : "off");
+        while (!cg_grad_enabled())
+            cg_no_grad_end();
+    }
+    size_t limit = cg_weight_cache_stats().limit;
+    if (limit != g_state.cache_limit) {
+        CHANGED(" the weight cache's limit (%zu, was %zu)", limit, g_state.cache_limit);
+        cg_weight_cache_limit(g_state.cache_limit);
+    }
+    char cwd[PATH_MAX];
+    if (!getcwd(cwd, sizeof cwd))
+        cwd[0] = '\0';
+    if (strcmp(cwd, g_state.cwd) != 0) {
+        CHANGED(" the working directory (%s, was %s)", cwd, g_state.cwd);
+        if (g_state.cwd[0] && chdir(g_state.cwd) != 0)
+            CHANGED(" (cannot go back: %s)", strerror(errno));
+    }
+    mode_t mask = umask(g_state.mask);
+    if (mask != g_state.mask)
+        CHANGED(" the umask (%03o, was %03o)", (unsigned)mask, (unsigned)g_state.mask);
+    const char *num = setlocale(LC_NUMERIC, NULL);
+    if (strcmp(num ? num : "", g_state.numeric) != 0) {
+        CHANGED(" LC_NUMERIC (%s, was %s)", num ? num : "", g_state.numeric);
+        setlocale(LC_NUMERIC, g_state.numeric);
+    }
+#undef CHANGED
+    ck_assert_msg(len == 0, "the test left changed:%s", what);
+}
+
+TCase *cg_test_tcase(const char *name)
+{
+    TCase *tc = tcase_create(name);
+    tcase_add_checked_fixture(tc, state_note, state_check);
+    return tc;
 }
 
 int cg_test_run(Suite **suites, int n)

@@ -24,6 +24,21 @@
          ? (void)0               \
          : _ck_assert_failed(__FILE__, __LINE__, "Assertion '" #expr "' failed", ##__VA_ARGS__))
 
+/* Every test case of the suites is made by cg_test_tcase (tcase_create is
+ * it): a checked fixture around each test notes the process's settings a
+ * test may change (the thread count, this thread's matmul precision,
+ * whether gradients are recorded, the weight cache's limit, the working
+ * directory, the umask, LC_NUMERIC) and fails the test that leaves one
+ * changed, naming it, then puts it back. The suites run with CK_FORK=no,
+ * one process for all tests, where such a leak changes what every later
+ * test computes, and each test alone (fork mode, CK_RUN_CASE) would hide
+ * it. Its teardown runs after the case's own (Check runs teardowns last
+ * added first). */
+TCase *cg_test_tcase(const char *name);
+#ifndef CG_TESTUTIL_IMPL
+#define tcase_create(name) cg_test_tcase(name)
+#endif
+
 /* Run the given suites with one SRunner; returns the process exit code
  * (non-zero if any check failed). */
 int cg_test_run(Suite **suites, int n);
