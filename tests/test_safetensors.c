@@ -97,29 +97,22 @@ static void write_bytes(const char *path, const void *b, size_t n)
     fclose(fp);
 }
 
-/* Where tests/fixtures lives: $CG_FIXTURE_DIR, next to this source file, or
- * relative to the working directory. */
+/* Where tests/fixtures lives: $CG_FIXTURE_DIR, else the source tree's (the
+ * build gives its absolute path). Not __FILE__'s folder or the working
+ * directory's tests/: __FILE__ is relative to the build directory
+ * ("../tests/..."), so a suite run by hand from another directory did not
+ * find the fixtures and failed its python cases. */
 static const char *fixture(const char *name)
 {
-    static char buf[1024];
+    static char buf[PATH_MAX];
     const char *env = getenv("CG_FIXTURE_DIR");
-    char here[512];
-    snprintf(here, sizeof here, "%s", __FILE__);
-    char *slash = strrchr(here, '/');
-    if (slash)
-        *slash = '\0';
+    if (env)
+        snprintf(buf, sizeof buf, "%s/%s", env, name);
     else
-        strcpy(here, ".");
-    const char *dirs[] = {env, here, "tests", "../tests", "../../tests"};
-    for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
-        if (!dirs[i])
-            continue;
-        snprintf(buf, sizeof buf, "%s%s%s", dirs[i], i == 0 ? "/" : "/fixtures/", name);
-        if (access(buf, R_OK) == 0)
-            return buf;
-    }
-    ck_abort_msg("fixture %s not found (set CG_FIXTURE_DIR)", name);
-    return NULL;
+        snprintf(buf, sizeof buf, "%s/tests/fixtures/%s", CG_SOURCE_ROOT, name);
+    ck_assert_msg(access(buf, R_OK) == 0, "fixture %s: %s (set CG_FIXTURE_DIR)", buf,
+                  strerror(errno));
+    return buf;
 }
 
 static void assert_floats_exact(const float *got, const float *want, int64_t n)
