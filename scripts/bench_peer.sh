@@ -14,6 +14,10 @@
 # (the six presets of issue 32: add "seq2seq paper" "charlm gpt2", which run
 # bf16 only, 5 steps after 2)
 set -euo pipefail
+# Numbers read and written in the C locale's form: under a locale with a
+# decimal comma (LC_ALL=de_DE.UTF-8) mawk read the medians' 7.5 as 7 and
+# wrote the ratios as 100,00x.
+export LC_ALL=C
 usage="usage: scripts/bench_peer.sh [THREADS [ROUNDS [\"MODEL PRESET\"...]]]"
 case "${1:-}" in -h | --help) echo "$usage"; exit 0 ;; esac
 threads=${1:-2}
