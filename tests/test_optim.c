@@ -554,7 +554,6 @@ START_TEST(clip_norm_past_float_max)
 }
 END_TEST
 
-/* A parameter big enough for the OpenMP path: same bits for 1 and 4 threads. */
 /* Gradients of norm 4.8e-6 clipped at 1e-6: torch's factor is max_norm /
  * (total + 1e-6), a fifth below max_norm / total here (the other cases'
  * norms of about 5 hide the 1e-6 under the tolerance). */
@@ -583,6 +582,7 @@ START_TEST(clip_tiny_norm)
 }
 END_TEST
 
+/* A parameter big enough for the OpenMP path: same bits for 1 and 4 threads. */
 START_TEST(step_thread_independent)
 {
     float *out[2];
