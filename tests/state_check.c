@@ -27,7 +27,7 @@ START_TEST(leak_no_grad) { cg_no_grad_begin(); }
 END_TEST
 START_TEST(leak_cache_limit) { cg_weight_cache_limit(12345); }
 END_TEST
-START_TEST(leak_cwd) { ck_assert_int_eq(chdir("/"), 0); }
+START_TEST(leak_cwd) { ck_assert_int_eq(chdir(cg_test_tmpdir()), 0); }
 END_TEST
 START_TEST(leak_umask) { umask(077); }
 END_TEST
@@ -61,9 +61,10 @@ int main(void)
                   {"leak_precision", "the matmul precision (bf16, was fp32)"},
                   {"leak_no_grad", "gradient recording (off, was on"},
                   {"leak_cache_limit", "the weight cache's limit (12345"},
-                  {"leak_cwd", "the working directory (/, was "},
+                  {"leak_cwd", "the working directory (/"},
                   {"leak_umask", "the umask (077, was 022)"},
                   {"leak_locale", "LC_NUMERIC ("}};
+    cg_test_tmpdir(); /* leak_cwd's directory, made (and removed at exit) here */
     g_threads = cg_get_num_threads();
     g_limit = cg_weight_cache_stats().limit;
     umask(022);
