@@ -584,7 +584,7 @@ START_TEST(test_long_sentence_trained)
     ck_assert_msg(t != NULL, "%s", cg_last_error());
     int64_t n, *ids = cg_spm_encode(t, "\xCE\xB1", &n);
     ck_assert_ptr_nonnull(ids);
-    ck_assert_int_ge(n, 1); /* else the loop below checks nothing */
+    ck_assert_int_ge(n, 1);         /* else the loop below checks nothing */
     for (int64_t i = 0; i < n; i++) /* no byte piece: U+03B1 has a piece */
         ck_assert_msg(ids[i] >= CG_SPM_MIN_VOCAB - 1, "'\xCE\xB1' encodes to byte piece %s",
                       cg_spm_piece(t, ids[i]));
