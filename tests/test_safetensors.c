@@ -559,8 +559,9 @@ START_TEST(python_reads_ours)
     cg_release_all(2, tr, at);
 
     char cmd[2048];
-    snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s' --check '%s'", fixture("make_st_fixture.py"),
-             path);
+    int n = snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s' --check '%s'",
+                     fixture("make_st_fixture.py"), path);
+    ck_assert_msg(n > 0 && (size_t)n < sizeof cmd, "the command is too long: %s", cmd);
     int rc = system(cmd);
     ck_assert(rc != -1 && WIFEXITED(rc));
     if (WEXITSTATUS(rc) == 77) {
