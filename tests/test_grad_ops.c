@@ -430,25 +430,31 @@ static cg_tensor *rms_norm_fn(void *ctx, cg_tensor *const *in)
     return cg_rms_norm(in[0], in[1], 1e-5f);
 }
 
+/* layer_norm(x, w, b) and rms_norm(x, w) of in = {x, w, b}, released */
+static void check_norms(cg_tensor *in[3], const char *shape)
+{
+    char what[96];
+    snprintf(what, sizeof what, "layer_norm(x, w, b)%s", shape);
+    check(layer_norm_fn, NULL, 3, in, what, 0, 0);
+    snprintf(what, sizeof what, "rms_norm(x, w)%s", shape);
+    check(rms_norm_fn, NULL, 2, in, what, 0, 0);
+    cg_release_all(3, in[0], in[1], in[2]);
+}
+
 START_TEST(test_norms_with_params)
 {
     cg_rng r = cg_rng_new(10);
-    for (int layout = 0; layout < N_LAYOUTS; layout++) {
-        cg_tensor *in[3] = {input(&r, CG_SHAPE(2, 3, 6), layout, DOM_ANY),
-                            input(&r, CG_SHAPE(6), LAYOUT_STRIDED, DOM_ANY),
-                            input(&r, CG_SHAPE(6), LAYOUT_CONTIG, DOM_ANY)};
-        check(layer_norm_fn, NULL, 3, in, "layer_norm(x, w, b)", 0, 0);
-        check(rms_norm_fn, NULL, 2, in, "rms_norm(x, w)", 0, 0);
-        cg_release_all(3, in[0], in[1], in[2]);
-    }
+    for (int layout = 0; layout < N_LAYOUTS; layout++)
+        check_norms((cg_tensor *[3]){input(&r, CG_SHAPE(2, 3, 6), layout, DOM_ANY),
+                                     input(&r, CG_SHAPE(6), LAYOUT_STRIDED, DOM_ANY),
+                                     input(&r, CG_SHAPE(6), LAYOUT_CONTIG, DOM_ANY)},
+                    "");
     /* an odd number of rows (15: the backward takes rows in pairs, the
      * last alone) of 12 columns (8 in the vector body, 4 in the tail) */
-    cg_tensor *in[3] = {input(&r, CG_SHAPE(3, 5, 12), LAYOUT_TRANSPOSED, DOM_ANY),
-                        input(&r, CG_SHAPE(12), LAYOUT_CONTIG, DOM_ANY),
-                        input(&r, CG_SHAPE(12), LAYOUT_STRIDED, DOM_ANY)};
-    check(layer_norm_fn, NULL, 3, in, "layer_norm(x, w, b), 15 rows of 12", 0, 0);
-    check(rms_norm_fn, NULL, 2, in, "rms_norm(x, w), 15 rows of 12", 0, 0);
-    cg_release_all(3, in[0], in[1], in[2]);
+    check_norms((cg_tensor *[3]){input(&r, CG_SHAPE(3, 5, 12), LAYOUT_TRANSPOSED, DOM_ANY),
+                                 input(&r, CG_SHAPE(12), LAYOUT_CONTIG, DOM_ANY),
+                                 input(&r, CG_SHAPE(12), LAYOUT_STRIDED, DOM_ANY)},
+                ", 15 rows of 12");
 }
 END_TEST
 
