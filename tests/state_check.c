@@ -37,7 +37,11 @@ START_TEST(leak_locale)
         setlocale(LC_NUMERIC, "POSIX");
 }
 END_TEST
-/* Runs after the leaks: everything as it was. */
+/* Passes: leaving a message in the error slot is what a test of a refusal
+ * does. */
+START_TEST(leave_error) { cg_set_error("left by leave_error"); }
+END_TEST
+/* Runs after the leaks: everything as it was, and the error slot clear. */
 START_TEST(all_restored)
 {
     ck_assert_int_eq(cg_get_num_threads(), g_threads);
@@ -50,6 +54,8 @@ START_TEST(all_restored)
     mode_t m = umask(022);
     ck_assert_uint_eq(m, 022);
     ck_assert_str_eq(setlocale(LC_NUMERIC, NULL), "C");
+    ck_assert_msg(!cg_has_error(), "the error slot holds '%s'", cg_last_error());
+    ck_assert_str_eq(cg_last_error(), "");
 }
 END_TEST
 
@@ -79,6 +85,7 @@ int main(void)
     tcase_add_test(tc, leak_cwd);
     tcase_add_test(tc, leak_umask);
     tcase_add_test(tc, leak_locale);
+    tcase_add_test(tc, leave_error);
     tcase_add_test(tc, all_restored);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
@@ -86,11 +93,11 @@ int main(void)
     int n = srunner_ntests_run(sr), bad = 0;
     TestResult **r = srunner_results(sr);
     size_t ne = sizeof expect / sizeof expect[0];
-    if (n != (int)ne + 1) {
-        fprintf(stderr, "state_check: %d tests ran, expected %zu\n", n, ne + 1);
+    if (n != (int)ne + 2) {
+        fprintf(stderr, "state_check: %d tests ran, expected %zu\n", n, ne + 2);
         bad = 1;
     }
-    for (int i = 0; i < n && i < (int)ne + 1; i++) {
+    for (int i = 0; i < n && i < (int)ne + 2; i++) {
         const char *msg = tr_msg(r[i]);
         if (i < (int)ne) {
             if (tr_rtype(r[i]) == CK_PASS || !strstr(msg, "the test left changed:") ||
@@ -100,7 +107,8 @@ int main(void)
                 bad = 1;
             }
         } else if (tr_rtype(r[i]) != CK_PASS) {
-            fprintf(stderr, "state_check: all_restored: %s (line %d)\n", msg, tr_lno(r[i]));
+            fprintf(stderr, "state_check: %s: %s (line %d)\n",
+                    i == (int)ne ? "leave_error" : "all_restored", msg, tr_lno(r[i]));
             bad = 1;
         }
     }

@@ -215,7 +215,8 @@ int cg_test_mkstemp(char *buf, size_t n, const char *prefix)
     return fd;
 }
 
-/* The settings a test may change (cg_test_tcase), as the test found them. */
+/* The settings a test may change (cg_test_tcase), as the test found them.
+ * The error slot is not among them: each test starts with it clear. */
 static struct {
     int threads;
     cg_precision precision;
@@ -228,6 +229,9 @@ static struct {
 
 static void state_note(void)
 {
+    /* a fresh slot, as a forked test finds it: a message an earlier test
+       left (CK_FORK=no) must not answer this test's cg_last_error() */
+    cg_clear_error();
     g_state.threads = cg_get_num_threads();
     g_state.precision = cg_get_matmul_precision();
     g_state.grad = cg_grad_enabled();

@@ -29,7 +29,8 @@
  * test may change (the thread count, this thread's matmul precision,
  * whether gradients are recorded, the weight cache's limit, the working
  * directory, the umask, LC_NUMERIC) and fails the test that leaves one
- * changed, naming it, then puts it back. The suites run with CK_FORK=no,
+ * changed, naming it, then puts it back. It also clears the error slot
+ * before each test, as a forked test finds it. The suites run with CK_FORK=no,
  * one process for all tests, where such a leak changes what every later
  * test computes, and each test alone (fork mode, CK_RUN_CASE) would hide
  * it. Its teardown runs after the case's own (Check runs teardowns last
