@@ -15,6 +15,11 @@
 #      failed, left temporaries or crashed mpirun); their --help still works
 #   5. a checkpoint whose batch is smaller than the ranks, resumed: the
 #      advice names the ranks, not a --batch-size --resume refuses
+#   6. --keep-last, a save cut short after the checkpoint and before the old
+#      evaluation checkpoint was removed (rank 0's disk full on the kept
+#      copy; or rank 0 killed there by mpirun when another rank dies): exit
+#      1, and the resume neither refuses the old one as another run's nor
+#      leaves it: the files kept are the uninterrupted run's
 #   test_dist_combos.sh CHARLM SEQ2SEQ CKPT_WRITER MPIRUN   (skipped without MPIRUN)
 set -uo pipefail
 charlm=$(realpath "$1")
@@ -110,4 +115,20 @@ mpi 2 "$charlm" average --help >out.txt 2>err.txt && grep -q "usage" out.txt &&
 run b "$charlm" train "${TINY[@]}" --batch-size 2 --steps 8 --stop-at 4 --out b.st
 refused "a batch of 2 windows resumed on 3 ranks" "'b.st' trains batches of 2 windows.*resume on at most 2 ranks" \
   "${MPI[@]}" -np 3 "$charlm" train --resume b.st
+
+# 6. a directory where the step-12 evaluation checkpoint goes: its save
+# fails after kl.st (whose list drops step 4) was written
+KL=("${TINY[@]}" --steps 20 --keep-last 2)
+run klu mpi 2 "$charlm" train "${KL[@]}" --out klu.st
+mkdir kl.st.step00000012.safetensors
+rc=0
+mpi 2 "$charlm" train "${KL[@]}" --force --out kl.st >klc.json 2>klc.log || rc=$?
+[ "$rc" = 1 ] && grep -q "could not save the checkpoint at step 12" klc.log &&
+  echo "ok: --keep-last, the kept copy of step 12 not writable: exit 1" ||
+  fail "--keep-last, the kept copy not writable: exit $rc, $(grep -m1 error klc.log)"
+rmdir kl.st.step00000012.safetensors
+run klr mpi 2 "$charlm" train --resume kl.st
+[ "$(ls kl.st.step* | sed 's/^kl\./X./')" = "$(ls klu.st.step* | sed 's/^klu\./X./')" ] &&
+  echo "ok: resumed after the cut save: the kept files of the uninterrupted run" ||
+  fail "resumed after the cut save: $(ls kl.st.step* | tr '\n' ' ') against $(ls klu.st.step* | tr '\n' ' ')"
 finish

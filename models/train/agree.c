@@ -96,7 +96,8 @@ bool cg_trainer_ranks_agree(const cg_trainer *t, const cg_trainer_model *m)
         drop_path(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(s, "model"),
                                                    "extra_data_id")); /* seq2seq --extra-data */
         /* --keep-last's files and their list: rank 0's alone (state.c) */
-        static const char *const root_only[] = {"kept", "keep_last", "kept_out", "kept_out_hex"};
+        static const char *const root_only[] = {"kept", "kept_dropped", "keep_last", "kept_out",
+                                                "kept_out_hex"};
         for (size_t i = 0; i < sizeof root_only / sizeof *root_only; i++)
             cJSON_DeleteItemFromObjectCaseSensitive(s, root_only[i]);
         const cg_train_opts *o = t->o;

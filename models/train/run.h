@@ -129,6 +129,12 @@ struct cg_trainer {
      * the resolved out they were written beside */
     int64_t kept[CG_TRAIN_KEEP_MAX + 1];
     int n_kept;
+    /* the steps of the evaluation checkpoints a save drops from kept: in
+     * the checkpoint it writes ("kept_dropped"), removed once its files are
+     * written, so that a run killed (or failing) in between leaves none its
+     * checkpoint does not name; a resume removes them at its first save */
+    int64_t dropping[CG_TRAIN_KEEP_MAX + 1];
+    int n_dropping;
     /* --keep-best: the step of the evaluation whose checkpoint the best
      * checkpoint (cg_best_path) holds, or -1 (a resumed run: the best of the
      * history it resumes, written then or not) */

@@ -137,11 +137,16 @@ char *cg_train_state_json(const cg_trainer *t, const cg_trainer_model *m)
     if (h)
         cJSON_AddItemToObject(j, "history", h);
     ok = ok && cg_train_options_save(o->args, cJSON_AddObjectToObject(j, "options"));
-    if ((o->keep_last > 0 || t->n_kept > 0) && cg_dist_is_root()) { /* --keep-last */
+    if ((o->keep_last > 0 || t->n_kept + t->n_dropping > 0) && cg_dist_is_root()) {
+        /* --keep-last */
         char *ro = cg_out_resolved(t->out);
         cJSON *k = cJSON_AddArrayToObject(j, "kept");
         for (int i = 0; k && i < t->n_kept; i++)
             cJSON_AddItemToArray(k, cJSON_CreateNumber((double)t->kept[i]));
+        cJSON *d = t->n_dropping > 0 ? cJSON_AddArrayToObject(j, "kept_dropped") : NULL;
+        for (int i = 0; d && i < t->n_dropping; i++)
+            cJSON_AddItemToArray(d, cJSON_CreateNumber((double)t->dropping[i]));
+        ok = ok && (d || t->n_dropping == 0);
         ok = ok && ro && k && cJSON_AddNumberToObject(j, "keep_last", (double)o->keep_last) &&
              cg_json_add_name(j, "kept_out", ro);
         free(ro);
@@ -166,22 +171,30 @@ static bool kept_restore(cg_trainer *t, cg_train_opts *o, const char *what)
 {
     int64_t keep = 0;
     const cg_json_field f = {"keep_last", CG_JF_I64, &keep, 0, CG_TRAIN_KEEP_MAX, true};
-    double steps[CG_TRAIN_KEEP_MAX];
-    int n = 0;
+    double steps[CG_TRAIN_KEEP_MAX], drop[CG_TRAIN_KEEP_MAX + 1];
+    int n = 0, nd = 0;
     if (!cg_json_read_fields(t->state, what, &f, 1) ||
         !cg_json_f64_array(t->state, what, "kept", steps, CG_TRAIN_KEEP_MAX, &n) ||
+        !cg_json_f64_array(t->state, what, "kept_dropped", drop, CG_TRAIN_KEEP_MAX + 1, &nd) ||
         !cg_json_name_decode(t->state, "kept_out", what))
         return false;
     if (!cg_cli_given(o->args, &o->keep_last))
         o->keep_last = keep;
     const cJSON *ko = cJSON_GetObjectItemCaseSensitive(t->state, "kept_out");
     /* no out (a restore that writes nothing): no kept checkpoint is ours */
-    char *ro = n > 0 && t->out ? cg_out_resolved(t->out) : NULL;
-    t->n_kept = 0;
-    for (int i = 0; ro && cJSON_IsString(ko) && strcmp(ko->valuestring, ro) == 0 && i < n; i++)
-        if (steps[i] >= 0 && steps[i] <= 1e15 && steps[i] == (double)(int64_t)steps[i])
-            t->kept[t->n_kept++] = (int64_t)steps[i];
-    if (n > 0 && !ro) /* out's directory is not there yet: nothing of ours beside it */
+    char *ro = n + nd > 0 && t->out ? cg_out_resolved(t->out) : NULL;
+    const bool ours = ro && cJSON_IsString(ko) && strcmp(ko->valuestring, ro) == 0;
+    t->n_kept = t->n_dropping = 0;
+    for (int i = 0; ours && i < n + nd; i++) { /* the kept, then those its save dropped */
+        double s = i < n ? steps[i] : drop[i - n];
+        if (s >= 0 && s <= 1e15 && s == (double)(int64_t)s) {
+            if (i < n)
+                t->kept[t->n_kept++] = (int64_t)s;
+            else
+                t->dropping[t->n_dropping++] = (int64_t)s;
+        }
+    }
+    if (n + nd > 0 && !ro) /* out's directory is not there yet: nothing of ours beside it */
         cg_clear_error();
     free(ro);
     return true;

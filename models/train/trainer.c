@@ -53,22 +53,34 @@ static void put_precision(const cg_train_opts *o, cJSON *j);
 
 /* --keep-last: is the checkpoint saved at step an evaluation checkpoint to
  * keep (not yet kept)? The run's first step only when at_start (its
- * evaluation, cut short before, made now). Then it joins t->kept, and
- * *ndrop of the oldest leave it for drop[]: their files are removed once
- * the saves are done. */
-static bool keep_at(cg_trainer *t, int64_t step, bool at_start, int64_t *drop, int *ndrop)
+ * evaluation, cut short before, made now). Then it joins t->kept, and the
+ * oldest leave it for t->dropping: the checkpoint names them as dropped,
+ * and their files are removed once the saves are done. */
+static bool keep_at(cg_trainer *t, int64_t step, bool at_start)
 {
     int64_t n = t->o->keep_last;
-    *ndrop = 0;
     if (n <= 0 || step < t->start || (step == t->start && !at_start) || !evaluated_at(t, step) ||
         (t->n_kept > 0 && t->kept[t->n_kept - 1] == step))
         return false;
     t->kept[t->n_kept++] = step;
     while (t->n_kept > n) {
-        drop[(*ndrop)++] = t->kept[0];
+        t->dropping[t->n_dropping++] = t->kept[0];
         memmove(t->kept, t->kept + 1, (size_t)--t->n_kept * sizeof *t->kept);
     }
     return true;
+}
+
+/* Remove the kept checkpoints of t->dropping (gone already: fine). */
+static void remove_dropped(cg_trainer *t)
+{
+    for (int i = 0; i < t->n_dropping; i++) {
+        char *p = cg_kept_path(t->out, t->dropping[i]);
+        if (p && unlink(p) != 0 && errno != ENOENT)
+            cg_prog_warn("cannot remove the old evaluation checkpoint '%s': %s", p,
+                         strerror(errno));
+        free(p);
+    }
+    t->n_dropping = 0;
 }
 
 /* --keep-best: is the checkpoint saved at step that of the best evaluation
@@ -169,21 +181,18 @@ static bool save(run_ctx *c, int64_t step)
         cg_prog_warn("the lock '%s' was moved or removed during the run; taken again",
                      c->t->lock.path);
     const cg_trainer_model *m = c->m;
-    int64_t drop[CG_TRAIN_KEEP_MAX + 1];
-    int ndrop;
-    bool keep = keep_at(c->t, step, c->cut_resumed, drop, &ndrop);
+    /* those the checkpoint being replaced names as dropped (a resumed run
+     * whose last save was cut short): removed first, so none is left that
+     * the new one does not name */
+    remove_dropped(c->t);
+    bool keep = keep_at(c->t, step, c->cut_resumed);
     bool best = best_at(c->t, step);
     char *tj = opt ? cg_train_state_json(c->t, m) : NULL;
     bool ok = tj && save_files(c->t, m, opt, step, keep, best, tj);
     cg_optim_free(gathered);
     free(tj);
-    for (int i = 0; ok && i < ndrop; i++) { /* kept checkpoints of this run, now too old */
-        char *p = cg_kept_path(c->t->out, drop[i]);
-        if (p && unlink(p) != 0 && errno != ENOENT)
-            cg_prog_warn("cannot remove the old evaluation checkpoint '%s': %s", p,
-                         strerror(errno));
-        free(p);
-    }
+    if (ok) /* kept checkpoints of this run, now too old */
+        remove_dropped(c->t);
     if (ok && c->png && (c->t->hist.n > 0 || c->t->hist.dn > 0) &&
         !cg_history_plot(&c->t->hist, c->png, m->plot_title))
         cg_prog_warn("could not write the loss curve: %s", cg_last_error());

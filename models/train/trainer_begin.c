@@ -65,7 +65,12 @@ static bool check_kept(const cg_trainer *t)
     const cg_train_opts *o = t->o;
     const char *reads[] = {o->data, o->extra_data, o->init_from},
                *what[] = {"--data", "--extra-data", "--init-from"};
-    return cg_kept_check(t->out, t->kept, t->n_kept, o->force, reads, what, 3);
+    /* the run's own: those it keeps, and those its last save dropped (a
+     * run killed before it removed them) */
+    int64_t ours[2 * (CG_TRAIN_KEEP_MAX + 1)];
+    memcpy(ours, t->kept, (size_t)t->n_kept * sizeof *ours);
+    memcpy(ours + t->n_kept, t->dropping, (size_t)t->n_dropping * sizeof *ours);
+    return cg_kept_check(t->out, ours, t->n_kept + t->n_dropping, o->force, reads, what, 3);
 }
 
 /* --keep-best: the best checkpoint is a file the run writes. It follows a
