@@ -20,6 +20,9 @@
 #      copy; or rank 0 killed there by mpirun when another rank dies): exit
 #      1, and the resume neither refuses the old one as another run's nor
 #      leaves it: the files kept are the uninterrupted run's
+#   7. a save that takes rank 0 longer than CG_DIST_TIMEOUT (a slow disk:
+#      strace delays each fsync of rank 0; skipped without strace): the
+#      other ranks wait for it, not abort the job as if rank 0 had died
 #   test_dist_combos.sh CHARLM SEQ2SEQ CKPT_WRITER MPIRUN   (skipped without MPIRUN)
 set -uo pipefail
 charlm=$(realpath "$1")
@@ -131,4 +134,21 @@ run klr mpi 2 "$charlm" train --resume kl.st
 [ "$(ls kl.st.step* | sed 's/^kl\./X./')" = "$(ls klu.st.step* | sed 's/^klu\./X./')" ] &&
   echo "ok: resumed after the cut save: the kept files of the uninterrupted run" ||
   fail "resumed after the cut save: $(ls kl.st.step* | tr '\n' ' ') against $(ls klu.st.step* | tr '\n' ' ')"
+
+# 7. each save of rank 0 takes 3 s or more (two fsyncs of 1.5 s), the
+# watchdog's limit is 2 s (exported: mpirun's -x reaches the first program
+# of a colon-separated command line only)
+if command -v strace >/dev/null && strace -f -o /dev/null -e trace=fsync \
+  -e inject=fsync:delay_enter=1000 true 2>/dev/null; then
+  rc=0
+  CG_DIST_TIMEOUT=2 timeout 300 "$mpirun" --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS=1 \
+    -np 1 strace -f -o /dev/null -e trace=fsync -e inject=fsync:delay_enter=1500000 \
+    "$charlm" train "${TINY[@]}" --steps 8 --out slow.st : \
+    -np 1 "$charlm" train "${TINY[@]}" --steps 8 --out slow.st >slow.json 2>slow.log || rc=$?
+  [ "$rc" = 0 ] && grep -q '"step": 8' slow.json &&
+    echo "ok: saves of rank 0 longer than CG_DIST_TIMEOUT: the ranks wait for them" ||
+    fail "saves of rank 0 longer than CG_DIST_TIMEOUT: exit $rc, $(grep -m1 'cgrad dist\|error' slow.log)"
+else
+  echo "skip: a slow save (no strace, or it cannot delay a system call)"
+fi
 finish

@@ -30,7 +30,8 @@
  * instead of waiting forever. A watchdog thread ends the whole job with a
  * clear message if one collective takes longer than CG_DIST_TIMEOUT seconds
  * (environment; default 300; 0 turns the watchdog off), e.g. when a peer
- * died or took a different code path.
+ * died or took a different code path; cg_dist_wait_for_root alone is not
+ * watched.
  *
  * Per-rank randomness: cg_dist_rank_seed(seed) gives
  *     seed XOR (rank * 0x9E3779B97F4A7C15)   (mod 2^64)
@@ -185,6 +186,12 @@ bool cg_dist_grads_finite(const cg_optim *shard);
  * it with its shard; full is used on rank 0 only (NULL elsewhere; NULL on
  * rank 0 too fails on every rank). */
 bool cg_dist_gather_optim(const cg_optim *shard, cg_optim *full);
+
+/* Every rank but 0 waits here until rank 0 calls it too (a broadcast):
+ * for rank 0's work alone, such as writing a checkpoint, that may take
+ * what the disk takes. The wait is not bounded by CG_DIST_TIMEOUT (a rank
+ * 0 that dies meanwhile ends the job through mpirun). No-op for size 1. */
+bool cg_dist_wait_for_root(void);
 
 /* In-place sum over ranks of n doubles (e.g. losses and token counts for
  * the log line). */

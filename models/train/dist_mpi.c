@@ -576,6 +576,16 @@ bool cg_dist_average_grads_tensors(int n, cg_tensor *const *params, double weigh
     return ok;
 }
 
+bool cg_dist_wait_for_root(void)
+{
+    if (g_size == 1)
+        return true;
+    if (!cg_dist_check_inited("wait_for_root"))
+        return false;
+    unsigned char token = 1; /* not under the watchdog: rank 0 takes its time */
+    return cg_dist_mpi_ok(MPI_Bcast(&token, 1, MPI_BYTE, 0, MPI_COMM_WORLD), "MPI_Bcast");
+}
+
 static bool allreduce_d(double *v, int n, MPI_Op op)
 {
     if (g_size == 1 || n <= 0)

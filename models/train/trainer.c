@@ -162,6 +162,8 @@ static bool gather_rank_counters(run_ctx *c)
     return true;
 }
 
+static bool save_root(run_ctx *c, int64_t step, const cg_optim *opt, cg_optim *gathered);
+
 static bool save(run_ctx *c, int64_t step)
 {
     if (!gather_rank_counters(c))
@@ -170,8 +172,17 @@ static bool save(run_ctx *c, int64_t step)
      * it whole (the layout of an unsharded run) */
     cg_optim *gathered;
     const cg_optim *opt = cg_stepper_full_optim(&c->st, &gathered);
+    /* the other ranks wait for rank 0's files however long the disk takes:
+     * their next collective would charge it to CG_DIST_TIMEOUT and end the
+     * job as if rank 0 had died (a rank 0 that fails ends the job itself) */
     if (!cg_dist_is_root())
-        return true;
+        return cg_dist_wait_for_root();
+    return save_root(c, step, opt, gathered) && cg_dist_wait_for_root();
+}
+
+/* Rank 0's part of a save: the checkpoint and the files beside it. */
+static bool save_root(run_ctx *c, int64_t step, const cg_optim *opt, cg_optim *gathered)
+{
     int held = cg_out_lock_keep(c->t->out, &c->t->lock);
     if (held == 0) {
         cg_optim_free(gathered);
