@@ -314,6 +314,50 @@ START_TEST(test_reference_scores)
 }
 END_TEST
 
+/* Inputs the 310 real pairs do not hold, each scored against
+ * shared/reference/metrics.py (its corpus_bleu and corpus_chrf of the lines
+ * decoded with errors="surrogateescape", printed with %.17g): U+001C..U+001F
+ * and U+2028 as whitespace, bytes that are not UTF-8 kept apart (each its
+ * own code point, not one U+FFFD for all), "&amp;quot;" unescaped once,
+ * "-\n" and "<skipped>" removed before tokenising, '/' split off, two
+ * tokens in one hash slot of which one is a prefix of the other ("cat",
+ * "catz"), and a reference exactly as long as a chrF order. */
+START_TEST(test_reference_edges)
+{
+    static const struct {
+        const char *hyp, *ref;
+        double bleu, chrf;
+    } c[] = {
+        {"a\x1c"
+         "b c d e",
+         "a b c d e", 100.00000000000004, 100},
+        {"ab\xff cd ef gh", "ab\xfe cd ef gh", 59.460355750136046, 56.005291005291006},
+        {"x &amp;quot; y z w", "x &quot; y z w", 26.269098944241588, 69.605384582127144},
+        {"re-\nenter the room now", "reenter the room now", 100.00000000000004, 87.794848195905089},
+        {"a<skipped>b c d e", "ab c d e", 100.00000000000004, 39.151543989038537},
+        {"a cat b catz", "a catz b catz", 35.35533905932737, 49.477358913609194},
+        {"abcd", "abc", 0, 89.843749999999986},
+        {"a\tb\x1f"
+         "c\xe2\x80\xa8"
+         "d e",
+         "abcde", 5.3410875799529256, 100},
+        {"50 km/h or 1/2", "50 km / h or 1 / 2", 100.00000000000004, 100},
+    };
+    enum { N = sizeof c / sizeof *c };
+    const char *hyps[N], *refs[N];
+    for (int i = 0; i < N; i++) {
+        hyps[i] = c[i].hyp, refs[i] = c[i].ref;
+        double b = cg_bleu(1, &c[i].hyp, &c[i].ref), f = cg_chrf(1, &c[i].hyp, &c[i].ref);
+        ck_assert_msg(fabs(b - c[i].bleu) <= TOL, "BLEU of case %d: %.17g, reference %.17g", i, b,
+                      c[i].bleu);
+        ck_assert_msg(fabs(f - c[i].chrf) <= TOL, "chrF of case %d: %.17g, reference %.17g", i, f,
+                      c[i].chrf);
+    }
+    ck_assert_double_eq_tol(cg_bleu(N, hyps, refs), 62.876954152049073, TOL);
+    ck_assert_double_eq_tol(cg_chrf(N, hyps, refs), 74.80161052384544, TOL);
+}
+END_TEST
+
 /* ------------------------------------------------------------ plot */
 
 static char plot_dir[PATH_MAX];
@@ -1112,6 +1156,7 @@ static Suite *metrics_suite(void)
     tc = tcase_create("reference");
     tcase_add_test(tc, test_reference_tokens);
     tcase_add_test(tc, test_reference_scores);
+    tcase_add_test(tc, test_reference_edges);
     suite_add_tcase(s, tc);
     return s;
 }
