@@ -344,6 +344,30 @@ START_TEST(test_pairs_unknown)
     ck_assert_int_eq(cg_pairs_warn_unknown(&p, NULL, 2, &v, NULL, "pairs"), 3);
     ck_assert_int_eq(cg_pairs_warn_unknown(&p, &first, 1, &v, NULL, "pairs"), 0);
     ck_assert_int_eq(cg_pair_vocab_warn_unknown(&v, "a\u00e9\u00e9b", NULL, "sentence", 1), 2);
+    /* the first unknown character is named, and a sentence without one
+     * gives no warning */
+    uint32_t fu = 0;
+    ck_assert_int_eq(cg_pair_vocab_count_unknown(&v, "aqbx", &fu), 2);
+    ck_assert_uint_eq(fu, 'q');
+    FILE *err = tmpfile();
+    ck_assert_ptr_nonnull(err);
+    fflush(stderr);
+    int saved = dup(2);
+    ck_assert(saved >= 0 && dup2(fileno(err), 2) == 2);
+    int64_t none = cg_pair_vocab_warn_unknown(&v, "abba", "prog", "sentence", 1);
+    int64_t two = cg_pair_vocab_warn_unknown(&v, "aqbx", "prog", "sentence", 2);
+    fflush(stderr);
+    ck_assert(dup2(saved, 2) == 2);
+    close(saved);
+    ck_assert(none == 0 && two == 2);
+    char line[256] = "";
+    rewind(err);
+    ck_assert_ptr_nonnull(fgets(line, sizeof line, err));
+    ck_assert_msg(strstr(line, "prog: warning: 2 character(s) of sentence 2 are not in the "
+                               "vocabulary (first U+0071 'q')") == line,
+                  "%s", line);
+    ck_assert_ptr_null(fgets(line, sizeof line, err)); /* one line: none for "abba" */
+    fclose(err);
     cg_pair_vocab_free(&v);
     cg_pairs_free(&p);
 }

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/utf8.h"
 #include "models/text/tokenizer.h"
 #include "nn/safetensors.h"
 #include "testutil.h"
@@ -90,6 +91,21 @@ START_TEST(test_char_pairs)
     ck_assert_ptr_nonnull(strstr(cg_last_error(), "outside the vocabulary"));
     int64_t bad = 100000;
     ck_assert_ptr_null(cg_tokenizer_decode(t, &bad, 1));
+    /* the edges: <unk> is labelled as a special, the last id decodes, the
+     * next is refused (as the pair vocabulary alone drops it silently) */
+    l = cg_tokenizer_label(t, CG_PAIR_UNK);
+    ck_assert_str_eq(l, "<unk>");
+    free(l);
+    const int64_t V = cg_tokenizer_vocab_size(t), last[2] = {V - 1, V};
+    d = cg_tokenizer_decode(t, last, 1);
+    uint32_t cp = 0;
+    ck_assert_int_gt(cg_utf8_seq((const unsigned char *)d, strlen(d), &cp), 0);
+    ck_assert_int_eq(cg_pair_vocab_id(&t->pv, cp), V - 1);
+    free(d);
+    CG_ASSERT_FAILS(cg_tokenizer_decode(t, last, 2), "outside the vocabulary");
+    d = cg_pair_vocab_decode(&t->pv, last + 1, 1);
+    ck_assert_str_eq(d, "");
+    free(d);
 
     char path[PATH_MAX];
     make_temp(path, sizeof path);
@@ -127,6 +143,17 @@ START_TEST(test_char_lm)
     cg_tokenizer *r = through_file(t, false, path);
     ck_assert(cg_tokenizer_equal(t, r));
     ck_assert(!cg_tokenizer_equal(t, NULL));
+    /* the same characters with and without the specials are two vocabularies;
+     * pair vocabularies that differ in their last character differ */
+    cg_tokenizer *p = cg_tokenizer_train(CG_TOK_CHAR, true, train_sents, N_TRAIN, 0);
+    ck_assert(p && !cg_tokenizer_equal(t, p) && !cg_tokenizer_equal(p, t));
+    const char *abc[] = {"abc"}, *abd[] = {"abd"};
+    cg_tokenizer *p1 = cg_tokenizer_train(CG_TOK_CHAR, true, abc, 1, 0);
+    cg_tokenizer *p2 = cg_tokenizer_train(CG_TOK_CHAR, true, abd, 1, 0);
+    ck_assert(p1 && p2 && cg_tokenizer_equal(p1, p1) && !cg_tokenizer_equal(p1, p2));
+    cg_tokenizer_free(p);
+    cg_tokenizer_free(p1);
+    cg_tokenizer_free(p2);
     unlink(path);
     cg_tokenizer_free(r);
     cg_tokenizer_free(t);
@@ -206,6 +233,25 @@ START_TEST(test_bpe)
     cg_st_close(f);
     unlink(path);
 
+    /* BPE has the specials whatever the caller asked (the char LM asks for none) */
+    cg_tokenizer *plain = cg_tokenizer_train(CG_TOK_BPE, false, train_sents, N_TRAIN, 300);
+    ck_assert_msg(plain != NULL, "%s", cg_last_error());
+    ck_assert(plain->specials && cg_tokenizer_equal(plain, t));
+    cg_tokenizer_free(plain);
+    /* a piece of several word-boundary marks shows each as U+2423 */
+    const char *runs[] = {"a  b   c    d", "the  cat   sat", "x  y  z   w    v"};
+    plain = cg_tokenizer_train(CG_TOK_BPE, true, runs, 3, 280);
+    ck_assert_msg(plain != NULL, "%s", cg_last_error());
+    int64_t two = -1;
+    for (int64_t i = 0; i < cg_tokenizer_vocab_size(plain); i++)
+        if (strcmp(cg_spm_piece(plain->spm, i), "\xE2\x96\x81\xE2\x96\x81") == 0)
+            two = i;
+    ck_assert_int_ge(two, 0);
+    l = cg_tokenizer_label(plain, two);
+    ck_assert_str_eq(l, "\xE2\x90\xA3\xE2\x90\xA3");
+    free(l);
+    cg_tokenizer_free(plain);
+
     /* below the smallest vocabulary */
     cg_clear_error();
     ck_assert_ptr_null(cg_tokenizer_train(CG_TOK_BPE, true, train_sents, N_TRAIN, 100));
@@ -227,6 +273,7 @@ START_TEST(test_kind_and_bpc)
     /* bpe: 20 tokens spelling 50 characters at 2 nats each = 40 nats */
     ck_assert(fabs(cg_bits_per_char(2.0, 20, 50) - 40.0 / 50.0 / log(2.0)) < 1e-12);
     ck_assert(isnan(cg_bits_per_char(1.0, 0, 0)));
+    ck_assert(isnan(cg_bits_per_char(1.0, 5, 0))); /* tokens of no text */
     ck_assert_int_eq(cg_tokenizer_vocab_size(NULL), -1);
     ck_assert_ptr_null(cg_tokenizer_decode(NULL, NULL, 0));
 }

@@ -306,6 +306,7 @@ START_TEST(test_vocab_and_utf8)
     ck_assert_int_eq(w->unk, 1); /* the space */
     cg_vocab_free(w);
     CG_ASSERT_FAILS(cg_vocab_from_json("\"ba\""), "increasing");
+    CG_ASSERT_FAILS(cg_vocab_from_json("\"aab\""), "increasing"); /* a repeat */
     CG_ASSERT_FAILS(cg_utf8_decode("a\xC3", 2, "x", &n), "UTF-8");
     CG_ASSERT_FAILS(cg_utf8_decode("\xC0\x80", 2, "x", &n), "UTF-8");     /* overlong */
     CG_ASSERT_FAILS(cg_utf8_decode("\xED\xA0\x80", 3, "x", &n), "UTF-8"); /* surrogate */
@@ -314,8 +315,22 @@ START_TEST(test_vocab_and_utf8)
     ck_assert_int_eq(cg_vocab_encode(v, q, 3, ids, &first), 1);
     ck_assert_uint_eq(first, 'Z');
     ck_assert_int_eq(ids[1], v->unk);
+    /* the last id decodes, the next is refused */
+    int64_t edge[2] = {v->n - 1, v->n};
+    char *t = cg_vocab_decode(v, edge, 1);
+    ck_assert_str_eq(t, "\xC3\xA4");
+    free(t);
+    CG_ASSERT_FAILS(cg_vocab_decode(v, edge, 2), "token id 5 is outside the vocabulary [0, 5)");
     cg_vocab_free(v);
     free(cps);
+    /* an unknown character is read as U+FFFD when the text has one, before
+     * the space; a NUL is refused (the saved form would end there) */
+    const uint32_t rep[4] = {'a', ' ', 0xFFFD, 'b'}, nul[3] = {'a', 0, 'b'};
+    v = cg_vocab_from_codepoints(rep, 4);
+    ck_assert_ptr_nonnull(v);
+    ck_assert_int_eq(v->unk, cg_vocab_id(v, 0xFFFD));
+    cg_vocab_free(v);
+    CG_ASSERT_FAILS(cg_vocab_from_codepoints(nul, 3), "NUL character (U+0000) at character 1");
     int64_t i64;
     double f;
     ck_assert(!cg_parse_i64("--steps", "12x", 0, 100, &i64));
